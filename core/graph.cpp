@@ -1,0 +1,133 @@
+#include "core/graph.h"
+
+#include "core/error.h"
+
+namespace fusetune {
+
+namespace {
+
+template <typename T>
+const T& get_as(const std::map<std::string, AttrValue>& m, const std::string& name, const char* type) {
+  const AttrValue& v = m.at(name);
+  const T* p = std::get_if<T>(&v);
+  check(p != nullptr, "attribute '", name, "' is not of type ", type);
+  return *p;
+}
+
+}  // namespace
+
+int64_t Attributes::i(const std::string& name, int64_t fallback) const {
+  return has(name) ? get_as<int64_t>(values_, name, "int") : fallback;
+}
+
+float Attributes::f(const std::string& name, float fallback) const {
+  return has(name) ? get_as<float>(values_, name, "float") : fallback;
+}
+
+std::string Attributes::s(const std::string& name, const std::string& fallback) const {
+  return has(name) ? get_as<std::string>(values_, name, "string") : fallback;
+}
+
+std::vector<int64_t> Attributes::ints(const std::string& name, std::vector<int64_t> fallback) const {
+  return has(name) ? get_as<std::vector<int64_t>>(values_, name, "ints") : fallback;
+}
+
+std::vector<float> Attributes::floats(const std::string& name, std::vector<float> fallback) const {
+  return has(name) ? get_as<std::vector<float>>(values_, name, "floats") : fallback;
+}
+
+int Graph::add_value(Value v) {
+  values_.push_back(std::move(v));
+  return static_cast<int>(values_.size()) - 1;
+}
+
+int Graph::add_constant(const std::string& name, Tensor t) {
+  Value v;
+  v.name = name;
+  v.dtype = t.dtype();
+  v.shape = t.shape();
+  v.data = std::make_shared<const Tensor>(std::move(t));
+  return add_value(std::move(v));
+}
+
+int Graph::add_node(Node n) {
+  nodes_.push_back(std::move(n));
+  return static_cast<int>(nodes_.size()) - 1;
+}
+
+std::vector<int> Graph::producers() const {
+  std::vector<int> prod(values_.size(), -1);
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    for (int o : nodes_[n].outputs) prod[static_cast<size_t>(o)] = static_cast<int>(n);
+  }
+  return prod;
+}
+
+void Graph::remove_dead() {
+  std::vector<bool> live_value(values_.size(), false);
+  for (int o : outputs_) live_value[static_cast<size_t>(o)] = true;
+  for (int i : inputs_) live_value[static_cast<size_t>(i)] = true;
+  std::vector<bool> live_node(nodes_.size(), false);
+  for (size_t n = nodes_.size(); n-- > 0;) {
+    bool used = false;
+    for (int o : nodes_[n].outputs) used = used || live_value[static_cast<size_t>(o)];
+    if (!used) continue;
+    live_node[n] = true;
+    for (int o : nodes_[n].outputs) live_value[static_cast<size_t>(o)] = true;
+    for (int in : nodes_[n].inputs) {
+      if (in != kNoValue) live_value[static_cast<size_t>(in)] = true;
+    }
+  }
+  std::vector<int> remap(values_.size(), kNoValue);
+  std::vector<Value> kept_values;
+  for (size_t v = 0; v < values_.size(); ++v) {
+    if (!live_value[v]) continue;
+    remap[v] = static_cast<int>(kept_values.size());
+    kept_values.push_back(std::move(values_[v]));
+  }
+  std::vector<Node> kept_nodes;
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    if (!live_node[n]) continue;
+    Node node = std::move(nodes_[n]);
+    for (int& in : node.inputs) {
+      if (in != kNoValue) in = remap[static_cast<size_t>(in)];
+    }
+    for (int& o : node.outputs) o = remap[static_cast<size_t>(o)];
+    kept_nodes.push_back(std::move(node));
+  }
+  for (int& i : inputs_) i = remap[static_cast<size_t>(i)];
+  for (int& o : outputs_) o = remap[static_cast<size_t>(o)];
+  values_ = std::move(kept_values);
+  nodes_ = std::move(kept_nodes);
+}
+
+void Graph::validate() const {
+  const int nvalues = static_cast<int>(values_.size());
+  std::vector<bool> ready(values_.size(), false);
+  for (int i : inputs_) {
+    check(i >= 0 && i < nvalues, "graph input id ", i, " out of range");
+    ready[static_cast<size_t>(i)] = true;
+  }
+  for (int v = 0; v < nvalues; ++v) {
+    if (values_[static_cast<size_t>(v)].is_constant()) ready[static_cast<size_t>(v)] = true;
+  }
+  for (const Node& n : nodes_) {
+    for (int in : n.inputs) {
+      if (in == kNoValue) continue;
+      check(in >= 0 && in < nvalues, "node '", n.name, "' (", n.op, "): input id ", in, " out of range");
+      check(ready[static_cast<size_t>(in)], "node '", n.name, "' (", n.op, "): input '",
+            values_[static_cast<size_t>(in)].name, "' is used before it is produced");
+    }
+    for (int o : n.outputs) {
+      check(o >= 0 && o < nvalues, "node '", n.name, "' (", n.op, "): output id ", o, " out of range");
+      check(!ready[static_cast<size_t>(o)], "node '", n.name, "' (", n.op, "): output '",
+            values_[static_cast<size_t>(o)].name, "' is produced twice");
+      ready[static_cast<size_t>(o)] = true;
+    }
+  }
+  for (int o : outputs_) {
+    check(o >= 0 && o < nvalues && ready[static_cast<size_t>(o)], "graph output id ", o, " is never produced");
+  }
+}
+
+}  // namespace fusetune

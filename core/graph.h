@@ -1,0 +1,89 @@
+// Graph: the canonical dataflow graph every pass after import works on.
+//
+// Values are tensors with a static shape and dtype; a value with `data` set is a constant (a weight
+// or a folded expression). Nodes apply one canonical op (core/ops.h) to value ids and produce value
+// ids; an absent optional input is kNoValue. Nodes are kept in a topological order: every input of
+// a node is a graph input, a constant or the output of an earlier node. Names are for people only.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace fusetune {
+
+inline constexpr int kNoValue = -1;
+
+using AttrValue = std::variant<int64_t, float, std::string, std::vector<int64_t>, std::vector<float>>;
+
+// Named attributes of a canonical node, ordered by name so iteration is deterministic.
+class Attributes {
+ public:
+  void set(const std::string& name, AttrValue v) { values_[name] = std::move(v); }
+  bool has(const std::string& name) const { return values_.count(name) != 0; }
+  // Typed getters; a missing attribute returns the fallback, a mistyped one throws Error.
+  int64_t i(const std::string& name, int64_t fallback = 0) const;
+  float f(const std::string& name, float fallback = 0.0f) const;
+  std::string s(const std::string& name, const std::string& fallback = "") const;
+  std::vector<int64_t> ints(const std::string& name, std::vector<int64_t> fallback = {}) const;
+  std::vector<float> floats(const std::string& name, std::vector<float> fallback = {}) const;
+  const std::map<std::string, AttrValue>& all() const { return values_; }
+  bool operator==(const Attributes& other) const = default;
+
+ private:
+  std::map<std::string, AttrValue> values_;
+};
+
+struct Value {
+  std::string name;
+  DType dtype = DType::kUndefined;
+  Shape shape;
+  std::shared_ptr<const Tensor> data;  // set for constants
+  bool is_constant() const { return data != nullptr; }
+};
+
+struct Node {
+  std::string name;
+  std::string op;
+  std::vector<int> inputs;
+  std::vector<int> outputs;
+  Attributes attrs;
+};
+
+class Graph {
+ public:
+  int add_value(Value v);
+  int add_constant(const std::string& name, Tensor t);
+  int add_node(Node n);
+
+  std::vector<Value>& values() { return values_; }
+  const std::vector<Value>& values() const { return values_; }
+  const Value& value(int id) const { return values_.at(static_cast<size_t>(id)); }
+  Value& value(int id) { return values_.at(static_cast<size_t>(id)); }
+  std::vector<Node>& nodes() { return nodes_; }
+  const std::vector<Node>& nodes() const { return nodes_; }
+  std::vector<int>& inputs() { return inputs_; }
+  const std::vector<int>& inputs() const { return inputs_; }
+  std::vector<int>& outputs() { return outputs_; }
+  const std::vector<int>& outputs() const { return outputs_; }
+
+  // Producer node index of each value (-1 for inputs and constants).
+  std::vector<int> producers() const;
+  // Drops nodes whose outputs reach no graph output and values nothing refers to; renumbers ids.
+  void remove_dead();
+  // Throws Error if the graph breaks an invariant above (bad ids, order, arity, shapes).
+  void validate() const;
+
+ private:
+  std::vector<Value> values_;
+  std::vector<Node> nodes_;
+  std::vector<int> inputs_;
+  std::vector<int> outputs_;
+};
+
+}  // namespace fusetune

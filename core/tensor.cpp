@@ -1,0 +1,248 @@
+#include "core/tensor.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "core/error.h"
+
+namespace fusetune {
+
+int64_t checked_numel(const Shape& shape, const std::string& what) {
+  int64_t n = 1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    const int64_t d = shape[i];
+    check(d >= 0, what, ": dimension ", i, " is negative (", d, ")");
+    if (d == 0) return 0;
+    check(d <= kMaxElements && n <= kMaxElements / d, what, ": shape ", shape_str(shape),
+          " is absurdly large (more than 2^40 elements)");
+    n *= d;
+  }
+  return n;
+}
+
+int64_t numel(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string shape_str(const Shape& shape) {
+  if (shape.empty()) return "scalar";
+  std::string s;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += 'x';
+    s += std::to_string(shape[i]);
+  }
+  return s;
+}
+
+std::vector<int64_t> strides_of(const Shape& shape) {
+  std::vector<int64_t> strides(shape.size(), 1);
+  for (size_t i = shape.size(); i-- > 1;) strides[i - 1] = strides[i] * shape[i];
+  return strides;
+}
+
+Tensor::Tensor(DType dtype, Shape shape)
+    : dtype_(dtype), shape_(std::move(shape)), numel_(checked_numel(shape_, "tensor")) {
+  check(dtype_ != DType::kUndefined, "tensor of undefined dtype");
+  bytes_.assign(static_cast<size_t>(numel_) * dtype_size(dtype_), std::byte{0});
+}
+
+Tensor Tensor::from_floats(DType dtype, Shape shape, std::span<const float> values) {
+  Tensor t(dtype, std::move(shape));
+  t.set_floats(values);
+  return t;
+}
+
+Tensor Tensor::from_ints(DType dtype, Shape shape, std::span<const int64_t> values) {
+  Tensor t(dtype, std::move(shape));
+  t.set_ints(values);
+  return t;
+}
+
+Tensor Tensor::from_bytes(DType dtype, Shape shape, std::vector<std::byte> bytes) {
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  t.numel_ = checked_numel(t.shape_, "tensor");
+  check(bytes.size() == static_cast<size_t>(t.numel_) * dtype_size(dtype), "tensor data holds ",
+        bytes.size(), " bytes, but shape ", shape_str(t.shape_), " of ", dtype_name(dtype), " needs ",
+        static_cast<size_t>(t.numel_) * dtype_size(dtype));
+  t.bytes_ = std::move(bytes);
+  return t;
+}
+
+namespace {
+
+template <typename T>
+T load(const std::byte* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+template <typename T>
+void store(std::byte* p, T v) {
+  std::memcpy(p, &v, sizeof(T));
+}
+
+// Reads element i as double (exact for every dtype but 64-bit integers beyond 2^53).
+double read_double(DType t, const std::byte* base, int64_t i) {
+  const std::byte* p = base + i * static_cast<int64_t>(dtype_size(t));
+  switch (t) {
+    case DType::kF32: return load<float>(p);
+    case DType::kF16: return half_to_float(load<uint16_t>(p));
+    case DType::kBF16: return bfloat16_to_float(load<uint16_t>(p));
+    case DType::kF64: return load<double>(p);
+    case DType::kI8: return load<int8_t>(p);
+    case DType::kI16: return load<int16_t>(p);
+    case DType::kI32: return load<int32_t>(p);
+    case DType::kI64: return static_cast<double>(load<int64_t>(p));
+    case DType::kU8: return load<uint8_t>(p);
+    case DType::kU16: return load<uint16_t>(p);
+    case DType::kU32: return load<uint32_t>(p);
+    case DType::kU64: return static_cast<double>(load<uint64_t>(p));
+    case DType::kBool: return load<uint8_t>(p) != 0 ? 1.0 : 0.0;
+    case DType::kUndefined: break;
+  }
+  return 0.0;
+}
+
+int64_t read_int(DType t, const std::byte* base, int64_t i) {
+  const std::byte* p = base + i * static_cast<int64_t>(dtype_size(t));
+  switch (t) {
+    case DType::kI64: return load<int64_t>(p);
+    case DType::kU64: return static_cast<int64_t>(load<uint64_t>(p));
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kBF16:
+    case DType::kF64: {
+      const double d = read_double(t, base, i);
+      if (std::isnan(d)) return 0;
+      if (d >= 9.2e18) return std::numeric_limits<int64_t>::max();
+      if (d <= -9.2e18) return std::numeric_limits<int64_t>::min();
+      return static_cast<int64_t>(d);
+    }
+    default: return static_cast<int64_t>(read_double(t, base, i));
+  }
+}
+
+// Converts a double to an integer type the way a C cast does, but defined for out-of-range values
+// (they saturate) and NaN (zero), so corrupt data cannot trigger undefined behaviour.
+template <typename T>
+T saturate(double d) {
+  if (std::isnan(d)) return 0;
+  if (d <= static_cast<double>(std::numeric_limits<T>::lowest())) return std::numeric_limits<T>::lowest();
+  if (d >= static_cast<double>(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();
+  return static_cast<T>(d);
+}
+
+void write_double(DType t, std::byte* base, int64_t i, double v) {
+  std::byte* p = base + i * static_cast<int64_t>(dtype_size(t));
+  switch (t) {
+    case DType::kF32: store<float>(p, static_cast<float>(v)); break;
+    case DType::kF16: store<uint16_t>(p, float_to_half(static_cast<float>(v))); break;
+    case DType::kBF16: store<uint16_t>(p, float_to_bfloat16(static_cast<float>(v))); break;
+    case DType::kF64: store<double>(p, v); break;
+    case DType::kI8: store<int8_t>(p, saturate<int8_t>(v)); break;
+    case DType::kI16: store<int16_t>(p, saturate<int16_t>(v)); break;
+    case DType::kI32: store<int32_t>(p, saturate<int32_t>(v)); break;
+    case DType::kI64: store<int64_t>(p, saturate<int64_t>(v)); break;
+    case DType::kU8: store<uint8_t>(p, saturate<uint8_t>(v)); break;
+    case DType::kU16: store<uint16_t>(p, saturate<uint16_t>(v)); break;
+    case DType::kU32: store<uint32_t>(p, saturate<uint32_t>(v)); break;
+    case DType::kU64: store<uint64_t>(p, saturate<uint64_t>(v)); break;
+    case DType::kBool: store<uint8_t>(p, v != 0.0 ? 1 : 0); break;
+    case DType::kUndefined: break;
+  }
+}
+
+void write_int(DType t, std::byte* base, int64_t i, int64_t v) {
+  std::byte* p = base + i * static_cast<int64_t>(dtype_size(t));
+  switch (t) {
+    case DType::kI64: store<int64_t>(p, v); break;
+    case DType::kU64: store<uint64_t>(p, static_cast<uint64_t>(v)); break;
+    case DType::kI32: store<int32_t>(p, static_cast<int32_t>(v)); break;  // wraps, as numpy's astype
+    case DType::kU32: store<uint32_t>(p, static_cast<uint32_t>(v)); break;
+    case DType::kI16: store<int16_t>(p, static_cast<int16_t>(v)); break;
+    case DType::kU16: store<uint16_t>(p, static_cast<uint16_t>(v)); break;
+    case DType::kI8: store<int8_t>(p, static_cast<int8_t>(v)); break;
+    case DType::kU8: store<uint8_t>(p, static_cast<uint8_t>(v)); break;
+    default: write_double(t, base, i, static_cast<double>(v)); break;
+  }
+}
+
+}  // namespace
+
+std::vector<float> Tensor::to_floats() const {
+  std::vector<float> out(static_cast<size_t>(numel_));
+  if (dtype_ == DType::kF32) {
+    std::memcpy(out.data(), bytes_.data(), bytes_.size());
+    return out;
+  }
+  for (int64_t i = 0; i < numel_; ++i) out[i] = static_cast<float>(read_double(dtype_, bytes_.data(), i));
+  return out;
+}
+
+std::vector<double> Tensor::to_doubles() const {
+  std::vector<double> out(static_cast<size_t>(numel_));
+  for (int64_t i = 0; i < numel_; ++i) out[i] = read_double(dtype_, bytes_.data(), i);
+  return out;
+}
+
+std::vector<int64_t> Tensor::to_ints() const {
+  std::vector<int64_t> out(static_cast<size_t>(numel_));
+  for (int64_t i = 0; i < numel_; ++i) out[i] = read_int(dtype_, bytes_.data(), i);
+  return out;
+}
+
+void Tensor::set_floats(std::span<const float> values) {
+  check(static_cast<int64_t>(values.size()) == numel_, "set_floats: ", values.size(),
+        " values for a tensor of ", numel_, " elements");
+  if (dtype_ == DType::kF32) {
+    std::memcpy(bytes_.data(), values.data(), bytes_.size());
+    return;
+  }
+  for (int64_t i = 0; i < numel_; ++i) write_double(dtype_, bytes_.data(), i, values[i]);
+}
+
+void Tensor::set_doubles(std::span<const double> values) {
+  check(static_cast<int64_t>(values.size()) == numel_, "set_doubles: ", values.size(),
+        " values for a tensor of ", numel_, " elements");
+  if (dtype_ == DType::kF32) {
+    auto* out = reinterpret_cast<float*>(bytes_.data());
+    for (int64_t i = 0; i < numel_; ++i) out[i] = static_cast<float>(values[i]);
+    return;
+  }
+  for (int64_t i = 0; i < numel_; ++i) write_double(dtype_, bytes_.data(), i, values[i]);
+}
+
+void Tensor::set_ints(std::span<const int64_t> values) {
+  check(static_cast<int64_t>(values.size()) == numel_, "set_ints: ", values.size(),
+        " values for a tensor of ", numel_, " elements");
+  for (int64_t i = 0; i < numel_; ++i) write_int(dtype_, bytes_.data(), i, values[i]);
+}
+
+Tensor Tensor::reshaped(Shape shape) const {
+  Tensor t = *this;
+  check(checked_numel(shape, "reshape") == numel_, "reshape of ", shape_str(shape_), " to ",
+        shape_str(shape), " changes the element count");
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+Tensor Tensor::cast(DType to) const {
+  Tensor out(to, shape_);
+  const bool int_path = !is_float(dtype_) && !is_float(to);
+  for (int64_t i = 0; i < numel_; ++i) {
+    if (int_path) {
+      write_int(to, out.bytes_.data(), i, read_int(dtype_, bytes_.data(), i));
+    } else {
+      write_double(to, out.bytes_.data(), i, read_double(dtype_, bytes_.data(), i));
+    }
+  }
+  return out;
+}
+
+}  // namespace fusetune

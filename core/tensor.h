@@ -1,0 +1,71 @@
+// Tensor: a dense row-major array of one DType with a static shape, owning its bytes.
+//
+// Shapes are vectors of int64 extents; a scalar has shape {}. Construction checks that every extent
+// is non-negative and the element count stays below kMaxElements, so later index arithmetic cannot
+// overflow. Values move in and out as float or int64 vectors, converted per dtype (float16 and
+// bfloat16 round to nearest even; integers truncate toward zero like a C cast).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace fusetune {
+
+using Shape = std::vector<int64_t>;
+
+// Upper bound on the elements of any tensor fusetune accepts (2^40): a larger figure is taken as
+// a corrupt or absurd model, never as a real one.
+inline constexpr int64_t kMaxElements = int64_t{1} << 40;
+
+// Element count; throws Error naming `what` if an extent is negative or the count is absurd.
+int64_t checked_numel(const Shape& shape, const std::string& what);
+int64_t numel(const Shape& shape);
+std::string shape_str(const Shape& shape);  // "1x3x224x224"; "scalar" for {}
+std::vector<int64_t> strides_of(const Shape& shape);
+
+class Tensor {
+ public:
+  Tensor() = default;
+  Tensor(DType dtype, Shape shape);  // zero-filled
+
+  static Tensor from_floats(DType dtype, Shape shape, std::span<const float> values);
+  static Tensor from_ints(DType dtype, Shape shape, std::span<const int64_t> values);
+  static Tensor from_bytes(DType dtype, Shape shape, std::vector<std::byte> bytes);
+  static Tensor scalar_float(DType dtype, float v) { return from_floats(dtype, {}, {&v, 1}); }
+  static Tensor scalar_int(DType dtype, int64_t v) { return from_ints(dtype, {}, {&v, 1}); }
+
+  DType dtype() const { return dtype_; }
+  const Shape& shape() const { return shape_; }
+  int64_t rank() const { return static_cast<int64_t>(shape_.size()); }
+  int64_t numel() const { return numel_; }
+  size_t nbytes() const { return bytes_.size(); }
+  const std::byte* data() const { return bytes_.data(); }
+  std::byte* data() { return bytes_.data(); }
+  const std::vector<std::byte>& bytes() const { return bytes_; }
+
+  std::vector<float> to_floats() const;
+  std::vector<double> to_doubles() const;
+  std::vector<int64_t> to_ints() const;
+  void set_floats(std::span<const float> values);  // converts into this tensor's dtype
+  void set_doubles(std::span<const double> values);
+  void set_ints(std::span<const int64_t> values);
+
+  // Same bytes, new shape of equal element count.
+  Tensor reshaped(Shape shape) const;
+  // Converted to another dtype (through double for floats, int64 for integers and bool).
+  Tensor cast(DType to) const;
+  bool operator==(const Tensor& other) const = default;
+
+ private:
+  DType dtype_ = DType::kUndefined;
+  Shape shape_;
+  int64_t numel_ = 0;
+  std::vector<std::byte> bytes_;
+};
+
+}  // namespace fusetune

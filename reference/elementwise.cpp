@@ -1,0 +1,225 @@
+// Reference element-wise ops: unary maps, broadcasting binary ops, comparisons, Where and Cast.
+// Float dtypes compute in double, integer and bool dtypes in int64; results round once on store.
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <string>
+
+#include "core/error.h"
+#include "reference/kernel_util.h"
+#include "reference/kernels.h"
+
+namespace fusetune::reference {
+
+namespace {
+
+using UnaryF = std::function<double(double)>;
+using BinaryF = std::function<double(double, double)>;
+using BinaryI = std::function<int64_t(int64_t, int64_t)>;
+
+double softplus(double x) { return x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)); }
+
+UnaryF unary_float(const Node& n) {
+  const std::string& op = n.op;
+  const double alpha = n.attrs.f("alpha", 0.0f);
+  if (op == "Abs") return [](double x) { return std::fabs(x); };
+  if (op == "Atan") return [](double x) { return std::atan(x); };
+  if (op == "Ceil") return [](double x) { return std::ceil(x); };
+  if (op == "Cos") return [](double x) { return std::cos(x); };
+  if (op == "Elu") return [alpha](double x) { return x < 0 ? alpha * (std::exp(x) - 1) : x; };
+  if (op == "Erf") return [](double x) { return std::erf(x); };
+  if (op == "Exp") return [](double x) { return std::exp(x); };
+  if (op == "Floor") return [](double x) { return std::floor(x); };
+  if (op == "HardSigmoid") {
+    const double beta = n.attrs.f("beta");
+    return [alpha, beta](double x) { return std::max(0.0, std::min(1.0, alpha * x + beta)); };
+  }
+  if (op == "HardSwish") return [](double x) { return x * std::max(0.0, std::min(1.0, x / 6 + 0.5)); };
+  if (op == "LeakyRelu") return [alpha](double x) { return x < 0 ? alpha * x : x; };
+  if (op == "Log") return [](double x) { return std::log(x); };
+  if (op == "Neg") return [](double x) { return -x; };
+  if (op == "Reciprocal") return [](double x) { return 1.0 / x; };
+  if (op == "Relu") return [](double x) { return x < 0 ? 0.0 : x; };
+  if (op == "Round") return [](double x) { return std::nearbyint(x); };  // half to even
+  if (op == "Selu") {
+    const double gamma = n.attrs.f("gamma");
+    return [alpha, gamma](double x) { return x > 0 ? gamma * x : gamma * (alpha * std::exp(x) - alpha); };
+  }
+  if (op == "Sigmoid") return [](double x) { return 1.0 / (1.0 + std::exp(-x)); };
+  if (op == "Sign") return [](double x) { return x > 0 ? 1.0 : (x < 0 ? -1.0 : x); };
+  if (op == "Sin") return [](double x) { return std::sin(x); };
+  if (op == "Softplus") return softplus;
+  if (op == "Softsign") return [](double x) { return x / (1 + std::fabs(x)); };
+  if (op == "Sqrt") return [](double x) { return std::sqrt(x); };
+  if (op == "Tan") return [](double x) { return std::tan(x); };
+  if (op == "Tanh") return [](double x) { return std::tanh(x); };
+  if (op == "ThresholdedRelu") return [alpha](double x) { return x > alpha ? x : 0.0; };
+  if (op == "Clip") {
+    const double lo = n.attrs.f("min", -std::numeric_limits<float>::infinity());
+    const double hi = n.attrs.f("max", std::numeric_limits<float>::infinity());
+    return [lo, hi](double x) { return std::isnan(x) ? x : std::min(hi, std::max(lo, x)); };
+  }
+  if (op == "IsNaN") return [](double x) { return std::isnan(x) ? 1.0 : 0.0; };
+  if (op == "IsInf") {
+    const bool neg = n.attrs.i("detect_negative", 1) != 0;
+    const bool pos = n.attrs.i("detect_positive", 1) != 0;
+    return [neg, pos](double x) { return ((pos && x == INFINITY) || (neg && x == -INFINITY)) ? 1.0 : 0.0; };
+  }
+  if (op == "Not") return [](double x) { return x == 0 ? 1.0 : 0.0; };
+  return nullptr;
+}
+
+// Integer unary ops: the ones ONNX defines on integer types.
+std::function<int64_t(int64_t)> unary_int(const Node& n) {
+  const std::string& op = n.op;
+  if (op == "Abs") return [](int64_t x) { return x < 0 ? static_cast<int64_t>(0 - static_cast<uint64_t>(x)) : x; };
+  if (op == "Neg") return [](int64_t x) { return static_cast<int64_t>(0 - static_cast<uint64_t>(x)); };
+  if (op == "Relu") return [](int64_t x) { return x < 0 ? 0 : x; };
+  if (op == "Sign") return [](int64_t x) { return static_cast<int64_t>((x > 0) - (x < 0)); };
+  if (op == "Not") return [](int64_t x) { return static_cast<int64_t>(x == 0); };
+  if (op == "Clip") {
+    const float lo_f = n.attrs.f("min", -std::numeric_limits<float>::infinity());
+    const float hi_f = n.attrs.f("max", std::numeric_limits<float>::infinity());
+    const int64_t lo = std::isinf(lo_f) ? std::numeric_limits<int64_t>::min() : static_cast<int64_t>(lo_f);
+    const int64_t hi = std::isinf(hi_f) ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(hi_f);
+    return [lo, hi](int64_t x) { return std::min(hi, std::max(lo, x)); };
+  }
+  if (op == "IsNaN" || op == "IsInf") return [](int64_t) { return int64_t{0}; };
+  return nullptr;
+}
+
+int64_t wrap_add(int64_t a, int64_t b) { return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b)); }
+int64_t wrap_sub(int64_t a, int64_t b) { return static_cast<int64_t>(static_cast<uint64_t>(a) - static_cast<uint64_t>(b)); }
+int64_t wrap_mul(int64_t a, int64_t b) { return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b)); }
+
+BinaryF binary_float(const Node& n) {
+  const std::string& op = n.op;
+  if (op == "Add") return std::plus<double>();
+  if (op == "Sub") return std::minus<double>();
+  if (op == "Mul") return std::multiplies<double>();
+  if (op == "Div") return std::divides<double>();
+  if (op == "Pow") return [](double a, double b) { return std::pow(a, b); };
+  if (op == "Max") return [](double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); };
+  if (op == "Min") return [](double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::min(a, b); };
+  if (op == "PRelu") return [](double x, double s) { return x < 0 ? s * x : x; };
+  if (op == "Mod") {
+    if (n.attrs.i("fmod") != 0) return [](double a, double b) { return std::fmod(a, b); };
+    return [](double a, double b) {
+      const double r = std::fmod(a, b);
+      return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+    };
+  }
+  if (op == "Equal") return [](double a, double b) { return a == b ? 1.0 : 0.0; };
+  if (op == "Greater") return [](double a, double b) { return a > b ? 1.0 : 0.0; };
+  if (op == "Less") return [](double a, double b) { return a < b ? 1.0 : 0.0; };
+  if (op == "GreaterOrEqual") return [](double a, double b) { return a >= b ? 1.0 : 0.0; };
+  if (op == "LessOrEqual") return [](double a, double b) { return a <= b ? 1.0 : 0.0; };
+  return nullptr;
+}
+
+BinaryI binary_int(const Node& n) {
+  const std::string& op = n.op;
+  if (op == "Add") return wrap_add;
+  if (op == "Sub") return wrap_sub;
+  if (op == "Mul") return wrap_mul;
+  if (op == "Div") return [](int64_t a, int64_t b) { return b == 0 || (b == -1 && a == INT64_MIN) ? 0 : a / b; };
+  if (op == "Pow") {
+    return [](int64_t a, int64_t b) {
+      int64_t r = 1;
+      for (int64_t k = 0; k < b && k < 64; ++k) r = wrap_mul(r, a);
+      return b < 0 ? (a == 1 ? 1 : 0) : r;
+    };
+  }
+  if (op == "Max") return [](int64_t a, int64_t b) { return std::max(a, b); };
+  if (op == "Min") return [](int64_t a, int64_t b) { return std::min(a, b); };
+  if (op == "PRelu") return [](int64_t x, int64_t s) { return x < 0 ? wrap_mul(s, x) : x; };
+  if (op == "Mod") {
+    if (n.attrs.i("fmod") != 0) {
+      return [](int64_t a, int64_t b) { return b == 0 || (b == -1) ? 0 : a % b; };
+    }
+    return [](int64_t a, int64_t b) {
+      if (b == 0 || b == -1) return int64_t{0};
+      const int64_t r = a % b;
+      return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+    };
+  }
+  if (op == "Equal") return [](int64_t a, int64_t b) { return static_cast<int64_t>(a == b); };
+  if (op == "Greater") return [](int64_t a, int64_t b) { return static_cast<int64_t>(a > b); };
+  if (op == "Less") return [](int64_t a, int64_t b) { return static_cast<int64_t>(a < b); };
+  if (op == "GreaterOrEqual") return [](int64_t a, int64_t b) { return static_cast<int64_t>(a >= b); };
+  if (op == "LessOrEqual") return [](int64_t a, int64_t b) { return static_cast<int64_t>(a <= b); };
+  if (op == "And") return [](int64_t a, int64_t b) { return static_cast<int64_t>(a != 0 && b != 0); };
+  if (op == "Or") return [](int64_t a, int64_t b) { return static_cast<int64_t>(a != 0 || b != 0); };
+  if (op == "Xor") return [](int64_t a, int64_t b) { return static_cast<int64_t>((a != 0) != (b != 0)); };
+  return nullptr;
+}
+
+void run_unary(const Node& n, const Tensor& x, Tensor& out) {
+  if (is_float(x.dtype())) {
+    const UnaryF f = unary_float(n);
+    check(f != nullptr, "no float implementation");
+    std::vector<double> v = x.to_doubles();
+    for (double& e : v) e = f(e);
+    out.set_doubles(v);
+    return;
+  }
+  const auto f = unary_int(n);
+  check(f != nullptr, "not defined on ", dtype_name(x.dtype()));
+  std::vector<int64_t> v = x.to_ints();
+  for (int64_t& e : v) e = f(e);
+  out.set_ints(v);
+}
+
+void run_binary(const Node& n, const Tensor& a, const Tensor& b, Tensor& out) {
+  const std::vector<int64_t> oa = broadcast_offsets(a.shape(), out.shape());
+  const std::vector<int64_t> ob = broadcast_offsets(b.shape(), out.shape());
+  const size_t count = oa.size();
+  if (is_float(a.dtype()) || is_float(b.dtype())) {
+    const BinaryF f = binary_float(n);
+    check(f != nullptr, "not defined on ", dtype_name(a.dtype()));
+    const std::vector<double> va = a.to_doubles();
+    const std::vector<double> vb = b.to_doubles();
+    std::vector<double> r(count);
+    for (size_t i = 0; i < count; ++i) r[i] = f(va[static_cast<size_t>(oa[i])], vb[static_cast<size_t>(ob[i])]);
+    out.set_doubles(r);
+    return;
+  }
+  const BinaryI f = binary_int(n);
+  check(f != nullptr, "not defined on ", dtype_name(a.dtype()));
+  const std::vector<int64_t> va = a.to_ints();
+  const std::vector<int64_t> vb = b.to_ints();
+  std::vector<int64_t> r(count);
+  for (size_t i = 0; i < count; ++i) r[i] = f(va[static_cast<size_t>(oa[i])], vb[static_cast<size_t>(ob[i])]);
+  out.set_ints(r);
+}
+
+void run_where(const Tensor& c, const Tensor& x, const Tensor& y, Tensor& out) {
+  const std::vector<int64_t> oc = broadcast_offsets(c.shape(), out.shape());
+  const std::vector<int64_t> ox = broadcast_offsets(x.shape(), out.shape());
+  const std::vector<int64_t> oy = broadcast_offsets(y.shape(), out.shape());
+  const size_t elem = dtype_size(out.dtype());
+  const auto* cond = reinterpret_cast<const uint8_t*>(c.data());
+  for (size_t i = 0; i < oc.size(); ++i) {
+    const bool pick_x = cond[oc[i]] != 0;
+    const std::byte* src = pick_x ? x.data() + ox[i] * static_cast<int64_t>(elem)
+                                  : y.data() + oy[i] * static_cast<int64_t>(elem);
+    std::memcpy(out.data() + i * elem, src, elem);
+  }
+}
+
+}  // namespace
+
+void run_elementwise(const Node& node, std::span<const Tensor* const> in, Tensor& out) {
+  if (node.op == "Cast") {
+    out = in[0]->cast(out.dtype());
+  } else if (node.op == "Where") {
+    run_where(*in[0], *in[1], *in[2], out);
+  } else if (in.size() == 1) {
+    run_unary(node, *in[0], out);
+  } else {
+    run_binary(node, *in[0], *in[1], out);
+  }
+}
+
+}  // namespace fusetune::reference

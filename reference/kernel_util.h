@@ -1,0 +1,47 @@
+// Helpers shared by the reference kernels: broadcasting offsets, per-dtype compute paths.
+// Internal to reference/; kernels compute float dtypes in double and integer dtypes in int64 and
+// round once when they store, so the reference is at least as accurate as any float32 kernel.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/graph.h"
+#include "core/tensor.h"
+
+namespace fusetune::reference {
+
+// For every element of `out` (row-major), the row-major offset of the element of a tensor of shape
+// `in` that numpy broadcasting reads.
+std::vector<int64_t> broadcast_offsets(const Shape& in, const Shape& out);
+
+// Calls f(offset_of_outer, offset_of_inner) for the split of `shape` at `axis`: outer = product of
+// dims before axis, inner = product after; the reduced axis has extent shape[axis] and stride inner.
+struct AxisSplit {
+  int64_t outer = 1;
+  int64_t extent = 1;
+  int64_t inner = 1;
+};
+AxisSplit split_at(const Shape& shape, int64_t axis);
+
+}  // namespace fusetune::reference
+
+namespace fusetune::reference {
+
+// The sliding-window geometry of Conv and pooling over the spatial dims of one image: for each
+// output position p and kernel tap t, offset[p * taps + t] is the row-major offset of the input
+// element the tap reads, kPadTap if it falls in the padding, kOutsideTap if it falls beyond the
+// padding (a ceil-mode overhang).
+inline constexpr int64_t kPadTap = -1;
+inline constexpr int64_t kOutsideTap = -2;
+struct WindowTable {
+  int64_t positions = 0;
+  int64_t taps = 0;
+  std::vector<int64_t> offset;
+};
+WindowTable window_table(const Shape& in_spatial, const Shape& out_spatial, const std::vector<int64_t>& kernel,
+                         const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
+                         const std::vector<int64_t>& pads);
+
+}  // namespace fusetune::reference

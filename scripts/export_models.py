@@ -1,0 +1,541 @@
+#!/usr/bin/python3
+"""Export real ONNX models plus torch-computed reference outputs.
+
+Run with the Debian system interpreter (see scripts/install-export-deps.sh):
+
+    /usr/bin/python3 scripts/export_models.py --size small|full --out DIR [--only NAME,NAME]
+
+For every selected architecture this writes
+
+    DIR/<name>/model.onnx
+    DIR/<name>/test_data_set_0/input_<i>.pb    (serialized onnx.TensorProto)
+    DIR/<name>/test_data_set_0/output_<k>.pb   (serialized onnx.TensorProto)
+
+i.e. the layout of ONNX's own backend test data. Weights are random but
+deterministic (torch.manual_seed(0) before building each model, then all
+degenerate constant-initialised parameters such as zero biases, unit norm
+scales, BatchNorm running statistics, ViT's zero classifier head and
+ConvNeXt's 1e-6 layer scale are re-drawn from the same seeded generator so
+that every parameter actually influences the reference outputs). Inputs come
+from a fixed-seed torch.Generator. Models run in eval mode, batch 1, float32;
+the reference outputs are computed by torch under torch.no_grad().
+Export uses opset 17 with constant folding.
+"""
+
+import argparse
+import collections
+import math
+import os
+import sys
+import time
+import warnings
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torchvision
+from torchvision.models import convnext as tv_convnext
+from torchvision.models import efficientnet as tv_efficientnet
+from torchvision.models import mobilenetv2 as tv_mobilenetv2
+from torchvision.models import resnet as tv_resnet
+from torchvision.models import swin_transformer as tv_swin
+from torchvision.models import vision_transformer as tv_vit
+
+OPSET = 17
+INPUT_SEED = 1234
+
+SMALL_NAMES = ["bert", "vit", "swin_t", "resnet_small", "mobilenet_v2",
+               "efficientnet_b0", "convnext_t", "nerf_mlp", "cnn_small"]
+FULL_NAMES = ["bert", "vit", "swin_t", "resnet18", "resnet50", "mobilenet_v2",
+              "efficientnet_b0", "convnext_t", "nerf_mlp"]
+
+
+# --------------------------------------------------------------------------
+# Models written in this script
+# --------------------------------------------------------------------------
+
+class BertSelfAttention(nn.Module):
+    def __init__(self, hidden, heads):
+        super().__init__()
+        assert hidden % heads == 0
+        self.heads = heads
+        self.head_dim = hidden // heads
+        self.scale = 1.0 / math.sqrt(self.head_dim)
+        self.query = nn.Linear(hidden, hidden)
+        self.key = nn.Linear(hidden, hidden)
+        self.value = nn.Linear(hidden, hidden)
+        self.out = nn.Linear(hidden, hidden)
+
+    def _split(self, x):
+        b, s = x.size(0), x.size(1)
+        # [B, S, H*D] -> [B, S, H, D] -> [B, H, S, D]
+        return x.view(b, s, self.heads, self.head_dim).transpose(1, 2)
+
+    def forward(self, x, add_mask):
+        b, s = x.size(0), x.size(1)
+        q = self._split(self.query(x))
+        k = self._split(self.key(x))
+        v = self._split(self.value(x))
+        scores = torch.matmul(q, k.transpose(-1, -2)) * self.scale
+        scores = scores + add_mask                       # [B,H,S,S] + [B,1,1,S]
+        probs = torch.softmax(scores, dim=-1)
+        ctx = torch.matmul(probs, v)                      # [B,H,S,D]
+        ctx = ctx.transpose(1, 2).reshape(b, s, self.heads * self.head_dim)
+        return self.out(ctx)
+
+
+class BertLayer(nn.Module):
+    def __init__(self, hidden, heads, ffn, eps=1e-12):
+        super().__init__()
+        self.attn = BertSelfAttention(hidden, heads)
+        self.attn_norm = nn.LayerNorm(hidden, eps=eps)
+        self.ffn_in = nn.Linear(hidden, ffn)
+        self.act = nn.GELU()  # exact (erf) form
+        self.ffn_out = nn.Linear(ffn, hidden)
+        self.ffn_norm = nn.LayerNorm(hidden, eps=eps)
+
+    def forward(self, x, add_mask):
+        x = self.attn_norm(x + self.attn(x, add_mask))
+        x = self.ffn_norm(x + self.ffn_out(self.act(self.ffn_in(x))))
+        return x
+
+
+class BertEncoder(nn.Module):
+    def __init__(self, layers, hidden, heads, ffn, vocab, max_pos=512, eps=1e-12):
+        super().__init__()
+        self.tok_emb = nn.Embedding(vocab, hidden)
+        self.pos_emb = nn.Embedding(max_pos, hidden)
+        self.register_buffer("position_ids", torch.arange(max_pos).unsqueeze(0), persistent=False)
+        self.emb_norm = nn.LayerNorm(hidden, eps=eps)
+        self.layers = nn.ModuleList([BertLayer(hidden, heads, ffn, eps) for _ in range(layers)])
+
+    def forward(self, input_ids, attention_mask):
+        s = input_ids.size(1)
+        pos = self.position_ids[:, :s]
+        x = self.tok_emb(input_ids) + self.pos_emb(pos)
+        x = self.emb_norm(x)
+        # additive mask: 0 where attended, -10000 where masked; [B,1,1,S]
+        add_mask = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * -10000.0
+        for layer in self.layers:
+            x = layer(x, add_mask)
+        return x
+
+
+class NerfMLP(nn.Module):
+    """The original NeRF MLP (Mildenhall et al. 2020), positional encoding inside."""
+
+    def __init__(self, width=256, depth=8, l_xyz=10, l_dir=4, skip=4):
+        super().__init__()
+        self.skip = skip
+        self.register_buffer("freq_xyz", 2.0 ** torch.arange(l_xyz, dtype=torch.float32))
+        self.register_buffer("freq_dir", 2.0 ** torch.arange(l_dir, dtype=torch.float32))
+        in_xyz = 3 + 3 * 2 * l_xyz
+        in_dir = 3 + 3 * 2 * l_dir
+        layers = [nn.Linear(in_xyz, width)]
+        for i in range(depth - 1):
+            layers.append(nn.Linear(width + in_xyz if i == skip else width, width))
+        self.pts_linears = nn.ModuleList(layers)
+        self.sigma_linear = nn.Linear(width, 1)
+        self.feature_linear = nn.Linear(width, width)
+        self.views_linear = nn.Linear(width + in_dir, width // 2)
+        self.rgb_linear = nn.Linear(width // 2, 3)
+        # He init keeps activations from vanishing through the 8 ReLU layers
+        # (torch's default Linear init would make the outputs nearly constant).
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.kaiming_uniform_(m.weight, nonlinearity="relu")
+
+    @staticmethod
+    def encode(x, freqs):
+        # [x, sin(2^0 x), cos(2^0 x), sin(2^1 x), cos(2^1 x), ...]
+        n = x.shape[0]
+        scaled = x[:, None, :] * freqs[None, :, None]                  # [N, L, 3]
+        enc = torch.stack([torch.sin(scaled), torch.cos(scaled)], 2)   # [N, L, 2, 3]
+        return torch.cat([x, enc.reshape(n, -1)], dim=-1)
+
+    def forward(self, xyz, dirs):
+        pts = self.encode(xyz, self.freq_xyz)
+        views = self.encode(dirs, self.freq_dir)
+        h = pts
+        for i, layer in enumerate(self.pts_linears):
+            h = F.relu(layer(h))
+            if i == self.skip:
+                h = torch.cat([pts, h], dim=-1)
+        sigma = F.relu(self.sigma_linear(h))
+        feat = self.feature_linear(h)
+        h = F.relu(self.views_linear(torch.cat([feat, views], dim=-1)))
+        rgb = torch.sigmoid(self.rgb_linear(h))
+        return rgb, sigma
+
+
+class CnnSmall(nn.Module):
+    def __init__(self, num_classes=10):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU(inplace=True),
+            nn.Conv2d(8, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(inplace=True),
+            nn.MaxPool2d(2),
+            nn.Conv2d(16, 16, 3, padding=1, groups=16, bias=False), nn.BatchNorm2d(16),
+            nn.ReLU6(inplace=True),
+            nn.AvgPool2d(2),
+        )
+        self.flatten = nn.Flatten()
+        self.fc = nn.Linear(16 * 4 * 4, num_classes)
+
+    def forward(self, x):
+        return self.fc(self.flatten(self.features(x)))
+
+
+class ResNetNarrow(tv_resnet.ResNet):
+    """torchvision's ResNet with configurable stage widths (its __init__ hard-codes
+    64/128/256/512). Reuses torchvision's BasicBlock, _make_layer and forward."""
+
+    def __init__(self, block, layers, widths, num_classes=10):
+        nn.Module.__init__(self)
+        self._norm_layer = nn.BatchNorm2d
+        self.inplanes = widths[0]
+        self.dilation = 1
+        self.groups = 1
+        self.base_width = 64
+        self.conv1 = nn.Conv2d(3, self.inplanes, kernel_size=7, stride=2, padding=3, bias=False)
+        self.bn1 = nn.BatchNorm2d(self.inplanes)
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
+        self.layer1 = self._make_layer(block, widths[0], layers[0])
+        self.layer2 = self._make_layer(block, widths[1], layers[1], stride=2)
+        self.layer3 = self._make_layer(block, widths[2], layers[2], stride=2)
+        self.layer4 = self._make_layer(block, widths[3], layers[3], stride=2)
+        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+        self.fc = nn.Linear(widths[3] * block.expansion, num_classes)
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+
+
+# --------------------------------------------------------------------------
+# Parameter randomisation / inputs
+# --------------------------------------------------------------------------
+
+@torch.no_grad()
+def randomize_degenerate_params(model):
+    """Re-draw parameters/buffers that default-initialise to a constant (zero
+    biases, unit norm weights, BN running stats, ViT's zero head and class
+    token, ConvNeXt's 1e-6 layer scale) so they are exercised by the test
+    data. Uses the global torch RNG (seeded before model construction)."""
+    for name, t in list(model.named_parameters()) + list(model.named_buffers()):
+        if not t.is_floating_point() or t.numel() == 0:
+            continue
+        if name.endswith("layer_scale"):
+            t.copy_(torch.empty_like(t).uniform_(0.1, 0.3))
+            continue
+        if name.endswith("position_ids") or name.startswith("freq_"):
+            continue
+        flat = t.reshape(-1)
+        if not bool((flat == flat[0]).all()):
+            continue
+        c = float(flat[0])
+        if c == 1.0:   # norm scales, running_var
+            t.copy_(torch.empty_like(t).uniform_(0.5, 1.5))
+        elif c == 0.0:  # biases, running_mean, class token, zero-init heads
+            t.copy_(torch.randn_like(t) * 0.1)
+
+
+@torch.no_grad()
+def calibrate_batchnorm(model, inputs):
+    """Set BatchNorm running statistics to the actual statistics of the
+    activations on a (different, fixed-seed) calibration batch, so eval-mode
+    BN really normalises and the outputs keep a sane magnitude."""
+    bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    if not bns:
+        return
+    for bn in bns:
+        bn.reset_running_stats()
+        bn.momentum = None  # cumulative average over the calibration pass
+    # A batch of 16 (BN needs >1 value per channel even where spatial dims are 1x1).
+    calib = []
+    gen = torch.Generator().manual_seed(INPUT_SEED + 1)
+    for t in inputs:
+        assert t.is_floating_point()
+        calib.append(torch.randn((16,) + tuple(t.shape[1:]), generator=gen))
+    model.train()
+    for m in model.modules():  # dropout / stochastic depth off during calibration
+        if not isinstance(m, nn.modules.batchnorm._BatchNorm):
+            m.training = False
+    model(*calib)
+    model.eval()
+
+
+def make_gen():
+    return torch.Generator().manual_seed(INPUT_SEED)
+
+
+def image_input(hw, gen):
+    return (torch.randn(1, 3, hw, hw, generator=gen),)
+
+
+# --------------------------------------------------------------------------
+# Model registry: each builder returns a dict with
+#   model, inputs (tuple), input_names, output_names, dynamic_axes (or None)
+# --------------------------------------------------------------------------
+
+def build_bert(size):
+    if size == "full":
+        cfg = dict(layers=12, hidden=768, heads=12, ffn=3072, vocab=30522)
+        seq = 128
+    else:
+        cfg = dict(layers=2, hidden=64, heads=4, ffn=128, vocab=100)
+        seq = 16
+    model = BertEncoder(**cfg, max_pos=512 if size == "full" else 64)
+    gen = make_gen()
+    input_ids = torch.randint(0, cfg["vocab"], (1, seq), generator=gen, dtype=torch.int64)
+    attention_mask = torch.ones(1, seq, dtype=torch.int64)
+    attention_mask[:, seq - max(2, seq // 8):] = 0
+    dyn = None
+    if size == "small":
+        dyn = {"input_ids": {0: "batch", 1: "seq"},
+               "attention_mask": {0: "batch", 1: "seq"},
+               "last_hidden_state": {0: "batch", 1: "seq"}}
+    return dict(model=model, inputs=(input_ids, attention_mask),
+                input_names=["input_ids", "attention_mask"],
+                output_names=["last_hidden_state"], dynamic_axes=dyn)
+
+
+def _image_model(model, hw):
+    return dict(model=model, inputs=image_input(hw, make_gen()), input_names=["input"],
+                output_names=["logits"], dynamic_axes=None)
+
+
+def build_vit(size):
+    if size == "full":
+        return _image_model(torchvision.models.vit_b_16(), 224)
+    return _image_model(tv_vit.VisionTransformer(image_size=32, patch_size=8, num_layers=2,
+                                                 num_heads=2, hidden_dim=32, mlp_dim=64,
+                                                 num_classes=10), 32)
+
+
+def build_swin_t(size):
+    if size == "full":
+        return _image_model(torchvision.models.swin_t(), 224)
+    return _image_model(tv_swin.SwinTransformer(patch_size=[4, 4], embed_dim=16, depths=[2, 2],
+                                                num_heads=[2, 2], window_size=[4, 4],
+                                                num_classes=10), 32)
+
+
+def build_resnet18(size):
+    return _image_model(torchvision.models.resnet18(), 224)
+
+
+def build_resnet50(size):
+    return _image_model(torchvision.models.resnet50(), 224)
+
+
+def build_resnet_small(size):
+    # torchvision.models.resnet.ResNet(BasicBlock, [1,1,1,1], num_classes=10) has
+    # hard-coded 64..512 widths (~19 MB of weights); same structure, narrow stages.
+    return _image_model(ResNetNarrow(tv_resnet.BasicBlock, [1, 1, 1, 1], [8, 16, 32, 64],
+                                     num_classes=10), 32)
+
+
+def build_mobilenet_v2(size):
+    if size == "full":
+        return _image_model(torchvision.models.mobilenet_v2(), 224)
+    return _image_model(tv_mobilenetv2.MobileNetV2(width_mult=0.25, num_classes=10), 32)
+
+
+def build_efficientnet_b0(size):
+    if size == "full":
+        return _image_model(torchvision.models.efficientnet_b0(), 224)
+    # Three MBConv stages (torchvision's MBConvConfig) with tiny channels.
+    mb = tv_efficientnet.MBConvConfig
+    setting = [
+        mb(1, 3, 1, 8, 8, 1),    # expand_ratio, kernel, stride, in, out, num_layers
+        mb(6, 3, 2, 8, 16, 2),
+        mb(6, 5, 2, 16, 24, 1),
+    ]
+    return _image_model(tv_efficientnet.EfficientNet(setting, dropout=0.2, num_classes=10,
+                                                     last_channel=64), 32)
+
+
+def build_convnext_t(size):
+    if size == "full":
+        return _image_model(torchvision.models.convnext_tiny(), 224)
+    cfg = tv_convnext.CNBlockConfig
+    setting = [cfg(16, 32, 1), cfg(32, None, 1)]
+    return _image_model(tv_convnext.ConvNeXt(setting, num_classes=10), 32)
+
+
+def build_nerf_mlp(size):
+    n, width = (4096, 256) if size == "full" else (64, 32)
+    model = NerfMLP(width=width)
+    gen = make_gen()
+    xyz = torch.rand(n, 3, generator=gen) * 4.0 - 2.0
+    dirs = torch.randn(n, 3, generator=gen)
+    dirs = dirs / dirs.norm(dim=-1, keepdim=True)
+    return dict(model=model, inputs=(xyz, dirs), input_names=["xyz", "dirs"],
+                output_names=["rgb", "sigma"], dynamic_axes=None)
+
+
+def build_cnn_small(size):
+    return _image_model(CnnSmall(num_classes=10), 16)
+
+
+BUILDERS = {
+    "bert": build_bert,
+    "vit": build_vit,
+    "swin_t": build_swin_t,
+    "resnet18": build_resnet18,
+    "resnet50": build_resnet50,
+    "resnet_small": build_resnet_small,
+    "mobilenet_v2": build_mobilenet_v2,
+    "efficientnet_b0": build_efficientnet_b0,
+    "convnext_t": build_convnext_t,
+    "nerf_mlp": build_nerf_mlp,
+    "cnn_small": build_cnn_small,
+}
+
+
+# --------------------------------------------------------------------------
+# Export
+# --------------------------------------------------------------------------
+
+def all_nodes(graph):
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from all_nodes(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    yield from all_nodes(g)
+
+
+def write_tensor(path, array, name):
+    tensor = numpy_helper.from_array(np.ascontiguousarray(array), name=name)
+    with open(path, "wb") as f:
+        f.write(tensor.SerializeToString())
+
+
+def export_one(name, size, out_dir):
+    t0 = time.time()
+    torch.manual_seed(0)
+    spec = BUILDERS[name](size)
+    model = spec["model"]
+    inputs = spec["inputs"]
+    randomize_degenerate_params(model)
+    calibrate_batchnorm(model, inputs)
+    model.eval()
+
+    with torch.no_grad():
+        outs = model(*inputs)
+    if isinstance(outs, torch.Tensor):
+        outs = (outs,)
+    outs = tuple(outs)
+    assert len(outs) == len(spec["output_names"]), name
+    for o in outs:
+        if not torch.isfinite(o).all():
+            raise RuntimeError(f"{name}: non-finite reference output")
+
+    model_dir = os.path.join(out_dir, name)
+    data_dir = os.path.join(model_dir, "test_data_set_0")
+    os.makedirs(data_dir, exist_ok=True)
+    for stale in os.listdir(data_dir):
+        if stale.endswith(".pb"):
+            os.remove(os.path.join(data_dir, stale))
+    onnx_path = os.path.join(model_dir, "model.onnx")
+
+    # Parameters keep requires_grad=True during export, so nn.MultiheadAttention
+    # (vit) takes its decomposed path rather than the aten::_native_multi_head_attention
+    # fast path, which has no ONNX symbolic.
+    torch.onnx.export(
+        model, inputs, onnx_path,
+        opset_version=OPSET,
+        do_constant_folding=True,
+        input_names=spec["input_names"],
+        output_names=spec["output_names"],
+        dynamic_axes=spec["dynamic_axes"],
+    )
+
+    m = onnx.load(onnx_path)
+    if spec["dynamic_axes"] is None:
+        # Static export: make sure graph outputs carry the concrete shapes (the
+        # exporter's shape inference leaves e.g. swin_t's batch dim symbolic).
+        fixed = False
+        for vi, o in zip(m.graph.output, outs):
+            dims = vi.type.tensor_type.shape.dim
+            if [d.dim_value if d.HasField("dim_value") else None for d in dims] != list(o.shape):
+                del dims[:]
+                for v in o.shape:
+                    dims.add().dim_value = v
+                fixed = True
+        if fixed:
+            onnx.save(m, onnx_path)
+    onnx.checker.check_model(onnx_path)
+    graph_inputs = [i.name for i in m.graph.input]
+    graph_outputs = [o.name for o in m.graph.output]
+    if graph_inputs != spec["input_names"]:
+        raise RuntimeError(f"{name}: graph inputs {graph_inputs} != {spec['input_names']}")
+    if graph_outputs != spec["output_names"]:
+        raise RuntimeError(f"{name}: graph outputs {graph_outputs} != {spec['output_names']}")
+
+    for i, (n, t) in enumerate(zip(graph_inputs, inputs)):
+        write_tensor(os.path.join(data_dir, f"input_{i}.pb"), t.detach().numpy(), n)
+    for k, (n, t) in enumerate(zip(graph_outputs, outs)):
+        write_tensor(os.path.join(data_dir, f"output_{k}.pb"), t.detach().numpy(), n)
+
+    nodes = list(all_nodes(m.graph))
+    hist = collections.Counter(n.op_type for n in nodes)
+    domains = sorted({n.domain or "ai.onnx" for n in nodes})
+    dt = time.time() - t0
+    size_b = os.path.getsize(onnx_path)
+    top = ", ".join(f"{op}:{c}" for op, c in hist.most_common(6))
+    print(f"{name:16s} {size_b / 1e6:9.3f} MB  {len(nodes):5d} nodes  [{top}{', ...' if len(hist) > 6 else ''}]"
+          f"  {dt:6.1f} s", flush=True)
+    return dict(name=name, ops=sorted(hist), domains=domains, size=size_b, nodes=len(nodes),
+                seconds=dt, out_shapes=[tuple(o.shape) for o in outs])
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--size", choices=["small", "full"], required=True)
+    ap.add_argument("--out", required=True, help="output directory")
+    ap.add_argument("--only", default="", help="comma-separated model names (default: all for --size)")
+    ap.add_argument("--verbose", action="store_true", help="show torch export warnings")
+    args = ap.parse_args(argv)
+
+    valid = SMALL_NAMES if args.size == "small" else FULL_NAMES
+    names = [n.strip() for n in args.only.split(",") if n.strip()] or list(valid)
+    bad = [n for n in names if n not in valid]
+    if bad:
+        ap.error(f"not valid for --size {args.size}: {', '.join(bad)} (valid: {', '.join(valid)})")
+
+    if not args.verbose:
+        warnings.filterwarnings("ignore")
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    os.makedirs(args.out, exist_ok=True)
+    print(f"torch {torch.__version__}, torchvision {torchvision.__version__}, onnx {onnx.__version__}, "
+          f"opset {OPSET}, size {args.size}", flush=True)
+
+    results, failed = [], []
+    for n in names:
+        try:
+            results.append(export_one(n, args.size, args.out))
+        except Exception as e:  # keep going; report at the end
+            print(f"{n:16s} FAILED: {type(e).__name__}: {e}", flush=True)
+            failed.append(n)
+
+    print("\nop types per model (all nodes in domain(s) shown):")
+    for r in results:
+        print(f"  {r['name']} [{', '.join(r['domains'])}]: {' '.join(r['ops'])}")
+    union = sorted({op for r in results for op in r["ops"]})
+    print(f"  union ({len(union)}): {' '.join(union)}")
+    if failed:
+        print(f"FAILED: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
