@@ -10,17 +10,19 @@ namespace fusetune::reference {
 
 namespace {
 
-// Maps an output coordinate to the input coordinate it samples.
-double source_coord(const std::string& mode, double x, double scale, int64_t in_len, int64_t out_len, double roi_start,
-                    double roi_end) {
+// Maps an output coordinate to the input coordinate it samples. As in ONNX, the resized length in
+// the formulas is in_len * scale, which is not an integer when the scales were given.
+double source_coord(const std::string& mode, double x, double scale, int64_t in_len, double roi_start, double roi_end) {
+  const double in = static_cast<double>(in_len);
+  const double resized = in * scale;
   if (mode == "half_pixel") return (x + 0.5) / scale - 0.5;
-  if (mode == "pytorch_half_pixel") return out_len > 1 ? (x + 0.5) / scale - 0.5 : 0.0;
-  if (mode == "align_corners") return out_len == 1 ? 0.0 : x * static_cast<double>(in_len - 1) / static_cast<double>(out_len - 1);
+  if (mode == "pytorch_half_pixel") return resized > 1 ? (x + 0.5) / scale - 0.5 : 0.0;
+  if (mode == "tf_half_pixel_for_nn") return (x + 0.5) / scale;
+  if (mode == "align_corners") return resized == 1 ? 0.0 : x * (in - 1) / (resized - 1);
   if (mode == "asymmetric") return x / scale;
   if (mode == "tf_crop_and_resize") {
-    return out_len > 1 ? roi_start * static_cast<double>(in_len - 1) +
-                             x * (roi_end - roi_start) * static_cast<double>(in_len - 1) / static_cast<double>(out_len - 1)
-                       : 0.5 * (roi_start + roi_end) * static_cast<double>(in_len - 1);
+    return resized > 1 ? roi_start * (in - 1) + x * (roi_end - roi_start) * (in - 1) / (resized - 1)
+                       : 0.5 * (roi_start + roi_end) * (in - 1);
   }
   fail("unsupported coordinate_transformation_mode '", mode, "'");
 }
@@ -57,7 +59,7 @@ void run_resize(const Node& node, const Tensor& x, Tensor& out) {
     const double rs = roi.size() == 2 * r ? roi[d] : 0.0;
     const double re = roi.size() == 2 * r ? roi[d + r] : 1.0;
     for (int64_t o = 0; o < os[d]; ++o) {
-      const double c = source_coord(coord, static_cast<double>(o), scales[d], in[d], os[d], rs, re);
+      const double c = source_coord(coord, static_cast<double>(o), scales[d], in[d], rs, re);
       Tap t{{0, 0}, {1.0, 0.0}, false};
       if (coord == "tf_crop_and_resize" && (c < 0 || c > static_cast<double>(in[d] - 1))) t.outside = true;
       if (linear) {

@@ -1,0 +1,46 @@
+// GraphBuilder: appends canonical nodes to a Graph, inferring each output's type with the op's
+// shape function and folding the node into a constant when all its inputs are constant (through
+// the reference kernels), unless the result would exceed kFoldLimit elements.
+//
+// It also tracks values known at import time without being constants (graph inputs whose value
+// the caller supplied, and small results computed only from those and constants): the node
+// stays in the graph, but lowering may specialize a data-dependent argument to the known value.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/graph.h"
+
+namespace fusetune::importer {
+
+inline constexpr int64_t kFoldLimit = int64_t{1} << 24;
+inline constexpr int64_t kKnownLimit = 4096;
+
+class GraphBuilder {
+ public:
+  explicit GraphBuilder(Graph& g) : g_(g) {}
+
+  int constant(Tensor t, const std::string& name);
+  // Emits op(inputs) with attrs and returns the id of its (single) output.
+  int emit(const std::string& op, std::vector<int> inputs, Attributes attrs, const std::string& name);
+
+  // A graph input whose value is known at import time (ImportOptions::input_values).
+  void set_known(int id, Tensor t) { known_[id] = std::move(t); }
+  const Tensor* known(int id) const {
+    auto it = known_.find(id);
+    return it == known_.end() ? nullptr : &it->second;
+  }
+
+  Graph& graph() { return g_; }
+  const Value& value(int id) const { return g_.value(id); }
+  size_t folded() const { return folded_; }
+
+ private:
+  Graph& g_;
+  std::map<int, Tensor> known_;
+  size_t folded_ = 0;
+};
+
+}  // namespace fusetune::importer

@@ -1,0 +1,260 @@
+#include "importer/importer.h"
+
+#include <queue>
+#include <set>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "importer/builder.h"
+#include "importer/fold_conv_affine.h"
+#include "importer/lower.h"
+#include "importer/onnx_io.h"
+
+namespace fusetune::importer {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+bool is_default_domain(const std::string& d) { return d.empty() || d == "ai.onnx"; }
+
+int64_t default_opset(const onnx::ModelProto& m) {
+  for (const auto& o : m.opset_import()) {
+    if (is_default_domain(o.domain())) return o.version();
+  }
+  return 0;
+}
+
+std::string node_label(const onnx::NodeProto& n) {
+  return "node '" + (n.name().empty() ? (n.output_size() ? n.output(0) : std::string("?")) : n.name()) + "' (" +
+         n.op_type() + ")";
+}
+
+OnnxSummary summarize(const onnx::ModelProto& m) {
+  OnnxSummary s;
+  s.ir_version = m.ir_version();
+  s.opset = default_opset(m);
+  s.producer = m.producer_name() + (m.producer_version().empty() ? "" : " " + m.producer_version());
+  s.nodes = static_cast<size_t>(m.graph().node_size());
+  for (const auto& n : m.graph().node()) {
+    const bool def = is_default_domain(n.domain());
+    ++s.op_histogram[def ? n.op_type() : n.domain() + ":" + n.op_type()];
+    if (!def || !is_supported_onnx_op(n.op_type())) {
+      int64_t version = 0;
+      for (const auto& o : m.opset_import()) {
+        if (o.domain() == n.domain() || (def && is_default_domain(o.domain()))) version = o.version();
+      }
+      s.unsupported.push_back({n.name(), n.op_type(), def ? "ai.onnx" : n.domain(), version});
+    }
+  }
+  return s;
+}
+
+// Static shape of a graph input from its declaration and the overrides. Sets `overridden` when
+// an override replaces a static declared dimension (declared output shapes may then be stale).
+Shape input_shape(const onnx::ValueInfoProto& vi, const ImportOptions& opt, bool& overridden) {
+  if (auto it = opt.input_shapes.find(vi.name()); it != opt.input_shapes.end()) {
+    checked_numel(it->second, "input '" + vi.name() + "' (from --shape)");
+    const auto& tt = vi.type().tensor_type();
+    if (!tt.has_shape() || tt.shape().dim_size() != static_cast<int>(it->second.size())) {
+      overridden = true;
+    } else {
+      for (int d = 0; d < tt.shape().dim_size(); ++d) {
+        const auto& dim = tt.shape().dim(d);
+        if (dim.has_dim_value() && dim.dim_value() != it->second[static_cast<size_t>(d)]) overridden = true;
+      }
+    }
+    return it->second;
+  }
+  check(vi.type().has_tensor_type(), "input '", vi.name(), "' is not a tensor");
+  const auto& tt = vi.type().tensor_type();
+  check(tt.has_shape(), "input '", vi.name(), "' has no shape; give one with --shape ", vi.name(), "=DxDx...");
+  Shape s;
+  for (int d = 0; d < tt.shape().dim_size(); ++d) {
+    const auto& dim = tt.shape().dim(d);
+    if (dim.has_dim_value()) {
+      check(dim.dim_value() >= 0, "input '", vi.name(), "' dimension ", d, " is negative (", dim.dim_value(), ")");
+      s.push_back(dim.dim_value());
+    } else {
+      fail("input '", vi.name(), "' dimension ", d, dim.has_dim_param() ? " ('" + dim.dim_param() + "')" : std::string(),
+           " has no static value; give the shape with --shape ", vi.name(), "=DxDx...");
+    }
+  }
+  checked_numel(s, "input '" + vi.name() + "'");
+  return s;
+}
+
+// Checks a declared value_info/output type against what import computed (static dims only).
+void check_declared(const onnx::ValueInfoProto& vi, const Value& v, const char* what) {
+  if (!vi.type().has_tensor_type()) return;
+  const auto& tt = vi.type().tensor_type();
+  const DType declared = dtype_from_onnx(tt.elem_type());
+  check(tt.elem_type() == 0 || declared == v.dtype, what, " '", vi.name(), "' is declared ", dtype_name(declared),
+        " but the model computes ", dtype_name(v.dtype));
+  if (!tt.has_shape()) return;
+  bool ok = tt.shape().dim_size() == static_cast<int>(v.shape.size());
+  for (int d = 0; ok && d < tt.shape().dim_size(); ++d) {
+    const auto& dim = tt.shape().dim(d);
+    if (dim.has_dim_value()) ok = dim.dim_value() == v.shape[static_cast<size_t>(d)];
+  }
+  if (!ok) {
+    std::string decl;
+    for (int d = 0; d < tt.shape().dim_size(); ++d) {
+      const auto& dim = tt.shape().dim(d);
+      decl += (d ? "x" : "") + (dim.has_dim_value() ? std::to_string(dim.dim_value()) : dim.dim_param().empty() ? "?" : dim.dim_param());
+    }
+    fail(what, " '", vi.name(), "' is declared with shape ", decl.empty() ? "scalar" : decl,
+         " but the model computes ", shape_str(v.shape), " (inconsistent shapes)");
+  }
+}
+
+// Node indices in a topological order (stable: file order where the data flow allows).
+std::vector<int> topo_order(const onnx::GraphProto& g, const std::set<std::string>& available) {
+  std::unordered_map<std::string, int> producer;
+  for (int i = 0; i < g.node_size(); ++i) {
+    for (const auto& o : g.node(i).output()) {
+      if (o.empty()) continue;
+      check(!available.count(o), node_label(g.node(i)), ": output '", o, "' redefines a graph input or initializer");
+      const auto [it, fresh] = producer.emplace(o, i);
+      check(fresh, node_label(g.node(i)), ": output '", o, "' is also produced by ", node_label(g.node(it->second)));
+    }
+  }
+  std::vector<int> pending(static_cast<size_t>(g.node_size()), 0);
+  std::vector<std::vector<int>> users(static_cast<size_t>(g.node_size()));
+  for (int i = 0; i < g.node_size(); ++i) {
+    for (const auto& in : g.node(i).input()) {
+      if (in.empty() || available.count(in)) continue;
+      auto it = producer.find(in);
+      check(it != producer.end(), node_label(g.node(i)), ": input '", in,
+            "' is not produced by any node, initializer or graph input");
+      ++pending[static_cast<size_t>(i)];
+      users[static_cast<size_t>(it->second)].push_back(i);
+    }
+  }
+  std::priority_queue<int, std::vector<int>, std::greater<>> ready;
+  for (int i = 0; i < g.node_size(); ++i) {
+    if (pending[static_cast<size_t>(i)] == 0) ready.push(i);
+  }
+  std::vector<int> order;
+  while (!ready.empty()) {
+    const int i = ready.top();
+    ready.pop();
+    order.push_back(i);
+    for (int u : users[static_cast<size_t>(i)]) {
+      if (--pending[static_cast<size_t>(u)] == 0) ready.push(u);
+    }
+  }
+  if (order.size() != static_cast<size_t>(g.node_size())) {
+    for (int i = 0; i < g.node_size(); ++i) {
+      if (pending[static_cast<size_t>(i)] > 0) fail("the graph has a cycle through ", node_label(g.node(i)));
+    }
+  }
+  return order;
+}
+
+ImportedModel import_model(const onnx::ModelProto& m, const fs::path& base_dir, const ImportOptions& opt) {
+  ImportedModel result;
+  result.onnx = summarize(m);
+  const int64_t opset = result.onnx.opset;
+  check(opset != 0, "no opset is imported for the default ONNX domain");
+  check(opset >= kMinOpset && opset <= kMaxOpset, "opset ", opset, " of the default domain is unsupported (fusetune reads ",
+        kMinOpset, " to ", kMaxOpset, ")");
+  if (!result.onnx.unsupported.empty()) {
+    const OnnxOpUse& u = result.onnx.unsupported.front();
+    fail("node '", u.node_name, "': op '", u.op_type, "' of domain '", u.domain, "' (opset ", u.opset,
+         ") is not supported", result.onnx.unsupported.size() > 1
+                                  ? " (and " + std::to_string(result.onnx.unsupported.size() - 1) + " more unsupported nodes; see 'fusetune inspect')"
+                                  : std::string());
+  }
+  const onnx::GraphProto& g = m.graph();
+  Graph& graph = result.graph;
+  GraphBuilder b(graph);
+  std::unordered_map<std::string, int> ids;
+  std::set<std::string> available;
+  bool overridden = false;
+  for (const auto& init : g.initializer()) {
+    check(!init.name().empty(), "an initializer has no name");
+    check(!ids.count(init.name()), "initializer '", init.name(), "' is defined twice");
+    ids[init.name()] = b.constant(decode_tensor(init, base_dir), init.name());
+    available.insert(init.name());
+  }
+  for (const auto& vi : g.input()) {
+    if (ids.count(vi.name())) continue;  // an initializer listed as input (IR < 4): a constant here
+    check(vi.type().has_tensor_type(), "input '", vi.name(), "' is not a tensor");
+    const DType dt = dtype_from_onnx(vi.type().tensor_type().elem_type());
+    check(dt != DType::kUndefined, "input '", vi.name(), "' has unsupported element type ",
+          vi.type().tensor_type().elem_type());
+    Value v;
+    v.name = vi.name();
+    v.dtype = dt;
+    v.shape = input_shape(vi, opt, overridden);
+    const int id = graph.add_value(std::move(v));
+    graph.inputs().push_back(id);
+    if (auto it = opt.input_values.find(vi.name()); it != opt.input_values.end()) {
+      check(it->second.dtype() == dt && it->second.shape() == graph.value(id).shape, "the value given for input '",
+            vi.name(), "' is ", dtype_name(it->second.dtype()), " ", shape_str(it->second.shape()), ", the model expects ",
+            dtype_name(dt), " ", shape_str(graph.value(id).shape));
+      b.set_known(id, it->second);
+    }
+    ids[vi.name()] = id;
+    available.insert(vi.name());
+  }
+  for (const auto& [name, shape] : opt.input_shapes) {
+    bool known = false;
+    for (int v : graph.inputs()) known = known || graph.value(v).name == name;
+    check(known, "--shape names '", name, "', which is not an input of the model");
+  }
+  for (int idx : topo_order(g, available)) {
+    const onnx::NodeProto& n = g.node(idx);
+    try {
+      std::vector<int> ins;
+      for (const auto& in : n.input()) ins.push_back(in.empty() ? kNoValue : ids.at(in));
+      const size_t first_new = graph.values().size();
+      NodeLowering L(n, opset, b, std::move(ins), base_dir);
+      lower_node(L);
+      for (int k = 0; k < n.output_size(); ++k) {
+        const std::string& out = n.output(k);
+        if (out.empty()) continue;
+        const int v = L.outputs()[static_cast<size_t>(k)];
+        check(v != kNoValue, "output ", k, " ('", out, "') is not supported");
+        if (static_cast<size_t>(v) >= first_new) graph.value(v).name = out;
+        ids[out] = v;
+      }
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      if (msg.rfind("node '", 0) == 0) throw;  // already names a node
+      fail(node_label(n), ": ", msg);
+    }
+  }
+  for (const auto& vi : g.output()) {
+    auto it = ids.find(vi.name());
+    check(it != ids.end(), "graph output '", vi.name(), "' is never produced");
+    if (!overridden) check_declared(vi, graph.value(it->second), "output");
+    graph.outputs().push_back(it->second);
+  }
+  if (!overridden) {
+    for (const auto& vi : g.value_info()) {
+      if (auto it = ids.find(vi.name()); it != ids.end()) check_declared(vi, graph.value(it->second), "value");
+    }
+  }
+  result.folded = b.folded();
+  graph.remove_dead();
+  fold_conv_affine(graph);
+  graph.validate();
+  return result;
+}
+
+}  // namespace
+
+OnnxSummary summarize_onnx(const fs::path& path) { return summarize(read_model(path)); }
+
+ImportedModel import_onnx(const fs::path& path, const ImportOptions& options) {
+  const onnx::ModelProto model = read_model(path);
+  try {
+    return import_model(model, path.parent_path(), options);
+  } catch (const Error& e) {
+    fail(path.string(), ": ", e.what());
+  }
+}
+
+}  // namespace fusetune::importer

@@ -1,0 +1,61 @@
+// Import: an ONNX file to a canonical Graph with static shapes, constants folded and every op
+// lowered to the canonical set (docs/canonical-ops.md).
+//
+// The pipeline, in order: read the protobuf (importer/onnx_io) -> check opsets -> bind graph inputs
+// to static shapes (declared, or given in ImportOptions::input_shapes; a symbolic dimension without
+// a value is an error naming the input and the dimension) -> topologically order the ONNX nodes
+// (a cycle, or an input nothing produces, is an error naming the node) -> lower each node
+// (importer/lower), folding constant expressions such as shape arithmetic -> check declared output
+// shapes -> drop dead nodes -> fold per-channel affines into convolutions
+// (importer/fold_conv_affine) -> validate. Every error is an Error whose message starts with the
+// file and names the node, op, input or field at fault.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/graph.h"
+
+namespace fusetune::importer {
+
+struct ImportOptions {
+  std::map<std::string, Shape> input_shapes;  // overrides the model's declared input shapes
+  // Values of graph inputs known at import time. They stay graph inputs, but an op that needs a
+  // data-dependent argument (a Reshape's shape, Resize's scales, ...) from one of them
+  // specializes to the value given here, as `run` does with the data it is handed.
+  std::map<std::string, Tensor> input_values;
+};
+
+struct OnnxOpUse {
+  std::string node_name;
+  std::string op_type;
+  std::string domain;
+  int64_t opset = 0;
+};
+
+// What the ONNX file holds, before lowering.
+struct OnnxSummary {
+  int64_t ir_version = 0;
+  int64_t opset = 0;  // of the default domain
+  std::string producer;
+  size_t nodes = 0;
+  std::map<std::string, int> op_histogram;  // "op" for the default domain, "domain:op" otherwise
+  std::vector<OnnxOpUse> unsupported;
+};
+
+struct ImportedModel {
+  Graph graph;
+  OnnxSummary onnx;
+  size_t folded = 0;  // canonical nodes folded into constants during import
+};
+
+inline constexpr int64_t kMinOpset = 1;
+inline constexpr int64_t kMaxOpset = 18;
+
+OnnxSummary summarize_onnx(const std::filesystem::path& path);
+ImportedModel import_onnx(const std::filesystem::path& path, const ImportOptions& options = {});
+
+}  // namespace fusetune::importer

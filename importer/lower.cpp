@@ -1,0 +1,916 @@
+#include "importer/lower.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <numeric>
+
+#include "core/error.h"
+#include "core/ops.h"
+#include "importer/onnx_io.h"
+
+namespace fusetune::importer {
+
+NodeLowering::NodeLowering(const onnx::NodeProto& proto, int64_t opset, GraphBuilder& b, std::vector<int> inputs,
+                           std::filesystem::path base_dir)
+    : proto_(proto), opset_(opset), b_(b), inputs_(std::move(inputs)), base_dir_(std::move(base_dir)) {
+  name_ = proto.name().empty() ? (proto.output_size() > 0 ? proto.output(0) : proto.op_type()) : proto.name();
+  for (const auto& a : proto.attribute()) attrs_[a.name()] = &a;
+  outputs_.assign(static_cast<size_t>(proto.output_size()), kNoValue);
+}
+
+int64_t NodeLowering::attr_i(const std::string& n, int64_t fallback) const {
+  auto it = attrs_.find(n);
+  return it == attrs_.end() ? fallback : it->second->i();
+}
+
+float NodeLowering::attr_f(const std::string& n, float fallback) const {
+  auto it = attrs_.find(n);
+  return it == attrs_.end() ? fallback : it->second->f();
+}
+
+std::string NodeLowering::attr_s(const std::string& n, const std::string& fallback) const {
+  auto it = attrs_.find(n);
+  return it == attrs_.end() ? fallback : it->second->s();
+}
+
+std::vector<int64_t> NodeLowering::attr_ints(const std::string& n, std::vector<int64_t> fallback) const {
+  auto it = attrs_.find(n);
+  return it == attrs_.end() ? fallback : std::vector<int64_t>(it->second->ints().begin(), it->second->ints().end());
+}
+
+std::vector<float> NodeLowering::attr_floats(const std::string& n, std::vector<float> fallback) const {
+  auto it = attrs_.find(n);
+  return it == attrs_.end() ? fallback : std::vector<float>(it->second->floats().begin(), it->second->floats().end());
+}
+
+Tensor NodeLowering::attr_tensor(const std::string& n) const {
+  auto it = attrs_.find(n);
+  check(it != attrs_.end() && it->second->has_t(), "attribute '", n, "' (a tensor) is missing");
+  return decode_tensor(it->second->t(), base_dir_);
+}
+
+int NodeLowering::input(size_t k) const {
+  check(has_input(k), "required input ", k, " is missing");
+  return inputs_[k];
+}
+
+const Tensor& NodeLowering::const_input(size_t k, const char* what) const {
+  const Value& v = val(k);
+  if (const Tensor* t = b_.known(input(k))) return *t;
+  check(v.is_constant(), "input ", k, " ('", v.name, "', the ", what,
+        ") is not a constant; fusetune needs it known at import time (static shapes)");
+  return *v.data;
+}
+
+int NodeLowering::emit(const std::string& op, std::vector<int> inputs, Attributes attrs) {
+  const std::string n = emitted_++ == 0 ? name_ : name_ + "/" + op + std::to_string(emitted_ - 1);
+  return b_.emit(op, std::move(inputs), std::move(attrs), n);
+}
+
+int NodeLowering::constant(Tensor t) { return b_.constant(std::move(t), name_ + "/const" + std::to_string(emitted_++)); }
+
+int NodeLowering::reshape(int v, const Shape& to) {
+  if (b_.value(v).shape == to) return v;
+  Attributes a;
+  a.set("shape", to);
+  return emit("Reshape", {v}, a);
+}
+
+void NodeLowering::set_output(size_t k, int v) {
+  if (k < outputs_.size()) outputs_[k] = v;
+}
+
+namespace {
+
+using Lowering = void (*)(NodeLowering&);
+
+int64_t axis_of(NodeLowering& L, const std::string& attr, int64_t fallback, int64_t rank) {
+  return normalize_axis(L.attr_i(attr, fallback), rank, attr);
+}
+
+int scalar_like(NodeLowering& L, size_t k, double v) {
+  const DType t = L.val(k).dtype;
+  return L.constant(is_float(t) ? Tensor::scalar_float(t, static_cast<float>(v))
+                                : Tensor::scalar_int(t, static_cast<int64_t>(v)));
+}
+
+// Ops whose canonical form is the ONNX op with the same inputs and attributes.
+void pass_through(NodeLowering& L) {
+  std::vector<int> ins;
+  for (size_t k = 0; k < L.input_count(); ++k) ins.push_back(L.has_input(k) ? L.input(k) : kNoValue);
+  L.set_output(0, L.emit(L.op(), ins));
+}
+
+// Unary ops with float attributes whose ONNX defaults become explicit canonical attributes.
+void unary_with_defaults(NodeLowering& L) {
+  static const std::map<std::string, std::vector<std::pair<std::string, float>>> kDefaults = {
+      {"Elu", {{"alpha", 1.0f}}},
+      {"HardSigmoid", {{"alpha", 0.2f}, {"beta", 0.5f}}},
+      {"LeakyRelu", {{"alpha", 0.01f}}},
+      {"Selu", {{"alpha", 1.67326319217681884765625f}, {"gamma", 1.05070102214813232421875f}}},
+      {"ThresholdedRelu", {{"alpha", 1.0f}}},
+  };
+  Attributes a;
+  for (const auto& [name, def] : kDefaults.at(L.op())) a.set(name, L.attr_f(name, def));
+  L.set_output(0, L.emit(L.op(), {L.input(0)}, a));
+}
+
+void is_inf(NodeLowering& L) {
+  Attributes a;
+  a.set("detect_negative", L.attr_i("detect_negative", 1));
+  a.set("detect_positive", L.attr_i("detect_positive", 1));
+  L.set_output(0, L.emit("IsInf", {L.input(0)}, a));
+}
+
+void clip(NodeLowering& L) {
+  float lo = -std::numeric_limits<float>::infinity();
+  float hi = std::numeric_limits<float>::infinity();
+  if (L.opset() < 11) {
+    lo = L.attr_f("min", lo);
+    hi = L.attr_f("max", hi);
+  } else {
+    if (L.has_input(1)) lo = L.const_floats(1, "min")[0];
+    if (L.has_input(2)) hi = L.const_floats(2, "max")[0];
+  }
+  Attributes a;
+  a.set("min", lo);
+  a.set("max", hi);
+  L.set_output(0, L.emit("Clip", {L.input(0)}, a));
+}
+
+void cast(NodeLowering& L) {
+  const int64_t to = L.attr_i("to", 0);
+  check(dtype_from_onnx(static_cast<int>(to)) != DType::kUndefined, "Cast to unsupported type code ", to);
+  Attributes a;
+  a.set("to", to);
+  L.set_output(0, L.emit("Cast", {L.input(0)}, a));
+}
+
+void cast_like(NodeLowering& L) {
+  Attributes a;
+  a.set("to", static_cast<int64_t>(dtype_to_onnx(L.val(1).dtype)));
+  L.set_output(0, L.emit("Cast", {L.input(0)}, a));
+}
+
+void mod(NodeLowering& L) {
+  Attributes a;
+  a.set("fmod", L.attr_i("fmod", 0));
+  L.set_output(0, L.emit("Mod", {L.input(0), L.input(1)}, a));
+}
+
+void identity(NodeLowering& L) { L.set_output(0, L.input(0)); }
+
+void dropout(NodeLowering& L) {
+  // Inference: the identity. training_mode=true with a ratio of zero is the identity as well.
+  if (L.has_input(2) && L.const_ints(2, "training_mode")[0] != 0) {
+    const float ratio = L.has_input(1) ? L.const_floats(1, "ratio")[0] : 0.5f;
+    check(ratio == 0.0f, "training-mode Dropout with ratio ", ratio, " is random; only inference is supported");
+  }
+  L.set_output(0, L.input(0));
+  if (L.output_used(1)) {
+    Tensor ones(DType::kBool, L.shape(0));
+    ones.set_ints(std::vector<int64_t>(static_cast<size_t>(ones.numel()), 1));
+    L.set_output(1, L.constant(std::move(ones)));
+  }
+}
+
+void variadic(NodeLowering& L) {  // Sum, Max, Min, Mean -> chains of binary ops
+  const std::string op = L.op() == "Sum" || L.op() == "Mean" ? "Add" : L.op();
+  int acc = L.input(0);
+  for (size_t k = 1; k < L.input_count(); ++k) acc = L.emit(op, {acc, L.input(k)});
+  if (L.op() == "Mean") acc = L.emit("Div", {acc, scalar_like(L, 0, static_cast<double>(L.input_count()))});
+  if (L.input_count() == 1 && acc == L.input(0)) acc = L.reshape(acc, L.shape(0));
+  L.set_output(0, acc);
+}
+
+// Axes of a Reduce*: from the attribute (older opsets) or the second input (ReduceSum 13+, all 18+).
+std::vector<int64_t> reduce_axes(NodeLowering& L, bool& noop) {
+  std::vector<int64_t> axes;
+  const bool axes_as_input = (L.op() == "ReduceSum" && L.opset() >= 13) || L.opset() >= 18;
+  if (axes_as_input) {
+    if (L.has_input(1)) axes = L.const_ints(1, "axes");
+  } else {
+    axes = L.attr_ints("axes");
+  }
+  noop = false;
+  if (axes.empty()) {
+    if (L.attr_i("noop_with_empty_axes", 0) != 0) {
+      noop = true;
+    } else {
+      axes.resize(static_cast<size_t>(L.rank(0)));
+      std::iota(axes.begin(), axes.end(), 0);
+    }
+  }
+  for (int64_t& a : axes) a = normalize_axis(a, L.rank(0), "axes");
+  std::sort(axes.begin(), axes.end());
+  return axes;
+}
+
+int reduce_node(NodeLowering& L, const std::string& op, int x, const std::vector<int64_t>& axes, int64_t keep) {
+  Attributes a;
+  a.set("axes", axes);
+  a.set("keepdims", keep);
+  return L.emit(op, {x}, a);
+}
+
+void reduce(NodeLowering& L) {
+  bool noop = false;
+  const std::vector<int64_t> axes = reduce_axes(L, noop);
+  const int64_t keep = L.attr_i("keepdims", 1) != 0 ? 1 : 0;
+  int x = L.input(0);
+  if (noop) {
+    L.set_output(0, x);
+    return;
+  }
+  const std::string& op = L.op();
+  if (op == "ReduceL1") {
+    L.set_output(0, reduce_node(L, "ReduceSum", L.emit("Abs", {x}), axes, keep));
+  } else if (op == "ReduceL2") {
+    L.set_output(0, L.emit("Sqrt", {reduce_node(L, "ReduceSum", L.emit("Mul", {x, x}), axes, keep)}));
+  } else if (op == "ReduceSumSquare") {
+    L.set_output(0, reduce_node(L, "ReduceSum", L.emit("Mul", {x, x}), axes, keep));
+  } else if (op == "ReduceLogSum") {
+    L.set_output(0, L.emit("Log", {reduce_node(L, "ReduceSum", x, axes, keep)}));
+  } else if (op == "ReduceLogSumExp") {
+    L.set_output(0, L.emit("Log", {reduce_node(L, "ReduceSum", L.emit("Exp", {x}), axes, keep)}));
+  } else {
+    L.set_output(0, reduce_node(L, op, x, axes, keep));
+  }
+}
+
+void arg_reduce(NodeLowering& L) {
+  Attributes a;
+  a.set("axis", axis_of(L, "axis", 0, L.rank(0)));
+  a.set("keepdims", L.attr_i("keepdims", 1) != 0 ? int64_t{1} : int64_t{0});
+  a.set("select_last_index", L.attr_i("select_last_index", 0));
+  L.set_output(0, L.emit(L.op(), {L.input(0)}, a));
+}
+
+void softmax(NodeLowering& L) {
+  const int64_t r = L.rank(0);
+  const int64_t axis = axis_of(L, "axis", L.opset() >= 13 ? -1 : 1, r);
+  Attributes a;
+  if (L.opset() >= 13 || axis == r - 1) {
+    a.set("axis", axis);
+    L.set_output(0, L.emit(L.op(), {L.input(0)}, a));
+    return;
+  }
+  // Before opset 13 the op works on the input coerced to 2-D at `axis`.
+  const Shape& s = L.shape(0);
+  const int64_t outer = numel(Shape(s.begin(), s.begin() + axis));
+  const int64_t inner = numel(Shape(s.begin() + axis, s.end()));
+  a.set("axis", int64_t{1});
+  const int y = L.emit(L.op(), {L.reshape(L.input(0), {outer, inner})}, a);
+  L.set_output(0, L.reshape(y, s));
+}
+
+void layer_norm(NodeLowering& L) {
+  const int64_t axis = axis_of(L, "axis", -1, L.rank(0));
+  if (L.output_used(1) || L.output_used(2)) {
+    // The statistics are wanted too: spell the normalization out so they are values of the graph.
+    std::vector<int64_t> axes(static_cast<size_t>(L.rank(0) - axis));
+    std::iota(axes.begin(), axes.end(), axis);
+    const int x = L.input(0);
+    const int mean = reduce_node(L, "ReduceMean", x, axes, 1);
+    const int d = L.emit("Sub", {x, mean});
+    const int var = reduce_node(L, "ReduceMean", L.emit("Mul", {d, d}), axes, 1);
+    const int eps = scalar_like(L, 0, L.attr_f("epsilon", 1e-5f));
+    const int inv = L.emit("Reciprocal", {L.emit("Sqrt", {L.emit("Add", {var, eps})})});
+    int y = L.emit("Mul", {L.emit("Mul", {d, inv}), L.input(1)});
+    if (L.has_input(2)) y = L.emit("Add", {y, L.input(2)});
+    L.set_output(0, y);
+    L.set_output(1, mean);
+    L.set_output(2, inv);
+    return;
+  }
+  Attributes a;
+  a.set("axis", axis);
+  a.set("epsilon", L.attr_f("epsilon", 1e-5f));
+  std::vector<int> ins = {L.input(0), L.input(1)};
+  if (L.has_input(2)) ins.push_back(L.input(2));
+  L.set_output(0, L.emit("LayerNormalization", ins, a));
+}
+
+// Per-channel (axis 1) broadcast shape for a vector of C values on an input of `rank`.
+Shape channel_shape(int64_t c, int64_t rank) {
+  Shape s(static_cast<size_t>(std::max<int64_t>(rank - 1, 1)), 1);
+  s[0] = c;
+  return s;
+}
+
+void batch_norm(NodeLowering& L) {
+  check(L.attr_i("training_mode", 0) == 0 && !L.output_used(1) && !L.output_used(2),
+        "training-mode BatchNormalization is not supported");
+  const double eps = L.attr_f("epsilon", 1e-5f);
+  const int64_t r = L.rank(0);
+  check(r >= 2, "input must have a channel axis");
+  const int64_t c = L.shape(0)[1];
+  for (size_t k = 1; k <= 4; ++k) {
+    check(L.shape(k) == Shape{c}, "parameter input ", k, " has shape ", shape_str(L.shape(k)), ", expected [", c, "]");
+  }
+  const DType dt = L.val(0).dtype;
+  const bool params_constant = L.val(1).is_constant() && L.val(2).is_constant() && L.val(3).is_constant() &&
+                               L.val(4).is_constant();
+  if (params_constant) {  // y = x * a + b with a = scale / sqrt(var + eps), b = bias - mean * a
+    const auto scale = L.const_input(1, "scale").to_doubles();
+    const auto bias = L.const_input(2, "B").to_doubles();
+    const auto mean = L.const_input(3, "mean").to_doubles();
+    const auto var = L.const_input(4, "var").to_doubles();
+    std::vector<double> mul(static_cast<size_t>(c)), add(static_cast<size_t>(c));
+    for (size_t i = 0; i < mul.size(); ++i) {
+      mul[i] = scale[i] / std::sqrt(var[i] + eps);
+      add[i] = bias[i] - mean[i] * mul[i];
+    }
+    Tensor tm(dt, channel_shape(c, r));
+    tm.set_doubles(mul);
+    Tensor ta(dt, channel_shape(c, r));
+    ta.set_doubles(add);
+    const int y = L.emit("Mul", {L.input(0), L.constant(std::move(tm))});
+    L.set_output(0, L.emit("Add", {y, L.constant(std::move(ta))}));
+    return;
+  }
+  const Shape cs = channel_shape(c, r);
+  const int scale = L.reshape(L.input(1), cs);
+  const int bias = L.reshape(L.input(2), cs);
+  const int mean = L.reshape(L.input(3), cs);
+  const int var = L.reshape(L.input(4), cs);
+  const int denom = L.emit("Sqrt", {L.emit("Add", {var, L.constant(Tensor::scalar_float(dt, static_cast<float>(eps)))})});
+  const int norm = L.emit("Div", {L.emit("Sub", {L.input(0), mean}), denom});
+  L.set_output(0, L.emit("Add", {L.emit("Mul", {norm, scale}), bias}));
+}
+
+void instance_norm(NodeLowering& L) {
+  const int64_t r = L.rank(0);
+  check(r >= 3, "input must have spatial axes");
+  const DType dt = L.val(0).dtype;
+  std::vector<int64_t> axes(static_cast<size_t>(r - 2));
+  std::iota(axes.begin(), axes.end(), 2);
+  const int x = L.input(0);
+  const int mean = reduce_node(L, "ReduceMean", x, axes, 1);
+  const int d = L.emit("Sub", {x, mean});
+  const int var = reduce_node(L, "ReduceMean", L.emit("Mul", {d, d}), axes, 1);
+  const int eps = L.constant(Tensor::scalar_float(dt, L.attr_f("epsilon", 1e-5f)));
+  const int norm = L.emit("Div", {d, L.emit("Sqrt", {L.emit("Add", {var, eps})})});
+  const Shape cs = channel_shape(L.shape(0)[1], r);
+  L.set_output(0, L.emit("Add", {L.emit("Mul", {norm, L.reshape(L.input(1), cs)}), L.reshape(L.input(2), cs)}));
+}
+
+int transpose2d(NodeLowering& L, int v) {
+  Attributes a;
+  a.set("perm", std::vector<int64_t>{1, 0});
+  return L.emit("Transpose", {v}, a);
+}
+
+void gemm(NodeLowering& L) {
+  check(L.rank(0) == 2 && L.rank(1) == 2, "A and B must be matrices, got ", shape_str(L.shape(0)), " and ",
+        shape_str(L.shape(1)));
+  int a = L.input(0);
+  int b = L.input(1);
+  if (L.attr_i("transA", 0) != 0) a = transpose2d(L, a);
+  if (L.attr_i("transB", 0) != 0) b = transpose2d(L, b);
+  const float alpha = L.attr_f("alpha", 1.0f);
+  const float beta = L.attr_f("beta", 1.0f);
+  if (alpha != 1.0f) b = L.emit("Mul", {b, scalar_like(L, 1, alpha)});  // folds when B is a weight
+  int y = L.emit("MatMul", {a, b});
+  if (L.has_input(2) && beta != 0.0f) {
+    int c = L.input(2);
+    if (beta != 1.0f) c = L.emit("Mul", {c, scalar_like(L, 2, beta)});
+    y = L.emit("Add", {y, c});
+  }
+  L.set_output(0, y);
+}
+
+// Explicit begin/end pads for a windowed op, resolving auto_pad.
+std::vector<int64_t> window_pads(NodeLowering& L, const Shape& in_spatial, const std::vector<int64_t>& kernel,
+                                 const std::vector<int64_t>& strides, const std::vector<int64_t>& dil) {
+  const size_t sp = in_spatial.size();
+  const std::string auto_pad = L.attr_s("auto_pad", "NOTSET");
+  if (auto_pad == "NOTSET") {
+    std::vector<int64_t> pads = L.attr_ints("pads", std::vector<int64_t>(2 * sp, 0));
+    check(pads.size() == 2 * sp, "pads has ", pads.size(), " entries, expected ", 2 * sp);
+    return pads;
+  }
+  std::vector<int64_t> pads(2 * sp, 0);
+  if (auto_pad == "VALID") return pads;
+  check(auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER", "unknown auto_pad '", auto_pad, "'");
+  for (size_t i = 0; i < sp; ++i) {
+    const int64_t out = (in_spatial[i] + strides[i] - 1) / strides[i];
+    const int64_t total = std::max<int64_t>(0, (out - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1 - in_spatial[i]);
+    const int64_t small = total / 2;
+    pads[i] = auto_pad == "SAME_UPPER" ? small : total - small;
+    pads[i + sp] = total - pads[i];
+  }
+  return pads;
+}
+
+void conv(NodeLowering& L) {
+  check(L.rank(0) >= 3, "input must be at least 3-D (N, C, spatial...), got ", shape_str(L.shape(0)));
+  const size_t sp = static_cast<size_t>(L.rank(0) - 2);
+  check(L.rank(1) == L.rank(0), "weight of shape ", shape_str(L.shape(1)), " does not match input rank");
+  const std::vector<int64_t> kernel(L.shape(1).begin() + 2, L.shape(1).end());
+  if (L.has_attr("kernel_shape")) check(L.attr_ints("kernel_shape") == kernel, "kernel_shape disagrees with the weight");
+  const auto strides = L.attr_ints("strides", std::vector<int64_t>(sp, 1));
+  const auto dil = L.attr_ints("dilations", std::vector<int64_t>(sp, 1));
+  check(strides.size() == sp && dil.size() == sp, "strides/dilations must have ", sp, " entries");
+  Attributes a;
+  a.set("strides", strides);
+  a.set("dilations", dil);
+  a.set("pads", window_pads(L, Shape(L.shape(0).begin() + 2, L.shape(0).end()), kernel, strides, dil));
+  a.set("group", L.attr_i("group", 1));
+  std::vector<int> ins = {L.input(0), L.input(1)};
+  if (L.has_input(2)) ins.push_back(L.input(2));
+  L.set_output(0, L.emit("Conv", ins, a));
+}
+
+void pool(NodeLowering& L) {
+  check(!L.output_used(1), "the Indices output of MaxPool is not supported");
+  check(L.rank(0) >= 3, "input must be at least 3-D (N, C, spatial...), got ", shape_str(L.shape(0)));
+  const size_t sp = static_cast<size_t>(L.rank(0) - 2);
+  const auto kernel = L.attr_ints("kernel_shape");
+  check(kernel.size() == sp, "kernel_shape must have ", sp, " entries");
+  const auto strides = L.attr_ints("strides", std::vector<int64_t>(sp, 1));
+  const auto dil = L.attr_ints("dilations", std::vector<int64_t>(sp, 1));
+  check(strides.size() == sp && dil.size() == sp, "strides/dilations must have ", sp, " entries");
+  Attributes a;
+  a.set("kernel_shape", kernel);
+  a.set("strides", strides);
+  a.set("dilations", dil);
+  a.set("pads", window_pads(L, Shape(L.shape(0).begin() + 2, L.shape(0).end()), kernel, strides, dil));
+  a.set("ceil_mode", L.attr_i("ceil_mode", 0));
+  if (L.op() == "AveragePool") a.set("count_include_pad", L.attr_i("count_include_pad", 0));
+  L.set_output(0, L.emit(L.op(), {L.input(0)}, a));
+}
+
+void global_pool(NodeLowering& L) {
+  check(L.rank(0) >= 3, "input must be at least 3-D (N, C, spatial...), got ", shape_str(L.shape(0)));
+  std::vector<int64_t> axes(static_cast<size_t>(L.rank(0) - 2));
+  std::iota(axes.begin(), axes.end(), 2);
+  L.set_output(0, reduce_node(L, L.op() == "GlobalAveragePool" ? "ReduceMean" : "ReduceMax", L.input(0), axes, 1));
+}
+
+void matmul(NodeLowering& L) { L.set_output(0, L.emit("MatMul", {L.input(0), L.input(1)})); }
+
+void reshape(NodeLowering& L) {
+  std::vector<int64_t> target = L.const_ints(1, "shape");
+  const Shape& in = L.shape(0);
+  const bool allow_zero = L.attr_i("allowzero", 0) != 0;
+  int64_t infer_at = -1;
+  int64_t known = 1;
+  for (size_t i = 0; i < target.size(); ++i) {
+    if (target[i] == 0 && !allow_zero) {
+      check(i < in.size(), "shape entry ", i, " is 0 (copy) but the input has rank ", in.size());
+      target[i] = in[i];
+    }
+    if (target[i] == -1) {
+      check(infer_at < 0, "shape ", shape_str(target), " has more than one -1");
+      infer_at = static_cast<int64_t>(i);
+      continue;
+    }
+    check(target[i] >= 0, "shape entry ", i, " is ", target[i]);
+    known *= target[i] == 0 ? 1 : target[i];
+  }
+  if (infer_at >= 0) {
+    const int64_t total = numel(in);
+    check(known > 0 && total % known == 0, "cannot infer the -1 in shape for ", shape_str(in));
+    target[static_cast<size_t>(infer_at)] = total / known;
+  }
+  L.set_output(0, L.reshape(L.input(0), target));
+}
+
+void flatten(NodeLowering& L) {
+  const Shape& s = L.shape(0);
+  const int64_t r = static_cast<int64_t>(s.size());
+  int64_t axis = L.attr_i("axis", 1);
+  check(axis >= -r && axis <= r, "axis ", axis, " out of range for rank ", r);
+  if (axis < 0) axis += r;
+  L.set_output(0, L.reshape(L.input(0), {numel(Shape(s.begin(), s.begin() + axis)), numel(Shape(s.begin() + axis, s.end()))}));
+}
+
+std::vector<int64_t> axes_attr_or_input(NodeLowering& L, int64_t since_opset) {
+  if (L.opset() >= since_opset) return L.has_input(1) ? L.const_ints(1, "axes") : std::vector<int64_t>{};
+  return L.attr_ints("axes");
+}
+
+void squeeze(NodeLowering& L) {
+  const Shape& s = L.shape(0);
+  std::vector<int64_t> axes = axes_attr_or_input(L, 13);
+  for (int64_t& a : axes) a = normalize_axis(a, static_cast<int64_t>(s.size()), "axes");
+  Shape out;
+  for (size_t d = 0; d < s.size(); ++d) {
+    const bool listed = std::find(axes.begin(), axes.end(), static_cast<int64_t>(d)) != axes.end();
+    if (listed) check(s[d] == 1, "cannot squeeze axis ", d, " of extent ", s[d]);
+    if (axes.empty() ? s[d] != 1 : !listed) out.push_back(s[d]);
+  }
+  L.set_output(0, L.reshape(L.input(0), out));
+}
+
+void unsqueeze(NodeLowering& L) {
+  const Shape& s = L.shape(0);
+  std::vector<int64_t> axes = axes_attr_or_input(L, 13);
+  const int64_t r = static_cast<int64_t>(s.size() + axes.size());
+  for (int64_t& a : axes) a = normalize_axis(a, r, "axes");
+  std::sort(axes.begin(), axes.end());
+  check(std::adjacent_find(axes.begin(), axes.end()) == axes.end(), "axes repeat an axis");
+  Shape out;
+  size_t next = 0;
+  for (int64_t d = 0; d < r; ++d) {
+    if (std::binary_search(axes.begin(), axes.end(), d)) {
+      out.push_back(1);
+    } else {
+      out.push_back(s[next++]);
+    }
+  }
+  L.set_output(0, L.reshape(L.input(0), out));
+}
+
+void transpose(NodeLowering& L) {
+  std::vector<int64_t> perm = L.attr_ints("perm");
+  if (perm.empty()) {
+    perm.resize(static_cast<size_t>(L.rank(0)));
+    std::iota(perm.rbegin(), perm.rend(), 0);
+  }
+  bool identity_perm = true;
+  for (size_t i = 0; i < perm.size(); ++i) identity_perm = identity_perm && perm[i] == static_cast<int64_t>(i);
+  if (identity_perm && static_cast<int64_t>(perm.size()) == L.rank(0)) {
+    L.set_output(0, L.input(0));
+    return;
+  }
+  Attributes a;
+  a.set("perm", perm);
+  L.set_output(0, L.emit("Transpose", {L.input(0)}, a));
+}
+
+void concat(NodeLowering& L) {
+  std::vector<int> present, nonempty;
+  for (size_t k = 0; k < L.input_count(); ++k) {
+    if (!L.has_input(k)) continue;
+    present.push_back(L.input(k));
+    if (numel(L.shape(k)) > 0) nonempty.push_back(L.input(k));
+  }
+  check(!present.empty(), "no inputs");
+  Attributes a;
+  a.set("axis", axis_of(L, "axis", 0, L.rank(0)));
+  const std::vector<int>& ins = nonempty.empty() ? present : nonempty;
+  L.set_output(0, ins.size() == 1 ? ins[0] : L.emit("Concat", ins, a));
+}
+
+// Canonical Slice of `v` with per-axis (start, end, step) already clamped like ONNX/numpy.
+int slice_axes(NodeLowering& L, int v, const std::vector<int64_t>& starts_in, const std::vector<int64_t>& ends_in,
+               const std::vector<int64_t>& axes_in, const std::vector<int64_t>& steps_in) {
+  const Shape& s = L.builder().value(v).shape;
+  const size_t r = s.size();
+  std::vector<int64_t> starts(r, 0), ends(s.begin(), s.end()), steps(r, 1);
+  check(starts_in.size() == ends_in.size() && axes_in.size() == starts_in.size() && steps_in.size() == starts_in.size(),
+        "starts, ends, axes and steps differ in length");
+  std::vector<bool> seen(r, false);
+  for (size_t i = 0; i < axes_in.size(); ++i) {
+    const auto d = static_cast<size_t>(normalize_axis(axes_in[i], static_cast<int64_t>(r), "axes"));
+    check(!seen[d], "axis ", d, " is sliced twice");
+    seen[d] = true;
+    const int64_t dim = s[d];
+    const int64_t step = steps_in[i];
+    check(step != 0, "step of axis ", d, " is zero");
+    int64_t st = starts_in[i];
+    int64_t en = ends_in[i];
+    if (st < 0) st += dim;
+    if (en < 0 && en > std::numeric_limits<int64_t>::min() + dim) en += dim;
+    if (step > 0) {
+      st = std::clamp<int64_t>(st, 0, dim);
+      en = std::clamp<int64_t>(en, 0, dim);
+    } else {
+      st = std::clamp<int64_t>(st, -1, dim - 1);
+      en = std::clamp<int64_t>(en, -1, dim - 1);
+    }
+    starts[d] = st;
+    ends[d] = en;
+    steps[d] = step;
+  }
+  bool whole = true;
+  for (size_t d = 0; d < r; ++d) whole = whole && starts[d] == 0 && ends[d] == s[d] && steps[d] == 1;
+  if (whole) return v;
+  Attributes a;
+  a.set("starts", starts);
+  a.set("ends", ends);
+  a.set("steps", steps);
+  return L.emit("Slice", {v}, a);
+}
+
+void slice(NodeLowering& L) {
+  std::vector<int64_t> starts, ends, axes, steps;
+  if (L.opset() < 10) {
+    starts = L.attr_ints("starts");
+    ends = L.attr_ints("ends");
+    axes = L.attr_ints("axes");
+  } else {
+    starts = L.const_ints(1, "starts");
+    ends = L.const_ints(2, "ends");
+    if (L.has_input(3)) axes = L.const_ints(3, "axes");
+    if (L.has_input(4)) steps = L.const_ints(4, "steps");
+  }
+  if (axes.empty()) {
+    axes.resize(starts.size());
+    std::iota(axes.begin(), axes.end(), 0);
+  }
+  if (steps.empty()) steps.assign(starts.size(), 1);
+  L.set_output(0, slice_axes(L, L.input(0), starts, ends, axes, steps));
+}
+
+void split(NodeLowering& L) {
+  const int64_t axis = axis_of(L, "axis", 0, L.rank(0));
+  const int64_t dim = L.shape(0)[static_cast<size_t>(axis)];
+  std::vector<int64_t> sizes;
+  if (L.opset() >= 13) {
+    if (L.has_input(1)) sizes = L.const_ints(1, "split");
+  } else {
+    sizes = L.attr_ints("split");
+  }
+  const auto n = static_cast<int64_t>(L.output_count());
+  if (sizes.empty()) {
+    const int64_t parts = L.has_attr("num_outputs") ? L.attr_i("num_outputs", n) : n;
+    check(parts > 0, "no outputs");
+    const int64_t chunk = (dim + parts - 1) / parts;  // the last part may be smaller (opset 18)
+    for (int64_t k = 0; k < parts; ++k) sizes.push_back(std::max<int64_t>(0, std::min(chunk, dim - k * chunk)));
+  }
+  check(static_cast<int64_t>(sizes.size()) == n, "split has ", sizes.size(), " entries for ", n, " outputs");
+  check(std::accumulate(sizes.begin(), sizes.end(), int64_t{0}) == dim, "split sizes do not add up to ", dim);
+  int64_t at = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    check(sizes[static_cast<size_t>(k)] >= 0, "negative split size");
+    L.set_output(static_cast<size_t>(k),
+                 slice_axes(L, L.input(0), {at}, {at + sizes[static_cast<size_t>(k)]}, {axis}, {1}));
+    at += sizes[static_cast<size_t>(k)];
+  }
+}
+
+void gather(NodeLowering& L) {
+  Attributes a;
+  a.set("axis", axis_of(L, "axis", 0, L.rank(0)));
+  L.set_output(0, L.emit("Gather", {L.input(0), L.input(1)}, a));
+}
+
+void expand(NodeLowering& L) {
+  const Shape target = broadcast_shapes(L.shape(0), L.const_ints(1, "shape"), "input and shape");
+  if (target == L.shape(0)) {
+    L.set_output(0, L.input(0));
+    return;
+  }
+  Attributes a;
+  a.set("shape", target);
+  L.set_output(0, L.emit("Expand", {L.input(0)}, a));
+}
+
+void tile(NodeLowering& L) {
+  Attributes a;
+  a.set("repeats", L.const_ints(1, "repeats"));
+  L.set_output(0, L.emit("Tile", {L.input(0)}, a));
+}
+
+void pad(NodeLowering& L) {
+  const int64_t r = L.rank(0);
+  std::vector<int64_t> pads;
+  float value = 0;
+  if (L.opset() < 11) {
+    pads = L.attr_ints("pads");
+    value = L.attr_f("value", 0.0f);
+  } else {
+    pads = L.const_ints(1, "pads");
+    if (L.has_input(2)) value = L.const_floats(2, "constant_value")[0];
+    if (L.has_input(3)) {  // opset 18 axes: expand to every axis
+      std::vector<int64_t> axes = L.const_ints(3, "axes");
+      std::vector<int64_t> full(static_cast<size_t>(2 * r), 0);
+      check(pads.size() == 2 * axes.size(), "pads has ", pads.size(), " entries for ", axes.size(), " axes");
+      for (size_t i = 0; i < axes.size(); ++i) {
+        const auto d = static_cast<size_t>(normalize_axis(axes[i], r, "axes"));
+        full[d] = pads[i];
+        full[d + static_cast<size_t>(r)] = pads[i + axes.size()];
+      }
+      pads = full;
+    }
+  }
+  Attributes a;
+  a.set("pads", pads);
+  a.set("mode", L.attr_s("mode", "constant"));
+  a.set("value", value);
+  if (std::all_of(pads.begin(), pads.end(), [](int64_t p) { return p == 0; })) {
+    L.set_output(0, L.input(0));
+    return;
+  }
+  L.set_output(0, L.emit("Pad", {L.input(0)}, a));
+}
+
+void resize(NodeLowering& L) {
+  const Shape& in = L.shape(0);
+  const size_t r = in.size();
+  std::vector<float> scales;
+  std::vector<int64_t> sizes;
+  std::vector<float> roi;
+  if (L.opset() >= 11) {
+    if (L.has_input(1) && numel(L.shape(1)) > 0) roi = L.const_floats(1, "roi");
+    if (L.has_input(2) && numel(L.shape(2)) > 0) scales = L.const_floats(2, "scales");
+    if (L.has_input(3) && numel(L.shape(3)) > 0) sizes = L.const_ints(3, "sizes");
+  } else {
+    scales = L.const_floats(1, "scales");
+  }
+  check(scales.empty() != sizes.empty(), "exactly one of scales and sizes must be given");
+  check(L.attr_i("antialias", 0) == 0, "antialias is not supported");
+  const std::string mode = L.attr_s("mode", "nearest");
+  check(mode == "nearest" || mode == "linear", "mode '", mode, "' is not supported (nearest and linear are)");
+  if (!L.attr_ints("axes").empty()) fail("the axes attribute is not supported");
+  if (!scales.empty()) {
+    check(scales.size() == r, "scales has ", scales.size(), " entries for rank ", r);
+    for (size_t d = 0; d < r; ++d) {
+      check(scales[d] > 0, "scale of axis ", d, " is not positive");
+      sizes.push_back(static_cast<int64_t>(std::floor(static_cast<double>(in[d]) * scales[d])));
+    }
+  } else {
+    check(sizes.size() == r, "sizes has ", sizes.size(), " entries for rank ", r);
+    for (size_t d = 0; d < r; ++d) {
+      check(in[d] > 0, "cannot resize an empty axis");
+      scales.push_back(static_cast<float>(static_cast<double>(sizes[d]) / static_cast<double>(in[d])));
+    }
+  }
+  Attributes a;
+  a.set("mode", mode);
+  a.set("coordinate_transformation_mode", L.attr_s("coordinate_transformation_mode", L.opset() >= 11 ? "half_pixel" : "asymmetric"));
+  a.set("nearest_mode", L.attr_s("nearest_mode", "round_prefer_floor"));
+  a.set("extrapolation_value", L.attr_f("extrapolation_value", 0.0f));
+  a.set("scales", scales);
+  a.set("sizes", sizes);
+  if (!roi.empty()) a.set("roi", roi);
+  L.set_output(0, L.emit("Resize", {L.input(0)}, a));
+}
+
+void scatter_nd(NodeLowering& L) {
+  Attributes a;
+  a.set("reduction", L.attr_s("reduction", "none"));
+  L.set_output(0, L.emit("ScatterND", {L.input(0), L.input(1), L.input(2)}, a));
+}
+
+void where(NodeLowering& L) { L.set_output(0, L.emit("Where", {L.input(0), L.input(1), L.input(2)})); }
+
+void shape_op(NodeLowering& L) {
+  const Shape& s = L.shape(0);
+  const int64_t r = static_cast<int64_t>(s.size());
+  int64_t start = L.attr_i("start", 0);
+  int64_t end = L.attr_i("end", r);
+  if (start < 0) start += r;
+  if (end < 0) end += r;
+  start = std::clamp<int64_t>(start, 0, r);
+  end = std::clamp<int64_t>(end, start, r);
+  const std::vector<int64_t> dims(s.begin() + start, s.begin() + end);
+  L.set_output(0, L.constant(Tensor::from_ints(DType::kI64, {static_cast<int64_t>(dims.size())}, dims)));
+}
+
+void size_op(NodeLowering& L) { L.set_output(0, L.constant(Tensor::scalar_int(DType::kI64, numel(L.shape(0))))); }
+
+void constant_op(NodeLowering& L) {
+  if (L.has_attr("value")) {
+    L.set_output(0, L.constant(L.attr_tensor("value")));
+  } else if (L.has_attr("value_float")) {
+    L.set_output(0, L.constant(Tensor::scalar_float(DType::kF32, L.attr_f("value_float", 0))));
+  } else if (L.has_attr("value_floats")) {
+    const auto v = L.attr_floats("value_floats");
+    L.set_output(0, L.constant(Tensor::from_floats(DType::kF32, {static_cast<int64_t>(v.size())}, v)));
+  } else if (L.has_attr("value_int")) {
+    L.set_output(0, L.constant(Tensor::scalar_int(DType::kI64, L.attr_i("value_int", 0))));
+  } else if (L.has_attr("value_ints")) {
+    const auto v = L.attr_ints("value_ints");
+    L.set_output(0, L.constant(Tensor::from_ints(DType::kI64, {static_cast<int64_t>(v.size())}, v)));
+  } else {
+    fail("no supported value attribute (value, value_float(s), value_int(s)); strings and sparse tensors are not supported");
+  }
+}
+
+void constant_of_shape(NodeLowering& L) {
+  const std::vector<int64_t> shape = L.const_ints(0, "shape");
+  Tensor value = L.has_attr("value") ? L.attr_tensor("value") : Tensor::scalar_float(DType::kF32, 0.0f);
+  check(value.numel() == 1, "value must hold one element");
+  checked_numel(shape, "ConstantOfShape output");
+  value = value.reshaped({});
+  if (numel(shape) <= kFoldLimit) {
+    Tensor out(value.dtype(), shape);
+    const size_t elem = dtype_size(value.dtype());
+    for (int64_t i = 0; i < out.numel(); ++i) std::memcpy(out.data() + i * static_cast<int64_t>(elem), value.data(), elem);
+    L.set_output(0, L.constant(std::move(out)));
+    return;
+  }
+  Attributes a;
+  a.set("shape", shape);
+  L.set_output(0, L.emit("Expand", {L.constant(std::move(value))}, a));
+}
+
+void range(NodeLowering& L) {
+  const Tensor& start = L.const_input(0, "start");
+  const DType dt = start.dtype();
+  if (is_float(dt)) {
+    const double s = L.const_input(0, "start").to_doubles()[0];
+    const double lim = L.const_input(1, "limit").to_doubles()[0];
+    const double d = L.const_input(2, "delta").to_doubles()[0];
+    check(d != 0, "delta is zero");
+    const double count = std::max(0.0, std::ceil((lim - s) / d));
+    check(count <= static_cast<double>(kFoldLimit), "Range of ", count, " elements is too large");
+    std::vector<double> v(static_cast<size_t>(count));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = s + static_cast<double>(i) * d;
+    Tensor t(dt, {static_cast<int64_t>(v.size())});
+    t.set_doubles(v);
+    L.set_output(0, L.constant(std::move(t)));
+    return;
+  }
+  const int64_t s = start.to_ints()[0];
+  const int64_t lim = L.const_ints(1, "limit")[0];
+  const int64_t d = L.const_ints(2, "delta")[0];
+  check(d != 0, "delta is zero");
+  const double count_d = std::max(0.0, std::ceil((static_cast<double>(lim) - static_cast<double>(s)) / static_cast<double>(d)));
+  check(count_d <= static_cast<double>(kFoldLimit), "Range of ", count_d, " elements is too large");
+  std::vector<int64_t> v(static_cast<size_t>(count_d));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = s + static_cast<int64_t>(i) * d;
+  L.set_output(0, L.constant(Tensor::from_ints(dt, {static_cast<int64_t>(v.size())}, v)));
+}
+
+void non_zero(NodeLowering& L) {
+  const Tensor& x = L.const_input(0, "input (NonZero has a data-dependent shape)");
+  const std::vector<double> v = x.to_doubles();
+  const auto strides = strides_of(x.shape());
+  std::vector<int64_t> hits;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i] != 0) hits.push_back(static_cast<int64_t>(i));
+  }
+  const auto r = static_cast<int64_t>(x.shape().size());
+  const auto n = static_cast<int64_t>(hits.size());
+  std::vector<int64_t> out(static_cast<size_t>(r * n));
+  for (int64_t k = 0; k < n; ++k) {
+    int64_t rem = hits[static_cast<size_t>(k)];
+    for (int64_t d = 0; d < r; ++d) {
+      out[static_cast<size_t>(d * n + k)] = rem / strides[static_cast<size_t>(d)];
+      rem %= strides[static_cast<size_t>(d)];
+    }
+  }
+  L.set_output(0, L.constant(Tensor::from_ints(DType::kI64, {r, n}, out)));
+}
+
+void depth_space(NodeLowering& L) {
+  check(L.rank(0) == 4, "input must be 4-D (N, C, H, W)");
+  const int64_t bs = L.attr_i("blocksize", 0);
+  check(bs > 0, "blocksize must be positive");
+  const Shape& s = L.shape(0);
+  const int64_t n = s[0], c = s[1], h = s[2], w = s[3];
+  Attributes a;
+  if (L.op() == "DepthToSpace") {
+    check(c % (bs * bs) == 0, "channels ", c, " not divisible by blocksize^2");
+    const bool crd = L.attr_s("mode", "DCR") == "CRD";
+    const int t = crd ? L.reshape(L.input(0), {n, c / (bs * bs), bs, bs, h, w}) : L.reshape(L.input(0), {n, bs, bs, c / (bs * bs), h, w});
+    a.set("perm", crd ? std::vector<int64_t>{0, 1, 4, 2, 5, 3} : std::vector<int64_t>{0, 3, 4, 1, 5, 2});
+    L.set_output(0, L.reshape(L.emit("Transpose", {t}, a), {n, c / (bs * bs), h * bs, w * bs}));
+  } else {
+    check(h % bs == 0 && w % bs == 0, "spatial size not divisible by blocksize");
+    const int t = L.reshape(L.input(0), {n, c, h / bs, bs, w / bs, bs});
+    a.set("perm", std::vector<int64_t>{0, 3, 5, 1, 2, 4});
+    L.set_output(0, L.reshape(L.emit("Transpose", {t}, a), {n, c * bs * bs, h / bs, w / bs}));
+  }
+}
+
+const std::map<std::string, Lowering>& lowerings() {
+  static const std::map<std::string, Lowering> table = {
+      {"Abs", pass_through}, {"Add", pass_through}, {"And", pass_through}, {"ArgMax", arg_reduce},
+      {"ArgMin", arg_reduce}, {"Atan", pass_through}, {"AveragePool", pool}, {"BatchNormalization", batch_norm},
+      {"Cast", cast}, {"CastLike", cast_like}, {"Ceil", pass_through}, {"Clip", clip}, {"Concat", concat},
+      {"Constant", constant_op}, {"ConstantOfShape", constant_of_shape}, {"Conv", conv}, {"Cos", pass_through},
+      {"DepthToSpace", depth_space}, {"Div", pass_through}, {"Dropout", dropout}, {"Elu", unary_with_defaults},
+      {"Equal", pass_through}, {"Erf", pass_through}, {"Exp", pass_through}, {"Expand", expand},
+      {"Flatten", flatten}, {"Floor", pass_through}, {"Gather", gather}, {"Gemm", gemm},
+      {"GlobalAveragePool", global_pool}, {"GlobalMaxPool", global_pool}, {"Greater", pass_through},
+      {"GreaterOrEqual", pass_through}, {"HardSigmoid", unary_with_defaults}, {"HardSwish", pass_through},
+      {"Identity", identity}, {"InstanceNormalization", instance_norm}, {"IsInf", is_inf}, {"IsNaN", pass_through},
+      {"LayerNormalization", layer_norm}, {"LeakyRelu", unary_with_defaults}, {"Less", pass_through},
+      {"LessOrEqual", pass_through}, {"Log", pass_through}, {"LogSoftmax", softmax}, {"MatMul", matmul},
+      {"Max", variadic}, {"MaxPool", pool}, {"Mean", variadic}, {"Min", variadic}, {"Mod", mod},
+      {"Mul", pass_through}, {"Neg", pass_through}, {"NonZero", non_zero}, {"Not", pass_through},
+      {"Or", pass_through}, {"PRelu", pass_through}, {"Pad", pad}, {"Pow", pass_through}, {"Range", range},
+      {"Reciprocal", pass_through}, {"ReduceL1", reduce}, {"ReduceL2", reduce}, {"ReduceLogSum", reduce},
+      {"ReduceLogSumExp", reduce}, {"ReduceMax", reduce}, {"ReduceMean", reduce}, {"ReduceMin", reduce},
+      {"ReduceProd", reduce}, {"ReduceSum", reduce}, {"ReduceSumSquare", reduce}, {"Relu", pass_through},
+      {"Reshape", reshape}, {"Resize", resize}, {"Round", pass_through}, {"ScatterND", scatter_nd},
+      {"Selu", unary_with_defaults}, {"Shape", shape_op}, {"Sigmoid", pass_through}, {"Sign", pass_through},
+      {"Sin", pass_through}, {"Size", size_op}, {"Slice", slice}, {"Softmax", softmax}, {"Softplus", pass_through},
+      {"Softsign", pass_through}, {"SpaceToDepth", depth_space}, {"Split", split}, {"Sqrt", pass_through},
+      {"Squeeze", squeeze}, {"Sub", pass_through}, {"Sum", variadic}, {"Tan", pass_through}, {"Tanh", pass_through},
+      {"ThresholdedRelu", unary_with_defaults}, {"Tile", tile}, {"Transpose", transpose}, {"Unsqueeze", unsqueeze},
+      {"Where", where}, {"Xor", pass_through},
+  };
+  return table;
+}
+
+}  // namespace
+
+bool is_supported_onnx_op(const std::string& op_type) { return lowerings().count(op_type) != 0; }
+
+void lower_node(NodeLowering& node) {
+  auto it = lowerings().find(node.op());
+  check(it != lowerings().end(), "op '", node.op(), "' is not supported");
+  it->second(node);
+}
+
+}  // namespace fusetune::importer

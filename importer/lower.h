@@ -1,0 +1,86 @@
+// Lowering: one ONNX node (default domain, opsets 11-17, and older forms where they differ) to
+// canonical nodes.
+//
+// Takes the decoded inputs of the node (value ids in the graph being built, kNoValue for absent
+// optional inputs) and its attributes; emits canonical nodes through the GraphBuilder (which folds
+// constant sub-expressions) and reports the value id of each ONNX output. Guarantees: the emitted
+// nodes compute the ONNX op's semantics for the static shapes at hand; data-dependent arguments
+// (shapes, axes, bounds, pads, scales) must be constant after folding, or the node is rejected with
+// an Error naming the input. Rewrites (Gemm -> MatMul + Add, BatchNormalization -> affine,
+// Flatten/Squeeze/Unsqueeze -> Reshape, Split -> Slices, Shape/Size/ConstantOfShape/Range ->
+// constants, ...) are listed in docs/canonical-ops.md.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "importer/builder.h"
+#include "fusetune_proto/onnx_subset.pb.h"
+
+namespace fusetune::importer {
+
+class NodeLowering {
+ public:
+  NodeLowering(const onnx::NodeProto& proto, int64_t opset, GraphBuilder& b, std::vector<int> inputs,
+               std::filesystem::path base_dir);
+
+  const std::string& op() const { return proto_.op_type(); }
+  int64_t opset() const { return opset_; }
+  const std::string& name() const { return name_; }
+
+  // Attributes of the ONNX node; a missing one gives the fallback.
+  bool has_attr(const std::string& n) const { return attrs_.count(n) != 0; }
+  int64_t attr_i(const std::string& n, int64_t fallback) const;
+  float attr_f(const std::string& n, float fallback) const;
+  std::string attr_s(const std::string& n, const std::string& fallback) const;
+  std::vector<int64_t> attr_ints(const std::string& n, std::vector<int64_t> fallback = {}) const;
+  std::vector<float> attr_floats(const std::string& n, std::vector<float> fallback = {}) const;
+  Tensor attr_tensor(const std::string& n) const;
+
+  // Inputs: input(k) requires input k; has_input(k) tells whether the optional input is given.
+  size_t input_count() const { return inputs_.size(); }
+  bool has_input(size_t k) const { return k < inputs_.size() && inputs_[k] != kNoValue; }
+  int input(size_t k) const;
+  const Value& val(size_t k) const { return b_.value(input(k)); }
+  const Shape& shape(size_t k) const { return val(k).shape; }
+  int64_t rank(size_t k) const { return static_cast<int64_t>(val(k).shape.size()); }
+  // A constant input's values; throws Error if the input is not constant after folding.
+  const Tensor& const_input(size_t k, const char* what) const;
+  std::vector<int64_t> const_ints(size_t k, const char* what) const { return const_input(k, what).to_ints(); }
+  std::vector<float> const_floats(size_t k, const char* what) const { return const_input(k, what).to_floats(); }
+
+  // Emits a canonical node named after this ONNX node; returns its output id.
+  int emit(const std::string& op, std::vector<int> inputs, Attributes attrs = {});
+  int constant(Tensor t);
+  int reshape(int v, const Shape& to);
+
+  // Sets ONNX output k to value id v.
+  void set_output(size_t k, int v);
+  const std::vector<int>& outputs() const { return outputs_; }
+  size_t output_count() const { return static_cast<size_t>(proto_.output_size()); }
+  bool output_used(size_t k) const { return k < output_count() && !proto_.output(static_cast<int>(k)).empty(); }
+
+  GraphBuilder& builder() { return b_; }
+
+ private:
+  const onnx::NodeProto& proto_;
+  int64_t opset_;
+  GraphBuilder& b_;
+  std::vector<int> inputs_;
+  std::filesystem::path base_dir_;
+  std::string name_;
+  std::map<std::string, const onnx::AttributeProto*> attrs_;
+  std::vector<int> outputs_;
+  int emitted_ = 0;
+};
+
+// True if fusetune lowers this ONNX op type of the default domain.
+bool is_supported_onnx_op(const std::string& op_type);
+
+// Lowers the node; every ONNX output that is named gets a value id in outputs().
+void lower_node(NodeLowering& node);
+
+}  // namespace fusetune::importer

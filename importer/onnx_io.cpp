@@ -1,0 +1,154 @@
+#include "importer/onnx_io.h"
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace fusetune::importer {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string read_file(const fs::path& path, const char* what) {
+  std::error_code ec;
+  check(fs::is_regular_file(path, ec), path.string(), ": ", what, " not found (or not a regular file)");
+  std::ifstream in(path, std::ios::binary);
+  check(in.good(), path.string(), ": cannot open ", what);
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  return buf.str();
+}
+
+std::string tensor_label(const onnx::TensorProto& t) {
+  return t.name().empty() ? std::string("tensor") : "tensor '" + t.name() + "'";
+}
+
+template <typename Src>
+std::vector<std::byte> pack(const Src& field, DType dtype, int64_t count, const std::string& label) {
+  check(static_cast<int64_t>(field.size()) == count, label, ": holds ", field.size(), " values, its shape needs ", count);
+  Tensor t(dtype, {count});
+  if (is_float(dtype) && dtype != DType::kF16 && dtype != DType::kBF16) {
+    std::vector<double> v(field.begin(), field.end());
+    t.set_doubles(v);
+  } else {
+    std::vector<int64_t> v;
+    v.reserve(static_cast<size_t>(count));
+    for (auto x : field) v.push_back(static_cast<int64_t>(x));
+    t.set_ints(v);
+  }
+  return t.bytes();
+}
+
+std::vector<std::byte> read_external(const onnx::TensorProto& t, const fs::path& base_dir, size_t expected,
+                                     const std::string& label) {
+  std::string location;
+  int64_t offset = 0;
+  int64_t length = -1;
+  for (const auto& e : t.external_data()) {
+    if (e.key() == "location") location = e.value();
+    try {
+      if (e.key() == "offset") offset = std::stoll(e.value());
+      if (e.key() == "length") length = std::stoll(e.value());
+    } catch (const std::exception&) {
+      fail(label, ": external_data ", e.key(), " '", e.value(), "' is not a number");
+    }
+  }
+  check(!location.empty(), label, ": external data without a location");
+  const fs::path rel(location);
+  check(rel.is_relative() && rel.lexically_normal().string().rfind("..", 0) != 0, label, ": external data location '",
+        location, "' leaves the model's directory");
+  const fs::path path = base_dir / rel;
+  std::error_code ec;
+  check(fs::is_regular_file(path, ec), label, ": external data file '", path.string(), "' is missing");
+  const auto size = static_cast<int64_t>(fs::file_size(path, ec));
+  if (length < 0) length = size - offset;
+  check(offset >= 0 && length >= 0 && offset <= size && length <= size - offset, label, ": external data range ",
+        offset, "+", length, " lies outside '", path.string(), "' (", size, " bytes)");
+  check(static_cast<size_t>(length) == expected, label, ": external data holds ", length, " bytes, its shape needs ",
+        expected);
+  std::ifstream in(path, std::ios::binary);
+  in.seekg(offset);
+  std::vector<std::byte> bytes(expected);
+  in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(expected));
+  check(in.good() || expected == 0, label, ": reading external data from '", path.string(), "' failed");
+  return bytes;
+}
+
+}  // namespace
+
+onnx::ModelProto read_model(const fs::path& path) {
+  const std::string bytes = read_file(path, "model file");
+  check(!bytes.empty(), path.string(), ": empty file, not an ONNX model");
+  onnx::ModelProto model;
+  check(model.ParseFromString(bytes), path.string(), ": not an ONNX model (protobuf parsing failed: truncated or not ONNX)");
+  check(model.has_graph(), path.string(), ": not an ONNX model (no graph)");
+  check(model.ir_version() >= 3, path.string(), ": ONNX IR version ", model.ir_version(),
+        " is unsupported (fusetune reads IR 3 and later)");
+  return model;
+}
+
+Tensor decode_tensor(const onnx::TensorProto& t, const fs::path& base_dir) {
+  const std::string label = tensor_label(t);
+  const DType dtype = dtype_from_onnx(t.data_type());
+  check(dtype != DType::kUndefined, label, ": data type ", t.data_type(), " is unsupported (strings and complex numbers are not)");
+  Shape shape(t.dims().begin(), t.dims().end());
+  const int64_t count = checked_numel(shape, label);
+  const size_t nbytes = static_cast<size_t>(count) * dtype_size(dtype);
+  std::vector<std::byte> bytes;
+  if (t.data_location() == 1) {
+    bytes = read_external(t, base_dir, nbytes, label);
+  } else if (t.has_raw_data()) {
+    check(t.raw_data().size() == nbytes, label, ": raw_data holds ", t.raw_data().size(), " bytes, shape ",
+          shape_str(shape), " of ", dtype_name(dtype), " needs ", nbytes);
+    bytes.resize(nbytes);
+    std::memcpy(bytes.data(), t.raw_data().data(), nbytes);
+  } else {
+    switch (dtype) {
+      case DType::kF32: bytes = pack(t.float_data(), dtype, count, label); break;
+      case DType::kF64: bytes = pack(t.double_data(), dtype, count, label); break;
+      case DType::kI64: bytes = pack(t.int64_data(), dtype, count, label); break;
+      case DType::kU32:
+      case DType::kU64: bytes = pack(t.uint64_data(), dtype, count, label); break;
+      case DType::kF16:
+      case DType::kBF16: {  // stored as their 16-bit patterns in int32_data
+        check(static_cast<int64_t>(t.int32_data().size()) == count, label, ": holds ", t.int32_data().size(),
+              " values, its shape needs ", count);
+        bytes.resize(nbytes);
+        for (int64_t i = 0; i < count; ++i) {
+          const auto bits = static_cast<uint16_t>(t.int32_data(static_cast<int>(i)));
+          std::memcpy(bytes.data() + 2 * i, &bits, 2);
+        }
+        break;
+      }
+      default: bytes = pack(t.int32_data(), dtype, count, label); break;
+    }
+  }
+  return Tensor::from_bytes(dtype, std::move(shape), std::move(bytes));
+}
+
+NamedTensor read_tensor_file(const fs::path& path) {
+  const std::string bytes = read_file(path, "tensor file");
+  onnx::TensorProto proto;
+  check(proto.ParseFromString(bytes), path.string(), ": not a TensorProto file");
+  try {
+    return {proto.name(), decode_tensor(proto, path.parent_path())};
+  } catch (const Error& e) {
+    fail(path.string(), ": ", e.what());
+  }
+}
+
+void write_tensor_file(const fs::path& path, const std::string& name, const Tensor& t) {
+  onnx::TensorProto proto;
+  proto.set_name(name);
+  proto.set_data_type(dtype_to_onnx(t.dtype()));
+  for (int64_t d : t.shape()) proto.add_dims(d);
+  proto.set_raw_data(reinterpret_cast<const char*>(t.data()), t.nbytes());
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  check(out.good(), path.string(), ": cannot write");
+  check(proto.SerializeToOstream(&out), path.string(), ": writing failed");
+}
+
+}  // namespace fusetune::importer

@@ -1,0 +1,29 @@
+// ONNX file I/O: reading model protobufs and tensors (inline, typed fields or external data
+// files) and writing tensors in the ONNX test-data layout (TensorProto files).
+//
+// Every failure throws Error naming the file and, where there is one, the tensor.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include "core/tensor.h"
+#include "fusetune_proto/onnx_subset.pb.h"
+
+namespace fusetune::importer {
+
+// Parses an ONNX model file. Fails on a missing, empty, truncated or non-ONNX file.
+onnx::ModelProto read_model(const std::filesystem::path& path);
+
+// Decodes a TensorProto; external data is resolved relative to `base_dir` and must stay inside it.
+Tensor decode_tensor(const onnx::TensorProto& t, const std::filesystem::path& base_dir);
+
+// A TensorProto file as in ONNX's test-data layout (input_0.pb, output_0.pb, ...).
+struct NamedTensor {
+  std::string name;
+  Tensor tensor;
+};
+NamedTensor read_tensor_file(const std::filesystem::path& path);
+void write_tensor_file(const std::filesystem::path& path, const std::string& name, const Tensor& t);
+
+}  // namespace fusetune::importer

@@ -1,0 +1,43 @@
+// fusetune: the command-line entry point. Dispatches to a subcommand and turns any Error into
+// one line on stderr and exit code 2.
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "tools/commands.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: fusetune COMMAND ...\n"
+    "commands:\n"
+    "  inspect MODEL.onnx [--shape NAME=DxD...] [--json]\n"
+    "      op histograms, unsupported ops, FLOPs, parameters, unfused vs minimum DRAM traffic\n"
+    "  run MODEL.onnx --inputs DIR [--out DIR] [--rtol R] [--atol A] [--shape NAME=DxD...]\n"
+    "      run on the reference interpreter; compare with DIR/output_N.pb if present\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    std::fputs(kUsage, args.empty() ? stderr : stdout);
+    return args.empty() ? 2 : 0;
+  }
+  const std::string cmd = args[0];
+  args.erase(args.begin());
+  try {
+    if (cmd == "inspect") return fusetune::cli::cmd_inspect(args);
+    if (cmd == "run") return fusetune::cli::cmd_run(args);
+    std::fprintf(stderr, "fusetune: error: unknown command '%s'\n%s", cmd.c_str(), kUsage);
+    return 2;
+  } catch (const fusetune::Error& e) {
+    std::fprintf(stderr, "fusetune: error: %s\n", e.what());
+    return 2;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "fusetune: error: out of memory\n");
+    return 2;
+  }
+}

@@ -1,0 +1,181 @@
+// onnx_conformance DIR [--exclusions FILE] [--filter TEXT] [--verbose]: runs ONNX's own operator
+// conformance cases (DIR holds test_*/model.onnx with test_data_set_N/ folders, as shipped in the
+// onnx Python package under onnx/backend/test/data/node) through the importer and the reference
+// interpreter and compares with the numpy-computed outputs, with ONNX's own criterion
+// (rtol 1e-3, atol 1e-7; wider for float16).
+//
+// A case runs when every op in its model is one fusetune supports; it is left out when its name
+// matches an entry of the exclusion file, each of which gives the reason. Prints one line per
+// failure, then counts, and closes with "N passed, M failed". Exit code 1 if any case failed.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+
+#include "core/error.h"
+#include "importer/importer.h"
+#include "importer/test_data.h"
+#include "reference/compare.h"
+#include "reference/interpreter.h"
+
+namespace fs = std::filesystem;
+using namespace fusetune;
+
+namespace {
+
+struct Exclusion {
+  std::string pattern;  // a case name, or a prefix ending in '*'
+  std::string reason;
+  int hits = 0;
+};
+
+std::vector<Exclusion> read_exclusions(const fs::path& path) {
+  std::vector<Exclusion> out;
+  std::ifstream in(path);
+  check(in.good(), path.string(), ": cannot read the exclusion list");
+  std::string line;
+  int lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream ss(line);
+    Exclusion e;
+    ss >> e.pattern;
+    std::getline(ss, e.reason);
+    e.reason.erase(0, e.reason.find_first_not_of(" \t"));
+    check(!e.pattern.empty() && !e.reason.empty(), path.string(), ":", lineno, ": an exclusion needs a case and a reason");
+    out.push_back(e);
+  }
+  return out;
+}
+
+Exclusion* find_exclusion(std::vector<Exclusion>& list, const std::string& name) {
+  for (Exclusion& e : list) {
+    const bool prefix = !e.pattern.empty() && e.pattern.back() == '*';
+    if (prefix ? name.rfind(e.pattern.substr(0, e.pattern.size() - 1), 0) == 0 : name == e.pattern) return &e;
+  }
+  return nullptr;
+}
+
+// Runs one case; returns an empty string on success, else what went wrong.
+std::string run_case(const fs::path& dir) {
+  const fs::path model = dir / "model.onnx";
+  const std::vector<std::string> names = importer::model_input_names(model);
+  std::vector<fs::path> sets;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.is_directory() && e.path().filename().string().rfind("test_data_set_", 0) == 0) sets.push_back(e.path());
+  }
+  std::sort(sets.begin(), sets.end());
+  check(!sets.empty(), "no test_data_set_N folder");
+  for (const fs::path& set : sets) {
+    const importer::TestData data = importer::load_test_data(set);
+    importer::ImportOptions opt;
+    const std::vector<Tensor> inputs = importer::bind_inputs(names, data.inputs, &opt);
+    const importer::ImportedModel m = importer::import_onnx(model, opt);
+    const std::vector<Tensor> outs = reference::run_graph(m.graph, inputs);
+    check(outs.size() == data.outputs.size(), set.filename().string(), ": ", outs.size(), " outputs, expected ",
+          data.outputs.size());
+    for (size_t k = 0; k < outs.size(); ++k) {
+      const Tensor& want = data.outputs[k].tensor;
+      reference::Tolerance tol{1e-3, 1e-7, 0};
+      const reference::Tolerance d = reference::default_tolerance(want.dtype());
+      if (want.dtype() == DType::kF16 || want.dtype() == DType::kBF16) tol = d;
+      if (!is_float(want.dtype())) tol = {0, 0, 0};
+      if (outs[k].dtype() != want.dtype()) {
+        return set.filename().string() + " output " + std::to_string(k) + ": dtype " +
+               std::string(dtype_name(outs[k].dtype())) + ", expected " + std::string(dtype_name(want.dtype()));
+      }
+      const reference::Comparison c = reference::compare(outs[k], want, tol);
+      if (!c.ok) {
+        return set.filename().string() + " output " + std::to_string(k) + ": " +
+               (c.shape_ok ? c.describe() : "shape " + shape_str(outs[k].shape()) + ", expected " + shape_str(want.shape()));
+      }
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  fs::path root;
+  fs::path exclusions_path;
+  std::string filter;
+  bool verbose = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--exclusions" && i + 1 < args.size()) {
+      exclusions_path = args[++i];
+    } else if (args[i] == "--filter" && i + 1 < args.size()) {
+      filter = args[++i];
+    } else if (args[i] == "--verbose") {
+      verbose = true;
+    } else if (root.empty() && args[i].rfind("--", 0) != 0) {
+      root = args[i];
+    } else {
+      std::fprintf(stderr, "usage: onnx_conformance DIR [--exclusions FILE] [--filter TEXT] [--verbose]\n");
+      return 2;
+    }
+  }
+  try {
+    check(!root.empty() && fs::is_directory(root), "usage: onnx_conformance DIR (a folder of ONNX node test cases)");
+    std::vector<Exclusion> exclusions;
+    if (!exclusions_path.empty()) exclusions = read_exclusions(exclusions_path);
+    std::vector<fs::path> cases;
+    for (const auto& e : fs::directory_iterator(root)) {
+      if (e.is_directory() && fs::exists(e.path() / "model.onnx")) cases.push_back(e.path());
+    }
+    std::sort(cases.begin(), cases.end());
+    int passed = 0, failed = 0, excluded = 0, unsupported = 0;
+    std::map<std::string, int> unsupported_ops;
+    for (const fs::path& dir : cases) {
+      const std::string name = dir.filename().string();
+      if (!filter.empty() && name.find(filter) == std::string::npos) continue;
+      std::string why_not;
+      try {
+        const importer::OnnxSummary s = importer::summarize_onnx(dir / "model.onnx");
+        if (!s.unsupported.empty()) why_not = s.unsupported.front().op_type;
+      } catch (const Error& e) {
+        why_not = "(unreadable)";
+      }
+      if (!why_not.empty()) {
+        ++unsupported;
+        ++unsupported_ops[why_not];
+        if (verbose) std::printf("skip %s: op %s is not supported\n", name.c_str(), why_not.c_str());
+        continue;
+      }
+      if (Exclusion* ex = find_exclusion(exclusions, name)) {
+        ++excluded;
+        ++ex->hits;
+        if (verbose) std::printf("excluded %s: %s\n", name.c_str(), ex->reason.c_str());
+        continue;
+      }
+      std::string err;
+      try {
+        err = run_case(dir);
+      } catch (const Error& e) {
+        err = e.what();
+      }
+      if (err.empty()) {
+        ++passed;
+        if (verbose) std::printf("pass %s\n", name.c_str());
+      } else {
+        ++failed;
+        std::printf("FAIL %s: %s\n", name.c_str(), err.c_str());
+      }
+    }
+    for (const Exclusion& e : exclusions) {
+      if (e.hits == 0 && filter.empty()) std::printf("note: exclusion '%s' matched no supported case\n", e.pattern.c_str());
+    }
+    std::printf("cases: %zu; with unsupported ops: %d (%zu distinct ops); excluded with a reason: %d\n", cases.size(),
+                unsupported, unsupported_ops.size(), excluded);
+    std::printf("%d passed, %d failed\n", passed, failed);
+    return failed == 0 ? 0 : 1;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "onnx_conformance: error: %s\n", e.what());
+    return 2;
+  }
+}

@@ -1,0 +1,34 @@
+#include "tools/progress.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+
+namespace fusetune::cli {
+
+ProgressLine::ProgressLine(std::string label)
+    : label_(std::move(label)), start_(std::chrono::steady_clock::now()), last_(start_), tty_(isatty(2) != 0) {}
+
+ProgressLine::~ProgressLine() {
+  if (shown_ && tty_) std::fputc('\n', stderr);
+}
+
+void ProgressLine::update(size_t done, size_t total) {
+  const auto now = std::chrono::steady_clock::now();
+  const double elapsed = std::chrono::duration<double>(now - start_).count();
+  if (elapsed < 0.5 || total == 0) return;
+  const int decile = static_cast<int>(10 * done / total);
+  if (tty_) {
+    if (now - last_ < std::chrono::milliseconds(100) && done != total) return;
+    std::fprintf(stderr, "\r%s %zu/%zu (%.0f%%) %.1fs", label_.c_str(), done, total, 100.0 * static_cast<double>(done) / static_cast<double>(total), elapsed);
+  } else {
+    if (decile == last_decile_) return;
+    std::fprintf(stderr, "%s %zu/%zu (%d%%) %.1fs\n", label_.c_str(), done, total, decile * 10, elapsed);
+  }
+  std::fflush(stderr);
+  last_decile_ = decile;
+  last_ = now;
+  shown_ = true;
+}
+
+}  // namespace fusetune::cli

@@ -1,0 +1,25 @@
+// A progress line on stderr for long work: redrawn in place on a terminal, printed every 10%
+// otherwise, silent for work that finishes within half a second.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+namespace fusetune::cli {
+
+class ProgressLine {
+ public:
+  explicit ProgressLine(std::string label);
+  ~ProgressLine();
+  void update(size_t done, size_t total);
+
+ private:
+  std::string label_;
+  std::chrono::steady_clock::time_point start_;
+  std::chrono::steady_clock::time_point last_;
+  bool tty_;
+  bool shown_ = false;
+  int last_decile_ = -1;
+};
+
+}  // namespace fusetune::cli
