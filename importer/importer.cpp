@@ -248,6 +248,15 @@ ImportedModel import_model(const onnx::ModelProto& m, const fs::path& base_dir, 
 
 OnnxSummary summarize_onnx(const fs::path& path) { return summarize(read_model(path)); }
 
+ImportedModel import_onnx_bytes(std::string_view bytes, const fs::path& base_dir, const ImportOptions& options) {
+  const onnx::ModelProto model = parse_model(bytes, "<memory>");
+  try {
+    return import_model(model, base_dir, options);
+  } catch (const Error& e) {
+    fail("<memory>: ", e.what());
+  }
+}
+
 ImportedModel import_onnx(const fs::path& path, const ImportOptions& options) {
   const onnx::ModelProto model = read_model(path);
   try {

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/graph.h"
@@ -57,5 +58,8 @@ inline constexpr int64_t kMaxOpset = 18;
 
 OnnxSummary summarize_onnx(const std::filesystem::path& path);
 ImportedModel import_onnx(const std::filesystem::path& path, const ImportOptions& options = {});
+// The same for a model already in memory; external data is resolved relative to base_dir.
+ImportedModel import_onnx_bytes(std::string_view bytes, const std::filesystem::path& base_dir,
+                                const ImportOptions& options = {});
 
 }  // namespace fusetune::importer

@@ -1,5 +1,7 @@
 #include "importer/onnx_io.h"
 
+#include <algorithm>
+#include <climits>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -79,13 +81,16 @@ std::vector<std::byte> read_external(const onnx::TensorProto& t, const fs::path&
 
 }  // namespace
 
-onnx::ModelProto read_model(const fs::path& path) {
-  const std::string bytes = read_file(path, "model file");
-  check(!bytes.empty(), path.string(), ": empty file, not an ONNX model");
+onnx::ModelProto read_model(const fs::path& path) { return parse_model(read_file(path, "model file"), path.string()); }
+
+onnx::ModelProto parse_model(std::string_view bytes, const std::string& label) {
+  check(!bytes.empty(), label, ": empty file, not an ONNX model");
   onnx::ModelProto model;
-  check(model.ParseFromString(bytes), path.string(), ": not an ONNX model (protobuf parsing failed: truncated or not ONNX)");
-  check(model.has_graph(), path.string(), ": not an ONNX model (no graph)");
-  check(model.ir_version() >= 3, path.string(), ": ONNX IR version ", model.ir_version(),
+  check(model.ParseFromArray(bytes.data(), static_cast<int>(std::min<size_t>(bytes.size(), INT32_MAX))) &&
+            bytes.size() <= INT32_MAX,
+        label, ": not an ONNX model (protobuf parsing failed: truncated or not ONNX)");
+  check(model.has_graph(), label, ": not an ONNX model (no graph)");
+  check(model.ir_version() >= 3, label, ": ONNX IR version ", model.ir_version(),
         " is unsupported (fusetune reads IR 3 and later)");
   return model;
 }

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <string>
+#include <string_view>
 
 #include "core/tensor.h"
 #include "fusetune_proto/onnx_subset.pb.h"
@@ -14,6 +15,8 @@ namespace fusetune::importer {
 
 // Parses an ONNX model file. Fails on a missing, empty, truncated or non-ONNX file.
 onnx::ModelProto read_model(const std::filesystem::path& path);
+// The same for bytes already in memory; `label` names them in errors.
+onnx::ModelProto parse_model(std::string_view bytes, const std::string& label);
 
 // Decodes a TensorProto; external data is resolved relative to `base_dir` and must stay inside it.
 Tensor decode_tensor(const onnx::TensorProto& t, const std::filesystem::path& base_dir);
