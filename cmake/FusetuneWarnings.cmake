@@ -2,12 +2,22 @@
 add_library(fusetune_flags INTERFACE)
 target_compile_options(fusetune_flags INTERFACE
   -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wcast-align -Wunused
-  -Woverloaded-virtual -Wnull-dereference -Wimplicit-fallthrough)
+  -Woverloaded-virtual -Wimplicit-fallthrough)
 if(FUSETUNE_WERROR)
   target_compile_options(fusetune_flags INTERFACE -Werror)
 endif()
 if(FUSETUNE_SANITIZE)
   target_compile_options(fusetune_flags INTERFACE -fsanitize=address,undefined -fno-omit-frame-pointer
                                                   -fno-sanitize-recover=undefined)
+  target_link_options(fusetune_flags INTERFACE -fsanitize=address,undefined)
+endif()
+if(FUSETUNE_FUZZ)
+  # Coverage instrumentation for libFuzzer plus ASan/UBSan in every library, so the fuzz targets
+  # (tools/, linked with -fsanitize=fuzzer) see edges and memory errors in all of fusetune.
+  if(NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+    message(FATAL_ERROR "FUSETUNE_FUZZ needs clang (configure with CC=clang CXX=clang++)")
+  endif()
+  target_compile_options(fusetune_flags INTERFACE -fsanitize=fuzzer-no-link,address,undefined
+                                                  -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
   target_link_options(fusetune_flags INTERFACE -fsanitize=address,undefined)
 endif()

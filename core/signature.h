@@ -2,8 +2,8 @@
 //
 // Takes a graph and a set of its nodes. Guarantees: the digest depends only on the ops, their
 // attributes, dtypes and static shapes, the edges between the nodes and the boundary tensors
-// (graph inputs and large constants as dtype+shape, small constants of at most
-// kInlineConstantElements elements by value); never on node or tensor names, nor on the order in
+// (graph inputs and constants as dtype+shape, except single-element constants, which kernels
+// may bake in, by value); never on node or tensor names, nor on the order in
 // which the nodes are stored. Nodes are put in a canonical topological order (ready nodes ordered
 // by a structural hash of what they compute and how their results are used); boundary tensors are
 // numbered by first use in that order. The canonical form is text (see signature.cpp), returned
@@ -19,7 +19,7 @@
 namespace fusetune {
 
 inline constexpr int kSignatureVersion = 1;
-inline constexpr int64_t kInlineConstantElements = 16;
+inline constexpr int64_t kInlineConstantElements = 1;
 
 struct Signature {
   std::string digest;          // "v1:" + 64 hex digits

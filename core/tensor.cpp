@@ -178,7 +178,7 @@ void write_int(DType t, std::byte* base, int64_t i, int64_t v) {
 std::vector<float> Tensor::to_floats() const {
   std::vector<float> out(static_cast<size_t>(numel_));
   if (dtype_ == DType::kF32) {
-    std::memcpy(out.data(), bytes_.data(), bytes_.size());
+    if (!bytes_.empty()) std::memcpy(out.data(), bytes_.data(), bytes_.size());  // data() may be null
     return out;
   }
   for (int64_t i = 0; i < numel_; ++i) out[i] = static_cast<float>(read_double(dtype_, bytes_.data(), i));
@@ -201,7 +201,7 @@ void Tensor::set_floats(std::span<const float> values) {
   check(static_cast<int64_t>(values.size()) == numel_, "set_floats: ", values.size(),
         " values for a tensor of ", numel_, " elements");
   if (dtype_ == DType::kF32) {
-    std::memcpy(bytes_.data(), values.data(), bytes_.size());
+    if (!bytes_.empty()) std::memcpy(bytes_.data(), values.data(), bytes_.size());  // data() may be null
     return;
   }
   for (int64_t i = 0; i < numel_; ++i) write_double(dtype_, bytes_.data(), i, values[i]);

@@ -47,6 +47,7 @@ int GraphBuilder::emit(const std::string& op, std::vector<int> inputs, Attribute
   v.shape = out[0].shape;
   const int id = g_.add_value(std::move(v));
   node.outputs = {id};
+  producer_[id] = g_.nodes().size();
   g_.add_node(std::move(node));
   if (known_value) set_known(id, std::move(*known_value));
   return id;

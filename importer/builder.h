@@ -33,6 +33,12 @@ class GraphBuilder {
     return it == known_.end() ? nullptr : &it->second;
   }
 
+  // The node that produces value `id`, or nullptr for inputs and constants.
+  const Node* producer(int id) const {
+    auto it = producer_.find(id);
+    return it == producer_.end() ? nullptr : &g_.nodes()[it->second];
+  }
+
   Graph& graph() { return g_; }
   const Value& value(int id) const { return g_.value(id); }
   size_t folded() const { return folded_; }
@@ -40,6 +46,7 @@ class GraphBuilder {
  private:
   Graph& g_;
   std::map<int, Tensor> known_;
+  std::map<int, size_t> producer_;
   size_t folded_ = 0;
 };
 

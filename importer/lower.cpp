@@ -74,6 +74,8 @@ int NodeLowering::constant(Tensor t) { return b_.constant(std::move(t), name_ + 
 
 int NodeLowering::reshape(int v, const Shape& to) {
   if (b_.value(v).shape == to) return v;
+  if (const Node* p = b_.producer(v); p != nullptr && p->op == "Reshape") v = p->inputs[0];  // collapse chains
+  if (b_.value(v).shape == to) return v;
   Attributes a;
   a.set("shape", to);
   return emit("Reshape", {v}, a);
@@ -258,8 +260,9 @@ void softmax(NodeLowering& L) {
     L.set_output(0, L.emit(L.op(), {L.input(0)}, a));
     return;
   }
-  // Before opset 13 the op works on the input coerced to 2-D at `axis`.
-  const Shape& s = L.shape(0);
+  // Before opset 13 the op works on the input coerced to 2-D at `axis`. A copy: emitting nodes
+  // grows the graph's value table, which would leave a reference into it dangling.
+  const Shape s = L.shape(0);
   const int64_t outer = numel(Shape(s.begin(), s.begin() + axis));
   const int64_t inner = numel(Shape(s.begin() + axis, s.end()));
   a.set("axis", int64_t{1});

@@ -108,8 +108,8 @@ Tensor decode_tensor(const onnx::TensorProto& t, const fs::path& base_dir) {
   } else if (t.has_raw_data()) {
     check(t.raw_data().size() == nbytes, label, ": raw_data holds ", t.raw_data().size(), " bytes, shape ",
           shape_str(shape), " of ", dtype_name(dtype), " needs ", nbytes);
-    bytes.resize(nbytes);
-    std::memcpy(bytes.data(), t.raw_data().data(), nbytes);
+    const auto* raw = reinterpret_cast<const std::byte*>(t.raw_data().data());
+    bytes.assign(raw, raw + nbytes);  // not memcpy: an empty vector's data() may be null
   } else {
     switch (dtype) {
       case DType::kF32: bytes = pack(t.float_data(), dtype, count, label); break;

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Installs what fusetune needs on a fresh Debian machine (only what is missing), fetches ONNX's
+# operator conformance data, and builds the project.
+#
+#   scripts/setup.sh                 # deps + build in ./build
+#   scripts/setup.sh --sanitize      # deps + an ASan+UBSan build in ./build-asan
+#   scripts/setup.sh --deps-only     # deps and conformance data, no build
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+mode=build
+case "${1:-}" in
+  --sanitize) mode=sanitize ;;
+  --deps-only) mode=deps ;;
+  "") ;;
+  *) echo "usage: scripts/setup.sh [--sanitize|--deps-only]" >&2; exit 2 ;;
+esac
+
+# Debian packages the build and the tests use. The CUDA toolkit (NVRTC) is optional for this
+# build: it comes with the machine image where GPUs are targeted, and is not in Debian's main.
+packages=(cmake ninja-build g++ pkg-config python3 python3-pip
+          libprotobuf-dev protobuf-compiler libzmq3-dev cppzmq-dev nlohmann-json3-dev
+          libsqlite3-dev libgtest-dev libgmock-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# ONNX's operator conformance cases ship inside the onnx Python package. fusetune pins onnx 1.12.0,
+# the release of opset 17, and only needs the data files of its wheel (no Python import).
+testdata=third_party/onnx-testdata
+if [ ! -f "$testdata/node/test_abs/model.onnx" ]; then
+  wheel_sha=9fd2f4e23078df197bb76a59b9cd8f5a43a6ad2edc035edb3ecfb9042093e05a
+  tmp=$(mktemp -d)
+  echo "setup: fetching ONNX 1.12.0 conformance data"
+  python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.10 \
+    --platform manylinux_2_17_x86_64 -d "$tmp" onnx==1.12.0
+  wheel=$(ls "$tmp"/onnx-1.12.0-*.whl)
+  echo "$wheel_sha  $wheel" | sha256sum -c --quiet
+  python3 - "$wheel" "$testdata" <<'PY'
+import os, sys, zipfile
+wheel, out = sys.argv[1], sys.argv[2]
+prefix = "onnx/backend/test/data/node/"
+with zipfile.ZipFile(wheel) as z:
+    for name in z.namelist():
+        if name.startswith(prefix) and not name.endswith("/"):
+            dest = os.path.join(out, "node", name[len(prefix):])
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            with open(dest, "wb") as f:
+                f.write(z.read(name))
+PY
+  rm -rf "$tmp"
+fi
+
+[ "$mode" = deps ] && exit 0
+
+jobs=$(nproc)
+if [ "$mode" = sanitize ]; then
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DFUSETUNE_SANITIZE=ON >/dev/null
+  cmake --build build-asan -j "$jobs"
+else
+  cmake -S . -B build -G Ninja >/dev/null
+  cmake --build build -j "$jobs"
+fi

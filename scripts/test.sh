@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The test suite: installs what is missing, builds, and runs every test with ctest; then the same
+# suite under AddressSanitizer + UndefinedBehaviorSanitizer. `--quick` skips the sanitizer pass.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+ctest --test-dir build --output-on-failure -j "$(nproc)"
+if [ "${1:-}" != "--quick" ]; then
+  scripts/setup.sh --sanitize
+  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir build-asan --output-on-failure -j "$(nproc)"
+fi

@@ -1,0 +1,58 @@
+// Test helper: appends canonical nodes to a Graph with their types inferred, and makes seeded
+// random constants, so tests can state canonical graphs directly.
+#pragma once
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/graph.h"
+#include "core/ops.h"
+
+namespace fusetune::testing {
+
+inline int add_op(Graph& g, const std::string& op, std::vector<int> inputs, Attributes attrs = {},
+                  const std::string& name = "") {
+  Node n;
+  n.name = name.empty() ? op + std::to_string(g.nodes().size()) : name;
+  n.op = op;
+  n.inputs = std::move(inputs);
+  n.attrs = std::move(attrs);
+  std::vector<TensorType> types;
+  for (int in : n.inputs) types.push_back(in == kNoValue ? TensorType{} : TensorType{g.value(in).dtype, g.value(in).shape});
+  const TensorType out = infer_types(n, types)[0];
+  Value v;
+  v.name = n.name + ":0";
+  v.dtype = out.dtype;
+  v.shape = out.shape;
+  const int id = g.add_value(v);
+  n.outputs = {id};
+  g.add_node(std::move(n));
+  return id;
+}
+
+inline int add_input(Graph& g, const std::string& name, DType dt, Shape s) {
+  Value v;
+  v.name = name;
+  v.dtype = dt;
+  v.shape = std::move(s);
+  const int id = g.add_value(v);
+  g.inputs().push_back(id);
+  return id;
+}
+
+inline int random_constant(Graph& g, const std::string& name, DType dt, Shape s, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 0.5f);
+  std::vector<float> vals(static_cast<size_t>(numel(s)));
+  for (float& v : vals) v = dist(rng);
+  return g.add_constant(name, Tensor::from_floats(dt, std::move(s), vals));
+}
+
+inline Attributes attrs(std::initializer_list<std::pair<std::string, AttrValue>> kv) {
+  Attributes a;
+  for (const auto& [k, v] : kv) a.set(k, v);
+  return a;
+}
+
+}  // namespace fusetune::testing

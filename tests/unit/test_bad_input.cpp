@@ -1,0 +1,208 @@
+// Bad input: every malformed model gets one clear line naming the culprit and exit code 2 from the
+// real `fusetune` binary; nothing crashes.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "unit/onnx_builder.h"
+
+namespace fusetune {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::kFloat;
+using testing::OnnxBuilder;
+
+struct Outcome {
+  int exit_code = -1;
+  std::string output;
+};
+
+Outcome run_cli(const std::string& args) {
+  const std::string cmd = std::string(FUSETUNE_BINARY) + " " + args + " 2>&1";
+  Outcome o;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return o;
+  std::array<char, 4096> buf{};
+  while (fgets(buf.data(), static_cast<int>(buf.size()), p) != nullptr) o.output += buf.data();
+  const int status = pclose(p);
+  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return o;
+}
+
+class BadInput : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("fusetune_bad_" + std::to_string(::getpid()) + "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Runs `fusetune inspect` on the file and checks: exit 2, one line, mentions every needle.
+  void expect_one_line_error(const fs::path& model, std::initializer_list<std::string> needles) {
+    const Outcome o = run_cli("inspect " + model.string());
+    EXPECT_EQ(o.exit_code, 2) << o.output;
+    EXPECT_EQ(std::count(o.output.begin(), o.output.end(), '\n'), 1) << o.output;
+    EXPECT_EQ(o.output.rfind("fusetune: error: ", 0), 0u) << o.output;
+    for (const std::string& n : needles) EXPECT_NE(o.output.find(n), std::string::npos) << "missing '" << n << "' in: " << o.output;
+  }
+  fs::path write(const std::string& name, const std::string& bytes) {
+    std::ofstream(dir_ / name, std::ios::binary) << bytes;
+    return dir_ / name;
+  }
+  fs::path dir_;
+};
+
+TEST_F(BadInput, NotAnOnnxFile) {
+  expect_one_line_error(write("notes.onnx", "these are my notes, not a model\n"), {"notes.onnx", "not an ONNX model"});
+}
+
+TEST_F(BadInput, MissingFile) { expect_one_line_error(dir_ / "nope.onnx", {"nope.onnx", "not found"}); }
+
+TEST_F(BadInput, TruncatedFile) {
+  std::ifstream in(fs::path(FUSETUNE_SOURCE_DIR) / "tests/data/models/cnn_small/model.onnx", std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_GT(bytes.size(), 1000u);
+  for (size_t cut : {bytes.size() / 2, bytes.size() - 7, size_t{10}}) {
+    SCOPED_TRACE(cut);
+    expect_one_line_error(write("cut.onnx", bytes.substr(0, cut)), {"cut.onnx"});
+  }
+}
+
+TEST_F(BadInput, UnsupportedOpIsListedWithItsNode) {
+  OnnxBuilder b;
+  b.input("x", kFloat, {2}).output("y", kFloat, {2});
+  b.node("Relu", {"x"}, {"r"});
+  b.node("FancyActivation", {"r"}, {"y"}, "my_fancy_node");
+  const fs::path p = dir_ / "fancy.onnx";
+  b.write(p);
+  const Outcome o = run_cli("inspect " + p.string());
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_NE(o.output.find("node 'my_fancy_node': FancyActivation (domain ai.onnx, opset 17)"), std::string::npos) << o.output;
+  const Outcome r = run_cli("run " + p.string() + " --inputs " + dir_.string());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+}
+
+TEST_F(BadInput, MissingExternalDataFile) {
+  OnnxBuilder b;
+  b.input("x", kFloat, {2, 2}).output("y", kFloat, {2, 2});
+  auto* init = b.proto().mutable_graph()->add_initializer();
+  init->set_name("weight");
+  init->set_data_type(kFloat);
+  init->add_dims(2);
+  init->add_dims(2);
+  init->set_data_location(1);
+  auto* e = init->add_external_data();
+  e->set_key("location");
+  e->set_value("weights.bin");
+  b.node("MatMul", {"x", "weight"}, {"y"});
+  b.write(dir_ / "ext.onnx");
+  expect_one_line_error(dir_ / "ext.onnx", {"tensor 'weight'", "weights.bin", "missing"});
+}
+
+TEST_F(BadInput, ExternalDataMayNotLeaveTheModelDirectory) {
+  OnnxBuilder b;
+  b.input("x", kFloat, {2, 2}).output("y", kFloat, {2, 2});
+  auto* init = b.proto().mutable_graph()->add_initializer();
+  init->set_name("weight");
+  init->set_data_type(kFloat);
+  init->add_dims(2);
+  init->add_dims(2);
+  init->set_data_location(1);
+  auto* e = init->add_external_data();
+  e->set_key("location");
+  e->set_value("../../etc/passwd");
+  b.node("MatMul", {"x", "weight"}, {"y"});
+  b.write(dir_ / "escape.onnx");
+  expect_one_line_error(dir_ / "escape.onnx", {"tensor 'weight'", "leaves the model's directory"});
+}
+
+TEST_F(BadInput, InconsistentShapes) {
+  OnnxBuilder b;
+  b.input("a", kFloat, {2, 3}).input("b", kFloat, {4, 5}).output("y", kFloat, {2, 3});
+  b.node("Add", {"a", "b"}, {"y"}, "the_add");
+  b.write(dir_ / "shapes.onnx");
+  expect_one_line_error(dir_ / "shapes.onnx", {"node 'the_add' (Add)", "2x3", "4x5", "do not broadcast"});
+}
+
+TEST_F(BadInput, DeclaredOutputShapeDisagrees) {
+  OnnxBuilder b;
+  b.input("a", kFloat, {2, 3}).output("y", kFloat, {3, 2});
+  b.node("Relu", {"a"}, {"y"});
+  b.write(dir_ / "declared.onnx");
+  expect_one_line_error(dir_ / "declared.onnx", {"output 'y'", "3x2", "2x3", "inconsistent"});
+}
+
+TEST_F(BadInput, NegativeDimension) {
+  OnnxBuilder b;
+  b.input("x", kFloat, {2, 2}).output("y", kFloat, {2, 2});
+  b.proto().mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(1)->set_dim_value(-3);
+  b.node("Relu", {"x"}, {"y"});
+  b.write(dir_ / "neg.onnx");
+  expect_one_line_error(dir_ / "neg.onnx", {"input 'x' dimension 1", "negative"});
+}
+
+TEST_F(BadInput, AbsurdDimension) {
+  OnnxBuilder b;
+  b.input("x", kFloat, {4000000, 4000000, 4000000}).output("y", kFloat, {4000000, 4000000, 4000000});
+  b.node("Relu", {"x"}, {"y"});
+  b.write(dir_ / "huge.onnx");
+  expect_one_line_error(dir_ / "huge.onnx", {"input 'x'", "absurdly large"});
+}
+
+TEST_F(BadInput, AbsurdReshapeTarget) {
+  OnnxBuilder b;
+  b.input("x", kFloat, {2, 2}).output("y", kFloat, {});
+  b.initializer("shape", Tensor::from_ints(DType::kI64, {3}, std::vector<int64_t>{1LL << 40, 1LL << 40, 0}));
+  b.node("Reshape", {"x", "shape"}, {"y"}, "bad_reshape");
+  b.proto().mutable_graph()->mutable_output(0)->clear_type();
+  b.write(dir_ / "reshape.onnx");
+  expect_one_line_error(dir_ / "reshape.onnx", {"node 'bad_reshape' (Reshape)"});
+}
+
+TEST_F(BadInput, CycleIsNamed) {
+  OnnxBuilder b;
+  b.input("x", kFloat, {2}).output("y", kFloat, {2});
+  b.node("Add", {"x", "loop_b"}, {"loop_a"}, "first");
+  b.node("Relu", {"loop_a"}, {"loop_b"}, "second");
+  b.node("Relu", {"loop_b"}, {"y"}, "third");
+  b.write(dir_ / "cycle.onnx");
+  expect_one_line_error(dir_ / "cycle.onnx", {"cycle", "node 'first' (Add)"});
+}
+
+TEST_F(BadInput, DanglingInputIsNamed) {
+  OnnxBuilder b;
+  b.input("x", kFloat, {2}).output("y", kFloat, {2});
+  b.node("Add", {"x", "ghost"}, {"y"}, "adder");
+  b.write(dir_ / "dangling.onnx");
+  expect_one_line_error(dir_ / "dangling.onnx", {"node 'adder' (Add)", "'ghost'", "not produced"});
+}
+
+TEST_F(BadInput, SymbolicDimensionWithoutValueAndWithIt) {
+  OnnxBuilder b;
+  b.input("tokens", kFloat, {1, -1}).output("y", kFloat, {1, -1});
+  b.node("Relu", {"tokens"}, {"y"});
+  b.write(dir_ / "sym.onnx");
+  expect_one_line_error(dir_ / "sym.onnx", {"input 'tokens' dimension 1 ('d1')", "--shape tokens="});
+  const Outcome ok = run_cli("inspect " + (dir_ / "sym.onnx").string() + " --shape tokens=1x7");
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_NE(ok.output.find("tokens  float32 1x7"), std::string::npos) << ok.output;
+  const Outcome bad = run_cli("inspect " + (dir_ / "sym.onnx").string() + " --shape tokens=1xseven");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.output.find("'seven'"), std::string::npos) << bad.output;
+}
+
+TEST_F(BadInput, UnknownOptionIsRefused) {
+  const Outcome o = run_cli("inspect x.onnx --shpae a=1");
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_NE(o.output.find("unknown option --shpae"), std::string::npos) << o.output;
+}
+
+}  // namespace
+}  // namespace fusetune

@@ -1,0 +1,239 @@
+// Import: lowering to the canonical op set, constant folding of shape arithmetic, static shapes,
+// external data, and the rewrites docs/canonical-ops.md promises.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <set>
+
+#include "core/error.h"
+#include "core/ops.h"
+#include "importer/fold_conv_affine.h"
+#include "importer/importer.h"
+#include "reference/compare.h"
+#include "reference/interpreter.h"
+#include "unit/graph_helpers.h"
+#include "unit/onnx_builder.h"
+
+namespace fusetune {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::kFloat;
+using testing::kInt64;
+using testing::OnnxBuilder;
+
+fs::path model_dir(const std::string& name) { return fs::path(FUSETUNE_SOURCE_DIR) / "tests/data/models" / name; }
+
+std::map<std::string, int> histogram(const Graph& g) {
+  std::map<std::string, int> h;
+  for (const Node& n : g.nodes()) ++h[n.op];
+  return h;
+}
+
+Tensor iota_tensor(Shape s, float scale = 0.1f) {
+  std::vector<float> v(static_cast<size_t>(numel(s)));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = scale * static_cast<float>(static_cast<int>(i % 17) - 8);
+  return Tensor::from_floats(DType::kF32, std::move(s), v);
+}
+
+class SmallModels : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SmallModels, ImportToCanonicalOpsOnly) {
+  importer::ImportOptions opt;
+  if (GetParam() == "bert") opt.input_shapes = {{"input_ids", {1, 16}}, {"attention_mask", {1, 16}}};
+  const importer::ImportedModel m = importer::import_onnx(model_dir(GetParam()) / "model.onnx", opt);
+  EXPECT_NO_THROW(m.graph.validate());
+  for (const Node& n : m.graph.nodes()) {
+    EXPECT_NE(find_op(n.op), nullptr) << n.op << " is not canonical";
+    EXPECT_NE(n.op, "Shape");
+  }
+  for (const char* gone : {"Gemm", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", "BatchNormalization",
+                           "Constant", "ConstantOfShape", "Range", "GlobalAveragePool"}) {
+    EXPECT_EQ(histogram(m.graph).count(gone), 0u) << gone;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Import, SmallModels,
+                         ::testing::Values("bert", "cnn_small", "convnext_t", "efficientnet_b0", "mobilenet_v2",
+                                           "nerf_mlp", "resnet_small", "swin_t", "vit"));
+
+TEST(Import, SwinShapeArithmeticFoldsAway) {
+  const importer::ImportedModel m = importer::import_onnx(model_dir("swin_t") / "model.onnx");
+  const auto h = histogram(m.graph);
+  EXPECT_GT(m.onnx.op_histogram.at("Shape"), 10);
+  EXPECT_GT(m.onnx.op_histogram.at("ScatterND"), 0);
+  for (const char* op : {"ScatterND", "Where", "Equal", "Mod", "Not", "Cast"}) EXPECT_EQ(h.count(op), 0u) << op;
+  EXPECT_LT(m.graph.nodes().size(), m.onnx.nodes / 3);
+}
+
+TEST(Import, SymbolicDimensionNeedsAValue) {
+  const fs::path bert = model_dir("bert") / "model.onnx";
+  try {
+    importer::import_onnx(bert);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("input 'input_ids' dimension 0 ('batch')"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("--shape"), std::string::npos) << msg;
+  }
+  importer::ImportOptions opt;
+  opt.input_shapes = {{"input_ids", {1, 5}}, {"attention_mask", {1, 5}}};
+  const importer::ImportedModel m = importer::import_onnx(bert, opt);
+  EXPECT_EQ(m.graph.value(m.graph.outputs()[0]).shape, (Shape{1, 5, 64}));
+}
+
+TEST(Import, GemmBecomesMatMulAndAddWithTheTransposeFolded) {
+  OnnxBuilder b;
+  b.input("a", kFloat, {3, 4}).output("y", kFloat, {3, 5});
+  b.initializer("w", iota_tensor({5, 4})).initializer("c", iota_tensor({5}, 1.0f));
+  auto& n = b.node("Gemm", {"a", "w", "c"}, {"y"});
+  OnnxBuilder::attr_i(n, "transB", 1);
+  OnnxBuilder::attr_f(n, "alpha", 2.0f);
+  const auto m = importer::import_onnx_bytes(b.bytes(), ".");
+  EXPECT_EQ(histogram(m.graph), (std::map<std::string, int>{{"Add", 1}, {"MatMul", 1}}));
+  // y = 2 * a @ w^T + c
+  const Tensor a = iota_tensor({3, 4}, 0.3f);
+  const Tensor y = reference::run_graph(m.graph, std::vector<Tensor>{a})[0];
+  const auto av = a.to_floats(), wv = iota_tensor({5, 4}).to_floats(), cv = iota_tensor({5}, 1.0f).to_floats();
+  std::vector<float> want(15);
+  for (int i = 0; i < 3; ++i) {
+    for (int j = 0; j < 5; ++j) {
+      float s = 0;
+      for (int k = 0; k < 4; ++k) s += av[i * 4 + k] * wv[j * 4 + k];
+      want[i * 5 + j] = 2 * s + cv[j];
+    }
+  }
+  EXPECT_TRUE(reference::compare(y, Tensor::from_floats(DType::kF32, {3, 5}, want), {1e-5, 1e-6, 0}).ok);
+}
+
+TEST(Import, BatchNormFoldsIntoThePrecedingConv) {
+  OnnxBuilder b;
+  b.input("x", kFloat, {1, 2, 5, 5}).output("y", kFloat, {1, 3, 5, 5});
+  b.initializer("w", iota_tensor({3, 2, 3, 3})).initializer("bias", iota_tensor({3}, 1.0f));
+  b.initializer("scale", iota_tensor({3}, 0.7f)).initializer("shift", iota_tensor({3}, 0.2f));
+  b.initializer("mean", iota_tensor({3}, 0.05f));
+  b.initializer("var", Tensor::from_floats(DType::kF32, {3}, std::vector<float>{0.5f, 1.5f, 2.0f}));
+  OnnxBuilder::attr_ints(b.node("Conv", {"x", "w", "bias"}, {"c"}), "pads", {1, 1, 1, 1});
+  b.node("BatchNormalization", {"c", "scale", "shift", "mean", "var"}, {"y"});
+  const auto m = importer::import_onnx_bytes(b.bytes(), ".");
+  EXPECT_EQ(histogram(m.graph), (std::map<std::string, int>{{"Conv", 1}}));
+
+  // The same model without the fold (BatchNormalization after a Relu stays a Mul + Add) agrees.
+  OnnxBuilder u;
+  u.input("x", kFloat, {1, 2, 5, 5}).output("y", kFloat, {1, 3, 5, 5});
+  for (const auto& init : b.proto().graph().initializer()) *u.proto().mutable_graph()->add_initializer() = init;
+  OnnxBuilder::attr_ints(u.node("Conv", {"x", "w", "bias"}, {"c"}), "pads", {1, 1, 1, 1});
+  u.node("Identity", {"c"}, {"c2"});
+  u.node("BatchNormalization", {"c2", "scale", "shift", "mean", "var"}, {"y"});
+  Graph unfolded = importer::import_onnx_bytes(u.bytes(), ".").graph;
+  const Tensor x = iota_tensor({1, 2, 5, 5}, 0.37f);
+  const Tensor want = reference::run_graph(m.graph, std::vector<Tensor>{x})[0];
+  const Tensor got = reference::run_graph(unfolded, std::vector<Tensor>{x})[0];
+  EXPECT_TRUE(reference::compare(got, want, {1e-5, 1e-6, 0}).ok);
+}
+
+TEST(Import, AffineAfterConvWithOtherUsesIsKept) {
+  Graph g;
+  const int x = testing::add_input(g, "x", DType::kF32, {1, 2, 4, 4});
+  const int w = testing::random_constant(g, "w", DType::kF32, {3, 2, 1, 1}, 3);
+  const int c = testing::add_op(g, "Conv", {x, w}, testing::attrs({{"group", int64_t{1}}}));
+  const int s = testing::random_constant(g, "s", DType::kF32, {3, 1, 1}, 4);
+  const int y = testing::add_op(g, "Mul", {c, s});
+  g.outputs() = {y, c};  // the conv output is also a model output: folding would change it
+  EXPECT_EQ(importer::fold_conv_affine(g), 0);
+  EXPECT_EQ(g.nodes().size(), 2u);
+}
+
+TEST(Import, ViewOpsBecomeReshapeAndIdentitiesVanish) {
+  OnnxBuilder b;
+  b.input("x", kFloat, {2, 1, 3, 4}).output("y", kFloat, {2, 12});
+  b.initializer("axes", Tensor::from_ints(DType::kI64, {1}, std::vector<int64_t>{1}));
+  b.node("Squeeze", {"x", "axes"}, {"s"});
+  b.node("Identity", {"s"}, {"i"});
+  b.node("Dropout", {"i"}, {"d"});
+  b.node("Unsqueeze", {"d", "axes"}, {"u"});
+  b.node("Flatten", {"u"}, {"y"});
+  const auto m = importer::import_onnx_bytes(b.bytes(), ".");
+  EXPECT_EQ(histogram(m.graph), (std::map<std::string, int>{{"Reshape", 1}}));
+}
+
+TEST(Import, ExternalDataIsReadRelativeToTheModel) {
+  const fs::path dir = fs::temp_directory_path() / ("fusetune_ext_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const Tensor w = iota_tensor({4, 4});
+  {
+    std::ofstream out(dir / "weights.bin", std::ios::binary);
+    out.write("PAD!", 4);
+    out.write(reinterpret_cast<const char*>(w.data()), static_cast<std::streamsize>(w.nbytes()));
+  }
+  OnnxBuilder b;
+  b.input("x", kFloat, {2, 4}).output("y", kFloat, {2, 4});
+  auto* init = b.proto().mutable_graph()->add_initializer();
+  init->set_name("w");
+  init->set_data_type(kFloat);
+  init->add_dims(4);
+  init->add_dims(4);
+  init->set_data_location(1);
+  for (auto [k, v] : {std::pair{"location", "weights.bin"}, {"offset", "4"}, {"length", "64"}}) {
+    auto* e = init->add_external_data();
+    e->set_key(k);
+    e->set_value(v);
+  }
+  b.node("MatMul", {"x", "w"}, {"y"});
+  b.write(dir / "model.onnx");
+  const auto m = importer::import_onnx(dir / "model.onnx");
+  bool found = false;
+  for (const Value& v : m.graph.values()) {
+    if (v.is_constant() && v.name == "w") {
+      EXPECT_EQ(*v.data, w);
+      found = true;
+    }
+  }
+  EXPECT_TRUE(found);
+  fs::remove_all(dir);
+}
+
+TEST(Import, OldSoftmaxCoercesToTwoDimensions) {
+  OnnxBuilder b(11);
+  b.input("x", kFloat, {2, 3, 4}).output("y", kFloat, {2, 3, 4});
+  OnnxBuilder::attr_i(b.node("Softmax", {"x"}, {"y"}), "axis", 1);
+  const auto m = importer::import_onnx_bytes(b.bytes(), ".");
+  const Tensor x = iota_tensor({2, 3, 4});
+  const Tensor y = reference::run_graph(m.graph, std::vector<Tensor>{x})[0];
+  const auto v = y.to_floats();
+  for (int n = 0; n < 2; ++n) {  // opset 11: each batch row of 12 sums to one
+    float s = 0;
+    for (int i = 0; i < 12; ++i) s += v[n * 12 + i];
+    EXPECT_NEAR(s, 1.0f, 1e-5f);
+  }
+}
+
+TEST(Import, Float16ModelsComputeThroughFloat) {
+  OnnxBuilder b;
+  b.input("x", 10, {4}).output("y", 10, {4});
+  b.node("Sqrt", {"x"}, {"y"});
+  const auto m = importer::import_onnx_bytes(b.bytes(), ".");
+  const Tensor x = Tensor::from_floats(DType::kF16, {4}, std::vector<float>{1, 4, 9, 2});
+  const Tensor y = reference::run_graph(m.graph, std::vector<Tensor>{x})[0];
+  EXPECT_EQ(y.dtype(), DType::kF16);
+  EXPECT_EQ(y.to_floats(), (std::vector<float>{1, 2, 3, half_to_float(float_to_half(1.41421356f))}));
+}
+
+TEST(Import, ShapeSubgraphOnAnInputFolds) {
+  // y = Reshape(x, Concat(Shape(x)[0:1], [-1])): the shape is computed in the graph.
+  OnnxBuilder b;
+  b.input("x", kFloat, {3, 2, 2}).output("y", kFloat, {3, 4});
+  b.initializer("minus1", Tensor::from_ints(DType::kI64, {1}, std::vector<int64_t>{-1}));
+  b.initializer("zero", Tensor::from_ints(DType::kI64, {1}, std::vector<int64_t>{0}));
+  b.initializer("one", Tensor::from_ints(DType::kI64, {1}, std::vector<int64_t>{1}));
+  b.node("Shape", {"x"}, {"s"});
+  b.node("Slice", {"s", "zero", "one"}, {"batch"});
+  OnnxBuilder::attr_i(b.node("Concat", {"batch", "minus1"}, {"target"}), "axis", 0);
+  b.node("Reshape", {"x", "target"}, {"y"});
+  const auto m = importer::import_onnx_bytes(b.bytes(), ".");
+  EXPECT_EQ(histogram(m.graph), (std::map<std::string, int>{{"Reshape", 1}}));
+  EXPECT_GE(m.folded, 2u);
+}
+
+}  // namespace
+}  // namespace fusetune
