@@ -726,7 +726,10 @@ void resize(NodeLowering& L) {
     check(scales.size() == r, "scales has ", scales.size(), " entries for rank ", r);
     for (size_t d = 0; d < r; ++d) {
       check(scales[d] > 0, "scale of axis ", d, " is not positive");
-      sizes.push_back(static_cast<int64_t>(std::floor(static_cast<double>(in[d]) * scales[d])));
+      const double extent = std::floor(static_cast<double>(in[d]) * scales[d]);
+      check(extent <= static_cast<double>(kMaxElements), "scale ", scales[d], " of axis ", d,
+            " makes the output absurdly large");
+      sizes.push_back(static_cast<int64_t>(extent));
     }
   } else {
     check(sizes.size() == r, "sizes has ", sizes.size(), " entries for rank ", r);

@@ -45,7 +45,8 @@ class NodeLowering {
   bool has_input(size_t k) const { return k < inputs_.size() && inputs_[k] != kNoValue; }
   int input(size_t k) const;
   const Value& val(size_t k) const { return b_.value(input(k)); }
-  const Shape& shape(size_t k) const { return val(k).shape; }
+  // By value: emitting nodes may reallocate the graph's values and invalidate references.
+  Shape shape(size_t k) const { return val(k).shape; }
   int64_t rank(size_t k) const { return static_cast<int64_t>(val(k).shape.size()); }
   // A constant input's values; throws Error if the input is not constant after folding.
   const Tensor& const_input(size_t k, const char* what) const;
