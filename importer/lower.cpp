@@ -413,7 +413,9 @@ void conv(NodeLowering& L) {
   check(L.rank(0) >= 3, "input must be at least 3-D (N, C, spatial...), got ", shape_str(L.shape(0)));
   const size_t sp = static_cast<size_t>(L.rank(0) - 2);
   check(L.rank(1) == L.rank(0), "weight of shape ", shape_str(L.shape(1)), " does not match input rank");
-  const std::vector<int64_t> kernel(L.shape(1).begin() + 2, L.shape(1).end());
+  const Shape w_shape = L.shape(1);
+  const Shape x_shape = L.shape(0);
+  const std::vector<int64_t> kernel(w_shape.begin() + 2, w_shape.end());
   if (L.has_attr("kernel_shape")) check(L.attr_ints("kernel_shape") == kernel, "kernel_shape disagrees with the weight");
   const auto strides = L.attr_ints("strides", std::vector<int64_t>(sp, 1));
   const auto dil = L.attr_ints("dilations", std::vector<int64_t>(sp, 1));
@@ -421,7 +423,7 @@ void conv(NodeLowering& L) {
   Attributes a;
   a.set("strides", strides);
   a.set("dilations", dil);
-  a.set("pads", window_pads(L, Shape(L.shape(0).begin() + 2, L.shape(0).end()), kernel, strides, dil));
+  a.set("pads", window_pads(L, Shape(x_shape.begin() + 2, x_shape.end()), kernel, strides, dil));
   a.set("group", L.attr_i("group", 1));
   std::vector<int> ins = {L.input(0), L.input(1)};
   if (L.has_input(2)) ins.push_back(L.input(2));
@@ -441,7 +443,8 @@ void pool(NodeLowering& L) {
   a.set("kernel_shape", kernel);
   a.set("strides", strides);
   a.set("dilations", dil);
-  a.set("pads", window_pads(L, Shape(L.shape(0).begin() + 2, L.shape(0).end()), kernel, strides, dil));
+  const Shape x_shape = L.shape(0);
+  a.set("pads", window_pads(L, Shape(x_shape.begin() + 2, x_shape.end()), kernel, strides, dil));
   a.set("ceil_mode", L.attr_i("ceil_mode", 0));
   if (L.op() == "AveragePool") a.set("count_include_pad", L.attr_i("count_include_pad", 0));
   L.set_output(0, L.emit(L.op(), {L.input(0)}, a));
@@ -473,7 +476,9 @@ void reshape(NodeLowering& L) {
       continue;
     }
     check(target[i] >= 0, "shape entry ", i, " is ", target[i]);
-    known *= target[i] == 0 ? 1 : target[i];
+    const int64_t d = target[i] == 0 ? 1 : target[i];
+    check(d <= kMaxElements && known <= kMaxElements / d, "shape ", shape_str(target), " is absurdly large");
+    known *= d;
   }
   if (infer_at >= 0) {
     const int64_t total = numel(in);
