@@ -1,0 +1,47 @@
+// Device: what the planner knows of a target GPU, read from a JSON description
+// (planner/devices/*.json, compiled in; or any file of the same form).
+//
+// find_device("h100") returns a built-in description; load_device(path) reads a file. Both
+// validate every field (present, positive, consistent) and throw Error naming the device and field.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace fusetune::planner {
+
+struct Device {
+  std::string name;
+  std::string description;
+  std::string arch;  // "sm_90"
+  int compute_capability = 0;
+  int sms = 0;
+  int warp_size = 32;
+  int max_threads_per_block = 0;
+  int max_threads_per_sm = 0;
+  int max_blocks_per_sm = 0;
+  int registers_per_sm = 0;
+  int max_registers_per_thread = 0;
+  int64_t shared_memory_per_sm = 0;
+  int64_t shared_memory_per_block = 0;
+  int64_t shared_memory_per_block_optin = 0;
+  int64_t l2_bytes = 0;
+  int64_t dram_bytes = 0;
+  double dram_bandwidth_gbps = 0;
+  double l2_bandwidth_gbps = 0;
+  double shared_bandwidth_gbps_per_sm = 0;
+  int sector_bytes = 32;
+  int cache_line_bytes = 128;
+  double fp32_tflops = 0;
+  double fp16_tensor_tflops = 0;
+  int clock_mhz = 0;
+};
+
+Device parse_device(const std::string& json_text, const std::string& label);
+Device load_device(const std::filesystem::path& path);
+Device find_device(const std::string& name);
+std::vector<std::string> builtin_device_names();
+
+}  // namespace fusetune::planner
