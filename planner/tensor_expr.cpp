@@ -354,10 +354,20 @@ ExprClass classify(const Graph& g, const Node& n, const TensorExpr& e) {
 
 std::vector<std::vector<Interval>> input_regions(const Graph& g, const Node& n, const TensorExpr& e,
                                                  const std::vector<Interval>& out_tile) {
+  std::vector<Interval> full;
+  for (int64_t r : e.reduce_extents) full.push_back({0, r - 1});
+  return input_regions(g, n, e, out_tile, full);
+}
+
+std::vector<std::vector<Interval>> input_regions(const Graph& g, const Node& n, const TensorExpr& e,
+                                                 const std::vector<Interval>& out_tile,
+                                                 const std::vector<Interval>& reduce_tile) {
   check(out_tile.size() == e.out_shape.size(), "tile of rank ", out_tile.size(), " for an output of rank ",
         e.out_shape.size());
+  check(reduce_tile.size() == e.reduce_extents.size(), "reduction tile of rank ", reduce_tile.size(), " for ",
+        e.reduce_extents.size(), " reduction axes");
   std::vector<Interval> vars = out_tile;
-  for (int64_t r : e.reduce_extents) vars.push_back({0, r - 1});
+  vars.insert(vars.end(), reduce_tile.begin(), reduce_tile.end());
   std::vector<std::vector<Interval>> regions(n.inputs.size());
   for (size_t k = 0; k < n.inputs.size(); ++k) {
     if (n.inputs[k] != kNoValue) regions[k].assign(g.value(n.inputs[k]).shape.size(), Interval{0, -1});

@@ -50,5 +50,10 @@ ExprClass classify(const Graph& g, const Node& n, const TensorExpr& e);
 // whose guarded accesses all fall outside it, gets empty intervals.
 std::vector<std::vector<Interval>> input_regions(const Graph& g, const Node& n, const TensorExpr& e,
                                                  const std::vector<Interval>& out_tile);
+// The same with the reduction variables restricted (one interval per reduction axis), e.g. to
+// one step of a contraction's reduction loop.
+std::vector<std::vector<Interval>> input_regions(const Graph& g, const Node& n, const TensorExpr& e,
+                                                 const std::vector<Interval>& out_tile,
+                                                 const std::vector<Interval>& reduce_tile);
 
 }  // namespace fusetune::planner

@@ -15,6 +15,8 @@ constexpr const char* kUsage =
     "commands:\n"
     "  inspect MODEL.onnx [--shape NAME=DxD...] [--json]\n"
     "      op histograms, unsupported ops, FLOPs, parameters, unfused vs minimum DRAM traffic\n"
+    "  plan MODEL.onnx --device NAME|--device-file PATH [--shape NAME=DxD...] [--top-k K] [--json] [--no-fusion]\n"
+    "      fusion groups, kernel launches, best modeled tile candidate per group, modeled DRAM traffic\n"
     "  run MODEL.onnx --inputs DIR [--out DIR] [--rtol R] [--atol A] [--shape NAME=DxD...]\n"
     "      run on the reference interpreter; compare with DIR/output_N.pb if present\n";
 
@@ -30,6 +32,7 @@ int main(int argc, char** argv) {
   args.erase(args.begin());
   try {
     if (cmd == "inspect") return fusetune::cli::cmd_inspect(args);
+    if (cmd == "plan") return fusetune::cli::cmd_plan(args);
     if (cmd == "run") return fusetune::cli::cmd_run(args);
     std::fprintf(stderr, "fusetune: error: unknown command '%s'\n%s", cmd.c_str(), kUsage);
     return 2;

@@ -1,0 +1,473 @@
+#include "planner/fusion.h"
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <set>
+
+#include "core/error.h"
+#include "core/ops.h"
+#include "planner/tensor_expr.h"
+
+namespace fusetune::planner {
+
+namespace {
+
+enum class Role { kLight, kReduction, kContraction };
+
+Role role_of(const Node& n) {
+  switch (find_op(n.op)->kind) {
+    case OpKind::kContraction: return Role::kContraction;
+    case OpKind::kReduction:
+    case OpKind::kNormalization:
+    case OpKind::kPooling: return Role::kReduction;
+    default: return Role::kLight;
+  }
+}
+
+// The partition under construction: groups of node ids with union-find style ownership.
+class Partition {
+ public:
+  explicit Partition(const Graph& g) : g_(g), group_of_(g.nodes().size()), members_(g.nodes().size()) {
+    const std::vector<int> prod = g.producers();
+    producer_ = prod;
+    consumers_.resize(g.values().size());
+    for (size_t n = 0; n < g.nodes().size(); ++n) {
+      group_of_[n] = static_cast<int>(n);
+      members_[n] = {static_cast<int>(n)};
+      for (int in : g.nodes()[n].inputs) {
+        if (in != kNoValue) consumers_[static_cast<size_t>(in)].push_back(static_cast<int>(n));
+      }
+    }
+    for (int o : g.outputs()) graph_output_.insert(o);
+  }
+
+  int group(int node) const { return group_of_[static_cast<size_t>(node)]; }
+  const std::vector<int>& members(int group) const { return members_[static_cast<size_t>(group)]; }
+  const std::vector<int>& consumers(int value) const { return consumers_[static_cast<size_t>(value)]; }
+  int producer(int value) const { return producer_[static_cast<size_t>(value)]; }
+  bool is_graph_output(int value) const { return graph_output_.count(value) != 0; }
+
+  int count(int group, Role r) const {
+    int c = 0;
+    for (int n : members(group)) c += role_of(g_.nodes()[static_cast<size_t>(n)]) == r ? 1 : 0;
+    return c;
+  }
+
+  // Groups that read a value produced by `group`.
+  std::set<int> successors(int group) const {
+    std::set<int> out;
+    for (int n : members(group)) {
+      for (int v : g_.nodes()[static_cast<size_t>(n)].outputs) {
+        for (int c : consumers(v)) {
+          if (this->group(c) != group) out.insert(this->group(c));
+        }
+      }
+    }
+    return out;
+  }
+
+  // True if merging a and b keeps the group graph acyclic (no path between them through a third
+  // group) and leaves the group one sink: a single node whose result no other member reads, the
+  // node the group's tiles are computed for.
+  bool can_merge(int a, int b) const {
+    if (reaches_through_other(a, b) || reaches_through_other(b, a)) return false;
+    std::set<int> both(members(a).begin(), members(a).end());
+    both.insert(members(b).begin(), members(b).end());
+    int sinks = 0;
+    for (int n : both) {
+      bool read_inside = false;
+      for (int c : consumers(g_.nodes()[static_cast<size_t>(n)].outputs[0])) read_inside = read_inside || both.count(c);
+      sinks += read_inside ? 0 : 1;
+    }
+    return sinks == 1;
+  }
+
+  void merge(int a, int b) {
+    if (a == b) return;
+    if (a > b) std::swap(a, b);
+    for (int n : members_[static_cast<size_t>(b)]) group_of_[static_cast<size_t>(n)] = a;
+    auto& ma = members_[static_cast<size_t>(a)];
+    ma.insert(ma.end(), members_[static_cast<size_t>(b)].begin(), members_[static_cast<size_t>(b)].end());
+    std::sort(ma.begin(), ma.end());
+    members_[static_cast<size_t>(b)].clear();
+  }
+
+  std::vector<int> live_groups() const {
+    std::vector<int> out;
+    for (size_t k = 0; k < members_.size(); ++k) {
+      if (!members_[k].empty()) out.push_back(static_cast<int>(k));
+    }
+    return out;
+  }
+
+ private:
+  bool reaches_through_other(int from, int to) const {
+    std::vector<int> stack;
+    std::set<int> seen;
+    for (int s : successors(from)) {
+      if (s != to) stack.push_back(s);
+    }
+    while (!stack.empty()) {
+      const int x = stack.back();
+      stack.pop_back();
+      if (!seen.insert(x).second) continue;
+      for (int s : successors(x)) {
+        if (s == to) return true;
+        stack.push_back(s);
+      }
+    }
+    return false;
+  }
+
+  const Graph& g_;
+  std::vector<int> group_of_;
+  std::vector<std::vector<int>> members_;
+  std::vector<int> producer_;
+  std::vector<std::vector<int>> consumers_;
+  std::set<int> graph_output_;
+};
+
+bool is_light(const Node& n) { return role_of(n) == Role::kLight; }
+
+// Merges a and b if that keeps the group graph acyclic and, with a cost function, does not lose.
+bool try_merge(Partition& p, int a, int b, const FusionOptions& opt) {
+  if (!p.can_merge(a, b)) return false;
+  if (opt.cost) {
+    std::vector<int> both = p.members(a);
+    both.insert(both.end(), p.members(b).begin(), p.members(b).end());
+    std::sort(both.begin(), both.end());
+    if (opt.cost(both) > opt.cost(p.members(a)) + opt.cost(p.members(b))) return false;
+  }
+  p.merge(a, b);
+  return true;
+}
+
+bool light_group(const Partition& p, int grp) {
+  return p.count(grp, Role::kContraction) + p.count(grp, Role::kReduction) == 0;
+}
+
+// Values a group reads from other groups (not constants, not graph inputs).
+std::vector<int> external_reads(const Graph& g, const Partition& p, int grp) {
+  std::vector<int> out;
+  for (int n : p.members(grp)) {
+    for (int in : g.nodes()[static_cast<size_t>(n)].inputs) {
+      if (in == kNoValue || p.producer(in) < 0 || p.group(p.producer(in)) == grp) continue;
+      if (std::find(out.begin(), out.end(), in) == out.end()) out.push_back(in);
+    }
+  }
+  return out;
+}
+
+// Every use of `value` is inside group `grp`, and it is not a graph output.
+bool used_only_by(const Partition& p, int value, int grp) {
+  if (p.is_graph_output(value)) return false;
+  const auto& c = p.consumers(value);
+  return !c.empty() && std::all_of(c.begin(), c.end(), [&](int x) { return p.group(x) == grp; });
+}
+
+// Light nodes join the light group of a producer whose result they are the only users of, so
+// chains like GELU's (Div, Erf, Add, Mul, Mul, reading their input twice) become one group.
+bool cluster_light(const Graph& g, Partition& p) {
+  bool changed = false;
+  for (size_t n = 0; n < g.nodes().size(); ++n) {
+    if (!is_light(g.nodes()[n])) continue;
+    const int grp = p.group(static_cast<int>(n));
+    for (int v : external_reads(g, p, grp)) {
+      const int pg = p.group(p.producer(v));
+      if (!light_group(p, pg)) continue;
+      // All users of v are in this group or the producer's: merging makes v internal.
+      const auto& c = p.consumers(v);
+      const bool internal = !p.is_graph_output(v) && std::all_of(c.begin(), c.end(), [&](int x) {
+        return p.group(x) == grp || p.group(x) == pg;
+      });
+      if (internal && p.can_merge(pg, grp)) {
+        p.merge(pg, grp);
+        changed = true;
+        break;
+      }
+    }
+  }
+  return changed;
+}
+
+// A light group joins the group that produces a value only it reads (bias, activation, residual,
+// scale, transposes after a contraction or reduction), preferring a producer with an anchor.
+bool epilogue_pass(const Graph& g, Partition& p) {
+  bool changed = false;
+  for (int grp : p.live_groups()) {
+    if (p.members(grp).empty() || !light_group(p, grp)) continue;
+    int best = -1, best_rank = -1;
+    for (int v : external_reads(g, p, grp)) {
+      if (!used_only_by(p, v, grp)) continue;
+      const int pg = p.group(p.producer(v));
+      const int rank = p.count(pg, Role::kContraction) * 2 + p.count(pg, Role::kReduction);
+      if (rank > best_rank) {
+        best = pg;
+        best_rank = rank;
+      }
+    }
+    if (best >= 0 && p.can_merge(best, grp)) {
+      p.merge(best, grp);
+      changed = true;
+    }
+  }
+  return changed;
+}
+
+// A light group whose results are all read by one other group joins it (element-wise chains into
+// reductions and contractions, transposes into index maps).
+bool prologue_pass(const Graph& g, Partition& p, const FusionOptions& opt) {
+  bool changed = false;
+  const std::vector<int> groups = p.live_groups();
+  for (auto it = groups.rbegin(); it != groups.rend(); ++it) {
+    const int grp = *it;
+    if (p.members(grp).empty() || !light_group(p, grp)) continue;
+    int target = -1;
+    bool ok = true;
+    for (int m : p.members(grp)) {
+      for (int v : g.nodes()[static_cast<size_t>(m)].outputs) {
+        if (p.is_graph_output(v)) ok = false;
+        for (int c : p.consumers(v)) {
+          const int cg = p.group(c);
+          if (cg == grp) continue;
+          if (target >= 0 && cg != target) ok = false;
+          target = cg;
+        }
+      }
+    }
+    if (ok && target >= 0 && try_merge(p, grp, target, opt)) changed = true;
+  }
+  return changed;
+}
+
+// The innermost reduced extent of a reduction node whose reduced axes are the trailing ones,
+// or 0 if it reduces any other axis.
+int64_t trailing_row(const Graph& g, const Node& n) {
+  const TensorExpr e = describe(g, n);
+  if (e.reduce_extents.empty() || find_op(n.op)->kind == OpKind::kPooling) return 0;
+  const Shape& in = g.value(n.inputs[0]).shape;
+  const int64_t r = static_cast<int64_t>(in.size());
+  std::vector<int64_t> axes;
+  if (n.attrs.has("axes")) {
+    axes = n.attrs.ints("axes");
+  } else {
+    const int64_t axis = normalize_axis(n.attrs.i("axis", -1), r, "axis");
+    for (int64_t a = axis; a < (n.op == "LayerNormalization" ? r : axis + 1); ++a) axes.push_back(a);
+  }
+  std::sort(axes.begin(), axes.end());
+  int64_t row = 1;
+  for (size_t k = 0; k < axes.size(); ++k) {
+    if (axes[axes.size() - 1 - k] != r - 1 - static_cast<int64_t>(k)) return 0;
+    row *= in[static_cast<size_t>(axes[axes.size() - 1 - k])];
+  }
+  return row;
+}
+
+void stitch_pass(const Graph& g, Partition& p, const FusionOptions& opt) {
+  for (size_t n = 0; n < g.nodes().size(); ++n) {
+    const Node& node = g.nodes()[n];
+    const Role role = role_of(node);
+    if (role == Role::kLight) continue;
+    const int me = p.group(static_cast<int>(n));
+    const int in0 = node.inputs[0];
+    if (in0 == kNoValue || p.producer(in0) < 0) continue;
+    const int pg = p.group(p.producer(in0));
+    if (pg == me) continue;
+    const int contractions = p.count(pg, Role::kContraction) + p.count(me, Role::kContraction);
+    if (role == Role::kReduction) {
+      // A row reduction (softmax, layer norm) after a group that produces its rows.
+      const int64_t row = trailing_row(g, node);
+      if (row == 0 || row > opt.max_row || contractions > 2) continue;
+      if (p.count(pg, Role::kReduction) + p.count(me, Role::kReduction) > 3) continue;
+    } else {
+      // A contraction whose left operand is a row-normalized result (attention's P @ V).
+      if (node.op != "MatMul" || p.count(pg, Role::kReduction) == 0 || contractions > 2) continue;
+      const Shape& a = g.value(in0).shape;
+      if (a.empty() || a.back() > opt.max_row) continue;
+    }
+    try_merge(p, pg, me, opt);
+  }
+}
+
+}  // namespace
+
+void describe_group(const Graph& g, FusionGroup& group) {
+  std::set<int> in_group(group.nodes.begin(), group.nodes.end());
+  std::set<int> produced;
+  for (int n : group.nodes) {
+    for (int o : g.nodes()[static_cast<size_t>(n)].outputs) produced.insert(o);
+  }
+  group.inputs.clear();
+  group.outputs.clear();
+  std::set<int> outside_uses;
+  for (size_t k = 0; k < g.nodes().size(); ++k) {
+    if (in_group.count(static_cast<int>(k))) continue;
+    for (int in : g.nodes()[k].inputs) {
+      if (produced.count(in)) outside_uses.insert(in);
+    }
+  }
+  for (int o : g.outputs()) {
+    if (produced.count(o)) outside_uses.insert(o);
+  }
+  std::string anchors, light;
+  for (int n : group.nodes) {
+    const Node& node = g.nodes()[static_cast<size_t>(n)];
+    for (int in : node.inputs) {
+      if (in != kNoValue && !produced.count(in) &&
+          std::find(group.inputs.begin(), group.inputs.end(), in) == group.inputs.end()) {
+        group.inputs.push_back(in);
+      }
+    }
+    for (int o : node.outputs) {
+      if (outside_uses.count(o)) group.outputs.push_back(o);
+    }
+    if (role_of(node) != Role::kLight) anchors += (anchors.empty() ? "" : "+") + node.op;
+  }
+  if (anchors.empty()) {
+    std::map<std::string, int> ops;
+    for (int n : group.nodes) ++ops[g.nodes()[static_cast<size_t>(n)].op];
+    for (const auto& [op, c] : ops) light += (light.empty() ? "" : ",") + op;
+    group.pattern = "light(" + light + ")";
+  } else {
+    group.pattern = anchors;
+    const size_t extra = group.nodes.size() - static_cast<size_t>(std::count(anchors.begin(), anchors.end(), '+') + 1);
+    if (extra > 0) group.pattern += " (+" + std::to_string(extra) + " fused)";
+  }
+}
+
+int FusionPlan::launches() const {
+  std::set<int> ids;
+  for (const FusionGroup& gr : groups) ids.insert(gr.launch);
+  return static_cast<int>(ids.size());
+}
+
+namespace {
+
+// Orders groups topologically (by their first node, then dependencies) and numbers launches.
+FusionPlan finish(const Graph& g, const Partition& p) {
+  FusionPlan plan;
+  std::vector<int> live = p.live_groups();
+  std::map<int, size_t> index;
+  for (int grp : live) {
+    FusionGroup fg;
+    fg.nodes = p.members(grp);
+    describe_group(g, fg);
+    index[grp] = plan.groups.size();
+    plan.groups.push_back(std::move(fg));
+  }
+  // Kahn over group dependencies; ties by first node id keep the order deterministic.
+  const size_t ng = plan.groups.size();
+  std::vector<std::set<size_t>> deps(ng);
+  const std::vector<int> prod = g.producers();
+  for (size_t k = 0; k < ng; ++k) {
+    for (int in : plan.groups[k].inputs) {
+      if (prod[static_cast<size_t>(in)] >= 0) deps[k].insert(index.at(p.group(prod[static_cast<size_t>(in)])));
+    }
+  }
+  std::vector<size_t> order;
+  std::vector<bool> done(ng, false);
+  while (order.size() < ng) {
+    size_t pick = ng;
+    for (size_t k = 0; k < ng; ++k) {
+      if (done[k]) continue;
+      bool ready = std::all_of(deps[k].begin(), deps[k].end(), [&](size_t d) { return done[d]; });
+      if (ready && (pick == ng || plan.groups[k].nodes.front() < plan.groups[pick].nodes.front())) pick = k;
+    }
+    check(pick < ng, "fusion produced a cycle between groups");
+    done[pick] = true;
+    order.push_back(pick);
+  }
+  FusionPlan sorted;
+  for (size_t k : order) sorted.groups.push_back(plan.groups[k]);
+  for (size_t k = 0; k < sorted.groups.size(); ++k) sorted.groups[k].launch = static_cast<int>(k);
+  return sorted;
+}
+
+}  // namespace
+
+// Packs independent groups into shared launches: sibling contractions that read the same
+// non-constant input, and small groups that are ready at the same point.
+void pack_launches(const Graph& g, FusionPlan& plan, const FusionOptions& opt) {
+  for (size_t k = 0; k < plan.groups.size(); ++k) plan.groups[k].launch = static_cast<int>(k);
+  if (!opt.pack) return;
+  const std::vector<int> prod = g.producers();
+  std::map<int, size_t> group_of_value;
+  for (size_t k = 0; k < plan.groups.size(); ++k) {
+    for (int n : plan.groups[k].nodes) {
+      for (int o : g.nodes()[static_cast<size_t>(n)].outputs) group_of_value[o] = k;
+    }
+  }
+  // depth: a group can share a launch with another of the same depth (no path between them).
+  std::vector<int> depth(plan.groups.size(), 0);
+  for (size_t k = 0; k < plan.groups.size(); ++k) {
+    for (int in : plan.groups[k].inputs) {
+      if (auto it = group_of_value.find(in); it != group_of_value.end()) depth[k] = std::max(depth[k], depth[it->second] + 1);
+    }
+  }
+  auto first_nonconst_input = [&](const FusionGroup& fg) {
+    for (int in : fg.inputs) {
+      if (!g.value(in).is_constant()) return in;
+    }
+    return kNoValue;
+  };
+  auto is_small = [&](const FusionGroup& fg) {
+    int64_t elems = 0;
+    for (int o : fg.outputs) elems += numel(g.value(o).shape);
+    return elems <= opt.small_group_elements;
+  };
+  auto has_contraction = [&](const FusionGroup& fg) {
+    return std::any_of(fg.nodes.begin(), fg.nodes.end(),
+                       [&](int n) { return role_of(g.nodes()[static_cast<size_t>(n)]) == Role::kContraction; });
+  };
+  for (size_t a = 0; a < plan.groups.size(); ++a) {
+    for (size_t b = a + 1; b < plan.groups.size(); ++b) {
+      if (depth[a] != depth[b] || plan.groups[b].launch != static_cast<int>(b)) continue;
+      const bool siblings = has_contraction(plan.groups[a]) && has_contraction(plan.groups[b]) &&
+                            first_nonconst_input(plan.groups[a]) != kNoValue &&
+                            first_nonconst_input(plan.groups[a]) == first_nonconst_input(plan.groups[b]);
+      const bool small = is_small(plan.groups[a]) && is_small(plan.groups[b]);
+      if (siblings || small) plan.groups[b].launch = plan.groups[a].launch;
+    }
+  }
+  // Renumber launches densely in order of first appearance.
+  std::map<int, int> renumber;
+  for (FusionGroup& fg : plan.groups) {
+    auto [it, fresh] = renumber.emplace(fg.launch, static_cast<int>(renumber.size()));
+    fg.launch = it->second;
+  }
+}
+
+FusionPlan fuse(const Graph& g, const FusionOptions& options) {
+  Partition p(g);
+  if (options.epilogue || options.prologue) {
+    while (cluster_light(g, p)) {
+    }
+  }
+  if (options.epilogue) {
+    while (epilogue_pass(g, p)) {
+    }
+  }
+  if (options.prologue) {
+    while (prologue_pass(g, p, options)) {
+    }
+  }
+  if (options.stitch) {
+    stitch_pass(g, p, options);
+    if (options.epilogue) {
+      while (epilogue_pass(g, p)) {  // ops after a stitched reduction
+      }
+    }
+  }
+  FusionPlan plan = finish(g, p);
+  pack_launches(g, plan, options);
+  return plan;
+}
+
+FusionPlan unfused(const Graph& g) {
+  FusionOptions none;
+  none.epilogue = none.prologue = none.stitch = none.pack = false;
+  return fuse(g, none);
+}
+
+}  // namespace fusetune::planner

@@ -1,0 +1,72 @@
+// Fusion: partitions a canonical graph into fusion groups, each of which becomes one kernel
+// launch (or one packed launch of several independent groups).
+//
+// Takes a Graph (constants included) and options. Guarantees: every node is in exactly one group;
+// every group has one sink (a node whose result no other member reads: the node its tiles are
+// computed for); the groups, ordered as returned, form a DAG (no group reads a value a later
+// group produces); no node is duplicated (no recomputation); a group holds at most one anchor of
+// each kind the rules below allow. The rules, applied in this order (FusionStitching/Welder-style
+// exploration, greedy, deterministic):
+//   1. epilogue: a light op (element-wise, broadcast, data movement) joins its producer's group
+//      when it is that value's only consumer (bias, activation, residual, scale, transposes);
+//   2. prologue: a light group whose result has a single consumer node joins that consumer's group
+//      (element-wise chains into reductions and contractions, transposes into index maps);
+//   3. stitching: a reduction joins a reduction or contraction group that produces its input when
+//      it reduces the innermost axis of extent <= max_row (layer norm after a projection), and a
+//      contraction joins the reduction group that produces its left operand under the same bound
+//      (softmax followed by MatMul: attention);
+//   4. packing: independent groups that read the same input (sibling projections) or are small
+//      are packed into one launch.
+// Each merge is refused when it would create a cycle between groups, and, when a cost function
+// is given, when the merged group would cost more than its parts.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/graph.h"
+
+namespace fusetune::planner {
+
+// Modeled or measured cost of running a set of nodes as one kernel (microseconds).
+using GroupCost = std::function<double(const std::vector<int>& nodes)>;
+
+struct FusionOptions {
+  bool epilogue = true;
+  bool prologue = true;
+  bool stitch = true;
+  bool pack = true;
+  int64_t max_row = 1024;            // longest reduced axis a block keeps on chip
+  int64_t small_group_elements = 4096;  // groups this small may be packed together
+  // When set, prologue and stitching merges are kept only if the merged group costs no more than
+  // its two parts (Welder's rule: a fusion must not lose); otherwise they follow the rules alone.
+  GroupCost cost;
+};
+
+struct FusionGroup {
+  std::vector<int> nodes;    // node ids in graph (topological) order
+  std::vector<int> inputs;   // values read from outside the group (graph inputs, constants, other groups)
+  std::vector<int> outputs;  // values used outside the group or graph outputs
+  std::string pattern;       // e.g. "MatMul+Add+Erf", named after the anchor and the ops around it
+  int launch = 0;            // groups with the same launch id run in one packed launch
+};
+
+struct FusionPlan {
+  std::vector<FusionGroup> groups;
+  int launches() const;
+};
+
+FusionPlan fuse(const Graph& g, const FusionOptions& options = {});
+
+// One group per node: the unfused baseline.
+FusionPlan unfused(const Graph& g);
+
+// Rule 4 on its own: assigns launch ids to an ordered list of groups, packing independent siblings
+// and small groups. Used by fuse(), and again after selection has split some groups.
+void pack_launches(const Graph& g, FusionPlan& plan, const FusionOptions& options);
+
+// Fills inputs/outputs/pattern of a group from its nodes.
+void describe_group(const Graph& g, FusionGroup& group);
+
+}  // namespace fusetune::planner

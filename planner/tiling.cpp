@@ -1,0 +1,314 @@
+#include "planner/tiling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/ops.h"
+#include "planner/tensor_expr.h"
+
+namespace fusetune::planner {
+
+namespace {
+
+using Region = std::vector<Interval>;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Bytes a region occupies when read in 32-byte sectors along the innermost dimension.
+int64_t sector_bytes(const Region& r, DType dt, int sector) {
+  if (r.empty()) return static_cast<int64_t>(dtype_size(dt));
+  int64_t rows = 1;
+  for (size_t d = 0; d + 1 < r.size(); ++d) rows *= r[d].size();
+  const int64_t inner = r.back().size() * static_cast<int64_t>(dtype_size(dt));
+  return rows * ceil_div(inner, sector) * sector;
+}
+
+int64_t region_elems(const Region& r) {
+  int64_t n = 1;
+  for (const Interval& i : r) n *= i.size();
+  return n;
+}
+
+void hull_into(Region& into, const Region& r) {
+  if (into.empty()) {
+    into = r;
+    return;
+  }
+  for (size_t d = 0; d < r.size(); ++d) {
+    if (r[d].empty()) continue;
+    into[d] = into[d].empty() ? r[d] : Interval{std::min(into[d].lo, r[d].lo), std::max(into[d].hi, r[d].hi)};
+  }
+}
+
+bool is_contraction(const Node& n) { return find_op(n.op)->kind == OpKind::kContraction; }
+bool is_row_reduction(const Node& n) {
+  const OpKind k = find_op(n.op)->kind;
+  return k == OpKind::kReduction || k == OpKind::kNormalization;
+}
+
+}  // namespace
+
+std::string TileConfig::str() const {
+  std::ostringstream out;
+  out << "tile=" << shape_str(tile);
+  if (reduce_step > 0) out << " k=" << reduce_step;
+  out << " threads=" << threads;
+  if (vector > 1) out << " vec=" << vector;
+  return out.str();
+}
+
+int group_root(const Graph& g, const FusionGroup& group) {
+  check(!group.outputs.empty(), "a fusion group without outputs");
+  int root = group.outputs.front();
+  int64_t best = -1;
+  // The output produced by the latest node; ties cannot occur (one producer per value).
+  const std::vector<int> prod = g.producers();
+  for (int o : group.outputs) {
+    if (prod[static_cast<size_t>(o)] > best) {
+      best = prod[static_cast<size_t>(o)];
+      root = o;
+    }
+  }
+  return root;
+}
+
+Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, const TileConfig& cfg,
+                   const TilingOptions& opt) {
+  Cost c;
+  const int root = group_root(g, group);
+  const Shape& rs = g.value(root).shape;
+  check(cfg.tile.size() == rs.size(), "tile of rank ", cfg.tile.size(), " for a root of rank ", rs.size());
+  Region root_tile;
+  c.tiles = 1;
+  for (size_t k = 0; k < rs.size(); ++k) {
+    const int64_t t = std::clamp<int64_t>(cfg.tile[k], 1, std::max<int64_t>(rs[k], 1));
+    const int64_t start = rs[k] >= 3 * t ? t : 0;  // a representative interior tile
+    root_tile.push_back({start, std::min(start + t, rs[k]) - 1});
+    c.tiles *= ceil_div(std::max<int64_t>(rs[k], 1), t);
+  }
+  std::set<int> in_group(group.nodes.begin(), group.nodes.end());
+  std::set<int> produced;
+  for (int n : group.nodes) produced.insert(g.nodes()[static_cast<size_t>(n)].outputs[0]);
+  std::map<int, Region> regions;  // internal values
+  std::map<int, Region> loads;    // external inputs, per tile
+  regions[root] = root_tile;
+  int64_t smem = 0;
+  int64_t tile_flops = 0;
+  for (auto it = group.nodes.rbegin(); it != group.nodes.rend(); ++it) {
+    const Node& n = g.nodes()[static_cast<size_t>(*it)];
+    auto out_it = regions.find(n.outputs[0]);
+    if (out_it == regions.end()) continue;  // a side output: charged as written once below
+    const Region out_region = out_it->second;
+    const TensorExpr e = describe(g, n);
+    const auto in_regions = input_regions(g, n, e, out_region);
+    const int64_t out_elems = region_elems(out_region);
+    tile_flops += numel(e.out_shape) == 0 ? 0 : node_flops(g, n) * out_elems / numel(e.out_shape);
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      const int v = n.inputs[k];
+      if (v == kNoValue || in_regions[k].empty()) continue;
+      hull_into(produced.count(v) ? regions[v] : loads[v], in_regions[k]);
+    }
+    if (is_contraction(n) && cfg.reduce_step > 0) {
+      std::vector<Interval> step;
+      for (size_t r = 0; r < e.reduce_extents.size(); ++r) {
+        step.push_back({0, (r == 0 ? std::min(cfg.reduce_step, e.reduce_extents[r]) : e.reduce_extents[r]) - 1});
+      }
+      const auto staged = input_regions(g, n, e, out_region, step);
+      for (size_t k = 0; k < 2 && k < n.inputs.size(); ++k) {
+        smem += 2 * region_elems(staged[k]) * static_cast<int64_t>(dtype_size(g.value(n.inputs[k]).dtype));
+      }
+    } else if (is_row_reduction(n) && n.op != "ArgMax" && n.op != "ArgMin") {
+      smem += region_elems(in_regions[0]) * 4;  // the rows kept on chip between passes
+    }
+  }
+  // Traffic.
+  int64_t l2 = 0, dram = 0;
+  for (const auto& [v, region] : loads) {
+    const Value& val = g.value(v);
+    const int64_t per_tile = sector_bytes(region, val.dtype, d.sector_bytes);
+    const int64_t all_tiles = per_tile * c.tiles;
+    const int64_t size = numel(val.shape) * static_cast<int64_t>(dtype_size(val.dtype));
+    l2 += all_tiles;
+    dram += size <= d.l2_bytes / 2 ? std::min(size, all_tiles) : all_tiles;
+  }
+  for (int o : group.outputs) {
+    const Value& val = g.value(o);
+    const int64_t size = numel(val.shape) * static_cast<int64_t>(dtype_size(val.dtype));
+    l2 += size;
+    dram += size;
+  }
+  c.l2_bytes = l2;
+  c.dram_bytes = dram;
+  c.smem_bytes = smem;
+  // Threads and registers.
+  const int64_t tile_elems = region_elems(root_tile);
+  if (cfg.threads <= 0 || cfg.threads > d.max_threads_per_block || cfg.threads % d.warp_size != 0) {
+    c.reject = "threads " + std::to_string(cfg.threads) + " not a warp multiple within the block limit";
+    return c;
+  }
+  const int64_t per_thread = std::max<int64_t>(1, ceil_div(tile_elems, cfg.threads));
+  const bool contraction = std::any_of(group.nodes.begin(), group.nodes.end(),
+                                       [&](int n) { return is_contraction(g.nodes()[static_cast<size_t>(n)]); });
+  c.registers = static_cast<int>(std::min<int64_t>(100000, 24 + per_thread * (contraction ? 2 : 1) + 2 * cfg.vector));
+  if (c.registers > d.max_registers_per_thread) {
+    c.reject = "needs ~" + std::to_string(c.registers) + " registers per thread";
+    return c;
+  }
+  if (smem > d.shared_memory_per_block_optin) {
+    c.reject = "needs " + std::to_string(smem) + " bytes of shared memory per block";
+    return c;
+  }
+  int64_t bps = std::min<int64_t>(d.max_blocks_per_sm, d.max_threads_per_sm / cfg.threads);
+  bps = std::min<int64_t>(bps, d.registers_per_sm / (static_cast<int64_t>(c.registers) * cfg.threads));
+  if (smem > 0) bps = std::min<int64_t>(bps, d.shared_memory_per_sm / smem);
+  if (bps <= 0) {
+    c.reject = "no block fits on an SM";
+    return c;
+  }
+  c.blocks_per_sm = static_cast<int>(bps);
+  const int64_t slots = static_cast<int64_t>(d.sms) * bps;
+  const int64_t waves = ceil_div(c.tiles, slots);
+  const double busy = std::min(1.0, static_cast<double>(c.tiles) / d.sms);
+  const double tail = static_cast<double>(c.tiles) / static_cast<double>(waves * slots);
+  c.efficiency = busy * (0.5 + 0.5 * tail);
+  const double dram_us = static_cast<double>(dram) / (d.dram_bandwidth_gbps * 1e3);
+  const double l2_us = static_cast<double>(l2) / (d.l2_bandwidth_gbps * 1e3);
+  const double compute_us = static_cast<double>(tile_flops * c.tiles) / (d.fp32_tflops * 1e6);
+  c.modeled_us = std::max({dram_us, l2_us, compute_us}) / c.efficiency + opt.launch_overhead_us;
+  c.valid = true;
+  return c;
+}
+
+namespace {
+
+// The objectives of the expansion search (lower is better): traffic per output element, as in
+// Welder, and modeled time with a plain thread shape, which also sees the parallelism penalty.
+double traffic_per_element(const Graph& g, const FusionGroup& group, const Device& d, const std::vector<int64_t>& tile) {
+  TileConfig cfg;
+  cfg.tile = tile;
+  cfg.threads = d.warp_size;
+  const Cost c = evaluate_tile(g, group, d, cfg);
+  int64_t elems = 1;
+  for (int64_t t : tile) elems *= t;
+  return static_cast<double>(c.l2_bytes) / static_cast<double>(c.tiles * elems);
+}
+
+double plain_time(const Graph& g, const FusionGroup& group, const Device& d, const std::vector<int64_t>& tile) {
+  int64_t elems = 1;
+  for (int64_t t : tile) elems *= t;
+  TileConfig cfg;
+  cfg.tile = tile;
+  cfg.threads = static_cast<int>(std::clamp<int64_t>((elems / 4 + 31) / 32 * 32, 32, 256));
+  cfg.reduce_step = 32;
+  const Cost c = evaluate_tile(g, group, d, cfg);
+  return c.valid ? c.modeled_us : INFINITY;
+}
+
+template <typename Objective>
+void expand_from(std::vector<int64_t> cur, const Shape& rs, int64_t max_elems, Objective objective,
+                 std::vector<std::vector<int64_t>>& visited) {
+  visited.push_back(cur);
+  double cur_score = objective(cur);
+  for (;;) {
+    double best = cur_score;
+    std::vector<int64_t> next;
+    for (size_t k = 0; k < rs.size(); ++k) {
+      if (cur[k] >= rs[k]) continue;
+      for (int64_t extent : {std::min(cur[k] * 2, rs[k])}) {  // double the axis (the last step may be partial)
+        std::vector<int64_t> cand = cur;
+        cand[k] = extent;
+        int64_t elems = 1;
+        for (int64_t t : cand) elems *= t;
+        if (elems > max_elems) continue;
+        visited.push_back(cand);
+        const double score = objective(cand);
+        if (score < best - 1e-12 || (next.empty() && std::isinf(best) && !std::isinf(score))) {
+          best = score;
+          next = cand;
+        }
+      }
+    }
+    if (next.empty()) break;
+    cur = next;
+    cur_score = best;
+  }
+}
+
+std::vector<std::vector<int64_t>> expand_tiles(const Graph& g, const FusionGroup& group, const Device& d,
+                                               const Shape& rs, int64_t max_elems) {
+  std::vector<std::vector<int64_t>> visited;
+  const std::vector<int64_t> start(rs.size(), 1);
+  expand_from(start, rs, max_elems, [&](const std::vector<int64_t>& t) { return traffic_per_element(g, group, d, t); },
+              visited);
+  expand_from(start, rs, max_elems, [&](const std::vector<int64_t>& t) { return plain_time(g, group, d, t); }, visited);
+  std::sort(visited.begin(), visited.end());
+  visited.erase(std::unique(visited.begin(), visited.end()), visited.end());
+  return visited;
+}
+
+}  // namespace
+
+std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group, const Device& d,
+                                       const TilingOptions& opt) {
+  const int root = group_root(g, group);
+  const Shape& rs = g.value(root).shape;
+  bool contraction = false;
+  int64_t k_extent = 0;
+  for (int n : group.nodes) {
+    const Node& node = g.nodes()[static_cast<size_t>(n)];
+    if (is_contraction(node)) {
+      contraction = true;
+      const TensorExpr e = describe(g, node);
+      k_extent = std::max(k_extent, e.reduce_extents.empty() ? 0 : e.reduce_extents[0]);
+    }
+  }
+  const std::vector<std::vector<int64_t>> tiles = expand_tiles(g, group, d, rs, 32768);
+  std::vector<Candidate> all;
+  Candidate best_rejected;
+  for (const auto& tile : tiles) {
+    int64_t elems = 1;
+    for (int64_t t : tile) elems *= t;
+    for (int threads : {32, 64, 128, 256, 512}) {
+      if (threads > elems * 64 || elems > static_cast<int64_t>(threads) * 64) continue;
+      std::vector<int64_t> steps = {0};
+      if (contraction) {
+        steps.clear();
+        for (int64_t s : {8, 16, 32, 64}) {
+          if (s <= std::max<int64_t>(k_extent, 8)) steps.push_back(s);
+        }
+      }
+      std::vector<int> vectors = {1};
+      if (!contraction && !rs.empty() && rs.back() % 4 == 0 && tile.back() % 4 == 0 && elems >= threads * 4) vectors.push_back(4);
+      for (int64_t step : steps) {
+        for (int vec : vectors) {
+          TileConfig cfg{tile, step, threads, vec};
+          Cost c = evaluate_tile(g, group, d, cfg, opt);
+          if (c.valid) {
+            all.push_back({cfg, c});
+          } else if (best_rejected.config.tile.empty()) {
+            best_rejected = {cfg, c};
+          }
+        }
+      }
+    }
+  }
+  if (all.empty()) {
+    if (best_rejected.config.tile.empty()) {
+      best_rejected.config = {std::vector<int64_t>(rs.size(), 1), 0, d.warp_size, 1};
+      best_rejected.cost.reject = "no tile enumerated";
+    }
+    return {best_rejected};
+  }
+  std::stable_sort(all.begin(), all.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.cost.modeled_us != b.cost.modeled_us) return a.cost.modeled_us < b.cost.modeled_us;
+    return a.config.str() < b.config.str();
+  });
+  if (static_cast<int>(all.size()) > opt.top_k) all.resize(static_cast<size_t>(opt.top_k));
+  return all;
+}
+
+}  // namespace fusetune::planner

@@ -1,0 +1,72 @@
+// Tiling: tile candidates for one fusion group, ranked by a memory-traffic cost model.
+//
+// Takes a canonical graph, a group of it and a device. The group's iteration space is its root
+// output (the exported value computed last); a candidate fixes the root's tile extents, the
+// reduction step of a contraction, the threads per block and the vector width. evaluate_tile
+// propagates the root tile backwards through the group's tensor expressions (planner/tensor_expr)
+// to the region of every internal value and external input, and derives:
+//   - traffic L2 -> SM: per tile, each external input's region rounded up to 32-byte sectors along
+//     its contiguous dimension (the coalescing penalty), times the number of tiles, plus outputs;
+//   - traffic DRAM: an input that fits in half the L2 is read from DRAM once; a larger one as often
+//     as the tiles read it;
+//   - shared memory: double-buffered per-step operand regions of contractions, plus the rows a
+//     row reduction keeps on chip; registers from the accumulators per thread;
+//   - time: the slowest of DRAM, L2 and arithmetic, divided by the fraction of SMs the blocks keep
+//     busy (the parallelism penalty), plus a launch overhead.
+// Candidates that exceed the device's shared memory, registers or threads are rejected with a
+// reason. tile_candidates enumerates tiles Welder-style (from a small tile, repeatedly doubling
+// the axis that cuts traffic per output element most), crosses them with thread shapes and steps,
+// and returns the best `top_k` by modeled time; it is deterministic.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/graph.h"
+#include "planner/device.h"
+#include "planner/fusion.h"
+
+namespace fusetune::planner {
+
+struct TileConfig {
+  std::vector<int64_t> tile;  // per axis of the group's root output
+  int64_t reduce_step = 0;    // reduction step of a contraction (0: none)
+  int threads = 0;
+  int vector = 1;
+  std::string str() const;
+  bool operator==(const TileConfig&) const = default;
+};
+
+struct Cost {
+  bool valid = false;
+  std::string reject;      // why the candidate does not fit, when !valid
+  int64_t tiles = 0;       // thread blocks
+  int64_t dram_bytes = 0;
+  int64_t l2_bytes = 0;
+  int64_t smem_bytes = 0;  // per block
+  int registers = 0;       // per thread, estimated
+  int blocks_per_sm = 0;
+  double efficiency = 0;   // fraction of the device kept busy
+  double modeled_us = 0;
+};
+
+struct Candidate {
+  TileConfig config;
+  Cost cost;
+};
+
+struct TilingOptions {
+  int top_k = 12;
+  double launch_overhead_us = 2.0;
+};
+
+// The value a group's tiles range over.
+int group_root(const Graph& g, const FusionGroup& group);
+
+Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, const TileConfig& cfg,
+                   const TilingOptions& opt = {});
+
+std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group, const Device& d,
+                                       const TilingOptions& opt = {});
+
+}  // namespace fusetune::planner

@@ -1,0 +1,197 @@
+// Fusion, tiling and selection: structural guarantees on real models, the patterns the planner
+// must find in a BERT layer, the cost model's penalties, and measured costs overriding modeled ones.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <set>
+
+#include "importer/importer.h"
+#include "planner/select.h"
+#include "unit/graph_helpers.h"
+
+namespace fusetune::planner {
+namespace {
+
+namespace fs = std::filesystem;
+using fusetune::testing::add_input;
+using fusetune::testing::add_op;
+using fusetune::testing::attrs;
+using fusetune::testing::random_constant;
+
+Graph load(const std::string& name) {
+  importer::ImportOptions opt;
+  if (name == "bert") opt.input_shapes = {{"input_ids", {1, 16}}, {"attention_mask", {1, 16}}};
+  return importer::import_onnx(fs::path(FUSETUNE_SOURCE_DIR) / "tests/data/models" / name / "model.onnx", opt).graph;
+}
+
+void expect_valid_partition(const Graph& g, const FusionPlan& plan) {
+  std::vector<int> owner(g.nodes().size(), -1);
+  for (size_t k = 0; k < plan.groups.size(); ++k) {
+    for (int n : plan.groups[k].nodes) {
+      EXPECT_EQ(owner[static_cast<size_t>(n)], -1) << "node " << n << " in two groups";
+      owner[static_cast<size_t>(n)] = static_cast<int>(k);
+    }
+  }
+  for (size_t n = 0; n < owner.size(); ++n) EXPECT_GE(owner[n], 0) << "node " << n << " in no group";
+  const std::vector<int> prod = g.producers();
+  for (size_t k = 0; k < plan.groups.size(); ++k) {
+    const FusionGroup& fg = plan.groups[k];
+    for (int in : fg.inputs) {  // groups come in dependency order
+      const int p = prod[static_cast<size_t>(in)];
+      if (p >= 0) {
+        EXPECT_LT(owner[static_cast<size_t>(p)], static_cast<int>(k));
+      }
+    }
+    const std::set<int> members(fg.nodes.begin(), fg.nodes.end());
+    int sinks = 0;
+    for (int n : fg.nodes) {
+      bool read_inside = false;
+      for (int m : fg.nodes) {
+        for (int in : g.nodes()[static_cast<size_t>(m)].inputs) read_inside = read_inside || in == g.nodes()[static_cast<size_t>(n)].outputs[0];
+      }
+      sinks += read_inside ? 0 : 1;
+    }
+    EXPECT_EQ(sinks, 1) << fg.pattern;
+    EXPECT_FALSE(fg.outputs.empty());
+  }
+}
+
+TEST(Fusion, PartitionsAreCompleteAcyclicAndSingleSink) {
+  for (const char* name : {"bert", "cnn_small", "convnext_t", "efficientnet_b0", "mobilenet_v2", "nerf_mlp",
+                           "resnet_small", "swin_t", "vit"}) {
+    SCOPED_TRACE(name);
+    const Graph g = load(name);
+    expect_valid_partition(g, fuse(g));
+    expect_valid_partition(g, unfused(g));
+    const ModelPlan plan = plan_model(g, find_device("h100"));
+    FusionPlan chosen;
+    for (const GroupPlan& gp : plan.groups) chosen.groups.push_back(gp.group);
+    expect_valid_partition(g, chosen);
+    EXPECT_LE(plan.launches, static_cast<int>(g.nodes().size()));
+  }
+}
+
+TEST(Fusion, FindsTheBertLayerPatterns) {
+  const Graph g = load("bert");
+  const FusionPlan plan = fuse(g);
+  auto group_of = [&](const std::string& node_name) -> const FusionGroup& {
+    for (const FusionGroup& fg : plan.groups) {
+      for (int n : fg.nodes) {
+        if (g.nodes()[static_cast<size_t>(n)].name == node_name) return fg;
+      }
+    }
+    throw std::runtime_error("no node " + node_name);
+  };
+  // Attention: QK^T, scale, mask, softmax and the product with V in one group.
+  const FusionGroup& attn = group_of("/layers.0/attn/Softmax");
+  std::multiset<std::string> ops;
+  for (int n : attn.nodes) ops.insert(g.nodes()[static_cast<size_t>(n)].op);
+  EXPECT_EQ(ops.count("MatMul"), 2u);
+  EXPECT_EQ(ops.count("Softmax"), 1u);
+  // The FFN's GELU (Div, Erf, Add, Mul, Mul) is the epilogue of its first projection.
+  EXPECT_EQ(&group_of("/layers.0/act/Erf"), &group_of("/layers.0/ffn_in/MatMul"));
+  // The bias and head transposes join the projection (absorbed into its index maps).
+  EXPECT_EQ(&group_of("/layers.0/attn/key/Add"), &group_of("/layers.0/attn/key/MatMul"));
+  // Deterministic.
+  const FusionPlan again = fuse(g);
+  ASSERT_EQ(again.groups.size(), plan.groups.size());
+  for (size_t k = 0; k < plan.groups.size(); ++k) EXPECT_EQ(again.groups[k].nodes, plan.groups[k].nodes);
+}
+
+TEST(Fusion, NeverMergesAcrossACycle) {
+  // a = MatMul(x, w); b = Exp(a); c = Add(a, Relu(MatMul(b, w2))): merging a's group with c's
+  // directly would need b's MatMul group in between, both before and after.
+  Graph g;
+  const int x = add_input(g, "x", DType::kF32, {8, 8});
+  const int a = add_op(g, "MatMul", {x, random_constant(g, "w", DType::kF32, {8, 8}, 1)});
+  const int b = add_op(g, "Exp", {a});
+  const int m = add_op(g, "MatMul", {b, random_constant(g, "w2", DType::kF32, {8, 8}, 2)});
+  g.outputs().push_back(add_op(g, "Add", {a, add_op(g, "Relu", {m})}));
+  expect_valid_partition(g, fuse(g));
+}
+
+TEST(Tiling, CandidatesAreValidRankedAndDeterministic) {
+  const Graph g = load("resnet_small");
+  const Device d = find_device("a100");
+  const FusionPlan plan = fuse(g);
+  for (const FusionGroup& fg : plan.groups) {
+    const auto cands = tile_candidates(g, fg, d, {8, 2.0});
+    ASSERT_FALSE(cands.empty());
+    EXPECT_LE(cands.size(), 8u);
+    for (size_t k = 0; k < cands.size(); ++k) {
+      EXPECT_TRUE(cands[k].cost.valid) << cands[k].cost.reject;
+      EXPECT_LE(cands[k].cost.smem_bytes, d.shared_memory_per_block_optin);
+      EXPECT_LE(cands[k].config.threads, d.max_threads_per_block);
+      if (k > 0) {
+        EXPECT_LE(cands[k - 1].cost.modeled_us, cands[k].cost.modeled_us);
+      }
+    }
+    const auto again = tile_candidates(g, fg, d, {8, 2.0});
+    ASSERT_EQ(again.size(), cands.size());
+    for (size_t k = 0; k < cands.size(); ++k) EXPECT_EQ(again[k].config, cands[k].config);
+  }
+}
+
+TEST(Tiling, RejectsWhatDoesNotFitAndPenalizesUncoalescedReads) {
+  Graph g;
+  const int x = add_input(g, "x", DType::kF32, {512, 512});
+  const int w = random_constant(g, "w", DType::kF32, {512, 512}, 3);
+  g.outputs().push_back(add_op(g, "MatMul", {x, w}));
+  FusionGroup fg;
+  fg.nodes = {0};
+  describe_group(g, fg);
+  const Device d = find_device("l4");
+  const Cost huge = evaluate_tile(g, fg, d, {{512, 512}, 64, 256, 1});
+  EXPECT_FALSE(huge.valid);
+  EXPECT_NE(huge.reject.find("registers"), std::string::npos) << huge.reject;
+  const Cost smem = evaluate_tile(g, fg, d, {{256, 128}, 64, 1024, 1});
+  EXPECT_FALSE(smem.valid);
+  // A tile one column wide reads B in 32-byte sectors for 4 useful bytes: 8x the traffic of a
+  // tile 8 columns wide, per output element.
+  const Cost narrow = evaluate_tile(g, fg, d, {{64, 1}, 32, 64, 1});
+  const Cost wide = evaluate_tile(g, fg, d, {{8, 8}, 32, 64, 1});
+  EXPECT_GT(narrow.l2_bytes, 3 * wide.l2_bytes);
+  // Too few blocks for the machine: the parallelism penalty shows in the modeled time.
+  const Cost few = evaluate_tile(g, fg, d, {{128, 128}, 16, 256, 1});
+  EXPECT_LT(few.efficiency, 0.5);
+}
+
+TEST(Select, MeasurementsOverrideTheModel) {
+  const Graph g = load("cnn_small");
+  const Device d = find_device("h100");
+  const ModelPlan modeled = plan_model(g, d);
+  ASSERT_FALSE(modeled.groups.empty());
+  // Claim the worst-modeled candidate of the first multi-candidate group measured fastest.
+  Measurements m;
+  size_t target = 0;
+  while (target < modeled.groups.size() && modeled.groups[target].candidates.size() < 2) ++target;
+  ASSERT_LT(target, modeled.groups.size());
+  const GroupPlan& gp = modeled.groups[target];
+  const Candidate& last = gp.candidates.back();
+  m[{gp.signature, last.config.str()}] = 0.001;
+  const ModelPlan measured = plan_model(g, d, {}, &m);
+  bool found = false;
+  for (const GroupPlan& q : measured.groups) {
+    if (q.signature != gp.signature) continue;
+    EXPECT_TRUE(q.measured);
+    EXPECT_EQ(q.candidates[q.chosen].config, last.config);
+    EXPECT_DOUBLE_EQ(q.cost_us, 0.001);
+    found = true;
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST(Select, FusionBeatsTheUnfusedPlanOnTraffic) {
+  const Graph g = load("bert");
+  const Device d = find_device("h100");
+  PlanOptions none;
+  none.fusion.epilogue = none.fusion.prologue = none.fusion.stitch = none.fusion.pack = false;
+  const ModelPlan fused = plan_model(g, d);
+  const ModelPlan alone = plan_model(g, d, none);
+  EXPECT_LT(fused.dram_bytes, alone.dram_bytes);
+  EXPECT_LT(fused.launches, alone.launches);
+  EXPECT_LT(fused.modeled_us, alone.modeled_us);
+}
+
+}  // namespace
+}  // namespace fusetune::planner
