@@ -139,4 +139,49 @@ std::string IndexExpr::str(const std::function<std::string(int)>& var_name) cons
   return "?";
 }
 
+std::string IndexExpr::code(const std::function<std::string(int)>& var_name) const {
+  const auto& a = node_->args;
+  switch (kind()) {
+    case Kind::kConst: return std::to_string(value()) + "LL";
+    case Kind::kVar: return var_name(static_cast<int>(value()));
+    case Kind::kAdd: return "(" + a[0].code(var_name) + " + " + a[1].code(var_name) + ")";
+    case Kind::kMul: return "(" + a[0].code(var_name) + " * " + std::to_string(value()) + "LL)";
+    case Kind::kFloorDiv: return "ft_fdiv(" + a[0].code(var_name) + ", " + std::to_string(value()) + "LL)";
+    case Kind::kMod: return "ft_fmod(" + a[0].code(var_name) + ", " + std::to_string(value()) + "LL)";
+    case Kind::kData: break;
+  }
+  fail("a run-time index has no code form; the caller substitutes it");
+}
+
+std::pair<std::string, std::string> IndexExpr::bounds_code(const std::function<std::string(int)>& var_lo,
+                                                           const std::function<std::string(int)>& var_hi) const {
+  const auto& a = node_->args;
+  const std::string c = std::to_string(value()) + "LL";
+  switch (kind()) {
+    case Kind::kConst: return {c, c};
+    case Kind::kVar: return {var_lo(static_cast<int>(value())), var_hi(static_cast<int>(value()))};
+    case Kind::kAdd: {
+      const auto x = a[0].bounds_code(var_lo, var_hi), y = a[1].bounds_code(var_lo, var_hi);
+      return {"(" + x.first + " + " + y.first + ")", "(" + x.second + " + " + y.second + ")"};
+    }
+    case Kind::kMul: {
+      const auto x = a[0].bounds_code(var_lo, var_hi);
+      if (value() >= 0) return {"(" + x.first + " * " + c + ")", "(" + x.second + " * " + c + ")"};
+      return {"(" + x.second + " * " + c + ")", "(" + x.first + " * " + c + ")"};
+    }
+    case Kind::kFloorDiv: {
+      const auto x = a[0].bounds_code(var_lo, var_hi);
+      return {"ft_fdiv(" + x.first + ", " + c + ")", "ft_fdiv(" + x.second + ", " + c + ")"};
+    }
+    case Kind::kMod: {
+      const auto x = a[0].bounds_code(var_lo, var_hi);
+      const std::string same = "(ft_fdiv(" + x.first + ", " + c + ") == ft_fdiv(" + x.second + ", " + c + "))";
+      return {"(" + same + " ? ft_fmod(" + x.first + ", " + c + ") : 0LL)",
+              "(" + same + " ? ft_fmod(" + x.second + ", " + c + ") : " + std::to_string(value() - 1) + "LL)"};
+    }
+    case Kind::kData: return {"0LL", std::to_string(value() - 1) + "LL"};
+  }
+  return {"0LL", "-1LL"};
+}
+
 }  // namespace fusetune::planner

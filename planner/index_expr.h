@@ -16,6 +16,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace fusetune::planner {
@@ -58,6 +59,12 @@ class IndexExpr {
   int64_t eval(std::span<const int64_t> vars) const;
   Interval bounds(std::span<const Interval> vars) const;
   std::string str(const std::function<std::string(int)>& var_name) const;
+  // The same as code valid in generated kernels: floor division and modulo through the prelude's
+  // ft_fdiv/ft_fmod, so negative operands (inside padded accesses) divide correctly.
+  std::string code(const std::function<std::string(int)>& var_name) const;
+  // Code for the bounds of this expression given code for each variable's inclusive bounds.
+  std::pair<std::string, std::string> bounds_code(const std::function<std::string(int)>& var_lo,
+                                                  const std::function<std::string(int)>& var_hi) const;
 
  private:
   struct Node {

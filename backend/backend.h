@@ -1,0 +1,50 @@
+// Backends: where generated kernels run. One interface, two implementations: the host backend
+// (the host form of the kernels compiled with the system C++ compiler and loaded with dlopen) and
+// the CUDA backend (NVRTC to a cubin, loaded and launched with the CUDA driver API, timed with
+// events). The worker daemon wraps them; tests use the host backend everywhere and the CUDA
+// backend where a GPU is present.
+//
+// A Module holds compiled kernels; launch() runs one with buffers bound to its parameters in
+// order; time_us() runs it `reps` times after a warm-up and returns the median. Errors (compile
+// failures, launch failures) throw Error with the compiler's or driver's message.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "codegen/kernel_ir.h"
+
+namespace fusetune::backend {
+
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  virtual size_t bytes() const = 0;
+  virtual void upload(const void* data, size_t bytes) = 0;
+  virtual void download(void* data, size_t bytes) const = 0;
+  virtual void fill_byte(unsigned char value) = 0;  // poisoning before a verification run
+  virtual void* handle() = 0;
+};
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  virtual void launch(const std::string& kernel, const std::vector<Buffer*>& args) = 0;
+  virtual double time_us(const std::string& kernel, const std::vector<Buffer*>& args, int reps) = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual std::unique_ptr<Module> load(const std::vector<codegen::Kernel>& kernels) = 0;
+  virtual std::unique_ptr<Buffer> allocate(size_t bytes) = 0;
+};
+
+// The host backend: `compiler` (default: $CXX, else c++) builds each module once into a cache
+// directory keyed by the source's SHA-256; blocks run on `workers` threads (default: all cores).
+std::unique_ptr<Backend> make_host_backend(const std::string& compiler = "", int workers = 0);
+
+}  // namespace fusetune::backend

@@ -1,0 +1,164 @@
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "backend/backend.h"
+#include "codegen/emit.h"
+#include "core/error.h"
+#include "core/sha256.h"
+
+namespace fusetune::backend {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+class HostBuffer : public Buffer {
+ public:
+  explicit HostBuffer(size_t bytes) : data_(bytes + 64) {}
+  size_t bytes() const override { return data_.size() - 64; }
+  void upload(const void* data, size_t n) override {
+    check(n <= bytes(), "upload of ", n, " bytes into a buffer of ", bytes());
+    std::memcpy(aligned(), data, n);
+  }
+  void download(void* data, size_t n) const override {
+    check(n <= bytes(), "download of ", n, " bytes from a buffer of ", bytes());
+    std::memcpy(data, const_cast<HostBuffer*>(this)->aligned(), n);
+  }
+  void fill_byte(unsigned char value) override { std::memset(aligned(), value, bytes()); }
+  void* handle() override { return aligned(); }
+
+ private:
+  unsigned char* aligned() {
+    auto p = reinterpret_cast<uintptr_t>(data_.data());
+    return data_.data() + ((64 - p % 64) % 64);
+  }
+  std::vector<unsigned char> data_;
+};
+
+using HostKernel = void (*)(void**, long long, long long);
+
+class HostModule : public Module {
+ public:
+  HostModule(void* lib, std::map<std::string, std::pair<HostKernel, int64_t>> kernels, int workers)
+      : lib_(lib), kernels_(std::move(kernels)), workers_(workers) {}
+  ~HostModule() override { dlclose(lib_); }
+
+  void launch(const std::string& kernel, const std::vector<Buffer*>& args) override {
+    auto it = kernels_.find(kernel);
+    check(it != kernels_.end(), "no kernel '", kernel, "' in the module");
+    std::vector<void*> raw;
+    for (Buffer* b : args) raw.push_back(b->handle());
+    const int64_t grid = it->second.second;
+    const int64_t workers = std::max<int64_t>(1, std::min<int64_t>(workers_, grid));
+    if (workers == 1) {
+      it->second.first(raw.data(), 0, grid);
+      return;
+    }
+    std::vector<std::thread> threads;
+    for (int64_t w = 0; w < workers; ++w) {
+      const int64_t lo = grid * w / workers, hi = grid * (w + 1) / workers;
+      threads.emplace_back([fn = it->second.first, &raw, lo, hi] { fn(raw.data(), lo, hi); });
+    }
+    for (auto& t : threads) t.join();
+  }
+
+  double time_us(const std::string& kernel, const std::vector<Buffer*>& args, int reps) override {
+    launch(kernel, args);  // warm-up
+    std::vector<double> times;
+    for (int r = 0; r < std::max(1, reps); ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      launch(kernel, args);
+      times.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::nth_element(times.begin(), times.begin() + static_cast<long>(times.size() / 2), times.end());
+    return times[times.size() / 2];
+  }
+
+ private:
+  void* lib_;
+  std::map<std::string, std::pair<HostKernel, int64_t>> kernels_;
+  int workers_;
+};
+
+fs::path cache_dir() {
+  if (const char* d = std::getenv("FUSETUNE_CACHE_DIR")) return fs::path(d) / "host-kernels";
+  if (const char* x = std::getenv("XDG_CACHE_HOME")) return fs::path(x) / "fusetune" / "host-kernels";
+  if (const char* h = std::getenv("HOME")) return fs::path(h) / ".cache" / "fusetune" / "host-kernels";
+  return fs::temp_directory_path() / "fusetune-host-kernels";
+}
+
+class HostBackend : public Backend {
+ public:
+  HostBackend(std::string compiler, int workers) : compiler_(std::move(compiler)), workers_(workers) {
+    if (compiler_.empty()) compiler_ = std::getenv("CXX") ? std::getenv("CXX") : "c++";
+    if (workers_ <= 0) workers_ = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  }
+  std::string name() const override { return "host"; }
+
+  std::unique_ptr<Module> load(const std::vector<codegen::Kernel>& kernels) override {
+    const std::string source = codegen::emit_host(kernels);
+    const std::string digest = sha256_hex(source + "\n// compiler: " + compiler_);
+    const fs::path dir = cache_dir();
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    check(!ec, dir.string(), ": cannot create the kernel cache (", ec.message(), ")");
+    const fs::path lib = dir / (digest + ".so");
+    if (!fs::exists(lib)) {
+      std::lock_guard<std::mutex> lock(compile_mutex_);
+      const std::string tag = std::to_string(::getpid()) + "_" + std::to_string(reinterpret_cast<uintptr_t>(this));
+      const fs::path src = dir / (digest + "." + tag + ".cpp");
+      const fs::path tmp = dir / (digest + "." + tag + ".so");
+      const fs::path log = dir / (digest + "." + tag + ".log");
+      std::ofstream(src) << source;
+      const std::string cmd = compiler_ + " -std=c++17 -O2 -shared -fPIC -w -o '" + tmp.string() + "' '" + src.string() +
+                              "' > '" + log.string() + "' 2>&1";
+      const int rc = std::system(cmd.c_str());
+      if (rc != 0) {
+        std::ifstream in(log);
+        std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        fail("host compilation of generated kernels failed (", compiler_, ", source kept at ", src.string(), "): ",
+             text.substr(0, 2000));
+      }
+      fs::rename(tmp, lib, ec);  // atomic publish; a concurrent identical build is as good
+      fs::remove(src, ec);
+      fs::remove(log, ec);
+    }
+    void* handle = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
+    check(handle != nullptr, "dlopen of ", lib.string(), " failed: ", dlerror());
+    std::map<std::string, std::pair<HostKernel, int64_t>> fns;
+    for (const codegen::Kernel& k : kernels) {
+      void* sym = dlsym(handle, k.name.c_str());
+      if (sym == nullptr) {
+        dlclose(handle);
+        fail("kernel '", k.name, "' missing from ", lib.string());
+      }
+      fns[k.name] = {reinterpret_cast<HostKernel>(sym), k.grid};
+    }
+    return std::make_unique<HostModule>(handle, std::move(fns), workers_);
+  }
+
+  std::unique_ptr<Buffer> allocate(size_t bytes) override { return std::make_unique<HostBuffer>(bytes); }
+
+ private:
+  std::string compiler_;
+  int workers_;
+  std::mutex compile_mutex_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_host_backend(const std::string& compiler, int workers) {
+  return std::make_unique<HostBackend>(compiler, workers);
+}
+
+}  // namespace fusetune::backend

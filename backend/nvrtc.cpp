@@ -1,0 +1,101 @@
+#include "backend/nvrtc.h"
+
+#include <chrono>
+#include <regex>
+#include <sstream>
+
+#include "core/error.h"
+
+#ifdef FUSETUNE_HAVE_NVRTC
+#include <nvrtc.h>
+#endif
+
+namespace fusetune::backend {
+
+#ifdef FUSETUNE_HAVE_NVRTC
+
+namespace {
+
+void nvrtc_check(nvrtcResult r, const char* what) {
+  check(r == NVRTC_SUCCESS, "NVRTC ", what, " failed: ", nvrtcGetErrorString(r));
+}
+
+// Parses ptxas -v output: "Function properties for NAME" / "Compiling entry function 'NAME'"
+// followed by "Used N registers, ... M bytes smem" and stack/spill lines.
+std::map<std::string, KernelResources> parse_resources(const std::string& log) {
+  std::map<std::string, KernelResources> out;
+  std::istringstream in(log);
+  std::string line, current;
+  const std::regex entry(R"(Compiling entry function '([^']+)')");
+  const std::regex props(R"(Function properties for ([A-Za-z_0-9]+))");
+  const std::regex spill(R"((\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads)");
+  const std::regex used(R"(Used (\d+) registers)");
+  const std::regex smem(R"((\d+) bytes smem)");
+  std::smatch m;
+  while (std::getline(in, line)) {
+    if (std::regex_search(line, m, entry) || std::regex_search(line, m, props)) current = m[1];
+    if (current.empty()) continue;
+    KernelResources& r = out[current];
+    if (std::regex_search(line, m, spill)) {
+      r.stack_bytes = std::stoi(m[1]);
+      r.spill_store_bytes = std::stoi(m[2]);
+      r.spill_load_bytes = std::stoi(m[3]);
+    }
+    if (std::regex_search(line, m, used)) r.registers = std::stoi(m[1]);
+    if (std::regex_search(line, m, smem)) r.shared_bytes = std::stoi(m[1]);
+  }
+  return out;
+}
+
+}  // namespace
+
+bool nvrtc_available() { return true; }
+
+std::string nvrtc_version() {
+  int major = 0, minor = 0;
+  nvrtcVersion(&major, &minor);
+  return std::to_string(major) + "." + std::to_string(minor);
+}
+
+CompiledCuda compile_cuda(const std::string& source, const std::string& arch, int max_registers) {
+  const auto t0 = std::chrono::steady_clock::now();
+  nvrtcProgram prog = nullptr;
+  nvrtc_check(nvrtcCreateProgram(&prog, source.c_str(), "fusetune_kernels.cu", 0, nullptr, nullptr), "program creation");
+  // No fast-math: the kernels are verified against the reference.
+  std::vector<std::string> opts = {"--gpu-architecture=" + arch, "--std=c++17", "--ptxas-options=-v"};
+  if (max_registers > 0) opts.push_back("--maxrregcount=" + std::to_string(max_registers));
+  std::vector<const char*> copts;
+  for (const auto& o : opts) copts.push_back(o.c_str());
+  const nvrtcResult rc = nvrtcCompileProgram(prog, static_cast<int>(copts.size()), copts.data());
+  size_t log_size = 0;
+  nvrtcGetProgramLogSize(prog, &log_size);
+  std::string log(log_size, '\0');
+  if (log_size > 0) nvrtcGetProgramLog(prog, log.data());
+  if (rc != NVRTC_SUCCESS) {
+    nvrtcDestroyProgram(&prog);
+    fail("NVRTC compilation for ", arch, " failed: ", nvrtcGetErrorString(rc), "\n", log.substr(0, 4000));
+  }
+  CompiledCuda out;
+  out.arch = arch;
+  out.log = log;
+  size_t cubin_size = 0;
+  nvrtc_check(nvrtcGetCUBINSize(prog, &cubin_size), "cubin size");
+  out.cubin.resize(cubin_size);
+  nvrtc_check(nvrtcGetCUBIN(prog, out.cubin.data()), "cubin");
+  nvrtcDestroyProgram(&prog);
+  out.resources = parse_resources(log);
+  out.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+#else
+
+bool nvrtc_available() { return false; }
+std::string nvrtc_version() { return "unavailable"; }
+CompiledCuda compile_cuda(const std::string&, const std::string& arch, int) {
+  fail("this build has no NVRTC (the CUDA toolkit was not found at build time); cannot compile for ", arch);
+}
+
+#endif
+
+}  // namespace fusetune::backend

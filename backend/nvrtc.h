@@ -1,0 +1,35 @@
+// NVRTC: compiles a module of generated CUDA kernels (codegen/emit.h) for one GPU architecture
+// into a cubin, with ptxas's resource report per kernel (registers, shared memory, stack, spills).
+//
+// Available when the CUDA toolkit was found at build time (nvrtc_available()); compiling needs no
+// GPU. Compile errors throw Error carrying NVRTC's log.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace fusetune::backend {
+
+struct KernelResources {
+  int registers = 0;
+  int shared_bytes = 0;  // static shared memory
+  int stack_bytes = 0;
+  int spill_store_bytes = 0;
+  int spill_load_bytes = 0;
+  bool spills() const { return spill_store_bytes > 0 || spill_load_bytes > 0; }
+};
+
+struct CompiledCuda {
+  std::string arch;  // "sm_90"
+  std::vector<char> cubin;
+  std::string log;
+  std::map<std::string, KernelResources> resources;  // by kernel name
+  double compile_ms = 0;
+};
+
+bool nvrtc_available();
+std::string nvrtc_version();
+CompiledCuda compile_cuda(const std::string& source, const std::string& arch, int max_registers = 0);
+
+}  // namespace fusetune::backend

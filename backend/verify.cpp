@@ -1,0 +1,93 @@
+#include "backend/verify.h"
+
+#include <map>
+
+#include "core/error.h"
+#include "core/ops.h"
+#include "reference/kernels.h"
+
+namespace fusetune::backend {
+
+Tensor random_group_input(const Graph& g, const planner::FusionGroup& group, int value, std::mt19937& rng) {
+  const Value& v = g.value(value);
+  if (v.is_constant()) return *v.data;
+  Tensor t(v.dtype, v.shape);
+  const auto n = static_cast<size_t>(t.numel());
+  if (is_float(v.dtype)) {
+    std::normal_distribution<double> dist(0.0, 1.0);
+    std::vector<double> x(n);
+    for (auto& e : x) e = dist(rng);
+    t.set_doubles(x);
+    return t;
+  }
+  // Integer data: indices for a Gather or ScatterND that reads them, else small values.
+  int64_t lo = 0, hi = 2;
+  for (int id : group.nodes) {
+    const Node& node = g.nodes()[static_cast<size_t>(id)];
+    if (node.op == "Gather" && node.inputs[1] == value) {
+      const Shape& data = g.value(node.inputs[0]).shape;
+      const int64_t extent = data[static_cast<size_t>(normalize_axis(node.attrs.i("axis"), static_cast<int64_t>(data.size()), "axis"))];
+      lo = -extent;
+      hi = extent - 1;
+    }
+    if (node.op == "ScatterND" && node.inputs[1] == value) {
+      const Shape& data = g.value(node.inputs[0]).shape;
+      lo = 0;
+      hi = *std::min_element(data.begin(), data.begin() + v.shape.back()) - 1;
+    }
+  }
+  if (v.dtype == DType::kBool) {
+    lo = 0;
+    hi = 1;
+  }
+  std::uniform_int_distribution<int64_t> dist(lo, std::max(lo, hi));
+  std::vector<int64_t> x(n);
+  for (auto& e : x) e = dist(rng);
+  t.set_ints(x);
+  return t;
+}
+
+VerifyResult verify_kernel(const Graph& g, const planner::FusionGroup& group, const codegen::LoweredKernel& lk,
+                           Backend& backend, Module& module, std::mt19937& rng) {
+  std::map<int, Tensor> values;
+  std::vector<std::unique_ptr<Buffer>> buffers;
+  std::vector<Buffer*> args;
+  for (int v : lk.inputs) {
+    values[v] = random_group_input(g, group, v, rng);
+    buffers.push_back(backend.allocate(std::max<size_t>(1, values[v].nbytes())));
+    buffers.back()->upload(values[v].data(), values[v].nbytes());
+    args.push_back(buffers.back().get());
+  }
+  for (int v : lk.outputs) {
+    const Value& val = g.value(v);
+    buffers.push_back(backend.allocate(std::max<size_t>(1, static_cast<size_t>(numel(val.shape)) * dtype_size(val.dtype))));
+    buffers.back()->fill_byte(0xFF);
+    args.push_back(buffers.back().get());
+  }
+  module.launch(lk.kernel.name, args);
+  // The reference, node by node over the group.
+  for (int id : group.nodes) {
+    const Node& n = g.nodes()[static_cast<size_t>(id)];
+    std::vector<const Tensor*> ins;
+    for (int in : n.inputs) ins.push_back(in == kNoValue ? nullptr : &values.at(in));
+    values[n.outputs[0]] = std::move(reference::run_node(n, ins)[0]);
+  }
+  VerifyResult result;
+  for (size_t k = 0; k < lk.outputs.size(); ++k) {
+    const int v = lk.outputs[k];
+    const Tensor& want = values.at(v);
+    Tensor got(want.dtype(), want.shape());
+    buffers[lk.inputs.size() + k]->download(got.data(), got.nbytes());
+    reference::Tolerance tol = reference::default_tolerance(want.dtype());
+    if (want.dtype() == DType::kF32) tol = {1e-3, 1e-5, 1e-4};  // float32 kernels against a double reference
+    const reference::Comparison c = reference::compare(got, want, tol);
+    result.max_abs = std::max(result.max_abs, c.max_abs);
+    if (!c.ok && result.ok) {
+      result.ok = false;
+      result.detail = "output '" + g.value(v).name + "' " + shape_str(want.shape()) + ": " + c.describe();
+    }
+  }
+  return result;
+}
+
+}  // namespace fusetune::backend

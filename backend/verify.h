@@ -1,0 +1,35 @@
+// Verification of a generated kernel against the reference interpreter, the differential check
+// every candidate passes before it is timed.
+//
+// Takes a graph, a group, its lowered kernel, and a backend with the kernel's module loaded.
+// Draws fresh random inputs for the group's non-constant inputs (normal floats; integer inputs in
+// the range their consumers accept: Gather indices within the axis, including negative ones),
+// binds constants as they are, poisons the output buffers (all bytes 0xFF: NaN for floats),
+// launches, and compares every output with the reference kernels run node by node on the same
+// inputs, under the per-dtype tolerance of reference/compare.h. Guarantees: a kernel that
+// leaves any output element unwritten, or computes it wrongly beyond the bound, fails.
+#pragma once
+
+#include <random>
+#include <string>
+
+#include "backend/backend.h"
+#include "codegen/lower_group.h"
+#include "planner/fusion.h"
+#include "reference/compare.h"
+
+namespace fusetune::backend {
+
+struct VerifyResult {
+  bool ok = true;
+  std::string detail;  // first mismatch, for a failure message
+  double max_abs = 0;
+};
+
+VerifyResult verify_kernel(const Graph& g, const planner::FusionGroup& group, const codegen::LoweredKernel& lk,
+                           Backend& backend, Module& module, std::mt19937& rng);
+
+// Random data for a group input, in the range its consumers in the group accept.
+Tensor random_group_input(const Graph& g, const planner::FusionGroup& group, int value, std::mt19937& rng);
+
+}  // namespace fusetune::backend

@@ -1,0 +1,124 @@
+#include "codegen/kernel_ir.h"
+
+#include <sstream>
+
+namespace fusetune::codegen {
+
+Stmt comment(std::string text) {
+  Stmt s;
+  s.kind = Stmt::Kind::kComment;
+  s.a = std::move(text);
+  return s;
+}
+
+Stmt let(std::string ctype, std::string name, std::string value) {
+  Stmt s;
+  s.kind = Stmt::Kind::kLet;
+  s.ctype = std::move(ctype);
+  s.name = std::move(name);
+  s.a = std::move(value);
+  return s;
+}
+
+Stmt assign(std::string name, std::string value) {
+  Stmt s;
+  s.kind = Stmt::Kind::kAssign;
+  s.name = std::move(name);
+  s.a = std::move(value);
+  return s;
+}
+
+Stmt store(std::string buffer, std::string index, std::string value) {
+  Stmt s;
+  s.kind = Stmt::Kind::kStore;
+  s.name = std::move(buffer);
+  s.a = std::move(index);
+  s.b = std::move(value);
+  return s;
+}
+
+Stmt serial_for(std::string var, std::string lo, std::string hi, Block body) {
+  Stmt s;
+  s.kind = Stmt::Kind::kFor;
+  s.name = std::move(var);
+  s.a = std::move(lo);
+  s.b = std::move(hi);
+  s.body = std::move(body);
+  return s;
+}
+
+Stmt thread_for(std::string var, std::string lo, std::string hi, Block body) {
+  Stmt s = serial_for(std::move(var), std::move(lo), std::move(hi), std::move(body));
+  s.threads = true;
+  return s;
+}
+
+Stmt if_then(std::string cond, Block body, Block orelse) {
+  Stmt s;
+  s.kind = Stmt::Kind::kIf;
+  s.a = std::move(cond);
+  s.body = std::move(body);
+  s.orelse = std::move(orelse);
+  return s;
+}
+
+Stmt barrier() {
+  Stmt s;
+  s.kind = Stmt::Kind::kBarrier;
+  return s;
+}
+
+std::string Kernel::add_shared(const std::string& alloc_name, DType dtype, int64_t elements) {
+  const int64_t offset = (shared_bytes + 15) / 16 * 16;
+  shared.push_back({alloc_name, dtype, elements, offset});
+  shared_bytes = offset + elements * static_cast<int64_t>(dtype_size(dtype));
+  return alloc_name;
+}
+
+namespace {
+
+void dump(std::ostringstream& out, const Block& b, int depth) {
+  const std::string pad(static_cast<size_t>(depth) * 2, ' ');
+  for (const Stmt& s : b) {
+    switch (s.kind) {
+      case Stmt::Kind::kComment: out << pad << "// " << s.a << "\n"; break;
+      case Stmt::Kind::kLet: out << pad << "let " << s.ctype << " " << s.name << " = " << s.a << "\n"; break;
+      case Stmt::Kind::kAssign: out << pad << s.name << " = " << s.a << "\n"; break;
+      case Stmt::Kind::kStore: out << pad << s.name << "[" << s.a << "] = " << s.b << "\n"; break;
+      case Stmt::Kind::kFor:
+        out << pad << (s.threads ? "for.threads " : "for ") << s.name << " in [" << s.a << ", " << s.b << ")\n";
+        dump(out, s.body, depth + 1);
+        break;
+      case Stmt::Kind::kIf:
+        out << pad << "if " << s.a << "\n";
+        dump(out, s.body, depth + 1);
+        if (!s.orelse.empty()) {
+          out << pad << "else\n";
+          dump(out, s.orelse, depth + 1);
+        }
+        break;
+      case Stmt::Kind::kBarrier: out << pad << "barrier\n"; break;
+    }
+  }
+}
+
+}  // namespace
+
+std::string to_text(const Kernel& k) {
+  std::ostringstream out;
+  out << "kernel " << k.name << " grid=" << k.grid << " threads=" << k.threads << " shared=" << k.shared_bytes << "B\n";
+  for (const Param& p : k.params) {
+    out << "  param " << (p.output ? "out " : "in ") << p.name << ": " << dtype_name(p.dtype) << "[" << p.elements << "]\n";
+  }
+  for (const SharedAlloc& s : k.shared) {
+    out << "  shared " << s.name << ": " << dtype_name(s.dtype) << "[" << s.elements << "] @" << s.offset << "\n";
+  }
+  if (!k.uniform.empty()) {
+    out << "  uniform:\n";
+    dump(out, k.uniform, 2);
+  }
+  dump(out, k.body, 1);
+  return out.str();
+}
+
+}  // namespace fusetune::codegen

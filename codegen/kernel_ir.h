@@ -1,0 +1,87 @@
+// Kernel IR: an explicit kernel program that both emitters print (emit_cuda: CUDA C++ for NVRTC;
+// emit_host: a host C++ function that runs the same program on the CPU).
+//
+// A Kernel has typed buffer parameters, a launch shape (a 1-D grid of blocks, a 1-D block of
+// threads), shared-memory allocations with byte offsets, and a body of statements. Statements are
+// structured: `for` loops are either serial or bound to the block's threads (iteration i runs on
+// thread i % threads, strided), barriers appear only between top-level statements, and values
+// cross a barrier only through shared memory or global buffers, never through locals. That last
+// rule is what lets the host form run each stretch between barriers as a loop over threads.
+// Scalar expressions are C expressions over the kernel's variables and the helpers of the common
+// prelude (emit_common.h); they are valid in both CUDA and C++.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace fusetune::codegen {
+
+struct Param {
+  std::string name;
+  DType dtype = DType::kF32;
+  int64_t elements = 0;
+  bool output = false;
+};
+
+struct SharedAlloc {
+  std::string name;
+  DType dtype = DType::kF32;  // computed values are kept as float (or int64 for integer dtypes)
+  int64_t elements = 0;
+  int64_t offset = 0;  // bytes from the start of the block's shared memory
+};
+
+struct Stmt;
+using Block = std::vector<Stmt>;
+
+struct Stmt {
+  enum class Kind {
+    kComment,   // text
+    kLet,       // ctype name = a;
+    kAssign,    // name = a;
+    kStore,     // name[a] = b;  (global buffer or shared allocation)
+    kFor,       // for (long long name = a; name < b; ...) body   (binding: serial or threads)
+    kIf,        // if (a) body else orelse
+    kBarrier,   // block-wide barrier
+  };
+  Kind kind = Kind::kComment;
+  std::string name;
+  std::string ctype;  // for kLet: "long long", "float", "int"
+  std::string a, b;
+  bool threads = false;  // kFor: distribute iterations over the block's threads
+  Block body;
+  Block orelse;
+};
+
+Stmt comment(std::string text);
+Stmt let(std::string ctype, std::string name, std::string value);
+Stmt assign(std::string name, std::string value);
+Stmt store(std::string buffer, std::string index, std::string value);
+Stmt serial_for(std::string var, std::string lo, std::string hi, Block body);
+Stmt thread_for(std::string var, std::string lo, std::string hi, Block body);
+Stmt if_then(std::string cond, Block body, Block orelse = {});
+Stmt barrier();
+
+struct Kernel {
+  std::string name;
+  std::vector<Param> params;
+  int64_t grid = 1;   // blocks
+  int threads = 32;   // per block
+  std::vector<SharedAlloc> shared;
+  int64_t shared_bytes = 0;
+  // Block-uniform statements (lets depending only on `ft_block`, the block index), run once per
+  // block before the body; their variables are visible everywhere in the body.
+  Block uniform;
+  Block body;  // reads the thread index as `ft_thread`
+
+  // Adds a shared allocation at the next 16-byte aligned offset; returns its name.
+  std::string add_shared(const std::string& name, DType dtype, int64_t elements);
+};
+
+// A readable dump of the IR (tests compare it; `fusetune compile --dump-ir` prints it).
+std::string to_text(const Kernel& k);
+
+}  // namespace fusetune::codegen

@@ -1,0 +1,734 @@
+#include "codegen/lower_group.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <set>
+
+#include "codegen/scalar_ops.h"
+#include "core/error.h"
+#include "core/ops.h"
+#include "planner/tensor_expr.h"
+
+namespace fusetune::codegen {
+
+namespace {
+
+using planner::Access;
+using planner::IndexExpr;
+using planner::Interval;
+using planner::TensorExpr;
+
+bool is_anchor(const Node& n) {
+  const OpKind k = find_op(n.op)->kind;
+  return k == OpKind::kReduction || k == OpKind::kNormalization || k == OpKind::kContraction ||
+         k == OpKind::kPooling || n.op == "ScatterND" || n.op == "Resize";
+}
+
+std::string ll(int64_t v) { return std::to_string(v) + "LL"; }
+
+std::string product(const std::vector<std::string>& xs) {
+  if (xs.empty()) return "1LL";
+  std::string s = xs[0];
+  for (size_t i = 1; i < xs.size(); ++i) s = "(" + s + " * " + xs[i] + ")";
+  return s;
+}
+
+class GroupLowering {
+ public:
+  GroupLowering(const Graph& g, const planner::FusionGroup& group, const planner::TileConfig& cfg)
+      : g_(g), group_(group), cfg_(cfg) {}
+
+  LoweredKernel run(const std::string& name) {
+    LoweredKernel out;
+    Kernel& k = out.kernel;
+    k.name = name;
+    k.threads = cfg_.threads;
+    for (int n : group_.nodes) {
+      members_.insert(n);
+      producer_[g_.nodes()[static_cast<size_t>(n)].outputs[0]] = n;
+      exprs_[n] = planner::describe(g_, g_.nodes()[static_cast<size_t>(n)]);
+    }
+    root_ = planner::group_root(g_, group_);
+    for (int v : group_.inputs) {
+      param_[v] = "in" + std::to_string(out.inputs.size());
+      k.params.push_back({param_[v], g_.value(v).dtype, numel(g_.value(v).shape), false});
+      out.inputs.push_back(v);
+    }
+    for (int v : group_.outputs) {
+      out_param_[v] = "out" + std::to_string(out.outputs.size());
+      k.params.push_back({out_param_[v], g_.value(v).dtype, numel(g_.value(v).shape), true});
+      out.outputs.push_back(v);
+    }
+    tile_setup(k);
+    regions(k);
+    size_buffers(k);
+    for (int n : group_.nodes) {
+      const Node& node = g_.nodes()[static_cast<size_t>(n)];
+      if (is_anchor(node)) anchor_stage(k, node);
+    }
+    // The root when it is inlined, and inlined values that leave the group.
+    for (int v : group_.outputs) {
+      if (producer_.count(v) && !is_anchor(g_.nodes()[static_cast<size_t>(producer_[v])])) element_stage(k, v);
+    }
+    return out;
+  }
+
+ private:
+  // ---- tiles and regions ------------------------------------------------------------------
+  void tile_setup(Kernel& k) {
+    const Shape& rs = g_.value(root_).shape;
+    int64_t stride = 1;
+    tiles_ = 1;
+    std::vector<int64_t> ntiles(rs.size());
+    for (size_t d = rs.size(); d-- > 0;) {
+      const int64_t t = std::clamp<int64_t>(cfg_.tile[d], 1, std::max<int64_t>(rs[d], 1));
+      ntiles[d] = (std::max<int64_t>(rs[d], 1) + t - 1) / t;
+      tiles_ *= ntiles[d];
+      const std::string td = "ft_t" + std::to_string(d);
+      k.uniform.push_back(let("long long", td, "ft_fmod(ft_fdiv(ft_block, " + ll(stride) + "), " + ll(ntiles[d]) + ")"));
+      region_[root_].lo.insert(region_[root_].lo.begin(), "");
+      region_[root_].hi.insert(region_[root_].hi.begin(), "");
+      const std::string lo = var(root_, "lo", d), hi = var(root_, "hi", d);
+      k.uniform.push_back(let("long long", lo, td + " * " + ll(t)));
+      k.uniform.push_back(let("long long", hi, "ft_min(" + lo + " + " + ll(t) + ", " + ll(rs[d]) + ") - 1LL"));
+      region_[root_].lo[0] = lo;
+      region_[root_].hi[0] = hi;
+      stride *= ntiles[d];
+      tile_extent_.insert(tile_extent_.begin(), t);
+    }
+    k.grid = tiles_;
+    ntiles_ = ntiles;
+    emit_extents(k, root_);
+  }
+
+  std::string var(int v, const char* what, size_t d) const {
+    return "r" + std::to_string(v) + "_" + what + std::to_string(d);
+  }
+
+  void emit_extents(Kernel& k, int v) {
+    Region& r = region_[v];
+    r.n.clear();
+    for (size_t d = 0; d < r.lo.size(); ++d) {
+      const std::string n = var(v, "n", d);
+      k.uniform.push_back(let("long long", n, "ft_max(0LL, " + r.hi[d] + " - " + r.lo[d] + " + 1LL)"));
+      r.n.push_back(n);
+    }
+  }
+
+  // Region bounds of every internal value, consumers before producers.
+  void regions(Kernel& k) {
+    std::map<int, std::vector<std::vector<std::pair<std::string, std::string>>>> contrib;
+    for (auto it = group_.nodes.rbegin(); it != group_.nodes.rend(); ++it) {
+      const Node& n = g_.nodes()[static_cast<size_t>(*it)];
+      const int v = n.outputs[0];
+      if (v != root_) {
+        auto c = contrib.find(v);
+        if (c == contrib.end()) continue;  // not needed by the root (cannot happen in a single-sink group)
+        const Shape& s = g_.value(v).shape;
+        Region& r = region_[v];
+        for (size_t d = 0; d < s.size(); ++d) {
+          std::string lo, hi;
+          for (const auto& box : c->second) {
+            lo = lo.empty() ? box[d].first : "ft_min(" + lo + ", " + box[d].first + ")";
+            hi = hi.empty() ? box[d].second : "ft_max(" + hi + ", " + box[d].second + ")";
+          }
+          r.lo.push_back(var(v, "lo", d));
+          r.hi.push_back(var(v, "hi", d));
+          k.uniform.push_back(let("long long", r.lo.back(), lo));
+          k.uniform.push_back(let("long long", r.hi.back(), hi));
+        }
+        emit_extents(k, v);
+      }
+      const Region& out = region_[v];
+      const TensorExpr& e = exprs_[*it];
+      const size_t nout = e.out_shape.size();
+      for (const Access& a : e.accesses) {
+        const int u = n.inputs[static_cast<size_t>(a.input)];
+        if (!members_.count(producer_or(u))) continue;
+        const Shape& us = g_.value(u).shape;
+        std::vector<std::pair<std::string, std::string>> box;
+        for (size_t d = 0; d < a.index.size(); ++d) {
+          auto b = a.index[d].bounds_code(
+              [&](int i) { return static_cast<size_t>(i) < nout ? out.lo[static_cast<size_t>(i)] : std::string("0LL"); },
+              [&](int i) {
+                return static_cast<size_t>(i) < nout ? out.hi[static_cast<size_t>(i)]
+                                                     : ll(e.reduce_extents[static_cast<size_t>(i) - nout] - 1);
+              });
+          box.push_back({"ft_max(0LL, " + b.first + ")", "ft_min(" + ll(us[d] - 1) + ", " + b.second + ")"});
+        }
+        contrib[u].push_back(box);
+      }
+    }
+  }
+
+  int producer_or(int v) const {
+    auto it = producer_.find(v);
+    return it == producer_.end() ? -1 : it->second;
+  }
+
+  // The same region arithmetic, numerically, for one tile; used to size shared memory.
+  std::map<int, std::vector<Interval>> numeric_regions(int64_t tile_index) const {
+    std::map<int, std::vector<Interval>> r;
+    const Shape& rs = g_.value(root_).shape;
+    std::vector<Interval> root(rs.size());
+    int64_t stride = 1;
+    for (size_t d = rs.size(); d-- > 0;) {
+      const int64_t t = ((tile_index / stride) % ntiles_[d]);
+      root[d] = {t * tile_extent_[d], std::min(t * tile_extent_[d] + tile_extent_[d], rs[d]) - 1};
+      stride *= ntiles_[d];
+    }
+    r[root_] = root;
+    std::map<int, std::vector<std::vector<Interval>>> contrib;
+    for (auto it = group_.nodes.rbegin(); it != group_.nodes.rend(); ++it) {
+      const Node& n = g_.nodes()[static_cast<size_t>(*it)];
+      const int v = n.outputs[0];
+      if (v != root_) {
+        auto c = contrib.find(v);
+        if (c == contrib.end()) continue;
+        std::vector<Interval> hull = c->second[0];
+        for (const auto& box : c->second) {
+          for (size_t d = 0; d < box.size(); ++d) hull[d] = {std::min(hull[d].lo, box[d].lo), std::max(hull[d].hi, box[d].hi)};
+        }
+        r[v] = hull;
+      }
+      const TensorExpr& e = exprs_.at(*it);
+      std::vector<Interval> vars = r[v];
+      for (int64_t x : e.reduce_extents) vars.push_back({0, x - 1});
+      for (const Access& a : e.accesses) {
+        const int u = n.inputs[static_cast<size_t>(a.input)];
+        if (!members_.count(producer_or(u))) continue;
+        const Shape& us = g_.value(u).shape;
+        std::vector<Interval> box;
+        for (size_t d = 0; d < a.index.size(); ++d) {
+          const Interval b = a.index[d].bounds(vars);
+          box.push_back({std::max<int64_t>(0, b.lo), std::min<int64_t>(us[d] - 1, b.hi)});
+        }
+        contrib[u].push_back(box);
+      }
+    }
+    return r;
+  }
+
+  static int64_t elems(const std::vector<Interval>& r) {
+    int64_t n = 1;
+    for (const Interval& i : r) n *= std::max<int64_t>(0, i.hi - i.lo + 1);
+    return n;
+  }
+
+  void size_buffers(Kernel& k) {
+    check(tiles_ <= (int64_t{1} << 16) || std::none_of(group_.nodes.begin(), group_.nodes.end(), [&](int n) {
+            return is_anchor(g_.nodes()[static_cast<size_t>(n)]) && g_.nodes()[static_cast<size_t>(n)].outputs[0] != root_;
+          }),
+          "a group with ", tiles_, " tiles and staged intermediates: choose larger tiles");
+    std::map<int, int64_t> max_elems;
+    std::map<int, int64_t> max_rows;
+    for (int64_t t = 0; t < tiles_; ++t) {
+      const auto r = numeric_regions(t);
+      for (const auto& [v, region] : r) {
+        max_elems[v] = std::max(max_elems[v], elems(region));
+        const int p = producer_or(v);
+        if (p >= 0) {
+          const Node& n = g_.nodes()[static_cast<size_t>(p)];
+          if (find_op(n.op)->kind == OpKind::kNormalization) {
+            std::vector<Interval> rows = region;
+            for (size_t d = static_cast<size_t>(norm_axis(n)); d < rows.size(); ++d) {
+              if (n.op == "LayerNormalization" || d == static_cast<size_t>(norm_axis(n))) rows[d] = {0, 0};
+            }
+            max_rows[v] = std::max(max_rows[v], elems(rows));
+          }
+        }
+      }
+    }
+    for (int n : group_.nodes) {
+      const Node& node = g_.nodes()[static_cast<size_t>(n)];
+      const int v = node.outputs[0];
+      if (find_op(node.op)->kind == OpKind::kNormalization) {
+        stats_[v] = {k.add_shared("s" + std::to_string(v) + "_a", DType::kF32, std::max<int64_t>(1, max_rows[v])),
+                     k.add_shared("s" + std::to_string(v) + "_b", DType::kF32, std::max<int64_t>(1, max_rows[v]))};
+      }
+      if (!is_anchor(node) || v == root_) continue;
+      buffer_[v] = k.add_shared("b" + std::to_string(v), is_float(g_.value(v).dtype) ? DType::kF32 : DType::kI64,
+                                std::max<int64_t>(1, max_elems[v]));
+    }
+  }
+
+  int64_t norm_axis(const Node& n) const {
+    return normalize_axis(n.attrs.i("axis", -1), static_cast<int64_t>(g_.value(n.inputs[0]).shape.size()), "axis");
+  }
+
+  // ---- expressions --------------------------------------------------------------------------
+  // Emits (into *cur_) what is needed to compute value v at index idx and returns the local name.
+  std::string value(int v, const std::vector<std::string>& idx) {
+    std::string key = std::to_string(v);
+    for (const auto& i : idx) key += "|" + i;
+    if (auto it = memo_->find(key); it != memo_->end()) return it->second;
+    const Value& val = g_.value(v);
+    std::string expr;
+    if (auto p = param_.find(v); p != param_.end() || !producer_.count(v)) {
+      if (val.is_constant() && param_.find(v) == param_.end()) fail("constant '", val.name, "' is not a group input");
+      expr = load_as_compute(val.dtype, param_.at(v) + "[" + flat(val.shape, idx) + "]");
+    } else if (auto b = buffer_.find(v); b != buffer_.end()) {
+      const Region& r = region_.at(v);
+      std::string off = "0LL";
+      for (size_t d = 0; d < idx.size(); ++d) off = "(" + off + " * " + r.n[d] + " + (" + idx[d] + " - " + r.lo[d] + "))";
+      expr = b->second + "[" + off + "]";
+    } else {
+      expr = inline_node(g_.nodes()[static_cast<size_t>(producer_.at(v))], idx);
+    }
+    const std::string name = "v" + std::to_string(next_local_++);
+    cur_->push_back(let(compute_ctype(val.dtype), name, expr));
+    (*memo_)[key] = name;
+    return name;
+  }
+
+  static std::string flat(const Shape& s, const std::vector<std::string>& idx) {
+    std::string f = "0LL";
+    for (size_t d = 0; d < s.size(); ++d) f = "(" + f + " * " + ll(s[d]) + " + " + idx[d] + ")";
+    return f;
+  }
+
+  std::vector<std::string> index_of(const Access& a, const std::vector<std::string>& vars) const {
+    std::vector<std::string> out;
+    for (const IndexExpr& ix : a.index) out.push_back(ix.code([&](int i) { return vars[static_cast<size_t>(i)]; }));
+    return out;
+  }
+
+  std::string in_range(const Shape& s, const std::vector<std::string>& idx) const {
+    std::string c;
+    for (size_t d = 0; d < idx.size(); ++d) {
+      c += (c.empty() ? "" : " && ") + std::string("(") + idx[d] + ") >= 0LL && (" + idx[d] + ") < " + ll(s[d]);
+    }
+    return c.empty() ? "1" : c;
+  }
+
+  // A guarded read: emits an if/else into *cur_ so the load happens only inside the input.
+  std::string guarded(int v, const std::vector<std::string>& idx, const std::string& fill) {
+    const std::string name = "v" + std::to_string(next_local_++);
+    cur_->push_back(let(compute_ctype(g_.value(v).dtype), name, fill));
+    Block inside;
+    with_block(inside, [&] { cur_->push_back(assign(name, value(v, idx))); });
+    cur_->push_back(if_then(in_range(g_.value(v).shape, idx), inside));
+    return name;
+  }
+
+  void with_block(Block& b, const std::function<void()>& f) {
+    Block* saved = cur_;
+    auto saved_memo = memo_;
+    std::map<std::string, std::string> local = *memo_;  // outer locals stay visible inside
+    cur_ = &b;
+    memo_ = &local;
+    f();
+    cur_ = saved;
+    memo_ = saved_memo;
+  }
+
+  std::string inline_node(const Node& n, const std::vector<std::string>& idx) {
+    const TensorExpr& e = exprs_.at(static_cast<int>(&n - g_.nodes().data()));
+    const OpKind kind = find_op(n.op)->kind;
+    if (kind == OpKind::kElementwise) {
+      std::vector<std::string> args;
+      for (const Access& a : e.accesses) args.push_back(value(n.inputs[static_cast<size_t>(a.input)], index_of(a, idx)));
+      return elementwise_expr(g_, n, args);
+    }
+    const DType dt = g_.value(n.outputs[0]).dtype;
+    if (n.op == "Concat") {
+      std::string result = is_float(dt) ? "0.0f" : "0LL";
+      const std::string name = "v" + std::to_string(next_local_++);
+      cur_->push_back(let(compute_ctype(dt), name, result));
+      for (const Access& a : e.accesses) {
+        const int u = n.inputs[static_cast<size_t>(a.input)];
+        const auto ui = index_of(a, idx);
+        Block inside;
+        with_block(inside, [&] { cur_->push_back(assign(name, value(u, ui))); });
+        cur_->push_back(if_then(in_range(g_.value(u).shape, ui), inside));
+      }
+      return name;
+    }
+    if (n.op == "Gather") {
+      const Access& data = e.accesses[0];
+      const int ids = n.inputs[1];
+      const std::string iv = value(ids, index_of(e.accesses[1], idx));
+      const int64_t axis = normalize_axis(n.attrs.i("axis"), static_cast<int64_t>(g_.value(n.inputs[0]).shape.size()), "axis");
+      const int64_t extent = g_.value(n.inputs[0]).shape[static_cast<size_t>(axis)];
+      const std::string fixed = "ft_min(" + ll(extent - 1) + ", ft_max(0LL, (" + iv + " < 0LL ? " + iv + " + " + ll(extent) + " : " + iv + ")))";
+      std::vector<std::string> di;
+      for (size_t d = 0; d < data.index.size(); ++d) {
+        di.push_back(data.index[d].has_data() ? fixed : data.index[d].code([&](int i) { return idx[static_cast<size_t>(i)]; }));
+      }
+      return value(n.inputs[0], di);
+    }
+    if (n.op == "Pad") {
+      const auto pads = n.attrs.ints("pads");
+      const std::string mode = n.attrs.s("mode", "constant");
+      const Shape& in = g_.value(n.inputs[0]).shape;
+      const size_t r = in.size();
+      std::vector<std::string> pi;
+      for (size_t d = 0; d < r; ++d) {
+        const std::string c = "(" + idx[d] + " - " + ll(pads[d]) + ")";
+        if (mode == "constant") {
+          pi.push_back(c);
+        } else if (mode == "edge") {
+          pi.push_back("ft_min(" + ll(in[d] - 1) + ", ft_max(0LL, " + c + "))");
+        } else {  // reflect without repeating the edge
+          const int64_t period = std::max<int64_t>(1, 2 * (in[d] - 1));
+          const std::string m = "ft_fmod(" + c + ", " + ll(period) + ")";
+          pi.push_back(in[d] == 1 ? "0LL" : "(" + m + " >= " + ll(in[d]) + " ? " + ll(period) + " - " + m + " : " + m + ")");
+        }
+      }
+      if (mode != "constant") return value(n.inputs[0], pi);
+      return guarded(n.inputs[0], pi, is_float(dt) ? float_literal(n.attrs.f("value")) : ll(static_cast<int64_t>(n.attrs.f("value"))));
+    }
+    // Reshape, Transpose, Slice, Expand, Tile: one read through the index map.
+    const Access& a = e.accesses.at(0);
+    return value(n.inputs[static_cast<size_t>(a.input)], index_of(a, idx));
+  }
+
+  // ---- stages --------------------------------------------------------------------------------
+  // The element loop over value v's region: calls body(o) with the output index, inside a
+  // thread-distributed loop, and returns the statements.
+  void region_loop(Kernel& k, int v, const std::function<void(const std::vector<std::string>&)>& body) {
+    const Region& r = region_.at(v);
+    Block loop;
+    std::map<std::string, std::string> memo;
+    Block* saved = cur_;
+    auto* saved_memo = memo_;
+    cur_ = &loop;
+    memo_ = &memo;
+    std::vector<std::string> o;
+    std::string rest = "ft_e";
+    for (size_t d = r.n.size(); d-- > 0;) {
+      const std::string c = "ft_o" + std::to_string(d);
+      o.insert(o.begin(), c);
+    }
+    std::string inner = "1LL";
+    std::vector<std::string> strides(r.n.size());
+    for (size_t d = r.n.size(); d-- > 0;) {
+      strides[d] = inner;
+      inner = "(" + inner + " * " + r.n[d] + ")";
+    }
+    for (size_t d = 0; d < r.n.size(); ++d) {
+      loop.push_back(let("long long", o[d], r.lo[d] + " + (ft_e / " + strides[d] + ") % " + r.n[d]));
+    }
+    body(o);
+    cur_ = saved;
+    memo_ = saved_memo;
+    k.body.push_back(thread_for("ft_e", "0LL", product(r.n), loop));
+  }
+
+  void store_value(int v, const std::vector<std::string>& o, const std::string& x) {
+    if (auto b = buffer_.find(v); b != buffer_.end()) {
+      const Region& r = region_.at(v);
+      std::string off = "0LL";
+      for (size_t d = 0; d < o.size(); ++d) off = "(" + off + " * " + r.n[d] + " + (" + o[d] + " - " + r.lo[d] + "))";
+      cur_->push_back(store(b->second, off, x));
+    }
+    if (auto p = out_param_.find(v); p != out_param_.end()) {
+      cur_->push_back(store(p->second, flat(g_.value(v).shape, o), store_from_compute(g_.value(v).dtype, x)));
+    }
+  }
+
+  void element_stage(Kernel& k, int v) {
+    k.body.push_back(comment("write " + g_.value(v).name));
+    region_loop(k, v, [&](const std::vector<std::string>& o) {
+      store_value(v, o, inline_node(g_.nodes()[static_cast<size_t>(producer_.at(v))], o));
+    });
+  }
+
+  // Nested serial loops over the reduction variables; body(vars) with vars = outputs then
+  // reductions.
+  void reduction_loops(const TensorExpr& e, const std::vector<std::string>& o,
+                       const std::function<void(const std::vector<std::string>&)>& body) {
+    std::vector<std::string> vars = o;
+    std::function<void(size_t)> nest = [&](size_t r) {
+      if (r == e.reduce_extents.size()) {
+        body(vars);
+        return;
+      }
+      const std::string rv = "ft_r" + std::to_string(r);
+      vars.push_back(rv);
+      Block inner;
+      with_block(inner, [&] { nest(r + 1); });
+      cur_->push_back(serial_for(rv, "0LL", ll(e.reduce_extents[r]), inner));
+      vars.pop_back();
+    };
+    nest(0);
+  }
+
+  void anchor_stage(Kernel& k, const Node& n) {
+    const int v = n.outputs[0];
+    const TensorExpr& e = exprs_.at(static_cast<int>(&n - g_.nodes().data()));
+    const OpKind kind = find_op(n.op)->kind;
+    k.body.push_back(comment("stage " + n.op + " '" + n.name + "'"));
+    if (kind == OpKind::kNormalization) {
+      normalization_stage(k, n, e);
+    } else {
+      region_loop(k, v, [&](const std::vector<std::string>& o) {
+        if (n.op == "ScatterND") {
+          scatter_body(n, o);
+        } else {
+          reduce_body(n, e, o);
+        }
+      });
+    }
+    k.body.push_back(barrier());
+  }
+
+  void reduce_body(const Node& n, const TensorExpr& e, const std::vector<std::string>& o) {
+    const int v = n.outputs[0];
+    const DType in_dt = g_.value(n.inputs[0]).dtype;
+    const bool fl = is_float(in_dt);
+    const std::string& op = n.op;
+    const std::string acc = "ft_acc", cnt = "ft_cnt", best = "ft_best";
+    const bool is_max = op == "ReduceMax" || op == "MaxPool" || op == "ArgMax";
+    const bool is_min = op == "ReduceMin" || op == "ArgMin";
+    std::string init = fl ? "0.0f" : "0LL";
+    if (op == "ReduceProd") init = fl ? "1.0f" : "1LL";
+    if (is_max) init = fl ? "(-ft_inf())" : "(-9223372036854775807LL - 1)";
+    if (is_min) init = fl ? "ft_inf()" : "9223372036854775807LL";
+    const bool contraction = find_op(op)->kind == OpKind::kContraction;
+    cur_->push_back(let(contraction ? "float" : compute_ctype(in_dt), acc, contraction ? "0.0f" : init));
+    cur_->push_back(let("long long", cnt, "0LL"));
+    cur_->push_back(let("long long", best, "0LL"));
+    const size_t nout = e.out_shape.size();
+    reduction_loops(e, o, [&](const std::vector<std::string>& vars) {
+      if (contraction) {
+        const Access& a = e.accesses[0];
+        const Access& b = e.accesses[1];
+        const auto ai = index_of(a, vars), bi = index_of(b, vars);
+        const int av = n.inputs[0], bv = n.inputs[1];
+        Block body;
+        with_block(body, [&] {
+          cur_->push_back(assign(acc, acc + " + " + value(av, ai) + " * " + value(bv, bi)));
+        });
+        if (a.guarded) {
+          cur_->push_back(if_then(in_range(g_.value(av).shape, ai), body));
+        } else {
+          cur_->insert(cur_->end(), body.begin(), body.end());
+        }
+        return;
+      }
+      const Access& a = e.accesses[0];
+      const auto ai = index_of(a, vars);
+      const int x = n.inputs[0];
+      Block body;
+      with_block(body, [&] {
+        const std::string xv = value(x, ai);
+        if (op == "ArgMax" || op == "ArgMin") {
+          const bool last = n.attrs.i("select_last_index") != 0;
+          const std::string cmp = op == "ArgMax" ? (last ? " >= " : " > ") : (last ? " <= " : " < ");
+          Block take = {assign(acc, xv), assign(best, vars[nout])};
+          cur_->push_back(if_then(cnt + " == 0LL || " + xv + cmp + acc, take));
+        } else if (is_max) {
+          cur_->push_back(assign(acc, fl ? "ft_fmaxn(" + acc + ", " + xv + ")" : "ft_max(" + acc + ", " + xv + ")"));
+        } else if (is_min) {
+          cur_->push_back(assign(acc, fl ? "ft_fminn(" + acc + ", " + xv + ")" : "ft_min(" + acc + ", " + xv + ")"));
+        } else if (op == "ReduceProd") {
+          cur_->push_back(assign(acc, acc + " * " + xv));
+        } else {
+          cur_->push_back(assign(acc, acc + " + " + xv));
+        }
+        cur_->push_back(assign(cnt, cnt + " + 1LL"));
+      });
+      if (a.guarded) {
+        cur_->push_back(if_then(in_range(g_.value(x).shape, ai), body));
+        if (op == "AveragePool" && n.attrs.i("count_include_pad")) {
+          // Taps in the padding count; taps beyond it (ceil-mode overhang) do not.
+          const auto pads = n.attrs.ints("pads");
+          const Shape& xs = g_.value(x).shape;
+          const size_t sp = xs.size() - 2;
+          std::string inside_pad;
+          for (size_t d = 0; d < sp; ++d) {
+            inside_pad += (inside_pad.empty() ? "" : " && ") + std::string("(") + ai[d + 2] + ") >= " + ll(-pads[d]) + " && (" +
+                          ai[d + 2] + ") < " + ll(xs[d + 2] + pads[d + sp]);
+          }
+          cur_->push_back(if_then("!(" + in_range(xs, ai) + ") && " + inside_pad, {assign(cnt, cnt + " + 1LL")}));
+        }
+      } else {
+        cur_->insert(cur_->end(), body.begin(), body.end());
+      }
+    });
+    std::string result = acc;
+    if (op == "Conv" && n.inputs.size() > 2 && n.inputs[2] != kNoValue) {
+      result = acc + " + " + value(n.inputs[2], {o[1]});
+    }
+    if (op == "ReduceMean") result = fl ? acc + " / (float)" + cnt : "(" + cnt + " ? " + acc + " / " + cnt + " : 0LL)";
+    if (op == "AveragePool") result = "(" + cnt + " ? " + acc + " / (float)" + cnt + " : 0.0f)";
+    if (op == "ArgMax" || op == "ArgMin") result = best;
+    store_value(v, o, result);
+  }
+
+  void scatter_body(const Node& n, const std::vector<std::string>& o) {
+    const int v = n.outputs[0];
+    const Shape& data = g_.value(n.inputs[0]).shape;
+    const Shape& ids = g_.value(n.inputs[1]).shape;
+    const int64_t depth = ids.back();
+    const int64_t tuples = depth == 0 ? 0 : numel(ids) / depth;
+    const std::string red = n.attrs.s("reduction", "none");
+    const bool fl = is_float(g_.value(v).dtype);
+    const std::string acc = "ft_acc";
+    check(param_.count(n.inputs[1]) && param_.count(n.inputs[2]), "ScatterND's indices and updates must be group inputs");
+    cur_->push_back(let(compute_ctype(g_.value(v).dtype), acc, value(n.inputs[0], o)));
+    const Shape upd_tail(data.begin() + depth, data.end());
+    Block body;
+    with_block(body, [&] {
+      std::string match;
+      for (int64_t j = 0; j < depth; ++j) {  // indices viewed as [tuples, depth]
+        const std::string flat_i = "(ft_t * " + ll(depth) + " + " + ll(j) + ")";
+        const std::string iv = "((long long)" + param_.at(n.inputs[1]) + "[" + flat_i + "])";
+        const std::string norm = "(" + iv + " < 0LL ? " + iv + " + " + ll(data[static_cast<size_t>(j)]) + " : " + iv + ")";
+        match += (match.empty() ? "" : " && ") + std::string("(") + norm + " == " + o[static_cast<size_t>(j)] + ")";
+      }
+      std::string uoff = "ft_t";
+      for (size_t d = static_cast<size_t>(depth); d < data.size(); ++d) uoff = "(" + uoff + " * " + ll(data[d]) + " + " + o[d] + ")";
+      const std::string u = load_as_compute(g_.value(n.inputs[2]).dtype, param_.at(n.inputs[2]) + "[" + uoff + "]");
+      std::string next = u;
+      if (red == "add") next = acc + " + " + u;
+      if (red == "mul") next = acc + " * " + u;
+      if (red == "max") next = fl ? "fmaxf(" + acc + ", " + u + ")" : "ft_max(" + acc + ", " + u + ")";
+      if (red == "min") next = fl ? "fminf(" + acc + ", " + u + ")" : "ft_min(" + acc + ", " + u + ")";
+      cur_->push_back(if_then(match.empty() ? "1" : match, {assign(acc, next)}));
+    });
+    cur_->push_back(serial_for("ft_t", "0LL", ll(tuples), body));
+    store_value(v, o, acc);
+  }
+
+  void normalization_stage(Kernel& k, const Node& n, const TensorExpr& e) {
+    const int v = n.outputs[0];
+    const int x = n.inputs[0];
+    const Region& r = region_.at(v);
+    const auto axis = static_cast<size_t>(norm_axis(n));
+    const bool layer_norm = n.op == "LayerNormalization";
+    const size_t rank = r.n.size();
+    auto normalized = [&](size_t d) { return layer_norm ? d >= axis : d == axis; };
+    // Rows: the region's index space with the normalized axes dropped.
+    std::vector<size_t> row_dims;
+    std::vector<std::string> row_n;
+    for (size_t d = 0; d < rank; ++d) {
+      if (!normalized(d)) {
+        row_dims.push_back(d);
+        row_n.push_back(r.n[d]);
+      }
+    }
+    auto row_index = [&](const std::vector<std::string>& o) {
+      std::string off = "0LL";
+      for (size_t j = 0; j < row_dims.size(); ++j) {
+        off = "(" + off + " * " + row_n[j] + " + (" + o[row_dims[j]] + " - " + r.lo[row_dims[j]] + "))";
+      }
+      return off;
+    };
+    const auto [sa, sb] = stats_.at(v);
+    // Stage 1: statistics per row, over the whole normalized extent.
+    {
+      Block loop;
+      std::map<std::string, std::string> memo;
+      Block* saved = cur_;
+      auto* saved_memo = memo_;
+      cur_ = &loop;
+      memo_ = &memo;
+      std::vector<std::string> o(rank, "0LL");
+      std::string inner = "1LL";
+      for (size_t j = row_dims.size(); j-- > 0;) {
+        const std::string c = "ft_o" + std::to_string(row_dims[j]);
+        loop.insert(loop.begin(), let("long long", c, r.lo[row_dims[j]] + " + (ft_e / " + inner + ") % " + row_n[j]));
+        o[row_dims[j]] = c;
+        inner = "(" + inner + " * " + row_n[j] + ")";
+      }
+      const Access& stats = e.accesses[1];  // x read with the normalized axes as reduction variables
+      std::vector<std::string> vars = o;
+      const size_t nout = rank;
+      const std::string a = "ft_a", b = "ft_b";
+      cur_->push_back(let("float", a, layer_norm ? "0.0f" : "(-ft_inf())"));
+      cur_->push_back(let("float", b, "0.0f"));
+      auto pass = [&](const std::function<void(const std::string&)>& use) {
+        std::vector<std::string> vv = vars;
+        std::function<void(size_t)> nest = [&](size_t rr) {
+          if (rr == e.reduce_extents.size()) {
+            use(value(x, index_of(stats, vv)));
+            return;
+          }
+          const std::string rv = "ft_r" + std::to_string(rr);
+          vv.push_back(rv);
+          Block inner_b;
+          with_block(inner_b, [&] { nest(rr + 1); });
+          cur_->push_back(serial_for(rv, "0LL", ll(e.reduce_extents[rr]), inner_b));
+          vv.pop_back();
+        };
+        nest(0);
+      };
+      int64_t count = 1;
+      for (int64_t ext : e.reduce_extents) count *= ext;
+      (void)nout;
+      if (layer_norm) {
+        pass([&](const std::string& xv) { cur_->push_back(assign(a, a + " + " + xv)); });
+        cur_->push_back(assign(a, a + " / " + float_literal(static_cast<double>(count))));
+        pass([&](const std::string& xv) { cur_->push_back(assign(b, b + " + (" + xv + " - " + a + ") * (" + xv + " - " + a + ")")); });
+        cur_->push_back(assign(b, "1.0f / sqrtf(" + b + " / " + float_literal(static_cast<double>(count)) + " + " +
+                                      float_literal(n.attrs.f("epsilon", 1e-5f)) + ")"));
+      } else {
+        pass([&](const std::string& xv) { cur_->push_back(assign(a, "ft_fmaxn(" + a + ", " + xv + ")")); });
+        pass([&](const std::string& xv) { cur_->push_back(assign(b, b + " + expf(" + xv + " - " + a + ")")); });
+      }
+      cur_->push_back(store(sa, row_index(o), a));
+      cur_->push_back(store(sb, row_index(o), b));
+      cur_ = saved;
+      memo_ = saved_memo;
+      k.body.push_back(thread_for("ft_e", "0LL", product(row_n), loop));
+      k.body.push_back(barrier());
+    }
+    // Stage 2: elements.
+    region_loop(k, v, [&](const std::vector<std::string>& o) {
+      const std::string xv = value(x, o);
+      const std::string ri = row_index(o);
+      cur_->push_back(let("float", "ft_sa", sa + "[" + ri + "]"));
+      cur_->push_back(let("float", "ft_sb", sb + "[" + ri + "]"));
+      std::string y;
+      if (n.op == "Softmax") y = "expf(" + xv + " - ft_sa) / ft_sb";
+      if (n.op == "LogSoftmax") y = "(" + xv + " - ft_sa - logf(ft_sb))";
+      if (layer_norm) {
+        y = "(" + xv + " - ft_sa) * ft_sb * " + value(n.inputs[1], index_of(e.accesses[2], o));
+        if (e.accesses.size() > 3) y = "(" + y + " + " + value(n.inputs[2], index_of(e.accesses[3], o)) + ")";
+      }
+      store_value(v, o, y);
+    });
+  }
+
+  struct Region {
+    std::vector<std::string> lo, hi, n;
+  };
+
+  const Graph& g_;
+  const planner::FusionGroup& group_;
+  const planner::TileConfig& cfg_;
+  std::set<int> members_;
+  std::map<int, int> producer_;
+  std::map<int, TensorExpr> exprs_;
+  std::map<int, std::string> param_;
+  std::map<int, std::string> out_param_;
+  std::map<int, Region> region_;
+  std::map<int, std::string> buffer_;
+  std::map<int, std::pair<std::string, std::string>> stats_;
+  int root_ = -1;
+  int64_t tiles_ = 1;
+  std::vector<int64_t> ntiles_;
+  std::vector<int64_t> tile_extent_;
+  Block* cur_ = nullptr;
+  std::map<std::string, std::string>* memo_ = nullptr;
+  int next_local_ = 0;
+};
+
+}  // namespace
+
+LoweredKernel lower_group(const Graph& g, const planner::FusionGroup& group, const planner::TileConfig& cfg,
+                          const std::string& name) {
+  check(!group.nodes.empty(), "lower_group: empty group");
+  check(cfg.threads > 0 && cfg.threads % 32 == 0, "lower_group: threads must be a positive multiple of 32");
+  for (int n : group.nodes) {
+    const Node& node = g.nodes()[static_cast<size_t>(n)];
+    check(node.op != "Resize", "node '", node.name, "': Resize has no code generation yet");
+  }
+  GroupLowering l(g, group, cfg);
+  return l.run(name);
+}
+
+}  // namespace fusetune::codegen

@@ -1,0 +1,37 @@
+// Lowering of a fusion group to Kernel IR: the generic tile-stage schedule.
+//
+// Takes a canonical graph, a group (planner/fusion.h) and a tile configuration (planner/tiling.h).
+// Each block computes one tile of the group's root output. Inside a block, the group's anchors
+// (reductions, normalizations, contractions, pooling, ScatterND) run as stages in topological
+// order, each computing its output over the region the tile needs (the region arithmetic of the
+// tensor expressions, evaluated per block) into shared memory, with a barrier after each stage;
+// every other op (element-wise, broadcast, data movement) is inlined as an expression where its
+// value is used, with common subexpressions kept in locals. Softmax and layer norm run a row
+// statistics stage and an element stage. The root is written to global memory by its own stage
+// (or by a final element stage when it is inlined); other exported values are written over their
+// regions too. Guarantees: the kernel computes the group's outputs as the reference kernels do
+// (up to float32 rounding) for every tile, including partial tiles at the edges; shared memory is
+// sized for the largest region any block needs; throws Error when the group cannot be lowered
+// (an op without a scalar form, shared memory beyond the device limit).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "codegen/kernel_ir.h"
+#include "core/graph.h"
+#include "planner/fusion.h"
+#include "planner/tiling.h"
+
+namespace fusetune::codegen {
+
+struct LoweredKernel {
+  Kernel kernel;
+  std::vector<int> inputs;   // graph values bound to the first parameters, in order
+  std::vector<int> outputs;  // graph values bound to the remaining parameters
+};
+
+LoweredKernel lower_group(const Graph& g, const planner::FusionGroup& group, const planner::TileConfig& cfg,
+                          const std::string& name);
+
+}  // namespace fusetune::codegen

@@ -1,0 +1,188 @@
+#include "codegen/scalar_ops.h"
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "core/error.h"
+
+namespace fusetune::codegen {
+
+std::string compute_ctype(DType t) { return is_float(t) ? "float" : "long long"; }
+
+std::string float_literal(double v) {
+  if (std::isnan(v)) return "ft_nan()";
+  if (std::isinf(v)) return v > 0 ? "ft_inf()" : "(-ft_inf())";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9gf", static_cast<double>(static_cast<float>(v)));
+  std::string s = buf;
+  if (s.find_first_of(".eE") == std::string::npos) s.insert(s.size() - 1, ".0");
+  return "(" + s + ")";
+}
+
+std::string load_as_compute(DType storage, const std::string& raw) {
+  switch (storage) {
+    case DType::kF32: return raw;
+    case DType::kF16: return "ft_h2f(" + raw + ")";
+    case DType::kF64: return "((float)" + raw + ")";
+    default: return "((long long)" + raw + ")";
+  }
+}
+
+std::string store_from_compute(DType to, const std::string& value) {
+  switch (to) {
+    case DType::kF32: return "((float)(" + value + "))";
+    case DType::kF16: return "ft_f2h((float)(" + value + "))";
+    case DType::kF64: return "((double)(" + value + "))";
+    case DType::kBool: return "((unsigned char)((" + value + ") != 0))";
+    case DType::kU8: return "((unsigned char)(" + value + "))";
+    case DType::kI8: return "((signed char)(" + value + "))";
+    case DType::kI32: return "((int)(" + value + "))";
+    case DType::kI64: return "((long long)(" + value + "))";
+    default: fail("code generation does not store dtype ", dtype_name(to));
+  }
+}
+
+namespace {
+
+std::string call(const std::string& f, const std::string& x) { return f + "(" + x + ")"; }
+
+std::string unary_float(const Node& n, const std::string& x) {
+  const std::string& op = n.op;
+  const std::string alpha = float_literal(n.attrs.f("alpha", 0.0f));
+  if (op == "Abs") return call("fabsf", x);
+  if (op == "Atan") return call("atanf", x);
+  if (op == "Ceil") return call("ceilf", x);
+  if (op == "Cos") return call("cosf", x);
+  if (op == "Elu") return "(" + x + " < 0.0f ? " + alpha + " * (expf(" + x + ") - 1.0f) : " + x + ")";
+  if (op == "Erf") return call("erff", x);
+  if (op == "Exp") return call("expf", x);
+  if (op == "Floor") return call("floorf", x);
+  if (op == "HardSigmoid") {
+    return "fmaxf(0.0f, fminf(1.0f, " + alpha + " * " + x + " + " + float_literal(n.attrs.f("beta")) + "))";
+  }
+  if (op == "HardSwish") return call("ft_hardswish", x);
+  if (op == "LeakyRelu") return "(" + x + " < 0.0f ? " + alpha + " * " + x + " : " + x + ")";
+  if (op == "Log") return call("logf", x);
+  if (op == "Neg") return "(-" + x + ")";
+  if (op == "Reciprocal") return "(1.0f / " + x + ")";
+  if (op == "Relu") return "(" + x + " < 0.0f ? 0.0f : " + x + ")";
+  if (op == "Round") return call("rintf", x);
+  if (op == "Selu") {
+    const std::string gamma = float_literal(n.attrs.f("gamma"));
+    return "(" + x + " > 0.0f ? " + gamma + " * " + x + " : " + gamma + " * (" + alpha + " * expf(" + x + ") - " + alpha + "))";
+  }
+  if (op == "Sigmoid") return call("ft_sigmoid", x);
+  if (op == "Sign") return call("ft_sign", x);
+  if (op == "Sin") return call("sinf", x);
+  if (op == "Softplus") return call("ft_softplus", x);
+  if (op == "Softsign") return "(" + x + " / (1.0f + fabsf(" + x + ")))";
+  if (op == "Sqrt") return call("sqrtf", x);
+  if (op == "Tan") return call("tanf", x);
+  if (op == "Tanh") return call("tanhf", x);
+  if (op == "ThresholdedRelu") return "(" + x + " > " + alpha + " ? " + x + " : 0.0f)";
+  if (op == "Clip") {
+    const float lo = n.attrs.f("min", -std::numeric_limits<float>::infinity());
+    const float hi = n.attrs.f("max", std::numeric_limits<float>::infinity());
+    std::string v = x;
+    if (!std::isinf(lo)) v = "fmaxf(" + float_literal(lo) + ", " + v + ")";
+    if (!std::isinf(hi)) v = "fminf(" + float_literal(hi) + ", " + v + ")";
+    return "(" + x + " != " + x + " ? " + x + " : " + v + ")";
+  }
+  if (op == "IsNaN") return "((long long)(" + x + " != " + x + "))";
+  if (op == "IsInf") {
+    std::string c;
+    if (n.attrs.i("detect_positive", 1)) c += "(" + x + " == ft_inf())";
+    if (n.attrs.i("detect_negative", 1)) c += std::string(c.empty() ? "" : " || ") + "(" + x + " == -ft_inf())";
+    return "((long long)(" + (c.empty() ? std::string("0") : c) + "))";
+  }
+  if (op == "Not") return "((long long)(" + x + " == 0.0f))";
+  fail("no float form for ", op);
+}
+
+std::string unary_int(const Node& n, const std::string& x) {
+  const std::string& op = n.op;
+  if (op == "Abs") return "(" + x + " < 0 ? ft_wrap_sub(0, " + x + ") : " + x + ")";
+  if (op == "Neg") return "ft_wrap_sub(0, " + x + ")";
+  if (op == "Relu") return "(" + x + " < 0 ? 0LL : " + x + ")";
+  if (op == "Sign") return "((long long)((" + x + " > 0) - (" + x + " < 0)))";
+  if (op == "Not") return "((long long)(" + x + " == 0))";
+  if (op == "IsNaN" || op == "IsInf") return "0LL";
+  if (op == "Clip") {
+    const float lo = n.attrs.f("min", -std::numeric_limits<float>::infinity());
+    const float hi = n.attrs.f("max", std::numeric_limits<float>::infinity());
+    std::string v = x;
+    if (!std::isinf(lo)) v = "ft_max(" + std::to_string(static_cast<long long>(lo)) + "LL, " + v + ")";
+    if (!std::isinf(hi)) v = "ft_min(" + std::to_string(static_cast<long long>(hi)) + "LL, " + v + ")";
+    return v;
+  }
+  fail("no integer form for ", op);
+}
+
+std::string binary_float(const Node& n, const std::string& a, const std::string& b) {
+  const std::string& op = n.op;
+  if (op == "Add") return "(" + a + " + " + b + ")";
+  if (op == "Sub") return "(" + a + " - " + b + ")";
+  if (op == "Mul") return "(" + a + " * " + b + ")";
+  if (op == "Div") return "(" + a + " / " + b + ")";
+  if (op == "Pow") return "powf(" + a + ", " + b + ")";
+  if (op == "Max") return "ft_fmaxn(" + a + ", " + b + ")";
+  if (op == "Min") return "ft_fminn(" + a + ", " + b + ")";
+  if (op == "PRelu") return "(" + a + " < 0.0f ? " + b + " * " + a + " : " + a + ")";
+  if (op == "Mod") return n.attrs.i("fmod") ? "fmodf(" + a + ", " + b + ")" : "ft_pymod(" + a + ", " + b + ")";
+  if (op == "Equal") return "((long long)(" + a + " == " + b + "))";
+  if (op == "Greater") return "((long long)(" + a + " > " + b + "))";
+  if (op == "Less") return "((long long)(" + a + " < " + b + "))";
+  if (op == "GreaterOrEqual") return "((long long)(" + a + " >= " + b + "))";
+  if (op == "LessOrEqual") return "((long long)(" + a + " <= " + b + "))";
+  fail("no float form for ", op);
+}
+
+std::string binary_int(const Node& n, const std::string& a, const std::string& b) {
+  const std::string& op = n.op;
+  if (op == "Add") return "ft_wrap_add(" + a + ", " + b + ")";
+  if (op == "Sub") return "ft_wrap_sub(" + a + ", " + b + ")";
+  if (op == "Mul") return "ft_wrap_mul(" + a + ", " + b + ")";
+  if (op == "Div") return "ft_idiv(" + a + ", " + b + ")";
+  if (op == "Max") return "ft_max(" + a + ", " + b + ")";
+  if (op == "Min") return "ft_min(" + a + ", " + b + ")";
+  if (op == "PRelu") return "(" + a + " < 0 ? ft_wrap_mul(" + b + ", " + a + ") : " + a + ")";
+  if (op == "Mod") return n.attrs.i("fmod") ? "ft_ifmod(" + a + ", " + b + ")" : "ft_ipymod(" + a + ", " + b + ")";
+  if (op == "Equal") return "((long long)(" + a + " == " + b + "))";
+  if (op == "Greater") return "((long long)(" + a + " > " + b + "))";
+  if (op == "Less") return "((long long)(" + a + " < " + b + "))";
+  if (op == "GreaterOrEqual") return "((long long)(" + a + " >= " + b + "))";
+  if (op == "LessOrEqual") return "((long long)(" + a + " <= " + b + "))";
+  if (op == "And") return "((long long)(" + a + " != 0 && " + b + " != 0))";
+  if (op == "Or") return "((long long)(" + a + " != 0 || " + b + " != 0))";
+  if (op == "Xor") return "((long long)((" + a + " != 0) != (" + b + " != 0)))";
+  fail("no integer form for ", op);
+}
+
+}  // namespace
+
+std::string elementwise_expr(const Graph& g, const Node& n, const std::vector<std::string>& args) {
+  const DType in0 = g.value(n.inputs[0]).dtype;
+  const DType out = g.value(n.outputs[0]).dtype;
+  if (n.op == "Cast") {
+    if (is_float(out) && is_float(in0)) {
+      return out == DType::kF16 ? "ft_h2f(ft_f2h(" + args[0] + "))" : "((float)(" + args[0] + "))";
+    }
+    if (is_float(out)) return "((float)(" + args[0] + "))";
+    if (out == DType::kBool) return "((long long)(" + args[0] + " != 0))";
+    return is_float(in0) ? "ft_f2i(" + args[0] + ")" : args[0];
+  }
+  if (n.op == "Where") return "(" + args[0] + " != 0 ? " + args[1] + " : " + args[2] + ")";
+  if (args.size() == 1) return is_float(in0) ? unary_float(n, args[0]) : unary_int(n, args[0]);
+  const DType in1 = g.value(n.inputs[1]).dtype;
+  if (is_float(in0) || is_float(in1)) {
+    const std::string a = is_float(in0) ? args[0] : "((float)" + args[0] + ")";
+    const std::string b = is_float(in1) ? args[1] : "((float)" + args[1] + ")";
+    const std::string r = binary_float(n, a, b);
+    return is_float(out) || r.rfind("((long long)", 0) == 0 ? r : "ft_f2i(" + r + ")";
+  }
+  check(n.op != "Pow", "integer Pow is not supported by code generation");
+  return binary_int(n, args[0], args[1]);
+}
+
+}  // namespace fusetune::codegen
