@@ -14,6 +14,7 @@
 #include "codegen/lower_group.h"
 #include "importer/importer.h"
 #include "planner/select.h"
+#include "unit/graph_helpers.h"
 
 namespace fusetune::codegen {
 namespace {
@@ -82,6 +83,128 @@ TEST_P(ModelGroups, EveryFusedGroupMatchesTheReference) {
 INSTANTIATE_TEST_SUITE_P(Codegen, ModelGroups,
                          ::testing::Values("bert", "cnn_small", "convnext_t", "efficientnet_b0", "mobilenet_v2",
                                            "nerf_mlp", "resnet_small", "swin_t", "vit"));
+
+// One graph with every canonical op (but Resize) on odd shapes; each node is its own group.
+Graph every_op() {
+  using fusetune::testing::add_input;
+  using fusetune::testing::add_op;
+  using fusetune::testing::attrs;
+  Graph g;
+  const int x = add_input(g, "x", DType::kF32, {3, 7, 5});
+  const int y = add_input(g, "y", DType::kF32, {7, 1});
+  const int big = add_input(g, "big", DType::kF32, {2, 1000});
+  const int one = add_input(g, "one", DType::kF32, {1});
+  const int ix = add_input(g, "ix", DType::kI64, {3, 7, 5});
+  const int h = add_input(g, "h", DType::kF16, {3, 7, 5});
+  const int mask = add_input(g, "mask", DType::kBool, {3, 7, 5});
+  for (const char* op : {"Abs", "Atan", "Ceil", "Cos", "Erf", "Exp", "Floor", "HardSwish", "Neg", "Relu", "Round",
+                         "Sigmoid", "Sign", "Sin", "Softplus", "Softsign", "Tan", "Tanh", "IsNaN", "IsInf"}) {
+    add_op(g, op, {x});
+  }
+  add_op(g, "Log", {add_op(g, "Abs", {x})});
+  add_op(g, "Sqrt", {add_op(g, "Abs", {x})});
+  add_op(g, "Reciprocal", {big});
+  add_op(g, "Elu", {x}, attrs({{"alpha", 0.7f}}));
+  add_op(g, "LeakyRelu", {x}, attrs({{"alpha", 0.1f}}));
+  add_op(g, "HardSigmoid", {x}, attrs({{"alpha", 0.2f}, {"beta", 0.5f}}));
+  add_op(g, "Selu", {x}, attrs({{"alpha", 1.6732632f}, {"gamma", 1.0507009f}}));
+  add_op(g, "ThresholdedRelu", {x}, attrs({{"alpha", 0.3f}}));
+  add_op(g, "Clip", {x}, attrs({{"min", -0.5f}, {"max", 0.25f}}));
+  add_op(g, "Clip", {ix}, attrs({{"min", 0.0f}, {"max", 1.0f}}));
+  add_op(g, "Cast", {x}, attrs({{"to", int64_t{7}}}));
+  add_op(g, "Cast", {ix}, attrs({{"to", int64_t{1}}}));
+  add_op(g, "Cast", {h}, attrs({{"to", int64_t{1}}}));
+  add_op(g, "Cast", {x}, attrs({{"to", int64_t{10}}}));
+  add_op(g, "Not", {mask});
+  add_op(g, "Exp", {h});
+  for (const char* op : {"Add", "Sub", "Mul", "Div", "Max", "Min", "PRelu", "Equal", "Greater", "Less",
+                         "GreaterOrEqual", "LessOrEqual"}) {
+    add_op(g, op, {x, y});
+  }
+  add_op(g, "Pow", {add_op(g, "Abs", {x}), one});
+  add_op(g, "Mod", {x, y}, attrs({{"fmod", int64_t{1}}}));
+  for (const char* op : {"Add", "Sub", "Mul", "Max", "Min", "Equal"}) add_op(g, op, {ix, ix});
+  add_op(g, "Div", {ix, add_op(g, "Add", {ix, ix})});
+  add_op(g, "Mod", {ix, add_op(g, "Add", {ix, ix})}, attrs({{"fmod", int64_t{0}}}));
+  add_op(g, "And", {mask, mask});
+  add_op(g, "Or", {mask, add_op(g, "Not", {mask})});
+  add_op(g, "Xor", {mask, mask});
+  add_op(g, "Where", {mask, x, y});
+  for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd"}) {
+    add_op(g, op, {x}, attrs({{"axes", std::vector<int64_t>{0, 2}}, {"keepdims", int64_t{1}}}));
+    add_op(g, op, {big}, attrs({{"axes", std::vector<int64_t>{1}}, {"keepdims", int64_t{0}}}));
+  }
+  add_op(g, "ReduceSum", {ix}, attrs({{"axes", std::vector<int64_t>{1}}, {"keepdims", int64_t{0}}}));
+  add_op(g, "ArgMax", {x}, attrs({{"axis", int64_t{1}}, {"keepdims", int64_t{0}}, {"select_last_index", int64_t{0}}}));
+  add_op(g, "ArgMin", {x}, attrs({{"axis", int64_t{2}}, {"keepdims", int64_t{1}}, {"select_last_index", int64_t{1}}}));
+  add_op(g, "Softmax", {x}, attrs({{"axis", int64_t{1}}}));
+  add_op(g, "Softmax", {big}, attrs({{"axis", int64_t{1}}}));
+  add_op(g, "LogSoftmax", {x}, attrs({{"axis", int64_t{2}}}));
+  const int gamma = add_input(g, "gamma", DType::kF32, {5});
+  const int beta = add_input(g, "beta", DType::kF32, {5});
+  add_op(g, "LayerNormalization", {x, gamma, beta}, attrs({{"axis", int64_t{2}}, {"epsilon", 1e-5f}}));
+  add_op(g, "LayerNormalization", {x, add_input(g, "g2", DType::kF32, {7, 5})}, attrs({{"axis", int64_t{1}}, {"epsilon", 1e-3f}}));
+  add_op(g, "MatMul", {x, add_input(g, "w", DType::kF32, {5, 9})});
+  add_op(g, "MatMul", {add_input(g, "a", DType::kF32, {5}), add_input(g, "m", DType::kF32, {2, 5, 3})});
+  add_op(g, "MatMul", {add_input(g, "b1", DType::kF32, {2, 1, 3, 4}), add_input(g, "b2", DType::kF32, {3, 4, 6})});
+  const int img = add_input(g, "img", DType::kF32, {2, 4, 9, 7});
+  add_op(g, "Conv", {img, add_input(g, "cw", DType::kF32, {6, 2, 3, 2}), add_input(g, "cb", DType::kF32, {6})},
+         attrs({{"group", int64_t{2}}, {"strides", std::vector<int64_t>{2, 1}}, {"dilations", std::vector<int64_t>{1, 2}},
+                {"pads", std::vector<int64_t>{1, 0, 2, 1}}}));
+  add_op(g, "Conv", {img, add_input(g, "dw", DType::kF32, {4, 1, 3, 3})},
+         attrs({{"group", int64_t{4}}, {"strides", std::vector<int64_t>{1, 1}}, {"dilations", std::vector<int64_t>{1, 1}},
+                {"pads", std::vector<int64_t>{1, 1, 1, 1}}}));
+  add_op(g, "MaxPool", {img}, attrs({{"kernel_shape", std::vector<int64_t>{3, 3}}, {"strides", std::vector<int64_t>{2, 2}},
+                                     {"pads", std::vector<int64_t>{1, 1, 1, 1}}, {"ceil_mode", int64_t{1}}}));
+  add_op(g, "AveragePool", {img}, attrs({{"kernel_shape", std::vector<int64_t>{2, 3}}, {"strides", std::vector<int64_t>{2, 2}},
+                                         {"pads", std::vector<int64_t>{1, 1, 0, 1}}, {"count_include_pad", int64_t{1}}}));
+  add_op(g, "AveragePool", {img}, attrs({{"kernel_shape", std::vector<int64_t>{3, 3}}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}}));
+  add_op(g, "Reshape", {x}, attrs({{"shape", std::vector<int64_t>{7, 15}}}));
+  add_op(g, "Transpose", {x}, attrs({{"perm", std::vector<int64_t>{2, 0, 1}}}));
+  add_op(g, "Concat", {x, add_op(g, "Neg", {x}), x}, attrs({{"axis", int64_t{1}}}));
+  add_op(g, "Slice", {x}, attrs({{"starts", std::vector<int64_t>{2, 1, 4}}, {"ends", std::vector<int64_t>{-1, 7, 0}},
+                                 {"steps", std::vector<int64_t>{-1, 2, -2}}}));
+  add_op(g, "Gather", {x, add_input(g, "gi", DType::kI64, {4, 2})}, attrs({{"axis", int64_t{1}}}));
+  add_op(g, "Expand", {y}, attrs({{"shape", std::vector<int64_t>{3, 7, 5}}}));
+  add_op(g, "Tile", {x}, attrs({{"repeats", std::vector<int64_t>{1, 2, 3}}}));
+  for (const char* mode : {"constant", "reflect", "edge"}) {
+    add_op(g, "Pad", {x}, attrs({{"pads", std::vector<int64_t>{0, 2, 3, 1, 0, 4}}, {"mode", std::string(mode)}, {"value", 0.5f}}));
+  }
+  add_op(g, "Pad", {x}, attrs({{"pads", std::vector<int64_t>{0, -2, 1, 1, -1, 0}}, {"mode", std::string("constant")}, {"value", 0.0f}}));
+  const int sidx = g.add_constant("sidx", Tensor::from_ints(DType::kI64, {2, 1}, std::vector<int64_t>{2, 0}));
+  add_op(g, "ScatterND", {x, sidx, add_input(g, "upd", DType::kF32, {2, 7, 5})}, attrs({{"reduction", std::string("none")}}));
+  add_op(g, "ScatterND", {x, sidx, add_input(g, "upd2", DType::kF32, {2, 7, 5})}, attrs({{"reduction", std::string("add")}}));
+  return g;
+}
+
+std::vector<FusionGroup> one_group_per_node(const Graph& g) {
+  std::vector<FusionGroup> out;
+  for (size_t n = 0; n < g.nodes().size(); ++n) {
+    FusionGroup fg;
+    fg.nodes = {static_cast<int>(n)};
+    planner::describe_group(g, fg);
+    fg.outputs = {g.nodes()[n].outputs[0]};
+    out.push_back(fg);
+  }
+  return out;
+}
+
+TEST(CodegenOps, EveryOpOnOddShapesAndPartialTiles) {
+  const Graph g = every_op();
+  // Tiles of 3 along every axis but the last (5 there): most tiles are partial at the edges.
+  check_groups(g, one_group_per_node(g), [&](const FusionGroup& fg) {
+    TileConfig cfg;
+    const Shape& s = g.value(fg.outputs[0]).shape;
+    for (size_t d = 0; d < s.size(); ++d) cfg.tile.push_back(d + 1 == s.size() ? 5 : 3);
+    cfg.threads = 64;
+    return cfg;
+  }, "every_op/odd tiles");
+}
+
+TEST(CodegenOps, EveryOpWithThePlannersBestTile) {
+  const Graph g = every_op();
+  check_groups(g, one_group_per_node(g), [&](const FusionGroup& fg) { return best_config(g, fg); }, "every_op/best tiles");
+}
 
 }  // namespace
 }  // namespace fusetune::codegen
