@@ -62,6 +62,7 @@ std::vector<int64_t> normalized_axes(const Node& n, const std::string& attr, int
 
 Types reduce(const Node& n, Inputs in) {
   const std::vector<int64_t> axes = normalized_axes(n, "axes", rank_of(in[0]));
+  check(rank_of(in[0]) > 0 || axes.empty(), "axes given for a scalar");
   const bool keep = n.attrs.i("keepdims", 1) != 0;
   Shape out;
   for (int64_t d = 0; d < rank_of(in[0]); ++d) {
@@ -78,6 +79,7 @@ Types reduce(const Node& n, Inputs in) {
 }
 
 Types arg_reduce(const Node& n, Inputs in) {
+  check(rank_of(in[0]) > 0, "expects an input of rank >= 1");  // normalize_axis accepts axis 0 of a scalar
   const int64_t axis = normalize_axis(n.attrs.i("axis"), rank_of(in[0]), "axis");
   Shape out = in[0].shape;
   check(out[static_cast<size_t>(axis)] > 0, "reduces an empty axis ", axis);
@@ -130,6 +132,10 @@ Types matmul(const Node&, Inputs in) {
 int64_t window_out(int64_t d, int64_t k, int64_t stride, int64_t dil, int64_t pb, int64_t pe, bool ceil_mode,
                    const char* what) {
   check(k > 0 && stride > 0 && dil > 0, what, ": kernel, stride and dilation must be positive");
+  // Bounded so that the arithmetic below cannot overflow.
+  check(k <= kMaxElements && stride <= kMaxElements && dil <= kMaxElements && k - 1 <= kMaxElements / dil &&
+            pb <= kMaxElements && pe <= kMaxElements,
+        what, ": kernel ", k, ", stride ", stride, ", dilation ", dil, " or padding ", pb, "+", pe, " is absurdly large");
   const int64_t span = dil * (k - 1) + 1;
   const int64_t avail = d + pb + pe - span;
   check(avail >= 0, what, ": window of ", span, " does not fit an input extent of ", d, " with padding ", pb,
@@ -155,7 +161,8 @@ Types conv(const Node& n, Inputs in) {
   const int64_t group = n.attrs.i("group", 1);
   check(group > 0 && x.shape[1] % group == 0 && w.shape[0] % group == 0, "group ", group,
         " does not divide channels ", x.shape[1], " and filters ", w.shape[0]);
-  check(w.shape[1] * group == x.shape[1], "W expects ", w.shape[1] * group, " input channels, X has ", x.shape[1]);
+  check(x.shape[1] / group == w.shape[1], "W expects ", w.shape[1], " input channels per group (", group,
+        " groups), X has ", x.shape[1]);  // a division: w.shape[1] * group may overflow
   if (in.size() > 2 && in[2].present()) {
     check(in[2].shape == Shape{w.shape[0]}, "bias shape ", shape_str(in[2].shape), " is not [", w.shape[0], "]");
   }
@@ -184,10 +191,11 @@ Types pool(const Node& n, Inputs in) {
   Shape out = {x.shape[0], x.shape[1]};
   for (size_t i = 0; i < sp; ++i) {
     check(pads[i] >= 0 && pads[i + sp] >= 0, "negative pads");
-    check(pads[i] < kernel[i] * dil[i] && pads[i + sp] < kernel[i] * dil[i], "pads ", pads[i], "+", pads[i + sp],
-          " not smaller than the window ", kernel[i]);
+    // window_out first: it bounds kernel and dilation, so that their product below cannot overflow.
     out.push_back(window_out(x.shape[i + 2], kernel[i], strides[i], dil[i], pads[i], pads[i + sp], ceil_mode,
                              n.op.c_str()));
+    check(pads[i] < kernel[i] * dil[i] && pads[i + sp] < kernel[i] * dil[i], "pads ", pads[i], "+", pads[i + sp],
+          " not smaller than the window ", kernel[i]);
   }
   return {{x.dtype, out}};
 }
@@ -214,6 +222,7 @@ Types transpose(const Node& n, Inputs in) {
 }
 
 Types concat(const Node& n, Inputs in) {
+  check(rank_of(in[0]) > 0, "cannot concatenate scalars");  // normalize_axis accepts axis 0 of a scalar
   const int64_t axis = normalize_axis(n.attrs.i("axis"), rank_of(in[0]), "axis");
   Shape out = in[0].shape;
   out[static_cast<size_t>(axis)] = 0;
@@ -243,17 +252,20 @@ Types slice(const Node& n, Inputs in) {
     if (steps[d] > 0) {
       check(starts[d] >= 0 && starts[d] <= dim && ends[d] >= 0 && ends[d] <= dim, "bounds of axis ", d,
             " not normalized");
-      out[d] = std::max<int64_t>(0, (ends[d] - starts[d] + steps[d] - 1) / steps[d]);
     } else {
       check(starts[d] >= -1 && starts[d] < std::max<int64_t>(dim, 1) && ends[d] >= -1 && ends[d] < std::max<int64_t>(dim, 1),
             "bounds of axis ", d, " not normalized");
-      out[d] = std::max<int64_t>(0, (starts[d] - ends[d] - steps[d] - 1) / -steps[d]);
     }
+    // ceil(span / |step|), computed so that a step near the int64 limits cannot overflow.
+    const int64_t span = steps[d] > 0 ? ends[d] - starts[d] : starts[d] - ends[d];
+    const uint64_t mag = steps[d] > 0 ? static_cast<uint64_t>(steps[d]) : 0 - static_cast<uint64_t>(steps[d]);
+    out[d] = span <= 0 ? 0 : static_cast<int64_t>((static_cast<uint64_t>(span) - 1) / mag + 1);
   }
   return {{in[0].dtype, out}};
 }
 
 Types gather(const Node& n, Inputs in) {
+  check(rank_of(in[0]) > 0, "data must have rank >= 1");  // normalize_axis accepts axis 0 of a scalar
   const int64_t axis = normalize_axis(n.attrs.i("axis"), rank_of(in[0]), "axis");
   check(in[1].dtype == DType::kI64 || in[1].dtype == DType::kI32, "indices must be int32 or int64");
   Shape out(in[0].shape.begin(), in[0].shape.begin() + axis);
@@ -454,7 +466,11 @@ std::vector<TensorType> infer_types(const Node& node, std::span<const TensorType
           " is missing");
   }
   try {
-    return schema->infer(node, inputs);
+    std::vector<TensorType> out = schema->infer(node, inputs);
+    // Shape functions may multiply or broadcast extents: reject absurd results here, once for all
+    // ops, so that numel() of any value in a graph cannot overflow.
+    for (const TensorType& t : out) checked_numel(t.shape, "output");
+    return out;
   } catch (const Error& e) {
     fail("node '", node.name, "' (", node.op, "): ", e.what());
   }
@@ -496,7 +512,7 @@ int64_t node_flops(const Graph& g, const Node& n) {
         return 2 * out_elems * a.back();
       }
       const Shape& w = g.value(n.inputs[1]).shape;  // Conv: each output sums Cin/group x kernel taps
-      return 2 * out_elems * (numel(w) / w[0]);
+      return w[0] == 0 ? 0 : 2 * out_elems * (numel(w) / w[0]);
     }
     case OpKind::kPooling: {
       int64_t taps = 1;

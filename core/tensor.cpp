@@ -9,15 +9,21 @@
 namespace fusetune {
 
 int64_t checked_numel(const Shape& shape, const std::string& what) {
-  int64_t n = 1;
+  int64_t n = 1;       // product of the non-zero extents
+  bool empty = false;  // a zero extent: no elements, but the other extents still feed strides and sub-shape counts
   for (size_t i = 0; i < shape.size(); ++i) {
     const int64_t d = shape[i];
     check(d >= 0, what, ": dimension ", i, " is negative (", d, ")");
-    if (d == 0) return 0;
-    check(d <= kMaxElements && n <= kMaxElements / d, what, ": shape ", shape_str(shape),
+    if (d == 0) {
+      empty = true;
+      continue;
+    }
+    check(d <= kMaxElements && n <= kMaxEmptyExtents / d, what, ": shape ", shape_str(shape),
           " is absurdly large (more than 2^40 elements)");
     n *= d;
   }
+  if (empty) return 0;
+  check(n <= kMaxElements, what, ": shape ", shape_str(shape), " is absurdly large (more than 2^40 elements)");
   return n;
 }
 

@@ -1,9 +1,10 @@
 // Tensor: a dense row-major array of one DType with a static shape, owning its bytes.
 //
 // Shapes are vectors of int64 extents; a scalar has shape {}. Construction checks that every extent
-// is non-negative and the element count stays below kMaxElements, so later index arithmetic cannot
-// overflow. Values move in and out as float or int64 vectors, converted per dtype (float16 and
-// bfloat16 round to nearest even; integers truncate toward zero like a C cast).
+// is non-negative and the element count stays below kMaxElements (for an empty tensor: every extent
+// below kMaxElements, the non-zero ones multiplying to at most kMaxEmptyExtents), so later index
+// arithmetic cannot overflow. Values move in and out as float or int64 vectors, converted per dtype
+// (float16 and bfloat16 round to nearest even; integers truncate toward zero like a C cast).
 #pragma once
 
 #include <cstddef>
@@ -21,6 +22,9 @@ using Shape = std::vector<int64_t>;
 // Upper bound on the elements of any tensor fusetune accepts (2^40): a larger figure is taken as
 // a corrupt or absurd model, never as a real one.
 inline constexpr int64_t kMaxElements = int64_t{1} << 40;
+// An empty tensor (a zero extent) may have larger other extents, but their product stays below
+// 2^62 so that strides and the element counts of sub-shapes cannot overflow int64.
+inline constexpr int64_t kMaxEmptyExtents = int64_t{1} << 62;
 
 // Element count; throws Error naming `what` if an extent is negative or the count is absurd.
 int64_t checked_numel(const Shape& shape, const std::string& what);

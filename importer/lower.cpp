@@ -99,6 +99,13 @@ int scalar_like(NodeLowering& L, size_t k, double v) {
                                 : Tensor::scalar_int(t, static_cast<int64_t>(v)));
 }
 
+// A constant input that ONNX defines as a scalar (a one-element tensor of any rank is accepted).
+const Tensor& scalar_input(NodeLowering& L, size_t k, const char* what) {
+  const Tensor& t = L.const_input(k, what);
+  check(t.numel() == 1, "input ", k, " (the ", what, ") must hold one value, it has shape ", shape_str(t.shape()));
+  return t;
+}
+
 // Ops whose canonical form is the ONNX op with the same inputs and attributes.
 void pass_through(NodeLowering& L) {
   std::vector<int> ins;
@@ -134,8 +141,8 @@ void clip(NodeLowering& L) {
     lo = L.attr_f("min", lo);
     hi = L.attr_f("max", hi);
   } else {
-    if (L.has_input(1)) lo = L.const_floats(1, "min")[0];
-    if (L.has_input(2)) hi = L.const_floats(2, "max")[0];
+    if (L.has_input(1)) lo = scalar_input(L, 1, "min").to_floats()[0];
+    if (L.has_input(2)) hi = scalar_input(L, 2, "max").to_floats()[0];
   }
   Attributes a;
   a.set("min", lo);
@@ -167,8 +174,8 @@ void identity(NodeLowering& L) { L.set_output(0, L.input(0)); }
 
 void dropout(NodeLowering& L) {
   // Inference: the identity. training_mode=true with a ratio of zero is the identity as well.
-  if (L.has_input(2) && L.const_ints(2, "training_mode")[0] != 0) {
-    const float ratio = L.has_input(1) ? L.const_floats(1, "ratio")[0] : 0.5f;
+  if (L.has_input(2) && scalar_input(L, 2, "training_mode").to_ints()[0] != 0) {
+    const float ratio = L.has_input(1) ? scalar_input(L, 1, "ratio").to_floats()[0] : 0.5f;
     check(ratio == 0.0f, "training-mode Dropout with ratio ", ratio, " is random; only inference is supported");
   }
   L.set_output(0, L.input(0));
@@ -400,6 +407,10 @@ std::vector<int64_t> window_pads(NodeLowering& L, const Shape& in_spatial, const
   if (auto_pad == "VALID") return pads;
   check(auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER", "unknown auto_pad '", auto_pad, "'");
   for (size_t i = 0; i < sp; ++i) {
+    check(kernel[i] > 0 && strides[i] > 0 && dil[i] > 0 && kernel[i] <= kMaxElements && strides[i] <= kMaxElements &&
+              dil[i] <= kMaxElements && kernel[i] - 1 <= kMaxElements / dil[i],
+          "kernel ", kernel[i], ", stride ", strides[i], " and dilation ", dil[i], " of spatial axis ", i,
+          " must be positive and not absurdly large");
     const int64_t out = (in_spatial[i] + strides[i] - 1) / strides[i];
     const int64_t total = std::max<int64_t>(0, (out - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1 - in_spatial[i]);
     const int64_t small = total / 2;
@@ -573,6 +584,7 @@ int slice_axes(NodeLowering& L, int v, const std::vector<int64_t>& starts_in, co
   std::vector<int64_t> starts(r, 0), ends(s.begin(), s.end()), steps(r, 1);
   check(starts_in.size() == ends_in.size() && axes_in.size() == starts_in.size() && steps_in.size() == starts_in.size(),
         "starts, ends, axes and steps differ in length");
+  check(r > 0 || axes_in.empty(), "cannot slice a scalar");  // normalize_axis accepts axis 0 of a scalar
   std::vector<bool> seen(r, false);
   for (size_t i = 0; i < axes_in.size(); ++i) {
     const auto d = static_cast<size_t>(normalize_axis(axes_in[i], static_cast<int64_t>(r), "axes"));
@@ -627,6 +639,7 @@ void slice(NodeLowering& L) {
 }
 
 void split(NodeLowering& L) {
+  check(L.rank(0) > 0, "cannot split a scalar");
   const int64_t axis = axis_of(L, "axis", 0, L.rank(0));
   const int64_t dim = L.shape(0)[static_cast<size_t>(axis)];
   std::vector<int64_t> sizes;
@@ -685,9 +698,10 @@ void pad(NodeLowering& L) {
     value = L.attr_f("value", 0.0f);
   } else {
     pads = L.const_ints(1, "pads");
-    if (L.has_input(2)) value = L.const_floats(2, "constant_value")[0];
+    if (L.has_input(2)) value = scalar_input(L, 2, "constant_value").to_floats()[0];
     if (L.has_input(3)) {  // opset 18 axes: expand to every axis
       std::vector<int64_t> axes = L.const_ints(3, "axes");
+      check(r > 0 || axes.empty(), "axes given for a scalar");
       std::vector<int64_t> full(static_cast<size_t>(2 * r), 0);
       check(pads.size() == 2 * axes.size(), "pads has ", pads.size(), " entries for ", axes.size(), " axes");
       for (size_t i = 0; i < axes.size(); ++i) {
@@ -817,9 +831,9 @@ void range(NodeLowering& L) {
   const Tensor& start = L.const_input(0, "start");
   const DType dt = start.dtype();
   if (is_float(dt)) {
-    const double s = L.const_input(0, "start").to_doubles()[0];
-    const double lim = L.const_input(1, "limit").to_doubles()[0];
-    const double d = L.const_input(2, "delta").to_doubles()[0];
+    const double s = scalar_input(L, 0, "start").to_doubles()[0];
+    const double lim = scalar_input(L, 1, "limit").to_doubles()[0];
+    const double d = scalar_input(L, 2, "delta").to_doubles()[0];
     check(d != 0, "delta is zero");
     const double count = std::max(0.0, std::ceil((lim - s) / d));
     check(count <= static_cast<double>(kFoldLimit), "Range of ", count, " elements is too large");
@@ -830,14 +844,15 @@ void range(NodeLowering& L) {
     L.set_output(0, L.constant(std::move(t)));
     return;
   }
-  const int64_t s = start.to_ints()[0];
-  const int64_t lim = L.const_ints(1, "limit")[0];
-  const int64_t d = L.const_ints(2, "delta")[0];
+  const int64_t s = scalar_input(L, 0, "start").to_ints()[0];
+  const int64_t lim = scalar_input(L, 1, "limit").to_ints()[0];
+  const int64_t d = scalar_input(L, 2, "delta").to_ints()[0];
   check(d != 0, "delta is zero");
   const double count_d = std::max(0.0, std::ceil((static_cast<double>(lim) - static_cast<double>(s)) / static_cast<double>(d)));
   check(count_d <= static_cast<double>(kFoldLimit), "Range of ", count_d, " elements is too large");
   std::vector<int64_t> v(static_cast<size_t>(count_d));
-  for (size_t i = 0; i < v.size(); ++i) v[i] = s + static_cast<int64_t>(i) * d;
+  // In wrapping arithmetic: i * d may overflow int64 even where s + i * d does not.
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int64_t>(static_cast<uint64_t>(s) + i * static_cast<uint64_t>(d));
   L.set_output(0, L.constant(Tensor::from_ints(dt, {static_cast<int64_t>(v.size())}, v)));
 }
 
@@ -865,9 +880,10 @@ void non_zero(NodeLowering& L) {
 void depth_space(NodeLowering& L) {
   check(L.rank(0) == 4, "input must be 4-D (N, C, H, W)");
   const int64_t bs = L.attr_i("blocksize", 0);
-  check(bs > 0, "blocksize must be positive");
+  check(bs > 0 && bs <= (int64_t{1} << 20), "blocksize ", bs, " is not in 1..2^20");  // so bs * bs cannot overflow
   const Shape& s = L.shape(0);
   const int64_t n = s[0], c = s[1], h = s[2], w = s[3];
+  check(L.op() == "DepthToSpace" || c <= kMaxElements / (bs * bs), "blocksize ", bs, " makes the output absurdly large");
   Attributes a;
   if (L.op() == "DepthToSpace") {
     check(c % (bs * bs) == 0, "channels ", c, " not divisible by blocksize^2");

@@ -57,6 +57,7 @@ void run_concat(const Node& n, std::span<const Tensor* const> in, Tensor& out) {
   for (int64_t o = 0; o < s.outer; ++o) {
     for (const Tensor* t : in) {
       const size_t chunk = static_cast<size_t>(t->shape()[static_cast<size_t>(axis)] * s.inner) * elem;
+      if (chunk == 0) continue;  // an empty tensor's data() may be null, which memcpy must not get
       std::memcpy(dst, t->data() + static_cast<size_t>(o) * chunk, chunk);
       dst += chunk;
     }

@@ -1,5 +1,6 @@
 // Reference Resize (ONNX semantics, opsets 11-17): nearest and N-linear modes, every coordinate
 // transformation mode of those opsets. Scales and output sizes arrive resolved as attributes.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -59,7 +60,12 @@ void run_resize(const Node& node, const Tensor& x, Tensor& out) {
     const double rs = roi.size() == 2 * r ? roi[d] : 0.0;
     const double re = roi.size() == 2 * r ? roi[d + r] : 1.0;
     for (int64_t o = 0; o < os[d]; ++o) {
-      const double c = source_coord(coord, static_cast<double>(o), scales[d], in[d], rs, re);
+      const double c_raw = source_coord(coord, static_cast<double>(o), scales[d], in[d], rs, re);
+      check(!std::isnan(c_raw), "axis ", d, ": the sampling coordinate of output ", o,
+            " is not a number (roi or scales out of range)");
+      // Indices are clamped to the input below anyway; clamping the coordinate first keeps huge
+      // values (from an extreme roi or scale) out of the conversions to int64.
+      const double c = std::clamp(c_raw, -1.0, static_cast<double>(in[d]));
       Tap t{{0, 0}, {1.0, 0.0}, false};
       if (coord == "tf_crop_and_resize" && (c < 0 || c > static_cast<double>(in[d] - 1))) t.outside = true;
       if (linear) {
