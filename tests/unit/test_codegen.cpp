@@ -8,6 +8,7 @@
 #include <random>
 
 #include "backend/backend.h"
+#include "backend/cuda.h"
 #include "backend/nvrtc.h"
 #include "backend/verify.h"
 #include "codegen/emit.h"
@@ -40,14 +41,25 @@ void check_groups(const Graph& g, const std::vector<FusionGroup>& groups,
     kernels.push_back(c.kernel.kernel);
     cases.push_back(std::move(c));
   }
-  auto backend = backend::make_host_backend();
-  auto module = backend->load(kernels);
-  std::mt19937 rng(1234);
-  for (const Case& c : cases) {
-    for (int trial = 0; trial < 2; ++trial) {
-      const backend::VerifyResult r = backend::verify_kernel(g, c.group, c.kernel, *backend, *module, rng);
-      EXPECT_TRUE(r.ok) << label << " group '" << c.group.pattern << "' (" << c.kernel.kernel.name << "): " << r.detail
-                        << "\n" << to_text(c.kernel.kernel);
+  // Fresh inputs every run; the seed is printed with any failure so it can be replayed.
+  const unsigned seed = std::random_device{}();
+  std::vector<std::unique_ptr<backend::Backend>> backends;
+  backends.push_back(backend::make_host_backend());
+  std::string why_no_gpu;
+  if (auto cuda = backend::make_cuda_backend(0, &why_no_gpu)) {
+    backends.push_back(std::move(cuda));
+  } else {
+    std::printf("NOTE: CUDA backend not run for %s: %s\n", label.c_str(), why_no_gpu.c_str());
+  }
+  for (auto& backend : backends) {
+    auto module = backend->load(kernels);
+    std::mt19937 rng(seed);
+    for (const Case& c : cases) {
+      for (int trial = 0; trial < 2; ++trial) {
+        const backend::VerifyResult r = backend::verify_kernel(g, c.group, c.kernel, *backend, *module, rng);
+        EXPECT_TRUE(r.ok) << label << " on " << backend->name() << ", seed " << seed << ", group '" << c.group.pattern
+                          << "' (" << c.kernel.kernel.name << "): " << r.detail << "\n" << to_text(c.kernel.kernel);
+      }
     }
   }
   if (!backend::nvrtc_available()) {

@@ -1,0 +1,17 @@
+// The CUDA backend: generated kernels compiled with NVRTC for the device's architecture, loaded
+// with cuModuleLoadData and launched with cuLaunchKernel; time_us() flushes the L2 (by writing a
+// buffer twice its size) before each timed launch and times with device events. The driver is
+// loaded at run time, so the same binary runs on machines without one.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+
+namespace fusetune::backend {
+
+// Returns nullptr (with the reason in *why_not) when there is no driver or no such device.
+std::unique_ptr<Backend> make_cuda_backend(int device, std::string* why_not);
+
+}  // namespace fusetune::backend

@@ -1,0 +1,236 @@
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <map>
+#include <vector>
+
+#include "backend/cuda.h"
+#include "backend/nvrtc.h"
+#include "codegen/emit.h"
+#include "core/error.h"
+
+#ifdef FUSETUNE_HAVE_NVRTC
+#include <cuda.h>
+#endif
+
+namespace fusetune::backend {
+
+#ifdef FUSETUNE_HAVE_NVRTC
+
+namespace {
+
+// The driver API, resolved at run time from libcuda.so.1 so that binaries run where there is no
+// driver (and say so) instead of failing to start.
+struct Driver {
+  void* lib = nullptr;
+  CUresult (*cuInit)(unsigned int);
+  CUresult (*cuDeviceGetCount)(int*);
+  CUresult (*cuDeviceGet)(CUdevice*, int);
+  CUresult (*cuDeviceGetName)(char*, int, CUdevice);
+  CUresult (*cuDeviceGetAttribute)(int*, CUdevice_attribute, CUdevice);
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice);
+  CUresult (*cuCtxSetCurrent)(CUcontext);
+  CUresult (*cuCtxSynchronize)();
+  CUresult (*cuModuleLoadData)(CUmodule*, const void*);
+  CUresult (*cuModuleUnload)(CUmodule);
+  CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
+  CUresult (*cuFuncSetAttribute)(CUfunction, CUfunction_attribute, int);
+  CUresult (*cuMemAlloc)(CUdeviceptr*, size_t);
+  CUresult (*cuMemFree)(CUdeviceptr);
+  CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void*, size_t);
+  CUresult (*cuMemcpyDtoH)(void*, CUdeviceptr, size_t);
+  CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t);
+  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                             void**, void**);
+  CUresult (*cuEventCreate)(CUevent*, unsigned int);
+  CUresult (*cuEventDestroy)(CUevent);
+  CUresult (*cuEventRecord)(CUevent, CUstream);
+  CUresult (*cuEventSynchronize)(CUevent);
+  CUresult (*cuEventElapsedTime)(float*, CUevent, CUevent);
+  CUresult (*cuGetErrorString)(CUresult, const char**);
+
+  template <typename F>
+  bool sym(F& f, const char* name) {
+    f = reinterpret_cast<F>(dlsym(lib, name));
+    return f != nullptr;
+  }
+  bool open(std::string& why) {
+    lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) {
+      why = "no CUDA driver (libcuda.so.1 not found)";
+      return false;
+    }
+    const bool ok = sym(cuInit, "cuInit") && sym(cuDeviceGetCount, "cuDeviceGetCount") && sym(cuDeviceGet, "cuDeviceGet") &&
+                    sym(cuDeviceGetName, "cuDeviceGetName") && sym(cuDeviceGetAttribute, "cuDeviceGetAttribute") &&
+                    sym(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain") && sym(cuCtxSetCurrent, "cuCtxSetCurrent") &&
+                    sym(cuCtxSynchronize, "cuCtxSynchronize") && sym(cuModuleLoadData, "cuModuleLoadData") &&
+                    sym(cuModuleUnload, "cuModuleUnload") && sym(cuModuleGetFunction, "cuModuleGetFunction") &&
+                    sym(cuFuncSetAttribute, "cuFuncSetAttribute") && sym(cuMemAlloc, "cuMemAlloc_v2") &&
+                    sym(cuMemFree, "cuMemFree_v2") && sym(cuMemcpyHtoD, "cuMemcpyHtoD_v2") &&
+                    sym(cuMemcpyDtoH, "cuMemcpyDtoH_v2") && sym(cuMemsetD8, "cuMemsetD8_v2") &&
+                    sym(cuLaunchKernel, "cuLaunchKernel") && sym(cuEventCreate, "cuEventCreate") &&
+                    sym(cuEventDestroy, "cuEventDestroy_v2") && sym(cuEventRecord, "cuEventRecord") &&
+                    sym(cuEventSynchronize, "cuEventSynchronize") && sym(cuEventElapsedTime, "cuEventElapsedTime") &&
+                    sym(cuGetErrorString, "cuGetErrorString");
+    if (!ok) why = "the CUDA driver lacks an expected entry point";
+    return ok;
+  }
+  void check_cu(CUresult r, const char* what) const {
+    if (r == CUDA_SUCCESS) return;
+    const char* s = nullptr;
+    cuGetErrorString(r, &s);
+    fail("CUDA ", what, " failed: ", s ? s : "unknown error", " (", static_cast<int>(r), ")");
+  }
+};
+
+class CudaBuffer : public Buffer {
+ public:
+  CudaBuffer(const Driver& d, size_t bytes) : d_(d), bytes_(bytes) { d_.check_cu(d_.cuMemAlloc(&ptr_, std::max<size_t>(bytes, 1)), "allocation"); }
+  ~CudaBuffer() override { d_.cuMemFree(ptr_); }
+  size_t bytes() const override { return bytes_; }
+  void upload(const void* data, size_t n) override { d_.check_cu(d_.cuMemcpyHtoD(ptr_, data, n), "upload"); }
+  void download(void* data, size_t n) const override { d_.check_cu(d_.cuMemcpyDtoH(data, ptr_, n), "download"); }
+  void fill_byte(unsigned char v) override { d_.check_cu(d_.cuMemsetD8(ptr_, v, bytes_), "memset"); }
+  void* handle() override { return &ptr_; }
+
+ private:
+  const Driver& d_;
+  size_t bytes_;
+  CUdeviceptr ptr_ = 0;
+};
+
+struct Launch {
+  CUfunction fn;
+  int64_t grid;
+  int threads;
+  int64_t shared;
+};
+
+class CudaModule : public Module {
+ public:
+  CudaModule(const Driver& d, CUmodule m, std::map<std::string, Launch> fns, CudaBuffer* flush)
+      : d_(d), module_(m), fns_(std::move(fns)), flush_(flush) {}
+  ~CudaModule() override { d_.cuModuleUnload(module_); }
+
+  void launch(const std::string& kernel, const std::vector<Buffer*>& args) override {
+    const Launch& l = find(kernel);
+    std::vector<void*> params;
+    for (Buffer* b : args) params.push_back(b->handle());
+    d_.check_cu(d_.cuLaunchKernel(l.fn, static_cast<unsigned>(l.grid), 1, 1, static_cast<unsigned>(l.threads), 1, 1,
+                                  static_cast<unsigned>(l.shared), nullptr, params.data(), nullptr),
+                "kernel launch");
+    d_.check_cu(d_.cuCtxSynchronize(), "kernel execution");
+  }
+
+  double time_us(const std::string& kernel, const std::vector<Buffer*>& args, int reps) override {
+    launch(kernel, args);  // warm-up
+    CUevent start = nullptr, stop = nullptr;
+    d_.check_cu(d_.cuEventCreate(&start, 0), "event creation");
+    d_.check_cu(d_.cuEventCreate(&stop, 0), "event creation");
+    std::vector<double> times;
+    const Launch& l = find(kernel);
+    std::vector<void*> params;
+    for (Buffer* b : args) params.push_back(b->handle());
+    for (int r = 0; r < std::max(1, reps); ++r) {
+      if (flush_ != nullptr) flush_->fill_byte(static_cast<unsigned char>(r));  // evict the L2 between runs
+      d_.check_cu(d_.cuEventRecord(start, nullptr), "event record");
+      d_.check_cu(d_.cuLaunchKernel(l.fn, static_cast<unsigned>(l.grid), 1, 1, static_cast<unsigned>(l.threads), 1, 1,
+                                    static_cast<unsigned>(l.shared), nullptr, params.data(), nullptr),
+                  "kernel launch");
+      d_.check_cu(d_.cuEventRecord(stop, nullptr), "event record");
+      d_.check_cu(d_.cuEventSynchronize(stop), "kernel execution");
+      float ms = 0;
+      d_.check_cu(d_.cuEventElapsedTime(&ms, start, stop), "event timing");
+      times.push_back(static_cast<double>(ms) * 1000.0);
+    }
+    d_.cuEventDestroy(start);
+    d_.cuEventDestroy(stop);
+    std::nth_element(times.begin(), times.begin() + static_cast<long>(times.size() / 2), times.end());
+    return times[times.size() / 2];
+  }
+
+ private:
+  const Launch& find(const std::string& kernel) const {
+    auto it = fns_.find(kernel);
+    check(it != fns_.end(), "no kernel '", kernel, "' in the module");
+    return it->second;
+  }
+  const Driver& d_;
+  CUmodule module_;
+  std::map<std::string, Launch> fns_;
+  CudaBuffer* flush_;
+};
+
+class CudaBackend : public Backend {
+ public:
+  CudaBackend(Driver d, CUdevice dev, std::string arch, std::string name, int l2_bytes)
+      : d_(std::move(d)), dev_(dev), arch_(std::move(arch)), name_(std::move(name)) {
+    flush_ = std::make_unique<CudaBuffer>(d_, static_cast<size_t>(std::max(l2_bytes, 1 << 20)) * 2);
+  }
+  std::string name() const override { return "cuda:" + name_ + " (" + arch_ + ")"; }
+
+  std::unique_ptr<Module> load(const std::vector<codegen::Kernel>& kernels) override {
+    const CompiledCuda cc = compile_cuda(codegen::emit_cuda(kernels), arch_);
+    CUmodule m = nullptr;
+    d_.check_cu(d_.cuModuleLoadData(&m, cc.cubin.data()), "module load");
+    std::map<std::string, Launch> fns;
+    for (const codegen::Kernel& k : kernels) {
+      CUfunction f = nullptr;
+      d_.check_cu(d_.cuModuleGetFunction(&f, m, k.name.c_str()), "kernel lookup");
+      if (k.shared_bytes > 48 * 1024) {
+        d_.check_cu(d_.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(k.shared_bytes)),
+                    "shared memory opt-in");
+      }
+      fns[k.name] = {f, k.grid, k.threads, k.shared_bytes};
+    }
+    return std::make_unique<CudaModule>(d_, m, std::move(fns), flush_.get());
+  }
+
+  std::unique_ptr<Buffer> allocate(size_t bytes) override { return std::make_unique<CudaBuffer>(d_, bytes); }
+
+ private:
+  Driver d_;
+  CUdevice dev_;
+  std::string arch_;
+  std::string name_;
+  std::unique_ptr<CudaBuffer> flush_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(int device, std::string* why_not) {
+  Driver d;
+  std::string why;
+  if (!d.open(why)) {
+    if (why_not) *why_not = why;
+    return nullptr;
+  }
+  int count = 0;
+  if (d.cuInit(0) != CUDA_SUCCESS || d.cuDeviceGetCount(&count) != CUDA_SUCCESS || count <= device) {
+    if (why_not) *why_not = "no CUDA device " + std::to_string(device) + " (" + std::to_string(count) + " found)";
+    return nullptr;
+  }
+  CUdevice dev = 0;
+  d.check_cu(d.cuDeviceGet(&dev, device), "device lookup");
+  CUcontext ctx = nullptr;
+  d.check_cu(d.cuDevicePrimaryCtxRetain(&ctx, dev), "context creation");
+  d.check_cu(d.cuCtxSetCurrent(ctx), "context activation");
+  int major = 0, minor = 0, l2 = 0;
+  d.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+  d.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+  d.cuDeviceGetAttribute(&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, dev);
+  char name[256] = {0};
+  d.cuDeviceGetName(name, sizeof name, dev);
+  return std::make_unique<CudaBackend>(std::move(d), dev, "sm_" + std::to_string(major * 10 + minor), name, l2);
+}
+
+#else
+
+std::unique_ptr<Backend> make_cuda_backend(int, std::string* why_not) {
+  if (why_not) *why_not = "this build has no CUDA toolkit";
+  return nullptr;
+}
+
+#endif
+
+}  // namespace fusetune::backend
