@@ -10,6 +10,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,12 +37,31 @@ class Module {
   virtual double time_us(const std::string& kernel, const std::vector<Buffer*>& args, int reps) = 0;
 };
 
+// A module as plan bundles store it: both sources, cubins per architecture, launch shapes.
+struct ModuleSource {
+  struct KernelInfo {
+    std::string name;
+    int64_t grid = 1;
+    int threads = 32;
+    int64_t shared_bytes = 0;
+  };
+  std::vector<KernelInfo> kernels;
+  std::string cuda_source;
+  std::string host_source;
+  std::map<std::string, std::vector<char>> cubins;  // by architecture ("sm_90")
+};
+
+ModuleSource module_source(const std::vector<codegen::Kernel>& kernels);
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
-  virtual std::unique_ptr<Module> load(const std::vector<codegen::Kernel>& kernels) = 0;
+  virtual std::unique_ptr<Module> load_source(const ModuleSource& source) = 0;
+  std::unique_ptr<Module> load(const std::vector<codegen::Kernel>& kernels) { return load_source(module_source(kernels)); }
   virtual std::unique_ptr<Buffer> allocate(size_t bytes) = 0;
+  // A buffer aliasing [offset, offset + bytes) of `parent` (which must outlive it): arena slots.
+  virtual std::unique_ptr<Buffer> view(Buffer& parent, size_t offset, size_t bytes) = 0;
 };
 
 // The host backend: `compiler` (default: $CXX, else c++) builds each module once into a cache

@@ -85,8 +85,14 @@ struct Driver {
 
 class CudaBuffer : public Buffer {
  public:
-  CudaBuffer(const Driver& d, size_t bytes) : d_(d), bytes_(bytes) { d_.check_cu(d_.cuMemAlloc(&ptr_, std::max<size_t>(bytes, 1)), "allocation"); }
-  ~CudaBuffer() override { d_.cuMemFree(ptr_); }
+  CudaBuffer(const Driver& d, size_t bytes) : d_(d), bytes_(bytes), owned_(true) {
+    d_.check_cu(d_.cuMemAlloc(&ptr_, std::max<size_t>(bytes, 1)), "allocation");
+  }
+  CudaBuffer(const Driver& d, CUdeviceptr ptr, size_t bytes) : d_(d), bytes_(bytes), ptr_(ptr), owned_(false) {}
+  ~CudaBuffer() override {
+    if (owned_) d_.cuMemFree(ptr_);
+  }
+  CUdeviceptr address() const { return ptr_; }
   size_t bytes() const override { return bytes_; }
   void upload(const void* data, size_t n) override { d_.check_cu(d_.cuMemcpyHtoD(ptr_, data, n), "upload"); }
   void download(void* data, size_t n) const override { d_.check_cu(d_.cuMemcpyDtoH(data, ptr_, n), "download"); }
@@ -97,6 +103,7 @@ class CudaBuffer : public Buffer {
   const Driver& d_;
   size_t bytes_;
   CUdeviceptr ptr_ = 0;
+  bool owned_;
 };
 
 struct Launch {
@@ -169,12 +176,17 @@ class CudaBackend : public Backend {
   }
   std::string name() const override { return "cuda:" + name_ + " (" + arch_ + ")"; }
 
-  std::unique_ptr<Module> load(const std::vector<codegen::Kernel>& kernels) override {
-    const CompiledCuda cc = compile_cuda(codegen::emit_cuda(kernels), arch_);
+  std::unique_ptr<Module> load_source(const ModuleSource& module) override {
+    std::vector<char> cubin;
+    if (auto it = module.cubins.find(arch_); it != module.cubins.end()) {
+      cubin = it->second;
+    } else {
+      cubin = compile_cuda(module.cuda_source, arch_).cubin;
+    }
     CUmodule m = nullptr;
-    d_.check_cu(d_.cuModuleLoadData(&m, cc.cubin.data()), "module load");
+    d_.check_cu(d_.cuModuleLoadData(&m, cubin.data()), "module load");
     std::map<std::string, Launch> fns;
-    for (const codegen::Kernel& k : kernels) {
+    for (const ModuleSource::KernelInfo& k : module.kernels) {
       CUfunction f = nullptr;
       d_.check_cu(d_.cuModuleGetFunction(&f, m, k.name.c_str()), "kernel lookup");
       if (k.shared_bytes > 48 * 1024) {
@@ -187,6 +199,10 @@ class CudaBackend : public Backend {
   }
 
   std::unique_ptr<Buffer> allocate(size_t bytes) override { return std::make_unique<CudaBuffer>(d_, bytes); }
+  std::unique_ptr<Buffer> view(Buffer& parent, size_t offset, size_t bytes) override {
+    check(offset + bytes <= parent.bytes(), "view outside its buffer");
+    return std::make_unique<CudaBuffer>(d_, static_cast<CudaBuffer&>(parent).address() + offset, bytes);
+  }
 
  private:
   Driver d_;

@@ -45,6 +45,23 @@ class HostBuffer : public Buffer {
   std::vector<unsigned char> data_;
 };
 
+class HostView : public Buffer {
+ public:
+  HostView(Buffer& parent, size_t offset, size_t bytes)
+      : ptr_(static_cast<unsigned char*>(parent.handle()) + offset), bytes_(bytes) {
+    check(offset + bytes <= parent.bytes(), "view [", offset, ", ", offset + bytes, ") outside a buffer of ", parent.bytes());
+  }
+  size_t bytes() const override { return bytes_; }
+  void upload(const void* data, size_t n) override { std::memcpy(ptr_, data, std::min(n, bytes_)); }
+  void download(void* data, size_t n) const override { std::memcpy(data, ptr_, std::min(n, bytes_)); }
+  void fill_byte(unsigned char value) override { std::memset(ptr_, value, bytes_); }
+  void* handle() override { return ptr_; }
+
+ private:
+  unsigned char* ptr_;
+  size_t bytes_;
+};
+
 using HostKernel = void (*)(void**, long long, long long);
 
 class HostModule : public Module {
@@ -105,8 +122,8 @@ class HostBackend : public Backend {
   }
   std::string name() const override { return "host"; }
 
-  std::unique_ptr<Module> load(const std::vector<codegen::Kernel>& kernels) override {
-    const std::string source = codegen::emit_host(kernels);
+  std::unique_ptr<Module> load_source(const ModuleSource& module) override {
+    const std::string& source = module.host_source;
     const std::string digest = sha256_hex(source + "\n// compiler: " + compiler_);
     const fs::path dir = cache_dir();
     std::error_code ec;
@@ -136,7 +153,7 @@ class HostBackend : public Backend {
     void* handle = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
     check(handle != nullptr, "dlopen of ", lib.string(), " failed: ", dlerror());
     std::map<std::string, std::pair<HostKernel, int64_t>> fns;
-    for (const codegen::Kernel& k : kernels) {
+    for (const ModuleSource::KernelInfo& k : module.kernels) {
       void* sym = dlsym(handle, k.name.c_str());
       if (sym == nullptr) {
         dlclose(handle);
@@ -148,6 +165,9 @@ class HostBackend : public Backend {
   }
 
   std::unique_ptr<Buffer> allocate(size_t bytes) override { return std::make_unique<HostBuffer>(bytes); }
+  std::unique_ptr<Buffer> view(Buffer& parent, size_t offset, size_t bytes) override {
+    return std::make_unique<HostView>(parent, offset, bytes);
+  }
 
  private:
   std::string compiler_;
@@ -156,6 +176,14 @@ class HostBackend : public Backend {
 };
 
 }  // namespace
+
+ModuleSource module_source(const std::vector<codegen::Kernel>& kernels) {
+  ModuleSource m;
+  for (const codegen::Kernel& k : kernels) m.kernels.push_back({k.name, k.grid, k.threads, k.shared_bytes});
+  m.cuda_source = codegen::emit_cuda(kernels);
+  m.host_source = codegen::emit_host(kernels);
+  return m;
+}
 
 std::unique_ptr<Backend> make_host_backend(const std::string& compiler, int workers) {
   return std::make_unique<HostBackend>(compiler, workers);

@@ -20,6 +20,10 @@
 
 namespace fusetune::codegen {
 
+// The version of the code generator: part of every tuning record's key, bumped whenever the code
+// generated for the same group and candidate changes.
+inline constexpr int kCodegenVersion = 1;
+
 struct Param {
   std::string name;
   DType dtype = DType::kF32;

@@ -13,12 +13,16 @@ namespace {
 constexpr const char* kUsage =
     "usage: fusetune COMMAND ...\n"
     "commands:\n"
+    "  compile MODEL.onnx --device NAME|--device-file PATH --out DIR [--shape NAME=DxD...]\n"
+    "      generate kernels for the model's plan and write a plan bundle\n"
     "  inspect MODEL.onnx [--shape NAME=DxD...] [--json]\n"
     "      op histograms, unsupported ops, FLOPs, parameters, unfused vs minimum DRAM traffic\n"
     "  plan MODEL.onnx --device NAME|--device-file PATH [--shape NAME=DxD...] [--top-k K] [--json] [--no-fusion]\n"
     "      fusion groups, kernel launches, best modeled tile candidate per group, modeled DRAM traffic\n"
-    "  run MODEL.onnx --inputs DIR [--out DIR] [--rtol R] [--atol A] [--shape NAME=DxD...]\n"
-    "      run on the reference interpreter; compare with DIR/output_N.pb if present\n";
+    "  run MODEL.onnx|PLAN_DIR --inputs DIR [--out DIR] [--rtol R] [--atol A] [--shape NAME=DxD...]\n"
+    "      [--backend auto|host|cuda]\n"
+    "      run a model on the reference interpreter, or a plan bundle on the GPU or the host;\n"
+    "      compare with DIR/output_N.pb if present\n";
 
 }  // namespace
 
@@ -31,6 +35,7 @@ int main(int argc, char** argv) {
   const std::string cmd = args[0];
   args.erase(args.begin());
   try {
+    if (cmd == "compile") return fusetune::cli::cmd_compile(args);
     if (cmd == "inspect") return fusetune::cli::cmd_inspect(args);
     if (cmd == "plan") return fusetune::cli::cmd_plan(args);
     if (cmd == "run") return fusetune::cli::cmd_run(args);

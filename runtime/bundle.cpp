@@ -1,0 +1,198 @@
+#include "runtime/bundle.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "backend/backend.h"
+#include "backend/nvrtc.h"
+#include "codegen/emit.h"
+#include "codegen/lower_group.h"
+#include "codegen/memory_plan.h"
+#include "core/error.h"
+
+namespace fusetune::runtime {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+json tensor_json(const Value& v) { return {{"name", v.name}, {"dtype", std::string(dtype_name(v.dtype))}, {"shape", v.shape}}; }
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  check(in.good(), p.string(), ": missing from the plan bundle");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::vector<char> read_bytes(const fs::path& p) {
+  const std::string s = read_text(p);
+  return {s.begin(), s.end()};
+}
+
+}  // namespace
+
+Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, const planner::Device& device,
+                      const std::string& model_name) {
+  Bundle b;
+  std::vector<codegen::Kernel> kernels;
+  std::vector<codegen::LoweredKernel> lowered;
+  for (size_t k = 0; k < plan.groups.size(); ++k) {
+    const planner::GroupPlan& gp = plan.groups[k];
+    check(gp.candidates[gp.chosen].cost.valid, "group ", k, " (", gp.group.pattern, ") has no valid candidate: ",
+          gp.candidates[gp.chosen].cost.reject);
+    lowered.push_back(codegen::lower_group(g, gp.group, gp.candidates[gp.chosen].config, "k" + std::to_string(k)));
+    kernels.push_back(lowered.back().kernel);
+  }
+  b.cuda_source = codegen::emit_cuda(kernels);
+  b.host_source = codegen::emit_host(kernels);
+  std::map<std::string, backend::KernelResources> resources;
+  std::string nvrtc = "unavailable";
+  if (backend::nvrtc_available()) {
+    const backend::CompiledCuda cc = backend::compile_cuda(b.cuda_source, device.arch);
+    b.cubins[device.arch] = cc.cubin;
+    resources = cc.resources;
+    nvrtc = backend::nvrtc_version();
+  }
+  // Buffers: every value a kernel reads or writes, and the graph's inputs and outputs.
+  std::vector<int> producer_launch(g.values().size(), -1), last_use(g.values().size(), -1);
+  for (size_t k = 0; k < lowered.size(); ++k) {
+    for (int v : lowered[k].outputs) producer_launch[static_cast<size_t>(v)] = static_cast<int>(k);
+    for (int v : lowered[k].inputs) last_use[static_cast<size_t>(v)] = static_cast<int>(k);
+  }
+  std::set<int> graph_in(g.inputs().begin(), g.inputs().end()), graph_out(g.outputs().begin(), g.outputs().end());
+  std::map<int, int> buffer_id;
+  json buffers = json::array();
+  std::vector<codegen::Lifetime> lifetimes;
+  std::vector<size_t> arena_entries;
+  auto add_buffer = [&](int v) {
+    if (buffer_id.count(v)) return;
+    const Value& val = g.value(v);
+    const int64_t bytes = numel(val.shape) * static_cast<int64_t>(dtype_size(val.dtype));
+    json e = tensor_json(val);
+    e["id"] = buffer_id.size();
+    e["bytes"] = bytes;
+    if (graph_in.count(v)) {
+      e["kind"] = "input";
+    } else if (graph_out.count(v)) {
+      e["kind"] = "output";
+      if (val.is_constant()) e["constant_offset"] = b.constants.size();
+    } else if (val.is_constant()) {
+      e["kind"] = "constant";
+    } else {
+      e["kind"] = "intermediate";
+      lifetimes.push_back({bytes, producer_launch[static_cast<size_t>(v)], std::max(last_use[static_cast<size_t>(v)], producer_launch[static_cast<size_t>(v)])});
+      arena_entries.push_back(buffers.size());
+    }
+    if (val.is_constant()) {
+      const size_t offset = (b.constants.size() + 255) / 256 * 256;
+      b.constants.resize(offset);
+      b.constants.insert(b.constants.end(), reinterpret_cast<const char*>(val.data->data()),
+                         reinterpret_cast<const char*>(val.data->data()) + val.data->nbytes());
+      e["constant_offset"] = offset;
+    }
+    buffer_id[v] = static_cast<int>(buffer_id.size());
+    buffers.push_back(e);
+  };
+  for (int v : g.inputs()) add_buffer(v);
+  for (int v : g.outputs()) add_buffer(v);
+  json launches = json::array();
+  for (size_t k = 0; k < lowered.size(); ++k) {
+    const planner::GroupPlan& gp = plan.groups[k];
+    const codegen::Kernel& kern = lowered[k].kernel;
+    json args = json::array();
+    for (int v : lowered[k].inputs) {
+      add_buffer(v);
+      args.push_back(buffer_id[v]);
+    }
+    for (int v : lowered[k].outputs) {
+      add_buffer(v);
+      args.push_back(buffer_id[v]);
+    }
+    json entry = {{"kernel", kern.name},
+                  {"group_signature", gp.signature},
+                  {"pattern", gp.group.pattern},
+                  {"config", gp.candidates[gp.chosen].config.str()},
+                  {"modeled_us", gp.cost_us},
+                  {"grid", kern.grid},
+                  {"threads", kern.threads},
+                  {"shared_bytes", kern.shared_bytes},
+                  {"args", args}};
+    if (auto r = resources.find(kern.name); r != resources.end()) {
+      entry["resources"][device.arch] = {{"registers", r->second.registers},
+                                         {"stack_bytes", r->second.stack_bytes},
+                                         {"spill_store_bytes", r->second.spill_store_bytes},
+                                         {"spill_load_bytes", r->second.spill_load_bytes},
+                                         {"spills", r->second.spills()}};
+    }
+    entry["exceeds_shared_memory"] = kern.shared_bytes > device.shared_memory_per_block_optin;
+    launches.push_back(entry);
+  }
+  const codegen::ArenaPlan arena = codegen::plan_arena(lifetimes);
+  for (size_t i = 0; i < arena_entries.size(); ++i) buffers[arena_entries[i]]["arena_offset"] = arena.offsets[i];
+  json inputs = json::array(), outputs = json::array();
+  for (int v : g.inputs()) inputs.push_back(buffer_id[v]);
+  for (int v : g.outputs()) outputs.push_back(buffer_id[v]);
+  const json manifest = {{"format", "fusetune-plan"},
+                         {"version", kBundleFormatVersion},
+                         {"codegen_version", codegen::kCodegenVersion},
+                         {"model", model_name},
+                         {"device", device.name},
+                         {"arch", device.arch},
+                         {"nvrtc", nvrtc},
+                         {"inputs", inputs},
+                         {"outputs", outputs},
+                         {"buffers", buffers},
+                         {"arena_bytes", arena.arena_bytes},
+                         {"constants_bytes", b.constants.size()},
+                         {"launches", launches},
+                         {"modeled_us", plan.modeled_us}};
+  b.manifest = manifest.dump(2);
+  return b;
+}
+
+void write_bundle(const Bundle& b, const fs::path& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  check(!ec, dir.string(), ": cannot create the plan directory (", ec.message(), ")");
+  auto put = [&](const std::string& name, const char* data, size_t size) {
+    std::ofstream out(dir / name, std::ios::binary | std::ios::trunc);
+    check(out.good(), (dir / name).string(), ": cannot write");
+    out.write(data, static_cast<std::streamsize>(size));
+  };
+  put("kernels.cu", b.cuda_source.data(), b.cuda_source.size());
+  put("kernels.host.cpp", b.host_source.data(), b.host_source.size());
+  put("constants.bin", b.constants.data(), b.constants.size());
+  for (const auto& [arch, cubin] : b.cubins) put("kernels." + arch + ".cubin", cubin.data(), cubin.size());
+  put("manifest.json", b.manifest.data(), b.manifest.size());  // last: a bundle with a manifest is complete
+}
+
+Bundle read_bundle(const fs::path& dir) {
+  Bundle b;
+  b.manifest = read_text(dir / "manifest.json");
+  json m;
+  try {
+    m = json::parse(b.manifest);
+  } catch (const json::exception& e) {
+    fail((dir / "manifest.json").string(), ": not valid JSON (", e.what(), ")");
+  }
+  check(m.value("format", "") == "fusetune-plan", (dir / "manifest.json").string(), ": not a fusetune plan manifest");
+  check(m.value("version", 0) == kBundleFormatVersion, (dir / "manifest.json").string(), ": plan format version ",
+        m.value("version", 0), " is not supported (this fusetune reads version ", kBundleFormatVersion, ")");
+  b.cuda_source = read_text(dir / "kernels.cu");
+  b.host_source = read_text(dir / "kernels.host.cpp");
+  b.constants = read_bytes(dir / "constants.bin");
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("kernels.sm_", 0) == 0 && entry.path().extension() == ".cubin") {
+      b.cubins[name.substr(8, name.size() - 8 - 6)] = read_bytes(entry.path());
+    }
+  }
+  return b;
+}
+
+}  // namespace fusetune::runtime

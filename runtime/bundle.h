@@ -1,0 +1,37 @@
+// Plan bundles: what `fusetune compile` writes and `fusetune run DIR` executes (docs/plan-format.md).
+//
+// compile_bundle takes a graph, a chosen plan (planner/select.h) and the target device; it lowers
+// each group with its chosen candidate to a kernel, emits the CUDA and host sources, compiles
+// cubins for the device's architecture with NVRTC where available (recording registers, shared
+// memory and spills per kernel, and marking a kernel that spills), lays out constants in one blob
+// and intermediates in one arena (codegen/memory_plan), and describes it all in a versioned JSON
+// manifest. write_bundle/read_bundle move a bundle to and from a directory.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/graph.h"
+#include "planner/device.h"
+#include "planner/select.h"
+
+namespace fusetune::runtime {
+
+inline constexpr int kBundleFormatVersion = 1;
+
+struct Bundle {
+  std::string manifest;   // JSON text
+  std::string cuda_source;
+  std::string host_source;
+  std::map<std::string, std::vector<char>> cubins;  // by architecture
+  std::vector<char> constants;
+};
+
+Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, const planner::Device& device,
+                      const std::string& model_name);
+void write_bundle(const Bundle& b, const std::filesystem::path& dir);
+Bundle read_bundle(const std::filesystem::path& dir);
+
+}  // namespace fusetune::runtime

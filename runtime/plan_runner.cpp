@@ -1,0 +1,119 @@
+#include "runtime/plan_runner.h"
+
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace fusetune::runtime {
+
+using nlohmann::json;
+
+namespace {
+
+DType dtype_named(const std::string& name) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kF64, DType::kI8, DType::kI16, DType::kI32, DType::kI64,
+                  DType::kU8, DType::kU16, DType::kU32, DType::kU64, DType::kBool}) {
+    if (dtype_name(t) == name) return t;
+  }
+  fail("manifest: unknown dtype '", name, "'");
+}
+
+}  // namespace
+
+struct PlanRunner::State {
+  backend::Backend* backend = nullptr;
+  std::unique_ptr<backend::Module> module;
+  std::unique_ptr<backend::Buffer> arena;
+  std::vector<std::unique_ptr<backend::Buffer>> buffers;  // by manifest buffer id
+  std::vector<TensorSpec> specs;                           // by buffer id
+  std::vector<int> input_ids, output_ids;
+  std::vector<TensorSpec> inputs, outputs;
+  struct LaunchStep {
+    std::string kernel;
+    std::vector<backend::Buffer*> args;
+  };
+  std::vector<LaunchStep> steps;
+  std::vector<int> produced;  // buffer ids some launch writes
+};
+
+PlanRunner::PlanRunner(const Bundle& bundle, backend::Backend& backend) : s_(std::make_unique<State>()) {
+  s_->backend = &backend;
+  json m;
+  try {
+    m = json::parse(bundle.manifest);
+    backend::ModuleSource src;
+    src.cuda_source = bundle.cuda_source;
+    src.host_source = bundle.host_source;
+    src.cubins = bundle.cubins;
+    for (const json& l : m.at("launches")) {
+      src.kernels.push_back({l.at("kernel").get<std::string>(), l.at("grid").get<int64_t>(), l.at("threads").get<int>(),
+                             l.at("shared_bytes").get<int64_t>()});
+    }
+    s_->module = backend.load_source(src);
+    s_->arena = backend.allocate(std::max<size_t>(1, m.at("arena_bytes").get<size_t>()));
+    for (const json& b : m.at("buffers")) {
+      TensorSpec spec{b.at("name").get<std::string>(), dtype_named(b.at("dtype").get<std::string>()),
+                      b.at("shape").get<Shape>()};
+      const size_t bytes = b.at("bytes").get<size_t>();
+      const std::string kind = b.at("kind").get<std::string>();
+      check(b.at("id").get<size_t>() == s_->buffers.size(), "manifest: buffer ids must be 0, 1, 2, ...");
+      if (kind == "intermediate") {
+        s_->buffers.push_back(backend.view(*s_->arena, b.at("arena_offset").get<size_t>(), bytes));
+      } else {
+        s_->buffers.push_back(backend.allocate(std::max<size_t>(1, bytes)));
+      }
+      if (b.contains("constant_offset")) {
+        const size_t off = b.at("constant_offset").get<size_t>();
+        check(off + bytes <= bundle.constants.size(), "manifest: constant '", spec.name, "' lies outside constants.bin");
+        s_->buffers.back()->upload(bundle.constants.data() + off, bytes);
+      }
+      s_->specs.push_back(spec);
+    }
+    for (const json& id : m.at("inputs")) s_->input_ids.push_back(id.get<int>());
+    for (const json& id : m.at("outputs")) s_->output_ids.push_back(id.get<int>());
+    for (const json& l : m.at("launches")) {
+      State::LaunchStep step{l.at("kernel").get<std::string>(), {}};
+      for (const json& a : l.at("args")) step.args.push_back(s_->buffers.at(a.get<size_t>()).get());
+      s_->steps.push_back(std::move(step));
+    }
+  } catch (const json::exception& e) {
+    fail("plan manifest: ", e.what());
+  }
+  for (int id : s_->input_ids) s_->inputs.push_back(s_->specs.at(static_cast<size_t>(id)));
+  for (int id : s_->output_ids) s_->outputs.push_back(s_->specs.at(static_cast<size_t>(id)));
+}
+
+PlanRunner::~PlanRunner() = default;
+
+const std::vector<TensorSpec>& PlanRunner::inputs() const { return s_->inputs; }
+const std::vector<TensorSpec>& PlanRunner::outputs() const { return s_->outputs; }
+size_t PlanRunner::launches() const { return s_->steps.size(); }
+
+std::vector<Tensor> PlanRunner::run(const std::vector<Tensor>& inputs) {
+  check(inputs.size() == s_->inputs.size(), "the plan takes ", s_->inputs.size(), " inputs, ", inputs.size(), " were given");
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const TensorSpec& spec = s_->inputs[i];
+    check(inputs[i].dtype() == spec.dtype && inputs[i].shape() == spec.shape, "input '", spec.name, "' expects ",
+          dtype_name(spec.dtype), " ", shape_str(spec.shape), ", got ", dtype_name(inputs[i].dtype()), " ",
+          shape_str(inputs[i].shape()));
+    s_->buffers[static_cast<size_t>(s_->input_ids[i])]->upload(inputs[i].data(), inputs[i].nbytes());
+  }
+  for (const State::LaunchStep& step : s_->steps) s_->module->launch(step.kernel, step.args);
+  std::vector<Tensor> outs;
+  for (size_t k = 0; k < s_->outputs.size(); ++k) {
+    Tensor t(s_->outputs[k].dtype, s_->outputs[k].shape);
+    const int id = s_->output_ids[k];
+    // An output that is a graph input comes straight from it.
+    for (size_t i = 0; i < s_->input_ids.size(); ++i) {
+      if (s_->input_ids[i] == id) t = inputs[i];
+    }
+    if (t.nbytes() > 0 && std::find(s_->input_ids.begin(), s_->input_ids.end(), id) == s_->input_ids.end()) {
+      s_->buffers[static_cast<size_t>(id)]->download(t.data(), t.nbytes());
+    }
+    outs.push_back(std::move(t));
+  }
+  return outs;
+}
+
+}  // namespace fusetune::runtime

@@ -1,0 +1,41 @@
+// Executing a plan bundle (runtime/bundle.h) on a backend: the runtime behind `fusetune run DIR`
+// and the deployment library.
+//
+// PlanRunner loads the bundle's module (cubin for the device's architecture where the bundle has
+// one, else NVRTC; the host source on the host backend), uploads the constants once, places the
+// intermediates in one arena buffer at the manifest's offsets, and run() binds inputs (in the
+// manifest's input order, dtype and shape checked), launches the kernels in order and returns the
+// outputs. Errors name the bundle field or input at fault.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/tensor.h"
+#include "runtime/bundle.h"
+
+namespace fusetune::runtime {
+
+struct TensorSpec {
+  std::string name;
+  DType dtype = DType::kF32;
+  Shape shape;
+};
+
+class PlanRunner {
+ public:
+  PlanRunner(const Bundle& bundle, backend::Backend& backend);
+  ~PlanRunner();
+  const std::vector<TensorSpec>& inputs() const;
+  const std::vector<TensorSpec>& outputs() const;
+  size_t launches() const;
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs);
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace fusetune::runtime

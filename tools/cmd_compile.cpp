@@ -1,0 +1,39 @@
+// fusetune compile MODEL.onnx --device NAME|--device-file PATH --out DIR [--shape NAME=DxD...]:
+// plans the model with modeled costs (an untuned plan: the top candidate per group), generates
+// its kernels and writes the plan bundle (docs/plan-format.md).
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include "core/error.h"
+#include "importer/importer.h"
+#include "planner/device.h"
+#include "planner/select.h"
+#include "runtime/bundle.h"
+#include "tools/cli_args.h"
+#include "tools/commands.h"
+
+namespace fusetune::cli {
+
+int cmd_compile(const std::vector<std::string>& argv) {
+  const Args args(argv, {"device", "device-file", "shape", "out"}, {});
+  check(args.positional().size() == 1 && args.has("out") && (args.has("device") || args.has("device-file")),
+        "usage: fusetune compile MODEL.onnx --device NAME|--device-file PATH --out DIR [--shape NAME=DxD...]");
+  const std::filesystem::path model = args.positional()[0];
+  const planner::Device device =
+      args.has("device-file") ? planner::load_device(args.get("device-file")) : planner::find_device(args.get("device"));
+  importer::ImportOptions opt;
+  opt.input_shapes = shape_overrides(args);
+  const auto t0 = std::chrono::steady_clock::now();
+  const importer::ImportedModel m = importer::import_onnx(model, opt);
+  const planner::ModelPlan plan = planner::plan_model(m.graph, device);
+  const runtime::Bundle bundle = runtime::compile_bundle(m.graph, plan, device, model.filename().string());
+  runtime::write_bundle(bundle, args.get("out"));
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("%s: %zu kernels for %s (%s), cubin %s, bundle written to %s in %.2fs\n", model.string().c_str(),
+              plan.groups.size(), device.name.c_str(), device.arch.c_str(),
+              bundle.cubins.count(device.arch) ? "compiled" : "not compiled (no NVRTC)", args.get("out").c_str(), s);
+  return 0;
+}
+
+}  // namespace fusetune::cli
