@@ -216,14 +216,40 @@ class GroupLowering {
     return n;
   }
 
+  // Tiles whose regions bound every tile's: all of them when there are at most 65536, else the
+  // first, second, middle and last ones along each axis (regions are translation-invariant in
+  // the interior and only shrink at the clipped edges). The stages also clamp their loops to the
+  // allocation, so a region the sample missed cannot write past it (verification would report the
+  // elements left unwritten).
+  std::vector<int64_t> sample_tiles() const {
+    std::vector<int64_t> out;
+    if (tiles_ <= (int64_t{1} << 16)) {
+      for (int64_t t = 0; t < tiles_; ++t) out.push_back(t);
+      return out;
+    }
+    std::vector<std::vector<int64_t>> per_dim;
+    for (int64_t n : ntiles_) {
+      std::set<int64_t> picks = {0, std::min<int64_t>(1, n - 1), n / 2, std::max<int64_t>(0, n / 2 - 1), n - 1,
+                                 std::max<int64_t>(0, n - 2)};
+      per_dim.emplace_back(picks.begin(), picks.end());
+    }
+    std::vector<int64_t> strides(ntiles_.size(), 1);
+    for (size_t d = ntiles_.size(); d-- > 1;) strides[d - 1] = strides[d] * ntiles_[d];
+    std::function<void(size_t, int64_t)> rec = [&](size_t d, int64_t acc) {
+      if (d == per_dim.size()) {
+        out.push_back(acc);
+        return;
+      }
+      for (int64_t i : per_dim[d]) rec(d + 1, acc + i * strides[d]);
+    };
+    rec(0, 0);
+    return out;
+  }
+
   void size_buffers(Kernel& k) {
-    check(tiles_ <= (int64_t{1} << 16) || std::none_of(group_.nodes.begin(), group_.nodes.end(), [&](int n) {
-            return is_anchor(g_.nodes()[static_cast<size_t>(n)]) && g_.nodes()[static_cast<size_t>(n)].outputs[0] != root_;
-          }),
-          "a group with ", tiles_, " tiles and staged intermediates: choose larger tiles");
     std::map<int, int64_t> max_elems;
     std::map<int, int64_t> max_rows;
-    for (int64_t t = 0; t < tiles_; ++t) {
+    for (int64_t t : sample_tiles()) {
       const auto r = numeric_regions(t);
       for (const auto& [v, region] : r) {
         max_elems[v] = std::max(max_elems[v], elems(region));
@@ -240,6 +266,8 @@ class GroupLowering {
         }
       }
     }
+    capacity_ = max_elems;
+    row_capacity_ = max_rows;
     for (int n : group_.nodes) {
       const Node& node = g_.nodes()[static_cast<size_t>(n)];
       const int v = node.outputs[0];
@@ -413,7 +441,9 @@ class GroupLowering {
     body(o);
     cur_ = saved;
     memo_ = saved_memo;
-    k.body.push_back(thread_for("ft_e", "0LL", product(r.n), loop));
+    std::string count = product(r.n);
+    if (buffer_.count(v)) count = "ft_min(" + count + ", " + ll(std::max<int64_t>(1, capacity_[v])) + ")";
+    k.body.push_back(thread_for("ft_e", "0LL", count, loop));
   }
 
   void store_value(int v, const std::vector<std::string>& o, const std::string& x) {
@@ -673,7 +703,7 @@ class GroupLowering {
       cur_->push_back(store(sb, row_index(o), b));
       cur_ = saved;
       memo_ = saved_memo;
-      k.body.push_back(thread_for("ft_e", "0LL", product(row_n), loop));
+      k.body.push_back(thread_for("ft_e", "0LL", "ft_min(" + product(row_n) + ", " + ll(std::max<int64_t>(1, row_capacity_[v])) + ")", loop));
       k.body.push_back(barrier());
     }
     // Stage 2: elements.
@@ -709,6 +739,8 @@ class GroupLowering {
   std::map<int, std::string> buffer_;
   std::map<int, std::pair<std::string, std::string>> stats_;
   int root_ = -1;
+  std::map<int, int64_t> capacity_;      // elements allocated per staged value
+  std::map<int, int64_t> row_capacity_;  // rows allocated per normalization's statistics
   int64_t tiles_ = 1;
   std::vector<int64_t> ntiles_;
   std::vector<int64_t> tile_extent_;
