@@ -671,20 +671,7 @@ class GroupLowering {
       cur_->push_back(let("float", a, layer_norm ? "0.0f" : "(-ft_inf())"));
       cur_->push_back(let("float", b, "0.0f"));
       auto pass = [&](const std::function<void(const std::string&)>& use) {
-        std::vector<std::string> vv = vars;
-        std::function<void(size_t)> nest = [&](size_t rr) {
-          if (rr == e.reduce_extents.size()) {
-            use(value(x, index_of(stats, vv)));
-            return;
-          }
-          const std::string rv = "ft_r" + std::to_string(rr);
-          vv.push_back(rv);
-          Block inner_b;
-          with_block(inner_b, [&] { nest(rr + 1); });
-          cur_->push_back(serial_for(rv, "0LL", ll(e.reduce_extents[rr]), inner_b));
-          vv.pop_back();
-        };
-        nest(0);
+        reduction_loops(e, vars, [&](const std::vector<std::string>& vv) { use(value(x, index_of(stats, vv))); });
       };
       int64_t count = 1;
       for (int64_t ext : e.reduce_extents) count *= ext;

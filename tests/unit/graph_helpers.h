@@ -8,6 +8,7 @@
 
 #include "core/graph.h"
 #include "core/ops.h"
+#include "importer/importer.h"
 
 namespace fusetune::testing {
 
@@ -47,6 +48,13 @@ inline int random_constant(Graph& g, const std::string& name, DType dt, Shape s,
   std::vector<float> vals(static_cast<size_t>(numel(s)));
   for (float& v : vals) v = dist(rng);
   return g.add_constant(name, Tensor::from_floats(dt, std::move(s), vals));
+}
+
+// The small exported model tests/data/models/NAME, imported (BERT with its 1x16 input shapes).
+inline Graph load_test_model(const std::string& name) {
+  importer::ImportOptions opt;
+  if (name == "bert") opt.input_shapes = {{"input_ids", {1, 16}}, {"attention_mask", {1, 16}}};
+  return importer::import_onnx(std::string(FUSETUNE_SOURCE_DIR) + "/tests/data/models/" + name + "/model.onnx", opt).graph;
 }
 
 inline Attributes attrs(std::initializer_list<std::pair<std::string, AttrValue>> kv) {

@@ -45,6 +45,21 @@ class OnnxBuilder {
     p->set_raw_data(reinterpret_cast<const char*>(t.data()), t.nbytes());
     return *this;
   }
+  // An initializer whose data lives in an external file (ONNX external data).
+  OnnxBuilder& external_initializer(const std::string& name, std::vector<int64_t> dims,
+                                    std::vector<std::pair<std::string, std::string>> entries) {
+    auto* init = model_.mutable_graph()->add_initializer();
+    init->set_name(name);
+    init->set_data_type(1);
+    for (int64_t d : dims) init->add_dims(d);
+    init->set_data_location(1);
+    for (const auto& [k, v] : entries) {
+      auto* e = init->add_external_data();
+      e->set_key(k);
+      e->set_value(v);
+    }
+    return *this;
+  }
   onnx::NodeProto& node(const std::string& op, std::initializer_list<std::string> ins,
                         std::initializer_list<std::string> outs, const std::string& name = "") {
     auto* n = model_.mutable_graph()->add_node();

@@ -92,15 +92,7 @@ TEST_F(BadInput, UnsupportedOpIsListedWithItsNode) {
 TEST_F(BadInput, MissingExternalDataFile) {
   OnnxBuilder b;
   b.input("x", kFloat, {2, 2}).output("y", kFloat, {2, 2});
-  auto* init = b.proto().mutable_graph()->add_initializer();
-  init->set_name("weight");
-  init->set_data_type(kFloat);
-  init->add_dims(2);
-  init->add_dims(2);
-  init->set_data_location(1);
-  auto* e = init->add_external_data();
-  e->set_key("location");
-  e->set_value("weights.bin");
+  b.external_initializer("weight", {2, 2}, {{"location", "weights.bin"}});
   b.node("MatMul", {"x", "weight"}, {"y"});
   b.write(dir_ / "ext.onnx");
   expect_one_line_error(dir_ / "ext.onnx", {"tensor 'weight'", "weights.bin", "missing"});
@@ -109,15 +101,7 @@ TEST_F(BadInput, MissingExternalDataFile) {
 TEST_F(BadInput, ExternalDataMayNotLeaveTheModelDirectory) {
   OnnxBuilder b;
   b.input("x", kFloat, {2, 2}).output("y", kFloat, {2, 2});
-  auto* init = b.proto().mutable_graph()->add_initializer();
-  init->set_name("weight");
-  init->set_data_type(kFloat);
-  init->add_dims(2);
-  init->add_dims(2);
-  init->set_data_location(1);
-  auto* e = init->add_external_data();
-  e->set_key("location");
-  e->set_value("../../etc/passwd");
+  b.external_initializer("weight", {2, 2}, {{"location", "../../etc/passwd"}});
   b.node("MatMul", {"x", "weight"}, {"y"});
   b.write(dir_ / "escape.onnx");
   expect_one_line_error(dir_ / "escape.onnx", {"tensor 'weight'", "leaves the model's directory"});

@@ -84,10 +84,7 @@ TileConfig best_config(const Graph& g, const FusionGroup& fg) {
 class ModelGroups : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ModelGroups, EveryFusedGroupMatchesTheReference) {
-  importer::ImportOptions opt;
-  if (GetParam() == "bert") opt.input_shapes = {{"input_ids", {1, 16}}, {"attention_mask", {1, 16}}};
-  const Graph g =
-      importer::import_onnx(fs::path(FUSETUNE_SOURCE_DIR) / "tests/data/models" / GetParam() / "model.onnx", opt).graph;
+  const Graph g = fusetune::testing::load_test_model(GetParam());
   const planner::FusionPlan plan = planner::fuse(g);
   check_groups(g, plan.groups, [&](const FusionGroup& fg) { return best_config(g, fg); }, GetParam());
 }

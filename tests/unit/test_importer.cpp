@@ -168,17 +168,7 @@ TEST(Import, ExternalDataIsReadRelativeToTheModel) {
   }
   OnnxBuilder b;
   b.input("x", kFloat, {2, 4}).output("y", kFloat, {2, 4});
-  auto* init = b.proto().mutable_graph()->add_initializer();
-  init->set_name("w");
-  init->set_data_type(kFloat);
-  init->add_dims(4);
-  init->add_dims(4);
-  init->set_data_location(1);
-  for (auto [k, v] : {std::pair{"location", "weights.bin"}, {"offset", "4"}, {"length", "64"}}) {
-    auto* e = init->add_external_data();
-    e->set_key(k);
-    e->set_value(v);
-  }
+  b.external_initializer("w", {4, 4}, {{"location", "weights.bin"}, {"offset", "4"}, {"length", "64"}});
   b.node("MatMul", {"x", "w"}, {"y"});
   b.write(dir / "model.onnx");
   const auto m = importer::import_onnx(dir / "model.onnx");

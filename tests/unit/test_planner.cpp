@@ -18,11 +18,7 @@ using fusetune::testing::add_op;
 using fusetune::testing::attrs;
 using fusetune::testing::random_constant;
 
-Graph load(const std::string& name) {
-  importer::ImportOptions opt;
-  if (name == "bert") opt.input_shapes = {{"input_ids", {1, 16}}, {"attention_mask", {1, 16}}};
-  return importer::import_onnx(fs::path(FUSETUNE_SOURCE_DIR) / "tests/data/models" / name / "model.onnx", opt).graph;
-}
+Graph load(const std::string& name) { return fusetune::testing::load_test_model(name); }
 
 void expect_valid_partition(const Graph& g, const FusionPlan& plan) {
   std::vector<int> owner(g.nodes().size(), -1);

@@ -181,10 +181,7 @@ TEST(TensorExpr, MapsReproduceTheReferenceKernels) {
   std::map<std::string, int> checked;
   for (const char* name : {"bert", "cnn_small", "convnext_t", "efficientnet_b0", "mobilenet_v2", "nerf_mlp",
                            "resnet_small", "swin_t", "vit"}) {
-    importer::ImportOptions opt;
-    if (std::string(name) == "bert") opt.input_shapes = {{"input_ids", {1, 16}}, {"attention_mask", {1, 16}}};
-    const auto m = importer::import_onnx(fs::path(FUSETUNE_SOURCE_DIR) / "tests/data/models" / name / "model.onnx", opt);
-    check_graph(m.graph, name, rng, checked);
+    check_graph(fusetune::testing::load_test_model(name), name, rng, checked);
   }
   check_graph(unusual_ops(), "unusual", rng, checked);
   for (const char* op : {"Reshape", "Transpose", "Slice", "Concat", "Gather", "Expand", "Tile", "Pad", "MatMul", "Conv",
