@@ -413,9 +413,10 @@ class GroupLowering {
   }
 
   // ---- stages --------------------------------------------------------------------------------
-  // The element loop over value v's region: calls body(o) with the output index, inside a
-  // thread-distributed loop, and returns the statements.
-  void region_loop(Kernel& k, int v, const std::function<void(const std::vector<std::string>&)>& body) {
+  // A thread-distributed loop over the axes `dims` of value v's region (other axes of the index
+  // are "0LL"), at most `capacity` iterations; calls body(o) with the index inside the loop.
+  void dims_loop(Kernel& k, int v, const std::vector<size_t>& dims, int64_t capacity,
+                 const std::function<void(const std::vector<std::string>&)>& body) {
     const Region& r = region_.at(v);
     Block loop;
     std::map<std::string, std::string> memo;
@@ -423,27 +424,29 @@ class GroupLowering {
     auto* saved_memo = memo_;
     cur_ = &loop;
     memo_ = &memo;
-    std::vector<std::string> o;
-    std::string rest = "ft_e";
-    for (size_t d = r.n.size(); d-- > 0;) {
-      const std::string c = "ft_o" + std::to_string(d);
-      o.insert(o.begin(), c);
-    }
+    std::vector<std::string> o(r.n.size(), "0LL");
+    std::vector<std::string> extents;
     std::string inner = "1LL";
-    std::vector<std::string> strides(r.n.size());
-    for (size_t d = r.n.size(); d-- > 0;) {
-      strides[d] = inner;
+    for (size_t j = dims.size(); j-- > 0;) {
+      const size_t d = dims[j];
+      o[d] = "ft_o" + std::to_string(d);
+      loop.insert(loop.begin(), let("long long", o[d], r.lo[d] + " + (ft_e / " + inner + ") % " + r.n[d]));
       inner = "(" + inner + " * " + r.n[d] + ")";
-    }
-    for (size_t d = 0; d < r.n.size(); ++d) {
-      loop.push_back(let("long long", o[d], r.lo[d] + " + (ft_e / " + strides[d] + ") % " + r.n[d]));
+      extents.insert(extents.begin(), r.n[d]);
     }
     body(o);
     cur_ = saved;
     memo_ = saved_memo;
-    std::string count = product(r.n);
-    if (buffer_.count(v)) count = "ft_min(" + count + ", " + ll(std::max<int64_t>(1, capacity_[v])) + ")";
+    std::string count = product(extents);
+    if (capacity > 0) count = "ft_min(" + count + ", " + ll(capacity) + ")";
     k.body.push_back(thread_for("ft_e", "0LL", count, loop));
+  }
+
+  // The element loop over value v's whole region.
+  void region_loop(Kernel& k, int v, const std::function<void(const std::vector<std::string>&)>& body) {
+    std::vector<size_t> all(region_.at(v).n.size());
+    for (size_t d = 0; d < all.size(); ++d) all[d] = d;
+    dims_loop(k, v, all, buffer_.count(v) ? std::max<int64_t>(1, capacity_[v]) : 0, body);
   }
 
   void store_value(int v, const std::vector<std::string>& o, const std::string& x) {
@@ -649,33 +652,16 @@ class GroupLowering {
     };
     const auto [sa, sb] = stats_.at(v);
     // Stage 1: statistics per row, over the whole normalized extent.
-    {
-      Block loop;
-      std::map<std::string, std::string> memo;
-      Block* saved = cur_;
-      auto* saved_memo = memo_;
-      cur_ = &loop;
-      memo_ = &memo;
-      std::vector<std::string> o(rank, "0LL");
-      std::string inner = "1LL";
-      for (size_t j = row_dims.size(); j-- > 0;) {
-        const std::string c = "ft_o" + std::to_string(row_dims[j]);
-        loop.insert(loop.begin(), let("long long", c, r.lo[row_dims[j]] + " + (ft_e / " + inner + ") % " + row_n[j]));
-        o[row_dims[j]] = c;
-        inner = "(" + inner + " * " + row_n[j] + ")";
-      }
+    dims_loop(k, v, row_dims, std::max<int64_t>(1, row_capacity_[v]), [&](const std::vector<std::string>& o) {
       const Access& stats = e.accesses[1];  // x read with the normalized axes as reduction variables
-      std::vector<std::string> vars = o;
-      const size_t nout = rank;
       const std::string a = "ft_a", b = "ft_b";
       cur_->push_back(let("float", a, layer_norm ? "0.0f" : "(-ft_inf())"));
       cur_->push_back(let("float", b, "0.0f"));
       auto pass = [&](const std::function<void(const std::string&)>& use) {
-        reduction_loops(e, vars, [&](const std::vector<std::string>& vv) { use(value(x, index_of(stats, vv))); });
+        reduction_loops(e, o, [&](const std::vector<std::string>& vv) { use(value(x, index_of(stats, vv))); });
       };
       int64_t count = 1;
       for (int64_t ext : e.reduce_extents) count *= ext;
-      (void)nout;
       if (layer_norm) {
         pass([&](const std::string& xv) { cur_->push_back(assign(a, a + " + " + xv)); });
         cur_->push_back(assign(a, a + " / " + float_literal(static_cast<double>(count))));
@@ -688,11 +674,8 @@ class GroupLowering {
       }
       cur_->push_back(store(sa, row_index(o), a));
       cur_->push_back(store(sb, row_index(o), b));
-      cur_ = saved;
-      memo_ = saved_memo;
-      k.body.push_back(thread_for("ft_e", "0LL", "ft_min(" + product(row_n) + ", " + ll(std::max<int64_t>(1, row_capacity_[v])) + ")", loop));
-      k.body.push_back(barrier());
-    }
+    });
+    k.body.push_back(barrier());
     // Stage 2: elements.
     region_loop(k, v, [&](const std::vector<std::string>& o) {
       const std::string xv = value(x, o);
