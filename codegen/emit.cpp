@@ -52,6 +52,12 @@ void emit_block(std::ostringstream& out, const Block& b, int depth, int threads)
         out << pad << "}\n";
         break;
       case Stmt::Kind::kBarrier: out << pad << "__syncthreads();\n"; break;
+      case Stmt::Kind::kPart:
+        out << pad << "if (" << s.a << ") {\n";
+        emit_block(out, s.uniform, depth + 1, threads);
+        emit_block(out, s.body, depth + 1, threads);
+        out << pad << "}\n";
+        break;
     }
   }
 }
@@ -65,6 +71,35 @@ void shared_views(std::ostringstream& out, const Kernel& k, const char* pad) {
     const std::string t = s.dtype == DType::kI64 ? "long long" : "float";
     out << pad << t << "* " << s.name << " = (" << t << "*)(ft_smem + " << s.offset << ");\n";
   }
+}
+
+// Host form of a block body: each stretch between barriers runs for every thread of the block in
+// turn; a packed kernel's parts are block-uniform branches around their own stretches.
+void emit_host_body(std::ostringstream& out, const Block& body, int depth, int threads) {
+  const std::string pad(static_cast<size_t>(depth) * 2, ' ');
+  Block segment;
+  auto flush = [&]() {
+    if (segment.empty()) return;
+    out << pad << "for (int ft_thread = 0; ft_thread < " << threads << "; ++ft_thread) {\n";
+    emit_block(out, segment, depth + 1, threads);
+    out << pad << "}\n";
+    segment.clear();
+  };
+  for (const Stmt& s : body) {
+    if (s.kind == Stmt::Kind::kBarrier) {
+      flush();
+      out << pad << "// barrier\n";
+    } else if (s.kind == Stmt::Kind::kPart) {
+      flush();
+      out << pad << "if (" << s.a << ") {\n";
+      emit_block(out, s.uniform, depth + 1, threads);
+      emit_host_body(out, s.body, depth + 1, threads);
+      out << pad << "}\n";
+    } else {
+      segment.push_back(s);
+    }
+  }
+  flush();
 }
 
 }  // namespace
@@ -103,24 +138,7 @@ std::string emit_host(const std::vector<Kernel>& kernels) {
     shared_views(out, k, "  ");
     out << "  for (long long ft_block = ft_first_block; ft_block < ft_last_block; ++ft_block) {\n";
     emit_block(out, k.uniform, 2, k.threads);
-    // Each stretch between barriers runs for every thread of the block in turn.
-    Block segment;
-    auto flush = [&]() {
-      if (segment.empty()) return;
-      out << "    for (int ft_thread = 0; ft_thread < " << k.threads << "; ++ft_thread) {\n";
-      emit_block(out, segment, 3, k.threads);
-      out << "    }\n";
-      segment.clear();
-    };
-    for (const Stmt& s : k.body) {
-      if (s.kind == Stmt::Kind::kBarrier) {
-        flush();
-        out << "    // barrier\n";
-      } else {
-        segment.push_back(s);
-      }
-    }
-    flush();
+    emit_host_body(out, k.body, 2, k.threads);
     out << "  }\n  free(ft_smem);\n}\n\n";
   }
   return out.str();

@@ -68,6 +68,15 @@ Stmt barrier() {
   return s;
 }
 
+Stmt part(std::string cond, Block uniform, Block body) {
+  Stmt s;
+  s.kind = Stmt::Kind::kPart;
+  s.a = std::move(cond);
+  s.uniform = std::move(uniform);
+  s.body = std::move(body);
+  return s;
+}
+
 std::string Kernel::add_shared(const std::string& alloc_name, DType dtype, int64_t elements) {
   const int64_t offset = (shared_bytes + 15) / 16 * 16;
   shared.push_back({alloc_name, dtype, elements, offset});
@@ -98,6 +107,11 @@ void dump(std::ostringstream& out, const Block& b, int depth) {
         }
         break;
       case Stmt::Kind::kBarrier: out << pad << "barrier\n"; break;
+      case Stmt::Kind::kPart:
+        out << pad << "part if " << s.a << "\n" << pad << "  uniform:\n";
+        dump(out, s.uniform, depth + 2);
+        dump(out, s.body, depth + 1);
+        break;
     }
   }
 }

@@ -7,6 +7,8 @@
 // thread i % threads, strided), barriers appear only between top-level statements, and values
 // cross a barrier only through shared memory or global buffers, never through locals. That last
 // rule is what lets the host form run each stretch between barriers as a loop over threads.
+// Packed kernels (several groups in one launch) are a sequence of `part` statements, each taken by
+// a range of blocks; barriers inside a part are block-uniform.
 // Scalar expressions are C expressions over the kernel's variables and the helpers of the common
 // prelude (emit_common.h); they are valid in both CUDA and C++.
 #pragma once
@@ -50,6 +52,7 @@ struct Stmt {
     kFor,       // for (long long name = a; name < b; ...) body   (binding: serial or threads)
     kIf,        // if (a) body else orelse
     kBarrier,   // block-wide barrier
+    kPart,      // if (a) { uniform; body }: a part of a packed kernel, chosen per block
   };
   Kind kind = Kind::kComment;
   std::string name;
@@ -58,6 +61,7 @@ struct Stmt {
   bool threads = false;  // kFor: distribute iterations over the block's threads
   Block body;
   Block orelse;
+  Block uniform;  // kPart: block-uniform statements run before the part's body
 };
 
 Stmt comment(std::string text);
@@ -68,6 +72,9 @@ Stmt serial_for(std::string var, std::string lo, std::string hi, Block body);
 Stmt thread_for(std::string var, std::string lo, std::string hi, Block body);
 Stmt if_then(std::string cond, Block body, Block orelse = {});
 Stmt barrier();
+// A block-uniform branch of a packed kernel: `cond` depends only on the block index; `uniform`
+// holds the part's block-uniform statements, `body` its stages (barriers allowed inside).
+Stmt part(std::string cond, Block uniform, Block body);
 
 struct Kernel {
   std::string name;

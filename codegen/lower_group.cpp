@@ -36,8 +36,9 @@ std::string product(const std::vector<std::string>& xs) {
 
 class GroupLowering {
  public:
-  GroupLowering(const Graph& g, const planner::FusionGroup& group, const planner::TileConfig& cfg)
-      : g_(g), group_(group), cfg_(cfg) {}
+  GroupLowering(const Graph& g, const planner::FusionGroup& group, const planner::TileConfig& cfg,
+                const LowerOptions& options)
+      : g_(g), group_(group), cfg_(cfg), options_(options) {}
 
   LoweredKernel run(const std::string& name) {
     LoweredKernel out;
@@ -51,12 +52,12 @@ class GroupLowering {
     }
     root_ = planner::group_root(g_, group_);
     for (int v : group_.inputs) {
-      param_[v] = "in" + std::to_string(out.inputs.size());
+      param_[v] = options_.param_prefix + "in" + std::to_string(out.inputs.size());
       k.params.push_back({param_[v], g_.value(v).dtype, numel(g_.value(v).shape), false});
       out.inputs.push_back(v);
     }
     for (int v : group_.outputs) {
-      out_param_[v] = "out" + std::to_string(out.outputs.size());
+      out_param_[v] = options_.param_prefix + "out" + std::to_string(out.outputs.size());
       k.params.push_back({out_param_[v], g_.value(v).dtype, numel(g_.value(v).shape), true});
       out.outputs.push_back(v);
     }
@@ -86,7 +87,8 @@ class GroupLowering {
       ntiles[d] = (std::max<int64_t>(rs[d], 1) + t - 1) / t;
       tiles_ *= ntiles[d];
       const std::string td = "ft_t" + std::to_string(d);
-      k.uniform.push_back(let("long long", td, "ft_fmod(ft_fdiv(ft_block, " + ll(stride) + "), " + ll(ntiles[d]) + ")"));
+      k.uniform.push_back(let("long long", td, "ft_fmod(ft_fdiv(ft_block - " + ll(options_.block_base) + ", " + ll(stride) +
+                                                   "), " + ll(ntiles[d]) + ")"));
       region_[root_].lo.insert(region_[root_].lo.begin(), "");
       region_[root_].hi.insert(region_[root_].hi.begin(), "");
       const std::string lo = var(root_, "lo", d), hi = var(root_, "hi", d);
@@ -700,6 +702,7 @@ class GroupLowering {
   const Graph& g_;
   const planner::FusionGroup& group_;
   const planner::TileConfig& cfg_;
+  const LowerOptions& options_;
   std::set<int> members_;
   std::map<int, int> producer_;
   std::map<int, TensorExpr> exprs_;
@@ -722,15 +725,43 @@ class GroupLowering {
 }  // namespace
 
 LoweredKernel lower_group(const Graph& g, const planner::FusionGroup& group, const planner::TileConfig& cfg,
-                          const std::string& name) {
+                          const std::string& name, const LowerOptions& options) {
   check(!group.nodes.empty(), "lower_group: empty group");
   check(cfg.threads > 0 && cfg.threads % 32 == 0, "lower_group: threads must be a positive multiple of 32");
   for (int n : group.nodes) {
     const Node& node = g.nodes()[static_cast<size_t>(n)];
     check(node.op != "Resize", "node '", node.name, "': Resize has no code generation yet");
   }
-  GroupLowering l(g, group, cfg);
+  GroupLowering l(g, group, cfg, options);
   return l.run(name);
+}
+
+LoweredKernel pack_kernels(const std::vector<LoweredKernel>& parts, const std::string& name) {
+  check(!parts.empty(), "pack_kernels: nothing to pack");
+  if (parts.size() == 1) {
+    LoweredKernel one = parts[0];
+    one.kernel.name = name;
+    return one;
+  }
+  LoweredKernel out;
+  Kernel& k = out.kernel;
+  k.name = name;
+  k.threads = parts[0].kernel.threads;
+  k.grid = 0;
+  std::vector<Param> outs;
+  for (const LoweredKernel& p : parts) {
+    check(p.kernel.threads == k.threads, "pack_kernels: parts have ", p.kernel.threads, " and ", k.threads, " threads");
+    const int64_t base = k.grid;
+    k.grid += p.kernel.grid;
+    for (const Param& prm : p.kernel.params) (prm.output ? outs : k.params).push_back(prm);
+    k.shared.insert(k.shared.end(), p.kernel.shared.begin(), p.kernel.shared.end());
+    k.shared_bytes = std::max(k.shared_bytes, p.kernel.shared_bytes);
+    k.body.push_back(part("ft_block >= " + ll(base) + " && ft_block < " + ll(k.grid), p.kernel.uniform, p.kernel.body));
+    out.inputs.insert(out.inputs.end(), p.inputs.begin(), p.inputs.end());
+    out.outputs.insert(out.outputs.end(), p.outputs.begin(), p.outputs.end());
+  }
+  k.params.insert(k.params.end(), outs.begin(), outs.end());  // inputs first, then outputs, as LoweredKernel binds
+  return out;
 }
 
 }  // namespace fusetune::codegen

@@ -31,7 +31,17 @@ struct LoweredKernel {
   std::vector<int> outputs;  // graph values bound to the remaining parameters
 };
 
+struct LowerOptions {
+  std::string param_prefix;  // prepended to parameter names (parts of a packed kernel)
+  int64_t block_base = 0;    // the group's tiles are blocks [block_base, block_base + grid)
+};
+
 LoweredKernel lower_group(const Graph& g, const planner::FusionGroup& group, const planner::TileConfig& cfg,
-                          const std::string& name);
+                          const std::string& name, const LowerOptions& options = {});
+
+// Packs kernels lowered with the same thread count and consecutive block bases (LowerOptions)
+// into one launch: each part runs on its own range of blocks, parameters are concatenated, and
+// the parts' shared memory overlays (a block runs one part). Inputs and outputs concatenate too.
+LoweredKernel pack_kernels(const std::vector<LoweredKernel>& parts, const std::string& name);
 
 }  // namespace fusetune::codegen

@@ -39,13 +39,35 @@ std::vector<char> read_bytes(const fs::path& p) {
 Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, const planner::Device& device,
                       const std::string& model_name) {
   Bundle b;
-  std::vector<codegen::Kernel> kernels;
-  std::vector<codegen::LoweredKernel> lowered;
+  // One kernel per launch: groups the planner packed into a launch become parts of one kernel.
+  std::vector<std::vector<size_t>> launch_groups;
+  std::map<int, size_t> launch_index;
   for (size_t k = 0; k < plan.groups.size(); ++k) {
     const planner::GroupPlan& gp = plan.groups[k];
     check(gp.candidates[gp.chosen].cost.valid, "group ", k, " (", gp.group.pattern, ") has no valid candidate: ",
           gp.candidates[gp.chosen].cost.reject);
-    lowered.push_back(codegen::lower_group(g, gp.group, gp.candidates[gp.chosen].config, "k" + std::to_string(k)));
+    auto [it, fresh] = launch_index.emplace(gp.group.launch, launch_groups.size());
+    if (fresh) launch_groups.emplace_back();
+    launch_groups[it->second].push_back(k);
+  }
+  std::vector<codegen::Kernel> kernels;
+  std::vector<codegen::LoweredKernel> lowered;
+  for (size_t l = 0; l < launch_groups.size(); ++l) {
+    int threads = 0;
+    for (size_t k : launch_groups[l]) threads = std::max(threads, plan.groups[k].candidates[plan.groups[k].chosen].config.threads);
+    std::vector<codegen::LoweredKernel> parts;
+    int64_t base = 0;
+    for (size_t j = 0; j < launch_groups[l].size(); ++j) {
+      const planner::GroupPlan& gp = plan.groups[launch_groups[l][j]];
+      planner::TileConfig cfg = gp.candidates[gp.chosen].config;
+      cfg.threads = threads;
+      codegen::LowerOptions lo;
+      if (launch_groups[l].size() > 1) lo.param_prefix = "p" + std::to_string(j) + "_";
+      lo.block_base = base;
+      parts.push_back(codegen::lower_group(g, gp.group, cfg, "k" + std::to_string(l), lo));
+      base += parts.back().kernel.grid;
+    }
+    lowered.push_back(codegen::pack_kernels(parts, "k" + std::to_string(l)));
     kernels.push_back(lowered.back().kernel);
   }
   b.cuda_source = codegen::emit_cuda(kernels);
@@ -102,7 +124,6 @@ Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, const plan
   for (int v : g.outputs()) add_buffer(v);
   json launches = json::array();
   for (size_t k = 0; k < lowered.size(); ++k) {
-    const planner::GroupPlan& gp = plan.groups[k];
     const codegen::Kernel& kern = lowered[k].kernel;
     json args = json::array();
     for (int v : lowered[k].inputs) {
@@ -113,11 +134,16 @@ Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, const plan
       add_buffer(v);
       args.push_back(buffer_id[v]);
     }
+    json groups = json::array();
+    for (size_t gi : launch_groups[k]) {
+      const planner::GroupPlan& gp = plan.groups[gi];
+      groups.push_back({{"signature", gp.signature},
+                        {"pattern", gp.group.pattern},
+                        {"config", gp.candidates[gp.chosen].config.str()},
+                        {"modeled_us", gp.cost_us}});
+    }
     json entry = {{"kernel", kern.name},
-                  {"group_signature", gp.signature},
-                  {"pattern", gp.group.pattern},
-                  {"config", gp.candidates[gp.chosen].config.str()},
-                  {"modeled_us", gp.cost_us},
+                  {"groups", groups},
                   {"grid", kern.grid},
                   {"threads", kern.threads},
                   {"shared_bytes", kern.shared_bytes},

@@ -30,8 +30,8 @@ int cmd_compile(const std::vector<std::string>& argv) {
   const runtime::Bundle bundle = runtime::compile_bundle(m.graph, plan, device, model.filename().string());
   runtime::write_bundle(bundle, args.get("out"));
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("%s: %zu kernels for %s (%s), cubin %s, bundle written to %s in %.2fs\n", model.string().c_str(),
-              plan.groups.size(), device.name.c_str(), device.arch.c_str(),
+  std::printf("%s: %zu fusion groups in %d kernels for %s (%s), cubin %s, bundle written to %s in %.2fs\n",
+              model.string().c_str(), plan.groups.size(), plan.launches, device.name.c_str(), device.arch.c_str(),
               bundle.cubins.count(device.arch) ? "compiled" : "not compiled (no NVRTC)", args.get("out").c_str(), s);
   return 0;
 }

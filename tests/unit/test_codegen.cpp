@@ -215,5 +215,31 @@ TEST(CodegenOps, EveryOpWithThePlannersBestTile) {
   check_groups(g, one_group_per_node(g), [&](const FusionGroup& fg) { return best_config(g, fg); }, "every_op/best tiles");
 }
 
+TEST(CodegenOps, PackedKernelsRunEachPartOnItsBlocks) {
+  // Three independent groups of different grids packed into one launch, verified as one kernel.
+  const Graph g = every_op();
+  const auto groups = one_group_per_node(g);
+  std::vector<LoweredKernel> parts;
+  FusionGroup all;
+  int64_t base = 0;
+  for (size_t k : {size_t{0}, size_t{30}, size_t{60}}) {
+    TileConfig cfg = best_config(g, groups[k]);
+    cfg.threads = 128;
+    parts.push_back(lower_group(g, groups[k], cfg, "packed", {"p" + std::to_string(k) + "_", base}));
+    base += parts.back().kernel.grid;
+    all.nodes.insert(all.nodes.end(), groups[k].nodes.begin(), groups[k].nodes.end());
+  }
+  const LoweredKernel packed = pack_kernels(parts, "packed");
+  EXPECT_EQ(packed.kernel.grid, base);
+  auto backend = backend::make_host_backend();
+  auto module = backend->load({packed.kernel});
+  std::mt19937 rng(std::random_device{}());
+  const backend::VerifyResult r = backend::verify_kernel(g, all, packed, *backend, *module, rng);
+  EXPECT_TRUE(r.ok) << r.detail << "\n" << to_text(packed.kernel);
+  if (backend::nvrtc_available()) {
+    EXPECT_FALSE(backend::compile_cuda(emit_cuda({packed.kernel}), "sm_90").cubin.empty());
+  }
+}
+
 }  // namespace
 }  // namespace fusetune::codegen
