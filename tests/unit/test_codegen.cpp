@@ -93,7 +93,7 @@ INSTANTIATE_TEST_SUITE_P(Codegen, ModelGroups,
                          ::testing::Values("bert", "cnn_small", "convnext_t", "efficientnet_b0", "mobilenet_v2",
                                            "nerf_mlp", "resnet_small", "swin_t", "vit"));
 
-// One graph with every canonical op (but Resize) on odd shapes; each node is its own group.
+// One graph with every canonical op on odd shapes; each node is its own group.
 Graph every_op() {
   using fusetune::testing::add_input;
   using fusetune::testing::add_op;
@@ -180,6 +180,19 @@ Graph every_op() {
     add_op(g, "Pad", {x}, attrs({{"pads", std::vector<int64_t>{0, 2, 3, 1, 0, 4}}, {"mode", std::string(mode)}, {"value", 0.5f}}));
   }
   add_op(g, "Pad", {x}, attrs({{"pads", std::vector<int64_t>{0, -2, 1, 1, -1, 0}}, {"mode", std::string("constant")}, {"value", 0.0f}}));
+  const int small = add_input(g, "small", DType::kF32, {1, 2, 3, 4});
+  auto resize = [&](const char* mode, const char* coord, std::vector<int64_t> sizes, std::vector<float> scales,
+                    const char* nearest = "round_prefer_floor") {
+    add_op(g, "Resize", {small}, attrs({{"mode", std::string(mode)}, {"coordinate_transformation_mode", std::string(coord)},
+                                        {"nearest_mode", std::string(nearest)}, {"extrapolation_value", 0.0f},
+                                        {"sizes", sizes}, {"scales", scales}}));
+  };
+  resize("nearest", "asymmetric", {1, 2, 6, 8}, {1, 1, 2, 2}, "floor");
+  resize("nearest", "half_pixel", {1, 2, 7, 5}, {1, 1, 7.0f / 3, 1.25f});
+  resize("nearest", "align_corners", {1, 2, 2, 3}, {1, 1, 2.0f / 3, 0.75f}, "round_prefer_ceil");
+  resize("linear", "half_pixel", {1, 2, 6, 8}, {1, 1, 2, 2});
+  resize("linear", "pytorch_half_pixel", {1, 2, 5, 3}, {1, 1, 5.0f / 3, 0.75f});
+  resize("linear", "align_corners", {1, 2, 7, 9}, {1, 1, 7.0f / 3, 2.25f});
   const int sidx = g.add_constant("sidx", Tensor::from_ints(DType::kI64, {2, 1}, std::vector<int64_t>{2, 0}));
   add_op(g, "ScatterND", {x, sidx, add_input(g, "upd", DType::kF32, {2, 7, 5})}, attrs({{"reduction", std::string("none")}}));
   add_op(g, "ScatterND", {x, sidx, add_input(g, "upd2", DType::kF32, {2, 7, 5})}, attrs({{"reduction", std::string("add")}}));
