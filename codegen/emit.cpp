@@ -58,6 +58,12 @@ void emit_block(std::ostringstream& out, const Block& b, int depth, int threads)
         emit_block(out, s.body, depth + 1, threads);
         out << pad << "}\n";
         break;
+      case Stmt::Kind::kUniformFor:
+        out << pad << "for (long long " << s.name << " = " << s.a << "; " << s.name << " < (" << s.b << "); ++" << s.name
+            << ") {\n";
+        emit_block(out, s.body, depth + 1, threads);
+        out << pad << "}\n";
+        break;
     }
   }
 }
@@ -93,6 +99,12 @@ void emit_host_body(std::ostringstream& out, const Block& body, int depth, int t
       flush();
       out << pad << "if (" << s.a << ") {\n";
       emit_block(out, s.uniform, depth + 1, threads);
+      emit_host_body(out, s.body, depth + 1, threads);
+      out << pad << "}\n";
+    } else if (s.kind == Stmt::Kind::kUniformFor) {
+      flush();
+      out << pad << "for (long long " << s.name << " = " << s.a << "; " << s.name << " < (" << s.b << "); ++" << s.name
+          << ") {\n";
       emit_host_body(out, s.body, depth + 1, threads);
       out << pad << "}\n";
     } else {

@@ -77,6 +77,12 @@ Stmt part(std::string cond, Block uniform, Block body) {
   return s;
 }
 
+Stmt uniform_for(std::string var, std::string lo, std::string hi, Block body) {
+  Stmt s = serial_for(std::move(var), std::move(lo), std::move(hi), std::move(body));
+  s.kind = Stmt::Kind::kUniformFor;
+  return s;
+}
+
 std::string Kernel::add_shared(const std::string& alloc_name, DType dtype, int64_t elements) {
   const int64_t offset = (shared_bytes + 15) / 16 * 16;
   shared.push_back({alloc_name, dtype, elements, offset});
@@ -107,6 +113,10 @@ void dump(std::ostringstream& out, const Block& b, int depth) {
         }
         break;
       case Stmt::Kind::kBarrier: out << pad << "barrier\n"; break;
+      case Stmt::Kind::kUniformFor:
+        out << pad << "for.uniform " << s.name << " in [" << s.a << ", " << s.b << ")\n";
+        dump(out, s.body, depth + 1);
+        break;
       case Stmt::Kind::kPart:
         out << pad << "part if " << s.a << "\n" << pad << "  uniform:\n";
         dump(out, s.uniform, depth + 2);

@@ -53,6 +53,7 @@ struct Stmt {
     kIf,        // if (a) body else orelse
     kBarrier,   // block-wide barrier
     kPart,      // if (a) { uniform; body }: a part of a packed kernel, chosen per block
+    kUniformFor,  // for (long long name = a; name < b; ++name) body: block-uniform, barriers allowed inside
   };
   Kind kind = Kind::kComment;
   std::string name;
@@ -75,6 +76,9 @@ Stmt barrier();
 // A block-uniform branch of a packed kernel: `cond` depends only on the block index; `uniform`
 // holds the part's block-uniform statements, `body` its stages (barriers allowed inside).
 Stmt part(std::string cond, Block uniform, Block body);
+// A serial loop every thread of the block runs in step (bounds depend only on the block), so its
+// body may hold barriers: the reduction-step loop of a staged contraction.
+Stmt uniform_for(std::string var, std::string lo, std::string hi, Block body);
 
 struct Kernel {
   std::string name;

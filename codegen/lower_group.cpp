@@ -252,10 +252,14 @@ class GroupLowering {
   void size_buffers(Kernel& k) {
     std::map<int, int64_t> max_elems;
     std::map<int, int64_t> max_rows;
+    std::map<int, std::vector<int64_t>> max_extent;  // per value and axis
     for (int64_t t : sample_tiles()) {
       const auto r = numeric_regions(t);
       for (const auto& [v, region] : r) {
         max_elems[v] = std::max(max_elems[v], elems(region));
+        auto& me = max_extent[v];
+        me.resize(region.size(), 0);
+        for (size_t d = 0; d < region.size(); ++d) me[d] = std::max(me[d], std::max<int64_t>(0, region[d].hi - region[d].lo + 1));
         const int p = producer_or(v);
         if (p >= 0) {
           const Node& n = g_.nodes()[static_cast<size_t>(p)];
@@ -277,6 +281,28 @@ class GroupLowering {
       if (find_op(node.op)->kind == OpKind::kNormalization) {
         stats_[v] = {k.add_shared("s" + std::to_string(v) + "_a", DType::kF32, std::max<int64_t>(1, max_rows[v])),
                      k.add_shared("s" + std::to_string(v) + "_b", DType::kF32, std::max<int64_t>(1, max_rows[v]))};
+      }
+      if (node.op == "MatMul" && cfg_.reduce_step > 0 && g_.value(node.inputs[0]).shape.size() >= 2 &&
+          g_.value(node.inputs[1]).shape.size() >= 2) {
+        // Staged contraction: operands stream through shared memory one reduction step at a time,
+        // accumulators live in shared memory (they cross the step loop's barriers). Needs one
+        // matrix per block: every batch axis of the region of extent 1.
+        const auto& me = max_extent[v];
+        bool one_matrix = true;
+        for (size_t d = 0; d + 2 < me.size(); ++d) one_matrix = one_matrix && me[d] <= 1;
+        if (one_matrix) {
+          Staged st;
+          st.m_axis = me.size() - 2;
+          st.n_axis = me.size() - 1;
+          st.step = cfg_.reduce_step;
+          st.k = g_.value(node.inputs[0]).shape.back();
+          st.a = k.add_shared("sa" + std::to_string(v), DType::kF32, std::max<int64_t>(1, me[st.m_axis] * st.step));
+          st.b = k.add_shared("sb" + std::to_string(v), DType::kF32, std::max<int64_t>(1, me[st.n_axis] * st.step));
+          st.a_cap = std::max<int64_t>(1, me[st.m_axis] * st.step);
+          st.b_cap = std::max<int64_t>(1, me[st.n_axis] * st.step);
+          if (v == root_) st.acc = k.add_shared("acc" + std::to_string(v), DType::kF32, std::max<int64_t>(1, max_elems[v]));
+          staged_[v] = st;
+        }
       }
       if (!is_anchor(node) || v == root_) continue;
       buffer_[v] = k.add_shared("b" + std::to_string(v), is_float(g_.value(v).dtype) ? DType::kF32 : DType::kI64,
@@ -587,6 +613,8 @@ class GroupLowering {
     k.body.push_back(comment("stage " + n.op + " '" + n.name + "'"));
     if (kind == OpKind::kNormalization) {
       normalization_stage(k, n, e);
+    } else if (staged_.count(v)) {
+      staged_matmul(k, n, e);
     } else {
       region_loop(k, v, [&](const std::vector<std::string>& o) {
         if (n.op == "ScatterND") {
@@ -718,6 +746,78 @@ class GroupLowering {
     store_value(v, o, acc);
   }
 
+  // The accumulator of element e of the staged product: the value's shared buffer, or its own
+  // accumulator allocation when the product is the root.
+  std::string acc_buffer(int v) const {
+    auto b = buffer_.find(v);
+    return b != buffer_.end() ? b->second : staged_.at(v).acc;
+  }
+
+  void staged_matmul(Kernel& k, const Node& n, const TensorExpr& e) {
+    const int v = n.outputs[0];
+    const Staged& st = staged_.at(v);
+    const Region& r = region_.at(v);
+    const std::string acc = acc_buffer(v);
+    const std::string nm = r.n[st.m_axis], nn = r.n[st.n_axis];
+    const std::string step = ll(st.step);
+    // Accumulators start at zero.
+    region_loop(k, v, [&](const std::vector<std::string>&) { cur_->push_back(store(acc, "ft_e", "0.0f")); });
+    k.body.push_back(barrier());
+    // Output-variable values for the operand reads: batch axes at the region's origin.
+    auto operand_vars = [&](const std::string& m, const std::string& nidx, const std::string& kk) {
+      std::vector<std::string> vars;
+      for (size_t d = 0; d < r.lo.size(); ++d) vars.push_back(r.lo[d]);
+      vars[st.m_axis] = m;
+      vars[st.n_axis] = nidx;
+      vars.push_back(kk);
+      return vars;
+    };
+    Block steps;
+    auto staging = [&](const std::string& buf, int64_t cap, const std::string& count, const Access& a, int operand,
+                       bool is_a) {
+      Block loop;
+      std::map<std::string, std::string> memo;
+      Block* saved = cur_;
+      auto* saved_memo = memo_;
+      cur_ = &loop;
+      memo_ = &memo;
+      // A: e = m * step + kk; B: e = kk * n + col
+      const std::string kk = is_a ? "(ft_e % " + step + ")" : "(ft_e / " + nn + ")";
+      cur_->push_back(let("long long", "ft_k", "ft_ks * " + step + " + " + kk));
+      const std::string m = is_a ? "(" + r.lo[st.m_axis] + " + ft_e / " + step + ")" : r.lo[st.m_axis];
+      const std::string col = is_a ? r.lo[st.n_axis] : "(" + r.lo[st.n_axis] + " + ft_e % " + nn + ")";
+      const auto idx = index_of(a, operand_vars(m, col, "ft_k"));
+      cur_->push_back(let("float", "ft_x", "0.0f"));
+      Block inside;
+      with_block(inside, [&] { cur_->push_back(assign("ft_x", value(n.inputs[static_cast<size_t>(operand)], idx))); });
+      cur_->push_back(if_then("ft_k < " + ll(st.k), inside));
+      cur_->push_back(store(buf, "ft_e", "ft_x"));
+      cur_ = saved;
+      memo_ = saved_memo;
+      steps.push_back(thread_for("ft_e", "0LL", "ft_min(" + count + ", " + ll(cap) + ")", loop));
+    };
+    staging(st.a, st.a_cap, "(" + nm + " * " + step + ")", e.accesses[0], 0, true);
+    staging(st.b, st.b_cap, "(" + step + " * " + nn + ")", e.accesses[1], 1, false);
+    steps.push_back(barrier());
+    {
+      Block loop = {let("long long", "ft_m", "ft_e / " + nn), let("long long", "ft_n", "ft_e % " + nn),
+                    let("float", "ft_s", acc + "[ft_e]")};
+      Block inner = {assign("ft_s", "ft_s + " + st.a + "[ft_m * " + step + " + ft_kk] * " + st.b + "[ft_kk * " + nn + " + ft_n]")};
+      loop.push_back(serial_for("ft_kk", "0LL", "ft_min(" + step + ", " + ll(st.k) + " - ft_ks * " + step + ")", inner));
+      loop.push_back(store(acc, "ft_e", "ft_s"));
+      steps.push_back(thread_for("ft_e", "0LL", "ft_min(" + nm + " * " + nn + ", " + ll(std::max<int64_t>(1, capacity_[v] > 0 ? capacity_[v] : 1)) + ")", loop));
+    }
+    steps.push_back(barrier());
+    k.body.push_back(uniform_for("ft_ks", "0LL", ll((st.k + st.step - 1) / st.step), steps));
+    // The product leaves the block when it is exported (or the root).
+    if (out_param_.count(v)) {
+      k.body.push_back(barrier());
+      region_loop(k, v, [&](const std::vector<std::string>& o) {
+        cur_->push_back(store(out_param_.at(v), flat(g_.value(v).shape, o), store_from_compute(g_.value(v).dtype, acc + "[ft_e]")));
+      });
+    }
+  }
+
   void normalization_stage(Kernel& k, const Node& n, const TensorExpr& e) {
     const int v = n.outputs[0];
     const int x = n.inputs[0];
@@ -788,6 +888,12 @@ class GroupLowering {
   struct Region {
     std::vector<std::string> lo, hi, n;
   };
+  struct Staged {
+    size_t m_axis = 0, n_axis = 0;
+    int64_t step = 0, k = 0;
+    std::string a, b, acc;  // shared operand slices and, for a root product, its accumulators
+    int64_t a_cap = 0, b_cap = 0;
+  };
 
   const Graph& g_;
   const planner::FusionGroup& group_;
@@ -801,6 +907,7 @@ class GroupLowering {
   std::map<int, Region> region_;
   std::map<int, std::string> buffer_;
   std::map<int, std::pair<std::string, std::string>> stats_;
+  std::map<int, Staged> staged_;
   int root_ = -1;
   std::map<int, int64_t> capacity_;      // elements allocated per staged value
   std::map<int, int64_t> row_capacity_;  // rows allocated per normalization's statistics

@@ -45,10 +45,6 @@ void hull_into(Region& into, const Region& r) {
 }
 
 bool is_contraction(const Node& n) { return find_op(n.op)->kind == OpKind::kContraction; }
-bool is_row_reduction(const Node& n) {
-  const OpKind k = find_op(n.op)->kind;
-  return k == OpKind::kReduction || k == OpKind::kNormalization;
-}
 
 }  // namespace
 
@@ -112,17 +108,20 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       if (v == kNoValue || in_regions[k].empty()) continue;
       hull_into(produced.count(v) ? regions[v] : loads[v], in_regions[k]);
     }
+    // Shared memory of the generic schedule (codegen/lower_group): a staged contraction keeps one
+    // reduction step of each operand and its accumulators; every other anchor keeps its output
+    // region unless it is the root; a row reduction keeps its rows' statistics (negligible).
+    const bool anchor = find_op(n.op)->kind != OpKind::kElementwise && find_op(n.op)->kind != OpKind::kDataMovement;
     if (is_contraction(n) && cfg.reduce_step > 0) {
       std::vector<Interval> step;
       for (size_t r = 0; r < e.reduce_extents.size(); ++r) {
         step.push_back({0, (r == 0 ? std::min(cfg.reduce_step, e.reduce_extents[r]) : e.reduce_extents[r]) - 1});
       }
       const auto staged = input_regions(g, n, e, out_region, step);
-      for (size_t k = 0; k < 2 && k < n.inputs.size(); ++k) {
-        smem += 2 * region_elems(staged[k]) * static_cast<int64_t>(dtype_size(g.value(n.inputs[k]).dtype));
-      }
-    } else if (is_row_reduction(n) && n.op != "ArgMax" && n.op != "ArgMin") {
-      smem += region_elems(in_regions[0]) * 4;  // the rows kept on chip between passes
+      for (size_t k = 0; k < 2 && k < n.inputs.size(); ++k) smem += region_elems(staged[k]) * 4;
+      smem += out_elems * 4;
+    } else if (anchor && n.outputs[0] != root) {
+      smem += out_elems * 4;
     }
   }
   // Traffic.
