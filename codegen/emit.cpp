@@ -81,12 +81,16 @@ void shared_views(std::ostringstream& out, const Kernel& k, const char* pad) {
 
 // Host form of a block body: each stretch between barriers runs for every thread of the block in
 // turn; a packed kernel's parts are block-uniform branches around their own stretches.
-void emit_host_body(std::ostringstream& out, const Block& body, int depth, int threads) {
+void emit_host_body(std::ostringstream& out, const Block& body, int depth, int threads,
+                    const std::vector<ThreadLocal>& locals) {
   const std::string pad(static_cast<size_t>(depth) * 2, ' ');
   Block segment;
   auto flush = [&]() {
     if (segment.empty()) return;
     out << pad << "for (int ft_thread = 0; ft_thread < " << threads << "; ++ft_thread) {\n";
+    for (const ThreadLocal& t : locals) {
+      out << pad << "  float* " << t.name << " = " << t.name << "_all + (long long)ft_thread * " << t.count << ";\n";
+    }
     emit_block(out, segment, depth + 1, threads);
     out << pad << "}\n";
     segment.clear();
@@ -99,13 +103,13 @@ void emit_host_body(std::ostringstream& out, const Block& body, int depth, int t
       flush();
       out << pad << "if (" << s.a << ") {\n";
       emit_block(out, s.uniform, depth + 1, threads);
-      emit_host_body(out, s.body, depth + 1, threads);
+      emit_host_body(out, s.body, depth + 1, threads, locals);
       out << pad << "}\n";
     } else if (s.kind == Stmt::Kind::kUniformFor) {
       flush();
       out << pad << "for (long long " << s.name << " = " << s.a << "; " << s.name << " < (" << s.b << "); ++" << s.name
           << ") {\n";
-      emit_host_body(out, s.body, depth + 1, threads);
+      emit_host_body(out, s.body, depth + 1, threads, locals);
       out << pad << "}\n";
     } else {
       segment.push_back(s);
@@ -127,6 +131,7 @@ std::string emit_cuda(const std::vector<Kernel>& kernels) {
     out << "  extern __shared__ __align__(16) unsigned char ft_smem[];\n";
     shared_views(out, k, "  ");
     out << "  const long long ft_block = blockIdx.x;\n  const int ft_thread = threadIdx.x;\n";
+    for (const ThreadLocal& t : k.thread_locals) out << "  float " << t.name << "[" << t.count << "];\n";
     emit_block(out, k.uniform, 1, k.threads);
     emit_block(out, k.body, 1, k.threads);
     out << "}\n\n";
@@ -148,10 +153,15 @@ std::string emit_host(const std::vector<Kernel>& kernels) {
     }
     out << "  unsigned char* ft_smem = (unsigned char*)aligned_alloc(16, " << (k.shared_bytes + 15) / 16 * 16 + 16 << ");\n";
     shared_views(out, k, "  ");
+    for (const ThreadLocal& t : k.thread_locals) {
+      out << "  float* " << t.name << "_all = (float*)malloc(sizeof(float) * " << k.threads * t.count << ");\n";
+    }
     out << "  for (long long ft_block = ft_first_block; ft_block < ft_last_block; ++ft_block) {\n";
     emit_block(out, k.uniform, 2, k.threads);
-    emit_host_body(out, k.body, 2, k.threads);
-    out << "  }\n  free(ft_smem);\n}\n\n";
+    emit_host_body(out, k.body, 2, k.threads, k.thread_locals);
+    out << "  }\n  free(ft_smem);\n";
+    for (const ThreadLocal& t : k.thread_locals) out << "  free(" << t.name << "_all);\n";
+    out << "}\n\n";
   }
   return out.str();
 }

@@ -137,6 +137,7 @@ std::string to_text(const Kernel& k) {
   for (const SharedAlloc& s : k.shared) {
     out << "  shared " << s.name << ": " << dtype_name(s.dtype) << "[" << s.elements << "] @" << s.offset << "\n";
   }
+  for (const ThreadLocal& t : k.thread_locals) out << "  thread-local " << t.name << ": float[" << t.count << "]\n";
   if (!k.uniform.empty()) {
     out << "  uniform:\n";
     dump(out, k.uniform, 2);

@@ -6,7 +6,8 @@
 // structured: `for` loops are either serial or bound to the block's threads (iteration i runs on
 // thread i % threads, strided), barriers appear only between top-level statements, and values
 // cross a barrier only through shared memory or global buffers, never through locals. That last
-// rule is what lets the host form run each stretch between barriers as a loop over threads.
+// rule is what lets the host form run each stretch between barriers as a loop over threads;
+// values that must persist per thread across barriers are declared as Kernel::thread_locals.
 // Packed kernels (several groups in one launch) are a sequence of `part` statements, each taken by
 // a range of blocks; barriers inside a part are block-uniform.
 // Scalar expressions are C expressions over the kernel's variables and the helpers of the common
@@ -38,6 +39,14 @@ struct SharedAlloc {
   DType dtype = DType::kF32;  // computed values are kept as float (or int64 for integer dtypes)
   int64_t elements = 0;
   int64_t offset = 0;  // bytes from the start of the block's shared memory
+};
+
+// Per-thread storage that persists across barriers (register-blocked accumulators): an array of
+// `count` floats per thread. CUDA keeps it in registers; the host form gives each thread its own
+// slice, so the same code `NAME[i]` works in both.
+struct ThreadLocal {
+  std::string name;
+  int64_t count = 0;
 };
 
 struct Stmt;
@@ -86,6 +95,7 @@ struct Kernel {
   int64_t grid = 1;   // blocks
   int threads = 32;   // per block
   std::vector<SharedAlloc> shared;
+  std::vector<ThreadLocal> thread_locals;
   int64_t shared_bytes = 0;
   // Block-uniform statements (lets depending only on `ft_block`, the block index), run once per
   // block before the body; their variables are visible everywhere in the body.

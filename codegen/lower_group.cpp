@@ -301,6 +301,25 @@ class GroupLowering {
           st.a_cap = std::max<int64_t>(1, me[st.m_axis] * st.step);
           st.b_cap = std::max<int64_t>(1, me[st.n_axis] * st.step);
           if (v == root_) st.acc = k.add_shared("acc" + std::to_string(v), DType::kF32, std::max<int64_t>(1, max_elems[v]));
+          // Register blocking: each thread owns one TM x TN micro-tile of the region; the smallest
+          // (squarest) micro-tile that lets the block's threads cover the largest region.
+          int64_t best = 0;
+          for (int64_t tm : {1, 2, 4, 8}) {
+            for (int64_t tn : {1, 2, 4, 8}) {
+              const int64_t tiles = ((me[st.m_axis] + tm - 1) / tm) * ((me[st.n_axis] + tn - 1) / tn);
+              if (tiles > cfg_.threads) continue;
+              const int64_t score = tm * tn * 16 + (tm > tn ? tm - tn : tn - tm);
+              if (best == 0 || score < best) {
+                best = score;
+                st.tm = tm;
+                st.tn = tn;
+              }
+            }
+          }
+          if (best > 0) {
+            st.regs = "tl" + std::to_string(v);
+            k.thread_locals.push_back({st.regs, st.tm * st.tn});
+          }
           staged_[v] = st;
         }
       }
@@ -761,8 +780,19 @@ class GroupLowering {
     const std::string nm = r.n[st.m_axis], nn = r.n[st.n_axis];
     const std::string step = ll(st.step);
     // Accumulators start at zero.
-    region_loop(k, v, [&](const std::vector<std::string>&) { cur_->push_back(store(acc, "ft_e", "0.0f")); });
-    k.body.push_back(barrier());
+    if (st.regs.empty()) {
+      region_loop(k, v, [&](const std::vector<std::string>&) { cur_->push_back(store(acc, "ft_e", "0.0f")); });
+      k.body.push_back(barrier());
+    } else {
+      k.body.push_back(serial_for("ft_i", "0LL", ll(st.tm * st.tn), {assign(st.regs + "[ft_i]", "0.0f")}));
+    }
+    // Each thread's micro-tile: rows [ft_tm0, ft_tm0 + TM), columns [ft_tn0, ft_tn0 + TN).
+    const std::string ntn = "((" + nn + " + " + ll(st.tn - 1) + ") / " + ll(st.tn) + ")";
+    const std::string owns = "(long long)ft_thread < ((" + nm + " + " + ll(st.tm - 1) + ") / " + ll(st.tm) + ") * " + ntn;
+    auto micro_tile = [&]() {
+      return Block{let("long long", "ft_tm0", "((long long)ft_thread / " + ntn + ") * " + ll(st.tm)),
+                   let("long long", "ft_tn0", "((long long)ft_thread % " + ntn + ") * " + ll(st.tn))};
+    };
     // Output-variable values for the operand reads: batch axes at the region's origin.
     auto operand_vars = [&](const std::string& m, const std::string& nidx, const std::string& kk) {
       std::vector<std::string> vars;
@@ -799,7 +829,28 @@ class GroupLowering {
     staging(st.a, st.a_cap, "(" + nm + " * " + step + ")", e.accesses[0], 0, true);
     staging(st.b, st.b_cap, "(" + step + " * " + nn + ")", e.accesses[1], 1, false);
     steps.push_back(barrier());
-    {
+    if (!st.regs.empty()) {
+      Block inner;
+      for (int64_t i = 0; i < st.tm; ++i) {
+        const std::string row = "(ft_tm0 + " + ll(i) + ")";
+        inner.push_back(let("float", "ft_ra" + std::to_string(i),
+                            "(" + row + " < " + nm + " ? " + st.a + "[" + row + " * " + step + " + ft_kk] : 0.0f)"));
+      }
+      for (int64_t j = 0; j < st.tn; ++j) {
+        const std::string col = "(ft_tn0 + " + ll(j) + ")";
+        inner.push_back(let("float", "ft_rb" + std::to_string(j),
+                            "(" + col + " < " + nn + " ? " + st.b + "[ft_kk * " + nn + " + " + col + "] : 0.0f)"));
+      }
+      for (int64_t i = 0; i < st.tm; ++i) {
+        for (int64_t j = 0; j < st.tn; ++j) {
+          const std::string cell = st.regs + "[" + std::to_string(i * st.tn + j) + "]";
+          inner.push_back(assign(cell, cell + " + ft_ra" + std::to_string(i) + " * ft_rb" + std::to_string(j)));
+        }
+      }
+      Block body = micro_tile();
+      body.push_back(serial_for("ft_kk", "0LL", "ft_min(" + step + ", " + ll(st.k) + " - ft_ks * " + step + ")", inner));
+      steps.push_back(if_then(owns, body));
+    } else {
       Block loop = {let("long long", "ft_m", "ft_e / " + nn), let("long long", "ft_n", "ft_e % " + nn),
                     let("float", "ft_s", acc + "[ft_e]")};
       Block inner = {assign("ft_s", "ft_s + " + st.a + "[ft_m * " + step + " + ft_kk] * " + st.b + "[ft_kk * " + nn + " + ft_n]")};
@@ -809,6 +860,18 @@ class GroupLowering {
     }
     steps.push_back(barrier());
     k.body.push_back(uniform_for("ft_ks", "0LL", ll((st.k + st.step - 1) / st.step), steps));
+    if (!st.regs.empty()) {  // registers to the shared accumulator buffer, where consumers read the product
+      Block write = micro_tile();
+      for (int64_t i = 0; i < st.tm; ++i) {
+        for (int64_t j = 0; j < st.tn; ++j) {
+          const std::string row = "(ft_tm0 + " + ll(i) + ")", col = "(ft_tn0 + " + ll(j) + ")";
+          write.push_back(if_then(row + " < " + nm + " && " + col + " < " + nn,
+                                  {store(acc, row + " * " + nn + " + " + col, st.regs + "[" + std::to_string(i * st.tn + j) + "]")}));
+        }
+      }
+      k.body.push_back(if_then(owns, write));
+      k.body.push_back(barrier());
+    }
     // The product leaves the block when it is exported (or the root).
     if (out_param_.count(v)) {
       k.body.push_back(barrier());
@@ -893,6 +956,8 @@ class GroupLowering {
     int64_t step = 0, k = 0;
     std::string a, b, acc;  // shared operand slices and, for a root product, its accumulators
     int64_t a_cap = 0, b_cap = 0;
+    std::string regs;       // register-blocked accumulators (thread-local), when the threads cover the region
+    int64_t tm = 0, tn = 0; // the micro-tile of each thread
   };
 
   const Graph& g_;
@@ -948,6 +1013,7 @@ LoweredKernel pack_kernels(const std::vector<LoweredKernel>& parts, const std::s
     k.grid += p.kernel.grid;
     for (const Param& prm : p.kernel.params) (prm.output ? outs : k.params).push_back(prm);
     k.shared.insert(k.shared.end(), p.kernel.shared.begin(), p.kernel.shared.end());
+    k.thread_locals.insert(k.thread_locals.end(), p.kernel.thread_locals.begin(), p.kernel.thread_locals.end());
     k.shared_bytes = std::max(k.shared_bytes, p.kernel.shared_bytes);
     k.body.push_back(part("ft_block >= " + ll(base) + " && ft_block < " + ll(k.grid), p.kernel.uniform, p.kernel.body));
     out.inputs.insert(out.inputs.end(), p.inputs.begin(), p.inputs.end());
