@@ -9,8 +9,9 @@
 // value is used, with common subexpressions kept in locals. Softmax and layer norm run a row
 // statistics stage and an element stage. A MatMul whose tile is one matrix per block (and whose
 // candidate has a reduction step) is staged: each step of the reduction loads a slice of both
-// operands into shared memory cooperatively, then every thread updates its accumulators, which
-// live in shared memory because they cross the step loop's barriers. The root is written to global memory by its own stage
+// operands into shared memory cooperatively, then every thread updates its register-blocked
+// micro-tile of accumulators (thread-local storage, since they cross the step loop's barriers),
+// falling back to accumulators in shared memory when the threads cannot cover the region. The root is written to global memory by its own stage
 // (or by a final element stage when it is inlined); other exported values are written over their
 // regions too. Guarantees: the kernel computes the group's outputs as the reference kernels do
 // (up to float32 rounding) for every tile, including partial tiles at the edges; shared memory is
