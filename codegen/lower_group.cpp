@@ -388,6 +388,21 @@ class GroupLowering {
     return name;
   }
 
+  // Statements f emits into a new block that starts with no shared locals (a loop body whose
+  // index variables differ from everything emitted so far).
+  Block fresh_block(const std::function<void()>& f) {
+    Block b;
+    std::map<std::string, std::string> memo;
+    Block* saved = cur_;
+    auto* saved_memo = memo_;
+    cur_ = &b;
+    memo_ = &memo;
+    f();
+    cur_ = saved;
+    memo_ = saved_memo;
+    return b;
+  }
+
   void with_block(Block& b, const std::function<void()>& f) {
     Block* saved = cur_;
     auto saved_memo = memo_;
@@ -555,25 +570,19 @@ class GroupLowering {
   void dims_loop(Kernel& k, int v, const std::vector<size_t>& dims, int64_t capacity,
                  const std::function<void(const std::vector<std::string>&)>& body) {
     const Region& r = region_.at(v);
-    Block loop;
-    std::map<std::string, std::string> memo;
-    Block* saved = cur_;
-    auto* saved_memo = memo_;
-    cur_ = &loop;
-    memo_ = &memo;
-    std::vector<std::string> o(r.n.size(), "0LL");
     std::vector<std::string> extents;
-    std::string inner = "1LL";
-    for (size_t j = dims.size(); j-- > 0;) {
-      const size_t d = dims[j];
-      o[d] = "ft_o" + std::to_string(d);
-      loop.insert(loop.begin(), let("long long", o[d], r.lo[d] + " + (ft_e / " + inner + ") % " + r.n[d]));
-      inner = "(" + inner + " * " + r.n[d] + ")";
-      extents.insert(extents.begin(), r.n[d]);
-    }
-    body(o);
-    cur_ = saved;
-    memo_ = saved_memo;
+    Block loop = fresh_block([&] {
+      std::vector<std::string> o(r.n.size(), "0LL");
+      std::string inner = "1LL";
+      for (size_t j = dims.size(); j-- > 0;) {
+        const size_t d = dims[j];
+        o[d] = "ft_o" + std::to_string(d);
+        cur_->insert(cur_->begin(), let("long long", o[d], r.lo[d] + " + (ft_e / " + inner + ") % " + r.n[d]));
+        inner = "(" + inner + " * " + r.n[d] + ")";
+        extents.insert(extents.begin(), r.n[d]);
+      }
+      body(o);
+    });
     std::string count = product(extents);
     if (capacity > 0) count = "ft_min(" + count + ", " + ll(capacity) + ")";
     k.body.push_back(thread_for("ft_e", "0LL", count, loop));
@@ -805,25 +814,19 @@ class GroupLowering {
     Block steps;
     auto staging = [&](const std::string& buf, int64_t cap, const std::string& count, const Access& a, int operand,
                        bool is_a) {
-      Block loop;
-      std::map<std::string, std::string> memo;
-      Block* saved = cur_;
-      auto* saved_memo = memo_;
-      cur_ = &loop;
-      memo_ = &memo;
-      // A: e = m * step + kk; B: e = kk * n + col
-      const std::string kk = is_a ? "(ft_e % " + step + ")" : "(ft_e / " + nn + ")";
-      cur_->push_back(let("long long", "ft_k", "ft_ks * " + step + " + " + kk));
-      const std::string m = is_a ? "(" + r.lo[st.m_axis] + " + ft_e / " + step + ")" : r.lo[st.m_axis];
-      const std::string col = is_a ? r.lo[st.n_axis] : "(" + r.lo[st.n_axis] + " + ft_e % " + nn + ")";
-      const auto idx = index_of(a, operand_vars(m, col, "ft_k"));
-      cur_->push_back(let("float", "ft_x", "0.0f"));
-      Block inside;
-      with_block(inside, [&] { cur_->push_back(assign("ft_x", value(n.inputs[static_cast<size_t>(operand)], idx))); });
-      cur_->push_back(if_then("ft_k < " + ll(st.k), inside));
-      cur_->push_back(store(buf, "ft_e", "ft_x"));
-      cur_ = saved;
-      memo_ = saved_memo;
+      Block loop = fresh_block([&] {
+        // A: e = m * step + kk; B: e = kk * n + col
+        const std::string kk = is_a ? "(ft_e % " + step + ")" : "(ft_e / " + nn + ")";
+        cur_->push_back(let("long long", "ft_k", "ft_ks * " + step + " + " + kk));
+        const std::string m = is_a ? "(" + r.lo[st.m_axis] + " + ft_e / " + step + ")" : r.lo[st.m_axis];
+        const std::string col = is_a ? r.lo[st.n_axis] : "(" + r.lo[st.n_axis] + " + ft_e % " + nn + ")";
+        const auto idx = index_of(a, operand_vars(m, col, "ft_k"));
+        cur_->push_back(let("float", "ft_x", "0.0f"));
+        Block inside;
+        with_block(inside, [&] { cur_->push_back(assign("ft_x", value(n.inputs[static_cast<size_t>(operand)], idx))); });
+        cur_->push_back(if_then("ft_k < " + ll(st.k), inside));
+        cur_->push_back(store(buf, "ft_e", "ft_x"));
+      });
       steps.push_back(thread_for("ft_e", "0LL", "ft_min(" + count + ", " + ll(cap) + ")", loop));
     };
     staging(st.a, st.a_cap, "(" + nm + " * " + step + ")", e.accesses[0], 0, true);
