@@ -9,6 +9,7 @@
 namespace fusetune::cli {
 
 int cmd_compile(const std::vector<std::string>& argv);
+int cmd_db(const std::vector<std::string>& argv);
 int cmd_inspect(const std::vector<std::string>& argv);
 int cmd_plan(const std::vector<std::string>& argv);
 int cmd_run(const std::vector<std::string>& argv);

@@ -15,6 +15,8 @@ constexpr const char* kUsage =
     "commands:\n"
     "  compile MODEL.onnx --device NAME|--device-file PATH --out DIR [--shape NAME=DxD...]\n"
     "      generate kernels for the model's plan and write a plan bundle\n"
+    "  db stats|export FILE|import FILE [--db PATH]\n"
+    "      the search database (default ~/.cache/fusetune/search.db); import merges\n"
     "  inspect MODEL.onnx [--shape NAME=DxD...] [--json]\n"
     "      op histograms, unsupported ops, FLOPs, parameters, unfused vs minimum DRAM traffic\n"
     "  plan MODEL.onnx --device NAME|--device-file PATH [--shape NAME=DxD...] [--top-k K] [--json] [--no-fusion]\n"
@@ -36,6 +38,7 @@ int main(int argc, char** argv) {
   args.erase(args.begin());
   try {
     if (cmd == "compile") return fusetune::cli::cmd_compile(args);
+    if (cmd == "db") return fusetune::cli::cmd_db(args);
     if (cmd == "inspect") return fusetune::cli::cmd_inspect(args);
     if (cmd == "plan") return fusetune::cli::cmd_plan(args);
     if (cmd == "run") return fusetune::cli::cmd_run(args);

@@ -1,0 +1,55 @@
+// fusetune db stats|export FILE|import FILE [--db PATH]: the search database (storage/), by
+// default $XDG_CACHE_HOME/fusetune/search.db (~/.cache/fusetune/search.db). export/import move
+// results between labs as JSON lines; import merges.
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include "core/error.h"
+#include "storage/search_db.h"
+#include "tools/cli_args.h"
+#include "tools/commands.h"
+
+namespace fusetune::cli {
+
+namespace fs = std::filesystem;
+
+fs::path default_db_path() {
+  fs::path base;
+  if (const char* x = std::getenv("XDG_CACHE_HOME")) {
+    base = x;
+  } else if (const char* h = std::getenv("HOME")) {
+    base = fs::path(h) / ".cache";
+  } else {
+    base = fs::temp_directory_path();
+  }
+  return base / "fusetune" / "search.db";
+}
+
+int cmd_db(const std::vector<std::string>& argv) {
+  const Args args(argv, {"db"}, {});
+  const auto& pos = args.positional();
+  check(!pos.empty() && ((pos[0] == "stats" && pos.size() == 1) || ((pos[0] == "export" || pos[0] == "import") && pos.size() == 2)),
+        "usage: fusetune db stats|export FILE|import FILE [--db PATH]");
+  const fs::path path = args.has("db") ? fs::path(args.get("db")) : default_db_path();
+  std::error_code ec;
+  fs::create_directories(path.parent_path(), ec);
+  storage::SearchDb db(path);
+  if (pos[0] == "stats") {
+    const storage::DbStats s = db.stats();
+    std::printf("%s (schema %d): %lld workloads, %lld devices, %lld measurements (%lld failed), %lld best plans\n",
+                path.string().c_str(), s.schema_version, static_cast<long long>(s.workloads),
+                static_cast<long long>(s.devices), static_cast<long long>(s.measurements),
+                static_cast<long long>(s.failures), static_cast<long long>(s.best_plans));
+  } else if (pos[0] == "export") {
+    const int64_t n = db.export_to(pos[1]);
+    std::printf("exported %lld records from %s to %s\n", static_cast<long long>(n), path.string().c_str(), pos[1].c_str());
+  } else {
+    const int64_t n = db.import_from(pos[1]);
+    std::printf("imported %lld new records from %s into %s\n", static_cast<long long>(n), pos[1].c_str(),
+                path.string().c_str());
+  }
+  return 0;
+}
+
+}  // namespace fusetune::cli
