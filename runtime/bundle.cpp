@@ -50,36 +50,100 @@ Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, const plan
     if (fresh) launch_groups.emplace_back();
     launch_groups[it->second].push_back(k);
   }
+  // The candidate each group runs: the plan's choice, unless ptxas reports that it spills and a
+  // lower-ranked candidate of the same group does not (a spilling candidate is never used silently).
+  std::vector<size_t> choice(plan.groups.size());
+  for (size_t k = 0; k < plan.groups.size(); ++k) choice[k] = plan.groups[k].chosen;
   std::vector<codegen::Kernel> kernels;
   std::vector<codegen::LoweredKernel> lowered;
-  for (size_t l = 0; l < launch_groups.size(); ++l) {
-    int threads = 0;
-    for (size_t k : launch_groups[l]) threads = std::max(threads, plan.groups[k].candidates[plan.groups[k].chosen].config.threads);
-    std::vector<codegen::LoweredKernel> parts;
-    int64_t base = 0;
-    for (size_t j = 0; j < launch_groups[l].size(); ++j) {
-      const planner::GroupPlan& gp = plan.groups[launch_groups[l][j]];
-      planner::TileConfig cfg = gp.candidates[gp.chosen].config;
-      cfg.threads = threads;
-      codegen::LowerOptions lo;
-      if (launch_groups[l].size() > 1) lo.param_prefix = "p" + std::to_string(j) + "_";
-      lo.block_base = base;
-      parts.push_back(codegen::lower_group(g, gp.group, cfg, "k" + std::to_string(l), lo));
-      base += parts.back().kernel.grid;
+  std::map<size_t, int> launch_threads;  // a packed launch's thread count, when lowered to avoid spills
+  auto build = [&]() {
+    kernels.clear();
+    lowered.clear();
+    for (size_t l = 0; l < launch_groups.size(); ++l) {
+      int threads = 0;
+      for (size_t k : launch_groups[l]) threads = std::max(threads, plan.groups[k].candidates[choice[k]].config.threads);
+      if (auto t = launch_threads.find(l); t != launch_threads.end()) threads = t->second;
+      std::vector<codegen::LoweredKernel> parts;
+      int64_t base = 0;
+      for (size_t j = 0; j < launch_groups[l].size(); ++j) {
+        const size_t k = launch_groups[l][j];
+        planner::TileConfig cfg = plan.groups[k].candidates[choice[k]].config;
+        cfg.threads = threads;
+        codegen::LowerOptions lo;
+        if (launch_groups[l].size() > 1) lo.param_prefix = "p" + std::to_string(j) + "_";
+        lo.block_base = base;
+        parts.push_back(codegen::lower_group(g, plan.groups[k].group, cfg, "k" + std::to_string(l), lo));
+        base += parts.back().kernel.grid;
+      }
+      lowered.push_back(codegen::pack_kernels(parts, "k" + std::to_string(l)));
+      kernels.push_back(lowered.back().kernel);
     }
-    lowered.push_back(codegen::pack_kernels(parts, "k" + std::to_string(l)));
-    kernels.push_back(lowered.back().kernel);
-  }
-  b.cuda_source = codegen::emit_cuda(kernels);
-  b.host_source = codegen::emit_host(kernels);
+  };
+  build();
   std::map<std::string, backend::KernelResources> resources;
   std::string nvrtc = "unavailable";
+  std::map<size_t, std::string> spill_avoided;  // group -> the spilling config it replaced
   if (backend::nvrtc_available()) {
-    const backend::CompiledCuda cc = backend::compile_cuda(b.cuda_source, device.arch);
+    backend::CompiledCuda cc = backend::compile_cuda(codegen::emit_cuda(kernels), device.arch);
+    std::map<std::string, size_t> probed;  // signature -> candidate that does not spill
+    bool changed = false;
+    for (size_t l = 0; l < launch_groups.size(); ++l) {
+      auto r = cc.resources.find(kernels[l].name);
+      if (r == cc.resources.end() || !r->second.spills()) continue;
+      if (launch_groups[l].size() > 1) {  // a packed launch: fewer threads leave more registers each
+        for (int threads : {256, 128, 64}) {
+          if (threads >= kernels[l].threads) continue;
+          std::vector<codegen::LoweredKernel> parts;
+          int64_t base = 0;
+          for (size_t j = 0; j < launch_groups[l].size(); ++j) {
+            const size_t k = launch_groups[l][j];
+            planner::TileConfig cfg = plan.groups[k].candidates[choice[k]].config;
+            cfg.threads = threads;
+            parts.push_back(codegen::lower_group(g, plan.groups[k].group, cfg, "probe", {"p" + std::to_string(j) + "_", base}));
+            base += parts.back().kernel.grid;
+          }
+          const auto pr = backend::compile_cuda(codegen::emit_cuda({codegen::pack_kernels(parts, "probe").kernel}), device.arch).resources;
+          if (pr.count("probe") && !pr.at("probe").spills()) {
+            launch_threads[l] = threads;
+            changed = true;
+            break;
+          }
+        }
+        continue;
+      }
+      const size_t k = launch_groups[l][0];
+      const planner::GroupPlan& gp = plan.groups[k];
+      auto known = probed.find(gp.signature);
+      if (known == probed.end()) {
+        size_t pick = choice[k];
+        for (size_t c = 0; c < gp.candidates.size(); ++c) {
+          if (c == choice[k] || !gp.candidates[c].cost.valid) continue;
+          const codegen::LoweredKernel probe = codegen::lower_group(g, gp.group, gp.candidates[c].config, "probe");
+          const auto pr = backend::compile_cuda(codegen::emit_cuda({probe.kernel}), device.arch).resources;
+          if (pr.count("probe") && !pr.at("probe").spills()) {
+            pick = c;
+            break;
+          }
+        }
+        known = probed.emplace(gp.signature, pick).first;
+      }
+      if (known->second != choice[k]) {
+        spill_avoided[k] = gp.candidates[choice[k]].config.str();
+        choice[k] = known->second;
+        changed = true;
+      }
+    }
+    if (changed) {
+      build();
+      cc = backend::compile_cuda(codegen::emit_cuda(kernels), device.arch);
+    }
     b.cubins[device.arch] = cc.cubin;
     resources = cc.resources;
     nvrtc = backend::nvrtc_version();
   }
+  b.cuda_source = codegen::emit_cuda(kernels);
+  b.host_source = codegen::emit_host(kernels);
   // Buffers: every value a kernel reads or writes, and the graph's inputs and outputs.
   std::vector<int> producer_launch(g.values().size(), -1), last_use(g.values().size(), -1);
   for (size_t k = 0; k < lowered.size(); ++k) {
@@ -137,10 +201,12 @@ Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, const plan
     json groups = json::array();
     for (size_t gi : launch_groups[k]) {
       const planner::GroupPlan& gp = plan.groups[gi];
-      groups.push_back({{"signature", gp.signature},
-                        {"pattern", gp.group.pattern},
-                        {"config", gp.candidates[gp.chosen].config.str()},
-                        {"modeled_us", gp.cost_us}});
+      json ge = {{"signature", gp.signature},
+                 {"pattern", gp.group.pattern},
+                 {"config", gp.candidates[choice[gi]].config.str()},
+                 {"modeled_us", gp.candidates[choice[gi]].cost.modeled_us}};
+      if (auto sa = spill_avoided.find(gi); sa != spill_avoided.end()) ge["replaced_spilling_config"] = sa->second;
+      groups.push_back(ge);
     }
     json entry = {{"kernel", kern.name},
                   {"groups", groups},
