@@ -57,6 +57,22 @@ Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, const plan
   std::vector<codegen::Kernel> kernels;
   std::vector<codegen::LoweredKernel> lowered;
   std::map<size_t, int> launch_threads;  // a packed launch's thread count, when lowered to avoid spills
+  // Launch l as one kernel: its groups' chosen candidates, all with the launch's thread count.
+  auto lower_launch = [&](size_t l, int threads, const std::string& name) {
+    std::vector<codegen::LoweredKernel> parts;
+    int64_t base = 0;
+    for (size_t j = 0; j < launch_groups[l].size(); ++j) {
+      const size_t k = launch_groups[l][j];
+      planner::TileConfig cfg = plan.groups[k].candidates[choice[k]].config;
+      cfg.threads = threads;
+      codegen::LowerOptions lo;
+      if (launch_groups[l].size() > 1) lo.param_prefix = "p" + std::to_string(j) + "_";
+      lo.block_base = base;
+      parts.push_back(codegen::lower_group(g, plan.groups[k].group, cfg, name, lo));
+      base += parts.back().kernel.grid;
+    }
+    return codegen::pack_kernels(parts, name);
+  };
   auto build = [&]() {
     kernels.clear();
     lowered.clear();
@@ -64,28 +80,22 @@ Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, const plan
       int threads = 0;
       for (size_t k : launch_groups[l]) threads = std::max(threads, plan.groups[k].candidates[choice[k]].config.threads);
       if (auto t = launch_threads.find(l); t != launch_threads.end()) threads = t->second;
-      std::vector<codegen::LoweredKernel> parts;
-      int64_t base = 0;
-      for (size_t j = 0; j < launch_groups[l].size(); ++j) {
-        const size_t k = launch_groups[l][j];
-        planner::TileConfig cfg = plan.groups[k].candidates[choice[k]].config;
-        cfg.threads = threads;
-        codegen::LowerOptions lo;
-        if (launch_groups[l].size() > 1) lo.param_prefix = "p" + std::to_string(j) + "_";
-        lo.block_base = base;
-        parts.push_back(codegen::lower_group(g, plan.groups[k].group, cfg, "k" + std::to_string(l), lo));
-        base += parts.back().kernel.grid;
-      }
-      lowered.push_back(codegen::pack_kernels(parts, "k" + std::to_string(l)));
+      lowered.push_back(lower_launch(l, threads, "k" + std::to_string(l)));
       kernels.push_back(lowered.back().kernel);
     }
+    b.cuda_source = codegen::emit_cuda(kernels);
+  };
+  // Whether a kernel compiled on its own spills registers.
+  auto spills_alone = [&](const codegen::Kernel& kernel) {
+    const auto r = backend::compile_cuda(codegen::emit_cuda({kernel}), device.arch).resources;
+    return !r.count(kernel.name) || r.at(kernel.name).spills();
   };
   build();
   std::map<std::string, backend::KernelResources> resources;
   std::string nvrtc = "unavailable";
   std::map<size_t, std::string> spill_avoided;  // group -> the spilling config it replaced
   if (backend::nvrtc_available()) {
-    backend::CompiledCuda cc = backend::compile_cuda(codegen::emit_cuda(kernels), device.arch);
+    backend::CompiledCuda cc = backend::compile_cuda(b.cuda_source, device.arch);
     std::map<std::string, size_t> probed;  // signature -> candidate that does not spill
     bool changed = false;
     for (size_t l = 0; l < launch_groups.size(); ++l) {
@@ -93,22 +103,10 @@ Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, const plan
       if (r == cc.resources.end() || !r->second.spills()) continue;
       if (launch_groups[l].size() > 1) {  // a packed launch: fewer threads leave more registers each
         for (int threads : {256, 128, 64}) {
-          if (threads >= kernels[l].threads) continue;
-          std::vector<codegen::LoweredKernel> parts;
-          int64_t base = 0;
-          for (size_t j = 0; j < launch_groups[l].size(); ++j) {
-            const size_t k = launch_groups[l][j];
-            planner::TileConfig cfg = plan.groups[k].candidates[choice[k]].config;
-            cfg.threads = threads;
-            parts.push_back(codegen::lower_group(g, plan.groups[k].group, cfg, "probe", {"p" + std::to_string(j) + "_", base}));
-            base += parts.back().kernel.grid;
-          }
-          const auto pr = backend::compile_cuda(codegen::emit_cuda({codegen::pack_kernels(parts, "probe").kernel}), device.arch).resources;
-          if (pr.count("probe") && !pr.at("probe").spills()) {
-            launch_threads[l] = threads;
-            changed = true;
-            break;
-          }
+          if (threads >= kernels[l].threads || spills_alone(lower_launch(l, threads, "probe").kernel)) continue;
+          launch_threads[l] = threads;
+          changed = true;
+          break;
         }
         continue;
       }
@@ -119,9 +117,7 @@ Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, const plan
         size_t pick = choice[k];
         for (size_t c = 0; c < gp.candidates.size(); ++c) {
           if (c == choice[k] || !gp.candidates[c].cost.valid) continue;
-          const codegen::LoweredKernel probe = codegen::lower_group(g, gp.group, gp.candidates[c].config, "probe");
-          const auto pr = backend::compile_cuda(codegen::emit_cuda({probe.kernel}), device.arch).resources;
-          if (pr.count("probe") && !pr.at("probe").spills()) {
+          if (!spills_alone(codegen::lower_group(g, gp.group, gp.candidates[c].config, "probe").kernel)) {
             pick = c;
             break;
           }
@@ -136,13 +132,12 @@ Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, const plan
     }
     if (changed) {
       build();
-      cc = backend::compile_cuda(codegen::emit_cuda(kernels), device.arch);
+      cc = backend::compile_cuda(b.cuda_source, device.arch);
     }
     b.cubins[device.arch] = cc.cubin;
     resources = cc.resources;
     nvrtc = backend::nvrtc_version();
   }
-  b.cuda_source = codegen::emit_cuda(kernels);
   b.host_source = codegen::emit_host(kernels);
   // Buffers: every value a kernel reads or writes, and the graph's inputs and outputs.
   std::vector<int> producer_launch(g.values().size(), -1), last_use(g.values().size(), -1);
