@@ -5,7 +5,9 @@
 // backend where a GPU is present.
 //
 // A Module holds compiled kernels; launch() runs one with buffers bound to its parameters in
-// order; time_us() runs it `reps` times after a warm-up and returns the median. Errors (compile
+// order; time() runs it under a TimingPolicy (warm-up, then repeats until both a minimum count
+// and a minimum total time are reached, at most max_repeats; on the GPU each run is timed with
+// events and the L2 is flushed before it) and returns median, minimum and maximum. Errors (compile
 // failures, launch failures) throw Error with the compiler's or driver's message.
 #pragma once
 
@@ -30,11 +32,29 @@ class Buffer {
   virtual void* handle() = 0;
 };
 
+struct TimingPolicy {
+  int warmup = 1;
+  int min_repeats = 5;
+  int max_repeats = 200;
+  double min_time_ms = 10;
+  bool flush_l2 = true;  // the GPU's L2; the host backend does not flush caches
+};
+
+struct Timing {
+  double median_us = 0;
+  double min_us = 0;
+  double max_us = 0;
+  int repeats = 0;
+};
+
+// Median, minimum and maximum of run times (microseconds); the input must not be empty.
+Timing summarize_times(std::vector<double> times_us);
+
 class Module {
  public:
   virtual ~Module() = default;
   virtual void launch(const std::string& kernel, const std::vector<Buffer*>& args) = 0;
-  virtual double time_us(const std::string& kernel, const std::vector<Buffer*>& args, int reps) = 0;
+  virtual Timing time(const std::string& kernel, const std::vector<Buffer*>& args, const TimingPolicy& policy) = 0;
 };
 
 // A module as plan bundles store it: both sources, cubins per architecture, launch shapes.
@@ -53,10 +73,19 @@ struct ModuleSource {
 
 ModuleSource module_source(const std::vector<codegen::Kernel>& kernels);
 
+// What a backend runs on, as the worker reports it in its hello.
+struct DeviceProperties {
+  std::string description;  // the driver's device name, or the host's CPU count
+  std::string arch;         // "sm_90", or "host"
+  int compute_capability = 0;
+  int multiprocessors = 0;  // SMs, or CPU cores
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  virtual DeviceProperties properties() const = 0;
   virtual std::unique_ptr<Module> load_source(const ModuleSource& source) = 0;
   std::unique_ptr<Module> load(const std::vector<codegen::Kernel>& kernels) { return load_source(module_source(kernels)); }
   virtual std::unique_ptr<Buffer> allocate(size_t bytes) = 0;
@@ -67,5 +96,12 @@ class Backend {
 // The host backend: `compiler` (default: $CXX, else c++) builds each module once into a cache
 // directory keyed by the source's SHA-256; blocks run on `workers` threads (default: all cores).
 std::unique_ptr<Backend> make_host_backend(const std::string& compiler = "", int workers = 0);
+
+// The host backend's compile step on its own: builds `host_source` into the kernel cache unless
+// it is there already and returns the shared library's path. Safe to call from several threads
+// and processes at once (each build writes a private file, published by an atomic rename).
+std::string host_compile(const std::string& host_source, const std::string& compiler = "");
+// The compiler the host backend uses by default ($CXX, else c++).
+std::string default_host_compiler();
 
 }  // namespace fusetune::backend

@@ -129,17 +129,20 @@ class CudaModule : public Module {
     d_.check_cu(d_.cuCtxSynchronize(), "kernel execution");
   }
 
-  double time_us(const std::string& kernel, const std::vector<Buffer*>& args, int reps) override {
-    launch(kernel, args);  // warm-up
+  Timing time(const std::string& kernel, const std::vector<Buffer*>& args, const TimingPolicy& policy) override {
+    for (int w = 0; w < policy.warmup; ++w) launch(kernel, args);
     CUevent start = nullptr, stop = nullptr;
     d_.check_cu(d_.cuEventCreate(&start, 0), "event creation");
     d_.check_cu(d_.cuEventCreate(&stop, 0), "event creation");
     std::vector<double> times;
+    double total_ms = 0;
     const Launch& l = find(kernel);
     std::vector<void*> params;
     for (Buffer* b : args) params.push_back(b->handle());
-    for (int r = 0; r < std::max(1, reps); ++r) {
-      if (flush_ != nullptr) flush_->fill_byte(static_cast<unsigned char>(r));  // evict the L2 between runs
+    while (static_cast<int>(times.size()) < std::max(1, policy.max_repeats) &&
+           (static_cast<int>(times.size()) < policy.min_repeats || total_ms < policy.min_time_ms)) {
+      // Evict the L2 between runs, so every run reads its inputs from DRAM as in a model.
+      if (policy.flush_l2 && flush_ != nullptr) flush_->fill_byte(static_cast<unsigned char>(times.size()));
       d_.check_cu(d_.cuEventRecord(start, nullptr), "event record");
       d_.check_cu(d_.cuLaunchKernel(l.fn, static_cast<unsigned>(l.grid), 1, 1, static_cast<unsigned>(l.threads), 1, 1,
                                     static_cast<unsigned>(l.shared), nullptr, params.data(), nullptr),
@@ -149,11 +152,11 @@ class CudaModule : public Module {
       float ms = 0;
       d_.check_cu(d_.cuEventElapsedTime(&ms, start, stop), "event timing");
       times.push_back(static_cast<double>(ms) * 1000.0);
+      total_ms += static_cast<double>(ms);
     }
     d_.cuEventDestroy(start);
     d_.cuEventDestroy(stop);
-    std::nth_element(times.begin(), times.begin() + static_cast<long>(times.size() / 2), times.end());
-    return times[times.size() / 2];
+    return summarize_times(std::move(times));
   }
 
  private:
@@ -170,11 +173,12 @@ class CudaModule : public Module {
 
 class CudaBackend : public Backend {
  public:
-  CudaBackend(Driver d, CUdevice dev, std::string arch, std::string name, int l2_bytes)
-      : d_(std::move(d)), dev_(dev), arch_(std::move(arch)), name_(std::move(name)) {
+  CudaBackend(Driver d, CUdevice dev, std::string arch, std::string name, int l2_bytes, int sms)
+      : d_(std::move(d)), dev_(dev), arch_(std::move(arch)), name_(std::move(name)), sms_(sms) {
     flush_ = std::make_unique<CudaBuffer>(d_, static_cast<size_t>(std::max(l2_bytes, 1 << 20)) * 2);
   }
   std::string name() const override { return "cuda:" + name_ + " (" + arch_ + ")"; }
+  DeviceProperties properties() const override { return {name_, arch_, std::stoi(arch_.substr(3)), sms_}; }
 
   std::unique_ptr<Module> load_source(const ModuleSource& module) override {
     std::vector<char> cubin;
@@ -209,6 +213,7 @@ class CudaBackend : public Backend {
   CUdevice dev_;
   std::string arch_;
   std::string name_;
+  int sms_;
   std::unique_ptr<CudaBuffer> flush_;
 };
 
@@ -231,13 +236,14 @@ std::unique_ptr<Backend> make_cuda_backend(int device, std::string* why_not) {
   CUcontext ctx = nullptr;
   d.check_cu(d.cuDevicePrimaryCtxRetain(&ctx, dev), "context creation");
   d.check_cu(d.cuCtxSetCurrent(ctx), "context activation");
-  int major = 0, minor = 0, l2 = 0;
+  int major = 0, minor = 0, l2 = 0, sms = 0;
   d.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
   d.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
   d.cuDeviceGetAttribute(&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, dev);
+  d.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
   char name[256] = {0};
   d.cuDeviceGetName(name, sizeof name, dev);
-  return std::make_unique<CudaBackend>(std::move(d), dev, "sm_" + std::to_string(major * 10 + minor), name, l2);
+  return std::make_unique<CudaBackend>(std::move(d), dev, "sm_" + std::to_string(major * 10 + minor), name, l2, sms);
 }
 
 #else

@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <mutex>
+#include <sstream>
 #include <thread>
 
 #include "backend/backend.h"
@@ -89,16 +89,18 @@ class HostModule : public Module {
     for (auto& t : threads) t.join();
   }
 
-  double time_us(const std::string& kernel, const std::vector<Buffer*>& args, int reps) override {
-    launch(kernel, args);  // warm-up
+  Timing time(const std::string& kernel, const std::vector<Buffer*>& args, const TimingPolicy& policy) override {
+    for (int w = 0; w < policy.warmup; ++w) launch(kernel, args);
     std::vector<double> times;
-    for (int r = 0; r < std::max(1, reps); ++r) {
+    double total_ms = 0;
+    while (static_cast<int>(times.size()) < std::max(1, policy.max_repeats) &&
+           (static_cast<int>(times.size()) < policy.min_repeats || total_ms < policy.min_time_ms)) {
       const auto t0 = std::chrono::steady_clock::now();
       launch(kernel, args);
       times.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+      total_ms += times.back() / 1000.0;
     }
-    std::nth_element(times.begin(), times.begin() + static_cast<long>(times.size() / 2), times.end());
-    return times[times.size() / 2];
+    return summarize_times(std::move(times));
   }
 
  private:
@@ -117,47 +119,24 @@ fs::path cache_dir() {
 class HostBackend : public Backend {
  public:
   HostBackend(std::string compiler, int workers) : compiler_(std::move(compiler)), workers_(workers) {
-    if (compiler_.empty()) compiler_ = std::getenv("CXX") ? std::getenv("CXX") : "c++";
+    if (compiler_.empty()) compiler_ = default_host_compiler();
     if (workers_ <= 0) workers_ = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   }
   std::string name() const override { return "host"; }
+  DeviceProperties properties() const override {
+    return {"host CPU, " + std::to_string(workers_) + " threads", "host", 0, workers_};
+  }
 
   std::unique_ptr<Module> load_source(const ModuleSource& module) override {
-    const std::string& source = module.host_source;
-    const std::string digest = sha256_hex(source + "\n// compiler: " + compiler_);
-    const fs::path dir = cache_dir();
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    check(!ec, dir.string(), ": cannot create the kernel cache (", ec.message(), ")");
-    const fs::path lib = dir / (digest + ".so");
-    if (!fs::exists(lib)) {
-      std::lock_guard<std::mutex> lock(compile_mutex_);
-      const std::string tag = std::to_string(::getpid()) + "_" + std::to_string(reinterpret_cast<uintptr_t>(this));
-      const fs::path src = dir / (digest + "." + tag + ".cpp");
-      const fs::path tmp = dir / (digest + "." + tag + ".so");
-      const fs::path log = dir / (digest + "." + tag + ".log");
-      std::ofstream(src) << source;
-      const std::string cmd = compiler_ + " -std=c++17 -O2 -shared -fPIC -w -o '" + tmp.string() + "' '" + src.string() +
-                              "' > '" + log.string() + "' 2>&1";
-      const int rc = std::system(cmd.c_str());
-      if (rc != 0) {
-        std::ifstream in(log);
-        std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-        fail("host compilation of generated kernels failed (", compiler_, ", source kept at ", src.string(), "): ",
-             text.substr(0, 2000));
-      }
-      fs::rename(tmp, lib, ec);  // atomic publish; a concurrent identical build is as good
-      fs::remove(src, ec);
-      fs::remove(log, ec);
-    }
+    const std::string lib = host_compile(module.host_source, compiler_);
     void* handle = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
-    check(handle != nullptr, "dlopen of ", lib.string(), " failed: ", dlerror());
+    check(handle != nullptr, "dlopen of ", lib, " failed: ", dlerror());
     std::map<std::string, std::pair<HostKernel, int64_t>> fns;
     for (const ModuleSource::KernelInfo& k : module.kernels) {
       void* sym = dlsym(handle, k.name.c_str());
       if (sym == nullptr) {
         dlclose(handle);
-        fail("kernel '", k.name, "' missing from ", lib.string());
+        fail("kernel '", k.name, "' missing from ", lib);
       }
       fns[k.name] = {reinterpret_cast<HostKernel>(sym), k.grid};
     }
@@ -172,10 +151,54 @@ class HostBackend : public Backend {
  private:
   std::string compiler_;
   int workers_;
-  std::mutex compile_mutex_;
 };
 
 }  // namespace
+
+std::string default_host_compiler() { return std::getenv("CXX") ? std::getenv("CXX") : "c++"; }
+
+std::string host_compile(const std::string& source, const std::string& compiler_arg) {
+  const std::string compiler = compiler_arg.empty() ? default_host_compiler() : compiler_arg;
+  const std::string digest = sha256_hex(source + "\n// compiler: " + compiler);
+  const fs::path dir = cache_dir();
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  check(!ec, dir.string(), ": cannot create the kernel cache (", ec.message(), ")");
+  const fs::path lib = dir / (digest + ".so");
+  if (fs::exists(lib)) return lib.string();
+  std::ostringstream tag_text;
+  tag_text << ::getpid() << "_" << std::this_thread::get_id();
+  const std::string tag = tag_text.str();
+  const fs::path src = dir / (digest + "." + tag + ".cpp");
+  const fs::path tmp = dir / (digest + "." + tag + ".so");
+  const fs::path log = dir / (digest + "." + tag + ".log");
+  std::ofstream(src) << source;
+  const std::string cmd = compiler + " -std=c++17 -O2 -shared -fPIC -w -o '" + tmp.string() + "' '" + src.string() +
+                          "' > '" + log.string() + "' 2>&1";
+  const int rc = std::system(cmd.c_str());
+  if (rc != 0) {
+    std::ifstream in(log);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    fail("host compilation of generated kernels failed (", compiler, ", source kept at ", src.string(), "): ",
+         text.substr(0, 2000));
+  }
+  fs::rename(tmp, lib, ec);  // atomic publish; a concurrent identical build is as good
+  fs::remove(src, ec);
+  fs::remove(log, ec);
+  return lib.string();
+}
+
+Timing summarize_times(std::vector<double> times) {
+  check(!times.empty(), "no timed runs");
+  Timing t;
+  t.repeats = static_cast<int>(times.size());
+  std::sort(times.begin(), times.end());
+  t.min_us = times.front();
+  t.max_us = times.back();
+  const size_t n = times.size();
+  t.median_us = n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
+  return t;
+}
 
 ModuleSource module_source(const std::vector<codegen::Kernel>& kernels) {
   ModuleSource m;

@@ -47,24 +47,52 @@ Tensor random_group_input(const Graph& g, const planner::FusionGroup& group, int
   return t;
 }
 
-VerifyResult verify_kernel(const Graph& g, const planner::FusionGroup& group, const codegen::LoweredKernel& lk,
-                           Backend& backend, Module& module, std::mt19937& rng) {
+VerifyResult verify_kernel(const Graph& g, const planner::FusionGroup& group, const std::string& kernel,
+                           const std::vector<int>& inputs, const std::vector<int>& outputs, Backend& backend,
+                           Module& module, std::mt19937& rng, size_t redzone_bytes) {
+  constexpr unsigned char kRedzoneByte = 0xA5;
   std::map<int, Tensor> values;
+  std::vector<std::unique_ptr<Buffer>> parents;  // with redzones around the buffers
   std::vector<std::unique_ptr<Buffer>> buffers;
   std::vector<Buffer*> args;
-  for (int v : lk.inputs) {
+  auto allocate = [&](size_t bytes) {
+    bytes = std::max<size_t>(1, bytes);
+    if (redzone_bytes == 0) {
+      buffers.push_back(backend.allocate(bytes));
+    } else {
+      parents.push_back(backend.allocate(bytes + 2 * redzone_bytes));
+      parents.back()->fill_byte(kRedzoneByte);
+      buffers.push_back(backend.view(*parents.back(), redzone_bytes, bytes));
+    }
+    args.push_back(buffers.back().get());
+    return buffers.back().get();
+  };
+  for (int v : inputs) {
     if (!values.count(v)) values[v] = random_group_input(g, group, v, rng);  // packed parts may share inputs
-    buffers.push_back(backend.allocate(std::max<size_t>(1, values[v].nbytes())));
-    buffers.back()->upload(values[v].data(), values[v].nbytes());
-    args.push_back(buffers.back().get());
+    allocate(values[v].nbytes())->upload(values[v].data(), values[v].nbytes());
   }
-  for (int v : lk.outputs) {
+  for (int v : outputs) {
     const Value& val = g.value(v);
-    buffers.push_back(backend.allocate(std::max<size_t>(1, static_cast<size_t>(numel(val.shape)) * dtype_size(val.dtype))));
-    buffers.back()->fill_byte(0xFF);
-    args.push_back(buffers.back().get());
+    allocate(static_cast<size_t>(numel(val.shape)) * dtype_size(val.dtype))->fill_byte(0xFF);
   }
-  module.launch(lk.kernel.name, args);
+  module.launch(kernel, args);
+  VerifyResult result;
+  for (size_t k = 0; k < parents.size() && result.ok; ++k) {
+    std::vector<unsigned char> all(parents[k]->bytes());
+    parents[k]->download(all.data(), all.size());
+    const size_t n = all.size();
+    for (size_t i = 0; i < n; ++i) {
+      if (i >= redzone_bytes && i < n - redzone_bytes) continue;
+      if (all[i] == kRedzoneByte) continue;
+      const int v = k < inputs.size() ? inputs[k] : outputs[k - inputs.size()];
+      const long long at = i < redzone_bytes ? static_cast<long long>(i) - static_cast<long long>(redzone_bytes)
+                                             : static_cast<long long>(i - (n - redzone_bytes));
+      result.ok = false;
+      result.detail = "write outside buffer '" + g.value(v).name + "' (byte " + std::to_string(at) +
+                      (at < 0 ? " before its start)" : " past its end)");
+      break;
+    }
+  }
   // The reference, node by node over the group.
   for (int id : group.nodes) {
     const Node& n = g.nodes()[static_cast<size_t>(id)];
@@ -72,12 +100,11 @@ VerifyResult verify_kernel(const Graph& g, const planner::FusionGroup& group, co
     for (int in : n.inputs) ins.push_back(in == kNoValue ? nullptr : &values.at(in));
     values[n.outputs[0]] = std::move(reference::run_node(n, ins)[0]);
   }
-  VerifyResult result;
-  for (size_t k = 0; k < lk.outputs.size(); ++k) {
-    const int v = lk.outputs[k];
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    const int v = outputs[k];
     const Tensor& want = values.at(v);
     Tensor got(want.dtype(), want.shape());
-    buffers[lk.inputs.size() + k]->download(got.data(), got.nbytes());
+    buffers[inputs.size() + k]->download(got.data(), got.nbytes());
     reference::Tolerance tol = reference::default_tolerance(want.dtype());
     if (want.dtype() == DType::kF32) tol = {1e-3, 1e-5, 1e-4};  // float32 kernels against a double reference
     const reference::Comparison c = reference::compare(got, want, tol);

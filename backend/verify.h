@@ -6,8 +6,10 @@
 // the range their consumers accept: Gather indices within the axis, including negative ones),
 // binds constants as they are, poisons the output buffers (all bytes 0xFF: NaN for floats),
 // launches, and compares every output with the reference kernels run node by node on the same
-// inputs, under the per-dtype tolerance of reference/compare.h. Guarantees: a kernel that
-// leaves any output element unwritten, or computes it wrongly beyond the bound, fails.
+// inputs, under the per-dtype tolerance of reference/compare.h. With redzones, every buffer sits
+// inside a larger allocation whose margins hold a known byte pattern that must survive the
+// launch. Guarantees: a kernel that leaves any output element unwritten, computes it wrongly
+// beyond the bound, or (with redzones) writes outside its buffers, fails.
 #pragma once
 
 #include <random>
@@ -26,8 +28,14 @@ struct VerifyResult {
   double max_abs = 0;
 };
 
-VerifyResult verify_kernel(const Graph& g, const planner::FusionGroup& group, const codegen::LoweredKernel& lk,
-                           Backend& backend, Module& module, std::mt19937& rng);
+// The kernel `kernel` of `module` with parameters bound to graph values `inputs` then `outputs`.
+VerifyResult verify_kernel(const Graph& g, const planner::FusionGroup& group, const std::string& kernel,
+                           const std::vector<int>& inputs, const std::vector<int>& outputs, Backend& backend,
+                           Module& module, std::mt19937& rng, size_t redzone_bytes = 0);
+inline VerifyResult verify_kernel(const Graph& g, const planner::FusionGroup& group, const codegen::LoweredKernel& lk,
+                                  Backend& backend, Module& module, std::mt19937& rng) {
+  return verify_kernel(g, group, lk.kernel.name, lk.inputs, lk.outputs, backend, module, rng);
+}
 
 // Random data for a group input, in the range its consumers in the group accept.
 Tensor random_group_input(const Graph& g, const planner::FusionGroup& group, int value, std::mt19937& rng);

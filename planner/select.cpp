@@ -26,28 +26,37 @@ class Planner {
     return gp;
   }
 
+  // A group the selection weighs (whole or part): recorded once per signature.
+  GroupPlan weigh(const FusionGroup& group) {
+    GroupPlan gp = plan_group(group);
+    if (compared_signatures_.insert(gp.signature).second) compared_.push_back(gp);
+    return gp;
+  }
+  std::vector<GroupPlan> take_compared() { return std::move(compared_); }
+
  private:
   void choose(GroupPlan& gp) const {
-    double best = INFINITY;
+    double best_modeled = INFINITY, best_measured = INFINITY;
+    size_t modeled_pick = 0, measured_pick = 0;
     for (size_t k = 0; k < gp.candidates.size(); ++k) {
       const Candidate& c = gp.candidates[k];
       if (!c.cost.valid) continue;
-      double cost = c.cost.modeled_us;
-      bool measured = false;
-      if (measured_ != nullptr) {
-        auto m = measured_->find({gp.signature, c.config.str()});
-        if (m != measured_->end()) {
-          cost = m->second;
-          measured = true;
-        }
+      if (c.cost.modeled_us < best_modeled) {
+        best_modeled = c.cost.modeled_us;
+        modeled_pick = k;
       }
-      if (cost < best) {
-        best = cost;
-        gp.chosen = k;
-        gp.measured = measured;
+      if (measured_ == nullptr) continue;
+      auto m = measured_->find({gp.signature, c.config.str()});
+      if (m == measured_->end()) continue;
+      gp.measured = true;
+      if (m->second < best_measured) {
+        best_measured = m->second;
+        measured_pick = k;
       }
     }
-    gp.cost_us = best;
+    gp.modeled_us = best_modeled;
+    gp.chosen = gp.measured && std::isfinite(best_measured) ? measured_pick : modeled_pick;
+    gp.cost_us = gp.measured ? best_measured : best_modeled;
   }
 
   const Graph& g_;
@@ -55,6 +64,8 @@ class Planner {
   const PlanOptions& opt_;
   const Measurements* measured_;
   std::map<std::string, std::vector<Candidate>> cache_;
+  std::set<std::string> compared_signatures_;
+  std::vector<GroupPlan> compared_;
 
  public:
   size_t unique() const { return cache_.size(); }
@@ -69,7 +80,7 @@ namespace {
 // groups of level k+1 whose nodes it contains.
 std::vector<GroupPlan> best_split(Planner& planner, const FusionGroup& group, const std::vector<FusionPlan>& levels,
                                   size_t level, bool compare, int& split_count, int& fresh_launch) {
-  GroupPlan whole = planner.plan_group(group);
+  GroupPlan whole = planner.weigh(group);
   if (!compare || group.nodes.size() == 1) return {whole};
   std::vector<FusionGroup> parts;
   if (level + 1 < levels.size()) {
@@ -87,15 +98,19 @@ std::vector<GroupPlan> best_split(Planner& planner, const FusionGroup& group, co
     }
   }
   std::vector<GroupPlan> split;
-  double split_cost = 0;
+  double split_measured = 0, split_modeled = 0;
+  bool all_measured = whole.measured;
   for (FusionGroup& p : parts) {
     p.launch = --fresh_launch;  // a split part runs in a launch of its own
     for (GroupPlan& gp : best_split(planner, p, levels, level + 1, compare, split_count, fresh_launch)) {
-      split_cost += gp.cost_us;
+      split_measured += gp.cost_us;
+      split_modeled += gp.modeled_us;
+      all_measured = all_measured && gp.measured;
       split.push_back(std::move(gp));
     }
   }
-  if (split_cost < whole.cost_us) {
+  // Measured against measured, or modeled against modeled: never one against the other.
+  if (all_measured ? split_measured < whole.cost_us : split_modeled < whole.modeled_us) {
     ++split_count;
     return split;
   }
@@ -111,7 +126,7 @@ ModelPlan plan_model(const Graph& g, const Device& d, const PlanOptions& opt, co
     fusion.cost = [&](const std::vector<int>& nodes) {
       FusionGroup group;
       group.nodes = nodes;
-      return planner.plan_group(group).cost_us;
+      return planner.plan_group(group).modeled_us;
     };
   }
   FusionOptions local = fusion;  // the same fusion without stitching and packing: the parts
@@ -135,11 +150,12 @@ ModelPlan plan_model(const Graph& g, const Device& d, const PlanOptions& opt, co
   std::map<int, int> per_launch;
   for (const GroupPlan& gp : plan.groups) {
     plan.dram_bytes += gp.candidates[gp.chosen].cost.dram_bytes;
-    plan.modeled_us += gp.cost_us;
+    plan.modeled_us += gp.modeled_us;
     if (per_launch[gp.group.launch]++ > 0) packed_saving += opt.tiling.launch_overhead_us;
   }
   plan.modeled_us -= packed_saving;
   plan.unique_signatures = planner.unique();
+  plan.compared = planner.take_compared();
   return plan;
 }
 

@@ -5,8 +5,14 @@
 // one candidate list, so a model's repeated layers are planned once. A fused group is kept only
 // when its best cost does not exceed the sum of its parts' best costs (each node planned alone);
 // otherwise it is split into those parts. Measurements, keyed by (group signature, candidate
-// config), replace modeled costs wherever they exist, so the tuning service feeds measured times
-// through the same decision. Deterministic for a given graph, device and options.
+// config), feed measured times through the same decisions, never mixed with modeled ones: a group
+// with measurements chooses among its measured candidates (a failed one is measured as infinite
+// and never chosen), and whole-vs-parts is decided on measured times when the whole and every
+// part are measured, on modeled times otherwise. The fusion pass's own merge decisions use
+// modeled costs, so the groups proposed do not depend on which measurements exist.
+// ModelPlan::compared lists every group the selection weighed (each fused group and its parts,
+// down to single nodes, once per signature): what the tuning service measures. Deterministic
+// for a given graph, device, options and measurements.
 #pragma once
 
 #include <map>
@@ -25,7 +31,7 @@ struct PlanOptions {
   bool compare_with_parts = true;
 };
 
-// (group signature, TileConfig::str()) -> measured microseconds.
+// (group signature, TileConfig::str()) -> measured microseconds (infinity: the candidate failed).
 using Measurements = std::map<std::pair<std::string, std::string>, double>;
 
 struct GroupPlan {
@@ -33,7 +39,8 @@ struct GroupPlan {
   std::string signature;
   std::vector<Candidate> candidates;  // best first by modeled time
   size_t chosen = 0;                  // index into candidates
-  double cost_us = 0;                 // of the chosen candidate, measured where known
+  double cost_us = 0;                 // of the chosen candidate: measured when `measured`, else modeled
+  double modeled_us = 0;              // the best modeled cost, whether measured or not
   bool measured = false;
 };
 
@@ -44,6 +51,7 @@ struct ModelPlan {
   double modeled_us = 0;
   size_t unique_signatures = 0;
   int split_groups = 0;  // fused groups that lost to their parts
+  std::vector<GroupPlan> compared;  // every group weighed, one per signature, in first-seen order
 };
 
 ModelPlan plan_model(const Graph& g, const Device& d, const PlanOptions& opt = {},

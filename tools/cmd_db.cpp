@@ -14,7 +14,7 @@ namespace fusetune::cli {
 
 namespace fs = std::filesystem;
 
-fs::path default_db_path() {
+std::filesystem::path default_db_path() {
   fs::path base;
   if (const char* x = std::getenv("XDG_CACHE_HOME")) {
     base = x;

@@ -13,6 +13,15 @@ namespace {
 constexpr const char* kUsage =
     "usage: fusetune COMMAND ...\n"
     "commands:\n"
+    "  tune MODEL.onnx [--device auto|host|NAME] [--out PLAN_DIR] [--db PATH] [--shape NAME=DxD...] [--candidates N]\n"
+    "      tune the model with an embedded coordinator and local worker; write the best plan\n"
+    "  coordinator --listen tcp://ADDRESS:PORT [--db PATH]\n"
+    "      the tuning service: plans jobs, leases tasks to workers, keeps the search database\n"
+    "  worker --coordinator tcp://HOST:PORT [--device N|host] [--compile-jobs N]\n"
+    "      a worker daemon: compiles, verifies and times candidates on this machine's GPU (or host)\n"
+    "  submit MODEL.onnx --coordinator EP [--device NAME|host] [--wait]   status [JOB] --coordinator EP\n"
+    "  cancel JOB --coordinator EP   export JOB --coordinator EP --out PLAN_DIR\n"
+    "      drive jobs on a running coordinator\n"
     "  compile MODEL.onnx --device NAME|--device-file PATH --out DIR [--shape NAME=DxD...]\n"
     "      generate kernels for the model's plan and write a plan bundle\n"
     "  db stats|export FILE|import FILE [--db PATH]\n"
@@ -37,7 +46,15 @@ int main(int argc, char** argv) {
   const std::string cmd = args[0];
   args.erase(args.begin());
   try {
+    if (cmd == "cancel") return fusetune::cli::cmd_cancel(args);
     if (cmd == "compile") return fusetune::cli::cmd_compile(args);
+    if (cmd == "coordinator") return fusetune::cli::cmd_coordinator(args);
+    if (cmd == "export") return fusetune::cli::cmd_export(args);
+    if (cmd == "status") return fusetune::cli::cmd_status(args);
+    if (cmd == "submit") return fusetune::cli::cmd_submit(args);
+    if (cmd == "tune") return fusetune::cli::cmd_tune(args);
+    if (cmd == "worker") return fusetune::cli::cmd_worker(args);
+    if (cmd == "worker-child") return fusetune::cli::cmd_worker_child(args);
     if (cmd == "db") return fusetune::cli::cmd_db(args);
     if (cmd == "inspect") return fusetune::cli::cmd_inspect(args);
     if (cmd == "plan") return fusetune::cli::cmd_plan(args);
@@ -49,6 +66,9 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "fusetune: error: out of memory\n");
+    return 2;
+  } catch (const std::exception& e) {  // a ZeroMQ or filesystem failure
+    std::fprintf(stderr, "fusetune: error: %s\n", e.what());
     return 2;
   }
 }

@@ -13,17 +13,20 @@ ProgressLine::~ProgressLine() {
   if (shown_ && tty_) std::fputc('\n', stderr);
 }
 
-void ProgressLine::update(size_t done, size_t total) {
+void ProgressLine::update(size_t done, size_t total, const std::string& detail) {
   const auto now = std::chrono::steady_clock::now();
   const double elapsed = std::chrono::duration<double>(now - start_).count();
   if (elapsed < 0.5 || total == 0) return;
   const int decile = static_cast<int>(10 * done / total);
   if (tty_) {
     if (now - last_ < std::chrono::milliseconds(100) && done != total) return;
-    std::fprintf(stderr, "\r%s %zu/%zu (%.0f%%) %.1fs", label_.c_str(), done, total, 100.0 * static_cast<double>(done) / static_cast<double>(total), elapsed);
+    std::fprintf(stderr, "\r%s %zu/%zu (%.0f%%) %s%s%.1fs\x1b[K", label_.c_str(), done, total,
+                 100.0 * static_cast<double>(done) / static_cast<double>(total), detail.c_str(), detail.empty() ? "" : ", ",
+                 elapsed);
   } else {
     if (decile == last_decile_) return;
-    std::fprintf(stderr, "%s %zu/%zu (%d%%) %.1fs\n", label_.c_str(), done, total, decile * 10, elapsed);
+    std::fprintf(stderr, "%s %zu/%zu (%d%%) %s%s%.1fs\n", label_.c_str(), done, total, decile * 10, detail.c_str(),
+                 detail.empty() ? "" : ", ", elapsed);
   }
   std::fflush(stderr);
   last_decile_ = decile;

@@ -11,7 +11,8 @@ class ProgressLine {
  public:
   explicit ProgressLine(std::string label);
   ~ProgressLine();
-  void update(size_t done, size_t total);
+  // `detail` follows the count ("12 measured, 3 cache hits").
+  void update(size_t done, size_t total, const std::string& detail = "");
 
  private:
   std::string label_;

@@ -1,0 +1,88 @@
+// JobPlanner: what the coordinator knows of one tuning job's model, from import to plan export.
+//
+// Takes the model's files as a client submitted them (the .onnx first, then any external data,
+// by relative path), the job's target device and options. It imports the model (importer/),
+// plans it with modeled costs (planner/select.h), and turns every group the selection weighs
+// (each fused group and its parts, once per signature) into a measurement task: the group as a
+// standalone sub-graph with its constants (what the worker's reference runs), and its top
+// `candidates` valid tile candidates lowered and emitted as CUDA and host kernels, each with its
+// parameter bindings. final_plan() re-plans with the measurements the search database holds;
+// bundle() generates the plan bundle of that plan; summary() compares the tuned plan with the
+// unfused one on the same measured device. Guarantees: the same files, device and options give
+// the same tasks (deterministic), and a task's candidate configs are exactly the keys that
+// final_plan() looks measurements up by. Bad files, shapes or devices throw Error naming them.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/graph.h"
+#include "fusetune_proto/service.pb.h"
+#include "planner/device.h"
+#include "planner/select.h"
+#include "runtime/bundle.h"
+
+namespace fusetune::coordinator {
+
+struct JobOptions {
+  std::map<std::string, Shape> shapes;  // input shape overrides
+  int candidates = 8;                   // measured per group
+  uint64_t seed = 1;                    // verification inputs
+  std::string plan_device = "h100";     // the GPU whose kernels a host job measures
+  int warmup = 2;
+  int min_repeats = 5;
+  int max_repeats = 100;
+  double min_time_ms = 5;
+  int timeout_ms = 20000;
+
+  std::string to_json() const;
+  static JobOptions from_json(const std::string& text);  // errors name the field
+};
+
+struct TaskSpec {
+  std::string signature;
+  std::string canonical_form;
+  std::string pattern;
+  wire::Task task;  // without task id and lease deadline
+};
+
+struct JobSummary {
+  size_t groups = 0;
+  int launches = 0;
+  size_t tasks = 0;
+  size_t cache_hits = 0;
+  int64_t candidates_measured = 0;
+  double tuned_us = 0;    // sum of the chosen groups' measured times (NaN when a group is unmeasured)
+  double unfused_us = 0;  // sum of every node's best measured time alone (NaN when unmeasured)
+  int split_groups = 0;
+  std::string to_json() const;
+};
+
+class JobPlanner {
+ public:
+  // `device` is the measured device's planner name ("h100"), or "host".
+  JobPlanner(const std::vector<wire::ModelFile>& files, const std::string& model_name, const std::string& device,
+             const JobOptions& options);
+  ~JobPlanner();
+
+  const Graph& graph() const;
+  const planner::Device& plan_device() const;
+  const planner::ModelPlan& modeled() const;
+  std::vector<TaskSpec> tasks() const;
+  planner::ModelPlan final_plan(const planner::Measurements& measured) const;
+  runtime::Bundle bundle(const planner::ModelPlan& plan) const;
+  // Measured costs of the single-node groups and the chosen groups of `plan`.
+  JobSummary summary(const planner::ModelPlan& plan) const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+// The digest that names a model's files in the search database.
+std::string model_digest(const std::vector<wire::ModelFile>& files);
+
+}  // namespace fusetune::coordinator

@@ -1,0 +1,562 @@
+#include "coordinator/server.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <algorithm>
+
+#include "codegen/kernel_ir.h"
+#include "coordinator/job_planner.h"
+#include "core/error.h"
+#include "proto/wire.h"
+#include "storage/search_db.h"
+
+namespace fusetune::coordinator {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+int64_t unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// A peer's identity for logs: as it is when printable (workers name themselves), else in hex
+// (ZeroMQ's generated identities are binary).
+std::string peer_name(const std::string& identity) {
+  bool printable = !identity.empty();
+  for (char c : identity) printable = printable && c >= 0x20 && c < 0x7f;
+  if (printable) return identity;
+  static const char* hex = "0123456789abcdef";
+  std::string out = "peer-";
+  for (unsigned char c : identity) {
+    out += hex[c >> 4];
+    out += hex[c & 15];
+  }
+  return out;
+}
+
+storage::DeviceKey job_device_key(const std::string& device) {
+  return device == "host" ? storage::DeviceKey{"host", "host"} : storage::DeviceKey{device, planner::find_device(device).arch};
+}
+
+}  // namespace
+
+struct Server::State {
+  struct Worker {
+    std::string identity;
+    wire::Hello hello;
+    storage::DeviceKey device;
+    Clock::time_point last_seen;
+    int64_t task = 0;  // leased task, 0 when idle
+  };
+  struct Job {
+    std::unique_ptr<JobPlanner> planner;
+    storage::DeviceKey device;
+    std::vector<int64_t> tasks;
+    size_t cache_hits = 0;
+  };
+
+  zmq::context_t& context;
+  ServerOptions opt;
+  storage::SearchDb db;
+  zmq::socket_t socket;
+  std::map<std::string, Worker> workers;  // by identity
+  std::map<int64_t, Job> jobs;            // running jobs, loaded
+  int64_t last_served_job = 0;
+  Clock::time_point last_expiry = Clock::now();
+
+  State(zmq::context_t& ctx, ServerOptions o)
+      : context(ctx), opt(std::move(o)), db(opt.db), socket(ctx, zmq::socket_type::router) {}
+
+  void log(const std::string& line) const {
+    if (opt.log) opt.log(line);
+    else std::fprintf(stderr, "fusetune coordinator: %s\n", line.c_str());
+  }
+
+  void send(const std::string& identity, wire::Envelope e) {
+    const std::string bytes = wire::encode(std::move(e));
+    socket.send(zmq::buffer(identity), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+    socket.send(zmq::buffer(bytes), zmq::send_flags::dontwait);
+  }
+  void send_error(const std::string& identity, const std::string& message) {
+    wire::Envelope e;
+    e.mutable_error()->set_message(message);
+    send(identity, std::move(e));
+  }
+
+  // ---- jobs ----
+
+  // Loads a job's model and plan, makes its tasks (cache hits skipped), and marks it running.
+  void start_job(const storage::JobRecord& rec) {
+    const auto model = db.model(rec.model_digest);
+    check(model.has_value(), "job ", rec.id, ": model ", rec.model_digest.substr(0, 12), " is missing from the database");
+    wire::Submit files;
+    check(files.ParseFromString(model->bytes), "job ", rec.id, ": the stored model is unreadable");
+    const JobOptions options = JobOptions::from_json(rec.options);
+    Job job;
+    job.device = rec.device;
+    job.planner = std::make_unique<JobPlanner>(
+        std::vector<wire::ModelFile>(files.files().begin(), files.files().end()), rec.model_name, rec.device.name, options);
+    for (const TaskSpec& spec : job.planner->tasks()) {
+      db.commit_workload(spec.signature, spec.canonical_form);
+      if (spec.task.candidates_size() == 0) continue;  // nothing the code generator can express
+      if (answered(spec, rec.device)) {
+        ++job.cache_hits;
+        continue;
+      }
+      const int64_t id = db.ensure_task(spec.signature, rec.device, codegen::kCodegenVersion, spec.task.SerializeAsString());
+      db.link_job_task(rec.id, id);
+      job.tasks.push_back(id);
+    }
+    nlohmann::json progress = {{"cache_hits", job.cache_hits}};
+    db.set_job_state(rec.id, storage::JobState::kRunning, "", progress.dump());
+    log("job " + std::to_string(rec.id) + " (" + rec.model_name + " on " + rec.device.name + "): " +
+        std::to_string(job.tasks.size()) + " tasks, " + std::to_string(job.cache_hits) + " answered by the database");
+    jobs[rec.id] = std::move(job);
+    maybe_finish(rec.id);
+  }
+
+  // Whether the database already holds measurements for this task's candidates on this device.
+  bool answered(const TaskSpec& spec, const storage::DeviceKey& d) {
+    for (const wire::Candidate& c : spec.task.candidates()) {
+      if (!db.measured(spec.signature, d, codegen::kCodegenVersion, c.config())) return false;
+    }
+    return true;
+  }
+
+  planner::Measurements measurements(const Job& job) {
+    planner::Measurements m;
+    for (const planner::GroupPlan& gp : job.planner->modeled().compared) {
+      std::map<std::string, double> ok;
+      for (const storage::Measurement& r : db.top_k(gp.signature, job.device, codegen::kCodegenVersion, 1000)) {
+        if (!ok.count(r.config)) ok[r.config] = r.median_us;
+      }
+      for (const planner::Candidate& c : gp.candidates) {
+        const std::string cfg = c.config.str();
+        if (ok.count(cfg)) m[{gp.signature, cfg}] = ok[cfg];
+        else if (db.measured(gp.signature, job.device, codegen::kCodegenVersion, cfg)) m[{gp.signature, cfg}] = INFINITY;
+      }
+    }
+    return m;
+  }
+
+  void maybe_finish(int64_t id) {
+    auto it = jobs.find(id);
+    if (it == jobs.end()) return;
+    const storage::JobProgress p = db.job_progress(id);
+    if (p.queued > 0 || p.leased > 0) return;
+    Job& job = it->second;
+    try {
+      const planner::ModelPlan plan = job.planner->final_plan(measurements(job));
+      JobSummary s = job.planner->summary(plan);
+      s.tasks = job.tasks.size();
+      s.cache_hits = job.cache_hits;
+      s.candidates_measured = p.measurements;
+      db.set_job_state(id, storage::JobState::kDone, p.failed ? std::to_string(p.failed) + " tasks failed" : "", s.to_json());
+      log("job " + std::to_string(id) + " done: " + s.to_json());
+    } catch (const Error& e) {
+      db.set_job_state(id, storage::JobState::kFailed, e.what());
+      log("job " + std::to_string(id) + " failed: " + e.what());
+    }
+    jobs.erase(it);
+  }
+
+  // ---- workers and tasks ----
+
+  bool alive(const Worker& w, Clock::time_point now) const {
+    return now - w.last_seen < std::chrono::milliseconds(opt.worker_timeout_ms);
+  }
+
+  void release(int64_t task, const std::string& why) {
+    const auto t = db.task(task);
+    if (!t || t->state != storage::TaskState::kLeased) return;
+    if (t->attempts >= opt.max_attempts) {
+      db.finish_task(task, storage::TaskState::kFailed, why + " after " + std::to_string(t->attempts) + " attempts", {});
+      log("task " + std::to_string(task) + " failed: " + why);
+      for (auto& [id, job] : jobs) {
+        if (std::find(job.tasks.begin(), job.tasks.end(), task) != job.tasks.end()) maybe_finish(id);
+      }
+      return;
+    }
+    db.requeue_task(task);
+    log("task " + std::to_string(task) + " re-queued: " + why);
+  }
+
+  void expire(Clock::time_point now) {
+    for (auto it = workers.begin(); it != workers.end();) {
+      if (alive(it->second, now)) {
+        ++it;
+        continue;
+      }
+      log("worker " + it->first + " went silent");
+      if (it->second.task) release(it->second.task, "worker " + it->first + " went silent");
+      it = workers.erase(it);
+    }
+    const int64_t ms = unix_ms();
+    for (const storage::TaskRecord& t : db.tasks_in_state(storage::TaskState::kLeased)) {
+      auto w = workers.find(t.worker);
+      if (w == workers.end() || w->second.task != t.id) {
+        release(t.id, "lease holder " + t.worker + " is gone");
+        continue;
+      }
+      if (t.lease_deadline_ms < ms) {
+        w->second.task = 0;
+        release(t.id, "lease deadline passed");
+      }
+    }
+  }
+
+  void dispatch() {
+    std::vector<Worker*> idle;
+    for (auto& [identity, w] : workers) {
+      if (w.task == 0) idle.push_back(&w);
+    }
+    if (idle.empty() || jobs.empty()) return;
+    std::set<int64_t> queued;
+    for (const storage::TaskRecord& t : db.tasks_in_state(storage::TaskState::kQueued)) queued.insert(t.id);
+    if (queued.empty()) return;
+    for (Worker* w : idle) {
+      // Jobs in turn, starting after the one served last.
+      std::vector<int64_t> order;
+      for (auto& [id, job] : jobs) {
+        if (id > last_served_job) order.push_back(id);
+      }
+      for (auto& [id, job] : jobs) {
+        if (id <= last_served_job) order.push_back(id);
+      }
+      for (int64_t id : order) {
+        Job& job = jobs.at(id);
+        if (job.device.name != w->device.name || job.device.arch != w->device.arch) continue;
+        auto t = std::find_if(job.tasks.begin(), job.tasks.end(), [&](int64_t x) { return queued.count(x) != 0; });
+        if (t == job.tasks.end()) continue;
+        lease(*w, *t);
+        queued.erase(*t);
+        last_served_job = id;
+        break;
+      }
+    }
+  }
+
+  void lease(Worker& w, int64_t task_id) {
+    const auto t = db.task(task_id);
+    wire::Envelope e;
+    wire::Task& task = *e.mutable_task();
+    check(task.ParseFromString(t->payload), "task ", task_id, ": stored payload is unreadable");
+    // Generous: compile, plus every candidate running to its timeout, twice over.
+    const int64_t budget = 60000 + 2LL * task.candidates_size() * std::max(1000, task.policy().timeout_ms());
+    const int64_t deadline = unix_ms() + budget;
+    task.set_task_id(task_id);
+    task.set_lease_deadline_ms(deadline);
+    db.lease_task(task_id, w.identity, deadline);
+    w.task = task_id;
+    send(w.identity, std::move(e));
+  }
+
+  void on_result(const std::string& identity, const wire::TaskResult& r) {
+    auto w = workers.find(identity);
+    if (w != workers.end() && w->second.task == r.task_id()) w->second.task = 0;
+    const auto t = db.task(r.task_id());
+    if (!t) {
+      log("result for unknown task " + std::to_string(r.task_id()) + " from " + peer_name(identity) + " ignored");
+      return;
+    }
+    if (r.abandoned()) {
+      if (t->state == storage::TaskState::kLeased && t->worker == identity) {
+        db.requeue_task(r.task_id());
+        log("task " + std::to_string(r.task_id()) + " handed back by " + peer_name(identity));
+      }
+      return;
+    }
+    const std::string worker_name = w != workers.end() ? w->second.hello.worker_id() : identity;
+    std::vector<storage::Measurement> ms;
+    for (const wire::CandidateResult& c : r.results()) {
+      storage::Measurement m;
+      m.signature = t->signature;
+      m.device = t->device;
+      m.codegen_version = t->codegen_version;
+      m.config = c.config();
+      m.source_digest = c.source_digest();
+      m.status = storage::status_from_name(c.status());
+      m.median_us = c.median_us();
+      m.min_us = c.min_us();
+      m.max_us = c.max_us();
+      m.repeats = c.repeats();
+      m.registers = c.registers();
+      m.shared_bytes = c.shared_bytes();
+      m.spill_bytes = c.spill_bytes();
+      m.compile_ms = c.compile_ms();
+      m.worker = worker_name;
+      m.detail = c.detail();
+      ms.push_back(std::move(m));
+    }
+    if (!db.finish_task(r.task_id(), storage::TaskState::kDone, "", ms)) {
+      log("late result for task " + std::to_string(r.task_id()) + " from " + peer_name(identity) + " ignored (already done)");
+      return;
+    }
+    std::vector<int64_t> affected;
+    for (auto& [id, job] : jobs) {
+      if (std::find(job.tasks.begin(), job.tasks.end(), r.task_id()) != job.tasks.end()) affected.push_back(id);
+    }
+    for (int64_t id : affected) maybe_finish(id);
+  }
+
+  void on_hello(const std::string& identity, const wire::Hello& h, uint32_t version) {
+    if (h.max_version() < wire::kMinProtocolVersion || h.min_version() > wire::kProtocolVersion) {
+      wire::Envelope e;
+      e.mutable_refused()->set_reason("this coordinator speaks protocol versions " + std::to_string(wire::kMinProtocolVersion) +
+                                      " to " + std::to_string(wire::kProtocolVersion) + "; the worker speaks " +
+                                      std::to_string(h.min_version()) + " to " + std::to_string(h.max_version()));
+      send(identity, std::move(e));
+      log("refused worker " + h.worker_id() + ": protocol " + std::to_string(h.min_version()) + ".." +
+          std::to_string(h.max_version()) + " (envelope " + std::to_string(version) + ")");
+      return;
+    }
+    if (h.codegen_version() != codegen::kCodegenVersion) {
+      wire::Envelope e;
+      e.mutable_refused()->set_reason("this coordinator generates code version " + std::to_string(codegen::kCodegenVersion) +
+                                      "; the worker has " + std::to_string(h.codegen_version()));
+      send(identity, std::move(e));
+      return;
+    }
+    Worker& w = workers[identity];
+    const int64_t held = w.task;
+    w.identity = identity;
+    w.hello = h;
+    w.device = {h.device().name(), h.device().arch()};
+    w.last_seen = Clock::now();
+    w.task = 0;
+    if (held) release(held, "worker " + peer_name(identity) + " said hello again");
+    wire::Envelope e;
+    e.mutable_welcome()->set_coordinator_id(opt.id);
+    e.mutable_welcome()->set_heartbeat_ms(opt.heartbeat_ms);
+    send(identity, std::move(e));
+    log("worker " + h.worker_id() + " joined: " + h.device().description() + " (" + h.device().name() + ", " +
+        h.device().arch() + "), " + h.backend() + ", " + h.compiler());
+  }
+
+  void handle(const std::string& identity, const wire::Envelope& e) {
+    auto w = workers.find(identity);
+    if (w != workers.end()) w->second.last_seen = Clock::now();
+    switch (e.body_case()) {
+      case wire::Envelope::kHello: return on_hello(identity, e.hello(), e.version());
+      case wire::Envelope::kHeartbeat:
+        if (w == workers.end()) send_error(identity, "unknown worker: say hello");
+        return;
+      case wire::Envelope::kResult:
+        on_result(identity, e.result());
+        if (w == workers.end()) send_error(identity, "unknown worker: say hello");
+        return;
+      case wire::Envelope::kBye:
+        if (w != workers.end()) {
+          if (w->second.task) release(w->second.task, "worker " + peer_name(identity) + " left");
+          workers.erase(w);
+          log("worker " + peer_name(identity) + " left");
+        }
+        return;
+      case wire::Envelope::kSubmit: {
+        wire::Envelope r;
+        r.mutable_job()->set_job_id(submit_job(e.submit()));
+        return send(identity, std::move(r));
+      }
+      case wire::Envelope::kStatus: {
+        wire::Envelope r;
+        for (wire::JobStatus& s : job_status(e.status().job_id())) *r.mutable_status_reply()->add_jobs() = std::move(s);
+        r.mutable_status_reply()->set_workers(static_cast<int>(workers.size()));
+        return send(identity, std::move(r));
+      }
+      case wire::Envelope::kCancel: {
+        cancel_job(e.cancel().job_id());
+        wire::Envelope r;
+        r.mutable_job()->set_job_id(e.cancel().job_id());
+        return send(identity, std::move(r));
+      }
+      case wire::Envelope::kExportRequest: {
+        wire::Envelope r;
+        r.mutable_export_reply()->set_job_id(e.export_request().job_id());
+        for (wire::ModelFile& f : export_job(e.export_request().job_id())) *r.mutable_export_reply()->add_files() = std::move(f);
+        return send(identity, std::move(r));
+      }
+      default: fail("unexpected ", wire::body_name(e), " message");
+    }
+  }
+
+  // ---- client requests ----
+
+  int64_t submit_job(const wire::Submit& s) {
+    check(s.files_size() > 0, "submit: no model file");
+    const std::string device = s.device().empty() ? "host" : s.device();
+    storage::JobRecord rec;
+    rec.model_name = s.model_name().empty() ? s.files(0).path() : s.model_name();
+    rec.device = job_device_key(device);
+    rec.options = JobOptions::from_json(s.options()).to_json();
+    std::vector<wire::ModelFile> files(s.files().begin(), s.files().end());
+    rec.model_digest = model_digest(files);
+    wire::Submit stored;
+    *stored.mutable_files() = s.files();
+    // Plan before anything is stored: a model that does not import is refused with the reason.
+    JobPlanner probe(files, rec.model_name, device, JobOptions::from_json(rec.options));
+    db.put_model(rec.model_digest, rec.model_name, stored.SerializeAsString());
+    rec.id = db.create_job(rec);
+    start_job(*db.job(rec.id));
+    return rec.id;
+  }
+
+  std::vector<wire::JobStatus> job_status(int64_t id) {
+    std::vector<storage::JobRecord> recs;
+    if (id == 0) {
+      recs = db.jobs(false);
+    } else {
+      auto r = db.job(id);
+      check(r.has_value(), "no job ", id);
+      recs.push_back(*r);
+    }
+    std::vector<wire::JobStatus> out;
+    for (const storage::JobRecord& r : recs) {
+      wire::JobStatus s;
+      s.set_job_id(r.id);
+      s.set_model_name(r.model_name);
+      s.set_device(r.device.name);
+      s.set_state(storage::job_state_name(r.state));
+      const storage::JobProgress p = db.job_progress(r.id);
+      s.set_tasks(p.tasks);
+      s.set_tasks_done(p.done);
+      s.set_tasks_failed(p.failed);
+      s.set_candidates_measured(p.measurements);
+      s.set_error(r.error);
+      s.set_summary(r.summary);
+      if (!r.summary.empty()) {
+        const auto j = nlohmann::json::parse(r.summary, nullptr, false);
+        if (j.is_object() && j.contains("cache_hits")) s.set_cache_hits(j["cache_hits"].get<int>());
+      }
+      out.push_back(std::move(s));
+    }
+    return out;
+  }
+
+  void cancel_job(int64_t id) {
+    const auto r = db.job(id);
+    check(r.has_value(), "no job ", id);
+    if (r->state == storage::JobState::kDone || r->state == storage::JobState::kFailed ||
+        r->state == storage::JobState::kCancelled) {
+      return;
+    }
+    db.set_job_state(id, storage::JobState::kCancelled, "cancelled by a client");
+    jobs.erase(id);
+    log("job " + std::to_string(id) + " cancelled");
+  }
+
+  std::vector<wire::ModelFile> export_job(int64_t id) {
+    const auto r = db.job(id);
+    check(r.has_value(), "no job ", id);
+    check(r->state == storage::JobState::kDone, "job ", id, " is ", storage::job_state_name(r->state),
+          ", not done: nothing to export yet");
+    const auto model = db.model(r->model_digest);
+    check(model.has_value(), "job ", id, ": model missing from the database");
+    wire::Submit files;
+    check(files.ParseFromString(model->bytes), "job ", id, ": the stored model is unreadable");
+    Job job;
+    job.device = r->device;
+    job.planner = std::make_unique<JobPlanner>(std::vector<wire::ModelFile>(files.files().begin(), files.files().end()),
+                                               r->model_name, r->device.name, JobOptions::from_json(r->options));
+    const runtime::Bundle bundle = job.planner->bundle(job.planner->final_plan(measurements(job)));
+    char tmpl[] = "/tmp/fusetune-export-XXXXXX";
+    check(::mkdtemp(tmpl) != nullptr, "cannot create a directory for the export");
+    const fs::path dir = tmpl;
+    runtime::write_bundle(bundle, dir);
+    std::vector<wire::ModelFile> out;
+    for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+      if (!entry.is_regular_file()) continue;
+      std::ifstream in(entry.path(), std::ios::binary);
+      wire::ModelFile f;
+      f.set_path(fs::relative(entry.path(), dir).string());
+      f.set_data(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()));
+      out.push_back(std::move(f));
+    }
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    std::sort(out.begin(), out.end(), [](const wire::ModelFile& a, const wire::ModelFile& b) { return a.path() < b.path(); });
+    return out;
+  }
+};
+
+Server::Server(zmq::context_t& context, ServerOptions options)
+    : s_(std::make_unique<State>(context, std::move(options))) {
+  s_->socket.set(zmq::sockopt::linger, 0);
+  s_->socket.set(zmq::sockopt::router_mandatory, false);
+  try {
+    s_->socket.bind(s_->opt.listen);
+  } catch (const zmq::error_t& e) {
+    fail(s_->opt.listen, ": cannot listen (", e.what(), ")");
+  }
+  const int requeued = s_->db.requeue_leased();
+  for (const storage::JobRecord& rec : s_->db.jobs(true)) {
+    if (rec.state == storage::JobState::kCancelled) continue;
+    try {
+      s_->start_job(rec);
+    } catch (const Error& e) {
+      s_->db.set_job_state(rec.id, storage::JobState::kFailed, e.what());
+      s_->log("job " + std::to_string(rec.id) + " cannot resume: " + e.what());
+    }
+  }
+  s_->log("listening on " + s_->opt.listen + " with database " + s_->opt.db.string() + " (" +
+          std::to_string(s_->jobs.size()) + " unfinished jobs resumed, " + std::to_string(requeued) +
+          " leases re-queued)");
+}
+
+Server::~Server() = default;
+
+void Server::poll_once(int timeout_ms) {
+  zmq::pollitem_t item{static_cast<void*>(s_->socket), 0, ZMQ_POLLIN, 0};
+  zmq::poll(&item, 1, std::chrono::milliseconds(timeout_ms));
+  // Everything that is waiting, so heartbeats queued behind slow work are seen before expiry.
+  for (int handled = 0; handled < 10000; ++handled) {
+    std::vector<zmq::message_t> parts;
+    zmq::message_t part;
+    if (!s_->socket.recv(part, zmq::recv_flags::dontwait)) break;
+    parts.push_back(std::move(part));
+    while (parts.back().more()) {
+      zmq::message_t next;
+      if (!s_->socket.recv(next, zmq::recv_flags::dontwait)) break;
+      parts.push_back(std::move(next));
+    }
+    const std::string identity = parts[0].to_string();
+    if (parts.size() != 2) {
+      s_->log("ignored a message of " + std::to_string(parts.size() - 1) + " frames from " + peer_name(identity));
+      continue;
+    }
+    try {
+      const wire::Envelope e = wire::decode(parts[1].data(), parts[1].size());
+      s_->handle(identity, e);
+    } catch (const Error& err) {
+      s_->log("request from " + peer_name(identity) + " failed: " + err.what());
+      s_->send_error(identity, err.what());
+    }
+  }
+  const auto now = Clock::now();
+  if (now - s_->last_expiry > std::chrono::milliseconds(200)) {
+    s_->expire(now);
+    s_->last_expiry = now;
+  }
+  s_->dispatch();
+}
+
+void Server::run(const std::atomic<bool>& stop) {
+  while (!stop.load()) poll_once(100);
+}
+
+int64_t Server::submit(const wire::Submit& submit) { return s_->submit_job(submit); }
+std::vector<wire::JobStatus> Server::status(int64_t job) { return s_->job_status(job); }
+void Server::cancel(int64_t job) { s_->cancel_job(job); }
+std::vector<wire::ModelFile> Server::export_plan(int64_t job) { return s_->export_job(job); }
+size_t Server::workers() const { return s_->workers.size(); }
+
+}  // namespace fusetune::coordinator

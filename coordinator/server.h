@@ -1,0 +1,66 @@
+// Server: `fusetune coordinator`, the tuning service's brain, and the engine of embedded `tune`.
+//
+// Takes a ZeroMQ context, an endpoint to bind a ROUTER socket on, and the search database
+// (storage/search_db.h). Workers and clients connect with DEALER sockets and speak
+// proto/service.proto. A job (a model's files, a device, options) is planned by a JobPlanner
+// into tasks, one per unique group signature: tasks the database already answers are cache
+// hits, and jobs that share a signature share its task. Tasks are leased to idle workers whose
+// device matches, taking jobs in turn (round robin) so several jobs progress fairly; a lease
+// ends with the worker's result, or is re-queued when its deadline passes or its worker falls
+// silent (no heartbeat for worker_timeout_ms) or gives it back; after max_attempts a task fails
+// and its groups keep modeled costs. When a job's tasks are all settled, its plan is chosen from
+// the measurements and the job is done, with a summary.
+// Guarantees: every state that matters (jobs, tasks, models, results) is in the database, in one
+// transaction per change, so a server started on the same file resumes every unfinished job
+// (leases of the previous process are re-queued); a result arriving for a task already done (a
+// late duplicate) records nothing; malformed frames, unknown peers and failing requests are
+// logged and answered with an error or ignored, never fatal; a worker of an incompatible protocol
+// version is refused with the versions this coordinator speaks.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+
+#include "fusetune_proto/service.pb.h"
+
+namespace fusetune::coordinator {
+
+struct ServerOptions {
+  std::string listen = "tcp://127.0.0.1:5555";
+  std::filesystem::path db;
+  int heartbeat_ms = 1000;
+  int worker_timeout_ms = 5000;
+  int max_attempts = 3;
+  std::string id = "coordinator";
+  std::function<void(const std::string&)> log;  // default: stderr
+};
+
+class Server {
+ public:
+  Server(zmq::context_t& context, ServerOptions options);
+  ~Server();
+
+  // Handles what arrives within `timeout_ms`, then expires leases and dispatches.
+  void poll_once(int timeout_ms);
+  // poll_once until `stop` becomes true.
+  void run(const std::atomic<bool>& stop);
+
+  // The requests clients make over the socket, also callable in process (embedded `tune`).
+  int64_t submit(const wire::Submit& submit);
+  std::vector<wire::JobStatus> status(int64_t job);  // job 0: every job
+  void cancel(int64_t job);
+  std::vector<wire::ModelFile> export_plan(int64_t job);
+  size_t workers() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace fusetune::coordinator

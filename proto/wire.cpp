@@ -1,0 +1,176 @@
+#include "proto/wire.h"
+
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+
+namespace fusetune::wire {
+
+std::string encode(Envelope e) {
+  e.set_version(kProtocolVersion);
+  std::string out;
+  check(e.SerializeToString(&out), "cannot serialize a ", body_name(e), " message");
+  return out;
+}
+
+Envelope decode(const void* data, size_t size) {
+  Envelope e;
+  check(size <= static_cast<size_t>(INT32_MAX) && e.ParseFromArray(data, static_cast<int>(size)),
+        "malformed message (", size, " bytes that are not a fusetune envelope)");
+  check(e.body_case() != Envelope::BODY_NOT_SET, "message without a body (", size, " bytes, protocol version ",
+        e.version(), ")");
+  check(e.version() >= kMinProtocolVersion && e.version() <= kProtocolVersion, "message of protocol version ",
+        e.version(), "; this fusetune speaks versions ", kMinProtocolVersion, " to ", kProtocolVersion);
+  return e;
+}
+
+std::string body_name(const Envelope& e) {
+  switch (e.body_case()) {
+    case Envelope::kHello: return "hello";
+    case Envelope::kWelcome: return "welcome";
+    case Envelope::kRefused: return "refused";
+    case Envelope::kHeartbeat: return "heartbeat";
+    case Envelope::kTask: return "task";
+    case Envelope::kResult: return "result";
+    case Envelope::kSubmit: return "submit";
+    case Envelope::kJob: return "job";
+    case Envelope::kStatus: return "status";
+    case Envelope::kStatusReply: return "status_reply";
+    case Envelope::kCancel: return "cancel";
+    case Envelope::kExportRequest: return "export_request";
+    case Envelope::kExportReply: return "export_reply";
+    case Envelope::kError: return "error";
+    case Envelope::kBye: return "bye";
+    case Envelope::BODY_NOT_SET: break;
+  }
+  return "empty";
+}
+
+namespace {
+
+void put_attr(Attribute& a, const AttrValue& v) {
+  if (const auto* i = std::get_if<int64_t>(&v)) a.set_i(*i);
+  if (const auto* f = std::get_if<float>(&v)) a.set_f(*f);
+  if (const auto* s = std::get_if<std::string>(&v)) a.set_s(*s);
+  if (const auto* is = std::get_if<std::vector<int64_t>>(&v)) {
+    for (int64_t x : *is) a.mutable_ints()->add_v(x);
+  }
+  if (const auto* fs = std::get_if<std::vector<float>>(&v)) {
+    for (float x : *fs) a.mutable_floats()->add_v(x);
+  }
+}
+
+AttrValue get_attr(const Attribute& a) {
+  switch (a.value_case()) {
+    case Attribute::kI: return a.i();
+    case Attribute::kF: return a.f();
+    case Attribute::kS: return a.s();
+    case Attribute::kInts: return std::vector<int64_t>(a.ints().v().begin(), a.ints().v().end());
+    case Attribute::kFloats: return std::vector<float>(a.floats().v().begin(), a.floats().v().end());
+    case Attribute::VALUE_NOT_SET: break;
+  }
+  fail("sub-graph attribute '", a.name(), "' has no value");
+}
+
+}  // namespace
+
+Subgraph to_subgraph(const Graph& g, const std::vector<int>& node_ids) {
+  Subgraph s;
+  std::map<int, int> index;  // graph value -> sub-graph value
+  auto add_value = [&](int v) {
+    auto [it, fresh] = index.emplace(v, s.values_size());
+    if (!fresh) return it->second;
+    const Value& val = g.value(v);
+    ValueDef& d = *s.add_values();
+    d.set_name(val.name);
+    d.set_dtype(dtype_to_onnx(val.dtype));
+    for (int64_t x : val.shape) d.add_shape(x);
+    if (val.is_constant()) {
+      d.set_constant(true);
+      d.set_data(reinterpret_cast<const char*>(val.data->data()), val.data->nbytes());
+    }
+    return it->second;
+  };
+  std::set<int> produced;
+  for (int n : node_ids) produced.insert(g.nodes()[static_cast<size_t>(n)].outputs.begin(), g.nodes()[static_cast<size_t>(n)].outputs.end());
+  for (int n : node_ids) {
+    for (int v : g.nodes()[static_cast<size_t>(n)].inputs) {
+      if (v == kNoValue || produced.count(v) || index.count(v)) continue;
+      const int id = add_value(v);
+      if (!g.value(v).is_constant()) s.add_inputs(id);
+    }
+  }
+  std::set<int> exported;  // values used outside the group, or graph outputs
+  const std::set<int> members(node_ids.begin(), node_ids.end());
+  for (size_t n = 0; n < g.nodes().size(); ++n) {
+    if (members.count(static_cast<int>(n))) continue;
+    for (int v : g.nodes()[n].inputs) {
+      if (produced.count(v)) exported.insert(v);
+    }
+  }
+  for (int v : g.outputs()) {
+    if (produced.count(v)) exported.insert(v);
+  }
+  for (int n : node_ids) {
+    const Node& node = g.nodes()[static_cast<size_t>(n)];
+    NodeDef& d = *s.add_nodes();
+    d.set_name(node.name);
+    d.set_op(node.op);
+    for (int v : node.inputs) d.add_inputs(v == kNoValue ? -1 : add_value(v));
+    for (int v : node.outputs) d.add_outputs(add_value(v));
+    for (const auto& [name, value] : node.attrs.all()) {
+      Attribute& a = *d.add_attrs();
+      a.set_name(name);
+      put_attr(a, value);
+    }
+  }
+  for (int n : node_ids) {
+    for (int v : g.nodes()[static_cast<size_t>(n)].outputs) {
+      if (exported.count(v)) s.add_outputs(index.at(v));
+    }
+  }
+  return s;
+}
+
+Graph from_subgraph(const Subgraph& s) {
+  Graph g;
+  const int nvalues = s.values_size();
+  auto value_ref = [&](int v, const std::string& what) {
+    check(v >= -1 && v < nvalues, "sub-graph ", what, " refers to value ", v, " of ", nvalues);
+    return v;
+  };
+  for (const ValueDef& d : s.values()) {
+    Value v;
+    v.name = d.name();
+    v.dtype = dtype_from_onnx(d.dtype());
+    check(v.dtype != DType::kUndefined, "sub-graph value '", d.name(), "' has unknown dtype code ", d.dtype());
+    v.shape.assign(d.shape().begin(), d.shape().end());
+    for (int64_t x : v.shape) check(x >= 0, "sub-graph value '", d.name(), "' has a negative dimension");
+    checked_numel(v.shape, "sub-graph value '" + d.name() + "'");
+    if (d.constant()) {
+      std::vector<std::byte> bytes(d.data().size());
+      std::memcpy(bytes.data(), d.data().data(), bytes.size());
+      check(bytes.size() == static_cast<size_t>(numel(v.shape)) * dtype_size(v.dtype), "sub-graph constant '",
+            d.name(), "' holds ", bytes.size(), " bytes for shape ", shape_str(v.shape));
+      v.data = std::make_shared<const Tensor>(Tensor::from_bytes(v.dtype, v.shape, std::move(bytes)));
+    }
+    g.add_value(std::move(v));
+  }
+  for (const NodeDef& d : s.nodes()) {
+    Node n;
+    n.name = d.name();
+    n.op = d.op();
+    for (int v : d.inputs()) n.inputs.push_back(value_ref(v, "node '" + d.name() + "' input"));
+    for (int v : d.outputs()) n.outputs.push_back(value_ref(v, "node '" + d.name() + "' output"));
+    for (const Attribute& a : d.attrs()) n.attrs.set(a.name(), get_attr(a));
+    g.add_node(std::move(n));
+  }
+  for (int v : s.inputs()) g.inputs().push_back(value_ref(v, "input"));
+  for (int v : s.outputs()) g.outputs().push_back(value_ref(v, "output"));
+  g.validate();
+  return g;
+}
+
+}  // namespace fusetune::wire

@@ -1,0 +1,208 @@
+// The worker's parts on real processes: the wire format's sub-graphs (lossless, same signature),
+// garbage frames, and the supervised measuring child (worker/sandbox.h) facing correct, wrong,
+// out-of-bounds, crashing and hanging kernels, run through the real fusetune executable.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "codegen/emit.h"
+#include "codegen/lower_group.h"
+#include "core/error.h"
+#include "core/sha256.h"
+#include "core/signature.h"
+#include "graph_helpers.h"
+#include "planner/device.h"
+#include "planner/select.h"
+#include "proto/wire.h"
+#include "worker/compile_pool.h"
+#include "worker/sandbox.h"
+
+namespace fusetune {
+namespace {
+
+TEST(Wire, SubgraphsOfEveryGroupRoundTripWithTheSameSignature) {
+  const Graph g = testing::load_test_model("bert");
+  const planner::ModelPlan plan = planner::plan_model(g, planner::find_device("h100"));
+  ASSERT_GT(plan.compared.size(), plan.groups.size());  // parts are weighed too
+  for (const planner::GroupPlan& gp : plan.compared) {
+    const wire::Subgraph s = wire::to_subgraph(g, gp.group.nodes);
+    wire::Subgraph parsed;
+    ASSERT_TRUE(parsed.ParseFromString(s.SerializeAsString()));
+    const Graph sub = wire::from_subgraph(parsed);
+    std::vector<int> all(sub.nodes().size());
+    std::iota(all.begin(), all.end(), 0);
+    EXPECT_EQ(subgraph_signature(sub, all).digest, gp.signature) << gp.group.pattern;
+    EXPECT_EQ(sub.outputs().size(), gp.group.outputs.size()) << gp.group.pattern;
+  }
+}
+
+TEST(Wire, GarbageAndForeignVersionsAreErrorsNotCrashes) {
+  const std::string garbage = "\xff\xfe this is not protobuf \x01\x02";
+  EXPECT_THROW(wire::decode(garbage.data(), garbage.size()), Error);
+  wire::Envelope empty;
+  const std::string no_body = empty.SerializeAsString();
+  EXPECT_THROW(wire::decode(no_body.data(), no_body.size()), Error);
+  wire::Envelope future;
+  future.set_version(wire::kProtocolVersion + 7);
+  future.mutable_heartbeat();
+  const std::string bytes = future.SerializeAsString();
+  try {
+    wire::decode(bytes.data(), bytes.size());
+    FAIL() << "a message from a future protocol version was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("speaks versions"), std::string::npos) << e.what();
+  }
+  wire::Envelope ok;
+  ok.mutable_heartbeat()->add_tasks(3);
+  const std::string good = wire::encode(ok);
+  EXPECT_EQ(wire::decode(good.data(), good.size()).heartbeat().tasks(0), 3);
+}
+
+// A task over one Add of two float vectors of 37 elements, whose candidates are hand-written
+// host kernels doing right and wrong things.
+struct AddTask {
+  wire::ChildRequest request;
+  AddTask() {
+    Graph g;
+    const int a = testing::add_input(g, "a", DType::kF32, {37});
+    const int b = testing::add_input(g, "b", DType::kF32, {37});
+    const int c = testing::add_op(g, "Add", {a, b});
+    g.outputs() = {c};
+    *request.mutable_graph() = wire::to_subgraph(g, {0});
+    wire::Policy& p = *request.mutable_policy();
+    p.set_seed(7);
+    p.set_warmup(1);
+    p.set_min_repeats(3);
+    p.set_max_repeats(5);
+    p.set_min_time_ms(0.1);
+  }
+  void add(const std::string& name, const std::string& body) {
+    wire::Candidate& c = *request.add_candidates()->mutable_candidate();
+    c.set_config(name);
+    c.set_kernel(name);
+    c.set_grid(1);
+    c.set_threads(32);
+    c.set_host_source("extern \"C\" void " + name +
+                      "(void** args, long long first, long long last) {\n"
+                      "  const float* a = (const float*)args[0]; const float* b = (const float*)args[1];\n"
+                      "  float* out = (float*)args[2]; (void)first; (void)last;\n" +
+                      body + "\n}\n");
+    c.set_source_digest(sha256_hex(c.host_source()));
+    const char* names[] = {"a", "b", "out"};
+    for (int k = 0; k < 3; ++k) {
+      wire::ParamSpec& ps = *c.add_params();
+      ps.set_name(names[k]);
+      ps.set_dtype(1);
+      ps.set_elements(37);
+      ps.set_output(k == 2);
+      ps.set_value(k);
+    }
+  }
+};
+
+TEST(Sandbox, FaultsKillOnlyTheChildAndEveryCandidateGetsItsStatus) {
+  AddTask t;
+  t.add("right", "for (int i = 0; i < 37; ++i) out[i] = a[i] + b[i];");
+  t.add("wrong", "for (int i = 0; i < 37; ++i) out[i] = a[i] - b[i];");
+  t.add("overrun", "for (int i = 0; i < 38; ++i) out[i] = a[i] + b[i];");
+  t.add("partial", "for (int i = 0; i < 36; ++i) out[i] = a[i] + b[i];");
+  t.add("segfault", "*(volatile int*)0 = 1;");
+  t.add("after_segfault", "for (int i = 0; i < 37; ++i) out[i] = b[i] + a[i];");
+  t.add("hang", "for (;;) { __asm__ volatile(\"\"); }");
+  t.add("abort", "__builtin_trap();");
+  t.add("last", "for (int i = 0; i < 37; ++i) out[i] = a[i] + b[i];");
+  std::vector<wire::Candidate> cs;
+  for (const auto& c : t.request.candidates()) cs.push_back(c.candidate());
+  worker::CompilePool pool("host", 2);
+  for (const worker::CompileOutput& o : pool.compile(cs)) ASSERT_TRUE(o.ok) << o.error;
+  worker::Sandbox sandbox(FUSETUNE_BINARY, "host");
+  const std::vector<wire::CandidateResult> r = sandbox.run(t.request, 3000);
+  ASSERT_EQ(r.size(), 9u);
+  auto expect = [&](size_t k, const std::string& status, const std::string& detail = "") {
+    EXPECT_EQ(r[k].config(), t.request.candidates(static_cast<int>(k)).candidate().config());
+    EXPECT_EQ(r[k].status(), status) << r[k].config() << ": " << r[k].detail();
+    EXPECT_NE(r[k].detail().find(detail), std::string::npos) << r[k].config() << ": " << r[k].detail();
+  };
+  expect(0, "ok");
+  EXPECT_GT(r[0].median_us(), 0);
+  EXPECT_GE(r[0].repeats(), 3);
+  EXPECT_LE(r[0].min_us(), r[0].median_us());
+  EXPECT_LE(r[0].median_us(), r[0].max_us());
+  expect(1, "wrong_result", "output");
+  expect(2, "wrong_result", "past its end");
+  expect(3, "wrong_result", "output");
+  expect(4, "runtime_fault", "SIGSEGV");
+  expect(5, "ok");
+  expect(6, "timeout", "3000 ms");
+  expect(7, "runtime_fault", "signal");
+  expect(8, "ok");
+  EXPECT_EQ(sandbox.restarts(), 3);  // after the segfault, the hang and the trap
+}
+
+TEST(CompilePool, ACompileErrorIsAStatusAndTheCacheAnswersRepeats) {
+  AddTask t;
+  t.add("fine", "for (int i = 0; i < 37; ++i) out[i] = a[i] + b[i];");
+  t.add("broken", "this is not C++;");
+  std::vector<wire::Candidate> cs;
+  for (const auto& c : t.request.candidates()) cs.push_back(c.candidate());
+  worker::CompilePool pool("host", 2);
+  const auto first = pool.compile(cs);
+  EXPECT_TRUE(first[0].ok);
+  EXPECT_FALSE(first[1].ok);
+  EXPECT_NE(first[1].error.find("host compilation"), std::string::npos) << first[1].error;
+  const auto again = pool.compile(cs);
+  EXPECT_TRUE(again[0].cached);
+  EXPECT_TRUE(again[1].cached);
+  EXPECT_FALSE(again[1].ok);
+}
+
+// Real generated candidates of a real group: all verified and timed in the child.
+TEST(Sandbox, GeneratedCandidatesOfARealGroupVerifyAndTime) {
+  const Graph g = testing::load_test_model("bert");
+  const planner::ModelPlan plan = planner::plan_model(g, planner::find_device("h100"));
+  const planner::GroupPlan* pick = nullptr;
+  for (const planner::GroupPlan& gp : plan.groups) {
+    if (gp.group.pattern.find("Softmax") != std::string::npos) pick = &gp;
+  }
+  ASSERT_NE(pick, nullptr);
+  wire::ChildRequest req;
+  *req.mutable_graph() = wire::to_subgraph(g, pick->group.nodes);
+  req.mutable_policy()->set_seed(3);
+  req.mutable_policy()->set_min_repeats(2);
+  req.mutable_policy()->set_max_repeats(3);
+  const Graph sub = wire::from_subgraph(req.graph());
+  planner::FusionGroup all;
+  all.nodes.resize(sub.nodes().size());
+  std::iota(all.nodes.begin(), all.nodes.end(), 0);
+  planner::describe_group(sub, all);
+  std::vector<wire::Candidate> cs;
+  for (size_t k = 0; k < pick->candidates.size() && cs.size() < 3; ++k) {
+    if (!pick->candidates[k].cost.valid) continue;
+    const codegen::LoweredKernel lk = codegen::lower_group(sub, all, pick->candidates[k].config, "c" + std::to_string(k));
+    wire::Candidate c;
+    c.set_config(pick->candidates[k].config.str());
+    c.set_kernel(lk.kernel.name);
+    c.set_host_source(codegen::emit_host({lk.kernel}));
+    c.set_grid(lk.kernel.grid);
+    c.set_threads(lk.kernel.threads);
+    c.set_shared_bytes(lk.kernel.shared_bytes);
+    for (size_t p = 0; p < lk.kernel.params.size(); ++p) {
+      wire::ParamSpec& ps = *c.add_params();
+      ps.set_output(lk.kernel.params[p].output);
+      ps.set_value(p < lk.inputs.size() ? lk.inputs[p] : lk.outputs[p - lk.inputs.size()]);
+    }
+    cs.push_back(c);
+    *req.add_candidates()->mutable_candidate() = c;
+  }
+  worker::CompilePool pool("host", 2);
+  for (const worker::CompileOutput& o : pool.compile(cs)) ASSERT_TRUE(o.ok) << o.error;
+  worker::Sandbox sandbox(FUSETUNE_BINARY, "host");
+  for (const wire::CandidateResult& r : sandbox.run(req, 20000)) {
+    EXPECT_EQ(r.status(), "ok") << r.config() << ": " << r.detail();
+    EXPECT_GT(r.median_us(), 0);
+  }
+  EXPECT_EQ(sandbox.restarts(), 0);
+}
+
+}  // namespace
+}  // namespace fusetune

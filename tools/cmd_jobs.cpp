@@ -1,0 +1,121 @@
+// The job commands a script drives a coordinator with:
+//   fusetune submit MODEL.onnx --coordinator EP [--device NAME] [--shape ...] [--candidates N] [--wait]
+//   fusetune status [JOB] --coordinator EP
+//   fusetune cancel JOB --coordinator EP
+//   fusetune export JOB --coordinator EP --out PLAN_DIR
+// submit prints the job id alone on stdout (with --wait, then waits and prints the job's table).
+// Exit codes: 0 success; 1 the job failed or was cancelled (--wait); 2 bad input, an error from
+// the coordinator, or no coordinator reachable (the message names the endpoint).
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "coordinator/client.h"
+#include "coordinator/job_planner.h"
+#include "core/error.h"
+#include "tools/cli_args.h"
+#include "tools/commands.h"
+#include "tools/service_common.h"
+
+namespace fusetune::cli {
+
+namespace {
+
+int64_t job_arg(const std::string& text) {
+  try {
+    size_t used = 0;
+    const long long id = std::stoll(text, &used);
+    if (used == text.size() && id > 0) return id;
+  } catch (const std::exception&) {
+  }
+  fail("'", text, "' is not a job id");
+}
+
+std::vector<wire::JobStatus> query(coordinator::Client& client, int64_t job) {
+  wire::Envelope e;
+  e.mutable_status()->set_job_id(job);
+  const wire::Envelope r = client.request(std::move(e));
+  check(r.has_status_reply(), "coordinator answered a status request with a ", r.body_case(), " message");
+  return {r.status_reply().jobs().begin(), r.status_reply().jobs().end()};
+}
+
+}  // namespace
+
+int cmd_submit(const std::vector<std::string>& argv) {
+  const Args args(argv, {"coordinator", "device", "shape", "candidates", "plan-device", "timeout-s"}, {"wait"});
+  check(args.positional().size() == 1 && args.has("coordinator"),
+        "usage: fusetune submit MODEL.onnx --coordinator tcp://HOST:PORT [--device NAME|host] [--shape NAME=DxD...] "
+        "[--candidates N] [--wait]");
+  const std::filesystem::path model = args.positional()[0];
+  coordinator::JobOptions options;
+  options.shapes = shape_overrides(args);
+  options.candidates = static_cast<int>(args.number("candidates", options.candidates));
+  options.plan_device = args.get("plan-device", options.plan_device);
+  wire::Envelope e;
+  wire::Submit& s = *e.mutable_submit();
+  s.set_model_name(model.filename().string());
+  for (wire::ModelFile& f : read_model_files(model)) *s.add_files() = std::move(f);
+  s.set_device(args.get("device", "host"));
+  s.set_options(options.to_json());
+  zmq::context_t context;
+  coordinator::Client client(context, args.get("coordinator"), static_cast<int>(args.number("timeout-s", 120) * 1000));
+  const wire::Envelope r = client.request(std::move(e));
+  check(r.has_job(), "coordinator answered a submit with a ", r.body_case(), " message");
+  const int64_t job = r.job().job_id();
+  std::printf("%lld\n", static_cast<long long>(job));
+  std::fflush(stdout);
+  if (!args.has("wait")) return 0;
+  const std::atomic<bool>& stop = stop_on_signals();
+  while (!stop.load()) {
+    const wire::JobStatus st = query(client, job).at(0);
+    if (st.state() != "queued" && st.state() != "running") {
+      print_jobs({st});
+      if (st.state() == "done") print_summary(st);
+      return st.state() == "done" ? 0 : 1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  return 1;
+}
+
+int cmd_status(const std::vector<std::string>& argv) {
+  const Args args(argv, {"coordinator"}, {"json"});
+  check(args.positional().size() <= 1 && args.has("coordinator"), "usage: fusetune status [JOB] --coordinator tcp://HOST:PORT");
+  zmq::context_t context;
+  coordinator::Client client(context, args.get("coordinator"), 10000);
+  const int64_t job = args.positional().empty() ? 0 : job_arg(args.positional()[0]);
+  const std::vector<wire::JobStatus> jobs = query(client, job);
+  print_jobs(jobs);
+  if (job != 0 && jobs.at(0).state() == "done") print_summary(jobs.at(0));
+  return 0;
+}
+
+int cmd_cancel(const std::vector<std::string>& argv) {
+  const Args args(argv, {"coordinator"}, {});
+  check(args.positional().size() == 1 && args.has("coordinator"), "usage: fusetune cancel JOB --coordinator tcp://HOST:PORT");
+  zmq::context_t context;
+  coordinator::Client client(context, args.get("coordinator"), 10000);
+  wire::Envelope e;
+  e.mutable_cancel()->set_job_id(job_arg(args.positional()[0]));
+  client.request(std::move(e));
+  std::printf("job %s cancelled\n", args.positional()[0].c_str());
+  return 0;
+}
+
+int cmd_export(const std::vector<std::string>& argv) {
+  const Args args(argv, {"coordinator", "out", "timeout-s"}, {});
+  check(args.positional().size() == 1 && args.has("coordinator") && args.has("out"),
+        "usage: fusetune export JOB --coordinator tcp://HOST:PORT --out PLAN_DIR");
+  zmq::context_t context;
+  coordinator::Client client(context, args.get("coordinator"), static_cast<int>(args.number("timeout-s", 600) * 1000));
+  wire::Envelope e;
+  e.mutable_export_request()->set_job_id(job_arg(args.positional()[0]));
+  const wire::Envelope r = client.request(std::move(e));
+  check(r.has_export_reply(), "coordinator answered an export with a ", r.body_case(), " message");
+  write_files({r.export_reply().files().begin(), r.export_reply().files().end()}, args.get("out"));
+  std::printf("plan of job %s written to %s (%d files)\n", args.positional()[0].c_str(), args.get("out").c_str(),
+              r.export_reply().files_size());
+  return 0;
+}
+
+}  // namespace fusetune::cli

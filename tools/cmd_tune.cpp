@@ -1,0 +1,132 @@
+// fusetune tune MODEL.onnx [--device h100|host|auto] [--out PLAN_DIR] [--db PATH] [--shape ...]
+// [--candidates N] [--plan-device NAME]: the embedded default. A coordinator (coordinator/server.h)
+// and a local worker (worker/daemon.h) run in this process and talk over ZeroMQ's inproc
+// transport with the same messages as over TCP; the search database defaults to the user's cache
+// directory, so a second tune of the same model measures nothing. Shows a progress bar, ends
+// with the job's table, and with --out writes the tuned plan bundle that `fusetune run` executes.
+// Exit codes: 0 tuned, 1 the job failed or was interrupted, 2 bad input.
+#include <cstdio>
+#include <thread>
+
+#include "backend/cuda.h"
+#include "coordinator/job_planner.h"
+#include "coordinator/server.h"
+#include "core/error.h"
+#include "tools/cli_args.h"
+#include "tools/commands.h"
+#include "tools/progress.h"
+#include "tools/service_common.h"
+#include "worker/daemon.h"
+
+namespace fusetune::cli {
+
+namespace {
+
+// "auto": the first CUDA device when one is usable, else the host. Returns {job device, worker device}.
+std::pair<std::string, std::string> resolve_device(const std::string& requested) {
+  if (requested == "host") return {"host", "host"};
+  std::string why;
+  std::unique_ptr<backend::Backend> gpu = backend::make_cuda_backend(0, &why);
+  if (requested == "auto") {
+    if (!gpu) {
+      std::fprintf(stderr, "fusetune tune: no usable GPU (%s); measuring on the host\n", why.c_str());
+      return {"host", "host"};
+    }
+    const auto p = gpu->properties();
+    return {worker::planner_device_name(p.description, p.arch), "0"};
+  }
+  check(gpu != nullptr, "--device ", requested, ": no GPU to measure on here (", why, "); use --device host");
+  const auto p = gpu->properties();
+  const std::string found = worker::planner_device_name(p.description, p.arch);
+  check(found == requested, "--device ", requested, ": this machine's GPU is ", p.description, " (", found, ")");
+  return {requested, "0"};
+}
+
+}  // namespace
+
+int cmd_tune(const std::vector<std::string>& argv) {
+  const Args args(argv, {"device", "out", "db", "shape", "candidates", "plan-device", "compile-jobs"}, {"verbose"});
+  check(args.positional().size() == 1,
+        "usage: fusetune tune MODEL.onnx [--device h100|host|auto] [--out PLAN_DIR] [--db PATH] [--shape NAME=DxD...] "
+        "[--candidates N]");
+  const std::filesystem::path model = args.positional()[0];
+  const auto [job_device, worker_device] = resolve_device(args.get("device", "auto"));
+  coordinator::JobOptions options;
+  options.shapes = shape_overrides(args);
+  options.candidates = static_cast<int>(args.number("candidates", options.candidates));
+  options.plan_device = args.get("plan-device", options.plan_device);
+  wire::Submit submit;
+  submit.set_model_name(model.filename().string());
+  for (wire::ModelFile& f : read_model_files(model)) *submit.add_files() = std::move(f);
+  submit.set_device(job_device);
+  submit.set_options(options.to_json());
+
+  const bool verbose = args.has("verbose");
+  const std::filesystem::path db = args.has("db") ? std::filesystem::path(args.get("db")) : default_db_path();
+  std::filesystem::create_directories(std::filesystem::absolute(db).parent_path());
+  zmq::context_t context;
+  coordinator::ServerOptions sopt;
+  sopt.listen = "inproc://fusetune-tune";
+  sopt.db = db;
+  sopt.id = "embedded";
+  sopt.log = [verbose](const std::string& line) {
+    if (verbose) std::fprintf(stderr, "coordinator: %s\n", line.c_str());
+  };
+  coordinator::Server server(context, sopt);
+  std::printf("tuning %s on %s (search database %s; embedded, inproc: no keys needed)\n", model.string().c_str(),
+              job_device.c_str(), db.string().c_str());
+  std::fflush(stdout);
+  const int64_t job = server.submit(submit);
+
+  worker::WorkerOptions wopt;
+  wopt.coordinator = sopt.listen;
+  wopt.device = worker_device;
+  wopt.compile_jobs = static_cast<int>(args.number("compile-jobs", std::max(1u, std::thread::hardware_concurrency())));
+  wopt.executable = self_executable();
+  wopt.worker_id = "local";
+  wopt.quiet = !verbose;
+  std::atomic<bool> stop_worker{false};
+  int worker_rc = 0;
+  std::thread worker_thread([&] {
+    try {
+      worker::WorkerDaemon daemon(context, wopt);
+      worker_rc = daemon.run(stop_worker);
+    } catch (const Error& e) {
+      std::fprintf(stderr, "fusetune tune: worker: %s\n", e.what());
+      worker_rc = 2;
+    }
+  });
+
+  const std::atomic<bool>& interrupted = stop_on_signals();
+  wire::JobStatus st;
+  {
+    ProgressLine progress("tasks");
+    while (true) {
+      server.poll_once(50);
+      st = server.status(job).at(0);
+      progress.update(static_cast<size_t>(st.tasks_done() + st.tasks_failed()), static_cast<size_t>(st.tasks()),
+                      std::to_string(st.candidates_measured()) + " candidates measured, " +
+                          std::to_string(st.cache_hits()) + " cache hits");
+      if (st.state() != "queued" && st.state() != "running") break;
+      if (interrupted.load() || (worker_rc != 0)) break;
+    }
+  }
+  stop_worker = true;
+  worker_thread.join();
+  server.poll_once(0);  // the worker's goodbye
+  if (st.state() != "done") {
+    std::fprintf(stderr, "fusetune tune: job %lld %s%s%s\n", static_cast<long long>(job),
+                 interrupted.load() ? "interrupted; measurements so far are kept" : st.state().c_str(),
+                 st.error().empty() ? "" : ": ", st.error().c_str());
+    return 1;
+  }
+  print_summary(st);
+  if (args.has("out")) {
+    write_files(server.export_plan(job), args.get("out"));
+    std::printf("plan written to %s; run it with: fusetune run %s --inputs DIR\n", args.get("out").c_str(),
+                args.get("out").c_str());
+  }
+  return 0;
+}
+
+}  // namespace fusetune::cli

@@ -1,0 +1,53 @@
+// fusetune worker --coordinator tcp://HOST:PORT [--device N|host] [--compile-jobs N] [--id NAME]:
+// the GPU worker daemon (worker/daemon.h). fusetune worker-child --device D is its measuring
+// child process (worker/measure.h), started by the daemon, not by people.
+#include <unistd.h>
+
+#include <cstdio>
+#include <thread>
+
+#include "backend/cuda.h"
+#include "core/error.h"
+#include "tools/cli_args.h"
+#include "tools/commands.h"
+#include "tools/service_common.h"
+#include "worker/daemon.h"
+#include "worker/measure.h"
+
+namespace fusetune::cli {
+
+int cmd_worker(const std::vector<std::string>& argv) {
+  const Args args(argv, {"coordinator", "device", "compile-jobs", "id"}, {"quiet"});
+  check(args.positional().empty() && args.has("coordinator"),
+        "usage: fusetune worker --coordinator tcp://HOST:PORT [--device N|host] [--compile-jobs N] [--id NAME]");
+  worker::WorkerOptions opt;
+  opt.coordinator = args.get("coordinator");
+  opt.device = args.get("device", "host");
+  opt.compile_jobs = static_cast<int>(args.number("compile-jobs", std::max(1u, std::thread::hardware_concurrency())));
+  opt.worker_id = args.get("id");
+  opt.executable = self_executable();
+  opt.quiet = args.has("quiet");
+  const std::atomic<bool>& stop = stop_on_signals();
+  zmq::context_t context;
+  worker::WorkerDaemon daemon(context, opt);
+  return daemon.run(stop);
+}
+
+int cmd_worker_child(const std::vector<std::string>& argv) {
+  const Args args(argv, {"device"}, {});
+  const std::string device = args.get("device", "host");
+  // Frames go to the pipe the daemon gave as stdout; anything else printed goes to stderr.
+  const int frames_out = ::dup(1);
+  ::dup2(2, 1);
+  std::unique_ptr<backend::Backend> b;
+  if (device == "host") {
+    b = backend::make_host_backend();
+  } else {
+    std::string why;
+    b = backend::make_cuda_backend(std::stoi(device), &why);
+    check(b != nullptr, "worker-child --device ", device, ": ", why);
+  }
+  return worker::serve_measurements(0, frames_out, *b);
+}
+
+}  // namespace fusetune::cli

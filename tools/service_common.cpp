@@ -1,0 +1,125 @@
+#include "tools/service_common.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace fusetune::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+void on_signal(int) { g_stop = true; }
+
+std::string read_all(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  check(in.good(), p.string(), ": cannot read");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+const std::atomic<bool>& stop_on_signals() {
+  static const bool installed = [] {
+    struct sigaction sa {};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
+    signal(SIGPIPE, SIG_IGN);
+    return true;
+  }();
+  (void)installed;
+  return g_stop;
+}
+
+std::string self_executable() {
+  std::error_code ec;
+  const fs::path p = fs::read_symlink("/proc/self/exe", ec);
+  check(!ec, "cannot find this executable (/proc/self/exe): ", ec.message());
+  return p.string();
+}
+
+std::vector<wire::ModelFile> read_model_files(const fs::path& model) {
+  check(fs::is_regular_file(model), model.string(), ": no such model file");
+  std::vector<wire::ModelFile> files;
+  wire::ModelFile main;
+  main.set_path(model.filename().string());
+  main.set_data(read_all(model));
+  const std::string& bytes = main.data();
+  files.push_back(std::move(main));
+  // External data: files beside the model whose names appear in it (their `location` fields).
+  std::vector<fs::path> beside;
+  for (const auto& e : fs::directory_iterator(model.parent_path().empty() ? fs::path(".") : model.parent_path())) {
+    if (e.is_regular_file() && e.path().filename() != model.filename()) beside.push_back(e.path());
+  }
+  std::sort(beside.begin(), beside.end());
+  for (const fs::path& p : beside) {
+    const std::string name = p.filename().string();
+    if (bytes.find(name) == std::string::npos) continue;
+    wire::ModelFile f;
+    f.set_path(name);
+    f.set_data(read_all(p));
+    files.push_back(std::move(f));
+  }
+  return files;
+}
+
+void write_files(const std::vector<wire::ModelFile>& files, const fs::path& dir) {
+  fs::create_directories(dir);
+  for (const wire::ModelFile& f : files) {
+    const fs::path rel = fs::path(f.path()).lexically_normal();
+    check(!rel.empty() && rel.is_relative() && *rel.begin() != "..", "refusing to write '", f.path(), "' outside ",
+          dir.string());
+    fs::create_directories((dir / rel).parent_path());
+    std::ofstream out(dir / rel, std::ios::binary);
+    out.write(f.data().data(), static_cast<std::streamsize>(f.data().size()));
+    check(out.good(), (dir / rel).string(), ": cannot write");
+  }
+}
+
+void print_jobs(const std::vector<wire::JobStatus>& jobs) {
+  std::printf("%6s  %-10s  %-28s  %-8s  %11s  %9s  %10s\n", "job", "state", "model", "device", "tasks", "measured",
+              "cache hits");
+  for (const wire::JobStatus& j : jobs) {
+    const std::string tasks = std::to_string(j.tasks_done() + j.tasks_failed()) + "/" + std::to_string(j.tasks());
+    std::printf("%6lld  %-10s  %-28s  %-8s  %11s  %9lld  %10d%s%s\n", static_cast<long long>(j.job_id()),
+                j.state().c_str(), j.model_name().substr(0, 28).c_str(), j.device().c_str(), tasks.c_str(),
+                static_cast<long long>(j.candidates_measured()), j.cache_hits(), j.error().empty() ? "" : "  ",
+                j.error().c_str());
+  }
+}
+
+void print_summary(const wire::JobStatus& job) {
+  const auto s = nlohmann::json::parse(job.summary(), nullptr, false);
+  if (!s.is_object() || !s.contains("groups")) return;
+  auto us = [&](const char* key) { return s[key].is_number() ? s[key].get<double>() : NAN; };
+  const double tuned = us("tuned_us"), unfused = us("unfused_us");
+  std::printf("\n%-34s %s\n", "job", std::to_string(job.job_id()).c_str());
+  std::printf("%-34s %lld\n", "fusion groups", static_cast<long long>(s["groups"].get<int64_t>()));
+  std::printf("%-34s %lld\n", "kernel launches", static_cast<long long>(s["launches"].get<int64_t>()));
+  std::printf("%-34s %lld\n", "tasks (unique groups measured)", static_cast<long long>(s["tasks"].get<int64_t>()));
+  std::printf("%-34s %lld\n", "cache hits (answered by the db)", static_cast<long long>(s["cache_hits"].get<int64_t>()));
+  std::printf("%-34s %lld\n", "candidates measured", static_cast<long long>(s["candidates_measured"].get<int64_t>()));
+  std::printf("%-34s %lld\n", "fused groups split back", static_cast<long long>(s["split_groups"].get<int64_t>()));
+  if (std::isfinite(tuned) && std::isfinite(unfused)) {
+    std::printf("%-34s %.1f us\n%-34s %.1f us\n%-34s %.2fx\n", "best plan (sum of kernels)", tuned,
+                "unfused plan, same worker", unfused, "speed-up over unfused", unfused / tuned);
+  } else {
+    std::printf("%-34s %s\n", "best plan latency", "not every group was measured (see failures in `fusetune db stats`)");
+  }
+}
+
+}  // namespace fusetune::cli

@@ -1,0 +1,28 @@
+// What the service commands (tune, coordinator, worker, submit, status, cancel, export) share:
+// a stop flag raised by SIGINT/SIGTERM, the path of this executable (the worker's measuring
+// child), reading a model's files for a job, writing a plan's files, and the job table printout.
+#pragma once
+
+#include <atomic>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "fusetune_proto/service.pb.h"
+
+namespace fusetune::cli {
+
+// Installs SIGINT/SIGTERM handlers (once) that raise the returned flag; ignores SIGPIPE.
+const std::atomic<bool>& stop_on_signals();
+// This executable's path, from /proc/self/exe.
+std::string self_executable();
+// The .onnx file first, then every file of its directory that the model names (external data).
+std::vector<wire::ModelFile> read_model_files(const std::filesystem::path& model);
+// Writes files under `dir` (created), refusing paths that leave it.
+void write_files(const std::vector<wire::ModelFile>& files, const std::filesystem::path& dir);
+// One line per job: id, state, model, device, tasks done/total, measured, cache hits.
+void print_jobs(const std::vector<wire::JobStatus>& jobs);
+// The closing table of a finished job, from its summary.
+void print_summary(const wire::JobStatus& job);
+
+}  // namespace fusetune::cli

@@ -1,0 +1,46 @@
+// CompilePool: the worker daemon's compiler. Builds each candidate of a task on its own (so one
+// candidate's compile error cannot hide the others), on `jobs` threads at once: NVRTC to a cubin
+// for the worker's architecture with ptxas's resource report, or the system C++ compiler for the
+// host form (backend/backend.h: host_compile). A cache keyed by the SHA-256 of the source, the
+// architecture and the options answers a candidate compiled before (within this process; the
+// host form is also cached on disk). Guarantees: one output per candidate, in order; a failure is
+// an output with ok = false and the compiler's message, never an exception.
+#pragma once
+
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "fusetune_proto/service.pb.h"
+
+namespace fusetune::worker {
+
+struct CompileOutput {
+  bool ok = false;
+  std::string error;
+  double compile_ms = 0;
+  std::string cubin;
+  int registers = 0;
+  int64_t shared_bytes = 0;
+  int spill_bytes = 0;
+  bool cached = false;
+};
+
+class CompilePool {
+ public:
+  // `arch` is the worker's architecture ("sm_90"), or "host" for the host backend.
+  CompilePool(std::string arch, int jobs);
+  std::vector<CompileOutput> compile(const std::vector<wire::Candidate>& candidates);
+  int jobs() const { return jobs_; }
+  std::string compiler() const;
+
+ private:
+  CompileOutput compile_one(const wire::Candidate& c);
+  std::string arch_;
+  int jobs_;
+  std::mutex mutex_;
+  std::map<std::string, CompileOutput> cache_;
+};
+
+}  // namespace fusetune::worker

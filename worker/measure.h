@@ -1,0 +1,37 @@
+// Measurement of candidate kernels inside the worker's child process, and the frames the daemon
+// and its child exchange on a pipe.
+//
+// measure_candidate takes a task's sub-graph, one candidate (sources, launch shape, parameter
+// bindings, and a cubin when the backend is CUDA), the task's policy and a backend. It loads the
+// kernel, verifies it against the reference kernels on inputs drawn from the policy's seed (each
+// buffer inside redzones, outputs poisoned; backend/verify.h), and only when it is correct times
+// it under the policy (backend::TimingPolicy). Guarantees: the result's status is "ok" only for a
+// verified and timed candidate; a wrong result, a write outside a buffer, or an error while
+// loading or launching gives "wrong_result" or "runtime_fault" with the reason in `detail`.
+//
+// serve_measurements is the child's main loop: it reads ChildRequest frames from `in_fd`, writes
+// one CandidateResult frame per candidate, in order, to `out_fd`, and returns 0 at end of input.
+// After a runtime fault it returns 3 (a GPU context is not trusted after one); the daemon starts a
+// fresh child for the remaining candidates.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "backend/backend.h"
+#include "core/graph.h"
+#include "fusetune_proto/service.pb.h"
+
+namespace fusetune::worker {
+
+wire::CandidateResult measure_candidate(const Graph& g, const wire::ChildCandidate& c, const wire::Policy& policy,
+                                        backend::Backend& backend);
+
+int serve_measurements(int in_fd, int out_fd, backend::Backend& backend);
+
+// Frames: a 4-byte little-endian length, then the bytes. read_frame returns nullopt at a clean
+// end of input; both throw Error on a broken pipe or a truncated frame.
+void write_frame(int fd, const std::string& bytes);
+std::optional<std::string> read_frame(int fd);
+
+}  // namespace fusetune::worker
