@@ -5,8 +5,10 @@
 // backend where a GPU is present.
 //
 // A Module holds compiled kernels; launch() runs one with buffers bound to its parameters in
-// order; time_us() runs it `reps` times after a warm-up and returns the median. Errors (compile
-// failures, launch failures) throw Error with the compiler's or driver's message.
+// order; time_us() runs it `reps` times after a warm-up and returns the median; prepare() takes a
+// fixed sequence of launches once and returns it as a Sequence to run many times (the CUDA backend
+// captures it into one CUDA graph where it can, the host backend runs the launches in order).
+// Errors (compile failures, launch failures) throw Error with the compiler's or driver's message.
 #pragma once
 
 #include <cstddef>
@@ -30,11 +32,28 @@ class Buffer {
   virtual void* handle() = 0;
 };
 
+// One launch of a sequence: a kernel and the buffers bound to its parameters.
+struct Step {
+  std::string kernel;
+  std::vector<Buffer*> args;
+};
+
+// Launches prepared by Module::prepare: run() executes them in order and returns when they have
+// finished. The buffers stay bound (their contents may change between runs); a Sequence must not
+// outlive its module or its buffers.
+class Sequence {
+ public:
+  virtual ~Sequence() = default;
+  virtual void run() = 0;
+  virtual bool cuda_graph() const = 0;  // run() replays one captured CUDA graph
+};
+
 class Module {
  public:
   virtual ~Module() = default;
   virtual void launch(const std::string& kernel, const std::vector<Buffer*>& args) = 0;
   virtual double time_us(const std::string& kernel, const std::vector<Buffer*>& args, int reps) = 0;
+  virtual std::unique_ptr<Sequence> prepare(std::vector<Step> steps) = 0;
 };
 
 // A module as plan bundles store it: both sources, cubins per architecture, launch shapes.
