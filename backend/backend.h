@@ -7,8 +7,11 @@
 // A Module holds compiled kernels; launch() runs one with buffers bound to its parameters in
 // order; time() runs it under a TimingPolicy (warm-up, then repeats until both a minimum count
 // and a minimum total time are reached, at most max_repeats; on the GPU each run is timed with
-// events and the L2 is flushed before it) and returns median, minimum and maximum. Errors (compile
-// failures, launch failures) throw Error with the compiler's or driver's message.
+// events and the L2 is flushed before it) and returns median, minimum and maximum; prepare() takes
+// a fixed sequence of launches once and returns it as a Sequence to run many times (the CUDA
+// backend captures it into one CUDA graph where it can, the host backend runs the launches in
+// order). Errors (compile failures, launch failures) throw Error with the compiler's or driver's
+// message.
 #pragma once
 
 #include <cstddef>
@@ -50,11 +53,28 @@ struct Timing {
 // Median, minimum and maximum of run times (microseconds); the input must not be empty.
 Timing summarize_times(std::vector<double> times_us);
 
+// One launch of a sequence: a kernel and the buffers bound to its parameters.
+struct Step {
+  std::string kernel;
+  std::vector<Buffer*> args;
+};
+
+// Launches prepared by Module::prepare: run() executes them in order and returns when they have
+// finished. The buffers stay bound (their contents may change between runs); a Sequence must not
+// outlive its module or its buffers.
+class Sequence {
+ public:
+  virtual ~Sequence() = default;
+  virtual void run() = 0;
+  virtual bool cuda_graph() const = 0;  // run() replays one captured CUDA graph
+};
+
 class Module {
  public:
   virtual ~Module() = default;
   virtual void launch(const std::string& kernel, const std::vector<Buffer*>& args) = 0;
   virtual Timing time(const std::string& kernel, const std::vector<Buffer*>& args, const TimingPolicy& policy) = 0;
+  virtual std::unique_ptr<Sequence> prepare(std::vector<Step> steps) = 0;
 };
 
 // A module as plan bundles store it: both sources, cubins per architecture, launch shapes.

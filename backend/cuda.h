@@ -1,7 +1,9 @@
 // The CUDA backend: generated kernels compiled with NVRTC for the device's architecture, loaded
 // with cuModuleLoadData and launched with cuLaunchKernel; time() flushes the L2 (by writing a
-// buffer twice its size) before each timed launch and times with device events. The driver is
-// loaded at run time, so the same binary runs on machines without one.
+// buffer twice its size) before each timed launch and times with device events. A prepared
+// sequence (Module::prepare) is captured once into a CUDA graph and replayed, or launched kernel by
+// kernel where the capture fails. The driver is loaded at run time, so the same binary runs on
+// machines without one.
 #pragma once
 
 #include <memory>

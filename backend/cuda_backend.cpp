@@ -47,6 +47,15 @@ struct Driver {
   CUresult (*cuEventRecord)(CUevent, CUstream);
   CUresult (*cuEventSynchronize)(CUevent);
   CUresult (*cuEventElapsedTime)(float*, CUevent, CUevent);
+  CUresult (*cuStreamCreate)(CUstream*, unsigned int);
+  CUresult (*cuStreamDestroy)(CUstream);
+  CUresult (*cuStreamSynchronize)(CUstream);
+  CUresult (*cuStreamBeginCapture)(CUstream, CUstreamCaptureMode);
+  CUresult (*cuStreamEndCapture)(CUstream, CUgraph*);
+  CUresult (*cuGraphInstantiate)(CUgraphExec*, CUgraph, unsigned long long);
+  CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
+  CUresult (*cuGraphExecDestroy)(CUgraphExec);
+  CUresult (*cuGraphDestroy)(CUgraph);
   CUresult (*cuGetErrorString)(CUresult, const char**);
 
   template <typename F>
@@ -71,6 +80,11 @@ struct Driver {
                     sym(cuLaunchKernel, "cuLaunchKernel") && sym(cuEventCreate, "cuEventCreate") &&
                     sym(cuEventDestroy, "cuEventDestroy_v2") && sym(cuEventRecord, "cuEventRecord") &&
                     sym(cuEventSynchronize, "cuEventSynchronize") && sym(cuEventElapsedTime, "cuEventElapsedTime") &&
+                    sym(cuStreamCreate, "cuStreamCreate") && sym(cuStreamDestroy, "cuStreamDestroy_v2") &&
+                    sym(cuStreamSynchronize, "cuStreamSynchronize") &&
+                    sym(cuStreamBeginCapture, "cuStreamBeginCapture_v2") && sym(cuStreamEndCapture, "cuStreamEndCapture") &&
+                    sym(cuGraphInstantiate, "cuGraphInstantiateWithFlags") && sym(cuGraphLaunch, "cuGraphLaunch") &&
+                    sym(cuGraphExecDestroy, "cuGraphExecDestroy") && sym(cuGraphDestroy, "cuGraphDestroy") &&
                     sym(cuGetErrorString, "cuGetErrorString");
     if (!ok) why = "the CUDA driver lacks an expected entry point";
     return ok;
@@ -111,6 +125,66 @@ struct Launch {
   int64_t grid;
   int threads;
   int64_t shared;
+};
+
+// A launch with its parameters resolved: pointers to the bound buffers' device addresses.
+struct BoundLaunch {
+  std::string kernel;
+  Launch launch;
+  std::vector<void*> params;
+};
+
+// A prepared sequence on its own stream (a blocking one, so it stays ordered after uploads on the
+// default stream). The launches are captured once into a CUDA graph that run() replays; where
+// capture or instantiation fails, run() launches the kernels one by one instead.
+class CudaSequence : public Sequence {
+ public:
+  CudaSequence(const Driver& d, std::vector<BoundLaunch> steps) : d_(d), steps_(std::move(steps)) {
+    d_.check_cu(d_.cuStreamCreate(&stream_, CU_STREAM_DEFAULT), "stream creation");
+    exec_ = capture();
+  }
+  ~CudaSequence() override {
+    if (exec_ != nullptr) d_.cuGraphExecDestroy(exec_);
+    d_.cuStreamDestroy(stream_);
+  }
+
+  void run() override {
+    if (exec_ != nullptr) {
+      d_.check_cu(d_.cuGraphLaunch(exec_, stream_), "CUDA graph launch");
+    } else {
+      for (BoundLaunch& s : steps_) d_.check_cu(enqueue(s), ("launch of kernel " + s.kernel).c_str());
+    }
+    d_.check_cu(d_.cuStreamSynchronize(stream_), "kernel execution");
+  }
+  bool cuda_graph() const override { return exec_ != nullptr; }
+
+ private:
+  CUresult enqueue(BoundLaunch& s) {
+    return d_.cuLaunchKernel(s.launch.fn, static_cast<unsigned>(s.launch.grid), 1, 1, static_cast<unsigned>(s.launch.threads),
+                             1, 1, static_cast<unsigned>(s.launch.shared), stream_, s.params.data(), nullptr);
+  }
+  // The launches recorded on the stream and instantiated as one graph; nullptr where that fails.
+  CUgraphExec capture() {
+    if (d_.cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) != CUDA_SUCCESS) return nullptr;
+    bool recorded = true;
+    for (BoundLaunch& s : steps_) {
+      if (enqueue(s) != CUDA_SUCCESS) {
+        recorded = false;
+        break;
+      }
+    }
+    CUgraph graph = nullptr;  // ending the capture is needed even after a failed launch
+    recorded = d_.cuStreamEndCapture(stream_, &graph) == CUDA_SUCCESS && recorded && graph != nullptr;
+    CUgraphExec exec = nullptr;
+    if (recorded && d_.cuGraphInstantiate(&exec, graph, 0) != CUDA_SUCCESS) exec = nullptr;
+    if (graph != nullptr) d_.cuGraphDestroy(graph);
+    return exec;
+  }
+
+  const Driver& d_;
+  std::vector<BoundLaunch> steps_;
+  CUstream stream_ = nullptr;
+  CUgraphExec exec_ = nullptr;
 };
 
 class CudaModule : public Module {
@@ -157,6 +231,16 @@ class CudaModule : public Module {
     d_.cuEventDestroy(start);
     d_.cuEventDestroy(stop);
     return summarize_times(std::move(times));
+  }
+
+  std::unique_ptr<Sequence> prepare(std::vector<Step> steps) override {
+    std::vector<BoundLaunch> bound;
+    for (const Step& s : steps) {
+      BoundLaunch b{s.kernel, find(s.kernel), {}};
+      for (Buffer* buf : s.args) b.params.push_back(buf->handle());
+      bound.push_back(std::move(b));
+    }
+    return std::make_unique<CudaSequence>(d_, std::move(bound));
   }
 
  private:

@@ -64,6 +64,20 @@ class HostView : public Buffer {
 
 using HostKernel = void (*)(void**, long long, long long);
 
+// The host form of a prepared sequence: the module's launches, in order.
+class HostSequence : public Sequence {
+ public:
+  HostSequence(Module& module, std::vector<Step> steps) : module_(module), steps_(std::move(steps)) {}
+  void run() override {
+    for (const Step& s : steps_) module_.launch(s.kernel, s.args);
+  }
+  bool cuda_graph() const override { return false; }
+
+ private:
+  Module& module_;
+  std::vector<Step> steps_;
+};
+
 class HostModule : public Module {
  public:
   HostModule(void* lib, std::map<std::string, std::pair<HostKernel, int64_t>> kernels, int workers)
@@ -101,6 +115,11 @@ class HostModule : public Module {
       total_ms += times.back() / 1000.0;
     }
     return summarize_times(std::move(times));
+  }
+
+  std::unique_ptr<Sequence> prepare(std::vector<Step> steps) override {
+    for (const Step& s : steps) check(kernels_.count(s.kernel) == 1, "no kernel '", s.kernel, "' in the module");
+    return std::make_unique<HostSequence>(*this, std::move(steps));
   }
 
  private:

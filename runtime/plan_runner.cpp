@@ -3,6 +3,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "backend/cuda.h"
 #include "core/error.h"
 
 namespace fusetune::runtime {
@@ -21,6 +22,17 @@ DType dtype_named(const std::string& name) {
 
 }  // namespace
 
+std::unique_ptr<backend::Backend> select_backend(const std::string& which, std::string* no_gpu) {
+  check(which == "auto" || which == "host" || which == "cuda", "backend must be auto, host or cuda, not '", which, "'");
+  std::string why;
+  std::unique_ptr<backend::Backend> be;
+  if (which != "host") be = backend::make_cuda_backend(0, &why);
+  check(be != nullptr || which != "cuda", "backend cuda: ", why);
+  if (be != nullptr) return be;
+  if (no_gpu != nullptr) *no_gpu = why;
+  return backend::make_host_backend();
+}
+
 struct PlanRunner::State {
   backend::Backend* backend = nullptr;
   std::unique_ptr<backend::Module> module;
@@ -29,12 +41,8 @@ struct PlanRunner::State {
   std::vector<TensorSpec> specs;                           // by buffer id
   std::vector<int> input_ids, output_ids;
   std::vector<TensorSpec> inputs, outputs;
-  struct LaunchStep {
-    std::string kernel;
-    std::vector<backend::Buffer*> args;
-  };
-  std::vector<LaunchStep> steps;
-  std::vector<int> produced;  // buffer ids some launch writes
+  size_t launches = 0;
+  std::unique_ptr<backend::Sequence> sequence;  // after the buffers: it holds them bound
 };
 
 PlanRunner::PlanRunner(const Bundle& bundle, backend::Backend& backend) : s_(std::make_unique<State>()) {
@@ -72,11 +80,14 @@ PlanRunner::PlanRunner(const Bundle& bundle, backend::Backend& backend) : s_(std
     }
     for (const json& id : m.at("inputs")) s_->input_ids.push_back(id.get<int>());
     for (const json& id : m.at("outputs")) s_->output_ids.push_back(id.get<int>());
+    std::vector<backend::Step> steps;
     for (const json& l : m.at("launches")) {
-      State::LaunchStep step{l.at("kernel").get<std::string>(), {}};
+      backend::Step step{l.at("kernel").get<std::string>(), {}};
       for (const json& a : l.at("args")) step.args.push_back(s_->buffers.at(a.get<size_t>()).get());
-      s_->steps.push_back(std::move(step));
+      steps.push_back(std::move(step));
     }
+    s_->launches = steps.size();
+    s_->sequence = s_->module->prepare(std::move(steps));
   } catch (const json::exception& e) {
     fail("plan manifest: ", e.what());
   }
@@ -88,7 +99,8 @@ PlanRunner::~PlanRunner() = default;
 
 const std::vector<TensorSpec>& PlanRunner::inputs() const { return s_->inputs; }
 const std::vector<TensorSpec>& PlanRunner::outputs() const { return s_->outputs; }
-size_t PlanRunner::launches() const { return s_->steps.size(); }
+size_t PlanRunner::launches() const { return s_->launches; }
+bool PlanRunner::cuda_graph() const { return s_->sequence->cuda_graph(); }
 
 std::vector<Tensor> PlanRunner::run(const std::vector<Tensor>& inputs) {
   check(inputs.size() == s_->inputs.size(), "the plan takes ", s_->inputs.size(), " inputs, ", inputs.size(), " were given");
@@ -99,7 +111,7 @@ std::vector<Tensor> PlanRunner::run(const std::vector<Tensor>& inputs) {
           shape_str(inputs[i].shape()));
     s_->buffers[static_cast<size_t>(s_->input_ids[i])]->upload(inputs[i].data(), inputs[i].nbytes());
   }
-  for (const State::LaunchStep& step : s_->steps) s_->module->launch(step.kernel, step.args);
+  s_->sequence->run();
   std::vector<Tensor> outs;
   for (size_t k = 0; k < s_->outputs.size(); ++k) {
     Tensor t(s_->outputs[k].dtype, s_->outputs[k].shape);

@@ -3,9 +3,13 @@
 //
 // PlanRunner loads the bundle's module (cubin for the device's architecture where the bundle has
 // one, else NVRTC; the host source on the host backend), uploads the constants once, places the
-// intermediates in one arena buffer at the manifest's offsets, and run() binds inputs (in the
-// manifest's input order, dtype and shape checked), launches the kernels in order and returns the
-// outputs. Errors name the bundle field or input at fault.
+// intermediates in one arena buffer at the manifest's offsets, and prepares the launch sequence
+// once (on the CUDA backend: captured into one CUDA graph where possible, cuda_graph() says whether
+// it was). run() binds inputs (in the manifest's input order, dtype and shape checked), runs the
+// sequence and returns the outputs. Errors name the bundle field or input at fault.
+//
+// select_backend picks the backend a plan runs on: "cuda" (an error saying why when no GPU is
+// usable), "host", or "auto" (CUDA where a GPU is usable, else host, with the reason in *no_gpu).
 #pragma once
 
 #include <memory>
@@ -24,6 +28,8 @@ struct TensorSpec {
   Shape shape;
 };
 
+std::unique_ptr<backend::Backend> select_backend(const std::string& which, std::string* no_gpu);
+
 class PlanRunner {
  public:
   PlanRunner(const Bundle& bundle, backend::Backend& backend);
@@ -31,6 +37,7 @@ class PlanRunner {
   const std::vector<TensorSpec>& inputs() const;
   const std::vector<TensorSpec>& outputs() const;
   size_t launches() const;
+  bool cuda_graph() const;
   std::vector<Tensor> run(const std::vector<Tensor>& inputs);
 
  private:

@@ -7,7 +7,6 @@
 #include <filesystem>
 #include <iostream>
 
-#include "backend/cuda.h"
 #include "core/error.h"
 #include "importer/importer.h"
 #include "importer/test_data.h"
@@ -50,13 +49,8 @@ Ran run_model(const fs::path& model, const importer::TestData& data, const Args&
 }
 
 Ran run_bundle(const fs::path& dir, const importer::TestData& data, const Args& args) {
-  const std::string which = args.get("backend", "auto");
-  check(which == "auto" || which == "host" || which == "cuda", "--backend must be auto, host or cuda, not '", which, "'");
-  std::unique_ptr<backend::Backend> be;
   std::string why;
-  if (which != "host") be = backend::make_cuda_backend(0, &why);
-  check(be != nullptr || which != "cuda", "--backend cuda: ", why);
-  if (!be) be = backend::make_host_backend();
+  const std::unique_ptr<backend::Backend> be = runtime::select_backend(args.get("backend", "auto"), &why);
   const runtime::Bundle bundle = runtime::read_bundle(dir);
   const auto t0 = std::chrono::steady_clock::now();
   runtime::PlanRunner runner(bundle, *be);
@@ -68,9 +62,10 @@ Ran run_bundle(const fs::path& dir, const importer::TestData& data, const Args& 
   r.outputs = runner.run(inputs);
   const auto t2 = std::chrono::steady_clock::now();
   for (const auto& spec : runner.outputs()) r.names.push_back(spec.name);
-  std::printf("%s: %zu kernel launches on %s%s; loaded in %.2fs, ran in %.3fs\n", dir.string().c_str(), runner.launches(),
-              be->name().c_str(), which == "auto" && be->name() == "host" ? (" (no GPU: " + why + ")").c_str() : "",
-              std::chrono::duration<double>(t1 - t0).count(), std::chrono::duration<double>(t2 - t1).count());
+  std::printf("%s: %zu kernel launches%s on %s%s; loaded in %.2fs, ran in %.3fs\n", dir.string().c_str(), runner.launches(),
+              runner.cuda_graph() ? " (one CUDA graph)" : "", be->name().c_str(),
+              why.empty() ? "" : (" (no GPU: " + why + ")").c_str(), std::chrono::duration<double>(t1 - t0).count(),
+              std::chrono::duration<double>(t2 - t1).count());
   return r;
 }
 
