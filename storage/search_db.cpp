@@ -4,7 +4,9 @@
 
 #include <chrono>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
+#include <type_traits>
 
 #include "core/error.h"
 
@@ -29,6 +31,11 @@ class Stmt {
     sqlite3_bind_int64(s_, i, v);
     return *this;
   }
+  Stmt& bind(int i, int v) { return bind(i, static_cast<int64_t>(v)); }
+  Stmt& bind_blob(int i, const std::string& v) {
+    sqlite3_bind_blob64(s_, i, v.data(), v.size(), SQLITE_TRANSIENT);
+    return *this;
+  }
   Stmt& bind(int i, double v) {
     sqlite3_bind_double(s_, i, v);
     return *this;
@@ -44,6 +51,10 @@ class Stmt {
   std::string text(int c) const {
     const auto* t = sqlite3_column_text(s_, c);
     return t ? reinterpret_cast<const char*>(t) : "";
+  }
+  std::string blob(int c) const {
+    const auto* b = static_cast<const char*>(sqlite3_column_blob(s_, c));
+    return b ? std::string(b, static_cast<size_t>(sqlite3_column_bytes(s_, c))) : std::string();
   }
 
  private:
@@ -74,6 +85,96 @@ CREATE TABLE best_plans(
   PRIMARY KEY(signature, device_id, codegen_version));
 INSERT INTO meta(key, value) VALUES('schema_version', '1');
 )SQL";
+
+// Version 2: candidates (filled from the measurements already there, in first-measured order),
+// and the tuning service's state: models, jobs, tasks shared between jobs.
+constexpr const char* kMigrateToV2 = R"SQL(
+CREATE TABLE candidates(
+  id INTEGER PRIMARY KEY, signature TEXT NOT NULL, codegen_version INTEGER NOT NULL, config TEXT NOT NULL,
+  source_digest TEXT NOT NULL, UNIQUE(signature, codegen_version, config, source_digest));
+INSERT INTO candidates(signature, codegen_version, config, source_digest)
+  SELECT signature, codegen_version, config, source_digest FROM measurements
+  GROUP BY signature, codegen_version, config, source_digest ORDER BY min(id);
+ALTER TABLE measurements ADD COLUMN candidate_id INTEGER REFERENCES candidates(id);
+UPDATE measurements SET candidate_id=(SELECT c.id FROM candidates c WHERE c.signature=measurements.signature AND
+  c.codegen_version=measurements.codegen_version AND c.config=measurements.config AND
+  c.source_digest=measurements.source_digest);
+CREATE INDEX measurements_candidate ON measurements(candidate_id);
+CREATE TABLE models(digest TEXT PRIMARY KEY, name TEXT NOT NULL, bytes BLOB NOT NULL);
+CREATE TABLE jobs(
+  id INTEGER PRIMARY KEY, model_digest TEXT NOT NULL REFERENCES models(digest), model_name TEXT NOT NULL,
+  device_id INTEGER NOT NULL REFERENCES devices(id), options TEXT NOT NULL, state TEXT NOT NULL,
+  error TEXT NOT NULL, created_at INTEGER NOT NULL, finished_at INTEGER NOT NULL, summary TEXT NOT NULL);
+CREATE INDEX jobs_state ON jobs(state);
+CREATE TABLE tasks(
+  id INTEGER PRIMARY KEY, signature TEXT NOT NULL, device_id INTEGER NOT NULL REFERENCES devices(id),
+  codegen_version INTEGER NOT NULL, state TEXT NOT NULL, attempts INTEGER NOT NULL, worker TEXT NOT NULL,
+  lease_deadline_ms INTEGER NOT NULL, payload BLOB NOT NULL, error TEXT NOT NULL,
+  UNIQUE(signature, device_id, codegen_version));
+CREATE INDEX tasks_state ON tasks(state);
+CREATE TABLE job_tasks(
+  job_id INTEGER NOT NULL REFERENCES jobs(id), task_id INTEGER NOT NULL REFERENCES tasks(id),
+  PRIMARY KEY(job_id, task_id)) WITHOUT ROWID;
+CREATE INDEX job_tasks_task ON job_tasks(task_id);
+UPDATE meta SET value='2' WHERE key='schema_version';
+)SQL";
+
+// Schema steps in order: a new file is created at version 1 and migrated like any version 1 file.
+struct Migration {
+  int to;
+  const char* sql;
+};
+constexpr Migration kMigrations[] = {{2, kMigrateToV2}};
+static_assert(std::size(kMigrations) > 0 && std::end(kMigrations)[-1].to == kSchemaVersion,
+              "the last migration must reach kSchemaVersion");
+
+int64_t now_s() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+bool is_terminal(JobState s) { return s == JobState::kDone || s == JobState::kFailed || s == JobState::kCancelled; }
+
+constexpr const char* kJobColumns =
+    "SELECT j.id, j.model_digest, j.model_name, d.name, d.arch, j.options, j.state, j.error, j.created_at, "
+    "j.finished_at, j.summary FROM jobs j JOIN devices d ON d.id=j.device_id ";
+
+JobRecord row_to_job(const Stmt& q) {
+  JobRecord j;
+  j.id = q.i64(0);
+  j.model_digest = q.text(1);
+  j.model_name = q.text(2);
+  j.device = {q.text(3), q.text(4)};
+  j.options = q.text(5);
+  j.state = job_state_from_name(q.text(6));
+  j.error = q.text(7);
+  j.created_at = q.i64(8);
+  j.finished_at = q.i64(9);
+  j.summary = q.text(10);
+  return j;
+}
+
+constexpr const char* kTaskColumns =
+    "SELECT t.id, t.signature, d.name, d.arch, t.codegen_version, t.state, t.attempts, t.worker, t.lease_deadline_ms, "
+    "t.payload, t.error FROM tasks t JOIN devices d ON d.id=t.device_id ";
+
+std::vector<TaskRecord> read_tasks(Stmt& q) {
+  std::vector<TaskRecord> out;
+  while (q.step()) {
+    TaskRecord t;
+    t.id = q.i64(0);
+    t.signature = q.text(1);
+    t.device = {q.text(2), q.text(3)};
+    t.codegen_version = static_cast<int>(q.i64(4));
+    t.state = task_state_from_name(q.text(5));
+    t.attempts = static_cast<int>(q.i64(6));
+    t.worker = q.text(7);
+    t.lease_deadline_ms = q.i64(8);
+    t.payload = q.blob(9);
+    t.error = q.text(10);
+    out.push_back(std::move(t));
+  }
+  return out;
+}
 
 Measurement row_to_measurement(const Stmt& q) {
   Measurement m;
@@ -123,6 +224,41 @@ Status status_from_name(const std::string& name) {
   fail("unknown measurement status '", name, "'");
 }
 
+std::string job_state_name(JobState s) {
+  switch (s) {
+    case JobState::kQueued: return "queued";
+    case JobState::kRunning: return "running";
+    case JobState::kDone: return "done";
+    case JobState::kFailed: return "failed";
+    case JobState::kCancelled: return "cancelled";
+  }
+  return "?";
+}
+
+JobState job_state_from_name(const std::string& name) {
+  for (JobState s : {JobState::kQueued, JobState::kRunning, JobState::kDone, JobState::kFailed, JobState::kCancelled}) {
+    if (job_state_name(s) == name) return s;
+  }
+  fail("unknown job state '", name, "'");
+}
+
+std::string task_state_name(TaskState s) {
+  switch (s) {
+    case TaskState::kQueued: return "queued";
+    case TaskState::kLeased: return "leased";
+    case TaskState::kDone: return "done";
+    case TaskState::kFailed: return "failed";
+  }
+  return "?";
+}
+
+TaskState task_state_from_name(const std::string& name) {
+  for (TaskState s : {TaskState::kQueued, TaskState::kLeased, TaskState::kDone, TaskState::kFailed}) {
+    if (task_state_name(s) == name) return s;
+  }
+  fail("unknown task state '", name, "'");
+}
+
 SearchDb::SearchDb(const std::filesystem::path& path) : path_(path) {
   if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) != SQLITE_OK) {
     const std::string msg = db_ ? sqlite3_errmsg(db_) : "out of memory";
@@ -137,22 +273,7 @@ SearchDb::SearchDb(const std::filesystem::path& path) : path_(path) {
     exec("PRAGMA journal_mode=WAL");
     exec("PRAGMA synchronous=NORMAL");
     exec("PRAGMA foreign_keys=ON");
-    bool has_meta = false;
-    {
-      Stmt q(db_, "SELECT count(*) FROM sqlite_master WHERE type='table' AND name='meta'", path_.string());
-      has_meta = q.step() && q.i64(0) > 0;
-    }
-    if (!has_meta) {
-      Stmt q(db_, "SELECT count(*) FROM sqlite_master", path_.string());
-      check(q.step() && q.i64(0) == 0, path_.string(), ": an SQLite file, but not a fusetune search database");
-      exec(std::string("BEGIN IMMEDIATE;") + kSchemaV1 + "COMMIT;");
-    }
-    Stmt v(db_, "SELECT value FROM meta WHERE key='schema_version'", path_.string());
-    check(v.step(), path_.string(), ": the search database has no schema version");
-    const int version = std::stoi(v.text(0));
-    check(version <= kSchemaVersion, path_.string(), ": schema version ", version, " is newer than this fusetune (",
-          kSchemaVersion, "); upgrade fusetune");
-    // Migrations from older versions go here, one transaction per step, when the schema changes.
+    open_schema();
   } catch (const Error&) {
     sqlite3_close(db_);
     db_ = nullptr;
@@ -176,6 +297,59 @@ void SearchDb::exec(const std::string& sql) {
   }
 }
 
+template <typename Fn>
+auto SearchDb::write(Fn&& fn) {
+  exec("BEGIN IMMEDIATE");
+  try {
+    if constexpr (std::is_void_v<std::invoke_result_t<Fn&>>) {
+      fn();
+      exec("COMMIT");
+    } else {
+      auto result = fn();
+      exec("COMMIT");
+      return result;
+    }
+  } catch (...) {
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    throw;
+  }
+}
+
+void SearchDb::open_schema() {
+  // The file's schema version; 0 for an empty file (a new one).
+  auto file_version = [&] {
+    {
+      Stmt q(db_, "SELECT count(*) FROM sqlite_master WHERE type='table' AND name='meta'", path_.string());
+      if (!(q.step() && q.i64(0) > 0)) {
+        Stmt all(db_, "SELECT count(*) FROM sqlite_master", path_.string());
+        check(all.step() && all.i64(0) == 0, path_.string(), ": an SQLite file, but not a fusetune search database");
+        return 0;
+      }
+    }
+    Stmt v(db_, "SELECT value FROM meta WHERE key='schema_version'", path_.string());
+    check(v.step(), path_.string(), ": the search database has no schema version");
+    const int version = std::stoi(v.text(0));
+    check(version >= 1, path_.string(), ": schema version ", version, " is not valid");
+    check(version <= kSchemaVersion, path_.string(), ": schema version ", version, " is newer than this fusetune's (",
+          kSchemaVersion, "); upgrade fusetune");
+    return version;
+  };
+  if (file_version() == kSchemaVersion) return;
+  write([&] {
+    int version = file_version();  // again, under the write lock: another process may have migrated it
+    if (version == 0) {
+      exec(kSchemaV1);
+      version = 1;
+    }
+    for (const Migration& step : kMigrations) {
+      if (version < step.to) {
+        exec(step.sql);
+        version = step.to;
+      }
+    }
+  });
+}
+
 int64_t SearchDb::device_id(const DeviceKey& d) {
   Stmt ins(db_, "INSERT OR IGNORE INTO devices(name, arch) VALUES(?, ?)", path_.string());
   ins.bind(1, d.name).bind(2, d.arch).step();
@@ -186,46 +360,51 @@ int64_t SearchDb::device_id(const DeviceKey& d) {
 }
 
 void SearchDb::commit_workload(const std::string& signature, const std::string& canonical_form) {
-  Stmt q(db_, "INSERT OR IGNORE INTO workloads(signature, canonical_form) VALUES(?, ?)", path_.string());
-  q.bind(1, signature).bind(2, canonical_form).step();
+  write([&] {
+    Stmt q(db_, "INSERT OR IGNORE INTO workloads(signature, canonical_form) VALUES(?, ?)", path_.string());
+    q.bind(1, signature).bind(2, canonical_form).step();
+  });
+}
+
+int64_t SearchDb::insert_measurement(const Measurement& m) {
+  const int64_t dev = device_id(m.device);
+  Stmt cand(db_,
+            "INSERT OR IGNORE INTO candidates(signature, codegen_version, config, source_digest) VALUES(?,?,?,?)",
+            path_.string());
+  cand.bind(1, m.signature).bind(2, m.codegen_version).bind(3, m.config).bind(4, m.source_digest).step();
+  Stmt cq(db_, "SELECT id FROM candidates WHERE signature=? AND codegen_version=? AND config=? AND source_digest=?",
+          path_.string());
+  cq.bind(1, m.signature).bind(2, m.codegen_version).bind(3, m.config).bind(4, m.source_digest);
+  check(cq.step(), path_.string(), ": candidate lookup failed");
+  const int64_t candidate = cq.i64(0);
+  Stmt ins(db_,
+           "INSERT INTO measurements(signature, device_id, codegen_version, config, source_digest, status, median_us, "
+           "min_us, max_us, repeats, registers, shared_bytes, spill_bytes, compile_ms, worker, detail, measured_at, "
+           "candidate_id) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+           path_.string());
+  ins.bind(1, m.signature).bind(2, dev).bind(3, m.codegen_version).bind(4, m.config);
+  ins.bind(5, m.source_digest).bind(6, status_name(m.status)).bind(7, m.median_us).bind(8, m.min_us);
+  ins.bind(9, m.max_us).bind(10, m.repeats).bind(11, m.registers);
+  ins.bind(12, m.shared_bytes).bind(13, m.spill_bytes).bind(14, m.compile_ms);
+  ins.bind(15, m.worker).bind(16, m.detail).bind(17, m.measured_at != 0 ? m.measured_at : now_s());
+  ins.bind(18, candidate);
+  ins.step();
+  const int64_t id = sqlite3_last_insert_rowid(db_);
+  if (m.status == Status::kOk) {
+    Stmt best(db_,
+              "INSERT INTO best_plans(signature, device_id, codegen_version, measurement_id, median_us) "
+              "VALUES(?,?,?,?,?) ON CONFLICT(signature, device_id, codegen_version) DO UPDATE SET "
+              "measurement_id=excluded.measurement_id, median_us=excluded.median_us "
+              "WHERE excluded.median_us < best_plans.median_us",
+              path_.string());
+    best.bind(1, m.signature).bind(2, dev).bind(3, m.codegen_version).bind(4, id).bind(5, m.median_us);
+    best.step();
+  }
+  return id;
 }
 
 int64_t SearchDb::record(const Measurement& m) {
-  exec("BEGIN IMMEDIATE");
-  try {
-    const int64_t dev = device_id(m.device);
-    const int64_t at = m.measured_at != 0 ? m.measured_at
-                                          : std::chrono::duration_cast<std::chrono::seconds>(
-                                                std::chrono::system_clock::now().time_since_epoch())
-                                                .count();
-    Stmt ins(db_,
-             "INSERT INTO measurements(signature, device_id, codegen_version, config, source_digest, status, median_us, "
-             "min_us, max_us, repeats, registers, shared_bytes, spill_bytes, compile_ms, worker, detail, measured_at) "
-             "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-             path_.string());
-    ins.bind(1, m.signature).bind(2, dev).bind(3, static_cast<int64_t>(m.codegen_version)).bind(4, m.config);
-    ins.bind(5, m.source_digest).bind(6, status_name(m.status)).bind(7, m.median_us).bind(8, m.min_us);
-    ins.bind(9, m.max_us).bind(10, static_cast<int64_t>(m.repeats)).bind(11, static_cast<int64_t>(m.registers));
-    ins.bind(12, m.shared_bytes).bind(13, static_cast<int64_t>(m.spill_bytes)).bind(14, m.compile_ms);
-    ins.bind(15, m.worker).bind(16, m.detail).bind(17, at);
-    ins.step();
-    const int64_t id = sqlite3_last_insert_rowid(db_);
-    if (m.status == Status::kOk) {
-      Stmt best(db_,
-                "INSERT INTO best_plans(signature, device_id, codegen_version, measurement_id, median_us) "
-                "VALUES(?,?,?,?,?) ON CONFLICT(signature, device_id, codegen_version) DO UPDATE SET "
-                "measurement_id=excluded.measurement_id, median_us=excluded.median_us "
-                "WHERE excluded.median_us < best_plans.median_us",
-                path_.string());
-      best.bind(1, m.signature).bind(2, dev).bind(3, static_cast<int64_t>(m.codegen_version)).bind(4, id).bind(5, m.median_us);
-      best.step();
-    }
-    exec("COMMIT");
-    return id;
-  } catch (...) {
-    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-    throw;
-  }
+  return write([&] { return insert_measurement(m); });
 }
 
 bool SearchDb::measured(const std::string& signature, const DeviceKey& d, int codegen_version, const std::string& config) {
@@ -269,10 +448,16 @@ DbStats SearchDb::stats() {
   };
   s.workloads = count("SELECT count(*) FROM workloads");
   s.devices = count("SELECT count(*) FROM devices");
+  s.candidates = count("SELECT count(*) FROM candidates");
   s.measurements = count("SELECT count(*) FROM measurements");
   s.failures = count("SELECT count(*) FROM measurements WHERE status <> 'ok'");
   s.best_plans = count("SELECT count(*) FROM best_plans");
-  s.schema_version = kSchemaVersion;
+  s.models = count("SELECT count(*) FROM models");
+  s.jobs = count("SELECT count(*) FROM jobs");
+  s.unfinished_jobs = count("SELECT count(*) FROM jobs WHERE state IN ('queued', 'running')");
+  s.tasks = count("SELECT count(*) FROM tasks");
+  s.open_tasks = count("SELECT count(*) FROM tasks WHERE state IN ('queued', 'leased')");
+  s.schema_version = static_cast<int>(count("SELECT CAST(value AS INTEGER) FROM meta WHERE key='schema_version'"));
   return s;
 }
 
@@ -318,9 +503,13 @@ int64_t SearchDb::import_from(const std::filesystem::path& file) {
       const nlohmann::json j = nlohmann::json::parse(line);
       const std::string type = j.at("type");
       if (type == "workload") {
-        const int64_t before = stats().workloads;
+        auto workloads = [&] {
+          Stmt q(db_, "SELECT count(*) FROM workloads", path_.string());
+          return q.step() ? q.i64(0) : 0;
+        };
+        const int64_t before = workloads();
         commit_workload(j.at("signature"), j.at("canonical_form"));
-        added += stats().workloads - before;
+        added += workloads() - before;
         continue;
       }
       check(type == "measurement", "unknown record type '", type, "'");
@@ -358,6 +547,196 @@ int64_t SearchDb::import_from(const std::filesystem::path& file) {
     }
   }
   return added;
+}
+
+void SearchDb::put_model(const std::string& digest, const std::string& name, const std::string& bytes) {
+  write([&] {
+    Stmt q(db_, "INSERT OR IGNORE INTO models(digest, name, bytes) VALUES(?, ?, ?)", path_.string());
+    q.bind(1, digest).bind(2, name).bind_blob(3, bytes).step();
+  });
+}
+
+std::optional<ModelBlob> SearchDb::model(const std::string& digest) {
+  Stmt q(db_, "SELECT name, bytes FROM models WHERE digest=?", path_.string());
+  q.bind(1, digest);
+  if (!q.step()) return std::nullopt;
+  return ModelBlob{q.text(0), q.blob(1)};
+}
+
+int64_t SearchDb::create_job(const JobRecord& job) {
+  return write([&] {
+    Stmt m(db_, "SELECT count(*) FROM models WHERE digest=?", path_.string());
+    m.bind(1, job.model_digest);
+    check(m.step() && m.i64(0) > 0, path_.string(), ": job for model ", job.model_digest,
+          ": the model is not stored (put_model first)");
+    const int64_t dev = device_id(job.device);
+    Stmt q(db_,
+           "INSERT INTO jobs(model_digest, model_name, device_id, options, state, error, created_at, finished_at, "
+           "summary) VALUES(?,?,?,?,?,?,?,?,?)",
+           path_.string());
+    q.bind(1, job.model_digest).bind(2, job.model_name).bind(3, dev).bind(4, job.options);
+    q.bind(5, job_state_name(job.state)).bind(6, job.error).bind(7, job.created_at != 0 ? job.created_at : now_s());
+    q.bind(8, job.finished_at).bind(9, job.summary).step();
+    return sqlite3_last_insert_rowid(db_);
+  });
+}
+
+void SearchDb::set_job_state(int64_t id, JobState state, const std::string& error, const std::string& summary) {
+  write([&] {
+    Stmt q(db_, "UPDATE jobs SET state=?, error=?, summary=?, finished_at=? WHERE id=?", path_.string());
+    q.bind(1, job_state_name(state)).bind(2, error).bind(3, summary).bind(4, is_terminal(state) ? now_s() : 0);
+    q.bind(5, id).step();
+    check(sqlite3_changes(db_) == 1, path_.string(), ": no job ", id);
+  });
+}
+
+std::optional<JobRecord> SearchDb::job(int64_t id) {
+  Stmt q(db_, std::string(kJobColumns) + "WHERE j.id=?", path_.string());
+  q.bind(1, id);
+  if (!q.step()) return std::nullopt;
+  return row_to_job(q);
+}
+
+std::vector<JobRecord> SearchDb::jobs(bool unfinished_only) {
+  Stmt q(db_,
+         std::string(kJobColumns) + (unfinished_only ? "WHERE j.state IN ('queued', 'running') " : "") + "ORDER BY j.id",
+         path_.string());
+  std::vector<JobRecord> out;
+  while (q.step()) out.push_back(row_to_job(q));
+  return out;
+}
+
+int64_t SearchDb::ensure_task(const std::string& signature, const DeviceKey& d, int codegen_version,
+                              const std::string& payload) {
+  return write([&] {
+    const int64_t dev = device_id(d);
+    Stmt ins(db_,
+             "INSERT INTO tasks(signature, device_id, codegen_version, state, attempts, worker, lease_deadline_ms, "
+             "payload, error) VALUES(?, ?, ?, 'queued', 0, '', 0, ?, '') "
+             "ON CONFLICT(signature, device_id, codegen_version) DO UPDATE SET state='queued', attempts=0, worker='', "
+             "lease_deadline_ms=0, payload=excluded.payload, error='' WHERE tasks.state='failed'",
+             path_.string());
+    ins.bind(1, signature).bind(2, dev).bind(3, codegen_version).bind_blob(4, payload).step();
+    Stmt q(db_, "SELECT id FROM tasks WHERE signature=? AND device_id=? AND codegen_version=?", path_.string());
+    q.bind(1, signature).bind(2, dev).bind(3, codegen_version);
+    check(q.step(), path_.string(), ": task lookup failed");
+    return q.i64(0);
+  });
+}
+
+void SearchDb::link_job_task(int64_t job, int64_t task) {
+  write([&] {
+    Stmt j(db_, "SELECT count(*) FROM jobs WHERE id=?", path_.string());
+    check(j.bind(1, job).step() && j.i64(0) > 0, path_.string(), ": no job ", job);
+    Stmt t(db_, "SELECT count(*) FROM tasks WHERE id=?", path_.string());
+    check(t.bind(1, task).step() && t.i64(0) > 0, path_.string(), ": no task ", task);
+    Stmt q(db_, "INSERT OR IGNORE INTO job_tasks(job_id, task_id) VALUES(?, ?)", path_.string());
+    q.bind(1, job).bind(2, task).step();
+  });
+}
+
+std::vector<TaskRecord> SearchDb::job_tasks(int64_t job) {
+  Stmt q(db_, std::string(kTaskColumns) + "JOIN job_tasks jt ON jt.task_id=t.id WHERE jt.job_id=? ORDER BY t.id",
+         path_.string());
+  q.bind(1, job);
+  return read_tasks(q);
+}
+
+std::optional<TaskRecord> SearchDb::task(int64_t id) {
+  Stmt q(db_, std::string(kTaskColumns) + "WHERE t.id=?", path_.string());
+  q.bind(1, id);
+  auto found = read_tasks(q);
+  if (found.empty()) return std::nullopt;
+  return std::move(found.front());
+}
+
+std::vector<TaskRecord> SearchDb::tasks_in_state(TaskState state) {
+  Stmt q(db_, std::string(kTaskColumns) + "WHERE t.state=? ORDER BY t.id", path_.string());
+  q.bind(1, task_state_name(state));
+  return read_tasks(q);
+}
+
+void SearchDb::lease_task(int64_t id, const std::string& worker, int64_t deadline_ms) {
+  write([&] {
+    Stmt q(db_,
+           "UPDATE tasks SET state='leased', worker=?, lease_deadline_ms=?, attempts=attempts+1 WHERE id=? AND "
+           "state='queued'",
+           path_.string());
+    q.bind(1, worker).bind(2, deadline_ms).bind(3, id).step();
+    if (sqlite3_changes(db_) == 1) return;
+    Stmt s(db_, "SELECT state FROM tasks WHERE id=?", path_.string());
+    check(s.bind(1, id).step(), path_.string(), ": no task ", id);
+    fail(path_.string(), ": task ", id, " is ", s.text(0), ", not queued: it cannot be leased");
+  });
+}
+
+void SearchDb::requeue_task(int64_t id) {
+  write([&] {
+    Stmt s(db_, "SELECT count(*) FROM tasks WHERE id=?", path_.string());
+    check(s.bind(1, id).step() && s.i64(0) > 0, path_.string(), ": no task ", id);
+    Stmt q(db_,
+           "UPDATE tasks SET state='queued', worker='', lease_deadline_ms=0, error='' WHERE id=? AND "
+           "state IN ('leased', 'failed')",
+           path_.string());
+    q.bind(1, id).step();
+  });
+}
+
+int SearchDb::requeue_leased() {
+  return write([&] {
+    Stmt q(db_, "UPDATE tasks SET state='queued', worker='', lease_deadline_ms=0 WHERE state='leased'", path_.string());
+    q.step();
+    return sqlite3_changes(db_);
+  });
+}
+
+bool SearchDb::finish_task(int64_t id, TaskState state, const std::string& error,
+                           const std::vector<Measurement>& results) {
+  check(state == TaskState::kDone || state == TaskState::kFailed, path_.string(), ": task ", id, " cannot finish as ",
+        task_state_name(state));
+  return write([&] {
+    Stmt t(db_, std::string(kTaskColumns) + "WHERE t.id=?", path_.string());
+    t.bind(1, id);
+    const auto found = read_tasks(t);
+    check(!found.empty(), path_.string(), ": no task ", id);
+    const TaskRecord& task = found.front();
+    if (task.state == TaskState::kDone) return false;
+    for (const Measurement& m : results) {
+      check(m.signature == task.signature && m.device.name == task.device.name && m.device.arch == task.device.arch &&
+                m.codegen_version == task.codegen_version,
+            path_.string(), ": task ", id, " (", task.signature, " on ", task.device.name, "/", task.device.arch,
+            ", codegen ", task.codegen_version, ") got a measurement of ", m.signature, " on ", m.device.name, "/",
+            m.device.arch, ", codegen ", m.codegen_version);
+      insert_measurement(m);
+    }
+    Stmt q(db_, "UPDATE tasks SET state=?, error=?, lease_deadline_ms=0 WHERE id=?", path_.string());
+    q.bind(1, task_state_name(state)).bind(2, error).bind(3, id).step();
+    return true;
+  });
+}
+
+JobProgress SearchDb::job_progress(int64_t job) {
+  Stmt j(db_, "SELECT count(*) FROM jobs WHERE id=?", path_.string());
+  check(j.bind(1, job).step() && j.i64(0) > 0, path_.string(), ": no job ", job);
+  JobProgress p;
+  Stmt q(db_,
+         "SELECT count(*), sum(t.state='queued'), sum(t.state='leased'), sum(t.state='done'), sum(t.state='failed') "
+         "FROM job_tasks jt JOIN tasks t ON t.id=jt.task_id WHERE jt.job_id=?",
+         path_.string());
+  if (q.bind(1, job).step()) {
+    p.tasks = static_cast<int>(q.i64(0));
+    p.queued = static_cast<int>(q.i64(1));
+    p.leased = static_cast<int>(q.i64(2));
+    p.done = static_cast<int>(q.i64(3));
+    p.failed = static_cast<int>(q.i64(4));
+  }
+  Stmt m(db_,
+         "SELECT count(*) FROM job_tasks jt JOIN tasks t ON t.id=jt.task_id JOIN measurements m ON "
+         "m.signature=t.signature AND m.device_id=t.device_id AND m.codegen_version=t.codegen_version "
+         "WHERE jt.job_id=?",
+         path_.string());
+  if (m.bind(1, job).step()) p.measurements = m.i64(0);
+  return p;
 }
 
 }  // namespace fusetune::storage

@@ -1,6 +1,7 @@
 // fusetune db stats|export FILE|import FILE [--db PATH]: the search database (storage/), by
 // default $XDG_CACHE_HOME/fusetune/search.db (~/.cache/fusetune/search.db). export/import move
-// results between labs as JSON lines; import merges.
+// results (workloads and measurements) between labs as JSON lines; import merges. The tuning
+// service's local state (models, jobs, tasks) is counted by stats but never exported.
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -37,10 +38,14 @@ int cmd_db(const std::vector<std::string>& argv) {
   storage::SearchDb db(path);
   if (pos[0] == "stats") {
     const storage::DbStats s = db.stats();
-    std::printf("%s (schema %d): %lld workloads, %lld devices, %lld measurements (%lld failed), %lld best plans\n",
+    std::printf("%s (schema %d): %lld workloads, %lld devices, %lld candidates, %lld measurements (%lld failed), "
+                "%lld best plans; %lld models, %lld jobs (%lld unfinished), %lld tasks (%lld open)\n",
                 path.string().c_str(), s.schema_version, static_cast<long long>(s.workloads),
-                static_cast<long long>(s.devices), static_cast<long long>(s.measurements),
-                static_cast<long long>(s.failures), static_cast<long long>(s.best_plans));
+                static_cast<long long>(s.devices), static_cast<long long>(s.candidates),
+                static_cast<long long>(s.measurements), static_cast<long long>(s.failures),
+                static_cast<long long>(s.best_plans), static_cast<long long>(s.models), static_cast<long long>(s.jobs),
+                static_cast<long long>(s.unfinished_jobs), static_cast<long long>(s.tasks),
+                static_cast<long long>(s.open_tasks));
   } else if (pos[0] == "export") {
     const int64_t n = db.export_to(pos[1]);
     std::printf("exported %lld records from %s to %s\n", static_cast<long long>(n), path.string().c_str(), pos[1].c_str());

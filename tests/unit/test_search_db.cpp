@@ -1,6 +1,7 @@
 // The search database on real SQLite files: records and best plans, failures kept, export/import
-// merging without duplicates, refusal of foreign files, and no committed record lost when the
-// writing process is killed with SIGKILL mid-stream.
+// merging without duplicates, refusal of foreign and newer files, the migration of a real version 1
+// file, the tuning service's models, jobs and tasks, and no committed record lost (nor a partial
+// one kept) when the writing process is killed with SIGKILL mid-stream.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sqlite3.h>
@@ -10,6 +11,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <random>
 
 #include "core/error.h"
 #include "storage/search_db.h"
@@ -18,6 +20,62 @@ namespace fusetune::storage {
 namespace {
 
 namespace fs = std::filesystem;
+
+// The version 1 schema exactly as the version 1 code created it: the migration's starting point.
+constexpr const char* kV1Schema = R"SQL(
+CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE workloads(signature TEXT PRIMARY KEY, canonical_form TEXT NOT NULL);
+CREATE TABLE devices(id INTEGER PRIMARY KEY, name TEXT NOT NULL, arch TEXT NOT NULL, UNIQUE(name, arch));
+CREATE TABLE measurements(
+  id INTEGER PRIMARY KEY,
+  signature TEXT NOT NULL,
+  device_id INTEGER NOT NULL REFERENCES devices(id),
+  codegen_version INTEGER NOT NULL,
+  config TEXT NOT NULL,
+  source_digest TEXT NOT NULL,
+  status TEXT NOT NULL,
+  median_us REAL NOT NULL, min_us REAL NOT NULL, max_us REAL NOT NULL, repeats INTEGER NOT NULL,
+  registers INTEGER NOT NULL, shared_bytes INTEGER NOT NULL, spill_bytes INTEGER NOT NULL,
+  compile_ms REAL NOT NULL, worker TEXT NOT NULL, detail TEXT NOT NULL, measured_at INTEGER NOT NULL);
+CREATE INDEX measurements_key ON measurements(signature, device_id, codegen_version, config);
+CREATE TABLE best_plans(
+  signature TEXT NOT NULL, device_id INTEGER NOT NULL REFERENCES devices(id), codegen_version INTEGER NOT NULL,
+  measurement_id INTEGER NOT NULL REFERENCES measurements(id), median_us REAL NOT NULL,
+  PRIMARY KEY(signature, device_id, codegen_version));
+INSERT INTO meta(key, value) VALUES('schema_version', '1');
+)SQL";
+
+// Raw SQLite access, independent of SearchDb.
+class RawDb {
+ public:
+  explicit RawDb(const fs::path& file) {
+    if (sqlite3_open(file.c_str(), &db_) != SQLITE_OK) throw std::runtime_error("cannot open " + file.string());
+  }
+  ~RawDb() { sqlite3_close(db_); }
+  RawDb(const RawDb&) = delete;
+  RawDb& operator=(const RawDb&) = delete;
+  void exec(const std::string& sql) {
+    char* err = nullptr;
+    if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
+      const std::string msg = err ? err : "?";
+      sqlite3_free(err);
+      throw std::runtime_error(msg);
+    }
+  }
+  // The first column of the first row, as text ("" when there is no row).
+  std::string value(const std::string& sql) {
+    sqlite3_stmt* q = nullptr;
+    if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &q, nullptr) != SQLITE_OK) throw std::runtime_error(sqlite3_errmsg(db_));
+    std::string out;
+    if (sqlite3_step(q) == SQLITE_ROW && sqlite3_column_text(q, 0)) out = reinterpret_cast<const char*>(sqlite3_column_text(q, 0));
+    sqlite3_finalize(q);
+    return out;
+  }
+  int64_t count(const std::string& sql) { return std::stoll(value(sql)); }
+
+ private:
+  sqlite3* db_ = nullptr;
+};
 
 class SearchDbTest : public ::testing::Test {
  protected:
@@ -39,6 +97,23 @@ class SearchDbTest : public ::testing::Test {
     x.median_us = x.min_us = x.max_us = us;
     x.repeats = 10;
     x.worker = "w1";
+    return x;
+  }
+  // A stored model and a job for it on the h100.
+  static int64_t new_job(SearchDb& db, const std::string& digest = "sha256:model") {
+    db.put_model(digest, "model.onnx", "model bytes");
+    JobRecord j;
+    j.model_digest = digest;
+    j.model_name = "model.onnx";
+    j.device = {"h100", "sm_90"};
+    j.options = R"({"top_k": 4})";
+    return db.create_job(j);
+  }
+  // A measurement that belongs to the task of this signature on the h100, codegen 1.
+  static Measurement for_sig(const std::string& signature, const std::string& config, double us,
+                             Status st = Status::kOk) {
+    Measurement x = m(config, us, st);
+    x.signature = signature;
     return x;
   }
   fs::path dir_;
@@ -83,6 +158,16 @@ TEST_F(SearchDbTest, ExportImportMergesWithoutDuplicates) {
   EXPECT_EQ(b.import_from(dir_ / "a.jsonl"), 3);
   EXPECT_EQ(b.import_from(dir_ / "a.jsonl"), 0);  // merging twice adds nothing
   EXPECT_EQ(b.stats().measurements, 3);
+  EXPECT_EQ(b.stats().candidates, 3);
+  b.record(m("tile=64x64", 9.0));  // the same candidate measured again shares its candidate row
+  EXPECT_EQ(b.stats().candidates, 3);
+  EXPECT_EQ(b.stats().measurements, 4);
+  {
+    RawDb raw(dir_ / "b.db");
+    EXPECT_EQ(raw.count("SELECT count(*) FROM measurements m JOIN candidates c ON c.id=m.candidate_id AND "
+                        "c.config=m.config AND c.source_digest=m.source_digest"),
+              4);
+  }
   EXPECT_EQ(b.best("v1:abc", {"h100", "sm_90"}, 1)->config, "tile=64x64");
   std::ofstream(dir_ / "bad.jsonl") << "{\"type\": \"measurement\", \"signature\": \"x\"}\n";
   try {
@@ -91,7 +176,7 @@ TEST_F(SearchDbTest, ExportImportMergesWithoutDuplicates) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("bad.jsonl:1"), std::string::npos) << e.what();
   }
-  EXPECT_EQ(b.stats().measurements, 3);  // nothing lost
+  EXPECT_EQ(b.stats().measurements, 4);  // nothing lost
 }
 
 TEST_F(SearchDbTest, RefusesFilesThatAreNotSearchDatabases) {
@@ -150,6 +235,414 @@ TEST_F(SearchDbTest, SigkillLosesNoCommittedRecord) {
   EXPECT_GE(after.stats().measurements, committed);
   EXPECT_TRUE(after.measured("v1:abc", {"h100", "sm_90"}, 1, "tile=" + std::to_string(committed)));
   EXPECT_EQ(after.best("v1:abc", {"h100", "sm_90"}, 1)->config, "tile=1");
+}
+
+TEST_F(SearchDbTest, MigratesAVersion1FileKeepingEveryRow) {
+  const fs::path file = dir_ / "v1.db";
+  {
+    RawDb raw(file);
+    raw.exec(kV1Schema);
+    raw.exec(R"SQL(
+INSERT INTO workloads VALUES('v1:abc', 'form');
+INSERT INTO devices VALUES(1, 'h100', 'sm_90');
+INSERT INTO devices VALUES(2, 'a100', 'sm_80');
+INSERT INTO measurements VALUES(1, 'v1:abc', 1, 1, 'tile=32', 'd32', 'ok', 12, 11, 13, 10, 64, 4096, 0, 3.5, 'w1', '', 1000);
+INSERT INTO measurements VALUES(2, 'v1:abc', 1, 1, 'tile=64', 'd64', 'ok', 9, 8, 10, 10, 96, 8192, 0, 4.5, 'w1', '', 1001);
+INSERT INTO measurements VALUES(3, 'v1:abc', 2, 1, 'tile=64', 'd64', 'ok', 15, 14, 16, 10, 96, 8192, 0, 4.0, 'w2', '', 1002);
+INSERT INTO measurements VALUES(4, 'v1:abc', 1, 1, 'tile=128', 'd128', 'compile_error', 0, 0, 0, 0, 0, 0, 0, 1.0, 'w1', 'too big', 1003);
+INSERT INTO measurements VALUES(5, 'v1:abc', 1, 2, 'tile=64', 'd64-cg2', 'ok', 8, 8, 8, 10, 96, 8192, 0, 4.5, 'w1', '', 1004);
+INSERT INTO best_plans VALUES('v1:abc', 1, 1, 2, 9);
+INSERT INTO best_plans VALUES('v1:abc', 2, 1, 3, 15);
+INSERT INTO best_plans VALUES('v1:abc', 1, 2, 5, 8);
+)SQL");
+  }
+  {
+    SearchDb db(file);
+    const DbStats s = db.stats();
+    EXPECT_EQ(s.schema_version, 2);
+    EXPECT_EQ(s.workloads, 1);
+    EXPECT_EQ(s.devices, 2);
+    EXPECT_EQ(s.measurements, 5);
+    EXPECT_EQ(s.failures, 1);
+    EXPECT_EQ(s.best_plans, 3);
+    // (signature, codegen, config, digest): tile=64 on two devices is one candidate.
+    EXPECT_EQ(s.candidates, 4);
+    EXPECT_EQ(s.jobs, 0);
+    EXPECT_EQ(s.tasks, 0);
+    EXPECT_EQ(db.best("v1:abc", {"h100", "sm_90"}, 1)->config, "tile=64");
+    EXPECT_EQ(db.best("v1:abc", {"a100", "sm_80"}, 1)->median_us, 15);
+    EXPECT_TRUE(db.measured("v1:abc", {"h100", "sm_90"}, 1, "tile=128"));
+    const auto top = db.top_k("v1:abc", {"h100", "sm_90"}, 1, 5);
+    ASSERT_EQ(top.size(), 2u);
+    EXPECT_EQ(top[1].config, "tile=32");
+    EXPECT_EQ(top[1].registers, 64);
+    EXPECT_EQ(top[1].measured_at, 1000);
+  }
+  RawDb raw(file);
+  EXPECT_EQ(raw.value("SELECT value FROM meta WHERE key='schema_version'"), "2");
+  EXPECT_EQ(raw.count("SELECT count(*) FROM measurements WHERE candidate_id IS NULL"), 0);
+  EXPECT_EQ(raw.count("SELECT count(*) FROM measurements m JOIN candidates c ON c.id=m.candidate_id AND "
+                      "c.signature=m.signature AND c.codegen_version=m.codegen_version AND c.config=m.config AND "
+                      "c.source_digest=m.source_digest"),
+            5);
+  EXPECT_EQ(raw.value("SELECT group_concat(candidate_id) FROM (SELECT candidate_id FROM measurements ORDER BY id)"),
+            "1,2,2,3,4");  // first-measured order
+  const std::string schema_before = raw.value("SELECT group_concat(sql, ';') FROM sqlite_master");
+  {
+    SearchDb again(file);  // reopening is a no-op
+    EXPECT_EQ(again.stats().candidates, 4);
+    EXPECT_EQ(again.stats().measurements, 5);
+    Measurement same = for_sig("v1:abc", "tile=32", 11.0);  // a migrated candidate measured again
+    same.source_digest = "d32";
+    again.record(same);
+    EXPECT_EQ(again.stats().candidates, 4);
+  }
+  EXPECT_EQ(raw.value("SELECT group_concat(sql, ';') FROM sqlite_master"), schema_before);
+  EXPECT_EQ(raw.value("SELECT candidate_id FROM measurements WHERE id=6"), "1");
+}
+
+TEST_F(SearchDbTest, AFailedMigrationLeavesTheFileAsItWas) {
+  const fs::path file = dir_ / "broken_v1.db";
+  {
+    RawDb raw(file);  // claims version 1 but lacks the measurements table
+    raw.exec("CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+             "INSERT INTO meta(key, value) VALUES('schema_version', '1');");
+  }
+  try {
+    SearchDb db(file);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("broken_v1.db"), std::string::npos) << e.what();
+  }
+  RawDb raw(file);
+  EXPECT_EQ(raw.value("SELECT value FROM meta WHERE key='schema_version'"), "1");
+  EXPECT_EQ(raw.count("SELECT count(*) FROM sqlite_master WHERE name='candidates'"), 0);
+}
+
+TEST_F(SearchDbTest, RefusesANewerSchemaNamingTheFile) {
+  const fs::path file = dir_ / "future.db";
+  {
+    SearchDb db(file);
+    db.record(m("tile=32x32", 12.0));
+  }
+  {
+    RawDb raw(file);
+    raw.exec("UPDATE meta SET value='3' WHERE key='schema_version'");
+  }
+  try {
+    SearchDb db(file);
+    FAIL();
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("future.db"), std::string::npos) << what;
+    EXPECT_NE(what.find("schema version 3"), std::string::npos) << what;
+  }
+  RawDb raw(file);  // untouched
+  EXPECT_EQ(raw.value("SELECT value FROM meta WHERE key='schema_version'"), "3");
+  EXPECT_EQ(raw.count("SELECT count(*) FROM measurements"), 1);
+}
+
+TEST_F(SearchDbTest, JobLifecycle) {
+  const fs::path file = dir_ / "search.db";
+  int64_t a = 0, b = 0;
+  {
+    SearchDb db(file);
+    JobRecord orphan;
+    orphan.model_digest = "sha256:missing";
+    EXPECT_THROW(db.create_job(orphan), Error);  // the model must be stored first
+    a = new_job(db);
+    b = new_job(db);
+    EXPECT_LT(a, b);
+    const auto ja = db.job(a);
+    ASSERT_TRUE(ja.has_value());
+    EXPECT_EQ(ja->model_digest, "sha256:model");
+    EXPECT_EQ(ja->model_name, "model.onnx");
+    EXPECT_EQ(ja->device.name, "h100");
+    EXPECT_EQ(ja->device.arch, "sm_90");
+    EXPECT_EQ(ja->options, R"({"top_k": 4})");
+    EXPECT_EQ(ja->state, JobState::kQueued);
+    EXPECT_GT(ja->created_at, 0);
+    EXPECT_EQ(ja->finished_at, 0);
+    db.set_job_state(a, JobState::kRunning);
+    EXPECT_EQ(db.job(a)->finished_at, 0);
+    db.set_job_state(b, JobState::kFailed, "no worker has an sm_90");
+    EXPECT_FALSE(db.job(999).has_value());
+    EXPECT_THROW(db.set_job_state(999, JobState::kDone), Error);
+    EXPECT_EQ(db.stats().jobs, 2);
+    EXPECT_EQ(db.stats().unfinished_jobs, 1);
+  }
+  SearchDb db(file);  // a restarted coordinator
+  const auto unfinished = db.jobs(true);
+  ASSERT_EQ(unfinished.size(), 1u);
+  EXPECT_EQ(unfinished[0].id, a);
+  EXPECT_EQ(unfinished[0].state, JobState::kRunning);
+  const auto all = db.jobs(false);
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[1].id, b);
+  EXPECT_EQ(all[1].state, JobState::kFailed);
+  EXPECT_EQ(all[1].error, "no worker has an sm_90");
+  EXPECT_GT(all[1].finished_at, 0);
+  db.set_job_state(a, JobState::kDone, "", R"({"speedup": 1.7})");
+  EXPECT_EQ(db.job(a)->summary, R"({"speedup": 1.7})");
+  EXPECT_GE(db.job(a)->finished_at, db.job(a)->created_at);
+  EXPECT_TRUE(db.jobs(true).empty());
+  for (JobState s : {JobState::kQueued, JobState::kRunning, JobState::kDone, JobState::kFailed, JobState::kCancelled}) {
+    EXPECT_EQ(job_state_from_name(job_state_name(s)), s);
+  }
+  EXPECT_THROW(job_state_from_name("paused"), Error);
+  for (TaskState s : {TaskState::kQueued, TaskState::kLeased, TaskState::kDone, TaskState::kFailed}) {
+    EXPECT_EQ(task_state_from_name(task_state_name(s)), s);
+  }
+  EXPECT_THROW(task_state_from_name("lost"), Error);
+}
+
+TEST_F(SearchDbTest, JobsShareTasks) {
+  SearchDb db(dir_ / "search.db");
+  const int64_t a = new_job(db), b = new_job(db);
+  const DeviceKey h100{"h100", "sm_90"};
+  const std::string payload("task\0payload", 12);  // binary: a serialized protobuf
+  const int64_t t1 = db.ensure_task("v1:abc", h100, 1, payload);
+  const int64_t t2 = db.ensure_task("v1:def", h100, 1, payload);
+  db.link_job_task(a, t1);
+  db.link_job_task(a, t2);
+  db.link_job_task(a, t2);  // idempotent
+  EXPECT_EQ(db.ensure_task("v1:abc", h100, 1, "other payload"), t1);  // the same key is the same task
+  EXPECT_NE(db.ensure_task("v1:abc", h100, 2, payload), t1);          // the codegen version is part of the key
+  EXPECT_NE(db.ensure_task("v1:abc", {"a100", "sm_80"}, 1, payload), t1);  // so is the device
+  db.link_job_task(b, t1);
+  EXPECT_THROW(db.link_job_task(b, 999), Error);
+  EXPECT_THROW(db.link_job_task(999, t1), Error);
+  const auto ta = db.job_tasks(a), tb = db.job_tasks(b);
+  ASSERT_EQ(ta.size(), 2u);
+  ASSERT_EQ(tb.size(), 1u);
+  EXPECT_EQ(ta[0].id, t1);
+  EXPECT_EQ(ta[1].id, t2);
+  EXPECT_EQ(tb[0].id, t1);
+  EXPECT_EQ(tb[0].payload, payload);  // the existing task kept its payload
+  EXPECT_EQ(tb[0].signature, "v1:abc");
+  EXPECT_EQ(tb[0].device.name, "h100");
+  EXPECT_EQ(tb[0].codegen_version, 1);
+  EXPECT_EQ(tb[0].state, TaskState::kQueued);
+  EXPECT_EQ(db.stats().tasks, 4);
+  // One result finishes the task for both jobs.
+  db.lease_task(t1, "w1", 5000);
+  EXPECT_TRUE(db.finish_task(t1, TaskState::kDone, "", {m("tile=32x32", 12.0)}));
+  EXPECT_EQ(db.job_progress(a).done, 1);
+  EXPECT_EQ(db.job_progress(b).done, 1);
+  EXPECT_EQ(db.job_progress(b).tasks, 1);
+}
+
+TEST_F(SearchDbTest, EnsureTaskRequeuesAFailedTask) {
+  SearchDb db(dir_ / "search.db");
+  const DeviceKey h100{"h100", "sm_90"};
+  const int64_t t = db.ensure_task("v1:abc", h100, 1, "old");
+  db.lease_task(t, "w1", 1000);
+  EXPECT_TRUE(db.finish_task(t, TaskState::kFailed, "worker lost the GPU", {m("tile=32x32", 0, Status::kRuntimeFault)}));
+  auto failed = db.task(t);
+  ASSERT_TRUE(failed.has_value());
+  EXPECT_EQ(failed->state, TaskState::kFailed);
+  EXPECT_EQ(failed->error, "worker lost the GPU");
+  EXPECT_EQ(failed->attempts, 1);
+  EXPECT_EQ(db.stats().measurements, 1);  // a failed task's measurements are kept
+  EXPECT_EQ(db.tasks_in_state(TaskState::kFailed).size(), 1u);
+  EXPECT_EQ(db.ensure_task("v1:abc", h100, 1, "new"), t);  // a new job retries it
+  const auto again = db.task(t);
+  EXPECT_EQ(again->state, TaskState::kQueued);
+  EXPECT_EQ(again->payload, "new");
+  EXPECT_EQ(again->attempts, 0);
+  EXPECT_EQ(again->error, "");
+  EXPECT_EQ(again->worker, "");
+  EXPECT_TRUE(db.tasks_in_state(TaskState::kFailed).empty());
+  // A done task is not re-queued by a new job.
+  db.lease_task(t, "w2", 2000);
+  EXPECT_TRUE(db.finish_task(t, TaskState::kDone, "", {m("tile=32x32", 12.0)}));
+  EXPECT_EQ(db.ensure_task("v1:abc", h100, 1, "newer"), t);
+  EXPECT_EQ(db.task(t)->state, TaskState::kDone);
+  EXPECT_EQ(db.task(t)->payload, "new");
+  EXPECT_EQ(db.task(t)->worker, "w2");
+}
+
+TEST_F(SearchDbTest, FinishTaskTwiceRecordsOnce) {
+  SearchDb db(dir_ / "search.db");
+  const int64_t t = db.ensure_task("v1:abc", {"h100", "sm_90"}, 1, "p");
+  const std::vector<Measurement> results = {m("tile=32x32", 12.0), m("tile=64x64", 9.5),
+                                            m("tile=128x128", 0, Status::kCompileError)};
+  db.lease_task(t, "w1", 1000);
+  db.requeue_task(t);  // w1's lease expired ...
+  db.lease_task(t, "w2", 2000);
+  EXPECT_EQ(db.task(t)->attempts, 2);
+  EXPECT_TRUE(db.finish_task(t, TaskState::kDone, "", results));    // ... w2 finished it ...
+  EXPECT_FALSE(db.finish_task(t, TaskState::kDone, "", results));   // ... then w1's late result arrives
+  EXPECT_FALSE(db.finish_task(t, TaskState::kFailed, "late", results));
+  EXPECT_EQ(db.stats().measurements, 3);
+  EXPECT_EQ(db.stats().candidates, 3);
+  EXPECT_EQ(db.task(t)->state, TaskState::kDone);
+  EXPECT_EQ(db.task(t)->error, "");
+  EXPECT_EQ(db.best("v1:abc", {"h100", "sm_90"}, 1)->config, "tile=64x64");
+  EXPECT_THROW(db.lease_task(t, "w3", 3000), Error);  // done: nothing to lease
+  db.requeue_task(t);                                   // done: left as it is
+  EXPECT_EQ(db.task(t)->state, TaskState::kDone);
+  EXPECT_THROW(db.finish_task(999, TaskState::kDone, "", {}), Error);
+  EXPECT_THROW(db.finish_task(t, TaskState::kLeased, "", {}), Error);
+  // A measurement of another workload is refused, and nothing of the result is kept.
+  const int64_t u = db.ensure_task("v1:def", {"h100", "sm_90"}, 1, "p");
+  EXPECT_THROW(db.finish_task(u, TaskState::kDone, "", {for_sig("v1:def", "tile=8", 3.0), m("tile=8", 3.0)}), Error);
+  EXPECT_EQ(db.stats().measurements, 3);
+  EXPECT_EQ(db.task(u)->state, TaskState::kQueued);
+}
+
+TEST_F(SearchDbTest, RequeueLeasedAfterARestart) {
+  const fs::path file = dir_ / "search.db";
+  std::vector<int64_t> ids;
+  {
+    SearchDb db(file);
+    for (const char* sig : {"v1:a", "v1:b", "v1:c", "v1:d"}) ids.push_back(db.ensure_task(sig, {"h100", "sm_90"}, 1, sig));
+    db.lease_task(ids[0], "w1", 1000);
+    db.lease_task(ids[1], "w2", 2000);
+    db.lease_task(ids[2], "w1", 3000);
+    EXPECT_TRUE(db.finish_task(ids[2], TaskState::kDone, "", {for_sig("v1:c", "tile=1", 1.0)}));
+    EXPECT_EQ(db.task(ids[1])->worker, "w2");
+    EXPECT_EQ(db.task(ids[1])->lease_deadline_ms, 2000);
+    EXPECT_EQ(db.tasks_in_state(TaskState::kLeased).size(), 2u);
+  }
+  SearchDb db(file);  // the coordinator restarted: no lease survives it
+  EXPECT_EQ(db.requeue_leased(), 2);
+  EXPECT_EQ(db.requeue_leased(), 0);
+  const auto queued = db.tasks_in_state(TaskState::kQueued);
+  ASSERT_EQ(queued.size(), 3u);
+  EXPECT_EQ(queued[0].id, ids[0]);
+  EXPECT_EQ(queued[1].id, ids[1]);
+  EXPECT_EQ(queued[2].id, ids[3]);
+  EXPECT_EQ(queued[1].worker, "");
+  EXPECT_EQ(queued[1].lease_deadline_ms, 0);
+  EXPECT_EQ(queued[1].attempts, 1);
+  EXPECT_EQ(queued[1].payload, "v1:b");
+  EXPECT_EQ(db.tasks_in_state(TaskState::kDone).size(), 1u);
+  EXPECT_FALSE(db.task(999).has_value());
+  EXPECT_THROW(db.requeue_task(999), Error);
+  EXPECT_EQ(db.stats().open_tasks, 3);
+}
+
+TEST_F(SearchDbTest, JobProgressCountsTasksAndMeasurements) {
+  SearchDb db(dir_ / "search.db");
+  const int64_t job = new_job(db);
+  const DeviceKey h100{"h100", "sm_90"};
+  std::vector<int64_t> t;
+  for (const char* sig : {"v1:a", "v1:b", "v1:c", "v1:d", "v1:e"}) {
+    t.push_back(db.ensure_task(sig, h100, 1, "p"));
+    db.link_job_task(job, t.back());
+  }
+  JobProgress p = db.job_progress(job);
+  EXPECT_EQ(p.tasks, 5);
+  EXPECT_EQ(p.queued, 5);
+  EXPECT_EQ(p.measurements, 0);
+  db.lease_task(t[0], "w1", 1);
+  db.lease_task(t[1], "w1", 1);
+  db.lease_task(t[2], "w2", 1);
+  db.finish_task(t[1], TaskState::kDone, "", {for_sig("v1:b", "x=1", 1.0), for_sig("v1:b", "x=2", 2.0)});
+  db.finish_task(t[2], TaskState::kFailed, "compiler crashed", {for_sig("v1:c", "x=1", 0, Status::kCompileError)});
+  db.record(for_sig("v1:z", "x=1", 1.0));  // another workload: not this job's
+  p = db.job_progress(job);
+  EXPECT_EQ(p.tasks, 5);
+  EXPECT_EQ(p.queued, 2);
+  EXPECT_EQ(p.leased, 1);
+  EXPECT_EQ(p.done, 1);
+  EXPECT_EQ(p.failed, 1);
+  EXPECT_EQ(p.measurements, 3);
+  const int64_t empty = new_job(db);
+  EXPECT_EQ(db.job_progress(empty).tasks, 0);
+  EXPECT_EQ(db.job_progress(empty).measurements, 0);
+  EXPECT_THROW(db.job_progress(999), Error);
+}
+
+TEST_F(SearchDbTest, ModelBlobsRoundTrip) {
+  const fs::path file = dir_ / "search.db";
+  std::string bytes(6 << 20, '\0');
+  std::mt19937 rng(7);
+  for (char& c : bytes) c = static_cast<char>(rng() & 0xff);  // NUL bytes included
+  {
+    SearchDb db(file);
+    EXPECT_FALSE(db.model("sha256:big").has_value());
+    db.put_model("sha256:big", "big.onnx", bytes);
+    db.put_model("sha256:big", "renamed.onnx", "other bytes");  // idempotent: the first stays
+    db.put_model("sha256:empty", "empty.onnx", "");
+  }
+  SearchDb db(file);
+  const auto big = db.model("sha256:big");
+  ASSERT_TRUE(big.has_value());
+  EXPECT_EQ(big->name, "big.onnx");
+  EXPECT_EQ(big->bytes.size(), bytes.size());
+  EXPECT_TRUE(big->bytes == bytes);
+  ASSERT_TRUE(db.model("sha256:empty").has_value());
+  EXPECT_EQ(db.model("sha256:empty")->bytes, "");
+  EXPECT_EQ(db.stats().models, 2);
+}
+
+// A coordinator that is killed while finishing tasks: every task marked done has exactly its
+// measurements, every other task none, and the job's progress agrees.
+TEST_F(SearchDbTest, SigkillDuringFinishTaskLeavesNoPartialTask) {
+  const fs::path file = dir_ / "search.db";
+  int64_t job = 0;
+  {
+    SearchDb init(file);
+    job = new_job(init);
+  }
+  constexpr int kPerTask = 5;
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // the writer: report each finished task's count, forever
+    close(fds[0]);
+    SearchDb db(file);
+    for (int64_t i = 1;; ++i) {
+      const std::string sig = "v1:task" + std::to_string(i);
+      const int64_t t = db.ensure_task(sig, {"h100", "sm_90"}, 1, std::string(256, 'p'));
+      db.link_job_task(job, t);
+      db.lease_task(t, "w1", i);
+      std::vector<Measurement> results;
+      for (int k = 0; k < kPerTask; ++k) {
+        results.push_back(for_sig(sig, "tile=" + std::to_string(k), 1.0 + k, k == 0 ? Status::kTimeout : Status::kOk));
+      }
+      db.finish_task(t, TaskState::kDone, "", results);
+      if (write(fds[1], &i, sizeof i) != sizeof i) _exit(1);
+    }
+  }
+  close(fds[1]);
+  int64_t finished = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (finished < 200 && std::chrono::steady_clock::now() < deadline) {
+    int64_t n = 0;
+    if (read(fds[0], &n, sizeof n) != sizeof n) break;
+    finished = n;
+  }
+  kill(child, SIGKILL);
+  int status = 0;
+  waitpid(child, &status, 0);
+  close(fds[0]);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  ASSERT_GT(finished, 0);
+  {
+    RawDb raw(file);
+    EXPECT_EQ(raw.value("PRAGMA integrity_check"), "ok");
+    // Per task: done with exactly kPerTask measurements, or not done with none.
+    EXPECT_EQ(raw.count("SELECT count(*) FROM tasks t WHERE (SELECT count(*) FROM measurements m WHERE "
+                        "m.signature=t.signature) <> CASE t.state WHEN 'done' THEN " +
+                        std::to_string(kPerTask) + " ELSE 0 END"),
+              0);
+    EXPECT_EQ(raw.count("SELECT count(*) FROM measurements WHERE candidate_id IS NULL"), 0);
+  }
+  SearchDb after(file);
+  const auto done = after.tasks_in_state(TaskState::kDone);
+  EXPECT_GE(static_cast<int64_t>(done.size()), finished);
+  EXPECT_EQ(after.stats().measurements, static_cast<int64_t>(done.size()) * kPerTask);
+  const JobProgress p = after.job_progress(job);
+  EXPECT_EQ(p.done, static_cast<int>(done.size()));
+  EXPECT_EQ(p.measurements, static_cast<int64_t>(done.size()) * kPerTask);
+  EXPECT_LE(p.tasks - p.done, 1);  // at most the task in flight
+  EXPECT_EQ(after.best("v1:task" + std::to_string(finished), {"h100", "sm_90"}, 1)->config, "tile=1");
+  after.requeue_leased();
+  EXPECT_TRUE(after.tasks_in_state(TaskState::kLeased).empty());
 }
 
 }  // namespace
