@@ -8,12 +8,14 @@
 #include <zmq.hpp>
 
 #include "fusetune_proto/service.pb.h"
+#include "proto/curve.h"
 
 namespace fusetune::coordinator {
 
 class Client {
  public:
-  Client(zmq::context_t& context, const std::string& endpoint, int timeout_ms = 30000);
+  Client(zmq::context_t& context, const std::string& endpoint, int timeout_ms = 30000,
+         const wire::ClientSecurity& security = {});
   wire::Envelope request(wire::Envelope e);
 
  private:

@@ -68,6 +68,7 @@ struct Server::State {
   zmq::context_t& context;
   ServerOptions opt;
   storage::SearchDb db;
+  std::unique_ptr<wire::Authenticator> auth;  // before the socket: it must be bound when peers connect
   zmq::socket_t socket;
   std::map<std::string, Worker> workers;  // by identity
   std::map<int64_t, Job> jobs;            // running jobs, loaded
@@ -75,7 +76,11 @@ struct Server::State {
   Clock::time_point last_expiry = Clock::now();
 
   State(zmq::context_t& ctx, ServerOptions o)
-      : context(ctx), opt(std::move(o)), db(opt.db), socket(ctx, zmq::socket_type::router) {}
+      : context(ctx), opt(std::move(o)), db(opt.db), socket(ctx, zmq::socket_type::router) {
+    if (opt.security.enabled()) {
+      auth = std::make_unique<wire::Authenticator>(context, opt.security.allowed, [this](const std::string& l) { log(l); });
+    }
+  }
 
   void log(const std::string& line) const {
     if (opt.log) opt.log(line);
@@ -492,6 +497,7 @@ Server::Server(zmq::context_t& context, ServerOptions options)
     : s_(std::make_unique<State>(context, std::move(options))) {
   s_->socket.set(zmq::sockopt::linger, 0);
   s_->socket.set(zmq::sockopt::router_mandatory, false);
+  wire::apply_server_security(s_->socket, s_->opt.security);
   try {
     s_->socket.bind(s_->opt.listen);
   } catch (const zmq::error_t& e) {
@@ -507,7 +513,9 @@ Server::Server(zmq::context_t& context, ServerOptions options)
       s_->log("job " + std::to_string(rec.id) + " cannot resume: " + e.what());
     }
   }
-  s_->log("listening on " + s_->opt.listen + " with database " + s_->opt.db.string() + " (" +
+ s_->log(std::string(s_->opt.security.enabled() ? "CURVE: " + std::to_string(s_->opt.security.allowed.size()) + " allowed keys; "
+                                                : "no CURVE keys: peers are not authenticated (loopback or embedded use only); ") +
+          "listening on " + s_->opt.listen + " with database " + s_->opt.db.string() + " (" +
           std::to_string(s_->jobs.size()) + " unfinished jobs resumed, " + std::to_string(requeued) +
           " leases re-queued)");
 }
@@ -515,8 +523,10 @@ Server::Server(zmq::context_t& context, ServerOptions options)
 Server::~Server() = default;
 
 void Server::poll_once(int timeout_ms) {
-  zmq::pollitem_t item{static_cast<void*>(s_->socket), 0, ZMQ_POLLIN, 0};
-  zmq::poll(&item, 1, std::chrono::milliseconds(timeout_ms));
+  std::vector<zmq::pollitem_t> items = {{static_cast<void*>(s_->socket), 0, ZMQ_POLLIN, 0}};
+  if (s_->auth) items.push_back({static_cast<void*>(s_->auth->socket()), 0, ZMQ_POLLIN, 0});
+  zmq::poll(items.data(), items.size(), std::chrono::milliseconds(timeout_ms));
+  if (s_->auth) s_->auth->handle();
   // Everything that is waiting, so heartbeats queued behind slow work are seen before expiry.
   for (int handled = 0; handled < 10000; ++handled) {
     std::vector<zmq::message_t> parts;

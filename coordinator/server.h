@@ -15,7 +15,8 @@
 // (leases of the previous process are re-queued); a result arriving for a task already done (a
 // late duplicate) records nothing; malformed frames, unknown peers and failing requests are
 // logged and answered with an error or ignored, never fatal; a worker of an incompatible protocol
-// version is refused with the versions this coordinator speaks.
+// version is refused with the versions this coordinator speaks; with CURVE keys, a peer whose
+// public key is not allowed is refused at the handshake (proto/curve.h) and never heard.
 #pragma once
 
 #include <atomic>
@@ -28,6 +29,7 @@
 #include <zmq.hpp>
 
 #include "fusetune_proto/service.pb.h"
+#include "proto/curve.h"
 
 namespace fusetune::coordinator {
 
@@ -38,6 +40,7 @@ struct ServerOptions {
   int worker_timeout_ms = 5000;
   int max_attempts = 3;
   std::string id = "coordinator";
+  wire::ServerSecurity security;  // CURVE: this coordinator's key pair and the keys it accepts
   std::function<void(const std::string&)> log;  // default: stderr
 };
 

@@ -11,9 +11,10 @@
 namespace fusetune::cli {
 
 int cmd_coordinator(const std::vector<std::string>& argv) {
-  const Args args(argv, {"listen", "db", "heartbeat-ms", "worker-timeout-ms", "max-attempts"}, {});
+  const Args args(argv, {"listen", "db", "heartbeat-ms", "worker-timeout-ms", "max-attempts", "key", "allow"}, {});
   check(args.positional().empty() && args.has("listen"),
-        "usage: fusetune coordinator --listen tcp://ADDRESS:PORT [--db PATH] [--worker-timeout-ms MS]");
+        "usage: fusetune coordinator --listen tcp://ADDRESS:PORT [--db PATH] [--key COORD.key --allow KEYS_DIR] "
+        "[--worker-timeout-ms MS]");
   coordinator::ServerOptions opt;
   opt.listen = args.get("listen");
   opt.db = args.has("db") ? std::filesystem::path(args.get("db")) : default_db_path();
@@ -21,9 +22,14 @@ int cmd_coordinator(const std::vector<std::string>& argv) {
   opt.heartbeat_ms = static_cast<int>(args.number("heartbeat-ms", 1000));
   opt.worker_timeout_ms = static_cast<int>(args.number("worker-timeout-ms", 5000));
   opt.max_attempts = static_cast<int>(args.number("max-attempts", 3));
+  opt.security = server_security(args);
+  const bool loopback = opt.listen.find("127.0.0.1") != std::string::npos || opt.listen.find("localhost") != std::string::npos ||
+                        opt.listen.rfind("ipc://", 0) == 0 || opt.listen.rfind("inproc://", 0) == 0;
+  if (!opt.security.enabled() && !loopback) {
+    std::fprintf(stderr, "fusetune coordinator: WARNING: listening beyond loopback without CURVE keys: anyone who can "
+                         "reach %s can submit jobs and feed results (see `fusetune keys generate`)\n", opt.listen.c_str());
+  }
   const std::atomic<bool>& stop = stop_on_signals();
-  std::fprintf(stderr, "fusetune coordinator: no CURVE keys: workers and clients are not authenticated; use on "
-                       "loopback or a trusted network only\n");
   zmq::context_t context;
   coordinator::Server server(context, opt);
   server.run(stop);

@@ -3,6 +3,7 @@
 //   fusetune status [JOB] --coordinator EP
 //   fusetune cancel JOB --coordinator EP
 //   fusetune export JOB --coordinator EP --out PLAN_DIR
+// Each takes --key NAME.key --coordinator-key COORD.pub for a coordinator that uses CURVE.
 // submit prints the job id alone on stdout (with --wait, then waits and prints the job's table).
 // Exit codes: 0 success; 1 the job failed or was cancelled (--wait); 2 bad input, an error from
 // the coordinator, or no coordinator reachable (the message names the endpoint).
@@ -42,7 +43,7 @@ std::vector<wire::JobStatus> query(coordinator::Client& client, int64_t job) {
 }  // namespace
 
 int cmd_submit(const std::vector<std::string>& argv) {
-  const Args args(argv, {"coordinator", "device", "shape", "candidates", "plan-device", "timeout-s"}, {"wait"});
+  const Args args(argv, {"coordinator", "device", "shape", "candidates", "plan-device", "timeout-s", "key", "coordinator-key"}, {"wait"});
   check(args.positional().size() == 1 && args.has("coordinator"),
         "usage: fusetune submit MODEL.onnx --coordinator tcp://HOST:PORT [--device NAME|host] [--shape NAME=DxD...] "
         "[--candidates N] [--wait]");
@@ -58,7 +59,8 @@ int cmd_submit(const std::vector<std::string>& argv) {
   s.set_device(args.get("device", "host"));
   s.set_options(options.to_json());
   zmq::context_t context;
-  coordinator::Client client(context, args.get("coordinator"), static_cast<int>(args.number("timeout-s", 120) * 1000));
+  coordinator::Client client(context, args.get("coordinator"), static_cast<int>(args.number("timeout-s", 120) * 1000),
+                            client_security(args));
   const wire::Envelope r = client.request(std::move(e));
   check(r.has_job(), "coordinator answered a submit with a ", r.body_case(), " message");
   const int64_t job = r.job().job_id();
@@ -79,10 +81,10 @@ int cmd_submit(const std::vector<std::string>& argv) {
 }
 
 int cmd_status(const std::vector<std::string>& argv) {
-  const Args args(argv, {"coordinator"}, {"json"});
+  const Args args(argv, {"coordinator", "key", "coordinator-key"}, {});
   check(args.positional().size() <= 1 && args.has("coordinator"), "usage: fusetune status [JOB] --coordinator tcp://HOST:PORT");
   zmq::context_t context;
-  coordinator::Client client(context, args.get("coordinator"), 10000);
+  coordinator::Client client(context, args.get("coordinator"), 10000, client_security(args));
   const int64_t job = args.positional().empty() ? 0 : job_arg(args.positional()[0]);
   const std::vector<wire::JobStatus> jobs = query(client, job);
   print_jobs(jobs);
@@ -91,10 +93,10 @@ int cmd_status(const std::vector<std::string>& argv) {
 }
 
 int cmd_cancel(const std::vector<std::string>& argv) {
-  const Args args(argv, {"coordinator"}, {});
+  const Args args(argv, {"coordinator", "key", "coordinator-key"}, {});
   check(args.positional().size() == 1 && args.has("coordinator"), "usage: fusetune cancel JOB --coordinator tcp://HOST:PORT");
   zmq::context_t context;
-  coordinator::Client client(context, args.get("coordinator"), 10000);
+  coordinator::Client client(context, args.get("coordinator"), 10000, client_security(args));
   wire::Envelope e;
   e.mutable_cancel()->set_job_id(job_arg(args.positional()[0]));
   client.request(std::move(e));
@@ -103,11 +105,12 @@ int cmd_cancel(const std::vector<std::string>& argv) {
 }
 
 int cmd_export(const std::vector<std::string>& argv) {
-  const Args args(argv, {"coordinator", "out", "timeout-s"}, {});
+  const Args args(argv, {"coordinator", "out", "timeout-s", "key", "coordinator-key"}, {});
   check(args.positional().size() == 1 && args.has("coordinator") && args.has("out"),
         "usage: fusetune export JOB --coordinator tcp://HOST:PORT --out PLAN_DIR");
   zmq::context_t context;
-  coordinator::Client client(context, args.get("coordinator"), static_cast<int>(args.number("timeout-s", 600) * 1000));
+  coordinator::Client client(context, args.get("coordinator"), static_cast<int>(args.number("timeout-s", 600) * 1000),
+                            client_security(args));
   wire::Envelope e;
   e.mutable_export_request()->set_job_id(job_arg(args.positional()[0]));
   const wire::Envelope r = client.request(std::move(e));

@@ -17,9 +17,10 @@
 namespace fusetune::cli {
 
 int cmd_worker(const std::vector<std::string>& argv) {
-  const Args args(argv, {"coordinator", "device", "compile-jobs", "id"}, {"quiet"});
+  const Args args(argv, {"coordinator", "device", "compile-jobs", "id", "key", "coordinator-key"}, {"quiet"});
   check(args.positional().empty() && args.has("coordinator"),
-        "usage: fusetune worker --coordinator tcp://HOST:PORT [--device N|host] [--compile-jobs N] [--id NAME]");
+        "usage: fusetune worker --coordinator tcp://HOST:PORT [--device N|host] [--compile-jobs N] [--id NAME] "
+        "[--key WORKER.key --coordinator-key COORD.pub]");
   worker::WorkerOptions opt;
   opt.coordinator = args.get("coordinator");
   opt.device = args.get("device", "host");
@@ -27,6 +28,7 @@ int cmd_worker(const std::vector<std::string>& argv) {
   opt.worker_id = args.get("id");
   opt.executable = self_executable();
   opt.quiet = args.has("quiet");
+  opt.security = client_security(args);
   const std::atomic<bool>& stop = stop_on_signals();
   zmq::context_t context;
   worker::WorkerDaemon daemon(context, opt);

@@ -15,6 +15,7 @@ int cmd_coordinator(const std::vector<std::string>& argv);
 int cmd_db(const std::vector<std::string>& argv);
 int cmd_export(const std::vector<std::string>& argv);
 int cmd_inspect(const std::vector<std::string>& argv);
+int cmd_keys(const std::vector<std::string>& argv);
 int cmd_plan(const std::vector<std::string>& argv);
 int cmd_run(const std::vector<std::string>& argv);
 int cmd_status(const std::vector<std::string>& argv);

@@ -15,13 +15,15 @@ constexpr const char* kUsage =
     "commands:\n"
     "  tune MODEL.onnx [--device auto|host|NAME] [--out PLAN_DIR] [--db PATH] [--shape NAME=DxD...] [--candidates N]\n"
     "      tune the model with an embedded coordinator and local worker; write the best plan\n"
-    "  coordinator --listen tcp://ADDRESS:PORT [--db PATH]\n"
+    "  coordinator --listen tcp://ADDRESS:PORT [--db PATH] [--key COORD.key --allow KEYS_DIR]\n"
     "      the tuning service: plans jobs, leases tasks to workers, keeps the search database\n"
-    "  worker --coordinator tcp://HOST:PORT [--device N|host] [--compile-jobs N]\n"
+    "  worker --coordinator tcp://HOST:PORT [--device N|host] [--compile-jobs N] [--key W.key --coordinator-key C.pub]\n"
     "      a worker daemon: compiles, verifies and times candidates on this machine's GPU (or host)\n"
     "  submit MODEL.onnx --coordinator EP [--device NAME|host] [--wait]   status [JOB] --coordinator EP\n"
     "  cancel JOB --coordinator EP   export JOB --coordinator EP --out PLAN_DIR\n"
-    "      drive jobs on a running coordinator\n"
+    "      drive jobs on a running coordinator (with --key/--coordinator-key when it uses CURVE)\n"
+    "  keys generate NAME [--out DIR]\n"
+    "      a CURVE key pair: NAME.key (private) and NAME.pub\n"
     "  compile MODEL.onnx --device NAME|--device-file PATH --out DIR [--shape NAME=DxD...]\n"
     "      generate kernels for the model's plan and write a plan bundle\n"
     "  db stats|export FILE|import FILE [--db PATH]\n"
@@ -57,6 +59,7 @@ int main(int argc, char** argv) {
     if (cmd == "worker-child") return fusetune::cli::cmd_worker_child(args);
     if (cmd == "db") return fusetune::cli::cmd_db(args);
     if (cmd == "inspect") return fusetune::cli::cmd_inspect(args);
+    if (cmd == "keys") return fusetune::cli::cmd_keys(args);
     if (cmd == "plan") return fusetune::cli::cmd_plan(args);
     if (cmd == "run") return fusetune::cli::cmd_run(args);
     std::fprintf(stderr, "fusetune: error: unknown command '%s'\n%s", cmd.c_str(), kUsage);

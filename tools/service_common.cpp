@@ -90,6 +90,26 @@ void write_files(const std::vector<wire::ModelFile>& files, const fs::path& dir)
   }
 }
 
+wire::ClientSecurity client_security(const Args& args) {
+  check(args.has("key") == args.has("coordinator-key"), "--key and --coordinator-key go together (CURVE needs both)");
+  wire::ClientSecurity s;
+  if (!args.has("key")) return s;
+  s.own = wire::read_key_file(args.get("key"));
+  check(!s.own.secret_key.empty(), args.get("key"), ": no secret key (give the NAME.key file, not NAME.pub)");
+  s.server_public = wire::read_key_file(args.get("coordinator-key")).public_key;
+  return s;
+}
+
+wire::ServerSecurity server_security(const Args& args) {
+  check(args.has("key") == args.has("allow"), "--key and --allow go together (CURVE needs both)");
+  wire::ServerSecurity s;
+  if (!args.has("key")) return s;
+  s.own = wire::read_key_file(args.get("key"));
+  check(!s.own.secret_key.empty(), args.get("key"), ": no secret key (give the NAME.key file, not NAME.pub)");
+  s.allowed = wire::read_public_keys(args.get("allow"));
+  return s;
+}
+
 void print_jobs(const std::vector<wire::JobStatus>& jobs) {
   std::printf("%6s  %-10s  %-28s  %-8s  %11s  %9s  %10s\n", "job", "state", "model", "device", "tasks", "measured",
               "cache hits");

@@ -1,6 +1,6 @@
 // What the service commands (tune, coordinator, worker, submit, status, cancel, export) share:
 // a stop flag raised by SIGINT/SIGTERM, the path of this executable (the worker's measuring
-// child), reading a model's files for a job, writing a plan's files, and the job table printout.
+// child), CURVE options, reading a model's files for a job, writing a plan's files, and the job table printout.
 #pragma once
 
 #include <atomic>
@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "fusetune_proto/service.pb.h"
+#include "proto/curve.h"
+#include "tools/cli_args.h"
 
 namespace fusetune::cli {
 
@@ -20,6 +22,10 @@ std::string self_executable();
 std::vector<wire::ModelFile> read_model_files(const std::filesystem::path& model);
 // Writes files under `dir` (created), refusing paths that leave it.
 void write_files(const std::vector<wire::ModelFile>& files, const std::filesystem::path& dir);
+// --key NAME.key and --coordinator-key COORD.pub (both or neither) of a worker or client.
+wire::ClientSecurity client_security(const Args& args);
+// --key NAME.key and --allow FILE.pub|DIR (both or neither) of a coordinator.
+wire::ServerSecurity server_security(const Args& args);
 // One line per job: id, state, model, device, tasks done/total, measured, cache hits.
 void print_jobs(const std::vector<wire::JobStatus>& jobs);
 // The closing table of a finished job, from its summary.

@@ -158,9 +158,17 @@ int WorkerDaemon::run(const std::atomic<bool>& stop) {
   socket.set(zmq::sockopt::linger, 2000);
   socket.set(zmq::sockopt::reconnect_ivl, 200);
   socket.set(zmq::sockopt::reconnect_ivl_max, 2000);
+  wire::apply_client_security(socket, opt_.security);
+  // A rejected CURVE handshake shows only as a socket event: watch for it.
+  const std::string monitor_endpoint = "inproc://fusetune-worker-monitor-" + std::to_string(reinterpret_cast<uintptr_t>(this));
+  check(zmq_socket_monitor(socket.handle(), monitor_endpoint.c_str(),
+                           ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) == 0,
+        "cannot monitor the worker's socket");
+  zmq::socket_t monitor(context_, zmq::socket_type::pair);
+  monitor.connect(monitor_endpoint);
   socket.connect(opt_.coordinator);
   log("connecting to " + opt_.coordinator + " (" + device.description() + ", " + backend_name + ", " +
-      pool.compiler() + ")");
+      pool.compiler() + ")" + (opt_.security.enabled() ? ", CURVE" : ", no CURVE keys (loopback or embedded use only)"));
 
   auto send = [&](wire::Envelope e) {
     const std::string bytes = wire::encode(std::move(e));
@@ -196,9 +204,17 @@ int WorkerDaemon::run(const std::atomic<bool>& stop) {
       cancel = true;
       if (current == 0) break;
     }
-    zmq::pollitem_t item{static_cast<void*>(socket), 0, ZMQ_POLLIN, 0};
-    zmq::poll(&item, 1, std::chrono::milliseconds(50));
-    if (item.revents & ZMQ_POLLIN) {
+    zmq::pollitem_t items[] = {{static_cast<void*>(socket), 0, ZMQ_POLLIN, 0},
+                               {static_cast<void*>(monitor), 0, ZMQ_POLLIN, 0}};
+    zmq::poll(items, 2, std::chrono::milliseconds(50));
+    if (items[1].revents & ZMQ_POLLIN) {
+      zmq::message_t event, address;
+      if (monitor.recv(event, zmq::recv_flags::dontwait) && event.more()) (void)monitor.recv(address, zmq::recv_flags::none);
+      log("refused by the coordinator: CURVE handshake failed (is this worker's public key among the coordinator's "
+          "allowed keys, and --coordinator-key the coordinator's?)");
+      return 3;
+    }
+    if (items[0].revents & ZMQ_POLLIN) {
       zmq::message_t msg;
       if (socket.recv(msg, zmq::recv_flags::dontwait)) {
         try {

@@ -11,12 +11,14 @@
 // and the daemon says hello again when the new coordinator does not know it; when `stop` becomes
 // true (SIGTERM) the task in hand is abandoned at once (its child killed, the lease handed back
 // with an `abandoned` result), a bye is sent, and run() returns 0. A refusal (incompatible
-// protocol, unknown key) makes run() return 3 after logging the coordinator's reason.
+// protocol, or a CURVE handshake the coordinator rejects) makes run() return 3 after logging why.
 #pragma once
 
 #include <atomic>
 #include <string>
 #include <zmq.hpp>
+
+#include "proto/curve.h"
 
 namespace fusetune::worker {
 
@@ -27,6 +29,7 @@ struct WorkerOptions {
   std::string executable;    // the fusetune binary that runs `worker-child`
   std::string worker_id;     // default: hostname:pid
   int hello_retry_ms = 2000;
+  wire::ClientSecurity security;  // CURVE: the coordinator's public key and this worker's pair
   bool quiet = false;        // no log lines (the embedded `tune` shows a progress bar instead)
 };
 

@@ -22,6 +22,7 @@
 #include "coordinator/client.h"
 #include "core/error.h"
 #include "onnx_builder.h"
+#include "proto/curve.h"
 #include "proto/wire.h"
 #include "storage/search_db.h"
 
@@ -117,19 +118,20 @@ class Service : public ::testing::Test {
     coordinator_.reset();
     if (!HasFailure()) fs::remove_all(dir_);
   }
-  void start_coordinator() {
-    coordinator_ = std::make_unique<Process>(
-        std::vector<std::string>{"coordinator", "--listen", endpoint_, "--db", db_.string(), "--worker-timeout-ms", "1500",
-                                 "--heartbeat-ms", "250"},
-        dir_ / "coordinator.log");
+  void start_coordinator(const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args = {"coordinator", "--listen", endpoint_, "--db", db_.string(), "--worker-timeout-ms",
+                                     "1500", "--heartbeat-ms", "250"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    coordinator_ = std::make_unique<Process>(args, dir_ / "coordinator.log");
   }
-  void start_worker(const std::string& id) {
-    workers_.push_back(std::make_unique<Process>(
-        std::vector<std::string>{"worker", "--coordinator", endpoint_, "--device", "host", "--compile-jobs", "1", "--id", id},
-        dir_ / (id + ".log")));
+  Process& start_worker(const std::string& id, const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args = {"worker", "--coordinator", endpoint_, "--device", "host", "--compile-jobs", "1", "--id", id};
+    args.insert(args.end(), extra.begin(), extra.end());
+    workers_.push_back(std::make_unique<Process>(args, dir_ / (id + ".log")));
+    return *workers_.back();
   }
   wire::Envelope request(wire::Envelope e) {
-    coordinator::Client client(context_, endpoint_, 60000);
+    coordinator::Client client(context_, endpoint_, 60000, security_);
     return client.request(std::move(e));
   }
   int64_t submit(const fs::path& model, int candidates = 2) {
@@ -178,6 +180,7 @@ class Service : public ::testing::Test {
   fs::path db_;
   std::string endpoint_;
   zmq::context_t context_;
+  wire::ClientSecurity security_;  // this test's client keys, when the coordinator uses CURVE
   std::unique_ptr<Process> coordinator_;
   std::vector<std::unique_ptr<Process>> workers_;
 };
@@ -288,6 +291,33 @@ TEST_F(Service, FiftyJobsAtOnceAllCompleteAndModelsSharingBlocksShareTasks) {
     }
   }
   for (int64_t j : jobs) expect_complete_without_duplicates(j);
+}
+
+TEST_F(Service, WithCurveKeysOnlyAllowedWorkersAndClientsAreServed) {
+  const fs::path keys = dir_ / "keys", allowed = dir_ / "allowed";
+  for (const char* name : {"coordinator", "good", "client", "intruder"}) {
+    Process gen({"keys", "generate", name, "--out", keys.string()}, dir_ / "keys.log");
+    ASSERT_EQ(gen.wait(), 0) << gen.log();
+  }
+  fs::create_directories(allowed);
+  fs::copy_file(keys / "good.pub", allowed / "good.pub");
+  fs::copy_file(keys / "client.pub", allowed / "client.pub");
+  start_coordinator({"--key", (keys / "coordinator.key").string(), "--allow", allowed.string()});
+  Process& intruder = start_worker("intruder", {"--key", (keys / "intruder.key").string(), "--coordinator-key",
+                                                (keys / "coordinator.pub").string()});
+  EXPECT_EQ(intruder.wait(), 3) << intruder.log();  // refused at the handshake, and says why
+  EXPECT_NE(intruder.log().find("CURVE handshake failed"), std::string::npos) << intruder.log();
+  EXPECT_NE(coordinator_->log().find("not among the allowed public keys"), std::string::npos) << coordinator_->log();
+  start_worker("good", {"--key", (keys / "good.key").string(), "--coordinator-key", (keys / "coordinator.pub").string()});
+  security_.own = wire::read_key_file(keys / "client.key");
+  security_.server_public = wire::read_key_file(keys / "coordinator.pub").public_key;
+  const int64_t job = submit(write_model(dir_, "relu", 40, {"Relu"}), 1);
+  wait_for([&] { return status(job).state() == "done"; }, "a job served over CURVE");
+  // A client without keys gets nothing from a CURVE coordinator.
+  coordinator::Client plain(context_, endpoint_, 1500);
+  wire::Envelope e;
+  e.mutable_status();
+  EXPECT_THROW(plain.request(std::move(e)), Error);
 }
 
 }  // namespace

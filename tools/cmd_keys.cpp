@@ -1,0 +1,26 @@
+// fusetune keys generate NAME [--out DIR]: a CURVE key pair for a coordinator, worker or client
+// (proto/curve.h): DIR/NAME.key (both halves, mode 0600) and DIR/NAME.pub (the public half, to
+// hand to the other side: a coordinator's --allow directory, a worker's --coordinator-key).
+#include <cstdio>
+
+#include "core/error.h"
+#include "proto/curve.h"
+#include "tools/cli_args.h"
+#include "tools/commands.h"
+
+namespace fusetune::cli {
+
+int cmd_keys(const std::vector<std::string>& argv) {
+  const Args args(argv, {"out"}, {});
+  check(args.positional().size() == 2 && args.positional()[0] == "generate",
+        "usage: fusetune keys generate NAME [--out DIR]");
+  const std::string name = args.positional()[1];
+  check(name.find('/') == std::string::npos && !name.empty(), "key name '", name, "' must be a plain file name");
+  const std::filesystem::path dir = args.get("out", ".");
+  wire::write_key_pair(wire::generate_key_pair(), dir, name);
+  std::printf("wrote %s (keep it private) and %s (give it to the other side)\n", (dir / (name + ".key")).c_str(),
+              (dir / (name + ".pub")).c_str());
+  return 0;
+}
+
+}  // namespace fusetune::cli
