@@ -227,7 +227,7 @@ struct Server::State {
     }
     if (idle.empty() || jobs.empty()) return;
     std::set<int64_t> queued;
-    for (const storage::TaskRecord& t : db.tasks_in_state(storage::TaskState::kQueued)) queued.insert(t.id);
+    for (int64_t id : db.task_ids_in_state(storage::TaskState::kQueued)) queued.insert(id);
     if (queued.empty()) return;
     for (Worker* w : idle) {
       // Jobs in turn, starting after the one served last.

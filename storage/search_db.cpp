@@ -656,6 +656,14 @@ std::vector<TaskRecord> SearchDb::tasks_in_state(TaskState state) {
   return read_tasks(q);
 }
 
+std::vector<int64_t> SearchDb::task_ids_in_state(TaskState state) {
+  Stmt q(db_, "SELECT id FROM tasks WHERE state=? ORDER BY id", path_.string());
+  q.bind(1, task_state_name(state));
+  std::vector<int64_t> ids;
+  while (q.step()) ids.push_back(q.i64(0));
+  return ids;
+}
+
 void SearchDb::lease_task(int64_t id, const std::string& worker, int64_t deadline_ms) {
   write([&] {
     Stmt q(db_,

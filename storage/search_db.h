@@ -176,6 +176,7 @@ class SearchDb {
   std::vector<TaskRecord> job_tasks(int64_t job);  // ordered by task id
   std::optional<TaskRecord> task(int64_t id);
   std::vector<TaskRecord> tasks_in_state(TaskState state);  // ordered by id
+  std::vector<int64_t> task_ids_in_state(TaskState state);  // the same without reading payloads
   // Leases a queued task to a worker (attempts + 1); a task in any other state throws.
   void lease_task(int64_t id, const std::string& worker, int64_t deadline_ms);
   // Puts a leased or failed task back in the queue (worker, deadline, error cleared); a queued or
