@@ -17,7 +17,7 @@ wire::Envelope Client::request(wire::Envelope e) {
   const std::string bytes = wire::encode(std::move(e));
   socket_.send(zmq::buffer(bytes), zmq::send_flags::none);
   zmq::pollitem_t item{static_cast<void*>(socket_), 0, ZMQ_POLLIN, 0};
-  zmq::poll(&item, 1, std::chrono::milliseconds(timeout_ms_));
+  wire::poll(&item, 1, timeout_ms_);
   zmq::message_t reply;
   check((item.revents & ZMQ_POLLIN) && socket_.recv(reply, zmq::recv_flags::dontwait), "no reply from the coordinator at ",
         endpoint_, " within ", timeout_ms_ / 1000.0,

@@ -525,7 +525,7 @@ Server::~Server() = default;
 void Server::poll_once(int timeout_ms) {
   std::vector<zmq::pollitem_t> items = {{static_cast<void*>(s_->socket), 0, ZMQ_POLLIN, 0}};
   if (s_->auth) items.push_back({static_cast<void*>(s_->auth->socket()), 0, ZMQ_POLLIN, 0});
-  zmq::poll(items.data(), items.size(), std::chrono::milliseconds(timeout_ms));
+  wire::poll(items.data(), items.size(), timeout_ms);
   if (s_->auth) s_->auth->handle();
   // Everything that is waiting, so heartbeats queued behind slow work are seen before expiry.
   for (int handled = 0; handled < 10000; ++handled) {

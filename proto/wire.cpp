@@ -1,5 +1,7 @@
 #include "proto/wire.h"
 
+#include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <set>
@@ -46,6 +48,15 @@ std::string body_name(const Envelope& e) {
     case Envelope::BODY_NOT_SET: break;
   }
   return "empty";
+}
+
+void poll(zmq::pollitem_t* items, size_t count, int timeout_ms) {
+  try {
+    zmq::poll(items, count, std::chrono::milliseconds(timeout_ms));
+  } catch (const zmq::error_t& e) {
+    if (e.num() != EINTR) throw;
+    for (size_t k = 0; k < count; ++k) items[k].revents = 0;
+  }
 }
 
 namespace {

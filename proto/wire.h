@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+#include <zmq.hpp>
 
 #include "core/graph.h"
 #include "fusetune_proto/service.pb.h"
@@ -26,6 +27,10 @@ std::string encode(Envelope e);
 Envelope decode(const void* data, size_t size);
 // The name of the envelope's body ("hello", "task", ...), for logs.
 std::string body_name(const Envelope& e);
+
+// zmq::poll that treats a signal's interruption (EINTR: a SIGTERM arriving) as "nothing yet",
+// so the caller's loop sees its stop flag instead of an exception.
+void poll(zmq::pollitem_t* items, size_t count, int timeout_ms);
 
 // The nodes `node_ids` of `g` (in graph order) as a standalone sub-graph.
 Subgraph to_subgraph(const Graph& g, const std::vector<int>& node_ids);

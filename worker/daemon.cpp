@@ -206,7 +206,7 @@ int WorkerDaemon::run(const std::atomic<bool>& stop) {
     }
     zmq::pollitem_t items[] = {{static_cast<void*>(socket), 0, ZMQ_POLLIN, 0},
                                {static_cast<void*>(monitor), 0, ZMQ_POLLIN, 0}};
-    zmq::poll(items, 2, std::chrono::milliseconds(50));
+    wire::poll(items, 2, 50);
     if (items[1].revents & ZMQ_POLLIN) {
       zmq::message_t event, address;
       if (monitor.recv(event, zmq::recv_flags::dontwait) && event.more()) (void)monitor.recv(address, zmq::recv_flags::none);

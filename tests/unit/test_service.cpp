@@ -134,7 +134,8 @@ class Service : public ::testing::Test {
     coordinator::Client client(context_, endpoint_, 60000, security_);
     return client.request(std::move(e));
   }
-  int64_t submit(const fs::path& model, int candidates = 2) {
+  int64_t submit(const fs::path& model, int candidates = 2, const std::string& device = "host",
+                 const std::string& timing = R"("min_repeats": 2, "max_repeats": 3, "min_time_ms": 0.1)") {
     wire::Envelope e;
     wire::Submit& s = *e.mutable_submit();
     s.set_model_name(model.filename().string());
@@ -142,8 +143,8 @@ class Service : public ::testing::Test {
     f.set_path(model.filename().string());
     std::ifstream in(model, std::ios::binary);
     f.set_data(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()));
-    s.set_device("host");
-    s.set_options(R"({"candidates": )" + std::to_string(candidates) + R"(, "min_repeats": 2, "max_repeats": 3, "min_time_ms": 0.1})");
+    s.set_device(device);
+    s.set_options(R"({"candidates": )" + std::to_string(candidates) + ", " + timing + "}");
     return request(std::move(e)).job().job_id();
   }
   wire::JobStatus status(int64_t job) {
@@ -291,6 +292,30 @@ TEST_F(Service, FiftyJobsAtOnceAllCompleteAndModelsSharingBlocksShareTasks) {
     }
   }
   for (int64_t j : jobs) expect_complete_without_duplicates(j);
+}
+
+TEST_F(Service, ASigtermedWorkerHandsItsLeaseBackAndTasksGoOnlyToMatchingDevices) {
+  start_coordinator();
+  const int64_t gpu_job = submit(bundled_model("cnn_small"), 1, "h100");  // no H100 worker: never dispatched
+  Process& w1 = start_worker("w1");
+  // Slow timing (0.8 s per candidate), so w1 is surely inside a task when it is told to stop.
+  const int64_t job = submit(write_model(dir_, "chain", 48, {"Relu", "Sigmoid", "Tanh"}), 2, "host",
+                             R"("min_repeats": 2, "max_repeats": 100000, "min_time_ms": 800)");
+  storage::SearchDb db(db_);
+  wait_for([&] { return !db.tasks_in_state(storage::TaskState::kLeased).empty(); }, "a lease");
+  const int64_t leased = db.tasks_in_state(storage::TaskState::kLeased).at(0).id;
+  EXPECT_EQ(w1.kill(SIGTERM), 0) << w1.log();
+  wait_for([&] { return db.task(leased)->state == storage::TaskState::kQueued; }, "the lease handed back");
+  EXPECT_NE(coordinator_->log().find("handed back by w1"), std::string::npos) << coordinator_->log();
+  EXPECT_NE(w1.log().find("abandoned"), std::string::npos) << w1.log();
+  start_worker("w2");
+  wait_for([&] { return status(job).state() == "done"; }, "the job on the second worker");
+  expect_complete_without_duplicates(job);
+  EXPECT_EQ(status(gpu_job).state(), "running");
+  for (const storage::TaskRecord& t : db.job_tasks(gpu_job)) {
+    EXPECT_EQ(t.state, storage::TaskState::kQueued);
+    EXPECT_EQ(t.attempts, 0) << "an h100 task was leased to a host worker";
+  }
 }
 
 TEST_F(Service, WithCurveKeysOnlyAllowedWorkersAndClientsAreServed) {
