@@ -7,8 +7,8 @@
 // tensor expressions, evaluated per block) into shared memory, with a barrier after each stage;
 // every other op (element-wise, broadcast, data movement) is inlined as an expression where its
 // value is used, with common subexpressions kept in locals. Softmax and layer norm run row
-// statistics (32 threads per row reduce strided shares into partials in shared memory, one thread
-// per row combines them) and then an element stage. A MatMul whose tile is one matrix per block (and whose
+// statistics (one warp per row: each lane reduces a strided share into a thread-local, warp
+// reductions combine the lanes, lane 0 stores the row's statistics) and then an element stage. A MatMul whose tile is one matrix per block (and whose
 // candidate has a reduction step) is staged: each step of the reduction loads a slice of both
 // operands into shared memory cooperatively, then every thread updates its register-blocked
 // micro-tile of accumulators (thread-local storage, since they cross the step loop's barriers),

@@ -1,9 +1,12 @@
 // Generated kernels, differentially: every fusion group of every small model, and every canonical
 // op on odd shapes and odd tiles, is lowered to Kernel IR, run on the host backend with fresh
 // random inputs and poisoned outputs, and compared with the reference interpreter; each module is
-// also compiled with NVRTC for sm_80 and sm_90 and ptxas's resource report is checked.
+// also compiled with NVRTC for sm_80 and sm_90 and ptxas's resource report is checked. Targeted
+// cases cover the warp reductions of row statistics (the host emulation of the butterfly against a
+// direct reduction; rows shorter and longer than a warp) and the IR the lowering prints.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <random>
 
@@ -13,6 +16,7 @@
 #include "backend/verify.h"
 #include "codegen/emit.h"
 #include "codegen/lower_group.h"
+#include "core/error.h"
 #include "importer/importer.h"
 #include "planner/select.h"
 #include "unit/graph_helpers.h"
@@ -252,6 +256,135 @@ TEST(CodegenOps, PackedKernelsRunEachPartOnItsBlocks) {
   if (backend::nvrtc_available()) {
     EXPECT_FALSE(backend::compile_cuda(emit_cuda({packed.kernel}), "sm_90").cubin.empty());
   }
+}
+
+// Softmax, LogSoftmax and layer norm over rows shorter than, as long as, and longer than a warp,
+// with fewer rows than warps and more rows than warps per block.
+Graph row_ops() {
+  using fusetune::testing::add_input;
+  using fusetune::testing::add_op;
+  using fusetune::testing::attrs;
+  Graph g;
+  for (int64_t len : {1, 31, 32, 33, 1000}) {
+    const std::string l = std::to_string(len);
+    const int x = add_input(g, "x" + l, DType::kF32, {3, 5, len});
+    add_op(g, "Softmax", {x}, attrs({{"axis", int64_t{2}}}));
+    add_op(g, "LogSoftmax", {x}, attrs({{"axis", int64_t{2}}}));
+    add_op(g, "Softmax", {x}, attrs({{"axis", int64_t{1}}}));
+    add_op(g, "LayerNormalization", {x, add_input(g, "g" + l, DType::kF32, {len}), add_input(g, "b" + l, DType::kF32, {len})},
+           attrs({{"axis", int64_t{2}}, {"epsilon", 1e-5f}}));
+    add_op(g, "LayerNormalization", {x, add_input(g, "h" + l, DType::kF32, {5, len})}, attrs({{"axis", int64_t{1}}, {"epsilon", 1e-3f}}));
+  }
+  return g;
+}
+
+TEST(CodegenWarp, RowStatisticsOnRowsAroundTheWarpSize) {
+  const Graph g = row_ops();
+  for (int threads : {32, 128}) {
+    for (int64_t rows_per_tile : {1, 2, 5}) {
+      check_groups(g, one_group_per_node(g), [&](const FusionGroup& fg) {
+        const Shape& s = g.value(fg.outputs[0]).shape;
+        return TileConfig{{2, rows_per_tile, s[2]}, 0, threads, 1};
+      }, "row ops/" + std::to_string(threads) + " threads, tile rows " + std::to_string(rows_per_tile));
+    }
+  }
+}
+
+TEST(CodegenWarp, RowStatisticsUseWarpReductionsAndNoPartials) {
+  const Graph g = row_ops();
+  const auto groups = one_group_per_node(g);
+  const Kernel softmax = lower_group(g, groups[0], TileConfig{{1, 5, 1}, 0, 64, 1}, "softmax").kernel;
+  const std::string ir = to_text(softmax);
+  EXPECT_NE(ir.find("thread-local w1_a: float[1]"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("for.uniform ft_rb in [0LL, (ft_min((r1_n0 * r1_n1), 5LL) + 1LL) / 2LL)"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("warp.reduce max w1_a"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("warp.reduce sum w1_b"), std::string::npos) << ir;
+  EXPECT_EQ(ir.find("_p:"), std::string::npos) << "no shared partials\n" << ir;
+  EXPECT_NE(emit_cuda({softmax}).find("__shfl_xor_sync(0xffffffffu, w1_a[0], ft_off)"), std::string::npos);
+  EXPECT_NE(emit_host({softmax}).find("// warp reduce sum w1_b"), std::string::npos);
+  const Kernel norm = lower_group(g, groups[3], TileConfig{{1, 5, 1}, 0, 64, 1}, "norm").kernel;
+  const std::string nir = to_text(norm);
+  EXPECT_NE(nir.find("warp.reduce sum w6_a\n    w6_a[0] = w6_a[0] / (1.0f)"), std::string::npos) << nir;
+}
+
+// A hand-written kernel: warp w of block b reduces row 2b + w of x (strided shares per lane), and
+// every lane writes the warp's sum and max, so the host's replay of the butterfly can be checked
+// against a direct reduction and for agreement between lanes.
+Kernel warp_reduce_kernel(int64_t rows, int64_t len) {
+  Kernel k;
+  k.name = "warp_rows";
+  k.threads = 64;
+  k.grid = (rows + 1) / 2;
+  k.params = {{"x", DType::kF32, rows * len, false}, {"s", DType::kF32, rows * 32, true}, {"m", DType::kF32, rows * 32, true}};
+  k.thread_locals = {{"ws", 1}, {"wm", 1}};
+  const std::string row = "(ft_block * 2LL + ft_thread / 32)";
+  const std::string active = row + " < " + std::to_string(rows) + "LL";
+  Block share = {let("long long", "ft_row", row), let("long long", "ft_lane", "ft_thread % 32")};
+  share.push_back(serial_for("ft_j", "0LL", "(" + std::to_string(len) + "LL - ft_lane + 31LL) / 32LL", {
+      let("float", "ft_x", "x[ft_row * " + std::to_string(len) + "LL + ft_lane + ft_j * 32LL]"),
+      assign("ws[0]", "ws[0] + ft_x"),
+      assign("wm[0]", "ft_fmaxn(wm[0], ft_x)")}));
+  k.body = {assign("ws[0]", "0.0f"), assign("wm[0]", "(-ft_inf())"), if_then(active, share),
+            warp_reduce("ws", "sum"), warp_reduce("wm", "max"),
+            if_then(active, {let("long long", "ft_at", row + " * 32LL + ft_thread % 32"),
+                             store("s", "ft_at", "ws[0]"), store("m", "ft_at", "wm[0]")})};
+  return k;
+}
+
+TEST(CodegenWarp, HostButterflyEqualsADirectReduction) {
+  auto backend = backend::make_host_backend();
+  std::mt19937 rng(7);
+  const int64_t rows = 3;
+  for (int64_t len : {1, 31, 32, 33, 1000}) {
+    const Kernel k = warp_reduce_kernel(rows, len);
+    auto module = backend->load({k});
+    for (bool integers : {true, false}) {
+      // Small integers sum exactly in float, in any order: the result must equal the direct sum.
+      std::vector<float> x(static_cast<size_t>(rows * len));
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      std::uniform_int_distribution<int> small(-8, 8);
+      for (float& v : x) v = integers ? static_cast<float>(small(rng)) : normal(rng);
+      auto xb = backend->allocate(x.size() * 4), sb = backend->allocate(rows * 32 * 4), mb = backend->allocate(rows * 32 * 4);
+      xb->upload(x.data(), x.size() * 4);
+      module->launch(k.name, {xb.get(), sb.get(), mb.get()});
+      std::vector<float> sums(static_cast<size_t>(rows * 32)), maxes(sums.size());
+      sb->download(sums.data(), sums.size() * 4);
+      mb->download(maxes.data(), maxes.size() * 4);
+      for (int64_t r = 0; r < rows; ++r) {
+        double direct = 0, magnitude = 0;
+        float top = -INFINITY;
+        for (int64_t i = 0; i < len; ++i) {
+          const float v = x[static_cast<size_t>(r * len + i)];
+          direct += v;
+          magnitude += std::fabs(v);
+          top = std::max(top, v);
+        }
+        const float lane0 = sums[static_cast<size_t>(r * 32)];
+        for (int64_t l = 0; l < 32; ++l) {
+          const size_t at = static_cast<size_t>(r * 32 + l);
+          EXPECT_EQ(sums[at], lane0) << "len " << len << " row " << r << " lane " << l << ": lanes disagree";
+          EXPECT_EQ(maxes[at], top) << "len " << len << " row " << r << " lane " << l;
+        }
+        if (integers) {
+          EXPECT_EQ(lane0, static_cast<float>(direct)) << "len " << len << " row " << r;
+        } else {
+          EXPECT_NEAR(lane0, direct, 1e-5 * magnitude + 1e-6) << "len " << len << " row " << r;
+        }
+      }
+    }
+    if (backend::nvrtc_available()) {
+      EXPECT_FALSE(backend::compile_cuda(emit_cuda({k}), "sm_80").cubin.empty()) << "len " << len;
+    }
+  }
+}
+
+TEST(CodegenWarp, WarpReductionsOnlyWhereBarriersMayBe) {
+  Kernel k = warp_reduce_kernel(2, 5);
+  k.body = {serial_for("ft_i", "0LL", "1LL", {warp_reduce("ws", "sum")})};
+  EXPECT_THROW(emit_host({k}), Error);
+  k.body = {warp_reduce("x", "sum")};
+  EXPECT_THROW(emit_host({k}), Error);
+  EXPECT_THROW(warp_reduce("ws", "prod"), Error);
 }
 
 }  // namespace
