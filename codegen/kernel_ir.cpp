@@ -94,6 +94,15 @@ Stmt warp_reduce(std::string local, std::string op) {
   return s;
 }
 
+Stmt vector_load(std::string local, std::string buffer, std::string index) {
+  Stmt s;
+  s.kind = Stmt::Kind::kVectorLoad;
+  s.name = std::move(local);
+  s.a = std::move(buffer);
+  s.b = std::move(index);
+  return s;
+}
+
 std::string warp_combine(const std::string& op, const std::string& x, const std::string& y) {
   return op == "sum" ? "(" + x + " + " + y + ")" : "ft_fmaxn(" + x + ", " + y + ")";
 }
@@ -128,6 +137,7 @@ void dump(std::ostringstream& out, const Block& b, int depth) {
         }
         break;
       case Stmt::Kind::kBarrier: out << pad << "barrier\n"; break;
+      case Stmt::Kind::kVectorLoad: out << pad << "let float4 " << s.name << " = " << s.a << "[" << s.b << " .. +4]\n"; break;
       case Stmt::Kind::kWarpReduce: out << pad << "warp.reduce " << s.a << " " << s.name << "\n"; break;
       case Stmt::Kind::kUniformFor:
         out << pad << "for.uniform " << s.name << " in [" << s.a << ", " << s.b << ")\n";

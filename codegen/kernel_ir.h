@@ -16,6 +16,10 @@
 // values cross it only through thread-locals, shared or global memory; the host form ends the
 // stretch there and replays the butterfly lane by lane per warp, computing exactly what the GPU
 // computes.
+// Vector loads (`vector_load`) read four consecutive floats of a buffer in one 16-byte access
+// into a local float4 (components .x .y .z .w); the lowering guarantees the address is 16-byte
+// aligned (the host form checks it and aborts otherwise, so host runs catch what would fault on
+// the GPU).
 // Packed kernels (several groups in one launch) are a sequence of `part` statements, each taken by
 // a range of blocks; barriers inside a part are block-uniform.
 // Scalar expressions are C expressions over the kernel's variables and the helpers of the common
@@ -75,6 +79,7 @@ struct Stmt {
     kPart,      // if (a) { uniform; body }: a part of a packed kernel, chosen per block
     kUniformFor,  // for (long long name = a; name < b; ++name) body: block-uniform, barriers allowed inside
     kWarpReduce,  // name[0] = the op ("sum" or "max", in a) of name[0] over the lanes of the warp
+    kVectorLoad,  // float4 name = a[b .. b + 3]: one aligned 16-byte load from buffer a at index b
   };
   Kind kind = Kind::kComment;
   std::string name;
@@ -103,6 +108,9 @@ Stmt uniform_for(std::string var, std::string lo, std::string hi, Block body);
 // A warp reduction of the one-float thread-local `local` with `op` "sum" or "max" (NaN-propagating,
 // as ft_fmaxn); placed like a barrier (see the header comment).
 Stmt warp_reduce(std::string local, std::string op);
+// float4 `local` = buffer[index .. index + 3], one 16-byte load; buffer + index must be 16-byte
+// aligned.
+Stmt vector_load(std::string local, std::string buffer, std::string index);
 // The expression a warp reduction with `op` combines its own value x and its partner's y with.
 std::string warp_combine(const std::string& op, const std::string& x, const std::string& y);
 

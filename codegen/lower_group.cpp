@@ -320,6 +320,14 @@ class GroupLowering {
             st.regs = "tl" + std::to_string(v);
             k.thread_locals.push_back({st.regs, st.tm * st.tn});
           }
+          // Vectorised staging (the candidate's vector width): an operand read straight from a
+          // float32 input whose contiguous axis is the slice's row (A: the reduction axis, whole
+          // steps of 4; B: the output's columns) moves in float4 quads.
+          if (cfg_.vector >= 4) {
+            const TensorExpr& e = exprs_.at(n);
+            st.vec_a = st.step % 4 == 0 && contiguous_input(node.inputs[0], e.accesses[0], static_cast<int>(e.out_shape.size()));
+            st.vec_b = contiguous_input(node.inputs[1], e.accesses[1], static_cast<int>(st.n_axis));
+          }
           staged_[v] = st;
         }
       }
@@ -327,6 +335,13 @@ class GroupLowering {
       buffer_[v] = k.add_shared("b" + std::to_string(v), is_float(g_.value(v).dtype) ? DType::kF32 : DType::kI64,
                                 std::max<int64_t>(1, max_elems[v]));
     }
+  }
+
+  // True if value u is a float32 group input whose innermost axis is indexed by variable `var`
+  // alone, so consecutive values of the variable are consecutive floats in memory.
+  bool contiguous_input(int u, const Access& a, int var) const {
+    return param_.count(u) && !producer_.count(u) && g_.value(u).dtype == DType::kF32 && !a.guarded &&
+           !a.index.empty() && a.index.back().is_var(var);
   }
 
   int64_t norm_axis(const Node& n) const {
@@ -829,8 +844,52 @@ class GroupLowering {
       });
       steps.push_back(thread_for("ft_e", "0LL", "ft_min(" + count + ", " + ll(cap) + ")", loop));
     };
-    staging(st.a, st.a_cap, "(" + nm + " * " + step + ")", e.accesses[0], 0, true);
-    staging(st.b, st.b_cap, "(" + step + " * " + nn + ")", e.accesses[1], 1, false);
+    // The same slice in float4 quads: viewed as rows x cols, contiguous along cols in the operand
+    // (A: nm x step, B: step x nn), each thread loads 4 consecutive columns in one 16-byte access
+    // when all 4 lie inside the slice and the operand and their address is 16-byte aligned
+    // (checked per quad: a row of an odd-sized operand may start anywhere), else element by element.
+    auto vector_staging = [&](const std::string& buf, int64_t cap, const Access& a, int operand, bool is_a) {
+      const int u = n.inputs[static_cast<size_t>(operand)];
+      const std::string p = param_.at(u);
+      const std::string cols = is_a ? step : nn, rows = is_a ? nm : step;
+      const std::string quads = "((" + cols + " + 3LL) / 4LL)";
+      const int64_t max_quads = is_a ? cap / 4 : st.step * ((cap / st.step + 3) / 4);
+      Block loop = fresh_block([&] {
+        cur_->push_back(let("long long", "ft_r", "ft_e / " + quads));
+        cur_->push_back(let("long long", "ft_c", "(ft_e % " + quads + ") * 4LL"));
+        cur_->push_back(let("long long", "ft_k", "ft_ks * " + step + " + " + (is_a ? "ft_c" : "ft_r")));
+        const std::string m = is_a ? "(" + r.lo[st.m_axis] + " + ft_r)" : r.lo[st.m_axis];
+        const std::string col = is_a ? r.lo[st.n_axis] : "(" + r.lo[st.n_axis] + " + ft_c)";
+        cur_->push_back(let("long long", "ft_at", flat(g_.value(u).shape, index_of(a, operand_vars(m, col, "ft_k")))));
+        cur_->push_back(let("long long", "ft_s", "ft_r * " + cols + " + ft_c"));
+        // A: the quad is 4 reduction steps (all in the slice: the step is a multiple of 4); B: 4
+        // columns of one reduction step, within the slice's columns and its allocation.
+        const std::string fits = is_a ? "ft_k + 3LL < " + ll(st.k)
+                                      : "ft_k < " + ll(st.k) + " && ft_c + 3LL < " + nn + " && ft_s + 3LL < " + ll(cap);
+        const std::string whole = fits + " && ((unsigned long long)(" + p + " + ft_at) & 15ULL) == 0ULL";
+        Block quad = {vector_load("ft_q", p, "ft_at")};
+        Block tail;
+        for (int i = 0; i < 4; ++i) {
+          const std::string at = "ft_s + " + ll(i);
+          quad.push_back(store(buf, at, std::string("ft_q.") + "xyzw"[i]));
+          const std::string inside = is_a ? "ft_k + " + ll(i) + " < " + ll(st.k) : "ft_k < " + ll(st.k);
+          const Stmt element = store(buf, at, "(" + inside + " ? " + p + "[ft_at + " + ll(i) + "] : 0.0f)");
+          tail.push_back(is_a ? element : if_then("ft_c + " + ll(i) + " < " + nn + " && " + at + " < " + ll(cap), {element}));
+        }
+        cur_->push_back(if_then(whole, quad, tail));
+      });
+      steps.push_back(thread_for("ft_e", "0LL", "ft_min(" + rows + " * " + quads + ", " + ll(max_quads) + ")", loop));
+    };
+    if (st.vec_a) {
+      vector_staging(st.a, st.a_cap, e.accesses[0], 0, true);
+    } else {
+      staging(st.a, st.a_cap, "(" + nm + " * " + step + ")", e.accesses[0], 0, true);
+    }
+    if (st.vec_b) {
+      vector_staging(st.b, st.b_cap, e.accesses[1], 1, false);
+    } else {
+      staging(st.b, st.b_cap, "(" + step + " * " + nn + ")", e.accesses[1], 1, false);
+    }
     steps.push_back(barrier());
     if (!st.regs.empty()) {
       Block inner;
@@ -1018,6 +1077,7 @@ class GroupLowering {
     std::string a, b, acc;  // shared operand slices and, for a root product, its accumulators
     int64_t a_cap = 0, b_cap = 0;
     std::string regs;       // register-blocked accumulators (thread-local), when the threads cover the region
+    bool vec_a = false, vec_b = false;  // operands staged in float4 quads
     int64_t tm = 0, tn = 0; // the micro-tile of each thread
   };
 

@@ -387,5 +387,112 @@ TEST(CodegenWarp, WarpReductionsOnlyWhereBarriersMayBe) {
   EXPECT_THROW(warp_reduce("ws", "prod"), Error);
 }
 
+// MatMuls whose operands stage in float4 quads, and the shapes where quads must fall back: K and N
+// of 1, 3, 4k+1, 4k+3, multiples of 4, partial tiles, broadcast batches, and a Slice fused in front
+// (its output is not a group input: element loads).
+Graph matmul_ops() {
+  using fusetune::testing::add_input;
+  using fusetune::testing::add_op;
+  using fusetune::testing::attrs;
+  Graph g;
+  int id = 0;
+  auto mm = [&](Shape a, Shape b) {
+    const std::string n = std::to_string(id++);
+    add_op(g, "MatMul", {add_input(g, "a" + n, DType::kF32, std::move(a)), add_input(g, "b" + n, DType::kF32, std::move(b))});
+  };
+  for (int64_t k : {1, 3, 4, 9, 11, 36, 1000}) {
+    for (int64_t n : {1, 3, 7, 8, 13}) mm({7, k}, {k, n});
+  }
+  mm({1, 12}, {12, 1});
+  mm({2, 1, 3, 8}, {3, 8, 6});
+  mm({3, 13}, {2, 13, 20});
+  const int wide = add_input(g, "wide", DType::kF32, {5, 19});
+  add_op(g, "MatMul", {add_op(g, "Slice", {wide}, attrs({{"starts", std::vector<int64_t>{0, 3}}, {"ends", std::vector<int64_t>{5, 19}},
+                                                         {"steps", std::vector<int64_t>{1, 1}}})),
+                       add_input(g, "ws", DType::kF32, {16, 9})});
+  return g;
+}
+
+// Every MatMul its own group (the Slice with the MatMul after it).
+std::vector<FusionGroup> matmul_groups(const Graph& g) {
+  std::vector<FusionGroup> out;
+  for (size_t n = 0; n < g.nodes().size(); ++n) {
+    if (g.nodes()[n].op != "MatMul") continue;
+    FusionGroup fg;
+    if (n > 0 && g.nodes()[n - 1].op == "Slice") fg.nodes.push_back(static_cast<int>(n - 1));
+    fg.nodes.push_back(static_cast<int>(n));
+    planner::describe_group(g, fg);
+    fg.outputs = {g.nodes()[n].outputs[0]};
+    out.push_back(fg);
+  }
+  return out;
+}
+
+TEST(CodegenVector, StagedMatMulsWithQuadsAndTheirFallbacks) {
+  const Graph g = matmul_ops();
+  for (int64_t step : {8, 16}) {
+    for (int threads : {32, 64}) {
+      check_groups(g, matmul_groups(g), [&](const FusionGroup& fg) {
+        const Shape& s = g.value(fg.outputs[0]).shape;
+        std::vector<int64_t> tile(s.size(), 1);
+        tile[s.size() - 2] = 4;
+        tile[s.size() - 1] = threads == 32 ? 4 : 6;  // 6: column tiles that start unaligned
+        return TileConfig{tile, step, threads, 4};
+      }, "matmul quads/step " + std::to_string(step) + ", " + std::to_string(threads) + " threads");
+    }
+  }
+}
+
+TEST(CodegenVector, QuadsInTheIrOnlyForContiguousInputs) {
+  const Graph g = matmul_ops();
+  const auto groups = matmul_groups(g);
+  const TileConfig quads{{4, 8}, 8, 32, 4};
+  const Kernel k = lower_group(g, groups[28], quads, "mm").kernel;  // [7, 36] x [36, 8]
+  const std::string ir = to_text(k);
+  EXPECT_NE(ir.find("let float4 ft_q = in0[ft_at .. +4]"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("let float4 ft_q = in1[ft_at .. +4]"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("ft_s + 3LL] = ft_q.w"), std::string::npos) << ir;
+  EXPECT_NE(emit_cuda({k}).find("const float4 ft_q = *(const float4*)(in0 + (ft_at));"), std::string::npos);
+  EXPECT_NE(emit_host({k}).find("if (((unsigned long long)(in1 + (ft_at)) & 15ULL) != 0ULL) ft_misaligned(\"in1\");"),
+            std::string::npos);
+  // Vector width 1, and the Slice's output (not a group input) as A: element loads.
+  EXPECT_EQ(to_text(lower_group(g, groups[28], TileConfig{{4, 8}, 8, 32, 1}, "mm").kernel).find("float4"), std::string::npos);
+  const std::string sliced = to_text(lower_group(g, groups.back(), TileConfig{{4, 8}, 8, 32, 4}, "mm").kernel);
+  EXPECT_EQ(sliced.find("in0[ft_at .. +4]"), std::string::npos) << sliced;
+  EXPECT_NE(sliced.find("in1[ft_at .. +4]"), std::string::npos) << sliced;
+}
+
+TEST(CodegenVector, MisalignedOperandsFallBackToElementLoads) {
+  // The operands live 4 bytes into their buffers: no quad is 16-byte aligned, so every load takes
+  // the element path (the host form aborts on a misaligned quad); the product is still exact.
+  using fusetune::testing::add_input;
+  using fusetune::testing::add_op;
+  Graph g;
+  add_op(g, "MatMul", {add_input(g, "a", DType::kF32, {6, 16}), add_input(g, "b", DType::kF32, {16, 8})});
+  const auto groups = matmul_groups(g);
+  const LoweredKernel lk = lower_group(g, groups[0], TileConfig{{4, 8}, 8, 32, 4}, "mm");
+  auto backend = backend::make_host_backend();
+  auto module = backend->load({lk.kernel});
+  std::vector<float> a(6 * 16), b(16 * 8);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(static_cast<int>(i % 7) - 3);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(static_cast<int>(i % 5) - 2);
+  for (size_t shift : {0, 4, 8}) {
+    auto ab = backend->allocate(a.size() * 4 + 16), bb = backend->allocate(b.size() * 4 + 16), cb = backend->allocate(6 * 8 * 4);
+    auto av = backend->view(*ab, shift, a.size() * 4), bv = backend->view(*bb, shift, b.size() * 4);
+    av->upload(a.data(), a.size() * 4);
+    bv->upload(b.data(), b.size() * 4);
+    module->launch(lk.kernel.name, {av.get(), bv.get(), cb.get()});
+    std::vector<float> c(6 * 8);
+    cb->download(c.data(), c.size() * 4);
+    for (size_t i = 0; i < 6; ++i) {
+      for (size_t j = 0; j < 8; ++j) {
+        float want = 0;
+        for (size_t k = 0; k < 16; ++k) want += a[i * 16 + k] * b[k * 8 + j];
+        EXPECT_EQ(c[i * 8 + j], want) << "shift " << shift << " at " << i << "," << j;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace fusetune::codegen
