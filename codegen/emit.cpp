@@ -23,7 +23,20 @@ std::string storage_ctype(DType t) {
 
 namespace {
 
-void emit_block(std::ostringstream& out, const Block& b, int depth, int threads) {
+// The thread-local a warp reduction combines: it must be declared, with one float per thread.
+void check_warp_local(const Stmt& s, const std::vector<ThreadLocal>& locals) {
+  for (const ThreadLocal& t : locals) {
+    if (t.name == s.name) {
+      check(t.count == 1, "warp reduction of thread-local '", s.name, "' of ", t.count, " floats (needs one)");
+      return;
+    }
+  }
+  fail("warp reduction of '", s.name, "', which is not a thread-local");
+}
+
+// Statements in the CUDA form, or inside one stretch of the host form (`host`: there, barriers and
+// warp reductions cannot occur; emit_host_body splits stretches at them).
+void emit_block(std::ostringstream& out, const Block& b, int depth, int threads, bool host) {
   const std::string pad(static_cast<size_t>(depth) * 2, ' ');
   for (const Stmt& s : b) {
     switch (s.kind) {
@@ -39,29 +52,51 @@ void emit_block(std::ostringstream& out, const Block& b, int depth, int threads)
           out << pad << "for (long long " << s.name << " = " << s.a << "; " << s.name << " < (" << s.b << "); ++" << s.name
               << ") {\n";
         }
-        emit_block(out, s.body, depth + 1, threads);
+        emit_block(out, s.body, depth + 1, threads, host);
         out << pad << "}\n";
         break;
       case Stmt::Kind::kIf:
         out << pad << "if (" << s.a << ") {\n";
-        emit_block(out, s.body, depth + 1, threads);
+        emit_block(out, s.body, depth + 1, threads, host);
         if (!s.orelse.empty()) {
           out << pad << "} else {\n";
-          emit_block(out, s.orelse, depth + 1, threads);
+          emit_block(out, s.orelse, depth + 1, threads, host);
         }
         out << pad << "}\n";
         break;
-      case Stmt::Kind::kBarrier: out << pad << "__syncthreads();\n"; break;
+      case Stmt::Kind::kBarrier:
+        check(!host, "a barrier inside a thread loop or a branch");
+        out << pad << "__syncthreads();\n";
+        break;
+      case Stmt::Kind::kVectorLoad:
+        if (host) {  // the same element reads, with the GPU's alignment requirement checked
+          out << pad << "if (((unsigned long long)(" << s.a << " + (" << s.b << ")) & 15ULL) != 0ULL) ft_misaligned(\""
+              << s.a << "\");\n";
+          out << pad << "const float4 " << s.name << " = {" << s.a << "[" << s.b << "]";
+          for (int i = 1; i < 4; ++i) out << ", " << s.a << "[(" << s.b << ") + " << i << "]";
+          out << "};\n";
+        } else {
+          out << pad << "const float4 " << s.name << " = *(const float4*)(" << s.a << " + (" << s.b << "));\n";
+        }
+        break;
+      case Stmt::Kind::kWarpReduce:
+        check(!host, "a warp reduction inside a thread loop or a branch");
+        out << pad << "#pragma unroll\n"
+            << pad << "for (int ft_off = " << kWarpSize / 2 << "; ft_off > 0; ft_off >>= 1) " << s.name << "[0] = "
+            << warp_combine(s.a, s.name + "[0]", "__shfl_xor_sync(0xffffffffu, " + s.name + "[0], ft_off)") << ";\n";
+        break;
       case Stmt::Kind::kPart:
+        check(!host, "a packed kernel's part inside a thread loop or a branch");
         out << pad << "if (" << s.a << ") {\n";
-        emit_block(out, s.uniform, depth + 1, threads);
-        emit_block(out, s.body, depth + 1, threads);
+        emit_block(out, s.uniform, depth + 1, threads, host);
+        emit_block(out, s.body, depth + 1, threads, host);
         out << pad << "}\n";
         break;
       case Stmt::Kind::kUniformFor:
+        check(!host, "a uniform loop inside a thread loop or a branch");
         out << pad << "for (long long " << s.name << " = " << s.a << "; " << s.name << " < (" << s.b << "); ++" << s.name
             << ") {\n";
-        emit_block(out, s.body, depth + 1, threads);
+        emit_block(out, s.body, depth + 1, threads, host);
         out << pad << "}\n";
         break;
     }
@@ -80,7 +115,9 @@ void shared_views(std::ostringstream& out, const Kernel& k, const char* pad) {
 }
 
 // Host form of a block body: each stretch between barriers runs for every thread of the block in
-// turn; a packed kernel's parts are block-uniform branches around their own stretches.
+// turn; a packed kernel's parts are block-uniform branches around their own stretches. A warp
+// reduction ends a stretch too and replays the CUDA butterfly on each warp's 32 thread-local
+// values: at every step all lanes read their partners' values of the previous step.
 void emit_host_body(std::ostringstream& out, const Block& body, int depth, int threads,
                     const std::vector<ThreadLocal>& locals) {
   const std::string pad(static_cast<size_t>(depth) * 2, ' ');
@@ -91,7 +128,7 @@ void emit_host_body(std::ostringstream& out, const Block& body, int depth, int t
     for (const ThreadLocal& t : locals) {
       out << pad << "  float* " << t.name << " = " << t.name << "_all + (long long)ft_thread * " << t.count << ";\n";
     }
-    emit_block(out, segment, depth + 1, threads);
+    emit_block(out, segment, depth + 1, threads, true);
     out << pad << "}\n";
     segment.clear();
   };
@@ -99,10 +136,23 @@ void emit_host_body(std::ostringstream& out, const Block& body, int depth, int t
     if (s.kind == Stmt::Kind::kBarrier) {
       flush();
       out << pad << "// barrier\n";
+    } else if (s.kind == Stmt::Kind::kWarpReduce) {
+      flush();
+      check_warp_local(s, locals);
+      check(threads % kWarpSize == 0, "warp reduction in a block of ", threads, " threads");
+      out << pad << "// warp reduce " << s.a << " " << s.name << "\n";
+      out << pad << "for (int ft_w = 0; ft_w < " << threads / kWarpSize << "; ++ft_w) {\n";
+      out << pad << "  float* ft_v = " << s.name << "_all + ft_w * " << kWarpSize << ";\n";
+      out << pad << "  for (int ft_off = " << kWarpSize / 2 << "; ft_off > 0; ft_off >>= 1) {\n";
+      out << pad << "    float ft_next[" << kWarpSize << "];\n";
+      out << pad << "    for (int ft_l = 0; ft_l < " << kWarpSize << "; ++ft_l) ft_next[ft_l] = "
+          << warp_combine(s.a, "ft_v[ft_l]", "ft_v[ft_l ^ ft_off]") << ";\n";
+      out << pad << "    memcpy(ft_v, ft_next, sizeof ft_next);\n";
+      out << pad << "  }\n" << pad << "}\n";
     } else if (s.kind == Stmt::Kind::kPart) {
       flush();
       out << pad << "if (" << s.a << ") {\n";
-      emit_block(out, s.uniform, depth + 1, threads);
+      emit_block(out, s.uniform, depth + 1, threads, true);
       emit_host_body(out, s.body, depth + 1, threads, locals);
       out << pad << "}\n";
     } else if (s.kind == Stmt::Kind::kUniformFor) {
@@ -132,8 +182,8 @@ std::string emit_cuda(const std::vector<Kernel>& kernels) {
     shared_views(out, k, "  ");
     out << "  const long long ft_block = blockIdx.x;\n  const int ft_thread = threadIdx.x;\n";
     for (const ThreadLocal& t : k.thread_locals) out << "  float " << t.name << "[" << t.count << "];\n";
-    emit_block(out, k.uniform, 1, k.threads);
-    emit_block(out, k.body, 1, k.threads);
+    emit_block(out, k.uniform, 1, k.threads, false);
+    emit_block(out, k.body, 1, k.threads, false);
     out << "}\n\n";
   }
   return out.str();
@@ -142,8 +192,11 @@ std::string emit_cuda(const std::vector<Kernel>& kernels) {
 std::string emit_host(const std::vector<Kernel>& kernels) {
   std::ostringstream out;
   out << "// Generated by fusetune (codegen/emit.cpp). The host form of the CUDA kernels.\n";
-  out << "#include <math.h>\n#include <stdlib.h>\n#include <string.h>\n";
-  out << "#define FT_FN static inline\n#define __restrict__ __restrict\n" << kPrelude << "\n";
+  out << "#include <math.h>\n#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n";
+  out << "#define FT_FN static inline\n#define __restrict__ __restrict\n" << kPrelude;
+  out << "struct float4 { float x, y, z, w; };\n";
+  out << "static void ft_misaligned(const char* buffer) {\n"
+         "  fprintf(stderr, \"fusetune: misaligned vector load from %s\\n\", buffer);\n  abort();\n}\n\n";
   for (const Kernel& k : kernels) {
     out << "extern \"C\" void " << k.name << "(void** ft_args, long long ft_first_block, long long ft_last_block) {\n";
     for (size_t i = 0; i < k.params.size(); ++i) {
@@ -157,7 +210,7 @@ std::string emit_host(const std::vector<Kernel>& kernels) {
       out << "  float* " << t.name << "_all = (float*)malloc(sizeof(float) * " << k.threads * t.count << ");\n";
     }
     out << "  for (long long ft_block = ft_first_block; ft_block < ft_last_block; ++ft_block) {\n";
-    emit_block(out, k.uniform, 2, k.threads);
+    emit_block(out, k.uniform, 2, k.threads, true);
     emit_host_body(out, k.body, 2, k.threads, k.thread_locals);
     out << "  }\n  free(ft_smem);\n";
     for (const ThreadLocal& t : k.thread_locals) out << "  free(" << t.name << "_all);\n";

@@ -2,6 +2,8 @@
 
 #include <sstream>
 
+#include "core/error.h"
+
 namespace fusetune::codegen {
 
 Stmt comment(std::string text) {
@@ -83,6 +85,28 @@ Stmt uniform_for(std::string var, std::string lo, std::string hi, Block body) {
   return s;
 }
 
+Stmt warp_reduce(std::string local, std::string op) {
+  check(op == "sum" || op == "max", "warp reduction with unknown op '", op, "'");
+  Stmt s;
+  s.kind = Stmt::Kind::kWarpReduce;
+  s.name = std::move(local);
+  s.a = std::move(op);
+  return s;
+}
+
+Stmt vector_load(std::string local, std::string buffer, std::string index) {
+  Stmt s;
+  s.kind = Stmt::Kind::kVectorLoad;
+  s.name = std::move(local);
+  s.a = std::move(buffer);
+  s.b = std::move(index);
+  return s;
+}
+
+std::string warp_combine(const std::string& op, const std::string& x, const std::string& y) {
+  return op == "sum" ? "(" + x + " + " + y + ")" : "ft_fmaxn(" + x + ", " + y + ")";
+}
+
 std::string Kernel::add_shared(const std::string& alloc_name, DType dtype, int64_t elements) {
   const int64_t offset = (shared_bytes + 15) / 16 * 16;
   shared.push_back({alloc_name, dtype, elements, offset});
@@ -113,6 +137,8 @@ void dump(std::ostringstream& out, const Block& b, int depth) {
         }
         break;
       case Stmt::Kind::kBarrier: out << pad << "barrier\n"; break;
+      case Stmt::Kind::kVectorLoad: out << pad << "let float4 " << s.name << " = " << s.a << "[" << s.b << " .. +4]\n"; break;
+      case Stmt::Kind::kWarpReduce: out << pad << "warp.reduce " << s.a << " " << s.name << "\n"; break;
       case Stmt::Kind::kUniformFor:
         out << pad << "for.uniform " << s.name << " in [" << s.a << ", " << s.b << ")\n";
         dump(out, s.body, depth + 1);

@@ -8,6 +8,18 @@
 // cross a barrier only through shared memory or global buffers, never through locals. That last
 // rule is what lets the host form run each stretch between barriers as a loop over threads;
 // values that must persist per thread across barriers are declared as Kernel::thread_locals.
+// Warp reductions (`warp_reduce`) follow the same rule: a warp reduce combines, with sum or max,
+// the one-float thread-local NAME of the 32 lanes of each warp by a butterfly of __shfl_xor_sync
+// (at each step lane l takes op(v[l], v[l ^ offset]) for offsets 16, 8, 4, 2, 1), so every lane
+// ends with the same warp total. It appears only where a barrier may (top level of the body, of a
+// part or of a uniform loop), every thread of the block reaches it (the block is whole warps), and
+// values cross it only through thread-locals, shared or global memory; the host form ends the
+// stretch there and replays the butterfly lane by lane per warp, computing exactly what the GPU
+// computes.
+// Vector loads (`vector_load`) read four consecutive floats of a buffer in one 16-byte access
+// into a local float4 (components .x .y .z .w); the lowering guarantees the address is 16-byte
+// aligned (the host form checks it and aborts otherwise, so host runs catch what would fault on
+// the GPU).
 // Packed kernels (several groups in one launch) are a sequence of `part` statements, each taken by
 // a range of blocks; barriers inside a part are block-uniform.
 // Scalar expressions are C expressions over the kernel's variables and the helpers of the common
@@ -25,7 +37,10 @@ namespace fusetune::codegen {
 
 // The version of the code generator: part of every tuning record's key, bumped whenever the code
 // generated for the same group and candidate changes.
-inline constexpr int kCodegenVersion = 1;
+inline constexpr int kCodegenVersion = 2;
+
+// Threads per warp: warp reductions combine this many lanes; blocks are whole warps.
+inline constexpr int kWarpSize = 32;
 
 struct Param {
   std::string name;
@@ -63,6 +78,8 @@ struct Stmt {
     kBarrier,   // block-wide barrier
     kPart,      // if (a) { uniform; body }: a part of a packed kernel, chosen per block
     kUniformFor,  // for (long long name = a; name < b; ++name) body: block-uniform, barriers allowed inside
+    kWarpReduce,  // name[0] = the op ("sum" or "max", in a) of name[0] over the lanes of the warp
+    kVectorLoad,  // float4 name = a[b .. b + 3]: one aligned 16-byte load from buffer a at index b
   };
   Kind kind = Kind::kComment;
   std::string name;
@@ -88,6 +105,14 @@ Stmt part(std::string cond, Block uniform, Block body);
 // A serial loop every thread of the block runs in step (bounds depend only on the block), so its
 // body may hold barriers: the reduction-step loop of a staged contraction.
 Stmt uniform_for(std::string var, std::string lo, std::string hi, Block body);
+// A warp reduction of the one-float thread-local `local` with `op` "sum" or "max" (NaN-propagating,
+// as ft_fmaxn); placed like a barrier (see the header comment).
+Stmt warp_reduce(std::string local, std::string op);
+// float4 `local` = buffer[index .. index + 3], one 16-byte load; buffer + index must be 16-byte
+// aligned.
+Stmt vector_load(std::string local, std::string buffer, std::string index);
+// The expression a warp reduction with `op` combines its own value x and its partner's y with.
+std::string warp_combine(const std::string& op, const std::string& x, const std::string& y);
 
 struct Kernel {
   std::string name;

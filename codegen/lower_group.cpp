@@ -281,7 +281,6 @@ class GroupLowering {
       if (find_op(node.op)->kind == OpKind::kNormalization) {
         stats_[v] = {k.add_shared("s" + std::to_string(v) + "_a", DType::kF32, std::max<int64_t>(1, max_rows[v])),
                      k.add_shared("s" + std::to_string(v) + "_b", DType::kF32, std::max<int64_t>(1, max_rows[v]))};
-        partials_[v] = k.add_shared("s" + std::to_string(v) + "_p", DType::kF32, std::max<int64_t>(1, max_rows[v]) * kLanes);
       }
       if (node.op == "MatMul" && cfg_.reduce_step > 0 && g_.value(node.inputs[0]).shape.size() >= 2 &&
           g_.value(node.inputs[1]).shape.size() >= 2) {
@@ -321,6 +320,14 @@ class GroupLowering {
             st.regs = "tl" + std::to_string(v);
             k.thread_locals.push_back({st.regs, st.tm * st.tn});
           }
+          // Vectorised staging (the candidate's vector width): an operand read straight from a
+          // float32 input whose contiguous axis is the slice's row (A: the reduction axis, whole
+          // steps of 4; B: the output's columns) moves in float4 quads.
+          if (cfg_.vector >= 4) {
+            const TensorExpr& e = exprs_.at(n);
+            st.vec_a = st.step % 4 == 0 && contiguous_input(node.inputs[0], e.accesses[0], static_cast<int>(e.out_shape.size()));
+            st.vec_b = contiguous_input(node.inputs[1], e.accesses[1], static_cast<int>(st.n_axis));
+          }
           staged_[v] = st;
         }
       }
@@ -328,6 +335,13 @@ class GroupLowering {
       buffer_[v] = k.add_shared("b" + std::to_string(v), is_float(g_.value(v).dtype) ? DType::kF32 : DType::kI64,
                                 std::max<int64_t>(1, max_elems[v]));
     }
+  }
+
+  // True if value u is a float32 group input whose innermost axis is indexed by variable `var`
+  // alone, so consecutive values of the variable are consecutive floats in memory.
+  bool contiguous_input(int u, const Access& a, int var) const {
+    return param_.count(u) && !producer_.count(u) && g_.value(u).dtype == DType::kF32 && !a.guarded &&
+           !a.index.empty() && a.index.back().is_var(var);
   }
 
   int64_t norm_axis(const Node& n) const {
@@ -830,8 +844,52 @@ class GroupLowering {
       });
       steps.push_back(thread_for("ft_e", "0LL", "ft_min(" + count + ", " + ll(cap) + ")", loop));
     };
-    staging(st.a, st.a_cap, "(" + nm + " * " + step + ")", e.accesses[0], 0, true);
-    staging(st.b, st.b_cap, "(" + step + " * " + nn + ")", e.accesses[1], 1, false);
+    // The same slice in float4 quads: viewed as rows x cols, contiguous along cols in the operand
+    // (A: nm x step, B: step x nn), each thread loads 4 consecutive columns in one 16-byte access
+    // when all 4 lie inside the slice and the operand and their address is 16-byte aligned
+    // (checked per quad: a row of an odd-sized operand may start anywhere), else element by element.
+    auto vector_staging = [&](const std::string& buf, int64_t cap, const Access& a, int operand, bool is_a) {
+      const int u = n.inputs[static_cast<size_t>(operand)];
+      const std::string p = param_.at(u);
+      const std::string cols = is_a ? step : nn, rows = is_a ? nm : step;
+      const std::string quads = "((" + cols + " + 3LL) / 4LL)";
+      const int64_t max_quads = is_a ? cap / 4 : st.step * ((cap / st.step + 3) / 4);
+      Block loop = fresh_block([&] {
+        cur_->push_back(let("long long", "ft_r", "ft_e / " + quads));
+        cur_->push_back(let("long long", "ft_c", "(ft_e % " + quads + ") * 4LL"));
+        cur_->push_back(let("long long", "ft_k", "ft_ks * " + step + " + " + (is_a ? "ft_c" : "ft_r")));
+        const std::string m = is_a ? "(" + r.lo[st.m_axis] + " + ft_r)" : r.lo[st.m_axis];
+        const std::string col = is_a ? r.lo[st.n_axis] : "(" + r.lo[st.n_axis] + " + ft_c)";
+        cur_->push_back(let("long long", "ft_at", flat(g_.value(u).shape, index_of(a, operand_vars(m, col, "ft_k")))));
+        cur_->push_back(let("long long", "ft_s", "ft_r * " + cols + " + ft_c"));
+        // A: the quad is 4 reduction steps (all in the slice: the step is a multiple of 4); B: 4
+        // columns of one reduction step, within the slice's columns and its allocation.
+        const std::string fits = is_a ? "ft_k + 3LL < " + ll(st.k)
+                                      : "ft_k < " + ll(st.k) + " && ft_c + 3LL < " + nn + " && ft_s + 3LL < " + ll(cap);
+        const std::string whole = fits + " && ((unsigned long long)(" + p + " + ft_at) & 15ULL) == 0ULL";
+        Block quad = {vector_load("ft_q", p, "ft_at")};
+        Block tail;
+        for (int i = 0; i < 4; ++i) {
+          const std::string at = "ft_s + " + ll(i);
+          quad.push_back(store(buf, at, std::string("ft_q.") + "xyzw"[i]));
+          const std::string inside = is_a ? "ft_k + " + ll(i) + " < " + ll(st.k) : "ft_k < " + ll(st.k);
+          const Stmt element = store(buf, at, "(" + inside + " ? " + p + "[ft_at + " + ll(i) + "] : 0.0f)");
+          tail.push_back(is_a ? element : if_then("ft_c + " + ll(i) + " < " + nn + " && " + at + " < " + ll(cap), {element}));
+        }
+        cur_->push_back(if_then(whole, quad, tail));
+      });
+      steps.push_back(thread_for("ft_e", "0LL", "ft_min(" + rows + " * " + quads + ", " + ll(max_quads) + ")", loop));
+    };
+    if (st.vec_a) {
+      vector_staging(st.a, st.a_cap, e.accesses[0], 0, true);
+    } else {
+      staging(st.a, st.a_cap, "(" + nm + " * " + step + ")", e.accesses[0], 0, true);
+    }
+    if (st.vec_b) {
+      vector_staging(st.b, st.b_cap, e.accesses[1], 1, false);
+    } else {
+      staging(st.b, st.b_cap, "(" + step + " * " + nn + ")", e.accesses[1], 1, false);
+    }
     steps.push_back(barrier());
     if (!st.regs.empty()) {
       Block inner;
@@ -910,29 +968,43 @@ class GroupLowering {
       return off;
     };
     const auto [sa, sb] = stats_.at(v);
-    // Stage 1: statistics per row, kLanes threads per row: each lane reduces a strided share of the
-    // row into a partial, then one thread per row combines the partials.
-    const std::string part = partials_.at(v);
+    // Stage 1: statistics, one warp per row. Each lane reduces a strided share of the row into its
+    // thread-local, a warp reduction leaves the row's total in every lane, the second pass reads the
+    // first statistic straight from there, and lane 0 writes both to shared memory. A block-uniform
+    // loop hands the block's warps successive batches of rows.
     const int64_t cap = std::max<int64_t>(1, row_capacity_[v]);
     int64_t count = 1;
     for (int64_t ext : e.reduce_extents) count *= ext;
     const Access& stats = e.accesses[1];  // x read with the normalized axes as reduction variables
-    const std::string lanes = ll(kLanes);
-    auto lane_pass = [&](const std::string& init,
-                         const std::function<std::string(const std::string&, const std::string&, const std::string&)>& step) {
-      Block loop = fresh_block([&] {
-        cur_->push_back(let("long long", "ft_row", "ft_e / " + lanes));
-        cur_->push_back(let("long long", "ft_lane", "ft_e % " + lanes));
-        std::vector<std::string> o(rank, "0LL");
-        std::string inner = "1LL";
-        for (size_t j = row_dims.size(); j-- > 0;) {
-          o[row_dims[j]] = "ft_o" + std::to_string(row_dims[j]);
-          cur_->push_back(let("long long", o[row_dims[j]], r.lo[row_dims[j]] + " + (ft_row / " + inner + ") % " + row_n[j]));
-          inner = "(" + inner + " * " + row_n[j] + ")";
-        }
-        cur_->push_back(let("float", "ft_p", init));
-        Block body;
-        with_block(body, [&] {
+    const int64_t warps = cfg_.threads / kWarpSize;
+    const std::string lanes = ll(kWarpSize);
+    const std::string rows = "ft_min(" + product(row_n) + ", " + ll(cap) + ")";
+    const std::string row = "(ft_rb * " + ll(warps) + " + (long long)ft_thread / " + lanes + ")";
+    const std::string first = "w" + std::to_string(v) + "_a", second = "w" + std::to_string(v) + "_b";
+    k.thread_locals.push_back({first, 1});
+    k.thread_locals.push_back({second, 1});
+    // The row's coordinates (normalized axes at 0), as lets of ft_row.
+    auto row_coords = [&]() {
+      std::vector<std::string> o(rank, "0LL");
+      std::string inner = "1LL";
+      for (size_t j = row_dims.size(); j-- > 0;) {
+        o[row_dims[j]] = "ft_o" + std::to_string(row_dims[j]);
+        cur_->push_back(let("long long", o[row_dims[j]], r.lo[row_dims[j]] + " + (ft_row / " + inner + ") % " + row_n[j]));
+        inner = "(" + inner + " * " + row_n[j] + ")";
+      }
+      return o;
+    };
+    Block batch;
+    // One pass: every lane's share of its row folded into `tl` with step(acc, x).
+    auto lane_share = [&](const std::string& tl, const std::string& init,
+                          const std::function<std::string(const std::string&, const std::string&)>& step) {
+      const std::string acc = tl + "[0]";
+      Block body = fresh_block([&] {
+        cur_->push_back(let("long long", "ft_row", row));
+        cur_->push_back(let("long long", "ft_lane", "(long long)ft_thread % " + lanes));
+        const std::vector<std::string> o = row_coords();
+        Block loop;
+        with_block(loop, [&] {
           cur_->push_back(let("long long", "ft_f", "ft_lane + ft_j * " + lanes));
           std::vector<std::string> vars = o;
           int64_t stride = count;
@@ -942,46 +1014,43 @@ class GroupLowering {
             cur_->push_back(let("long long", rv, "(ft_f / " + ll(stride) + ") % " + ll(e.reduce_extents[q])));
             vars.push_back(rv);
           }
-          cur_->push_back(assign("ft_p", step("ft_p", value(x, index_of(stats, vars)), row_index(o))));
+          cur_->push_back(assign(acc, step(acc, value(x, index_of(stats, vars)))));
         });
-        cur_->push_back(serial_for("ft_j", "0LL", "(" + ll(count) + " - ft_lane + " + ll(kLanes - 1) + ") / " + lanes, body));
-        cur_->push_back(store(part, "ft_e", "ft_p"));
+        cur_->push_back(serial_for("ft_j", "0LL", "(" + ll(count) + " - ft_lane + " + ll(kWarpSize - 1) + ") / " + lanes, loop));
       });
-      k.body.push_back(thread_for("ft_e", "0LL", "ft_min(" + product(row_n) + ", " + ll(cap) + ") * " + lanes, loop));
-      k.body.push_back(barrier());
-    };
-    auto combine_pass = [&](const std::string& init, const std::function<std::string(const std::string&, const std::string&)>& join,
-                            const std::function<std::string(const std::string&)>& finish, const std::string& dst) {
-      dims_loop(k, v, row_dims, cap, [&](const std::vector<std::string>& o) {
-        const std::string ri = row_index(o);
-        cur_->push_back(let("float", "ft_c", init));
-        cur_->push_back(serial_for("ft_l", "0LL", lanes, {assign("ft_c", join("ft_c", part + "[(" + ri + ") * " + lanes + " + ft_l]"))}));
-        cur_->push_back(store(dst, ri, finish("ft_c")));
-      });
-      k.body.push_back(barrier());
+      batch.push_back(assign(acc, init));
+      batch.push_back(if_then(row + " < " + rows, body));
     };
     const std::string n_elems = float_literal(static_cast<double>(count));
-    auto add = [](const std::string& a, const std::string& b) { return a + " + " + b; };
-    auto same = [](const std::string& a) { return a; };
-    if (layer_norm) {
-      lane_pass("0.0f", [&](const std::string& acc, const std::string& xv, const std::string&) { return add(acc, xv); });
-      combine_pass("0.0f", add, [&](const std::string& c) { return c + " / " + n_elems; }, sa);
-      lane_pass("0.0f", [&](const std::string& acc, const std::string& xv, const std::string& ri) {
-        const std::string d = "(" + xv + " - " + sa + "[" + ri + "])";
+    const std::string a0 = first + "[0]", b0 = second + "[0]";
+    std::string stat_a = a0, stat_b = b0;
+    if (layer_norm) {  // mean, then the mean of squared deviations from it
+      lane_share(first, "0.0f", [](const std::string& acc, const std::string& xv) { return acc + " + " + xv; });
+      batch.push_back(warp_reduce(first, "sum"));
+      batch.push_back(assign(a0, a0 + " / " + n_elems));
+      lane_share(second, "0.0f", [&](const std::string& acc, const std::string& xv) {
+        const std::string d = "(" + xv + " - " + a0 + ")";
         return acc + " + " + d + " * " + d;
       });
-      combine_pass("0.0f", add, [&](const std::string& c) {
-        return "1.0f / sqrtf(" + c + " / " + n_elems + " + " + float_literal(n.attrs.f("epsilon", 1e-5f)) + ")";
-      }, sb);
-    } else {
-      auto mx = [](const std::string& a, const std::string& b) { return "ft_fmaxn(" + a + ", " + b + ")"; };
-      lane_pass("(-ft_inf())", [&](const std::string& acc, const std::string& xv, const std::string&) { return mx(acc, xv); });
-      combine_pass("(-ft_inf())", mx, same, sa);
-      lane_pass("0.0f", [&](const std::string& acc, const std::string& xv, const std::string& ri) {
-        return acc + " + expf(" + xv + " - " + sa + "[" + ri + "])";
+      batch.push_back(warp_reduce(second, "sum"));
+      stat_b = "1.0f / sqrtf(" + b0 + " / " + n_elems + " + " + float_literal(n.attrs.f("epsilon", 1e-5f)) + ")";
+    } else {  // max, then the sum of exponentials relative to it
+      lane_share(first, "(-ft_inf())", [](const std::string& acc, const std::string& xv) { return "ft_fmaxn(" + acc + ", " + xv + ")"; });
+      batch.push_back(warp_reduce(first, "max"));
+      lane_share(second, "0.0f", [&](const std::string& acc, const std::string& xv) {
+        return acc + " + expf(" + xv + " - " + a0 + ")";
       });
-      combine_pass("0.0f", add, same, sb);
+      batch.push_back(warp_reduce(second, "sum"));
     }
+    Block write = fresh_block([&] {
+      cur_->push_back(let("long long", "ft_row", row));
+      const std::string ri = row_index(row_coords());
+      cur_->push_back(store(sa, ri, stat_a));
+      cur_->push_back(store(sb, ri, stat_b));
+    });
+    batch.push_back(if_then(row + " < " + rows + " && ft_thread % " + lanes + " == 0", write));
+    k.body.push_back(uniform_for("ft_rb", "0LL", "(" + rows + " + " + ll(warps - 1) + ") / " + ll(warps), batch));
+    k.body.push_back(barrier());
     // Stage 2: elements.
     region_loop(k, v, [&](const std::vector<std::string>& o) {
       const std::string xv = value(x, o);
@@ -1008,6 +1077,7 @@ class GroupLowering {
     std::string a, b, acc;  // shared operand slices and, for a root product, its accumulators
     int64_t a_cap = 0, b_cap = 0;
     std::string regs;       // register-blocked accumulators (thread-local), when the threads cover the region
+    bool vec_a = false, vec_b = false;  // operands staged in float4 quads
     int64_t tm = 0, tn = 0; // the micro-tile of each thread
   };
 
@@ -1024,8 +1094,6 @@ class GroupLowering {
   std::map<int, std::string> buffer_;
   std::map<int, std::pair<std::string, std::string>> stats_;
   std::map<int, Staged> staged_;
-  std::map<int, std::string> partials_;  // per-lane partial statistics of a normalization
-  static constexpr int64_t kLanes = 32;  // threads that cooperate on one row's statistics
   int root_ = -1;
   std::map<int, int64_t> capacity_;      // elements allocated per staged value
   std::map<int, int64_t> row_capacity_;  // rows allocated per normalization's statistics

@@ -7,14 +7,17 @@
 // tensor expressions, evaluated per block) into shared memory, with a barrier after each stage;
 // every other op (element-wise, broadcast, data movement) is inlined as an expression where its
 // value is used, with common subexpressions kept in locals. Softmax and layer norm run row
-// statistics (32 threads per row reduce strided shares into partials in shared memory, one thread
-// per row combines them) and then an element stage. A MatMul whose tile is one matrix per block (and whose
-// candidate has a reduction step) is staged: each step of the reduction loads a slice of both
-// operands into shared memory cooperatively, then every thread updates its register-blocked
-// micro-tile of accumulators (thread-local storage, since they cross the step loop's barriers),
-// falling back to accumulators in shared memory when the threads cannot cover the region. The root is written to global memory by its own stage
-// (or by a final element stage when it is inlined); other exported values are written over their
-// regions too. Guarantees: the kernel computes the group's outputs as the reference kernels do
+// statistics (one warp per row: each lane reduces a strided share into a thread-local, warp
+// reductions combine the lanes, lane 0 stores the row's statistics) and then an element stage. A
+// MatMul whose tile is one matrix per block (and whose candidate has a reduction step) is staged:
+// each step of the reduction loads a slice of both operands into shared memory cooperatively (with
+// the candidate's vector width 4, an operand read straight from a float32 input moves in float4
+// quads where a quad lies inside the slice and the operand and is 16-byte aligned, element by
+// element elsewhere), then every thread updates its register-blocked micro-tile of accumulators
+// (thread-local storage, since they cross the step loop's barriers), falling back to accumulators
+// in shared memory when the threads cannot cover the region. The root is written to global memory
+// by its own stage (or by a final element stage when it is inlined); other exported values are
+// written over their regions too. Guarantees: the kernel computes the group's outputs as the reference kernels do
 // (up to float32 rounding) for every tile, including partial tiles at the edges; shared memory is
 // sized for the largest region any block needs; throws Error when the group cannot be lowered
 // (an op without a scalar form, shared memory beyond the device limit).

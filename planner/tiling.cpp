@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "core/error.h"
 #include "core/ops.h"
@@ -45,6 +46,21 @@ void hull_into(Region& into, const Region& r) {
 }
 
 bool is_contraction(const Node& n) { return find_op(n.op)->kind == OpKind::kContraction; }
+
+// Which operands of a staged MatMul codegen moves in float4 quads at vector width 4 (codegen/
+// lower_group): a float32 input of the group, contiguous along the staged slice's rows, with rows
+// that start 16-byte aligned: A along K (K a multiple of 4), B along N (N and the first column of
+// the product's region multiples of 4). Elsewhere quads would mostly fall back to single loads.
+std::pair<bool, bool> vector_operands(const Graph& g, const Node& n, const std::set<int>& produced,
+                                      const Region& out) {
+  if (n.op != "MatMul" || out.empty()) return {false, false};
+  auto plain = [&](int v) {
+    return !produced.count(v) && g.value(v).dtype == DType::kF32 && g.value(v).shape.size() >= 2;
+  };
+  const int a = n.inputs[0], b = n.inputs[1];
+  return {plain(a) && g.value(a).shape.back() % 4 == 0,
+          plain(b) && g.value(b).shape.back() % 4 == 0 && out.back().lo % 4 == 0};
+}
 
 }  // namespace
 
@@ -94,6 +110,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   regions[root] = root_tile;
   int64_t smem = 0;
   int64_t tile_flops = 0;
+  int64_t tile_loads = 0;  // per tile, the load instructions that stage contraction operands
   for (auto it = group.nodes.rbegin(); it != group.nodes.rend(); ++it) {
     const Node& n = g.nodes()[static_cast<size_t>(*it)];
     auto out_it = regions.find(n.outputs[0]);
@@ -120,6 +137,12 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       const auto staged = input_regions(g, n, e, out_region, step);
       for (size_t k = 0; k < 2 && k < n.inputs.size(); ++k) smem += region_elems(staged[k]) * 4;
       smem += out_elems * 4;
+      // Staging issues one load per element, or one per quad where the operand moves in float4s.
+      const auto [vec_a, vec_b] = vector_operands(g, n, produced, out_region);
+      for (size_t k = 0; k < 2 && k < n.inputs.size(); ++k) {
+        const bool quads = cfg.vector >= 4 && (k == 0 ? vec_a : vec_b);
+        tile_loads += ceil_div(region_elems(in_regions[k]), quads ? 4 : 1);
+      }
     } else if (anchor && n.outputs[0] != root) {
       smem += out_elems * 4;
     }
@@ -176,7 +199,8 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   c.efficiency = busy * (0.5 + 0.5 * tail);
   const double dram_us = static_cast<double>(dram) / (d.dram_bandwidth_gbps * 1e3);
   const double l2_us = static_cast<double>(l2) / (d.l2_bandwidth_gbps * 1e3);
-  const double compute_us = static_cast<double>(tile_flops * c.tiles) / (d.fp32_tflops * 1e6);
+  // An issued load takes an issue slot like an FMA (2 flops).
+  const double compute_us = static_cast<double>((tile_flops + 2 * tile_loads) * c.tiles) / (d.fp32_tflops * 1e6);
   c.modeled_us = std::max({dram_us, l2_us, compute_us}) / c.efficiency + opt.launch_overhead_us;
   c.valid = true;
   return c;
@@ -249,6 +273,21 @@ std::vector<std::vector<int64_t>> expand_tiles(const Graph& g, const FusionGroup
   return visited;
 }
 
+// True if some MatMul of the group has an operand vector_operands accepts (for its whole output;
+// evaluate_tile judges the tile).
+bool vector_width_helps(const Graph& g, const FusionGroup& group) {
+  std::set<int> produced;
+  for (int n : group.nodes) produced.insert(g.nodes()[static_cast<size_t>(n)].outputs[0]);
+  for (int n : group.nodes) {
+    const Node& node = g.nodes()[static_cast<size_t>(n)];
+    Region whole;
+    for (int64_t extent : g.value(node.outputs[0]).shape) whole.push_back({0, extent - 1});
+    const auto [a, b] = vector_operands(g, node, produced, whole);
+    if (a || b) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group, const Device& d,
@@ -266,6 +305,7 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
     }
   }
   const std::vector<std::vector<int64_t>> tiles = expand_tiles(g, group, d, rs, 32768);
+  const bool vectors_help = contraction && vector_width_helps(g, group);
   std::vector<Candidate> all;
   Candidate best_rejected;
   for (const auto& tile : tiles) {
@@ -280,8 +320,10 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
           if (s <= std::max<int64_t>(k_extent, 8)) steps.push_back(s);
         }
       }
+      // Vector width 4 where some staged MatMul operand can move in float4 quads (the only place
+      // codegen uses it).
       std::vector<int> vectors = {1};
-      if (!contraction && !rs.empty() && rs.back() % 4 == 0 && tile.back() % 4 == 0 && elems >= threads * 4) vectors.push_back(4);
+      if (vectors_help) vectors.push_back(4);
       for (int64_t step : steps) {
         for (int vec : vectors) {
           TileConfig cfg{tile, step, threads, vec};

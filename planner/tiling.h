@@ -11,12 +11,15 @@
 //     as the tiles read it;
 //   - shared memory: double-buffered per-step operand regions of contractions, plus the rows a
 //     row reduction keeps on chip; registers from the accumulators per thread;
-//   - time: the slowest of DRAM, L2 and arithmetic, divided by the fraction of SMs the blocks keep
-//     busy (the parallelism penalty), plus a launch overhead.
+//   - time: the slowest of DRAM, L2 and issue (arithmetic plus the loads that stage contraction
+//     operands, one per element or one per float4 quad at vector width 4 where codegen can use
+//     quads), divided by the fraction of SMs the blocks keep busy (the parallelism penalty), plus a
+//     launch overhead.
 // Candidates that exceed the device's shared memory, registers or threads are rejected with a
 // reason. tile_candidates enumerates tiles Welder-style (from a small tile, repeatedly doubling
-// the axis that cuts traffic per output element most), crosses them with thread shapes and steps,
-// and returns the best `top_k` by modeled time; it is deterministic.
+// the axis that cuts traffic per output element most), crosses them with thread shapes, steps and
+// (for contractions with a float4-capable operand) vector widths 1 and 4, and returns the best
+// `top_k` by modeled time; it is deterministic.
 #pragma once
 
 #include <string>
@@ -32,7 +35,7 @@ struct TileConfig {
   std::vector<int64_t> tile;  // per axis of the group's root output
   int64_t reduce_step = 0;    // reduction step of a contraction (0: none)
   int threads = 0;
-  int vector = 1;
+  int vector = 1;             // 4: stage contraction operands in float4 quads where possible
   std::string str() const;
   bool operator==(const TileConfig&) const = default;
 };

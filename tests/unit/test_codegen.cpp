@@ -1,9 +1,12 @@
 // Generated kernels, differentially: every fusion group of every small model, and every canonical
 // op on odd shapes and odd tiles, is lowered to Kernel IR, run on the host backend with fresh
 // random inputs and poisoned outputs, and compared with the reference interpreter; each module is
-// also compiled with NVRTC for sm_80 and sm_90 and ptxas's resource report is checked.
+// also compiled with NVRTC for sm_80 and sm_90 and ptxas's resource report is checked. Targeted
+// cases cover the warp reductions of row statistics (the host emulation of the butterfly against a
+// direct reduction; rows shorter and longer than a warp) and the IR the lowering prints.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <random>
 
@@ -13,6 +16,7 @@
 #include "backend/verify.h"
 #include "codegen/emit.h"
 #include "codegen/lower_group.h"
+#include "core/error.h"
 #include "importer/importer.h"
 #include "planner/select.h"
 #include "unit/graph_helpers.h"
@@ -251,6 +255,242 @@ TEST(CodegenOps, PackedKernelsRunEachPartOnItsBlocks) {
   EXPECT_TRUE(r.ok) << r.detail << "\n" << to_text(packed.kernel);
   if (backend::nvrtc_available()) {
     EXPECT_FALSE(backend::compile_cuda(emit_cuda({packed.kernel}), "sm_90").cubin.empty());
+  }
+}
+
+// Softmax, LogSoftmax and layer norm over rows shorter than, as long as, and longer than a warp,
+// with fewer rows than warps and more rows than warps per block.
+Graph row_ops() {
+  using fusetune::testing::add_input;
+  using fusetune::testing::add_op;
+  using fusetune::testing::attrs;
+  Graph g;
+  for (int64_t len : {1, 31, 32, 33, 1000}) {
+    const std::string l = std::to_string(len);
+    const int x = add_input(g, "x" + l, DType::kF32, {3, 5, len});
+    add_op(g, "Softmax", {x}, attrs({{"axis", int64_t{2}}}));
+    add_op(g, "LogSoftmax", {x}, attrs({{"axis", int64_t{2}}}));
+    add_op(g, "Softmax", {x}, attrs({{"axis", int64_t{1}}}));
+    add_op(g, "LayerNormalization", {x, add_input(g, "g" + l, DType::kF32, {len}), add_input(g, "b" + l, DType::kF32, {len})},
+           attrs({{"axis", int64_t{2}}, {"epsilon", 1e-5f}}));
+    add_op(g, "LayerNormalization", {x, add_input(g, "h" + l, DType::kF32, {5, len})}, attrs({{"axis", int64_t{1}}, {"epsilon", 1e-3f}}));
+  }
+  return g;
+}
+
+TEST(CodegenWarp, RowStatisticsOnRowsAroundTheWarpSize) {
+  const Graph g = row_ops();
+  for (int threads : {32, 128}) {
+    for (int64_t rows_per_tile : {1, 2, 5}) {
+      check_groups(g, one_group_per_node(g), [&](const FusionGroup& fg) {
+        const Shape& s = g.value(fg.outputs[0]).shape;
+        return TileConfig{{2, rows_per_tile, s[2]}, 0, threads, 1};
+      }, "row ops/" + std::to_string(threads) + " threads, tile rows " + std::to_string(rows_per_tile));
+    }
+  }
+}
+
+TEST(CodegenWarp, RowStatisticsUseWarpReductionsAndNoPartials) {
+  const Graph g = row_ops();
+  const auto groups = one_group_per_node(g);
+  const Kernel softmax = lower_group(g, groups[0], TileConfig{{1, 5, 1}, 0, 64, 1}, "softmax").kernel;
+  const std::string ir = to_text(softmax);
+  EXPECT_NE(ir.find("thread-local w1_a: float[1]"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("for.uniform ft_rb in [0LL, (ft_min((r1_n0 * r1_n1), 5LL) + 1LL) / 2LL)"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("warp.reduce max w1_a"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("warp.reduce sum w1_b"), std::string::npos) << ir;
+  EXPECT_EQ(ir.find("_p:"), std::string::npos) << "no shared partials\n" << ir;
+  EXPECT_NE(emit_cuda({softmax}).find("__shfl_xor_sync(0xffffffffu, w1_a[0], ft_off)"), std::string::npos);
+  EXPECT_NE(emit_host({softmax}).find("// warp reduce sum w1_b"), std::string::npos);
+  const Kernel norm = lower_group(g, groups[3], TileConfig{{1, 5, 1}, 0, 64, 1}, "norm").kernel;
+  const std::string nir = to_text(norm);
+  EXPECT_NE(nir.find("warp.reduce sum w6_a\n    w6_a[0] = w6_a[0] / (1.0f)"), std::string::npos) << nir;
+}
+
+// A hand-written kernel: warp w of block b reduces row 2b + w of x (strided shares per lane), and
+// every lane writes the warp's sum and max, so the host's replay of the butterfly can be checked
+// against a direct reduction and for agreement between lanes.
+Kernel warp_reduce_kernel(int64_t rows, int64_t len) {
+  Kernel k;
+  k.name = "warp_rows";
+  k.threads = 64;
+  k.grid = (rows + 1) / 2;
+  k.params = {{"x", DType::kF32, rows * len, false}, {"s", DType::kF32, rows * 32, true}, {"m", DType::kF32, rows * 32, true}};
+  k.thread_locals = {{"ws", 1}, {"wm", 1}};
+  const std::string row = "(ft_block * 2LL + ft_thread / 32)";
+  const std::string active = row + " < " + std::to_string(rows) + "LL";
+  Block share = {let("long long", "ft_row", row), let("long long", "ft_lane", "ft_thread % 32")};
+  share.push_back(serial_for("ft_j", "0LL", "(" + std::to_string(len) + "LL - ft_lane + 31LL) / 32LL", {
+      let("float", "ft_x", "x[ft_row * " + std::to_string(len) + "LL + ft_lane + ft_j * 32LL]"),
+      assign("ws[0]", "ws[0] + ft_x"),
+      assign("wm[0]", "ft_fmaxn(wm[0], ft_x)")}));
+  k.body = {assign("ws[0]", "0.0f"), assign("wm[0]", "(-ft_inf())"), if_then(active, share),
+            warp_reduce("ws", "sum"), warp_reduce("wm", "max"),
+            if_then(active, {let("long long", "ft_at", row + " * 32LL + ft_thread % 32"),
+                             store("s", "ft_at", "ws[0]"), store("m", "ft_at", "wm[0]")})};
+  return k;
+}
+
+TEST(CodegenWarp, HostButterflyEqualsADirectReduction) {
+  auto backend = backend::make_host_backend();
+  std::mt19937 rng(7);
+  const int64_t rows = 3;
+  for (int64_t len : {1, 31, 32, 33, 1000}) {
+    const Kernel k = warp_reduce_kernel(rows, len);
+    auto module = backend->load({k});
+    for (bool integers : {true, false}) {
+      // Small integers sum exactly in float, in any order: the result must equal the direct sum.
+      std::vector<float> x(static_cast<size_t>(rows * len));
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      std::uniform_int_distribution<int> small(-8, 8);
+      for (float& v : x) v = integers ? static_cast<float>(small(rng)) : normal(rng);
+      auto xb = backend->allocate(x.size() * 4), sb = backend->allocate(rows * 32 * 4), mb = backend->allocate(rows * 32 * 4);
+      xb->upload(x.data(), x.size() * 4);
+      module->launch(k.name, {xb.get(), sb.get(), mb.get()});
+      std::vector<float> sums(static_cast<size_t>(rows * 32)), maxes(sums.size());
+      sb->download(sums.data(), sums.size() * 4);
+      mb->download(maxes.data(), maxes.size() * 4);
+      for (int64_t r = 0; r < rows; ++r) {
+        double direct = 0, magnitude = 0;
+        float top = -INFINITY;
+        for (int64_t i = 0; i < len; ++i) {
+          const float v = x[static_cast<size_t>(r * len + i)];
+          direct += v;
+          magnitude += std::fabs(v);
+          top = std::max(top, v);
+        }
+        const float lane0 = sums[static_cast<size_t>(r * 32)];
+        for (int64_t l = 0; l < 32; ++l) {
+          const size_t at = static_cast<size_t>(r * 32 + l);
+          EXPECT_EQ(sums[at], lane0) << "len " << len << " row " << r << " lane " << l << ": lanes disagree";
+          EXPECT_EQ(maxes[at], top) << "len " << len << " row " << r << " lane " << l;
+        }
+        if (integers) {
+          EXPECT_EQ(lane0, static_cast<float>(direct)) << "len " << len << " row " << r;
+        } else {
+          EXPECT_NEAR(lane0, direct, 1e-5 * magnitude + 1e-6) << "len " << len << " row " << r;
+        }
+      }
+    }
+    if (backend::nvrtc_available()) {
+      EXPECT_FALSE(backend::compile_cuda(emit_cuda({k}), "sm_80").cubin.empty()) << "len " << len;
+    }
+  }
+}
+
+TEST(CodegenWarp, WarpReductionsOnlyWhereBarriersMayBe) {
+  Kernel k = warp_reduce_kernel(2, 5);
+  k.body = {serial_for("ft_i", "0LL", "1LL", {warp_reduce("ws", "sum")})};
+  EXPECT_THROW(emit_host({k}), Error);
+  k.body = {warp_reduce("x", "sum")};
+  EXPECT_THROW(emit_host({k}), Error);
+  EXPECT_THROW(warp_reduce("ws", "prod"), Error);
+}
+
+// MatMuls whose operands stage in float4 quads, and the shapes where quads must fall back: K and N
+// of 1, 3, 4k+1, 4k+3, multiples of 4, partial tiles, broadcast batches, and a Slice fused in front
+// (its output is not a group input: element loads).
+Graph matmul_ops() {
+  using fusetune::testing::add_input;
+  using fusetune::testing::add_op;
+  using fusetune::testing::attrs;
+  Graph g;
+  int id = 0;
+  auto mm = [&](Shape a, Shape b) {
+    const std::string n = std::to_string(id++);
+    add_op(g, "MatMul", {add_input(g, "a" + n, DType::kF32, std::move(a)), add_input(g, "b" + n, DType::kF32, std::move(b))});
+  };
+  for (int64_t k : {1, 3, 4, 9, 11, 36, 1000}) {
+    for (int64_t n : {1, 3, 7, 8, 13}) mm({7, k}, {k, n});
+  }
+  mm({1, 12}, {12, 1});
+  mm({2, 1, 3, 8}, {3, 8, 6});
+  mm({3, 13}, {2, 13, 20});
+  const int wide = add_input(g, "wide", DType::kF32, {5, 19});
+  add_op(g, "MatMul", {add_op(g, "Slice", {wide}, attrs({{"starts", std::vector<int64_t>{0, 3}}, {"ends", std::vector<int64_t>{5, 19}},
+                                                         {"steps", std::vector<int64_t>{1, 1}}})),
+                       add_input(g, "ws", DType::kF32, {16, 9})});
+  return g;
+}
+
+// Every MatMul its own group (the Slice with the MatMul after it).
+std::vector<FusionGroup> matmul_groups(const Graph& g) {
+  std::vector<FusionGroup> out;
+  for (size_t n = 0; n < g.nodes().size(); ++n) {
+    if (g.nodes()[n].op != "MatMul") continue;
+    FusionGroup fg;
+    if (n > 0 && g.nodes()[n - 1].op == "Slice") fg.nodes.push_back(static_cast<int>(n - 1));
+    fg.nodes.push_back(static_cast<int>(n));
+    planner::describe_group(g, fg);
+    fg.outputs = {g.nodes()[n].outputs[0]};
+    out.push_back(fg);
+  }
+  return out;
+}
+
+TEST(CodegenVector, StagedMatMulsWithQuadsAndTheirFallbacks) {
+  const Graph g = matmul_ops();
+  for (int64_t step : {8, 16}) {
+    for (int threads : {32, 64}) {
+      check_groups(g, matmul_groups(g), [&](const FusionGroup& fg) {
+        const Shape& s = g.value(fg.outputs[0]).shape;
+        std::vector<int64_t> tile(s.size(), 1);
+        tile[s.size() - 2] = 4;
+        tile[s.size() - 1] = threads == 32 ? 4 : 6;  // 6: column tiles that start unaligned
+        return TileConfig{tile, step, threads, 4};
+      }, "matmul quads/step " + std::to_string(step) + ", " + std::to_string(threads) + " threads");
+    }
+  }
+}
+
+TEST(CodegenVector, QuadsInTheIrOnlyForContiguousInputs) {
+  const Graph g = matmul_ops();
+  const auto groups = matmul_groups(g);
+  const TileConfig quads{{4, 8}, 8, 32, 4};
+  const Kernel k = lower_group(g, groups[28], quads, "mm").kernel;  // [7, 36] x [36, 8]
+  const std::string ir = to_text(k);
+  EXPECT_NE(ir.find("let float4 ft_q = in0[ft_at .. +4]"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("let float4 ft_q = in1[ft_at .. +4]"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("ft_s + 3LL] = ft_q.w"), std::string::npos) << ir;
+  EXPECT_NE(emit_cuda({k}).find("const float4 ft_q = *(const float4*)(in0 + (ft_at));"), std::string::npos);
+  EXPECT_NE(emit_host({k}).find("if (((unsigned long long)(in1 + (ft_at)) & 15ULL) != 0ULL) ft_misaligned(\"in1\");"),
+            std::string::npos);
+  // Vector width 1, and the Slice's output (not a group input) as A: element loads.
+  EXPECT_EQ(to_text(lower_group(g, groups[28], TileConfig{{4, 8}, 8, 32, 1}, "mm").kernel).find("float4"), std::string::npos);
+  const std::string sliced = to_text(lower_group(g, groups.back(), TileConfig{{4, 8}, 8, 32, 4}, "mm").kernel);
+  EXPECT_EQ(sliced.find("in0[ft_at .. +4]"), std::string::npos) << sliced;
+  EXPECT_NE(sliced.find("in1[ft_at .. +4]"), std::string::npos) << sliced;
+}
+
+TEST(CodegenVector, MisalignedOperandsFallBackToElementLoads) {
+  // The operands live 4 bytes into their buffers: no quad is 16-byte aligned, so every load takes
+  // the element path (the host form aborts on a misaligned quad); the product is still exact.
+  using fusetune::testing::add_input;
+  using fusetune::testing::add_op;
+  Graph g;
+  add_op(g, "MatMul", {add_input(g, "a", DType::kF32, {6, 16}), add_input(g, "b", DType::kF32, {16, 8})});
+  const auto groups = matmul_groups(g);
+  const LoweredKernel lk = lower_group(g, groups[0], TileConfig{{4, 8}, 8, 32, 4}, "mm");
+  auto backend = backend::make_host_backend();
+  auto module = backend->load({lk.kernel});
+  std::vector<float> a(6 * 16), b(16 * 8);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(static_cast<int>(i % 7) - 3);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(static_cast<int>(i % 5) - 2);
+  for (size_t shift : {0, 4, 8}) {
+    auto ab = backend->allocate(a.size() * 4 + 16), bb = backend->allocate(b.size() * 4 + 16), cb = backend->allocate(6 * 8 * 4);
+    auto av = backend->view(*ab, shift, a.size() * 4), bv = backend->view(*bb, shift, b.size() * 4);
+    av->upload(a.data(), a.size() * 4);
+    bv->upload(b.data(), b.size() * 4);
+    module->launch(lk.kernel.name, {av.get(), bv.get(), cb.get()});
+    std::vector<float> c(6 * 8);
+    cb->download(c.data(), c.size() * 4);
+    for (size_t i = 0; i < 6; ++i) {
+      for (size_t j = 0; j < 8; ++j) {
+        float want = 0;
+        for (size_t k = 0; k < 16; ++k) want += a[i * 16 + k] * b[k * 8 + j];
+        EXPECT_EQ(c[i * 8 + j], want) << "shift " << shift << " at " << i << "," << j;
+      }
+    }
   }
 }
 

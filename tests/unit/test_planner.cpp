@@ -152,6 +152,44 @@ TEST(Tiling, RejectsWhatDoesNotFitAndPenalizesUncoalescedReads) {
   EXPECT_LT(few.efficiency, 0.5);
 }
 
+TEST(Tiling, VectorWidthFourWhereContractionOperandsMoveInQuads) {
+  auto matmul = [](int64_t k) {
+    Graph g;
+    const int x = add_input(g, "x", DType::kF32, {512, k});
+    g.outputs().push_back(add_op(g, "MatMul", {x, random_constant(g, "w", DType::kF32, {k, 512}, 3)}));
+    FusionGroup fg;
+    fg.nodes = {0};
+    describe_group(g, fg);
+    return std::make_pair(g, fg);
+  };
+  const Device d = find_device("h100");
+  const auto [g, fg] = matmul(512);
+  // The same bytes, a quarter of the staging loads: never slower, and faster where issue-bound.
+  const Cost scalar = evaluate_tile(g, fg, d, {{64, 64}, 32, 256, 1});
+  const Cost quads = evaluate_tile(g, fg, d, {{64, 64}, 32, 256, 4});
+  EXPECT_EQ(scalar.l2_bytes, quads.l2_bytes);
+  EXPECT_LT(quads.modeled_us, scalar.modeled_us);
+  auto offers_quads = [&](const Graph& gg, const FusionGroup& group) {
+    TilingOptions all;
+    all.top_k = 1000;
+    for (const Candidate& c : tile_candidates(gg, group, d, all)) {
+      if (c.config.vector == 4) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(offers_quads(g, fg));
+  // Rows of 37 floats (A) and 512 (B): B still moves in quads.
+  const auto [g37, fg37] = matmul(37);
+  EXPECT_TRUE(offers_quads(g37, fg37));
+  // Nothing to vectorise outside contractions.
+  Graph ew;
+  ew.outputs().push_back(add_op(ew, "Relu", {add_input(ew, "y", DType::kF32, {256, 256})}));
+  FusionGroup relu;
+  relu.nodes = {0};
+  describe_group(ew, relu);
+  EXPECT_FALSE(offers_quads(ew, relu));
+}
+
 TEST(Select, MeasurementsOverrideTheModel) {
   const Graph g = load("cnn_small");
   const Device d = find_device("h100");
