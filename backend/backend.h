@@ -84,6 +84,7 @@ struct ModuleSource {
     int64_t grid = 1;
     int threads = 32;
     int64_t shared_bytes = 0;
+    std::string library;  // set: a library call (planner::LibraryCall JSON), not a compiled kernel
   };
   std::vector<KernelInfo> kernels;
   std::string cuda_source;

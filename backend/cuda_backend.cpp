@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <vector>
 
+#include "backend/cublas_lt.h"
 #include "backend/cuda.h"
 #include "backend/nvrtc.h"
 #include "codegen/emit.h"
@@ -121,11 +123,24 @@ class CudaBuffer : public Buffer {
 };
 
 struct Launch {
-  CUfunction fn;
-  int64_t grid;
-  int threads;
-  int64_t shared;
+  CUfunction fn = nullptr;
+  int64_t grid = 0;
+  int threads = 0;
+  int64_t shared = 0;
+  std::shared_ptr<CublasLtCall> library;  // set: a library call instead of a kernel
 };
+
+// Enqueues a kernel launch or a library call on `stream`; `params` point at the buffers' device
+// addresses (Buffer::handle()).
+CUresult enqueue_launch(const Driver& d, const Launch& l, std::vector<void*>& params, CUstream stream) {
+  if (l.library) {
+    std::vector<uint64_t> addresses;
+    for (void* p : params) addresses.push_back(static_cast<uint64_t>(*static_cast<CUdeviceptr*>(p)));
+    return l.library->enqueue(stream, addresses) ? CUDA_SUCCESS : CUDA_ERROR_LAUNCH_FAILED;
+  }
+  return d.cuLaunchKernel(l.fn, static_cast<unsigned>(l.grid), 1, 1, static_cast<unsigned>(l.threads), 1, 1,
+                          static_cast<unsigned>(l.shared), stream, params.data(), nullptr);
+}
 
 // A launch with its parameters resolved: pointers to the bound buffers' device addresses.
 struct BoundLaunch {
@@ -159,10 +174,7 @@ class CudaSequence : public Sequence {
   bool cuda_graph() const override { return exec_ != nullptr; }
 
  private:
-  CUresult enqueue(BoundLaunch& s) {
-    return d_.cuLaunchKernel(s.launch.fn, static_cast<unsigned>(s.launch.grid), 1, 1, static_cast<unsigned>(s.launch.threads),
-                             1, 1, static_cast<unsigned>(s.launch.shared), stream_, s.params.data(), nullptr);
-  }
+  CUresult enqueue(BoundLaunch& s) { return enqueue_launch(d_, s.launch, s.params, stream_); }
   // The launches recorded on the stream and instantiated as one graph; nullptr where that fails.
   CUgraphExec capture() {
     if (d_.cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) != CUDA_SUCCESS) return nullptr;
@@ -197,9 +209,7 @@ class CudaModule : public Module {
     const Launch& l = find(kernel);
     std::vector<void*> params;
     for (Buffer* b : args) params.push_back(b->handle());
-    d_.check_cu(d_.cuLaunchKernel(l.fn, static_cast<unsigned>(l.grid), 1, 1, static_cast<unsigned>(l.threads), 1, 1,
-                                  static_cast<unsigned>(l.shared), nullptr, params.data(), nullptr),
-                "kernel launch");
+    d_.check_cu(enqueue_launch(d_, l, params, nullptr), l.library ? "library call" : "kernel launch");
     d_.check_cu(d_.cuCtxSynchronize(), "kernel execution");
   }
 
@@ -218,9 +228,7 @@ class CudaModule : public Module {
       // Evict the L2 between runs, so every run reads its inputs from DRAM as in a model.
       if (policy.flush_l2 && flush_ != nullptr) flush_->fill_byte(static_cast<unsigned char>(times.size()));
       d_.check_cu(d_.cuEventRecord(start, nullptr), "event record");
-      d_.check_cu(d_.cuLaunchKernel(l.fn, static_cast<unsigned>(l.grid), 1, 1, static_cast<unsigned>(l.threads), 1, 1,
-                                    static_cast<unsigned>(l.shared), nullptr, params.data(), nullptr),
-                  "kernel launch");
+      d_.check_cu(enqueue_launch(d_, l, params, nullptr), l.library ? "library call" : "kernel launch");
       d_.check_cu(d_.cuEventRecord(stop, nullptr), "event record");
       d_.check_cu(d_.cuEventSynchronize(stop), "kernel execution");
       float ms = 0;
@@ -260,6 +268,7 @@ class CudaBackend : public Backend {
   CudaBackend(Driver d, CUdevice dev, std::string arch, std::string name, int l2_bytes, int sms)
       : d_(std::move(d)), dev_(dev), arch_(std::move(arch)), name_(std::move(name)), sms_(sms) {
     flush_ = std::make_unique<CudaBuffer>(d_, static_cast<size_t>(std::max(l2_bytes, 1 << 20)) * 2);
+    workspace_ = std::make_unique<CudaBuffer>(d_, size_t{32} << 20);  // cuBLASLt's workspace
   }
   std::string name() const override { return "cuda:" + name_ + " (" + arch_ + ")"; }
   DeviceProperties properties() const override { return {name_, arch_, std::stoi(arch_.substr(3)), sms_}; }
@@ -275,13 +284,24 @@ class CudaBackend : public Backend {
     d_.check_cu(d_.cuModuleLoadData(&m, cubin.data()), "module load");
     std::map<std::string, Launch> fns;
     for (const ModuleSource::KernelInfo& k : module.kernels) {
+      if (!k.library.empty()) {
+        std::string why;
+        std::shared_ptr<CublasLtCall> call = make_cublaslt_call(planner::LibraryCall::from_json(k.library),
+                                                                workspace_->address(), workspace_->bytes(), &why);
+        if (call == nullptr) {
+          d_.cuModuleUnload(m);
+          fail("library call ", k.name, ": ", why);
+        }
+        fns[k.name] = {nullptr, 0, 0, 0, std::move(call)};
+        continue;
+      }
       CUfunction f = nullptr;
       d_.check_cu(d_.cuModuleGetFunction(&f, m, k.name.c_str()), "kernel lookup");
       if (k.shared_bytes > 48 * 1024) {
         d_.check_cu(d_.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(k.shared_bytes)),
                     "shared memory opt-in");
       }
-      fns[k.name] = {f, k.grid, k.threads, k.shared_bytes};
+      fns[k.name] = {f, k.grid, k.threads, k.shared_bytes, nullptr};
     }
     return std::make_unique<CudaModule>(d_, m, std::move(fns), flush_.get());
   }
@@ -299,6 +319,7 @@ class CudaBackend : public Backend {
   std::string name_;
   int sms_;
   std::unique_ptr<CudaBuffer> flush_;
+  std::unique_ptr<CudaBuffer> workspace_;
 };
 
 }  // namespace

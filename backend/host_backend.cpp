@@ -8,10 +8,12 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <thread>
 
 #include "backend/backend.h"
+#include "backend/library_host.h"
 #include "codegen/emit.h"
 #include "core/error.h"
 #include "core/sha256.h"
@@ -78,9 +80,16 @@ class HostSequence : public Sequence {
   std::vector<Step> steps_;
 };
 
+// A kernel of a host module: the compiled host form and its grid, or a library call.
+struct HostEntry {
+  HostKernel fn = nullptr;
+  int64_t grid = 0;
+  std::optional<planner::LibraryCall> library;
+};
+
 class HostModule : public Module {
  public:
-  HostModule(void* lib, std::map<std::string, std::pair<HostKernel, int64_t>> kernels, int workers)
+  HostModule(void* lib, std::map<std::string, HostEntry> kernels, int workers)
       : lib_(lib), kernels_(std::move(kernels)), workers_(workers) {}
   ~HostModule() override { dlclose(lib_); }
 
@@ -89,16 +98,20 @@ class HostModule : public Module {
     check(it != kernels_.end(), "no kernel '", kernel, "' in the module");
     std::vector<void*> raw;
     for (Buffer* b : args) raw.push_back(b->handle());
-    const int64_t grid = it->second.second;
+    if (it->second.library) {
+      run_library_call_host(*it->second.library, raw.data(), workers_);
+      return;
+    }
+    const int64_t grid = it->second.grid;
     const int64_t workers = std::max<int64_t>(1, std::min<int64_t>(workers_, grid));
     if (workers == 1) {
-      it->second.first(raw.data(), 0, grid);
+      it->second.fn(raw.data(), 0, grid);
       return;
     }
     std::vector<std::thread> threads;
     for (int64_t w = 0; w < workers; ++w) {
       const int64_t lo = grid * w / workers, hi = grid * (w + 1) / workers;
-      threads.emplace_back([fn = it->second.first, &raw, lo, hi] { fn(raw.data(), lo, hi); });
+      threads.emplace_back([fn = it->second.fn, &raw, lo, hi] { fn(raw.data(), lo, hi); });
     }
     for (auto& t : threads) t.join();
   }
@@ -124,7 +137,7 @@ class HostModule : public Module {
 
  private:
   void* lib_;
-  std::map<std::string, std::pair<HostKernel, int64_t>> kernels_;
+  std::map<std::string, HostEntry> kernels_;
   int workers_;
 };
 
@@ -150,14 +163,23 @@ class HostBackend : public Backend {
     const std::string lib = host_compile(module.host_source, compiler_);
     void* handle = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
     check(handle != nullptr, "dlopen of ", lib, " failed: ", dlerror());
-    std::map<std::string, std::pair<HostKernel, int64_t>> fns;
+    std::map<std::string, HostEntry> fns;
     for (const ModuleSource::KernelInfo& k : module.kernels) {
+      if (!k.library.empty()) {
+        try {
+          fns[k.name].library = planner::LibraryCall::from_json(k.library);
+        } catch (const Error&) {
+          dlclose(handle);
+          throw;
+        }
+        continue;
+      }
       void* sym = dlsym(handle, k.name.c_str());
       if (sym == nullptr) {
         dlclose(handle);
         fail("kernel '", k.name, "' missing from ", lib);
       }
-      fns[k.name] = {reinterpret_cast<HostKernel>(sym), k.grid};
+      fns[k.name] = {reinterpret_cast<HostKernel>(sym), k.grid, std::nullopt};
     }
     return std::make_unique<HostModule>(handle, std::move(fns), workers_);
   }
@@ -221,7 +243,7 @@ Timing summarize_times(std::vector<double> times) {
 
 ModuleSource module_source(const std::vector<codegen::Kernel>& kernels) {
   ModuleSource m;
-  for (const codegen::Kernel& k : kernels) m.kernels.push_back({k.name, k.grid, k.threads, k.shared_bytes});
+  for (const codegen::Kernel& k : kernels) m.kernels.push_back({k.name, k.grid, k.threads, k.shared_bytes, k.library});
   m.cuda_source = codegen::emit_cuda(kernels);
   m.host_source = codegen::emit_host(kernels);
   return m;

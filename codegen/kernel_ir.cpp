@@ -160,6 +160,7 @@ std::string to_text(const Kernel& k) {
   for (const Param& p : k.params) {
     out << "  param " << (p.output ? "out " : "in ") << p.name << ": " << dtype_name(p.dtype) << "[" << p.elements << "]\n";
   }
+ if (!k.library.empty()) out << "  library call " << k.library << "\n";
   for (const SharedAlloc& s : k.shared) {
     out << "  shared " << s.name << ": " << dtype_name(s.dtype) << "[" << s.elements << "] @" << s.offset << "\n";
   }

@@ -126,6 +126,10 @@ struct Kernel {
   // block before the body; their variables are visible everywhere in the body.
   Block uniform;
   Block body;  // reads the thread index as `ft_thread`
+  // Set (planner::LibraryCall JSON): not generated code but a vendor-library call with these
+  // parameters; the body is empty, the emitters print nothing for it, and backends run the call
+  // (cuBLASLt on the GPU, an equivalent host GEMM on the host).
+  std::string library;
 
   // Adds a shared allocation at the next 16-byte aligned offset; returns its name.
   std::string add_shared(const std::string& name, DType dtype, int64_t elements);

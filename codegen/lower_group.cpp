@@ -8,6 +8,7 @@
 
 #include "codegen/scalar_ops.h"
 #include "core/error.h"
+#include "planner/library_call.h"
 #include "core/ops.h"
 #include "planner/tensor_expr.h"
 
@@ -1107,9 +1108,33 @@ class GroupLowering {
 
 }  // namespace
 
+namespace {
+
+// A library candidate: no generated body, the call and its parameter bindings.
+LoweredKernel lower_library_call(const Graph& g, const planner::FusionGroup& group, const planner::TileConfig& cfg,
+                                 const std::string& name, const LowerOptions& options) {
+  const auto match = planner::match_library_call(g, group);
+  check(match.has_value(), "lower_group: the group (", group.pattern, ") is not a pattern ", cfg.library, " runs");
+  LoweredKernel out;
+  out.kernel.name = name;
+  out.kernel.library = match->call.to_json();
+  auto param = [&](int v, bool output, const std::string& pname) {
+    const Value& val = g.value(v);
+    out.kernel.params.push_back({options.param_prefix + pname, val.dtype, numel(val.shape), output});
+  };
+  for (size_t i = 0; i < match->inputs.size(); ++i) param(match->inputs[i], false, "in" + std::to_string(i));
+  param(match->output, true, "out0");
+  out.inputs = match->inputs;
+  out.outputs = {match->output};
+  return out;
+}
+
+}  // namespace
+
 LoweredKernel lower_group(const Graph& g, const planner::FusionGroup& group, const planner::TileConfig& cfg,
                           const std::string& name, const LowerOptions& options) {
   check(!group.nodes.empty(), "lower_group: empty group");
+  if (!cfg.library.empty()) return lower_library_call(g, group, cfg, name, options);
   check(cfg.threads > 0 && cfg.threads % 32 == 0, "lower_group: threads must be a positive multiple of 32");
   GroupLowering l(g, group, cfg, options);
   return l.run(name);
@@ -1127,6 +1152,7 @@ LoweredKernel pack_kernels(const std::vector<LoweredKernel>& parts, const std::s
   k.name = name;
   k.threads = parts[0].kernel.threads;
   k.grid = 0;
+  for (const LoweredKernel& p : parts) check(p.kernel.library.empty(), "pack_kernels: a library call cannot be packed");
   std::vector<Param> outs;
   for (const LoweredKernel& p : parts) {
     check(p.kernel.threads == k.threads, "pack_kernels: parts have ", p.kernel.threads, " and ", k.threads, " threads");

@@ -191,7 +191,8 @@ std::vector<TaskSpec> JobPlanner::tasks() const {
       w.set_grid(lk.kernel.grid);
       w.set_threads(lk.kernel.threads);
       w.set_shared_bytes(lk.kernel.shared_bytes);
-      w.set_source_digest(sha256_hex(w.cuda_source()));
+      w.set_library(lk.kernel.library);
+      w.set_source_digest(sha256_hex(w.cuda_source() + w.library()));
       for (size_t k = 0; k < lk.kernel.params.size(); ++k) {
         const codegen::Param& param = lk.kernel.params[k];
         wire::ParamSpec& ps = *w.add_params();

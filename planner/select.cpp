@@ -1,6 +1,8 @@
 #include "planner/select.h"
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 
 #include "core/signature.h"
@@ -145,7 +147,22 @@ ModelPlan plan_model(const Graph& g, const Device& d, const PlanOptions& opt, co
   for (const GroupPlan& gp : plan.groups) final_groups.groups.push_back(gp.group);
   pack_launches(g, final_groups, fusion);
   for (size_t k = 0; k < plan.groups.size(); ++k) plan.groups[k].group.launch = final_groups.groups[k].launch;
-  plan.launches = final_groups.launches();
+  // A library call is a launch of its own: it cannot share a kernel with generated parts.
+  int next_launch = 0;
+  std::map<int, int> members;
+  for (const GroupPlan& gp : plan.groups) {
+    next_launch = std::max(next_launch, gp.group.launch + 1);
+    ++members[gp.group.launch];
+  }
+  for (GroupPlan& gp : plan.groups) {
+    if (!gp.candidates[gp.chosen].config.library.empty() && members[gp.group.launch] > 1) {
+      --members[gp.group.launch];
+      gp.group.launch = next_launch++;
+    }
+  }
+  std::set<int> launch_ids;
+  for (const GroupPlan& gp : plan.groups) launch_ids.insert(gp.group.launch);
+  plan.launches = static_cast<int>(launch_ids.size());
   double packed_saving = 0;
   std::map<int, int> per_launch;
   for (const GroupPlan& gp : plan.groups) {

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/ops.h"
+#include "planner/library_call.h"
 #include "planner/tensor_expr.h"
 
 namespace fusetune::planner {
@@ -65,6 +66,7 @@ std::pair<bool, bool> vector_operands(const Graph& g, const Node& n, const std::
 }  // namespace
 
 std::string TileConfig::str() const {
+  if (!library.empty()) return "library=" + library;
   std::ostringstream out;
   out << "tile=" << shape_str(tile);
   if (reduce_step > 0) out << " k=" << reduce_step;
@@ -91,6 +93,19 @@ int group_root(const Graph& g, const FusionGroup& group) {
 Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, const TileConfig& cfg,
                    const TilingOptions& opt) {
   Cost c;
+  if (!cfg.library.empty()) {
+    const auto match = match_library_call(g, group);
+    if (!match) {
+      c.reject = "the group is not a pattern " + cfg.library + " runs";
+      return c;
+    }
+    c.valid = true;
+    c.tiles = 1;
+    c.efficiency = 1;
+    c.modeled_us = library_cost_us(match->call, d, opt.launch_overhead_us, &c.dram_bytes);
+    c.l2_bytes = c.dram_bytes;
+    return c;
+  }
   const int root = group_root(g, group);
   const Shape& rs = g.value(root).shape;
   check(cfg.tile.size() == rs.size(), "tile of rank ", cfg.tile.size(), " for a root of rank ", rs.size());
@@ -349,6 +364,16 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
     return a.config.str() < b.config.str();
   });
   if (static_cast<int>(all.size()) > opt.top_k) all.resize(static_cast<size_t>(opt.top_k));
+  if (match_library_call(g, group)) {  // the library candidate stays whatever its modeled rank
+    TileConfig cfg;
+    cfg.tile = rs;
+    cfg.library = "cublasLt";
+    const Candidate lib{cfg, evaluate_tile(g, group, d, cfg, opt)};
+    if (static_cast<int>(all.size()) >= opt.top_k) all.pop_back();
+    all.insert(std::upper_bound(all.begin(), all.end(), lib,
+                                [](const Candidate& x, const Candidate& y) { return x.cost.modeled_us < y.cost.modeled_us; }),
+               lib);
+  }
   return all;
 }
 

@@ -19,7 +19,9 @@
 // reason. tile_candidates enumerates tiles Welder-style (from a small tile, repeatedly doubling
 // the axis that cuts traffic per output element most), crosses them with thread shapes, steps and
 // (for contractions with a float4-capable operand) vector widths 1 and 4, and returns the best
-// `top_k` by modeled time; it is deterministic.
+// `top_k` by modeled time; it is deterministic. A group a vendor library can run whole
+// (planner/library_call.h) also gets that library candidate, kept in the list whatever its rank,
+// so that measurement decides between it and the generated kernels.
 #pragma once
 
 #include <string>
@@ -36,6 +38,7 @@ struct TileConfig {
   int64_t reduce_step = 0;    // reduction step of a contraction (0: none)
   int threads = 0;
   int vector = 1;             // 4: stage contraction operands in float4 quads where possible
+  std::string library = "";   // set ("cublasLt"): the group runs as a library call (planner/library_call.h)
   std::string str() const;
   bool operator==(const TileConfig&) const = default;
 };

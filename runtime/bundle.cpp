@@ -217,6 +217,7 @@ Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, const plan
                                          {"spills", r->second.spills()}};
     }
     entry["exceeds_shared_memory"] = kern.shared_bytes > device.shared_memory_per_block_optin;
+    if (!kern.library.empty()) entry["library"] = json::parse(kern.library);
     launches.push_back(entry);
   }
   const codegen::ArenaPlan arena = codegen::plan_arena(lifetimes);

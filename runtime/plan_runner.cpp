@@ -56,7 +56,7 @@ PlanRunner::PlanRunner(const Bundle& bundle, backend::Backend& backend) : s_(std
     src.cubins = bundle.cubins;
     for (const json& l : m.at("launches")) {
       src.kernels.push_back({l.at("kernel").get<std::string>(), l.at("grid").get<int64_t>(), l.at("threads").get<int>(),
-                             l.at("shared_bytes").get<int64_t>()});
+                             l.at("shared_bytes").get<int64_t>(), l.contains("library") ? l.at("library").dump() : ""});
     }
     s_->module = backend.load_source(src);
     s_->arena = backend.allocate(std::max<size_t>(1, m.at("arena_bytes").get<size_t>()));

@@ -19,6 +19,11 @@ std::string CompilePool::compiler() const {
 }
 
 CompileOutput CompilePool::compile_one(const wire::Candidate& c) {
+  if (!c.library().empty()) {  // a library call: nothing to compile
+    CompileOutput out;
+    out.ok = true;
+    return out;
+  }
   const std::string& source = arch_ == "host" ? c.host_source() : c.cuda_source();
   const std::string key = sha256_hex(source + "\n// arch: " + arch_ + "\n// compiler: " + compiler());
   {

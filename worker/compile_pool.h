@@ -4,7 +4,8 @@
 // host form (backend/backend.h: host_compile). A cache keyed by the SHA-256 of the source, the
 // architecture and the options answers a candidate compiled before (within this process; the
 // host form is also cached on disk). Guarantees: one output per candidate, in order; a failure is
-// an output with ok = false and the compiler's message, never an exception.
+// an output with ok = false and the compiler's message, never an exception. A library call
+// (Candidate::library) needs no compiling and is ok at once.
 #pragma once
 
 #include <map>

@@ -73,7 +73,7 @@ wire::CandidateResult measure_candidate(const Graph& g, const wire::ChildCandida
   r.set_config(c.config());
   r.set_source_digest(c.source_digest());
   backend::ModuleSource src;
-  src.kernels.push_back({c.kernel(), c.grid(), c.threads(), c.shared_bytes()});
+  src.kernels.push_back({c.kernel(), c.grid(), c.threads(), c.shared_bytes(), c.library()});
   src.cuda_source = c.cuda_source();
   src.host_source = c.host_source();
   const std::string arch = backend.properties().arch;

@@ -1,0 +1,34 @@
+// cuBLASLt library calls for the CUDA backend (planner/library_call.h): a GEMM with its bias,
+// residual and ReLU epilogue, loaded at run time from libcublasLt so that binaries run where the
+// library is absent (and say so when asked for it).
+//
+// Row-major Y[m×n] = A[m×k]·B[k×n] is computed as its column-major transpose Yᵀ = Bᵀ·Aᵀ, so no
+// data is transposed: cuBLASLt's "A" is our B (n×k, leading dimension n), its "B" our A (k×m,
+// leading dimension k), C and D are Yᵀ (n×m, leading dimension n); the bias epilogue adds a vector
+// along D's rows, which is n; the residual is C with beta = 1. Batches are strided (B's stride 0
+// when one B serves every batch). The algorithm is chosen once, by cuBLASLt's heuristic, when the
+// call is made. Guarantees: make_cublaslt_call returns nullptr with the reason when the library
+// cannot be loaded or has no algorithm for the problem; enqueue() returns false on a launch error.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "planner/library_call.h"
+
+namespace fusetune::backend {
+
+class CublasLtCall {
+ public:
+  virtual ~CublasLtCall() = default;
+  // Enqueues the call on `stream` (a CUstream) with its parameters' device addresses, in order.
+  virtual bool enqueue(void* stream, const std::vector<uint64_t>& args) = 0;
+};
+
+// `workspace` is a device address of `workspace_bytes` the call may use.
+std::unique_ptr<CublasLtCall> make_cublaslt_call(const planner::LibraryCall& call, uint64_t workspace,
+                                                 size_t workspace_bytes, std::string* why_not);
+
+}  // namespace fusetune::backend

@@ -1,0 +1,15 @@
+// The host backend's library calls (planner/library_call.h): what cuBLASLt computes on the GPU,
+// computed on the CPU so that plans and measurement tasks with library calls run and verify
+// everywhere. Takes a call and the raw buffers bound to its parameters (A, B, [bias], [residual],
+// Y); computes Y = [Relu](A·B [+ bias] [+ residual]) with float accumulation (as cuBLASLt's
+// float32 compute type does), rows spread over `workers` threads. float16 data is converted to
+// and from float.
+#pragma once
+
+#include "planner/library_call.h"
+
+namespace fusetune::backend {
+
+void run_library_call_host(const planner::LibraryCall& call, void* const* args, int workers);
+
+}  // namespace fusetune::backend
