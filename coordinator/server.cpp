@@ -100,17 +100,21 @@ struct Server::State {
 
   // ---- jobs ----
 
-  // Loads a job's model and plan, makes its tasks (cache hits skipped), and marks it running.
-  void start_job(const storage::JobRecord& rec) {
+  // A job's model, imported and planned again from the files the database keeps.
+  std::unique_ptr<JobPlanner> load_planner(const storage::JobRecord& rec) {
     const auto model = db.model(rec.model_digest);
     check(model.has_value(), "job ", rec.id, ": model ", rec.model_digest.substr(0, 12), " is missing from the database");
     wire::Submit files;
     check(files.ParseFromString(model->bytes), "job ", rec.id, ": the stored model is unreadable");
-    const JobOptions options = JobOptions::from_json(rec.options);
+    return std::make_unique<JobPlanner>(std::vector<wire::ModelFile>(files.files().begin(), files.files().end()),
+                                        rec.model_name, rec.device.name, JobOptions::from_json(rec.options));
+  }
+
+  // Makes a job's tasks (cache hits skipped) from its planner (loaded when not given) and marks it running.
+  void start_job(const storage::JobRecord& rec, std::unique_ptr<JobPlanner> planner = nullptr) {
     Job job;
     job.device = rec.device;
-    job.planner = std::make_unique<JobPlanner>(
-        std::vector<wire::ModelFile>(files.files().begin(), files.files().end()), rec.model_name, rec.device.name, options);
+    job.planner = planner ? std::move(planner) : load_planner(rec);
     for (const TaskSpec& spec : job.planner->tasks()) {
       db.commit_workload(spec.signature, spec.canonical_form);
       if (spec.task.candidates_size() == 0) continue;  // nothing the code generator can express
@@ -408,10 +412,10 @@ struct Server::State {
     wire::Submit stored;
     *stored.mutable_files() = s.files();
     // Plan before anything is stored: a model that does not import is refused with the reason.
-    JobPlanner probe(files, rec.model_name, device, JobOptions::from_json(rec.options));
+    auto planner = std::make_unique<JobPlanner>(files, rec.model_name, device, JobOptions::from_json(rec.options));
     db.put_model(rec.model_digest, rec.model_name, stored.SerializeAsString());
     rec.id = db.create_job(rec);
-    start_job(*db.job(rec.id));
+    start_job(*db.job(rec.id), std::move(planner));
     return rec.id;
   }
 
@@ -464,14 +468,9 @@ struct Server::State {
     check(r.has_value(), "no job ", id);
     check(r->state == storage::JobState::kDone, "job ", id, " is ", storage::job_state_name(r->state),
           ", not done: nothing to export yet");
-    const auto model = db.model(r->model_digest);
-    check(model.has_value(), "job ", id, ": model missing from the database");
-    wire::Submit files;
-    check(files.ParseFromString(model->bytes), "job ", id, ": the stored model is unreadable");
     Job job;
     job.device = r->device;
-    job.planner = std::make_unique<JobPlanner>(std::vector<wire::ModelFile>(files.files().begin(), files.files().end()),
-                                               r->model_name, r->device.name, JobOptions::from_json(r->options));
+    job.planner = load_planner(*r);
     const runtime::Bundle bundle = job.planner->bundle(job.planner->final_plan(measurements(job)));
     char tmpl[] = "/tmp/fusetune-export-XXXXXX";
     check(::mkdtemp(tmpl) != nullptr, "cannot create a directory for the export");
