@@ -1,6 +1,8 @@
 // The prelude shared by generated CUDA and host kernels: index helpers with floor semantics,
-// float16 conversions by bit manipulation (no cuda_fp16.h needed), and activation helpers. Both
-// emitters put it at the top of a module after defining FT_FN (device or host inline).
+// float16 and bfloat16 conversions by bit manipulation (no cuda_fp16.h needed; round to nearest
+// even, NaN and infinity preserved, as core/dtype.h), and activation helpers. Both emitters put it
+// at the top of a module after defining FT_FN (device or host inline). kHostMatrixPrelude is the
+// host form's emulation of the warp-level matrix statements (kernel_ir.h gives the layout).
 #pragma once
 
 #include <string_view>
@@ -26,6 +28,12 @@ FT_FN unsigned short ft_f2h(float f) {
   if (a < 0x38800000u) { union { unsigned int u; float f; } m; m.u = a; return (unsigned short)(sign | (unsigned int)rintf(m.f * 16777216.0f)); }
   unsigned int r = a + 0xfffu + ((a >> 13) & 1u); r -= 0x38000000u; return (unsigned short)(sign | (r >> 13));
 }
+FT_FN float ft_bf2f(unsigned short b) { union { unsigned int u; float f; } c; c.u = (unsigned int)b << 16; return c.f; }
+FT_FN unsigned short ft_f2bf(float f) {
+  union { float f; unsigned int u; } c; c.f = f;
+  if ((c.u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((c.u >> 16) | 0x40u);
+  return (unsigned short)((c.u + 0x7fffu + ((c.u >> 16) & 1u)) >> 16);
+}
 FT_FN float ft_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 FT_FN float ft_softplus(float x) { return x > 0.0f ? x + log1pf(expf(-x)) : log1pf(expf(x)); }
 FT_FN float ft_hardswish(float x) { return x * fminf(1.0f, fmaxf(0.0f, x / 6.0f + 0.5f)); }
@@ -42,6 +50,48 @@ FT_FN long long ft_idiv(long long a, long long b) { return (b == 0 || (b == -1 &
 FT_FN long long ft_ipymod(long long a, long long b) { if (b == 0 || b == -1) return 0LL; long long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
 FT_FN long long ft_ifmod(long long a, long long b) { return (b == 0 || b == -1) ? 0LL : a % b; }
 FT_FN float ft_pymod(float a, float b) { float r = fmodf(a, b); return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : r; }
+)PRELUDE";
+
+// Each takes the lane-0 slice of a warp's thread-local (lane l's elements `stride` further on).
+inline constexpr std::string_view kHostMatrixPrelude = R"PRELUDE(
+static float ft_frag_elem(unsigned int reg, int high, int bf16) {
+  const unsigned short h = (unsigned short)(high ? reg >> 16 : reg & 0xffffu);
+  return bf16 ? ft_bf2f(h) : ft_h2f(h);
+}
+static void ft_mma_m16n8k16(float* d, int d_stride, const unsigned int* a, int a_stride, const unsigned int* b, int b_stride, int bf16) {
+  float ma[16][16], mb[16][8];
+  for (int l = 0; l < 32; ++l) {
+    const int g = l >> 2, t = l & 3;
+    for (int i = 0; i < 8; ++i) ma[g + 8 * ((i >> 1) & 1)][2 * t + (i & 1) + 8 * (i >> 2)] = ft_frag_elem(a[l * a_stride + (i >> 1)], i & 1, bf16);
+    for (int i = 0; i < 4; ++i) mb[2 * t + (i & 1) + 8 * (i >> 1)][g] = ft_frag_elem(b[l * b_stride + (i >> 1)], i & 1, bf16);
+  }
+  for (int l = 0; l < 32; ++l) {
+    const int g = l >> 2, t = l & 3;
+    for (int i = 0; i < 4; ++i) {
+      const int row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
+      float s = d[l * d_stride + i];
+      for (int k = 0; k < 16; ++k) s += ma[row][k] * mb[k][col];
+      d[l * d_stride + i] = s;
+    }
+  }
+}
+static void ft_ldmatrix(unsigned int* dst, int stride, const unsigned short* smem, long long elements, const long long* rows,
+                        int matrices, int trans, const char* name) {
+  for (int l = 0; l < 8 * matrices; ++l) {
+    if (rows[l] < 0 || rows[l] + 8 > elements || (((unsigned long long)(smem + rows[l])) & 15ULL) != 0ULL) {
+      fprintf(stderr, "fusetune: ldmatrix row %lld of %s outside the allocation or misaligned\n", rows[l], name);
+      abort();
+    }
+  }
+  for (int l = 0; l < 32; ++l) {
+    const int g = l >> 2, t = l & 3;
+    for (int m = 0; m < matrices; ++m) {
+      const unsigned int lo = trans ? smem[rows[8 * m + 2 * t] + g] : smem[rows[8 * m + g] + 2 * t];
+      const unsigned int hi = trans ? smem[rows[8 * m + 2 * t + 1] + g] : smem[rows[8 * m + g] + 2 * t + 1];
+      dst[l * stride + m] = lo | (hi << 16);
+    }
+  }
+}
 )PRELUDE";
 
 }  // namespace fusetune::codegen

@@ -103,6 +103,31 @@ Stmt vector_load(std::string local, std::string buffer, std::string index) {
   return s;
 }
 
+Stmt mma(std::string d, int64_t d_at, std::string a, int64_t a_at, std::string b, int64_t b_at, DType dtype) {
+  check(dtype == DType::kF16 || dtype == DType::kBF16, "mma of ", dtype_name(dtype), " (needs float16 or bfloat16)");
+  Stmt s;
+  s.kind = Stmt::Kind::kMma;
+  s.name = std::move(d);
+  s.a = std::move(a);
+  s.b = std::move(b);
+  s.at = {d_at, a_at, b_at};
+  s.dtype = dtype;
+  return s;
+}
+
+Stmt ldmatrix(std::string local, int64_t at, int matrices, bool trans, std::string shared, std::string row) {
+  check(matrices == 1 || matrices == 2 || matrices == 4, "ldmatrix of ", matrices, " matrices (1, 2 or 4)");
+  Stmt s;
+  s.kind = Stmt::Kind::kLdmatrix;
+  s.name = std::move(local);
+  s.a = std::move(shared);
+  s.b = std::move(row);
+  s.at = {at};
+  s.matrices = matrices;
+  s.trans = trans;
+  return s;
+}
+
 std::string warp_combine(const std::string& op, const std::string& x, const std::string& y) {
   return op == "sum" ? "(" + x + " + " + y + ")" : "ft_fmaxn(" + x + ", " + y + ")";
 }
@@ -139,6 +164,14 @@ void dump(std::ostringstream& out, const Block& b, int depth) {
       case Stmt::Kind::kBarrier: out << pad << "barrier\n"; break;
       case Stmt::Kind::kVectorLoad: out << pad << "let float4 " << s.name << " = " << s.a << "[" << s.b << " .. +4]\n"; break;
       case Stmt::Kind::kWarpReduce: out << pad << "warp.reduce " << s.a << " " << s.name << "\n"; break;
+      case Stmt::Kind::kMma:
+        out << pad << "mma.m16n8k16." << dtype_name(s.dtype) << " " << s.name << "[" << s.at[0] << "] += " << s.a << "["
+            << s.at[1] << "] * " << s.b << "[" << s.at[2] << "]\n";
+        break;
+      case Stmt::Kind::kLdmatrix:
+        out << pad << "ldmatrix.x" << s.matrices << (s.trans ? ".trans " : " ") << s.name << "[" << s.at[0] << "] = " << s.a
+            << "[row " << s.b << "]\n";
+        break;
       case Stmt::Kind::kUniformFor:
         out << pad << "for.uniform " << s.name << " in [" << s.a << ", " << s.b << ")\n";
         dump(out, s.body, depth + 1);
@@ -164,7 +197,9 @@ std::string to_text(const Kernel& k) {
   for (const SharedAlloc& s : k.shared) {
     out << "  shared " << s.name << ": " << dtype_name(s.dtype) << "[" << s.elements << "] @" << s.offset << "\n";
   }
-  for (const ThreadLocal& t : k.thread_locals) out << "  thread-local " << t.name << ": float[" << t.count << "]\n";
+  for (const ThreadLocal& t : k.thread_locals) {
+    out << "  thread-local " << t.name << ": " << (t.dtype == DType::kF32 ? "float" : dtype_name(t.dtype)) << "[" << t.count << "]\n";
+  }
   if (!k.uniform.empty()) {
     out << "  uniform:\n";
     dump(out, k.uniform, 2);

@@ -20,6 +20,31 @@
 // into a local float4 (components .x .y .z .w); the lowering guarantees the address is 16-byte
 // aligned (the host form checks it and aborts otherwise, so host runs catch what would fault on
 // the GPU).
+// Matrix fragments (tensor cores, sm_80+): `mma` is one warp-level m16n8k16 multiply-accumulate,
+// D(16x8, f32) += A(16x16, row-major) * B(16x8, column-major), A and B float16 or bfloat16, and
+// `ldmatrix` loads 8x8 tiles of 16-bit values from shared memory into fragments. Both are
+// warp-synchronous and placed like warp reductions (every lane of every warp of the block reaches
+// them; values cross them only through thread-locals, shared or global memory); the host form
+// ends the stretch there and emulates the warp: it gathers the 32 lanes' fragments, computes, and
+// scatters, following exactly the layout below (NVIDIA PTX ISA, "Matrix Fragments for
+// mma.m16n8k16 with floating point type" and "ldmatrix"). Fragments are thread-locals: A and B
+// in 32-bit registers (ThreadLocal dtype kU32) holding two 16-bit values each, the lower-indexed
+// element in the low half; the accumulator in floats (kF32). With lane l, g = l / 4, t = l % 4:
+//   A (4 registers, elements a0..a7, register i/2, half i%2):
+//     a_i = A[g + 8 * ((i / 2) % 2)][2t + i % 2 + 8 * (i / 4)]
+//     (r0 = A[g][2t..2t+1], r1 = A[g+8][2t..2t+1], r2 = A[g][2t+8..2t+9], r3 = A[g+8][2t+8..2t+9])
+//   B (2 registers, elements b0..b3): b_i = B[k = 2t + i % 2 + 8 * (i / 2)][n = g]
+//   C/D (4 floats c0..c3): c_i = D[g + 8 * (i / 2)][2t + i % 2]
+// The products of 16-bit values are exact in float; the host sums the 16 of each element in k
+// order in float, the hardware in its own order, so the two agree up to float rounding.
+//   ldmatrix .xN (N = 1, 2, 4 matrices), row address from lane: matrix j's 8 rows come from lanes
+//   8j .. 8j + 7, each the element offset (into a 16-bit shared allocation) of 8 consecutive
+//   values, 16-byte aligned. Register j of lane l receives matrix j's row g, elements 2t and 2t+1;
+//   with .trans, elements [2t][g] and [2t + 1][g] (the matrix transposed). So .x4 over the
+//   quadrants (rows 0-7 / 8-15 x columns 0-7 / 8-15, in the order top-left, bottom-left,
+//   top-right, bottom-right) of a row-major 16x16 A tile yields r0..r3 above, and .x2.trans over
+//   the two 8-row halves of a row-major (k x n) 16x8 B tile yields B's r0, r1. The host form
+//   checks every used row address (inside the allocation, 16-byte aligned) and aborts otherwise.
 // Packed kernels (several groups in one launch) are a sequence of `part` statements, each taken by
 // a range of blocks; barriers inside a part are block-uniform.
 // Scalar expressions are C expressions over the kernel's variables and the helpers of the common
@@ -37,7 +62,7 @@ namespace fusetune::codegen {
 
 // The version of the code generator: part of every tuning record's key, bumped whenever the code
 // generated for the same group and candidate changes.
-inline constexpr int kCodegenVersion = 2;
+inline constexpr int kCodegenVersion = 3;
 
 // Threads per warp: warp reductions combine this many lanes; blocks are whole warps.
 inline constexpr int kWarpSize = 32;
@@ -56,12 +81,14 @@ struct SharedAlloc {
   int64_t offset = 0;  // bytes from the start of the block's shared memory
 };
 
-// Per-thread storage that persists across barriers (register-blocked accumulators): an array of
-// `count` floats per thread. CUDA keeps it in registers; the host form gives each thread its own
-// slice, so the same code `NAME[i]` works in both.
+// Per-thread storage that persists across barriers (register-blocked accumulators, matrix
+// fragments): an array of `count` floats (dtype kF32) or 32-bit registers (kU32: pairs of 16-bit
+// values) per thread. CUDA keeps it in registers; the host form gives each thread its own slice, so
+// the same code `NAME[i]` works in both.
 struct ThreadLocal {
   std::string name;
   int64_t count = 0;
+  DType dtype = DType::kF32;
 };
 
 struct Stmt;
@@ -80,6 +107,8 @@ struct Stmt {
     kUniformFor,  // for (long long name = a; name < b; ++name) body: block-uniform, barriers allowed inside
     kWarpReduce,  // name[0] = the op ("sum" or "max", in a) of name[0] over the lanes of the warp
     kVectorLoad,  // float4 name = a[b .. b + 3]: one aligned 16-byte load from buffer a at index b
+    kMma,         // name[at0..] += a[at1..] * b[at2..]: warp-level m16n8k16 on fragments (dtype f16 or bf16)
+    kLdmatrix,    // name[at0..] = ldmatrix.x<matrices>[.trans] of shared allocation a, this lane's row at b
   };
   Kind kind = Kind::kComment;
   std::string name;
@@ -89,6 +118,10 @@ struct Stmt {
   Block body;
   Block orelse;
   Block uniform;  // kPart: block-uniform statements run before the part's body
+  std::vector<int64_t> at;  // kMma: first elements of D, A, B in their thread-locals; kLdmatrix: of the destination
+  DType dtype = DType::kUndefined;  // kMma: the type of A and B (kF16 or kBF16)
+  int matrices = 0;    // kLdmatrix: 8x8 matrices loaded (1, 2 or 4)
+  bool trans = false;  // kLdmatrix: transposed
 };
 
 Stmt comment(std::string text);
@@ -111,6 +144,14 @@ Stmt warp_reduce(std::string local, std::string op);
 // float4 `local` = buffer[index .. index + 3], one 16-byte load; buffer + index must be 16-byte
 // aligned.
 Stmt vector_load(std::string local, std::string buffer, std::string index);
+// D(16x8 f32) += A(16x16) * B(16x8) with A and B of `dtype` (kF16 or kBF16): fragments in
+// thread-locals `d` (4 floats from d_at), `a` (4 registers from a_at) and `b` (2 registers from
+// b_at), laid out as the header comment says; placed like a barrier.
+Stmt mma(std::string d, int64_t d_at, std::string a, int64_t a_at, std::string b, int64_t b_at, DType dtype);
+// `matrices` 8x8 tiles of 16-bit shared allocation `shared` into registers [at, at + matrices) of
+// thread-local `local`; `row` is this lane's row address (an element offset, an expression of
+// ft_thread and block-uniform values); placed like a barrier.
+Stmt ldmatrix(std::string local, int64_t at, int matrices, bool trans, std::string shared, std::string row);
 // The expression a warp reduction with `op` combines its own value x and its partner's y with.
 std::string warp_combine(const std::string& op, const std::string& x, const std::string& y);
 

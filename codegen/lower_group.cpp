@@ -36,6 +36,28 @@ std::string product(const std::vector<std::string>& xs) {
   return s;
 }
 
+// The region of a value a block computes: per axis, the names of its lo, hi and extent variables.
+struct Region {
+  std::vector<std::string> lo, hi, n;
+};
+
+// A staged MatMul's plan (size_buffers) for staged_matmul or mma_matmul.
+struct Staged {
+  size_t m_axis = 0, n_axis = 0;
+  int64_t step = 0, k = 0;
+  std::string a, b, acc;  // shared operand slices and, for a root product, its accumulators
+  int64_t a_cap = 0, b_cap = 0;
+  std::string regs;       // register-blocked accumulators (thread-local), when the threads cover the region
+  bool vec_a = false, vec_b = false;  // operands staged in float4 quads
+  int64_t tm = 0, tn = 0; // the micro-tile of each thread
+  // Tensor cores (mma_layout): the operands' 16-bit type (kUndefined: the scalar path), the warp
+  // grid's columns, fragments per warp, the staged slices' extents and row pitches (elements),
+  // and the fragment thread-locals.
+  DType mma = DType::kUndefined;
+  int64_t warps_n = 0, fm = 0, fn = 0, rows_a = 0, cols_b = 0, pitch_a = 0, pitch_b = 0;
+  std::string frag_c, frag_a, frag_b;
+};
+
 class GroupLowering {
  public:
   GroupLowering(const Graph& g, const planner::FusionGroup& group, const planner::TileConfig& cfg,
@@ -297,38 +319,43 @@ class GroupLowering {
           st.n_axis = me.size() - 1;
           st.step = cfg_.reduce_step;
           st.k = g_.value(node.inputs[0]).shape.back();
-          st.a = k.add_shared("sa" + std::to_string(v), DType::kF32, std::max<int64_t>(1, me[st.m_axis] * st.step));
-          st.b = k.add_shared("sb" + std::to_string(v), DType::kF32, std::max<int64_t>(1, me[st.n_axis] * st.step));
-          st.a_cap = std::max<int64_t>(1, me[st.m_axis] * st.step);
-          st.b_cap = std::max<int64_t>(1, me[st.n_axis] * st.step);
-          if (v == root_) st.acc = k.add_shared("acc" + std::to_string(v), DType::kF32, std::max<int64_t>(1, max_elems[v]));
-          // Register blocking: each thread owns one TM x TN micro-tile of the region; the smallest
-          // (squarest) micro-tile that lets the block's threads cover the largest region.
-          int64_t best = 0;
-          for (int64_t tm : {1, 2, 4, 8}) {
-            for (int64_t tn : {1, 2, 4, 8}) {
-              const int64_t tiles = ((me[st.m_axis] + tm - 1) / tm) * ((me[st.n_axis] + tn - 1) / tn);
-              if (tiles > cfg_.threads) continue;
-              const int64_t score = tm * tn * 16 + (tm > tn ? tm - tn : tn - tm);
-              if (best == 0 || score < best) {
-                best = score;
-                st.tm = tm;
-                st.tn = tn;
+          const DType a_type = g_.value(node.inputs[0]).dtype;
+          if (cfg_.mma && a_type == g_.value(node.inputs[1]).dtype && (a_type == DType::kF16 || a_type == DType::kBF16)) {
+            mma_layout(k, st, me[st.m_axis], me[st.n_axis], a_type, v);
+          } else {
+            st.a = k.add_shared("sa" + std::to_string(v), DType::kF32, std::max<int64_t>(1, me[st.m_axis] * st.step));
+            st.b = k.add_shared("sb" + std::to_string(v), DType::kF32, std::max<int64_t>(1, me[st.n_axis] * st.step));
+            st.a_cap = std::max<int64_t>(1, me[st.m_axis] * st.step);
+            st.b_cap = std::max<int64_t>(1, me[st.n_axis] * st.step);
+            // Register blocking: each thread owns one TM x TN micro-tile of the region; the smallest
+            // (squarest) micro-tile that lets the block's threads cover the largest region.
+            int64_t best = 0;
+            for (int64_t tm : {1, 2, 4, 8}) {
+              for (int64_t tn : {1, 2, 4, 8}) {
+                const int64_t tiles = ((me[st.m_axis] + tm - 1) / tm) * ((me[st.n_axis] + tn - 1) / tn);
+                if (tiles > cfg_.threads) continue;
+                const int64_t score = tm * tn * 16 + (tm > tn ? tm - tn : tn - tm);
+                if (best == 0 || score < best) {
+                  best = score;
+                  st.tm = tm;
+                  st.tn = tn;
+                }
               }
             }
+            if (best > 0) {
+              st.regs = "tl" + std::to_string(v);
+              k.thread_locals.push_back({st.regs, st.tm * st.tn});
+            }
+            // Vectorised staging (the candidate's vector width): an operand read straight from a
+            // float32 input whose contiguous axis is the slice's row (A: the reduction axis, whole
+            // steps of 4; B: the output's columns) moves in float4 quads.
+            if (cfg_.vector >= 4) {
+              const TensorExpr& e = exprs_.at(n);
+              st.vec_a = st.step % 4 == 0 && contiguous_input(node.inputs[0], e.accesses[0], static_cast<int>(e.out_shape.size()));
+              st.vec_b = contiguous_input(node.inputs[1], e.accesses[1], static_cast<int>(st.n_axis));
+            }
           }
-          if (best > 0) {
-            st.regs = "tl" + std::to_string(v);
-            k.thread_locals.push_back({st.regs, st.tm * st.tn});
-          }
-          // Vectorised staging (the candidate's vector width): an operand read straight from a
-          // float32 input whose contiguous axis is the slice's row (A: the reduction axis, whole
-          // steps of 4; B: the output's columns) moves in float4 quads.
-          if (cfg_.vector >= 4) {
-            const TensorExpr& e = exprs_.at(n);
-            st.vec_a = st.step % 4 == 0 && contiguous_input(node.inputs[0], e.accesses[0], static_cast<int>(e.out_shape.size()));
-            st.vec_b = contiguous_input(node.inputs[1], e.accesses[1], static_cast<int>(st.n_axis));
-          }
+          if (v == root_) st.acc = k.add_shared("acc" + std::to_string(v), DType::kF32, std::max<int64_t>(1, max_elems[v]));
           staged_[v] = st;
         }
       }
@@ -336,6 +363,46 @@ class GroupLowering {
       buffer_[v] = k.add_shared("b" + std::to_string(v), is_float(g_.value(v).dtype) ? DType::kF32 : DType::kI64,
                                 std::max<int64_t>(1, max_elems[v]));
     }
+  }
+
+  // Tensor-core layout of a staged MatMul with 16-bit operands whose region is at most rows x cols:
+  // the block's warps form a warps_m x warps_n grid (the split of the warps with the fewest m16n8
+  // fragments per warp, then the fewest fragment loads), each warp owning fm x fn fragments; the
+  // reduction step is a multiple of 16. The operand slices are staged as 16-bit values, A as
+  // (warps_m * fm * 16) x step and B as step x (warps_n * fn * 8) so every warp's fragments lie
+  // inside, with rows padded to an odd number of 16-byte units (the 8 rows an ldmatrix phase reads
+  // fall in distinct banks).
+  void mma_layout(Kernel& k, Staged& st, int64_t rows, int64_t cols, DType dtype, int v) {
+    const int64_t mt = (std::max<int64_t>(1, rows) + 15) / 16, nt = (std::max<int64_t>(1, cols) + 7) / 8;
+    const int64_t warps = cfg_.threads / kWarpSize;
+    int64_t best = -1;
+    for (int64_t wm = 1; wm <= warps; ++wm) {
+      if (warps % wm != 0) continue;
+      const int64_t fm = (mt + wm - 1) / wm, fn = (nt + warps / wm - 1) / (warps / wm);
+      const int64_t score = fm * fn * 1024 + fm + fn;
+      if (best < 0 || score < best) {
+        best = score;
+        st.warps_n = warps / wm;
+        st.fm = fm;
+        st.fn = fn;
+      }
+    }
+    st.mma = dtype;
+    st.step = (std::max<int64_t>(16, st.step) + 15) / 16 * 16;
+    const auto padded = [](int64_t elems) { return (elems / 8) % 2 == 1 ? elems : elems + 8; };
+    st.rows_a = warps / st.warps_n * st.fm * 16;
+    st.cols_b = st.warps_n * st.fn * 8;
+    st.pitch_a = padded(st.step);
+    st.pitch_b = padded(st.cols_b);
+    const std::string id = std::to_string(v);
+    st.a = k.add_shared("sa" + id, dtype, st.rows_a * st.pitch_a);
+    st.b = k.add_shared("sb" + id, dtype, st.step * st.pitch_b);
+    st.frag_c = "fc" + id;
+    st.frag_a = "fa" + id;
+    st.frag_b = "fb" + id;
+    k.thread_locals.push_back({st.frag_c, st.fm * st.fn * 4, DType::kF32});
+    k.thread_locals.push_back({st.frag_a, st.fm * 4, DType::kU32});
+    k.thread_locals.push_back({st.frag_b, st.fn * 2, DType::kU32});
   }
 
   // True if value u is a float32 group input whose innermost axis is indexed by variable `var`
@@ -657,6 +724,8 @@ class GroupLowering {
     k.body.push_back(comment("stage " + n.op + " '" + n.name + "'"));
     if (kind == OpKind::kNormalization) {
       normalization_stage(k, n, e);
+    } else if (staged_.count(v) && staged_.at(v).mma != DType::kUndefined) {
+      mma_matmul(k, n, e);
     } else if (staged_.count(v)) {
       staged_matmul(k, n, e);
     } else {
@@ -797,6 +866,106 @@ class GroupLowering {
     return b != buffer_.end() ? b->second : staged_.at(v).acc;
   }
 
+  // Variable values for the operand reads of staged product v at row m, column nidx and reduction
+  // index kk: batch axes at the region's origin.
+  std::vector<std::string> staged_vars(int v, const std::string& m, const std::string& nidx, const std::string& kk) const {
+    const Staged& st = staged_.at(v);
+    std::vector<std::string> vars = region_.at(v).lo;
+    vars[st.m_axis] = m;
+    vars[st.n_axis] = nidx;
+    vars.push_back(kk);
+    return vars;
+  }
+
+  // The staged product v leaves the block from its accumulators when it is exported (or the root).
+  void export_product(Kernel& k, int v) {
+    if (!out_param_.count(v)) return;
+    k.body.push_back(barrier());
+    region_loop(k, v, [&](const std::vector<std::string>& o) {
+      cur_->push_back(store(out_param_.at(v), flat(g_.value(v).shape, o),
+                            store_from_compute(g_.value(v).dtype, acc_buffer(v) + "[ft_e]")));
+    });
+  }
+
+  // The tensor-core form of a staged MatMul (mma_layout): per reduction step, both operand slices
+  // are staged in shared memory as 16-bit values, zero outside the region's rows and columns and
+  // beyond K (so padding contributes nothing); then for every 16 of the step each warp loads its
+  // A fragments (ldmatrix.x4 of 16x16 row-major tiles) and B fragments (ldmatrix.x4.trans for two
+  // n8 fragments, .x2.trans for a last odd one) and issues fm x fn mma into its f32 accumulator
+  // fragments. After the last step each lane writes its accumulator elements that lie inside the
+  // region to the shared accumulator buffer, where the epilogue reads them as in the scalar path.
+  void mma_matmul(Kernel& k, const Node& n, const TensorExpr& e) {
+    const int v = n.outputs[0];
+    const Staged& st = staged_.at(v);
+    const Region& r = region_.at(v);
+    const std::string nm = r.n[st.m_axis], nn = r.n[st.n_axis];
+    const std::string step = ll(st.step);
+    k.body.push_back(serial_for("ft_i", "0LL", ll(st.fm * st.fn * 4), {assign(st.frag_c + "[ft_i]", "0.0f")}));
+    const std::string warp = "((long long)ft_thread / " + ll(kWarpSize) + ")";
+    const std::string lane = "((long long)ft_thread % " + ll(kWarpSize) + ")";
+    const std::string wm0 = "(" + warp + " / " + ll(st.warps_n) + " * " + ll(st.fm * 16) + ")";
+    const std::string wn0 = "(" + warp + " % " + ll(st.warps_n) + " * " + ll(st.fn * 8) + ")";
+    Block steps;
+    // One operand slice, rows x cols (A: rows_a x step, B: step x cols_b), element by element.
+    auto stage = [&](bool is_a) {
+      const int64_t rows = is_a ? st.rows_a : st.step, cols = is_a ? st.step : st.cols_b;
+      const int u = n.inputs[is_a ? 0 : 1];
+      Block loop = fresh_block([&] {
+        cur_->push_back(let("long long", "ft_r", "ft_e / " + ll(cols)));
+        cur_->push_back(let("long long", "ft_c", "ft_e % " + ll(cols)));
+        cur_->push_back(let("long long", "ft_k", "ft_ks * " + step + " + " + (is_a ? "ft_c" : "ft_r")));
+        const std::string m = is_a ? "(" + r.lo[st.m_axis] + " + ft_r)" : r.lo[st.m_axis];
+        const std::string col = is_a ? r.lo[st.n_axis] : "(" + r.lo[st.n_axis] + " + ft_c)";
+        const auto idx = index_of(e.accesses[is_a ? 0 : 1], staged_vars(v, m, col, "ft_k"));
+        cur_->push_back(let("float", "ft_x", "0.0f"));
+        Block inside;
+        with_block(inside, [&] { cur_->push_back(assign("ft_x", value(u, idx))); });
+        cur_->push_back(if_then("ft_k < " + ll(st.k) + " && " + (is_a ? "ft_r < " + nm : "ft_c < " + nn), inside));
+        cur_->push_back(store(is_a ? st.a : st.b, "ft_r * " + ll(is_a ? st.pitch_a : st.pitch_b) + " + ft_c",
+                              store_from_compute(st.mma, "ft_x")));
+      });
+      steps.push_back(thread_for("ft_e", "0LL", ll(rows * cols), loop));
+    };
+    stage(true);
+    stage(false);
+    steps.push_back(barrier());
+    Block slice;  // k in [ft_ks * step + ft_kq * 16, + 16)
+    for (int64_t i = 0; i < st.fm; ++i) {
+      slice.push_back(ldmatrix(st.frag_a, i * 4, 4, false, st.a,
+                               "(" + wm0 + " + " + ll(i * 16) + " + " + lane + " % 16LL) * " + ll(st.pitch_a) +
+                                   " + ft_kq * 16LL + " + lane + " / 16LL * 8LL"));
+    }
+    for (int64_t j = 0; j < st.fn; j += 2) {
+      const bool pair = j + 1 < st.fn;
+      slice.push_back(ldmatrix(st.frag_b, j * 2, pair ? 4 : 2, true, st.b,
+                               "(ft_kq * 16LL + " + lane + " % 16LL) * " + ll(st.pitch_b) + " + " + wn0 + " + " + ll(j * 8) +
+                                   (pair ? " + " + lane + " / 16LL * 8LL" : "")));
+    }
+    for (int64_t i = 0; i < st.fm; ++i) {
+      for (int64_t j = 0; j < st.fn; ++j) slice.push_back(mma(st.frag_c, (i * st.fn + j) * 4, st.frag_a, i * 4, st.frag_b, j * 2, st.mma));
+    }
+    steps.push_back(uniform_for("ft_kq", "0LL", ll(st.step / 16), slice));
+    steps.push_back(barrier());
+    k.body.push_back(uniform_for("ft_ks", "0LL", ll((st.k + st.step - 1) / st.step), steps));
+    // Accumulator fragments to the shared accumulator buffer (c_i at row g + 8 * (i / 2), column
+    // 2t + i % 2 of its fragment).
+    const std::string acc = acc_buffer(v);
+    Block write = {let("long long", "ft_g", lane + " / 4LL"), let("long long", "ft_t", lane + " % 4LL")};
+    for (int64_t i = 0; i < st.fm; ++i) {
+      for (int64_t j = 0; j < st.fn; ++j) {
+        for (int64_t c = 0; c < 4; ++c) {
+          const std::string row = "(" + wm0 + " + " + ll(i * 16 + (c / 2) * 8) + " + ft_g)";
+          const std::string col = "(" + wn0 + " + " + ll(j * 8 + c % 2) + " + 2LL * ft_t)";
+          write.push_back(if_then(row + " < " + nm + " && " + col + " < " + nn,
+                                  {store(acc, row + " * " + nn + " + " + col, st.frag_c + "[" + std::to_string((i * st.fn + j) * 4 + c) + "]")}));
+        }
+      }
+    }
+    k.body.push_back(if_then(wm0 + " < " + nm + " && " + wn0 + " < " + nn, write));
+    k.body.push_back(barrier());
+    export_product(k, v);
+  }
+
   void staged_matmul(Kernel& k, const Node& n, const TensorExpr& e) {
     const int v = n.outputs[0];
     const Staged& st = staged_.at(v);
@@ -818,14 +987,8 @@ class GroupLowering {
       return Block{let("long long", "ft_tm0", "((long long)ft_thread / " + ntn + ") * " + ll(st.tm)),
                    let("long long", "ft_tn0", "((long long)ft_thread % " + ntn + ") * " + ll(st.tn))};
     };
-    // Output-variable values for the operand reads: batch axes at the region's origin.
     auto operand_vars = [&](const std::string& m, const std::string& nidx, const std::string& kk) {
-      std::vector<std::string> vars;
-      for (size_t d = 0; d < r.lo.size(); ++d) vars.push_back(r.lo[d]);
-      vars[st.m_axis] = m;
-      vars[st.n_axis] = nidx;
-      vars.push_back(kk);
-      return vars;
+      return staged_vars(v, m, nidx, kk);
     };
     Block steps;
     auto staging = [&](const std::string& buf, int64_t cap, const std::string& count, const Access& a, int operand,
@@ -935,13 +1098,7 @@ class GroupLowering {
       k.body.push_back(if_then(owns, write));
       k.body.push_back(barrier());
     }
-    // The product leaves the block when it is exported (or the root).
-    if (out_param_.count(v)) {
-      k.body.push_back(barrier());
-      region_loop(k, v, [&](const std::vector<std::string>& o) {
-        cur_->push_back(store(out_param_.at(v), flat(g_.value(v).shape, o), store_from_compute(g_.value(v).dtype, acc + "[ft_e]")));
-      });
-    }
+    export_product(k, v);
   }
 
   void normalization_stage(Kernel& k, const Node& n, const TensorExpr& e) {
@@ -1069,18 +1226,6 @@ class GroupLowering {
     });
   }
 
-  struct Region {
-    std::vector<std::string> lo, hi, n;
-  };
-  struct Staged {
-    size_t m_axis = 0, n_axis = 0;
-    int64_t step = 0, k = 0;
-    std::string a, b, acc;  // shared operand slices and, for a root product, its accumulators
-    int64_t a_cap = 0, b_cap = 0;
-    std::string regs;       // register-blocked accumulators (thread-local), when the threads cover the region
-    bool vec_a = false, vec_b = false;  // operands staged in float4 quads
-    int64_t tm = 0, tn = 0; // the micro-tile of each thread
-  };
 
   const Graph& g_;
   const planner::FusionGroup& group_;

@@ -15,7 +15,13 @@
 // quads where a quad lies inside the slice and the operand and is 16-byte aligned, element by
 // element elsewhere), then every thread updates its register-blocked micro-tile of accumulators
 // (thread-local storage, since they cross the step loop's barriers), falling back to accumulators
-// in shared memory when the threads cannot cover the region. The root is written to global memory
+// in shared memory when the threads cannot cover the region. When both operands are float16 (or
+// both bfloat16) and the candidate asks for tensor cores (TileConfig::mma), the staged MatMul
+// runs on them instead: each step stages the operand slices as 16-bit values (rows padded against
+// bank conflicts, zero outside the region and beyond K, so any M, N, K works), each warp loads
+// m16 x k16 A and k16 x n8 B fragments with ldmatrix and accumulates its m16n8 tiles with mma in
+// float (Kernel IR matrix fragments; the CUDA form then needs sm_80+), and after the last step
+// the accumulators go to shared memory for the epilogue, as on the scalar path. The root is written to global memory
 // by its own stage (or by a final element stage when it is inlined); other exported values are
 // written over their regions too. Guarantees: the kernel computes the group's outputs as the reference kernels do
 // (up to float32 rounding) for every tile, including partial tiles at the edges; shared memory is

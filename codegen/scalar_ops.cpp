@@ -24,6 +24,7 @@ std::string load_as_compute(DType storage, const std::string& raw) {
   switch (storage) {
     case DType::kF32: return raw;
     case DType::kF16: return "ft_h2f(" + raw + ")";
+    case DType::kBF16: return "ft_bf2f(" + raw + ")";
     case DType::kF64: return "((float)" + raw + ")";
     default: return "((long long)" + raw + ")";
   }
@@ -33,6 +34,7 @@ std::string store_from_compute(DType to, const std::string& value) {
   switch (to) {
     case DType::kF32: return "((float)(" + value + "))";
     case DType::kF16: return "ft_f2h((float)(" + value + "))";
+    case DType::kBF16: return "ft_f2bf((float)(" + value + "))";
     case DType::kF64: return "((double)(" + value + "))";
     case DType::kBool: return "((unsigned char)((" + value + ") != 0))";
     case DType::kU8: return "((unsigned char)(" + value + "))";
@@ -159,15 +161,22 @@ std::string binary_int(const Node& n, const std::string& a, const std::string& b
   fail("no integer form for ", op);
 }
 
+// A float value rounded to the precision of float dtype t.
+std::string round_to(DType t, const std::string& x) {
+  if (t == DType::kF16) return "ft_h2f(ft_f2h(" + x + "))";
+  if (t == DType::kBF16) return "ft_bf2f(ft_f2bf(" + x + "))";
+  return "((float)(" + x + "))";
+}
+
 }  // namespace
 
 std::string elementwise_expr(const Graph& g, const Node& n, const std::vector<std::string>& args) {
   const DType in0 = g.value(n.inputs[0]).dtype;
   const DType out = g.value(n.outputs[0]).dtype;
   if (n.op == "Cast") {
-    if (is_float(out) && is_float(in0)) {
-      return out == DType::kF16 ? "ft_h2f(ft_f2h(" + args[0] + "))" : "((float)(" + args[0] + "))";
-    }
+    // A 16-bit float value computed inside the group (in float) takes its dtype's precision before
+    // the cast makes the difference observable, as the reference stores it.
+    if (is_float(out) && is_float(in0)) return round_to(out, round_to(in0, args[0]));
     if (is_float(out)) return "((float)(" + args[0] + "))";
     if (out == DType::kBool) return "((long long)(" + args[0] + " != 0))";
     return is_float(in0) ? "ft_f2i(" + args[0] + ")" : args[0];

@@ -63,6 +63,21 @@ std::pair<bool, bool> vector_operands(const Graph& g, const Node& n, const std::
           plain(b) && g.value(b).shape.back() % 4 == 0 && out.back().lo % 4 == 0};
 }
 
+// True if n is a MatMul codegen can run on tensor cores: both operands (of rank 2 or more) float16,
+// or both bfloat16 (codegen/lower_group's mma path).
+bool mma_matmul(const Graph& g, const Node& n) {
+  if (n.op != "MatMul") return false;
+  const Value& a = g.value(n.inputs[0]);
+  const Value& b = g.value(n.inputs[1]);
+  return a.dtype == b.dtype && (a.dtype == DType::kF16 || a.dtype == DType::kBF16) && a.shape.size() >= 2 &&
+         b.shape.size() >= 2;
+}
+
+bool has_mma_matmul(const Graph& g, const FusionGroup& group) {
+  return std::any_of(group.nodes.begin(), group.nodes.end(),
+                     [&](int n) { return mma_matmul(g, g.nodes()[static_cast<size_t>(n)]); });
+}
+
 }  // namespace
 
 std::string TileConfig::str() const {
@@ -72,6 +87,7 @@ std::string TileConfig::str() const {
   if (reduce_step > 0) out << " k=" << reduce_step;
   out << " threads=" << threads;
   if (vector > 1) out << " vec=" << vector;
+  if (mma) out << " mma";
   return out.str();
 }
 
@@ -125,7 +141,19 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   regions[root] = root_tile;
   int64_t smem = 0;
   int64_t tile_flops = 0;
+  int64_t tensor_flops = 0;  // per tile, contraction flops on tensor cores (padded to m16n8k16)
   int64_t tile_loads = 0;  // per tile, the load instructions that stage contraction operands
+  int64_t padded_elems = 0;  // per tile, the accumulators of tensor-core contractions (fragments)
+  if (cfg.mma) {
+    if (d.compute_capability < 80) {
+      c.reject = "tensor cores (mma) need compute capability 8.0 or later";
+      return c;
+    }
+    if (cfg.reduce_step <= 0 || !has_mma_matmul(g, group)) {
+      c.reject = "tensor cores (mma) need a staged MatMul with float16 or bfloat16 operands";
+      return c;
+    }
+  }
   for (auto it = group.nodes.rbegin(); it != group.nodes.rend(); ++it) {
     const Node& n = g.nodes()[static_cast<size_t>(*it)];
     auto out_it = regions.find(n.outputs[0]);
@@ -134,17 +162,38 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
     const TensorExpr e = describe(g, n);
     const auto in_regions = input_regions(g, n, e, out_region);
     const int64_t out_elems = region_elems(out_region);
-    tile_flops += numel(e.out_shape) == 0 ? 0 : node_flops(g, n) * out_elems / numel(e.out_shape);
+    // On tensor cores when the candidate asks and codegen stages the product (one matrix per tile).
+    const bool tensor = cfg.mma && mma_matmul(g, n) && cfg.reduce_step > 0 &&
+                        out_elems == out_region[out_region.size() - 2].size() * out_region.back().size();
+    int64_t tensor_smem = 0, tensor_loads = 0;
+    if (tensor) {
+      // Fragments cover the region rounded up to 16 rows and 8 columns, K rounded up to 16.
+      const int64_t rows = ceil_div(out_region[out_region.size() - 2].size(), 16) * 16;
+      const int64_t cols = ceil_div(out_region.back().size(), 8) * 8;
+      const int64_t k16 = ceil_div(e.reduce_extents.empty() ? 1 : e.reduce_extents[0], 16) * 16;
+      const int64_t step = ceil_div(std::max<int64_t>(cfg.reduce_step, 16), 16) * 16;
+      padded_elems += rows * cols;
+      tensor_flops += 2 * rows * cols * k16;
+      // 16-bit operand slices with rows padded by 16 bytes, one element load each; accumulators.
+      tensor_smem = (rows * (step + 8) + step * (cols + 8)) * 2 + out_elems * 4;
+      tensor_loads = (rows + cols) * k16;
+    } else {
+      tile_flops += numel(e.out_shape) == 0 ? 0 : node_flops(g, n) * out_elems / numel(e.out_shape);
+    }
     for (size_t k = 0; k < n.inputs.size(); ++k) {
       const int v = n.inputs[k];
       if (v == kNoValue || in_regions[k].empty()) continue;
       hull_into(produced.count(v) ? regions[v] : loads[v], in_regions[k]);
     }
     // Shared memory of the generic schedule (codegen/lower_group): a staged contraction keeps one
-    // reduction step of each operand and its accumulators; every other anchor keeps its output
-    // region unless it is the root; a row reduction keeps its rows' statistics (negligible).
+    // reduction step of each operand (16-bit and padded on tensor cores) and its accumulators;
+    // every other anchor keeps its output region unless it is the root; a row reduction keeps its
+    // rows' statistics (negligible).
     const bool anchor = find_op(n.op)->kind != OpKind::kElementwise && find_op(n.op)->kind != OpKind::kDataMovement;
-    if (is_contraction(n) && cfg.reduce_step > 0) {
+    if (tensor) {
+      smem += tensor_smem;
+      tile_loads += tensor_loads;
+    } else if (is_contraction(n) && cfg.reduce_step > 0) {
       std::vector<Interval> step;
       for (size_t r = 0; r < e.reduce_extents.size(); ++r) {
         step.push_back({0, (r == 0 ? std::min(cfg.reduce_step, e.reduce_extents[r]) : e.reduce_extents[r]) - 1});
@@ -187,7 +236,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
     c.reject = "threads " + std::to_string(cfg.threads) + " not a warp multiple within the block limit";
     return c;
   }
-  const int64_t per_thread = std::max<int64_t>(1, ceil_div(tile_elems, cfg.threads));
+  const int64_t per_thread = std::max<int64_t>(1, ceil_div(std::max(tile_elems, padded_elems), cfg.threads));
   const bool contraction = std::any_of(group.nodes.begin(), group.nodes.end(),
                                        [&](int n) { return is_contraction(g.nodes()[static_cast<size_t>(n)]); });
   c.registers = static_cast<int>(std::min<int64_t>(100000, 24 + per_thread * (contraction ? 2 : 1) + 2 * cfg.vector));
@@ -214,8 +263,11 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   c.efficiency = busy * (0.5 + 0.5 * tail);
   const double dram_us = static_cast<double>(dram) / (d.dram_bandwidth_gbps * 1e3);
   const double l2_us = static_cast<double>(l2) / (d.l2_bandwidth_gbps * 1e3);
-  // An issued load takes an issue slot like an FMA (2 flops).
-  const double compute_us = static_cast<double>((tile_flops + 2 * tile_loads) * c.tiles) / (d.fp32_tflops * 1e6);
+  // An issued load takes an issue slot like an FMA (2 flops); tensor-core arithmetic runs at the
+  // device's fp16 tensor rate, overlapped with the issue of everything else.
+  const double issue_us = static_cast<double>((tile_flops + 2 * tile_loads) * c.tiles) / (d.fp32_tflops * 1e6);
+  const double tensor_us = static_cast<double>(tensor_flops * c.tiles) / (d.fp16_tensor_tflops * 1e6);
+  const double compute_us = std::max(issue_us, tensor_us);
   c.modeled_us = std::max({dram_us, l2_us, compute_us}) / c.efficiency + opt.launch_overhead_us;
   c.valid = true;
   return c;
@@ -352,9 +404,32 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
       }
     }
   }
+  // Tensor-core candidates (sm_80+, a MatMul with 16-bit operands): one matrix per tile, 16 to 128
+  // rows by 8 to 128 columns, warps that each own at least one and at most 16 m16n8 fragments,
+  // reduction steps of 16, 32, 64.
+  if (d.compute_capability >= 80 && rs.size() >= 2 && has_mma_matmul(g, group)) {
+    for (int64_t tm : {16, 32, 64, 128}) {
+      for (int64_t tn : {8, 16, 32, 64, 128}) {
+        std::vector<int64_t> tile(rs.size(), 1);
+        tile[rs.size() - 2] = std::min(tm, std::max<int64_t>(rs[rs.size() - 2], 1));
+        tile[rs.size() - 1] = std::min(tn, std::max<int64_t>(rs.back(), 1));
+        if ((tm > 16 && rs[rs.size() - 2] <= tm / 2) || (tn > 8 && rs.back() <= tn / 2)) continue;  // whole already
+        const int64_t fragments = ceil_div(tile[rs.size() - 2], 16) * ceil_div(tile[rs.size() - 1], 8);
+        for (int warps : {1, 2, 4, 8}) {
+          if (warps > fragments || fragments > 16 * warps) continue;
+          for (int64_t step : {16, 32, 64}) {
+            if (step > 16 && step >= ceil_div(std::max<int64_t>(k_extent, 1), 16) * 16 * 2) continue;
+            TileConfig cfg{tile, step, warps * d.warp_size, 1, true};
+            Cost c = evaluate_tile(g, group, d, cfg, opt);
+            if (c.valid) all.push_back({cfg, c});
+          }
+        }
+      }
+    }
+  }
   if (all.empty()) {
     if (best_rejected.config.tile.empty()) {
-      best_rejected.config = {std::vector<int64_t>(rs.size(), 1), 0, d.warp_size, 1};
+      best_rejected.config = {std::vector<int64_t>(rs.size(), 1), 0, d.warp_size, 1, false};
       best_rejected.cost.reject = "no tile enumerated";
     }
     return {best_rejected};

@@ -13,12 +13,16 @@
 //     row reduction keeps on chip; registers from the accumulators per thread;
 //   - time: the slowest of DRAM, L2 and issue (arithmetic plus the loads that stage contraction
 //     operands, one per element or one per float4 quad at vector width 4 where codegen can use
-//     quads), divided by the fraction of SMs the blocks keep busy (the parallelism penalty), plus a
-//     launch overhead.
+//     quads; with `mma`, a contraction's arithmetic, padded to m16n8k16, at the tensor-core rate
+//     Device::fp16_tensor_tflops, overlapping the issue of the rest), divided by the fraction of
+//     SMs the blocks keep busy (the parallelism penalty), plus a launch overhead.
 // Candidates that exceed the device's shared memory, registers or threads are rejected with a
 // reason. tile_candidates enumerates tiles Welder-style (from a small tile, repeatedly doubling
 // the axis that cuts traffic per output element most), crosses them with thread shapes, steps and
-// (for contractions with a float4-capable operand) vector widths 1 and 4, and returns the best
+// (for contractions with a float4-capable operand) vector widths 1 and 4, adds tensor-core (`mma`)
+// candidates for groups with a float16/bfloat16 MatMul on devices of compute capability 8.0 or
+// later (one matrix per tile, tile extents from 16x8 to 128x128, whole warps each owning 1 to 16
+// m16n8 fragments, steps of 16, 32, 64; evaluate_tile rejects mma elsewhere), and returns the best
 // `top_k` by modeled time; it is deterministic. A group a vendor library can run whole
 // (planner/library_call.h) also gets that library candidate, kept in the list whatever its rank,
 // so that measurement decides between it and the generated kernels.
@@ -38,6 +42,7 @@ struct TileConfig {
   int64_t reduce_step = 0;    // reduction step of a contraction (0: none)
   int threads = 0;
   int vector = 1;             // 4: stage contraction operands in float4 quads where possible
+  bool mma = false;           // tensor cores for MatMuls with float16/bfloat16 operands (sm_80+)
   std::string library = "";   // set ("cublasLt"): the group runs as a library call (planner/library_call.h)
   std::string str() const;
   bool operator==(const TileConfig&) const = default;

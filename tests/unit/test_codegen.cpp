@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "importer/importer.h"
 #include "planner/select.h"
+#include "unit/codegen_check.h"
 #include "unit/graph_helpers.h"
 
 namespace fusetune::codegen {
@@ -27,59 +28,7 @@ namespace {
 namespace fs = std::filesystem;
 using planner::FusionGroup;
 using planner::TileConfig;
-
-struct Case {
-  FusionGroup group;
-  LoweredKernel kernel;
-};
-
-// Lowers each group with the given config chooser, runs all of them as one module on the host
-// backend, verifies each, and compiles the CUDA form for both architectures.
-void check_groups(const Graph& g, const std::vector<FusionGroup>& groups,
-                  const std::function<TileConfig(const FusionGroup&)>& config, const std::string& label) {
-  std::vector<Case> cases;
-  std::vector<Kernel> kernels;
-  for (size_t k = 0; k < groups.size(); ++k) {
-    Case c{groups[k], {}};
-    c.kernel = lower_group(g, groups[k], config(groups[k]), "k" + std::to_string(k));
-    kernels.push_back(c.kernel.kernel);
-    cases.push_back(std::move(c));
-  }
-  // Fresh inputs every run; the seed is printed with any failure so it can be replayed.
-  const unsigned seed = std::random_device{}();
-  std::vector<std::unique_ptr<backend::Backend>> backends;
-  backends.push_back(backend::make_host_backend());
-  std::string why_no_gpu;
-  if (auto cuda = backend::make_cuda_backend(0, &why_no_gpu)) {
-    backends.push_back(std::move(cuda));
-  } else {
-    std::printf("NOTE: CUDA backend not run for %s: %s\n", label.c_str(), why_no_gpu.c_str());
-  }
-  for (auto& backend : backends) {
-    auto module = backend->load(kernels);
-    std::mt19937 rng(seed);
-    for (const Case& c : cases) {
-      for (int trial = 0; trial < 2; ++trial) {
-        const backend::VerifyResult r = backend::verify_kernel(g, c.group, c.kernel, *backend, *module, rng);
-        EXPECT_TRUE(r.ok) << label << " on " << backend->name() << ", seed " << seed << ", group '" << c.group.pattern
-                          << "' (" << c.kernel.kernel.name << "): " << r.detail << "\n" << to_text(c.kernel.kernel);
-      }
-    }
-  }
-  if (!backend::nvrtc_available()) {
-    std::printf("NOTE: NVRTC not available in this build; CUDA compilation of %s not checked\n", label.c_str());
-    return;
-  }
-  const std::string cuda = emit_cuda(kernels);
-  for (const char* arch : {"sm_80", "sm_90"}) {
-    const backend::CompiledCuda cc = backend::compile_cuda(cuda, arch);
-    EXPECT_FALSE(cc.cubin.empty()) << label << " " << arch;
-    for (const Kernel& k : kernels) {
-      ASSERT_TRUE(cc.resources.count(k.name)) << label << " " << arch << ": no ptxas report for " << k.name << "\n" << cc.log;
-      EXPECT_GT(cc.resources.at(k.name).registers, 0);
-    }
-  }
-}
+using fusetune::testing::check_groups;
 
 // The best generated candidate (library calls are tested in test_library_call.cpp).
 TileConfig best_config(const Graph& g, const FusionGroup& fg) {

@@ -1,0 +1,85 @@
+// Test helper: the differential check of generated kernels. check_groups lowers each group of a
+// graph with a config chooser, runs all of them as one module on the host backend (and the CUDA
+// backend where a GPU exists) with fresh random inputs, verifies each against the reference
+// (backend/verify.h), and compiles the CUDA form with NVRTC for sm_80 and sm_90, checking that
+// ptxas reports every kernel (and, when asked, that none spills registers).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda.h"
+#include "backend/nvrtc.h"
+#include "backend/verify.h"
+#include "codegen/emit.h"
+#include "codegen/lower_group.h"
+
+namespace fusetune::testing {
+
+struct CheckOptions {
+  bool no_spills = false;  // ptxas must report no spill stores or loads for any kernel
+};
+
+inline void check_groups(const Graph& g, const std::vector<planner::FusionGroup>& groups,
+                         const std::function<planner::TileConfig(const planner::FusionGroup&)>& config,
+                         const std::string& label, const CheckOptions& options = {}) {
+  struct Case {
+    planner::FusionGroup group;
+    codegen::LoweredKernel kernel;
+  };
+  std::vector<Case> cases;
+  std::vector<codegen::Kernel> kernels;
+  for (size_t k = 0; k < groups.size(); ++k) {
+    Case c{groups[k], {}};
+    c.kernel = codegen::lower_group(g, groups[k], config(groups[k]), "k" + std::to_string(k));
+    kernels.push_back(c.kernel.kernel);
+    cases.push_back(std::move(c));
+  }
+  // Fresh inputs every run; the seed is printed with any failure so it can be replayed.
+  const unsigned seed = std::random_device{}();
+  std::vector<std::unique_ptr<backend::Backend>> backends;
+  backends.push_back(backend::make_host_backend());
+  std::string why_no_gpu;
+  if (auto cuda = backend::make_cuda_backend(0, &why_no_gpu)) {
+    backends.push_back(std::move(cuda));
+  } else {
+    std::printf("NOTE: CUDA backend not run for %s: %s\n", label.c_str(), why_no_gpu.c_str());
+  }
+  for (auto& backend : backends) {
+    auto module = backend->load(kernels);
+    std::mt19937 rng(seed);
+    for (const Case& c : cases) {
+      for (int trial = 0; trial < 2; ++trial) {
+        const backend::VerifyResult r = backend::verify_kernel(g, c.group, c.kernel, *backend, *module, rng);
+        EXPECT_TRUE(r.ok) << label << " on " << backend->name() << ", seed " << seed << ", group '" << c.group.pattern
+                          << "' (" << c.kernel.kernel.name << "): " << r.detail << "\n" << to_text(c.kernel.kernel);
+      }
+    }
+  }
+  if (!backend::nvrtc_available()) {
+    std::printf("NOTE: NVRTC not available in this build; CUDA compilation of %s not checked\n", label.c_str());
+    return;
+  }
+  const std::string cuda = codegen::emit_cuda(kernels);
+  for (const char* arch : {"sm_80", "sm_90"}) {
+    const backend::CompiledCuda cc = backend::compile_cuda(cuda, arch);
+    EXPECT_FALSE(cc.cubin.empty()) << label << " " << arch;
+    for (const codegen::Kernel& k : kernels) {
+      ASSERT_TRUE(cc.resources.count(k.name)) << label << " " << arch << ": no ptxas report for " << k.name << "\n" << cc.log;
+      EXPECT_GT(cc.resources.at(k.name).registers, 0);
+      if (options.no_spills) {
+        EXPECT_FALSE(cc.resources.at(k.name).spills())
+            << label << " " << arch << ": " << k.name << " spills (" << cc.resources.at(k.name).spill_store_bytes
+            << " bytes stored)\n" << cc.log;
+      }
+    }
+  }
+}
+
+}  // namespace fusetune::testing

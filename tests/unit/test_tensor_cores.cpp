@@ -1,0 +1,371 @@
+// Tensor cores: the Kernel IR's matrix fragments (mma m16n8k16, ldmatrix) and the MatMul lowering
+// that uses them for float16 and bfloat16 operands. The host emulation of one mma is checked
+// against a direct matrix product, with fragments built per the PTX ISA's table written out here
+// independently of the emulation, and with fragments loaded by ldmatrix from shared memory.
+// Lowered MatMuls (2-D and batched, with bias and activation epilogues, every extent of M, N, K
+// from 1 to 1000 including non-multiples of the tile and of 16) run on the host backend against
+// the reference interpreter; deliberately broken kernels must fail that check. Every module is
+// compiled with NVRTC for sm_80 and sm_90; the planner's default tensor-core candidates must not
+// spill. The planner offers mma candidates only where they apply.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cmath>
+#include <functional>
+#include <random>
+
+#include "backend/backend.h"
+#include "backend/nvrtc.h"
+#include "backend/verify.h"
+#include "codegen/emit.h"
+#include "codegen/lower_group.h"
+#include "core/error.h"
+#include "planner/device.h"
+#include "planner/tiling.h"
+#include "unit/codegen_check.h"
+#include "unit/graph_helpers.h"
+
+namespace fusetune::codegen {
+namespace {
+
+using fusetune::testing::add_input;
+using fusetune::testing::add_op;
+using fusetune::testing::attrs;
+using fusetune::testing::check_groups;
+using planner::FusionGroup;
+using planner::TileConfig;
+
+// ---- one mma, emulated ----------------------------------------------------------------------
+
+// Two warps; warp w multiplies its own A (16x16 row-major at a + 256w), B (16x8, k x n row-major
+// at b + 128w) and C (16x8 at c + 128w) into D = C + A * B. With `ldmatrix`, A and B go through
+// shared memory and ldmatrix (.x4 for A, .x2.trans for B); without it, each lane packs its
+// fragment registers itself, register by register from the PTX ISA's table.
+Kernel one_mma_kernel(DType dtype, bool use_ldmatrix) {
+  Kernel k;
+  k.name = use_ldmatrix ? "mma_ldmatrix" : "mma_direct";
+  k.threads = 64;
+  k.grid = 1;
+  k.params = {{"a", dtype, 512, false}, {"b", dtype, 256, false}, {"c", DType::kF32, 256, false}, {"d", DType::kF32, 256, true}};
+  k.thread_locals = {{"fa", 4, DType::kU32}, {"fb", 2, DType::kU32}, {"fc", 4, DType::kF32}};
+  const std::string w = "(ft_thread / 32)", g = "((ft_thread % 32) / 4)", t = "(ft_thread % 4)";
+  // Element (row, col) of this warp's matrix of `rows` x `pitch` elements.
+  const auto at = [&](const std::string& row, const std::string& col, int64_t rows, int64_t pitch) {
+    return w + " * " + std::to_string(rows * pitch) + " + (" + row + ") * " + std::to_string(pitch) + " + (" + col + ")";
+  };
+  const auto pair = [](const std::string& lo, const std::string& hi) {
+    return "((unsigned int)" + lo + " | ((unsigned int)" + hi + " << 16))";
+  };
+  const std::string g8 = "(" + g + " + 8)", c0 = "(2 * " + t + ")", c1 = "(2 * " + t + " + 1)";
+  const std::string c8 = "(2 * " + t + " + 8)", c9 = "(2 * " + t + " + 9)";
+  Block setup;
+  if (use_ldmatrix) {
+    const std::string sa = k.add_shared("sa", dtype, 2 * 16 * 24);  // rows padded to 24 elements (48 bytes)
+    const std::string sb = k.add_shared("sb", dtype, 2 * 16 * 8);
+    k.body.push_back(thread_for("ft_e", "0LL", "512LL", {store(sa, "ft_e / 256 * 384 + ft_e % 256 / 16 * 24 + ft_e % 16", "a[ft_e]")}));
+    k.body.push_back(thread_for("ft_e", "0LL", "256LL", {store(sb, "ft_e", "b[ft_e]")}));
+    k.body.push_back(barrier());
+    k.body.push_back(ldmatrix("fa", 0, 4, false, sa, w + " * 384 + (ft_thread % 16) * 24 + (ft_thread % 32) / 16 * 8"));
+    k.body.push_back(ldmatrix("fb", 0, 2, true, sb, w + " * 128 + (ft_thread % 16) * 8"));
+  } else {
+    // r0 = A[g][2t, 2t+1], r1 = A[g+8][2t, 2t+1], r2 = A[g][2t+8, 2t+9], r3 = A[g+8][2t+8, 2t+9]
+    setup.push_back(assign("fa[0]", pair("a[" + at(g, c0, 16, 16) + "]", "a[" + at(g, c1, 16, 16) + "]")));
+    setup.push_back(assign("fa[1]", pair("a[" + at(g8, c0, 16, 16) + "]", "a[" + at(g8, c1, 16, 16) + "]")));
+    setup.push_back(assign("fa[2]", pair("a[" + at(g, c8, 16, 16) + "]", "a[" + at(g, c9, 16, 16) + "]")));
+    setup.push_back(assign("fa[3]", pair("a[" + at(g8, c8, 16, 16) + "]", "a[" + at(g8, c9, 16, 16) + "]")));
+    // r0 = B[k = 2t, 2t+1][n = g], r1 = B[k = 2t+8, 2t+9][n = g]
+    setup.push_back(assign("fb[0]", pair("b[" + at(c0, g, 16, 8) + "]", "b[" + at(c1, g, 16, 8) + "]")));
+    setup.push_back(assign("fb[1]", pair("b[" + at(c8, g, 16, 8) + "]", "b[" + at(c9, g, 16, 8) + "]")));
+  }
+  // c0 = C[g][2t], c1 = C[g][2t+1], c2 = C[g+8][2t], c3 = C[g+8][2t+1]
+  const std::string cells[4] = {at(g, c0, 16, 8), at(g, c1, 16, 8), at(g8, c0, 16, 8), at(g8, c1, 16, 8)};
+  for (int i = 0; i < 4; ++i) setup.push_back(assign("fc[" + std::to_string(i) + "]", "c[" + cells[i] + "]"));
+  k.body.push_back(serial_for("ft_once", "0LL", "1LL", setup));
+  k.body.push_back(mma("fc", 0, "fa", 0, "fb", 0, dtype));
+  Block out;
+  for (int i = 0; i < 4; ++i) out.push_back(store("d", cells[i], "fc[" + std::to_string(i) + "]"));
+  k.body.push_back(serial_for("ft_once", "0LL", "1LL", out));
+  return k;
+}
+
+uint16_t to_16(DType dtype, float x) { return dtype == DType::kBF16 ? float_to_bfloat16(x) : float_to_half(x); }
+float from_16(DType dtype, uint16_t x) { return dtype == DType::kBF16 ? bfloat16_to_float(x) : half_to_float(x); }
+
+TEST(TensorCoreEmulation, OneMmaEqualsADirectProduct) {
+  auto backend = backend::make_host_backend();
+  std::mt19937 rng(11);
+  for (DType dtype : {DType::kF16, DType::kBF16}) {
+    const Kernel direct = one_mma_kernel(dtype, false), loaded = one_mma_kernel(dtype, true);
+    auto module = backend->load({direct, loaded});
+    for (bool integers : {true, false}) {
+      // Small integers multiply and sum exactly: D must equal the direct product bit for bit.
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      std::uniform_int_distribution<int> small(-4, 4);
+      const auto draw = [&]() { return integers ? static_cast<float>(small(rng)) : normal(rng); };
+      std::vector<uint16_t> a(512), b(256);
+      std::vector<float> c(256);
+      for (auto& x : a) x = to_16(dtype, draw());
+      for (auto& x : b) x = to_16(dtype, draw());
+      for (auto& x : c) x = draw();
+      auto ab = backend->allocate(a.size() * 2), bb = backend->allocate(b.size() * 2), cb = backend->allocate(c.size() * 4);
+      ab->upload(a.data(), a.size() * 2);
+      bb->upload(b.data(), b.size() * 2);
+      cb->upload(c.data(), c.size() * 4);
+      for (const Kernel* k : {&direct, &loaded}) {
+        auto db = backend->allocate(256 * 4);
+        db->fill_byte(0xFF);
+        module->launch(k->name, {ab.get(), bb.get(), cb.get(), db.get()});
+        std::vector<float> d(256);
+        db->download(d.data(), d.size() * 4);
+        for (int w = 0; w < 2; ++w) {
+          for (int i = 0; i < 16; ++i) {
+            for (int j = 0; j < 8; ++j) {
+              double want = c[static_cast<size_t>(w * 128 + i * 8 + j)], magnitude = std::fabs(want);
+              for (int kk = 0; kk < 16; ++kk) {
+                const double p = static_cast<double>(from_16(dtype, a[static_cast<size_t>(w * 256 + i * 16 + kk)])) *
+                                 from_16(dtype, b[static_cast<size_t>(w * 128 + kk * 8 + j)]);
+                want += p;
+                magnitude += std::fabs(p);
+              }
+              const float got = d[static_cast<size_t>(w * 128 + i * 8 + j)];
+              if (integers) {
+                EXPECT_EQ(got, static_cast<float>(want)) << k->name << " " << dtype_name(dtype) << " warp " << w << " at " << i << "," << j;
+              } else {
+                EXPECT_NEAR(got, want, 1e-6 * magnitude + 1e-7) << k->name << " " << dtype_name(dtype) << " at " << i << "," << j;
+              }
+            }
+          }
+        }
+      }
+    }
+    if (backend::nvrtc_available()) {
+      for (const char* arch : {"sm_80", "sm_90"}) {
+        EXPECT_FALSE(backend::compile_cuda(emit_cuda({direct, loaded}), arch).cubin.empty()) << arch;
+      }
+    }
+  }
+}
+
+TEST(TensorCoreEmulation, MatrixStatementsOnlyWhereBarriersMayBeAndOnDeclaredFragments) {
+  Kernel k = one_mma_kernel(DType::kF16, true);
+  const Kernel good = k;
+  k.body.push_back(serial_for("ft_i", "0LL", "1LL", {mma("fc", 0, "fa", 0, "fb", 0, DType::kF16)}));
+  EXPECT_THROW(emit_host({k}), Error);
+  k = good;
+  k.body.push_back(mma("fc", 1, "fa", 0, "fb", 0, DType::kF16));  // past the accumulator's 4 floats
+  EXPECT_THROW(emit_host({k}), Error);
+  k = good;
+  k.body.push_back(mma("fa", 0, "fc", 0, "fb", 0, DType::kF16));  // accumulator of registers
+  EXPECT_THROW(emit_cuda({k}), Error);
+  k = good;
+  k.body.push_back(ldmatrix("fb", 0, 4, false, "sa", "0LL"));  // 4 matrices into 2 registers
+  EXPECT_THROW(emit_host({k}), Error);
+  k = good;
+  k.body.push_back(ldmatrix("fa", 0, 4, false, "c", "0LL"));  // not a shared allocation
+  EXPECT_THROW(emit_host({k}), Error);
+  EXPECT_THROW(mma("fc", 0, "fa", 0, "fb", 0, DType::kF32), Error);
+  EXPECT_THROW(ldmatrix("fa", 0, 3, false, "sa", "0LL"), Error);
+}
+
+// ---- lowered MatMuls ------------------------------------------------------------------------
+
+// MatMul + bias Add + activation chains with operands of `dtype`: 2-D with M, N, K over
+// 1, 7, 16, 17, 33, 100, 1000, batched 3-D (both operands batched, and B broadcast), and a
+// float16 product cast to float32 before its epilogue. Each chain is one group.
+struct Chains {
+  Graph g;
+  std::vector<FusionGroup> groups;
+};
+
+Chains matmul_chains(DType dtype) {
+  Chains c;
+  Graph& g = c.g;
+  int id = 0;
+  const auto chain = [&](Shape a, Shape b, const char* activation, bool to_f32) {
+    const std::string n = std::to_string(id++);
+    const int64_t cols = b.back();
+    const size_t first = g.nodes().size();
+    int x = add_op(g, "MatMul", {add_input(g, "a" + n, dtype, std::move(a)),
+                                 fusetune::testing::random_constant(g, "w" + n, dtype, std::move(b), 100u + static_cast<uint32_t>(id))});
+    DType epilogue = dtype;
+    if (to_f32) {
+      x = add_op(g, "Cast", {x}, attrs({{"to", int64_t{1}}}));
+      epilogue = DType::kF32;
+    }
+    x = add_op(g, "Add", {x, fusetune::testing::random_constant(g, "bias" + n, epilogue, {cols}, 200u + static_cast<uint32_t>(id))});
+    add_op(g, activation, {x});
+    FusionGroup fg;
+    for (size_t k = first; k < g.nodes().size(); ++k) fg.nodes.push_back(static_cast<int>(k));
+    planner::describe_group(g, fg);
+    fg.outputs = {g.nodes().back().outputs[0]};
+    c.groups.push_back(fg);
+  };
+  // {M, K} x {K, N}
+  for (const auto& [m, k, n] : std::vector<std::array<int64_t, 3>>{{1, 1, 1}, {7, 16, 17}, {16, 16, 8}, {17, 33, 7},
+                                                                   {33, 100, 16}, {100, 17, 33}, {7, 1000, 17},
+                                                                   {1000, 16, 7}, {16, 7, 1000}, {1, 33, 100}}) {
+    chain({m, k}, {k, n}, id % 2 == 0 ? "Relu" : "Tanh", false);
+  }
+  chain({2, 33, 17}, {2, 17, 20}, "Sigmoid", false);
+  chain({3, 7, 40}, {40, 33}, "Relu", false);
+  if (dtype == DType::kF16) chain({17, 24}, {24, 9}, "Tanh", true);
+  return c;
+}
+
+// Tiles: the smallest (16x8, one warp), a square one, odd extents that are not multiples of 16 or
+// 8, and a large one with warps of several fragments each.
+const std::vector<TileConfig> kMmaTiles = {
+    {{16, 8}, 16, 32, 1, true}, {{32, 32}, 32, 128, 1, true}, {{24, 20}, 16, 64, 1, true}, {{64, 64}, 64, 128, 1, true}};
+
+TileConfig with_batch(TileConfig cfg, size_t rank) {
+  while (cfg.tile.size() < rank) cfg.tile.insert(cfg.tile.begin(), 1);
+  return cfg;
+}
+
+TEST(TensorCoreMatMul, ChainsMatchTheReferenceOnEveryTile) {
+  for (DType dtype : {DType::kF16, DType::kBF16}) {
+    const Chains c = matmul_chains(dtype);
+    for (const TileConfig& tile : kMmaTiles) {
+      check_groups(c.g, c.groups, [&](const FusionGroup& fg) {
+        return with_batch(tile, c.g.value(fg.outputs[0]).shape.size());
+      }, std::string(dtype_name(dtype)) + " chains/" + tile.str());
+    }
+  }
+}
+
+// The planner's best tensor-core candidate for each chain (on these small shapes the plain
+// schedule often models faster overall; the large shapes of TensorCorePlanner pick mma first).
+TEST(TensorCoreMatMul, PlannersMmaCandidatesMatchTheReferenceWithoutSpills) {
+  const planner::Device h100 = planner::find_device("h100");
+  for (DType dtype : {DType::kF16, DType::kBF16}) {
+    const Chains c = matmul_chains(dtype);
+    check_groups(c.g, c.groups, [&](const FusionGroup& fg) {
+      for (const planner::Candidate& cand : planner::tile_candidates(c.g, fg, h100, {100000, 2.0})) {
+        if (cand.config.mma) return cand.config;
+      }
+      ADD_FAILURE() << "no tensor-core candidate for " << fg.pattern;
+      return TileConfig{};
+    }, std::string(dtype_name(dtype)) + " chains/planner's best mma", {true});
+  }
+}
+
+// A kernel that is wrong must fail the check the tests above rely on.
+TEST(TensorCoreMatMul, BrokenKernelsFailVerification) {
+  Graph g;
+  add_op(g, "MatMul", {add_input(g, "a", DType::kF16, {33, 40}), add_input(g, "b", DType::kF16, {40, 24})});
+  FusionGroup fg;
+  fg.nodes = {0};
+  planner::describe_group(g, fg);
+  fg.outputs = {g.nodes()[0].outputs[0]};
+  const LoweredKernel good = lower_group(g, fg, TileConfig{{32, 16}, 16, 64, 1, true}, "mm");
+  // Flips every ldmatrix's .trans (B then arrives transposed, A transposed per 8x8 quadrant); cuts
+  // the reduction-step loop short (the last 8 of K are never summed).
+  const std::function<void(Block&, int)> mutate = [&](Block& b, int how) {
+    for (Stmt& s : b) {
+      if (how == 0 && s.kind == Stmt::Kind::kLdmatrix) s.trans = !s.trans;
+      if (how == 1 && s.kind == Stmt::Kind::kUniformFor && s.name == "ft_ks") s.b = "2LL";
+      mutate(s.body, how);
+    }
+  };
+  auto backend = backend::make_host_backend();
+  std::mt19937 rng(5);
+  {
+    auto module = backend->load({good.kernel});
+    EXPECT_TRUE(backend::verify_kernel(g, fg, good, *backend, *module, rng).ok);
+  }
+  for (int how : {0, 1}) {
+    LoweredKernel bad = good;
+    mutate(bad.kernel.body, how);
+    ASSERT_NE(to_text(bad.kernel), to_text(good.kernel));
+    auto module = backend->load({bad.kernel});
+    const backend::VerifyResult r = backend::verify_kernel(g, fg, bad, *backend, *module, rng);
+    EXPECT_FALSE(r.ok) << "mutation " << how << " passed verification";
+  }
+}
+
+TEST(TensorCoreMatMul, IrShowsFragmentsLdmatrixAndMma) {
+  for (DType dtype : {DType::kF16, DType::kBF16}) {
+    Graph g;
+    add_op(g, "MatMul", {add_input(g, "a", dtype, {40, 48}), add_input(g, "b", dtype, {48, 24})});
+    FusionGroup fg;
+    fg.nodes = {0};
+    planner::describe_group(g, fg);
+    fg.outputs = {g.nodes()[0].outputs[0]};
+    // 2 warps over a 32x24 tile: a 2x1 warp grid, each warp 1 x 3 fragments.
+    const Kernel k = lower_group(g, fg, TileConfig{{32, 24}, 32, 64, 1, true}, "mm").kernel;
+    const std::string ir = to_text(k), type(dtype_name(dtype));
+    EXPECT_NE(ir.find("shared sa2: " + type + "[1280] @0"), std::string::npos) << ir;   // 32 rows x (32 + 8)
+    EXPECT_NE(ir.find("shared sb2: " + type + "[768] @2560"), std::string::npos) << ir;  // 32 x 24 (3 units: odd)
+    EXPECT_NE(ir.find("thread-local fc2: float[12]"), std::string::npos) << ir;
+    EXPECT_NE(ir.find("thread-local fa2: uint32[4]"), std::string::npos) << ir;
+    EXPECT_NE(ir.find("thread-local fb2: uint32[6]"), std::string::npos) << ir;
+    EXPECT_NE(ir.find("ldmatrix.x4 fa2[0] = sa2[row"), std::string::npos) << ir;
+    EXPECT_NE(ir.find("ldmatrix.x4.trans fb2[0] = sb2[row"), std::string::npos) << ir;
+    EXPECT_NE(ir.find("ldmatrix.x2.trans fb2[4] = sb2[row"), std::string::npos) << ir;
+    EXPECT_NE(ir.find("mma.m16n8k16." + type + " fc2[8] += fa2[0] * fb2[4]"), std::string::npos) << ir;
+    const std::string cuda = emit_cuda({k});
+    const std::string ab = dtype == DType::kBF16 ? "bf16.bf16" : "f16.f16";
+    EXPECT_NE(cuda.find("mma.sync.aligned.m16n8k16.row.col.f32." + ab + ".f32"), std::string::npos);
+    EXPECT_NE(cuda.find("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"), std::string::npos);
+    EXPECT_NE(cuda.find("unsigned int fa2[4];"), std::string::npos);
+    EXPECT_NE(emit_host({k}).find("ft_mma_m16n8k16(fc2_all"), std::string::npos);
+  }
+}
+
+// ---- planner --------------------------------------------------------------------------------
+
+TEST(TensorCorePlanner, MmaCandidatesOnlyForSixteenBitContractionsOnSm80) {
+  const auto group_of = [](const Graph& g) {
+    FusionGroup fg;
+    for (size_t n = 0; n < g.nodes().size(); ++n) fg.nodes.push_back(static_cast<int>(n));
+    planner::describe_group(g, fg);
+    fg.outputs = {g.nodes().back().outputs[0]};
+    return fg;
+  };
+  const auto count_mma = [](const std::vector<planner::Candidate>& cands) {
+    int n = 0;
+    for (const auto& c : cands) n += c.config.mma ? 1 : 0;
+    return n;
+  };
+  planner::Device h100 = planner::find_device("h100");
+  for (DType dtype : {DType::kF16, DType::kBF16, DType::kF32}) {
+    Graph g;
+    const int x = add_op(g, "MatMul", {add_input(g, "a", dtype, {512, 768}), add_input(g, "b", dtype, {768, 1024})});
+    add_op(g, "Relu", {x});
+    const FusionGroup fg = group_of(g);
+    const auto cands = planner::tile_candidates(g, fg, h100);
+    const auto again = planner::tile_candidates(g, fg, h100);
+    ASSERT_EQ(cands.size(), again.size());
+    for (size_t i = 0; i < cands.size(); ++i) EXPECT_EQ(cands[i].config, again[i].config) << "not deterministic";
+    if (dtype == DType::kF32) {
+      EXPECT_EQ(count_mma(cands), 0);
+      EXPECT_FALSE(planner::evaluate_tile(g, fg, h100, TileConfig{{64, 64}, 32, 128, 1, true}).valid);
+      continue;
+    }
+    ASSERT_TRUE(cands.front().config.mma) << cands.front().config.str();
+    for (const auto& c : cands) {
+      if (!c.config.mma) continue;
+      EXPECT_EQ(c.config.threads % 32, 0);
+      EXPECT_EQ(c.config.reduce_step % 16, 0);
+      EXPECT_NE(c.config.str().find(" mma"), std::string::npos);
+      const int64_t fragments = (c.config.tile[0] + 15) / 16 * ((c.config.tile[1] + 7) / 8);
+      EXPECT_GE(fragments, c.config.threads / 32);
+      EXPECT_LE(c.cost.smem_bytes, h100.shared_memory_per_block_optin);
+    }
+    // The same tile on tensor cores is modeled faster than on the fp32 pipes.
+    const TileConfig tile{{64, 64}, 32, 128, 1, false};
+    TileConfig on_mma = tile;
+    on_mma.mma = true;
+    EXPECT_LT(planner::evaluate_tile(g, fg, h100, on_mma).modeled_us, planner::evaluate_tile(g, fg, h100, tile).modeled_us);
+    // Before sm_80: none, and an mma candidate is rejected.
+    planner::Device turing = h100;
+    turing.compute_capability = 75;
+    EXPECT_EQ(count_mma(planner::tile_candidates(g, fg, turing)), 0);
+    const planner::Cost old = planner::evaluate_tile(g, fg, turing, on_mma);
+    EXPECT_FALSE(old.valid);
+    EXPECT_NE(old.reject.find("compute capability"), std::string::npos) << old.reject;
+  }
+}
+
+}  // namespace
+}  // namespace fusetune::codegen
