@@ -23,6 +23,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/graph.h"
@@ -65,6 +66,11 @@ struct TilingOptions {
 
 // The value a group's tiles range over.
 int group_root(const Graph& g, const FusionGroup& group);
+
+// The register-blocked micro-tile (rows, columns of each thread, each 1, 2, 4 or 8) with which
+// `threads` threads cover a rows x cols region of a staged contraction: the smallest (squarest)
+// one; {0, 0} when none covers it. Codegen's staged Conv uses it, and the cost model with it.
+std::pair<int64_t, int64_t> micro_tile(int64_t rows, int64_t cols, int threads);
 
 Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, const TileConfig& cfg,
                    const TilingOptions& opt = {});
