@@ -15,7 +15,14 @@
 // quads where a quad lies inside the slice and the operand and is 16-byte aligned, element by
 // element elsewhere), then every thread updates its register-blocked micro-tile of accumulators
 // (thread-local storage, since they cross the step loop's barriers), falling back to accumulators
-// in shared memory when the threads cannot cover the region. The root is written to global memory
+// in shared memory when the threads cannot cover the region. A Conv whose candidate has a
+// reduction step is staged too: as an implicit GEMM (rows: the tile's output channels; columns:
+// its pixels; K = C_in/groups x window in steps) each step loads the weight slice and the im2col
+// patches of the groups the rows touch (zero outside the input: padding) into shared memory and
+// every thread updates its register-blocked micro-tile, whose cells plus the bias then go where
+// the Conv's value goes; a depthwise-like Conv (C_in/groups == 1) stages the tile's input window
+// once and sums each output's taps from it. Slices are laid out with constant extents (the largest
+// any tile needs) so indices divide by constants. The root is written to global memory
 // by its own stage (or by a final element stage when it is inlined); other exported values are
 // written over their regions too. Guarantees: the kernel computes the group's outputs as the reference kernels do
 // (up to float32 rounding) for every tile, including partial tiles at the edges; shared memory is

@@ -10,14 +10,17 @@
 //   - traffic DRAM: an input that fits in half the L2 is read from DRAM once; a larger one as often
 //     as the tiles read it;
 //   - shared memory: double-buffered per-step operand regions of contractions, plus the rows a
-//     row reduction keeps on chip; registers from the accumulators per thread;
+//     row reduction keeps on chip; registers from the accumulators per thread; a Conv as codegen
+//     stages it: with a step, an implicit GEMM (weight slice and im2col patches per step) or, for
+//     depthwise, the tile's input window; without one, two loads per multiply-add;
 //   - time: the slowest of DRAM, L2 and issue (arithmetic plus the loads that stage contraction
 //     operands, one per element or one per float4 quad at vector width 4 where codegen can use
 //     quads), divided by the fraction of SMs the blocks keep busy (the parallelism penalty), plus a
 //     launch overhead.
 // Candidates that exceed the device's shared memory, registers or threads are rejected with a
 // reason. tile_candidates enumerates tiles Welder-style (from a small tile, repeatedly doubling
-// the axis that cuts traffic per output element most), crosses them with thread shapes, steps and
+// the axis that cuts traffic per output element most), crosses them with thread shapes, steps (a
+// Conv also keeps step 0, the unstaged schedule; a depthwise Conv has one staged step) and
 // (for contractions with a float4-capable operand) vector widths 1 and 4, and returns the best
 // `top_k` by modeled time; it is deterministic.
 #pragma once
