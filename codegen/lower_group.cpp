@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "codegen/scalar_ops.h"
 #include "core/error.h"
@@ -284,6 +285,10 @@ class GroupLowering {
         me.resize(region.size(), 0);
         for (size_t d = 0; d < region.size(); ++d) me[d] = std::max(me[d], std::max<int64_t>(0, region[d].hi - region[d].lo + 1));
         const int p = producer_or(v);
+        if (p >= 0 && g_.nodes()[static_cast<size_t>(p)].op == "Conv" && !region.empty() && !region[1].empty()) {
+          const int64_t cout_g = conv_cout_per_group(g_.nodes()[static_cast<size_t>(p)]);
+          max_groups_[v] = std::max(max_groups_[v], region[1].hi / cout_g - region[1].lo / cout_g + 1);
+        }
         if (p >= 0) {
           const Node& n = g_.nodes()[static_cast<size_t>(p)];
           if (find_op(n.op)->kind == OpKind::kNormalization) {
@@ -359,6 +364,7 @@ class GroupLowering {
           staged_[v] = st;
         }
       }
+      if (node.op == "Conv" && cfg_.reduce_step > 0) plan_conv(k, node, max_extent[v]);
       if (!is_anchor(node) || v == root_) continue;
       buffer_[v] = k.add_shared("b" + std::to_string(v), is_float(g_.value(v).dtype) ? DType::kF32 : DType::kI64,
                                 std::max<int64_t>(1, max_elems[v]));
@@ -654,13 +660,19 @@ class GroupLowering {
                  const std::function<void(const std::vector<std::string>&)>& body) {
     const Region& r = region_.at(v);
     std::vector<std::string> extents;
+    // Regions that fit 32-bit indices decompose in int arithmetic: a 64-bit division by a run-time
+    // extent is a called routine on the GPU (its saved registers show up as spills).
+    auto c = capacity_.find(v);
+    const bool narrow = c != capacity_.end() && c->second < (int64_t{1} << 31);
     Block loop = fresh_block([&] {
       std::vector<std::string> o(r.n.size(), "0LL");
       std::string inner = "1LL";
       for (size_t j = dims.size(); j-- > 0;) {
         const size_t d = dims[j];
         o[d] = "ft_o" + std::to_string(d);
-        cur_->insert(cur_->begin(), let("long long", o[d], r.lo[d] + " + (ft_e / " + inner + ") % " + r.n[d]));
+        const std::string q = narrow ? "(long long)(((int)ft_e / (int)" + inner + ") % (int)" + r.n[d] + ")"
+                                     : "(ft_e / " + inner + ") % " + r.n[d];
+        cur_->insert(cur_->begin(), let("long long", o[d], r.lo[d] + " + " + q));
         inner = "(" + inner + " * " + r.n[d] + ")";
         extents.insert(extents.begin(), r.n[d]);
       }
@@ -728,6 +740,12 @@ class GroupLowering {
       mma_matmul(k, n, e);
     } else if (staged_.count(v)) {
       staged_matmul(k, n, e);
+    } else if (conv_.count(v)) {
+      if (conv_.at(v).halo) {
+        conv_window_stage(k, n, e);
+      } else {
+        conv_gemm_stage(k, n, e);
+      }
     } else {
       region_loop(k, v, [&](const std::vector<std::string>& o) {
         if (n.op == "ScatterND") {
@@ -1101,6 +1119,268 @@ class GroupLowering {
     export_product(k, v);
   }
 
+  // ---- staged convolution ---------------------------------------------------------------------
+  // An int local for an index inside a staged slice or the reduction (all far below 2^31): 32-bit
+  // index arithmetic keeps the staging loops' register use low on the GPU.
+  static Stmt small_let(const std::string& name, const std::string& value) {
+    return let("int", name, "(int)(" + value + ")");
+  }
+
+  int64_t conv_cout_per_group(const Node& n) const {
+    return g_.value(n.inputs[1]).shape[0] / n.attrs.i("group", 1);
+  }
+
+  std::vector<int64_t> conv_attr(const Node& n, const char* name, int64_t fill, size_t count) const {
+    return n.attrs.ints(name, std::vector<int64_t>(count, fill));
+  }
+
+  // Sizes the shared slices and register tile of a Conv staged with the candidate's reduction step
+  // (`me`: the largest extent of the Conv's region along each axis over the block's tiles). A Conv
+  // whose region the block's threads cannot cover with micro-tiles of at most 8 x 8 stays on the
+  // generic schedule.
+  void plan_conv(Kernel& k, const Node& node, const std::vector<int64_t>& me) {
+    const int v = node.outputs[0];
+    const Shape& w = g_.value(node.inputs[1]).shape;
+    const size_t sp = me.size() - 2;
+    const std::string tag = std::to_string(v);
+    StagedConv st;
+    st.k = numel(w) / w[0];
+    st.step = cfg_.reduce_step;
+    st.cout_g = conv_cout_per_group(node);
+    st.groups_cap = std::max<int64_t>(1, max_groups_[v]);
+    if (w[1] == 1) {  // one input channel per output channel: the window of the region, once
+      st.halo = true;
+      const auto strides = conv_attr(node, "strides", 1, sp), dil = conv_attr(node, "dilations", 1, sp);
+      st.caps = {std::max<int64_t>(1, me[0]), st.groups_cap};
+      for (size_t i = 0; i < sp; ++i) st.caps.push_back(std::max<int64_t>(1, (me[2 + i] - 1) * strides[i] + (w[2 + i] - 1) * dil[i] + 1));
+      st.b_cap = 1;
+      for (int64_t c : st.caps) st.b_cap *= c;
+      st.b = k.add_shared("cw" + tag, DType::kF32, st.b_cap);
+      conv_[v] = st;
+      return;
+    }
+    int64_t pixels = 1;
+    for (int64_t x : me) st.caps.push_back(std::max<int64_t>(1, x));
+    for (size_t d = 0; d < me.size(); ++d) pixels *= d == 1 ? 1 : st.caps[d];
+    std::tie(st.tm, st.tn) = planner::micro_tile(st.caps[1], pixels, cfg_.threads);
+    if (st.tm == 0) return;
+    st.a_cap = st.caps[1] * st.step;
+    st.b_cap = st.groups_cap * st.step * pixels;
+    st.a = k.add_shared("ca" + tag, DType::kF32, st.a_cap);
+    st.b = k.add_shared("cb" + tag, DType::kF32, st.b_cap);
+    st.regs = "tc" + tag;
+    k.thread_locals.push_back({st.regs, st.tm * st.tn});
+    conv_[v] = st;
+  }
+
+  // Emits lets decomposing column `p` (of the columns laid out with the caps) of the region of
+  // Conv output v into its batch and spatial coordinates (the channel axis is left empty for the
+  // caller); *inside is the condition that the column is a pixel of this block's region.
+  std::vector<std::string> conv_pixel(int v, const std::string& p, std::string* inside) {
+    const Region& r = region_.at(v);
+    const std::vector<int64_t>& caps = conv_.at(v).caps;
+    std::vector<std::string> o(r.n.size());
+    int64_t inner = 1;
+    *inside = "1";
+    for (size_t d = r.n.size(); d-- > 0;) {
+      if (d == 1) continue;
+      const std::string q = "ft_q" + std::to_string(d);
+      cur_->push_back(small_let(q, "(" + p + " / " + ll(inner) + ") % " + ll(caps[d])));
+      o[d] = "(" + r.lo[d] + " + " + q + ")";
+      *inside += " && " + q + " < " + r.n[d];
+      inner *= caps[d];
+    }
+    return o;
+  }
+
+  // Emits lets decomposing reduction index `kk` (input channel of the group, then the window taps,
+  // row-major as the weights are laid out) into the reduction variables.
+  std::vector<std::string> conv_taps(const TensorExpr& e, const std::string& kk) {
+    std::vector<std::string> vars;
+    int64_t stride = 1;
+    for (int64_t x : e.reduce_extents) stride *= x;
+    for (size_t q = 0; q < e.reduce_extents.size(); ++q) {
+      stride /= e.reduce_extents[q];
+      vars.push_back("ft_rv" + std::to_string(q));
+      cur_->push_back(small_let(vars.back(), "(" + kk + " / " + ll(stride) + ") % " + ll(e.reduce_extents[q])));
+    }
+    return vars;
+  }
+
+  // Conv as an implicit GEMM: rows = the region's output channels (M), columns = its pixels (P).
+  // Each step of the reduction loads the weight slice (M x step) and the im2col patches of every group the rows touch (groups x step x P; zero outside
+  // the input, past K and for columns outside the region) into shared memory, then every thread
+  // updates its TM x TN accumulators; after the last step each thread writes its micro-tile (plus
+  // the bias) where the Conv's value goes: its shared buffer for the epilogue, and global memory
+  // when exported.
+  void conv_gemm_stage(Kernel& k, const Node& n, const TensorExpr& e) {
+    const int v = n.outputs[0];
+    const StagedConv& st = conv_.at(v);
+    const Region& r = region_.at(v);
+    const std::string nm = r.n[1], step = ll(st.step), kk_total = ll(st.k);
+    const int64_t cols = st.b_cap / (st.groups_cap * st.step);
+    const std::string np = ll(cols);
+    const std::string g0 = "(" + r.lo[1] + " / " + ll(st.cout_g) + ")";
+    const std::string ng = st.groups_cap == 1 ? "1LL"
+                                              : "ft_min(" + r.hi[1] + " / " + ll(st.cout_g) + " - " + g0 + " + 1LL, " +
+                                                    ll(st.groups_cap) + ")";
+    k.body.push_back(serial_for("ft_i", "0LL", ll(st.tm * st.tn), {assign(st.regs + "[ft_i]", "0.0f")}));
+    const int64_t ntn = (cols + st.tn - 1) / st.tn;
+    const std::string owns = "(long long)ft_thread < " + ll((st.caps[1] + st.tm - 1) / st.tm * ntn);
+    const Block micro_tile = {small_let("ft_tm0", "((long long)ft_thread / " + ll(ntn) + ") * " + ll(st.tm)),
+                              small_let("ft_tn0", "((long long)ft_thread % " + ll(ntn) + ") * " + ll(st.tn))};
+    Block steps;
+    // Weights: element e of the slice is row e / step, reduction index ks * step + e % step.
+    steps.push_back(thread_for("ft_e", "0LL", "ft_min(" + nm + " * " + step + ", " + ll(st.a_cap) + ")", fresh_block([&] {
+      cur_->push_back(small_let("ft_k", "ft_ks * " + step + " + ft_e % " + step));
+      cur_->push_back(let("float", "ft_x", "0.0f"));
+      Block inside;
+      with_block(inside, [&] {
+        std::vector<std::string> vars = r.lo;
+        vars[1] = "(" + r.lo[1] + " + ft_e / " + step + ")";
+        for (const std::string& t : conv_taps(e, "ft_k")) vars.push_back(t);
+        cur_->push_back(assign("ft_x", value(n.inputs[1], index_of(e.accesses[1], vars))));
+      });
+      cur_->push_back(if_then("ft_k < " + kk_total, inside));
+      cur_->push_back(store(st.a, "ft_e", "ft_x"));
+    })));
+    // Patches: element e is group e / (step * P), reduction index ks * step + (e / P) % step,
+    // column e % P; the input channel follows from the group (any output channel of it).
+    const int x = n.inputs[0];
+    const Access& xa = e.accesses[0];
+    steps.push_back(thread_for("ft_e", "0LL", ng + " * " + ll(st.step * cols), fresh_block([&] {
+      cur_->push_back(small_let("ft_k", "ft_ks * " + step + " + (ft_e / " + np + ") % " + step));
+      cur_->push_back(let("float", "ft_x", "0.0f"));
+      std::string pixel;
+      std::vector<std::string> vars = conv_pixel(v, "ft_e % " + np, &pixel);
+      Block inside;
+      with_block(inside, [&] {
+        vars[1] = "((" + g0 + " + ft_e / " + ll(st.step * cols) + ") * " + ll(st.cout_g) + ")";
+        for (const std::string& t : conv_taps(e, "ft_k")) vars.push_back(t);
+        const auto idx = index_of(xa, vars);
+        if (xa.guarded) {
+          Block in_input;
+          with_block(in_input, [&] { cur_->push_back(assign("ft_x", value(x, idx))); });
+          cur_->push_back(if_then(in_range(g_.value(x).shape, idx), in_input));
+        } else {
+          cur_->push_back(assign("ft_x", value(x, idx)));
+        }
+      });
+      cur_->push_back(if_then("ft_k < " + kk_total + " && " + pixel, inside));
+      cur_->push_back(store(st.b, "ft_e", "ft_x"));
+    })));
+    steps.push_back(barrier());
+    // The micro-tile update: rows [ft_tm0, ft_tm0 + TM), columns [ft_tn0, ft_tn0 + TN); a row reads
+    // the patches of its own group.
+    Block update = micro_tile;
+    Block inner;
+    for (int64_t i = 0; i < st.tm; ++i) {
+      const std::string row = "(ft_tm0 + " + ll(i) + ")", is = std::to_string(i);
+      if (st.groups_cap > 1) {
+        update.push_back(small_let("ft_g" + is,
+                             "ft_min((" + r.lo[1] + " + " + row + ") / " + ll(st.cout_g) + " - " + g0 + ", " + ng + " - 1LL)"));
+      }
+      inner.push_back(let("float", "ft_ra" + is, "(" + row + " < " + nm + " ? " + st.a + "[" + row + " * " + step + " + ft_kk] : 0.0f)"));
+    }
+    auto patch = [&](const std::string& group, int64_t j) {
+      const std::string col = "(ft_tn0 + " + ll(j) + ")";
+      const std::string at = st.b + "[(" + group + " * " + step + " + ft_kk) * " + np + " + " + col + "]";
+      return ntn * st.tn == cols ? at : "(" + col + " < " + np + " ? " + at + " : 0.0f)";
+    };
+    for (int64_t j = 0; j < st.tn; ++j) {
+      if (st.groups_cap == 1) inner.push_back(let("float", "ft_rb" + std::to_string(j), patch("0LL", j)));
+    }
+    for (int64_t i = 0; i < st.tm; ++i) {
+      for (int64_t j = 0; j < st.tn; ++j) {
+        const std::string cell = st.regs + "[" + std::to_string(i * st.tn + j) + "]";
+        const std::string b = st.groups_cap == 1 ? "ft_rb" + std::to_string(j) : patch("ft_g" + std::to_string(i), j);
+        inner.push_back(assign(cell, cell + " + ft_ra" + std::to_string(i) + " * " + b));
+      }
+    }
+    update.push_back(serial_for("ft_kk", "0LL", "ft_min(" + step + ", " + kk_total + " - ft_ks * " + step + ")", inner));
+    steps.push_back(if_then(owns, update));
+    steps.push_back(barrier());
+    k.body.push_back(uniform_for("ft_ks", "0LL", ll((st.k + st.step - 1) / st.step), steps));
+    // The epilogue's input: each cell of the micro-tile, plus the bias.
+    const bool bias = n.inputs.size() > 2 && n.inputs[2] != kNoValue;
+    Block write = fresh_block([&] {
+      cur_->insert(cur_->end(), micro_tile.begin(), micro_tile.end());
+      for (int64_t j = 0; j < st.tn; ++j) {
+        const std::string col = "(ft_tn0 + " + ll(j) + ")";
+        Block column;
+        std::string pixel;
+        with_block(column, [&] {
+          std::vector<std::string> o = conv_pixel(v, col, &pixel);
+          Block cells;
+          with_block(cells, [&] {
+            for (int64_t i = 0; i < st.tm; ++i) {
+              const std::string row = "(ft_tm0 + " + ll(i) + ")";
+              Block cell;
+              with_block(cell, [&] {
+                o[1] = "(" + r.lo[1] + " + " + row + ")";
+                std::string result = st.regs + "[" + std::to_string(i * st.tn + j) + "]";
+                if (bias) result += " + " + value(n.inputs[2], {o[1]});
+                store_value(v, o, result);
+              });
+              cur_->push_back(if_then(row + " < " + nm, cell));
+            }
+          });
+          cur_->push_back(if_then(pixel, cells));
+        });
+        cur_->push_back(if_then(col + " < " + np, column));
+      }
+    });
+    k.body.push_back(if_then(owns, write));
+  }
+
+  // Depthwise-like Conv (one input channel per output channel): the input window of the region
+  // (batch x the input channels its output channels read x the spatial window, zero outside the
+  // input; laid out with the caps) is staged once; then every output sums its taps from shared
+  // memory, weights from global memory, plus the bias.
+  void conv_window_stage(Kernel& k, const Node& n, const TensorExpr& e) {
+    const int v = n.outputs[0], x = n.inputs[0];
+    const StagedConv& st = conv_.at(v);
+    const Region& r = region_.at(v);
+    const size_t sp = r.n.size() - 2;
+    const auto strides = conv_attr(n, "strides", 1, sp), pads = conv_attr(n, "pads", 0, 2 * sp);
+    // The window's origin per input axis (block-uniform).
+    const std::string pre = "cw" + std::to_string(v) + "_";
+    std::vector<std::string> origin = {r.lo[0], pre + "c0"};
+    k.uniform.push_back(let("long long", pre + "c0", r.lo[1] + " / " + ll(st.cout_g)));
+    for (size_t i = 0; i < sp; ++i) {
+      origin.push_back(pre + "s" + std::to_string(i));
+      k.uniform.push_back(let("long long", origin.back(), r.lo[2 + i] + " * " + ll(strides[i]) + " - " + ll(pads[i])));
+    }
+    k.body.push_back(thread_for("ft_e", "0LL", ll(st.b_cap), fresh_block([&] {
+      std::vector<std::string> idx(st.caps.size());
+      int64_t inner = 1;
+      for (size_t d = st.caps.size(); d-- > 0;) {
+        idx[d] = "ft_w" + std::to_string(d);
+        cur_->push_back(let("long long", idx[d], origin[d] + " + (ft_e / " + ll(inner) + ") % " + ll(st.caps[d])));
+        inner *= st.caps[d];
+      }
+      cur_->push_back(let("float", "ft_x", "0.0f"));
+      Block inside;
+      with_block(inside, [&] { cur_->push_back(assign("ft_x", value(x, idx))); });
+      cur_->push_back(if_then(in_range(g_.value(x).shape, idx), inside));
+      cur_->push_back(store(st.b, "ft_e", "ft_x"));
+    })));
+    k.body.push_back(barrier());
+    region_loop(k, v, [&](const std::vector<std::string>& o) {
+      cur_->push_back(let("float", "ft_acc", "0.0f"));
+      reduction_loops(e, o, [&](const std::vector<std::string>& vars) {
+        const auto xi = index_of(e.accesses[0], vars);
+        std::string off = "0LL";
+        for (size_t d = 0; d < xi.size(); ++d) off = "(" + off + " * " + ll(st.caps[d]) + " + (" + xi[d] + " - " + origin[d] + "))";
+        const std::string wv = value(n.inputs[1], index_of(e.accesses[1], vars));
+        cur_->push_back(assign("ft_acc", "ft_acc + " + st.b + "[" + off + "] * " + wv));
+      });
+      std::string result = "ft_acc";
+      if (n.inputs.size() > 2 && n.inputs[2] != kNoValue) result += " + " + value(n.inputs[2], {o[1]});
+      store_value(v, o, result);
+    });
+  }
+
   void normalization_stage(Kernel& k, const Node& n, const TensorExpr& e) {
     const int v = n.outputs[0];
     const int x = n.inputs[0];
@@ -1227,6 +1507,25 @@ class GroupLowering {
   }
 
 
+  // A Conv staged as an implicit GEMM (C_in/groups > 1): rows are the region's output channels
+  // (M), columns its pixels (P: batch and spatial axes flattened), the reduction K = C_in/groups x
+  // window in steps; or, depthwise-like (C_in/groups == 1, `halo`), the input window of the region
+  // staged once.
+  struct StagedConv {
+    bool halo = false;
+    int64_t k = 0, step = 0;
+    int64_t cout_g = 0;     // output channels per group
+    int64_t groups_cap = 1; // most groups the region's channels span (patch slices per step)
+    std::string a, b;       // GEMM: weights [M][step], patches [groups][step][P]; halo: b = input window
+    int64_t a_cap = 0, b_cap = 0;
+    // Extents the slices are laid out with (the largest over the block's tiles, so every index
+    // divides by constants: a 64-bit division by a run-time value is a called routine on the GPU):
+    // GEMM: the region's axes (columns: the axes other than 1); halo: the window's axes.
+    std::vector<int64_t> caps;
+    std::string regs;       // the TM x TN accumulators of each thread
+    int64_t tm = 0, tn = 0;
+  };
+
   const Graph& g_;
   const planner::FusionGroup& group_;
   const planner::TileConfig& cfg_;
@@ -1240,6 +1539,8 @@ class GroupLowering {
   std::map<int, std::string> buffer_;
   std::map<int, std::pair<std::string, std::string>> stats_;
   std::map<int, Staged> staged_;
+  std::map<int, StagedConv> conv_;
+  std::map<int, int64_t> max_groups_;    // per Conv output: the most groups a tile's channels span
   int root_ = -1;
   std::map<int, int64_t> capacity_;      // elements allocated per staged value
   std::map<int, int64_t> row_capacity_;  // rows allocated per normalization's statistics

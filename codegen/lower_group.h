@@ -21,8 +21,17 @@
 // bank conflicts, zero outside the region and beyond K, so any M, N, K works), each warp loads
 // m16 x k16 A and k16 x n8 B fragments with ldmatrix and accumulates its m16n8 tiles with mma in
 // float (Kernel IR matrix fragments; the CUDA form then needs sm_80+), and after the last step
-// the accumulators go to shared memory for the epilogue, as on the scalar path. The root is written to global memory
-// by its own stage (or by a final element stage when it is inlined); other exported values are
+// the accumulators go to shared memory for the epilogue, as on the scalar path. A Conv whose
+// candidate has a reduction step is staged too: as an implicit GEMM (rows: the tile's output
+// channels; columns: its pixels; K = C_in/groups x window in steps) each step loads the weight
+// slice and the im2col patches of the groups the rows touch (zero outside the input: padding)
+// into shared memory and every thread updates its register-blocked micro-tile, whose cells plus
+// the bias then go where the Conv's value goes; a depthwise-like Conv (C_in/groups == 1) stages
+// the tile's input window once and sums each output's taps from it. Slices are laid out with
+// constant extents (the largest any tile needs) so indices divide by constants. A candidate with
+// TileConfig::library is not lowered to code: the kernel carries the library call
+// (planner/library_call.h) and its parameter bindings. The root is written to global memory by
+// its own stage (or by a final element stage when it is inlined); other exported values are
 // written over their regions too. Guarantees: the kernel computes the group's outputs as the reference kernels do
 // (up to float32 rounding) for every tile, including partial tiles at the edges; shared memory is
 // sized for the largest region any block needs; throws Error when the group cannot be lowered

@@ -91,6 +91,22 @@ std::string TileConfig::str() const {
   return out.str();
 }
 
+std::pair<int64_t, int64_t> micro_tile(int64_t rows, int64_t cols, int threads) {
+  std::pair<int64_t, int64_t> best = {0, 0};
+  int64_t best_score = 0;
+  for (int64_t tm : {1, 2, 4, 8}) {
+    for (int64_t tn : {1, 2, 4, 8}) {
+      if (ceil_div(rows, tm) * ceil_div(cols, tn) > threads) continue;
+      const int64_t score = tm * tn * 16 + (tm > tn ? tm - tn : tn - tm);
+      if (best_score == 0 || score < best_score) {
+        best_score = score;
+        best = {tm, tn};
+      }
+    }
+  }
+  return best;
+}
+
 int group_root(const Graph& g, const FusionGroup& group) {
   check(!group.outputs.empty(), "a fusion group without outputs");
   int root = group.outputs.front();
@@ -154,6 +170,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       return c;
     }
   }
+  bool uncovered = false;  // a staged Conv whose threads cannot cover the tile with micro-tiles
   for (auto it = group.nodes.rbegin(); it != group.nodes.rend(); ++it) {
     const Node& n = g.nodes()[static_cast<size_t>(*it)];
     auto out_it = regions.find(n.outputs[0]);
@@ -193,6 +210,32 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
     if (tensor) {
       smem += tensor_smem;
       tile_loads += tensor_loads;
+    } else if (n.op == "Conv") {
+      // Conv (codegen/lower_group): without a step every output reads its window and weights
+      // (two loads per multiply-add); C_in/groups == 1 (depthwise) with a step stages the input
+      // window of the tile once and reads the weights per tap; otherwise an implicit GEMM over
+      // K = C_in/groups x window: per step the weight slice (M x step) and the im2col patches of
+      // every group the tile's channels touch (groups x step x P) are loaded once, and each
+      // multiply-add of a TM x TN micro-tile reads 1/TN of an A and 1/TM of a B element from
+      // shared memory.
+      const Shape& w = g.value(n.inputs[1]).shape;
+      const int64_t k = numel(w) / w[0], cin_g = w[1], cout_g = w[0] / n.attrs.i("group", 1);
+      const int64_t m = out_region[1].size(), pixels = out_elems / std::max<int64_t>(1, m);
+      if (cfg.reduce_step <= 0) {
+        tile_loads += 2 * out_elems * k;
+      } else if (cin_g == 1) {
+        smem += region_elems(in_regions[0]) * 4;
+        tile_loads += region_elems(in_regions[0]) + 2 * out_elems * k;
+      } else {
+        const int64_t spanned = out_region[1].hi / cout_g - out_region[1].lo / cout_g + 1;
+        const int64_t step = cfg.reduce_step, steps = ceil_div(k, step);
+        smem += (m + spanned * pixels) * step * 4;
+        const auto [tm, tn] = micro_tile(m, pixels, cfg.threads);
+        uncovered = uncovered || tm == 0;
+        tile_loads += (m + spanned * pixels) * step * steps;
+        if (tm > 0) tile_loads += out_elems * k / tn + out_elems * k / tm;
+      }
+      if (n.outputs[0] != root) smem += out_elems * 4;
     } else if (is_contraction(n) && cfg.reduce_step > 0) {
       std::vector<Interval> step;
       for (size_t r = 0; r < e.reduce_extents.size(); ++r) {
@@ -242,6 +285,10 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   c.registers = static_cast<int>(std::min<int64_t>(100000, 24 + per_thread * (contraction ? 2 : 1) + 2 * cfg.vector));
   if (c.registers > d.max_registers_per_thread) {
     c.reject = "needs ~" + std::to_string(c.registers) + " registers per thread";
+    return c;
+  }
+  if (uncovered) {
+    c.reject = "micro-tiles of at most 8 x 8 on " + std::to_string(cfg.threads) + " threads cannot cover the convolution";
     return c;
   }
   if (smem > d.shared_memory_per_block_optin) {
@@ -362,13 +409,22 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
   const int root = group_root(g, group);
   const Shape& rs = g.value(root).shape;
   bool contraction = false;
+  bool conv = false, window_only = true;  // a Conv group; all its Convs depthwise-like (one step)
   int64_t k_extent = 0;
   for (int n : group.nodes) {
     const Node& node = g.nodes()[static_cast<size_t>(n)];
     if (is_contraction(node)) {
       contraction = true;
       const TensorExpr e = describe(g, node);
-      k_extent = std::max(k_extent, e.reduce_extents.empty() ? 0 : e.reduce_extents[0]);
+      if (node.op == "Conv") {  // the implicit GEMM steps through C_in/groups x window
+        conv = true;
+        window_only = window_only && e.reduce_extents[0] == 1;
+        int64_t k = 1;
+        for (int64_t r : e.reduce_extents) k *= r;
+        k_extent = std::max(k_extent, k);
+      } else {
+        k_extent = std::max(k_extent, e.reduce_extents.empty() ? 0 : e.reduce_extents[0]);
+      }
     }
   }
   const std::vector<std::vector<int64_t>> tiles = expand_tiles(g, group, d, rs, 32768);
@@ -380,11 +436,13 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
     for (int64_t t : tile) elems *= t;
     for (int threads : {32, 64, 128, 256, 512}) {
       if (threads > elems * 64 || elems > static_cast<int64_t>(threads) * 64) continue;
+      // Steps of a contraction; a Conv keeps the unstaged schedule (step 0) as a candidate, and a
+      // depthwise one has a single staged form (its window in one step).
       std::vector<int64_t> steps = {0};
       if (contraction) {
-        steps.clear();
+        if (!conv) steps.clear();
         for (int64_t s : {8, 16, 32, 64}) {
-          if (s <= std::max<int64_t>(k_extent, 8)) steps.push_back(s);
+          if (s <= std::max<int64_t>(k_extent, 8) && (s == 8 || !window_only)) steps.push_back(s);
         }
       }
       // Vector width 4 where some staged MatMul operand can move in float4 quads (the only place
@@ -393,6 +451,7 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
       if (vectors_help) vectors.push_back(4);
       for (int64_t step : steps) {
         for (int vec : vectors) {
+          if (step == 0 && vec > 1) continue;
           TileConfig cfg{tile, step, threads, vec};
           Cost c = evaluate_tile(g, group, d, cfg, opt);
           if (c.valid) {

@@ -10,7 +10,9 @@
 //   - traffic DRAM: an input that fits in half the L2 is read from DRAM once; a larger one as often
 //     as the tiles read it;
 //   - shared memory: double-buffered per-step operand regions of contractions, plus the rows a
-//     row reduction keeps on chip; registers from the accumulators per thread;
+//     row reduction keeps on chip; registers from the accumulators per thread; a Conv as codegen
+//     stages it: with a step, an implicit GEMM (weight slice and im2col patches per step) or, for
+//     depthwise, the tile's input window; without one, two loads per multiply-add;
 //   - time: the slowest of DRAM, L2 and issue (arithmetic plus the loads that stage contraction
 //     operands, one per element or one per float4 quad at vector width 4 where codegen can use
 //     quads; with `mma`, a contraction's arithmetic, padded to m16n8k16, at the tensor-core rate
@@ -18,7 +20,8 @@
 //     SMs the blocks keep busy (the parallelism penalty), plus a launch overhead.
 // Candidates that exceed the device's shared memory, registers or threads are rejected with a
 // reason. tile_candidates enumerates tiles Welder-style (from a small tile, repeatedly doubling
-// the axis that cuts traffic per output element most), crosses them with thread shapes, steps and
+// the axis that cuts traffic per output element most), crosses them with thread shapes, steps (a
+// Conv also keeps step 0, the unstaged schedule; a depthwise Conv has one staged step) and
 // (for contractions with a float4-capable operand) vector widths 1 and 4, adds tensor-core (`mma`)
 // candidates for groups with a float16/bfloat16 MatMul on devices of compute capability 8.0 or
 // later (one matrix per tile, tile extents from 16x8 to 128x128, whole warps each owning 1 to 16
@@ -29,6 +32,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/graph.h"
@@ -73,6 +77,11 @@ struct TilingOptions {
 
 // The value a group's tiles range over.
 int group_root(const Graph& g, const FusionGroup& group);
+
+// The register-blocked micro-tile (rows, columns of each thread, each 1, 2, 4 or 8) with which
+// `threads` threads cover a rows x cols region of a staged contraction: the smallest (squarest)
+// one; {0, 0} when none covers it. Codegen's staged Conv uses it, and the cost model with it.
+std::pair<int64_t, int64_t> micro_tile(int64_t rows, int64_t cols, int threads);
 
 Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, const TileConfig& cfg,
                    const TilingOptions& opt = {});

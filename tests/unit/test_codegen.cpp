@@ -3,12 +3,16 @@
 // random inputs and poisoned outputs, and compared with the reference interpreter; each module is
 // also compiled with NVRTC for sm_80 and sm_90 and ptxas's resource report is checked. Targeted
 // cases cover the warp reductions of row statistics (the host emulation of the butterfly against a
-// direct reduction; rows shorter and longer than a warp) and the IR the lowering prints.
+// direct reduction; rows shorter and longer than a warp), MatMuls staged with float4 quads, Convs
+// staged as implicit GEMMs and depthwise windows (odd shapes, strides, pads, dilations, groups,
+// epilogues; the models' top candidates compile without spills), and the IR the lowering prints.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <random>
+#include <set>
 
 #include "backend/backend.h"
 #include "backend/cuda.h"
@@ -443,6 +447,140 @@ TEST(CodegenVector, MisalignedOperandsFallBackToElementLoads) {
         float want = 0;
         for (size_t k = 0; k < 16; ++k) want += a[i * 16 + k] * b[k * 8 + j];
         EXPECT_EQ(c[i * 8 + j], want) << "shift " << shift << " at " << i << "," << j;
+      }
+    }
+  }
+}
+
+// Convolutions with their epilogues as the fusion pass builds them: 1x1, 3x3, 5x5 and 7x7
+// windows; strides 1 and 2; no, symmetric and asymmetric padding; dilation 2; groups 1, 2, 3
+// (channel tiles that straddle groups) and depthwise (with a channel multiplier); channel and
+// spatial sizes that are not tile multiples (C_in 3, 7, 33; H = W 1, 5, 17; C_out 1, 10, 65); a
+// 1-D Conv.
+Graph conv_ops() {
+  using fusetune::testing::add_input;
+  using fusetune::testing::add_op;
+  using fusetune::testing::attrs;
+  Graph g;
+  int id = 0;
+  // Conv of x [N, C_in, H, W] with weights [C_out, C_in / groups, k, k] (or 1-D when h == 0).
+  auto conv = [&](Shape x, int64_t cout, int64_t kernel, int64_t stride, std::vector<int64_t> pads, int64_t dil,
+                  int64_t groups, bool bias) {
+    const std::string n = std::to_string(id++);
+    const size_t sp = x.size() - 2;
+    Shape w = {cout, x[1] / groups};
+    for (size_t i = 0; i < sp; ++i) w.push_back(kernel);
+    std::vector<int> in = {add_input(g, "x" + n, DType::kF32, x), add_input(g, "w" + n, DType::kF32, w)};
+    if (bias) in.push_back(add_input(g, "b" + n, DType::kF32, {cout}));
+    return add_op(g, "Conv", in, attrs({{"group", groups}, {"strides", std::vector<int64_t>(sp, stride)},
+                                        {"dilations", std::vector<int64_t>(sp, dil)}, {"pads", pads}}));
+  };
+  const std::vector<int64_t> none = {0, 0, 0, 0}, one = {1, 1, 1, 1};
+  add_op(g, "Relu", {conv({2, 7, 5, 5}, 10, 1, 1, none, 1, 1, true)});
+  add_op(g, "Clip", {conv({1, 33, 17, 17}, 65, 3, 1, one, 1, 1, true)}, attrs({{"min", 0.0f}, {"max", 6.0f}}));
+  const int silu = conv({2, 3, 17, 17}, 10, 3, 2, one, 1, 1, true);
+  add_op(g, "Mul", {silu, add_op(g, "Sigmoid", {silu})});
+  conv({1, 7, 5, 5}, 1, 5, 1, {2, 2, 2, 2}, 1, 1, false);
+  add_op(g, "Relu", {conv({1, 3, 17, 17}, 10, 7, 2, {3, 3, 3, 3}, 1, 1, true)});
+  conv({1, 7, 17, 17}, 10, 3, 1, {0, 1, 2, 0}, 2, 1, true);
+  add_op(g, "Add", {conv({1, 10, 5, 5}, 6, 3, 1, one, 1, 2, true), add_input(g, "res", DType::kF32, {1, 6, 5, 5})});
+  conv({1, 12, 5, 5}, 9, 3, 2, {1, 0, 0, 1}, 1, 3, true);
+  add_op(g, "Clip", {conv({1, 33, 17, 17}, 33, 3, 1, one, 1, 33, true)}, attrs({{"min", 0.0f}, {"max", 6.0f}}));
+  conv({2, 7, 5, 5}, 7, 5, 2, {2, 2, 2, 2}, 1, 7, false);
+  conv({1, 10, 17, 17}, 10, 7, 1, {3, 3, 3, 3}, 1, 10, true);
+  conv({1, 3, 5, 5}, 6, 3, 1, {1, 0, 1, 2}, 2, 3, true);
+  conv({1, 33, 1, 1}, 65, 1, 1, none, 1, 1, true);
+  conv({2, 7, 1, 1}, 10, 3, 1, one, 1, 1, false);
+  const int res = add_input(g, "r", DType::kF32, {1, 7, 5, 5});
+  add_op(g, "Relu", {add_op(g, "Add", {conv({1, 7, 5, 5}, 7, 3, 1, one, 1, 1, true), res})});
+  conv({2, 5, 9}, 4, 3, 1, {1, 2}, 1, 1, true);
+  // Every value no node reads is a graph output.
+  std::set<int> read;
+  for (const Node& n : g.nodes()) read.insert(n.inputs.begin(), n.inputs.end());
+  for (const Node& n : g.nodes()) {
+    if (!read.count(n.outputs[0])) g.outputs().push_back(n.outputs[0]);
+  }
+  return g;
+}
+
+// The fusion pass's groups of conv_ops (one per Conv with its epilogue).
+std::vector<FusionGroup> conv_groups(const Graph& g) {
+  std::vector<FusionGroup> out;
+  for (const FusionGroup& fg : planner::fuse(g).groups) {
+    for (int n : fg.nodes) {
+      if (g.nodes()[static_cast<size_t>(n)].op == "Conv") out.push_back(fg);
+    }
+  }
+  return out;
+}
+
+TEST(CodegenConv, StagedConvolutionsOnOddShapesAndTiles) {
+  const Graph g = conv_ops();
+  const auto groups = conv_groups(g);
+  ASSERT_EQ(groups.size(), 16u);
+  struct Shape4 {
+    int64_t batch, channels, pixels, step;
+    int threads, vector;
+  };
+  for (const Shape4& t : {Shape4{1, 4, 3, 8, 32, 4}, Shape4{2, 16, 4, 16, 64, 1}, Shape4{1, 32, 8, 32, 128, 4}}) {
+    check_groups(g, groups, [&](const FusionGroup& fg) {
+      const Shape& s = g.value(fg.outputs[0]).shape;
+      std::vector<int64_t> tile = {t.batch, t.channels};
+      for (size_t d = 2; d < s.size(); ++d) tile.push_back(d + 1 == s.size() ? t.pixels + 2 : t.pixels);
+      return TileConfig{tile, t.step, t.threads, t.vector};
+    }, "conv/channels " + std::to_string(t.channels) + ", step " + std::to_string(t.step));
+  }
+  check_groups(g, groups, [&](const FusionGroup& fg) { return best_config(g, fg); }, "conv/best tiles");
+}
+
+TEST(CodegenConv, IrShowsTheImplicitGemmAndTheDepthwiseWindow) {
+  const Graph g = conv_ops();
+  const auto groups = conv_groups(g);
+  // 3x3, 33 -> 65 channels, Clip: rows of output channels x columns of pixels, K = 33 * 9 in
+  // steps of 16; patches zero-filled outside the input.
+  const Kernel gemm = lower_group(g, groups[1], TileConfig{{1, 16, 4, 8}, 16, 64, 1}, "conv").kernel;
+  const std::string ir = to_text(gemm);
+  EXPECT_NE(ir.find("thread-local tc"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("for.uniform ft_ks in [0LL, 19LL)"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("ft_k < 297LL"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("ft_rb3"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("ft_min(16LL, 297LL - ft_ks * 16LL)"), std::string::npos) << ir;
+  // Depthwise 3x3: the input window staged once, no reduction-step loop.
+  const Kernel dw = lower_group(g, groups[8], TileConfig{{1, 8, 4, 8}, 8, 64, 1}, "dw").kernel;
+  const std::string dir = to_text(dw);
+  EXPECT_NE(dir.find("cw"), std::string::npos) << dir;
+  EXPECT_EQ(dir.find("for.uniform"), std::string::npos) << dir;
+  // Without a reduction step: the generic schedule, each output's full reduction.
+  const std::string plain = to_text(lower_group(g, groups[1], TileConfig{{1, 16, 4, 8}, 0, 64, 1}, "conv").kernel);
+  EXPECT_EQ(plain.find("for.uniform"), std::string::npos) << plain;
+  EXPECT_EQ(plain.find("thread-local"), std::string::npos) << plain;
+}
+
+// The planner's top candidate of every Conv group of the small CNN models compiles for sm_80 and
+// sm_90 without spills; prints the registers.
+TEST(CodegenConv, TopCandidatesOfTheModelsCompileWithoutSpills) {
+  if (!backend::nvrtc_available()) GTEST_SKIP() << "NVRTC not available in this build";
+  for (const char* model : {"cnn_small", "convnext_t", "efficientnet_b0", "mobilenet_v2", "resnet_small"}) {
+    const Graph g = fusetune::testing::load_test_model(model);
+    std::vector<Kernel> kernels;
+    std::vector<std::string> configs;
+    for (const FusionGroup& fg : planner::fuse(g).groups) {
+      const bool conv = std::any_of(fg.nodes.begin(), fg.nodes.end(),
+                                    [&](int n) { return g.nodes()[static_cast<size_t>(n)].op == "Conv"; });
+      if (!conv) continue;
+      const TileConfig cfg = best_config(g, fg);
+      kernels.push_back(lower_group(g, fg, cfg, "k" + std::to_string(kernels.size())).kernel);
+      configs.push_back(fg.pattern + " " + cfg.str());
+    }
+    ASSERT_FALSE(kernels.empty()) << model;
+    const std::string cuda = emit_cuda(kernels);
+    for (const char* arch : {"sm_80", "sm_90"}) {
+      const backend::CompiledCuda cc = backend::compile_cuda(cuda, arch);
+      ASSERT_FALSE(cc.cubin.empty()) << model << " " << arch << "\n" << cc.log;
+      for (size_t i = 0; i < kernels.size(); ++i) {
+        const auto& res = cc.resources.at(kernels[i].name);
+        EXPECT_FALSE(res.spills()) << model << " " << arch << " " << configs[i] << ": " << res.spill_store_bytes << " bytes spilled";
+        std::printf("%s %s %s: %d registers\n", model, arch, configs[i].c_str(), res.registers);
       }
     }
   }
