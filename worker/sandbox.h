@@ -6,7 +6,8 @@
 // candidate does to the child (an illegal address, a trap, a segfault, an exit, a hang past the
 // per-candidate timeout) only the child dies: that candidate is reported as runtime_fault (with
 // the signal or exit status) or timeout, a fresh child is started, and the remaining candidates
-// run there. The daemon itself never executes generated code.
+// run there. The daemon itself never executes generated code. In a sanitized build the child's
+// sanitizer leaves those signals alone, so the report still names the signal.
 #pragma once
 
 #include <sys/types.h>
