@@ -57,6 +57,7 @@ struct Server::State {
     storage::DeviceKey device;
     Clock::time_point last_seen;
     int64_t task = 0;  // leased task, 0 when idle
+    int64_t lease_deadline_ms = 0;
   };
   struct Job {
     std::unique_ptr<JobPlanner> planner;
@@ -211,16 +212,18 @@ struct Server::State {
       it = workers.erase(it);
     }
     const int64_t ms = unix_ms();
-    for (const storage::TaskRecord& t : db.tasks_in_state(storage::TaskState::kLeased)) {
-      auto w = workers.find(t.worker);
-      if (w == workers.end() || w->second.task != t.id) {
-        release(t.id, "lease holder " + t.worker + " is gone");
-        continue;
+    std::set<int64_t> held;
+    for (auto& [identity, w] : workers) {
+      if (w.task != 0 && w.lease_deadline_ms < ms) {
+        const int64_t t = w.task;
+        w.task = 0;
+        release(t, "lease deadline passed");
       }
-      if (t.lease_deadline_ms < ms) {
-        w->second.task = 0;
-        release(t.id, "lease deadline passed");
-      }
+      if (w.task != 0) held.insert(w.task);
+    }
+    // A safety net: a lease no live worker holds (the paths above release them as they happen).
+    for (int64_t id : db.task_ids_in_state(storage::TaskState::kLeased)) {
+      if (!held.count(id)) release(id, "its lease holder is gone");
     }
   }
 
@@ -267,6 +270,7 @@ struct Server::State {
     task.set_lease_deadline_ms(deadline);
     db.lease_task(task_id, w.identity, deadline);
     w.task = task_id;
+    w.lease_deadline_ms = deadline;
     send(w.identity, std::move(e));
   }
 
