@@ -1,5 +1,6 @@
 #include "backend/verify.h"
 
+#include <algorithm>
 #include <map>
 
 #include "core/error.h"
@@ -77,16 +78,17 @@ VerifyResult verify_kernel(const Graph& g, const planner::FusionGroup& group, co
   }
   module.launch(kernel, args);
   VerifyResult result;
+  // Only the margins are read back: the buffers themselves are compared below.
   for (size_t k = 0; k < parents.size() && result.ok; ++k) {
-    std::vector<unsigned char> all(parents[k]->bytes());
-    parents[k]->download(all.data(), all.size());
-    const size_t n = all.size();
-    for (size_t i = 0; i < n; ++i) {
-      if (i >= redzone_bytes && i < n - redzone_bytes) continue;
-      if (all[i] == kRedzoneByte) continue;
+    const size_t inner = parents[k]->bytes() - 2 * redzone_bytes;
+    for (const size_t start : {size_t{0}, redzone_bytes + inner}) {
+      std::vector<unsigned char> margin(redzone_bytes);
+      backend.view(*parents[k], start, redzone_bytes)->download(margin.data(), margin.size());
+      const auto bad = std::find_if(margin.begin(), margin.end(), [](unsigned char b) { return b != kRedzoneByte; });
+      if (bad == margin.end()) continue;
       const int v = k < inputs.size() ? inputs[k] : outputs[k - inputs.size()];
-      const long long at = i < redzone_bytes ? static_cast<long long>(i) - static_cast<long long>(redzone_bytes)
-                                             : static_cast<long long>(i - (n - redzone_bytes));
+      const auto i = static_cast<long long>(bad - margin.begin());
+      const long long at = start == 0 ? i - static_cast<long long>(redzone_bytes) : i;
       result.ok = false;
       result.detail = "write outside buffer '" + g.value(v).name + "' (byte " + std::to_string(at) +
                       (at < 0 ? " before its start)" : " past its end)");

@@ -158,7 +158,7 @@ std::vector<TaskSpec> JobPlanner::tasks() const {
     wire::Task& t = spec.task;
     t.set_signature(gp.signature);
     t.set_arch(s_->device == "host" ? "host" : s_->plan_device.arch);
-    *t.mutable_graph() = wire::to_subgraph(s_->graph, gp.group.nodes);
+    *t.mutable_graph() = wire::to_subgraph(s_->graph, gp.group);
     wire::Policy& p = *t.mutable_policy();
     p.set_seed(o.seed);
     p.set_warmup(o.warmup);

@@ -1,16 +1,12 @@
 #include "coordinator/server.h"
 
-#include <unistd.h>
-
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <algorithm>
 
 #include "codegen/kernel_ir.h"
 #include "coordinator/job_planner.h"
@@ -20,7 +16,6 @@
 
 namespace fusetune::coordinator {
 
-namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -476,21 +471,12 @@ struct Server::State {
     job.device = r->device;
     job.planner = load_planner(*r);
     const runtime::Bundle bundle = job.planner->bundle(job.planner->final_plan(measurements(job)));
-    char tmpl[] = "/tmp/fusetune-export-XXXXXX";
-    check(::mkdtemp(tmpl) != nullptr, "cannot create a directory for the export");
-    const fs::path dir = tmpl;
-    runtime::write_bundle(bundle, dir);
     std::vector<wire::ModelFile> out;
-    for (const auto& entry : fs::recursive_directory_iterator(dir)) {
-      if (!entry.is_regular_file()) continue;
-      std::ifstream in(entry.path(), std::ios::binary);
-      wire::ModelFile f;
-      f.set_path(fs::relative(entry.path(), dir).string());
-      f.set_data(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()));
-      out.push_back(std::move(f));
+    for (const auto& [name, data] : runtime::bundle_files(bundle)) {
+      wire::ModelFile& f = out.emplace_back();
+      f.set_path(name);
+      f.set_data(data.data(), data.size());
     }
-    std::error_code ec;
-    fs::remove_all(dir, ec);
     std::sort(out.begin(), out.end(), [](const wire::ModelFile& a, const wire::ModelFile& b) { return a.path() < b.path(); });
     return out;
   }

@@ -4,25 +4,15 @@
 #include <climits>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 
 #include "core/error.h"
+#include "core/files.h"
 
 namespace fusetune::importer {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string read_file(const fs::path& path, const char* what) {
-  std::error_code ec;
-  check(fs::is_regular_file(path, ec), path.string(), ": ", what, " not found (or not a regular file)");
-  std::ifstream in(path, std::ios::binary);
-  check(in.good(), path.string(), ": cannot open ", what);
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  return buf.str();
-}
 
 std::string tensor_label(const onnx::TensorProto& t) {
   return t.name().empty() ? std::string("tensor") : "tensor '" + t.name() + "'";

@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cstring>
 #include <map>
-#include <set>
 
 #include "core/error.h"
 
@@ -87,7 +86,7 @@ AttrValue get_attr(const Attribute& a) {
 
 }  // namespace
 
-Subgraph to_subgraph(const Graph& g, const std::vector<int>& node_ids) {
+Subgraph to_subgraph(const Graph& g, const planner::FusionGroup& group) {
   Subgraph s;
   std::map<int, int> index;  // graph value -> sub-graph value
   auto add_value = [&](int v) {
@@ -104,27 +103,13 @@ Subgraph to_subgraph(const Graph& g, const std::vector<int>& node_ids) {
     }
     return it->second;
   };
-  std::set<int> produced;
-  for (int n : node_ids) produced.insert(g.nodes()[static_cast<size_t>(n)].outputs.begin(), g.nodes()[static_cast<size_t>(n)].outputs.end());
-  for (int n : node_ids) {
-    for (int v : g.nodes()[static_cast<size_t>(n)].inputs) {
-      if (v == kNoValue || produced.count(v) || index.count(v)) continue;
-      const int id = add_value(v);
-      if (!g.value(v).is_constant()) s.add_inputs(id);
-    }
+  // describe_group lists the group's external inputs by first use and its exported values in node
+  // order: the sub-graph numbers its values the same way.
+  for (int v : group.inputs) {
+    const int id = add_value(v);
+    if (!g.value(v).is_constant()) s.add_inputs(id);
   }
-  std::set<int> exported;  // values used outside the group, or graph outputs
-  const std::set<int> members(node_ids.begin(), node_ids.end());
-  for (size_t n = 0; n < g.nodes().size(); ++n) {
-    if (members.count(static_cast<int>(n))) continue;
-    for (int v : g.nodes()[n].inputs) {
-      if (produced.count(v)) exported.insert(v);
-    }
-  }
-  for (int v : g.outputs()) {
-    if (produced.count(v)) exported.insert(v);
-  }
-  for (int n : node_ids) {
+  for (int n : group.nodes) {
     const Node& node = g.nodes()[static_cast<size_t>(n)];
     NodeDef& d = *s.add_nodes();
     d.set_name(node.name);
@@ -137,11 +122,7 @@ Subgraph to_subgraph(const Graph& g, const std::vector<int>& node_ids) {
       put_attr(a, value);
     }
   }
-  for (int n : node_ids) {
-    for (int v : g.nodes()[static_cast<size_t>(n)].outputs) {
-      if (exported.count(v)) s.add_outputs(index.at(v));
-    }
-  }
+  for (int v : group.outputs) s.add_outputs(index.at(v));
   return s;
 }
 

@@ -16,6 +16,7 @@
 
 #include "core/graph.h"
 #include "fusetune_proto/service.pb.h"
+#include "planner/fusion.h"
 
 namespace fusetune::wire {
 
@@ -32,8 +33,8 @@ std::string body_name(const Envelope& e);
 // so the caller's loop sees its stop flag instead of an exception.
 void poll(zmq::pollitem_t* items, size_t count, int timeout_ms);
 
-// The nodes `node_ids` of `g` (in graph order) as a standalone sub-graph.
-Subgraph to_subgraph(const Graph& g, const std::vector<int>& node_ids);
+// A fusion group of `g`, as planner::describe_group leaves it, as a standalone sub-graph.
+Subgraph to_subgraph(const Graph& g, const planner::FusionGroup& group);
 Graph from_subgraph(const Subgraph& s);
 
 }  // namespace fusetune::wire

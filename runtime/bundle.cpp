@@ -243,20 +243,25 @@ Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, const plan
   return b;
 }
 
+std::vector<std::pair<std::string, std::string_view>> bundle_files(const Bundle& b) {
+  std::vector<std::pair<std::string, std::string_view>> files = {
+      {"kernels.cu", b.cuda_source},
+      {"kernels.host.cpp", b.host_source},
+      {"constants.bin", {b.constants.data(), b.constants.size()}}};
+  for (const auto& [arch, cubin] : b.cubins) files.push_back({"kernels." + arch + ".cubin", {cubin.data(), cubin.size()}});
+  files.push_back({"manifest.json", b.manifest});
+  return files;
+}
+
 void write_bundle(const Bundle& b, const fs::path& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   check(!ec, dir.string(), ": cannot create the plan directory (", ec.message(), ")");
-  auto put = [&](const std::string& name, const char* data, size_t size) {
+  for (const auto& [name, data] : bundle_files(b)) {
     std::ofstream out(dir / name, std::ios::binary | std::ios::trunc);
     check(out.good(), (dir / name).string(), ": cannot write");
-    out.write(data, static_cast<std::streamsize>(size));
-  };
-  put("kernels.cu", b.cuda_source.data(), b.cuda_source.size());
-  put("kernels.host.cpp", b.host_source.data(), b.host_source.size());
-  put("constants.bin", b.constants.data(), b.constants.size());
-  for (const auto& [arch, cubin] : b.cubins) put("kernels." + arch + ".cubin", cubin.data(), cubin.size());
-  put("manifest.json", b.manifest.data(), b.manifest.size());  // last: a bundle with a manifest is complete
+    out.write(data.data(), static_cast<std::streamsize>(data.size()));
+  }
 }
 
 Bundle read_bundle(const fs::path& dir) {

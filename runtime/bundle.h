@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/graph.h"
@@ -31,6 +33,9 @@ struct Bundle {
 
 Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, const planner::Device& device,
                       const std::string& model_name);
+// The files of a bundle as a directory holds them (name, contents), the manifest last: a bundle
+// with a manifest is complete. write_bundle writes them; the coordinator sends them to clients.
+std::vector<std::pair<std::string, std::string_view>> bundle_files(const Bundle& b);
 void write_bundle(const Bundle& b, const std::filesystem::path& dir);
 Bundle read_bundle(const std::filesystem::path& dir);
 

@@ -7,9 +7,9 @@
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "core/error.h"
+#include "core/files.h"
 
 namespace fusetune::cli {
 
@@ -20,14 +20,6 @@ namespace {
 std::atomic<bool> g_stop{false};
 
 void on_signal(int) { g_stop = true; }
-
-std::string read_all(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  check(in.good(), p.string(), ": cannot read");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 }  // namespace
 
@@ -53,11 +45,10 @@ std::string self_executable() {
 }
 
 std::vector<wire::ModelFile> read_model_files(const fs::path& model) {
-  check(fs::is_regular_file(model), model.string(), ": no such model file");
   std::vector<wire::ModelFile> files;
   wire::ModelFile main;
   main.set_path(model.filename().string());
-  main.set_data(read_all(model));
+  main.set_data(read_file(model, "model file"));
   const std::string& bytes = main.data();
   files.push_back(std::move(main));
   // External data: files beside the model whose names appear in it (their `location` fields).
@@ -71,7 +62,7 @@ std::vector<wire::ModelFile> read_model_files(const fs::path& model) {
     if (bytes.find(name) == std::string::npos) continue;
     wire::ModelFile f;
     f.set_path(name);
-    f.set_data(read_all(p));
+    f.set_data(read_file(p, "external data file"));
     files.push_back(std::move(f));
   }
   return files;

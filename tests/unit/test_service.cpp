@@ -21,6 +21,7 @@
 
 #include "coordinator/client.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "onnx_builder.h"
 #include "proto/curve.h"
 #include "proto/wire.h"
@@ -141,8 +142,7 @@ class Service : public ::testing::Test {
     s.set_model_name(model.filename().string());
     wire::ModelFile& f = *s.add_files();
     f.set_path(model.filename().string());
-    std::ifstream in(model, std::ios::binary);
-    f.set_data(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()));
+    f.set_data(read_file(model, "model file"));
     s.set_device(device);
     s.set_options(R"({"candidates": )" + std::to_string(candidates) + ", " + timing + "}");
     return request(std::move(e)).job().job_id();

@@ -25,7 +25,7 @@ TEST(Wire, SubgraphsOfEveryGroupRoundTripWithTheSameSignature) {
   const planner::ModelPlan plan = planner::plan_model(g, planner::find_device("h100"));
   ASSERT_GT(plan.compared.size(), plan.groups.size());  // parts are weighed too
   for (const planner::GroupPlan& gp : plan.compared) {
-    const wire::Subgraph s = wire::to_subgraph(g, gp.group.nodes);
+    const wire::Subgraph s = wire::to_subgraph(g, gp.group);
     wire::Subgraph parsed;
     ASSERT_TRUE(parsed.ParseFromString(s.SerializeAsString()));
     const Graph sub = wire::from_subgraph(parsed);
@@ -68,7 +68,9 @@ struct AddTask {
     const int b = testing::add_input(g, "b", DType::kF32, {37});
     const int c = testing::add_op(g, "Add", {a, b});
     g.outputs() = {c};
-    *request.mutable_graph() = wire::to_subgraph(g, {0});
+    planner::FusionGroup add{{0}, {}, {}, "", 0};
+    planner::describe_group(g, add);
+    *request.mutable_graph() = wire::to_subgraph(g, add);
     wire::Policy& p = *request.mutable_policy();
     p.set_seed(7);
     p.set_warmup(1);
@@ -166,7 +168,7 @@ TEST(Sandbox, GeneratedCandidatesOfARealGroupVerifyAndTime) {
   }
   ASSERT_NE(pick, nullptr);
   wire::ChildRequest req;
-  *req.mutable_graph() = wire::to_subgraph(g, pick->group.nodes);
+  *req.mutable_graph() = wire::to_subgraph(g, pick->group);
   req.mutable_policy()->set_seed(3);
   req.mutable_policy()->set_min_repeats(2);
   req.mutable_policy()->set_max_repeats(3);
