@@ -49,6 +49,7 @@ FT_FN long long ft_wrap_mul(long long a, long long b) { return (long long)((unsi
 FT_FN long long ft_idiv(long long a, long long b) { return (b == 0 || (b == -1 && a == (-9223372036854775807LL - 1))) ? 0LL : a / b; }
 FT_FN long long ft_ipymod(long long a, long long b) { if (b == 0 || b == -1) return 0LL; long long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
 FT_FN long long ft_ifmod(long long a, long long b) { return (b == 0 || b == -1) ? 0LL : a % b; }
+FT_FN bool ft_aligned16(const float* p, long long i) { return (((unsigned long long)(p + i)) & 15ULL) == 0ULL; }
 FT_FN float ft_pymod(float a, float b) { float r = fmodf(a, b); return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : r; }
 )PRELUDE";
 

@@ -1048,7 +1048,7 @@ class GroupLowering {
         // columns of one reduction step, within the slice's columns and its allocation.
         const std::string fits = is_a ? "ft_k + 3LL < " + ll(st.k)
                                       : "ft_k < " + ll(st.k) + " && ft_c + 3LL < " + nn + " && ft_s + 3LL < " + ll(cap);
-        const std::string whole = fits + " && ((unsigned long long)(" + p + " + ft_at) & 15ULL) == 0ULL";
+        const std::string whole = fits + " && ft_aligned16(" + p + ", ft_at)";
         Block quad = {vector_load("ft_q", p, "ft_at")};
         Block tail;
         for (int i = 0; i < 4; ++i) {
