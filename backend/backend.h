@@ -11,7 +11,7 @@
 // a fixed sequence of launches once and returns it as a Sequence to run many times (the CUDA
 // backend captures it into one CUDA graph where it can, the host backend runs the launches in
 // order). Errors (compile failures, launch failures) throw Error with the compiler's or driver's
-// message.
+// message; a host launch whose checks found something throws simt::CheckFailed.
 #pragma once
 
 #include <cstddef>
@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "codegen/kernel_ir.h"
+#include "simt/executor.h"
 
 namespace fusetune::backend {
 
@@ -75,9 +76,13 @@ class Module {
   virtual void launch(const std::string& kernel, const std::vector<Buffer*>& args) = 0;
   virtual Timing time(const std::string& kernel, const std::vector<Buffer*>& args, const TimingPolicy& policy) = 0;
   virtual std::unique_ptr<Sequence> prepare(std::vector<Step> steps) = 0;
+  // What the kernels did to memory, summed over this module's launches, per kernel: counted by
+  // the host backend's executor; empty on a GPU.
+  virtual std::map<std::string, simt::Counters> counters() const { return {}; }
 };
 
-// A module as plan bundles store it: both sources, cubins per architecture, launch shapes.
+// A module as plan bundles store it: the CUDA text (which the host backend builds and runs with
+// the SIMT executor), cubins per architecture, launch shapes.
 struct ModuleSource {
   struct KernelInfo {
     std::string name;
@@ -88,7 +93,6 @@ struct ModuleSource {
   };
   std::vector<KernelInfo> kernels;
   std::string cuda_source;
-  std::string host_source;
   std::map<std::string, std::vector<char>> cubins;  // by architecture ("sm_90")
 };
 
@@ -114,15 +118,10 @@ class Backend {
   virtual std::unique_ptr<Buffer> view(Buffer& parent, size_t offset, size_t bytes) = 0;
 };
 
-// The host backend: `compiler` (default: $CXX, else c++) builds each module once into a cache
-// directory keyed by the source's SHA-256; blocks run on `workers` threads (default: all cores).
-std::unique_ptr<Backend> make_host_backend(const std::string& compiler = "", int workers = 0);
-
-// The host backend's compile step on its own: builds `host_source` into the kernel cache unless
-// it is there already and returns the shared library's path. Safe to call from several threads
-// and processes at once (each build writes a private file, published by an atomic rename).
-std::string host_compile(const std::string& host_source, const std::string& compiler = "");
-// The compiler the host backend uses by default ($CXX, else c++).
-std::string default_host_compiler();
+// The host backend: `compiler` (default: $CXX, else c++) builds each module's CUDA text once
+// (simt/module.h) and the SIMT executor runs it: blocks on `options.workers` threads (default: all
+// cores), every launch under the executor's checks (a finding throws simt::CheckFailed) and
+// counters (Module::counters) unless `options` turns them off; timed runs go without either.
+std::unique_ptr<Backend> make_host_backend(const std::string& compiler = "", const simt::Options& options = {});
 
 }  // namespace fusetune::backend

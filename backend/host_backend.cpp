@@ -1,26 +1,17 @@
-#include <dlfcn.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
-#include <sstream>
 #include <thread>
 
 #include "backend/backend.h"
 #include "backend/library_host.h"
 #include "codegen/emit.h"
 #include "core/error.h"
-#include "core/sha256.h"
+#include "simt/module.h"
 
 namespace fusetune::backend {
-
-namespace fs = std::filesystem;
 
 namespace {
 
@@ -64,8 +55,6 @@ class HostView : public Buffer {
   size_t bytes_;
 };
 
-using HostKernel = void (*)(void**, long long, long long);
-
 // The host form of a prepared sequence: the module's launches, in order.
 class HostSequence : public Sequence {
  public:
@@ -80,50 +69,31 @@ class HostSequence : public Sequence {
   std::vector<Step> steps_;
 };
 
-// A kernel of a host module: the compiled host form and its grid, or a library call.
+// A kernel of a host module: its entry in the host build of the CUDA text and its launch shape,
+// or a library call.
 struct HostEntry {
-  HostKernel fn = nullptr;
-  int64_t grid = 0;
+  const simt::KernelRef* kernel = nullptr;
+  simt::Shape shape;
   std::optional<planner::LibraryCall> library;
 };
 
 class HostModule : public Module {
  public:
-  HostModule(void* lib, std::map<std::string, HostEntry> kernels, int workers)
-      : lib_(lib), kernels_(std::move(kernels)), workers_(workers) {}
-  ~HostModule() override { dlclose(lib_); }
+  HostModule(std::unique_ptr<simt::Module> module, std::map<std::string, HostEntry> kernels, simt::Options options)
+      : module_(std::move(module)), kernels_(std::move(kernels)), options_(std::move(options)) {}
 
-  void launch(const std::string& kernel, const std::vector<Buffer*>& args) override {
-    auto it = kernels_.find(kernel);
-    check(it != kernels_.end(), "no kernel '", kernel, "' in the module");
-    std::vector<void*> raw;
-    for (Buffer* b : args) raw.push_back(b->handle());
-    if (it->second.library) {
-      run_library_call_host(*it->second.library, raw.data(), workers_);
-      return;
-    }
-    const int64_t grid = it->second.grid;
-    const int64_t workers = std::max<int64_t>(1, std::min<int64_t>(workers_, grid));
-    if (workers == 1) {
-      it->second.fn(raw.data(), 0, grid);
-      return;
-    }
-    std::vector<std::thread> threads;
-    for (int64_t w = 0; w < workers; ++w) {
-      const int64_t lo = grid * w / workers, hi = grid * (w + 1) / workers;
-      threads.emplace_back([fn = it->second.fn, &raw, lo, hi] { fn(raw.data(), lo, hi); });
-    }
-    for (auto& t : threads) t.join();
-  }
+  void launch(const std::string& kernel, const std::vector<Buffer*>& args) override { run(kernel, args, options_); }
 
   Timing time(const std::string& kernel, const std::vector<Buffer*>& args, const TimingPolicy& policy) override {
-    for (int w = 0; w < policy.warmup; ++w) launch(kernel, args);
+    simt::Options plain = options_;  // timed runs execute the kernel without checks or counters
+    plain.checks = plain.counters = false;
+    for (int w = 0; w < policy.warmup; ++w) run(kernel, args, plain);
     std::vector<double> times;
     double total_ms = 0;
     while (static_cast<int>(times.size()) < std::max(1, policy.max_repeats) &&
            (static_cast<int>(times.size()) < policy.min_repeats || total_ms < policy.min_time_ms)) {
       const auto t0 = std::chrono::steady_clock::now();
-      launch(kernel, args);
+      run(kernel, args, plain);
       times.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
       total_ms += times.back() / 1000.0;
     }
@@ -135,53 +105,55 @@ class HostModule : public Module {
     return std::make_unique<HostSequence>(*this, std::move(steps));
   }
 
- private:
-  void* lib_;
-  std::map<std::string, HostEntry> kernels_;
-  int workers_;
-};
+  std::map<std::string, simt::Counters> counters() const override { return counters_; }
 
-fs::path cache_dir() {
-  if (const char* d = std::getenv("FUSETUNE_CACHE_DIR")) return fs::path(d) / "host-kernels";
-  if (const char* x = std::getenv("XDG_CACHE_HOME")) return fs::path(x) / "fusetune" / "host-kernels";
-  if (const char* h = std::getenv("HOME")) return fs::path(h) / ".cache" / "fusetune" / "host-kernels";
-  return fs::temp_directory_path() / "fusetune-host-kernels";
-}
+ private:
+  void run(const std::string& kernel, const std::vector<Buffer*>& args, const simt::Options& options) {
+    auto it = kernels_.find(kernel);
+    check(it != kernels_.end(), "no kernel '", kernel, "' in the module");
+    std::vector<void*> raw;
+    std::vector<size_t> bytes;
+    for (Buffer* b : args) {
+      raw.push_back(b->handle());
+      bytes.push_back(b->bytes());
+    }
+    if (it->second.library) {
+      run_library_call_host(*it->second.library, raw.data(), options.workers);
+      return;
+    }
+    const simt::LaunchResult r = simt::launch(*it->second.kernel, raw, bytes, it->second.shape, options);
+    if (options.counters) counters_[kernel] += r.counters;
+    simt::throw_findings(kernel, r);
+  }
+
+  std::unique_ptr<simt::Module> module_;
+  std::map<std::string, HostEntry> kernels_;
+  simt::Options options_;
+  std::map<std::string, simt::Counters> counters_;
+};
 
 class HostBackend : public Backend {
  public:
-  HostBackend(std::string compiler, int workers) : compiler_(std::move(compiler)), workers_(workers) {
-    if (compiler_.empty()) compiler_ = default_host_compiler();
-    if (workers_ <= 0) workers_ = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  HostBackend(std::string compiler, simt::Options options) : compiler_(std::move(compiler)), options_(std::move(options)) {
+    if (compiler_.empty()) compiler_ = simt::default_compiler();
+    if (options_.workers <= 0) options_.workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   }
   std::string name() const override { return "host"; }
   DeviceProperties properties() const override {
-    return {"host CPU, " + std::to_string(workers_) + " threads", "host", 0, workers_};
+    return {"host CPU, " + std::to_string(options_.workers) + " threads", "host", 0, options_.workers};
   }
 
-  std::unique_ptr<Module> load_source(const ModuleSource& module) override {
-    const std::string lib = host_compile(module.host_source, compiler_);
-    void* handle = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
-    check(handle != nullptr, "dlopen of ", lib, " failed: ", dlerror());
-    std::map<std::string, HostEntry> fns;
-    for (const ModuleSource::KernelInfo& k : module.kernels) {
+  std::unique_ptr<Module> load_source(const ModuleSource& source) override {
+    auto module = std::make_unique<simt::Module>(source.cuda_source, compiler_);
+    std::map<std::string, HostEntry> entries;
+    for (const ModuleSource::KernelInfo& k : source.kernels) {
       if (!k.library.empty()) {
-        try {
-          fns[k.name].library = planner::LibraryCall::from_json(k.library);
-        } catch (const Error&) {
-          dlclose(handle);
-          throw;
-        }
+        entries[k.name].library = planner::LibraryCall::from_json(k.library);
         continue;
       }
-      void* sym = dlsym(handle, k.name.c_str());
-      if (sym == nullptr) {
-        dlclose(handle);
-        fail("kernel '", k.name, "' missing from ", lib);
-      }
-      fns[k.name] = {reinterpret_cast<HostKernel>(sym), k.grid, std::nullopt};
+      entries[k.name] = {&module->kernel(k.name), {k.grid, k.threads, k.shared_bytes}, std::nullopt};
     }
-    return std::make_unique<HostModule>(handle, std::move(fns), workers_);
+    return std::make_unique<HostModule>(std::move(module), std::move(entries), options_);
   }
 
   std::unique_ptr<Buffer> allocate(size_t bytes) override { return std::make_unique<HostBuffer>(bytes); }
@@ -191,43 +163,10 @@ class HostBackend : public Backend {
 
  private:
   std::string compiler_;
-  int workers_;
+  simt::Options options_;
 };
 
 }  // namespace
-
-std::string default_host_compiler() { return std::getenv("CXX") ? std::getenv("CXX") : "c++"; }
-
-std::string host_compile(const std::string& source, const std::string& compiler_arg) {
-  const std::string compiler = compiler_arg.empty() ? default_host_compiler() : compiler_arg;
-  const std::string digest = sha256_hex(source + "\n// compiler: " + compiler);
-  const fs::path dir = cache_dir();
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  check(!ec, dir.string(), ": cannot create the kernel cache (", ec.message(), ")");
-  const fs::path lib = dir / (digest + ".so");
-  if (fs::exists(lib)) return lib.string();
-  std::ostringstream tag_text;
-  tag_text << ::getpid() << "_" << std::this_thread::get_id();
-  const std::string tag = tag_text.str();
-  const fs::path src = dir / (digest + "." + tag + ".cpp");
-  const fs::path tmp = dir / (digest + "." + tag + ".so");
-  const fs::path log = dir / (digest + "." + tag + ".log");
-  std::ofstream(src) << source;
-  const std::string cmd = compiler + " -std=c++17 -O2 -shared -fPIC -w -o '" + tmp.string() + "' '" + src.string() +
-                          "' > '" + log.string() + "' 2>&1";
-  const int rc = std::system(cmd.c_str());
-  if (rc != 0) {
-    std::ifstream in(log);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    fail("host compilation of generated kernels failed (", compiler, ", source kept at ", src.string(), "): ",
-         text.substr(0, 2000));
-  }
-  fs::rename(tmp, lib, ec);  // atomic publish; a concurrent identical build is as good
-  fs::remove(src, ec);
-  fs::remove(log, ec);
-  return lib.string();
-}
 
 Timing summarize_times(std::vector<double> times) {
   check(!times.empty(), "no timed runs");
@@ -245,12 +184,11 @@ ModuleSource module_source(const std::vector<codegen::Kernel>& kernels) {
   ModuleSource m;
   for (const codegen::Kernel& k : kernels) m.kernels.push_back({k.name, k.grid, k.threads, k.shared_bytes, k.library});
   m.cuda_source = codegen::emit_cuda(kernels);
-  m.host_source = codegen::emit_host(kernels);
   return m;
 }
 
-std::unique_ptr<Backend> make_host_backend(const std::string& compiler, int workers) {
-  return std::make_unique<HostBackend>(compiler, workers);
+std::unique_ptr<Backend> make_host_backend(const std::string& compiler, const simt::Options& options) {
+  return std::make_unique<HostBackend>(compiler, options);
 }
 
 }  // namespace fusetune::backend

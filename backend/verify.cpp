@@ -76,8 +76,15 @@ VerifyResult verify_kernel(const Graph& g, const planner::FusionGroup& group, co
     const Value& val = g.value(v);
     allocate(static_cast<size_t>(numel(val.shape)) * dtype_size(val.dtype))->fill_byte(0xFF);
   }
-  module.launch(kernel, args);
   VerifyResult result;
+  try {
+    module.launch(kernel, args);
+  } catch (const simt::CheckFailed& e) {
+    result.ok = false;
+    result.check_failed = true;
+    result.detail = e.what();
+    return result;
+  }
   // Only the margins are read back: the buffers themselves are compared below.
   for (size_t k = 0; k < parents.size() && result.ok; ++k) {
     const size_t inner = parents[k]->bytes() - 2 * redzone_bytes;

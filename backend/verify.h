@@ -8,8 +8,10 @@
 // launches, and compares every output with the reference kernels run node by node on the same
 // inputs, under the per-dtype tolerance of reference/compare.h. With redzones, every buffer sits
 // inside a larger allocation whose margins hold a known byte pattern that must survive the
-// launch. Guarantees: a kernel that leaves any output element unwritten, computes it wrongly
-// beyond the bound, or (with redzones) writes outside its buffers, fails.
+// launch. On the host backend the launch runs under the SIMT executor's checks (race, barrier,
+// bounds, uninitialised shared memory): a finding fails the verification with check_failed set.
+// Guarantees: a kernel that leaves any output element unwritten, computes it wrongly beyond the
+// bound, (with redzones) writes outside its buffers, or fails a check, fails.
 #pragma once
 
 #include <random>
@@ -24,7 +26,8 @@ namespace fusetune::backend {
 
 struct VerifyResult {
   bool ok = true;
-  std::string detail;  // first mismatch, for a failure message
+  bool check_failed = false;  // the host executor's checks found something (detail says what)
+  std::string detail;  // first mismatch or finding, for a failure message
   double max_abs = 0;
 };
 

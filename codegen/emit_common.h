@@ -1,8 +1,8 @@
 // The prelude shared by generated CUDA and host kernels: index helpers with floor semantics,
 // float16 and bfloat16 conversions by bit manipulation (no cuda_fp16.h needed; round to nearest
-// even, NaN and infinity preserved, as core/dtype.h), and activation helpers. Both emitters put it
-// at the top of a module after defining FT_FN (device or host inline). kHostMatrixPrelude is the
-// host form's emulation of the warp-level matrix statements (kernel_ir.h gives the layout).
+// even, NaN and infinity preserved, as core/dtype.h), and activation helpers. emit_cuda puts it
+// at the top of a module after the intrinsic layer defines FT_FN (device inline on the GPU, static
+// inline in the host build of the same text, simt/prelude.h).
 #pragma once
 
 #include <string_view>
@@ -49,50 +49,7 @@ FT_FN long long ft_wrap_mul(long long a, long long b) { return (long long)((unsi
 FT_FN long long ft_idiv(long long a, long long b) { return (b == 0 || (b == -1 && a == (-9223372036854775807LL - 1))) ? 0LL : a / b; }
 FT_FN long long ft_ipymod(long long a, long long b) { if (b == 0 || b == -1) return 0LL; long long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
 FT_FN long long ft_ifmod(long long a, long long b) { return (b == 0 || b == -1) ? 0LL : a % b; }
-FT_FN bool ft_aligned16(const float* p, long long i) { return (((unsigned long long)(p + i)) & 15ULL) == 0ULL; }
 FT_FN float ft_pymod(float a, float b) { float r = fmodf(a, b); return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : r; }
-)PRELUDE";
-
-// Each takes the lane-0 slice of a warp's thread-local (lane l's elements `stride` further on).
-inline constexpr std::string_view kHostMatrixPrelude = R"PRELUDE(
-static float ft_frag_elem(unsigned int reg, int high, int bf16) {
-  const unsigned short h = (unsigned short)(high ? reg >> 16 : reg & 0xffffu);
-  return bf16 ? ft_bf2f(h) : ft_h2f(h);
-}
-static void ft_mma_m16n8k16(float* d, int d_stride, const unsigned int* a, int a_stride, const unsigned int* b, int b_stride, int bf16) {
-  float ma[16][16], mb[16][8];
-  for (int l = 0; l < 32; ++l) {
-    const int g = l >> 2, t = l & 3;
-    for (int i = 0; i < 8; ++i) ma[g + 8 * ((i >> 1) & 1)][2 * t + (i & 1) + 8 * (i >> 2)] = ft_frag_elem(a[l * a_stride + (i >> 1)], i & 1, bf16);
-    for (int i = 0; i < 4; ++i) mb[2 * t + (i & 1) + 8 * (i >> 1)][g] = ft_frag_elem(b[l * b_stride + (i >> 1)], i & 1, bf16);
-  }
-  for (int l = 0; l < 32; ++l) {
-    const int g = l >> 2, t = l & 3;
-    for (int i = 0; i < 4; ++i) {
-      const int row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
-      float s = d[l * d_stride + i];
-      for (int k = 0; k < 16; ++k) s += ma[row][k] * mb[k][col];
-      d[l * d_stride + i] = s;
-    }
-  }
-}
-static void ft_ldmatrix(unsigned int* dst, int stride, const unsigned short* smem, long long elements, const long long* rows,
-                        int matrices, int trans, const char* name) {
-  for (int l = 0; l < 8 * matrices; ++l) {
-    if (rows[l] < 0 || rows[l] + 8 > elements || (((unsigned long long)(smem + rows[l])) & 15ULL) != 0ULL) {
-      fprintf(stderr, "fusetune: ldmatrix row %lld of %s outside the allocation or misaligned\n", rows[l], name);
-      abort();
-    }
-  }
-  for (int l = 0; l < 32; ++l) {
-    const int g = l >> 2, t = l & 3;
-    for (int m = 0; m < matrices; ++m) {
-      const unsigned int lo = trans ? smem[rows[8 * m + 2 * t] + g] : smem[rows[8 * m + g] + 2 * t];
-      const unsigned int hi = trans ? smem[rows[8 * m + 2 * t + 1] + g] : smem[rows[8 * m + g] + 2 * t + 1];
-      dst[l * stride + m] = lo | (hi << 16);
-    }
-  }
-}
 )PRELUDE";
 
 }  // namespace fusetune::codegen

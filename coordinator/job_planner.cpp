@@ -187,7 +187,6 @@ std::vector<TaskSpec> JobPlanner::tasks() const {
       w.set_config(c.config.str());
       w.set_kernel(name);
       w.set_cuda_source(codegen::emit_cuda({lk.kernel}));
-      w.set_host_source(codegen::emit_host({lk.kernel}));
       w.set_grid(lk.kernel.grid);
       w.set_threads(lk.kernel.threads);
       w.set_shared_bytes(lk.kernel.shared_bytes);

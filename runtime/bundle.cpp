@@ -138,7 +138,6 @@ Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, const plan
     resources = cc.resources;
     nvrtc = backend::nvrtc_version();
   }
-  b.host_source = codegen::emit_host(kernels);
   // Buffers: every value a kernel reads or writes, and the graph's inputs and outputs.
   std::vector<int> producer_launch(g.values().size(), -1), last_use(g.values().size(), -1);
   for (size_t k = 0; k < lowered.size(); ++k) {
@@ -199,7 +198,8 @@ Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, const plan
       json ge = {{"signature", gp.signature},
                  {"pattern", gp.group.pattern},
                  {"config", gp.candidates[choice[gi]].config.str()},
-                 {"modeled_us", gp.candidates[choice[gi]].cost.modeled_us}};
+                 {"modeled_us", gp.candidates[choice[gi]].cost.modeled_us},
+                 {"modeled_dram_bytes", gp.candidates[choice[gi]].cost.dram_bytes}};
       if (auto sa = spill_avoided.find(gi); sa != spill_avoided.end()) ge["replaced_spilling_config"] = sa->second;
       groups.push_back(ge);
     }
@@ -246,7 +246,6 @@ Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, const plan
 std::vector<std::pair<std::string, std::string_view>> bundle_files(const Bundle& b) {
   std::vector<std::pair<std::string, std::string_view>> files = {
       {"kernels.cu", b.cuda_source},
-      {"kernels.host.cpp", b.host_source},
       {"constants.bin", {b.constants.data(), b.constants.size()}}};
   for (const auto& [arch, cubin] : b.cubins) files.push_back({"kernels." + arch + ".cubin", {cubin.data(), cubin.size()}});
   files.push_back({"manifest.json", b.manifest});
@@ -277,7 +276,6 @@ Bundle read_bundle(const fs::path& dir) {
   check(m.value("version", 0) == kBundleFormatVersion, (dir / "manifest.json").string(), ": plan format version ",
         m.value("version", 0), " is not supported (this fusetune reads version ", kBundleFormatVersion, ")");
   b.cuda_source = read_text(dir / "kernels.cu");
-  b.host_source = read_text(dir / "kernels.host.cpp");
   b.constants = read_bytes(dir / "constants.bin");
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string name = entry.path().filename().string();

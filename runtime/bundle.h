@@ -21,12 +21,11 @@
 
 namespace fusetune::runtime {
 
-inline constexpr int kBundleFormatVersion = 1;
+inline constexpr int kBundleFormatVersion = 2;
 
 struct Bundle {
   std::string manifest;   // JSON text
-  std::string cuda_source;
-  std::string host_source;
+  std::string cuda_source;  // what NVRTC compiles for the GPU and the host executor runs
   std::map<std::string, std::vector<char>> cubins;  // by architecture
   std::vector<char> constants;
 };

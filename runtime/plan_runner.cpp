@@ -52,7 +52,6 @@ PlanRunner::PlanRunner(const Bundle& bundle, backend::Backend& backend) : s_(std
     m = json::parse(bundle.manifest);
     backend::ModuleSource src;
     src.cuda_source = bundle.cuda_source;
-    src.host_source = bundle.host_source;
     src.cubins = bundle.cubins;
     for (const json& l : m.at("launches")) {
       src.kernels.push_back({l.at("kernel").get<std::string>(), l.at("grid").get<int64_t>(), l.at("threads").get<int>(),
@@ -127,5 +126,7 @@ std::vector<Tensor> PlanRunner::run(const std::vector<Tensor>& inputs) {
   }
   return outs;
 }
+
+std::map<std::string, simt::Counters> PlanRunner::counters() const { return s_->module->counters(); }
 
 }  // namespace fusetune::runtime

@@ -12,6 +12,7 @@
 // usable), "host", or "auto" (CUDA where a GPU is usable, else host, with the reason in *no_gpu).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,6 +40,9 @@ class PlanRunner {
   size_t launches() const;
   bool cuda_graph() const;
   std::vector<Tensor> run(const std::vector<Tensor>& inputs);
+  // What each kernel did to memory over the runs so far (counted on the host backend; empty on
+  // a GPU), by kernel name.
+  std::map<std::string, simt::Counters> counters() const;
 
  private:
   struct State;

@@ -212,13 +212,14 @@ std::string status_name(Status s) {
     case Status::kWrongResult: return "wrong_result";
     case Status::kTimeout: return "timeout";
     case Status::kResourceLimit: return "resource_limit";
+    case Status::kCheckFailed: return "check_failed";
   }
   return "?";
 }
 
 Status status_from_name(const std::string& name) {
   for (Status s : {Status::kOk, Status::kCompileError, Status::kRuntimeFault, Status::kWrongResult, Status::kTimeout,
-                   Status::kResourceLimit}) {
+                   Status::kResourceLimit, Status::kCheckFailed}) {
     if (status_name(s) == name) return s;
   }
   fail("unknown measurement status '", name, "'");

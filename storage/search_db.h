@@ -37,7 +37,9 @@ namespace fusetune::storage {
 
 inline constexpr int kSchemaVersion = 2;
 
-enum class Status { kOk, kCompileError, kRuntimeFault, kWrongResult, kTimeout, kResourceLimit };
+// kCheckFailed: the host executor's racecheck, synccheck, memcheck or initcheck found something
+// (simt/executor.h); the detail names the check, the kernel, the hazard and the lines.
+enum class Status { kOk, kCompileError, kRuntimeFault, kWrongResult, kTimeout, kResourceLimit, kCheckFailed };
 std::string status_name(Status s);
 Status status_from_name(const std::string& name);
 

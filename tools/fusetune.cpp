@@ -1,11 +1,14 @@
 // fusetune: the command-line entry point. Dispatches to a subcommand and turns any Error into
-// one line on stderr and exit code 2.
+// one line on stderr and exit code 2; a kernel that failed the host executor's checks (race,
+// barrier, bounds, uninitialised shared memory) into one line naming the kernel and the hazard
+// and exit code 3.
 #include <cstdio>
 #include <exception>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "simt/report.h"
 #include "tools/commands.h"
 
 namespace {
@@ -61,9 +64,13 @@ int main(int argc, char** argv) {
     if (cmd == "inspect") return fusetune::cli::cmd_inspect(args);
     if (cmd == "keys") return fusetune::cli::cmd_keys(args);
     if (cmd == "plan") return fusetune::cli::cmd_plan(args);
+    if (cmd == "profile") return fusetune::cli::cmd_profile(args);
     if (cmd == "run") return fusetune::cli::cmd_run(args);
     std::fprintf(stderr, "fusetune: error: unknown command '%s'\n%s", cmd.c_str(), kUsage);
     return 2;
+  } catch (const fusetune::simt::CheckFailed& e) {
+    std::fprintf(stderr, "fusetune: check failed: %s\n", e.what());
+    return 3;
   } catch (const fusetune::Error& e) {
     std::fprintf(stderr, "fusetune: error: %s\n", e.what());
     return 2;

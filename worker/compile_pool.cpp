@@ -8,13 +8,14 @@
 #include "backend/nvrtc.h"
 #include "core/error.h"
 #include "core/sha256.h"
+#include "simt/module.h"
 
 namespace fusetune::worker {
 
 CompilePool::CompilePool(std::string arch, int jobs) : arch_(std::move(arch)), jobs_(std::max(1, jobs)) {}
 
 std::string CompilePool::compiler() const {
-  if (arch_ == "host") return backend::default_host_compiler();
+  if (arch_ == "host") return simt::default_compiler();
   return backend::nvrtc_available() ? "nvrtc " + backend::nvrtc_version() : "nvrtc unavailable";
 }
 
@@ -24,7 +25,7 @@ CompileOutput CompilePool::compile_one(const wire::Candidate& c) {
     out.ok = true;
     return out;
   }
-  const std::string& source = arch_ == "host" ? c.host_source() : c.cuda_source();
+  const std::string& source = c.cuda_source();
   const std::string key = sha256_hex(source + "\n// arch: " + arch_ + "\n// compiler: " + compiler());
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -38,7 +39,7 @@ CompileOutput CompilePool::compile_one(const wire::Candidate& c) {
   const auto t0 = std::chrono::steady_clock::now();
   try {
     if (arch_ == "host") {
-      backend::host_compile(source);
+      simt::compile(source);
       out.shared_bytes = c.shared_bytes();
     } else {
       const backend::CompiledCuda cc = backend::compile_cuda(source, arch_);

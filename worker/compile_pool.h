@@ -1,9 +1,9 @@
 // CompilePool: the worker daemon's compiler. Builds each candidate of a task on its own (so one
 // candidate's compile error cannot hide the others), on `jobs` threads at once: NVRTC to a cubin
-// for the worker's architecture with ptxas's resource report, or the system C++ compiler for the
-// host form (backend/backend.h: host_compile). A cache keyed by the SHA-256 of the source, the
-// architecture and the options answers a candidate compiled before (within this process; the
-// host form is also cached on disk). Guarantees: one output per candidate, in order; a failure is
+// for the worker's architecture with ptxas's resource report, or the system C++ compiler building
+// the same CUDA text for the host executor (simt/module.h: compile). A cache keyed by the SHA-256
+// of the source, the architecture and the options answers a candidate compiled before (within
+// this process; host builds are also cached on disk). Guarantees: one output per candidate, in order; a failure is
 // an output with ok = false and the compiler's message, never an exception. A library call
 // (Candidate::library) needs no compiling and is ok at once.
 #pragma once

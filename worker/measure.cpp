@@ -75,7 +75,6 @@ wire::CandidateResult measure_candidate(const Graph& g, const wire::ChildCandida
   backend::ModuleSource src;
   src.kernels.push_back({c.kernel(), c.grid(), c.threads(), c.shared_bytes(), c.library()});
   src.cuda_source = c.cuda_source();
-  src.host_source = c.host_source();
   const std::string arch = backend.properties().arch;
   if (!cc.cubin().empty()) src.cubins[arch] = std::vector<char>(cc.cubin().begin(), cc.cubin().end());
   std::vector<int> inputs, outputs;
@@ -94,7 +93,7 @@ wire::CandidateResult measure_candidate(const Graph& g, const wire::ChildCandida
         backend::verify_kernel(g, group, c.kernel(), inputs, outputs, backend, *module, rng, kRedzoneBytes);
     r.set_max_abs_error(v.max_abs);
     if (!v.ok) {
-      r.set_status("wrong_result");
+      r.set_status(v.check_failed ? "check_failed" : "wrong_result");
       r.set_detail(v.detail);
       return r;
     }

@@ -7,7 +7,9 @@
 // buffer inside redzones, outputs poisoned; backend/verify.h), and only when it is correct times
 // it under the policy (backend::TimingPolicy). Guarantees: the result's status is "ok" only for a
 // verified and timed candidate; a wrong result, a write outside a buffer, or an error while
-// loading or launching gives "wrong_result" or "runtime_fault" with the reason in `detail`.
+// loading or launching gives "wrong_result" or "runtime_fault", and a finding of the host
+// executor's checks (race, barrier, bounds, uninitialised shared memory) "check_failed", with the
+// reason in `detail`.
 //
 // serve_measurements is the child's main loop: it reads ChildRequest frames from `in_fd`, writes
 // one CandidateResult frame per candidate, in order, to `out_fd`, and returns 0 at end of input.

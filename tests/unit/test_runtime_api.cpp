@@ -120,10 +120,10 @@ TEST_F(RuntimeApi, ErrorsNameTheCulprit) {
 TEST_F(RuntimeApi, MissingBundleFileIsNamed) {
   const fs::path copy = dir_.string() + "_incomplete";
   fs::copy(dir_, copy);
-  fs::remove(copy / "kernels.host.cpp");
+  fs::remove(copy / "kernels.cu");
   const std::string e = error_of([&] { Plan::load(copy.string(), "host"); });
   fs::remove_all(copy);
-  EXPECT_NE(e.find("kernels.host.cpp"), std::string::npos) << e;
+  EXPECT_NE(e.find("kernels.cu"), std::string::npos) << e;
 }
 
 }  // namespace

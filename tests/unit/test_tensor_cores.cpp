@@ -150,19 +150,19 @@ TEST(TensorCoreEmulation, MatrixStatementsOnlyWhereBarriersMayBeAndOnDeclaredFra
   Kernel k = one_mma_kernel(DType::kF16, true);
   const Kernel good = k;
   k.body.push_back(serial_for("ft_i", "0LL", "1LL", {mma("fc", 0, "fa", 0, "fb", 0, DType::kF16)}));
-  EXPECT_THROW(emit_host({k}), Error);
+  EXPECT_THROW(emit_cuda({k}), Error);
   k = good;
   k.body.push_back(mma("fc", 1, "fa", 0, "fb", 0, DType::kF16));  // past the accumulator's 4 floats
-  EXPECT_THROW(emit_host({k}), Error);
+  EXPECT_THROW(emit_cuda({k}), Error);
   k = good;
   k.body.push_back(mma("fa", 0, "fc", 0, "fb", 0, DType::kF16));  // accumulator of registers
   EXPECT_THROW(emit_cuda({k}), Error);
   k = good;
   k.body.push_back(ldmatrix("fb", 0, 4, false, "sa", "0LL"));  // 4 matrices into 2 registers
-  EXPECT_THROW(emit_host({k}), Error);
+  EXPECT_THROW(emit_cuda({k}), Error);
   k = good;
   k.body.push_back(ldmatrix("fa", 0, 4, false, "c", "0LL"));  // not a shared allocation
-  EXPECT_THROW(emit_host({k}), Error);
+  EXPECT_THROW(emit_cuda({k}), Error);
   EXPECT_THROW(mma("fc", 0, "fa", 0, "fb", 0, DType::kF32), Error);
   EXPECT_THROW(ldmatrix("fa", 0, 3, false, "sa", "0LL"), Error);
 }
@@ -305,10 +305,14 @@ TEST(TensorCoreMatMul, IrShowsFragmentsLdmatrixAndMma) {
     EXPECT_NE(ir.find("mma.m16n8k16." + type + " fc2[8] += fa2[0] * fb2[4]"), std::string::npos) << ir;
     const std::string cuda = emit_cuda({k});
     const std::string ab = dtype == DType::kBF16 ? "bf16.bf16" : "f16.f16";
-    EXPECT_NE(cuda.find("mma.sync.aligned.m16n8k16.row.col.f32." + ab + ".f32"), std::string::npos);
+    EXPECT_NE(cuda.find("mma.sync.aligned.m16n8k16.row.col.f32.\" TYPES \".f32"), std::string::npos);
+    EXPECT_NE(cuda.find("\"" + ab + "\")"), std::string::npos);
     EXPECT_NE(cuda.find("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"), std::string::npos);
     EXPECT_NE(cuda.find("unsigned int fa2[4];"), std::string::npos);
-    EXPECT_NE(emit_host({k}).find("ft_mma_m16n8k16(fc2_all"), std::string::npos);
+    EXPECT_NE(cuda.find("ft_mma_m16n8k16_" + std::string(dtype == DType::kBF16 ? "bf16" : "f16") +
+                        "(fc2[8], fc2[9], fc2[10], fc2[11], fa2[0], fa2[1], fa2[2], fa2[3], fb2[4], fb2[5]);"),
+              std::string::npos);
+    EXPECT_NE(cuda.find("ft_ldmatrix_x4_trans(fb2[0], fb2[1], fb2[2], fb2[3], sb2, "), std::string::npos);
   }
 }
 

@@ -84,12 +84,13 @@ struct AddTask {
     c.set_kernel(name);
     c.set_grid(1);
     c.set_threads(32);
-    c.set_host_source("extern \"C\" void " + name +
-                      "(void** args, long long first, long long last) {\n"
-                      "  const float* a = (const float*)args[0]; const float* b = (const float*)args[1];\n"
-                      "  float* out = (float*)args[2]; (void)first; (void)last;\n" +
-                      body + "\n}\n");
-    c.set_source_digest(sha256_hex(c.host_source()));
+    // CUDA text as the code generator writes it (the host worker runs it on the SIMT executor);
+    // thread 0 runs `body` unless the body names threadIdx itself.
+    const bool all_threads = body.find("threadIdx") != std::string::npos;
+    c.set_cuda_source(codegen::emit_cuda({}) + "extern \"C\" __global__ void __launch_bounds__(32) " + name +
+                      "(FT_GLOBAL(const float) a, FT_GLOBAL(const float) b, FT_GLOBAL(float) out) {\n" +
+                      (all_threads ? body : "  if (threadIdx.x == 0) { " + body + " }") + "\n}\n");
+    c.set_source_digest(sha256_hex(c.cuda_source()));
     const char* names[] = {"a", "b", "out"};
     for (int k = 0; k < 3; ++k) {
       wire::ParamSpec& ps = *c.add_params();
@@ -111,15 +112,16 @@ TEST(Sandbox, FaultsKillOnlyTheChildAndEveryCandidateGetsItsStatus) {
   t.add("segfault", "*(volatile int*)0 = 1;");
   t.add("after_segfault", "for (int i = 0; i < 37; ++i) out[i] = b[i] + a[i];");
   t.add("hang", "for (;;) { __asm__ volatile(\"\"); }");
-  t.add("abort", "__builtin_trap();");
+  t.add("trap", "__builtin_trap();");
   t.add("last", "for (int i = 0; i < 37; ++i) out[i] = a[i] + b[i];");
+  t.add("race", "for (int i = 0; i < 37; ++i) out[i] = a[i] + b[i] + 0.0f * threadIdx.x;");
   std::vector<wire::Candidate> cs;
   for (const auto& c : t.request.candidates()) cs.push_back(c.candidate());
   worker::CompilePool pool("host", 2);
   for (const worker::CompileOutput& o : pool.compile(cs)) ASSERT_TRUE(o.ok) << o.error;
   worker::Sandbox sandbox(FUSETUNE_BINARY, "host");
   const std::vector<wire::CandidateResult> r = sandbox.run(t.request, 3000);
-  ASSERT_EQ(r.size(), 9u);
+  ASSERT_EQ(r.size(), 10u);
   auto expect = [&](size_t k, const std::string& status, const std::string& detail = "") {
     EXPECT_EQ(r[k].config(), t.request.candidates(static_cast<int>(k)).candidate().config());
     EXPECT_EQ(r[k].status(), status) << r[k].config() << ": " << r[k].detail();
@@ -131,13 +133,14 @@ TEST(Sandbox, FaultsKillOnlyTheChildAndEveryCandidateGetsItsStatus) {
   EXPECT_LE(r[0].min_us(), r[0].median_us());
   EXPECT_LE(r[0].median_us(), r[0].max_us());
   expect(1, "wrong_result", "output");
-  expect(2, "wrong_result", "past its end");
+  expect(2, "check_failed", "memcheck: kernel overrun: out-of-bounds load of 4 bytes on global 'a' element 37: thread 0 of block 0 at kernels.cu:");
   expect(3, "wrong_result", "output");
   expect(4, "runtime_fault", "SIGSEGV");
   expect(5, "ok");
   expect(6, "timeout", "3000 ms");
   expect(7, "runtime_fault", "signal");
   expect(8, "ok");
+  expect(9, "check_failed", "racecheck: kernel race: write-after-write hazard on global 'out'");
   EXPECT_EQ(sandbox.restarts(), 3);  // after the segfault, the hang and the trap
 }
 
@@ -151,7 +154,7 @@ TEST(CompilePool, ACompileErrorIsAStatusAndTheCacheAnswersRepeats) {
   const auto first = pool.compile(cs);
   EXPECT_TRUE(first[0].ok);
   EXPECT_FALSE(first[1].ok);
-  EXPECT_NE(first[1].error.find("host compilation"), std::string::npos) << first[1].error;
+  EXPECT_NE(first[1].error.find("host build of the CUDA text failed"), std::string::npos) << first[1].error;
   const auto again = pool.compile(cs);
   EXPECT_TRUE(again[0].cached);
   EXPECT_TRUE(again[1].cached);
@@ -184,7 +187,7 @@ TEST(Sandbox, GeneratedCandidatesOfARealGroupVerifyAndTime) {
     wire::Candidate c;
     c.set_config(pick->candidates[k].config.str());
     c.set_kernel(lk.kernel.name);
-    c.set_host_source(codegen::emit_host({lk.kernel}));
+    c.set_cuda_source(codegen::emit_cuda({lk.kernel}));
     c.set_grid(lk.kernel.grid);
     c.set_threads(lk.kernel.threads);
     c.set_shared_bytes(lk.kernel.shared_bytes);

@@ -1,0 +1,64 @@
+/* The interface between a kernel module compiled for host execution and the SIMT executor.
+ *
+ * A module is the CUDA text of a plan (codegen/emit.h) compiled by the host C++ compiler after
+ * simt/prelude.h. Every memory access, barrier and warp-synchronous operation of that text calls
+ * the executor through one table of function pointers, handed to the module once when it is
+ * loaded (ft_simt_bind). The executor answers from the calling CUDA thread's fiber: which thread
+ * and block it is, and its block's shared memory. Plain C so that both sides agree on layout
+ * whatever compiled them; included by the prelude (module side) and by simt/executor.cpp. */
+#ifndef FUSETUNE_SIMT_DEVICE_API_H
+#define FUSETUNE_SIMT_DEVICE_API_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FT_SIMT_API_VERSION 1
+
+enum { FT_SIMT_LOAD = 0, FT_SIMT_STORE = 1 };
+
+/* A buffer a kernel addresses: a global parameter or a view of the block's shared memory.
+ * Owned by the executor; `state` is the executor's bookkeeping for it. */
+typedef struct ft_simt_buffer {
+  unsigned char* base;
+  long long bytes;
+  int element_bytes;
+  int shared; /* 1: a view of the block's shared memory; 0: a global parameter */
+  void* state;
+} ft_simt_buffer;
+
+typedef struct ft_simt_api {
+  int version;
+  /* The host address of `size` bytes at element `index` of `b`, to be loaded or stored (`kind`;
+   * a store passes the bytes it will write as `value`), after the checks and counters of one
+   * access. An access outside `b` is reported and redirected to zeroed scratch memory, so
+   * execution goes on. The caller is the access site: the executor takes its return address as
+   * the instruction's identity. */
+  void* (*access)(const ft_simt_buffer* b, long long index, int size, int kind, const void* value);
+  /* __syncthreads() at `line` of the CUDA text: returns when every thread of the block has
+   * arrived. */
+  void (*barrier)(int line);
+  /* A warp-synchronous exchange: this lane's `bytes` (at most 64); returns the 32 lanes' values,
+   * lane-major, once every lane of the warp has arrived at the same operation with `mask`. */
+  const void* (*warp_exchange)(const void* mine, int bytes, unsigned mask);
+  /* A view of the calling block's dynamic shared memory: [offset, offset + bytes), `name` for
+   * reports; the same descriptor for every thread of the block. */
+  const ft_simt_buffer* (*shared_view)(long long offset, long long bytes, int element_bytes, const char* name);
+  /* threadIdx.x, blockIdx.x, blockDim.x, gridDim.x of the calling thread. */
+  unsigned (*thread_index)(void);
+  unsigned (*block_index)(void);
+  unsigned (*block_dim)(void);
+  unsigned (*grid_dim)(void);
+} ft_simt_api;
+
+/* One CUDA thread of kernel NAME: the module exports `void ft_simt_entry_NAME(void* const* args)`
+ * with args[i] the `const ft_simt_buffer*` of parameter i; and `void ft_simt_bind(const
+ * ft_simt_api*)`, called once before any entry. */
+typedef void (*ft_simt_entry)(void* const* args);
+typedef void (*ft_simt_bind_fn)(const ft_simt_api* api);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

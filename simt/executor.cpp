@@ -1,0 +1,640 @@
+#include "simt/executor.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <boost/context/fiber.hpp>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <thread>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "simt/counters.h"
+#include "simt/hazards.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#define FT_SIMT_ASAN 1
+#endif
+
+namespace fusetune::simt {
+
+namespace ctx = boost::context;
+
+namespace {
+
+constexpr size_t kStackBytes = 128 * 1024;
+constexpr int kExchangeBytes = 64;  // the most one lane gives a warp exchange
+constexpr int kShadowGranule = 2;   // bytes of shared memory per shadow cell: the smallest access
+
+// ---- fiber stacks: mmap'd with a guard page below, pooled across launches ---------------------
+
+class StackPool {
+ public:
+  ~StackPool() {
+    for (void* p : free_) munmap(p, total());
+  }
+  void* take() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!free_.empty()) {
+        void* p = free_.back();
+        free_.pop_back();
+        return p;
+      }
+    }
+    void* p = mmap(nullptr, total(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    check(p != MAP_FAILED, "simt: cannot map a fiber stack of ", total(), " bytes");
+    mprotect(p, page(), PROT_NONE);  // an overflowing thread faults instead of corrupting its neighbour
+    return p;
+  }
+  void give(void* p) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    free_.push_back(p);
+  }
+  static size_t page() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
+  static size_t total() { return kStackBytes + page(); }
+
+ private:
+  std::mutex mutex_;
+  std::vector<void*> free_;
+};
+
+StackPool& stacks() {
+  static StackPool pool;
+  return pool;
+}
+
+// Boost.Context's StackAllocator concept over the pool; tells the fiber where its stack lies.
+struct PooledStack {
+  const void** bottom = nullptr;
+  ctx::stack_context allocate() {
+    void* p = stacks().take();
+    ctx::stack_context sc;
+    sc.size = kStackBytes;
+    sc.sp = static_cast<char*>(p) + StackPool::total();
+    if (bottom != nullptr) *bottom = static_cast<char*>(p) + StackPool::page();
+    return sc;
+  }
+  void deallocate(ctx::stack_context& sc) { stacks().give(static_cast<char*>(sc.sp) - StackPool::total()); }
+};
+
+// ---- per-launch state shared by all workers --------------------------------------------------
+
+struct ParamState {
+  const Param* param = nullptr;
+  size_t index = 0;
+  bool tracked = false;       // written by the launch (or aliasing a written buffer): race-checked
+  CrossBlock* cross = nullptr;
+  long long cross_offset = 0;  // elements of `cross`'s buffer before this one's start
+  uintptr_t lo = 0, hi = 0;
+};
+
+struct ViewState {
+  std::string name;
+  long long offset = 0;
+};
+
+struct Launch {
+  const KernelRef& kernel;
+  Shape shape;
+  const Options& options;
+  std::vector<ParamState> params;
+  std::vector<ft_simt_buffer> descs;
+  std::vector<void*> args;
+  std::vector<std::unique_ptr<CrossBlock>> cross;
+  UniqueSectors unique;
+  Findings findings;
+  std::mutex counters_mutex;
+  Counters counters;
+  std::atomic<int64_t> next_block{0};
+  Launch(const KernelRef& k, const Shape& s, const Options& o) : kernel(k), shape(s), options(o), findings(o.max_findings) {}
+};
+
+struct Worker;
+
+struct Fiber {
+  enum class State { kReady, kRunning, kBarrier, kWarp, kDone };
+  Worker* worker = nullptr;
+  int thread = 0, warp = 0, lane = 0;
+  State state = State::kReady;
+  int wait_line = 0;
+  const void* wait_site = nullptr;
+  ctx::fiber self;  // held by the scheduler while the thread is suspended
+  ctx::fiber sink;  // the scheduler, held by the thread while it runs
+  const void* stack_bottom = nullptr;  // AddressSanitizer is told of every switch of stacks
+  void* fake_stack = nullptr;
+};
+
+struct Warp {
+  int lanes = 0;      // threads of the block in this warp
+  int live = 0;       // not yet ended
+  int arrived = 0;
+  uint32_t epoch = 0;  // warp-synchronous operations completed
+  const void* site = nullptr;
+  int bytes = 0;
+  bool reported = false;
+  unsigned char exchange[2][kWarpLanes * kExchangeBytes] = {};
+  WarpTrace trace;
+};
+
+thread_local Fiber* tls_current = nullptr;
+
+// One OS thread of a launch: runs whole blocks, one at a time, as fibers.
+struct Worker {
+  Launch& L;
+  std::vector<Fiber> fibers;
+  std::vector<Warp> warps;
+  std::deque<int> ready;
+  std::mt19937_64 rng;
+  int64_t block = 0;
+  uint32_t gen = 0;
+  uint32_t epoch = 0;
+  int live = 0;
+  int barrier_arrived = 0;
+  int barrier_line = 0;
+  bool barrier_reported = false;
+  std::vector<unsigned char> smem_storage;
+  unsigned char* smem = nullptr;
+  std::vector<Cell> shared_cells;
+  std::unordered_map<uintptr_t, Cell> global_cells;
+  std::deque<ViewState> view_states;
+  std::deque<ft_simt_buffer> views;
+  alignas(16) unsigned char scratch[64] = {};
+  Counters counters;
+#ifdef FT_SIMT_ASAN
+  void* fake_stack = nullptr;
+  const void* stack_bottom = nullptr;
+  size_t stack_size = 0;
+#endif
+
+  explicit Worker(Launch& launch) : L(launch), rng(launch.options.schedule_seed) {
+    const Shape& s = L.shape;
+    smem_storage.resize(static_cast<size_t>(s.shared_bytes) + 32);
+    smem = smem_storage.data() + (16 - reinterpret_cast<uintptr_t>(smem_storage.data()) % 16) % 16;
+    if (L.options.checks) shared_cells.resize(static_cast<size_t>(s.shared_bytes + kShadowGranule - 1) / kShadowGranule);
+    fibers.resize(static_cast<size_t>(s.threads));
+    warps.resize(static_cast<size_t>((s.threads + kWarpLanes - 1) / kWarpLanes));
+  }
+
+  Stamp now() const { return {gen, epoch}; }
+  std::string who(int thread) const {
+    return "thread " + std::to_string(thread) + " of block " + std::to_string(block);
+  }
+
+  void find(Check check, std::string what, std::string buffer, long long element, std::string threads, const void* site,
+            const void* other_site = nullptr, std::string extra = "") {
+    L.findings.add({check, std::move(what), std::move(buffer), element, std::move(threads), site, other_site, std::move(extra)});
+  }
+
+  // ---- switching ----------------------------------------------------------------------------
+  void resume(Fiber& f) {
+    f.state = Fiber::State::kRunning;
+    tls_current = &f;
+#ifdef FT_SIMT_ASAN
+    __sanitizer_start_switch_fiber(&fake_stack, f.stack_bottom, kStackBytes);
+#endif
+    f.self = std::move(f.self).resume();
+#ifdef FT_SIMT_ASAN
+    __sanitizer_finish_switch_fiber(fake_stack, nullptr, nullptr);
+#endif
+    tls_current = nullptr;
+  }
+  void yield(Fiber& f) {
+#ifdef FT_SIMT_ASAN
+    __sanitizer_start_switch_fiber(&f.fake_stack, stack_bottom, stack_size);
+#endif
+    f.sink = std::move(f.sink).resume();
+#ifdef FT_SIMT_ASAN
+    __sanitizer_finish_switch_fiber(f.fake_stack, &stack_bottom, &stack_size);
+#endif
+    tls_current = &f;
+  }
+
+  void release(std::vector<int> threads) {
+    if (L.options.schedule_seed != 0) std::shuffle(threads.begin(), threads.end(), rng);
+    for (int t : threads) {
+      fibers[static_cast<size_t>(t)].state = Fiber::State::kReady;
+      ready.push_back(t);
+    }
+  }
+
+  // ---- one block ----------------------------------------------------------------------------
+  void run_block(int64_t b) {
+    block = b;
+    ++gen;
+    epoch = 0;
+    live = L.shape.threads;
+    barrier_arrived = 0;
+    barrier_reported = false;
+    global_cells.clear();
+    for (size_t w = 0; w < warps.size(); ++w) {
+      Warp& wp = warps[w];
+      wp.lanes = wp.live = std::min(kWarpLanes, L.shape.threads - static_cast<int>(w) * kWarpLanes);
+      wp.arrived = 0;
+      wp.epoch = 0;
+      wp.reported = false;
+    }
+    std::vector<int> all;
+    for (int t = 0; t < L.shape.threads; ++t) {
+      Fiber& f = fibers[static_cast<size_t>(t)];
+      f.worker = this;
+      f.thread = t;
+      f.warp = t / kWarpLanes;
+      f.lane = t % kWarpLanes;
+      f.self = ctx::fiber(std::allocator_arg, PooledStack{&f.stack_bottom}, [this, &f](ctx::fiber&& sink) {
+        f.sink = std::move(sink);
+#ifdef FT_SIMT_ASAN
+        __sanitizer_finish_switch_fiber(nullptr, &stack_bottom, &stack_size);
+#endif
+        tls_current = &f;
+        L.kernel.entry(L.args.data());
+        end_thread(f);
+#ifdef FT_SIMT_ASAN
+        __sanitizer_start_switch_fiber(nullptr, stack_bottom, stack_size);
+#endif
+        return std::move(f.sink);
+      });
+      all.push_back(t);
+    }
+    release(all);
+    while (true) {
+      while (!ready.empty()) {
+        const int t = ready.front();
+        ready.pop_front();
+        resume(fibers[static_cast<size_t>(t)]);
+      }
+      if (live == 0) break;
+      deadlock();
+    }
+    for (Warp& w : warps) w.trace.flush(counters);
+    counters.blocks += 1;
+    counters.threads += static_cast<uint64_t>(L.shape.threads);
+  }
+
+  void end_thread(Fiber& f) {
+    f.state = Fiber::State::kDone;
+    --live;
+    Warp& w = warps[static_cast<size_t>(f.warp)];
+    --w.live;
+    if (barrier_arrived > 0) {
+      if (!barrier_reported) {
+        barrier_reported = true;
+        find(Check::kSync, "barrier not reached by every thread", "", -1, who(f.thread) + " ended", nullptr, nullptr,
+             std::to_string(barrier_arrived) + " threads wait at the barrier at kernels.cu:" + std::to_string(barrier_line));
+      }
+      if (barrier_arrived == live) complete_barrier();
+    }
+    if (w.arrived > 0) {
+      if (!w.reported) {
+        w.reported = true;
+        find(Check::kSync, "warp operation with lanes missing", "", -1, who(f.thread) + " ended", w.site, nullptr,
+             std::to_string(w.arrived) + " lanes of warp " + std::to_string(f.warp) + " wait at it");
+      }
+      if (w.arrived == w.live) complete_warp(f.warp);
+    }
+  }
+
+  void complete_barrier() {
+    ++epoch;
+    barrier_arrived = 0;
+    counters.barriers += 1;
+    for (Warp& w : warps) w.trace.flush(counters);
+    std::vector<int> waiting;
+    for (const Fiber& f : fibers) {
+      if (f.state == Fiber::State::kBarrier) waiting.push_back(f.thread);
+    }
+    release(waiting);
+  }
+
+  void complete_warp(int warp) {
+    Warp& w = warps[static_cast<size_t>(warp)];
+    ++w.epoch;
+    w.arrived = 0;
+    counters.warp_operations += 1;
+    w.trace.flush(counters);
+    std::vector<int> waiting;
+    for (int t = warp * kWarpLanes; t < warp * kWarpLanes + w.lanes; ++t) {
+      if (fibers[static_cast<size_t>(t)].state == Fiber::State::kWarp) waiting.push_back(t);
+    }
+    release(waiting);
+  }
+
+  // No thread can run but some have not ended: say who waits where, then let them all go.
+  void deadlock() {
+    std::map<std::string, std::vector<int>> where;
+    for (const Fiber& f : fibers) {
+      if (f.state == Fiber::State::kBarrier) where["the barrier at kernels.cu:" + std::to_string(f.wait_line)].push_back(f.thread);
+      if (f.state == Fiber::State::kWarp) where["a warp operation"].push_back(f.thread);
+    }
+    std::ostringstream text;
+    const void* site = nullptr;
+    for (const auto& [place, threads] : where) {
+      text << (text.tellp() > 0 ? "; " : "") << threads.size() << " threads (" << threads.front() << ".."
+           << threads.back() << ") wait at " << place;
+    }
+    for (const Fiber& f : fibers) {
+      if (f.state == Fiber::State::kWarp && site == nullptr) site = f.wait_site;
+    }
+    find(Check::kSync, "deadlock", "", -1, "block " + std::to_string(block), site, nullptr, text.str());
+    if (barrier_arrived > 0) complete_barrier();
+    for (size_t w = 0; w < warps.size(); ++w) {
+      if (warps[w].arrived > 0) complete_warp(static_cast<int>(w));
+    }
+  }
+
+  void run() {
+    for (int64_t b = L.next_block++; b < L.shape.grid; b = L.next_block++) run_block(b);
+    std::lock_guard<std::mutex> lock(L.counters_mutex);
+    L.counters += counters;
+  }
+};
+
+// ---- the table the module calls ---------------------------------------------------------------
+
+Fiber& current() {
+  Fiber* f = tls_current;
+  if (f == nullptr) {
+    std::fprintf(stderr, "fusetune simt: a kernel called the executor outside a launch\n");
+    std::abort();
+  }
+  return *f;
+}
+
+std::string buffer_label(const ft_simt_buffer* b) {
+  if (b->shared) return "shared '" + static_cast<const ViewState*>(b->state)->name + "'";
+  return "global '" + static_cast<const ParamState*>(b->state)->param->name + "'";
+}
+
+const char* access_name(bool store) { return store ? "store" : "load"; }
+
+void check_global(Worker& w, Fiber& f, const ft_simt_buffer* b, long long index, int size, bool store, const void* site,
+                  const void* value) {
+  const auto* p = static_cast<const ParamState*>(b->state);
+  if (!p->tracked) return;
+  const Access a{f.thread, w.warps[static_cast<size_t>(f.warp)].epoch, site};
+  const int eb = b->element_bytes;
+  for (long long e = index; e < index + std::max(1, size / eb); ++e) {
+    const uintptr_t addr = reinterpret_cast<uintptr_t>(b->base) + static_cast<uintptr_t>(e * eb);
+    Access other;
+    Cell& c = w.global_cells[addr];
+    const Hazard h = store ? c.store(w.now(), a, &other) : c.load(w.now(), a, false, &other);
+    if (h != Hazard::kNone) {
+      w.find(Check::kRace, hazard_name(h), buffer_label(b), e,
+             "thread " + std::to_string(f.thread) + " and thread " + std::to_string(other.thread) + " of block " +
+                 std::to_string(w.block),
+             site, other.site);
+    }
+    if (p->cross != nullptr) {
+      const size_t at = static_cast<size_t>(p->cross_offset + e);
+      const auto block = static_cast<uint32_t>(w.block);
+      const CrossBlock::Conflict x =
+          store ? p->cross->store(at, block, static_cast<const unsigned char*>(value) + (e - index) * eb, eb)
+                : p->cross->load(at, block);
+      if (x.block < 0) continue;
+      if (x.same_value) {
+        w.counters.redundant_stores += 1;  // the same bytes again: a recomputed exported value
+        continue;
+      }
+      const std::string them = x.block == CrossBlock::kMany ? "several other blocks" : "block " + std::to_string(x.block);
+      w.find(Check::kRace,
+             std::string(store ? (x.with_writer ? "write-after-write" : "write-after-read") : "read-after-write") +
+                 " hazard between blocks",
+             buffer_label(b), e, w.who(f.thread) + " and " + them, site);
+    }
+  }
+}
+
+void check_shared(Worker& w, Fiber& f, const ft_simt_buffer* b, long long index, int size, bool store, const void* site) {
+  const uintptr_t offset = static_cast<uintptr_t>(b->base - w.smem) + static_cast<uintptr_t>(index * b->element_bytes);
+  const Access a{f.thread, w.warps[static_cast<size_t>(f.warp)].epoch, site};
+  for (uintptr_t g = offset / kShadowGranule; g < (offset + static_cast<uintptr_t>(size)) / kShadowGranule; ++g) {
+    if (g >= w.shared_cells.size()) break;
+    Access other;
+    const Hazard h = store ? w.shared_cells[g].store(w.now(), a, &other) : w.shared_cells[g].load(w.now(), a, true, &other);
+    if (h == Hazard::kNone) continue;
+    const long long element = static_cast<long long>(g * kShadowGranule - (static_cast<uintptr_t>(b->base - w.smem))) /
+                              b->element_bytes;
+    if (h == Hazard::kUninitialized) {
+      w.find(Check::kInit, hazard_name(h), buffer_label(b), element, w.who(f.thread), site);
+    } else {
+      w.find(Check::kRace, hazard_name(h), buffer_label(b), element,
+             "thread " + std::to_string(f.thread) + " and thread " + std::to_string(other.thread) + " of block " +
+                 std::to_string(w.block),
+             site, other.site);
+    }
+    break;  // one finding per access
+  }
+}
+
+void* api_access(const ft_simt_buffer* b, long long index, int size, int kind, const void* value) {
+  const void* site = __builtin_return_address(0);
+  Fiber& f = current();
+  Worker& w = *f.worker;
+  const bool store = kind == FT_SIMT_STORE;
+  const long long byte = index * b->element_bytes;
+  unsigned char* addr = b->base + byte;
+  if (index < 0 || byte + size > b->bytes) {
+    w.find(Check::kMemory, std::string("out-of-bounds ") + access_name(store) + " of " + std::to_string(size) + " bytes",
+           buffer_label(b), index, w.who(f.thread), site, nullptr,
+           "the buffer has " + std::to_string(b->bytes / b->element_bytes) + " elements");
+    std::memset(w.scratch, 0, sizeof w.scratch);
+    return w.scratch;
+  }
+  if (reinterpret_cast<uintptr_t>(addr) % static_cast<uintptr_t>(size) != 0) {
+    w.find(Check::kMemory, std::string("misaligned ") + access_name(store) + " of " + std::to_string(size) + " bytes",
+           buffer_label(b), index, w.who(f.thread), site);
+    std::memset(w.scratch, 0, sizeof w.scratch);
+    return w.scratch;
+  }
+  if (w.L.options.checks) {
+    if (b->shared) {
+      check_shared(w, f, b, index, size, store, site);
+    } else {
+      check_global(w, f, b, index, size, store, site, value);
+    }
+  }
+  if (w.L.options.counters) {
+    WarpTrace& t = w.warps[static_cast<size_t>(f.warp)].trace;
+    if (b->shared) {
+      t.shared(site, f.lane, static_cast<uintptr_t>(addr - w.smem), size, store);
+    } else {
+      t.global(site, f.lane, reinterpret_cast<uintptr_t>(addr), size, store);
+      w.L.unique.mark(reinterpret_cast<uintptr_t>(addr), size, store);
+    }
+  }
+  return addr;
+}
+
+void api_barrier(int line) {
+  Fiber& f = current();
+  Worker& w = *f.worker;
+  if (w.L.options.skip_barriers.count(line) != 0) return;
+  if (w.barrier_arrived == 0) {
+    w.barrier_line = line;
+  } else if (line != w.barrier_line && !w.barrier_reported) {
+    w.barrier_reported = true;
+    w.find(Check::kSync, "threads wait at different barriers", "", -1, w.who(f.thread), nullptr, nullptr,
+           "at kernels.cu:" + std::to_string(line) + " while others wait at kernels.cu:" + std::to_string(w.barrier_line));
+  }
+  f.wait_line = line;
+  if (++w.barrier_arrived == w.live) {  // the last to arrive goes on at once and lets the others go
+    w.complete_barrier();
+    return;
+  }
+  f.state = Fiber::State::kBarrier;
+  w.yield(f);
+}
+
+const void* api_warp_exchange(const void* mine, int bytes, unsigned mask) {
+  const void* site = __builtin_return_address(0);
+  Fiber& f = current();
+  Worker& w = *f.worker;
+  Warp& wp = w.warps[static_cast<size_t>(f.warp)];
+  if (bytes <= 0 || bytes > kExchangeBytes) {
+    std::fprintf(stderr, "fusetune simt: a warp exchange of %d bytes\n", bytes);
+    std::abort();
+  }
+  if ((mask != 0xffffffffu || wp.lanes != kWarpLanes) && !wp.reported) {
+    wp.reported = true;
+    w.find(Check::kSync, "warp operation with lanes missing", "", -1, w.who(f.thread), site, nullptr,
+           "mask " + std::to_string(mask) + ", " + std::to_string(wp.lanes) + " threads in warp " + std::to_string(f.warp));
+  }
+  if (wp.arrived == 0) {
+    wp.site = site;
+    wp.bytes = bytes;
+  } else if ((site != wp.site || bytes != wp.bytes) && !wp.reported) {
+    wp.reported = true;
+    w.find(Check::kSync, "lanes of a warp at different warp operations", "", -1, w.who(f.thread), site, wp.site);
+  }
+  unsigned char* slots = wp.exchange[wp.epoch & 1];
+  std::memcpy(slots + f.lane * bytes, mine, static_cast<size_t>(bytes));
+  f.wait_site = site;
+  if (++wp.arrived == wp.live) {
+    w.complete_warp(f.warp);
+  } else {
+    f.state = Fiber::State::kWarp;
+    w.yield(f);
+  }
+  return slots;
+}
+
+const ft_simt_buffer* api_shared_view(long long offset, long long bytes, int element_bytes, const char* name) {
+  Fiber& f = current();
+  Worker& w = *f.worker;
+  for (const ft_simt_buffer& v : w.views) {
+    const auto* s = static_cast<const ViewState*>(v.state);
+    if (s->offset == offset && v.bytes == bytes && s->name == name) return &v;
+  }
+  long long usable = bytes;
+  if (offset < 0 || offset + bytes > w.L.shape.shared_bytes) {
+    w.find(Check::kMemory, "shared view outside the block's shared memory", std::string("shared '") + name + "'", -1,
+           w.who(f.thread), nullptr, nullptr,
+           "[" + std::to_string(offset) + ", " + std::to_string(offset + bytes) + ") of " +
+               std::to_string(w.L.shape.shared_bytes) + " bytes");
+    offset = 0;
+    usable = 0;
+  }
+  w.view_states.push_back({name, offset});
+  w.views.push_back({w.smem + offset, usable, element_bytes, 1, &w.view_states.back()});
+  return &w.views.back();
+}
+
+unsigned api_thread_index() { return static_cast<unsigned>(current().thread); }
+unsigned api_block_index() { return static_cast<unsigned>(current().worker->block); }
+unsigned api_block_dim() { return static_cast<unsigned>(current().worker->L.shape.threads); }
+unsigned api_grid_dim() { return static_cast<unsigned>(current().worker->L.shape.grid); }
+
+const ft_simt_api kApi = {FT_SIMT_API_VERSION, api_access,       api_barrier,     api_warp_exchange,
+                          api_shared_view,     api_thread_index, api_block_index, api_block_dim,
+                          api_grid_dim};
+
+}  // namespace
+
+const ft_simt_api* api() { return &kApi; }
+
+LaunchResult launch(const KernelRef& kernel, const std::vector<void*>& buffers, const std::vector<size_t>& bytes,
+                    const Shape& shape, const Options& options) {
+  check(buffers.size() == kernel.params.size() && bytes.size() == buffers.size(), "kernel '", kernel.name, "' takes ",
+        kernel.params.size(), " parameters, launched with ", buffers.size());
+  check(shape.threads > 0 && shape.threads <= 1024 && shape.grid >= 0 && shape.shared_bytes >= 0, "kernel '",
+        kernel.name, "': launch of ", shape.grid, " blocks of ", shape.threads, " threads");
+  Launch L(kernel, shape, options);
+  const size_t n = buffers.size();
+  L.params.resize(n);
+  L.descs.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    ParamState& p = L.params[i];
+    p.param = &kernel.params[i];
+    p.index = i;
+    p.lo = reinterpret_cast<uintptr_t>(buffers[i]);
+    p.hi = p.lo + bytes[i];
+    L.unique.add_range(p.lo, p.hi);
+  }
+  L.unique.seal();
+  if (options.checks) {
+    // Written buffers are race-checked, and so is any read-only one that overlaps them.
+    for (ParamState& p : L.params) {
+      if (!p.param->writable) continue;
+      p.tracked = true;
+      L.cross.push_back(std::make_unique<CrossBlock>((p.hi - p.lo) / static_cast<size_t>(p.param->element_bytes)));
+      p.cross = L.cross.back().get();
+    }
+    for (ParamState& p : L.params) {
+      if (p.param->writable) continue;
+      for (const ParamState& o : L.params) {
+        if (!o.param->writable || p.hi <= o.lo || o.hi <= p.lo) continue;
+        p.tracked = true;
+        if (p.param->element_bytes == o.param->element_bytes && (p.lo - o.lo) % static_cast<uintptr_t>(o.param->element_bytes) == 0 &&
+            p.lo >= o.lo) {
+          p.cross = o.cross;
+          p.cross_offset = static_cast<long long>((p.lo - o.lo) / static_cast<uintptr_t>(o.param->element_bytes));
+        }
+      }
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    L.descs[i] = {static_cast<unsigned char*>(buffers[i]), static_cast<long long>(bytes[i]), kernel.params[i].element_bytes,
+                  0, &L.params[i]};
+    L.args.push_back(&L.descs[i]);
+  }
+  int workers = options.workers > 0 ? options.workers : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  workers = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(workers, shape.grid)));
+  std::vector<std::unique_ptr<Worker>> pool;
+  for (int i = 0; i < workers; ++i) pool.push_back(std::make_unique<Worker>(L));
+  if (workers == 1) {
+    pool[0]->run();
+  } else {
+    std::vector<std::thread> threads;
+    for (auto& w : pool) threads.emplace_back([&w] { w->run(); });
+    for (auto& t : threads) t.join();
+  }
+  LaunchResult r;
+  r.counters = L.counters;
+  r.counters.launches = 1;
+  r.counters.unique_load_sectors = L.unique.loaded();
+  r.counters.unique_store_sectors = L.unique.stored();
+  r.finding_count = L.findings.total();
+  if (r.finding_count > 0) {
+    r.findings = L.findings.render(kernel.name);
+    r.first_check = L.findings.first_check();
+  }
+  return r;
+}
+
+void throw_findings(const std::string& kernel, const LaunchResult& r) {
+  if (r.finding_count == 0) return;
+  std::string message = r.findings.empty() ? std::string(check_name(r.first_check)) + ": kernel " + kernel : r.findings.front();
+  if (r.finding_count > 1) message += " (and " + std::to_string(r.finding_count - 1) + " more findings)";
+  throw CheckFailed(r.first_check, message);
+}
+
+}  // namespace fusetune::simt

@@ -1,0 +1,121 @@
+#include "simt/hazards.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "simt/executor.h"
+
+namespace fusetune::simt {
+
+const char* hazard_name(Hazard h) {
+  switch (h) {
+    case Hazard::kReadAfterWrite: return "read-after-write hazard";
+    case Hazard::kWriteAfterRead: return "write-after-read hazard";
+    case Hazard::kWriteAfterWrite: return "write-after-write hazard";
+    case Hazard::kUninitialized: return "read of uninitialised shared memory";
+    case Hazard::kNone: break;
+  }
+  return "no hazard";
+}
+
+namespace {
+
+int warp_of(int thread) { return thread / kWarpLanes; }
+
+// Whether an earlier access by `earlier` (at its warp's epoch `e`) is ordered before `now`'s:
+// the same thread, or the same warp with a warp-synchronous operation between them.
+bool ordered(int earlier, uint32_t e, const Access& now) {
+  return earlier == now.thread || (warp_of(earlier) == warp_of(now.thread) && e < now.wepoch);
+}
+
+}  // namespace
+
+Hazard Cell::load(Stamp now, const Access& a, bool init, Access* other) {
+  Hazard h = Hazard::kNone;
+  if (init && (w_stamp >> 32) != now.gen) {
+    h = Hazard::kUninitialized;
+  } else if (w_stamp == now.packed() && !ordered(w_thread, w_wepoch, a)) {
+    h = Hazard::kReadAfterWrite;
+    *other = {w_thread, w_wepoch, w_site};
+  }
+  if (r_stamp != now.packed()) {
+    r_stamp = now.packed();
+    r_thread = a.thread;
+    r_wepoch = a.wepoch;
+    r_site = a.site;
+    r_many_warps = r_others = false;
+  } else if (warp_of(r_thread) != warp_of(a.thread)) {
+    r_many_warps = true;
+  } else if (a.wepoch > r_wepoch) {
+    r_thread = a.thread;
+    r_wepoch = a.wepoch;
+    r_site = a.site;
+    r_others = false;
+  } else if (a.wepoch == r_wepoch && a.thread != r_thread) {
+    r_others = true;
+  }
+  return h;
+}
+
+Hazard Cell::store(Stamp now, const Access& a, Access* other) {
+  Hazard h = Hazard::kNone;
+  if (w_stamp == now.packed() && !ordered(w_thread, w_wepoch, a)) {
+    h = Hazard::kWriteAfterWrite;
+    *other = {w_thread, w_wepoch, w_site};
+  } else if (r_stamp == now.packed()) {
+    const bool same_warp = warp_of(r_thread) == warp_of(a.thread);
+    if (r_many_warps || !same_warp || (r_wepoch == a.wepoch && (r_thread != a.thread || r_others))) {
+      h = Hazard::kWriteAfterRead;
+      *other = {r_thread, r_wepoch, r_site};
+    }
+  }
+  w_stamp = now.packed();
+  w_thread = a.thread;
+  w_wepoch = a.wepoch;
+  w_site = a.site;
+  return h;
+}
+
+CrossBlock::CrossBlock(size_t elements)
+    : elements_(elements),
+      writer_(std::make_unique<std::atomic<uint32_t>[]>(elements)),
+      reader_(std::make_unique<std::atomic<uint32_t>[]>(elements)),
+      value_(std::make_unique<uint64_t[]>(elements)) {
+  for (size_t i = 0; i < elements; ++i) {
+    writer_[i].store(0, std::memory_order_relaxed);
+    reader_[i].store(0, std::memory_order_relaxed);
+  }
+}
+
+CrossBlock::Conflict CrossBlock::load(size_t element, uint32_t block) {
+  if (element >= elements_) return {};
+  const uint32_t me = block + 1;
+  const uint32_t w = writer_[element].load(std::memory_order_relaxed) & ~kPublished;
+  uint32_t r = 0;
+  if (!reader_[element].compare_exchange_strong(r, me, std::memory_order_relaxed) && r != me && r != kMany) {
+    reader_[element].store(kMany, std::memory_order_relaxed);
+  }
+  if (w != 0 && w != me) return {static_cast<long long>(w - 1), true};
+  return {};
+}
+
+CrossBlock::Conflict CrossBlock::store(size_t element, uint32_t block, const void* value, int bytes) {
+  if (element >= elements_) return {};
+  const uint32_t me = block + 1;
+  uint64_t mine = 0;
+  std::memcpy(&mine, value, static_cast<size_t>(std::min(bytes, 8)));
+  uint32_t w = 0;
+  if (writer_[element].compare_exchange_strong(w, me, std::memory_order_acq_rel)) {
+    value_[element] = mine;
+    writer_[element].store(me | kPublished, std::memory_order_release);
+  } else if ((w & ~kPublished) != me) {
+    while ((w & kPublished) == 0) w = writer_[element].load(std::memory_order_acquire);  // a store in flight
+    return {static_cast<long long>((w & ~kPublished) - 1), true, value_[element] == mine};
+  }
+  const uint32_t r = reader_[element].load(std::memory_order_relaxed);
+  if (r == kMany) return {kMany, false};
+  if (r != 0 && r != me) return {static_cast<long long>(r - 1), false};
+  return {};
+}
+
+}  // namespace fusetune::simt

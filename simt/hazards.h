@@ -1,0 +1,81 @@
+// Race and initialisation checks of one memory location, as compute-sanitizer's racecheck and
+// initcheck make them on a GPU.
+//
+// Within a block: every shared-memory location (and every location of a global buffer the launch
+// writes) has a Cell recording its last write and its readers with the time they happened: the
+// block run (`gen`), the barrier interval (`epoch`: barriers the block has completed) and, per
+// warp, the warp-synchronous operations the warp has completed (`wepoch`). Two accesses of
+// different threads, at least one a write, are a hazard when they fall in the same barrier
+// interval, unless both threads belong to one warp and a warp-synchronous operation of that warp
+// lies between them (read-after-write, write-after-read, write-after-write). The verdict does not
+// depend on the order the executor happens to run the threads in. A load of a shared location
+// that no thread of the block wrote in this run is an initcheck finding.
+//
+// Across blocks (global buffers the launch writes): blocks have no way to order their accesses,
+// so a location written by one block and read or written by another is a hazard; CrossBlock keeps
+// the first writer and reader block of every element in atomics shared by all OS threads. The
+// executor lets one exception pass: a block writing the very bytes another block wrote (the code
+// generator recomputes an exported value over every tile's region, and each block writes the same
+// result); those are counted as redundant stores instead.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+namespace fusetune::simt {
+
+struct Stamp {
+  uint32_t gen = 0;    // the block run (never 0 for a real run)
+  uint32_t epoch = 0;  // barriers completed
+  uint64_t packed() const { return (uint64_t{gen} << 32) | epoch; }
+};
+
+// One access, as the checks see it.
+struct Access {
+  int thread = 0;
+  uint32_t wepoch = 0;  // the thread's warp's completed warp-synchronous operations
+  const void* site = nullptr;
+};
+
+enum class Hazard { kNone, kReadAfterWrite, kWriteAfterRead, kWriteAfterWrite, kUninitialized };
+const char* hazard_name(Hazard h);
+
+struct Cell {
+  uint64_t w_stamp = 0;  // Stamp::packed of the last write; 0: never
+  uint64_t r_stamp = 0;
+  const void* w_site = nullptr;
+  const void* r_site = nullptr;
+  uint32_t w_wepoch = 0, r_wepoch = 0;
+  int32_t w_thread = -1, r_thread = -1;
+  bool r_many_warps = false;  // readers of this interval in more than one warp
+  bool r_others = false;      // another reader of r_thread's warp at r_wepoch
+
+  // Check and record a load (initcheck when `init`) or a store; on a hazard, *other gets the
+  // earlier access.
+  Hazard load(Stamp now, const Access& a, bool init, Access* other);
+  Hazard store(Stamp now, const Access& a, Access* other);
+};
+
+// First writer and reader block of each element of one global buffer in one launch.
+class CrossBlock {
+ public:
+  explicit CrossBlock(size_t elements);
+  static constexpr uint32_t kMany = 0xffffffffu;
+  struct Conflict {
+    long long block = -1;       // the other block (kMany: several); -1: none
+    bool with_writer = false;   // the other block wrote the element (else: read it)
+    bool same_value = false;    // ... and wrote the bytes this store writes
+  };
+  Conflict load(size_t element, uint32_t block);
+  // `value`: the store's bytes (at most 8).
+  Conflict store(size_t element, uint32_t block, const void* value, int bytes);
+
+ private:
+  static constexpr uint32_t kPublished = 0x80000000u;  // the first writer's bytes are in value_
+  size_t elements_;
+  std::unique_ptr<std::atomic<uint32_t>[]> writer_, reader_;  // block + 1 (| kPublished); 0: none
+  std::unique_ptr<uint64_t[]> value_;                          // what the first writer stored
+};
+
+}  // namespace fusetune::simt

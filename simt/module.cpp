@@ -1,0 +1,145 @@
+#include "simt/module.h"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "core/error.h"
+#include "core/sha256.h"
+#include "simt/prelude_text.h"
+
+namespace fusetune::simt {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+int ctype_bytes(const std::string& t) {
+  static const std::map<std::string, int> sizes = {{"float", 4},          {"double", 8},       {"long long", 8},
+                                                   {"int", 4},            {"unsigned short", 2}, {"signed char", 1},
+                                                   {"unsigned char", 1}};
+  const auto it = sizes.find(t);
+  check(it != sizes.end(), "simt: a kernel parameter of type '", t, "'");
+  return it->second;
+}
+
+fs::path cache_dir() {
+  if (const char* d = std::getenv("FUSETUNE_CACHE_DIR")) return fs::path(d) / "host-kernels";
+  if (const char* x = std::getenv("XDG_CACHE_HOME")) return fs::path(x) / "fusetune" / "host-kernels";
+  if (const char* h = std::getenv("HOME")) return fs::path(h) / ".cache" / "fusetune" / "host-kernels";
+  return fs::temp_directory_path() / "fusetune-host-kernels";
+}
+
+const char* const kFlags = "-std=c++17 -O2 -g1 -shared -fPIC -w";
+
+}  // namespace
+
+std::vector<KernelRef> parse_kernels(const std::string& cuda_source) {
+  static const std::string kHead = "extern \"C\" __global__ void ";
+  static const std::regex param_re(R"(^\s*FT_GLOBAL\(((const )?([a-z ]+))\) (\w+)\s*$)");
+  std::vector<KernelRef> out;
+  for (size_t at = cuda_source.find(kHead); at != std::string::npos; at = cuda_source.find(kHead, at + 1)) {
+    size_t i = at + kHead.size();
+    if (cuda_source.compare(i, 18, "__launch_bounds__(") == 0) i = cuda_source.find(") ", i) + 2;
+    const size_t open = cuda_source.find('(', i);
+    check(open != std::string::npos, "simt: a kernel signature without parameters");
+    KernelRef k;
+    k.name = cuda_source.substr(i, open - i);
+    // The parameter list up to its closing parenthesis, split at top-level commas.
+    int depth = 0;
+    std::string param;
+    for (size_t j = open + 1; j < cuda_source.size(); ++j) {
+      const char c = cuda_source[j];
+      if ((c == ',' || c == ')') && depth == 0) {
+        std::smatch m;
+        if (!param.empty()) {
+          check(std::regex_match(param, m, param_re), "simt: kernel '", k.name, "' has a parameter '", param,
+                "' that is not FT_GLOBAL(type) name");
+          k.params.push_back({m[4], m[1], ctype_bytes(m[3]), !m[2].matched});
+        }
+        param.clear();
+        if (c == ')') break;
+        continue;
+      }
+      depth += c == '(' ? 1 : (c == ')' ? -1 : 0);
+      param += c;
+    }
+    out.push_back(std::move(k));
+  }
+  return out;
+}
+
+std::string build_unit(const std::string& cuda_source) {
+  std::ostringstream unit;
+  unit << kDeviceApiText << "\n" << kPreludeText << "\n#line 1 \"kernels.cu\"\n" << cuda_source << "\n";
+  for (const KernelRef& k : parse_kernels(cuda_source)) unit << "FT_SIMT_ENTRY(" << k.name << ")\n";
+  return unit.str();
+}
+
+std::string default_compiler() { return std::getenv("CXX") ? std::getenv("CXX") : "c++"; }
+
+std::string compile(const std::string& cuda_source, const std::string& compiler_arg) {
+  const std::string compiler = compiler_arg.empty() ? default_compiler() : compiler_arg;
+  const std::string unit = build_unit(cuda_source);
+  const std::string digest = sha256_hex(unit + "\n// compiler: " + compiler + " " + kFlags);
+  const fs::path dir = cache_dir();
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  check(!ec, dir.string(), ": cannot create the kernel cache (", ec.message(), ")");
+  const fs::path lib = dir / (digest + ".so");
+  if (fs::exists(lib)) return lib.string();
+  std::ostringstream tag_text;
+  tag_text << ::getpid() << "_" << std::this_thread::get_id();
+  const std::string tag = tag_text.str();
+  const fs::path src = dir / (digest + "." + tag + ".cpp");
+  const fs::path tmp = dir / (digest + "." + tag + ".so");
+  const fs::path log = dir / (digest + "." + tag + ".log");
+  std::ofstream(src) << unit;
+  const std::string cmd = compiler + " " + kFlags + " -o '" + tmp.string() + "' '" + src.string() + "' > '" + log.string() + "' 2>&1";
+  if (std::system(cmd.c_str()) != 0) {
+    std::ifstream in(log);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    fail("host build of the CUDA text failed (", compiler, ", unit kept at ", src.string(), "): ", text.substr(0, 2000));
+  }
+  fs::rename(tmp, lib, ec);  // atomic publish; a concurrent identical build is as good
+  fs::remove(src, ec);
+  fs::remove(log, ec);
+  return lib.string();
+}
+
+Module::Module(const std::string& cuda_source, const std::string& compiler) {
+  const std::string lib = compile(cuda_source, compiler);
+  handle_ = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
+  check(handle_ != nullptr, "dlopen of ", lib, " failed: ", dlerror());
+  try {
+    auto bind = reinterpret_cast<ft_simt_bind_fn>(dlsym(handle_, "ft_simt_bind"));
+    check(bind != nullptr, lib, ": no ft_simt_bind (not a host build of fusetune's CUDA text)");
+    bind(api());
+    kernels_ = parse_kernels(cuda_source);
+    for (KernelRef& k : kernels_) {
+      k.entry = reinterpret_cast<ft_simt_entry>(dlsym(handle_, ("ft_simt_entry_" + k.name).c_str()));
+      check(k.entry != nullptr, "kernel '", k.name, "' missing from ", lib);
+    }
+  } catch (...) {
+    dlclose(handle_);
+    throw;
+  }
+}
+
+Module::~Module() { dlclose(handle_); }
+
+const KernelRef& Module::kernel(const std::string& name) const {
+  for (const KernelRef& k : kernels_) {
+    if (k.name == name) return k;
+  }
+  fail("no kernel '", name, "' in the module");
+}
+
+}  // namespace fusetune::simt

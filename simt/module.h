@@ -1,0 +1,46 @@
+// Host builds of the CUDA text: the module the SIMT executor (simt/executor.h) runs.
+//
+// build_unit takes the CUDA text exactly as codegen/emit.h prints it (and as plan bundles and
+// tasks store it) and returns the translation unit the host compiler builds: simt/device_api.h,
+// simt/prelude.h, `#line 1 "kernels.cu"`, the text unchanged, and one FT_SIMT_ENTRY per kernel, so
+// that the lines the executor reports are lines of the shipped kernels.cu. compile() builds it
+// once into a cache directory keyed by the unit's SHA-256 and the compiler (-O2 -g1: the line
+// table, for reports). Module loads the result, binds the executor's table and finds each
+// kernel's entry; its parameters (names, element types, const or not) come from the kernel's
+// signature in the text. Errors (a compiler failure with its message, a kernel missing) throw Error.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "simt/executor.h"
+
+namespace fusetune::simt {
+
+// The kernels a CUDA text defines, in order: names and parameters from their signatures.
+std::vector<KernelRef> parse_kernels(const std::string& cuda_source);
+
+std::string build_unit(const std::string& cuda_source);
+
+// The compiler host builds use by default ($CXX, else c++).
+std::string default_compiler();
+
+// Builds `cuda_source` for the host unless the cache has it; returns the shared library's path.
+// Safe from several threads and processes at once (a private file published by rename).
+std::string compile(const std::string& cuda_source, const std::string& compiler = "");
+
+class Module {
+ public:
+  explicit Module(const std::string& cuda_source, const std::string& compiler = "");
+  ~Module();
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+  const KernelRef& kernel(const std::string& name) const;  // throws Error naming a missing kernel
+  const std::vector<KernelRef>& kernels() const { return kernels_; }
+
+ private:
+  void* handle_ = nullptr;
+  std::vector<KernelRef> kernels_;
+};
+
+}  // namespace fusetune::simt

@@ -1,0 +1,351 @@
+// The SIMT executor on hand-written CUDA text: each check catches the bug planted for it (a race,
+// a divergent barrier, a shared out-of-bounds access, an uninitialised shared read, a deadlock,
+// a misaligned vector load), passes the same kernel once it is fixed, and the counters count what
+// a GPU would for accesses whose coalescing and bank conflicts are known in advance.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <numeric>
+#include <random>
+
+#include "backend/nvrtc.h"
+#include "codegen/emit.h"
+#include "simt/counters.h"
+#include "simt/executor.h"
+#include "simt/module.h"
+
+namespace fusetune {
+namespace {
+
+// The CUDA text of `kernels` after the code generator's own intrinsic layer and prelude.
+std::string cuda(const std::string& kernels) { return codegen::emit_cuda({}) + kernels; }
+
+struct Ran {
+  simt::LaunchResult result;
+  std::vector<float> out;
+};
+
+// A float buffer 256-byte aligned as cudaMalloc's (and the host backend's 64-byte aligned
+// buffers are sector-aligned too), so that sectors count as on the GPU.
+struct Aligned {
+  explicit Aligned(size_t n) : storage(n + 64, 0.0f), data(storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 256 / 4) % 64) {}
+  std::vector<float> storage;
+  float* data;
+};
+
+// Runs kernel `k` of `text` over one input x[n] (x[i] = i) and one output out[n] (zeroed).
+Ran run(const std::string& text, int64_t grid, int threads, int64_t shared_bytes, int n = 64,
+        simt::Options options = {}) {
+  simt::Module m(cuda(text));
+  Aligned x(static_cast<size_t>(n)), out(static_cast<size_t>(n));
+  std::iota(x.data, x.data + n, 0.0f);
+  const size_t bytes = static_cast<size_t>(n) * 4;
+  Ran r;
+  r.result = simt::launch(m.kernel("k"), {x.data, out.data}, {bytes, bytes}, {grid, threads, shared_bytes}, options);
+  r.out.assign(out.data, out.data + n);
+  return r;
+}
+
+std::string all(const simt::LaunchResult& r) {
+  std::string s;
+  for (const std::string& f : r.findings) s += f + "\n";
+  return s;
+}
+
+void compiles_for_the_gpu(const std::string& text) {
+  if (!backend::nvrtc_available()) {
+    std::printf("NOTE: NVRTC not available; the CUDA text of this test is not compiled\n");
+    return;
+  }
+  EXPECT_FALSE(backend::compile_cuda(cuda(text), "sm_80").cubin.empty());
+}
+
+// Each thread stores its value in shared memory and reads its neighbour's.
+std::string neighbour(bool barrier) {
+  return std::string(R"(extern "C" __global__ void __launch_bounds__(64) k(FT_GLOBAL(const float) x, FT_GLOBAL(float) out) {
+  FT_SHARED_MEMORY;
+  FT_SHARED(float, s, 0, 64);
+  const int t = threadIdx.x;
+  s[t] = x[t];
+)") + (barrier ? "  __syncthreads();\n" : "") + R"(  out[t] = s[(t + 1) % 64];
+}
+)";
+}
+
+TEST(SimtRacecheck, AMissingBarrierIsAReadAfterWriteHazardNamingBothThreadsAndLines) {
+  const Ran bad = run(neighbour(false), 1, 64, 256);
+  ASSERT_GT(bad.result.finding_count, 0u);
+  // A thread that reads its neighbour's element after the neighbour wrote it: read-after-write;
+  // before: the later write is a write-after-read (and the read an uninitialised one).
+  EXPECT_NE(all(bad.result).find("racecheck: kernel k: read-after-write hazard on shared 's' element"), std::string::npos)
+      << all(bad.result);
+  EXPECT_NE(all(bad.result).find("at kernels.cu:"), std::string::npos) << all(bad.result);
+  const Ran good = run(neighbour(true), 1, 64, 256);
+  EXPECT_EQ(good.result.finding_count, 0u) << all(good.result);
+  for (int t = 0; t < 64; ++t) EXPECT_EQ(good.out[static_cast<size_t>(t)], static_cast<float>((t + 1) % 64));
+  compiles_for_the_gpu(neighbour(true));
+}
+
+TEST(SimtRacecheck, TheVerdictDoesNotDependOnTheScheduleSeed) {
+  for (uint64_t seed : {uint64_t{0}, uint64_t{1}, uint64_t{77}, uint64_t{12345}}) {
+    simt::Options o;
+    o.schedule_seed = seed;
+    EXPECT_GT(run(neighbour(false), 1, 64, 256, 64, o).result.finding_count, 0u) << "seed " << seed;
+    const Ran good = run(neighbour(true), 2, 64, 256, 64, o);
+    EXPECT_EQ(good.result.finding_count, 0u) << "seed " << seed << "\n" << all(good.result);
+    EXPECT_EQ(good.out[5], 6.0f) << "seed " << seed;
+  }
+}
+
+// Within a warp, a warp-synchronous operation orders accesses; across warps it does not.
+std::string through_shuffle(int partner_xor) {
+  return R"(extern "C" __global__ void __launch_bounds__(64) k(FT_GLOBAL(const float) x, FT_GLOBAL(float) out) {
+  FT_SHARED_MEMORY;
+  FT_SHARED(float, s, 0, 64);
+  const int t = threadIdx.x;
+  s[t] = x[t];
+  const float v = __shfl_xor_sync(0xffffffffu, x[t], 1);
+  out[t] = v + s[t ^ )" + std::to_string(partner_xor) + R"(];
+}
+)";
+}
+
+TEST(SimtRacecheck, WarpOperationsOrderLanesOfOneWarpOnly) {
+  const Ran same_warp = run(through_shuffle(1), 1, 64, 256);
+  EXPECT_EQ(same_warp.result.finding_count, 0u) << all(same_warp.result);
+  EXPECT_EQ(same_warp.out[0], 1.0f + 1.0f);  // lane 0: x[1] from the shuffle plus s[1]
+  const Ran other_warp = run(through_shuffle(32), 1, 64, 256);
+  EXPECT_NE(all(other_warp.result).find("read-after-write hazard on shared 's'"), std::string::npos)
+      << all(other_warp.result);
+  compiles_for_the_gpu(through_shuffle(32));
+}
+
+TEST(SimtRacecheck, GlobalHazardsWithinABlockAndBetweenBlocks) {
+  // Every thread of the block writes out[0]: write-after-write within the block.
+  const Ran within = run(R"(extern "C" __global__ void __launch_bounds__(32) k(FT_GLOBAL(const float) x, FT_GLOBAL(float) out) {
+  out[0] = x[threadIdx.x];
+}
+)", 1, 32, 0);
+  EXPECT_NE(all(within.result).find("write-after-write hazard on global 'out' element 0: thread"), std::string::npos)
+      << all(within.result);
+  // Blocks write different values to one element: a hazard between blocks; the same value is a
+  // redundant store, counted and not reported.
+  const std::string between = R"(extern "C" __global__ void __launch_bounds__(32) k(FT_GLOBAL(const float) x, FT_GLOBAL(float) out) {
+  if (threadIdx.x == 0) out[0] = x[SOURCE];
+}
+)";
+  auto with = [&](const std::string& source) {
+    std::string t = between;
+    t.replace(t.find("SOURCE"), 6, source);
+    return run(t, 4, 32, 0);
+  };
+  const Ran different = with("blockIdx.x");
+  EXPECT_NE(all(different.result).find("write-after-write hazard between blocks on global 'out' element 0"),
+            std::string::npos)
+      << all(different.result);
+  const Ran same = with("7");
+  EXPECT_EQ(same.result.finding_count, 0u) << all(same.result);
+  EXPECT_EQ(same.result.counters.redundant_stores, 3u);
+  EXPECT_EQ(same.out[0], 7.0f);
+}
+
+TEST(SimtSynccheck, ABarrierInDivergentCodeIsReportedAndNeverHangs) {
+  const std::string text = R"(extern "C" __global__ void __launch_bounds__(64) k(FT_GLOBAL(const float) x, FT_GLOBAL(float) out) {
+  const int t = threadIdx.x;
+  if (t < 40) __syncthreads();
+  out[t] = x[t];
+}
+)";
+  const Ran r = run(text, 2, 64, 0);
+  EXPECT_EQ(r.result.first_check, simt::Check::kSync);
+  EXPECT_NE(all(r.result).find("synccheck: kernel k: barrier not reached by every thread"), std::string::npos)
+      << all(r.result);
+  EXPECT_EQ(r.out[63], 63.0f);  // the launch ran to its end
+}
+
+TEST(SimtSynccheck, ThreadsAtDifferentBarriersAndADeadlockedWarp) {
+  const std::string two_barriers = R"(extern "C" __global__ void __launch_bounds__(64) k(FT_GLOBAL(const float) x, FT_GLOBAL(float) out) {
+  const int t = threadIdx.x;
+  if (t < 32) {
+    __syncthreads();
+  } else {
+    __syncthreads();
+  }
+  out[t] = x[t];
+}
+)";
+  EXPECT_NE(all(run(two_barriers, 1, 64, 0).result).find("threads wait at different barriers"), std::string::npos);
+  // Half a warp waits at a shuffle the other half never reaches; the block's other warp waits at
+  // a barrier: nothing can move, which is reported, and the launch still ends.
+  const std::string deadlock = R"(extern "C" __global__ void __launch_bounds__(64) k(FT_GLOBAL(const float) x, FT_GLOBAL(float) out) {
+  const int t = threadIdx.x;
+  float v = x[t];
+  if (t < 16) v = __shfl_xor_sync(0xffffffffu, v, 1);
+  __syncthreads();
+  out[t] = v;
+}
+)";
+  const Ran r = run(deadlock, 1, 64, 0);
+  EXPECT_NE(all(r.result).find("synccheck: kernel k: deadlock"), std::string::npos) << all(r.result);
+  EXPECT_NE(all(r.result).find("wait at the barrier at kernels.cu:"), std::string::npos) << all(r.result);
+}
+
+TEST(SimtMemcheck, SharedOutOfBoundsAndMisalignedVectorLoads) {
+  const std::string overrun = R"(extern "C" __global__ void __launch_bounds__(32) k(FT_GLOBAL(const float) x, FT_GLOBAL(float) out) {
+  FT_SHARED_MEMORY;
+  FT_SHARED(float, a, 0, 32);
+  FT_SHARED(float, b, 128, 32);
+  const int t = threadIdx.x;
+  a[t + 1] = x[t];
+  b[t] = 0.0f;
+  __syncthreads();
+  out[t] = a[t];
+}
+)";
+  const Ran r = run(overrun, 1, 32, 256);
+  // a[32] lies inside the block's shared memory (it is b[0]) but outside a's own extent.
+  EXPECT_NE(all(r.result).find("memcheck: kernel k: out-of-bounds store of 4 bytes on shared 'a' element 32: thread 31"),
+            std::string::npos)
+      << all(r.result);
+  const std::string misaligned = R"(extern "C" __global__ void __launch_bounds__(32) k(FT_GLOBAL(const float) x, FT_GLOBAL(float) out) {
+  const int t = threadIdx.x;
+  const float4 q = ft_load_float4(x, 4 * t + 1);
+  out[t] = q.x;
+}
+)";
+  const Ran m = run(misaligned, 1, 32, 0, 160);
+  EXPECT_NE(all(m.result).find("memcheck: kernel k: misaligned load of 16 bytes on global 'x' element 1"), std::string::npos)
+      << all(m.result);
+  compiles_for_the_gpu(overrun);
+}
+
+TEST(SimtInitcheck, AReadOfSharedMemoryNobodyWroteInThisLaunch) {
+  const std::string text = R"(extern "C" __global__ void __launch_bounds__(32) k(FT_GLOBAL(const float) x, FT_GLOBAL(float) out) {
+  FT_SHARED_MEMORY;
+  FT_SHARED(float, s, 0, 64);
+  const int t = threadIdx.x;
+  s[t] = x[t];
+  __syncthreads();
+  out[t] = s[t + WHERE];
+}
+)";
+  auto with = [&](const char* where) {
+    std::string t = text;
+    t.replace(t.find("WHERE"), 5, where);
+    return run(t, 2, 32, 256);
+  };
+  const Ran bad = with("32");
+  EXPECT_EQ(bad.result.first_check, simt::Check::kInit);
+  // Every thread of both blocks reads one element past what was written (which thread the
+  // report names first depends on the order threads resume in).
+  EXPECT_NE(all(bad.result).find("initcheck: kernel k: read of uninitialised shared memory on shared 's' element "),
+            std::string::npos)
+      << all(bad.result);
+  EXPECT_NE(all(bad.result).find("(64 times)"), std::string::npos) << all(bad.result);
+  // Block 1 runs after block 0 on the same memory: what block 0 wrote does not count for block 1.
+  EXPECT_EQ(with("0").result.finding_count, 0u);
+}
+
+// ---- counters --------------------------------------------------------------------------------
+
+TEST(SimtCounters, CoalescedAndStridedGlobalLoadsAndStores) {
+  // Lane l loads x[l * STRIDE] and stores out[l]: one request each per warp.
+  auto strided = [&](int stride) {
+    const std::string text = R"(extern "C" __global__ void __launch_bounds__(64) k(FT_GLOBAL(const float) x, FT_GLOBAL(float) out) {
+  const int t = threadIdx.x;
+  out[t] = x[(t % 32) * STRIDE];
+}
+)";
+    std::string t = text;
+    t.replace(t.find("STRIDE"), 6, std::to_string(stride));
+    return run(t, 1, 64, 0, 32 * 32).result.counters;
+  };
+  const simt::Counters c1 = strided(1);
+  EXPECT_EQ(c1.global_load_requests, 2u);  // two warps
+  EXPECT_EQ(c1.global_load_sectors, 8u);   // 128 bytes per warp: 4 sectors
+  EXPECT_EQ(c1.global_store_requests, 2u);
+  EXPECT_EQ(c1.global_store_sectors, 8u);
+  EXPECT_EQ(c1.unique_load_sectors, 4u);   // both warps read the same 128 bytes
+  EXPECT_EQ(c1.unique_store_sectors, 8u);
+  const simt::Counters c32 = strided(32);
+  EXPECT_EQ(c32.global_load_requests, 2u);
+  EXPECT_EQ(c32.global_load_sectors, 64u);  // every lane its own sector
+  EXPECT_EQ(c32.unique_load_sectors, 32u);
+  EXPECT_EQ(c32.threads, 64u);
+  EXPECT_EQ(c32.blocks, 1u);
+}
+
+TEST(SimtCounters, RequestsFollowEachLanesLoopIterations) {
+  // A thread-strided loop over 40 elements: warp 0's lanes take 2 iterations (0-31, 32-39 by
+  // lanes 0-7), so two requests per access site.
+  const std::string text = R"(extern "C" __global__ void __launch_bounds__(32) k(FT_GLOBAL(const float) x, FT_GLOBAL(float) out) {
+  for (long long i = threadIdx.x; i < 40; i += 32) out[i] = x[i];
+}
+)";
+  const simt::Counters c = run(text, 1, 32, 0).result.counters;
+  EXPECT_EQ(c.global_load_requests, 2u);
+  EXPECT_EQ(c.global_load_sectors, 4u + 1u);  // 32 floats, then 8 floats in one sector
+}
+
+TEST(SimtCounters, SharedBankConflictWavefronts) {
+  auto wavefronts = [](int stride, int size) {
+    std::vector<std::pair<int, uint64_t>> lanes;
+    for (int l = 0; l < 32; ++l) lanes.emplace_back(l, static_cast<uint64_t>(l * stride * size));
+    return simt::shared_wavefronts(lanes, size);
+  };
+  EXPECT_EQ(wavefronts(1, 4), 1u);    // conflict-free
+  EXPECT_EQ(wavefronts(2, 4), 2u);    // two-way
+  EXPECT_EQ(wavefronts(32, 4), 32u);  // every lane in bank 0
+  EXPECT_EQ(wavefronts(33, 4), 1u);   // padded rows
+  EXPECT_EQ(wavefronts(1, 8), 2u);    // 256 bytes: two phases
+  EXPECT_EQ(wavefronts(1, 16), 4u);   // 512 bytes: four phases
+  EXPECT_EQ(wavefronts(0, 4), 1u);    // one word: a broadcast
+  EXPECT_EQ(wavefronts(1, 2), 1u);    // 16-bit neighbours share words
+  // The executor counts the same for a kernel: column reads of a 32x32 tile, then padded.
+  auto kernel = [](int pitch) {
+    std::string t = R"(extern "C" __global__ void __launch_bounds__(32) k(FT_GLOBAL(const float) x, FT_GLOBAL(float) out) {
+  FT_SHARED_MEMORY;
+  FT_SHARED(float, s, 0, 32 * PITCH);
+  const int t = threadIdx.x;
+  for (int c = 0; c < 32; ++c) s[t * PITCH + c] = x[c];
+  __syncthreads();
+  out[t] = s[t * PITCH];
+}
+)";
+    for (size_t at; (at = t.find("PITCH")) != std::string::npos;) t.replace(at, 5, std::to_string(pitch));
+    return run(t, 1, 32, 32 * pitch * 4).result.counters;
+  };
+  const simt::Counters conflicted = kernel(32), padded = kernel(33);
+  EXPECT_EQ(conflicted.shared_load_requests, 1u);
+  EXPECT_EQ(conflicted.shared_load_wavefronts, 32u);
+  EXPECT_EQ(conflicted.shared_store_requests, 32u);
+  EXPECT_EQ(conflicted.shared_store_wavefronts, 32u * 32u);
+  EXPECT_EQ(padded.shared_load_wavefronts, 1u);
+  EXPECT_EQ(padded.shared_store_wavefronts, 32u);
+  EXPECT_EQ(padded.barriers, 1u);
+}
+
+TEST(SimtModule, ParametersComeFromTheSignatureAndBuildErrorsNameTheCompiler) {
+  const std::vector<simt::KernelRef> ks = simt::parse_kernels(
+      "extern \"C\" __global__ void __launch_bounds__(64) a(FT_GLOBAL(const unsigned short) h, FT_GLOBAL(long long) i) {\n}\n"
+      "extern \"C\" __global__ void b(FT_GLOBAL(float) out) {\n}\n");
+  ASSERT_EQ(ks.size(), 2u);
+  EXPECT_EQ(ks[0].name, "a");
+  ASSERT_EQ(ks[0].params.size(), 2u);
+  EXPECT_EQ(ks[0].params[0].name, "h");
+  EXPECT_EQ(ks[0].params[0].element_bytes, 2);
+  EXPECT_FALSE(ks[0].params[0].writable);
+  EXPECT_EQ(ks[0].params[1].element_bytes, 8);
+  EXPECT_TRUE(ks[0].params[1].writable);
+  EXPECT_EQ(ks[1].name, "b");
+  try {
+    simt::Module bad(cuda("extern \"C\" __global__ void k(FT_GLOBAL(float) out) { out[0] = undeclared; }\n"));
+    ADD_FAILURE() << "a kernel that does not compile was built";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("kernels.cu:"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("undeclared"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace fusetune

@@ -1,0 +1,156 @@
+// barrier_mutations MODEL.onnx [--shape NAME=DxD...] [--candidates N] [--seed S] [--verbose]
+//
+// The mutation test of the host executor's checks. For every measurement task the coordinator
+// would make of the model (each group the selection weighs, its top N candidates lowered to CUDA
+// text: coordinator/job_planner.h), it verifies each candidate kernel as a host worker does
+// (backend/verify.h: checks on, redzones, the reference on seeded random inputs), then deletes
+// each of the kernel's barriers in turn (the executor skips that line's __syncthreads(), which is
+// what deleting the statement does) and verifies again. A deletion is caught when verification
+// fails: a finding of the checks or a wrong result. Prints one line per surviving barrier (the
+// task, candidate, line and the code around it) and a summary line; exits 1 when a candidate fails
+// before any mutation or a barrier survives, 2 on bad input.
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <numeric>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include "backend/backend.h"
+#include "backend/verify.h"
+#include "coordinator/job_planner.h"
+#include "core/error.h"
+#include "proto/wire.h"
+#include "simt/module.h"
+#include "tools/cli_args.h"
+#include "tools/service_common.h"
+
+namespace fusetune {
+namespace {
+
+struct Score {
+  size_t tasks = 0, candidates = 0, barriers = 0, caught = 0, by_check = 0, baseline_failures = 0;
+};
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+// The 1-based lines of `text` holding a barrier, per kernel name (a kernel runs from its
+// signature to the next one).
+std::map<std::string, std::vector<int>> barrier_lines(const std::string& text) {
+  std::map<std::string, std::vector<int>> out;
+  std::string kernel;
+  const std::vector<std::string> lines = lines_of(text);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const std::string& l = lines[i];
+    if (l.rfind("extern \"C\" __global__ void ", 0) == 0) {
+      const size_t open = l.find('(', l.find(") ") + 2);
+      kernel = l.substr(l.find(") ") + 2, open - l.find(") ") - 2);
+    }
+    if (!kernel.empty() && l.find("__syncthreads();") != std::string::npos) out[kernel].push_back(static_cast<int>(i + 1));
+  }
+  return out;
+}
+
+// One module of all of a task's candidate kernels: the first candidate's text (intrinsics,
+// prelude, kernel) and the kernels of the others, as they ship.
+std::string task_module(const wire::Task& task) {
+  std::string text;
+  for (const wire::Candidate& c : task.candidates()) {
+    if (!c.library().empty()) continue;
+    const std::string& s = c.cuda_source();
+    text += text.empty() ? s : s.substr(s.find("extern \"C\" __global__"));
+  }
+  return text;
+}
+
+backend::VerifyResult verify(const Graph& g, const wire::Candidate& c, const backend::ModuleSource& src,
+                             const std::set<int>& skip, uint64_t seed) {
+  simt::Options o;
+  o.skip_barriers = skip;
+  auto be = backend::make_host_backend("", o);
+  auto module = be->load_source(src);
+  std::vector<int> inputs, outputs;
+  for (const wire::ParamSpec& p : c.params()) (p.output() ? outputs : inputs).push_back(p.value());
+  planner::FusionGroup group;
+  group.nodes.resize(g.nodes().size());
+  std::iota(group.nodes.begin(), group.nodes.end(), 0);
+  std::mt19937 rng(static_cast<std::mt19937::result_type>(seed));
+  return backend::verify_kernel(g, group, c.kernel(), inputs, outputs, *be, *module, rng, 256);
+}
+
+int run(const std::vector<std::string>& argv) {
+  const cli::Args args(argv, {"shape", "candidates", "seed"}, {"verbose"});
+  check(args.positional().size() == 1,
+        "usage: barrier_mutations MODEL.onnx [--shape NAME=DxD...] [--candidates N] [--seed S] [--verbose]");
+  const std::string model = args.positional()[0];
+  coordinator::JobOptions options;
+  options.shapes = cli::shape_overrides(args);
+  options.candidates = static_cast<int>(args.number("candidates", options.candidates));
+  const auto seed = static_cast<uint64_t>(args.number("seed", 1));
+  const bool verbose = args.has("verbose");
+  coordinator::JobPlanner planner(cli::read_model_files(model), model, "host", options);
+  const std::vector<coordinator::TaskSpec> tasks = planner.tasks();
+  std::printf("%s: %zu tasks, verification seed %llu\n", model.c_str(), tasks.size(), static_cast<unsigned long long>(seed));
+  Score score;
+  for (const coordinator::TaskSpec& t : tasks) {
+    ++score.tasks;
+    const Graph g = wire::from_subgraph(t.task.graph());
+    backend::ModuleSource src;
+    src.cuda_source = task_module(t.task);
+    for (const wire::Candidate& c : t.task.candidates()) {
+      if (c.library().empty()) src.kernels.push_back({c.kernel(), c.grid(), c.threads(), c.shared_bytes(), ""});
+    }
+    if (src.kernels.empty()) continue;
+    const std::map<std::string, std::vector<int>> barriers = barrier_lines(src.cuda_source);
+    const std::vector<std::string> text = lines_of(src.cuda_source);
+    for (const wire::Candidate& c : t.task.candidates()) {
+      if (!c.library().empty()) continue;
+      ++score.candidates;
+      const backend::VerifyResult base = verify(g, c, src, {}, seed);
+      if (!base.ok) {
+        ++score.baseline_failures;
+        std::printf("FAILS UNMUTATED: task %s candidate %s: %s\n", t.pattern.c_str(), c.config().c_str(), base.detail.c_str());
+        continue;
+      }
+      const auto it = barriers.find(c.kernel());
+      for (const int line : it == barriers.end() ? std::vector<int>{} : it->second) {
+        ++score.barriers;
+        const backend::VerifyResult r = verify(g, c, src, {line}, seed);
+        if (!r.ok) {
+          ++score.caught;
+          score.by_check += r.check_failed ? 1 : 0;
+          if (verbose) std::printf("caught: %s %s line %d: %s\n", t.pattern.c_str(), c.config().c_str(), line, r.detail.c_str());
+          continue;
+        }
+        std::printf("SURVIVES: task %s candidate %s (%s): the barrier at kernels.cu:%d\n", t.pattern.c_str(),
+                    c.config().c_str(), c.kernel().c_str(), line);
+        for (int l = std::max(1, line - 6); l <= std::min(static_cast<int>(text.size()), line + 6); ++l) {
+          std::printf("  %5d%s %s\n", l, l == line ? ">" : " ", text[static_cast<size_t>(l - 1)].c_str());
+        }
+      }
+    }
+  }
+  std::printf("mutation score: %zu of %zu barriers caught (%zu by a check, %zu by a wrong result) over %zu candidates "
+              "of %zu tasks; %zu candidates fail unmutated\n",
+              score.caught, score.barriers, score.by_check, score.caught - score.by_check, score.candidates, score.tasks,
+              score.baseline_failures);
+  return score.caught == score.barriers && score.baseline_failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace fusetune
+
+int main(int argc, char** argv) {
+  try {
+    return fusetune::run(std::vector<std::string>(argv + 1, argv + argc));
+  } catch (const fusetune::Error& e) {
+    std::cerr << "barrier_mutations: error: " << e.what() << "\n";
+    return 2;
+  }
+}
