@@ -14,6 +14,7 @@
 #include "codegen/stages/reduce.h"
 #include "codegen/stages/row_stats.h"
 #include "codegen/stages/scatter.h"
+#include "codegen/verify_ir.h"
 #include "core/error.h"
 #include "core/ops.h"
 #include "planner/library_call.h"
@@ -123,6 +124,7 @@ LoweredKernel lower_generated(const Graph& g, const planner::FusionGroup& group,
       stages::element_stage(cx, k, v);
     }
   }
+  verify_ir(k);
   return out;
 }
 
@@ -164,6 +166,7 @@ LoweredKernel pack_kernels(const std::vector<LoweredKernel>& parts, const std::s
   if (parts.size() == 1) {
     LoweredKernel one = parts[0];
     one.kernel.name = name;
+    if (one.kernel.library.empty()) verify_ir(one.kernel);
     return one;
   }
   LoweredKernel out;
@@ -186,6 +189,7 @@ LoweredKernel pack_kernels(const std::vector<LoweredKernel>& parts, const std::s
     out.outputs.insert(out.outputs.end(), p.outputs.begin(), p.outputs.end());
   }
   k.params.insert(k.params.end(), outs.begin(), outs.end());  // inputs first, then outputs, as LoweredKernel binds
+  verify_ir(k);
   return out;
 }
 
