@@ -45,7 +45,7 @@ std::map<int, RegionBound> bound_regions(const LoweringContext& cx) {
       RegionBound& b = bound[v];
       b.elems = std::max(b.elems, stages::elems(region));
       b.extent.resize(region.size(), 0);
-      for (size_t d = 0; d < region.size(); ++d) b.extent[d] = std::max(b.extent[d], std::max<int64_t>(0, region[d].hi - region[d].lo + 1));
+      for (size_t d = 0; d < region.size(); ++d) b.extent[d] = std::max(b.extent[d], region[d].size());
       const int p = cx.producer_or(v);
       if (p < 0) continue;
       const Node& n = cx.g.nodes()[static_cast<size_t>(p)];

@@ -175,24 +175,31 @@ class Verifier {
         const ThreadLocal* t = local(s.name);
         if (t == nullptr) fail_at(s, "warp reduction of '", s.name, "', which is not a thread-local");
         if (t->count != 1 || t->dtype != DType::kF32) {
-          fail_at(s, "warp reduction of thread-local '", s.name, "' of ", t->count, " ", dtype_name(t->dtype), " (needs one float)");
+          fail_at(s, "warp reduction of thread-local '", s.name, "' of ", t->count, " ", dtype_name(t->dtype),
+                  " (needs one float)");
         }
         break;
       }
       case Stmt::Kind::kMma:
         if (s.at.size() != 3) fail_at(s, "mma with ", s.at.size(), " operand offsets (needs 3)");
-        if (s.dtype != DType::kF16 && s.dtype != DType::kBF16) fail_at(s, "mma of ", dtype_name(s.dtype), " (needs float16 or bfloat16)");
+        if (s.dtype != DType::kF16 && s.dtype != DType::kBF16) {
+          fail_at(s, "mma of ", dtype_name(s.dtype), " (needs float16 or bfloat16)");
+        }
         fragment(s, "mma accumulator", s.name, s.at[0], 4, DType::kF32);
         fragment(s, "mma A fragment", s.a, s.at[1], 4, DType::kU32);
         fragment(s, "mma B fragment", s.b, s.at[2], 2, DType::kU32);
         break;
       case Stmt::Kind::kLdmatrix: {
-        if (s.matrices != 1 && s.matrices != 2 && s.matrices != 4) fail_at(s, "ldmatrix of ", s.matrices, " matrices (1, 2 or 4)");
+        if (s.matrices != 1 && s.matrices != 2 && s.matrices != 4) {
+          fail_at(s, "ldmatrix of ", s.matrices, " matrices (1, 2 or 4)");
+        }
         if (s.at.size() != 1) fail_at(s, "ldmatrix with ", s.at.size(), " destination offsets (needs 1)");
         fragment(s, "ldmatrix destination", s.name, s.at[0], s.matrices, DType::kU32);
         const SharedAlloc* a = shared(s.a);
         if (a == nullptr) fail_at(s, "ldmatrix from '", s.a, "', which is not a shared allocation");
-        if (dtype_size(a->dtype) != 2) fail_at(s, "ldmatrix from shared allocation '", s.a, "' of ", dtype_name(a->dtype), " (needs 16-bit)");
+        if (dtype_size(a->dtype) != 2) {
+          fail_at(s, "ldmatrix from shared allocation '", s.a, "' of ", dtype_name(a->dtype), " (needs 16-bit)");
+        }
         break;
       }
       default: break;

@@ -90,7 +90,9 @@ int cmd_compile(const std::vector<std::string>& argv) {
   runtime::write_bundle(bundle, args.get("out"));
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (args.has("dump-ir")) {
-    for (const codegen::Kernel& k : bundle_kernels(m.graph, plan, bundle)) std::fputs((codegen::to_text(k) + "\n").c_str(), stdout);
+    for (const codegen::Kernel& k : bundle_kernels(m.graph, plan, bundle)) {
+      std::fputs((codegen::to_text(k) + "\n").c_str(), stdout);
+    }
   }
   std::printf("%s: %zu fusion groups in %d kernels for %s (%s), cubin %s, bundle written to %s in %.2fs\n",
               model.string().c_str(), plan.groups.size(), plan.launches, device.name.c_str(), device.arch.c_str(),

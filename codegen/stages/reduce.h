@@ -9,8 +9,8 @@
 // reduction variables, reads the operands through their index maps (guarded accesses only inside
 // the input: padding contributes nothing, or counts for AveragePool's count_include_pad), adds a
 // Conv's bias, and stores the result where the value goes. Guarantees: the reference kernel's
-// result (up to float32 rounding; the reduction runs in the reference's order); ArgMax/ArgMin keep
-// the first (or, with select_last_index, the last) extreme; an empty window averages to 0.
+// result up to float32 rounding; ArgMax/ArgMin keep the first (or, with select_last_index, the
+// last) extreme; an empty pooling window averages to 0.
 #pragma once
 
 #include <memory>
