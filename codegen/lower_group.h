@@ -36,6 +36,10 @@
 // (up to float32 rounding) for every tile, including partial tiles at the edges; shared memory is
 // sized for the largest region any block needs; throws Error when the group cannot be lowered
 // (an op without a scalar form, shared memory beyond the device limit).
+// Layout: lower_group.cpp is the driver (parameters, sizing, one stage per anchor, packing);
+// codegen/stages/ holds the shared lowering context (tiles, regions, buffers, the expression
+// emitter) and one file pair per stage kind, each header stating what its stage takes and
+// guarantees.
 #pragma once
 
 #include <string>

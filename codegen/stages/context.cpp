@@ -1,0 +1,351 @@
+#include "codegen/stages/context.h"
+
+#include <algorithm>
+
+#include "codegen/scalar_ops.h"
+#include "codegen/stages/inline.h"
+#include "core/error.h"
+#include "core/ops.h"
+
+namespace fusetune::codegen::stages {
+
+using planner::Access;
+using planner::Interval;
+using planner::TensorExpr;
+
+std::string ll(int64_t v) { return std::to_string(v) + "LL"; }
+
+std::string product(const std::vector<std::string>& xs) {
+  if (xs.empty()) return "1LL";
+  std::string s = xs[0];
+  for (size_t i = 1; i < xs.size(); ++i) s = "(" + s + " * " + xs[i] + ")";
+  return s;
+}
+
+std::string flat(const Shape& s, const std::vector<std::string>& idx) {
+  std::string f = "0LL";
+  for (size_t d = 0; d < s.size(); ++d) f = "(" + f + " * " + ll(s[d]) + " + " + idx[d] + ")";
+  return f;
+}
+
+bool is_anchor(const Node& n) {
+  const OpKind k = find_op(n.op)->kind;
+  return k == OpKind::kReduction || k == OpKind::kNormalization || k == OpKind::kContraction ||
+         k == OpKind::kPooling || n.op == "ScatterND";
+}
+
+int64_t elems(const std::vector<Interval>& r) {
+  int64_t n = 1;
+  for (const Interval& i : r) n *= std::max<int64_t>(0, i.hi - i.lo + 1);
+  return n;
+}
+
+LoweringContext::LoweringContext(const Graph& graph, const planner::FusionGroup& fusion_group,
+                                 const planner::TileConfig& config, const LowerOptions& lower_options)
+    : g(graph), group(fusion_group), cfg(config), options(lower_options) {
+  for (int n : group.nodes) {
+    members.insert(n);
+    producer[g.nodes()[static_cast<size_t>(n)].outputs[0]] = n;
+    exprs[n] = planner::describe(g, g.nodes()[static_cast<size_t>(n)]);
+  }
+  root = planner::group_root(g, group);
+}
+
+// ---- tiles and regions ----------------------------------------------------------------------
+
+void LoweringContext::tile_setup(Kernel& k) {
+  const Shape& rs = g.value(root).shape;
+  int64_t stride = 1;
+  tiles_ = 1;
+  std::vector<int64_t> ntiles(rs.size());
+  for (size_t d = rs.size(); d-- > 0;) {
+    const int64_t t = std::clamp<int64_t>(cfg.tile[d], 1, std::max<int64_t>(rs[d], 1));
+    ntiles[d] = (std::max<int64_t>(rs[d], 1) + t - 1) / t;
+    tiles_ *= ntiles[d];
+    const std::string td = "ft_t" + std::to_string(d);
+    k.uniform.push_back(let("long long", td, "ft_fmod(ft_fdiv(ft_block - " + ll(options.block_base) + ", " + ll(stride) +
+                                                 "), " + ll(ntiles[d]) + ")"));
+    region[root].lo.insert(region[root].lo.begin(), "");
+    region[root].hi.insert(region[root].hi.begin(), "");
+    const std::string lo = var(root, "lo", d), hi = var(root, "hi", d);
+    k.uniform.push_back(let("long long", lo, td + " * " + ll(t)));
+    k.uniform.push_back(let("long long", hi, "ft_min(" + lo + " + " + ll(t) + ", " + ll(rs[d]) + ") - 1LL"));
+    region[root].lo[0] = lo;
+    region[root].hi[0] = hi;
+    stride *= ntiles[d];
+    tile_extent_.insert(tile_extent_.begin(), t);
+  }
+  k.grid = tiles_;
+  ntiles_ = ntiles;
+  emit_extents(k, root);
+}
+
+std::string LoweringContext::var(int v, const char* what, size_t d) const {
+  return "r" + std::to_string(v) + "_" + what + std::to_string(d);
+}
+
+void LoweringContext::emit_extents(Kernel& k, int v) {
+  Region& r = region[v];
+  r.n.clear();
+  for (size_t d = 0; d < r.lo.size(); ++d) {
+    const std::string n = var(v, "n", d);
+    k.uniform.push_back(let("long long", n, "ft_max(0LL, " + r.hi[d] + " - " + r.lo[d] + " + 1LL)"));
+    r.n.push_back(n);
+  }
+}
+
+void LoweringContext::regions(Kernel& k) {
+  std::map<int, std::vector<std::vector<std::pair<std::string, std::string>>>> contrib;
+  for (auto it = group.nodes.rbegin(); it != group.nodes.rend(); ++it) {
+    const Node& n = g.nodes()[static_cast<size_t>(*it)];
+    const int v = n.outputs[0];
+    if (v != root) {
+      auto c = contrib.find(v);
+      if (c == contrib.end()) continue;  // not needed by the root (cannot happen in a single-sink group)
+      const Shape& s = g.value(v).shape;
+      Region& r = region[v];
+      for (size_t d = 0; d < s.size(); ++d) {
+        std::string lo, hi;
+        for (const auto& box : c->second) {
+          lo = lo.empty() ? box[d].first : "ft_min(" + lo + ", " + box[d].first + ")";
+          hi = hi.empty() ? box[d].second : "ft_max(" + hi + ", " + box[d].second + ")";
+        }
+        r.lo.push_back(var(v, "lo", d));
+        r.hi.push_back(var(v, "hi", d));
+        k.uniform.push_back(let("long long", r.lo.back(), lo));
+        k.uniform.push_back(let("long long", r.hi.back(), hi));
+      }
+      emit_extents(k, v);
+    }
+    const Region& out = region[v];
+    const TensorExpr& e = exprs[*it];
+    const size_t nout = e.out_shape.size();
+    for (const Access& a : e.accesses) {
+      const int u = n.inputs[static_cast<size_t>(a.input)];
+      if (!members.count(producer_or(u))) continue;
+      const Shape& us = g.value(u).shape;
+      std::vector<std::pair<std::string, std::string>> box;
+      for (size_t d = 0; d < a.index.size(); ++d) {
+        auto b = a.index[d].bounds_code(
+            [&](int i) { return static_cast<size_t>(i) < nout ? out.lo[static_cast<size_t>(i)] : std::string("0LL"); },
+            [&](int i) {
+              return static_cast<size_t>(i) < nout ? out.hi[static_cast<size_t>(i)]
+                                                   : ll(e.reduce_extents[static_cast<size_t>(i) - nout] - 1);
+            });
+        box.push_back({"ft_max(0LL, " + b.first + ")", "ft_min(" + ll(us[d] - 1) + ", " + b.second + ")"});
+      }
+      contrib[u].push_back(box);
+    }
+  }
+}
+
+int LoweringContext::producer_or(int v) const {
+  auto it = producer.find(v);
+  return it == producer.end() ? -1 : it->second;
+}
+
+std::map<int, std::vector<Interval>> LoweringContext::numeric_regions(int64_t tile_index) const {
+  std::map<int, std::vector<Interval>> r;
+  const Shape& rs = g.value(root).shape;
+  std::vector<Interval> root_tile(rs.size());
+  int64_t stride = 1;
+  for (size_t d = rs.size(); d-- > 0;) {
+    const int64_t t = ((tile_index / stride) % ntiles_[d]);
+    root_tile[d] = {t * tile_extent_[d], std::min(t * tile_extent_[d] + tile_extent_[d], rs[d]) - 1};
+    stride *= ntiles_[d];
+  }
+  r[root] = root_tile;
+  std::map<int, std::vector<std::vector<Interval>>> contrib;
+  for (auto it = group.nodes.rbegin(); it != group.nodes.rend(); ++it) {
+    const Node& n = g.nodes()[static_cast<size_t>(*it)];
+    const int v = n.outputs[0];
+    if (v != root) {
+      auto c = contrib.find(v);
+      if (c == contrib.end()) continue;
+      std::vector<Interval> hull = c->second[0];
+      for (const auto& box : c->second) {
+        for (size_t d = 0; d < box.size(); ++d) hull[d] = {std::min(hull[d].lo, box[d].lo), std::max(hull[d].hi, box[d].hi)};
+      }
+      r[v] = hull;
+    }
+    const TensorExpr& e = exprs.at(*it);
+    std::vector<Interval> vars = r[v];
+    for (int64_t x : e.reduce_extents) vars.push_back({0, x - 1});
+    for (const Access& a : e.accesses) {
+      const int u = n.inputs[static_cast<size_t>(a.input)];
+      if (!members.count(producer_or(u))) continue;
+      const Shape& us = g.value(u).shape;
+      std::vector<Interval> box;
+      for (size_t d = 0; d < a.index.size(); ++d) {
+        const Interval b = a.index[d].bounds(vars);
+        box.push_back({std::max<int64_t>(0, b.lo), std::min<int64_t>(us[d] - 1, b.hi)});
+      }
+      contrib[u].push_back(box);
+    }
+  }
+  return r;
+}
+
+// The stages also clamp their loops to the allocation, so a region the sample missed cannot write
+// past it (verification would report the elements left unwritten).
+std::vector<int64_t> LoweringContext::sample_tiles() const {
+  std::vector<int64_t> out;
+  if (tiles_ <= (int64_t{1} << 16)) {
+    for (int64_t t = 0; t < tiles_; ++t) out.push_back(t);
+    return out;
+  }
+  std::vector<std::vector<int64_t>> per_dim;
+  for (int64_t n : ntiles_) {
+    std::set<int64_t> picks = {0, std::min<int64_t>(1, n - 1), n / 2, std::max<int64_t>(0, n / 2 - 1), n - 1,
+                               std::max<int64_t>(0, n - 2)};
+    per_dim.emplace_back(picks.begin(), picks.end());
+  }
+  std::vector<int64_t> strides(ntiles_.size(), 1);
+  for (size_t d = ntiles_.size(); d-- > 1;) strides[d - 1] = strides[d] * ntiles_[d];
+  std::function<void(size_t, int64_t)> rec = [&](size_t d, int64_t acc) {
+    if (d == per_dim.size()) {
+      out.push_back(acc);
+      return;
+    }
+    for (int64_t i : per_dim[d]) rec(d + 1, acc + i * strides[d]);
+  };
+  rec(0, 0);
+  return out;
+}
+
+// ---- expressions ----------------------------------------------------------------------------
+
+std::string LoweringContext::value(int v, const std::vector<std::string>& idx) {
+  std::string key = std::to_string(v);
+  for (const auto& i : idx) key += "|" + i;
+  if (auto it = memo_->find(key); it != memo_->end()) return it->second;
+  const Value& val = g.value(v);
+  std::string expr;
+  if (auto p = param.find(v); p != param.end() || !producer.count(v)) {
+    if (val.is_constant() && param.find(v) == param.end()) fail("constant '", val.name, "' is not a group input");
+    expr = load_as_compute(val.dtype, param.at(v) + "[" + flat(val.shape, idx) + "]");
+  } else if (auto b = buffer.find(v); b != buffer.end()) {
+    const Region& r = region.at(v);
+    std::string off = "0LL";
+    for (size_t d = 0; d < idx.size(); ++d) off = "(" + off + " * " + r.n[d] + " + (" + idx[d] + " - " + r.lo[d] + "))";
+    expr = b->second + "[" + off + "]";
+  } else {
+    expr = inline_node(*this, g.nodes()[static_cast<size_t>(producer.at(v))], idx);
+  }
+  const std::string name = "v" + std::to_string(next_local_++);
+  cur_->push_back(let(compute_ctype(val.dtype), name, expr));
+  (*memo_)[key] = name;
+  return name;
+}
+
+std::vector<std::string> LoweringContext::index_of(const Access& a, const std::vector<std::string>& vars) const {
+  std::vector<std::string> out;
+  for (const planner::IndexExpr& ix : a.index) out.push_back(ix.code([&](int i) { return vars[static_cast<size_t>(i)]; }));
+  return out;
+}
+
+std::string LoweringContext::in_range(const Shape& s, const std::vector<std::string>& idx) const {
+  std::string c;
+  for (size_t d = 0; d < idx.size(); ++d) {
+    c += (c.empty() ? "" : " && ") + std::string("(") + idx[d] + ") >= 0LL && (" + idx[d] + ") < " + ll(s[d]);
+  }
+  return c.empty() ? "1" : c;
+}
+
+std::string LoweringContext::guarded(int v, const std::vector<std::string>& idx, const std::string& fill) {
+  const std::string name = "v" + std::to_string(next_local_++);
+  cur_->push_back(let(compute_ctype(g.value(v).dtype), name, fill));
+  Block inside;
+  with_block(inside, [&] { cur_->push_back(assign(name, value(v, idx))); });
+  cur_->push_back(if_then(in_range(g.value(v).shape, idx), inside));
+  return name;
+}
+
+Block LoweringContext::fresh_block(const std::function<void()>& f) {
+  Block b;
+  std::map<std::string, std::string> memo;
+  Block* saved = cur_;
+  auto* saved_memo = memo_;
+  cur_ = &b;
+  memo_ = &memo;
+  f();
+  cur_ = saved;
+  memo_ = saved_memo;
+  return b;
+}
+
+void LoweringContext::with_block(Block& b, const std::function<void()>& f) {
+  Block* saved = cur_;
+  auto saved_memo = memo_;
+  std::map<std::string, std::string> local = *memo_;  // outer locals stay visible inside
+  cur_ = &b;
+  memo_ = &local;
+  f();
+  cur_ = saved;
+  memo_ = saved_memo;
+}
+
+// ---- loops and stores -----------------------------------------------------------------------
+
+void LoweringContext::dims_loop(Kernel& k, int v, const std::vector<size_t>& dims, int64_t cap, const IndexFn& body) {
+  const Region& r = region.at(v);
+  std::vector<std::string> extents;
+  // Regions that fit 32-bit indices decompose in int arithmetic: a 64-bit division by a run-time
+  // extent is a called routine on the GPU (its saved registers show up as spills).
+  auto c = capacity.find(v);
+  const bool narrow = c != capacity.end() && c->second < (int64_t{1} << 31);
+  Block loop = fresh_block([&] {
+    std::vector<std::string> o(r.n.size(), "0LL");
+    std::string inner = "1LL";
+    for (size_t j = dims.size(); j-- > 0;) {
+      const size_t d = dims[j];
+      o[d] = "ft_o" + std::to_string(d);
+      const std::string q = narrow ? "(long long)(((int)ft_e / (int)" + inner + ") % (int)" + r.n[d] + ")"
+                                   : "(ft_e / " + inner + ") % " + r.n[d];
+      cur_->insert(cur_->begin(), let("long long", o[d], r.lo[d] + " + " + q));
+      inner = "(" + inner + " * " + r.n[d] + ")";
+      extents.insert(extents.begin(), r.n[d]);
+    }
+    body(o);
+  });
+  std::string count = product(extents);
+  if (cap > 0) count = "ft_min(" + count + ", " + ll(cap) + ")";
+  k.body.push_back(thread_for("ft_e", "0LL", count, loop));
+}
+
+void LoweringContext::region_loop(Kernel& k, int v, const IndexFn& body) {
+  std::vector<size_t> all(region.at(v).n.size());
+  for (size_t d = 0; d < all.size(); ++d) all[d] = d;
+  dims_loop(k, v, all, buffer.count(v) ? std::max<int64_t>(1, capacity[v]) : 0, body);
+}
+
+void LoweringContext::reduction_loops(const TensorExpr& e, const std::vector<std::string>& o, const IndexFn& body) {
+  std::vector<std::string> vars = o;
+  std::function<void(size_t)> nest = [&](size_t r) {
+    if (r == e.reduce_extents.size()) {
+      body(vars);
+      return;
+    }
+    const std::string rv = "ft_r" + std::to_string(r);
+    vars.push_back(rv);
+    Block inner;
+    with_block(inner, [&] { nest(r + 1); });
+    cur_->push_back(serial_for(rv, "0LL", ll(e.reduce_extents[r]), inner));
+    vars.pop_back();
+  };
+  nest(0);
+}
+
+void LoweringContext::store_value(int v, const std::vector<std::string>& o, const std::string& x) {
+  if (auto b = buffer.find(v); b != buffer.end()) {
+    const Region& r = region.at(v);
+    std::string off = "0LL";
+    for (size_t d = 0; d < o.size(); ++d) off = "(" + off + " * " + r.n[d] + " + (" + o[d] + " - " + r.lo[d] + "))";
+    cur_->push_back(store(b->second, off, x));
+  }
+  if (auto p = out_param.find(v); p != out_param.end()) {
+    cur_->push_back(store(p->second, flat(g.value(v).shape, o), store_from_compute(g.value(v).dtype, x)));
+  }
+}
+
+}  // namespace fusetune::codegen::stages

@@ -1,0 +1,142 @@
+// The shared state of one group's lowering (codegen/lower_group.cpp drives it; the stages in this
+// folder use it): the group's facts, the block's tile and the regions of its values, the shared
+// buffers of staged values, and the expression emitter.
+//
+// Takes a canonical graph, a group, a tile configuration and the lowering options. The driver
+// binds the group's inputs and outputs to parameters (`param`, `out_param`), then tile_setup and
+// regions emit, as block-uniform lets, the root's tile of this block and the region every internal
+// value needs (lo, hi and extent variables per axis; the tensor expressions' region arithmetic,
+// consumers before producers). numeric_regions evaluates the same arithmetic for one tile, so the
+// driver can size shared memory over sample_tiles (`capacity`: the most elements of each value's
+// region). value() emits what computes a value at an index into the current block and returns the
+// local holding it: a load from a parameter, a read of an anchor's shared buffer, or the producer
+// inlined (stages/inline.h), common subexpressions kept in locals (memoised per block; a block
+// opened with with_block sees the locals of the block around it, one opened with fresh_block
+// none). dims_loop/region_loop distribute a value's region over the block's threads (32-bit index
+// decomposition when it fits), store_value writes a computed element to the value's shared buffer
+// and, when exported, to its output parameter. Guarantees: value locals (vN) are numbered uniquely
+// within the kernel; a region loop over a value with a shared buffer is clamped to its allocation
+// (a region the sampled tiles missed cannot write past it); everything region and tile arithmetic
+// emits is block-uniform (k.uniform).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "codegen/kernel_ir.h"
+#include "codegen/lower_group.h"
+#include "core/graph.h"
+#include "planner/fusion.h"
+#include "planner/tensor_expr.h"
+#include "planner/tiling.h"
+
+namespace fusetune::codegen::stages {
+
+// A C long long literal.
+std::string ll(int64_t v);
+// The C product of the factors ("1LL" when there are none).
+std::string product(const std::vector<std::string>& xs);
+// The flat row-major index of `idx` into a tensor of shape `s`.
+std::string flat(const Shape& s, const std::vector<std::string>& idx);
+// Nodes that run as stages (reductions, normalizations, contractions, pooling, ScatterND); every
+// other node is inlined where its value is used.
+bool is_anchor(const Node& n);
+// Elements of a numeric region (0 when an axis is empty).
+int64_t elems(const std::vector<planner::Interval>& r);
+
+// The region of a value a block computes: per axis, the names of its lo, hi and extent variables.
+struct Region {
+  std::vector<std::string> lo, hi, n;
+};
+
+using IndexFn = std::function<void(const std::vector<std::string>&)>;
+
+class LoweringContext {
+ public:
+  LoweringContext(const Graph& graph, const planner::FusionGroup& fusion_group, const planner::TileConfig& config,
+                  const LowerOptions& lower_options);
+
+  const Graph& g;
+  const planner::FusionGroup& group;
+  const planner::TileConfig& cfg;
+  const LowerOptions& options;
+  std::set<int> members;                       // the group's nodes
+  std::map<int, int> producer;                 // value -> the member node computing it
+  std::map<int, planner::TensorExpr> exprs;    // member node -> its tensor expression
+  int root = -1;                               // the value the tiles range over
+  std::map<int, std::string> param;            // group input -> parameter
+  std::map<int, std::string> out_param;        // exported value -> parameter
+  std::map<int, Region> region;                // value -> its region variables
+  std::map<int, std::string> buffer;           // anchor value (not the root) -> its shared buffer
+  std::map<int, int64_t> capacity;             // value -> the most elements of its region over the tiles
+
+  // ---- tiles and regions ----
+  // The block's root tile (and the grid), as block-uniform lets.
+  void tile_setup(Kernel& k);
+  // Region bounds of every internal value, consumers before producers, as block-uniform lets.
+  void regions(Kernel& k);
+  // The member node computing v, or -1.
+  int producer_or(int v) const;
+  // The region arithmetic, numerically, for one tile.
+  std::map<int, std::vector<planner::Interval>> numeric_regions(int64_t tile_index) const;
+  // Tiles whose regions bound every tile's: all of them when there are at most 65536, else the
+  // first, second, middle and last ones along each axis (regions are translation-invariant in the
+  // interior and only shrink at the clipped edges).
+  std::vector<int64_t> sample_tiles() const;
+
+  // ---- expressions ----
+  // Emits (into the current block) what computes value v at index idx; returns the local's name.
+  std::string value(int v, const std::vector<std::string>& idx);
+  // A guarded read: `fill` unless idx lies inside v's shape (the load happens only inside).
+  std::string guarded(int v, const std::vector<std::string>& idx, const std::string& fill);
+  std::vector<std::string> index_of(const planner::Access& a, const std::vector<std::string>& vars) const;
+  // The C condition that idx lies inside shape s.
+  std::string in_range(const Shape& s, const std::vector<std::string>& idx) const;
+  // Statements f emits into a new block that starts with no shared locals (a loop body whose
+  // index variables differ from everything emitted so far).
+  Block fresh_block(const std::function<void()>& f);
+  // Statements f emits into b; the current block's locals stay visible inside.
+  void with_block(Block& b, const std::function<void()>& f);
+  // The block statements are emitted into.
+  Block& cur() { return *cur_; }
+  // A fresh number for a local's name.
+  int next_local() { return next_local_++; }
+
+  // ---- loops and stores ----
+  // A thread-distributed loop over the axes `dims` of value v's region (other axes of the index
+  // are "0LL"), at most `capacity` iterations (0: no clamp); calls body(o) with the index inside.
+  void dims_loop(Kernel& k, int v, const std::vector<size_t>& dims, int64_t cap, const IndexFn& body);
+  // The element loop over value v's whole region (clamped to its buffer, if it has one).
+  void region_loop(Kernel& k, int v, const IndexFn& body);
+  // Nested serial loops over e's reduction variables; body(vars) with vars = o then reductions.
+  void reduction_loops(const planner::TensorExpr& e, const std::vector<std::string>& o, const IndexFn& body);
+  // Element o of value v computed as x: to its shared buffer and, when exported, its parameter.
+  void store_value(int v, const std::vector<std::string>& o, const std::string& x);
+
+ private:
+  std::string var(int v, const char* what, size_t d) const;
+  void emit_extents(Kernel& k, int v);
+
+  int64_t tiles_ = 1;
+  std::vector<int64_t> ntiles_;
+  std::vector<int64_t> tile_extent_;
+  Block* cur_ = nullptr;
+  std::map<std::string, std::string>* memo_ = nullptr;
+  int next_local_ = 0;
+};
+
+// One anchor's stage: computes the anchor's value over its region, into its shared buffer (where
+// later stages read it) and, when it is exported, its output parameter. The driver emits a
+// comment before and a barrier after each stage.
+class AnchorStage {
+ public:
+  virtual ~AnchorStage() = default;
+  // Appends the stage's statements to k.body (and any block-uniform lets or thread-locals it needs).
+  virtual void emit(Kernel& k) = 0;
+};
+
+}  // namespace fusetune::codegen::stages

@@ -1,0 +1,233 @@
+#include "codegen/stages/conv_gemm.h"
+
+#include <algorithm>
+#include <tuple>
+
+#include "codegen/stages/conv_common.h"
+
+namespace fusetune::codegen::stages {
+
+namespace {
+
+using planner::Access;
+using planner::TensorExpr;
+
+// An int local for an index inside a staged slice or the reduction (all far below 2^31): 32-bit
+// index arithmetic keeps the staging loops' register use low on the GPU.
+Stmt small_let(const std::string& name, const std::string& value) { return let("int", name, "(int)(" + value + ")"); }
+
+struct GemmPlan {
+  int64_t k = 0, step = 0;
+  int64_t cout_g = 0;      // output channels per group
+  int64_t groups_cap = 1;  // most groups the region's channels span (patch slices per step)
+  std::string a, b;        // weights [M][step], patches [groups][step][P]
+  int64_t a_cap = 0, b_cap = 0;
+  std::vector<int64_t> caps;  // the region's axes the slices are laid out with (columns: the axes other than 1)
+  std::string regs;           // the TM x TN accumulators of each thread
+  int64_t tm = 0, tn = 0;
+};
+
+class ConvGemmStage : public AnchorStage {
+ public:
+  ConvGemmStage(LoweringContext& cx, const Node& n, GemmPlan plan) : cx_(cx), n_(n), st_(std::move(plan)) {}
+
+  void emit(Kernel& k) override;
+
+ private:
+  std::vector<std::string> conv_pixel(const std::string& p, std::string* inside);
+  std::vector<std::string> conv_taps(const TensorExpr& e, const std::string& kk);
+
+  LoweringContext& cx_;
+  const Node& n_;
+  GemmPlan st_;
+};
+
+// Emits lets decomposing column `p` (of the columns laid out with the caps) of the region of the
+// Conv's output into its batch and spatial coordinates (the channel axis is left empty for the
+// caller); *inside is the condition that the column is a pixel of this block's region.
+std::vector<std::string> ConvGemmStage::conv_pixel(const std::string& p, std::string* inside) {
+  const Region& r = cx_.region.at(n_.outputs[0]);
+  const std::vector<int64_t>& caps = st_.caps;
+  std::vector<std::string> o(r.n.size());
+  int64_t inner = 1;
+  *inside = "1";
+  for (size_t d = r.n.size(); d-- > 0;) {
+    if (d == 1) continue;
+    const std::string q = "ft_q" + std::to_string(d);
+    cx_.cur().push_back(small_let(q, "(" + p + " / " + ll(inner) + ") % " + ll(caps[d])));
+    o[d] = "(" + r.lo[d] + " + " + q + ")";
+    *inside += " && " + q + " < " + r.n[d];
+    inner *= caps[d];
+  }
+  return o;
+}
+
+// Emits lets decomposing reduction index `kk` (input channel of the group, then the window taps,
+// row-major as the weights are laid out) into the reduction variables.
+std::vector<std::string> ConvGemmStage::conv_taps(const TensorExpr& e, const std::string& kk) {
+  std::vector<std::string> vars;
+  int64_t stride = 1;
+  for (int64_t x : e.reduce_extents) stride *= x;
+  for (size_t q = 0; q < e.reduce_extents.size(); ++q) {
+    stride /= e.reduce_extents[q];
+    vars.push_back("ft_rv" + std::to_string(q));
+    cx_.cur().push_back(small_let(vars.back(), "(" + kk + " / " + ll(stride) + ") % " + ll(e.reduce_extents[q])));
+  }
+  return vars;
+}
+
+// Each step of the reduction loads the weight slice (M x step) and the im2col patches of every
+// group the rows touch (groups x step x P; zero outside the input, past K and for columns outside
+// the region) into shared memory, then every thread updates its TM x TN accumulators; after the
+// last step each thread writes its micro-tile (plus the bias) where the Conv's value goes: its
+// shared buffer for the epilogue, and global memory when exported.
+void ConvGemmStage::emit(Kernel& k) {
+  const Graph& g = cx_.g;
+  const Node& n = n_;
+  const TensorExpr& e = cx_.exprs.at(static_cast<int>(&n - g.nodes().data()));
+  const int v = n.outputs[0];
+  const GemmPlan& st = st_;
+  const Region& r = cx_.region.at(v);
+  const std::string nm = r.n[1], step = ll(st.step), kk_total = ll(st.k);
+  const int64_t cols = st.b_cap / (st.groups_cap * st.step);
+  const std::string np = ll(cols);
+  const std::string g0 = "(" + r.lo[1] + " / " + ll(st.cout_g) + ")";
+  const std::string ng = st.groups_cap == 1 ? "1LL"
+                                            : "ft_min(" + r.hi[1] + " / " + ll(st.cout_g) + " - " + g0 + " + 1LL, " +
+                                                  ll(st.groups_cap) + ")";
+  k.body.push_back(serial_for("ft_i", "0LL", ll(st.tm * st.tn), {assign(st.regs + "[ft_i]", "0.0f")}));
+  const int64_t ntn = (cols + st.tn - 1) / st.tn;
+  const std::string owns = "(long long)ft_thread < " + ll((st.caps[1] + st.tm - 1) / st.tm * ntn);
+  const Block micro_tile = {small_let("ft_tm0", "((long long)ft_thread / " + ll(ntn) + ") * " + ll(st.tm)),
+                            small_let("ft_tn0", "((long long)ft_thread % " + ll(ntn) + ") * " + ll(st.tn))};
+  Block steps;
+  // Weights: element e of the slice is row e / step, reduction index ks * step + e % step.
+  steps.push_back(thread_for("ft_e", "0LL", "ft_min(" + nm + " * " + step + ", " + ll(st.a_cap) + ")", cx_.fresh_block([&] {
+    cx_.cur().push_back(small_let("ft_k", "ft_ks * " + step + " + ft_e % " + step));
+    cx_.cur().push_back(let("float", "ft_x", "0.0f"));
+    Block inside;
+    cx_.with_block(inside, [&] {
+      std::vector<std::string> vars = r.lo;
+      vars[1] = "(" + r.lo[1] + " + ft_e / " + step + ")";
+      for (const std::string& t : conv_taps(e, "ft_k")) vars.push_back(t);
+      cx_.cur().push_back(assign("ft_x", cx_.value(n.inputs[1], cx_.index_of(e.accesses[1], vars))));
+    });
+    cx_.cur().push_back(if_then("ft_k < " + kk_total, inside));
+    cx_.cur().push_back(store(st.a, "ft_e", "ft_x"));
+  })));
+  // Patches: element e is group e / (step * P), reduction index ks * step + (e / P) % step,
+  // column e % P; the input channel follows from the group (any output channel of it).
+  const int x = n.inputs[0];
+  const Access& xa = e.accesses[0];
+  steps.push_back(thread_for("ft_e", "0LL", ng + " * " + ll(st.step * cols), cx_.fresh_block([&] {
+    cx_.cur().push_back(small_let("ft_k", "ft_ks * " + step + " + (ft_e / " + np + ") % " + step));
+    cx_.cur().push_back(let("float", "ft_x", "0.0f"));
+    std::string pixel;
+    std::vector<std::string> vars = conv_pixel("ft_e % " + np, &pixel);
+    Block inside;
+    cx_.with_block(inside, [&] {
+      vars[1] = "((" + g0 + " + ft_e / " + ll(st.step * cols) + ") * " + ll(st.cout_g) + ")";
+      for (const std::string& t : conv_taps(e, "ft_k")) vars.push_back(t);
+      const auto idx = cx_.index_of(xa, vars);
+      if (xa.guarded) {
+        Block in_input;
+        cx_.with_block(in_input, [&] { cx_.cur().push_back(assign("ft_x", cx_.value(x, idx))); });
+        cx_.cur().push_back(if_then(cx_.in_range(g.value(x).shape, idx), in_input));
+      } else {
+        cx_.cur().push_back(assign("ft_x", cx_.value(x, idx)));
+      }
+    });
+    cx_.cur().push_back(if_then("ft_k < " + kk_total + " && " + pixel, inside));
+    cx_.cur().push_back(store(st.b, "ft_e", "ft_x"));
+  })));
+  steps.push_back(barrier());
+  // The micro-tile update: rows [ft_tm0, ft_tm0 + TM), columns [ft_tn0, ft_tn0 + TN); a row reads
+  // the patches of its own group.
+  Block update = micro_tile;
+  Block inner;
+  for (int64_t i = 0; i < st.tm; ++i) {
+    const std::string row = "(ft_tm0 + " + ll(i) + ")", is = std::to_string(i);
+    if (st.groups_cap > 1) {
+      update.push_back(small_let("ft_g" + is,
+                                 "ft_min((" + r.lo[1] + " + " + row + ") / " + ll(st.cout_g) + " - " + g0 + ", " + ng + " - 1LL)"));
+    }
+    inner.push_back(let("float", "ft_ra" + is, "(" + row + " < " + nm + " ? " + st.a + "[" + row + " * " + step + " + ft_kk] : 0.0f)"));
+  }
+  auto patch = [&](const std::string& group, int64_t j) {
+    const std::string col = "(ft_tn0 + " + ll(j) + ")";
+    const std::string at = st.b + "[(" + group + " * " + step + " + ft_kk) * " + np + " + " + col + "]";
+    return ntn * st.tn == cols ? at : "(" + col + " < " + np + " ? " + at + " : 0.0f)";
+  };
+  for (int64_t j = 0; j < st.tn; ++j) {
+    if (st.groups_cap == 1) inner.push_back(let("float", "ft_rb" + std::to_string(j), patch("0LL", j)));
+  }
+  for (int64_t i = 0; i < st.tm; ++i) {
+    for (int64_t j = 0; j < st.tn; ++j) {
+      const std::string cell = st.regs + "[" + std::to_string(i * st.tn + j) + "]";
+      const std::string b = st.groups_cap == 1 ? "ft_rb" + std::to_string(j) : patch("ft_g" + std::to_string(i), j);
+      inner.push_back(assign(cell, cell + " + ft_ra" + std::to_string(i) + " * " + b));
+    }
+  }
+  update.push_back(serial_for("ft_kk", "0LL", "ft_min(" + step + ", " + kk_total + " - ft_ks * " + step + ")", inner));
+  steps.push_back(if_then(owns, update));
+  steps.push_back(barrier());
+  k.body.push_back(uniform_for("ft_ks", "0LL", ll((st.k + st.step - 1) / st.step), steps));
+  // The epilogue's input: each cell of the micro-tile, plus the bias.
+  const bool bias = n.inputs.size() > 2 && n.inputs[2] != kNoValue;
+  Block write = cx_.fresh_block([&] {
+    cx_.cur().insert(cx_.cur().end(), micro_tile.begin(), micro_tile.end());
+    for (int64_t j = 0; j < st.tn; ++j) {
+      const std::string col = "(ft_tn0 + " + ll(j) + ")";
+      Block column;
+      std::string pixel;
+      cx_.with_block(column, [&] {
+        std::vector<std::string> o = conv_pixel(col, &pixel);
+        Block cells;
+        cx_.with_block(cells, [&] {
+          for (int64_t i = 0; i < st.tm; ++i) {
+            const std::string row = "(ft_tm0 + " + ll(i) + ")";
+            Block cell;
+            cx_.with_block(cell, [&] {
+              o[1] = "(" + r.lo[1] + " + " + row + ")";
+              std::string result = st.regs + "[" + std::to_string(i * st.tn + j) + "]";
+              if (bias) result += " + " + cx_.value(n.inputs[2], {o[1]});
+              cx_.store_value(v, o, result);
+            });
+            cx_.cur().push_back(if_then(row + " < " + nm, cell));
+          }
+        });
+        cx_.cur().push_back(if_then(pixel, cells));
+      });
+      cx_.cur().push_back(if_then(col + " < " + np, column));
+    }
+  });
+  k.body.push_back(if_then(owns, write));
+}
+
+}  // namespace
+
+std::unique_ptr<AnchorStage> conv_gemm_stage(LoweringContext& cx, Kernel& k, const Node& n,
+                                             const std::vector<int64_t>& max_extent, int64_t max_groups) {
+  const int v = n.outputs[0];
+  const Shape& w = cx.g.value(n.inputs[1]).shape;
+  const std::string tag = std::to_string(v);
+  GemmPlan st;
+  st.k = numel(w) / w[0];
+  st.step = cx.cfg.reduce_step;
+  st.cout_g = conv_cout_per_group(cx.g, n);
+  st.groups_cap = std::max<int64_t>(1, max_groups);
+  int64_t pixels = 1;
+  for (int64_t x : max_extent) st.caps.push_back(std::max<int64_t>(1, x));
+  for (size_t d = 0; d < max_extent.size(); ++d) pixels *= d == 1 ? 1 : st.caps[d];
+  std::tie(st.tm, st.tn) = planner::micro_tile(st.caps[1], pixels, cx.cfg.threads);
+  if (st.tm == 0) return nullptr;
+  st.a_cap = st.caps[1] * st.step;
+  st.b_cap = st.groups_cap * st.step * pixels;
+  st.a = k.add_shared("ca" + tag, DType::kF32, st.a_cap);
+  st.b = k.add_shared("cb" + tag, DType::kF32, st.b_cap);
+  st.regs = "tc" + tag;
+  k.thread_locals.push_back({st.regs, st.tm * st.tn});
+  return std::make_unique<ConvGemmStage>(cx, n, std::move(st));
+}
+
+}  // namespace fusetune::codegen::stages

@@ -1,0 +1,274 @@
+#include "codegen/stages/matmul.h"
+
+#include <algorithm>
+
+#include "codegen/scalar_ops.h"
+
+namespace fusetune::codegen::stages {
+
+using planner::Access;
+using planner::TensorExpr;
+
+bool stages_matmul(const LoweringContext& cx, const Node& n, const std::vector<int64_t>& max_extent) {
+  if (n.op != "MatMul" || cx.cfg.reduce_step <= 0 || cx.g.value(n.inputs[0]).shape.size() < 2 ||
+      cx.g.value(n.inputs[1]).shape.size() < 2) {
+    return false;
+  }
+  // Operands stream through shared memory one reduction step at a time; needs one matrix per
+  // block: every batch axis of the region of extent 1.
+  bool one_matrix = true;
+  for (size_t d = 0; d + 2 < max_extent.size(); ++d) one_matrix = one_matrix && max_extent[d] <= 1;
+  return one_matrix;
+}
+
+StagedProduct staged_product(const LoweringContext& cx, const Node& n, const std::vector<int64_t>& max_extent) {
+  StagedProduct p;
+  p.v = n.outputs[0];
+  p.m_axis = max_extent.size() - 2;
+  p.n_axis = max_extent.size() - 1;
+  p.step = cx.cfg.reduce_step;
+  p.k = cx.g.value(n.inputs[0]).shape.back();
+  return p;
+}
+
+void allocate_root_accumulators(const LoweringContext& cx, Kernel& k, StagedProduct& p, int64_t max_elems) {
+  if (p.v == cx.root) p.acc = k.add_shared("acc" + std::to_string(p.v), DType::kF32, std::max<int64_t>(1, max_elems));
+}
+
+std::string product_accumulators(const LoweringContext& cx, const StagedProduct& p) {
+  auto b = cx.buffer.find(p.v);
+  return b != cx.buffer.end() ? b->second : p.acc;
+}
+
+std::vector<std::string> product_vars(const LoweringContext& cx, const StagedProduct& p, const std::string& m,
+                                      const std::string& nidx, const std::string& kk) {
+  std::vector<std::string> vars = cx.region.at(p.v).lo;
+  vars[p.m_axis] = m;
+  vars[p.n_axis] = nidx;
+  vars.push_back(kk);
+  return vars;
+}
+
+void export_product(LoweringContext& cx, Kernel& k, const StagedProduct& p) {
+  const int v = p.v;
+  if (!cx.out_param.count(v)) return;
+  k.body.push_back(barrier());
+  cx.region_loop(k, v, [&](const std::vector<std::string>& o) {
+    cx.cur().push_back(store(cx.out_param.at(v), flat(cx.g.value(v).shape, o),
+                             store_from_compute(cx.g.value(v).dtype, product_accumulators(cx, p) + "[ft_e]")));
+  });
+}
+
+namespace {
+
+// The scalar form's plan.
+struct ScalarPlan : StagedProduct {
+  std::string a, b;  // shared operand slices
+  int64_t a_cap = 0, b_cap = 0;
+  std::string regs;  // register-blocked accumulators (thread-local), when the threads cover the region
+  bool vec_a = false, vec_b = false;  // operands staged in float4 quads
+  int64_t tm = 0, tn = 0;             // the micro-tile of each thread
+};
+
+class StagedMatMulStage : public AnchorStage {
+ public:
+  StagedMatMulStage(LoweringContext& cx, Kernel& k, const Node& node, const std::vector<int64_t>& me, int64_t max_elems)
+      : cx_(cx), n_(node) {
+    const int v = node.outputs[0];
+    ScalarPlan& st = st_;
+    static_cast<StagedProduct&>(st) = staged_product(cx, node, me);
+    st.a = k.add_shared("sa" + std::to_string(v), DType::kF32, std::max<int64_t>(1, me[st.m_axis] * st.step));
+    st.b = k.add_shared("sb" + std::to_string(v), DType::kF32, std::max<int64_t>(1, me[st.n_axis] * st.step));
+    st.a_cap = std::max<int64_t>(1, me[st.m_axis] * st.step);
+    st.b_cap = std::max<int64_t>(1, me[st.n_axis] * st.step);
+    // Register blocking: each thread owns one TM x TN micro-tile of the region; the smallest
+    // (squarest) micro-tile that lets the block's threads cover the largest region.
+    int64_t best = 0;
+    for (int64_t tm : {1, 2, 4, 8}) {
+      for (int64_t tn : {1, 2, 4, 8}) {
+        const int64_t tiles = ((me[st.m_axis] + tm - 1) / tm) * ((me[st.n_axis] + tn - 1) / tn);
+        if (tiles > cx.cfg.threads) continue;
+        const int64_t score = tm * tn * 16 + (tm > tn ? tm - tn : tn - tm);
+        if (best == 0 || score < best) {
+          best = score;
+          st.tm = tm;
+          st.tn = tn;
+        }
+      }
+    }
+    if (best > 0) {
+      st.regs = "tl" + std::to_string(v);
+      k.thread_locals.push_back({st.regs, st.tm * st.tn});
+    }
+    // Vectorised staging (the candidate's vector width): an operand read straight from a float32
+    // input whose contiguous axis is the slice's row (A: the reduction axis, whole steps of 4; B:
+    // the output's columns) moves in float4 quads.
+    if (cx.cfg.vector >= 4) {
+      const TensorExpr& e = cx.exprs.at(static_cast<int>(&node - cx.g.nodes().data()));
+      st.vec_a = st.step % 4 == 0 && contiguous_input(node.inputs[0], e.accesses[0], static_cast<int>(e.out_shape.size()));
+      st.vec_b = contiguous_input(node.inputs[1], e.accesses[1], static_cast<int>(st.n_axis));
+    }
+    allocate_root_accumulators(cx, k, st, max_elems);
+  }
+
+  void emit(Kernel& k) override;
+
+ private:
+  // True if value u is a float32 group input whose innermost axis is indexed by variable `var`
+  // alone, so consecutive values of the variable are consecutive floats in memory.
+  bool contiguous_input(int u, const Access& a, int var) const {
+    return cx_.param.count(u) && !cx_.producer.count(u) && cx_.g.value(u).dtype == DType::kF32 && !a.guarded &&
+           !a.index.empty() && a.index.back().is_var(var);
+  }
+
+  LoweringContext& cx_;
+  const Node& n_;
+  ScalarPlan st_;
+};
+
+void StagedMatMulStage::emit(Kernel& k) {
+  const Graph& g = cx_.g;
+  const Node& n = n_;
+  const TensorExpr& e = cx_.exprs.at(static_cast<int>(&n - g.nodes().data()));
+  const int v = n.outputs[0];
+  const ScalarPlan& st = st_;
+  const Region& r = cx_.region.at(v);
+  const std::string acc = product_accumulators(cx_, st);
+  const std::string nm = r.n[st.m_axis], nn = r.n[st.n_axis];
+  const std::string step = ll(st.step);
+  // Accumulators start at zero.
+  if (st.regs.empty()) {
+    cx_.region_loop(k, v, [&](const std::vector<std::string>&) { cx_.cur().push_back(store(acc, "ft_e", "0.0f")); });
+    k.body.push_back(barrier());
+  } else {
+    k.body.push_back(serial_for("ft_i", "0LL", ll(st.tm * st.tn), {assign(st.regs + "[ft_i]", "0.0f")}));
+  }
+  // Each thread's micro-tile: rows [ft_tm0, ft_tm0 + TM), columns [ft_tn0, ft_tn0 + TN).
+  const std::string ntn = "((" + nn + " + " + ll(st.tn - 1) + ") / " + ll(st.tn) + ")";
+  const std::string owns = "(long long)ft_thread < ((" + nm + " + " + ll(st.tm - 1) + ") / " + ll(st.tm) + ") * " + ntn;
+  auto micro_tile = [&]() {
+    return Block{let("long long", "ft_tm0", "((long long)ft_thread / " + ntn + ") * " + ll(st.tm)),
+                 let("long long", "ft_tn0", "((long long)ft_thread % " + ntn + ") * " + ll(st.tn))};
+  };
+  auto operand_vars = [&](const std::string& m, const std::string& nidx, const std::string& kk) {
+    return product_vars(cx_, st, m, nidx, kk);
+  };
+  Block steps;
+  auto staging = [&](const std::string& buf, int64_t cap, const std::string& count, const Access& a, int operand,
+                     bool is_a) {
+    Block loop = cx_.fresh_block([&] {
+      // A: e = m * step + kk; B: e = kk * n + col
+      const std::string kk = is_a ? "(ft_e % " + step + ")" : "(ft_e / " + nn + ")";
+      cx_.cur().push_back(let("long long", "ft_k", "ft_ks * " + step + " + " + kk));
+      const std::string m = is_a ? "(" + r.lo[st.m_axis] + " + ft_e / " + step + ")" : r.lo[st.m_axis];
+      const std::string col = is_a ? r.lo[st.n_axis] : "(" + r.lo[st.n_axis] + " + ft_e % " + nn + ")";
+      const auto idx = cx_.index_of(a, operand_vars(m, col, "ft_k"));
+      cx_.cur().push_back(let("float", "ft_x", "0.0f"));
+      Block inside;
+      cx_.with_block(inside, [&] { cx_.cur().push_back(assign("ft_x", cx_.value(n.inputs[static_cast<size_t>(operand)], idx))); });
+      cx_.cur().push_back(if_then("ft_k < " + ll(st.k), inside));
+      cx_.cur().push_back(store(buf, "ft_e", "ft_x"));
+    });
+    steps.push_back(thread_for("ft_e", "0LL", "ft_min(" + count + ", " + ll(cap) + ")", loop));
+  };
+  // The same slice in float4 quads: viewed as rows x cols, contiguous along cols in the operand
+  // (A: nm x step, B: step x nn), each thread loads 4 consecutive columns in one 16-byte access
+  // when all 4 lie inside the slice and the operand and their address is 16-byte aligned
+  // (checked per quad: a row of an odd-sized operand may start anywhere), else element by element.
+  auto vector_staging = [&](const std::string& buf, int64_t cap, const Access& a, int operand, bool is_a) {
+    const int u = n.inputs[static_cast<size_t>(operand)];
+    const std::string p = cx_.param.at(u);
+    const std::string cols = is_a ? step : nn, rows = is_a ? nm : step;
+    const std::string quads = "((" + cols + " + 3LL) / 4LL)";
+    const int64_t max_quads = is_a ? cap / 4 : st.step * ((cap / st.step + 3) / 4);
+    Block loop = cx_.fresh_block([&] {
+      cx_.cur().push_back(let("long long", "ft_r", "ft_e / " + quads));
+      cx_.cur().push_back(let("long long", "ft_c", "(ft_e % " + quads + ") * 4LL"));
+      cx_.cur().push_back(let("long long", "ft_k", "ft_ks * " + step + " + " + (is_a ? "ft_c" : "ft_r")));
+      const std::string m = is_a ? "(" + r.lo[st.m_axis] + " + ft_r)" : r.lo[st.m_axis];
+      const std::string col = is_a ? r.lo[st.n_axis] : "(" + r.lo[st.n_axis] + " + ft_c)";
+      cx_.cur().push_back(let("long long", "ft_at", flat(g.value(u).shape, cx_.index_of(a, operand_vars(m, col, "ft_k")))));
+      cx_.cur().push_back(let("long long", "ft_s", "ft_r * " + cols + " + ft_c"));
+      // A: the quad is 4 reduction steps (all in the slice: the step is a multiple of 4); B: 4
+      // columns of one reduction step, within the slice's columns and its allocation.
+      const std::string fits = is_a ? "ft_k + 3LL < " + ll(st.k)
+                                    : "ft_k < " + ll(st.k) + " && ft_c + 3LL < " + nn + " && ft_s + 3LL < " + ll(cap);
+      const std::string whole = fits + " && ft_aligned16(" + p + ", ft_at)";
+      Block quad = {vector_load("ft_q", p, "ft_at")};
+      Block tail;
+      for (int i = 0; i < 4; ++i) {
+        const std::string at = "ft_s + " + ll(i);
+        quad.push_back(store(buf, at, std::string("ft_q.") + "xyzw"[i]));
+        const std::string inside = is_a ? "ft_k + " + ll(i) + " < " + ll(st.k) : "ft_k < " + ll(st.k);
+        const Stmt element = store(buf, at, "(" + inside + " ? " + p + "[ft_at + " + ll(i) + "] : 0.0f)");
+        tail.push_back(is_a ? element : if_then("ft_c + " + ll(i) + " < " + nn + " && " + at + " < " + ll(cap), {element}));
+      }
+      cx_.cur().push_back(if_then(whole, quad, tail));
+    });
+    steps.push_back(thread_for("ft_e", "0LL", "ft_min(" + rows + " * " + quads + ", " + ll(max_quads) + ")", loop));
+  };
+  if (st.vec_a) {
+    vector_staging(st.a, st.a_cap, e.accesses[0], 0, true);
+  } else {
+    staging(st.a, st.a_cap, "(" + nm + " * " + step + ")", e.accesses[0], 0, true);
+  }
+  if (st.vec_b) {
+    vector_staging(st.b, st.b_cap, e.accesses[1], 1, false);
+  } else {
+    staging(st.b, st.b_cap, "(" + step + " * " + nn + ")", e.accesses[1], 1, false);
+  }
+  steps.push_back(barrier());
+  if (!st.regs.empty()) {
+    Block inner;
+    for (int64_t i = 0; i < st.tm; ++i) {
+      const std::string row = "(ft_tm0 + " + ll(i) + ")";
+      inner.push_back(let("float", "ft_ra" + std::to_string(i),
+                          "(" + row + " < " + nm + " ? " + st.a + "[" + row + " * " + step + " + ft_kk] : 0.0f)"));
+    }
+    for (int64_t j = 0; j < st.tn; ++j) {
+      const std::string col = "(ft_tn0 + " + ll(j) + ")";
+      inner.push_back(let("float", "ft_rb" + std::to_string(j),
+                          "(" + col + " < " + nn + " ? " + st.b + "[ft_kk * " + nn + " + " + col + "] : 0.0f)"));
+    }
+    for (int64_t i = 0; i < st.tm; ++i) {
+      for (int64_t j = 0; j < st.tn; ++j) {
+        const std::string cell = st.regs + "[" + std::to_string(i * st.tn + j) + "]";
+        inner.push_back(assign(cell, cell + " + ft_ra" + std::to_string(i) + " * ft_rb" + std::to_string(j)));
+      }
+    }
+    Block body = micro_tile();
+    body.push_back(serial_for("ft_kk", "0LL", "ft_min(" + step + ", " + ll(st.k) + " - ft_ks * " + step + ")", inner));
+    steps.push_back(if_then(owns, body));
+  } else {
+    Block loop = {let("long long", "ft_m", "ft_e / " + nn), let("long long", "ft_n", "ft_e % " + nn),
+                  let("float", "ft_s", acc + "[ft_e]")};
+    Block inner = {assign("ft_s", "ft_s + " + st.a + "[ft_m * " + step + " + ft_kk] * " + st.b + "[ft_kk * " + nn + " + ft_n]")};
+    loop.push_back(serial_for("ft_kk", "0LL", "ft_min(" + step + ", " + ll(st.k) + " - ft_ks * " + step + ")", inner));
+    loop.push_back(store(acc, "ft_e", "ft_s"));
+    steps.push_back(thread_for("ft_e", "0LL", "ft_min(" + nm + " * " + nn + ", " + ll(std::max<int64_t>(1, cx_.capacity[v] > 0 ? cx_.capacity[v] : 1)) + ")", loop));
+  }
+  steps.push_back(barrier());
+  k.body.push_back(uniform_for("ft_ks", "0LL", ll((st.k + st.step - 1) / st.step), steps));
+  if (!st.regs.empty()) {  // registers to the shared accumulator buffer, where consumers read the product
+    Block write = micro_tile();
+    for (int64_t i = 0; i < st.tm; ++i) {
+      for (int64_t j = 0; j < st.tn; ++j) {
+        const std::string row = "(ft_tm0 + " + ll(i) + ")", col = "(ft_tn0 + " + ll(j) + ")";
+        write.push_back(if_then(row + " < " + nm + " && " + col + " < " + nn,
+                                {store(acc, row + " * " + nn + " + " + col, st.regs + "[" + std::to_string(i * st.tn + j) + "]")}));
+      }
+    }
+    k.body.push_back(if_then(owns, write));
+    k.body.push_back(barrier());
+  }
+  export_product(cx_, k, st);
+}
+
+}  // namespace
+
+std::unique_ptr<AnchorStage> staged_matmul_stage(LoweringContext& cx, Kernel& k, const Node& n,
+                                                 const std::vector<int64_t>& max_extent, int64_t max_elems) {
+  return std::make_unique<StagedMatMulStage>(cx, k, n, max_extent, max_elems);
+}
+
+}  // namespace fusetune::codegen::stages

@@ -1,0 +1,56 @@
+// The staged MatMul (scalar form; the tensor-core form is stages/mma_matmul.h) and what both
+// forms share.
+//
+// Takes the lowering context and a MatMul of the group. stages_matmul says whether it stages: the
+// candidate has a reduction step, both operands are matrices (or batches of them), and every tile's
+// region is one matrix (its batch axes of extent at most 1 over the sampled tiles, `max_extent`).
+// staged_matmul_stage allocates the operand slices in shared memory (A: rows x step, B: step x
+// columns, sized for the largest region), picks the register-blocked micro-tile (1, 2, 4 or 8 rows
+// by as many columns; the smallest, squarest one with which the block's threads cover the largest
+// region) and declares its accumulators as a thread-local; with vector width 4, an operand read
+// straight from a float32 input along its contiguous axis is staged in float4 quads. Its emit runs
+// a block-uniform loop over the reduction steps: each step loads both slices cooperatively (zero
+// beyond K; a quad only where it lies inside the slice and the operand and its address is 16-byte
+// aligned, checked per quad at run time, else element loads), a barrier, each thread's micro-tile
+// update, a barrier. Then the accumulators go to the product's shared buffer (the root's own
+// accumulator allocation) for the epilogue, and to its output parameter when exported. When the
+// threads cannot cover the region, the accumulators live in shared memory instead. Guarantees: the
+// reference product up to float32 rounding (summed in K order) for every tile, partial ones
+// included; every staging loop is clamped to its allocation.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "codegen/stages/context.h"
+
+namespace fusetune::codegen::stages {
+
+bool stages_matmul(const LoweringContext& cx, const Node& n, const std::vector<int64_t>& max_extent);
+
+// The plan both forms of a staged MatMul share.
+struct StagedProduct {
+  int v = -1;               // the product
+  size_t m_axis = 0, n_axis = 0;
+  int64_t step = 0, k = 0;  // the reduction step and extent
+  std::string acc;          // the root product's accumulators (a product that is not the root uses its buffer)
+};
+
+// The shared part of the plan of MatMul n (region extents `max_extent`), with the candidate's step.
+StagedProduct staged_product(const LoweringContext& cx, const Node& n, const std::vector<int64_t>& max_extent);
+// The root product's accumulator allocation (`max_elems` floats); nothing for another product.
+void allocate_root_accumulators(const LoweringContext& cx, Kernel& k, StagedProduct& p, int64_t max_elems);
+// Where the product's elements are accumulated for the epilogue: its shared buffer or `acc`.
+std::string product_accumulators(const LoweringContext& cx, const StagedProduct& p);
+// Variable values for the operand reads at row m, column nidx and reduction index kk: batch axes
+// at the region's origin.
+std::vector<std::string> product_vars(const LoweringContext& cx, const StagedProduct& p, const std::string& m,
+                                      const std::string& nidx, const std::string& kk);
+// After a barrier, the product leaves the block from its accumulators when it is exported.
+void export_product(LoweringContext& cx, Kernel& k, const StagedProduct& p);
+
+std::unique_ptr<AnchorStage> staged_matmul_stage(LoweringContext& cx, Kernel& k, const Node& n,
+                                                 const std::vector<int64_t>& max_extent, int64_t max_elems);
+
+}  // namespace fusetune::codegen::stages

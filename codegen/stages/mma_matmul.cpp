@@ -1,0 +1,174 @@
+#include "codegen/stages/mma_matmul.h"
+
+#include <algorithm>
+
+#include "codegen/scalar_ops.h"
+#include "codegen/stages/matmul.h"
+
+namespace fusetune::codegen::stages {
+
+bool uses_tensor_cores(const LoweringContext& cx, const Node& n) {
+  const DType a_type = cx.g.value(n.inputs[0]).dtype;
+  return cx.cfg.mma && a_type == cx.g.value(n.inputs[1]).dtype && (a_type == DType::kF16 || a_type == DType::kBF16);
+}
+
+namespace {
+
+using planner::TensorExpr;
+
+// The warp grid's columns, fragments per warp, the staged slices' extents and row pitches
+// (elements), and the fragment thread-locals.
+struct MmaPlan : StagedProduct {
+  DType mma = DType::kUndefined;  // the operands' 16-bit type
+  std::string a, b;               // shared operand slices
+  int64_t warps_n = 0, fm = 0, fn = 0, rows_a = 0, cols_b = 0, pitch_a = 0, pitch_b = 0;
+  std::string frag_c, frag_a, frag_b;
+};
+
+class MmaMatMulStage : public AnchorStage {
+ public:
+  MmaMatMulStage(LoweringContext& cx, Kernel& k, const Node& node, const std::vector<int64_t>& me, int64_t max_elems)
+      : cx_(cx), n_(node) {
+    MmaPlan& st = st_;
+    static_cast<StagedProduct&>(st) = staged_product(cx, node, me);
+    layout(k, me[st.m_axis], me[st.n_axis], cx.g.value(node.inputs[0]).dtype, node.outputs[0]);
+    allocate_root_accumulators(cx, k, st, max_elems);
+  }
+
+  void emit(Kernel& k) override;
+
+ private:
+  // The layout of a region of at most rows x cols: the block's warps form a warps_m x warps_n grid
+  // (the split of the warps with the fewest m16n8 fragments per warp, then the fewest fragment
+  // loads), each warp owning fm x fn fragments; the reduction step is a multiple of 16. The operand
+  // slices are staged as 16-bit values, A as (warps_m * fm * 16) x step and B as step x
+  // (warps_n * fn * 8) so every warp's fragments lie inside, with rows padded to an odd number of
+  // 16-byte units (the 8 rows an ldmatrix phase reads fall in distinct banks).
+  void layout(Kernel& k, int64_t rows, int64_t cols, DType dtype, int v) {
+    MmaPlan& st = st_;
+    const int64_t mt = (std::max<int64_t>(1, rows) + 15) / 16, nt = (std::max<int64_t>(1, cols) + 7) / 8;
+    const int64_t warps = cx_.cfg.threads / kWarpSize;
+    int64_t best = -1;
+    for (int64_t wm = 1; wm <= warps; ++wm) {
+      if (warps % wm != 0) continue;
+      const int64_t fm = (mt + wm - 1) / wm, fn = (nt + warps / wm - 1) / (warps / wm);
+      const int64_t score = fm * fn * 1024 + fm + fn;
+      if (best < 0 || score < best) {
+        best = score;
+        st.warps_n = warps / wm;
+        st.fm = fm;
+        st.fn = fn;
+      }
+    }
+    st.mma = dtype;
+    st.step = (std::max<int64_t>(16, st.step) + 15) / 16 * 16;
+    const auto padded = [](int64_t count) { return (count / 8) % 2 == 1 ? count : count + 8; };
+    st.rows_a = warps / st.warps_n * st.fm * 16;
+    st.cols_b = st.warps_n * st.fn * 8;
+    st.pitch_a = padded(st.step);
+    st.pitch_b = padded(st.cols_b);
+    const std::string id = std::to_string(v);
+    st.a = k.add_shared("sa" + id, dtype, st.rows_a * st.pitch_a);
+    st.b = k.add_shared("sb" + id, dtype, st.step * st.pitch_b);
+    st.frag_c = "fc" + id;
+    st.frag_a = "fa" + id;
+    st.frag_b = "fb" + id;
+    k.thread_locals.push_back({st.frag_c, st.fm * st.fn * 4, DType::kF32});
+    k.thread_locals.push_back({st.frag_a, st.fm * 4, DType::kU32});
+    k.thread_locals.push_back({st.frag_b, st.fn * 2, DType::kU32});
+  }
+
+  LoweringContext& cx_;
+  const Node& n_;
+  MmaPlan st_;
+};
+
+// Per reduction step, both operand slices are staged in shared memory as 16-bit values, zero
+// outside the region's rows and columns and beyond K (so padding contributes nothing); then for
+// every 16 of the step each warp loads its A fragments (ldmatrix.x4 of 16x16 row-major tiles) and B
+// fragments (ldmatrix.x4.trans for two n8 fragments, .x2.trans for a last odd one) and issues
+// fm x fn mma into its f32 accumulator fragments. After the last step each lane writes its
+// accumulator elements that lie inside the region to the shared accumulator buffer, where the
+// epilogue reads them as in the scalar path.
+void MmaMatMulStage::emit(Kernel& k) {
+  const Node& n = n_;
+  const TensorExpr& e = cx_.exprs.at(static_cast<int>(&n - cx_.g.nodes().data()));
+  const int v = n.outputs[0];
+  const MmaPlan& st = st_;
+  const Region& r = cx_.region.at(v);
+  const std::string nm = r.n[st.m_axis], nn = r.n[st.n_axis];
+  const std::string step = ll(st.step);
+  k.body.push_back(serial_for("ft_i", "0LL", ll(st.fm * st.fn * 4), {assign(st.frag_c + "[ft_i]", "0.0f")}));
+  const std::string warp = "((long long)ft_thread / " + ll(kWarpSize) + ")";
+  const std::string lane = "((long long)ft_thread % " + ll(kWarpSize) + ")";
+  const std::string wm0 = "(" + warp + " / " + ll(st.warps_n) + " * " + ll(st.fm * 16) + ")";
+  const std::string wn0 = "(" + warp + " % " + ll(st.warps_n) + " * " + ll(st.fn * 8) + ")";
+  Block steps;
+  // One operand slice, rows x cols (A: rows_a x step, B: step x cols_b), element by element.
+  auto stage = [&](bool is_a) {
+    const int64_t rows = is_a ? st.rows_a : st.step, cols = is_a ? st.step : st.cols_b;
+    const int u = n.inputs[is_a ? 0 : 1];
+    Block loop = cx_.fresh_block([&] {
+      cx_.cur().push_back(let("long long", "ft_r", "ft_e / " + ll(cols)));
+      cx_.cur().push_back(let("long long", "ft_c", "ft_e % " + ll(cols)));
+      cx_.cur().push_back(let("long long", "ft_k", "ft_ks * " + step + " + " + (is_a ? "ft_c" : "ft_r")));
+      const std::string m = is_a ? "(" + r.lo[st.m_axis] + " + ft_r)" : r.lo[st.m_axis];
+      const std::string col = is_a ? r.lo[st.n_axis] : "(" + r.lo[st.n_axis] + " + ft_c)";
+      const auto idx = cx_.index_of(e.accesses[is_a ? 0 : 1], product_vars(cx_, st, m, col, "ft_k"));
+      cx_.cur().push_back(let("float", "ft_x", "0.0f"));
+      Block inside;
+      cx_.with_block(inside, [&] { cx_.cur().push_back(assign("ft_x", cx_.value(u, idx))); });
+      cx_.cur().push_back(if_then("ft_k < " + ll(st.k) + " && " + (is_a ? "ft_r < " + nm : "ft_c < " + nn), inside));
+      cx_.cur().push_back(store(is_a ? st.a : st.b, "ft_r * " + ll(is_a ? st.pitch_a : st.pitch_b) + " + ft_c",
+                                store_from_compute(st.mma, "ft_x")));
+    });
+    steps.push_back(thread_for("ft_e", "0LL", ll(rows * cols), loop));
+  };
+  stage(true);
+  stage(false);
+  steps.push_back(barrier());
+  Block slice;  // k in [ft_ks * step + ft_kq * 16, + 16)
+  for (int64_t i = 0; i < st.fm; ++i) {
+    slice.push_back(ldmatrix(st.frag_a, i * 4, 4, false, st.a,
+                             "(" + wm0 + " + " + ll(i * 16) + " + " + lane + " % 16LL) * " + ll(st.pitch_a) +
+                                 " + ft_kq * 16LL + " + lane + " / 16LL * 8LL"));
+  }
+  for (int64_t j = 0; j < st.fn; j += 2) {
+    const bool pair = j + 1 < st.fn;
+    slice.push_back(ldmatrix(st.frag_b, j * 2, pair ? 4 : 2, true, st.b,
+                             "(ft_kq * 16LL + " + lane + " % 16LL) * " + ll(st.pitch_b) + " + " + wn0 + " + " + ll(j * 8) +
+                                 (pair ? " + " + lane + " / 16LL * 8LL" : "")));
+  }
+  for (int64_t i = 0; i < st.fm; ++i) {
+    for (int64_t j = 0; j < st.fn; ++j) slice.push_back(mma(st.frag_c, (i * st.fn + j) * 4, st.frag_a, i * 4, st.frag_b, j * 2, st.mma));
+  }
+  steps.push_back(uniform_for("ft_kq", "0LL", ll(st.step / 16), slice));
+  steps.push_back(barrier());
+  k.body.push_back(uniform_for("ft_ks", "0LL", ll((st.k + st.step - 1) / st.step), steps));
+  // Accumulator fragments to the shared accumulator buffer (c_i at row g + 8 * (i / 2), column
+  // 2t + i % 2 of its fragment).
+  const std::string acc = product_accumulators(cx_, st);
+  Block write = {let("long long", "ft_g", lane + " / 4LL"), let("long long", "ft_t", lane + " % 4LL")};
+  for (int64_t i = 0; i < st.fm; ++i) {
+    for (int64_t j = 0; j < st.fn; ++j) {
+      for (int64_t c = 0; c < 4; ++c) {
+        const std::string row = "(" + wm0 + " + " + ll(i * 16 + (c / 2) * 8) + " + ft_g)";
+        const std::string col = "(" + wn0 + " + " + ll(j * 8 + c % 2) + " + 2LL * ft_t)";
+        write.push_back(if_then(row + " < " + nm + " && " + col + " < " + nn,
+                                {store(acc, row + " * " + nn + " + " + col, st.frag_c + "[" + std::to_string((i * st.fn + j) * 4 + c) + "]")}));
+      }
+    }
+  }
+  k.body.push_back(if_then(wm0 + " < " + nm + " && " + wn0 + " < " + nn, write));
+  k.body.push_back(barrier());
+  export_product(cx_, k, st);
+}
+
+}  // namespace
+
+std::unique_ptr<AnchorStage> mma_matmul_stage(LoweringContext& cx, Kernel& k, const Node& n,
+                                              const std::vector<int64_t>& max_extent, int64_t max_elems) {
+  return std::make_unique<MmaMatMulStage>(cx, k, n, max_extent, max_elems);
+}
+
+}  // namespace fusetune::codegen::stages

@@ -1,0 +1,63 @@
+#include "codegen/stages/scatter.h"
+
+#include "codegen/scalar_ops.h"
+#include "core/error.h"
+
+namespace fusetune::codegen::stages {
+
+namespace {
+
+class ScatterStage : public AnchorStage {
+ public:
+  ScatterStage(LoweringContext& cx, const Node& n) : cx_(cx), n_(n) {}
+
+  void emit(Kernel& k) override {
+    cx_.region_loop(k, n_.outputs[0], [&](const std::vector<std::string>& o) { scatter_output(o); });
+  }
+
+ private:
+  void scatter_output(const std::vector<std::string>& o) {
+    const Graph& g = cx_.g;
+    const Node& n = n_;
+    const int v = n.outputs[0];
+    const Shape& data = g.value(n.inputs[0]).shape;
+    const Shape& ids = g.value(n.inputs[1]).shape;
+    const int64_t depth = ids.back();
+    const int64_t tuples = depth == 0 ? 0 : numel(ids) / depth;
+    const std::string red = n.attrs.s("reduction", "none");
+    const bool fl = is_float(g.value(v).dtype);
+    const std::string acc = "ft_acc";
+    check(cx_.param.count(n.inputs[1]) && cx_.param.count(n.inputs[2]), "ScatterND's indices and updates must be group inputs");
+    cx_.cur().push_back(let(compute_ctype(g.value(v).dtype), acc, cx_.value(n.inputs[0], o)));
+    Block body;
+    cx_.with_block(body, [&] {
+      std::string match;
+      for (int64_t j = 0; j < depth; ++j) {  // indices viewed as [tuples, depth]
+        const std::string flat_i = "(ft_t * " + ll(depth) + " + " + ll(j) + ")";
+        const std::string iv = "((long long)" + cx_.param.at(n.inputs[1]) + "[" + flat_i + "])";
+        const std::string norm = "(" + iv + " < 0LL ? " + iv + " + " + ll(data[static_cast<size_t>(j)]) + " : " + iv + ")";
+        match += (match.empty() ? "" : " && ") + std::string("(") + norm + " == " + o[static_cast<size_t>(j)] + ")";
+      }
+      std::string uoff = "ft_t";
+      for (size_t d = static_cast<size_t>(depth); d < data.size(); ++d) uoff = "(" + uoff + " * " + ll(data[d]) + " + " + o[d] + ")";
+      const std::string u = load_as_compute(g.value(n.inputs[2]).dtype, cx_.param.at(n.inputs[2]) + "[" + uoff + "]");
+      std::string next = u;
+      if (red == "add") next = acc + " + " + u;
+      if (red == "mul") next = acc + " * " + u;
+      if (red == "max") next = fl ? "fmaxf(" + acc + ", " + u + ")" : "ft_max(" + acc + ", " + u + ")";
+      if (red == "min") next = fl ? "fminf(" + acc + ", " + u + ")" : "ft_min(" + acc + ", " + u + ")";
+      cx_.cur().push_back(if_then(match.empty() ? "1" : match, {assign(acc, next)}));
+    });
+    cx_.cur().push_back(serial_for("ft_t", "0LL", ll(tuples), body));
+    cx_.store_value(v, o, acc);
+  }
+
+  LoweringContext& cx_;
+  const Node& n_;
+};
+
+}  // namespace
+
+std::unique_ptr<AnchorStage> scatter_stage(LoweringContext& cx, const Node& n) { return std::make_unique<ScatterStage>(cx, n); }
+
+}  // namespace fusetune::codegen::stages

@@ -1,0 +1,289 @@
+#include "codegen/verify_ir.h"
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/error.h"
+
+namespace fusetune::codegen {
+
+namespace {
+
+// The statement's own line, as to_text prints it (without its nested blocks).
+std::string line(const Stmt& s) {
+  std::ostringstream out;
+  switch (s.kind) {
+    case Stmt::Kind::kComment: out << "// " << s.a; break;
+    case Stmt::Kind::kLet: out << "let " << s.ctype << " " << s.name << " = " << s.a; break;
+    case Stmt::Kind::kAssign: out << s.name << " = " << s.a; break;
+    case Stmt::Kind::kStore: out << s.name << "[" << s.a << "] = " << s.b; break;
+    case Stmt::Kind::kFor: out << (s.threads ? "for.threads " : "for ") << s.name << " in [" << s.a << ", " << s.b << ")"; break;
+    case Stmt::Kind::kIf: out << "if " << s.a; break;
+    case Stmt::Kind::kBarrier: out << "barrier"; break;
+    case Stmt::Kind::kVectorLoad: out << "let float4 " << s.name << " = " << s.a << "[" << s.b << " .. +4]"; break;
+    case Stmt::Kind::kWarpReduce: out << "warp.reduce " << s.a << " " << s.name; break;
+    case Stmt::Kind::kMma:
+      out << "mma.m16n8k16." << dtype_name(s.dtype) << " " << s.name << "[" << (s.at.size() > 0 ? s.at[0] : -1) << "] += " << s.a
+          << "[" << (s.at.size() > 1 ? s.at[1] : -1) << "] * " << s.b << "[" << (s.at.size() > 2 ? s.at[2] : -1) << "]";
+      break;
+    case Stmt::Kind::kLdmatrix:
+      out << "ldmatrix.x" << s.matrices << (s.trans ? ".trans " : " ") << s.name << "[" << (s.at.empty() ? -1 : s.at[0])
+          << "] = " << s.a << "[row " << s.b << "]";
+      break;
+    case Stmt::Kind::kUniformFor: out << "for.uniform " << s.name << " in [" << s.a << ", " << s.b << ")"; break;
+    case Stmt::Kind::kPart: out << "part if " << s.a; break;
+  }
+  return out.str();
+}
+
+// Statements that must be reached by every thread of the block at once.
+bool block_uniform_only(Stmt::Kind kind) {
+  return kind == Stmt::Kind::kBarrier || kind == Stmt::Kind::kWarpReduce || kind == Stmt::Kind::kMma ||
+         kind == Stmt::Kind::kLdmatrix || kind == Stmt::Kind::kPart || kind == Stmt::Kind::kUniformFor;
+}
+
+bool warp_synchronous(Stmt::Kind kind) {
+  return kind == Stmt::Kind::kWarpReduce || kind == Stmt::Kind::kMma || kind == Stmt::Kind::kLdmatrix;
+}
+
+const char* what(Stmt::Kind kind) {
+  switch (kind) {
+    case Stmt::Kind::kBarrier: return "a barrier";
+    case Stmt::Kind::kWarpReduce: return "a warp reduction";
+    case Stmt::Kind::kMma: return "an mma";
+    case Stmt::Kind::kLdmatrix: return "an ldmatrix";
+    case Stmt::Kind::kPart: return "a part";
+    case Stmt::Kind::kUniformFor: return "a uniform loop";
+    default: return "a statement";
+  }
+}
+
+// The identifiers an expression names.
+void identifiers(const std::string& text, std::set<std::string>& out) {
+  for (size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (std::isalpha(c) || c == '_') {
+      size_t j = i + 1;
+      while (j < text.size() && (std::isalnum(static_cast<unsigned char>(text[j])) || text[j] == '_')) ++j;
+      out.insert(text.substr(i, j - i));
+      i = j;
+    } else if (std::isdigit(c)) {  // a number and its suffix (1LL, 0.5f, 1e-5f) name nothing
+      while (i < text.size() && (std::isalnum(static_cast<unsigned char>(text[i])) || text[i] == '.' || text[i] == '_')) ++i;
+    } else {
+      ++i;
+    }
+  }
+}
+
+void identifiers(const Block& b, std::set<std::string>& out);
+
+void identifiers(const Stmt& s, std::set<std::string>& out) {
+  if (s.kind == Stmt::Kind::kComment) return;
+  identifiers(s.name, out);
+  identifiers(s.a, out);
+  identifiers(s.b, out);
+  identifiers(s.body, out);
+  identifiers(s.orelse, out);
+  identifiers(s.uniform, out);
+}
+
+void identifiers(const Block& b, std::set<std::string>& out) {
+  for (const Stmt& s : b) identifiers(s, out);
+}
+
+class Verifier {
+ public:
+  explicit Verifier(const Kernel& k) : k_(k) {}
+
+  void run() {
+    declarations();
+    walk(k_.uniform, "the kernel's block-uniform lets", nullptr);
+    walk(k_.body, nullptr, nullptr);
+    if (first_warp_sync_ != nullptr) {
+      check(k_.threads > 0 && k_.threads % kWarpSize == 0, "kernel '", k_.name, "': ", k_.threads,
+            " threads, not a positive multiple of ", kWarpSize, ", with warp-synchronous `", line(*first_warp_sync_), "`");
+    }
+    shared_layout();
+  }
+
+ private:
+  template <typename... Parts>
+  [[noreturn]] void fail_at(const Stmt& s, Parts&&... parts) const {
+    fail("kernel '", k_.name, "': ", std::forward<Parts>(parts)..., ": `", line(s), "`");
+  }
+
+  void declarations() {
+    check(k_.threads > 0, "kernel '", k_.name, "': ", k_.threads, " threads");
+    std::map<std::string, std::string> seen;  // name -> what declared it
+    auto declare = [&](const std::string& name, const std::string& kind) {
+      auto [it, fresh] = seen.emplace(name, kind);
+      check(fresh, "kernel '", k_.name, "': ", kind, " '", name, "' has the name of ", it->second == kind ? "another " : "a ",
+            it->second);
+    };
+    for (const Param& p : k_.params) declare(p.name, "parameter");
+    for (const SharedAlloc& a : k_.shared) declare(a.name, "shared allocation");
+    for (const ThreadLocal& t : k_.thread_locals) declare(t.name, "thread-local");
+  }
+
+  const ThreadLocal* local(const std::string& name) const {
+    for (const ThreadLocal& t : k_.thread_locals) {
+      if (t.name == name) return &t;
+    }
+    return nullptr;
+  }
+
+  const SharedAlloc* shared(const std::string& name) const {
+    for (const SharedAlloc& a : k_.shared) {
+      if (a.name == name) return &a;
+    }
+    return nullptr;
+  }
+
+  const Param* param(const std::string& name) const {
+    for (const Param& p : k_.params) {
+      if (p.name == name) return &p;
+    }
+    return nullptr;
+  }
+
+  // A fragment operand: `size` elements of thread-local `name` of `dtype` from `at`.
+  void fragment(const Stmt& s, const char* role, const std::string& name, int64_t at, int64_t size, DType dtype) const {
+    const ThreadLocal* t = local(name);
+    if (t == nullptr) fail_at(s, role, " '", name, "' is not a thread-local");
+    if (t->dtype != dtype) fail_at(s, role, " '", name, "' is ", dtype_name(t->dtype), ", needs ", dtype_name(dtype));
+    if (at < 0 || at + size > t->count) {
+      fail_at(s, role, " '", name, "' [", at, ", ", at + size, ") outside its ", t->count, " elements");
+    }
+  }
+
+  void statement(const Stmt& s) {
+    switch (s.kind) {
+      case Stmt::Kind::kStore: {
+        if (shared(s.name) != nullptr) break;
+        const Param* p = param(s.name);
+        if (p == nullptr) fail_at(s, "store to '", s.name, "', which is neither an output parameter nor a shared allocation");
+        if (!p->output) fail_at(s, "store to input parameter '", s.name, "'");
+        break;
+      }
+      case Stmt::Kind::kWarpReduce: {
+        const ThreadLocal* t = local(s.name);
+        if (t == nullptr) fail_at(s, "warp reduction of '", s.name, "', which is not a thread-local");
+        if (t->count != 1 || t->dtype != DType::kF32) {
+          fail_at(s, "warp reduction of thread-local '", s.name, "' of ", t->count, " ", dtype_name(t->dtype),
+                  " (needs one float)");
+        }
+        break;
+      }
+      case Stmt::Kind::kMma:
+        if (s.at.size() != 3) fail_at(s, "mma with ", s.at.size(), " operand offsets (needs 3)");
+        if (s.dtype != DType::kF16 && s.dtype != DType::kBF16) {
+          fail_at(s, "mma of ", dtype_name(s.dtype), " (needs float16 or bfloat16)");
+        }
+        fragment(s, "mma accumulator", s.name, s.at[0], 4, DType::kF32);
+        fragment(s, "mma A fragment", s.a, s.at[1], 4, DType::kU32);
+        fragment(s, "mma B fragment", s.b, s.at[2], 2, DType::kU32);
+        break;
+      case Stmt::Kind::kLdmatrix: {
+        if (s.matrices != 1 && s.matrices != 2 && s.matrices != 4) {
+          fail_at(s, "ldmatrix of ", s.matrices, " matrices (1, 2 or 4)");
+        }
+        if (s.at.size() != 1) fail_at(s, "ldmatrix with ", s.at.size(), " destination offsets (needs 1)");
+        fragment(s, "ldmatrix destination", s.name, s.at[0], s.matrices, DType::kU32);
+        const SharedAlloc* a = shared(s.a);
+        if (a == nullptr) fail_at(s, "ldmatrix from '", s.a, "', which is not a shared allocation");
+        if (dtype_size(a->dtype) != 2) {
+          fail_at(s, "ldmatrix from shared allocation '", s.a, "' of ", dtype_name(a->dtype), " (needs 16-bit)");
+        }
+        break;
+      }
+      default: break;
+    }
+  }
+
+  // Statements of block b. `not_uniform` says why b is not a block-uniform point (null when it is),
+  // `enclosing` the statement that makes it so.
+  void walk(const Block& b, const char* not_uniform, const Stmt* enclosing) {
+    for (const Stmt& s : b) {
+      if (block_uniform_only(s.kind) && not_uniform != nullptr) {
+        if (enclosing == nullptr) fail_at(s, what(s.kind), " inside ", not_uniform);
+        fail_at(s, what(s.kind), " inside ", not_uniform, " (`", line(*enclosing), "`)");
+      }
+      if (warp_synchronous(s.kind) && first_warp_sync_ == nullptr) first_warp_sync_ = &s;
+      statement(s);
+      switch (s.kind) {
+        case Stmt::Kind::kFor: walk(s.body, s.threads ? "a thread loop" : "a serial loop", &s); break;
+        case Stmt::Kind::kIf:
+          walk(s.body, "a branch", &s);
+          walk(s.orelse, "a branch", &s);
+          break;
+        case Stmt::Kind::kPart:
+          walk(s.uniform, "the block-uniform lets of a part", &s);
+          walk(s.body, not_uniform, enclosing);
+          break;
+        case Stmt::Kind::kUniformFor: walk(s.body, not_uniform, enclosing); break;
+        default: break;
+      }
+    }
+  }
+
+  // Alignment, bounds and overlap of the shared allocations.
+  void shared_layout() const {
+    for (const SharedAlloc& a : k_.shared) {
+      const int64_t bytes = a.elements * static_cast<int64_t>(dtype_size(a.dtype));
+      check(a.offset >= 0 && a.offset % 16 == 0, "kernel '", k_.name, "': shared allocation '", a.name, "' at byte ", a.offset,
+            ", not 16-byte aligned");
+      check(a.elements >= 0 && a.offset + bytes <= k_.shared_bytes, "kernel '", k_.name, "': shared allocation '", a.name,
+            "' [", a.offset, ", ", a.offset + bytes, ") beyond the kernel's ", k_.shared_bytes, " bytes of shared memory");
+    }
+    // Who names each allocation: parts of a packed kernel (their index), or the rest of the kernel (-1).
+    std::vector<std::set<std::string>> scopes;
+    std::set<std::string> rest;
+    identifiers(k_.uniform, rest);
+    for (const Stmt& s : k_.body) {
+      if (s.kind == Stmt::Kind::kPart) {
+        scopes.emplace_back();
+        identifiers(s, scopes.back());
+      } else {
+        identifiers(s, rest);
+      }
+    }
+    auto users = [&](const std::string& name) {
+      std::set<int> u;
+      if (rest.count(name) || scopes.empty()) u.insert(-1);
+      for (size_t i = 0; i < scopes.size(); ++i) {
+        if (scopes[i].count(name)) u.insert(static_cast<int>(i));
+      }
+      if (u.empty()) u.insert(-1);  // named nowhere: kernel-wide
+      return u;
+    };
+    for (size_t i = 0; i < k_.shared.size(); ++i) {
+      const SharedAlloc& a = k_.shared[i];
+      const int64_t a_end = a.offset + a.elements * static_cast<int64_t>(dtype_size(a.dtype));
+      for (size_t j = i + 1; j < k_.shared.size(); ++j) {
+        const SharedAlloc& b = k_.shared[j];
+        const int64_t b_end = b.offset + b.elements * static_cast<int64_t>(dtype_size(b.dtype));
+        if (a.offset >= b_end || b.offset >= a_end || a.offset == a_end || b.offset == b_end) continue;
+        const std::set<int> ua = users(a.name), ub = users(b.name);
+        bool shared_user = ua.count(-1) || ub.count(-1);
+        for (int u : ua) shared_user = shared_user || ub.count(u);
+        check(!shared_user, "kernel '", k_.name, "': shared allocations '", a.name, "' [", a.offset, ", ", a_end, ") and '",
+              b.name, "' [", b.offset, ", ", b_end, ") overlap");
+      }
+    }
+  }
+
+  const Kernel& k_;
+  const Stmt* first_warp_sync_ = nullptr;
+};
+
+}  // namespace
+
+void verify_ir(const Kernel& k) { Verifier(k).run(); }
+
+}  // namespace fusetune::codegen
