@@ -24,53 +24,6 @@ std::string storage_ctype(DType t) {
 
 namespace {
 
-const ThreadLocal* find_local(const std::string& name, const std::vector<ThreadLocal>& locals) {
-  for (const ThreadLocal& t : locals) {
-    if (t.name == name) return &t;
-  }
-  return nullptr;
-}
-
-// The thread-local a warp reduction combines: it must be declared, with one float per thread.
-void check_warp_local(const Stmt& s, const std::vector<ThreadLocal>& locals) {
-  const ThreadLocal* t = find_local(s.name, locals);
-  check(t != nullptr, "warp reduction of '", s.name, "', which is not a thread-local");
-  check(t->count == 1 && t->dtype == DType::kF32, "warp reduction of thread-local '", s.name, "' of ", t->count, " ",
-        dtype_name(t->dtype), " (needs one float)");
-}
-
-// A fragment operand: `size` elements of thread-local `name` of `dtype` from `at`.
-void check_fragment(const std::string& what, const std::string& name, int64_t at, int64_t size, DType dtype,
-                    const std::vector<ThreadLocal>& locals) {
-  const ThreadLocal* t = find_local(name, locals);
-  check(t != nullptr, what, " '", name, "' is not a thread-local");
-  check(t->dtype == dtype, what, " '", name, "' is ", dtype_name(t->dtype), ", needs ", dtype_name(dtype));
-  check(at >= 0 && at + size <= t->count, what, " '", name, "' [", at, ", ", at + size, ") outside its ", t->count,
-        " elements");
-}
-
-const SharedAlloc& shared_b16(const std::string& name, const Kernel& k) {
-  for (const SharedAlloc& a : k.shared) {
-    if (a.name == name) {
-      check(dtype_size(a.dtype) == 2, "ldmatrix from shared allocation '", name, "' of ", dtype_name(a.dtype));
-      return a;
-    }
-  }
-  fail("ldmatrix from '", name, "', which is not a shared allocation");
-}
-
-// The operands of a warp-level matrix statement, checked against the kernel's declarations.
-void check_matrix_stmt(const Stmt& s, const Kernel& k) {
-  if (s.kind == Stmt::Kind::kMma) {
-    check_fragment("mma accumulator", s.name, s.at[0], 4, DType::kF32, k.thread_locals);
-    check_fragment("mma A fragment", s.a, s.at[1], 4, DType::kU32, k.thread_locals);
-    check_fragment("mma B fragment", s.b, s.at[2], 2, DType::kU32, k.thread_locals);
-  } else {
-    check_fragment("ldmatrix destination", s.name, s.at[0], s.matrices, DType::kU32, k.thread_locals);
-    shared_b16(s.a, k);
-  }
-}
-
 std::string local_ctype(const ThreadLocal& t) { return t.dtype == DType::kF32 ? "float" : "unsigned int"; }
 
 // The intrinsic layer's CUDA expansions; simt/prelude.h defines FT_SIMT and the host expansions of
@@ -151,21 +104,17 @@ void emit_block(std::ostringstream& out, const Kernel& k, const Block& b, int de
         out << pad << "const float4 " << s.name << " = ft_load_float4(" << s.a << ", " << s.b << ");\n";
         break;
       case Stmt::Kind::kWarpReduce:
-        check_warp_local(s, k.thread_locals);
         out << pad << "#pragma unroll\n"
             << pad << "for (int ft_off = " << kWarpSize / 2 << "; ft_off > 0; ft_off >>= 1) " << s.name << "[0] = "
             << warp_combine(s.a, s.name + "[0]", "__shfl_xor_sync(0xffffffffu, " + s.name + "[0], ft_off)") << ";\n";
         break;
       case Stmt::Kind::kMma:
-        check_matrix_stmt(s, k);
         out << pad << "ft_mma_m16n8k16_" << (s.dtype == DType::kBF16 ? "bf16" : "f16") << "(";
         for (int i = 0; i < 4; ++i) out << reg(s.name, s.at[0] + i) << ", ";
         for (int i = 0; i < 4; ++i) out << reg(s.a, s.at[1] + i) << ", ";
         out << reg(s.b, s.at[2]) << ", " << reg(s.b, s.at[2] + 1) << ");\n";
         break;
       case Stmt::Kind::kLdmatrix:
-        check_matrix_stmt(s, k);
-        check(s.matrices == 1 || s.matrices == 2 || s.matrices == 4, "ldmatrix of ", s.matrices, " matrices");
         out << pad << "ft_ldmatrix_x" << s.matrices << (s.trans ? "_trans" : "") << "(";
         for (int i = 0; i < s.matrices; ++i) out << reg(s.name, s.at[0] + i) << ", ";
         out << s.a << ", " << s.b << ");\n";

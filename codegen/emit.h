@@ -1,20 +1,19 @@
-// Emitters: print a Kernel (codegen/kernel_ir.h) as source text.
+// The CUDA emitter: prints Kernels (codegen/kernel_ir.h) as one module of CUDA C++ text, the one
+// text fusetune ships. NVRTC compiles it for the GPU; on a host without a GPU, the SIMT executor
+// builds and runs this same text (simt/module.h, simt/prelude.h).
 //
-// emit_cuda: an `extern "C" __global__` CUDA C++ kernel for NVRTC; the block's shared
-// allocations live in one dynamic `extern __shared__` array (launch with Kernel::shared_bytes);
-// warp reductions are __shfl_xor_sync butterflies; mma and ldmatrix are inline PTX
-// (mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}, ldmatrix.sync.aligned.m8n8.xN[.trans].shared.b16),
-// so a module holding them needs sm_80 or later.
-// emit_host: an `extern "C"` C++ function `void NAME(void** args, long long first_block, long long
-// last_block)` that runs blocks [first, last) on the CPU: block-uniform statements once per block,
-// then each stretch of the body between barriers (and warp reductions) as a loop over the block's
-// threads, so barrier semantics hold; a warp reduction replays the butterfly lane by lane on the
-// thread-local values, in the GPU's order; an mma or ldmatrix runs its warp emulation (the
-// fragment layout of kernel_ir.h), checking ldmatrix row addresses. Throws Error for a kernel that
-// breaks the IR's placement rules (a barrier or warp-synchronous statement inside a thread loop or
-// branch, a warp reduction of anything but a one-float thread-local, a fragment that is not a
-// thread-local of the right type and size, an ldmatrix from anything but a 16-bit shared
-// allocation). Both take a whole module (several kernels, one prelude).
+// The text starts with a small intrinsic layer guarded by `#ifndef FT_SIMT`, the only place where
+// what the kernels use of CUDA is spelled out: FT_GLOBAL(T) parameters (`T* __restrict__`),
+// FT_SHARED_MEMORY and FT_SHARED(T, name, offset, elements) views of the one dynamic
+// `extern __shared__` array (launch with Kernel::shared_bytes), ft_load_float4 and ft_aligned16
+// for 16-byte vector loads, and ft_mma_m16n8k16_{f16,bf16} and ft_ldmatrix_x{1,2,4}[_trans] as
+// inline PTX (mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}, ldmatrix.sync.aligned.m8n8.xN
+// [.trans].shared.b16; a module holding them needs sm_80 or later). The host prelude gives the same
+// names host expansions. Then the shared helpers (emit_common.h), then one
+// `extern "C" __global__` kernel per Kernel: warp reductions are __shfl_xor_sync butterflies,
+// barriers __syncthreads(), each statement on its own line (so that lines name statements in the
+// executor's reports). Library calls print nothing: backends run them. Kernels are expected to
+// have passed verify_ir (lower_group and pack_kernels run it).
 #pragma once
 
 #include <string>
@@ -25,7 +24,6 @@
 namespace fusetune::codegen {
 
 std::string emit_cuda(const std::vector<Kernel>& kernels);
-std::string emit_host(const std::vector<Kernel>& kernels);
 
 // The C type a parameter of this dtype has in generated code ("float", "unsigned short", ...).
 std::string storage_ctype(DType t);

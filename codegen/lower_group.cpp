@@ -14,6 +14,7 @@
 #include "codegen/stages/reduce.h"
 #include "codegen/stages/row_stats.h"
 #include "codegen/stages/scatter.h"
+#include "codegen/barriers.h"
 #include "codegen/verify_ir.h"
 #include "core/error.h"
 #include "core/ops.h"
@@ -124,6 +125,7 @@ LoweredKernel lower_generated(const Graph& g, const planner::FusionGroup& group,
       stages::element_stage(cx, k, v);
     }
   }
+  remove_redundant_barriers(k);
   verify_ir(k);
   return out;
 }

@@ -4,7 +4,8 @@
 // Each block computes one tile of the group's root output. Inside a block, the group's anchors
 // (reductions, normalizations, contractions, pooling, ScatterND) run as stages in topological
 // order, each computing its output over the region the tile needs (the region arithmetic of the
-// tensor expressions, evaluated per block) into shared memory, with a barrier after each stage;
+// tensor expressions, evaluated per block) into shared memory, with a barrier after each stage
+// (those that then separate nothing are removed: codegen/barriers.h);
 // every other op (element-wise, broadcast, data movement) is inlined as an expression where its
 // value is used, with common subexpressions kept in locals. Softmax and layer norm run row
 // statistics (one warp per row: each lane reduces a strided share into a thread-local, warp

@@ -19,6 +19,7 @@
 #include "backend/verify.h"
 #include "codegen/emit.h"
 #include "codegen/lower_group.h"
+#include "codegen/verify_ir.h"
 #include "core/error.h"
 #include "planner/device.h"
 #include "planner/tiling.h"
@@ -150,19 +151,19 @@ TEST(TensorCoreEmulation, MatrixStatementsOnlyWhereBarriersMayBeAndOnDeclaredFra
   Kernel k = one_mma_kernel(DType::kF16, true);
   const Kernel good = k;
   k.body.push_back(serial_for("ft_i", "0LL", "1LL", {mma("fc", 0, "fa", 0, "fb", 0, DType::kF16)}));
-  EXPECT_THROW(emit_cuda({k}), Error);
+  EXPECT_THROW(verify_ir(k), Error);
   k = good;
   k.body.push_back(mma("fc", 1, "fa", 0, "fb", 0, DType::kF16));  // past the accumulator's 4 floats
-  EXPECT_THROW(emit_cuda({k}), Error);
+  EXPECT_THROW(verify_ir(k), Error);
   k = good;
   k.body.push_back(mma("fa", 0, "fc", 0, "fb", 0, DType::kF16));  // accumulator of registers
-  EXPECT_THROW(emit_cuda({k}), Error);
+  EXPECT_THROW(verify_ir(k), Error);
   k = good;
   k.body.push_back(ldmatrix("fb", 0, 4, false, "sa", "0LL"));  // 4 matrices into 2 registers
-  EXPECT_THROW(emit_cuda({k}), Error);
+  EXPECT_THROW(verify_ir(k), Error);
   k = good;
   k.body.push_back(ldmatrix("fa", 0, 4, false, "c", "0LL"));  // not a shared allocation
-  EXPECT_THROW(emit_cuda({k}), Error);
+  EXPECT_THROW(verify_ir(k), Error);
   EXPECT_THROW(mma("fc", 0, "fa", 0, "fb", 0, DType::kF32), Error);
   EXPECT_THROW(ldmatrix("fa", 0, 3, false, "sa", "0LL"), Error);
 }
