@@ -161,6 +161,7 @@ struct Worker {
   int live = 0;
   int barrier_arrived = 0;
   int barrier_line = 0;
+  std::vector<int> epoch_lines;  // the line of the barrier that began each barrier interval
   bool barrier_reported = false;
   std::vector<unsigned char> smem_storage;
   unsigned char* smem = nullptr;
@@ -186,6 +187,8 @@ struct Worker {
   }
 
   Stamp now() const { return {gen, epoch}; }
+  // An access depended on another thread's in the interval before: the barrier between is needed.
+  void ordered_by_barrier() { counters.barrier_orderings[epoch_lines[epoch]] += 1; }
   std::string who(int thread) const {
     return "thread " + std::to_string(thread) + " of block " + std::to_string(block);
   }
@@ -235,6 +238,7 @@ struct Worker {
     live = L.shape.threads;
     barrier_arrived = 0;
     barrier_reported = false;
+    epoch_lines.assign(1, 0);
     global_cells.clear();
     for (size_t w = 0; w < warps.size(); ++w) {
       Warp& wp = warps[w];
@@ -307,6 +311,8 @@ struct Worker {
     ++epoch;
     barrier_arrived = 0;
     counters.barriers += 1;
+    epoch_lines.push_back(barrier_line);
+    counters.barrier_lines.insert(barrier_line);
     for (Warp& w : warps) w.trace.flush(counters);
     std::vector<int> waiting;
     for (const Fiber& f : fibers) {
@@ -385,8 +391,10 @@ void check_global(Worker& w, Fiber& f, const ft_simt_buffer* b, long long index,
   for (long long e = index; e < index + std::max(1, size / eb); ++e) {
     const uintptr_t addr = reinterpret_cast<uintptr_t>(b->base) + static_cast<uintptr_t>(e * eb);
     Access other;
+    bool ordered = false;
     Cell& c = w.global_cells[addr];
-    const Hazard h = store ? c.store(w.now(), a, &other) : c.load(w.now(), a, false, &other);
+    const Hazard h = store ? c.store(w.now(), a, &other, &ordered) : c.load(w.now(), a, false, &other, &ordered);
+    if (ordered) w.ordered_by_barrier();
     if (h != Hazard::kNone) {
       w.find(Check::kRace, hazard_name(h), buffer_label(b), e,
              "thread " + std::to_string(f.thread) + " and thread " + std::to_string(other.thread) + " of block " +
@@ -419,7 +427,10 @@ void check_shared(Worker& w, Fiber& f, const ft_simt_buffer* b, long long index,
   for (uintptr_t g = offset / kShadowGranule; g < (offset + static_cast<uintptr_t>(size)) / kShadowGranule; ++g) {
     if (g >= w.shared_cells.size()) break;
     Access other;
-    const Hazard h = store ? w.shared_cells[g].store(w.now(), a, &other) : w.shared_cells[g].load(w.now(), a, true, &other);
+    bool ordered = false;
+    const Hazard h = store ? w.shared_cells[g].store(w.now(), a, &other, &ordered)
+                           : w.shared_cells[g].load(w.now(), a, true, &other, &ordered);
+    if (ordered) w.ordered_by_barrier();
     if (h == Hazard::kNone) continue;
     const long long element = static_cast<long long>(g * kShadowGranule - (static_cast<uintptr_t>(b->base - w.smem))) /
                               b->element_bytes;

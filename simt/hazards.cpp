@@ -28,10 +28,16 @@ bool ordered(int earlier, uint32_t e, const Access& now) {
   return earlier == now.thread || (warp_of(earlier) == warp_of(now.thread) && e < now.wepoch);
 }
 
+// A stamp of the barrier interval just before `now`'s, in the same block run.
+bool previous_interval(uint64_t stamp, Stamp now) {
+  return now.epoch > 0 && stamp == Stamp{now.gen, now.epoch - 1}.packed();
+}
+
 }  // namespace
 
-Hazard Cell::load(Stamp now, const Access& a, bool init, Access* other) {
+Hazard Cell::load(Stamp now, const Access& a, bool init, Access* other, bool* spans) {
   Hazard h = Hazard::kNone;
+  if (previous_interval(w_stamp, now) && w_thread != a.thread) *spans = true;
   if (init && (w_stamp >> 32) != now.gen) {
     h = Hazard::kUninitialized;
   } else if (w_stamp == now.packed() && !ordered(w_thread, w_wepoch, a)) {
@@ -39,6 +45,9 @@ Hazard Cell::load(Stamp now, const Access& a, bool init, Access* other) {
     *other = {w_thread, w_wepoch, w_site};
   }
   if (r_stamp != now.packed()) {
+    p_stamp = r_stamp;
+    p_thread = r_thread;
+    p_others = r_others || r_many_warps;
     r_stamp = now.packed();
     r_thread = a.thread;
     r_wepoch = a.wepoch;
@@ -57,8 +66,11 @@ Hazard Cell::load(Stamp now, const Access& a, bool init, Access* other) {
   return h;
 }
 
-Hazard Cell::store(Stamp now, const Access& a, Access* other) {
+Hazard Cell::store(Stamp now, const Access& a, Access* other, bool* spans) {
   Hazard h = Hazard::kNone;
+  if (previous_interval(w_stamp, now) && w_thread != a.thread) *spans = true;
+  if (previous_interval(r_stamp, now) && (r_thread != a.thread || r_others || r_many_warps)) *spans = true;
+  if (r_stamp == now.packed() && previous_interval(p_stamp, now) && (p_thread != a.thread || p_others)) *spans = true;
   if (w_stamp == now.packed() && !ordered(w_thread, w_wepoch, a)) {
     h = Hazard::kWriteAfterWrite;
     *other = {w_thread, w_wepoch, w_site};

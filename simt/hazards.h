@@ -41,20 +41,25 @@ struct Access {
 enum class Hazard { kNone, kReadAfterWrite, kWriteAfterRead, kWriteAfterWrite, kUninitialized };
 const char* hazard_name(Hazard h);
 
+// The cell also tells whether an access depends on another thread's access of the previous
+// barrier interval (*spans): the barrier between the two intervals is what orders them, so it
+// is needed; a barrier that orders no such pair in a run is one the kernel did not need there.
 struct Cell {
   uint64_t w_stamp = 0;  // Stamp::packed of the last write; 0: never
   uint64_t r_stamp = 0;
+  uint64_t p_stamp = 0;  // the readers of the interval before r_stamp's
   const void* w_site = nullptr;
   const void* r_site = nullptr;
   uint32_t w_wepoch = 0, r_wepoch = 0;
-  int32_t w_thread = -1, r_thread = -1;
+  int32_t w_thread = -1, r_thread = -1, p_thread = -1;
   bool r_many_warps = false;  // readers of this interval in more than one warp
   bool r_others = false;      // another reader of r_thread's warp at r_wepoch
+  bool p_others = false;      // the earlier interval had readers other than p_thread
 
   // Check and record a load (initcheck when `init`) or a store; on a hazard, *other gets the
   // earlier access.
-  Hazard load(Stamp now, const Access& a, bool init, Access* other);
-  Hazard store(Stamp now, const Access& a, Access* other);
+  Hazard load(Stamp now, const Access& a, bool init, Access* other, bool* spans);
+  Hazard store(Stamp now, const Access& a, Access* other, bool* spans);
 };
 
 // First writer and reader block of each element of one global buffer in one launch.

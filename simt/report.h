@@ -11,6 +11,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <set>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -40,6 +42,10 @@ struct Counters {
   uint64_t barriers = 0;          // __syncthreads completed, per block
   uint64_t warp_operations = 0;   // warp-synchronous operations completed, per warp
   uint64_t redundant_stores = 0;  // global elements stored again by another block with the same bytes
+  // Per barrier (line of the CUDA text): the accesses it ordered after another thread's access of
+  // the interval before it. A barrier executed but absent here ordered nothing in these runs.
+  std::map<int, uint64_t> barrier_orderings;
+  std::set<int> barrier_lines;  // every barrier line executed
 
   Counters& operator+=(const Counters& o);
   uint64_t unique_bytes() const { return 32 * (unique_load_sectors + unique_store_sectors); }

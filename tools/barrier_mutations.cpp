@@ -3,12 +3,17 @@
 // The mutation test of the host executor's checks. For every measurement task the coordinator
 // would make of the model (each group the selection weighs, its top N candidates lowered to CUDA
 // text: coordinator/job_planner.h), it verifies each candidate kernel as a host worker does
-// (backend/verify.h: checks on, redzones, the reference on seeded random inputs), then deletes
-// each of the kernel's barriers in turn (the executor skips that line's __syncthreads(), which is
-// what deleting the statement does) and verifies again. A deletion is caught when verification
-// fails: a finding of the checks or a wrong result. Prints one line per surviving barrier (the
-// task, candidate, line and the code around it) and a summary line; exits 1 when a candidate fails
-// before any mutation or a barrier survives, 2 on bad input.
+// (backend/verify.h: checks on, redzones, the reference on seeded random inputs). That run also
+// says, per barrier, whether it ordered anything: an access of one thread after another thread's
+// access of the same location in the interval before the barrier (simt/hazards.h). Then it
+// deletes each of the kernel's barriers in turn (the executor skips that line's __syncthreads(),
+// which is what deleting the statement does) and verifies again. A deletion is caught when
+// verification fails: a finding of the checks or a wrong result. A barrier that ordered
+// something must be caught; one that ordered nothing (redundant for this candidate: each location
+// it separates is touched by one thread only) must not be, else the analysis is wrong. Prints one
+// line per barrier that breaks either rule (task, candidate, line and the code around it) and a
+// summary: the mutation score is caught / barriers that ordered something. Exits 1 when a
+// candidate fails before any mutation or a rule breaks, 2 on bad input.
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -30,7 +35,8 @@ namespace fusetune {
 namespace {
 
 struct Score {
-  size_t tasks = 0, candidates = 0, barriers = 0, caught = 0, by_check = 0, baseline_failures = 0;
+  size_t tasks = 0, candidates = 0, barriers = 0, needed = 0, caught = 0, by_check = 0, redundant = 0, unreached = 0;
+  size_t baseline_failures = 0, survivors = 0, inconsistent = 0;
 };
 
 std::vector<std::string> lines_of(const std::string& text) {
@@ -69,8 +75,13 @@ std::string task_module(const wire::Task& task) {
   return text;
 }
 
-backend::VerifyResult verify(const Graph& g, const wire::Candidate& c, const backend::ModuleSource& src,
-                             const std::set<int>& skip, uint64_t seed) {
+struct Verified {
+  backend::VerifyResult result;
+  simt::Counters counters;  // of the candidate's kernel in this run
+};
+
+Verified verify(const Graph& g, const wire::Candidate& c, const backend::ModuleSource& src, const std::set<int>& skip,
+                uint64_t seed) {
   simt::Options o;
   o.skip_barriers = skip;
   auto be = backend::make_host_backend("", o);
@@ -81,7 +92,17 @@ backend::VerifyResult verify(const Graph& g, const wire::Candidate& c, const bac
   group.nodes.resize(g.nodes().size());
   std::iota(group.nodes.begin(), group.nodes.end(), 0);
   std::mt19937 rng(static_cast<std::mt19937::result_type>(seed));
-  return backend::verify_kernel(g, group, c.kernel(), inputs, outputs, *be, *module, rng, 256);
+  Verified v;
+  v.result = backend::verify_kernel(g, group, c.kernel(), inputs, outputs, *be, *module, rng, 256);
+  const auto counted = module->counters();
+  if (auto it = counted.find(c.kernel()); it != counted.end()) v.counters = it->second;
+  return v;
+}
+
+void show(const std::vector<std::string>& text, int line) {
+  for (int l = std::max(1, line - 6); l <= std::min(static_cast<int>(text.size()), line + 6); ++l) {
+    std::printf("  %5d%s %s\n", l, l == line ? ">" : " ", text[static_cast<size_t>(l - 1)].c_str());
+  }
 }
 
 int run(const std::vector<std::string>& argv) {
@@ -112,35 +133,54 @@ int run(const std::vector<std::string>& argv) {
     for (const wire::Candidate& c : t.task.candidates()) {
       if (!c.library().empty()) continue;
       ++score.candidates;
-      const backend::VerifyResult base = verify(g, c, src, {}, seed);
-      if (!base.ok) {
+      const Verified base = verify(g, c, src, {}, seed);
+      if (!base.result.ok) {
         ++score.baseline_failures;
-        std::printf("FAILS UNMUTATED: task %s candidate %s: %s\n", t.pattern.c_str(), c.config().c_str(), base.detail.c_str());
+        std::printf("FAILS UNMUTATED: task %s candidate %s: %s\n", t.pattern.c_str(), c.config().c_str(),
+                    base.result.detail.c_str());
         continue;
       }
       const auto it = barriers.find(c.kernel());
       for (const int line : it == barriers.end() ? std::vector<int>{} : it->second) {
         ++score.barriers;
-        const backend::VerifyResult r = verify(g, c, src, {line}, seed);
-        if (!r.ok) {
-          ++score.caught;
-          score.by_check += r.check_failed ? 1 : 0;
-          if (verbose) std::printf("caught: %s %s line %d: %s\n", t.pattern.c_str(), c.config().c_str(), line, r.detail.c_str());
+        const bool reached = base.counters.barrier_lines.count(line) != 0;
+        const bool needed = base.counters.barrier_orderings.count(line) != 0;
+        const Verified r = verify(g, c, src, {line}, seed);
+        const std::string where = "task " + t.pattern + " candidate " + c.config() + " (" + c.kernel() +
+                                  "): the barrier at kernels.cu:" + std::to_string(line);
+        if (needed) {
+          ++score.needed;
+          if (!r.result.ok) {
+            ++score.caught;
+            score.by_check += r.result.check_failed ? 1 : 0;
+            if (verbose) std::printf("caught: %s: %s\n", where.c_str(), r.result.detail.c_str());
+            continue;
+          }
+          ++score.survivors;
+          std::printf("SURVIVES: %s ordered %llu accesses, yet its deletion passed verification\n", where.c_str(),
+                      static_cast<unsigned long long>(base.counters.barrier_orderings.at(line)));
+          show(text, line);
           continue;
         }
-        std::printf("SURVIVES: task %s candidate %s (%s): the barrier at kernels.cu:%d\n", t.pattern.c_str(),
-                    c.config().c_str(), c.kernel().c_str(), line);
-        for (int l = std::max(1, line - 6); l <= std::min(static_cast<int>(text.size()), line + 6); ++l) {
-          std::printf("  %5d%s %s\n", l, l == line ? ">" : " ", text[static_cast<size_t>(l - 1)].c_str());
+        ++(reached ? score.redundant : score.unreached);
+        if (!r.result.ok) {
+          ++score.inconsistent;
+          std::printf("INCONSISTENT: %s ordered nothing, yet its deletion fails verification: %s\n", where.c_str(),
+                      r.result.detail.c_str());
+          show(text, line);
+        } else if (verbose) {
+          std::printf("redundant: %s %s\n", where.c_str(), reached ? "ordered nothing" : "was never reached");
+          show(text, line);
         }
       }
     }
   }
-  std::printf("mutation score: %zu of %zu barriers caught (%zu by a check, %zu by a wrong result) over %zu candidates "
-              "of %zu tasks; %zu candidates fail unmutated\n",
-              score.caught, score.barriers, score.by_check, score.caught - score.by_check, score.candidates, score.tasks,
-              score.baseline_failures);
-  return score.caught == score.barriers && score.baseline_failures == 0 ? 0 : 1;
+  std::printf("mutation score: %zu of %zu needed barriers caught (%zu by a check, %zu by a wrong result); %zu barriers "
+              "in all over %zu candidates of %zu tasks, %zu redundant for their candidate (ordered nothing), %zu never "
+              "reached; %zu survivors, %zu inconsistent, %zu candidates fail unmutated\n",
+              score.caught, score.needed, score.by_check, score.caught - score.by_check, score.barriers, score.candidates,
+              score.tasks, score.redundant, score.unreached, score.survivors, score.inconsistent, score.baseline_failures);
+  return score.survivors == 0 && score.inconsistent == 0 && score.baseline_failures == 0 ? 0 : 1;
 }
 
 }  // namespace

@@ -2,10 +2,13 @@
 # The job CLI against a real coordinator and worker on loopback, as a script would drive them:
 # submit --wait, status, export, run the exported plan against PyTorch's outputs, cancel, and the
 # exit codes of mistakes (an unknown job, a coordinator that is not there).
-# usage: service_cli.sh FUSETUNE MODEL_DIR WORK_DIR PORT
+# usage: service_cli.sh FUSETUNE MODEL_DIR WORK_DIR
 set -u
-fusetune=$1 model_dir=$2 work=$3 port=$4
+fusetune=$1 model_dir=$2 work=$3
+# A port the kernel says is free right now (bound to port 0, then released).
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 ep="tcp://127.0.0.1:$port"
+echo "coordinator on $ep"
 rm -rf "$work"
 mkdir -p "$work"
 "$fusetune" coordinator --listen "$ep" --db "$work/search.db" > "$work/coordinator.log" 2>&1 &
