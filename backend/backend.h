@@ -1,8 +1,8 @@
-// Backends: where generated kernels run. One interface, two implementations: the host backend
-// (the host form of the kernels compiled with the system C++ compiler and loaded with dlopen) and
-// the CUDA backend (NVRTC to a cubin, loaded and launched with the CUDA driver API, timed with
-// events). The worker daemon wraps them; tests use the host backend everywhere and the CUDA
-// backend where a GPU is present.
+// Backends: where generated kernels run. One interface, two implementations over the same CUDA
+// text: the host backend (the text built by the system C++ compiler with the SIMT executor's
+// prelude and run by the executor, simt/executor.h) and the CUDA backend (NVRTC to a cubin,
+// loaded and launched with the CUDA driver API, timed with events). The worker daemon wraps them;
+// tests use the host backend everywhere and the CUDA backend where a GPU is present.
 //
 // A Module holds compiled kernels; launch() runs one with buffers bound to its parameters in
 // order; time() runs it under a TimingPolicy (warm-up, then repeats until both a minimum count

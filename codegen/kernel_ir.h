@@ -1,33 +1,30 @@
-// Kernel IR: an explicit kernel program that both emitters print (emit_cuda: CUDA C++ for NVRTC;
-// emit_host: a host C++ function that runs the same program on the CPU).
+// Kernel IR: an explicit kernel program that the emitter prints as CUDA C++ (codegen/emit.h), the
+// text NVRTC compiles and the host's SIMT executor runs (simt/executor.h).
 //
 // A Kernel has typed buffer parameters, a launch shape (a 1-D grid of blocks, a 1-D block of
 // threads), shared-memory allocations with byte offsets, and a body of statements. Statements are
 // structured: `for` loops are either serial or bound to the block's threads (iteration i runs on
 // thread i % threads, strided), barriers appear only between top-level statements, and values
-// cross a barrier only through shared memory or global buffers, never through locals. That last
-// rule is what lets the host form run each stretch between barriers as a loop over threads;
-// values that must persist per thread across barriers are declared as Kernel::thread_locals.
+// cross a barrier only through shared memory or global buffers, never through locals; values
+// that must persist per thread across barriers are declared as Kernel::thread_locals (the
+// verifier, codegen/verify_ir.h, checks these placement rules on every generated kernel).
 // Warp reductions (`warp_reduce`) follow the same rule: a warp reduce combines, with sum or max,
 // the one-float thread-local NAME of the 32 lanes of each warp by a butterfly of __shfl_xor_sync
 // (at each step lane l takes op(v[l], v[l ^ offset]) for offsets 16, 8, 4, 2, 1), so every lane
 // ends with the same warp total. It appears only where a barrier may (top level of the body, of a
 // part or of a uniform loop), every thread of the block reaches it (the block is whole warps), and
-// values cross it only through thread-locals, shared or global memory; the host form ends the
-// stretch there and replays the butterfly lane by lane per warp, computing exactly what the GPU
-// computes.
+// values cross it only through thread-locals, shared or global memory.
 // Vector loads (`vector_load`) read four consecutive floats of a buffer in one 16-byte access
 // into a local float4 (components .x .y .z .w); the lowering guarantees the address is 16-byte
-// aligned (the host form checks it and aborts otherwise, so host runs catch what would fault on
-// the GPU).
+// aligned (the host executor's memcheck reports a misaligned one, which would fault on the GPU).
 // Matrix fragments (tensor cores, sm_80+): `mma` is one warp-level m16n8k16 multiply-accumulate,
 // D(16x8, f32) += A(16x16, row-major) * B(16x8, column-major), A and B float16 or bfloat16, and
 // `ldmatrix` loads 8x8 tiles of 16-bit values from shared memory into fragments. Both are
 // warp-synchronous and placed like warp reductions (every lane of every warp of the block reaches
-// them; values cross them only through thread-locals, shared or global memory); the host form
-// ends the stretch there and emulates the warp: it gathers the 32 lanes' fragments, computes, and
-// scatters, following exactly the layout below (NVIDIA PTX ISA, "Matrix Fragments for
-// mma.m16n8k16 with floating point type" and "ldmatrix"). Fragments are thread-locals: A and B
+// them; values cross them only through thread-locals, shared or global memory); the host
+// executor's expansion of the intrinsic (simt/prelude.h) exchanges the 32 lanes' fragments and
+// computes each lane's share following exactly the layout below (NVIDIA PTX ISA, "Matrix
+// Fragments for mma.m16n8k16 with floating point type" and "ldmatrix"). Fragments are thread-locals: A and B
 // in 32-bit registers (ThreadLocal dtype kU32) holding two 16-bit values each, the lower-indexed
 // element in the low half; the accumulator in floats (kF32). With lane l, g = l / 4, t = l % 4:
 //   A (4 registers, elements a0..a7, register i/2, half i%2):
@@ -43,8 +40,8 @@
 //   with .trans, elements [2t][g] and [2t + 1][g] (the matrix transposed). So .x4 over the
 //   quadrants (rows 0-7 / 8-15 x columns 0-7 / 8-15, in the order top-left, bottom-left,
 //   top-right, bottom-right) of a row-major 16x16 A tile yields r0..r3 above, and .x2.trans over
-//   the two 8-row halves of a row-major (k x n) 16x8 B tile yields B's r0, r1. The host form
-//   checks every used row address (inside the allocation, 16-byte aligned) and aborts otherwise.
+//   the two 8-row halves of a row-major (k x n) 16x8 B tile yields B's r0, r1. On the host every
+//   used row is a 16-byte load by the lane giving its address, under the executor's checks.
 // Packed kernels (several groups in one launch) are a sequence of `part` statements, each taken by
 // a range of blocks; barriers inside a part are block-uniform.
 // Scalar expressions are C expressions over the kernel's variables and the helpers of the common
@@ -83,8 +80,8 @@ struct SharedAlloc {
 
 // Per-thread storage that persists across barriers (register-blocked accumulators, matrix
 // fragments): an array of `count` floats (dtype kF32) or 32-bit registers (kU32: pairs of 16-bit
-// values) per thread. CUDA keeps it in registers; the host form gives each thread its own slice, so
-// the same code `NAME[i]` works in both.
+// values) per thread: a local array of the kernel, in registers on the GPU and on each CUDA
+// thread's own fiber stack on the host.
 struct ThreadLocal {
   std::string name;
   int64_t count = 0;
