@@ -34,6 +34,7 @@ constexpr std::string_view kCudaIntrinsics = R"CUDA(#ifndef FT_SIMT
 #define FT_SHARED_MEMORY extern __shared__ __align__(16) unsigned char ft_smem[]
 #define FT_SHARED(T, name, offset, elements) T* name = (T*)(ft_smem + (offset))
 FT_FN float4 ft_load_float4(const float* p, long long i) { return *(const float4*)(p + i); }
+FT_FN void ft_store_float4(float* p, long long i, float4 v) { *(float4*)(p + i) = v; }
 FT_FN bool ft_aligned16(const float* p, long long i) { return (((unsigned long long)(p + i)) & 15ULL) == 0ULL; }
 #define FT_MMA_M16N8K16(NAME, TYPES)                                                                             \
   FT_FN void NAME(float& d0, float& d1, float& d2, float& d3, unsigned a0, unsigned a1, unsigned a2, unsigned a3, \
@@ -102,6 +103,9 @@ void emit_block(std::ostringstream& out, const Kernel& k, const Block& b, int de
       case Stmt::Kind::kBarrier: out << pad << "__syncthreads();\n"; break;
       case Stmt::Kind::kVectorLoad:
         out << pad << "const float4 " << s.name << " = ft_load_float4(" << s.a << ", " << s.b << ");\n";
+        break;
+      case Stmt::Kind::kVectorStore:
+        out << pad << "ft_store_float4(" << s.name << ", " << s.a << ", " << s.b << ");\n";
         break;
       case Stmt::Kind::kWarpReduce:
         out << pad << "#pragma unroll\n"

@@ -94,6 +94,15 @@ Stmt warp_reduce(std::string local, std::string op) {
   return s;
 }
 
+Stmt vector_store(std::string buffer, std::string index, std::string local) {
+  Stmt s;
+  s.kind = Stmt::Kind::kVectorStore;
+  s.name = std::move(buffer);
+  s.a = std::move(index);
+  s.b = std::move(local);
+  return s;
+}
+
 Stmt vector_load(std::string local, std::string buffer, std::string index) {
   Stmt s;
   s.kind = Stmt::Kind::kVectorLoad;
@@ -163,6 +172,7 @@ void dump(std::ostringstream& out, const Block& b, int depth) {
         break;
       case Stmt::Kind::kBarrier: out << pad << "barrier\n"; break;
       case Stmt::Kind::kVectorLoad: out << pad << "let float4 " << s.name << " = " << s.a << "[" << s.b << " .. +4]\n"; break;
+      case Stmt::Kind::kVectorStore: out << pad << s.name << "[" << s.a << " .. +4] = float4 " << s.b << "\n"; break;
       case Stmt::Kind::kWarpReduce: out << pad << "warp.reduce " << s.a << " " << s.name << "\n"; break;
       case Stmt::Kind::kMma:
         out << pad << "mma.m16n8k16." << dtype_name(s.dtype) << " " << s.name << "[" << s.at[0] << "] += " << s.a << "["

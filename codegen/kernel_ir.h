@@ -15,8 +15,8 @@
 // part or of a uniform loop), every thread of the block reaches it (the block is whole warps), and
 // values cross it only through thread-locals, shared or global memory.
 // Vector loads (`vector_load`) read four consecutive floats of a buffer in one 16-byte access
-// into a local float4 (components .x .y .z .w); the lowering guarantees the address is 16-byte
-// aligned (the host executor's memcheck reports a misaligned one, which would fault on the GPU).
+// into a local float4 (components .x .y .z .w), vector stores (`vector_store`) write one; the
+// lowering guarantees the address is 16-byte aligned (the host executor's memcheck reports a misaligned one, which would fault on the GPU).
 // Matrix fragments (tensor cores, sm_80+): `mma` is one warp-level m16n8k16 multiply-accumulate,
 // D(16x8, f32) += A(16x16, row-major) * B(16x8, column-major), A and B float16 or bfloat16, and
 // `ldmatrix` loads 8x8 tiles of 16-bit values from shared memory into fragments. Both are
@@ -104,6 +104,7 @@ struct Stmt {
     kUniformFor,  // for (long long name = a; name < b; ++name) body: block-uniform, barriers allowed inside
     kWarpReduce,  // name[0] = the op ("sum" or "max", in a) of name[0] over the lanes of the warp
     kVectorLoad,  // float4 name = a[b .. b + 3]: one aligned 16-byte load from buffer a at index b
+    kVectorStore,  // name[a .. a + 3] = b: one aligned 16-byte store of float4 local b into buffer name
     kMma,         // name[at0..] += a[at1..] * b[at2..]: warp-level m16n8k16 on fragments (dtype f16 or bf16)
     kLdmatrix,    // name[at0..] = ldmatrix.x<matrices>[.trans] of shared allocation a, this lane's row at b
   };
@@ -141,6 +142,10 @@ Stmt warp_reduce(std::string local, std::string op);
 // float4 `local` = buffer[index .. index + 3], one 16-byte load; buffer + index must be 16-byte
 // aligned.
 Stmt vector_load(std::string local, std::string buffer, std::string index);
+// buffer[index .. index + 3] = the float4 `local`, one 16-byte store; buffer + index must be
+// 16-byte aligned (a staged operand slice: four scalar stores of a quad by 32 lanes are four
+// requests with 4-way bank conflicts, one vector store is one request of four wavefronts).
+Stmt vector_store(std::string buffer, std::string index, std::string local);
 // D(16x8 f32) += A(16x16) * B(16x8) with A and B of `dtype` (kF16 or kBF16): fragments in
 // thread-locals `d` (4 floats from d_at), `a` (4 registers from a_at) and `b` (2 registers from
 // b_at), laid out as the header comment says; placed like a barrier.

@@ -27,6 +27,7 @@ std::string line(const Stmt& s) {
     case Stmt::Kind::kIf: out << "if " << s.a; break;
     case Stmt::Kind::kBarrier: out << "barrier"; break;
     case Stmt::Kind::kVectorLoad: out << "let float4 " << s.name << " = " << s.a << "[" << s.b << " .. +4]"; break;
+    case Stmt::Kind::kVectorStore: out << s.name << "[" << s.a << " .. +4] = float4 " << s.b; break;
     case Stmt::Kind::kWarpReduce: out << "warp.reduce " << s.a << " " << s.name; break;
     case Stmt::Kind::kMma:
       out << "mma.m16n8k16." << dtype_name(s.dtype) << " " << s.name << "[" << (s.at.size() > 0 ? s.at[0] : -1) << "] += " << s.a
@@ -164,6 +165,14 @@ class Verifier {
 
   void statement(const Stmt& s) {
     switch (s.kind) {
+      case Stmt::Kind::kVectorStore: {
+        const SharedAlloc* a = shared(s.name);
+        const Param* p = param(s.name);
+        const DType t = a != nullptr ? a->dtype : (p != nullptr ? p->dtype : DType::kUndefined);
+        if (t != DType::kF32) fail_at(s, "a float4 store into '", s.name, "', which is not a float buffer");
+        if (p != nullptr && !p->output) fail_at(s, "store to input parameter '", s.name, "'");
+        break;
+      }
       case Stmt::Kind::kStore: {
         if (shared(s.name) != nullptr) break;
         const Param* p = param(s.name);

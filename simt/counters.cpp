@@ -58,12 +58,23 @@ void WarpTrace::flush(Counters& c) {
         const auto n = static_cast<uint64_t>(std::unique(sectors.begin(), sectors.end()) - sectors.begin());
         (s.store ? c.global_store_requests : c.global_load_requests) += 1;
         (s.store ? c.global_store_sectors : c.global_load_sectors) += n;
+        Counters::Site& site = c.sites[key];
+        site.global = true;
+        site.store = s.store;
+        site.size = static_cast<int>(r.accesses.front().size);
+        site.requests += 1;
+        site.units += n;
       } else {
         std::vector<std::pair<int, uint64_t>> lanes;
         for (const Access& a : r.accesses) lanes.emplace_back(static_cast<int>(a.lane), a.address);
         const uint64_t w = shared_wavefronts(lanes, static_cast<int>(r.accesses.front().size));
         (s.store ? c.shared_store_requests : c.shared_load_requests) += 1;
         (s.store ? c.shared_store_wavefronts : c.shared_load_wavefronts) += w;
+        Counters::Site& site = c.sites[key];
+        site.store = s.store;
+        site.size = static_cast<int>(r.accesses.front().size);
+        site.requests += 1;
+        site.units += w;
       }
     }
   }

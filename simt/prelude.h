@@ -94,6 +94,10 @@ FT_INTRINSIC float4 ft_load_float4(ft_ptr<const float> p, long long i) {
   return v;
 }
 
+FT_INTRINSIC void ft_store_float4(ft_ptr<float> p, long long i, float4 v) {
+  memcpy(ft_simt_api_->access(p.b, i, 16, FT_SIMT_STORE, &v), &v, 16);
+}
+
 FT_INTRINSIC bool ft_aligned16(ft_ptr<const float> p, long long i) {
   return (((unsigned long long)(p.b->base + i * 4)) & 15ULL) == 0ULL;
 }

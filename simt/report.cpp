@@ -28,6 +28,14 @@ Counters& Counters::operator+=(const Counters& o) {
   redundant_stores += o.redundant_stores;
   for (const auto& [line, n] : o.barrier_orderings) barrier_orderings[line] += n;
   barrier_lines.insert(o.barrier_lines.begin(), o.barrier_lines.end());
+  for (const auto& [site, c] : o.sites) {
+    Site& mine = sites[site];
+    mine.global = c.global;
+    mine.store = c.store;
+    mine.size = c.size;
+    mine.requests += c.requests;
+    mine.units += c.units;
+  }
   return *this;
 }
 
@@ -47,8 +55,10 @@ bool same_kind(const Finding& a, const Finding& b) {
   return std::tie(a.check, a.what, a.buffer, a.site, a.other_site) == std::tie(b.check, b.what, b.buffer, b.site, b.other_site);
 }
 
-// "kernels.cu:123" for each site, from the module's line table (addr2line, one call per module).
-std::map<const void*, std::string> resolve_lines(const std::vector<const void*>& sites) {
+}  // namespace
+
+// addr2line, one call per module.
+std::map<const void*, std::string> site_lines(const std::vector<const void*>& sites) {
   std::map<std::string, std::vector<std::pair<const void*, uintptr_t>>> by_module;
   for (const void* s : sites) {
     Dl_info info{};
@@ -86,8 +96,6 @@ std::map<const void*, std::string> resolve_lines(const std::vector<const void*>&
   return lines;
 }
 
-}  // namespace
-
 void Findings::add(Finding f) {
   std::lock_guard<std::mutex> lock(mutex_);
   ++total_;
@@ -120,7 +128,7 @@ std::vector<std::string> Findings::render(const std::string& kernel) const {
     sites.push_back(f.site);
     sites.push_back(f.other_site);
   }
-  const std::map<const void*, std::string> lines = resolve_lines(sites);
+  const std::map<const void*, std::string> lines = site_lines(sites);
   const auto where = [&](const void* s) {
     const auto it = lines.find(s);
     return it == lines.end() ? std::string("an unknown line") : it->second;

@@ -46,10 +46,23 @@ struct Counters {
   // the interval before it. A barrier executed but absent here ordered nothing in these runs.
   std::map<int, uint64_t> barrier_orderings;
   std::set<int> barrier_lines;  // every barrier line executed
+  // Per access site (an instruction of the module): its requests and their sectors (global) or
+  // wavefronts (shared), to find the access a figure comes from (site_lines resolves them).
+  struct Site {
+    bool global = false, store = false;
+    int size = 0;  // bytes per lane
+    uint64_t requests = 0, units = 0;
+    // What full-warp requests of this size need at the least: sectors (global), wavefronts (shared).
+    uint64_t ideal() const { return requests * static_cast<uint64_t>(global ? size : (size + 3) / 4); }
+  };
+  std::map<const void*, Site> sites;
 
   Counters& operator+=(const Counters& o);
   uint64_t unique_bytes() const { return 32 * (unique_load_sectors + unique_store_sectors); }
 };
+
+// "kernels.cu:LINE" of each access site, from the line table of the module holding it.
+std::map<const void*, std::string> site_lines(const std::vector<const void*>& sites);
 
 enum class Check { kRace, kSync, kMemory, kInit };
 const char* check_name(Check c);  // "racecheck", "synccheck", "memcheck", "initcheck"

@@ -1,10 +1,13 @@
-// fusetune profile PLAN_DIR [--inputs DIR] [--seed S] [--json]: runs a plan bundle once on the
+// fusetune profile PLAN_DIR [--inputs DIR] [--seed S] [--sites N] [--json]: runs a plan bundle once on the
 // host's SIMT executor (simt/executor.h), with its checks, and prints per kernel what it did to
 // memory: global requests and 32-byte sectors (loads, stores), sectors per request, the unique
 // sectors of the launch as bytes (a lower bound on the DRAM traffic a GPU moves), shared-memory
 // requests and bank-conflict wavefronts, barriers, and the planner's modeled DRAM bytes for the
 // same kernel (manifest `modeled_dram_bytes`) with the ratio counted / modeled. Counted figures
 // come from executing the kernels; modeled ones from the traffic model; the table labels each.
+// --sites N adds the N access sites (lines of kernels.cu) with the most sectors or wavefronts
+// beyond one per request: where uncoalesced accesses and bank conflicts come from.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <random>
@@ -53,11 +56,50 @@ std::vector<Tensor> random_inputs(const std::vector<runtime::TensorSpec>& specs,
 
 double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
 
+// The n access sites with the most sectors (global) or wavefronts (shared) beyond what full-warp
+// requests of their size need (Counters::Site::ideal).
+void print_sites(const std::map<std::string, simt::Counters>& counted, size_t n) {
+  struct Row {
+    std::string kernel;
+    const void* site;
+    simt::Counters::Site c;
+  };
+  std::vector<Row> rows;
+  for (const auto& [kernel, c] : counted) {
+    for (const auto& [site, sc] : c.sites) rows.push_back({kernel, site, sc});
+  }
+  std::sort(rows.begin(), rows.end(),
+            [](const Row& a, const Row& b) {
+              const auto excess = [](const simt::Counters::Site& c) {
+                return static_cast<double>(c.units) - static_cast<double>(c.ideal());
+              };
+              return excess(a.c) > excess(b.c);
+            });
+  rows.resize(std::min(rows.size(), n));
+  std::vector<const void*> sites;
+  for (const Row& r : rows) sites.push_back(r.site);
+  const std::map<const void*, std::string> lines = simt::site_lines(sites);
+  std::printf("access sites with the most sectors (global) or wavefronts (shared) beyond the least full-warp requests "
+              "need (counted):\n");
+  std::printf("%-6s %-16s %-16s %10s %10s %8s %8s\n", "kernel", "line", "access", "requests", "units", "per req",
+              "least");
+  for (const Row& r : rows) {
+    const auto it = lines.find(r.site);
+    const std::string access = std::string(r.c.global ? "global " : "shared ") + (r.c.store ? "store " : "load ") +
+                               std::to_string(r.c.size) + "B";
+    std::printf("%-6s %-16s %-16s %10llu %10llu %8.2f %8.2f\n", r.kernel.c_str(),
+                it == lines.end() ? "?" : it->second.c_str(), access.c_str(),
+                static_cast<unsigned long long>(r.c.requests), static_cast<unsigned long long>(r.c.units),
+                ratio(static_cast<double>(r.c.units), static_cast<double>(r.c.requests)),
+                ratio(static_cast<double>(r.c.ideal()), static_cast<double>(r.c.requests)));
+  }
+}
+
 }  // namespace
 
 int cmd_profile(const std::vector<std::string>& argv) {
-  const Args args(argv, {"inputs", "seed"}, {"json"});
-  check(args.positional().size() == 1, "usage: fusetune profile PLAN_DIR [--inputs DIR] [--seed S] [--json]");
+  const Args args(argv, {"inputs", "seed", "sites"}, {"json"});
+  check(args.positional().size() == 1, "usage: fusetune profile PLAN_DIR [--inputs DIR] [--seed S] [--sites N] [--json]");
   const fs::path dir = args.positional()[0];
   const runtime::Bundle bundle = runtime::read_bundle(dir);
   const json manifest = json::parse(bundle.manifest);
@@ -137,6 +179,7 @@ int cmd_profile(const std::vector<std::string>& argv) {
   std::printf("plan: counted %.4f MB unique (a lower bound on DRAM traffic), modeled %.4f MB, ratio %.2f\n",
               static_cast<double>(total.unique_bytes()) / 1e6, static_cast<double>(modeled_total) / 1e6,
               ratio(static_cast<double>(total.unique_bytes()), static_cast<double>(modeled_total)));
+  if (const auto n = static_cast<size_t>(args.number("sites", 0)); n > 0) print_sites(counted, n);
   return 0;
 }
 

@@ -194,11 +194,20 @@ void StagedMatMulStage::emit(Kernel& k) {
       const std::string fits = is_a ? "ft_k + 3LL < " + ll(st.k)
                                     : "ft_k < " + ll(st.k) + " && ft_c + 3LL < " + nn + " && ft_s + 3LL < " + ll(cap);
       const std::string whole = fits + " && ft_aligned16(" + p + ", ft_at)";
+      // The quad goes to the slice as one 16-byte store where its place there is 16-byte aligned
+      // (always for A, whose rows are the step long; for B where the region's width is a multiple
+      // of 4): four scalar stores by a warp's lanes, 16 bytes apart, are 4-way bank conflicts.
+      Block scalars;
+      for (int i = 0; i < 4; ++i) scalars.push_back(store(buf, "ft_s + " + ll(i), std::string("ft_q.") + "xyzw"[i]));
       Block quad = {vector_load("ft_q", p, "ft_at")};
+      if (is_a) {
+        quad.push_back(vector_store(buf, "ft_s", "ft_q"));
+      } else {
+        quad.push_back(if_then("(ft_s & 3LL) == 0LL", {vector_store(buf, "ft_s", "ft_q")}, scalars));
+      }
       Block tail;
       for (int i = 0; i < 4; ++i) {
         const std::string at = "ft_s + " + ll(i);
-        quad.push_back(store(buf, at, std::string("ft_q.") + "xyzw"[i]));
         const std::string inside = is_a ? "ft_k + " + ll(i) + " < " + ll(st.k) : "ft_k < " + ll(st.k);
         const Stmt element = store(buf, at, "(" + inside + " ? " + p + "[ft_at + " + ll(i) + "] : 0.0f)");
         tail.push_back(is_a ? element : if_then("ft_c + " + ll(i) + " < " + nn + " && " + at + " < " + ll(cap), {element}));
