@@ -9,18 +9,27 @@
 
 namespace fusetune::backend {
 
-Tensor random_group_input(const Graph& g, const planner::FusionGroup& group, int value, std::mt19937& rng) {
-  const Value& v = g.value(value);
-  if (v.is_constant()) return *v.data;
-  Tensor t(v.dtype, v.shape);
+Tensor random_tensor(DType dtype, const Shape& shape, int64_t lo, int64_t hi, std::mt19937& rng) {
+  Tensor t(dtype, shape);
   const auto n = static_cast<size_t>(t.numel());
-  if (is_float(v.dtype)) {
+  if (is_float(dtype)) {
     std::normal_distribution<double> dist(0.0, 1.0);
     std::vector<double> x(n);
     for (auto& e : x) e = dist(rng);
     t.set_doubles(x);
     return t;
   }
+  std::uniform_int_distribution<int64_t> dist(lo, std::max(lo, hi));
+  std::vector<int64_t> x(n);
+  for (auto& e : x) e = dist(rng);
+  t.set_ints(x);
+  return t;
+}
+
+Tensor random_group_input(const Graph& g, const planner::FusionGroup& group, int value, std::mt19937& rng) {
+  const Value& v = g.value(value);
+  if (v.is_constant()) return *v.data;
+  if (is_float(v.dtype)) return random_tensor(v.dtype, v.shape, 0, 0, rng);
   // Integer data: indices for a Gather or ScatterND that reads them, else small values.
   int64_t lo = 0, hi = 2;
   for (int id : group.nodes) {
@@ -41,11 +50,7 @@ Tensor random_group_input(const Graph& g, const planner::FusionGroup& group, int
     lo = 0;
     hi = 1;
   }
-  std::uniform_int_distribution<int64_t> dist(lo, std::max(lo, hi));
-  std::vector<int64_t> x(n);
-  for (auto& e : x) e = dist(rng);
-  t.set_ints(x);
-  return t;
+  return random_tensor(v.dtype, v.shape, lo, hi, rng);
 }
 
 VerifyResult verify_kernel(const Graph& g, const planner::FusionGroup& group, const std::string& kernel,

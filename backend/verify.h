@@ -40,6 +40,9 @@ inline VerifyResult verify_kernel(const Graph& g, const planner::FusionGroup& gr
   return verify_kernel(g, group, lk.kernel.name, lk.inputs, lk.outputs, backend, module, rng);
 }
 
+// Random data: floats normal (0, 1), integers uniform in [lo, hi].
+Tensor random_tensor(DType dtype, const Shape& shape, int64_t lo, int64_t hi, std::mt19937& rng);
+
 // Random data for a group input, in the range its consumers in the group accept.
 Tensor random_group_input(const Graph& g, const planner::FusionGroup& group, int value, std::mt19937& rng);
 

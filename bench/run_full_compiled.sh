@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Compiles every full-size exported model to a plan bundle (fusetune compile) and runs the bundle
-# (GPU if present, else the host form of the kernels) against PyTorch's outputs; prints a table.
+# (GPU if present, else the same CUDA text on the host's SIMT executor) against PyTorch's outputs;
+# prints a table.
 #   bench/run_full_compiled.sh DIR_OF_EXPORTED_MODELS [DEVICE]
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The main job on a bundled example: installs what is missing, builds, then tunes a small
 # BERT-style encoder (tests/data/models/bert) with the embedded default (`fusetune tune`: a
-# coordinator and a local worker in one process; the GPU if there is one, else the host form of
-# the same kernels), writes the tuned plan, and runs it against PyTorch's outputs. The search
+# coordinator and a local worker in one process; the GPU if there is one, else the same CUDA text
+# on the host's SIMT executor), writes the tuned plan, and runs it against PyTorch's outputs. The search
 # database is build/quickstart.db, so running this again measures nothing new.
 set -euo pipefail
 cd "$(dirname "$0")/.."

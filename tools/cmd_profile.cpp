@@ -30,27 +30,12 @@ using json = nlohmann::json;
 
 namespace {
 
-// Random inputs for the plan's inputs: normal floats, integers in [0, 2) (token ids and masks
+// Random inputs for the plan's inputs: normal floats, integers in [0, 1] (token ids and masks
 // of the bundled models stay in range).
 std::vector<Tensor> random_inputs(const std::vector<runtime::TensorSpec>& specs, uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<Tensor> out;
-  for (const runtime::TensorSpec& s : specs) {
-    Tensor t(s.dtype, s.shape);
-    const auto n = static_cast<size_t>(t.numel());
-    if (is_float(s.dtype)) {
-      std::normal_distribution<double> d(0.0, 1.0);
-      std::vector<double> x(n);
-      for (double& e : x) e = d(rng);
-      t.set_doubles(x);
-    } else {
-      std::uniform_int_distribution<int64_t> d(0, 1);
-      std::vector<int64_t> x(n);
-      for (int64_t& e : x) e = d(rng);
-      t.set_ints(x);
-    }
-    out.push_back(std::move(t));
-  }
+  for (const runtime::TensorSpec& s : specs) out.push_back(backend::random_tensor(s.dtype, s.shape, 0, 1, rng));
   return out;
 }
 
