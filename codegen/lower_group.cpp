@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <numeric>
 
 #include "codegen/stages/context.h"
 #include "codegen/stages/conv_common.h"
@@ -14,6 +15,7 @@
 #include "codegen/stages/reduce.h"
 #include "codegen/stages/row_stats.h"
 #include "codegen/stages/scatter.h"
+#include "codegen/barrier_ownership.h"
 #include "codegen/barriers.h"
 #include "codegen/verify_ir.h"
 #include "core/error.h"
@@ -126,6 +128,9 @@ LoweredKernel lower_generated(const Graph& g, const planner::FusionGroup& group,
     }
   }
   remove_redundant_barriers(k);
+  std::vector<int64_t> blocks(static_cast<size_t>(k.grid));
+  std::iota(blocks.begin(), blocks.end(), options.block_base);
+  remove_unordering_barriers(k, blocks);
   verify_ir(k);
   return out;
 }

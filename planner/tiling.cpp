@@ -316,6 +316,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   const double tensor_us = static_cast<double>(tensor_flops * c.tiles) / (d.fp16_tensor_tflops * 1e6);
   const double compute_us = std::max(issue_us, tensor_us);
   c.modeled_us = std::max({dram_us, l2_us, compute_us}) / c.efficiency + opt.launch_overhead_us;
+  c.flops = (tile_flops + tensor_flops) * c.tiles;
   c.valid = true;
   return c;
 }

@@ -58,6 +58,7 @@ struct Cost {
   int64_t tiles = 0;       // thread blocks
   int64_t dram_bytes = 0;
   int64_t l2_bytes = 0;
+  int64_t flops = 0;       // arithmetic of all tiles (recomputed halos included; tensor-core products padded)
   int64_t smem_bytes = 0;  // per block
   int registers = 0;       // per thread, estimated
   int blocks_per_sm = 0;

@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-#define FT_SIMT_API_VERSION 1
+#define FT_SIMT_API_VERSION 2
 
 enum { FT_SIMT_LOAD = 0, FT_SIMT_STORE = 1 };
 
@@ -49,6 +49,10 @@ typedef struct ft_simt_api {
   unsigned (*block_index)(void);
   unsigned (*block_dim)(void);
   unsigned (*grid_dim)(void);
+  /* Floating-point operations the module counted on the calling OS thread since its last report
+   * (simt/prelude.h, ft_flt): `flops` adds, subtracts, multiplies and divides, `special` calls of
+   * transcendental functions. Called when a CUDA thread ends. */
+  void (*count_ops)(unsigned long long flops, unsigned long long special);
 } ft_simt_api;
 
 /* One CUDA thread of kernel NAME: the module exports `void ft_simt_entry_NAME(void* const* args)`

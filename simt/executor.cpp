@@ -563,10 +563,16 @@ unsigned api_thread_index() { return static_cast<unsigned>(current().thread); }
 unsigned api_block_index() { return static_cast<unsigned>(current().worker->block); }
 unsigned api_block_dim() { return static_cast<unsigned>(current().worker->L.shape.threads); }
 unsigned api_grid_dim() { return static_cast<unsigned>(current().worker->L.shape.grid); }
+void api_count_ops(unsigned long long flops, unsigned long long special) {
+  Worker& w = *current().worker;
+  if (!w.L.options.counters) return;
+  w.counters.flops += flops;
+  w.counters.special_ops += special;
+}
 
 const ft_simt_api kApi = {FT_SIMT_API_VERSION, api_access,       api_barrier,     api_warp_exchange,
                           api_shared_view,     api_thread_index, api_block_index, api_block_dim,
-                          api_grid_dim};
+                          api_grid_dim,        api_count_ops};
 
 }  // namespace
 

@@ -51,8 +51,107 @@ struct ft_dim3 {
 #define gridDim (ft_dim3{ft_simt_api_->grid_dim(), 1u, 1u})
 #define __syncthreads() ft_simt_api_->barrier(__LINE__)
 
+// Floating-point operations, counted as the CUDA text executes them (Counters::flops and
+// special_ops): the text's `float` is, on the host, ft_flt (the last line of this file), a float
+// whose arithmetic counts itself. Each add, subtract, multiply and divide with a float operand is
+// one operation (a * b + c is two, as the FMA a GPU contracts it into counts in Nsight Compute's
+// FLOP metrics); a negation, comparison, min, max, absolute value, rounding or conversion is none;
+// a call of a transcendental math function (expf, sqrtf, erff, ...) is one special operation,
+// counted apart (the GPU runs it on its special function unit); an mma.m16n8k16 is the
+// 2 * 16 * 8 * 16 = 4096 operations of its multiply-adds, 128 per lane. The counts accumulate per
+// OS thread; every CUDA thread hands the executor what has accumulated when it ends
+// (ft_simt_api::count_ops), so a launch's reports add up to all its operations.
+static __thread unsigned long long ft_flops_;
+static __thread unsigned long long ft_special_;
+
+struct ft_flt {
+  float v;
+  ft_flt() = default;
+  template <class T, class = std::enable_if_t<std::is_arithmetic_v<T>>>
+  constexpr ft_flt(T x) : v(static_cast<float>(x)) {}
+  template <class T, class = std::enable_if_t<std::is_arithmetic_v<T>>>
+  constexpr explicit operator T() const { return static_cast<T>(v); }
+  constexpr ft_flt operator-() const { return ft_flt(-v); }
+  constexpr ft_flt operator+() const { return *this; }
+};
+static_assert(sizeof(ft_flt) == sizeof(float) && std::is_trivially_copyable_v<ft_flt>, "ft_flt is a float");
+
+template <class T>
+struct ft_ref;
+template <class T>
+struct ft_is_flt : std::false_type {};
+template <>
+struct ft_is_flt<ft_flt> : std::true_type {};
+template <>
+struct ft_is_flt<ft_ref<ft_flt>> : std::true_type {};
+template <>
+struct ft_is_flt<ft_ref<const ft_flt>> : std::true_type {};
+// An operand of counted arithmetic: at least one side is a float of the text, the other a number.
+template <class A, class B>
+inline constexpr bool ft_counted_v = (ft_is_flt<A>::value || ft_is_flt<B>::value) &&
+                                     (ft_is_flt<A>::value || std::is_arithmetic_v<A>) &&
+                                     (ft_is_flt<B>::value || std::is_arithmetic_v<B>);
+FT_INTRINSIC float ft_val(ft_flt x) { return x.v; }
+template <class T>
+FT_INTRINSIC std::enable_if_t<std::is_arithmetic_v<T>, float> ft_val(T x) { return static_cast<float>(x); }
+template <class T>
+FT_INTRINSIC float ft_val(const ft_ref<T>& r) { return static_cast<ft_flt>(r).v; }
+
+#define FT_FLT_ARITHMETIC(OP)                                                                 \
+  template <class A, class B, class = std::enable_if_t<ft_counted_v<A, B>>>                   \
+  FT_INTRINSIC ft_flt operator OP(const A& a, const B& b) {                                   \
+    ++ft_flops_;                                                                              \
+    return ft_flt(ft_val(a) OP ft_val(b));                                                    \
+  }                                                                                           \
+  template <class B, class = std::enable_if_t<ft_counted_v<ft_flt, B>>>                       \
+  FT_INTRINSIC ft_flt& operator OP##=(ft_flt & a, const B & b) {                              \
+    ++ft_flops_;                                                                              \
+    a.v = a.v OP ft_val(b);                                                                   \
+    return a;                                                                                 \
+  }
+FT_FLT_ARITHMETIC(+)
+FT_FLT_ARITHMETIC(-)
+FT_FLT_ARITHMETIC(*)
+FT_FLT_ARITHMETIC(/)
+#undef FT_FLT_ARITHMETIC
+#define FT_FLT_COMPARISON(OP)                                               \
+  template <class A, class B, class = std::enable_if_t<ft_counted_v<A, B>>> \
+  FT_INTRINSIC bool operator OP(const A& a, const B& b) {                   \
+    return ft_val(a) OP ft_val(b);                                          \
+  }
+FT_FLT_COMPARISON(<)
+FT_FLT_COMPARISON(<=)
+FT_FLT_COMPARISON(>)
+FT_FLT_COMPARISON(>=)
+FT_FLT_COMPARISON(==)
+FT_FLT_COMPARISON(!=)
+#undef FT_FLT_COMPARISON
+FT_INTRINSIC bool operator!(ft_flt x) { return x.v == 0.0f; }
+// The math library on the text's floats: transcendental functions count a special operation.
+#define FT_FLT_SPECIAL(F) \
+  FT_INTRINSIC ft_flt F(ft_flt x) { return ++ft_special_, ft_flt(::F(x.v)); }
+#define FT_FLT_FREE(F) \
+  FT_INTRINSIC ft_flt F(ft_flt x) { return ft_flt(::F(x.v)); }
+#define FT_FLT_SPECIAL2(F)                                                                \
+  template <class A, class B, class = std::enable_if_t<ft_counted_v<A, B>>>               \
+  FT_INTRINSIC ft_flt F(const A& a, const B& b) { return ++ft_special_, ft_flt(::F(ft_val(a), ft_val(b))); }
+#define FT_FLT_FREE2(F)                                                                   \
+  template <class A, class B, class = std::enable_if_t<ft_counted_v<A, B>>>               \
+  FT_INTRINSIC ft_flt F(const A& a, const B& b) { return ft_flt(::F(ft_val(a), ft_val(b))); }
+FT_FLT_SPECIAL(acosf) FT_FLT_SPECIAL(asinf) FT_FLT_SPECIAL(atanf) FT_FLT_SPECIAL(cosf) FT_FLT_SPECIAL(coshf)
+FT_FLT_SPECIAL(erff) FT_FLT_SPECIAL(expf) FT_FLT_SPECIAL(expm1f) FT_FLT_SPECIAL(log1pf) FT_FLT_SPECIAL(logf)
+FT_FLT_SPECIAL(sinf) FT_FLT_SPECIAL(sinhf) FT_FLT_SPECIAL(sqrtf) FT_FLT_SPECIAL(tanf) FT_FLT_SPECIAL(tanhf)
+FT_FLT_FREE(ceilf) FT_FLT_FREE(fabsf) FT_FLT_FREE(floorf) FT_FLT_FREE(rintf) FT_FLT_FREE(roundf) FT_FLT_FREE(truncf)
+FT_FLT_SPECIAL2(fmodf) FT_FLT_SPECIAL2(powf) FT_FLT_FREE2(fmaxf) FT_FLT_FREE2(fminf) FT_FLT_FREE2(copysignf)
+#undef FT_FLT_SPECIAL
+#undef FT_FLT_FREE
+#undef FT_FLT_SPECIAL2
+#undef FT_FLT_FREE2
+FT_INTRINSIC bool isnan(ft_flt x) { return __builtin_isnan(x.v); }
+FT_INTRINSIC bool isinf(ft_flt x) { return __builtin_isinf(x.v); }
+
 struct float4 {
-  float x, y, z, w;
+  ft_flt x, y, z, w;
 };
 
 // One element of a buffer, read or written through the executor.
@@ -65,6 +164,11 @@ struct ft_ref {
     V v;
     memcpy(&v, ft_simt_api_->access(b, i, (int)sizeof(V), FT_SIMT_LOAD, nullptr), sizeof(V));
     return v;
+  }
+  // A float element also converts to a plain float, as `cond ? x[i] : 0.0f` needs.
+  template <class U = V, class = std::enable_if_t<std::is_same_v<U, ft_flt>>>
+  __attribute__((always_inline)) operator float() const {
+    return static_cast<V>(*this).v;
   }
   __attribute__((always_inline)) const ft_ref& operator=(V v) const {
     static_assert(!std::is_const_v<T>, "store through a const buffer");
@@ -88,67 +192,78 @@ struct ft_ptr {
 
 FT_INTRINSIC unsigned ft_simt_lane() { return ft_simt_api_->thread_index() % 32u; }
 
-FT_INTRINSIC float4 ft_load_float4(ft_ptr<const float> p, long long i) {
+FT_INTRINSIC float4 ft_load_float4(ft_ptr<const ft_flt> p, long long i) {
   float4 v;
   memcpy(&v, ft_simt_api_->access(p.b, i, 16, FT_SIMT_LOAD, nullptr), 16);
   return v;
 }
 
-FT_INTRINSIC void ft_store_float4(ft_ptr<float> p, long long i, float4 v) {
+FT_INTRINSIC void ft_store_float4(ft_ptr<ft_flt> p, long long i, float4 v) {
   memcpy(ft_simt_api_->access(p.b, i, 16, FT_SIMT_STORE, &v), &v, 16);
 }
 
-FT_INTRINSIC bool ft_aligned16(ft_ptr<const float> p, long long i) {
+FT_INTRINSIC bool ft_aligned16(ft_ptr<const ft_flt> p, long long i) {
   return (((unsigned long long)(p.b->base + i * 4)) & 15ULL) == 0ULL;
 }
 
-FT_INTRINSIC float __shfl_xor_sync(unsigned mask, float v, int lane_mask, int width = 32) {
+FT_INTRINSIC ft_flt __shfl_xor_sync(unsigned mask, ft_flt v, int lane_mask, int width = 32) {
   if (width != 32) {
     fprintf(stderr, "fusetune simt: __shfl_xor_sync with width %d is not supported\n", width);
     abort();
   }
-  const float* all = static_cast<const float*>(ft_simt_api_->warp_exchange(&v, (int)sizeof v, mask));
+  const ft_flt* all = static_cast<const ft_flt*>(ft_simt_api_->warp_exchange(&v, (int)sizeof v, mask));
   return all[(ft_simt_lane() ^ (unsigned)lane_mask) & 31u];
 }
 
 // mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}: D = A * B + C with C in D's registers. The
 // 16-bit conversions are the CUDA text's own (its prelude, codegen/emit_common.h, defines them).
-FT_FN float ft_h2f(unsigned short h);
-FT_FN float ft_bf2f(unsigned short b);
+FT_FN ft_flt ft_h2f(unsigned short h);
+FT_FN ft_flt ft_bf2f(unsigned short b);
 struct ft_mma_operands {
   unsigned a[4], b[2];
 };
-FT_FN float ft_frag_half(unsigned reg, int high, int bf16) {
+FT_FN ft_flt ft_frag_half(unsigned reg, int high, int bf16) {
   const unsigned short h = (unsigned short)(high ? reg >> 16 : reg & 0xffffu);
   return bf16 ? ft_bf2f(h) : ft_h2f(h);
 }
-FT_INTRINSIC void ft_mma_m16n8k16(float& d0, float& d1, float& d2, float& d3, unsigned a0, unsigned a1, unsigned a2,
+FT_INTRINSIC void ft_mma_m16n8k16(ft_flt& d0, ft_flt& d1, ft_flt& d2, ft_flt& d3, unsigned a0, unsigned a1, unsigned a2,
                                   unsigned a3, unsigned b0, unsigned b1, int bf16) {
   const ft_mma_operands mine = {{a0, a1, a2, a3}, {b0, b1}};
   const ft_mma_operands* all =
       static_cast<const ft_mma_operands*>(ft_simt_api_->warp_exchange(&mine, (int)sizeof mine, 0xffffffffu));
   const unsigned lane = ft_simt_lane(), g = lane >> 2, t = lane & 3u;
-  float* d[4] = {&d0, &d1, &d2, &d3};
-  for (int i = 0; i < 4; ++i) {
-    const unsigned row = g + 8u * (unsigned)(i >> 1), col = 2u * t + (unsigned)(i & 1);
-    float s = *d[i];
-    for (unsigned k = 0; k < 16; ++k) {
+  // This lane's rows g, g + 8 of A and columns 2t, 2t + 1 of B, as floats. The conversions are
+  // the emulation's (the GPU's tensor cores read the 16-bit fragments): their operations are not
+  // counted.
+  const unsigned long long uncounted = ft_flops_;
+  ft_flt a[2][16], b[2][16];
+  for (unsigned k = 0; k < 16; ++k) {
+    for (unsigned r = 0; r < 2; ++r) {
+      const unsigned row = g + 8u * r;
       // A[row][k]: lane 4 (row % 8) + (k % 8) / 2, element 4 (k / 8) + 2 (row / 8) + k % 2.
       const unsigned ai = 4u * (k / 8u) + 2u * (row / 8u) + (k & 1u);
-      const float x = ft_frag_half(all[4u * (row % 8u) + (k % 8u) / 2u].a[ai >> 1], (int)(ai & 1u), bf16);
+      a[r][k] = ft_frag_half(all[4u * (row % 8u) + (k % 8u) / 2u].a[ai >> 1], (int)(ai & 1u), bf16);
+    }
+    for (unsigned c = 0; c < 2; ++c) {
+      const unsigned col = 2u * t + c;
       // B[k][col]: lane 4 col + (k % 8) / 2, element 2 (k / 8) + k % 2.
       const unsigned bi = 2u * (k / 8u) + (k & 1u);
-      const float y = ft_frag_half(all[4u * col + (k % 8u) / 2u].b[bi >> 1], (int)(bi & 1u), bf16);
-      s += x * y;
+      b[c][k] = ft_frag_half(all[4u * col + (k % 8u) / 2u].b[bi >> 1], (int)(bi & 1u), bf16);
     }
+  }
+  ft_flops_ = uncounted;
+  ft_flt* d[4] = {&d0, &d1, &d2, &d3};
+  for (int i = 0; i < 4; ++i) {  // D[g + 8 (i / 2)][2t + i % 2]
+    ft_flt s = *d[i];
+    for (unsigned k = 0; k < 16; ++k) s = s + a[i >> 1][k] * b[i & 1][k];  // the FMA's multiply and add
     *d[i] = s;
   }
 }
-FT_INTRINSIC void ft_mma_m16n8k16_f16(float& d0, float& d1, float& d2, float& d3, unsigned a0, unsigned a1, unsigned a2,
+FT_INTRINSIC void ft_mma_m16n8k16_f16(ft_flt& d0, ft_flt& d1, ft_flt& d2, ft_flt& d3, unsigned a0, unsigned a1, unsigned a2,
                                       unsigned a3, unsigned b0, unsigned b1) {
   ft_mma_m16n8k16(d0, d1, d2, d3, a0, a1, a2, a3, b0, b1, 0);
 }
-FT_INTRINSIC void ft_mma_m16n8k16_bf16(float& d0, float& d1, float& d2, float& d3, unsigned a0, unsigned a1,
+FT_INTRINSIC void ft_mma_m16n8k16_bf16(ft_flt& d0, ft_flt& d1, ft_flt& d2, ft_flt& d3, unsigned a0, unsigned a1,
                                        unsigned a2, unsigned a3, unsigned b0, unsigned b1) {
   ft_mma_m16n8k16(d0, d1, d2, d3, a0, a1, a2, a3, b0, b1, 1);
 }
@@ -205,7 +320,12 @@ template <class... P>
 constexpr size_t ft_simt_arity(void (*)(P...)) {
   return sizeof...(P);
 }
-#define FT_SIMT_ENTRY(K)                                              \
-  extern "C" void ft_simt_entry_##K(void* const* args) {              \
+#define FT_SIMT_ENTRY(K)                                                   \
+  extern "C" void ft_simt_entry_##K(void* const* args) {                   \
     ft_simt_invoke(K, args, std::make_index_sequence<ft_simt_arity(K)>()); \
+    ft_simt_api_->count_ops(ft_flops_, ft_special_);                       \
+    ft_flops_ = ft_special_ = 0;                                           \
   }
+
+// The CUDA text's floats are counted floats (see ft_flt).
+#define float ft_flt

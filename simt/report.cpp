@@ -26,6 +26,8 @@ Counters& Counters::operator+=(const Counters& o) {
   barriers += o.barriers;
   warp_operations += o.warp_operations;
   redundant_stores += o.redundant_stores;
+  flops += o.flops;
+  special_ops += o.special_ops;
   for (const auto& [line, n] : o.barrier_orderings) barrier_orderings[line] += n;
   barrier_lines.insert(o.barrier_lines.begin(), o.barrier_lines.end());
   for (const auto& [site, c] : o.sites) {

@@ -42,6 +42,8 @@ struct Counters {
   uint64_t barriers = 0;          // __syncthreads completed, per block
   uint64_t warp_operations = 0;   // warp-synchronous operations completed, per warp
   uint64_t redundant_stores = 0;  // global elements stored again by another block with the same bytes
+  uint64_t flops = 0;        // float adds, subtracts, multiplies, divides executed (an FMA is two; simt/prelude.h)
+  uint64_t special_ops = 0;  // transcendental math calls executed (expf, sqrtf, erff, ...)
   // Per barrier (line of the CUDA text): the accesses it ordered after another thread's access of
   // the interval before it. A barrier executed but absent here ordered nothing in these runs.
   std::map<int, uint64_t> barrier_orderings;

@@ -2,9 +2,11 @@
 // host's SIMT executor (simt/executor.h), with its checks, and prints per kernel what it did to
 // memory: global requests and 32-byte sectors (loads, stores), sectors per request, the unique
 // sectors of the launch as bytes (a lower bound on the DRAM traffic a GPU moves), shared-memory
-// requests and bank-conflict wavefronts, barriers, and the planner's modeled DRAM bytes for the
-// same kernel (manifest `modeled_dram_bytes`) with the ratio counted / modeled. Counted figures
-// come from executing the kernels; modeled ones from the traffic model; the table labels each.
+// requests and bank-conflict wavefronts, barriers, floating-point operations (and transcendental
+// calls apart: simt/prelude.h says what counts), and the planner's modeled DRAM bytes and
+// arithmetic for the same kernel (manifest `modeled_dram_bytes`, `modeled_flops`) with the ratios
+// counted / modeled. Counted figures come from executing the kernels; modeled ones from the cost
+// model; the table labels each.
 // --sites N adds the N access sites (lines of kernels.cu) with the most sectors or wavefronts
 // beyond one per request: where uncoalesced accesses and bank conflicts come from.
 #include <algorithm>
@@ -103,13 +105,14 @@ int cmd_profile(const std::vector<std::string>& argv) {
   const std::map<std::string, simt::Counters> counted = runner.counters();
   json rows = json::array();
   simt::Counters total;
-  int64_t modeled_total = 0;
+  int64_t modeled_total = 0, modeled_flops_total = 0;
   for (const json& l : manifest.at("launches")) {
     const std::string kernel = l.at("kernel").get<std::string>();
-    int64_t modeled = 0;
+    int64_t modeled = 0, modeled_flops = 0;
     std::string groups;
     for (const json& g : l.at("groups")) {
       modeled += g.value("modeled_dram_bytes", int64_t{0});
+      modeled_flops += g.value("modeled_flops", int64_t{0});
       groups += (groups.empty() ? "" : " | ") + g.at("pattern").get<std::string>();
     }
     const auto it = counted.find(kernel);
@@ -117,6 +120,7 @@ int cmd_profile(const std::vector<std::string>& argv) {
     const simt::Counters& c = it->second;
     total += c;
     modeled_total += modeled;
+    modeled_flops_total += modeled_flops;
     rows.push_back({{"kernel", kernel},
                     {"groups", groups},
                     {"counted",
@@ -133,37 +137,53 @@ int cmd_profile(const std::vector<std::string>& argv) {
                       {"shared_store_requests", c.shared_store_requests},
                       {"shared_store_wavefronts", c.shared_store_wavefronts},
                       {"barriers", c.barriers},
-                      {"warp_operations", c.warp_operations}}},
-                    {"modeled", {{"dram_bytes", modeled}}},
-                    {"counted_over_modeled_bytes", ratio(static_cast<double>(c.unique_bytes()), static_cast<double>(modeled))}});
+                      {"warp_operations", c.warp_operations},
+                      {"flops", c.flops},
+                      {"special_ops", c.special_ops}}},
+                    {"modeled", {{"dram_bytes", modeled}, {"flops", modeled_flops}}},
+                    {"counted_over_modeled_bytes", ratio(static_cast<double>(c.unique_bytes()), static_cast<double>(modeled))},
+                    {"counted_over_modeled_flops",
+                     ratio(static_cast<double>(c.flops + c.special_ops), static_cast<double>(modeled_flops))}});
   }
   if (args.has("json")) {
     std::printf("%s\n", json({{"plan", dir.string()},
                               {"kernels", rows},
-                              {"total", {{"counted_unique_bytes", total.unique_bytes()}, {"modeled_dram_bytes", modeled_total}}}})
+                              {"total",
+                               {{"counted_unique_bytes", total.unique_bytes()},
+                                {"modeled_dram_bytes", modeled_total},
+                                {"counted_flops", total.flops},
+                                {"counted_special_ops", total.special_ops},
+                                {"modeled_flops", modeled_flops_total}}}})
                             .dump(2)
                             .c_str());
     return 0;
   }
   std::printf("%s: %zu kernels executed on the host (counted) against the traffic model (modeled)%s\n",
               dir.string().c_str(), rows.size(), args.has("inputs") ? "" : (", random inputs, seed " + std::to_string(seed)).c_str());
-  std::printf("%-6s %10s %9s %10s %9s %12s %12s %6s %10s %8s %6s  %s\n", "kernel", "ld req", "ld sec/req", "st req",
-              "st sec/req", "counted MB", "modeled MB", "ratio", "smem req", "wf/req", "bars", "groups");
+  std::printf("%-6s %10s %9s %10s %9s %12s %12s %6s %10s %8s %6s %10s %9s %10s %6s  %s\n", "kernel", "ld req",
+              "ld sec/req", "st req", "st sec/req", "counted MB", "modeled MB", "ratio", "smem req", "wf/req", "bars",
+              "MFLOP", "M special", "mod MFLOP", "ratio", "groups");
   for (const json& r : rows) {
     const json& c = r.at("counted");
     const double ld = c.at("global_load_requests").get<double>(), st = c.at("global_store_requests").get<double>();
     const double sreq = c.at("shared_load_requests").get<double>() + c.at("shared_store_requests").get<double>();
     const double swf = c.at("shared_load_wavefronts").get<double>() + c.at("shared_store_wavefronts").get<double>();
-    std::printf("%-6s %10.0f %9.2f %10.0f %9.2f %12.4f %12.4f %6.2f %10.0f %8.2f %6llu  %s\n",
+    std::printf("%-6s %10.0f %9.2f %10.0f %9.2f %12.4f %12.4f %6.2f %10.0f %8.2f %6llu %10.4f %9.4f %10.4f %6.2f  %s\n",
                 r.at("kernel").get<std::string>().c_str(), ld, ratio(c.at("global_load_sectors").get<double>(), ld), st,
                 ratio(c.at("global_store_sectors").get<double>(), st), c.at("unique_bytes").get<double>() / 1e6,
                 r.at("modeled").at("dram_bytes").get<double>() / 1e6, r.at("counted_over_modeled_bytes").get<double>(), sreq,
                 ratio(swf, sreq), static_cast<unsigned long long>(c.at("barriers").get<uint64_t>()),
+                c.at("flops").get<double>() / 1e6, c.at("special_ops").get<double>() / 1e6,
+                r.at("modeled").at("flops").get<double>() / 1e6, r.at("counted_over_modeled_flops").get<double>(),
                 r.at("groups").get<std::string>().c_str());
   }
   std::printf("plan: counted %.4f MB unique (a lower bound on DRAM traffic), modeled %.4f MB, ratio %.2f\n",
               static_cast<double>(total.unique_bytes()) / 1e6, static_cast<double>(modeled_total) / 1e6,
               ratio(static_cast<double>(total.unique_bytes()), static_cast<double>(modeled_total)));
+  std::printf("plan: counted %.4f MFLOP and %.4f M transcendental calls, modeled %.4f MFLOP (all arithmetic), ratio %.2f\n",
+              static_cast<double>(total.flops) / 1e6, static_cast<double>(total.special_ops) / 1e6,
+              static_cast<double>(modeled_flops_total) / 1e6,
+              ratio(static_cast<double>(total.flops + total.special_ops), static_cast<double>(modeled_flops_total)));
   if (const auto n = static_cast<size_t>(args.number("sites", 0)); n > 0) print_sites(counted, n);
   return 0;
 }

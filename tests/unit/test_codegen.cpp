@@ -23,7 +23,9 @@
 #include "codegen/verify_ir.h"
 #include "core/error.h"
 #include "importer/importer.h"
+#include "planner/device.h"
 #include "planner/select.h"
+#include "planner/tiling.h"
 #include "unit/codegen_check.h"
 #include "unit/graph_helpers.h"
 
@@ -475,6 +477,33 @@ TEST(CodegenVector, QuadsReachTheSliceInConflictFreeVectorStores) {
     EXPECT_EQ(sc.units, 4 * sc.requests) << "a 16-byte slice store with bank conflicts";
   }
   EXPECT_EQ(vector_stores, 2);  // the A slice and the B slice
+}
+
+// A MatMul with a bias and a Relu on tiles that divide it evenly: the kernel executes exactly the
+// arithmetic the cost model charges (2 M N K for the product, M N for the bias add; the Relu's
+// comparison is no operation), counted on the host and modeled by the planner independently.
+TEST(CodegenCounters, FloatingPointOperationsOfAnEvenlyTiledMatMulAreTheModeledOnes) {
+  using fusetune::testing::add_input;
+  using fusetune::testing::add_op;
+  Graph g;
+  const int mm = add_op(g, "MatMul", {add_input(g, "a", DType::kF32, {32, 64}), add_input(g, "b", DType::kF32, {64, 32})});
+  add_op(g, "Relu", {add_op(g, "Add", {mm, add_input(g, "bias", DType::kF32, {32})})});
+  FusionGroup group;
+  group.nodes = {0, 1, 2};
+  planner::describe_group(g, group);
+  group.outputs = {g.nodes()[2].outputs[0]};
+  for (const TileConfig& cfg : {TileConfig{{16, 32}, 16, 128, 4}, TileConfig{{8, 8}, 8, 64, 1}, TileConfig{{32, 32}, 64, 256, 1}}) {
+    const LoweredKernel lk = lower_group(g, group, cfg, "mm");
+    auto backend = backend::make_host_backend();
+    auto module = backend->load({lk.kernel});
+    std::mt19937 rng(5);
+    ASSERT_TRUE(backend::verify_kernel(g, group, lk, *backend, *module, rng).ok) << cfg.str();
+    const simt::Counters c = module->counters().at("mm");
+    const int64_t modeled = planner::evaluate_tile(g, group, planner::find_device("h100"), cfg).flops;
+    EXPECT_EQ(c.flops, 2u * 32u * 32u * 64u + 32u * 32u) << cfg.str();
+    EXPECT_EQ(static_cast<int64_t>(c.flops) + 32 * 32, modeled) << cfg.str() << ": the model charges the Relu too";
+    EXPECT_EQ(c.special_ops, 0u);
+  }
 }
 
 // Convolutions with their epilogues as the fusion pass builds them: 1x1, 3x3, 5x5 and 7x7

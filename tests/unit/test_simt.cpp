@@ -4,6 +4,7 @@
 // a GPU would for accesses whose coalescing and bank conflicts are known in advance.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <numeric>
 #include <random>
@@ -323,6 +324,41 @@ TEST(SimtCounters, SharedBankConflictWavefronts) {
   EXPECT_EQ(padded.shared_load_wavefronts, 1u);
   EXPECT_EQ(padded.shared_store_wavefronts, 32u);
   EXPECT_EQ(padded.barriers, 1u);
+}
+
+TEST(SimtCounters, FloatingPointOperationsAsExecuted) {
+  // Per thread: a multiply-add (2), a loop of t % 4 adds, a divide in a branch only even threads
+  // take, one expf (a transcendental call, counted apart), fmaxf and a comparison (neither), and
+  // integer index arithmetic (none). A float read from a buffer into a ternary with a literal keeps
+  // to float semantics.
+  const std::string text = R"(extern "C" __global__ void __launch_bounds__(64) k(FT_GLOBAL(const float) x, FT_GLOBAL(float) out) {
+  const int t = threadIdx.x;
+  float a = x[t] * 2.0f + 1.0f;
+  for (int i = 0; i < t % 4; ++i) a += 0.5f;
+  if (t % 2 == 0) a = a / 3.0f;
+  const float e = expf(-a) ;
+  const float m = fmaxf(e, a < 0.0f ? x[(t * 7 + 1) % 64] : 0.25f);
+  out[t] = m;
+}
+)";
+  compiles_for_the_gpu(text);
+  const Ran r = run(text, 1, 64, 0);
+  ASSERT_TRUE(r.result.findings.empty()) << all(r.result);
+  // 64 threads: 2 each, adds 16 * (0 + 1 + 2 + 3) = 96, 32 divides.
+  EXPECT_EQ(r.result.counters.flops, 64u * 2u + 96u + 32u);
+  EXPECT_EQ(r.result.counters.special_ops, 64u);
+  for (int t = 0; t < 64; ++t) {
+    float a = static_cast<float>(t) * 2.0f + 1.0f;
+    for (int i = 0; i < t % 4; ++i) a += 0.5f;
+    if (t % 2 == 0) a = a / 3.0f;
+    EXPECT_EQ(r.out[static_cast<size_t>(t)], std::fmax(std::exp(-a), 0.25f)) << "thread " << t;
+  }
+  // Counters off (timing runs): nothing counted, the same result.
+  simt::Options quiet;
+  quiet.counters = false;
+  const Ran q = run(text, 1, 64, 0, 64, quiet);
+  EXPECT_EQ(q.result.counters.flops, 0u);
+  EXPECT_EQ(q.out, r.out);
 }
 
 TEST(SimtModule, ParametersComeFromTheSignatureAndBuildErrorsNameTheCompiler) {

@@ -139,6 +139,12 @@ TEST(TensorCoreEmulation, OneMmaEqualsADirectProduct) {
         }
       }
     }
+    // Each launch: one mma per warp, 2 * 16 * 8 * 16 = 4096 operations each, and no other float
+    // arithmetic; two launches of each kernel.
+    for (const Kernel* k : {&direct, &loaded}) {
+      EXPECT_EQ(module->counters().at(k->name).flops, 2u * 2u * 4096u) << k->name;
+      EXPECT_EQ(module->counters().at(k->name).warp_operations, k == &loaded ? 2u * 2u * 3u : 2u * 2u) << k->name;
+    }
     if (backend::nvrtc_available()) {
       for (const char* arch : {"sm_80", "sm_90"}) {
         EXPECT_FALSE(backend::compile_cuda(emit_cuda({direct, loaded}), arch).cubin.empty()) << arch;

@@ -1,0 +1,490 @@
+#include "codegen/barrier_ownership.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+#include "codegen/index_expr.h"
+#include "core/error.h"
+
+namespace fusetune::codegen {
+
+namespace {
+
+// The analysis gives up: the reason, caught by remove_unordering_barriers.
+struct GiveUp {
+  std::string reason;
+};
+
+// Who touched one element in one interval: the first thread and whether others did, the first
+// storing thread and whether others stored.
+struct Touch {
+  int thread = -1;
+  bool many = false;
+  int writer = -1;
+  bool many_writers = false;
+
+  void add(int t, bool store) {
+    if (thread < 0) thread = t;
+    else if (thread != t) many = true;
+    if (!store) return;
+    if (writer < 0) writer = t;
+    else if (writer != t) many_writers = true;
+  }
+  void merge(const Touch& o) {
+    if (o.thread >= 0) add(o.thread, false);
+    if (o.many) many = true;
+    if (o.writer >= 0) {
+      if (writer < 0) writer = o.writer;
+      else if (writer != o.writer) many_writers = true;
+    }
+    if (o.many_writers) many_writers = true;
+  }
+};
+
+// True when some thread of `a` and a different thread of `b` touch the element with a store on
+// either side.
+bool hands_over(const Touch& a, const Touch& b) {
+  const auto only = [](const Touch& t, int who) { return !t.many && t.thread == who; };
+  if (a.writer >= 0 && (a.many_writers || !only(b, a.writer))) return true;
+  if (b.writer >= 0 && (b.many_writers || !only(a, b.writer))) return true;
+  return false;
+}
+
+using Interval = std::unordered_map<uint64_t, Touch>;  // (buffer << 40 | element) -> who touched it
+
+// One statement of the kernel with its expressions parsed.
+struct Node {
+  const Stmt* src = nullptr;
+  Stmt::Kind kind = Stmt::Kind::kComment;
+  int slot = -1;    // kLet / kAssign of an integer variable, loop variables
+  int buffer = -1;  // kStore, kVectorLoad/Store, kLdmatrix: the buffer
+  IndexExpr a, b;   // what the statement evaluates (see compile())
+  bool has_a = false, has_b = false;
+  bool top_level = false;  // a barrier of the kernel's body itself
+  bool barriers = false;   // holds a barrier
+  // Does anything the analysis sees: holds a barrier, an access of a tracked buffer or an
+  // assignment of an integer variable. A loop or branch that does not is not run at all.
+  bool touches = false;
+  std::vector<Node> body, orelse;
+};
+
+struct Buffer {
+  std::string name;
+  bool tracked = false;  // shared allocations and output parameters
+};
+
+class Analysis {
+ public:
+  Analysis(const Kernel& k, int64_t budget) : k_(k), budget_(budget) {
+    bind("ft_thread", slot());
+    bind("ft_block", slot());
+    names_["ft_block"].invariant = true;
+    for (const Param& p : k.params) add_buffer(p.name, p.output);
+    for (const SharedAlloc& s : k.shared) add_buffer(s.name, true);
+    for (const ThreadLocal& t : k.thread_locals) names_[t.name] = {IndexExpr::Binding::Kind::kLocalArray, -1};
+    invariant_lets_ = true;
+    uniform_ = compile(k.uniform, false, false);  // its lets stay visible in the body
+    invariant_lets_ = false;
+    body_ = compile(k.body, true);
+  }
+
+  // The top-level barriers to remove. Blocks are analysed one at a time: a barrier that hands an
+  // element over in one block stays, and the rest are decided again in the next block with it
+  // kept. Keeping a barrier only shrinks the interval before the next one, so a barrier found
+  // removable in an earlier block stays removable; analysis ends early once every barrier stays.
+  std::set<const Stmt*> run(const std::vector<int64_t>& blocks) {
+    std::set<const Stmt*> removable;
+    for (const Node& n : body_) {
+      if (n.kind == Stmt::Kind::kBarrier && n.top_level) removable.insert(n.src);
+    }
+    for (const int64_t block : blocks) {
+      if (removable.empty()) break;
+      std::vector<IndexValue> env(static_cast<size_t>(slots_));
+      env[1] = block;
+      ++block_stamp_;  // invariant subexpressions are evaluated afresh for this block
+      thread_ = 0;
+      ordinal_ = 0;
+      intervals_ = nullptr;
+      exec(uniform_, env);
+      const std::vector<bool> relevant = relevant_statements(removable);
+      std::vector<const Stmt*> barriers;  // per ordinal: the barrier statement
+      std::vector<Interval> intervals(1);  // per interval between barriers: who touched what
+      for (int t = 0; t < k_.threads; ++t) {
+        std::vector<IndexValue> e = env;
+        e[0] = t;
+        thread_ = t;
+        ordinal_ = 0;
+        intervals_ = &intervals;
+        order_ = t == 0 ? &barriers : nullptr;
+        for (size_t j = 0; j < body_.size(); ++j) {
+          if (relevant[j]) {
+            exec_one(body_[j], e);
+          } else {
+            pass_barriers(body_[j], e);
+          }
+        }
+        if (static_cast<size_t>(ordinal_) != barriers.size()) {
+          throw GiveUp{"thread " + std::to_string(t) + " of block " + std::to_string(block) + " reaches " +
+                       std::to_string(ordinal_) + " barriers, thread 0 " + std::to_string(barriers.size())};
+        }
+      }
+      keep_handing_over(barriers, intervals, removable);
+    }
+    return removable;
+  }
+
+ private:
+  // The top-level statements whose accesses can matter: those between two barriers that stay
+  // (a top-level barrier not removable, a uniform loop's barriers) with a removable barrier
+  // among them. A uniform loop with barriers borders two such stretches (its first iteration's
+  // head, its last iteration's tail) and matters when either does.
+  std::vector<bool> relevant_statements(const std::set<const Stmt*>& removable) const {
+    std::vector<bool> relevant(body_.size(), false);
+    size_t start = 0;  // the first statement of the current stretch
+    bool wanted = false;
+    auto close = [&](size_t end) {  // the stretch [start, end]
+      if (!wanted) return;
+      for (size_t j = start; j <= end && j < body_.size(); ++j) relevant[j] = true;
+    };
+    for (size_t j = 0; j < body_.size(); ++j) {
+      const Node& n = body_[j];
+      if (n.kind == Stmt::Kind::kBarrier && removable.count(n.src) != 0) {
+        wanted = true;
+      } else if (n.barriers) {
+        close(j);
+        start = j;  // a uniform loop also opens the next stretch; a barrier opens it after itself
+        if (n.kind == Stmt::Kind::kBarrier) ++start;
+        wanted = false;
+      }
+    }
+    close(body_.size());
+    return relevant;
+  }
+
+  // A top-level statement that does not matter: only the barriers it would reach count (the same
+  // number exec_one's schedule of a uniform loop reaches).
+  void pass_barriers(const Node& n, std::vector<IndexValue>& env) {
+    if (n.kind == Stmt::Kind::kBarrier) {
+      exec_one(n, env);
+      return;
+    }
+    if (!n.barriers) return;
+    if (n.kind != Stmt::Kind::kUniformFor) throw GiveUp{"a barrier inside a top-level statement other than a uniform loop"};
+    const int64_t trips = std::max<int64_t>(0, bound(n.b, env, *n.src) - bound(n.a, env, *n.src));
+    int per_iteration = 0;
+    for (const Node& kid : n.body) {
+      if (kid.kind == Stmt::Kind::kBarrier) ++per_iteration;
+      else if (kid.barriers) throw GiveUp{"a barrier nested inside a uniform loop's statement"};
+    }
+    const int64_t hits = trips >= 2 ? 1 + per_iteration : trips * per_iteration;
+    for (int64_t h = 0; h < hits; ++h) {
+      if (order_) order_->push_back(nullptr);
+      else if (static_cast<size_t>(ordinal_) + 1 >= intervals_->size()) throw GiveUp{"threads reach different barriers"};
+      ++ordinal_;
+      if (intervals_->size() <= static_cast<size_t>(ordinal_)) intervals_->emplace_back();
+    }
+  }
+
+  int slot() { return slots_++; }
+  void bind(const std::string& name, int s) { names_[name] = {IndexExpr::Binding::Kind::kSlot, s}; }
+  void add_buffer(const std::string& name, bool tracked) {
+    names_[name] = {IndexExpr::Binding::Kind::kBuffer, static_cast<int>(buffers_.size())};
+    buffers_.push_back({name, tracked});
+  }
+  IndexExpr parse(const std::string& text) {
+    return IndexExpr::parse(text, [&](const std::string& name) {
+      const auto it = names_.find(name);
+      return it == names_.end() ? IndexExpr::Binding{} : it->second;
+    });
+  }
+  int buffer_of(const std::string& name) const {
+    const auto it = names_.find(name);
+    check(it != names_.end() && it->second.kind == IndexExpr::Binding::Kind::kBuffer, "index analysis: '", name,
+          "' is not a buffer of kernel ", k_.name);
+    return it->second.index;
+  }
+  static bool integer_ctype(const std::string& c) { return c != "float" && c != "double" && c.find("float4") == std::string::npos; }
+
+  std::vector<Node> compile(const Block& b, bool top, bool scoped = true) {
+    std::vector<Node> out;
+    std::vector<std::pair<std::string, IndexExpr::Binding>> shadowed;  // restored at the block's end
+    auto declare = [&](const std::string& name, IndexExpr::Binding binding) {
+      const auto it = names_.find(name);
+      shadowed.emplace_back(name, it == names_.end() ? IndexExpr::Binding{} : it->second);
+      names_[name] = binding;
+    };
+    for (const Stmt& s : b) {
+      Node n;
+      n.src = &s;
+      n.kind = s.kind;
+      switch (s.kind) {
+        case Stmt::Kind::kComment:
+        case Stmt::Kind::kWarpReduce:
+        case Stmt::Kind::kMma: continue;
+        case Stmt::Kind::kLet:
+          n.a = parse(s.a), n.has_a = true;
+          if (integer_ctype(s.ctype)) {
+            n.slot = slot();
+            declare(s.name, {IndexExpr::Binding::Kind::kSlot, n.slot, invariant_lets_});
+          } else {
+            declare(s.name, {});
+          }
+          break;
+        case Stmt::Kind::kAssign: {
+          n.a = parse(s.a), n.has_a = true;
+          const auto it = names_.find(s.name);
+          if (it != names_.end() && it->second.kind == IndexExpr::Binding::Kind::kSlot) n.slot = it->second.index;
+          break;
+        }
+        case Stmt::Kind::kStore:
+          n.buffer = buffer_of(s.name);
+          n.a = parse(s.a), n.has_a = true;
+          n.b = parse(s.b), n.has_b = true;
+          break;
+        case Stmt::Kind::kFor:
+        case Stmt::Kind::kUniformFor: {
+          n.a = parse(s.a), n.has_a = true;
+          n.b = parse(s.b), n.has_b = true;
+          n.slot = slot();
+          const auto it = names_.find(s.name);
+          const IndexExpr::Binding old = it == names_.end() ? IndexExpr::Binding{} : it->second;
+          bind(s.name, n.slot);
+          n.body = compile(s.body, false);
+          names_[s.name] = old;
+          break;
+        }
+        case Stmt::Kind::kIf:
+          n.a = parse(s.a), n.has_a = true;
+          n.body = compile(s.body, false);
+          n.orelse = compile(s.orelse, false);
+          break;
+        case Stmt::Kind::kPart:
+          n.a = parse(s.a), n.has_a = true;
+          n.body = compile(s.uniform, false);
+          for (Node& m : compile(s.body, false)) n.body.push_back(std::move(m));
+          break;
+        case Stmt::Kind::kBarrier: n.top_level = top; break;
+        case Stmt::Kind::kVectorLoad:
+          n.buffer = buffer_of(s.a);
+          n.b = parse(s.b), n.has_b = true;
+          declare(s.name, {});
+          break;
+        case Stmt::Kind::kVectorStore:
+          n.buffer = buffer_of(s.name);
+          n.a = parse(s.a), n.has_a = true;
+          break;
+        case Stmt::Kind::kLdmatrix:
+          n.buffer = buffer_of(s.a);
+          n.b = parse(s.b), n.has_b = true;
+          break;
+      }
+      n.barriers = n.kind == Stmt::Kind::kBarrier;
+      n.touches = n.barriers || (n.slot >= 0 && n.kind == Stmt::Kind::kAssign) ||
+                  (n.buffer >= 0 && buffers_[static_cast<size_t>(n.buffer)].tracked) || loads_tracked(n.a) ||
+                  loads_tracked(n.b);
+      for (const std::vector<Node>* kids : {&n.body, &n.orelse}) {
+        for (const Node& kid : *kids) {
+          n.barriers = n.barriers || kid.barriers;
+          n.touches = n.touches || kid.touches;
+        }
+      }
+      out.push_back(std::move(n));
+    }
+    if (scoped) {
+      for (auto it = shadowed.rbegin(); it != shadowed.rend(); ++it) names_[it->first] = it->second;
+    }
+    return out;
+  }
+
+  bool loads_tracked(const IndexExpr& e) const {
+    for (const int b : e.buffers()) {
+      if (buffers_[static_cast<size_t>(b)].tracked) return true;
+    }
+    return false;
+  }
+
+  void touch(int buffer, IndexValue index, int elements, bool store) {
+    if (!buffers_[static_cast<size_t>(buffer)].tracked || intervals_ == nullptr) return;
+    if (!index) throw GiveUp{"an index into '" + buffers_[static_cast<size_t>(buffer)].name + "' that is not known"};
+    if ((work_ += elements) > budget_) over_budget();
+    Interval& iv = (*intervals_)[static_cast<size_t>(ordinal_)];
+    for (int e = 0; e < elements; ++e) {
+      iv[(static_cast<uint64_t>(buffer) << 40) | static_cast<uint64_t>(*index + e)].add(thread_, store);
+    }
+  }
+
+  IndexValue eval(const IndexExpr& e, const std::vector<IndexValue>& env) {
+    return e.eval(env, [&](int buffer, IndexValue index) { touch(buffer, index, 1, false); }, block_stamp_);
+  }
+
+  int64_t bound(const IndexExpr& e, const std::vector<IndexValue>& env, const Stmt& s) {
+    const IndexValue v = eval(e, env);
+    if (!v) throw GiveUp{"the bounds of the loop over '" + s.name + "' are not known"};
+    return *v;
+  }
+
+  [[noreturn]] void over_budget() const {
+    throw GiveUp{"more than " + std::to_string(budget_) + " loop iterations and element accesses"};
+  }
+
+  void iterate(const Node& loop, std::vector<IndexValue>& env, int64_t i) {
+    if (++work_ > budget_) over_budget();
+    env[static_cast<size_t>(loop.slot)] = i;
+  }
+
+  void exec(const std::vector<Node>& nodes, std::vector<IndexValue>& env) {
+    for (const Node& n : nodes) {
+      if (stopped_) return;
+      exec_one(n, env);
+    }
+  }
+
+  void exec_one(const Node& n, std::vector<IndexValue>& env) {
+    switch (n.kind) {
+      case Stmt::Kind::kLet:
+      case Stmt::Kind::kAssign: {
+        const IndexValue v = eval(n.a, env);
+        if (n.slot >= 0) env[static_cast<size_t>(n.slot)] = v;
+        break;
+      }
+      case Stmt::Kind::kStore: {
+        eval(n.b, env);
+        touch(n.buffer, eval(n.a, env), 1, true);
+        break;
+      }
+      case Stmt::Kind::kFor:
+      case Stmt::Kind::kUniformFor: {
+        if (!n.touches) break;
+        const bool threads = n.kind == Stmt::Kind::kFor && n.src->threads;
+        const int64_t lo = bound(n.a, env, *n.src) + (threads ? thread_ : 0);
+        const int64_t hi = bound(n.b, env, *n.src);  // loop-invariant in every loop the stages emit
+        const int64_t step = threads ? k_.threads : 1;
+        if (n.barriers && hi - lo >= 2) {
+          // A uniform loop with barriers: only its first iteration up to its first barrier and
+          // its last iteration border the intervals of top-level barriers; the intervals in
+          // between lie between barriers that always stay, and are not run.
+          iterate(n, env, lo);
+          stop_at_barrier_ = true;
+          exec(n.body, env);
+          stop_at_barrier_ = false;
+          if (!stopped_) throw GiveUp{"a uniform loop whose barrier is not reached"};
+          stopped_ = false;
+          iterate(n, env, hi - 1);
+          exec(n.body, env);
+          break;
+        }
+        for (int64_t i = lo; i < hi; i += step) {
+          iterate(n, env, i);
+          exec(n.body, env);
+        }
+        break;
+      }
+      case Stmt::Kind::kIf:
+      case Stmt::Kind::kPart: {
+        if (!n.touches) break;
+        const IndexValue c = eval(n.a, env);
+        if (!c && (contains_barrier(n.body) || contains_barrier(n.orelse))) {
+          throw GiveUp{"a branch holding a barrier on a condition that is not known"};
+        }
+        if (!c || *c != 0) exec(n.body, env);
+        if (!c || *c == 0) exec(n.orelse, env);
+        break;
+      }
+      case Stmt::Kind::kBarrier:
+        if (intervals_ == nullptr) throw GiveUp{"a barrier among the block-uniform statements"};
+        if (stop_at_barrier_) stopped_ = true;
+        if (order_) order_->push_back(n.src);
+        else if (static_cast<size_t>(ordinal_) + 1 >= intervals_->size()) throw GiveUp{"threads reach different barriers"};
+        ++ordinal_;
+        if (intervals_->size() <= static_cast<size_t>(ordinal_)) intervals_->emplace_back();
+        break;
+      case Stmt::Kind::kVectorLoad: touch(n.buffer, eval(n.b, env), 4, false); break;
+      case Stmt::Kind::kVectorStore: touch(n.buffer, eval(n.a, env), 4, true); break;
+      case Stmt::Kind::kLdmatrix:
+        // Lanes 0 .. 8 * matrices - 1 give a row each: 8 consecutive 16-bit elements.
+        if (thread_ % kWarpSize < 8 * n.src->matrices) touch(n.buffer, eval(n.b, env), 8, false);
+        break;
+      default: break;
+    }
+  }
+
+  static bool contains_barrier(const std::vector<Node>& nodes) {
+    for (const Node& n : nodes) {
+      if (n.kind == Stmt::Kind::kBarrier || contains_barrier(n.body) || contains_barrier(n.orelse)) return true;
+    }
+    return false;
+  }
+
+  // Drops from `removable` the barriers of one block's run that hand an element over: walking the
+  // barriers in order, the interval before a barrier grows by the interval after it when it is
+  // removed, and starts afresh after a barrier that stays.
+  static void keep_handing_over(const std::vector<const Stmt*>& barriers, std::vector<Interval>& intervals,
+                                std::set<const Stmt*>& removable) {
+    Interval before = std::move(intervals[0]);
+    for (size_t j = 0; j < barriers.size(); ++j) {
+      Interval& after = intervals[j + 1];
+      bool handed = removable.count(barriers[j]) == 0;
+      if (!handed) {
+        const bool after_smaller = after.size() < before.size();
+        const Interval& small = after_smaller ? after : before;
+        const Interval& large = after_smaller ? before : after;
+        for (const auto& [key, t] : small) {
+          const auto it = large.find(key);
+          if (it != large.end() && hands_over(after_smaller ? it->second : t, after_smaller ? t : it->second)) {
+            handed = true;
+            break;
+          }
+        }
+      }
+      if (handed) {
+        removable.erase(barriers[j]);
+        before = std::move(after);
+      } else {
+        for (const auto& [key, t] : after) before[key].merge(t);
+      }
+    }
+  }
+
+  const Kernel& k_;
+  const int64_t budget_;
+  std::map<std::string, IndexExpr::Binding> names_;
+  std::vector<Buffer> buffers_;
+  int slots_ = 0;
+  std::vector<Node> uniform_, body_;
+  // The thread being run.
+  int thread_ = 0;
+  int ordinal_ = 0;
+  std::vector<Interval>* intervals_ = nullptr;
+  std::vector<const Stmt*>* order_ = nullptr;
+  int64_t work_ = 0;  // loop iterations and element accesses so far
+  uint64_t block_stamp_ = 0;
+  bool invariant_lets_ = false;  // compiling the block-uniform lets
+  bool stop_at_barrier_ = false;  // running a uniform loop's first iteration: stop at its first barrier
+  bool stopped_ = false;
+};
+
+}  // namespace
+
+OwnershipResult remove_unordering_barriers(Kernel& k, const std::vector<int64_t>& blocks, int64_t budget) {
+  OwnershipResult result;
+  std::set<const Stmt*> removed;
+  try {
+    Analysis analysis(k, budget);
+    removed = analysis.run(blocks);
+  } catch (const GiveUp& g) {
+    result.reason = g.reason;
+    return result;
+  }
+  result.analysed = true;
+  Block kept;
+  for (Stmt& s : k.body) {
+    if (removed.count(&s) == 0) kept.push_back(std::move(s));
+  }
+  result.removed = static_cast<int>(k.body.size() - kept.size());
+  k.body = std::move(kept);
+  return result;
+}
+
+}  // namespace fusetune::codegen

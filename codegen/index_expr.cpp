@@ -1,0 +1,472 @@
+#include "codegen/index_expr.h"
+
+#include <cctype>
+#include <map>
+
+#include "core/error.h"
+
+namespace fusetune::codegen {
+
+namespace {
+
+enum class Op {
+  kConst, kUnknown, kSlot, kNeg, kNot, kBitNot, kAdd, kSub, kMul, kDiv, kMod, kShl, kShr, kLt, kLe, kGt, kGe, kEq,
+  kNe, kBitAnd, kBitOr, kBitXor, kAnd, kOr, kTernary, kCast, kCall, kSubscript, kAligned16
+};
+
+// Casts that change an integer's value: the width and signedness they truncate to.
+enum class Cast { kNone, kI32, kU32, kU16, kU8, kI8, kFloat };
+
+// Integer helpers of the prelude (codegen/emit_common.h), computed as it computes them.
+enum class Helper { kOther, kMin, kMax, kFdiv, kFmod, kIdiv, kIpymod, kIfmod, kWrapAdd, kWrapSub, kWrapMul };
+
+Helper helper_of(const std::string& name) {
+  static const std::map<std::string, Helper> helpers = {
+      {"ft_min", Helper::kMin},       {"ft_max", Helper::kMax},         {"ft_fdiv", Helper::kFdiv},
+      {"ft_fmod", Helper::kFmod},     {"ft_idiv", Helper::kIdiv},       {"ft_ipymod", Helper::kIpymod},
+      {"ft_ifmod", Helper::kIfmod},   {"ft_wrap_add", Helper::kWrapAdd}, {"ft_wrap_sub", Helper::kWrapSub},
+      {"ft_wrap_mul", Helper::kWrapMul}};
+  const auto it = helpers.find(name);
+  return it == helpers.end() ? Helper::kOther : it->second;
+}
+
+int64_t wrap_add(int64_t a, int64_t b) { return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b)); }
+int64_t wrap_sub(int64_t a, int64_t b) { return static_cast<int64_t>(static_cast<uint64_t>(a) - static_cast<uint64_t>(b)); }
+int64_t wrap_mul(int64_t a, int64_t b) { return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b)); }
+bool divisible(int64_t a, int64_t b) { return b != 0 && !(b == -1 && a == INT64_MIN); }
+int64_t floor_div(int64_t a, int64_t b) {
+  const int64_t q = a / b;
+  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+
+}  // namespace
+
+struct IndexExprNode {
+  Op op = Op::kUnknown;
+  int64_t value = 0;  // kConst: the value; kSlot: the slot; kSubscript, kAligned16: the buffer (-1: not a buffer)
+  Cast cast = Cast::kNone;
+  Helper helper = Helper::kOther;
+  bool invariant = false;  // of constants and invariant slots only, and loads nothing: cached per block
+  std::vector<std::unique_ptr<IndexExprNode>> kids;
+  mutable uint64_t stamp = 0;
+  mutable IndexValue cached;
+
+  IndexValue eval(const std::vector<IndexValue>& env, const IndexExpr::LoadVisitor& on_load, uint64_t block) const {
+    if (op == Op::kConst) return value;  // the leaves, without compute()'s frame
+    if (op == Op::kSlot) return env[static_cast<size_t>(value)];
+    if (!invariant || kids.empty() || block == 0) return compute(env, on_load, block);
+    if (stamp != block) {
+      cached = compute(env, on_load, block);
+      stamp = block;
+    }
+    return cached;
+  }
+  IndexValue compute(const std::vector<IndexValue>& env, const IndexExpr::LoadVisitor& on_load, uint64_t block) const;
+};
+
+namespace {
+
+using NodePtr = std::unique_ptr<IndexExprNode>;
+
+NodePtr node(Op op, std::vector<NodePtr> kids = {}) {
+  auto n = std::make_unique<IndexExprNode>();
+  n->op = op;
+  n->invariant = op != Op::kSubscript && op != Op::kSlot;  // a slot: as bound (primary())
+  for (const NodePtr& k : kids) n->invariant = n->invariant && k->invariant;
+  n->kids = std::move(kids);
+  return n;
+}
+
+NodePtr constant(int64_t v) {
+  NodePtr n = node(Op::kConst);
+  n->value = v;
+  return n;
+}
+
+bool is_type_word(const std::string& w) {
+  return w == "long" || w == "int" || w == "unsigned" || w == "signed" || w == "short" || w == "char" || w == "float" ||
+         w == "double" || w == "const";
+}
+
+class Parser {
+ public:
+  Parser(const std::string& text, const IndexExpr::Resolver& resolve, std::vector<int>& buffers)
+      : s_(text), resolve_(resolve), buffers_(buffers) {}
+
+  NodePtr parse() {
+    NodePtr n = expr();
+    skip_space();
+    if (pos_ != s_.size()) bad("unexpected '" + s_.substr(pos_, 12) + "'");
+    return n;
+  }
+
+ private:
+  [[noreturn]] void bad(const std::string& what) const {
+    fail("index analysis: cannot read the expression '", s_, "' at offset ", pos_, ": ", what);
+  }
+  void skip_space() {
+    while (pos_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[pos_]))) ++pos_;
+  }
+  bool peek(const char* tok) {
+    skip_space();
+    return s_.compare(pos_, std::char_traits<char>::length(tok), tok) == 0;
+  }
+  bool accept(const char* tok) {
+    if (!peek(tok)) return false;
+    pos_ += std::char_traits<char>::length(tok);
+    return true;
+  }
+  void expect(const char* tok) {
+    if (!accept(tok)) bad(std::string("expected '") + tok + "'");
+  }
+  std::string word() {
+    skip_space();
+    const size_t start = pos_;
+    while (pos_ < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '_')) ++pos_;
+    return s_.substr(start, pos_ - start);
+  }
+
+  // expr := or ('?' expr ':' expr)?
+  NodePtr expr() {
+    NodePtr c = binary(0);
+    if (!accept("?")) return c;
+    NodePtr a = expr();
+    expect(":");
+    NodePtr b = expr();
+    std::vector<NodePtr> kids;
+    kids.push_back(std::move(c));
+    kids.push_back(std::move(a));
+    kids.push_back(std::move(b));
+    return node(Op::kTernary, std::move(kids));
+  }
+
+  // The binary operator at the cursor with binding power at least `min`, consumed; else none.
+  bool binary_op(int min, Op& op, int& power) {
+    struct Entry {
+      const char* tok;
+      Op op;
+      int power;
+      const char* not_followed;  // a longer operator sharing the prefix
+    };
+    static const Entry table[] = {
+        {"||", Op::kOr, 1, nullptr},    {"&&", Op::kAnd, 2, nullptr},    {"|", Op::kBitOr, 3, "|"},
+        {"^", Op::kBitXor, 4, nullptr}, {"&", Op::kBitAnd, 5, "&"},      {"==", Op::kEq, 6, nullptr},
+        {"!=", Op::kNe, 6, nullptr},    {"<<", Op::kShl, 8, nullptr},    {">>", Op::kShr, 8, nullptr},
+        {"<=", Op::kLe, 7, nullptr},    {">=", Op::kGe, 7, nullptr},     {"<", Op::kLt, 7, nullptr},
+        {">", Op::kGt, 7, nullptr},     {"+", Op::kAdd, 9, nullptr},     {"-", Op::kSub, 9, nullptr},
+        {"*", Op::kMul, 10, nullptr},   {"/", Op::kDiv, 10, nullptr},    {"%", Op::kMod, 10, nullptr}};
+    skip_space();
+    for (const Entry& e : table) {
+      const size_t len = std::char_traits<char>::length(e.tok);
+      if (s_.compare(pos_, len, e.tok) != 0) continue;
+      if (e.not_followed && s_.compare(pos_ + len, 1, e.not_followed) == 0) continue;
+      if (e.power < min) return false;
+      pos_ += len;
+      op = e.op;
+      power = e.power;
+      return true;
+    }
+    return false;
+  }
+
+  NodePtr binary(int min) {
+    NodePtr lhs = unary();
+    for (;;) {
+      const size_t at = pos_;
+      Op op;
+      int power;
+      if (!binary_op(min, op, power)) {
+        pos_ = at;
+        return lhs;
+      }
+      NodePtr rhs = binary(power + 1);
+      std::vector<NodePtr> kids;
+      kids.push_back(std::move(lhs));
+      kids.push_back(std::move(rhs));
+      lhs = node(op, std::move(kids));
+    }
+  }
+
+  NodePtr unary() {
+    if (accept("-")) return wrap(Op::kNeg, unary());
+    if (accept("+")) return unary();
+    if (accept("!")) return wrap(Op::kNot, unary());
+    if (accept("~")) return wrap(Op::kBitNot, unary());
+    return postfix(primary());
+  }
+
+  NodePtr wrap(Op op, NodePtr kid) {
+    std::vector<NodePtr> kids;
+    kids.push_back(std::move(kid));
+    return node(op, std::move(kids));
+  }
+
+  NodePtr postfix(NodePtr n) {
+    for (;;) {
+      if (accept(".")) {
+        word();  // a float4 component: a float
+        n = node(Op::kUnknown);
+      } else if (peek("[")) {
+        bad("a subscript of something other than a name");
+      } else {
+        return n;
+      }
+    }
+  }
+
+  NodePtr primary() {
+    skip_space();
+    if (pos_ >= s_.size()) bad("unexpected end");
+    const char c = s_[pos_];
+    if (c == '(') {
+      ++pos_;
+      const size_t at = pos_;
+      const std::string w = word();
+      if (is_type_word(w)) {
+        std::string type = w;
+        for (std::string more = word(); !more.empty(); more = word()) type += " " + more;
+        accept("*");
+        expect(")");
+        NodePtr n = wrap(Op::kCast, unary());
+        n->cast = cast_of(type);
+        return n;
+      }
+      pos_ = at;
+      NodePtr n = expr();
+      expect(")");
+      return n;
+    }
+    if (std::isdigit(static_cast<unsigned char>(c)) || c == '.') return number();
+    const std::string name = word();
+    if (name.empty()) bad("unexpected character");
+    if (accept("(")) return call(name);
+    const IndexExpr::Binding b = resolve_(name);
+    if (accept("[")) {
+      NodePtr index = expr();
+      expect("]");
+      if (b.kind == IndexExpr::Binding::Kind::kBuffer) {
+        NodePtr n = wrap(Op::kSubscript, std::move(index));
+        n->value = b.index;
+        buffers_.push_back(b.index);
+        return n;
+      }
+      NodePtr n = wrap(Op::kSubscript, std::move(index));  // a thread-local array: no memory access
+      n->value = -1;
+      return n;
+    }
+    if (b.kind == IndexExpr::Binding::Kind::kSlot) {
+      NodePtr n = node(Op::kSlot);
+      n->value = b.index;
+      n->invariant = b.invariant;
+      return n;
+    }
+    return node(Op::kUnknown);  // a float variable, a buffer's address
+  }
+
+  static Cast cast_of(const std::string& type) {
+    if (type == "int") return Cast::kI32;
+    if (type == "unsigned" || type == "unsigned int") return Cast::kU32;
+    if (type == "unsigned short") return Cast::kU16;
+    if (type == "unsigned char") return Cast::kU8;
+    if (type == "signed char") return Cast::kI8;
+    if (type.find("float") != std::string::npos || type.find("double") != std::string::npos || type.find('*') != std::string::npos) {
+      return Cast::kFloat;
+    }
+    return Cast::kNone;  // long long, unsigned long long: the same 64 bits
+  }
+
+  NodePtr number() {
+    const size_t start = pos_;
+    bool is_float = false;
+    if (s_.compare(pos_, 2, "0x") == 0 || s_.compare(pos_, 2, "0X") == 0) {
+      pos_ += 2;
+      while (pos_ < s_.size() && std::isxdigit(static_cast<unsigned char>(s_[pos_]))) ++pos_;
+    } else {
+      while (pos_ < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '.' ||
+                                  s_[pos_] == 'e' || s_[pos_] == 'E' ||
+                                  ((s_[pos_] == '-' || s_[pos_] == '+') && (s_[pos_ - 1] == 'e' || s_[pos_ - 1] == 'E')))) {
+        is_float = is_float || s_[pos_] == '.' || s_[pos_] == 'e' || s_[pos_] == 'E';
+        ++pos_;
+      }
+    }
+    const std::string digits = s_.substr(start, pos_ - start);
+    while (pos_ < s_.size() && (s_[pos_] == 'f' || s_[pos_] == 'F' || s_[pos_] == 'u' || s_[pos_] == 'U' ||
+                                s_[pos_] == 'l' || s_[pos_] == 'L')) {
+      is_float = is_float || s_[pos_] == 'f' || s_[pos_] == 'F';
+      ++pos_;
+    }
+    if (is_float) return node(Op::kUnknown);
+    return constant(static_cast<int64_t>(std::stoull(digits, nullptr, 0)));
+  }
+
+  NodePtr call(const std::string& name) {
+    std::vector<NodePtr> args;
+    if (name == "ft_aligned16") {
+      const IndexExpr::Binding b = resolve_(word());
+      expect(",");
+      args.push_back(expr());
+      expect(")");
+      NodePtr n = node(Op::kAligned16, std::move(args));
+      n->value = b.kind == IndexExpr::Binding::Kind::kBuffer ? b.index : -1;
+      return n;
+    }
+    if (!accept(")")) {
+      do args.push_back(expr());
+      while (accept(","));
+      expect(")");
+    }
+    NodePtr n = node(Op::kCall, std::move(args));
+    n->helper = helper_of(name);
+    return n;
+  }
+
+  const std::string& s_;
+  const IndexExpr::Resolver& resolve_;
+  std::vector<int>& buffers_;
+  size_t pos_ = 0;
+};
+
+IndexValue truncate(Cast c, int64_t v) {
+  switch (c) {
+    case Cast::kNone: return v;
+    case Cast::kI32: return static_cast<int64_t>(static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint64_t>(v))));
+    case Cast::kU32: return static_cast<int64_t>(static_cast<uint32_t>(static_cast<uint64_t>(v)));
+    case Cast::kU16: return static_cast<int64_t>(static_cast<uint16_t>(static_cast<uint64_t>(v)));
+    case Cast::kU8: return static_cast<int64_t>(static_cast<uint8_t>(static_cast<uint64_t>(v)));
+    case Cast::kI8: return static_cast<int64_t>(static_cast<int8_t>(static_cast<uint8_t>(static_cast<uint64_t>(v))));
+    case Cast::kFloat: return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+IndexValue helper(Helper h, int64_t a, int64_t b) {
+  switch (h) {
+    case Helper::kMin: return a < b ? a : b;
+    case Helper::kMax: return a > b ? a : b;
+    case Helper::kFdiv:
+      if (!divisible(a, b)) return std::nullopt;
+      return floor_div(a, b);
+    case Helper::kFmod:
+      if (!divisible(a, b)) return std::nullopt;
+      return wrap_sub(a, wrap_mul(floor_div(a, b), b));
+    case Helper::kIdiv: return divisible(a, b) ? a / b : 0;
+    case Helper::kIpymod: {
+      if (b == 0 || b == -1) return 0;
+      const int64_t r = a % b;
+      return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+    }
+    case Helper::kIfmod: return (b == 0 || b == -1) ? 0 : a % b;
+    case Helper::kWrapAdd: return wrap_add(a, b);
+    case Helper::kWrapSub: return wrap_sub(a, b);
+    case Helper::kWrapMul: return wrap_mul(a, b);
+    case Helper::kOther: break;
+  }
+  return std::nullopt;
+}
+
+IndexValue arith(Op op, int64_t a, int64_t b) {
+  switch (op) {
+    case Op::kAdd: return wrap_add(a, b);
+    case Op::kSub: return wrap_sub(a, b);
+    case Op::kMul: return wrap_mul(a, b);
+    case Op::kDiv: return divisible(a, b) ? IndexValue(a / b) : std::nullopt;
+    case Op::kMod: return divisible(a, b) ? IndexValue(a % b) : std::nullopt;
+    case Op::kShl: return (b < 0 || b > 63) ? std::nullopt : IndexValue(static_cast<int64_t>(static_cast<uint64_t>(a) << b));
+    case Op::kShr: return (b < 0 || b > 63) ? std::nullopt : IndexValue(a >> b);
+    case Op::kLt: return a < b;
+    case Op::kLe: return a <= b;
+    case Op::kGt: return a > b;
+    case Op::kGe: return a >= b;
+    case Op::kEq: return a == b;
+    case Op::kNe: return a != b;
+    case Op::kBitAnd: return a & b;
+    case Op::kBitOr: return a | b;
+    case Op::kBitXor: return a ^ b;
+    default: return std::nullopt;
+  }
+}
+
+}  // namespace
+
+IndexValue IndexExprNode::compute(const std::vector<IndexValue>& env, const IndexExpr::LoadVisitor& on_load,
+                                  uint64_t block) const {
+  switch (op) {
+    case Op::kConst: return value;
+    case Op::kUnknown: return std::nullopt;
+    case Op::kSlot: return env[static_cast<size_t>(value)];
+    case Op::kNeg: {
+      const IndexValue x = kids[0]->eval(env, on_load, block);
+      return x ? IndexValue(wrap_sub(0, *x)) : std::nullopt;
+    }
+    case Op::kNot: {
+      const IndexValue x = kids[0]->eval(env, on_load, block);
+      return x ? IndexValue(*x == 0) : std::nullopt;
+    }
+    case Op::kBitNot: {
+      const IndexValue x = kids[0]->eval(env, on_load, block);
+      return x ? IndexValue(~*x) : std::nullopt;
+    }
+    case Op::kAnd:
+    case Op::kOr: {
+      const IndexValue a = kids[0]->eval(env, on_load, block);
+      const bool is_and = op == Op::kAnd;
+      if (a && (*a != 0) != is_and) return is_and ? 0 : 1;  // short-circuit: the right side never runs
+      const IndexValue b = kids[1]->eval(env, on_load, block);
+      if (b && (*b != 0) != is_and) return is_and ? 0 : 1;
+      if (a && b) return is_and ? 1 : 0;
+      return std::nullopt;
+    }
+    case Op::kTernary: {
+      const IndexValue c = kids[0]->eval(env, on_load, block);
+      if (c) return kids[*c != 0 ? 1 : 2]->eval(env, on_load, block);
+      const IndexValue a = kids[1]->eval(env, on_load, block);
+      const IndexValue b = kids[2]->eval(env, on_load, block);
+      return (a && b && *a == *b) ? a : std::nullopt;
+    }
+    case Op::kCast: {
+      const IndexValue x = kids[0]->eval(env, on_load, block);
+      return x ? truncate(cast, *x) : std::nullopt;
+    }
+    case Op::kCall: {
+      IndexValue args[2];
+      for (size_t i = 0; i < kids.size(); ++i) {
+        const IndexValue v = kids[i]->eval(env, on_load, block);  // every argument, for the loads it makes
+        if (i < 2) args[i] = v;
+      }
+      if (helper == Helper::kOther || kids.size() != 2 || !args[0] || !args[1]) return std::nullopt;
+      return codegen::helper(helper, *args[0], *args[1]);
+    }
+    case Op::kSubscript: {
+      const IndexValue i = kids[0]->eval(env, on_load, block);
+      if (value >= 0) on_load(static_cast<int>(value), i);
+      return std::nullopt;
+    }
+    case Op::kAligned16: {
+      // Allocations (shared and global) start 16-byte aligned: float element i is aligned when i % 4 == 0.
+      const IndexValue i = kids[0]->eval(env, on_load, block);
+      return (i && value >= 0) ? IndexValue(((*i % 4) + 4) % 4 == 0) : std::nullopt;
+    }
+    default: {
+      const IndexValue a = kids[0]->eval(env, on_load, block);
+      const IndexValue b = kids[1]->eval(env, on_load, block);
+      return (a && b) ? arith(op, *a, *b) : std::nullopt;
+    }
+  }
+}
+
+IndexExpr::IndexExpr() = default;
+IndexExpr::~IndexExpr() = default;
+IndexExpr::IndexExpr(IndexExpr&&) noexcept = default;
+IndexExpr& IndexExpr::operator=(IndexExpr&&) noexcept = default;
+
+IndexExpr IndexExpr::parse(const std::string& text, const Resolver& resolve) {
+  IndexExpr e;
+  e.root_ = Parser(text, resolve, e.buffers_).parse();
+  return e;
+}
+
+IndexValue IndexExpr::eval(const std::vector<IndexValue>& env, const LoadVisitor& on_load, uint64_t block_stamp) const {
+  return root_->eval(env, on_load, block_stamp);
+}
+
+}  // namespace fusetune::codegen
