@@ -49,11 +49,15 @@ typedef struct ft_simt_api {
   unsigned (*block_index)(void);
   unsigned (*block_dim)(void);
   unsigned (*grid_dim)(void);
-  /* Floating-point operations the module counted on the calling OS thread since its last report
-   * (simt/prelude.h, ft_flt): `flops` adds, subtracts, multiplies and divides, `special` calls of
-   * transcendental functions. Called when a CUDA thread ends. */
-  void (*count_ops)(unsigned long long flops, unsigned long long special);
 } ft_simt_api;
+
+/* The floating-point operations a module's code executed on the calling OS thread (simt/prelude.h,
+ * ft_flt): [0] adds, subtracts, multiplies and divides, [1] calls of transcendental functions.
+ * Defined by the executor, in the program that loads modules (which exports it); the executor
+ * zeroes them before an OS thread runs blocks and adds them to the launch's counters after. A
+ * module keeps no thread-local storage of its own: LeakSanitizer's exit scan faults on the
+ * thread-local block of a module that was unloaded. */
+extern __thread unsigned long long ft_simt_ops[2];
 
 /* One CUDA thread of kernel NAME: the module exports `void ft_simt_entry_NAME(void* const* args)`
  * with args[i] the `const ft_simt_buffer*` of parameter i; and `void ft_simt_bind(const

@@ -25,6 +25,11 @@
 #define FT_SIMT_ASAN 1
 #endif
 
+// The modules' floating-point operation counts, per OS thread (simt/device_api.h).
+extern "C" {
+__thread unsigned long long ft_simt_ops[2];
+}
+
 namespace fusetune::simt {
 
 namespace ctx = boost::context;
@@ -358,7 +363,12 @@ struct Worker {
   }
 
   void run() {
+    ft_simt_ops[0] = ft_simt_ops[1] = 0;
     for (int64_t b = L.next_block++; b < L.shape.grid; b = L.next_block++) run_block(b);
+    if (L.options.counters) {
+      counters.flops += ft_simt_ops[0];
+      counters.special_ops += ft_simt_ops[1];
+    }
     std::lock_guard<std::mutex> lock(L.counters_mutex);
     L.counters += counters;
   }
@@ -563,16 +573,10 @@ unsigned api_thread_index() { return static_cast<unsigned>(current().thread); }
 unsigned api_block_index() { return static_cast<unsigned>(current().worker->block); }
 unsigned api_block_dim() { return static_cast<unsigned>(current().worker->L.shape.threads); }
 unsigned api_grid_dim() { return static_cast<unsigned>(current().worker->L.shape.grid); }
-void api_count_ops(unsigned long long flops, unsigned long long special) {
-  Worker& w = *current().worker;
-  if (!w.L.options.counters) return;
-  w.counters.flops += flops;
-  w.counters.special_ops += special;
-}
 
 const ft_simt_api kApi = {FT_SIMT_API_VERSION, api_access,       api_barrier,     api_warp_exchange,
                           api_shared_view,     api_thread_index, api_block_index, api_block_dim,
-                          api_grid_dim,        api_count_ops};
+                          api_grid_dim};
 
 }  // namespace
 

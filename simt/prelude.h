@@ -59,10 +59,10 @@ struct ft_dim3 {
 // a call of a transcendental math function (expf, sqrtf, erff, ...) is one special operation,
 // counted apart (the GPU runs it on its special function unit); an mma.m16n8k16 is the
 // 2 * 16 * 8 * 16 = 4096 operations of its multiply-adds, 128 per lane. The counts accumulate per
-// OS thread; every CUDA thread hands the executor what has accumulated when it ends
-// (ft_simt_api::count_ops), so a launch's reports add up to all its operations.
-static __thread unsigned long long ft_flops_;
-static __thread unsigned long long ft_special_;
+// OS thread in the executor's ft_simt_ops (simt/device_api.h), which it adds to the launch's
+// counters when the thread has run its blocks.
+#define ft_flops_ ft_simt_ops[0]
+#define ft_special_ ft_simt_ops[1]
 
 struct ft_flt {
   float v;
@@ -323,8 +323,6 @@ constexpr size_t ft_simt_arity(void (*)(P...)) {
 #define FT_SIMT_ENTRY(K)                                                   \
   extern "C" void ft_simt_entry_##K(void* const* args) {                   \
     ft_simt_invoke(K, args, std::make_index_sequence<ft_simt_arity(K)>()); \
-    ft_simt_api_->count_ops(ft_flops_, ft_special_);                       \
-    ft_flops_ = ft_special_ = 0;                                           \
   }
 
 // The CUDA text's floats are counted floats (see ft_flt).
