@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The test suite: installs what is missing, builds, and runs every test with ctest; then the same
-# suite under AddressSanitizer + UndefinedBehaviorSanitizer. `--quick` skips the sanitizer pass.
+# The test suite: installs what is missing, builds, and runs every test with ctest; then the suite
+# under AddressSanitizer + UndefinedBehaviorSanitizer, less what it names below. `--quick` skips
+# the sanitizer pass.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
