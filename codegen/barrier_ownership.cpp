@@ -385,7 +385,7 @@ class Analysis {
       case Stmt::Kind::kPart: {
         if (!n.touches) break;
         const IndexValue c = eval(n.a, env);
-        if (!c && (contains_barrier(n.body) || contains_barrier(n.orelse))) {
+        if (!c && n.barriers) {
           throw GiveUp{"a branch holding a barrier on a condition that is not known"};
         }
         if (!c || *c != 0) exec(n.body, env);
@@ -408,13 +408,6 @@ class Analysis {
         break;
       default: break;
     }
-  }
-
-  static bool contains_barrier(const std::vector<Node>& nodes) {
-    for (const Node& n : nodes) {
-      if (n.kind == Stmt::Kind::kBarrier || contains_barrier(n.body) || contains_barrier(n.orelse)) return true;
-    }
-    return false;
   }
 
   // Drops from `removable` the barriers of one block's run that hand an element over: walking the
