@@ -179,12 +179,16 @@ class Analysis {
       else if (kid.barriers) throw GiveUp{"a barrier nested inside a uniform loop's statement"};
     }
     const int64_t hits = trips >= 2 ? 1 + per_iteration : trips * per_iteration;
-    for (int64_t h = 0; h < hits; ++h) {
-      if (order_) order_->push_back(nullptr);
-      else if (static_cast<size_t>(ordinal_) + 1 >= intervals_->size()) throw GiveUp{"threads reach different barriers"};
-      ++ordinal_;
-      if (intervals_->size() <= static_cast<size_t>(ordinal_)) intervals_->emplace_back();
-    }
+    for (int64_t h = 0; h < hits; ++h) reach_barrier(nullptr);
+  }
+
+  // The running thread reaches a barrier (`barrier`: its statement, or nullptr for one that always
+  // stays): the next interval begins. Thread 0 records the order; the others must follow it.
+  void reach_barrier(const Stmt* barrier) {
+    if (order_) order_->push_back(barrier);
+    else if (static_cast<size_t>(ordinal_) + 1 >= intervals_->size()) throw GiveUp{"threads reach different barriers"};
+    ++ordinal_;
+    if (intervals_->size() <= static_cast<size_t>(ordinal_)) intervals_->emplace_back();
   }
 
   int slot() { return slots_++; }
@@ -395,10 +399,7 @@ class Analysis {
       case Stmt::Kind::kBarrier:
         if (intervals_ == nullptr) throw GiveUp{"a barrier among the block-uniform statements"};
         if (stop_at_barrier_) stopped_ = true;
-        if (order_) order_->push_back(n.src);
-        else if (static_cast<size_t>(ordinal_) + 1 >= intervals_->size()) throw GiveUp{"threads reach different barriers"};
-        ++ordinal_;
-        if (intervals_->size() <= static_cast<size_t>(ordinal_)) intervals_->emplace_back();
+        reach_barrier(n.src);
         break;
       case Stmt::Kind::kVectorLoad: touch(n.buffer, eval(n.b, env), 4, false); break;
       case Stmt::Kind::kVectorStore: touch(n.buffer, eval(n.a, env), 4, true); break;
