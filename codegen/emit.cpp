@@ -108,6 +108,7 @@ void emit_block(std::ostringstream& out, const Kernel& k, const Block& b, int de
         out << pad << "ft_store_float4(" << s.name << ", " << s.a << ", " << s.b << ");\n";
         break;
       case Stmt::Kind::kWarpReduce:
+        if (!s.b.empty()) out << pad << "if (" << s.b << ")\n";
         out << pad << "#pragma unroll\n"
             << pad << "for (int ft_off = " << kWarpSize / 2 << "; ft_off > 0; ft_off >>= 1) " << s.name << "[0] = "
             << warp_combine(s.a, s.name + "[0]", "__shfl_xor_sync(0xffffffffu, " + s.name + "[0], ft_off)") << ";\n";

@@ -85,12 +85,13 @@ Stmt uniform_for(std::string var, std::string lo, std::string hi, Block body) {
   return s;
 }
 
-Stmt warp_reduce(std::string local, std::string op) {
+Stmt warp_reduce(std::string local, std::string op, std::string guard) {
   check(op == "sum" || op == "max", "warp reduction with unknown op '", op, "'");
   Stmt s;
   s.kind = Stmt::Kind::kWarpReduce;
   s.name = std::move(local);
   s.a = std::move(op);
+  s.b = std::move(guard);
   return s;
 }
 
@@ -173,7 +174,9 @@ void dump(std::ostringstream& out, const Block& b, int depth) {
       case Stmt::Kind::kBarrier: out << pad << "barrier\n"; break;
       case Stmt::Kind::kVectorLoad: out << pad << "let float4 " << s.name << " = " << s.a << "[" << s.b << " .. +4]\n"; break;
       case Stmt::Kind::kVectorStore: out << pad << s.name << "[" << s.a << " .. +4] = float4 " << s.b << "\n"; break;
-      case Stmt::Kind::kWarpReduce: out << pad << "warp.reduce " << s.a << " " << s.name << "\n"; break;
+      case Stmt::Kind::kWarpReduce:
+        out << pad << "warp.reduce " << s.a << " " << s.name << (s.b.empty() ? "" : " if (" + s.b + ")") << "\n";
+        break;
       case Stmt::Kind::kMma:
         out << pad << "mma.m16n8k16." << dtype_name(s.dtype) << " " << s.name << "[" << s.at[0] << "] += " << s.a << "["
             << s.at[1] << "] * " << s.b << "[" << s.at[2] << "]\n";

@@ -59,7 +59,7 @@ namespace fusetune::codegen {
 
 // The version of the code generator: part of every tuning record's key, bumped whenever the code
 // generated for the same group and candidate changes.
-inline constexpr int kCodegenVersion = 6;
+inline constexpr int kCodegenVersion = 7;
 
 // Threads per warp: warp reductions combine this many lanes; blocks are whole warps.
 inline constexpr int kWarpSize = 32;
@@ -102,7 +102,8 @@ struct Stmt {
     kBarrier,   // block-wide barrier
     kPart,      // if (a) { uniform; body }: a part of a packed kernel, chosen per block
     kUniformFor,  // for (long long name = a; name < b; ++name) body: block-uniform, barriers allowed inside
-    kWarpReduce,  // name[0] = the op ("sum" or "max", in a) of name[0] over the lanes of the warp
+    kWarpReduce,  // name[0] = the op ("sum" or "max", in a) of name[0] over the lanes of the warp,
+                  // if b (a warp-uniform condition; empty: always)
     kVectorLoad,  // float4 name = a[b .. b + 3]: one aligned 16-byte load from buffer a at index b
     kVectorStore,  // name[a .. a + 3] = b: one aligned 16-byte store of float4 local b into buffer name
     kMma,         // name[at0..] += a[at1..] * b[at2..]: warp-level m16n8k16 on fragments (dtype f16 or bf16)
@@ -137,8 +138,11 @@ Stmt part(std::string cond, Block uniform, Block body);
 // body may hold barriers: the reduction-step loop of a staged contraction.
 Stmt uniform_for(std::string var, std::string lo, std::string hi, Block body);
 // A warp reduction of the one-float thread-local `local` with `op` "sum" or "max" (NaN-propagating,
-// as ft_fmaxn); placed like a barrier (see the header comment).
-Stmt warp_reduce(std::string local, std::string op);
+// as ft_fmaxn); placed like a barrier (see the header comment). A non-empty `guard` skips the
+// reduction in warps where it is false; it must have one value for all lanes of a warp (block-
+// uniform values and the thread index divided by the warp size): a guard that splits a warp leaves
+// lanes missing, which the host executor's synccheck reports.
+Stmt warp_reduce(std::string local, std::string op, std::string guard = "");
 // float4 `local` = buffer[index .. index + 3], one 16-byte load; buffer + index must be 16-byte
 // aligned.
 Stmt vector_load(std::string local, std::string buffer, std::string index);

@@ -28,7 +28,7 @@ std::string line(const Stmt& s) {
     case Stmt::Kind::kBarrier: out << "barrier"; break;
     case Stmt::Kind::kVectorLoad: out << "let float4 " << s.name << " = " << s.a << "[" << s.b << " .. +4]"; break;
     case Stmt::Kind::kVectorStore: out << s.name << "[" << s.a << " .. +4] = float4 " << s.b; break;
-    case Stmt::Kind::kWarpReduce: out << "warp.reduce " << s.a << " " << s.name; break;
+    case Stmt::Kind::kWarpReduce: out << "warp.reduce " << s.a << " " << s.name << (s.b.empty() ? "" : " if (" + s.b + ")"); break;
     case Stmt::Kind::kMma:
       out << "mma.m16n8k16." << dtype_name(s.dtype) << " " << s.name << "[" << (s.at.size() > 0 ? s.at[0] : -1) << "] += " << s.a
           << "[" << (s.at.size() > 1 ? s.at[1] : -1) << "] * " << s.b << "[" << (s.at.size() > 2 ? s.at[2] : -1) << "]";

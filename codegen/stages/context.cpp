@@ -95,20 +95,54 @@ void LoweringContext::emit_extents(Kernel& k, int v) {
 }
 
 void LoweringContext::regions(Kernel& k) {
-  std::map<int, std::vector<std::vector<std::pair<std::string, std::string>>>> contrib;
+  // Per consumed value, the boxes its consumers' accesses read: each box's bounds, and whether it
+  // reads anything (its consumer's region is not empty and no axis of the box is empty). A guarded
+  // access (Concat, Pad, Slice) whose tile falls outside its input reads nothing, and its clipped
+  // bounds must not widen the hull.
+  struct Box {
+    std::string live;
+    std::vector<std::pair<std::string, std::string>> bounds;
+  };
+  std::map<int, std::vector<Box>> contrib;
   for (auto it = group.nodes.rbegin(); it != group.nodes.rend(); ++it) {
     const Node& n = g.nodes()[static_cast<size_t>(*it)];
     const int v = n.outputs[0];
+    std::string live;  // v's region is not empty ("" for the root tile, which never is)
     if (v != root) {
       auto c = contrib.find(v);
       if (c == contrib.end()) continue;  // not needed by the root (cannot happen in a single-sink group)
       const Shape& s = g.value(v).shape;
       Region& r = region[v];
+      std::vector<Box>& boxes = c->second;
+      if (boxes.size() > 1) {  // named bounds, read twice below
+        for (size_t b = 0; b < boxes.size(); ++b) {
+          for (size_t d = 0; d < s.size(); ++d) {
+            const std::string base = "r" + std::to_string(v) + "_b" + std::to_string(b) + "_";
+            k.uniform.push_back(let("long long", base + "lo" + std::to_string(d), boxes[b].bounds[d].first));
+            k.uniform.push_back(let("long long", base + "hi" + std::to_string(d), boxes[b].bounds[d].second));
+            boxes[b].bounds[d] = {base + "lo" + std::to_string(d), base + "hi" + std::to_string(d)};
+          }
+        }
+      }
+      // A box reads nothing when its consumer's region is empty or, with several boxes, when one
+      // of its axes is (a single box's empty axis empties the region by itself).
+      for (Box& box : boxes) {
+        std::string cond = box.live;
+        for (size_t d = 0; boxes.size() > 1 && d < s.size(); ++d) {
+          cond += (cond.empty() ? "" : " && ") + box.bounds[d].first + " <= " + box.bounds[d].second;
+        }
+        box.live = cond.empty() ? "" : "(" + cond + ")";
+      }
       for (size_t d = 0; d < s.size(); ++d) {
         std::string lo, hi;
-        for (const auto& box : c->second) {
-          lo = lo.empty() ? box[d].first : "ft_min(" + lo + ", " + box[d].first + ")";
-          hi = hi.empty() ? box[d].second : "ft_max(" + hi + ", " + box[d].second + ")";
+        for (const Box& box : boxes) {
+          const bool always = box.live.empty();
+          const std::string blo = boxes.size() > 1 && !always
+                                      ? "(" + box.live + " ? " + box.bounds[d].first + " : " + ll(s[d]) + ")"
+                                      : box.bounds[d].first;
+          const std::string bhi = always ? box.bounds[d].second : "(" + box.live + " ? " + box.bounds[d].second + " : -1LL)";
+          lo = lo.empty() ? blo : "ft_min(" + lo + ", " + blo + ")";
+          hi = hi.empty() ? bhi : "ft_max(" + hi + ", " + bhi + ")";
         }
         r.lo.push_back(var(v, "lo", d));
         r.hi.push_back(var(v, "hi", d));
@@ -123,8 +157,14 @@ void LoweringContext::regions(Kernel& k) {
     for (const Access& a : e.accesses) {
       const int u = n.inputs[static_cast<size_t>(a.input)];
       if (!members.count(producer_or(u))) continue;
+      if (v != root && live.empty()) {
+        live = "r" + std::to_string(v) + "_live";
+        std::string all;
+        for (const std::string& x : out.n) all += (all.empty() ? "" : " && ") + x + " > 0LL";
+        k.uniform.push_back(let("long long", live, all.empty() ? "1LL" : "(" + all + ")"));
+      }
       const Shape& us = g.value(u).shape;
-      std::vector<std::pair<std::string, std::string>> box;
+      Box box{live, {}};
       for (size_t d = 0; d < a.index.size(); ++d) {
         auto b = a.index[d].bounds_code(
             [&](int i) { return static_cast<size_t>(i) < nout ? out.lo[static_cast<size_t>(i)] : std::string("0LL"); },
@@ -132,9 +172,9 @@ void LoweringContext::regions(Kernel& k) {
               return static_cast<size_t>(i) < nout ? out.hi[static_cast<size_t>(i)]
                                                    : ll(e.reduce_extents[static_cast<size_t>(i) - nout] - 1);
             });
-        box.push_back({"ft_max(0LL, " + b.first + ")", "ft_min(" + ll(us[d] - 1) + ", " + b.second + ")"});
+        box.bounds.push_back({"ft_max(0LL, " + b.first + ")", "ft_min(" + ll(us[d] - 1) + ", " + b.second + ")"});
       }
-      contrib[u].push_back(box);
+      contrib[u].push_back(std::move(box));
     }
   }
 }
@@ -155,21 +195,30 @@ std::map<int, std::vector<Interval>> LoweringContext::numeric_regions(int64_t ti
     stride *= ntiles_[d];
   }
   r[root] = root_tile;
-  std::map<int, std::vector<std::vector<Interval>>> contrib;
+  // As regions() computes them: boxes that read nothing do not widen the hull.
+  std::map<int, std::vector<std::pair<bool, std::vector<Interval>>>> contrib;  // (consumer live, box)
   for (auto it = group.nodes.rbegin(); it != group.nodes.rend(); ++it) {
     const Node& n = g.nodes()[static_cast<size_t>(*it)];
     const int v = n.outputs[0];
     if (v != root) {
       auto c = contrib.find(v);
       if (c == contrib.end()) continue;
-      std::vector<Interval> hull = c->second[0];
-      for (const auto& box : c->second) {
-        for (size_t d = 0; d < box.size(); ++d) hull[d] = {std::min(hull[d].lo, box[d].lo), std::max(hull[d].hi, box[d].hi)};
+      const Shape& s = g.value(v).shape;
+      const auto& boxes = c->second;
+      std::vector<Interval> hull(s.size());
+      for (size_t d = 0; d < s.size(); ++d) hull[d] = {boxes.size() > 1 ? s[d] : boxes[0].second[d].lo, -1};
+      for (const auto& [consumer_live, box] : boxes) {
+        const auto empty = [](const Interval& i) { return i.lo > i.hi; };
+        if (!consumer_live || (boxes.size() > 1 && std::any_of(box.begin(), box.end(), empty))) continue;
+        for (size_t d = 0; d < box.size(); ++d) {
+          hull[d] = boxes.size() > 1 ? Interval{std::min(hull[d].lo, box[d].lo), std::max(hull[d].hi, box[d].hi)} : box[d];
+        }
       }
       r[v] = hull;
     }
     const TensorExpr& e = exprs.at(*it);
     std::vector<Interval> vars = r[v];
+    const bool live = std::none_of(vars.begin(), vars.end(), [](const Interval& i) { return i.lo > i.hi; });
     for (int64_t x : e.reduce_extents) vars.push_back({0, x - 1});
     for (const Access& a : e.accesses) {
       const int u = n.inputs[static_cast<size_t>(a.input)];
@@ -180,7 +229,7 @@ std::map<int, std::vector<Interval>> LoweringContext::numeric_regions(int64_t ti
         const Interval b = a.index[d].bounds(vars);
         box.push_back({std::max<int64_t>(0, b.lo), std::min<int64_t>(us[d] - 1, b.hi)});
       }
-      contrib[u].push_back(box);
+      contrib[u].push_back({live, box});
     }
   }
   return r;

@@ -65,6 +65,7 @@ class RowStatsStage : public AnchorStage {
     const std::string lanes = ll(kWarpSize);
     const std::string rows = "ft_min(" + product(row_n) + ", " + ll(cap) + ")";
     const std::string row = "(ft_rb * " + ll(warps) + " + (long long)ft_thread / " + lanes + ")";
+    const std::string busy = row + " < " + rows;  // warp-uniform: this warp has a row in this batch
     const std::string first = "w" + std::to_string(v) + "_a", second = "w" + std::to_string(v) + "_b";
     k.thread_locals.push_back({first, 1});
     k.thread_locals.push_back({second, 1});
@@ -104,28 +105,28 @@ class RowStatsStage : public AnchorStage {
         cx_.cur().push_back(serial_for("ft_j", "0LL", "(" + ll(count) + " - ft_lane + " + ll(kWarpSize - 1) + ") / " + lanes, loop));
       });
       batch.push_back(assign(acc, init));
-      batch.push_back(if_then(row + " < " + rows, body));
+      batch.push_back(if_then(busy, body));
     };
     const std::string n_elems = float_literal(static_cast<double>(count));
     const std::string a0 = first + "[0]", b0 = second + "[0]";
     std::string stat_a = a0, stat_b = b0;
     if (layer_norm) {  // mean, then the mean of squared deviations from it
       lane_share(first, "0.0f", [](const std::string& acc, const std::string& xv) { return acc + " + " + xv; });
-      batch.push_back(warp_reduce(first, "sum"));
-      batch.push_back(assign(a0, a0 + " / " + n_elems));
+      batch.push_back(warp_reduce(first, "sum", busy));
+      batch.push_back(if_then(busy, Block{assign(a0, a0 + " / " + n_elems)}));
       lane_share(second, "0.0f", [&](const std::string& acc, const std::string& xv) {
         const std::string d = "(" + xv + " - " + a0 + ")";
         return acc + " + " + d + " * " + d;
       });
-      batch.push_back(warp_reduce(second, "sum"));
+      batch.push_back(warp_reduce(second, "sum", busy));
       stat_b = "1.0f / sqrtf(" + b0 + " / " + n_elems + " + " + float_literal(n.attrs.f("epsilon", 1e-5f)) + ")";
     } else {  // max, then the sum of exponentials relative to it
       lane_share(first, "(-ft_inf())", [](const std::string& acc, const std::string& xv) { return "ft_fmaxn(" + acc + ", " + xv + ")"; });
-      batch.push_back(warp_reduce(first, "max"));
+      batch.push_back(warp_reduce(first, "max", busy));
       lane_share(second, "0.0f", [&](const std::string& acc, const std::string& xv) {
         return acc + " + expf(" + xv + " - " + a0 + ")";
       });
-      batch.push_back(warp_reduce(second, "sum"));
+      batch.push_back(warp_reduce(second, "sum", busy));
     }
     Block write = cx_.fresh_block([&] {
       cx_.cur().push_back(let("long long", "ft_row", row));
@@ -133,7 +134,7 @@ class RowStatsStage : public AnchorStage {
       cx_.cur().push_back(store(sa, ri, stat_a));
       cx_.cur().push_back(store(sb, ri, stat_b));
     });
-    batch.push_back(if_then(row + " < " + rows + " && ft_thread % " + lanes + " == 0", write));
+    batch.push_back(if_then(busy + " && ft_thread % " + lanes + " == 0", write));
     k.body.push_back(uniform_for("ft_rb", "0LL", "(" + rows + " + " + ll(warps - 1) + ") / " + ll(warps), batch));
     k.body.push_back(barrier());
     // Stage 2: elements.

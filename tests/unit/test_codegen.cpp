@@ -264,7 +264,16 @@ TEST(CodegenWarp, RowStatisticsUseWarpReductionsAndNoPartials) {
   EXPECT_NE(emit_cuda({softmax}).find("__shfl_xor_sync(0xffffffffu, w1_a[0], ft_off)"), std::string::npos);
   const Kernel norm = lower_group(g, groups[3], TileConfig{{1, 5, 1}, 0, 64, 1}, "norm").kernel;
   const std::string nir = to_text(norm);
-  EXPECT_NE(nir.find("warp.reduce sum w6_a\n    w6_a[0] = w6_a[0] / (1.0f)"), std::string::npos) << nir;
+  // Warps without a row in the batch skip the reductions and the mean (their lanes agree: the
+  // guard depends on the warp index only).
+  const std::string busy = "(ft_rb * 2LL + (long long)ft_thread / 32LL) < ft_min((r6_n0 * r6_n1), 5LL)";
+  EXPECT_NE(nir.find("warp.reduce sum w6_a if (" + busy + ")\n    if " + busy + "\n      w6_a[0] = w6_a[0] / (1.0f)"),
+            std::string::npos)
+      << nir;
+  EXPECT_NE(ir.find("warp.reduce max w1_a if ("), std::string::npos) << ir;
+  EXPECT_NE(emit_cuda({softmax}).find("if ((ft_rb * 2LL + (long long)ft_thread / 32LL) < ft_min((r1_n0 * r1_n1), 5LL))\n"
+                                      "    #pragma unroll\n"),
+            std::string::npos);
 }
 
 // A hand-written kernel: warp w of block b reduces row 2b + w of x (strided shares per lane), and
@@ -503,6 +512,38 @@ TEST(CodegenCounters, FloatingPointOperationsOfAnEvenlyTiledMatMulAreTheModeledO
     EXPECT_EQ(c.flops, 2u * 32u * 32u * 64u + 32u * 32u) << cfg.str();
     EXPECT_EQ(static_cast<int64_t>(c.flops) + 32 * 32, modeled) << cfg.str() << ": the model charges the Relu too";
     EXPECT_EQ(c.special_ops, 0u);
+  }
+}
+
+// A cyclic shift of a MatMul's rows (Swin's shifted windows: two Slices and a Concat), one row per
+// tile: each tile needs one row of the product. A tile's row comes from one Concat input only, so
+// the other input's box is empty and must not widen the product's region (it once spanned from
+// the empty box's clipped bound to the needed row: up to 8 rows computed per tile). Counted on the
+// host, the kernel executes what the model charges, less the Relu.
+TEST(CodegenCounters, AShiftedProductIsComputedOncePerTile) {
+  using fusetune::testing::add_input;
+  using fusetune::testing::add_op;
+  using fusetune::testing::attrs;
+  Graph g;
+  const int y = add_op(g, "MatMul", {add_input(g, "a", DType::kF32, {8, 16}), add_input(g, "b", DType::kF32, {16, 8})});
+  const int head = add_op(g, "Slice", {y}, attrs({{"starts", std::vector<int64_t>{6, 0}}, {"ends", std::vector<int64_t>{8, 8}}, {"steps", std::vector<int64_t>{1, 1}}}));
+  const int tail = add_op(g, "Slice", {y}, attrs({{"starts", std::vector<int64_t>{0, 0}}, {"ends", std::vector<int64_t>{6, 8}}, {"steps", std::vector<int64_t>{1, 1}}}));
+  add_op(g, "Relu", {add_op(g, "Concat", {head, tail}, attrs({{"axis", int64_t{0}}}))});
+  FusionGroup group;
+  group.nodes = {0, 1, 2, 3, 4};
+  planner::describe_group(g, group);
+  group.outputs = {g.nodes()[4].outputs[0]};
+  for (const TileConfig& cfg : {TileConfig{{1, 8}, 16, 32, 1}, TileConfig{{1, 8}, 0, 64, 1}, TileConfig{{2, 8}, 8, 32, 1}}) {
+    const LoweredKernel lk = lower_group(g, group, cfg, "roll");
+    auto backend = backend::make_host_backend();
+    auto module = backend->load({lk.kernel});
+    std::mt19937 rng(9);
+    ASSERT_TRUE(backend::verify_kernel(g, group, lk, *backend, *module, rng).ok) << cfg.str();
+    const simt::Counters c = module->counters().at("roll");
+    const int64_t modeled = planner::evaluate_tile(g, group, planner::find_device("h100"), cfg).flops;
+    // Tiles of two rows straddle the wrap at row 2 (rows 6..7 then 0..5 of the product): none does.
+    EXPECT_EQ(c.flops, 2u * 8u * 8u * 16u) << cfg.str();
+    EXPECT_EQ(static_cast<int64_t>(c.flops) + 8 * 8, modeled) << cfg.str() << ": the model charges the Relu too";
   }
 }
 
