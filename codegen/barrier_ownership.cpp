@@ -131,6 +131,12 @@ class Analysis {
         }
       }
       keep_handing_over(barriers, intervals, removable);
+      // The first block is a whole tile, usually as large as any: when all blocks at its cost
+      // would not fit in the budget, stop now rather than after spending it.
+      if (block == blocks.front() && work_ > 0 && static_cast<double>(work_) * static_cast<double>(blocks.size()) > static_cast<double>(budget_)) {
+        throw GiveUp{"block " + std::to_string(block) + " takes " + std::to_string(work_) + " steps: " +
+                     std::to_string(blocks.size()) + " blocks would take more than " + std::to_string(budget_)};
+      }
     }
     return removable;
   }

@@ -40,6 +40,6 @@ struct OwnershipResult {
 
 // Removes the barriers of `k` that order nothing in any of `blocks` (all of the kernel's); at
 // most `budget` loop iterations and element accesses are enumerated.
-OwnershipResult remove_unordering_barriers(Kernel& k, const std::vector<int64_t>& blocks, int64_t budget = 50000);
+OwnershipResult remove_unordering_barriers(Kernel& k, const std::vector<int64_t>& blocks, int64_t budget = 2000000);
 
 }  // namespace fusetune::codegen
