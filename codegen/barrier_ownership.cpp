@@ -15,6 +15,7 @@ namespace {
 // The analysis gives up: the reason, caught by remove_unordering_barriers.
 struct GiveUp {
   std::string reason;
+  bool budget = false;  // the budget ran out (a smaller question may fit)
 };
 
 // Who touched one element in one interval: the first thread and whether others did, the first
@@ -62,7 +63,7 @@ struct Node {
   int buffer = -1;  // kStore, kVectorLoad/Store, kLdmatrix: the buffer
   IndexExpr a, b;   // what the statement evaluates (see compile())
   bool has_a = false, has_b = false;
-  bool top_level = false;  // a barrier of the kernel's body itself
+  bool candidate = false;  // a barrier of the kernel's body or of a top-level uniform loop's body
   bool barriers = false;   // holds a barrier
   // Does anything the analysis sees: holds a barrier, an access of a tracked buffer or an
   // assignment of an integer variable. A loop or branch that does not is not run at all.
@@ -77,7 +78,9 @@ struct Buffer {
 
 class Analysis {
  public:
-  Analysis(const Kernel& k, int64_t budget) : k_(k), budget_(budget) {
+  // loop_barriers: the barriers of top-level uniform loops are candidates too (every iteration of
+  // such a loop is run); else they stay and only a loop's first and last iterations are run.
+  Analysis(const Kernel& k, int64_t budget, bool loop_barriers) : k_(k), budget_(budget), loop_barriers_(loop_barriers) {
     bind("ft_thread", slot());
     bind("ft_block", slot());
     names_["ft_block"].invariant = true;
@@ -85,9 +88,9 @@ class Analysis {
     for (const SharedAlloc& s : k.shared) add_buffer(s.name, true);
     for (const ThreadLocal& t : k.thread_locals) names_[t.name] = {IndexExpr::Binding::Kind::kLocalArray, -1};
     invariant_lets_ = true;
-    uniform_ = compile(k.uniform, false, false);  // its lets stay visible in the body
+    uniform_ = compile(k.uniform, 2, false);  // its lets stay visible in the body
     invariant_lets_ = false;
-    body_ = compile(k.body, true);
+    body_ = compile(k.body, 0);
   }
 
   // The top-level barriers to remove. Blocks are analysed one at a time: a barrier that hands an
@@ -97,8 +100,12 @@ class Analysis {
   std::set<const Stmt*> run(const std::vector<int64_t>& blocks) {
     std::set<const Stmt*> removable;
     for (const Node& n : body_) {
-      if (n.kind == Stmt::Kind::kBarrier && n.top_level) removable.insert(n.src);
+      if (n.kind == Stmt::Kind::kBarrier) removable.insert(n.src);
+      for (const Node& kid : n.body) {
+        if (kid.kind == Stmt::Kind::kBarrier && kid.candidate && loop_barriers_) removable.insert(kid.src);
+      }
     }
+    removable_ = &removable;
     for (const int64_t block : blocks) {
       if (removable.empty()) break;
       std::vector<IndexValue> env(static_cast<size_t>(slots_));
@@ -135,7 +142,8 @@ class Analysis {
       // would not fit in the budget, stop now rather than after spending it.
       if (block == blocks.front() && work_ > 0 && static_cast<double>(work_) * static_cast<double>(blocks.size()) > static_cast<double>(budget_)) {
         throw GiveUp{"block " + std::to_string(block) + " takes " + std::to_string(work_) + " steps: " +
-                     std::to_string(blocks.size()) + " blocks would take more than " + std::to_string(budget_)};
+                         std::to_string(blocks.size()) + " blocks would take more than " + std::to_string(budget_),
+                     true};
       }
     }
     return removable;
@@ -144,8 +152,9 @@ class Analysis {
  private:
   // The top-level statements whose accesses can matter: those between two barriers that stay
   // (a top-level barrier not removable, a uniform loop's barriers) with a removable barrier
-  // among them. A uniform loop with barriers borders two such stretches (its first iteration's
-  // head, its last iteration's tail) and matters when either does.
+  // among them. A uniform loop with barriers none of which is removable borders two such
+  // stretches (its first iteration's head, its last iteration's tail) and matters when either
+  // does; one holding a removable barrier is run in full, like a removable barrier.
   std::vector<bool> relevant_statements(const std::set<const Stmt*>& removable) const {
     std::vector<bool> relevant(body_.size(), false);
     size_t start = 0;  // the first statement of the current stretch
@@ -156,7 +165,7 @@ class Analysis {
     };
     for (size_t j = 0; j < body_.size(); ++j) {
       const Node& n = body_[j];
-      if (n.kind == Stmt::Kind::kBarrier && removable.count(n.src) != 0) {
+      if ((n.kind == Stmt::Kind::kBarrier && removable.count(n.src) != 0) || holds_removable(n)) {
         wanted = true;
       } else if (n.barriers) {
         close(j);
@@ -167,6 +176,13 @@ class Analysis {
     }
     close(body_.size());
     return relevant;
+  }
+
+  // A uniform loop whose body holds a barrier still removable: run in every iteration.
+  bool holds_removable(const Node& n) const {
+    if (n.kind != Stmt::Kind::kUniformFor || removable_ == nullptr) return false;
+    return std::any_of(n.body.begin(), n.body.end(),
+                       [&](const Node& kid) { return kid.kind == Stmt::Kind::kBarrier && removable_->count(kid.src) != 0; });
   }
 
   // A top-level statement that does not matter: only the barriers it would reach count (the same
@@ -217,7 +233,8 @@ class Analysis {
   }
   static bool integer_ctype(const std::string& c) { return c != "float" && c != "double" && c.find("float4") == std::string::npos; }
 
-  std::vector<Node> compile(const Block& b, bool top, bool scoped = true) {
+  // depth: 0 for the kernel's body, 1 for a top-level uniform loop's body, 2 below.
+  std::vector<Node> compile(const Block& b, int depth, bool scoped = true) {
     std::vector<Node> out;
     std::vector<std::pair<std::string, IndexExpr::Binding>> shadowed;  // restored at the block's end
     auto declare = [&](const std::string& name, IndexExpr::Binding binding) {
@@ -261,21 +278,21 @@ class Analysis {
           const auto it = names_.find(s.name);
           const IndexExpr::Binding old = it == names_.end() ? IndexExpr::Binding{} : it->second;
           bind(s.name, n.slot);
-          n.body = compile(s.body, false);
+          n.body = compile(s.body, depth == 0 && s.kind == Stmt::Kind::kUniformFor ? 1 : 2);
           names_[s.name] = old;
           break;
         }
         case Stmt::Kind::kIf:
           n.a = parse(s.a), n.has_a = true;
-          n.body = compile(s.body, false);
-          n.orelse = compile(s.orelse, false);
+          n.body = compile(s.body, 2);
+          n.orelse = compile(s.orelse, 2);
           break;
         case Stmt::Kind::kPart:
           n.a = parse(s.a), n.has_a = true;
-          n.body = compile(s.uniform, false);
-          for (Node& m : compile(s.body, false)) n.body.push_back(std::move(m));
+          n.body = compile(s.uniform, 2);
+          for (Node& m : compile(s.body, 2)) n.body.push_back(std::move(m));
           break;
-        case Stmt::Kind::kBarrier: n.top_level = top; break;
+        case Stmt::Kind::kBarrier: n.candidate = depth <= 1; break;
         case Stmt::Kind::kVectorLoad:
           n.buffer = buffer_of(s.a);
           n.b = parse(s.b), n.has_b = true;
@@ -336,7 +353,7 @@ class Analysis {
   }
 
   [[noreturn]] void over_budget() const {
-    throw GiveUp{"more than " + std::to_string(budget_) + " loop iterations and element accesses"};
+    throw GiveUp{"more than " + std::to_string(budget_) + " loop iterations and element accesses", true};
   }
 
   void iterate(const Node& loop, std::vector<IndexValue>& env, int64_t i) {
@@ -371,10 +388,10 @@ class Analysis {
         const int64_t lo = bound(n.a, env, *n.src) + (threads ? thread_ : 0);
         const int64_t hi = bound(n.b, env, *n.src);  // loop-invariant in every loop the stages emit
         const int64_t step = threads ? k_.threads : 1;
-        if (n.barriers && hi - lo >= 2) {
-          // A uniform loop with barriers: only its first iteration up to its first barrier and
-          // its last iteration border the intervals of top-level barriers; the intervals in
-          // between lie between barriers that always stay, and are not run.
+        if (n.barriers && hi - lo >= 2 && !holds_removable(n)) {
+          // A uniform loop whose barriers all stay: only its first iteration up to its first
+          // barrier and its last iteration border the intervals of top-level barriers; the
+          // intervals in between lie between barriers that stay, and are not run.
           iterate(n, env, lo);
           stop_at_barrier_ = true;
           exec(n.body, env);
@@ -449,6 +466,7 @@ class Analysis {
 
   const Kernel& k_;
   const int64_t budget_;
+  const bool loop_barriers_;
   std::map<std::string, IndexExpr::Binding> names_;
   std::vector<Buffer> buffers_;
   int slots_ = 0;
@@ -460,6 +478,7 @@ class Analysis {
   std::vector<const Stmt*>* order_ = nullptr;
   int64_t work_ = 0;  // loop iterations and element accesses so far
   uint64_t block_stamp_ = 0;
+  const std::set<const Stmt*>* removable_ = nullptr;  // the barriers still removable (run())
   bool invariant_lets_ = false;  // compiling the block-uniform lets
   bool stop_at_barrier_ = false;  // running a uniform loop's first iteration: stop at its first barrier
   bool stopped_ = false;
@@ -470,20 +489,33 @@ class Analysis {
 OwnershipResult remove_unordering_barriers(Kernel& k, const std::vector<int64_t>& blocks, int64_t budget) {
   OwnershipResult result;
   std::set<const Stmt*> removed;
-  try {
-    Analysis analysis(k, budget);
-    removed = analysis.run(blocks);
-  } catch (const GiveUp& g) {
-    result.reason = g.reason;
-    return result;
+  // Loops' barriers first; when running every iteration does not fit the budget, the top-level
+  // barriers alone (their loops' middle iterations are not run).
+  for (const bool loop_barriers : {true, false}) {
+    try {
+      Analysis analysis(k, budget, loop_barriers);
+      removed = analysis.run(blocks);
+      result.reason.clear();
+      break;
+    } catch (const GiveUp& g) {
+      result.reason = g.reason;
+      if (!g.budget) return result;
+    }
   }
+  if (!result.reason.empty()) return result;
   result.analysed = true;
-  Block kept;
+  const auto drop = [&](Block& b) {
+    Block kept;
+    for (Stmt& s : b) {
+      if (removed.count(&s) == 0) kept.push_back(std::move(s));
+    }
+    result.removed += static_cast<int>(b.size() - kept.size());
+    b = std::move(kept);
+  };
   for (Stmt& s : k.body) {
-    if (removed.count(&s) == 0) kept.push_back(std::move(s));
+    if (s.kind == Stmt::Kind::kUniformFor) drop(s.body);
   }
-  result.removed = static_cast<int>(k.body.size() - kept.size());
-  k.body = std::move(kept);
+  drop(k.body);  // after the loops: their statements' addresses are the ones recorded
   return result;
 }
 

@@ -1,26 +1,31 @@
-// Barrier elision by ownership: removes the top-level barriers of a lowered kernel across which no
-// element changes hands between threads.
+// Barrier elision by ownership: removes the barriers of a lowered kernel across which no element
+// changes hands between threads.
 //
 // Takes a kernel as lowering leaves it, after codegen/barriers.h, and its blocks. Runs every
 // thread of every block through the kernel's index arithmetic (codegen/index_expr.h; no float
 // math) and records, per barrier interval, which threads load and store each element of each
-// shared allocation and each output parameter. A barrier at the top of the body is removed when,
-// in every block, no element touched in the interval before it (grown by the barriers removed
+// shared allocation and each output parameter. Candidates are the barriers of the kernel's body
+// and of the bodies of its top-level uniform loops (a staged contraction's reduction-step loop).
+// A candidate is removed when, at every place a thread reaches it in every block (each iteration
+// of its loop), no element touched in the interval before it (grown by the candidates removed
 // before it) is touched by another thread in the interval after it with a store on either side:
-// deleting it merges two intervals in which every element they share belongs to one thread, so
-// no hazard can arise and every thread reads what it read before. These are the barriers the
+// deleting it merges intervals in which every element they share belongs to one thread, so no
+// hazard can arise and every thread reads what it read before. These are the barriers the
 // mutation test (tools/barrier_mutations.cpp) found ordering nothing at run time: a stage whose
 // thread mapping coincides with the next stage's for this tile shape (an element loop after an
 // element loop over the same region and thread count, a register-blocked store whose element
-// lands on the thread that reads it, a region no larger than the block).
+// lands on the thread that reads it, a region no larger than the block), the trailing barrier of
+// a reduction-step loop that runs once.
 // Keeps every barrier when it cannot know: an index into a tracked buffer or a loop bound that
 // is not known (a value loaded from memory), a branch holding a barrier on an unknown condition,
 // threads reaching different numbers of barriers, more than `budget` loop iterations and element
-// accesses in all (a large grid or block: the analysis stops and keeps every barrier; the
-// default bounds the analysis to some 0.1 s per kernel on this project's 2-core machine).
-// Barriers inside uniform loops are kept (they order one iteration's reads before the next
-// iteration's writes). Every block is analysed because a tile's regions depend on where it lies
-// (clipped at the tensor's edges, split by a Concat or a Pad boundary inside it).
+// accesses in all (a large grid or block: the analysis stops, at once when the first block's
+// cost times the number of blocks exceeds the budget, and keeps every barrier; the default bounds
+// the analysis to some 0.3 s per kernel on this project's 2-core machine). Barriers nested deeper
+// (in a branch, a part, a loop inside a loop) are kept. A uniform loop none of whose barriers is
+// still a candidate is run for its first iteration's head and last iteration only. Every block is
+// analysed because a tile's regions depend on where it lies (clipped at the tensor's edges, split
+// by a Concat or a Pad boundary inside it).
 // Guarantees: the kernel computes what it computed and no hazard appears in any block.
 #pragma once
 

@@ -200,6 +200,16 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
     for (size_t k = 0; k < n.inputs.size(); ++k) {
       const int v = n.inputs[k];
       if (v == kNoValue || in_regions[k].empty()) continue;
+      if (n.op == "Gather" && k == 0 && !produced.count(v)) {
+        // The indices pick rows at run time (the region spans the whole axis): a tile loads at
+        // most as many rows as it reads indices, charged as one run (an embedding table's rows
+        // are hundreds of bytes, so scattered rows cost what contiguous ones do).
+        Region rows = in_regions[0];
+        Interval& along = rows[static_cast<size_t>(normalize_axis(n.attrs.i("axis"), static_cast<int64_t>(rows.size()), "axis"))];
+        along.hi = along.lo + std::min(along.size(), region_elems(in_regions[1])) - 1;
+        hull_into(loads[v], rows);
+        continue;
+      }
       hull_into(produced.count(v) ? regions[v] : loads[v], in_regions[k]);
     }
     // Shared memory of the generic schedule (codegen/lower_group): a staged contraction keeps one

@@ -7,6 +7,8 @@
 // to the region of every internal value and external input, and derives:
 //   - traffic L2 -> SM: per tile, each external input's region rounded up to 32-byte sectors along
 //     its contiguous dimension (the coalescing penalty), times the number of tiles, plus outputs;
+//     a Gather's data input counts at most as many rows along the gathered axis as the tile reads
+//     indices (its region spans the axis: the rows are picked at run time);
 //   - traffic DRAM: an input that fits in half the L2 is read from DRAM once; a larger one as often
 //     as the tiles read it;
 //   - shared memory: double-buffered per-step operand regions of contractions, plus the rows a

@@ -2,7 +2,8 @@
 // and barrier elision by ownership (codegen/barrier_ownership.h) on hand-written kernels: a
 // barrier between stages whose threads touch only their own elements goes, one that hands an
 // element to another thread (read-after-write or write-after-read) stays, removal grows the
-// interval the next barrier guards, and the analysis keeps everything it cannot know. The host
+// interval the next barrier guards, a uniform loop's barriers go only when no iteration hands an
+// element over, and the analysis keeps everything it cannot know. The host
 // executor then runs what is left with its race checks.
 #include <gtest/gtest.h>
 
@@ -164,6 +165,76 @@ TEST(BarrierOwnership, ARemovedBarrierGrowsTheIntervalTheNextOneGuards) {
   EXPECT_TRUE(ran.first.empty()) << ran.first.front();
 }
 
+// A uniform loop's barriers order one iteration against the next as well as the stages inside it:
+// every iteration is run, and a barrier goes only when no iteration hands an element over.
+TEST(BarrierOwnership, AUniformLoopsBarriersGoOnlyWhenNoIterationHandsOver) {
+  const auto loop = [](const std::string& trips, const std::string& read, Block after) {
+    Block body = {uniform_for("ft_ks", "0LL", trips,
+                              {thread_for("ft_e", "0LL", "64LL", {store("s", "ft_e", "x[ft_e] + (float)ft_ks")}), barrier(),
+                               thread_for("ft_e", "0LL", "64LL", {store("y", "ft_e", "y[ft_e] + s[" + read + "]")}),
+                               barrier()})};
+    for (Stmt& st : after) body.push_back(std::move(st));
+    return staged(std::move(body));
+  };
+  // Each thread reads its own element in both iterations: both barriers go.
+  Kernel own = loop("2LL", "ft_e", {});
+  const auto before = execute(own);
+  OwnershipResult r = remove_unordering_barriers(own, {0});
+  EXPECT_TRUE(r.analysed) << r.reason;
+  EXPECT_EQ(r.removed, 2);
+  EXPECT_EQ(barriers(own.body[0].body), 0);
+  const auto after = execute(own);
+  EXPECT_TRUE(after.first.empty()) << after.first.front();
+  EXPECT_EQ(after.second, before.second);
+  // Thread t reads s[63 - t]: the first barrier orders the read after the write (RAW); with two
+  // iterations the second orders it before the next iteration's write (WAR): both stay.
+  Kernel crossed = loop("2LL", "63LL - ft_e", {});
+  r = remove_unordering_barriers(crossed, {0});
+  EXPECT_TRUE(r.analysed) << r.reason;
+  EXPECT_EQ(r.removed, 0);
+  // One iteration, and what follows the loop touches only the thread's own y element: the
+  // second barrier orders nothing and goes; the first stays.
+  Kernel once = loop("1LL", "63LL - ft_e", {thread_for("ft_e", "0LL", "64LL", {store("y", "ft_e", "y[ft_e] * 2.0f")})});
+  const auto once_before = execute(once);
+  r = remove_unordering_barriers(once, {0});
+  EXPECT_EQ(r.removed, 1);
+  ASSERT_EQ(once.body[0].body.size(), 3u);
+  EXPECT_EQ(once.body[0].body[1].kind, Stmt::Kind::kBarrier);
+  const auto once_after = execute(once);
+  EXPECT_TRUE(once_after.first.empty()) << once_after.first.front();
+  EXPECT_EQ(once_after.second, once_before.second);
+  // One iteration, then thread t stores to s[t], which thread 63 - t read in the loop: a
+  // write-after-read across the second barrier, which stays.
+  Kernel war = loop("1LL", "63LL - ft_e", {thread_for("ft_e", "0LL", "64LL", {store("s", "ft_e", "0.0f")})});
+  EXPECT_EQ(remove_unordering_barriers(war, {0}).removed, 0);
+}
+
+// When running every iteration of a loop exceeds the budget, the top-level barriers are still
+// decided, with the loop's barriers kept (its middle iterations not run).
+TEST(BarrierOwnership, ALoopTooLongToRunStillLetsTheTopLevelBarriersGo) {
+  const auto kernel = [] {
+    return staged({thread_for("ft_e", "0LL", "64LL", {store("s", "ft_e", "x[ft_e]")}), barrier(),
+                   thread_for("ft_e", "0LL", "64LL", {store("y", "ft_e", "s[ft_e]")}),
+                   uniform_for("ft_ks", "0LL", "50LL",
+                               {thread_for("ft_e", "0LL", "64LL", {store("s", "ft_e", "(float)ft_ks")}), barrier(),
+                                thread_for("ft_e", "0LL", "64LL", {store("y", "ft_e", "y[ft_e] + s[63LL - ft_e]")}),
+                                barrier()})});
+  };
+  Kernel roomy = kernel();
+  OwnershipResult r = remove_unordering_barriers(roomy, {0});
+  EXPECT_TRUE(r.analysed) << r.reason;
+  EXPECT_EQ(r.removed, 1);  // the loop's barriers hand elements over
+  // 64 threads x 50 iterations x 7 steps do not fit in 5,000; the shortcut's first and last
+  // iterations do.
+  Kernel tight = kernel();
+  r = remove_unordering_barriers(tight, {0}, 5000);
+  EXPECT_TRUE(r.analysed) << r.reason;
+  EXPECT_EQ(r.removed, 1);
+  EXPECT_EQ(barriers(tight.body), 2);
+  const auto ran = execute(tight);
+  EXPECT_TRUE(ran.first.empty()) << ran.first.front();
+}
+
 TEST(BarrierOwnership, WhatItCannotKnowKeepsEveryBarrier) {
   // An index loaded from memory.
   Kernel gather = staged({thread_for("ft_e", "0LL", "64LL", {store("s", "(long long)x[ft_e] % 64LL", "1.0f")}),
@@ -172,13 +243,6 @@ TEST(BarrierOwnership, WhatItCannotKnowKeepsEveryBarrier) {
   EXPECT_FALSE(r.analysed);
   EXPECT_NE(r.reason.find("'s'"), std::string::npos) << r.reason;
   EXPECT_EQ(barriers(gather.body), 1);
-  // A barrier inside a uniform loop orders one iteration against the next: kept.
-  Kernel loop = staged({uniform_for("ft_ks", "0LL", "2LL",
-                                    {thread_for("ft_e", "0LL", "64LL", {store("s", "ft_e", "1.0f")}), barrier(),
-                                     thread_for("ft_e", "0LL", "64LL", {store("y", "ft_e", "s[ft_e]")}), barrier()})});
-  r = remove_unordering_barriers(loop, {0});
-  EXPECT_TRUE(r.analysed) << r.reason;
-  EXPECT_EQ(r.removed, 0);
   // More accesses than the budget.
   Kernel big = staged({thread_for("ft_e", "0LL", "64LL", {store("s", "ft_e", "1.0f")}), barrier(),
                        thread_for("ft_e", "0LL", "64LL", {store("y", "ft_e", "s[ft_e]")})});
