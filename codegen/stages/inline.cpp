@@ -38,7 +38,11 @@ std::string inline_node(LoweringContext& cx, const Node& n, const std::vector<st
   if (n.op == "Gather") {
     const Access& data = e.accesses[0];
     const int ids = n.inputs[1];
-    const std::string iv = cx.value(ids, cx.index_of(e.accesses[1], idx));
+    // One constant index (a class token's row) is a literal: the kernel loads nothing for it, and
+    // its index arithmetic stays known to the analyses of codegen/barrier_ownership.h.
+    const Value& idv = g.value(ids);
+    const std::string iv = idv.is_constant() && idv.data->numel() == 1 ? ll(idv.data->to_ints()[0])
+                                                                        : cx.value(ids, cx.index_of(e.accesses[1], idx));
     const int64_t axis = normalize_axis(n.attrs.i("axis"), static_cast<int64_t>(g.value(n.inputs[0]).shape.size()), "axis");
     const int64_t extent = g.value(n.inputs[0]).shape[static_cast<size_t>(axis)];
     const std::string fixed = "ft_min(" + ll(extent - 1) + ", ft_max(0LL, (" + iv + " < 0LL ? " + iv + " + " + ll(extent) + " : " + iv + ")))";

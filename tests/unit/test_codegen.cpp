@@ -547,6 +547,31 @@ TEST(CodegenCounters, AShiftedProductIsComputedOncePerTile) {
   }
 }
 
+// A class token's row picked by one constant index (ViT's head): the index is a literal in the
+// kernel, which loads nothing for it, and the row it picks (2, written -3) is the one computed.
+TEST(CodegenOps, AConstantGatherIndexIsALiteral) {
+  using fusetune::testing::add_input;
+  using fusetune::testing::add_op;
+  using fusetune::testing::attrs;
+  Graph g;
+  const int y = add_op(g, "MatMul", {add_input(g, "a", DType::kF32, {5, 8}), add_input(g, "b", DType::kF32, {8, 16})});
+  const int idx = g.add_constant("cls", Tensor::scalar_int(DType::kI64, -3));
+  add_op(g, "Gather", {y, idx}, attrs({{"axis", int64_t{0}}}));
+  FusionGroup group;
+  group.nodes = {0, 1};
+  planner::describe_group(g, group);
+  group.outputs = {g.nodes()[1].outputs[0]};
+  const LoweredKernel lk = lower_group(g, group, TileConfig{{16}, 8, 32, 1}, "cls");
+  const std::string cuda = emit_cuda({lk.kernel});
+  EXPECT_NE(cuda.find("(-3LL < 0LL ? -3LL + 5LL : -3LL)"), std::string::npos) << cuda;
+  ASSERT_NE(cuda.find("FT_GLOBAL(const long long) in2"), std::string::npos) << cuda;
+  EXPECT_EQ(cuda.find("in2["), std::string::npos) << "the index parameter is not read\n" << cuda;
+  auto backend = backend::make_host_backend();
+  auto module = backend->load({lk.kernel});
+  std::mt19937 rng(4);
+  EXPECT_TRUE(backend::verify_kernel(g, group, lk, *backend, *module, rng).ok);
+}
+
 // Convolutions with their epilogues as the fusion pass builds them: 1x1, 3x3, 5x5 and 7x7
 // windows; strides 1 and 2; no, symmetric and asymmetric padding; dilation 2; groups 1, 2, 3
 // (channel tiles that straddle groups) and depthwise (with a channel multiplier); channel and
