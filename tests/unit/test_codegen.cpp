@@ -491,24 +491,36 @@ TEST(CodegenVector, QuadsReachTheSliceInConflictFreeVectorStores) {
 // A MatMul with a bias and a Relu on tiles that divide it evenly: the kernel executes exactly the
 // arithmetic the cost model charges (2 M N K for the product, M N for the bias add; the Relu's
 // comparison is no operation), counted on the host and modeled by the planner independently.
+// All of g's nodes as one group exporting the last node's output.
+FusionGroup whole_graph_group(const Graph& g) {
+  FusionGroup group;
+  for (size_t n = 0; n < g.nodes().size(); ++n) group.nodes.push_back(static_cast<int>(n));
+  planner::describe_group(g, group);
+  group.outputs = {g.nodes().back().outputs[0]};
+  return group;
+}
+
+// The group lowered with cfg and verified on the host executor (checks on): its counters, and the
+// cost model's arithmetic for the same candidate.
+std::pair<simt::Counters, int64_t> counted_and_modeled(const Graph& g, const FusionGroup& group, const TileConfig& cfg,
+                                                       uint32_t seed) {
+  const LoweredKernel lk = lower_group(g, group, cfg, "counted");
+  auto backend = backend::make_host_backend();
+  auto module = backend->load({lk.kernel});
+  std::mt19937 rng(seed);
+  EXPECT_TRUE(backend::verify_kernel(g, group, lk, *backend, *module, rng).ok) << cfg.str();
+  return {module->counters().at("counted"), planner::evaluate_tile(g, group, planner::find_device("h100"), cfg).flops};
+}
+
 TEST(CodegenCounters, FloatingPointOperationsOfAnEvenlyTiledMatMulAreTheModeledOnes) {
   using fusetune::testing::add_input;
   using fusetune::testing::add_op;
   Graph g;
   const int mm = add_op(g, "MatMul", {add_input(g, "a", DType::kF32, {32, 64}), add_input(g, "b", DType::kF32, {64, 32})});
   add_op(g, "Relu", {add_op(g, "Add", {mm, add_input(g, "bias", DType::kF32, {32})})});
-  FusionGroup group;
-  group.nodes = {0, 1, 2};
-  planner::describe_group(g, group);
-  group.outputs = {g.nodes()[2].outputs[0]};
+  const FusionGroup group = whole_graph_group(g);
   for (const TileConfig& cfg : {TileConfig{{16, 32}, 16, 128, 4}, TileConfig{{8, 8}, 8, 64, 1}, TileConfig{{32, 32}, 64, 256, 1}}) {
-    const LoweredKernel lk = lower_group(g, group, cfg, "mm");
-    auto backend = backend::make_host_backend();
-    auto module = backend->load({lk.kernel});
-    std::mt19937 rng(5);
-    ASSERT_TRUE(backend::verify_kernel(g, group, lk, *backend, *module, rng).ok) << cfg.str();
-    const simt::Counters c = module->counters().at("mm");
-    const int64_t modeled = planner::evaluate_tile(g, group, planner::find_device("h100"), cfg).flops;
+    const auto [c, modeled] = counted_and_modeled(g, group, cfg, 5);
     EXPECT_EQ(c.flops, 2u * 32u * 32u * 64u + 32u * 32u) << cfg.str();
     EXPECT_EQ(static_cast<int64_t>(c.flops) + 32 * 32, modeled) << cfg.str() << ": the model charges the Relu too";
     EXPECT_EQ(c.special_ops, 0u);
@@ -526,22 +538,18 @@ TEST(CodegenCounters, AShiftedProductIsComputedOncePerTile) {
   using fusetune::testing::attrs;
   Graph g;
   const int y = add_op(g, "MatMul", {add_input(g, "a", DType::kF32, {8, 16}), add_input(g, "b", DType::kF32, {16, 8})});
-  const int head = add_op(g, "Slice", {y}, attrs({{"starts", std::vector<int64_t>{6, 0}}, {"ends", std::vector<int64_t>{8, 8}}, {"steps", std::vector<int64_t>{1, 1}}}));
-  const int tail = add_op(g, "Slice", {y}, attrs({{"starts", std::vector<int64_t>{0, 0}}, {"ends", std::vector<int64_t>{6, 8}}, {"steps", std::vector<int64_t>{1, 1}}}));
+  const auto rows = [](int64_t from, int64_t to) {
+    return attrs({{"starts", std::vector<int64_t>{from, 0}}, {"ends", std::vector<int64_t>{to, 8}},
+                  {"steps", std::vector<int64_t>{1, 1}}});
+  };
+  const int head = add_op(g, "Slice", {y}, rows(6, 8));
+  const int tail = add_op(g, "Slice", {y}, rows(0, 6));
   add_op(g, "Relu", {add_op(g, "Concat", {head, tail}, attrs({{"axis", int64_t{0}}}))});
-  FusionGroup group;
-  group.nodes = {0, 1, 2, 3, 4};
-  planner::describe_group(g, group);
-  group.outputs = {g.nodes()[4].outputs[0]};
+  const FusionGroup group = whole_graph_group(g);
+  // Two-row tiles: rows 0-1 come from the head (product rows 6-7), the other tiles from the tail;
+  // none straddles the Concat's boundary, so each computes two rows of the product.
   for (const TileConfig& cfg : {TileConfig{{1, 8}, 16, 32, 1}, TileConfig{{1, 8}, 0, 64, 1}, TileConfig{{2, 8}, 8, 32, 1}}) {
-    const LoweredKernel lk = lower_group(g, group, cfg, "roll");
-    auto backend = backend::make_host_backend();
-    auto module = backend->load({lk.kernel});
-    std::mt19937 rng(9);
-    ASSERT_TRUE(backend::verify_kernel(g, group, lk, *backend, *module, rng).ok) << cfg.str();
-    const simt::Counters c = module->counters().at("roll");
-    const int64_t modeled = planner::evaluate_tile(g, group, planner::find_device("h100"), cfg).flops;
-    // Tiles of two rows straddle the wrap at row 2 (rows 6..7 then 0..5 of the product): none does.
+    const auto [c, modeled] = counted_and_modeled(g, group, cfg, 9);
     EXPECT_EQ(c.flops, 2u * 8u * 8u * 16u) << cfg.str();
     EXPECT_EQ(static_cast<int64_t>(c.flops) + 8 * 8, modeled) << cfg.str() << ": the model charges the Relu too";
   }
@@ -557,10 +565,7 @@ TEST(CodegenOps, AConstantGatherIndexIsALiteral) {
   const int y = add_op(g, "MatMul", {add_input(g, "a", DType::kF32, {5, 8}), add_input(g, "b", DType::kF32, {8, 16})});
   const int idx = g.add_constant("cls", Tensor::scalar_int(DType::kI64, -3));
   add_op(g, "Gather", {y, idx}, attrs({{"axis", int64_t{0}}}));
-  FusionGroup group;
-  group.nodes = {0, 1};
-  planner::describe_group(g, group);
-  group.outputs = {g.nodes()[1].outputs[0]};
+  const FusionGroup group = whole_graph_group(g);
   const LoweredKernel lk = lower_group(g, group, TileConfig{{16}, 8, 32, 1}, "cls");
   const std::string cuda = emit_cuda({lk.kernel});
   EXPECT_NE(cuda.find("(-3LL < 0LL ? -3LL + 5LL : -3LL)"), std::string::npos) << cuda;
