@@ -93,7 +93,7 @@ class Analysis {
     body_ = compile(k.body, 0);
   }
 
-  // The top-level barriers to remove. Blocks are analysed one at a time: a barrier that hands an
+  // The candidate barriers to remove. Blocks are analysed one at a time: a barrier that hands an
   // element over in one block stays, and the rest are decided again in the next block with it
   // kept. Keeping a barrier only shrinks the interval before the next one, so a barrier found
   // removable in an earlier block stays removable; analysis ends early once every barrier stays.
@@ -140,7 +140,8 @@ class Analysis {
       keep_handing_over(barriers, intervals, removable);
       // The first block is a whole tile, usually as large as any: when all blocks at its cost
       // would not fit in the budget, stop now rather than after spending it.
-      if (block == blocks.front() && work_ > 0 && static_cast<double>(work_) * static_cast<double>(blocks.size()) > static_cast<double>(budget_)) {
+      const double all_blocks = static_cast<double>(work_) * static_cast<double>(blocks.size());
+      if (block == blocks.front() && all_blocks > static_cast<double>(budget_)) {
         throw GiveUp{"block " + std::to_string(block) + " takes " + std::to_string(work_) + " steps: " +
                          std::to_string(blocks.size()) + " blocks would take more than " + std::to_string(budget_),
                      true};
