@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
@@ -11,6 +12,12 @@
 namespace fusetune::codegen {
 
 namespace {
+
+// A block is compared with this many of the blocks analysed before it (the latest first) for
+// being their translate.
+constexpr size_t kTranslateTries = 8;
+// Passes translated() makes to find how the variables of two blocks relate before giving up.
+constexpr int kRelatePasses = 6;
 
 // The analysis gives up: the reason, caught by remove_unordering_barriers.
 struct GiveUp {
@@ -90,6 +97,7 @@ class Analysis {
     invariant_lets_ = true;
     uniform_ = compile(k.uniform, 2, false);  // its lets stay visible in the body
     invariant_lets_ = false;
+    uniform_slots_ = slots_;
     body_ = compile(k.body, 0);
   }
 
@@ -97,7 +105,10 @@ class Analysis {
   // element over in one block stays, and the rest are decided again in the next block with it
   // kept. Keeping a barrier only shrinks the interval before the next one, so a barrier found
   // removable in an earlier block stays removable; analysis ends early once every barrier stays.
-  std::set<const Stmt*> run(const std::vector<int64_t>& blocks) {
+  // A block that is a translate of a block analysed (translated()) is not analysed again: its
+  // threads touch the same elements, each buffer's moved by one offset, so it hands over what that
+  // block does. `translates` counts them.
+  std::set<const Stmt*> run(const std::vector<int64_t>& blocks, int64_t& translates) {
     std::set<const Stmt*> removable;
     for (const Node& n : body_) {
       if (n.kind == Stmt::Kind::kBarrier) removable.insert(n.src);
@@ -106,15 +117,26 @@ class Analysis {
       }
     }
     removable_ = &removable;
+    // The blocks to analyse: one of each class of translates (the first block first).
+    std::vector<std::pair<int64_t, std::vector<IndexValue>>> analysed;
     for (const int64_t block : blocks) {
-      if (removable.empty()) break;
       std::vector<IndexValue> env(static_cast<size_t>(slots_));
       env[1] = block;
       ++block_stamp_;  // invariant subexpressions are evaluated afresh for this block
-      thread_ = 0;
-      ordinal_ = 0;
       intervals_ = nullptr;
       exec(uniform_, env);
+      bool translate = false;
+      for (size_t r = analysed.size(); r-- > 0 && r + kTranslateTries >= analysed.size() && !translate && relate_work_ < budget_;) {
+        translate = translated(analysed[r].second, env);
+      }
+      if (translate) ++translates;
+      else analysed.emplace_back(block, std::move(env));
+    }
+    for (auto& [block, env] : analysed) {
+      if (removable.empty()) break;
+      ++block_stamp_;
+      thread_ = 0;
+      ordinal_ = 0;
       const std::vector<bool> relevant = relevant_statements(removable);
       std::vector<const Stmt*> barriers;  // per ordinal: the barrier statement
       std::vector<Interval> intervals(1);  // per interval between barriers: who touched what
@@ -138,19 +160,120 @@ class Analysis {
         }
       }
       keep_handing_over(barriers, intervals, removable);
-      // The first block is a whole tile, usually as large as any: when all blocks at its cost
-      // would not fit in the budget, stop now rather than after spending it.
-      const double all_blocks = static_cast<double>(work_) * static_cast<double>(blocks.size());
+      // The first block is a whole tile, usually as large as any: when all blocks to analyse at
+      // its cost would not fit in the budget, stop now rather than after spending it.
+      const double all_blocks = static_cast<double>(work_) * static_cast<double>(analysed.size());
       if (block == blocks.front() && all_blocks > static_cast<double>(budget_)) {
         throw GiveUp{"block " + std::to_string(block) + " takes " + std::to_string(work_) + " steps: " +
-                         std::to_string(blocks.size()) + " blocks would take more than " + std::to_string(budget_),
+                         std::to_string(analysed.size()) + " blocks (not translates of each other) would take more than " +
+                         std::to_string(budget_),
                      true};
       }
     }
     return removable;
   }
 
+  // True when every thread of the block whose block-uniform values are `second` touches the
+  // elements the same thread touches in the block of `first`, each buffer's moved by one offset,
+  // on the same path (the same branches, loop trips and barriers): the block hands over exactly
+  // what that one does. Decided from the kernel's text, not by running threads: each variable's
+  // values relate by Shift (the same, or moved by a constant: a tile's origin), found for the
+  // block-uniform ones from their values and for the others from the expressions assigning them
+  // (flow-insensitively, until no relation changes); every branch and loop bound must be the same,
+  // every subscript of a tracked buffer moved by that buffer's one offset.
+  bool translated(const std::vector<IndexValue>& first, const std::vector<IndexValue>& second) {
+    std::vector<Shift> slots(static_cast<size_t>(slots_), Shift::same());
+    for (size_t s = 1; s < static_cast<size_t>(uniform_slots_); ++s) {
+      if (first[s].has_value() != second[s].has_value()) return false;
+      slots[s] = first[s] ? Shift::of(static_cast<int64_t>(static_cast<uint64_t>(*second[s]) - static_cast<uint64_t>(*first[s])))
+                          : Shift::same();
+    }
+    // Passes that read each assignment as soon as it is made find the relations (a statement
+    // reads the variables assigned before it); a last pass reading them frozen proves that they
+    // hold: every assignment gives what is assumed, every access and branch relates.
+    for (int pass = 0;; ++pass) {
+      if (pass == kRelatePasses) return false;
+      Relating r(slots, first, buffers_.size(), uniform_slots_, false);
+      relate(body_, r);
+      if (r.next == slots) break;
+      slots = std::move(r.next);
+    }
+    Relating r(slots, first, buffers_.size(), uniform_slots_, true);
+    return relate(body_, r) && r.next == slots;
+  }
+
  private:
+  // How translated() relates two blocks in one pass over the body.
+  struct Relating {
+    Relating(const std::vector<Shift>& assumed, const std::vector<IndexValue>& first_env, size_t buffer_count,
+             int uniform_slots, bool proving)
+        : slots(assumed), next(assumed), assigned(assumed.size(), false), buffers(buffer_count), first(first_env), proof(proving) {
+      for (size_t s = 0; s < static_cast<size_t>(uniform_slots); ++s) assigned[s] = true;
+    }
+    const std::vector<Shift>& slots;  // the relations assumed
+    std::vector<Shift> next;           // the relations the assignments give
+    std::vector<bool> assigned;        // this pass assigned the slot
+    std::vector<std::optional<Shift>> buffers;  // each tracked buffer's offset so far
+    const std::vector<IndexValue>& first;
+    const bool proof;  // reads the assumed relations and stops at the first mismatch
+    const std::vector<Shift>& reads() const { return proof ? slots : next; }
+  };
+
+  // One pass of translated() over `nodes`: false at a mismatch (a pass that is not the proof
+  // goes on, to find the relations).
+  bool relate(const std::vector<Node>& nodes, Relating& r) {
+    bool ok = true;
+    const auto record = [&](int buffer, Shift index) {
+      if (!buffers_[static_cast<size_t>(buffer)].tracked) return;
+      std::optional<Shift>& b = r.buffers[static_cast<size_t>(buffer)];
+      b = b ? b->join(index) : index;
+      ok = ok && b->known();
+    };
+    const auto rel = [&](const IndexExpr& e) { return e.shift(r.reads(), r.first, record); };
+    const auto assign = [&](int slot, Shift v) {
+      const auto s = static_cast<size_t>(slot);
+      r.next[s] = r.assigned[s] ? r.next[s].join(v) : v;
+      r.assigned[s] = true;
+    };
+    for (const Node& n : nodes) {
+      ++relate_work_;
+      switch (n.kind) {
+        case Stmt::Kind::kLet:
+        case Stmt::Kind::kAssign: {
+          const Shift v = rel(n.a);
+          if (n.slot >= 0) assign(n.slot, v);
+          break;
+        }
+        case Stmt::Kind::kStore:
+          rel(n.b);
+          record(n.buffer, rel(n.a));
+          break;
+        case Stmt::Kind::kFor:
+        case Stmt::Kind::kUniformFor: {
+          if (!n.touches) break;
+          const Shift lo = rel(n.a), hi = rel(n.b);
+          ok = ok && lo.known() && lo == hi;  // else trips that may differ
+          assign(n.slot, lo);
+          ok = relate(n.body, r) && ok;
+          break;
+        }
+        case Stmt::Kind::kIf:
+        case Stmt::Kind::kPart:
+          if (!n.touches) break;
+          ok = rel(n.a) == Shift::same() && ok;  // else a branch that may go the other way
+          ok = relate(n.body, r) && ok;
+          ok = relate(n.orelse, r) && ok;
+          break;
+        case Stmt::Kind::kVectorLoad:
+        case Stmt::Kind::kLdmatrix: record(n.buffer, rel(n.b)); break;
+        case Stmt::Kind::kVectorStore: record(n.buffer, rel(n.a)); break;
+        default: break;
+      }
+      if (!ok && r.proof) return false;
+    }
+    return ok;
+  }
+
   // The top-level statements whose accesses can matter: those between two barriers that stay
   // (a top-level barrier not removable, a uniform loop's barriers) with a removable barrier
   // among them. A uniform loop with barriers none of which is removable borders two such
@@ -471,6 +594,7 @@ class Analysis {
   std::map<std::string, IndexExpr::Binding> names_;
   std::vector<Buffer> buffers_;
   int slots_ = 0;
+  int uniform_slots_ = 0;  // slots below: ft_thread, ft_block and the block-uniform lets
   std::vector<Node> uniform_, body_;
   // The thread being run.
   int thread_ = 0;
@@ -478,6 +602,7 @@ class Analysis {
   std::vector<Interval>* intervals_ = nullptr;
   std::vector<const Stmt*>* order_ = nullptr;
   int64_t work_ = 0;  // loop iterations and element accesses so far
+  int64_t relate_work_ = 0;  // statements translated() went through: past the budget, it is not asked
   uint64_t block_stamp_ = 0;
   const std::set<const Stmt*>* removable_ = nullptr;  // the barriers still removable (run())
   bool invariant_lets_ = false;  // compiling the block-uniform lets
@@ -495,7 +620,8 @@ OwnershipResult remove_unordering_barriers(Kernel& k, const std::vector<int64_t>
   for (const bool loop_barriers : {true, false}) {
     try {
       Analysis analysis(k, budget, loop_barriers);
-      removed = analysis.run(blocks);
+      result.translates = 0;
+      removed = analysis.run(blocks, result.translates);
       result.reason.clear();
       break;
     } catch (const GiveUp& g) {

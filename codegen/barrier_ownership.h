@@ -20,12 +20,16 @@
 // is not known (a value loaded from memory), a branch holding a barrier on an unknown condition,
 // threads reaching different numbers of barriers, more than `budget` loop iterations and element
 // accesses in all (a large grid or block: the analysis stops, at once when the first block's
-// cost times the number of blocks exceeds the budget, and keeps every barrier; the default bounds
-// the analysis to some 0.3 s per kernel on this project's 2-core machine). Barriers nested deeper
-// (in a branch, a part, a loop inside a loop) are kept. A uniform loop none of whose barriers is
-// still a candidate is run for its first iteration's head and last iteration only. Every block is
-// analysed because a tile's regions depend on where it lies (clipped at the tensor's edges, split
-// by a Concat or a Pad boundary inside it).
+// cost times the number of blocks to run exceeds the budget, and keeps every barrier; the default
+// bounds the analysis to some 0.3 s per kernel on this project's 2-core machine). Barriers nested
+// deeper (in a branch, a part, a loop inside a loop) are kept. A uniform loop none of whose
+// barriers is still a candidate is run for its first iteration's head and last iteration only.
+// Every block is covered because a tile's regions depend on where it lies (clipped at the
+// tensor's edges, split by a Concat or a Pad boundary inside it), but a block is run only when it
+// is not a translate of one run before it (one of the last few): decided from the kernel's text
+// (IndexExpr::shift), a translate takes every branch and loop trip that block takes and touches,
+// per buffer, its elements moved by one offset, so it hands over exactly what that block does.
+// Interior tiles are translates of each other; a grid of 128 tiles typically runs 1 to 4.
 // Guarantees: the kernel computes what it computed and no hazard appears in any block.
 #pragma once
 
@@ -40,6 +44,7 @@ namespace fusetune::codegen {
 struct OwnershipResult {
   int removed = 0;          // barriers removed
   bool analysed = false;    // false: the analysis gave up (reason says why) and removed nothing
+  int64_t translates = 0;   // blocks not run: translates of a block analysed
   std::string reason;
 };
 

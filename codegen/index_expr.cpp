@@ -62,6 +62,10 @@ struct IndexExprNode {
     return cached;
   }
   IndexValue compute(const std::vector<IndexValue>& env, const IndexExpr::LoadVisitor& on_load, uint64_t block) const;
+  // related: false under a condition not the same in both environments (its subscripts are
+  // reported unrelated).
+  Shift shift(const std::vector<Shift>& slots, const std::vector<IndexValue>& first, const IndexExpr::ShiftVisitor& on_load,
+              bool related) const;
 };
 
 namespace {
@@ -454,6 +458,112 @@ IndexValue IndexExprNode::compute(const std::vector<IndexValue>& env, const Inde
   }
 }
 
+Shift IndexExprNode::shift(const std::vector<Shift>& slots, const std::vector<IndexValue>& first,
+                           const IndexExpr::ShiftVisitor& on_load, bool related) const {
+  const auto kid = [&](size_t i, bool rel = true) { return kids[i]->shift(slots, first, on_load, related && rel); };
+  // A factor the same in both: its value, when it is of constants and invariant slots only.
+  const auto factor = [&](size_t i) -> IndexValue {
+    if (!kids[i]->invariant) return std::nullopt;
+    return kids[i]->eval(first, [](int, IndexValue) {}, 0);
+  };
+  const auto all_same = [&]() {
+    bool same = true;
+    for (size_t i = 0; i < kids.size(); ++i) same = kid(i).kind == Shift::Kind::kSame && same;
+    return same ? Shift::same() : Shift::other();
+  };
+  switch (op) {
+    case Op::kConst:
+    case Op::kUnknown: return Shift::same();
+    case Op::kSlot: return slots[static_cast<size_t>(value)];
+    case Op::kNeg: {
+      const Shift x = kid(0);
+      return x.known() ? Shift::of(wrap_sub(0, x.offset())) : x;
+    }
+    case Op::kAdd:
+    case Op::kSub: {
+      const Shift a = kid(0), b = kid(1);
+      if (!a.known() || !b.known()) return Shift::other();
+      return Shift::of(op == Op::kAdd ? wrap_add(a.offset(), b.offset()) : wrap_sub(a.offset(), b.offset()));
+    }
+    case Op::kMul: {
+      const Shift a = kid(0), b = kid(1);
+      if (!a.known() || !b.known()) return Shift::other();
+      if (a.kind == Shift::Kind::kSame && b.kind == Shift::Kind::kSame) return Shift::same();
+      if (a.kind == Shift::Kind::kBy && b.kind == Shift::Kind::kBy) return Shift::other();
+      const IndexValue f = factor(a.kind == Shift::Kind::kSame ? 0 : 1);
+      return f ? Shift::of(wrap_mul(*f, a.offset() + b.offset())) : Shift::other();
+    }
+    case Op::kAnd:
+    case Op::kOr: {
+      const Shift a = kid(0);
+      const Shift b = kid(1, a.kind == Shift::Kind::kSame);  // runs only as the left side decides
+      return a.kind == Shift::Kind::kSame && b.kind == Shift::Kind::kSame ? Shift::same() : Shift::other();
+    }
+    case Op::kTernary: {
+      const Shift c = kid(0);
+      const bool same = c.kind == Shift::Kind::kSame;
+      const Shift a = kid(1, same), b = kid(2, same);
+      return same ? a.join(b) : Shift::other();
+    }
+    case Op::kCast: {
+      const Shift x = kid(0);
+      if (cast == Cast::kFloat) return Shift::same();  // unknown in both
+      return cast == Cast::kNone || x.kind == Shift::Kind::kSame ? x : Shift::other();
+    }
+    case Op::kCall: {
+      if (helper == Helper::kOther) {
+        all_same();  // for the loads of the arguments
+        return Shift::same();  // a math call's value is unknown in both
+      }
+      if (kids.size() != 2) return all_same();
+      const Shift a = kid(0), b = kid(1);
+      if (!a.known() || !b.known()) return Shift::other();
+      if (a == Shift::same() && b == Shift::same()) return Shift::same();
+      switch (helper) {
+        case Helper::kMin:
+        case Helper::kMax: return a == b ? a : Shift::other();  // min(x + d, y + d) = min(x, y) + d
+        case Helper::kFdiv:
+        case Helper::kFmod: {
+          // Floor division by a constant c: (x + d) / c = x / c + d / c when c divides d.
+          const IndexValue c = b == Shift::same() ? factor(1) : std::nullopt;
+          if (!c || !divisible(a.offset(), *c) || a.offset() % *c != 0) return Shift::other();
+          return helper == Helper::kFdiv ? Shift::of(a.offset() / *c) : Shift::same();
+        }
+        default: return Shift::other();
+      }
+    }
+    case Op::kSubscript: {
+      const Shift i = kid(0);
+      if (value >= 0) on_load(static_cast<int>(value), related ? i : Shift::other());
+      return Shift::same();  // a loaded value: unknown in both
+    }
+    case Op::kAligned16: {
+      const Shift i = kid(0);
+      if (!i.known()) return i;
+      return i.offset() % 4 == 0 ? Shift::same() : Shift::other();
+    }
+    case Op::kDiv:
+    case Op::kMod: {
+      // By 1: the value (division), 0 (remainder).
+      const Shift a = kid(0), b = kid(1);
+      if (a == Shift::same() && b == Shift::same()) return Shift::same();
+      const IndexValue c = a.known() && b == Shift::same() ? factor(1) : std::nullopt;
+      if (!c || *c != 1) return Shift::other();
+      return op == Op::kDiv ? a : Shift::same();
+    }
+    case Op::kLt:
+    case Op::kLe:
+    case Op::kGt:
+    case Op::kGe:
+    case Op::kEq:
+    case Op::kNe: {
+      const Shift a = kid(0), b = kid(1);  // x + d < y + d as x < y (indices far from overflow)
+      return a.known() && a == b ? Shift::same() : Shift::other();
+    }
+    default: return all_same();  // shifts, bitwise operators
+  }
+}
+
 IndexExpr::IndexExpr() = default;
 IndexExpr::~IndexExpr() = default;
 IndexExpr::IndexExpr(IndexExpr&&) noexcept = default;
@@ -467,6 +577,10 @@ IndexExpr IndexExpr::parse(const std::string& text, const Resolver& resolve) {
 
 IndexValue IndexExpr::eval(const std::vector<IndexValue>& env, const LoadVisitor& on_load, uint64_t block_stamp) const {
   return root_->eval(env, on_load, block_stamp);
+}
+
+Shift IndexExpr::shift(const std::vector<Shift>& slots, const std::vector<IndexValue>& first, const ShiftVisitor& on_load) const {
+  return root_->shift(slots, first, on_load, true);
 }
 
 }  // namespace fusetune::codegen

@@ -15,6 +15,10 @@
 // || are evaluated, so the loads reported over-approximate what the thread does. Guarantees: a
 // value reported known is the value the CUDA text computes; parse() fails (core/error.h) naming
 // the expression on anything outside this grammar, so an analysis never guesses.
+// shift() relates an expression's values under two environments (two blocks of one kernel) from
+// how the variables relate, without enumerating threads: the same value in both, or the one
+// value plus a known constant, or no known relation (codegen/barrier_ownership.h's translated
+// blocks). Guarantees: a relation reported holds for every value of the variables related so.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +32,22 @@ namespace fusetune::codegen {
 
 // A value: known integer, or unknown.
 using IndexValue = std::optional<int64_t>;
+
+// How an expression's value in one environment relates to its value in another: the same (both
+// unknown, or equal), the other's plus `by` (or both unknown), or not known to relate.
+struct Shift {
+  enum class Kind { kSame, kBy, kOther } kind = Kind::kSame;
+  int64_t by = 0;
+
+  static Shift same() { return {}; }
+  static Shift other() { return {Kind::kOther, 0}; }
+  static Shift of(int64_t d) { return d == 0 ? same() : Shift{Kind::kBy, d}; }
+  bool known() const { return kind != Kind::kOther; }
+  int64_t offset() const { return kind == Kind::kBy ? by : 0; }
+  bool operator==(const Shift& o) const { return kind == o.kind && offset() == o.offset(); }
+  // The relation that holds for both: equal ones, else none.
+  Shift join(const Shift& o) const { return *this == o ? *this : other(); }
+};
 
 struct IndexExprNode;
 
@@ -55,6 +75,17 @@ class IndexExpr {
   // Subexpressions of invariant slots and constants only are computed once per `block_stamp`
   // (the caller's count of blocks: a new stamp whenever the invariant slots change).
   IndexValue eval(const std::vector<IndexValue>& env, const LoadVisitor& on_load, uint64_t block_stamp = 0) const;
+
+  // A subscript of buffer `buffer` whose index in the second environment relates so to its index
+  // in the first (kOther also for a subscript made in one environment and perhaps not the other).
+  using ShiftVisitor = std::function<void(int buffer, Shift index)>;
+
+  // How the value under a second environment relates to the value under a first, given how each
+  // slot's values relate (`slots`) and the first environment's invariant slots (`first`, for the
+  // factors a shifted value is multiplied by). Integer casts, divisions, comparisons and helpers
+  // of a shifted value relate by nothing known; a branch on a condition not the same in both
+  // reports its subscripts unrelated.
+  Shift shift(const std::vector<Shift>& slots, const std::vector<IndexValue>& first, const ShiftVisitor& on_load) const;
 
   // The buffers the expression subscripts (ids, possibly repeated).
   const std::vector<int>& buffers() const { return buffers_; }

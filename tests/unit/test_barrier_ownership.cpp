@@ -1,13 +1,17 @@
 // The index evaluator (codegen/index_expr.h) against C's arithmetic and the prelude's helpers,
+// its relation of values under two environments (IndexExpr::shift) against evaluation in both,
 // and barrier elision by ownership (codegen/barrier_ownership.h) on hand-written kernels: a
 // barrier between stages whose threads touch only their own elements goes, one that hands an
 // element to another thread (read-after-write or write-after-read) stays, removal grows the
 // interval the next barrier guards, a uniform loop's barriers go only when no iteration hands an
-// element over, and the analysis keeps everything it cannot know. The host
+// element over, blocks that are translates of one analysed are not run again (and one that is not
+// is), and the analysis keeps everything it cannot know. The host
 // executor then runs what is left with its race checks.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <map>
+#include <random>
 #include <set>
 #include <utility>
 
@@ -17,6 +21,7 @@
 #include "core/error.h"
 #include "simt/executor.h"
 #include "simt/module.h"
+#include "tests/unit/test_seed.h"
 
 namespace fusetune::codegen {
 namespace {
@@ -79,6 +84,93 @@ TEST(IndexExpr, LoadsAreReportedAsCEvaluatesThemAndBothSidesWhenTheConditionIsUn
   EXPECT_TRUE(env.loads.empty());
 }
 
+IndexExpr parse_abnx(const std::string& text) {
+  return IndexExpr::parse(text, [](const std::string& name) {
+    static const std::map<std::string, IndexExpr::Binding> names = {
+        {"a", {IndexExpr::Binding::Kind::kSlot, 0}},
+        {"b", {IndexExpr::Binding::Kind::kSlot, 1}},
+        {"n", {IndexExpr::Binding::Kind::kSlot, 2, true}},  // invariant: a known factor
+        {"x", {IndexExpr::Binding::Kind::kBuffer, 0}},
+        {"y", {IndexExpr::Binding::Kind::kBuffer, 1}}};
+    const auto it = names.find(name);
+    return it == names.end() ? IndexExpr::Binding{} : it->second;
+  });
+}
+
+// a moves by 6 between the two environments, b moves by nothing known, n stays (4).
+struct Related {
+  std::vector<Shift> slots = {Shift::of(6), Shift::other(), Shift::same()};
+  std::vector<IndexValue> first = {IndexValue(10), IndexValue(-7), IndexValue(4)};
+  std::vector<std::pair<int, Shift>> loads;
+
+  Shift shift(const std::string& text) {
+    loads.clear();
+    return parse_abnx(text).shift(slots, first, [&](int buffer, Shift index) { loads.emplace_back(buffer, index); });
+  }
+};
+
+TEST(IndexExpr, ShiftRelatesAValueInTwoEnvironmentsWithoutEvaluatingIt) {
+  Related r;
+  EXPECT_EQ(r.shift("a + 1LL"), Shift::of(6));
+  EXPECT_EQ(r.shift("(a + 3LL) - a"), Shift::same());
+  EXPECT_EQ(r.shift("a * 4LL"), Shift::of(24));
+  EXPECT_EQ(r.shift("n * a"), Shift::of(24));  // an invariant factor is evaluated
+  EXPECT_EQ(r.shift("a * a"), Shift::other());
+  EXPECT_EQ(r.shift("ft_fdiv(a, 3LL)"), Shift::of(2));
+  EXPECT_EQ(r.shift("ft_fmod(a, 3LL)"), Shift::same());
+  EXPECT_EQ(r.shift("ft_fdiv(a, 4LL)"), Shift::other());  // 4 does not divide 6
+  EXPECT_EQ(r.shift("a / 1LL"), Shift::of(6));
+  EXPECT_EQ(r.shift("a / 2LL"), Shift::other());  // C truncates towards zero: not a translate
+  EXPECT_EQ(r.shift("ft_min(a, a + 2LL)"), Shift::of(6));
+  EXPECT_EQ(r.shift("ft_min(a, n)"), Shift::other());
+  EXPECT_EQ(r.shift("a < a + n"), Shift::same());
+  EXPECT_EQ(r.shift("a < n"), Shift::other());
+  EXPECT_EQ(r.shift("(long long)a"), Shift::of(6));
+  EXPECT_EQ(r.shift("(int)a"), Shift::other());
+  EXPECT_EQ(r.shift("b - 1LL"), Shift::other());
+  EXPECT_EQ(r.shift("expf((float)b)"), Shift::same());  // unknown in both
+  EXPECT_EQ(r.shift("x[a - n] * 2.0f"), Shift::same());
+  ASSERT_EQ(r.loads.size(), 1u);
+  EXPECT_EQ(r.loads[0], std::make_pair(0, Shift::of(6)));
+  r.shift("a < n ? x[a] : y[0LL]");  // a branch that may go either way: its loads relate by nothing
+  ASSERT_EQ(r.loads.size(), 2u);
+  EXPECT_EQ(r.loads[0].second, Shift::other());
+  EXPECT_EQ(r.loads[1].second, Shift::other());
+}
+
+// Differential: for random values related as the slots say, what shift() reports holds between
+// the two evaluations.
+TEST(IndexExpr, ARelationShiftReportsHoldsBetweenTheTwoEvaluations) {
+  const unsigned seed = testing::test_seed();
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int64_t> value(-300, 300), step(-12, 12);
+  const std::vector<std::string> exprs = {
+      "a + b * n",         "(a - 3LL) * n + 7LL",  "ft_fdiv(a, n) * n",       "ft_fmod(a + b, n)",
+      "a / 1LL - a % 1LL", "ft_max(a, a + n) - a", "(a < a + 1LL) + (b == b)", "a + 2LL < n ? b : b + 1LL",
+      "ft_min(a + n, a - n) * 3LL", "(long long)(a * 2LL) - b"};
+  int related = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int64_t d = step(rng);
+    const std::vector<Shift> slots = {Shift::of(d), Shift::same(), Shift::same()};
+    std::vector<IndexValue> first = {value(rng), value(rng), IndexValue(std::max<int64_t>(1, step(rng) + 13))};
+    std::vector<IndexValue> second = first;
+    *second[0] += d;
+    for (const std::string& text : exprs) {
+      const IndexExpr e = parse_abnx(text);
+      const Shift s = e.shift(slots, first, [](int, Shift) {});
+      if (!s.known()) continue;
+      ++related;
+      const IndexValue v1 = e.eval(first, [](int, IndexValue) {}), v2 = e.eval(second, [](int, IndexValue) {});
+      ASSERT_EQ(v1.has_value(), v2.has_value()) << text << " seed " << seed;
+      if (v1) {
+        EXPECT_EQ(*v2, *v1 + s.offset()) << text << " a=" << *first[0] << " d=" << d << " b=" << *first[1]
+                                         << " n=" << *first[2] << " seed " << seed;
+      }
+    }
+  }
+  EXPECT_GT(related, 400);  // most relations are known, so the test checks something
+}
+
 TEST(IndexExpr, WhatItCannotReadIsAnErrorNamingTheExpression) {
   Env env;
   try {
@@ -107,13 +199,15 @@ int barriers(const Block& b) {
   return n;
 }
 
-// Runs k on the host executor with its checks: the findings (empty: no hazard) and y.
+// Runs k (x and y of one size) on the host executor with its checks: the findings (empty: no
+// hazard) and y.
 std::pair<std::vector<std::string>, std::vector<float>> execute(const Kernel& k) {
   simt::Module m(emit_cuda({k}));
-  std::vector<float> x(64), y(64, 0.0f);
-  for (size_t i = 0; i < 64; ++i) x[i] = static_cast<float>(i);
-  const simt::LaunchResult r =
-      simt::launch(m.kernel("k"), {x.data(), y.data()}, {256, 256}, {k.grid, k.threads, k.shared_bytes}, {});
+  const auto elements = static_cast<size_t>(k.params[0].elements);
+  std::vector<float> x(elements), y(elements, 0.0f);
+  for (size_t i = 0; i < elements; ++i) x[i] = static_cast<float>(i);
+  const simt::LaunchResult r = simt::launch(m.kernel("k"), {x.data(), y.data()}, {elements * 4, elements * 4},
+                                            {k.grid, k.threads, k.shared_bytes}, {});
   return {r.findings, y};
 }
 
@@ -261,6 +355,46 @@ TEST(BarrierOwnership, EveryBlockGivenIsAnalysed) {
   Kernel interior = k;
   EXPECT_EQ(remove_unordering_barriers(interior, {0}).removed, 1);
   EXPECT_EQ(remove_unordering_barriers(k, {0, 1}).removed, 0);
+}
+
+// A grid of tiles: block b stages x[64b ..] in s and writes y[64b ..]; every block is the first
+// moved by 64 elements, so one is run and the others are known to hand over what it does.
+Kernel tiled(const std::string& read) {
+  Kernel k = staged({thread_for("ft_e", "0LL", "128LL", {store("s", "ft_e % 64LL", "x[lo + ft_e % 64LL]")}), barrier(),
+                     thread_for("ft_e", "0LL", "64LL", {store("y", "lo + ft_e", "s[" + read + "]")})},
+                    16);
+  k.params = {{"x", DType::kF32, 16 * 64, false}, {"y", DType::kF32, 16 * 64, true}};
+  k.uniform = {let("long long", "lo", "ft_block * 64LL")};
+  return k;
+}
+
+TEST(BarrierOwnership, BlocksThatAreTranslatesOfOneAnalysedAreNotRunAgain) {
+  std::vector<int64_t> blocks(16);
+  for (size_t b = 0; b < blocks.size(); ++b) blocks[b] = static_cast<int64_t>(b);
+  Kernel k = tiled("ft_e");
+  const auto before = execute(k);
+  // One block takes some 450 steps: 16 of them would not fit in 1,000.
+  OwnershipResult r = remove_unordering_barriers(k, blocks, 1000);
+  EXPECT_TRUE(r.analysed) << r.reason;
+  EXPECT_EQ(r.translates, 15);
+  EXPECT_EQ(r.removed, 1);
+  const auto after = execute(k);
+  EXPECT_TRUE(after.first.empty()) << after.first.front();
+  EXPECT_EQ(after.second, before.second);
+  // Block b reads s[t + b mod 2]: odd blocks hand an element over (thread t reads what thread
+  // t + 1 wrote) and are no translate of block 0 (s's index moves by 1 in one access and 0 in
+  // another).
+  Kernel odd = tiled("(ft_e + ft_fmod(ft_block, 2LL)) % 64LL");
+  r = remove_unordering_barriers(odd, blocks);
+  EXPECT_TRUE(r.analysed) << r.reason;
+  EXPECT_EQ(r.translates, 14);  // every even block translates block 0, every odd one block 1
+  EXPECT_EQ(r.removed, 0);
+  // A last tile clipped to 32 elements runs other loop trips: it is analysed.
+  Kernel clipped = tiled("ft_e");
+  clipped.uniform.push_back(let("long long", "n", "ft_min(64LL, 1000LL - lo)"));
+  clipped.body[2].b = "n";
+  r = remove_unordering_barriers(clipped, blocks);
+  EXPECT_EQ(r.translates, 14);
 }
 
 }  // namespace

@@ -28,6 +28,7 @@
 #include "planner/tiling.h"
 #include "unit/codegen_check.h"
 #include "unit/graph_helpers.h"
+#include "tests/unit/test_seed.h"
 
 namespace fusetune::codegen {
 namespace {
@@ -211,7 +212,7 @@ TEST(CodegenOps, PackedKernelsRunEachPartOnItsBlocks) {
   EXPECT_EQ(packed.kernel.grid, base);
   auto backend = backend::make_host_backend();
   auto module = backend->load({packed.kernel});
-  std::mt19937 rng(std::random_device{}());
+  std::mt19937 rng(testing::test_seed());
   const backend::VerifyResult r = backend::verify_kernel(g, all, packed, *backend, *module, rng);
   EXPECT_TRUE(r.ok) << r.detail << "\n" << to_text(packed.kernel);
   if (backend::nvrtc_available()) {
