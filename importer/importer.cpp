@@ -50,6 +50,18 @@ OnnxSummary summarize(const onnx::ModelProto& m) {
   return s;
 }
 
+// Refuses a value that is not a tensor, naming its kind: fusetune's graphs hold tensors only.
+void require_tensor(const onnx::ValueInfoProto& vi, const char* what) {
+  const auto& t = vi.type();
+  const char* kind = t.has_sequence_type()        ? "a sequence"
+                     : t.has_map_type()           ? "a map"
+                     : t.has_optional_type()      ? "an optional value"
+                     : t.has_sparse_tensor_type() ? "a sparse tensor"
+                     : t.has_opaque_type()        ? "an opaque value"
+                                                  : "of no declared type";
+  check(t.has_tensor_type(), what, " '", vi.name(), "' is ", kind, ", not a tensor: fusetune compiles tensor values only");
+}
+
 // Static shape of a graph input from its declaration and the overrides. Sets `overridden` when
 // an override replaces a static declared dimension (declared output shapes may then be stale).
 Shape input_shape(const onnx::ValueInfoProto& vi, const ImportOptions& opt, bool& overridden) {
@@ -66,7 +78,7 @@ Shape input_shape(const onnx::ValueInfoProto& vi, const ImportOptions& opt, bool
     }
     return it->second;
   }
-  check(vi.type().has_tensor_type(), "input '", vi.name(), "' is not a tensor");
+  require_tensor(vi, "input");
   const auto& tt = vi.type().tensor_type();
   check(tt.has_shape(), "input '", vi.name(), "' has no shape; give one with --shape ", vi.name(), "=DxDx...");
   Shape s;
@@ -180,10 +192,10 @@ ImportedModel import_model(const onnx::ModelProto& m, const fs::path& base_dir, 
   }
   for (const auto& vi : g.input()) {
     if (ids.count(vi.name())) continue;  // an initializer listed as input (IR < 4): a constant here
-    check(vi.type().has_tensor_type(), "input '", vi.name(), "' is not a tensor");
+    require_tensor(vi, "input");
     const DType dt = dtype_from_onnx(vi.type().tensor_type().elem_type());
-    check(dt != DType::kUndefined, "input '", vi.name(), "' has unsupported element type ",
-          vi.type().tensor_type().elem_type());
+    check(dt != DType::kUndefined, "input '", vi.name(), "' has element type ",
+          onnx_type_name(vi.type().tensor_type().elem_type()), ", which fusetune does not support");
     Value v;
     v.name = vi.name();
     v.dtype = dt;
@@ -228,6 +240,7 @@ ImportedModel import_model(const onnx::ModelProto& m, const fs::path& base_dir, 
   }
   for (const auto& vi : g.output()) {
     auto it = ids.find(vi.name());
+    require_tensor(vi, "graph output");
     check(it != ids.end(), "graph output '", vi.name(), "' is never produced");
     if (!overridden) check_declared(vi, graph.value(it->second), "output");
     graph.outputs().push_back(it->second);

@@ -54,7 +54,7 @@ struct ImportedModel {
 };
 
 inline constexpr int64_t kMinOpset = 1;
-inline constexpr int64_t kMaxOpset = 18;
+inline constexpr int64_t kMaxOpset = 28;  // onnx 1.23
 
 OnnxSummary summarize_onnx(const std::filesystem::path& path);
 ImportedModel import_onnx(const std::filesystem::path& path, const ImportOptions& options = {});

@@ -22,34 +22,47 @@ NodeLowering::NodeLowering(const onnx::NodeProto& proto, int64_t opset, GraphBui
 }
 
 int64_t NodeLowering::attr_i(const std::string& n, int64_t fallback) const {
+  read_.insert(n);
   auto it = attrs_.find(n);
   return it == attrs_.end() ? fallback : it->second->i();
 }
 
 float NodeLowering::attr_f(const std::string& n, float fallback) const {
+  read_.insert(n);
   auto it = attrs_.find(n);
   return it == attrs_.end() ? fallback : it->second->f();
 }
 
 std::string NodeLowering::attr_s(const std::string& n, const std::string& fallback) const {
+  read_.insert(n);
   auto it = attrs_.find(n);
   return it == attrs_.end() ? fallback : it->second->s();
 }
 
 std::vector<int64_t> NodeLowering::attr_ints(const std::string& n, std::vector<int64_t> fallback) const {
+  read_.insert(n);
   auto it = attrs_.find(n);
   return it == attrs_.end() ? fallback : std::vector<int64_t>(it->second->ints().begin(), it->second->ints().end());
 }
 
 std::vector<float> NodeLowering::attr_floats(const std::string& n, std::vector<float> fallback) const {
+  read_.insert(n);
   auto it = attrs_.find(n);
   return it == attrs_.end() ? fallback : std::vector<float>(it->second->floats().begin(), it->second->floats().end());
 }
 
 Tensor NodeLowering::attr_tensor(const std::string& n) const {
+  read_.insert(n);
   auto it = attrs_.find(n);
   check(it != attrs_.end() && it->second->has_t(), "attribute '", n, "' (a tensor) is missing");
   return decode_tensor(it->second->t(), base_dir_);
+}
+
+void NodeLowering::check_attributes_read() const {
+  for (const auto& [n, a] : attrs_) {
+    check(read_.count(n) != 0, "attribute '", n, "' is not supported (fusetune reads ", op(), " at opset ", opset_,
+          " without it)");
+  }
 }
 
 int NodeLowering::input(size_t k) const {
@@ -150,7 +163,15 @@ void clip(NodeLowering& L) {
   L.set_output(0, L.emit("Clip", {L.input(0)}, a));
 }
 
+// Cast's `saturate` (19) and `round_mode` (25) only concern float8 and float4 targets, types
+// fusetune refuses.
+void read_float8_cast_attributes(NodeLowering& L) {
+  L.attr_i("saturate", 1);
+  L.attr_s("round_mode", "up");
+}
+
 void cast(NodeLowering& L) {
+  read_float8_cast_attributes(L);
   const int64_t to = L.attr_i("to", 0);
   check(dtype_from_onnx(static_cast<int>(to)) != DType::kUndefined, "Cast to unsupported type code ", to);
   Attributes a;
@@ -159,6 +180,7 @@ void cast(NodeLowering& L) {
 }
 
 void cast_like(NodeLowering& L) {
+  read_float8_cast_attributes(L);
   Attributes a;
   a.set("to", static_cast<int64_t>(dtype_to_onnx(L.val(1).dtype)));
   L.set_output(0, L.emit("Cast", {L.input(0)}, a));
@@ -174,6 +196,12 @@ void identity(NodeLowering& L) { L.set_output(0, L.input(0)); }
 
 void dropout(NodeLowering& L) {
   // Inference: the identity. training_mode=true with a ratio of zero is the identity as well.
+  // `seed` only seeds training's random masks; before opset 12 `ratio` is an attribute, and before
+  // 7 `is_test` = 0 asks for training.
+  L.attr_i("seed", 0);
+  const float ratio_attr = L.attr_f("ratio", 0.5f);
+  check(L.attr_i("is_test", 1) != 0 || ratio_attr == 0.0f, "training-mode Dropout (is_test = 0) with ratio ", ratio_attr,
+        " is random; only inference is supported");
   if (L.has_input(2) && scalar_input(L, 2, "training_mode").to_ints()[0] != 0) {
     const float ratio = L.has_input(1) ? scalar_input(L, 1, "ratio").to_floats()[0] : 0.5f;
     check(ratio == 0.0f, "training-mode Dropout with ratio ", ratio, " is random; only inference is supported");
@@ -195,6 +223,23 @@ void variadic(NodeLowering& L) {  // Sum, Max, Min, Mean -> chains of binary ops
   L.set_output(0, acc);
 }
 
+// The smallest and largest value of an integer type or bool (the largest uint64 as its bit
+// pattern, -1).
+std::pair<int64_t, int64_t> integer_range(DType t) {
+  switch (t) {
+    case DType::kI8: return {INT8_MIN, INT8_MAX};
+    case DType::kI16: return {INT16_MIN, INT16_MAX};
+    case DType::kI32: return {INT32_MIN, INT32_MAX};
+    case DType::kI64: return {INT64_MIN, INT64_MAX};
+    case DType::kU8: return {0, UINT8_MAX};
+    case DType::kU16: return {0, UINT16_MAX};
+    case DType::kU32: return {0, UINT32_MAX};
+    case DType::kU64: return {0, -1};
+    case DType::kBool: return {0, 1};
+    default: fail("no integer range for ", dtype_name(t));
+  }
+}
+
 // Axes of a Reduce*: from the attribute (older opsets) or the second input (ReduceSum 13+, all 18+).
 std::vector<int64_t> reduce_axes(NodeLowering& L, bool& noop) {
   std::vector<int64_t> axes;
@@ -205,8 +250,9 @@ std::vector<int64_t> reduce_axes(NodeLowering& L, bool& noop) {
     axes = L.attr_ints("axes");
   }
   noop = false;
+  const bool noop_if_empty = L.attr_i("noop_with_empty_axes", 0) != 0;
   if (axes.empty()) {
-    if (L.attr_i("noop_with_empty_axes", 0) != 0) {
+    if (noop_if_empty) {
       noop = true;
     } else {
       axes.resize(static_cast<size_t>(L.rank(0)));
@@ -235,6 +281,31 @@ void reduce(NodeLowering& L) {
     return;
   }
   const std::string& op = L.op();
+  const Shape in = L.shape(0);
+  const bool empty = std::any_of(axes.begin(), axes.end(), [&](int64_t a) { return in[static_cast<size_t>(a)] == 0; });
+  if (empty && (op == "ReduceMax" || op == "ReduceMin" || op == "ReduceMean")) {
+    // Over an empty set: the identity of max (-inf, the type's lowest, false) or of min, or NaN
+    // for the mean (0 / 0), as ONNX defines it.
+    Shape out;
+    for (int64_t d = 0; d < static_cast<int64_t>(in.size()); ++d) {
+      if (std::find(axes.begin(), axes.end(), d) == axes.end()) out.push_back(in[static_cast<size_t>(d)]);
+      else if (keep != 0) out.push_back(1);
+    }
+    const DType dt = L.val(0).dtype;
+    Tensor t(dt, out);
+    if (is_float(dt)) {
+      const double v = op == "ReduceMean" ? std::numeric_limits<double>::quiet_NaN()
+                                          : (op == "ReduceMax" ? -1 : 1) * std::numeric_limits<double>::infinity();
+      t.set_doubles(std::vector<double>(static_cast<size_t>(t.numel()), v));
+    } else {
+      check(op != "ReduceMean", "the mean of an empty set of integers is not defined");
+      const auto [lowest, highest] = integer_range(dt);
+      const int64_t v = op == "ReduceMax" ? lowest : highest;
+      t.set_ints(std::vector<int64_t>(static_cast<size_t>(t.numel()), v));
+    }
+    L.set_output(0, L.constant(std::move(t)));
+    return;
+  }
   if (op == "ReduceL1") {
     L.set_output(0, reduce_node(L, "ReduceSum", L.emit("Abs", {x}), axes, keep));
   } else if (op == "ReduceL2") {
@@ -277,7 +348,15 @@ void softmax(NodeLowering& L) {
   L.set_output(0, L.reshape(y, s));
 }
 
+// stash_type: the precision of a normalization's statistics, 1 (float). The canonical ops compute
+// them in float or wider for every input type.
+void require_float_stash(NodeLowering& L) {
+  const int64_t stash = L.attr_i("stash_type", 1);
+  check(stash == 1, "stash_type ", stash, " is not supported (1, float, is)");
+}
+
 void layer_norm(NodeLowering& L) {
+  require_float_stash(L);
   const int64_t axis = axis_of(L, "axis", -1, L.rank(0));
   if (L.output_used(1) || L.output_used(2)) {
     // The statistics are wanted too: spell the normalization out so they are values of the graph.
@@ -302,6 +381,48 @@ void layer_norm(NodeLowering& L) {
   std::vector<int> ins = {L.input(0), L.input(1)};
   if (L.has_input(2)) ins.push_back(L.input(2));
   L.set_output(0, L.emit("LayerNormalization", ins, a));
+}
+
+// RMSNormalization (opset 23): X / sqrt(mean(X^2 over axis..) + epsilon) * scale, the first
+// stage in float for 16-bit inputs (stash_type 1), as ONNX's function body spells it.
+void rms_norm(NodeLowering& L) {
+  require_float_stash(L);
+  const int64_t axis = axis_of(L, "axis", -1, L.rank(0));
+  std::vector<int64_t> axes(static_cast<size_t>(L.rank(0) - axis));
+  std::iota(axes.begin(), axes.end(), axis);
+  const DType dt = L.val(0).dtype;
+  check(is_float(dt), "RMSNormalization of ", dtype_name(dt), " is not defined");
+  const bool widen = dt == DType::kF16 || dt == DType::kBF16;
+  const auto cast = [&](int v, DType to) {
+    Attributes a;
+    a.set("to", static_cast<int64_t>(dtype_to_onnx(to)));
+    return L.emit("Cast", {v}, a);
+  };
+  const int x = widen ? cast(L.input(0), DType::kF32) : L.input(0);
+  const int mean_square = reduce_node(L, "ReduceMean", L.emit("Mul", {x, x}), axes, 1);
+  const float epsilon = L.attr_f("epsilon", 1e-5f);
+  const int eps = L.constant(widen ? Tensor::scalar_float(DType::kF32, epsilon) : Tensor::scalar_float(dt, epsilon));
+  int normalized = L.emit("Div", {x, L.emit("Sqrt", {L.emit("Add", {mean_square, eps})})});
+  if (widen) normalized = cast(normalized, dt);
+  L.set_output(0, L.emit("Mul", {normalized, L.input(1)}));
+}
+
+// Gelu (opset 20): x * (1 + erf(x / sqrt 2)) / 2, or with approximate = "tanh"
+// x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3))) / 2.
+void gelu(NodeLowering& L) {
+  const std::string approximate = L.attr_s("approximate", "none");
+  check(approximate == "none" || approximate == "tanh", "approximate '", approximate, "' is not none or tanh");
+  const int x = L.input(0);
+  int inner;
+  if (approximate == "none") {
+    inner = L.emit("Erf", {L.emit("Mul", {x, scalar_like(L, 0, 1.0 / std::sqrt(2.0))})});
+  } else {
+    const int cube = L.emit("Mul", {L.emit("Mul", {x, x}), x});
+    const int poly = L.emit("Add", {x, L.emit("Mul", {cube, scalar_like(L, 0, 0.044715)})});
+    inner = L.emit("Tanh", {L.emit("Mul", {poly, scalar_like(L, 0, std::sqrt(2.0 / M_PI))})});
+  }
+  const int half_x = L.emit("Mul", {x, scalar_like(L, 0, 0.5)});
+  L.set_output(0, L.emit("Mul", {half_x, L.emit("Add", {inner, scalar_like(L, 0, 1.0)})}));
 }
 
 // Per-channel (axis 1) broadcast shape for a vector of C values on an input of `rank`.
@@ -689,6 +810,27 @@ void tile(NodeLowering& L) {
   L.set_output(0, L.emit("Tile", {L.input(0)}, a));
 }
 
+// Pad in wrap mode (opset 19): each axis grows by its last p0 elements before it and its first
+// p1 after it, as Slices and a Concat. Pads must lie in 0 .. the axis's extent.
+int wrap_pad(NodeLowering& L, int v, const std::vector<int64_t>& pads) {
+  const int64_t r = L.rank(0);
+  for (int64_t d = 0; d < r; ++d) {
+    const int64_t b = pads[static_cast<size_t>(d)], e = pads[static_cast<size_t>(d + r)];
+    if (b == 0 && e == 0) continue;
+    const int64_t n = L.shape(0)[static_cast<size_t>(d)];
+    check(b >= 0 && e >= 0 && b <= n && e <= n, "wrap pads of axis ", d, " (", b, ", ", e,
+          ") must lie in 0 .. its extent ", n);
+    std::vector<int> parts;
+    if (b > 0) parts.push_back(slice_axes(L, v, {n - b}, {n}, {d}, {1}));
+    parts.push_back(v);
+    if (e > 0) parts.push_back(slice_axes(L, v, {0}, {e}, {d}, {1}));
+    Attributes a;
+    a.set("axis", d);
+    v = L.emit("Concat", parts, a);
+  }
+  return v;
+}
+
 void pad(NodeLowering& L) {
   const int64_t r = L.rank(0);
   std::vector<int64_t> pads;
@@ -712,9 +854,14 @@ void pad(NodeLowering& L) {
       pads = full;
     }
   }
+  const std::string mode = L.attr_s("mode", "constant");
+  if (mode == "wrap") {
+    L.set_output(0, wrap_pad(L, L.input(0), pads));
+    return;
+  }
   Attributes a;
   a.set("pads", pads);
-  a.set("mode", L.attr_s("mode", "constant"));
+  a.set("mode", mode);
   a.set("value", value);
   if (std::all_of(pads.begin(), pads.end(), [](int64_t p) { return p == 0; })) {
     L.set_output(0, L.input(0));
@@ -738,11 +885,42 @@ void resize(NodeLowering& L) {
   }
   check(scales.empty() != sizes.empty(), "exactly one of scales and sizes must be given");
   check(L.attr_i("antialias", 0) == 0, "antialias is not supported");
+  // Cubic interpolation's parameters: cubic mode is refused below.
+  L.attr_f("cubic_coeff_a", -0.75f);
+  check(L.attr_i("exclude_outside", 0) == 0 || L.attr_s("mode", "nearest") == "nearest",
+        "exclude_outside is not supported with linear interpolation");
   const std::string mode = L.attr_s("mode", "nearest");
   check(mode == "nearest" || mode == "linear", "mode '", mode, "' is not supported (nearest and linear are)");
-  if (!L.attr_ints("axes").empty()) fail("the axes attribute is not supported");
+  // Opset 18 `axes`: scales, sizes and roi name these axes only; the others keep their extent.
+  std::vector<int64_t> axes = L.attr_ints("axes");
+  for (int64_t& d : axes) d = normalize_axis(d, static_cast<int64_t>(r), "axes");
+  if (axes.empty()) {
+    axes.resize(r);
+    std::iota(axes.begin(), axes.end(), 0);
+  }
+  const size_t given = scales.empty() ? sizes.size() : scales.size();
+  check(given == axes.size(), scales.empty() ? "sizes" : "scales", " has ", given, " entries for ", axes.size(), " axes");
+  check(roi.empty() || roi.size() == 2 * axes.size(), "roi has ", roi.size(), " entries for ", axes.size(), " axes");
+  if (!roi.empty() && axes.size() != r) {
+    std::vector<float> full(2 * r, 0.0f);
+    std::fill(full.begin() + static_cast<std::ptrdiff_t>(r), full.end(), 1.0f);
+    for (size_t i = 0; i < axes.size(); ++i) {
+      full[static_cast<size_t>(axes[i])] = roi[i];
+      full[r + static_cast<size_t>(axes[i])] = roi[axes.size() + i];
+    }
+    roi = full;
+  }
+  const auto on_axes = [&](const auto& values, auto other) {
+    std::vector<decltype(other(size_t{0}))> full(r);
+    for (size_t d = 0; d < r; ++d) full[d] = other(d);
+    for (size_t i = 0; i < axes.size(); ++i) full[static_cast<size_t>(axes[i])] = values[i];
+    return full;
+  };
+  const std::string policy = L.attr_s("keep_aspect_ratio_policy", "stretch");
+  check(policy == "stretch" || policy == "not_larger" || policy == "not_smaller", "keep_aspect_ratio_policy '", policy,
+        "' is not stretch, not_larger or not_smaller");
   if (!scales.empty()) {
-    check(scales.size() == r, "scales has ", scales.size(), " entries for rank ", r);
+    scales = on_axes(scales, [](size_t) { return 1.0f; });
     for (size_t d = 0; d < r; ++d) {
       check(scales[d] > 0, "scale of axis ", d, " is not positive");
       const double extent = std::floor(static_cast<double>(in[d]) * scales[d]);
@@ -751,10 +929,26 @@ void resize(NodeLowering& L) {
       sizes.push_back(static_cast<int64_t>(extent));
     }
   } else {
-    check(sizes.size() == r, "sizes has ", sizes.size(), " entries for rank ", r);
+    sizes = on_axes(sizes, [&](size_t d) { return in[d]; });
     for (size_t d = 0; d < r; ++d) {
       check(in[d] > 0, "cannot resize an empty axis");
       scales.push_back(static_cast<float>(static_cast<double>(sizes[d]) / static_cast<double>(in[d])));
+    }
+    if (policy != "stretch") {
+      // One scale for the named axes, the smallest (not_larger) or the largest (not_smaller);
+      // sizes rounded half up.
+      float scale = scales[static_cast<size_t>(axes[0])];
+      for (const int64_t d : axes) {
+        const float s = scales[static_cast<size_t>(d)];
+        scale = policy == "not_larger" ? std::min(scale, s) : std::max(scale, s);
+      }
+      for (const int64_t d : axes) {
+        const auto u = static_cast<size_t>(d);
+        scales[u] = scale;
+        const double extent = static_cast<double>(scale) * static_cast<double>(in[u]) + 0.5;
+        check(extent <= static_cast<double>(kMaxElements), "the sizes make the output absurdly large");
+        sizes[u] = static_cast<int64_t>(extent);
+      }
     }
   }
   Attributes a;
@@ -772,6 +966,23 @@ void scatter_nd(NodeLowering& L) {
   Attributes a;
   a.set("reduction", L.attr_s("reduction", "none"));
   L.set_output(0, L.emit("ScatterND", {L.input(0), L.input(1), L.input(2)}, a));
+}
+
+// Trilu: Where(mask, x, 0) with a constant mask over the last two axes (j - i >= k for the upper
+// triangle, <= k for the lower), which folds when x is constant too (a causal mask).
+void trilu(NodeLowering& L) {
+  check(L.rank(0) >= 2, "input must be at least 2-D, got ", shape_str(L.shape(0)));
+  const bool upper = L.attr_i("upper", 1) != 0;
+  const int64_t k = L.has_input(1) ? scalar_input(L, 1, "k").to_ints()[0] : 0;
+  const Shape s = L.shape(0);
+  const int64_t n = s[s.size() - 2], m = s[s.size() - 1];
+  check(n * m <= kFoldLimit, "a ", n, "x", m, " triangle is too large");
+  std::vector<int64_t> keep(static_cast<size_t>(n * m));
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < m; ++j) keep[static_cast<size_t>(i * m + j)] = upper ? (j - i >= k) : (j - i <= k);
+  }
+  const int mask = L.constant(Tensor::from_ints(DType::kBool, {n, m}, keep));
+  L.set_output(0, L.emit("Where", {mask, L.input(0), scalar_like(L, 0, 0.0)}));
 }
 
 void where(NodeLowering& L) { L.set_output(0, L.emit("Where", {L.input(0), L.input(1), L.input(2)})); }
@@ -830,6 +1041,10 @@ void constant_of_shape(NodeLowering& L) {
 void range(NodeLowering& L) {
   const Tensor& start = L.const_input(0, "start");
   const DType dt = start.dtype();
+  // Opset 27: float16 and bfloat16 ranges are computed in `stash_type` (1 float, 11 double) as
+  // start + i * delta and then rounded to 16 bits; below, in double for every float type.
+  const int64_t stash = L.attr_i("stash_type", 1);
+  check(stash == 1 || stash == 11, "stash_type ", stash, " is not supported (1, float, and 11, double, are)");
   if (is_float(dt)) {
     const double s = scalar_input(L, 0, "start").to_doubles()[0];
     const double lim = scalar_input(L, 1, "limit").to_doubles()[0];
@@ -887,14 +1102,19 @@ void depth_space(NodeLowering& L) {
   Attributes a;
   if (L.op() == "DepthToSpace") {
     check(c % (bs * bs) == 0, "channels ", c, " not divisible by blocksize^2");
-    const bool crd = L.attr_s("mode", "DCR") == "CRD";
+    const std::string mode = L.attr_s("mode", "DCR");
+    check(mode == "DCR" || mode == "CRD", "mode '", mode, "' is not DCR or CRD");
+    const bool crd = mode == "CRD";
     const int t = crd ? L.reshape(L.input(0), {n, c / (bs * bs), bs, bs, h, w}) : L.reshape(L.input(0), {n, bs, bs, c / (bs * bs), h, w});
     a.set("perm", crd ? std::vector<int64_t>{0, 1, 4, 2, 5, 3} : std::vector<int64_t>{0, 3, 4, 1, 5, 2});
     L.set_output(0, L.reshape(L.emit("Transpose", {t}, a), {n, c / (bs * bs), h * bs, w * bs}));
   } else {
     check(h % bs == 0 && w % bs == 0, "spatial size not divisible by blocksize");
+    const std::string mode = L.attr_s("mode", "DCR");  // an attribute since opset 28
+    check(mode == "DCR" || mode == "CRD", "mode '", mode, "' is not DCR or CRD");
     const int t = L.reshape(L.input(0), {n, c, h / bs, bs, w / bs, bs});
-    a.set("perm", std::vector<int64_t>{0, 3, 5, 1, 2, 4});
+    // Output channel (by * bs + bx) * C + c for DCR, c * bs * bs + by * bs + bx for CRD.
+    a.set("perm", mode == "DCR" ? std::vector<int64_t>{0, 3, 5, 1, 2, 4} : std::vector<int64_t>{0, 1, 3, 5, 2, 4});
     L.set_output(0, L.reshape(L.emit("Transpose", {t}, a), {n, c * bs * bs, h / bs, w / bs}));
   }
 }
@@ -907,7 +1127,7 @@ const std::map<std::string, Lowering>& lowerings() {
       {"Constant", constant_op}, {"ConstantOfShape", constant_of_shape}, {"Conv", conv}, {"Cos", pass_through},
       {"DepthToSpace", depth_space}, {"Div", pass_through}, {"Dropout", dropout}, {"Elu", unary_with_defaults},
       {"Equal", pass_through}, {"Erf", pass_through}, {"Exp", pass_through}, {"Expand", expand},
-      {"Flatten", flatten}, {"Floor", pass_through}, {"Gather", gather}, {"Gemm", gemm},
+      {"Flatten", flatten}, {"Floor", pass_through}, {"Gather", gather}, {"Gelu", gelu}, {"Gemm", gemm},
       {"GlobalAveragePool", global_pool}, {"GlobalMaxPool", global_pool}, {"Greater", pass_through},
       {"GreaterOrEqual", pass_through}, {"HardSigmoid", unary_with_defaults}, {"HardSwish", pass_through},
       {"Identity", identity}, {"InstanceNormalization", instance_norm}, {"IsInf", is_inf}, {"IsNaN", pass_through},
@@ -915,7 +1135,7 @@ const std::map<std::string, Lowering>& lowerings() {
       {"LessOrEqual", pass_through}, {"Log", pass_through}, {"LogSoftmax", softmax}, {"MatMul", matmul},
       {"Max", variadic}, {"MaxPool", pool}, {"Mean", variadic}, {"Min", variadic}, {"Mod", mod},
       {"Mul", pass_through}, {"Neg", pass_through}, {"NonZero", non_zero}, {"Not", pass_through},
-      {"Or", pass_through}, {"PRelu", pass_through}, {"Pad", pad}, {"Pow", pass_through}, {"Range", range},
+      {"Or", pass_through}, {"PRelu", pass_through}, {"Pad", pad}, {"Pow", pass_through}, {"RMSNormalization", rms_norm}, {"Range", range},
       {"Reciprocal", pass_through}, {"ReduceL1", reduce}, {"ReduceL2", reduce}, {"ReduceLogSum", reduce},
       {"ReduceLogSumExp", reduce}, {"ReduceMax", reduce}, {"ReduceMean", reduce}, {"ReduceMin", reduce},
       {"ReduceProd", reduce}, {"ReduceSum", reduce}, {"ReduceSumSquare", reduce}, {"Relu", pass_through},
@@ -924,7 +1144,8 @@ const std::map<std::string, Lowering>& lowerings() {
       {"Sin", pass_through}, {"Size", size_op}, {"Slice", slice}, {"Softmax", softmax}, {"Softplus", pass_through},
       {"Softsign", pass_through}, {"SpaceToDepth", depth_space}, {"Split", split}, {"Sqrt", pass_through},
       {"Squeeze", squeeze}, {"Sub", pass_through}, {"Sum", variadic}, {"Tan", pass_through}, {"Tanh", pass_through},
-      {"ThresholdedRelu", unary_with_defaults}, {"Tile", tile}, {"Transpose", transpose}, {"Unsqueeze", unsqueeze},
+      {"ThresholdedRelu", unary_with_defaults}, {"Tile", tile}, {"Transpose", transpose}, {"Trilu", trilu},
+      {"Unsqueeze", unsqueeze},
       {"Where", where}, {"Xor", pass_through},
   };
   return table;
@@ -938,6 +1159,7 @@ void lower_node(NodeLowering& node) {
   auto it = lowerings().find(node.op());
   check(it != lowerings().end(), "op '", node.op(), "' is not supported");
   it->second(node);
+  node.check_attributes_read();
 }
 
 }  // namespace fusetune::importer

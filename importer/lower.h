@@ -1,19 +1,21 @@
-// Lowering: one ONNX node (default domain, opsets 11-17, and older forms where they differ) to
-// canonical nodes.
+// Lowering: one ONNX node (default domain, opsets 1 to kMaxOpset, the older forms where they
+// differ) to canonical nodes.
 //
 // Takes the decoded inputs of the node (value ids in the graph being built, kNoValue for absent
 // optional inputs) and its attributes; emits canonical nodes through the GraphBuilder (which folds
 // constant sub-expressions) and reports the value id of each ONNX output. Guarantees: the emitted
 // nodes compute the ONNX op's semantics for the static shapes at hand; data-dependent arguments
 // (shapes, axes, bounds, pads, scales) must be constant after folding, or the node is rejected with
-// an Error naming the input. Rewrites (Gemm -> MatMul + Add, BatchNormalization -> affine,
+// an Error naming the input; an attribute the lowering does not read is rejected, naming it. Rewrites (Gemm -> MatMul + Add, BatchNormalization -> affine,
 // Flatten/Squeeze/Unsqueeze -> Reshape, Split -> Slices, Shape/Size/ConstantOfShape/Range ->
-// constants, ...) are listed in docs/canonical-ops.md.
+// constants, Trilu -> Where, Gelu and RMSNormalization -> element-wise ops and ReduceMean, ...)
+// are listed in docs/canonical-ops.md.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -31,14 +33,22 @@ class NodeLowering {
   int64_t opset() const { return opset_; }
   const std::string& name() const { return name_; }
 
-  // Attributes of the ONNX node; a missing one gives the fallback.
-  bool has_attr(const std::string& n) const { return attrs_.count(n) != 0; }
+  // Attributes of the ONNX node; a missing one gives the fallback. Each attribute asked about is
+  // recorded: one the lowering never asks about is an error (check_attributes_read()).
+  bool has_attr(const std::string& n) const {
+    read_.insert(n);
+    return attrs_.count(n) != 0;
+  }
   int64_t attr_i(const std::string& n, int64_t fallback) const;
   float attr_f(const std::string& n, float fallback) const;
   std::string attr_s(const std::string& n, const std::string& fallback) const;
   std::vector<int64_t> attr_ints(const std::string& n, std::vector<int64_t> fallback = {}) const;
   std::vector<float> attr_floats(const std::string& n, std::vector<float> fallback = {}) const;
   Tensor attr_tensor(const std::string& n) const;
+
+  // Fails naming the first attribute of the node that the lowering did not read: one fusetune
+  // does not know (a newer opset's, a misspelt one) is refused, never ignored.
+  void check_attributes_read() const;
 
   // Inputs: input(k) requires input k; has_input(k) tells whether the optional input is given.
   size_t input_count() const { return inputs_.size(); }
@@ -74,6 +84,7 @@ class NodeLowering {
   std::filesystem::path base_dir_;
   std::string name_;
   std::map<std::string, const onnx::AttributeProto*> attrs_;
+  mutable std::set<std::string> read_;  // the attributes asked about
   std::vector<int> outputs_;
   int emitted_ = 0;
 };

@@ -85,10 +85,22 @@ onnx::ModelProto parse_model(std::string_view bytes, const std::string& label) {
   return model;
 }
 
+std::string onnx_type_name(int code) {
+  static const char* const names[] = {"UNDEFINED",    "FLOAT",         "UINT8",       "INT8",       "UINT16",
+                                      "INT16",        "INT32",         "INT64",       "STRING",     "BOOL",
+                                      "FLOAT16",      "DOUBLE",        "UINT32",      "UINT64",     "COMPLEX64",
+                                      "COMPLEX128",   "BFLOAT16",      "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2",
+                                      "FLOAT8E5M2FNUZ", "UINT4",       "INT4",        "FLOAT4E2M1", "FLOAT8E8M0",
+                                      "UINT2",        "INT2"};
+  if (code >= 0 && static_cast<size_t>(code) < std::size(names)) return std::string(names[code]) + " (" + std::to_string(code) + ")";
+  return "code " + std::to_string(code);
+}
+
 Tensor decode_tensor(const onnx::TensorProto& t, const fs::path& base_dir) {
   const std::string label = tensor_label(t);
   const DType dtype = dtype_from_onnx(t.data_type());
-  check(dtype != DType::kUndefined, label, ": data type ", t.data_type(), " is unsupported (strings and complex numbers are not)");
+  check(dtype != DType::kUndefined, label, ": data type ", onnx_type_name(t.data_type()),
+        " is not supported (fusetune's are floats of 16, 32 and 64 bits, integers of 8 to 64 bits and bool)");
   Shape shape(t.dims().begin(), t.dims().end());
   const int64_t count = checked_numel(shape, label);
   const size_t nbytes = static_cast<size_t>(count) * dtype_size(dtype);

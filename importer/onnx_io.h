@@ -21,6 +21,9 @@ onnx::ModelProto parse_model(std::string_view bytes, const std::string& label);
 // Decodes a TensorProto; external data is resolved relative to `base_dir` and must stay inside it.
 Tensor decode_tensor(const onnx::TensorProto& t, const std::filesystem::path& base_dir);
 
+// ONNX's name of an element type code with the code ("FLOAT8E4M3FN (17)"), for messages.
+std::string onnx_type_name(int code);
+
 // A TensorProto file as in ONNX's test-data layout (input_0.pb, output_0.pb, ...).
 struct NamedTensor {
   std::string name;

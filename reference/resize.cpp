@@ -13,10 +13,15 @@ namespace {
 
 // Maps an output coordinate to the input coordinate it samples. As in ONNX, the resized length in
 // the formulas is in_len * scale, which is not an integer when the scales were given.
-double source_coord(const std::string& mode, double x, double scale, int64_t in_len, double roi_start, double roi_end) {
+double source_coord(const std::string& mode, double x, double scale, int64_t in_len, int64_t out_len, double roi_start,
+                    double roi_end) {
   const double in = static_cast<double>(in_len);
   const double resized = in * scale;
   if (mode == "half_pixel") return (x + 0.5) / scale - 0.5;
+  if (mode == "half_pixel_symmetric") {  // opset 19: half_pixel, centred when the output length was rounded
+    const double offset = in / 2 * (1 - static_cast<double>(out_len) / resized);
+    return offset + (x + 0.5) / scale - 0.5;
+  }
   if (mode == "pytorch_half_pixel") return resized > 1 ? (x + 0.5) / scale - 0.5 : 0.0;
   if (mode == "tf_half_pixel_for_nn") return (x + 0.5) / scale;
   if (mode == "align_corners") return resized == 1 ? 0.0 : x * (in - 1) / (resized - 1);
@@ -60,7 +65,7 @@ void run_resize(const Node& node, const Tensor& x, Tensor& out) {
     const double rs = roi.size() == 2 * r ? roi[d] : 0.0;
     const double re = roi.size() == 2 * r ? roi[d + r] : 1.0;
     for (int64_t o = 0; o < os[d]; ++o) {
-      const double c_raw = source_coord(coord, static_cast<double>(o), scales[d], in[d], rs, re);
+      const double c_raw = source_coord(coord, static_cast<double>(o), scales[d], in[d], os[d], rs, re);
       check(!std::isnan(c_raw), "axis ", d, ": the sampling coordinate of output ", o,
             " is not a number (roi or scales out of range)");
       // Indices are clamped to the input below anyway; clamping the coordinate first keeps huge

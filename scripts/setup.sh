@@ -18,7 +18,7 @@ esac
 
 # Debian packages the build and the tests use. The CUDA toolkit (NVRTC) is optional for this
 # build: it comes with the machine image where GPUs are targeted, and is not in Debian's main.
-packages=(cmake ninja-build g++ pkg-config python3 python3-pip
+packages=(cmake ninja-build g++ pkg-config python3 python3-pip python3-venv
           libprotobuf-dev protobuf-compiler libzmq3-dev cppzmq-dev nlohmann-json3-dev
           libsqlite3-dev libgtest-dev libgmock-dev libboost-context-dev)
 missing=()
@@ -33,8 +33,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-# ONNX's operator conformance cases ship inside the onnx Python package. fusetune pins onnx 1.12.0,
-# the release of opset 17, and only needs the data files of its wheel (no Python import).
+# ONNX's operator conformance cases ship inside the onnx Python package. fusetune runs two sets:
+# onnx 1.12.0's (opset 17), the data files of its wheel (no Python import), and onnx 1.23.2's.
 testdata=third_party/onnx-testdata
 if [ ! -f "$testdata/node/test_abs/model.onnx" ]; then
   wheel_sha=9fd2f4e23078df197bb76a59b9cd8f5a43a6ad2edc035edb3ecfb9042093e05a
@@ -57,6 +57,20 @@ with zipfile.ZipFile(wheel) as z:
                 f.write(z.read(name))
 PY
   rm -rf "$tmp"
+fi
+
+# onnx 1.23's cases (its wheel no longer carries the files): generated from the cases' definitions
+# by onnx 1.23.2 itself, installed with numpy in a virtual environment of its own.
+testdata_new=third_party/onnx-testdata-1.23
+if [ ! -f "$testdata_new/node/test_abs/model.onnx" ]; then
+  venv=third_party/onnx-1.23-venv
+  echo "setup: generating ONNX 1.23.2 conformance data"
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install --quiet onnx==1.23.2 numpy
+  rm -rf "$testdata_new.tmp"
+  "$venv/bin/python" scripts/onnx_node_tests.py "$testdata_new.tmp"
+  rm -rf "$testdata_new"
+  mv "$testdata_new.tmp" "$testdata_new"
 fi
 
 [ "$mode" = deps ] && exit 0

@@ -45,6 +45,10 @@ std::string resize_expr(LoweringContext& cx, const Node& n, const std::vector<st
     const std::string o = "((double)" + idx[d] + ")";
     std::string c;
     if (coord == "half_pixel") c = "(" + o + " + 0.5) / " + dbl(scale) + " - 0.5";
+    if (coord == "half_pixel_symmetric") {
+      const double offset = len / 2 * (1 - static_cast<double>(out[d]) / resized);
+      c = dbl(offset) + " + (" + o + " + 0.5) / " + dbl(scale) + " - 0.5";
+    }
     if (coord == "pytorch_half_pixel") c = resized > 1 ? "(" + o + " + 0.5) / " + dbl(scale) + " - 0.5" : "0.0";
     if (coord == "tf_half_pixel_for_nn") c = "(" + o + " + 0.5) / " + dbl(scale);
     if (coord == "align_corners") c = resized == 1 ? "0.0" : o + " * " + dbl(len - 1) + " / " + dbl(resized - 1);

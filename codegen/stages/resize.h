@@ -1,5 +1,5 @@
 // Resize, inlined (reference/resize.cpp's semantics): nearest or N-linear interpolation with every
-// coordinate_transformation_mode the reference supports (half_pixel, pytorch_half_pixel,
+// coordinate_transformation_mode the reference supports (half_pixel, half_pixel_symmetric, pytorch_half_pixel,
 // tf_half_pixel_for_nn, align_corners, asymmetric, tf_crop_and_resize with its extrapolation
 // value) and every nearest_mode.
 //
