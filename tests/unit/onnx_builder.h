@@ -81,6 +81,12 @@ class OnnxBuilder {
     a->set_type(onnx::AttributeProto::FLOAT);
     a->set_f(v);
   }
+  static void attr_s(onnx::NodeProto& n, const std::string& name, const std::string& v) {
+    auto* a = n.add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::STRING);
+    a->set_s(v);
+  }
   static void attr_ints(onnx::NodeProto& n, const std::string& name, std::vector<int64_t> v) {
     auto* a = n.add_attribute();
     a->set_name(name);

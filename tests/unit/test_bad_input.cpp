@@ -89,6 +89,52 @@ TEST_F(BadInput, UnsupportedOpIsListedWithItsNode) {
   EXPECT_EQ(r.exit_code, 2) << r.output;
 }
 
+TEST_F(BadInput, AnAttributeTheImporterDoesNotReadIsRefusedNotIgnored) {
+  OnnxBuilder b;
+  b.input("x", kFloat, {2}).output("y", kFloat, {2});
+  OnnxBuilder::attr_f(b.node("Relu", {"x"}, {"y"}, "the_relu"), "alpha", 0.5f);
+  b.write(dir_ / "attr.onnx");
+  expect_one_line_error(dir_ / "attr.onnx", {"node 'the_relu' (Relu)", "attribute 'alpha' is not supported"});
+}
+
+TEST_F(BadInput, ValuesThatAreNotTensorsAreNamedWithTheirKind) {
+  OnnxBuilder b;
+  b.input("x", kFloat, {2}).output("y", kFloat, {2});
+  auto* seq = b.proto().mutable_graph()->add_input();
+  seq->set_name("history");
+  seq->mutable_type()->mutable_sequence_type();
+  b.node("Relu", {"x"}, {"y"});
+  b.write(dir_ / "seq.onnx");
+  expect_one_line_error(dir_ / "seq.onnx", {"input 'history' is a sequence, not a tensor"});
+  OnnxBuilder o;
+  o.input("x", kFloat, {2}).output("y", kFloat, {2});
+  o.node("Relu", {"x"}, {"y"});
+  o.proto().mutable_graph()->mutable_output(0)->mutable_type()->mutable_optional_type();
+  o.write(dir_ / "opt.onnx");
+  expect_one_line_error(dir_ / "opt.onnx", {"graph output 'y' is an optional value, not a tensor"});
+}
+
+TEST_F(BadInput, ElementTypesOutsideFusetunesAreNamed) {
+  OnnxBuilder b;
+  b.input("x", kFloat, {2}).output("y", kFloat, {2});
+  auto* w = b.proto().mutable_graph()->add_initializer();
+  w->set_name("w8");
+  w->set_data_type(17);  // FLOAT8E4M3FN
+  w->add_dims(2);
+  w->set_raw_data(std::string(2, '\0'));
+  b.node("Add", {"x", "w8"}, {"y"});
+  b.write(dir_ / "f8.onnx");
+  expect_one_line_error(dir_ / "f8.onnx", {"tensor 'w8'", "FLOAT8E4M3FN (17) is not supported"});
+}
+
+TEST_F(BadInput, AnOpsetNewerThanTheNewestReadIsRefused) {
+  OnnxBuilder b(29);
+  b.input("x", kFloat, {2}).output("y", kFloat, {2});
+  b.node("Relu", {"x"}, {"y"});
+  b.write(dir_ / "future.onnx");
+  expect_one_line_error(dir_ / "future.onnx", {"opset 29 of the default domain is unsupported", "1 to 28"});
+}
+
 TEST_F(BadInput, MissingExternalDataFile) {
   OnnxBuilder b;
   b.input("x", kFloat, {2, 2}).output("y", kFloat, {2, 2});

@@ -198,6 +198,65 @@ TEST(Import, OldSoftmaxCoercesToTwoDimensions) {
   }
 }
 
+// SpaceToDepth's `mode` (opset 28): output channel (by * bs + bx) * C + c for DCR, c * bs * bs +
+// by * bs + bx for CRD; DepthToSpace in the same mode inverts it.
+TEST(Import, SpaceToDepthFollowsItsModeAndDepthToSpaceInvertsIt) {
+  const int64_t c = 2, h = 4, w = 6, bs = 2;
+  std::vector<float> distinct(static_cast<size_t>(c * h * w));
+  for (size_t i = 0; i < distinct.size(); ++i) distinct[i] = static_cast<float>(i);
+  const Tensor x = Tensor::from_floats(DType::kF32, {1, c, h, w}, distinct);
+  for (const std::string mode : {"DCR", "CRD"}) {
+    SCOPED_TRACE(mode);
+    OnnxBuilder b(28);
+    b.input("x", kFloat, {1, c, h, w}).output("s", kFloat, {1, c * bs * bs, h / bs, w / bs}).output("y", kFloat, {1, c, h, w});
+    auto& s2d = b.node("SpaceToDepth", {"x"}, {"s"});
+    OnnxBuilder::attr_i(s2d, "blocksize", bs);
+    OnnxBuilder::attr_s(s2d, "mode", mode);
+    auto& d2s = b.node("DepthToSpace", {"s"}, {"y"});
+    OnnxBuilder::attr_i(d2s, "blocksize", bs);
+    OnnxBuilder::attr_s(d2s, "mode", mode);
+    const auto m = importer::import_onnx_bytes(b.bytes(), ".");
+    const std::vector<Tensor> out = reference::run_graph(m.graph, std::vector<Tensor>{x});
+    const auto xs = x.to_floats(), ss = out[0].to_floats();
+    for (int64_t ci = 0; ci < c; ++ci) {
+      for (int64_t yy = 0; yy < h; ++yy) {
+        for (int64_t xx = 0; xx < w; ++xx) {
+          const int64_t by = yy % bs, bx = xx % bs;
+          const int64_t oc = mode == "DCR" ? (by * bs + bx) * c + ci : ci * bs * bs + by * bs + bx;
+          const int64_t at = (oc * (h / bs) + yy / bs) * (w / bs) + xx / bs;
+          EXPECT_EQ(ss[static_cast<size_t>(at)], xs[static_cast<size_t>((ci * h + yy) * w + xx)]) << ci << " " << yy << " " << xx;
+        }
+      }
+    }
+    EXPECT_EQ(out[1].to_floats(), xs);
+  }
+}
+
+// Trilu: the upper triangle from diagonal k (j - i >= k) or the lower (j - i <= k), zero elsewhere;
+// with a constant input it folds away (a causal mask).
+TEST(Import, TriluKeepsItsTriangle) {
+  const Tensor x = iota_tensor({2, 3, 4});
+  for (const int64_t upper : {1, 0}) {
+    OnnxBuilder b(14);
+    b.input("x", kFloat, {2, 3, 4}).output("y", kFloat, {2, 3, 4});
+    b.initializer("k", Tensor::from_ints(DType::kI64, {}, std::vector<int64_t>{upper != 0 ? 1 : -1}));
+    OnnxBuilder::attr_i(b.node("Trilu", {"x", "k"}, {"y"}), "upper", upper);
+    const auto m = importer::import_onnx_bytes(b.bytes(), ".");
+    const auto y = reference::run_graph(m.graph, std::vector<Tensor>{x})[0].to_floats();
+    const auto xs = x.to_floats();
+    for (size_t e = 0; e < xs.size(); ++e) {
+      const int64_t i = static_cast<int64_t>(e / 4) % 3, j = static_cast<int64_t>(e % 4);
+      const bool kept = upper != 0 ? j - i >= 1 : j - i <= -1;
+      EXPECT_EQ(y[e], kept ? xs[e] : 0.0f) << "upper " << upper << " element " << e;
+    }
+  }
+  OnnxBuilder c(14);
+  c.output("y", kFloat, {3, 3});
+  c.initializer("ones", Tensor::from_floats(DType::kF32, {3, 3}, std::vector<float>(9, 1.0f)));
+  c.node("Trilu", {"ones"}, {"y"});
+  EXPECT_EQ(importer::import_onnx_bytes(c.bytes(), ".").graph.nodes().size(), 0u);
+}
+
 TEST(Import, Float16ModelsComputeThroughFloat) {
   OnnxBuilder b;
   b.input("x", 10, {4}).output("y", 10, {4});
