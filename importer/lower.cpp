@@ -985,6 +985,161 @@ void trilu(NodeLowering& L) {
   L.set_output(0, L.emit("Where", {mask, L.input(0), scalar_like(L, 0, 0.0)}));
 }
 
+// Attention (opset 23; sliding windows 25): scaled dot-product attention as ONNX's function
+// spells it, over 3-D (batch, seq, heads * size) or 4-D (batch, heads, seq, size) Q, K, V:
+// Q and K scaled by sqrt(scale), QK^T, the soft cap, the bias (a float mask added; a bool mask, the
+// causal rule j <= i + past and the windows disallowing with -inf), softmax (in
+// softmax_precision), times V; a query row with no key allowed gives zeros. past_key/past_value
+// are concatenated in front of K and V (the present outputs). Grouped-query attention groups the
+// queries of each K/V head instead of repeating K and V: Q (B, Hq, S, D) is viewed as
+// (B, Hkv, G * S, D), so both MatMuls read every K and V row once. With nonpad_kv_seqlen (an
+// external cache: batch b's keys past its length are padding, and its causal offset is its length
+// less the query length) the rules are computed at run time from those lengths.
+void attention(NodeLowering& L) {
+  check(L.has_input(4) == L.has_input(5), "past_key and past_value must be given together");
+  check(!L.has_input(6) || !L.has_input(4), "nonpad_kv_seqlen and past_key/past_value exclude each other");
+  const DType dt = L.val(0).dtype;
+  check(is_float(dt), "Attention of ", dtype_name(dt), " is not defined");
+  const int64_t rank = L.rank(0);
+  check((rank == 3 || rank == 4) && L.rank(1) == rank && L.rank(2) == rank, "Q, K and V must be all 3-D or all 4-D");
+  const Shape qs = L.shape(0), ks = L.shape(1), vs = L.shape(2);
+  const int64_t b = qs[0];
+  int64_t qh = L.attr_i("q_num_heads", rank == 4 ? qs[1] : 0), kvh = L.attr_i("kv_num_heads", rank == 4 ? ks[1] : 0);
+  Attributes swap_12;
+  swap_12.set("perm", std::vector<int64_t>{0, 2, 1, 3});
+  int q = L.input(0), k = L.input(1), v = L.input(2);
+  if (rank == 3) {
+    check(qh > 0 && kvh > 0, "3-D inputs need q_num_heads and kv_num_heads");
+    const auto heads = [&](int x, const Shape& xs, int64_t n, const char* what) {
+      check(xs[2] % n == 0, what, "'s hidden size ", xs[2], " is not a multiple of its ", n, " heads");
+      return L.emit("Transpose", {L.reshape(x, {xs[0], xs[1], n, xs[2] / n})}, swap_12);
+    };
+    q = heads(q, qs, qh, "Q");
+    k = heads(k, ks, kvh, "K");
+    v = heads(v, vs, kvh, "V");
+  } else {
+    check(qh == qs[1] && kvh == ks[1] && vs[1] == kvh, "q_num_heads ", qh, " and kv_num_heads ", kvh,
+          " disagree with Q's ", qs[1], " heads, K's ", ks[1], " and V's ", vs[1]);
+  }
+  check(qh % kvh == 0, "q_num_heads ", qh, " is not a multiple of kv_num_heads ", kvh);
+  const auto shape_of = [&](int x) { return L.builder().value(x).shape; };
+  const int64_t sq = shape_of(q)[2], d = shape_of(q)[3];
+  int64_t past = 0;
+  if (L.has_input(4)) {
+    past = L.shape(4)[2];
+    Attributes seq;
+    seq.set("axis", int64_t{2});
+    k = L.emit("Concat", {L.input(4), k}, seq);
+    v = L.emit("Concat", {L.input(5), v}, seq);
+  }
+  L.set_output(1, k);
+  L.set_output(2, v);
+  const int64_t t = shape_of(k)[2], dv = shape_of(v)[3];
+  const auto cast = [&](int x, DType to) {
+    if (L.builder().value(x).dtype == to) return x;
+    Attributes a;
+    a.set("to", static_cast<int64_t>(dtype_to_onnx(to)));
+    return L.emit("Cast", {x}, a);
+  };
+  check(shape_of(k)[3] == d && shape_of(v)[2] == t, "K's head size or V's length disagrees with Q and K");
+  const double scale = L.has_attr("scale") ? L.attr_f("scale", 1.0f) : 1.0 / std::sqrt(static_cast<double>(d));
+  const int root = L.constant(Tensor::scalar_float(dt, static_cast<float>(std::sqrt(scale))));
+  const int64_t g = qh / kvh;
+  const int qg = L.reshape(L.emit("Mul", {q, root}), {b, kvh, g * sq, d});
+  Attributes last_two;
+  last_two.set("perm", std::vector<int64_t>{0, 1, 3, 2});
+  const int kt = L.emit("Transpose", {L.emit("Mul", {k, root})}, last_two);
+  int scores = L.reshape(L.emit("MatMul", {qg, kt}), {b, qh, sq, t});
+  const int qk_raw = scores;
+  const float softcap = L.attr_f("softcap", 0.0f);
+  if (softcap > 0) {
+    const int cap = L.constant(Tensor::scalar_float(dt, softcap));
+    scores = L.emit("Mul", {L.emit("Tanh", {L.emit("Div", {scores, cap})}), cap});
+  }
+  const int qk_capped = scores;
+  // Keys each query may attend, as far as import knows them: causal and window rules.
+  const bool causal = L.attr_i("is_causal", 0) != 0;
+  const int64_t left = L.attr_i("left_window_size", -1), right = L.attr_i("right_window_size", -1);
+  std::vector<int64_t> allowed(static_cast<size_t>(sq * t), 1);
+  bool constrained = false, empty_row = false;
+  for (int64_t i = 0; i < sq; ++i) {
+    bool any = false;
+    for (int64_t j = 0; j < t; ++j) {
+      const int64_t p = past + i;
+      const bool ok = (!causal || j <= p) && (left < 0 || j >= p - left) && (right < 0 || j <= p + right);
+      allowed[static_cast<size_t>(i * t + j)] = ok;
+      constrained = constrained || !ok;
+      any = any || ok;
+    }
+    empty_row = empty_row || !any;
+  }
+  const int minus_inf = L.constant(Tensor::scalar_float(dt, -std::numeric_limits<float>::infinity()));
+  int cond = constrained ? L.constant(Tensor::from_ints(DType::kBool, {sq, t}, allowed)) : kNoValue;
+  bool runtime_cond = false;
+  if (L.has_input(6)) {
+    // Key j of batch b: valid when j < n_b; causal when j - i + S <= n_b; in the windows when
+    // j - i + S + left >= n_b and j - i + S - right <= n_b (position p = n_b - S + i).
+    check(L.shape(6) == Shape{b}, "nonpad_kv_seqlen must have shape (", b, ")");
+    const int n = L.reshape(cast(L.input(6), DType::kI64), {b, 1, 1, 1});
+    const auto offsets = [&](int64_t add) {
+      std::vector<int64_t> o(static_cast<size_t>(sq * t));
+      for (int64_t i = 0; i < sq; ++i) {
+        for (int64_t j = 0; j < t; ++j) o[static_cast<size_t>(i * t + j)] = j - i + sq + add;
+      }
+      return L.constant(Tensor::from_ints(DType::kI64, {sq, t}, o));
+    };
+    std::vector<int64_t> js(static_cast<size_t>(t));
+    std::iota(js.begin(), js.end(), 0);
+    cond = L.emit("Less", {L.constant(Tensor::from_ints(DType::kI64, {t}, js)), n});
+    if (causal) cond = L.emit("And", {cond, L.emit("LessOrEqual", {offsets(0), n})});
+    if (left >= 0) cond = L.emit("And", {cond, L.emit("GreaterOrEqual", {offsets(left), n})});
+    if (right >= 0) cond = L.emit("And", {cond, L.emit("LessOrEqual", {offsets(-right), n})});
+    runtime_cond = true;
+  }
+  if (L.has_input(3)) {
+    int mask = L.input(3);
+    const Shape ms = L.shape(3);
+    const bool is_bool = L.val(3).dtype == DType::kBool;
+    check(is_bool || L.val(3).dtype == dt, "attn_mask must be bool or of Q's type");
+    if (!ms.empty() && ms.back() > 1 && ms.back() < t) {  // shorter than the keys: padded, disallowed
+      Shape fill = ms;
+      fill.back() = t - ms.back();
+      Tensor pad(is_bool ? DType::kBool : dt, fill);
+      if (is_bool) pad.set_ints(std::vector<int64_t>(static_cast<size_t>(pad.numel()), 0));
+      else pad.set_doubles(std::vector<double>(static_cast<size_t>(pad.numel()), -std::numeric_limits<double>::infinity()));
+      Attributes keys;
+      keys.set("axis", static_cast<int64_t>(ms.size()) - 1);
+      mask = L.emit("Concat", {mask, L.constant(std::move(pad))}, keys);
+    }
+    if (is_bool) {
+      cond = cond == kNoValue ? mask : L.emit("And", {mask, cond});
+      runtime_cond = true;
+    } else {
+      scores = L.emit("Add", {scores, mask});
+    }
+  }
+  if (cond != kNoValue) scores = L.emit("Where", {cond, scores, minus_inf});
+  const int qk_biased = scores;
+  const int64_t precision = L.attr_i("softmax_precision", dtype_to_onnx(dt));
+  const DType softmax_dt = dtype_from_onnx(static_cast<int>(precision));
+  check(softmax_dt != DType::kUndefined && is_float(softmax_dt), "softmax_precision ", precision, " is not a float type");
+  Attributes keys_axis;
+  keys_axis.set("axis", int64_t{3});
+  int probs = cast(L.emit("Softmax", {cast(scores, softmax_dt)}, keys_axis), dt);
+  if (runtime_cond || empty_row) {  // a row with no key allowed: zeros, not NaN
+    const int allowed_f = cast(cond, dt);
+    const auto last = static_cast<int64_t>(L.builder().value(allowed_f).shape.size()) - 1;
+    const int row_any = L.emit("Greater", {reduce_node(L, "ReduceMax", allowed_f, {last}, 1), scalar_like(L, 0, 0.0)});
+    probs = L.emit("Where", {row_any, probs, scalar_like(L, 0, 0.0)});
+  }
+  int y = L.reshape(L.emit("MatMul", {L.reshape(probs, {b, kvh, g * sq, t}), v}), {b, qh, sq, dv});
+  if (rank == 3) y = L.reshape(L.emit("Transpose", {y}, swap_12), {b, sq, qh * dv});
+  L.set_output(0, y);
+  const int64_t mode = L.attr_i("qk_matmul_output_mode", 0);
+  check(mode >= 0 && mode <= 3, "qk_matmul_output_mode ", mode, " is not 0 to 3");
+  L.set_output(3, mode == 0 ? qk_raw : mode == 1 ? qk_capped : mode == 2 ? qk_biased : probs);
+}
+
 void where(NodeLowering& L) { L.set_output(0, L.emit("Where", {L.input(0), L.input(1), L.input(2)})); }
 
 void shape_op(NodeLowering& L) {
@@ -1122,7 +1277,7 @@ void depth_space(NodeLowering& L) {
 const std::map<std::string, Lowering>& lowerings() {
   static const std::map<std::string, Lowering> table = {
       {"Abs", pass_through}, {"Add", pass_through}, {"And", pass_through}, {"ArgMax", arg_reduce},
-      {"ArgMin", arg_reduce}, {"Atan", pass_through}, {"AveragePool", pool}, {"BatchNormalization", batch_norm},
+      {"ArgMin", arg_reduce}, {"Atan", pass_through}, {"Attention", attention}, {"AveragePool", pool}, {"BatchNormalization", batch_norm},
       {"Cast", cast}, {"CastLike", cast_like}, {"Ceil", pass_through}, {"Clip", clip}, {"Concat", concat},
       {"Constant", constant_op}, {"ConstantOfShape", constant_of_shape}, {"Conv", conv}, {"Cos", pass_through},
       {"DepthToSpace", depth_space}, {"Div", pass_through}, {"Dropout", dropout}, {"Elu", unary_with_defaults},
