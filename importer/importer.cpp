@@ -1,5 +1,6 @@
 #include "importer/importer.h"
 
+#include <algorithm>
 #include <queue>
 #include <set>
 #include <unordered_map>
@@ -243,7 +244,20 @@ ImportedModel import_model(const onnx::ModelProto& m, const fs::path& base_dir, 
     require_tensor(vi, "graph output");
     check(it != ids.end(), "graph output '", vi.name(), "' is never produced");
     if (!overridden) check_declared(vi, graph.value(it->second), "output");
-    graph.outputs().push_back(it->second);
+    // An output whose op lowered to nothing (a Reshape to the same shape, an Identity) is the
+    // value of an earlier node: it takes the output's name, which deployments ask for. A graph
+    // input or an earlier output keeps its own name, and the output gets a copy (a Reshape to
+    // the same shape) that carries it.
+    int id = it->second;
+    const bool claimed = std::find(graph.inputs().begin(), graph.inputs().end(), id) != graph.inputs().end() ||
+                         std::find(graph.outputs().begin(), graph.outputs().end(), id) != graph.outputs().end();
+    if (claimed && graph.value(id).name != vi.name()) {
+      Attributes same;
+      same.set("shape", graph.value(id).shape);
+      id = b.emit("Reshape", {id}, same, vi.name());
+    }
+    graph.value(id).name = vi.name();
+    graph.outputs().push_back(id);
   }
   if (!overridden) {
     for (const auto& vi : g.value_info()) {

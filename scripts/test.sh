@@ -8,14 +8,14 @@ scripts/setup.sh
 ctest --test-dir build --output-on-failure -j "$(nproc)"
 if [ "${1:-}" != "--quick" ]; then
   scripts/setup.sh --sanitize
-  # The sanitizer pass runs every unit test and the three smallest models end to end (cnn_small,
-  # nerf_mlp, resnet_small). It leaves out what repeats, at several times the cost under the
+  # The sanitizer pass runs every unit test and the smallest models end to end (cnn_small,
+  # nerf_mlp, resnet_small, and of the Hugging Face ones gpt2 and llama_decode). It leaves out what repeats, at several times the cost under the
   # sanitizers, code paths those already take, and which ran above without them: the barrier
-  # mutation tests (mutations.*), the six larger models compiled and run (compiled.*,
+  # mutation tests (mutations.*), the larger models compiled and run (compiled.*,
   # Codegen/ModelGroups.*), and the BERT tuning and hand-deleted-barrier runs. The executor's own
   # tests (Simt*) and the verifier's run over all 1,729 top candidates of the test models (lowering
   # and barrier analysis of every model: 9 s plain, 161 s under the sanitizers) run here too.
-  larger='(bert|convnext_t|efficientnet_b0|mobilenet_v2|swin_t|vit)'
+  larger='(bert|convnext_t|efficientnet_b0|mobilenet_v2|swin_t|vit|gpt2_fp16|llama|llama_decode_fp16|llama_fp16|llama_gqa|qwen2|qwen2_decode)'
   skip="^mutations\\.|^compiled\\.${larger}\$|^Codegen/ModelGroups\\..*\"${larger}\"\$|^tune\\.bert\$|^cli\\.deleted_barrier\$"
   echo "test.sh: the sanitizer pass skips the tests matching ${skip} (run above without sanitizers)"
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
