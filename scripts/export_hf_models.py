@@ -147,10 +147,46 @@ def build(name, size, gen):
     if name == "gpt2":
         model = transformers.GPT2Model(gpt2_config(size)).eval()
         return LastHidden(model, "input_ids"), [("input_ids", token_ids(gen, model.config.vocab_size, 64))], ["last_hidden_state"]
+    if name == "distilbert":
+        cfg = (transformers.DistilBertConfig(vocab_size=256, dim=64, n_layers=2, n_heads=4, hidden_dim=128,
+                                             max_position_embeddings=128) if size == "small"
+               else transformers.DistilBertConfig())
+        model = transformers.DistilBertModel(cfg).eval()
+        return LastHidden(model, "input_ids"), [("input_ids", token_ids(gen, cfg.vocab_size, 32))], ["last_hidden_state"]
+    if name == "t5_encoder":
+        cfg = (transformers.T5Config(vocab_size=256, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4)
+               if size == "small" else transformers.T5Config())  # t5-small's shape
+        model = transformers.T5EncoderModel(cfg).eval()
+        return LastHidden(model, "input_ids"), [("input_ids", token_ids(gen, cfg.vocab_size, 32))], ["last_hidden_state"]
+    if name == "bart_encoder":
+        cfg = (transformers.BartConfig(vocab_size=256, d_model=64, encoder_layers=2, decoder_layers=2,
+                                       encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128,
+                                       decoder_ffn_dim=128, max_position_embeddings=128) if size == "small"
+               else transformers.BartConfig())  # bart-large's shape
+        model = transformers.BartModel(cfg).get_encoder().eval()
+        return LastHidden(model, "input_ids"), [("input_ids", token_ids(gen, cfg.vocab_size, 32))], ["last_hidden_state"]
+    if name == "hf_vit":
+        cfg = (transformers.ViTConfig(image_size=32, patch_size=8, hidden_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, intermediate_size=128) if size == "small"
+               else transformers.ViTConfig())  # ViT-B/16
+        model = transformers.ViTModel(cfg, add_pooling_layer=False).eval()
+        pixels = torch.randn(1, 3, cfg.image_size, cfg.image_size, generator=gen)
+        return LastHidden(model, "pixel_values"), [("pixel_values", pixels)], ["last_hidden_state"]
+    if name == "whisper_encoder":
+        cfg = (transformers.WhisperConfig(vocab_size=256, num_mel_bins=16, d_model=64, encoder_layers=2,
+                                          encoder_attention_heads=4, decoder_layers=2, decoder_attention_heads=4,
+                                          encoder_ffn_dim=128, decoder_ffn_dim=128, max_source_positions=32,
+                                          pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
+               if size == "small" else transformers.WhisperConfig())  # the defaults: whisper-tiny's shape
+        model = transformers.WhisperModel(cfg).get_encoder().eval()
+        # The encoder's two convolutions halve the frames: 2 * max_source_positions of them.
+        features = torch.randn(1, cfg.num_mel_bins, 2 * cfg.max_source_positions, generator=gen)
+        return LastHidden(model, "input_features"), [("input_features", features)], ["last_hidden_state"]
     raise SystemExit(f"unknown model '{name}'")
 
 
-NAMES = ["llama", "llama_decode", "llama_gqa", "qwen2", "qwen2_decode", "gpt2"]
+NAMES = ["llama", "llama_decode", "llama_gqa", "qwen2", "qwen2_decode", "gpt2", "distilbert", "t5_encoder",
+         "bart_encoder", "hf_vit", "whisper_encoder"]
 
 
 def write_tensor(path, array, name):
