@@ -1140,6 +1140,101 @@ void attention(NodeLowering& L) {
   L.set_output(3, mode == 0 ? qk_raw : mode == 1 ? qk_capped : mode == 2 ? qk_biased : probs);
 }
 
+// RotaryEmbedding (opset 23): in the (batch, seq, heads, size) layout, the first
+// rotary_embedding_dim entries of each head (all when 0) split into halves x1, x2 (or the even and
+// odd entries when interleaved) become x1 cos - x2 sin and x1 sin + x2 cos, cos and sin picked by
+// position_ids from the caches (or given per batch and position); Slices, Gathers, element-wise
+// ops and Concats, which the planner fuses into the projection that produces X.
+void rotary_embedding(NodeLowering& L) {
+  const int64_t rank = L.rank(0);
+  check(rank == 3 || rank == 4, "X must be 3-D (batch, seq, hidden) or 4-D (batch, heads, seq, size)");
+  const Shape xs = L.shape(0);
+  const int64_t b = xs[0];
+  const int64_t heads = rank == 4 ? xs[1] : L.attr_i("num_heads", 0);
+  check(heads > 0, "a 3-D X needs num_heads");
+  const int64_t seq = rank == 4 ? xs[2] : xs[1];
+  check(rank == 4 || xs[2] % heads == 0, "hidden size ", xs[2], " is not a multiple of num_heads ", heads);
+  const int64_t size = rank == 4 ? xs[3] : xs[2] / heads;
+  const int64_t dim = L.attr_i("rotary_embedding_dim", 0) == 0 ? size : L.attr_i("rotary_embedding_dim", 0);
+  check(dim > 0 && dim <= size && dim % 2 == 0, "rotary_embedding_dim ", dim, " must be even and at most the head size ", size);
+  const int64_t half = dim / 2;
+  const bool interleaved = L.attr_i("interleaved", 0) != 0;
+  Attributes swap_12;
+  swap_12.set("perm", std::vector<int64_t>{0, 2, 1, 3});
+  const int x = rank == 4 ? L.emit("Transpose", {L.input(0)}, swap_12) : L.reshape(L.input(0), {b, seq, heads, size});
+  const auto cache = [&](size_t k) {
+    int c = L.input(k);
+    if (L.has_input(3)) {
+      Attributes rows;
+      rows.set("axis", int64_t{0});
+      c = L.emit("Gather", {c, L.input(3)}, rows);
+    }
+    const Shape cs = L.builder().value(c).shape;
+    check(cs.size() == 3 && cs[0] == b && cs[1] == seq && cs[2] == half, "the ", k == 1 ? "cos" : "sin", " cache gives ",
+          shape_str(cs), " per token, not (", b, ", ", seq, ", ", half, ")");
+    return L.reshape(c, {b, seq, 1, half});
+  };
+  const int cos = cache(1), sin = cache(2);
+  const auto part = [&](int64_t start, int64_t end, int64_t step) { return slice_axes(L, x, {start}, {end}, {3}, {step}); };
+  const int x1 = interleaved ? part(0, dim, 2) : part(0, half, 1);
+  const int x2 = interleaved ? part(1, dim, 2) : part(half, dim, 1);
+  const int real = L.emit("Sub", {L.emit("Mul", {cos, x1}), L.emit("Mul", {sin, x2})});
+  const int imag = L.emit("Add", {L.emit("Mul", {sin, x1}), L.emit("Mul", {cos, x2})});
+  Attributes last;
+  last.set("axis", int64_t{3});
+  int rotated;
+  if (interleaved) {
+    Attributes pair;
+    pair.set("axis", int64_t{4});
+    const int both = L.emit("Concat", {L.reshape(real, {b, seq, heads, half, 1}), L.reshape(imag, {b, seq, heads, half, 1})}, pair);
+    rotated = L.reshape(both, {b, seq, heads, dim});
+  } else {
+    rotated = L.emit("Concat", {real, imag}, last);
+  }
+  if (dim < size) rotated = L.emit("Concat", {rotated, part(dim, size, 1)}, last);
+  L.set_output(0, rank == 4 ? L.emit("Transpose", {rotated}, swap_12) : L.reshape(rotated, xs));
+}
+
+// CumSum: along `axis`, a MatMul with a constant 0/1 triangle (j after i, or before it when
+// reversed; the diagonal unless exclusive), the axis moved last and back. Integers are summed in
+// float64, exact while the sums stay below 2^53.
+void cum_sum(NodeLowering& L) {
+  const int64_t r = L.rank(0);
+  check(r > 0, "CumSum of a scalar");
+  const int64_t axis = normalize_axis(scalar_input(L, 1, "axis").to_ints()[0], r, "axis");
+  const bool exclusive = L.attr_i("exclusive", 0) != 0, reverse = L.attr_i("reverse", 0) != 0;
+  const Shape xs = L.shape(0);
+  const int64_t n = xs[static_cast<size_t>(axis)];
+  check(n * n <= kFoldLimit, "a CumSum over ", n, " elements is too long");
+  const DType dt = L.val(0).dtype;
+  const DType acc = is_float(dt) ? dt : DType::kF64;
+  const auto cast = [&](int v, DType to) {
+    Attributes a;
+    a.set("to", static_cast<int64_t>(dtype_to_onnx(to)));
+    return L.emit("Cast", {v}, a);
+  };
+  std::vector<int64_t> perm(static_cast<size_t>(r));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::swap(perm[static_cast<size_t>(axis)], perm.back());  // its own inverse
+  Attributes move;
+  move.set("perm", perm);
+  int x = acc == dt ? L.input(0) : cast(L.input(0), acc);
+  if (axis != r - 1) x = L.emit("Transpose", {x}, move);
+  // y[j] = sum over i of x[i] * T[i][j].
+  std::vector<double> tri(static_cast<size_t>(n * n), 0.0);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      const bool in = reverse ? (exclusive ? i > j : i >= j) : (exclusive ? i < j : i <= j);
+      tri[static_cast<size_t>(i * n + j)] = in ? 1.0 : 0.0;
+    }
+  }
+  Tensor t(acc, {n, n});
+  t.set_doubles(tri);
+  int y = L.emit("MatMul", {x, L.constant(std::move(t))});
+  if (axis != r - 1) y = L.emit("Transpose", {y}, move);
+  L.set_output(0, acc == dt ? y : cast(y, dt));
+}
+
 void where(NodeLowering& L) { L.set_output(0, L.emit("Where", {L.input(0), L.input(1), L.input(2)})); }
 
 void shape_op(NodeLowering& L) {
@@ -1279,7 +1374,7 @@ const std::map<std::string, Lowering>& lowerings() {
       {"Abs", pass_through}, {"Add", pass_through}, {"And", pass_through}, {"ArgMax", arg_reduce},
       {"ArgMin", arg_reduce}, {"Atan", pass_through}, {"Attention", attention}, {"AveragePool", pool}, {"BatchNormalization", batch_norm},
       {"Cast", cast}, {"CastLike", cast_like}, {"Ceil", pass_through}, {"Clip", clip}, {"Concat", concat},
-      {"Constant", constant_op}, {"ConstantOfShape", constant_of_shape}, {"Conv", conv}, {"Cos", pass_through},
+      {"Constant", constant_op}, {"ConstantOfShape", constant_of_shape}, {"Conv", conv}, {"Cos", pass_through}, {"CumSum", cum_sum},
       {"DepthToSpace", depth_space}, {"Div", pass_through}, {"Dropout", dropout}, {"Elu", unary_with_defaults},
       {"Equal", pass_through}, {"Erf", pass_through}, {"Exp", pass_through}, {"Expand", expand},
       {"Flatten", flatten}, {"Floor", pass_through}, {"Gather", gather}, {"Gelu", gelu}, {"Gemm", gemm},
@@ -1294,7 +1389,7 @@ const std::map<std::string, Lowering>& lowerings() {
       {"Reciprocal", pass_through}, {"ReduceL1", reduce}, {"ReduceL2", reduce}, {"ReduceLogSum", reduce},
       {"ReduceLogSumExp", reduce}, {"ReduceMax", reduce}, {"ReduceMean", reduce}, {"ReduceMin", reduce},
       {"ReduceProd", reduce}, {"ReduceSum", reduce}, {"ReduceSumSquare", reduce}, {"Relu", pass_through},
-      {"Reshape", reshape}, {"Resize", resize}, {"Round", pass_through}, {"ScatterND", scatter_nd},
+      {"Reshape", reshape}, {"Resize", resize}, {"RotaryEmbedding", rotary_embedding}, {"Round", pass_through}, {"ScatterND", scatter_nd},
       {"Selu", unary_with_defaults}, {"Shape", shape_op}, {"Sigmoid", pass_through}, {"Sign", pass_through},
       {"Sin", pass_through}, {"Size", size_op}, {"Slice", slice}, {"Softmax", softmax}, {"Softplus", pass_through},
       {"Softsign", pass_through}, {"SpaceToDepth", depth_space}, {"Split", split}, {"Sqrt", pass_through},
