@@ -1235,6 +1235,123 @@ void cum_sum(NodeLowering& L) {
   L.set_output(0, acc == dt ? y : cast(y, dt));
 }
 
+// Einsum of one or two operands as Transposes, ReduceSums, Reshapes and one batched MatMul:
+// letters only in one operand and not in the output are summed first; then the letters of both
+// operands and the output are batch axes, those of both and not the output are contracted, and
+// the rest are the rows and columns of the MatMul. "..." stands for the same leading axes in every
+// term. A letter twice in one term (a diagonal) is refused.
+void einsum(NodeLowering& L) {
+  std::string eq;
+  for (const char c : L.attr_s("equation", "")) {
+    if (c != ' ') eq += c;
+  }
+  check(L.input_count() == 1 || L.input_count() == 2, "Einsum of ", L.input_count(), " operands is not supported (1 or 2 are)");
+  const size_t arrow = eq.find("->");
+  std::string lhs = eq.substr(0, arrow);
+  std::vector<std::string> terms;
+  for (size_t start = 0;;) {
+    const size_t comma = lhs.find(',', start);
+    terms.push_back(lhs.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  check(terms.size() == L.input_count(), "equation '", eq, "' has ", terms.size(), " terms for ", L.input_count(), " inputs");
+  // "..." becomes digits '0', '1', ...: one per leading axis it covers (digits are not letters).
+  int64_t ellipsis = -1;
+  const auto expand = [&](std::string term, int64_t rank) {
+    const size_t dots = term.find("...");
+    if (dots == std::string::npos) return term;
+    const int64_t n = rank - static_cast<int64_t>(term.size() - 3);
+    check(n >= 0 && (ellipsis < 0 || ellipsis == n), "'...' covers ", n, " axes here and ", ellipsis, " elsewhere");
+    ellipsis = n;
+    std::string axes;
+    for (int64_t i = 0; i < n; ++i) axes += static_cast<char>('0' + i);
+    return term.substr(0, dots) + axes + term.substr(dots + 3);
+  };
+  std::map<char, int64_t> extent, uses;
+  for (size_t k = 0; k < terms.size(); ++k) {
+    terms[k] = expand(terms[k], L.rank(k));
+    check(static_cast<int64_t>(terms[k].size()) == L.rank(k), "term '", terms[k], "' has ", terms[k].size(),
+          " indices for input ", k, " of rank ", L.rank(k));
+    for (size_t i = 0; i < terms[k].size(); ++i) {
+      const char c = terms[k][i];
+      check(terms[k].find(c) == i, "index '", c, "' repeats in term ", k, " (a diagonal), which is not supported");
+      const int64_t e = L.shape(k)[i];
+      const auto seen = extent.find(c);
+      check(seen == extent.end() || seen->second == e, "index '", c, "' has extents ",
+            seen == extent.end() ? e : seen->second, " and ", e);
+      extent[c] = e;
+      ++uses[c];
+    }
+  }
+  std::string out;
+  if (arrow != std::string::npos) {
+    out = eq.substr(arrow + 2);
+    if (const size_t dots = out.find("..."); dots != std::string::npos) {
+      std::string axes;
+      for (int64_t i = 0; i < ellipsis; ++i) axes += static_cast<char>('0' + i);
+      out = out.substr(0, dots) + axes + out.substr(dots + 3);
+    }
+  } else {  // implicit: the "..." axes, then the letters used once, in alphabetical order
+    for (int64_t i = 0; i < ellipsis; ++i) out += static_cast<char>('0' + i);
+    for (const auto& [c, n] : extent) {
+      if (n > 0 && uses[c] == 1 && !(c >= '0' && c <= '9')) out += c;
+    }
+  }
+  for (const char c : out) check(extent.count(c) != 0, "output index '", c, "' is in no input");
+  const auto in_out = [&](char c) { return out.find(c) != std::string::npos; };
+  // Moves the axes of v (named by `from`) into the order `to` names.
+  const auto permute = [&](int v, const std::string& from, const std::string& to) {
+    if (from == to) return v;
+    std::vector<int64_t> perm;
+    for (const char c : to) perm.push_back(static_cast<int64_t>(from.find(c)));
+    Attributes a;
+    a.set("perm", perm);
+    return L.emit("Transpose", {v}, a);
+  };
+  // Sums the axes of v that no other term nor the output names.
+  const auto sum_private = [&](int v, std::string& term, const std::string& other) {
+    std::vector<int64_t> axes;
+    std::string kept;
+    for (size_t i = 0; i < term.size(); ++i) {
+      if (!in_out(term[i]) && other.find(term[i]) == std::string::npos) axes.push_back(static_cast<int64_t>(i));
+      else kept += term[i];
+    }
+    term = kept;
+    return axes.empty() ? v : reduce_node(L, "ReduceSum", v, axes, 0);
+  };
+  const auto extents = [&](const std::string& letters) {
+    Shape s;
+    for (const char c : letters) s.push_back(extent[c]);
+    return s;
+  };
+  const auto product = [&](const std::string& letters) {
+    int64_t p = 1;
+    for (const char c : letters) p *= extent[c];
+    return p;
+  };
+  if (terms.size() == 1) {
+    std::string t = terms[0];
+    const int v = sum_private(L.input(0), t, "");
+    L.set_output(0, permute(v, t, out));
+    return;
+  }
+  std::string a = terms[0], b = terms[1];
+  int va = sum_private(L.input(0), a, b), vb = sum_private(L.input(1), b, a);
+  std::string batch, contract, rows, cols;
+  for (const char c : a) {
+    const bool both = b.find(c) != std::string::npos;
+    (both ? (in_out(c) ? batch : contract) : rows) += c;
+  }
+  for (const char c : b) {
+    if (a.find(c) == std::string::npos) cols += c;
+  }
+  va = L.reshape(permute(va, a, batch + rows + contract), {product(batch), product(rows), product(contract)});
+  vb = L.reshape(permute(vb, b, batch + contract + cols), {product(batch), product(contract), product(cols)});
+  const int y = L.reshape(L.emit("MatMul", {va, vb}), extents(batch + rows + cols));
+  L.set_output(0, permute(y, batch + rows + cols, out));
+}
+
 void where(NodeLowering& L) { L.set_output(0, L.emit("Where", {L.input(0), L.input(1), L.input(2)})); }
 
 void shape_op(NodeLowering& L) {
@@ -1375,7 +1492,7 @@ const std::map<std::string, Lowering>& lowerings() {
       {"ArgMin", arg_reduce}, {"Atan", pass_through}, {"Attention", attention}, {"AveragePool", pool}, {"BatchNormalization", batch_norm},
       {"Cast", cast}, {"CastLike", cast_like}, {"Ceil", pass_through}, {"Clip", clip}, {"Concat", concat},
       {"Constant", constant_op}, {"ConstantOfShape", constant_of_shape}, {"Conv", conv}, {"Cos", pass_through}, {"CumSum", cum_sum},
-      {"DepthToSpace", depth_space}, {"Div", pass_through}, {"Dropout", dropout}, {"Elu", unary_with_defaults},
+      {"DepthToSpace", depth_space}, {"Div", pass_through}, {"Dropout", dropout}, {"Einsum", einsum}, {"Elu", unary_with_defaults},
       {"Equal", pass_through}, {"Erf", pass_through}, {"Exp", pass_through}, {"Expand", expand},
       {"Flatten", flatten}, {"Floor", pass_through}, {"Gather", gather}, {"Gelu", gelu}, {"Gemm", gemm},
       {"GlobalAveragePool", global_pool}, {"GlobalMaxPool", global_pool}, {"Greater", pass_through},
