@@ -425,6 +425,60 @@ void gelu(NodeLowering& L) {
   L.set_output(0, L.emit("Mul", {half_x, L.emit("Add", {inner, scalar_like(L, 0, 1.0)})}));
 }
 
+// Swish (24): x * sigmoid(alpha x); SwiGLU (28): Swish(A) * B, A and B of one shape.
+void swish(NodeLowering& L) {
+  const float alpha = L.attr_f("alpha", 1.0f);
+  const int x = L.input(0);
+  const int scaled = alpha == 1.0f ? x : L.emit("Mul", {x, scalar_like(L, 0, alpha)});
+  int y = L.emit("Mul", {x, L.emit("Sigmoid", {scaled})});
+  if (L.op() == "SwiGLU") {
+    check(L.shape(0) == L.shape(1), "A is ", shape_str(L.shape(0)), " and B ", shape_str(L.shape(1)),
+          ": SwiGLU does not broadcast");
+    y = L.emit("Mul", {y, L.input(1)});
+  }
+  L.set_output(0, y);
+}
+
+// Mish (22): x * tanh(softplus(x)).
+void mish(NodeLowering& L) {
+  L.set_output(0, L.emit("Mul", {L.input(0), L.emit("Tanh", {L.emit("Softplus", {L.input(0)})})}));
+}
+
+// Celu (12): max(0, x) + min(0, alpha * (exp(x / alpha) - 1)).
+void celu(NodeLowering& L) {
+  const float alpha = L.attr_f("alpha", 1.0f);
+  check(alpha != 0.0f, "alpha is zero");
+  const int x = L.input(0);
+  const int zero = scalar_like(L, 0, 0.0);
+  const int e = L.emit("Sub", {L.emit("Exp", {L.emit("Div", {x, scalar_like(L, 0, alpha)})}), scalar_like(L, 0, 1.0)});
+  L.set_output(0, L.emit("Add", {L.emit("Max", {x, zero}), L.emit("Min", {L.emit("Mul", {e, scalar_like(L, 0, alpha)}), zero})}));
+}
+
+// Hyperbolic and inverse trigonometric functions from exp, log, sqrt and atan:
+// sinh = (e^x - e^-x) / 2, cosh = (e^x + e^-x) / 2, asinh = log(x + sqrt(x^2 + 1)),
+// acosh = log(x + sqrt(x^2 - 1)), atanh = log((1 + x) / (1 - x)) / 2,
+// asin = atan(x / sqrt(1 - x^2)), acos = pi / 2 - asin.
+void trig_by_formula(NodeLowering& L) {
+  const std::string& op = L.op();
+  const int x = L.input(0);
+  const auto c = [&](double v) { return scalar_like(L, 0, v); };
+  const auto e = [&](const std::string& f, int a) { return L.emit(f, {a}); };
+  const auto bin = [&](const std::string& f, int a, int b) { return L.emit(f, {a, b}); };
+  const int x2 = bin("Mul", x, x);
+  int y;
+  if (op == "Sinh" || op == "Cosh") {
+    y = bin("Mul", bin(op == "Sinh" ? "Sub" : "Add", e("Exp", x), e("Exp", e("Neg", x))), c(0.5));
+  } else if (op == "Asinh" || op == "Acosh") {
+    y = e("Log", bin("Add", x, e("Sqrt", bin(op == "Asinh" ? "Add" : "Sub", x2, c(1.0)))));
+  } else if (op == "Atanh") {
+    y = bin("Mul", e("Log", bin("Div", bin("Add", c(1.0), x), bin("Sub", c(1.0), x))), c(0.5));
+  } else {
+    y = e("Atan", bin("Div", x, e("Sqrt", bin("Sub", c(1.0), x2))));
+    if (op == "Acos") y = bin("Sub", c(M_PI / 2), y);
+  }
+  L.set_output(0, y);
+}
+
 // Per-channel (axis 1) broadcast shape for a vector of C values on an input of `rank`.
 Shape channel_shape(int64_t c, int64_t rank) {
   Shape s(static_cast<size_t>(std::max<int64_t>(rank - 1, 1)), 1);
@@ -1488,10 +1542,10 @@ void depth_space(NodeLowering& L) {
 
 const std::map<std::string, Lowering>& lowerings() {
   static const std::map<std::string, Lowering> table = {
-      {"Abs", pass_through}, {"Add", pass_through}, {"And", pass_through}, {"ArgMax", arg_reduce},
-      {"ArgMin", arg_reduce}, {"Atan", pass_through}, {"Attention", attention}, {"AveragePool", pool}, {"BatchNormalization", batch_norm},
-      {"Cast", cast}, {"CastLike", cast_like}, {"Ceil", pass_through}, {"Clip", clip}, {"Concat", concat},
-      {"Constant", constant_op}, {"ConstantOfShape", constant_of_shape}, {"Conv", conv}, {"Cos", pass_through}, {"CumSum", cum_sum},
+      {"Abs", pass_through}, {"Acos", trig_by_formula}, {"Acosh", trig_by_formula}, {"Add", pass_through}, {"And", pass_through}, {"ArgMax", arg_reduce},
+      {"ArgMin", arg_reduce}, {"Asin", trig_by_formula}, {"Asinh", trig_by_formula}, {"Atan", pass_through}, {"Atanh", trig_by_formula}, {"Attention", attention}, {"AveragePool", pool}, {"BatchNormalization", batch_norm},
+      {"Cast", cast}, {"CastLike", cast_like}, {"Ceil", pass_through}, {"Celu", celu}, {"Clip", clip}, {"Concat", concat},
+      {"Constant", constant_op}, {"ConstantOfShape", constant_of_shape}, {"Conv", conv}, {"Cos", pass_through}, {"Cosh", trig_by_formula}, {"CumSum", cum_sum},
       {"DepthToSpace", depth_space}, {"Div", pass_through}, {"Dropout", dropout}, {"Einsum", einsum}, {"Elu", unary_with_defaults},
       {"Equal", pass_through}, {"Erf", pass_through}, {"Exp", pass_through}, {"Expand", expand},
       {"Flatten", flatten}, {"Floor", pass_through}, {"Gather", gather}, {"Gelu", gelu}, {"Gemm", gemm},
@@ -1500,7 +1554,7 @@ const std::map<std::string, Lowering>& lowerings() {
       {"Identity", identity}, {"InstanceNormalization", instance_norm}, {"IsInf", is_inf}, {"IsNaN", pass_through},
       {"LayerNormalization", layer_norm}, {"LeakyRelu", unary_with_defaults}, {"Less", pass_through},
       {"LessOrEqual", pass_through}, {"Log", pass_through}, {"LogSoftmax", softmax}, {"MatMul", matmul},
-      {"Max", variadic}, {"MaxPool", pool}, {"Mean", variadic}, {"Min", variadic}, {"Mod", mod},
+      {"Max", variadic}, {"MaxPool", pool}, {"Mean", variadic}, {"Min", variadic}, {"Mish", mish}, {"Mod", mod},
       {"Mul", pass_through}, {"Neg", pass_through}, {"NonZero", non_zero}, {"Not", pass_through},
       {"Or", pass_through}, {"PRelu", pass_through}, {"Pad", pad}, {"Pow", pass_through}, {"RMSNormalization", rms_norm}, {"Range", range},
       {"Reciprocal", pass_through}, {"ReduceL1", reduce}, {"ReduceL2", reduce}, {"ReduceLogSum", reduce},
@@ -1508,9 +1562,9 @@ const std::map<std::string, Lowering>& lowerings() {
       {"ReduceProd", reduce}, {"ReduceSum", reduce}, {"ReduceSumSquare", reduce}, {"Relu", pass_through},
       {"Reshape", reshape}, {"Resize", resize}, {"RotaryEmbedding", rotary_embedding}, {"Round", pass_through}, {"ScatterND", scatter_nd},
       {"Selu", unary_with_defaults}, {"Shape", shape_op}, {"Sigmoid", pass_through}, {"Sign", pass_through},
-      {"Sin", pass_through}, {"Size", size_op}, {"Slice", slice}, {"Softmax", softmax}, {"Softplus", pass_through},
+      {"Sin", pass_through}, {"Sinh", trig_by_formula}, {"Size", size_op}, {"Slice", slice}, {"Softmax", softmax}, {"Softplus", pass_through},
       {"Softsign", pass_through}, {"SpaceToDepth", depth_space}, {"Split", split}, {"Sqrt", pass_through},
-      {"Squeeze", squeeze}, {"Sub", pass_through}, {"Sum", variadic}, {"Tan", pass_through}, {"Tanh", pass_through},
+      {"Squeeze", squeeze}, {"Sub", pass_through}, {"Sum", variadic}, {"SwiGLU", swish}, {"Swish", swish}, {"Tan", pass_through}, {"Tanh", pass_through},
       {"ThresholdedRelu", unary_with_defaults}, {"Tile", tile}, {"Transpose", transpose}, {"Trilu", trilu},
       {"Unsqueeze", unsqueeze},
       {"Where", where}, {"Xor", pass_through},
