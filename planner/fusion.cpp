@@ -159,6 +159,18 @@ std::vector<int> external_reads(const Graph& g, const Partition& p, int grp) {
   return out;
 }
 
+// A member of `grp` repeats `value` (an Expand or Tile that grows it: grouped-query attention's
+// repeat of K and V). Such a value is not joined to its producer's group, which would write the
+// repeated copies; the repeat stays with its consumers, which read the value through it.
+bool repeated_in(const Graph& g, const Partition& p, int value, int grp) {
+  for (int c : p.consumers(value)) {
+    const Node& n = g.nodes()[static_cast<size_t>(c)];
+    if (p.group(c) != grp || (n.op != "Expand" && n.op != "Tile") || n.inputs[0] != value) continue;
+    if (numel(g.value(n.outputs[0]).shape) > numel(g.value(value).shape)) return true;
+  }
+  return false;
+}
+
 // Every use of `value` is inside group `grp`, and it is not a graph output.
 bool used_only_by(const Partition& p, int value, int grp) {
   if (p.is_graph_output(value)) return false;
@@ -175,7 +187,7 @@ bool cluster_light(const Graph& g, Partition& p) {
     const int grp = p.group(static_cast<int>(n));
     for (int v : external_reads(g, p, grp)) {
       const int pg = p.group(p.producer(v));
-      if (!light_group(p, pg)) continue;
+      if (!light_group(p, pg) || repeated_in(g, p, v, grp)) continue;
       // All users of v are in this group or the producer's: merging makes v internal.
       const auto& c = p.consumers(v);
       const bool internal = !p.is_graph_output(v) && std::all_of(c.begin(), c.end(), [&](int x) {
@@ -199,7 +211,7 @@ bool epilogue_pass(const Graph& g, Partition& p) {
     if (p.members(grp).empty() || !light_group(p, grp)) continue;
     int best = -1, best_rank = -1;
     for (int v : external_reads(g, p, grp)) {
-      if (!used_only_by(p, v, grp)) continue;
+      if (!used_only_by(p, v, grp) || repeated_in(g, p, v, grp)) continue;
       const int pg = p.group(p.producer(v));
       const int rank = p.count(pg, Role::kContraction) * 2 + p.count(pg, Role::kReduction);
       if (rank > best_rank) {

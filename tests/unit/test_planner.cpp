@@ -94,6 +94,42 @@ TEST(Fusion, FindsTheBertLayerPatterns) {
   for (size_t k = 0; k < plan.groups.size(); ++k) EXPECT_EQ(again.groups[k].nodes, plan.groups[k].nodes);
 }
 
+// A LLaMA layer with grouped-query attention (tests/data/models/llama_gqa, 4 query heads over 2
+// key/value heads): RMSNorm is the Q projection's prologue, the rotary embedding the Q and K
+// projections' epilogue, the causal softmax is stitched between the two attention MatMuls, the
+// SiLU gate is the gate projection's epilogue, and the repeat of K and V for the query heads
+// (Expand) is read by the attention launch rather than written by the projections.
+TEST(Fusion, FindsTheLlamaLayerPatternsWithoutWritingRepeatedKeys) {
+  const Graph g = load("llama_gqa");
+  const FusionPlan plan = fuse(g);
+  const auto group_of = [&](const std::string& suffix) -> const FusionGroup& {
+    for (const FusionGroup& fg : plan.groups) {
+      for (int n : fg.nodes) {
+        const std::string& name = g.nodes()[static_cast<size_t>(n)].name;
+        if (name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) return fg;
+      }
+    }
+    throw std::runtime_error("no node ending in " + suffix);
+  };
+  const std::string layer = "/model/model/layers.0/";
+  EXPECT_EQ(&group_of(layer + "input_layernorm/ReduceMean"), &group_of(layer + "self_attn/q_proj/MatMul"));
+  EXPECT_EQ(&group_of(layer + "self_attn/Neg"), &group_of(layer + "self_attn/q_proj/MatMul"));
+  EXPECT_EQ(&group_of(layer + "self_attn/Neg_1"), &group_of(layer + "self_attn/k_proj/MatMul"));
+  EXPECT_EQ(&group_of(layer + "self_attn/Softmax"), &group_of(layer + "self_attn/MatMul_1"));
+  EXPECT_EQ(&group_of(layer + "mlp/act_fn/Sigmoid"), &group_of(layer + "mlp/gate_proj/MatMul"));
+  int repeats = 0;
+  for (const Node& n : g.nodes()) {
+    if (n.op != "Expand" || numel(g.value(n.outputs[0]).shape) <= numel(g.value(n.inputs[0]).shape)) continue;
+    ++repeats;
+    const FusionGroup& holder = group_of(n.name);
+    std::multiset<std::string> ops;
+    for (int m : holder.nodes) ops.insert(g.nodes()[static_cast<size_t>(m)].op);
+    EXPECT_EQ(ops.count("Softmax"), 1u) << n.name << " is not read by the attention launch";
+    for (const int out : holder.outputs) EXPECT_NE(out, n.outputs[0]) << n.name << " is written";
+  }
+  EXPECT_EQ(repeats, 4);  // K and V of both layers
+}
+
 TEST(Fusion, NeverMergesAcrossACycle) {
   // a = MatMul(x, w); b = Exp(a); c = Add(a, Relu(MatMul(b, w2))): merging a's group with c's
   // directly would need b's MatMul group in between, both before and after.
