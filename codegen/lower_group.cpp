@@ -111,20 +111,34 @@ LoweredKernel lower_generated(const Graph& g, const planner::FusionGroup& group,
     k.params.push_back({cx.out_param[v], g.value(v).dtype, numel(g.value(v).shape), true});
     out.outputs.push_back(v);
   }
-  cx.tile_setup(k);
-  cx.regions(k);
-  const std::map<int, std::unique_ptr<AnchorStage>> planned = plan_stages(cx, k);
+  // An error names the node whose stage failed, or the group's first node.
+  const auto naming = [&](const Node& node, const auto& step) {
+    try {
+      step();
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      if (msg.rfind("node '", 0) == 0) throw;
+      fail("node '", node.name, "' (", node.op, ") of group ", group.pattern, ": ", msg);
+    }
+  };
+  const Node& first = g.nodes()[static_cast<size_t>(group.nodes.front())];
+  std::map<int, std::unique_ptr<AnchorStage>> planned;
+  naming(first, [&] {
+    cx.tile_setup(k);
+    cx.regions(k);
+    planned = plan_stages(cx, k);
+  });
   for (int id : group.nodes) {
     const Node& node = g.nodes()[static_cast<size_t>(id)];
     if (!stages::is_anchor(node)) continue;
     k.body.push_back(comment("stage " + node.op + " '" + node.name + "'"));
-    planned.at(node.outputs[0])->emit(k);
+    naming(node, [&] { planned.at(node.outputs[0])->emit(k); });
     k.body.push_back(barrier());
   }
   // The root when it is inlined, and inlined values that leave the group.
   for (int v : group.outputs) {
     if (cx.producer.count(v) && !stages::is_anchor(g.nodes()[static_cast<size_t>(cx.producer.at(v))])) {
-      stages::element_stage(cx, k, v);
+      naming(g.nodes()[static_cast<size_t>(cx.producer.at(v))], [&] { stages::element_stage(cx, k, v); });
     }
   }
   remove_redundant_barriers(k);

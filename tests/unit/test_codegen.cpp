@@ -712,5 +712,30 @@ TEST(CodegenConv, TopCandidatesOfTheModelsCompileWithoutSpills) {
   }
 }
 
+// A stage the code generator cannot emit fails naming its node and group: here a ScatterND whose
+// indices are computed inside the group.
+TEST(CodegenErrors, AStageThatCannotBeEmittedNamesItsNode) {
+  using fusetune::testing::add_input;
+  using fusetune::testing::add_op;
+  using fusetune::testing::attrs;
+  Graph g;
+  const int x = add_input(g, "x", DType::kF32, {4, 3});
+  const int idx = add_op(g, "Add", {add_input(g, "i", DType::kI64, {2, 1}),
+                                    g.add_constant("one", Tensor::from_ints(DType::kI64, {}, std::vector<int64_t>{1}))});
+  add_op(g, "ScatterND", {x, idx, add_input(g, "upd", DType::kF32, {2, 3})}, attrs({{"reduction", std::string("none")}}),
+         "the_scatter");
+  FusionGroup group = whole_graph_group(g);
+  group.inputs = {g.inputs()[0], g.inputs()[1], g.inputs()[2]};
+  try {
+    lower_group(g, group, planner::tile_candidates(g, group, planner::find_device("h100"), {}).front().config, "k");
+    ADD_FAILURE() << "lowered";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.rfind("node 'the_scatter' (ScatterND) of group ", 0), 0u) << msg;
+    EXPECT_NE(msg.find("indices and updates must be group inputs"), std::string::npos) << msg;
+  }
+}
+
 }  // namespace
 }  // namespace fusetune::codegen
+
