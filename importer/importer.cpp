@@ -169,16 +169,21 @@ ImportedModel import_model(const onnx::ModelProto& m, const fs::path& base_dir, 
   ImportedModel result;
   result.onnx = summarize(m);
   const int64_t opset = result.onnx.opset;
+  const auto refuse = [&](const OnnxOpUse& u) {
+    fail("node '", u.node_name, "': op '", u.op_type, "' of domain '", u.domain, "' (opset ", u.opset, ") is not supported",
+         u.domain == "ai.onnx" ? "" : " (fusetune reads the default ONNX domain only)",
+         result.onnx.unsupported.size() > 1
+             ? " (and " + std::to_string(result.onnx.unsupported.size() - 1) + " more unsupported nodes; see 'fusetune inspect')"
+             : std::string());
+  };
+  // A node of another domain first: a model of such nodes may import no default opset at all.
+  for (const OnnxOpUse& u : result.onnx.unsupported) {
+    if (u.domain != "ai.onnx") refuse(u);
+  }
   check(opset != 0, "no opset is imported for the default ONNX domain");
   check(opset >= kMinOpset && opset <= kMaxOpset, "opset ", opset, " of the default domain is unsupported (fusetune reads ",
         kMinOpset, " to ", kMaxOpset, ")");
-  if (!result.onnx.unsupported.empty()) {
-    const OnnxOpUse& u = result.onnx.unsupported.front();
-    fail("node '", u.node_name, "': op '", u.op_type, "' of domain '", u.domain, "' (opset ", u.opset,
-         ") is not supported", result.onnx.unsupported.size() > 1
-                                  ? " (and " + std::to_string(result.onnx.unsupported.size() - 1) + " more unsupported nodes; see 'fusetune inspect')"
-                                  : std::string());
-  }
+  if (!result.onnx.unsupported.empty()) refuse(result.onnx.unsupported.front());
   const onnx::GraphProto& g = m.graph();
   Graph& graph = result.graph;
   GraphBuilder b(graph);

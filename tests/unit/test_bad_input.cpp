@@ -127,6 +127,20 @@ TEST_F(BadInput, ElementTypesOutsideFusetunesAreNamed) {
   expect_one_line_error(dir_ / "f8.onnx", {"tensor 'w8'", "FLOAT8E4M3FN (17) is not supported"});
 }
 
+TEST_F(BadInput, AnOpOfAnotherDomainIsNamedEvenWithoutADefaultOpset) {
+  OnnxBuilder b;
+  b.proto().mutable_opset_import(0)->set_domain("com.microsoft");
+  b.proto().mutable_opset_import(0)->set_version(1);
+  b.input("x", kFloat, {2, 8}).output("y", kFloat, {2, 8});
+  b.node("FastGelu", {"x"}, {"y"}, "ms_gelu").set_domain("com.microsoft");
+  b.write(dir_ / "ms.onnx");
+  const Outcome o = run_cli("compile " + (dir_ / "ms.onnx").string() + " --device h100 --out " + (dir_ / "plan").string());
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("node 'ms_gelu': op 'FastGelu' of domain 'com.microsoft' (opset 1) is not supported"),
+            std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("default ONNX domain only"), std::string::npos) << o.output;
+}
+
 TEST_F(BadInput, AnOpsetNewerThanTheNewestReadIsRefused) {
   OnnxBuilder b(29);
   b.input("x", kFloat, {2}).output("y", kFloat, {2});
