@@ -74,6 +74,15 @@ class Partition {
     if (reaches_through_other(a, b) || reaches_through_other(b, a)) return false;
     std::set<int> both(members(a).begin(), members(a).end());
     both.insert(members(b).begin(), members(b).end());
+    // A ScatterND reads its indices and updates from memory (codegen/stages/scatter.h): the nodes
+    // computing them stay in other groups.
+    for (int n : both) {
+      const Node& node = g_.nodes()[static_cast<size_t>(n)];
+      if (node.op != "ScatterND") continue;
+      for (size_t k = 1; k < 3 && k < node.inputs.size(); ++k) {
+        if (producer(node.inputs[k]) >= 0 && both.count(producer(node.inputs[k]))) return false;
+      }
+    }
     int sinks = 0;
     for (int n : both) {
       bool read_inside = false;

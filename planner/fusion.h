@@ -19,8 +19,9 @@
 //      (softmax followed by MatMul: attention);
 //   4. packing: independent groups that read the same input (sibling projections) or are small
 //      are packed into one launch.
-// Each merge is refused when it would create a cycle between groups, and, when a cost function
-// is given, when the merged group would cost more than its parts.
+// Each merge is refused when it would create a cycle between groups, when it would put a
+// ScatterND with a node computing its indices or updates (the scatter reads them from memory),
+// and, when a cost function is given, when the merged group would cost more than its parts.
 #pragma once
 
 #include <functional>

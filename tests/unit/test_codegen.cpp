@@ -712,6 +712,35 @@ TEST(CodegenConv, TopCandidatesOfTheModelsCompileWithoutSpills) {
   }
 }
 
+// A ScatterND whose updates are computed (a decoder's mask written into a slice): the planner keeps
+// the computation out of the scatter's group, whose stage reads indices and updates from memory,
+// and every group lowers and matches the reference.
+TEST(CodegenScatter, ComputedUpdatesStayOutsideTheScattersGroup) {
+  using fusetune::testing::add_input;
+  using fusetune::testing::add_op;
+  using fusetune::testing::attrs;
+  Graph g;
+  const int x = add_input(g, "x", DType::kF32, {4, 8});
+  const int u = add_input(g, "u", DType::kF32, {2, 8});
+  const int upd = add_op(g, "Mul", {u, u}, {}, "square");
+  const int rows = g.add_constant("rows", Tensor::from_ints(DType::kI64, {2, 1}, std::vector<int64_t>{0, 2}));
+  const int out = add_op(g, "ScatterND", {x, rows, upd}, attrs({{"reduction", std::string("none")}}), "scatter");
+  g.outputs().push_back(out);
+  const planner::FusionPlan plan = planner::fuse(g);
+  ASSERT_EQ(plan.groups.size(), 2u);
+  auto backend = backend::make_host_backend();
+  std::mt19937 rng(3);
+  for (size_t k = 0; k < plan.groups.size(); ++k) {
+    const FusionGroup& group = plan.groups[k];
+    const auto cands = planner::tile_candidates(g, group, planner::find_device("h100"), {});
+    ASSERT_FALSE(cands.empty());
+    const LoweredKernel lk = lower_group(g, group, cands.front().config, "s" + std::to_string(k));
+    auto module = backend->load({lk.kernel});
+    const backend::VerifyResult r = backend::verify_kernel(g, group, lk, *backend, *module, rng);
+    EXPECT_TRUE(r.ok) << group.pattern << ": " << r.detail;
+  }
+}
+
 // A stage the code generator cannot emit fails naming its node and group: here a ScatterND whose
 // indices are computed inside the group.
 TEST(CodegenErrors, AStageThatCannotBeEmittedNamesItsNode) {
