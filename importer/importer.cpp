@@ -51,18 +51,6 @@ OnnxSummary summarize(const onnx::ModelProto& m) {
   return s;
 }
 
-// Refuses a value that is not a tensor, naming its kind: fusetune's graphs hold tensors only.
-void require_tensor(const onnx::ValueInfoProto& vi, const char* what) {
-  const auto& t = vi.type();
-  const char* kind = t.has_sequence_type()        ? "a sequence"
-                     : t.has_map_type()           ? "a map"
-                     : t.has_optional_type()      ? "an optional value"
-                     : t.has_sparse_tensor_type() ? "a sparse tensor"
-                     : t.has_opaque_type()        ? "an opaque value"
-                                                  : "of no declared type";
-  check(t.has_tensor_type(), what, " '", vi.name(), "' is ", kind, ", not a tensor: fusetune compiles tensor values only");
-}
-
 // Static shape of a graph input from its declaration and the overrides. Sets `overridden` when
 // an override replaces a static declared dimension (declared output shapes may then be stale).
 Shape input_shape(const onnx::ValueInfoProto& vi, const ImportOptions& opt, bool& overridden) {

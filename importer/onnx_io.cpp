@@ -85,6 +85,18 @@ onnx::ModelProto parse_model(std::string_view bytes, const std::string& label) {
   return model;
 }
 
+// Refuses a value that is not a tensor, naming its kind: fusetune's graphs hold tensors only.
+void require_tensor(const onnx::ValueInfoProto& vi, const char* what) {
+  const auto& t = vi.type();
+  const char* kind = t.has_sequence_type()        ? "a sequence"
+                     : t.has_map_type()           ? "a map"
+                     : t.has_optional_type()      ? "an optional value"
+                     : t.has_sparse_tensor_type() ? "a sparse tensor"
+                     : t.has_opaque_type()        ? "an opaque value"
+                                                  : "of no declared type";
+  check(t.has_tensor_type(), what, " '", vi.name(), "' is ", kind, ", not a tensor: fusetune compiles tensor values only");
+}
+
 std::string onnx_type_name(int code) {
   static const char* const names[] = {"UNDEFINED",    "FLOAT",         "UINT8",       "INT8",       "UINT16",
                                       "INT16",        "INT32",         "INT64",       "STRING",     "BOOL",

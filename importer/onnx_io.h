@@ -24,6 +24,10 @@ Tensor decode_tensor(const onnx::TensorProto& t, const std::filesystem::path& ba
 // ONNX's name of an element type code with the code ("FLOAT8E4M3FN (17)"), for messages.
 std::string onnx_type_name(int code);
 
+// Refuses a graph input or output (`what`) that is not a tensor, naming its kind (a sequence, a
+// map, an optional value...): fusetune's graphs hold tensors only.
+void require_tensor(const onnx::ValueInfoProto& vi, const char* what);
+
 // A TensorProto file as in ONNX's test-data layout (input_0.pb, output_0.pb, ...).
 struct NamedTensor {
   std::string name;

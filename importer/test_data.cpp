@@ -51,7 +51,13 @@ std::vector<std::string> model_input_names(const fs::path& model) {
   for (const auto& t : m.graph().initializer()) inits.insert(t.name());
   std::vector<std::string> names;
   for (const auto& vi : m.graph().input()) {
-    if (!inits.count(vi.name())) names.push_back(vi.name());
+    if (inits.count(vi.name())) continue;
+    try {
+      require_tensor(vi, "input");
+    } catch (const Error& e) {
+      fail(model.string(), ": ", e.what());
+    }
+    names.push_back(vi.name());
   }
   return names;
 }

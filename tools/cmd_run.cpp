@@ -28,9 +28,10 @@ struct Ran {
   std::vector<std::string> names;
 };
 
-Ran run_model(const fs::path& model, const importer::TestData& data, const Args& args) {
+Ran run_model(const fs::path& model, const std::vector<std::string>& input_names, const importer::TestData& data,
+              const Args& args) {
   importer::ImportOptions opt;
-  const std::vector<Tensor> inputs = importer::bind_inputs(importer::model_input_names(model), data.inputs, &opt);
+  const std::vector<Tensor> inputs = importer::bind_inputs(input_names, data.inputs, &opt);
   for (const auto& [name, shape] : shape_overrides(args)) opt.input_shapes[name] = shape;
   const auto t0 = std::chrono::steady_clock::now();
   const importer::ImportedModel m = importer::import_onnx(model, opt);
@@ -78,11 +79,13 @@ int cmd_run(const std::vector<std::string>& argv) {
         "[--backend auto|host|cuda]");
   const fs::path target = args.positional()[0];
   const fs::path data_dir = args.get("inputs");
-  const importer::TestData data = importer::load_test_data(data_dir);
   std::error_code ec;
   const bool bundle = fs::is_directory(target, ec) && fs::exists(target / "manifest.json", ec);
   if (fs::is_directory(target, ec) && !bundle) fail(target.string(), ": a directory without manifest.json is not a plan bundle");
-  const Ran r = bundle ? run_bundle(target, data, args) : run_model(target, data, args);
+  // A model's inputs first: one that is not a tensor is refused before its file is read as one.
+  const std::vector<std::string> input_names = bundle ? std::vector<std::string>{} : importer::model_input_names(target);
+  const importer::TestData data = importer::load_test_data(data_dir);
+  const Ran r = bundle ? run_bundle(target, data, args) : run_model(target, input_names, data, args);
   if (args.has("out")) {
     const fs::path out_dir = args.get("out");
     fs::create_directories(out_dir, ec);

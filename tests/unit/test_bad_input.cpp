@@ -106,6 +106,13 @@ TEST_F(BadInput, ValuesThatAreNotTensorsAreNamedWithTheirKind) {
   b.node("Relu", {"x"}, {"y"});
   b.write(dir_ / "seq.onnx");
   expect_one_line_error(dir_ / "seq.onnx", {"input 'history' is a sequence, not a tensor"});
+  // `run` says so before it reads the input files (a sequence file is no tensor to parse).
+  fs::create_directories(dir_ / "data");
+  std::ofstream(dir_ / "data" / "input_0.pb", std::ios::binary) << "a tensor file";
+  std::ofstream(dir_ / "data" / "input_1.pb", std::ios::binary) << "a sequence file, which no tensor parse reads";
+  const Outcome r = run_cli("run " + (dir_ / "seq.onnx").string() + " --inputs " + (dir_ / "data").string());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("seq.onnx: input 'history' is a sequence, not a tensor"), std::string::npos) << r.output;
   OnnxBuilder o;
   o.input("x", kFloat, {2}).output("y", kFloat, {2});
   o.node("Relu", {"x"}, {"y"});
