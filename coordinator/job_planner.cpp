@@ -83,7 +83,8 @@ std::string JobSummary::to_json() const {
               {"candidates_measured", candidates_measured},
               {"tuned_us", num(tuned_us)},
               {"unfused_us", num(unfused_us)},
-              {"split_groups", split_groups}}
+              {"split_groups", split_groups},
+              {"failed_groups", failed_groups}}
       .dump();
 }
 
@@ -220,6 +221,7 @@ JobSummary JobPlanner::summary(const planner::ModelPlan& plan) const {
   s.groups = plan.groups.size();
   s.launches = plan.launches;
   s.split_groups = plan.split_groups;
+  s.failed_groups = plan.failed_groups;
   for (const planner::GroupPlan& gp : plan.groups) s.tuned_us += gp.measured ? gp.cost_us : NAN;
   std::map<std::string, const planner::GroupPlan*> by_signature;
   for (const planner::GroupPlan& gp : plan.compared) by_signature[gp.signature] = &gp;

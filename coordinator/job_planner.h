@@ -58,6 +58,7 @@ struct JobSummary {
   double tuned_us = 0;    // sum of the chosen groups' measured times (NaN when a group is unmeasured)
   double unfused_us = 0;  // sum of every node's best measured time alone (NaN when unmeasured)
   int split_groups = 0;
+  std::vector<std::string> failed_groups;  // every measurement failed (planner::ModelPlan::failed_groups)
   std::string to_json() const;
 };
 

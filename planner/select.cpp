@@ -59,6 +59,7 @@ class Planner {
     gp.modeled_us = best_modeled;
     gp.chosen = gp.measured && std::isfinite(best_measured) ? measured_pick : modeled_pick;
     gp.cost_us = gp.measured ? best_measured : best_modeled;
+    gp.failed = gp.measured && !std::isfinite(best_measured);  // every measurement failed
   }
 
   const Graph& g_;
@@ -81,9 +82,11 @@ namespace {
 // single nodes). `levels` lists coarser-to-finer partitions; parts of a group at level k are the
 // groups of level k+1 whose nodes it contains.
 std::vector<GroupPlan> best_split(Planner& planner, const FusionGroup& group, const std::vector<FusionPlan>& levels,
-                                  size_t level, bool compare, int& split_count, int& fresh_launch) {
+                                  size_t level, bool compare, int& split_count, int& fresh_launch,
+                                  std::vector<std::string>& failed) {
   GroupPlan whole = planner.weigh(group);
-  if (!compare || group.nodes.size() == 1) return {whole};
+  if (whole.failed) failed.push_back(whole.group.pattern);
+  if ((!compare && !whole.failed) || group.nodes.size() == 1) return {whole};
   std::vector<FusionGroup> parts;
   if (level + 1 < levels.size()) {
     const std::set<int> mine(group.nodes.begin(), group.nodes.end());
@@ -104,15 +107,17 @@ std::vector<GroupPlan> best_split(Planner& planner, const FusionGroup& group, co
   bool all_measured = whole.measured;
   for (FusionGroup& p : parts) {
     p.launch = --fresh_launch;  // a split part runs in a launch of its own
-    for (GroupPlan& gp : best_split(planner, p, levels, level + 1, compare, split_count, fresh_launch)) {
+    for (GroupPlan& gp : best_split(planner, p, levels, level + 1, compare, split_count, fresh_launch, failed)) {
       split_measured += gp.cost_us;
-      split_modeled += gp.modeled_us;
+      split_modeled += gp.failed ? INFINITY : gp.modeled_us;
       all_measured = all_measured && gp.measured;
       split.push_back(std::move(gp));
     }
   }
-  // Measured against measured, or modeled against modeled: never one against the other.
-  if (all_measured ? split_measured < whole.cost_us : split_modeled < whole.modeled_us) {
+  // Measured against measured, or modeled against modeled: never one against the other. A whole
+  // whose measurements all failed loses to any parts that can run.
+  const double whole_modeled = whole.failed ? INFINITY : whole.modeled_us;
+  if (all_measured ? split_measured < whole.cost_us : split_modeled < whole_modeled) {
     ++split_count;
     return split;
   }
@@ -138,7 +143,8 @@ ModelPlan plan_model(const Graph& g, const Device& d, const PlanOptions& opt, co
   ModelPlan plan;
   int fresh_launch = 0;
   for (const FusionGroup& fg : levels[0].groups) {
-    for (GroupPlan& gp : best_split(planner, fg, levels, 0, opt.compare_with_parts, plan.split_groups, fresh_launch)) {
+    for (GroupPlan& gp : best_split(planner, fg, levels, 0, opt.compare_with_parts, plan.split_groups, fresh_launch,
+                                    plan.failed_groups)) {
       plan.groups.push_back(std::move(gp));
     }
   }

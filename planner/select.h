@@ -7,7 +7,8 @@
 // otherwise it is split into those parts. Measurements, keyed by (group signature, candidate
 // config), feed measured times through the same decisions, never mixed with modeled ones: a group
 // with measurements chooses among its measured candidates (a failed one is measured as infinite
-// and never chosen), and whole-vs-parts is decided on measured times when the whole and every
+// and never chosen; a group whose measurements all failed falls back to its parts, and is listed
+// in ModelPlan::failed_groups), and whole-vs-parts is decided on measured times when the whole and every
 // part are measured, on modeled times otherwise. The fusion pass's own merge decisions use
 // modeled costs, so the groups proposed do not depend on which measurements exist.
 // ModelPlan::compared lists every group the selection weighed (each fused group and its parts,
@@ -42,6 +43,9 @@ struct GroupPlan {
   double cost_us = 0;                 // of the chosen candidate: measured when `measured`, else modeled
   double modeled_us = 0;              // the best modeled cost, whether measured or not
   bool measured = false;
+  // Measured, and every measurement failed: no candidate may ship. A fused group falls back to its
+  // parts; a single node (nothing to fall back to) keeps its modeled best, flagged.
+  bool failed = false;
 };
 
 struct ModelPlan {
@@ -51,6 +55,9 @@ struct ModelPlan {
   double modeled_us = 0;
   size_t unique_signatures = 0;
   int split_groups = 0;  // fused groups that lost to their parts
+  // Groups with measurements that all failed: fused ones fell back to their parts; single nodes
+  // (nothing to fall back to) are in the plan, `failed` set. Patterns, in planning order.
+  std::vector<std::string> failed_groups;
   std::vector<GroupPlan> compared;  // every group weighed, one per signature, in first-seen order
 };
 

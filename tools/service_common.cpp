@@ -125,6 +125,12 @@ void print_summary(const wire::JobStatus& job) {
   std::printf("%-34s %lld\n", "cache hits (answered by the db)", static_cast<long long>(s["cache_hits"].get<int64_t>()));
   std::printf("%-34s %lld\n", "candidates measured", static_cast<long long>(s["candidates_measured"].get<int64_t>()));
   std::printf("%-34s %lld\n", "fused groups split back", static_cast<long long>(s["split_groups"].get<int64_t>()));
+  if (s.contains("failed_groups") && s["failed_groups"].is_array() && !s["failed_groups"].empty()) {
+    std::string names;
+    for (const auto& n : s["failed_groups"]) names += (names.empty() ? "" : ", ") + n.get<std::string>();
+    std::printf("%-34s %zu: %s (every candidate failed; fused ones run as their parts)\n", "groups with no working candidate",
+                s["failed_groups"].size(), names.c_str());
+  }
   if (std::isfinite(tuned) && std::isfinite(unfused)) {
     std::printf("%-34s %.1f us\n%-34s %.1f us\n%-34s %.2fx\n", "best plan (sum of kernels)", tuned,
                 "unfused plan, same worker", unfused, "speed-up over unfused", unfused / tuned);

@@ -271,6 +271,46 @@ TEST(Select, MeasurementsOverrideTheModel) {
   EXPECT_TRUE(found);
 }
 
+// Every candidate of a fused group measured and failed (a compile error, a wrong result, a failed
+// race check): the group is never shipped with one of them; it falls back to its parts, and the
+// plan names it. The fusion itself does not change (merge decisions use modeled costs only).
+TEST(Select, AGroupWhoseMeasurementsAllFailedFallsBackToItsParts) {
+  const Graph g = load("bert");
+  const Device d = find_device("h100");
+  const ModelPlan modeled = plan_model(g, d);
+  size_t target = 0;
+  while (target < modeled.groups.size() && modeled.groups[target].group.nodes.size() < 2) ++target;
+  ASSERT_LT(target, modeled.groups.size());
+  const GroupPlan& gp = modeled.groups[target];
+  Measurements m;
+  for (const Candidate& c : gp.candidates) m[{gp.signature, c.config.str()}] = INFINITY;
+  const ModelPlan measured = plan_model(g, d, {}, &m);
+  EXPECT_EQ(measured.split_groups, modeled.split_groups + 1);
+  ASSERT_FALSE(measured.failed_groups.empty());
+  EXPECT_EQ(measured.failed_groups.front(), gp.group.pattern);
+  for (const GroupPlan& q : measured.groups) {
+    EXPECT_NE(q.signature, gp.signature) << "the failed group was kept";
+    EXPECT_FALSE(q.failed) << q.group.pattern;
+  }
+  // Its nodes still run, each in a part.
+  size_t nodes = 0;
+  for (const GroupPlan& q : measured.groups) nodes += q.group.nodes.size();
+  EXPECT_EQ(nodes, g.nodes().size());
+  // Some candidates failed, one succeeded: that one is chosen.
+  Measurements some;
+  for (size_t k = 0; k + 1 < gp.candidates.size(); ++k) some[{gp.signature, gp.candidates[k].config.str()}] = INFINITY;
+  some[{gp.signature, gp.candidates.back().config.str()}] = 5.0;
+  const ModelPlan partly = plan_model(g, d, {}, &some);
+  EXPECT_TRUE(partly.failed_groups.empty());
+  bool kept = false;
+  for (const GroupPlan& q : partly.groups) {
+    if (q.signature != gp.signature) continue;
+    kept = true;
+    EXPECT_EQ(q.candidates[q.chosen].config, gp.candidates.back().config);
+  }
+  EXPECT_TRUE(kept);
+}
+
 TEST(Select, FusionBeatsTheUnfusedPlanOnTraffic) {
   const Graph g = load("bert");
   const Device d = find_device("h100");
