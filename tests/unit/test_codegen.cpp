@@ -36,6 +36,9 @@ namespace {
 namespace fs = std::filesystem;
 using planner::FusionGroup;
 using planner::TileConfig;
+using fusetune::testing::add_input;
+using fusetune::testing::add_op;
+using fusetune::testing::attrs;
 using fusetune::testing::check_groups;
 
 // The best generated candidate (library calls are tested in test_library_call.cpp).
@@ -61,9 +64,6 @@ INSTANTIATE_TEST_SUITE_P(Codegen, ModelGroups,
 
 // One graph with every canonical op on odd shapes; each node is its own group.
 Graph every_op() {
-  using fusetune::testing::add_input;
-  using fusetune::testing::add_op;
-  using fusetune::testing::attrs;
   Graph g;
   const int x = add_input(g, "x", DType::kF32, {3, 7, 5});
   const int y = add_input(g, "y", DType::kF32, {7, 1});
@@ -223,9 +223,6 @@ TEST(CodegenOps, PackedKernelsRunEachPartOnItsBlocks) {
 // Softmax, LogSoftmax and layer norm over rows shorter than, as long as, and longer than a warp,
 // with fewer rows than warps and more rows than warps per block.
 Graph row_ops() {
-  using fusetune::testing::add_input;
-  using fusetune::testing::add_op;
-  using fusetune::testing::attrs;
   Graph g;
   for (int64_t len : {1, 31, 32, 33, 1000}) {
     const std::string l = std::to_string(len);
@@ -361,9 +358,6 @@ TEST(CodegenWarp, WarpReductionsOnlyWhereBarriersMayBe) {
 // of 1, 3, 4k+1, 4k+3, multiples of 4, partial tiles, broadcast batches, and a Slice fused in front
 // (its output is not a group input: element loads).
 Graph matmul_ops() {
-  using fusetune::testing::add_input;
-  using fusetune::testing::add_op;
-  using fusetune::testing::attrs;
   Graph g;
   int id = 0;
   auto mm = [&](Shape a, Shape b) {
@@ -434,8 +428,6 @@ TEST(CodegenVector, QuadsInTheIrOnlyForContiguousInputs) {
 TEST(CodegenVector, MisalignedOperandsFallBackToElementLoads) {
   // The operands live 4 bytes into their buffers: no quad is 16-byte aligned, so every load takes
   // the element path (the executor's memcheck reports a misaligned quad); the product is still exact.
-  using fusetune::testing::add_input;
-  using fusetune::testing::add_op;
   Graph g;
   add_op(g, "MatMul", {add_input(g, "a", DType::kF32, {6, 16}), add_input(g, "b", DType::kF32, {16, 8})});
   const auto groups = matmul_groups(g);
@@ -467,8 +459,6 @@ TEST(CodegenVector, MisalignedOperandsFallBackToElementLoads) {
 // one request of four wavefronts (the least 32 lanes of 16 bytes need), where four scalar stores
 // 16 bytes apart were four requests with 4-way bank conflicts (16 wavefronts).
 TEST(CodegenVector, QuadsReachTheSliceInConflictFreeVectorStores) {
-  using fusetune::testing::add_input;
-  using fusetune::testing::add_op;
   Graph g;
   add_op(g, "MatMul", {add_input(g, "a", DType::kF32, {32, 64}), add_input(g, "b", DType::kF32, {64, 32})});
   const auto groups = matmul_groups(g);
@@ -514,8 +504,6 @@ std::pair<simt::Counters, int64_t> counted_and_modeled(const Graph& g, const Fus
 }
 
 TEST(CodegenCounters, FloatingPointOperationsOfAnEvenlyTiledMatMulAreTheModeledOnes) {
-  using fusetune::testing::add_input;
-  using fusetune::testing::add_op;
   Graph g;
   const int mm = add_op(g, "MatMul", {add_input(g, "a", DType::kF32, {32, 64}), add_input(g, "b", DType::kF32, {64, 32})});
   add_op(g, "Relu", {add_op(g, "Add", {mm, add_input(g, "bias", DType::kF32, {32})})});
@@ -534,9 +522,6 @@ TEST(CodegenCounters, FloatingPointOperationsOfAnEvenlyTiledMatMulAreTheModeledO
 // the empty box's clipped bound to the needed row: up to 8 rows computed per tile). Counted on the
 // host, the kernel executes what the model charges, less the Relu.
 TEST(CodegenCounters, AShiftedProductIsComputedOncePerTile) {
-  using fusetune::testing::add_input;
-  using fusetune::testing::add_op;
-  using fusetune::testing::attrs;
   Graph g;
   const int y = add_op(g, "MatMul", {add_input(g, "a", DType::kF32, {8, 16}), add_input(g, "b", DType::kF32, {16, 8})});
   const auto rows = [](int64_t from, int64_t to) {
@@ -559,9 +544,6 @@ TEST(CodegenCounters, AShiftedProductIsComputedOncePerTile) {
 // A class token's row picked by one constant index (ViT's head): the index is a literal in the
 // kernel, which loads nothing for it, and the row it picks (2, written -3) is the one computed.
 TEST(CodegenOps, AConstantGatherIndexIsALiteral) {
-  using fusetune::testing::add_input;
-  using fusetune::testing::add_op;
-  using fusetune::testing::attrs;
   Graph g;
   const int y = add_op(g, "MatMul", {add_input(g, "a", DType::kF32, {5, 8}), add_input(g, "b", DType::kF32, {8, 16})});
   const int idx = g.add_constant("cls", Tensor::scalar_int(DType::kI64, -3));
@@ -584,9 +566,6 @@ TEST(CodegenOps, AConstantGatherIndexIsALiteral) {
 // spatial sizes that are not tile multiples (C_in 3, 7, 33; H = W 1, 5, 17; C_out 1, 10, 65); a
 // 1-D Conv.
 Graph conv_ops() {
-  using fusetune::testing::add_input;
-  using fusetune::testing::add_op;
-  using fusetune::testing::attrs;
   Graph g;
   int id = 0;
   // Conv of x [N, C_in, H, W] with weights [C_out, C_in / groups, k, k] (or 1-D when h == 0).
@@ -716,9 +695,6 @@ TEST(CodegenConv, TopCandidatesOfTheModelsCompileWithoutSpills) {
 // the computation out of the scatter's group, whose stage reads indices and updates from memory,
 // and every group lowers and matches the reference.
 TEST(CodegenScatter, ComputedUpdatesStayOutsideTheScattersGroup) {
-  using fusetune::testing::add_input;
-  using fusetune::testing::add_op;
-  using fusetune::testing::attrs;
   Graph g;
   const int x = add_input(g, "x", DType::kF32, {4, 8});
   const int u = add_input(g, "u", DType::kF32, {2, 8});
@@ -744,9 +720,6 @@ TEST(CodegenScatter, ComputedUpdatesStayOutsideTheScattersGroup) {
 // A stage the code generator cannot emit fails naming its node and group: here a ScatterND whose
 // indices are computed inside the group.
 TEST(CodegenErrors, AStageThatCannotBeEmittedNamesItsNode) {
-  using fusetune::testing::add_input;
-  using fusetune::testing::add_op;
-  using fusetune::testing::attrs;
   Graph g;
   const int x = add_input(g, "x", DType::kF32, {4, 3});
   const int idx = add_op(g, "Add", {add_input(g, "i", DType::kI64, {2, 1}),
