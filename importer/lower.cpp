@@ -106,6 +106,14 @@ int64_t axis_of(NodeLowering& L, const std::string& attr, int64_t fallback, int6
   return normalize_axis(L.attr_i(attr, fallback), rank, attr);
 }
 
+// Value v as type `to`: a Cast, or v itself when it has that type already.
+int cast_to(NodeLowering& L, int v, DType to) {
+  if (L.builder().value(v).dtype == to) return v;
+  Attributes a;
+  a.set("to", static_cast<int64_t>(dtype_to_onnx(to)));
+  return L.emit("Cast", {v}, a);
+}
+
 int scalar_like(NodeLowering& L, size_t k, double v) {
   const DType t = L.val(k).dtype;
   return L.constant(is_float(t) ? Tensor::scalar_float(t, static_cast<float>(v))
@@ -393,17 +401,12 @@ void rms_norm(NodeLowering& L) {
   const DType dt = L.val(0).dtype;
   check(is_float(dt), "RMSNormalization of ", dtype_name(dt), " is not defined");
   const bool widen = dt == DType::kF16 || dt == DType::kBF16;
-  const auto cast = [&](int v, DType to) {
-    Attributes a;
-    a.set("to", static_cast<int64_t>(dtype_to_onnx(to)));
-    return L.emit("Cast", {v}, a);
-  };
-  const int x = widen ? cast(L.input(0), DType::kF32) : L.input(0);
+  const int x = widen ? cast_to(L, L.input(0), DType::kF32) : L.input(0);
   const int mean_square = reduce_node(L, "ReduceMean", L.emit("Mul", {x, x}), axes, 1);
   const float epsilon = L.attr_f("epsilon", 1e-5f);
   const int eps = L.constant(widen ? Tensor::scalar_float(DType::kF32, epsilon) : Tensor::scalar_float(dt, epsilon));
   int normalized = L.emit("Div", {x, L.emit("Sqrt", {L.emit("Add", {mean_square, eps})})});
-  if (widen) normalized = cast(normalized, dt);
+  if (widen) normalized = cast_to(L, normalized, dt);
   L.set_output(0, L.emit("Mul", {normalized, L.input(1)}));
 }
 
@@ -1089,12 +1092,6 @@ void attention(NodeLowering& L) {
   L.set_output(1, k);
   L.set_output(2, v);
   const int64_t t = shape_of(k)[2], dv = shape_of(v)[3];
-  const auto cast = [&](int x, DType to) {
-    if (L.builder().value(x).dtype == to) return x;
-    Attributes a;
-    a.set("to", static_cast<int64_t>(dtype_to_onnx(to)));
-    return L.emit("Cast", {x}, a);
-  };
   check(shape_of(k)[3] == d && shape_of(v)[2] == t, "K's head size or V's length disagrees with Q and K");
   const double scale = L.has_attr("scale") ? L.attr_f("scale", 1.0f) : 1.0 / std::sqrt(static_cast<double>(d));
   const int root = L.constant(Tensor::scalar_float(dt, static_cast<float>(std::sqrt(scale))));
@@ -1134,7 +1131,7 @@ void attention(NodeLowering& L) {
     // Key j of batch b: valid when j < n_b; causal when j - i + S <= n_b; in the windows when
     // j - i + S + left >= n_b and j - i + S - right <= n_b (position p = n_b - S + i).
     check(L.shape(6) == Shape{b}, "nonpad_kv_seqlen must have shape (", b, ")");
-    const int n = L.reshape(cast(L.input(6), DType::kI64), {b, 1, 1, 1});
+    const int n = L.reshape(cast_to(L, L.input(6), DType::kI64), {b, 1, 1, 1});
     const auto offsets = [&](int64_t add) {
       std::vector<int64_t> o(static_cast<size_t>(sq * t));
       for (int64_t i = 0; i < sq; ++i) {
@@ -1179,9 +1176,9 @@ void attention(NodeLowering& L) {
   check(softmax_dt != DType::kUndefined && is_float(softmax_dt), "softmax_precision ", precision, " is not a float type");
   Attributes keys_axis;
   keys_axis.set("axis", int64_t{3});
-  int probs = cast(L.emit("Softmax", {cast(scores, softmax_dt)}, keys_axis), dt);
+  int probs = cast_to(L, L.emit("Softmax", {cast_to(L, scores, softmax_dt)}, keys_axis), dt);
   if (runtime_cond || empty_row) {  // a row with no key allowed: zeros, not NaN
-    const int allowed_f = cast(cond, dt);
+    const int allowed_f = cast_to(L, cond, dt);
     const auto last = static_cast<int64_t>(L.builder().value(allowed_f).shape.size()) - 1;
     const int row_any = L.emit("Greater", {reduce_node(L, "ReduceMax", allowed_f, {last}, 1), scalar_like(L, 0, 0.0)});
     probs = L.emit("Where", {row_any, probs, scalar_like(L, 0, 0.0)});
@@ -1262,17 +1259,12 @@ void cum_sum(NodeLowering& L) {
   check(n * n <= kFoldLimit, "a CumSum over ", n, " elements is too long");
   const DType dt = L.val(0).dtype;
   const DType acc = is_float(dt) ? dt : DType::kF64;
-  const auto cast = [&](int v, DType to) {
-    Attributes a;
-    a.set("to", static_cast<int64_t>(dtype_to_onnx(to)));
-    return L.emit("Cast", {v}, a);
-  };
   std::vector<int64_t> perm(static_cast<size_t>(r));
   std::iota(perm.begin(), perm.end(), 0);
   std::swap(perm[static_cast<size_t>(axis)], perm.back());  // its own inverse
   Attributes move;
   move.set("perm", perm);
-  int x = acc == dt ? L.input(0) : cast(L.input(0), acc);
+  int x = cast_to(L, L.input(0), acc);
   if (axis != r - 1) x = L.emit("Transpose", {x}, move);
   // y[j] = sum over i of x[i] * T[i][j].
   std::vector<double> tri(static_cast<size_t>(n * n), 0.0);
@@ -1286,7 +1278,7 @@ void cum_sum(NodeLowering& L) {
   t.set_doubles(tri);
   int y = L.emit("MatMul", {x, L.constant(std::move(t))});
   if (axis != r - 1) y = L.emit("Transpose", {y}, move);
-  L.set_output(0, acc == dt ? y : cast(y, dt));
+  L.set_output(0, cast_to(L, y, dt));
 }
 
 // Einsum of one or two operands as Transposes, ReduceSums, Reshapes and one batched MatMul:
