@@ -15,9 +15,19 @@ std::string storage_ctype(DType t) {
     case DType::kF64: return "double";
     case DType::kI64: return "long long";
     case DType::kI32: return "int";
-    case DType::kI8: return "signed char";
+    case DType::kI8:
+    case DType::kI4:
+    case DType::kI2: return "signed char";
     case DType::kU8:
-    case DType::kBool: return "unsigned char";
+    case DType::kBool:
+    case DType::kU4:
+    case DType::kU2:
+    case DType::kF8E4M3FN:
+    case DType::kF8E4M3FNUZ:
+    case DType::kF8E5M2:
+    case DType::kF8E5M2FNUZ:
+    case DType::kF8E8M0:
+    case DType::kF4E2M1: return "unsigned char";
     default: fail("code generation does not support dtype ", dtype_name(t));
   }
 }

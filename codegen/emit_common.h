@@ -1,6 +1,9 @@
 // The prelude shared by generated CUDA and host kernels: index helpers with floor semantics,
 // float16 and bfloat16 conversions by bit manipulation (no cuda_fp16.h needed; round to nearest
-// even, NaN and infinity preserved, as core/dtype.h), and activation helpers. emit_cuda puts it
+// even, NaN and infinity preserved, as core/dtype.h), float8/E8M0/float4 conversions and 4/2-bit
+// integer wraps (the semantics of core/narrow_types.h, written again in float and integer
+// operations a GPU runs natively: ft_f2mini rounds with rintf after an exact power-of-two scaling),
+// and activation helpers. emit_cuda puts it
 // at the top of a module after the intrinsic layer defines FT_FN (device inline on the GPU, static
 // inline in the host build of the same text, simt/prelude.h).
 #pragma once
@@ -50,6 +53,57 @@ FT_FN long long ft_idiv(long long a, long long b) { return (b == 0 || (b == -1 &
 FT_FN long long ft_ipymod(long long a, long long b) { if (b == 0 || b == -1) return 0LL; long long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
 FT_FN long long ft_ifmod(long long a, long long b) { return (b == 0 || b == -1) ? 0LL : a % b; }
 FT_FN float ft_pymod(float a, float b) { float r = fmodf(a, b); return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : r; }
+FT_FN float ft_exp2i(int k) { union { unsigned int u; float f; } c; c.u = (unsigned int)(k + 127) << 23; return c.f; }
+FT_FN float ft_mini2f(unsigned int c, int eb, int mb, int bias, int kind) {
+  const int sb = eb + mb; const unsigned int s = (c >> sb) & 1u, mag = c & ((1u << sb) - 1u);
+  const int e = (int)(mag >> mb), m = (int)(mag & ((1u << mb) - 1u));
+  if ((kind == 2 && c == 0x80u) || (kind == 0 && mag == (1u << sb) - 1u)) return ft_nan();
+  if (kind == 1 && e == (1 << eb) - 1) return m ? ft_nan() : (s ? -ft_inf() : ft_inf());
+  const float v = e == 0 ? (float)m * ft_exp2i(1 - bias - mb) : (float)((1 << mb) + m) * ft_exp2i(e - bias - mb);
+  return s ? -v : v;
+}
+FT_FN unsigned int ft_f2mini(float f, int eb, int mb, int bias, int kind, unsigned int maxcode, int saturate) {
+  union { float f; unsigned int u; } c; c.f = f;
+  const int sb = eb + mb; const unsigned int s = c.u >> 31, sign = s << sb, a = c.u & 0x7fffffffu;
+  if (a > 0x7f800000u) return kind == 3 ? (s ? 0u : 1u << sb) : (kind == 2 ? 0x80u : (sign | (kind == 1 ? 0x7eu : 0x7fu)));
+  const unsigned int over = (saturate || kind == 3) ? (sign | maxcode) : (kind == 2 ? 0x80u : (sign | (kind == 1 ? 0x7cu : 0x7fu)));
+  const int emin = 1 - bias, emax = (int)(maxcode >> mb) - bias;
+  int E = (int)(a >> 23) - 127;
+  if (E > emax) return over;
+  if (E < emin) E = emin;
+  c.u = a;
+  const unsigned int q = (unsigned int)rintf(c.f * ft_exp2i(mb - E));
+  if (q == 0u) return kind == 2 ? 0u : sign;
+  const unsigned int code = ((unsigned int)(E + bias - 1) << mb) + q;
+  return code > maxcode ? over : (sign | code);
+}
+FT_FN float ft_e4m3fn2f(unsigned char c) { return ft_mini2f(c, 4, 3, 7, 0); }
+FT_FN float ft_e4m3fnuz2f(unsigned char c) { return ft_mini2f(c, 4, 3, 8, 2); }
+FT_FN float ft_e5m22f(unsigned char c) { return ft_mini2f(c, 5, 2, 15, 1); }
+FT_FN float ft_e5m2fnuz2f(unsigned char c) { return ft_mini2f(c, 5, 2, 16, 2); }
+FT_FN float ft_e2m12f(unsigned char c) { return ft_mini2f(c, 2, 1, 1, 3); }
+FT_FN unsigned char ft_f2e4m3fn(float f, int sat) { return (unsigned char)ft_f2mini(f, 4, 3, 7, 0, 0x7eu, sat); }
+FT_FN unsigned char ft_f2e4m3fnuz(float f, int sat) { return (unsigned char)ft_f2mini(f, 4, 3, 8, 2, 0x7fu, sat); }
+FT_FN unsigned char ft_f2e5m2(float f, int sat) { return (unsigned char)ft_f2mini(f, 5, 2, 15, 1, 0x7bu, sat); }
+FT_FN unsigned char ft_f2e5m2fnuz(float f, int sat) { return (unsigned char)ft_f2mini(f, 5, 2, 16, 2, 0x7fu, sat); }
+FT_FN unsigned char ft_f2e2m1(float f, int sat) { return (unsigned char)ft_f2mini(f, 2, 1, 1, 3, 0x7u, sat); }
+FT_FN float ft_e8m02f(unsigned char c) {
+  union { unsigned int u; float f; } v; v.u = c == 0 ? 0x00400000u : ((unsigned int)c << 23);
+  return c == 0xffu ? ft_nan() : v.f;
+}
+FT_FN unsigned char ft_f2e8m0(float f, int sat, int mode) {
+  union { float f; unsigned int u; } c; c.f = f;
+  unsigned int e = (c.u >> 23) & 0xffu;
+  if (e == 0xffu) return 0xffu;
+  const unsigned int g = c.u & 0x400000u, r = c.u & 0x200000u, st = c.u & 0x1fffffu;
+  const int up = mode == 0 ? (c.u & 0x7fffffu) != 0u : (mode == 2 ? (g != 0u && (r != 0u || st != 0u || e > 0u)) : 0);
+  if (up && !(sat && e == 0xfeu)) ++e;
+  return (unsigned char)e;
+}
+FT_FN long long ft_wrap_i4(long long v) { return (long long)(((unsigned long long)v & 15ULL) ^ 8ULL) - 8LL; }
+FT_FN long long ft_wrap_u4(long long v) { return (long long)((unsigned long long)v & 15ULL); }
+FT_FN long long ft_wrap_i2(long long v) { return (long long)(((unsigned long long)v & 3ULL) ^ 2ULL) - 2LL; }
+FT_FN long long ft_wrap_u2(long long v) { return (long long)((unsigned long long)v & 3ULL); }
 )PRELUDE";
 
 }  // namespace fusetune::codegen

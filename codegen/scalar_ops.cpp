@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/ops.h"
 
 namespace fusetune::codegen {
 
@@ -20,7 +21,33 @@ std::string float_literal(double v) {
   return "(" + s + ")";
 }
 
+namespace {
+
+// The prelude's name of a float8/E8M0/float4 type ("e4m3fn" in ft_e4m3fn2f and ft_f2e4m3fn).
+const char* narrow_name(DType t) {
+  switch (t) {
+    case DType::kF8E4M3FN: return "e4m3fn";
+    case DType::kF8E4M3FNUZ: return "e4m3fnuz";
+    case DType::kF8E5M2: return "e5m2";
+    case DType::kF8E5M2FNUZ: return "e5m2fnuz";
+    case DType::kF8E8M0: return "e8m0";
+    case DType::kF4E2M1: return "e2m1";
+    default: fail("no narrow float named for ", dtype_name(t));
+  }
+}
+
+std::string narrow_decode(DType t, const std::string& code) { return std::string("ft_") + narrow_name(t) + "2f(" + code + ")"; }
+
+std::string narrow_encode(DType t, const std::string& value, NarrowCast how) {
+  std::string call = std::string("ft_f2") + narrow_name(t) + "((float)(" + value + "), " + (how.saturate ? "1" : "0");
+  if (t == DType::kF8E8M0) call += ", " + std::to_string(static_cast<int>(how.round));
+  return call + ")";
+}
+
+}  // namespace
+
 std::string load_as_compute(DType storage, const std::string& raw) {
+  if (is_narrow_float(storage)) return narrow_decode(storage, raw);
   switch (storage) {
     case DType::kF32: return raw;
     case DType::kF16: return "ft_h2f(" + raw + ")";
@@ -31,6 +58,7 @@ std::string load_as_compute(DType storage, const std::string& raw) {
 }
 
 std::string store_from_compute(DType to, const std::string& value) {
+  if (is_narrow_float(to)) return narrow_encode(to, value, kStoreExact);
   switch (to) {
     case DType::kF32: return "((float)(" + value + "))";
     case DType::kF16: return "ft_f2h((float)(" + value + "))";
@@ -41,6 +69,10 @@ std::string store_from_compute(DType to, const std::string& value) {
     case DType::kI8: return "((signed char)(" + value + "))";
     case DType::kI32: return "((int)(" + value + "))";
     case DType::kI64: return "((long long)(" + value + "))";
+    case DType::kI4: return "((signed char)ft_wrap_i4(" + value + "))";
+    case DType::kU4: return "((unsigned char)ft_wrap_u4(" + value + "))";
+    case DType::kI2: return "((signed char)ft_wrap_i2(" + value + "))";
+    case DType::kU2: return "((unsigned char)ft_wrap_u2(" + value + "))";
     default: fail("code generation does not store dtype ", dtype_name(to));
   }
 }
@@ -161,11 +193,29 @@ std::string binary_int(const Node& n, const std::string& a, const std::string& b
   fail("no integer form for ", op);
 }
 
-// A float value rounded to the precision of float dtype t.
-std::string round_to(DType t, const std::string& x) {
+// A float value rounded to the precision of float dtype t (float8/float4 as `how` says).
+std::string round_to(DType t, const std::string& x, NarrowCast how = kStoreExact) {
   if (t == DType::kF16) return "ft_h2f(ft_f2h(" + x + "))";
   if (t == DType::kBF16) return "ft_bf2f(ft_f2bf(" + x + "))";
+  if (is_narrow_float(t)) return narrow_decode(t, narrow_encode(t, x, how));
   return "((float)(" + x + "))";
+}
+
+// An integer value reduced to integer dtype t's width, as a store to t would (two's complement).
+std::string wrap_to(DType t, const std::string& x) {
+  switch (t) {
+    case DType::kI8: return "((long long)(signed char)(" + x + "))";
+    case DType::kU8: return "((long long)(unsigned char)(" + x + "))";
+    case DType::kI16: return "((long long)(short)(" + x + "))";
+    case DType::kU16: return "((long long)(unsigned short)(" + x + "))";
+    case DType::kI32: return "((long long)(int)(" + x + "))";
+    case DType::kU32: return "((long long)(unsigned int)(" + x + "))";
+    case DType::kI4: return "ft_wrap_i4(" + x + ")";
+    case DType::kU4: return "ft_wrap_u4(" + x + ")";
+    case DType::kI2: return "ft_wrap_i2(" + x + ")";
+    case DType::kU2: return "ft_wrap_u2(" + x + ")";
+    default: return x;
+  }
 }
 
 }  // namespace
@@ -176,10 +226,11 @@ std::string elementwise_expr(const Graph& g, const Node& n, const std::vector<st
   if (n.op == "Cast") {
     // A 16-bit float value computed inside the group (in float) takes its dtype's precision before
     // the cast makes the difference observable, as the reference stores it.
-    if (is_float(out) && is_float(in0)) return round_to(out, round_to(in0, args[0]));
-    if (is_float(out)) return "((float)(" + args[0] + "))";
+    // To an integer: truncate to 64 bits, then wrap to the width, as the reference (Tensor::cast).
+    if (is_float(out) && is_float(in0)) return round_to(out, round_to(in0, args[0]), cast_rounding(n));
+    if (is_float(out)) return round_to(out, "((float)(" + args[0] + "))", cast_rounding(n));
     if (out == DType::kBool) return "((long long)(" + args[0] + " != 0))";
-    return is_float(in0) ? "ft_f2i(" + args[0] + ")" : args[0];
+    return wrap_to(out, is_float(in0) ? "ft_f2i(" + args[0] + ")" : args[0]);
   }
   if (n.op == "Where") return "(" + args[0] + " != 0 ? " + args[1] + " : " + args[2] + ")";
   if (args.size() == 1) return is_float(in0) ? unary_float(n, args[0]) : unary_int(n, args[0]);

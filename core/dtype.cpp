@@ -19,10 +19,31 @@ size_t dtype_size(DType t) {
     case DType::kU16: return 2;
     case DType::kU32: return 4;
     case DType::kU64: return 8;
-    case DType::kBool: return 1;
+    case DType::kBool:
+    case DType::kF8E4M3FN:
+    case DType::kF8E4M3FNUZ:
+    case DType::kF8E5M2:
+    case DType::kF8E5M2FNUZ:
+    case DType::kF8E8M0:
+    case DType::kF4E2M1:
+    case DType::kI4:
+    case DType::kU4:
+    case DType::kI2:
+    case DType::kU2: return 1;
     case DType::kUndefined: return 0;
   }
   return 0;
+}
+
+int dtype_bits(DType t) {
+  switch (t) {
+    case DType::kF4E2M1:
+    case DType::kI4:
+    case DType::kU4: return 4;
+    case DType::kI2:
+    case DType::kU2: return 2;
+    default: return static_cast<int>(8 * dtype_size(t));
+  }
 }
 
 std::string_view dtype_name(DType t) {
@@ -40,13 +61,35 @@ std::string_view dtype_name(DType t) {
     case DType::kU32: return "uint32";
     case DType::kU64: return "uint64";
     case DType::kBool: return "bool";
+    case DType::kF8E4M3FN: return "float8e4m3fn";
+    case DType::kF8E4M3FNUZ: return "float8e4m3fnuz";
+    case DType::kF8E5M2: return "float8e5m2";
+    case DType::kF8E5M2FNUZ: return "float8e5m2fnuz";
+    case DType::kF8E8M0: return "float8e8m0";
+    case DType::kF4E2M1: return "float4e2m1";
+    case DType::kI4: return "int4";
+    case DType::kU4: return "uint4";
+    case DType::kI2: return "int2";
+    case DType::kU2: return "uint2";
     case DType::kUndefined: return "undefined";
   }
   return "undefined";
 }
 
+DType dtype_from_name(std::string_view name) {
+  for (int k = 1; k <= static_cast<int>(DType::kU2); ++k) {
+    if (dtype_name(static_cast<DType>(k)) == name) return static_cast<DType>(k);
+  }
+  return DType::kUndefined;
+}
+
 bool is_float(DType t) {
-  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || t == DType::kF64;
+  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || t == DType::kF64 || is_narrow_float(t);
+}
+
+bool is_narrow_float(DType t) {
+  return t == DType::kF8E4M3FN || t == DType::kF8E4M3FNUZ || t == DType::kF8E5M2 || t == DType::kF8E5M2FNUZ ||
+         t == DType::kF8E8M0 || t == DType::kF4E2M1;
 }
 
 DType dtype_from_onnx(int code) {
@@ -64,6 +107,16 @@ DType dtype_from_onnx(int code) {
     case 12: return DType::kU32;
     case 13: return DType::kU64;
     case 16: return DType::kBF16;
+    case 17: return DType::kF8E4M3FN;
+    case 18: return DType::kF8E4M3FNUZ;
+    case 19: return DType::kF8E5M2;
+    case 20: return DType::kF8E5M2FNUZ;
+    case 21: return DType::kU4;
+    case 22: return DType::kI4;
+    case 23: return DType::kF4E2M1;
+    case 24: return DType::kF8E8M0;
+    case 25: return DType::kU2;
+    case 26: return DType::kI2;
     default: return DType::kUndefined;
   }
 }
@@ -83,6 +136,16 @@ int dtype_to_onnx(DType t) {
     case DType::kU32: return 12;
     case DType::kU64: return 13;
     case DType::kBF16: return 16;
+    case DType::kF8E4M3FN: return 17;
+    case DType::kF8E4M3FNUZ: return 18;
+    case DType::kF8E5M2: return 19;
+    case DType::kF8E5M2FNUZ: return 20;
+    case DType::kU4: return 21;
+    case DType::kI4: return 22;
+    case DType::kF4E2M1: return 23;
+    case DType::kF8E8M0: return 24;
+    case DType::kU2: return 25;
+    case DType::kI2: return 26;
     case DType::kUndefined: return 0;
   }
   return 0;

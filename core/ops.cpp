@@ -524,4 +524,10 @@ int64_t node_flops(const Graph& g, const Node& n) {
   return 0;
 }
 
+NarrowCast cast_rounding(const Node& n) {
+  const int64_t mode = n.attrs.i("round_mode", 0);
+  check(mode >= 0 && mode <= static_cast<int64_t>(RoundMode::kNearest), "Cast round_mode code ", mode, " is unknown");
+  return {n.attrs.i("saturate", 1) != 0, static_cast<RoundMode>(mode)};
+}
+
 }  // namespace fusetune

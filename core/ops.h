@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/narrow_types.h"
+
 #include "core/graph.h"
 
 namespace fusetune {
@@ -59,5 +61,9 @@ int64_t normalize_axis(int64_t axis, int64_t rank, const std::string& what);
 
 // Floating-point operations of one node (multiply-add = 2), by the conventions in docs/canonical-ops.md.
 int64_t node_flops(const Graph& g, const Node& n);
+
+// How a Cast node rounds to a float8, E8M0 or float4 target: its `saturate` (default 1) and
+// `round_mode` (a RoundMode, default up) attributes.
+NarrowCast cast_rounding(const Node& n);
 
 }  // namespace fusetune

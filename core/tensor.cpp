@@ -110,6 +110,16 @@ double read_double(DType t, const std::byte* base, int64_t i) {
     case DType::kU32: return load<uint32_t>(p);
     case DType::kU64: return static_cast<double>(load<uint64_t>(p));
     case DType::kBool: return load<uint8_t>(p) != 0 ? 1.0 : 0.0;
+    case DType::kF8E4M3FN:
+    case DType::kF8E4M3FNUZ:
+    case DType::kF8E5M2:
+    case DType::kF8E5M2FNUZ:
+    case DType::kF8E8M0:
+    case DType::kF4E2M1: return narrow_to_float(t, load<uint8_t>(p));
+    case DType::kI4:
+    case DType::kI2: return load<int8_t>(p);
+    case DType::kU4:
+    case DType::kU2: return load<uint8_t>(p);
     case DType::kUndefined: break;
   }
   return 0.0;
@@ -123,7 +133,13 @@ int64_t read_int(DType t, const std::byte* base, int64_t i) {
     case DType::kF32:
     case DType::kF16:
     case DType::kBF16:
-    case DType::kF64: {
+    case DType::kF64:
+    case DType::kF8E4M3FN:
+    case DType::kF8E4M3FNUZ:
+    case DType::kF8E5M2:
+    case DType::kF8E5M2FNUZ:
+    case DType::kF8E8M0:
+    case DType::kF4E2M1: {
       const double d = read_double(t, base, i);
       if (std::isnan(d)) return 0;
       if (d >= 9.2e18) return std::numeric_limits<int64_t>::max();
@@ -160,6 +176,16 @@ void write_double(DType t, std::byte* base, int64_t i, double v) {
     case DType::kU32: store<uint32_t>(p, saturate<uint32_t>(v)); break;
     case DType::kU64: store<uint64_t>(p, saturate<uint64_t>(v)); break;
     case DType::kBool: store<uint8_t>(p, v != 0.0 ? 1 : 0); break;
+    case DType::kF8E4M3FN:
+    case DType::kF8E4M3FNUZ:
+    case DType::kF8E5M2:
+    case DType::kF8E5M2FNUZ:
+    case DType::kF8E8M0:
+    case DType::kF4E2M1: store<uint8_t>(p, float_to_narrow(t, static_cast<float>(v), kStoreExact)); break;
+    case DType::kI4:
+    case DType::kI2: store<int8_t>(p, static_cast<int8_t>(wrap_narrow_int(t, saturate<int64_t>(v)))); break;
+    case DType::kU4:
+    case DType::kU2: store<uint8_t>(p, static_cast<uint8_t>(wrap_narrow_int(t, saturate<int64_t>(v)))); break;
     case DType::kUndefined: break;
   }
 }
@@ -175,6 +201,10 @@ void write_int(DType t, std::byte* base, int64_t i, int64_t v) {
     case DType::kU16: store<uint16_t>(p, static_cast<uint16_t>(v)); break;
     case DType::kI8: store<int8_t>(p, static_cast<int8_t>(v)); break;
     case DType::kU8: store<uint8_t>(p, static_cast<uint8_t>(v)); break;
+    case DType::kI4:
+    case DType::kI2: store<int8_t>(p, static_cast<int8_t>(wrap_narrow_int(t, v))); break;
+    case DType::kU4:
+    case DType::kU2: store<uint8_t>(p, static_cast<uint8_t>(wrap_narrow_int(t, v))); break;
     default: write_double(t, base, i, static_cast<double>(v)); break;
   }
 }
@@ -238,12 +268,17 @@ Tensor Tensor::reshaped(Shape shape) const {
   return t;
 }
 
-Tensor Tensor::cast(DType to) const {
+Tensor Tensor::cast(DType to, NarrowCast how) const {
   Tensor out(to, shape_);
-  const bool int_path = !is_float(dtype_) && !is_float(to);
+  // To an integer: truncate to int64 (saturating, NaN to 0), then wrap to the width, as numpy's
+  // astype does for the values ONNX's tests use and as generated code does (codegen/scalar_ops.h).
+  const bool int_path = !is_float(to) && to != DType::kBool;
   for (int64_t i = 0; i < numel_; ++i) {
     if (int_path) {
       write_int(to, out.bytes_.data(), i, read_int(dtype_, bytes_.data(), i));
+    } else if (is_narrow_float(to)) {
+      const auto v = static_cast<float>(read_double(dtype_, bytes_.data(), i));
+      store<uint8_t>(out.bytes_.data() + i, float_to_narrow(to, v, how));
     } else {
       write_double(to, out.bytes_.data(), i, read_double(dtype_, bytes_.data(), i));
     }

@@ -4,7 +4,8 @@
 // is non-negative and the element count stays below kMaxElements (for an empty tensor: every extent
 // below kMaxElements, the non-zero ones multiplying to at most kMaxEmptyExtents), so later index
 // arithmetic cannot overflow. Values move in and out as float or int64 vectors, converted per dtype
-// (float16 and bfloat16 round to nearest even; integers truncate toward zero like a C cast).
+// (float16 and bfloat16 round to nearest even; integers truncate toward zero like a C cast; the
+// narrow types of core/narrow_types.h hold one element per byte).
 #pragma once
 
 #include <cstddef>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/narrow_types.h"
 
 namespace fusetune {
 
@@ -61,8 +63,10 @@ class Tensor {
 
   // Same bytes, new shape of equal element count.
   Tensor reshaped(Shape shape) const;
-  // Converted to another dtype (through double for floats, int64 for integers and bool).
-  Tensor cast(DType to) const;
+  // Converted to another dtype: to a float through double (float8/float4 as `how` says), to an
+  // integer through int64 (floats truncate, saturating at int64's range, NaN to 0) wrapped to its
+  // width, to bool by comparing with zero.
+  Tensor cast(DType to, NarrowCast how = {}) const;
   bool operator==(const Tensor& other) const = default;
 
  private:

@@ -171,26 +171,35 @@ void clip(NodeLowering& L) {
   L.set_output(0, L.emit("Clip", {L.input(0)}, a));
 }
 
-// Cast's `saturate` (19) and `round_mode` (25) only concern float8 and float4 targets, types
-// fusetune refuses.
-void read_float8_cast_attributes(NodeLowering& L) {
-  L.attr_i("saturate", 1);
-  L.attr_s("round_mode", "up");
+// Cast's `saturate` (19) and `round_mode` (24) concern float8, E8M0 and float4 targets only;
+// they become attributes of the canonical Cast for those (other Casts keep their signature).
+void set_narrow_cast_attributes(NodeLowering& L, DType to, Attributes& a) {
+  const int64_t saturate = L.attr_i("saturate", 1);
+  const std::string round_mode = L.attr_s("round_mode", "up");
+  if (!is_narrow_float(to)) return;
+  a.set("saturate", saturate != 0 ? int64_t{1} : int64_t{0});
+  try {
+    a.set("round_mode", static_cast<int64_t>(round_mode_from_name(round_mode)));
+  } catch (const Error& e) {
+    fail("attribute round_mode: ", e.what());
+  }
 }
 
 void cast(NodeLowering& L) {
-  read_float8_cast_attributes(L);
   const int64_t to = L.attr_i("to", 0);
-  check(dtype_from_onnx(static_cast<int>(to)) != DType::kUndefined, "Cast to unsupported type code ", to);
+  const DType dt = dtype_from_onnx(static_cast<int>(to));
+  check(dt != DType::kUndefined, "Cast to unsupported type ", onnx_type_name(static_cast<int>(to)));
   Attributes a;
   a.set("to", to);
+  set_narrow_cast_attributes(L, dt, a);
   L.set_output(0, L.emit("Cast", {L.input(0)}, a));
 }
 
 void cast_like(NodeLowering& L) {
-  read_float8_cast_attributes(L);
+  const DType dt = L.val(1).dtype;
   Attributes a;
-  a.set("to", static_cast<int64_t>(dtype_to_onnx(L.val(1).dtype)));
+  a.set("to", static_cast<int64_t>(dtype_to_onnx(dt)));
+  set_narrow_cast_attributes(L, dt, a);
   L.set_output(0, L.emit("Cast", {L.input(0)}, a));
 }
 

@@ -71,6 +71,36 @@ std::vector<std::byte> read_external(const onnx::TensorProto& t, const fs::path&
 
 }  // namespace
 
+size_t packed_size(DType dtype, int64_t count) {
+  return (static_cast<size_t>(count) * static_cast<size_t>(dtype_bits(dtype)) + 7) / 8;
+}
+
+std::vector<std::byte> unpack_elements(DType dtype, const std::vector<std::byte>& packed, int64_t count) {
+  const int bits = dtype_bits(dtype);
+  const int per_byte = 8 / bits;
+  const unsigned mask = (1u << bits) - 1u;
+  const bool sign_extend = dtype == DType::kI4 || dtype == DType::kI2;
+  std::vector<std::byte> out(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) {
+    const unsigned field = (std::to_integer<unsigned>(packed[static_cast<size_t>(i / per_byte)]) >> (bits * (i % per_byte))) & mask;
+    const unsigned sign = 1u << (bits - 1);
+    out[static_cast<size_t>(i)] = std::byte(static_cast<uint8_t>(sign_extend ? (field ^ sign) - sign : field));
+  }
+  return out;
+}
+
+std::vector<std::byte> pack_elements(const Tensor& t) {
+  const int bits = dtype_bits(t.dtype());
+  const int per_byte = 8 / bits;
+  const unsigned mask = (1u << bits) - 1u;
+  std::vector<std::byte> out(packed_size(t.dtype(), t.numel()), std::byte{0});
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const unsigned field = std::to_integer<unsigned>(t.data()[i]) & mask;
+    out[static_cast<size_t>(i / per_byte)] |= std::byte(static_cast<uint8_t>(field << (bits * (i % per_byte))));
+  }
+  return out;
+}
+
 onnx::ModelProto read_model(const fs::path& path) { return parse_model(read_file(path, "model file"), path.string()); }
 
 onnx::ModelProto parse_model(std::string_view bytes, const std::string& label) {
@@ -112,18 +142,19 @@ Tensor decode_tensor(const onnx::TensorProto& t, const fs::path& base_dir) {
   const std::string label = tensor_label(t);
   const DType dtype = dtype_from_onnx(t.data_type());
   check(dtype != DType::kUndefined, label, ": data type ", onnx_type_name(t.data_type()),
-        " is not supported (fusetune's are floats of 16, 32 and 64 bits, integers of 8 to 64 bits and bool)");
+        " is not supported (fusetune's are floats of 8 to 64 bits, float4, integers of 2 to 64 bits and bool)");
   Shape shape(t.dims().begin(), t.dims().end());
   const int64_t count = checked_numel(shape, label);
   const size_t nbytes = static_cast<size_t>(count) * dtype_size(dtype);
+  const size_t file_bytes = packed_size(dtype, count);
   std::vector<std::byte> bytes;
   if (t.data_location() == 1) {
-    bytes = read_external(t, base_dir, nbytes, label);
+    bytes = read_external(t, base_dir, file_bytes, label);
   } else if (t.has_raw_data()) {
-    check(t.raw_data().size() == nbytes, label, ": raw_data holds ", t.raw_data().size(), " bytes, shape ",
-          shape_str(shape), " of ", dtype_name(dtype), " needs ", nbytes);
+    check(t.raw_data().size() == file_bytes, label, ": raw_data holds ", t.raw_data().size(), " bytes, shape ",
+          shape_str(shape), " of ", dtype_name(dtype), " needs ", file_bytes);
     const auto* raw = reinterpret_cast<const std::byte*>(t.raw_data().data());
-    bytes.assign(raw, raw + nbytes);  // not memcpy: an empty vector's data() may be null
+    bytes.assign(raw, raw + file_bytes);  // not memcpy: an empty vector's data() may be null
   } else {
     switch (dtype) {
       case DType::kF32: bytes = pack(t.float_data(), dtype, count, label); break;
@@ -132,19 +163,33 @@ Tensor decode_tensor(const onnx::TensorProto& t, const fs::path& base_dir) {
       case DType::kU32:
       case DType::kU64: bytes = pack(t.uint64_data(), dtype, count, label); break;
       case DType::kF16:
-      case DType::kBF16: {  // stored as their 16-bit patterns in int32_data
-        check(static_cast<int64_t>(t.int32_data().size()) == count, label, ": holds ", t.int32_data().size(),
-              " values, its shape needs ", count);
-        bytes.resize(nbytes);
-        for (int64_t i = 0; i < count; ++i) {
+      case DType::kBF16:
+      case DType::kF8E4M3FN:
+      case DType::kF8E4M3FNUZ:
+      case DType::kF8E5M2:
+      case DType::kF8E5M2FNUZ:
+      case DType::kF8E8M0:
+      case DType::kF4E2M1:
+      case DType::kI4:
+      case DType::kU4:
+      case DType::kI2:
+      case DType::kU2: {
+        // int32_data holds 16-bit patterns (float16, bfloat16), codes (float8) or packed bytes
+        // (float4, 4- and 2-bit integers), as the file's raw bytes would be
+        const size_t width = dtype_size(dtype) == 2 ? 2 : 1;
+        check(t.int32_data().size() * width == file_bytes, label, ": int32_data holds ", t.int32_data().size(),
+              " values, shape ", shape_str(shape), " of ", dtype_name(dtype), " needs ", file_bytes / width);
+        bytes.resize(file_bytes);
+        for (size_t i = 0; i < file_bytes / width; ++i) {
           const auto bits = static_cast<uint16_t>(t.int32_data(static_cast<int>(i)));
-          std::memcpy(bytes.data() + 2 * i, &bits, 2);
+          std::memcpy(bytes.data() + width * i, &bits, width);  // little-endian: the low byte(s)
         }
         break;
       }
       default: bytes = pack(t.int32_data(), dtype, count, label); break;
     }
   }
+  if (file_bytes != nbytes) bytes = unpack_elements(dtype, bytes, count);
   return Tensor::from_bytes(dtype, std::move(shape), std::move(bytes));
 }
 
@@ -164,7 +209,12 @@ void write_tensor_file(const fs::path& path, const std::string& name, const Tens
   proto.set_name(name);
   proto.set_data_type(dtype_to_onnx(t.dtype()));
   for (int64_t d : t.shape()) proto.add_dims(d);
-  proto.set_raw_data(reinterpret_cast<const char*>(t.data()), t.nbytes());
+  if (dtype_bits(t.dtype()) < 8) {
+    const std::vector<std::byte> packed = pack_elements(t);
+    proto.set_raw_data(reinterpret_cast<const char*>(packed.data()), packed.size());
+  } else {
+    proto.set_raw_data(reinterpret_cast<const char*>(t.data()), t.nbytes());
+  }
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   check(out.good(), path.string(), ": cannot write");
   check(proto.SerializeToOstream(&out), path.string(), ": writing failed");

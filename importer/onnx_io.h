@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/tensor.h"
 #include "fusetune_proto/onnx_subset.pb.h"
@@ -20,6 +21,13 @@ onnx::ModelProto parse_model(std::string_view bytes, const std::string& label);
 
 // Decodes a TensorProto; external data is resolved relative to `base_dir` and must stay inside it.
 Tensor decode_tensor(const onnx::TensorProto& t, const std::filesystem::path& base_dir);
+
+// ONNX files pack float4 and 4-bit integers two to a byte, 2-bit integers four to a byte, the
+// first element in the lowest bits; in memory each takes a byte (core/dtype.h). packed_size is a
+// tensor's byte count in a file; unpack_elements sign-extends int4 and int2.
+size_t packed_size(DType dtype, int64_t count);
+std::vector<std::byte> unpack_elements(DType dtype, const std::vector<std::byte>& packed, int64_t count);
+std::vector<std::byte> pack_elements(const Tensor& t);
 
 // ONNX's name of an element type code with the code ("FLOAT8E4M3FN (17)"), for messages.
 std::string onnx_type_name(int code);

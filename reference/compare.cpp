@@ -11,6 +11,13 @@ Tolerance default_tolerance(DType t) {
     case DType::kF16: return {1e-2, 1e-3, 1e-2};
     case DType::kBF16: return {2e-2, 1e-2, 2e-2};
     case DType::kF64: return {1e-7, 1e-9, 1e-7};
+    // one step of the type's grid: float rounding upstream may move a value across a midpoint
+    case DType::kF8E4M3FN:
+    case DType::kF8E4M3FNUZ: return {0.125, 1.0 / 512, 0};
+    case DType::kF8E5M2:
+    case DType::kF8E5M2FNUZ: return {0.25, 1.0 / 65536, 0};
+    case DType::kF8E8M0: return {1.0, 0, 0};
+    case DType::kF4E2M1: return {0.5, 0.5, 0};
     default: return {0, 0, 0};
   }
 }

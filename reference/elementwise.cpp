@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/ops.h"
 #include "reference/kernel_util.h"
 #include "reference/kernels.h"
 
@@ -212,7 +213,7 @@ void run_where(const Tensor& c, const Tensor& x, const Tensor& y, Tensor& out) {
 
 void run_elementwise(const Node& node, std::span<const Tensor* const> in, Tensor& out) {
   if (node.op == "Cast") {
-    out = in[0]->cast(out.dtype());
+    out = in[0]->cast(out.dtype(), cast_rounding(node));
   } else if (node.op == "Where") {
     run_where(*in[0], *in[1], *in[2], out);
   } else if (in.size() == 1) {

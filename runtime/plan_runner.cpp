@@ -13,11 +13,9 @@ using nlohmann::json;
 namespace {
 
 DType dtype_named(const std::string& name) {
-  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kF64, DType::kI8, DType::kI16, DType::kI32, DType::kI64,
-                  DType::kU8, DType::kU16, DType::kU32, DType::kU64, DType::kBool}) {
-    if (dtype_name(t) == name) return t;
-  }
-  fail("manifest: unknown dtype '", name, "'");
+  const DType t = dtype_from_name(name);
+  check(t != DType::kUndefined, "manifest: unknown dtype '", name, "'");
+  return t;
 }
 
 }  // namespace

@@ -21,6 +21,11 @@ constexpr TypePair kTypes[] = {
     {ElementType::kInt32, DType::kI32},   {ElementType::kInt64, DType::kI64},   {ElementType::kUInt8, DType::kU8},
     {ElementType::kUInt16, DType::kU16},  {ElementType::kUInt32, DType::kU32},  {ElementType::kUInt64, DType::kU64},
     {ElementType::kBool, DType::kBool},
+    {ElementType::kFloat8E4M3FN, DType::kF8E4M3FN}, {ElementType::kFloat8E4M3FNUZ, DType::kF8E4M3FNUZ},
+    {ElementType::kFloat8E5M2, DType::kF8E5M2}, {ElementType::kFloat8E5M2FNUZ, DType::kF8E5M2FNUZ},
+    {ElementType::kFloat8E8M0, DType::kF8E8M0}, {ElementType::kFloat4E2M1, DType::kF4E2M1},
+    {ElementType::kInt4, DType::kI4}, {ElementType::kUInt4, DType::kU4},
+    {ElementType::kInt2, DType::kI2}, {ElementType::kUInt2, DType::kU2},
 };
 
 DType dtype_of(ElementType type) {

@@ -2,10 +2,13 @@
 """Export Hugging Face architectures to ONNX with the framework's reference outputs.
 
     scripts/export_hf_models.sh --size small|full --out DIR [--only NAME,NAME] [--dtype float32|float16]
+                                [--exporter torchscript|dynamo]
 
 Each model is built from transformers' own config class (random weights from a fixed seed, no hub
-download) and exported by torch.onnx's TorchScript exporter at opset 17, in the layout of ONNX's
-backend test data, the same as scripts/export_models.py:
+download) and exported by torch.onnx's TorchScript exporter at opset 17 or, with --exporter dynamo
+(torch 2.x), by its dynamo exporter (torch.export and onnxscript) at that exporter's default opset
+into DIR/<name>_dynamo, in the layout of ONNX's backend test data, the same as
+scripts/export_models.py:
 
     DIR/<name>/model.onnx
     DIR/<name>/test_data_set_0/input_<i>.pb     inputs (fixed-seed token ids, features, caches)
@@ -195,7 +198,7 @@ def write_tensor(path, array, name):
         f.write(t.SerializeToString())
 
 
-def export_one(name, size, dtype, out_dir):
+def export_one(name, size, dtype, exporter, out_dir):
     torch.manual_seed(SEED)
     gen = torch.Generator().manual_seed(INPUT_SEED)
     module, inputs, output_names = build(name, size, gen)
@@ -213,18 +216,32 @@ def export_one(name, size, dtype, out_dir):
     with torch.no_grad():
         ref = module(*args)
     ref = ref if isinstance(ref, tuple) else (ref,)
-    model_dir = os.path.join(out_dir, name + ("_fp16" if half else ""))
+    model_dir = os.path.join(out_dir, name + ("_dynamo" if exporter == "dynamo" else "") + ("_fp16" if half else ""))
     data_dir = os.path.join(model_dir, "test_data_set_0")
     os.makedirs(data_dir, exist_ok=True)
     path = os.path.join(model_dir, "model.onnx")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(module, args, path, opset_version=OPSET, do_constant_folding=True,
-                          input_names=[n for n, _ in inputs], output_names=output_names)
+        if exporter == "dynamo":
+            program = torch.onnx.export(module, args, dynamo=True, input_names=[n for n, _ in inputs],
+                                        output_names=output_names, optimize=True, verbose=False)
+            program.save(path, external_data=False)
+        else:
+            torch.onnx.export(module, args, path, opset_version=OPSET, do_constant_folding=True,
+                              input_names=[n for n, _ in inputs], output_names=output_names)
     if half:
         from onnxconverter_common import float16
-        onnx.save(float16.convert_float_to_float16(onnx.load(path), keep_io_types=False), path)
-    onnx.checker.check_model(path)
+        converted = float16.convert_float_to_float16(onnx.load(path), keep_io_types=False)
+        # The converter retypes the output of a Cast to float as float16 but leaves the Cast's
+        # `to` at FLOAT (the dynamo export's causal mask): make the Cast say what the graph declares.
+        declared = {v.name: v.type.tensor_type.elem_type for v in converted.graph.value_info}
+        for n in converted.graph.node:
+            if n.op_type == "Cast" and declared.get(n.output[0]) == onnx.TensorProto.FLOAT16:
+                for a in n.attribute:
+                    if a.name == "to" and a.i == onnx.TensorProto.FLOAT:
+                        a.i = onnx.TensorProto.FLOAT16
+        onnx.save(converted, path)
+    onnx.checker.check_model(path, full_check=True)
     graph_inputs = [i.name for i in onnx.load(path).graph.input]
     as_stored = (lambda a: a.astype(np.float16) if a.dtype == np.float32 else a) if half else (lambda a: a)
     for i, (n, t) in enumerate((n, t) for n, t in inputs if n in graph_inputs):
@@ -240,10 +257,11 @@ def main():
     p.add_argument("--out", required=True)
     p.add_argument("--only", default="")
     p.add_argument("--dtype", choices=["float32", "float16"], default="float32")
+    p.add_argument("--exporter", choices=["torchscript", "dynamo"], default="torchscript")
     a = p.parse_args()
     names = a.only.split(",") if a.only else NAMES
     for n in names:
-        export_one(n, a.size, a.dtype, a.out)
+        export_one(n, a.size, a.dtype, a.exporter, a.out)
 
 
 if __name__ == "__main__":

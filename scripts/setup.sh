@@ -60,9 +60,10 @@ PY
 fi
 
 # onnx 1.23's cases (its wheel no longer carries the files): generated from the cases' definitions
-# by onnx 1.23.2 itself, installed with numpy in a virtual environment of its own.
+# by onnx 1.23.2 itself, installed with numpy in a virtual environment of its own; with them,
+# sweeps of Cast to and from the narrow types computed by onnx's reference implementation.
 testdata_new=third_party/onnx-testdata-1.23
-if [ ! -f "$testdata_new/node/test_abs/model.onnx" ]; then
+if [ ! -f "$testdata_new/node/test_abs/model.onnx" ] || [ ! -f "$testdata_new/narrow/test_sweep_cast_FLOAT_to_INT4/model.onnx" ]; then
   venv=third_party/onnx-1.23-venv
   echo "setup: generating ONNX 1.23.2 conformance data"
   [ -x "$venv/bin/python" ] || python3 -m venv "$venv"

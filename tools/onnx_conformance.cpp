@@ -2,7 +2,7 @@
 // conformance cases (DIR holds test_*/model.onnx with test_data_set_N/ folders, as shipped in the
 // onnx Python package under onnx/backend/test/data/node) through the importer and the reference
 // interpreter and compares with the numpy-computed outputs, with ONNX's own criterion
-// (rtol 1e-3, atol 1e-7; wider for float16).
+// (rtol 1e-3, atol 1e-7; wider for float16; float8 and float4 codes exactly).
 //
 // A case runs when every op in its model is one fusetune supports; it is left out when its name
 // matches an entry of the exclusion file, each of which gives the reason. Prints one line per
@@ -87,6 +87,16 @@ std::string run_case(const fs::path& dir) {
       if (outs[k].dtype() != want.dtype()) {
         return set.filename().string() + " output " + std::to_string(k) + ": dtype " +
                std::string(dtype_name(outs[k].dtype())) + ", expected " + std::string(dtype_name(want.dtype()));
+      }
+      if (is_narrow_float(want.dtype())) {  // codes, compared exactly (-0, NaN's sign, FNUZ's 0x80)
+        for (int64_t i = 0; i < want.numel(); ++i) {
+          const auto a = std::to_integer<int>(outs[k].data()[i]), e = std::to_integer<int>(want.data()[i]);
+          if (a != e) {
+            return set.filename().string() + " output " + std::to_string(k) + " element " + std::to_string(i) + ": code " +
+                   std::to_string(a) + ", expected " + std::to_string(e);
+          }
+        }
+        continue;
       }
       const reference::Comparison c = reference::compare(outs[k], want, tol);
       if (!c.ok) {

@@ -19,9 +19,21 @@
 #include "backend/verify.h"
 #include "codegen/emit.h"
 #include "codegen/lower_group.h"
+#include "planner/device.h"
+#include "planner/tiling.h"
 #include "tests/unit/test_seed.h"
 
 namespace fusetune::testing {
+
+// The planner's best generated candidate for a group on H100 (library calls are tested in
+// test_library_call.cpp).
+inline planner::TileConfig best_config(const Graph& g, const planner::FusionGroup& fg) {
+  for (const planner::Candidate& c : planner::tile_candidates(g, fg, planner::find_device("h100"), {2, 2.0})) {
+    if (c.config.library.empty()) return c.config;
+  }
+  ADD_FAILURE() << "no generated candidate for " << fg.pattern;
+  return {};
+}
 
 struct CheckOptions {
   bool no_spills = false;  // ptxas must report no spill stores or loads for any kernel

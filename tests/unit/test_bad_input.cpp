@@ -125,13 +125,27 @@ TEST_F(BadInput, ElementTypesOutsideFusetunesAreNamed) {
   OnnxBuilder b;
   b.input("x", kFloat, {2}).output("y", kFloat, {2});
   auto* w = b.proto().mutable_graph()->add_initializer();
+  w->set_name("wc");
+  w->set_data_type(14);  // COMPLEX64
+  w->add_dims(2);
+  w->set_raw_data(std::string(16, '\0'));
+  b.node("Add", {"x", "wc"}, {"y"});
+  b.write(dir_ / "c64.onnx");
+  expect_one_line_error(dir_ / "c64.onnx", {"tensor 'wc'", "COMPLEX64 (14) is not supported"});
+}
+
+TEST_F(BadInput, ANarrowTypeMixedIntoArithmeticIsNamedWithItsNode) {
+  // float8 is a type fusetune holds (a Cast's target); Add of float32 and float8 is not ONNX
+  OnnxBuilder b;
+  b.input("x", kFloat, {2}).output("y", kFloat, {2});
+  auto* w = b.proto().mutable_graph()->add_initializer();
   w->set_name("w8");
   w->set_data_type(17);  // FLOAT8E4M3FN
   w->add_dims(2);
   w->set_raw_data(std::string(2, '\0'));
-  b.node("Add", {"x", "w8"}, {"y"});
+  b.node("Add", {"x", "w8"}, {"y"}, "mixed");
   b.write(dir_ / "f8.onnx");
-  expect_one_line_error(dir_ / "f8.onnx", {"tensor 'w8'", "FLOAT8E4M3FN (17) is not supported"});
+  expect_one_line_error(dir_ / "f8.onnx", {"node 'mixed' (Add)", "float32", "float8e4m3fn"});
 }
 
 TEST_F(BadInput, AnOpOfAnotherDomainIsNamedEvenWithoutADefaultOpset) {

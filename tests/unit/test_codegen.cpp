@@ -39,16 +39,9 @@ using planner::TileConfig;
 using fusetune::testing::add_input;
 using fusetune::testing::add_op;
 using fusetune::testing::attrs;
+using fusetune::testing::best_config;
 using fusetune::testing::check_groups;
 
-// The best generated candidate (library calls are tested in test_library_call.cpp).
-TileConfig best_config(const Graph& g, const FusionGroup& fg) {
-  for (const planner::Candidate& c : planner::tile_candidates(g, fg, planner::find_device("h100"), {2, 2.0})) {
-    if (c.config.library.empty()) return c.config;
-  }
-  ADD_FAILURE() << "no generated candidate for " << fg.pattern;
-  return {};
-}
 
 class ModelGroups : public ::testing::TestWithParam<std::string> {};
 

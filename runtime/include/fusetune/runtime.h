@@ -30,6 +30,10 @@ enum class ElementType {
   kInt8, kInt16, kInt32, kInt64,
   kUInt8, kUInt16, kUInt32, kUInt64,
   kBool,
+  // ONNX 1.23's narrow types, one element per byte in a buffer: a float8/float4 element as its
+  // code (float4's in the low nibble), a 4- or 2-bit integer as its value in an int8/uint8.
+  kFloat8E4M3FN, kFloat8E4M3FNUZ, kFloat8E5M2, kFloat8E5M2FNUZ, kFloat8E8M0, kFloat4E2M1,
+  kInt4, kUInt4, kInt2, kUInt2,
 };
 
 // ONNX spelling ("float32", "int64", "bool", ...) and size in bytes of one element.
