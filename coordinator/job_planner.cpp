@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <sstream>
 
 #include "codegen/emit.h"
 #include "codegen/lower_group.h"
@@ -148,6 +149,38 @@ const Graph& JobPlanner::graph() const { return s_->graph; }
 const planner::Device& JobPlanner::plan_device() const { return s_->plan_device; }
 const planner::ModelPlan& JobPlanner::modeled() const { return s_->modeled; }
 
+namespace {
+
+// A group as the worker sees it: a standalone sub-graph of its nodes and constants, and the group
+// of all its nodes.
+struct Standalone {
+  Graph graph;
+  planner::FusionGroup all;
+};
+
+Standalone standalone(const wire::Subgraph& sub) {
+  Standalone s{wire::from_subgraph(sub), {}};
+  s.all.nodes.resize(s.graph.nodes().size());
+  std::iota(s.all.nodes.begin(), s.all.nodes.end(), 0);
+  planner::describe_group(s.graph, s.all);
+  return s;
+}
+
+// The kernel a task measures for a candidate, and its source digest: of its CUDA code (the kernel
+// named "candidate", so that the digest does not depend on the candidate's place in the task;
+// comments, which name the model's nodes, left out, so that every group of one signature has
+// one digest) and its library call. Throws Error for a candidate the code generator cannot express.
+std::pair<codegen::LoweredKernel, std::string> measured_kernel(const Standalone& s, const planner::TileConfig& cfg) {
+  codegen::LoweredKernel lk = codegen::lower_group(s.graph, s.all, cfg, "candidate");
+  std::string code;
+  std::istringstream text(codegen::emit_cuda({lk.kernel}));
+  for (std::string line; std::getline(text, line);) code += line.substr(0, line.find("//")) + "\n";
+  std::string digest = sha256_hex(code + lk.kernel.library);
+  return {std::move(lk), std::move(digest)};
+}
+
+}  // namespace
+
 std::vector<TaskSpec> JobPlanner::tasks() const {
   std::vector<TaskSpec> out;
   const JobOptions& o = s_->options;
@@ -168,31 +201,32 @@ std::vector<TaskSpec> JobPlanner::tasks() const {
     p.set_min_time_ms(o.min_time_ms);
     p.set_timeout_ms(o.timeout_ms);
     p.set_flush_l2(true);
-    // The candidates are lowered on the standalone sub-graph, exactly as the worker will see it.
-    const Graph sub = wire::from_subgraph(t.graph());
-    planner::FusionGroup all;
-    all.nodes.resize(sub.nodes().size());
-    std::iota(all.nodes.begin(), all.nodes.end(), 0);
-    planner::describe_group(sub, all);
+    // The candidates are lowered on the standalone sub-graph, exactly as the worker will see it:
+    // the `candidates` best modeled ones, and a library call wherever it ranks (it is the baseline
+    // a generated kernel has to beat, so it is always measured).
+    const Standalone sub = standalone(t.graph());
+    int generated = 0;
     for (const planner::Candidate& c : gp.candidates) {
-      if (t.candidates_size() >= o.candidates) break;
-      if (!c.cost.valid) continue;
-      const std::string name = "c" + std::to_string(t.candidates_size());
-      codegen::LoweredKernel lk;
+      const bool library = !c.config.library.empty();
+      if (!c.cost.valid || (!library && generated >= o.candidates)) continue;
+      std::pair<codegen::LoweredKernel, std::string> m;
       try {
-        lk = codegen::lower_group(sub, all, c.config, name);
+        m = measured_kernel(sub, c.config);
       } catch (const Error&) {
         continue;  // a candidate the code generator cannot express is not measured
       }
+      auto& [lk, digest] = m;
+      if (!library) ++generated;
+      lk.kernel.name = "c" + std::to_string(t.candidates_size());
       wire::Candidate& w = *t.add_candidates();
       w.set_config(c.config.str());
-      w.set_kernel(name);
+      w.set_kernel(lk.kernel.name);
       w.set_cuda_source(codegen::emit_cuda({lk.kernel}));
       w.set_grid(lk.kernel.grid);
       w.set_threads(lk.kernel.threads);
       w.set_shared_bytes(lk.kernel.shared_bytes);
       w.set_library(lk.kernel.library);
-      w.set_source_digest(sha256_hex(w.cuda_source() + w.library()));
+      w.set_source_digest(digest);
       for (size_t k = 0; k < lk.kernel.params.size(); ++k) {
         const codegen::Param& param = lk.kernel.params[k];
         wire::ParamSpec& ps = *w.add_params();
@@ -212,8 +246,37 @@ planner::ModelPlan JobPlanner::final_plan(const planner::Measurements& measured)
   return planner::plan_model(s_->graph, s_->plan_device, {}, &measured);
 }
 
-runtime::Bundle JobPlanner::bundle(const planner::ModelPlan& plan) const {
-  return runtime::compile_bundle(s_->graph, plan, s_->plan_device, s_->model_name);
+runtime::Bundle JobPlanner::bundle(const planner::ModelPlan& plan, const MeasuredDigests& measured) const {
+  auto name = [&](size_t k) {
+    return "group " + std::to_string(k) + " (" + plan.groups[k].group.pattern + ")";
+  };
+  for (size_t k = 0; k < plan.groups.size(); ++k) {
+    const planner::GroupPlan& gp = plan.groups[k];
+    check(gp.measured, "export refused: ", name(k), " was never measured; a bundle ships measured kernels only");
+    check(!gp.failed, "export refused: every measured candidate of ", name(k),
+          " failed (see `fusetune status`); no kernel of it was measured to work");
+  }
+  // Every kernel shipped is the one whose measurement chose it: the same source, checked before
+  // anything is compiled, and the same configuration, which as_measured keeps.
+  for (size_t k = 0; k < plan.groups.size(); ++k) {
+    const planner::GroupPlan& gp = plan.groups[k];
+    const std::string chosen = gp.candidates[gp.chosen].config.str();
+    auto it = measured.find({gp.signature, chosen});
+    check(it != measured.end(), "export refused: ", name(k), ": no successful measurement of ", chosen, " is on record");
+    const std::string now =
+        measured_kernel(standalone(wire::to_subgraph(s_->graph, gp.group)), gp.candidates[gp.chosen].config).second;
+    check(now == it->second, "export refused: ", name(k), ": the kernel of ", chosen, " generated now (source ",
+          now.substr(0, 12), ") is not the one measured (", it->second.substr(0, 12), "); re-measure it (resubmit the job)");
+  }
+  runtime::BundleOptions options;
+  options.as_measured = true;
+  runtime::Bundle b = runtime::compile_bundle(s_->graph, plan, s_->plan_device, s_->model_name, options);
+  for (size_t k = 0; k < plan.groups.size(); ++k) {
+    const std::string chosen = plan.groups[k].candidates[plan.groups[k].chosen].config.str();
+    check(b.group_configs[k] == chosen, "export refused: ", name(k), " would ship configuration ", b.group_configs[k],
+          " but its measurements chose ", chosen);
+  }
+  return b;
 }
 
 JobSummary JobPlanner::summary(const planner::ModelPlan& plan) const {

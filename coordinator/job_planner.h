@@ -6,15 +6,19 @@
 // (each fused group and its parts, once per signature) into a measurement task: the group as a
 // standalone sub-graph with its constants (what the worker's reference runs), and its top
 // `candidates` valid tile candidates lowered and emitted as CUDA and host kernels, each with its
-// parameter bindings. final_plan() re-plans with the measurements the search database holds;
-// bundle() generates the plan bundle of that plan; summary() compares the tuned plan with the
-// unfused one on the same measured device. Guarantees: the same files, device and options give
+// parameter bindings (a library call is measured wherever it ranks, beyond `candidates` too).
+// final_plan() re-plans with the measurements the search database holds; bundle() generates the
+// plan bundle of that plan and refuses, naming the group, unless every kernel it ships is the one
+// whose measurement chose it (the same configuration and source digest: no group unmeasured or
+// all failed, no spill substitution, no re-threaded packed launch); summary() compares the tuned
+// plan with the unfused one on the same measured device. Guarantees: the same files, device and options give
 // the same tasks (deterministic), and a task's candidate configs are exactly the keys that
 // final_plan() looks measurements up by. Bad files, shapes or devices throw Error naming them.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <utility>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,6 +53,10 @@ struct TaskSpec {
   wire::Task task;  // without task id and lease deadline
 };
 
+// (group signature, TileConfig::str()) -> the source digest of the kernel a successful
+// measurement timed (storage::Measurement::source_digest).
+using MeasuredDigests = std::map<std::pair<std::string, std::string>, std::string>;
+
 struct JobSummary {
   size_t groups = 0;
   int launches = 0;
@@ -74,7 +82,7 @@ class JobPlanner {
   const planner::ModelPlan& modeled() const;
   std::vector<TaskSpec> tasks() const;
   planner::ModelPlan final_plan(const planner::Measurements& measured) const;
-  runtime::Bundle bundle(const planner::ModelPlan& plan) const;
+  runtime::Bundle bundle(const planner::ModelPlan& plan, const MeasuredDigests& measured) const;
   // Measured costs of the single-node groups and the chosen groups of `plan`.
   JobSummary summary(const planner::ModelPlan& plan) const;
 

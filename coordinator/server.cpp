@@ -58,6 +58,8 @@ struct Server::State {
     std::unique_ptr<JobPlanner> planner;
     storage::DeviceKey device;
     std::vector<int64_t> tasks;
+    std::map<int64_t, wire::Task> asked;  // per task: the candidates this job asks it to measure
+    std::set<int64_t> extended;           // tasks this job has extended (once each)
     size_t cache_hits = 0;
   };
 
@@ -118,9 +120,13 @@ struct Server::State {
         ++job.cache_hits;
         continue;
       }
-      const int64_t id = db.ensure_task(spec.signature, rec.device, codegen::kCodegenVersion, spec.task.SerializeAsString());
+      // Only what the database lacks is measured; a task measured before for fewer candidates
+      // (another job's, with a smaller --candidates) is extended when it is done (maybe_finish).
+      const wire::Task todo = unmeasured(spec, rec.device);
+      const int64_t id = db.ensure_task(spec.signature, rec.device, codegen::kCodegenVersion, todo.SerializeAsString());
       db.link_job_task(rec.id, id);
       job.tasks.push_back(id);
+      job.asked[id] = spec.task;
     }
     nlohmann::json progress = {{"cache_hits", job.cache_hits}};
     db.set_job_state(rec.id, storage::JobState::kRunning, "", progress.dump());
@@ -128,6 +134,16 @@ struct Server::State {
         std::to_string(job.tasks.size()) + " tasks, " + std::to_string(job.cache_hits) + " answered by the database");
     jobs[rec.id] = std::move(job);
     maybe_finish(rec.id);
+  }
+
+  // The task with only the candidates not measured yet (successfully or not) on this device.
+  wire::Task unmeasured(const TaskSpec& spec, const storage::DeviceKey& d) {
+    wire::Task todo = spec.task;
+    todo.clear_candidates();
+    for (const wire::Candidate& c : spec.task.candidates()) {
+      if (!db.measured(spec.signature, d, codegen::kCodegenVersion, c.config())) *todo.add_candidates() = c;
+    }
+    return todo;
   }
 
   // Whether the database already holds measurements for this task's candidates on this device.
@@ -138,17 +154,26 @@ struct Server::State {
     return true;
   }
 
-  planner::Measurements measurements(const Job& job) {
-    planner::Measurements m;
+  // What the database holds for the job's groups: times for final_plan (a candidate whose every
+  // measurement failed is infinite) and the source digests of the kernels the times are of.
+  struct Measured {
+    planner::Measurements times;
+    MeasuredDigests digests;
+  };
+  Measured measured(const Job& job) {
+    Measured m;
     for (const planner::GroupPlan& gp : job.planner->modeled().compared) {
-      std::map<std::string, double> ok;
-      for (const storage::Measurement& r : db.top_k(gp.signature, job.device, codegen::kCodegenVersion, 1000)) {
-        if (!ok.count(r.config)) ok[r.config] = r.median_us;
-      }
+      std::map<std::string, const storage::Measurement*> ok;
+      const std::vector<storage::Measurement> rows = db.top_k(gp.signature, job.device, codegen::kCodegenVersion, 1000);
+      for (const storage::Measurement& r : rows) ok.emplace(r.config, &r);  // the fastest of each config
       for (const planner::Candidate& c : gp.candidates) {
         const std::string cfg = c.config.str();
-        if (ok.count(cfg)) m[{gp.signature, cfg}] = ok[cfg];
-        else if (db.measured(gp.signature, job.device, codegen::kCodegenVersion, cfg)) m[{gp.signature, cfg}] = INFINITY;
+        if (auto it = ok.find(cfg); it != ok.end()) {
+          m.times[{gp.signature, cfg}] = it->second->median_us;
+          m.digests[{gp.signature, cfg}] = it->second->source_digest;
+        } else if (db.measured(gp.signature, job.device, codegen::kCodegenVersion, cfg)) {
+          m.times[{gp.signature, cfg}] = INFINITY;
+        }
       }
     }
     return m;
@@ -160,8 +185,25 @@ struct Server::State {
     const storage::JobProgress p = db.job_progress(id);
     if (p.queued > 0 || p.leased > 0) return;
     Job& job = it->second;
+    // A done task that measured fewer candidates than this job asks (it was created, or leased,
+    // for another job) is queued again with the rest, once, before the job finishes.
+    bool extending = false;
+    for (const auto& [task_id, asked] : job.asked) {
+      if (job.extended.count(task_id)) continue;
+      TaskSpec spec;
+      spec.signature = asked.signature();
+      spec.task = asked;
+      const wire::Task todo = unmeasured(spec, job.device);
+      if (todo.candidates_size() > 0 && db.extend_task(task_id, todo.SerializeAsString())) {
+        job.extended.insert(task_id);
+        extending = true;
+        log("job " + std::to_string(id) + ": task " + std::to_string(task_id) + " extended by " +
+            std::to_string(todo.candidates_size()) + " candidates");
+      }
+    }
+    if (extending) return;
     try {
-      const planner::ModelPlan plan = job.planner->final_plan(measurements(job));
+      const planner::ModelPlan plan = job.planner->final_plan(measured(job).times);
       JobSummary s = job.planner->summary(plan);
       s.tasks = job.tasks.size();
       s.cache_hits = job.cache_hits;
@@ -470,7 +512,8 @@ struct Server::State {
     Job job;
     job.device = r->device;
     job.planner = load_planner(*r);
-    const runtime::Bundle bundle = job.planner->bundle(job.planner->final_plan(measurements(job)));
+    const Measured m = measured(job);
+    const runtime::Bundle bundle = job.planner->bundle(job.planner->final_plan(m.times), m.digests);
     std::vector<wire::ModelFile> out;
     for (const auto& [name, data] : runtime::bundle_files(bundle)) {
       wire::ModelFile& f = out.emplace_back();

@@ -409,7 +409,7 @@ FusionPlan finish(const Graph& g, const Partition& p) {
 
 // Packs independent groups into shared launches: sibling contractions that read the same
 // non-constant input, and small groups that are ready at the same point.
-void pack_launches(const Graph& g, FusionPlan& plan, const FusionOptions& opt) {
+void pack_launches(const Graph& g, FusionPlan& plan, const FusionOptions& opt, const std::vector<bool>& solo) {
   for (size_t k = 0; k < plan.groups.size(); ++k) plan.groups[k].launch = static_cast<int>(k);
   if (!opt.pack) return;
   const std::vector<int> prod = g.producers();
@@ -444,6 +444,7 @@ void pack_launches(const Graph& g, FusionPlan& plan, const FusionOptions& opt) {
   for (size_t a = 0; a < plan.groups.size(); ++a) {
     for (size_t b = a + 1; b < plan.groups.size(); ++b) {
       if (depth[a] != depth[b] || plan.groups[b].launch != static_cast<int>(b)) continue;
+      if ((a < solo.size() && solo[a]) || (b < solo.size() && solo[b])) continue;
       const bool siblings = has_contraction(plan.groups[a]) && has_contraction(plan.groups[b]) &&
                             first_nonconst_input(plan.groups[a]) != kNoValue &&
                             first_nonconst_input(plan.groups[a]) == first_nonconst_input(plan.groups[b]);
@@ -451,12 +452,19 @@ void pack_launches(const Graph& g, FusionPlan& plan, const FusionOptions& opt) {
       if (siblings || small) plan.groups[b].launch = plan.groups[a].launch;
     }
   }
-  // Renumber launches densely in order of first appearance.
-  std::map<int, int> renumber;
-  for (FusionGroup& fg : plan.groups) {
-    auto [it, fresh] = renumber.emplace(fg.launch, static_cast<int>(renumber.size()));
-    fg.launch = it->second;
+  // Renumber launches densely by depth, then first appearance: a launch runs where its first
+  // member would, which could precede a producer of a later member (one of lower depth placed
+  // after it); in order of depth every producer's launch runs first.
+  std::map<int, int> depth_of_launch;
+  for (size_t k = 0; k < plan.groups.size(); ++k) depth_of_launch.emplace(plan.groups[k].launch, depth[k]);
+  std::map<std::pair<int, int>, int> order;  // (depth, first appearance) -> old launch id
+  for (size_t k = 0; k < plan.groups.size(); ++k) {
+    const int old = plan.groups[k].launch;
+    order.emplace(std::make_pair(depth_of_launch[old], old), old);
   }
+  std::map<int, int> renumber;
+  for (const auto& [key, old] : order) renumber.emplace(old, static_cast<int>(renumber.size()));
+  for (FusionGroup& fg : plan.groups) fg.launch = renumber[fg.launch];
 }
 
 FusionPlan fuse(const Graph& g, const FusionOptions& options) {

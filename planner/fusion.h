@@ -66,8 +66,10 @@ FusionPlan fuse(const Graph& g, const FusionOptions& options = {});
 FusionPlan unfused(const Graph& g);
 
 // Rule 4 on its own: assigns launch ids to an ordered list of groups, packing independent siblings
-// and small groups. Used by fuse(), and again after selection has split some groups.
-void pack_launches(const Graph& g, FusionPlan& plan, const FusionOptions& options);
+// and small groups (never a group marked in `solo`). Used by fuse(), and again after selection
+// has split some groups. Launch ids are numbered so that running launches in increasing id order
+// runs every group after the groups it reads from (by dependency depth, then first appearance).
+void pack_launches(const Graph& g, FusionPlan& plan, const FusionOptions& options, const std::vector<bool>& solo = {});
 
 // Fills inputs/outputs/pattern of a group from its nodes.
 void describe_group(const Graph& g, FusionGroup& group);

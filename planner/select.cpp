@@ -148,24 +148,16 @@ ModelPlan plan_model(const Graph& g, const Device& d, const PlanOptions& opt, co
       plan.groups.push_back(std::move(gp));
     }
   }
-  // Launches: pack the final groups (splitting may have freed siblings to share a launch).
+  // Launches: pack the final groups (splitting may have freed siblings to share a launch). A
+  // library call is a launch of its own: it cannot share a kernel with generated parts.
   FusionPlan final_groups;
-  for (const GroupPlan& gp : plan.groups) final_groups.groups.push_back(gp.group);
-  pack_launches(g, final_groups, fusion);
-  for (size_t k = 0; k < plan.groups.size(); ++k) plan.groups[k].group.launch = final_groups.groups[k].launch;
-  // A library call is a launch of its own: it cannot share a kernel with generated parts.
-  int next_launch = 0;
-  std::map<int, int> members;
+  std::vector<bool> library;
   for (const GroupPlan& gp : plan.groups) {
-    next_launch = std::max(next_launch, gp.group.launch + 1);
-    ++members[gp.group.launch];
+    final_groups.groups.push_back(gp.group);
+    library.push_back(!gp.candidates[gp.chosen].config.library.empty());
   }
-  for (GroupPlan& gp : plan.groups) {
-    if (!gp.candidates[gp.chosen].config.library.empty() && members[gp.group.launch] > 1) {
-      --members[gp.group.launch];
-      gp.group.launch = next_launch++;
-    }
-  }
+  pack_launches(g, final_groups, fusion, library);
+  for (size_t k = 0; k < plan.groups.size(); ++k) plan.groups[k].group.launch = final_groups.groups[k].launch;
   std::set<int> launch_ids;
   for (const GroupPlan& gp : plan.groups) launch_ids.insert(gp.group.launch);
   plan.launches = static_cast<int>(launch_ids.size());

@@ -11,6 +11,8 @@
 // in ModelPlan::failed_groups), and whole-vs-parts is decided on measured times when the whole and every
 // part are measured, on modeled times otherwise. The fusion pass's own merge decisions use
 // modeled costs, so the groups proposed do not depend on which measurements exist.
+// Launches: the final groups are packed again (planner/fusion.h), a group whose chosen candidate
+// is a library call never sharing its launch, and numbered so that launches run in id order.
 // ModelPlan::compared lists every group the selection weighed (each fused group and its parts,
 // down to single nodes, once per signature): what the tuning service measures. Deterministic
 // for a given graph, device, options and measurements.

@@ -37,25 +37,28 @@ std::vector<char> read_bytes(const fs::path& p) {
 }  // namespace
 
 Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, const planner::Device& device,
-                      const std::string& model_name) {
+                      const std::string& model_name, const BundleOptions& options) {
   Bundle b;
-  // One kernel per launch: groups the planner packed into a launch become parts of one kernel.
-  std::vector<std::vector<size_t>> launch_groups;
-  std::map<int, size_t> launch_index;
+  // One kernel per launch, run in launch id order (planner/fusion.h: producers first): groups the
+  // planner packed into a launch become parts of one kernel (as measured: only parts measured at
+  // the same thread count, which the packed kernel keeps).
+  std::map<std::pair<int, int>, std::vector<size_t>> by_launch;
   for (size_t k = 0; k < plan.groups.size(); ++k) {
     const planner::GroupPlan& gp = plan.groups[k];
     check(gp.candidates[gp.chosen].cost.valid, "group ", k, " (", gp.group.pattern, ") has no valid candidate: ",
           gp.candidates[gp.chosen].cost.reject);
-    auto [it, fresh] = launch_index.emplace(gp.group.launch, launch_groups.size());
-    if (fresh) launch_groups.emplace_back();
-    launch_groups[it->second].push_back(k);
+    const int threads = options.as_measured ? gp.candidates[gp.chosen].config.threads : 0;
+    by_launch[{gp.group.launch, threads}].push_back(k);
   }
+  std::vector<std::vector<size_t>> launch_groups;
+  for (auto& [key, groups] : by_launch) launch_groups.push_back(std::move(groups));
   // The candidate each group runs: the plan's choice, unless ptxas reports that it spills and a
   // lower-ranked candidate of the same group does not (a spilling candidate is never used silently).
   std::vector<size_t> choice(plan.groups.size());
   for (size_t k = 0; k < plan.groups.size(); ++k) choice[k] = plan.groups[k].chosen;
   std::vector<codegen::Kernel> kernels;
   std::vector<codegen::LoweredKernel> lowered;
+  b.group_configs.assign(plan.groups.size(), "");
   std::map<size_t, int> launch_threads;  // a packed launch's thread count, when lowered to avoid spills
   // Launch l as one kernel: its groups' chosen candidates, all with the launch's thread count.
   auto lower_launch = [&](size_t l, int threads, const std::string& name) {
@@ -80,10 +83,16 @@ Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, const plan
       int threads = 0;
       for (size_t k : launch_groups[l]) threads = std::max(threads, plan.groups[k].candidates[choice[k]].config.threads);
       if (auto t = launch_threads.find(l); t != launch_threads.end()) threads = t->second;
+      for (size_t k : launch_groups[l]) {
+        planner::TileConfig cfg = plan.groups[k].candidates[choice[k]].config;
+        cfg.threads = threads;
+        b.group_configs[k] = cfg.str();
+      }
       lowered.push_back(lower_launch(l, threads, "k" + std::to_string(l)));
       kernels.push_back(lowered.back().kernel);
     }
     b.cuda_source = codegen::emit_cuda(kernels);
+    b.kernels = kernels;
   };
   // Whether a kernel compiled on its own spills registers.
   auto spills_alone = [&](const codegen::Kernel& kernel) {
@@ -98,7 +107,7 @@ Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, const plan
     backend::CompiledCuda cc = backend::compile_cuda(b.cuda_source, device.arch);
     std::map<std::string, size_t> probed;  // signature -> candidate that does not spill
     bool changed = false;
-    for (size_t l = 0; l < launch_groups.size(); ++l) {
+    for (size_t l = 0; l < launch_groups.size() && !options.as_measured; ++l) {
       auto r = cc.resources.find(kernels[l].name);
       if (r == cc.resources.end() || !r->second.spills()) continue;
       if (launch_groups[l].size() > 1) {  // a packed launch: fewer threads leave more registers each
@@ -197,7 +206,7 @@ Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, const plan
       const planner::GroupPlan& gp = plan.groups[gi];
       json ge = {{"signature", gp.signature},
                  {"pattern", gp.group.pattern},
-                 {"config", gp.candidates[choice[gi]].config.str()},
+                 {"config", b.group_configs[gi]},
                  {"modeled_us", gp.candidates[choice[gi]].cost.modeled_us},
                  {"modeled_dram_bytes", gp.candidates[choice[gi]].cost.dram_bytes},
                  {"modeled_flops", gp.candidates[choice[gi]].cost.flops}};

@@ -691,6 +691,19 @@ void SearchDb::requeue_task(int64_t id) {
   });
 }
 
+bool SearchDb::extend_task(int64_t id, const std::string& payload) {
+  return write([&] {
+    Stmt s(db_, "SELECT count(*) FROM tasks WHERE id=?", path_.string());
+    check(s.bind(1, id).step() && s.i64(0) > 0, path_.string(), ": no task ", id);
+    Stmt q(db_,
+           "UPDATE tasks SET state='queued', attempts=0, worker='', lease_deadline_ms=0, error='', payload=? WHERE id=? "
+           "AND state='done'",
+           path_.string());
+    q.bind_blob(1, payload).bind(2, id).step();
+    return sqlite3_changes(db_) == 1;
+  });
+}
+
 int SearchDb::requeue_leased() {
   return write([&] {
     Stmt q(db_, "UPDATE tasks SET state='queued', worker='', lease_deadline_ms=0 WHERE state='leased'", path_.string());

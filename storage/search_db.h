@@ -184,6 +184,10 @@ class SearchDb {
   // Puts a leased or failed task back in the queue (worker, deadline, error cleared); a queued or
   // done task is left as it is. An unknown id throws.
   void requeue_task(int64_t id);
+  // Queues a done task again with a new payload (attempts, worker and error reset): a job asking
+  // for candidates the task did not measure extends it. Returns false, changing nothing, for a
+  // task that is not done. An unknown id throws.
+  bool extend_task(int64_t id, const std::string& payload);
   // Puts every leased task back in the queue and returns how many (a restarted coordinator's
   // first call: no lease survives it).
   int requeue_leased();

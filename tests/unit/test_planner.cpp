@@ -3,11 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
+#include <random>
 #include <set>
 
 #include "importer/importer.h"
 #include "planner/select.h"
 #include "unit/graph_helpers.h"
+#include "unit/test_seed.h"
 
 namespace fusetune::planner {
 namespace {
@@ -309,6 +312,50 @@ TEST(Select, AGroupWhoseMeasurementsAllFailedFallsBackToItsParts) {
     EXPECT_EQ(q.candidates[q.chosen].config, gp.candidates.back().config);
   }
   EXPECT_TRUE(kept);
+}
+
+TEST(Select, EveryLaunchRunsAfterTheLaunchesItReadsFrom) {
+  // Measured choices move groups in and out of packed launches (a library call runs alone, split
+  // parts pack anew): whatever the measurements, running launches in id order must run every
+  // group after its producers. Random measurements (seeded, printed) over BERT and LLaMA.
+  const unsigned seed = fusetune::testing::test_seed();
+  std::mt19937 rng(seed);
+  const planner::Device d = planner::find_device("h100");
+  for (const std::string model : {"bert", "llama"}) {
+    const Graph g = fusetune::testing::load_test_model(model);
+    const planner::ModelPlan modeled = planner::plan_model(g, d);
+    for (int trial = 0; trial < 20; ++trial) {
+      planner::Measurements m;
+      for (const planner::GroupPlan& gp : modeled.compared) {
+        for (const planner::Candidate& c : gp.candidates) {
+          if (c.cost.valid) m[{gp.signature, c.config.str()}] = gp.group.nodes.size() * (0.5 + (rng() % 1000) / 1000.0);
+        }
+      }
+      const planner::ModelPlan plan = planner::plan_model(g, d, {}, &m);
+      std::map<int, int> launch_of_value;
+      for (const planner::GroupPlan& gp : plan.groups) {
+        for (int v : gp.group.outputs) launch_of_value[v] = gp.group.launch;
+      }
+      std::set<int> library_launches;
+      for (const planner::GroupPlan& gp : plan.groups) {
+        for (int v : gp.group.inputs) {
+          auto it = launch_of_value.find(v);
+          if (it != launch_of_value.end()) {
+            EXPECT_LT(it->second, gp.group.launch) << model << " trial " << trial << ": " << gp.group.pattern
+                                                    << " reads from a launch that runs later (seed " << seed << ")";
+          }
+        }
+        if (!gp.candidates[gp.chosen].config.library.empty()) {
+          EXPECT_TRUE(library_launches.insert(gp.group.launch).second) << "a library call shares launch " << gp.group.launch;
+        }
+      }
+      for (const planner::GroupPlan& gp : plan.groups) {
+        if (library_launches.count(gp.group.launch)) {
+          EXPECT_FALSE(gp.candidates[gp.chosen].config.library.empty()) << gp.group.pattern << " shares a library call's launch";
+        }
+      }
+    }
+  }
 }
 
 TEST(Select, FusionBeatsTheUnfusedPlanOnTraffic) {

@@ -432,7 +432,7 @@ TEST_F(SearchDbTest, JobsShareTasks) {
   EXPECT_EQ(db.job_progress(b).tasks, 1);
 }
 
-TEST_F(SearchDbTest, EnsureTaskRequeuesAFailedTask) {
+TEST_F(SearchDbTest, EnsureTaskRequeuesAFailedTaskAndExtendTaskADoneOne) {
   SearchDb db(dir_ / "search.db");
   const DeviceKey h100{"h100", "sm_90"};
   const int64_t t = db.ensure_task("v1:abc", h100, 1, "old");
@@ -460,6 +460,17 @@ TEST_F(SearchDbTest, EnsureTaskRequeuesAFailedTask) {
   EXPECT_EQ(db.task(t)->state, TaskState::kDone);
   EXPECT_EQ(db.task(t)->payload, "new");
   EXPECT_EQ(db.task(t)->worker, "w2");
+  // A job asking for more candidates extends it: queued again with the rest, the measurements kept.
+  EXPECT_TRUE(db.extend_task(t, "the rest"));
+  const auto extended = db.task(t);
+  EXPECT_EQ(extended->state, TaskState::kQueued);
+  EXPECT_EQ(extended->payload, "the rest");
+  EXPECT_EQ(extended->attempts, 0);
+  EXPECT_EQ(extended->worker, "");
+  EXPECT_EQ(db.stats().measurements, 2);
+  EXPECT_FALSE(db.extend_task(t, "twice"));  // only a done task is extended
+  EXPECT_EQ(db.task(t)->payload, "the rest");
+  EXPECT_THROW(db.extend_task(t + 100, "x"), Error);
 }
 
 TEST_F(SearchDbTest, FinishTaskTwiceRecordsOnce) {

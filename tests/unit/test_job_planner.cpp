@@ -1,0 +1,216 @@
+// The tuning job's decisions (coordinator/job_planner.h): what a task measures and what an
+// exported bundle ships. A library call is measured even beyond the `candidates` cut; an export
+// ships exactly the kernels whose measurements chose them (configuration and source digest), so a
+// packed launch whose parts were measured at different thread counts is split rather than
+// re-threaded, a measured kernel that spills ships as measured (flagged) rather than swapped for an
+// unmeasured one, and an export refuses, naming the group, when a group was never measured, when all
+// its measurements failed, or when the kernel generated now is not the one measured.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "backend/nvrtc.h"
+#include "coordinator/job_planner.h"
+#include "core/error.h"
+#include "core/files.h"
+
+namespace fusetune::coordinator {
+namespace {
+
+std::vector<wire::ModelFile> model_files(const std::string& name) {
+  wire::ModelFile f;
+  f.set_path("model.onnx");
+  f.set_data(read_file(std::string(FUSETUNE_SOURCE_DIR) + "/tests/data/models/" + name + "/model.onnx", "model file"));
+  return {f};
+}
+
+// Measurements as a worker would report them for every candidate of every task: `prefer` says
+// which candidate of a task is fastest; the others are slower in task order.
+struct Fabricated {
+  planner::Measurements times;
+  MeasuredDigests digests;
+};
+
+Fabricated measure_all(const std::vector<TaskSpec>& tasks, const std::function<int(const wire::Task&)>& prefer) {
+  Fabricated f;
+  for (const TaskSpec& t : tasks) {
+    const int best = prefer(t.task);
+    for (int k = 0; k < t.task.candidates_size(); ++k) {
+      const wire::Candidate& c = t.task.candidates(k);
+      f.times[{t.signature, c.config()}] = k == best ? 1.0 : 10.0 + k;
+      f.digests[{t.signature, c.config()}] = c.source_digest();
+    }
+  }
+  return f;
+}
+
+std::string refusal(const JobPlanner& jp, const planner::ModelPlan& plan, const MeasuredDigests& digests) {
+  try {
+    jp.bundle(plan, digests);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(JobPlanner, TheLibraryCallIsMeasuredBeyondTheCandidateCut) {
+  JobOptions o;
+  o.candidates = 1;
+  o.shapes = {{"input_ids", {1, 16}}, {"attention_mask", {1, 16}}};
+  const JobPlanner jp(model_files("bert"), "bert", "h100", o);
+  int with_library = 0;
+  for (const planner::GroupPlan& gp : jp.modeled().compared) {
+    bool has_library = false;
+    for (const planner::Candidate& c : gp.candidates) has_library |= c.cost.valid && !c.config.library.empty();
+    if (!has_library) continue;
+    ++with_library;
+    for (const TaskSpec& t : jp.tasks()) {
+      if (t.signature != gp.signature) continue;
+      int generated = 0, library = 0;
+      for (const wire::Candidate& c : t.task.candidates()) (c.library().empty() ? generated : library) += 1;
+      EXPECT_EQ(library, 1) << gp.group.pattern;
+      EXPECT_LE(generated, 1) << gp.group.pattern;
+    }
+  }
+  EXPECT_GT(with_library, 0) << "BERT's MatMuls match cuBLASLt calls";
+}
+
+TEST(JobPlanner, AnExportShipsTheMeasuredKernelsAndSplitsARethreadedPackedLaunch) {
+  const JobPlanner jp(model_files("llama"), "llama", "h100", JobOptions{});
+  const std::vector<TaskSpec> tasks = jp.tasks();
+  // Each task's first candidate fastest; then, in a launch the plan packs, one part's fastest
+  // candidate is one with another thread count than its partner's.
+  Fabricated m = measure_all(tasks, [](const wire::Task&) { return 0; });
+  const planner::ModelPlan first = jp.final_plan(m.times);
+  bool retimed = false;
+  for (size_t a = 0; a + 1 < first.groups.size() && !retimed; ++a) {
+    const planner::GroupPlan& ga = first.groups[a];
+    const planner::GroupPlan& gb = first.groups[a + 1];
+    if (ga.group.launch != gb.group.launch || ga.signature == gb.signature) continue;
+    for (const TaskSpec& t : tasks) {
+      if (t.signature != ga.signature) continue;
+      for (const wire::Candidate& c : t.task.candidates()) {
+        if (c.library().empty() && c.threads() != gb.candidates[gb.chosen].config.threads && !retimed) {
+          m.times[{t.signature, c.config()}] = 0.5;
+          retimed = true;
+        }
+      }
+    }
+  }
+  ASSERT_TRUE(retimed) << "llama's plan packs no two groups of different signatures";
+  const planner::ModelPlan plan = jp.final_plan(m.times);
+  std::map<int, std::set<int>> threads_in_launch;
+  for (const planner::GroupPlan& gp : plan.groups) {
+    ASSERT_TRUE(gp.measured) << gp.group.pattern;
+    threads_in_launch[gp.group.launch].insert(gp.candidates[gp.chosen].config.threads);
+  }
+  int rethreaded = 0;
+  for (const auto& [launch, threads] : threads_in_launch) rethreaded += threads.size() > 1;
+  ASSERT_GT(rethreaded, 0) << "no packed launch whose parts were measured at different thread counts";
+
+  // Lowered as a modeled plan is, a packed launch takes its widest part's thread count, and a
+  // candidate that spills gives way to one that does not: kernels that were never measured.
+  const runtime::Bundle modeled = runtime::compile_bundle(jp.graph(), plan, jp.plan_device(), "llama");
+  int changed = 0;
+  for (size_t k = 0; k < plan.groups.size(); ++k) {
+    changed += modeled.group_configs[k] != plan.groups[k].candidates[plan.groups[k].chosen].config.str();
+  }
+  EXPECT_GT(changed, 0);
+  auto spill_figures = [](const runtime::Bundle& bundle, int* replaced, int* spilling) {
+    const nlohmann::json manifest = nlohmann::json::parse(bundle.manifest);  // outlives the loop
+    for (const auto& launch : manifest["launches"]) {
+      for (const auto& group : launch["groups"]) *replaced += group.contains("replaced_spilling_config");
+      if (launch.contains("resources")) *spilling += launch["resources"]["sm_90"]["spills"].get<bool>();
+    }
+  };
+  int replaced = 0, spilling = 0;
+  spill_figures(modeled, &replaced, &spilling);
+  if (backend::nvrtc_available()) {
+    // llama's ReduceMean+MatMul (+7 fused) candidate measured fastest here spills on sm_90
+    EXPECT_GT(replaced, 0);
+  } else {
+    std::printf("NOTE: NVRTC not available: ptxas spill figures (and substitution) not checked\n");
+  }
+
+  // Exported, every group ships its measured configuration; the re-threaded launches are split.
+  const runtime::Bundle b = jp.bundle(plan, m.digests);
+  for (size_t k = 0; k < plan.groups.size(); ++k) {
+    EXPECT_EQ(b.group_configs[k], plan.groups[k].candidates[plan.groups[k].chosen].config.str()) << k;
+  }
+  // The measured spilling kernel ships, flagged in the manifest, never swapped for an unmeasured one.
+  const int spilling_modeled = spilling;
+  replaced = spilling = 0;
+  spill_figures(b, &replaced, &spilling);
+  EXPECT_EQ(replaced, 0);
+  if (backend::nvrtc_available()) {
+    EXPECT_GT(spilling, spilling_modeled);
+  }
+  const nlohmann::json manifest = nlohmann::json::parse(b.manifest);
+  EXPECT_EQ(manifest["launches"].size(), static_cast<size_t>(plan.launches + rethreaded));
+  for (const auto& launch : manifest["launches"]) {
+    for (const auto& group : launch["groups"]) {
+      EXPECT_NE(group["config"].get<std::string>().find("threads=" + std::to_string(launch["threads"].get<int>())),
+                std::string::npos)
+          << group["config"] << " in a launch of " << launch["threads"] << " threads";
+    }
+  }
+}
+
+TEST(JobPlanner, AnExportRefusesKernelsThatWereNotMeasuredOrFailed) {
+  const JobPlanner jp(model_files("gpt2"), "gpt2", "h100", JobOptions{});
+  const std::vector<TaskSpec> tasks = jp.tasks();
+  const Fabricated m = measure_all(tasks, [](const wire::Task&) { return 0; });
+  const planner::ModelPlan plan = jp.final_plan(m.times);
+  EXPECT_NO_THROW(jp.bundle(plan, m.digests));
+  const planner::GroupPlan& first = plan.groups.front();
+  const std::string chosen = first.candidates[first.chosen].config.str();
+
+  // A kernel generated now that differs from the one measured (here: the record says another digest).
+  MeasuredDigests stale = m.digests;
+  stale[{first.signature, chosen}] = std::string(64, '0');
+  const std::string why = refusal(jp, plan, stale);
+  EXPECT_NE(why.find("export refused: group 0 (" + first.group.pattern + ")"), std::string::npos) << why;
+  EXPECT_NE(why.find("is not the one measured (000000000000)"), std::string::npos) << why;
+
+  // No successful measurement of the chosen configuration on record.
+  MeasuredDigests missing = m.digests;
+  missing.erase({first.signature, chosen});
+  EXPECT_NE(refusal(jp, plan, missing).find("no successful measurement of " + chosen), std::string::npos);
+
+  // A group never measured.
+  planner::Measurements partial = m.times;
+  for (auto it = partial.begin(); it != partial.end();) it = it->first.first == first.signature ? partial.erase(it) : std::next(it);
+  const planner::ModelPlan unmeasured = jp.final_plan(partial);
+  const std::string never = refusal(jp, unmeasured, m.digests);
+  EXPECT_NE(never.find("was never measured"), std::string::npos) << never;
+
+  // A fused group whose every measurement failed falls back to its parts, which ship.
+  planner::Measurements failed = m.times;
+  for (auto& [key, us] : failed) {
+    if (key.first == first.signature) us = INFINITY;
+  }
+  const planner::ModelPlan fallback = jp.final_plan(failed);
+  ASSERT_EQ(fallback.failed_groups.size(), 1u);
+  EXPECT_EQ(fallback.failed_groups[0], first.group.pattern);
+  EXPECT_GT(fallback.groups.size(), plan.groups.size());
+  EXPECT_NO_THROW(jp.bundle(fallback, m.digests));
+
+  // When its parts fail too, down to single nodes, nothing measured can run them: refused.
+  const std::set<int> nodes(first.group.nodes.begin(), first.group.nodes.end());
+  for (const planner::GroupPlan& gp : jp.modeled().compared) {
+    bool inside = true;
+    for (int n : gp.group.nodes) inside = inside && nodes.count(n) > 0;
+    if (!inside) continue;
+    for (auto& [key, us] : failed) {
+      if (key.first == gp.signature) us = INFINITY;
+    }
+  }
+  const std::string all_failed = refusal(jp, jp.final_plan(failed), m.digests);
+  EXPECT_NE(all_failed.find("export refused: every measured candidate of group"), std::string::npos) << all_failed;
+}
+
+}  // namespace
+}  // namespace fusetune::coordinator
