@@ -155,6 +155,17 @@ Tensor decode_tensor(const onnx::TensorProto& t, const fs::path& base_dir) {
           shape_str(shape), " of ", dtype_name(dtype), " needs ", file_bytes);
     const auto* raw = reinterpret_cast<const std::byte*>(t.raw_data().data());
     bytes.assign(raw, raw + file_bytes);  // not memcpy: an empty vector's data() may be null
+  } else if (dtype == DType::kF16 || dtype == DType::kBF16 || is_narrow_float(dtype) || dtype_bits(dtype) < 8) {
+    // int32_data holds 16-bit patterns (float16, bfloat16), codes (float8) or packed bytes
+    // (float4, 4- and 2-bit integers), as the file's raw bytes would be
+    const size_t width = dtype_size(dtype) == 2 ? 2 : 1;
+    check(t.int32_data().size() * width == file_bytes, label, ": int32_data holds ", t.int32_data().size(),
+          " values, shape ", shape_str(shape), " of ", dtype_name(dtype), " needs ", file_bytes / width);
+    bytes.resize(file_bytes);
+    for (size_t i = 0; i < file_bytes / width; ++i) {
+      const auto bits = static_cast<uint16_t>(t.int32_data(static_cast<int>(i)));
+      std::memcpy(bytes.data() + width * i, &bits, width);  // little-endian: the low byte(s)
+    }
   } else {
     switch (dtype) {
       case DType::kF32: bytes = pack(t.float_data(), dtype, count, label); break;
@@ -162,30 +173,6 @@ Tensor decode_tensor(const onnx::TensorProto& t, const fs::path& base_dir) {
       case DType::kI64: bytes = pack(t.int64_data(), dtype, count, label); break;
       case DType::kU32:
       case DType::kU64: bytes = pack(t.uint64_data(), dtype, count, label); break;
-      case DType::kF16:
-      case DType::kBF16:
-      case DType::kF8E4M3FN:
-      case DType::kF8E4M3FNUZ:
-      case DType::kF8E5M2:
-      case DType::kF8E5M2FNUZ:
-      case DType::kF8E8M0:
-      case DType::kF4E2M1:
-      case DType::kI4:
-      case DType::kU4:
-      case DType::kI2:
-      case DType::kU2: {
-        // int32_data holds 16-bit patterns (float16, bfloat16), codes (float8) or packed bytes
-        // (float4, 4- and 2-bit integers), as the file's raw bytes would be
-        const size_t width = dtype_size(dtype) == 2 ? 2 : 1;
-        check(t.int32_data().size() * width == file_bytes, label, ": int32_data holds ", t.int32_data().size(),
-              " values, shape ", shape_str(shape), " of ", dtype_name(dtype), " needs ", file_bytes / width);
-        bytes.resize(file_bytes);
-        for (size_t i = 0; i < file_bytes / width; ++i) {
-          const auto bits = static_cast<uint16_t>(t.int32_data(static_cast<int>(i)));
-          std::memcpy(bytes.data() + width * i, &bits, width);  // little-endian: the low byte(s)
-        }
-        break;
-      }
       default: bytes = pack(t.int32_data(), dtype, count, label); break;
     }
   }

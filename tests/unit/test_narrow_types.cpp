@@ -15,6 +15,7 @@
 
 #include "backend/nvrtc.h"
 #include "codegen/emit.h"
+#include "core/error.h"
 #include "core/narrow_types.h"
 #include "importer/onnx_io.h"
 #include "planner/fusion.h"
@@ -247,6 +248,21 @@ TEST(NarrowTypes, PackedFilesRoundTripInOnnxLayout) {
   }
   EXPECT_EQ(f4.to_floats(), f4v);
   std::filesystem::remove_all(dir);
+  // int32_data holds float8 codes one per value, and 4-bit elements packed two to a value
+  onnx::TensorProto f8;
+  f8.set_data_type(17);  // FLOAT8E4M3FN
+  f8.add_dims(2);
+  f8.add_int32_data(0x38);
+  f8.add_int32_data(0xB8);
+  EXPECT_EQ(importer::decode_tensor(f8, dir).to_floats(), (std::vector<float>{1.0f, -1.0f}));
+  onnx::TensorProto packed;
+  packed.set_data_type(22);  // INT4
+  packed.add_dims(3);
+  packed.add_int32_data(0x87);
+  packed.add_int32_data(0x09);
+  EXPECT_EQ(importer::decode_tensor(packed, dir).to_ints(), (std::vector<int64_t>{7, -8, -7}));
+  packed.add_int32_data(0x00);  // one byte more than 3 elements need
+  EXPECT_THROW(importer::decode_tensor(packed, dir), Error);
 }
 
 // x * scale -> Cast(to T, saturate) -> Cast(to float) -> Add x, for every narrow type: compiled
