@@ -59,7 +59,7 @@ struct Server::State {
     storage::DeviceKey device;
     std::vector<int64_t> tasks;
     std::map<int64_t, wire::Task> asked;  // per task: the candidates this job asks it to measure
-    std::set<int64_t> extended;           // tasks this job has extended (once each)
+    std::map<int64_t, int> extended;      // per task: how often this job has queued it again
     size_t cache_hits = 0;
   };
 
@@ -186,19 +186,21 @@ struct Server::State {
     if (p.queued > 0 || p.leased > 0) return;
     Job& job = it->second;
     // A done task that measured fewer candidates than this job asks (it was created, or leased,
-    // for another job) is queued again with the rest, once, before the job finishes.
+    // for another job), or whose candidates failed in a way that may not reproduce (a timeout, a
+    // crash: storage::kMaxTransientFailures), is queued again with what is not settled, before
+    // the job finishes; at most 1 + kMaxTransientFailures times by one job.
     bool extending = false;
     for (const auto& [task_id, asked] : job.asked) {
-      if (job.extended.count(task_id)) continue;
+      if (job.extended[task_id] > storage::kMaxTransientFailures) continue;
       TaskSpec spec;
       spec.signature = asked.signature();
       spec.task = asked;
       const wire::Task todo = unmeasured(spec, job.device);
       if (todo.candidates_size() > 0 && db.extend_task(task_id, todo.SerializeAsString())) {
-        job.extended.insert(task_id);
+        ++job.extended[task_id];
         extending = true;
         log("job " + std::to_string(id) + ": task " + std::to_string(task_id) + " extended by " +
-            std::to_string(todo.candidates_size()) + " candidates");
+            std::to_string(todo.candidates_size()) + " candidates not settled");
       }
     }
     if (extending) return;

@@ -410,11 +410,13 @@ int64_t SearchDb::record(const Measurement& m) {
 
 bool SearchDb::measured(const std::string& signature, const DeviceKey& d, int codegen_version, const std::string& config) {
   Stmt q(db_,
-         "SELECT count(*) FROM measurements m JOIN devices d ON d.id=m.device_id WHERE m.signature=? AND d.name=? AND "
-         "d.arch=? AND m.codegen_version=? AND m.config=?",
+         "SELECT count(*) FILTER (WHERE m.status NOT IN (?6, ?7)), count(*) FILTER (WHERE m.status IN (?6, ?7)) "
+         "FROM measurements m JOIN devices d ON d.id=m.device_id WHERE m.signature=?1 AND d.name=?2 AND d.arch=?3 AND "
+         "m.codegen_version=?4 AND m.config=?5",
          path_.string());
   q.bind(1, signature).bind(2, d.name).bind(3, d.arch).bind(4, static_cast<int64_t>(codegen_version)).bind(5, config);
-  return q.step() && q.i64(0) > 0;
+  q.bind(6, status_name(Status::kTimeout)).bind(7, status_name(Status::kRuntimeFault));
+  return q.step() && (q.i64(0) > 0 || q.i64(1) >= kMaxTransientFailures);
 }
 
 std::optional<BestPlan> SearchDb::best(const std::string& signature, const DeviceKey& d, int codegen_version) {

@@ -41,6 +41,10 @@ inline constexpr int kSchemaVersion = 2;
 // (simt/executor.h); the detail names the check, the kernel, the hazard and the lines.
 enum class Status { kOk, kCompileError, kRuntimeFault, kWrongResult, kTimeout, kResourceLimit, kCheckFailed };
 std::string status_name(Status s);
+// A timeout or a crash of the measuring child (kTimeout, kRuntimeFault) may not reproduce (a
+// loaded machine, a GPU fault): such a failure is retried, up to kMaxTransientFailures of them
+// per candidate and device (see measured()); the other failures are deterministic.
+inline constexpr int kMaxTransientFailures = 3;
 Status status_from_name(const std::string& name);
 
 struct DeviceKey {
@@ -144,7 +148,9 @@ class SearchDb {
   void commit_workload(const std::string& signature, const std::string& canonical_form);
   // Stores a measurement and updates the best plan if it is a faster success; returns its id.
   int64_t record(const Measurement& m);
-  // Whether this candidate was measured already (successfully or not) on this device/codegen.
+  // Whether this candidate's outcome is settled on this device/codegen: it has a success or a
+  // deterministic failure (compile error, wrong result, a failed check, a resource limit), or
+  // kMaxTransientFailures transient ones (is_transient). A candidate not settled is measured (again).
   bool measured(const std::string& signature, const DeviceKey& d, int codegen_version, const std::string& config);
   std::optional<BestPlan> best(const std::string& signature, const DeviceKey& d, int codegen_version);
   // The k fastest successful measurements of a workload on a device.

@@ -473,6 +473,35 @@ TEST_F(SearchDbTest, EnsureTaskRequeuesAFailedTaskAndExtendTaskADoneOne) {
   EXPECT_THROW(db.extend_task(t + 100, "x"), Error);
 }
 
+TEST_F(SearchDbTest, TransientFailuresAreRetriedDeterministicOnesAreNot) {
+  SearchDb db(dir_ / "search.db");
+  const DeviceKey h100{"h100", "sm_90"};
+  auto settled = [&](const std::string& config) { return db.measured("v1:abc", h100, 1, config); };
+  // deterministic failures settle a candidate at once
+  for (Status st : {Status::kCompileError, Status::kWrongResult, Status::kCheckFailed, Status::kResourceLimit}) {
+    const std::string config = "tile=" + status_name(st);
+    db.record(m(config, 0, st));
+    EXPECT_TRUE(settled(config)) << status_name(st);
+  }
+  // a timeout or a crash of the measuring child may not reproduce: measured again, up to the limit
+  for (Status st : {Status::kTimeout, Status::kRuntimeFault}) {
+    const std::string config = "tile=" + status_name(st);
+    for (int k = 1; k < kMaxTransientFailures; ++k) {
+      db.record(m(config, 0, st));
+      EXPECT_FALSE(settled(config)) << status_name(st) << " after " << k;
+    }
+    db.record(m(config, 0, st));
+    EXPECT_TRUE(settled(config)) << status_name(st) << " after " << kMaxTransientFailures;
+  }
+  // a transient failure then a success: settled by the success, which is the best plan
+  db.record(m("tile=retried", 0, Status::kTimeout));
+  EXPECT_FALSE(settled("tile=retried"));
+  db.record(m("tile=retried", 7.0));
+  EXPECT_TRUE(settled("tile=retried"));
+  EXPECT_EQ(db.best("v1:abc", h100, 1)->config, "tile=retried");
+  EXPECT_FALSE(db.measured("v1:abc", {"a100", "sm_80"}, 1, "tile=retried"));  // per device
+}
+
 TEST_F(SearchDbTest, FinishTaskTwiceRecordsOnce) {
   SearchDb db(dir_ / "search.db");
   const int64_t t = db.ensure_task("v1:abc", {"h100", "sm_90"}, 1, "p");

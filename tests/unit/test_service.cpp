@@ -294,6 +294,24 @@ TEST_F(Service, FiftyJobsAtOnceAllCompleteAndModelsSharingBlocksShareTasks) {
   for (int64_t j : jobs) expect_complete_without_duplicates(j);
 }
 
+TEST_F(Service, ATimedOutCandidateIsMeasuredAgainUpToTheLimit) {
+  // Every candidate times out (it would time for a minute; the limit is 200 ms): a timeout may not
+  // reproduce, so the job queues the task again until each candidate has failed
+  // kMaxTransientFailures times, no more, and then finishes.
+  start_coordinator();
+  start_worker("w1");
+  const int64_t job = submit(write_model(dir_, "slow", 64, {"Relu", "Sigmoid"}), 2, "host",
+                             R"("min_repeats": 5, "max_repeats": 100000, "min_time_ms": 60000, "timeout_ms": 200)");
+  wait_for([&] { return status(job).state() == "done"; }, "the job to finish");
+  storage::SearchDb db(db_);
+  const storage::DbStats stats = db.stats();
+  EXPECT_GT(stats.candidates, 0);
+  EXPECT_EQ(stats.failures, stats.measurements);
+  EXPECT_EQ(stats.measurements, storage::kMaxTransientFailures * stats.candidates) << coordinator_->log();
+  EXPECT_NE(coordinator_->log().find("candidates not settled"), std::string::npos) << coordinator_->log();
+  for (const storage::TaskRecord& t : db.job_tasks(job)) EXPECT_EQ(t.state, storage::TaskState::kDone) << t.error;
+}
+
 TEST_F(Service, ASigtermedWorkerHandsItsLeaseBackAndTasksGoOnlyToMatchingDevices) {
   start_coordinator();
   const int64_t gpu_job = submit(bundled_model("cnn_small"), 1, "h100");  // no H100 worker: never dispatched
