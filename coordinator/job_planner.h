@@ -57,6 +57,12 @@ struct TaskSpec {
 // measurement timed (storage::Measurement::source_digest).
 using MeasuredDigests = std::map<std::pair<std::string, std::string>, std::string>;
 
+// The time a decision uses for one candidate from its successful measurements (worker, median
+// microseconds): each worker's median of its medians, then the median over workers (the mean of
+// the middle two for an even count), so one noisy or miscalibrated worker cannot decide alone.
+// Requires at least one measurement.
+double decision_time_us(const std::vector<std::pair<std::string, double>>& measurements);
+
 struct JobSummary {
   size_t groups = 0;
   int launches = 0;

@@ -163,14 +163,17 @@ struct Server::State {
   Measured measured(const Job& job) {
     Measured m;
     for (const planner::GroupPlan& gp : job.planner->modeled().compared) {
-      std::map<std::string, const storage::Measurement*> ok;
-      const std::vector<storage::Measurement> rows = db.top_k(gp.signature, job.device, codegen::kCodegenVersion, 1000);
-      for (const storage::Measurement& r : rows) ok.emplace(r.config, &r);  // the fastest of each config
+      std::map<std::string, std::vector<std::pair<std::string, double>>> ok;  // config -> (worker, median)
+      std::map<std::string, std::string> digest;
+      for (const storage::Measurement& r : db.top_k(gp.signature, job.device, codegen::kCodegenVersion, 1000)) {
+        ok[r.config].emplace_back(r.worker, r.median_us);
+        digest.emplace(r.config, r.source_digest);
+      }
       for (const planner::Candidate& c : gp.candidates) {
         const std::string cfg = c.config.str();
         if (auto it = ok.find(cfg); it != ok.end()) {
-          m.times[{gp.signature, cfg}] = it->second->median_us;
-          m.digests[{gp.signature, cfg}] = it->second->source_digest;
+          m.times[{gp.signature, cfg}] = decision_time_us(it->second);
+          m.digests[{gp.signature, cfg}] = digest.at(cfg);
         } else if (db.measured(gp.signature, job.device, codegen::kCodegenVersion, cfg)) {
           m.times[{gp.signature, cfg}] = INFINITY;
         }
