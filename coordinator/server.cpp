@@ -234,9 +234,11 @@ struct Server::State {
     if (t->attempts >= opt.max_attempts) {
       db.finish_task(task, storage::TaskState::kFailed, why + " after " + std::to_string(t->attempts) + " attempts", {});
       log("task " + std::to_string(task) + " failed: " + why);
-      for (auto& [id, job] : jobs) {
-        if (std::find(job.tasks.begin(), job.tasks.end(), task) != job.tasks.end()) maybe_finish(id);
+      std::vector<int64_t> affected;  // first: maybe_finish erases finished jobs from `jobs`
+      for (const auto& [id, job] : jobs) {
+        if (std::find(job.tasks.begin(), job.tasks.end(), task) != job.tasks.end()) affected.push_back(id);
       }
+      for (int64_t id : affected) maybe_finish(id);
       return;
     }
     db.requeue_task(task);

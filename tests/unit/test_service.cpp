@@ -312,6 +312,33 @@ TEST_F(Service, ATimedOutCandidateIsMeasuredAgainUpToTheLimit) {
   for (const storage::TaskRecord& t : db.job_tasks(job)) EXPECT_EQ(t.state, storage::TaskState::kDone) << t.error;
 }
 
+TEST_F(Service, ATaskWhoseLeasesAllDieFailsAtTheAttemptLimitAndItsJobsFinish) {
+  // --max-attempts 1: the one lease of the task dies with its worker (SIGKILL mid-measurement),
+  // so the task fails, and the two jobs waiting on it finish (the second one's finish erases it
+  // from the coordinator's job map while the first is being finished).
+  start_coordinator({"--max-attempts", "1"});
+  const fs::path model = write_model(dir_, "one", 64, {"Relu"});
+  const std::string slow = R"("min_repeats": 5, "max_repeats": 100000, "min_time_ms": 60000, "timeout_ms": 30000)";
+  const int64_t first = submit(model, 1, "host", slow);
+  const int64_t second = submit(model, 1, "host", slow);
+  Process& w1 = start_worker("w1");
+  wait_for([&] { return storage::SearchDb(db_).task_ids_in_state(storage::TaskState::kLeased).size() == 1; }, "a lease");
+  EXPECT_EQ(w1.kill(SIGKILL), 128 + SIGKILL);
+  wait_for([&] { return status(first).state() == "done" && status(second).state() == "done"; }, "both jobs to finish");
+  for (int64_t job : {first, second}) {
+    const wire::JobStatus s = status(job);
+    EXPECT_EQ(s.tasks_failed(), 1) << s.error();
+    EXPECT_NE(s.error().find("1 tasks failed"), std::string::npos) << s.error();
+  }
+  storage::SearchDb db(db_);
+  const std::vector<storage::TaskRecord> tasks = db.job_tasks(first);
+  ASSERT_EQ(tasks.size(), 1u);
+  EXPECT_EQ(tasks[0].state, storage::TaskState::kFailed);
+  EXPECT_EQ(tasks[0].attempts, 1);
+  EXPECT_NE(tasks[0].error.find("after 1 attempts"), std::string::npos) << tasks[0].error;
+  EXPECT_NE(coordinator_->log().find("went silent"), std::string::npos) << coordinator_->log();
+}
+
 TEST_F(Service, ASigtermedWorkerHandsItsLeaseBackAndTasksGoOnlyToMatchingDevices) {
   start_coordinator();
   const int64_t gpu_job = submit(bundled_model("cnn_small"), 1, "h100");  // no H100 worker: never dispatched
