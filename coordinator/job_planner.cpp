@@ -277,14 +277,20 @@ runtime::Bundle JobPlanner::bundle(const planner::ModelPlan& plan, const Measure
           " failed (see `fusetune status`); no kernel of it was measured to work");
   }
   // Every kernel shipped is the one whose measurement chose it: the same source, checked before
-  // anything is compiled, and the same configuration, which as_measured keeps.
+  // anything is compiled (once per signature and configuration: a model's repeated layers share
+  // it), and the same configuration, which as_measured keeps.
+  std::map<std::pair<std::string, std::string>, std::string> generated;
   for (size_t k = 0; k < plan.groups.size(); ++k) {
     const planner::GroupPlan& gp = plan.groups[k];
     const std::string chosen = gp.candidates[gp.chosen].config.str();
     auto it = measured.find({gp.signature, chosen});
     check(it != measured.end(), "export refused: ", name(k), ": no successful measurement of ", chosen, " is on record");
-    const std::string now =
-        measured_kernel(standalone(wire::to_subgraph(s_->graph, gp.group)), gp.candidates[gp.chosen].config).second;
+    auto [g, fresh] = generated.try_emplace({gp.signature, chosen});
+    if (fresh) {
+      g->second =
+          measured_kernel(standalone(wire::to_subgraph(s_->graph, gp.group)), gp.candidates[gp.chosen].config).second;
+    }
+    const std::string& now = g->second;
     check(now == it->second, "export refused: ", name(k), ": the kernel of ", chosen, " generated now (source ",
           now.substr(0, 12), ") is not the one measured (", it->second.substr(0, 12), "); re-measure it (resubmit the job)");
   }

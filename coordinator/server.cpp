@@ -122,7 +122,7 @@ struct Server::State {
       }
       // Only what the database lacks is measured; a task measured before for fewer candidates
       // (another job's, with a smaller --candidates) is extended when it is done (maybe_finish).
-      const wire::Task todo = unmeasured(spec, rec.device);
+      const wire::Task todo = unmeasured(spec.task, rec.device);
       const int64_t id = db.ensure_task(spec.signature, rec.device, codegen::kCodegenVersion, todo.SerializeAsString());
       db.link_job_task(rec.id, id);
       job.tasks.push_back(id);
@@ -137,11 +137,11 @@ struct Server::State {
   }
 
   // The task with only the candidates not measured yet (successfully or not) on this device.
-  wire::Task unmeasured(const TaskSpec& spec, const storage::DeviceKey& d) {
-    wire::Task todo = spec.task;
+  wire::Task unmeasured(const wire::Task& task, const storage::DeviceKey& d) {
+    wire::Task todo = task;
     todo.clear_candidates();
-    for (const wire::Candidate& c : spec.task.candidates()) {
-      if (!db.measured(spec.signature, d, codegen::kCodegenVersion, c.config())) *todo.add_candidates() = c;
+    for (const wire::Candidate& c : task.candidates()) {
+      if (!db.measured(task.signature(), d, codegen::kCodegenVersion, c.config())) *todo.add_candidates() = c;
     }
     return todo;
   }
@@ -195,10 +195,7 @@ struct Server::State {
     bool extending = false;
     for (const auto& [task_id, asked] : job.asked) {
       if (job.extended[task_id] > storage::kMaxTransientFailures) continue;
-      TaskSpec spec;
-      spec.signature = asked.signature();
-      spec.task = asked;
-      const wire::Task todo = unmeasured(spec, job.device);
+      const wire::Task todo = unmeasured(asked, job.device);
       if (todo.candidates_size() > 0 && db.extend_task(task_id, todo.SerializeAsString())) {
         ++job.extended[task_id];
         extending = true;
