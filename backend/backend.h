@@ -49,9 +49,15 @@ struct Timing {
   double min_us = 0;
   double max_us = 0;
   int repeats = 0;
+  // A 95% confidence interval of the median, distribution-free: the order statistics of ranks
+  // floor((n - 1.96 sqrt(n)) / 2) and ceil(1 + (n + 1.96 sqrt(n)) / 2) (1-based, clamped to the
+  // samples), so [min, max] for 5 runs or fewer.
+  double ci_low_us = 0;
+  double ci_high_us = 0;
 };
 
-// Median, minimum and maximum of run times (microseconds); the input must not be empty.
+// Median, minimum, maximum and the median's confidence interval of run times (microseconds); the
+// input must not be empty.
 Timing summarize_times(std::vector<double> times_us);
 
 // One launch of a sequence: a kernel and the buffers bound to its parameters.
@@ -100,10 +106,12 @@ ModuleSource module_source(const std::vector<codegen::Kernel>& kernels);
 
 // What a backend runs on, as the worker reports it in its hello.
 struct DeviceProperties {
-  std::string description;  // the driver's device name, or the host's CPU count
+  std::string description;  // the driver's device name, or the host's CPU and thread count
   std::string arch;         // "sm_90", or "host"
   int compute_capability = 0;
   int multiprocessors = 0;  // SMs, or CPU cores
+  std::string driver;       // the CUDA driver's version ("12.8"); empty for the host
+  std::string toolkit;      // what builds the kernels: "nvrtc 13.0", or simt::compiler_identity
 };
 
 class Backend {

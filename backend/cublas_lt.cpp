@@ -31,6 +31,7 @@ struct Lt {
   cublasStatus_t (*matmul)(cublasLtHandle_t, cublasLtMatmulDesc_t, const void*, const void*, cublasLtMatrixLayout_t,
                            const void*, cublasLtMatrixLayout_t, const void*, const void*, cublasLtMatrixLayout_t, void*,
                            cublasLtMatrixLayout_t, const cublasLtMatmulAlgo_t*, void*, size_t, cudaStream_t);
+  size_t (*get_version)();
   cublasLtHandle_t handle = nullptr;
 
   template <typename F>
@@ -54,7 +55,8 @@ struct Lt {
                     sym(pref_create, "cublasLtMatmulPreferenceCreate") &&
                     sym(pref_set, "cublasLtMatmulPreferenceSetAttribute") &&
                     sym(pref_destroy, "cublasLtMatmulPreferenceDestroy") &&
-                    sym(heuristic, "cublasLtMatmulAlgoGetHeuristic") && sym(matmul, "cublasLtMatmul");
+                    sym(heuristic, "cublasLtMatmulAlgoGetHeuristic") && sym(matmul, "cublasLtMatmul") &&
+                    sym(get_version, "cublasLtGetVersion");
     if (!ok) {
       why = "libcublasLt lacks an expected entry point";
       return false;
@@ -152,6 +154,12 @@ class LtCall : public CublasLtCall {
 
 }  // namespace
 
+std::string cublaslt_version() {
+  std::string why;
+  Lt* lt = library(why);
+  return lt ? "cublasLt " + std::to_string(lt->get_version()) : "";
+}
+
 std::unique_ptr<CublasLtCall> make_cublaslt_call(const planner::LibraryCall& call, uint64_t workspace,
                                                  size_t workspace_bytes, std::string* why_not) {
   std::string why;
@@ -169,6 +177,8 @@ std::unique_ptr<CublasLtCall> make_cublaslt_call(const planner::LibraryCall& cal
 }
 
 #else
+
+std::string cublaslt_version() { return ""; }
 
 std::unique_ptr<CublasLtCall> make_cublaslt_call(const planner::LibraryCall&, uint64_t, size_t, std::string* why_not) {
   if (why_not) *why_not = "this build has no CUDA toolkit";

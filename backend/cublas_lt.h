@@ -27,6 +27,10 @@ class CublasLtCall {
   virtual bool enqueue(void* stream, const std::vector<uint64_t>& args) = 0;
 };
 
+// "cublasLt 130100" (its version number), or "" where the library cannot be loaded: part of a
+// CUDA device's identity, since library calls are measured and shipped.
+std::string cublaslt_version();
+
 // `workspace` is a device address of `workspace_bytes` the call may use.
 std::unique_ptr<CublasLtCall> make_cublaslt_call(const planner::LibraryCall& call, uint64_t workspace,
                                                  size_t workspace_bytes, std::string* why_not);

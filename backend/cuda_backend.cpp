@@ -26,6 +26,7 @@ namespace {
 struct Driver {
   void* lib = nullptr;
   CUresult (*cuInit)(unsigned int);
+  CUresult (*cuDriverGetVersion)(int*);
   CUresult (*cuDeviceGetCount)(int*);
   CUresult (*cuDeviceGet)(CUdevice*, int);
   CUresult (*cuDeviceGetName)(char*, int, CUdevice);
@@ -71,7 +72,7 @@ struct Driver {
       why = "no CUDA driver (libcuda.so.1 not found)";
       return false;
     }
-    const bool ok = sym(cuInit, "cuInit") && sym(cuDeviceGetCount, "cuDeviceGetCount") && sym(cuDeviceGet, "cuDeviceGet") &&
+    const bool ok = sym(cuInit, "cuInit") && sym(cuDriverGetVersion, "cuDriverGetVersion") && sym(cuDeviceGetCount, "cuDeviceGetCount") && sym(cuDeviceGet, "cuDeviceGet") &&
                     sym(cuDeviceGetName, "cuDeviceGetName") && sym(cuDeviceGetAttribute, "cuDeviceGetAttribute") &&
                     sym(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain") && sym(cuCtxSetCurrent, "cuCtxSetCurrent") &&
                     sym(cuCtxSynchronize, "cuCtxSynchronize") && sym(cuModuleLoadData, "cuModuleLoadData") &&
@@ -267,11 +268,18 @@ class CudaBackend : public Backend {
  public:
   CudaBackend(Driver d, CUdevice dev, std::string arch, std::string name, int l2_bytes, int sms)
       : d_(std::move(d)), dev_(dev), arch_(std::move(arch)), name_(std::move(name)), sms_(sms) {
+    int version = 0;
+    d_.check_cu(d_.cuDriverGetVersion(&version), "driver version query");
+    driver_ = std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
+    toolkit_ = "nvrtc " + nvrtc_version();
+    if (const std::string lt = cublaslt_version(); !lt.empty()) toolkit_ += ", " + lt;
     flush_ = std::make_unique<CudaBuffer>(d_, static_cast<size_t>(std::max(l2_bytes, 1 << 20)) * 2);
     workspace_ = std::make_unique<CudaBuffer>(d_, size_t{32} << 20);  // cuBLASLt's workspace
   }
   std::string name() const override { return "cuda:" + name_ + " (" + arch_ + ")"; }
-  DeviceProperties properties() const override { return {name_, arch_, std::stoi(arch_.substr(3)), sms_}; }
+  DeviceProperties properties() const override {
+    return {name_, arch_, std::stoi(arch_.substr(3)), sms_, driver_, toolkit_};
+  }
 
   std::unique_ptr<Module> load_source(const ModuleSource& module) override {
     std::vector<char> cubin;
@@ -318,6 +326,7 @@ class CudaBackend : public Backend {
   std::string arch_;
   std::string name_;
   int sms_;
+  std::string driver_, toolkit_;
   std::unique_ptr<CudaBuffer> flush_;
   std::unique_ptr<CudaBuffer> workspace_;
 };

@@ -1,6 +1,8 @@
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <thread>
@@ -14,6 +16,19 @@
 namespace fusetune::backend {
 
 namespace {
+
+// The CPU's model as the kernel reports it ("host CPU" where it does not).
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) break;
+    const size_t start = line.find_first_not_of(" \t", colon + 1);
+    if (start != std::string::npos) return line.substr(start);
+  }
+  return "host CPU";
+}
 
 class HostBuffer : public Buffer {
  public:
@@ -140,7 +155,8 @@ class HostBackend : public Backend {
   }
   std::string name() const override { return "host"; }
   DeviceProperties properties() const override {
-    return {"host CPU, " + std::to_string(options_.workers) + " threads", "host", 0, options_.workers};
+    return {cpu_model() + ", " + std::to_string(options_.workers) + " threads", "host", 0, options_.workers, "",
+            simt::compiler_identity(compiler_)};
   }
 
   std::unique_ptr<Module> load_source(const ModuleSource& source) override {
@@ -177,6 +193,10 @@ Timing summarize_times(std::vector<double> times) {
   t.max_us = times.back();
   const size_t n = times.size();
   t.median_us = n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
+  const double half = 1.96 * std::sqrt(static_cast<double>(n));
+  const auto rank = [&](double r) { return static_cast<size_t>(std::clamp(r, 1.0, static_cast<double>(n))) - 1; };
+  t.ci_low_us = times[rank(std::floor((static_cast<double>(n) - half) / 2))];
+  t.ci_high_us = times[rank(std::ceil(1 + (static_cast<double>(n) + half) / 2))];
   return t;
 }
 

@@ -86,27 +86,9 @@ std::string JobSummary::to_json() const {
               {"tuned_us", num(tuned_us)},
               {"unfused_us", num(unfused_us)},
               {"split_groups", split_groups},
+              {"interleaved_pairs", interleaved_pairs},
               {"failed_groups", failed_groups}}
       .dump();
-}
-
-namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-}  // namespace
-
-double decision_time_us(const std::vector<std::pair<std::string, double>>& measurements) {
-  check(!measurements.empty(), "decision_time_us: no measurement");
-  std::map<std::string, std::vector<double>> by_worker;
-  for (const auto& [worker, us] : measurements) by_worker[worker].push_back(us);
-  std::vector<double> per_worker;
-  for (const auto& [worker, medians] : by_worker) per_worker.push_back(median(medians));
-  return median(per_worker);
 }
 
 std::string model_digest(const std::vector<wire::ModelFile>& files) {

@@ -57,12 +57,6 @@ struct TaskSpec {
 // measurement timed (storage::Measurement::source_digest).
 using MeasuredDigests = std::map<std::pair<std::string, std::string>, std::string>;
 
-// The time a decision uses for one candidate from its successful measurements (worker, median
-// microseconds): each worker's median of its medians, then the median over workers (the mean of
-// the middle two for an even count), so one noisy or miscalibrated worker cannot decide alone.
-// Requires at least one measurement.
-double decision_time_us(const std::vector<std::pair<std::string, double>>& measurements);
-
 struct JobSummary {
   size_t groups = 0;
   int launches = 0;
@@ -72,6 +66,7 @@ struct JobSummary {
   double tuned_us = 0;    // sum of the chosen groups' measured times (NaN when a group is unmeasured)
   double unfused_us = 0;  // sum of every node's best measured time alone (NaN when unmeasured)
   int split_groups = 0;
+  int interleaved_pairs = 0;  // groups whose two best were within noise and measured again, interleaved
   std::vector<std::string> failed_groups;  // every measurement failed (planner::ModelPlan::failed_groups)
   std::string to_json() const;
 };

@@ -12,6 +12,7 @@
 #include "coordinator/job_planner.h"
 #include "core/error.h"
 #include "proto/wire.h"
+#include "search/decision.h"
 #include "storage/search_db.h"
 
 namespace fusetune::coordinator {
@@ -56,10 +57,12 @@ struct Server::State {
   };
   struct Job {
     std::unique_ptr<JobPlanner> planner;
-    storage::DeviceKey device;
+    storage::DeviceKey device;  // the identity the job is bound to: only its measurements decide
     std::vector<int64_t> tasks;
     std::map<int64_t, wire::Task> asked;  // per task: the candidates this job asks it to measure
     std::map<int64_t, int> extended;      // per task: how often this job has queued it again
+    std::vector<wire::Task> answered;     // the groups the database answered (no task)
+    std::set<std::string> compared;       // signatures whose leaders this job sent to be interleaved
     size_t cache_hits = 0;
   };
 
@@ -70,6 +73,9 @@ struct Server::State {
   zmq::socket_t socket;
   std::map<std::string, Worker> workers;  // by identity
   std::map<int64_t, Job> jobs;            // running jobs, loaded
+  // Queued jobs waiting for a worker of their device class, with the planner made at submission
+  // (a job resumed after a restart has none: it is loaded when the job is bound).
+  std::map<int64_t, std::unique_ptr<JobPlanner>> waiting;
   int64_t last_served_job = 0;
   Clock::time_point last_expiry = Clock::now();
 
@@ -108,30 +114,76 @@ struct Server::State {
                                         rec.model_name, rec.device.name, JobOptions::from_json(rec.options));
   }
 
-  // Makes a job's tasks (cache hits skipped) from its planner (loaded when not given) and marks it running.
+  // Binds every queued job that waits for a device class some connected worker has to that
+  // worker's identity (the identity most connected workers of the class share; the smallest, by
+  // its text, of a tie) and starts it.
+  void bind_waiting() {
+    for (auto it = waiting.begin(); it != waiting.end();) {
+      const auto rec = db.job(it->first);
+      if (!rec || rec->state != storage::JobState::kQueued) {
+        it = waiting.erase(it);
+        continue;
+      }
+      std::map<std::string, std::pair<int, const storage::DeviceKey*>> identities;  // by str()
+      for (const auto& [identity, w] : workers) {
+        if (!w.device.same_class(rec->device)) continue;
+        auto& [count, key] = identities[w.device.str()];
+        ++count;
+        key = &w.device;
+      }
+      if (identities.empty()) {
+        ++it;
+        continue;
+      }
+      auto best = identities.begin();
+      for (auto i = identities.begin(); i != identities.end(); ++i) {
+        if (i->second.first > best->second.first) best = i;
+      }
+      storage::JobRecord bound = *rec;
+      bound.identity = db.bind_job(rec->id, *best->second.second);
+      std::unique_ptr<JobPlanner> planner = std::move(it->second);
+      it = waiting.erase(it);
+      try {
+        start_job(bound, std::move(planner));
+      } catch (const Error& e) {
+        db.set_job_state(bound.id, storage::JobState::kFailed, e.what());
+        log("job " + std::to_string(bound.id) + " cannot start: " + e.what());
+      }
+    }
+  }
+
+  // Makes a bound job's tasks (cache hits skipped) from its planner (loaded when not given) and
+  // marks it running. Only measurements of the job's identity answer; those of near identities
+  // (the same device class under another driver or toolkit) order each task's candidates.
   void start_job(const storage::JobRecord& rec, std::unique_ptr<JobPlanner> planner = nullptr) {
+    check(rec.identity.has_value(), "job ", rec.id, " is not bound to a device identity");
+    const storage::DeviceKey& device = *rec.identity;
     Job job;
-    job.device = rec.device;
+    job.device = device;
     job.planner = planner ? std::move(planner) : load_planner(rec);
+    size_t seeded = 0;
     for (const TaskSpec& spec : job.planner->tasks()) {
       db.commit_workload(spec.signature, spec.canonical_form);
       if (spec.task.candidates_size() == 0) continue;  // nothing the code generator can express
-      if (answered(spec, rec.device)) {
+      if (answered(spec, device)) {
         ++job.cache_hits;
+        job.answered.push_back(spec.task);
         continue;
       }
       // Only what the database lacks is measured; a task measured before for fewer candidates
       // (another job's, with a smaller --candidates) is extended when it is done (maybe_finish).
-      const wire::Task todo = unmeasured(spec.task, rec.device);
-      const int64_t id = db.ensure_task(spec.signature, rec.device, codegen::kCodegenVersion, todo.SerializeAsString());
+      wire::Task todo = unmeasured(spec.task, device);
+      seeded += seed_order(todo, device);
+      const int64_t id = db.ensure_task(spec.signature, device, codegen::kCodegenVersion, todo.SerializeAsString());
       db.link_job_task(rec.id, id);
       job.tasks.push_back(id);
       job.asked[id] = spec.task;
     }
     nlohmann::json progress = {{"cache_hits", job.cache_hits}};
     db.set_job_state(rec.id, storage::JobState::kRunning, "", progress.dump());
-    log("job " + std::to_string(rec.id) + " (" + rec.model_name + " on " + rec.device.name + "): " +
-        std::to_string(job.tasks.size()) + " tasks, " + std::to_string(job.cache_hits) + " answered by the database");
+    log("job " + std::to_string(rec.id) + " (" + rec.model_name + " on " + device.str() + "): " +
+        std::to_string(job.tasks.size()) + " tasks, " + std::to_string(job.cache_hits) + " answered by the database, " +
+        std::to_string(seeded) + " ordered by measurements of near identities");
     jobs[rec.id] = std::move(job);
     maybe_finish(rec.id);
   }
@@ -144,6 +196,26 @@ struct Server::State {
       if (!db.measured(task.signature(), d, codegen::kCodegenVersion, c.config())) *todo.add_candidates() = c;
     }
     return todo;
+  }
+
+  // Puts the candidates that near identities of `d` measured first, fastest first, the others
+  // after them in the planner's order; returns 1 when the order came from such measurements.
+  int seed_order(wire::Task& task, const storage::DeviceKey& d) {
+    std::map<std::string, double> near;  // config -> fastest median on a near identity
+    for (const storage::Measurement& m : db.near_top_k(task.signature(), d, codegen::kCodegenVersion, 1000)) {
+      near.emplace(m.config, m.median_us);
+    }
+    auto key = [&](const wire::Candidate& c) {
+      const auto it = near.find(c.config());
+      return it == near.end() ? INFINITY : it->second;
+    };
+    std::vector<wire::Candidate> order(task.candidates().begin(), task.candidates().end());
+    if (std::none_of(order.begin(), order.end(), [&](const wire::Candidate& c) { return near.count(c.config()); })) return 0;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](const wire::Candidate& a, const wire::Candidate& b) { return key(a) < key(b); });
+    task.clear_candidates();
+    for (wire::Candidate& c : order) *task.add_candidates() = std::move(c);
+    return 1;
   }
 
   // Whether the database already holds measurements for this task's candidates on this device.
@@ -160,20 +232,27 @@ struct Server::State {
     planner::Measurements times;
     MeasuredDigests digests;
   };
+  // The decision rule (search/decision.h) over a group's successful measurements on the job's
+  // identity, and the source digest each candidate was measured with.
+  std::pair<search::GroupDecision, std::map<std::string, std::string>> decide(const Job& job, const std::string& signature) {
+    std::map<std::string, std::vector<storage::Measurement>> ok;
+    std::map<std::string, std::string> digests;
+    for (storage::Measurement& r : db.top_k(signature, job.device, codegen::kCodegenVersion, 100000)) {
+      digests.emplace(r.config, r.source_digest);
+      ok[r.config].push_back(std::move(r));
+    }
+    return {search::decide_group(ok), std::move(digests)};
+  }
+
   Measured measured(const Job& job) {
     Measured m;
     for (const planner::GroupPlan& gp : job.planner->modeled().compared) {
-      std::map<std::string, std::vector<std::pair<std::string, double>>> ok;  // config -> (worker, median)
-      std::map<std::string, std::string> digest;
-      for (const storage::Measurement& r : db.top_k(gp.signature, job.device, codegen::kCodegenVersion, 1000)) {
-        ok[r.config].emplace_back(r.worker, r.median_us);
-        digest.emplace(r.config, r.source_digest);
-      }
+      const auto [decision, digests] = decide(job, gp.signature);
       for (const planner::Candidate& c : gp.candidates) {
         const std::string cfg = c.config.str();
-        if (auto it = ok.find(cfg); it != ok.end()) {
-          m.times[{gp.signature, cfg}] = decision_time_us(it->second);
-          m.digests[{gp.signature, cfg}] = digest.at(cfg);
+        if (auto it = decision.time_us.find(cfg); it != decision.time_us.end()) {
+          m.times[{gp.signature, cfg}] = it->second;
+          m.digests[{gp.signature, cfg}] = digests.at(cfg);
         } else if (db.measured(gp.signature, job.device, codegen::kCodegenVersion, cfg)) {
           m.times[{gp.signature, cfg}] = INFINITY;
         }
@@ -203,13 +282,14 @@ struct Server::State {
             std::to_string(todo.candidates_size()) + " candidates not settled");
       }
     }
-    if (extending) return;
+    if (extending || compare_leaders(id, job)) return;
     try {
       const planner::ModelPlan plan = job.planner->final_plan(measured(job).times);
       JobSummary s = job.planner->summary(plan);
       s.tasks = job.tasks.size();
       s.cache_hits = job.cache_hits;
       s.candidates_measured = p.measurements;
+      s.interleaved_pairs = static_cast<int>(job.compared.size());
       db.set_job_state(id, storage::JobState::kDone, p.failed ? std::to_string(p.failed) + " tasks failed" : "", s.to_json());
       log("job " + std::to_string(id) + " done: " + s.to_json());
     } catch (const Error& e) {
@@ -217,6 +297,53 @@ struct Server::State {
       log("job " + std::to_string(id) + " failed: " + e.what());
     }
     jobs.erase(it);
+  }
+
+  // For every group of the job whose two fastest candidates are within each other's noise and
+  // not yet measured interleaved (search::decide_group), queues the group's task again with just
+  // those two and Policy::interleave, once per group and job; returns whether it queued any (the
+  // job then waits).
+  bool compare_leaders(int64_t id, Job& job) {
+    std::vector<std::pair<int64_t, const wire::Task*>> groups;  // (task id or 0, what the job asks)
+    for (const auto& [task_id, asked] : job.asked) groups.emplace_back(task_id, &asked);
+    for (const wire::Task& asked : job.answered) groups.emplace_back(0, &asked);
+    bool queued = false;
+    for (const auto& [known_task, asked] : groups) {
+      if (job.compared.count(asked->signature())) continue;
+      const search::GroupDecision decision = decide(job, asked->signature()).first;
+      const auto& pair = decision.to_interleave;
+      if (!pair) continue;
+      wire::Task todo = *asked;
+      todo.clear_candidates();
+      for (const std::string& config : {pair->first, pair->second}) {
+        for (const wire::Candidate& c : asked->candidates()) {
+          if (c.config() == config) *todo.add_candidates() = c;
+        }
+      }
+      if (todo.candidates_size() != 2) continue;  // measured for another job's candidates: not ours to compare
+      todo.mutable_policy()->set_interleave(true);
+      job.compared.insert(asked->signature());
+      const std::string payload = todo.SerializeAsString();
+      int64_t task = known_task;
+      if (task == 0) {
+        task = db.ensure_task(asked->signature(), job.device, codegen::kCodegenVersion, payload);
+        db.link_job_task(id, task);
+        job.tasks.push_back(task);
+      }
+      const bool requeued = db.extend_task(task, payload) || db.task(task)->state == storage::TaskState::kQueued;
+      if (!requeued) continue;
+      queued = true;
+      const search::Estimate& a = decision.alone.at(pair->first);
+      const search::Estimate& b = decision.alone.at(pair->second);
+      char line[400];
+      std::snprintf(line, sizeof line,
+                    "job %lld: task %lld: %s (%.2f us, 95%% CI %.2f-%.2f) and %s (%.2f us, %.2f-%.2f) are within noise: "
+                    "measured again, interleaved",
+                    static_cast<long long>(id), static_cast<long long>(task), pair->first.c_str(), a.time_us,
+                    a.ci_low_us, a.ci_high_us, pair->second.c_str(), b.time_us, b.ci_low_us, b.ci_high_us);
+      log(line);
+    }
+    return queued;
   }
 
   // ---- workers and tasks ----
@@ -288,7 +415,7 @@ struct Server::State {
       }
       for (int64_t id : order) {
         Job& job = jobs.at(id);
-        if (job.device.name != w->device.name || job.device.arch != w->device.arch) continue;
+        if (job.device != w->device) continue;  // only the job's identity measures for it
         auto t = std::find_if(job.tasks.begin(), job.tasks.end(), [&](int64_t x) { return queued.count(x) != 0; });
         if (t == job.tasks.end()) continue;
         lease(*w, *t);
@@ -344,6 +471,9 @@ struct Server::State {
       m.min_us = c.min_us();
       m.max_us = c.max_us();
       m.repeats = c.repeats();
+      m.ci_low_us = c.ci_low_us();
+      m.ci_high_us = c.ci_high_us();
+      m.interleaved_with = c.interleaved_with();
       m.registers = c.registers();
       m.shared_bytes = c.shared_bytes();
       m.spill_bytes = c.spill_bytes();
@@ -381,11 +511,20 @@ struct Server::State {
       send(identity, std::move(e));
       return;
     }
+    if (h.device().toolkit().empty()) {
+      wire::Envelope e;
+      e.mutable_refused()->set_reason("the worker does not report its toolkit (NVRTC, or the host compiler, and its "
+                                      "version), which is part of its device identity: upgrade the worker");
+      send(identity, std::move(e));
+      log("refused worker " + h.worker_id() + ": no toolkit in its device identity");
+      return;
+    }
     Worker& w = workers[identity];
     const int64_t held = w.task;
     w.identity = identity;
     w.hello = h;
-    w.device = {h.device().name(), h.device().arch()};
+    w.device = {h.device().name(),          h.device().arch(),           h.device().description(),
+                h.device().compute_capability(), h.device().driver_version(), h.device().toolkit()};
     w.last_seen = Clock::now();
     w.task = 0;
     if (held) release(held, "worker " + peer_name(identity) + " said hello again");
@@ -393,8 +532,8 @@ struct Server::State {
     e.mutable_welcome()->set_coordinator_id(opt.id);
     e.mutable_welcome()->set_heartbeat_ms(opt.heartbeat_ms);
     send(identity, std::move(e));
-    log("worker " + h.worker_id() + " joined: " + h.device().description() + " (" + h.device().name() + ", " +
-        h.device().arch() + "), " + h.backend() + ", " + h.compiler());
+    log("worker " + h.worker_id() + " joined: " + w.device.str() + ", " + h.backend());
+    bind_waiting();
   }
 
   void handle(const std::string& identity, const wire::Envelope& e) {
@@ -460,7 +599,9 @@ struct Server::State {
     auto planner = std::make_unique<JobPlanner>(files, rec.model_name, device, JobOptions::from_json(rec.options));
     db.put_model(rec.model_digest, rec.model_name, stored.SerializeAsString());
     rec.id = db.create_job(rec);
-    start_job(*db.job(rec.id), std::move(planner));
+    waiting[rec.id] = std::move(planner);
+    bind_waiting();
+    if (waiting.count(rec.id)) log("job " + std::to_string(rec.id) + " (" + rec.model_name + ") waits for a worker of " + rec.device.str());
     return rec.id;
   }
 
@@ -479,6 +620,7 @@ struct Server::State {
       s.set_job_id(r.id);
       s.set_model_name(r.model_name);
       s.set_device(r.device.name);
+      if (r.identity) s.set_identity(r.identity->str());
       s.set_state(storage::job_state_name(r.state));
       const storage::JobProgress p = db.job_progress(r.id);
       s.set_tasks(p.tasks);
@@ -505,6 +647,7 @@ struct Server::State {
     }
     db.set_job_state(id, storage::JobState::kCancelled, "cancelled by a client");
     jobs.erase(id);
+    waiting.erase(id);
     log("job " + std::to_string(id) + " cancelled");
   }
 
@@ -514,7 +657,7 @@ struct Server::State {
     check(r->state == storage::JobState::kDone, "job ", id, " is ", storage::job_state_name(r->state),
           ", not done: nothing to export yet");
     Job job;
-    job.device = r->device;
+    job.device = r->identity.value_or(r->device);  // a job done before identities: its class's rows
     job.planner = load_planner(*r);
     const Measured m = measured(job);
     const runtime::Bundle bundle = job.planner->bundle(job.planner->final_plan(m.times), m.digests);
@@ -542,6 +685,10 @@ Server::Server(zmq::context_t& context, ServerOptions options)
   const int requeued = s_->db.requeue_leased();
   for (const storage::JobRecord& rec : s_->db.jobs(true)) {
     if (rec.state == storage::JobState::kCancelled) continue;
+    if (!rec.identity) {  // bound when a worker of its class says hello
+      s_->waiting[rec.id] = nullptr;
+      continue;
+    }
     try {
       s_->start_job(rec);
     } catch (const Error& e) {
@@ -552,7 +699,8 @@ Server::Server(zmq::context_t& context, ServerOptions options)
  s_->log(std::string(s_->opt.security.enabled() ? "CURVE: " + std::to_string(s_->opt.security.allowed.size()) + " allowed keys; "
                                                 : "no CURVE keys: peers are not authenticated (loopback or embedded use only); ") +
           "listening on " + s_->opt.listen + " with database " + s_->opt.db.string() + " (" +
-          std::to_string(s_->jobs.size()) + " unfinished jobs resumed, " + std::to_string(requeued) +
+          std::to_string(s_->jobs.size()) + " unfinished jobs resumed, " + std::to_string(s_->waiting.size()) +
+          " waiting for a worker, " + std::to_string(requeued) +
           " leases re-queued)");
 }
 

@@ -3,10 +3,12 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -85,10 +87,25 @@ std::string build_unit(const std::string& cuda_source) {
 
 std::string default_compiler() { return std::getenv("CXX") ? std::getenv("CXX") : "c++"; }
 
+std::string compiler_identity(const std::string& compiler) {
+  static std::mutex mutex;
+  static std::map<std::string, std::string> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = known.find(compiler); it != known.end()) return it->second;
+  std::string first;
+  if (FILE* p = ::popen((compiler + " --version 2>/dev/null").c_str(), "r")) {
+    char line[512];
+    if (std::fgets(line, sizeof line, p)) first = line;
+    ::pclose(p);
+  }
+  while (!first.empty() && (first.back() == '\n' || first.back() == '\r')) first.pop_back();
+  return known[compiler] = compiler + ": " + (first.empty() ? "version unknown" : first);
+}
+
 std::string compile(const std::string& cuda_source, const std::string& compiler_arg) {
   const std::string compiler = compiler_arg.empty() ? default_compiler() : compiler_arg;
   const std::string unit = build_unit(cuda_source);
-  const std::string digest = sha256_hex(unit + "\n// compiler: " + compiler + " " + kFlags);
+  const std::string digest = sha256_hex(unit + "\n// compiler: " + compiler_identity(compiler) + " " + kFlags);
   const fs::path dir = cache_dir();
   std::error_code ec;
   fs::create_directories(dir, ec);

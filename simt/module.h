@@ -4,8 +4,8 @@
 // tasks store it) and returns the translation unit the host compiler builds: simt/device_api.h,
 // simt/prelude.h, `#line 1 "kernels.cu"`, the text unchanged, and one FT_SIMT_ENTRY per kernel, so
 // that the lines the executor reports are lines of the shipped kernels.cu. compile() builds it
-// once into a cache directory keyed by the unit's SHA-256 and the compiler (-O2 -g1: the line
-// table, for reports). Module loads the result, binds the executor's table and finds each
+// once into a cache directory keyed by the unit's SHA-256 and the compiler's identity (its
+// version too: an upgraded compiler builds anew) (-O2 -g1: the line table, for reports). Module loads the result, binds the executor's table and finds each
 // kernel's entry; its parameters (names, element types, const or not) come from the kernel's
 // signature in the text. Errors (a compiler failure with its message, a kernel missing) throw Error.
 #pragma once
@@ -24,6 +24,11 @@ std::string build_unit(const std::string& cuda_source);
 
 // The compiler host builds use by default ($CXX, else c++).
 std::string default_compiler();
+
+// What a compiler is, for cache keys and device identities: its command and the first line of
+// its --version ("c++: c++ (Debian 12.2.0-14) 12.2.0"), read once per process and compiler. A
+// compiler that does not answer is named "<command>: version unknown".
+std::string compiler_identity(const std::string& compiler);
 
 // Builds `cuda_source` for the host unless the cache has it; returns the shared library's path.
 // Safe from several threads and processes at once (a private file published by rename).

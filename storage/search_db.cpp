@@ -119,12 +119,39 @@ CREATE INDEX job_tasks_task ON job_tasks(task_id);
 UPDATE meta SET value='2' WHERE key='schema_version';
 )SQL";
 
+// Version 3: devices become identities (product, compute capability, driver, toolkit; a row of
+// version 2 keeps them empty: recorded before identities, it matches no worker's identity),
+// measurements gain the median's confidence interval (the widest one, [min, max], for the rows
+// there) and the config of the rival they were interleaved with (none for those), a job
+// is bound to the identity that measures it, and the unfinished jobs' tasks, keyed by the device
+// class, are dropped (they are made again, per identity, when the job is bound). Rebuilding the
+// devices table needs foreign keys off (open_schema) and keeps every id.
+constexpr const char* kMigrateToV3 = R"SQL(
+CREATE TABLE devices_v3(
+  id INTEGER PRIMARY KEY, name TEXT NOT NULL, arch TEXT NOT NULL, product TEXT NOT NULL,
+  compute_capability INTEGER NOT NULL, driver TEXT NOT NULL, toolkit TEXT NOT NULL,
+  UNIQUE(name, arch, product, compute_capability, driver, toolkit));
+INSERT INTO devices_v3(id, name, arch, product, compute_capability, driver, toolkit)
+  SELECT id, name, arch, '', 0, '', '' FROM devices;
+DROP TABLE devices;
+ALTER TABLE devices_v3 RENAME TO devices;
+ALTER TABLE jobs ADD COLUMN identity_id INTEGER REFERENCES devices(id);
+DELETE FROM job_tasks WHERE job_id IN (SELECT id FROM jobs WHERE state IN ('queued', 'running'));
+DELETE FROM tasks WHERE state <> 'done' AND id NOT IN (SELECT task_id FROM job_tasks);
+UPDATE jobs SET state='queued', summary='' WHERE state IN ('queued', 'running');
+ALTER TABLE measurements ADD COLUMN ci_low_us REAL NOT NULL DEFAULT 0;
+ALTER TABLE measurements ADD COLUMN ci_high_us REAL NOT NULL DEFAULT 0;
+ALTER TABLE measurements ADD COLUMN interleaved_with TEXT NOT NULL DEFAULT '';
+UPDATE measurements SET ci_low_us=min_us, ci_high_us=max_us;
+UPDATE meta SET value='3' WHERE key='schema_version';
+)SQL";
+
 // Schema steps in order: a new file is created at version 1 and migrated like any version 1 file.
 struct Migration {
   int to;
   const char* sql;
 };
-constexpr Migration kMigrations[] = {{2, kMigrateToV2}};
+constexpr Migration kMigrations[] = {{2, kMigrateToV2}, {3, kMigrateToV3}};
 static_assert(std::size(kMigrations) > 0 && std::end(kMigrations)[-1].to == kSchemaVersion,
               "the last migration must reach kSchemaVersion");
 
@@ -134,28 +161,41 @@ int64_t now_s() {
 
 bool is_terminal(JobState s) { return s == JobState::kDone || s == JobState::kFailed || s == JobState::kCancelled; }
 
-constexpr const char* kJobColumns =
-    "SELECT j.id, j.model_digest, j.model_name, d.name, d.arch, j.options, j.state, j.error, j.created_at, "
-    "j.finished_at, j.summary FROM jobs j JOIN devices d ON d.id=j.device_id ";
+// A device identity's columns in a table aliased `alias`, read back by read_device from column `at`.
+std::string device_columns(const std::string& alias) {
+  return alias + ".name, " + alias + ".arch, " + alias + ".product, " + alias + ".compute_capability, " + alias +
+         ".driver, " + alias + ".toolkit";
+}
+constexpr int kDeviceColumnCount = 6;
+
+DeviceKey read_device(const Stmt& q, int at) {
+  return {q.text(at), q.text(at + 1), q.text(at + 2), static_cast<int>(q.i64(at + 3)), q.text(at + 4), q.text(at + 5)};
+}
+
+const std::string kJobColumns =
+    "SELECT j.id, j.model_digest, j.model_name, j.options, j.state, j.error, j.created_at, j.finished_at, j.summary, " +
+    device_columns("d") + ", j.identity_id, " + device_columns("i") +
+    " FROM jobs j JOIN devices d ON d.id=j.device_id LEFT JOIN devices i ON i.id=j.identity_id ";
 
 JobRecord row_to_job(const Stmt& q) {
   JobRecord j;
   j.id = q.i64(0);
   j.model_digest = q.text(1);
   j.model_name = q.text(2);
-  j.device = {q.text(3), q.text(4)};
-  j.options = q.text(5);
-  j.state = job_state_from_name(q.text(6));
-  j.error = q.text(7);
-  j.created_at = q.i64(8);
-  j.finished_at = q.i64(9);
-  j.summary = q.text(10);
+  j.options = q.text(3);
+  j.state = job_state_from_name(q.text(4));
+  j.error = q.text(5);
+  j.created_at = q.i64(6);
+  j.finished_at = q.i64(7);
+  j.summary = q.text(8);
+  j.device = read_device(q, 9);
+  if (q.i64(9 + kDeviceColumnCount) != 0) j.identity = read_device(q, 10 + kDeviceColumnCount);
   return j;
 }
 
-constexpr const char* kTaskColumns =
-    "SELECT t.id, t.signature, d.name, d.arch, t.codegen_version, t.state, t.attempts, t.worker, t.lease_deadline_ms, "
-    "t.payload, t.error FROM tasks t JOIN devices d ON d.id=t.device_id ";
+const std::string kTaskColumns =
+    "SELECT t.id, t.signature, t.codegen_version, t.state, t.attempts, t.worker, t.lease_deadline_ms, t.payload, "
+    "t.error, " + device_columns("d") + " FROM tasks t JOIN devices d ON d.id=t.device_id ";
 
 std::vector<TaskRecord> read_tasks(Stmt& q) {
   std::vector<TaskRecord> out;
@@ -163,14 +203,14 @@ std::vector<TaskRecord> read_tasks(Stmt& q) {
     TaskRecord t;
     t.id = q.i64(0);
     t.signature = q.text(1);
-    t.device = {q.text(2), q.text(3)};
-    t.codegen_version = static_cast<int>(q.i64(4));
-    t.state = task_state_from_name(q.text(5));
-    t.attempts = static_cast<int>(q.i64(6));
-    t.worker = q.text(7);
-    t.lease_deadline_ms = q.i64(8);
-    t.payload = q.blob(9);
-    t.error = q.text(10);
+    t.codegen_version = static_cast<int>(q.i64(2));
+    t.state = task_state_from_name(q.text(3));
+    t.attempts = static_cast<int>(q.i64(4));
+    t.worker = q.text(5);
+    t.lease_deadline_ms = q.i64(6);
+    t.payload = q.blob(7);
+    t.error = q.text(8);
+    t.device = read_device(q, 9);
     out.push_back(std::move(t));
   }
   return out;
@@ -179,30 +219,57 @@ std::vector<TaskRecord> read_tasks(Stmt& q) {
 Measurement row_to_measurement(const Stmt& q) {
   Measurement m;
   m.signature = q.text(0);
-  m.device = {q.text(1), q.text(2)};
-  m.codegen_version = static_cast<int>(q.i64(3));
-  m.config = q.text(4);
-  m.source_digest = q.text(5);
-  m.status = status_from_name(q.text(6));
-  m.median_us = q.f64(7);
-  m.min_us = q.f64(8);
-  m.max_us = q.f64(9);
-  m.repeats = static_cast<int>(q.i64(10));
-  m.registers = static_cast<int>(q.i64(11));
-  m.shared_bytes = q.i64(12);
-  m.spill_bytes = static_cast<int>(q.i64(13));
-  m.compile_ms = q.f64(14);
-  m.worker = q.text(15);
-  m.detail = q.text(16);
-  m.measured_at = q.i64(17);
+  m.codegen_version = static_cast<int>(q.i64(1));
+  m.config = q.text(2);
+  m.source_digest = q.text(3);
+  m.status = status_from_name(q.text(4));
+  m.median_us = q.f64(5);
+  m.min_us = q.f64(6);
+  m.max_us = q.f64(7);
+  m.repeats = static_cast<int>(q.i64(8));
+  m.registers = static_cast<int>(q.i64(9));
+  m.shared_bytes = q.i64(10);
+  m.spill_bytes = static_cast<int>(q.i64(11));
+  m.compile_ms = q.f64(12);
+  m.worker = q.text(13);
+  m.detail = q.text(14);
+  m.measured_at = q.i64(15);
+  m.ci_low_us = q.f64(16);
+  m.ci_high_us = q.f64(17);
+  m.interleaved_with = q.text(18);
+  m.device = read_device(q, 19);
   return m;
 }
 
-constexpr const char* kMeasurementColumns =
-    "m.signature, d.name, d.arch, m.codegen_version, m.config, m.source_digest, m.status, m.median_us, m.min_us, "
-    "m.max_us, m.repeats, m.registers, m.shared_bytes, m.spill_bytes, m.compile_ms, m.worker, m.detail, m.measured_at";
+const std::string kMeasurementColumns =
+    "m.signature, m.codegen_version, m.config, m.source_digest, m.status, m.median_us, m.min_us, m.max_us, m.repeats, "
+    "m.registers, m.shared_bytes, m.spill_bytes, m.compile_ms, m.worker, m.detail, m.measured_at, m.ci_low_us, "
+    "m.ci_high_us, m.interleaved_with, " +
+    device_columns("d");
+
+// The export file's first line names its format; a file without one is format 1 (no identities).
+constexpr int kExportFormat = 2;
+
+nlohmann::json device_json(const DeviceKey& d) {
+  return {{"device", d.name}, {"arch", d.arch}, {"product", d.product}, {"compute_capability", d.compute_capability},
+          {"driver", d.driver}, {"toolkit", d.toolkit}};
+}
+
+DeviceKey device_from_json(const nlohmann::json& j) {
+  return {j.at("device"), j.at("arch"), j.value("product", ""), j.value("compute_capability", 0),
+          j.value("driver", ""), j.value("toolkit", "")};
+}
 
 }  // namespace
+
+std::string DeviceKey::str() const {
+  std::string s = name + " (" + arch;
+  if (!product.empty()) s += ", " + product;
+  if (compute_capability != 0) s += ", cc " + std::to_string(compute_capability);
+  if (!driver.empty()) s += ", driver " + driver;
+  if (!toolkit.empty()) s += ", " + toolkit;
+  return s + ")";
+}
 
 std::string status_name(Status s) {
   switch (s) {
@@ -273,8 +340,8 @@ SearchDb::SearchDb(const std::filesystem::path& path) : path_(path) {
     // synchronous=NORMAL keeps every committed transaction across process crashes.
     exec("PRAGMA journal_mode=WAL");
     exec("PRAGMA synchronous=NORMAL");
-    exec("PRAGMA foreign_keys=ON");
     open_schema();
+    exec("PRAGMA foreign_keys=ON");
   } catch (const Error&) {
     sqlite3_close(db_);
     db_ = nullptr;
@@ -336,6 +403,9 @@ void SearchDb::open_schema() {
     return version;
   };
   if (file_version() == kSchemaVersion) return;
+  // Foreign keys stay off while migrating (a table rebuild drops a referenced table); the
+  // migrated file must then hold no dangling reference.
+  exec("PRAGMA foreign_keys=OFF");
   write([&] {
     int version = file_version();  // again, under the write lock: another process may have migrated it
     if (version == 0) {
@@ -348,16 +418,30 @@ void SearchDb::open_schema() {
         version = step.to;
       }
     }
+    Stmt fk(db_, "PRAGMA foreign_key_check", path_.string());
+    check(!fk.step(), path_.string(), ": migration to schema ", kSchemaVersion, " left a dangling reference in table ",
+          fk.text(0));
   });
 }
 
-int64_t SearchDb::device_id(const DeviceKey& d) {
-  Stmt ins(db_, "INSERT OR IGNORE INTO devices(name, arch) VALUES(?, ?)", path_.string());
-  ins.bind(1, d.name).bind(2, d.arch).step();
-  Stmt q(db_, "SELECT id FROM devices WHERE name=? AND arch=?", path_.string());
-  q.bind(1, d.name).bind(2, d.arch);
-  check(q.step(), path_.string(), ": device lookup failed");
+std::optional<int64_t> SearchDb::find_device(const DeviceKey& d) {
+  Stmt q(db_,
+         "SELECT id FROM devices WHERE name=? AND arch=? AND product=? AND compute_capability=? AND driver=? AND "
+         "toolkit=?",
+         path_.string());
+  q.bind(1, d.name).bind(2, d.arch).bind(3, d.product).bind(4, d.compute_capability).bind(5, d.driver).bind(6, d.toolkit);
+  if (!q.step()) return std::nullopt;
   return q.i64(0);
+}
+
+int64_t SearchDb::device_id(const DeviceKey& d) {
+  if (auto id = find_device(d)) return *id;
+  Stmt ins(db_,
+           "INSERT INTO devices(name, arch, product, compute_capability, driver, toolkit) VALUES(?, ?, ?, ?, ?, ?)",
+           path_.string());
+  ins.bind(1, d.name).bind(2, d.arch).bind(3, d.product).bind(4, d.compute_capability).bind(5, d.driver).bind(6, d.toolkit);
+  ins.step();
+  return sqlite3_last_insert_rowid(db_);
 }
 
 void SearchDb::commit_workload(const std::string& signature, const std::string& canonical_form) {
@@ -381,14 +465,14 @@ int64_t SearchDb::insert_measurement(const Measurement& m) {
   Stmt ins(db_,
            "INSERT INTO measurements(signature, device_id, codegen_version, config, source_digest, status, median_us, "
            "min_us, max_us, repeats, registers, shared_bytes, spill_bytes, compile_ms, worker, detail, measured_at, "
-           "candidate_id) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+           "candidate_id, ci_low_us, ci_high_us, interleaved_with) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
            path_.string());
   ins.bind(1, m.signature).bind(2, dev).bind(3, m.codegen_version).bind(4, m.config);
   ins.bind(5, m.source_digest).bind(6, status_name(m.status)).bind(7, m.median_us).bind(8, m.min_us);
   ins.bind(9, m.max_us).bind(10, m.repeats).bind(11, m.registers);
   ins.bind(12, m.shared_bytes).bind(13, m.spill_bytes).bind(14, m.compile_ms);
   ins.bind(15, m.worker).bind(16, m.detail).bind(17, m.measured_at != 0 ? m.measured_at : now_s());
-  ins.bind(18, candidate);
+  ins.bind(18, candidate).bind(19, m.ci_low_us).bind(20, m.ci_high_us).bind(21, m.interleaved_with);
   ins.step();
   const int64_t id = sqlite3_last_insert_rowid(db_);
   if (m.status == Status::kOk) {
@@ -409,35 +493,53 @@ int64_t SearchDb::record(const Measurement& m) {
 }
 
 bool SearchDb::measured(const std::string& signature, const DeviceKey& d, int codegen_version, const std::string& config) {
+  const auto dev = find_device(d);
+  if (!dev) return false;
   Stmt q(db_,
-         "SELECT count(*) FILTER (WHERE m.status NOT IN (?6, ?7)), count(*) FILTER (WHERE m.status IN (?6, ?7)) "
-         "FROM measurements m JOIN devices d ON d.id=m.device_id WHERE m.signature=?1 AND d.name=?2 AND d.arch=?3 AND "
-         "m.codegen_version=?4 AND m.config=?5",
+         "SELECT count(*) FILTER (WHERE status NOT IN (?6, ?7)), count(*) FILTER (WHERE status IN (?6, ?7)) "
+         "FROM measurements WHERE signature=?1 AND device_id=?2 AND codegen_version=?4 AND config=?5",
          path_.string());
-  q.bind(1, signature).bind(2, d.name).bind(3, d.arch).bind(4, static_cast<int64_t>(codegen_version)).bind(5, config);
+  q.bind(1, signature).bind(2, *dev).bind(4, static_cast<int64_t>(codegen_version)).bind(5, config);
   q.bind(6, status_name(Status::kTimeout)).bind(7, status_name(Status::kRuntimeFault));
   return q.step() && (q.i64(0) > 0 || q.i64(1) >= kMaxTransientFailures);
 }
 
 std::optional<BestPlan> SearchDb::best(const std::string& signature, const DeviceKey& d, int codegen_version) {
+  const auto dev = find_device(d);
+  if (!dev) return std::nullopt;
   Stmt q(db_,
-         "SELECT m.config, b.median_us, b.measurement_id FROM best_plans b JOIN devices d ON d.id=b.device_id "
-         "JOIN measurements m ON m.id=b.measurement_id WHERE b.signature=? AND d.name=? AND d.arch=? AND "
-         "b.codegen_version=?",
+         "SELECT m.config, b.median_us, b.measurement_id FROM best_plans b JOIN measurements m ON "
+         "m.id=b.measurement_id WHERE b.signature=? AND b.device_id=? AND b.codegen_version=?",
          path_.string());
-  q.bind(1, signature).bind(2, d.name).bind(3, d.arch).bind(4, static_cast<int64_t>(codegen_version));
+  q.bind(1, signature).bind(2, *dev).bind(3, static_cast<int64_t>(codegen_version));
   if (!q.step()) return std::nullopt;
   return BestPlan{q.text(0), q.f64(1), q.i64(2)};
 }
 
 std::vector<Measurement> SearchDb::top_k(const std::string& signature, const DeviceKey& d, int codegen_version, int k) {
+  std::vector<Measurement> out;
+  const auto dev = find_device(d);
+  if (!dev) return out;
   Stmt q(db_,
-         std::string("SELECT ") + kMeasurementColumns +
-             " FROM measurements m JOIN devices d ON d.id=m.device_id WHERE m.signature=? AND d.name=? AND d.arch=? "
+         "SELECT " + kMeasurementColumns +
+             " FROM measurements m JOIN devices d ON d.id=m.device_id WHERE m.signature=? AND m.device_id=? "
              "AND m.codegen_version=? AND m.status='ok' ORDER BY m.median_us, m.id LIMIT ?",
          path_.string());
-  q.bind(1, signature).bind(2, d.name).bind(3, d.arch).bind(4, static_cast<int64_t>(codegen_version));
-  q.bind(5, static_cast<int64_t>(k));
+  q.bind(1, signature).bind(2, *dev).bind(3, static_cast<int64_t>(codegen_version)).bind(4, static_cast<int64_t>(k));
+  while (q.step()) out.push_back(row_to_measurement(q));
+  return out;
+}
+
+std::vector<Measurement> SearchDb::near_top_k(const std::string& signature, const DeviceKey& d, int codegen_version,
+                                              int k) {
+  Stmt q(db_,
+         "SELECT " + kMeasurementColumns +
+             " FROM measurements m JOIN devices d ON d.id=m.device_id WHERE m.signature=? AND d.name=? AND d.arch=? "
+             "AND NOT (d.product=? AND d.compute_capability=? AND d.driver=? AND d.toolkit=?) "
+             "AND m.codegen_version=? AND m.status='ok' ORDER BY m.median_us, m.id LIMIT ?",
+         path_.string());
+  q.bind(1, signature).bind(2, d.name).bind(3, d.arch).bind(4, d.product).bind(5, d.compute_capability);
+  q.bind(6, d.driver).bind(7, d.toolkit).bind(8, static_cast<int64_t>(codegen_version)).bind(9, static_cast<int64_t>(k));
   std::vector<Measurement> out;
   while (q.step()) out.push_back(row_to_measurement(q));
   return out;
@@ -454,6 +556,7 @@ DbStats SearchDb::stats() {
   s.candidates = count("SELECT count(*) FROM candidates");
   s.measurements = count("SELECT count(*) FROM measurements");
   s.failures = count("SELECT count(*) FROM measurements WHERE status <> 'ok'");
+  s.interleaved = count("SELECT count(*) FROM measurements WHERE interleaved_with <> ''");
   s.best_plans = count("SELECT count(*) FROM best_plans");
   s.models = count("SELECT count(*) FROM models");
   s.jobs = count("SELECT count(*) FROM jobs");
@@ -461,6 +564,17 @@ DbStats SearchDb::stats() {
   s.tasks = count("SELECT count(*) FROM tasks");
   s.open_tasks = count("SELECT count(*) FROM tasks WHERE state IN ('queued', 'leased')");
   s.schema_version = static_cast<int>(count("SELECT CAST(value AS INTEGER) FROM meta WHERE key='schema_version'"));
+  Stmt q(db_,
+         "SELECT " + device_columns("d") +
+             ", m.codegen_version, count(*), (SELECT count(*) FROM best_plans b WHERE b.device_id=m.device_id AND "
+             "b.codegen_version=m.codegen_version) FROM measurements m JOIN devices d ON d.id=m.device_id "
+             "GROUP BY m.device_id, m.codegen_version ORDER BY d.name, d.arch, d.product, d.driver, d.toolkit, "
+             "m.codegen_version",
+         path_.string());
+  while (q.step()) {
+    s.identities.push_back({read_device(q, 0), static_cast<int>(q.i64(kDeviceColumnCount)),
+                            q.i64(kDeviceColumnCount + 1), q.i64(kDeviceColumnCount + 2)});
+  }
   return s;
 }
 
@@ -468,6 +582,10 @@ int64_t SearchDb::export_to(const std::filesystem::path& file) {
   std::ofstream out(file, std::ios::trunc);
   check(out.good(), file.string(), ": cannot write the export");
   int64_t n = 0;
+  out << nlohmann::json{{"type", "header"}, {"format", "fusetune search export"}, {"format_version", kExportFormat},
+                        {"schema_version", kSchemaVersion}, {"fusetune_version", FUSETUNE_VERSION}}
+             .dump()
+      << "\n";
   {
     Stmt q(db_, "SELECT signature, canonical_form FROM workloads ORDER BY signature", path_.string());
     while (q.step()) {
@@ -475,19 +593,19 @@ int64_t SearchDb::export_to(const std::filesystem::path& file) {
       ++n;
     }
   }
-  Stmt q(db_, std::string("SELECT ") + kMeasurementColumns + " FROM measurements m JOIN devices d ON d.id=m.device_id ORDER BY m.id",
+  Stmt q(db_, "SELECT " + kMeasurementColumns + " FROM measurements m JOIN devices d ON d.id=m.device_id ORDER BY m.id",
          path_.string());
   while (q.step()) {
     const Measurement m = row_to_measurement(q);
-    out << nlohmann::json{{"type", "measurement"}, {"signature", m.signature}, {"device", m.device.name},
-                          {"arch", m.device.arch}, {"codegen_version", m.codegen_version}, {"config", m.config},
-                          {"source_digest", m.source_digest}, {"status", status_name(m.status)},
-                          {"median_us", m.median_us}, {"min_us", m.min_us}, {"max_us", m.max_us},
-                          {"repeats", m.repeats}, {"registers", m.registers}, {"shared_bytes", m.shared_bytes},
-                          {"spill_bytes", m.spill_bytes}, {"compile_ms", m.compile_ms}, {"worker", m.worker},
-                          {"detail", m.detail}, {"measured_at", m.measured_at}}
-               .dump()
-        << "\n";
+    nlohmann::json j = {{"type", "measurement"}, {"signature", m.signature}, {"codegen_version", m.codegen_version},
+                        {"config", m.config}, {"source_digest", m.source_digest}, {"status", status_name(m.status)},
+                        {"median_us", m.median_us}, {"min_us", m.min_us}, {"max_us", m.max_us},
+                        {"repeats", m.repeats}, {"ci_low_us", m.ci_low_us}, {"ci_high_us", m.ci_high_us},
+                        {"interleaved_with", m.interleaved_with}, {"registers", m.registers}, {"shared_bytes", m.shared_bytes},
+                        {"spill_bytes", m.spill_bytes}, {"compile_ms", m.compile_ms}, {"worker", m.worker},
+                        {"detail", m.detail}, {"measured_at", m.measured_at}};
+    j.update(device_json(m.device));
+    out << j.dump() << "\n";
     ++n;
   }
   check(out.good(), file.string(), ": writing the export failed");
@@ -505,6 +623,16 @@ int64_t SearchDb::import_from(const std::filesystem::path& file) {
     try {
       const nlohmann::json j = nlohmann::json::parse(line);
       const std::string type = j.at("type");
+      if (type == "header") {
+        check(lineno == 1, "a header after the first line");
+        check(j.value("format", "") == "fusetune search export", "not a fusetune search export (format '",
+              j.value("format", ""), "')");
+        const int format = j.at("format_version");
+        check(format >= 1 && format <= kExportFormat, "export format version ", format, " (written by fusetune ",
+              j.value("fusetune_version", "?"), ") is not one this fusetune reads (1 to ", kExportFormat,
+              "); upgrade fusetune");
+        continue;
+      }
       if (type == "workload") {
         auto workloads = [&] {
           Stmt q(db_, "SELECT count(*) FROM workloads", path_.string());
@@ -518,7 +646,7 @@ int64_t SearchDb::import_from(const std::filesystem::path& file) {
       check(type == "measurement", "unknown record type '", type, "'");
       Measurement m;
       m.signature = j.at("signature");
-      m.device = {j.at("device"), j.at("arch")};
+      m.device = device_from_json(j);
       m.codegen_version = j.at("codegen_version");
       m.config = j.at("config");
       m.source_digest = j.at("source_digest");
@@ -527,6 +655,9 @@ int64_t SearchDb::import_from(const std::filesystem::path& file) {
       m.min_us = j.at("min_us");
       m.max_us = j.at("max_us");
       m.repeats = j.at("repeats");
+      m.ci_low_us = j.value("ci_low_us", m.min_us);  // format 1: the widest interval
+      m.ci_high_us = j.value("ci_high_us", m.max_us);
+      m.interleaved_with = j.value("interleaved_with", "");
       m.registers = j.at("registers");
       m.shared_bytes = j.at("shared_bytes");
       m.spill_bytes = j.at("spill_bytes");
@@ -534,13 +665,15 @@ int64_t SearchDb::import_from(const std::filesystem::path& file) {
       m.worker = j.at("worker");
       m.detail = j.at("detail");
       m.measured_at = j.at("measured_at");
-      Stmt dup(db_,
-               "SELECT count(*) FROM measurements m JOIN devices d ON d.id=m.device_id WHERE m.signature=? AND "
-               "d.name=? AND d.arch=? AND m.codegen_version=? AND m.config=? AND m.measured_at=? AND m.worker=?",
-               path_.string());
-      dup.bind(1, m.signature).bind(2, m.device.name).bind(3, m.device.arch);
-      dup.bind(4, static_cast<int64_t>(m.codegen_version)).bind(5, m.config).bind(6, m.measured_at).bind(7, m.worker);
-      if (dup.step() && dup.i64(0) > 0) continue;
+      if (const auto dev = find_device(m.device)) {
+        Stmt dup(db_,
+                 "SELECT count(*) FROM measurements WHERE signature=? AND device_id=? AND codegen_version=? AND "
+                 "config=? AND measured_at=? AND worker=?",
+                 path_.string());
+        dup.bind(1, m.signature).bind(2, *dev).bind(3, static_cast<int64_t>(m.codegen_version)).bind(4, m.config);
+        dup.bind(5, m.measured_at).bind(6, m.worker);
+        if (dup.step() && dup.i64(0) > 0) continue;
+      }
       record(m);
       ++added;
     } catch (const nlohmann::json::exception& e) {
@@ -572,14 +705,20 @@ int64_t SearchDb::create_job(const JobRecord& job) {
     m.bind(1, job.model_digest);
     check(m.step() && m.i64(0) > 0, path_.string(), ": job for model ", job.model_digest,
           ": the model is not stored (put_model first)");
-    const int64_t dev = device_id(job.device);
+    const int64_t dev = device_id(job.device.device_class());
+    if (job.identity) {
+      check(job.identity->same_class(job.device), path_.string(), ": a job for ", job.device.str(), " bound to ",
+            job.identity->str());
+    }
     Stmt q(db_,
            "INSERT INTO jobs(model_digest, model_name, device_id, options, state, error, created_at, finished_at, "
-           "summary) VALUES(?,?,?,?,?,?,?,?,?)",
+           "summary, identity_id) VALUES(?,?,?,?,?,?,?,?,?,?)",
            path_.string());
     q.bind(1, job.model_digest).bind(2, job.model_name).bind(3, dev).bind(4, job.options);
     q.bind(5, job_state_name(job.state)).bind(6, job.error).bind(7, job.created_at != 0 ? job.created_at : now_s());
-    q.bind(8, job.finished_at).bind(9, job.summary).step();
+    q.bind(8, job.finished_at).bind(9, job.summary);
+    if (job.identity) q.bind(10, device_id(*job.identity));
+    q.step();
     return sqlite3_last_insert_rowid(db_);
   });
 }
@@ -593,8 +732,22 @@ void SearchDb::set_job_state(int64_t id, JobState state, const std::string& erro
   });
 }
 
+DeviceKey SearchDb::bind_job(int64_t id, const DeviceKey& identity) {
+  return write([&] {
+    Stmt q(db_, kJobColumns + "WHERE j.id=?", path_.string());
+    check(q.bind(1, id).step(), path_.string(), ": no job ", id);
+    const JobRecord job = row_to_job(q);
+    if (job.identity) return *job.identity;
+    check(job.device.same_class(identity), path_.string(), ": job ", id, " asks for ", job.device.str(),
+          ", not for ", identity.str());
+    Stmt u(db_, "UPDATE jobs SET identity_id=? WHERE id=?", path_.string());
+    u.bind(1, device_id(identity)).bind(2, id).step();
+    return identity;
+  });
+}
+
 std::optional<JobRecord> SearchDb::job(int64_t id) {
-  Stmt q(db_, std::string(kJobColumns) + "WHERE j.id=?", path_.string());
+  Stmt q(db_, kJobColumns + "WHERE j.id=?", path_.string());
   q.bind(1, id);
   if (!q.step()) return std::nullopt;
   return row_to_job(q);
@@ -602,7 +755,7 @@ std::optional<JobRecord> SearchDb::job(int64_t id) {
 
 std::vector<JobRecord> SearchDb::jobs(bool unfinished_only) {
   Stmt q(db_,
-         std::string(kJobColumns) + (unfinished_only ? "WHERE j.state IN ('queued', 'running') " : "") + "ORDER BY j.id",
+         kJobColumns + (unfinished_only ? "WHERE j.state IN ('queued', 'running') " : "") + "ORDER BY j.id",
          path_.string());
   std::vector<JobRecord> out;
   while (q.step()) out.push_back(row_to_job(q));
@@ -639,14 +792,14 @@ void SearchDb::link_job_task(int64_t job, int64_t task) {
 }
 
 std::vector<TaskRecord> SearchDb::job_tasks(int64_t job) {
-  Stmt q(db_, std::string(kTaskColumns) + "JOIN job_tasks jt ON jt.task_id=t.id WHERE jt.job_id=? ORDER BY t.id",
+  Stmt q(db_, kTaskColumns + "JOIN job_tasks jt ON jt.task_id=t.id WHERE jt.job_id=? ORDER BY t.id",
          path_.string());
   q.bind(1, job);
   return read_tasks(q);
 }
 
 std::optional<TaskRecord> SearchDb::task(int64_t id) {
-  Stmt q(db_, std::string(kTaskColumns) + "WHERE t.id=?", path_.string());
+  Stmt q(db_, kTaskColumns + "WHERE t.id=?", path_.string());
   q.bind(1, id);
   auto found = read_tasks(q);
   if (found.empty()) return std::nullopt;
@@ -654,7 +807,7 @@ std::optional<TaskRecord> SearchDb::task(int64_t id) {
 }
 
 std::vector<TaskRecord> SearchDb::tasks_in_state(TaskState state) {
-  Stmt q(db_, std::string(kTaskColumns) + "WHERE t.state=? ORDER BY t.id", path_.string());
+  Stmt q(db_, kTaskColumns + "WHERE t.state=? ORDER BY t.id", path_.string());
   q.bind(1, task_state_name(state));
   return read_tasks(q);
 }
@@ -719,18 +872,17 @@ bool SearchDb::finish_task(int64_t id, TaskState state, const std::string& error
   check(state == TaskState::kDone || state == TaskState::kFailed, path_.string(), ": task ", id, " cannot finish as ",
         task_state_name(state));
   return write([&] {
-    Stmt t(db_, std::string(kTaskColumns) + "WHERE t.id=?", path_.string());
+    Stmt t(db_, kTaskColumns + "WHERE t.id=?", path_.string());
     t.bind(1, id);
     const auto found = read_tasks(t);
     check(!found.empty(), path_.string(), ": no task ", id);
     const TaskRecord& task = found.front();
     if (task.state == TaskState::kDone) return false;
     for (const Measurement& m : results) {
-      check(m.signature == task.signature && m.device.name == task.device.name && m.device.arch == task.device.arch &&
-                m.codegen_version == task.codegen_version,
-            path_.string(), ": task ", id, " (", task.signature, " on ", task.device.name, "/", task.device.arch,
-            ", codegen ", task.codegen_version, ") got a measurement of ", m.signature, " on ", m.device.name, "/",
-            m.device.arch, ", codegen ", m.codegen_version);
+      check(m.signature == task.signature && m.device == task.device && m.codegen_version == task.codegen_version,
+            path_.string(), ": task ", id, " (", task.signature, " on ", task.device.str(), ", codegen ",
+            task.codegen_version, ") got a measurement of ", m.signature, " on ", m.device.str(), ", codegen ",
+            m.codegen_version);
       insert_measurement(m);
     }
     Stmt q(db_, "UPDATE tasks SET state=?, error=?, lease_deadline_ms=0 WHERE id=?", path_.string());

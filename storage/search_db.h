@@ -3,11 +3,17 @@
 //
 // Measurement data (exported and imported between labs):
 //  - workloads: a group signature (core/signature.h) with its canonical form;
+//  - devices: device identities (DeviceKey): the planner device and architecture, the product,
+//    the driver and the toolkit that compiled the kernels;
 //  - candidates: a kernel candidate, (signature, codegen version, config, source digest), unique;
 //  - measurements: every measurement, failures included, with its status, keyed by (signature,
-//    device, codegen version, config) and referencing its candidate;
-//  - best plans: the fastest successful measurement per (signature, device, codegen version),
-//    maintained as measurements arrive.
+//    device identity, codegen version, config) and referencing its candidate;
+//  - best plans: the fastest successful measurement per (signature, device identity, codegen
+//    version), maintained as measurements arrive.
+// A lookup (measured, best, top_k) answers only from the exact identity: a kernel timed under
+// another driver or toolkit is another measurement. near_top_k reads the measurements of near
+// identities (same planner device and architecture, any other identity), which may seed a ranking
+// but never answer.
 // Service state (local to one coordinator's file, never exported):
 //  - models: model files by their digest;
 //  - jobs: one tuning request (a model on a device, options, state, summary);
@@ -16,7 +22,11 @@
 //
 // Guarantees: the schema is versioned (kSchemaVersion) and an older file is migrated forward on
 // open, in one transaction, keeping every row (a version 1 file gains candidates, filled from its
-// measurements, and the service tables); a file newer than this build knows is refused. The file
+// measurements, and the service tables; a version 2 file's measurements gain the median's
+// confidence interval, [min, max], and no interleaved rival; its devices become identities whose
+// product, driver and toolkit are unknown, which no new measurement matches, and its unfinished
+// jobs go back to the queue without tasks, to be bound to an identity again); a file newer than
+// this build knows is refused. The file
 // is in WAL mode with a busy timeout, and every write is one transaction (BEGIN IMMEDIATE ...
 // COMMIT, rolled back on error), so a process killed at any moment (kill -9) loses no committed
 // record and leaves no partial one: finish_task stores a task's measurements and its new state
@@ -29,13 +39,14 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 struct sqlite3;
 
 namespace fusetune::storage {
 
-inline constexpr int kSchemaVersion = 2;
+inline constexpr int kSchemaVersion = 3;
 
 // kCheckFailed: the host executor's racecheck, synccheck, memcheck or initcheck found something
 // (simt/executor.h); the detail names the check, the kernel, the hazard and the lines.
@@ -47,9 +58,26 @@ std::string status_name(Status s);
 inline constexpr int kMaxTransientFailures = 3;
 Status status_from_name(const std::string& name);
 
+// A device identity. Two measurements are comparable only under the same identity (and codegen
+// version): the same GPU under another driver, or kernels built by another NVRTC or host compiler,
+// may run differently or wrongly. name and arch alone (the other fields empty) are a device class:
+// what a job asks for, and what a schema 2 file's measurements are recorded under.
 struct DeviceKey {
-  std::string name;  // "h100", or a worker's reported device name
+  DeviceKey() = default;
+  DeviceKey(std::string name_, std::string arch_, std::string product_ = "", int compute_capability_ = 0,
+            std::string driver_ = "", std::string toolkit_ = "")
+      : name(std::move(name_)), arch(std::move(arch_)), product(std::move(product_)),
+        compute_capability(compute_capability_), driver(std::move(driver_)), toolkit(std::move(toolkit_)) {}
+  std::string name;  // the planner device ("h100"), or "host"
   std::string arch;  // "sm_90", or "host"
+  std::string product;  // as the driver names the GPU ("NVIDIA H100 80GB HBM3"), or the host's CPU
+  int compute_capability = 0;  // 90; 0 for the host
+  std::string driver;   // the CUDA driver's version ("12.8"); empty for the host
+  std::string toolkit;  // what compiles the kernels: "nvrtc 13.0", or the host C++ compiler and its version
+  bool operator==(const DeviceKey&) const = default;
+  bool same_class(const DeviceKey& o) const { return name == o.name && arch == o.arch; }
+  DeviceKey device_class() const { return {name, arch}; }
+  std::string str() const;  // one line, for logs and `db stats`
 };
 
 struct Measurement {
@@ -63,6 +91,9 @@ struct Measurement {
   double min_us = 0;
   double max_us = 0;
   int repeats = 0;
+  double ci_low_us = 0;   // the median's 95% confidence interval ([min, max] for rows older than schema 3)
+  double ci_high_us = 0;
+  std::string interleaved_with;  // the rival's config when timed in turn with it in one child (Policy::interleave)
   int registers = 0;
   int64_t shared_bytes = 0;
   int spill_bytes = 0;
@@ -78,12 +109,21 @@ struct BestPlan {
   int64_t measurement_id = 0;
 };
 
+// One identity's share of the database, per codegen version.
+struct IdentityStats {
+  DeviceKey device;
+  int codegen_version = 0;
+  int64_t measurements = 0;
+  int64_t best_plans = 0;
+};
+
 struct DbStats {
   int64_t workloads = 0;
   int64_t devices = 0;
   int64_t candidates = 0;
   int64_t measurements = 0;
   int64_t failures = 0;
+  int64_t interleaved = 0;  // measurements of a candidate timed in turn with a rival
   int64_t best_plans = 0;
   int64_t models = 0;
   int64_t jobs = 0;
@@ -91,6 +131,7 @@ struct DbStats {
   int64_t tasks = 0;
   int64_t open_tasks = 0;  // queued or leased
   int schema_version = 0;  // the file's
+  std::vector<IdentityStats> identities;  // with at least one measurement, by identity then codegen version
 };
 
 struct ModelBlob {
@@ -106,7 +147,10 @@ struct JobRecord {
   int64_t id = 0;
   std::string model_digest;  // a model stored with put_model
   std::string model_name;
-  DeviceKey device;
+  DeviceKey device;  // the device class the job asks for
+  // The identity whose measurements decide the job: bound once, when a worker of the class is
+  // there to measure (bind_job); none while the job waits for one.
+  std::optional<DeviceKey> identity;
   std::string options;  // JSON text
   JobState state = JobState::kQueued;
   std::string error;
@@ -153,8 +197,12 @@ class SearchDb {
   // kMaxTransientFailures transient ones (is_transient). A candidate not settled is measured (again).
   bool measured(const std::string& signature, const DeviceKey& d, int codegen_version, const std::string& config);
   std::optional<BestPlan> best(const std::string& signature, const DeviceKey& d, int codegen_version);
-  // The k fastest successful measurements of a workload on a device.
+  // The k fastest successful measurements of a workload on a device identity.
   std::vector<Measurement> top_k(const std::string& signature, const DeviceKey& d, int codegen_version, int k);
+  // The k fastest successful measurements of a workload on near identities of d: the same name and
+  // architecture, any other product, driver or toolkit (schema 2 rows included). For seeding a
+  // ranking only, never for answering.
+  std::vector<Measurement> near_top_k(const std::string& signature, const DeviceKey& d, int codegen_version, int k);
   DbStats stats();
   // JSON lines: one workload or measurement per line; import merges (records already present,
   // by their key, measurement time and worker, are skipped; candidates are shared with what the
@@ -172,6 +220,9 @@ class SearchDb {
   // finished_at to now for a terminal state (0 otherwise). An unknown id throws.
   int64_t create_job(const JobRecord& job);
   void set_job_state(int64_t id, JobState state, const std::string& error = "", const std::string& summary = "");
+  // Binds a job to the identity that measures it, which must be of the job's device class; a job
+  // already bound keeps its identity. Returns the job's identity.
+  DeviceKey bind_job(int64_t id, const DeviceKey& identity);
   std::optional<JobRecord> job(int64_t id);
   // All jobs, or the queued and running ones, ordered by id.
   std::vector<JobRecord> jobs(bool unfinished_only);
@@ -212,7 +263,8 @@ class SearchDb {
   template <typename Fn>
   auto write(Fn&& fn);
   void open_schema();
-  int64_t device_id(const DeviceKey& d);
+  int64_t device_id(const DeviceKey& d);                // created when absent
+  std::optional<int64_t> find_device(const DeviceKey& d);  // never creates
   int64_t insert_measurement(const Measurement& m);  // inside a transaction
   std::filesystem::path path_;
   sqlite3* db_ = nullptr;

@@ -38,14 +38,23 @@ int cmd_db(const std::vector<std::string>& argv) {
   storage::SearchDb db(path);
   if (pos[0] == "stats") {
     const storage::DbStats s = db.stats();
-    std::printf("%s (schema %d): %lld workloads, %lld devices, %lld candidates, %lld measurements (%lld failed), "
-                "%lld best plans; %lld models, %lld jobs (%lld unfinished), %lld tasks (%lld open)\n",
+    std::printf("%s (schema %d): %lld workloads, %lld devices, %lld candidates, %lld measurements (%lld failed, "
+                "%lld interleaved), %lld best plans; %lld models, %lld jobs (%lld unfinished), %lld tasks (%lld open)\n",
                 path.string().c_str(), s.schema_version, static_cast<long long>(s.workloads),
                 static_cast<long long>(s.devices), static_cast<long long>(s.candidates),
                 static_cast<long long>(s.measurements), static_cast<long long>(s.failures),
+                static_cast<long long>(s.interleaved),
                 static_cast<long long>(s.best_plans), static_cast<long long>(s.models), static_cast<long long>(s.jobs),
                 static_cast<long long>(s.unfinished_jobs), static_cast<long long>(s.tasks),
                 static_cast<long long>(s.open_tasks));
+    // Each identity answers only for itself; rows recorded before identities (schema 2) have no
+    // product, driver or toolkit and only seed rankings.
+    for (const storage::IdentityStats& i : s.identities) {
+      const bool legacy = i.device.product.empty() && i.device.toolkit.empty();
+      std::printf("  %s, codegen %d: %lld measurements, %lld best plans%s\n", i.device.str().c_str(), i.codegen_version,
+                  static_cast<long long>(i.measurements), static_cast<long long>(i.best_plans),
+                  legacy ? " (recorded before device identities: seeds rankings, answers nothing)" : "");
+    }
   } else if (pos[0] == "export") {
     const int64_t n = db.export_to(pos[1]);
     std::printf("exported %lld records from %s to %s\n", static_cast<long long>(n), path.string().c_str(), pos[1].c_str());

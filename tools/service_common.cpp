@@ -119,12 +119,16 @@ void print_summary(const wire::JobStatus& job) {
   auto us = [&](const char* key) { return s[key].is_number() ? s[key].get<double>() : NAN; };
   const double tuned = us("tuned_us"), unfused = us("unfused_us");
   std::printf("\n%-34s %s\n", "job", std::to_string(job.job_id()).c_str());
+  if (!job.identity().empty()) std::printf("%-34s %s\n", "measured on (device identity)", job.identity().c_str());
   std::printf("%-34s %lld\n", "fusion groups", static_cast<long long>(s["groups"].get<int64_t>()));
   std::printf("%-34s %lld\n", "kernel launches", static_cast<long long>(s["launches"].get<int64_t>()));
   std::printf("%-34s %lld\n", "tasks (unique groups measured)", static_cast<long long>(s["tasks"].get<int64_t>()));
   std::printf("%-34s %lld\n", "cache hits (answered by the db)", static_cast<long long>(s["cache_hits"].get<int64_t>()));
   std::printf("%-34s %lld\n", "candidates measured", static_cast<long long>(s["candidates_measured"].get<int64_t>()));
   std::printf("%-34s %lld\n", "fused groups split back", static_cast<long long>(s["split_groups"].get<int64_t>()));
+  if (s.contains("interleaved_pairs")) {
+    std::printf("%-34s %lld\n", "leaders within noise, interleaved", static_cast<long long>(s["interleaved_pairs"].get<int64_t>()));
+  }
   if (s.contains("failed_groups") && s["failed_groups"].is_array() && !s["failed_groups"].empty()) {
     std::string names;
     for (const auto& n : s["failed_groups"]) names += (names.empty() ? "" : ", ") + n.get<std::string>();

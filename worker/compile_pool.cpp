@@ -15,7 +15,7 @@ namespace fusetune::worker {
 CompilePool::CompilePool(std::string arch, int jobs) : arch_(std::move(arch)), jobs_(std::max(1, jobs)) {}
 
 std::string CompilePool::compiler() const {
-  if (arch_ == "host") return simt::default_compiler();
+  if (arch_ == "host") return simt::compiler_identity(simt::default_compiler());
   return backend::nvrtc_available() ? "nvrtc " + backend::nvrtc_version() : "nvrtc unavailable";
 }
 

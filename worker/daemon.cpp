@@ -28,6 +28,7 @@ wire::DeviceInfo probe_device(const std::string& device, std::string& backend_na
     info.set_arch("host");
     info.set_description(props.description);
     info.set_sms(props.multiprocessors);
+    info.set_toolkit(props.toolkit);
     backend_name = "host";
     return info;
   }
@@ -45,6 +46,8 @@ wire::DeviceInfo probe_device(const std::string& device, std::string& backend_na
   info.set_description(props.description);
   info.set_sms(props.multiprocessors);
   info.set_compute_capability(props.compute_capability);
+  info.set_driver_version(props.driver);
+  info.set_toolkit(props.toolkit);
   info.set_name(planner_device_name(props.description, props.arch));
   backend_name = "cuda";
   return info;
@@ -97,7 +100,9 @@ Outcome process(const wire::Task& task, CompilePool& pool, Sandbox& sandbox, con
     cc.set_cubin(compiled[k].cubin);
     sent.push_back(k);
   }
-  const int timeout = task.policy().timeout_ms() > 0 ? task.policy().timeout_ms() : 10000;
+  // An interleaved pair sends its first result after both candidates are timed.
+  const int timeout = (task.policy().timeout_ms() > 0 ? task.policy().timeout_ms() : 10000) *
+                      (task.policy().interleave() ? 2 : 1);
   const std::vector<wire::CandidateResult> measured = sandbox.run(req, timeout, &cancel);
   if (measured.size() < sent.size()) {  // cancelled: the lease goes back unfinished
     out.result.set_abandoned(true);
@@ -114,6 +119,9 @@ Outcome process(const wire::Task& task, CompilePool& pool, Sandbox& sandbox, con
     r.set_min_us(m.min_us());
     r.set_max_us(m.max_us());
     r.set_repeats(m.repeats());
+    r.set_ci_low_us(m.ci_low_us());
+    r.set_ci_high_us(m.ci_high_us());
+    r.set_interleaved_with(m.interleaved_with());
     r.set_max_abs_error(m.max_abs_error());
     ok += m.status() == "ok";
   }

@@ -66,67 +66,157 @@ std::optional<std::string> read_frame(int fd) {
   return bytes;
 }
 
-wire::CandidateResult measure_candidate(const Graph& g, const wire::ChildCandidate& cc, const wire::Policy& policy,
-                                        backend::Backend& backend) {
+namespace {
+
+// A candidate loaded, verified and given timing buffers: what is timed, solo or interleaved.
+struct Prepared {
+  wire::CandidateResult result;  // status "ok" once verified; a failure's status and detail otherwise
+  std::unique_ptr<backend::Module> module;
+  std::vector<std::unique_ptr<backend::Buffer>> buffers;
+  std::vector<backend::Buffer*> args;
+  std::string kernel;
+};
+
+Prepared prepare(const Graph& g, const wire::ChildCandidate& cc, const wire::Policy& policy, backend::Backend& backend) {
   const wire::Candidate& c = cc.candidate();
-  wire::CandidateResult r;
+  Prepared p;
+  wire::CandidateResult& r = p.result;
   r.set_config(c.config());
   r.set_source_digest(c.source_digest());
+  p.kernel = c.kernel();
   backend::ModuleSource src;
   src.kernels.push_back({c.kernel(), c.grid(), c.threads(), c.shared_bytes(), c.library()});
   src.cuda_source = c.cuda_source();
   const std::string arch = backend.properties().arch;
   if (!cc.cubin().empty()) src.cubins[arch] = std::vector<char>(cc.cubin().begin(), cc.cubin().end());
   std::vector<int> inputs, outputs;
-  for (const wire::ParamSpec& p : c.params()) {
-    check(p.value() >= 0 && p.value() < static_cast<int>(g.values().size()), "candidate ", c.config(), ": parameter '",
-          p.name(), "' is bound to value ", p.value(), " of ", g.values().size());
-    (p.output() ? outputs : inputs).push_back(p.value());
+  for (const wire::ParamSpec& param : c.params()) {
+    check(param.value() >= 0 && param.value() < static_cast<int>(g.values().size()), "candidate ", c.config(),
+          ": parameter '", param.name(), "' is bound to value ", param.value(), " of ", g.values().size());
+    (param.output() ? outputs : inputs).push_back(param.value());
   }
   planner::FusionGroup group;
   group.nodes.resize(g.nodes().size());
   std::iota(group.nodes.begin(), group.nodes.end(), 0);
   try {
-    std::unique_ptr<backend::Module> module = backend.load_source(src);
+    p.module = backend.load_source(src);
     std::mt19937 rng(static_cast<std::mt19937::result_type>(policy.seed()));
     const backend::VerifyResult v =
-        backend::verify_kernel(g, group, c.kernel(), inputs, outputs, backend, *module, rng, kRedzoneBytes);
+        backend::verify_kernel(g, group, c.kernel(), inputs, outputs, backend, *p.module, rng, kRedzoneBytes);
     r.set_max_abs_error(v.max_abs);
     if (!v.ok) {
       r.set_status(v.check_failed ? "check_failed" : "wrong_result");
       r.set_detail(v.detail);
-      return r;
+      return p;
     }
     // Timing runs on fresh buffers (no redzones needed: the kernel was verified on these shapes).
-    std::vector<std::unique_ptr<backend::Buffer>> buffers;
-    std::vector<backend::Buffer*> args;
-    for (const wire::ParamSpec& p : c.params()) {
-      const Value& val = g.value(p.value());
+    for (const wire::ParamSpec& param : c.params()) {
+      const Value& val = g.value(param.value());
       const size_t bytes = std::max<size_t>(1, static_cast<size_t>(numel(val.shape)) * dtype_size(val.dtype));
-      buffers.push_back(backend.allocate(bytes));
-      if (!p.output()) {
-        const Tensor t = backend::random_group_input(g, group, p.value(), rng);
-        buffers.back()->upload(t.data(), t.nbytes());
+      p.buffers.push_back(backend.allocate(bytes));
+      if (!param.output()) {
+        const Tensor t = backend::random_group_input(g, group, param.value(), rng);
+        p.buffers.back()->upload(t.data(), t.nbytes());
       }
-      args.push_back(buffers.back().get());
+      p.args.push_back(p.buffers.back().get());
     }
-    backend::TimingPolicy tp;
-    tp.warmup = policy.warmup();
-    tp.min_repeats = policy.min_repeats();
-    tp.max_repeats = policy.max_repeats();
-    tp.min_time_ms = policy.min_time_ms();
-    tp.flush_l2 = policy.flush_l2();
-    const backend::Timing t = module->time(c.kernel(), args, tp);
     r.set_status("ok");
-    r.set_median_us(t.median_us);
-    r.set_min_us(t.min_us);
-    r.set_max_us(t.max_us);
-    r.set_repeats(t.repeats);
   } catch (const Error& e) {
     r.set_status("runtime_fault");
     r.set_detail(e.what());
   }
-  return r;
+  return p;
+}
+
+backend::TimingPolicy timing_policy(const wire::Policy& policy) {
+  backend::TimingPolicy tp;
+  tp.warmup = policy.warmup();
+  tp.min_repeats = policy.min_repeats();
+  tp.max_repeats = policy.max_repeats();
+  tp.min_time_ms = policy.min_time_ms();
+  tp.flush_l2 = policy.flush_l2();
+  return tp;
+}
+
+void set_timing(wire::CandidateResult& r, const backend::Timing& t) {
+  r.set_median_us(t.median_us);
+  r.set_min_us(t.min_us);
+  r.set_max_us(t.max_us);
+  r.set_repeats(t.repeats);
+  r.set_ci_low_us(t.ci_low_us);
+  r.set_ci_high_us(t.ci_high_us);
+}
+
+// Runs fn, turning an Error into a runtime fault of `r`; false when it failed.
+template <typename Fn>
+bool guarded(wire::CandidateResult& r, Fn&& fn) {
+  try {
+    fn();
+    return true;
+  } catch (const Error& e) {
+    r.clear_median_us();
+    r.set_status("runtime_fault");
+    r.set_detail(e.what());
+    return false;
+  }
+}
+
+// Both candidates verified: warm-up for each, then rounds of one timed run of A and one of B
+// (each timed as time() times one run: the L2 flushed before it on a GPU) until both have
+// min_repeats runs and together min_time_ms, at most max_repeats rounds.
+void time_interleaved(Prepared& a, Prepared& b, const wire::Policy& policy) {
+  const backend::TimingPolicy tp = timing_policy(policy);
+  backend::TimingPolicy one = tp;
+  one.warmup = 0;
+  one.min_repeats = one.max_repeats = 1;
+  one.min_time_ms = 0;
+  Prepared* both[2] = {&a, &b};
+  std::vector<double> times[2];
+  double total_ms = 0;
+  for (Prepared* p : both) {
+    backend::TimingPolicy warm = one;
+    warm.warmup = std::max(0, tp.warmup - 1);
+    if (!guarded(p->result, [&] { p->module->time(p->kernel, p->args, warm); })) return;
+  }
+  for (int round = 0; round < std::max(1, tp.max_repeats); ++round) {
+    if (round >= tp.min_repeats && total_ms >= tp.min_time_ms) break;
+    for (int k = 0; k < 2; ++k) {
+      Prepared& p = *both[k];
+      if (!guarded(p.result, [&] { times[k].push_back(p.module->time(p.kernel, p.args, one).median_us); })) return;
+      total_ms += times[k].back() / 1000;
+    }
+  }
+  for (int k = 0; k < 2; ++k) {
+    set_timing(both[k]->result, backend::summarize_times(times[k]));
+    both[k]->result.set_interleaved_with(both[1 - k]->result.config());
+  }
+}
+
+}  // namespace
+
+wire::CandidateResult measure_candidate(const Graph& g, const wire::ChildCandidate& cc, const wire::Policy& policy,
+                                        backend::Backend& backend) {
+  Prepared p = prepare(g, cc, policy, backend);
+  if (p.result.status() == "ok") {
+    guarded(p.result, [&] { set_timing(p.result, p.module->time(p.kernel, p.args, timing_policy(policy))); });
+  }
+  return p.result;
+}
+
+std::vector<wire::CandidateResult> measure_pair(const Graph& g, const wire::ChildCandidate& a,
+                                                const wire::ChildCandidate& b, const wire::Policy& policy,
+                                                backend::Backend& backend) {
+  Prepared pa = prepare(g, a, policy, backend);
+  Prepared pb = prepare(g, b, policy, backend);
+  if (pa.result.status() == "ok" && pb.result.status() == "ok") {
+    time_interleaved(pa, pb, policy);
+  } else {  // one failed: the other is timed alone
+    for (Prepared* p : {&pa, &pb}) {
+      if (p->result.status() != "ok") continue;
+      guarded(p->result, [&] { set_timing(p->result, p->module->time(p->kernel, p->args, timing_policy(policy))); });
+    }
+  }
+  return {pa.result, pb.result};
 }
 
 int serve_measurements(int in_fd, int out_fd, backend::Backend& backend) {
@@ -134,6 +224,15 @@ int serve_measurements(int in_fd, int out_fd, backend::Backend& backend) {
     wire::ChildRequest req;
     check(req.ParseFromString(*frame), "the measuring child got a malformed request");
     const Graph g = wire::from_subgraph(req.graph());
+    if (req.policy().interleave() && req.candidates_size() == 2) {
+      bool fault = false;
+      for (const wire::CandidateResult& r : measure_pair(g, req.candidates(0), req.candidates(1), req.policy(), backend)) {
+        write_frame(out_fd, r.SerializeAsString());
+        fault = fault || r.status() == "runtime_fault";
+      }
+      if (fault) return 3;
+      continue;
+    }
     for (const wire::ChildCandidate& c : req.candidates()) {
       const wire::CandidateResult r = measure_candidate(g, c, req.policy(), backend);
       write_frame(out_fd, r.SerializeAsString());

@@ -12,13 +12,15 @@
 // reason in `detail`.
 //
 // serve_measurements is the child's main loop: it reads ChildRequest frames from `in_fd`, writes
-// one CandidateResult frame per candidate, in order, to `out_fd`, and returns 0 at end of input.
+// one CandidateResult frame per candidate, in order, to `out_fd` (a request of two candidates with
+// Policy::interleave measures them as a pair), and returns 0 at end of input.
 // After a runtime fault it returns 3 (a GPU context is not trusted after one); the daemon starts a
 // fresh child for the remaining candidates.
 #pragma once
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "core/graph.h"
@@ -28,6 +30,11 @@ namespace fusetune::worker {
 
 wire::CandidateResult measure_candidate(const Graph& g, const wire::ChildCandidate& c, const wire::Policy& policy,
                                         backend::Backend& backend);
+// Two candidates verified, then timed in turn (Policy::interleave): both results interleaved, in
+// order; when one fails to verify or load, the other is timed alone.
+std::vector<wire::CandidateResult> measure_pair(const Graph& g, const wire::ChildCandidate& a,
+                                                const wire::ChildCandidate& b, const wire::Policy& policy,
+                                                backend::Backend& backend);
 
 int serve_measurements(int in_fd, int out_fd, backend::Backend& backend);
 

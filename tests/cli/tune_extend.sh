@@ -3,6 +3,8 @@
 # of reusing them as they were: `tune --candidates 1`, then `--candidates 3` on the same database
 # measures the candidates the first left out (and only those: every candidate once), and a third
 # run with 3 is answered by the database alone. Each plan is verified against PyTorch's outputs.
+# Measurements of a group's two leaders taken again, interleaved (search/decision.h), are counted
+# apart: each candidate is measured once alone.
 # usage: tune_extend.sh FUSETUNE MODEL_DIR WORK_DIR
 set -eu
 fusetune=$1 model_dir=$2 work=$3
@@ -21,13 +23,14 @@ tune 1 plan1
 first=$(count measurements)
 tune 3 plan3
 second=$(count measurements)
+interleaved=$(count interleaved)
 tune 3 plan3again
 third=$(count measurements)
 candidates=$(count candidates)
-echo "measurements after --candidates 1: $first; after --candidates 3: $second; again: $third; candidates: $candidates"
+echo "measurements after --candidates 1: $first; after --candidates 3: $second ($interleaved interleaved); again: $third; candidates: $candidates"
 [ "$first" -gt 0 ] || { echo "FAIL: the first tune measured nothing"; exit 1; }
 [ "$second" -gt "$first" ] || { echo "FAIL: --candidates 3 measured nothing more than --candidates 1"; exit 1; }
 [ "$third" = "$second" ] || { echo "FAIL: the third tune measured $((third - second)) candidates again"; exit 1; }
-[ "$second" = "$candidates" ] || { echo "FAIL: $second measurements of $candidates candidates: some measured twice"; exit 1; }
+[ "$((second - interleaved))" = "$candidates" ] || { echo "FAIL: $((second - interleaved)) measurements alone of $candidates candidates: some measured twice"; exit 1; }
 grep -q '^candidates measured  *0$' "$work/plan3again.txt" || { echo "FAIL: the third tune was not answered by the database"; exit 1; }
 echo "PASS: --candidates 3 extended the tasks of --candidates 1, every candidate measured once"

@@ -56,16 +56,6 @@ std::string refusal(const JobPlanner& jp, const planner::ModelPlan& plan, const 
   return "";
 }
 
-TEST(JobPlanner, ADecisionTimeIsTheMedianOverWorkersOfEachWorkersMedian) {
-  // one worker that reports a candidate 10x fast does not make it the fastest
-  EXPECT_DOUBLE_EQ(decision_time_us({{"w1", 10.0}, {"w2", 10.5}, {"w3", 1.0}}), 10.0);
-  EXPECT_DOUBLE_EQ(decision_time_us({{"w1", 5.0}, {"w2", 5.0}, {"w3", 5.2}}), 5.0);
-  // a worker's repeated measurements count once (their median), two workers: the middle
-  EXPECT_DOUBLE_EQ(decision_time_us({{"w1", 4.0}, {"w1", 6.0}, {"w1", 100.0}, {"w2", 8.0}}), 7.0);
-  EXPECT_DOUBLE_EQ(decision_time_us({{"w1", 3.0}}), 3.0);
-  EXPECT_THROW(decision_time_us({}), Error);
-}
-
 TEST(JobPlanner, TheLibraryCallIsMeasuredBeyondTheCandidateCut) {
   JobOptions o;
   o.candidates = 1;

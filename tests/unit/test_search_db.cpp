@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <tuple>
 
 #include "core/error.h"
 #include "storage/search_db.h"
@@ -43,6 +44,33 @@ CREATE TABLE best_plans(
   measurement_id INTEGER NOT NULL REFERENCES measurements(id), median_us REAL NOT NULL,
   PRIMARY KEY(signature, device_id, codegen_version));
 INSERT INTO meta(key, value) VALUES('schema_version', '1');
+)SQL";
+
+// What version 2 added to it, as the version 2 code created it (its data-moving statements left out:
+// they have nothing to move in a file made at version 1 for a test).
+constexpr const char* kV2Additions = R"SQL(
+CREATE TABLE candidates(
+  id INTEGER PRIMARY KEY, signature TEXT NOT NULL, codegen_version INTEGER NOT NULL, config TEXT NOT NULL,
+  source_digest TEXT NOT NULL, UNIQUE(signature, codegen_version, config, source_digest));
+ALTER TABLE measurements ADD COLUMN candidate_id INTEGER REFERENCES candidates(id);
+CREATE INDEX measurements_candidate ON measurements(candidate_id);
+CREATE TABLE models(digest TEXT PRIMARY KEY, name TEXT NOT NULL, bytes BLOB NOT NULL);
+CREATE TABLE jobs(
+  id INTEGER PRIMARY KEY, model_digest TEXT NOT NULL REFERENCES models(digest), model_name TEXT NOT NULL,
+  device_id INTEGER NOT NULL REFERENCES devices(id), options TEXT NOT NULL, state TEXT NOT NULL,
+  error TEXT NOT NULL, created_at INTEGER NOT NULL, finished_at INTEGER NOT NULL, summary TEXT NOT NULL);
+CREATE INDEX jobs_state ON jobs(state);
+CREATE TABLE tasks(
+  id INTEGER PRIMARY KEY, signature TEXT NOT NULL, device_id INTEGER NOT NULL REFERENCES devices(id),
+  codegen_version INTEGER NOT NULL, state TEXT NOT NULL, attempts INTEGER NOT NULL, worker TEXT NOT NULL,
+  lease_deadline_ms INTEGER NOT NULL, payload BLOB NOT NULL, error TEXT NOT NULL,
+  UNIQUE(signature, device_id, codegen_version));
+CREATE INDEX tasks_state ON tasks(state);
+CREATE TABLE job_tasks(
+  job_id INTEGER NOT NULL REFERENCES jobs(id), task_id INTEGER NOT NULL REFERENCES tasks(id),
+  PRIMARY KEY(job_id, task_id)) WITHOUT ROWID;
+CREATE INDEX job_tasks_task ON job_tasks(task_id);
+UPDATE meta SET value='2' WHERE key='schema_version';
 )SQL";
 
 // Raw SQLite access, independent of SearchDb.
@@ -259,7 +287,7 @@ INSERT INTO best_plans VALUES('v1:abc', 1, 2, 5, 8);
   {
     SearchDb db(file);
     const DbStats s = db.stats();
-    EXPECT_EQ(s.schema_version, 2);
+    EXPECT_EQ(s.schema_version, kSchemaVersion);
     EXPECT_EQ(s.workloads, 1);
     EXPECT_EQ(s.devices, 2);
     EXPECT_EQ(s.measurements, 5);
@@ -279,7 +307,7 @@ INSERT INTO best_plans VALUES('v1:abc', 1, 2, 5, 8);
     EXPECT_EQ(top[1].measured_at, 1000);
   }
   RawDb raw(file);
-  EXPECT_EQ(raw.value("SELECT value FROM meta WHERE key='schema_version'"), "2");
+  EXPECT_EQ(raw.value("SELECT value FROM meta WHERE key='schema_version'"), std::to_string(kSchemaVersion));
   EXPECT_EQ(raw.count("SELECT count(*) FROM measurements WHERE candidate_id IS NULL"), 0);
   EXPECT_EQ(raw.count("SELECT count(*) FROM measurements m JOIN candidates c ON c.id=m.candidate_id AND "
                       "c.signature=m.signature AND c.codegen_version=m.codegen_version AND c.config=m.config AND "
@@ -299,6 +327,139 @@ INSERT INTO best_plans VALUES('v1:abc', 1, 2, 5, 8);
   }
   EXPECT_EQ(raw.value("SELECT group_concat(sql, ';') FROM sqlite_master"), schema_before);
   EXPECT_EQ(raw.value("SELECT candidate_id FROM measurements WHERE id=6"), "1");
+}
+
+// Version 2 keyed devices by (name, arch): its rows become identities of unknown product, driver
+// and toolkit, kept with their ids, which no worker's identity matches but which seed rankings;
+// a done job keeps its tasks and exports from those rows; an unfinished one goes back to the
+// queue without tasks (they were keyed by the device class).
+TEST_F(SearchDbTest, MigratesAVersion2FileIntoDeviceIdentities) {
+  const fs::path file = dir_ / "v2.db";
+  {
+    RawDb raw(file);
+    raw.exec(kV1Schema);
+    raw.exec(kV2Additions);
+    raw.exec(R"SQL(
+INSERT INTO workloads VALUES('v1:abc', 'form');
+INSERT INTO devices VALUES(7, 'h100', 'sm_90');
+INSERT INTO candidates VALUES(1, 'v1:abc', 1, 'tile=32', 'd32');
+INSERT INTO candidates VALUES(2, 'v1:abc', 1, 'tile=64', 'd64');
+INSERT INTO measurements VALUES(1, 'v1:abc', 7, 1, 'tile=32', 'd32', 'ok', 12, 11, 13, 10, 64, 4096, 0, 3.5, 'w1', '', 1000, 1);
+INSERT INTO measurements VALUES(2, 'v1:abc', 7, 1, 'tile=64', 'd64', 'ok', 9, 8, 10, 10, 96, 8192, 0, 4.5, 'w1', '', 1001, 2);
+INSERT INTO best_plans VALUES('v1:abc', 7, 1, 2, 9);
+INSERT INTO models VALUES('sha256:m', 'model.onnx', x'00');
+INSERT INTO jobs VALUES(1, 'sha256:m', 'model.onnx', 7, '{}', 'done', '', 10, 20, '{"groups": 1}');
+INSERT INTO jobs VALUES(2, 'sha256:m', 'model.onnx', 7, '{}', 'running', '', 30, 0, '{"cache_hits": 0}');
+INSERT INTO tasks VALUES(1, 'v1:abc', 7, 1, 'done', 1, 'w1', 0, x'01', '');
+INSERT INTO tasks VALUES(2, 'v1:def', 7, 1, 'leased', 1, 'w1', 99, x'02', '');
+INSERT INTO job_tasks VALUES(1, 1);
+INSERT INTO job_tasks VALUES(2, 1);
+INSERT INTO job_tasks VALUES(2, 2);
+)SQL");
+  }
+  SearchDb db(file);
+  const DbStats s = db.stats();
+  EXPECT_EQ(s.schema_version, kSchemaVersion);
+  EXPECT_EQ(s.measurements, 2);
+  EXPECT_EQ(s.best_plans, 1);
+  ASSERT_EQ(s.identities.size(), 1u);
+  EXPECT_EQ(s.identities[0].device, DeviceKey("h100", "sm_90"));  // identity fields unknown
+  EXPECT_EQ(s.identities[0].measurements, 2);
+  const DeviceKey now("h100", "sm_90", "NVIDIA H100 80GB HBM3", 90, "12.8", "nvrtc 13.0");
+  EXPECT_FALSE(db.measured("v1:abc", now, 1, "tile=64"));  // answers no identity but its own
+  EXPECT_FALSE(db.best("v1:abc", now, 1).has_value());
+  const auto seeds = db.near_top_k("v1:abc", now, 1, 5);  // but seeds
+  ASSERT_EQ(seeds.size(), 2u);
+  EXPECT_EQ(seeds[0].config, "tile=64");
+  EXPECT_EQ(db.best("v1:abc", {"h100", "sm_90"}, 1)->config, "tile=64");  // the done job's export reads these
+  const auto done = db.job(1), running = db.job(2);
+  EXPECT_EQ(done->state, JobState::kDone);
+  EXPECT_EQ(done->summary, R"({"groups": 1})");
+  EXPECT_FALSE(done->identity.has_value());
+  EXPECT_EQ(db.job_tasks(1).size(), 1u);
+  EXPECT_EQ(running->state, JobState::kQueued);
+  EXPECT_FALSE(running->identity.has_value());
+  EXPECT_TRUE(db.job_tasks(2).empty());
+  EXPECT_FALSE(db.task(2).has_value());  // the leased task, keyed by the class, is gone
+  EXPECT_TRUE(db.task(1).has_value());   // the done one stays (job 1's)
+  EXPECT_EQ(db.bind_job(2, now), now);
+  EXPECT_EQ(db.job(2)->identity, now);
+  EXPECT_EQ(db.bind_job(2, DeviceKey("h100", "sm_90", "other", 90, "13.0", "nvrtc 13.1")), now);  // bound once
+  EXPECT_THROW(db.bind_job(1, DeviceKey("a100", "sm_80", "NVIDIA A100", 80, "12.8", "nvrtc 13.0")), Error);
+  RawDb raw(file);
+  EXPECT_EQ(raw.value("SELECT id FROM devices WHERE name='h100' AND product=''"), "7");  // ids kept
+  EXPECT_EQ(raw.count("SELECT count(*) FROM measurements WHERE device_id=7"), 2);
+}
+
+// Measurements under one identity answer only it; the others of the class see them as near.
+TEST_F(SearchDbTest, AnIdentityIsTheWholeKeyAndNearIdentitiesOnlySeed) {
+  SearchDb db(dir_ / "search.db");
+  const DeviceKey a("h100", "sm_90", "NVIDIA H100 80GB HBM3", 90, "12.8", "nvrtc 13.0");
+  DeviceKey b = a;
+  b.driver = "13.0";
+  const DeviceKey other_class("a100", "sm_80", "NVIDIA A100-SXM4-80GB", 80, "12.8", "nvrtc 13.0");
+  for (const auto& [dev, cfg, us] : {std::tuple{a, "tile=32", 10.0}, {a, "tile=64", 8.0}, {b, "tile=16", 5.0},
+                                     {other_class, "tile=8", 1.0}}) {
+    Measurement x = m(cfg, us);
+    x.device = dev;
+    db.record(x);
+  }
+  EXPECT_TRUE(db.measured("v1:abc", a, 1, "tile=32"));
+  EXPECT_FALSE(db.measured("v1:abc", b, 1, "tile=32"));
+  EXPECT_EQ(db.best("v1:abc", a, 1)->config, "tile=64");
+  EXPECT_EQ(db.best("v1:abc", b, 1)->config, "tile=16");
+  ASSERT_EQ(db.top_k("v1:abc", a, 1, 10).size(), 2u);
+  EXPECT_EQ(db.top_k("v1:abc", a, 1, 10)[0].device, a);  // read back whole
+  const auto near_a = db.near_top_k("v1:abc", a, 1, 10);
+  ASSERT_EQ(near_a.size(), 1u);  // b's, not a's own nor the a100's
+  EXPECT_EQ(near_a[0].config, "tile=16");
+  EXPECT_EQ(near_a[0].device, b);
+  EXPECT_EQ(db.near_top_k("v1:abc", b, 1, 10).size(), 2u);
+  const DbStats s = db.stats();
+  EXPECT_EQ(s.devices, 3);
+  ASSERT_EQ(s.identities.size(), 3u);
+  EXPECT_EQ(s.identities[0].device, other_class);  // ordered by name first
+  // The export carries identities whole; importing it elsewhere keeps them apart.
+  const fs::path file = dir_ / "export.jsonl";
+  EXPECT_EQ(db.export_to(file), 4);
+  SearchDb copy(dir_ / "copy.db");
+  EXPECT_EQ(copy.import_from(file), 4);
+  EXPECT_EQ(copy.best("v1:abc", b, 1)->config, "tile=16");
+  EXPECT_EQ(copy.best("v1:abc", a, 1)->config, "tile=64");
+  EXPECT_EQ(copy.import_from(file), 0);  // merging again adds nothing
+}
+
+TEST_F(SearchDbTest, AnExportNamesItsFormatAndANewerFormatIsRefused) {
+  SearchDb db(dir_ / "search.db");
+  db.record(m("tile=32", 3.0));
+  const fs::path file = dir_ / "export.jsonl";
+  db.export_to(file);
+  std::ifstream in(file);
+  std::string header;
+  std::getline(in, header);
+  EXPECT_NE(header.find(R"("type":"header")"), std::string::npos) << header;
+  EXPECT_NE(header.find(R"("fusetune_version":")"), std::string::npos) << header;
+  EXPECT_NE(header.find(R"("schema_version":)" + std::to_string(kSchemaVersion)), std::string::npos) << header;
+  const fs::path future = dir_ / "future.jsonl";
+  std::ofstream(future) << R"({"type":"header","format":"fusetune search export","format_version":99,"fusetune_version":"9.0"})"
+                        << "\n";
+  try {
+    SearchDb(dir_ / "other.db").import_from(future);
+    FAIL();
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("future.jsonl:1"), std::string::npos) << what;
+    EXPECT_NE(what.find("format version 99 (written by fusetune 9.0)"), std::string::npos) << what;
+  }
+  // A file of format 1 (no header, no identity fields) still imports, under the device class.
+  const fs::path old = dir_ / "old.jsonl";
+  std::ofstream(old) << R"({"type":"measurement","signature":"v1:x","device":"h100","arch":"sm_90","codegen_version":1,)"
+                     << R"("config":"tile=8","source_digest":"d","status":"ok","median_us":2.0,"min_us":2.0,"max_us":2.0,)"
+                     << R"("repeats":3,"registers":0,"shared_bytes":0,"spill_bytes":0,"compile_ms":1.0,"worker":"w",)"
+                     << R"("detail":"","measured_at":5})" << "\n";
+  SearchDb other(dir_ / "other.db");
+  EXPECT_EQ(other.import_from(old), 1);
+  EXPECT_EQ(other.best("v1:x", {"h100", "sm_90"}, 1)->config, "tile=8");
 }
 
 TEST_F(SearchDbTest, AFailedMigrationLeavesTheFileAsItWas) {
@@ -327,7 +488,7 @@ TEST_F(SearchDbTest, RefusesANewerSchemaNamingTheFile) {
   }
   {
     RawDb raw(file);
-    raw.exec("UPDATE meta SET value='3' WHERE key='schema_version'");
+    raw.exec("UPDATE meta SET value='" + std::to_string(kSchemaVersion + 1) + "' WHERE key='schema_version'");
   }
   try {
     SearchDb db(file);
@@ -335,10 +496,10 @@ TEST_F(SearchDbTest, RefusesANewerSchemaNamingTheFile) {
   } catch (const Error& e) {
     const std::string what = e.what();
     EXPECT_NE(what.find("future.db"), std::string::npos) << what;
-    EXPECT_NE(what.find("schema version 3"), std::string::npos) << what;
+    EXPECT_NE(what.find("schema version " + std::to_string(kSchemaVersion + 1)), std::string::npos) << what;
   }
   RawDb raw(file);  // untouched
-  EXPECT_EQ(raw.value("SELECT value FROM meta WHERE key='schema_version'"), "3");
+  EXPECT_EQ(raw.value("SELECT value FROM meta WHERE key='schema_version'"), std::to_string(kSchemaVersion + 1));
   EXPECT_EQ(raw.count("SELECT count(*) FROM measurements"), 1);
 }
 

@@ -11,14 +11,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <thread>
 
+#include "codegen/kernel_ir.h"
 #include "coordinator/client.h"
 #include "core/error.h"
 #include "core/files.h"
@@ -32,10 +36,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A child process running the fusetune executable, its stderr kept in a log file.
+// A child process running the fusetune executable (with `env` added to its environment), its
+// stderr kept in a log file.
 class Process {
  public:
-  Process(const std::vector<std::string>& args, const fs::path& log) : log_(log) {
+  Process(const std::vector<std::string>& args, const fs::path& log,
+          const std::vector<std::pair<std::string, std::string>>& env = {})
+      : log_(log) {
     std::vector<std::string> all = {FUSETUNE_BINARY};
     all.insert(all.end(), args.begin(), args.end());
     std::vector<char*> argv;
@@ -46,6 +53,7 @@ class Process {
       const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
       ::dup2(fd, 1);
       ::dup2(fd, 2);
+      for (const auto& [name, value] : env) ::setenv(name.c_str(), value.c_str(), 1);
       ::execv(FUSETUNE_BINARY, argv.data());
       ::_exit(127);
     }
@@ -125,10 +133,11 @@ class Service : public ::testing::Test {
     args.insert(args.end(), extra.begin(), extra.end());
     coordinator_ = std::make_unique<Process>(args, dir_ / "coordinator.log");
   }
-  Process& start_worker(const std::string& id, const std::vector<std::string>& extra = {}) {
+  Process& start_worker(const std::string& id, const std::vector<std::string>& extra = {},
+                        const std::vector<std::pair<std::string, std::string>>& env = {}) {
     std::vector<std::string> args = {"worker", "--coordinator", endpoint_, "--device", "host", "--compile-jobs", "1", "--id", id};
     args.insert(args.end(), extra.begin(), extra.end());
-    workers_.push_back(std::make_unique<Process>(args, dir_ / (id + ".log")));
+    workers_.push_back(std::make_unique<Process>(args, dir_ / (id + ".log"), env));
     return *workers_.back();
   }
   wire::Envelope request(wire::Envelope e) {
@@ -161,7 +170,8 @@ class Service : public ::testing::Test {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   }
-  // Every task of the job done, and each measured exactly once per candidate it carries.
+  // Every task of the job done, and each candidate it carries measured exactly once alone and at
+  // most once interleaved with a rival.
   void expect_complete_without_duplicates(int64_t job) {
     storage::SearchDb db(db_);
     for (const storage::TaskRecord& t : db.job_tasks(job)) {
@@ -169,9 +179,12 @@ class Service : public ::testing::Test {
       wire::Task payload;
       ASSERT_TRUE(payload.ParseFromString(t.payload));
       for (const wire::Candidate& c : payload.candidates()) {
-        int rows = 0;
-        for (const storage::Measurement& m : db.top_k(t.signature, t.device, t.codegen_version, 1000)) rows += m.config == c.config();
-        EXPECT_LE(rows, 1) << "candidate " << c.config() << " of task " << t.id << " measured " << rows << " times";
+        int rows[2] = {0, 0};  // alone, interleaved
+        for (const storage::Measurement& m : db.top_k(t.signature, t.device, t.codegen_version, 1000)) {
+          rows[m.interleaved_with.empty() ? 0 : 1] += m.config == c.config();
+        }
+        EXPECT_LE(rows[0], 1) << "candidate " << c.config() << " of task " << t.id << " measured " << rows[0] << " times";
+        EXPECT_LE(rows[1], 1) << "candidate " << c.config() << " of task " << t.id << " interleaved " << rows[1] << " times";
         EXPECT_TRUE(db.measured(t.signature, t.device, t.codegen_version, c.config())) << c.config();
       }
     }
@@ -214,6 +227,111 @@ TEST_F(Service, ACoordinatorKilledMidJobResumesAfterRestart) {
   wait_for([&] { return status(job).state() == "done"; }, "the resumed job to finish");
   EXPECT_NE(coordinator_->log().find("unfinished jobs resumed"), std::string::npos);
   expect_complete_without_duplicates(job);
+}
+
+// A worker played by the test: it says hello as a host worker and answers tasks with the times it is
+// told, so that the coordinator's decisions can be checked against known measurements.
+class ScriptedWorker {
+ public:
+  ScriptedWorker(zmq::context_t& context, const std::string& endpoint) : socket_(context, zmq::socket_type::dealer) {
+    socket_.set(zmq::sockopt::linger, 0);
+    socket_.set(zmq::sockopt::routing_id, std::string("scripted"));
+    socket_.connect(endpoint);
+    wire::Envelope hello;
+    wire::Hello& h = *hello.mutable_hello();
+    h.set_worker_id("scripted");
+    h.set_min_version(wire::kMinProtocolVersion);
+    h.set_max_version(wire::kProtocolVersion);
+    h.set_codegen_version(codegen::kCodegenVersion);
+    h.mutable_device()->set_name("host");
+    h.mutable_device()->set_arch("host");
+    h.mutable_device()->set_toolkit("scripted: no compiler");
+    send(hello);
+  }
+  // The next task the coordinator leases (heartbeats sent while waiting).
+  wire::Task next_task(int seconds = 60) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+    while (std::chrono::steady_clock::now() < deadline) {
+      zmq::pollitem_t item{static_cast<void*>(socket_), 0, ZMQ_POLLIN, 0};
+      zmq::poll(&item, 1, std::chrono::milliseconds(200));
+      zmq::message_t msg;
+      if (!socket_.recv(msg, zmq::recv_flags::dontwait)) {
+        wire::Envelope hb;
+        hb.mutable_heartbeat();
+        send(hb);
+        continue;
+      }
+      const wire::Envelope e = wire::decode(msg.data(), msg.size());
+      if (e.has_task()) return e.task();
+    }
+    ADD_FAILURE() << "no task within " << seconds << " s";
+    return {};
+  }
+  // Answers a task: each candidate's (median, CI low, CI high) by config, "ok", and interleaved with
+  // the other candidate when the task asked for it.
+  void answer(const wire::Task& t, const std::map<std::string, std::array<double, 3>>& times) {
+    wire::Envelope r;
+    r.mutable_result()->set_task_id(t.task_id());
+    for (const wire::Candidate& c : t.candidates()) {
+      wire::CandidateResult& cr = *r.mutable_result()->add_results();
+      const std::array<double, 3> x = times.at(c.config());
+      cr.set_config(c.config());
+      cr.set_source_digest(c.source_digest());
+      cr.set_status("ok");
+      cr.set_median_us(x[0]);
+      cr.set_min_us(x[1]);
+      cr.set_max_us(x[2]);
+      cr.set_ci_low_us(x[1]);
+      cr.set_ci_high_us(x[2]);
+      cr.set_repeats(20);
+      if (t.policy().interleave()) cr.set_interleaved_with(t.candidates(c.config() == t.candidates(0).config()).config());
+    }
+    send(r);
+  }
+
+ private:
+  void send(const wire::Envelope& e) {
+    const std::string bytes = wire::encode(e);
+    socket_.send(zmq::buffer(bytes), zmq::send_flags::none);
+  }
+  zmq::socket_t socket_;
+};
+
+// The two fastest candidates' confidence intervals overlap: the coordinator sends just those two
+// back, interleaved, and the interleaved run orders them (the one slower alone wins, with the
+// pair's mean time alone split in the interleaved ratio: search/decision.h).
+TEST_F(Service, TwoCandidatesWithinNoiseAreMeasuredAgainInterleavedAndTheInterleavedTimesDecide) {
+  start_coordinator();
+  ScriptedWorker w(context_, endpoint_);
+  const int64_t job = submit(write_model(dir_, "relu", 4096, {"Relu"}), 3);
+  const wire::Task first = w.next_task();
+  ASSERT_GE(first.candidates_size(), 3) << coordinator_->log();
+  EXPECT_FALSE(first.policy().interleave());
+  const std::string a = first.candidates(0).config(), b = first.candidates(1).config();
+  std::map<std::string, std::array<double, 3>> alone;
+  for (const wire::Candidate& c : first.candidates()) alone[c.config()] = {50.0, 48.0, 52.0};  // clearly slower
+  alone[a] = {10.0, 9.0, 11.0};
+  alone[b] = {10.5, 9.5, 11.5};  // within a's interval
+  w.answer(first, alone);
+  const wire::Task pair = w.next_task();
+  EXPECT_EQ(pair.task_id(), first.task_id());
+  EXPECT_TRUE(pair.policy().interleave());
+  ASSERT_EQ(pair.candidates_size(), 2);
+  EXPECT_EQ(pair.candidates(0).config(), a);  // the faster alone first
+  EXPECT_EQ(pair.candidates(1).config(), b);
+  w.answer(pair, {{a, {12.0, 11.8, 12.2}}, {b, {9.0, 8.8, 9.2}}});
+  wait_for([&] { return status(job).state() == "done"; }, "the decision");
+  const auto summary = nlohmann::json::parse(status(job).summary());
+  EXPECT_EQ(summary["interleaved_pairs"], 1) << summary.dump();
+  const double b_time = (10.0 + 10.5) / 2 * 2 * 9.0 / (12.0 + 9.0);
+  EXPECT_NEAR(summary["tuned_us"].get<double>(), b_time, 1e-9) << summary.dump();  // b
+  EXPECT_NE(coordinator_->log().find("are within noise: measured again, interleaved"), std::string::npos)
+      << coordinator_->log();
+  // The database answers a second job with no new comparison: both were interleaved.
+  const int64_t again = submit(write_model(dir_, "relu", 4096, {"Relu"}), 3);
+  wait_for([&] { return status(again).state() == "done"; }, "the second job");
+  EXPECT_EQ(status(again).tasks(), 0);
+  EXPECT_NEAR(nlohmann::json::parse(status(again).summary())["tuned_us"].get<double>(), b_time, 1e-9);
 }
 
 TEST_F(Service, GarbageFramesAndIncompatibleWorkersAreHandledAndTheServiceGoesOn) {
@@ -341,7 +459,7 @@ TEST_F(Service, ATaskWhoseLeasesAllDieFailsAtTheAttemptLimitAndItsJobsFinish) {
 
 TEST_F(Service, ASigtermedWorkerHandsItsLeaseBackAndTasksGoOnlyToMatchingDevices) {
   start_coordinator();
-  const int64_t gpu_job = submit(bundled_model("cnn_small"), 1, "h100");  // no H100 worker: never dispatched
+  const int64_t gpu_job = submit(bundled_model("cnn_small"), 1, "h100");  // no H100 worker: never bound
   Process& w1 = start_worker("w1");
   // Slow timing (0.8 s per candidate), so w1 is surely inside a task when it is told to stop.
   const int64_t job = submit(write_model(dir_, "chain", 48, {"Relu", "Sigmoid", "Tanh"}), 2, "host",
@@ -356,11 +474,54 @@ TEST_F(Service, ASigtermedWorkerHandsItsLeaseBackAndTasksGoOnlyToMatchingDevices
   start_worker("w2");
   wait_for([&] { return status(job).state() == "done"; }, "the job on the second worker");
   expect_complete_without_duplicates(job);
-  EXPECT_EQ(status(gpu_job).state(), "running");
-  for (const storage::TaskRecord& t : db.job_tasks(gpu_job)) {
-    EXPECT_EQ(t.state, storage::TaskState::kQueued);
-    EXPECT_EQ(t.attempts, 0) << "an h100 task was leased to a host worker";
-  }
+  const wire::JobStatus gpu = status(gpu_job);
+  EXPECT_EQ(gpu.state(), "queued");
+  EXPECT_EQ(gpu.identity(), "") << "an h100 job was bound to a host worker";
+  EXPECT_TRUE(db.job_tasks(gpu_job).empty());
+  EXPECT_NE(coordinator_->log().find("waits for a worker of h100"), std::string::npos) << coordinator_->log();
+}
+
+// Two host workers whose C++ compilers differ are two device identities: a job is decided by the
+// measurements of the identity it is bound to; the other's measurements seed its candidates' order
+// but answer nothing; a third job on the first identity is answered by the database.
+TEST_F(Service, MeasurementsAnswerOnlyTheirOwnDeviceIdentity) {
+  start_coordinator();
+  const fs::path model = write_model(dir_, "chain", 64, {"Relu", "Sigmoid"});
+  Process& cxx = start_worker("cxx", {}, {{"CXX", "c++"}});
+  const int64_t first = submit(model);
+  wait_for([&] { return status(first).state() == "done"; }, "the job on the c++ worker");
+  const wire::JobStatus a = status(first);
+  EXPECT_EQ(a.identity().find("host (host, "), 0u) << a.identity();
+  EXPECT_NE(a.identity().find("c++: "), std::string::npos) << a.identity();
+  EXPECT_EQ(a.cache_hits(), 0);
+  EXPECT_EQ(cxx.kill(SIGTERM), 0) << cxx.log();
+
+  start_worker("gxx", {}, {{"CXX", "g++"}});
+  const int64_t second = submit(model);
+  wait_for([&] { return status(second).state() == "done"; }, "the job on the g++ worker");
+  const wire::JobStatus b = status(second);
+  EXPECT_NE(b.identity().find("g++: "), std::string::npos) << b.identity();
+  EXPECT_NE(b.identity(), a.identity());
+  EXPECT_EQ(b.cache_hits(), 0) << "another identity's measurements answered";
+  EXPECT_EQ(b.tasks(), a.tasks());
+  EXPECT_EQ(b.candidates_measured(), a.candidates_measured());
+  EXPECT_NE(coordinator_->log().find("tasks, 0 answered by the database, " + std::to_string(b.tasks()) +
+                                     " ordered by measurements of near identities"),
+            std::string::npos)
+      << coordinator_->log();
+
+  const int64_t third = submit(model);
+  wait_for([&] { return status(third).state() == "done"; }, "the job answered by the database");
+  const wire::JobStatus c = status(third);
+  EXPECT_EQ(c.identity(), b.identity());
+  EXPECT_EQ(c.tasks(), 0);
+  EXPECT_EQ(c.cache_hits(), b.tasks());
+
+  storage::SearchDb db(db_);
+  const storage::DbStats stats = db.stats();
+  ASSERT_EQ(stats.identities.size(), 2u);
+  EXPECT_EQ(stats.identities[0].measurements + stats.identities[1].measurements, stats.measurements);
+  EXPECT_EQ(stats.identities[0].measurements, stats.identities[1].measurements);
 }
 
 TEST_F(Service, WithCurveKeysOnlyAllowedWorkersAndClientsAreServed) {

@@ -144,6 +144,47 @@ TEST(Sandbox, FaultsKillOnlyTheChildAndEveryCandidateGetsItsStatus) {
   EXPECT_EQ(sandbox.restarts(), 3);  // after the segfault, the hang and the trap
 }
 
+// Policy::interleave: the two candidates are timed in turn in one child, so both have the same
+// number of runs; when one fails to verify, the other is timed alone.
+TEST(Sandbox, AnInterleavedPairIsTimedInTurnAndAFailedHalfLeavesTheOtherAlone) {
+  AddTask t;
+  t.request.mutable_policy()->set_interleave(true);
+  t.request.mutable_policy()->set_min_repeats(7);
+  t.request.mutable_policy()->set_max_repeats(9);
+  t.add("one_pass", "for (int i = 0; i < 37; ++i) out[i] = a[i] + b[i];");
+  t.add("two_passes", "for (int i = 0; i < 37; ++i) out[i] = a[i]; for (int i = 0; i < 37; ++i) out[i] = out[i] + b[i];");
+  std::vector<wire::Candidate> cs;
+  for (const auto& c : t.request.candidates()) cs.push_back(c.candidate());
+  worker::CompilePool pool("host", 2);
+  for (const worker::CompileOutput& o : pool.compile(cs)) ASSERT_TRUE(o.ok) << o.error;
+  worker::Sandbox sandbox(FUSETUNE_BINARY, "host");
+  const std::vector<wire::CandidateResult> r = sandbox.run(t.request, 10000);
+  ASSERT_EQ(r.size(), 2u);
+  for (const wire::CandidateResult& x : r) {
+    EXPECT_EQ(x.status(), "ok") << x.config() << ": " << x.detail();
+    EXPECT_EQ(x.interleaved_with(), x.config() == "one_pass" ? "two_passes" : "one_pass");
+    EXPECT_GE(x.repeats(), 7);
+    EXPECT_LE(x.min_us(), x.ci_low_us());
+    EXPECT_LE(x.ci_low_us(), x.median_us());
+    EXPECT_LE(x.median_us(), x.ci_high_us());
+    EXPECT_LE(x.ci_high_us(), x.max_us());
+  }
+  EXPECT_EQ(r[0].repeats(), r[1].repeats());  // one run of each per round
+  EXPECT_EQ(r[0].config(), "one_pass");
+  AddTask broken;
+  broken.request.mutable_policy()->set_interleave(true);
+  broken.add("wrong", "for (int i = 0; i < 37; ++i) out[i] = a[i] - b[i];");
+  broken.add("right", "for (int i = 0; i < 37; ++i) out[i] = a[i] + b[i];");
+  const std::vector<wire::CandidateResult> s = sandbox.run(broken.request, 10000);
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s[0].status(), "wrong_result");
+  EXPECT_EQ(s[0].interleaved_with(), "");
+  EXPECT_EQ(s[1].status(), "ok") << s[1].detail();
+  EXPECT_EQ(s[1].interleaved_with(), "");  // timed alone
+  EXPECT_GT(s[1].median_us(), 0);
+  EXPECT_EQ(sandbox.restarts(), 0);
+}
+
 TEST(CompilePool, ACompileErrorIsAStatusAndTheCacheAnswersRepeats) {
   AddTask t;
   t.add("fine", "for (int i = 0; i < 37; ++i) out[i] = a[i] + b[i];");
