@@ -21,6 +21,7 @@
 #include "coordinator/server.h"
 #include "core/error.h"
 #include "proto/wire.h"
+#include "storage/job_queue.h"
 #include "storage/search_db.h"
 #include "tests/unit/onnx_builder.h"
 
@@ -42,6 +43,7 @@ void bench_lookup(const fs::path& dir, int64_t n) {
   const fs::path file = dir / "lookup.db";
   fs::remove(file);
   storage::SearchDb db(file);
+  storage::JobQueue queue(db);
   const storage::DeviceKey dev{"h100", "sm_90"};
   const int per_task = 100;
   const int64_t tasks = std::max<int64_t>(1, n / per_task);
@@ -49,7 +51,7 @@ void bench_lookup(const fs::path& dir, int64_t n) {
   auto t0 = Clock::now();
   storage::JobRecord job;
   for (int64_t k = 0; k < tasks; ++k) {
-    const int64_t id = db.ensure_task(sig(k), dev, 1, "");
+    const int64_t id = queue.ensure_task(sig(k), dev, 1, "");
     std::vector<storage::Measurement> ms;
     for (int c = 0; c < per_task; ++c) {
       storage::Measurement m;
@@ -62,7 +64,7 @@ void bench_lookup(const fs::path& dir, int64_t n) {
       m.repeats = 1;
       ms.push_back(std::move(m));
     }
-    db.finish_task(id, storage::TaskState::kDone, "", ms);
+    queue.finish_task(id, storage::TaskState::kDone, "", ms);
   }
   const double fill_s = ms_since(t0) / 1000;
   std::mt19937 rng(1);

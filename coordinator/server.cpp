@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "proto/wire.h"
 #include "search/decision.h"
+#include "storage/job_queue.h"
 #include "storage/search_db.h"
 
 namespace fusetune::coordinator {
@@ -68,7 +69,8 @@ struct Server::State {
 
   zmq::context_t& context;
   ServerOptions opt;
-  storage::SearchDb db;
+  storage::SearchDb db;      // the tuning records
+  storage::JobQueue queue;   // jobs and tasks, in the same file
   std::unique_ptr<wire::Authenticator> auth;  // before the socket: it must be bound when peers connect
   zmq::socket_t socket;
   std::map<std::string, Worker> workers;  // by identity
@@ -80,7 +82,7 @@ struct Server::State {
   Clock::time_point last_expiry = Clock::now();
 
   State(zmq::context_t& ctx, ServerOptions o)
-      : context(ctx), opt(std::move(o)), db(opt.db), socket(ctx, zmq::socket_type::router) {
+      : context(ctx), opt(std::move(o)), db(opt.db), queue(db), socket(ctx, zmq::socket_type::router) {
     if (opt.security.enabled()) {
       auth = std::make_unique<wire::Authenticator>(context, opt.security.allowed, [this](const std::string& l) { log(l); });
     }
@@ -106,7 +108,7 @@ struct Server::State {
 
   // A job's model, imported and planned again from the files the database keeps.
   std::unique_ptr<JobPlanner> load_planner(const storage::JobRecord& rec) {
-    const auto model = db.model(rec.model_digest);
+    const auto model = queue.model(rec.model_digest);
     check(model.has_value(), "job ", rec.id, ": model ", rec.model_digest.substr(0, 12), " is missing from the database");
     wire::Submit files;
     check(files.ParseFromString(model->bytes), "job ", rec.id, ": the stored model is unreadable");
@@ -119,7 +121,7 @@ struct Server::State {
   // its text, of a tie) and starts it.
   void bind_waiting() {
     for (auto it = waiting.begin(); it != waiting.end();) {
-      const auto rec = db.job(it->first);
+      const auto rec = queue.job(it->first);
       if (!rec || rec->state != storage::JobState::kQueued) {
         it = waiting.erase(it);
         continue;
@@ -140,13 +142,13 @@ struct Server::State {
         if (i->second.first > best->second.first) best = i;
       }
       storage::JobRecord bound = *rec;
-      bound.identity = db.bind_job(rec->id, *best->second.second);
+      bound.identity = queue.bind_job(rec->id, *best->second.second);
       std::unique_ptr<JobPlanner> planner = std::move(it->second);
       it = waiting.erase(it);
       try {
         start_job(bound, std::move(planner));
       } catch (const Error& e) {
-        db.set_job_state(bound.id, storage::JobState::kFailed, e.what());
+        queue.set_job_state(bound.id, storage::JobState::kFailed, e.what());
         log("job " + std::to_string(bound.id) + " cannot start: " + e.what());
       }
     }
@@ -174,13 +176,13 @@ struct Server::State {
       // (another job's, with a smaller --candidates) is extended when it is done (maybe_finish).
       wire::Task todo = unmeasured(spec.task, device);
       seeded += seed_order(todo, device);
-      const int64_t id = db.ensure_task(spec.signature, device, codegen::kCodegenVersion, todo.SerializeAsString());
-      db.link_job_task(rec.id, id);
+      const int64_t id = queue.ensure_task(spec.signature, device, codegen::kCodegenVersion, todo.SerializeAsString());
+      queue.link_job_task(rec.id, id);
       job.tasks.push_back(id);
       job.asked[id] = spec.task;
     }
     nlohmann::json progress = {{"cache_hits", job.cache_hits}};
-    db.set_job_state(rec.id, storage::JobState::kRunning, "", progress.dump());
+    queue.set_job_state(rec.id, storage::JobState::kRunning, "", progress.dump());
     log("job " + std::to_string(rec.id) + " (" + rec.model_name + " on " + device.str() + "): " +
         std::to_string(job.tasks.size()) + " tasks, " + std::to_string(job.cache_hits) + " answered by the database, " +
         std::to_string(seeded) + " ordered by measurements of near identities");
@@ -264,7 +266,7 @@ struct Server::State {
   void maybe_finish(int64_t id) {
     auto it = jobs.find(id);
     if (it == jobs.end()) return;
-    const storage::JobProgress p = db.job_progress(id);
+    const storage::JobProgress p = queue.job_progress(id);
     if (p.queued > 0 || p.leased > 0) return;
     Job& job = it->second;
     // A done task that measured fewer candidates than this job asks (it was created, or leased,
@@ -275,7 +277,7 @@ struct Server::State {
     for (const auto& [task_id, asked] : job.asked) {
       if (job.extended[task_id] > storage::kMaxTransientFailures) continue;
       const wire::Task todo = unmeasured(asked, job.device);
-      if (todo.candidates_size() > 0 && db.extend_task(task_id, todo.SerializeAsString())) {
+      if (todo.candidates_size() > 0 && queue.extend_task(task_id, todo.SerializeAsString())) {
         ++job.extended[task_id];
         extending = true;
         log("job " + std::to_string(id) + ": task " + std::to_string(task_id) + " extended by " +
@@ -290,10 +292,10 @@ struct Server::State {
       s.cache_hits = job.cache_hits;
       s.candidates_measured = p.measurements;
       s.interleaved_pairs = static_cast<int>(job.compared.size());
-      db.set_job_state(id, storage::JobState::kDone, p.failed ? std::to_string(p.failed) + " tasks failed" : "", s.to_json());
+      queue.set_job_state(id, storage::JobState::kDone, p.failed ? std::to_string(p.failed) + " tasks failed" : "", s.to_json());
       log("job " + std::to_string(id) + " done: " + s.to_json());
     } catch (const Error& e) {
-      db.set_job_state(id, storage::JobState::kFailed, e.what());
+      queue.set_job_state(id, storage::JobState::kFailed, e.what());
       log("job " + std::to_string(id) + " failed: " + e.what());
     }
     jobs.erase(it);
@@ -326,11 +328,11 @@ struct Server::State {
       const std::string payload = todo.SerializeAsString();
       int64_t task = known_task;
       if (task == 0) {
-        task = db.ensure_task(asked->signature(), job.device, codegen::kCodegenVersion, payload);
-        db.link_job_task(id, task);
+        task = queue.ensure_task(asked->signature(), job.device, codegen::kCodegenVersion, payload);
+        queue.link_job_task(id, task);
         job.tasks.push_back(task);
       }
-      const bool requeued = db.extend_task(task, payload) || db.task(task)->state == storage::TaskState::kQueued;
+      const bool requeued = queue.extend_task(task, payload) || queue.task(task)->state == storage::TaskState::kQueued;
       if (!requeued) continue;
       queued = true;
       const search::Estimate& a = decision.alone.at(pair->first);
@@ -353,10 +355,10 @@ struct Server::State {
   }
 
   void release(int64_t task, const std::string& why) {
-    const auto t = db.task(task);
+    const auto t = queue.task(task);
     if (!t || t->state != storage::TaskState::kLeased) return;
     if (t->attempts >= opt.max_attempts) {
-      db.finish_task(task, storage::TaskState::kFailed, why + " after " + std::to_string(t->attempts) + " attempts", {});
+      queue.finish_task(task, storage::TaskState::kFailed, why + " after " + std::to_string(t->attempts) + " attempts", {});
       log("task " + std::to_string(task) + " failed: " + why);
       std::vector<int64_t> affected;  // first: maybe_finish erases finished jobs from `jobs`
       for (const auto& [id, job] : jobs) {
@@ -365,7 +367,7 @@ struct Server::State {
       for (int64_t id : affected) maybe_finish(id);
       return;
     }
-    db.requeue_task(task);
+    queue.requeue_task(task);
     log("task " + std::to_string(task) + " re-queued: " + why);
   }
 
@@ -390,7 +392,7 @@ struct Server::State {
       if (w.task != 0) held.insert(w.task);
     }
     // A safety net: a lease no live worker holds (the paths above release them as they happen).
-    for (int64_t id : db.task_ids_in_state(storage::TaskState::kLeased)) {
+    for (int64_t id : queue.task_ids_in_state(storage::TaskState::kLeased)) {
       if (!held.count(id)) release(id, "its lease holder is gone");
     }
   }
@@ -402,7 +404,7 @@ struct Server::State {
     }
     if (idle.empty() || jobs.empty()) return;
     std::set<int64_t> queued;
-    for (int64_t id : db.task_ids_in_state(storage::TaskState::kQueued)) queued.insert(id);
+    for (int64_t id : queue.task_ids_in_state(storage::TaskState::kQueued)) queued.insert(id);
     if (queued.empty()) return;
     for (Worker* w : idle) {
       // Jobs in turn, starting after the one served last.
@@ -427,7 +429,7 @@ struct Server::State {
   }
 
   void lease(Worker& w, int64_t task_id) {
-    const auto t = db.task(task_id);
+    const auto t = queue.task(task_id);
     wire::Envelope e;
     wire::Task& task = *e.mutable_task();
     check(task.ParseFromString(t->payload), "task ", task_id, ": stored payload is unreadable");
@@ -436,7 +438,7 @@ struct Server::State {
     const int64_t deadline = unix_ms() + budget;
     task.set_task_id(task_id);
     task.set_lease_deadline_ms(deadline);
-    db.lease_task(task_id, w.identity, deadline);
+    queue.lease_task(task_id, w.identity, deadline);
     w.task = task_id;
     w.lease_deadline_ms = deadline;
     send(w.identity, std::move(e));
@@ -445,14 +447,14 @@ struct Server::State {
   void on_result(const std::string& identity, const wire::TaskResult& r) {
     auto w = workers.find(identity);
     if (w != workers.end() && w->second.task == r.task_id()) w->second.task = 0;
-    const auto t = db.task(r.task_id());
+    const auto t = queue.task(r.task_id());
     if (!t) {
       log("result for unknown task " + std::to_string(r.task_id()) + " from " + peer_name(identity) + " ignored");
       return;
     }
     if (r.abandoned()) {
       if (t->state == storage::TaskState::kLeased && t->worker == identity) {
-        db.requeue_task(r.task_id());
+        queue.requeue_task(r.task_id());
         log("task " + std::to_string(r.task_id()) + " handed back by " + peer_name(identity));
       }
       return;
@@ -482,7 +484,7 @@ struct Server::State {
       m.detail = c.detail();
       ms.push_back(std::move(m));
     }
-    if (!db.finish_task(r.task_id(), storage::TaskState::kDone, "", ms)) {
+    if (!queue.finish_task(r.task_id(), storage::TaskState::kDone, "", ms)) {
       log("late result for task " + std::to_string(r.task_id()) + " from " + peer_name(identity) + " ignored (already done)");
       return;
     }
@@ -597,8 +599,8 @@ struct Server::State {
     *stored.mutable_files() = s.files();
     // Plan before anything is stored: a model that does not import is refused with the reason.
     auto planner = std::make_unique<JobPlanner>(files, rec.model_name, device, JobOptions::from_json(rec.options));
-    db.put_model(rec.model_digest, rec.model_name, stored.SerializeAsString());
-    rec.id = db.create_job(rec);
+    queue.put_model(rec.model_digest, rec.model_name, stored.SerializeAsString());
+    rec.id = queue.create_job(rec);
     waiting[rec.id] = std::move(planner);
     bind_waiting();
     if (waiting.count(rec.id)) log("job " + std::to_string(rec.id) + " (" + rec.model_name + ") waits for a worker of " + rec.device.str());
@@ -608,9 +610,9 @@ struct Server::State {
   std::vector<wire::JobStatus> job_status(int64_t id) {
     std::vector<storage::JobRecord> recs;
     if (id == 0) {
-      recs = db.jobs(false);
+      recs = queue.jobs(false);
     } else {
-      auto r = db.job(id);
+      auto r = queue.job(id);
       check(r.has_value(), "no job ", id);
       recs.push_back(*r);
     }
@@ -622,7 +624,7 @@ struct Server::State {
       s.set_device(r.device.name);
       if (r.identity) s.set_identity(r.identity->str());
       s.set_state(storage::job_state_name(r.state));
-      const storage::JobProgress p = db.job_progress(r.id);
+      const storage::JobProgress p = queue.job_progress(r.id);
       s.set_tasks(p.tasks);
       s.set_tasks_done(p.done);
       s.set_tasks_failed(p.failed);
@@ -639,20 +641,20 @@ struct Server::State {
   }
 
   void cancel_job(int64_t id) {
-    const auto r = db.job(id);
+    const auto r = queue.job(id);
     check(r.has_value(), "no job ", id);
     if (r->state == storage::JobState::kDone || r->state == storage::JobState::kFailed ||
         r->state == storage::JobState::kCancelled) {
       return;
     }
-    db.set_job_state(id, storage::JobState::kCancelled, "cancelled by a client");
+    queue.set_job_state(id, storage::JobState::kCancelled, "cancelled by a client");
     jobs.erase(id);
     waiting.erase(id);
     log("job " + std::to_string(id) + " cancelled");
   }
 
   std::vector<wire::ModelFile> export_job(int64_t id) {
-    const auto r = db.job(id);
+    const auto r = queue.job(id);
     check(r.has_value(), "no job ", id);
     check(r->state == storage::JobState::kDone, "job ", id, " is ", storage::job_state_name(r->state),
           ", not done: nothing to export yet");
@@ -682,8 +684,8 @@ Server::Server(zmq::context_t& context, ServerOptions options)
   } catch (const zmq::error_t& e) {
     fail(s_->opt.listen, ": cannot listen (", e.what(), ")");
   }
-  const int requeued = s_->db.requeue_leased();
-  for (const storage::JobRecord& rec : s_->db.jobs(true)) {
+  const int requeued = s_->queue.requeue_leased();
+  for (const storage::JobRecord& rec : s_->queue.jobs(true)) {
     if (rec.state == storage::JobState::kCancelled) continue;
     if (!rec.identity) {  // bound when a worker of its class says hello
       s_->waiting[rec.id] = nullptr;
@@ -692,7 +694,7 @@ Server::Server(zmq::context_t& context, ServerOptions options)
     try {
       s_->start_job(rec);
     } catch (const Error& e) {
-      s_->db.set_job_state(rec.id, storage::JobState::kFailed, e.what());
+      s_->queue.set_job_state(rec.id, storage::JobState::kFailed, e.what());
       s_->log("job " + std::to_string(rec.id) + " cannot resume: " + e.what());
     }
   }

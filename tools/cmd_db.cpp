@@ -1,12 +1,16 @@
-// fusetune db stats|export FILE|import FILE [--db PATH]: the search database (storage/), by
-// default $XDG_CACHE_HOME/fusetune/search.db (~/.cache/fusetune/search.db). export/import move
-// results (workloads and measurements) between labs as JSON lines; import merges. The tuning
-// service's local state (models, jobs, tasks) is counted by stats but never exported.
+// fusetune db stats|gc|vacuum|export FILE|import FILE [--db PATH]: the search database (storage/),
+// by default $XDG_CACHE_HOME/fusetune/search.db (~/.cache/fusetune/search.db). stats counts the
+// records (per device identity) and the service's state with the file's size; gc drops what no
+// unfinished job needs (done tasks' payloads) and keeps every measurement; vacuum returns the
+// freed pages to the file system; export/import move results (workloads and measurements) between
+// labs as JSON lines; import merges. The service's local state (models, jobs, tasks) is never
+// exported.
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 
 #include "core/error.h"
+#include "storage/job_queue.h"
 #include "storage/search_db.h"
 #include "tools/cli_args.h"
 #include "tools/commands.h"
@@ -30,23 +34,28 @@ std::filesystem::path default_db_path() {
 int cmd_db(const std::vector<std::string>& argv) {
   const Args args(argv, {"db"}, {});
   const auto& pos = args.positional();
-  check(!pos.empty() && ((pos[0] == "stats" && pos.size() == 1) || ((pos[0] == "export" || pos[0] == "import") && pos.size() == 2)),
-        "usage: fusetune db stats|export FILE|import FILE [--db PATH]");
+  const bool one_word = pos.size() == 1 && (pos[0] == "stats" || pos[0] == "gc" || pos[0] == "vacuum");
+  const bool with_file = pos.size() == 2 && (pos[0] == "export" || pos[0] == "import");
+  check(one_word || with_file, "usage: fusetune db stats|gc|vacuum|export FILE|import FILE [--db PATH]");
   const fs::path path = args.has("db") ? fs::path(args.get("db")) : default_db_path();
   std::error_code ec;
   fs::create_directories(path.parent_path(), ec);
   storage::SearchDb db(path);
+  storage::JobQueue queue(db);
+  const auto mb = [](int64_t bytes) { return static_cast<double>(bytes) / 1e6; };
   if (pos[0] == "stats") {
     const storage::DbStats s = db.stats();
-    std::printf("%s (schema %d): %lld workloads, %lld devices, %lld candidates, %lld measurements (%lld failed, "
-                "%lld interleaved), %lld best plans; %lld models, %lld jobs (%lld unfinished), %lld tasks (%lld open)\n",
-                path.string().c_str(), s.schema_version, static_cast<long long>(s.workloads),
+    const storage::QueueStats q = queue.stats();
+    std::printf("%s (schema %d, %.1f MB): %lld workloads, %lld devices, %lld candidates, %lld measurements (%lld "
+                "failed, %lld interleaved), %lld best plans; %lld models, %lld jobs (%lld unfinished), %lld tasks "
+                "(%lld open, %.1f MB of payloads)\n",
+                path.string().c_str(), s.schema_version, mb(s.file_bytes), static_cast<long long>(s.workloads),
                 static_cast<long long>(s.devices), static_cast<long long>(s.candidates),
                 static_cast<long long>(s.measurements), static_cast<long long>(s.failures),
-                static_cast<long long>(s.interleaved),
-                static_cast<long long>(s.best_plans), static_cast<long long>(s.models), static_cast<long long>(s.jobs),
-                static_cast<long long>(s.unfinished_jobs), static_cast<long long>(s.tasks),
-                static_cast<long long>(s.open_tasks));
+                static_cast<long long>(s.interleaved), static_cast<long long>(s.best_plans),
+                static_cast<long long>(q.models), static_cast<long long>(q.jobs),
+                static_cast<long long>(q.unfinished_jobs), static_cast<long long>(q.tasks),
+                static_cast<long long>(q.open_tasks), mb(q.payload_bytes));
     // Each identity answers only for itself; rows recorded before identities (schema 2) have no
     // product, driver or toolkit and only seed rankings.
     for (const storage::IdentityStats& i : s.identities) {
@@ -55,6 +64,16 @@ int cmd_db(const std::vector<std::string>& argv) {
                   static_cast<long long>(i.measurements), static_cast<long long>(i.best_plans),
                   legacy ? " (recorded before device identities: seeds rankings, answers nothing)" : "");
     }
+  } else if (pos[0] == "gc") {
+    const storage::GcResult r = queue.gc();
+    std::printf("%s: dropped the payloads of %lld finished tasks (%.1f MB); every measurement, job and model kept; "
+                "`fusetune db vacuum` returns the space to the file system\n",
+                path.string().c_str(), static_cast<long long>(r.tasks_cleared), mb(r.bytes_cleared));
+  } else if (pos[0] == "vacuum") {
+    const int64_t before = db.file().size_bytes();
+    db.file().vacuum();
+    std::printf("%s: %.1f MB before, %.1f MB after vacuum\n", path.string().c_str(), mb(before),
+                mb(db.file().size_bytes()));
   } else if (pos[0] == "export") {
     const int64_t n = db.export_to(pos[1]);
     std::printf("exported %lld records from %s to %s\n", static_cast<long long>(n), path.string().c_str(), pos[1].c_str());

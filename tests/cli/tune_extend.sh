@@ -33,4 +33,10 @@ echo "measurements after --candidates 1: $first; after --candidates 3: $second (
 [ "$third" = "$second" ] || { echo "FAIL: the third tune measured $((third - second)) candidates again"; exit 1; }
 [ "$((second - interleaved))" = "$candidates" ] || { echo "FAIL: $((second - interleaved)) measurements alone of $candidates candidates: some measured twice"; exit 1; }
 grep -q '^candidates measured  *0$' "$work/plan3again.txt" || { echo "FAIL: the third tune was not answered by the database"; exit 1; }
+# gc and vacuum keep what answers: a fourth tune after them is answered by the database too.
+"$fusetune" db gc --db "$work/search.db"
+"$fusetune" db vacuum --db "$work/search.db"
+[ "$(count measurements)" = "$third" ] || { echo "FAIL: gc or vacuum dropped measurements"; exit 1; }
+tune 3 plan3gc
+grep -q '^candidates measured  *0$' "$work/plan3gc.txt" || { echo "FAIL: after gc, the tune was not answered by the database"; exit 1; }
 echo "PASS: --candidates 3 extended the tasks of --candidates 1, every candidate measured once"

@@ -15,6 +15,7 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "storage/job_queue.h"
 #include "storage/search_db.h"
 
 namespace fusetune::storage {
@@ -128,14 +129,14 @@ class SearchDbTest : public ::testing::Test {
     return x;
   }
   // A stored model and a job for it on the h100.
-  static int64_t new_job(SearchDb& db, const std::string& digest = "sha256:model") {
-    db.put_model(digest, "model.onnx", "model bytes");
+  static int64_t new_job(JobQueue& queue, const std::string& digest = "sha256:model") {
+    queue.put_model(digest, "model.onnx", "model bytes");
     JobRecord j;
     j.model_digest = digest;
     j.model_name = "model.onnx";
     j.device = {"h100", "sm_90"};
     j.options = R"({"top_k": 4})";
-    return db.create_job(j);
+    return queue.create_job(j);
   }
   // A measurement that belongs to the task of this signature on the h100, codegen 1.
   static Measurement for_sig(const std::string& signature, const std::string& config, double us,
@@ -295,8 +296,8 @@ INSERT INTO best_plans VALUES('v1:abc', 1, 2, 5, 8);
     EXPECT_EQ(s.best_plans, 3);
     // (signature, codegen, config, digest): tile=64 on two devices is one candidate.
     EXPECT_EQ(s.candidates, 4);
-    EXPECT_EQ(s.jobs, 0);
-    EXPECT_EQ(s.tasks, 0);
+    EXPECT_EQ(JobQueue(db).stats().jobs, 0);
+    EXPECT_EQ(JobQueue(db).stats().tasks, 0);
     EXPECT_EQ(db.best("v1:abc", {"h100", "sm_90"}, 1)->config, "tile=64");
     EXPECT_EQ(db.best("v1:abc", {"a100", "sm_80"}, 1)->median_us, 15);
     EXPECT_TRUE(db.measured("v1:abc", {"h100", "sm_90"}, 1, "tile=128"));
@@ -358,6 +359,7 @@ INSERT INTO job_tasks VALUES(2, 2);
 )SQL");
   }
   SearchDb db(file);
+  JobQueue queue(db);
   const DbStats s = db.stats();
   EXPECT_EQ(s.schema_version, kSchemaVersion);
   EXPECT_EQ(s.measurements, 2);
@@ -372,20 +374,20 @@ INSERT INTO job_tasks VALUES(2, 2);
   ASSERT_EQ(seeds.size(), 2u);
   EXPECT_EQ(seeds[0].config, "tile=64");
   EXPECT_EQ(db.best("v1:abc", {"h100", "sm_90"}, 1)->config, "tile=64");  // the done job's export reads these
-  const auto done = db.job(1), running = db.job(2);
+  const auto done = queue.job(1), running = queue.job(2);
   EXPECT_EQ(done->state, JobState::kDone);
   EXPECT_EQ(done->summary, R"({"groups": 1})");
   EXPECT_FALSE(done->identity.has_value());
-  EXPECT_EQ(db.job_tasks(1).size(), 1u);
+  EXPECT_EQ(queue.job_tasks(1).size(), 1u);
   EXPECT_EQ(running->state, JobState::kQueued);
   EXPECT_FALSE(running->identity.has_value());
-  EXPECT_TRUE(db.job_tasks(2).empty());
-  EXPECT_FALSE(db.task(2).has_value());  // the leased task, keyed by the class, is gone
-  EXPECT_TRUE(db.task(1).has_value());   // the done one stays (job 1's)
-  EXPECT_EQ(db.bind_job(2, now), now);
-  EXPECT_EQ(db.job(2)->identity, now);
-  EXPECT_EQ(db.bind_job(2, DeviceKey("h100", "sm_90", "other", 90, "13.0", "nvrtc 13.1")), now);  // bound once
-  EXPECT_THROW(db.bind_job(1, DeviceKey("a100", "sm_80", "NVIDIA A100", 80, "12.8", "nvrtc 13.0")), Error);
+  EXPECT_TRUE(queue.job_tasks(2).empty());
+  EXPECT_FALSE(queue.task(2).has_value());  // the leased task, keyed by the class, is gone
+  EXPECT_TRUE(queue.task(1).has_value());   // the done one stays (job 1's)
+  EXPECT_EQ(queue.bind_job(2, now), now);
+  EXPECT_EQ(queue.job(2)->identity, now);
+  EXPECT_EQ(queue.bind_job(2, DeviceKey("h100", "sm_90", "other", 90, "13.0", "nvrtc 13.1")), now);  // bound once
+  EXPECT_THROW(queue.bind_job(1, DeviceKey("a100", "sm_80", "NVIDIA A100", 80, "12.8", "nvrtc 13.0")), Error);
   RawDb raw(file);
   EXPECT_EQ(raw.value("SELECT id FROM devices WHERE name='h100' AND product=''"), "7");  // ids kept
   EXPECT_EQ(raw.count("SELECT count(*) FROM measurements WHERE device_id=7"), 2);
@@ -462,6 +464,48 @@ TEST_F(SearchDbTest, AnExportNamesItsFormatAndANewerFormatIsRefused) {
   EXPECT_EQ(other.best("v1:x", {"h100", "sm_90"}, 1)->config, "tile=8");
 }
 
+// gc drops the payloads of done tasks no unfinished job links, never a measurement, job or model;
+// vacuum gives the pages back; a task cleared by gc takes a new payload when a job needs it again.
+TEST_F(SearchDbTest, GcClearsFinishedTaskPayloadsAndVacuumShrinksTheFile) {
+  const fs::path file = dir_ / "search.db";
+  SearchDb db(file);
+  JobQueue queue(db);
+  const int64_t finished = new_job(queue), running = new_job(queue);
+  const std::string big(2 << 20, 'w');  // a task's payload: the group's constants
+  const DeviceKey h100{"h100", "sm_90"};
+  const int64_t t1 = queue.ensure_task("v1:one", h100, 1, big);
+  const int64_t t2 = queue.ensure_task("v1:two", h100, 1, big);
+  const int64_t t3 = queue.ensure_task("v1:three", h100, 1, big);
+  queue.link_job_task(finished, t1);
+  queue.link_job_task(running, t2);
+  queue.link_job_task(running, t3);
+  for (int64_t t : {t1, t2}) {
+    queue.lease_task(t, "w1", 1);
+    queue.finish_task(t, TaskState::kDone, "", {for_sig(t == t1 ? "v1:one" : "v1:two", "tile=8", 2.0)});
+  }
+  queue.set_job_state(finished, JobState::kDone, "", R"({"groups": 1})");
+  queue.set_job_state(running, JobState::kRunning);
+  const int64_t before = db.file().size_bytes();
+  EXPECT_GE(queue.stats().payload_bytes, 3 * static_cast<int64_t>(big.size()));
+  const GcResult r = queue.gc();
+  EXPECT_EQ(r.tasks_cleared, 1);  // t2 is done but a running job links it; t3 is queued
+  EXPECT_EQ(r.bytes_cleared, static_cast<int64_t>(big.size()));
+  EXPECT_EQ(queue.task(t1)->payload, "");
+  EXPECT_EQ(queue.task(t1)->state, TaskState::kDone);
+  EXPECT_EQ(queue.task(t2)->payload, big);
+  EXPECT_EQ(queue.task(t3)->payload, big);
+  EXPECT_EQ(queue.gc().tasks_cleared, 0);  // nothing left to clear
+  EXPECT_EQ(db.stats().measurements, 2);
+  EXPECT_EQ(queue.stats().jobs, 2);
+  EXPECT_EQ(queue.job(finished)->summary, R"({"groups": 1})");
+  EXPECT_TRUE(queue.model("sha256:model").has_value());
+  db.file().vacuum();
+  const int64_t after = db.file().size_bytes();
+  EXPECT_LE(after, before - static_cast<int64_t>(big.size()) / 2) << before << " -> " << after;
+  EXPECT_TRUE(queue.extend_task(t1, "new payload"));  // needed again: it takes a new one
+  EXPECT_EQ(queue.task(t1)->payload, "new payload");
+}
+
 TEST_F(SearchDbTest, AFailedMigrationLeavesTheFileAsItWas) {
   const fs::path file = dir_ / "broken_v1.db";
   {
@@ -508,13 +552,14 @@ TEST_F(SearchDbTest, JobLifecycle) {
   int64_t a = 0, b = 0;
   {
     SearchDb db(file);
+    JobQueue queue(db);
     JobRecord orphan;
     orphan.model_digest = "sha256:missing";
-    EXPECT_THROW(db.create_job(orphan), Error);  // the model must be stored first
-    a = new_job(db);
-    b = new_job(db);
+    EXPECT_THROW(queue.create_job(orphan), Error);  // the model must be stored first
+    a = new_job(queue);
+    b = new_job(queue);
     EXPECT_LT(a, b);
-    const auto ja = db.job(a);
+    const auto ja = queue.job(a);
     ASSERT_TRUE(ja.has_value());
     EXPECT_EQ(ja->model_digest, "sha256:model");
     EXPECT_EQ(ja->model_name, "model.onnx");
@@ -524,29 +569,30 @@ TEST_F(SearchDbTest, JobLifecycle) {
     EXPECT_EQ(ja->state, JobState::kQueued);
     EXPECT_GT(ja->created_at, 0);
     EXPECT_EQ(ja->finished_at, 0);
-    db.set_job_state(a, JobState::kRunning);
-    EXPECT_EQ(db.job(a)->finished_at, 0);
-    db.set_job_state(b, JobState::kFailed, "no worker has an sm_90");
-    EXPECT_FALSE(db.job(999).has_value());
-    EXPECT_THROW(db.set_job_state(999, JobState::kDone), Error);
-    EXPECT_EQ(db.stats().jobs, 2);
-    EXPECT_EQ(db.stats().unfinished_jobs, 1);
+    queue.set_job_state(a, JobState::kRunning);
+    EXPECT_EQ(queue.job(a)->finished_at, 0);
+    queue.set_job_state(b, JobState::kFailed, "no worker has an sm_90");
+    EXPECT_FALSE(queue.job(999).has_value());
+    EXPECT_THROW(queue.set_job_state(999, JobState::kDone), Error);
+    EXPECT_EQ(queue.stats().jobs, 2);
+    EXPECT_EQ(queue.stats().unfinished_jobs, 1);
   }
   SearchDb db(file);  // a restarted coordinator
-  const auto unfinished = db.jobs(true);
+  JobQueue queue(db);
+  const auto unfinished = queue.jobs(true);
   ASSERT_EQ(unfinished.size(), 1u);
   EXPECT_EQ(unfinished[0].id, a);
   EXPECT_EQ(unfinished[0].state, JobState::kRunning);
-  const auto all = db.jobs(false);
+  const auto all = queue.jobs(false);
   ASSERT_EQ(all.size(), 2u);
   EXPECT_EQ(all[1].id, b);
   EXPECT_EQ(all[1].state, JobState::kFailed);
   EXPECT_EQ(all[1].error, "no worker has an sm_90");
   EXPECT_GT(all[1].finished_at, 0);
-  db.set_job_state(a, JobState::kDone, "", R"({"speedup": 1.7})");
-  EXPECT_EQ(db.job(a)->summary, R"({"speedup": 1.7})");
-  EXPECT_GE(db.job(a)->finished_at, db.job(a)->created_at);
-  EXPECT_TRUE(db.jobs(true).empty());
+  queue.set_job_state(a, JobState::kDone, "", R"({"speedup": 1.7})");
+  EXPECT_EQ(queue.job(a)->summary, R"({"speedup": 1.7})");
+  EXPECT_GE(queue.job(a)->finished_at, queue.job(a)->created_at);
+  EXPECT_TRUE(queue.jobs(true).empty());
   for (JobState s : {JobState::kQueued, JobState::kRunning, JobState::kDone, JobState::kFailed, JobState::kCancelled}) {
     EXPECT_EQ(job_state_from_name(job_state_name(s)), s);
   }
@@ -559,21 +605,22 @@ TEST_F(SearchDbTest, JobLifecycle) {
 
 TEST_F(SearchDbTest, JobsShareTasks) {
   SearchDb db(dir_ / "search.db");
-  const int64_t a = new_job(db), b = new_job(db);
+  JobQueue queue(db);
+  const int64_t a = new_job(queue), b = new_job(queue);
   const DeviceKey h100{"h100", "sm_90"};
   const std::string payload("task\0payload", 12);  // binary: a serialized protobuf
-  const int64_t t1 = db.ensure_task("v1:abc", h100, 1, payload);
-  const int64_t t2 = db.ensure_task("v1:def", h100, 1, payload);
-  db.link_job_task(a, t1);
-  db.link_job_task(a, t2);
-  db.link_job_task(a, t2);  // idempotent
-  EXPECT_EQ(db.ensure_task("v1:abc", h100, 1, "other payload"), t1);  // the same key is the same task
-  EXPECT_NE(db.ensure_task("v1:abc", h100, 2, payload), t1);          // the codegen version is part of the key
-  EXPECT_NE(db.ensure_task("v1:abc", {"a100", "sm_80"}, 1, payload), t1);  // so is the device
-  db.link_job_task(b, t1);
-  EXPECT_THROW(db.link_job_task(b, 999), Error);
-  EXPECT_THROW(db.link_job_task(999, t1), Error);
-  const auto ta = db.job_tasks(a), tb = db.job_tasks(b);
+  const int64_t t1 = queue.ensure_task("v1:abc", h100, 1, payload);
+  const int64_t t2 = queue.ensure_task("v1:def", h100, 1, payload);
+  queue.link_job_task(a, t1);
+  queue.link_job_task(a, t2);
+  queue.link_job_task(a, t2);  // idempotent
+  EXPECT_EQ(queue.ensure_task("v1:abc", h100, 1, "other payload"), t1);  // the same key is the same task
+  EXPECT_NE(queue.ensure_task("v1:abc", h100, 2, payload), t1);          // the codegen version is part of the key
+  EXPECT_NE(queue.ensure_task("v1:abc", {"a100", "sm_80"}, 1, payload), t1);  // so is the device
+  queue.link_job_task(b, t1);
+  EXPECT_THROW(queue.link_job_task(b, 999), Error);
+  EXPECT_THROW(queue.link_job_task(999, t1), Error);
+  const auto ta = queue.job_tasks(a), tb = queue.job_tasks(b);
   ASSERT_EQ(ta.size(), 2u);
   ASSERT_EQ(tb.size(), 1u);
   EXPECT_EQ(ta[0].id, t1);
@@ -584,54 +631,55 @@ TEST_F(SearchDbTest, JobsShareTasks) {
   EXPECT_EQ(tb[0].device.name, "h100");
   EXPECT_EQ(tb[0].codegen_version, 1);
   EXPECT_EQ(tb[0].state, TaskState::kQueued);
-  EXPECT_EQ(db.stats().tasks, 4);
+  EXPECT_EQ(queue.stats().tasks, 4);
   // One result finishes the task for both jobs.
-  db.lease_task(t1, "w1", 5000);
-  EXPECT_TRUE(db.finish_task(t1, TaskState::kDone, "", {m("tile=32x32", 12.0)}));
-  EXPECT_EQ(db.job_progress(a).done, 1);
-  EXPECT_EQ(db.job_progress(b).done, 1);
-  EXPECT_EQ(db.job_progress(b).tasks, 1);
+  queue.lease_task(t1, "w1", 5000);
+  EXPECT_TRUE(queue.finish_task(t1, TaskState::kDone, "", {m("tile=32x32", 12.0)}));
+  EXPECT_EQ(queue.job_progress(a).done, 1);
+  EXPECT_EQ(queue.job_progress(b).done, 1);
+  EXPECT_EQ(queue.job_progress(b).tasks, 1);
 }
 
 TEST_F(SearchDbTest, EnsureTaskRequeuesAFailedTaskAndExtendTaskADoneOne) {
   SearchDb db(dir_ / "search.db");
+  JobQueue queue(db);
   const DeviceKey h100{"h100", "sm_90"};
-  const int64_t t = db.ensure_task("v1:abc", h100, 1, "old");
-  db.lease_task(t, "w1", 1000);
-  EXPECT_TRUE(db.finish_task(t, TaskState::kFailed, "worker lost the GPU", {m("tile=32x32", 0, Status::kRuntimeFault)}));
-  auto failed = db.task(t);
+  const int64_t t = queue.ensure_task("v1:abc", h100, 1, "old");
+  queue.lease_task(t, "w1", 1000);
+  EXPECT_TRUE(queue.finish_task(t, TaskState::kFailed, "worker lost the GPU", {m("tile=32x32", 0, Status::kRuntimeFault)}));
+  auto failed = queue.task(t);
   ASSERT_TRUE(failed.has_value());
   EXPECT_EQ(failed->state, TaskState::kFailed);
   EXPECT_EQ(failed->error, "worker lost the GPU");
   EXPECT_EQ(failed->attempts, 1);
   EXPECT_EQ(db.stats().measurements, 1);  // a failed task's measurements are kept
-  EXPECT_EQ(db.tasks_in_state(TaskState::kFailed).size(), 1u);
-  EXPECT_EQ(db.ensure_task("v1:abc", h100, 1, "new"), t);  // a new job retries it
-  const auto again = db.task(t);
+  EXPECT_EQ(queue.tasks_in_state(TaskState::kFailed).size(), 1u);
+  EXPECT_EQ(queue.ensure_task("v1:abc", h100, 1, "new"), t);  // a new job retries it
+  const auto again = queue.task(t);
   EXPECT_EQ(again->state, TaskState::kQueued);
   EXPECT_EQ(again->payload, "new");
   EXPECT_EQ(again->attempts, 0);
   EXPECT_EQ(again->error, "");
   EXPECT_EQ(again->worker, "");
-  EXPECT_TRUE(db.tasks_in_state(TaskState::kFailed).empty());
+  EXPECT_TRUE(queue.tasks_in_state(TaskState::kFailed).empty());
   // A done task is not re-queued by a new job.
-  db.lease_task(t, "w2", 2000);
-  EXPECT_TRUE(db.finish_task(t, TaskState::kDone, "", {m("tile=32x32", 12.0)}));
-  EXPECT_EQ(db.ensure_task("v1:abc", h100, 1, "newer"), t);
-  EXPECT_EQ(db.task(t)->state, TaskState::kDone);
-  EXPECT_EQ(db.task(t)->payload, "new");
-  EXPECT_EQ(db.task(t)->worker, "w2");
+  queue.lease_task(t, "w2", 2000);
+  EXPECT_TRUE(queue.finish_task(t, TaskState::kDone, "", {m("tile=32x32", 12.0)}));
+  EXPECT_EQ(queue.ensure_task("v1:abc", h100, 1, "newer"), t);
+  EXPECT_EQ(queue.task(t)->state, TaskState::kDone);
+  EXPECT_EQ(queue.task(t)->payload, "new");
+  EXPECT_EQ(queue.task(t)->worker, "w2");
   // A job asking for more candidates extends it: queued again with the rest, the measurements kept.
-  EXPECT_TRUE(db.extend_task(t, "the rest"));
-  const auto extended = db.task(t);
+  EXPECT_TRUE(queue.extend_task(t, "the rest"));
+  const auto extended = queue.task(t);
   EXPECT_EQ(extended->state, TaskState::kQueued);
   EXPECT_EQ(extended->payload, "the rest");
   EXPECT_EQ(extended->attempts, 0);
   EXPECT_EQ(extended->worker, "");
   EXPECT_EQ(db.stats().measurements, 2);
-  EXPECT_FALSE(db.extend_task(t, "twice"));  // only a done task is extended
-  EXPECT_EQ(db.task(t)->payload, "the rest");
-  EXPECT_THROW(db.extend_task(t + 100, "x"), Error);
+  EXPECT_FALSE(queue.extend_task(t, "twice"));  // only a done task is extended
+  EXPECT_EQ(queue.task(t)->payload, "the rest");
+  EXPECT_THROW(queue.extend_task(t + 100, "x"), Error);
 }
 
 TEST_F(SearchDbTest, TransientFailuresAreRetriedDeterministicOnesAreNot) {
@@ -665,31 +713,32 @@ TEST_F(SearchDbTest, TransientFailuresAreRetriedDeterministicOnesAreNot) {
 
 TEST_F(SearchDbTest, FinishTaskTwiceRecordsOnce) {
   SearchDb db(dir_ / "search.db");
-  const int64_t t = db.ensure_task("v1:abc", {"h100", "sm_90"}, 1, "p");
+  JobQueue queue(db);
+  const int64_t t = queue.ensure_task("v1:abc", {"h100", "sm_90"}, 1, "p");
   const std::vector<Measurement> results = {m("tile=32x32", 12.0), m("tile=64x64", 9.5),
                                             m("tile=128x128", 0, Status::kCompileError)};
-  db.lease_task(t, "w1", 1000);
-  db.requeue_task(t);  // w1's lease expired ...
-  db.lease_task(t, "w2", 2000);
-  EXPECT_EQ(db.task(t)->attempts, 2);
-  EXPECT_TRUE(db.finish_task(t, TaskState::kDone, "", results));    // ... w2 finished it ...
-  EXPECT_FALSE(db.finish_task(t, TaskState::kDone, "", results));   // ... then w1's late result arrives
-  EXPECT_FALSE(db.finish_task(t, TaskState::kFailed, "late", results));
+  queue.lease_task(t, "w1", 1000);
+  queue.requeue_task(t);  // w1's lease expired ...
+  queue.lease_task(t, "w2", 2000);
+  EXPECT_EQ(queue.task(t)->attempts, 2);
+  EXPECT_TRUE(queue.finish_task(t, TaskState::kDone, "", results));    // ... w2 finished it ...
+  EXPECT_FALSE(queue.finish_task(t, TaskState::kDone, "", results));   // ... then w1's late result arrives
+  EXPECT_FALSE(queue.finish_task(t, TaskState::kFailed, "late", results));
   EXPECT_EQ(db.stats().measurements, 3);
   EXPECT_EQ(db.stats().candidates, 3);
-  EXPECT_EQ(db.task(t)->state, TaskState::kDone);
-  EXPECT_EQ(db.task(t)->error, "");
+  EXPECT_EQ(queue.task(t)->state, TaskState::kDone);
+  EXPECT_EQ(queue.task(t)->error, "");
   EXPECT_EQ(db.best("v1:abc", {"h100", "sm_90"}, 1)->config, "tile=64x64");
-  EXPECT_THROW(db.lease_task(t, "w3", 3000), Error);  // done: nothing to lease
-  db.requeue_task(t);                                   // done: left as it is
-  EXPECT_EQ(db.task(t)->state, TaskState::kDone);
-  EXPECT_THROW(db.finish_task(999, TaskState::kDone, "", {}), Error);
-  EXPECT_THROW(db.finish_task(t, TaskState::kLeased, "", {}), Error);
+  EXPECT_THROW(queue.lease_task(t, "w3", 3000), Error);  // done: nothing to lease
+  queue.requeue_task(t);                                   // done: left as it is
+  EXPECT_EQ(queue.task(t)->state, TaskState::kDone);
+  EXPECT_THROW(queue.finish_task(999, TaskState::kDone, "", {}), Error);
+  EXPECT_THROW(queue.finish_task(t, TaskState::kLeased, "", {}), Error);
   // A measurement of another workload is refused, and nothing of the result is kept.
-  const int64_t u = db.ensure_task("v1:def", {"h100", "sm_90"}, 1, "p");
-  EXPECT_THROW(db.finish_task(u, TaskState::kDone, "", {for_sig("v1:def", "tile=8", 3.0), m("tile=8", 3.0)}), Error);
+  const int64_t u = queue.ensure_task("v1:def", {"h100", "sm_90"}, 1, "p");
+  EXPECT_THROW(queue.finish_task(u, TaskState::kDone, "", {for_sig("v1:def", "tile=8", 3.0), m("tile=8", 3.0)}), Error);
   EXPECT_EQ(db.stats().measurements, 3);
-  EXPECT_EQ(db.task(u)->state, TaskState::kQueued);
+  EXPECT_EQ(queue.task(u)->state, TaskState::kQueued);
 }
 
 TEST_F(SearchDbTest, RequeueLeasedAfterARestart) {
@@ -697,19 +746,21 @@ TEST_F(SearchDbTest, RequeueLeasedAfterARestart) {
   std::vector<int64_t> ids;
   {
     SearchDb db(file);
-    for (const char* sig : {"v1:a", "v1:b", "v1:c", "v1:d"}) ids.push_back(db.ensure_task(sig, {"h100", "sm_90"}, 1, sig));
-    db.lease_task(ids[0], "w1", 1000);
-    db.lease_task(ids[1], "w2", 2000);
-    db.lease_task(ids[2], "w1", 3000);
-    EXPECT_TRUE(db.finish_task(ids[2], TaskState::kDone, "", {for_sig("v1:c", "tile=1", 1.0)}));
-    EXPECT_EQ(db.task(ids[1])->worker, "w2");
-    EXPECT_EQ(db.task(ids[1])->lease_deadline_ms, 2000);
-    EXPECT_EQ(db.tasks_in_state(TaskState::kLeased).size(), 2u);
+    JobQueue queue(db);
+    for (const char* sig : {"v1:a", "v1:b", "v1:c", "v1:d"}) ids.push_back(queue.ensure_task(sig, {"h100", "sm_90"}, 1, sig));
+    queue.lease_task(ids[0], "w1", 1000);
+    queue.lease_task(ids[1], "w2", 2000);
+    queue.lease_task(ids[2], "w1", 3000);
+    EXPECT_TRUE(queue.finish_task(ids[2], TaskState::kDone, "", {for_sig("v1:c", "tile=1", 1.0)}));
+    EXPECT_EQ(queue.task(ids[1])->worker, "w2");
+    EXPECT_EQ(queue.task(ids[1])->lease_deadline_ms, 2000);
+    EXPECT_EQ(queue.tasks_in_state(TaskState::kLeased).size(), 2u);
   }
   SearchDb db(file);  // the coordinator restarted: no lease survives it
-  EXPECT_EQ(db.requeue_leased(), 2);
-  EXPECT_EQ(db.requeue_leased(), 0);
-  const auto queued = db.tasks_in_state(TaskState::kQueued);
+  JobQueue queue(db);
+  EXPECT_EQ(queue.requeue_leased(), 2);
+  EXPECT_EQ(queue.requeue_leased(), 0);
+  const auto queued = queue.tasks_in_state(TaskState::kQueued);
   ASSERT_EQ(queued.size(), 3u);
   EXPECT_EQ(queued[0].id, ids[0]);
   EXPECT_EQ(queued[1].id, ids[1]);
@@ -718,42 +769,43 @@ TEST_F(SearchDbTest, RequeueLeasedAfterARestart) {
   EXPECT_EQ(queued[1].lease_deadline_ms, 0);
   EXPECT_EQ(queued[1].attempts, 1);
   EXPECT_EQ(queued[1].payload, "v1:b");
-  EXPECT_EQ(db.tasks_in_state(TaskState::kDone).size(), 1u);
-  EXPECT_FALSE(db.task(999).has_value());
-  EXPECT_THROW(db.requeue_task(999), Error);
-  EXPECT_EQ(db.stats().open_tasks, 3);
+  EXPECT_EQ(queue.tasks_in_state(TaskState::kDone).size(), 1u);
+  EXPECT_FALSE(queue.task(999).has_value());
+  EXPECT_THROW(queue.requeue_task(999), Error);
+  EXPECT_EQ(queue.stats().open_tasks, 3);
 }
 
 TEST_F(SearchDbTest, JobProgressCountsTasksAndMeasurements) {
   SearchDb db(dir_ / "search.db");
-  const int64_t job = new_job(db);
+  JobQueue queue(db);
+  const int64_t job = new_job(queue);
   const DeviceKey h100{"h100", "sm_90"};
   std::vector<int64_t> t;
   for (const char* sig : {"v1:a", "v1:b", "v1:c", "v1:d", "v1:e"}) {
-    t.push_back(db.ensure_task(sig, h100, 1, "p"));
-    db.link_job_task(job, t.back());
+    t.push_back(queue.ensure_task(sig, h100, 1, "p"));
+    queue.link_job_task(job, t.back());
   }
-  JobProgress p = db.job_progress(job);
+  JobProgress p = queue.job_progress(job);
   EXPECT_EQ(p.tasks, 5);
   EXPECT_EQ(p.queued, 5);
   EXPECT_EQ(p.measurements, 0);
-  db.lease_task(t[0], "w1", 1);
-  db.lease_task(t[1], "w1", 1);
-  db.lease_task(t[2], "w2", 1);
-  db.finish_task(t[1], TaskState::kDone, "", {for_sig("v1:b", "x=1", 1.0), for_sig("v1:b", "x=2", 2.0)});
-  db.finish_task(t[2], TaskState::kFailed, "compiler crashed", {for_sig("v1:c", "x=1", 0, Status::kCompileError)});
+  queue.lease_task(t[0], "w1", 1);
+  queue.lease_task(t[1], "w1", 1);
+  queue.lease_task(t[2], "w2", 1);
+  queue.finish_task(t[1], TaskState::kDone, "", {for_sig("v1:b", "x=1", 1.0), for_sig("v1:b", "x=2", 2.0)});
+  queue.finish_task(t[2], TaskState::kFailed, "compiler crashed", {for_sig("v1:c", "x=1", 0, Status::kCompileError)});
   db.record(for_sig("v1:z", "x=1", 1.0));  // another workload: not this job's
-  p = db.job_progress(job);
+  p = queue.job_progress(job);
   EXPECT_EQ(p.tasks, 5);
   EXPECT_EQ(p.queued, 2);
   EXPECT_EQ(p.leased, 1);
   EXPECT_EQ(p.done, 1);
   EXPECT_EQ(p.failed, 1);
   EXPECT_EQ(p.measurements, 3);
-  const int64_t empty = new_job(db);
-  EXPECT_EQ(db.job_progress(empty).tasks, 0);
-  EXPECT_EQ(db.job_progress(empty).measurements, 0);
-  EXPECT_THROW(db.job_progress(999), Error);
+  const int64_t empty = new_job(queue);
+  EXPECT_EQ(queue.job_progress(empty).tasks, 0);
+  EXPECT_EQ(queue.job_progress(empty).measurements, 0);
+  EXPECT_THROW(queue.job_progress(999), Error);
 }
 
 TEST_F(SearchDbTest, ModelBlobsRoundTrip) {
@@ -763,20 +815,22 @@ TEST_F(SearchDbTest, ModelBlobsRoundTrip) {
   for (char& c : bytes) c = static_cast<char>(rng() & 0xff);  // NUL bytes included
   {
     SearchDb db(file);
-    EXPECT_FALSE(db.model("sha256:big").has_value());
-    db.put_model("sha256:big", "big.onnx", bytes);
-    db.put_model("sha256:big", "renamed.onnx", "other bytes");  // idempotent: the first stays
-    db.put_model("sha256:empty", "empty.onnx", "");
+    JobQueue queue(db);
+    EXPECT_FALSE(queue.model("sha256:big").has_value());
+    queue.put_model("sha256:big", "big.onnx", bytes);
+    queue.put_model("sha256:big", "renamed.onnx", "other bytes");  // idempotent: the first stays
+    queue.put_model("sha256:empty", "empty.onnx", "");
   }
   SearchDb db(file);
-  const auto big = db.model("sha256:big");
+  JobQueue queue(db);
+  const auto big = queue.model("sha256:big");
   ASSERT_TRUE(big.has_value());
   EXPECT_EQ(big->name, "big.onnx");
   EXPECT_EQ(big->bytes.size(), bytes.size());
   EXPECT_TRUE(big->bytes == bytes);
-  ASSERT_TRUE(db.model("sha256:empty").has_value());
-  EXPECT_EQ(db.model("sha256:empty")->bytes, "");
-  EXPECT_EQ(db.stats().models, 2);
+  ASSERT_TRUE(queue.model("sha256:empty").has_value());
+  EXPECT_EQ(queue.model("sha256:empty")->bytes, "");
+  EXPECT_EQ(queue.stats().models, 2);
 }
 
 // A coordinator that is killed while finishing tasks: every task marked done has exactly its
@@ -786,7 +840,8 @@ TEST_F(SearchDbTest, SigkillDuringFinishTaskLeavesNoPartialTask) {
   int64_t job = 0;
   {
     SearchDb init(file);
-    job = new_job(init);
+    JobQueue init_queue(init);
+    job = new_job(init_queue);
   }
   constexpr int kPerTask = 5;
   int fds[2];
@@ -796,16 +851,17 @@ TEST_F(SearchDbTest, SigkillDuringFinishTaskLeavesNoPartialTask) {
   if (child == 0) {  // the writer: report each finished task's count, forever
     close(fds[0]);
     SearchDb db(file);
+    JobQueue queue(db);
     for (int64_t i = 1;; ++i) {
       const std::string sig = "v1:task" + std::to_string(i);
-      const int64_t t = db.ensure_task(sig, {"h100", "sm_90"}, 1, std::string(256, 'p'));
-      db.link_job_task(job, t);
-      db.lease_task(t, "w1", i);
+      const int64_t t = queue.ensure_task(sig, {"h100", "sm_90"}, 1, std::string(256, 'p'));
+      queue.link_job_task(job, t);
+      queue.lease_task(t, "w1", i);
       std::vector<Measurement> results;
       for (int k = 0; k < kPerTask; ++k) {
         results.push_back(for_sig(sig, "tile=" + std::to_string(k), 1.0 + k, k == 0 ? Status::kTimeout : Status::kOk));
       }
-      db.finish_task(t, TaskState::kDone, "", results);
+      queue.finish_task(t, TaskState::kDone, "", results);
       if (write(fds[1], &i, sizeof i) != sizeof i) _exit(1);
     }
   }
@@ -834,16 +890,17 @@ TEST_F(SearchDbTest, SigkillDuringFinishTaskLeavesNoPartialTask) {
     EXPECT_EQ(raw.count("SELECT count(*) FROM measurements WHERE candidate_id IS NULL"), 0);
   }
   SearchDb after(file);
-  const auto done = after.tasks_in_state(TaskState::kDone);
+  JobQueue after_queue(after);
+  const auto done = after_queue.tasks_in_state(TaskState::kDone);
   EXPECT_GE(static_cast<int64_t>(done.size()), finished);
   EXPECT_EQ(after.stats().measurements, static_cast<int64_t>(done.size()) * kPerTask);
-  const JobProgress p = after.job_progress(job);
+  const JobProgress p = after_queue.job_progress(job);
   EXPECT_EQ(p.done, static_cast<int>(done.size()));
   EXPECT_EQ(p.measurements, static_cast<int64_t>(done.size()) * kPerTask);
   EXPECT_LE(p.tasks - p.done, 1);  // at most the task in flight
   EXPECT_EQ(after.best("v1:task" + std::to_string(finished), {"h100", "sm_90"}, 1)->config, "tile=1");
-  after.requeue_leased();
-  EXPECT_TRUE(after.tasks_in_state(TaskState::kLeased).empty());
+  after_queue.requeue_leased();
+  EXPECT_TRUE(after_queue.tasks_in_state(TaskState::kLeased).empty());
 }
 
 }  // namespace

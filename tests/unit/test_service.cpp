@@ -29,6 +29,7 @@
 #include "onnx_builder.h"
 #include "proto/curve.h"
 #include "proto/wire.h"
+#include "storage/job_queue.h"
 #include "storage/search_db.h"
 
 namespace fusetune {
@@ -174,7 +175,8 @@ class Service : public ::testing::Test {
   // most once interleaved with a rival.
   void expect_complete_without_duplicates(int64_t job) {
     storage::SearchDb db(db_);
-    for (const storage::TaskRecord& t : db.job_tasks(job)) {
+    storage::JobQueue queue(db);
+    for (const storage::TaskRecord& t : queue.job_tasks(job)) {
       EXPECT_EQ(t.state, storage::TaskState::kDone) << "task " << t.id << ": " << t.error;
       wire::Task payload;
       ASSERT_TRUE(payload.ParseFromString(t.payload));
@@ -395,17 +397,18 @@ TEST_F(Service, FiftyJobsAtOnceAllCompleteAndModelsSharingBlocksShareTasks) {
     return true;
   }, "50 jobs");
   storage::SearchDb db(db_);
+  storage::JobQueue queue(db);
   std::set<int64_t> a, b;
-  for (const auto& t : db.job_tasks(jobs[0])) a.insert(t.id);
-  for (const auto& t : db.job_tasks(jobs[1])) b.insert(t.id);  // the same width, one more op
+  for (const auto& t : queue.job_tasks(jobs[0])) a.insert(t.id);
+  for (const auto& t : queue.job_tasks(jobs[1])) b.insert(t.id);  // the same width, one more op
   std::vector<int64_t> common;
   std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(common));
   EXPECT_FALSE(common.empty()) << "models m0 and m1 share the Relu and Sigmoid blocks but no task";
   // Repeats of a model are answered by the database or share the first job's tasks.
   for (size_t k = models.size(); k < jobs.size(); ++k) {
-    for (const auto& t : db.job_tasks(jobs[k])) {
+    for (const auto& t : queue.job_tasks(jobs[k])) {
       std::set<int64_t> first;
-      for (const auto& f : db.job_tasks(jobs[k % models.size()])) first.insert(f.id);
+      for (const auto& f : queue.job_tasks(jobs[k % models.size()])) first.insert(f.id);
       EXPECT_TRUE(first.count(t.id)) << "job " << jobs[k] << " measured task " << t.id << " again";
     }
   }
@@ -422,12 +425,13 @@ TEST_F(Service, ATimedOutCandidateIsMeasuredAgainUpToTheLimit) {
                              R"("min_repeats": 5, "max_repeats": 100000, "min_time_ms": 60000, "timeout_ms": 200)");
   wait_for([&] { return status(job).state() == "done"; }, "the job to finish");
   storage::SearchDb db(db_);
+  storage::JobQueue queue(db);
   const storage::DbStats stats = db.stats();
   EXPECT_GT(stats.candidates, 0);
   EXPECT_EQ(stats.failures, stats.measurements);
   EXPECT_EQ(stats.measurements, storage::kMaxTransientFailures * stats.candidates) << coordinator_->log();
   EXPECT_NE(coordinator_->log().find("candidates not settled"), std::string::npos) << coordinator_->log();
-  for (const storage::TaskRecord& t : db.job_tasks(job)) EXPECT_EQ(t.state, storage::TaskState::kDone) << t.error;
+  for (const storage::TaskRecord& t : queue.job_tasks(job)) EXPECT_EQ(t.state, storage::TaskState::kDone) << t.error;
 }
 
 TEST_F(Service, ATaskWhoseLeasesAllDieFailsAtTheAttemptLimitAndItsJobsFinish) {
@@ -440,7 +444,10 @@ TEST_F(Service, ATaskWhoseLeasesAllDieFailsAtTheAttemptLimitAndItsJobsFinish) {
   const int64_t first = submit(model, 1, "host", slow);
   const int64_t second = submit(model, 1, "host", slow);
   Process& w1 = start_worker("w1");
-  wait_for([&] { return storage::SearchDb(db_).task_ids_in_state(storage::TaskState::kLeased).size() == 1; }, "a lease");
+  wait_for([&] {
+    storage::SearchDb db(db_);
+    return storage::JobQueue(db).task_ids_in_state(storage::TaskState::kLeased).size() == 1;
+  }, "a lease");
   EXPECT_EQ(w1.kill(SIGKILL), 128 + SIGKILL);
   wait_for([&] { return status(first).state() == "done" && status(second).state() == "done"; }, "both jobs to finish");
   for (int64_t job : {first, second}) {
@@ -449,7 +456,8 @@ TEST_F(Service, ATaskWhoseLeasesAllDieFailsAtTheAttemptLimitAndItsJobsFinish) {
     EXPECT_NE(s.error().find("1 tasks failed"), std::string::npos) << s.error();
   }
   storage::SearchDb db(db_);
-  const std::vector<storage::TaskRecord> tasks = db.job_tasks(first);
+  storage::JobQueue queue(db);
+  const std::vector<storage::TaskRecord> tasks = queue.job_tasks(first);
   ASSERT_EQ(tasks.size(), 1u);
   EXPECT_EQ(tasks[0].state, storage::TaskState::kFailed);
   EXPECT_EQ(tasks[0].attempts, 1);
@@ -465,10 +473,11 @@ TEST_F(Service, ASigtermedWorkerHandsItsLeaseBackAndTasksGoOnlyToMatchingDevices
   const int64_t job = submit(write_model(dir_, "chain", 48, {"Relu", "Sigmoid", "Tanh"}), 2, "host",
                              R"("min_repeats": 2, "max_repeats": 100000, "min_time_ms": 800)");
   storage::SearchDb db(db_);
-  wait_for([&] { return !db.tasks_in_state(storage::TaskState::kLeased).empty(); }, "a lease");
-  const int64_t leased = db.tasks_in_state(storage::TaskState::kLeased).at(0).id;
+  storage::JobQueue queue(db);
+  wait_for([&] { return !queue.tasks_in_state(storage::TaskState::kLeased).empty(); }, "a lease");
+  const int64_t leased = queue.tasks_in_state(storage::TaskState::kLeased).at(0).id;
   EXPECT_EQ(w1.kill(SIGTERM), 0) << w1.log();
-  wait_for([&] { return db.task(leased)->state == storage::TaskState::kQueued; }, "the lease handed back");
+  wait_for([&] { return queue.task(leased)->state == storage::TaskState::kQueued; }, "the lease handed back");
   EXPECT_NE(coordinator_->log().find("handed back by w1"), std::string::npos) << coordinator_->log();
   EXPECT_NE(w1.log().find("abandoned"), std::string::npos) << w1.log();
   start_worker("w2");
@@ -477,7 +486,7 @@ TEST_F(Service, ASigtermedWorkerHandsItsLeaseBackAndTasksGoOnlyToMatchingDevices
   const wire::JobStatus gpu = status(gpu_job);
   EXPECT_EQ(gpu.state(), "queued");
   EXPECT_EQ(gpu.identity(), "") << "an h100 job was bound to a host worker";
-  EXPECT_TRUE(db.job_tasks(gpu_job).empty());
+  EXPECT_TRUE(queue.job_tasks(gpu_job).empty());
   EXPECT_NE(coordinator_->log().find("waits for a worker of h100"), std::string::npos) << coordinator_->log();
 }
 
@@ -518,6 +527,7 @@ TEST_F(Service, MeasurementsAnswerOnlyTheirOwnDeviceIdentity) {
   EXPECT_EQ(c.cache_hits(), b.tasks());
 
   storage::SearchDb db(db_);
+  storage::JobQueue queue(db);
   const storage::DbStats stats = db.stats();
   ASSERT_EQ(stats.identities.size(), 2u);
   EXPECT_EQ(stats.identities[0].measurements + stats.identities[1].measurements, stats.measurements);

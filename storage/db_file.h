@@ -1,0 +1,71 @@
+// DbFile: the search database's SQLite file, open, with its schema: what SearchDb (the tuning
+// records) and JobQueue (the service's jobs and tasks) share.
+//
+// Takes a path (created when absent). Guarantees: the schema is versioned (kSchemaVersion) and an
+// older file is migrated forward on open, in one transaction, keeping every row (the steps and
+// what each keeps are in db_file.cpp); a file newer than this build knows is refused. The file is
+// in WAL mode with a busy timeout, and every write() is one transaction (BEGIN IMMEDIATE ...
+// COMMIT, rolled back when it throws), so a process killed at any moment (kill -9) loses no
+// committed record and leaves no partial one. Errors (an unreadable or foreign file, a newer
+// schema, a constraint violation) throw Error naming the file. Not thread-safe: one DbFile per
+// thread; several processes may share a file.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <type_traits>
+
+struct sqlite3;
+
+namespace fusetune::storage {
+
+inline constexpr int kSchemaVersion = 3;
+
+class DbFile {
+ public:
+  explicit DbFile(const std::filesystem::path& path);
+  ~DbFile();
+  DbFile(const DbFile&) = delete;
+  DbFile& operator=(const DbFile&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+  sqlite3* handle() const { return db_; }
+  void exec(const std::string& sql);
+  // Runs fn inside BEGIN IMMEDIATE ... COMMIT, rolling back when it throws; returns fn's result.
+  template <typename Fn>
+  auto write(Fn&& fn);
+  int64_t last_insert_id() const;
+  int changes() const;  // rows the last statement changed
+
+  int schema_version();
+  int64_t size_bytes();  // pages in use times page size (the WAL not counted)
+  // Rebuilds the file without its free pages and truncates the WAL: what `fusetune db vacuum` runs.
+  void vacuum();
+
+ private:
+  void open_schema();
+  void rollback();
+  std::filesystem::path path_;
+  sqlite3* db_ = nullptr;
+};
+
+template <typename Fn>
+auto DbFile::write(Fn&& fn) {
+  exec("BEGIN IMMEDIATE");
+  try {
+    if constexpr (std::is_void_v<std::invoke_result_t<Fn&>>) {
+      fn();
+      exec("COMMIT");
+    } else {
+      auto result = fn();
+      exec("COMMIT");
+      return result;
+    }
+  } catch (...) {
+    rollback();
+    throw;
+  }
+}
+
+}  // namespace fusetune::storage

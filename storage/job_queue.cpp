@@ -1,0 +1,358 @@
+#include "storage/job_queue.h"
+
+#include "core/error.h"
+#include "storage/statement.h"
+
+namespace fusetune::storage {
+
+namespace {
+
+bool is_terminal(JobState s) { return s == JobState::kDone || s == JobState::kFailed || s == JobState::kCancelled; }
+
+const std::string kJobColumns =
+    "SELECT j.id, j.model_digest, j.model_name, j.options, j.state, j.error, j.created_at, j.finished_at, j.summary, " +
+    device_columns("d") + ", j.identity_id, " + device_columns("i") +
+    " FROM jobs j JOIN devices d ON d.id=j.device_id LEFT JOIN devices i ON i.id=j.identity_id ";
+
+JobRecord row_to_job(const Stmt& q) {
+  JobRecord j;
+  j.id = q.i64(0);
+  j.model_digest = q.text(1);
+  j.model_name = q.text(2);
+  j.options = q.text(3);
+  j.state = job_state_from_name(q.text(4));
+  j.error = q.text(5);
+  j.created_at = q.i64(6);
+  j.finished_at = q.i64(7);
+  j.summary = q.text(8);
+  j.device = read_device(q, 9);
+  if (q.i64(9 + kDeviceColumnCount) != 0) j.identity = read_device(q, 10 + kDeviceColumnCount);
+  return j;
+}
+
+const std::string kTaskColumns =
+    "SELECT t.id, t.signature, t.codegen_version, t.state, t.attempts, t.worker, t.lease_deadline_ms, t.payload, "
+    "t.error, " + device_columns("d") + " FROM tasks t JOIN devices d ON d.id=t.device_id ";
+
+std::vector<TaskRecord> read_tasks(Stmt& q) {
+  std::vector<TaskRecord> out;
+  while (q.step()) {
+    TaskRecord t;
+    t.id = q.i64(0);
+    t.signature = q.text(1);
+    t.codegen_version = static_cast<int>(q.i64(2));
+    t.state = task_state_from_name(q.text(3));
+    t.attempts = static_cast<int>(q.i64(4));
+    t.worker = q.text(5);
+    t.lease_deadline_ms = q.i64(6);
+    t.payload = q.blob(7);
+    t.error = q.text(8);
+    t.device = read_device(q, 9);
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string job_state_name(JobState s) {
+  switch (s) {
+    case JobState::kQueued: return "queued";
+    case JobState::kRunning: return "running";
+    case JobState::kDone: return "done";
+    case JobState::kFailed: return "failed";
+    case JobState::kCancelled: return "cancelled";
+  }
+  return "?";
+}
+
+JobState job_state_from_name(const std::string& name) {
+  for (JobState s : {JobState::kQueued, JobState::kRunning, JobState::kDone, JobState::kFailed, JobState::kCancelled}) {
+    if (job_state_name(s) == name) return s;
+  }
+  fail("unknown job state '", name, "'");
+}
+
+std::string task_state_name(TaskState s) {
+  switch (s) {
+    case TaskState::kQueued: return "queued";
+    case TaskState::kLeased: return "leased";
+    case TaskState::kDone: return "done";
+    case TaskState::kFailed: return "failed";
+  }
+  return "?";
+}
+
+TaskState task_state_from_name(const std::string& name) {
+  for (TaskState s : {TaskState::kQueued, TaskState::kLeased, TaskState::kDone, TaskState::kFailed}) {
+    if (task_state_name(s) == name) return s;
+  }
+  fail("unknown task state '", name, "'");
+}
+
+JobQueue::JobQueue(SearchDb& records) : records_(records), file_(records.file()) {}
+
+void JobQueue::put_model(const std::string& digest, const std::string& name, const std::string& bytes) {
+  file_.write([&] {
+    Stmt q(file_.handle(), "INSERT OR IGNORE INTO models(digest, name, bytes) VALUES(?, ?, ?)", file_.path().string());
+    q.bind(1, digest).bind(2, name).bind_blob(3, bytes).step();
+  });
+}
+
+std::optional<ModelBlob> JobQueue::model(const std::string& digest) {
+  Stmt q(file_.handle(), "SELECT name, bytes FROM models WHERE digest=?", file_.path().string());
+  q.bind(1, digest);
+  if (!q.step()) return std::nullopt;
+  return ModelBlob{q.text(0), q.blob(1)};
+}
+
+int64_t JobQueue::create_job(const JobRecord& job) {
+  return file_.write([&] {
+    Stmt m(file_.handle(), "SELECT count(*) FROM models WHERE digest=?", file_.path().string());
+    m.bind(1, job.model_digest);
+    check(m.step() && m.i64(0) > 0, file_.path().string(), ": job for model ", job.model_digest,
+          ": the model is not stored (put_model first)");
+    const int64_t dev = records_.device_id(job.device.device_class());
+    if (job.identity) {
+      check(job.identity->same_class(job.device), file_.path().string(), ": a job for ", job.device.str(), " bound to ",
+            job.identity->str());
+    }
+    Stmt q(file_.handle(),
+           "INSERT INTO jobs(model_digest, model_name, device_id, options, state, error, created_at, finished_at, "
+           "summary, identity_id) VALUES(?,?,?,?,?,?,?,?,?,?)",
+           file_.path().string());
+    q.bind(1, job.model_digest).bind(2, job.model_name).bind(3, dev).bind(4, job.options);
+    q.bind(5, job_state_name(job.state)).bind(6, job.error).bind(7, job.created_at != 0 ? job.created_at : now_s());
+    q.bind(8, job.finished_at).bind(9, job.summary);
+    if (job.identity) q.bind(10, records_.device_id(*job.identity));
+    q.step();
+    return file_.last_insert_id();
+  });
+}
+
+void JobQueue::set_job_state(int64_t id, JobState state, const std::string& error, const std::string& summary) {
+  file_.write([&] {
+    Stmt q(file_.handle(), "UPDATE jobs SET state=?, error=?, summary=?, finished_at=? WHERE id=?", file_.path().string());
+    q.bind(1, job_state_name(state)).bind(2, error).bind(3, summary).bind(4, is_terminal(state) ? now_s() : 0);
+    q.bind(5, id).step();
+    check(file_.changes() == 1, file_.path().string(), ": no job ", id);
+  });
+}
+
+DeviceKey JobQueue::bind_job(int64_t id, const DeviceKey& identity) {
+  return file_.write([&] {
+    Stmt q(file_.handle(), kJobColumns + "WHERE j.id=?", file_.path().string());
+    check(q.bind(1, id).step(), file_.path().string(), ": no job ", id);
+    const JobRecord job = row_to_job(q);
+    if (job.identity) return *job.identity;
+    check(job.device.same_class(identity), file_.path().string(), ": job ", id, " asks for ", job.device.str(),
+          ", not for ", identity.str());
+    Stmt u(file_.handle(), "UPDATE jobs SET identity_id=? WHERE id=?", file_.path().string());
+    u.bind(1, records_.device_id(identity)).bind(2, id).step();
+    return identity;
+  });
+}
+
+std::optional<JobRecord> JobQueue::job(int64_t id) {
+  Stmt q(file_.handle(), kJobColumns + "WHERE j.id=?", file_.path().string());
+  q.bind(1, id);
+  if (!q.step()) return std::nullopt;
+  return row_to_job(q);
+}
+
+std::vector<JobRecord> JobQueue::jobs(bool unfinished_only) {
+  Stmt q(file_.handle(),
+         kJobColumns + (unfinished_only ? "WHERE j.state IN ('queued', 'running') " : "") + "ORDER BY j.id",
+         file_.path().string());
+  std::vector<JobRecord> out;
+  while (q.step()) out.push_back(row_to_job(q));
+  return out;
+}
+
+int64_t JobQueue::ensure_task(const std::string& signature, const DeviceKey& d, int codegen_version,
+                              const std::string& payload) {
+  return file_.write([&] {
+    const int64_t dev = records_.device_id(d);
+    Stmt ins(file_.handle(),
+             "INSERT INTO tasks(signature, device_id, codegen_version, state, attempts, worker, lease_deadline_ms, "
+             "payload, error) VALUES(?, ?, ?, 'queued', 0, '', 0, ?, '') "
+             "ON CONFLICT(signature, device_id, codegen_version) DO UPDATE SET state='queued', attempts=0, worker='', "
+             "lease_deadline_ms=0, payload=excluded.payload, error='' WHERE tasks.state='failed'",
+             file_.path().string());
+    ins.bind(1, signature).bind(2, dev).bind(3, codegen_version).bind_blob(4, payload).step();
+    Stmt q(file_.handle(), "SELECT id FROM tasks WHERE signature=? AND device_id=? AND codegen_version=?", file_.path().string());
+    q.bind(1, signature).bind(2, dev).bind(3, codegen_version);
+    check(q.step(), file_.path().string(), ": task lookup failed");
+    return q.i64(0);
+  });
+}
+
+void JobQueue::link_job_task(int64_t job, int64_t task) {
+  file_.write([&] {
+    Stmt j(file_.handle(), "SELECT count(*) FROM jobs WHERE id=?", file_.path().string());
+    check(j.bind(1, job).step() && j.i64(0) > 0, file_.path().string(), ": no job ", job);
+    Stmt t(file_.handle(), "SELECT count(*) FROM tasks WHERE id=?", file_.path().string());
+    check(t.bind(1, task).step() && t.i64(0) > 0, file_.path().string(), ": no task ", task);
+    Stmt q(file_.handle(), "INSERT OR IGNORE INTO job_tasks(job_id, task_id) VALUES(?, ?)", file_.path().string());
+    q.bind(1, job).bind(2, task).step();
+  });
+}
+
+std::vector<TaskRecord> JobQueue::job_tasks(int64_t job) {
+  Stmt q(file_.handle(), kTaskColumns + "JOIN job_tasks jt ON jt.task_id=t.id WHERE jt.job_id=? ORDER BY t.id",
+         file_.path().string());
+  q.bind(1, job);
+  return read_tasks(q);
+}
+
+std::optional<TaskRecord> JobQueue::task(int64_t id) {
+  Stmt q(file_.handle(), kTaskColumns + "WHERE t.id=?", file_.path().string());
+  q.bind(1, id);
+  auto found = read_tasks(q);
+  if (found.empty()) return std::nullopt;
+  return std::move(found.front());
+}
+
+std::vector<TaskRecord> JobQueue::tasks_in_state(TaskState state) {
+  Stmt q(file_.handle(), kTaskColumns + "WHERE t.state=? ORDER BY t.id", file_.path().string());
+  q.bind(1, task_state_name(state));
+  return read_tasks(q);
+}
+
+std::vector<int64_t> JobQueue::task_ids_in_state(TaskState state) {
+  Stmt q(file_.handle(), "SELECT id FROM tasks WHERE state=? ORDER BY id", file_.path().string());
+  q.bind(1, task_state_name(state));
+  std::vector<int64_t> ids;
+  while (q.step()) ids.push_back(q.i64(0));
+  return ids;
+}
+
+void JobQueue::lease_task(int64_t id, const std::string& worker, int64_t deadline_ms) {
+  file_.write([&] {
+    Stmt q(file_.handle(),
+           "UPDATE tasks SET state='leased', worker=?, lease_deadline_ms=?, attempts=attempts+1 WHERE id=? AND "
+           "state='queued'",
+           file_.path().string());
+    q.bind(1, worker).bind(2, deadline_ms).bind(3, id).step();
+    if (file_.changes() == 1) return;
+    Stmt s(file_.handle(), "SELECT state FROM tasks WHERE id=?", file_.path().string());
+    check(s.bind(1, id).step(), file_.path().string(), ": no task ", id);
+    fail(file_.path().string(), ": task ", id, " is ", s.text(0), ", not queued: it cannot be leased");
+  });
+}
+
+void JobQueue::requeue_task(int64_t id) {
+  file_.write([&] {
+    Stmt s(file_.handle(), "SELECT count(*) FROM tasks WHERE id=?", file_.path().string());
+    check(s.bind(1, id).step() && s.i64(0) > 0, file_.path().string(), ": no task ", id);
+    Stmt q(file_.handle(),
+           "UPDATE tasks SET state='queued', worker='', lease_deadline_ms=0, error='' WHERE id=? AND "
+           "state IN ('leased', 'failed')",
+           file_.path().string());
+    q.bind(1, id).step();
+  });
+}
+
+bool JobQueue::extend_task(int64_t id, const std::string& payload) {
+  return file_.write([&] {
+    Stmt s(file_.handle(), "SELECT count(*) FROM tasks WHERE id=?", file_.path().string());
+    check(s.bind(1, id).step() && s.i64(0) > 0, file_.path().string(), ": no task ", id);
+    Stmt q(file_.handle(),
+           "UPDATE tasks SET state='queued', attempts=0, worker='', lease_deadline_ms=0, error='', payload=? WHERE id=? "
+           "AND state='done'",
+           file_.path().string());
+    q.bind_blob(1, payload).bind(2, id).step();
+    return file_.changes() == 1;
+  });
+}
+
+int JobQueue::requeue_leased() {
+  return file_.write([&] {
+    Stmt q(file_.handle(), "UPDATE tasks SET state='queued', worker='', lease_deadline_ms=0 WHERE state='leased'", file_.path().string());
+    q.step();
+    return file_.changes();
+  });
+}
+
+bool JobQueue::finish_task(int64_t id, TaskState state, const std::string& error,
+                           const std::vector<Measurement>& results) {
+  check(state == TaskState::kDone || state == TaskState::kFailed, file_.path().string(), ": task ", id, " cannot finish as ",
+        task_state_name(state));
+  return file_.write([&] {
+    Stmt t(file_.handle(), kTaskColumns + "WHERE t.id=?", file_.path().string());
+    t.bind(1, id);
+    const auto found = read_tasks(t);
+    check(!found.empty(), file_.path().string(), ": no task ", id);
+    const TaskRecord& task = found.front();
+    if (task.state == TaskState::kDone) return false;
+    for (const Measurement& m : results) {
+      check(m.signature == task.signature && m.device == task.device && m.codegen_version == task.codegen_version,
+            file_.path().string(), ": task ", id, " (", task.signature, " on ", task.device.str(), ", codegen ",
+            task.codegen_version, ") got a measurement of ", m.signature, " on ", m.device.str(), ", codegen ",
+            m.codegen_version);
+      records_.insert_measurement(m);
+    }
+    Stmt q(file_.handle(), "UPDATE tasks SET state=?, error=?, lease_deadline_ms=0 WHERE id=?", file_.path().string());
+    q.bind(1, task_state_name(state)).bind(2, error).bind(3, id).step();
+    return true;
+  });
+}
+
+JobProgress JobQueue::job_progress(int64_t job) {
+  Stmt j(file_.handle(), "SELECT count(*) FROM jobs WHERE id=?", file_.path().string());
+  check(j.bind(1, job).step() && j.i64(0) > 0, file_.path().string(), ": no job ", job);
+  JobProgress p;
+  Stmt q(file_.handle(),
+         "SELECT count(*), sum(t.state='queued'), sum(t.state='leased'), sum(t.state='done'), sum(t.state='failed') "
+         "FROM job_tasks jt JOIN tasks t ON t.id=jt.task_id WHERE jt.job_id=?",
+         file_.path().string());
+  if (q.bind(1, job).step()) {
+    p.tasks = static_cast<int>(q.i64(0));
+    p.queued = static_cast<int>(q.i64(1));
+    p.leased = static_cast<int>(q.i64(2));
+    p.done = static_cast<int>(q.i64(3));
+    p.failed = static_cast<int>(q.i64(4));
+  }
+  Stmt m(file_.handle(),
+         "SELECT count(*) FROM job_tasks jt JOIN tasks t ON t.id=jt.task_id JOIN measurements m ON "
+         "m.signature=t.signature AND m.device_id=t.device_id AND m.codegen_version=t.codegen_version "
+         "WHERE jt.job_id=?",
+         file_.path().string());
+  if (m.bind(1, job).step()) p.measurements = m.i64(0);
+  return p;
+}
+
+QueueStats JobQueue::stats() {
+  QueueStats s;
+  auto count = [&](const char* sql) {
+    Stmt q(file_.handle(), sql, file_.path().string());
+    return q.step() ? q.i64(0) : 0;
+  };
+  s.models = count("SELECT count(*) FROM models");
+  s.jobs = count("SELECT count(*) FROM jobs");
+  s.unfinished_jobs = count("SELECT count(*) FROM jobs WHERE state IN ('queued', 'running')");
+  s.tasks = count("SELECT count(*) FROM tasks");
+  s.open_tasks = count("SELECT count(*) FROM tasks WHERE state IN ('queued', 'leased')");
+  s.payload_bytes = count("SELECT coalesce(sum(length(payload)), 0) FROM tasks");
+  return s;
+}
+
+GcResult JobQueue::gc() {
+  return file_.write([&] {
+    const std::string finished =
+        "state='done' AND length(payload) > 0 AND id NOT IN (SELECT jt.task_id FROM job_tasks jt JOIN jobs j ON "
+        "j.id=jt.job_id WHERE j.state IN ('queued', 'running'))";
+    GcResult r;
+    Stmt q(file_.handle(), "SELECT count(*), coalesce(sum(length(payload)), 0) FROM tasks WHERE " + finished,
+           file_.path().string());
+    if (q.step()) {
+      r.tasks_cleared = q.i64(0);
+      r.bytes_cleared = q.i64(1);
+    }
+    Stmt u(file_.handle(), "UPDATE tasks SET payload=x'' WHERE " + finished, file_.path().string());
+    u.step();
+    return r;
+  });
+}
+
+}  // namespace fusetune::storage

@@ -1,0 +1,152 @@
+// JobQueue: the tuning service's durable state in the search database's file (storage/db_file.h),
+// beside the tuning records (SearchDb), so that a restarted coordinator resumes every unfinished
+// job from the file alone. Local to one coordinator's file, never exported:
+//  - models: model files by their digest;
+//  - jobs: one tuning request (a model on a device class, the identity it is bound to, options,
+//    state, summary);
+//  - tasks: one measurement task per (signature, device identity, codegen version), shared by every
+//    job that needs it (job_tasks links them), with its lease and an opaque payload.
+// Guarantees: every write is one transaction; finish_task stores a task's measurements (through
+// SearchDb, with its candidates and best plans) and its new state together or not at all, so a
+// process killed at any moment loses no committed result and keeps no partial one. gc() clears
+// what no unfinished job needs (the payloads of done tasks, by far the largest rows) and never a
+// measurement, a job or a model. Errors (an unknown job or task, a constraint violation) throw
+// Error naming the file. Not thread-safe, like SearchDb.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "storage/search_db.h"
+
+namespace fusetune::storage {
+
+struct ModelBlob {
+  std::string name;
+  std::string bytes;
+};
+
+enum class JobState { kQueued, kRunning, kDone, kFailed, kCancelled };  // the last three are terminal
+std::string job_state_name(JobState s);
+JobState job_state_from_name(const std::string& name);
+
+struct JobRecord {
+  int64_t id = 0;
+  std::string model_digest;  // a model stored with put_model
+  std::string model_name;
+  DeviceKey device;  // the device class the job asks for
+  // The identity whose measurements decide the job: bound once, when a worker of the class is
+  // there to measure (bind_job); none while the job waits for one.
+  std::optional<DeviceKey> identity;
+  std::string options;  // JSON text
+  JobState state = JobState::kQueued;
+  std::string error;
+  int64_t created_at = 0, finished_at = 0;  // unix seconds
+  std::string summary;  // JSON text the coordinator fills when done
+};
+
+enum class TaskState { kQueued, kLeased, kDone, kFailed };
+std::string task_state_name(TaskState s);
+TaskState task_state_from_name(const std::string& name);
+
+struct TaskRecord {
+  int64_t id = 0;
+  std::string signature;
+  DeviceKey device;
+  int codegen_version = 0;
+  TaskState state = TaskState::kQueued;
+  int attempts = 0;  // leases so far
+  std::string worker;  // the lease holder (kept when the task finishes)
+  int64_t lease_deadline_ms = 0;  // while leased
+  std::string payload;  // stored as a BLOB: a serialized protobuf, opaque to storage
+  std::string error;
+};
+
+struct JobProgress {
+  int tasks = 0, queued = 0, leased = 0, done = 0, failed = 0;
+  // Measurements in the database under the keys (signature, device, codegen version) of the
+  // job's tasks, whoever recorded them.
+  int64_t measurements = 0;
+};
+
+struct QueueStats {
+  int64_t models = 0;
+  int64_t jobs = 0;
+  int64_t unfinished_jobs = 0;  // queued or running
+  int64_t tasks = 0;
+  int64_t open_tasks = 0;       // queued or leased
+  int64_t payload_bytes = 0;    // of every task's payload
+};
+
+struct GcResult {
+  int64_t tasks_cleared = 0;  // done tasks whose payload was dropped
+  int64_t bytes_cleared = 0;  // their payloads' size
+};
+
+class JobQueue {
+ public:
+  // Works on the file `records` has open (which must outlive it).
+  explicit JobQueue(SearchDb& records);
+  JobQueue(const JobQueue&) = delete;
+  JobQueue& operator=(const JobQueue&) = delete;
+
+  // Models by digest (the caller's content digest). Storing a digest again changes nothing.
+  void put_model(const std::string& digest, const std::string& name, const std::string& bytes);
+  std::optional<ModelBlob> model(const std::string& digest);
+
+  // Jobs. create_job stores the record (its model must be stored; created_at is filled when 0)
+  // and returns the new id. set_job_state replaces the state, error and summary, and sets
+  // finished_at to now for a terminal state (0 otherwise). An unknown id throws.
+  int64_t create_job(const JobRecord& job);
+  void set_job_state(int64_t id, JobState state, const std::string& error = "", const std::string& summary = "");
+  // Binds a job to the identity that measures it, which must be of the job's device class; a job
+  // already bound keeps its identity. Returns the job's identity.
+  DeviceKey bind_job(int64_t id, const DeviceKey& identity);
+  std::optional<JobRecord> job(int64_t id);
+  // All jobs, or the queued and running ones, ordered by id.
+  std::vector<JobRecord> jobs(bool unfinished_only);
+
+  // Tasks. Returns the task for this key, creating it queued with `payload` if absent; an existing
+  // task keeps its state and payload, except that a failed one is re-queued with the new payload,
+  // its attempts, worker and error reset (a new job retries what failed before).
+  int64_t ensure_task(const std::string& signature, const DeviceKey& d, int codegen_version, const std::string& payload);
+  void link_job_task(int64_t job, int64_t task);  // idempotent; both must exist
+  std::vector<TaskRecord> job_tasks(int64_t job);  // ordered by task id
+  std::optional<TaskRecord> task(int64_t id);
+  std::vector<TaskRecord> tasks_in_state(TaskState state);  // ordered by id
+  std::vector<int64_t> task_ids_in_state(TaskState state);  // the same without reading payloads
+  // Leases a queued task to a worker (attempts + 1); a task in any other state throws.
+  void lease_task(int64_t id, const std::string& worker, int64_t deadline_ms);
+  // Puts a leased or failed task back in the queue (worker, deadline, error cleared); a queued or
+  // done task is left as it is. An unknown id throws.
+  void requeue_task(int64_t id);
+  // Queues a done task again with a new payload (attempts, worker and error reset): a job asking
+  // for candidates the task did not measure extends it. Returns false, changing nothing, for a
+  // task that is not done. An unknown id throws.
+  bool extend_task(int64_t id, const std::string& payload);
+  // Puts every leased task back in the queue and returns how many (a restarted coordinator's
+  // first call: no lease survives it).
+  int requeue_leased();
+  // One transaction: records every measurement as record() does (candidates, best plans) and sets
+  // the task's state, kDone or kFailed with `error`. Every measurement must carry the task's
+  // signature, device and codegen version. A task already done is left as it is and nothing is
+  // recorded (returns false): a late duplicate result, from a worker whose lease expired, must
+  // not duplicate rows. Otherwise (queued, leased or failed) returns true.
+  bool finish_task(int64_t id, TaskState state, const std::string& error, const std::vector<Measurement>& results);
+  // The job's tasks by state, and their measurements. An unknown job throws.
+  JobProgress job_progress(int64_t job);
+
+
+  QueueStats stats();
+  // Drops the payloads of done tasks that no queued or running job links (a later job that needs
+  // such a task again gives it a new payload, as extend_task does). Keeps every row.
+  GcResult gc();
+
+ private:
+  SearchDb& records_;
+  DbFile& file_;
+};
+
+}  // namespace fusetune::storage
