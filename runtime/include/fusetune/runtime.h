@@ -1,6 +1,7 @@
 // fusetune's deployment runtime: the one header a program includes to run a plan bundle written by
-// `fusetune compile` (docs/plan-format.md). Link the CMake target fusetune::runtime; nothing else
-// of fusetune is visible from here.
+// `fusetune compile` (docs/plan-format.md). Link the CMake target fusetune::runtime (in this
+// repository, or from an installed fusetune: find_package(fusetune), the shared library
+// libfusetune_runtime); nothing else of fusetune is visible from here.
 //
 // Plan::load(dir, backend) reads the bundle and prepares it on "cuda" (the first GPU; an error if
 // none is usable), "host" (the host form of the kernels, built with the system C++ compiler) or
@@ -23,6 +24,9 @@
 #include <string>
 #include <vector>
 
+// What the shared library libfusetune_runtime exports (everything else in it is hidden).
+#define FUSETUNE_API __attribute__((visibility("default")))
+
 namespace fusetune {
 
 enum class ElementType {
@@ -37,10 +41,10 @@ enum class ElementType {
 };
 
 // ONNX spelling ("float32", "int64", "bool", ...) and size in bytes of one element.
-std::string element_type_name(ElementType type);
-size_t element_size(ElementType type);
+FUSETUNE_API std::string element_type_name(ElementType type);
+FUSETUNE_API size_t element_size(ElementType type);
 
-struct TensorInfo {
+struct FUSETUNE_API TensorInfo {
   std::string name;
   ElementType type = ElementType::kFloat32;
   std::vector<int64_t> shape;  // empty for a scalar
@@ -48,12 +52,12 @@ struct TensorInfo {
   size_t bytes() const;
 };
 
-class RuntimeError : public std::runtime_error {
+class FUSETUNE_API RuntimeError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
 
-class Plan {
+class FUSETUNE_API Plan {
  public:
   static Plan load(const std::string& dir, const std::string& backend = "auto");
   Plan(Plan&&) noexcept;
