@@ -28,7 +28,8 @@ std::string JobOptions::to_json() const {
   for (const auto& [name, shape] : shapes) shapes_json[name] = shape;
   return json{{"shapes", shapes_json},     {"candidates", candidates},   {"seed", seed},
               {"plan_device", plan_device}, {"warmup", warmup},           {"min_repeats", min_repeats},
-              {"max_repeats", max_repeats}, {"min_time_ms", min_time_ms}, {"timeout_ms", timeout_ms}}
+              {"max_repeats", max_repeats}, {"min_time_ms", min_time_ms}, {"timeout_ms", timeout_ms},
+              {"trials", trials},           {"time_s", time_s}}
       .dump();
 }
 
@@ -63,6 +64,10 @@ JobOptions JobOptions::from_json(const std::string& text) {
         o.min_time_ms = it->get<double>();
       } else if (key == "timeout_ms") {
         o.timeout_ms = it->get<int>();
+      } else if (key == "trials") {
+        o.trials = it->get<int>();
+      } else if (key == "time_s") {
+        o.time_s = it->get<double>();
       } else {
         fail("unknown job option '", key, "'");
       }
@@ -73,6 +78,8 @@ JobOptions JobOptions::from_json(const std::string& text) {
   check(o.candidates >= 1 && o.candidates <= 64, "job option 'candidates' must be 1..64, not ", o.candidates);
   check(o.max_repeats >= o.min_repeats && o.min_repeats >= 1, "job options 'min_repeats'/'max_repeats' are inconsistent");
   check(o.timeout_ms >= 100, "job option 'timeout_ms' must be at least 100");
+  check(o.trials >= 0, "job option 'trials' must not be negative, not ", o.trials);
+  check(o.time_s >= 0, "job option 'time_s' must not be negative, not ", o.time_s);
   return o;
 }
 
@@ -87,7 +94,10 @@ std::string JobSummary::to_json() const {
               {"unfused_us", num(unfused_us)},
               {"split_groups", split_groups},
               {"interleaved_pairs", interleaved_pairs},
-              {"failed_groups", failed_groups}}
+              {"failed_groups", failed_groups},
+              {"search_rounds", search_rounds},
+              {"convergence", convergence},
+              {"group_convergence", group_convergence}}
       .dump();
 }
 
@@ -142,7 +152,7 @@ JobPlanner::JobPlanner(const std::vector<wire::ModelFile>& files, const std::str
     for (size_t at; (at = msg.find(tmp_prefix)) != std::string::npos;) msg.replace(at, tmp_prefix.size(), "");
     fail(model_name, ": ", msg);
   }
-  s_->modeled = planner::plan_model(s_->graph, s_->plan_device);
+  s_->modeled = planner::plan_model(s_->graph, s_->plan_device, search_plan_options());
 }
 
 JobPlanner::~JobPlanner() = default;
@@ -150,6 +160,7 @@ JobPlanner::~JobPlanner() = default;
 const Graph& JobPlanner::graph() const { return s_->graph; }
 const planner::Device& JobPlanner::plan_device() const { return s_->plan_device; }
 const planner::ModelPlan& JobPlanner::modeled() const { return s_->modeled; }
+const JobOptions& JobPlanner::options() const { return s_->options; }
 
 namespace {
 
@@ -181,7 +192,45 @@ std::pair<codegen::LoweredKernel, std::string> measured_kernel(const Standalone&
   return {std::move(lk), std::move(digest)};
 }
 
+// Lowers one candidate on the standalone sub-graph and appends it to the task (named "c<index>");
+// false, adding nothing, for a configuration the code generator cannot express.
+bool add_candidate(const Standalone& sub, const planner::TileConfig& cfg, wire::Task& t) {
+  std::pair<codegen::LoweredKernel, std::string> m;
+  try {
+    m = measured_kernel(sub, cfg);
+  } catch (const Error&) {
+    return false;
+  }
+  auto& [lk, digest] = m;
+  lk.kernel.name = "c" + std::to_string(t.candidates_size());
+  wire::Candidate& w = *t.add_candidates();
+  w.set_config(cfg.str());
+  w.set_kernel(lk.kernel.name);
+  w.set_cuda_source(codegen::emit_cuda({lk.kernel}));
+  w.set_grid(lk.kernel.grid);
+  w.set_threads(lk.kernel.threads);
+  w.set_shared_bytes(lk.kernel.shared_bytes);
+  w.set_library(lk.kernel.library);
+  w.set_source_digest(digest);
+  for (size_t k = 0; k < lk.kernel.params.size(); ++k) {
+    const codegen::Param& param = lk.kernel.params[k];
+    wire::ParamSpec& ps = *w.add_params();
+    ps.set_name(param.name);
+    ps.set_dtype(dtype_to_onnx(param.dtype));
+    ps.set_elements(param.elements);
+    ps.set_output(param.output);
+    ps.set_value(k < lk.inputs.size() ? lk.inputs[k] : lk.outputs[k - lk.inputs.size()]);
+  }
+  return true;
+}
+
 }  // namespace
+
+planner::PlanOptions search_plan_options() {
+  planner::PlanOptions o;
+  o.tiling.top_k = kSearchSpace;
+  return o;
+}
 
 std::vector<TaskSpec> JobPlanner::tasks() const {
   std::vector<TaskSpec> out;
@@ -211,41 +260,29 @@ std::vector<TaskSpec> JobPlanner::tasks() const {
     for (const planner::Candidate& c : gp.candidates) {
       const bool library = !c.config.library.empty();
       if (!c.cost.valid || (!library && generated >= o.candidates)) continue;
-      std::pair<codegen::LoweredKernel, std::string> m;
-      try {
-        m = measured_kernel(sub, c.config);
-      } catch (const Error&) {
-        continue;  // a candidate the code generator cannot express is not measured
-      }
-      auto& [lk, digest] = m;
-      if (!library) ++generated;
-      lk.kernel.name = "c" + std::to_string(t.candidates_size());
-      wire::Candidate& w = *t.add_candidates();
-      w.set_config(c.config.str());
-      w.set_kernel(lk.kernel.name);
-      w.set_cuda_source(codegen::emit_cuda({lk.kernel}));
-      w.set_grid(lk.kernel.grid);
-      w.set_threads(lk.kernel.threads);
-      w.set_shared_bytes(lk.kernel.shared_bytes);
-      w.set_library(lk.kernel.library);
-      w.set_source_digest(digest);
-      for (size_t k = 0; k < lk.kernel.params.size(); ++k) {
-        const codegen::Param& param = lk.kernel.params[k];
-        wire::ParamSpec& ps = *w.add_params();
-        ps.set_name(param.name);
-        ps.set_dtype(dtype_to_onnx(param.dtype));
-        ps.set_elements(param.elements);
-        ps.set_output(param.output);
-        ps.set_value(k < lk.inputs.size() ? lk.inputs[k] : lk.outputs[k - lk.inputs.size()]);
-      }
+      if (add_candidate(sub, c.config, t) && !library) ++generated;
     }
     out.push_back(std::move(spec));
   }
   return out;
 }
 
+std::vector<wire::Candidate> JobPlanner::lower(const wire::Task& task, const std::vector<planner::TileConfig>& configs) const {
+  const Standalone sub = standalone(task.graph());
+  wire::Task t;
+  for (const planner::TileConfig& c : configs) add_candidate(sub, c, t);
+  return {t.candidates().begin(), t.candidates().end()};
+}
+
+const planner::GroupPlan& JobPlanner::group(const std::string& signature) const {
+  for (const planner::GroupPlan& gp : s_->modeled.compared) {
+    if (gp.signature == signature) return gp;
+  }
+  fail("no group of signature ", signature, " in ", s_->model_name);
+}
+
 planner::ModelPlan JobPlanner::final_plan(const planner::Measurements& measured) const {
-  return planner::plan_model(s_->graph, s_->plan_device, {}, &measured);
+  return planner::plan_model(s_->graph, s_->plan_device, search_plan_options(), &measured);
 }
 
 runtime::Bundle JobPlanner::bundle(const planner::ModelPlan& plan, const MeasuredDigests& measured) const {

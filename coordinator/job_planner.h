@@ -20,6 +20,7 @@
 #include <map>
 #include <utility>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -41,10 +42,23 @@ struct JobOptions {
   int max_repeats = 100;
   double min_time_ms = 5;
   int timeout_ms = 20000;
+  // The search's budget: trials (candidates measured) for the whole job, spread evenly over its
+  // groups; 0: kRoundsByDefault rounds of `candidates` per group. time_s: no new round after so
+  // many seconds of the job (0: no limit).
+  int trials = 0;
+  double time_s = 0;
 
   std::string to_json() const;
   static JobOptions from_json(const std::string& text);  // errors name the field
 };
+
+// Rounds of `candidates` trials per group a job searches by default: the cost model's best, then
+// mutations of the best measured (search/mutation.h) twice; 24 trials per group at the default 8
+// (full-size BERT-base: 24 per unique group, within the 30 its tuning should need).
+inline constexpr int kRoundsByDefault = 3;
+// The search space of a group: its kSearchSpace best modeled valid configurations.
+inline constexpr int kSearchSpace = 512;
+planner::PlanOptions search_plan_options();
 
 struct TaskSpec {
   std::string signature;
@@ -67,6 +81,12 @@ struct JobSummary {
   double unfused_us = 0;  // sum of every node's best measured time alone (NaN when unmeasured)
   int split_groups = 0;
   int interleaved_pairs = 0;  // groups whose two best were within noise and measured again, interleaved
+  int search_rounds = 0;      // rounds of mutations after the first
+  // Best so far after each round: {"round", "trials" (measurements of the job's groups), "seconds"
+  // (since the job started), "tuned_us" (the plan the measurements so far choose; null while a
+  // group is unmeasured)}; per group signature, [trials of the group, its best time] after each.
+  nlohmann::json convergence = nlohmann::json::array();
+  nlohmann::json group_convergence = nlohmann::json::object();
   std::vector<std::string> failed_groups;  // every measurement failed (planner::ModelPlan::failed_groups)
   std::string to_json() const;
 };
@@ -81,7 +101,13 @@ class JobPlanner {
   const Graph& graph() const;
   const planner::Device& plan_device() const;
   const planner::ModelPlan& modeled() const;
+  const JobOptions& options() const;
   std::vector<TaskSpec> tasks() const;
+  // The given configurations of a task's group lowered as the task's candidates are (those the
+  // code generator cannot express left out).
+  std::vector<wire::Candidate> lower(const wire::Task& task, const std::vector<planner::TileConfig>& configs) const;
+  // A weighed group (modeled().compared) by signature, with its whole search space; throws when absent.
+  const planner::GroupPlan& group(const std::string& signature) const;
   planner::ModelPlan final_plan(const planner::Measurements& measured) const;
   runtime::Bundle bundle(const planner::ModelPlan& plan, const MeasuredDigests& measured) const;
   // Measured costs of the single-node groups and the chosen groups of `plan`.

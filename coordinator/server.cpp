@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "proto/wire.h"
 #include "search/decision.h"
+#include "search/mutation.h"
 #include "storage/job_queue.h"
 #include "storage/search_db.h"
 
@@ -60,11 +61,21 @@ struct Server::State {
     std::unique_ptr<JobPlanner> planner;
     storage::DeviceKey device;  // the identity the job is bound to: only its measurements decide
     std::vector<int64_t> tasks;
-    std::map<int64_t, wire::Task> asked;  // per task: the candidates this job asks it to measure
-    std::map<int64_t, int> extended;      // per task: how often this job has queued it again
-    std::vector<wire::Task> answered;     // the groups the database answered (no task)
-    std::set<std::string> compared;       // signatures whose leaders this job sent to be interleaved
+    // Per weighed group, by signature: what the job has asked to measure (every candidate of every
+    // round), its task (0 while the database answered it all), how often this job queued the task
+    // again for unsettled candidates, and whether its leaders were sent to be interleaved.
+    struct Group {
+      wire::Task asked;
+      int64_t task = 0;
+      int extended = 0;
+      bool compared = false;
+    };
+    std::map<std::string, Group> groups;
     size_t cache_hits = 0;
+    Clock::time_point started = Clock::now();
+    int rounds = 0;  // search rounds after the first
+    nlohmann::json convergence = nlohmann::json::array();
+    nlohmann::json group_convergence = nlohmann::json::object();
   };
 
   zmq::context_t& context;
@@ -167,9 +178,10 @@ struct Server::State {
     for (const TaskSpec& spec : job.planner->tasks()) {
       db.commit_workload(spec.signature, spec.canonical_form);
       if (spec.task.candidates_size() == 0) continue;  // nothing the code generator can express
+      Job::Group& group = job.groups[spec.signature];
+      group.asked = spec.task;
       if (answered(spec, device)) {
         ++job.cache_hits;
-        job.answered.push_back(spec.task);
         continue;
       }
       // Only what the database lacks is measured; a task measured before for fewer candidates
@@ -179,7 +191,7 @@ struct Server::State {
       const int64_t id = queue.ensure_task(spec.signature, device, codegen::kCodegenVersion, todo.SerializeAsString());
       queue.link_job_task(rec.id, id);
       job.tasks.push_back(id);
-      job.asked[id] = spec.task;
+      group.task = id;
     }
     nlohmann::json progress = {{"cache_hits", job.cache_hits}};
     queue.set_job_state(rec.id, storage::JobState::kRunning, "", progress.dump());
@@ -274,24 +286,31 @@ struct Server::State {
     // crash: storage::kMaxTransientFailures), is queued again with what is not settled, before
     // the job finishes; at most 1 + kMaxTransientFailures times by one job.
     bool extending = false;
-    for (const auto& [task_id, asked] : job.asked) {
-      if (job.extended[task_id] > storage::kMaxTransientFailures) continue;
-      const wire::Task todo = unmeasured(asked, job.device);
+    for (auto& [signature, group] : job.groups) {
+      if (group.task == 0 || group.extended > storage::kMaxTransientFailures) continue;
+      const int64_t task_id = group.task;
+      const wire::Task todo = unmeasured(group.asked, job.device);
       if (todo.candidates_size() > 0 && queue.extend_task(task_id, todo.SerializeAsString())) {
-        ++job.extended[task_id];
+        ++group.extended;
         extending = true;
         log("job " + std::to_string(id) + ": task " + std::to_string(task_id) + " extended by " +
             std::to_string(todo.candidates_size()) + " candidates not settled");
       }
     }
-    if (extending || compare_leaders(id, job)) return;
+    if (extending) return;
+    if (job.convergence.size() == static_cast<size_t>(job.rounds)) record_convergence(job);  // once per round
+    if (search_round(id, job) || compare_leaders(id, job)) return;
     try {
       const planner::ModelPlan plan = job.planner->final_plan(measured(job).times);
       JobSummary s = job.planner->summary(plan);
       s.tasks = job.tasks.size();
       s.cache_hits = job.cache_hits;
       s.candidates_measured = p.measurements;
-      s.interleaved_pairs = static_cast<int>(job.compared.size());
+      s.interleaved_pairs = static_cast<int>(
+          std::count_if(job.groups.begin(), job.groups.end(), [](const auto& g) { return g.second.compared; }));
+      s.search_rounds = job.rounds;
+      s.convergence = job.convergence;
+      s.group_convergence = job.group_convergence;
       queue.set_job_state(id, storage::JobState::kDone, p.failed ? std::to_string(p.failed) + " tasks failed" : "", s.to_json());
       log("job " + std::to_string(id) + " done: " + s.to_json());
     } catch (const Error& e) {
@@ -301,39 +320,125 @@ struct Server::State {
     jobs.erase(it);
   }
 
+  // Queues a group's task with `todo` as its payload: extends the task when it is done, creates it
+  // (linked to the job) for a group the database had answered. Returns the task's id when it is
+  // queued, 0 when it is someone else's and in flight (it is then left alone).
+  int64_t requeue_group(int64_t id, Job& job, Job::Group& group, const wire::Task& todo) {
+    const std::string payload = todo.SerializeAsString();
+    if (group.task == 0) {
+      group.task = queue.ensure_task(todo.signature(), job.device, codegen::kCodegenVersion, payload);
+      queue.link_job_task(id, group.task);
+      job.tasks.push_back(group.task);
+    }
+    const bool queued = queue.extend_task(group.task, payload) || queue.task(group.task)->state == storage::TaskState::kQueued;
+    return queued ? group.task : 0;
+  }
+
+  // The trials of the job's budget for one group: JobOptions::trials spread over the groups, or
+  // kRoundsByDefault rounds of `candidates`; never fewer than one round.
+  int group_budget(const Job& job) const {
+    const JobOptions& o = job.planner->options();
+    if (o.trials == 0) return kRoundsByDefault * o.candidates;
+    return std::max(o.candidates, o.trials / std::max<int>(1, static_cast<int>(job.groups.size())));
+  }
+
+  // Appends the job's best so far (the plan its measurements choose now) and each group's best
+  // after the round that just settled.
+  void record_convergence(Job& job) {
+    const double seconds = std::chrono::duration<double>(Clock::now() - job.started).count();
+    int64_t trials = 0;
+    for (const auto& [signature, group] : job.groups) {
+      const search::GroupDecision d = decide(job, signature).first;
+      int64_t tried = 0;
+      for (const wire::Candidate& c : group.asked.candidates()) {
+        tried += db.measured(signature, job.device, codegen::kCodegenVersion, c.config());
+      }
+      trials += tried;
+      double best = INFINITY;
+      for (const auto& [config, us] : d.time_us) best = std::min(best, us);
+      job.group_convergence[signature].push_back({tried, std::isfinite(best) ? nlohmann::json(best) : nlohmann::json()});
+    }
+    double tuned = NAN;
+    try {
+      tuned = job.planner->summary(job.planner->final_plan(measured(job).times)).tuned_us;
+    } catch (const Error&) {
+      // nothing measured works yet: no plan to report
+    }
+    job.convergence.push_back({{"round", job.rounds + 1},
+                               {"trials", trials},
+                               {"seconds", seconds},
+                               {"tuned_us", std::isfinite(tuned) ? nlohmann::json(tuned) : nlohmann::json()}});
+  }
+
+  // One round of the search for every group with budget left (and the job within its time): the
+  // untried neighbors of its three best measured configurations, best modeled first, or else the
+  // best modeled untried ones (search/mutation.h), as many as `candidates` and the budget allow,
+  // lowered and queued on the group's task. Returns whether it queued any.
+  bool search_round(int64_t id, Job& job) {
+    const JobOptions& o = job.planner->options();
+    if (o.time_s > 0 && std::chrono::duration<double>(Clock::now() - job.started).count() >= o.time_s) return false;
+    const int budget = group_budget(job);
+    int queued = 0, trials = 0;
+    for (auto& [signature, group] : job.groups) {
+      // Tried: what this job asked, and whatever the database holds for the group on this identity
+      // (another job's rounds count against the budget too).
+      std::set<std::string> tried = db.configs_measured(signature, job.device, codegen::kCodegenVersion);
+      for (const wire::Candidate& c : group.asked.candidates()) tried.insert(c.config());
+      int generated = 0;  // library calls are measured besides the budget
+      for (const std::string& config : tried) generated += config.find("library=") == std::string::npos;
+      if (generated >= budget) continue;
+      const search::GroupDecision d = decide(job, signature).first;
+      std::vector<std::pair<double, std::string>> ranked;
+      for (const auto& [config, us] : d.time_us) ranked.emplace_back(us, config);
+      std::sort(ranked.begin(), ranked.end());
+      std::vector<std::string> parents;
+      for (size_t k = 0; k < ranked.size() && k < 3; ++k) parents.push_back(ranked[k].second);
+      if (parents.empty()) continue;  // nothing works yet: no parent to mutate
+      const size_t k = static_cast<size_t>(std::min(o.candidates, budget - generated));
+      const std::vector<wire::Candidate> offspring =
+          job.planner->lower(group.asked, search::next_trials(job.planner->group(signature).candidates, parents, tried, k));
+      if (offspring.empty()) continue;
+      wire::Task todo = group.asked;
+      todo.clear_candidates();
+      for (const wire::Candidate& c : offspring) {
+        *todo.add_candidates() = c;
+        *group.asked.add_candidates() = c;
+      }
+      group.extended = 0;
+      if (requeue_group(id, job, group, todo) == 0) continue;
+      ++queued;
+      trials += todo.candidates_size();
+    }
+    if (queued == 0) return false;
+    ++job.rounds;
+    log("job " + std::to_string(id) + ": search round " + std::to_string(job.rounds + 1) + ": " + std::to_string(trials) +
+        " mutations of the best measured configurations in " + std::to_string(queued) + " groups");
+    return true;
+  }
+
   // For every group of the job whose two fastest candidates are within each other's noise and
   // not yet measured interleaved (search::decide_group), queues the group's task again with just
   // those two and Policy::interleave, once per group and job; returns whether it queued any (the
   // job then waits).
   bool compare_leaders(int64_t id, Job& job) {
-    std::vector<std::pair<int64_t, const wire::Task*>> groups;  // (task id or 0, what the job asks)
-    for (const auto& [task_id, asked] : job.asked) groups.emplace_back(task_id, &asked);
-    for (const wire::Task& asked : job.answered) groups.emplace_back(0, &asked);
     bool queued = false;
-    for (const auto& [known_task, asked] : groups) {
-      if (job.compared.count(asked->signature())) continue;
-      const search::GroupDecision decision = decide(job, asked->signature()).first;
+    for (auto& [signature, group] : job.groups) {
+      if (group.compared) continue;
+      const search::GroupDecision decision = decide(job, signature).first;
       const auto& pair = decision.to_interleave;
       if (!pair) continue;
-      wire::Task todo = *asked;
+      wire::Task todo = group.asked;
       todo.clear_candidates();
       for (const std::string& config : {pair->first, pair->second}) {
-        for (const wire::Candidate& c : asked->candidates()) {
+        for (const wire::Candidate& c : group.asked.candidates()) {
           if (c.config() == config) *todo.add_candidates() = c;
         }
       }
       if (todo.candidates_size() != 2) continue;  // measured for another job's candidates: not ours to compare
       todo.mutable_policy()->set_interleave(true);
-      job.compared.insert(asked->signature());
-      const std::string payload = todo.SerializeAsString();
-      int64_t task = known_task;
-      if (task == 0) {
-        task = queue.ensure_task(asked->signature(), job.device, codegen::kCodegenVersion, payload);
-        queue.link_job_task(id, task);
-        job.tasks.push_back(task);
-      }
-      const bool requeued = queue.extend_task(task, payload) || queue.task(task)->state == storage::TaskState::kQueued;
-      if (!requeued) continue;
+      group.compared = true;
+      const int64_t task = requeue_group(id, job, group, todo);
+      if (task == 0) continue;
       queued = true;
       const search::Estimate& a = decision.alone.at(pair->first);
       const search::Estimate& b = decision.alone.at(pair->second);

@@ -170,6 +170,17 @@ bool SearchDb::measured(const std::string& signature, const DeviceKey& d, int co
   return q.step() && (q.i64(0) > 0 || q.i64(1) >= kMaxTransientFailures);
 }
 
+std::set<std::string> SearchDb::configs_measured(const std::string& signature, const DeviceKey& d, int codegen_version) {
+  std::set<std::string> out;
+  const auto dev = find_device(d);
+  if (!dev) return out;
+  Stmt q(file_.handle(), "SELECT DISTINCT config FROM measurements WHERE signature=? AND device_id=? AND codegen_version=?",
+         file_.path().string());
+  q.bind(1, signature).bind(2, *dev).bind(3, static_cast<int64_t>(codegen_version));
+  while (q.step()) out.insert(q.text(0));
+  return out;
+}
+
 std::optional<BestPlan> SearchDb::best(const std::string& signature, const DeviceKey& d, int codegen_version) {
   const auto dev = find_device(d);
   if (!dev) return std::nullopt;

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -124,6 +125,8 @@ class SearchDb {
   // kMaxTransientFailures transient ones (is_transient). A candidate not settled is measured (again).
   bool measured(const std::string& signature, const DeviceKey& d, int codegen_version, const std::string& config);
   std::optional<BestPlan> best(const std::string& signature, const DeviceKey& d, int codegen_version);
+  // Every config of a workload with at least one measurement (of any status) on a device identity.
+  std::set<std::string> configs_measured(const std::string& signature, const DeviceKey& d, int codegen_version);
   // The k fastest successful measurements of a workload on a device identity.
   std::vector<Measurement> top_k(const std::string& signature, const DeviceKey& d, int codegen_version, int k);
   // The k fastest successful measurements of a workload on near identities of d: the same name and

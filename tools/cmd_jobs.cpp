@@ -1,5 +1,6 @@
 // The job commands a script drives a coordinator with:
-//   fusetune submit MODEL.onnx --coordinator EP [--device NAME] [--shape ...] [--candidates N] [--wait]
+//   fusetune submit MODEL.onnx --coordinator EP [--device NAME] [--shape ...] [--candidates N]
+//                   [--trials N] [--time S] [--wait]
 //   fusetune status [JOB] --coordinator EP
 //   fusetune cancel JOB --coordinator EP
 //   fusetune export JOB --coordinator EP --out PLAN_DIR
@@ -43,15 +44,12 @@ std::vector<wire::JobStatus> query(coordinator::Client& client, int64_t job) {
 }  // namespace
 
 int cmd_submit(const std::vector<std::string>& argv) {
-  const Args args(argv, {"coordinator", "device", "shape", "candidates", "plan-device", "timeout-s", "key", "coordinator-key"}, {"wait"});
+  const Args args(argv, with_job_option_flags({"coordinator", "device", "timeout-s", "key", "coordinator-key"}), {"wait"});
   check(args.positional().size() == 1 && args.has("coordinator"),
         "usage: fusetune submit MODEL.onnx --coordinator tcp://HOST:PORT [--device NAME|host] [--shape NAME=DxD...] "
-        "[--candidates N] [--wait]");
+        "[--candidates N] [--trials N] [--time S] [--wait]");
   const std::filesystem::path model = args.positional()[0];
-  coordinator::JobOptions options;
-  options.shapes = shape_overrides(args);
-  options.candidates = static_cast<int>(args.number("candidates", options.candidates));
-  options.plan_device = args.get("plan-device", options.plan_device);
+  const coordinator::JobOptions options = job_options(args);
   wire::Envelope e;
   wire::Submit& s = *e.mutable_submit();
   s.set_model_name(model.filename().string());

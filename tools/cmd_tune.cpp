@@ -1,5 +1,5 @@
 // fusetune tune MODEL.onnx [--device h100|host|auto] [--out PLAN_DIR] [--db PATH] [--shape ...]
-// [--candidates N] [--plan-device NAME]: the embedded default. A coordinator (coordinator/server.h)
+// [--candidates N] [--trials N] [--time S] [--plan-device NAME]: the embedded default. A coordinator (coordinator/server.h)
 // and a local worker (worker/daemon.h) run in this process and talk over ZeroMQ's inproc
 // transport with the same messages as over TCP; the search database defaults to the user's cache
 // directory, so a second tune of the same model measures nothing. Shows a progress bar, ends
@@ -45,16 +45,13 @@ std::pair<std::string, std::string> resolve_device(const std::string& requested)
 }  // namespace
 
 int cmd_tune(const std::vector<std::string>& argv) {
-  const Args args(argv, {"device", "out", "db", "shape", "candidates", "plan-device", "compile-jobs"}, {"verbose"});
+  const Args args(argv, with_job_option_flags({"device", "out", "db", "compile-jobs"}), {"verbose"});
   check(args.positional().size() == 1,
         "usage: fusetune tune MODEL.onnx [--device h100|host|auto] [--out PLAN_DIR] [--db PATH] [--shape NAME=DxD...] "
-        "[--candidates N]");
+        "[--candidates N] [--trials N] [--time S]");
   const std::filesystem::path model = args.positional()[0];
   const auto [job_device, worker_device] = resolve_device(args.get("device", "auto"));
-  coordinator::JobOptions options;
-  options.shapes = shape_overrides(args);
-  options.candidates = static_cast<int>(args.number("candidates", options.candidates));
-  options.plan_device = args.get("plan-device", options.plan_device);
+  const coordinator::JobOptions options = job_options(args);
   wire::Submit submit;
   submit.set_model_name(model.filename().string());
   for (wire::ModelFile& f : read_model_files(model)) *submit.add_files() = std::move(f);

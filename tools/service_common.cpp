@@ -101,6 +101,22 @@ wire::ServerSecurity server_security(const Args& args) {
   return s;
 }
 
+std::set<std::string> with_job_option_flags(std::set<std::string> others) {
+  others.insert({"shape", "candidates", "plan-device", "trials", "time"});
+  return others;
+}
+
+coordinator::JobOptions job_options(const Args& args) {
+  coordinator::JobOptions options;
+  options.shapes = shape_overrides(args);
+  options.candidates = static_cast<int>(args.number("candidates", options.candidates));
+  options.plan_device = args.get("plan-device", options.plan_device);
+  options.trials = static_cast<int>(args.number("trials", options.trials));
+  options.time_s = args.number("time", options.time_s);
+  // Checked as the coordinator checks them, so a bad value is named before anything is sent.
+  return coordinator::JobOptions::from_json(options.to_json());
+}
+
 void print_jobs(const std::vector<wire::JobStatus>& jobs) {
   std::printf("%6s  %-10s  %-28s  %-8s  %11s  %9s  %10s\n", "job", "state", "model", "device", "tasks", "measured",
               "cache hits");
@@ -126,6 +142,20 @@ void print_summary(const wire::JobStatus& job) {
   std::printf("%-34s %lld\n", "cache hits (answered by the db)", static_cast<long long>(s["cache_hits"].get<int64_t>()));
   std::printf("%-34s %lld\n", "candidates measured", static_cast<long long>(s["candidates_measured"].get<int64_t>()));
   std::printf("%-34s %lld\n", "fused groups split back", static_cast<long long>(s["split_groups"].get<int64_t>()));
+  if (s.contains("convergence") && s["convergence"].is_array() && !s["convergence"].empty()) {
+    std::string rounds;
+    for (const auto& r : s["convergence"]) {
+      char one[96];
+      if (r["tuned_us"].is_number()) {
+        std::snprintf(one, sizeof one, "%s%.1f us after %lld", rounds.empty() ? "" : ", ", r["tuned_us"].get<double>(),
+                      static_cast<long long>(r["trials"].get<int64_t>()));
+      } else {
+        std::snprintf(one, sizeof one, "%s- after %lld", rounds.empty() ? "" : ", ", static_cast<long long>(r["trials"].get<int64_t>()));
+      }
+      rounds += one;
+    }
+    std::printf("%-34s %zu: %s trials (measured)\n", "search rounds, best so far", s["convergence"].size(), rounds.c_str());
+  }
   if (s.contains("interleaved_pairs")) {
     std::printf("%-34s %lld\n", "leaders within noise, interleaved", static_cast<long long>(s["interleaved_pairs"].get<int64_t>()));
   }

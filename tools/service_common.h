@@ -1,13 +1,16 @@
 // What the service commands (tune, coordinator, worker, submit, status, cancel, export) share:
 // a stop flag raised by SIGINT/SIGTERM, the path of this executable (the worker's measuring
-// child), CURVE options, reading a model's files for a job, writing a plan's files, and the job table printout.
+// child), CURVE options, a job's options from flags, reading a model's files for a job, writing a
+// plan's files, and the job table printout.
 #pragma once
 
 #include <atomic>
 #include <filesystem>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "coordinator/job_planner.h"
 #include "fusetune_proto/service.pb.h"
 #include "proto/curve.h"
 #include "tools/cli_args.h"
@@ -27,6 +30,12 @@ wire::ClientSecurity client_security(const Args& args);
 // --key NAME.key and --allow FILE.pub|DIR (both or neither) of a coordinator.
 wire::ServerSecurity server_security(const Args& args);
 // One line per job: id, state, model, device, tasks done/total, measured, cache hits.
+// A job's options from tune's and submit's flags: --shape, --candidates, --plan-device, --trials,
+// --time (seconds).
+coordinator::JobOptions job_options(const Args& args);
+// `others` and the flags job_options reads: the valued flags of a command that makes a job.
+std::set<std::string> with_job_option_flags(std::set<std::string> others);
+
 void print_jobs(const std::vector<wire::JobStatus>& jobs);
 // The closing table of a finished job, from its summary.
 void print_summary(const wire::JobStatus& job);

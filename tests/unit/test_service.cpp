@@ -201,6 +201,9 @@ class Service : public ::testing::Test {
   std::vector<std::unique_ptr<Process>> workers_;
 };
 
+// Job options for a search of one round: the trials of the first (2 or 3 per group here), no mutations.
+constexpr const char* kOneRound = R"("min_repeats": 2, "max_repeats": 3, "min_time_ms": 0.1, "trials": 3)";
+
 fs::path bundled_model(const std::string& name) { return fs::path(FUSETUNE_SOURCE_DIR) / "tests/data/models" / name / "model.onnx"; }
 
 TEST_F(Service, AWorkerKilledMidJobLosesNothingAndDuplicatesNothing) {
@@ -305,7 +308,7 @@ class ScriptedWorker {
 TEST_F(Service, TwoCandidatesWithinNoiseAreMeasuredAgainInterleavedAndTheInterleavedTimesDecide) {
   start_coordinator();
   ScriptedWorker w(context_, endpoint_);
-  const int64_t job = submit(write_model(dir_, "relu", 4096, {"Relu"}), 3);
+  const int64_t job = submit(write_model(dir_, "relu", 4096, {"Relu"}), 3, "host", kOneRound);
   const wire::Task first = w.next_task();
   ASSERT_GE(first.candidates_size(), 3) << coordinator_->log();
   EXPECT_FALSE(first.policy().interleave());
@@ -330,10 +333,60 @@ TEST_F(Service, TwoCandidatesWithinNoiseAreMeasuredAgainInterleavedAndTheInterle
   EXPECT_NE(coordinator_->log().find("are within noise: measured again, interleaved"), std::string::npos)
       << coordinator_->log();
   // The database answers a second job with no new comparison: both were interleaved.
-  const int64_t again = submit(write_model(dir_, "relu", 4096, {"Relu"}), 3);
+  const int64_t again = submit(write_model(dir_, "relu", 4096, {"Relu"}), 3, "host", kOneRound);
   wait_for([&] { return status(again).state() == "done"; }, "the second job");
   EXPECT_EQ(status(again).tasks(), 0);
   EXPECT_NEAR(nlohmann::json::parse(status(again).summary())["tuned_us"].get<double>(), b_time, 1e-9);
+}
+
+// The search with a budget: after the cost model's best (round 1), each round queues untried
+// mutations of the best measured configurations until the group's trials are spent; the summary
+// keeps the best so far after each round.
+TEST_F(Service, TheSearchMutatesTheBestMeasuredUntilItsBudgetIsSpent) {
+  start_coordinator();
+  ScriptedWorker w(context_, endpoint_);
+  // One group (a Relu), 3 candidates a round, 9 trials: three rounds.
+  const int64_t job = submit(write_model(dir_, "relu", 4096, {"Relu"}), 3, "host",
+                             R"("min_repeats": 2, "max_repeats": 3, "min_time_ms": 0.1, "trials": 9)");
+  std::set<std::string> seen;
+  double next_time = 30;  // each new candidate a little faster than the last: the best so far improves
+  for (int round = 1; round <= 3; ++round) {
+    const wire::Task t = w.next_task();
+    ASSERT_GT(t.candidates_size(), 0) << "round " << round << "\n" << coordinator_->log();
+    EXPECT_LE(t.candidates_size(), 3);
+    EXPECT_FALSE(t.policy().interleave());
+    std::map<std::string, std::array<double, 3>> times;
+    for (const wire::Candidate& c : t.candidates()) {
+      EXPECT_TRUE(seen.insert(c.config()).second) << c.config() << " asked twice";
+      next_time -= 1;
+      times[c.config()] = {next_time, next_time - 0.01, next_time + 0.01};  // intervals apart: no comparison
+    }
+    w.answer(t, times);
+  }
+  wait_for([&] { return status(job).state() == "done"; }, "the search to end");
+  EXPECT_EQ(seen.size(), 9u);
+  const auto summary = nlohmann::json::parse(status(job).summary());
+  EXPECT_EQ(summary["search_rounds"], 2) << summary.dump();
+  EXPECT_EQ(summary["interleaved_pairs"], 0) << summary.dump();
+  EXPECT_DOUBLE_EQ(summary["tuned_us"].get<double>(), next_time);  // the last and fastest
+  const auto& convergence = summary["convergence"];
+  ASSERT_EQ(convergence.size(), 3u) << summary.dump();
+  for (size_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(convergence[r]["round"], r + 1);
+    EXPECT_EQ(convergence[r]["trials"], 3 * (r + 1));
+    if (r > 0) {
+      EXPECT_LT(convergence[r]["tuned_us"].get<double>(), convergence[r - 1]["tuned_us"].get<double>());
+      EXPECT_GE(convergence[r]["seconds"].get<double>(), convergence[r - 1]["seconds"].get<double>());
+    }
+  }
+  ASSERT_EQ(summary["group_convergence"].size(), 1u);
+  EXPECT_EQ(summary["group_convergence"].begin()->size(), 3u);
+  EXPECT_NE(coordinator_->log().find("search round 3: 3 mutations"), std::string::npos) << coordinator_->log();
+  // Another job over the same group finds the budget spent by the first: the database answers.
+  const int64_t again = submit(write_model(dir_, "relu", 4096, {"Relu"}), 3, "host",
+                               R"("min_repeats": 2, "max_repeats": 3, "min_time_ms": 0.1, "trials": 9)");
+  wait_for([&] { return status(again).state() == "done"; }, "the second job");
+  EXPECT_EQ(status(again).tasks(), 0);
 }
 
 TEST_F(Service, GarbageFramesAndIncompatibleWorkersAreHandledAndTheServiceGoesOn) {
@@ -497,7 +550,7 @@ TEST_F(Service, MeasurementsAnswerOnlyTheirOwnDeviceIdentity) {
   start_coordinator();
   const fs::path model = write_model(dir_, "chain", 64, {"Relu", "Sigmoid"});
   Process& cxx = start_worker("cxx", {}, {{"CXX", "c++"}});
-  const int64_t first = submit(model);
+  const int64_t first = submit(model, 2, "host", kOneRound);
   wait_for([&] { return status(first).state() == "done"; }, "the job on the c++ worker");
   const wire::JobStatus a = status(first);
   EXPECT_EQ(a.identity().find("host (host, "), 0u) << a.identity();
@@ -506,7 +559,7 @@ TEST_F(Service, MeasurementsAnswerOnlyTheirOwnDeviceIdentity) {
   EXPECT_EQ(cxx.kill(SIGTERM), 0) << cxx.log();
 
   start_worker("gxx", {}, {{"CXX", "g++"}});
-  const int64_t second = submit(model);
+  const int64_t second = submit(model, 2, "host", kOneRound);
   wait_for([&] { return status(second).state() == "done"; }, "the job on the g++ worker");
   const wire::JobStatus b = status(second);
   EXPECT_NE(b.identity().find("g++: "), std::string::npos) << b.identity();
@@ -524,7 +577,7 @@ TEST_F(Service, MeasurementsAnswerOnlyTheirOwnDeviceIdentity) {
             std::string::npos)
       << coordinator_->log();
 
-  const int64_t third = submit(model);
+  const int64_t third = submit(model, 2, "host", kOneRound);
   wait_for([&] { return status(third).state() == "done"; }, "the job answered by the database");
   const wire::JobStatus c = status(third);
   EXPECT_EQ(c.identity(), b.identity());

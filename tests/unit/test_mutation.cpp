@@ -1,0 +1,107 @@
+// The search's mutations (search/mutation.h) on the search space the planner gives a real group:
+// every neighbor differs from its parent in one knob and is the nearest in that direction, and
+// the next trials are untried, neighbors first, best modeled first, then the space's best.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+
+#include "coordinator/job_planner.h"
+#include "planner/select.h"
+#include "search/mutation.h"
+#include "graph_helpers.h"
+#include "planner/device.h"
+
+namespace fusetune::search {
+namespace {
+
+// The knobs that differ between two configurations, by name.
+std::vector<std::string> differing(const planner::TileConfig& a, const planner::TileConfig& b) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < a.tile.size(); ++i) {
+    if (a.tile[i] != b.tile[i]) out.push_back("tile" + std::to_string(i));
+  }
+  if (a.threads != b.threads) out.push_back("threads");
+  if (a.reduce_step != b.reduce_step) out.push_back("k");
+  if (a.vector != b.vector) out.push_back("vec");
+  if (a.mma != b.mma) out.push_back("mma");
+  return out;
+}
+
+// The search space of the first MatMul group of the BERT test model (the planner's valid list).
+std::vector<planner::Candidate> matmul_space() {
+  const Graph g = testing::load_test_model("bert");
+  const planner::ModelPlan plan = planner::plan_model(g, planner::find_device("h100"), coordinator::search_plan_options());
+  for (const planner::GroupPlan& gp : plan.compared) {
+    if (gp.group.pattern.find("MatMul") != std::string::npos && gp.candidates.size() > 50) return gp.candidates;
+  }
+  return {};
+}
+
+TEST(Mutation, EveryNeighborDiffersInOneKnobAndIsTheNearestThatWay) {
+  const std::vector<planner::Candidate> space = matmul_space();
+  ASSERT_GT(space.size(), 50u);
+  size_t total = 0;
+  for (size_t p = 0; p < space.size(); p += 7) {
+    const planner::TileConfig& parent = space[p].config;
+    if (!parent.library.empty()) {
+      EXPECT_TRUE(neighbors(space, parent).empty());
+      continue;
+    }
+    std::set<std::pair<std::string, bool>> directions;  // (knob, up)
+    for (const planner::TileConfig& n : neighbors(space, parent)) {
+      ++total;
+      const std::vector<std::string> d = differing(parent, n);
+      ASSERT_EQ(d.size(), 1u) << parent.str() << " -> " << n.str();
+      EXPECT_NE(d[0], "mma");
+      EXPECT_TRUE(n.library.empty());
+      auto knob = [&](const planner::TileConfig& x) -> double {
+        if (d[0] == "threads") return x.threads;
+        if (d[0] == "k") return static_cast<double>(x.reduce_step);
+        if (d[0] == "vec") return x.vector;
+        return static_cast<double>(x.tile[static_cast<size_t>(std::stoi(d[0].substr(4)))]);
+      };
+      EXPECT_TRUE(directions.insert({d[0], knob(n) > knob(parent)}).second) << parent.str() << ": two neighbors in " << d[0];
+      // Nearest: no configuration of the space lies strictly between parent and neighbor in that knob.
+      const double lo = std::min(knob(parent), knob(n)), hi = std::max(knob(parent), knob(n));
+      for (const planner::Candidate& c : space) {
+        if (!c.config.library.empty() || differing(parent, c.config) != d) continue;
+        EXPECT_FALSE(knob(c.config) > lo && knob(c.config) < hi)
+            << c.config.str() << " lies between " << parent.str() << " and " << n.str();
+      }
+    }
+  }
+  EXPECT_GT(total, 20u);
+}
+
+TEST(Mutation, NextTrialsAreUntriedNeighborsBestModeledFirstThenTheSpacesBest) {
+  const std::vector<planner::Candidate> space = matmul_space();
+  ASSERT_GT(space.size(), 50u);
+  const planner::TileConfig parent = space[10].config;
+  ASSERT_TRUE(parent.library.empty());
+  const std::vector<planner::TileConfig> around = neighbors(space, parent);
+  ASSERT_GE(around.size(), 2u);
+  std::set<std::string> tried = {parent.str(), around[0].str()};
+  const std::vector<planner::TileConfig> next = next_trials(space, {parent.str()}, tried, 100);
+  std::set<std::string> neighbor_set, seen;
+  for (const planner::TileConfig& n : around) neighbor_set.insert(n.str());
+  size_t from_neighbors = 0;  // how many of the first trials are neighbors
+  for (const planner::TileConfig& c : next) {
+    EXPECT_FALSE(tried.count(c.str())) << c.str();
+    EXPECT_TRUE(seen.insert(c.str()).second) << c.str();
+    EXPECT_TRUE(c.library.empty());
+    if (from_neighbors == seen.size() - 1 && neighbor_set.count(c.str())) ++from_neighbors;
+  }
+  EXPECT_EQ(from_neighbors, around.size() - 1);  // the untried neighbors come first
+  EXPECT_EQ(next.size(), 100u);                  // then the best modeled untried of the space
+  EXPECT_EQ(next_trials(space, {parent.str()}, tried, 1).size(), 1u);
+  EXPECT_EQ(next_trials(space, {parent.str()}, tried, 1)[0].str(), next[0].str());
+  // A parent outside the space (another job's config, or a library call) gives no neighbors, only
+  // the space's best.
+  EXPECT_EQ(next_trials(space, {"library=cublasLt"}, {}, 2)[0].str(), space[0].config.library.empty()
+                                                                          ? space[0].config.str()
+                                                                          : space[1].config.str());
+}
+
+}  // namespace
+}  // namespace fusetune::search
