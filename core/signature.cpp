@@ -74,10 +74,7 @@ std::string boundary_text(const Value& v) {
   if (v.data->numel() > kInlineConstantElements) return "param " + type_text(v.dtype, v.shape);
   std::string out = "const " + type_text(v.dtype, v.shape) + " {";
   const std::vector<double> vals = v.data->to_doubles();
-  for (size_t i = 0; i < vals.size(); ++i) {
-    if (i) out += ',';
-    out += float_text(vals[i]);
-  }
+  for (size_t i = 0; i < vals.size(); ++i) out += (i ? "," : "") + float_text(vals[i]);
   return out + "}";
 }
 
@@ -170,14 +167,8 @@ Signature subgraph_signature(const Graph& g, std::span<const int> node_ids) {
   auto ref = [&](int value) -> std::string {
     if (value == kNoValue) return "none";
     if (auto it = local_of_value.find(value); it != local_of_value.end()) {
-      // Appended piece by piece: g++ 12 at -O3 warns (-Wrestrict, a false positive) on a literal
-      // + std::string here.
-      std::string r = "n";
-      r += std::to_string(position[it->second]);
-      if (slot_of_value[value] != 0) {
-        r += '.';
-        r += std::to_string(slot_of_value[value]);
-      }
+      std::string r = "n" + std::to_string(position[it->second]);
+      if (slot_of_value[value] != 0) r += "." + std::to_string(slot_of_value[value]);
       return r;
     }
     auto [it, fresh] = boundary.emplace(value, "");
