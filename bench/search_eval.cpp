@@ -14,8 +14,13 @@
 //  - model + mutations: the cost model's best 8, then rounds of 8 from search::next_trials around
 //    the 3 best measured so far (what the coordinator's search does);
 //  - random: a seeded shuffle (the seed is printed).
+//  - learned model + mutations: the same, with the first round and every round ranked by the
+//    learned model (search/learned_model.h) trained on the other groups' tables (a database that
+//    tuned them before) and this group's trials so far, retrained each round;
 // It prints, per strategy, the trials needed to come within 5% of the exhaustive best (median and
-// worst over groups) and the regret (best found / best measured - 1) after 8, 16 and 32 trials.
+// worst over groups) and the regret (best found / best measured - 1) after 8, 16 and 32 trials,
+// and the learned model's ranking quality on held-out groups (Kendall tau against the measured
+// times, and whether its first pick is within 5% of the best) beside the cost model's.
 // All times are measured on the host; nothing here is modeled except the strategies' orders.
 #include <unistd.h>
 
@@ -35,6 +40,7 @@
 
 #include "coordinator/job_planner.h"
 #include "core/error.h"
+#include "search/learned_model.h"
 #include "search/mutation.h"
 #include "worker/compile_pool.h"
 #include "worker/sandbox.h"
@@ -83,14 +89,49 @@ std::vector<std::string> order_model(const Group& g) {
   return out;
 }
 
-std::vector<std::string> order_mutations(const Group& g) {
+// The other groups' whole tables (a database that tuned them before; with `other_models`, only
+// those of other models, so that no twin of `g` from its own model is among them), and this
+// group's trials so far: the learned model's training data for `g`.
+std::vector<search::MeasuredGroup> training(const std::vector<Group>& all, const Group& g, const std::vector<std::string>& own,
+                                            bool other_models) {
+  std::vector<search::MeasuredGroup> out;
+  auto add = [&](const Group& x, const std::set<std::string>* only) {
+    search::MeasuredGroup m;
+    for (const planner::Candidate& c : x.space) {
+      const double us = x.time_us.at(c.config.str());
+      if (!std::isfinite(us) || (only && !only->count(c.config.str()))) continue;
+      m.candidates.push_back(c);
+      m.median_us.push_back(us);
+    }
+    out.push_back(std::move(m));
+  };
+  for (const Group& x : all) {
+    if (&x != &g && !(other_models && x.model == g.model)) add(x, nullptr);
+  }
+  const std::set<std::string> mine(own.begin(), own.end());
+  add(g, &mine);
+  return out;
+}
+
+// Model + mutations, ranked by `learned` (retrained on `all` and the trials so far each round)
+// when given, else by the cost model.
+std::vector<std::string> order_mutations(const Group& g, const std::vector<Group>* all = nullptr, bool other_models = false) {
   std::vector<std::string> out;
   std::set<std::string> tried;
-  for (size_t i = 0; i < g.space.size() && i < 8; ++i) {
-    out.push_back(g.space[i].config.str());
+  search::LearnedModel model;
+  std::vector<double> scores;
+  auto rescore = [&] {
+    if (all == nullptr) return;
+    model.train(training(*all, g, out, other_models));
+    scores = model.trained() ? model.score(g.space) : std::vector<double>();
+  };
+  rescore();
+  for (const planner::TileConfig& c : search::next_trials(g.space, {}, tried, 8, scores.empty() ? nullptr : &scores)) {
+    out.push_back(c.str());
     tried.insert(out.back());
   }
   while (out.size() < g.space.size()) {
+    rescore();
     std::vector<std::pair<double, std::string>> measured;
     for (const std::string& c : out) measured.emplace_back(g.time_us.at(c), c);
     std::sort(measured.begin(), measured.end());
@@ -98,7 +139,8 @@ std::vector<std::string> order_mutations(const Group& g) {
     for (size_t i = 0; i < measured.size() && i < 3; ++i) {
       if (std::isfinite(measured[i].first)) parents.push_back(measured[i].second);
     }
-    const std::vector<planner::TileConfig> next = search::next_trials(g.space, parents, tried, 8);
+    const std::vector<planner::TileConfig> next =
+        search::next_trials(g.space, parents, tried, 8, scores.empty() ? nullptr : &scores);
     if (next.empty()) break;
     for (const planner::TileConfig& c : next) {
       out.push_back(c.str());
@@ -214,14 +256,19 @@ int main(int argc, char** argv) {
     }
     std::printf("\n| strategy | trials to within 5%% (median, worst) | within 5%% after 8 / 16 / 32 | mean regret after 8 / 16 / 32 |\n"
                 "|---|---|---|---|\n");
-    const std::vector<std::string> names = {"model (today's first round, extended)", "model + mutations", "random"};
+    const std::vector<std::string> names = {"model (today's first round, extended)", "model + mutations",
+                                            "learned model + mutations (trained on the other groups)",
+                                            "learned model + mutations (trained on the other models' groups)", "random"};
     for (size_t s = 0; s < names.size(); ++s) {
       std::vector<double> to5;
       double regret[3] = {0, 0, 0};
       int within[3] = {0, 0, 0};
       for (const Group& g : groups) {
-        const std::vector<std::string> order =
-            s == 0 ? order_model(g) : s == 1 ? order_mutations(g) : order_random(g, rng);
+        const std::vector<std::string> order = s == 0   ? order_model(g)
+                                               : s == 1 ? order_mutations(g)
+                                               : s == 2 ? order_mutations(g, &groups)
+                                               : s == 3 ? order_mutations(g, &groups, true)
+                                                        : order_random(g, rng);
         to5.push_back(static_cast<double>(trials_to_5pct(g, order)));
         const size_t at[3] = {8, 16, 32};
         for (int k = 0; k < 3; ++k) {
@@ -235,6 +282,40 @@ int main(int argc, char** argv) {
       std::printf("| %s | %.0f, %.0f | %d / %d / %d of %zu | %.1f%% / %.1f%% / %.1f%% |\n", names[s].c_str(), median(to5),
                   *std::max_element(to5.begin(), to5.end()), within[0], within[1], within[2], groups.size(),
                   100 * regret[0] / n, 100 * regret[1] / n, 100 * regret[2] / n);
+    }
+    // Ranking quality on held-out groups: trained on every other group's table, each group's whole
+    // space ranked by the learned model and by the cost model against its measured times.
+    for (const bool other_models : {false, true}) {
+      std::vector<double> tau_learned, tau_model;
+      int top1_learned = 0, top1_model = 0;
+      for (const Group& g : groups) {
+        std::vector<search::MeasuredGroup> others = training(groups, g, {}, other_models);
+        others.pop_back();  // nothing of the held-out group
+        search::LearnedModel model;
+        model.train(others);
+        if (!model.trained()) continue;
+        std::vector<double> actual, learned = model.score(g.space), modeled;
+        for (const planner::Candidate& c : g.space) {
+          const double us = g.time_us.at(c.config.str());
+          actual.push_back(std::isfinite(us) ? us : 1e30);
+          modeled.push_back(c.cost.modeled_us);
+        }
+        tau_learned.push_back(search::kendall_tau(learned, actual));
+        tau_model.push_back(search::kendall_tau(modeled, actual));
+        auto top1 = [&](const std::vector<double>& rank) {
+          const size_t pick = static_cast<size_t>(std::min_element(rank.begin(), rank.end()) - rank.begin());
+          return actual[pick] <= 1.05 * g.best_us;
+        };
+        top1_learned += top1(learned);
+        top1_model += top1(modeled);
+      }
+      if (!other_models) {
+        std::printf("\n| ranking of a held-out group's whole space | Kendall tau (median over groups) | top-1 within 5%% of the best |\n"
+                    "|---|---|---|\n");
+        std::printf("| cost model (H100) | %.2f | %d of %zu |\n", median(tau_model), top1_model, tau_model.size());
+      }
+      std::printf("| learned model, trained on the other %s | %.2f | %d of %zu |\n", other_models ? "models' groups" : "groups",
+                  median(tau_learned), top1_learned, tau_learned.size());
     }
   } catch (const Error& e) {
     std::fprintf(stderr, "search_eval: %s\n", e.what());

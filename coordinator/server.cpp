@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "proto/wire.h"
 #include "search/decision.h"
+#include "search/learned_model.h"
 #include "search/mutation.h"
 #include "storage/job_queue.h"
 #include "storage/search_db.h"
@@ -371,13 +372,30 @@ struct Server::State {
   }
 
   // One round of the search for every group with budget left (and the job within its time): the
-  // untried neighbors of its three best measured configurations, best modeled first, or else the
-  // best modeled untried ones (search/mutation.h), as many as `candidates` and the budget allow,
-  // lowered and queued on the group's task. Returns whether it queued any.
+  // untried neighbors of its three best measured configurations, or else the best ranked untried
+  // ones (search/mutation.h), ranked by the learned model once this identity's measurements of
+  // the job's groups suffice and by the cost model before, as many as `candidates` and the budget
+  // allow, lowered and queued on the group's task. Returns whether it queued any.
   bool search_round(int64_t id, Job& job) {
     const JobOptions& o = job.planner->options();
     if (o.time_s > 0 && std::chrono::duration<double>(Clock::now() - job.started).count() >= o.time_s) return false;
     const int budget = group_budget(job);
+    // The learned model, trained on what this identity measured of the job's groups so far (the
+    // cost model ranks while that is too little: LearnedModel::kMinGroups, kMinSamples).
+    search::LearnedModel model;
+    std::vector<search::MeasuredGroup> data;
+    for (const auto& [signature, group] : job.groups) {
+      const search::GroupDecision d = decide(job, signature).first;
+      search::MeasuredGroup m;
+      for (const planner::Candidate& c : job.planner->group(signature).candidates) {
+        const auto it = d.time_us.find(c.config.str());
+        if (it == d.time_us.end() || !c.config.library.empty()) continue;
+        m.candidates.push_back(c);
+        m.median_us.push_back(it->second);
+      }
+      data.push_back(std::move(m));
+    }
+    model.train(data);
     int queued = 0, trials = 0;
     for (auto& [signature, group] : job.groups) {
       // Tried: what this job asked, and whatever the database holds for the group on this identity
@@ -395,8 +413,10 @@ struct Server::State {
       for (size_t k = 0; k < ranked.size() && k < 3; ++k) parents.push_back(ranked[k].second);
       if (parents.empty()) continue;  // nothing works yet: no parent to mutate
       const size_t k = static_cast<size_t>(std::min(o.candidates, budget - generated));
-      const std::vector<wire::Candidate> offspring =
-          job.planner->lower(group.asked, search::next_trials(job.planner->group(signature).candidates, parents, tried, k));
+      const std::vector<planner::Candidate>& space = job.planner->group(signature).candidates;
+      const std::vector<double> scores = model.trained() ? model.score(space) : std::vector<double>();
+      const std::vector<wire::Candidate> offspring = job.planner->lower(
+          group.asked, search::next_trials(space, parents, tried, k, scores.empty() ? nullptr : &scores));
       if (offspring.empty()) continue;
       wire::Task todo = group.asked;
       todo.clear_candidates();
@@ -412,7 +432,9 @@ struct Server::State {
     if (queued == 0) return false;
     ++job.rounds;
     log("job " + std::to_string(id) + ": search round " + std::to_string(job.rounds + 1) + ": " + std::to_string(trials) +
-        " mutations of the best measured configurations in " + std::to_string(queued) + " groups");
+        " mutations of the best measured configurations in " + std::to_string(queued) + " groups, ranked by the " +
+        (model.trained() ? "learned model (" + std::to_string(model.samples()) + " measurements)"
+                         : "cost model (" + std::to_string(model.samples()) + " measurements: too few to learn from)"));
     return true;
   }
 

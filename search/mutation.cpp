@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
 
 namespace fusetune::search {
 
@@ -54,9 +55,15 @@ std::vector<planner::TileConfig> neighbors(const std::vector<planner::Candidate>
 
 std::vector<planner::TileConfig> next_trials(const std::vector<planner::Candidate>& space,
                                              const std::vector<std::string>& parents, const std::set<std::string>& tried,
-                                             size_t k) {
+                                             size_t k, const std::vector<double>* scores) {
   std::map<std::string, size_t> index;  // config -> position in the space (its modeled rank)
   for (size_t i = 0; i < space.size(); ++i) index.emplace(space[i].config.str(), i);
+  // The space's positions, best ranked first: by score where given (ties by modeled rank).
+  std::vector<size_t> ranked(space.size());
+  std::iota(ranked.begin(), ranked.end(), 0);
+  if (scores != nullptr && scores->size() == space.size()) {
+    std::stable_sort(ranked.begin(), ranked.end(), [&](size_t a, size_t b) { return (*scores)[a] < (*scores)[b]; });
+  }
   std::set<size_t> offspring;
   for (const std::string& parent : parents) {
     const auto it = index.find(parent);
@@ -67,11 +74,12 @@ std::vector<planner::TileConfig> next_trials(const std::vector<planner::Candidat
     }
   }
   std::vector<planner::TileConfig> out;
-  for (size_t i : offspring) {  // best modeled first: the space is in modeled order
+  for (size_t i : ranked) {
     if (out.size() == k) return out;
-    out.push_back(space[i].config);
+    if (offspring.count(i)) out.push_back(space[i].config);
   }
-  for (size_t i = 0; i < space.size() && out.size() < k; ++i) {
+  for (size_t i : ranked) {
+    if (out.size() == k) break;
     const planner::Candidate& c = space[i];
     if (c.cost.valid && c.config.library.empty() && !tried.count(c.config.str()) && !offspring.count(i)) {
       out.push_back(c.config);

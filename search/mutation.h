@@ -11,9 +11,10 @@
 //
 // next_trials() takes the space, the parents (the best measured configurations, best first) and
 // every configuration already tried, and returns at most k untried configurations: the parents'
-// neighbors, best modeled first (the analytic cost model ranks them), then, when the neighborhood
-// is exhausted, the best modeled untried configurations of the whole space (exploration), in the
-// space's order. Deterministic.
+// neighbors, best ranked first, then, when the neighborhood is exhausted, the best ranked untried
+// configurations of the whole space (exploration). The rank is `scores` (one per configuration of
+// the space, lower is better: the learned model's, search/learned_model.h) when given, else the
+// space's order (the analytic cost model's). Deterministic.
 #pragma once
 
 #include <set>
@@ -29,6 +30,6 @@ std::vector<planner::TileConfig> neighbors(const std::vector<planner::Candidate>
 
 std::vector<planner::TileConfig> next_trials(const std::vector<planner::Candidate>& space,
                                              const std::vector<std::string>& parents, const std::set<std::string>& tried,
-                                             size_t k);
+                                             size_t k, const std::vector<double>* scores = nullptr);
 
 }  // namespace fusetune::search
