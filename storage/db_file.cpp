@@ -184,15 +184,16 @@ void DbFile::open_schema() {
   });
 }
 
-int DbFile::schema_version() {
-  Stmt q(db_, "SELECT CAST(value AS INTEGER) FROM meta WHERE key='schema_version'", path_.string());
-  return q.step() ? static_cast<int>(q.i64(0)) : 0;
-}
-
-int64_t DbFile::size_bytes() {
-  Stmt q(db_, "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()", path_.string());
+int64_t DbFile::scalar(const std::string& sql) {
+  Stmt q(db_, sql, path_.string());
   return q.step() ? q.i64(0) : 0;
 }
+
+int DbFile::schema_version() {
+  return static_cast<int>(scalar("SELECT CAST(value AS INTEGER) FROM meta WHERE key='schema_version'"));
+}
+
+int64_t DbFile::size_bytes() { return scalar("SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()"); }
 
 void DbFile::vacuum() {
   exec("VACUUM");

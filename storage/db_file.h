@@ -36,6 +36,8 @@ class DbFile {
   template <typename Fn>
   auto write(Fn&& fn);
   int64_t last_insert_id() const;
+  // The first column of a query's first row as an integer; 0 when it returns no row.
+  int64_t scalar(const std::string& sql);
   int changes() const;  // rows the last statement changed
 
   int schema_version();

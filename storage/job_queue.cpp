@@ -324,16 +324,12 @@ JobProgress JobQueue::job_progress(int64_t job) {
 
 QueueStats JobQueue::stats() {
   QueueStats s;
-  auto count = [&](const char* sql) {
-    Stmt q(file_.handle(), sql, file_.path().string());
-    return q.step() ? q.i64(0) : 0;
-  };
-  s.models = count("SELECT count(*) FROM models");
-  s.jobs = count("SELECT count(*) FROM jobs");
-  s.unfinished_jobs = count("SELECT count(*) FROM jobs WHERE state IN ('queued', 'running')");
-  s.tasks = count("SELECT count(*) FROM tasks");
-  s.open_tasks = count("SELECT count(*) FROM tasks WHERE state IN ('queued', 'leased')");
-  s.payload_bytes = count("SELECT coalesce(sum(length(payload)), 0) FROM tasks");
+  s.models = file_.scalar("SELECT count(*) FROM models");
+  s.jobs = file_.scalar("SELECT count(*) FROM jobs");
+  s.unfinished_jobs = file_.scalar("SELECT count(*) FROM jobs WHERE state IN ('queued', 'running')");
+  s.tasks = file_.scalar("SELECT count(*) FROM tasks");
+  s.open_tasks = file_.scalar("SELECT count(*) FROM tasks WHERE state IN ('queued', 'leased')");
+  s.payload_bytes = file_.scalar("SELECT coalesce(sum(length(payload)), 0) FROM tasks");
   return s;
 }
 

@@ -224,17 +224,13 @@ std::vector<Measurement> SearchDb::near_top_k(const std::string& signature, cons
 
 DbStats SearchDb::stats() {
   DbStats s;
-  auto count = [&](const char* sql) {
-    Stmt q(file_.handle(), sql, file_.path().string());
-    return q.step() ? q.i64(0) : 0;
-  };
-  s.workloads = count("SELECT count(*) FROM workloads");
-  s.devices = count("SELECT count(*) FROM devices");
-  s.candidates = count("SELECT count(*) FROM candidates");
-  s.measurements = count("SELECT count(*) FROM measurements");
-  s.failures = count("SELECT count(*) FROM measurements WHERE status <> 'ok'");
-  s.interleaved = count("SELECT count(*) FROM measurements WHERE interleaved_with <> ''");
-  s.best_plans = count("SELECT count(*) FROM best_plans");
+  s.workloads = file_.scalar("SELECT count(*) FROM workloads");
+  s.devices = file_.scalar("SELECT count(*) FROM devices");
+  s.candidates = file_.scalar("SELECT count(*) FROM candidates");
+  s.measurements = file_.scalar("SELECT count(*) FROM measurements");
+  s.failures = file_.scalar("SELECT count(*) FROM measurements WHERE status <> 'ok'");
+  s.interleaved = file_.scalar("SELECT count(*) FROM measurements WHERE interleaved_with <> ''");
+  s.best_plans = file_.scalar("SELECT count(*) FROM best_plans");
   s.schema_version = file_.schema_version();
   s.file_bytes = file_.size_bytes();
   Stmt q(file_.handle(),
