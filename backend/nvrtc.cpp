@@ -1,10 +1,13 @@
 #include "backend/nvrtc.h"
 
 #include <chrono>
+#include <filesystem>
 #include <regex>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/files.h"
+#include "core/sha256.h"
 
 #ifdef FUSETUNE_HAVE_NVRTC
 #include <nvrtc.h>
@@ -88,12 +91,45 @@ CompiledCuda compile_cuda(const std::string& source, const std::string& arch, in
   return out;
 }
 
+CompiledCuda compile_cuda_cached(const std::string& source, const std::string& arch, int max_registers) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string key = sha256_hex(source + "\n// arch " + arch + " maxrreg " + std::to_string(max_registers) + " nvrtc " +
+                                     nvrtc_version());
+  const std::filesystem::path dir = cache_dir("nvrtc");
+  const std::filesystem::path cubin = dir / (key + ".cubin"), log = dir / (key + ".log");
+  std::error_code ec;
+  if (std::filesystem::exists(cubin, ec) && std::filesystem::exists(log, ec)) {
+    CompiledCuda out;
+    out.arch = arch;
+    const std::string bytes = read_file(cubin, "cached cubin");
+    out.cubin.assign(bytes.begin(), bytes.end());
+    out.log = read_file(log, "cached ptxas report");
+    out.resources = parse_resources(out.log);
+    out.cached = true;
+    out.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return out;
+  }
+  CompiledCuda out = compile_cuda(source, arch, max_registers);
+  std::filesystem::create_directories(dir, ec);
+  if (!ec) {  // a cache that cannot be written only costs the next compilation
+    try {
+      write_file_atomically(log, out.log);
+      write_file_atomically(cubin, std::string(out.cubin.begin(), out.cubin.end()));
+    } catch (const Error&) {
+    }
+  }
+  return out;
+}
+
 #else
 
 bool nvrtc_available() { return false; }
 std::string nvrtc_version() { return "unavailable"; }
 CompiledCuda compile_cuda(const std::string&, const std::string& arch, int) {
   fail("this build has no NVRTC (the CUDA toolkit was not found at build time); cannot compile for ", arch);
+}
+CompiledCuda compile_cuda_cached(const std::string& source, const std::string& arch, int max_registers) {
+  return compile_cuda(source, arch, max_registers);
 }
 
 #endif

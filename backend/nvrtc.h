@@ -2,7 +2,10 @@
 // into a cubin, with ptxas's resource report per kernel (registers, shared memory, stack, spills).
 //
 // Available when the CUDA toolkit was found at build time (nvrtc_available()); compiling needs no
-// GPU. Compile errors throw Error carrying NVRTC's log.
+// GPU. Compile errors throw Error carrying NVRTC's log. compile_cuda_cached keeps each successful
+// compilation on disk (core/files.h cache_dir("nvrtc"): the cubin and ptxas's report, keyed by
+// the SHA-256 of the source, the architecture, the register limit and NVRTC's version), so a
+// restarted worker or a second tune compiles nothing it compiled before; `cached` says which.
 #pragma once
 
 #include <map>
@@ -26,10 +29,12 @@ struct CompiledCuda {
   std::string log;
   std::map<std::string, KernelResources> resources;  // by kernel name
   double compile_ms = 0;
+  bool cached = false;  // read back from the disk cache (compile_cuda_cached)
 };
 
 bool nvrtc_available();
 std::string nvrtc_version();
 CompiledCuda compile_cuda(const std::string& source, const std::string& arch, int max_registers = 0);
+CompiledCuda compile_cuda_cached(const std::string& source, const std::string& arch, int max_registers = 0);
 
 }  // namespace fusetune::backend

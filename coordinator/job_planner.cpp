@@ -161,6 +161,7 @@ const Graph& JobPlanner::graph() const { return s_->graph; }
 const planner::Device& JobPlanner::plan_device() const { return s_->plan_device; }
 const planner::ModelPlan& JobPlanner::modeled() const { return s_->modeled; }
 const JobOptions& JobPlanner::options() const { return s_->options; }
+const std::string& JobPlanner::model_name() const { return s_->model_name; }
 
 namespace {
 

@@ -102,6 +102,7 @@ class JobPlanner {
   const planner::Device& plan_device() const;
   const planner::ModelPlan& modeled() const;
   const JobOptions& options() const;
+  const std::string& model_name() const;
   std::vector<TaskSpec> tasks() const;
   // The given configurations of a task's group lowered as the task's candidates are (those the
   // code generator cannot express left out).

@@ -40,9 +40,12 @@ class Planner {
   void choose(GroupPlan& gp) const {
     double best_modeled = INFINITY, best_measured = INFINITY;
     size_t modeled_pick = 0, measured_pick = 0;
+    bool any_valid = false;
     for (size_t k = 0; k < gp.candidates.size(); ++k) {
       const Candidate& c = gp.candidates[k];
       if (!c.cost.valid) continue;
+      any_valid = true;
+      if (opt_.rejected.count({gp.signature, c.config.str()})) continue;
       if (c.cost.modeled_us < best_modeled) {
         best_modeled = c.cost.modeled_us;
         modeled_pick = k;
@@ -59,7 +62,8 @@ class Planner {
     gp.modeled_us = best_modeled;
     gp.chosen = gp.measured && std::isfinite(best_measured) ? measured_pick : modeled_pick;
     gp.cost_us = gp.measured ? best_measured : best_modeled;
-    gp.failed = gp.measured && !std::isfinite(best_measured);  // every measurement failed
+    gp.failed = gp.measured ? !std::isfinite(best_measured)  // every measurement failed
+                            : any_valid && !std::isfinite(best_modeled);  // every candidate rejected
   }
 
   const Graph& g_;

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,6 +33,10 @@ struct PlanOptions {
   FusionOptions fusion;
   TilingOptions tiling;
   bool compare_with_parts = true;
+  // (group signature, TileConfig::str()) of candidates a check rejected (a compile error or a
+  // wrong result in a dry run: coordinator/dry_run.h): never chosen by the modeled choice; a group
+  // with every candidate rejected is `failed` (a fused one falls back to its parts).
+  std::set<std::pair<std::string, std::string>> rejected;
 };
 
 // (group signature, TileConfig::str()) -> measured microseconds (infinity: the candidate failed).

@@ -125,7 +125,10 @@ Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, const plan
       if (known == probed.end()) {
         size_t pick = choice[k];
         for (size_t c = 0; c < gp.candidates.size(); ++c) {
-          if (c == choice[k] || !gp.candidates[c].cost.valid) continue;
+          if (c == choice[k] || !gp.candidates[c].cost.valid ||
+              options.rejected.count({gp.signature, gp.candidates[c].config.str()})) {
+            continue;
+          }
           if (!spills_alone(codegen::lower_group(g, gp.group, gp.candidates[c].config, "probe").kernel)) {
             pick = c;
             break;

@@ -16,6 +16,7 @@
 
 #include <filesystem>
 #include <map>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -41,6 +42,8 @@ struct Bundle {
 
 struct BundleOptions {
   bool as_measured = false;  // ship each group's chosen configuration unchanged (see above)
+  // Candidates a check rejected (planner::PlanOptions::rejected): never taken in a spilling one's place.
+  std::set<std::pair<std::string, std::string>> rejected;
 };
 
 Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, const planner::Device& device,

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "core/sha256.h"
 #include "simt/prelude_text.h"
 
@@ -30,13 +31,6 @@ int ctype_bytes(const std::string& t) {
   const auto it = sizes.find(t);
   check(it != sizes.end(), "simt: a kernel parameter of type '", t, "'");
   return it->second;
-}
-
-fs::path cache_dir() {
-  if (const char* d = std::getenv("FUSETUNE_CACHE_DIR")) return fs::path(d) / "host-kernels";
-  if (const char* x = std::getenv("XDG_CACHE_HOME")) return fs::path(x) / "fusetune" / "host-kernels";
-  if (const char* h = std::getenv("HOME")) return fs::path(h) / ".cache" / "fusetune" / "host-kernels";
-  return fs::temp_directory_path() / "fusetune-host-kernels";
 }
 
 const char* const kFlags = "-std=c++17 -O2 -g1 -shared -fPIC -w";
@@ -106,7 +100,7 @@ std::string compile(const std::string& cuda_source, const std::string& compiler_
   const std::string compiler = compiler_arg.empty() ? default_compiler() : compiler_arg;
   const std::string unit = build_unit(cuda_source);
   const std::string digest = sha256_hex(unit + "\n// compiler: " + compiler_identity(compiler) + " " + kFlags);
-  const fs::path dir = cache_dir();
+  const fs::path dir = cache_dir("host-kernels");
   std::error_code ec;
   fs::create_directories(dir, ec);
   check(!ec, dir.string(), ": cannot create the kernel cache (", ec.message(), ")");

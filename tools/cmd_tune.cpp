@@ -1,5 +1,8 @@
 // fusetune tune MODEL.onnx [--device h100|host|auto] [--out PLAN_DIR] [--db PATH] [--shape ...]
-// [--candidates N] [--trials N] [--time S] [--plan-device NAME]: the embedded default. A coordinator (coordinator/server.h)
+// [--candidates N] [--trials N] [--time S] [--plan-device NAME] [--no-timing]: the embedded default.
+// For a GPU device this machine lacks (or with --no-timing), a dry run instead
+// (coordinator/dry_run.h): every candidate compiled with NVRTC and verified on the host, the plan
+// chosen by the cost model, nothing timed or stored. A coordinator (coordinator/server.h)
 // and a local worker (worker/daemon.h) run in this process and talk over ZeroMQ's inproc
 // transport with the same messages as over TCP; the search database defaults to the user's cache
 // directory, so a second tune of the same model measures nothing. Shows a progress bar, ends
@@ -9,9 +12,12 @@
 #include <thread>
 
 #include "backend/cuda.h"
+#include "coordinator/dry_run.h"
 #include "coordinator/job_planner.h"
 #include "coordinator/server.h"
 #include "core/error.h"
+#include "planner/device.h"
+#include "runtime/bundle.h"
 #include "tools/cli_args.h"
 #include "tools/commands.h"
 #include "tools/progress.h"
@@ -22,10 +28,11 @@ namespace fusetune::cli {
 
 namespace {
 
-// "auto": the first CUDA device when one is usable, else the host. Returns {job device, worker device}.
-std::pair<std::string, std::string> resolve_device(const std::string& requested) {
+// "auto": the first CUDA device when one is usable, else the host. Returns {job device, worker
+// device}; the worker device is empty for a GPU device this machine lacks (a dry run), and `why`
+// then says why.
+std::pair<std::string, std::string> resolve_device(const std::string& requested, std::string& why) {
   if (requested == "host") return {"host", "host"};
-  std::string why;
   std::unique_ptr<backend::Backend> gpu = backend::make_cuda_backend(0, &why);
   if (requested == "auto") {
     if (!gpu) {
@@ -35,26 +42,76 @@ std::pair<std::string, std::string> resolve_device(const std::string& requested)
     const auto p = gpu->properties();
     return {worker::planner_device_name(p.description, p.arch), "0"};
   }
-  check(gpu != nullptr, "--device ", requested, ": no GPU to measure on here (", why, "); use --device host");
+  planner::find_device(requested);  // a device the planner knows, or a clear error
+  if (!gpu) return {requested, ""};
   const auto p = gpu->properties();
   const std::string found = worker::planner_device_name(p.description, p.arch);
   check(found == requested, "--device ", requested, ": this machine's GPU is ", p.description, " (", found, ")");
   return {requested, "0"};
 }
 
+// A dry run (coordinator/dry_run.h): everything but the timing, chosen by the cost model, nothing
+// stored. Prints what was checked and writes the plan with --out.
+int tune_without_timing(const Args& args, const std::vector<wire::ModelFile>& files, const std::string& model_name,
+                        const std::string& device, const coordinator::JobOptions& options, const std::string& why) {
+  std::printf("tuning %s for %s without timing (%s): every candidate is compiled with NVRTC for the device and "
+              "verified on the host; the plan is chosen by the cost model; nothing is timed and nothing is stored in "
+              "the search database\n",
+              model_name.c_str(), device.c_str(), why.c_str());
+  std::fflush(stdout);
+  const coordinator::JobPlanner job(files, model_name, device, options);
+  coordinator::DryRunOptions o;
+  o.fusetune_binary = self_executable();
+  o.compile_jobs = static_cast<int>(args.number("compile-jobs", std::max(1u, std::thread::hardware_concurrency())));
+  coordinator::DryRunReport r;
+  {
+    ProgressLine progress("tasks");
+    o.progress = [&](size_t done, size_t total) { progress.update(done, total, "checked"); };
+    r = coordinator::dry_run(job, o);
+  }
+  const size_t candidates = r.checks.size();
+  std::printf("\n%-34s %s (%s)\n", "checked for", device.c_str(), r.arch.c_str());
+  std::printf("%-34s %zu tasks, %zu candidates\n", "groups weighed", r.tasks, candidates);
+  if (r.nvrtc_compiled > 0) {
+    std::printf("%-34s %zu kernels, %zu from the cubin cache (%.0f%%), %zu of them spill\n", "NVRTC (ptxas figures)",
+                r.nvrtc_compiled, r.nvrtc_cached, 100.0 * static_cast<double>(r.nvrtc_cached) / static_cast<double>(r.nvrtc_compiled),
+                r.spilling);
+  } else {
+    std::printf("%-34s %s\n", "NVRTC (ptxas figures)", "not in this build: no cubins, no ptxas figures");
+  }
+  std::printf("%-34s %zu passed, %zu rejected (%zu compile errors)\n", "verified on the host", r.verified, r.rejected,
+              r.compile_errors);
+  std::printf("%-34s %zu groups in %d launches, %.1f us (modeled, not measured)\n", "chosen by the cost model",
+              r.plan.groups.size(), r.plan.launches, r.plan.modeled_us);
+  std::printf("%-34s %.1f s CPU (%.0f ms per candidate), %.1f s wall\n", "cost of the dry run", r.cpu_s,
+              candidates ? 1000 * r.cpu_s / static_cast<double>(candidates) : 0.0, r.wall_s);
+  std::printf("nothing was timed; nothing was stored in the search database\n");
+  if (args.has("out")) {
+    runtime::write_bundle(r.bundle, args.get("out"));
+    std::printf("plan written to %s (modeled choices, cubins for %s); run it with: fusetune run %s --inputs DIR\n",
+                args.get("out").c_str(), r.arch.c_str(), args.get("out").c_str());
+  }
+  return 0;
+}
+
 }  // namespace
 
 int cmd_tune(const std::vector<std::string>& argv) {
-  const Args args(argv, with_job_option_flags({"device", "out", "db", "compile-jobs"}), {"verbose"});
+  const Args args(argv, with_job_option_flags({"device", "out", "db", "compile-jobs"}), {"verbose", "no-timing"});
   check(args.positional().size() == 1,
         "usage: fusetune tune MODEL.onnx [--device h100|host|auto] [--out PLAN_DIR] [--db PATH] [--shape NAME=DxD...] "
-        "[--candidates N] [--trials N] [--time S]");
+        "[--candidates N] [--trials N] [--time S] [--no-timing]");
   const std::filesystem::path model = args.positional()[0];
-  const auto [job_device, worker_device] = resolve_device(args.get("device", "auto"));
+  std::string why;
+  const auto [job_device, worker_device] = resolve_device(args.get("device", "auto"), why);
   const coordinator::JobOptions options = job_options(args);
   wire::Submit submit;
   submit.set_model_name(model.filename().string());
   for (wire::ModelFile& f : read_model_files(model)) *submit.add_files() = std::move(f);
+  if (job_device != "host" && (worker_device.empty() || args.has("no-timing"))) {
+    return tune_without_timing(args, {submit.files().begin(), submit.files().end()}, submit.model_name(), job_device,
+                               options, worker_device.empty() ? "no GPU here: " + why : "--no-timing");
+  }
   submit.set_device(job_device);
   submit.set_options(options.to_json());
 

@@ -42,7 +42,8 @@ CompileOutput CompilePool::compile_one(const wire::Candidate& c) {
       simt::compile(source);
       out.shared_bytes = c.shared_bytes();
     } else {
-      const backend::CompiledCuda cc = backend::compile_cuda(source, arch_);
+      const backend::CompiledCuda cc = backend::compile_cuda_cached(source, arch_);
+      out.cached = cc.cached;
       out.cubin.assign(cc.cubin.begin(), cc.cubin.end());
       if (auto r = cc.resources.find(c.kernel()); r != cc.resources.end()) {
         out.registers = r->second.registers;

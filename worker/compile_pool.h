@@ -3,7 +3,8 @@
 // for the worker's architecture with ptxas's resource report, or the system C++ compiler building
 // the same CUDA text for the host executor (simt/module.h: compile). A cache keyed by the SHA-256
 // of the source, the architecture and the options answers a candidate compiled before (within
-// this process; host builds are also cached on disk). Guarantees: one output per candidate, in order; a failure is
+// this process; cubins with their ptxas reports are also cached on disk, which sets `cached` as
+// well, and host builds by simt/module.h). Guarantees: one output per candidate, in order; a failure is
 // an output with ok = false and the compiler's message, never an exception. A library call
 // (Candidate::library) needs no compiling and is ok at once.
 #pragma once

@@ -5,8 +5,8 @@
 // bindings, and a cubin when the backend is CUDA), the task's policy and a backend. It loads the
 // kernel, verifies it against the reference kernels on inputs drawn from the policy's seed (each
 // buffer inside redzones, outputs poisoned; backend/verify.h), and only when it is correct times
-// it under the policy (backend::TimingPolicy). Guarantees: the result's status is "ok" only for a
-// verified and timed candidate; a wrong result, a write outside a buffer, or an error while
+// it under the policy (backend::TimingPolicy), unless the policy says verify_only. Guarantees: the
+// result's status is "ok" only for a verified candidate, timed unless verify_only (0 repeats); a wrong result, a write outside a buffer, or an error while
 // loading or launching gives "wrong_result" or "runtime_fault", and a finding of the host
 // executor's checks (race, barrier, bounds, uninitialised shared memory) "check_failed", with the
 // reason in `detail`.

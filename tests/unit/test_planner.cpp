@@ -314,6 +314,40 @@ TEST(Select, AGroupWhoseMeasurementsAllFailedFallsBackToItsParts) {
   EXPECT_TRUE(kept);
 }
 
+// A dry run's rejections (PlanOptions::rejected): a rejected candidate is never the modeled choice,
+// and a fused group with every candidate rejected falls back to its parts, its nodes still run.
+TEST(Select, RejectedCandidatesAreNeverChosenByTheModel) {
+  const Graph g = load("bert");
+  const Device d = find_device("h100");
+  const ModelPlan modeled = plan_model(g, d);
+  size_t target = 0;
+  while (target < modeled.groups.size() && modeled.groups[target].group.nodes.size() < 2) ++target;
+  ASSERT_LT(target, modeled.groups.size());
+  const GroupPlan& gp = modeled.groups[target];
+  ASSERT_GE(gp.candidates.size(), 2u);
+  PlanOptions first;
+  first.rejected.insert({gp.signature, gp.candidates[gp.chosen].config.str()});
+  const ModelPlan without_best = plan_model(g, d, first);
+  bool found = false;
+  for (const GroupPlan& q : without_best.groups) {
+    if (q.signature != gp.signature) continue;
+    found = true;
+    EXPECT_NE(q.candidates[q.chosen].config, gp.candidates[gp.chosen].config);
+    EXPECT_GE(q.cost_us, gp.cost_us);  // the next best modeled
+  }
+  EXPECT_TRUE(found) << "the group lost to its parts when only its best candidate was rejected";
+  PlanOptions all;
+  for (const Candidate& c : gp.candidates) all.rejected.insert({gp.signature, c.config.str()});
+  const ModelPlan none = plan_model(g, d, all);
+  size_t nodes = 0;
+  for (const GroupPlan& q : none.groups) {
+    EXPECT_NE(q.signature, gp.signature) << "a group with every candidate rejected was kept";
+    EXPECT_FALSE(all.rejected.count({q.signature, q.candidates[q.chosen].config.str()})) << q.group.pattern;
+    nodes += q.group.nodes.size();
+  }
+  EXPECT_EQ(nodes, g.nodes().size());
+}
+
 TEST(Select, EveryLaunchRunsAfterTheLaunchesItReadsFrom) {
   // Measured choices move groups in and out of packed launches (a library call runs alone, split
   // parts pack anew): whatever the measurements, running launches in id order must run every

@@ -1,0 +1,98 @@
+#include "coordinator/dry_run.h"
+
+#include <sys/resource.h>
+
+#include <chrono>
+
+#include "backend/nvrtc.h"
+#include "core/error.h"
+#include "worker/compile_pool.h"
+#include "worker/sandbox.h"
+
+namespace fusetune::coordinator {
+
+namespace {
+
+double cpu_seconds() {
+  double s = 0;
+  for (int who : {RUSAGE_SELF, RUSAGE_CHILDREN}) {
+    rusage u{};
+    getrusage(who, &u);
+    s += static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+  }
+  return s;
+}
+
+}  // namespace
+
+DryRunReport dry_run(const JobPlanner& job, const DryRunOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const double cpu0 = cpu_seconds();
+  DryRunReport r;
+  r.arch = job.plan_device().arch;
+  worker::CompilePool nvrtc(r.arch, options.compile_jobs), host("host", options.compile_jobs);
+  worker::Sandbox sandbox(options.fusetune_binary, "host");
+  const std::vector<TaskSpec> tasks = job.tasks();
+  r.tasks = tasks.size();
+  planner::PlanOptions plan_options;
+  runtime::BundleOptions bundle_options;
+  for (size_t t = 0; t < tasks.size(); ++t) {
+    const wire::Task& task = tasks[t].task;
+    std::vector<wire::Candidate> candidates(task.candidates().begin(), task.candidates().end());
+    const std::vector<worker::CompileOutput> gpu = nvrtc.compile(candidates);
+    const std::vector<worker::CompileOutput> cpu = host.compile(candidates);
+    wire::ChildRequest req;
+    *req.mutable_graph() = task.graph();
+    *req.mutable_policy() = task.policy();
+    req.mutable_policy()->set_verify_only(true);
+    std::vector<size_t> sent;
+    std::vector<CandidateCheck> checks(candidates.size());
+    for (size_t k = 0; k < candidates.size(); ++k) {
+      CandidateCheck& c = checks[k];
+      c.signature = task.signature();
+      c.config = candidates[k].config();
+      c.registers = gpu[k].registers;
+      c.spill_bytes = gpu[k].spill_bytes;
+      c.nvrtc_cached = gpu[k].cached;
+      const bool library = !candidates[k].library().empty();
+      if (!library && backend::nvrtc_available()) {
+        ++r.nvrtc_compiled;
+        r.nvrtc_cached += gpu[k].cached;
+        r.spilling += gpu[k].ok && gpu[k].spill_bytes > 0;
+      }
+      if (!gpu[k].ok || !cpu[k].ok) {
+        c.status = "compile_error";
+        c.detail = (gpu[k].ok ? cpu[k].error : gpu[k].error).substr(0, 2000);
+        ++r.compile_errors;
+        continue;
+      }
+      *req.add_candidates()->mutable_candidate() = candidates[k];
+      sent.push_back(k);
+    }
+    const int timeout = task.policy().timeout_ms() > 0 ? task.policy().timeout_ms() : 10000;
+    const std::vector<wire::CandidateResult> verified = sandbox.run(req, timeout);
+    for (size_t j = 0; j < sent.size(); ++j) {
+      CandidateCheck& c = checks[sent[j]];
+      c.status = j < verified.size() ? verified[j].status() : "runtime_fault";
+      c.detail = j < verified.size() ? verified[j].detail() : "no result from the measuring child";
+      r.verified += c.status == "ok";
+    }
+    for (CandidateCheck& c : checks) {
+      if (c.status != "ok") {
+        plan_options.rejected.insert({c.signature, c.config});
+        ++r.rejected;
+      }
+      r.checks.push_back(std::move(c));
+    }
+    if (options.progress) options.progress(t + 1, tasks.size());
+  }
+  bundle_options.rejected = plan_options.rejected;
+  r.plan = planner::plan_model(job.graph(), job.plan_device(), plan_options);
+  r.bundle = runtime::compile_bundle(job.graph(), r.plan, job.plan_device(), job.model_name(), bundle_options);
+  r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.cpu_s = cpu_seconds() - cpu0;
+  return r;
+}
+
+}  // namespace fusetune::coordinator

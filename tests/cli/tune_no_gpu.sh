@@ -1,0 +1,35 @@
+#!/bin/sh
+# Tuning for a GPU without timing (coordinator/dry_run.h): `fusetune tune --device h100 --no-timing`
+# compiles every candidate with NVRTC for sm_90 and verifies it on the host, chooses by the cost
+# model, says that nothing was timed, stores nothing in the search database, and writes a plan
+# that `fusetune run` verifies against PyTorch's outputs. A second run finds every cubin in the
+# on-disk cache. (Without --no-timing the same happens on a machine with no GPU.)
+# usage: tune_no_gpu.sh FUSETUNE MODEL_DIR WORK_DIR [extra tune args...]
+set -eu
+fusetune=$1 model_dir=$2 work=$3
+shift 3
+rm -rf "$work"
+mkdir -p "$work"
+export FUSETUNE_CACHE_DIR="$work/cache"
+tune() {  # tune OUT [extra tune args...]
+  out=$1
+  shift
+  "$fusetune" tune "$model_dir/model.onnx" --device h100 --no-timing --db "$work/search.db" --out "$work/$out" \
+    --candidates 2 "$@" > "$work/$out.txt" || { cat "$work/$out.txt"; exit 1; }
+  cat "$work/$out.txt"
+}
+tune plan "$@"
+grep -q '^nothing was timed; nothing was stored in the search database$' "$work/plan.txt" ||
+  { echo "FAIL: the dry run does not say that nothing was timed"; exit 1; }
+grep -q '^chosen by the cost model .*(modeled, not measured)$' "$work/plan.txt" ||
+  { echo "FAIL: the plan's time is not labelled modeled"; exit 1; }
+[ ! -e "$work/search.db" ] || { echo "FAIL: the dry run wrote a search database"; exit 1; }
+"$fusetune" run "$work/plan" --inputs "$model_dir/test_data_set_0"
+if grep -q '^NVRTC (ptxas figures) .* kernels' "$work/plan.txt"; then
+  tune plan2 "$@"
+  grep -Eq '^NVRTC \(ptxas figures\) +([0-9]+) kernels, \1 from the cubin cache \(100%\)' "$work/plan2.txt" ||
+    { echo "FAIL: the second dry run compiled again what the cubin cache holds"; exit 1; }
+else
+  echo "this build has no NVRTC: the cubin cache is not checked"
+fi
+echo "PASS: checked without timing, chosen by the cost model, nothing stored; the plan runs and matches"
