@@ -387,6 +387,39 @@ TEST_F(Service, TheSearchMutatesTheBestMeasuredUntilItsBudgetIsSpent) {
                                R"("min_repeats": 2, "max_repeats": 3, "min_time_ms": 0.1, "trials": 9)");
   wait_for([&] { return status(again).state() == "done"; }, "the second job");
   EXPECT_EQ(status(again).tasks(), 0);
+  // A larger budget on the same database measures more: one more round of 3.
+  const int64_t larger = submit(write_model(dir_, "relu", 4096, {"Relu"}), 3, "host",
+                                R"("min_repeats": 2, "max_repeats": 3, "min_time_ms": 0.1, "trials": 12)");
+  const wire::Task more = w.next_task();
+  EXPECT_EQ(more.candidates_size(), 3);
+  std::map<std::string, std::array<double, 3>> times;
+  for (const wire::Candidate& c : more.candidates()) {
+    EXPECT_TRUE(seen.insert(c.config()).second) << c.config() << " asked again";
+    times[c.config()] = {100.0, 99.9, 100.1};
+  }
+  w.answer(more, times);
+  wait_for([&] { return status(larger).state() == "done"; }, "the larger job");
+  EXPECT_EQ(seen.size(), 12u);
+}
+
+// --time: no new round once the job has run that long (here at once: the first round only).
+TEST_F(Service, TheSearchStartsNoRoundAfterItsTime) {
+  start_coordinator();
+  ScriptedWorker w(context_, endpoint_);
+  const int64_t job = submit(write_model(dir_, "relu", 4096, {"Relu"}), 3, "host",
+                             R"("min_repeats": 2, "max_repeats": 3, "min_time_ms": 0.1, "trials": 9, "time_s": 0.001)");
+  const wire::Task first = w.next_task();
+  std::map<std::string, std::array<double, 3>> times;
+  double t = 10;
+  for (const wire::Candidate& c : first.candidates()) {
+    times[c.config()] = {t, t - 0.01, t + 0.01};
+    t += 1;
+  }
+  w.answer(first, times);
+  wait_for([&] { return status(job).state() == "done"; }, "the job");
+  const auto summary = nlohmann::json::parse(status(job).summary());
+  EXPECT_EQ(summary["search_rounds"], 0) << summary.dump();
+  EXPECT_EQ(status(job).candidates_measured(), first.candidates_size());
 }
 
 TEST_F(Service, GarbageFramesAndIncompatibleWorkersAreHandledAndTheServiceGoesOn) {
