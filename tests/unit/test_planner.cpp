@@ -274,6 +274,13 @@ TEST(Select, MeasurementsOverrideTheModel) {
   EXPECT_TRUE(found);
 }
 
+// The first group of a plan with more than one node (the plan's size when there is none).
+size_t first_fused(const ModelPlan& plan) {
+  size_t k = 0;
+  while (k < plan.groups.size() && plan.groups[k].group.nodes.size() < 2) ++k;
+  return k;
+}
+
 // Every candidate of a fused group measured and failed (a compile error, a wrong result, a failed
 // race check): the group is never shipped with one of them; it falls back to its parts, and the
 // plan names it. The fusion itself does not change (merge decisions use modeled costs only).
@@ -281,8 +288,7 @@ TEST(Select, AGroupWhoseMeasurementsAllFailedFallsBackToItsParts) {
   const Graph g = load("bert");
   const Device d = find_device("h100");
   const ModelPlan modeled = plan_model(g, d);
-  size_t target = 0;
-  while (target < modeled.groups.size() && modeled.groups[target].group.nodes.size() < 2) ++target;
+  const size_t target = first_fused(modeled);
   ASSERT_LT(target, modeled.groups.size());
   const GroupPlan& gp = modeled.groups[target];
   Measurements m;
@@ -320,8 +326,7 @@ TEST(Select, RejectedCandidatesAreNeverChosenByTheModel) {
   const Graph g = load("bert");
   const Device d = find_device("h100");
   const ModelPlan modeled = plan_model(g, d);
-  size_t target = 0;
-  while (target < modeled.groups.size() && modeled.groups[target].group.nodes.size() < 2) ++target;
+  const size_t target = first_fused(modeled);
   ASSERT_LT(target, modeled.groups.size());
   const GroupPlan& gp = modeled.groups[target];
   ASSERT_GE(gp.candidates.size(), 2u);
