@@ -6,7 +6,8 @@
 // architecture (CompilePool: ptxas's registers, shared memory and spills; the on-disk cubin cache
 // answers what was compiled before), and the same CUDA text is built for the host and verified
 // there against the reference in the worker's measuring child (worker/sandbox.h, Policy
-// verify_only: bounds, races and barriers checked, outputs compared; nothing timed). The plan is
+// verify_only: bounds, races and barriers checked, outputs compared; nothing timed; a candidate
+// whose verification runs past the job's timeout is kept as unverified, not rejected). The plan is
 // then chosen by the cost model among the candidates that passed (planner::PlanOptions::rejected
 // holds the others) and compiled into a bundle as `fusetune compile` does.
 // Guarantees: nothing is timed and nothing is written to the search database, so nothing it
@@ -31,7 +32,9 @@ struct DryRunOptions {
 
 struct CandidateCheck {
   std::string signature, config;
-  std::string status;  // "ok", or why it was rejected: storage::status_name's words
+  // "ok"; "unverified" (its host verification ran past the job's timeout: kept, as nothing says it
+  // is wrong); or why it was rejected, in storage::status_name's words.
+  std::string status;
   int registers = 0;
   int spill_bytes = 0;
   bool nvrtc_cached = false;
@@ -42,7 +45,8 @@ struct DryRunReport {
   std::string arch;
   size_t tasks = 0;
   std::vector<CandidateCheck> checks;
-  size_t nvrtc_compiled = 0, nvrtc_cached = 0, compile_errors = 0, spilling = 0, verified = 0, rejected = 0;
+  size_t nvrtc_compiled = 0, nvrtc_cached = 0, compile_errors = 0, spilling = 0, verified = 0, unverified = 0,
+         rejected = 0;
   double wall_s = 0, cpu_s = 0;  // CPU: this process and its children (compilers, measuring child)
   planner::ModelPlan plan;       // chosen by the cost model among the candidates that passed
   runtime::Bundle bundle;

@@ -79,8 +79,8 @@ int tune_without_timing(const Args& args, const std::vector<wire::ModelFile>& fi
   } else {
     std::printf("%-34s %s\n", "NVRTC (ptxas figures)", "not in this build: no cubins, no ptxas figures");
   }
-  std::printf("%-34s %zu passed, %zu rejected (%zu compile errors)\n", "verified on the host", r.verified, r.rejected,
-              r.compile_errors);
+  std::printf("%-34s %zu passed, %zu rejected (%zu compile errors), %zu too slow to verify here (kept)\n",
+              "verified on the host", r.verified, r.rejected, r.compile_errors, r.unverified);
   std::printf("%-34s %zu groups in %d launches, %.1f us (modeled, not measured)\n", "chosen by the cost model",
               r.plan.groups.size(), r.plan.launches, r.plan.modeled_us);
   std::printf("%-34s %.1f s CPU (%.0f ms per candidate), %.1f s wall\n", "cost of the dry run", r.cpu_s,
