@@ -12,7 +12,8 @@ if [ "${1:-}" != "--quick" ]; then
   # nerf_mlp, resnet_small, and of the Hugging Face ones gpt2 and llama_decode). It leaves out what repeats, at several times the cost under the
   # sanitizers, code paths those already take, and which ran above without them: the barrier
   # mutation tests (mutations.*), the larger models compiled and run (compiled.*,
-  # Codegen/ModelGroups.*), the BERT tuning and hand-deleted-barrier runs, and the export and
+  # Codegen/ModelGroups.*), the BERT tuning, the three-tune extension run (tune.extend: 133 s under
+  # the sanitizers; the Service tests take the same coordinator paths) and hand-deleted-barrier runs, and the export and
   # launch-order checks over whole measured plans (JobPlanner.AnExport*: lowering and NVRTC of
   # every launch, 177 s under the sanitizers; Select.EveryLaunchRuns*: 40 plans), and the installed
   # package (install.package: a deployment built without the sanitizers cannot load an instrumented
@@ -20,7 +21,7 @@ if [ "${1:-}" != "--quick" ]; then
   # tests (Simt*) and the verifier's run over all 1,729 top candidates of the test models (lowering
   # and barrier analysis of every model: 9 s plain, 161 s under the sanitizers) run here too.
   larger='(bert|convnext_t|efficientnet_b0|mobilenet_v2|swin_t|vit|llama|llama_gqa|qwen2|qwen2_decode|bart_encoder|distilbert|hf_vit|t5_encoder|whisper_encoder|[a-z0-9_]+_dynamo|[a-z0-9_]+_fp16)'
-  skip="^mutations\\.|^compiled\\.${larger}\$|^Codegen/ModelGroups\\..*\"${larger}\"\$|^tune\\.bert\$|^cli\\.deleted_barrier\$|^JobPlanner\\.AnExport|^Select\\.EveryLaunchRuns|^install\\.package\$"
+  skip="^mutations\\.|^compiled\\.${larger}\$|^Codegen/ModelGroups\\..*\"${larger}\"\$|^tune\\.bert\$|^tune\\.extend\$|^cli\\.deleted_barrier\$|^JobPlanner\\.AnExport|^Select\\.EveryLaunchRuns|^install\\.package\$"
   echo "test.sh: the sanitizer pass skips the tests matching ${skip} (run above without sanitizers)"
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build-asan --output-on-failure -j "$(nproc)" -E "$skip"
