@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 
 #include <chrono>
+#include <set>
 
 #include "backend/nvrtc.h"
 #include "core/error.h"
@@ -24,19 +25,13 @@ double cpu_seconds() {
   return s;
 }
 
-}  // namespace
-
-DryRunReport dry_run(const JobPlanner& job, const DryRunOptions& options) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const double cpu0 = cpu_seconds();
-  DryRunReport r;
-  r.arch = job.plan_device().arch;
+// Checks every candidate of every task (NVRTC, host build, verification in the measuring child),
+// filling the report's counts and checks and the rejected set. The measuring child ends when this
+// returns, so that its CPU time is counted (RUSAGE_CHILDREN) by the caller.
+void check_tasks(const std::vector<TaskSpec>& tasks, const DryRunOptions& options, DryRunReport& r,
+                 std::set<std::pair<std::string, std::string>>& rejected) {
   worker::CompilePool nvrtc(r.arch, options.compile_jobs), host("host", options.compile_jobs);
   worker::Sandbox sandbox(options.fusetune_binary, "host");
-  const std::vector<TaskSpec> tasks = job.tasks();
-  r.tasks = tasks.size();
-  planner::PlanOptions plan_options;
-  runtime::BundleOptions bundle_options;
   for (size_t t = 0; t < tasks.size(); ++t) {
     const wire::Task& task = tasks[t].task;
     std::vector<wire::Candidate> candidates(task.candidates().begin(), task.candidates().end());
@@ -84,13 +79,27 @@ DryRunReport dry_run(const JobPlanner& job, const DryRunOptions& options) {
         ++r.unverified;
       }
       if (c.status != "ok" && c.status != "unverified") {
-        plan_options.rejected.insert({c.signature, c.config});
+        rejected.insert({c.signature, c.config});
         ++r.rejected;
       }
       r.checks.push_back(std::move(c));
     }
     if (options.progress) options.progress(t + 1, tasks.size());
   }
+}
+
+}  // namespace
+
+DryRunReport dry_run(const JobPlanner& job, const DryRunOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const double cpu0 = cpu_seconds();
+  DryRunReport r;
+  r.arch = job.plan_device().arch;
+  const std::vector<TaskSpec> tasks = job.tasks();
+  r.tasks = tasks.size();
+  planner::PlanOptions plan_options;
+  runtime::BundleOptions bundle_options;
+  check_tasks(tasks, options, r, plan_options.rejected);
   bundle_options.rejected = plan_options.rejected;
   r.plan = planner::plan_model(job.graph(), job.plan_device(), plan_options);
   r.bundle = runtime::compile_bundle(job.graph(), r.plan, job.plan_device(), job.model_name(), bundle_options);
