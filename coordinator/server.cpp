@@ -384,8 +384,9 @@ struct Server::State {
     // cost model ranks while that is too little: LearnedModel::kMinGroups, kMinSamples).
     search::LearnedModel model;
     std::vector<search::MeasuredGroup> data;
+    std::map<std::string, search::GroupDecision> decisions;  // each group's, read once for both uses
     for (const auto& [signature, group] : job.groups) {
-      const search::GroupDecision d = decide(job, signature).first;
+      const search::GroupDecision& d = decisions[signature] = decide(job, signature).first;
       search::MeasuredGroup m;
       for (const planner::Candidate& c : job.planner->group(signature).candidates) {
         const auto it = d.time_us.find(c.config.str());
@@ -405,7 +406,7 @@ struct Server::State {
       int generated = 0;  // library calls are measured besides the budget
       for (const std::string& config : tried) generated += config.find("library=") == std::string::npos;
       if (generated >= budget) continue;
-      const search::GroupDecision d = decide(job, signature).first;
+      const search::GroupDecision& d = decisions.at(signature);
       std::vector<std::pair<double, std::string>> ranked;
       for (const auto& [config, us] : d.time_us) ranked.emplace_back(us, config);
       std::sort(ranked.begin(), ranked.end());
