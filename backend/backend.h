@@ -76,10 +76,28 @@ class Sequence {
   virtual bool cuda_graph() const = 0;  // run() replays one captured CUDA graph
 };
 
+// The blocks of a grid a launch ran: all of them when blocks == grid (or both are 0: not counted).
+struct Coverage {
+  int64_t blocks = 0;
+  int64_t grid = 0;
+  bool whole() const { return blocks >= grid; }
+};
+
 class Module {
  public:
   virtual ~Module() = default;
   virtual void launch(const std::string& kernel, const std::vector<Buffer*>& args) = 0;
+  // A launch of at most `max_blocks` blocks of the kernel's grid (at least 2): the first, the last,
+  // and others drawn from `seed`, under the same checks as launch(). Outputs the other blocks
+  // would write are left as they were. A backend that cannot run part of a grid (the GPU) runs
+  // all of it, as does the host for a grid within the limit or a library call.
+  virtual Coverage launch_sample(const std::string& kernel, const std::vector<Buffer*>& args, int64_t max_blocks,
+                                 uint64_t seed) {
+    (void)max_blocks;
+    (void)seed;
+    launch(kernel, args);
+    return {};
+  }
   virtual Timing time(const std::string& kernel, const std::vector<Buffer*>& args, const TimingPolicy& policy) = 0;
   virtual std::unique_ptr<Sequence> prepare(std::vector<Step> steps) = 0;
   // What the kernels did to memory, summed over this module's launches, per kernel: counted by

@@ -5,6 +5,8 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <random>
+#include <set>
 #include <thread>
 
 #include "backend/backend.h"
@@ -98,6 +100,25 @@ class HostModule : public Module {
       : module_(std::move(module)), kernels_(std::move(kernels)), options_(std::move(options)) {}
 
   void launch(const std::string& kernel, const std::vector<Buffer*>& args) override { run(kernel, args, options_); }
+
+  Coverage launch_sample(const std::string& kernel, const std::vector<Buffer*>& args, int64_t max_blocks,
+                         uint64_t seed) override {
+    auto it = kernels_.find(kernel);
+    check(it != kernels_.end(), "no kernel '", kernel, "' in the module");
+    const int64_t grid = it->second.shape.grid;
+    if (it->second.library || grid <= std::max<int64_t>(2, max_blocks)) {
+      run(kernel, args, options_);
+      return {grid, grid};
+    }
+    simt::Options sample = options_;
+    std::set<int64_t> blocks{0, grid - 1};
+    std::mt19937_64 rng(seed);
+    std::uniform_int_distribution<int64_t> pick(1, grid - 2);
+    while (static_cast<int64_t>(blocks.size()) < max_blocks) blocks.insert(pick(rng));
+    sample.blocks.assign(blocks.begin(), blocks.end());
+    run(kernel, args, sample);
+    return {static_cast<int64_t>(blocks.size()), grid};
+  }
 
   Timing time(const std::string& kernel, const std::vector<Buffer*>& args, const TimingPolicy& policy) override {
     simt::Options plain = options_;  // timed runs execute the kernel without checks or counters

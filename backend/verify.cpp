@@ -1,7 +1,9 @@
 #include "backend/verify.h"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
+#include <tuple>
 
 #include "core/error.h"
 #include "core/ops.h"
@@ -53,11 +55,52 @@ Tensor random_group_input(const Graph& g, const planner::FusionGroup& group, int
   return random_tensor(v.dtype, v.shape, lo, hi, rng);
 }
 
-VerifyResult verify_kernel(const Graph& g, const planner::FusionGroup& group, const std::string& kernel,
-                           const std::vector<int>& inputs, const std::vector<int>& outputs, Backend& backend,
-                           Module& module, std::mt19937& rng, size_t redzone_bytes) {
+namespace {
+
+// The elements of `got` that a sampled launch wrote (no longer all poison bytes) and the same
+// elements of `want`, each as a 1-D tensor.
+std::pair<Tensor, Tensor> written_elements(const Tensor& got, const Tensor& want) {
+  const size_t size = dtype_size(got.dtype());
+  const auto* g = reinterpret_cast<const unsigned char*>(got.data());
+  const auto* w = reinterpret_cast<const unsigned char*>(want.data());
+  std::vector<size_t> written;
+  for (size_t i = 0; i < static_cast<size_t>(got.numel()); ++i) {
+    if (std::any_of(g + i * size, g + (i + 1) * size, [](unsigned char b) { return b != 0xFF; })) written.push_back(i);
+  }
+  const Shape shape{static_cast<int64_t>(written.size())};
+  Tensor a(got.dtype(), shape), b(want.dtype(), shape);
+  for (size_t j = 0; j < written.size(); ++j) {
+    std::memcpy(reinterpret_cast<unsigned char*>(a.data()) + j * size, g + written[j] * size, size);
+    std::memcpy(reinterpret_cast<unsigned char*>(b.data()) + j * size, w + written[j] * size, size);
+  }
+  return {std::move(a), std::move(b)};
+}
+
+}  // namespace
+
+Reference reference_values(const Graph& g, const planner::FusionGroup& group, const std::vector<int>& inputs,
+                           std::mt19937& rng) {
+  Reference r;
+  r.inputs = inputs;
+  for (int v : inputs) {
+    if (!r.values.count(v)) r.values[v] = random_group_input(g, group, v, rng);  // packed parts may share inputs
+  }
+  for (int id : group.nodes) {  // node by node over the group
+    const Node& n = g.nodes()[static_cast<size_t>(id)];
+    std::vector<const Tensor*> ins;
+    for (int in : n.inputs) ins.push_back(in == kNoValue ? nullptr : &r.values.at(in));
+    r.values[n.outputs[0]] = std::move(reference::run_node(n, ins)[0]);
+  }
+  return r;
+}
+
+VerifyResult verify_kernel(const Graph& g, const std::string& kernel, const std::vector<int>& inputs,
+                           const std::vector<int>& outputs, Backend& backend, Module& module, const Reference& reference,
+                           const VerifyOptions& options) {
+  check(reference.inputs == inputs, "kernel '", kernel, "': its reference was drawn for other inputs");
+  const size_t redzone_bytes = options.redzone_bytes;
   constexpr unsigned char kRedzoneByte = 0xA5;
-  std::map<int, Tensor> values;
+  const std::map<int, Tensor>& values = reference.values;
   std::vector<std::unique_ptr<Buffer>> parents;  // with redzones around the buffers
   std::vector<std::unique_ptr<Buffer>> buffers;
   std::vector<Buffer*> args;
@@ -74,8 +117,8 @@ VerifyResult verify_kernel(const Graph& g, const planner::FusionGroup& group, co
     return buffers.back().get();
   };
   for (int v : inputs) {
-    if (!values.count(v)) values[v] = random_group_input(g, group, v, rng);  // packed parts may share inputs
-    allocate(values[v].nbytes())->upload(values[v].data(), values[v].nbytes());
+    const Tensor& t = values.at(v);
+    allocate(t.nbytes())->upload(t.data(), t.nbytes());
   }
   for (int v : outputs) {
     const Value& val = g.value(v);
@@ -83,7 +126,11 @@ VerifyResult verify_kernel(const Graph& g, const planner::FusionGroup& group, co
   }
   VerifyResult result;
   try {
-    module.launch(kernel, args);
+    if (options.sample_blocks > 0) {
+      result.coverage = module.launch_sample(kernel, args, options.sample_blocks, options.seed);
+    } else {
+      module.launch(kernel, args);
+    }
   } catch (const simt::CheckFailed& e) {
     result.ok = false;
     result.check_failed = true;
@@ -107,26 +154,31 @@ VerifyResult verify_kernel(const Graph& g, const planner::FusionGroup& group, co
       break;
     }
   }
-  // The reference, node by node over the group.
-  for (int id : group.nodes) {
-    const Node& n = g.nodes()[static_cast<size_t>(id)];
-    std::vector<const Tensor*> ins;
-    for (int in : n.inputs) ins.push_back(in == kNoValue ? nullptr : &values.at(in));
-    values[n.outputs[0]] = std::move(reference::run_node(n, ins)[0]);
-  }
   for (size_t k = 0; k < outputs.size(); ++k) {
     const int v = outputs[k];
-    const Tensor& want = values.at(v);
+    Tensor want = values.at(v);
     Tensor got(want.dtype(), want.shape());
     buffers[inputs.size() + k]->download(got.data(), got.nbytes());
+    if (!result.coverage.whole()) std::tie(got, want) = written_elements(got, want);
+    result.compared += got.numel();
     reference::Tolerance tol = reference::default_tolerance(want.dtype());
     if (want.dtype() == DType::kF32) tol = {1e-3, 1e-5, 1e-4};  // float32 kernels against a double reference
     const reference::Comparison c = reference::compare(got, want, tol);
     result.max_abs = std::max(result.max_abs, c.max_abs);
     if (!c.ok && result.ok) {
       result.ok = false;
-      result.detail = "output '" + g.value(v).name + "' " + shape_str(want.shape()) + ": " + c.describe();
+      result.detail = "output '" + g.value(v).name + "' " + shape_str(values.at(v).shape()) + ": " + c.describe();
+      if (!result.coverage.whole()) {
+        result.detail += " (among the " + std::to_string(want.numel()) + " elements written by " +
+                         std::to_string(result.coverage.blocks) + " sampled blocks of " +
+                         std::to_string(result.coverage.grid) + ")";
+      }
     }
+  }
+  if (result.ok && !result.coverage.whole() && result.compared == 0) {
+    result.ok = false;
+    result.detail = "the " + std::to_string(result.coverage.blocks) + " sampled blocks of " +
+                    std::to_string(result.coverage.grid) + " wrote no output element";
   }
   return result;
 }

@@ -12,8 +12,14 @@
 // bounds, uninitialised shared memory): a finding fails the verification with check_failed set.
 // Guarantees: a kernel that leaves any output element unwritten, computes it wrongly beyond the
 // bound, (with redzones) writes outside its buffers, or fails a check, fails.
+// With VerifyOptions::sample_blocks the host runs only that many blocks of a larger grid
+// (Module::launch_sample: the first, the last, others drawn from the seed): the checks cover what
+// those blocks do, and the output elements they wrote (those no longer holding the poison) are
+// compared; elements of other blocks are not, so coverage of the whole output is not proven. A
+// sample that wrote no output element fails. The result says how many blocks of the grid ran.
 #pragma once
 
+#include <map>
 #include <random>
 #include <string>
 
@@ -24,17 +30,42 @@
 
 namespace fusetune::backend {
 
+struct VerifyOptions {
+  size_t redzone_bytes = 0;   // margins around every buffer that must survive the launch
+  int64_t sample_blocks = 0;  // run at most this many blocks of the grid (host); 0: all
+  uint64_t seed = 0;          // draws the sampled blocks
+};
+
 struct VerifyResult {
   bool ok = true;
+  Coverage coverage;          // the blocks run, of the grid (whole unless sampled)
+  int64_t compared = 0;       // output elements compared with the reference
   bool check_failed = false;  // the host executor's checks found something (detail says what)
   std::string detail;  // first mismatch or finding, for a failure message
   double max_abs = 0;
 };
 
-// The kernel `kernel` of `module` with parameters bound to graph values `inputs` then `outputs`.
-VerifyResult verify_kernel(const Graph& g, const planner::FusionGroup& group, const std::string& kernel,
-                           const std::vector<int>& inputs, const std::vector<int>& outputs, Backend& backend,
-                           Module& module, std::mt19937& rng, size_t redzone_bytes = 0);
+// What a kernel is compared against: the group's inputs `inputs` drawn from `rng` (constants as
+// they are) and the reference's value of everything the group computes, by graph value. The
+// candidates of one group share it (measuring and dry runs compute it once per task).
+struct Reference {
+  std::vector<int> inputs;
+  std::map<int, Tensor> values;
+};
+Reference reference_values(const Graph& g, const planner::FusionGroup& group, const std::vector<int>& inputs,
+                           std::mt19937& rng);
+
+// The kernel `kernel` of `module` with parameters bound to graph values `inputs` then `outputs`,
+// against `reference` (whose inputs must be `inputs`).
+VerifyResult verify_kernel(const Graph& g, const std::string& kernel, const std::vector<int>& inputs,
+                           const std::vector<int>& outputs, Backend& backend, Module& module, const Reference& reference,
+                           const VerifyOptions& options = {});
+// The same with a reference drawn from `rng`.
+inline VerifyResult verify_kernel(const Graph& g, const planner::FusionGroup& group, const std::string& kernel,
+                                  const std::vector<int>& inputs, const std::vector<int>& outputs, Backend& backend,
+                                  Module& module, std::mt19937& rng, const VerifyOptions& options = {}) {
+  return verify_kernel(g, kernel, inputs, outputs, backend, module, reference_values(g, group, inputs, rng), options);
+}
 inline VerifyResult verify_kernel(const Graph& g, const planner::FusionGroup& group, const codegen::LoweredKernel& lk,
                                   Backend& backend, Module& module, std::mt19937& rng) {
   return verify_kernel(g, group, lk.kernel.name, lk.inputs, lk.outputs, backend, module, rng);

@@ -25,6 +25,10 @@ double cpu_seconds() {
   return s;
 }
 
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 // Checks every candidate of every task (NVRTC, host build, verification in the measuring child),
 // filling the report's counts and checks and the rejected set. The measuring child ends when this
 // returns, so that its CPU time is counted (RUSAGE_CHILDREN) by the caller.
@@ -35,12 +39,17 @@ void check_tasks(const std::vector<TaskSpec>& tasks, const DryRunOptions& option
   for (size_t t = 0; t < tasks.size(); ++t) {
     const wire::Task& task = tasks[t].task;
     std::vector<wire::Candidate> candidates(task.candidates().begin(), task.candidates().end());
+    auto t0 = std::chrono::steady_clock::now();
     const std::vector<worker::CompileOutput> gpu = nvrtc.compile(candidates);
+    r.nvrtc_s += seconds_since(t0);
+    t0 = std::chrono::steady_clock::now();
     const std::vector<worker::CompileOutput> cpu = host.compile(candidates);
+    r.host_build_s += seconds_since(t0);
     wire::ChildRequest req;
     *req.mutable_graph() = task.graph();
     *req.mutable_policy() = task.policy();
     req.mutable_policy()->set_verify_only(true);
+    req.mutable_policy()->set_sample_blocks(static_cast<int32_t>(options.sample_blocks));
     std::vector<size_t> sent;
     std::vector<CandidateCheck> checks(candidates.size());
     for (size_t k = 0; k < candidates.size(); ++k) {
@@ -66,11 +75,18 @@ void check_tasks(const std::vector<TaskSpec>& tasks, const DryRunOptions& option
       sent.push_back(k);
     }
     const int timeout = task.policy().timeout_ms() > 0 ? task.policy().timeout_ms() : 10000;
+    t0 = std::chrono::steady_clock::now();
     const std::vector<wire::CandidateResult> verified = sandbox.run(req, timeout);
+    r.verify_s += seconds_since(t0);
     for (size_t j = 0; j < sent.size(); ++j) {
       CandidateCheck& c = checks[sent[j]];
       c.status = j < verified.size() ? verified[j].status() : "runtime_fault";
       c.detail = j < verified.size() ? verified[j].detail() : "no result from the measuring child";
+      if (j < verified.size() && verified[j].grid_blocks() > 0) {
+        c.verified_blocks = verified[j].verified_blocks();
+        c.grid_blocks = verified[j].grid_blocks();
+        ++r.sampled;
+      }
       r.verified += c.status == "ok";
     }
     for (CandidateCheck& c : checks) {
@@ -96,14 +112,19 @@ DryRunReport dry_run(const JobPlanner& job, const DryRunOptions& options) {
   DryRunReport r;
   r.arch = job.plan_device().arch;
   const std::vector<TaskSpec> tasks = job.tasks();
+  r.lower_s = seconds_since(t0);
   r.tasks = tasks.size();
   planner::PlanOptions plan_options;
   runtime::BundleOptions bundle_options;
   check_tasks(tasks, options, r, plan_options.rejected);
   bundle_options.rejected = plan_options.rejected;
+  auto phase = std::chrono::steady_clock::now();
   r.plan = planner::plan_model(job.graph(), job.plan_device(), plan_options);
+  r.plan_s = seconds_since(phase);
+  phase = std::chrono::steady_clock::now();
   r.bundle = runtime::compile_bundle(job.graph(), r.plan, job.plan_device(), job.model_name(), bundle_options);
-  r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.bundle_s = seconds_since(phase);
+  r.wall_s = seconds_since(t0);
   r.cpu_s = cpu_seconds() - cpu0;
   return r;
 }

@@ -13,6 +13,7 @@
 #include "codegen/emit.h"
 #include "codegen/lower_group.h"
 #include "core/error.h"
+#include "core/parallel.h"
 #include "core/sha256.h"
 #include "core/signature.h"
 #include "importer/importer.h"
@@ -234,10 +235,12 @@ planner::PlanOptions search_plan_options() {
 }
 
 std::vector<TaskSpec> JobPlanner::tasks() const {
-  std::vector<TaskSpec> out;
   const JobOptions& o = s_->options;
-  for (const planner::GroupPlan& gp : s_->modeled.compared) {
-    TaskSpec spec;
+  const std::vector<planner::GroupPlan>& groups = s_->modeled.compared;
+  std::vector<TaskSpec> out(groups.size());
+  parallel_for(groups.size(), [&](size_t k) {  // groups are lowered independently, on every core
+    const planner::GroupPlan& gp = groups[k];
+    TaskSpec& spec = out[k];
     spec.signature = gp.signature;
     spec.canonical_form = subgraph_signature(s_->graph, gp.group.nodes).canonical_form;
     spec.pattern = gp.group.pattern;
@@ -263,8 +266,7 @@ std::vector<TaskSpec> JobPlanner::tasks() const {
       if (!c.cost.valid || (!library && generated >= o.candidates)) continue;
       if (add_candidate(sub, c.config, t) && !library) ++generated;
     }
-    out.push_back(std::move(spec));
-  }
+  });
   return out;
 }
 

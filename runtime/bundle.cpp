@@ -11,6 +11,7 @@
 #include "codegen/lower_group.h"
 #include "codegen/memory_plan.h"
 #include "core/error.h"
+#include "core/parallel.h"
 
 namespace fusetune::runtime {
 
@@ -76,19 +77,37 @@ Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, const plan
     }
     return codegen::pack_kernels(parts, name);
   };
+  // Lowered launches by what determines them (launch, thread count, each part's candidate), so that
+  // a rebuild after a spill substitution lowers only the launches it changed.
+  std::map<std::vector<size_t>, codegen::LoweredKernel> lowered_by_key;
   auto build = [&]() {
-    kernels.clear();
-    lowered.clear();
+    std::vector<std::vector<size_t>> keys(launch_groups.size());
     for (size_t l = 0; l < launch_groups.size(); ++l) {
       int threads = 0;
       for (size_t k : launch_groups[l]) threads = std::max(threads, plan.groups[k].candidates[choice[k]].config.threads);
       if (auto t = launch_threads.find(l); t != launch_threads.end()) threads = t->second;
+      keys[l] = {l, static_cast<size_t>(threads)};
       for (size_t k : launch_groups[l]) {
         planner::TileConfig cfg = plan.groups[k].candidates[choice[k]].config;
         cfg.threads = threads;
         b.group_configs[k] = cfg.str();
+        keys[l].push_back(choice[k]);
       }
-      lowered.push_back(lower_launch(l, threads, "k" + std::to_string(l)));
+    }
+    std::vector<size_t> missing;
+    for (size_t l = 0; l < keys.size(); ++l) {
+      if (!lowered_by_key.count(keys[l])) missing.push_back(l);
+    }
+    std::vector<codegen::LoweredKernel> fresh(missing.size());
+    parallel_for(missing.size(), [&](size_t j) {  // launches are lowered independently, on every core
+      const size_t l = missing[j];
+      fresh[j] = lower_launch(l, static_cast<int>(keys[l][1]), "k" + std::to_string(l));
+    });
+    for (size_t j = 0; j < missing.size(); ++j) lowered_by_key[keys[missing[j]]] = std::move(fresh[j]);
+    kernels.clear();
+    lowered.clear();
+    for (const std::vector<size_t>& key : keys) {
+      lowered.push_back(lowered_by_key.at(key));
       kernels.push_back(lowered.back().kernel);
     }
     b.cuda_source = codegen::emit_cuda(kernels);
@@ -96,7 +115,7 @@ Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, const plan
   };
   // Whether a kernel compiled on its own spills registers.
   auto spills_alone = [&](const codegen::Kernel& kernel) {
-    const auto r = backend::compile_cuda(codegen::emit_cuda({kernel}), device.arch).resources;
+    const auto r = backend::compile_cuda_cached(codegen::emit_cuda({kernel}), device.arch).resources;
     return !r.count(kernel.name) || r.at(kernel.name).spills();
   };
   build();
@@ -104,7 +123,7 @@ Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, const plan
   std::string nvrtc = "unavailable";
   std::map<size_t, std::string> spill_avoided;  // group -> the spilling config it replaced
   if (backend::nvrtc_available()) {
-    backend::CompiledCuda cc = backend::compile_cuda(b.cuda_source, device.arch);
+    backend::CompiledCuda cc = backend::compile_cuda_cached(b.cuda_source, device.arch);
     std::map<std::string, size_t> probed;  // signature -> candidate that does not spill
     bool changed = false;
     for (size_t l = 0; l < launch_groups.size() && !options.as_measured; ++l) {
@@ -144,7 +163,7 @@ Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, const plan
     }
     if (changed) {
       build();
-      cc = backend::compile_cuda(b.cuda_source, device.arch);
+      cc = backend::compile_cuda_cached(b.cuda_source, device.arch);
     }
     b.cubins[device.arch] = cc.cubin;
     resources = cc.resources;

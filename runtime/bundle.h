@@ -3,7 +3,8 @@
 // compile_bundle takes a graph, a chosen plan (planner/select.h) and the target device; it lowers
 // each group with its chosen candidate to a kernel, emits the CUDA and host sources, compiles
 // cubins for the device's architecture with NVRTC where available (recording registers, shared
-// memory and spills per kernel, and marking a kernel that spills), lays out constants in one blob
+// memory and spills per kernel, and marking a kernel that spills; through the on-disk cubin cache of
+// backend/nvrtc.h, so a bundle compiled before costs nothing), lays out constants in one blob
 // and intermediates in one arena (codegen/memory_plan), and describes it all in a versioned JSON
 // manifest. A modeled plan's kernels may change after planning: a candidate that spills gives way
 // to a lower-ranked one that does not, a packed launch takes its widest part's thread count (and

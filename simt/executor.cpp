@@ -364,7 +364,9 @@ struct Worker {
 
   void run() {
     ft_simt_ops[0] = ft_simt_ops[1] = 0;
-    for (int64_t b = L.next_block++; b < L.shape.grid; b = L.next_block++) run_block(b);
+    const std::vector<int64_t>& only = L.options.blocks;
+    const auto count = only.empty() ? L.shape.grid : static_cast<int64_t>(only.size());
+    for (int64_t i = L.next_block++; i < count; i = L.next_block++) run_block(only.empty() ? i : only[static_cast<size_t>(i)]);
     if (L.options.counters) {
       counters.flops += ft_simt_ops[0];
       counters.special_ops += ft_simt_ops[1];
@@ -588,6 +590,11 @@ LaunchResult launch(const KernelRef& kernel, const std::vector<void*>& buffers, 
         kernel.params.size(), " parameters, launched with ", buffers.size());
   check(shape.threads > 0 && shape.threads <= 1024 && shape.grid >= 0 && shape.shared_bytes >= 0, "kernel '",
         kernel.name, "': launch of ", shape.grid, " blocks of ", shape.threads, " threads");
+  std::set<int64_t> distinct;
+  for (int64_t b : options.blocks) {
+    check(b >= 0 && b < shape.grid && distinct.insert(b).second, "kernel '", kernel.name, "': block ", b,
+          " asked for twice or outside a grid of ", shape.grid);
+  }
   Launch L(kernel, shape, options);
   const size_t n = buffers.size();
   L.params.resize(n);
@@ -628,7 +635,8 @@ LaunchResult launch(const KernelRef& kernel, const std::vector<void*>& buffers, 
     L.args.push_back(&L.descs[i]);
   }
   int workers = options.workers > 0 ? options.workers : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  workers = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(workers, shape.grid)));
+  const int64_t blocks = options.blocks.empty() ? shape.grid : static_cast<int64_t>(options.blocks.size());
+  workers = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(workers, blocks)));
   std::vector<std::unique_ptr<Worker>> pool;
   for (int i = 0; i < workers; ++i) pool.push_back(std::make_unique<Worker>(L));
   if (workers == 1) {

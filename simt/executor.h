@@ -41,6 +41,9 @@ struct Options {
   uint64_t schedule_seed = 0;   // 0: threads resume in index order; else a seeded permutation
   size_t max_findings = 8;      // distinct findings kept in full
   std::set<int> skip_barriers;  // lines of the CUDA text whose __syncthreads() does nothing (mutation tests)
+  // Run only these blocks of the grid (distinct indices below the grid; empty: every block). The
+  // checks and counters then cover what those blocks do, the cross-block race check among them.
+  std::vector<int64_t> blocks;
 };
 
 struct Param {

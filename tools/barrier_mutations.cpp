@@ -93,7 +93,7 @@ Verified verify(const Graph& g, const wire::Candidate& c, const backend::ModuleS
   std::iota(group.nodes.begin(), group.nodes.end(), 0);
   std::mt19937 rng(static_cast<std::mt19937::result_type>(seed));
   Verified v;
-  v.result = backend::verify_kernel(g, group, c.kernel(), inputs, outputs, *be, *module, rng, 256);
+  v.result = backend::verify_kernel(g, group, c.kernel(), inputs, outputs, *be, *module, rng, {.redzone_bytes = 256});
   const auto counted = module->counters();
   if (auto it = counted.find(c.kernel()); it != counted.end()) v.counters = it->second;
   return v;

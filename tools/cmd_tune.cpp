@@ -1,7 +1,9 @@
 // fusetune tune MODEL.onnx [--device h100|host|auto] [--out PLAN_DIR] [--db PATH] [--shape ...]
-// [--candidates N] [--trials N] [--time S] [--plan-device NAME] [--no-timing]: the embedded default.
+// [--candidates N] [--trials N] [--time S] [--plan-device NAME] [--no-timing] [--verify-blocks N]: the
+// embedded default.
 // For a GPU device this machine lacks (or with --no-timing), a dry run instead
-// (coordinator/dry_run.h): every candidate compiled with NVRTC and verified on the host, the plan
+// (coordinator/dry_run.h): every candidate compiled with NVRTC and verified on the host (on at most
+// --verify-blocks blocks of its grid, default 16; 0: all), the plan
 // chosen by the cost model, nothing timed or stored. A coordinator (coordinator/server.h)
 // and a local worker (worker/daemon.h) run in this process and talk over ZeroMQ's inproc
 // transport with the same messages as over TCP; the search database defaults to the user's cache
@@ -63,6 +65,8 @@ int tune_without_timing(const Args& args, const std::vector<wire::ModelFile>& fi
   coordinator::DryRunOptions o;
   o.fusetune_binary = self_executable();
   o.compile_jobs = static_cast<int>(args.number("compile-jobs", std::max(1u, std::thread::hardware_concurrency())));
+  o.sample_blocks = static_cast<int64_t>(args.number("verify-blocks", static_cast<double>(o.sample_blocks)));
+  check(o.sample_blocks >= 0, "--verify-blocks ", o.sample_blocks, ": a number of blocks, 0 for all");
   coordinator::DryRunReport r;
   {
     ProgressLine progress("tasks");
@@ -81,10 +85,17 @@ int tune_without_timing(const Args& args, const std::vector<wire::ModelFile>& fi
   }
   std::printf("%-34s %zu passed, %zu rejected (%zu compile errors), %zu too slow to verify here (kept)\n",
               "verified on the host", r.verified, r.rejected, r.compile_errors, r.unverified);
+  if (r.sampled > 0) {
+    std::printf("%-34s %zu candidates checked on %lld blocks of their grid, not all (--verify-blocks 0: all)\n",
+                "verified on a sample of blocks", r.sampled, static_cast<long long>(o.sample_blocks));
+  }
   std::printf("%-34s %zu groups in %d launches, %.1f us (modeled, not measured)\n", "chosen by the cost model",
               r.plan.groups.size(), r.plan.launches, r.plan.modeled_us);
   std::printf("%-34s %.1f s CPU (%.0f ms per candidate), %.1f s wall\n", "cost of the dry run", r.cpu_s,
               candidates ? 1000 * r.cpu_s / static_cast<double>(candidates) : 0.0, r.wall_s);
+  std::printf("%-34s lowering %.1f s, NVRTC %.1f s, host builds %.1f s, host verification %.1f s, choice %.1f s, "
+              "bundle %.1f s\n",
+              "wall time by phase", r.lower_s, r.nvrtc_s, r.host_build_s, r.verify_s, r.plan_s, r.bundle_s);
   std::printf("nothing was timed; nothing was stored in the search database\n");
   if (args.has("out")) {
     runtime::write_bundle(r.bundle, args.get("out"));
@@ -97,10 +108,10 @@ int tune_without_timing(const Args& args, const std::vector<wire::ModelFile>& fi
 }  // namespace
 
 int cmd_tune(const std::vector<std::string>& argv) {
-  const Args args(argv, with_job_option_flags({"device", "out", "db", "compile-jobs"}), {"verbose", "no-timing"});
+  const Args args(argv, with_job_option_flags({"device", "out", "db", "compile-jobs", "verify-blocks"}), {"verbose", "no-timing"});
   check(args.positional().size() == 1,
         "usage: fusetune tune MODEL.onnx [--device h100|host|auto] [--out PLAN_DIR] [--db PATH] [--shape NAME=DxD...] "
-        "[--candidates N] [--trials N] [--time S] [--no-timing]");
+        "[--candidates N] [--trials N] [--time S] [--no-timing] [--verify-blocks N]");
   const std::filesystem::path model = args.positional()[0];
   std::string why;
   const auto [job_device, worker_device] = resolve_device(args.get("device", "auto"), why);

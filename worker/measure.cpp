@@ -7,7 +7,6 @@
 #include <numeric>
 #include <random>
 
-#include "backend/verify.h"
 #include "core/error.h"
 #include "proto/wire.h"
 
@@ -77,7 +76,8 @@ struct Prepared {
   std::string kernel;
 };
 
-Prepared prepare(const Graph& g, const wire::ChildCandidate& cc, const wire::Policy& policy, backend::Backend& backend) {
+Prepared prepare(const Graph& g, const wire::ChildCandidate& cc, const wire::Policy& policy, backend::Backend& backend,
+                 backend::Reference& reference) {
   const wire::Candidate& c = cc.candidate();
   Prepared p;
   wire::CandidateResult& r = p.result;
@@ -100,16 +100,24 @@ Prepared prepare(const Graph& g, const wire::ChildCandidate& cc, const wire::Pol
   std::iota(group.nodes.begin(), group.nodes.end(), 0);
   try {
     p.module = backend.load_source(src);
-    std::mt19937 rng(static_cast<std::mt19937::result_type>(policy.seed()));
-    const backend::VerifyResult v =
-        backend::verify_kernel(g, group, c.kernel(), inputs, outputs, backend, *p.module, rng, kRedzoneBytes);
+    if (reference.inputs != inputs || reference.values.empty()) {
+      std::mt19937 draw(static_cast<std::mt19937::result_type>(policy.seed()));
+      reference = backend::reference_values(g, group, inputs, draw);
+    }
+    const backend::VerifyResult v = backend::verify_kernel(g, c.kernel(), inputs, outputs, backend, *p.module, reference,
+                                                           {kRedzoneBytes, policy.sample_blocks(), policy.seed()});
     r.set_max_abs_error(v.max_abs);
+    if (!v.coverage.whole()) {
+      r.set_verified_blocks(v.coverage.blocks);
+      r.set_grid_blocks(v.coverage.grid);
+    }
     if (!v.ok) {
       r.set_status(v.check_failed ? "check_failed" : "wrong_result");
       r.set_detail(v.detail);
       return p;
     }
     // Timing runs on fresh buffers (no redzones needed: the kernel was verified on these shapes).
+    std::mt19937 rng(static_cast<std::mt19937::result_type>(policy.seed() + 1));
     for (const wire::ParamSpec& param : c.params()) {
       const Value& val = g.value(param.value());
       const size_t bytes = std::max<size_t>(1, static_cast<size_t>(numel(val.shape)) * dtype_size(val.dtype));
@@ -195,8 +203,8 @@ void time_interleaved(Prepared& a, Prepared& b, const wire::Policy& policy) {
 }  // namespace
 
 wire::CandidateResult measure_candidate(const Graph& g, const wire::ChildCandidate& cc, const wire::Policy& policy,
-                                        backend::Backend& backend) {
-  Prepared p = prepare(g, cc, policy, backend);
+                                        backend::Backend& backend, backend::Reference& reference) {
+  Prepared p = prepare(g, cc, policy, backend, reference);
   if (p.result.status() == "ok" && !policy.verify_only()) {
     guarded(p.result, [&] { set_timing(p.result, p.module->time(p.kernel, p.args, timing_policy(policy))); });
   }
@@ -205,9 +213,9 @@ wire::CandidateResult measure_candidate(const Graph& g, const wire::ChildCandida
 
 std::vector<wire::CandidateResult> measure_pair(const Graph& g, const wire::ChildCandidate& a,
                                                 const wire::ChildCandidate& b, const wire::Policy& policy,
-                                                backend::Backend& backend) {
-  Prepared pa = prepare(g, a, policy, backend);
-  Prepared pb = prepare(g, b, policy, backend);
+                                                backend::Backend& backend, backend::Reference& reference) {
+  Prepared pa = prepare(g, a, policy, backend, reference);
+  Prepared pb = prepare(g, b, policy, backend, reference);
   if (pa.result.status() == "ok" && pb.result.status() == "ok") {
     time_interleaved(pa, pb, policy);
   } else {  // one failed: the other is timed alone
@@ -224,9 +232,11 @@ int serve_measurements(int in_fd, int out_fd, backend::Backend& backend) {
     wire::ChildRequest req;
     check(req.ParseFromString(*frame), "the measuring child got a malformed request");
     const Graph g = wire::from_subgraph(req.graph());
+    backend::Reference reference;
     if (req.policy().interleave() && req.candidates_size() == 2) {
       bool fault = false;
-      for (const wire::CandidateResult& r : measure_pair(g, req.candidates(0), req.candidates(1), req.policy(), backend)) {
+      for (const wire::CandidateResult& r :
+           measure_pair(g, req.candidates(0), req.candidates(1), req.policy(), backend, reference)) {
         write_frame(out_fd, r.SerializeAsString());
         fault = fault || r.status() == "runtime_fault";
       }
@@ -234,7 +244,7 @@ int serve_measurements(int in_fd, int out_fd, backend::Backend& backend) {
       continue;
     }
     for (const wire::ChildCandidate& c : req.candidates()) {
-      const wire::CandidateResult r = measure_candidate(g, c, req.policy(), backend);
+      const wire::CandidateResult r = measure_candidate(g, c, req.policy(), backend, reference);
       write_frame(out_fd, r.SerializeAsString());
       if (r.status() == "runtime_fault") return 3;
     }

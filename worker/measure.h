@@ -23,18 +23,22 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/verify.h"
 #include "core/graph.h"
 #include "fusetune_proto/service.pb.h"
 
 namespace fusetune::worker {
 
+// `reference` is the request's reference (backend::Reference): drawn from the policy's seed by the
+// first candidate that needs it (or needs other inputs), reused by the others, so that a task's
+// candidates are compared against one reference computed once.
 wire::CandidateResult measure_candidate(const Graph& g, const wire::ChildCandidate& c, const wire::Policy& policy,
-                                        backend::Backend& backend);
+                                        backend::Backend& backend, backend::Reference& reference);
 // Two candidates verified, then timed in turn (Policy::interleave): both results interleaved, in
 // order; when one fails to verify or load, the other is timed alone.
 std::vector<wire::CandidateResult> measure_pair(const Graph& g, const wire::ChildCandidate& a,
                                                 const wire::ChildCandidate& b, const wire::Policy& policy,
-                                                backend::Backend& backend);
+                                                backend::Backend& backend, backend::Reference& reference);
 
 int serve_measurements(int in_fd, int out_fd, backend::Backend& backend);
 

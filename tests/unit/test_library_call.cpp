@@ -150,7 +150,7 @@ TEST(LibraryCall, HostGemmMatchesTheReferenceOnOddShapes) {
     const codegen::LoweredKernel lk = codegen::lower_group(t.g, t.group, cfg, "lib");
     EXPECT_NE(codegen::to_text(lk.kernel).find("library call"), std::string::npos);
     auto module = backend->load(std::vector<codegen::Kernel>{lk.kernel});
-    const backend::VerifyResult v = backend::verify_kernel(t.g, t.group, "lib", lk.inputs, lk.outputs, *backend, *module, rng, 256);
+    const backend::VerifyResult v = backend::verify_kernel(t.g, t.group, "lib", lk.inputs, lk.outputs, *backend, *module, rng, {.redzone_bytes = 256});
     EXPECT_TRUE(v.ok) << dtype_name(c.dt) << " batch " << c.batch << " m " << c.m << " n " << c.n << " k " << c.k << ": "
                       << v.detail;
   }

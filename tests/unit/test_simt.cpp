@@ -11,6 +11,7 @@
 
 #include "backend/nvrtc.h"
 #include "codegen/emit.h"
+#include "core/error.h"
 #include "simt/counters.h"
 #include "simt/executor.h"
 #include "simt/module.h"
@@ -148,6 +149,34 @@ TEST(SimtRacecheck, GlobalHazardsWithinABlockAndBetweenBlocks) {
   EXPECT_EQ(same.result.finding_count, 0u) << all(same.result);
   EXPECT_EQ(same.result.counters.redundant_stores, 3u);
   EXPECT_EQ(same.out[0], 7.0f);
+}
+
+TEST(SimtSample, OnlyTheNamedBlocksRunAndTheirHazardsAreStillFound) {
+  const std::string copy = R"(extern "C" __global__ void __launch_bounds__(32) k(FT_GLOBAL(const float) x, FT_GLOBAL(float) out) {
+  out[blockIdx.x * 32 + threadIdx.x] = x[blockIdx.x * 32 + threadIdx.x] + 1.0f;
+}
+)";
+  simt::Options options;
+  options.blocks = {0, 5, 7};
+  const Ran sampled = run(copy, 8, 32, 0, 256, options);
+  EXPECT_EQ(sampled.result.finding_count, 0u) << all(sampled.result);
+  EXPECT_EQ(sampled.result.counters.blocks, 3u);
+  for (int i = 0; i < 256; ++i) {
+    const int block = i / 32;
+    const bool ran = block == 0 || block == 5 || block == 7;
+    ASSERT_EQ(sampled.out[static_cast<size_t>(i)], ran ? static_cast<float>(i) + 1.0f : 0.0f) << "element " << i;
+  }
+  // Two sampled blocks writing one element differently: still a hazard between blocks.
+  const Ran race = run(R"(extern "C" __global__ void __launch_bounds__(32) k(FT_GLOBAL(const float) x, FT_GLOBAL(float) out) {
+  if (threadIdx.x == 0) out[0] = x[blockIdx.x];
+}
+)", 8, 32, 0, 64, options);
+  EXPECT_NE(all(race.result).find("hazard between blocks on global 'out' element 0"), std::string::npos)
+      << all(race.result);
+  options.blocks = {0, 8};
+  EXPECT_THROW(run(copy, 8, 32, 0, 256, options), Error);
+  options.blocks = {3, 3};
+  EXPECT_THROW(run(copy, 8, 32, 0, 256, options), Error);
 }
 
 TEST(SimtSynccheck, ABarrierInDivergentCodeIsReportedAndNeverHangs) {

@@ -1,0 +1,122 @@
+// backend::verify_kernel on hand-written CUDA text: a verification on a sample of a grid's blocks
+// (VerifyOptions::sample_blocks, what a dry run uses for full-size kernels) compares the elements
+// those blocks wrote, catches a wrong value or a race in them, fails a sample that wrote nothing,
+// and says how many blocks of the grid ran; without a sample every block runs.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+
+#include "backend/verify.h"
+#include "codegen/emit.h"
+#include "graph_helpers.h"
+
+namespace fusetune {
+namespace {
+
+using testing::add_input;
+using testing::add_op;
+
+constexpr int64_t kGrid = 256;
+constexpr int kThreads = 32;
+
+struct Relu {
+  Graph g;
+  planner::FusionGroup group;
+  int x = 0, y = 0;
+  Relu() {
+    x = add_input(g, "x", DType::kF32, {kGrid * kThreads});
+    y = add_op(g, "Relu", {x});
+    group.nodes = {0};
+  }
+};
+
+// Kernel `k` of `body` (one element per thread: i = blockIdx.x * 32 + threadIdx.x) for Relu over
+// 8192 elements, built once for the host.
+struct Kernel {
+  Relu relu;
+  std::unique_ptr<backend::Backend> backend = backend::make_host_backend();
+  std::unique_ptr<backend::Module> module;
+  explicit Kernel(const std::string& body) {
+    backend::ModuleSource src;
+    src.kernels.push_back({"k", kGrid, kThreads, 0, ""});
+    src.cuda_source = codegen::emit_cuda({}) +
+                      R"(extern "C" __global__ void __launch_bounds__(32) k(FT_GLOBAL(const float) x, FT_GLOBAL(float) y) {
+  const long long i = blockIdx.x * 32LL + threadIdx.x;
+)" + body + "\n}\n";
+    module = backend->load_source(src);
+  }
+  // Verified on `sample` blocks of 256 (0: all) drawn from `seed`.
+  backend::VerifyResult verify(int64_t sample, uint64_t seed = 1) {
+    std::mt19937 rng(7);
+    return backend::verify_kernel(relu.g, relu.group, "k", {relu.x}, {relu.y}, *backend, *module, rng,
+                                  {256, sample, seed});
+  }
+};
+
+backend::VerifyResult verify(const std::string& body, int64_t sample) { return Kernel(body).verify(sample); }
+
+const std::string kRelu = "  y[i] = fmaxf(x[i], 0.0f);";
+
+TEST(VerifySample, ACorrectKernelPassesOnASampleAndOnTheWholeGrid) {
+  const backend::VerifyResult sampled = verify(kRelu, 8);
+  EXPECT_TRUE(sampled.ok) << sampled.detail;
+  EXPECT_EQ(sampled.coverage.blocks, 8);
+  EXPECT_EQ(sampled.coverage.grid, kGrid);
+  EXPECT_EQ(sampled.compared, 8 * kThreads);
+  const backend::VerifyResult whole = verify(kRelu, 0);
+  EXPECT_TRUE(whole.ok) << whole.detail;
+  EXPECT_TRUE(whole.coverage.whole());
+  EXPECT_EQ(whole.compared, kGrid * kThreads);
+  // A sample at least as large as the grid runs it all.
+  const backend::VerifyResult all = verify(kRelu, kGrid);
+  EXPECT_TRUE(all.coverage.whole());
+  EXPECT_EQ(all.compared, kGrid * kThreads);
+}
+
+TEST(VerifySample, AWrongValueInTheFirstOrLastBlockFailsTheSample) {
+  for (const std::string block : {"0", "gridDim.x - 1"}) {
+    const backend::VerifyResult r = verify("  y[i] = blockIdx.x == " + block + " ? 0.5f : fmaxf(x[i], 0.0f);", 8);
+    EXPECT_FALSE(r.ok) << "wrong in block " << block;
+    EXPECT_FALSE(r.check_failed);
+    EXPECT_NE(r.detail.find("written by 8 sampled blocks of 256"), std::string::npos) << r.detail;
+  }
+}
+
+TEST(VerifySample, AWrongValueInAnyBlockIsCaughtBySomeSeed) {
+  // Block 77 is wrong: a sample of 8 sees it for some seeds and not others, and what it compares
+  // is always the sampled blocks' elements; the whole grid always sees it.
+  const std::string wrong = "  y[i] = blockIdx.x == 77 ? -1.0f : fmaxf(x[i], 0.0f);";
+  Kernel k(wrong);
+  int caught = 0;
+  for (uint64_t seed = 1; seed <= 200; ++seed) {
+    const backend::VerifyResult r = k.verify(8, seed);
+    EXPECT_EQ(r.compared, 8 * kThreads);
+    caught += !r.ok;
+  }
+  std::printf("block 77 wrong: caught by %d of 200 seeded samples of 8 blocks of 256\n", caught);
+  EXPECT_GT(caught, 0);
+  EXPECT_LT(caught, 200);
+  EXPECT_FALSE(k.verify(0).ok);
+}
+
+TEST(VerifySample, ARaceBetweenSampledBlocksFailsAsACheck) {
+  const backend::VerifyResult r =
+      verify("  y[i] = fmaxf(x[i], 0.0f);\n  if (blockIdx.x == gridDim.x - 1 && threadIdx.x == 0) y[0] = 3.0f;", 8);
+  EXPECT_FALSE(r.ok);
+  EXPECT_TRUE(r.check_failed) << r.detail;
+  EXPECT_NE(r.detail.find("between blocks"), std::string::npos) << r.detail;
+}
+
+TEST(VerifySample, ASampleThatWritesNothingFails) {
+  const backend::VerifyResult sampled = verify("  (void)i;", 8);
+  EXPECT_FALSE(sampled.ok);
+  EXPECT_NE(sampled.detail.find("the 8 sampled blocks of 256 wrote no output element"), std::string::npos)
+      << sampled.detail;
+  EXPECT_FALSE(verify("  (void)i;", 0).ok);  // the whole grid: every element left unwritten
+}
+
+}  // namespace
+}  // namespace fusetune
