@@ -1,11 +1,14 @@
 #include "proto/wire.h"
 
 #include <cerrno>
+#include <cmath>
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <optional>
 
 #include "core/error.h"
+#include "core/signature.h"
 
 namespace fusetune::wire {
 
@@ -84,7 +87,49 @@ AttrValue get_attr(const Attribute& a) {
   fail("sub-graph attribute '", a.name(), "' has no value");
 }
 
+// A weight's draws: uniform over mean ± sqrt(3) stddev (the same mean and standard deviation),
+// one splitmix64 step per element from the seed, so every receiver draws the same values.
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
 }  // namespace
+
+std::optional<Generated> weight_draws(const Tensor& t, uint64_t seed) {
+  if (!is_float(t.dtype()) || t.numel() <= kInlineConstantElements) return std::nullopt;
+  const std::vector<double> x = t.to_doubles();
+  double sum = 0, squares = 0;
+  for (double e : x) {
+    if (!std::isfinite(e) || std::fabs(e) > kMaxDrawnMagnitude) return std::nullopt;  // a mask's -inf, a sentinel
+    sum += e;
+    squares += e * e;
+  }
+  const double n = static_cast<double>(x.size());
+  Generated g;
+  g.set_seed(seed);
+  g.set_mean(sum / n);
+  g.set_stddev(std::sqrt(std::max(0.0, squares / n - g.mean() * g.mean())));
+  return g;
+}
+
+Tensor draw_weight(const std::string& name, DType dtype, const Shape& shape, const Generated& gen) {
+  check(std::isfinite(gen.mean()) && std::isfinite(gen.stddev()) && gen.stddev() >= 0 &&
+            std::fabs(gen.mean()) + std::sqrt(3.0) * gen.stddev() <= 2 * kMaxDrawnMagnitude,
+        "sub-graph constant '", name, "' is drawn with mean ", gen.mean(), " and standard deviation ", gen.stddev(),
+        ", which no weight has");
+  Tensor t(dtype, shape);
+  std::vector<double> x(static_cast<size_t>(t.numel()));
+  const double half_width = std::sqrt(3.0) * gen.stddev();
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double u = static_cast<double>(splitmix64(gen.seed() * 0x100000001B3ull + i) >> 11) * 0x1.0p-53;  // [0, 1)
+    x[i] = gen.mean() + half_width * (2 * u - 1);
+  }
+  t.set_doubles(x);
+  return t;
+}
 
 Subgraph to_subgraph(const Graph& g, const planner::FusionGroup& group) {
   Subgraph s;
@@ -99,7 +144,11 @@ Subgraph to_subgraph(const Graph& g, const planner::FusionGroup& group) {
     for (int64_t x : val.shape) d.add_shape(x);
     if (val.is_constant()) {
       d.set_constant(true);
-      d.set_data(reinterpret_cast<const char*>(val.data->data()), val.data->nbytes());
+      if (const std::optional<Generated> gen = weight_draws(*val.data, static_cast<uint64_t>(it->second))) {
+        *d.mutable_generated() = *gen;
+      } else {
+        d.set_data(reinterpret_cast<const char*>(val.data->data()), val.data->nbytes());
+      }
     }
     return it->second;
   };
@@ -141,7 +190,11 @@ Graph from_subgraph(const Subgraph& s) {
     v.shape.assign(d.shape().begin(), d.shape().end());
     for (int64_t x : v.shape) check(x >= 0, "sub-graph value '", d.name(), "' has a negative dimension");
     checked_numel(v.shape, "sub-graph value '" + d.name() + "'");
-    if (d.constant()) {
+    if (d.constant() && d.has_generated()) {
+      check(is_float(v.dtype) && d.data().empty(), "sub-graph constant '", d.name(),
+            "' is generated but is not a float weight without data");
+      v.data = std::make_shared<const Tensor>(draw_weight(d.name(), v.dtype, v.shape, d.generated()));
+    } else if (d.constant()) {
       std::vector<std::byte> bytes(d.data().size());
       std::memcpy(bytes.data(), d.data().data(), bytes.size());
       check(bytes.size() == static_cast<size_t>(numel(v.shape)) * dtype_size(v.dtype), "sub-graph constant '",

@@ -3,13 +3,20 @@
 // Takes Envelopes and canonical graphs; guarantees: encode() produces one frame stamped with
 // kProtocolVersion; decode() accepts any bytes and either returns a well-formed Envelope or throws
 // Error saying what was wrong (not a protobuf message, no body, a version outside what this build
-// speaks), so a daemon can log and ignore garbage. Sub-graph conversion is lossless for canonical
-// graphs: to_subgraph(group) keeps the group's nodes, its external inputs (constants with their
-// data) and its exported values, and from_subgraph rebuilds a Graph that validates, with the
-// values renumbered in the message's order.
+// speaks), so a daemon can log and ignore garbage. Sub-graph conversion keeps what a kernel
+// depends on: to_subgraph(group) keeps the group's nodes, its external inputs and its exported
+// values; constants travel with their data, except weights (float constants of more than one
+// element, every value finite and within kMaxDrawnMagnitude): their values do not change what a
+// kernel does (they are parameters of the signature, core/signature.h), so only their mean,
+// standard deviation and a seed travel, and from_subgraph draws them (weight_draws/draw_weight:
+// the same values on every receiver, for the kernel and the reference alike). Indices, shape data,
+// masks of other types and the scalars folded into the code travel as they are. from_subgraph
+// rebuilds a Graph that validates, with the values renumbered in the message's order; a task
+// therefore costs bytes for its structure, not for its group's weights.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 #include <zmq.hpp>
@@ -21,8 +28,8 @@
 namespace fusetune::wire {
 
 // Bumped whenever a message changes meaning; kMinProtocolVersion is the oldest peer still served.
-inline constexpr uint32_t kProtocolVersion = 1;
-inline constexpr uint32_t kMinProtocolVersion = 1;
+inline constexpr uint32_t kProtocolVersion = 2;     // 2: weights are drawn by the receiver (Generated)
+inline constexpr uint32_t kMinProtocolVersion = 2;
 
 std::string encode(Envelope e);
 Envelope decode(const void* data, size_t size);
@@ -32,6 +39,16 @@ std::string body_name(const Envelope& e);
 // zmq::poll that treats a signal's interruption (EINTR: a SIGTERM arriving) as "nothing yet",
 // so the caller's loop sees its stop flag instead of an exception.
 void poll(zmq::pollitem_t* items, size_t count, int timeout_ms);
+
+// Weights whose magnitude exceeds this (a float -inf mask written as -3.4e38, a sentinel) travel as
+// they are.
+inline constexpr double kMaxDrawnMagnitude = 65504;  // float16's largest finite value
+
+// The draws standing for weight `t` (seeded by `seed`), or nullopt when its data must travel.
+std::optional<Generated> weight_draws(const Tensor& t, uint64_t seed);
+// The weight `name` drawn for `gen`: uniform over mean ± sqrt(3) stddev, the same for every
+// receiver; impossible bounds throw Error naming it.
+Tensor draw_weight(const std::string& name, DType dtype, const Shape& shape, const Generated& gen);
 
 // A fusion group of `g`, as planner::describe_group leaves it, as a standalone sub-graph.
 Subgraph to_subgraph(const Graph& g, const planner::FusionGroup& group);

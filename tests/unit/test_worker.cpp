@@ -1,8 +1,13 @@
-// The worker's parts on real processes: the wire format's sub-graphs (lossless, same signature),
+// The worker's parts on real processes: the wire format's sub-graphs (same signature; weights drawn
+// by the receiver, not sent),
 // garbage frames, and the supervised measuring child (worker/sandbox.h) facing correct, wrong,
 // out-of-bounds, crashing and hanging kernels, run through the real fusetune executable.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
 #include <numeric>
 
 #include "codegen/emit.h"
@@ -34,6 +39,77 @@ TEST(Wire, SubgraphsOfEveryGroupRoundTripWithTheSameSignature) {
     EXPECT_EQ(subgraph_signature(sub, all).digest, gp.signature) << gp.group.pattern;
     EXPECT_EQ(sub.outputs().size(), gp.group.outputs.size()) << gp.group.pattern;
   }
+}
+
+TEST(Wire, WeightsStayHomeAndEveryReceiverDrawsTheSameValues) {
+  // x @ W + bias, then a Gather by constant indices and an additive float mask of -inf entries.
+  Graph g;
+  const int x = testing::add_input(g, "x", DType::kF32, {4, 64});
+  const int w = testing::random_constant(g, "W", DType::kF32, {64, 64}, 3);
+  const int bias = testing::random_constant(g, "bias", DType::kF32, {64}, 4);
+  const int scale = g.add_constant("scale", Tensor::scalar_float(DType::kF32, 0.125f));
+  std::vector<int64_t> idx = {3, 0, 2};
+  const int indices = g.add_constant("indices", Tensor::from_ints(DType::kI64, {3}, idx));
+  std::vector<float> mask_values(64, 0.0f);
+  mask_values[5] = -std::numeric_limits<float>::infinity();
+  const int mask = g.add_constant("mask", Tensor::from_floats(DType::kF32, {64}, mask_values));
+  const int y = testing::add_op(g, "MatMul", {x, w});
+  const int z = testing::add_op(g, "Add", {y, bias});
+  const int s = testing::add_op(g, "Mul", {z, scale});
+  const int m = testing::add_op(g, "Add", {s, mask});
+  const int out = testing::add_op(g, "Gather", {m, indices}, testing::attrs({{"axis", int64_t{0}}}));
+  g.outputs() = {out};
+  planner::FusionGroup all{{0, 1, 2, 3, 4}, {}, {}, "", 0};
+  planner::describe_group(g, all);
+  const wire::Subgraph sub = wire::to_subgraph(g, all);
+  std::map<std::string, const wire::ValueDef*> by_name;
+  for (const wire::ValueDef& d : sub.values()) by_name[d.name()] = &d;
+  for (const char* weight : {"W", "bias"}) {
+    EXPECT_TRUE(by_name.at(weight)->has_generated()) << weight;
+    EXPECT_TRUE(by_name.at(weight)->data().empty()) << weight;
+  }
+  for (const char* kept : {"scale", "indices", "mask"}) {  // folded into code, indices, a mask of -inf
+    EXPECT_FALSE(by_name.at(kept)->has_generated()) << kept;
+    EXPECT_FALSE(by_name.at(kept)->data().empty()) << kept;
+  }
+  const std::string bytes = sub.SerializeAsString();
+  EXPECT_LT(bytes.size(), 64 * 64 * 4 / 4) << "the weights travelled";
+  // Two receivers draw the same weight, with the original's mean and standard deviation; the
+  // signature is the original's (a weight's values are not part of it).
+  wire::Subgraph again;
+  ASSERT_TRUE(again.ParseFromString(bytes));
+  const Graph a = wire::from_subgraph(sub), b = wire::from_subgraph(again);
+  const int drawn = static_cast<int>(std::distance(sub.values().begin(),
+      std::find_if(sub.values().begin(), sub.values().end(), [](const wire::ValueDef& d) { return d.name() == "W"; })));
+  const std::vector<double> da = a.value(drawn).data->to_doubles(), db = b.value(drawn).data->to_doubles();
+  EXPECT_EQ(da, db);
+  const std::vector<double> original = g.value(w).data->to_doubles();
+  auto moments = [](const std::vector<double>& v) {
+    double sum = 0, sq = 0;
+    for (double e : v) sum += e, sq += e * e;
+    const double mean = sum / static_cast<double>(v.size());
+    return std::pair<double, double>{mean, std::sqrt(sq / static_cast<double>(v.size()) - mean * mean)};
+  };
+  const auto [mean_o, sd_o] = moments(original);
+  const auto [mean_d, sd_d] = moments(da);
+  EXPECT_NEAR(mean_d, mean_o, 0.05 * sd_o);
+  EXPECT_NEAR(sd_d, sd_o, 0.05 * sd_o);
+  EXPECT_NE(da, original);
+  std::vector<int> nodes(a.nodes().size());
+  std::iota(nodes.begin(), nodes.end(), 0);
+  EXPECT_EQ(subgraph_signature(a, nodes).digest, subgraph_signature(g, all.nodes).digest);
+  // A generated value that claims data, or bounds no weight has, is refused with its name.
+  wire::Subgraph bad = sub;
+  for (wire::ValueDef& d : *bad.mutable_values()) {
+    if (d.name() == "W") d.mutable_generated()->set_stddev(1e300);
+  }
+  try {
+    wire::from_subgraph(bad);
+    ADD_FAILURE() << "an impossible weight was drawn";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'W'"), std::string::npos) << e.what();
+  }
+  (void)y, (void)z, (void)s, (void)m;
 }
 
 TEST(Wire, GarbageAndForeignVersionsAreErrorsNotCrashes) {
