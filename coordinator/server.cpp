@@ -10,6 +10,8 @@
 
 #include "codegen/kernel_ir.h"
 #include "coordinator/job_planner.h"
+#include "coordinator/offload.h"
+#include "core/parallel.h"
 #include "core/error.h"
 #include "proto/wire.h"
 #include "search/decision.h"
@@ -49,6 +51,38 @@ storage::DeviceKey job_device_key(const std::string& device) {
 
 }  // namespace
 
+namespace {
+
+// A model imported and planned, with its tasks lowered: what the pool hands the event loop.
+struct Prepared {
+  std::shared_ptr<const JobPlanner> planner;
+  std::vector<TaskSpec> tasks;
+};
+
+// Imports and plans a model and lowers its tasks (the slow part of a submission; on the pool).
+std::shared_ptr<Prepared> prepare(const std::vector<wire::ModelFile>& files, const std::string& name,
+                                  const std::string& device, const JobOptions& options) {
+  auto p = std::make_shared<Prepared>();
+  auto planner = std::make_shared<const JobPlanner>(files, name, device, options);
+  p->tasks = planner->tasks();
+  p->planner = std::move(planner);
+  return p;
+}
+
+// A group's part of the next search round: what the loop read from the database (the task it
+// extends, the parents, what was tried, how many trials fit the budget), and the kernels the pool
+// lowered for it.
+struct RoundAsk {
+  std::string signature;
+  wire::Task asked;
+  std::vector<std::string> parents;
+  std::set<std::string> tried;
+  size_t trials = 0;
+  std::vector<wire::Candidate> offspring;
+};
+
+}  // namespace
+
 struct Server::State {
   struct Worker {
     std::string identity;
@@ -59,7 +93,7 @@ struct Server::State {
     int64_t lease_deadline_ms = 0;
   };
   struct Job {
-    std::unique_ptr<JobPlanner> planner;
+    std::shared_ptr<const JobPlanner> planner;
     storage::DeviceKey device;  // the identity the job is bound to: only its measurements decide
     std::vector<int64_t> tasks;
     // Per weighed group, by signature: what the job has asked to measure (every candidate of every
@@ -75,6 +109,8 @@ struct Server::State {
     size_t cache_hits = 0;
     Clock::time_point started = Clock::now();
     int rounds = 0;  // search rounds after the first
+    bool busy = false;          // the pool works for it (a search round, its convergence, its final plan)
+    bool search_over = false;   // a round queued nothing: no further round is tried
     nlohmann::json convergence = nlohmann::json::array();
     nlohmann::json group_convergence = nlohmann::json::object();
   };
@@ -87,14 +123,18 @@ struct Server::State {
   zmq::socket_t socket;
   std::map<std::string, Worker> workers;  // by identity
   std::map<int64_t, Job> jobs;            // running jobs, loaded
-  // Queued jobs waiting for a worker of their device class, with the planner made at submission
-  // (a job resumed after a restart has none: it is loaded when the job is bound).
-  std::map<int64_t, std::unique_ptr<JobPlanner>> waiting;
+  // Queued jobs waiting for a worker of their device class, with the model prepared at submission
+  // (a job resumed after a restart has none: it is prepared on the pool when a worker could take
+  // it, `loading` meanwhile).
+  std::map<int64_t, std::shared_ptr<Prepared>> waiting;
+  std::set<int64_t> loading;
   int64_t last_served_job = 0;
   Clock::time_point last_expiry = Clock::now();
+  Offload offload;  // last: destroyed first, so no pool thread outlives what it was given
 
   State(zmq::context_t& ctx, ServerOptions o)
-      : context(ctx), opt(std::move(o)), db(opt.db), queue(db), socket(ctx, zmq::socket_type::router) {
+      : context(ctx), opt(std::move(o)), db(opt.db), queue(db), socket(ctx, zmq::socket_type::router),
+        offload(opt.work_threads) {
     if (opt.security.enabled()) {
       auth = std::make_unique<wire::Authenticator>(context, opt.security.allowed, [this](const std::string& l) { log(l); });
     }
@@ -118,14 +158,43 @@ struct Server::State {
 
   // ---- jobs ----
 
-  // A job's model, imported and planned again from the files the database keeps.
-  std::unique_ptr<JobPlanner> load_planner(const storage::JobRecord& rec) {
+  // A job's model, imported, planned and lowered again from the files the database keeps: the
+  // read here, the rest on the pool; `then` runs on the loop with the result, or the job fails.
+  void load_model(const storage::JobRecord& rec, std::function<void(std::shared_ptr<Prepared>)> then) {
     const auto model = queue.model(rec.model_digest);
     check(model.has_value(), "job ", rec.id, ": model ", rec.model_digest.substr(0, 12), " is missing from the database");
-    wire::Submit files;
-    check(files.ParseFromString(model->bytes), "job ", rec.id, ": the stored model is unreadable");
-    return std::make_unique<JobPlanner>(std::vector<wire::ModelFile>(files.files().begin(), files.files().end()),
-                                        rec.model_name, rec.device.name, JobOptions::from_json(rec.options));
+    auto bytes = std::make_shared<std::string>(model->bytes);
+    offload.post(
+        [bytes, rec, then]() -> Offload::Completion {
+          wire::Submit files;
+          check(files.ParseFromString(*bytes), "job ", rec.id, ": the stored model is unreadable");
+          auto p = prepare({files.files().begin(), files.files().end()}, rec.model_name, rec.device.name,
+                           JobOptions::from_json(rec.options));
+          return [then, p] { then(p); };
+        },
+        [this, id = rec.id](const std::string& error) {
+          loading.erase(id);
+          waiting.erase(id);
+          queue.set_job_state(id, storage::JobState::kFailed, error);
+          log("job " + std::to_string(id) + " cannot start: " + error);
+        });
+  }
+
+  // A bound job found unfinished at start-up: its model is prepared on the pool, then it starts
+  // (unless it was cancelled meanwhile).
+  void resume(const storage::JobRecord& rec) {
+    loading.insert(rec.id);
+    load_model(rec, [this, rec](std::shared_ptr<Prepared> p) {
+      loading.erase(rec.id);
+      const auto now = queue.job(rec.id);
+      if (!now || (now->state != storage::JobState::kRunning && now->state != storage::JobState::kQueued)) return;
+      try {
+        start_job(rec, std::move(p));
+      } catch (const Error& e) {
+        queue.set_job_state(rec.id, storage::JobState::kFailed, e.what());
+        log("job " + std::to_string(rec.id) + " cannot resume: " + e.what());
+      }
+    });
   }
 
   // Binds every queued job that waits for a device class some connected worker has to that
@@ -145,7 +214,26 @@ struct Server::State {
         ++count;
         key = &w.device;
       }
-      if (identities.empty()) {
+      if (identities.empty() || loading.count(it->first)) {
+        ++it;
+        continue;
+      }
+      if (!it->second) {  // resumed after a restart: prepared on the pool, then bound
+        loading.insert(rec->id);
+        try {
+          load_model(*rec, [this, id = rec->id](std::shared_ptr<Prepared> p) {
+            loading.erase(id);
+            if (!waiting.count(id)) return;  // cancelled meanwhile
+            waiting[id] = std::move(p);
+            bind_waiting();
+          });
+        } catch (const Error& e) {
+          loading.erase(rec->id);
+          queue.set_job_state(rec->id, storage::JobState::kFailed, e.what());
+          log("job " + std::to_string(rec->id) + " cannot start: " + e.what());
+          it = waiting.erase(it);
+          continue;
+        }
         ++it;
         continue;
       }
@@ -155,10 +243,10 @@ struct Server::State {
       }
       storage::JobRecord bound = *rec;
       bound.identity = queue.bind_job(rec->id, *best->second.second);
-      std::unique_ptr<JobPlanner> planner = std::move(it->second);
+      std::shared_ptr<Prepared> prepared = std::move(it->second);
       it = waiting.erase(it);
       try {
-        start_job(bound, std::move(planner));
+        start_job(bound, std::move(prepared));
       } catch (const Error& e) {
         queue.set_job_state(bound.id, storage::JobState::kFailed, e.what());
         log("job " + std::to_string(bound.id) + " cannot start: " + e.what());
@@ -166,36 +254,38 @@ struct Server::State {
     }
   }
 
-  // Makes a bound job's tasks (cache hits skipped) from its planner (loaded when not given) and
-  // marks it running. Only measurements of the job's identity answer; those of near identities
-  // (the same device class under another driver or toolkit) order each task's candidates.
-  void start_job(const storage::JobRecord& rec, std::unique_ptr<JobPlanner> planner = nullptr) {
+  // Makes a bound job's tasks (cache hits skipped) from its prepared model and marks it running.
+  // Only measurements of the job's identity answer; those of near identities (the same device
+  // class under another driver or toolkit) order each task's candidates.
+  void start_job(const storage::JobRecord& rec, std::shared_ptr<Prepared> prepared) {
     check(rec.identity.has_value(), "job ", rec.id, " is not bound to a device identity");
     const storage::DeviceKey& device = *rec.identity;
     Job job;
     job.device = device;
-    job.planner = planner ? std::move(planner) : load_planner(rec);
+    job.planner = prepared->planner;
     size_t seeded = 0;
-    for (const TaskSpec& spec : job.planner->tasks()) {
-      db.commit_workload(spec.signature, spec.canonical_form);
-      if (spec.task.candidates_size() == 0) continue;  // nothing the code generator can express
-      Job::Group& group = job.groups[spec.signature];
-      group.asked = spec.task;
-      if (answered(spec, device)) {
-        ++job.cache_hits;
-        continue;
+    db.file().write([&] {  // the job's tasks and its state: one transaction
+      for (const TaskSpec& spec : prepared->tasks) {
+        db.commit_workload(spec.signature, spec.canonical_form);
+        if (spec.task.candidates_size() == 0) continue;  // nothing the code generator can express
+        Job::Group& group = job.groups[spec.signature];
+        group.asked = spec.task;
+        if (answered(spec, device)) {
+          ++job.cache_hits;
+          continue;
+        }
+        // Only what the database lacks is measured; a task measured before for fewer candidates
+        // (another job's, with a smaller --candidates) is extended when it is done (maybe_finish).
+        wire::Task todo = unmeasured(spec.task, device);
+        seeded += seed_order(todo, device);
+        const int64_t id = queue.ensure_task(spec.signature, device, codegen::kCodegenVersion, todo.SerializeAsString());
+        queue.link_job_task(rec.id, id);
+        job.tasks.push_back(id);
+        group.task = id;
       }
-      // Only what the database lacks is measured; a task measured before for fewer candidates
-      // (another job's, with a smaller --candidates) is extended when it is done (maybe_finish).
-      wire::Task todo = unmeasured(spec.task, device);
-      seeded += seed_order(todo, device);
-      const int64_t id = queue.ensure_task(spec.signature, device, codegen::kCodegenVersion, todo.SerializeAsString());
-      queue.link_job_task(rec.id, id);
-      job.tasks.push_back(id);
-      group.task = id;
-    }
-    nlohmann::json progress = {{"cache_hits", job.cache_hits}};
-    queue.set_job_state(rec.id, storage::JobState::kRunning, "", progress.dump());
+      nlohmann::json progress = {{"cache_hits", job.cache_hits}};
+      queue.set_job_state(rec.id, storage::JobState::kRunning, "", progress.dump());
+    });
     log("job " + std::to_string(rec.id) + " (" + rec.model_name + " on " + device.str() + "): " +
         std::to_string(job.tasks.size()) + " tasks, " + std::to_string(job.cache_hits) + " answered by the database, " +
         std::to_string(seeded) + " ordered by measurements of near identities");
@@ -248,27 +338,46 @@ struct Server::State {
     MeasuredDigests digests;
   };
   // The decision rule (search/decision.h) over a group's successful measurements on the job's
-  // identity, and the source digest each candidate was measured with.
-  std::pair<search::GroupDecision, std::map<std::string, std::string>> decide(const Job& job, const std::string& signature) {
-    std::map<std::string, std::vector<storage::Measurement>> ok;
+  // identity, the source digest each candidate was measured with, and every config with any
+  // measurement. Read once and kept until a result for the signature arrives (on_result drops
+  // it), as a job's settling asks for each group's several times.
+  struct Decided {
+    search::GroupDecision decision;
     std::map<std::string, std::string> digests;
+    std::set<std::string> seen;
+  };
+  std::map<std::pair<std::string, std::string>, Decided> decided;  // by signature and identity
+
+  const Decided& decided_for(const Job& job, const std::string& signature) {
+    const auto key = std::make_pair(signature, job.device.str());
+    if (auto it = decided.find(key); it != decided.end()) return it->second;
+    std::map<std::string, std::vector<storage::Measurement>> ok;
+    Decided d;
     for (storage::Measurement& r : db.top_k(signature, job.device, codegen::kCodegenVersion, 100000)) {
-      digests.emplace(r.config, r.source_digest);
+      d.digests.emplace(r.config, r.source_digest);
       ok[r.config].push_back(std::move(r));
     }
-    return {search::decide_group(ok), std::move(digests)};
+    d.decision = search::decide_group(ok);
+    d.seen = db.configs_measured(signature, job.device, codegen::kCodegenVersion);
+    return decided[key] = std::move(d);
+  }
+  std::pair<search::GroupDecision, std::map<std::string, std::string>> decide(const Job& job, const std::string& signature) {
+    const Decided& d = decided_for(job, signature);
+    return {d.decision, d.digests};
   }
 
   Measured measured(const Job& job) {
     Measured m;
     for (const planner::GroupPlan& gp : job.planner->modeled().compared) {
-      const auto [decision, digests] = decide(job, gp.signature);
+      // What has any measurement is known, so the space's untried configurations (up to
+      // kSearchSpace per group) cost no query each.
+      const Decided& d = decided_for(job, gp.signature);
       for (const planner::Candidate& c : gp.candidates) {
         const std::string cfg = c.config.str();
-        if (auto it = decision.time_us.find(cfg); it != decision.time_us.end()) {
+        if (auto it = d.decision.time_us.find(cfg); it != d.decision.time_us.end()) {
           m.times[{gp.signature, cfg}] = it->second;
-          m.digests[{gp.signature, cfg}] = digests.at(cfg);
-        } else if (db.measured(gp.signature, job.device, codegen::kCodegenVersion, cfg)) {
+          m.digests[{gp.signature, cfg}] = d.digests.at(cfg);
+        } else if (d.seen.count(cfg) && db.measured(gp.signature, job.device, codegen::kCodegenVersion, cfg)) {
           m.times[{gp.signature, cfg}] = INFINITY;
         }
       }
@@ -278,7 +387,7 @@ struct Server::State {
 
   void maybe_finish(int64_t id) {
     auto it = jobs.find(id);
-    if (it == jobs.end()) return;
+    if (it == jobs.end() || it->second.busy) return;
     const storage::JobProgress p = queue.job_progress(id);
     if (p.queued > 0 || p.leased > 0) return;
     Job& job = it->second;
@@ -299,26 +408,46 @@ struct Server::State {
       }
     }
     if (extending) return;
-    if (job.convergence.size() == static_cast<size_t>(job.rounds)) record_convergence(job);  // once per round
+    // Once per round, the round's convergence (it comes back here when recorded); then another
+    // round, or the leaders within noise compared, or the end.
+    if (job.convergence.size() == static_cast<size_t>(job.rounds)) return record_convergence(id, job);
     if (search_round(id, job) || compare_leaders(id, job)) return;
-    try {
-      const planner::ModelPlan plan = job.planner->final_plan(measured(job).times);
-      JobSummary s = job.planner->summary(plan);
-      s.tasks = job.tasks.size();
-      s.cache_hits = job.cache_hits;
-      s.candidates_measured = p.measurements;
-      s.interleaved_pairs = static_cast<int>(
-          std::count_if(job.groups.begin(), job.groups.end(), [](const auto& g) { return g.second.compared; }));
-      s.search_rounds = job.rounds;
-      s.convergence = job.convergence;
-      s.group_convergence = job.group_convergence;
-      queue.set_job_state(id, storage::JobState::kDone, p.failed ? std::to_string(p.failed) + " tasks failed" : "", s.to_json());
-      log("job " + std::to_string(id) + " done: " + s.to_json());
-    } catch (const Error& e) {
-      queue.set_job_state(id, storage::JobState::kFailed, e.what());
-      log("job " + std::to_string(id) + " failed: " + e.what());
-    }
-    jobs.erase(it);
+    finish(id, job, p);
+  }
+
+  // The job's plan chosen from its measurements on the pool; then the job is done (or failed,
+  // when no plan can be made), with its summary.
+  void finish(int64_t id, Job& job, const storage::JobProgress& p) {
+    job.busy = true;
+    auto m = std::make_shared<Measured>(measured(job));
+    auto failed = [this, id](const std::string& error) {
+      if (!jobs.count(id)) return;  // cancelled meanwhile
+      queue.set_job_state(id, storage::JobState::kFailed, error);
+      log("job " + std::to_string(id) + " failed: " + error);
+      jobs.erase(id);
+    };
+    offload.post(
+        [this, id, p, m, planner = job.planner]() -> Offload::Completion {
+          auto s = std::make_shared<JobSummary>(planner->summary(planner->final_plan(m->times)));
+          return [this, id, p, s] {
+            auto it = jobs.find(id);
+            if (it == jobs.end()) return;  // cancelled meanwhile
+            const Job& done = it->second;
+            s->tasks = done.tasks.size();
+            s->cache_hits = done.cache_hits;
+            s->candidates_measured = p.measurements;
+            s->interleaved_pairs = static_cast<int>(
+                std::count_if(done.groups.begin(), done.groups.end(), [](const auto& g) { return g.second.compared; }));
+            s->search_rounds = done.rounds;
+            s->convergence = done.convergence;
+            s->group_convergence = done.group_convergence;
+            queue.set_job_state(id, storage::JobState::kDone, p.failed ? std::to_string(p.failed) + " tasks failed" : "",
+                                s->to_json());
+            log("job " + std::to_string(id) + " done: " + s->to_json());
+            jobs.erase(it);
+          };
+        },
+        failed);
   }
 
   // Queues a group's task with `todo` as its payload: extends the task when it is done, creates it
@@ -343,9 +472,9 @@ struct Server::State {
     return std::max(o.candidates, o.trials / std::max<int>(1, static_cast<int>(job.groups.size())));
   }
 
-  // Appends the job's best so far (the plan its measurements choose now) and each group's best
-  // after the round that just settled.
-  void record_convergence(Job& job) {
+  // Appends the job's best so far (the plan its measurements choose now, chosen on the pool) and
+  // each group's best after the round that just settled, then goes on with maybe_finish.
+  void record_convergence(int64_t id, Job& job) {
     const double seconds = std::chrono::duration<double>(Clock::now() - job.started).count();
     int64_t trials = 0;
     for (const auto& [signature, group] : job.groups) {
@@ -359,34 +488,44 @@ struct Server::State {
       for (const auto& [config, us] : d.time_us) best = std::min(best, us);
       job.group_convergence[signature].push_back({tried, std::isfinite(best) ? nlohmann::json(best) : nlohmann::json()});
     }
-    double tuned = NAN;
-    try {
-      tuned = job.planner->summary(job.planner->final_plan(measured(job).times)).tuned_us;
-    } catch (const Error&) {
-      // nothing measured works yet: no plan to report
-    }
-    job.convergence.push_back({{"round", job.rounds + 1},
-                               {"trials", trials},
-                               {"seconds", seconds},
-                               {"tuned_us", std::isfinite(tuned) ? nlohmann::json(tuned) : nlohmann::json()}});
+    auto record = [this, id, trials, seconds](double tuned) {
+      auto it = jobs.find(id);
+      if (it == jobs.end()) return;  // cancelled meanwhile
+      it->second.busy = false;
+      it->second.convergence.push_back({{"round", it->second.rounds + 1},
+                                        {"trials", trials},
+                                        {"seconds", seconds},
+                                        {"tuned_us", std::isfinite(tuned) ? nlohmann::json(tuned) : nlohmann::json()}});
+      maybe_finish(id);
+    };
+    job.busy = true;
+    auto m = std::make_shared<Measured>(measured(job));
+    offload.post(
+        [m, record, planner = job.planner]() -> Offload::Completion {
+          const double tuned = planner->summary(planner->final_plan(m->times)).tuned_us;
+          return [record, tuned] { record(tuned); };
+        },
+        [record](const std::string&) { record(NAN); });  // nothing measured works yet: no plan to report
   }
 
   // One round of the search for every group with budget left (and the job within its time): the
   // untried neighbors of its three best measured configurations, or else the best ranked untried
   // ones (search/mutation.h), ranked by the learned model once this identity's measurements of
   // the job's groups suffice and by the cost model before, as many as `candidates` and the budget
-  // allow, lowered and queued on the group's task. Returns whether it queued any.
+  // allow. The loop reads the database; the pool trains the model, picks the trials and lowers
+  // them (the job waits, `lowering`); queue_round queues them on the groups' tasks. Returns
+  // whether a round was started.
   bool search_round(int64_t id, Job& job) {
+    if (job.search_over) return false;
     const JobOptions& o = job.planner->options();
     if (o.time_s > 0 && std::chrono::duration<double>(Clock::now() - job.started).count() >= o.time_s) return false;
     const int budget = group_budget(job);
-    // The learned model, trained on what this identity measured of the job's groups so far (the
-    // cost model ranks while that is too little: LearnedModel::kMinGroups, kMinSamples).
-    search::LearnedModel model;
-    std::vector<search::MeasuredGroup> data;
-    std::map<std::string, search::GroupDecision> decisions;  // each group's, read once for both uses
-    for (const auto& [signature, group] : job.groups) {
-      const search::GroupDecision& d = decisions[signature] = decide(job, signature).first;
+    // The learned model's data: what this identity measured of the job's groups so far (the cost
+    // model ranks while that is too little: LearnedModel::kMinGroups, kMinSamples).
+    auto data = std::make_shared<std::vector<search::MeasuredGroup>>();
+    auto asks = std::make_shared<std::vector<RoundAsk>>();
+    for (auto& [signature, group] : job.groups) {
+      const search::GroupDecision d = decide(job, signature).first;
       search::MeasuredGroup m;
       for (const planner::Candidate& c : job.planner->group(signature).candidates) {
         const auto it = d.time_us.find(c.config.str());
@@ -394,34 +533,66 @@ struct Server::State {
         m.candidates.push_back(c);
         m.median_us.push_back(it->second);
       }
-      data.push_back(std::move(m));
-    }
-    model.train(data);
-    int queued = 0, trials = 0;
-    for (auto& [signature, group] : job.groups) {
+      data->push_back(std::move(m));
       // Tried: what this job asked, and whatever the database holds for the group on this identity
       // (another job's rounds count against the budget too).
-      std::set<std::string> tried = db.configs_measured(signature, job.device, codegen::kCodegenVersion);
-      for (const wire::Candidate& c : group.asked.candidates()) tried.insert(c.config());
+      RoundAsk a{signature, group.asked, {}, decided_for(job, signature).seen, 0, {}};
+      for (const wire::Candidate& c : group.asked.candidates()) a.tried.insert(c.config());
       int generated = 0;  // library calls are measured besides the budget
-      for (const std::string& config : tried) generated += config.find("library=") == std::string::npos;
+      for (const std::string& config : a.tried) generated += config.find("library=") == std::string::npos;
       if (generated >= budget) continue;
-      const search::GroupDecision& d = decisions.at(signature);
       std::vector<std::pair<double, std::string>> ranked;
       for (const auto& [config, us] : d.time_us) ranked.emplace_back(us, config);
       std::sort(ranked.begin(), ranked.end());
-      std::vector<std::string> parents;
-      for (size_t k = 0; k < ranked.size() && k < 3; ++k) parents.push_back(ranked[k].second);
-      if (parents.empty()) continue;  // nothing works yet: no parent to mutate
-      const size_t k = static_cast<size_t>(std::min(o.candidates, budget - generated));
-      const std::vector<planner::Candidate>& space = job.planner->group(signature).candidates;
-      const std::vector<double> scores = model.trained() ? model.score(space) : std::vector<double>();
-      const std::vector<wire::Candidate> offspring = job.planner->lower(
-          group.asked, search::next_trials(space, parents, tried, k, scores.empty() ? nullptr : &scores));
-      if (offspring.empty()) continue;
+      for (size_t k = 0; k < ranked.size() && k < 3; ++k) a.parents.push_back(ranked[k].second);
+      if (a.parents.empty()) continue;  // nothing works yet: no parent to mutate
+      a.trials = static_cast<size_t>(std::min(o.candidates, budget - generated));
+      asks->push_back(std::move(a));
+    }
+    if (asks->empty()) return false;
+    job.busy = true;
+    offload.post(
+        [this, id, asks, data, planner = job.planner]() -> Offload::Completion {
+          search::LearnedModel model;
+          model.train(*data);
+          parallel_for(asks->size(), [&](size_t i) {
+            RoundAsk& a = (*asks)[i];
+            const std::vector<planner::Candidate>& space = planner->group(a.signature).candidates;
+            const std::vector<double> scores = model.trained() ? model.score(space) : std::vector<double>();
+            a.offspring = planner->lower(a.asked, search::next_trials(space, a.parents, a.tried, a.trials,
+                                                                      scores.empty() ? nullptr : &scores));
+          });
+          const std::string ranked_by =
+              model.trained() ? "learned model (" + std::to_string(model.samples()) + " measurements)"
+                              : "cost model (" + std::to_string(model.samples()) + " measurements: too few to learn from)";
+          return [this, id, asks, ranked_by] { queue_round(id, *asks, ranked_by); };
+        },
+        [this, id](const std::string& error) {
+          log("job " + std::to_string(id) + ": a search round could not be lowered: " + error);
+          if (auto it = jobs.find(id); it != jobs.end()) {
+            it->second.busy = false;
+            it->second.search_over = true;
+          }
+          maybe_finish(id);
+        });
+    return true;
+  }
+
+  // A search round lowered: each group's offspring queued on its task. A round that queues
+  // nothing (offspring the code generator cannot express, tasks in flight for other jobs) ends the
+  // search, so a job never waits on rounds that cannot measure anything.
+  void queue_round(int64_t id, std::vector<RoundAsk>& asks, const std::string& ranked_by) {
+    auto it = jobs.find(id);
+    if (it == jobs.end()) return;  // cancelled meanwhile
+    Job& job = it->second;
+    job.busy = false;
+    int queued = 0, trials = 0;
+    for (RoundAsk& a : asks) {
+      if (a.offspring.empty()) continue;
+      Job::Group& group = job.groups.at(a.signature);
       wire::Task todo = group.asked;
       todo.clear_candidates();
-      for (const wire::Candidate& c : offspring) {
+      for (const wire::Candidate& c : a.offspring) {
         *todo.add_candidates() = c;
         *group.asked.add_candidates() = c;
       }
@@ -430,13 +601,15 @@ struct Server::State {
       ++queued;
       trials += todo.candidates_size();
     }
-    if (queued == 0) return false;
+    if (queued == 0) {
+      job.search_over = true;
+      maybe_finish(id);
+      return;
+    }
     ++job.rounds;
     log("job " + std::to_string(id) + ": search round " + std::to_string(job.rounds + 1) + ": " + std::to_string(trials) +
         " mutations of the best measured configurations in " + std::to_string(queued) + " groups, ranked by the " +
-        (model.trained() ? "learned model (" + std::to_string(model.samples()) + " measurements)"
-                         : "cost model (" + std::to_string(model.samples()) + " measurements: too few to learn from)"));
-    return true;
+        ranked_by);
   }
 
   // For every group of the job whose two fastest candidates are within each other's noise and
@@ -616,6 +789,12 @@ struct Server::State {
       log("late result for task " + std::to_string(r.task_id()) + " from " + peer_name(identity) + " ignored (already done)");
       return;
     }
+    for (auto it = decided.begin(); it != decided.end();) {  // what was read of the signature is stale now
+      it = it->first.first == t->signature ? decided.erase(it) : std::next(it);
+    }
+    // The worker's next task first; then what the result settles (a job's next round or its end
+    // reads the database at length).
+    dispatch();
     std::vector<int64_t> affected;
     for (auto& [id, job] : jobs) {
       if (std::find(job.tasks.begin(), job.tasks.end(), r.task_id()) != job.tasks.end()) affected.push_back(id);
@@ -685,11 +864,7 @@ struct Server::State {
           log("worker " + peer_name(identity) + " left");
         }
         return;
-      case wire::Envelope::kSubmit: {
-        wire::Envelope r;
-        r.mutable_job()->set_job_id(submit_job(e.submit()));
-        return send(identity, std::move(r));
-      }
+      case wire::Envelope::kSubmit: return submit_async(identity, e.submit());  // answered when planned
       case wire::Envelope::kStatus: {
         wire::Envelope r;
         for (wire::JobStatus& s : job_status(e.status().job_id())) *r.mutable_status_reply()->add_jobs() = std::move(s);
@@ -702,37 +877,76 @@ struct Server::State {
         r.mutable_job()->set_job_id(e.cancel().job_id());
         return send(identity, std::move(r));
       }
-      case wire::Envelope::kExportRequest: {
-        wire::Envelope r;
-        r.mutable_export_reply()->set_job_id(e.export_request().job_id());
-        for (wire::ModelFile& f : export_job(e.export_request().job_id())) *r.mutable_export_reply()->add_files() = std::move(f);
-        return send(identity, std::move(r));
-      }
+      case wire::Envelope::kExportRequest: return export_async(identity, e.export_request().job_id());
       default: fail("unexpected ", wire::body_name(e), " message");
     }
   }
 
   // ---- client requests ----
 
-  int64_t submit_job(const wire::Submit& s) {
+  // A submission's record: checked and filled on the loop (no file, an unknown device: refused
+  // at once).
+  storage::JobRecord job_record(const wire::Submit& s) {
     check(s.files_size() > 0, "submit: no model file");
-    const std::string device = s.device().empty() ? "host" : s.device();
     storage::JobRecord rec;
     rec.model_name = s.model_name().empty() ? s.files(0).path() : s.model_name();
-    rec.device = job_device_key(device);
+    rec.device = job_device_key(s.device().empty() ? "host" : s.device());
     rec.options = JobOptions::from_json(s.options()).to_json();
-    std::vector<wire::ModelFile> files(s.files().begin(), s.files().end());
-    rec.model_digest = model_digest(files);
-    wire::Submit stored;
-    *stored.mutable_files() = s.files();
-    // Plan before anything is stored: a model that does not import is refused with the reason.
-    auto planner = std::make_unique<JobPlanner>(files, rec.model_name, device, JobOptions::from_json(rec.options));
-    queue.put_model(rec.model_digest, rec.model_name, stored.SerializeAsString());
-    rec.id = queue.create_job(rec);
-    waiting[rec.id] = std::move(planner);
+    return rec;
+  }
+
+  // Stores a planned submission (its model, then the job) and binds it when a worker can take it.
+  int64_t accept_job(storage::JobRecord rec, const std::string& model_bytes, std::shared_ptr<Prepared> prepared) {
+    rec.id = db.file().write([&] {  // the model and its job: one transaction
+      queue.put_model(rec.model_digest, rec.model_name, model_bytes);
+      return queue.create_job(rec);
+    });
+    waiting[rec.id] = std::move(prepared);
     bind_waiting();
     if (waiting.count(rec.id)) log("job " + std::to_string(rec.id) + " (" + rec.model_name + ") waits for a worker of " + rec.device.str());
     return rec.id;
+  }
+
+  // In process (embedded `tune`, tests): plans on the caller's thread. Nothing is stored for a
+  // model that does not import or plan; the error says why.
+  int64_t submit_job(const wire::Submit& s) {
+    storage::JobRecord rec = job_record(s);
+    const std::vector<wire::ModelFile> files(s.files().begin(), s.files().end());
+    rec.model_digest = model_digest(files);
+    wire::Submit stored;
+    *stored.mutable_files() = s.files();
+    auto prepared = prepare(files, rec.model_name, rec.device.name, JobOptions::from_json(rec.options));
+    return accept_job(std::move(rec), stored.SerializeAsString(), std::move(prepared));
+  }
+
+  // From a client: the model is imported, planned and lowered on the pool while the loop goes on
+  // serving workers; the client's answer (the job id, or the error) follows.
+  void submit_async(const std::string& client, const wire::Submit& s) {
+    storage::JobRecord rec = job_record(s);
+    auto submit = std::make_shared<wire::Submit>(s);
+    offload.post(
+        [this, client, rec, submit]() mutable -> Offload::Completion {
+          const std::vector<wire::ModelFile> files(submit->files().begin(), submit->files().end());
+          rec.model_digest = model_digest(files);
+          auto prepared = prepare(files, rec.model_name, rec.device.name, JobOptions::from_json(rec.options));
+          wire::Submit stored;
+          *stored.mutable_files() = std::move(*submit->mutable_files());
+          auto bytes = std::make_shared<std::string>(stored.SerializeAsString());
+          return [this, client, rec, bytes, prepared] {
+            wire::Envelope r;
+            try {
+              r.mutable_job()->set_job_id(accept_job(rec, *bytes, prepared));
+            } catch (const Error& e) {
+              log("submission of " + rec.model_name + " from " + peer_name(client) + " failed: " + e.what());
+              return send_error(client, e.what());
+            }
+            send(client, std::move(r));
+          };
+        },
+        [this, client, name = rec.model_name](const std::string& error) {
+          log("submission of " + name + " from " + peer_name(client) + " failed: " + error);
+          send_error(client, error);
+        });
   }
 
   std::vector<wire::JobStatus> job_status(int64_t id) {
@@ -781,16 +995,18 @@ struct Server::State {
     log("job " + std::to_string(id) + " cancelled");
   }
 
-  std::vector<wire::ModelFile> export_job(int64_t id) {
+  // A done job's record and the identity whose measurements decide it.
+  storage::JobRecord exportable(int64_t id) {
     const auto r = queue.job(id);
     check(r.has_value(), "no job ", id);
     check(r->state == storage::JobState::kDone, "job ", id, " is ", storage::job_state_name(r->state),
           ", not done: nothing to export yet");
-    Job job;
-    job.device = r->identity.value_or(r->device);  // a job done before identities: its class's rows
-    job.planner = load_planner(*r);
-    const Measured m = measured(job);
-    const runtime::Bundle bundle = job.planner->bundle(job.planner->final_plan(m.times), m.digests);
+    return *r;
+  }
+
+  // The bundle of a job planned from `planner`, as files sorted by name.
+  static std::vector<wire::ModelFile> bundle_of(const JobPlanner& planner, const Measured& m) {
+    const runtime::Bundle bundle = planner.bundle(planner.final_plan(m.times), m.digests);
     std::vector<wire::ModelFile> out;
     for (const auto& [name, data] : runtime::bundle_files(bundle)) {
       wire::ModelFile& f = out.emplace_back();
@@ -799,6 +1015,59 @@ struct Server::State {
     }
     std::sort(out.begin(), out.end(), [](const wire::ModelFile& a, const wire::ModelFile& b) { return a.path() < b.path(); });
     return out;
+  }
+
+  // In process: on the caller's thread.
+  std::vector<wire::ModelFile> export_job(int64_t id) {
+    const storage::JobRecord r = exportable(id);
+    const auto model = queue.model(r.model_digest);
+    check(model.has_value(), "job ", id, ": model ", r.model_digest.substr(0, 12), " is missing from the database");
+    wire::Submit files;
+    check(files.ParseFromString(model->bytes), "job ", id, ": the stored model is unreadable");
+    Job job;
+    job.device = r.identity.value_or(r.device);  // a job done before identities: its class's rows
+    job.planner = std::make_shared<const JobPlanner>(std::vector<wire::ModelFile>(files.files().begin(), files.files().end()),
+                                                     r.model_name, r.device.name, JobOptions::from_json(r.options));
+    return bundle_of(*job.planner, measured(job));
+  }
+
+  // From a client: the model is planned on the pool, the measurements read on the loop, the
+  // bundle compiled on the pool; the client's answer follows.
+  void export_async(const std::string& client, int64_t id) {
+    const storage::JobRecord r = exportable(id);
+    const auto model = queue.model(r.model_digest);
+    check(model.has_value(), "job ", id, ": model ", r.model_digest.substr(0, 12), " is missing from the database");
+    auto bytes = std::make_shared<std::string>(model->bytes);
+    auto failed = [this, client, id](const std::string& error) {
+      log("export of job " + std::to_string(id) + " for " + peer_name(client) + " failed: " + error);
+      send_error(client, error);
+    };
+    offload.post(
+        [this, client, id, r, bytes, failed]() -> Offload::Completion {
+          wire::Submit files;
+          check(files.ParseFromString(*bytes), "job ", id, ": the stored model is unreadable");
+          auto planner = std::make_shared<const JobPlanner>(
+              std::vector<wire::ModelFile>(files.files().begin(), files.files().end()), r.model_name, r.device.name,
+              JobOptions::from_json(r.options));
+          return [this, client, id, r, planner, failed] {
+            Job job;
+            job.device = r.identity.value_or(r.device);
+            job.planner = planner;
+            auto m = std::make_shared<Measured>(measured(job));
+            offload.post(
+                [this, client, id, planner, m]() -> Offload::Completion {
+                  auto bundle = std::make_shared<std::vector<wire::ModelFile>>(bundle_of(*planner, *m));
+                  return [this, client, id, bundle] {
+                    wire::Envelope e;
+                    e.mutable_export_reply()->set_job_id(id);
+                    for (wire::ModelFile& f : *bundle) *e.mutable_export_reply()->add_files() = std::move(f);
+                    send(client, std::move(e));
+                  };
+                },
+                failed);
+          };
+        },
+        failed);
   }
 };
 
@@ -820,8 +1089,9 @@ Server::Server(zmq::context_t& context, ServerOptions options)
       continue;
     }
     try {
-      s_->start_job(rec);
+      s_->resume(rec);
     } catch (const Error& e) {
+      s_->loading.erase(rec.id);
       s_->queue.set_job_state(rec.id, storage::JobState::kFailed, e.what());
       s_->log("job " + std::to_string(rec.id) + " cannot resume: " + e.what());
     }
@@ -829,7 +1099,7 @@ Server::Server(zmq::context_t& context, ServerOptions options)
  s_->log(std::string(s_->opt.security.enabled() ? "CURVE: " + std::to_string(s_->opt.security.allowed.size()) + " allowed keys; "
                                                 : "no CURVE keys: peers are not authenticated (loopback or embedded use only); ") +
           "listening on " + s_->opt.listen + " with database " + s_->opt.db.string() + " (" +
-          std::to_string(s_->jobs.size()) + " unfinished jobs resumed, " + std::to_string(s_->waiting.size()) +
+          std::to_string(s_->loading.size()) + " unfinished jobs resuming, " + std::to_string(s_->waiting.size()) +
           " waiting for a worker, " + std::to_string(requeued) +
           " leases re-queued)");
 }
@@ -839,7 +1109,9 @@ Server::~Server() = default;
 void Server::poll_once(int timeout_ms) {
   std::vector<zmq::pollitem_t> items = {{static_cast<void*>(s_->socket), 0, ZMQ_POLLIN, 0}};
   if (s_->auth) items.push_back({static_cast<void*>(s_->auth->socket()), 0, ZMQ_POLLIN, 0});
-  wire::poll(items.data(), items.size(), timeout_ms);
+  // While the pool works, look for its completions often.
+  wire::poll(items.data(), items.size(), s_->offload.pending() > 0 ? std::min(timeout_ms, 5) : timeout_ms);
+  s_->offload.run_completions();
   if (s_->auth) s_->auth->handle();
   // Everything that is waiting, so heartbeats queued behind slow work are seen before expiry.
   for (int handled = 0; handled < 10000; ++handled) {

@@ -10,6 +10,11 @@
 // silent (no heartbeat for worker_timeout_ms) or gives it back; after max_attempts a task fails
 // and its groups keep modeled costs. When a job's tasks are all settled, its plan is chosen from
 // the measurements and the job is done, with a summary.
+// The event loop only moves messages and database rows: importing, planning and lowering a
+// submitted model, a resumed job's model, a search round's offspring and an export's bundle run
+// on a pool of `work_threads` (coordinator/offload.h), and a client's submit or export is answered
+// when its work is done, while workers' heartbeats, results and leases go on being served. The
+// in-process calls (submit, export_plan) do the same work on the caller's thread.
 // Guarantees: every state that matters (jobs, tasks, models, results) is in the database, in one
 // transaction per change, so a server started on the same file resumes every unfinished job
 // (leases of the previous process are re-queued); a result arriving for a task already done (a
@@ -39,6 +44,7 @@ struct ServerOptions {
   int heartbeat_ms = 1000;
   int worker_timeout_ms = 5000;
   int max_attempts = 3;
+  int work_threads = 2;  // the pool that imports, plans, lowers and exports off the event loop
   std::string id = "coordinator";
   wire::ServerSecurity security;  // CURVE: this coordinator's key pair and the keys it accepts
   std::function<void(const std::string&)> log;  // default: stderr

@@ -33,6 +33,8 @@ class DbFile {
   sqlite3* handle() const { return db_; }
   void exec(const std::string& sql);
   // Runs fn inside BEGIN IMMEDIATE ... COMMIT, rolling back when it throws; returns fn's result.
+  // A write() inside another's fn joins the outer transaction (one change made of several: it
+  // commits or rolls back whole, with the outer one).
   template <typename Fn>
   auto write(Fn&& fn);
   int64_t last_insert_id() const;
@@ -50,11 +52,25 @@ class DbFile {
   void rollback();
   std::filesystem::path path_;
   sqlite3* db_ = nullptr;
+  int depth_ = 0;  // write() calls in progress: only the outermost begins and commits
 };
 
 template <typename Fn>
 auto DbFile::write(Fn&& fn) {
+  if (depth_ > 0) {
+    ++depth_;
+    struct Leave {
+      int& depth;
+      ~Leave() { --depth; }
+    } leave{depth_};
+    return fn();
+  }
   exec("BEGIN IMMEDIATE");
+  ++depth_;
+  struct Leave {
+    int& depth;
+    ~Leave() { --depth; }
+  } leave{depth_};
   try {
     if constexpr (std::is_void_v<std::invoke_result_t<Fn&>>) {
       fn();

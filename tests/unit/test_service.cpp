@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <filesystem>
@@ -230,7 +231,7 @@ TEST_F(Service, ACoordinatorKilledMidJobResumesAfterRestart) {
   EXPECT_EQ(coordinator_->kill(SIGKILL), 128 + SIGKILL);
   start_coordinator();  // same port, same database: it resumes, and the worker says hello again
   wait_for([&] { return status(job).state() == "done"; }, "the resumed job to finish");
-  EXPECT_NE(coordinator_->log().find("unfinished jobs resumed"), std::string::npos);
+  EXPECT_NE(coordinator_->log().find("1 unfinished jobs resuming"), std::string::npos);
   expect_complete_without_duplicates(job);
 }
 
@@ -251,8 +252,11 @@ class ScriptedWorker {
     h.mutable_device()->set_name("host");
     h.mutable_device()->set_arch("host");
     h.mutable_device()->set_toolkit("scripted: no compiler");
+    hello_ = hello;
     send(hello);
   }
+  // Says hello again, as a restarted worker does (what it held is released).
+  void hello_again() { send(hello_); }
   // The next task the coordinator leases (heartbeats sent while waiting).
   wire::Task next_task(int seconds = 60) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
@@ -300,7 +304,118 @@ class ScriptedWorker {
     socket_.send(zmq::buffer(bytes), zmq::send_flags::none);
   }
   zmq::socket_t socket_;
+  wire::Envelope hello_;
 };
+
+// A task whose lease ends without a result max_attempts times (here: its worker restarts while
+// holding it) fails; the job still finishes, naming the failure, and the group keeps its modeled
+// cost; no lease is handed out beyond the limit.
+TEST_F(Service, ATaskLeasedMaxAttemptsTimesWithoutAResultFails) {
+  start_coordinator({"--max-attempts", "2"});
+  ScriptedWorker w(context_, endpoint_);
+  const int64_t job = submit(write_model(dir_, "relu", 4096, {"Relu"}), 2, "host", kOneRound);
+  const wire::Task first = w.next_task();
+  ASSERT_GT(first.task_id(), 0) << coordinator_->log();
+  w.hello_again();  // attempt 1 ends
+  const wire::Task second = w.next_task();
+  EXPECT_EQ(second.task_id(), first.task_id());
+  w.hello_again();  // attempt 2 ends: the limit
+  wait_for([&] { return status(job).state() == "done"; }, "the job to finish without the task");
+  const wire::JobStatus st = status(job);
+  EXPECT_EQ(st.tasks_failed(), 1);
+  EXPECT_EQ(st.error(), "1 tasks failed");
+  storage::SearchDb db(db_);
+  storage::JobQueue queue(db);
+  const auto t = queue.task(first.task_id());
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->state, storage::TaskState::kFailed);
+  EXPECT_EQ(t->attempts, 2);
+  EXPECT_NE(t->error.find("after 2 attempts"), std::string::npos) << t->error;
+  EXPECT_NE(coordinator_->log().find("task " + std::to_string(first.task_id()) + " failed"), std::string::npos);
+}
+
+double percentile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
+}
+
+// While a large model (BERT, 1x64, 24 candidates per group) is imported, planned and lowered, the
+// event loop goes on: a client's requests (which take the same path as a worker's heartbeats) are
+// answered and a worker's results are followed by its next task within 10 ms at p99.
+TEST_F(Service, TheEventLoopServesWorkersAndClientsWhileALargeModelIsSubmitted) {
+  start_coordinator();
+  ScriptedWorker w(context_, endpoint_);
+  std::vector<int64_t> small;  // the worker's work meanwhile: small models' tasks, one round each
+  for (const char* name : {"cnn_small", "resnet_small", "nerf_mlp", "vit"}) {
+    small.push_back(submit(bundled_model(name), 8, "host", kOneRound));
+  }
+  wire::Task task = w.next_task();
+  ASSERT_GT(task.task_id(), 0) << coordinator_->log();
+  // The large submission, from a socket of its own, answered later.
+  zmq::socket_t big(context_, zmq::socket_type::dealer);
+  big.set(zmq::sockopt::linger, 0);
+  big.connect(endpoint_);
+  {
+    wire::Envelope e;
+    wire::Submit& s = *e.mutable_submit();
+    const fs::path model = bundled_model("bert");
+    s.set_model_name("bert");
+    wire::ModelFile& f = *s.add_files();
+    f.set_path(model.filename().string());
+    f.set_data(read_file(model, "model file"));
+    s.set_device("host");
+    s.set_options(R"({"candidates": 24, "shapes": {"input_ids": [1, 64], "attention_mask": [1, 64]}})");
+    const std::string bytes = wire::encode(e);
+    big.send(zmq::buffer(bytes), zmq::send_flags::none);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<double> request_ms, dispatch_ms;
+  int64_t big_job = 0;
+  while (big_job == 0) {
+    ASSERT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(180)) << coordinator_->log();
+    zmq::message_t reply;
+    if (big.recv(reply, zmq::recv_flags::dontwait)) {
+      const wire::Envelope r = wire::decode(reply.data(), reply.size());
+      ASSERT_TRUE(r.has_job()) << r.DebugString();
+      big_job = r.job().job_id();
+      break;
+    }
+    int remaining = 0;  // the small jobs' tasks not done
+    for (int64_t job : small) {
+      const auto r0 = std::chrono::steady_clock::now();
+      const wire::JobStatus st = status(job);
+      request_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - r0).count());
+      remaining += st.tasks() - st.tasks_done();
+    }
+    if (task.task_id() > 0) {  // the worker's result, then its next task while a small job has one queued
+      std::map<std::string, std::array<double, 3>> times;
+      for (const wire::Candidate& c : task.candidates()) {  // clearly apart: nothing to interleave
+        const double us = 10.0 * static_cast<double>(times.size() + 1);
+        times[c.config()] = {us, us - 0.1, us + 0.1};
+      }
+      const auto r0 = std::chrono::steady_clock::now();
+      w.answer(task, times);
+      task = wire::Task();
+      if (remaining > 1) {
+        task = w.next_task(10);
+        dispatch_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - r0).count());
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const double submit_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("large submission answered after %.2f s; meanwhile %zu client requests (p50 %.2f ms, p99 %.2f ms, max %.2f ms) "
+              "and %zu dispatches (p50 %.2f ms, p99 %.2f ms, max %.2f ms)\n",
+              submit_s, request_ms.size(), percentile(request_ms, 0.5), percentile(request_ms, 0.99),
+              percentile(request_ms, 1.0), dispatch_ms.size(), percentile(dispatch_ms, 0.5), percentile(dispatch_ms, 0.99),
+              percentile(dispatch_ms, 1.0));
+  ASSERT_GT(big_job, small.back());
+  ASSERT_GE(submit_s, 1.0) << "the large model planned too fast to show anything";
+  ASSERT_GE(request_ms.size(), 20u);
+  ASSERT_GE(dispatch_ms.size(), 50u);
+  EXPECT_LE(percentile(request_ms, 0.99), 10.0);
+  EXPECT_LE(percentile(dispatch_ms, 0.99), 10.0);
+}
 
 // The two fastest candidates' confidence intervals overlap: the coordinator sends just those two
 // back, interleaved, and the interleaved run orders them (the one slower alone wins, with the

@@ -1,0 +1,78 @@
+#include "coordinator/offload.h"
+
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include <exception>
+
+#include "core/error.h"
+
+namespace fusetune::coordinator {
+
+Offload::Offload(int threads) {
+  for (int t = 0; t < std::max(1, threads); ++t) threads_.emplace_back([this] { loop(); });
+}
+
+Offload::~Offload() {
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+    queue_.clear();
+  }
+  wake_.notify_all();
+  for (std::thread& t : threads_) t.join();
+}
+
+void Offload::post(Work work, Failed failed) {
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    queue_.emplace_back(std::move(work), std::move(failed));
+    ++pending_;
+  }
+  wake_.notify_one();
+}
+
+size_t Offload::run_completions() {
+  std::deque<Completion> ready;
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    ready.swap(done_);
+    pending_ -= ready.size();
+  }
+  for (Completion& c : ready) c();
+  return ready.size();
+}
+
+size_t Offload::pending() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return pending_;
+}
+
+void Offload::loop() {
+  // Below the event loop's priority (nice +10, this thread and the threads it starts), so that on
+  // a busy machine the loop is scheduled first and answers its peers at once.
+  ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 10);
+  for (;;) {
+    std::pair<Work, Failed> item;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (stopping_) return;
+      item = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    Completion completion;
+    try {
+      completion = item.first();
+    } catch (const std::exception& e) {
+      completion = [failed = std::move(item.second), what = std::string(e.what())] { failed(what); };
+    }
+    const std::lock_guard<std::mutex> lock(mutex_);
+    done_.push_back(completion ? std::move(completion) : Completion([] {}));
+  }
+}
+
+}  // namespace fusetune::coordinator
