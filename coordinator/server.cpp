@@ -1129,13 +1129,7 @@ void Server::poll_once(int timeout_ms) {
       s_->log("ignored a message of " + std::to_string(parts.size() - 1) + " frames from " + peer_name(identity));
       continue;
     }
-    try {
-      const wire::Envelope e = wire::decode(parts[1].data(), parts[1].size());
-      s_->handle(identity, e);
-    } catch (const Error& err) {
-      s_->log("request from " + peer_name(identity) + " failed: " + err.what());
-      s_->send_error(identity, err.what());
-    }
+    handle_frame(identity, parts[1].data(), parts[1].size());
   }
   const auto now = Clock::now();
   if (now - s_->last_expiry > std::chrono::milliseconds(200)) {
@@ -1144,6 +1138,18 @@ void Server::poll_once(int timeout_ms) {
   }
   s_->dispatch();
 }
+
+void Server::handle_frame(const std::string& identity, const void* data, size_t size) {
+  try {
+    const wire::Envelope e = wire::decode(data, size);
+    s_->handle(identity, e);
+  } catch (const Error& err) {
+    s_->log("request from " + peer_name(identity) + " failed: " + err.what());
+    s_->send_error(identity, err.what());
+  }
+}
+
+size_t Server::work_in_progress() const { return s_->offload.pending(); }
 
 void Server::run(const std::atomic<bool>& stop) {
   while (!stop.load()) poll_once(100);

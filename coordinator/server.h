@@ -59,6 +59,11 @@ class Server {
   void poll_once(int timeout_ms);
   // poll_once until `stop` becomes true.
   void run(const std::atomic<bool>& stop);
+  // One message's frame as received from peer `identity` (what poll_once does with each; the
+  // request fuzzer calls it directly): handled, or logged and answered with an error.
+  void handle_frame(const std::string& identity, const void* data, size_t size);
+  // Work on the pool whose completion has not run yet (poll_once runs what is done).
+  size_t work_in_progress() const;
 
   // The requests clients make over the socket, also callable in process (embedded `tune`).
   int64_t submit(const wire::Submit& submit);

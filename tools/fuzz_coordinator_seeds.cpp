@@ -1,0 +1,103 @@
+// fuzz_coordinator_seeds DIR: writes the seed corpus of the coordinator's request fuzzer
+// (tools/fuzz_coordinator.cpp) into DIR, one file per seed: every message type the coordinator
+// serves, valid and as a sequence a real session makes (a worker's hello, a client's submission
+// of a small model, the worker's result for the first task, status, export, cancel, bye), and
+// some that are wrong (a foreign protocol version, an unknown task, garbage). tests/fuzz/coordinator
+// holds its output; the unit tests replay it (FuzzRegressions.CoordinatorCorpus).
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+
+#include "codegen/kernel_ir.h"
+#include "tests/fuzz/coordinator_harness.h"
+#include "tests/unit/onnx_builder.h"
+
+using namespace fusetune;
+using fuzz::frame;
+
+namespace {
+
+wire::Envelope hello(uint32_t version = wire::kProtocolVersion) {
+  wire::Envelope e;
+  wire::Hello& h = *e.mutable_hello();
+  h.set_worker_id("fuzz-worker");
+  h.set_min_version(version);
+  h.set_max_version(version);
+  h.set_codegen_version(codegen::kCodegenVersion);
+  h.set_backend("host");
+  h.mutable_device()->set_name("host");
+  h.mutable_device()->set_arch("host");
+  h.mutable_device()->set_toolkit("c++: fuzz");
+  return e;
+}
+
+wire::Envelope submit() {
+  testing::OnnxBuilder b;
+  b.input("x", 1, {1, 64});
+  b.node("Relu", {"x"}, {"t"});
+  b.node("Exp", {"t"}, {"y"});
+  b.output("y", 1, {1, 64});
+  wire::Envelope e;
+  wire::Submit& s = *e.mutable_submit();
+  s.set_model_name("relu_exp.onnx");
+  wire::ModelFile& f = *s.add_files();
+  f.set_path("relu_exp.onnx");
+  f.set_data(b.bytes());
+  s.set_device("host");
+  s.set_options(R"({"candidates": 2, "min_repeats": 1, "max_repeats": 1, "min_time_ms": 0})");
+  return e;
+}
+
+wire::Envelope result(int64_t task) {
+  wire::Envelope e;
+  wire::TaskResult& r = *e.mutable_result();
+  r.set_task_id(task);
+  wire::CandidateResult& c = *r.add_results();
+  c.set_config("t=64 th=64");
+  c.set_status("ok");
+  c.set_median_us(3.5);
+  c.set_min_us(3.0);
+  c.set_max_us(4.0);
+  c.set_repeats(5);
+  return e;
+}
+
+wire::Envelope request(const std::string& what, int64_t job) {
+  wire::Envelope e;
+  if (what == "status") e.mutable_status()->set_job_id(job);
+  if (what == "cancel") e.mutable_cancel()->set_job_id(job);
+  if (what == "export") e.mutable_export_request()->set_job_id(job);
+  if (what == "heartbeat") e.mutable_heartbeat()->add_tasks(job);
+  if (what == "bye") e.mutable_bye();
+  return e;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: fuzz_coordinator_seeds DIR\n");
+    return 2;
+  }
+  const std::filesystem::path dir = argv[1];
+  std::filesystem::create_directories(dir);
+  std::map<std::string, std::string> seeds = {
+      {"hello", frame(0, hello())},
+      {"hello_foreign_version", frame(1, hello(99))},
+      {"heartbeat_unknown_worker", frame(1, request("heartbeat", 7))},
+      {"submit", frame(2, submit())},
+      {"session", frame(0, hello()) + frame(2, submit()) + frame(0, result(1)) + frame(3, request("status", 0)) +
+                      frame(2, request("export", 1)) + frame(0, request("bye", 0))},
+      {"cancel", frame(2, submit()) + frame(2, request("cancel", 1)) + frame(3, request("status", 1))},
+      {"result_unknown_task", frame(1, hello()) + frame(1, result(424242))},
+      {"export_missing_job", frame(3, request("export", 9))},
+      {"garbage", frame(2, std::string("\xff\xfe not an envelope \x01\x02", 24))},
+  };
+  for (const auto& [name, bytes] : seeds) {
+    std::ofstream(dir / name, std::ios::binary) << bytes;
+  }
+  std::printf("%zu seeds written to %s\n", seeds.size(), dir.c_str());
+  return 0;
+}
