@@ -266,8 +266,8 @@ class CudaModule : public Module {
 
 class CudaBackend : public Backend {
  public:
-  CudaBackend(Driver d, CUdevice dev, std::string arch, std::string name, int l2_bytes, int sms)
-      : d_(std::move(d)), dev_(dev), arch_(std::move(arch)), name_(std::move(name)), sms_(sms) {
+  CudaBackend(Driver d, std::string arch, std::string name, int l2_bytes, int sms)
+      : d_(std::move(d)), arch_(std::move(arch)), name_(std::move(name)), sms_(sms) {
     int version = 0;
     d_.check_cu(d_.cuDriverGetVersion(&version), "driver version query");
     driver_ = std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
@@ -322,7 +322,6 @@ class CudaBackend : public Backend {
 
  private:
   Driver d_;
-  CUdevice dev_;
   std::string arch_;
   std::string name_;
   int sms_;
@@ -357,7 +356,7 @@ std::unique_ptr<Backend> make_cuda_backend(int device, std::string* why_not) {
   d.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
   char name[256] = {0};
   d.cuDeviceGetName(name, sizeof name, dev);
-  return std::make_unique<CudaBackend>(std::move(d), dev, "sm_" + std::to_string(major * 10 + minor), name, l2, sms);
+  return std::make_unique<CudaBackend>(std::move(d), "sm_" + std::to_string(major * 10 + minor), name, l2, sms);
 }
 
 #else

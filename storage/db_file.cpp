@@ -94,12 +94,19 @@ UPDATE measurements SET ci_low_us=min_us, ci_high_us=max_us;
 UPDATE meta SET value='3' WHERE key='schema_version';
 )SQL";
 
+// Version 4: a model's files live beside the database (JobQueue::put_model), the row names them;
+// models stored before keep their bytes in the row (an empty `file`).
+constexpr const char* kMigrateToV4 = R"SQL(
+ALTER TABLE models ADD COLUMN file TEXT NOT NULL DEFAULT '';
+UPDATE meta SET value='4' WHERE key='schema_version';
+)SQL";
+
 // Schema steps in order: a new file is created at version 1 and migrated like any version 1 file.
 struct Migration {
   int to;
   const char* sql;
 };
-constexpr Migration kMigrations[] = {{2, kMigrateToV2}, {3, kMigrateToV3}};
+constexpr Migration kMigrations[] = {{2, kMigrateToV2}, {3, kMigrateToV3}, {4, kMigrateToV4}};
 static_assert(std::size(kMigrations) > 0 && std::end(kMigrations)[-1].to == kSchemaVersion,
               "the last migration must reach kSchemaVersion");
 

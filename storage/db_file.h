@@ -20,7 +20,7 @@ struct sqlite3;
 
 namespace fusetune::storage {
 
-inline constexpr int kSchemaVersion = 3;
+inline constexpr int kSchemaVersion = 4;
 
 class DbFile {
  public:

@@ -1,6 +1,10 @@
 #include "storage/job_queue.h"
 
+#include <algorithm>
+#include <cctype>
+
 #include "core/error.h"
+#include "core/files.h"
 #include "storage/statement.h"
 
 namespace fusetune::storage {
@@ -92,18 +96,35 @@ TaskState task_state_from_name(const std::string& name) {
 
 JobQueue::JobQueue(SearchDb& records) : records_(records), file_(records.file()) {}
 
+std::filesystem::path JobQueue::model_dir() const { return file_.path().string() + ".models"; }
+
 void JobQueue::put_model(const std::string& digest, const std::string& name, const std::string& bytes) {
+  // The digest names a file: letters, digits and ':', '_', '-', '.', not leading with '.'.
+  const bool safe = !digest.empty() && digest.size() <= 128 && digest[0] != '.' &&
+                    std::all_of(digest.begin(), digest.end(), [](char c) {
+                      return std::isalnum(static_cast<unsigned char>(c)) || c == ':' || c == '_' || c == '-' || c == '.';
+                    });
+  check(safe, file_.path().string(), ": model digest '", digest.substr(0, 40), "' cannot name a file");
   file_.write([&] {
-    Stmt q(file_.handle(), "INSERT OR IGNORE INTO models(digest, name, bytes) VALUES(?, ?, ?)", file_.path().string());
-    q.bind(1, digest).bind(2, name).bind_blob(3, bytes).step();
+    Stmt known(file_.handle(), "SELECT count(*) FROM models WHERE digest=?", file_.path().string());
+    if (known.bind(1, digest).step() && known.i64(0) > 0) return;
+    // The bytes first, under their digest; the row that names them commits after.
+    std::filesystem::create_directories(model_dir());
+    write_file_atomically(model_dir() / digest, bytes);
+    Stmt q(file_.handle(), "INSERT INTO models(digest, name, bytes, file) VALUES(?, ?, x'', ?)", file_.path().string());
+    q.bind(1, digest).bind(2, name).bind(3, digest).step();
   });
 }
 
 std::optional<ModelBlob> JobQueue::model(const std::string& digest) {
-  Stmt q(file_.handle(), "SELECT name, bytes FROM models WHERE digest=?", file_.path().string());
+  Stmt q(file_.handle(), "SELECT name, bytes, file FROM models WHERE digest=?", file_.path().string());
   q.bind(1, digest);
   if (!q.step()) return std::nullopt;
-  return ModelBlob{q.text(0), q.blob(1)};
+  if (q.text(2).empty()) return ModelBlob{q.text(0), q.blob(1)};  // stored before schema 4
+  const std::filesystem::path path = model_dir() / q.text(2);
+  check(std::filesystem::exists(path), file_.path().string(), ": the files of model ", digest.substr(0, 12), " (",
+        q.text(0), ") are missing: ", path.string());
+  return ModelBlob{q.text(0), read_file(path, "model files")};
 }
 
 int64_t JobQueue::create_job(const JobRecord& job) {
@@ -325,6 +346,13 @@ JobProgress JobQueue::job_progress(int64_t job) {
 QueueStats JobQueue::stats() {
   QueueStats s;
   s.models = file_.scalar("SELECT count(*) FROM models");
+  s.model_bytes = file_.scalar("SELECT coalesce(sum(length(bytes)), 0) FROM models");
+  Stmt files(file_.handle(), "SELECT file FROM models WHERE file <> ''", file_.path().string());
+  while (files.step()) {
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(model_dir() / files.text(0), ec);
+    if (!ec) s.model_bytes += static_cast<int64_t>(size);
+  }
   s.jobs = file_.scalar("SELECT count(*) FROM jobs");
   s.unfinished_jobs = file_.scalar("SELECT count(*) FROM jobs WHERE state IN ('queued', 'running')");
   s.tasks = file_.scalar("SELECT count(*) FROM tasks");

@@ -1,7 +1,8 @@
 // JobQueue: the tuning service's durable state in the search database's file (storage/db_file.h),
 // beside the tuning records (SearchDb), so that a restarted coordinator resumes every unfinished
 // job from the file alone. Local to one coordinator's file, never exported:
-//  - models: model files by their digest;
+//  - models: model files by their digest: their bytes in a file of that name in a directory beside
+//    the database (`FILE.models/`), so that the database itself grows by rows, not by weights;
 //  - jobs: one tuning request (a model on a device class, the identity it is bound to, options,
 //    state, summary);
 //  - tasks: one measurement task per (signature, device identity, codegen version), shared by every
@@ -15,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
@@ -73,6 +75,7 @@ struct JobProgress {
 
 struct QueueStats {
   int64_t models = 0;
+  int64_t model_bytes = 0;      // the models' files beside the database (and rows of older schemas)
   int64_t jobs = 0;
   int64_t unfinished_jobs = 0;  // queued or running
   int64_t tasks = 0;
@@ -92,9 +95,13 @@ class JobQueue {
   JobQueue(const JobQueue&) = delete;
   JobQueue& operator=(const JobQueue&) = delete;
 
-  // Models by digest (the caller's content digest). Storing a digest again changes nothing.
+  // Models by digest (the caller's content digest: letters, digits, ':', '_', '-', '.'; Error for
+  // anything else, which could name another file). Storing a digest again changes
+  // nothing. The bytes go to model_dir()/DIGEST (written whole, then renamed), the row names them;
+  // model() reads them back, and throws Error naming the file when it is gone.
   void put_model(const std::string& digest, const std::string& name, const std::string& bytes);
   std::optional<ModelBlob> model(const std::string& digest);
+  std::filesystem::path model_dir() const;
 
   // Jobs. create_job stores the record (its model must be stored; created_at is filled when 0)
   // and returns the new id. set_job_state replaces the state, error and summary, and sets

@@ -47,13 +47,13 @@ int cmd_db(const std::vector<std::string>& argv) {
     const storage::DbStats s = db.stats();
     const storage::QueueStats q = queue.stats();
     std::printf("%s (schema %d, %.1f MB): %lld workloads, %lld devices, %lld candidates, %lld measurements (%lld "
-                "failed, %lld interleaved), %lld best plans; %lld models, %lld jobs (%lld unfinished), %lld tasks "
-                "(%lld open, %.1f MB of payloads)\n",
+                "failed, %lld interleaved), %lld best plans; %lld models (%.1f MB of files beside it), %lld jobs (%lld "
+                "unfinished), %lld tasks (%lld open, %.1f MB of payloads)\n",
                 path.string().c_str(), s.schema_version, mb(s.file_bytes), static_cast<long long>(s.workloads),
                 static_cast<long long>(s.devices), static_cast<long long>(s.candidates),
                 static_cast<long long>(s.measurements), static_cast<long long>(s.failures),
                 static_cast<long long>(s.interleaved), static_cast<long long>(s.best_plans),
-                static_cast<long long>(q.models), static_cast<long long>(q.jobs),
+                static_cast<long long>(q.models), mb(q.model_bytes), static_cast<long long>(q.jobs),
                 static_cast<long long>(q.unfinished_jobs), static_cast<long long>(q.tasks),
                 static_cast<long long>(q.open_tasks), mb(q.payload_bytes));
     // Each identity answers only for itself; rows recorded before identities (schema 2) have no

@@ -86,13 +86,16 @@ class CoordinatorHarness {
     server_->poll_once(0);
   }
 
-  // Entries of the coordinator's directory besides its database (and SQLite's -wal, -shm) and its
-  // cache directory.
+  // Entries of the coordinator's directory besides its database (with SQLite's -wal and -shm, and
+  // the model files beside it) and its cache directory.
   std::vector<std::string> strays() const {
     std::vector<std::string> out;
     for (const auto& e : std::filesystem::directory_iterator(dir_)) {
       const std::string name = e.path().filename().string();
-      if (name != "search.db" && name != "search.db-wal" && name != "search.db-shm" && name != "cache") out.push_back(name);
+      if (name != "search.db" && name != "search.db-wal" && name != "search.db-shm" && name != "search.db.models" &&
+          name != "cache") {
+        out.push_back(name);
+      }
     }
     return out;
   }

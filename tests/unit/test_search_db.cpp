@@ -831,6 +831,24 @@ TEST_F(SearchDbTest, ModelBlobsRoundTrip) {
   ASSERT_TRUE(queue.model("sha256:empty").has_value());
   EXPECT_EQ(queue.model("sha256:empty")->bytes, "");
   EXPECT_EQ(queue.stats().models, 2);
+  // The bytes live beside the database, not in it.
+  EXPECT_EQ(queue.model_dir(), fs::path(file.string() + ".models"));
+  EXPECT_EQ(fs::file_size(queue.model_dir() / "sha256:big"), bytes.size());
+  EXPECT_EQ(queue.stats().model_bytes, static_cast<int64_t>(bytes.size()));
+  EXPECT_LT(db.stats().file_bytes, 1 << 20);
+  // A digest that could name another file is refused; a model whose file is gone says so.
+  for (const std::string bad : {"../escape", "a/b", ".hidden", ""}) {
+    EXPECT_THROW(queue.put_model(bad, "x.onnx", "x"), Error) << bad;
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "escape"));
+  fs::remove(queue.model_dir() / "sha256:big");
+  try {
+    queue.model("sha256:big");
+    ADD_FAILURE() << "a missing model file was not reported";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("big.onnx"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("are missing"), std::string::npos) << e.what();
+  }
 }
 
 // A coordinator that is killed while finishing tasks: every task marked done has exactly its

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The cost of submitting a model to the tuning service (issue 11's goals: full-size BERT-base
+# answered within 2 s and the database grown by at most 20 MB; a 1B-parameter decoder within 30 s
+# with the coordinator's peak RSS under 2 GB). Starts a real coordinator on a free loopback port
+# with a fresh database, submits MODEL with `fusetune submit` (no worker: the job waits, so what is
+# measured is the submission alone), and prints the time until the answer, the database's growth
+# (file and WAL), the tasks made, and the coordinator's peak resident memory.
+#   bench/submit_cost.sh MODEL.onnx [DEVICE] [extra submit args, e.g. --shape input_ids=1x128]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+model=${1:?usage: bench/submit_cost.sh MODEL.onnx [DEVICE] [submit args]}
+device=${2:-h100}
+[ $# -ge 2 ] && shift 2 || shift 1
+fusetune=${FUSETUNE:-build/fusetune}
+work=$(mktemp -d)
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+"$fusetune" coordinator --listen "tcp://127.0.0.1:$port" --db "$work/search.db" 2> "$work/coordinator.log" &
+pid=$!
+trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$work"' EXIT
+for _ in $(seq 100); do grep -q listening "$work/coordinator.log" && break; sleep 0.1; done
+size() { du -cb "$work"/search.db* 2>/dev/null | tail -1 | cut -f1; }
+before=$(size)
+start=$(date +%s.%N)
+job=$("$fusetune" submit "$model" --coordinator "tcp://127.0.0.1:$port" --device "$device" "$@")
+end=$(date +%s.%N)
+# The job's tasks are made when a worker of the device connects; until then the job holds its
+# prepared model in memory, as a real submission's would.
+after=$(size)
+rss=$(awk '/^VmHWM:/ { print $2 }' "/proc/$pid/status")
+printf '| model | answered after (s) | database growth (MB) | coordinator peak RSS (MB) | job |\n|---|---|---|---|---|\n'
+awk -v m="$(basename "$(dirname "$model")")/$(basename "$model")" -v s="$start" -v e="$end" -v b="$before" -v a="$after" \
+  -v r="$rss" -v j="$job" 'BEGIN { printf "| %s | %.2f | %.1f | %.0f | %s |\n", m, e - s, (a - b) / 1e6, r / 1024, j }'
