@@ -4,7 +4,7 @@
 # with the coordinator's peak RSS under 2 GB). Starts a real coordinator on a free loopback port
 # with a fresh database, submits MODEL with `fusetune submit` (no worker: the job waits, so what is
 # measured is the submission alone), and prints the time until the answer, the database's growth
-# (file and WAL), the tasks made, and the coordinator's peak resident memory.
+# (file and WAL), the model files kept beside it, and the coordinator's peak resident memory.
 #   bench/submit_cost.sh MODEL.onnx [DEVICE] [extra submit args, e.g. --shape input_ids=1x128]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,15 +18,29 @@ port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0));
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$work"' EXIT
 for _ in $(seq 100); do grep -q listening "$work/coordinator.log" && break; sleep 0.1; done
-size() { du -cb "$work"/search.db* 2>/dev/null | tail -1 | cut -f1; }
+size() { du -cb "$work"/search.db "$work"/search.db-wal "$work"/search.db-shm 2>/dev/null | tail -1 | cut -f1; }
 before=$(size)
 start=$(date +%s.%N)
 job=$("$fusetune" submit "$model" --coordinator "tcp://127.0.0.1:$port" --device "$device" "$@")
 end=$(date +%s.%N)
-# The job's tasks are made when a worker of the device connects; until then the job holds its
-# prepared model in memory, as a real submission's would.
+# The job's tasks (and their payloads) are made when a worker of the device connects. For the host
+# device one is started until they exist, then killed before it measures much; for a GPU this
+# machine lacks the job waits, and the tasks' share of the growth is not seen here.
+tasks=0
+if [ "$device" = host ]; then
+  "$fusetune" worker --coordinator "tcp://127.0.0.1:$port" --device host --quiet 2> /dev/null &
+  worker=$!
+  for _ in $(seq 600); do
+    tasks=$("$fusetune" db stats --db "$work/search.db" | sed -n 's/.* \([0-9][0-9]*\) tasks (.*/\1/p')
+    [ "${tasks:-0}" -gt 0 ] && break
+    sleep 0.1
+  done
+  kill -9 "$worker"; wait "$worker" 2>/dev/null || true
+fi
 after=$(size)
 rss=$(awk '/^VmHWM:/ { print $2 }' "/proc/$pid/status")
-printf '| model | answered after (s) | database growth (MB) | coordinator peak RSS (MB) | job |\n|---|---|---|---|---|\n'
+models=$(du -sb "$work"/search.db.models 2>/dev/null | cut -f1)
+printf '| model | answered after (s) | tasks | database growth (MB) | model files beside it (MB) | coordinator peak RSS (MB) |\n|---|---|---|---|---|---|\n'
 awk -v m="$(basename "$(dirname "$model")")/$(basename "$model")" -v s="$start" -v e="$end" -v b="$before" -v a="$after" \
-  -v r="$rss" -v j="$job" 'BEGIN { printf "| %s | %.2f | %.1f | %.0f | %s |\n", m, e - s, (a - b) / 1e6, r / 1024, j }'
+  -v r="$rss" -v t="${tasks:-0}" -v f="${models:-0}" \
+  'BEGIN { printf "| %s | %.2f | %s | %.1f | %.1f | %.0f |\n", m, e - s, t, (a - b) / 1e6, f / 1e6, r / 1024 }'

@@ -57,14 +57,17 @@ namespace {
 struct Prepared {
   std::shared_ptr<const JobPlanner> planner;
   std::vector<TaskSpec> tasks;
+  bool lowered = false;  // `tasks` made (a submission is answered before: they follow on the pool)
 };
 
-// Imports and plans a model and lowers its tasks (the slow part of a submission; on the pool).
+// Imports and plans a model and, with `lower`, lowers its tasks (the slow part of a submission;
+// on the pool).
 std::shared_ptr<Prepared> prepare(const std::vector<wire::ModelFile>& files, const std::string& name,
-                                  const std::string& device, const JobOptions& options) {
+                                  const std::string& device, const JobOptions& options, bool lower = true) {
   auto p = std::make_shared<Prepared>();
   auto planner = std::make_shared<const JobPlanner>(files, name, device, options);
-  p->tasks = planner->tasks();
+  if (lower) p->tasks = planner->tasks();
+  p->lowered = lower;
   p->planner = std::move(planner);
   return p;
 }
@@ -130,11 +133,17 @@ struct Server::State {
   std::set<int64_t> loading;
   int64_t last_served_job = 0;
   Clock::time_point last_expiry = Clock::now();
+  // The WAL is copied back into the file by the pool, through a connection of its own, once a
+  // second: a commit on the loop never waits for that copy's syncs.
+  std::shared_ptr<storage::DbFile> checkpointer;
+  Clock::time_point last_checkpoint = Clock::now();
+  bool checkpointing = false;
   Offload offload;  // last: destroyed first, so no pool thread outlives what it was given
 
   State(zmq::context_t& ctx, ServerOptions o)
       : context(ctx), opt(std::move(o)), db(opt.db), queue(db), socket(ctx, zmq::socket_type::router),
         offload(opt.work_threads) {
+    db.file().set_auto_checkpoint(false);
     if (opt.security.enabled()) {
       auth = std::make_unique<wire::Authenticator>(context, opt.security.allowed, [this](const std::string& l) { log(l); });
     }
@@ -214,7 +223,7 @@ struct Server::State {
         ++count;
         key = &w.device;
       }
-      if (identities.empty() || loading.count(it->first)) {
+      if (identities.empty() || loading.count(it->first) || (it->second && !it->second->lowered)) {
         ++it;
         continue;
       }
@@ -901,10 +910,35 @@ struct Server::State {
       queue.put_model(rec.model_digest, rec.model_name, model_bytes);
       return queue.create_job(rec);
     });
+    if (!prepared->lowered) lower_later(rec.id, prepared);
     waiting[rec.id] = std::move(prepared);
     bind_waiting();
     if (waiting.count(rec.id)) log("job " + std::to_string(rec.id) + " (" + rec.model_name + ") waits for a worker of " + rec.device.str());
     return rec.id;
+  }
+
+  // A submitted job's tasks, lowered on the pool after its submission was answered; the job can
+  // be bound once they are there.
+  void lower_later(int64_t id, std::shared_ptr<Prepared> prepared) {
+    loading.insert(id);
+    offload.post(
+        [this, id, prepared]() -> Offload::Completion {
+          auto tasks = std::make_shared<std::vector<TaskSpec>>(prepared->planner->tasks());
+          return [this, id, prepared, tasks] {
+            loading.erase(id);
+            auto it = waiting.find(id);
+            if (it == waiting.end() || it->second != prepared) return;  // cancelled meanwhile
+            prepared->tasks = std::move(*tasks);
+            prepared->lowered = true;
+            bind_waiting();
+          };
+        },
+        [this, id](const std::string& error) {
+          loading.erase(id);
+          waiting.erase(id);
+          queue.set_job_state(id, storage::JobState::kFailed, error);
+          log("job " + std::to_string(id) + " cannot start: " + error);
+        });
   }
 
   // In process (embedded `tune`, tests): plans on the caller's thread. Nothing is stored for a
@@ -919,8 +953,9 @@ struct Server::State {
     return accept_job(std::move(rec), stored.SerializeAsString(), std::move(prepared));
   }
 
-  // From a client: the model is imported, planned and lowered on the pool while the loop goes on
-  // serving workers; the client's answer (the job id, or the error) follows.
+  // From a client: the model is imported and planned on the pool while the loop goes on serving
+  // workers; the client's answer (the job id, or the error) follows, and the tasks are lowered
+  // after it (lower_later).
   void submit_async(const std::string& client, const wire::Submit& s) {
     storage::JobRecord rec = job_record(s);
     auto submit = std::make_shared<wire::Submit>(s);
@@ -928,7 +963,7 @@ struct Server::State {
         [this, client, rec, submit]() mutable -> Offload::Completion {
           const std::vector<wire::ModelFile> files(submit->files().begin(), submit->files().end());
           rec.model_digest = model_digest(files);
-          auto prepared = prepare(files, rec.model_name, rec.device.name, JobOptions::from_json(rec.options));
+          auto prepared = prepare(files, rec.model_name, rec.device.name, JobOptions::from_json(rec.options), false);
           wire::Submit stored;
           *stored.mutable_files() = std::move(*submit->mutable_files());
           auto bytes = std::make_shared<std::string>(stored.SerializeAsString());
@@ -1137,6 +1172,24 @@ void Server::poll_once(int timeout_ms) {
     s_->last_expiry = now;
   }
   s_->dispatch();
+  if (!s_->checkpointing && now - s_->last_checkpoint > std::chrono::seconds(1)) {
+    s_->checkpointing = true;
+    s_->last_checkpoint = now;
+    State* st = s_.get();
+    s_->offload.post(
+        [st, path = s_->opt.db, file = s_->checkpointer]() mutable -> Offload::Completion {
+          if (!file) file = std::make_shared<storage::DbFile>(path);
+          file->checkpoint();
+          return [st, file] {
+            st->checkpointer = file;
+            st->checkpointing = false;
+          };
+        },
+        [st](const std::string& error) {
+          st->checkpointing = false;
+          st->log("WAL checkpoint failed (the next one tries again): " + error);
+        });
+  }
 }
 
 void Server::handle_frame(const std::string& identity, const void* data, size_t size) {

@@ -207,6 +207,10 @@ void DbFile::vacuum() {
   exec("PRAGMA wal_checkpoint(TRUNCATE)");
 }
 
+void DbFile::set_auto_checkpoint(bool on) { exec(on ? "PRAGMA wal_autocheckpoint=1000" : "PRAGMA wal_autocheckpoint=0"); }
+
+void DbFile::checkpoint() { exec("PRAGMA wal_checkpoint(PASSIVE)"); }
+
 void DbFile::rollback() { sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr); }
 
 int64_t DbFile::last_insert_id() const { return sqlite3_last_insert_rowid(db_); }

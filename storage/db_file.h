@@ -46,6 +46,13 @@ class DbFile {
   int64_t size_bytes();  // pages in use times page size (the WAL not counted)
   // Rebuilds the file without its free pages and truncates the WAL: what `fusetune db vacuum` runs.
   void vacuum();
+  // Whether a commit on this connection copies the WAL back into the file when it has grown past
+  // 1000 pages (SQLite's default, on). A process that must not wait for that (the coordinator's
+  // event loop: the copy syncs the file) turns it off and calls checkpoint() from a connection of
+  // another thread instead.
+  void set_auto_checkpoint(bool on);
+  // Copies what the WAL holds back into the file as far as no reader needs it (never waits).
+  void checkpoint();
 
  private:
   void open_schema();

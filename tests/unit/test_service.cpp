@@ -257,23 +257,31 @@ class ScriptedWorker {
   }
   // Says hello again, as a restarted worker does (what it held is released).
   void hello_again() { send(hello_); }
+  void heartbeat() {
+    wire::Envelope hb;
+    hb.mutable_heartbeat();
+    send(hb);
+  }
   // The next task the coordinator leases (heartbeats sent while waiting).
   wire::Task next_task(int seconds = 60) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-    while (std::chrono::steady_clock::now() < deadline) {
+    const wire::Task t = try_task(seconds * 1000);
+    if (t.task_id() == 0) ADD_FAILURE() << "no task within " << seconds << " s";
+    return t;
+  }
+  // The next task leased within `ms` milliseconds, or none (task_id 0).
+  wire::Task try_task(int ms) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    do {
       zmq::pollitem_t item{static_cast<void*>(socket_), 0, ZMQ_POLLIN, 0};
-      zmq::poll(&item, 1, std::chrono::milliseconds(200));
+      zmq::poll(&item, 1, std::chrono::milliseconds(std::min(ms, 200)));
       zmq::message_t msg;
       if (!socket_.recv(msg, zmq::recv_flags::dontwait)) {
-        wire::Envelope hb;
-        hb.mutable_heartbeat();
-        send(hb);
+        heartbeat();
         continue;
       }
       const wire::Envelope e = wire::decode(msg.data(), msg.size());
       if (e.has_task()) return e.task();
-    }
-    ADD_FAILURE() << "no task within " << seconds << " s";
+    } while (std::chrono::steady_clock::now() < deadline);
     return {};
   }
   // Answers a task: each candidate's (median, CI low, CI high) by config, "ok", and interleaved with
@@ -339,15 +347,18 @@ double percentile(std::vector<double> v, double p) {
   return v.empty() ? 0 : v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
 }
 
-// While a large model (BERT, 1x64, 24 candidates per group) is imported, planned and lowered, the
-// event loop goes on: a client's requests (which take the same path as a worker's heartbeats) are
+// While a large model (BERT, 1x64, 64 candidates per group) is imported and planned (then the
+// submission is answered), and its tasks lowered, the event loop goes on: a client's requests (which take the same path as a worker's heartbeats) are
 // answered and a worker's results are followed by its next task within 10 ms at p99.
 TEST_F(Service, TheEventLoopServesWorkersAndClientsWhileALargeModelIsSubmitted) {
   start_coordinator();
   ScriptedWorker w(context_, endpoint_);
   std::vector<int64_t> small;  // the worker's work meanwhile: small models' tasks, one round each
-  for (const char* name : {"cnn_small", "resnet_small", "nerf_mlp", "vit"}) {
+  for (const char* name : {"cnn_small", "resnet_small", "nerf_mlp", "vit", "mobilenet_v2", "efficientnet_b0"}) {
     small.push_back(submit(bundled_model(name), 8, "host", kOneRound));
+  }
+  for (int64_t job : small) {  // lowered after their answers: wait until their tasks exist
+    wait_for([&] { w.heartbeat(); return status(job).tasks() > 0; }, "a small job's tasks");
   }
   wire::Task task = w.next_task();
   ASSERT_GT(task.task_id(), 0) << coordinator_->log();
@@ -364,21 +375,29 @@ TEST_F(Service, TheEventLoopServesWorkersAndClientsWhileALargeModelIsSubmitted) 
     f.set_path(model.filename().string());
     f.set_data(read_file(model, "model file"));
     s.set_device("host");
-    s.set_options(R"({"candidates": 24, "shapes": {"input_ids": [1, 64], "attention_mask": [1, 64]}})");
+    s.set_options(R"({"candidates": 64, "shapes": {"input_ids": [1, 64], "attention_mask": [1, 64]}})");
     const std::string bytes = wire::encode(e);
     big.send(zmq::buffer(bytes), zmq::send_flags::none);
   }
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<double> request_ms, dispatch_ms;
   int64_t big_job = 0;
-  while (big_job == 0) {
-    ASSERT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(180)) << coordinator_->log();
+  double answered_s = 0;
+  for (;;) {  // until the large job is answered, lowered and bound: its tasks exist
+    ASSERT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(60)) << coordinator_->log();
     zmq::message_t reply;
-    if (big.recv(reply, zmq::recv_flags::dontwait)) {
+    if (big_job == 0 && big.recv(reply, zmq::recv_flags::dontwait)) {
       const wire::Envelope r = wire::decode(reply.data(), reply.size());
       ASSERT_TRUE(r.has_job()) << r.DebugString();
       big_job = r.job().job_id();
-      break;
+      answered_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    w.heartbeat();  // idle or not, the worker stays connected: the large job is bound to it
+    if (big_job != 0) {
+      const auto r0 = std::chrono::steady_clock::now();
+      const bool started = status(big_job).tasks() > 0;
+      request_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - r0).count());
+      if (started) break;
     }
     int remaining = 0;  // the small jobs' tasks not done
     for (int64_t job : small) {
@@ -395,24 +414,25 @@ TEST_F(Service, TheEventLoopServesWorkersAndClientsWhileALargeModelIsSubmitted) 
       }
       const auto r0 = std::chrono::steady_clock::now();
       w.answer(task, times);
-      task = wire::Task();
-      if (remaining > 1) {
-        task = w.next_task(10);
+      task = remaining > 1 ? w.try_task(1000) : wire::Task();
+      if (task.task_id() > 0) {
         dispatch_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - r0).count());
       }
+    } else {
+      task = w.try_task(0);  // one leased while none was held (not a dispatch after a result)
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   const double submit_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("large submission answered after %.2f s; meanwhile %zu client requests (p50 %.2f ms, p99 %.2f ms, max %.2f ms) "
-              "and %zu dispatches (p50 %.2f ms, p99 %.2f ms, max %.2f ms)\n",
-              submit_s, request_ms.size(), percentile(request_ms, 0.5), percentile(request_ms, 0.99),
+  std::printf("large submission answered after %.2f s, its tasks made after %.2f s; meanwhile %zu client requests (p50 "
+              "%.2f ms, p99 %.2f ms, max %.2f ms) and %zu dispatches (p50 %.2f ms, p99 %.2f ms, max %.2f ms)\n",
+              answered_s, submit_s, request_ms.size(), percentile(request_ms, 0.5), percentile(request_ms, 0.99),
               percentile(request_ms, 1.0), dispatch_ms.size(), percentile(dispatch_ms, 0.5), percentile(dispatch_ms, 0.99),
               percentile(dispatch_ms, 1.0));
   ASSERT_GT(big_job, small.back());
   ASSERT_GE(submit_s, 1.0) << "the large model planned too fast to show anything";
   ASSERT_GE(request_ms.size(), 20u);
-  ASSERT_GE(dispatch_ms.size(), 50u);
+  ASSERT_GE(dispatch_ms.size(), 200u);
   EXPECT_LE(percentile(request_ms, 0.99), 10.0);
   EXPECT_LE(percentile(dispatch_ms, 0.99), 10.0);
 }
@@ -677,6 +697,8 @@ TEST_F(Service, ASigtermedWorkerHandsItsLeaseBackAndTasksGoOnlyToMatchingDevices
   storage::JobQueue queue(db);
   wait_for([&] { return !queue.tasks_in_state(storage::TaskState::kLeased).empty(); }, "a lease");
   const int64_t leased = queue.tasks_in_state(storage::TaskState::kLeased).at(0).id;
+  // Leased in the database is not yet received: wait until w1 works on it.
+  wait_for([&] { return w1.log().find("task " + std::to_string(leased) + ": ") != std::string::npos; }, "w1 at work");
   EXPECT_EQ(w1.kill(SIGTERM), 0) << w1.log();
   wait_for([&] { return queue.task(leased)->state == storage::TaskState::kQueued; }, "the lease handed back");
   EXPECT_NE(coordinator_->log().find("handed back by w1"), std::string::npos) << coordinator_->log();
