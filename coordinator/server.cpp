@@ -854,7 +854,7 @@ struct Server::State {
     bind_waiting();
   }
 
-  void handle(const std::string& identity, const wire::Envelope& e) {
+  void handle(const std::string& identity, wire::Envelope& e) {  // a submission's files are moved out
     auto w = workers.find(identity);
     if (w != workers.end()) w->second.last_seen = Clock::now();
     switch (e.body_case()) {
@@ -873,7 +873,7 @@ struct Server::State {
           log("worker " + peer_name(identity) + " left");
         }
         return;
-      case wire::Envelope::kSubmit: return submit_async(identity, e.submit());  // answered when planned
+      case wire::Envelope::kSubmit: return submit_async(identity, std::move(*e.mutable_submit()));  // answered when planned
       case wire::Envelope::kStatus: {
         wire::Envelope r;
         for (wire::JobStatus& s : job_status(e.status().job_id())) *r.mutable_status_reply()->add_jobs() = std::move(s);
@@ -904,10 +904,11 @@ struct Server::State {
     return rec;
   }
 
-  // Stores a planned submission (its model, then the job) and binds it when a worker can take it.
-  int64_t accept_job(storage::JobRecord rec, const std::string& model_bytes, std::shared_ptr<Prepared> prepared) {
+  // Stores a planned submission (its model's row, its files written already beside the database
+  // by the caller, then the job) and binds it when a worker can take it.
+  int64_t accept_job(storage::JobRecord rec, std::shared_ptr<Prepared> prepared) {
     rec.id = db.file().write([&] {  // the model and its job: one transaction
-      queue.put_model(rec.model_digest, rec.model_name, model_bytes);
+      queue.put_model_row(rec.model_digest, rec.model_name);
       return queue.create_job(rec);
     });
     if (!prepared->lowered) lower_later(rec.id, prepared);
@@ -950,27 +951,29 @@ struct Server::State {
     wire::Submit stored;
     *stored.mutable_files() = s.files();
     auto prepared = prepare(files, rec.model_name, rec.device.name, JobOptions::from_json(rec.options));
-    return accept_job(std::move(rec), stored.SerializeAsString(), std::move(prepared));
+    storage::JobQueue::write_model_file(opt.db, rec.model_digest, stored.SerializeAsString());
+    return accept_job(std::move(rec), std::move(prepared));
   }
 
   // From a client: the model is imported and planned on the pool while the loop goes on serving
   // workers; the client's answer (the job id, or the error) follows, and the tasks are lowered
   // after it (lower_later).
-  void submit_async(const std::string& client, const wire::Submit& s) {
+  void submit_async(const std::string& client, wire::Submit&& s) {
     storage::JobRecord rec = job_record(s);
-    auto submit = std::make_shared<wire::Submit>(s);
+    auto submit = std::make_shared<wire::Submit>(std::move(s));
     offload.post(
-        [this, client, rec, submit]() mutable -> Offload::Completion {
-          const std::vector<wire::ModelFile> files(submit->files().begin(), submit->files().end());
+        [this, client, rec, submit, db_path = opt.db]() mutable -> Offload::Completion {
+          std::vector<wire::ModelFile> files;  // moved, not copied: a model may be hundreds of MB
+          for (wire::ModelFile& f : *submit->mutable_files()) files.push_back(std::move(f));
           rec.model_digest = model_digest(files);
           auto prepared = prepare(files, rec.model_name, rec.device.name, JobOptions::from_json(rec.options), false);
           wire::Submit stored;
-          *stored.mutable_files() = std::move(*submit->mutable_files());
-          auto bytes = std::make_shared<std::string>(stored.SerializeAsString());
-          return [this, client, rec, bytes, prepared] {
+          for (wire::ModelFile& f : files) *stored.add_files() = std::move(f);
+          storage::JobQueue::write_model_file(db_path, rec.model_digest, stored.SerializeAsString());
+          return [this, client, rec, prepared] {
             wire::Envelope r;
             try {
-              r.mutable_job()->set_job_id(accept_job(rec, *bytes, prepared));
+              r.mutable_job()->set_job_id(accept_job(rec, prepared));
             } catch (const Error& e) {
               log("submission of " + rec.model_name + " from " + peer_name(client) + " failed: " + e.what());
               return send_error(client, e.what());
@@ -1194,7 +1197,7 @@ void Server::poll_once(int timeout_ms) {
 
 void Server::handle_frame(const std::string& identity, const void* data, size_t size) {
   try {
-    const wire::Envelope e = wire::decode(data, size);
+    wire::Envelope e = wire::decode(data, size);
     s_->handle(identity, e);
   } catch (const Error& err) {
     s_->log("request from " + peer_name(identity) + " failed: " + err.what());

@@ -96,24 +96,48 @@ TaskState task_state_from_name(const std::string& name) {
 
 JobQueue::JobQueue(SearchDb& records) : records_(records), file_(records.file()) {}
 
-std::filesystem::path JobQueue::model_dir() const { return file_.path().string() + ".models"; }
+namespace {
 
-void JobQueue::put_model(const std::string& digest, const std::string& name, const std::string& bytes) {
-  // The digest names a file: letters, digits and ':', '_', '-', '.', not leading with '.'.
+std::filesystem::path model_dir_of(const std::filesystem::path& db) { return db.string() + ".models"; }
+
+// The digest names a file: letters, digits and ':', '_', '-', '.', not leading with '.'.
+void check_digest(const std::filesystem::path& db, const std::string& digest) {
   const bool safe = !digest.empty() && digest.size() <= 128 && digest[0] != '.' &&
                     std::all_of(digest.begin(), digest.end(), [](char c) {
                       return std::isalnum(static_cast<unsigned char>(c)) || c == ':' || c == '_' || c == '-' || c == '.';
                     });
-  check(safe, file_.path().string(), ": model digest '", digest.substr(0, 40), "' cannot name a file");
+  check(safe, db.string(), ": model digest '", digest.substr(0, 40), "' cannot name a file");
+}
+
+}  // namespace
+
+std::filesystem::path JobQueue::model_dir() const { return model_dir_of(file_.path()); }
+
+void JobQueue::write_model_file(const std::filesystem::path& db, const std::string& digest, const std::string& bytes) {
+  check_digest(db, digest);
+  const std::filesystem::path path = model_dir_of(db) / digest;
+  if (std::filesystem::exists(path)) return;  // the same digest: the same bytes
+  std::filesystem::create_directories(model_dir_of(db));
+  write_file_atomically(path, bytes);
+}
+
+void JobQueue::put_model_row(const std::string& digest, const std::string& name) {
+  check_digest(file_.path(), digest);
+  check(std::filesystem::exists(model_dir() / digest), file_.path().string(), ": model ", digest.substr(0, 12),
+        " has no file beside the database (write_model_file first)");
   file_.write([&] {
-    Stmt known(file_.handle(), "SELECT count(*) FROM models WHERE digest=?", file_.path().string());
-    if (known.bind(1, digest).step() && known.i64(0) > 0) return;
-    // The bytes first, under their digest; the row that names them commits after.
-    std::filesystem::create_directories(model_dir());
-    write_file_atomically(model_dir() / digest, bytes);
-    Stmt q(file_.handle(), "INSERT INTO models(digest, name, bytes, file) VALUES(?, ?, x'', ?)", file_.path().string());
+    Stmt q(file_.handle(), "INSERT OR IGNORE INTO models(digest, name, bytes, file) VALUES(?, ?, x'', ?)",
+           file_.path().string());
     q.bind(1, digest).bind(2, name).bind(3, digest).step();
   });
+}
+
+void JobQueue::put_model(const std::string& digest, const std::string& name, const std::string& bytes) {
+  check_digest(file_.path(), digest);
+  Stmt known(file_.handle(), "SELECT count(*) FROM models WHERE digest=?", file_.path().string());
+  if (known.bind(1, digest).step() && known.i64(0) > 0) return;
+  write_model_file(file_.path(), digest, bytes);  // the bytes first; the row that names them after
+  put_model_row(digest, name);
 }
 
 std::optional<ModelBlob> JobQueue::model(const std::string& digest) {

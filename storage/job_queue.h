@@ -102,6 +102,11 @@ class JobQueue {
   void put_model(const std::string& digest, const std::string& name, const std::string& bytes);
   std::optional<ModelBlob> model(const std::string& digest);
   std::filesystem::path model_dir() const;
+  // The two halves of put_model, for a caller that writes the bytes on another thread (the
+  // coordinator: a model of hundreds of MB): the file beside database `db` (safe from any thread),
+  // then the row, which requires the file.
+  static void write_model_file(const std::filesystem::path& db, const std::string& digest, const std::string& bytes);
+  void put_model_row(const std::string& digest, const std::string& name);
 
   // Jobs. create_job stores the record (its model must be stored; created_at is filled when 0)
   // and returns the new id. set_job_state replaces the state, error and summary, and sets
