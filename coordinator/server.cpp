@@ -664,17 +664,22 @@ struct Server::State {
     return now - w.last_seen < std::chrono::milliseconds(opt.worker_timeout_ms);
   }
 
+  // Marks a task failed (its groups keep their modeled costs) and settles the jobs it belongs to.
+  void fail_task(int64_t task, const std::string& why) {
+    queue.finish_task(task, storage::TaskState::kFailed, why, {});
+    log("task " + std::to_string(task) + " failed: " + why);
+    std::vector<int64_t> affected;  // first: maybe_finish erases finished jobs from `jobs`
+    for (const auto& [id, job] : jobs) {
+      if (std::find(job.tasks.begin(), job.tasks.end(), task) != job.tasks.end()) affected.push_back(id);
+    }
+    for (int64_t id : affected) maybe_finish(id);
+  }
+
   void release(int64_t task, const std::string& why) {
     const auto t = queue.task(task);
     if (!t || t->state != storage::TaskState::kLeased) return;
     if (t->attempts >= opt.max_attempts) {
-      queue.finish_task(task, storage::TaskState::kFailed, why + " after " + std::to_string(t->attempts) + " attempts", {});
-      log("task " + std::to_string(task) + " failed: " + why);
-      std::vector<int64_t> affected;  // first: maybe_finish erases finished jobs from `jobs`
-      for (const auto& [id, job] : jobs) {
-        if (std::find(job.tasks.begin(), job.tasks.end(), task) != job.tasks.end()) affected.push_back(id);
-      }
-      for (int64_t id : affected) maybe_finish(id);
+      fail_task(task, why + " after " + std::to_string(t->attempts) + " attempts");
       return;
     }
     queue.requeue_task(task);
@@ -730,8 +735,14 @@ struct Server::State {
         if (job.device != w->device) continue;  // only the job's identity measures for it
         auto t = std::find_if(job.tasks.begin(), job.tasks.end(), [&](int64_t x) { return queued.count(x) != 0; });
         if (t == job.tasks.end()) continue;
-        lease(*w, *t);
-        queued.erase(*t);
+        const int64_t task = *t;
+        queued.erase(task);
+        try {
+          lease(*w, task);
+        } catch (const Error& e) {  // a task that cannot be sent fails; the loop and its jobs go on
+          fail_task(task, e.what());
+          return;  // the jobs' tasks have changed: the next poll dispatches again
+        }
         last_served_job = id;
         break;
       }

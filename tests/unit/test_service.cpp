@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <sqlite3.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -340,6 +341,34 @@ TEST_F(Service, ATaskLeasedMaxAttemptsTimesWithoutAResultFails) {
   EXPECT_EQ(t->attempts, 2);
   EXPECT_NE(t->error.find("after 2 attempts"), std::string::npos) << t->error;
   EXPECT_NE(coordinator_->log().find("task " + std::to_string(first.task_id()) + " failed"), std::string::npos);
+}
+
+// A task whose stored payload cannot be read (a damaged file) fails when it would be leased, with
+// the reason; the coordinator goes on serving and the job finishes, naming the failures.
+TEST_F(Service, ATaskThatCannotBeReadFailsAndTheCoordinatorGoesOn) {
+  start_coordinator();
+  ScriptedWorker w(context_, endpoint_);
+  const int64_t job = submit(write_model(dir_, "chain", 4096, {"Relu", "Sigmoid"}), 2, "host", kOneRound);
+  const wire::Task held = w.next_task();  // the others stay queued
+  ASSERT_GT(held.task_id(), 0) << coordinator_->log();
+  EXPECT_EQ(coordinator_->kill(SIGKILL), 128 + SIGKILL);
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open(db_.c_str(), &raw), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(raw, "UPDATE tasks SET payload=x'ffffffff' WHERE state='queued'", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  const int damaged = sqlite3_changes(raw);
+  sqlite3_close(raw);
+  ASSERT_GT(damaged, 0);
+  start_coordinator();
+  w.hello_again();
+  for (wire::Task t = w.try_task(5000); t.task_id() > 0; t = w.try_task(5000)) {  // the readable ones
+    std::map<std::string, std::array<double, 3>> times;
+    for (const wire::Candidate& c : t.candidates()) times[c.config()] = {10.0, 9.9, 10.1};
+    w.answer(t, times);
+  }
+  wait_for([&] { w.heartbeat(); return status(job).state() == "done"; }, "the job to finish without the damaged tasks");
+  EXPECT_EQ(status(job).tasks_failed(), damaged);
+  EXPECT_NE(coordinator_->log().find("stored payload is unreadable"), std::string::npos) << coordinator_->log();
 }
 
 double percentile(std::vector<double> v, double p) {
