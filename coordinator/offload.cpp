@@ -1,5 +1,7 @@
 #include "coordinator/offload.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -52,9 +54,12 @@ size_t Offload::pending() const {
 }
 
 void Offload::loop() {
-  // Below the event loop's priority (nice +10, this thread and the threads it starts), so that on
-  // a busy machine the loop is scheduled first and answers its peers at once.
-  ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 10);
+  // Below the event loop (SCHED_IDLE, inherited by the threads its work starts; nice +10 where
+  // that is refused): on a busy machine the loop preempts the pool at once and answers its peers.
+  const sched_param idle{};
+  if (::pthread_setschedparam(::pthread_self(), SCHED_IDLE, &idle) != 0) {
+    ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 10);
+  }
   for (;;) {
     std::pair<Work, Failed> item;
     {

@@ -4,8 +4,8 @@
 // Takes work as a function that runs on one of `threads` pool threads and returns a completion,
 // a function the event loop runs later (run_completions), in the order the work finished. The
 // work must not touch the loop's state (it gets copies or shared, immutable objects); the
-// completion may. Pool threads (and the threads their work starts) run at nice +10, below the
-// loop, so that on a busy machine the loop is scheduled first. Guarantees: a work function that throws has its Error's message passed to the
+// completion may. Pool threads (and the threads their work starts) run under SCHED_IDLE (nice +10
+// where that is refused), below the loop, so that on a busy machine the loop preempts them. Guarantees: a work function that throws has its Error's message passed to the
 // `failed` completion given with it instead; nothing posted is lost before the destructor, which
 // lets running work finish, drops what has not started, and runs no completion.
 #pragma once
