@@ -597,14 +597,19 @@ struct Server::State {
     job.busy = false;
     int queued = 0, trials = 0;
     for (RoundAsk& a : asks) {
-      if (a.offspring.empty()) continue;
       Job::Group& group = job.groups.at(a.signature);
+      // While the round was lowered, results went on arriving (another job's round on a shared
+      // task may have measured the same configurations): what is measured or asked now is left out.
+      std::set<std::string> settled = db.configs_measured(a.signature, job.device, codegen::kCodegenVersion);
+      for (const wire::Candidate& c : group.asked.candidates()) settled.insert(c.config());
       wire::Task todo = group.asked;
       todo.clear_candidates();
       for (const wire::Candidate& c : a.offspring) {
+        if (settled.count(c.config())) continue;
         *todo.add_candidates() = c;
         *group.asked.add_candidates() = c;
       }
+      if (todo.candidates_size() == 0) continue;
       group.extended = 0;
       if (requeue_group(id, job, group, todo) == 0) continue;
       ++queued;
