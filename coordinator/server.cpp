@@ -354,6 +354,7 @@ struct Server::State {
     search::GroupDecision decision;
     std::map<std::string, std::string> digests;
     std::set<std::string> seen;
+    std::set<std::pair<std::string, std::string>> interleaved;  // pairs measured in turn, both orders
   };
   std::map<std::pair<std::string, std::string>, Decided> decided;  // by signature and identity
 
@@ -364,6 +365,10 @@ struct Server::State {
     Decided d;
     for (storage::Measurement& r : db.top_k(signature, job.device, codegen::kCodegenVersion, 100000)) {
       d.digests.emplace(r.config, r.source_digest);
+      if (!r.interleaved_with.empty()) {
+        d.interleaved.insert({r.config, r.interleaved_with});
+        d.interleaved.insert({r.interleaved_with, r.config});
+      }
       ok[r.config].push_back(std::move(r));
     }
     d.decision = search::decide_group(ok);
@@ -634,9 +639,14 @@ struct Server::State {
     bool queued = false;
     for (auto& [signature, group] : job.groups) {
       if (group.compared) continue;
-      const search::GroupDecision decision = decide(job, signature).first;
+      const Decided& decided_now = decided_for(job, signature);
+      const search::GroupDecision decision = decided_now.decision;
       const auto& pair = decision.to_interleave;
       if (!pair) continue;
+      if (decided_now.interleaved.count(*pair)) {  // another job sharing the task compared them already
+        group.compared = true;
+        continue;
+      }
       wire::Task todo = group.asked;
       todo.clear_candidates();
       for (const std::string& config : {pair->first, pair->second}) {
