@@ -526,9 +526,8 @@ struct Server::State {
   // untried neighbors of its three best measured configurations, or else the best ranked untried
   // ones (search/mutation.h), ranked by the learned model once this identity's measurements of
   // the job's groups suffice and by the cost model before, as many as `candidates` and the budget
-  // allow. The loop reads the database; the pool trains the model, picks the trials and lowers
-  // them (the job waits, `lowering`); queue_round queues them on the groups' tasks. Returns
-  // whether a round was started.
+  // allow, trained, picked and lowered on the loop (on every core); queue_round queues them on
+  // the groups' tasks. Returns whether a round was queued.
   bool search_round(int64_t id, Job& job) {
     if (job.search_over) return false;
     const JobOptions& o = job.planner->options();
@@ -564,42 +563,30 @@ struct Server::State {
       asks->push_back(std::move(a));
     }
     if (asks->empty()) return false;
-    job.busy = true;
-    offload.post(
-        [this, id, asks, data, planner = job.planner]() -> Offload::Completion {
-          search::LearnedModel model;
-          model.train(*data);
-          parallel_for(asks->size(), [&](size_t i) {
-            RoundAsk& a = (*asks)[i];
-            const std::vector<planner::Candidate>& space = planner->group(a.signature).candidates;
-            const std::vector<double> scores = model.trained() ? model.score(space) : std::vector<double>();
-            a.offspring = planner->lower(a.asked, search::next_trials(space, a.parents, a.tried, a.trials,
-                                                                      scores.empty() ? nullptr : &scores));
-          });
-          const std::string ranked_by =
-              model.trained() ? "learned model (" + std::to_string(model.samples()) + " measurements)"
-                              : "cost model (" + std::to_string(model.samples()) + " measurements: too few to learn from)";
-          return [this, id, asks, ranked_by] { queue_round(id, *asks, ranked_by); };
-        },
-        [this, id](const std::string& error) {
-          log("job " + std::to_string(id) + ": a search round could not be lowered: " + error);
-          if (auto it = jobs.find(id); it != jobs.end()) {
-            it->second.busy = false;
-            it->second.search_over = true;
-          }
-          maybe_finish(id);
-        });
-    return true;
+    // Trained, picked and lowered here, on the loop: lowered on the pool, two jobs sharing a task
+    // raced (a round landing after another job's had measured its trials); left for later.
+    search::LearnedModel model;
+    model.train(*data);
+    parallel_for(asks->size(), [&](size_t i) {
+      RoundAsk& a = (*asks)[i];
+      const std::vector<planner::Candidate>& space = job.planner->group(a.signature).candidates;
+      const std::vector<double> scores = model.trained() ? model.score(space) : std::vector<double>();
+      a.offspring = job.planner->lower(a.asked, search::next_trials(space, a.parents, a.tried, a.trials,
+                                                                   scores.empty() ? nullptr : &scores));
+    });
+    const std::string ranked_by =
+        model.trained() ? "learned model (" + std::to_string(model.samples()) + " measurements)"
+                        : "cost model (" + std::to_string(model.samples()) + " measurements: too few to learn from)";
+    return queue_round(id, *asks, ranked_by);
   }
 
-  // A search round lowered: each group's offspring queued on its task. A round that queues
-  // nothing (offspring the code generator cannot express, tasks in flight for other jobs) ends the
-  // search, so a job never waits on rounds that cannot measure anything.
-  void queue_round(int64_t id, std::vector<RoundAsk>& asks, const std::string& ranked_by) {
+  // A search round lowered: each group's offspring not measured or asked yet queued on its task.
+  // A round that queues nothing (offspring the code generator cannot express, tasks in flight for
+  // other jobs) ends the search; returns whether it queued any.
+  bool queue_round(int64_t id, std::vector<RoundAsk>& asks, const std::string& ranked_by) {
     auto it = jobs.find(id);
-    if (it == jobs.end()) return;  // cancelled meanwhile
+    if (it == jobs.end()) return false;
     Job& job = it->second;
-    job.busy = false;
     int queued = 0, trials = 0;
     for (RoundAsk& a : asks) {
       Job::Group& group = job.groups.at(a.signature);
@@ -622,13 +609,13 @@ struct Server::State {
     }
     if (queued == 0) {
       job.search_over = true;
-      maybe_finish(id);
-      return;
+      return false;
     }
     ++job.rounds;
     log("job " + std::to_string(id) + ": search round " + std::to_string(job.rounds + 1) + ": " + std::to_string(trials) +
         " mutations of the best measured configurations in " + std::to_string(queued) + " groups, ranked by the " +
         ranked_by);
+    return true;
   }
 
   // For every group of the job whose two fastest candidates are within each other's noise and
@@ -643,7 +630,7 @@ struct Server::State {
       const search::GroupDecision decision = decided_now.decision;
       const auto& pair = decision.to_interleave;
       if (!pair) continue;
-      if (decided_now.interleaved.count(*pair)) {  // another job sharing the task compared them already
+      if (!decided_now.interleaved.empty()) {  // compared already, by a job sharing the task: once per group
         group.compared = true;
         continue;
       }

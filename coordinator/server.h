@@ -11,7 +11,7 @@
 // and its groups keep modeled costs. When a job's tasks are all settled, its plan is chosen from
 // the measurements and the job is done, with a summary.
 // The event loop only moves messages and database rows: importing, planning and lowering a
-// submitted model, a resumed job's model, a search round's offspring and an export's bundle run
+// submitted model, a resumed job's model, round and final plans and an export's bundle run
 // on a pool of `work_threads` (coordinator/offload.h), and a client's submit or export is answered
 // when its work is done, while workers' heartbeats, results and leases go on being served. The
 // in-process calls (submit, export_plan) do the same work on the caller's thread.
