@@ -535,8 +535,8 @@ struct Server::State {
     const int budget = group_budget(job);
     // The learned model's data: what this identity measured of the job's groups so far (the cost
     // model ranks while that is too little: LearnedModel::kMinGroups, kMinSamples).
-    auto data = std::make_shared<std::vector<search::MeasuredGroup>>();
-    auto asks = std::make_shared<std::vector<RoundAsk>>();
+    std::vector<search::MeasuredGroup> data;
+    std::vector<RoundAsk> asks;
     for (auto& [signature, group] : job.groups) {
       const search::GroupDecision d = decide(job, signature).first;
       search::MeasuredGroup m;
@@ -546,7 +546,7 @@ struct Server::State {
         m.candidates.push_back(c);
         m.median_us.push_back(it->second);
       }
-      data->push_back(std::move(m));
+      data.push_back(std::move(m));
       // Tried: what this job asked, and whatever the database holds for the group on this identity
       // (another job's rounds count against the budget too).
       RoundAsk a{signature, group.asked, {}, decided_for(job, signature).seen, 0, {}};
@@ -560,15 +560,15 @@ struct Server::State {
       for (size_t k = 0; k < ranked.size() && k < 3; ++k) a.parents.push_back(ranked[k].second);
       if (a.parents.empty()) continue;  // nothing works yet: no parent to mutate
       a.trials = static_cast<size_t>(std::min(o.candidates, budget - generated));
-      asks->push_back(std::move(a));
+      asks.push_back(std::move(a));
     }
-    if (asks->empty()) return false;
+    if (asks.empty()) return false;
     // Trained, picked and lowered here, on the loop: lowered on the pool, two jobs sharing a task
     // raced (a round landing after another job's had measured its trials); left for later.
     search::LearnedModel model;
-    model.train(*data);
-    parallel_for(asks->size(), [&](size_t i) {
-      RoundAsk& a = (*asks)[i];
+    model.train(data);
+    parallel_for(asks.size(), [&](size_t i) {
+      RoundAsk& a = asks[i];
       const std::vector<planner::Candidate>& space = job.planner->group(a.signature).candidates;
       const std::vector<double> scores = model.trained() ? model.score(space) : std::vector<double>();
       a.offspring = job.planner->lower(a.asked, search::next_trials(space, a.parents, a.tried, a.trials,
@@ -577,16 +577,13 @@ struct Server::State {
     const std::string ranked_by =
         model.trained() ? "learned model (" + std::to_string(model.samples()) + " measurements)"
                         : "cost model (" + std::to_string(model.samples()) + " measurements: too few to learn from)";
-    return queue_round(id, *asks, ranked_by);
+    return queue_round(job, id, asks, ranked_by);
   }
 
   // A search round lowered: each group's offspring not measured or asked yet queued on its task.
   // A round that queues nothing (offspring the code generator cannot express, tasks in flight for
   // other jobs) ends the search; returns whether it queued any.
-  bool queue_round(int64_t id, std::vector<RoundAsk>& asks, const std::string& ranked_by) {
-    auto it = jobs.find(id);
-    if (it == jobs.end()) return false;
-    Job& job = it->second;
+  bool queue_round(Job& job, int64_t id, std::vector<RoundAsk>& asks, const std::string& ranked_by) {
     int queued = 0, trials = 0;
     for (RoundAsk& a : asks) {
       Job::Group& group = job.groups.at(a.signature);
