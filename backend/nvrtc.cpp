@@ -66,18 +66,25 @@ CompiledCuda compile_cuda(const std::string& source, const std::string& arch, in
   nvrtcProgram prog = nullptr;
   // No fast-math: the kernels are verified against the reference. --split-compile=0 optimises the
   // kernels of a module on all cores (a bundle's module of 74 kernels: 12.1 s alone, 8.0 s on 2
-  // cores; the same registers, shared memory and spills); an NVRTC that does not know the option
-  // compiles without it.
-  std::vector<std::string> opts = {"--gpu-architecture=" + arch, "--std=c++17", "--ptxas-options=-v", "--split-compile=0"};
+  // cores; the same registers, shared memory and spills). --no-cache: where a CUDA driver is
+  // installed, NVRTC 13 keeps its own cache of cubins, across processes, and a compilation it
+  // answers from that cache prints no ptxas report (seen on an H100 machine: the second identical
+  // compilation's log held no "Compiling entry function" line); compile_cuda_cached is the cache
+  // here, and it keeps the report. An NVRTC that knows neither option compiles without them.
+  const std::vector<std::string> optional = {"--split-compile=0", "--no-cache"};
+  std::vector<std::string> opts = {"--gpu-architecture=" + arch, "--std=c++17", "--ptxas-options=-v"};
+  opts.insert(opts.end(), optional.begin(), optional.end());
   if (max_registers > 0) opts.push_back("--maxrregcount=" + std::to_string(max_registers));
   nvrtcResult rc = NVRTC_SUCCESS;
-  for (bool split : {true, false}) {
-    if (!split) opts.erase(std::find(opts.begin(), opts.end(), "--split-compile=0"));
+  for (bool with_optional : {true, false}) {
+    if (!with_optional) {
+      for (const std::string& o : optional) opts.erase(std::find(opts.begin(), opts.end(), o));
+    }
     nvrtc_check(nvrtcCreateProgram(&prog, source.c_str(), "fusetune_kernels.cu", 0, nullptr, nullptr), "program creation");
     std::vector<const char*> copts;
     for (const auto& o : opts) copts.push_back(o.c_str());
     rc = nvrtcCompileProgram(prog, static_cast<int>(copts.size()), copts.data());
-    if (rc != NVRTC_ERROR_INVALID_OPTION || !split) break;
+    if (rc != NVRTC_ERROR_INVALID_OPTION || !with_optional) break;
     nvrtcDestroyProgram(&prog);
   }
   size_t log_size = 0;
@@ -103,8 +110,9 @@ CompiledCuda compile_cuda(const std::string& source, const std::string& arch, in
 
 CompiledCuda compile_cuda_cached(const std::string& source, const std::string& arch, int max_registers) {
   const auto t0 = std::chrono::steady_clock::now();
+  // "no-cache": entries written before NVRTC's own cache was turned off may lack the report.
   const std::string key = sha256_hex(source + "\n// arch " + arch + " maxrreg " + std::to_string(max_registers) + " nvrtc " +
-                                     nvrtc_version());
+                                     nvrtc_version() + " no-cache");
   const std::filesystem::path dir = cache_dir("nvrtc");
   const std::filesystem::path cubin = dir / (key + ".cubin"), log = dir / (key + ".log");
   std::error_code ec;

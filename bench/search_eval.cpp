@@ -1,11 +1,13 @@
 // search_eval: how well the search strategies find a group's best configuration, judged against
-// the whole space measured once (issue 10's evaluation, on the device we have: the host).
+// the whole space measured once (issue 10's evaluation), on the host or on a GPU.
 //
 //   search_eval [--models cnn_small,resnet_small,...] [--groups N] [--min-space N] [--max-space N]
-//               [--seed S] [--fusetune PATH]
+//               [--seed S] [--fusetune PATH] [--device host|ORDINAL]
 //
 // For each test model (tests/data/models/NAME/model.onnx), its weighed groups are planned as a
-// host job plans them (coordinator/job_planner.h: h100 kernels measured on the host); a group
+// job for --device plans them (coordinator/job_planner.h): with `host` (the default), h100
+// kernels measured on the host's SIMT executor; with a CUDA ordinal, kernels for that GPU's
+// planner description (h100 on an H100) measured on it; a group
 // whose search space (the planner's valid configurations the code generator can express, library
 // calls left out) has between --min-space and --max-space configurations is measured whole, every
 // configuration compiled, verified and timed in the worker's measuring child (worker/sandbox.h):
@@ -21,7 +23,7 @@
 // worst over groups) and the regret (best found / best measured - 1) after 8, 16 and 32 trials,
 // and the learned model's ranking quality on held-out groups (Kendall tau against the measured
 // times, and whether its first pick is within 5% of the best) beside the cost model's.
-// All times are measured on the host; nothing here is modeled except the strategies' orders.
+// All times are measured on --device; nothing here is modeled except the strategies' orders.
 #include <unistd.h>
 
 #include <algorithm>
@@ -38,11 +40,13 @@
 #include <thread>
 #include <vector>
 
+#include "backend/cuda.h"
 #include "coordinator/job_planner.h"
 #include "core/error.h"
 #include "search/learned_model.h"
 #include "search/mutation.h"
 #include "worker/compile_pool.h"
+#include "worker/daemon.h"
 #include "worker/sandbox.h"
 
 namespace fs = std::filesystem;
@@ -168,6 +172,7 @@ int main(int argc, char** argv) {
   size_t want_groups = 20, min_space = 12, max_space = 40;
   unsigned seed = 20261124;
   fs::path fusetune = fs::path(argv[0]).parent_path() / "fusetune";
+  std::string device = "host";
   for (int k = 1; k + 1 < argc; k += 2) {
     const std::string a = argv[k];
     if (a == "--models") models = argv[k + 1];
@@ -176,14 +181,26 @@ int main(int argc, char** argv) {
     else if (a == "--max-space") max_space = std::stoul(argv[k + 1]);
     else if (a == "--seed") seed = static_cast<unsigned>(std::stoul(argv[k + 1]));
     else if (a == "--fusetune") fusetune = argv[k + 1];
+    else if (a == "--device") device = argv[k + 1];
     else {
       std::fprintf(stderr, "search_eval: unknown flag %s\n", a.c_str());
       return 2;
     }
   }
   try {
-    worker::CompilePool pool("host", static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
-    worker::Sandbox sandbox(fusetune.string(), "host");
+    // The job's device (the planner's description) and the compile pool's architecture.
+    std::string job_device = "host", arch = "host", where = "the host";
+    if (device != "host") {
+      std::string why;
+      const std::unique_ptr<backend::Backend> gpu = backend::make_cuda_backend(std::stoi(device), &why);
+      check(gpu != nullptr, "--device ", device, ": ", why);
+      const auto p = gpu->properties();
+      job_device = worker::planner_device_name(p.description, p.arch);
+      arch = p.arch;
+      where = p.description + " (" + job_device + ")";
+    }
+    worker::CompilePool pool(arch, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+    worker::Sandbox sandbox(fusetune.string(), device);
     std::vector<Group> groups;
     const auto t0 = std::chrono::steady_clock::now();
     size_t measured = 0;
@@ -199,7 +216,8 @@ int main(int argc, char** argv) {
       o.min_repeats = 3;
       o.max_repeats = 50;
       o.min_time_ms = 2;
-      const coordinator::JobPlanner jp({f}, name, "host", o);
+      if (name == "bert") o.shapes = {{"input_ids", {1, 16}}, {"attention_mask", {1, 16}}};  // as the tests run it
+      const coordinator::JobPlanner jp({f}, name, job_device, o);
       for (const coordinator::TaskSpec& spec : jp.tasks()) {
         if (groups.size() >= want_groups) break;
         std::vector<planner::TileConfig> configs;
@@ -246,8 +264,8 @@ int main(int argc, char** argv) {
     }
     check(!groups.empty(), "no group with a search space of ", min_space, " to ", max_space, " configurations");
     std::mt19937 rng(seed);
-    std::printf("search_eval: %zu groups of %s, %zu configurations measured on the host in %.0f s; random seed %u\n\n",
-                groups.size(), models.c_str(), measured,
+    std::printf("search_eval: %zu groups of %s, %zu configurations measured on %s in %.0f s; random seed %u\n\n",
+                groups.size(), models.c_str(), measured, where.c_str(),
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), seed);
     std::printf("| group | model | configurations | best (us, measured) | model's first (us) |\n|---|---|---|---|---|\n");
     for (const Group& g : groups) {

@@ -684,6 +684,29 @@ TEST(CodegenConv, TopCandidatesOfTheModelsCompileWithoutSpills) {
   }
 }
 
+// The same module compiled again in one process still reports every kernel's resources. On a
+// machine with a CUDA driver, NVRTC 13 answers a repeated compilation from its own cache without
+// ptxas's report unless told --no-cache (seen on an H100); without a driver this holds either way.
+TEST(Nvrtc, TheSameModuleCompiledAgainReportsEveryKernelsResources) {
+  if (!backend::nvrtc_available()) GTEST_SKIP() << "NVRTC not available in this build";
+  const std::string cuda =
+      "extern \"C\" __global__ void twice(float* p) { p[threadIdx.x] *= 2.0f; }\n"
+      "extern \"C\" __global__ void reverse(float* p) {\n"
+      "  __shared__ float s[64];\n"
+      "  s[threadIdx.x] = p[threadIdx.x];\n"
+      "  __syncthreads();\n"
+      "  p[threadIdx.x] = s[63 - threadIdx.x];\n"
+      "}\n";
+  for (int round = 0; round < 3; ++round) {
+    const backend::CompiledCuda cc = backend::compile_cuda(cuda, "sm_90");
+    for (const char* kernel : {"twice", "reverse"}) {
+      ASSERT_TRUE(cc.resources.count(kernel)) << "compilation " << round + 1 << ": no ptxas report for " << kernel << "\n" << cc.log;
+      EXPECT_GT(cc.resources.at(kernel).registers, 0) << kernel;
+    }
+    EXPECT_EQ(cc.resources.at("reverse").shared_bytes, 256);
+  }
+}
+
 // A ScatterND whose updates are computed (a decoder's mask written into a slice): the planner keeps
 // the computation out of the scatter's group, whose stage reads indices and updates from memory,
 // and every group lowers and matches the reference.
