@@ -13,6 +13,9 @@
 
 namespace fusetune::backend {
 
+// The CUDA devices the driver reports; 0 (with the reason in *why_not) without a driver or device.
+int cuda_device_count(std::string* why_not);
+
 // Returns nullptr (with the reason in *why_not) when there is no driver or no such device.
 std::unique_ptr<Backend> make_cuda_backend(int device, std::string* why_not);
 

@@ -332,6 +332,19 @@ class CudaBackend : public Backend {
 
 }  // namespace
 
+int cuda_device_count(std::string* why_not) {
+  Driver d;
+  std::string why;
+  if (!d.open(why)) {
+    if (why_not) *why_not = why;
+    return 0;
+  }
+  int count = 0;
+  if (d.cuInit(0) != CUDA_SUCCESS || d.cuDeviceGetCount(&count) != CUDA_SUCCESS) count = 0;
+  if (count == 0 && why_not) *why_not = "the CUDA driver reports no device";
+  return count;
+}
+
 std::unique_ptr<Backend> make_cuda_backend(int device, std::string* why_not) {
   Driver d;
   std::string why;
@@ -360,6 +373,11 @@ std::unique_ptr<Backend> make_cuda_backend(int device, std::string* why_not) {
 }
 
 #else
+
+int cuda_device_count(std::string* why_not) {
+  if (why_not) *why_not = "this build has no CUDA toolkit";
+  return 0;
+}
 
 std::unique_ptr<Backend> make_cuda_backend(int, std::string* why_not) {
   if (why_not) *why_not = "this build has no CUDA toolkit";

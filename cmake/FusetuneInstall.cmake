@@ -18,6 +18,7 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/fusetuneConfigVersion.cma
 install(FILES ${PROJECT_BINARY_DIR}/fusetuneConfig.cmake ${PROJECT_BINARY_DIR}/fusetuneConfigVersion.cmake
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/fusetune)
 install(FILES ${PROJECT_SOURCE_DIR}/packaging/systemd/fusetune-coordinator.service
+              ${PROJECT_SOURCE_DIR}/packaging/systemd/fusetune-worker.service
               ${PROJECT_SOURCE_DIR}/packaging/systemd/fusetune-worker@.service
         DESTINATION ${CMAKE_INSTALL_DATADIR}/fusetune/systemd)
 install(PROGRAMS ${PROJECT_SOURCE_DIR}/packaging/slurm/fusetune-workers.sbatch

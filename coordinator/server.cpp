@@ -92,8 +92,9 @@ struct Server::State {
     wire::Hello hello;
     storage::DeviceKey device;
     Clock::time_point last_seen;
-    int64_t task = 0;  // leased task, 0 when idle
-    int64_t lease_deadline_ms = 0;
+    std::map<int64_t, int64_t> leases;  // task -> lease deadline (unix ms)
+    size_t depth = 1;  // tasks it may hold at once (Hello.queue_depth): the next one compiles while one is measured
+    bool draining = false;  // stopping (Heartbeat.draining): given nothing more
   };
   struct Job {
     std::shared_ptr<const JobPlanner> planner;
@@ -692,18 +693,22 @@ struct Server::State {
         continue;
       }
       log("worker " + it->first + " went silent");
-      if (it->second.task) release(it->second.task, "worker " + it->first + " went silent");
+      for (const auto& [task, deadline] : it->second.leases) release(task, "worker " + it->first + " went silent");
       it = workers.erase(it);
     }
     const int64_t ms = unix_ms();
     std::set<int64_t> held;
     for (auto& [identity, w] : workers) {
-      if (w.task != 0 && w.lease_deadline_ms < ms) {
-        const int64_t t = w.task;
-        w.task = 0;
+      for (auto l = w.leases.begin(); l != w.leases.end();) {
+        if (l->second >= ms) {
+          held.insert(l->first);
+          ++l;
+          continue;
+        }
+        const int64_t t = l->first;
+        l = w.leases.erase(l);
         release(t, "lease deadline passed");
       }
-      if (w.task != 0) held.insert(w.task);
     }
     // A safety net: a lease no live worker holds (the paths above release them as they happen).
     for (int64_t id : queue.task_ids_in_state(storage::TaskState::kLeased)) {
@@ -712,10 +717,13 @@ struct Server::State {
   }
 
   void dispatch() {
+    // Workers with room for a task, the emptiest first: an idle one before one whose next task
+    // would wait behind the one it measures.
     std::vector<Worker*> idle;
     for (auto& [identity, w] : workers) {
-      if (w.task == 0) idle.push_back(&w);
+      if (w.leases.size() < w.depth && !w.draining) idle.push_back(&w);
     }
+    std::stable_sort(idle.begin(), idle.end(), [](const Worker* a, const Worker* b) { return a->leases.size() < b->leases.size(); });
     if (idle.empty() || jobs.empty()) return;
     std::set<int64_t> queued;
     for (int64_t id : queue.task_ids_in_state(storage::TaskState::kQueued)) queued.insert(id);
@@ -753,20 +761,21 @@ struct Server::State {
     wire::Envelope e;
     wire::Task& task = *e.mutable_task();
     check(task.ParseFromString(t->payload), "task ", task_id, ": stored payload is unreadable");
-    // Generous: compile, plus every candidate running to its timeout, twice over.
-    const int64_t budget = 60000 + 2LL * task.candidates_size() * std::max(1000, task.policy().timeout_ms());
-    const int64_t deadline = unix_ms() + budget;
+    // Generous: compile, plus every candidate running to its timeout, twice over; a task queued
+    // behind others the worker holds waits for theirs too.
+    const int64_t now = unix_ms();
+    int64_t deadline = now + 60000 + 2LL * task.candidates_size() * std::max(1000, task.policy().timeout_ms());
+    for (const auto& [held, until] : w.leases) deadline += std::max<int64_t>(0, until - now);
     task.set_task_id(task_id);
     task.set_lease_deadline_ms(deadline);
     queue.lease_task(task_id, w.identity, deadline);
-    w.task = task_id;
-    w.lease_deadline_ms = deadline;
+    w.leases[task_id] = deadline;
     send(w.identity, std::move(e));
   }
 
   void on_result(const std::string& identity, const wire::TaskResult& r) {
     auto w = workers.find(identity);
-    if (w != workers.end() && w->second.task == r.task_id()) w->second.task = 0;
+    if (w != workers.end()) w->second.leases.erase(r.task_id());
     const auto t = queue.task(r.task_id());
     if (!t) {
       log("result for unknown task " + std::to_string(r.task_id()) + " from " + peer_name(identity) + " ignored");
@@ -848,14 +857,16 @@ struct Server::State {
       return;
     }
     Worker& w = workers[identity];
-    const int64_t held = w.task;
+    const std::map<int64_t, int64_t> held = std::move(w.leases);
+    w.leases.clear();
     w.identity = identity;
     w.hello = h;
     w.device = {h.device().name(),          h.device().arch(),           h.device().description(),
                 h.device().compute_capability(), h.device().driver_version(), h.device().toolkit()};
     w.last_seen = Clock::now();
-    w.task = 0;
-    if (held) release(held, "worker " + peer_name(identity) + " said hello again");
+    w.depth = static_cast<size_t>(std::clamp(h.queue_depth(), 1, 4));
+    w.draining = false;
+    for (const auto& [task, deadline] : held) release(task, "worker " + peer_name(identity) + " said hello again");
     wire::Envelope e;
     e.mutable_welcome()->set_coordinator_id(opt.id);
     e.mutable_welcome()->set_heartbeat_ms(opt.heartbeat_ms);
@@ -871,6 +882,10 @@ struct Server::State {
       case wire::Envelope::kHello: return on_hello(identity, e.hello(), e.version());
       case wire::Envelope::kHeartbeat:
         if (w == workers.end()) send_error(identity, "unknown worker: say hello");
+        else if (e.heartbeat().draining() && !w->second.draining) {
+          w->second.draining = true;
+          log("worker " + peer_name(identity) + " is stopping: it finishes what it measures and takes nothing more");
+        }
         return;
       case wire::Envelope::kResult:
         on_result(identity, e.result());
@@ -878,8 +893,9 @@ struct Server::State {
         return;
       case wire::Envelope::kBye:
         if (w != workers.end()) {
-          if (w->second.task) release(w->second.task, "worker " + peer_name(identity) + " left");
+          const std::map<int64_t, int64_t> held = std::move(w->second.leases);
           workers.erase(w);
+          for (const auto& [task, deadline] : held) release(task, "worker " + peer_name(identity) + " left");
           log("worker " + peer_name(identity) + " left");
         }
         return;

@@ -10,7 +10,7 @@ mkdir -p "$work"
 prefix=$work/prefix
 cmake --install "$build" --prefix "$prefix" > "$work/install.log"
 for f in bin/fusetune include/fusetune/runtime.h lib/cmake/fusetune/fusetuneConfig.cmake \
-         lib/cmake/fusetune/fusetuneConfigVersion.cmake share/fusetune/systemd/fusetune-worker@.service \
+         lib/cmake/fusetune/fusetuneConfigVersion.cmake share/fusetune/systemd/fusetune-worker@.service share/fusetune/systemd/fusetune-worker.service \
          share/fusetune/slurm/fusetune-workers.sbatch; do
   [ -e "$prefix/$f" ] || { echo "FAIL: $f was not installed"; cat "$work/install.log"; exit 1; }
 done

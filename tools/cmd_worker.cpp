@@ -1,5 +1,8 @@
-// fusetune worker --coordinator tcp://HOST:PORT [--device N|host] [--compile-jobs N] [--id NAME]:
-// the GPU worker daemon (worker/daemon.h). fusetune worker-child --device D is its measuring
+// fusetune worker --coordinator tcp://HOST:PORT [--device all|N|host|LIST] [--compile-jobs N] [--id NAME]
+// [--drain-seconds S]: the GPU worker daemon (worker/daemon.h), one per device of the list
+// (worker/machine.h); prints what each device did when it stops. The first SIGTERM drains (the
+// tasks being measured may finish for S seconds, default 30; the others go back), a second one
+// hands everything back at once. fusetune worker-child --device D is its measuring
 // child process (worker/measure.h), started by the daemon, not by people.
 #include <unistd.h>
 
@@ -12,15 +15,17 @@
 #include "tools/commands.h"
 #include "tools/service_common.h"
 #include "worker/daemon.h"
+#include "worker/machine.h"
 #include "worker/measure.h"
 
 namespace fusetune::cli {
 
 int cmd_worker(const std::vector<std::string>& argv) {
-  const Args args(argv, {"coordinator", "device", "compile-jobs", "id", "key", "coordinator-key"}, {"quiet"});
+  const Args args(argv, {"coordinator", "device", "compile-jobs", "id", "key", "coordinator-key", "drain-seconds"},
+                  {"quiet"});
   check(args.positional().empty() && args.has("coordinator"),
-        "usage: fusetune worker --coordinator tcp://HOST:PORT [--device N|host] [--compile-jobs N] [--id NAME] "
-        "[--key WORKER.key --coordinator-key COORD.pub]");
+        "usage: fusetune worker --coordinator tcp://HOST:PORT [--device all|N|host|N,M,...] [--compile-jobs N] "
+        "[--id NAME] [--drain-seconds S] [--key WORKER.key --coordinator-key COORD.pub]");
   worker::WorkerOptions opt;
   opt.coordinator = args.get("coordinator");
   opt.device = args.get("device", "host");
@@ -29,10 +34,16 @@ int cmd_worker(const std::vector<std::string>& argv) {
   opt.executable = self_executable();
   opt.quiet = args.has("quiet");
   opt.security = client_security(args);
+  const double drain = args.number("drain-seconds", 30);
+  check(drain >= 0, "--drain-seconds ", drain, ": a number of seconds, 0 to hand tasks back at once");
+  opt.drain_ms = static_cast<int>(drain * 1000);
   const std::atomic<bool>& stop = stop_on_signals();
+  opt.abort = &stopped_twice();
   zmq::context_t context;
-  worker::WorkerDaemon daemon(context, opt);
-  return daemon.run(stop);
+  worker::WorkerMachine machine(context, opt, worker::resolve_devices(opt.device));
+  const int rc = machine.run(stop);
+  if (!opt.quiet) std::fputs(worker::WorkerMachine::format(machine.reports()).c_str(), stderr);
+  return rc;
 }
 
 int cmd_worker_child(const std::vector<std::string>& argv) {

@@ -18,8 +18,12 @@ namespace fs = std::filesystem;
 namespace {
 
 std::atomic<bool> g_stop{false};
+std::atomic<bool> g_stop_again{false};
 
-void on_signal(int) { g_stop = true; }
+void on_signal(int) {
+  if (g_stop.load()) g_stop_again = true;
+  g_stop = true;
+}
 
 }  // namespace
 
@@ -36,6 +40,8 @@ const std::atomic<bool>& stop_on_signals() {
   (void)installed;
   return g_stop;
 }
+
+const std::atomic<bool>& stopped_twice() { return g_stop_again; }
 
 std::string self_executable() {
   std::error_code ec;

@@ -19,6 +19,8 @@ namespace fusetune::cli {
 
 // Installs SIGINT/SIGTERM handlers (once) that raise the returned flag; ignores SIGPIPE.
 const std::atomic<bool>& stop_on_signals();
+// True once a second SIGINT or SIGTERM arrived (stop_on_signals installs the handler).
+const std::atomic<bool>& stopped_twice();
 // This executable's path, from /proc/self/exe.
 std::string self_executable();
 // The .onnx file first, then every file of its directory that the model names (external data).

@@ -35,6 +35,11 @@ CompileOutput CompilePool::compile_one(const wire::Candidate& c) {
       return out;
     }
   }
+  {  // a place among the pool's `jobs` compilations
+    std::unique_lock<std::mutex> lock(mutex_);
+    room_.wait(lock, [&] { return running_ < jobs_; });
+    ++running_;
+  }
   CompileOutput out;
   const auto t0 = std::chrono::steady_clock::now();
   try {
@@ -52,11 +57,13 @@ CompileOutput CompilePool::compile_one(const wire::Candidate& c) {
       }
     }
     out.ok = true;
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {  // Error, or anything else a compiler threw: a status, never an escape
     out.error = e.what();
   }
   out.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   std::lock_guard<std::mutex> lock(mutex_);
+  --running_;
+  room_.notify_one();
   cache_[key] = out;
   return out;
 }

@@ -6,9 +6,11 @@
 // this process; cubins with their ptxas reports are also cached on disk, which sets `cached` as
 // well, and host builds by simt/module.h). Guarantees: one output per candidate, in order; a failure is
 // an output with ok = false and the compiler's message, never an exception. A library call
-// (Candidate::library) needs no compiling and is ok at once.
+// (Candidate::library) needs no compiling and is ok at once. One pool may serve several callers at
+// once (a machine's devices, worker/machine.h): at most `jobs` compilations run at a time in all.
 #pragma once
 
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <string>
@@ -43,6 +45,8 @@ class CompilePool {
   int jobs_;
   std::mutex mutex_;
   std::map<std::string, CompileOutput> cache_;
+  std::condition_variable room_;  // a compilation ended
+  int running_ = 0;               // compilations in progress, across callers
 };
 
 }  // namespace fusetune::worker

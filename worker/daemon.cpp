@@ -2,10 +2,14 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <deque>
 #include <future>
 #include <memory>
+#include <optional>
+#include <random>
 
 #include "backend/cuda.h"
 #include "codegen/kernel_ir.h"
@@ -19,6 +23,115 @@ namespace fusetune::worker {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+struct Outcome {
+  wire::TaskResult result;
+  std::string note;  // a log line
+  int candidates = 0, ok = 0;
+  double compile_s = 0, measure_s = 0;
+};
+
+// A task compiled and ready for the measuring child: the request, which candidates it carries,
+// and the results so far (compile errors filled in). A task whose graph does not rebuild is
+// settled here: `done` holds its outcome.
+struct Prepared {
+  wire::Task task;
+  std::vector<wire::CandidateResult> results;
+  wire::ChildRequest request;
+  std::vector<size_t> sent;  // candidate index of each child candidate
+  double compile_s = 0;
+  std::optional<Outcome> done;
+};
+
+Prepared prepare(const wire::Task& task, CompilePool& pool) {
+  Prepared p;
+  p.task = task;
+  const auto t0 = Clock::now();
+  std::vector<wire::Candidate> candidates(task.candidates().begin(), task.candidates().end());
+  p.results.resize(candidates.size());
+  for (size_t k = 0; k < candidates.size(); ++k) {
+    p.results[k].set_config(candidates[k].config());
+    p.results[k].set_source_digest(candidates[k].source_digest());
+  }
+  try {
+    wire::from_subgraph(task.graph());  // a task whose graph does not rebuild fails as a whole, here
+  } catch (const Error& e) {
+    Outcome o;
+    o.result.set_task_id(task.task_id());
+    for (wire::CandidateResult& r : p.results) {
+      r.set_status("runtime_fault");
+      r.set_detail(std::string("bad task graph: ") + e.what());
+      *o.result.add_results() = r;
+    }
+    o.candidates = static_cast<int>(candidates.size());
+    o.note = "task " + std::to_string(task.task_id()) + ": bad graph: " + e.what();
+    p.done = std::move(o);
+    return p;
+  }
+  const std::vector<CompileOutput> compiled = pool.compile(candidates);
+  *p.request.mutable_graph() = task.graph();
+  *p.request.mutable_policy() = task.policy();
+  for (size_t k = 0; k < candidates.size(); ++k) {
+    wire::CandidateResult& r = p.results[k];
+    r.set_compile_ms(compiled[k].compile_ms);
+    r.set_registers(compiled[k].registers);
+    r.set_shared_bytes(compiled[k].shared_bytes);
+    r.set_spill_bytes(compiled[k].spill_bytes);
+    if (!compiled[k].ok) {
+      r.set_status("compile_error");
+      r.set_detail(compiled[k].error.substr(0, 4000));
+      continue;
+    }
+    wire::ChildCandidate& cc = *p.request.add_candidates();
+    *cc.mutable_candidate() = candidates[k];
+    cc.set_cubin(compiled[k].cubin);
+    p.sent.push_back(k);
+  }
+  p.compile_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  return p;
+}
+
+Outcome measure(Prepared p, Sandbox& sandbox, const std::atomic<bool>& cancel) {
+  if (p.done) return std::move(*p.done);
+  Outcome out;
+  out.result.set_task_id(p.task.task_id());
+  out.compile_s = p.compile_s;
+  out.candidates = static_cast<int>(p.results.size());
+  const auto t0 = Clock::now();
+  // An interleaved pair sends its first result after both candidates are timed.
+  const int timeout = (p.task.policy().timeout_ms() > 0 ? p.task.policy().timeout_ms() : 10000) *
+                      (p.task.policy().interleave() ? 2 : 1);
+  const std::vector<wire::CandidateResult> measured = sandbox.run(p.request, timeout, &cancel);
+  out.measure_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (measured.size() < p.sent.size()) {  // cancelled: the lease goes back unfinished
+    out.result.set_abandoned(true);
+    out.note = "task " + std::to_string(p.task.task_id()) + " abandoned";
+    return out;
+  }
+  for (size_t j = 0; j < p.sent.size(); ++j) {
+    wire::CandidateResult& r = p.results[p.sent[j]];
+    const wire::CandidateResult& m = measured[j];
+    r.set_status(m.status());
+    r.set_detail(m.detail());
+    r.set_median_us(m.median_us());
+    r.set_min_us(m.min_us());
+    r.set_max_us(m.max_us());
+    r.set_repeats(m.repeats());
+    r.set_ci_low_us(m.ci_low_us());
+    r.set_ci_high_us(m.ci_high_us());
+    r.set_interleaved_with(m.interleaved_with());
+    r.set_max_abs_error(m.max_abs_error());
+    out.ok += m.status() == "ok";
+  }
+  for (auto& r : p.results) *out.result.add_results() = r;
+  char line[200];
+  std::snprintf(line, sizeof line, "task %lld: %d of %d candidates ok (compiled in %.1f s, measured in %.1f s)",
+                static_cast<long long>(p.task.task_id()), out.ok, out.candidates, out.compile_s, out.measure_s);
+  out.note = line;
+  return out;
+}
+
+}  // namespace
 
 wire::DeviceInfo probe_device(const std::string& device, std::string& backend_name) {
   wire::DeviceInfo info;
@@ -53,88 +166,6 @@ wire::DeviceInfo probe_device(const std::string& device, std::string& backend_na
   return info;
 }
 
-struct Outcome {
-  wire::TaskResult result;
-  std::string note;  // a log line
-};
-
-Outcome process(const wire::Task& task, CompilePool& pool, Sandbox& sandbox, const std::atomic<bool>& cancel) {
-  Outcome out;
-  out.result.set_task_id(task.task_id());
-  const auto t0 = Clock::now();
-  std::vector<wire::Candidate> candidates(task.candidates().begin(), task.candidates().end());
-  std::vector<wire::CandidateResult> results(candidates.size());
-  try {
-    wire::from_subgraph(task.graph());  // a task whose graph does not rebuild fails as a whole, here
-  } catch (const Error& e) {
-    for (size_t k = 0; k < candidates.size(); ++k) {
-      results[k].set_config(candidates[k].config());
-      results[k].set_source_digest(candidates[k].source_digest());
-      results[k].set_status("runtime_fault");
-      results[k].set_detail(std::string("bad task graph: ") + e.what());
-    }
-    for (auto& r : results) *out.result.add_results() = r;
-    out.note = "task " + std::to_string(task.task_id()) + ": bad graph: " + e.what();
-    return out;
-  }
-  const std::vector<CompileOutput> compiled = pool.compile(candidates);
-  wire::ChildRequest req;
-  *req.mutable_graph() = task.graph();
-  *req.mutable_policy() = task.policy();
-  std::vector<size_t> sent;  // candidate index of each child candidate
-  for (size_t k = 0; k < candidates.size(); ++k) {
-    wire::CandidateResult& r = results[k];
-    r.set_config(candidates[k].config());
-    r.set_source_digest(candidates[k].source_digest());
-    r.set_compile_ms(compiled[k].compile_ms);
-    r.set_registers(compiled[k].registers);
-    r.set_shared_bytes(compiled[k].shared_bytes);
-    r.set_spill_bytes(compiled[k].spill_bytes);
-    if (!compiled[k].ok) {
-      r.set_status("compile_error");
-      r.set_detail(compiled[k].error.substr(0, 4000));
-      continue;
-    }
-    wire::ChildCandidate& cc = *req.add_candidates();
-    *cc.mutable_candidate() = candidates[k];
-    cc.set_cubin(compiled[k].cubin);
-    sent.push_back(k);
-  }
-  // An interleaved pair sends its first result after both candidates are timed.
-  const int timeout = (task.policy().timeout_ms() > 0 ? task.policy().timeout_ms() : 10000) *
-                      (task.policy().interleave() ? 2 : 1);
-  const std::vector<wire::CandidateResult> measured = sandbox.run(req, timeout, &cancel);
-  if (measured.size() < sent.size()) {  // cancelled: the lease goes back unfinished
-    out.result.set_abandoned(true);
-    out.note = "task " + std::to_string(task.task_id()) + " abandoned";
-    return out;
-  }
-  int ok = 0;
-  for (size_t j = 0; j < sent.size(); ++j) {
-    wire::CandidateResult& r = results[sent[j]];
-    const wire::CandidateResult& m = measured[j];
-    r.set_status(m.status());
-    r.set_detail(m.detail());
-    r.set_median_us(m.median_us());
-    r.set_min_us(m.min_us());
-    r.set_max_us(m.max_us());
-    r.set_repeats(m.repeats());
-    r.set_ci_low_us(m.ci_low_us());
-    r.set_ci_high_us(m.ci_high_us());
-    r.set_interleaved_with(m.interleaved_with());
-    r.set_max_abs_error(m.max_abs_error());
-    ok += m.status() == "ok";
-  }
-  for (auto& r : results) *out.result.add_results() = r;
-  char line[200];
-  std::snprintf(line, sizeof line, "task %lld: %d of %zu candidates ok in %.1f s", static_cast<long long>(task.task_id()),
-                ok, candidates.size(), std::chrono::duration<double>(Clock::now() - t0).count());
-  out.note = line;
-  return out;
-}
-
-}  // namespace
-
 std::string planner_device_name(const std::string& description, const std::string& arch) {
   for (const auto& [marker, name] : std::vector<std::pair<std::string, std::string>>{
            {"H200", "h200"}, {"H100", "h100"}, {"A100", "a100"}, {"L4", "l4"}, {"4090", "rtx4090"}}) {
@@ -152,20 +183,40 @@ WorkerDaemon::WorkerDaemon(zmq::context_t& context, WorkerOptions options)
   }
 }
 
+int WorkerDaemon::tasks_done() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return report_.tasks;
+}
+
+DeviceReport WorkerDaemon::report() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return report_;
+}
+
 int WorkerDaemon::run(const std::atomic<bool>& stop) {
   auto log = [&](const std::string& line) {
     if (!opt_.quiet) std::fprintf(stderr, "fusetune worker %s: %s\n", opt_.worker_id.c_str(), line.c_str());
   };
+  const auto started = Clock::now();
   std::string backend_name;
   const wire::DeviceInfo device = probe_device(opt_.device, backend_name);
-  CompilePool pool(device.arch(), opt_.compile_jobs);
+  std::unique_ptr<CompilePool> own_pool;
+  if (opt_.pool == nullptr) own_pool = std::make_unique<CompilePool>(device.arch(), opt_.compile_jobs);
+  CompilePool& pool = opt_.pool ? *opt_.pool : *own_pool;
   Sandbox sandbox(opt_.executable, opt_.device);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    report_.worker_id = opt_.worker_id;
+    report_.device = opt_.device;
+    report_.description = device.description();
+  }
+  const size_t depth = static_cast<size_t>(std::clamp(opt_.queue_depth, 1, 4));
 
   zmq::socket_t socket(context_, zmq::socket_type::dealer);
   socket.set(zmq::sockopt::routing_id, opt_.worker_id);
   socket.set(zmq::sockopt::linger, 2000);
   socket.set(zmq::sockopt::reconnect_ivl, 200);
-  socket.set(zmq::sockopt::reconnect_ivl_max, 2000);
+  socket.set(zmq::sockopt::reconnect_ivl_max, 5000);  // ZeroMQ doubles the interval between tries up to this
   wire::apply_client_security(socket, opt_.security);
   // A rejected CURVE handshake shows only as a socket event: watch for it.
   const std::string monitor_endpoint = "inproc://fusetune-worker-monitor-" + std::to_string(reinterpret_cast<uintptr_t>(this));
@@ -196,30 +247,81 @@ int WorkerDaemon::run(const std::atomic<bool>& stop) {
     h.set_max_version(wire::kProtocolVersion);
     h.set_codegen_version(codegen::kCodegenVersion);
     h.set_compile_jobs(pool.jobs());
+    h.set_queue_depth(static_cast<int>(depth));
     send(std::move(e));
+  };
+  auto hand_back = [&](int64_t task_id) {
+    wire::Envelope back;
+    back.mutable_result()->set_task_id(task_id);
+    back.mutable_result()->set_abandoned(true);
+    send(std::move(back));
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++report_.handed_back;
+  };
+
+  // Hellos nobody answers back off: doubled each time up to the maximum, with +-20% jitter so that
+  // a machine's devices (and a lab's machines) do not all knock at once when a coordinator returns.
+  std::mt19937 jitter(static_cast<unsigned>(std::hash<std::string>{}(opt_.worker_id)) ^ static_cast<unsigned>(::getpid()));
+  int hello_wait_ms = opt_.hello_retry_ms;
+  auto next_hello_wait = [&] {
+    const int wait = static_cast<int>(hello_wait_ms * std::uniform_real_distribution<double>(0.8, 1.2)(jitter));
+    hello_wait_ms = std::min(hello_wait_ms * 2, std::max(opt_.hello_retry_ms, opt_.hello_retry_max_ms));
+    return std::chrono::milliseconds(wait);
   };
 
   bool welcomed = false;
   int heartbeat_ms = 1000;
-  auto last_hello = Clock::now();
+  auto hello_due = Clock::now() + next_hello_wait();
   auto last_beat = Clock::now();
   hello();
+  // The tasks in hand, in arrival order: each compiles as soon as it arrives; the first one
+  // compiled is measured while the next compiles.
+  struct InHand {
+    int64_t id;
+    std::future<Prepared> compiled;
+  };
+  std::deque<InHand> hand;
+  std::future<Outcome> measuring;  // of hand.front(), when valid
+  std::vector<std::future<Prepared>> orphans;  // compilations of tasks handed back, joined at the end
   std::atomic<bool> cancel{false};
-  int64_t current = 0;  // the task in hand, 0 when idle
-  std::future<Outcome> work;
+  bool draining = false;
+  Clock::time_point drain_deadline;
   while (true) {
-    if (stop.load() && !cancel.load()) {
-      cancel = true;
-      if (current == 0) break;
+    if (stop.load() && !draining) {
+      draining = true;
+      drain_deadline = Clock::now() + std::chrono::milliseconds(std::max(0, opt_.drain_ms));
+      // First, so that the coordinator sends nothing more before it reads the hand-backs below.
+      wire::Envelope e;
+      e.mutable_heartbeat()->set_draining(true);
+      for (const InHand& h : hand) e.mutable_heartbeat()->add_tasks(h.id);
+      send(std::move(e));
+      // Hand back what is not yet being measured; the task being measured may finish.
+      while (hand.size() > (measuring.valid() ? 1u : 0u)) {
+        hand_back(hand.back().id);
+        log("task " + std::to_string(hand.back().id) + " handed back (stopping)");
+        orphans.push_back(std::move(hand.back().compiled));
+        hand.pop_back();
+      }
+      if (measuring.valid()) {
+        char line[160];
+        std::snprintf(line, sizeof line, "stopping: task %lld may finish within %.1f s",
+                      static_cast<long long>(hand.front().id), opt_.drain_ms / 1000.0);
+        log(line);
+      }
+    }
+    if (draining) {
+      if (!measuring.valid()) break;
+      if (!cancel.load() && (Clock::now() >= drain_deadline || (opt_.abort && opt_.abort->load()))) cancel = true;
     }
     zmq::pollitem_t items[] = {{static_cast<void*>(socket), 0, ZMQ_POLLIN, 0},
                                {static_cast<void*>(monitor), 0, ZMQ_POLLIN, 0}};
-    wire::poll(items, 2, 50);
+    wire::poll(items, 2, 20);
     if (items[1].revents & ZMQ_POLLIN) {
       zmq::message_t event, address;
       if (monitor.recv(event, zmq::recv_flags::dontwait) && event.more()) (void)monitor.recv(address, zmq::recv_flags::none);
       log("refused by the coordinator: CURVE handshake failed (is this worker's public key among the coordinator's "
           "allowed keys, and --coordinator-key the coordinator's?)");
+      cancel = true;
       return 3;
     }
     if (items[0].revents & ZMQ_POLLIN) {
@@ -229,25 +331,26 @@ int WorkerDaemon::run(const std::atomic<bool>& stop) {
           const wire::Envelope e = wire::decode(msg.data(), msg.size());
           if (e.has_welcome()) {
             welcomed = true;
+            hello_wait_ms = opt_.hello_retry_ms;
             heartbeat_ms = std::max(100, e.welcome().heartbeat_ms());
             log("registered with coordinator " + e.welcome().coordinator_id());
           } else if (e.has_refused()) {
             log("refused: " + e.refused().reason());
+            cancel = true;
             return 3;
           } else if (e.has_error()) {  // a coordinator that does not know us (it restarted)
             welcomed = false;
             hello();
-            last_hello = Clock::now();
+            hello_due = Clock::now() + next_hello_wait();
           } else if (e.has_task()) {
-            if (current != 0 || cancel.load()) {  // busy or stopping: hand it straight back
-              wire::Envelope back;
-              back.mutable_result()->set_task_id(e.task().task_id());
-              back.mutable_result()->set_abandoned(true);
-              send(std::move(back));
+            if (hand.size() >= depth || draining) {  // full or stopping: hand it straight back
+              hand_back(e.task().task_id());
             } else {
-              current = e.task().task_id();
-              log("task " + std::to_string(current) + ": " + std::to_string(e.task().candidates_size()) + " candidates");
-              work = std::async(std::launch::async, [&, task = e.task()] { return process(task, pool, sandbox, cancel); });
+              hand.push_back({e.task().task_id(), std::async(std::launch::async, [&pool, task = e.task()] {
+                                return prepare(task, pool);
+                              })});
+              log("task " + std::to_string(e.task().task_id()) + ": " + std::to_string(e.task().candidates_size()) +
+                  " candidates" + (hand.size() > 1 ? " (compiling while the one before is measured)" : ""));
             }
           }
         } catch (const Error& err) {
@@ -255,32 +358,54 @@ int WorkerDaemon::run(const std::atomic<bool>& stop) {
         }
       }
     }
-    if (current != 0 && work.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+    // The first task in hand, once compiled, goes to the measuring child.
+    if (!measuring.valid() && !hand.empty() && !draining &&
+        hand.front().compiled.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+      std::future<Prepared> compiled = std::move(hand.front().compiled);
+      log("task " + std::to_string(hand.front().id) + ": compiled, measuring");
+      measuring = std::async(std::launch::async, [&sandbox, &cancel, compiled = std::move(compiled)]() mutable {
+        return measure(compiled.get(), sandbox, cancel);
+      });
+    }
+    if (measuring.valid() && measuring.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+      const int64_t id = hand.front().id;
       Outcome o;
       try {
-        o = work.get();
+        o = measuring.get();
       } catch (const std::exception& err) {  // never lose the lease silently
-        o.result.set_task_id(current);
+        o = Outcome{};
+        o.result.set_task_id(id);
         o.result.set_abandoned(true);
         o.note = std::string("task failed: ") + err.what();
       }
+      hand.pop_front();
       log(o.note);
       wire::Envelope e;
       *e.mutable_result() = o.result;
       send(std::move(e));
-      if (!o.result.abandoned()) ++tasks_done_;
-      current = 0;
-      if (cancel.load()) break;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (o.result.abandoned()) {
+          ++report_.handed_back;
+        } else {
+          ++report_.tasks;
+          report_.candidates += o.candidates;
+          report_.ok += o.ok;
+        }
+        report_.compile_s += o.compile_s;
+        report_.measure_s += o.measure_s;
+      }
+      if (draining) break;
     }
     const auto now = Clock::now();
-    if (!welcomed && now - last_hello > std::chrono::milliseconds(opt_.hello_retry_ms)) {
+    if (!welcomed && now >= hello_due) {
       hello();
-      last_hello = now;
+      hello_due = now + next_hello_wait();
     }
     if (welcomed && now - last_beat > std::chrono::milliseconds(heartbeat_ms)) {
       wire::Envelope e;
-      e.mutable_heartbeat();
-      if (current != 0) e.mutable_heartbeat()->add_tasks(current);
+      for (const InHand& h : hand) e.mutable_heartbeat()->add_tasks(h.id);
+      e.mutable_heartbeat()->set_draining(draining);
       send(std::move(e));
       last_beat = now;
     }
@@ -288,7 +413,13 @@ int WorkerDaemon::run(const std::atomic<bool>& stop) {
   wire::Envelope bye;
   bye.mutable_bye()->set_reason("stopping");
   send(std::move(bye));
-  log("stopped after " + std::to_string(tasks_done_) + " tasks");
+  for (std::future<Prepared>& f : orphans) f.wait();
+  const DeviceReport r = [&] {
+    std::lock_guard<std::mutex> lock(mutex_);
+    report_.wall_s = std::chrono::duration<double>(Clock::now() - started).count();
+    return report_;
+  }();
+  log("stopped after " + std::to_string(r.tasks) + " tasks");
   return 0;
 }
 

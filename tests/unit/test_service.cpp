@@ -65,9 +65,10 @@ class Process {
     if (pid_ > 0) kill(SIGKILL);
   }
   int kill(int sig) {
-    ::kill(pid_, sig);
+    signal(sig);
     return wait();
   }
+  void signal(int sig) const { ::kill(pid_, sig); }
   int wait() {
     int status = 0;
     ::waitpid(pid_, &status, 0);
@@ -726,7 +727,7 @@ TEST_F(Service, ATaskWhoseLeasesAllDieFailsAtTheAttemptLimitAndItsJobsFinish) {
 TEST_F(Service, ASigtermedWorkerHandsItsLeaseBackAndTasksGoOnlyToMatchingDevices) {
   start_coordinator();
   const int64_t gpu_job = submit(bundled_model("cnn_small"), 1, "h100");  // no H100 worker: never bound
-  Process& w1 = start_worker("w1");
+  Process& w1 = start_worker("w1", {"--drain-seconds", "600"});
   // Slow timing (0.8 s per candidate), so w1 is surely inside a task when it is told to stop.
   const int64_t job = submit(write_model(dir_, "chain", 48, {"Relu", "Sigmoid", "Tanh"}), 2, "host",
                              R"("min_repeats": 2, "max_repeats": 100000, "min_time_ms": 800)");
@@ -734,8 +735,12 @@ TEST_F(Service, ASigtermedWorkerHandsItsLeaseBackAndTasksGoOnlyToMatchingDevices
   storage::JobQueue queue(db);
   wait_for([&] { return !queue.tasks_in_state(storage::TaskState::kLeased).empty(); }, "a lease");
   const int64_t leased = queue.tasks_in_state(storage::TaskState::kLeased).at(0).id;
-  // Leased in the database is not yet received: wait until w1 works on it.
-  wait_for([&] { return w1.log().find("task " + std::to_string(leased) + ": ") != std::string::npos; }, "w1 at work");
+  // Leased in the database is not yet measured: wait until w1 measures it.
+  wait_for([&] { return w1.log().find("task " + std::to_string(leased) + ": compiled, measuring") != std::string::npos; },
+           "w1 at work");
+  // The first SIGTERM drains (the task may finish within 600 s); the second hands it back at once.
+  w1.signal(SIGTERM);
+  wait_for([&] { return w1.log().find("may finish within") != std::string::npos; }, "w1 draining");
   EXPECT_EQ(w1.kill(SIGTERM), 0) << w1.log();
   wait_for([&] { return queue.task(leased)->state == storage::TaskState::kQueued; }, "the lease handed back");
   EXPECT_NE(coordinator_->log().find("handed back by w1"), std::string::npos) << coordinator_->log();
@@ -748,6 +753,73 @@ TEST_F(Service, ASigtermedWorkerHandsItsLeaseBackAndTasksGoOnlyToMatchingDevices
   EXPECT_EQ(gpu.identity(), "") << "an h100 job was bound to a host worker";
   EXPECT_TRUE(queue.job_tasks(gpu_job).empty());
   EXPECT_NE(coordinator_->log().find("waits for a worker of h100"), std::string::npos) << coordinator_->log();
+}
+
+// `worker --device host,host,host`: one process serving three devices, the host standing in for a
+// machine's GPUs. Three workers join under their own ids; each device measures tasks and holds a
+// second one that compiles while the first is measured; the job completes with nothing lost or
+// measured twice; SIGTERM stops them all and the report names what each device did.
+TEST_F(Service, AWorkerOfSeveralDevicesServesEveryDeviceAndReportsWhatEachDid) {
+  start_coordinator();
+  Process& machine = start_worker("lab", {"--device", "host,host,host", "--compile-jobs", "2"});
+  for (const char* id : {"lab/host0", "lab/host1", "lab/host2"}) {
+    wait_for([&] { return coordinator_->log().find("worker " + std::string(id) + " joined") != std::string::npos; },
+             std::string(id) + " joining");
+  }
+  const int64_t job = submit(bundled_model("cnn_small"), 2, "host", kOneRound);
+  wait_for([&] { return status(job).state() == "done"; }, "the job on three devices");
+  expect_complete_without_duplicates(job);
+  EXPECT_NE(machine.log().find("(compiling while the one before is measured)"), std::string::npos) << machine.log();
+  EXPECT_EQ(machine.kill(SIGTERM), 0) << machine.log();
+  const std::string log = machine.log();
+  int tasks_in_reports = 0;
+  for (const char* id : {"lab/host0", "lab/host1", "lab/host2"}) {
+    const std::string marker = std::string(" as ") + id + ": ";
+    const size_t at = log.find(marker);
+    ASSERT_NE(at, std::string::npos) << "no report line for " << id << "\n" << log;
+    const int tasks = std::stoi(log.substr(at + marker.size()));
+    EXPECT_GE(tasks, 1) << id << " measured nothing\n" << log;
+    tasks_in_reports += tasks;
+    // The per-task lines carry the device's id: the report counts what that device logged.
+    const std::string done_prefix = std::string("fusetune worker ") + id + ": task ";
+    int logged = 0;
+    for (size_t p = log.find(done_prefix); p != std::string::npos; p = log.find(done_prefix, p + 1)) {
+      const std::string line = log.substr(p, log.find('\n', p) - p);
+      logged += line.find(" candidates ok (compiled in ") != std::string::npos;
+    }
+    EXPECT_EQ(logged, tasks) << id << "\n" << log;
+  }
+  storage::SearchDb db(db_);
+  storage::JobQueue queue(db);
+  EXPECT_GE(tasks_in_reports, static_cast<int>(queue.job_tasks(job).size())) << log;
+}
+
+// The first SIGTERM drains: the task being measured finishes and its result is stored, a task
+// held behind it goes back at once, and the worker exits 0.
+TEST_F(Service, ASigtermedWorkerFinishesTheTaskItMeasuresAndHandsTheNextBack) {
+  start_coordinator();
+  Process& w1 = start_worker("w1", {"--drain-seconds", "600"});
+  // 0.25 s per candidate: a task is measured for half a second or more, long enough to be stopped in.
+  const int64_t job = submit(bundled_model("cnn_small"), 2, "host",
+                             R"("min_repeats": 2, "max_repeats": 100000, "min_time_ms": 250, "trials": 3)");
+  wait_for([&] { return w1.log().find("(compiling while the one before is measured)") != std::string::npos; },
+           "w1 holding a second task");
+  wait_for([&] { return w1.log().find(": compiled, measuring") != std::string::npos; }, "w1 measuring");
+  EXPECT_EQ(w1.kill(SIGTERM), 0) << w1.log();
+  const std::string log = w1.log();
+  const std::string stopping = "stopping: task ";
+  const size_t at = log.find(stopping);
+  ASSERT_NE(at, std::string::npos) << log;
+  const int64_t measured = std::stoll(log.substr(at + stopping.size()));
+  // It finished after the stop: its result line follows, and the coordinator stored it.
+  EXPECT_NE(log.find("task " + std::to_string(measured) + ": ", at + stopping.size()), std::string::npos) << log;
+  EXPECT_EQ(log.find("task " + std::to_string(measured) + " abandoned"), std::string::npos) << log;
+  EXPECT_EQ(coordinator_->log().find("task " + std::to_string(measured) + " handed back by w1"), std::string::npos)
+      << coordinator_->log();
+  EXPECT_NE(log.find("handed back (stopping)"), std::string::npos) << log;
+  start_worker("w2");
+  wait_for([&] { return status(job).state() == "done"; }, "the job on the second worker");
+  expect_complete_without_duplicates(job);
 }
 
 // Two host workers whose C++ compilers differ are two device identities: a job is decided by the

@@ -1,6 +1,7 @@
 // The worker's parts on real processes: the wire format's sub-graphs (same signature; weights drawn
 // by the receiver, not sent),
-// garbage frames, and the supervised measuring child (worker/sandbox.h) facing correct, wrong,
+// garbage frames, a worker's hellos to a coordinator that does not answer, the device list of a
+// machine, and the supervised measuring child (worker/sandbox.h) facing correct, wrong,
 // out-of-bounds, crashing and hanging kernels, run through the real fusetune executable.
 #include <gtest/gtest.h>
 
@@ -9,7 +10,10 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <thread>
+#include <zmq.hpp>
 
+#include "backend/cuda.h"
 #include "codegen/emit.h"
 #include "codegen/lower_group.h"
 #include "core/error.h"
@@ -20,6 +24,8 @@
 #include "planner/select.h"
 #include "proto/wire.h"
 #include "worker/compile_pool.h"
+#include "worker/daemon.h"
+#include "worker/machine.h"
 #include "worker/sandbox.h"
 
 namespace fusetune {
@@ -178,6 +184,72 @@ struct AddTask {
     }
   }
 };
+
+// A worker whose hellos nobody answers backs off: the first retry after hello_retry_ms, each next
+// one twice as late (with +-20% jitter) up to the maximum. Without backing off, 100 ms retries
+// would knock about 30 times in 3 s; doubling from 100 ms knocks about 6 times (at 0, 0.1, 0.3,
+// 0.7, 1.5 and 3.1 s). Delays on a loaded machine only lower the count.
+TEST(WorkerDaemon, UnansweredHellosBackOff) {
+  zmq::context_t context;
+  zmq::socket_t router(context, zmq::socket_type::router);
+  router.bind("inproc://fusetune-hello-backoff");
+  worker::WorkerOptions o;
+  o.coordinator = "inproc://fusetune-hello-backoff";
+  o.device = "host";
+  o.executable = FUSETUNE_BINARY;
+  o.worker_id = "backoff";
+  o.hello_retry_ms = 100;
+  o.hello_retry_max_ms = 60000;
+  o.quiet = true;
+  worker::WorkerDaemon daemon(context, o);
+  std::atomic<bool> stop{false};
+  std::thread t([&] { daemon.run(stop); });
+  int hellos = 0;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (std::chrono::steady_clock::now() < end) {
+    zmq::pollitem_t items[] = {{static_cast<void*>(router), 0, ZMQ_POLLIN, 0}};
+    zmq::poll(items, 1, std::chrono::milliseconds(50));
+    if (!(items[0].revents & ZMQ_POLLIN)) continue;
+    zmq::message_t id, body;
+    ASSERT_TRUE(router.recv(id, zmq::recv_flags::none));
+    ASSERT_TRUE(router.recv(body, zmq::recv_flags::none));
+    hellos += wire::decode(body.data(), body.size()).has_hello();
+  }
+  stop = true;
+  t.join();
+  EXPECT_GE(hellos, 3) << "the worker stopped saying hello";
+  EXPECT_LE(hellos, 10) << "the worker's hellos did not back off";
+}
+
+// --device: a list of "host" and CUDA ordinals, or "all"; a device that is absent is named.
+TEST(WorkerMachine, TheDeviceListNamesWhatIsAbsent) {
+  EXPECT_EQ(worker::resolve_devices("host"), std::vector<std::string>{"host"});
+  EXPECT_EQ(worker::resolve_devices("host,host,host"), (std::vector<std::string>{"host", "host", "host"}));
+  std::string why;
+  const int gpus = backend::cuda_device_count(&why);
+  if (gpus > 0) {
+    EXPECT_EQ(worker::resolve_devices("all").size(), static_cast<size_t>(gpus));
+  } else {
+    try {
+      worker::resolve_devices("all");
+      ADD_FAILURE() << "--device all succeeded on a machine without a GPU";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--device all: no CUDA device on this machine"), std::string::npos) << e.what();
+    }
+  }
+  try {
+    worker::resolve_devices("host," + std::to_string(gpus));
+    ADD_FAILURE() << "a device beyond the machine's was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no CUDA device " + std::to_string(gpus)), std::string::npos) << e.what();
+  }
+  try {
+    worker::resolve_devices("host,gpu");
+    ADD_FAILURE() << "'gpu' was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'gpu' is neither"), std::string::npos) << e.what();
+  }
+}
 
 TEST(Sandbox, FaultsKillOnlyTheChildAndEveryCandidateGetsItsStatus) {
   AddTask t;

@@ -1,0 +1,116 @@
+#include "worker/machine.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <thread>
+
+#include "backend/cuda.h"
+#include "core/error.h"
+#include "worker/compile_pool.h"
+
+namespace fusetune::worker {
+
+std::vector<std::string> resolve_devices(const std::string& spec) {
+  std::vector<std::string> out;
+  if (spec == "all") {
+    std::string why;
+    const int n = backend::cuda_device_count(&why);
+    check(n > 0, "--device all: no CUDA device on this machine (", why, "); --device host measures on the host");
+    for (int k = 0; k < n; ++k) out.push_back(std::to_string(k));
+    return out;
+  }
+  std::string why;
+  int count = -1;  // asked of the driver once, when a list names an ordinal
+  size_t start = 0;
+  while (start <= spec.size()) {
+    const size_t comma = spec.find(',', start);
+    const std::string d = spec.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    start = comma == std::string::npos ? spec.size() + 1 : comma + 1;
+    if (d == "host") {
+      out.push_back(d);
+      continue;
+    }
+    check(!d.empty() && d.find_first_not_of("0123456789") == std::string::npos, "--device '", spec, "': '", d,
+          "' is neither 'host', 'all' nor a CUDA device ordinal");
+    if (count < 0) count = backend::cuda_device_count(&why);
+    check(std::stoi(d) < count, "--device '", spec, "': no CUDA device ", d, " (", count, " found",
+          count == 0 ? ": " + why : std::string(), ")");
+    out.push_back(d);
+  }
+  return out;
+}
+
+WorkerMachine::WorkerMachine(zmq::context_t& context, WorkerOptions options, std::vector<std::string> devices)
+    : context_(context), opt_(std::move(options)), devices_(std::move(devices)) {
+  check(!devices_.empty(), "a worker machine needs a device");
+}
+
+int WorkerMachine::run(const std::atomic<bool>& stop) {
+  if (opt_.worker_id.empty()) {
+    char host[256] = {0};
+    ::gethostname(host, sizeof host - 1);
+    opt_.worker_id = std::string(host) + ":" + std::to_string(::getpid());
+  }
+  // One compile pool per architecture, shared by that architecture's devices.
+  std::map<std::string, std::unique_ptr<CompilePool>> pools;
+  std::vector<std::string> archs(devices_.size());
+  for (size_t k = 0; k < devices_.size(); ++k) {
+    std::string backend_name;
+    try {
+      archs[k] = probe_device(devices_[k], backend_name).arch();
+    } catch (const Error& e) {
+      std::fprintf(stderr, "fusetune worker: device %s not served: %s\n", devices_[k].c_str(), e.what());
+      continue;
+    }
+    if (!pools.count(archs[k])) pools[archs[k]] = std::make_unique<CompilePool>(archs[k], opt_.compile_jobs);
+  }
+  std::vector<int> status(devices_.size(), 3);
+  std::vector<std::thread> threads;
+  for (size_t k = 0; k < devices_.size(); ++k) {
+    if (archs[k].empty()) continue;
+    WorkerOptions o = opt_;
+    o.device = devices_[k];
+    o.worker_id = devices_.size() == 1 ? opt_.worker_id
+                                       : opt_.worker_id + "/" + (devices_[k] == "host" ? "host" + std::to_string(k) : "gpu" + devices_[k]);
+    o.pool = pools.at(archs[k]).get();
+    daemons_.push_back(std::make_unique<WorkerDaemon>(context_, o));
+    WorkerDaemon* d = daemons_.back().get();
+    threads.emplace_back([d, &stop, &status, k] {
+      try {
+        status[k] = d->run(stop);
+      } catch (const std::exception& e) {  // one device's failure leaves the others serving
+        std::fprintf(stderr, "fusetune worker: device %zu stopped: %s\n", k, e.what());
+        status[k] = 1;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  int worst = 0;
+  for (int s : status) worst = std::max(worst, s);
+  return worst;
+}
+
+std::vector<DeviceReport> WorkerMachine::reports() const {
+  std::vector<DeviceReport> out;
+  for (const auto& d : daemons_) out.push_back(d->report());
+  return out;
+}
+
+std::string WorkerMachine::format(const std::vector<DeviceReport>& reports) {
+  std::string out;
+  char line[400];
+  for (const DeviceReport& r : reports) {
+    std::snprintf(line, sizeof line,
+                  "device %s (%s) as %s: %d tasks, %d candidates (%d ok), %d handed back; compiling %.1f s, "
+                  "measuring %.1f s (%.0f%% of %.1f s connected)\n",
+                  r.device.c_str(), r.description.c_str(), r.worker_id.c_str(), r.tasks, r.candidates, r.ok,
+                  r.handed_back, r.compile_s, r.measure_s, r.wall_s > 0 ? 100 * r.measure_s / r.wall_s : 0.0, r.wall_s);
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace fusetune::worker
