@@ -725,9 +725,11 @@ struct Server::State {
     }
     std::stable_sort(idle.begin(), idle.end(), [](const Worker* a, const Worker* b) { return a->leases.size() < b->leases.size(); });
     if (idle.empty() || jobs.empty()) return;
-    std::set<int64_t> queued;
-    for (int64_t id : queue.task_ids_in_state(storage::TaskState::kQueued)) queued.insert(id);
-    if (queued.empty()) return;
+    if (!queue.any_in_state(storage::TaskState::kQueued)) return;
+    // Asked of the database job by job (a job's first queued task), not as the list of every
+    // queued task: with thousands queued, listing them for every result was the loop's largest
+    // cost under bench/service_load. A job found empty is not asked again in this pass.
+    std::set<int64_t> drained;
     for (Worker* w : idle) {
       // Jobs in turn, starting after the one served last.
       std::vector<int64_t> order;
@@ -738,16 +740,18 @@ struct Server::State {
         if (id <= last_served_job) order.push_back(id);
       }
       for (int64_t id : order) {
+        if (drained.count(id)) continue;
         Job& job = jobs.at(id);
         if (job.device != w->device) continue;  // only the job's identity measures for it
-        auto t = std::find_if(job.tasks.begin(), job.tasks.end(), [&](int64_t x) { return queued.count(x) != 0; });
-        if (t == job.tasks.end()) continue;
-        const int64_t task = *t;
-        queued.erase(task);
+        const std::optional<int64_t> task = queue.first_queued_task(id);
+        if (!task) {
+          drained.insert(id);
+          continue;
+        }
         try {
-          lease(*w, task);
+          lease(*w, *task);
         } catch (const Error& e) {  // a task that cannot be sent fails; the loop and its jobs go on
-          fail_task(task, e.what());
+          fail_task(*task, e.what());
           return;  // the jobs' tasks have changed: the next poll dispatches again
         }
         last_served_job = id;
@@ -783,7 +787,7 @@ struct Server::State {
     }
     if (r.abandoned()) {
       if (t->state == storage::TaskState::kLeased && t->worker == identity) {
-        queue.requeue_task(r.task_id());
+        queue.requeue_task(r.task_id(), /*attempt_counts=*/false);
         log("task " + std::to_string(r.task_id()) + " handed back by " + peer_name(identity));
       }
       return;

@@ -3,6 +3,9 @@
 #include <sqlite3.h>
 
 #include <iterator>
+#include <map>
+#include <mutex>
+#include <vector>
 
 #include "core/error.h"
 #include "storage/statement.h"
@@ -128,17 +131,87 @@ DbFile::DbFile(const std::filesystem::path& path) : path_(path) {
     open_schema();
     exec("PRAGMA foreign_keys=ON");
   } catch (const Error&) {
+    finalize_statements(db_);
     sqlite3_close(db_);
     db_ = nullptr;
     throw;
   } catch (const std::exception& e) {
+    finalize_statements(db_);
     sqlite3_close(db_);
     db_ = nullptr;
     fail(path.string(), ": not a fusetune search database (", e.what(), ")");
   }
 }
 
-DbFile::~DbFile() { sqlite3_close(db_); }
+DbFile::~DbFile() {
+  finalize_statements(db_);
+  sqlite3_close(db_);
+}
+
+namespace {
+
+// Kept statements, by connection and SQL text; each connection is used by one thread at a time,
+// the mutex guards the map across connections.
+struct StatementCache {
+  std::mutex mutex;
+  std::map<sqlite3*, std::map<std::string, std::vector<sqlite3_stmt*>>> kept;
+};
+StatementCache& statement_cache() {
+  static StatementCache cache;
+  return cache;
+}
+constexpr size_t kMaxKeptPerConnection = 256;
+
+}  // namespace
+
+sqlite3_stmt* take_statement(sqlite3* db, const std::string& sql) {
+  {
+    StatementCache& c = statement_cache();
+    std::lock_guard<std::mutex> lock(c.mutex);
+    auto conn = c.kept.find(db);
+    if (conn != c.kept.end()) {
+      auto it = conn->second.find(sql);
+      if (it != conn->second.end() && !it->second.empty()) {
+        sqlite3_stmt* s = it->second.back();
+        it->second.pop_back();
+        return s;
+      }
+    }
+  }
+  sqlite3_stmt* s = nullptr;
+  if (sqlite3_prepare_v2(db, sql.c_str(), -1, &s, nullptr) != SQLITE_OK) {
+    sqlite3_finalize(s);
+    return nullptr;
+  }
+  return s;
+}
+
+void give_back_statement(sqlite3* db, const std::string& sql, sqlite3_stmt* s) {
+  if (s == nullptr) return;
+  sqlite3_reset(s);
+  sqlite3_clear_bindings(s);
+  StatementCache& c = statement_cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  auto& conn = c.kept[db];
+  size_t kept = 0;
+  for (const auto& [text, list] : conn) kept += list.size();
+  if (kept >= kMaxKeptPerConnection) {
+    sqlite3_finalize(s);
+    return;
+  }
+  conn[sql].push_back(s);
+}
+
+void finalize_statements(sqlite3* db) {
+  StatementCache& c = statement_cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  auto conn = c.kept.find(db);
+  if (conn == c.kept.end()) return;
+  for (auto& [text, list] : conn->second) {
+    for (sqlite3_stmt* s : list) sqlite3_finalize(s);
+  }
+  c.kept.erase(conn);
+}
 
 void DbFile::exec(const std::string& sql) {
   char* err = nullptr;

@@ -272,6 +272,20 @@ std::vector<int64_t> JobQueue::task_ids_in_state(TaskState state) {
   return ids;
 }
 
+bool JobQueue::any_in_state(TaskState state) {
+  Stmt q(file_.handle(), "SELECT EXISTS(SELECT 1 FROM tasks WHERE state=?)", file_.path().string());
+  return q.bind(1, task_state_name(state)).step() && q.i64(0) != 0;
+}
+
+std::optional<int64_t> JobQueue::first_queued_task(int64_t job) {
+  Stmt q(file_.handle(),
+         "SELECT jt.task_id FROM job_tasks jt JOIN tasks t ON t.id=jt.task_id WHERE jt.job_id=? AND t.state='queued' "
+         "ORDER BY jt.task_id LIMIT 1",
+         file_.path().string());
+  if (!q.bind(1, job).step()) return std::nullopt;
+  return q.i64(0);
+}
+
 void JobQueue::lease_task(int64_t id, const std::string& worker, int64_t deadline_ms) {
   file_.write([&] {
     Stmt q(file_.handle(),
@@ -286,15 +300,16 @@ void JobQueue::lease_task(int64_t id, const std::string& worker, int64_t deadlin
   });
 }
 
-void JobQueue::requeue_task(int64_t id) {
+void JobQueue::requeue_task(int64_t id, bool attempt_counts) {
   file_.write([&] {
     Stmt s(file_.handle(), "SELECT count(*) FROM tasks WHERE id=?", file_.path().string());
     check(s.bind(1, id).step() && s.i64(0) > 0, file_.path().string(), ": no task ", id);
     Stmt q(file_.handle(),
-           "UPDATE tasks SET state='queued', worker='', lease_deadline_ms=0, error='' WHERE id=? AND "
-           "state IN ('leased', 'failed')",
+           "UPDATE tasks SET state='queued', worker='', lease_deadline_ms=0, error='', "
+           "attempts=CASE WHEN ? = 0 AND state='leased' AND attempts > 0 THEN attempts - 1 ELSE attempts END "
+           "WHERE id=? AND state IN ('leased', 'failed')",
            file_.path().string());
-    q.bind(1, id).step();
+    q.bind(1, static_cast<int64_t>(attempt_counts ? 1 : 0)).bind(2, id).step();
   });
 }
 
@@ -313,7 +328,10 @@ bool JobQueue::extend_task(int64_t id, const std::string& payload) {
 
 int JobQueue::requeue_leased() {
   return file_.write([&] {
-    Stmt q(file_.handle(), "UPDATE tasks SET state='queued', worker='', lease_deadline_ms=0 WHERE state='leased'", file_.path().string());
+    Stmt q(file_.handle(),
+           "UPDATE tasks SET state='queued', worker='', lease_deadline_ms=0, attempts=max(attempts - 1, 0) "
+           "WHERE state='leased'",
+           file_.path().string());
     q.step();
     return file_.changes();
   });

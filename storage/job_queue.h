@@ -129,17 +129,22 @@ class JobQueue {
   std::optional<TaskRecord> task(int64_t id);
   std::vector<TaskRecord> tasks_in_state(TaskState state);  // ordered by id
   std::vector<int64_t> task_ids_in_state(TaskState state);  // the same without reading payloads
+  bool any_in_state(TaskState state);                       // whether any task is in `state`
+  // The job's queued task of the lowest id, if any (what a dispatcher leases next for the job).
+  std::optional<int64_t> first_queued_task(int64_t job);
   // Leases a queued task to a worker (attempts + 1); a task in any other state throws.
   void lease_task(int64_t id, const std::string& worker, int64_t deadline_ms);
   // Puts a leased or failed task back in the queue (worker, deadline, error cleared); a queued or
-  // done task is left as it is. An unknown id throws.
-  void requeue_task(int64_t id);
+  // done task is left as it is. An unknown id throws. With attempt_counts false the lease being
+  // returned is not counted among the task's attempts (a worker handed it back unstarted).
+  void requeue_task(int64_t id, bool attempt_counts = true);
   // Queues a done task again with a new payload (attempts, worker and error reset): a job asking
   // for candidates the task did not measure extends it. Returns false, changing nothing, for a
   // task that is not done. An unknown id throws.
   bool extend_task(int64_t id, const std::string& payload);
   // Puts every leased task back in the queue and returns how many (a restarted coordinator's
-  // first call: no lease survives it).
+  // first call: no lease survives it); a lease lost with its coordinator is not counted among the
+  // task's attempts.
   int requeue_leased();
   // One transaction: records every measurement as record() does (candidates, best plans) and sets
   // the task's state, kDone or kFailed with `error`. Every measurement must carry the task's

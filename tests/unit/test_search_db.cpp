@@ -767,8 +767,15 @@ TEST_F(SearchDbTest, RequeueLeasedAfterARestart) {
   EXPECT_EQ(queued[2].id, ids[3]);
   EXPECT_EQ(queued[1].worker, "");
   EXPECT_EQ(queued[1].lease_deadline_ms, 0);
-  EXPECT_EQ(queued[1].attempts, 1);
+  EXPECT_EQ(queued[1].attempts, 0);  // a lease lost with its coordinator is not an attempt
   EXPECT_EQ(queued[1].payload, "v1:b");
+  // Nor is a lease its worker handed back unstarted; an expired one is.
+  queue.lease_task(ids[0], "w3", 4000);
+  queue.requeue_task(ids[0], /*attempt_counts=*/false);
+  EXPECT_EQ(queue.task(ids[0])->attempts, 0);
+  queue.lease_task(ids[0], "w3", 5000);
+  queue.requeue_task(ids[0]);
+  EXPECT_EQ(queue.task(ids[0])->attempts, 1);
   EXPECT_EQ(queue.tasks_in_state(TaskState::kDone).size(), 1u);
   EXPECT_FALSE(queue.task(999).has_value());
   EXPECT_THROW(queue.requeue_task(999), Error);
