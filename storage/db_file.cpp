@@ -286,6 +286,10 @@ void DbFile::checkpoint() { exec("PRAGMA wal_checkpoint(PASSIVE)"); }
 
 void DbFile::rollback() { sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr); }
 
+void DbFile::rollback_to(const std::string& savepoint) {
+  sqlite3_exec(db_, ("ROLLBACK TO " + savepoint + "; RELEASE " + savepoint).c_str(), nullptr, nullptr, nullptr);
+}
+
 int64_t DbFile::last_insert_id() const { return sqlite3_last_insert_rowid(db_); }
 
 int DbFile::changes() const { return sqlite3_changes(db_); }

@@ -33,8 +33,9 @@ class DbFile {
   sqlite3* handle() const { return db_; }
   void exec(const std::string& sql);
   // Runs fn inside BEGIN IMMEDIATE ... COMMIT, rolling back when it throws; returns fn's result.
-  // A write() inside another's fn joins the outer transaction (one change made of several: it
-  // commits or rolls back whole, with the outer one).
+  // A write() inside another's fn joins the outer transaction as a savepoint: it commits with the
+  // outer one, and when its fn throws only its own changes are undone (the outer transaction goes
+  // on: a caller that catches the error keeps what was written before).
   template <typename Fn>
   auto write(Fn&& fn);
   int64_t last_insert_id() const;
@@ -57,6 +58,7 @@ class DbFile {
  private:
   void open_schema();
   void rollback();
+  void rollback_to(const std::string& savepoint);
   std::filesystem::path path_;
   sqlite3* db_ = nullptr;
   int depth_ = 0;  // write() calls in progress: only the outermost begins and commits
@@ -65,12 +67,27 @@ class DbFile {
 template <typename Fn>
 auto DbFile::write(Fn&& fn) {
   if (depth_ > 0) {
+    const std::string savepoint = "fusetune_write_" + std::to_string(depth_);
+    exec("SAVEPOINT " + savepoint);
     ++depth_;
     struct Leave {
       int& depth;
       ~Leave() { --depth; }
     } leave{depth_};
-    return fn();
+    try {
+      if constexpr (std::is_void_v<std::invoke_result_t<Fn&>>) {
+        fn();
+        exec("RELEASE " + savepoint);
+        return;
+      } else {
+        auto result = fn();
+        exec("RELEASE " + savepoint);
+        return result;
+      }
+    } catch (...) {
+      rollback_to(savepoint);
+      throw;
+    }
   }
   exec("BEGIN IMMEDIATE");
   ++depth_;

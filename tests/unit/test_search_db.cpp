@@ -711,6 +711,32 @@ TEST_F(SearchDbTest, TransientFailuresAreRetriedDeterministicOnesAreNot) {
   EXPECT_FALSE(db.measured("v1:abc", {"a100", "sm_80"}, 1, "tile=retried"));  // per device
 }
 
+// A write inside another's is a savepoint: it commits with the outer one, and when it throws only
+// its own changes are undone; the outer transaction goes on and commits what it wrote.
+TEST_F(SearchDbTest, ANestedWriteThatFailsUndoesOnlyItsOwnChanges) {
+  SearchDb db(dir_ / "search.db");
+  JobQueue queue(db);
+  int64_t kept = 0, undone = 0, inner = 0;
+  db.file().write([&] {
+    kept = queue.ensure_task("v1:kept", {"h100", "sm_90"}, 1, "p");
+    db.file().write([&] { inner = queue.ensure_task("v1:inner", {"h100", "sm_90"}, 1, "p"); });  // returns nothing
+    try {
+      db.file().write([&] {
+        undone = queue.ensure_task("v1:undone", {"h100", "sm_90"}, 1, "p");
+        throw Error("a handler failed");
+      });
+    } catch (const Error&) {
+    }
+    EXPECT_FALSE(queue.task(undone).has_value());
+  });
+  EXPECT_TRUE(queue.task(kept).has_value());
+  EXPECT_TRUE(queue.task(inner).has_value());
+  EXPECT_FALSE(queue.task(undone).has_value());
+  // The connection is out of its transaction: a new write begins and commits.
+  const int64_t after = db.file().write([&] { return queue.ensure_task("v1:after", {"h100", "sm_90"}, 1, "p"); });
+  EXPECT_TRUE(queue.task(after).has_value());
+}
+
 TEST_F(SearchDbTest, FinishTaskTwiceRecordsOnce) {
   SearchDb db(dir_ / "search.db");
   JobQueue queue(db);
