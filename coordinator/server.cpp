@@ -156,10 +156,28 @@ struct Server::State {
   }
 
   void send(const std::string& identity, wire::Envelope e) {
-    const std::string bytes = wire::encode(std::move(e));
+    std::string bytes = wire::encode(std::move(e));
+    if (holding) {  // inside a poll's transaction: sent once it commits (flush_held)
+      unsent.emplace_back(identity, std::move(bytes));
+      return;
+    }
     socket.send(zmq::buffer(identity), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
     socket.send(zmq::buffer(bytes), zmq::send_flags::dontwait);
   }
+  // Sends what a poll's transaction held back, now that what it says is committed. A lease sent
+  // before its commit could reach a worker and then vanish with a killed coordinator, its task id
+  // given to another task by the next one.
+  void flush_held() {
+    holding = false;
+    std::vector<std::pair<std::string, std::string>> out = std::move(unsent);
+    unsent.clear();
+    for (const auto& [identity, bytes] : out) {
+      socket.send(zmq::buffer(identity), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+      socket.send(zmq::buffer(bytes), zmq::send_flags::dontwait);
+    }
+  }
+  bool holding = false;                                   // a poll's transaction is open
+  std::vector<std::pair<std::string, std::string>> unsent;  // (peer, frame) to send after it commits
   void send_error(const std::string& identity, const std::string& message) {
     wire::Envelope e;
     e.mutable_error()->set_message(message);
@@ -1186,31 +1204,40 @@ void Server::poll_once(int timeout_ms) {
   // one by one, and the commits were a quarter of the loop's time under bench/service_load. Each
   // handler's writes are a savepoint of it (storage::DbFile::write), so one that fails undoes
   // only its own.
-  s_->db.file().write([&] {
-    for (int handled = 0; handled < 10000; ++handled) {
-      std::vector<zmq::message_t> parts;
-      zmq::message_t part;
-      if (!s_->socket.recv(part, zmq::recv_flags::dontwait)) break;
-      parts.push_back(std::move(part));
-      while (parts.back().more()) {
-        zmq::message_t next;
-        if (!s_->socket.recv(next, zmq::recv_flags::dontwait)) break;
-        parts.push_back(std::move(next));
+  // What the handlers send goes out after the commit.
+  s_->holding = true;
+  try {
+    s_->db.file().write([&] {
+      for (int handled = 0; handled < 10000; ++handled) {
+        std::vector<zmq::message_t> parts;
+        zmq::message_t part;
+        if (!s_->socket.recv(part, zmq::recv_flags::dontwait)) break;
+        parts.push_back(std::move(part));
+        while (parts.back().more()) {
+          zmq::message_t next;
+          if (!s_->socket.recv(next, zmq::recv_flags::dontwait)) break;
+          parts.push_back(std::move(next));
+        }
+        const std::string identity = parts[0].to_string();
+        if (parts.size() != 2) {
+          s_->log("ignored a message of " + std::to_string(parts.size() - 1) + " frames from " + peer_name(identity));
+          continue;
+        }
+        handle_frame(identity, parts[1].data(), parts[1].size());
       }
-      const std::string identity = parts[0].to_string();
-      if (parts.size() != 2) {
-        s_->log("ignored a message of " + std::to_string(parts.size() - 1) + " frames from " + peer_name(identity));
-        continue;
+      const auto now = Clock::now();
+      if (now - s_->last_expiry > std::chrono::milliseconds(200)) {
+        s_->expire(now);
+        s_->last_expiry = now;
       }
-      handle_frame(identity, parts[1].data(), parts[1].size());
-    }
-    const auto now = Clock::now();
-    if (now - s_->last_expiry > std::chrono::milliseconds(200)) {
-      s_->expire(now);
-      s_->last_expiry = now;
-    }
-    s_->dispatch();
-  });
+      s_->dispatch();
+    });
+  } catch (...) {
+    s_->holding = false;
+    s_->unsent.clear();  // they spoke of what was rolled back
+    throw;
+  }
+  s_->flush_held();
   const auto now = Clock::now();
   if (!s_->checkpointing && now - s_->last_checkpoint > std::chrono::seconds(1)) {
     s_->checkpointing = true;
