@@ -23,21 +23,16 @@
 #include "proto/wire.h"
 #include "storage/job_queue.h"
 #include "storage/search_db.h"
+#include "synthetic_worker.h"
 #include "tests/unit/onnx_builder.h"
 
 namespace fs = std::filesystem;
 using namespace fusetune;
-using Clock = std::chrono::steady_clock;
+using fusetune::bench::Clock;
+using fusetune::bench::ms_since;
+using fusetune::bench::percentile;
 
 namespace {
-
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
-
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
-}
 
 void bench_lookup(const fs::path& dir, int64_t n) {
   const fs::path file = dir / "lookup.db";
@@ -120,19 +115,8 @@ void bench_service(const fs::path& dir, int jobs) {
       const wire::Envelope e = wire::decode(msg.data(), msg.size());
       if (!e.has_task()) continue;
       if (sent != Clock::time_point{}) dispatch_ms.push_back(ms_since(sent));
-      wire::Envelope r;
-      r.mutable_result()->set_task_id(e.task().task_id());
-      for (const wire::Candidate& c : e.task().candidates()) {
-        wire::CandidateResult& cr = *r.mutable_result()->add_results();
-        cr.set_config(c.config());
-        cr.set_source_digest(c.source_digest());
-        cr.set_status("ok");
-        cr.set_median_us(1.0 + static_cast<double>(c.grid() % 7));
-        cr.set_min_us(cr.median_us());
-        cr.set_max_us(cr.median_us());
-        cr.set_repeats(1);
-        ++results;
-      }
+      const wire::Envelope r = bench::instant_result(e.task());
+      results += r.result().results_size();
       const std::string bytes = wire::encode(r);
       sent = Clock::now();
       w.send(zmq::buffer(bytes), zmq::send_flags::none);

@@ -40,21 +40,16 @@
 #include "proto/wire.h"
 #include "storage/job_queue.h"
 #include "storage/search_db.h"
+#include "synthetic_worker.h"
 #include "tests/unit/onnx_builder.h"
 
 namespace fs = std::filesystem;
 using namespace fusetune;
-using Clock = std::chrono::steady_clock;
+using fusetune::bench::Clock;
+using fusetune::bench::ms_since;
+using fusetune::bench::percentile;
 
 namespace {
-
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
-
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
-}
 
 int free_port() {
   zmq::context_t c;
@@ -223,22 +218,7 @@ int main(int argc, char** argv) {
     Clock::time_point first_task{}, last_result{};  // the span over which results are ingested
     std::atomic<bool> go{false};  // every job submitted and its tasks queued
     auto answer = [&](Worker& w, const wire::Task& task) {
-      wire::Envelope r;
-      r.mutable_result()->set_task_id(task.task_id());
-      const auto& cs = task.candidates();
-      const bool pair = task.policy().interleave() && cs.size() == 2;
-      for (int c_at = 0; c_at < cs.size(); ++c_at) {
-        const wire::Candidate& c = cs[c_at];
-        wire::CandidateResult& cr = *r.mutable_result()->add_results();
-        cr.set_config(c.config());
-        if (pair) cr.set_interleaved_with(cs[1 - c_at].config());  // timed in turn, as a worker does
-        cr.set_source_digest(c.source_digest());
-        cr.set_status("ok");
-        cr.set_median_us(1.0 + static_cast<double>(c.grid() % 7));
-        cr.set_min_us(cr.median_us());
-        cr.set_max_us(cr.median_us());
-        cr.set_repeats(1);
-      }
+      const wire::Envelope r = bench::instant_result(task);
       results_sent += r.result().results_size();
       w.result_sent = last_result = Clock::now();
       w.waiting = true;
