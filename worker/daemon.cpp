@@ -174,13 +174,15 @@ std::string planner_device_name(const std::string& description, const std::strin
   return arch;
 }
 
+std::string default_worker_id() {
+  char host[256] = {0};
+  ::gethostname(host, sizeof host - 1);
+  return std::string(host) + ":" + std::to_string(::getpid());
+}
+
 WorkerDaemon::WorkerDaemon(zmq::context_t& context, WorkerOptions options)
     : context_(context), opt_(std::move(options)) {
-  if (opt_.worker_id.empty()) {
-    char host[256] = {0};
-    ::gethostname(host, sizeof host - 1);
-    opt_.worker_id = std::string(host) + ":" + std::to_string(::getpid());
-  }
+  if (opt_.worker_id.empty()) opt_.worker_id = default_worker_id();
 }
 
 int WorkerDaemon::tasks_done() const {

@@ -59,6 +59,9 @@ struct DeviceReport {
   double wall_s = 0;      // connected
 };
 
+// The id a worker takes when given none: HOST:PID.
+std::string default_worker_id();
+
 // The device as its driver (or the host) reports it; `backend_name` gets "cuda" or "host".
 wire::DeviceInfo probe_device(const std::string& device, std::string& backend_name);
 

@@ -1,7 +1,5 @@
 #include "worker/machine.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -49,11 +47,7 @@ WorkerMachine::WorkerMachine(zmq::context_t& context, WorkerOptions options, std
 }
 
 int WorkerMachine::run(const std::atomic<bool>& stop) {
-  if (opt_.worker_id.empty()) {
-    char host[256] = {0};
-    ::gethostname(host, sizeof host - 1);
-    opt_.worker_id = std::string(host) + ":" + std::to_string(::getpid());
-  }
+  if (opt_.worker_id.empty()) opt_.worker_id = default_worker_id();
   // One compile pool per architecture, shared by that architecture's devices.
   std::map<std::string, std::unique_ptr<CompilePool>> pools;
   std::vector<std::string> archs(devices_.size());
