@@ -207,17 +207,12 @@ int main(int argc, char** argv) {
     for (const std::string& name : split(models)) {
       if (groups.size() >= want_groups) break;
       const fs::path file = fs::path(FUSETUNE_SOURCE_DIR) / "tests/data/models" / name / "model.onnx";
-      std::ifstream in(file, std::ios::binary);
-      check(in.good(), file.string(), ": cannot read");
-      wire::ModelFile f;
-      f.set_path("model.onnx");
-      f.set_data(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()));
       coordinator::JobOptions o;
       o.min_repeats = 3;
       o.max_repeats = 50;
       o.min_time_ms = 2;
       if (name == "bert") o.shapes = {{"input_ids", {1, 16}}, {"attention_mask", {1, 16}}};  // as the tests run it
-      const coordinator::JobPlanner jp({f}, name, job_device, o);
+      const coordinator::JobPlanner jp(file, name, job_device, o);
       for (const coordinator::TaskSpec& spec : jp.tasks()) {
         if (groups.size() >= want_groups) break;
         std::vector<planner::TileConfig> configs;

@@ -1,6 +1,5 @@
 #include "coordinator/job_planner.h"
 
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -102,9 +101,20 @@ std::string JobSummary::to_json() const {
       .dump();
 }
 
-std::string model_digest(const std::vector<wire::ModelFile>& files) {
+std::string model_digest(const fs::path& dir, const std::vector<std::string>& paths) {
   std::string all;
-  for (const wire::ModelFile& f : files) all += sha256_hex(f.path()) + sha256_hex(f.data());
+  std::string piece(size_t{8} << 20, '\0');
+  for (const std::string& p : paths) {
+    std::ifstream in(dir / p, std::ios::binary);
+    check(in.is_open(), (dir / p).string(), ": cannot read the model file");
+    Sha256 data;
+    while (in) {
+      in.read(piece.data(), static_cast<std::streamsize>(piece.size()));
+      data.update(std::string_view(piece.data(), static_cast<size_t>(in.gcount())));
+    }
+    check(in.eof(), (dir / p).string(), ": reading the model file failed");
+    all += sha256_hex(p) + data.hex();
+  }
   return sha256_hex(all);
 }
 
@@ -117,40 +127,21 @@ struct JobPlanner::State {
   planner::ModelPlan modeled;
 };
 
-JobPlanner::JobPlanner(const std::vector<wire::ModelFile>& files, const std::string& model_name,
-                       const std::string& device, const JobOptions& options)
+JobPlanner::JobPlanner(const fs::path& onnx, const std::string& model_name, const std::string& device,
+                       const JobOptions& options)
     : s_(std::make_unique<State>()) {
   s_->model_name = model_name;
   s_->device = device;
   s_->options = options;
   s_->plan_device = planner::find_device(device == "host" ? options.plan_device : device);
-  check(!files.empty(), model_name, ": the job has no model file");
-  // The importer reads external data next to the model: lay the files out in a private directory.
-  char tmpl[] = "/tmp/fusetune-job-XXXXXX";
-  check(::mkdtemp(tmpl) != nullptr, "cannot create a directory for the model files");
-  const fs::path dir = tmpl;
-  struct Cleanup {
-    fs::path dir;
-    ~Cleanup() {
-      std::error_code ec;
-      fs::remove_all(dir, ec);
-    }
-  } cleanup{dir};
-  for (const wire::ModelFile& f : files) {
-    const fs::path rel = fs::path(f.path()).lexically_normal();
-    check(!rel.empty() && rel.is_relative() && *rel.begin() != "..", model_name, ": model file path '", f.path(),
-          "' must stay inside the model's directory");
-    fs::create_directories((dir / rel).parent_path());
-    std::ofstream(dir / rel, std::ios::binary).write(f.data().data(), static_cast<std::streamsize>(f.data().size()));
-  }
   importer::ImportOptions io;
   io.input_shapes = options.shapes;
   try {
-    s_->graph = importer::import_onnx(dir / fs::path(files[0].path()).lexically_normal(), io).graph;
-  } catch (const Error& e) {  // name the model as the client knows it, not the private copy
+    s_->graph = importer::import_onnx(onnx, io).graph;
+  } catch (const Error& e) {  // name the model as the client knows it, not where it is stored
     std::string msg = e.what();
-    const std::string tmp_prefix = dir.string() + "/";
-    for (size_t at; (at = msg.find(tmp_prefix)) != std::string::npos;) msg.replace(at, tmp_prefix.size(), "");
+    const std::string dir_prefix = onnx.parent_path().string() + "/";
+    for (size_t at; (at = msg.find(dir_prefix)) != std::string::npos;) msg.replace(at, dir_prefix.size(), "");
     fail(model_name, ": ", msg);
   }
   s_->modeled = planner::plan_model(s_->graph, s_->plan_device, search_plan_options());

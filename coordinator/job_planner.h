@@ -1,7 +1,7 @@
 // JobPlanner: what the coordinator knows of one tuning job's model, from import to plan export.
 //
-// Takes the model's files as a client submitted them (the .onnx first, then any external data,
-// by relative path), the job's target device and options. It imports the model (importer/),
+// Takes the model's .onnx as stored (any external data beside it), the job's target device and
+// options. It imports the model (importer/),
 // plans it with modeled costs (planner/select.h), and turns every group the selection weighs
 // (each fused group and its parts, once per signature) into a measurement task: the group as a
 // standalone sub-graph with its constants (what the worker's reference runs), and its top
@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <utility>
 #include <memory>
@@ -94,7 +95,7 @@ struct JobSummary {
 class JobPlanner {
  public:
   // `device` is the measured device's planner name ("h100"), or "host".
-  JobPlanner(const std::vector<wire::ModelFile>& files, const std::string& model_name, const std::string& device,
+  JobPlanner(const std::filesystem::path& onnx, const std::string& model_name, const std::string& device,
              const JobOptions& options);
   ~JobPlanner();
 
@@ -119,7 +120,8 @@ class JobPlanner {
   std::unique_ptr<State> s_;
 };
 
-// The digest that names a model's files in the search database.
-std::string model_digest(const std::vector<wire::ModelFile>& files);
+// The digest that names a model's files in the search database: of each file's path (relative to
+// `dir`, in the order given, the .onnx first) and bytes, read from disk in pieces.
+std::string model_digest(const std::filesystem::path& dir, const std::vector<std::string>& paths);
 
 }  // namespace fusetune::coordinator

@@ -1,9 +1,13 @@
 #include "coordinator/server.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -13,6 +17,8 @@
 #include "coordinator/offload.h"
 #include "core/parallel.h"
 #include "core/error.h"
+#include "core/files.h"
+#include "core/sha256.h"
 #include "proto/wire.h"
 #include "search/decision.h"
 #include "search/learned_model.h"
@@ -23,6 +29,7 @@
 namespace fusetune::coordinator {
 
 using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -60,16 +67,75 @@ struct Prepared {
   bool lowered = false;  // `tasks` made (a submission is answered before: they follow on the pool)
 };
 
-// Imports and plans a model and, with `lower`, lowers its tasks (the slow part of a submission;
-// on the pool).
-std::shared_ptr<Prepared> prepare(const std::vector<wire::ModelFile>& files, const std::string& name,
-                                  const std::string& device, const JobOptions& options, bool lower = true) {
+// Imports and plans a stored model and, with `lower`, lowers its tasks (the slow part of a
+// submission; on the pool).
+std::shared_ptr<Prepared> prepare(const fs::path& onnx, const std::string& name, const std::string& device,
+                                  const JobOptions& options, bool lower = true) {
   auto p = std::make_shared<Prepared>();
-  auto planner = std::make_shared<const JobPlanner>(files, name, device, options);
+  auto planner = std::make_shared<const JobPlanner>(onnx, name, device, options);
   if (lower) p->tasks = planner->tasks();
   p->lowered = lower;
   p->planner = std::move(planner);
   return p;
+}
+
+// A submission's files in a directory under the staging directory: written there by its Upload
+// pieces (`received` bytes per path) or from the Submit's own data.
+struct Staged {
+  fs::path dir;
+  std::map<std::string, uint64_t> received;
+};
+
+// Writes the files a Submit carries into a fresh staging directory of database `db`; each file
+// keeps its path and size, its data goes.
+Staged stage_inline(const fs::path& db, wire::Submit& s) {
+  Staged st;
+  static std::atomic<uint64_t> staged{0};
+  st.dir = storage::JobQueue::staging_dir(db) / ("inline-" + std::to_string(::getpid()) + "-" + std::to_string(++staged));
+  fs::remove_all(st.dir);
+  for (wire::ModelFile& f : *s.mutable_files()) {
+    const fs::path rel = path_inside(f.path(), "submit: model file");
+    fs::create_directories((st.dir / rel).parent_path());
+    write_file_atomically(st.dir / rel, f.data());
+    st.received[rel.string()] += f.data().size();
+    f.set_size(f.data().size());
+    f.clear_data();
+  }
+  return st;
+}
+
+// Checks that the staged files are exactly those the Submit names (each whole, nothing more),
+// digests them and moves them into the model store; returns the digest and the .onnx's path
+// relative to the model's directory. The staged directory is gone afterwards, whatever happens.
+std::pair<std::string, std::string> store_submission(const fs::path& db, const wire::Submit& s, const Staged& st) {
+  struct Cleanup {
+    const fs::path& dir;
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } cleanup{st.dir};
+  check(s.files_size() > 0, "submit: no model file");
+  std::vector<std::string> paths;
+  std::set<std::string> seen;
+  for (const wire::ModelFile& f : s.files()) {
+    const std::string rel = path_inside(f.path(), "submit: model file").string();
+    check(seen.insert(rel).second, "submit: model file '", rel, "' is named twice");
+    const auto got = st.received.find(rel);
+    const uint64_t want = f.size();
+    check(got != st.received.end(), "submit: model file '", rel, "' was not uploaded");
+    check(got->second == want, "submit: model file '", rel, "' is ", want, " bytes and ", got->second,
+          " arrived (an upload cut short, or pieces sent twice)");
+    std::error_code ec;
+    check(fs::file_size(st.dir / rel, ec) == want && !ec, "submit: model file '", rel, "' is not ", want,
+          " bytes on disk");
+    paths.push_back(rel);
+  }
+  check(st.received.size() == paths.size(), "submit: ", st.received.size() - paths.size(),
+        " uploaded files are not named by the submission");
+  const std::string digest = model_digest(st.dir, paths);
+  storage::JobQueue::store_model_files(db, digest, st.dir);
+  return {digest, paths.front()};
 }
 
 // A group's part of the next search round: what the loop read from the database (the task it
@@ -134,12 +200,26 @@ struct Server::State {
   std::set<int64_t> loading;
   int64_t last_served_job = 0;
   Clock::time_point last_expiry = Clock::now();
+  // Uploads under way, by (client, upload name): the directory their pieces go to, the pieces
+  // being written, the bytes received per file, the last piece's time, and the error that ended one.
+  struct Upload {
+    fs::path dir;
+    size_t writing = 0;
+    std::map<std::string, uint64_t> received;
+    Clock::time_point last;
+    std::string error;
+  };
+  std::map<std::pair<std::string, std::string>, Upload> uploads;
+  static constexpr uint64_t kMaxUploadFile = uint64_t{1} << 40;
+  static constexpr auto kUploadIdle = std::chrono::minutes(10);
   // The WAL is copied back into the file by the pool, through a connection of its own, once a
   // second: a commit on the loop never waits for that copy's syncs.
   std::shared_ptr<storage::DbFile> checkpointer;
   Clock::time_point last_checkpoint = Clock::now();
   bool checkpointing = false;
-  Offload offload;  // last: destroyed first, so no pool thread outlives what it was given
+  // The pools last: destroyed first, so no pool thread outlives what it was given.
+  Offload offload;
+  Offload disk{1};  // writes upload pieces, never behind the pool's planning
 
   State(zmq::context_t& ctx, ServerOptions o)
       : context(ctx), opt(std::move(o)), db(opt.db), queue(db), socket(ctx, zmq::socket_type::router),
@@ -191,13 +271,9 @@ struct Server::State {
   void load_model(const storage::JobRecord& rec, std::function<void(std::shared_ptr<Prepared>)> then) {
     const auto model = queue.model(rec.model_digest);
     check(model.has_value(), "job ", rec.id, ": model ", rec.model_digest.substr(0, 12), " is missing from the database");
-    auto bytes = std::make_shared<std::string>(model->bytes);
     offload.post(
-        [bytes, rec, then]() -> Offload::Completion {
-          wire::Submit files;
-          check(files.ParseFromString(*bytes), "job ", rec.id, ": the stored model is unreadable");
-          auto p = prepare({files.files().begin(), files.files().end()}, rec.model_name, rec.device.name,
-                           JobOptions::from_json(rec.options));
+        [onnx = model->onnx, rec, then]() -> Offload::Completion {
+          auto p = prepare(onnx, rec.model_name, rec.device.name, JobOptions::from_json(rec.options));
           return [then, p] { then(p); };
         },
         [this, id = rec.id](const std::string& error) {
@@ -922,6 +998,7 @@ struct Server::State {
         }
         return;
       case wire::Envelope::kSubmit: return submit_async(identity, std::move(*e.mutable_submit()));  // answered when planned
+      case wire::Envelope::kUpload: return on_upload(identity, std::move(*e.mutable_upload()));  // answered when written
       case wire::Envelope::kStatus: {
         wire::Envelope r;
         for (wire::JobStatus& s : job_status(e.status().job_id())) *r.mutable_status_reply()->add_jobs() = std::move(s);
@@ -939,6 +1016,20 @@ struct Server::State {
     }
   }
 
+  // Models a schema 4 or older file stores as one blob (a serialized Submit) get their files laid
+  // out like a new submission's, once, when the coordinator starts.
+  void lay_out_legacy_models() {
+    for (const std::string& digest : queue.legacy_models()) {
+      wire::Submit stored;
+      check(stored.ParseFromString(queue.legacy_model_bytes(digest)) && stored.files_size() > 0, opt.db.string(),
+            ": the stored files of model ", digest.substr(0, 12), " are unreadable");
+      storage::ModelFiles files;
+      for (wire::ModelFile& f : *stored.mutable_files()) files.emplace_back(f.path(), std::move(*f.mutable_data()));
+      queue.replace_legacy_model(digest, files);
+      log("model " + digest.substr(0, 12) + " stored by an older fusetune: its files are laid out beside the database");
+    }
+  }
+
   // ---- client requests ----
 
   // A submission's record: checked and filled on the loop (no file, an unknown device: refused
@@ -952,11 +1043,11 @@ struct Server::State {
     return rec;
   }
 
-  // Stores a planned submission (its model's row, its files written already beside the database
-  // by the caller, then the job) and binds it when a worker can take it.
-  int64_t accept_job(storage::JobRecord rec, std::shared_ptr<Prepared> prepared) {
+  // Stores a planned submission (its model's row, its files moved into place already by the
+  // caller, then the job) and binds it when a worker can take it.
+  int64_t accept_job(storage::JobRecord rec, const std::string& onnx, std::shared_ptr<Prepared> prepared) {
     rec.id = db.file().write([&] {  // the model and its job: one transaction
-      queue.put_model_row(rec.model_digest, rec.model_name);
+      queue.put_model_row(rec.model_digest, rec.model_name, onnx);
       return queue.create_job(rec);
     });
     if (!prepared->lowered) lower_later(rec.id, prepared);
@@ -992,36 +1083,45 @@ struct Server::State {
 
   // In process (embedded `tune`, tests): plans on the caller's thread. Nothing is stored for a
   // model that does not import or plan; the error says why.
-  int64_t submit_job(const wire::Submit& s) {
+  int64_t submit_job(wire::Submit s) {
+    check(s.upload().empty(), "submit: an upload is for a coordinator's clients, not in process");
     storage::JobRecord rec = job_record(s);
-    const std::vector<wire::ModelFile> files(s.files().begin(), s.files().end());
-    rec.model_digest = model_digest(files);
-    wire::Submit stored;
-    *stored.mutable_files() = s.files();
-    auto prepared = prepare(files, rec.model_name, rec.device.name, JobOptions::from_json(rec.options));
-    storage::JobQueue::write_model_file(opt.db, rec.model_digest, stored.SerializeAsString());
-    return accept_job(std::move(rec), std::move(prepared));
+    const Staged staged = stage_inline(opt.db, s);
+    const auto [digest, onnx] = store_submission(opt.db, s, staged);
+    rec.model_digest = digest;
+    auto prepared = prepare(queue.model_dir() / (digest + ".files") / onnx, rec.model_name, rec.device.name,
+                            JobOptions::from_json(rec.options));
+    return accept_job(std::move(rec), onnx, std::move(prepared));
   }
 
-  // From a client: the model is imported and planned on the pool while the loop goes on serving
-  // workers; the client's answer (the job id, or the error) follows, and the tasks are lowered
-  // after it (lower_later).
+  // From a client: the files (uploaded before in pieces, or carried by the Submit) are checked,
+  // digested and stored, and the model imported and planned, on the pool while the loop goes on
+  // serving workers; the client's answer (the job id, or the error) follows, and the tasks are
+  // lowered after it (lower_later).
   void submit_async(const std::string& client, wire::Submit&& s) {
     storage::JobRecord rec = job_record(s);
+    Staged uploaded;
+    if (!s.upload().empty()) {
+      const auto it = uploads.find({client, s.upload()});
+      check(it != uploads.end(), "submit: no upload '", s.upload().substr(0, 64), "' from this client");
+      check(it->second.writing == 0, "submit: upload '", s.upload(), "' still has ", it->second.writing,
+            " pieces being written (wait for their acknowledgements)");
+      check(it->second.error.empty(), "submit: upload '", s.upload(), "' failed: ", it->second.error);
+      uploaded = {it->second.dir, std::move(it->second.received)};
+      uploads.erase(it);
+    }
     auto submit = std::make_shared<wire::Submit>(std::move(s));
     offload.post(
-        [this, client, rec, submit, db_path = opt.db]() mutable -> Offload::Completion {
-          std::vector<wire::ModelFile> files;  // moved, not copied: a model may be hundreds of MB
-          for (wire::ModelFile& f : *submit->mutable_files()) files.push_back(std::move(f));
-          rec.model_digest = model_digest(files);
-          auto prepared = prepare(files, rec.model_name, rec.device.name, JobOptions::from_json(rec.options), false);
-          wire::Submit stored;
-          for (wire::ModelFile& f : files) *stored.add_files() = std::move(f);
-          storage::JobQueue::write_model_file(db_path, rec.model_digest, stored.SerializeAsString());
-          return [this, client, rec, prepared] {
+        [this, client, rec, submit, uploaded, db_path = opt.db, models = queue.model_dir()]() mutable -> Offload::Completion {
+          const Staged staged = submit->upload().empty() ? stage_inline(db_path, *submit) : uploaded;
+          auto [digest, onnx] = store_submission(db_path, *submit, staged);
+          rec.model_digest = digest;
+          auto prepared = prepare(models / (digest + ".files") / onnx, rec.model_name, rec.device.name,
+                                  JobOptions::from_json(rec.options), false);
+          return [this, client, rec, onnx, prepared] {
             wire::Envelope r;
             try {
-              r.mutable_job()->set_job_id(accept_job(rec, prepared));
+              r.mutable_job()->set_job_id(accept_job(rec, onnx, prepared));
             } catch (const Error& e) {
               log("submission of " + rec.model_name + " from " + peer_name(client) + " failed: " + e.what());
               return send_error(client, e.what());
@@ -1029,10 +1129,99 @@ struct Server::State {
             send(client, std::move(r));
           };
         },
-        [this, client, name = rec.model_name](const std::string& error) {
+        [this, client, name = rec.model_name, dir = uploaded.dir](const std::string& error) {
+          std::error_code ec;
+          if (!dir.empty()) fs::remove_all(dir, ec);
           log("submission of " + name + " from " + peer_name(client) + " failed: " + error);
           send_error(client, error);
         });
+  }
+
+  // A piece of an upload: written to its file under the staging directory by the disk thread,
+  // acknowledged once it is there. Refused (one line naming the field) when its name, path or size
+  // is out of bounds.
+  void on_upload(const std::string& client, wire::Upload&& u) {
+    const std::string& name = u.upload();
+    check(!name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
+            return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
+          }),
+          "upload: name '", name.substr(0, 64), "' must be 1 to 64 letters, digits, '-' or '_'");
+    const std::string rel = path_inside(u.path(), "upload: file").string();
+    check(u.data().size() <= wire::kMaxUploadChunk, "upload: a piece of ", u.data().size(), " bytes (at most ",
+          wire::kMaxUploadChunk, ")");
+    check(u.offset() <= kMaxUploadFile && u.data().size() <= kMaxUploadFile - u.offset(), "upload: offset ", u.offset(),
+          " of '", rel, "' is beyond the largest file taken (", kMaxUploadFile, " bytes)");
+    const std::pair<std::string, std::string> key{client, name};
+    Upload& up = uploads[key];
+    if (up.dir.empty()) {
+      up.dir = storage::JobQueue::staging_dir(opt.db) / ("upload-" + sha256_hex(client + '\0' + name).substr(0, 24));
+      std::error_code ec;
+      fs::remove_all(up.dir, ec);  // a previous upload of the same name and client, abandoned
+    }
+    check(up.error.empty(), "upload '", name, "' failed before: ", up.error);
+    ++up.writing;
+    up.last = Clock::now();
+    up.received[rel] += u.data().size();
+    auto piece = std::make_shared<wire::Upload>(std::move(u));
+    disk.post(
+        [this, client, key, file = up.dir / rel, piece]() -> Offload::Completion {
+          write_piece(file, piece->offset(), piece->data());
+          return [this, client, key, piece] {
+            const auto it = uploads.find(key);
+            if (it != uploads.end()) --it->second.writing;
+            wire::Envelope r;
+            wire::UploadAck& ack = *r.mutable_upload_ack();
+            ack.set_upload(piece->upload());
+            ack.set_path(piece->path());
+            ack.set_offset(piece->offset());
+            send(client, std::move(r));
+          };
+        },
+        [this, client, key](const std::string& error) {
+          const auto it = uploads.find(key);
+          if (it != uploads.end()) {
+            --it->second.writing;
+            it->second.error = error;
+          }
+          log("upload from " + peer_name(client) + " failed: " + error);
+          send_error(client, error);
+        });
+  }
+
+  static void write_piece(const fs::path& file, uint64_t offset, const std::string& data) {
+    fs::create_directories(file.parent_path());
+    const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    check(fd >= 0, "upload: cannot open ", file.filename().string(), " in the staging directory");
+    size_t done = 0;
+    while (done < data.size()) {
+      const ssize_t n = ::pwrite(fd, data.data() + done, data.size() - done, static_cast<off_t>(offset + done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        ::close(fd);
+        fail("upload: writing ", file.filename().string(), " failed (disk full?)");
+      }
+      done += static_cast<size_t>(n);
+    }
+    check(::close(fd) == 0, "upload: writing ", file.filename().string(), " failed");
+  }
+
+  // Uploads nothing came for in kUploadIdle (a client gone) are dropped with their files.
+  void drop_idle_uploads(Clock::time_point now) {
+    for (auto it = uploads.begin(); it != uploads.end();) {
+      if (it->second.writing > 0 || now - it->second.last < kUploadIdle) {
+        ++it;
+        continue;
+      }
+      log("upload '" + it->first.second + "' from " + peer_name(it->first.first) + " dropped: nothing came for " +
+          std::to_string(std::chrono::duration_cast<std::chrono::seconds>(kUploadIdle).count()) + " s");
+      disk.post(
+          [dir = it->second.dir]() -> Offload::Completion {
+            fs::remove_all(dir);
+            return [] {};
+          },
+          [](const std::string&) {});
+      it = uploads.erase(it);
+    }
   }
 
   std::vector<wire::JobStatus> job_status(int64_t id) {
@@ -1108,12 +1297,9 @@ struct Server::State {
     const storage::JobRecord r = exportable(id);
     const auto model = queue.model(r.model_digest);
     check(model.has_value(), "job ", id, ": model ", r.model_digest.substr(0, 12), " is missing from the database");
-    wire::Submit files;
-    check(files.ParseFromString(model->bytes), "job ", id, ": the stored model is unreadable");
     Job job;
     job.device = r.identity.value_or(r.device);  // a job done before identities: its class's rows
-    job.planner = std::make_shared<const JobPlanner>(std::vector<wire::ModelFile>(files.files().begin(), files.files().end()),
-                                                     r.model_name, r.device.name, JobOptions::from_json(r.options));
+    job.planner = std::make_shared<const JobPlanner>(model->onnx, r.model_name, r.device.name, JobOptions::from_json(r.options));
     return bundle_of(*job.planner, measured(job));
   }
 
@@ -1123,18 +1309,13 @@ struct Server::State {
     const storage::JobRecord r = exportable(id);
     const auto model = queue.model(r.model_digest);
     check(model.has_value(), "job ", id, ": model ", r.model_digest.substr(0, 12), " is missing from the database");
-    auto bytes = std::make_shared<std::string>(model->bytes);
     auto failed = [this, client, id](const std::string& error) {
       log("export of job " + std::to_string(id) + " for " + peer_name(client) + " failed: " + error);
       send_error(client, error);
     };
     offload.post(
-        [this, client, id, r, bytes, failed]() -> Offload::Completion {
-          wire::Submit files;
-          check(files.ParseFromString(*bytes), "job ", id, ": the stored model is unreadable");
-          auto planner = std::make_shared<const JobPlanner>(
-              std::vector<wire::ModelFile>(files.files().begin(), files.files().end()), r.model_name, r.device.name,
-              JobOptions::from_json(r.options));
+        [this, client, id, r, onnx = model->onnx, failed]() -> Offload::Completion {
+          auto planner = std::make_shared<const JobPlanner>(onnx, r.model_name, r.device.name, JobOptions::from_json(r.options));
           return [this, client, id, r, planner, failed] {
             Job job;
             job.device = r.identity.value_or(r.device);
@@ -1167,6 +1348,9 @@ Server::Server(zmq::context_t& context, ServerOptions options)
   } catch (const zmq::error_t& e) {
     fail(s_->opt.listen, ": cannot listen (", e.what(), ")");
   }
+  std::error_code ec;
+  fs::remove_all(storage::JobQueue::staging_dir(s_->opt.db), ec);  // uploads do not outlive a coordinator
+  s_->lay_out_legacy_models();
   const int requeued = s_->queue.requeue_leased();
   for (const storage::JobRecord& rec : s_->queue.jobs(true)) {
     if (rec.state == storage::JobState::kCancelled) continue;
@@ -1196,7 +1380,9 @@ void Server::poll_once(int timeout_ms) {
   std::vector<zmq::pollitem_t> items = {{static_cast<void*>(s_->socket), 0, ZMQ_POLLIN, 0}};
   if (s_->auth) items.push_back({static_cast<void*>(s_->auth->socket()), 0, ZMQ_POLLIN, 0});
   // While the pool works, look for its completions often.
-  wire::poll(items.data(), items.size(), s_->offload.pending() > 0 ? std::min(timeout_ms, 5) : timeout_ms);
+  wire::poll(items.data(), items.size(),
+             s_->offload.pending() + s_->disk.pending() > 0 ? std::min(timeout_ms, 5) : timeout_ms);
+  s_->disk.run_completions();
   s_->offload.run_completions();
   if (s_->auth) s_->auth->handle();
   // Everything that is waiting, so heartbeats queued behind slow work are seen before expiry; and
@@ -1228,6 +1414,7 @@ void Server::poll_once(int timeout_ms) {
       const auto now = Clock::now();
       if (now - s_->last_expiry > std::chrono::milliseconds(200)) {
         s_->expire(now);
+        s_->drop_idle_uploads(now);
         s_->last_expiry = now;
       }
       s_->dispatch();
@@ -1269,7 +1456,7 @@ void Server::handle_frame(const std::string& identity, const void* data, size_t 
   }
 }
 
-size_t Server::work_in_progress() const { return s_->offload.pending(); }
+size_t Server::work_in_progress() const { return s_->offload.pending() + s_->disk.pending(); }
 
 void Server::run(const std::atomic<bool>& stop) {
   while (!stop.load()) poll_once(100);

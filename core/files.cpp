@@ -42,4 +42,12 @@ void write_file_atomically(const std::filesystem::path& path, const std::string&
   check(!ec, path.string(), ": cannot publish (", ec.message(), ")");
 }
 
+std::filesystem::path path_inside(const std::string& path, const std::string& what) {
+  const std::filesystem::path rel = std::filesystem::path(path).lexically_normal();
+  check(!path.empty() && path.find('\0') == std::string::npos && rel.is_relative() && !rel.empty() &&
+            *rel.begin() != ".." && *rel.begin() != "." && rel.filename() != "",
+        what, " path '", path.substr(0, 200), "' must name a file inside its directory");
+  return rel;
+}
+
 }  // namespace fusetune

@@ -45,6 +45,8 @@ std::string body_name(const Envelope& e) {
     case Envelope::kCancel: return "cancel";
     case Envelope::kExportRequest: return "export_request";
     case Envelope::kExportReply: return "export_reply";
+    case Envelope::kUpload: return "upload";
+    case Envelope::kUploadAck: return "upload_ack";
     case Envelope::kError: return "error";
     case Envelope::kBye: return "bye";
     case Envelope::BODY_NOT_SET: break;

@@ -28,8 +28,14 @@
 namespace fusetune::wire {
 
 // Bumped whenever a message changes meaning; kMinProtocolVersion is the oldest peer still served.
-inline constexpr uint32_t kProtocolVersion = 2;     // 2: weights are drawn by the receiver (Generated)
+// 2: weights are drawn by the receiver (Generated); 3: a model's files may travel in Upload pieces.
+inline constexpr uint32_t kProtocolVersion = 3;
 inline constexpr uint32_t kMinProtocolVersion = 2;
+
+// The largest piece of a file an Upload carries; the client sends pieces of kUploadChunk (BERT-base's
+// 440 MB, bench/submit_cost.sh: 1.0 s in pieces of 4 MB, 1.6 s of 16 MB, 1.4 s of 1 MB).
+inline constexpr size_t kMaxUploadChunk = size_t{64} << 20;
+inline constexpr size_t kUploadChunk = size_t{4} << 20;
 
 std::string encode(Envelope e);
 Envelope decode(const void* data, size_t size);

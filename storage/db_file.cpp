@@ -104,12 +104,21 @@ ALTER TABLE models ADD COLUMN file TEXT NOT NULL DEFAULT '';
 UPDATE meta SET value='4' WHERE key='schema_version';
 )SQL";
 
+// Version 5: a model's files are laid out in a directory beside the database
+// (FILE.models/DIGEST.files/), the row's `file` names its .onnx there; rows of older versions keep
+// one blob (in the row, or in the file `file` names) until a coordinator lays their files out
+// (JobQueue::replace_legacy_model). Only the meaning of `file` changes: an older fusetune must
+// not read it.
+constexpr const char* kMigrateToV5 = R"SQL(
+UPDATE meta SET value='5' WHERE key='schema_version';
+)SQL";
+
 // Schema steps in order: a new file is created at version 1 and migrated like any version 1 file.
 struct Migration {
   int to;
   const char* sql;
 };
-constexpr Migration kMigrations[] = {{2, kMigrateToV2}, {3, kMigrateToV3}, {4, kMigrateToV4}};
+constexpr Migration kMigrations[] = {{2, kMigrateToV2}, {3, kMigrateToV3}, {4, kMigrateToV4}, {5, kMigrateToV5}};
 static_assert(std::size(kMigrations) > 0 && std::end(kMigrations)[-1].to == kSchemaVersion,
               "the last migration must reach kSchemaVersion");
 

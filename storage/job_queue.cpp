@@ -113,42 +113,101 @@ void check_digest(const std::filesystem::path& db, const std::string& digest) {
 
 std::filesystem::path JobQueue::model_dir() const { return model_dir_of(file_.path()); }
 
-void JobQueue::write_model_file(const std::filesystem::path& db, const std::string& digest, const std::string& bytes) {
+std::filesystem::path JobQueue::staging_dir(const std::filesystem::path& db) { return model_dir_of(db) / ".staging"; }
+
+void JobQueue::store_model_files(const std::filesystem::path& db, const std::string& digest,
+                                 const std::filesystem::path& staged) {
   check_digest(db, digest);
-  const std::filesystem::path path = model_dir_of(db) / digest;
-  if (std::filesystem::exists(path)) return;  // the same digest: the same bytes
+  const std::filesystem::path place = model_dir_of(db) / (digest + ".files");
+  std::error_code ec;
+  if (std::filesystem::exists(place)) {  // the same digest: the same files
+    std::filesystem::remove_all(staged, ec);
+    return;
+  }
   std::filesystem::create_directories(model_dir_of(db));
-  write_file_atomically(path, bytes);
+  std::filesystem::rename(staged, place, ec);
+  check(!ec, place.string(), ": cannot store the model's files (", ec.message(), ")");
 }
 
-void JobQueue::put_model_row(const std::string& digest, const std::string& name) {
-  check_digest(file_.path(), digest);
-  check(std::filesystem::exists(model_dir() / digest), file_.path().string(), ": model ", digest.substr(0, 12),
-        " has no file beside the database (write_model_file first)");
-  file_.write([&] {
-    Stmt q(file_.handle(), "INSERT OR IGNORE INTO models(digest, name, bytes, file) VALUES(?, ?, x'', ?)",
-           file_.path().string());
-    q.bind(1, digest).bind(2, name).bind(3, digest).step();
-  });
+namespace {
+
+// Writes `files` into a fresh directory under the staging directory of `db` and returns it.
+std::filesystem::path stage_files(const std::filesystem::path& db, const std::string& digest, const ModelFiles& files) {
+  check(!files.empty(), db.string(), ": model ", digest.substr(0, 12), " has no file");
+  const std::filesystem::path dir = JobQueue::staging_dir(db) / (digest + ".put");
+  std::filesystem::remove_all(dir);
+  for (const auto& [path, bytes] : files) {
+    const std::filesystem::path rel = path_inside(path, "model file");
+    std::filesystem::create_directories((dir / rel).parent_path());
+    write_file_atomically(dir / rel, bytes);
+  }
+  return dir;
 }
 
-void JobQueue::put_model(const std::string& digest, const std::string& name, const std::string& bytes) {
+}  // namespace
+
+void JobQueue::put_model(const std::string& digest, const std::string& name, const ModelFiles& files) {
   check_digest(file_.path(), digest);
   Stmt known(file_.handle(), "SELECT count(*) FROM models WHERE digest=?", file_.path().string());
   if (known.bind(1, digest).step() && known.i64(0) > 0) return;
-  write_model_file(file_.path(), digest, bytes);  // the bytes first; the row that names them after
-  put_model_row(digest, name);
+  store_model_files(file_.path(), digest, stage_files(file_.path(), digest, files));  // the files first
+  put_model_row(digest, name, files.front().first);
 }
 
-std::optional<ModelBlob> JobQueue::model(const std::string& digest) {
-  Stmt q(file_.handle(), "SELECT name, bytes, file FROM models WHERE digest=?", file_.path().string());
+void JobQueue::put_model_row(const std::string& digest, const std::string& name, const std::string& onnx) {
+  check_digest(file_.path(), digest);
+  const std::string file = digest + ".files/" + path_inside(onnx, "model file").string();
+  check(std::filesystem::is_regular_file(model_dir() / file), file_.path().string(), ": model ", digest.substr(0, 12),
+        " has no file ", file, " beside the database (store its files first)");
+  file_.write([&] {
+    Stmt q(file_.handle(), "INSERT OR IGNORE INTO models(digest, name, bytes, file) VALUES(?, ?, x'', ?)",
+           file_.path().string());
+    q.bind(1, digest).bind(2, name).bind(3, file).step();
+  });
+}
+
+std::optional<StoredModel> JobQueue::model(const std::string& digest) {
+  Stmt q(file_.handle(), "SELECT name, file FROM models WHERE digest=?", file_.path().string());
   q.bind(1, digest);
   if (!q.step()) return std::nullopt;
-  if (q.text(2).empty()) return ModelBlob{q.text(0), q.blob(1)};  // stored before schema 4
+  const std::string file = q.text(1);
+  check(file.find('/') != std::string::npos, file_.path().string(), ": model ", digest.substr(0, 12), " (", q.text(0),
+        ") is stored as one blob by an older fusetune; a coordinator started on the file lays its files out");
+  const std::filesystem::path path = model_dir() / file;
+  check(std::filesystem::is_regular_file(path), file_.path().string(), ": the files of model ", digest.substr(0, 12), " (",
+        q.text(0), ") are missing: ", path.string());
+  return StoredModel{q.text(0), path};
+}
+
+std::vector<std::string> JobQueue::legacy_models() {
+  Stmt q(file_.handle(), "SELECT digest FROM models WHERE instr(file, '/') = 0 ORDER BY digest", file_.path().string());
+  std::vector<std::string> out;
+  while (q.step()) out.push_back(q.text(0));
+  return out;
+}
+
+std::string JobQueue::legacy_model_bytes(const std::string& digest) {
+  Stmt q(file_.handle(), "SELECT name, bytes, file FROM models WHERE digest=?", file_.path().string());
+  check(q.bind(1, digest).step(), file_.path().string(), ": no model ", digest.substr(0, 12));
+  if (q.text(2).empty()) return q.blob(1);  // stored before schema 4: in the row
   const std::filesystem::path path = model_dir() / q.text(2);
   check(std::filesystem::exists(path), file_.path().string(), ": the files of model ", digest.substr(0, 12), " (",
         q.text(0), ") are missing: ", path.string());
-  return ModelBlob{q.text(0), read_file(path, "model files")};
+  return read_file(path, "model files");
+}
+
+void JobQueue::replace_legacy_model(const std::string& digest, const ModelFiles& files) {
+  check_digest(file_.path(), digest);
+  Stmt q(file_.handle(), "SELECT file FROM models WHERE digest=?", file_.path().string());
+  check(q.bind(1, digest).step(), file_.path().string(), ": no model ", digest.substr(0, 12));
+  const std::string old = q.text(0);
+  store_model_files(file_.path(), digest, stage_files(file_.path(), digest, files));
+  const std::string file = digest + ".files/" + path_inside(files.front().first, "model file").string();
+  file_.write([&] {
+    Stmt u(file_.handle(), "UPDATE models SET file=?, bytes=x'' WHERE digest=?", file_.path().string());
+    u.bind(1, file).bind(2, digest).step();
+  });
+  if (!old.empty()) std::filesystem::remove(model_dir() / old);  // after the row names the new files
 }
 
 int64_t JobQueue::create_job(const JobRecord& job) {
@@ -391,9 +450,18 @@ QueueStats JobQueue::stats() {
   s.model_bytes = file_.scalar("SELECT coalesce(sum(length(bytes)), 0) FROM models");
   Stmt files(file_.handle(), "SELECT file FROM models WHERE file <> ''", file_.path().string());
   while (files.step()) {
+    const std::string file = files.text(0);
+    const size_t slash = file.find('/');  // DIGEST.files/MODEL.onnx: the whole directory
+    const std::filesystem::path path = model_dir() / (slash == std::string::npos ? file : file.substr(0, slash));
     std::error_code ec;
-    const auto size = std::filesystem::file_size(model_dir() / files.text(0), ec);
-    if (!ec) s.model_bytes += static_cast<int64_t>(size);
+    if (std::filesystem::is_directory(path, ec)) {
+      for (const auto& e : std::filesystem::recursive_directory_iterator(path, ec)) {
+        if (e.is_regular_file(ec)) s.model_bytes += static_cast<int64_t>(e.file_size(ec));
+      }
+    } else {
+      const auto size = std::filesystem::file_size(path, ec);
+      if (!ec) s.model_bytes += static_cast<int64_t>(size);
+    }
   }
   s.jobs = file_.scalar("SELECT count(*) FROM jobs");
   s.unfinished_jobs = file_.scalar("SELECT count(*) FROM jobs WHERE state IN ('queued', 'running')");

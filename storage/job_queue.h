@@ -1,8 +1,9 @@
 // JobQueue: the tuning service's durable state in the search database's file (storage/db_file.h),
 // beside the tuning records (SearchDb), so that a restarted coordinator resumes every unfinished
 // job from the file alone. Local to one coordinator's file, never exported:
-//  - models: model files by their digest: their bytes in a file of that name in a directory beside
-//    the database (`FILE.models/`), so that the database itself grows by rows, not by weights;
+//  - models: a model's files by their digest, laid out as the client had them in a directory beside
+//    the database (`FILE.models/DIGEST.files/`), so that the database itself grows by rows, not by
+//    weights, and the importer reads the model where it lies;
 //  - jobs: one tuning request (a model on a device class, the identity it is bound to, options,
 //    state, summary);
 //  - tasks: one measurement task per (signature, device identity, codegen version), shared by every
@@ -19,16 +20,21 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "storage/search_db.h"
 
 namespace fusetune::storage {
 
-struct ModelBlob {
+// A stored model: its name and its .onnx, with any external data beside it.
+struct StoredModel {
   std::string name;
-  std::string bytes;
+  std::filesystem::path onnx;
 };
+
+// A model's files as (path relative to the model's directory, bytes), the .onnx first.
+using ModelFiles = std::vector<std::pair<std::string, std::string>>;
 
 enum class JobState { kQueued, kRunning, kDone, kFailed, kCancelled };  // the last three are terminal
 std::string job_state_name(JobState s);
@@ -96,17 +102,26 @@ class JobQueue {
   JobQueue& operator=(const JobQueue&) = delete;
 
   // Models by digest (the caller's content digest: letters, digits, ':', '_', '-', '.'; Error for
-  // anything else, which could name another file). Storing a digest again changes
-  // nothing. The bytes go to model_dir()/DIGEST (written whole, then renamed), the row names them;
-  // model() reads them back, and throws Error naming the file when it is gone.
-  void put_model(const std::string& digest, const std::string& name, const std::string& bytes);
-  std::optional<ModelBlob> model(const std::string& digest);
+  // anything else, which could name another file). A model is stored whole: its files go to
+  // model_dir()/DIGEST.files/ before the row that names its .onnx there, and storing a digest again
+  // changes nothing. put_model writes the files given; a caller that wrote them elsewhere first (the
+  // coordinator: an upload of several GB, staged under staging_dir()) moves the directory into place
+  // with store_model_files (safe from any thread), then puts the row. A path that would leave the
+  // model's directory is an Error naming it. model() throws Error naming the files when they are
+  // gone.
+  void put_model(const std::string& digest, const std::string& name, const ModelFiles& files);
+  static std::filesystem::path staging_dir(const std::filesystem::path& db);
+  static void store_model_files(const std::filesystem::path& db, const std::string& digest,
+                                const std::filesystem::path& staged);
+  void put_model_row(const std::string& digest, const std::string& name, const std::string& onnx);
+  std::optional<StoredModel> model(const std::string& digest);
   std::filesystem::path model_dir() const;
-  // The two halves of put_model, for a caller that writes the bytes on another thread (the
-  // coordinator: a model of hundreds of MB): the file beside database `db` (safe from any thread),
-  // then the row, which requires the file.
-  static void write_model_file(const std::filesystem::path& db, const std::string& digest, const std::string& bytes);
-  void put_model_row(const std::string& digest, const std::string& name);
+  // Models stored by schema 4 or older keep their files as one blob (a serialized message of the
+  // coordinator's wire format, which storage does not read): listed, read, and replaced by their
+  // files laid out (the coordinator does this when it starts).
+  std::vector<std::string> legacy_models();
+  std::string legacy_model_bytes(const std::string& digest);
+  void replace_legacy_model(const std::string& digest, const ModelFiles& files);
 
   // Jobs. create_job stores the record (its model must be stored; created_at is filled when 0)
   // and returns the new id. set_job_state replaces the state, error and summary, and sets

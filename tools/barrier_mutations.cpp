@@ -115,7 +115,7 @@ int run(const std::vector<std::string>& argv) {
   options.candidates = static_cast<int>(args.number("candidates", options.candidates));
   const auto seed = static_cast<uint64_t>(args.number("seed", 1));
   const bool verbose = args.has("verbose");
-  coordinator::JobPlanner planner(cli::read_model_files(model), model, "host", options);
+  coordinator::JobPlanner planner(model, model, "host", options);
   const std::vector<coordinator::TaskSpec> tasks = planner.tasks();
   std::printf("%s: %zu tasks, verification seed %llu\n", model.c_str(), tasks.size(), static_cast<unsigned long long>(seed));
   Score score;

@@ -10,6 +10,7 @@
 // the coordinator, or no coordinator reachable (the message names the endpoint).
 #include <chrono>
 #include <cstdio>
+#include <random>
 #include <thread>
 
 #include "coordinator/client.h"
@@ -17,6 +18,7 @@
 #include "core/error.h"
 #include "tools/cli_args.h"
 #include "tools/commands.h"
+#include "tools/progress.h"
 #include "tools/service_common.h"
 
 namespace fusetune::cli {
@@ -31,6 +33,14 @@ int64_t job_arg(const std::string& text) {
   } catch (const std::exception&) {
   }
   fail("'", text, "' is not a job id");
+}
+
+// A name for one upload: random, so that two submissions from one client never share one.
+std::string upload_name() {
+  std::random_device rd;
+  char name[17];
+  std::snprintf(name, sizeof name, "%08x%08x", rd(), rd());
+  return name;
 }
 
 std::vector<wire::JobStatus> query(coordinator::Client& client, int64_t job) {
@@ -50,15 +60,23 @@ int cmd_submit(const std::vector<std::string>& argv) {
         "[--candidates N] [--trials N] [--time S] [--wait]");
   const std::filesystem::path model = args.positional()[0];
   const coordinator::JobOptions options = job_options(args);
-  wire::Envelope e;
-  wire::Submit& s = *e.mutable_submit();
-  s.set_model_name(model.filename().string());
-  for (wire::ModelFile& f : read_model_files(model)) *s.add_files() = std::move(f);
-  s.set_device(args.get("device", "host"));
-  s.set_options(options.to_json());
   zmq::context_t context;
   coordinator::Client client(context, args.get("coordinator"), static_cast<int>(args.number("timeout-s", 120) * 1000),
                             client_security(args));
+  wire::Envelope e;
+  wire::Submit& s = *e.mutable_submit();
+  s.set_model_name(model.filename().string());
+  s.set_upload(upload_name());
+  {
+    ProgressLine progress("upload");
+    for (wire::ModelFile& f : client.upload(s.upload(), model_files(model), [&](uint64_t done, uint64_t total) {
+           progress.update(done >> 20, total >> 20, "MB");
+         })) {
+      *s.add_files() = std::move(f);
+    }
+  }
+  s.set_device(args.get("device", "host"));
+  s.set_options(options.to_json());
   const wire::Envelope r = client.request(std::move(e));
   check(r.has_job(), "coordinator answered a submit with a ", r.body_case(), " message");
   const int64_t job = r.job().job_id();

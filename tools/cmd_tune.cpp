@@ -54,14 +54,14 @@ std::pair<std::string, std::string> resolve_device(const std::string& requested,
 
 // A dry run (coordinator/dry_run.h): everything but the timing, chosen by the cost model, nothing
 // stored. Prints what was checked and writes the plan with --out.
-int tune_without_timing(const Args& args, const std::vector<wire::ModelFile>& files, const std::string& model_name,
+int tune_without_timing(const Args& args, const std::filesystem::path& model, const std::string& model_name,
                         const std::string& device, const coordinator::JobOptions& options, const std::string& why) {
   std::printf("tuning %s for %s without timing (%s): every candidate is compiled with NVRTC for the device and "
               "verified on the host; the plan is chosen by the cost model; nothing is timed and nothing is stored in "
               "the search database\n",
               model_name.c_str(), device.c_str(), why.c_str());
   std::fflush(stdout);
-  const coordinator::JobPlanner job(files, model_name, device, options);
+  const coordinator::JobPlanner job(model, model_name, device, options);
   coordinator::DryRunOptions o;
   o.fusetune_binary = self_executable();
   o.compile_jobs = static_cast<int>(args.number("compile-jobs", std::max(1u, std::thread::hardware_concurrency())));
@@ -116,13 +116,13 @@ int cmd_tune(const std::vector<std::string>& argv) {
   std::string why;
   const auto [job_device, worker_device] = resolve_device(args.get("device", "auto"), why);
   const coordinator::JobOptions options = job_options(args);
+  if (job_device != "host" && (worker_device.empty() || args.has("no-timing"))) {
+    return tune_without_timing(args, model, model.filename().string(), job_device, options,
+                               worker_device.empty() ? "no GPU here: " + why : "--no-timing");
+  }
   wire::Submit submit;
   submit.set_model_name(model.filename().string());
   for (wire::ModelFile& f : read_model_files(model)) *submit.add_files() = std::move(f);
-  if (job_device != "host" && (worker_device.empty() || args.has("no-timing"))) {
-    return tune_without_timing(args, {submit.files().begin(), submit.files().end()}, submit.model_name(), job_device,
-                               options, worker_device.empty() ? "no GPU here: " + why : "--no-timing");
-  }
   submit.set_device(job_device);
   submit.set_options(options.to_json());
 

@@ -1,7 +1,7 @@
 // fuzz_coordinator_seeds DIR: writes the seed corpus of the coordinator's request fuzzer
 // (tools/fuzz_coordinator.cpp) into DIR, one file per seed: every message type the coordinator
 // serves, valid and as a sequence a real session makes (a worker's hello, a client's submission
-// of a small model, the worker's result for the first task, status, export, cancel, bye), and
+// of a small model, inline or uploaded in pieces, the worker's result for the first task, status, export, cancel, bye), and
 // some that are wrong (a foreign protocol version, an unknown task, garbage). tests/fuzz/coordinator
 // holds its output; the unit tests replay it (FuzzRegressions.CoordinatorCorpus).
 #include <cstdio>
@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "codegen/kernel_ir.h"
 #include "tests/fuzz/coordinator_harness.h"
@@ -48,6 +49,28 @@ wire::Envelope submit() {
   s.set_device("host");
   s.set_options(R"({"candidates": 2, "min_repeats": 1, "max_repeats": 1, "min_time_ms": 0})");
   return e;
+}
+
+// The same model in Upload pieces (the second piece ends the file), then the Submit naming them.
+std::vector<wire::Envelope> uploaded_submit() {
+  wire::Envelope whole = submit();
+  const std::string bytes = whole.submit().files(0).data();
+  std::vector<wire::Envelope> out;
+  for (size_t at : {size_t{0}, bytes.size() / 2}) {
+    wire::Envelope e;
+    wire::Upload& u = *e.mutable_upload();
+    u.set_upload("seed");
+    u.set_path("relu_exp.onnx");
+    u.set_offset(at);
+    u.set_data(bytes.substr(at, at == 0 ? bytes.size() / 2 : std::string::npos));
+    out.push_back(e);
+  }
+  wire::Submit& s = *whole.mutable_submit();
+  s.set_upload("seed");
+  s.mutable_files(0)->clear_data();
+  s.mutable_files(0)->set_size(bytes.size());
+  out.push_back(whole);
+  return out;
 }
 
 wire::Envelope result(int64_t task) {
@@ -95,6 +118,9 @@ int main(int argc, char** argv) {
       {"export_missing_job", frame(3, request("export", 9))},
       {"garbage", frame(2, std::string("\xff\xfe not an envelope \x01\x02", 24))},
   };
+  std::string upload;
+  for (const wire::Envelope& e : uploaded_submit()) upload += frame(3, e);
+  seeds["upload_then_submit"] = upload + frame(3, request("status", 0));
   for (const auto& [name, bytes] : seeds) {
     std::ofstream(dir / name, std::ios::binary) << bytes;
   }

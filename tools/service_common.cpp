@@ -50,13 +50,9 @@ std::string self_executable() {
   return p.string();
 }
 
-std::vector<wire::ModelFile> read_model_files(const fs::path& model) {
-  std::vector<wire::ModelFile> files;
-  wire::ModelFile main;
-  main.set_path(model.filename().string());
-  main.set_data(read_file(model, "model file"));
-  const std::string& bytes = main.data();
-  files.push_back(std::move(main));
+std::vector<coordinator::UploadFile> model_files(const fs::path& model) {
+  std::vector<coordinator::UploadFile> files = {{model.filename().string(), model}};
+  const std::string bytes = read_file(model, "model file");
   // External data: files beside the model whose names appear in it (their `location` fields).
   std::vector<fs::path> beside;
   for (const auto& e : fs::directory_iterator(model.parent_path().empty() ? fs::path(".") : model.parent_path())) {
@@ -64,14 +60,19 @@ std::vector<wire::ModelFile> read_model_files(const fs::path& model) {
   }
   std::sort(beside.begin(), beside.end());
   for (const fs::path& p : beside) {
-    const std::string name = p.filename().string();
-    if (bytes.find(name) == std::string::npos) continue;
-    wire::ModelFile f;
-    f.set_path(name);
-    f.set_data(read_file(p, "external data file"));
-    files.push_back(std::move(f));
+    if (bytes.find(p.filename().string()) != std::string::npos) files.push_back({p.filename().string(), p});
   }
   return files;
+}
+
+std::vector<wire::ModelFile> read_model_files(const fs::path& model) {
+  std::vector<wire::ModelFile> out;
+  for (const coordinator::UploadFile& f : model_files(model)) {
+    wire::ModelFile& m = out.emplace_back();
+    m.set_path(f.path);
+    m.set_data(read_file(f.local, f.path == model.filename().string() ? "model file" : "external data file"));
+  }
+  return out;
 }
 
 void write_files(const std::vector<wire::ModelFile>& files, const fs::path& dir) {

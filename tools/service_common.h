@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "coordinator/client.h"
 #include "coordinator/job_planner.h"
 #include "fusetune_proto/service.pb.h"
 #include "proto/curve.h"
@@ -23,7 +24,9 @@ const std::atomic<bool>& stop_on_signals();
 const std::atomic<bool>& stopped_twice();
 // This executable's path, from /proc/self/exe.
 std::string self_executable();
-// The .onnx file first, then every file of its directory that the model names (external data).
+// A model's files: the .onnx, then the files beside it whose names it mentions (external data),
+// sorted; model_files names them, read_model_files reads them.
+std::vector<coordinator::UploadFile> model_files(const std::filesystem::path& model);
 std::vector<wire::ModelFile> read_model_files(const std::filesystem::path& model);
 // Writes files under `dir` (created), refusing paths that leave it.
 void write_files(const std::vector<wire::ModelFile>& files, const std::filesystem::path& dir);

@@ -15,16 +15,12 @@
 #include "backend/nvrtc.h"
 #include "coordinator/job_planner.h"
 #include "core/error.h"
-#include "core/files.h"
 
 namespace fusetune::coordinator {
 namespace {
 
-std::vector<wire::ModelFile> model_files(const std::string& name) {
-  wire::ModelFile f;
-  f.set_path("model.onnx");
-  f.set_data(read_file(std::string(FUSETUNE_SOURCE_DIR) + "/tests/data/models/" + name + "/model.onnx", "model file"));
-  return {f};
+std::filesystem::path model_file(const std::string& name) {
+  return std::string(FUSETUNE_SOURCE_DIR) + "/tests/data/models/" + name + "/model.onnx";
 }
 
 // Measurements as a worker would report them for every candidate of every task: `prefer` says
@@ -60,7 +56,7 @@ TEST(JobPlanner, TheLibraryCallIsMeasuredBeyondTheCandidateCut) {
   JobOptions o;
   o.candidates = 1;
   o.shapes = {{"input_ids", {1, 16}}, {"attention_mask", {1, 16}}};
-  const JobPlanner jp(model_files("bert"), "bert", "h100", o);
+  const JobPlanner jp(model_file("bert"), "bert", "h100", o);
   int with_library = 0;
   for (const planner::GroupPlan& gp : jp.modeled().compared) {
     bool has_library = false;
@@ -79,7 +75,7 @@ TEST(JobPlanner, TheLibraryCallIsMeasuredBeyondTheCandidateCut) {
 }
 
 TEST(JobPlanner, AnExportShipsTheMeasuredKernelsAndSplitsARethreadedPackedLaunch) {
-  const JobPlanner jp(model_files("llama"), "llama", "h100", JobOptions{});
+  const JobPlanner jp(model_file("llama"), "llama", "h100", JobOptions{});
   const std::vector<TaskSpec> tasks = jp.tasks();
   // Each task's first candidate fastest; then, in a launch the plan packs, one part's fastest
   // candidate is one with another thread count than its partner's.
@@ -160,7 +156,7 @@ TEST(JobPlanner, AnExportShipsTheMeasuredKernelsAndSplitsARethreadedPackedLaunch
 }
 
 TEST(JobPlanner, AnExportRefusesKernelsThatWereNotMeasuredOrFailed) {
-  const JobPlanner jp(model_files("gpt2"), "gpt2", "h100", JobOptions{});
+  const JobPlanner jp(model_file("gpt2"), "gpt2", "h100", JobOptions{});
   const std::vector<TaskSpec> tasks = jp.tasks();
   const Fabricated m = measure_all(tasks, [](const wire::Task&) { return 0; });
   const planner::ModelPlan plan = jp.final_plan(m.times);

@@ -74,6 +74,11 @@ CREATE INDEX job_tasks_task ON job_tasks(task_id);
 UPDATE meta SET value='2' WHERE key='schema_version';
 )SQL";
 
+std::string read_bytes(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
 // Raw SQLite access, independent of SearchDb.
 class RawDb {
  public:
@@ -130,7 +135,7 @@ class SearchDbTest : public ::testing::Test {
   }
   // A stored model and a job for it on the h100.
   static int64_t new_job(JobQueue& queue, const std::string& digest = "sha256:model") {
-    queue.put_model(digest, "model.onnx", "model bytes");
+    queue.put_model(digest, "model.onnx", {{"model.onnx", "model bytes"}});
     JobRecord j;
     j.model_digest = digest;
     j.model_name = "model.onnx";
@@ -841,40 +846,46 @@ TEST_F(SearchDbTest, JobProgressCountsTasksAndMeasurements) {
   EXPECT_THROW(queue.job_progress(999), Error);
 }
 
-TEST_F(SearchDbTest, ModelBlobsRoundTrip) {
+TEST_F(SearchDbTest, AModelsFilesAreStoredBesideTheDatabaseAsTheClientLaidThemOut) {
   const fs::path file = dir_ / "search.db";
-  std::string bytes(6 << 20, '\0');
+  std::string weights(6 << 20, '\0');
   std::mt19937 rng(7);
-  for (char& c : bytes) c = static_cast<char>(rng() & 0xff);  // NUL bytes included
+  for (char& c : weights) c = static_cast<char>(rng() & 0xff);  // NUL bytes included
   {
     SearchDb db(file);
     JobQueue queue(db);
     EXPECT_FALSE(queue.model("sha256:big").has_value());
-    queue.put_model("sha256:big", "big.onnx", bytes);
-    queue.put_model("sha256:big", "renamed.onnx", "other bytes");  // idempotent: the first stays
-    queue.put_model("sha256:empty", "empty.onnx", "");
+    queue.put_model("sha256:big", "big.onnx", {{"big.onnx", "graph"}, {"data/w.bin", weights}});
+    queue.put_model("sha256:big", "renamed.onnx", {{"other.onnx", "other bytes"}});  // idempotent: the first stays
+    queue.put_model("sha256:empty", "empty.onnx", {{"empty.onnx", ""}});
   }
   SearchDb db(file);
   JobQueue queue(db);
   const auto big = queue.model("sha256:big");
   ASSERT_TRUE(big.has_value());
   EXPECT_EQ(big->name, "big.onnx");
-  EXPECT_EQ(big->bytes.size(), bytes.size());
-  EXPECT_TRUE(big->bytes == bytes);
+  EXPECT_EQ(big->onnx, queue.model_dir() / "sha256:big.files" / "big.onnx");
+  EXPECT_EQ(read_bytes(big->onnx), "graph");
+  EXPECT_TRUE(read_bytes(big->onnx.parent_path() / "data" / "w.bin") == weights);  // external data beside it
   ASSERT_TRUE(queue.model("sha256:empty").has_value());
-  EXPECT_EQ(queue.model("sha256:empty")->bytes, "");
+  EXPECT_EQ(read_bytes(queue.model("sha256:empty")->onnx), "");
   EXPECT_EQ(queue.stats().models, 2);
-  // The bytes live beside the database, not in it.
+  // The bytes live beside the database, not in it; nothing is left staged.
   EXPECT_EQ(queue.model_dir(), fs::path(file.string() + ".models"));
-  EXPECT_EQ(fs::file_size(queue.model_dir() / "sha256:big"), bytes.size());
-  EXPECT_EQ(queue.stats().model_bytes, static_cast<int64_t>(bytes.size()));
+  EXPECT_EQ(queue.stats().model_bytes, static_cast<int64_t>(weights.size() + 5));
   EXPECT_LT(db.stats().file_bytes, 1 << 20);
-  // A digest that could name another file is refused; a model whose file is gone says so.
+  EXPECT_TRUE(!fs::exists(JobQueue::staging_dir(file)) || fs::is_empty(JobQueue::staging_dir(file)));
+  // A digest or a file path that could name another file is refused; a model whose files are gone says so.
   for (const std::string bad : {"../escape", "a/b", ".hidden", ""}) {
-    EXPECT_THROW(queue.put_model(bad, "x.onnx", "x"), Error) << bad;
+    EXPECT_THROW(queue.put_model(bad, "x.onnx", {{"x.onnx", "x"}}), Error) << bad;
   }
+  for (const std::string bad : {"../escape.onnx", "/abs.onnx", "", "d/"}) {
+    EXPECT_THROW(queue.put_model("sha256:bad", "x.onnx", {{bad, "x"}}), Error) << bad;
+  }
+  EXPECT_FALSE(queue.model("sha256:bad").has_value());
   EXPECT_FALSE(fs::exists(dir_ / "escape"));
-  fs::remove(queue.model_dir() / "sha256:big");
+  EXPECT_FALSE(fs::exists(dir_ / "escape.onnx"));
+  fs::remove_all(queue.model_dir() / "sha256:big.files");
   try {
     queue.model("sha256:big");
     ADD_FAILURE() << "a missing model file was not reported";
@@ -882,6 +893,35 @@ TEST_F(SearchDbTest, ModelBlobsRoundTrip) {
     EXPECT_NE(std::string(e.what()).find("big.onnx"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("are missing"), std::string::npos) << e.what();
   }
+}
+
+TEST_F(SearchDbTest, AModelStoredAsOneBlobByAnOlderSchemaIsLaidOutOnce) {
+  const fs::path file = dir_ / "search.db";
+  {
+    SearchDb db(file);
+    JobQueue queue(db);
+    queue.put_model("sha256:new", "new.onnx", {{"new.onnx", "n"}});
+  }
+  {  // as schema 3 wrote it (bytes in the row) and as schema 4 did (a file of the digest's name)
+    RawDb raw(file);
+    raw.exec("INSERT INTO models(digest, name, bytes, file) VALUES('sha256:v3', 'v3.onnx', x'0102', '')");
+    raw.exec("INSERT INTO models(digest, name, bytes, file) VALUES('sha256:v4', 'v4.onnx', x'', 'sha256:v4')");
+  }
+  std::ofstream(file.string() + ".models/sha256:v4", std::ios::binary) << "blob of v4";
+  SearchDb db(file);
+  JobQueue queue(db);
+  EXPECT_EQ(queue.legacy_models(), (std::vector<std::string>{"sha256:v3", "sha256:v4"}));
+  EXPECT_EQ(queue.legacy_model_bytes("sha256:v3"), std::string("\x01\x02"));
+  EXPECT_EQ(queue.legacy_model_bytes("sha256:v4"), "blob of v4");
+  EXPECT_THROW(queue.model("sha256:v4"), Error);  // not readable as files until laid out
+  queue.replace_legacy_model("sha256:v4", {{"v4.onnx", "graph"}, {"w.bin", "weights"}});
+  queue.replace_legacy_model("sha256:v3", {{"v3.onnx", "graph 3"}});
+  EXPECT_TRUE(queue.legacy_models().empty());
+  EXPECT_EQ(read_bytes(queue.model("sha256:v4")->onnx), "graph");
+  EXPECT_EQ(read_bytes(queue.model("sha256:v4")->onnx.parent_path() / "w.bin"), "weights");
+  EXPECT_EQ(read_bytes(queue.model("sha256:v3")->onnx), "graph 3");
+  EXPECT_FALSE(fs::exists(file.string() + ".models/sha256:v4"));  // the blob is gone once the row names the files
+  EXPECT_EQ(queue.stats().model_bytes, static_cast<int64_t>(1 + 5 + 7 + 7));
 }
 
 // A coordinator that is killed while finishing tasks: every task marked done has exactly its

@@ -19,6 +19,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <random>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -593,6 +594,97 @@ TEST_F(Service, TheSearchStartsNoRoundAfterItsTime) {
   const auto summary = nlohmann::json::parse(status(job).summary());
   EXPECT_EQ(summary["search_rounds"], 0) << summary.dump();
   EXPECT_EQ(status(job).candidates_measured(), first.candidates_size());
+}
+
+// A model whose weights are external data travels in Upload pieces (several for its weight file),
+// is stored as the files the client had, and what a bad upload does is refused in one line naming
+// the file or field while the coordinator goes on serving.
+TEST_F(Service, AModelWithExternalDataTravelsInPiecesAndIsStoredAsItsFiles) {
+  constexpr int64_t n = 1200;  // the weight: 5.8 MB, two pieces of wire::kUploadChunk
+  const fs::path model_dir = dir_ / "model";
+  fs::create_directories(model_dir);
+  std::vector<float> w(static_cast<size_t>(n * n));
+  const uint32_t seed = static_cast<uint32_t>(std::random_device{}());
+  std::printf("weights seed %u\n", seed);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-0.05f, 0.05f);
+  for (float& x : w) x = u(rng);
+  {
+    std::ofstream out(model_dir / "w.bin", std::ios::binary);
+    out.write(reinterpret_cast<const char*>(w.data()), static_cast<std::streamsize>(w.size() * sizeof(float)));
+  }
+  testing::OnnxBuilder b;
+  b.input("x", 1, {1, n}).output("y", 1, {1, n});
+  b.external_initializer("w", {n, n}, {{"location", "w.bin"}});
+  b.node("MatMul", {"x", "w"}, {"y"});
+  b.write(model_dir / "m.onnx");
+  ASSERT_GT(fs::file_size(model_dir / "w.bin"), wire::kUploadChunk);
+  start_coordinator();
+  const std::vector<coordinator::UploadFile> files = {{"m.onnx", model_dir / "m.onnx"}, {"w.bin", model_dir / "w.bin"}};
+  auto submit_of = [&](const std::string& upload, const std::vector<wire::ModelFile>& named) {
+    wire::Envelope e;
+    wire::Submit& s = *e.mutable_submit();
+    s.set_model_name("m.onnx");
+    s.set_upload(upload);
+    for (const wire::ModelFile& f : named) *s.add_files() = f;
+    s.set_device("h100");  // no such worker: the job waits, and its model is what is checked here
+    return e;
+  };
+  auto refusal = [&](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no refusal");
+  };
+  coordinator::Client client(context_, endpoint_, 60000, security_);
+  std::vector<std::pair<uint64_t, uint64_t>> progress;
+  const std::vector<wire::ModelFile> named =
+      client.upload("first", files, [&](uint64_t done, uint64_t total) { progress.emplace_back(done, total); });
+  ASSERT_EQ(named.size(), 2u);
+  EXPECT_EQ(named[1].size(), fs::file_size(model_dir / "w.bin"));
+  EXPECT_TRUE(named[1].data().empty());
+  ASSERT_GE(progress.size(), 3u);  // one per piece acknowledged
+  EXPECT_EQ(progress.back().first, progress.back().second);
+  const int64_t job = client.request(submit_of("first", named)).job().job_id();
+  ASSERT_GT(job, 0);
+  {
+    storage::SearchDb db(db_);
+    storage::JobQueue queue(db);
+    const auto rec = queue.job(job);
+    ASSERT_TRUE(rec.has_value());
+    const auto stored = queue.model(rec->model_digest);
+    ASSERT_TRUE(stored.has_value());
+    EXPECT_EQ(stored->onnx.filename(), "m.onnx");
+    EXPECT_TRUE(read_file(stored->onnx.parent_path() / "w.bin", "stored weights") == read_file(model_dir / "w.bin", "weights"));
+    EXPECT_TRUE(read_file(stored->onnx, "stored model") == read_file(model_dir / "m.onnx", "model"));
+  }
+  // A piece whose path leaves the model's directory, a piece too large.
+  wire::Envelope escape;
+  escape.mutable_upload()->set_upload("bad");
+  escape.mutable_upload()->set_path("../../escape.bin");
+  escape.mutable_upload()->set_data("x");
+  EXPECT_NE(refusal([&] { client.request(escape); }).find("'../../escape.bin' must name a file inside"), std::string::npos);
+  EXPECT_FALSE(fs::exists(dir_ / "escape.bin"));
+  EXPECT_FALSE(fs::exists(db_.parent_path().parent_path() / "escape.bin"));
+  // A submission naming more than arrived, an upload nobody sent, a file nobody named.
+  client.upload("short", {files[0]});
+  std::vector<wire::ModelFile> longer = named;
+  EXPECT_NE(refusal([&] { client.request(submit_of("short", longer)); }).find("'w.bin' was not uploaded"), std::string::npos);
+  client.upload("cut", files);
+  longer[1].set_size(longer[1].size() + 1);
+  EXPECT_NE(refusal([&] { client.request(submit_of("cut", longer)); }).find("cut short"), std::string::npos);
+  EXPECT_NE(refusal([&] { client.request(submit_of("never", named)); }).find("no upload 'never'"), std::string::npos);
+  client.upload("extra", files);
+  EXPECT_NE(refusal([&] { client.request(submit_of("extra", {named[0]})); }).find("not named by the submission"),
+            std::string::npos);
+  // Nothing of the refused uploads is left, and the coordinator serves on.
+  wait_for([&] {
+    const fs::path staging = storage::JobQueue::staging_dir(db_);
+    return !fs::exists(staging) || fs::is_empty(staging);
+  }, "the staging directory to empty");
+  EXPECT_EQ(status(job).state(), "queued");
 }
 
 TEST_F(Service, GarbageFramesAndIncompatibleWorkersAreHandledAndTheServiceGoesOn) {

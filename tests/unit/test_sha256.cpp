@@ -21,5 +21,16 @@ TEST(Sha256, PaddingBoundaries) {
   EXPECT_EQ(sha256_hex(std::string(64, 'a')), "ffe054fe7ae0cb6dc65c3af9b61d5209f439851db43d0ba5997337df154668eb");
 }
 
+TEST(Sha256, PiecesGiveTheDigestOfTheWhole) {
+  std::string whole;
+  Sha256 pieces;
+  for (int i = 0; i < 1000; ++i) {
+    const std::string piece(static_cast<size_t>(i % 97), static_cast<char>('a' + i % 26));
+    whole += piece;
+    pieces.update(piece);
+  }
+  EXPECT_EQ(pieces.hex(), sha256_hex(whole));
+}
+
 }  // namespace
 }  // namespace fusetune
