@@ -1,5 +1,8 @@
 #include "core/tensor.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -77,6 +80,42 @@ Tensor Tensor::from_bytes(DType dtype, Shape shape, std::vector<std::byte> bytes
         static_cast<size_t>(t.numel_) * dtype_size(dtype));
   t.bytes_ = std::move(bytes);
   return t;
+}
+
+Tensor Tensor::mapped(DType dtype, Shape shape, std::shared_ptr<const std::byte> bytes) {
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  t.numel_ = checked_numel(t.shape_, "tensor");
+  check(dtype != DType::kUndefined && (bytes != nullptr || t.numel_ == 0), "a mapped tensor without bytes");
+  t.mapped_ = std::move(bytes);
+  return t;
+}
+
+std::byte* Tensor::data() {
+  own();
+  return bytes_.data();
+}
+
+void Tensor::own() {
+  if (!mapped_) return;
+  bytes_.assign(mapped_.get(), mapped_.get() + nbytes());
+  mapped_.reset();
+}
+
+void Tensor::release_pages() const {
+  if (!mapped_ || nbytes() == 0) return;
+  static const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(mapped_.get());
+  const uintptr_t first = (begin + page - 1) / page * page;  // whole pages only: a neighbour's share stays
+  const uintptr_t last = (begin + nbytes()) / page * page;
+  // A private, never written mapping: the pages dropped are read from the file again if touched.
+  if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
+bool Tensor::operator==(const Tensor& other) const {
+  return dtype_ == other.dtype_ && shape_ == other.shape_ &&
+         (nbytes() == 0 || std::memcmp(data(), other.data(), nbytes()) == 0);
 }
 
 namespace {
@@ -214,28 +253,29 @@ void write_int(DType t, std::byte* base, int64_t i, int64_t v) {
 std::vector<float> Tensor::to_floats() const {
   std::vector<float> out(static_cast<size_t>(numel_));
   if (dtype_ == DType::kF32) {
-    if (!bytes_.empty()) std::memcpy(out.data(), bytes_.data(), bytes_.size());  // data() may be null
+    if (numel_ > 0) std::memcpy(out.data(), data(), nbytes());  // an empty vector's data() may be null
     return out;
   }
-  for (int64_t i = 0; i < numel_; ++i) out[i] = static_cast<float>(read_double(dtype_, bytes_.data(), i));
+  for (int64_t i = 0; i < numel_; ++i) out[i] = static_cast<float>(read_double(dtype_, data(), i));
   return out;
 }
 
 std::vector<double> Tensor::to_doubles() const {
   std::vector<double> out(static_cast<size_t>(numel_));
-  for (int64_t i = 0; i < numel_; ++i) out[i] = read_double(dtype_, bytes_.data(), i);
+  for (int64_t i = 0; i < numel_; ++i) out[i] = read_double(dtype_, data(), i);
   return out;
 }
 
 std::vector<int64_t> Tensor::to_ints() const {
   std::vector<int64_t> out(static_cast<size_t>(numel_));
-  for (int64_t i = 0; i < numel_; ++i) out[i] = read_int(dtype_, bytes_.data(), i);
+  for (int64_t i = 0; i < numel_; ++i) out[i] = read_int(dtype_, data(), i);
   return out;
 }
 
 void Tensor::set_floats(std::span<const float> values) {
   check(static_cast<int64_t>(values.size()) == numel_, "set_floats: ", values.size(),
         " values for a tensor of ", numel_, " elements");
+  own();
   if (dtype_ == DType::kF32) {
     if (!bytes_.empty()) std::memcpy(bytes_.data(), values.data(), bytes_.size());  // data() may be null
     return;
@@ -246,6 +286,7 @@ void Tensor::set_floats(std::span<const float> values) {
 void Tensor::set_doubles(std::span<const double> values) {
   check(static_cast<int64_t>(values.size()) == numel_, "set_doubles: ", values.size(),
         " values for a tensor of ", numel_, " elements");
+  own();
   if (dtype_ == DType::kF32) {
     auto* out = reinterpret_cast<float*>(bytes_.data());
     for (int64_t i = 0; i < numel_; ++i) out[i] = static_cast<float>(values[i]);
@@ -257,6 +298,7 @@ void Tensor::set_doubles(std::span<const double> values) {
 void Tensor::set_ints(std::span<const int64_t> values) {
   check(static_cast<int64_t>(values.size()) == numel_, "set_ints: ", values.size(),
         " values for a tensor of ", numel_, " elements");
+  own();
   for (int64_t i = 0; i < numel_; ++i) write_int(dtype_, bytes_.data(), i, values[i]);
 }
 
@@ -275,12 +317,12 @@ Tensor Tensor::cast(DType to, NarrowCast how) const {
   const bool int_path = !is_float(to) && to != DType::kBool;
   for (int64_t i = 0; i < numel_; ++i) {
     if (int_path) {
-      write_int(to, out.bytes_.data(), i, read_int(dtype_, bytes_.data(), i));
+      write_int(to, out.bytes_.data(), i, read_int(dtype_, data(), i));
     } else if (is_narrow_float(to)) {
-      const auto v = static_cast<float>(read_double(dtype_, bytes_.data(), i));
+      const auto v = static_cast<float>(read_double(dtype_, data(), i));
       store<uint8_t>(out.bytes_.data() + i, float_to_narrow(to, v, how));
     } else {
-      write_double(to, out.bytes_.data(), i, read_double(dtype_, bytes_.data(), i));
+      write_double(to, out.bytes_.data(), i, read_double(dtype_, data(), i));
     }
   }
   return out;

@@ -1,4 +1,7 @@
-// Tensor: a dense row-major array of one DType with a static shape, owning its bytes.
+// Tensor: a dense row-major array of one DType with a static shape, owning its bytes, or reading
+// them from a file mapped read-only (mapped(): a model's weights, which take memory only where
+// they are read; a copy shares the mapping, and writing through data() makes the bytes the
+// tensor's own first; release_pages() gives the pages read back to the kernel).
 //
 // Shapes are vectors of int64 extents; a scalar has shape {}. Construction checks that every extent
 // is non-negative and the element count stays below kMaxElements (for an empty tensor: every extent
@@ -10,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -42,6 +46,8 @@ class Tensor {
   static Tensor from_floats(DType dtype, Shape shape, std::span<const float> values);
   static Tensor from_ints(DType dtype, Shape shape, std::span<const int64_t> values);
   static Tensor from_bytes(DType dtype, Shape shape, std::vector<std::byte> bytes);
+  // The tensor's bytes in a read-only file mapping that `bytes` keeps alive (core/files.h map_file).
+  static Tensor mapped(DType dtype, Shape shape, std::shared_ptr<const std::byte> bytes);
   static Tensor scalar_float(DType dtype, float v) { return from_floats(dtype, {}, {&v, 1}); }
   static Tensor scalar_int(DType dtype, int64_t v) { return from_ints(dtype, {}, {&v, 1}); }
 
@@ -49,10 +55,11 @@ class Tensor {
   const Shape& shape() const { return shape_; }
   int64_t rank() const { return static_cast<int64_t>(shape_.size()); }
   int64_t numel() const { return numel_; }
-  size_t nbytes() const { return bytes_.size(); }
-  const std::byte* data() const { return bytes_.data(); }
-  std::byte* data() { return bytes_.data(); }
-  const std::vector<std::byte>& bytes() const { return bytes_; }
+  size_t nbytes() const { return static_cast<size_t>(numel_) * dtype_size(dtype_); }
+  const std::byte* data() const { return mapped_ ? mapped_.get() : bytes_.data(); }
+  std::byte* data();  // the tensor's own bytes (a mapped tensor's copied first)
+  bool is_mapped() const { return mapped_ != nullptr; }
+  void release_pages() const;
 
   std::vector<float> to_floats() const;
   std::vector<double> to_doubles() const;
@@ -67,13 +74,15 @@ class Tensor {
   // integer through int64 (floats truncate, saturating at int64's range, NaN to 0) wrapped to its
   // width, to bool by comparing with zero.
   Tensor cast(DType to, NarrowCast how = {}) const;
-  bool operator==(const Tensor& other) const = default;
+  bool operator==(const Tensor& other) const;  // the same dtype, shape and bytes
 
  private:
   DType dtype_ = DType::kUndefined;
   Shape shape_;
   int64_t numel_ = 0;
-  std::vector<std::byte> bytes_;
+  std::vector<std::byte> bytes_;              // owned, or empty while mapped
+  std::shared_ptr<const std::byte> mapped_;  // the bytes in a read-only file mapping
+  void own();
 };
 
 }  // namespace fusetune

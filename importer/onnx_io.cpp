@@ -14,6 +14,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// External data of at least this size is mapped rather than read (a weight matrix, not a bias).
+constexpr size_t kMapExternalBytes = size_t{1} << 20;
+
 std::string tensor_label(const onnx::TensorProto& t) {
   return t.name().empty() ? std::string("tensor") : "tensor '" + t.name() + "'";
 }
@@ -31,11 +34,19 @@ std::vector<std::byte> pack(const Src& field, DType dtype, int64_t count, const 
     for (auto x : field) v.push_back(static_cast<int64_t>(x));
     t.set_ints(v);
   }
-  return t.bytes();
+  return {t.data(), t.data() + t.nbytes()};
 }
 
-std::vector<std::byte> read_external(const onnx::TensorProto& t, const fs::path& base_dir, size_t expected,
-                                     const std::string& label) {
+// External data's bytes: read into memory, or (`map`: a large tensor whose bytes are laid out as
+// in memory, at an offset aligned for any element type) left in the file, mapped, and read only
+// where they are used.
+struct External {
+  std::vector<std::byte> bytes;
+  std::shared_ptr<const std::byte> mapped;
+};
+
+External read_external(const onnx::TensorProto& t, const fs::path& base_dir, size_t expected, bool map,
+                       const std::string& label) {
   std::string location;
   int64_t offset = 0;
   int64_t length = -1;
@@ -61,12 +72,16 @@ std::vector<std::byte> read_external(const onnx::TensorProto& t, const fs::path&
         offset, "+", length, " lies outside '", path.string(), "' (", size, " bytes)");
   check(static_cast<size_t>(length) == expected, label, ": external data holds ", length, " bytes, its shape needs ",
         expected);
+  if (map && expected >= kMapExternalBytes && offset % 64 == 0) {
+    const MappedFile file = map_file(path, "external data file");
+    return {{}, std::shared_ptr<const std::byte>(file.bytes, file.bytes.get() + offset)};
+  }
   std::ifstream in(path, std::ios::binary);
   in.seekg(offset);
   std::vector<std::byte> bytes(expected);
   in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(expected));
   check(in.good() || expected == 0, label, ": reading external data from '", path.string(), "' failed");
-  return bytes;
+  return {std::move(bytes), nullptr};
 }
 
 }  // namespace
@@ -149,7 +164,9 @@ Tensor decode_tensor(const onnx::TensorProto& t, const fs::path& base_dir) {
   const size_t file_bytes = packed_size(dtype, count);
   std::vector<std::byte> bytes;
   if (t.data_location() == 1) {
-    bytes = read_external(t, base_dir, file_bytes, label);
+    External e = read_external(t, base_dir, file_bytes, file_bytes == nbytes, label);
+    if (e.mapped) return Tensor::mapped(dtype, std::move(shape), std::move(e.mapped));
+    bytes = std::move(e.bytes);
   } else if (t.has_raw_data()) {
     check(t.raw_data().size() == file_bytes, label, ": raw_data holds ", t.raw_data().size(), " bytes, shape ",
           shape_str(shape), " of ", dtype_name(dtype), " needs ", file_bytes);

@@ -20,6 +20,8 @@ onnx::ModelProto read_model(const std::filesystem::path& path);
 onnx::ModelProto parse_model(std::string_view bytes, const std::string& label);
 
 // Decodes a TensorProto; external data is resolved relative to `base_dir` and must stay inside it.
+// External data of 1 MB or more, laid out as in memory at an offset that is a multiple of 64, is
+// mapped from its file (Tensor::mapped): a model's weights take memory only where they are read.
 Tensor decode_tensor(const onnx::TensorProto& t, const std::filesystem::path& base_dir);
 
 // ONNX files pack float4 and 4-bit integers two to a byte, 2-bit integers four to a byte, the

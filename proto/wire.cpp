@@ -103,6 +103,7 @@ uint64_t splitmix64(uint64_t x) {
 std::optional<Generated> weight_draws(const Tensor& t, uint64_t seed) {
   if (!is_float(t.dtype()) || t.numel() <= kInlineConstantElements) return std::nullopt;
   const std::vector<double> x = t.to_doubles();
+  t.release_pages();  // a mapped weight read once here: its pages go back (the file keeps it)
   double sum = 0, squares = 0;
   for (double e : x) {
     if (!std::isfinite(e) || std::fabs(e) > kMaxDrawnMagnitude) return std::nullopt;  // a mask's -inf, a sentinel

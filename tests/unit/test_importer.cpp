@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <set>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "core/ops.h"
 #include "importer/fold_conv_affine.h"
 #include "importer/importer.h"
@@ -155,6 +158,65 @@ TEST(Import, ViewOpsBecomeReshapeAndIdentitiesVanish) {
   b.node("Flatten", {"u"}, {"y"});
   const auto m = importer::import_onnx_bytes(b.bytes(), ".");
   EXPECT_EQ(histogram(m.graph), (std::map<std::string, int>{{"Reshape", 1}}));
+}
+
+// A large external weight stays in its file, mapped: equal to the file's bytes, shared by copies,
+// unchanged in the file when a copy is written to, and the same after its pages are given back.
+// A small one, or one at an offset not aligned for every element type, is read.
+TEST(Import, LargeExternalDataIsMappedFromItsFileAndNeverWrittenThrough) {
+  const fs::path dir = fs::temp_directory_path() / ("fusetune_map_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  constexpr int64_t n = 1024;  // 4 MB of float
+  Tensor w(DType::kF32, {n, n});
+  const Tensor small = iota_tensor({4, 4});
+  {
+    std::vector<float> v(static_cast<size_t>(n * n));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 1000) * 0.001f;
+    w.set_floats(v);
+    std::ofstream out(dir / "w.bin", std::ios::binary);
+    out.write(reinterpret_cast<const char*>(w.data()), static_cast<std::streamsize>(w.nbytes()));
+    out.write("PAD!", 4);  // the small one follows at an offset that is not a multiple of 64
+    out.write(reinterpret_cast<const char*>(small.data()), static_cast<std::streamsize>(small.nbytes()));
+    out.write(std::string(61, '\0').data(), 61);  // then a large one at an unaligned offset
+    out.write(reinterpret_cast<const char*>(w.data()), static_cast<std::streamsize>(w.nbytes()));
+  }
+  const std::string before = read_file(dir / "w.bin", "weights");
+  const int64_t unaligned = n * n * 4 + 4 + 64 + 61;
+  ASSERT_NE(unaligned % 64, 0);
+  OnnxBuilder b;
+  b.input("x", kFloat, {4, n}).input("x2", kFloat, {4, 4}).output("y", kFloat, {4, n}).output("z", kFloat, {4, 4});
+  b.output("y2", kFloat, {4, n});
+  b.external_initializer("w", {n, n}, {{"location", "w.bin"}, {"length", std::to_string(n * n * 4)}});
+  b.external_initializer("s", {4, 4}, {{"location", "w.bin"}, {"offset", std::to_string(n * n * 4 + 4)}, {"length", "64"}});
+  b.external_initializer("u", {n, n}, {{"location", "w.bin"}, {"offset", std::to_string(unaligned)}});
+  b.node("MatMul", {"x", "w"}, {"y"});
+  b.node("Add", {"x2", "s"}, {"z"});
+  b.node("MatMul", {"x", "u"}, {"y2"});
+  b.write(dir / "model.onnx");
+  const auto m = importer::import_onnx(dir / "model.onnx");
+  std::map<std::string, const Tensor*> constants;
+  for (const Value& v : m.graph.values()) {
+    if (v.is_constant()) constants[v.name] = v.data.get();
+  }
+  ASSERT_TRUE(constants.count("w") && constants.count("s") && constants.count("u"));
+  const Tensor& mapped = *constants["w"];
+  EXPECT_TRUE(mapped.is_mapped());
+  EXPECT_FALSE(constants["s"]->is_mapped());  // 64 bytes: read
+  EXPECT_FALSE(constants["u"]->is_mapped());  // at an offset no float4 vector load may take
+  EXPECT_EQ(mapped, w);
+  EXPECT_EQ(*constants["s"], small);
+  EXPECT_EQ(*constants["u"], w);
+  Tensor copy = mapped;
+  EXPECT_TRUE(copy.is_mapped());
+  std::byte* own = copy.data();  // writable: its own bytes now, not the mapping's
+  EXPECT_NE(own, mapped.data());
+  EXPECT_FALSE(copy.is_mapped());
+  reinterpret_cast<float*>(own)[0] = 42.0f;
+  EXPECT_NE(copy, mapped);
+  mapped.release_pages();
+  EXPECT_EQ(mapped, w);  // read from the file again
+  EXPECT_TRUE(read_file(dir / "w.bin", "weights") == before);  // nothing written through
+  fs::remove_all(dir);
 }
 
 TEST(Import, ExternalDataIsReadRelativeToTheModel) {
