@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
+#include <future>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -104,10 +106,20 @@ Staged stage_inline(const fs::path& db, wire::Submit& s) {
   return st;
 }
 
-// Checks that the staged files are exactly those the Submit names (each whole, nothing more),
-// digests them and moves them into the model store; returns the digest and the .onnx's path
-// relative to the model's directory. The staged directory is gone afterwards, whatever happens.
-std::pair<std::string, std::string> store_submission(const fs::path& db, const wire::Submit& s, const Staged& st) {
+// A submission admitted: its model's digest, the .onnx's path in the model's directory, and the
+// model imported and planned.
+struct Admitted {
+  std::string digest;
+  std::string onnx;
+  std::shared_ptr<Prepared> prepared;
+};
+
+// Checks that the staged files are exactly those the Submit names (each whole, nothing more);
+// imports and plans the model with `plan` while the files are digested on another thread (each
+// reads them once); then moves them into the model store. The staged directory is gone
+// afterwards, whatever happens.
+Admitted admit(const fs::path& db, const wire::Submit& s, const Staged& st,
+               const std::function<std::shared_ptr<Prepared>(const fs::path& onnx)>& plan) {
   struct Cleanup {
     const fs::path& dir;
     ~Cleanup() {
@@ -133,9 +145,13 @@ std::pair<std::string, std::string> store_submission(const fs::path& db, const w
   }
   check(st.received.size() == paths.size(), "submit: ", st.received.size() - paths.size(),
         " uploaded files are not named by the submission");
-  const std::string digest = model_digest(st.dir, paths);
-  storage::JobQueue::store_model_files(db, digest, st.dir);
-  return {digest, paths.front()};
+  std::future<std::string> digest = std::async(std::launch::async, [&] { return model_digest(st.dir, paths); });
+  Admitted a;
+  a.onnx = paths.front();
+  a.prepared = plan(st.dir / a.onnx);  // its mapped weights stay valid when the directory moves
+  a.digest = digest.get();
+  storage::JobQueue::store_model_files(db, a.digest, st.dir);
+  return a;
 }
 
 // A group's part of the next search round: what the loop read from the database (the task it
@@ -1087,11 +1103,11 @@ struct Server::State {
     check(s.upload().empty(), "submit: an upload is for a coordinator's clients, not in process");
     storage::JobRecord rec = job_record(s);
     const Staged staged = stage_inline(opt.db, s);
-    const auto [digest, onnx] = store_submission(opt.db, s, staged);
-    rec.model_digest = digest;
-    auto prepared = prepare(queue.model_dir() / (digest + ".files") / onnx, rec.model_name, rec.device.name,
-                            JobOptions::from_json(rec.options));
-    return accept_job(std::move(rec), onnx, std::move(prepared));
+    Admitted a = admit(opt.db, s, staged, [&](const fs::path& onnx) {
+      return prepare(onnx, rec.model_name, rec.device.name, JobOptions::from_json(rec.options));
+    });
+    rec.model_digest = a.digest;
+    return accept_job(std::move(rec), a.onnx, std::move(a.prepared));
   }
 
   // From a client: the files (uploaded before in pieces, or carried by the Submit) are checked,
@@ -1112,13 +1128,13 @@ struct Server::State {
     }
     auto submit = std::make_shared<wire::Submit>(std::move(s));
     offload.post(
-        [this, client, rec, submit, uploaded, db_path = opt.db, models = queue.model_dir()]() mutable -> Offload::Completion {
+        [this, client, rec, submit, uploaded, db_path = opt.db]() mutable -> Offload::Completion {
           const Staged staged = submit->upload().empty() ? stage_inline(db_path, *submit) : uploaded;
-          auto [digest, onnx] = store_submission(db_path, *submit, staged);
-          rec.model_digest = digest;
-          auto prepared = prepare(models / (digest + ".files") / onnx, rec.model_name, rec.device.name,
-                                  JobOptions::from_json(rec.options), false);
-          return [this, client, rec, onnx, prepared] {
+          Admitted a = admit(db_path, *submit, staged, [&](const fs::path& onnx) {
+            return prepare(onnx, rec.model_name, rec.device.name, JobOptions::from_json(rec.options), false);
+          });
+          rec.model_digest = a.digest;
+          return [this, client, rec, onnx = a.onnx, prepared = a.prepared] {
             wire::Envelope r;
             try {
               r.mutable_job()->set_job_id(accept_job(rec, onnx, prepared));

@@ -116,7 +116,14 @@ std::vector<std::byte> pack_elements(const Tensor& t) {
   return out;
 }
 
-onnx::ModelProto read_model(const fs::path& path) { return parse_model(read_file(path, "model file"), path.string()); }
+onnx::ModelProto read_model(const fs::path& path) {
+  std::error_code ec;
+  check(fs::is_regular_file(path, ec), path.string(), ": model file not found (or not a regular file)");
+  // Parsed from the file mapped, not from a copy: a model's inline weights are copied once, into
+  // the message.
+  const MappedFile file = map_file(path, "model file");
+  return parse_model(std::string_view(reinterpret_cast<const char*>(file.bytes.get()), file.size), path.string());
+}
 
 onnx::ModelProto parse_model(std::string_view bytes, const std::string& label) {
   check(!bytes.empty(), label, ": empty file, not an ONNX model");

@@ -52,7 +52,10 @@ std::string self_executable() {
 
 std::vector<coordinator::UploadFile> model_files(const fs::path& model) {
   std::vector<coordinator::UploadFile> files = {{model.filename().string(), model}};
-  const std::string bytes = read_file(model, "model file");
+  std::error_code ec;
+  check(fs::is_regular_file(model, ec), model.string(), ": model file not found (or not a regular file)");
+  const MappedFile file = map_file(model, "model file");  // searched, not copied
+  const std::string_view bytes(reinterpret_cast<const char*>(file.bytes.get()), file.size);
   // External data: files beside the model whose names appear in it (their `location` fields).
   std::vector<fs::path> beside;
   for (const auto& e : fs::directory_iterator(model.parent_path().empty() ? fs::path(".") : model.parent_path())) {
