@@ -637,8 +637,10 @@ struct Server::State {
   // untried neighbors of its three best measured configurations, or else the best ranked untried
   // ones (search/mutation.h), ranked by the learned model once this identity's measurements of
   // the job's groups suffice and by the cost model before, as many as `candidates` and the budget
-  // allow, trained, picked and lowered on the loop (on every core); queue_round queues them on
-  // the groups' tasks. Returns whether a round was queued.
+  // allow. What the model learns from is read on the loop; it is trained, and the trials picked and
+  // lowered, on the pool (the job busy meanwhile); queue_round queues them on the groups' tasks
+  // when they land, and a round that queues nothing ends the search. Returns whether a round was
+  // started.
   bool search_round(int64_t id, Job& job) {
     if (job.search_over) return false;
     const JobOptions& o = job.planner->options();
@@ -674,26 +676,45 @@ struct Server::State {
       asks.push_back(std::move(a));
     }
     if (asks.empty()) return false;
-    // Trained, picked and lowered here, on the loop: lowered on the pool, two jobs sharing a task
-    // raced (a round landing after another job's had measured its trials); left for later.
-    search::LearnedModel model;
-    model.train(data);
-    parallel_for(asks.size(), [&](size_t i) {
-      RoundAsk& a = asks[i];
-      const std::vector<planner::Candidate>& space = job.planner->group(a.signature).candidates;
-      const std::vector<double> scores = model.trained() ? model.score(space) : std::vector<double>();
-      a.offspring = job.planner->lower(a.asked, search::next_trials(space, a.parents, a.tried, a.trials,
-                                                                   scores.empty() ? nullptr : &scores));
-    });
-    const std::string ranked_by =
-        model.trained() ? "learned model (" + std::to_string(model.samples()) + " measurements)"
-                        : "cost model (" + std::to_string(model.samples()) + " measurements: too few to learn from)";
-    return queue_round(job, id, asks, ranked_by);
+    job.busy = true;
+    auto round = std::make_shared<std::vector<RoundAsk>>(std::move(asks));
+    auto landed = [this, id, round](const std::string& ranked_by) {
+      auto it = jobs.find(id);
+      if (it == jobs.end()) return;  // cancelled meanwhile
+      it->second.busy = false;
+      if (ranked_by.empty() || !queue_round(it->second, id, *round, ranked_by)) {
+        it->second.search_over = true;
+        maybe_finish(id);
+      }
+    };
+    offload.post(
+        [round, data = std::move(data), planner = job.planner, landed]() -> Offload::Completion {
+          search::LearnedModel model;
+          model.train(data);
+          parallel_for(round->size(), [&](size_t i) {
+            RoundAsk& a = (*round)[i];
+            const std::vector<planner::Candidate>& space = planner->group(a.signature).candidates;
+            const std::vector<double> scores = model.trained() ? model.score(space) : std::vector<double>();
+            a.offspring = planner->lower(a.asked, search::next_trials(space, a.parents, a.tried, a.trials,
+                                                                     scores.empty() ? nullptr : &scores));
+          });
+          const std::string ranked_by =
+              model.trained() ? "learned model (" + std::to_string(model.samples()) + " measurements)"
+                              : "cost model (" + std::to_string(model.samples()) + " measurements: too few to learn from)";
+          return [landed, ranked_by] { landed(ranked_by); };
+        },
+        [this, id, landed](const std::string& error) {
+          log("job " + std::to_string(id) + ": a search round failed, the search ends: " + error);
+          landed("");
+        });
+    return true;
   }
 
   // A search round lowered: each group's offspring not measured or asked yet queued on its task.
-  // A round that queues nothing (offspring the code generator cannot express, tasks in flight for
-  // other jobs) ends the search; returns whether it queued any.
+  // A task in flight for another job (the round landed while a job sharing it measured its own)
+  // gets them once it is done: they are asked, so maybe_finish extends the task with them. A round
+  // that queues nothing (offspring the code generator cannot express, or all measured meanwhile)
+  // ends the search; returns whether it queued any.
   bool queue_round(Job& job, int64_t id, std::vector<RoundAsk>& asks, const std::string& ranked_by) {
     int queued = 0, trials = 0;
     for (RoundAsk& a : asks) {
@@ -711,7 +732,7 @@ struct Server::State {
       }
       if (todo.candidates_size() == 0) continue;
       group.extended = 0;
-      if (requeue_group(id, job, group, todo) == 0) continue;
+      requeue_group(id, job, group, todo);  // 0: in flight for another job, extended after
       ++queued;
       trials += todo.candidates_size();
     }
