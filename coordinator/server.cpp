@@ -17,10 +17,13 @@
 #include "codegen/kernel_ir.h"
 #include "coordinator/job_planner.h"
 #include "coordinator/offload.h"
+#include "coordinator/status_json.h"
 #include "core/parallel.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "core/sha256.h"
+#include "dashboards/http_server.h"
+#include "dashboards/metrics.h"
 #include "proto/wire.h"
 #include "search/decision.h"
 #include "search/learned_model.h"
@@ -233,6 +236,18 @@ struct Server::State {
   std::shared_ptr<storage::DbFile> checkpointer;
   Clock::time_point last_checkpoint = Clock::now();
   bool checkpointing = false;
+  // What /metrics counts besides the database's rows (since this coordinator started), and the
+  // moments its latencies are measured from: a worker's slot freed (its result, its hello) until
+  // its next lease is sent, and a task's lease until its result.
+  struct Counters {
+    std::map<std::string, uint64_t> candidates_by_status;
+    uint64_t results = 0, leases = 0, lease_expiries = 0, cache_hits = 0;
+    dashboards::Histogram dispatch_seconds{{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}};
+    dashboards::Histogram task_seconds{{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}};
+  } counters;
+  std::map<std::string, Clock::time_point> slot_freed;  // worker identity -> when it could take a task
+  std::map<int64_t, Clock::time_point> leased_at;       // task -> when it was leased
+  std::unique_ptr<dashboards::HttpServer> http;
   // The pools last: destroyed first, so no pool thread outlives what it was given.
   Offload offload;
   Offload disk{1};  // writes upload pieces, never behind the pool's planning
@@ -392,6 +407,7 @@ struct Server::State {
         group.asked = spec.task;
         if (answered(spec, device)) {
           ++job.cache_hits;
+          ++counters.cache_hits;
           continue;
         }
         // Only what the database lacks is measured; a task measured before for fewer candidates
@@ -838,6 +854,7 @@ struct Server::State {
         }
         const int64_t t = l->first;
         l = w.leases.erase(l);
+        ++counters.lease_expiries;
         release(t, "lease deadline passed");
       }
     }
@@ -906,11 +923,25 @@ struct Server::State {
     queue.lease_task(task_id, w.identity, deadline);
     w.leases[task_id] = deadline;
     send(w.identity, std::move(e));
+    const auto now_c = Clock::now();
+    ++counters.leases;
+    leased_at[task_id] = now_c;
+    if (const auto f = slot_freed.find(w.identity); f != slot_freed.end()) {
+      counters.dispatch_seconds.observe(std::chrono::duration<double>(now_c - f->second).count());
+      slot_freed.erase(f);
+    }
   }
 
   void on_result(const std::string& identity, const wire::TaskResult& r) {
     auto w = workers.find(identity);
-    if (w != workers.end()) w->second.leases.erase(r.task_id());
+    if (w != workers.end()) {
+      w->second.leases.erase(r.task_id());
+      slot_freed.emplace(identity, Clock::now());
+    }
+    if (const auto l = leased_at.find(r.task_id()); l != leased_at.end()) {
+      if (!r.abandoned()) counters.task_seconds.observe(std::chrono::duration<double>(Clock::now() - l->second).count());
+      leased_at.erase(l);
+    }
     const auto t = queue.task(r.task_id());
     if (!t) {
       log("result for unknown task " + std::to_string(r.task_id()) + " from " + peer_name(identity) + " ignored");
@@ -952,6 +983,8 @@ struct Server::State {
       log("late result for task " + std::to_string(r.task_id()) + " from " + peer_name(identity) + " ignored (already done)");
       return;
     }
+    ++counters.results;
+    for (const wire::CandidateResult& c : r.results()) ++counters.candidates_by_status[c.status()];
     for (auto it = decided.begin(); it != decided.end();) {  // what was read of the signature is stale now
       it = it->first.first == t->signature ? decided.erase(it) : std::next(it);
     }
@@ -1001,6 +1034,7 @@ struct Server::State {
     w.last_seen = Clock::now();
     w.depth = static_cast<size_t>(std::clamp(h.queue_depth(), 1, 4));
     w.draining = false;
+    slot_freed[identity] = w.last_seen;
     for (const auto& [task, deadline] : held) release(task, "worker " + peer_name(identity) + " said hello again");
     wire::Envelope e;
     e.mutable_welcome()->set_coordinator_id(opt.id);
@@ -1065,6 +1099,90 @@ struct Server::State {
       queue.replace_legacy_model(digest, files);
       log("model " + digest.substr(0, 12) + " stored by an older fusetune: its files are laid out beside the database");
     }
+  }
+
+  // ---- the HTTP side (dashboards/http_server.h): answered here, on the loop ----
+
+  dashboards::HttpReply http_answer(const dashboards::HttpRequest& r) {
+    if (r.path == "/metrics") return {200, "text/plain; version=0.0.4; charset=utf-8", metrics_text()};
+    if (r.path == "/api/jobs") return {200, "application/json", status_json(job_status(0), static_cast<int>(workers.size())).dump()};
+    if (r.path == "/api/workers") return {200, "application/json", workers_json().dump()};
+    if (r.path.rfind("/api/jobs/", 0) == 0) {
+      int64_t id = 0;
+      try {
+        id = std::stoll(r.path.substr(10));
+      } catch (const std::exception&) {
+      }
+      if (id <= 0 || !queue.job(id)) return {404, "application/json", nlohmann::json{{"error", "no job " + r.path.substr(10)}}.dump()};
+      return {200, "application/json", job_json(id).dump()};
+    }
+    return {404, "application/json", nlohmann::json{{"error", "no such resource: " + r.path}}.dump()};
+  }
+
+  // A job as /api/jobs lists it, with its convergence so far: the running job's own, or the
+  // finished job's from its summary.
+  nlohmann::json job_json(int64_t id) {
+    nlohmann::json j = status_json(job_status(id), static_cast<int>(workers.size()))["jobs"][0];
+    const auto live = jobs.find(id);
+    if (live != jobs.end()) {
+      j["convergence"] = live->second.convergence;
+      j["group_convergence"] = live->second.group_convergence;
+      j["search_rounds"] = live->second.rounds;
+    } else {
+      const nlohmann::json& summary = j["summary"];
+      j["convergence"] = summary.is_object() && summary.contains("convergence") ? summary["convergence"] : nlohmann::json::array();
+      j["group_convergence"] =
+          summary.is_object() && summary.contains("group_convergence") ? summary["group_convergence"] : nlohmann::json::object();
+    }
+    return j;
+  }
+
+  nlohmann::json workers_json() const {
+    nlohmann::json out = nlohmann::json::array();
+    const auto now = Clock::now();
+    for (const auto& [identity, w] : workers) {
+      out.push_back({{"worker_id", w.hello.worker_id()},
+                     {"host", w.hello.host()},
+                     {"device", w.device.str()},
+                     {"backend", w.hello.backend()},
+                     {"tasks_held", w.leases.size()},
+                     {"queue_depth", w.depth},
+                     {"draining", w.draining},
+                     {"last_heard_s", std::chrono::duration<double>(now - w.last_seen).count()}});
+    }
+    return {{"workers", out}};
+  }
+
+  std::string metrics_text() {
+    dashboards::Exposition x;
+    std::map<std::string, double> job_states, task_states;
+    for (const char* st : {"queued", "running", "done", "failed", "cancelled"}) job_states[st] = 0;
+    for (const storage::JobRecord& j : queue.jobs(false)) ++job_states[storage::job_state_name(j.state)];
+    for (const char* st : {"queued", "leased", "done", "failed"}) task_states[st] = 0;
+    for (const auto& [st, n] : queue.task_counts()) task_states[st] = static_cast<double>(n);
+    std::map<std::string, double> devices;
+    for (const auto& [identity, w] : workers) ++devices[w.device.str()];
+    auto by = [](const std::string& label, const auto& m) {
+      std::vector<std::pair<dashboards::Labels, double>> out;
+      for (const auto& [k, v] : m) out.push_back({{{label, k}}, static_cast<double>(v)});
+      return out;
+    };
+    x.gauge("fusetune_jobs", "Jobs in the database, by state.", by("state", job_states));
+    x.gauge("fusetune_tasks", "Measurement tasks in the database, by state.", by("state", task_states));
+    x.gauge("fusetune_workers", "Workers connected, by device identity.", by("device", devices));
+    x.counter("fusetune_candidates_measured", "Candidates whose results this coordinator stored, by status.",
+              by("status", counters.candidates_by_status));
+    x.counter("fusetune_results", "Task results this coordinator stored.", {{{}, static_cast<double>(counters.results)}});
+    x.counter("fusetune_leases", "Tasks leased to workers.", {{{}, static_cast<double>(counters.leases)}});
+    x.counter("fusetune_lease_expiries", "Leases whose deadline passed.", {{{}, static_cast<double>(counters.lease_expiries)}});
+    x.counter("fusetune_cache_hits", "Groups the search database answered without a measurement.",
+              {{{}, static_cast<double>(counters.cache_hits)}});
+    x.histogram("fusetune_dispatch_latency_seconds",
+                "From a worker's slot freed (its result or hello) to its next lease sent, measured.", counters.dispatch_seconds);
+    x.histogram("fusetune_task_duration_seconds", "From a task's lease to its result, measured.", counters.task_seconds);
+    x.gauge("fusetune_database_bytes", "The search database's file (without its WAL and model files).",
+            {{{}, static_cast<double>(db.file().size_bytes())}});
+    return x.text();
   }
 
   // ---- client requests ----
@@ -1385,6 +1503,7 @@ Server::Server(zmq::context_t& context, ServerOptions options)
   } catch (const zmq::error_t& e) {
     fail(s_->opt.listen, ": cannot listen (", e.what(), ")");
   }
+  if (!s_->opt.http.empty()) s_->http = std::make_unique<dashboards::HttpServer>(s_->opt.http, s_->opt.http_token);
   std::error_code ec;
   fs::remove_all(storage::JobQueue::staging_dir(s_->opt.db), ec);  // uploads do not outlive a coordinator
   s_->lay_out_legacy_models();
@@ -1405,7 +1524,9 @@ Server::Server(zmq::context_t& context, ServerOptions options)
   }
  s_->log(std::string(s_->opt.security.enabled() ? "CURVE: " + std::to_string(s_->opt.security.allowed.size()) + " allowed keys; "
                                                 : "no CURVE keys: peers are not authenticated (loopback or embedded use only); ") +
-          "listening on " + s_->opt.listen + " with database " + s_->opt.db.string() + " (" +
+          "listening on " + s_->opt.listen +
+          (s_->http ? " and http://" + s_->opt.http.substr(0, s_->opt.http.rfind(':')) + ":" + std::to_string(s_->http->port()) : "") +
+          " with database " + s_->opt.db.string() + " (" +
           std::to_string(s_->loading.size()) + " unfinished jobs resuming, " + std::to_string(s_->waiting.size()) +
           " waiting for a worker, " + std::to_string(requeued) +
           " leases re-queued)");
@@ -1416,11 +1537,13 @@ Server::~Server() = default;
 void Server::poll_once(int timeout_ms) {
   std::vector<zmq::pollitem_t> items = {{static_cast<void*>(s_->socket), 0, ZMQ_POLLIN, 0}};
   if (s_->auth) items.push_back({static_cast<void*>(s_->auth->socket()), 0, ZMQ_POLLIN, 0});
+  if (s_->http) items.push_back({nullptr, s_->http->wake_fd(), ZMQ_POLLIN, 0});
   // While the pool works, look for its completions often.
   wire::poll(items.data(), items.size(),
              s_->offload.pending() + s_->disk.pending() > 0 ? std::min(timeout_ms, 5) : timeout_ms);
   s_->disk.run_completions();
   s_->offload.run_completions();
+  if (s_->http) s_->http->answer_pending([this](const dashboards::HttpRequest& r) { return s_->http_answer(r); });
   if (s_->auth) s_->auth->handle();
   // Everything that is waiting, so heartbeats queued behind slow work are seen before expiry; and
   // the leases that follow, in one transaction: a result's rows and the next lease used to commit
@@ -1494,6 +1617,8 @@ void Server::handle_frame(const std::string& identity, const void* data, size_t 
 }
 
 size_t Server::work_in_progress() const { return s_->offload.pending() + s_->disk.pending(); }
+
+int Server::http_port() const { return s_->http ? s_->http->port() : 0; }
 
 void Server::run(const std::atomic<bool>& stop) {
   while (!stop.load()) poll_once(100);

@@ -48,6 +48,10 @@ struct ServerOptions {
   std::string id = "coordinator";
   wire::ServerSecurity security;  // CURVE: this coordinator's key pair and the keys it accepts
   std::function<void(const std::string&)> log;  // default: stderr
+  // HOST:PORT of the HTTP side (dashboards/http_server.h: /metrics, /api/, the dashboard); none
+  // when empty. A token is required beyond loopback.
+  std::string http;
+  std::string http_token;
 };
 
 class Server {
@@ -64,6 +68,9 @@ class Server {
   void handle_frame(const std::string& identity, const void* data, size_t size);
   // Work on the pool whose completion has not run yet (poll_once runs what is done).
   size_t work_in_progress() const;
+  // The port the HTTP side listens on (ServerOptions::http; port 0 there: the one chosen); 0
+  // without one.
+  int http_port() const;
 
   // The requests clients make over the socket, also callable in process (embedded `tune`).
   int64_t submit(const wire::Submit& submit);

@@ -336,6 +336,13 @@ bool JobQueue::any_in_state(TaskState state) {
   return q.bind(1, task_state_name(state)).step() && q.i64(0) != 0;
 }
 
+std::map<std::string, int64_t> JobQueue::task_counts() {
+  Stmt q(file_.handle(), "SELECT state, count(*) FROM tasks GROUP BY state", file_.path().string());
+  std::map<std::string, int64_t> out;
+  while (q.step()) out[q.text(0)] = q.i64(1);
+  return out;
+}
+
 std::optional<int64_t> JobQueue::first_queued_task(int64_t job) {
   Stmt q(file_.handle(),
          "SELECT jt.task_id FROM job_tasks jt JOIN tasks t ON t.id=jt.task_id WHERE jt.job_id=? AND t.state='queued' "

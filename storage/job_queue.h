@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -145,6 +146,7 @@ class JobQueue {
   std::vector<TaskRecord> tasks_in_state(TaskState state);  // ordered by id
   std::vector<int64_t> task_ids_in_state(TaskState state);  // the same without reading payloads
   bool any_in_state(TaskState state);                       // whether any task is in `state`
+  std::map<std::string, int64_t> task_counts();             // tasks by state name (states with none absent)
   // The job's queued task of the lowest id, if any (what a dispatcher leases next for the job).
   std::optional<int64_t> first_queued_task(int64_t job);
   // Leases a queued task to a worker (attempts + 1); a task in any other state throws.

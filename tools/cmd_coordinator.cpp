@@ -1,6 +1,8 @@
-// fusetune coordinator --listen tcp://0.0.0.0:PORT [--db PATH]: the tuning service
-// (coordinator/server.h), until SIGINT or SIGTERM.
+// fusetune coordinator --listen tcp://0.0.0.0:PORT [--db PATH] [--http HOST:PORT [--http-token T]]:
+// the tuning service (coordinator/server.h), until SIGINT or SIGTERM; with --http, its metrics, JSON
+// API and live dashboard (dashboards/). The token may come from $FUSETUNE_HTTP_TOKEN instead.
 #include <cstdio>
+#include <cstdlib>
 
 #include "coordinator/server.h"
 #include "core/error.h"
@@ -11,10 +13,11 @@
 namespace fusetune::cli {
 
 int cmd_coordinator(const std::vector<std::string>& argv) {
-  const Args args(argv, {"listen", "db", "heartbeat-ms", "worker-timeout-ms", "max-attempts", "key", "allow"}, {});
+  const Args args(argv, {"listen", "db", "heartbeat-ms", "worker-timeout-ms", "max-attempts", "key", "allow", "http", "http-token"},
+                  {});
   check(args.positional().empty() && args.has("listen"),
         "usage: fusetune coordinator --listen tcp://ADDRESS:PORT [--db PATH] [--key COORD.key --allow KEYS_DIR] "
-        "[--worker-timeout-ms MS]");
+        "[--worker-timeout-ms MS] [--http HOST:PORT [--http-token TOKEN]]");
   coordinator::ServerOptions opt;
   opt.listen = args.get("listen");
   opt.db = args.has("db") ? std::filesystem::path(args.get("db")) : default_db_path();
@@ -23,6 +26,9 @@ int cmd_coordinator(const std::vector<std::string>& argv) {
   opt.worker_timeout_ms = static_cast<int>(args.number("worker-timeout-ms", 5000));
   opt.max_attempts = static_cast<int>(args.number("max-attempts", 3));
   opt.security = server_security(args);
+  opt.http = args.get("http", "");
+  const char* token = std::getenv("FUSETUNE_HTTP_TOKEN");
+  opt.http_token = args.get("http-token", token != nullptr ? token : "");
   const bool loopback = opt.listen.find("127.0.0.1") != std::string::npos || opt.listen.find("localhost") != std::string::npos ||
                         opt.listen.rfind("ipc://", 0) == 0 || opt.listen.rfind("inproc://", 0) == 0;
   if (!opt.security.enabled() && !loopback) {

@@ -1,7 +1,7 @@
 // The job commands a script drives a coordinator with:
 //   fusetune submit MODEL.onnx --coordinator EP [--device NAME] [--shape ...] [--candidates N]
 //                   [--trials N] [--time S] [--wait]
-//   fusetune status [JOB] --coordinator EP
+//   fusetune status [JOB] --coordinator EP [--json]
 //   fusetune cancel JOB --coordinator EP
 //   fusetune export JOB --coordinator EP --out PLAN_DIR
 // Each takes --key NAME.key --coordinator-key COORD.pub for a coordinator that uses CURVE.
@@ -15,6 +15,7 @@
 
 #include "coordinator/client.h"
 #include "coordinator/job_planner.h"
+#include "coordinator/status_json.h"
 #include "core/error.h"
 #include "tools/cli_args.h"
 #include "tools/commands.h"
@@ -97,12 +98,21 @@ int cmd_submit(const std::vector<std::string>& argv) {
 }
 
 int cmd_status(const std::vector<std::string>& argv) {
-  const Args args(argv, {"coordinator", "key", "coordinator-key"}, {});
-  check(args.positional().size() <= 1 && args.has("coordinator"), "usage: fusetune status [JOB] --coordinator tcp://HOST:PORT");
+  const Args args(argv, {"coordinator", "key", "coordinator-key"}, {"json"});
+  check(args.positional().size() <= 1 && args.has("coordinator"),
+        "usage: fusetune status [JOB] --coordinator tcp://HOST:PORT [--json]");
   zmq::context_t context;
   coordinator::Client client(context, args.get("coordinator"), 10000, client_security(args));
   const int64_t job = args.positional().empty() ? 0 : job_arg(args.positional()[0]);
-  const std::vector<wire::JobStatus> jobs = query(client, job);
+  wire::Envelope e;
+  e.mutable_status()->set_job_id(job);
+  const wire::Envelope r = client.request(std::move(e));
+  check(r.has_status_reply(), "coordinator answered a status request with a ", r.body_case(), " message");
+  const std::vector<wire::JobStatus> jobs(r.status_reply().jobs().begin(), r.status_reply().jobs().end());
+  if (args.has("json")) {  // the shape of the HTTP API's /api/jobs (docs/dashboards.md)
+    std::printf("%s\n", coordinator::status_json(jobs, r.status_reply().workers()).dump(2).c_str());
+    return 0;
+  }
   print_jobs(jobs);
   if (job != 0 && jobs.at(0).state() == "done") print_summary(jobs.at(0));
   return 0;

@@ -1,0 +1,108 @@
+// The live dashboard: polls the coordinator's JSON API (docs/dashboards.md) every two seconds and
+// draws the jobs, the selected job's convergence and the workers. The same script renders
+// `fusetune report`'s static page, where window.FUSETUNE_REPORT holds the API's answers.
+"use strict";
+
+const report = window.FUSETUNE_REPORT || null;
+let selected = report ? report.job.job_id : null;
+const charts = {};
+
+async function api(path) {
+  if (report) return report[path];
+  const r = await fetch(path);
+  if (!r.ok) throw new Error(path + ": " + r.status);
+  return r.json();
+}
+
+function cell(text, cls) {
+  const td = document.createElement("td");
+  if (text instanceof Node) td.appendChild(text); else td.textContent = text;
+  if (cls) td.className = cls;
+  return td;
+}
+
+function fixed(v, digits) { return typeof v === "number" ? v.toFixed(digits) : "–"; }
+
+function drawJobs(jobs) {
+  const body = document.querySelector("#jobs tbody");
+  body.replaceChildren();
+  for (const j of jobs) {
+    const tr = document.createElement("tr");
+    tr.className = "job" + (j.job_id === selected ? " selected" : "");
+    tr.dataset.job = j.job_id;
+    const done = j.tasks_done + j.tasks_failed;
+    const bar = document.createElement("progress");
+    bar.max = Math.max(1, j.tasks);
+    bar.value = done;
+    const s = j.summary || {};
+    tr.append(cell(j.job_id), cell(j.state, j.state === "failed" ? "failed" : ""), cell(j.model_name), cell(j.device),
+              cell(done + "/" + j.tasks), cell(bar), cell(j.candidates_measured), cell(j.cache_hits),
+              cell(fixed(s.tuned_us, 1)), cell(fixed(s.unfused_us, 1)),
+              cell(s.tuned_us && s.unfused_us ? (s.unfused_us / s.tuned_us).toFixed(2) + "×" : "–"));
+    tr.addEventListener("click", () => { selected = j.job_id; refresh(); });
+    body.appendChild(tr);
+  }
+}
+
+function line(id, datasets, xTitle) {
+  const data = { datasets: datasets };
+  if (charts[id]) {
+    charts[id].data = data;
+    charts[id].update("none");
+    return;
+  }
+  charts[id] = new Chart(document.getElementById(id), {
+    type: "line",
+    data: data,
+    options: { animation: false, parsing: false, plugins: { legend: { display: datasets.length < 8 } },
+               scales: { x: { type: "linear", title: { display: true, text: xTitle } },
+                         y: { title: { display: true, text: "µs (measured)" } } } },
+  });
+}
+
+function drawJob(job) {
+  document.getElementById("job").hidden = false;
+  document.getElementById("job-id").textContent = job.job_id;
+  document.getElementById("job-model").textContent = job.model_name;
+  const s = job.summary || {};
+  document.getElementById("job-line").textContent =
+      job.state + " on " + (job.identity || job.device) + "; " + job.candidates_measured + " candidates measured, " +
+      job.cache_hits + " cache hits" +
+      (s.tuned_us ? "; tuned " + s.tuned_us.toFixed(1) + " µs against " + fixed(s.unfused_us, 1) + " µs unfused" : "");
+  const points = (job.convergence || []).filter(p => typeof p.tuned_us === "number");
+  line("by-trials", [{ label: "best plan", data: points.map(p => ({ x: p.trials, y: p.tuned_us })) }], "trials");
+  line("by-seconds", [{ label: "best plan", data: points.map(p => ({ x: p.seconds, y: p.tuned_us })) }], "seconds");
+  const groups = Object.entries(job.group_convergence || {}).map(([signature, series]) => ({
+    label: signature.slice(0, 12),
+    data: series.filter(p => typeof p[1] === "number").map(p => ({ x: p[0], y: p[1] })),
+  }));
+  line("groups", groups, "trials of the group");
+}
+
+function drawWorkers(workers) {
+  const body = document.querySelector("#workers tbody");
+  body.replaceChildren();
+  for (const w of workers) {
+    const tr = document.createElement("tr");
+    tr.append(cell(w.worker_id), cell(w.device), cell(w.tasks_held), cell(w.draining ? "draining" : w.tasks_held ? "busy" : "idle"),
+              cell(w.last_heard_s.toFixed(1) + " s ago"));
+    body.appendChild(tr);
+  }
+}
+
+async function refresh() {
+  try {
+    const status = await api("/api/jobs");
+    drawJobs(status.jobs);
+    if (selected !== null) drawJob(await api("/api/jobs/" + selected));
+    if (!report) drawWorkers((await api("/api/workers")).workers);
+    document.getElementById("updated").textContent =
+        report ? "report of job " + selected : "updated " + new Date().toLocaleTimeString();
+    document.body.dataset.ready = "1";
+  } catch (e) {
+    document.getElementById("updated").textContent = "not reachable: " + e.message;
+  }
+}
+
+refresh();
+if (!report) setInterval(refresh, 2000);

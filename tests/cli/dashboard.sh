@@ -1,0 +1,59 @@
+#!/bin/sh
+# The coordinator's HTTP side as a person and a Prometheus server would use it: a real coordinator
+# with --http on a free loopback port, a worker, a small job run to the end; then
+# tests/cli/dashboard_check.py (Debian's python3, with the prometheus_client setup.sh installs)
+# reads /metrics with that parser and checks its figures against the database and `status
+# --json`, checks that /api/jobs is what `status --json` prints, and that the page and its scripts
+# are served. Then a coordinator asked to serve HTTP
+# beyond loopback without a token refuses to start, and one with a token refuses requests without it.
+# usage: dashboard.sh FUSETUNE MODEL_DIR WORK_DIR
+set -u
+fusetune=$1 model_dir=$2 work=$3
+here=$(dirname "$0")
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+ep="tcp://127.0.0.1:$(free_port)"
+rm -rf "$work"
+mkdir -p "$work"
+"$fusetune" coordinator --listen "$ep" --db "$work/search.db" --http 127.0.0.1:0 > "$work/coordinator.log" 2>&1 &
+coordinator=$!
+"$fusetune" worker --coordinator "$ep" --device host --compile-jobs 1 --id dashboard-worker > "$work/worker.log" 2>&1 &
+worker=$!
+trap 'kill $worker $coordinator 2>/dev/null; wait 2>/dev/null' EXIT
+fail() { echo "FAIL: $*"; cat "$work/coordinator.log"; exit 1; }
+
+"$fusetune" submit "$model_dir/model.onnx" --coordinator "$ep" --device host --candidates 2 --trials 4 --wait \
+  > "$work/submit.txt" 2>&1 || fail "submit --wait exited $?: $(cat "$work/submit.txt")"
+http=$(sed -n 's|.* and \(http://127.0.0.1:[0-9]*\) with database.*|\1|p' "$work/coordinator.log")
+[ -n "$http" ] || fail "the coordinator did not say where it serves HTTP"
+echo "dashboard at $http"
+"$fusetune" status --coordinator "$ep" --json > "$work/status.json" || fail "status --json exited $?"
+"$fusetune" db stats --db "$work/search.db" > "$work/stats.txt" || fail "db stats exited $?"
+/usr/bin/python3 "$here/dashboard_check.py" "$http" "$work/status.json" "$work/search.db" || fail "the dashboard's checks failed"
+
+# Beyond loopback: a token or nothing.
+if "$fusetune" coordinator --listen "tcp://127.0.0.1:$(free_port)" --db "$work/other.db" --http 0.0.0.0:0 \
+     > "$work/untokened.log" 2>&1; then
+  fail "a coordinator served HTTP beyond loopback without a token"
+fi
+grep -q -- "--http 0.0.0.0:0: beyond loopback the dashboard needs a bearer token" "$work/untokened.log" \
+  || fail "the refusal does not name --http and the token: $(cat "$work/untokened.log")"
+"$fusetune" coordinator --listen "tcp://127.0.0.1:$(free_port)" --db "$work/other.db" --http 0.0.0.0:0 \
+  --http-token s3cret > "$work/tokened.log" 2>&1 &
+tokened=$!
+trap 'kill $worker $coordinator $tokened 2>/dev/null; wait 2>/dev/null' EXIT
+for _ in $(seq 100); do grep -q "http://0.0.0.0:" "$work/tokened.log" && break; sleep 0.1; done
+port=$(sed -n 's|.* and http://0.0.0.0:\([0-9]*\) with database.*|\1|p' "$work/tokened.log")
+[ -n "$port" ] || fail "the tokened coordinator did not start: $(cat "$work/tokened.log")"
+/usr/bin/python3 - "$port" <<'PY' || fail "the token is not enforced"
+import sys, urllib.request, urllib.error
+url = f"http://127.0.0.1:{sys.argv[1]}/api/jobs"
+try:
+    urllib.request.urlopen(url, timeout=10)
+    sys.exit("served without a token")
+except urllib.error.HTTPError as e:
+    assert e.code == 401, e.code
+req = urllib.request.Request(url, headers={"Authorization": "Bearer s3cret"})
+assert urllib.request.urlopen(req, timeout=10).status == 200
+print("the token is required beyond loopback, and accepted")
+PY
+echo "PASS"
