@@ -1120,21 +1120,11 @@ struct Server::State {
   }
 
   // A job as /api/jobs lists it, with its convergence so far: the running job's own, or the
-  // finished job's from its summary.
+  // finished job's from its summary (status_json.h).
   nlohmann::json job_json(int64_t id) {
-    nlohmann::json j = status_json(job_status(id), static_cast<int>(workers.size()))["jobs"][0];
     const auto live = jobs.find(id);
-    if (live != jobs.end()) {
-      j["convergence"] = live->second.convergence;
-      j["group_convergence"] = live->second.group_convergence;
-      j["search_rounds"] = live->second.rounds;
-    } else {
-      const nlohmann::json& summary = j["summary"];
-      j["convergence"] = summary.is_object() && summary.contains("convergence") ? summary["convergence"] : nlohmann::json::array();
-      j["group_convergence"] =
-          summary.is_object() && summary.contains("group_convergence") ? summary["group_convergence"] : nlohmann::json::object();
-    }
-    return j;
+    if (live == jobs.end()) return job_detail_json(job_status(id).at(0));
+    return job_detail_json(job_status(id).at(0), live->second.convergence, live->second.group_convergence);
   }
 
   nlohmann::json workers_json() const {
@@ -1389,26 +1379,7 @@ struct Server::State {
       recs.push_back(*r);
     }
     std::vector<wire::JobStatus> out;
-    for (const storage::JobRecord& r : recs) {
-      wire::JobStatus s;
-      s.set_job_id(r.id);
-      s.set_model_name(r.model_name);
-      s.set_device(r.device.name);
-      if (r.identity) s.set_identity(r.identity->str());
-      s.set_state(storage::job_state_name(r.state));
-      const storage::JobProgress p = queue.job_progress(r.id);
-      s.set_tasks(p.tasks);
-      s.set_tasks_done(p.done);
-      s.set_tasks_failed(p.failed);
-      s.set_candidates_measured(p.measurements);
-      s.set_error(r.error);
-      s.set_summary(r.summary);
-      if (!r.summary.empty()) {
-        const auto j = nlohmann::json::parse(r.summary, nullptr, false);
-        if (j.is_object() && j.contains("cache_hits")) s.set_cache_hits(j["cache_hits"].get<int>());
-      }
-      out.push_back(std::move(s));
-    }
+    for (const storage::JobRecord& r : recs) out.push_back(job_status_of(r, queue.job_progress(r.id)));
     return out;
   }
 

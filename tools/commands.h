@@ -18,6 +18,7 @@ int cmd_inspect(const std::vector<std::string>& argv);
 int cmd_keys(const std::vector<std::string>& argv);
 int cmd_plan(const std::vector<std::string>& argv);
 int cmd_profile(const std::vector<std::string>& argv);
+int cmd_report(const std::vector<std::string>& argv);
 int cmd_run(const std::vector<std::string>& argv);
 int cmd_status(const std::vector<std::string>& argv);
 int cmd_submit(const std::vector<std::string>& argv);

@@ -28,6 +28,8 @@ constexpr const char* kUsage =
     "  status [JOB] --coordinator EP [--json]\n"
     "  cancel JOB --coordinator EP   export JOB --coordinator EP --out PLAN_DIR\n"
     "      drive jobs on a running coordinator (with --key/--coordinator-key when it uses CURVE)\n"
+    "  report JOB --out report.html [--db PATH]\n"
+    "      a job's charts and figures as one self-contained HTML page, from the search database alone\n"
     "  keys generate NAME [--out DIR]\n"
     "      a CURVE key pair: NAME.key (private) and NAME.pub\n"
     "  compile MODEL.onnx --device NAME|--device-file PATH --out DIR [--shape NAME=DxD...] [--dump-ir]\n"
@@ -69,6 +71,7 @@ int main(int argc, char** argv) {
     if (cmd == "keys") return fusetune::cli::cmd_keys(args);
     if (cmd == "plan") return fusetune::cli::cmd_plan(args);
     if (cmd == "profile") return fusetune::cli::cmd_profile(args);
+    if (cmd == "report") return fusetune::cli::cmd_report(args);
     if (cmd == "run") return fusetune::cli::cmd_run(args);
     std::fprintf(stderr, "fusetune: error: unknown command '%s'\n%s", cmd.c_str(), kUsage);
     return 2;

@@ -4,7 +4,8 @@
 "use strict";
 
 const report = window.FUSETUNE_REPORT || null;
-let selected = report ? report.job.job_id : null;
+// The job shown: the report's, the one the address names (#job=3), else the newest.
+let selected = report ? report.job.job_id : (Number((location.hash.match(/job=(\d+)/) || [])[1]) || null);
 const charts = {};
 
 async function api(path) {
@@ -39,7 +40,7 @@ function drawJobs(jobs) {
               cell(done + "/" + j.tasks), cell(bar), cell(j.candidates_measured), cell(j.cache_hits),
               cell(fixed(s.tuned_us, 1)), cell(fixed(s.unfused_us, 1)),
               cell(s.tuned_us && s.unfused_us ? (s.unfused_us / s.tuned_us).toFixed(2) + "×" : "–"));
-    tr.addEventListener("click", () => { selected = j.job_id; refresh(); });
+    tr.addEventListener("click", () => { selected = j.job_id; location.hash = "job=" + j.job_id; refresh(); });
     body.appendChild(tr);
   }
 }
@@ -93,6 +94,7 @@ function drawWorkers(workers) {
 async function refresh() {
   try {
     const status = await api("/api/jobs");
+    if (selected === null && status.jobs.length) selected = Math.max(...status.jobs.map(j => j.job_id));
     drawJobs(status.jobs);
     if (selected !== null) drawJob(await api("/api/jobs/" + selected));
     if (!report) drawWorkers((await api("/api/workers")).workers);
@@ -104,5 +106,11 @@ async function refresh() {
   }
 }
 
-refresh();
-if (!report) setInterval(refresh, 2000);
+function start() {
+  if (report) document.getElementById("workers-section").hidden = true;  // a report has no live workers
+  refresh();
+  if (!report) setInterval(refresh, 2000);
+}
+
+// The page loads this deferred; a report carries it inline in its head, before the body exists.
+if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start); else start();

@@ -4,8 +4,10 @@
 # tests/cli/dashboard_check.py (Debian's python3, with the prometheus_client setup.sh installs)
 # reads /metrics with that parser and checks its figures against the database and `status
 # --json`, checks that /api/jobs is what `status --json` prints, and that the page and its scripts
-# are served. Then a coordinator asked to serve HTTP
+# are served, and that every query of dashboards/grafana/fusetune.json names an exported metric. Then a coordinator asked to serve HTTP
 # beyond loopback without a token refuses to start, and one with a token refuses requests without it.
+# Between the two, headless Chromium opens the live dashboard and then `fusetune report`'s page,
+# written once the coordinator is gone (tests/cli/dashboard_browser.py).
 # usage: dashboard.sh FUSETUNE MODEL_DIR WORK_DIR
 set -u
 fusetune=$1 model_dir=$2 work=$3
@@ -28,7 +30,17 @@ http=$(sed -n 's|.* and \(http://127.0.0.1:[0-9]*\) with database.*|\1|p' "$work
 echo "dashboard at $http"
 "$fusetune" status --coordinator "$ep" --json > "$work/status.json" || fail "status --json exited $?"
 "$fusetune" db stats --db "$work/search.db" > "$work/stats.txt" || fail "db stats exited $?"
-/usr/bin/python3 "$here/dashboard_check.py" "$http" "$work/status.json" "$work/search.db" || fail "the dashboard's checks failed"
+/usr/bin/python3 "$here/dashboard_check.py" "$http" "$work/status.json" "$work/search.db" \
+  "$here/../../dashboards/grafana/fusetune.json" || fail "the dashboard's checks failed"
+
+# In a browser: the live page, then the report written from the database alone once the
+# coordinator is gone; screenshots stay in WORK_DIR.
+/usr/bin/python3 "$here/dashboard_browser.py" "$http/" "$work/status.json" "$work" live || fail "the live dashboard in Chromium"
+kill $coordinator; wait $coordinator 2>/dev/null
+"$fusetune" report 1 --db "$work/search.db" --out "$work/report.html" || fail "report exited $?"
+if grep -q -E '(src|href)="' "$work/report.html"; then fail "the report refers to another file or address"; fi
+/usr/bin/python3 "$here/dashboard_browser.py" "file://$work/report.html" "$work/status.json" "$work" report \
+  || fail "the report in Chromium"
 
 # Beyond loopback: a token or nothing.
 if "$fusetune" coordinator --listen "tcp://127.0.0.1:$(free_port)" --db "$work/other.db" --http 0.0.0.0:0 \
@@ -41,7 +53,7 @@ grep -q -- "--http 0.0.0.0:0: beyond loopback the dashboard needs a bearer token
   --http-token s3cret > "$work/tokened.log" 2>&1 &
 tokened=$!
 trap 'kill $worker $coordinator $tokened 2>/dev/null; wait 2>/dev/null' EXIT
-for _ in $(seq 100); do grep -q "http://0.0.0.0:" "$work/tokened.log" && break; sleep 0.1; done
+for _ in $(seq 100); do grep -q "http://0.0.0.0:" "$work/tokened.log" 2>/dev/null && break; sleep 0.1; done
 port=$(sed -n 's|.* and http://0.0.0.0:\([0-9]*\) with database.*|\1|p' "$work/tokened.log")
 [ -n "$port" ] || fail "the tokened coordinator did not start: $(cat "$work/tokened.log")"
 /usr/bin/python3 - "$port" <<'PY' || fail "the token is not enforced"

@@ -1,21 +1,23 @@
 """Checks a coordinator's HTTP side after a job ran to its end (tests/cli/dashboard.sh).
 
-usage: dashboard_check.py HTTP_URL STATUS_JSON DATABASE
+usage: dashboard_check.py HTTP_URL STATUS_JSON DATABASE GRAFANA_JSON
 - /metrics parses with prometheus_client's text parser, and its figures agree with the database
   (jobs and tasks by state, candidates measured) and with the run (one lease per result, every
   result's duration observed);
 - /api/jobs is what `fusetune status --json` printed; /api/jobs/ID has the job's convergence;
-- the dashboard's page, script, style and Chart.js are served.
+- the dashboard's page, script, style and Chart.js are served;
+- every query of the Grafana dashboard names metrics /metrics exports.
 Exits non-zero with the first disagreement.
 """
 import json
+import re
 import sqlite3
 import sys
 import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-url, status_path, db_path = sys.argv[1], sys.argv[2], sys.argv[3]
+url, status_path, db_path, grafana_path = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 
 
 def get(path):
@@ -79,3 +81,12 @@ try:
 except urllib.error.HTTPError as e:
     assert e.code == 404, e.code
 print("the page, its script, style and Chart.js are served; an unknown job is 404")
+
+grafana = json.load(open(grafana_path))
+exported = {name for name, _ in samples}
+queries = [t["expr"] for p in grafana["panels"] for t in p.get("targets", [])]
+assert queries, "the Grafana dashboard has no query"
+for q in queries:
+    for name in re.findall(r"\bfusetune_[a-z_]+", q):
+        assert name in exported, f"Grafana query {q!r} names {name}, which /metrics does not export"
+print(f"the Grafana dashboard's {len(queries)} queries name only exported metrics")

@@ -1,0 +1,46 @@
+"""Opens the dashboard (live, or a report file) in headless Chromium, as a person would, and checks
+that what the page shows is what `fusetune status --json` says (tests/cli/dashboard.sh).
+
+usage: dashboard_browser.py URL STATUS_JSON OUT_DIR NAME
+Runs Debian's chromium headless twice (the page's DOM after its scripts ran; a screenshot, kept as
+OUT_DIR/NAME.png), then checks: the page says it is ready; the jobs table has one row per job
+with the job's id, state, tasks done, candidates measured and cache hits as status --json has them;
+the job view's three charts are drawn (canvas elements sized by Chart.js). Exits non-zero with the
+first disagreement.
+"""
+import html
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+url, status_path, out_dir, name = sys.argv[1:5]
+browser = shutil.which("chromium") or shutil.which("chromium-browser")
+if not browser:
+    sys.exit("no chromium on PATH: scripts/setup.sh installs Debian's")
+flags = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--virtual-time-budget=8000",
+         "--window-size=1400,1100"]
+dom = subprocess.run(flags + ["--dump-dom", url], capture_output=True, text=True, timeout=120).stdout
+open(os.path.join(out_dir, name + ".html"), "w").write(dom)
+shot = os.path.join(out_dir, name + ".png")
+subprocess.run(flags + ["--screenshot=" + shot, url], capture_output=True, timeout=120)
+assert os.path.getsize(shot) > 10000, "no screenshot"
+assert 'data-ready="1"' in dom, "the page never became ready (its scripts failed?)"
+
+status = json.load(open(status_path))
+rows = re.findall(r'<tr class="job[^"]*" data-job="(\d+)">(.*?)</tr>', dom, re.S)
+assert len(rows) == len(status["jobs"]), (len(rows), len(status["jobs"]))
+for (job_id, row), job in zip(rows, status["jobs"]):
+    cells = [html.unescape(re.sub(r"<[^>]+>", "", c)) for c in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)]
+    want = {0: str(job["job_id"]), 1: job["state"], 4: f"{job['tasks_done'] + job['tasks_failed']}/{job['tasks']}",
+            6: str(job["candidates_measured"]), 7: str(job["cache_hits"])}
+    for i, v in want.items():
+        assert cells[i] == v, f"job {job_id}: cell {i} shows {cells[i]!r}, status --json says {v!r}"
+    summary = job["summary"] or {}
+    if summary.get("tuned_us"):
+        assert cells[8] == f"{summary['tuned_us']:.1f}", (cells[8], summary["tuned_us"])
+canvases = re.findall(r'<canvas id="(by-trials|by-seconds|groups)"[^>]*style="[^"]*height: \d+', dom)
+assert len(canvases) == 3, f"charts drawn: {canvases}"
+print(f"{name}: Chromium shows {len(rows)} job(s) as status --json has them, 3 charts drawn; screenshot {shot}")
