@@ -21,6 +21,7 @@
 #include "core/parallel.h"
 #include "core/error.h"
 #include "core/files.h"
+#include "core/log.h"
 #include "core/sha256.h"
 #include "dashboards/http_server.h"
 #include "dashboards/metrics.h"
@@ -261,10 +262,13 @@ struct Server::State {
     }
   }
 
-  void log(const std::string& line) const {
-    if (opt.log) opt.log(line);
-    else std::fprintf(stderr, "fusetune coordinator: %s\n", line.c_str());
+  // A line of the coordinator's log (core/log.h), naming the job, task and worker it concerns.
+  void log(const LogIds& ids, const std::string& line, LogLevel level = LogLevel::kInfo) const {
+    const std::string text = format_log_line(level, "coordinator", ids, line, log_format());
+    if (opt.log) opt.log(text);
+    else std::fprintf(stderr, "%s\n", text.c_str());
   }
+  void log(const std::string& line, LogLevel level = LogLevel::kInfo) const { log(LogIds{}, line, level); }
 
   void send(const std::string& identity, wire::Envelope e) {
     std::string bytes = wire::encode(std::move(e));
@@ -311,7 +315,7 @@ struct Server::State {
           loading.erase(id);
           waiting.erase(id);
           queue.set_job_state(id, storage::JobState::kFailed, error);
-          log("job " + std::to_string(id) + " cannot start: " + error);
+          log(LogIds{id, 0, ""}, "job " + std::to_string(id) + " cannot start: " + error, LogLevel::kWarn);
         });
   }
 
@@ -327,7 +331,7 @@ struct Server::State {
         start_job(rec, std::move(p));
       } catch (const Error& e) {
         queue.set_job_state(rec.id, storage::JobState::kFailed, e.what());
-        log("job " + std::to_string(rec.id) + " cannot resume: " + e.what());
+        log(LogIds{rec.id, 0, ""}, "job " + std::to_string(rec.id) + " cannot resume: " + e.what(), LogLevel::kWarn);
       }
     });
   }
@@ -365,7 +369,7 @@ struct Server::State {
         } catch (const Error& e) {
           loading.erase(rec->id);
           queue.set_job_state(rec->id, storage::JobState::kFailed, e.what());
-          log("job " + std::to_string(rec->id) + " cannot start: " + e.what());
+          log(LogIds{rec->id, 0, ""}, "job " + std::to_string(rec->id) + " cannot start: " + e.what(), LogLevel::kWarn);
           it = waiting.erase(it);
           continue;
         }
@@ -384,7 +388,7 @@ struct Server::State {
         start_job(bound, std::move(prepared));
       } catch (const Error& e) {
         queue.set_job_state(bound.id, storage::JobState::kFailed, e.what());
-        log("job " + std::to_string(bound.id) + " cannot start: " + e.what());
+        log(LogIds{bound.id, 0, ""}, "job " + std::to_string(bound.id) + " cannot start: " + e.what(), LogLevel::kWarn);
       }
     }
   }
@@ -422,7 +426,7 @@ struct Server::State {
       nlohmann::json progress = {{"cache_hits", job.cache_hits}};
       queue.set_job_state(rec.id, storage::JobState::kRunning, "", progress.dump());
     });
-    log("job " + std::to_string(rec.id) + " (" + rec.model_name + " on " + device.str() + "): " +
+    log(LogIds{rec.id, 0, ""}, "job " + std::to_string(rec.id) + " (" + rec.model_name + " on " + device.str() + "): " +
         std::to_string(job.tasks.size()) + " tasks, " + std::to_string(job.cache_hits) + " answered by the database, " +
         std::to_string(seeded) + " ordered by measurements of near identities");
     jobs[rec.id] = std::move(job);
@@ -544,7 +548,7 @@ struct Server::State {
       if (todo.candidates_size() > 0 && queue.extend_task(task_id, todo.SerializeAsString())) {
         ++group.extended;
         extending = true;
-        log("job " + std::to_string(id) + ": task " + std::to_string(task_id) + " extended by " +
+        log(LogIds{id, task_id, ""}, "job " + std::to_string(id) + ": task " + std::to_string(task_id) + " extended by " +
             std::to_string(todo.candidates_size()) + " candidates not settled");
       }
     }
@@ -564,7 +568,7 @@ struct Server::State {
     auto failed = [this, id](const std::string& error) {
       if (!jobs.count(id)) return;  // cancelled meanwhile
       queue.set_job_state(id, storage::JobState::kFailed, error);
-      log("job " + std::to_string(id) + " failed: " + error);
+      log(LogIds{id, 0, ""}, "job " + std::to_string(id) + " failed: " + error, LogLevel::kWarn);
       jobs.erase(id);
     };
     offload.post(
@@ -584,7 +588,7 @@ struct Server::State {
             s->group_convergence = done.group_convergence;
             queue.set_job_state(id, storage::JobState::kDone, p.failed ? std::to_string(p.failed) + " tasks failed" : "",
                                 s->to_json());
-            log("job " + std::to_string(id) + " done: " + s->to_json());
+            log(LogIds{id, 0, ""}, "job " + std::to_string(id) + " done: " + s->to_json());
             jobs.erase(it);
           };
         },
@@ -720,7 +724,7 @@ struct Server::State {
           return [landed, ranked_by] { landed(ranked_by); };
         },
         [this, id, landed](const std::string& error) {
-          log("job " + std::to_string(id) + ": a search round failed, the search ends: " + error);
+          log(LogIds{id, 0, ""}, "job " + std::to_string(id) + ": a search round failed, the search ends: " + error);
           landed("");
         });
     return true;
@@ -757,7 +761,7 @@ struct Server::State {
       return false;
     }
     ++job.rounds;
-    log("job " + std::to_string(id) + ": search round " + std::to_string(job.rounds + 1) + ": " + std::to_string(trials) +
+    log(LogIds{id, 0, ""}, "job " + std::to_string(id) + ": search round " + std::to_string(job.rounds + 1) + ": " + std::to_string(trials) +
         " mutations of the best measured configurations in " + std::to_string(queued) + " groups, ranked by the " +
         ranked_by);
     return true;
@@ -800,7 +804,7 @@ struct Server::State {
                     "measured again, interleaved",
                     static_cast<long long>(id), static_cast<long long>(task), pair->first.c_str(), a.time_us,
                     a.ci_low_us, a.ci_high_us, pair->second.c_str(), b.time_us, b.ci_low_us, b.ci_high_us);
-      log(line);
+      log(LogIds{id, task, ""}, line);
     }
     return queued;
   }
@@ -814,7 +818,7 @@ struct Server::State {
   // Marks a task failed (its groups keep their modeled costs) and settles the jobs it belongs to.
   void fail_task(int64_t task, const std::string& why) {
     queue.finish_task(task, storage::TaskState::kFailed, why, {});
-    log("task " + std::to_string(task) + " failed: " + why);
+    log(LogIds{0, task, ""}, "task " + std::to_string(task) + " failed: " + why, LogLevel::kWarn);
     std::vector<int64_t> affected;  // first: maybe_finish erases finished jobs from `jobs`
     for (const auto& [id, job] : jobs) {
       if (std::find(job.tasks.begin(), job.tasks.end(), task) != job.tasks.end()) affected.push_back(id);
@@ -830,7 +834,7 @@ struct Server::State {
       return;
     }
     queue.requeue_task(task);
-    log("task " + std::to_string(task) + " re-queued: " + why);
+    log(LogIds{0, task, ""}, "task " + std::to_string(task) + " re-queued: " + why);
   }
 
   void expire(Clock::time_point now) {
@@ -839,7 +843,7 @@ struct Server::State {
         ++it;
         continue;
       }
-      log("worker " + it->first + " went silent");
+      log(LogIds{0, 0, peer_name(it->first)}, "worker " + peer_name(it->first) + " went silent", LogLevel::kWarn);
       for (const auto& [task, deadline] : it->second.leases) release(task, "worker " + it->first + " went silent");
       it = workers.erase(it);
     }
@@ -944,13 +948,13 @@ struct Server::State {
     }
     const auto t = queue.task(r.task_id());
     if (!t) {
-      log("result for unknown task " + std::to_string(r.task_id()) + " from " + peer_name(identity) + " ignored");
+      log(LogIds{0, r.task_id(), peer_name(identity)}, "result for unknown task " + std::to_string(r.task_id()) + " from " + peer_name(identity) + " ignored", LogLevel::kWarn);
       return;
     }
     if (r.abandoned()) {
       if (t->state == storage::TaskState::kLeased && t->worker == identity) {
         queue.requeue_task(r.task_id(), /*attempt_counts=*/false);
-        log("task " + std::to_string(r.task_id()) + " handed back by " + peer_name(identity));
+        log(LogIds{0, r.task_id(), peer_name(identity)}, "task " + std::to_string(r.task_id()) + " handed back by " + peer_name(identity));
       }
       return;
     }
@@ -980,7 +984,7 @@ struct Server::State {
       ms.push_back(std::move(m));
     }
     if (!queue.finish_task(r.task_id(), storage::TaskState::kDone, "", ms)) {
-      log("late result for task " + std::to_string(r.task_id()) + " from " + peer_name(identity) + " ignored (already done)");
+      log(LogIds{0, r.task_id(), peer_name(identity)}, "late result for task " + std::to_string(r.task_id()) + " from " + peer_name(identity) + " ignored (already done)");
       return;
     }
     ++counters.results;
@@ -1005,7 +1009,7 @@ struct Server::State {
                                       " to " + std::to_string(wire::kProtocolVersion) + "; the worker speaks " +
                                       std::to_string(h.min_version()) + " to " + std::to_string(h.max_version()));
       send(identity, std::move(e));
-      log("refused worker " + h.worker_id() + ": protocol " + std::to_string(h.min_version()) + ".." +
+      log(LogIds{0, 0, h.worker_id()}, "refused worker " + h.worker_id() + ": protocol " + std::to_string(h.min_version()) + ".." +
           std::to_string(h.max_version()) + " (envelope " + std::to_string(version) + ")");
       return;
     }
@@ -1021,7 +1025,7 @@ struct Server::State {
       e.mutable_refused()->set_reason("the worker does not report its toolkit (NVRTC, or the host compiler, and its "
                                       "version), which is part of its device identity: upgrade the worker");
       send(identity, std::move(e));
-      log("refused worker " + h.worker_id() + ": no toolkit in its device identity");
+      log(LogIds{0, 0, h.worker_id()}, "refused worker " + h.worker_id() + ": no toolkit in its device identity");
       return;
     }
     Worker& w = workers[identity];
@@ -1040,7 +1044,7 @@ struct Server::State {
     e.mutable_welcome()->set_coordinator_id(opt.id);
     e.mutable_welcome()->set_heartbeat_ms(opt.heartbeat_ms);
     send(identity, std::move(e));
-    log("worker " + h.worker_id() + " joined: " + w.device.str() + ", " + h.backend());
+    log(LogIds{0, 0, h.worker_id()}, "worker " + h.worker_id() + " joined: " + w.device.str() + ", " + h.backend());
     bind_waiting();
   }
 
@@ -1053,7 +1057,7 @@ struct Server::State {
         if (w == workers.end()) send_error(identity, "unknown worker: say hello");
         else if (e.heartbeat().draining() && !w->second.draining) {
           w->second.draining = true;
-          log("worker " + peer_name(identity) + " is stopping: it finishes what it measures and takes nothing more");
+          log(LogIds{0, 0, peer_name(identity)}, "worker " + peer_name(identity) + " is stopping: it finishes what it measures and takes nothing more");
         }
         return;
       case wire::Envelope::kResult:
@@ -1065,7 +1069,7 @@ struct Server::State {
           const std::map<int64_t, int64_t> held = std::move(w->second.leases);
           workers.erase(w);
           for (const auto& [task, deadline] : held) release(task, "worker " + peer_name(identity) + " left");
-          log("worker " + peer_name(identity) + " left");
+          log(LogIds{0, 0, peer_name(identity)}, "worker " + peer_name(identity) + " left");
         }
         return;
       case wire::Envelope::kSubmit: return submit_async(identity, std::move(*e.mutable_submit()));  // answered when planned
@@ -1198,7 +1202,7 @@ struct Server::State {
     if (!prepared->lowered) lower_later(rec.id, prepared);
     waiting[rec.id] = std::move(prepared);
     bind_waiting();
-    if (waiting.count(rec.id)) log("job " + std::to_string(rec.id) + " (" + rec.model_name + ") waits for a worker of " + rec.device.str());
+    if (waiting.count(rec.id)) log(LogIds{rec.id, 0, ""}, "job " + std::to_string(rec.id) + " (" + rec.model_name + ") waits for a worker of " + rec.device.str());
     return rec.id;
   }
 
@@ -1222,7 +1226,7 @@ struct Server::State {
           loading.erase(id);
           waiting.erase(id);
           queue.set_job_state(id, storage::JobState::kFailed, error);
-          log("job " + std::to_string(id) + " cannot start: " + error);
+          log(LogIds{id, 0, ""}, "job " + std::to_string(id) + " cannot start: " + error, LogLevel::kWarn);
         });
   }
 
@@ -1268,7 +1272,7 @@ struct Server::State {
             try {
               r.mutable_job()->set_job_id(accept_job(rec, onnx, prepared));
             } catch (const Error& e) {
-              log("submission of " + rec.model_name + " from " + peer_name(client) + " failed: " + e.what());
+              log("submission of " + rec.model_name + " from " + peer_name(client) + " failed: " + e.what(), LogLevel::kWarn);
               return send_error(client, e.what());
             }
             send(client, std::move(r));
@@ -1277,7 +1281,7 @@ struct Server::State {
         [this, client, name = rec.model_name, dir = uploaded.dir](const std::string& error) {
           std::error_code ec;
           if (!dir.empty()) fs::remove_all(dir, ec);
-          log("submission of " + name + " from " + peer_name(client) + " failed: " + error);
+          log("submission of " + name + " from " + peer_name(client) + " failed: " + error, LogLevel::kWarn);
           send_error(client, error);
         });
   }
@@ -1328,7 +1332,7 @@ struct Server::State {
             --it->second.writing;
             it->second.error = error;
           }
-          log("upload from " + peer_name(client) + " failed: " + error);
+          log("upload from " + peer_name(client) + " failed: " + error, LogLevel::kWarn);
           send_error(client, error);
         });
   }
@@ -1393,7 +1397,7 @@ struct Server::State {
     queue.set_job_state(id, storage::JobState::kCancelled, "cancelled by a client");
     jobs.erase(id);
     waiting.erase(id);
-    log("job " + std::to_string(id) + " cancelled");
+    log(LogIds{id, 0, ""}, "job " + std::to_string(id) + " cancelled");
   }
 
   // A done job's record and the identity whose measurements decide it.
@@ -1436,7 +1440,7 @@ struct Server::State {
     const auto model = queue.model(r.model_digest);
     check(model.has_value(), "job ", id, ": model ", r.model_digest.substr(0, 12), " is missing from the database");
     auto failed = [this, client, id](const std::string& error) {
-      log("export of job " + std::to_string(id) + " for " + peer_name(client) + " failed: " + error);
+      log(LogIds{id, 0, ""}, "export of job " + std::to_string(id) + " for " + peer_name(client) + " failed: " + error, LogLevel::kWarn);
       send_error(client, error);
     };
     offload.post(
@@ -1490,7 +1494,7 @@ Server::Server(zmq::context_t& context, ServerOptions options)
     } catch (const Error& e) {
       s_->loading.erase(rec.id);
       s_->queue.set_job_state(rec.id, storage::JobState::kFailed, e.what());
-      s_->log("job " + std::to_string(rec.id) + " cannot resume: " + e.what());
+      s_->log(LogIds{rec.id, 0, ""}, "job " + std::to_string(rec.id) + " cannot resume: " + e.what(), LogLevel::kWarn);
     }
   }
  s_->log(std::string(s_->opt.security.enabled() ? "CURVE: " + std::to_string(s_->opt.security.allowed.size()) + " allowed keys; "
@@ -1537,7 +1541,7 @@ void Server::poll_once(int timeout_ms) {
         }
         const std::string identity = parts[0].to_string();
         if (parts.size() != 2) {
-          s_->log("ignored a message of " + std::to_string(parts.size() - 1) + " frames from " + peer_name(identity));
+          s_->log("ignored a message of " + std::to_string(parts.size() - 1) + " frames from " + peer_name(identity), LogLevel::kWarn);
           continue;
         }
         handle_frame(identity, parts[1].data(), parts[1].size());
@@ -1572,7 +1576,7 @@ void Server::poll_once(int timeout_ms) {
         },
         [st](const std::string& error) {
           st->checkpointing = false;
-          st->log("WAL checkpoint failed (the next one tries again): " + error);
+          st->log("WAL checkpoint failed (the next one tries again): " + error, LogLevel::kWarn);
         });
   }
 }
@@ -1582,7 +1586,7 @@ void Server::handle_frame(const std::string& identity, const void* data, size_t 
     wire::Envelope e = wire::decode(data, size);
     s_->handle(identity, e);
   } catch (const Error& err) {
-    s_->log("request from " + peer_name(identity) + " failed: " + err.what());
+    s_->log("request from " + peer_name(identity) + " failed: " + err.what(), LogLevel::kWarn);
     s_->send_error(identity, err.what());
   }
 }

@@ -6,6 +6,7 @@
 
 #include "coordinator/server.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "tools/cli_args.h"
 #include "tools/commands.h"
 #include "tools/service_common.h"
@@ -13,11 +14,13 @@
 namespace fusetune::cli {
 
 int cmd_coordinator(const std::vector<std::string>& argv) {
-  const Args args(argv, {"listen", "db", "heartbeat-ms", "worker-timeout-ms", "max-attempts", "key", "allow", "http", "http-token"},
+  const Args args(argv, {"listen", "db", "heartbeat-ms", "worker-timeout-ms", "max-attempts", "key", "allow", "http", "http-token",
+                         "log-format"},
                   {});
   check(args.positional().empty() && args.has("listen"),
         "usage: fusetune coordinator --listen tcp://ADDRESS:PORT [--db PATH] [--key COORD.key --allow KEYS_DIR] "
-        "[--worker-timeout-ms MS] [--http HOST:PORT [--http-token TOKEN]]");
+        "[--worker-timeout-ms MS] [--http HOST:PORT [--http-token TOKEN]] [--log-format text|json]");
+  set_log_format(parse_log_format(args.get("log-format", "text")));
   coordinator::ServerOptions opt;
   opt.listen = args.get("listen");
   opt.db = args.has("db") ? std::filesystem::path(args.get("db")) : default_db_path();
@@ -32,14 +35,15 @@ int cmd_coordinator(const std::vector<std::string>& argv) {
   const bool loopback = opt.listen.find("127.0.0.1") != std::string::npos || opt.listen.find("localhost") != std::string::npos ||
                         opt.listen.rfind("ipc://", 0) == 0 || opt.listen.rfind("inproc://", 0) == 0;
   if (!opt.security.enabled() && !loopback) {
-    std::fprintf(stderr, "fusetune coordinator: WARNING: listening beyond loopback without CURVE keys: anyone who can "
-                         "reach %s can submit jobs and feed results (see `fusetune keys generate`)\n", opt.listen.c_str());
+    write_log(LogLevel::kWarn, "coordinator", {},
+              "listening beyond loopback without CURVE keys: anyone who can reach " + opt.listen +
+                  " can submit jobs and feed results (see `fusetune keys generate`)");
   }
   const std::atomic<bool>& stop = stop_on_signals();
   zmq::context_t context;
   coordinator::Server server(context, opt);
   server.run(stop);
-  std::fprintf(stderr, "fusetune coordinator: stopped\n");
+  write_log(LogLevel::kInfo, "coordinator", {}, "stopped");
   return 0;
 }
 

@@ -11,6 +11,7 @@
 
 #include "backend/cuda.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "tools/cli_args.h"
 #include "tools/commands.h"
 #include "tools/service_common.h"
@@ -21,11 +22,12 @@
 namespace fusetune::cli {
 
 int cmd_worker(const std::vector<std::string>& argv) {
-  const Args args(argv, {"coordinator", "device", "compile-jobs", "id", "key", "coordinator-key", "drain-seconds"},
+  const Args args(argv, {"coordinator", "device", "compile-jobs", "id", "key", "coordinator-key", "drain-seconds", "log-format"},
                   {"quiet"});
   check(args.positional().empty() && args.has("coordinator"),
         "usage: fusetune worker --coordinator tcp://HOST:PORT [--device all|N|host|N,M,...] [--compile-jobs N] "
-        "[--id NAME] [--drain-seconds S] [--key WORKER.key --coordinator-key COORD.pub]");
+        "[--id NAME] [--drain-seconds S] [--key WORKER.key --coordinator-key COORD.pub] [--log-format text|json]");
+  set_log_format(parse_log_format(args.get("log-format", "text")));
   worker::WorkerOptions opt;
   opt.coordinator = args.get("coordinator");
   opt.device = args.get("device", "host");

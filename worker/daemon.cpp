@@ -14,6 +14,7 @@
 #include "backend/cuda.h"
 #include "codegen/kernel_ir.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "proto/wire.h"
 #include "worker/compile_pool.h"
 #include "worker/sandbox.h"
@@ -196,8 +197,9 @@ DeviceReport WorkerDaemon::report() const {
 }
 
 int WorkerDaemon::run(const std::atomic<bool>& stop) {
-  auto log = [&](const std::string& line) {
-    if (!opt_.quiet) std::fprintf(stderr, "fusetune worker %s: %s\n", opt_.worker_id.c_str(), line.c_str());
+  // A line of the worker's log (core/log.h), naming this worker and the task it concerns.
+  auto log = [&](const std::string& line, int64_t task = 0, LogLevel level = LogLevel::kInfo) {
+    if (!opt_.quiet) write_log(level, "worker", LogIds{0, task, opt_.worker_id}, line);
   };
   const auto started = Clock::now();
   std::string backend_name;
@@ -300,7 +302,7 @@ int WorkerDaemon::run(const std::atomic<bool>& stop) {
       // Hand back what is not yet being measured; the task being measured may finish.
       while (hand.size() > (measuring.valid() ? 1u : 0u)) {
         hand_back(hand.back().id);
-        log("task " + std::to_string(hand.back().id) + " handed back (stopping)");
+        log("task " + std::to_string(hand.back().id) + " handed back (stopping)", hand.back().id);
         orphans.push_back(std::move(hand.back().compiled));
         hand.pop_back();
       }
@@ -308,7 +310,7 @@ int WorkerDaemon::run(const std::atomic<bool>& stop) {
         char line[160];
         std::snprintf(line, sizeof line, "stopping: task %lld may finish within %.1f s",
                       static_cast<long long>(hand.front().id), opt_.drain_ms / 1000.0);
-        log(line);
+        log(line, hand.front().id);
       }
     }
     if (draining) {
@@ -352,11 +354,12 @@ int WorkerDaemon::run(const std::atomic<bool>& stop) {
                                 return prepare(task, pool);
                               })});
               log("task " + std::to_string(e.task().task_id()) + ": " + std::to_string(e.task().candidates_size()) +
-                  " candidates" + (hand.size() > 1 ? " (compiling while the one before is measured)" : ""));
+                      " candidates" + (hand.size() > 1 ? " (compiling while the one before is measured)" : ""),
+                  e.task().task_id());
             }
           }
         } catch (const Error& err) {
-          log(std::string("ignored a message: ") + err.what());
+          log(std::string("ignored a message: ") + err.what(), 0, LogLevel::kWarn);
         }
       }
     }
@@ -364,7 +367,7 @@ int WorkerDaemon::run(const std::atomic<bool>& stop) {
     if (!measuring.valid() && !hand.empty() && !draining &&
         hand.front().compiled.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
       std::future<Prepared> compiled = std::move(hand.front().compiled);
-      log("task " + std::to_string(hand.front().id) + ": compiled, measuring");
+      log("task " + std::to_string(hand.front().id) + ": compiled, measuring", hand.front().id);
       measuring = std::async(std::launch::async, [&sandbox, &cancel, compiled = std::move(compiled)]() mutable {
         return measure(compiled.get(), sandbox, cancel);
       });
@@ -381,7 +384,7 @@ int WorkerDaemon::run(const std::atomic<bool>& stop) {
         o.note = std::string("task failed: ") + err.what();
       }
       hand.pop_front();
-      log(o.note);
+      log(o.note, id, o.result.abandoned() ? LogLevel::kWarn : LogLevel::kInfo);
       wire::Envelope e;
       *e.mutable_result() = o.result;
       send(std::move(e));

@@ -7,6 +7,7 @@
 
 #include "backend/cuda.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "worker/compile_pool.h"
 
 namespace fusetune::worker {
@@ -56,7 +57,7 @@ int WorkerMachine::run(const std::atomic<bool>& stop) {
     try {
       archs[k] = probe_device(devices_[k], backend_name).arch();
     } catch (const Error& e) {
-      std::fprintf(stderr, "fusetune worker: device %s not served: %s\n", devices_[k].c_str(), e.what());
+      write_log(LogLevel::kError, "worker", {}, "device " + devices_[k] + " not served: " + e.what());
       continue;
     }
     if (!pools.count(archs[k])) pools[archs[k]] = std::make_unique<CompilePool>(archs[k], opt_.compile_jobs);
@@ -76,7 +77,7 @@ int WorkerMachine::run(const std::atomic<bool>& stop) {
       try {
         status[k] = d->run(stop);
       } catch (const std::exception& e) {  // one device's failure leaves the others serving
-        std::fprintf(stderr, "fusetune worker: device %zu stopped: %s\n", k, e.what());
+        write_log(LogLevel::kError, "worker", {}, "device " + std::to_string(k) + " stopped: " + e.what());
         status[k] = 1;
       }
     });

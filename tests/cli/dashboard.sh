@@ -18,7 +18,8 @@ rm -rf "$work"
 mkdir -p "$work"
 "$fusetune" coordinator --listen "$ep" --db "$work/search.db" --http 127.0.0.1:0 > "$work/coordinator.log" 2>&1 &
 coordinator=$!
-"$fusetune" worker --coordinator "$ep" --device host --compile-jobs 1 --id dashboard-worker > "$work/worker.log" 2>&1 &
+"$fusetune" worker --coordinator "$ep" --device host --compile-jobs 1 --id dashboard-worker --log-format json \
+  > "$work/worker.log" 2>&1 &
 worker=$!
 trap 'kill $worker $coordinator 2>/dev/null; wait 2>/dev/null' EXIT
 fail() { echo "FAIL: $*"; cat "$work/coordinator.log"; exit 1; }
@@ -32,6 +33,20 @@ echo "dashboard at $http"
 "$fusetune" db stats --db "$work/search.db" > "$work/stats.txt" || fail "db stats exited $?"
 /usr/bin/python3 "$here/dashboard_check.py" "$http" "$work/status.json" "$work/search.db" \
   "$here/../../dashboards/grafana/fusetune.json" || fail "the dashboard's checks failed"
+
+# Logs: the coordinator's text lines and the worker's JSON lines carry time, level, component and ids.
+/usr/bin/python3 - "$work/coordinator.log" "$work/worker.log" <<'PY' || fail "log lines without their fields"
+import json, re, sys
+text = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (DEBUG|INFO|WARN|ERROR) coordinator( job=\d+)?( task=\d+)?( worker=\S+)?: ")
+lines = open(sys.argv[1]).read().splitlines()
+bad = [l for l in lines if not text.match(l)]
+assert not bad, bad[:3]
+assert any(" job=" in l for l in lines), "no coordinator line names its job"
+records = [json.loads(l) for l in open(sys.argv[2]).read().splitlines()]
+assert records and all({"ts", "level", "component", "msg"} <= r.keys() and r["worker"] == "dashboard-worker" for r in records)
+assert any("task" in r for r in records), "no worker line names its task"
+print(f"logs: {len(lines)} coordinator lines (text) and {len(records)} worker lines (JSON) carry time, level, component and ids")
+PY
 
 # In a browser: the live page, then the report written from the database alone once the
 # coordinator is gone; screenshots stay in WORK_DIR.

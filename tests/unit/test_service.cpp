@@ -873,7 +873,7 @@ TEST_F(Service, AWorkerOfSeveralDevicesServesEveryDeviceAndReportsWhatEachDid) {
     EXPECT_GE(tasks, 1) << id << " measured nothing\n" << log;
     tasks_in_reports += tasks;
     // The per-task lines carry the device's id: the report counts what that device logged.
-    const std::string done_prefix = std::string("fusetune worker ") + id + ": task ";
+    const std::string done_prefix = std::string(" worker=") + id + ": task ";
     int logged = 0;
     for (size_t p = log.find(done_prefix); p != std::string::npos; p = log.find(done_prefix, p + 1)) {
       const std::string line = log.substr(p, log.find('\n', p) - p);
