@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <set>
 #include <sstream>
 
 #include "codegen/emit.h"
@@ -97,7 +98,8 @@ std::string JobSummary::to_json() const {
               {"failed_groups", failed_groups},
               {"search_rounds", search_rounds},
               {"convergence", convergence},
-              {"group_convergence", group_convergence}}
+              {"group_convergence", group_convergence},
+              {"group_details", group_details}}
       .dump();
 }
 
@@ -318,7 +320,7 @@ runtime::Bundle JobPlanner::bundle(const planner::ModelPlan& plan, const Measure
   return b;
 }
 
-JobSummary JobPlanner::summary(const planner::ModelPlan& plan) const {
+JobSummary JobPlanner::summary(const planner::ModelPlan& plan, const planner::Measurements* measured) const {
   JobSummary s;
   s.groups = plan.groups.size();
   s.launches = plan.launches;
@@ -330,6 +332,31 @@ JobSummary JobPlanner::summary(const planner::ModelPlan& plan) const {
   for (size_t n = 0; n < s_->graph.nodes().size(); ++n) {
     auto it = by_signature.find(node_signature(s_->graph, static_cast<int>(n)).digest);
     s.unfused_us += it != by_signature.end() && it->second->measured ? it->second->cost_us : NAN;
+  }
+  if (measured == nullptr) return s;
+  std::set<std::string> chosen;
+  for (const planner::GroupPlan& gp : plan.groups) chosen.insert(gp.signature);
+  for (const planner::GroupPlan& gp : plan.compared) {
+    json candidates = json::array();
+    for (const planner::Candidate& c : gp.candidates) {
+      const auto m = measured->find({gp.signature, c.config.str()});
+      if (m != measured->end() && std::isfinite(m->second)) candidates.push_back({c.cost.modeled_us, m->second});
+    }
+    json d = {{"signature", gp.signature},
+              {"pattern", gp.group.pattern},
+              {"nodes", gp.group.nodes.size()},
+              {"chosen", chosen.count(gp.signature) > 0},
+              {"candidates", candidates}};
+    if (gp.group.nodes.size() > 1) {
+      double parts = 0;
+      for (int n : gp.group.nodes) {
+        const auto it = by_signature.find(node_signature(s_->graph, n).digest);
+        parts += it != by_signature.end() && it->second->measured ? it->second->cost_us : NAN;
+      }
+      d["parts_us"] = std::isfinite(parts) ? json(parts) : json(nullptr);
+      d["fused_us"] = gp.measured ? json(gp.cost_us) : json(nullptr);
+    }
+    s.group_details.push_back(std::move(d));
   }
   return s;
 }

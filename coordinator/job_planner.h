@@ -89,6 +89,11 @@ struct JobSummary {
   nlohmann::json convergence = nlohmann::json::array();
   nlohmann::json group_convergence = nlohmann::json::object();
   std::vector<std::string> failed_groups;  // every measurement failed (planner::ModelPlan::failed_groups)
+  // Every weighed group (summary() given the measurements): {"signature", "pattern", "nodes",
+  // "chosen" (in the plan), "candidates": [[modeled µs, measured µs], ...] for each candidate
+  // measured (failures left out), and for a fused group "parts_us" (its nodes' best measured times
+  // added: what it ran as when split)}; modeled and measured stay apart, one field each.
+  nlohmann::json group_details = nlohmann::json::array();
   std::string to_json() const;
 };
 
@@ -112,8 +117,9 @@ class JobPlanner {
   const planner::GroupPlan& group(const std::string& signature) const;
   planner::ModelPlan final_plan(const planner::Measurements& measured) const;
   runtime::Bundle bundle(const planner::ModelPlan& plan, const MeasuredDigests& measured) const;
-  // Measured costs of the single-node groups and the chosen groups of `plan`.
-  JobSummary summary(const planner::ModelPlan& plan) const;
+  // Measured costs of the single-node groups and the chosen groups of `plan`; with `measured`
+  // (what chose it), each weighed group's details too.
+  JobSummary summary(const planner::ModelPlan& plan, const planner::Measurements* measured = nullptr) const;
 
  private:
   struct State;

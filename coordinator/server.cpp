@@ -573,7 +573,7 @@ struct Server::State {
     };
     offload.post(
         [this, id, p, m, planner = job.planner]() -> Offload::Completion {
-          auto s = std::make_shared<JobSummary>(planner->summary(planner->final_plan(m->times)));
+          auto s = std::make_shared<JobSummary>(planner->summary(planner->final_plan(m->times), &m->times));
           return [this, id, p, s] {
             auto it = jobs.find(id);
             if (it == jobs.end()) return;  // cancelled meanwhile
@@ -1127,8 +1127,9 @@ struct Server::State {
   // finished job's from its summary (status_json.h).
   nlohmann::json job_json(int64_t id) {
     const auto live = jobs.find(id);
-    if (live == jobs.end()) return job_detail_json(job_status(id).at(0));
-    return job_detail_json(job_status(id).at(0), live->second.convergence, live->second.group_convergence);
+    const auto by_status = queue.job_measurements_by_status(id);
+    if (live == jobs.end()) return job_detail_json(job_status(id).at(0), by_status);
+    return job_detail_json(job_status(id).at(0), by_status, live->second.convergence, live->second.group_convergence);
   }
 
   nlohmann::json workers_json() const {

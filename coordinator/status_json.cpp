@@ -22,9 +22,10 @@ nlohmann::json status_json(const std::vector<wire::JobStatus>& jobs, int workers
   return {{"jobs", list}, {"workers", workers}};
 }
 
-nlohmann::json job_detail_json(const wire::JobStatus& job, const nlohmann::json& convergence,
-                               const nlohmann::json& group_convergence) {
+nlohmann::json job_detail_json(const wire::JobStatus& job, const std::map<std::string, int64_t>& by_status,
+                               const nlohmann::json& convergence, const nlohmann::json& group_convergence) {
   nlohmann::json j = status_json({job}, 0)["jobs"][0];
+  j["candidates_by_status"] = by_status;
   const nlohmann::json& summary = j["summary"];
   auto from_summary = [&](const char* key, nlohmann::json empty) {
     return summary.is_object() && summary.contains(key) ? summary[key] : empty;
@@ -32,6 +33,7 @@ nlohmann::json job_detail_json(const wire::JobStatus& job, const nlohmann::json&
   j["convergence"] = convergence.is_null() ? from_summary("convergence", nlohmann::json::array()) : convergence;
   j["group_convergence"] =
       group_convergence.is_null() ? from_summary("group_convergence", nlohmann::json::object()) : group_convergence;
+  j["group_details"] = from_summary("group_details", nlohmann::json::array());
   return j;
 }
 

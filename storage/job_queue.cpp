@@ -451,6 +451,18 @@ JobProgress JobQueue::job_progress(int64_t job) {
   return p;
 }
 
+std::map<std::string, int64_t> JobQueue::job_measurements_by_status(int64_t job) {
+  Stmt q(file_.handle(),
+         "SELECT m.status, count(*) FROM job_tasks jt JOIN tasks t ON t.id=jt.task_id JOIN measurements m ON "
+         "m.signature=t.signature AND m.device_id=t.device_id AND m.codegen_version=t.codegen_version "
+         "WHERE jt.job_id=? GROUP BY m.status",
+         file_.path().string());
+  q.bind(1, job);
+  std::map<std::string, int64_t> out;
+  while (q.step()) out[q.text(0)] = q.i64(1);
+  return out;
+}
+
 QueueStats JobQueue::stats() {
   QueueStats s;
   s.models = file_.scalar("SELECT count(*) FROM models");

@@ -171,6 +171,8 @@ class JobQueue {
   bool finish_task(int64_t id, TaskState state, const std::string& error, const std::vector<Measurement>& results);
   // The job's tasks by state, and their measurements. An unknown job throws.
   JobProgress job_progress(int64_t job);
+  // The measurements job_progress counts, by status name ("ok", "timeout", ...).
+  std::map<std::string, int64_t> job_measurements_by_status(int64_t job);
 
 
   QueueStats stats();

@@ -30,7 +30,7 @@ int cmd_report(const std::vector<std::string>& argv) {
   const auto record = queue.job(id);
   check(record.has_value(), db_path.string(), ": no job ", id);
   const wire::JobStatus status = coordinator::job_status_of(*record, queue.job_progress(id));
-  const std::string page = dashboards::report_html(coordinator::status_json({status}, 0), coordinator::job_detail_json(status));
+  const std::string page = dashboards::report_html(coordinator::status_json({status}, 0), coordinator::job_detail_json(status, queue.job_measurements_by_status(id)));
   write_file_atomically(args.get("out"), page);
   std::printf("report of job %lld (%s, %s) written to %s\n", static_cast<long long>(id), status.model_name().c_str(),
               status.state().c_str(), args.get("out").c_str());

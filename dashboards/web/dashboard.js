@@ -78,6 +78,50 @@ function drawJob(job) {
     data: series.filter(p => typeof p[1] === "number").map(p => ({ x: p[0], y: p[1] })),
   }));
   line("groups", groups, "trials of the group");
+  drawScatter(job.group_details || []);
+  drawStatuses(job.candidates_by_status || {});
+  drawDecisions(job.group_details || []);
+}
+
+// Modeled (the cost model's estimate) on one axis, measured on the other: never one figure.
+function drawScatter(details) {
+  const points = [];
+  for (const g of details) for (const [modeled, measured] of g.candidates) points.push({ x: modeled, y: measured });
+  const data = { datasets: [{ label: "candidates", data: points }] };
+  if (charts.scatter) {
+    charts.scatter.data = data;
+    charts.scatter.update("none");
+    return;
+  }
+  charts.scatter = new Chart(document.getElementById("scatter"), {
+    type: "scatter",
+    data: data,
+    options: { animation: false, parsing: false, plugins: { legend: { display: false } },
+               scales: { x: { type: "logarithmic", title: { display: true, text: "µs (modeled)" } },
+                         y: { type: "logarithmic", title: { display: true, text: "µs (measured)" } } } },
+  });
+}
+
+function drawStatuses(byStatus) {
+  const body = document.querySelector("#statuses tbody");
+  body.replaceChildren();
+  for (const [status, n] of Object.entries(byStatus)) {
+    const tr = document.createElement("tr");
+    tr.append(cell(status, status === "ok" ? "" : "failed"), cell(n));
+    body.appendChild(tr);
+  }
+}
+
+function drawDecisions(details) {
+  const body = document.querySelector("#decisions tbody");
+  body.replaceChildren();
+  for (const g of details.filter(d => d.nodes > 1)) {
+    const tr = document.createElement("tr");
+    const ratio = typeof g.fused_us === "number" && typeof g.parts_us === "number" ? (g.fused_us / g.parts_us).toFixed(2) : "–";
+    tr.append(cell(g.pattern), cell(g.nodes), cell(fixed(g.fused_us, 1)), cell(fixed(g.parts_us, 1)),
+              cell(g.chosen ? "fused" : "parts"), cell(ratio));
+    body.appendChild(tr);
+  }
 }
 
 function drawWorkers(workers) {

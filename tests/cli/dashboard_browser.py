@@ -5,7 +5,8 @@ usage: dashboard_browser.py URL STATUS_JSON OUT_DIR NAME
 Runs Debian's chromium headless twice (the page's DOM after its scripts ran; a screenshot, kept as
 OUT_DIR/NAME.png), then checks: the page says it is ready; the jobs table has one row per job
 with the job's id, state, tasks done, candidates measured and cache hits as status --json has them;
-the job view's three charts are drawn (canvas elements sized by Chart.js). Exits non-zero with the
+the job view's four charts are drawn (canvas elements sized by Chart.js), and its candidates by
+status add up to what status --json says the job measured. Exits non-zero with the
 first disagreement.
 """
 import html
@@ -41,6 +42,13 @@ for (job_id, row), job in zip(rows, status["jobs"]):
     summary = job["summary"] or {}
     if summary.get("tuned_us"):
         assert cells[8] == f"{summary['tuned_us']:.1f}", (cells[8], summary["tuned_us"])
-canvases = re.findall(r'<canvas id="(by-trials|by-seconds|groups)"[^>]*style="[^"]*height: \d+', dom)
-assert len(canvases) == 3, f"charts drawn: {canvases}"
-print(f"{name}: Chromium shows {len(rows)} job(s) as status --json has them, 3 charts drawn; screenshot {shot}")
+canvases = re.findall(r'<canvas id="(by-trials|by-seconds|groups|scatter)"[^>]*style="[^"]*height: \d+', dom)
+assert len(canvases) == 4, f"charts drawn: {canvases}"
+# The selected (newest) job's candidates by status add up to what status --json says it measured.
+shown = status["jobs"][-1]
+counts = re.search(r'<table id="statuses">.*?<tbody>(.*?)</tbody>', dom, re.S).group(1)
+by_status = {a: int(b) for a, b in re.findall(r"<tr><td[^>]*>([a-z_]+)</td><td>(\d+)</td></tr>", counts)}
+assert sum(by_status.values()) == shown["candidates_measured"], (by_status, shown["candidates_measured"])
+decisions = re.search(r'<table id="decisions">.*?<tbody>(.*?)</tbody>', dom, re.S).group(1).count("<tr>")
+print(f"{name}: Chromium shows {len(rows)} job(s) as status --json has them, 4 charts drawn, candidates by status "
+      f"{by_status}, {decisions} fused groups against their parts; screenshot {shot}")
