@@ -6,8 +6,10 @@
 // (cpp-httplib); the answers that need the coordinator's state are made on the coordinator's loop:
 // a request is queued, wake_fd() becomes readable, and the loop calls answer_pending() with the
 // function that answers (so that the API and `fusetune status` read the same state the same way).
-// A request the loop does not answer within 10 s gets 503. Guarantees: no request can stop the
-// coordinator (an answer that throws is a 500 naming the error), and nothing but GET is served.
+// A request the loop does not answer within 10 s gets 503. A worker, which has no such loop, gives
+// answer_directly() a thread-safe answer instead: its requests are answered on the HTTP threads.
+// Guarantees: no request can stop the process (an answer that throws is a 500 naming the error),
+// and nothing but GET is served.
 #pragma once
 
 #include <cstdint>
@@ -42,6 +44,8 @@ class HttpServer {
   int wake_fd() const;  // readable while requests wait for the loop
   // On the loop: answers every queued request with `answer`.
   void answer_pending(const std::function<HttpReply(const HttpRequest&)>& answer);
+  // From now on, requests are answered by `answer` on the HTTP threads (it must be thread-safe).
+  void answer_directly(std::function<HttpReply(const HttpRequest&)> answer);
 
  private:
   struct State;

@@ -7,11 +7,14 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <memory>
 #include <thread>
 
 #include "backend/cuda.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "dashboards/http_server.h"
 #include "tools/cli_args.h"
 #include "tools/commands.h"
 #include "tools/service_common.h"
@@ -22,17 +25,20 @@
 namespace fusetune::cli {
 
 int cmd_worker(const std::vector<std::string>& argv) {
-  const Args args(argv, {"coordinator", "device", "compile-jobs", "id", "key", "coordinator-key", "drain-seconds", "log-format"},
+  const Args args(argv,
+                  {"coordinator", "device", "compile-jobs", "id", "key", "coordinator-key", "drain-seconds", "log-format",
+                   "metrics", "metrics-token"},
                   {"quiet"});
   check(args.positional().empty() && args.has("coordinator"),
         "usage: fusetune worker --coordinator tcp://HOST:PORT [--device all|N|host|N,M,...] [--compile-jobs N] "
-        "[--id NAME] [--drain-seconds S] [--key WORKER.key --coordinator-key COORD.pub] [--log-format text|json]");
+        "[--id NAME] [--drain-seconds S] [--key WORKER.key --coordinator-key COORD.pub] [--log-format text|json] "
+        "[--metrics HOST:PORT [--metrics-token TOKEN]]");
   set_log_format(parse_log_format(args.get("log-format", "text")));
   worker::WorkerOptions opt;
   opt.coordinator = args.get("coordinator");
   opt.device = args.get("device", "host");
   opt.compile_jobs = static_cast<int>(args.number("compile-jobs", std::max(1u, std::thread::hardware_concurrency())));
-  opt.worker_id = args.get("id");
+  opt.worker_id = args.get("id", worker::default_worker_id());
   opt.executable = self_executable();
   opt.quiet = args.has("quiet");
   opt.security = client_security(args);
@@ -43,6 +49,18 @@ int cmd_worker(const std::vector<std::string>& argv) {
   opt.abort = &stopped_twice();
   zmq::context_t context;
   worker::WorkerMachine machine(context, opt, worker::resolve_devices(opt.device));
+  // --metrics: the devices' figures for Prometheus, answered on the HTTP threads from the reports.
+  std::unique_ptr<dashboards::HttpServer> http;
+  if (args.has("metrics")) {
+    const char* token = std::getenv("FUSETUNE_HTTP_TOKEN");
+    http = std::make_unique<dashboards::HttpServer>(args.get("metrics"), args.get("metrics-token", token ? token : ""));
+    http->answer_directly([&machine](const dashboards::HttpRequest& r) -> dashboards::HttpReply {
+      if (r.path != "/metrics") return {404, "text/plain", "a worker serves /metrics only\n"};
+      return {200, "text/plain; version=0.0.4; charset=utf-8", worker::WorkerMachine::metrics(machine.reports())};
+    });
+    write_log(LogLevel::kInfo, "worker", {0, 0, opt.worker_id}, "metrics on http://" + args.get("metrics").substr(0, args.get("metrics").rfind(':')) +
+                                                  ":" + std::to_string(http->port()) + "/metrics");
+  }
   const int rc = machine.run(stop);
   if (!opt.quiet) std::fputs(worker::WorkerMachine::format(machine.reports()).c_str(), stderr);
   return rc;

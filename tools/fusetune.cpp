@@ -23,7 +23,7 @@ constexpr const char* kUsage =
     "      [--http HOST:PORT [--http-token TOKEN]] [--log-format text|json]\n"
     "      the tuning service: plans jobs, leases tasks to workers, keeps the search database\n"
     "  worker --coordinator tcp://HOST:PORT [--device all|N|host] [--compile-jobs N] [--key W.key --coordinator-key C.pub]\n"
-    "      [--log-format text|json]\n"
+    "      [--log-format text|json] [--metrics HOST:PORT [--metrics-token TOKEN]]\n"
     "      a worker daemon: compiles, verifies and times candidates on this machine's GPU (or host)\n"
     "  submit MODEL.onnx --coordinator EP [--device NAME|host] [--candidates N] [--trials N] [--time S] [--wait]\n"
     "  status [JOB] --coordinator EP [--json]\n"

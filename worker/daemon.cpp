@@ -317,6 +317,12 @@ int WorkerDaemon::run(const std::atomic<bool>& stop) {
       if (!measuring.valid()) break;
       if (!cancel.load() && (Clock::now() >= drain_deadline || (opt_.abort && opt_.abort->load()))) cancel = true;
     }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      report_.in_hand = static_cast<int>(hand.size());
+      report_.measuring = measuring.valid();
+      report_.wall_s = std::chrono::duration<double>(Clock::now() - started).count();
+    }
     zmq::pollitem_t items[] = {{static_cast<void*>(socket), 0, ZMQ_POLLIN, 0},
                                {static_cast<void*>(monitor), 0, ZMQ_POLLIN, 0}};
     wire::poll(items, 2, 20);

@@ -57,6 +57,8 @@ struct DeviceReport {
   double compile_s = 0;   // the tasks' compile phases (overlapping the measurements when prefetched)
   double measure_s = 0;   // the measuring child at work
   double wall_s = 0;      // connected
+  int in_hand = 0;        // tasks held now: the one measured and the one compiling behind it
+  bool measuring = false; // the measuring child is at work now
 };
 
 // The id a worker takes when given none: HOST:PID.

@@ -8,6 +8,7 @@
 #include "backend/cuda.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "dashboards/metrics.h"
 #include "worker/compile_pool.h"
 
 namespace fusetune::worker {
@@ -57,7 +58,7 @@ int WorkerMachine::run(const std::atomic<bool>& stop) {
     try {
       archs[k] = probe_device(devices_[k], backend_name).arch();
     } catch (const Error& e) {
-      write_log(LogLevel::kError, "worker", {}, "device " + devices_[k] + " not served: " + e.what());
+      write_log(LogLevel::kError, "worker", {0, 0, opt_.worker_id}, "device " + devices_[k] + " not served: " + e.what());
       continue;
     }
     if (!pools.count(archs[k])) pools[archs[k]] = std::make_unique<CompilePool>(archs[k], opt_.compile_jobs);
@@ -71,13 +72,17 @@ int WorkerMachine::run(const std::atomic<bool>& stop) {
     o.worker_id = devices_.size() == 1 ? opt_.worker_id
                                        : opt_.worker_id + "/" + (devices_[k] == "host" ? "host" + std::to_string(k) : "gpu" + devices_[k]);
     o.pool = pools.at(archs[k]).get();
-    daemons_.push_back(std::make_unique<WorkerDaemon>(context_, o));
-    WorkerDaemon* d = daemons_.back().get();
-    threads.emplace_back([d, &stop, &status, k] {
+    WorkerDaemon* d = nullptr;
+    {
+      const std::lock_guard<std::mutex> lock(daemons_mutex_);
+      daemons_.push_back(std::make_unique<WorkerDaemon>(context_, o));
+      d = daemons_.back().get();
+    }
+    threads.emplace_back([d, &stop, &status, k, id = o.worker_id] {
       try {
         status[k] = d->run(stop);
       } catch (const std::exception& e) {  // one device's failure leaves the others serving
-        write_log(LogLevel::kError, "worker", {}, "device " + std::to_string(k) + " stopped: " + e.what());
+        write_log(LogLevel::kError, "worker", {0, 0, id}, "device " + std::to_string(k) + " stopped: " + e.what());
         status[k] = 1;
       }
     });
@@ -89,6 +94,7 @@ int WorkerMachine::run(const std::atomic<bool>& stop) {
 }
 
 std::vector<DeviceReport> WorkerMachine::reports() const {
+  const std::lock_guard<std::mutex> lock(daemons_mutex_);
   std::vector<DeviceReport> out;
   for (const auto& d : daemons_) out.push_back(d->report());
   return out;
@@ -106,6 +112,36 @@ std::string WorkerMachine::format(const std::vector<DeviceReport>& reports) {
     out += line;
   }
   return out;
+}
+
+std::string WorkerMachine::metrics(const std::vector<DeviceReport>& reports) {
+  using Samples = std::vector<std::pair<dashboards::Labels, double>>;
+  Samples tasks, handed_back, candidates, compile_s, measure_s, in_hand, measuring, connected;
+  for (const DeviceReport& r : reports) {
+    const dashboards::Labels device = {{"worker", r.worker_id}, {"device", r.device}};
+    tasks.push_back({device, static_cast<double>(r.tasks)});
+    handed_back.push_back({device, static_cast<double>(r.handed_back)});
+    dashboards::Labels ok = device, failed = device;
+    ok["outcome"] = "ok";
+    failed["outcome"] = "failed";
+    candidates.push_back({ok, static_cast<double>(r.ok)});
+    candidates.push_back({failed, static_cast<double>(r.candidates - r.ok)});
+    compile_s.push_back({device, r.compile_s});
+    measure_s.push_back({device, r.measure_s});
+    in_hand.push_back({device, static_cast<double>(r.in_hand)});
+    measuring.push_back({device, r.measuring ? 1.0 : 0.0});
+    connected.push_back({device, r.wall_s});
+  }
+  dashboards::Exposition x;
+  x.counter("fusetune_worker_tasks", "Task results sent, per device.", tasks);
+  x.counter("fusetune_worker_handed_back", "Leases handed back unfinished, per device.", handed_back);
+  x.counter("fusetune_worker_candidates", "Candidates measured, per device and outcome.", candidates);
+  x.counter("fusetune_worker_compile_seconds", "Seconds spent compiling tasks, per device (measured).", compile_s);
+  x.counter("fusetune_worker_measure_seconds", "Seconds the measuring child worked, per device (measured).", measure_s);
+  x.gauge("fusetune_worker_queue_depth", "Tasks held now: the one measured and the one compiling behind it.", in_hand);
+  x.gauge("fusetune_worker_measuring", "1 while the device's measuring child is at work.", measuring);
+  x.gauge("fusetune_worker_connected_seconds", "Seconds since the device's daemon started.", connected);
+  return x.text();
 }
 
 }  // namespace fusetune::worker

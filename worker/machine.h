@@ -10,11 +10,13 @@
 // eight times the compilations its cores can run. Guarantees: a device that fails to start or
 // stops with an error leaves the others serving; on stop every daemon drains as it does alone;
 // run() returns the worst exit status (0 when all stopped cleanly) and reports() what each device
-// did. resolve_devices() turns the flag into the list, naming the culprit when a device is absent.
+// did (as lines, or as metrics). resolve_devices() turns the flag into the list, naming the culprit
+// when a device is absent.
 #pragma once
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 #include <zmq.hpp>
@@ -31,14 +33,17 @@ class WorkerMachine {
  public:
   WorkerMachine(zmq::context_t& context, WorkerOptions options, std::vector<std::string> devices);
   int run(const std::atomic<bool>& stop);
-  std::vector<DeviceReport> reports() const;
+  std::vector<DeviceReport> reports() const;  // safe from any thread, while run() runs too
   // One line per device: tasks, candidates, handed back, compile and measure time, share busy.
   static std::string format(const std::vector<DeviceReport>& reports);
+  // The same figures in Prometheus's text format, per device (`fusetune worker --metrics`).
+  static std::string metrics(const std::vector<DeviceReport>& reports);
 
  private:
   zmq::context_t& context_;
   WorkerOptions opt_;
   std::vector<std::string> devices_;
+  mutable std::mutex daemons_mutex_;  // daemons_ grows in run() while reports() may read it
   std::vector<std::unique_ptr<WorkerDaemon>> daemons_;
 };
 

@@ -19,7 +19,7 @@ mkdir -p "$work"
 "$fusetune" coordinator --listen "$ep" --db "$work/search.db" --http 127.0.0.1:0 > "$work/coordinator.log" 2>&1 &
 coordinator=$!
 "$fusetune" worker --coordinator "$ep" --device host --compile-jobs 1 --id dashboard-worker --log-format json \
-  > "$work/worker.log" 2>&1 &
+  --metrics 127.0.0.1:0 > "$work/worker.log" 2>&1 &
 worker=$!
 trap 'kill $worker $coordinator 2>/dev/null; wait 2>/dev/null' EXIT
 fail() { echo "FAIL: $*"; cat "$work/coordinator.log"; exit 1; }
@@ -31,8 +31,10 @@ http=$(sed -n 's|.* and \(http://127.0.0.1:[0-9]*\) with database.*|\1|p' "$work
 echo "dashboard at $http"
 "$fusetune" status --coordinator "$ep" --json > "$work/status.json" || fail "status --json exited $?"
 "$fusetune" db stats --db "$work/search.db" > "$work/stats.txt" || fail "db stats exited $?"
+worker_metrics=$(sed -n 's|.*metrics on \(http://127.0.0.1:[0-9]*/metrics\).*|\1|p' "$work/worker.log")
+[ -n "$worker_metrics" ] || fail "the worker did not say where it serves its metrics"
 /usr/bin/python3 "$here/dashboard_check.py" "$http" "$work/status.json" "$work/search.db" \
-  "$here/../../dashboards/grafana/fusetune.json" || fail "the dashboard's checks failed"
+  "$here/../../dashboards/grafana/fusetune.json" "$worker_metrics" || fail "the dashboard's checks failed"
 
 # Logs: the coordinator's text lines and the worker's JSON lines carry time, level, component and ids.
 /usr/bin/python3 - "$work/coordinator.log" "$work/worker.log" <<'PY' || fail "log lines without their fields"

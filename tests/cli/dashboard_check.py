@@ -1,12 +1,14 @@
 """Checks a coordinator's HTTP side after a job ran to its end (tests/cli/dashboard.sh).
 
-usage: dashboard_check.py HTTP_URL STATUS_JSON DATABASE GRAFANA_JSON
+usage: dashboard_check.py HTTP_URL STATUS_JSON DATABASE GRAFANA_JSON WORKER_METRICS_URL
 - /metrics parses with prometheus_client's text parser, and its figures agree with the database
   (jobs and tasks by state, candidates measured) and with the run (one lease per result, every
   result's duration observed);
 - /api/jobs is what `fusetune status --json` printed; /api/jobs/ID has the job's convergence;
 - the dashboard's page, script, style and Chart.js are served;
-- every query of the Grafana dashboard names metrics /metrics exports.
+- the worker's /metrics (its only device) counts the tasks the coordinator stored and the
+  candidates the database holds;
+- every query of the Grafana dashboard names metrics the coordinator or the worker exports.
 Exits non-zero with the first disagreement.
 """
 import json
@@ -17,7 +19,7 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-url, status_path, db_path, grafana_path = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+url, status_path, db_path, grafana_path, worker_url = sys.argv[1:6]
 
 
 def get(path):
@@ -82,11 +84,23 @@ except urllib.error.HTTPError as e:
     assert e.code == 404, e.code
 print("the page, its script, style and Chart.js are served; an unknown job is 404")
 
+with urllib.request.urlopen(worker_url, timeout=30) as r:
+    worker = {}
+    for family in text_string_to_metric_families(r.read().decode()):
+        for s in family.samples:
+            worker[(s.name, tuple(sorted(s.labels.items())))] = s.value
+wsum = lambda name: sum(v for (n, _), v in worker.items() if n == name)
+assert wsum("fusetune_worker_tasks_total") == results, (wsum("fusetune_worker_tasks_total"), results)
+assert wsum("fusetune_worker_candidates_total") == measured, (wsum("fusetune_worker_candidates_total"), measured)
+assert wsum("fusetune_worker_measure_seconds_total") > 0 and wsum("fusetune_worker_compile_seconds_total") > 0
+print(f"worker /metrics: {int(wsum('fusetune_worker_tasks_total'))} tasks and {int(wsum('fusetune_worker_candidates_total'))} "
+      f"candidates, as the coordinator and the database count them")
+
 grafana = json.load(open(grafana_path))
-exported = {name for name, _ in samples}
+exported = {name for name, _ in samples} | {name for name, _ in worker}
 queries = [t["expr"] for p in grafana["panels"] for t in p.get("targets", [])]
 assert queries, "the Grafana dashboard has no query"
 for q in queries:
     for name in re.findall(r"\bfusetune_[a-z_]+", q):
-        assert name in exported, f"Grafana query {q!r} names {name}, which /metrics does not export"
+        assert name in exported, f"Grafana query {q!r} names {name}, which no /metrics exports"
 print(f"the Grafana dashboard's {len(queries)} queries name only exported metrics")
