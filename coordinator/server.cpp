@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <deque>
 #include <filesystem>
 #include <functional>
 #include <future>
@@ -248,6 +249,26 @@ struct Server::State {
   } counters;
   std::map<std::string, Clock::time_point> slot_freed;  // worker identity -> when it could take a task
   std::map<int64_t, Clock::time_point> leased_at;       // task -> when it was leased
+  // Each worker's recent leases, for the dashboard's timelines: the task, its lease and its end
+  // (open while it is held), and how it ended ("ok", "failed": no candidate ok, "handed back",
+  // "expired", "lost": the worker went silent or left).
+  struct Span {
+    int64_t task = 0;
+    Clock::time_point from, to;
+    std::string outcome;  // empty while held
+  };
+  std::map<std::string, std::deque<Span>> timelines;  // by worker identity, the last kTimeline
+  static constexpr size_t kTimeline = 200;
+  void close_span(const std::string& identity, int64_t task, const std::string& outcome) {
+    const auto t = timelines.find(identity);
+    if (t == timelines.end()) return;
+    for (Span& sp : t->second) {
+      if (sp.task == task && sp.outcome.empty()) {
+        sp.to = Clock::now();
+        sp.outcome = outcome;
+      }
+    }
+  }
   std::unique_ptr<dashboards::HttpServer> http;
   // The pools last: destroyed first, so no pool thread outlives what it was given.
   Offload offload;
@@ -844,7 +865,10 @@ struct Server::State {
         continue;
       }
       log(LogIds{0, 0, peer_name(it->first)}, "worker " + peer_name(it->first) + " went silent", LogLevel::kWarn);
-      for (const auto& [task, deadline] : it->second.leases) release(task, "worker " + it->first + " went silent");
+      for (const auto& [task, deadline] : it->second.leases) {
+        close_span(it->first, task, "lost");
+        release(task, "worker " + it->first + " went silent");
+      }
       it = workers.erase(it);
     }
     const int64_t ms = unix_ms();
@@ -859,6 +883,7 @@ struct Server::State {
         const int64_t t = l->first;
         l = w.leases.erase(l);
         ++counters.lease_expiries;
+        close_span(w.identity, t, "expired");
         release(t, "lease deadline passed");
       }
     }
@@ -930,6 +955,9 @@ struct Server::State {
     const auto now_c = Clock::now();
     ++counters.leases;
     leased_at[task_id] = now_c;
+    std::deque<Span>& line = timelines[w.identity];
+    line.push_back({task_id, now_c, now_c, ""});
+    if (line.size() > kTimeline) line.pop_front();
     if (const auto f = slot_freed.find(w.identity); f != slot_freed.end()) {
       counters.dispatch_seconds.observe(std::chrono::duration<double>(now_c - f->second).count());
       slot_freed.erase(f);
@@ -941,6 +969,13 @@ struct Server::State {
     if (w != workers.end()) {
       w->second.leases.erase(r.task_id());
       slot_freed.emplace(identity, Clock::now());
+    }
+    if (r.abandoned()) {
+      close_span(identity, r.task_id(), "handed back");
+    } else {
+      const bool any_ok = std::any_of(r.results().begin(), r.results().end(),
+                                      [](const wire::CandidateResult& c) { return c.status() == "ok"; });
+      close_span(identity, r.task_id(), any_ok ? "ok" : "failed");
     }
     if (const auto l = leased_at.find(r.task_id()); l != leased_at.end()) {
       if (!r.abandoned()) counters.task_seconds.observe(std::chrono::duration<double>(Clock::now() - l->second).count());
@@ -1067,6 +1102,7 @@ struct Server::State {
       case wire::Envelope::kBye:
         if (w != workers.end()) {
           const std::map<int64_t, int64_t> held = std::move(w->second.leases);
+          for (const auto& [task, deadline] : held) close_span(identity, task, "lost");
           workers.erase(w);
           for (const auto& [task, deadline] : held) release(task, "worker " + peer_name(identity) + " left");
           log(LogIds{0, 0, peer_name(identity)}, "worker " + peer_name(identity) + " left");
@@ -1143,9 +1179,29 @@ struct Server::State {
                      {"tasks_held", w.leases.size()},
                      {"queue_depth", w.depth},
                      {"draining", w.draining},
-                     {"last_heard_s", std::chrono::duration<double>(now - w.last_seen).count()}});
+                     {"last_heard_s", std::chrono::duration<double>(now - w.last_seen).count()},
+                     {"timeline", timeline_json(identity, now)}});
     }
-    return {{"workers", out}};
+    return {{"workers", out},
+            {"candidates_by_status", counters.candidates_by_status},
+            {"results", counters.results},
+            {"cache_hits", counters.cache_hits},
+            {"lease_expiries", counters.lease_expiries}};
+  }
+
+  // A worker's recent leases as seconds before now: {"task", "from_s", "to_s" (0 while held), "outcome"}.
+  nlohmann::json timeline_json(const std::string& identity, Clock::time_point now) const {
+    nlohmann::json out = nlohmann::json::array();
+    const auto t = timelines.find(identity);
+    if (t == timelines.end()) return out;
+    auto ago = [&](Clock::time_point p) { return std::chrono::duration<double>(now - p).count(); };
+    for (const Span& sp : t->second) {
+      out.push_back({{"task", sp.task},
+                     {"from_s", ago(sp.from)},
+                     {"to_s", sp.outcome.empty() ? 0.0 : ago(sp.to)},
+                     {"outcome", sp.outcome.empty() ? "measuring" : sp.outcome}});
+    }
+    return out;
   }
 
   std::string metrics_text() {

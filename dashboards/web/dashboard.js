@@ -102,8 +102,8 @@ function drawScatter(details) {
   });
 }
 
-function drawStatuses(byStatus) {
-  const body = document.querySelector("#statuses tbody");
+function drawStatuses(byStatus, table = "#statuses") {
+  const body = document.querySelector(table + " tbody");
   body.replaceChildren();
   for (const [status, n] of Object.entries(byStatus)) {
     const tr = document.createElement("tr");
@@ -135,13 +135,52 @@ function drawWorkers(workers) {
   }
 }
 
+const outcomeColors = { measuring: "#3b7ddd", ok: "#2e9e5b", failed: "#c0392b", "handed back": "#999999",
+                        expired: "#e69b23", lost: "#7f3fbf" };
+
+// Each worker's leases as floating bars over the last minutes (seconds before now, now at 0).
+function drawTimeline(workers) {
+  const datasets = Object.entries(outcomeColors).map(([outcome, color]) => ({
+    label: outcome, backgroundColor: color,
+    data: workers.flatMap(w => w.timeline.filter(s => s.outcome === outcome)
+                                   .map(s => ({ x: [-s.from_s, -s.to_s], y: w.worker_id }))),
+  }));
+  const data = { labels: workers.map(w => w.worker_id), datasets: datasets };
+  if (charts.timeline) {
+    charts.timeline.data = data;
+    charts.timeline.update("none");
+    return;
+  }
+  charts.timeline = new Chart(document.getElementById("timeline"), {
+    type: "bar",
+    data: data,
+    options: { animation: false, indexAxis: "y", parsing: { xAxisKey: "x", yAxisKey: "y" }, aspectRatio: 4,
+               scales: { x: { type: "linear", max: 0, title: { display: true, text: "seconds before now" } },
+                         y: { type: "category", stacked: true } } },
+  });
+}
+
+function drawService(service) {
+  drawStatuses(service.candidates_by_status || {}, "#service-statuses");
+  const looked = service.results + service.cache_hits;
+  document.getElementById("service-line").textContent =
+      service.results + " task results, " + service.cache_hits + " groups answered by the database (cache hit rate " +
+      (looked ? (100 * service.cache_hits / looked).toFixed(1) + "%" : "–") + "), " + service.lease_expiries +
+      " leases expired";
+}
+
 async function refresh() {
   try {
     const status = await api("/api/jobs");
     if (selected === null && status.jobs.length) selected = Math.max(...status.jobs.map(j => j.job_id));
     drawJobs(status.jobs);
     if (selected !== null) drawJob(await api("/api/jobs/" + selected));
-    if (!report) drawWorkers((await api("/api/workers")).workers);
+    if (!report) {
+      const service = await api("/api/workers");
+      drawWorkers(service.workers);
+      drawTimeline(service.workers);
+      drawService(service);
+    }
     document.getElementById("updated").textContent =
         report ? "report of job " + selected : "updated " + new Date().toLocaleTimeString();
     document.body.dataset.ready = "1";

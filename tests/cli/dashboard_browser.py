@@ -6,7 +6,8 @@ Runs Debian's chromium headless twice (the page's DOM after its scripts ran; a s
 OUT_DIR/NAME.png), then checks: the page says it is ready; the jobs table has one row per job
 with the job's id, state, tasks done, candidates measured and cache hits as status --json has them;
 the job view's four charts are drawn (canvas elements sized by Chart.js), and its candidates by
-status add up to what status --json says the job measured. Exits non-zero with the
+status add up to what status --json says the job measured; live, the workers' timeline is drawn
+and the service's line (results, cache hit rate, expiries) is shown. Exits non-zero with the
 first disagreement.
 """
 import html
@@ -22,7 +23,7 @@ browser = shutil.which("chromium") or shutil.which("chromium-browser")
 if not browser:
     sys.exit("no chromium on PATH: scripts/setup.sh installs Debian's")
 flags = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--virtual-time-budget=8000",
-         "--window-size=1400,1100"]
+         "--window-size=1400,2400"]
 dom = subprocess.run(flags + ["--dump-dom", url], capture_output=True, text=True, timeout=120).stdout
 open(os.path.join(out_dir, name + ".html"), "w").write(dom)
 shot = os.path.join(out_dir, name + ".png")
@@ -50,5 +51,10 @@ counts = re.search(r'<table id="statuses">.*?<tbody>(.*?)</tbody>', dom, re.S).g
 by_status = {a: int(b) for a, b in re.findall(r"<tr><td[^>]*>([a-z_]+)</td><td>(\d+)</td></tr>", counts)}
 assert sum(by_status.values()) == shown["candidates_measured"], (by_status, shown["candidates_measured"])
 decisions = re.search(r'<table id="decisions">.*?<tbody>(.*?)</tbody>', dom, re.S).group(1).count("<tr>")
+if "FUSETUNE_REPORT" not in dom:  # live: the workers' timelines and the service's figures too
+    assert re.search(r'<canvas id="timeline"[^>]*style="[^"]*height: \d+', dom), "no worker timeline drawn"
+    line = re.search(r'id="service-line">([^<]*)<', dom).group(1)
+    assert re.match(r"\d+ task results, \d+ groups answered by the database \(cache hit rate", line), line
+    print(f"{name}: the workers' timeline is drawn; {line}")
 print(f"{name}: Chromium shows {len(rows)} job(s) as status --json has them, 4 charts drawn, candidates by status "
       f"{by_status}, {decisions} fused groups against their parts; screenshot {shot}")
