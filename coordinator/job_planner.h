@@ -85,7 +85,8 @@ struct JobSummary {
   int search_rounds = 0;      // rounds of mutations after the first
   // Best so far after each round: {"round", "trials" (measurements of the job's groups), "seconds"
   // (since the job started), "tuned_us" (the plan the measurements so far choose; null while a
-  // group is unmeasured)}; per group signature, [trials of the group, its best time] after each.
+  // group is unmeasured)}; per group signature, [trials of the group, its best time, seconds] after
+  // each.
   nlohmann::json convergence = nlohmann::json::array();
   nlohmann::json group_convergence = nlohmann::json::object();
   std::vector<std::string> failed_groups;  // every measurement failed (planner::ModelPlan::failed_groups)

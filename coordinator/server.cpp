@@ -652,7 +652,8 @@ struct Server::State {
       trials += tried;
       double best = INFINITY;
       for (const auto& [config, us] : d.time_us) best = std::min(best, us);
-      job.group_convergence[signature].push_back({tried, std::isfinite(best) ? nlohmann::json(best) : nlohmann::json()});
+      job.group_convergence[signature].push_back(
+          {tried, std::isfinite(best) ? nlohmann::json(best) : nlohmann::json(), seconds});
     }
     auto record = [this, id, trials, seconds](double tuned) {
       auto it = jobs.find(id);
@@ -1148,13 +1149,18 @@ struct Server::State {
     if (r.path == "/api/jobs") return {200, "application/json", status_json(job_status(0), static_cast<int>(workers.size())).dump()};
     if (r.path == "/api/workers") return {200, "application/json", workers_json().dump()};
     if (r.path.rfind("/api/jobs/", 0) == 0) {
+      std::string rest = r.path.substr(10);
+      const bool tasks = rest.size() > 6 && rest.substr(rest.size() - 6) == "/tasks";
+      if (tasks) rest.resize(rest.size() - 6);
       int64_t id = 0;
       try {
-        id = std::stoll(r.path.substr(10));
+        size_t used = 0;
+        id = std::stoll(rest, &used);
+        if (used != rest.size()) id = 0;
       } catch (const std::exception&) {
       }
-      if (id <= 0 || !queue.job(id)) return {404, "application/json", nlohmann::json{{"error", "no job " + r.path.substr(10)}}.dump()};
-      return {200, "application/json", job_json(id).dump()};
+      if (id <= 0 || !queue.job(id)) return {404, "application/json", nlohmann::json{{"error", "no job " + rest}}.dump()};
+      return {200, "application/json", (tasks ? tasks_json(id) : job_json(id)).dump()};
     }
     return {404, "application/json", nlohmann::json{{"error", "no such resource: " + r.path}}.dump()};
   }
@@ -1166,6 +1172,23 @@ struct Server::State {
     const auto by_status = queue.job_measurements_by_status(id);
     if (live == jobs.end()) return job_detail_json(job_status(id).at(0), by_status);
     return job_detail_json(job_status(id).at(0), by_status, live->second.convergence, live->second.group_convergence);
+  }
+
+  // A job's tasks: {"tasks": [{"task_id", "signature", "state", "attempts", "worker", "error", "candidates"}]}.
+  nlohmann::json tasks_json(int64_t id) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const storage::TaskRecord& t : queue.job_tasks(id)) {
+      wire::Task payload;
+      const bool readable = payload.ParseFromString(t.payload);
+      out.push_back({{"task_id", t.id},
+                     {"signature", t.signature},
+                     {"state", storage::task_state_name(t.state)},
+                     {"attempts", t.attempts},
+                     {"worker", t.worker},
+                     {"error", t.error},
+                     {"candidates", readable ? payload.candidates_size() : 0}});
+    }
+    return {{"job_id", id}, {"tasks", out}};
   }
 
   nlohmann::json workers_json() const {

@@ -45,7 +45,13 @@ function drawJobs(jobs) {
   }
 }
 
+// Each chart's canvas says how many points it holds (data-points), for a test or a reader's tools.
+function count(id, datasets) {
+  document.getElementById(id).dataset.points = datasets.reduce((n, d) => n + d.data.length, 0);
+}
+
 function line(id, datasets, xTitle) {
+  count(id, datasets);
   const data = { datasets: datasets };
   if (charts[id]) {
     charts[id].data = data;
@@ -73,11 +79,12 @@ function drawJob(job) {
   const points = (job.convergence || []).filter(p => typeof p.tuned_us === "number");
   line("by-trials", [{ label: "best plan", data: points.map(p => ({ x: p.trials, y: p.tuned_us })) }], "trials");
   line("by-seconds", [{ label: "best plan", data: points.map(p => ({ x: p.seconds, y: p.tuned_us })) }], "seconds");
-  const groups = Object.entries(job.group_convergence || {}).map(([signature, series]) => ({
+  const series = (x) => Object.entries(job.group_convergence || {}).map(([signature, points]) => ({
     label: signature.slice(0, 12),
-    data: series.filter(p => typeof p[1] === "number").map(p => ({ x: p[0], y: p[1] })),
+    data: points.filter(p => typeof p[1] === "number" && typeof p[x] === "number").map(p => ({ x: p[x], y: p[1] })),
   }));
-  line("groups", groups, "trials of the group");
+  line("groups", series(0), "trials of the group");
+  line("groups-seconds", series(2), "seconds");
   drawScatter(job.group_details || []);
   drawStatuses(job.candidates_by_status || {});
   drawDecisions(job.group_details || []);
@@ -88,6 +95,7 @@ function drawScatter(details) {
   const points = [];
   for (const g of details) for (const [modeled, measured] of g.candidates) points.push({ x: modeled, y: measured });
   const data = { datasets: [{ label: "candidates", data: points }] };
+  count("scatter", data.datasets);
   if (charts.scatter) {
     charts.scatter.data = data;
     charts.scatter.update("none");

@@ -52,11 +52,14 @@ PY
 
 # In a browser: the live page, then the report written from the database alone once the
 # coordinator is gone; screenshots stay in WORK_DIR.
-/usr/bin/python3 "$here/dashboard_browser.py" "$http/" "$work/status.json" "$work" live || fail "the live dashboard in Chromium"
+/usr/bin/python3 -c 'import sys, urllib.request; open(sys.argv[2], "wb").write(urllib.request.urlopen(sys.argv[1]).read())' \
+  "$http/api/jobs/1" "$work/job.json" || fail "cannot read /api/jobs/1"
+/usr/bin/python3 "$here/dashboard_browser.py" "$http/" "$work/status.json" "$work/job.json" "$work" live \
+  || fail "the live dashboard in Chromium"
 kill $coordinator; wait $coordinator 2>/dev/null
 "$fusetune" report 1 --db "$work/search.db" --out "$work/report.html" || fail "report exited $?"
 if grep -q -E '(src|href)="' "$work/report.html"; then fail "the report refers to another file or address"; fi
-/usr/bin/python3 "$here/dashboard_browser.py" "file://$work/report.html" "$work/status.json" "$work" report \
+/usr/bin/python3 "$here/dashboard_browser.py" "file://$work/report.html" "$work/status.json" "$work/job.json" "$work" report \
   || fail "the report in Chromium"
 
 # Beyond loopback: a token or nothing.

@@ -70,8 +70,12 @@ detail = json.loads(body)
 assert detail["candidates_measured"] == job["candidates_measured"]
 points = [p for p in detail["convergence"] if isinstance(p.get("tuned_us"), (int, float))]
 assert points and points[-1]["trials"] > 0, detail["convergence"]
+_, _, body = get(f"/api/jobs/{job['job_id']}/tasks")
+tasks = json.loads(body)["tasks"]
+assert len(tasks) == job["tasks"] and all(t["state"] in ("done", "failed") for t in tasks), tasks[:3]
+assert sum(t["state"] == "done" for t in tasks) == job["tasks_done"]
 print(f"/api/jobs equals status --json; job {job['job_id']}: {len(points)} convergence points, "
-      f"best {points[-1]['tuned_us']:.2f} us after {points[-1]['trials']} trials")
+      f"best {points[-1]['tuned_us']:.2f} us after {points[-1]['trials']} trials; /api/jobs/ID/tasks lists its {len(tasks)} tasks")
 
 for path, needle in [("/", b"dashboard.js"), ("/dashboard.js", b"/api/jobs"), ("/dashboard.css", b"table"),
                      ("/chart.min.js", b"Chart")]:

@@ -555,6 +555,11 @@ TEST_F(Service, TheSearchMutatesTheBestMeasuredUntilItsBudgetIsSpent) {
   }
   ASSERT_EQ(summary["group_convergence"].size(), 1u);
   EXPECT_EQ(summary["group_convergence"].begin()->size(), 3u);
+  for (const auto& point : *summary["group_convergence"].begin()) {  // [trials, best us, seconds]
+    ASSERT_EQ(point.size(), 3u) << point.dump();
+    EXPECT_GT(point[0].get<int>(), 0);
+    EXPECT_GE(point[2].get<double>(), 0.0);
+  }
   EXPECT_NE(coordinator_->log().find("search round 3: 3 mutations"), std::string::npos) << coordinator_->log();
   // Another job over the same group finds the budget spent by the first: the database answers.
   const int64_t again = submit(write_model(dir_, "relu", 4096, {"Relu"}), 3, "host",
