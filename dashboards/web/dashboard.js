@@ -50,17 +50,20 @@ function count(id, datasets) {
   document.getElementById(id).dataset.points = datasets.reduce((n, d) => n + d.data.length, 0);
 }
 
-function line(id, datasets, xTitle) {
-  count(id, datasets);
-  const data = { datasets: datasets };
+// Draws `data` on the chart of canvas `id`, made with `config` (type, options) the first time.
+function chart(id, data, config) {
   if (charts[id]) {
     charts[id].data = data;
     charts[id].update("none");
     return;
   }
-  charts[id] = new Chart(document.getElementById(id), {
+  charts[id] = new Chart(document.getElementById(id), Object.assign({ data: data }, config));
+}
+
+function line(id, datasets, xTitle) {
+  count(id, datasets);
+  chart(id, { datasets: datasets }, {
     type: "line",
-    data: data,
     options: { animation: false, parsing: false, plugins: { legend: { display: datasets.length < 8 } },
                scales: { x: { type: "linear", title: { display: true, text: xTitle } },
                          y: { title: { display: true, text: "µs (measured)" } } } },
@@ -96,14 +99,8 @@ function drawScatter(details) {
   for (const g of details) for (const [modeled, measured] of g.candidates) points.push({ x: modeled, y: measured });
   const data = { datasets: [{ label: "candidates", data: points }] };
   count("scatter", data.datasets);
-  if (charts.scatter) {
-    charts.scatter.data = data;
-    charts.scatter.update("none");
-    return;
-  }
-  charts.scatter = new Chart(document.getElementById("scatter"), {
+  chart("scatter", data, {
     type: "scatter",
-    data: data,
     options: { animation: false, parsing: false, plugins: { legend: { display: false } },
                scales: { x: { type: "logarithmic", title: { display: true, text: "µs (modeled)" } },
                          y: { type: "logarithmic", title: { display: true, text: "µs (measured)" } } } },
@@ -153,15 +150,8 @@ function drawTimeline(workers) {
     data: workers.flatMap(w => w.timeline.filter(s => s.outcome === outcome)
                                    .map(s => ({ x: [-s.from_s, -s.to_s], y: w.worker_id }))),
   }));
-  const data = { labels: workers.map(w => w.worker_id), datasets: datasets };
-  if (charts.timeline) {
-    charts.timeline.data = data;
-    charts.timeline.update("none");
-    return;
-  }
-  charts.timeline = new Chart(document.getElementById("timeline"), {
+  chart("timeline", { labels: workers.map(w => w.worker_id), datasets: datasets }, {
     type: "bar",
-    data: data,
     options: { animation: false, indexAxis: "y", parsing: { xAxisKey: "x", yAxisKey: "y" }, aspectRatio: 4,
                scales: { x: { type: "linear", max: 0, title: { display: true, text: "seconds before now" } },
                          y: { type: "category", stacked: true } } },
