@@ -45,11 +45,6 @@ function drawJobs(jobs) {
   }
 }
 
-// Each chart's canvas says how many points it holds (data-points), for a test or a reader's tools.
-function count(id, datasets) {
-  document.getElementById(id).dataset.points = datasets.reduce((n, d) => n + d.data.length, 0);
-}
-
 // Draws `data` on the chart of canvas `id`, made with `config` (type, options) the first time.
 function chart(id, data, config) {
   if (charts[id]) {
@@ -61,7 +56,6 @@ function chart(id, data, config) {
 }
 
 function line(id, datasets, xTitle) {
-  count(id, datasets);
   chart(id, { datasets: datasets }, {
     type: "line",
     options: { animation: false, parsing: false, plugins: { legend: { display: datasets.length < 8 } },
@@ -98,7 +92,6 @@ function drawScatter(details) {
   const points = [];
   for (const g of details) for (const [modeled, measured] of g.candidates) points.push({ x: modeled, y: measured });
   const data = { datasets: [{ label: "candidates", data: points }] };
-  count("scatter", data.datasets);
   chart("scatter", data, {
     type: "scatter",
     options: { animation: false, parsing: false, plugins: { legend: { display: false } },

@@ -6,8 +6,9 @@
 # --json`, checks that /api/jobs is what `status --json` prints, and that the page and its scripts
 # are served, and that every query of dashboards/grafana/fusetune.json names an exported metric. Then a coordinator asked to serve HTTP
 # beyond loopback without a token refuses to start, and one with a token refuses requests without it.
-# Between the two, headless Chromium opens the live dashboard and then `fusetune report`'s page,
-# written once the coordinator is gone (tests/cli/dashboard_browser.py).
+# Between the two, headless Chromium, driven over the DevTools protocol, opens the live dashboard
+# and then `fusetune report`'s page, written once the coordinator is gone
+# (tests/cli/dashboard_browser.py).
 # usage: dashboard.sh FUSETUNE MODEL_DIR WORK_DIR
 set -u
 fusetune=$1 model_dir=$2 work=$3

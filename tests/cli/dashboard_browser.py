@@ -1,54 +1,98 @@
-"""Opens the dashboard (live, or a report file) in headless Chromium, as a person would, and checks
-that what the page shows is what `fusetune status --json` says (tests/cli/dashboard.sh).
+"""Opens the dashboard (live, or a report file) in headless Chromium driven over the DevTools
+protocol, as a person would look at it, and checks that what it shows is what the API and
+`fusetune status --json` say (tests/cli/dashboard.sh).
 
 usage: dashboard_browser.py URL STATUS_JSON JOB_JSON OUT_DIR NAME
-Runs Debian's chromium headless twice (the page's DOM after its scripts ran; a screenshot, kept as
-OUT_DIR/NAME.png), then checks: the page says it is ready; the jobs table has one row per job
-with the job's id, state, tasks done, candidates measured and cache hits as status --json has them;
-the job view's five charts are drawn (canvas elements sized by Chart.js) and hold as many points as
-JOB_JSON (/api/jobs/ID) has, and its candidates by
-status add up to what status --json says the job measured; live, the workers' timeline is drawn
-and the service's line (results, cache hit rate, expiries) is shown. Exits non-zero with the
-first disagreement.
+Starts Debian's chromium headless with a DevTools endpoint, opens URL in a new page, waits for the
+page's scripts to say it is ready, then reads from the page itself: the jobs table's cells, the
+points each Chart.js chart holds (from the charts, not from the markup), the candidates by status,
+and, live, the workers' timeline and the service's line; keeps a screenshot as OUT_DIR/NAME.png.
+Checks: one row per job with the id, state, tasks done, candidates measured, cache hits and tuned
+time status --json has; each chart holds as many points as JOB_JSON (/api/jobs/ID) has; the
+candidates by status add up to the job's candidates measured. Exits non-zero with the first
+disagreement.
 """
-import html
+import base64
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
+import tempfile
+import time
+
+import websocket  # Debian's python3-websocket
 
 url, status_path, job_path, out_dir, name = sys.argv[1:6]
 browser = shutil.which("chromium") or shutil.which("chromium-browser")
 if not browser:
     sys.exit("no chromium on PATH: scripts/setup.sh installs Debian's")
-flags = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--virtual-time-budget=8000",
-         "--window-size=1400,2400"]
-dom = subprocess.run(flags + ["--dump-dom", url], capture_output=True, text=True, timeout=120).stdout
-open(os.path.join(out_dir, name + ".html"), "w").write(dom)
-shot = os.path.join(out_dir, name + ".png")
-subprocess.run(flags + ["--screenshot=" + shot, url], capture_output=True, timeout=120)
-assert os.path.getsize(shot) > 10000, "no screenshot"
-assert 'data-ready="1"' in dom, "the page never became ready (its scripts failed?)"
+profile = tempfile.mkdtemp(prefix="fusetune-chromium-")
+proc = subprocess.Popen([browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                         "--remote-debugging-port=0", "--user-data-dir=" + profile, "--window-size=1400,2400",
+                         "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+try:
+    port_file = os.path.join(profile, "DevToolsActivePort")
+    deadline = time.time() + 60
+    while not (os.path.exists(port_file) and len(open(port_file).read().split()) >= 2):
+        assert time.time() < deadline and proc.poll() is None, "chromium did not open its DevTools endpoint"
+        time.sleep(0.1)
+    port, path = open(port_file).read().split()[:2]
+    ws = websocket.create_connection(f"ws://127.0.0.1:{port}{path}", timeout=60)
+    next_id = [0]
+
+    def call(method, session=None, **params):
+        next_id[0] += 1
+        msg = {"id": next_id[0], "method": method, "params": params}
+        if session:
+            msg["sessionId"] = session
+        ws.send(json.dumps(msg))
+        while True:
+            reply = json.loads(ws.recv())
+            if reply.get("id") == next_id[0]:
+                assert "error" not in reply, (method, reply["error"])
+                return reply["result"]
+
+    target = call("Target.createTarget", url=url)["targetId"]
+    session = call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+
+    def evaluate(expression):
+        r = call("Runtime.evaluate", session, expression=expression, returnByValue=True)
+        assert "exceptionDetails" not in r, (expression, r["exceptionDetails"])
+        return r["result"].get("value")
+
+    deadline = time.time() + 60
+    while evaluate('document.body && document.body.dataset.ready') != "1":
+        assert time.time() < deadline, "the page never became ready (its scripts failed?)"
+        time.sleep(0.2)
+    seen = evaluate("""JSON.stringify({
+      rows: [...document.querySelectorAll('#jobs tbody tr')].map(tr => [...tr.cells].map(td => td.textContent)),
+      points: Object.fromEntries(Object.entries(charts).map(([id, c]) =>
+          [id, c.data.datasets.reduce((n, d) => n + d.data.length, 0)])),
+      statuses: Object.fromEntries([...document.querySelectorAll('#statuses tbody tr')].map(
+          tr => [tr.cells[0].textContent, Number(tr.cells[1].textContent)])),
+      decisions: document.querySelectorAll('#decisions tbody tr').length,
+      service: (document.getElementById('service-line') || {}).textContent || '',
+      report: !!window.FUSETUNE_REPORT })""")
+    seen = json.loads(seen)
+    shot = os.path.join(out_dir, name + ".png")
+    open(shot, "wb").write(base64.b64decode(call("Page.captureScreenshot", session)["data"]))
+finally:
+    proc.kill()
+    proc.wait()
+    shutil.rmtree(profile, ignore_errors=True)
 
 status = json.load(open(status_path))
-rows = re.findall(r'<tr class="job[^"]*" data-job="(\d+)">(.*?)</tr>', dom, re.S)
-assert len(rows) == len(status["jobs"]), (len(rows), len(status["jobs"]))
-for (job_id, row), job in zip(rows, status["jobs"]):
-    cells = [html.unescape(re.sub(r"<[^>]+>", "", c)) for c in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)]
+assert len(seen["rows"]) == len(status["jobs"]), (seen["rows"], status["jobs"])
+for cells, job in zip(seen["rows"], status["jobs"]):
     want = {0: str(job["job_id"]), 1: job["state"], 4: f"{job['tasks_done'] + job['tasks_failed']}/{job['tasks']}",
             6: str(job["candidates_measured"]), 7: str(job["cache_hits"])}
     for i, v in want.items():
-        assert cells[i] == v, f"job {job_id}: cell {i} shows {cells[i]!r}, status --json says {v!r}"
+        assert cells[i] == v, f"job {job['job_id']}: cell {i} shows {cells[i]!r}, status --json says {v!r}"
     summary = job["summary"] or {}
     if summary.get("tuned_us"):
         assert cells[8] == f"{summary['tuned_us']:.1f}", (cells[8], summary["tuned_us"])
-canvases = re.findall(r'<canvas id="(by-trials|by-seconds|groups|groups-seconds|scatter)"[^>]*style="[^"]*height: \d+', dom)
-assert len(canvases) == 5, f"charts drawn: {canvases}"
-# The charts hold the job's points, as /api/jobs/ID has them (each canvas says how many it plots).
 job = json.load(open(job_path))
-plotted = {c: int(n) for c, n in re.findall(r'<canvas id="([a-z-]+)" data-points="(\d+)"', dom)}
 want = {
     "by-trials": sum(isinstance(p.get("tuned_us"), (int, float)) for p in job["convergence"]),
     "by-seconds": sum(isinstance(p.get("tuned_us"), (int, float)) for p in job["convergence"]),
@@ -56,19 +100,16 @@ want = {
     "groups-seconds": sum(isinstance(p[1], (int, float)) and len(p) > 2 for s in job["group_convergence"].values() for p in s),
     "scatter": sum(len(g["candidates"]) for g in job["group_details"]),
 }
-assert all(want[k] > 0 for k in want), want
-assert plotted == want, f"points plotted {plotted}, the job has {want}"
-# The selected (newest) job's candidates by status add up to what status --json says it measured.
+assert all(n > 0 for n in want.values()), want
+plotted = {k: v for k, v in seen["points"].items() if k in want}
+assert plotted == want, f"the charts hold {plotted}, the job has {want}"
 shown = status["jobs"][-1]
-counts = re.search(r'<table id="statuses">.*?<tbody>(.*?)</tbody>', dom, re.S).group(1)
-by_status = {a: int(b) for a, b in re.findall(r"<tr><td[^>]*>([a-z_]+)</td><td>(\d+)</td></tr>", counts)}
-assert sum(by_status.values()) == shown["candidates_measured"], (by_status, shown["candidates_measured"])
-decisions = re.search(r'<table id="decisions">.*?<tbody>(.*?)</tbody>', dom, re.S).group(1).count("<tr>")
-if "FUSETUNE_REPORT" not in dom:  # live: the workers' timelines and the service's figures too
-    assert re.search(r'<canvas id="timeline"[^>]*style="[^"]*height: \d+', dom), "no worker timeline drawn"
-    line = re.search(r'id="service-line">([^<]*)<', dom).group(1)
-    assert re.match(r"\d+ task results, \d+ groups answered by the database \(cache hit rate", line), line
-    print(f"{name}: the workers' timeline is drawn; {line}")
-print(f"{name}: Chromium shows {len(rows)} job(s) as status --json has them, 5 charts holding the job's points "
-      f"({', '.join(f'{k} {v}' for k, v in plotted.items())}), candidates by status "
-      f"{by_status}, {decisions} fused groups against their parts; screenshot {shot}")
+assert sum(seen["statuses"].values()) == shown["candidates_measured"], (seen["statuses"], shown["candidates_measured"])
+print(f"{name}: Chromium (DevTools) shows {len(seen['rows'])} job(s) as status --json has them; its charts hold the "
+      f"job's points ({', '.join(f'{k} {v}' for k, v in plotted.items())}); candidates by status {seen['statuses']}; "
+      f"{seen['decisions']} fused groups against their parts; screenshot {shot}")
+if not seen["report"]:
+    leases = seen["points"].get("timeline", 0)
+    assert leases >= min(200, shown["tasks_done"]), f"the workers' timeline holds {leases} leases for {shown['tasks_done']} tasks"
+    assert "task results" in seen["service"] and "cache hit rate" in seen["service"], seen["service"]
+    print(f"{name}: the workers' timeline holds {seen['points']['timeline']} leases; {seen['service']}")
