@@ -81,9 +81,7 @@ std::vector<wire::ModelFile> read_model_files(const fs::path& model) {
 void write_files(const std::vector<wire::ModelFile>& files, const fs::path& dir) {
   fs::create_directories(dir);
   for (const wire::ModelFile& f : files) {
-    const fs::path rel = fs::path(f.path()).lexically_normal();
-    check(!rel.empty() && rel.is_relative() && *rel.begin() != "..", "refusing to write '", f.path(), "' outside ",
-          dir.string());
+    const fs::path rel = path_inside(f.path(), "refusing to write outside " + dir.string() + ": file");
     fs::create_directories((dir / rel).parent_path());
     std::ofstream out(dir / rel, std::ios::binary);
     out.write(f.data().data(), static_cast<std::streamsize>(f.data().size()));
