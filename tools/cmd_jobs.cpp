@@ -44,12 +44,12 @@ std::string upload_name() {
   return name;
 }
 
-std::vector<wire::JobStatus> query(coordinator::Client& client, int64_t job) {
+wire::StatusReply query(coordinator::Client& client, int64_t job) {
   wire::Envelope e;
   e.mutable_status()->set_job_id(job);
   const wire::Envelope r = client.request(std::move(e));
   check(r.has_status_reply(), "coordinator answered a status request with a ", r.body_case(), " message");
-  return {r.status_reply().jobs().begin(), r.status_reply().jobs().end()};
+  return r.status_reply();
 }
 
 }  // namespace
@@ -86,7 +86,7 @@ int cmd_submit(const std::vector<std::string>& argv) {
   if (!args.has("wait")) return 0;
   const std::atomic<bool>& stop = stop_on_signals();
   while (!stop.load()) {
-    const wire::JobStatus st = query(client, job).at(0);
+    const wire::JobStatus st = query(client, job).jobs().at(0);
     if (st.state() != "queued" && st.state() != "running") {
       print_jobs({st});
       if (st.state() == "done") print_summary(st);
@@ -104,13 +104,10 @@ int cmd_status(const std::vector<std::string>& argv) {
   zmq::context_t context;
   coordinator::Client client(context, args.get("coordinator"), 10000, client_security(args));
   const int64_t job = args.positional().empty() ? 0 : job_arg(args.positional()[0]);
-  wire::Envelope e;
-  e.mutable_status()->set_job_id(job);
-  const wire::Envelope r = client.request(std::move(e));
-  check(r.has_status_reply(), "coordinator answered a status request with a ", r.body_case(), " message");
-  const std::vector<wire::JobStatus> jobs(r.status_reply().jobs().begin(), r.status_reply().jobs().end());
+  const wire::StatusReply reply = query(client, job);
+  const std::vector<wire::JobStatus> jobs(reply.jobs().begin(), reply.jobs().end());
   if (args.has("json")) {  // the shape of the HTTP API's /api/jobs (docs/dashboards.md)
-    std::printf("%s\n", coordinator::status_json(jobs, r.status_reply().workers()).dump(2).c_str());
+    std::printf("%s\n", coordinator::status_json(jobs, reply.workers()).dump(2).c_str());
     return 0;
   }
   print_jobs(jobs);
