@@ -4,6 +4,7 @@
 
 #include "codegen/emit_common.h"
 #include "core/error.h"
+#include "core/inert_text.h"
 
 namespace fusetune::codegen {
 
@@ -86,7 +87,12 @@ void emit_block(std::ostringstream& out, const Kernel& k, const Block& b, int de
   const std::string pad(static_cast<size_t>(depth) * 2, ' ');
   for (const Stmt& s : b) {
     switch (s.kind) {
-      case Stmt::Kind::kComment: out << pad << "// " << s.a << "\n"; break;
+      case Stmt::Kind::kComment:
+        // Comments echo model text (comment() made it inert); a comment that could end its line
+        // or itself never reaches the compiler.
+        check(is_inert_comment(s.a), "emit_cuda: kernel ", k.name, ": a comment holds characters outside the inert alphabet");
+        out << pad << "// " << s.a << "\n";
+        break;
       case Stmt::Kind::kLet: out << pad << s.ctype << " " << s.name << " = " << s.a << ";\n"; break;
       case Stmt::Kind::kAssign: out << pad << s.name << " = " << s.a << ";\n"; break;
       case Stmt::Kind::kStore: out << pad << s.name << "[" << s.a << "] = " << s.b << ";\n"; break;

@@ -3,13 +3,14 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/inert_text.h"
 
 namespace fusetune::codegen {
 
 Stmt comment(std::string text) {
   Stmt s;
   s.kind = Stmt::Kind::kComment;
-  s.a = std::move(text);
+  s.a = inert_comment(text);
   return s;
 }
 

@@ -123,6 +123,7 @@ struct Stmt {
   bool trans = false;  // kLdmatrix: transposed
 };
 
+// A comment line; the text goes through inert_comment (core/inert_text.h): it may echo model text.
 Stmt comment(std::string text);
 Stmt let(std::string ctype, std::string name, std::string value);
 Stmt assign(std::string name, std::string value);

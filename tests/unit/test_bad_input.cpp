@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 
 #include "unit/onnx_builder.h"
 
@@ -267,6 +268,28 @@ TEST_F(BadInput, UnknownOptionIsRefused) {
   const Outcome o = run_cli("inspect x.onnx --shpae a=1");
   EXPECT_EQ(o.exit_code, 2);
   EXPECT_NE(o.output.find("unknown option --shpae"), std::string::npos) << o.output;
+}
+
+// `run --repeat N` times a plan (N runs, each timed) and refuses a model or a count that is not one.
+TEST_F(BadInput, RunRepeatTimesAPlanAndRefusesTheRest) {
+  const fs::path model = fs::path(FUSETUNE_SOURCE_DIR) / "tests/data/models/cnn_small";
+  const std::string data = (model / "test_data_set_0").string();
+  Outcome o = run_cli("run " + (model / "model.onnx").string() + " --inputs " + data + " --repeat 2");
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("--repeat times a plan bundle"), std::string::npos) << o.output;
+  ASSERT_EQ(run_cli("compile " + (model / "model.onnx").string() + " --device h100 --out " + (dir_ / "plan").string()).exit_code, 0);
+  for (const std::string bad : {"0", "2.5", "-1"}) {
+    o = run_cli("run " + (dir_ / "plan").string() + " --inputs " + data + " --backend host --repeat " + bad);
+    EXPECT_EQ(o.exit_code, 2) << o.output;
+    EXPECT_NE(o.output.find("--repeat"), std::string::npos) << o.output;
+  }
+  o = run_cli("run " + (dir_ / "plan").string() + " --inputs " + data + " --backend host --repeat 2");
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(o.output, m, std::regex("timed 2 runs: median ([0-9.]+) us, min ([0-9.]+) us, max ([0-9.]+) us"))) << o.output;
+  EXPECT_GT(std::stod(m[2]), 0.0);
+  EXPECT_LE(std::stod(m[2]), std::stod(m[1]));
+  EXPECT_LE(std::stod(m[1]), std::stod(m[3]));
 }
 
 }  // namespace

@@ -1,0 +1,218 @@
+// Model text never becomes code: node and value names carrying C++ (after a newline, a carriage
+// return, a backslash continuation, "*/", a trigraph, a Unicode line separator, a NUL) are compiled,
+// run on the host executor (which builds the kernel text with the system compiler and loads it)
+// and tuned by a local worker, and none of their code runs; the shipped text, comments removed, is
+// the text of the same model with plain names. A control shows that the same payload, placed as
+// code, does run: the probe can see an escape.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <regex>
+
+#include "codegen/emit.h"
+#include "core/inert_text.h"
+#include "importer/onnx_io.h"
+#include "simt/executor.h"
+#include "simt/module.h"
+#include "unit/onnx_builder.h"
+#include "unit/test_seed.h"
+
+namespace fusetune {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::kFloat;
+using testing::OnnxBuilder;
+
+struct Outcome {
+  int exit_code = -1;
+  std::string output;
+};
+
+Outcome run_cli(const std::string& args) {
+  const std::string cmd = std::string(FUSETUNE_BINARY) + " " + args + " 2>&1";
+  Outcome o;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return o;
+  std::array<char, 4096> buf{};
+  while (fgets(buf.data(), static_cast<int>(buf.size()), p) != nullptr) o.output += buf.data();
+  const int status = pclose(p);
+  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return o;
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// A statement that creates `marker` when it runs.
+std::string call(const fs::path& marker) {
+  return "{ extern int system(const char*); system(\"touch " + marker.string() + "\"); }";
+}
+
+// The statement on lines of its own, guarded so that NVRTC compiles it too (the host build defines
+// FT_SIMT): an escape would compile everywhere and run on the host.
+std::string payload(const fs::path& marker, const std::string& eol = "\n") {
+  return eol + "#ifdef FT_SIMT" + eol + call(marker) + eol + "#endif" + eol;
+}
+
+// Each class of text that could end a line comment, continue it or hide a line break.
+std::vector<std::pair<std::string, std::string>> hostile_names(const fs::path& marker) {
+  return {
+      {"newline", "ln'" + payload(marker) + "//"},
+      {"carriage return", "cr'" + payload(marker, "\r") + "//"},
+      {"backslash continuation", "bs\\"},
+      {"comment close", "*/ " + call(marker) + " /*"},
+      {"trigraph", "tg?\?/" + payload(marker)},
+      {"line separator", "ls\xE2\x80\xA8" + call(marker)},
+      {"NUL and controls", std::string("nul\0\v\f", 6) + call(marker)},
+  };
+}
+
+TEST(InertText, EveryPayloadClassBecomesOneInertLine) {
+  const fs::path marker = "/tmp/never";
+  for (const auto& [what, text] : hostile_names(marker)) {
+    SCOPED_TRACE(what);
+    const std::string inert = inert_comment(text);
+    EXPECT_TRUE(is_inert_comment(inert)) << inert;
+    for (const char bad : {'\n', '\r', '\\', '*', '?', '\0', '\v', '\f', '"', ';', '{'}) {
+      EXPECT_EQ(inert.find(bad), std::string::npos) << "byte " << int(bad) << " kept in " << inert;
+    }
+    for (const char c : inert) EXPECT_LT(static_cast<unsigned char>(c), 0x80) << inert;
+    EXPECT_FALSE(is_inert_comment(text));
+  }
+  EXPECT_EQ(inert_comment("stage MatMul '/encoder/layer.0/attention/MatMul_1'"),
+            "stage MatMul '/encoder/layer.0/attention/MatMul_1'");
+  EXPECT_EQ(inert_comment("a\nb"), "a%0Ab");
+  EXPECT_EQ(inert_comment("50%"), "50%25");
+}
+
+TEST(InertText, DistinctNamesStayDistinct) {
+  const unsigned seed = testing::test_seed();
+  std::mt19937 rng(seed);
+  std::map<std::string, std::string> seen;
+  for (int i = 0; i < 20000; ++i) {
+    std::string s(rng() % 6, ' ');
+    for (char& c : s) c = static_cast<char>(rng() % 256);
+    const std::string inert = inert_comment(s);
+    ASSERT_TRUE(is_inert_comment(inert));
+    const auto [it, fresh] = seen.emplace(inert, s);
+    ASSERT_TRUE(fresh || it->second == s) << "two names give " << inert;
+  }
+}
+
+TEST(InertText, TheEmitterRefusesACommentThatCouldEndItsLine) {
+  codegen::Kernel k;
+  k.name = "k";
+  k.threads = 32;
+  k.body.push_back(codegen::comment("fine'\nsystem(\"id\");"));
+  EXPECT_NO_THROW(codegen::emit_cuda({k}));
+  codegen::Stmt raw = codegen::comment("");
+  raw.a = "x\nsystem(\"id\");";  // a statement built around comment(): refused, never printed
+  k.body.push_back(raw);
+  EXPECT_THROW(codegen::emit_cuda({k}), Error);
+}
+
+// The same host build and launch the host executor gives shipped kernels, with the payload as code:
+// the marker appears, so the end-to-end test below would see an escape.
+TEST(InertText, ControlThePayloadRunsWhenItIsCode) {
+  const fs::path marker = fs::temp_directory_path() / ("fusetune_inert_control_" + std::to_string(::getpid()));
+  fs::remove(marker);
+  const std::string text = codegen::emit_cuda({}) +
+                           "extern \"C\" __global__ void __launch_bounds__(32) k(FT_GLOBAL(float) out) {\n  if (threadIdx.x == 0) " +
+                           payload(marker) + "\n  out[threadIdx.x] = 1.0f;\n}\n";
+  simt::Module m(text);
+  std::vector<float> out(32);
+  simt::launch(m.kernel("k"), {out.data()}, {out.size() * 4}, {1, 32, 0}, {});
+  EXPECT_TRUE(fs::exists(marker)) << "the control payload did not run: the end-to-end test could not see an escape";
+  fs::remove(marker);
+}
+
+class HostileNames : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("fusetune_inert_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ / "in");
+    marker_ = dir_ / "INJECTED";
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // x[4,64] -> LayerNormalization -> MatMul W[64,32] -> Add -> Relu -> y, every node and every
+  // intermediate value named `name(i)`.
+  fs::path write_model(const std::string& file, const std::function<std::string(int)>& name) {
+    OnnxBuilder b;
+    b.input("x", kFloat, {4, 64}).output("y", kFloat, {4, 32});
+    std::mt19937 rng(7);
+    std::normal_distribution<float> d(0.0f, 0.5f);
+    auto random = [&](Shape s) {
+      std::vector<float> v(static_cast<size_t>(numel(s)));
+      for (float& f : v) f = d(rng);
+      return Tensor::from_floats(DType::kF32, s, v);
+    };
+    b.initializer("gamma", random({64})).initializer("beta", random({64}));
+    b.initializer("w", random({64, 32})).initializer("bias", random({32}));
+    b.node("LayerNormalization", {"x", "gamma", "beta"}, {name(10)}, name(0));
+    b.node("MatMul", {name(10), "w"}, {name(11)}, name(1));
+    b.node("Add", {name(11), "bias"}, {name(12)}, name(2));
+    b.node("Relu", {name(12)}, {"y"}, name(3));
+    b.write(dir_ / file);
+    return dir_ / file;
+  }
+  fs::path dir_;
+  fs::path marker_;
+};
+
+// kernels.cu without its comments.
+std::string code_only(const fs::path& plan) {
+  return std::regex_replace(read_file(plan / "kernels.cu"), std::regex("//[^\n]*"), "");
+}
+
+TEST_F(HostileNames, CompileRunAndTuneRunNoneOfTheirCode) {
+  const fs::path plain = write_model("plain.onnx", [](int i) { return "n" + std::to_string(i); });
+  std::vector<float> xs(4 * 64);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = std::sin(0.37f * static_cast<float>(i));
+  importer::write_tensor_file(dir_ / "in" / "input_0.pb", "x", Tensor::from_floats(DType::kF32, {4, 64}, xs));
+  // The reference interpreter's outputs (no code generated) become the expected ones.
+  Outcome ref = run_cli("run " + plain.string() + " --inputs " + (dir_ / "in").string() + " --out " + (dir_ / "ref").string());
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  fs::copy_file(dir_ / "ref" / "output_0.pb", dir_ / "in" / "output_0.pb");
+  ASSERT_EQ(run_cli("compile " + plain.string() + " --device h100 --out " + (dir_ / "plain_plan").string()).exit_code, 0);
+  const std::string plain_code = code_only(dir_ / "plain_plan");
+  ASSERT_NE(plain_code.find("__global__"), std::string::npos);
+
+  int k = 0;
+  for (const auto& [what, hostile] : hostile_names(marker_)) {
+    SCOPED_TRACE(what);
+    const std::string tag = std::to_string(k++);
+    const fs::path model = write_model("hostile" + tag + ".onnx", [&](int i) { return hostile + "#" + std::to_string(i); });
+    const fs::path plan = dir_ / ("plan" + tag);
+    const Outcome c = run_cli("compile " + model.string() + " --device h100 --out " + plan.string());
+    EXPECT_EQ(c.exit_code, 0) << c.output;
+    EXPECT_EQ(code_only(plan), plain_code) << "the hostile names changed the code, not only its comments";
+    EXPECT_NE(read_file(plan / "kernels.cu").find("stage MatMul"), std::string::npos);
+    const Outcome r = run_cli("run " + plan.string() + " --inputs " + (dir_ / "in").string() + " --backend host");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("match"), std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(marker_)) << "the plan ran the name's code";
+  }
+  // A tuning job: a coordinator and a local worker whose measuring child builds and runs each
+  // candidate on the host executor.
+  const fs::path model = write_model("tuned.onnx", [&](int i) { return hostile_names(marker_)[0].second + std::to_string(i); });
+  const Outcome t = run_cli("tune " + model.string() + " --device host --candidates 2 --db " + (dir_ / "search.db").string() +
+                            " --out " + (dir_ / "tuned").string());
+  EXPECT_EQ(t.exit_code, 0) << t.output;
+  const Outcome r = run_cli("run " + (dir_ / "tuned").string() + " --inputs " + (dir_ / "in").string() + " --backend host");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_FALSE(fs::exists(marker_)) << "tuning ran the name's code";
+}
+
+}  // namespace
+}  // namespace fusetune
