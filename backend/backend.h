@@ -68,12 +68,16 @@ struct Step {
 
 // Launches prepared by Module::prepare: run() executes them in order and returns when they have
 // finished. The buffers stay bound (their contents may change between runs); a Sequence must not
-// outlive its module or its buffers.
+// outlive its module or its buffers. time_runs(n) runs the sequence n times back to back and
+// returns each run's time in microseconds: on a GPU from device events recorded before and after
+// each run (the CUDA graph replays queue behind each other; no cache is flushed between them), on
+// the host from the steady clock.
 class Sequence {
  public:
   virtual ~Sequence() = default;
   virtual void run() = 0;
   virtual bool cuda_graph() const = 0;  // run() replays one captured CUDA graph
+  virtual std::vector<double> time_runs(int n) = 0;
 };
 
 // The blocks of a grid a launch ran: all of them when blocks == grid (or both are 0: not counted).

@@ -165,17 +165,44 @@ class CudaSequence : public Sequence {
   }
 
   void run() override {
+    submit();
+    d_.check_cu(d_.cuStreamSynchronize(stream_), "kernel execution");
+  }
+  bool cuda_graph() const override { return exec_ != nullptr; }
+  std::vector<double> time_runs(int n) override {
+    std::vector<CUevent> events(static_cast<size_t>(n) + 1, nullptr);
+    std::vector<double> us;
+    try {
+      for (CUevent& e : events) d_.check_cu(d_.cuEventCreate(&e, 0), "event creation");
+      d_.check_cu(d_.cuEventRecord(events[0], stream_), "event record");
+      for (size_t i = 1; i < events.size(); ++i) {
+        submit();
+        d_.check_cu(d_.cuEventRecord(events[i], stream_), "event record");
+      }
+      d_.check_cu(d_.cuEventSynchronize(events.back()), "kernel execution");
+      for (size_t i = 1; i < events.size(); ++i) {
+        float ms = 0;
+        d_.check_cu(d_.cuEventElapsedTime(&ms, events[i - 1], events[i]), "event timing");
+        us.push_back(static_cast<double>(ms) * 1000.0);
+      }
+    } catch (...) {
+      for (CUevent e : events) if (e != nullptr) d_.cuEventDestroy(e);
+      throw;
+    }
+    for (CUevent e : events) d_.cuEventDestroy(e);
+    return us;
+  }
+
+ private:
+  CUresult enqueue(BoundLaunch& s) { return enqueue_launch(d_, s.launch, s.params, stream_); }
+  // Queues one run on the stream: the graph, or each launch.
+  void submit() {
     if (exec_ != nullptr) {
       d_.check_cu(d_.cuGraphLaunch(exec_, stream_), "CUDA graph launch");
     } else {
       for (BoundLaunch& s : steps_) d_.check_cu(enqueue(s), ("launch of kernel " + s.kernel).c_str());
     }
-    d_.check_cu(d_.cuStreamSynchronize(stream_), "kernel execution");
   }
-  bool cuda_graph() const override { return exec_ != nullptr; }
-
- private:
-  CUresult enqueue(BoundLaunch& s) { return enqueue_launch(d_, s.launch, s.params, stream_); }
   // The launches recorded on the stream and instantiated as one graph; nullptr where that fails.
   CUgraphExec capture() {
     if (d_.cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) != CUDA_SUCCESS) return nullptr;

@@ -80,6 +80,15 @@ class HostSequence : public Sequence {
     for (const Step& s : steps_) module_.launch(s.kernel, s.args);
   }
   bool cuda_graph() const override { return false; }
+  std::vector<double> time_runs(int n) override {
+    std::vector<double> us;
+    for (int i = 0; i < n; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      run();
+      us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    }
+    return us;
+  }
 
  private:
   Module& module_;

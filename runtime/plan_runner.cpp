@@ -125,6 +125,11 @@ std::vector<Tensor> PlanRunner::run(const std::vector<Tensor>& inputs) {
   return outs;
 }
 
+std::vector<double> PlanRunner::time_runs(int n) {
+  check(n > 0, "time_runs: the number of runs must be positive");
+  return s_->sequence->time_runs(n);
+}
+
 std::map<std::string, simt::Counters> PlanRunner::counters() const { return s_->module->counters(); }
 
 }  // namespace fusetune::runtime

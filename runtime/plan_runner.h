@@ -40,6 +40,9 @@ class PlanRunner {
   size_t launches() const;
   bool cuda_graph() const;
   std::vector<Tensor> run(const std::vector<Tensor>& inputs);
+  // After a run(): n more runs on the same inputs, back to back, each run's time in microseconds
+  // (backend::Sequence::time_runs: device events on a GPU, the steady clock on the host).
+  std::vector<double> time_runs(int n);
   // What each kernel did to memory over the runs so far (counted on the host backend; empty on
   // a GPU), by kernel name.
   std::map<std::string, simt::Counters> counters() const;

@@ -67,21 +67,33 @@ Ran run_bundle(const fs::path& dir, const importer::TestData& data, const Args& 
               runner.cuda_graph() ? " (one CUDA graph)" : "", be->name().c_str(),
               why.empty() ? "" : (" (no GPU: " + why + ")").c_str(), std::chrono::duration<double>(t1 - t0).count(),
               std::chrono::duration<double>(t2 - t1).count());
+  if (args.has("repeat")) {
+    const double n = args.number("repeat", 0);
+    check(n >= 1 && n <= 1e6 && n == static_cast<int>(n), "--repeat: a whole number of runs from 1 to 1000000, got ",
+          args.get("repeat"));
+    const backend::Timing t = backend::summarize_times(runner.time_runs(static_cast<int>(n)));
+    std::printf("timed %d runs: median %.3f us, min %.3f us, max %.3f us (%s)\n", t.repeats, t.median_us, t.min_us,
+                t.max_us,
+                runner.cuda_graph() ? "device events around each CUDA graph replay, L2 not flushed"
+                : be->name() == "host" ? "steady clock around each run on the host executor"
+                                       : "device events around each run's launches, L2 not flushed");
+  }
   return r;
 }
 
 }  // namespace
 
 int cmd_run(const std::vector<std::string>& argv) {
-  const Args args(argv, {"inputs", "out", "rtol", "atol", "shape", "backend"}, {});
+  const Args args(argv, {"inputs", "out", "rtol", "atol", "shape", "backend", "repeat"}, {});
   check(args.positional().size() == 1 && args.has("inputs"),
         "usage: fusetune run MODEL.onnx|PLAN_DIR --inputs DIR [--out DIR] [--rtol R] [--atol A] [--shape NAME=DxD...] "
-        "[--backend auto|host|cuda]");
+        "[--backend auto|host|cuda] [--repeat N]");
   const fs::path target = args.positional()[0];
   const fs::path data_dir = args.get("inputs");
   std::error_code ec;
   const bool bundle = fs::is_directory(target, ec) && fs::exists(target / "manifest.json", ec);
   if (fs::is_directory(target, ec) && !bundle) fail(target.string(), ": a directory without manifest.json is not a plan bundle");
+  check(bundle || !args.has("repeat"), "--repeat times a plan bundle; ", target.string(), " is a model (fusetune compile it first)");
   // A model's inputs first: one that is not a tensor is refused before its file is read as one.
   const std::vector<std::string> input_names = bundle ? std::vector<std::string>{} : importer::model_input_names(target);
   const importer::TestData data = importer::load_test_data(data_dir);
