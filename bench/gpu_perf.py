@@ -452,8 +452,13 @@ def child_main(name, cfg, deadline):
         model = spec["model"].to(device)
         spec["inputs"] = inputs = tuple(t.to(device) for t in spec["inputs"])
         state["dtype"] = spec["dtype"]
+        # The reference in full float32: torch's default lets cuDNN convolutions use TF32, whose
+        # 10-bit mantissa would be the error measured. The timings below keep torch's defaults.
+        tf32 = torch.backends.cudnn.allow_tf32
+        torch.backends.cudnn.allow_tf32 = False
         with torch.inference_mode():
             ref = tuple(o.clone() for o in flat_outputs(model(*inputs)))
+        torch.backends.cudnn.allow_tf32 = tf32
         if not all(torch.isfinite(o).all() for o in ref if o.is_floating_point()):
             raise RuntimeError("non-finite reference output")
         print(f"{name}: built, {sum(p.numel() for p in model.parameters()) / 1e6:.1f} M parameters, "
@@ -514,6 +519,10 @@ def child_main(name, cfg, deadline):
                     rc, _ = run_logged([cfg.fusetune, "run", tuned_dir, "--inputs", os.path.join(model_dir, "test_data_set_0"),
                                         "--backend", cfg.backend, "--repeat", str(cfg.fusetune_repeat)], rlog, remaining())
                     state["tune"]["run"] = parse_fusetune_run(rlog, rc)
+                    # Where the tuned plan's time goes, from the tune's own measurements.
+                    with open(cfg.path("logs", f"{name}.breakdown.md"), "w") as f:
+                        subprocess.run([sys.executable, os.path.join(ROOT, "bench", "plan_breakdown.py"), tuned_dir,
+                                        cfg.tune_db], stdout=f, stderr=subprocess.STDOUT, timeout=60)
             save()
             print(f"{name}: fusetune tune: {json.dumps(state['tune'])}", flush=True)
 
@@ -735,6 +744,12 @@ def render(cfg, results, ceilings, header):
     lines += ["", "Geometric mean of the speed-ups (measured): " + "; ".join(geo) + "."]
     if troubles:
         lines += ["", "Failed or skipped:"] + troubles
+    for row in results.values():
+        breakdown = cfg.path("logs", f"{row['name']}.breakdown.md")
+        if os.path.exists(breakdown):
+            with open(breakdown) as f:
+                lines += ["", f"## Where {row['name']}'s tuned plan spends its time (bench/plan_breakdown.py)", "",
+                          f.read().rstrip()]
     return "\n".join(lines) + "\n"
 
 
