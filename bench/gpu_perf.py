@@ -829,7 +829,14 @@ def parent_main(cfg, names, budget_s):
     publish()
     with open(cfg.path("performance.md")) as f:
         print("\n" + f.read(), end="", flush=True)
-    return 1 if any(r["status"] == "error" for r in results.values()) else 0
+    if any(r["status"] == "error" for r in results.values()):
+        return 1
+    # A rehearsal proves the steps work: a model it did not measure is a failure there.
+    unmeasured = [n for n in names if results.get(n, {}).get("status") != "ok"] if cfg.rehearse else []
+    if unmeasured:
+        print(f"rehearsal: not every model was measured: {', '.join(unmeasured)}", flush=True)
+        return 1
+    return 0
 
 
 def main():
