@@ -243,6 +243,8 @@ struct Server::State {
   // its next lease is sent, and a task's lease until its result.
   struct Counters {
     std::map<std::string, uint64_t> candidates_by_status;
+    // Results refused, by reason: unknown_peer, unknown_task, not_lease_holder, not_asked.
+    std::map<std::string, uint64_t> results_refused;
     uint64_t results = 0, leases = 0, lease_expiries = 0, cache_hits = 0;
     dashboards::Histogram dispatch_seconds{{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}};
     dashboards::Histogram task_seconds{{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}};
@@ -965,8 +967,55 @@ struct Server::State {
     }
   }
 
+  // A refused result changes nothing: one line in the log, a count by reason, an error to the peer.
+  void refuse_result(const std::string& identity, int64_t task, const std::string& reason, const std::string& why) {
+    ++counters.results_refused[reason];
+    log(LogIds{0, task, peer_name(identity)},
+        "result for task " + std::to_string(task) + " from " + peer_name(identity) + " refused: " + why, LogLevel::kWarn);
+    send_error(identity, "result for task " + std::to_string(task) + " refused: " + why);
+  }
+
+  // Why a result may not be stored, or "" when it may: it counts only from the peer holding the
+  // task's current lease, and only for candidates the task asked for, each once, with the source
+  // digest it was sent with.
+  static std::string result_refusal(const std::string& identity, const storage::TaskRecord& t, const wire::TaskResult& r,
+                                    std::string* reason) {
+    if (t.state != storage::TaskState::kLeased || t.worker != identity) {
+      *reason = "not_lease_holder";
+      return "the peer does not hold the task's lease";
+    }
+    if (r.abandoned()) return "";
+    wire::Task asked;
+    if (!asked.ParseFromString(t.payload)) {
+      *reason = "not_asked";
+      return "the task's stored payload is unreadable";
+    }
+    std::map<std::string, std::string> digests;  // config -> source digest, as asked
+    for (const wire::Candidate& c : asked.candidates()) digests.emplace(c.config(), c.source_digest());
+    std::set<std::string> seen;
+    for (const wire::CandidateResult& c : r.results()) {
+      const auto d = digests.find(c.config());
+      *reason = "not_asked";
+      if (d == digests.end()) return "configuration '" + c.config() + "' was not asked for";
+      if (d->second != c.source_digest()) return "configuration '" + c.config() + "' came with another source digest";
+      if (!seen.insert(c.config()).second) return "configuration '" + c.config() + "' came twice";
+    }
+    return "";
+  }
+
   void on_result(const std::string& identity, const wire::TaskResult& r) {
     auto w = workers.find(identity);
+    const auto t = queue.task(r.task_id());
+    if (!t) return refuse_result(identity, r.task_id(), "unknown_task", "no such task");
+    if (t->state == storage::TaskState::kDone && t->worker == identity && !r.abandoned()) {
+      // Its own late duplicate (a resend after a reconnect): already stored once.
+      log(LogIds{0, r.task_id(), peer_name(identity)}, "late result for task " + std::to_string(r.task_id()) + " from " + peer_name(identity) + " ignored (already done)");
+      return;
+    }
+    std::string reason;
+    if (const std::string why = result_refusal(identity, *t, r, &reason); !why.empty()) {
+      return refuse_result(identity, r.task_id(), reason, why);
+    }
     if (w != workers.end()) {
       w->second.leases.erase(r.task_id());
       slot_freed.emplace(identity, Clock::now());
@@ -982,16 +1031,9 @@ struct Server::State {
       if (!r.abandoned()) counters.task_seconds.observe(std::chrono::duration<double>(Clock::now() - l->second).count());
       leased_at.erase(l);
     }
-    const auto t = queue.task(r.task_id());
-    if (!t) {
-      log(LogIds{0, r.task_id(), peer_name(identity)}, "result for unknown task " + std::to_string(r.task_id()) + " from " + peer_name(identity) + " ignored", LogLevel::kWarn);
-      return;
-    }
     if (r.abandoned()) {
-      if (t->state == storage::TaskState::kLeased && t->worker == identity) {
-        queue.requeue_task(r.task_id(), /*attempt_counts=*/false);
-        log(LogIds{0, r.task_id(), peer_name(identity)}, "task " + std::to_string(r.task_id()) + " handed back by " + peer_name(identity));
-      }
+      queue.requeue_task(r.task_id(), /*attempt_counts=*/false);
+      log(LogIds{0, r.task_id(), peer_name(identity)}, "task " + std::to_string(r.task_id()) + " handed back by " + peer_name(identity));
       return;
     }
     const std::string worker_name = w != workers.end() ? w->second.hello.worker_id() : identity;
@@ -1097,9 +1139,8 @@ struct Server::State {
         }
         return;
       case wire::Envelope::kResult:
-        on_result(identity, e.result());
-        if (w == workers.end()) send_error(identity, "unknown worker: say hello");
-        return;
+        if (w == workers.end()) return refuse_result(identity, e.result().task_id(), "unknown_peer", "unknown worker: say hello");
+        return on_result(identity, e.result());
       case wire::Envelope::kBye:
         if (w != workers.end()) {
           const std::map<int64_t, int64_t> held = std::move(w->second.leases);
@@ -1208,6 +1249,7 @@ struct Server::State {
     return {{"workers", out},
             {"candidates_by_status", counters.candidates_by_status},
             {"results", counters.results},
+            {"results_refused", counters.results_refused},
             {"cache_hits", counters.cache_hits},
             {"lease_expiries", counters.lease_expiries}};
   }
@@ -1247,6 +1289,10 @@ struct Server::State {
     x.counter("fusetune_candidates_measured", "Candidates whose results this coordinator stored, by status.",
               by("status", counters.candidates_by_status));
     x.counter("fusetune_results", "Task results this coordinator stored.", {{{}, static_cast<double>(counters.results)}});
+    x.counter("fusetune_results_refused",
+              "Task results refused: from a peer that said no hello, for an unknown task, from a peer not holding the "
+              "task's lease, or for candidates the task did not ask for.",
+              by("reason", counters.results_refused));
     x.counter("fusetune_leases", "Tasks leased to workers.", {{{}, static_cast<double>(counters.leases)}});
     x.counter("fusetune_lease_expiries", "Leases whose deadline passed.", {{{}, static_cast<double>(counters.lease_expiries)}});
     x.counter("fusetune_cache_hits", "Groups the search database answered without a measurement.",

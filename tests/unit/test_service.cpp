@@ -242,13 +242,14 @@ TEST_F(Service, ACoordinatorKilledMidJobResumesAfterRestart) {
 // told, so that the coordinator's decisions can be checked against known measurements.
 class ScriptedWorker {
  public:
-  ScriptedWorker(zmq::context_t& context, const std::string& endpoint) : socket_(context, zmq::socket_type::dealer) {
+  ScriptedWorker(zmq::context_t& context, const std::string& endpoint, const std::string& id = "scripted", bool say_hello = true)
+      : socket_(context, zmq::socket_type::dealer) {
     socket_.set(zmq::sockopt::linger, 0);
-    socket_.set(zmq::sockopt::routing_id, std::string("scripted"));
+    socket_.set(zmq::sockopt::routing_id, id);
     socket_.connect(endpoint);
     wire::Envelope hello;
     wire::Hello& h = *hello.mutable_hello();
-    h.set_worker_id("scripted");
+    h.set_worker_id(id);
     h.set_min_version(wire::kMinProtocolVersion);
     h.set_max_version(wire::kProtocolVersion);
     h.set_codegen_version(codegen::kCodegenVersion);
@@ -256,7 +257,7 @@ class ScriptedWorker {
     h.mutable_device()->set_arch("host");
     h.mutable_device()->set_toolkit("scripted: no compiler");
     hello_ = hello;
-    send(hello);
+    if (say_hello) send(hello);
   }
   // Says hello again, as a restarted worker does (what it held is released).
   void hello_again() { send(hello_); }
@@ -287,9 +288,27 @@ class ScriptedWorker {
     } while (std::chrono::steady_clock::now() < deadline);
     return {};
   }
+  // The next error the coordinator sends within `ms` milliseconds (tasks are dropped), or "".
+  std::string next_error(int ms) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    do {
+      zmq::pollitem_t item{static_cast<void*>(socket_), 0, ZMQ_POLLIN, 0};
+      zmq::poll(&item, 1, std::chrono::milliseconds(100));
+      zmq::message_t msg;
+      if (socket_.recv(msg, zmq::recv_flags::dontwait)) {
+        const wire::Envelope e = wire::decode(msg.data(), msg.size());
+        if (e.has_error()) return e.error().message();
+      }
+    } while (std::chrono::steady_clock::now() < deadline);
+    return "";
+  }
   // Answers a task: each candidate's (median, CI low, CI high) by config, "ok", and interleaved with
   // the other candidate when the task asked for it.
   void answer(const wire::Task& t, const std::map<std::string, std::array<double, 3>>& times) {
+    send(result(t, times));
+  }
+  // The result answer() sends, for a test to forge.
+  wire::Envelope result(const wire::Task& t, const std::map<std::string, std::array<double, 3>>& times) const {
     wire::Envelope r;
     r.mutable_result()->set_task_id(t.task_id());
     for (const wire::Candidate& c : t.candidates()) {
@@ -306,17 +325,76 @@ class ScriptedWorker {
       cr.set_repeats(20);
       if (t.policy().interleave()) cr.set_interleaved_with(t.candidates(c.config() == t.candidates(0).config()).config());
     }
-    send(r);
+    return r;
   }
-
- private:
   void send(const wire::Envelope& e) {
     const std::string bytes = wire::encode(e);
     socket_.send(zmq::buffer(bytes), zmq::send_flags::none);
   }
+
+ private:
   zmq::socket_t socket_;
   wire::Envelope hello_;
 };
+
+// Only the peer holding a task's lease may answer it, and only for the candidates it was sent: a
+// peer that said no hello, another worker, a configuration the task did not ask for, another
+// source digest and a configuration sent twice are each refused with an error naming why, and
+// none of them stores a row or ends the lease; the holder's own result then decides the job.
+TEST_F(Service, OnlyTheLeaseHolderAnswersAndOnlyForTheCandidatesItWasSent) {
+  start_coordinator();
+  ScriptedWorker holder(context_, endpoint_, "holder");
+  const int64_t job = submit(write_model(dir_, "relu", 4096, {"Relu"}), 2, "host", kOneRound);
+  const wire::Task t = holder.next_task();
+  ASSERT_GT(t.task_id(), 0) << coordinator_->log();
+  ASSERT_GE(t.candidates_size(), 1);
+  std::map<std::string, std::array<double, 3>> forged, honest;
+  for (const wire::Candidate& c : t.candidates()) {
+    forged[c.config()] = {0.001, 0.001, 0.001};
+    honest[c.config()] = {10.0, 9.9, 10.1};
+  }
+  ScriptedWorker other(context_, endpoint_, "other");
+  ScriptedWorker stranger(context_, endpoint_, "stranger", /*say_hello=*/false);
+  stranger.send(holder.result(t, forged));
+  EXPECT_NE(stranger.next_error(5000).find("unknown worker"), std::string::npos);
+  other.send(other.result(t, forged));
+  EXPECT_NE(other.next_error(5000).find("does not hold the task's lease"), std::string::npos);
+  wire::Envelope foreign = holder.result(t, forged);
+  foreign.mutable_result()->mutable_results(0)->set_config("tile=1x1 threads=32 injected");
+  holder.send(foreign);
+  EXPECT_NE(holder.next_error(5000).find("was not asked for"), std::string::npos);
+  wire::Envelope other_source = holder.result(t, forged);
+  other_source.mutable_result()->mutable_results(0)->set_source_digest("0000");
+  holder.send(other_source);
+  EXPECT_NE(holder.next_error(5000).find("another source digest"), std::string::npos);
+  wire::Envelope twice = holder.result(t, forged);
+  *twice.mutable_result()->add_results() = twice.result().results(0);
+  holder.send(twice);
+  EXPECT_NE(holder.next_error(5000).find("came twice"), std::string::npos);
+  {
+    storage::SearchDb db(db_);
+    storage::JobQueue queue(db);
+    const auto task = queue.task(t.task_id());
+    ASSERT_TRUE(task.has_value());
+    EXPECT_EQ(task->state, storage::TaskState::kLeased);
+    EXPECT_EQ(task->worker, "holder");
+    EXPECT_TRUE(db.top_k(task->signature, task->device, task->codegen_version, 100).empty()) << "a refused result was stored";
+  }
+  holder.answer(t, honest);
+  for (wire::Task more = holder.try_task(3000); more.task_id() > 0; more = holder.try_task(3000)) {
+    std::map<std::string, std::array<double, 3>> times;
+    for (const wire::Candidate& c : more.candidates()) times[c.config()] = {10.0, 9.9, 10.1};
+    holder.answer(more, times);
+  }
+  wait_for([&] { holder.heartbeat(); return status(job).state() == "done"; }, "the job to finish on the holder's result");
+  storage::SearchDb db(db_);
+  storage::JobQueue queue(db);
+  const auto task = queue.task(t.task_id());
+  for (const storage::Measurement& m : db.top_k(task->signature, task->device, task->codegen_version, 100)) {
+    EXPECT_GT(m.median_us, 1.0) << "a forged time was stored for " << m.config;
+    EXPECT_EQ(m.worker, "holder");
+  }
+}
 
 // A task whose lease ends without a result max_attempts times (here: its worker restarts while
 // holding it) fails; the job still finishes, naming the failure, and the group keeps its modeled
@@ -384,11 +462,13 @@ double percentile(std::vector<double> v, double p) {
 // followed by its next task at once, at p99 within a fiftieth of the time the work takes.
 TEST_F(Service, TheEventLoopServesWorkersAndClientsWhileALargeModelIsSubmitted) {
   start_coordinator();
-  ScriptedWorker w(context_, endpoint_);
   std::vector<int64_t> small;  // the worker's work meanwhile: small models' tasks, one round each
   for (const char* name : {"cnn_small", "resnet_small", "nerf_mlp", "vit", "mobilenet_v2", "efficientnet_b0"}) {
     small.push_back(submit(bundled_model(name), 8, "host", kOneRound));
   }
+  // The worker joins once the submissions are answered: they block this thread, which also sends
+  // its heartbeats, for longer than the coordinator's worker timeout on a slow machine.
+  ScriptedWorker w(context_, endpoint_);
   for (int64_t job : small) {  // lowered after their answers: wait until their tasks exist
     wait_for([&] { w.heartbeat(); return status(job).tasks() > 0; }, "a small job's tasks");
   }
