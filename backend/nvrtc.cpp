@@ -61,6 +61,20 @@ std::string nvrtc_version() {
   return std::to_string(major) + "." + std::to_string(minor);
 }
 
+namespace {
+
+// What NVRTC said while compiling the program (warnings, errors, ptxas's report).
+std::string program_log(nvrtcProgram prog) {
+  size_t size = 0;
+  nvrtcGetProgramLogSize(prog, &size);
+  std::string log(size, '\0');
+  if (size > 0) nvrtcGetProgramLog(prog, log.data());
+  while (!log.empty() && log.back() == '\0') log.pop_back();
+  return log;
+}
+
+}  // namespace
+
 CompiledCuda compile_cuda(const std::string& source, const std::string& arch, int max_registers) {
   const auto t0 = std::chrono::steady_clock::now();
   nvrtcProgram prog = nullptr;
@@ -87,10 +101,7 @@ CompiledCuda compile_cuda(const std::string& source, const std::string& arch, in
     if (rc != NVRTC_ERROR_INVALID_OPTION || !with_optional) break;
     nvrtcDestroyProgram(&prog);
   }
-  size_t log_size = 0;
-  nvrtcGetProgramLogSize(prog, &log_size);
-  std::string log(log_size, '\0');
-  if (log_size > 0) nvrtcGetProgramLog(prog, log.data());
+  const std::string log = program_log(prog);
   if (rc != NVRTC_SUCCESS) {
     nvrtcDestroyProgram(&prog);
     fail("NVRTC compilation for ", arch, " failed: ", nvrtcGetErrorString(rc), "\n", log.substr(0, 4000));
@@ -106,6 +117,27 @@ CompiledCuda compile_cuda(const std::string& source, const std::string& arch, in
   out.resources = parse_resources(log);
   out.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return out;
+}
+
+std::string compile_ptx(const std::string& source, const std::string& arch) {
+  check(arch.rfind("sm_", 0) == 0, "compile_ptx: an architecture sm_XX, got ", arch);
+  nvrtcProgram prog = nullptr;
+  nvrtc_check(nvrtcCreateProgram(&prog, source.c_str(), "fusetune_kernels.cu", 0, nullptr, nullptr), "program creation");
+  const std::string target = "--gpu-architecture=compute_" + arch.substr(3);
+  const std::vector<const char*> opts = {target.c_str(), "--std=c++17"};
+  const nvrtcResult rc = nvrtcCompileProgram(prog, static_cast<int>(opts.size()), opts.data());
+  const std::string log = program_log(prog);
+  if (rc != NVRTC_SUCCESS) {
+    nvrtcDestroyProgram(&prog);
+    fail("NVRTC compilation to PTX for ", arch, " failed: ", nvrtcGetErrorString(rc), "\n", log.substr(0, 4000));
+  }
+  size_t size = 0;
+  nvrtc_check(nvrtcGetPTXSize(prog, &size), "PTX size");
+  std::string ptx(size, '\0');
+  nvrtc_check(nvrtcGetPTX(prog, ptx.data()), "PTX");
+  nvrtcDestroyProgram(&prog);
+  while (!ptx.empty() && ptx.back() == '\0') ptx.pop_back();
+  return ptx;
 }
 
 CompiledCuda compile_cuda_cached(const std::string& source, const std::string& arch, int max_registers) {
@@ -148,6 +180,9 @@ CompiledCuda compile_cuda(const std::string&, const std::string& arch, int) {
 }
 CompiledCuda compile_cuda_cached(const std::string& source, const std::string& arch, int max_registers) {
   return compile_cuda(source, arch, max_registers);
+}
+std::string compile_ptx(const std::string&, const std::string& arch) {
+  fail("this build has no NVRTC (the CUDA toolkit was not found at build time); cannot compile for ", arch);
 }
 
 #endif

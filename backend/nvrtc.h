@@ -36,5 +36,9 @@ bool nvrtc_available();
 std::string nvrtc_version();
 CompiledCuda compile_cuda(const std::string& source, const std::string& arch, int max_registers = 0);
 CompiledCuda compile_cuda_cached(const std::string& source, const std::string& arch, int max_registers = 0);
+// The PTX NVRTC emits for the module on the virtual architecture of `arch` ("sm_90" -> compute_90),
+// with the options compile_cuda uses: what the regression tests of the generated code's habits
+// read (conversions, index arithmetic, access widths).
+std::string compile_ptx(const std::string& source, const std::string& arch);
 
 }  // namespace fusetune::backend

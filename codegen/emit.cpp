@@ -47,6 +47,11 @@ constexpr std::string_view kCudaIntrinsics = R"CUDA(#ifndef FT_SIMT
 FT_FN float4 ft_load_float4(const float* p, long long i) { return *(const float4*)(p + i); }
 FT_FN void ft_store_float4(float* p, long long i, float4 v) { *(float4*)(p + i) = v; }
 FT_FN bool ft_aligned16(const float* p, long long i) { return (((unsigned long long)(p + i)) & 15ULL) == 0ULL; }
+// float16 and bfloat16 to and from float: one cvt instruction each (bfloat16 widening is a shift).
+FT_FN float ft_h2f(unsigned short h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
+FT_FN unsigned short ft_f2h(float f) { unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+FT_FN float ft_bf2f(unsigned short b) { return __uint_as_float((unsigned)b << 16); }
+FT_FN unsigned short ft_f2bf(float f) { unsigned short h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
 #define FT_MMA_M16N8K16(NAME, TYPES)                                                                             \
   FT_FN void NAME(float& d0, float& d1, float& d2, float& d3, unsigned a0, unsigned a1, unsigned a2, unsigned a3, \
                   unsigned b0, unsigned b1) {                                                                    \

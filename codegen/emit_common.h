@@ -1,6 +1,5 @@
 // The prelude shared by generated CUDA and host kernels: index helpers with floor semantics,
-// float16 and bfloat16 conversions by bit manipulation (no cuda_fp16.h needed; round to nearest
-// even, NaN and infinity preserved, as core/dtype.h), float8/E8M0/float4 conversions and 4/2-bit
+// float8/E8M0/float4 conversions and 4/2-bit
 // integer wraps (the semantics of core/narrow_types.h, written again in float and integer
 // operations a GPU runs natively: ft_f2mini rounds with rintf after an exact power-of-two scaling),
 // and activation helpers. emit_cuda puts it
@@ -17,26 +16,6 @@ FT_FN long long ft_fdiv(long long a, long long b) { long long q = a / b; return 
 FT_FN long long ft_fmod(long long a, long long b) { return a - ft_fdiv(a, b) * b; }
 FT_FN long long ft_min(long long a, long long b) { return a < b ? a : b; }
 FT_FN long long ft_max(long long a, long long b) { return a > b ? a : b; }
-FT_FN float ft_h2f(unsigned short h) {
-  unsigned int sign = (unsigned int)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
-  if (exp == 0) { float v = (float)mant * 5.9604644775390625e-8f; return sign ? -v : v; }
-  unsigned int bits = exp == 31 ? (sign | 0x7f800000u | (mant << 13)) : (sign | ((exp + 112u) << 23) | (mant << 13));
-  union { unsigned int u; float f; } c; c.u = bits; return c.f;
-}
-FT_FN unsigned short ft_f2h(float f) {
-  union { float f; unsigned int u; } c; c.f = f;
-  unsigned int x = c.u, sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;
-  if (a >= 0x7f800000u) return (unsigned short)(sign | 0x7c00u | (a > 0x7f800000u ? 0x200u : 0u));
-  if (a >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u);
-  if (a < 0x38800000u) { union { unsigned int u; float f; } m; m.u = a; return (unsigned short)(sign | (unsigned int)rintf(m.f * 16777216.0f)); }
-  unsigned int r = a + 0xfffu + ((a >> 13) & 1u); r -= 0x38000000u; return (unsigned short)(sign | (r >> 13));
-}
-FT_FN float ft_bf2f(unsigned short b) { union { unsigned int u; float f; } c; c.u = (unsigned int)b << 16; return c.f; }
-FT_FN unsigned short ft_f2bf(float f) {
-  union { float f; unsigned int u; } c; c.f = f;
-  if ((c.u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((c.u >> 16) | 0x40u);
-  return (unsigned short)((c.u + 0x7fffu + ((c.u >> 16) & 1u)) >> 16);
-}
 FT_FN float ft_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 FT_FN float ft_softplus(float x) { return x > 0.0f ? x + log1pf(expf(-x)) : log1pf(expf(x)); }
 FT_FN float ft_hardswish(float x) { return x * fminf(1.0f, fmaxf(0.0f, x / 6.0f + 0.5f)); }

@@ -1598,6 +1598,7 @@ Server::Server(zmq::context_t& context, ServerOptions options)
     : s_(std::make_unique<State>(context, std::move(options))) {
   s_->socket.set(zmq::sockopt::linger, 0);
   s_->socket.set(zmq::sockopt::router_mandatory, false);
+  s_->socket.set(zmq::sockopt::maxmsgsize, s_->opt.max_message_bytes);
   wire::apply_server_security(s_->socket, s_->opt.security);
   try {
     s_->socket.bind(s_->opt.listen);

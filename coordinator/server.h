@@ -45,6 +45,10 @@ struct ServerOptions {
   int worker_timeout_ms = 5000;
   int max_attempts = 3;
   int work_threads = 2;  // the pool that imports, plans, lowers and exports off the event loop
+  // The largest message a peer may send (ZMQ_MAXMSGSIZE): a peer sending more is disconnected by
+  // ZeroMQ before the message is buffered. Model files travel in 4 MB upload pieces; 64 MiB
+  // leaves room for a model sent inline in its submission.
+  int64_t max_message_bytes = 64LL << 20;
   std::string id = "coordinator";
   wire::ServerSecurity security;  // CURVE: this coordinator's key pair and the keys it accepts
   std::function<void(const std::string&)> log;  // default: stderr

@@ -215,10 +215,44 @@ FT_INTRINSIC ft_flt __shfl_xor_sync(unsigned mask, ft_flt v, int lane_mask, int 
   return all[(ft_simt_lane() ^ (unsigned)lane_mask) & 31u];
 }
 
-// mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}: D = A * B + C with C in D's registers. The
-// 16-bit conversions are the CUDA text's own (its prelude, codegen/emit_common.h, defines them).
-FT_FN ft_flt ft_h2f(unsigned short h);
-FT_FN ft_flt ft_bf2f(unsigned short b);
+// cvt.f32.f16, cvt.rn.f16.f32, cvt.rn.bf16.f32 and bfloat16's widening shift, as the PTX ISA
+// defines them: exact widening; narrowing rounds to nearest even, keeps infinities, overflows to
+// infinity, rounds into the subnormals; a NaN stays a NaN (its payload is not modelled). Computed
+// here in the host's own float, so the emulation's operations are not counted: on the GPU each is
+// one instruction, no floating-point operation of the kernel.
+FT_FN unsigned int ft_float_bits(float f) {
+  unsigned int u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+FT_FN float ft_bits_float(unsigned int u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+FT_FN ft_flt ft_h2f(unsigned short h) {
+  unsigned int sign = (unsigned int)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  if (exp == 0) { float v = (float)mant * 5.9604644775390625e-8f; return sign ? -v : v; }
+  return ft_bits_float(exp == 31 ? (sign | 0x7f800000u | (mant << 13)) : (sign | ((exp + 112u) << 23) | (mant << 13)));
+}
+FT_FN unsigned short ft_f2h(ft_flt value) {
+  const unsigned int x = ft_float_bits(value.v);
+  const unsigned int sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;
+  if (a >= 0x7f800000u) return (unsigned short)(sign | 0x7c00u | (a > 0x7f800000u ? 0x200u : 0u));
+  if (a >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u);
+  if (a < 0x38800000u) return (unsigned short)(sign | (unsigned int)rintf(ft_bits_float(a) * 16777216.0f));
+  unsigned int r = a + 0xfffu + ((a >> 13) & 1u);
+  r -= 0x38000000u;
+  return (unsigned short)(sign | (r >> 13));
+}
+FT_FN ft_flt ft_bf2f(unsigned short b) { return ft_bits_float((unsigned int)b << 16); }
+FT_FN unsigned short ft_f2bf(ft_flt value) {
+  const unsigned int u = ft_float_bits(value.v);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+  return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+// mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}: D = A * B + C with C in D's registers.
 struct ft_mma_operands {
   unsigned a[4], b[2];
 };

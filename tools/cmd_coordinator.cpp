@@ -15,11 +15,11 @@ namespace fusetune::cli {
 
 int cmd_coordinator(const std::vector<std::string>& argv) {
   const Args args(argv, {"listen", "db", "heartbeat-ms", "worker-timeout-ms", "max-attempts", "key", "allow", "http", "http-token",
-                         "log-format"},
+                         "log-format", "max-message-mb"},
                   {});
   check(args.positional().empty() && args.has("listen"),
         "usage: fusetune coordinator --listen tcp://ADDRESS:PORT [--db PATH] [--key COORD.key --allow KEYS_DIR] "
-        "[--worker-timeout-ms MS] [--http HOST:PORT [--http-token TOKEN]] [--log-format text|json]");
+        "[--worker-timeout-ms MS] [--max-message-mb MB] [--http HOST:PORT [--http-token TOKEN]] [--log-format text|json]");
   set_log_format(parse_log_format(args.get("log-format", "text")));
   coordinator::ServerOptions opt;
   opt.listen = args.get("listen");
@@ -28,6 +28,9 @@ int cmd_coordinator(const std::vector<std::string>& argv) {
   opt.heartbeat_ms = static_cast<int>(args.number("heartbeat-ms", 1000));
   opt.worker_timeout_ms = static_cast<int>(args.number("worker-timeout-ms", 5000));
   opt.max_attempts = static_cast<int>(args.number("max-attempts", 3));
+  const double max_mb = args.number("max-message-mb", 64);
+  check(max_mb >= 5 && max_mb <= 4096, "--max-message-mb: from 5 (an upload piece is 4 MB) to 4096, got ", args.get("max-message-mb"));
+  opt.max_message_bytes = static_cast<int64_t>(max_mb * (1 << 20));
   opt.security = server_security(args);
   opt.http = args.get("http", "");
   const char* token = std::getenv("FUSETUNE_HTTP_TOKEN");

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <regex>
 
+#include "unit/cli_run.h"
 #include "unit/onnx_builder.h"
 
 namespace fusetune {
@@ -19,22 +20,8 @@ namespace fs = std::filesystem;
 using testing::kFloat;
 using testing::OnnxBuilder;
 
-struct Outcome {
-  int exit_code = -1;
-  std::string output;
-};
-
-Outcome run_cli(const std::string& args) {
-  const std::string cmd = std::string(FUSETUNE_BINARY) + " " + args + " 2>&1";
-  Outcome o;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return o;
-  std::array<char, 4096> buf{};
-  while (fgets(buf.data(), static_cast<int>(buf.size()), p) != nullptr) o.output += buf.data();
-  const int status = pclose(p);
-  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return o;
-}
+using testing::Outcome;
+using testing::run_cli;
 
 class BadInput : public ::testing::Test {
  protected:

@@ -772,6 +772,37 @@ TEST_F(Service, AModelWithExternalDataTravelsInPiecesAndIsStoredAsItsFiles) {
   EXPECT_EQ(status(job).state(), "queued");
 }
 
+// A frame over --max-message-mb is dropped by ZeroMQ, with its connection, before it is buffered
+// or handled; a garbage frame under the limit is handled (answered with an error), and the
+// coordinator goes on serving.
+TEST_F(Service, AFrameOverTheMessageLimitIsDroppedUnreadAndTheServiceGoesOn) {
+  start_coordinator({"--max-message-mb", "5"});
+  auto garbage_socket = [&] {
+    zmq::socket_t raw(context_, zmq::socket_type::dealer);
+    raw.set(zmq::sockopt::linger, 0);
+    raw.connect(endpoint_);
+    return raw;
+  };
+  auto reply_within = [](zmq::socket_t& raw, int ms) {
+    zmq::pollitem_t item{static_cast<void*>(raw), 0, ZMQ_POLLIN, 0};
+    zmq::poll(&item, 1, std::chrono::milliseconds(ms));
+    zmq::message_t reply;
+    return raw.recv(reply, zmq::recv_flags::dontwait).has_value();
+  };
+  zmq::socket_t over = garbage_socket();
+  over.send(zmq::buffer(std::string((6u << 20) + 1, 'x')), zmq::send_flags::none);
+  zmq::socket_t under = garbage_socket();
+  under.send(zmq::buffer(std::string(4u << 20, 'x')), zmq::send_flags::none);
+  EXPECT_TRUE(reply_within(under, 20000)) << "a 4 MB garbage frame was not answered\n" << coordinator_->log();
+  // The loop has handled what reached it by now, and a status request after it is answered: the
+  // frame over the limit never reached it (handled, it would have been answered as the other was).
+  EXPECT_GE(status(submit(write_model(dir_, "relu", 33, {"Relu"}), 1)).tasks(), 0);
+  EXPECT_FALSE(reply_within(over, 1000)) << "a frame over the limit was read and answered";
+  // A malformed frame that is read is logged with its size: the one under the limit, never the other.
+  EXPECT_NE(coordinator_->log().find("4194304 bytes"), std::string::npos) << coordinator_->log();
+  EXPECT_EQ(coordinator_->log().find("6291457 bytes"), std::string::npos) << coordinator_->log();
+}
+
 TEST_F(Service, GarbageFramesAndIncompatibleWorkersAreHandledAndTheServiceGoesOn) {
   start_coordinator();
   zmq::socket_t raw(context_, zmq::socket_type::dealer);
