@@ -5,7 +5,7 @@
 
 What it measures, per model (batch 1, static shapes):
   * fusetune: the model is exported to ONNX with torch's outputs as test data, compiled by
-    `fusetune compile --device h100` (its wall time is the "compile s" column) and run by
+    `fusetune compile --device PLAN_DEVICE` (h100, or h200 on an H200; its wall time is the "compile s" column) and run by
     `fusetune run PLAN --backend cuda --repeat 100`, which checks the plan's outputs against torch's
     and times 100 replays of the plan's CUDA graph with device events (L2 not flushed); the median
     is the figure compared. Then `fusetune tune --device auto --time TUNE_S` tunes it on the GPU (a
@@ -96,6 +96,9 @@ class Config:
         # A rehearsal's tune measures on the host executor: two candidates a group keep it short.
         self.tune_extra = ["--candidates", "2"] if rehearse else []
         self.autotune_min_s = float(os.environ.get("AUTOTUNE_MIN_S", MAX_AUTOTUNE_MIN_S))
+        # The device description plans are compiled for (planner/devices/): PLAN_DEVICE, which the
+        # parent sets from nvidia-smi's name when unset (an H200 plans as h200, anything else h100).
+        self.plan_device = os.environ.get("PLAN_DEVICE", "h100")
 
     def path(self, *parts):
         return os.path.join(self.out_dir, *parts)
@@ -293,9 +296,13 @@ def run_logged(cmd, log_path, timeout):
     with open(log_path, "w") as log:
         log.write("$ " + " ".join(cmd) + "\n")
         log.flush()
+        # A process group of its own: a timeout ends what it started too (a tune's measuring child).
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=timeout).returncode
+            rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired as e:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
             raise OutOfBudget() from e
     return rc, time.monotonic() - t0
 
@@ -477,7 +484,7 @@ def child_main(name, cfg, deadline):
             enter("fusetune compile")
             shutil.rmtree(plan_dir, ignore_errors=True)
             log = cfg.path("logs", f"{name}.compile.log")
-            rc, secs = run_logged([cfg.fusetune, "compile", os.path.join(model_dir, "model.onnx"), "--device", "h100",
+            rc, secs = run_logged([cfg.fusetune, "compile", os.path.join(model_dir, "model.onnx"), "--device", cfg.plan_device,
                                    "--out", plan_dir], log, remaining())
             state["compile"] = dict(rc=rc, seconds=secs)
             if rc != 0:
@@ -504,25 +511,29 @@ def child_main(name, cfg, deadline):
             shutil.rmtree(tuned_dir, ignore_errors=True)
             log = cfg.path("logs", f"{name}.tune.log")
             cap = min(cfg.tune_cap_s, remaining() - 60)
+            if cap < 30:  # the budget, not the tune: a later invocation tries again
+                raise OutOfBudget()
+            tune = {}
             try:
                 rc, secs = run_logged([cfg.fusetune, "tune", os.path.join(model_dir, "model.onnx"), "--device",
                                        "host" if cfg.rehearse else "auto", "--time", f"{cfg.tune_search_s:g}", "--db",
                                        cfg.tune_db, "--out", tuned_dir] + cfg.tune_extra, log, cap)
             except OutOfBudget:
-                state["tune"] = dict(skipped=f"did not finish in {max(cap, 0):.0f} s")
+                tune = dict(skipped=f"did not finish in {cap:.0f} s")
             else:
-                state["tune"] = dict(rc=rc, seconds=secs)
+                tune = dict(rc=rc, seconds=secs)
                 if rc != 0:
-                    state["tune"]["skipped"] = f"failed (exit {rc}): {last_line(log)}"
+                    tune["skipped"] = f"failed (exit {rc}): {last_line(log)}"
                 else:
                     rlog = cfg.path("logs", f"{name}.tuned-run.log")
                     rc, _ = run_logged([cfg.fusetune, "run", tuned_dir, "--inputs", os.path.join(model_dir, "test_data_set_0"),
                                         "--backend", cfg.backend, "--repeat", str(cfg.fusetune_repeat)], rlog, remaining())
-                    state["tune"]["run"] = parse_fusetune_run(rlog, rc)
+                    tune["run"] = parse_fusetune_run(rlog, rc)
                     # Where the tuned plan's time goes, from the tune's own measurements.
                     with open(cfg.path("logs", f"{name}.breakdown.md"), "w") as f:
                         subprocess.run([sys.executable, os.path.join(ROOT, "bench", "plan_breakdown.py"), tuned_dir,
                                         cfg.tune_db], stdout=f, stderr=subprocess.STDOUT, timeout=60)
+            state["tune"] = tune  # recorded whole: a tune whose plan was not yet timed is done again
             save()
             print(f"{name}: fusetune tune: {json.dumps(state['tune'])}", flush=True)
 
@@ -867,6 +878,9 @@ def main():
     # bench/gpu_perf.sh's outer timeout sends SIGTERM: end like Ctrl-C, so the running child's
     # process group is killed (run_child's finally) and the table written so far stays.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
+    if "PLAN_DEVICE" not in os.environ:
+        os.environ["PLAN_DEVICE"] = "h200" if "H200" in device_header(cfg)["device"] else "h100"
+        cfg.plan_device = os.environ["PLAN_DEVICE"]
     return parent_main(cfg, names, budget_s)
 
 

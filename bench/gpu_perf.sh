@@ -33,6 +33,7 @@
 #   TUNE_S, TUNE_CAP_S  fusetune tune's --time (default 30; 0: no tune) and its wall-time cap (150)
 #   TUNE_MODELS  the models tuned, a comma list (default: every model)
 #   FUSETUNE_COMMIT  the commit the table names, where the tree has no .git
+#   PLAN_DEVICE  the device description plans are compiled for (default: h200 on an H200, else h100)
 #   PYTHON    the interpreter, with torch, torchvision, onnx, numpy (and transformers for the HF
 #             decoders) (default python3; --rehearse: /usr/bin/python3, Debian's, after
 #             scripts/install-export-deps.sh)

@@ -51,7 +51,15 @@ FT_FN bool ft_aligned16(const float* p, long long i) { return (((unsigned long l
 FT_FN float ft_h2f(unsigned short h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
 FT_FN unsigned short ft_f2h(float f) { unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
 FT_FN float ft_bf2f(unsigned short b) { return __uint_as_float((unsigned)b << 16); }
+#if __CUDA_ARCH__ >= 800
 FT_FN unsigned short ft_f2bf(float f) { unsigned short h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+#else  // no bfloat16 cvt before sm_80: round to nearest even on the bits
+FT_FN unsigned short ft_f2bf(float f) {
+  const unsigned u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+  return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+#endif
 #define FT_MMA_M16N8K16(NAME, TYPES)                                                                             \
   FT_FN void NAME(float& d0, float& d1, float& d2, float& d3, unsigned a0, unsigned a1, unsigned a2, unsigned a3, \
                   unsigned b0, unsigned b1) {                                                                    \

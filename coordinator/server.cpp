@@ -21,6 +21,7 @@
 #include "coordinator/status_json.h"
 #include "core/parallel.h"
 #include "core/error.h"
+#include "core/inert_text.h"
 #include "core/files.h"
 #include "core/log.h"
 #include "core/sha256.h"
@@ -996,9 +997,11 @@ struct Server::State {
     for (const wire::CandidateResult& c : r.results()) {
       const auto d = digests.find(c.config());
       *reason = "not_asked";
-      if (d == digests.end()) return "configuration '" + c.config() + "' was not asked for";
-      if (d->second != c.source_digest()) return "configuration '" + c.config() + "' came with another source digest";
-      if (!seen.insert(c.config()).second) return "configuration '" + c.config() + "' came twice";
+      // The peer's text, clipped and made inert before it reaches the log and the reply.
+      const std::string named = "configuration '" + inert_comment(c.config().substr(0, 120)) + "'";
+      if (d == digests.end()) return named + " was not asked for";
+      if (d->second != c.source_digest()) return named + " came with another source digest";
+      if (!seen.insert(c.config()).second) return named + " came twice";
     }
     return "";
   }

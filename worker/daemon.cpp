@@ -348,10 +348,12 @@ int WorkerDaemon::run(const std::atomic<bool>& stop) {
             log("refused: " + e.refused().reason());
             cancel = true;
             return 3;
-          } else if (e.has_error()) {  // a coordinator that does not know us (it restarted)
-            welcomed = false;
+          } else if (e.has_error() && e.error().message().find("unknown worker") != std::string::npos) {
+            welcomed = false;  // a coordinator that does not know us (it restarted)
             hello();
             hello_due = Clock::now() + next_hello_wait();
+          } else if (e.has_error()) {  // a refusal of one message (a late result, say): the rest goes on
+            log("coordinator: " + e.error().message());
           } else if (e.has_task()) {
             if (hand.size() >= depth || draining) {  // full or stopping: hand it straight back
               hand_back(e.task().task_id());
