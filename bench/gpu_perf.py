@@ -242,7 +242,7 @@ def export_onnx(spec, ref, model_dir):
     outputs of the same model, same dtype, same device)."""
     import onnx
     import torch
-    from export_models import OPSET, write_tensor
+    from export_models import OPSET, fix_output_shapes, write_tensor
     shutil.rmtree(model_dir, ignore_errors=True)
     data_dir = os.path.join(model_dir, "test_data_set_0")
     os.makedirs(data_dir)
@@ -254,14 +254,7 @@ def export_onnx(spec, ref, model_dir):
                       input_names=spec["input_names"], output_names=spec["output_names"], **extra)
 
     m = onnx.load(path, load_external_data=False)
-    # Static export: the graph's outputs carry the concrete shapes (the exporter's shape inference
-    # leaves e.g. swin_t's batch dimension symbolic), as scripts/export_models.py makes sure.
-    for vi, o in zip(m.graph.output, ref):
-        dims = vi.type.tensor_type.shape.dim
-        if [d.dim_value if d.HasField("dim_value") else None for d in dims] != list(o.shape):
-            del dims[:]
-            for v in o.shape:
-                dims.add().dim_value = v
+    fix_output_shapes(m, ref)  # static shapes on the graph's outputs
     # Over 2 GB the exporter writes one file per weight: gather them into model.onnx.data.
     pieces = {e.value for t in m.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL
               for e in t.external_data if e.key == "location"}

@@ -418,6 +418,21 @@ def write_tensor(path, array, name):
         f.write(tensor.SerializeToString())
 
 
+def fix_output_shapes(m, outs):
+    """Static export: makes the graph's outputs carry the concrete shapes of the outputs `outs`
+    (the exporter's shape inference leaves e.g. swin_t's batch dim symbolic). Returns whether
+    anything changed."""
+    fixed = False
+    for vi, o in zip(m.graph.output, outs):
+        dims = vi.type.tensor_type.shape.dim
+        if [d.dim_value if d.HasField("dim_value") else None for d in dims] != list(o.shape):
+            del dims[:]
+            for v in o.shape:
+                dims.add().dim_value = v
+            fixed = True
+    return fixed
+
+
 def export_one(name, size, out_dir):
     t0 = time.time()
     torch.manual_seed(0)
@@ -460,17 +475,7 @@ def export_one(name, size, out_dir):
 
     m = onnx.load(onnx_path)
     if spec["dynamic_axes"] is None:
-        # Static export: make sure graph outputs carry the concrete shapes (the
-        # exporter's shape inference leaves e.g. swin_t's batch dim symbolic).
-        fixed = False
-        for vi, o in zip(m.graph.output, outs):
-            dims = vi.type.tensor_type.shape.dim
-            if [d.dim_value if d.HasField("dim_value") else None for d in dims] != list(o.shape):
-                del dims[:]
-                for v in o.shape:
-                    dims.add().dim_value = v
-                fixed = True
-        if fixed:
+        if fix_output_shapes(m, outs):
             onnx.save(m, onnx_path)
     onnx.checker.check_model(onnx_path)
     graph_inputs = [i.name for i in m.graph.input]
