@@ -1,6 +1,10 @@
 #include "proto/curve.h"
 
-#include <sys/stat.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <fstream>
 #include <sstream>
@@ -18,15 +22,42 @@ KeyPair generate_key_pair() {
   return {pub, sec};
 }
 
+namespace {
+
+// Writes `text` to `path` through a file that is private (0600) from the moment it exists,
+// whatever the umask, and renamed into place whole: the secret is never readable by others,
+// not even while it is written.
+void write_private_file(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp" + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  check(fd >= 0, tmp.string(), ": cannot create (", std::strerror(errno), ")");
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string why = std::strerror(errno);
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      fail(tmp.string(), ": cannot write (", why, ")");
+    }
+    done += static_cast<size_t>(n);
+  }
+  const bool synced = ::fsync(fd) == 0;
+  ::close(fd);
+  if (!synced || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    fail(path.string(), ": cannot write (", why, ")");
+  }
+}
+
+}  // namespace
+
 void write_key_pair(const KeyPair& keys, const fs::path& dir, const std::string& name) {
   fs::create_directories(dir);
   const fs::path key = dir / (name + ".key"), pub = dir / (name + ".pub");
-  {
-    std::ofstream out(key);
-    check(out.good(), key.string(), ": cannot write");
-    out << "public " << keys.public_key << "\nsecret " << keys.secret_key << "\n";
-  }
-  ::chmod(key.c_str(), 0600);
+  write_private_file(key, "public " + keys.public_key + "\nsecret " + keys.secret_key + "\n");
   std::ofstream out(pub);
   check(out.good(), pub.string(), ": cannot write");
   out << "public " << keys.public_key << "\n";
