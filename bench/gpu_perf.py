@@ -780,13 +780,12 @@ def device_header(cfg):
     return dict(device=device, commit=commit)
 
 
-def parent_main(cfg, names, budget_s):
+def parent_main(cfg, names, budget_s, header):
     deadline = time.time() + budget_s
     for d in ("models", "plans", "results", "logs"):
         os.makedirs(cfg.path(d), exist_ok=True)
     results_path = cfg.path("results.json")
     results = load_json(results_path, {})
-    header = device_header(cfg)
 
     ceilings_path = cfg.path("results", "ceilings.json")
     if not os.path.exists(ceilings_path):
@@ -871,10 +870,11 @@ def main():
     # bench/gpu_perf.sh's outer timeout sends SIGTERM: end like Ctrl-C, so the running child's
     # process group is killed (run_child's finally) and the table written so far stays.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
+    header = device_header(cfg)
     if "PLAN_DEVICE" not in os.environ:
-        os.environ["PLAN_DEVICE"] = "h200" if "H200" in device_header(cfg)["device"] else "h100"
+        os.environ["PLAN_DEVICE"] = "h200" if "H200" in header["device"] else "h100"
         cfg.plan_device = os.environ["PLAN_DEVICE"]
-    return parent_main(cfg, names, budget_s)
+    return parent_main(cfg, names, budget_s, header)
 
 
 if __name__ == "__main__":

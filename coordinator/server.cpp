@@ -1064,10 +1064,8 @@ struct Server::State {
       m.detail = c.detail();
       ms.push_back(std::move(m));
     }
-    if (!queue.finish_task(r.task_id(), storage::TaskState::kDone, "", ms)) {
-      log(LogIds{0, r.task_id(), peer_name(identity)}, "late result for task " + std::to_string(r.task_id()) + " from " + peer_name(identity) + " ignored (already done)");
-      return;
-    }
+    // result_refusal saw the task leased to this peer: finish_task cannot find it done.
+    check(queue.finish_task(r.task_id(), storage::TaskState::kDone, "", ms), "task ", r.task_id(), " was done while leased");
     ++counters.results;
     for (const wire::CandidateResult& c : r.results()) ++counters.candidates_by_status[c.status()];
     for (auto it = decided.begin(); it != decided.end();) {  // what was read of the signature is stale now

@@ -11,11 +11,11 @@
 #include <array>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <random>
 #include <regex>
 
 #include "codegen/emit.h"
+#include "core/files.h"
 #include "core/inert_text.h"
 #include "importer/onnx_io.h"
 #include "simt/executor.h"
@@ -33,11 +33,6 @@ using testing::OnnxBuilder;
 
 using testing::Outcome;
 using testing::run_cli;
-
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
 
 // A statement that creates `marker` when it runs.
 std::string call(const fs::path& marker) {
@@ -159,7 +154,7 @@ class HostileNames : public ::testing::Test {
 
 // kernels.cu without its comments.
 std::string code_only(const fs::path& plan) {
-  return std::regex_replace(read_file(plan / "kernels.cu"), std::regex("//[^\n]*"), "");
+  return std::regex_replace(read_file(plan / "kernels.cu", "the plan's kernels"), std::regex("//[^\n]*"), "");
 }
 
 TEST_F(HostileNames, CompileRunAndTuneRunNoneOfTheirCode) {
@@ -184,7 +179,7 @@ TEST_F(HostileNames, CompileRunAndTuneRunNoneOfTheirCode) {
     const Outcome c = run_cli("compile " + model.string() + " --device h100 --out " + plan.string());
     EXPECT_EQ(c.exit_code, 0) << c.output;
     EXPECT_EQ(code_only(plan), plain_code) << "the hostile names changed the code, not only its comments";
-    EXPECT_NE(read_file(plan / "kernels.cu").find("stage MatMul"), std::string::npos);
+    EXPECT_NE(read_file(plan / "kernels.cu", "the plan's kernels").find("stage MatMul"), std::string::npos);
     const Outcome r = run_cli("run " + plan.string() + " --inputs " + (dir_ / "in").string() + " --backend host");
     EXPECT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("match"), std::string::npos) << r.output;

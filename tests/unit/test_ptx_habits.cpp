@@ -12,10 +12,10 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <regex>
 
 #include "backend/nvrtc.h"
+#include "core/files.h"
 #include "unit/cli_run.h"
 
 namespace fusetune {
@@ -36,8 +36,7 @@ TEST_P(PtxHabits, SixteenBitFloatsAreConvertedNatively) {
   const fs::path onnx = fs::path(FUSETUNE_SOURCE_DIR) / "tests/data/models" / model / "model.onnx";
   const testing::Outcome c = testing::run_cli("compile " + onnx.string() + " --device h100 --out " + plan.string());
   ASSERT_EQ(c.exit_code, 0) << c.output;
-  std::ifstream in(plan / "kernels.cu");
-  const std::string cuda((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string cuda = read_file(plan / "kernels.cu", "the plan's kernels");
   fs::remove_all(plan);
   const std::string ptx = backend::compile_ptx(cuda, "sm_90");
   const size_t widen = count(ptx, std::regex(R"(cvt\.f32\.f16\b)"));
