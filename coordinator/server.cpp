@@ -1606,7 +1606,7 @@ Server::Server(zmq::context_t& context, ServerOptions options)
   } catch (const zmq::error_t& e) {
     fail(s_->opt.listen, ": cannot listen (", e.what(), ")");
   }
-  if (!s_->opt.http.empty()) s_->http = std::make_unique<dashboards::HttpServer>(s_->opt.http, s_->opt.http_token);
+  if (!s_->opt.http.address.empty()) s_->http = std::make_unique<dashboards::HttpServer>(s_->opt.http);
   std::error_code ec;
   fs::remove_all(storage::JobQueue::staging_dir(s_->opt.db), ec);  // uploads do not outlive a coordinator
   s_->lay_out_legacy_models();
@@ -1628,7 +1628,7 @@ Server::Server(zmq::context_t& context, ServerOptions options)
  s_->log(std::string(s_->opt.security.enabled() ? "CURVE: " + std::to_string(s_->opt.security.allowed.size()) + " allowed keys; "
                                                 : "no CURVE keys: peers are not authenticated (loopback or embedded use only); ") +
           "listening on " + s_->opt.listen +
-          (s_->http ? " and http://" + s_->opt.http.substr(0, s_->opt.http.rfind(':')) + ":" + std::to_string(s_->http->port()) : "") +
+          (s_->http ? " and http://" + s_->opt.http.address.substr(0, s_->opt.http.address.rfind(':')) + ":" + std::to_string(s_->http->port()) : "") +
           " with database " + s_->opt.db.string() + " (" +
           std::to_string(s_->loading.size()) + " unfinished jobs resuming, " + std::to_string(s_->waiting.size()) +
           " waiting for a worker, " + std::to_string(requeued) +

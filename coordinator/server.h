@@ -33,6 +33,7 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "dashboards/http_server.h"
 #include "fusetune_proto/service.pb.h"
 #include "proto/curve.h"
 
@@ -52,10 +53,9 @@ struct ServerOptions {
   std::string id = "coordinator";
   wire::ServerSecurity security;  // CURVE: this coordinator's key pair and the keys it accepts
   std::function<void(const std::string&)> log;  // default: stderr
-  // HOST:PORT of the HTTP side (dashboards/http_server.h: /metrics, /api/, the dashboard); none
-  // when empty. A token is required beyond loopback.
-  std::string http;
-  std::string http_token;
+  // The HTTP side (dashboards/http_server.h: /metrics, /api/, the dashboard); none when its
+  // address is empty. A token is required beyond loopback.
+  dashboards::HttpOptions http;
 };
 
 class Server {

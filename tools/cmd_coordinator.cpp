@@ -1,6 +1,7 @@
-// fusetune coordinator --listen tcp://0.0.0.0:PORT [--db PATH] [--http HOST:PORT [--http-token T]]:
+// fusetune coordinator --listen tcp://0.0.0.0:PORT [--db PATH] [--http HOST:PORT [--http-token-file F]]:
 // the tuning service (coordinator/server.h), until SIGINT or SIGTERM; with --http, its metrics, JSON
-// API and live dashboard (dashboards/). The token may come from $FUSETUNE_HTTP_TOKEN instead.
+// API and live dashboard (dashboards/), within the --http-* limits. The token may come from
+// $FUSETUNE_HTTP_TOKEN instead of the file.
 #include <cstdio>
 #include <cstdlib>
 
@@ -14,12 +15,14 @@
 namespace fusetune::cli {
 
 int cmd_coordinator(const std::vector<std::string>& argv) {
-  const Args args(argv, {"listen", "db", "heartbeat-ms", "worker-timeout-ms", "max-attempts", "key", "allow", "http", "http-token",
-                         "log-format", "max-message-mb"},
-                  {});
+  std::set<std::string> valued = {"listen", "db", "heartbeat-ms", "worker-timeout-ms", "max-attempts", "key", "allow", "http",
+                                  "http-token-file", "log-format", "max-message-mb"};
+  valued.merge(http_limit_flags());
+  const Args args(argv, valued, {});
   check(args.positional().empty() && args.has("listen"),
         "usage: fusetune coordinator --listen tcp://ADDRESS:PORT [--db PATH] [--key COORD.key --allow KEYS_DIR] "
-        "[--worker-timeout-ms MS] [--max-message-mb MB] [--http HOST:PORT [--http-token TOKEN]] [--log-format text|json]");
+        "[--worker-timeout-ms MS] [--max-message-mb MB] [--http HOST:PORT [--http-token-file FILE] [--http-max-connections N] "
+        "[--http-max-header-kb KB] [--http-max-headers N] [--http-timeout-s S] [--http-keep-alive-s S]] [--log-format text|json]");
   set_log_format(parse_log_format(args.get("log-format", "text")));
   coordinator::ServerOptions opt;
   opt.listen = args.get("listen");
@@ -32,9 +35,7 @@ int cmd_coordinator(const std::vector<std::string>& argv) {
   check(max_mb >= 5 && max_mb <= 4096, "--max-message-mb: from 5 (an upload piece is 4 MB) to 4096, got ", args.get("max-message-mb"));
   opt.max_message_bytes = static_cast<int64_t>(max_mb * (1 << 20));
   opt.security = server_security(args);
-  opt.http = args.get("http", "");
-  const char* token = std::getenv("FUSETUNE_HTTP_TOKEN");
-  opt.http_token = args.get("http-token", token != nullptr ? token : "");
+  opt.http = http_options(args, "http", "http-token-file");
   const bool loopback = opt.listen.find("127.0.0.1") != std::string::npos || opt.listen.find("localhost") != std::string::npos ||
                         opt.listen.rfind("ipc://", 0) == 0 || opt.listen.rfind("inproc://", 0) == 0;
   if (!opt.security.enabled() && !loopback) {

@@ -25,14 +25,15 @@
 namespace fusetune::cli {
 
 int cmd_worker(const std::vector<std::string>& argv) {
-  const Args args(argv,
-                  {"coordinator", "device", "compile-jobs", "id", "key", "coordinator-key", "drain-seconds", "log-format",
-                   "metrics", "metrics-token"},
-                  {"quiet"});
+  std::set<std::string> valued = {"coordinator", "device", "compile-jobs", "id", "key", "coordinator-key", "drain-seconds",
+                                  "log-format", "metrics", "metrics-token-file"};
+  valued.merge(http_limit_flags());
+  const Args args(argv, valued, {"quiet"});
   check(args.positional().empty() && args.has("coordinator"),
         "usage: fusetune worker --coordinator tcp://HOST:PORT [--device all|N|host|N,M,...] [--compile-jobs N] "
         "[--id NAME] [--drain-seconds S] [--key WORKER.key --coordinator-key COORD.pub] [--log-format text|json] "
-        "[--metrics HOST:PORT [--metrics-token TOKEN]]");
+        "[--metrics HOST:PORT [--metrics-token-file FILE] [--http-max-connections N] [--http-max-header-kb KB] "
+        "[--http-max-headers N] [--http-timeout-s S] [--http-keep-alive-s S]]");
   set_log_format(parse_log_format(args.get("log-format", "text")));
   worker::WorkerOptions opt;
   opt.coordinator = args.get("coordinator");
@@ -52,8 +53,7 @@ int cmd_worker(const std::vector<std::string>& argv) {
   // --metrics: the devices' figures for Prometheus, answered on the HTTP threads from the reports.
   std::unique_ptr<dashboards::HttpServer> http;
   if (args.has("metrics")) {
-    const char* token = std::getenv("FUSETUNE_HTTP_TOKEN");
-    http = std::make_unique<dashboards::HttpServer>(args.get("metrics"), args.get("metrics-token", token ? token : ""));
+    http = std::make_unique<dashboards::HttpServer>(http_options(args, "metrics", "metrics-token-file"));
     http->answer_directly([&machine](const dashboards::HttpRequest& r) -> dashboards::HttpReply {
       if (r.path != "/metrics") return {404, "text/plain", "a worker serves /metrics only\n"};
       return {200, "text/plain; version=0.0.4; charset=utf-8", worker::WorkerMachine::metrics(machine.reports())};

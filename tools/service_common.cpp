@@ -1,9 +1,13 @@
 #include "tools/service_common.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -107,6 +111,39 @@ wire::ServerSecurity server_security(const Args& args) {
   check(!s.own.secret_key.empty(), args.get("key"), ": no secret key (give the NAME.key file, not NAME.pub)");
   s.allowed = wire::read_public_keys(args.get("allow"));
   return s;
+}
+
+dashboards::HttpOptions http_options(const Args& args, const std::string& address_flag, const std::string& token_flag) {
+  dashboards::HttpOptions o;
+  o.address = args.get(address_flag, "");
+  if (args.has(token_flag)) {
+    const fs::path file = args.get(token_flag);
+    struct stat st {};
+    check(::stat(file.c_str(), &st) == 0, "--", token_flag, " ", file.string(), ": cannot read it");
+    check((st.st_mode & 077) == 0, "--", token_flag, " ", file.string(), ": others may read it (mode ",
+          std::oct, (st.st_mode & 0777), "); chmod 600 it");
+    std::string token = read_file(file, "the HTTP token file");
+    while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
+    check(!token.empty() && token.find_first_of(" \t\r\n") == std::string::npos, "--", token_flag, " ", file.string(),
+          ": the token must be one word on one line");
+    o.token = token;
+  } else if (const char* env = std::getenv("FUSETUNE_HTTP_TOKEN")) {
+    o.token = env;
+  }
+  // Clamped into int's range here; HttpServer refuses what is outside each limit's own.
+  auto number = [&](const char* flag, double fallback, double scale) {
+    return static_cast<int>(std::clamp(std::round(args.number(flag, fallback) * scale), -1e9, 1e9));
+  };
+  o.max_connections = number("http-max-connections", o.max_connections, 1);
+  o.max_header_bytes = number("http-max-header-kb", o.max_header_bytes / 1024.0, 1024);
+  o.max_header_lines = number("http-max-headers", o.max_header_lines, 1);
+  o.timeout_ms = number("http-timeout-s", o.timeout_ms / 1000.0, 1000);
+  o.keep_alive_ms = number("http-keep-alive-s", o.keep_alive_ms / 1000.0, 1000);
+  return o;
+}
+
+std::set<std::string> http_limit_flags() {
+  return {"http-keep-alive-s", "http-max-connections", "http-max-header-kb", "http-max-headers", "http-timeout-s"};
 }
 
 std::set<std::string> with_job_option_flags(std::set<std::string> others) {

@@ -12,6 +12,7 @@
 
 #include "coordinator/client.h"
 #include "coordinator/job_planner.h"
+#include "dashboards/http_server.h"
 #include "fusetune_proto/service.pb.h"
 #include "proto/curve.h"
 #include "tools/cli_args.h"
@@ -34,6 +35,12 @@ void write_files(const std::vector<wire::ModelFile>& files, const std::filesyste
 wire::ClientSecurity client_security(const Args& args);
 // --key NAME.key and --allow FILE.pub|DIR (both or neither) of a coordinator.
 wire::ServerSecurity server_security(const Args& args);
+// The HTTP side's options: the address of `address_flag`, the token from the file of
+// `token_flag`'s file (which others may not read) or $FUSETUNE_HTTP_TOKEN, never from the command
+// line (ps shows it), and the limits of http_limit_flags(), range-checked by HttpServer.
+dashboards::HttpOptions http_options(const Args& args, const std::string& address_flag, const std::string& token_flag);
+// The --http-* limit flags http_options reads.
+std::set<std::string> http_limit_flags();
 // One line per job: id, state, model, device, tasks done/total, measured, cache hits.
 // A job's options from tune's and submit's flags: --shape, --candidates, --plan-device, --trials,
 // --time (seconds).

@@ -70,8 +70,22 @@ if "$fusetune" coordinator --listen "tcp://127.0.0.1:$(free_port)" --db "$work/o
 fi
 grep -q -- "--http 0.0.0.0:0: beyond loopback the dashboard needs a bearer token" "$work/untokened.log" \
   || fail "the refusal does not name --http and the token: $(cat "$work/untokened.log")"
+# The token comes from a file others may not read, never from the command line.
+printf 's3cret\n' > "$work/http.token"
+chmod 644 "$work/http.token"
+if "$fusetune" coordinator --listen "tcp://127.0.0.1:$(free_port)" --db "$work/other.db" --http 0.0.0.0:0 \
+     --http-token-file "$work/http.token" > "$work/readable.log" 2>&1; then
+  fail "a coordinator took a token file others may read"
+fi
+grep -q -- "--http-token-file $work/http.token: others may read it (mode 644); chmod 600 it" "$work/readable.log" \
+  || fail "the refusal of a readable token file does not say so: $(cat "$work/readable.log")"
+if "$fusetune" coordinator --listen "tcp://127.0.0.1:$(free_port)" --db "$work/other.db" --http 0.0.0.0:0 \
+     --http-token s3cret > "$work/cmdline.log" 2>&1; then
+  fail "a coordinator took its token on the command line"
+fi
+chmod 600 "$work/http.token"
 "$fusetune" coordinator --listen "tcp://127.0.0.1:$(free_port)" --db "$work/other.db" --http 0.0.0.0:0 \
-  --http-token s3cret > "$work/tokened.log" 2>&1 &
+  --http-token-file "$work/http.token" > "$work/tokened.log" 2>&1 &
 tokened=$!
 trap 'kill $worker $coordinator $tokened 2>/dev/null; wait 2>/dev/null' EXIT
 for _ in $(seq 100); do grep -q "http://0.0.0.0:" "$work/tokened.log" 2>/dev/null && break; sleep 0.1; done
