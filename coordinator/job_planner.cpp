@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <set>
@@ -76,11 +77,32 @@ JobOptions JobOptions::from_json(const std::string& text) {
       fail("job option '", key, "': ", e.what());
     }
   }
-  check(o.candidates >= 1 && o.candidates <= 64, "job option 'candidates' must be 1..64, not ", o.candidates);
-  check(o.max_repeats >= o.min_repeats && o.min_repeats >= 1, "job options 'min_repeats'/'max_repeats' are inconsistent");
-  check(o.timeout_ms >= 100, "job option 'timeout_ms' must be at least 100");
-  check(o.trials >= 0, "job option 'trials' must not be negative, not ", o.trials);
-  check(o.time_s >= 0, "job option 'time_s' must not be negative, not ", o.time_s);
+  // The documented ranges (docs/protocol.md, "Job options"): a job cannot ask for a lease due in
+  // days, a run of a million repeats, or a shape that no GPU holds.
+  auto within = [](const char* key, double v, double lo, double hi) {
+    std::ostringstream why;
+    why << std::setprecision(15) << "job option '" << key << "' must be from " << lo << " to " << hi << ", not " << v;
+    check(v >= lo && v <= hi, why.str());
+  };
+  within("candidates", o.candidates, 1, 64);
+  within("warmup", o.warmup, 0, 100);
+  within("min_repeats", o.min_repeats, 1, 10'000);
+  within("max_repeats", o.max_repeats, 1, 10'000);
+  check(o.max_repeats >= o.min_repeats, "job options 'min_repeats' (", o.min_repeats, ") and 'max_repeats' (", o.max_repeats,
+        ") are inconsistent");
+  within("min_time_ms", o.min_time_ms, 0, 10'000);
+  within("timeout_ms", o.timeout_ms, 100, 120'000);
+  within("trials", o.trials, 0, 1'000'000);
+  within("time_s", o.time_s, 0, 7 * 24 * 3600);
+  for (const auto& [name, shape] : o.shapes) {
+    double elements = 1;
+    for (const int64_t d : shape) {
+      check(d >= 0 && d <= (int64_t{1} << 31), "job option 'shapes': input '", name.substr(0, 64), "' has a dimension of ", d);
+      elements *= static_cast<double>(d);
+    }
+    check(elements <= std::ldexp(1.0, 34), "job option 'shapes': input '", name.substr(0, 64), "' has ", elements,
+          " elements, over 2^34");
+  }
   return o;
 }
 

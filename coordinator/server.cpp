@@ -1522,9 +1522,41 @@ struct Server::State {
       return;
     }
     queue.set_job_state(id, storage::JobState::kCancelled, "cancelled by a client");
+    std::vector<int64_t> tasks;
+    if (const auto j = jobs.find(id); j != jobs.end()) tasks = j->second.tasks;
     jobs.erase(id);
     waiting.erase(id);
     log(LogIds{id, 0, ""}, "job " + std::to_string(id) + " cancelled");
+    revoke(tasks, "job " + std::to_string(id) + " was cancelled");
+  }
+
+  // Takes back the leases of `tasks` that no live job waits on: each goes back to the queue (no
+  // attempt counted) and its holder is told to stop (Revoke), so that no worker goes on measuring
+  // for nobody.
+  void revoke(const std::vector<int64_t>& tasks, const std::string& reason) {
+    std::set<int64_t> needed;
+    for (const auto& [id, job] : jobs) needed.insert(job.tasks.begin(), job.tasks.end());
+    std::map<std::string, wire::Envelope> by_holder;
+    for (const int64_t t : tasks) {
+      if (needed.count(t)) continue;
+      const auto rec = queue.task(t);
+      if (!rec || rec->state != storage::TaskState::kLeased) continue;
+      if (const auto w = workers.find(rec->worker); w != workers.end()) {
+        w->second.leases.erase(t);
+        slot_freed.emplace(rec->worker, Clock::now());
+      }
+      close_span(rec->worker, t, "revoked");
+      leased_at.erase(t);
+      queue.requeue_task(t, /*attempt_counts=*/false);
+      by_holder[rec->worker].mutable_revoke()->add_tasks(t);
+    }
+    for (auto& [holder, e] : by_holder) {
+      e.mutable_revoke()->set_reason(reason);
+      log(LogIds{0, 0, peer_name(holder)},
+          std::to_string(e.revoke().tasks_size()) + " leases of " + peer_name(holder) + " revoked: " + reason);
+      send(holder, std::move(e));
+    }
+    if (!by_holder.empty()) dispatch();
   }
 
   // A done job's record and the identity whose measurements decide it.

@@ -47,6 +47,7 @@ std::string body_name(const Envelope& e) {
     case Envelope::kExportReply: return "export_reply";
     case Envelope::kUpload: return "upload";
     case Envelope::kUploadAck: return "upload_ack";
+    case Envelope::kRevoke: return "revoke";
     case Envelope::kError: return "error";
     case Envelope::kBye: return "bye";
     case Envelope::BODY_NOT_SET: break;

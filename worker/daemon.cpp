@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <set>
 
 #include "backend/cuda.h"
 #include "codegen/kernel_ir.h"
@@ -288,6 +289,7 @@ int WorkerDaemon::run(const std::atomic<bool>& stop) {
   std::future<Outcome> measuring;  // of hand.front(), when valid
   std::vector<std::future<Prepared>> orphans;  // compilations of tasks handed back, joined at the end
   std::atomic<bool> cancel{false};
+  std::set<int64_t> revoked;  // the task being measured, when the coordinator took it back
   bool draining = false;
   Clock::time_point drain_deadline;
   while (true) {
@@ -354,6 +356,20 @@ int WorkerDaemon::run(const std::atomic<bool>& stop) {
             hello_due = Clock::now() + next_hello_wait();
           } else if (e.has_error()) {  // a refusal of one message (a late result, say): the rest goes on
             log("coordinator: " + e.error().message());
+          } else if (e.has_revoke()) {
+            for (const int64_t t : e.revoke().tasks()) {
+              const auto h = std::find_if(hand.begin(), hand.end(), [t](const InHand& x) { return x.id == t; });
+              if (h == hand.end()) continue;
+              if (h == hand.begin() && measuring.valid()) {  // the child is killed; no result follows
+                revoked.insert(t);
+                cancel = true;
+                log("task " + std::to_string(t) + " revoked (" + e.revoke().reason() + "): stopping its measurement", t);
+              } else {
+                orphans.push_back(std::move(h->compiled));
+                hand.erase(h);
+                log("task " + std::to_string(t) + " revoked (" + e.revoke().reason() + "): dropped", t);
+              }
+            }
           } else if (e.has_task()) {
             if (hand.size() >= depth || draining) {  // full or stopping: hand it straight back
               hand_back(e.task().task_id());
@@ -392,6 +408,12 @@ int WorkerDaemon::run(const std::atomic<bool>& stop) {
         o.note = std::string("task failed: ") + err.what();
       }
       hand.pop_front();
+      if (revoked.erase(id)) {
+        if (!draining) cancel = false;
+        log("task " + std::to_string(id) + " revoked: measuring stopped, no result sent", id);
+        if (draining) break;
+        continue;
+      }
       log(o.note, id, o.result.abandoned() ? LogLevel::kWarn : LogLevel::kInfo);
       wire::Envelope e;
       *e.mutable_result() = o.result;

@@ -134,7 +134,7 @@ function drawWorkers(workers) {
 }
 
 const outcomeColors = { measuring: "#3b7ddd", ok: "#2e9e5b", failed: "#c0392b", "handed back": "#999999",
-                        expired: "#e69b23", lost: "#7f3fbf" };
+                        expired: "#e69b23", lost: "#7f3fbf", revoked: "#5d6d7e" };
 
 // Each worker's leases as floating bars over the last minutes (seconds before now, now at 0).
 function drawTimeline(workers) {

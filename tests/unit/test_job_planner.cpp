@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <tuple>
 
 #include "backend/nvrtc.h"
 #include "coordinator/job_planner.h"
@@ -206,6 +207,38 @@ TEST(JobPlanner, AnExportRefusesKernelsThatWereNotMeasuredOrFailed) {
   }
   const std::string all_failed = refusal(jp, jp.final_plan(failed), m.digests);
   EXPECT_NE(all_failed.find("export refused: every measured candidate of group"), std::string::npos) << all_failed;
+}
+
+// Each job option is taken at both ends of its documented range and refused just outside it,
+// with the option named.
+TEST(JobOptions, EachOptionIsTakenWithinItsRangeAndRefusedOutsideNamingIt) {
+  const std::vector<std::tuple<std::string, double, double>> ranges = {
+      {"candidates", 1, 64},          {"warmup", 0, 100},     {"min_repeats", 1, 10'000}, {"max_repeats", 1, 10'000},
+      {"min_time_ms", 0, 10'000},     {"timeout_ms", 100, 120'000}, {"trials", 0, 1'000'000},
+      {"time_s", 0, 7 * 24 * 3600}};
+  for (const auto& [key, lo, hi] : ranges) {
+    // min_repeats may not pass max_repeats: each end is tried with the other at a value that fits.
+    auto options = [&, key = key](double v) {
+      nlohmann::json j = {{key, v}};
+      if (key == "min_repeats") j["max_repeats"] = 10'000;
+      if (key == "max_repeats") j["min_repeats"] = 1;
+      return j.dump();
+    };
+    EXPECT_NO_THROW(coordinator::JobOptions::from_json(options(lo))) << key << " " << lo;
+    EXPECT_NO_THROW(coordinator::JobOptions::from_json(options(hi))) << key << " " << hi;
+    for (const double out : {lo - 1, hi + 1, hi * 1e6 + 1e9}) {
+      try {
+        coordinator::JobOptions::from_json(options(out));
+        ADD_FAILURE() << key << " " << out << " was taken";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("'" + key + "'"), std::string::npos) << e.what();
+      }
+    }
+  }
+  EXPECT_THROW(coordinator::JobOptions::from_json(R"({"min_repeats": 9, "max_repeats": 8})"), Error);
+  EXPECT_THROW(coordinator::JobOptions::from_json(R"({"shapes": {"x": [65536, 65536, 65536]}})"), Error);
+  EXPECT_THROW(coordinator::JobOptions::from_json(R"({"shapes": {"x": [-1, 4]}})"), Error);
+  EXPECT_NO_THROW(coordinator::JobOptions::from_json(R"({"shapes": {"x": [1, 3, 224, 224]}})"));
 }
 
 }  // namespace

@@ -151,6 +151,9 @@ class Service : public ::testing::Test {
   }
   int64_t submit(const fs::path& model, int candidates = 2, const std::string& device = "host",
                  const std::string& timing = R"("min_repeats": 2, "max_repeats": 3, "min_time_ms": 0.1)") {
+    return submit_reply(model, candidates, device, timing).job().job_id();
+  }
+  wire::Envelope submit_reply(const fs::path& model, int candidates, const std::string& device, const std::string& timing) {
     wire::Envelope e;
     wire::Submit& s = *e.mutable_submit();
     s.set_model_name(model.filename().string());
@@ -159,7 +162,7 @@ class Service : public ::testing::Test {
     f.set_data(read_file(model, "model file"));
     s.set_device(device);
     s.set_options(R"({"candidates": )" + std::to_string(candidates) + ", " + timing + "}");
-    return request(std::move(e)).job().job_id();
+    return request(std::move(e));
   }
   wire::JobStatus status(int64_t job) {
     wire::Envelope e;
@@ -1028,6 +1031,61 @@ TEST_F(Service, ASigtermedWorkerFinishesTheTaskItMeasuresAndHandsTheNextBack) {
   start_worker("w2");
   wait_for([&] { return status(job).state() == "done"; }, "the job on the second worker");
   expect_complete_without_duplicates(job);
+}
+
+// A cancelled job's task is taken back from the worker measuring it: the worker stops measuring
+// (its measuring child is killed), sends no result, and is free for the next job at once.
+TEST_F(Service, CancelReachesTheWorkerWhichStopsMeasuringTheJobsTask) {
+  start_coordinator();
+  Process& w1 = start_worker("w1");
+  // 10 s per candidate, the most a job may ask: the task would be measured for 20 s or more.
+  const int64_t slow = submit(write_model(dir_, "slow", 4096, {"Relu"}), 2, "host",
+                              R"("min_repeats": 2, "max_repeats": 10000, "min_time_ms": 10000, "trials": 2)");
+  ASSERT_GT(slow, 0) << coordinator_->log();
+  wait_for([&] { return w1.log().find(": compiled, measuring") != std::string::npos; }, "w1 measuring");
+  wire::Envelope cancel;
+  cancel.mutable_cancel()->set_job_id(slow);
+  ASSERT_EQ(request(std::move(cancel)).job().job_id(), slow);
+  EXPECT_EQ(status(slow).state(), "cancelled");
+  wait_for([&] { return w1.log().find("revoked: measuring stopped, no result sent") != std::string::npos; },
+           "w1 to stop measuring the cancelled job's task", 15);
+  EXPECT_NE(w1.log().find("): stopping its measurement"), std::string::npos) << w1.log();
+  EXPECT_NE(coordinator_->log().find("revoked: job " + std::to_string(slow) + " was cancelled"), std::string::npos)
+      << coordinator_->log();
+  // The worker is free for the next job, and nothing of the revoked task was stored or refused.
+  const int64_t quick = submit(write_model(dir_, "quick", 4096, {"Sigmoid"}), 2, "host", kOneRound);
+  wait_for([&] { return status(quick).state() == "done"; }, "the next job on the same worker");
+  EXPECT_EQ(coordinator_->log().find("refused"), std::string::npos) << coordinator_->log();
+  storage::SearchDb db(db_);
+  storage::JobQueue queue(db);
+  for (const storage::TaskRecord& t : queue.job_tasks(slow)) {
+    EXPECT_EQ(t.state, storage::TaskState::kQueued) << "task " << t.id;
+    EXPECT_EQ(t.attempts, 0) << "a revoked lease counted as an attempt";
+    EXPECT_TRUE(db.top_k(t.signature, t.device, t.codegen_version, 10).empty()) << "task " << t.id << " has measurements";
+  }
+}
+
+// Job options outside their documented ranges (a lease due in days, a run of hours) are refused
+// at submission, naming the option; nothing is stored and the coordinator goes on.
+TEST_F(Service, JobOptionsOutsideTheirRangesAreRefusedNamingTheOption) {
+  start_coordinator();
+  const fs::path model = write_model(dir_, "relu", 64, {"Relu"});
+  for (const auto& [timing, named] : std::vector<std::pair<std::string, std::string>>{
+           {R"("timeout_ms": 2147483647)", "job option 'timeout_ms' must be from 100 to 120000"},
+           {R"("min_time_ms": 1e12)", "job option 'min_time_ms' must be from 0 to 10000, not 1000000000000"},
+           {R"("max_repeats": 100000000)", "job option 'max_repeats' must be from 1 to 10000"},
+           {R"("shapes": {"x": [1, 4294967296]})", "input 'x' has a dimension of 4294967296"}}) {
+    try {
+      submit_reply(model, 2, "host", timing);
+      ADD_FAILURE() << timing << " was taken";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(named), std::string::npos) << e.what();
+    }
+  }
+  wire::Envelope all;
+  all.mutable_status()->set_job_id(0);
+  EXPECT_EQ(request(std::move(all)).status_reply().jobs_size(), 0);
+  EXPECT_GT(submit(model, 2, "host", kOneRound), 0) << coordinator_->log();
 }
 
 // Two host workers whose C++ compilers differ are two device identities: a job is decided by the
