@@ -78,7 +78,7 @@ JobOptions JobOptions::from_json(const std::string& text) {
     }
   }
   // The documented ranges (docs/protocol.md, "Job options"): a job cannot ask for a lease due in
-  // days, a run of a million repeats, or a shape that no GPU holds.
+  // days, a candidate run for hours, or a shape that no GPU holds.
   auto within = [](const char* key, double v, double lo, double hi) {
     std::ostringstream why;
     why << std::setprecision(15) << "job option '" << key << "' must be from " << lo << " to " << hi << ", not " << v;
@@ -86,11 +86,11 @@ JobOptions JobOptions::from_json(const std::string& text) {
   };
   within("candidates", o.candidates, 1, 64);
   within("warmup", o.warmup, 0, 100);
-  within("min_repeats", o.min_repeats, 1, 10'000);
-  within("max_repeats", o.max_repeats, 1, 10'000);
+  within("min_repeats", o.min_repeats, 1, 1'000'000);
+  within("max_repeats", o.max_repeats, 1, 1'000'000);
   check(o.max_repeats >= o.min_repeats, "job options 'min_repeats' (", o.min_repeats, ") and 'max_repeats' (", o.max_repeats,
         ") are inconsistent");
-  within("min_time_ms", o.min_time_ms, 0, 10'000);
+  within("min_time_ms", o.min_time_ms, 0, 600'000);  // timeout_ms ends a candidate's runs sooner
   within("timeout_ms", o.timeout_ms, 100, 120'000);
   within("trials", o.trials, 0, 1'000'000);
   within("time_s", o.time_s, 0, 7 * 24 * 3600);

@@ -73,6 +73,9 @@ struct Prepared {
   std::shared_ptr<const JobPlanner> planner;
   std::vector<TaskSpec> tasks;
   bool lowered = false;  // `tasks` made (a submission is answered before: they follow on the pool)
+  // A job resumed in the middle of its search: what its later rounds asked of each group (by
+  // signature), lowered again from the configurations its search state names.
+  std::map<std::string, std::vector<wire::Candidate>> asked_later;
 };
 
 // Imports and plans a stored model and, with `lower`, lowers its tasks (the slow part of a
@@ -85,6 +88,31 @@ std::shared_ptr<Prepared> prepare(const fs::path& onnx, const std::string& name,
   p->lowered = lower;
   p->planner = std::move(planner);
   return p;
+}
+
+// The candidates a resumed job's search rounds asked beyond each group's first (the search state's
+// "groups": {signature: {"asked": [config, ...]}}), lowered again from the group's search space,
+// where every round's offspring come from (search::next_trials).
+std::map<std::string, std::vector<wire::Candidate>> lower_asked_later(const Prepared& p, const std::string& search_state) {
+  std::map<std::string, std::vector<wire::Candidate>> out;
+  const nlohmann::json state = nlohmann::json::parse(search_state, nullptr, false);
+  if (!state.is_object() || !state.contains("groups") || !state["groups"].is_object()) return out;
+  const nlohmann::json& groups = state["groups"];
+  for (const TaskSpec& spec : p.tasks) {
+    const auto g = groups.find(spec.signature);
+    if (g == groups.end() || !g->is_object() || !g->contains("asked") || !(*g)["asked"].is_array()) continue;
+    std::set<std::string> first;
+    for (const wire::Candidate& c : spec.task.candidates()) first.insert(c.config());
+    std::map<std::string, planner::TileConfig> space;
+    for (const planner::Candidate& c : p.planner->group(spec.signature).candidates) space.emplace(c.config.str(), c.config);
+    std::vector<planner::TileConfig> configs;
+    for (const nlohmann::json& config : (*g)["asked"]) {
+      if (!config.is_string() || first.count(config.get<std::string>())) continue;
+      if (const auto it = space.find(config.get<std::string>()); it != space.end()) configs.push_back(it->second);
+    }
+    if (!configs.empty()) out[spec.signature] = p.planner->lower(spec.task, configs);
+  }
+  return out;
 }
 
 // A submission's files in a directory under the staging directory: written there by its Upload
@@ -183,6 +211,11 @@ struct Server::State {
     std::map<int64_t, int64_t> leases;  // task -> lease deadline (unix ms)
     size_t depth = 1;  // tasks it may hold at once (Hello.queue_depth): the next one compiles while one is measured
     bool draining = false;  // stopping (Heartbeat.draining): given nothing more
+    // Leases it handed straight back since its last result, and when it may be offered the next:
+    // a worker that hands back everything (a full hand after a coordinator restart) is offered
+    // tasks 0.1, 0.2, 0.4 ... up to 5 s apart, not thousands of times a second.
+    int handed_back = 0;
+    Clock::time_point offer_after{};
   };
   struct Job {
     std::shared_ptr<const JobPlanner> planner;
@@ -224,14 +257,21 @@ struct Server::State {
   Clock::time_point last_expiry = Clock::now();
   // Uploads under way, by (client, upload name): the directory their pieces go to, the pieces
   // being written, the bytes received per file, the last piece's time, and the error that ended one.
+  // `extent`: per file, the furthest byte a piece reached (a piece far past the end counts the
+  // whole gap); `bytes`, their sum: what the upload counts against the quotas.
   struct Upload {
     fs::path dir;
     size_t writing = 0;
     std::map<std::string, uint64_t> received;
+    std::map<std::string, uint64_t> extent;
+    uint64_t bytes = 0;
     Clock::time_point last;
     std::string error;
   };
   std::map<std::pair<std::string, std::string>, Upload> uploads;
+  // The model store's bytes (the models stored beside the database): measured when the coordinator
+  // starts, grown by each submission's files (a model stored twice counts twice until a restart).
+  uint64_t stored_bytes = 0;
   static constexpr uint64_t kMaxUploadFile = uint64_t{1} << 40;
   static constexpr auto kUploadIdle = std::chrono::minutes(10);
   // The WAL is copied back into the file by the pool, through a connection of its own, once a
@@ -333,6 +373,7 @@ struct Server::State {
     offload.post(
         [onnx = model->onnx, rec, then]() -> Offload::Completion {
           auto p = prepare(onnx, rec.model_name, rec.device.name, JobOptions::from_json(rec.options));
+          if (!rec.search_state.empty()) p->asked_later = lower_asked_later(*p, rec.search_state);
           return [then, p] { then(p); };
         },
         [this, id = rec.id](const std::string& error) {
@@ -419,13 +460,24 @@ struct Server::State {
 
   // Makes a bound job's tasks (cache hits skipped) from its prepared model and marks it running.
   // Only measurements of the job's identity answer; those of near identities (the same device
-  // class under another driver or toolkit) order each task's candidates.
+  // class under another driver or toolkit) order each task's candidates. A job found running (a
+  // coordinator restarted under it) is resumed instead: its tasks are those linked to it, its
+  // cache hits those counted when it started, and its search (rounds, convergence, what each
+  // group asked, elapsed time) the state save_search left.
   void start_job(const storage::JobRecord& rec, std::shared_ptr<Prepared> prepared) {
     check(rec.identity.has_value(), "job ", rec.id, " is not bound to a device identity");
     const storage::DeviceKey& device = *rec.identity;
+    const bool resumed = rec.state == storage::JobState::kRunning;
+    const nlohmann::json saved = nlohmann::json::parse(rec.search_state.empty() ? "{}" : rec.search_state, nullptr, false);
+    const nlohmann::json saved_groups = saved.is_object() ? saved.value("groups", nlohmann::json::object()) : nlohmann::json::object();
+    std::map<std::string, int64_t> linked;  // a resumed job's tasks, by signature
+    if (resumed) {
+      for (const storage::TaskRecord& t : queue.job_tasks(rec.id)) linked[t.signature] = t.id;
+    }
     Job job;
     job.device = device;
     job.planner = prepared->planner;
+    if (resumed) restore_search(job, rec, saved);
     size_t seeded = 0;
     db.file().write([&] {  // the job's tasks and its state: one transaction
       for (const TaskSpec& spec : prepared->tasks) {
@@ -433,7 +485,21 @@ struct Server::State {
         if (spec.task.candidates_size() == 0) continue;  // nothing the code generator can express
         Job::Group& group = job.groups[spec.signature];
         group.asked = spec.task;
-        if (answered(spec, device)) {
+        if (resumed) {
+          if (const auto later = prepared->asked_later.find(spec.signature); later != prepared->asked_later.end()) {
+            for (const wire::Candidate& c : later->second) *group.asked.add_candidates() = c;
+          }
+          if (const auto g = saved_groups.find(spec.signature); g != saved_groups.end() && g->is_object()) {
+            group.compared = g->value("compared", false);
+            group.extended = g->value("extended", 0);
+          }
+          if (const auto l = linked.find(spec.signature); l != linked.end()) {
+            group.task = l->second;
+            job.tasks.push_back(l->second);
+            continue;
+          }
+          if (answered(spec, device)) continue;  // a cache hit when the job started: counted then
+        } else if (answered(spec, device)) {
           ++job.cache_hits;
           ++counters.cache_hits;
           continue;
@@ -452,9 +518,45 @@ struct Server::State {
     });
     log(LogIds{rec.id, 0, ""}, "job " + std::to_string(rec.id) + " (" + rec.model_name + " on " + device.str() + "): " +
         std::to_string(job.tasks.size()) + " tasks, " + std::to_string(job.cache_hits) + " answered by the database, " +
-        std::to_string(seeded) + " ordered by measurements of near identities");
+        std::to_string(seeded) + " ordered by measurements of near identities" +
+        (resumed ? "; resumed after " + std::to_string(job.rounds) + " search rounds (" +
+                       std::to_string(job.convergence.size()) + " recorded)"
+                 : ""));
     jobs[rec.id] = std::move(job);
     maybe_finish(rec.id);
+  }
+
+  // A resumed job's figures as they were: the cache hits counted when it started (the job's
+  // progress), and its search state (save_search).
+  static void restore_search(Job& job, const storage::JobRecord& rec, const nlohmann::json& saved) {
+    const nlohmann::json progress = nlohmann::json::parse(rec.summary.empty() ? "{}" : rec.summary, nullptr, false);
+    if (progress.is_object()) job.cache_hits = progress.value("cache_hits", size_t{0});
+    if (!saved.is_object()) return;
+    job.rounds = saved.value("rounds", 0);
+    job.search_over = saved.value("search_over", false);
+    job.convergence = saved.value("convergence", nlohmann::json::array());
+    job.group_convergence = saved.value("group_convergence", nlohmann::json::object());
+    job.started = Clock::now() - std::chrono::duration_cast<Clock::duration>(
+                                     std::chrono::duration<double>(saved.value("elapsed_s", 0.0)));
+  }
+
+  // Stores what a restarted coordinator needs to resume the job's search where it is: its
+  // rounds, convergence, elapsed time, and per group what it asked (configurations), whether its
+  // leaders were compared and how often its task was extended. Called whenever one of them changes.
+  void save_search(int64_t id, const Job& job) {
+    nlohmann::json groups = nlohmann::json::object();
+    for (const auto& [signature, group] : job.groups) {
+      nlohmann::json asked = nlohmann::json::array();
+      for (const wire::Candidate& c : group.asked.candidates()) asked.push_back(c.config());
+      groups[signature] = {{"asked", std::move(asked)}, {"compared", group.compared}, {"extended", group.extended}};
+    }
+    const nlohmann::json state = {{"rounds", job.rounds},
+                                  {"elapsed_s", std::chrono::duration<double>(Clock::now() - job.started).count()},
+                                  {"search_over", job.search_over},
+                                  {"convergence", job.convergence},
+                                  {"group_convergence", job.group_convergence},
+                                  {"groups", std::move(groups)}};
+    queue.set_search_state(id, state.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   }
 
   // The task with only the candidates not measured yet (successfully or not) on this device.
@@ -576,7 +678,7 @@ struct Server::State {
             std::to_string(todo.candidates_size()) + " candidates not settled");
       }
     }
-    if (extending) return;
+    if (extending) return save_search(id, job);
     // Once per round, the round's convergence (it comes back here when recorded); then another
     // round, or the leaders within noise compared, or the end.
     if (job.convergence.size() == static_cast<size_t>(job.rounds)) return record_convergence(id, job);
@@ -666,6 +768,7 @@ struct Server::State {
                                         {"trials", trials},
                                         {"seconds", seconds},
                                         {"tuned_us", std::isfinite(tuned) ? nlohmann::json(tuned) : nlohmann::json()}});
+      save_search(id, it->second);
       maybe_finish(id);
     };
     job.busy = true;
@@ -729,6 +832,7 @@ struct Server::State {
       it->second.busy = false;
       if (ranked_by.empty() || !queue_round(it->second, id, *round, ranked_by)) {
         it->second.search_over = true;
+        save_search(id, it->second);
         maybe_finish(id);
       }
     };
@@ -786,6 +890,7 @@ struct Server::State {
       return false;
     }
     ++job.rounds;
+    save_search(id, job);
     log(LogIds{id, 0, ""}, "job " + std::to_string(id) + ": search round " + std::to_string(job.rounds + 1) + ": " + std::to_string(trials) +
         " mutations of the best measured configurations in " + std::to_string(queued) + " groups, ranked by the " +
         ranked_by);
@@ -831,6 +936,7 @@ struct Server::State {
                     a.ci_low_us, a.ci_high_us, pair->second.c_str(), b.time_us, b.ci_low_us, b.ci_high_us);
       log(LogIds{id, task, ""}, line);
     }
+    if (queued) save_search(id, job);
     return queued;
   }
 
@@ -901,8 +1007,9 @@ struct Server::State {
     // Workers with room for a task, the emptiest first: an idle one before one whose next task
     // would wait behind the one it measures.
     std::vector<Worker*> idle;
+    const auto now = Clock::now();
     for (auto& [identity, w] : workers) {
-      if (w.leases.size() < w.depth && !w.draining) idle.push_back(&w);
+      if (w.leases.size() < w.depth && !w.draining && now >= w.offer_after) idle.push_back(&w);
     }
     std::stable_sort(idle.begin(), idle.end(), [](const Worker* a, const Worker* b) { return a->leases.size() < b->leases.size(); });
     if (idle.empty() || jobs.empty()) return;
@@ -1020,8 +1127,16 @@ struct Server::State {
       return refuse_result(identity, r.task_id(), reason, why);
     }
     if (w != workers.end()) {
-      w->second.leases.erase(r.task_id());
+      Worker& holder = w->second;
+      holder.leases.erase(r.task_id());
       slot_freed.emplace(identity, Clock::now());
+      if (r.abandoned() && !holder.draining) {
+        ++holder.handed_back;
+        holder.offer_after = Clock::now() + std::chrono::milliseconds(std::min(5000, 100 << std::min(holder.handed_back - 1, 6)));
+      } else if (!r.abandoned()) {
+        holder.handed_back = 0;
+        holder.offer_after = {};
+      }
     }
     if (r.abandoned()) {
       close_span(identity, r.task_id(), "handed back");
@@ -1386,15 +1501,19 @@ struct Server::State {
       uploaded = {it->second.dir, std::move(it->second.received)};
       uploads.erase(it);
     }
+    uint64_t bytes = 0;  // what the model store grows by when the submission is stored
+    for (const wire::ModelFile& f : s.files()) bytes += s.upload().empty() ? f.data().size() : f.size();
+    if (s.upload().empty()) check_quotas(client, "(inline)", 0, bytes);
     auto submit = std::make_shared<wire::Submit>(std::move(s));
     offload.post(
-        [this, client, rec, submit, uploaded, db_path = opt.db]() mutable -> Offload::Completion {
+        [this, client, rec, submit, uploaded, bytes, db_path = opt.db]() mutable -> Offload::Completion {
           const Staged staged = submit->upload().empty() ? stage_inline(db_path, *submit) : uploaded;
           Admitted a = admit(db_path, *submit, staged, [&](const fs::path& onnx) {
             return prepare(onnx, rec.model_name, rec.device.name, JobOptions::from_json(rec.options), false);
           });
           rec.model_digest = a.digest;
-          return [this, client, rec, onnx = a.onnx, prepared = a.prepared] {
+          return [this, client, rec, bytes, onnx = a.onnx, prepared = a.prepared] {
+            stored_bytes += bytes;  // moved into the store by admit
             wire::Envelope r;
             try {
               r.mutable_job()->set_job_id(accept_job(rec, onnx, prepared));
@@ -1435,6 +1554,13 @@ struct Server::State {
       fs::remove_all(up.dir, ec);  // a previous upload of the same name and client, abandoned
     }
     check(up.error.empty(), "upload '", name, "' failed before: ", up.error);
+    uint64_t& extent = up.extent[rel];
+    const uint64_t end = u.offset() + u.data().size();
+    if (end > extent) {
+      check_quotas(client, name, up.bytes, end - extent);
+      up.bytes += end - extent;
+      extent = end;
+    }
     ++up.writing;
     up.last = Clock::now();
     up.received[rel] += u.data().size();
@@ -1462,6 +1588,24 @@ struct Server::State {
           log("upload from " + peer_name(client) + " failed: " + error, LogLevel::kWarn);
           send_error(client, error);
         });
+  }
+
+  // Refuses `more` bytes for upload `name` of `client` (which holds `bytes` already) when they
+  // would pass a quota: the job's, the client's (its uploads under way) or the store's.
+  void check_quotas(const std::string& client, const std::string& name, uint64_t bytes, uint64_t more) const {
+    uint64_t clients = 0, in_flight = 0;
+    for (const auto& [key, other] : uploads) {
+      in_flight += other.bytes;
+      if (key.first == client) clients += other.bytes;
+    }
+    auto over = [&](uint64_t total, int64_t quota, const char* what, const char* flag) {
+      check(total <= static_cast<uint64_t>(quota), "upload '", name, "': ", total, " bytes would pass ", what, " of ", quota,
+            " bytes (", flag, ")");
+    };
+    over(bytes + more, opt.max_upload_bytes, "the quota of one job's files", "--max-upload-gb");
+    over(clients + more, opt.max_client_upload_bytes, "the quota of one client's uploads under way", "--max-client-upload-gb");
+    over(stored_bytes + in_flight + more, opt.max_store_bytes, "the model store's quota (stored models and uploads under way)",
+         "--max-store-gb");
   }
 
   static void write_piece(const fs::path& file, uint64_t offset, const std::string& data) {
@@ -1642,6 +1786,10 @@ Server::Server(zmq::context_t& context, ServerOptions options)
   std::error_code ec;
   fs::remove_all(storage::JobQueue::staging_dir(s_->opt.db), ec);  // uploads do not outlive a coordinator
   s_->lay_out_legacy_models();
+  for (auto f = fs::recursive_directory_iterator(s_->queue.model_dir(), ec); !ec && f != fs::recursive_directory_iterator();
+       f.increment(ec)) {
+    if (f->is_regular_file(ec)) s_->stored_bytes += f->file_size(ec);
+  }
   const int requeued = s_->queue.requeue_leased();
   for (const storage::JobRecord& rec : s_->queue.jobs(true)) {
     if (rec.state == storage::JobState::kCancelled) continue;

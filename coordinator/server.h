@@ -50,6 +50,12 @@ struct ServerOptions {
   // ZeroMQ before the message is buffered. Model files travel in 4 MB upload pieces; 64 MiB
   // leaves room for a model sent inline in its submission.
   int64_t max_message_bytes = 64LL << 20;
+  // Upload quotas, in bytes: the files of one job's upload, what one client's uploads under way
+  // hold together, and the model store (the models stored beside the database and every upload
+  // under way). A piece that would pass one is refused, naming the quota's flag.
+  int64_t max_upload_bytes = 256LL << 30;
+  int64_t max_client_upload_bytes = 256LL << 30;
+  int64_t max_store_bytes = 1LL << 40;
   std::string id = "coordinator";
   wire::ServerSecurity security;  // CURVE: this coordinator's key pair and the keys it accepts
   std::function<void(const std::string&)> log;  // default: stderr

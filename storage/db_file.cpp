@@ -113,12 +113,20 @@ constexpr const char* kMigrateToV5 = R"SQL(
 UPDATE meta SET value='5' WHERE key='schema_version';
 )SQL";
 
+// Version 6: a running job's search state (JobQueue::set_search_state: its rounds, convergence and
+// what each group asked), so that a coordinator restarted in the middle of a search round resumes
+// the round with the job's history.
+constexpr const char* kMigrateToV6 = R"SQL(
+ALTER TABLE jobs ADD COLUMN search_state TEXT NOT NULL DEFAULT '';
+UPDATE meta SET value='6' WHERE key='schema_version';
+)SQL";
+
 // Schema steps in order: a new file is created at version 1 and migrated like any version 1 file.
 struct Migration {
   int to;
   const char* sql;
 };
-constexpr Migration kMigrations[] = {{2, kMigrateToV2}, {3, kMigrateToV3}, {4, kMigrateToV4}, {5, kMigrateToV5}};
+constexpr Migration kMigrations[] = {{2, kMigrateToV2}, {3, kMigrateToV3}, {4, kMigrateToV4}, {5, kMigrateToV5}, {6, kMigrateToV6}};
 static_assert(std::size(kMigrations) > 0 && std::end(kMigrations)[-1].to == kSchemaVersion,
               "the last migration must reach kSchemaVersion");
 

@@ -20,7 +20,7 @@ struct sqlite3;
 
 namespace fusetune::storage {
 
-inline constexpr int kSchemaVersion = 5;
+inline constexpr int kSchemaVersion = 6;
 
 class DbFile {
  public:

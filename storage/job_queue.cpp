@@ -15,7 +15,7 @@ bool is_terminal(JobState s) { return s == JobState::kDone || s == JobState::kFa
 
 const std::string kJobColumns =
     "SELECT j.id, j.model_digest, j.model_name, j.options, j.state, j.error, j.created_at, j.finished_at, j.summary, " +
-    device_columns("d") + ", j.identity_id, " + device_columns("i") +
+    device_columns("d") + ", j.identity_id, " + device_columns("i") + ", j.search_state" +
     " FROM jobs j JOIN devices d ON d.id=j.device_id LEFT JOIN devices i ON i.id=j.identity_id ";
 
 JobRecord row_to_job(const Stmt& q) {
@@ -31,6 +31,7 @@ JobRecord row_to_job(const Stmt& q) {
   j.summary = q.text(8);
   j.device = read_device(q, 9);
   if (q.i64(9 + kDeviceColumnCount) != 0) j.identity = read_device(q, 10 + kDeviceColumnCount);
+  j.search_state = q.text(10 + 2 * kDeviceColumnCount);
   return j;
 }
 
@@ -239,6 +240,14 @@ void JobQueue::set_job_state(int64_t id, JobState state, const std::string& erro
     Stmt q(file_.handle(), "UPDATE jobs SET state=?, error=?, summary=?, finished_at=? WHERE id=?", file_.path().string());
     q.bind(1, job_state_name(state)).bind(2, error).bind(3, summary).bind(4, is_terminal(state) ? now_s() : 0);
     q.bind(5, id).step();
+    check(file_.changes() == 1, file_.path().string(), ": no job ", id);
+  });
+}
+
+void JobQueue::set_search_state(int64_t id, const std::string& state) {
+  file_.write([&] {
+    Stmt q(file_.handle(), "UPDATE jobs SET search_state=? WHERE id=?", file_.path().string());
+    q.bind(1, state).bind(2, id).step();
     check(file_.changes() == 1, file_.path().string(), ": no job ", id);
   });
 }

@@ -54,6 +54,9 @@ struct JobRecord {
   std::string error;
   int64_t created_at = 0, finished_at = 0;  // unix seconds
   std::string summary;  // JSON text the coordinator fills when done
+  // JSON text: a running job's search so far (the coordinator's, set_search_state); empty before
+  // its first round.
+  std::string search_state;
 };
 
 enum class TaskState { kQueued, kLeased, kDone, kFailed };
@@ -129,6 +132,7 @@ class JobQueue {
   // finished_at to now for a terminal state (0 otherwise). An unknown id throws.
   int64_t create_job(const JobRecord& job);
   void set_job_state(int64_t id, JobState state, const std::string& error = "", const std::string& summary = "");
+  void set_search_state(int64_t id, const std::string& state);
   // Binds a job to the identity that measures it, which must be of the job's device class; a job
   // already bound keeps its identity. Returns the job's identity.
   DeviceKey bind_job(int64_t id, const DeviceKey& identity);

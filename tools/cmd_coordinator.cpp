@@ -16,12 +16,13 @@ namespace fusetune::cli {
 
 int cmd_coordinator(const std::vector<std::string>& argv) {
   std::set<std::string> valued = {"listen", "db", "heartbeat-ms", "worker-timeout-ms", "max-attempts", "key", "allow", "http",
-                                  "http-token-file", "log-format", "max-message-mb"};
+                                  "http-token-file", "log-format", "max-message-mb", "max-upload-gb",
+                                  "max-client-upload-gb", "max-store-gb"};
   valued.merge(http_limit_flags());
   const Args args(argv, valued, {});
   check(args.positional().empty() && args.has("listen"),
         "usage: fusetune coordinator --listen tcp://ADDRESS:PORT [--db PATH] [--key COORD.key --allow KEYS_DIR] "
-        "[--worker-timeout-ms MS] [--max-message-mb MB] [--http HOST:PORT [--http-token-file FILE] [--http-max-connections N] "
+        "[--worker-timeout-ms MS] [--max-message-mb MB] [--max-upload-gb GB] [--max-client-upload-gb GB] [--max-store-gb GB] [--http HOST:PORT [--http-token-file FILE] [--http-max-connections N] "
         "[--http-max-header-kb KB] [--http-max-headers N] [--http-timeout-s S] [--http-keep-alive-s S]] [--log-format text|json]");
   set_log_format(parse_log_format(args.get("log-format", "text")));
   coordinator::ServerOptions opt;
@@ -34,6 +35,14 @@ int cmd_coordinator(const std::vector<std::string>& argv) {
   const double max_mb = args.number("max-message-mb", 64);
   check(max_mb >= 5 && max_mb <= 4096, "--max-message-mb: from 5 (an upload piece is 4 MB) to 4096, got ", args.get("max-message-mb"));
   opt.max_message_bytes = static_cast<int64_t>(max_mb * (1 << 20));
+  auto quota = [&](const char* flag, int64_t fallback) {
+    const double gb = args.number(flag, static_cast<double>(fallback) / (1LL << 30));
+    check(gb > 0 && gb <= (1 << 20), "--", flag, ": from more than 0 to 1048576 (GiB), got ", args.get(flag));
+    return static_cast<int64_t>(gb * (1LL << 30));
+  };
+  opt.max_upload_bytes = quota("max-upload-gb", opt.max_upload_bytes);
+  opt.max_client_upload_bytes = quota("max-client-upload-gb", opt.max_client_upload_bytes);
+  opt.max_store_bytes = quota("max-store-gb", opt.max_store_bytes);
   opt.security = server_security(args);
   opt.http = http_options(args, "http", "http-token-file");
   const bool loopback = opt.listen.find("127.0.0.1") != std::string::npos || opt.listen.find("localhost") != std::string::npos ||
