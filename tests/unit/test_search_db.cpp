@@ -11,6 +11,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <tuple>
 
@@ -893,6 +894,30 @@ TEST_F(SearchDbTest, AModelsFilesAreStoredBesideTheDatabaseAsTheClientLaidThemOu
     EXPECT_NE(std::string(e.what()).find("big.onnx"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("are missing"), std::string::npos) << e.what();
   }
+}
+
+// The export is valid UTF-8, one JSON object a line, whatever the database holds: a worker's name
+// and a detail that are not UTF-8 (written by an older fusetune, or straight into the file) become
+// U+FFFD in their record, and the other records are exported as they are.
+TEST_F(SearchDbTest, AnExportIsValidTextWhateverTheDatabaseHolds) {
+  SearchDb db(dir_ / "search.db");
+  db.commit_workload("v1:abc", "form \xff");
+  Measurement bad = m("tile=32x32", 12.0);
+  bad.worker = "peer\xff\xfe\n";
+  bad.detail = "node '\xc0\xaf' failed";
+  db.record(bad);
+  db.record(m("tile=64x64", 9.5));
+  ASSERT_EQ(db.export_to(dir_ / "out.jsonl"), 3);
+  std::ifstream in(dir_ / "out.jsonl");
+  std::string line;
+  std::vector<nlohmann::json> records;
+  while (std::getline(in, line)) records.push_back(nlohmann::json::parse(line));  // throws on invalid UTF-8
+  ASSERT_EQ(records.size(), 4u);  // the header, the workload, two measurements
+  EXPECT_EQ(records[2]["worker"], "peer\ufffd\ufffd\n");
+  EXPECT_EQ(records[2]["detail"], "node '\ufffd\ufffd' failed");
+  EXPECT_EQ(records[3]["worker"], "w1");
+  SearchDb other(dir_ / "other.db");
+  EXPECT_EQ(other.import_from(dir_ / "out.jsonl"), 3);  // and it imports
 }
 
 TEST_F(SearchDbTest, AModelStoredAsOneBlobByAnOlderSchemaIsLaidOutOnce) {
