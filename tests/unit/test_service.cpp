@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <sqlite3.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -1136,6 +1138,139 @@ TEST_F(Service, WithCurveKeysOnlyAllowedWorkersAndClientsAreServed) {
   EXPECT_THROW(plain.request(std::move(e)), Error);
 }
 
+
+// Every regular file under `dir`, by its path relative to `dir`, with its bytes.
+std::map<std::string, std::string> files_under(const fs::path& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (e.is_regular_file()) out[fs::relative(e.path(), dir).string()] = read_file(e.path(), "a stored file");
+  }
+  return out;
+}
+
+mode_t mode_of(const fs::path& p) {
+  struct stat st {};
+  EXPECT_EQ(::lstat(p.c_str(), &st), 0) << p;
+  return st.st_mode & 07777;
+}
+
+// `fusetune submit` sends the model and exactly the external data its tensors name (an
+// initializer, a Constant's value tensor in a subfolder, and a symlink to a file in the folder):
+// not the `.netrc` and `id_ed25519` lying beside it that its doc string and a node's name name.
+// What the coordinator stored is its files only, the owner's only although the coordinator runs
+// under umask 0 (files 0600, folders 0700). A symlink leading out of the folder, an absolute
+// location and one leaving the folder are each refused in one line naming the file, and nothing
+// of them is stored.
+TEST_F(Service, SubmitSendsTheModelAndExactlyTheExternalDataItsTensorsName) {
+  constexpr int64_t n = 8;
+  const fs::path model_dir = dir_ / "model";
+  fs::create_directories(model_dir / "weights");
+  fs::create_directories(dir_ / "outside");
+  auto write = [](const fs::path& p, const std::string& bytes) { std::ofstream(p, std::ios::binary) << bytes; };
+  write(model_dir / ".netrc", "machine lab login me password hunter2");
+  write(model_dir / "id_ed25519", "-----BEGIN OPENSSH PRIVATE KEY----- secret");
+  write(dir_ / "outside" / "passwd", "root:x:0:0:root:/root:/bin/bash");
+  auto floats = [](int64_t count, float scale) {
+    std::string bytes(static_cast<size_t>(count) * sizeof(float), '\0');
+    for (int64_t i = 0; i < count; ++i) {
+      const float v = scale * static_cast<float>(i % 7 - 3);
+      std::memcpy(bytes.data() + i * sizeof(float), &v, sizeof v);
+    }
+    return bytes;
+  };
+  write(model_dir / "w.bin", floats(n * n, 0.01f));
+  write(model_dir / "weights" / "c.bin", floats(n, 0.5f));
+  fs::create_symlink("w.bin", model_dir / "alias.bin");
+  fs::create_symlink(dir_ / "outside" / "passwd", model_dir / "link.bin");
+  // x[1,n] @ w + c (a Constant whose value tensor is external data) @ w2 (through alias.bin) -> y;
+  // its doc string and an attribute name the secrets.
+  auto model = [&](const std::string& file, const std::string& second_location) {
+    testing::OnnxBuilder b;
+    b.input("x", testing::kFloat, {1, n}).output("y", testing::kFloat, {1, n});
+    b.external_initializer("w", {n, n}, {{"location", "w.bin"}});
+    b.external_initializer("w2", {n, n}, {{"location", second_location}});
+    onnx::NodeProto& c = b.node("Constant", {}, {"c"}, "keys in id_ed25519, login in .netrc");
+    onnx::AttributeProto& value = *c.add_attribute();
+    value.set_name("value");
+    value.set_type(onnx::AttributeProto::TENSOR);
+    onnx::TensorProto& t = *value.mutable_t();
+    t.set_name("c");
+    t.set_data_type(testing::kFloat);
+    t.add_dims(n);
+    t.set_data_location(1);
+    t.add_external_data()->set_key("location");
+    t.mutable_external_data(0)->set_value("weights/c.bin");
+    b.node("MatMul", {"x", "w"}, {"xw"});
+    b.node("Add", {"xw", "c"}, {"xwc"});
+    b.node("MatMul", {"xwc", "w2"}, {"y"});
+    const std::string doc = "Trained with the credentials in .netrc; deploy with id_ed25519.";
+    std::string bytes = b.bytes();
+    bytes += '\x32';  // ModelProto.doc_string: field 6, length-delimited
+    bytes += static_cast<char>(doc.size());
+    bytes += doc;
+    write(model_dir / file, bytes);
+    return model_dir / file;
+  };
+  const fs::path good = model("m.onnx", "alias.bin");
+  ASSERT_NE(read_file(good, "model").find("id_ed25519"), std::string::npos);
+  const mode_t old_umask = ::umask(0);
+  start_coordinator();
+  ::umask(old_umask);
+  auto submit_cli = [&](const fs::path& m) {
+    return testing::run_cli("submit " + m.string() + " --coordinator " + endpoint_ + " --device h100");
+  };
+  const testing::Outcome ok = submit_cli(good);
+  ASSERT_EQ(ok.exit_code, 0) << ok.output << coordinator_->log();
+  const int64_t job = std::stoll(ok.output.substr(ok.output.find_last_of('\n', ok.output.size() - 2) + 1));
+  fs::path stored;
+  {
+    storage::SearchDb db(db_);
+    storage::JobQueue queue(db);
+    const auto rec = queue.job(job);
+    ASSERT_TRUE(rec.has_value()) << ok.output;
+    const auto model_rec = queue.model(rec->model_digest);
+    ASSERT_TRUE(model_rec.has_value());
+    stored = model_rec->onnx.parent_path();
+  }
+  const std::map<std::string, std::string> files = files_under(stored);
+  std::vector<std::string> names;
+  for (const auto& [name, bytes] : files) names.push_back(name);
+  EXPECT_EQ(names, (std::vector<std::string>{"alias.bin", "m.onnx", "w.bin", "weights/c.bin"}));
+  EXPECT_TRUE(files.at("w.bin") == read_file(model_dir / "w.bin", "w.bin"));
+  EXPECT_TRUE(files.at("alias.bin") == read_file(model_dir / "w.bin", "w.bin"));
+  EXPECT_TRUE(files.at("weights/c.bin") == read_file(model_dir / "weights" / "c.bin", "c.bin"));
+  // Modes, with stat.
+  const fs::path store = stored.parent_path();
+  EXPECT_EQ(mode_of(store), 0700u);
+  EXPECT_EQ(mode_of(stored), 0700u);
+  EXPECT_EQ(mode_of(stored / "weights"), 0700u);
+  for (const auto& [name, bytes] : files) EXPECT_EQ(mode_of(stored / name), 0600u) << name;
+  // Refusals: each one line naming the file, nothing sent.
+  const std::vector<std::pair<fs::path, std::string>> refused = {
+      {model("out.onnx", "link.bin"), "'link.bin' is a symlink leading out of the model's folder"},
+      {model("abs.onnx", (dir_ / "outside" / "passwd").string()), "'" + (dir_ / "outside" / "passwd").string() + "'"},
+      {model("up.onnx", "../outside/passwd"), "'../outside/passwd'"},
+      {model("gone.onnx", "missing.bin"), "'missing.bin' is missing"},
+  };
+  for (const auto& [m, says] : refused) {
+    const testing::Outcome o = submit_cli(m);
+    EXPECT_EQ(o.exit_code, 2) << o.output;
+    EXPECT_NE(o.output.find(says), std::string::npos) << o.output;
+    EXPECT_NE(o.output.find("tensor 'w2'"), std::string::npos) << o.output;
+    EXPECT_EQ(std::count(o.output.begin(), o.output.end(), '\n'), 1) << o.output;
+  }
+  // Nothing but the first model is stored; no secret and no outside file anywhere in the store.
+  for (const auto& [name, bytes] : files_under(store)) {
+    EXPECT_EQ(name.find(".netrc"), std::string::npos) << name;
+    EXPECT_EQ(name.find("id_ed25519"), std::string::npos) << name;
+    EXPECT_EQ(bytes.find("root:x:0:0"), std::string::npos) << name;
+    EXPECT_EQ(bytes.find("hunter2"), std::string::npos) << name;
+    EXPECT_EQ(bytes.find("OPENSSH PRIVATE KEY"), std::string::npos) << name;
+  }
+  storage::SearchDb db(db_);
+  storage::JobQueue queue(db);
+  EXPECT_EQ(queue.stats().models, 1);
+}
 
 // A worker whose ZeroMQ routing id is binary (not UTF-8, with a newline) measures a job; its name
 // stays valid text: /api/jobs/ID/tasks and /api/workers answer 200 with JSON that parses, and
