@@ -1301,10 +1301,13 @@ struct Server::State {
 
   // ---- the HTTP side (dashboards/http_server.h): answered here, on the loop ----
 
+  // Peer text that is not UTF-8 (a path, an old database's names) becomes U+FFFD in the answer
+  // instead of failing it.
+  static constexpr auto kReplace = nlohmann::json::error_handler_t::replace;
   dashboards::HttpReply http_answer(const dashboards::HttpRequest& r) {
     if (r.path == "/metrics") return {200, "text/plain; version=0.0.4; charset=utf-8", metrics_text()};
-    if (r.path == "/api/jobs") return {200, "application/json", status_json(job_status(0), static_cast<int>(workers.size())).dump()};
-    if (r.path == "/api/workers") return {200, "application/json", workers_json().dump()};
+    if (r.path == "/api/jobs") return {200, "application/json", status_json(job_status(0), static_cast<int>(workers.size())).dump(-1, ' ', false, kReplace)};
+    if (r.path == "/api/workers") return {200, "application/json", workers_json().dump(-1, ' ', false, kReplace)};
     if (r.path.rfind("/api/jobs/", 0) == 0) {
       std::string rest = r.path.substr(10);
       const bool tasks = rest.size() > 6 && rest.substr(rest.size() - 6) == "/tasks";
@@ -1316,10 +1319,10 @@ struct Server::State {
         if (used != rest.size()) id = 0;
       } catch (const std::exception&) {
       }
-      if (id <= 0 || !queue.job(id)) return {404, "application/json", nlohmann::json{{"error", "no job " + rest}}.dump()};
-      return {200, "application/json", (tasks ? tasks_json(id) : job_json(id)).dump()};
+      if (id <= 0 || !queue.job(id)) return {404, "application/json", nlohmann::json{{"error", "no job " + rest}}.dump(-1, ' ', false, kReplace)};
+      return {200, "application/json", (tasks ? tasks_json(id) : job_json(id)).dump(-1, ' ', false, kReplace)};
     }
-    return {404, "application/json", nlohmann::json{{"error", "no such resource: " + r.path}}.dump()};
+    return {404, "application/json", nlohmann::json{{"error", "no such resource: " + r.path}}.dump(-1, ' ', false, kReplace)};
   }
 
   // A job as /api/jobs lists it, with its convergence so far: the running job's own, or the
@@ -1341,7 +1344,7 @@ struct Server::State {
                      {"signature", t.signature},
                      {"state", storage::task_state_name(t.state)},
                      {"attempts", t.attempts},
-                     {"worker", t.worker},
+                     {"worker", valid_utf8(t.worker)},  // the lease holder's routing id, which a peer may make binary
                      {"error", t.error},
                      {"candidates", readable ? payload.candidates_size() : 0}});
     }

@@ -6,6 +6,7 @@
 #include <ctime>
 
 #include "core/error.h"
+#include "core/inert_text.h"
 
 namespace fusetune {
 
@@ -35,10 +36,11 @@ const char* level_name(LogLevel level) {
   return "info";
 }
 
-// A JSON string: quotes, backslashes and control characters escaped; other bytes as they are.
-std::string json_string(const std::string& s) {
+// A JSON string: quotes, backslashes and control characters escaped, bytes that are not UTF-8 as
+// valid_utf8 writes them; other text as it is.
+std::string json_string(const std::string& text) {
   std::string out = "\"";
-  for (const char c : s) {
+  for (const char c : valid_utf8(text)) {
     const auto u = static_cast<unsigned char>(c);
     if (c == '"') out += "\\\"";
     else if (c == '\\') out += "\\\\";
@@ -77,11 +79,11 @@ std::string format_log_line(LogLevel level, const std::string& component, const 
   }
   std::string level_text = level_name(level);
   for (char& c : level_text) c = static_cast<char>(c - 'a' + 'A');
-  std::string out = timestamp() + " " + level_text + " " + component;
+  std::string out = timestamp() + " " + level_text + " " + one_line(component);
   if (ids.job != 0) out += " job=" + std::to_string(ids.job);
   if (ids.task != 0) out += " task=" + std::to_string(ids.task);
-  if (!ids.worker.empty()) out += " worker=" + ids.worker;
-  return out + ": " + message;
+  if (!ids.worker.empty()) out += " worker=" + one_line(ids.worker);
+  return out + ": " + one_line(message);
 }
 
 void write_log(LogLevel level, const std::string& component, const LogIds& ids, const std::string& message) {

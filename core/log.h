@@ -4,7 +4,10 @@
 //   2026-11-24T18:10:00.123Z INFO coordinator job=3 task=12 worker=lab/gpu0: task 12 re-queued: ...
 //   {"ts":"2026-11-24T18:10:00.123Z","level":"info","component":"coordinator","job":3,"task":12,
 //    "worker":"lab/gpu0","msg":"task 12 re-queued: ..."}
-// An id of 0 (or an empty worker) is left out. The format is the process's (set_log_format, once,
+// An id of 0 (or an empty worker) is left out. Whatever the values hold (a peer's name, a model's
+// name with a newline, bytes that are not UTF-8), the line is one line of valid UTF-8: in text,
+// the component, the worker and the message go through one_line (core/inert_text.h: a newline is
+// written \n); in JSON, every string through valid_utf8 and JSON's own escapes. The format is the process's (set_log_format, once,
 // from the command line); format_log_line is pure, write_log prints to stderr.
 #pragma once
 

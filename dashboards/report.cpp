@@ -21,6 +21,23 @@ std::string inline_script(std::string_view code) {
   return out;
 }
 
+// JSON as a script's text: every '<' written \u003c (only a string can hold one, where the escape
+// means the same), so neither "</script" nor "<!--" (which with a later "<script" would keep the
+// element open past its end, blanking the page) appears; text that is not UTF-8 becomes U+FFFD.
+std::string inline_json(const nlohmann::json& data) {
+  const std::string text = data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    if (c == '<') {
+      out += "\\u003c";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string report_html(const nlohmann::json& jobs, const nlohmann::json& job) {
@@ -34,7 +51,7 @@ std::string report_html(const nlohmann::json& jobs, const nlohmann::json& job) {
   const nlohmann::json data = {{"/api/jobs", jobs}, {"/api/jobs/" + std::to_string(job.at("job_id").get<int64_t>()), job},
                                {"job", job}};
   replace_tag(page, "<script src=\"dashboard.js\" defer></script>",
-              "<script>\nwindow.FUSETUNE_REPORT = " + inline_script(data.dump()) + ";\n</script>\n<script>\n" +
+              "<script>\nwindow.FUSETUNE_REPORT = " + inline_json(data) + ";\n</script>\n<script>\n" +
                   inline_script(asset("/dashboard.js").bytes) + "\n</script>");
   return page;
 }

@@ -4,7 +4,9 @@
 //
 // Takes the API's answers for the job, as /api/jobs ({"jobs": [the job], ...}) and /api/jobs/ID
 // give them (coordinator/status_json.h). Guarantees: no reference to another file or address in
-// the page; the data cannot end the script it is embedded in.
+// the page; the data cannot end the script it is embedded in nor keep it open (its JSON has every
+// '<' written \u003c, so a model named `<!--<script>` or `</script>` is data), and text in it
+// that is not UTF-8 becomes U+FFFD.
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -6,14 +6,45 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <vector>
 
 #include "core/error.h"
+#include "core/inert_text.h"
 #include "core/signature.h"
 
 namespace fusetune::wire {
 
+void make_strings_valid(google::protobuf::Message& m) {
+  using google::protobuf::FieldDescriptor;
+  const google::protobuf::Reflection& r = *m.GetReflection();
+  std::vector<const FieldDescriptor*> fields;
+  r.ListFields(m, &fields);
+  for (const FieldDescriptor* f : fields) {
+    if (f->type() == FieldDescriptor::TYPE_STRING) {
+      const int n = f->is_repeated() ? r.FieldSize(m, f) : 1;
+      for (int i = 0; i < n; ++i) {
+        const std::string text = f->is_repeated() ? r.GetRepeatedString(m, f, i) : r.GetString(m, f);
+        std::string valid = valid_utf8(text);
+        if (valid == text) continue;
+        if (f->is_repeated()) {
+          r.SetRepeatedString(&m, f, i, std::move(valid));
+        } else {
+          r.SetString(&m, f, std::move(valid));
+        }
+      }
+    } else if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+      if (f->is_repeated()) {
+        for (int i = 0; i < r.FieldSize(m, f); ++i) make_strings_valid(*r.MutableRepeatedMessage(&m, f, i));
+      } else {
+        make_strings_valid(*r.MutableMessage(&m, f));
+      }
+    }
+  }
+}
+
 std::string encode(Envelope e) {
   e.set_version(kProtocolVersion);
+  make_strings_valid(e);
   std::string out;
   check(e.SerializeToString(&out), "cannot serialize a ", body_name(e), " message");
   return out;

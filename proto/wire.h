@@ -3,7 +3,10 @@
 // Takes Envelopes and canonical graphs; guarantees: encode() produces one frame stamped with
 // kProtocolVersion; decode() accepts any bytes and either returns a well-formed Envelope or throws
 // Error saying what was wrong (not a protobuf message, no body, a version outside what this build
-// speaks), so a daemon can log and ignore garbage. Sub-graph conversion keeps what a kernel
+// speaks), so a daemon can log and ignore garbage. Every `string` field encode() writes is valid
+// UTF-8 (make_strings_valid): proto3 refuses to parse a message whose string field is not, so a
+// peer's text quoted into one (a node name in an error) would otherwise make the whole message
+// unreadable to its receiver. Sub-graph conversion keeps what a kernel
 // depends on: to_subgraph(group) keeps the group's nodes, its external inputs and its exported
 // values; constants travel with their data, except weights (float constants of more than one
 // element, every value finite and within kMaxDrawnMagnitude): their values do not change what a
@@ -38,6 +41,9 @@ inline constexpr size_t kMaxUploadChunk = size_t{64} << 20;
 inline constexpr size_t kUploadChunk = size_t{4} << 20;
 
 std::string encode(Envelope e);
+// Every `string` field of `m` and of the messages it holds, made valid UTF-8 by valid_utf8
+// (core/inert_text.h); `bytes` fields stay as they are.
+void make_strings_valid(google::protobuf::Message& m);
 Envelope decode(const void* data, size_t size);
 // The name of the envelope's body ("hello", "task", ...), for logs.
 std::string body_name(const Envelope& e);

@@ -1,7 +1,11 @@
 #include "storage/job_queue.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 
 #include "core/error.h"
 #include "core/files.h"
@@ -101,6 +105,41 @@ namespace {
 
 std::filesystem::path model_dir_of(const std::filesystem::path& db) { return db.string() + ".models"; }
 
+void set_mode(const std::filesystem::path& path, mode_t mode) {
+  check(::chmod(path.c_str(), mode) == 0, path.string(), ": cannot make it private (chmod: ", std::strerror(errno), ")");
+}
+
+// `dir` made owner-only (0700, whatever the umask), created when missing; its parent must exist.
+void private_dir(const std::filesystem::path& dir) {
+  if (::mkdir(dir.c_str(), 0700) != 0) {
+    check(errno == EEXIST && std::filesystem::is_directory(std::filesystem::symlink_status(dir)), dir.string(),
+          ": cannot create the directory (", std::strerror(errno), ")");
+  }
+  set_mode(dir, 0700);
+}
+
+// Every directory under `root` and `root` itself 0700, every file 0600; anything else (a link, a
+// device) is an Error naming it: models' files are owner-only wherever they come from.
+void make_private(const std::filesystem::path& root) {
+  for (const auto& e : std::filesystem::recursive_directory_iterator(root)) {
+    const auto type = e.symlink_status().type();
+    check(type == std::filesystem::file_type::directory || type == std::filesystem::file_type::regular, e.path().string(),
+          ": a model's files hold something that is neither a file nor a directory");
+    set_mode(e.path(), type == std::filesystem::file_type::directory ? 0700 : 0600);
+  }
+  set_mode(root, 0700);
+}
+
+// The model store of `db`, 0700; a store an older fusetune left readable by others is made
+// owner-only throughout.
+std::filesystem::path private_store(const std::filesystem::path& db) {
+  const std::filesystem::path store = model_dir_of(db);
+  struct stat st {};
+  if (::lstat(store.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && (st.st_mode & 0777) != 0700) make_private(store);
+  private_dir(store);
+  return store;
+}
+
 // The digest names a file: letters, digits and ':', '_', '-', '.', not leading with '.'.
 void check_digest(const std::filesystem::path& db, const std::string& digest) {
   const bool safe = !digest.empty() && digest.size() <= 128 && digest[0] != '.' &&
@@ -114,7 +153,11 @@ void check_digest(const std::filesystem::path& db, const std::string& digest) {
 
 std::filesystem::path JobQueue::model_dir() const { return model_dir_of(file_.path()); }
 
-std::filesystem::path JobQueue::staging_dir(const std::filesystem::path& db) { return model_dir_of(db) / ".staging"; }
+std::filesystem::path JobQueue::staging_dir(const std::filesystem::path& db) {
+  const std::filesystem::path dir = private_store(db) / ".staging";
+  private_dir(dir);
+  return dir;
+}
 
 void JobQueue::store_model_files(const std::filesystem::path& db, const std::string& digest,
                                  const std::filesystem::path& staged) {
@@ -125,7 +168,8 @@ void JobQueue::store_model_files(const std::filesystem::path& db, const std::str
     std::filesystem::remove_all(staged, ec);
     return;
   }
-  std::filesystem::create_directories(model_dir_of(db));
+  private_store(db);
+  make_private(staged);
   std::filesystem::rename(staged, place, ec);
   check(!ec, place.string(), ": cannot store the model's files (", ec.message(), ")");
 }

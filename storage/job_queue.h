@@ -112,7 +112,11 @@ class JobQueue {
   // coordinator: an upload of several GB, staged under staging_dir()) moves the directory into place
   // with store_model_files (safe from any thread), then puts the row. A path that would leave the
   // model's directory is an Error naming it. model() throws Error naming the files when they are
-  // gone.
+  // gone. Stored files are the owner's only, whatever the umask: the store (model_dir()), each
+  // DIGEST.files/ and every directory in it 0700, every file 0600 (store_model_files sets the
+  // staged directory's modes before it moves it into place, and refuses a link in it);
+  // staging_dir() returns the staging directory created 0700 in the store, made 0700 too, so what
+  // is written there before it is stored is not readable by others either.
   void put_model(const std::string& digest, const std::string& name, const ModelFiles& files);
   static std::filesystem::path staging_dir(const std::filesystem::path& db);
   static void store_model_files(const std::filesystem::path& db, const std::string& digest,

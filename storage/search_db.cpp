@@ -248,6 +248,9 @@ DbStats SearchDb::stats() {
 }
 
 int64_t SearchDb::export_to(const std::filesystem::path& file) {
+  // A peer's text that is not UTF-8 (a worker's name, a detail, in a database an older fusetune
+  // wrote) becomes U+FFFD in its record instead of failing the whole export.
+  constexpr auto kReplace = nlohmann::json::error_handler_t::replace;
   std::ofstream out(file, std::ios::trunc);
   check(out.good(), file.string(), ": cannot write the export");
   int64_t n = 0;
@@ -258,7 +261,8 @@ int64_t SearchDb::export_to(const std::filesystem::path& file) {
   {
     Stmt q(file_.handle(), "SELECT signature, canonical_form FROM workloads ORDER BY signature", file_.path().string());
     while (q.step()) {
-      out << nlohmann::json{{"type", "workload"}, {"signature", q.text(0)}, {"canonical_form", q.text(1)}}.dump() << "\n";
+      out << nlohmann::json{{"type", "workload"}, {"signature", q.text(0)}, {"canonical_form", q.text(1)}}.dump(-1, ' ', false, kReplace)
+          << "\n";
       ++n;
     }
   }
@@ -274,7 +278,7 @@ int64_t SearchDb::export_to(const std::filesystem::path& file) {
                         {"spill_bytes", m.spill_bytes}, {"compile_ms", m.compile_ms}, {"worker", m.worker},
                         {"detail", m.detail}, {"measured_at", m.measured_at}};
     j.update(device_json(m.device));
-    out << j.dump() << "\n";
+    out << j.dump(-1, ' ', false, kReplace) << "\n";
     ++n;
   }
   check(out.good(), file.string(), ": writing the export failed");

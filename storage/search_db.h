@@ -138,7 +138,8 @@ class SearchDb {
   // per line; import merges (records already present, by their key, measurement time and worker,
   // are skipped; candidates are shared with what the file holds) and returns the number of
   // records added; a file of a newer format is refused naming both versions. Models, jobs and
-  // tasks are the local service state and are neither exported nor imported.
+  // tasks are the local service state and are neither exported nor imported. The export is valid
+  // UTF-8 whatever the database holds: text that is not becomes U+FFFD in its record.
   int64_t export_to(const std::filesystem::path& file);
   int64_t import_from(const std::filesystem::path& file);
 

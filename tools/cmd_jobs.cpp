@@ -15,6 +15,7 @@
 
 #include "coordinator/client.h"
 #include "coordinator/job_planner.h"
+#include "coordinator/model_files.h"
 #include "coordinator/status_json.h"
 #include "core/error.h"
 #include "tools/cli_args.h"
@@ -70,7 +71,7 @@ int cmd_submit(const std::vector<std::string>& argv) {
   s.set_upload(upload_name());
   {
     ProgressLine progress("upload");
-    for (wire::ModelFile& f : client.upload(s.upload(), model_files(model), [&](uint64_t done, uint64_t total) {
+    for (wire::ModelFile& f : client.upload(s.upload(), coordinator::model_files(model), [&](uint64_t done, uint64_t total) {
            progress.update(done >> 20, total >> 20, "MB");
          })) {
       *s.add_files() = std::move(f);

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "coordinator/model_files.h"
 #include "core/error.h"
 #include "core/files.h"
 
@@ -54,27 +55,9 @@ std::string self_executable() {
   return p.string();
 }
 
-std::vector<coordinator::UploadFile> model_files(const fs::path& model) {
-  std::vector<coordinator::UploadFile> files = {{model.filename().string(), model}};
-  std::error_code ec;
-  check(fs::is_regular_file(model, ec), model.string(), ": model file not found (or not a regular file)");
-  const MappedFile file = map_file(model, "model file");  // searched, not copied
-  const std::string_view bytes(reinterpret_cast<const char*>(file.bytes.get()), file.size);
-  // External data: files beside the model whose names appear in it (their `location` fields).
-  std::vector<fs::path> beside;
-  for (const auto& e : fs::directory_iterator(model.parent_path().empty() ? fs::path(".") : model.parent_path())) {
-    if (e.is_regular_file() && e.path().filename() != model.filename()) beside.push_back(e.path());
-  }
-  std::sort(beside.begin(), beside.end());
-  for (const fs::path& p : beside) {
-    if (bytes.find(p.filename().string()) != std::string::npos) files.push_back({p.filename().string(), p});
-  }
-  return files;
-}
-
 std::vector<wire::ModelFile> read_model_files(const fs::path& model) {
   std::vector<wire::ModelFile> out;
-  for (const coordinator::UploadFile& f : model_files(model)) {
+  for (const coordinator::UploadFile& f : coordinator::model_files(model)) {
     wire::ModelFile& m = out.emplace_back();
     m.set_path(f.path);
     m.set_data(read_file(f.local, f.path == model.filename().string() ? "model file" : "external data file"));

@@ -25,9 +25,8 @@ const std::atomic<bool>& stop_on_signals();
 const std::atomic<bool>& stopped_twice();
 // This executable's path, from /proc/self/exe.
 std::string self_executable();
-// A model's files: the .onnx, then the files beside it whose names it mentions (external data),
-// sorted; model_files names them, read_model_files reads them.
-std::vector<coordinator::UploadFile> model_files(const std::filesystem::path& model);
+// A model's files as coordinator::model_files names them (the .onnx and the external data its
+// tensors name), read.
 std::vector<wire::ModelFile> read_model_files(const std::filesystem::path& model);
 // Writes files under `dir` (created), refusing paths that leave it.
 void write_files(const std::vector<wire::ModelFile>& files, const std::filesystem::path& dir);

@@ -227,6 +227,17 @@ std::vector<wire::CandidateResult> measure_pair(const Graph& g, const wire::Chil
   return {pa.result, pb.result};
 }
 
+namespace {
+
+// A result to the supervisor: its text (a detail quoting a node name) made valid UTF-8 first, or
+// the supervisor could not parse it.
+void write_result(int fd, wire::CandidateResult r) {
+  wire::make_strings_valid(r);
+  write_frame(fd, r.SerializeAsString());
+}
+
+}  // namespace
+
 int serve_measurements(int in_fd, int out_fd, backend::Backend& backend) {
   while (std::optional<std::string> frame = read_frame(in_fd)) {
     wire::ChildRequest req;
@@ -237,7 +248,7 @@ int serve_measurements(int in_fd, int out_fd, backend::Backend& backend) {
       bool fault = false;
       for (const wire::CandidateResult& r :
            measure_pair(g, req.candidates(0), req.candidates(1), req.policy(), backend, reference)) {
-        write_frame(out_fd, r.SerializeAsString());
+        write_result(out_fd, r);
         fault = fault || r.status() == "runtime_fault";
       }
       if (fault) return 3;
@@ -245,7 +256,7 @@ int serve_measurements(int in_fd, int out_fd, backend::Backend& backend) {
     }
     for (const wire::ChildCandidate& c : req.candidates()) {
       const wire::CandidateResult r = measure_candidate(g, c, req.policy(), backend, reference);
-      write_frame(out_fd, r.SerializeAsString());
+      write_result(out_fd, r);
       if (r.status() == "runtime_fault") return 3;
     }
   }

@@ -13,7 +13,8 @@
 //
 // serve_measurements is the child's main loop: it reads ChildRequest frames from `in_fd`, writes
 // one CandidateResult frame per candidate, in order, to `out_fd` (a request of two candidates with
-// Policy::interleave measures them as a pair), and returns 0 at end of input.
+// Policy::interleave measures them as a pair; its text valid UTF-8, wire::make_strings_valid),
+// and returns 0 at end of input.
 // After a runtime fault it returns 3 (a GPU context is not trusted after one); the daemon starts a
 // fresh child for the remaining candidates.
 #pragma once

@@ -3,7 +3,8 @@
 // run on the host executor (which builds the kernel text with the system compiler and loads it)
 // and tuned by a local worker, and none of their code runs; the shipped text, comments removed, is
 // the text of the same model with plain names. A control shows that the same payload, placed as
-// code, does run: the probe can see an escape.
+// code, does run: the probe can see an escape. Peer text made valid UTF-8 (valid_utf8) and one log
+// line (one_line), judged by nlohmann's JSON writer over random bytes.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #include <array>
 #include <cstdio>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <regex>
 
@@ -87,6 +89,74 @@ TEST(InertText, DistinctNamesStayDistinct) {
     ASSERT_TRUE(is_inert_comment(inert));
     const auto [it, fresh] = seen.emplace(inert, s);
     ASSERT_TRUE(fresh || it->second == s) << "two names give " << inert;
+  }
+}
+
+// valid_utf8 keeps UTF-8 as it is and writes every other byte as \xNN; nlohmann's JSON writer, which
+// refuses text that is not UTF-8, is the independent judge. Random code points (each length of
+// sequence) come back unchanged; random bytes always come back valid.
+TEST(InertText, ValidUtf8KeepsUtf8AndEscapesEveryOtherByte) {
+  EXPECT_EQ(valid_utf8("plain ASCII, naïve, €, 𝄞"), "plain ASCII, naïve, €, 𝄞");
+  EXPECT_EQ(valid_utf8("a\xff" "b"), "a\\xFFb");
+  EXPECT_EQ(valid_utf8("\x80"), "\\x80");                             // a stray continuation byte
+  EXPECT_EQ(valid_utf8("\xc0\xaf"), "\\xC0\\xAF");                    // an overlong '/'
+  EXPECT_EQ(valid_utf8("\xed\xa0\x80"), "\\xED\\xA0\\x80");           // a surrogate
+  EXPECT_EQ(valid_utf8("\xf4\x90\x80\x80"), "\\xF4\\x90\\x80\\x80");  // over U+10FFFF
+  EXPECT_EQ(valid_utf8("\xe2\x82" "x"), "\\xE2\\x82x");               // a truncated sequence
+  EXPECT_EQ(valid_utf8("\xe2\x82"), "\\xE2\\x82");                    // ... at the end
+  EXPECT_EQ(valid_utf8(std::string("a\0b\n", 4)), std::string("a\0b\n", 4));  // controls are UTF-8
+  const unsigned seed = testing::test_seed();
+  std::mt19937 rng(seed);
+  for (int i = 0; i < 20000; ++i) {
+    std::string bytes(rng() % 8, ' ');
+    for (char& c : bytes) c = static_cast<char>(rng() % 256);
+    const std::string valid = valid_utf8(bytes);
+    ASSERT_NO_THROW((void)nlohmann::json(valid).dump()) << "not UTF-8 from " << ::testing::PrintToString(bytes);
+    ASSERT_EQ(valid_utf8(valid), valid);
+    std::string text;
+    for (int k = 0; k < 4; ++k) {
+      uint32_t cp = rng() % 0x110000;
+      if (cp >= 0xD800 && cp <= 0xDFFF) cp = 0xFFFD;
+      if (cp < 0x80) {
+        text += static_cast<char>(cp);
+      } else if (cp < 0x800) {
+        text += static_cast<char>(0xC0 | (cp >> 6));
+        text += static_cast<char>(0x80 | (cp & 0x3F));
+      } else if (cp < 0x10000) {
+        text += static_cast<char>(0xE0 | (cp >> 12));
+        text += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+        text += static_cast<char>(0x80 | (cp & 0x3F));
+      } else {
+        text += static_cast<char>(0xF0 | (cp >> 18));
+        text += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+        text += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+        text += static_cast<char>(0x80 | (cp & 0x3F));
+      }
+    }
+    ASSERT_NO_THROW((void)nlohmann::json(text).dump());
+    ASSERT_EQ(valid_utf8(text), text) << "UTF-8 changed: " << ::testing::PrintToString(text);
+  }
+}
+
+// one_line is valid_utf8 that never breaks a log line: no newline, carriage return, other control
+// character, NEL, line or paragraph separator survives, whatever the bytes.
+TEST(InertText, OneLineNeverBreaksALogLine) {
+  EXPECT_EQ(one_line("model\n2026-01-01T00:00:00.000Z INFO forged\r"), "model\\n2026-01-01T00:00:00.000Z INFO forged\\r");
+  EXPECT_EQ(one_line("tab\there"), "tab\\there");
+  EXPECT_EQ(one_line(std::string("nul\0", 4)), "nul\\x00");
+  EXPECT_EQ(one_line("ls\xe2\x80\xa8ps\xe2\x80\xa9nel\xc2\x85"), "ls\\u2028ps\\u2029nel\\u0085");
+  EXPECT_EQ(one_line("\xff ü"), "\\xFF ü");
+  const unsigned seed = testing::test_seed();
+  std::mt19937 rng(seed);
+  for (int i = 0; i < 20000; ++i) {
+    std::string bytes(rng() % 8, ' ');
+    for (char& c : bytes) c = static_cast<char>(rng() % 256);
+    const std::string line = one_line(bytes);
+    ASSERT_NO_THROW((void)nlohmann::json(line).dump()) << ::testing::PrintToString(bytes);
+    for (const char c : line) ASSERT_GE(static_cast<unsigned char>(c), 0x20) << ::testing::PrintToString(bytes);
+    for (const char* bad : {"\x7f", "\xc2\x85", "\xe2\x80\xa8", "\xe2\x80\xa9"}) {
+      ASSERT_EQ(line.find(bad), std::string::npos) << ::testing::PrintToString(bytes);
+    }
   }
 }
 

@@ -1,5 +1,6 @@
 // Log lines (core/log.h): text and JSON carry a timestamp, the level, the component and the ids
-// given, leave out the ids not given, and a JSON line stays one valid object whatever the message.
+// given, leave out the ids not given, and a line stays one line of valid UTF-8 (a JSON line one
+// valid object) whatever the message and the ids hold.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -32,6 +33,25 @@ TEST(Log, JsonLinesAreOneObjectEach) {
   EXPECT_FALSE(j.contains("job"));  // not given: left out
   EXPECT_EQ(j["msg"], message);
   EXPECT_TRUE(std::regex_match(j["ts"].get<std::string>(), std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z)")));
+}
+
+// Peer text in a log line (a model's name with a forged line after a newline, a worker's name that
+// is not UTF-8) leaves one line of valid UTF-8, in text and in JSON.
+TEST(Log, PeerTextStaysOneLineOfValidUtf8) {
+  const std::string message = "job 3 (evil.onnx\n2026-01-01T00:00:00.000Z INFO coordinator: forged\r) waits";
+  const LogIds ids{3, 0, "w\xff\n1"};
+  const std::string text = format_log_line(LogLevel::kInfo, "coordinator", ids, message, LogFormat::kText);
+  EXPECT_EQ(text.find('\n'), std::string::npos) << text;
+  EXPECT_EQ(text.find('\r'), std::string::npos) << text;
+  EXPECT_NE(text.find(" worker=w\\xFF\\n1: job 3 (evil.onnx\\n2026-01-01T00:00:00.000Z INFO coordinator: forged\\r) waits"),
+            std::string::npos)
+      << text;
+  EXPECT_NO_THROW((void)nlohmann::json(text).dump()) << text;
+  const std::string json = format_log_line(LogLevel::kInfo, "coordinator", ids, message, LogFormat::kJson);
+  EXPECT_EQ(json.find('\n'), std::string::npos) << json;
+  const nlohmann::json j = nlohmann::json::parse(json);  // throws on text that is not UTF-8
+  EXPECT_EQ(j["worker"], "w\\xFF\n1");
+  EXPECT_EQ(j["msg"], message);
 }
 
 TEST(Log, TheFormatIsTextOrJson) {

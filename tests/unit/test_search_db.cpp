@@ -5,12 +5,14 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <tuple>
 
@@ -893,6 +895,67 @@ TEST_F(SearchDbTest, AModelsFilesAreStoredBesideTheDatabaseAsTheClientLaidThemOu
     EXPECT_NE(std::string(e.what()).find("big.onnx"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("are missing"), std::string::npos) << e.what();
   }
+}
+
+// A model's stored files are the owner's only whatever the umask: the store, each model's
+// directory and every directory in it 0700, every file 0600; the staging directory too. A store an
+// older fusetune left 0755 with 0644 files is made owner-only throughout.
+TEST_F(SearchDbTest, StoredModelFilesAreTheOwnersOnlyWhateverTheUmask) {
+  const fs::path file = dir_ / "search.db";
+  auto mode = [](const fs::path& p) {
+    struct stat st {};
+    EXPECT_EQ(::lstat(p.c_str(), &st), 0) << p;
+    return st.st_mode & 07777;
+  };
+  const mode_t old_umask = ::umask(0);  // the most permissive: every mode below is fusetune's own
+  {
+    SearchDb db(file);
+    JobQueue queue(db);
+    queue.put_model("sha256:m", "m.onnx", {{"m.onnx", "graph"}, {"data/deep/w.bin", "weights"}});
+    const fs::path files = queue.model_dir() / "sha256:m.files";
+    EXPECT_EQ(mode(queue.model_dir()), 0700u);
+    EXPECT_EQ(mode(files), 0700u);
+    EXPECT_EQ(mode(files / "data"), 0700u);
+    EXPECT_EQ(mode(files / "data" / "deep"), 0700u);
+    EXPECT_EQ(mode(files / "m.onnx"), 0600u);
+    EXPECT_EQ(mode(files / "data" / "deep" / "w.bin"), 0600u);
+    EXPECT_EQ(mode(JobQueue::staging_dir(file)), 0700u);
+    // As an older fusetune left it.
+    fs::permissions(queue.model_dir(), fs::perms(0755));
+    fs::permissions(files, fs::perms(0755));
+    fs::permissions(files / "m.onnx", fs::perms(0644));
+  }
+  const fs::path staging = JobQueue::staging_dir(file);
+  ::umask(old_umask);
+  const fs::path store = staging.parent_path();
+  EXPECT_EQ(mode(staging), 0700u);
+  EXPECT_EQ(mode(store), 0700u);
+  EXPECT_EQ(mode(store / "sha256:m.files"), 0700u);
+  EXPECT_EQ(mode(store / "sha256:m.files" / "m.onnx"), 0600u);
+}
+
+// The export is valid UTF-8, one JSON object a line, whatever the database holds: a worker's name
+// and a detail that are not UTF-8 (written by an older fusetune, or straight into the file) become
+// U+FFFD in their record, and the other records are exported as they are.
+TEST_F(SearchDbTest, AnExportIsValidTextWhateverTheDatabaseHolds) {
+  SearchDb db(dir_ / "search.db");
+  db.commit_workload("v1:abc", "form \xff");
+  Measurement bad = m("tile=32x32", 12.0);
+  bad.worker = "peer\xff\xfe\n";
+  bad.detail = "node '\xc0\xaf' failed";
+  db.record(bad);
+  db.record(m("tile=64x64", 9.5));
+  ASSERT_EQ(db.export_to(dir_ / "out.jsonl"), 3);
+  std::ifstream in(dir_ / "out.jsonl");
+  std::string line;
+  std::vector<nlohmann::json> records;
+  while (std::getline(in, line)) records.push_back(nlohmann::json::parse(line));  // throws on invalid UTF-8
+  ASSERT_EQ(records.size(), 4u);  // the header, the workload, two measurements
+  EXPECT_EQ(records[2]["worker"], "peer\ufffd\ufffd\n");
+  EXPECT_EQ(records[2]["detail"], "node '\ufffd\ufffd' failed");
+  EXPECT_EQ(records[3]["worker"], "w1");
+  SearchDb other(dir_ / "other.db");
+  EXPECT_EQ(other.import_from(dir_ / "out.jsonl"), 3);  // and it imports
 }
 
 TEST_F(SearchDbTest, AModelStoredAsOneBlobByAnOlderSchemaIsLaidOutOnce) {

@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <sqlite3.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -29,6 +31,8 @@
 #include "coordinator/client.h"
 #include "core/error.h"
 #include "core/files.h"
+#include "cli_run.h"
+#include "core/inert_text.h"
 #include "onnx_builder.h"
 #include "proto/curve.h"
 #include "proto/wire.h"
@@ -98,6 +102,35 @@ int free_port() {
   ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
   ::close(s);
   return ntohs(a.sin_port);
+}
+
+// GET `path` from an HTTP server on 127.0.0.1:`port` (one request, Connection: close): the status
+// code and the body; 0 and "" when nothing answers.
+std::pair<int, std::string> http_get(int port, const std::string& path) {
+  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  const timeval timeout{30, 0};
+  ::setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  if (::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(s);
+    return {0, ""};
+  }
+  const std::string request = "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1:" + std::to_string(port) +
+                              "\r\nConnection: close\r\n\r\n";
+  if (::send(s, request.data(), request.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(request.size())) {
+    ::close(s);
+    return {0, ""};
+  }
+  std::string reply;
+  std::array<char, 4096> buf{};
+  for (ssize_t n; (n = ::recv(s, buf.data(), buf.size(), 0)) > 0;) reply.append(buf.data(), static_cast<size_t>(n));
+  ::close(s);
+  const size_t body = reply.find("\r\n\r\n");
+  if (reply.rfind("HTTP/1.", 0) != 0 || body == std::string::npos) return {0, ""};
+  return {std::stoi(reply.substr(9, 3)), reply.substr(body + 4)};
 }
 
 // x[1, n] -> ops... -> y: small element-wise models; a model's fused group and its single-op
@@ -1288,6 +1321,248 @@ TEST_F(Service, WithCurveKeysOnlyAllowedWorkersAndClientsAreServed) {
   wire::Envelope e;
   e.mutable_status();
   EXPECT_THROW(plain.request(std::move(e)), Error);
+}
+
+
+// Every regular file under `dir`, by its path relative to `dir`, with its bytes.
+std::map<std::string, std::string> files_under(const fs::path& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (e.is_regular_file()) out[fs::relative(e.path(), dir).string()] = read_file(e.path(), "a stored file");
+  }
+  return out;
+}
+
+mode_t mode_of(const fs::path& p) {
+  struct stat st {};
+  EXPECT_EQ(::lstat(p.c_str(), &st), 0) << p;
+  return st.st_mode & 07777;
+}
+
+// `fusetune submit` sends the model and exactly the external data its tensors name (an
+// initializer, a Constant's value tensor in a subfolder, and a symlink to a file in the folder):
+// not the `.netrc` and `id_ed25519` lying beside it that its doc string and a node's name name.
+// What the coordinator stored is its files only, the owner's only although the coordinator runs
+// under umask 0 (files 0600, folders 0700). A symlink leading out of the folder, an absolute
+// location and one leaving the folder are each refused in one line naming the file, and nothing
+// of them is stored.
+TEST_F(Service, SubmitSendsTheModelAndExactlyTheExternalDataItsTensorsName) {
+  constexpr int64_t n = 8;
+  const fs::path model_dir = dir_ / "model";
+  fs::create_directories(model_dir / "weights");
+  fs::create_directories(dir_ / "outside");
+  auto write = [](const fs::path& p, const std::string& bytes) { std::ofstream(p, std::ios::binary) << bytes; };
+  write(model_dir / ".netrc", "machine lab login me password hunter2");
+  write(model_dir / "id_ed25519", "-----BEGIN OPENSSH PRIVATE KEY----- secret");
+  write(dir_ / "outside" / "passwd", "root:x:0:0:root:/root:/bin/bash");
+  auto floats = [](int64_t count, float scale) {
+    std::string bytes(static_cast<size_t>(count) * sizeof(float), '\0');
+    for (int64_t i = 0; i < count; ++i) {
+      const float v = scale * static_cast<float>(i % 7 - 3);
+      std::memcpy(bytes.data() + i * sizeof(float), &v, sizeof v);
+    }
+    return bytes;
+  };
+  write(model_dir / "w.bin", floats(n * n, 0.01f));
+  write(model_dir / "weights" / "c.bin", floats(n, 0.5f));
+  fs::create_symlink("w.bin", model_dir / "alias.bin");
+  fs::create_symlink(dir_ / "outside" / "passwd", model_dir / "link.bin");
+  // x[1,n] @ w + c (a Constant whose value tensor is external data) @ w2 (through alias.bin) -> y;
+  // its doc string and an attribute name the secrets.
+  auto model = [&](const std::string& file, const std::string& second_location) {
+    testing::OnnxBuilder b;
+    b.input("x", testing::kFloat, {1, n}).output("y", testing::kFloat, {1, n});
+    b.external_initializer("w", {n, n}, {{"location", "w.bin"}});
+    b.external_initializer("w2", {n, n}, {{"location", second_location}});
+    onnx::NodeProto& c = b.node("Constant", {}, {"c"}, "keys in id_ed25519, login in .netrc");
+    onnx::AttributeProto& value = *c.add_attribute();
+    value.set_name("value");
+    value.set_type(onnx::AttributeProto::TENSOR);
+    onnx::TensorProto& t = *value.mutable_t();
+    t.set_name("c");
+    t.set_data_type(testing::kFloat);
+    t.add_dims(n);
+    t.set_data_location(1);
+    t.add_external_data()->set_key("location");
+    t.mutable_external_data(0)->set_value("weights/c.bin");
+    b.node("MatMul", {"x", "w"}, {"xw"});
+    b.node("Add", {"xw", "c"}, {"xwc"});
+    b.node("MatMul", {"xwc", "w2"}, {"y"});
+    const std::string doc = "Trained with the credentials in .netrc; deploy with id_ed25519.";
+    std::string bytes = b.bytes();
+    bytes += '\x32';  // ModelProto.doc_string: field 6, length-delimited
+    bytes += static_cast<char>(doc.size());
+    bytes += doc;
+    write(model_dir / file, bytes);
+    return model_dir / file;
+  };
+  const fs::path good = model("m.onnx", "alias.bin");
+  ASSERT_NE(read_file(good, "model").find("id_ed25519"), std::string::npos);
+  const mode_t old_umask = ::umask(0);
+  start_coordinator();
+  ::umask(old_umask);
+  auto submit_cli = [&](const fs::path& m) {
+    return testing::run_cli("submit " + m.string() + " --coordinator " + endpoint_ + " --device h100");
+  };
+  const testing::Outcome ok = submit_cli(good);
+  ASSERT_EQ(ok.exit_code, 0) << ok.output << coordinator_->log();
+  const int64_t job = std::stoll(ok.output.substr(ok.output.find_last_of('\n', ok.output.size() - 2) + 1));
+  fs::path stored;
+  {
+    storage::SearchDb db(db_);
+    storage::JobQueue queue(db);
+    const auto rec = queue.job(job);
+    ASSERT_TRUE(rec.has_value()) << ok.output;
+    const auto model_rec = queue.model(rec->model_digest);
+    ASSERT_TRUE(model_rec.has_value());
+    stored = model_rec->onnx.parent_path();
+  }
+  const std::map<std::string, std::string> files = files_under(stored);
+  std::vector<std::string> names;
+  for (const auto& [name, bytes] : files) names.push_back(name);
+  EXPECT_EQ(names, (std::vector<std::string>{"alias.bin", "m.onnx", "w.bin", "weights/c.bin"}));
+  EXPECT_TRUE(files.at("w.bin") == read_file(model_dir / "w.bin", "w.bin"));
+  EXPECT_TRUE(files.at("alias.bin") == read_file(model_dir / "w.bin", "w.bin"));
+  EXPECT_TRUE(files.at("weights/c.bin") == read_file(model_dir / "weights" / "c.bin", "c.bin"));
+  // Modes, with stat.
+  const fs::path store = stored.parent_path();
+  EXPECT_EQ(mode_of(store), 0700u);
+  EXPECT_EQ(mode_of(stored), 0700u);
+  EXPECT_EQ(mode_of(stored / "weights"), 0700u);
+  for (const auto& [name, bytes] : files) EXPECT_EQ(mode_of(stored / name), 0600u) << name;
+  // Refusals: each one line naming the file, nothing sent.
+  const std::vector<std::pair<fs::path, std::string>> refused = {
+      {model("out.onnx", "link.bin"), "'link.bin' is a symlink leading out of the model's folder"},
+      {model("abs.onnx", (dir_ / "outside" / "passwd").string()), "'" + (dir_ / "outside" / "passwd").string() + "'"},
+      {model("up.onnx", "../outside/passwd"), "'../outside/passwd'"},
+      {model("gone.onnx", "missing.bin"), "'missing.bin' is missing"},
+  };
+  for (const auto& [m, says] : refused) {
+    const testing::Outcome o = submit_cli(m);
+    EXPECT_EQ(o.exit_code, 2) << o.output;
+    EXPECT_NE(o.output.find(says), std::string::npos) << o.output;
+    EXPECT_NE(o.output.find("tensor 'w2'"), std::string::npos) << o.output;
+    EXPECT_EQ(std::count(o.output.begin(), o.output.end(), '\n'), 1) << o.output;
+  }
+  // Nothing but the first model is stored; no secret and no outside file anywhere in the store.
+  for (const auto& [name, bytes] : files_under(store)) {
+    EXPECT_EQ(name.find(".netrc"), std::string::npos) << name;
+    EXPECT_EQ(name.find("id_ed25519"), std::string::npos) << name;
+    EXPECT_EQ(bytes.find("root:x:0:0"), std::string::npos) << name;
+    EXPECT_EQ(bytes.find("hunter2"), std::string::npos) << name;
+    EXPECT_EQ(bytes.find("OPENSSH PRIVATE KEY"), std::string::npos) << name;
+  }
+  storage::SearchDb db(db_);
+  storage::JobQueue queue(db);
+  EXPECT_EQ(queue.stats().models, 1);
+}
+
+// A worker whose ZeroMQ routing id is binary (not UTF-8, with a newline) measures a job; its name
+// stays valid text: /api/jobs/ID/tasks and /api/workers answer 200 with JSON that parses, and
+// `fusetune db export` exports the whole database.
+TEST_F(Service, AWorkerWithABinaryRoutingIdLeavesTheApiAndTheExportValid) {
+  const int http_port = free_port();
+  start_coordinator({"--http", "127.0.0.1:" + std::to_string(http_port)});
+  const std::string id = "\xff\xfe\n<w>\xc0\xaf";
+  ScriptedWorker w(context_, endpoint_, id);
+  const int64_t job = submit(write_model(dir_, "relu", 4096, {"Relu"}), 2, "host", kOneRound);
+  for (wire::Task t = w.next_task(); t.task_id() > 0; t = w.try_task(3000)) {
+    std::map<std::string, std::array<double, 3>> times;
+    for (const wire::Candidate& c : t.candidates()) times[c.config()] = {10.0, 9.9, 10.1};
+    w.answer(t, times);
+  }
+  wait_for([&] { w.heartbeat(); return status(job).state() == "done"; }, "the job to finish on the binary peer's results");
+  const std::string name = valid_utf8(id);
+  wait_for([&] { return http_get(http_port, "/api/workers").first == 200; }, "the HTTP side to answer");
+  const auto [code, body] = http_get(http_port, "/api/jobs/" + std::to_string(job) + "/tasks");
+  ASSERT_EQ(code, 200) << body << coordinator_->log();
+  const nlohmann::json tasks = nlohmann::json::parse(body);
+  ASSERT_FALSE(tasks["tasks"].empty());
+  for (const auto& t : tasks["tasks"]) EXPECT_EQ(t["worker"], name) << t.dump();
+  const auto [workers_code, workers_body] = http_get(http_port, "/api/workers");
+  ASSERT_EQ(workers_code, 200) << workers_body;
+  EXPECT_EQ(nlohmann::json::parse(workers_body)["workers"][0]["worker_id"], name);
+  const testing::Outcome exported = testing::run_cli("db export " + (dir_ / "out.jsonl").string() + " --db " + db_.string());
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  std::ifstream in(dir_ / "out.jsonl");
+  int measurements = 0;
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json r = nlohmann::json::parse(line);
+    if (r["type"] == "measurement") {
+      ++measurements;
+      EXPECT_EQ(r["worker"], name);
+    }
+  }
+  EXPECT_GT(measurements, 0);
+}
+
+// Node and value names that are not UTF-8 (a stray continuation byte, 0xFF, an overlong '/') travel
+// to a real worker, whose tasks all succeed, and the job is done with every group measured. A
+// refusal quoting such a name reaches `fusetune submit` as one readable line naming the node.
+TEST_F(Service, AModelWhoseNodeNamesAreNotUtf8TunesToDoneWithEveryTaskSucceeding) {
+  testing::OnnxBuilder b;
+  b.input("x", testing::kFloat, {1, 256}).output("y", testing::kFloat, {1, 256});
+  b.node("Relu", {"x"}, {"\xff\x80value"}, "\xff\xfe node");
+  b.node("Sigmoid", {"\xff\x80value"}, {"\xc0\xafvalue"}, "n\xc0\xaf\xed\xa0\x80");
+  b.node("Tanh", {"\xc0\xafvalue"}, {"y"}, "\x80\x80\n");
+  const fs::path model = dir_ / "names.onnx";
+  b.write(model);
+  start_coordinator();
+  start_worker("w1");
+  const int64_t job = submit(model, 2, "host", kOneRound);
+  wait_for([&] {
+    const std::string state = status(job).state();
+    return state != "queued" && state != "running";
+  }, "the job to end");
+  EXPECT_EQ(status(job).state(), "done") << status(job).error() << coordinator_->log();
+  expect_complete_without_duplicates(job);
+  storage::SearchDb db(db_);
+  storage::JobQueue queue(db);
+  const auto tasks = queue.job_tasks(job);
+  ASSERT_FALSE(tasks.empty());
+  for (const storage::TaskRecord& t : tasks) {
+    bool any_ok = false;
+    for (const storage::Measurement& m : db.top_k(t.signature, t.device, t.codegen_version, 100)) {
+      any_ok = any_ok || m.status == storage::Status::kOk;
+    }
+    EXPECT_TRUE(any_ok) << "task " << t.id << " has no working candidate: " << t.error;
+  }
+  testing::OnnxBuilder refused;
+  refused.input("x", testing::kFloat, {1, 256}).output("y", testing::kFloat, {1, 256});
+  testing::OnnxBuilder::attr_i(refused.node("Relu", {"x"}, {"y"}, "\xff\xfe node"), "bogus", 1);
+  refused.write(dir_ / "refused.onnx");
+  const testing::Outcome o =
+      testing::run_cli("submit " + (dir_ / "refused.onnx").string() + " --coordinator " + endpoint_ + " --device host");
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("node '\\xFF\\xFE node' (Relu): attribute 'bogus'"), std::string::npos) << o.output;
+  EXPECT_EQ(std::count(o.output.begin(), o.output.end(), '\n'), 1) << o.output;
+}
+
+// A model's name is the client's text: one with a newline and a forged log line after it, or with
+// bytes that are not UTF-8, is one line of valid UTF-8 in the coordinator's log.
+TEST_F(Service, AModelNameWithANewlineIsOneLogLine) {
+  start_coordinator();
+  const fs::path model = write_model(dir_, "relu", 64, {"Relu"});
+  wire::Envelope e;
+  wire::Submit& s = *e.mutable_submit();
+  s.set_model_name("evil.onnx\n2026-01-01T00:00:00.000Z INFO coordinator: FORGED worker joined\r");
+  wire::ModelFile& f = *s.add_files();
+  f.set_path("relu.onnx");
+  f.set_data(read_file(model, "model file"));
+  s.set_device("h100");  // no such worker: the job waits, and says so in the log
+  const int64_t job = request(std::move(e)).job().job_id();
+  ASSERT_GT(job, 0);
+  wait_for([&] { return coordinator_->log().find("FORGED") != std::string::npos; }, "the model's name in the log");
+  std::istringstream log(coordinator_->log());
+  int lines = 0;
+  for (std::string line; std::getline(log, line);) {
+    if (line.find("FORGED") == std::string::npos) continue;
+    ++lines;
+    EXPECT_EQ(line.rfind("2026-01-01", 0), std::string::npos) << line;
+    EXPECT_NE(line.find("evil.onnx\\n2026-01-01T00:00:00.000Z INFO coordinator: FORGED worker joined\\r"),
+              std::string::npos) << line;
+  }
+  EXPECT_GE(lines, 1);
 }
 
 }  // namespace
