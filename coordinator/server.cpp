@@ -1613,7 +1613,7 @@ struct Server::State {
 
   static void write_piece(const fs::path& file, uint64_t offset, const std::string& data) {
     fs::create_directories(file.parent_path());
-    const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
     check(fd >= 0, "upload: cannot open ", file.filename().string(), " in the staging directory");
     size_t done = 0;
     while (done < data.size()) {

@@ -20,7 +20,7 @@ esac
 # build: it comes with the machine image where GPUs are targeted, and is not in Debian's main.
 packages=(cmake ninja-build g++ pkg-config python3 python3-pip python3-venv
           libprotobuf-dev protobuf-compiler libzmq3-dev cppzmq-dev nlohmann-json3-dev
-          libsqlite3-dev libssl-dev libcpp-httplib-dev libjs-chart.js python3-prometheus-client
+          libsqlite3-dev libssl-dev libcpp-httplib-dev libjs-chart.js libseccomp-dev libdw-dev python3-prometheus-client
           python3-websocket chromium libgtest-dev libgmock-dev libboost-context-dev libxgboost-dev
           python3-torch python3-torchvision python3-onnx)
 missing=()

@@ -1,9 +1,13 @@
 #include "simt/report.h"
 
-#include <dlfcn.h>
+#include <dwarf.h>
+#include <elfutils/libdwfl.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <tuple>
 
@@ -59,41 +63,66 @@ bool same_kind(const Finding& a, const Finding& b) {
 
 }  // namespace
 
-// addr2line, one call per module.
+namespace {
+
+// "kernels.cu:LINE" when `file` (a path) is the CUDA text's unit, "" otherwise.
+std::string kernels_line(const char* file, int line) {
+  if (file == nullptr || line <= 0) return "";
+  const std::string path(file);
+  const size_t slash = path.rfind('/');
+  const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  return name == "kernels.cu" ? name + ":" + std::to_string(line) : "";
+}
+
+}  // namespace
+
+// The line tables and inline chains of the modules this process has loaded, read in process with
+// libdw (elfutils): nothing is started, so it works inside the measuring child's seccomp filter
+// (worker/confine.h). A site is the first frame in kernels.cu, innermost first: its own line, or
+// the call line of an inlined prelude helper it sits in.
 std::map<const void*, std::string> site_lines(const std::vector<const void*>& sites) {
-  std::map<std::string, std::vector<std::pair<const void*, uintptr_t>>> by_module;
-  for (const void* s : sites) {
-    Dl_info info{};
-    if (s == nullptr || dladdr(s, &info) == 0 || info.dli_fname == nullptr) continue;
-    // A return address: the call is the instruction before it.
-    by_module[info.dli_fname].emplace_back(s, reinterpret_cast<uintptr_t>(s) - reinterpret_cast<uintptr_t>(info.dli_fbase) - 1);
-  }
   std::map<const void*, std::string> lines;
-  for (const auto& [module, offsets] : by_module) {
-    // -a: each address, then its inline chain (-i), innermost first: the site is the first
-    // frame in kernels.cu (the prelude's helpers are inlined into it).
-    std::ostringstream cmd;
-    cmd << "addr2line -a -i -e '" << module << "'";
-    for (const auto& o : offsets) cmd << " 0x" << std::hex << o.second;
-    cmd << " 2>/dev/null";
-    FILE* p = popen(cmd.str().c_str(), "r");
-    if (p == nullptr) continue;
-    char buf[4096];
-    int at = -1;
-    while (std::fgets(buf, sizeof buf, p) != nullptr) {
-      std::string line(buf);
-      while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
-      if (line.rfind("0x", 0) == 0) {
-        ++at;
-        continue;
+  if (sites.empty()) return lines;
+  char* debuginfo_path = nullptr;
+  const Dwfl_Callbacks callbacks = {dwfl_linux_proc_find_elf, dwfl_standard_find_debuginfo, nullptr, &debuginfo_path};
+  const std::unique_ptr<Dwfl, void (*)(Dwfl*)> dwfl(dwfl_begin(&callbacks), dwfl_end);
+  if (!dwfl || dwfl_linux_proc_report(dwfl.get(), ::getpid()) != 0 || dwfl_report_end(dwfl.get(), nullptr, nullptr) != 0) {
+    return lines;
+  }
+  for (const void* s : sites) {
+    if (s == nullptr) continue;
+    // A return address: the call is the instruction before it.
+    const Dwarf_Addr addr = reinterpret_cast<uintptr_t>(s) - 1;
+    Dwfl_Module* module = dwfl_addrmodule(dwfl.get(), addr);
+    if (module == nullptr) continue;
+    int line = 0;
+    std::string found;
+    if (Dwfl_Line* l = dwfl_module_getsrc(module, addr)) found = kernels_line(dwfl_lineinfo(l, nullptr, &line, nullptr, nullptr, nullptr), line);
+    Dwarf_Addr bias = 0;
+    Dwarf_Die* cu = found.empty() ? dwfl_module_addrdie(module, addr, &bias) : nullptr;
+    Dwarf_Files* files = nullptr;
+    size_t nfiles = 0;
+    if (cu != nullptr && dwarf_getsrcfiles(cu, &files, &nfiles) == 0) {
+      // The innermost scope holding the address, then (dwarf_getscopes_die) every DIE that holds
+      // that one in the concrete tree: its callers' inlined instances out to the kernel.
+      Dwarf_Die* innermost = nullptr;
+      Dwarf_Die* scopes = nullptr;
+      int n = dwarf_getscopes(cu, addr - bias, &innermost);
+      if (n > 0) n = dwarf_getscopes_die(&innermost[0], &scopes);
+      std::free(innermost);
+      for (int i = 0; i < n && found.empty(); ++i) {
+        if (dwarf_tag(&scopes[i]) != DW_TAG_inlined_subroutine) continue;
+        Dwarf_Attribute attr;
+        Dwarf_Word file = 0, call_line = 0;
+        if (dwarf_formudata(dwarf_attr(&scopes[i], DW_AT_call_file, &attr), &file) != 0 ||
+            dwarf_formudata(dwarf_attr(&scopes[i], DW_AT_call_line, &attr), &call_line) != 0 || file >= nfiles) {
+          continue;
+        }
+        found = kernels_line(dwarf_filesrc(files, file, nullptr, nullptr), static_cast<int>(call_line));
       }
-      if (at < 0 || at >= static_cast<int>(offsets.size())) continue;
-      if (const size_t cut = line.find(" ("); cut != std::string::npos) line.resize(cut);  // "(discriminator N)"
-      if (const size_t slash = line.rfind('/'); slash != std::string::npos) line = line.substr(slash + 1);
-      const void* site = offsets[static_cast<size_t>(at)].first;
-      if (line.rfind("kernels.cu:", 0) == 0 && lines.count(site) == 0) lines[site] = line;
+      std::free(scopes);
     }
-    pclose(p);
+    if (!found.empty()) lines[s] = found;
   }
   return lines;
 }

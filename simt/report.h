@@ -63,7 +63,8 @@ struct Counters {
   uint64_t unique_bytes() const { return 32 * (unique_load_sectors + unique_store_sectors); }
 };
 
-// "kernels.cu:LINE" of each access site, from the line table of the module holding it.
+// "kernels.cu:LINE" of each access site, from the line table and inline chain of the module
+// holding it, read in process (libdw): it starts no program.
 std::map<const void*, std::string> site_lines(const std::vector<const void*>& sites);
 
 enum class Check { kRace, kSync, kMemory, kInit };

@@ -15,9 +15,11 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "dashboards/http_server.h"
+#include "simt/module.h"
 #include "tools/cli_args.h"
 #include "tools/commands.h"
 #include "tools/service_common.h"
+#include "worker/confine.h"
 #include "worker/daemon.h"
 #include "worker/machine.h"
 #include "worker/measure.h"
@@ -82,6 +84,11 @@ int cmd_worker_child(const std::vector<std::string>& argv) {
     b = backend::make_cuda_backend(std::stoi(device), &why);
     check(b != nullptr, "worker-child --device ", device, ": ", why);
   }
+  // A host candidate is built by the daemon's compile pool; the child loads it from the kernel
+  // cache, whose key holds the compiler's identity: that is asked now, while the child may still
+  // start a program.
+  if (device == "host") simt::compiler_identity(simt::default_compiler());
+  worker::confine_measuring_child();
   return worker::serve_measurements(0, frames_out, *b);
 }
 

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -23,6 +24,8 @@
 #include "planner/device.h"
 #include "planner/select.h"
 #include "proto/wire.h"
+#include "simt/executor.h"
+#include "simt/module.h"
 #include "worker/compile_pool.h"
 #include "worker/daemon.h"
 #include "worker/machine.h"
@@ -160,7 +163,8 @@ struct AddTask {
     p.set_max_repeats(5);
     p.set_min_time_ms(0.1);
   }
-  void add(const std::string& name, const std::string& body) {
+  // `prelude`: text at file scope before the kernel (a declaration the body needs).
+  void add(const std::string& name, const std::string& body, const std::string& prelude = "") {
     wire::Candidate& c = *request.add_candidates()->mutable_candidate();
     c.set_config(name);
     c.set_kernel(name);
@@ -169,7 +173,7 @@ struct AddTask {
     // CUDA text as the code generator writes it (the host worker runs it on the SIMT executor);
     // thread 0 runs `body` unless the body names threadIdx itself.
     const bool all_threads = body.find("threadIdx") != std::string::npos;
-    c.set_cuda_source(codegen::emit_cuda({}) + "extern \"C\" __global__ void __launch_bounds__(32) " + name +
+    c.set_cuda_source(codegen::emit_cuda({}) + prelude + "extern \"C\" __global__ void __launch_bounds__(32) " + name +
                       "(FT_GLOBAL(const float) a, FT_GLOBAL(const float) b, FT_GLOBAL(float) out) {\n" +
                       (all_threads ? body : "  if (threadIdx.x == 0) { " + body + " }") + "\n}\n");
     c.set_source_digest(sha256_hex(c.cuda_source()));
@@ -290,6 +294,46 @@ TEST(Sandbox, FaultsKillOnlyTheChildAndEveryCandidateGetsItsStatus) {
   expect(8, "ok");
   expect(9, "check_failed", "racecheck: kernel race: write-after-write hazard on global 'out'");
   EXPECT_EQ(sandbox.restarts(), 3);  // after the segfault, the hang and the trap
+}
+
+// The measuring child runs generated code under no_new_privs and a seccomp filter
+// (worker/confine.h): a kernel's system() cannot start its shell and its command never runs, its socket() gets
+// -1, and its execl() kills the child (SIGSYS), which costs that candidate only. Each kernel sums
+// right only when its call was refused, so "ok" means refused. The control runs the system()
+// kernel in this process, unconfined, where its command does run.
+TEST(Sandbox, GeneratedCodeInTheMeasuringChildStartsNoProcessAndOpensNoSocket) {
+  const std::filesystem::path marker =
+      std::filesystem::temp_directory_path() / ("fusetune_confine_" + std::to_string(::getpid()));
+  std::filesystem::remove(marker);
+  const std::string sum = "for (int i = 0; i < 37; ++i) out[i] = a[i] + b[i];";
+  const std::string touch = "\"touch " + marker.string() + "\"";
+  AddTask t;
+  // system() answers 127 << 8 when its shell cannot be started, 0 when the command ran.
+  t.add("system_call", "int rc = system(" + touch + "); " + sum + " if (rc == 0) out[0] = -1.0f;");
+  t.add("socket_call", "int fd = socket(2, 1, 0); " + sum + " if (fd != -1) out[0] = -1.0f;",
+        "extern \"C\" int socket(int, int, int);\n");
+  t.add("exec_call", "execl(\"/bin/sh\", \"sh\", \"-c\", " + touch + ", (char*)0); " + sum,
+        "extern \"C\" int execl(const char*, const char*, ...);\n");
+  t.add("after", sum);
+  std::vector<wire::Candidate> cs;
+  for (const auto& c : t.request.candidates()) cs.push_back(c.candidate());
+  worker::CompilePool pool("host", 2);
+  for (const worker::CompileOutput& o : pool.compile(cs)) ASSERT_TRUE(o.ok) << o.error;
+  worker::Sandbox sandbox(FUSETUNE_BINARY, "host");
+  const std::vector<wire::CandidateResult> r = sandbox.run(t.request, 20000);
+  ASSERT_EQ(r.size(), 4u);
+  EXPECT_EQ(r[0].status(), "ok") << "system(): " << r[0].detail();
+  EXPECT_EQ(r[1].status(), "ok") << "socket(): " << r[1].detail();
+  EXPECT_EQ(r[2].status(), "runtime_fault") << "execl(): " << r[2].detail();
+  EXPECT_NE(r[2].detail().find("SIGSYS"), std::string::npos) << r[2].detail();
+  EXPECT_EQ(r[3].status(), "ok") << r[3].detail();
+  EXPECT_FALSE(std::filesystem::exists(marker)) << "a command of generated code ran in the measuring child";
+  // The control: the same system() kernel, unconfined in this process, runs its command.
+  simt::Module m(t.request.candidates(0).candidate().cuda_source());
+  std::vector<float> a(37, 1.0f), b(37, 2.0f), out(37);
+  simt::launch(m.kernel("system_call"), {a.data(), b.data(), out.data()}, {37 * 4, 37 * 4, 37 * 4}, {1, 32, 0}, {});
+  EXPECT_TRUE(std::filesystem::exists(marker)) << "control: the system() kernel did not run its command unconfined";
+  std::filesystem::remove(marker);
 }
 
 // Policy::interleave: the two candidates are timed in turn in one child, so both have the same
