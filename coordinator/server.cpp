@@ -287,6 +287,7 @@ struct Server::State {
     // Results refused, by reason: unknown_peer, unknown_task, not_lease_holder, not_asked.
     std::map<std::string, uint64_t> results_refused;
     uint64_t results = 0, leases = 0, lease_expiries = 0, cache_hits = 0;
+    uint64_t role_refusals = 0;  // messages of a role the peer's key does not have
     dashboards::Histogram dispatch_seconds{{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}};
     dashboards::Histogram task_seconds{{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}};
   } counters;
@@ -322,7 +323,7 @@ struct Server::State {
         offload(opt.work_threads) {
     db.file().set_auto_checkpoint(false);
     if (opt.security.enabled()) {
-      auth = std::make_unique<wire::Authenticator>(context, opt.security.allowed, [this](const std::string& l) { log(l); });
+      auth = std::make_unique<wire::Authenticator>(context, opt.security, [this](const std::string& l) { log(l); });
     }
   }
 
@@ -1242,6 +1243,38 @@ struct Server::State {
     bind_waiting();
   }
 
+  // Whether a peer of `roles` may send `e`: hello, heartbeats, results and bye are a worker's;
+  // submissions, uploads, cancels and exports a client's; status anyone's. A refusal is logged and
+  // answered (a hello with `refused`, so that the worker stops), and counted.
+  bool allowed_by_role(const std::string& identity, const wire::Envelope& e, unsigned roles) {
+    unsigned needs = wire::kEveryRole;
+    switch (e.body_case()) {
+      case wire::Envelope::kHello:
+      case wire::Envelope::kHeartbeat:
+      case wire::Envelope::kResult:
+      case wire::Envelope::kBye: needs = wire::kWorkerRole; break;
+      case wire::Envelope::kSubmit:
+      case wire::Envelope::kUpload:
+      case wire::Envelope::kCancel:
+      case wire::Envelope::kExportRequest: needs = wire::kClientRole; break;
+      default: return true;
+    }
+    if (roles & needs) return true;
+    const std::string why = std::string("this peer's key is not a ") + (needs == wire::kWorkerRole ? "worker's" : "client's") +
+                            " (--allow-" + (needs == wire::kWorkerRole ? "workers" : "clients") + "): it may not send " +
+                            wire::body_name(e);
+    ++counters.role_refusals;
+    log(LogIds{0, 0, peer_name(identity)}, "refused " + wire::body_name(e) + " from " + peer_name(identity) + ": " + why, LogLevel::kWarn);
+    if (e.has_hello()) {
+      wire::Envelope r;
+      r.mutable_refused()->set_reason(why);
+      send(identity, std::move(r));
+    } else {
+      send_error(identity, why);
+    }
+    return false;
+  }
+
   void handle(const std::string& identity, wire::Envelope& e) {  // a submission's files are moved out
     auto w = workers.find(identity);
     if (w != workers.end()) w->second.last_seen = Clock::now();
@@ -1412,6 +1445,8 @@ struct Server::State {
               "Task results refused: from a peer that said no hello, for an unknown task, from a peer not holding the "
               "task's lease, or for candidates the task did not ask for.",
               by("reason", counters.results_refused));
+    x.counter("fusetune_role_refusals", "Messages refused because the peer's CURVE key lacks the role (worker or client).",
+              {{{}, static_cast<double>(counters.role_refusals)}});
     x.counter("fusetune_leases", "Tasks leased to workers.", {{{}, static_cast<double>(counters.leases)}});
     x.counter("fusetune_lease_expiries", "Leases whose deadline passed.", {{{}, static_cast<double>(counters.lease_expiries)}});
     x.counter("fusetune_cache_hits", "Groups the search database answered without a measurement.",
@@ -1808,7 +1843,7 @@ Server::Server(zmq::context_t& context, ServerOptions options)
       s_->log(LogIds{rec.id, 0, ""}, "job " + std::to_string(rec.id) + " cannot resume: " + e.what(), LogLevel::kWarn);
     }
   }
- s_->log(std::string(s_->opt.security.enabled() ? "CURVE: " + std::to_string(s_->opt.security.allowed.size()) + " allowed keys; "
+ s_->log(std::string(s_->opt.security.enabled() ? "CURVE: " + std::to_string(s_->opt.security.workers.size()) + " worker keys and " + std::to_string(s_->opt.security.clients.size()) + " client keys allowed; "
                                                 : "no CURVE keys: peers are not authenticated (loopback or embedded use only); ") +
           "listening on " + s_->opt.listen +
           (s_->http ? " and http://" + s_->opt.http.address.substr(0, s_->opt.http.address.rfind(':')) + ":" + std::to_string(s_->http->port()) : "") +
@@ -1855,7 +1890,7 @@ void Server::poll_once(int timeout_ms) {
           s_->log("ignored a message of " + std::to_string(parts.size() - 1) + " frames from " + peer_name(identity), LogLevel::kWarn);
           continue;
         }
-        handle_frame(identity, parts[1].data(), parts[1].size());
+        handle_frame(identity, parts[1].data(), parts[1].size(), wire::peer_roles(parts[1]));
       }
       const auto now = Clock::now();
       if (now - s_->last_expiry > std::chrono::milliseconds(200)) {
@@ -1892,9 +1927,10 @@ void Server::poll_once(int timeout_ms) {
   }
 }
 
-void Server::handle_frame(const std::string& identity, const void* data, size_t size) {
+void Server::handle_frame(const std::string& identity, const void* data, size_t size, unsigned roles) {
   try {
     wire::Envelope e = wire::decode(data, size);
+    if (!s_->allowed_by_role(identity, e, roles)) return;
     s_->handle(identity, e);
   } catch (const Error& err) {
     s_->log("request from " + peer_name(identity) + " failed: " + err.what(), LogLevel::kWarn);

@@ -75,7 +75,8 @@ class Server {
   void run(const std::atomic<bool>& stop);
   // One message's frame as received from peer `identity` (what poll_once does with each; the
   // request fuzzer calls it directly): handled, or logged and answered with an error.
-  void handle_frame(const std::string& identity, const void* data, size_t size);
+  // `roles` (wire::PeerRole): what the peer's key may do; a message of another role is refused.
+  void handle_frame(const std::string& identity, const void* data, size_t size, unsigned roles = wire::kEveryRole);
   // Work on the pool whose completion has not run yet (poll_once runs what is done).
   size_t work_in_progress() const;
   // The port the HTTP side listens on (ServerOptions::http; port 0 there: the one chosen); 0

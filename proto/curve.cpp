@@ -110,9 +110,18 @@ void apply_server_security(zmq::socket_t& socket, const ServerSecurity& s) {
   socket.set(zmq::sockopt::zap_domain, std::string("fusetune"));
 }
 
-Authenticator::Authenticator(zmq::context_t& context, std::set<std::string> allowed,
+unsigned peer_roles(const zmq::message_t& message) {
+  // The User-Id the Authenticator gave: "worker", "client" or "worker+client".
+  const char* user = zmq_msg_gets(message.handle(), "User-Id");
+  if (user == nullptr) return kEveryRole;  // no CURVE: nothing to tell the roles apart by
+  const std::string roles(user);
+  return (roles.find("worker") != std::string::npos ? kWorkerRole : 0u) |
+         (roles.find("client") != std::string::npos ? kClientRole : 0u);
+}
+
+Authenticator::Authenticator(zmq::context_t& context, const ServerSecurity& security,
                              std::function<void(const std::string&)> log)
-    : socket_(context, zmq::socket_type::rep), allowed_(std::move(allowed)), log_(std::move(log)) {
+    : socket_(context, zmq::socket_type::rep), workers_(security.workers), clients_(security.clients), log_(std::move(log)) {
   socket_.set(zmq::sockopt::linger, 0);
   socket_.bind("inproc://zeromq.zap.01");
 }
@@ -130,16 +139,19 @@ void Authenticator::handle() {
       parts.push_back(std::move(next));
     }
     const std::string request_id = parts.size() > 1 ? parts[1].to_string() : "";
-    bool ok = false;
+    std::string roles;
     std::string who = "a peer";
     if (parts.size() >= 7 && parts[5].to_string() == "CURVE" && parts[6].size() == 32) {
       char z85[41] = {0};
       zmq_z85_encode(z85, static_cast<const uint8_t*>(parts[6].data()), 32);
       who = "key " + std::string(z85) + " from " + parts[3].to_string();
-      ok = allowed_.count(z85) != 0;
+      if (workers_.count(z85)) roles = "worker";
+      if (clients_.count(z85)) roles += roles.empty() ? "client" : "+client";
     }
+    const bool ok = !roles.empty();
     if (!ok && log_) log_("refused " + who + ": not among the allowed public keys");
-    const std::vector<std::string> reply = {"1.0", request_id, ok ? "200" : "400", ok ? "OK" : "key not allowed", "", ""};
+    // The User-Id (the fifth part) is what ZeroMQ attaches to every message of the connection.
+    const std::vector<std::string> reply = {"1.0", request_id, ok ? "200" : "400", ok ? "OK" : "key not allowed", roles, ""};
     for (size_t k = 0; k < reply.size(); ++k) {
       socket_.send(zmq::buffer(reply[k]), k + 1 < reply.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
     }

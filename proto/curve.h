@@ -6,7 +6,9 @@
 // ("public Z85\nsecret Z85\n", mode 0600), NAME.pub the public half. read_public_keys takes a .pub
 // file or a directory of them. The Authenticator is the coordinator's ZAP handler (ZeroMQ's
 // authentication protocol, served on inproc://zeromq.zap.01 of the coordinator's context): it
-// accepts a CURVE client whose key is allowed and refuses any other, logging the refusal.
+// accepts a CURVE client whose key is allowed, as a worker or as a client, and tags the
+// connection with those roles (peer_roles reads them off each message); it refuses any other
+// key, logging the refusal.
 // Guarantees: every file problem throws Error naming the file; a socket configured here refuses
 // to connect in plain text to a CURVE peer and vice versa.
 #pragma once
@@ -37,24 +39,33 @@ struct ClientSecurity {
 };
 void apply_client_security(zmq::socket_t& socket, const ClientSecurity& security);
 
-// The coordinator's side: its pair and the public keys it accepts.
+// The coordinator's side: its pair and the public keys it accepts, by role: a worker's key may
+// say hello and report results, a client's may submit, upload, cancel and export (both may ask
+// for status); a key in both sets has both roles.
 struct ServerSecurity {
   KeyPair own;
-  std::set<std::string> allowed;
+  std::set<std::string> workers;
+  std::set<std::string> clients;
   bool enabled() const { return !own.secret_key.empty(); }
 };
 void apply_server_security(zmq::socket_t& socket, const ServerSecurity& security);
 
+// A peer's roles, from the key it authenticated with (every role without CURVE).
+enum PeerRole : unsigned { kWorkerRole = 1, kClientRole = 2, kEveryRole = kWorkerRole | kClientRole };
+// The roles the Authenticator gave the connection a message came on (its ZAP User-Id).
+unsigned peer_roles(const zmq::message_t& message);
+
 class Authenticator {
  public:
-  Authenticator(zmq::context_t& context, std::set<std::string> allowed, std::function<void(const std::string&)> log);
+  // Accepts a key of `security`'s workers or clients and tags its connection with its roles.
+  Authenticator(zmq::context_t& context, const ServerSecurity& security, std::function<void(const std::string&)> log);
   zmq::socket_t& socket() { return socket_; }
   // Answers every pending authentication request.
   void handle();
 
  private:
   zmq::socket_t socket_;
-  std::set<std::string> allowed_;
+  std::set<std::string> workers_, clients_;
   std::function<void(const std::string&)> log_;
 };
 

@@ -15,13 +15,14 @@
 namespace fusetune::cli {
 
 int cmd_coordinator(const std::vector<std::string>& argv) {
-  std::set<std::string> valued = {"listen", "db", "heartbeat-ms", "worker-timeout-ms", "max-attempts", "key", "allow", "http",
+  std::set<std::string> valued = {"listen", "db", "heartbeat-ms", "worker-timeout-ms", "max-attempts", "key", "allow-workers",
+                                  "allow-clients", "http",
                                   "http-token-file", "log-format", "max-message-mb", "max-upload-gb",
                                   "max-client-upload-gb", "max-store-gb"};
   valued.merge(http_limit_flags());
   const Args args(argv, valued, {});
   check(args.positional().empty() && args.has("listen"),
-        "usage: fusetune coordinator --listen tcp://ADDRESS:PORT [--db PATH] [--key COORD.key --allow KEYS_DIR] "
+        "usage: fusetune coordinator --listen tcp://ADDRESS:PORT [--db PATH] [--key COORD.key --allow-workers KEYS --allow-clients KEYS] "
         "[--worker-timeout-ms MS] [--max-message-mb MB] [--max-upload-gb GB] [--max-client-upload-gb GB] [--max-store-gb GB] [--http HOST:PORT [--http-token-file FILE] [--http-max-connections N] "
         "[--http-max-header-kb KB] [--http-max-headers N] [--http-timeout-s S] [--http-keep-alive-s S]] [--log-format text|json]");
   set_log_format(parse_log_format(args.get("log-format", "text")));

@@ -19,7 +19,7 @@ constexpr const char* kUsage =
     "  tune MODEL.onnx [--device auto|host|NAME] [--out PLAN_DIR] [--db PATH] [--shape NAME=DxD...] [--candidates N]\n"
     "      [--trials N] [--time S]\n"
     "      tune the model with an embedded coordinator and local worker; write the best plan\n"
-    "  coordinator --listen tcp://ADDRESS:PORT [--db PATH] [--key COORD.key --allow KEYS_DIR]\n"
+    "  coordinator --listen tcp://ADDRESS:PORT [--db PATH] [--key COORD.key --allow-workers KEYS --allow-clients KEYS]\n"
     "      [--max-message-mb MB] [--max-upload-gb GB] [--max-client-upload-gb GB] [--max-store-gb GB]\n"
     "      [--http HOST:PORT [--http-token-file FILE] [--http-max-connections N] [--http-max-header-kb KB]\n"
     "       [--http-max-headers N] [--http-timeout-s S] [--http-keep-alive-s S]] [--log-format text|json]\n"

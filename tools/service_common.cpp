@@ -87,12 +87,14 @@ wire::ClientSecurity client_security(const Args& args) {
 }
 
 wire::ServerSecurity server_security(const Args& args) {
-  check(args.has("key") == args.has("allow"), "--key and --allow go together (CURVE needs both)");
+  const bool allows = args.has("allow-workers") || args.has("allow-clients");
+  check(args.has("key") == allows, "--key and --allow-workers/--allow-clients go together (CURVE needs both)");
   wire::ServerSecurity s;
   if (!args.has("key")) return s;
   s.own = wire::read_key_file(args.get("key"));
   check(!s.own.secret_key.empty(), args.get("key"), ": no secret key (give the NAME.key file, not NAME.pub)");
-  s.allowed = wire::read_public_keys(args.get("allow"));
+  if (args.has("allow-workers")) s.workers = wire::read_public_keys(args.get("allow-workers"));
+  if (args.has("allow-clients")) s.clients = wire::read_public_keys(args.get("allow-clients"));
   return s;
 }
 

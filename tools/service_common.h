@@ -32,7 +32,8 @@ std::vector<wire::ModelFile> read_model_files(const std::filesystem::path& model
 void write_files(const std::vector<wire::ModelFile>& files, const std::filesystem::path& dir);
 // --key NAME.key and --coordinator-key COORD.pub (both or neither) of a worker or client.
 wire::ClientSecurity client_security(const Args& args);
-// --key NAME.key and --allow FILE.pub|DIR (both or neither) of a coordinator.
+// --key NAME.key with --allow-workers FILE.pub|DIR and/or --allow-clients FILE.pub|DIR (the key
+// and at least one, or none) of a coordinator: the keys of each role.
 wire::ServerSecurity server_security(const Args& args);
 // The HTTP side's options: the address of `address_flag`, the token from the file of
 // `token_flag`'s file (which others may not read) or $FUSETUNE_HTTP_TOKEN, never from the command

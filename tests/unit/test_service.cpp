@@ -1296,16 +1296,18 @@ TEST_F(Service, MeasurementsAnswerOnlyTheirOwnDeviceIdentity) {
   EXPECT_EQ(stats.measurements - stats.interleaved, 2 * alone(a));
 }
 
-TEST_F(Service, WithCurveKeysOnlyAllowedWorkersAndClientsAreServed) {
+TEST_F(Service, WithCurveKeysOnlyAllowedWorkersAndClientsAreServedEachInItsRole) {
   const fs::path keys = dir_ / "keys", allowed = dir_ / "allowed";
   for (const char* name : {"coordinator", "good", "client", "intruder"}) {
     Process gen({"keys", "generate", name, "--out", keys.string()}, dir_ / "keys.log");
     ASSERT_EQ(gen.wait(), 0) << gen.log();
   }
-  fs::create_directories(allowed);
-  fs::copy_file(keys / "good.pub", allowed / "good.pub");
-  fs::copy_file(keys / "client.pub", allowed / "client.pub");
-  start_coordinator({"--key", (keys / "coordinator.key").string(), "--allow", allowed.string()});
+  fs::create_directories(allowed / "workers");
+  fs::create_directories(allowed / "clients");
+  fs::copy_file(keys / "good.pub", allowed / "workers" / "good.pub");
+  fs::copy_file(keys / "client.pub", allowed / "clients" / "client.pub");
+  start_coordinator({"--key", (keys / "coordinator.key").string(), "--allow-workers", (allowed / "workers").string(),
+                     "--allow-clients", (allowed / "clients").string()});
   Process& intruder = start_worker("intruder", {"--key", (keys / "intruder.key").string(), "--coordinator-key",
                                                 (keys / "coordinator.pub").string()});
   EXPECT_EQ(intruder.wait(), 3) << intruder.log();  // refused at the handshake, and says why
@@ -1321,6 +1323,26 @@ TEST_F(Service, WithCurveKeysOnlyAllowedWorkersAndClientsAreServed) {
   wire::Envelope e;
   e.mutable_status();
   EXPECT_THROW(plain.request(std::move(e)), Error);
+  // Roles: the client's key cannot serve as a worker (its hello is refused and the worker stops),
+  // and the worker's key cannot submit; both may ask for status.
+  Process& posing = start_worker("posing", {"--key", (keys / "client.key").string(), "--coordinator-key",
+                                           (keys / "coordinator.pub").string()});
+  EXPECT_EQ(posing.wait(), 3) << posing.log();
+  EXPECT_NE(posing.log().find("this peer's key is not a worker's (--allow-workers): it may not send hello"), std::string::npos)
+      << posing.log();
+  security_.own = wire::read_key_file(keys / "good.key");
+  EXPECT_EQ(status(job).state(), "done");
+  try {
+    submit(write_model(dir_, "sigmoid", 40, {"Sigmoid"}), 1);
+    ADD_FAILURE() << "a worker's key submitted a job";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("this peer's key is not a client's (--allow-clients): it may not send submit"),
+              std::string::npos)
+        << err.what();
+  }
+  wire::Envelope all;
+  all.mutable_status()->set_job_id(0);
+  EXPECT_EQ(request(std::move(all)).status_reply().jobs_size(), 1) << "the refused submission was stored";
 }
 
 
