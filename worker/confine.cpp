@@ -11,18 +11,9 @@
 
 #include "core/error.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/lsan_interface.h>
-#endif
-
 namespace fusetune::worker {
 
 void confine_measuring_child() {
-#if defined(__SANITIZE_ADDRESS__)
-  // LeakSanitizer's check at exit runs in a process it clones, which the filter refuses: it runs
-  // now instead, over what the child set up, and not again.
-  __lsan_do_leak_check();
-#endif
   check(::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0, "measuring child: cannot set no_new_privs (", std::strerror(errno), ")");
   const std::unique_ptr<void, void (*)(scmp_filter_ctx)> filter(seccomp_init(SCMP_ACT_ALLOW), seccomp_release);
   check(filter != nullptr, "measuring child: cannot make a seccomp filter");
