@@ -122,7 +122,7 @@ std::string JobSummary::to_json() const {
               {"convergence", convergence},
               {"group_convergence", group_convergence},
               {"group_details", group_details}}
-      .dump();
+      .dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 std::string model_digest(const fs::path& dir, const std::vector<std::string>& paths) {

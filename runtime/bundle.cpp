@@ -271,7 +271,9 @@ Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, const plan
                          {"constants_bytes", b.constants.size()},
                          {"launches", launches},
                          {"modeled_us", plan.modeled_us}};
-  b.manifest = manifest.dump(2);
+  // Names from the model that are not UTF-8 (ONNX says they are; a file need not be) become U+FFFD
+  // rather than failing the bundle.
+  b.manifest = manifest.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
   return b;
 }
 

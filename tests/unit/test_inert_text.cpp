@@ -22,6 +22,7 @@
 #include "importer/onnx_io.h"
 #include "simt/executor.h"
 #include "simt/module.h"
+#include "tests/fuzz/names_harness.h"
 #include "unit/cli_run.h"
 #include "unit/onnx_builder.h"
 #include "unit/test_seed.h"
@@ -264,6 +265,47 @@ TEST_F(HostileNames, CompileRunAndTuneRunNoneOfTheirCode) {
   const Outcome r = run_cli("run " + (dir_ / "tuned").string() + " --inputs " + (dir_ / "in").string() + " --backend host");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_FALSE(fs::exists(marker_)) << "tuning ran the name's code";
+}
+
+// The name fuzzer's property (tests/fuzz/names_harness.h) over seeded random texts drawn from what
+// breaks out of a comment or a line (newline, carriage return, backslash, "*/", "??/", quotes,
+// NUL, U+2028, invalid UTF-8) and plain letters: every model generates the plain-named model's
+// code, comments removed. FUSETUNE_TEST_SEED replays a run.
+TEST(NameFuzz, RandomNamesAttributesAndDocStringsLeaveTheCodeAsItWas) {
+  const uint32_t seed = testing::test_seed();
+  std::mt19937 rng(seed);
+  const fs::path dir = fs::temp_directory_path();
+  const std::string plain = fuzz::code_of(fuzz::named_model({}), dir);
+  ASSERT_NE(plain.find("__global__"), std::string::npos);
+  const std::vector<std::string> pieces = {"\n", "\r", "\\", "*/", "/*", "?" "?/", "\"", "'", std::string(1, '\0'),
+                                           "\xe2\x80\xa8", "\xff\xfe", "\xc3", "system(\"id\");", "#include <x>", "a", "Z", "_", " "};
+  for (int iteration = 0; iteration < 6; ++iteration) {
+    std::string input;
+    for (size_t t = 0; t < fuzz::kNameTexts; ++t) {
+      std::string text;
+      if (t == fuzz::kAttributeNameText) {  // an attribute the operators lack is refused: kept out here
+        input += '\0';
+        continue;
+      }
+      for (int k = std::uniform_int_distribution<int>(0, 8)(rng); k > 0; --k) {
+        text += pieces[std::uniform_int_distribution<size_t>(0, pieces.size() - 1)(rng)];
+      }
+      text.resize(std::min<size_t>(text.size(), 255));
+      input += static_cast<char>(text.size());
+      input += text;
+    }
+    const fuzz::NameOutcome o =
+        fuzz::check_names(reinterpret_cast<const uint8_t*>(input.data()), input.size(), plain, dir);
+    EXPECT_FALSE(o.refused) << "seed " << seed << ", iteration " << iteration << ": refused: " << o.error;
+    EXPECT_TRUE(o.refused || o.same_code) << "seed " << seed << ", iteration " << iteration
+                                          << ": the model's text changed its code, not only its comments";
+  }
+  // An attribute the operators do not have, whatever its name: refused, never generated.
+  std::string input(fuzz::kAttributeNameText, '\0');
+  input += std::string("\x0a") + "x\n*/ sys()";
+  const fuzz::NameOutcome o = fuzz::check_names(reinterpret_cast<const uint8_t*>(input.data()), input.size(), plain, dir);
+  EXPECT_TRUE(o.refused);
+  EXPECT_NE(o.error.find("is not supported"), std::string::npos) << o.error;
 }
 
 }  // namespace
