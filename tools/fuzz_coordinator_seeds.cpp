@@ -2,7 +2,9 @@
 // (tools/fuzz_coordinator.cpp) into DIR, one file per seed: every message type the coordinator
 // serves, valid and as a sequence a real session makes (a worker's hello, a client's submission
 // of a small model, inline or uploaded in pieces, the worker's result for the first task, status, export, cancel, bye), and
-// some that are wrong (a foreign protocol version, an unknown task, garbage). tests/fuzz/coordinator
+// some that are wrong (a foreign protocol version, an unknown task, garbage, and each refusal of
+// docs/security.md: forged results, foreign configurations, a revoke sent to the coordinator,
+// options out of range, hostile names). tests/fuzz/coordinator
 // holds its output; the unit tests replay it (FuzzRegressions.CoordinatorCorpus).
 #include <cstdio>
 #include <filesystem>
@@ -34,11 +36,14 @@ wire::Envelope hello(uint32_t version = wire::kProtocolVersion) {
   return e;
 }
 
-wire::Envelope submit() {
+// `names`: the nodes' and the intermediate value's names (a hostile model's: newlines, "*/",
+// bytes that are not UTF-8).
+wire::Envelope submit(const std::string& options = R"({"candidates": 2, "min_repeats": 1, "max_repeats": 1, "min_time_ms": 0})",
+                      const std::vector<std::string>& names = {"relu", "exp", "t"}) {
   testing::OnnxBuilder b;
   b.input("x", 1, {1, 64});
-  b.node("Relu", {"x"}, {"t"});
-  b.node("Exp", {"t"}, {"y"});
+  b.node("Relu", {"x"}, {names[2]}, names[0]);
+  b.node("Exp", {names[2]}, {"y"}, names[1]);
   b.output("y", 1, {1, 64});
   wire::Envelope e;
   wire::Submit& s = *e.mutable_submit();
@@ -47,7 +52,7 @@ wire::Envelope submit() {
   f.set_path("relu_exp.onnx");
   f.set_data(b.bytes());
   s.set_device("host");
-  s.set_options(R"({"candidates": 2, "min_repeats": 1, "max_repeats": 1, "min_time_ms": 0})");
+  s.set_options(options);
   return e;
 }
 
@@ -73,12 +78,16 @@ std::vector<wire::Envelope> uploaded_submit() {
   return out;
 }
 
-wire::Envelope result(int64_t task) {
+// A result for `task`; `config` names a candidate the task may not have asked for (a forgery).
+wire::Envelope result(int64_t task, const std::string& config = "t=64 th=64", bool abandoned = false) {
   wire::Envelope e;
   wire::TaskResult& r = *e.mutable_result();
   r.set_task_id(task);
+  r.set_abandoned(abandoned);
+  if (abandoned) return e;
   wire::CandidateResult& c = *r.add_results();
-  c.set_config("t=64 th=64");
+  c.set_config(config);
+  c.set_source_digest("0000");
   c.set_status("ok");
   c.set_median_us(3.5);
   c.set_min_us(3.0);
@@ -94,6 +103,7 @@ wire::Envelope request(const std::string& what, int64_t job) {
   if (what == "export") e.mutable_export_request()->set_job_id(job);
   if (what == "heartbeat") e.mutable_heartbeat()->add_tasks(job);
   if (what == "bye") e.mutable_bye();
+  if (what == "revoke") e.mutable_revoke()->add_tasks(job);  // the coordinator's to send, not to receive
   return e;
 }
 
@@ -117,6 +127,19 @@ int main(int argc, char** argv) {
       {"result_unknown_task", frame(1, hello()) + frame(1, result(424242))},
       {"export_missing_job", frame(3, request("export", 9))},
       {"garbage", frame(2, std::string("\xff\xfe not an envelope \x01\x02", 24))},
+      // Refusals (docs/security.md): a result from a worker not holding the lease, for a
+      // configuration never asked or with another digest, a hand-back, a revoke sent to the
+      // coordinator, options out of range, a cancel while a worker holds the lease, hostile names.
+      {"result_not_lease_holder", frame(0, hello()) + frame(2, submit()) + frame(1, hello()) + frame(1, result(1))},
+      {"result_foreign_config", frame(0, hello()) + frame(2, submit()) + frame(0, result(1, "forged config")) +
+                                    frame(0, result(1, "t=64 th=64"))},
+      {"hand_back", frame(0, hello()) + frame(2, submit()) + frame(0, result(1, "", true)) + frame(0, request("heartbeat", 1))},
+      {"revoke_to_coordinator", frame(0, hello()) + frame(0, request("revoke", 1))},
+      {"options_out_of_range", frame(2, submit(R"({"timeout_ms": 2147483647, "min_time_ms": 1e12})"))},
+      {"cancel_leased", frame(0, hello()) + frame(2, submit()) + frame(3, request("cancel", 1)) + frame(0, result(1))},
+      {"hostile_names", frame(0, hello()) + frame(2, submit(R"({"candidates": 1})", {"a\n*/ system(\"id\"); /*", "\xff\xfe",
+                                                                                      "v\r\n\xe2\x80\xa8"})) +
+                            frame(3, request("status", 0))},
   };
   std::string upload;
   for (const wire::Envelope& e : uploaded_submit()) upload += frame(3, e);
