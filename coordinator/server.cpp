@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <deque>
 #include <filesystem>
 #include <functional>
@@ -355,6 +356,19 @@ struct Server::State {
       socket.send(zmq::buffer(identity), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
       socket.send(zmq::buffer(bytes), zmq::send_flags::dontwait);
     }
+  }
+  // Why the database cannot be written (a full disk), empty while it can: meanwhile new work
+  // (hellos, results, submissions, uploads, cancels) is refused with this, status and exports
+  // are answered, nothing is leased, and a write is tried once a second to resume by itself.
+  std::string unwritable;
+  std::chrono::system_clock::time_point unwritable_since;
+  Clock::time_point last_write_probe;
+  std::string unwritable_warning() const {
+    const std::time_t since = std::chrono::system_clock::to_time_t(unwritable_since);
+    char when[32];
+    std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&since));
+    return "the coordinator cannot write its database since " + std::string(when) + " (" + unwritable +
+           "): it takes no new work until it can";
   }
   bool holding = false;                                   // a poll's transaction is open
   std::vector<std::pair<std::string, std::string>> unsent;  // (peer, frame) to send after it commits
@@ -1275,9 +1289,64 @@ struct Server::State {
     return false;
   }
 
+  // The unfinished jobs as the database has them: a bound one resumed (prepared on the pool, with
+  // its search state), an unbound one waiting for a worker of its class. Jobs being loaded already
+  // are left to that.
+  void load_unfinished_jobs() {
+    for (const storage::JobRecord& rec : queue.jobs(true)) {
+      if (rec.state == storage::JobState::kCancelled || loading.count(rec.id)) continue;
+      if (!rec.identity) {  // bound when a worker of its class says hello
+        waiting[rec.id] = nullptr;
+        continue;
+      }
+      try {
+        resume(rec);
+      } catch (const Error& e) {
+        loading.erase(rec.id);
+        queue.set_job_state(rec.id, storage::JobState::kFailed, e.what());
+        log(LogIds{rec.id, 0, ""}, "job " + std::to_string(rec.id) + " cannot resume: " + e.what(), LogLevel::kWarn);
+      }
+    }
+  }
+
+  // After a commit failed, memory may speak of what was rolled back (a lease ended, a round
+  // queued): once writes work again, leases and jobs are taken from the database, as a restart
+  // takes them. A connected worker keeps the leases the database gives it (its result is still
+  // taken); a lease of a peer not connected goes back to the queue.
+  void reload_from_database() {
+    for (auto& [identity, w] : workers) w.leases.clear();
+    for (const storage::TaskRecord& t : queue.tasks_in_state(storage::TaskState::kLeased)) {
+      if (const auto w = workers.find(t.worker); w != workers.end()) {
+        w->second.leases[t.id] = t.lease_deadline_ms;
+      } else {
+        queue.requeue_task(t.id, /*attempt_counts=*/false);
+      }
+    }
+    jobs.clear();
+    for (auto it = waiting.begin(); it != waiting.end();) it = loading.count(it->first) ? std::next(it) : waiting.erase(it);
+    load_unfinished_jobs();
+  }
+
+  // Refuses, while the database cannot be written, what would write it; whether `e` may go on.
+  bool writable_for(const std::string& identity, const wire::Envelope& e) {
+    if (unwritable.empty()) return true;
+    switch (e.body_case()) {
+      case wire::Envelope::kHello:
+      case wire::Envelope::kResult:
+      case wire::Envelope::kSubmit:
+      case wire::Envelope::kUpload:
+      case wire::Envelope::kCancel:
+        send_error(identity, "the coordinator cannot write its database (" + unwritable +
+                                 "): it takes no new work until it can; status and exports are answered");
+        return false;
+      default: return true;
+    }
+  }
+
   void handle(const std::string& identity, wire::Envelope& e) {  // a submission's files are moved out
     auto w = workers.find(identity);
     if (w != workers.end()) w->second.last_seen = Clock::now();
+    if (!writable_for(identity, e)) return;
     switch (e.body_case()) {
       case wire::Envelope::kHello: return on_hello(identity, e.hello(), e.version());
       case wire::Envelope::kHeartbeat:
@@ -1305,6 +1374,7 @@ struct Server::State {
         wire::Envelope r;
         for (wire::JobStatus& s : job_status(e.status().job_id())) *r.mutable_status_reply()->add_jobs() = std::move(s);
         r.mutable_status_reply()->set_workers(static_cast<int>(workers.size()));
+        if (!unwritable.empty()) r.mutable_status_reply()->set_warning(unwritable_warning());
         return send(identity, std::move(r));
       }
       case wire::Envelope::kCancel: {
@@ -1339,7 +1409,11 @@ struct Server::State {
   static constexpr auto kReplace = nlohmann::json::error_handler_t::replace;
   dashboards::HttpReply http_answer(const dashboards::HttpRequest& r) {
     if (r.path == "/metrics") return {200, "text/plain; version=0.0.4; charset=utf-8", metrics_text()};
-    if (r.path == "/api/jobs") return {200, "application/json", status_json(job_status(0), static_cast<int>(workers.size())).dump(-1, ' ', false, kReplace)};
+    if (r.path == "/api/jobs") {
+      return {200, "application/json",
+              status_json(job_status(0), static_cast<int>(workers.size()), unwritable.empty() ? "" : unwritable_warning())
+                  .dump(-1, ' ', false, kReplace)};
+    }
     if (r.path == "/api/workers") return {200, "application/json", workers_json().dump(-1, ' ', false, kReplace)};
     if (r.path.rfind("/api/jobs/", 0) == 0) {
       std::string rest = r.path.substr(10);
@@ -1454,6 +1528,8 @@ struct Server::State {
     x.histogram("fusetune_dispatch_latency_seconds",
                 "From a worker's slot freed (its result or hello) to its next lease sent, measured.", counters.dispatch_seconds);
     x.histogram("fusetune_task_duration_seconds", "From a task's lease to its result, measured.", counters.task_seconds);
+    x.gauge("fusetune_database_writable", "1 while the search database can be written, 0 while it cannot (a full disk: no new work).",
+            {{{}, unwritable.empty() ? 1.0 : 0.0}});
     x.gauge("fusetune_database_bytes", "The search database's file (without its WAL and model files).",
             {{{}, static_cast<double>(db.file().size_bytes())}});
     return x.text();
@@ -1829,20 +1905,7 @@ Server::Server(zmq::context_t& context, ServerOptions options)
     if (f->is_regular_file(ec)) s_->stored_bytes += f->file_size(ec);
   }
   const int requeued = s_->queue.requeue_leased();
-  for (const storage::JobRecord& rec : s_->queue.jobs(true)) {
-    if (rec.state == storage::JobState::kCancelled) continue;
-    if (!rec.identity) {  // bound when a worker of its class says hello
-      s_->waiting[rec.id] = nullptr;
-      continue;
-    }
-    try {
-      s_->resume(rec);
-    } catch (const Error& e) {
-      s_->loading.erase(rec.id);
-      s_->queue.set_job_state(rec.id, storage::JobState::kFailed, e.what());
-      s_->log(LogIds{rec.id, 0, ""}, "job " + std::to_string(rec.id) + " cannot resume: " + e.what(), LogLevel::kWarn);
-    }
-  }
+  s_->load_unfinished_jobs();
  s_->log(std::string(s_->opt.security.enabled() ? "CURVE: " + std::to_string(s_->opt.security.workers.size()) + " worker keys and " + std::to_string(s_->opt.security.clients.size()) + " client keys allowed; "
                                                 : "no CURVE keys: peers are not authenticated (loopback or embedded use only); ") +
           "listening on " + s_->opt.listen +
@@ -1872,26 +1935,45 @@ void Server::poll_once(int timeout_ms) {
   // handler's writes are a savepoint of it (storage::DbFile::write), so one that fails undoes
   // only its own.
   // What the handlers send goes out after the commit.
+  auto receive_all = [&] {
+    for (int handled = 0; handled < 10000; ++handled) {
+      std::vector<zmq::message_t> parts;
+      zmq::message_t part;
+      if (!s_->socket.recv(part, zmq::recv_flags::dontwait)) break;
+      parts.push_back(std::move(part));
+      while (parts.back().more()) {
+        zmq::message_t next;
+        if (!s_->socket.recv(next, zmq::recv_flags::dontwait)) break;
+        parts.push_back(std::move(next));
+      }
+      const std::string identity = parts[0].to_string();
+      if (parts.size() != 2) {
+        s_->log("ignored a message of " + std::to_string(parts.size() - 1) + " frames from " + peer_name(identity), LogLevel::kWarn);
+        continue;
+      }
+      handle_frame(identity, parts[1].data(), parts[1].size(), wire::peer_roles(parts[1]));
+    }
+  };
+  if (!s_->unwritable.empty()) {
+    // The database cannot be written: what reads it is answered, the rest refused (State::
+    // writable_for), nothing leased or expired; once a second a write is tried.
+    receive_all();
+    const auto now = Clock::now();
+    if (now - s_->last_write_probe >= std::chrono::seconds(1)) {
+      s_->last_write_probe = now;
+      if (s_->db.file().write_probe().empty()) {
+        s_->log("the database can be written again: new work is taken (it could not since: " + s_->unwritable + ")");
+        s_->unwritable.clear();
+        s_->unwritable_since = {};
+        s_->reload_from_database();
+      }
+    }
+    return;
+  }
   s_->holding = true;
   try {
     s_->db.file().write([&] {
-      for (int handled = 0; handled < 10000; ++handled) {
-        std::vector<zmq::message_t> parts;
-        zmq::message_t part;
-        if (!s_->socket.recv(part, zmq::recv_flags::dontwait)) break;
-        parts.push_back(std::move(part));
-        while (parts.back().more()) {
-          zmq::message_t next;
-          if (!s_->socket.recv(next, zmq::recv_flags::dontwait)) break;
-          parts.push_back(std::move(next));
-        }
-        const std::string identity = parts[0].to_string();
-        if (parts.size() != 2) {
-          s_->log("ignored a message of " + std::to_string(parts.size() - 1) + " frames from " + peer_name(identity), LogLevel::kWarn);
-          continue;
-        }
-        handle_frame(identity, parts[1].data(), parts[1].size(), wire::peer_roles(parts[1]));
-      }
+      receive_all();
       const auto now = Clock::now();
       if (now - s_->last_expiry > std::chrono::milliseconds(200)) {
         s_->expire(now);
@@ -1900,9 +1982,28 @@ void Server::poll_once(int timeout_ms) {
       }
       s_->dispatch();
     });
+  } catch (const Error& e) {
+    s_->holding = false;
+    // What was to be sent spoke of what was rolled back: each peer it was for hears that instead.
+    std::set<std::string> answered;
+    for (const auto& [peer, frame] : s_->unsent) answered.insert(peer);
+    s_->unsent.clear();
+    // A commit that fails because nothing can be written (a full disk) stops new work, not the
+    // coordinator; any other failure is a bug and goes on up.
+    const std::string why = s_->db.file().write_probe();
+    if (why.empty()) throw;
+    for (const std::string& peer : answered) {
+      s_->send_error(peer, "the coordinator could not write its database (" + why + "): what you sent was not kept; try again");
+    }
+    s_->unwritable = why;
+    s_->unwritable_since = std::chrono::system_clock::now();
+    s_->last_write_probe = Clock::now();
+    s_->log("the database cannot be written (" + why + "): new work is refused, status and exports answered, until it can",
+            LogLevel::kError);
+    return;
   } catch (...) {
     s_->holding = false;
-    s_->unsent.clear();  // they spoke of what was rolled back
+    s_->unsent.clear();
     throw;
   }
   s_->flush_held();

@@ -2,7 +2,7 @@
 
 namespace fusetune::coordinator {
 
-nlohmann::json status_json(const std::vector<wire::JobStatus>& jobs, int workers) {
+nlohmann::json status_json(const std::vector<wire::JobStatus>& jobs, int workers, const std::string& warning) {
   nlohmann::json list = nlohmann::json::array();
   for (const wire::JobStatus& j : jobs) {
     const nlohmann::json summary = nlohmann::json::parse(j.summary(), nullptr, false);
@@ -19,7 +19,9 @@ nlohmann::json status_json(const std::vector<wire::JobStatus>& jobs, int workers
                     {"error", j.error()},
                     {"summary", summary.is_object() ? summary : nlohmann::json()}});
   }
-  return {{"jobs", list}, {"workers", workers}};
+  nlohmann::json out = {{"jobs", list}, {"workers", workers}};
+  if (!warning.empty()) out["warning"] = warning;
+  return out;
 }
 
 nlohmann::json job_detail_json(const wire::JobStatus& job, const std::map<std::string, int64_t>& by_status,

@@ -15,7 +15,8 @@
 
 namespace fusetune::coordinator {
 
-nlohmann::json status_json(const std::vector<wire::JobStatus>& jobs, int workers);
+// `warning` (StatusReply.warning), when not empty, is given as "warning".
+nlohmann::json status_json(const std::vector<wire::JobStatus>& jobs, int workers, const std::string& warning = "");
 nlohmann::json job_detail_json(const wire::JobStatus& job, const std::map<std::string, int64_t>& by_status,
                                const nlohmann::json& convergence = nullptr, const nlohmann::json& group_convergence = nullptr);
 wire::JobStatus job_status_of(const storage::JobRecord& record, const storage::JobProgress& progress);

@@ -2,6 +2,7 @@
 
 #include <sqlite3.h>
 
+#include <chrono>
 #include <iterator>
 #include <map>
 #include <mutex>
@@ -298,6 +299,21 @@ void DbFile::vacuum() {
 }
 
 void DbFile::set_auto_checkpoint(bool on) { exec(on ? "PRAGMA wal_autocheckpoint=1000" : "PRAGMA wal_autocheckpoint=0"); }
+
+std::string DbFile::write_probe() {
+  try {
+    write([&] {
+      Stmt q(db_, "INSERT OR REPLACE INTO meta(key, value) VALUES('write_probe', ?)", path_.string());
+      q.bind(1, std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count()))
+          .step();
+    });
+    return "";
+  } catch (const Error& e) {
+    return e.what();
+  }
+}
 
 void DbFile::checkpoint() { exec("PRAGMA wal_checkpoint(PASSIVE)"); }
 

@@ -41,6 +41,9 @@ class DbFile {
   int64_t last_insert_id() const;
   // The first column of a query's first row as an integer; 0 when it returns no row.
   int64_t scalar(const std::string& sql);
+  // Whether a write commits now (a row of meta rewritten): "" when it does, else why not (a full
+  // disk, a file-size limit, an I/O error), in SQLite's words.
+  std::string write_probe();
   int changes() const;  // rows the last statement changed
 
   int schema_version();

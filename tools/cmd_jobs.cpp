@@ -108,9 +108,10 @@ int cmd_status(const std::vector<std::string>& argv) {
   const wire::StatusReply reply = query(client, job);
   const std::vector<wire::JobStatus> jobs(reply.jobs().begin(), reply.jobs().end());
   if (args.has("json")) {  // the shape of the HTTP API's /api/jobs (docs/dashboards.md)
-    std::printf("%s\n", coordinator::status_json(jobs, reply.workers()).dump(2).c_str());
+    std::printf("%s\n", coordinator::status_json(jobs, reply.workers(), reply.warning()).dump(2).c_str());
     return 0;
   }
+  if (!reply.warning().empty()) std::printf("warning: %s\n", reply.warning().c_str());
   print_jobs(jobs);
   if (job != 0 && jobs.at(0).state() == "done") print_summary(jobs.at(0));
   return 0;

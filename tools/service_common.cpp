@@ -40,6 +40,8 @@ const std::atomic<bool>& stop_on_signals() {
     sigaction(SIGINT, &sa, nullptr);
     sigaction(SIGTERM, &sa, nullptr);
     signal(SIGPIPE, SIG_IGN);
+    // A file-size limit reached: EFBIG from the write (a full disk's handling), not death.
+    signal(SIGXFSZ, SIG_IGN);
     return true;
   }();
   (void)installed;

@@ -19,7 +19,8 @@
 
 namespace fusetune::cli {
 
-// Installs SIGINT/SIGTERM handlers (once) that raise the returned flag; ignores SIGPIPE.
+// Installs SIGINT/SIGTERM handlers (once) that raise the returned flag; ignores SIGPIPE and
+// SIGXFSZ (a file-size limit then fails the write, as a full disk does).
 const std::atomic<bool>& stop_on_signals();
 // True once a second SIGINT or SIGTERM arrived (stop_on_signals installs the handler).
 const std::atomic<bool>& stopped_twice();

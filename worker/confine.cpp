@@ -30,7 +30,12 @@ void confine_measuring_child() {
     rule(SCMP_ACT_ERRNO(EPERM), call, name);
   }
   // A new process: clone without CLONE_THREAD (its flags are the first argument).
-  rule(SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), "clone", 1, SCMP_A0(SCMP_CMP_MASKED_EQ, CLONE_THREAD, 0));
+  scmp_arg_cmp no_thread{};  // SCMP_A0(SCMP_CMP_MASKED_EQ, CLONE_THREAD, 0), without C's compound literal
+  no_thread.arg = 0;
+  no_thread.op = SCMP_CMP_MASKED_EQ;
+  no_thread.datum_a = CLONE_THREAD;
+  no_thread.datum_b = 0;
+  rule(SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), "clone", 1, no_thread);
   rule(SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), "clone3");
   const int rc = seccomp_load(filter.get());
   check(rc == 0, "measuring child: the kernel refused the seccomp filter (", std::strerror(-rc), ")");

@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <sqlite3.h>
@@ -74,6 +75,7 @@ class Process {
     return wait();
   }
   void signal(int sig) const { ::kill(pid_, sig); }
+  pid_t pid() const { return pid_; }
   int wait() {
     int status = 0;
     ::waitpid(pid_, &status, 0);
@@ -899,6 +901,59 @@ TEST_F(Service, AModelWithExternalDataTravelsInPiecesAndIsStoredAsItsFiles) {
 // A frame over --max-message-mb is dropped by ZeroMQ, with its connection, before it is buffered
 // or handled; a garbage frame under the limit is handled (answered with an error), and the
 // coordinator goes on serving.
+// A full disk (here a file-size limit of one byte on the coordinator: every write fails, as on a
+// full disk) stops new work, not the coordinator: a result cannot be stored and a submission is
+// refused naming the cause, status still answers and says why; when writes work again the
+// coordinator takes work by itself, and the job finishes with nothing lost or stored twice.
+TEST_F(Service, AFullDiskStopsNewWorkNotTheCoordinatorWhichResumesByItself) {
+  start_coordinator();
+  ScriptedWorker w(context_, endpoint_);
+  const int64_t job = submit(write_model(dir_, "relu", 4096, {"Relu"}), 2, "host", R"("min_repeats": 2, "max_repeats": 3, "min_time_ms": 0.1, "trials": 2)");
+  const wire::Task t = w.next_task();
+  ASSERT_GT(t.task_id(), 0) << coordinator_->log();
+  std::map<std::string, std::array<double, 3>> times;
+  double us = 10;  // apart: no pair within noise to compare again
+  for (const wire::Candidate& c : t.candidates()) times[c.config()] = {us, us - 0.1, us + 0.1}, us += 10;
+  rlimit full{1, RLIM_INFINITY};
+  ASSERT_EQ(::prlimit(coordinator_->pid(), RLIMIT_FSIZE, &full, nullptr), 0) << std::strerror(errno);
+  // The worker's heartbeats go on meanwhile (it is alive); a request answered with the error of
+  // the failed commit is asked again.
+  auto warning = [&] {
+    w.heartbeat();
+    wire::Envelope e;
+    e.mutable_status()->set_job_id(0);
+    try {
+      return request(std::move(e)).status_reply().warning();
+    } catch (const Error& err) {
+      return std::string("(asked again) ") + err.what();
+    }
+  };
+  w.answer(t, times);  // its commit fails
+  wait_for([&] { const std::string now = warning(); return !now.empty() && now.rfind("(asked again)", 0) != 0; },
+           "status to say the database cannot be written", 30);
+  wire::Envelope all;
+  all.mutable_status()->set_job_id(0);
+  const wire::StatusReply full_status = request(std::move(all)).status_reply();
+  EXPECT_NE(full_status.warning().find("cannot write its database"), std::string::npos) << full_status.warning();
+  EXPECT_EQ(full_status.jobs_size(), 1);
+  w.heartbeat();
+  EXPECT_NE(status(job).state(), "done");
+  try {
+    submit(write_model(dir_, "sigmoid", 4096, {"Sigmoid"}), 2, "host", kOneRound);
+    ADD_FAILURE() << "a submission was taken while the database could not be written";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot write its database"), std::string::npos) << e.what();
+  }
+  rlimit room{RLIM_INFINITY, RLIM_INFINITY};
+  ASSERT_EQ(::prlimit(coordinator_->pid(), RLIMIT_FSIZE, &room, nullptr), 0) << std::strerror(errno);
+  wait_for([&] { return warning().empty(); }, "the coordinator to take work again by itself", 30);
+  EXPECT_NE(coordinator_->log().find("the database can be written again"), std::string::npos) << coordinator_->log();
+  w.answer(t, times);  // the worker still holds the lease: its result is stored now
+  wait_for([&] { w.heartbeat(); return status(job).state() == "done"; }, "the job after the disk had room again", 60);
+  EXPECT_GT(submit(write_model(dir_, "sigmoid", 4096, {"Sigmoid"}), 2, "host", kOneRound), 0);
+  expect_complete_without_duplicates(job);
+}
+
 // Upload quotas: one job's files, one client's uploads under way, and the model store each take
 // so much (here about 2, 3 and 4 MiB); a piece past one is refused naming its flag, a piece far
 // past a file's end counts the whole gap, and the coordinator goes on serving.
