@@ -49,15 +49,41 @@ inline std::vector<std::string> name_texts(const uint8_t* data, size_t size) {
   return texts;
 }
 
+// The names a model of layer_norm_mlp gives its parts.
+struct LayerNormMlpNames {
+  std::vector<std::string> nodes;   // LayerNormalization, MatMul, Add, Relu
+  std::vector<std::string> values;  // their first three outputs
+  std::string x = "x", y = "y", gamma = "gamma", beta = "beta", w = "w", bias = "bias";
+};
+
+// x[4,64] -> LayerNormalization -> MatMul W[64,32] -> Add -> Relu -> y, named by `n`, its weights
+// drawn from a normal distribution with seed 7 (the same for every naming).
+inline void layer_norm_mlp(testing::OnnxBuilder& b, const LayerNormMlpNames& n) {
+  b.input(n.x, testing::kFloat, {4, 64}).output(n.y, testing::kFloat, {4, 32});
+  std::mt19937 rng(7);
+  std::normal_distribution<float> d(0.0f, 0.5f);
+  auto random = [&](Shape s) {
+    std::vector<float> v(static_cast<size_t>(numel(s)));
+    for (float& f : v) f = d(rng);
+    return Tensor::from_floats(DType::kF32, s, v);
+  };
+  b.initializer(n.gamma, random({64})).initializer(n.beta, random({64}));
+  b.initializer(n.w, random({64, 32})).initializer(n.bias, random({32}));
+  b.node("LayerNormalization", {n.x, n.gamma, n.beta}, {n.values[0]}, n.nodes[0]);
+  b.node("MatMul", {n.values[0], n.w}, {n.values[1]}, n.nodes[1]);
+  b.node("Add", {n.values[1], n.bias}, {n.values[2]}, n.nodes[2]);
+  b.node("Relu", {n.values[2]}, {n.y}, n.nodes[3]);
+}
+
 // The model's bytes with `texts` in its names, attributes and doc strings (all empty: plain names).
 inline std::string named_model(const std::vector<std::string>& texts) {
   size_t next = 0;
   auto text = [&] { return next < texts.size() ? texts[next++] : std::string(); };
   auto name = [&](const std::string& plain) { return text() + "#" + plain; };
-  std::vector<std::string> nodes, values;
-  for (int i = 0; i < 4; ++i) nodes.push_back(name("n" + std::to_string(i)));
-  for (int i = 0; i < 3; ++i) values.push_back(name("v" + std::to_string(i)));
-  const std::string x = name("x"), y = name("y"), gamma = name("gamma"), beta = name("beta"), w = name("w"), bias = name("bias");
+  LayerNormMlpNames names;
+  for (int i = 0; i < 4; ++i) names.nodes.push_back(name("n" + std::to_string(i)));
+  for (int i = 0; i < 3; ++i) names.values.push_back(name("v" + std::to_string(i)));
+  for (std::string* io : {&names.x, &names.y, &names.gamma, &names.beta, &names.w, &names.bias}) *io = name(*io);
   testing::OnnxBuilder b;
   b.proto().mutable_graph()->set_name(text());
   // Doc strings and metadata are fields fusetune's ONNX subset does not declare: they travel as
@@ -68,22 +94,9 @@ inline std::string named_model(const std::vector<std::string>& texts) {
   };
   unknown(b.proto(), 6, text());
   unknown(*b.proto().mutable_graph(), 10, text());
-  b.input(x, testing::kFloat, {4, 64}).output(y, testing::kFloat, {4, 32});
-  std::mt19937 rng(7);
-  std::normal_distribution<float> d(0.0f, 0.5f);
-  auto random = [&](Shape s) {
-    std::vector<float> v(static_cast<size_t>(numel(s)));
-    for (float& f : v) f = d(rng);
-    return Tensor::from_floats(DType::kF32, s, v);
-  };
-  b.initializer(gamma, random({64})).initializer(beta, random({64}));
-  b.initializer(w, random({64, 32})).initializer(bias, random({32}));
-  std::vector<onnx::NodeProto*> made = {&b.node("LayerNormalization", {x, gamma, beta}, {values[0]}, nodes[0]),
-                                        &b.node("MatMul", {values[0], w}, {values[1]}, nodes[1]),
-                                        &b.node("Add", {values[1], bias}, {values[2]}, nodes[2]),
-                                        &b.node("Relu", {values[2]}, {y}, nodes[3])};
-  // Pointers into the graph's nodes stay valid only until the next node is added: taken again.
-  for (int i = 0; i < 4; ++i) made[static_cast<size_t>(i)] = b.proto().mutable_graph()->mutable_node(i);
+  layer_norm_mlp(b, names);
+  std::vector<onnx::NodeProto*> made;
+  for (int i = 0; i < 4; ++i) made.push_back(b.proto().mutable_graph()->mutable_node(i));
   for (onnx::NodeProto* n : made) unknown(*n, 6, text());
   b.proto().set_producer_name(text());
   onnx::StringStringEntryProto meta;

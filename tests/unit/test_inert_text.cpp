@@ -202,20 +202,7 @@ class HostileNames : public ::testing::Test {
   // intermediate value named `name(i)`.
   fs::path write_model(const std::string& file, const std::function<std::string(int)>& name) {
     OnnxBuilder b;
-    b.input("x", kFloat, {4, 64}).output("y", kFloat, {4, 32});
-    std::mt19937 rng(7);
-    std::normal_distribution<float> d(0.0f, 0.5f);
-    auto random = [&](Shape s) {
-      std::vector<float> v(static_cast<size_t>(numel(s)));
-      for (float& f : v) f = d(rng);
-      return Tensor::from_floats(DType::kF32, s, v);
-    };
-    b.initializer("gamma", random({64})).initializer("beta", random({64}));
-    b.initializer("w", random({64, 32})).initializer("bias", random({32}));
-    b.node("LayerNormalization", {"x", "gamma", "beta"}, {name(10)}, name(0));
-    b.node("MatMul", {name(10), "w"}, {name(11)}, name(1));
-    b.node("Add", {name(11), "bias"}, {name(12)}, name(2));
-    b.node("Relu", {name(12)}, {"y"}, name(3));
+    fuzz::layer_norm_mlp(b, {{name(0), name(1), name(2), name(3)}, {name(10), name(11), name(12)}});
     b.write(dir_ / file);
     return dir_ / file;
   }

@@ -647,7 +647,8 @@ TEST_F(Service, TwoCandidatesWithinNoiseAreMeasuredAgainInterleavedAndTheInterle
   EXPECT_EQ(pair.candidates(0).config(), a);  // the faster alone first
   EXPECT_EQ(pair.candidates(1).config(), b);
   w.answer(pair, {{a, {12.0, 11.8, 12.2}}, {b, {9.0, 8.8, 9.2}}});
-  wait_for([&] { return status(job).state() == "done"; }, "the decision");
+  // The worker stays alive (heartbeats) so that the second job finds a worker of its class.
+  wait_for([&] { w.heartbeat(); return status(job).state() == "done"; }, "the decision");
   const auto summary = nlohmann::json::parse(status(job).summary());
   EXPECT_EQ(summary["interleaved_pairs"], 1) << summary.dump();
   const double b_time = (10.0 + 10.5) / 2 * 2 * 9.0 / (12.0 + 9.0);
@@ -656,7 +657,7 @@ TEST_F(Service, TwoCandidatesWithinNoiseAreMeasuredAgainInterleavedAndTheInterle
       << coordinator_->log();
   // The database answers a second job with no new comparison: both were interleaved.
   const int64_t again = submit(write_model(dir_, "relu", 4096, {"Relu"}), 3, "host", kOneRound);
-  wait_for([&] { return status(again).state() == "done"; }, "the second job");
+  wait_for([&] { w.heartbeat(); return status(again).state() == "done"; }, "the second job");
   EXPECT_EQ(status(again).tasks(), 0);
   EXPECT_NEAR(nlohmann::json::parse(status(again).summary())["tuned_us"].get<double>(), b_time, 1e-9);
 }
