@@ -1063,9 +1063,10 @@ TEST_F(Service, GarbageFramesAndIncompatibleWorkersAreHandledAndTheServiceGoesOn
 
 TEST_F(Service, FiftyJobsAtOnceAllCompleteAndModelsSharingBlocksShareTasks) {
   start_coordinator();
-  start_worker("w1");
-  start_worker("w2");
-  // Ten models, five jobs each; the Relu/Sigmoid ops recur across models of the same width.
+  // Ten models, five jobs each; the Relu/Sigmoid ops recur across models of the same width. The
+  // workers come after the submissions, so that every job is bound while the others' tasks are
+  // open (a worker there first could finish a model's tasks before the next model's job starts,
+  // which then finds them answered instead of shared).
   std::vector<fs::path> models;
   for (int k = 0; k < 10; ++k) {
     const std::vector<std::string> ops = k % 2 ? std::vector<std::string>{"Relu", "Sigmoid", "Tanh"}
@@ -1076,6 +1077,8 @@ TEST_F(Service, FiftyJobsAtOnceAllCompleteAndModelsSharingBlocksShareTasks) {
   for (int r = 0; r < 5; ++r) {
     for (const fs::path& m : models) jobs.push_back(submit(m, 1));
   }
+  start_worker("w1");
+  start_worker("w2");
   wait_for([&] {
     for (int64_t j : jobs) {
       if (status(j).state() != "done") return false;
@@ -1613,7 +1616,11 @@ TEST_F(Service, AModelWhoseNodeNamesAreNotUtf8TunesToDoneWithEveryTaskSucceeding
       testing::run_cli("submit " + (dir_ / "refused.onnx").string() + " --coordinator " + endpoint_ + " --device host");
   EXPECT_EQ(o.exit_code, 2) << o.output;
   EXPECT_NE(o.output.find("node '\\xFF\\xFE node' (Relu): attribute 'bogus'"), std::string::npos) << o.output;
-  EXPECT_EQ(std::count(o.output.begin(), o.output.end(), '\n'), 1) << o.output;
+  // One line of fusetune's (a debug build's protobuf adds lines of its own about the bytes).
+  std::istringstream lines(o.output);
+  int ours = 0;
+  for (std::string line; std::getline(lines, line);) ours += line.rfind("[libprotobuf", 0) != 0;
+  EXPECT_EQ(ours, 1) << o.output;
 }
 
 // A model's name is the client's text: one with a newline and a forged log line after it, or with
