@@ -1,6 +1,7 @@
 // fusetune keys generate NAME [--out DIR]: a CURVE key pair for a coordinator, worker or client
 // (proto/curve.h): DIR/NAME.key (both halves, mode 0600) and DIR/NAME.pub (the public half, to
-// hand to the other side: a coordinator's --allow directory, a worker's --coordinator-key).
+// hand to the other side: a coordinator's --allow-workers or --allow-clients directory, a worker's
+// --coordinator-key).
 #include <cstdio>
 
 #include "core/error.h"
