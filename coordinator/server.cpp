@@ -1257,22 +1257,31 @@ struct Server::State {
     bind_waiting();
   }
 
-  // Whether a peer of `roles` may send `e`: hello, heartbeats, results and bye are a worker's;
-  // submissions, uploads, cancels and exports a client's; status anyone's. A refusal is logged and
-  // answered (a hello with `refused`, so that the worker stops), and counted.
-  bool allowed_by_role(const std::string& identity, const wire::Envelope& e, unsigned roles) {
-    unsigned needs = wire::kEveryRole;
+  // What a message asks of its sender and of the coordinator: hello, heartbeats, results and bye
+  // are a worker's, submissions, uploads, cancels and exports a client's, status anyone's; hellos,
+  // results, submissions, uploads and cancels write the database (new work).
+  struct MessageNeeds {
+    unsigned role = wire::kEveryRole;
+    bool writes = false;
+  };
+  static MessageNeeds needs_of(const wire::Envelope& e) {
     switch (e.body_case()) {
       case wire::Envelope::kHello:
+      case wire::Envelope::kResult: return {wire::kWorkerRole, true};
       case wire::Envelope::kHeartbeat:
-      case wire::Envelope::kResult:
-      case wire::Envelope::kBye: needs = wire::kWorkerRole; break;
+      case wire::Envelope::kBye: return {wire::kWorkerRole, false};
       case wire::Envelope::kSubmit:
       case wire::Envelope::kUpload:
-      case wire::Envelope::kCancel:
-      case wire::Envelope::kExportRequest: needs = wire::kClientRole; break;
-      default: return true;
+      case wire::Envelope::kCancel: return {wire::kClientRole, true};
+      case wire::Envelope::kExportRequest: return {wire::kClientRole, false};
+      default: return {};
     }
+  }
+
+  // Whether a peer of `roles` may send `e` (needs_of). A refusal is logged and answered (a hello
+  // with `refused`, so that the worker stops), and counted.
+  bool allowed_by_role(const std::string& identity, const wire::Envelope& e, unsigned roles) {
+    const unsigned needs = needs_of(e).role;
     if (roles & needs) return true;
     const std::string why = std::string("this peer's key is not a ") + (needs == wire::kWorkerRole ? "worker's" : "client's") +
                             " (--allow-" + (needs == wire::kWorkerRole ? "workers" : "clients") + "): it may not send " +
@@ -1329,18 +1338,10 @@ struct Server::State {
 
   // Refuses, while the database cannot be written, what would write it; whether `e` may go on.
   bool writable_for(const std::string& identity, const wire::Envelope& e) {
-    if (unwritable.empty()) return true;
-    switch (e.body_case()) {
-      case wire::Envelope::kHello:
-      case wire::Envelope::kResult:
-      case wire::Envelope::kSubmit:
-      case wire::Envelope::kUpload:
-      case wire::Envelope::kCancel:
-        send_error(identity, "the coordinator cannot write its database (" + unwritable +
-                                 "): it takes no new work until it can; status and exports are answered");
-        return false;
-      default: return true;
-    }
+    if (unwritable.empty() || !needs_of(e).writes) return true;
+    send_error(identity, "the coordinator cannot write its database (" + unwritable +
+                             "): it takes no new work until it can; status and exports are answered");
+    return false;
   }
 
   void handle(const std::string& identity, wire::Envelope& e) {  // a submission's files are moved out

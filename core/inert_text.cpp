@@ -89,7 +89,16 @@ std::string escaped(std::string_view text, bool lines) {
 
 }  // namespace
 
-std::string valid_utf8(std::string_view text) { return escaped(text, false); }
+bool is_valid_utf8(std::string_view text) {
+  uint32_t code = 0;
+  for (size_t i = 0, n = 0; i < text.size(); i += n) {
+    n = utf8_sequence(text, i, code);
+    if (n == 0) return false;
+  }
+  return true;
+}
+
+std::string valid_utf8(std::string_view text) { return is_valid_utf8(text) ? std::string(text) : escaped(text, false); }
 
 std::string one_line(std::string_view text) { return escaped(text, true); }
 

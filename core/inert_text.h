@@ -31,6 +31,7 @@ namespace fusetune {
 
 std::string inert_comment(std::string_view text);
 bool is_inert_comment(std::string_view text);
+bool is_valid_utf8(std::string_view text);  // whether valid_utf8 would return it unchanged
 std::string valid_utf8(std::string_view text);
 std::string one_line(std::string_view text);
 

@@ -21,11 +21,15 @@ void make_strings_valid(google::protobuf::Message& m) {
   r.ListFields(m, &fields);
   for (const FieldDescriptor* f : fields) {
     if (f->type() == FieldDescriptor::TYPE_STRING) {
+      // Read in place and rewritten only when not valid: a task's kernel sources are megabytes,
+      // and every message the coordinator sends passes here.
       const int n = f->is_repeated() ? r.FieldSize(m, f) : 1;
+      std::string scratch;
       for (int i = 0; i < n; ++i) {
-        const std::string text = f->is_repeated() ? r.GetRepeatedString(m, f, i) : r.GetString(m, f);
+        const std::string& text =
+            f->is_repeated() ? r.GetRepeatedStringReference(m, f, i, &scratch) : r.GetStringReference(m, f, &scratch);
+        if (is_valid_utf8(text)) continue;
         std::string valid = valid_utf8(text);
-        if (valid == text) continue;
         if (f->is_repeated()) {
           r.SetRepeatedString(&m, f, i, std::move(valid));
         } else {
