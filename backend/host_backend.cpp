@@ -190,7 +190,11 @@ class HostBackend : public Backend {
   }
 
   std::unique_ptr<Module> load_source(const ModuleSource& source) override {
-    auto module = std::make_unique<simt::Module>(source.cuda_source, compiler_);
+    // Library calls only: no generated kernel, so nothing to build (the measuring child, which
+    // may start no compiler, loads such a module too).
+    const bool generated = std::any_of(source.kernels.begin(), source.kernels.end(),
+                                       [](const ModuleSource::KernelInfo& k) { return k.library.empty(); });
+    auto module = generated ? std::make_unique<simt::Module>(source.cuda_source, compiler_) : nullptr;
     std::map<std::string, HostEntry> entries;
     for (const ModuleSource::KernelInfo& k : source.kernels) {
       if (!k.library.empty()) {

@@ -111,11 +111,12 @@ void emit_block(std::ostringstream& out, const Kernel& k, const Block& b, int de
       case Stmt::Kind::kStore: out << pad << s.name << "[" << s.a << "] = " << s.b << ";\n"; break;
       case Stmt::Kind::kFor:
         if (s.threads) {
-          out << pad << "for (long long " << s.name << " = (" << s.a << ") + ft_thread; " << s.name << " < (" << s.b
+          out << pad << "for (" << kIndexType << " " << s.name << " = (" << s.a << ") + ft_thread; " << s.name << " < (" << s.b
               << "); " << s.name << " += " << k.threads << ") {\n";
         } else {
-          out << pad << "for (long long " << s.name << " = " << s.a << "; " << s.name << " < (" << s.b << "); ++" << s.name
-              << ") {\n";
+          if (s.unroll > 0) out << pad << "#pragma unroll " << s.unroll << "\n";
+          out << pad << "for (" << kIndexType << " " << s.name << " = " << s.a << "; " << s.name << " < (" << s.b << "); ++"
+              << s.name << ") {\n";
         }
         emit_block(out, k, s.body, depth + 1);
         out << pad << "}\n";
@@ -160,8 +161,8 @@ void emit_block(std::ostringstream& out, const Kernel& k, const Block& b, int de
         out << pad << "}\n";
         break;
       case Stmt::Kind::kUniformFor:
-        out << pad << "for (long long " << s.name << " = " << s.a << "; " << s.name << " < (" << s.b << "); ++" << s.name
-            << ") {\n";
+        out << pad << "for (" << kIndexType << " " << s.name << " = " << s.a << "; " << s.name << " < (" << s.b << "); ++"
+            << s.name << ") {\n";
         emit_block(out, k, s.body, depth + 1);
         out << pad << "}\n";
         break;
@@ -191,7 +192,8 @@ std::string emit_cuda(const std::vector<Kernel>& kernels) {
     for (const SharedAlloc& s : k.shared) {
       out << "  FT_SHARED(" << shared_ctype(s.dtype) << ", " << s.name << ", " << s.offset << ", " << s.elements << ");\n";
     }
-    out << "  const long long ft_block = blockIdx.x;\n  const int ft_thread = threadIdx.x;\n";
+    out << "  typedef " << (k.index_bits == 32 ? "int" : "long long") << " " << kIndexType << ";\n";
+    out << "  const " << kIndexType << " ft_block = blockIdx.x;\n  const int ft_thread = threadIdx.x;\n";
     for (const ThreadLocal& t : k.thread_locals) out << "  " << local_ctype(t) << " " << t.name << "[" << t.count << "];\n";
     emit_block(out, k, k.uniform, 1);
     emit_block(out, k, k.body, 1);

@@ -10,7 +10,8 @@
 // inline PTX (mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}, ldmatrix.sync.aligned.m8n8.xN
 // [.trans].shared.b16; a module holding them needs sm_80 or later). The host prelude gives the same
 // names host expansions. Then the shared helpers (emit_common.h), then one
-// `extern "C" __global__` kernel per Kernel: warp reductions are __shfl_xor_sync butterflies,
+// `extern "C" __global__` kernel per Kernel, which first defines its index type ft_i (int or
+// long long, Kernel::index_bits; codegen/index_width.h): warp reductions are __shfl_xor_sync butterflies,
 // barriers __syncthreads(), each statement on its own line (so that lines name statements in the
 // executor's reports). Library calls print nothing: backends run them. Kernels are expected to
 // have passed verify_ir (lower_group and pack_kernels run it).

@@ -1,4 +1,6 @@
-// The prelude shared by generated CUDA and host kernels: index helpers with floor semantics,
+// The prelude shared by generated CUDA and host kernels: index helpers with floor semantics (templates,
+// so that they compute in the type C's arithmetic conversions give their operands: int in a kernel
+// whose index type ft_i is int, codegen/index_width.h),
 // float8/E8M0/float4 conversions and 4/2-bit
 // integer wraps (the semantics of core/narrow_types.h, written again in float and integer
 // operations a GPU runs natively: ft_f2mini rounds with rintf after an exact power-of-two scaling),
@@ -12,10 +14,10 @@
 namespace fusetune::codegen {
 
 inline constexpr std::string_view kPrelude = R"PRELUDE(
-FT_FN long long ft_fdiv(long long a, long long b) { long long q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
-FT_FN long long ft_fmod(long long a, long long b) { return a - ft_fdiv(a, b) * b; }
-FT_FN long long ft_min(long long a, long long b) { return a < b ? a : b; }
-FT_FN long long ft_max(long long a, long long b) { return a > b ? a : b; }
+template <class A, class B> FT_FN auto ft_fdiv(A a, B b) -> decltype(a + b) { const decltype(a + b) q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
+template <class A, class B> FT_FN auto ft_fmod(A a, B b) -> decltype(a + b) { return a - ft_fdiv(a, b) * b; }
+template <class A, class B> FT_FN auto ft_min(A a, B b) -> decltype(a + b) { return a < b ? a : b; }
+template <class A, class B> FT_FN auto ft_max(A a, B b) -> decltype(a + b) { return a > b ? a : b; }
 FT_FN float ft_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 FT_FN float ft_softplus(float x) { return x > 0.0f ? x + log1pf(expf(-x)) : log1pf(expf(x)); }
 FT_FN float ft_hardswish(float x) { return x * fminf(1.0f, fmaxf(0.0f, x / 6.0f + 0.5f)); }

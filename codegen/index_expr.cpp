@@ -1,5 +1,6 @@
 #include "codegen/index_expr.h"
 
+#include <algorithm>
 #include <cctype>
 #include <map>
 
@@ -15,7 +16,7 @@ enum class Op {
 };
 
 // Casts that change an integer's value: the width and signedness they truncate to.
-enum class Cast { kNone, kI32, kU32, kU16, kU8, kI8, kFloat };
+enum class Cast { kNone, kI32, kU32, kU16, kU8, kI8, kFloat, kIndex };
 
 // Integer helpers of the prelude (codegen/emit_common.h), computed as it computes them.
 enum class Helper { kOther, kMin, kMax, kFdiv, kFmod, kIdiv, kIpymod, kIfmod, kWrapAdd, kWrapSub, kWrapMul };
@@ -46,6 +47,7 @@ struct IndexExprNode {
   int64_t value = 0;  // kConst: the value; kSlot: the slot; kSubscript, kAligned16: the buffer (-1: not a buffer)
   Cast cast = Cast::kNone;
   Helper helper = Helper::kOther;
+  int bits = 0;  // kConst: the literal's width; kSubscript: the element's (Binding::bits)
   bool invariant = false;  // of constants and invariant slots only, and loads nothing: cached per block
   std::vector<std::unique_ptr<IndexExprNode>> kids;
   mutable uint64_t stamp = 0;
@@ -62,6 +64,7 @@ struct IndexExprNode {
     return cached;
   }
   IndexValue compute(const std::vector<IndexValue>& env, const IndexExpr::LoadVisitor& on_load, uint64_t block) const;
+  ValueRange range(const std::vector<ValueRange>& slots, int index_bits, const IndexExpr::OverflowVisitor& overflow) const;
   // related: false under a condition not the same in both environments (its subscripts are
   // reported unrelated).
   Shift shift(const std::vector<Shift>& slots, const std::vector<IndexValue>& first, const IndexExpr::ShiftVisitor& on_load,
@@ -81,15 +84,16 @@ NodePtr node(Op op, std::vector<NodePtr> kids = {}) {
   return n;
 }
 
-NodePtr constant(int64_t v) {
+NodePtr constant(int64_t v, int bits = 64) {
   NodePtr n = node(Op::kConst);
   n->value = v;
+  n->bits = bits;
   return n;
 }
 
 bool is_type_word(const std::string& w) {
   return w == "long" || w == "int" || w == "unsigned" || w == "signed" || w == "short" || w == "char" || w == "float" ||
-         w == "double" || w == "const";
+         w == "double" || w == "const" || w == "ft_i";
 }
 
 class Parser {
@@ -251,11 +255,13 @@ class Parser {
       if (b.kind == IndexExpr::Binding::Kind::kBuffer) {
         NodePtr n = wrap(Op::kSubscript, std::move(index));
         n->value = b.index;
+        n->bits = b.bits;
         buffers_.push_back(b.index);
         return n;
       }
       NodePtr n = wrap(Op::kSubscript, std::move(index));  // a thread-local array: no memory access
       n->value = -1;
+      n->bits = b.kind == IndexExpr::Binding::Kind::kLocalArray ? b.bits : 0;
       return n;
     }
     if (b.kind == IndexExpr::Binding::Kind::kSlot) {
@@ -269,6 +275,7 @@ class Parser {
 
   static Cast cast_of(const std::string& type) {
     if (type == "int") return Cast::kI32;
+    if (type == "ft_i") return Cast::kIndex;
     if (type == "unsigned" || type == "unsigned int") return Cast::kU32;
     if (type == "unsigned short") return Cast::kU16;
     if (type == "unsigned char") return Cast::kU8;
@@ -276,7 +283,7 @@ class Parser {
     if (type.find("float") != std::string::npos || type.find("double") != std::string::npos || type.find('*') != std::string::npos) {
       return Cast::kFloat;
     }
-    return Cast::kNone;  // long long, unsigned long long: the same 64 bits
+    return Cast::kNone;  // long long, unsigned long long: the same 64 bits; ft_i: the index type, whose values fit it
   }
 
   NodePtr number() {
@@ -294,13 +301,21 @@ class Parser {
       }
     }
     const std::string digits = s_.substr(start, pos_ - start);
+    bool is_long = false;
     while (pos_ < s_.size() && (s_[pos_] == 'f' || s_[pos_] == 'F' || s_[pos_] == 'u' || s_[pos_] == 'U' ||
                                 s_[pos_] == 'l' || s_[pos_] == 'L')) {
       is_float = is_float || s_[pos_] == 'f' || s_[pos_] == 'F';
+      is_long = is_long || s_[pos_] == 'l' || s_[pos_] == 'L';
       ++pos_;
     }
     if (is_float) return node(Op::kUnknown);
-    return constant(static_cast<int64_t>(std::stoull(digits, nullptr, 0)));
+    const uint64_t v = std::stoull(digits, nullptr, 0);
+    // C's type for the literal: int while it fits (unsigned int for a hexadecimal one up to 32 bits),
+    // else 64 bits.
+    const bool is_hex = digits.size() > 1 && (digits[1] == 'x' || digits[1] == 'X');
+    const bool is_unsigned = digits.size() < s_.size() && s_.find_first_of("uU", start) < pos_;
+    const bool fits = v <= INT32_MAX || ((is_hex || is_unsigned) && v <= 0xffffffffULL);
+    return constant(static_cast<int64_t>(v), is_long || !fits ? 64 : 32);
   }
 
   NodePtr call(const std::string& name) {
@@ -332,7 +347,8 @@ class Parser {
 
 IndexValue truncate(Cast c, int64_t v) {
   switch (c) {
-    case Cast::kNone: return v;
+    case Cast::kNone:
+    case Cast::kIndex: return v;  // ft_i: the values it holds fit it (codegen/index_width.h)
     case Cast::kI32: return static_cast<int64_t>(static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint64_t>(v))));
     case Cast::kU32: return static_cast<int64_t>(static_cast<uint32_t>(static_cast<uint64_t>(v)));
     case Cast::kU16: return static_cast<int64_t>(static_cast<uint16_t>(static_cast<uint64_t>(v)));
@@ -458,6 +474,209 @@ IndexValue IndexExprNode::compute(const std::vector<IndexValue>& env, const Inde
   }
 }
 
+namespace {
+
+__extension__ typedef __int128 Wide;  // bounds of products of two 64-bit bounds, exact
+
+ValueRange full(int bits) {
+  return bits == 32 ? ValueRange::of(INT32_MIN, INT32_MAX, 32) : ValueRange::of(INT64_MIN, INT64_MAX, bits);
+}
+
+// C's common type of two operands' widths: not an integer when either is not (a float operand).
+int common(int a, int b) { return (a == 0 || b == 0) ? 0 : std::max({a, b, 32}); }
+
+Wide floor_wide(Wide a, Wide b) {
+  const Wide q = a / b;
+  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+
+// The bounds of f over the four corners of two ranges (f monotone in each argument).
+template <class F>
+std::pair<Wide, Wide> corners(const ValueRange& a, const ValueRange& b, F f) {
+  const Wide v[4] = {f(Wide{a.lo}, Wide{b.lo}), f(Wide{a.lo}, Wide{b.hi}), f(Wide{a.hi}, Wide{b.lo}), f(Wide{a.hi}, Wide{b.hi})};
+  return {*std::min_element(v, v + 4), *std::max_element(v, v + 4)};
+}
+
+// A divisor's values where the division runs: C leaves division by zero undefined, so a divisor
+// that is zero in some blocks (an empty region's extent) is taken as nonzero where it divides (the
+// host executor traps on an integer division by zero). A divisor of both signs stays unbounded.
+ValueRange divisor(ValueRange r) {
+  if (r.lo == 0 && r.hi > 0) r.lo = 1;
+  if (r.hi == 0 && r.lo < 0) r.hi = -1;
+  return r;
+}
+bool holds_zero(const ValueRange& r) { return r.lo <= 0 && r.hi >= 0; }
+
+}  // namespace
+
+ValueRange IndexExprNode::range(const std::vector<ValueRange>& slots, int index_bits,
+                                const IndexExpr::OverflowVisitor& overflow) const {
+  // A result whose exact bounds are [lo, hi], computed in `width` bits: outside int's range in 32
+  // bits it wraps (reported), outside 64 bits it is not known.
+  const auto result = [&](Wide lo, Wide hi, int width, const char* what) -> ValueRange {
+    if (width == 0) return full(0);
+    if (width == 32) {
+      if (lo < INT32_MIN || hi > INT32_MAX) {
+        overflow(what);
+        return full(32);
+      }
+      return ValueRange::of(static_cast<int64_t>(lo), static_cast<int64_t>(hi), 32);
+    }
+    if (lo < INT64_MIN || hi > INT64_MAX) return full(64);
+    return ValueRange::of(static_cast<int64_t>(lo), static_cast<int64_t>(hi), 64);
+  };
+  const auto kid = [&](size_t i) { return kids[i]->range(slots, index_bits, overflow); };
+  const auto boolean = ValueRange::of(0, 1, 32);
+  switch (op) {
+    case Op::kConst: return ValueRange::point(value, bits);
+    case Op::kUnknown: return full(0);
+    case Op::kSlot: return slots[static_cast<size_t>(value)];
+    case Op::kNeg: {
+      const ValueRange x = kid(0);
+      return result(-Wide{x.hi}, -Wide{x.lo}, common(x.bits, 32), "a negation");
+    }
+    case Op::kBitNot: {
+      const ValueRange x = kid(0);
+      return result(-Wide{x.hi} - 1, -Wide{x.lo} - 1, common(x.bits, 32), "a complement");
+    }
+    case Op::kNot: kid(0); return boolean;
+    case Op::kAnd:
+    case Op::kOr: {
+      const ValueRange a = kid(0);
+      const bool decided = a.is_point() && ((a.lo != 0) != (op == Op::kAnd));  // the right side never runs
+      if (!decided) kid(1);
+      return boolean;
+    }
+    case Op::kTernary: {
+      const ValueRange c = kid(0);
+      const auto quiet = [](const std::string&) {};
+      if (c.is_point()) {  // the other branch never runs: its type only
+        const size_t taken = c.lo != 0 ? 1 : 2;
+        const ValueRange v = kid(taken);
+        const int other = kids[3 - taken]->range(slots, index_bits, quiet).bits;
+        const int width = common(v.bits, other);
+        return width == 0 ? full(0) : ValueRange::of(v.lo, v.hi, width);
+      }
+      const ValueRange a = kid(1), b = kid(2);
+      const int width = common(a.bits, b.bits);
+      return width == 0 ? full(0) : ValueRange::of(std::min(a.lo, b.lo), std::max(a.hi, b.hi), width);
+    }
+    case Op::kCast: {
+      const ValueRange x = kid(0);
+      const auto narrow = [&](int64_t lo, int64_t hi) {
+        return x.bits != 0 && x.lo >= lo && x.hi <= hi ? ValueRange::of(x.lo, x.hi, 32) : ValueRange::of(lo, hi, 32);
+      };
+      switch (cast) {
+        case Cast::kFloat: return full(0);
+        case Cast::kNone: return x.bits == 0 ? full(64) : ValueRange::of(x.lo, x.hi, 64);
+        case Cast::kIndex:
+          if (index_bits == 64) return x.bits == 0 ? full(64) : ValueRange::of(x.lo, x.hi, 64);
+          if (x.bits == 0 || !x.fits_int()) {
+            overflow("a conversion to ft_i");
+            return full(32);
+          }
+          return ValueRange::of(x.lo, x.hi, 32);
+        case Cast::kI32: return narrow(INT32_MIN, INT32_MAX);
+        case Cast::kU32: return narrow(0, UINT32_MAX);
+        case Cast::kU16: return narrow(0, UINT16_MAX);
+        case Cast::kU8: return narrow(0, UINT8_MAX);
+        case Cast::kI8: return narrow(INT8_MIN, INT8_MAX);
+      }
+      return full(0);
+    }
+    case Op::kCall: {
+      std::vector<ValueRange> args;
+      for (size_t i = 0; i < kids.size(); ++i) args.push_back(kid(i));
+      if (helper == Helper::kOther || args.size() != 2) return full(0);  // math: floats
+      const ValueRange& a = args[0];
+      const ValueRange b = helper == Helper::kFdiv || helper == Helper::kFmod ? divisor(args[1]) : args[1];
+      const int width = common(a.bits, b.bits);
+      switch (helper) {
+        case Helper::kMin: return width == 0 ? full(0) : ValueRange::of(std::min(a.lo, b.lo), std::min(a.hi, b.hi), width);
+        case Helper::kMax: return width == 0 ? full(0) : ValueRange::of(std::max(a.lo, b.lo), std::max(a.hi, b.hi), width);
+        case Helper::kFdiv: {
+          if (width == 0 || holds_zero(b)) return full(width);
+          const auto [lo, hi] = corners(a, b, floor_wide);
+          return result(lo, hi, width, "a floor division");
+        }
+        case Helper::kFmod: {
+          if (width == 0 || holds_zero(b)) return full(width);
+          if (b.lo > 0) {
+            if (a.lo >= 0 && a.hi < b.lo) return ValueRange::of(a.lo, a.hi, width);
+            return ValueRange::of(0, b.hi - 1, width);
+          }
+          return ValueRange::of(b.lo + 1, 0, width);
+        }
+        default: return full(64);  // the integer data helpers (wrapping, ONNX's division): 64-bit
+      }
+    }
+    case Op::kSubscript: kid(0); return full(bits);
+    case Op::kAligned16: kid(0); return boolean;
+    default: break;
+  }
+  const ValueRange a = kid(0), b = op == Op::kDiv || op == Op::kMod ? divisor(kid(1)) : kid(1);
+  // A comparison the bounds decide is that constant (a block's region known live or empty).
+  const auto decided = [](bool always, bool never) { return always ? ValueRange::point(1, 32) : never ? ValueRange::point(0, 32) : ValueRange::of(0, 1, 32); };
+  const bool numbers = a.bits != 0 && b.bits != 0;
+  switch (op) {
+    case Op::kLt: return numbers ? decided(a.hi < b.lo, a.lo >= b.hi) : boolean;
+    case Op::kLe: return numbers ? decided(a.hi <= b.lo, a.lo > b.hi) : boolean;
+    case Op::kGt: return numbers ? decided(a.lo > b.hi, a.hi <= b.lo) : boolean;
+    case Op::kGe: return numbers ? decided(a.lo >= b.hi, a.hi < b.lo) : boolean;
+    case Op::kEq: return numbers ? decided(a.is_point() && b.is_point() && a.lo == b.lo, a.hi < b.lo || b.hi < a.lo) : boolean;
+    case Op::kNe: return numbers ? decided(a.hi < b.lo || b.hi < a.lo, a.is_point() && b.is_point() && a.lo == b.lo) : boolean;
+    default: break;
+  }
+  const int width = common(a.bits, b.bits);
+  if (width == 0) return full(0);
+  switch (op) {
+    case Op::kAdd: return result(Wide{a.lo} + b.lo, Wide{a.hi} + b.hi, width, "an addition");
+    case Op::kSub: return result(Wide{a.lo} - b.hi, Wide{a.hi} - b.lo, width, "a subtraction");
+    case Op::kMul: {
+      const auto [lo, hi] = corners(a, b, [](Wide x, Wide y) { return x * y; });
+      return result(lo, hi, width, "a multiplication");
+    }
+    case Op::kDiv: {
+      if (holds_zero(b)) return full(width);
+      const auto [lo, hi] = corners(a, b, [](Wide x, Wide y) { return x / y; });
+      return result(lo, hi, width, "a division");
+    }
+    case Op::kMod: {
+      if (holds_zero(b)) return full(width);
+      const Wide m = std::max(-Wide{b.lo}, Wide{b.hi}) - 1;  // |remainder| <= |divisor| - 1
+      const Wide small = std::min(b.lo < 0 ? -Wide{b.hi} : Wide{b.lo}, b.lo < 0 ? -Wide{b.lo} : Wide{b.hi});
+      if (a.lo >= 0 && Wide{a.hi} < small) return ValueRange::of(a.lo, a.hi, width);
+      return result(a.lo >= 0 ? 0 : std::max(Wide{a.lo}, -m), a.hi <= 0 ? 0 : std::min(Wide{a.hi}, m), width, "a remainder");
+    }
+    case Op::kShl: {
+      const int left = common(a.bits, 32);
+      if (!b.is_point() || b.lo < 0 || b.lo > 62) {
+        if (left == 32) overflow("a shift by an unknown amount");
+        return full(left);
+      }
+      const Wide f = Wide{1} << b.lo;
+      return result(Wide{a.lo} * f, Wide{a.hi} * f, left, "a left shift");
+    }
+    case Op::kShr: {
+      const int left = common(a.bits, 32);
+      if (b.is_point() && b.lo >= 0 && b.lo <= 63) return ValueRange::of(a.lo >> b.lo, a.hi >> b.lo, left);
+      return a.lo >= 0 ? ValueRange::of(0, a.hi, left) : full(left);
+    }
+    case Op::kBitAnd:
+      if (a.lo >= 0 && b.lo >= 0) return ValueRange::of(0, std::min(a.hi, b.hi), width);
+      if (a.lo >= 0 || b.lo >= 0) return ValueRange::of(0, a.lo >= 0 ? a.hi : b.hi, width);
+      return full(width);
+    case Op::kBitOr:
+    case Op::kBitXor: {
+      if (a.lo < 0 || b.lo < 0) return full(width);
+      int64_t top = 1;
+      while (top <= std::max(a.hi, b.hi) && top < (int64_t{1} << 62)) top <<= 1;
+      return ValueRange::of(0, top * 2 - 1 > 0 ? top * 2 - 1 : INT64_MAX, width);
+    }
+    default: return full(width);
+  }
+}
+
 Shift IndexExprNode::shift(const std::vector<Shift>& slots, const std::vector<IndexValue>& first,
                            const IndexExpr::ShiftVisitor& on_load, bool related) const {
   const auto kid = [&](size_t i, bool rel = true) { return kids[i]->shift(slots, first, on_load, related && rel); };
@@ -508,7 +727,7 @@ Shift IndexExprNode::shift(const std::vector<Shift>& slots, const std::vector<In
     case Op::kCast: {
       const Shift x = kid(0);
       if (cast == Cast::kFloat) return Shift::same();  // unknown in both
-      return cast == Cast::kNone || x.kind == Shift::Kind::kSame ? x : Shift::other();
+      return cast == Cast::kNone || cast == Cast::kIndex || x.kind == Shift::Kind::kSame ? x : Shift::other();
     }
     case Op::kCall: {
       if (helper == Helper::kOther) {
@@ -573,6 +792,10 @@ IndexExpr IndexExpr::parse(const std::string& text, const Resolver& resolve) {
   IndexExpr e;
   e.root_ = Parser(text, resolve, e.buffers_).parse();
   return e;
+}
+
+ValueRange IndexExpr::range(const std::vector<ValueRange>& slots, int index_bits, const OverflowVisitor& overflow) const {
+  return root_->range(slots, index_bits, overflow);
 }
 
 IndexValue IndexExpr::eval(const std::vector<IndexValue>& env, const LoadVisitor& on_load, uint64_t block_stamp) const {

@@ -15,6 +15,17 @@
 // || are evaluated, so the loads reported over-approximate what the thread does. Guarantees: a
 // value reported known is the value the CUDA text computes; parse() fails (core/error.h) naming
 // the expression on anything outside this grammar, so an analysis never guesses.
+// range() bounds an expression's values from bounds of its variables (interval arithmetic, exact
+// where each operand's extremes give the result's, wider elsewhere) and types it as C does: each
+// node is not an integer, a 32-bit int or 64-bit, from its literals' suffixes, the casts, the
+// variables' and buffers' types (Binding::bits, and the index type ft_i's width the caller says)
+// and C's arithmetic conversions; the prelude's ft_min, ft_max, ft_fdiv and ft_fmod are templates
+// that compute in their operands' common type. Every node computed in 32 bits whose values may
+// leave int's range is reported (codegen/index_width.h decides ft_i's width with it).
+// A divisor whose bounds reach zero from one side is taken as nonzero: a division runs only where
+// its divisor is not zero (C leaves it undefined; the host executor traps on one).
+// Guarantees: the value the C text computes lies in the bounds returned, when no node was
+// reported.
 // shift() relates an expression's values under two environments (two blocks of one kernel) from
 // how the variables relate, without enumerating threads: the same value in both, or the one
 // value plus a known constant, or no known relation (codegen/barrier_ownership.h's translated
@@ -49,6 +60,19 @@ struct Shift {
   Shift join(const Shift& o) const { return *this == o ? *this : other(); }
 };
 
+// Bounds of an expression's values and its C type: bits 0 (not an integer: a float, a pointer, a
+// value of unknown type), 32 (int) or 64 (long long). Unknown bounds are int64's whole range.
+struct ValueRange {
+  int64_t lo = INT64_MIN;
+  int64_t hi = INT64_MAX;
+  int bits = 64;
+
+  static ValueRange point(int64_t v, int bits = 64) { return {v, v, bits}; }
+  static ValueRange of(int64_t lo, int64_t hi, int bits = 64) { return {lo, hi, bits}; }
+  bool fits_int() const { return lo >= INT32_MIN && hi <= INT32_MAX; }
+  bool is_point() const { return lo == hi; }
+};
+
 struct IndexExprNode;
 
 class IndexExpr {
@@ -58,6 +82,10 @@ class IndexExpr {
     enum class Kind { kSlot, kBuffer, kLocalArray, kUnknown } kind = Kind::kUnknown;
     int index = -1;  // kSlot: the environment slot; kBuffer: the buffer's id
     bool invariant = false;  // kSlot: the same value for every thread of a block (a block-uniform let)
+    // kBuffer, kLocalArray: the integer width of an element in C arithmetic (0: not an integer,
+    // 32: int or narrower, promoted to int; 64: long long); range() reads it (slots' widths come
+    // with their bounds).
+    int bits = 0;
   };
   using Resolver = std::function<Binding(const std::string& name)>;
   // A subscript of buffer `buffer` at `index` (nullopt: an index that is not known).
@@ -86,6 +114,13 @@ class IndexExpr {
   // of a shifted value relate by nothing known; a branch on a condition not the same in both
   // reports its subscripts unrelated.
   Shift shift(const std::vector<Shift>& slots, const std::vector<IndexValue>& first, const ShiftVisitor& on_load) const;
+
+  // The bounds and C type of the value under variables bounded by `slots` (a slot's bits: its
+  // variable's type), with ft_i `index_bits` wide; `overflow` is called, with what overflows, for
+  // each node computed in 32 bits that may leave int's range (casts to ft_i included when it is
+  // int).
+  using OverflowVisitor = std::function<void(const std::string& what)>;
+  ValueRange range(const std::vector<ValueRange>& slots, int index_bits, const OverflowVisitor& overflow) const;
 
   // The buffers the expression subscripts (ids, possibly repeated).
   const std::vector<int>& buffers() const { return buffers_; }

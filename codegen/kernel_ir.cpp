@@ -40,9 +40,10 @@ Stmt store(std::string buffer, std::string index, std::string value) {
   return s;
 }
 
-Stmt serial_for(std::string var, std::string lo, std::string hi, Block body) {
+Stmt serial_for(std::string var, std::string lo, std::string hi, Block body, int unroll) {
   Stmt s;
   s.kind = Stmt::Kind::kFor;
+  s.unroll = unroll;
   s.name = std::move(var);
   s.a = std::move(lo);
   s.b = std::move(hi);
@@ -161,7 +162,7 @@ void dump(std::ostringstream& out, const Block& b, int depth) {
       case Stmt::Kind::kAssign: out << pad << s.name << " = " << s.a << "\n"; break;
       case Stmt::Kind::kStore: out << pad << s.name << "[" << s.a << "] = " << s.b << "\n"; break;
       case Stmt::Kind::kFor:
-        out << pad << (s.threads ? "for.threads " : "for ") << s.name << " in [" << s.a << ", " << s.b << ")\n";
+        out << pad << (s.threads ? "for.threads " : "for ") << s.name << " in [" << s.a << ", " << s.b << ")" << (s.unroll > 0 ? " unroll " + std::to_string(s.unroll) : std::string()) << "\n";
         dump(out, s.body, depth + 1);
         break;
       case Stmt::Kind::kIf:
@@ -203,7 +204,7 @@ void dump(std::ostringstream& out, const Block& b, int depth) {
 
 std::string to_text(const Kernel& k) {
   std::ostringstream out;
-  out << "kernel " << k.name << " grid=" << k.grid << " threads=" << k.threads << " shared=" << k.shared_bytes << "B\n";
+  out << "kernel " << k.name << " grid=" << k.grid << " threads=" << k.threads << " shared=" << k.shared_bytes << "B index_bits=" << k.index_bits << "\n";
   for (const Param& p : k.params) {
     out << "  param " << (p.output ? "out " : "in ") << p.name << ": " << dtype_name(p.dtype) << "[" << p.elements << "]\n";
   }

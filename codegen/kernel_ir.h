@@ -59,10 +59,15 @@ namespace fusetune::codegen {
 
 // The version of the code generator: part of every tuning record's key, bumped whenever the code
 // generated for the same group and candidate changes.
-inline constexpr int kCodegenVersion = 10;
+inline constexpr int kCodegenVersion = 11;
 
 // Threads per warp: warp reductions combine this many lanes; blocks are whole warps.
 inline constexpr int kWarpSize = 32;
+
+// The C type of index arithmetic in generated code: lets, loop variables and the block index are
+// declared `ft_i`, which each kernel defines as int when its index arithmetic is proven to fit 32
+// bits (Kernel::index_bits, codegen/index_width.h) and as long long otherwise.
+inline constexpr const char* kIndexType = "ft_i";
 
 struct Param {
   std::string name;
@@ -97,11 +102,11 @@ struct Stmt {
     kLet,       // ctype name = a;
     kAssign,    // name = a;
     kStore,     // name[a] = b;  (global buffer or shared allocation)
-    kFor,       // for (long long name = a; name < b; ...) body   (binding: serial or threads)
+    kFor,       // for (ft_i name = a; name < b; ...) body   (binding: serial or threads)
     kIf,        // if (a) body else orelse
     kBarrier,   // block-wide barrier
     kPart,      // if (a) { uniform; body }: a part of a packed kernel, chosen per block
-    kUniformFor,  // for (long long name = a; name < b; ++name) body: block-uniform, barriers allowed inside
+    kUniformFor,  // for (ft_i name = a; name < b; ++name) body: block-uniform, barriers allowed inside
     kWarpReduce,  // name[0] = the op ("sum" or "max", in a) of name[0] over the lanes of the warp,
                   // if b (a warp-uniform condition; empty: always)
     kVectorLoad,  // float4 name = a[b .. b + 3]: one aligned 16-byte load from buffer a at index b
@@ -111,7 +116,7 @@ struct Stmt {
   };
   Kind kind = Kind::kComment;
   std::string name;
-  std::string ctype;  // for kLet: "long long", "float", "int"
+  std::string ctype;  // for kLet: kIndexType (index arithmetic), or a C type: "long long" (64-bit data), "float", "int"
   std::string a, b;
   bool threads = false;  // kFor: distribute iterations over the block's threads
   Block body;
@@ -119,6 +124,7 @@ struct Stmt {
   Block uniform;  // kPart: block-uniform statements run before the part's body
   std::vector<int64_t> at;  // kMma: first elements of D, A, B in their thread-locals; kLdmatrix: of the destination
   DType dtype = DType::kUndefined;  // kMma: the type of A and B (kF16 or kBF16)
+  int unroll = 0;      // kFor (serial): iterations the compiler may unroll at most (#pragma unroll N); 0: its choice
   int matrices = 0;    // kLdmatrix: 8x8 matrices loaded (1, 2 or 4)
   bool trans = false;  // kLdmatrix: transposed
 };
@@ -128,7 +134,9 @@ Stmt comment(std::string text);
 Stmt let(std::string ctype, std::string name, std::string value);
 Stmt assign(std::string name, std::string value);
 Stmt store(std::string buffer, std::string index, std::string value);
-Stmt serial_for(std::string var, std::string lo, std::string hi, Block body);
+// `unroll` > 0 bounds the compiler's unrolling (a reduction loop fully unrolled batches all its
+// loads in registers; ptxas then spills at the register count it aims for).
+Stmt serial_for(std::string var, std::string lo, std::string hi, Block body, int unroll = 0);
 Stmt thread_for(std::string var, std::string lo, std::string hi, Block body);
 Stmt if_then(std::string cond, Block body, Block orelse = {});
 Stmt barrier();
@@ -170,6 +178,9 @@ struct Kernel {
   std::vector<SharedAlloc> shared;
   std::vector<ThreadLocal> thread_locals;
   int64_t shared_bytes = 0;
+  // The width of ft_i, the index type: 32 once codegen/index_width.h has proven that every value
+  // of the kernel's index arithmetic fits an int, else 64.
+  int index_bits = 64;
   // Block-uniform statements (lets depending only on `ft_block`, the block index), run once per
   // block before the body; their variables are visible everywhere in the body.
   Block uniform;

@@ -17,6 +17,8 @@
 #include "codegen/stages/scatter.h"
 #include "codegen/barrier_ownership.h"
 #include "codegen/barriers.h"
+#include "codegen/index_width.h"
+#include "codegen/uniform_constants.h"
 #include "codegen/verify_ir.h"
 #include "core/error.h"
 #include "core/ops.h"
@@ -31,7 +33,7 @@ namespace {
 
 using stages::AnchorStage;
 using stages::LoweringContext;
-using stages::ll;
+using stages::lit;
 
 // The largest region of a value over the sampled tiles, from which the stages size shared memory.
 struct RegionBound {
@@ -145,6 +147,8 @@ LoweredKernel lower_generated(const Graph& g, const planner::FusionGroup& group,
   std::vector<int64_t> blocks(static_cast<size_t>(k.grid));
   std::iota(blocks.begin(), blocks.end(), options.block_base);
   remove_unordering_barriers(k, blocks);
+  const FoldResult folded = fold_uniform_constants(k, blocks);
+  choose_index_width(k, blocks, folded.bounds);
   verify_ir(k);
   return out;
 }
@@ -195,6 +199,7 @@ LoweredKernel pack_kernels(const std::vector<LoweredKernel>& parts, const std::s
   k.name = name;
   k.threads = parts[0].kernel.threads;
   k.grid = 0;
+  k.index_bits = 32;
   for (const LoweredKernel& p : parts) check(p.kernel.library.empty(), "pack_kernels: a library call cannot be packed");
   std::vector<Param> outs;
   for (const LoweredKernel& p : parts) {
@@ -205,7 +210,8 @@ LoweredKernel pack_kernels(const std::vector<LoweredKernel>& parts, const std::s
     k.shared.insert(k.shared.end(), p.kernel.shared.begin(), p.kernel.shared.end());
     k.thread_locals.insert(k.thread_locals.end(), p.kernel.thread_locals.begin(), p.kernel.thread_locals.end());
     k.shared_bytes = std::max(k.shared_bytes, p.kernel.shared_bytes);
-    k.body.push_back(part("ft_block >= " + ll(base) + " && ft_block < " + ll(k.grid), p.kernel.uniform, p.kernel.body));
+    k.index_bits = std::max(k.index_bits, p.kernel.index_bits);  // int only when every part proved it
+    k.body.push_back(part("ft_block >= " + lit(base) + " && ft_block < " + lit(k.grid), p.kernel.uniform, p.kernel.body));
     out.inputs.insert(out.inputs.end(), p.inputs.begin(), p.inputs.end());
     out.outputs.insert(out.outputs.end(), p.outputs.begin(), p.outputs.end());
   }

@@ -139,15 +139,20 @@ std::string IndexExpr::str(const std::function<std::string(int)>& var_name) cons
   return "?";
 }
 
+std::string index_literal(int64_t v) {
+  const bool fits = v >= std::numeric_limits<int32_t>::min() && v <= std::numeric_limits<int32_t>::max();
+  return std::to_string(v) + (fits ? "" : "LL");
+}
+
 std::string IndexExpr::code(const std::function<std::string(int)>& var_name) const {
   const auto& a = node_->args;
   switch (kind()) {
-    case Kind::kConst: return std::to_string(value()) + "LL";
+    case Kind::kConst: return index_literal(value());
     case Kind::kVar: return var_name(static_cast<int>(value()));
     case Kind::kAdd: return "(" + a[0].code(var_name) + " + " + a[1].code(var_name) + ")";
-    case Kind::kMul: return "(" + a[0].code(var_name) + " * " + std::to_string(value()) + "LL)";
-    case Kind::kFloorDiv: return "ft_fdiv(" + a[0].code(var_name) + ", " + std::to_string(value()) + "LL)";
-    case Kind::kMod: return "ft_fmod(" + a[0].code(var_name) + ", " + std::to_string(value()) + "LL)";
+    case Kind::kMul: return "(" + a[0].code(var_name) + " * " + index_literal(value()) + ")";
+    case Kind::kFloorDiv: return "ft_fdiv(" + a[0].code(var_name) + ", " + index_literal(value()) + ")";
+    case Kind::kMod: return "ft_fmod(" + a[0].code(var_name) + ", " + index_literal(value()) + ")";
     case Kind::kData: break;
   }
   fail("a run-time index has no code form; the caller substitutes it");
@@ -156,7 +161,7 @@ std::string IndexExpr::code(const std::function<std::string(int)>& var_name) con
 std::pair<std::string, std::string> IndexExpr::bounds_code(const std::function<std::string(int)>& var_lo,
                                                            const std::function<std::string(int)>& var_hi) const {
   const auto& a = node_->args;
-  const std::string c = std::to_string(value()) + "LL";
+  const std::string c = index_literal(value());
   switch (kind()) {
     case Kind::kConst: return {c, c};
     case Kind::kVar: return {var_lo(static_cast<int>(value())), var_hi(static_cast<int>(value()))};
@@ -176,12 +181,12 @@ std::pair<std::string, std::string> IndexExpr::bounds_code(const std::function<s
     case Kind::kMod: {
       const auto x = a[0].bounds_code(var_lo, var_hi);
       const std::string same = "(ft_fdiv(" + x.first + ", " + c + ") == ft_fdiv(" + x.second + ", " + c + "))";
-      return {"(" + same + " ? ft_fmod(" + x.first + ", " + c + ") : 0LL)",
-              "(" + same + " ? ft_fmod(" + x.second + ", " + c + ") : " + std::to_string(value() - 1) + "LL)"};
+      return {"(" + same + " ? ft_fmod(" + x.first + ", " + c + ") : 0)",
+              "(" + same + " ? ft_fmod(" + x.second + ", " + c + ") : " + index_literal(value() - 1) + ")"};
     }
-    case Kind::kData: return {"0LL", std::to_string(value() - 1) + "LL"};
+    case Kind::kData: return {"0", index_literal(value() - 1)};
   }
-  return {"0LL", "-1LL"};
+  return {"0", "-1"};
 }
 
 }  // namespace fusetune::planner

@@ -29,6 +29,11 @@ struct Interval {
   bool operator==(const Interval&) const = default;
 };
 
+// An integer literal of generated index arithmetic: a plain (int) literal when the value fits 32
+// bits, so that the arithmetic it meets keeps the width of its other operand (codegen/index_width.h
+// decides the width of the kernels' index type), with the LL suffix beyond.
+std::string index_literal(int64_t v);
+
 class IndexExpr {
  public:
   enum class Kind { kConst, kVar, kAdd, kMul, kFloorDiv, kMod, kData };

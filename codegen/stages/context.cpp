@@ -13,18 +13,18 @@ using planner::Access;
 using planner::Interval;
 using planner::TensorExpr;
 
-std::string ll(int64_t v) { return std::to_string(v) + "LL"; }
+std::string lit(int64_t v) { return planner::index_literal(v); }
 
 std::string product(const std::vector<std::string>& xs) {
-  if (xs.empty()) return "1LL";
+  if (xs.empty()) return "1";
   std::string s = xs[0];
   for (size_t i = 1; i < xs.size(); ++i) s = "(" + s + " * " + xs[i] + ")";
   return s;
 }
 
 std::string flat(const Shape& s, const std::vector<std::string>& idx) {
-  std::string f = "0LL";
-  for (size_t d = 0; d < s.size(); ++d) f = "(" + f + " * " + ll(s[d]) + " + " + idx[d] + ")";
+  std::string f = "0";
+  for (size_t d = 0; d < s.size(); ++d) f = "(" + f + " * " + lit(s[d]) + " + " + idx[d] + ")";
   return f;
 }
 
@@ -63,13 +63,13 @@ void LoweringContext::tile_setup(Kernel& k) {
     ntiles[d] = (std::max<int64_t>(rs[d], 1) + t - 1) / t;
     tiles_ *= ntiles[d];
     const std::string td = "ft_t" + std::to_string(d);
-    k.uniform.push_back(let("long long", td, "ft_fmod(ft_fdiv(ft_block - " + ll(options.block_base) + ", " + ll(stride) +
-                                                 "), " + ll(ntiles[d]) + ")"));
+    k.uniform.push_back(let(kIndexType, td, "ft_fmod(ft_fdiv(ft_block - " + lit(options.block_base) + ", " + lit(stride) +
+                                                 "), " + lit(ntiles[d]) + ")"));
     region[root].lo.insert(region[root].lo.begin(), "");
     region[root].hi.insert(region[root].hi.begin(), "");
     const std::string lo = var(root, "lo", d), hi = var(root, "hi", d);
-    k.uniform.push_back(let("long long", lo, td + " * " + ll(t)));
-    k.uniform.push_back(let("long long", hi, "ft_min(" + lo + " + " + ll(t) + ", " + ll(rs[d]) + ") - 1LL"));
+    k.uniform.push_back(let(kIndexType, lo, td + " * " + lit(t)));
+    k.uniform.push_back(let(kIndexType, hi, "ft_min(" + lo + " + " + lit(t) + ", " + lit(rs[d]) + ") - 1"));
     region[root].lo[0] = lo;
     region[root].hi[0] = hi;
     stride *= ntiles[d];
@@ -89,7 +89,7 @@ void LoweringContext::emit_extents(Kernel& k, int v) {
   r.n.clear();
   for (size_t d = 0; d < r.lo.size(); ++d) {
     const std::string n = var(v, "n", d);
-    k.uniform.push_back(let("long long", n, "ft_max(0LL, " + r.hi[d] + " - " + r.lo[d] + " + 1LL)"));
+    k.uniform.push_back(let(kIndexType, n, "ft_max(0, " + r.hi[d] + " - " + r.lo[d] + " + 1)"));
     r.n.push_back(n);
   }
 }
@@ -118,8 +118,8 @@ void LoweringContext::regions(Kernel& k) {
         for (size_t b = 0; b < boxes.size(); ++b) {
           for (size_t d = 0; d < s.size(); ++d) {
             const std::string base = "r" + std::to_string(v) + "_b" + std::to_string(b) + "_";
-            k.uniform.push_back(let("long long", base + "lo" + std::to_string(d), boxes[b].bounds[d].first));
-            k.uniform.push_back(let("long long", base + "hi" + std::to_string(d), boxes[b].bounds[d].second));
+            k.uniform.push_back(let(kIndexType, base + "lo" + std::to_string(d), boxes[b].bounds[d].first));
+            k.uniform.push_back(let(kIndexType, base + "hi" + std::to_string(d), boxes[b].bounds[d].second));
             boxes[b].bounds[d] = {base + "lo" + std::to_string(d), base + "hi" + std::to_string(d)};
           }
         }
@@ -138,16 +138,16 @@ void LoweringContext::regions(Kernel& k) {
         for (const Box& box : boxes) {
           const bool always = box.live.empty();
           const std::string blo = boxes.size() > 1 && !always
-                                      ? "(" + box.live + " ? " + box.bounds[d].first + " : " + ll(s[d]) + ")"
+                                      ? "(" + box.live + " ? " + box.bounds[d].first + " : " + lit(s[d]) + ")"
                                       : box.bounds[d].first;
-          const std::string bhi = always ? box.bounds[d].second : "(" + box.live + " ? " + box.bounds[d].second + " : -1LL)";
+          const std::string bhi = always ? box.bounds[d].second : "(" + box.live + " ? " + box.bounds[d].second + " : -1)";
           lo = lo.empty() ? blo : "ft_min(" + lo + ", " + blo + ")";
           hi = hi.empty() ? bhi : "ft_max(" + hi + ", " + bhi + ")";
         }
         r.lo.push_back(var(v, "lo", d));
         r.hi.push_back(var(v, "hi", d));
-        k.uniform.push_back(let("long long", r.lo.back(), lo));
-        k.uniform.push_back(let("long long", r.hi.back(), hi));
+        k.uniform.push_back(let(kIndexType, r.lo.back(), lo));
+        k.uniform.push_back(let(kIndexType, r.hi.back(), hi));
       }
       emit_extents(k, v);
     }
@@ -160,19 +160,19 @@ void LoweringContext::regions(Kernel& k) {
       if (v != root && live.empty()) {
         live = "r" + std::to_string(v) + "_live";
         std::string all;
-        for (const std::string& x : out.n) all += (all.empty() ? "" : " && ") + x + " > 0LL";
-        k.uniform.push_back(let("long long", live, all.empty() ? "1LL" : "(" + all + ")"));
+        for (const std::string& x : out.n) all += (all.empty() ? "" : " && ") + x + " > 0";
+        k.uniform.push_back(let(kIndexType, live, all.empty() ? "1" : "(" + all + ")"));
       }
       const Shape& us = g.value(u).shape;
       Box box{live, {}};
       for (size_t d = 0; d < a.index.size(); ++d) {
         auto b = a.index[d].bounds_code(
-            [&](int i) { return static_cast<size_t>(i) < nout ? out.lo[static_cast<size_t>(i)] : std::string("0LL"); },
+            [&](int i) { return static_cast<size_t>(i) < nout ? out.lo[static_cast<size_t>(i)] : std::string("0"); },
             [&](int i) {
               return static_cast<size_t>(i) < nout ? out.hi[static_cast<size_t>(i)]
-                                                   : ll(e.reduce_extents[static_cast<size_t>(i) - nout] - 1);
+                                                   : lit(e.reduce_extents[static_cast<size_t>(i) - nout] - 1);
             });
-        box.bounds.push_back({"ft_max(0LL, " + b.first + ")", "ft_min(" + ll(us[d] - 1) + ", " + b.second + ")"});
+        box.bounds.push_back({"ft_max(0, " + b.first + ")", "ft_min(" + lit(us[d] - 1) + ", " + b.second + ")"});
       }
       contrib[u].push_back(std::move(box));
     }
@@ -275,7 +275,7 @@ std::string LoweringContext::value(int v, const std::vector<std::string>& idx) {
     expr = load_as_compute(val.dtype, param.at(v) + "[" + flat(val.shape, idx) + "]");
   } else if (auto b = buffer.find(v); b != buffer.end()) {
     const Region& r = region.at(v);
-    std::string off = "0LL";
+    std::string off = "0";
     for (size_t d = 0; d < idx.size(); ++d) off = "(" + off + " * " + r.n[d] + " + (" + idx[d] + " - " + r.lo[d] + "))";
     expr = b->second + "[" + off + "]";
   } else {
@@ -296,7 +296,7 @@ std::vector<std::string> LoweringContext::index_of(const Access& a, const std::v
 std::string LoweringContext::in_range(const Shape& s, const std::vector<std::string>& idx) const {
   std::string c;
   for (size_t d = 0; d < idx.size(); ++d) {
-    c += (c.empty() ? "" : " && ") + std::string("(") + idx[d] + ") >= 0LL && (" + idx[d] + ") < " + ll(s[d]);
+    c += (c.empty() ? "" : " && ") + std::string("(") + idx[d] + ") >= 0 && (" + idx[d] + ") < " + lit(s[d]);
   }
   return c.empty() ? "1" : c;
 }
@@ -339,27 +339,22 @@ void LoweringContext::with_block(Block& b, const std::function<void()>& f) {
 void LoweringContext::dims_loop(Kernel& k, int v, const std::vector<size_t>& dims, int64_t cap, const IndexFn& body) {
   const Region& r = region.at(v);
   std::vector<std::string> extents;
-  // Regions that fit 32-bit indices decompose in int arithmetic: a 64-bit division by a run-time
-  // extent is a called routine on the GPU (its saved registers show up as spills).
-  auto c = capacity.find(v);
-  const bool narrow = c != capacity.end() && c->second < (int64_t{1} << 31);
   Block loop = fresh_block([&] {
-    std::vector<std::string> o(r.n.size(), "0LL");
-    std::string inner = "1LL";
+    std::vector<std::string> o(r.n.size(), "0");
+    std::string inner = "1";
     for (size_t j = dims.size(); j-- > 0;) {
       const size_t d = dims[j];
       o[d] = "ft_o" + std::to_string(d);
-      const std::string q = narrow ? "(long long)(((int)ft_e / (int)" + inner + ") % (int)" + r.n[d] + ")"
-                                   : "(ft_e / " + inner + ") % " + r.n[d];
-      cur_->insert(cur_->begin(), let("long long", o[d], r.lo[d] + " + " + q));
+      const std::string q = "(ft_e / " + inner + ") % " + r.n[d];
+      cur_->insert(cur_->begin(), let(kIndexType, o[d], r.lo[d] + " + " + q));
       inner = "(" + inner + " * " + r.n[d] + ")";
       extents.insert(extents.begin(), r.n[d]);
     }
     body(o);
   });
   std::string count = product(extents);
-  if (cap > 0) count = "ft_min(" + count + ", " + ll(cap) + ")";
-  k.body.push_back(thread_for("ft_e", "0LL", count, loop));
+  if (cap > 0) count = "ft_min(" + count + ", " + lit(cap) + ")";
+  k.body.push_back(thread_for("ft_e", "0", count, loop));
 }
 
 void LoweringContext::region_loop(Kernel& k, int v, const IndexFn& body) {
@@ -379,7 +374,7 @@ void LoweringContext::reduction_loops(const TensorExpr& e, const std::vector<std
     vars.push_back(rv);
     Block inner;
     with_block(inner, [&] { nest(r + 1); });
-    cur_->push_back(serial_for(rv, "0LL", ll(e.reduce_extents[r]), inner));
+    cur_->push_back(serial_for(rv, "0", lit(e.reduce_extents[r]), inner, kReductionUnroll));
     vars.pop_back();
   };
   nest(0);
@@ -388,7 +383,7 @@ void LoweringContext::reduction_loops(const TensorExpr& e, const std::vector<std
 void LoweringContext::store_value(int v, const std::vector<std::string>& o, const std::string& x) {
   if (auto b = buffer.find(v); b != buffer.end()) {
     const Region& r = region.at(v);
-    std::string off = "0LL";
+    std::string off = "0";
     for (size_t d = 0; d < o.size(); ++d) off = "(" + off + " * " + r.n[d] + " + (" + o[d] + " - " + r.lo[d] + "))";
     cur_->push_back(store(b->second, off, x));
   }

@@ -36,9 +36,12 @@
 
 namespace fusetune::codegen::stages {
 
-// A C long long literal.
-std::string ll(int64_t v);
-// The C product of the factors ("1LL" when there are none).
+// Iterations of an inlined reduction's loop unrolled at most: enough loads in flight, without
+// the register pressure of a long loop unrolled whole.
+inline constexpr int kReductionUnroll = 8;
+// An integer literal of the index arithmetic (planner::index_literal: int when it fits 32 bits).
+std::string lit(int64_t v);
+// The C product of the factors ("1" when there are none).
 std::string product(const std::vector<std::string>& xs);
 // The flat row-major index of `idx` into a tensor of shape `s`.
 std::string flat(const Shape& s, const std::vector<std::string>& idx);

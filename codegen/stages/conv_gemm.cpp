@@ -54,7 +54,7 @@ std::vector<std::string> ConvGemmStage::conv_pixel(const std::string& p, std::st
   for (size_t d = r.n.size(); d-- > 0;) {
     if (d == 1) continue;
     const std::string q = "ft_q" + std::to_string(d);
-    cx_.cur().push_back(small_let(q, "(" + p + " / " + ll(inner) + ") % " + ll(caps[d])));
+    cx_.cur().push_back(small_let(q, "(" + p + " / " + lit(inner) + ") % " + lit(caps[d])));
     o[d] = "(" + r.lo[d] + " + " + q + ")";
     *inside += " && " + q + " < " + r.n[d];
     inner *= caps[d];
@@ -71,7 +71,7 @@ std::vector<std::string> ConvGemmStage::conv_taps(const TensorExpr& e, const std
   for (size_t q = 0; q < e.reduce_extents.size(); ++q) {
     stride /= e.reduce_extents[q];
     vars.push_back("ft_rv" + std::to_string(q));
-    cx_.cur().push_back(small_let(vars.back(), "(" + kk + " / " + ll(stride) + ") % " + ll(e.reduce_extents[q])));
+    cx_.cur().push_back(small_let(vars.back(), "(" + kk + " / " + lit(stride) + ") % " + lit(e.reduce_extents[q])));
   }
   return vars;
 }
@@ -88,21 +88,21 @@ void ConvGemmStage::emit(Kernel& k) {
   const int v = n.outputs[0];
   const GemmPlan& st = st_;
   const Region& r = cx_.region.at(v);
-  const std::string nm = r.n[1], step = ll(st.step), kk_total = ll(st.k);
+  const std::string nm = r.n[1], step = lit(st.step), kk_total = lit(st.k);
   const int64_t cols = st.b_cap / (st.groups_cap * st.step);
-  const std::string np = ll(cols);
-  const std::string g0 = "(" + r.lo[1] + " / " + ll(st.cout_g) + ")";
-  const std::string ng = st.groups_cap == 1 ? "1LL"
-                                            : "ft_min(" + r.hi[1] + " / " + ll(st.cout_g) + " - " + g0 + " + 1LL, " +
-                                                  ll(st.groups_cap) + ")";
-  k.body.push_back(serial_for("ft_i", "0LL", ll(st.tm * st.tn), {assign(st.regs + "[ft_i]", "0.0f")}));
+  const std::string np = lit(cols);
+  const std::string g0 = "(" + r.lo[1] + " / " + lit(st.cout_g) + ")";
+  const std::string ng = st.groups_cap == 1 ? "1"
+                                            : "ft_min(" + r.hi[1] + " / " + lit(st.cout_g) + " - " + g0 + " + 1, " +
+                                                  lit(st.groups_cap) + ")";
+  k.body.push_back(serial_for("ft_i", "0", lit(st.tm * st.tn), {assign(st.regs + "[ft_i]", "0.0f")}));
   const int64_t ntn = (cols + st.tn - 1) / st.tn;
-  const std::string owns = "(long long)ft_thread < " + ll((st.caps[1] + st.tm - 1) / st.tm * ntn);
-  const Block micro_tile = {small_let("ft_tm0", "((long long)ft_thread / " + ll(ntn) + ") * " + ll(st.tm)),
-                            small_let("ft_tn0", "((long long)ft_thread % " + ll(ntn) + ") * " + ll(st.tn))};
+  const std::string owns = "ft_thread < " + lit((st.caps[1] + st.tm - 1) / st.tm * ntn);
+  const Block micro_tile = {small_let("ft_tm0", "(ft_thread / " + lit(ntn) + ") * " + lit(st.tm)),
+                            small_let("ft_tn0", "(ft_thread % " + lit(ntn) + ") * " + lit(st.tn))};
   Block steps;
   // Weights: element e of the slice is row e / step, reduction index ks * step + e % step.
-  steps.push_back(thread_for("ft_e", "0LL", "ft_min(" + nm + " * " + step + ", " + ll(st.a_cap) + ")", cx_.fresh_block([&] {
+  steps.push_back(thread_for("ft_e", "0", "ft_min(" + nm + " * " + step + ", " + lit(st.a_cap) + ")", cx_.fresh_block([&] {
     cx_.cur().push_back(small_let("ft_k", "ft_ks * " + step + " + ft_e % " + step));
     cx_.cur().push_back(let("float", "ft_x", "0.0f"));
     Block inside;
@@ -119,14 +119,14 @@ void ConvGemmStage::emit(Kernel& k) {
   // column e % P; the input channel follows from the group (any output channel of it).
   const int x = n.inputs[0];
   const Access& xa = e.accesses[0];
-  steps.push_back(thread_for("ft_e", "0LL", ng + " * " + ll(st.step * cols), cx_.fresh_block([&] {
+  steps.push_back(thread_for("ft_e", "0", ng + " * " + lit(st.step * cols), cx_.fresh_block([&] {
     cx_.cur().push_back(small_let("ft_k", "ft_ks * " + step + " + (ft_e / " + np + ") % " + step));
     cx_.cur().push_back(let("float", "ft_x", "0.0f"));
     std::string pixel;
     std::vector<std::string> vars = conv_pixel("ft_e % " + np, &pixel);
     Block inside;
     cx_.with_block(inside, [&] {
-      vars[1] = "((" + g0 + " + ft_e / " + ll(st.step * cols) + ") * " + ll(st.cout_g) + ")";
+      vars[1] = "((" + g0 + " + ft_e / " + lit(st.step * cols) + ") * " + lit(st.cout_g) + ")";
       for (const std::string& t : conv_taps(e, "ft_k")) vars.push_back(t);
       const auto idx = cx_.index_of(xa, vars);
       if (xa.guarded) {
@@ -146,20 +146,20 @@ void ConvGemmStage::emit(Kernel& k) {
   Block update = micro_tile;
   Block inner;
   for (int64_t i = 0; i < st.tm; ++i) {
-    const std::string row = "(ft_tm0 + " + ll(i) + ")", is = std::to_string(i);
+    const std::string row = "(ft_tm0 + " + lit(i) + ")", is = std::to_string(i);
     if (st.groups_cap > 1) {
       update.push_back(small_let("ft_g" + is,
-                                 "ft_min((" + r.lo[1] + " + " + row + ") / " + ll(st.cout_g) + " - " + g0 + ", " + ng + " - 1LL)"));
+                                 "ft_min((" + r.lo[1] + " + " + row + ") / " + lit(st.cout_g) + " - " + g0 + ", " + ng + " - 1)"));
     }
     inner.push_back(let("float", "ft_ra" + is, "(" + row + " < " + nm + " ? " + st.a + "[" + row + " * " + step + " + ft_kk] : 0.0f)"));
   }
   auto patch = [&](const std::string& group, int64_t j) {
-    const std::string col = "(ft_tn0 + " + ll(j) + ")";
+    const std::string col = "(ft_tn0 + " + lit(j) + ")";
     const std::string at = st.b + "[(" + group + " * " + step + " + ft_kk) * " + np + " + " + col + "]";
     return ntn * st.tn == cols ? at : "(" + col + " < " + np + " ? " + at + " : 0.0f)";
   };
   for (int64_t j = 0; j < st.tn; ++j) {
-    if (st.groups_cap == 1) inner.push_back(let("float", "ft_rb" + std::to_string(j), patch("0LL", j)));
+    if (st.groups_cap == 1) inner.push_back(let("float", "ft_rb" + std::to_string(j), patch("0", j)));
   }
   for (int64_t i = 0; i < st.tm; ++i) {
     for (int64_t j = 0; j < st.tn; ++j) {
@@ -168,16 +168,16 @@ void ConvGemmStage::emit(Kernel& k) {
       inner.push_back(assign(cell, cell + " + ft_ra" + std::to_string(i) + " * " + b));
     }
   }
-  update.push_back(serial_for("ft_kk", "0LL", "ft_min(" + step + ", " + kk_total + " - ft_ks * " + step + ")", inner));
+  update.push_back(serial_for("ft_kk", "0", "ft_min(" + step + ", " + kk_total + " - ft_ks * " + step + ")", inner));
   steps.push_back(if_then(owns, update));
   steps.push_back(barrier());
-  k.body.push_back(uniform_for("ft_ks", "0LL", ll((st.k + st.step - 1) / st.step), steps));
+  k.body.push_back(uniform_for("ft_ks", "0", lit((st.k + st.step - 1) / st.step), steps));
   // The epilogue's input: each cell of the micro-tile, plus the bias.
   const bool bias = n.inputs.size() > 2 && n.inputs[2] != kNoValue;
   Block write = cx_.fresh_block([&] {
     cx_.cur().insert(cx_.cur().end(), micro_tile.begin(), micro_tile.end());
     for (int64_t j = 0; j < st.tn; ++j) {
-      const std::string col = "(ft_tn0 + " + ll(j) + ")";
+      const std::string col = "(ft_tn0 + " + lit(j) + ")";
       Block column;
       std::string pixel;
       cx_.with_block(column, [&] {
@@ -185,7 +185,7 @@ void ConvGemmStage::emit(Kernel& k) {
         Block cells;
         cx_.with_block(cells, [&] {
           for (int64_t i = 0; i < st.tm; ++i) {
-            const std::string row = "(ft_tm0 + " + ll(i) + ")";
+            const std::string row = "(ft_tm0 + " + lit(i) + ")";
             Block cell;
             cx_.with_block(cell, [&] {
               o[1] = "(" + r.lo[1] + " + " + row + ")";

@@ -48,17 +48,17 @@ void ConvWindowStage::emit(Kernel& k) {
   // The window's origin per input axis (block-uniform).
   const std::string pre = "cw" + std::to_string(v) + "_";
   std::vector<std::string> origin = {r.lo[0], pre + "c0"};
-  k.uniform.push_back(let("long long", pre + "c0", r.lo[1] + " / " + ll(st.cout_g)));
+  k.uniform.push_back(let(kIndexType, pre + "c0", r.lo[1] + " / " + lit(st.cout_g)));
   for (size_t i = 0; i < sp; ++i) {
     origin.push_back(pre + "s" + std::to_string(i));
-    k.uniform.push_back(let("long long", origin.back(), r.lo[2 + i] + " * " + ll(strides[i]) + " - " + ll(pads[i])));
+    k.uniform.push_back(let(kIndexType, origin.back(), r.lo[2 + i] + " * " + lit(strides[i]) + " - " + lit(pads[i])));
   }
-  k.body.push_back(thread_for("ft_e", "0LL", ll(st.b_cap), cx_.fresh_block([&] {
+  k.body.push_back(thread_for("ft_e", "0", lit(st.b_cap), cx_.fresh_block([&] {
     std::vector<std::string> idx(st.caps.size());
     int64_t inner = 1;
     for (size_t d = st.caps.size(); d-- > 0;) {
       idx[d] = "ft_w" + std::to_string(d);
-      cx_.cur().push_back(let("long long", idx[d], origin[d] + " + (ft_e / " + ll(inner) + ") % " + ll(st.caps[d])));
+      cx_.cur().push_back(let(kIndexType, idx[d], origin[d] + " + (ft_e / " + lit(inner) + ") % " + lit(st.caps[d])));
       inner *= st.caps[d];
     }
     cx_.cur().push_back(let("float", "ft_x", "0.0f"));
@@ -72,8 +72,8 @@ void ConvWindowStage::emit(Kernel& k) {
     cx_.cur().push_back(let("float", "ft_acc", "0.0f"));
     cx_.reduction_loops(e, o, [&](const std::vector<std::string>& vars) {
       const auto xi = cx_.index_of(e.accesses[0], vars);
-      std::string off = "0LL";
-      for (size_t d = 0; d < xi.size(); ++d) off = "(" + off + " * " + ll(st.caps[d]) + " + (" + xi[d] + " - " + origin[d] + "))";
+      std::string off = "0";
+      for (size_t d = 0; d < xi.size(); ++d) off = "(" + off + " * " + lit(st.caps[d]) + " + (" + xi[d] + " - " + origin[d] + "))";
       const std::string wv = cx_.value(n.inputs[1], cx_.index_of(e.accesses[1], vars));
       cx_.cur().push_back(assign("ft_acc", "ft_acc + " + st.b + "[" + off + "] * " + wv));
     });

@@ -23,7 +23,7 @@ std::string inline_node(LoweringContext& cx, const Node& n, const std::vector<st
   }
   const DType dt = g.value(n.outputs[0]).dtype;
   if (n.op == "Concat") {
-    std::string result = is_float(dt) ? "0.0f" : "0LL";
+    std::string result = is_float(dt) ? "0.0f" : "0";
     const std::string name = "v" + std::to_string(cx.next_local());
     cx.cur().push_back(let(compute_ctype(dt), name, result));
     for (const Access& a : e.accesses) {
@@ -41,11 +41,11 @@ std::string inline_node(LoweringContext& cx, const Node& n, const std::vector<st
     // One constant index (a class token's row) is a literal: the kernel loads nothing for it, and
     // its index arithmetic stays known to the analyses of codegen/barrier_ownership.h.
     const Value& idv = g.value(ids);
-    const std::string iv = idv.is_constant() && idv.data->numel() == 1 ? ll(idv.data->to_ints()[0])
+    const std::string iv = idv.is_constant() && idv.data->numel() == 1 ? lit(idv.data->to_ints()[0])
                                                                         : cx.value(ids, cx.index_of(e.accesses[1], idx));
     const int64_t axis = normalize_axis(n.attrs.i("axis"), static_cast<int64_t>(g.value(n.inputs[0]).shape.size()), "axis");
     const int64_t extent = g.value(n.inputs[0]).shape[static_cast<size_t>(axis)];
-    const std::string fixed = "ft_min(" + ll(extent - 1) + ", ft_max(0LL, (" + iv + " < 0LL ? " + iv + " + " + ll(extent) + " : " + iv + ")))";
+    const std::string fixed = "ft_min(" + lit(extent - 1) + ", ft_max(0, (" + iv + " < 0 ? " + iv + " + " + lit(extent) + " : " + iv + ")))";
     std::vector<std::string> di;
     for (size_t d = 0; d < data.index.size(); ++d) {
       di.push_back(data.index[d].has_data() ? fixed : data.index[d].code([&](int i) { return idx[static_cast<size_t>(i)]; }));
@@ -59,19 +59,19 @@ std::string inline_node(LoweringContext& cx, const Node& n, const std::vector<st
     const size_t r = in.size();
     std::vector<std::string> pi;
     for (size_t d = 0; d < r; ++d) {
-      const std::string c = "(" + idx[d] + " - " + ll(pads[d]) + ")";
+      const std::string c = "(" + idx[d] + " - " + lit(pads[d]) + ")";
       if (mode == "constant") {
         pi.push_back(c);
       } else if (mode == "edge") {
-        pi.push_back("ft_min(" + ll(in[d] - 1) + ", ft_max(0LL, " + c + "))");
+        pi.push_back("ft_min(" + lit(in[d] - 1) + ", ft_max(0, " + c + "))");
       } else {  // reflect without repeating the edge
         const int64_t period = std::max<int64_t>(1, 2 * (in[d] - 1));
-        const std::string m = "ft_fmod(" + c + ", " + ll(period) + ")";
-        pi.push_back(in[d] == 1 ? "0LL" : "(" + m + " >= " + ll(in[d]) + " ? " + ll(period) + " - " + m + " : " + m + ")");
+        const std::string m = "ft_fmod(" + c + ", " + lit(period) + ")";
+        pi.push_back(in[d] == 1 ? "0" : "(" + m + " >= " + lit(in[d]) + " ? " + lit(period) + " - " + m + " : " + m + ")");
       }
     }
     if (mode != "constant") return cx.value(n.inputs[0], pi);
-    return cx.guarded(n.inputs[0], pi, is_float(dt) ? float_literal(n.attrs.f("value")) : ll(static_cast<int64_t>(n.attrs.f("value"))));
+    return cx.guarded(n.inputs[0], pi, is_float(dt) ? float_literal(n.attrs.f("value")) : lit(static_cast<int64_t>(n.attrs.f("value"))));
   }
   if (n.op == "Resize") return resize_expr(cx, n, idx);
   // Reshape, Transpose, Slice, Expand, Tile: one read through the index map.

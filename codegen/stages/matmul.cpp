@@ -135,20 +135,20 @@ void StagedMatMulStage::emit(Kernel& k) {
   const Region& r = cx_.region.at(v);
   const std::string acc = product_accumulators(cx_, st);
   const std::string nm = r.n[st.m_axis], nn = r.n[st.n_axis];
-  const std::string step = ll(st.step);
+  const std::string step = lit(st.step);
   // Accumulators start at zero.
   if (st.regs.empty()) {
     cx_.region_loop(k, v, [&](const std::vector<std::string>&) { cx_.cur().push_back(store(acc, "ft_e", "0.0f")); });
     k.body.push_back(barrier());
   } else {
-    k.body.push_back(serial_for("ft_i", "0LL", ll(st.tm * st.tn), {assign(st.regs + "[ft_i]", "0.0f")}));
+    k.body.push_back(serial_for("ft_i", "0", lit(st.tm * st.tn), {assign(st.regs + "[ft_i]", "0.0f")}));
   }
   // Each thread's micro-tile: rows [ft_tm0, ft_tm0 + TM), columns [ft_tn0, ft_tn0 + TN).
-  const std::string ntn = "((" + nn + " + " + ll(st.tn - 1) + ") / " + ll(st.tn) + ")";
-  const std::string owns = "(long long)ft_thread < ((" + nm + " + " + ll(st.tm - 1) + ") / " + ll(st.tm) + ") * " + ntn;
+  const std::string ntn = "((" + nn + " + " + lit(st.tn - 1) + ") / " + lit(st.tn) + ")";
+  const std::string owns = "ft_thread < ((" + nm + " + " + lit(st.tm - 1) + ") / " + lit(st.tm) + ") * " + ntn;
   auto micro_tile = [&]() {
-    return Block{let("long long", "ft_tm0", "((long long)ft_thread / " + ntn + ") * " + ll(st.tm)),
-                 let("long long", "ft_tn0", "((long long)ft_thread % " + ntn + ") * " + ll(st.tn))};
+    return Block{let(kIndexType, "ft_tm0", "(ft_thread / " + ntn + ") * " + lit(st.tm)),
+                 let(kIndexType, "ft_tn0", "(ft_thread % " + ntn + ") * " + lit(st.tn))};
   };
   auto operand_vars = [&](const std::string& m, const std::string& nidx, const std::string& kk) {
     return product_vars(cx_, st, m, nidx, kk);
@@ -159,17 +159,17 @@ void StagedMatMulStage::emit(Kernel& k) {
     Block loop = cx_.fresh_block([&] {
       // A: e = m * step + kk; B: e = kk * n + col
       const std::string kk = is_a ? "(ft_e % " + step + ")" : "(ft_e / " + nn + ")";
-      cx_.cur().push_back(let("long long", "ft_k", "ft_ks * " + step + " + " + kk));
+      cx_.cur().push_back(let(kIndexType, "ft_k", "ft_ks * " + step + " + " + kk));
       const std::string m = is_a ? "(" + r.lo[st.m_axis] + " + ft_e / " + step + ")" : r.lo[st.m_axis];
       const std::string col = is_a ? r.lo[st.n_axis] : "(" + r.lo[st.n_axis] + " + ft_e % " + nn + ")";
       const auto idx = cx_.index_of(a, operand_vars(m, col, "ft_k"));
       cx_.cur().push_back(let("float", "ft_x", "0.0f"));
       Block inside;
       cx_.with_block(inside, [&] { cx_.cur().push_back(assign("ft_x", cx_.value(n.inputs[static_cast<size_t>(operand)], idx))); });
-      cx_.cur().push_back(if_then("ft_k < " + ll(st.k), inside));
+      cx_.cur().push_back(if_then("ft_k < " + lit(st.k), inside));
       cx_.cur().push_back(store(buf, "ft_e", "ft_x"));
     });
-    steps.push_back(thread_for("ft_e", "0LL", "ft_min(" + count + ", " + ll(cap) + ")", loop));
+    steps.push_back(thread_for("ft_e", "0", "ft_min(" + count + ", " + lit(cap) + ")", loop));
   };
   // The same slice in float4 quads: viewed as rows x cols, contiguous along cols in the operand
   // (A: nm x step, B: step x nn), each thread loads 4 consecutive columns in one 16-byte access
@@ -179,42 +179,42 @@ void StagedMatMulStage::emit(Kernel& k) {
     const int u = n.inputs[static_cast<size_t>(operand)];
     const std::string p = cx_.param.at(u);
     const std::string cols = is_a ? step : nn, rows = is_a ? nm : step;
-    const std::string quads = "((" + cols + " + 3LL) / 4LL)";
+    const std::string quads = "((" + cols + " + 3) / 4)";
     const int64_t max_quads = is_a ? cap / 4 : st.step * ((cap / st.step + 3) / 4);
     Block loop = cx_.fresh_block([&] {
-      cx_.cur().push_back(let("long long", "ft_r", "ft_e / " + quads));
-      cx_.cur().push_back(let("long long", "ft_c", "(ft_e % " + quads + ") * 4LL"));
-      cx_.cur().push_back(let("long long", "ft_k", "ft_ks * " + step + " + " + (is_a ? "ft_c" : "ft_r")));
+      cx_.cur().push_back(let(kIndexType, "ft_r", "ft_e / " + quads));
+      cx_.cur().push_back(let(kIndexType, "ft_c", "(ft_e % " + quads + ") * 4"));
+      cx_.cur().push_back(let(kIndexType, "ft_k", "ft_ks * " + step + " + " + (is_a ? "ft_c" : "ft_r")));
       const std::string m = is_a ? "(" + r.lo[st.m_axis] + " + ft_r)" : r.lo[st.m_axis];
       const std::string col = is_a ? r.lo[st.n_axis] : "(" + r.lo[st.n_axis] + " + ft_c)";
-      cx_.cur().push_back(let("long long", "ft_at", flat(g.value(u).shape, cx_.index_of(a, operand_vars(m, col, "ft_k")))));
-      cx_.cur().push_back(let("long long", "ft_s", "ft_r * " + cols + " + ft_c"));
+      cx_.cur().push_back(let(kIndexType, "ft_at", flat(g.value(u).shape, cx_.index_of(a, operand_vars(m, col, "ft_k")))));
+      cx_.cur().push_back(let(kIndexType, "ft_s", "ft_r * " + cols + " + ft_c"));
       // A: the quad is 4 reduction steps (all in the slice: the step is a multiple of 4); B: 4
       // columns of one reduction step, within the slice's columns and its allocation.
-      const std::string fits = is_a ? "ft_k + 3LL < " + ll(st.k)
-                                    : "ft_k < " + ll(st.k) + " && ft_c + 3LL < " + nn + " && ft_s + 3LL < " + ll(cap);
+      const std::string fits = is_a ? "ft_k + 3 < " + lit(st.k)
+                                    : "ft_k < " + lit(st.k) + " && ft_c + 3 < " + nn + " && ft_s + 3 < " + lit(cap);
       const std::string whole = fits + " && ft_aligned16(" + p + ", ft_at)";
       // The quad goes to the slice as one 16-byte store where its place there is 16-byte aligned
       // (always for A, whose rows are the step long; for B where the region's width is a multiple
       // of 4): four scalar stores by a warp's lanes, 16 bytes apart, are 4-way bank conflicts.
       Block scalars;
-      for (int i = 0; i < 4; ++i) scalars.push_back(store(buf, "ft_s + " + ll(i), std::string("ft_q.") + "xyzw"[i]));
+      for (int i = 0; i < 4; ++i) scalars.push_back(store(buf, "ft_s + " + lit(i), std::string("ft_q.") + "xyzw"[i]));
       Block quad = {vector_load("ft_q", p, "ft_at")};
       if (is_a) {
         quad.push_back(vector_store(buf, "ft_s", "ft_q"));
       } else {
-        quad.push_back(if_then("(ft_s & 3LL) == 0LL", {vector_store(buf, "ft_s", "ft_q")}, scalars));
+        quad.push_back(if_then("(ft_s & 3) == 0", {vector_store(buf, "ft_s", "ft_q")}, scalars));
       }
       Block tail;
       for (int i = 0; i < 4; ++i) {
-        const std::string at = "ft_s + " + ll(i);
-        const std::string inside = is_a ? "ft_k + " + ll(i) + " < " + ll(st.k) : "ft_k < " + ll(st.k);
-        const Stmt element = store(buf, at, "(" + inside + " ? " + p + "[ft_at + " + ll(i) + "] : 0.0f)");
-        tail.push_back(is_a ? element : if_then("ft_c + " + ll(i) + " < " + nn + " && " + at + " < " + ll(cap), {element}));
+        const std::string at = "ft_s + " + lit(i);
+        const std::string inside = is_a ? "ft_k + " + lit(i) + " < " + lit(st.k) : "ft_k < " + lit(st.k);
+        const Stmt element = store(buf, at, "(" + inside + " ? " + p + "[ft_at + " + lit(i) + "] : 0.0f)");
+        tail.push_back(is_a ? element : if_then("ft_c + " + lit(i) + " < " + nn + " && " + at + " < " + lit(cap), {element}));
       }
       cx_.cur().push_back(if_then(whole, quad, tail));
     });
-    steps.push_back(thread_for("ft_e", "0LL", "ft_min(" + rows + " * " + quads + ", " + ll(max_quads) + ")", loop));
+    steps.push_back(thread_for("ft_e", "0", "ft_min(" + rows + " * " + quads + ", " + lit(max_quads) + ")", loop));
   };
   if (st.vec_a) {
     vector_staging(st.a, st.a_cap, e.accesses[0], 0, true);
@@ -230,12 +230,12 @@ void StagedMatMulStage::emit(Kernel& k) {
   if (!st.regs.empty()) {
     Block inner;
     for (int64_t i = 0; i < st.tm; ++i) {
-      const std::string row = "(ft_tm0 + " + ll(i) + ")";
+      const std::string row = "(ft_tm0 + " + lit(i) + ")";
       inner.push_back(let("float", "ft_ra" + std::to_string(i),
                           "(" + row + " < " + nm + " ? " + st.a + "[" + row + " * " + step + " + ft_kk] : 0.0f)"));
     }
     for (int64_t j = 0; j < st.tn; ++j) {
-      const std::string col = "(ft_tn0 + " + ll(j) + ")";
+      const std::string col = "(ft_tn0 + " + lit(j) + ")";
       inner.push_back(let("float", "ft_rb" + std::to_string(j),
                           "(" + col + " < " + nn + " ? " + st.b + "[ft_kk * " + nn + " + " + col + "] : 0.0f)"));
     }
@@ -246,23 +246,23 @@ void StagedMatMulStage::emit(Kernel& k) {
       }
     }
     Block body = micro_tile();
-    body.push_back(serial_for("ft_kk", "0LL", "ft_min(" + step + ", " + ll(st.k) + " - ft_ks * " + step + ")", inner));
+    body.push_back(serial_for("ft_kk", "0", "ft_min(" + step + ", " + lit(st.k) + " - ft_ks * " + step + ")", inner));
     steps.push_back(if_then(owns, body));
   } else {
-    Block loop = {let("long long", "ft_m", "ft_e / " + nn), let("long long", "ft_n", "ft_e % " + nn),
+    Block loop = {let(kIndexType, "ft_m", "ft_e / " + nn), let(kIndexType, "ft_n", "ft_e % " + nn),
                   let("float", "ft_s", acc + "[ft_e]")};
     Block inner = {assign("ft_s", "ft_s + " + st.a + "[ft_m * " + step + " + ft_kk] * " + st.b + "[ft_kk * " + nn + " + ft_n]")};
-    loop.push_back(serial_for("ft_kk", "0LL", "ft_min(" + step + ", " + ll(st.k) + " - ft_ks * " + step + ")", inner));
+    loop.push_back(serial_for("ft_kk", "0", "ft_min(" + step + ", " + lit(st.k) + " - ft_ks * " + step + ")", inner));
     loop.push_back(store(acc, "ft_e", "ft_s"));
-    steps.push_back(thread_for("ft_e", "0LL", "ft_min(" + nm + " * " + nn + ", " + ll(std::max<int64_t>(1, cx_.capacity[v] > 0 ? cx_.capacity[v] : 1)) + ")", loop));
+    steps.push_back(thread_for("ft_e", "0", "ft_min(" + nm + " * " + nn + ", " + lit(std::max<int64_t>(1, cx_.capacity[v] > 0 ? cx_.capacity[v] : 1)) + ")", loop));
   }
   steps.push_back(barrier());
-  k.body.push_back(uniform_for("ft_ks", "0LL", ll((st.k + st.step - 1) / st.step), steps));
+  k.body.push_back(uniform_for("ft_ks", "0", lit((st.k + st.step - 1) / st.step), steps));
   if (!st.regs.empty()) {  // registers to the shared accumulator buffer, where consumers read the product
     Block write = micro_tile();
     for (int64_t i = 0; i < st.tm; ++i) {
       for (int64_t j = 0; j < st.tn; ++j) {
-        const std::string row = "(ft_tm0 + " + ll(i) + ")", col = "(ft_tn0 + " + ll(j) + ")";
+        const std::string row = "(ft_tm0 + " + lit(i) + ")", col = "(ft_tn0 + " + lit(j) + ")";
         write.push_back(if_then(row + " < " + nm + " && " + col + " < " + nn,
                                 {store(acc, row + " * " + nn + " + " + col, st.regs + "[" + std::to_string(i * st.tn + j) + "]")}));
       }

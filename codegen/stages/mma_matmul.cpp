@@ -97,32 +97,32 @@ void MmaMatMulStage::emit(Kernel& k) {
   const MmaPlan& st = st_;
   const Region& r = cx_.region.at(v);
   const std::string nm = r.n[st.m_axis], nn = r.n[st.n_axis];
-  const std::string step = ll(st.step);
-  k.body.push_back(serial_for("ft_i", "0LL", ll(st.fm * st.fn * 4), {assign(st.frag_c + "[ft_i]", "0.0f")}));
-  const std::string warp = "((long long)ft_thread / " + ll(kWarpSize) + ")";
-  const std::string lane = "((long long)ft_thread % " + ll(kWarpSize) + ")";
-  const std::string wm0 = "(" + warp + " / " + ll(st.warps_n) + " * " + ll(st.fm * 16) + ")";
-  const std::string wn0 = "(" + warp + " % " + ll(st.warps_n) + " * " + ll(st.fn * 8) + ")";
+  const std::string step = lit(st.step);
+  k.body.push_back(serial_for("ft_i", "0", lit(st.fm * st.fn * 4), {assign(st.frag_c + "[ft_i]", "0.0f")}));
+  const std::string warp = "(ft_thread / " + lit(kWarpSize) + ")";
+  const std::string lane = "(ft_thread % " + lit(kWarpSize) + ")";
+  const std::string wm0 = "(" + warp + " / " + lit(st.warps_n) + " * " + lit(st.fm * 16) + ")";
+  const std::string wn0 = "(" + warp + " % " + lit(st.warps_n) + " * " + lit(st.fn * 8) + ")";
   Block steps;
   // One operand slice, rows x cols (A: rows_a x step, B: step x cols_b), element by element.
   auto stage = [&](bool is_a) {
     const int64_t rows = is_a ? st.rows_a : st.step, cols = is_a ? st.step : st.cols_b;
     const int u = n.inputs[is_a ? 0 : 1];
     Block loop = cx_.fresh_block([&] {
-      cx_.cur().push_back(let("long long", "ft_r", "ft_e / " + ll(cols)));
-      cx_.cur().push_back(let("long long", "ft_c", "ft_e % " + ll(cols)));
-      cx_.cur().push_back(let("long long", "ft_k", "ft_ks * " + step + " + " + (is_a ? "ft_c" : "ft_r")));
+      cx_.cur().push_back(let(kIndexType, "ft_r", "ft_e / " + lit(cols)));
+      cx_.cur().push_back(let(kIndexType, "ft_c", "ft_e % " + lit(cols)));
+      cx_.cur().push_back(let(kIndexType, "ft_k", "ft_ks * " + step + " + " + (is_a ? "ft_c" : "ft_r")));
       const std::string m = is_a ? "(" + r.lo[st.m_axis] + " + ft_r)" : r.lo[st.m_axis];
       const std::string col = is_a ? r.lo[st.n_axis] : "(" + r.lo[st.n_axis] + " + ft_c)";
       const auto idx = cx_.index_of(e.accesses[is_a ? 0 : 1], product_vars(cx_, st, m, col, "ft_k"));
       cx_.cur().push_back(let("float", "ft_x", "0.0f"));
       Block inside;
       cx_.with_block(inside, [&] { cx_.cur().push_back(assign("ft_x", cx_.value(u, idx))); });
-      cx_.cur().push_back(if_then("ft_k < " + ll(st.k) + " && " + (is_a ? "ft_r < " + nm : "ft_c < " + nn), inside));
-      cx_.cur().push_back(store(is_a ? st.a : st.b, "ft_r * " + ll(is_a ? st.pitch_a : st.pitch_b) + " + ft_c",
+      cx_.cur().push_back(if_then("ft_k < " + lit(st.k) + " && " + (is_a ? "ft_r < " + nm : "ft_c < " + nn), inside));
+      cx_.cur().push_back(store(is_a ? st.a : st.b, "ft_r * " + lit(is_a ? st.pitch_a : st.pitch_b) + " + ft_c",
                                 store_from_compute(st.mma, "ft_x")));
     });
-    steps.push_back(thread_for("ft_e", "0LL", ll(rows * cols), loop));
+    steps.push_back(thread_for("ft_e", "0", lit(rows * cols), loop));
   };
   stage(true);
   stage(false);
@@ -130,30 +130,30 @@ void MmaMatMulStage::emit(Kernel& k) {
   Block slice;  // k in [ft_ks * step + ft_kq * 16, + 16)
   for (int64_t i = 0; i < st.fm; ++i) {
     slice.push_back(ldmatrix(st.frag_a, i * 4, 4, false, st.a,
-                             "(" + wm0 + " + " + ll(i * 16) + " + " + lane + " % 16LL) * " + ll(st.pitch_a) +
-                                 " + ft_kq * 16LL + " + lane + " / 16LL * 8LL"));
+                             "(" + wm0 + " + " + lit(i * 16) + " + " + lane + " % 16) * " + lit(st.pitch_a) +
+                                 " + ft_kq * 16 + " + lane + " / 16 * 8"));
   }
   for (int64_t j = 0; j < st.fn; j += 2) {
     const bool pair = j + 1 < st.fn;
     slice.push_back(ldmatrix(st.frag_b, j * 2, pair ? 4 : 2, true, st.b,
-                             "(ft_kq * 16LL + " + lane + " % 16LL) * " + ll(st.pitch_b) + " + " + wn0 + " + " + ll(j * 8) +
-                                 (pair ? " + " + lane + " / 16LL * 8LL" : "")));
+                             "(ft_kq * 16 + " + lane + " % 16) * " + lit(st.pitch_b) + " + " + wn0 + " + " + lit(j * 8) +
+                                 (pair ? " + " + lane + " / 16 * 8" : "")));
   }
   for (int64_t i = 0; i < st.fm; ++i) {
     for (int64_t j = 0; j < st.fn; ++j) slice.push_back(mma(st.frag_c, (i * st.fn + j) * 4, st.frag_a, i * 4, st.frag_b, j * 2, st.mma));
   }
-  steps.push_back(uniform_for("ft_kq", "0LL", ll(st.step / 16), slice));
+  steps.push_back(uniform_for("ft_kq", "0", lit(st.step / 16), slice));
   steps.push_back(barrier());
-  k.body.push_back(uniform_for("ft_ks", "0LL", ll((st.k + st.step - 1) / st.step), steps));
+  k.body.push_back(uniform_for("ft_ks", "0", lit((st.k + st.step - 1) / st.step), steps));
   // Accumulator fragments to the shared accumulator buffer (c_i at row g + 8 * (i / 2), column
   // 2t + i % 2 of its fragment).
   const std::string acc = product_accumulators(cx_, st);
-  Block write = {let("long long", "ft_g", lane + " / 4LL"), let("long long", "ft_t", lane + " % 4LL")};
+  Block write = {let(kIndexType, "ft_g", lane + " / 4"), let(kIndexType, "ft_t", lane + " % 4")};
   for (int64_t i = 0; i < st.fm; ++i) {
     for (int64_t j = 0; j < st.fn; ++j) {
       for (int64_t c = 0; c < 4; ++c) {
-        const std::string row = "(" + wm0 + " + " + ll(i * 16 + (c / 2) * 8) + " + ft_g)";
-        const std::string col = "(" + wn0 + " + " + ll(j * 8 + c % 2) + " + 2LL * ft_t)";
+        const std::string row = "(" + wm0 + " + " + lit(i * 16 + (c / 2) * 8) + " + ft_g)";
+        const std::string col = "(" + wn0 + " + " + lit(j * 8 + c % 2) + " + 2 * ft_t)";
         write.push_back(if_then(row + " < " + nm + " && " + col + " < " + nn,
                                 {store(acc, row + " * " + nn + " + " + col, st.frag_c + "[" + std::to_string((i * st.fn + j) * 4 + c) + "]")}));
       }

@@ -30,14 +30,14 @@ class ReduceStage : public AnchorStage {
     const std::string acc = "ft_acc", cnt = "ft_cnt", best = "ft_best";
     const bool is_max = op == "ReduceMax" || op == "MaxPool" || op == "ArgMax";
     const bool is_min = op == "ReduceMin" || op == "ArgMin";
-    std::string init = fl ? "0.0f" : "0LL";
-    if (op == "ReduceProd") init = fl ? "1.0f" : "1LL";
+    std::string init = fl ? "0.0f" : "0";
+    if (op == "ReduceProd") init = fl ? "1.0f" : "1";
     if (is_max) init = fl ? "(-ft_inf())" : "(-9223372036854775807LL - 1)";
     if (is_min) init = fl ? "ft_inf()" : "9223372036854775807LL";
     const bool contraction = find_op(op)->kind == OpKind::kContraction;
     cx_.cur().push_back(let(contraction ? "float" : compute_ctype(in_dt), acc, contraction ? "0.0f" : init));
-    cx_.cur().push_back(let("long long", cnt, "0LL"));
-    cx_.cur().push_back(let("long long", best, "0LL"));
+    cx_.cur().push_back(let("long long", cnt, "0"));
+    cx_.cur().push_back(let("long long", best, "0"));
     const size_t nout = e.out_shape.size();
     cx_.reduction_loops(e, o, [&](const std::vector<std::string>& vars) {
       if (contraction) {
@@ -66,7 +66,7 @@ class ReduceStage : public AnchorStage {
           const bool last = n.attrs.i("select_last_index") != 0;
           const std::string cmp = op == "ArgMax" ? (last ? " >= " : " > ") : (last ? " <= " : " < ");
           Block take = {assign(acc, xv), assign(best, vars[nout])};
-          cx_.cur().push_back(if_then(cnt + " == 0LL || " + xv + cmp + acc, take));
+          cx_.cur().push_back(if_then(cnt + " == 0 || " + xv + cmp + acc, take));
         } else if (is_max) {
           cx_.cur().push_back(assign(acc, fl ? "ft_fmaxn(" + acc + ", " + xv + ")" : "ft_max(" + acc + ", " + xv + ")"));
         } else if (is_min) {
@@ -76,7 +76,7 @@ class ReduceStage : public AnchorStage {
         } else {
           cx_.cur().push_back(assign(acc, acc + " + " + xv));
         }
-        cx_.cur().push_back(assign(cnt, cnt + " + 1LL"));
+        cx_.cur().push_back(assign(cnt, cnt + " + 1"));
       });
       if (a.guarded) {
         cx_.cur().push_back(if_then(cx_.in_range(g.value(x).shape, ai), body));
@@ -87,10 +87,10 @@ class ReduceStage : public AnchorStage {
           const size_t sp = xs.size() - 2;
           std::string inside_pad;
           for (size_t d = 0; d < sp; ++d) {
-            inside_pad += (inside_pad.empty() ? "" : " && ") + std::string("(") + ai[d + 2] + ") >= " + ll(-pads[d]) + " && (" +
-                          ai[d + 2] + ") < " + ll(xs[d + 2] + pads[d + sp]);
+            inside_pad += (inside_pad.empty() ? "" : " && ") + std::string("(") + ai[d + 2] + ") >= " + lit(-pads[d]) + " && (" +
+                          ai[d + 2] + ") < " + lit(xs[d + 2] + pads[d + sp]);
           }
-          cx_.cur().push_back(if_then("!(" + cx_.in_range(xs, ai) + ") && " + inside_pad, {assign(cnt, cnt + " + 1LL")}));
+          cx_.cur().push_back(if_then("!(" + cx_.in_range(xs, ai) + ") && " + inside_pad, {assign(cnt, cnt + " + 1")}));
         }
       } else {
         cx_.cur().insert(cx_.cur().end(), body.begin(), body.end());
@@ -100,7 +100,7 @@ class ReduceStage : public AnchorStage {
     if (op == "Conv" && n.inputs.size() > 2 && n.inputs[2] != kNoValue) {
       result = acc + " + " + cx_.value(n.inputs[2], {o[1]});
     }
-    if (op == "ReduceMean") result = fl ? acc + " / (float)" + cnt : "(" + cnt + " ? " + acc + " / " + cnt + " : 0LL)";
+    if (op == "ReduceMean") result = fl ? acc + " / (float)" + cnt : "(" + cnt + " ? " + acc + " / " + cnt + " : 0)";
     if (op == "AveragePool") result = "(" + cnt + " ? " + acc + " / (float)" + cnt + " : 0.0f)";
     if (op == "ArgMax" || op == "ArgMin") result = best;
     cx_.store_value(v, o, result);

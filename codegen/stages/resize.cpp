@@ -67,7 +67,7 @@ std::string resize_expr(LoweringContext& cx, const Node& n, const std::vector<st
       cx.cur().push_back(let("double", cc, "fmin(fmax(" + cv + ", 0.0), " + dbl(len - 1) + ")"));
       i0[d] = "ft_i" + id + "_" + std::to_string(d);
       cx.cur().push_back(let("long long", i0[d], "(long long)floor(" + cc + ")"));
-      i1[d] = "ft_min(" + i0[d] + " + 1LL, " + ll(in[d] - 1) + ")";
+      i1[d] = "ft_min(" + i0[d] + " + 1, " + lit(in[d] - 1) + ")";
       w1[d] = "(float)(" + cc + " - (double)" + i0[d] + ")";
       blended.push_back(d);
     } else {
@@ -77,7 +77,7 @@ std::string resize_expr(LoweringContext& cx, const Node& n, const std::vector<st
       if (nearest == "round_prefer_floor") ni = "(" + cv + " - floor(" + cv + ") == 0.5 ? floor(" + cv + ") : round(" + cv + "))";
       if (nearest == "round_prefer_ceil") ni = "(" + cv + " - floor(" + cv + ") == 0.5 ? floor(" + cv + ") + 1.0 : round(" + cv + "))";
       check(!ni.empty(), "unsupported nearest_mode '", nearest, "'");
-      i0[d] = "ft_min(" + ll(in[d] - 1) + ", ft_max(0LL, (long long)" + ni + "))";
+      i0[d] = "ft_min(" + lit(in[d] - 1) + ", ft_max(0, (long long)" + ni + "))";
     }
   }
   std::string result;

@@ -45,7 +45,7 @@ class RowStatsStage : public AnchorStage {
       }
     }
     auto row_index = [&](const std::vector<std::string>& o) {
-      std::string off = "0LL";
+      std::string off = "0";
       for (size_t j = 0; j < row_dims.size(); ++j) {
         off = "(" + off + " * " + row_n[j] + " + (" + o[row_dims[j]] + " - " + r.lo[row_dims[j]] + "))";
       }
@@ -62,20 +62,20 @@ class RowStatsStage : public AnchorStage {
     for (int64_t ext : e.reduce_extents) count *= ext;
     const Access& stats = e.accesses[1];  // x read with the normalized axes as reduction variables
     const int64_t warps = cx_.cfg.threads / kWarpSize;
-    const std::string lanes = ll(kWarpSize);
-    const std::string rows = "ft_min(" + product(row_n) + ", " + ll(cap) + ")";
-    const std::string row = "(ft_rb * " + ll(warps) + " + (long long)ft_thread / " + lanes + ")";
+    const std::string lanes = lit(kWarpSize);
+    const std::string rows = "ft_min(" + product(row_n) + ", " + lit(cap) + ")";
+    const std::string row = "(ft_rb * " + lit(warps) + " + ft_thread / " + lanes + ")";
     const std::string busy = row + " < " + rows;  // warp-uniform: this warp has a row in this batch
     const std::string first = "w" + std::to_string(v) + "_a", second = "w" + std::to_string(v) + "_b";
     k.thread_locals.push_back({first, 1});
     k.thread_locals.push_back({second, 1});
     // The row's coordinates (normalized axes at 0), as lets of ft_row.
     auto row_coords = [&]() {
-      std::vector<std::string> o(rank, "0LL");
-      std::string inner = "1LL";
+      std::vector<std::string> o(rank, "0");
+      std::string inner = "1";
       for (size_t j = row_dims.size(); j-- > 0;) {
         o[row_dims[j]] = "ft_o" + std::to_string(row_dims[j]);
-        cx_.cur().push_back(let("long long", o[row_dims[j]], r.lo[row_dims[j]] + " + (ft_row / " + inner + ") % " + row_n[j]));
+        cx_.cur().push_back(let(kIndexType, o[row_dims[j]], r.lo[row_dims[j]] + " + (ft_row / " + inner + ") % " + row_n[j]));
         inner = "(" + inner + " * " + row_n[j] + ")";
       }
       return o;
@@ -86,23 +86,23 @@ class RowStatsStage : public AnchorStage {
                           const std::function<std::string(const std::string&, const std::string&)>& step) {
       const std::string acc = tl + "[0]";
       Block body = cx_.fresh_block([&] {
-        cx_.cur().push_back(let("long long", "ft_row", row));
-        cx_.cur().push_back(let("long long", "ft_lane", "(long long)ft_thread % " + lanes));
+        cx_.cur().push_back(let(kIndexType, "ft_row", row));
+        cx_.cur().push_back(let(kIndexType, "ft_lane", "ft_thread % " + lanes));
         const std::vector<std::string> o = row_coords();
         Block loop;
         cx_.with_block(loop, [&] {
-          cx_.cur().push_back(let("long long", "ft_f", "ft_lane + ft_j * " + lanes));
+          cx_.cur().push_back(let(kIndexType, "ft_f", "ft_lane + ft_j * " + lanes));
           std::vector<std::string> vars = o;
           int64_t stride = count;
           for (size_t q = 0; q < e.reduce_extents.size(); ++q) {
             stride /= e.reduce_extents[q];
             const std::string rv = "ft_r" + std::to_string(q);
-            cx_.cur().push_back(let("long long", rv, "(ft_f / " + ll(stride) + ") % " + ll(e.reduce_extents[q])));
+            cx_.cur().push_back(let(kIndexType, rv, "(ft_f / " + lit(stride) + ") % " + lit(e.reduce_extents[q])));
             vars.push_back(rv);
           }
           cx_.cur().push_back(assign(acc, step(acc, cx_.value(x, cx_.index_of(stats, vars)))));
         });
-        cx_.cur().push_back(serial_for("ft_j", "0LL", "(" + ll(count) + " - ft_lane + " + ll(kWarpSize - 1) + ") / " + lanes, loop));
+        cx_.cur().push_back(serial_for("ft_j", "0", "(" + lit(count) + " - ft_lane + " + lit(kWarpSize - 1) + ") / " + lanes, loop));
       });
       batch.push_back(assign(acc, init));
       batch.push_back(if_then(busy, body));
@@ -129,13 +129,13 @@ class RowStatsStage : public AnchorStage {
       batch.push_back(warp_reduce(second, "sum", busy));
     }
     Block write = cx_.fresh_block([&] {
-      cx_.cur().push_back(let("long long", "ft_row", row));
+      cx_.cur().push_back(let(kIndexType, "ft_row", row));
       const std::string ri = row_index(row_coords());
       cx_.cur().push_back(store(sa, ri, stat_a));
       cx_.cur().push_back(store(sb, ri, stat_b));
     });
     batch.push_back(if_then(busy + " && ft_thread % " + lanes + " == 0", write));
-    k.body.push_back(uniform_for("ft_rb", "0LL", "(" + rows + " + " + ll(warps - 1) + ") / " + ll(warps), batch));
+    k.body.push_back(uniform_for("ft_rb", "0", "(" + rows + " + " + lit(warps - 1) + ") / " + lit(warps), batch));
     k.body.push_back(barrier());
     // Stage 2: elements.
     cx_.region_loop(k, v, [&](const std::vector<std::string>& o) {

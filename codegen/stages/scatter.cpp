@@ -33,13 +33,13 @@ class ScatterStage : public AnchorStage {
     cx_.with_block(body, [&] {
       std::string match;
       for (int64_t j = 0; j < depth; ++j) {  // indices viewed as [tuples, depth]
-        const std::string flat_i = "(ft_t * " + ll(depth) + " + " + ll(j) + ")";
+        const std::string flat_i = "(ft_t * " + lit(depth) + " + " + lit(j) + ")";
         const std::string iv = "((long long)" + cx_.param.at(n.inputs[1]) + "[" + flat_i + "])";
-        const std::string norm = "(" + iv + " < 0LL ? " + iv + " + " + ll(data[static_cast<size_t>(j)]) + " : " + iv + ")";
+        const std::string norm = "(" + iv + " < 0 ? " + iv + " + " + lit(data[static_cast<size_t>(j)]) + " : " + iv + ")";
         match += (match.empty() ? "" : " && ") + std::string("(") + norm + " == " + o[static_cast<size_t>(j)] + ")";
       }
       std::string uoff = "ft_t";
-      for (size_t d = static_cast<size_t>(depth); d < data.size(); ++d) uoff = "(" + uoff + " * " + ll(data[d]) + " + " + o[d] + ")";
+      for (size_t d = static_cast<size_t>(depth); d < data.size(); ++d) uoff = "(" + uoff + " * " + lit(data[d]) + " + " + o[d] + ")";
       const std::string u = load_as_compute(g.value(n.inputs[2]).dtype, cx_.param.at(n.inputs[2]) + "[" + uoff + "]");
       std::string next = u;
       if (red == "add") next = acc + " + " + u;
@@ -48,7 +48,7 @@ class ScatterStage : public AnchorStage {
       if (red == "min") next = fl ? "fminf(" + acc + ", " + u + ")" : "ft_min(" + acc + ", " + u + ")";
       cx_.cur().push_back(if_then(match.empty() ? "1" : match, {assign(acc, next)}));
     });
-    cx_.cur().push_back(serial_for("ft_t", "0LL", ll(tuples), body));
+    cx_.cur().push_back(serial_for("ft_t", "0", lit(tuples), body));
     cx_.store_value(v, o, acc);
   }
 

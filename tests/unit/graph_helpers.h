@@ -9,6 +9,7 @@
 #include "core/graph.h"
 #include "core/ops.h"
 #include "importer/importer.h"
+#include "planner/fusion.h"
 
 namespace fusetune::testing {
 
@@ -61,6 +62,15 @@ inline Attributes attrs(std::initializer_list<std::pair<std::string, AttrValue>>
   Attributes a;
   for (const auto& [k, v] : kv) a.set(k, v);
   return a;
+}
+
+// All of g's nodes as one group exporting the last node's output.
+inline planner::FusionGroup whole_graph_group(const Graph& g) {
+  planner::FusionGroup group;
+  for (size_t n = 0; n < g.nodes().size(); ++n) group.nodes.push_back(static_cast<int>(n));
+  planner::describe_group(g, group);
+  group.outputs = {g.nodes().back().outputs[0]};
+  return group;
 }
 
 }  // namespace fusetune::testing

@@ -41,6 +41,7 @@ using fusetune::testing::add_op;
 using fusetune::testing::attrs;
 using fusetune::testing::best_config;
 using fusetune::testing::check_groups;
+using fusetune::testing::whole_graph_group;
 
 
 class ModelGroups : public ::testing::TestWithParam<std::string> {};
@@ -248,7 +249,7 @@ TEST(CodegenWarp, RowStatisticsUseWarpReductionsAndNoPartials) {
   const Kernel softmax = lower_group(g, groups[0], TileConfig{{1, 5, 1}, 0, 64, 1}, "softmax").kernel;
   const std::string ir = to_text(softmax);
   EXPECT_NE(ir.find("thread-local w1_a: float[1]"), std::string::npos) << ir;
-  EXPECT_NE(ir.find("for.uniform ft_rb in [0LL, (ft_min((r1_n0 * r1_n1), 5LL) + 1LL) / 2LL)"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("for.uniform ft_rb in [0, (ft_min((r1_n0 * r1_n1), 5) + 1) / 2)"), std::string::npos) << ir;
   EXPECT_NE(ir.find("warp.reduce max w1_a"), std::string::npos) << ir;
   EXPECT_NE(ir.find("warp.reduce sum w1_b"), std::string::npos) << ir;
   EXPECT_EQ(ir.find("_p:"), std::string::npos) << "no shared partials\n" << ir;
@@ -257,12 +258,12 @@ TEST(CodegenWarp, RowStatisticsUseWarpReductionsAndNoPartials) {
   const std::string nir = to_text(norm);
   // Warps without a row in the batch skip the reductions and the mean (their lanes agree: the
   // guard depends on the warp index only).
-  const std::string busy = "(ft_rb * 2LL + (long long)ft_thread / 32LL) < ft_min((r6_n0 * r6_n1), 5LL)";
+  const std::string busy = "(ft_rb * 2 + ft_thread / 32) < ft_min((r6_n0 * r6_n1), 5)";
   EXPECT_NE(nir.find("warp.reduce sum w6_a if (" + busy + ")\n    if " + busy + "\n      w6_a[0] = w6_a[0] / (1.0f)"),
             std::string::npos)
       << nir;
   EXPECT_NE(ir.find("warp.reduce max w1_a if ("), std::string::npos) << ir;
-  EXPECT_NE(emit_cuda({softmax}).find("if ((ft_rb * 2LL + (long long)ft_thread / 32LL) < ft_min((r1_n0 * r1_n1), 5LL))\n"
+  EXPECT_NE(emit_cuda({softmax}).find("if ((ft_rb * 2 + ft_thread / 32) < ft_min((r1_n0 * r1_n1), 5))\n"
                                       "    #pragma unroll\n"),
             std::string::npos);
 }
@@ -408,7 +409,7 @@ TEST(CodegenVector, QuadsInTheIrOnlyForContiguousInputs) {
   const std::string ir = to_text(k);
   EXPECT_NE(ir.find("let float4 ft_q = in0[ft_at .. +4]"), std::string::npos) << ir;
   EXPECT_NE(ir.find("let float4 ft_q = in1[ft_at .. +4]"), std::string::npos) << ir;
-  EXPECT_NE(ir.find("ft_s + 3LL] = ft_q.w"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("ft_s + 3] = ft_q.w"), std::string::npos) << ir;
   EXPECT_NE(emit_cuda({k}).find("const float4 ft_q = ft_load_float4(in0, ft_at);"), std::string::npos);
   EXPECT_NE(emit_cuda({k}).find("ft_aligned16(in1, ft_at)"), std::string::npos);
   // Vector width 1, and the Slice's output (not a group input) as A: element loads.
@@ -475,15 +476,6 @@ TEST(CodegenVector, QuadsReachTheSliceInConflictFreeVectorStores) {
 // A MatMul with a bias and a Relu on tiles that divide it evenly: the kernel executes exactly the
 // arithmetic the cost model charges (2 M N K for the product, M N for the bias add; the Relu's
 // comparison is no operation), counted on the host and modeled by the planner independently.
-// All of g's nodes as one group exporting the last node's output.
-FusionGroup whole_graph_group(const Graph& g) {
-  FusionGroup group;
-  for (size_t n = 0; n < g.nodes().size(); ++n) group.nodes.push_back(static_cast<int>(n));
-  planner::describe_group(g, group);
-  group.outputs = {g.nodes().back().outputs[0]};
-  return group;
-}
-
 // The group lowered with cfg and verified on the host executor (checks on): its counters, and the
 // cost model's arithmetic for the same candidate.
 std::pair<simt::Counters, int64_t> counted_and_modeled(const Graph& g, const FusionGroup& group, const TileConfig& cfg,
@@ -544,7 +536,7 @@ TEST(CodegenOps, AConstantGatherIndexIsALiteral) {
   const FusionGroup group = whole_graph_group(g);
   const LoweredKernel lk = lower_group(g, group, TileConfig{{16}, 8, 32, 1}, "cls");
   const std::string cuda = emit_cuda({lk.kernel});
-  EXPECT_NE(cuda.find("(-3LL < 0LL ? -3LL + 5LL : -3LL)"), std::string::npos) << cuda;
+  EXPECT_NE(cuda.find("(-3 < 0 ? -3 + 5 : -3)"), std::string::npos) << cuda;
   ASSERT_NE(cuda.find("FT_GLOBAL(const long long) in2"), std::string::npos) << cuda;
   EXPECT_EQ(cuda.find("in2["), std::string::npos) << "the index parameter is not read\n" << cuda;
   auto backend = backend::make_host_backend();
@@ -639,10 +631,10 @@ TEST(CodegenConv, IrShowsTheImplicitGemmAndTheDepthwiseWindow) {
   const Kernel gemm = lower_group(g, groups[1], TileConfig{{1, 16, 4, 8}, 16, 64, 1}, "conv").kernel;
   const std::string ir = to_text(gemm);
   EXPECT_NE(ir.find("thread-local tc"), std::string::npos) << ir;
-  EXPECT_NE(ir.find("for.uniform ft_ks in [0LL, 19LL)"), std::string::npos) << ir;
-  EXPECT_NE(ir.find("ft_k < 297LL"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("for.uniform ft_ks in [0, 19)"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("ft_k < 297"), std::string::npos) << ir;
   EXPECT_NE(ir.find("ft_rb3"), std::string::npos) << ir;
-  EXPECT_NE(ir.find("ft_min(16LL, 297LL - ft_ks * 16LL)"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("ft_min(16, 297 - ft_ks * 16)"), std::string::npos) << ir;
   // Depthwise 3x3: the input window staged once, no reduction-step loop.
   const Kernel dw = lower_group(g, groups[8], TileConfig{{1, 8, 4, 8}, 8, 64, 1}, "dw").kernel;
   const std::string dir = to_text(dw);

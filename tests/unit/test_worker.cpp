@@ -22,6 +22,7 @@
 #include "core/signature.h"
 #include "graph_helpers.h"
 #include "planner/device.h"
+#include "planner/library_call.h"
 #include "planner/select.h"
 #include "proto/wire.h"
 #include "simt/executor.h"
@@ -394,6 +395,68 @@ TEST(CompilePool, ACompileErrorIsAStatusAndTheCacheAnswersRepeats) {
   EXPECT_FALSE(again[1].ok);
 }
 
+// A candidate on the wire: `cfg` of the group `all` of `sub` lowered as kernel `name`.
+wire::Candidate candidate_of(const Graph& sub, const planner::FusionGroup& all, const planner::TileConfig& cfg,
+                             const std::string& name) {
+  const codegen::LoweredKernel lk = codegen::lower_group(sub, all, cfg, name);
+  wire::Candidate c;
+  c.set_config(cfg.str());
+  c.set_kernel(lk.kernel.name);
+  c.set_cuda_source(codegen::emit_cuda({lk.kernel}));
+  c.set_library(lk.kernel.library);
+  c.set_grid(lk.kernel.grid);
+  c.set_threads(lk.kernel.threads);
+  c.set_shared_bytes(lk.kernel.shared_bytes);
+  for (size_t p = 0; p < lk.kernel.params.size(); ++p) {
+    wire::ParamSpec& ps = *c.add_params();
+    ps.set_output(lk.kernel.params[p].output);
+    ps.set_value(p < lk.inputs.size() ? lk.inputs[p] : lk.outputs[p - lk.inputs.size()]);
+  }
+  return c;
+}
+
+// The group's sub-graph as a child request gets it, and the group of all its nodes.
+std::pair<Graph, planner::FusionGroup> subgraph_of(const Graph& g, const planner::FusionGroup& group, wire::ChildRequest& req) {
+  *req.mutable_graph() = wire::to_subgraph(g, group);
+  Graph sub = wire::from_subgraph(req.graph());
+  planner::FusionGroup all;
+  all.nodes.resize(sub.nodes().size());
+  std::iota(all.nodes.begin(), all.nodes.end(), 0);
+  planner::describe_group(sub, all);
+  return {std::move(sub), std::move(all)};
+}
+
+// A library call's candidate (cuBLASLt on the GPU, its host equivalent here) is measured in the
+// confined child even when no kernel was ever built on this machine: a module of library calls
+// only builds nothing (the child may start no compiler).
+TEST(Sandbox, ALibraryCandidateMeasuresWithAnEmptyKernelCache) {
+  Graph g;
+  const int x = testing::add_input(g, "x", DType::kF32, {8, 16});
+  const int w = testing::random_constant(g, "w", DType::kF32, {16, 32}, 7);
+  const int bias = testing::random_constant(g, "b", DType::kF32, {32}, 8);
+  testing::add_op(g, "Add", {testing::add_op(g, "MatMul", {x, w}), bias});
+  const planner::FusionGroup group = testing::whole_graph_group(g);
+  ASSERT_TRUE(planner::match_library_call(g, group).has_value()) << "MatMul + bias is a cuBLASLt call";
+  planner::TileConfig library;
+  library.tile = {8, 32};
+  library.library = "cublasLt";
+  const std::filesystem::path cache = std::filesystem::temp_directory_path() / ("fusetune_empty_cache_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(cache);
+  ::setenv("FUSETUNE_CACHE_DIR", cache.c_str(), 1);
+  wire::ChildRequest req;
+  const auto [sub, all] = subgraph_of(g, group, req);
+  req.mutable_policy()->set_seed(5);
+  req.mutable_policy()->set_min_repeats(2);
+  req.mutable_policy()->set_max_repeats(3);
+  *req.add_candidates()->mutable_candidate() = candidate_of(sub, all, library, "lib");
+  worker::Sandbox sandbox(FUSETUNE_BINARY, "host");
+  const std::vector<wire::CandidateResult> r = sandbox.run(req, 20000);
+  ::unsetenv("FUSETUNE_CACHE_DIR");
+  std::filesystem::remove_all(cache);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].status(), "ok") << r[0].config() << ": " << r[0].detail();
+}
+
 // Real generated candidates of a real group: all verified and timed in the child.
 TEST(Sandbox, GeneratedCandidatesOfARealGroupVerifyAndTime) {
   const Graph g = testing::load_test_model("bert");
@@ -404,33 +467,15 @@ TEST(Sandbox, GeneratedCandidatesOfARealGroupVerifyAndTime) {
   }
   ASSERT_NE(pick, nullptr);
   wire::ChildRequest req;
-  *req.mutable_graph() = wire::to_subgraph(g, pick->group);
+  const auto [sub, all] = subgraph_of(g, pick->group, req);
   req.mutable_policy()->set_seed(3);
   req.mutable_policy()->set_min_repeats(2);
   req.mutable_policy()->set_max_repeats(3);
-  const Graph sub = wire::from_subgraph(req.graph());
-  planner::FusionGroup all;
-  all.nodes.resize(sub.nodes().size());
-  std::iota(all.nodes.begin(), all.nodes.end(), 0);
-  planner::describe_group(sub, all);
   std::vector<wire::Candidate> cs;
   for (size_t k = 0; k < pick->candidates.size() && cs.size() < 3; ++k) {
     if (!pick->candidates[k].cost.valid) continue;
-    const codegen::LoweredKernel lk = codegen::lower_group(sub, all, pick->candidates[k].config, "c" + std::to_string(k));
-    wire::Candidate c;
-    c.set_config(pick->candidates[k].config.str());
-    c.set_kernel(lk.kernel.name);
-    c.set_cuda_source(codegen::emit_cuda({lk.kernel}));
-    c.set_grid(lk.kernel.grid);
-    c.set_threads(lk.kernel.threads);
-    c.set_shared_bytes(lk.kernel.shared_bytes);
-    for (size_t p = 0; p < lk.kernel.params.size(); ++p) {
-      wire::ParamSpec& ps = *c.add_params();
-      ps.set_output(lk.kernel.params[p].output);
-      ps.set_value(p < lk.inputs.size() ? lk.inputs[p] : lk.outputs[p - lk.inputs.size()]);
-    }
-    cs.push_back(c);
-    *req.add_candidates()->mutable_candidate() = c;
+    cs.push_back(candidate_of(sub, all, pick->candidates[k].config, "c" + std::to_string(k)));
+    *req.add_candidates()->mutable_candidate() = cs.back();
   }
   worker::CompilePool pool("host", 2);
   for (const worker::CompileOutput& o : pool.compile(cs)) ASSERT_TRUE(o.ok) << o.error;
