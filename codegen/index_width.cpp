@@ -155,7 +155,8 @@ class Walker {
           const int64_t step = s.threads ? k_.threads : 1;
           // The first value (a plus the thread index, for a loop over threads), every value inside
           // (below the bound) and the one that ends the loop (at most the bound's last plus the step).
-          const ValueRange first = ValueRange::of(a.lo, a.hi == INT64_MAX ? a.hi : a.hi + (s.threads ? k_.threads - 1 : 0), a.bits);
+          const int64_t spread = s.threads ? k_.threads - 1 : 0;
+          const ValueRange first = ValueRange::of(a.lo, a.hi > INT64_MAX - spread ? INT64_MAX : a.hi + spread, a.bits);
           converts(first, s.a, s);
           if (bits_ == 32) {
             const bool ends = e.bits != 0 && e.hi <= int64_t{INT32_MAX} - step + 1;

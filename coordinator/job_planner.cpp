@@ -221,6 +221,15 @@ bool add_candidate(const Standalone& sub, const planner::TileConfig& cfg, wire::
   auto& [lk, digest] = m;
   lk.kernel.name = "c" + std::to_string(t.candidates_size());
   wire::Candidate& w = *t.add_candidates();
+  w = wire_candidate(lk, cfg);
+  w.set_source_digest(digest);
+  return true;
+}
+
+}  // namespace
+
+wire::Candidate wire_candidate(const codegen::LoweredKernel& lk, const planner::TileConfig& cfg) {
+  wire::Candidate w;
   w.set_config(cfg.str());
   w.set_kernel(lk.kernel.name);
   w.set_cuda_source(codegen::emit_cuda({lk.kernel}));
@@ -228,7 +237,6 @@ bool add_candidate(const Standalone& sub, const planner::TileConfig& cfg, wire::
   w.set_threads(lk.kernel.threads);
   w.set_shared_bytes(lk.kernel.shared_bytes);
   w.set_library(lk.kernel.library);
-  w.set_source_digest(digest);
   for (size_t k = 0; k < lk.kernel.params.size(); ++k) {
     const codegen::Param& param = lk.kernel.params[k];
     wire::ParamSpec& ps = *w.add_params();
@@ -238,10 +246,8 @@ bool add_candidate(const Standalone& sub, const planner::TileConfig& cfg, wire::
     ps.set_output(param.output);
     ps.set_value(k < lk.inputs.size() ? lk.inputs[k] : lk.outputs[k - lk.inputs.size()]);
   }
-  return true;
+  return w;
 }
-
-}  // namespace
 
 planner::PlanOptions search_plan_options() {
   planner::PlanOptions o;

@@ -25,10 +25,12 @@
 #include <string>
 #include <vector>
 
+#include "codegen/lower_group.h"
 #include "core/graph.h"
 #include "fusetune_proto/service.pb.h"
 #include "planner/device.h"
 #include "planner/select.h"
+#include "planner/tiling.h"
 #include "runtime/bundle.h"
 
 namespace fusetune::coordinator {
@@ -60,6 +62,10 @@ inline constexpr int kRoundsByDefault = 3;
 // The search space of a group: its kSearchSpace best modeled valid configurations.
 inline constexpr int kSearchSpace = 512;
 planner::PlanOptions search_plan_options();
+
+// A lowered candidate as a task carries it to workers: its configuration, kernel name, CUDA text,
+// launch shape, library call and parameters bound to the sub-graph's values (no source digest).
+wire::Candidate wire_candidate(const codegen::LoweredKernel& lk, const planner::TileConfig& cfg);
 
 struct TaskSpec {
   std::string signature;

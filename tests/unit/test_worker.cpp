@@ -19,6 +19,7 @@
 #include "codegen/lower_group.h"
 #include "core/error.h"
 #include "core/sha256.h"
+#include "coordinator/job_planner.h"
 #include "core/signature.h"
 #include "graph_helpers.h"
 #include "planner/device.h"
@@ -398,21 +399,7 @@ TEST(CompilePool, ACompileErrorIsAStatusAndTheCacheAnswersRepeats) {
 // A candidate on the wire: `cfg` of the group `all` of `sub` lowered as kernel `name`.
 wire::Candidate candidate_of(const Graph& sub, const planner::FusionGroup& all, const planner::TileConfig& cfg,
                              const std::string& name) {
-  const codegen::LoweredKernel lk = codegen::lower_group(sub, all, cfg, name);
-  wire::Candidate c;
-  c.set_config(cfg.str());
-  c.set_kernel(lk.kernel.name);
-  c.set_cuda_source(codegen::emit_cuda({lk.kernel}));
-  c.set_library(lk.kernel.library);
-  c.set_grid(lk.kernel.grid);
-  c.set_threads(lk.kernel.threads);
-  c.set_shared_bytes(lk.kernel.shared_bytes);
-  for (size_t p = 0; p < lk.kernel.params.size(); ++p) {
-    wire::ParamSpec& ps = *c.add_params();
-    ps.set_output(lk.kernel.params[p].output);
-    ps.set_value(p < lk.inputs.size() ? lk.inputs[p] : lk.outputs[p - lk.inputs.size()]);
-  }
-  return c;
+  return coordinator::wire_candidate(codegen::lower_group(sub, all, cfg, name), cfg);
 }
 
 // The group's sub-graph as a child request gets it, and the group of all its nodes.
