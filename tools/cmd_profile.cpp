@@ -9,6 +9,14 @@
 // model; the table labels each.
 // --sites N adds the N access sites (lines of kernels.cu) with the most sectors or wavefronts
 // beyond one per request: where uncoalesced accesses and bank conflicts come from.
+// --sol adds, per kernel, the speed of light on the plan's device (planner/speed_of_light.h) for
+// the counted bytes and operations (memory: bytes / DRAM bandwidth; compute: operations / the peak
+// of the kernel's instruction class, tensor cores for a kernel using mma), what bounds it, ptxas's
+// registers and shared memory per block, occupancy and what limits it, bytes in flight per SM
+// (modeled: one load request of the counted mean size per resident warp), and the modeled time
+// against the speed of light; with the plan's totals. Counted figures (bytes, operations) and
+// modeled ones (time, bytes in flight) stay in their own columns; their ratio says how far the
+// model's time is above what the counted work needs at the device's peaks.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -20,6 +28,7 @@
 #include "backend/verify.h"
 #include "core/error.h"
 #include "importer/test_data.h"
+#include "planner/speed_of_light.h"
 #include "runtime/bundle.h"
 #include "runtime/plan_runner.h"
 #include "tools/cli_args.h"
@@ -82,11 +91,68 @@ void print_sites(const std::map<std::string, simt::Counters>& counted, size_t n)
   }
 }
 
+// The speed-of-light table (--sol) of the rows sol_row made.
+void print_sol(const json& rows, const planner::Device& d, double sol_total_us, double modeled_total_us) {
+  std::printf("speed of light on %s (%.0f GB/s, %.0f TFLOP/s fp32, %.0f TFLOP/s tensor) for the counted bytes and "
+              "operations; modeled time and bytes in flight from the cost model:\n",
+              d.name.c_str(), d.dram_bandwidth_gbps, d.fp32_tflops, d.fp16_tensor_tflops);
+  std::printf("%-6s %10s %8s %7s %5s %8s %7s %13s %6s %9s %11s %10s %9s\n", "kernel", "SOL us", "bound", "peak", "regs",
+              "smem B", "blk/SM", "limit", "occ", "warps/SM", "KB in fl/SM", "model us", "mod/SOL");
+  for (const json& r : rows) {
+    const json& s = r.at("sol");
+    std::printf("%-6s %10.3f %8s %7s %5d %8lld %7d %13s %6.2f %9.1f %11.2f %10.3f %9.2f\n",
+                r.at("kernel").get<std::string>().c_str(), s.at("sol_us").get<double>(), s.at("bound").get<std::string>().c_str(),
+                s.at("peak").get<std::string>().c_str(), s.at("registers").get<int>(),
+                static_cast<long long>(s.at("shared_bytes").get<int64_t>()), s.at("blocks_per_sm").get<int>(),
+                s.at("occupancy_limit").get<std::string>().c_str(), s.at("occupancy").get<double>(),
+                s.at("resident_warps_per_sm").get<double>(), s.at("modeled_bytes_in_flight_per_sm").get<double>() / 1024,
+                s.at("modeled_us").get<double>(), s.at("modeled_over_sol").get<double>());
+  }
+  std::printf("plan: speed of light %.3f us, modeled %.3f us, modeled / SOL %.2f\n", sol_total_us, modeled_total_us,
+              ratio(modeled_total_us, sol_total_us));
+}
+
+// The kernel's text in a module (from its signature to the next kernel's): to see what it computes with.
+std::string kernel_text(const std::string& cuda, const std::string& kernel) {
+  const size_t at = cuda.find(") " + kernel + "(");
+  if (at == std::string::npos) return "";
+  return cuda.substr(at, cuda.find("extern \"C\"", at) - at);
+}
+
+// Speed of light of one counted kernel on `d` (see the header comment).
+json sol_row(const planner::Device& d, const json& launch, const simt::Counters& c, const std::string& cuda, double modeled_us) {
+  const json& res = launch.value("resources", json::object()).value(d.arch, json::object());
+  planner::LaunchShape shape;
+  shape.grid = launch.at("grid").get<int64_t>();
+  shape.threads = launch.at("threads").get<int>();
+  shape.registers = res.value("registers", 0);
+  shape.shared_bytes = launch.value("shared_bytes", int64_t{0});
+  const bool tensor = kernel_text(cuda, launch.at("kernel").get<std::string>()).find("ft_mma_m16n8k16") != std::string::npos;
+  const planner::SpeedOfLight s = planner::speed_of_light(d, static_cast<double>(c.unique_bytes()),
+                                                          static_cast<double>(c.flops), tensor);
+  const planner::Occupancy o = planner::occupancy(d, shape);
+  const double per_request = ratio(static_cast<double>(c.global_load_sectors) * d.sector_bytes, static_cast<double>(c.global_load_requests));
+  return {{"sol_us", s.us},
+          {"sol_memory_us", s.memory_us},
+          {"sol_compute_us", s.compute_us},
+          {"bound", s.bound},
+          {"peak", s.peak},
+          {"registers", shape.registers},
+          {"shared_bytes", shape.shared_bytes},
+          {"blocks_per_sm", o.blocks_per_sm},
+          {"occupancy_limit", o.limit},
+          {"occupancy", o.occupancy},
+          {"resident_warps_per_sm", o.resident_warps},
+          {"modeled_bytes_in_flight_per_sm", planner::bytes_in_flight_per_sm(o, per_request)},
+          {"modeled_us", modeled_us},
+          {"modeled_over_sol", ratio(modeled_us, s.us)}};
+}
+
 }  // namespace
 
 int cmd_profile(const std::vector<std::string>& argv) {
-  const Args args(argv, {"inputs", "seed", "sites"}, {"json"});
-  check(args.positional().size() == 1, "usage: fusetune profile PLAN_DIR [--inputs DIR] [--seed S] [--sites N] [--json]");
+  const Args args(argv, {"inputs", "seed", "sites"}, {"json", "sol"});
+  check(args.positional().size() == 1, "usage: fusetune profile PLAN_DIR [--inputs DIR] [--seed S] [--sites N] [--sol] [--json]");
   const fs::path dir = args.positional()[0];
   const runtime::Bundle bundle = runtime::read_bundle(dir);
   const json manifest = json::parse(bundle.manifest);
@@ -103,16 +169,21 @@ int cmd_profile(const std::vector<std::string>& argv) {
   }
   runner.run(inputs);  // a finding of the checks throws: `fusetune` exits 3 naming it
   const std::map<std::string, simt::Counters> counted = runner.counters();
+  const bool sol = args.has("sol");
+  const planner::Device device = planner::find_device(manifest.at("device").get<std::string>());
   json rows = json::array();
   simt::Counters total;
   int64_t modeled_total = 0, modeled_flops_total = 0;
+  double sol_total_us = 0, modeled_us_total = 0;
   for (const json& l : manifest.at("launches")) {
     const std::string kernel = l.at("kernel").get<std::string>();
     int64_t modeled = 0, modeled_flops = 0;
+    double modeled_us = 0;
     std::string groups;
     for (const json& g : l.at("groups")) {
       modeled += g.value("modeled_dram_bytes", int64_t{0});
       modeled_flops += g.value("modeled_flops", int64_t{0});
+      modeled_us += g.value("modeled_us", 0.0);
       groups += (groups.empty() ? "" : " | ") + g.at("pattern").get<std::string>();
     }
     const auto it = counted.find(kernel);
@@ -144,18 +215,25 @@ int cmd_profile(const std::vector<std::string>& argv) {
                     {"counted_over_modeled_bytes", ratio(static_cast<double>(c.unique_bytes()), static_cast<double>(modeled))},
                     {"counted_over_modeled_flops",
                      ratio(static_cast<double>(c.flops + c.special_ops), static_cast<double>(modeled_flops))}});
+    if (sol) {
+      rows.back()["sol"] = sol_row(device, l, c, bundle.cuda_source, modeled_us);
+      sol_total_us += rows.back()["sol"]["sol_us"].get<double>();
+      modeled_us_total += modeled_us;
+    }
   }
   if (args.has("json")) {
-    std::printf("%s\n", json({{"plan", dir.string()},
-                              {"kernels", rows},
-                              {"total",
-                               {{"counted_unique_bytes", total.unique_bytes()},
-                                {"modeled_dram_bytes", modeled_total},
-                                {"counted_flops", total.flops},
-                                {"counted_special_ops", total.special_ops},
-                                {"modeled_flops", modeled_flops_total}}}})
-                            .dump(2)
-                            .c_str());
+    json totals = {{"counted_unique_bytes", total.unique_bytes()},
+                   {"modeled_dram_bytes", modeled_total},
+                   {"counted_flops", total.flops},
+                   {"counted_special_ops", total.special_ops},
+                   {"modeled_flops", modeled_flops_total}};
+    if (sol) {
+      totals["sol_us"] = sol_total_us;
+      totals["modeled_us"] = modeled_us_total;
+      totals["modeled_over_sol"] = ratio(modeled_us_total, sol_total_us);
+      totals["device"] = device.name;
+    }
+    std::printf("%s\n", json({{"plan", dir.string()}, {"kernels", rows}, {"total", totals}}).dump(2).c_str());
     return 0;
   }
   std::printf("%s: %zu kernels executed on the host (counted) against the traffic model (modeled)%s\n",
@@ -185,6 +263,7 @@ int cmd_profile(const std::vector<std::string>& argv) {
               static_cast<double>(modeled_flops_total) / 1e6,
               ratio(static_cast<double>(total.flops + total.special_ops), static_cast<double>(modeled_flops_total)));
   if (const auto n = static_cast<size_t>(args.number("sites", 0)); n > 0) print_sites(counted, n);
+  if (sol) print_sol(rows, device, sol_total_us, modeled_us_total);
   return 0;
 }
 

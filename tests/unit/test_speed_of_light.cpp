@@ -1,0 +1,100 @@
+// Speed of light and occupancy (planner/speed_of_light.h) against figures CUDA's occupancy
+// calculator gives for an H100, and `fusetune profile --sol --json` on a compiled plan: every
+// kernel's speed of light is what its own counted bytes and operations give at the device's
+// peaks, and the plan's totals are the sums of its kernels'.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "planner/device.h"
+#include "planner/speed_of_light.h"
+#include "unit/cli_run.h"
+
+namespace fusetune::planner {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(SpeedOfLight, OccupancyAsTheCalculatorComputesIt) {
+  const Device h100 = find_device("h100");
+  // 256 threads of 64 registers: 2,048 registers a warp, 32 warps, 4 blocks, half the SM.
+  Occupancy o = occupancy(h100, {1000, 256, 64, 0});
+  EXPECT_EQ(o.blocks_per_sm, 4);
+  EXPECT_EQ(o.limit, "registers");
+  EXPECT_DOUBLE_EQ(o.occupancy, 0.5);
+  // 48 KB of shared memory a block (+1 KB reserved): 4 blocks of 4 warps.
+  o = occupancy(h100, {1000, 128, 32, 49152});
+  EXPECT_EQ(o.blocks_per_sm, 4);
+  EXPECT_EQ(o.limit, "shared memory");
+  EXPECT_DOUBLE_EQ(o.occupancy, 0.25);
+  // 30 registers round up to 32; one-warp blocks stop at the 32-block limit.
+  o = occupancy(h100, {100000, 32, 30, 0});
+  EXPECT_EQ(o.blocks_per_sm, 32);
+  EXPECT_EQ(o.limit, "blocks");
+  EXPECT_DOUBLE_EQ(o.occupancy, 0.5);
+  EXPECT_DOUBLE_EQ(o.resident_warps, 32);
+  // 512 threads: 4 blocks fill the SM's 2,048 threads.
+  o = occupancy(h100, {100000, 512, 32, 0});
+  EXPECT_EQ(o.blocks_per_sm, 4);
+  EXPECT_EQ(o.limit, "threads");
+  EXPECT_DOUBLE_EQ(o.occupancy, 1.0);
+  // A grid of 10 blocks on 132 SMs: one block on the SMs that have one.
+  o = occupancy(h100, {10, 256, 32, 0});
+  EXPECT_DOUBLE_EQ(o.resident_warps, 8);
+  EXPECT_DOUBLE_EQ(bytes_in_flight_per_sm(o, 512), 8 * 512);
+  // 1,024 threads of 255 registers do not fit at all.
+  o = occupancy(h100, {1, 1024, 255, 0});
+  EXPECT_EQ(o.blocks_per_sm, 0);
+  EXPECT_DOUBLE_EQ(o.occupancy, 0);
+}
+
+TEST(SpeedOfLight, TheSlowerOfBandwidthAndThePeakOfTheInstructionClass) {
+  const Device h100 = find_device("h100");
+  SpeedOfLight s = speed_of_light(h100, 3.35e9, 67e6, false);  // a second... of bytes: 1,000 µs
+  EXPECT_NEAR(s.memory_us, 1000, 1e-9);
+  EXPECT_NEAR(s.compute_us, 1, 1e-9);
+  EXPECT_EQ(s.bound, "memory");
+  EXPECT_DOUBLE_EQ(s.us, s.memory_us);
+  s = speed_of_light(h100, 3.35e3, 989e6, true);
+  EXPECT_EQ(s.peak, "tensor");
+  EXPECT_NEAR(s.compute_us, 1, 1e-9);
+  EXPECT_EQ(s.bound, "compute");
+}
+
+TEST(SpeedOfLight, ProfileReportsEveryKernelsSpeedOfLightFromItsCountedWork) {
+  const fs::path plan = fs::temp_directory_path() / ("fusetune_sol_" + std::to_string(::getpid()));
+  const fs::path onnx = fs::path(FUSETUNE_SOURCE_DIR) / "tests/data/models/cnn_small/model.onnx";
+  const testing::Outcome c = testing::run_cli("compile " + onnx.string() + " --device h100 --out " + plan.string());
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  const testing::Outcome p = testing::run_cli("profile " + plan.string() + " --sol --json");
+  fs::remove_all(plan);
+  ASSERT_EQ(p.exit_code, 0) << p.output;
+  const nlohmann::json j = nlohmann::json::parse(p.output.substr(p.output.find('{')));
+  const Device h100 = find_device("h100");
+  double sol = 0, modeled = 0;
+  ASSERT_FALSE(j.at("kernels").empty());
+  for (const nlohmann::json& k : j.at("kernels")) {
+    const nlohmann::json& s = k.at("sol");
+    const double bytes = k.at("counted").at("unique_bytes").get<double>();
+    const double flops = k.at("counted").at("flops").get<double>();
+    const bool tensor = s.at("peak") == "tensor";
+    const double expect = std::max(bytes / (h100.dram_bandwidth_gbps * 1e3),
+                                   flops / ((tensor ? h100.fp16_tensor_tflops : h100.fp32_tflops) * 1e6));
+    EXPECT_NEAR(s.at("sol_us").get<double>(), expect, 1e-9 * std::max(1.0, expect)) << k.at("kernel");
+    EXPECT_GT(s.at("registers").get<int>(), 0) << "ptxas's registers for " << k.at("kernel");
+    EXPECT_GT(s.at("occupancy").get<double>(), 0);
+    EXPECT_LE(s.at("occupancy").get<double>(), 1);
+    EXPECT_NEAR(s.at("modeled_over_sol").get<double>(), s.at("modeled_us").get<double>() / s.at("sol_us").get<double>(), 1e-6);
+    sol += s.at("sol_us").get<double>();
+    modeled += s.at("modeled_us").get<double>();
+  }
+  EXPECT_NEAR(j.at("total").at("sol_us").get<double>(), sol, 1e-9);
+  EXPECT_NEAR(j.at("total").at("modeled_us").get<double>(), modeled, 1e-9);
+  EXPECT_EQ(j.at("total").at("device"), "h100");
+}
+
+}  // namespace
+}  // namespace fusetune::planner
