@@ -7,7 +7,11 @@
 # operations (transcendental calls included) against the cost model's; then per kind of group (its
 # anchors: MatMul, Conv, LayerNormalization+MatMul, ...; packed launches apart) the sums over all
 # models and the model's error (modeled / counted - 1). Counted and modeled figures stay in
-# separate columns. Models are profiled in name order; each prints a progress line.
+# separate columns. Then the speed of light (`profile --sol`, planner/speed_of_light.h): per model
+# the sum of its kernels' speed of light for the counted work on DEVICE against the cost model's
+# time, over all kernels and over the memory-bound ones alone (where the model's time should come
+# within 1.3x of it), and their mean occupancy. Models are profiled in name order; each prints a
+# progress line.
 #   bench/profile_models.sh DIR [DEVICE]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,7 +29,7 @@ for m in "$dir"/*/; do
   fi
   start=$(date +%s)
   build/fusetune compile "$m/model.onnx" --device "$device" --out "$work/$name" "${shape[@]}" >/dev/null
-  build/fusetune profile "$work/$name" --json > "$work/$name.json"
+  build/fusetune profile "$work/$name" --sol --json > "$work/$name.json"
   echo "profiled $name in $(( $(date +%s) - start )) s" >&2
 done
 python3 - "$work" <<'PY'
@@ -57,6 +61,22 @@ for f in sorted(os.listdir(work)):
         e[2] += 1
         e[3] += k["counted"]["flops"] + k["counted"]["special_ops"]
         e[4] += k["modeled"]["flops"]
+print()
+print(f"speed of light (SOL) for the counted work against the modeled time, all kernels and memory-bound ones:")
+print(f"{'model':16} {'SOL us':>10} {'modeled us':>11} {'mod/SOL':>8} {'mem-bound':>9} {'SOL us':>10} {'modeled us':>11} "
+      f"{'mod/SOL':>8} {'mean occ':>8}")
+for f in sorted(os.listdir(work)):
+    if not f.endswith(".json"):
+        continue
+    ks = json.load(open(os.path.join(work, f)))["kernels"]
+    sol = sum(k["sol"]["sol_us"] for k in ks)
+    mod = sum(k["sol"]["modeled_us"] for k in ks)
+    mem = [k for k in ks if k["sol"]["bound"] == "memory"]
+    msol = sum(k["sol"]["sol_us"] for k in mem)
+    mmod = sum(k["sol"]["modeled_us"] for k in mem)
+    occ = sum(k["sol"]["occupancy"] for k in ks) / len(ks) if ks else 0
+    print(f"{f[:-5]:16} {sol:10.3f} {mod:11.3f} {mod / sol if sol else 0:8.2f} {len(mem):9d} {msol:10.3f} {mmod:11.3f} "
+          f"{mmod / msol if msol else 0:8.2f} {occ:8.2f}")
 print()
 print(f"{'kind of group':36} {'kernels':>7} {'counted MB':>11} {'modeled MB':>11} {'bytes error':>11} "
       f"{'counted GFLOP':>13} {'modeled GFLOP':>13} {'flops error':>11}")

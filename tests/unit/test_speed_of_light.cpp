@@ -20,35 +20,30 @@ namespace fs = std::filesystem;
 
 TEST(SpeedOfLight, OccupancyAsTheCalculatorComputesIt) {
   const Device h100 = find_device("h100");
-  // 256 threads of 64 registers: 2,048 registers a warp, 32 warps, 4 blocks, half the SM.
-  Occupancy o = occupancy(h100, {1000, 256, 64, 0});
-  EXPECT_EQ(o.blocks_per_sm, 4);
-  EXPECT_EQ(o.limit, "registers");
-  EXPECT_DOUBLE_EQ(o.occupancy, 0.5);
-  // 48 KB of shared memory a block (+1 KB reserved): 4 blocks of 4 warps.
-  o = occupancy(h100, {1000, 128, 32, 49152});
-  EXPECT_EQ(o.blocks_per_sm, 4);
-  EXPECT_EQ(o.limit, "shared memory");
-  EXPECT_DOUBLE_EQ(o.occupancy, 0.25);
-  // 30 registers round up to 32; one-warp blocks stop at the 32-block limit.
-  o = occupancy(h100, {100000, 32, 30, 0});
-  EXPECT_EQ(o.blocks_per_sm, 32);
-  EXPECT_EQ(o.limit, "blocks");
-  EXPECT_DOUBLE_EQ(o.occupancy, 0.5);
-  EXPECT_DOUBLE_EQ(o.resident_warps, 32);
-  // 512 threads: 4 blocks fill the SM's 2,048 threads.
-  o = occupancy(h100, {100000, 512, 32, 0});
-  EXPECT_EQ(o.blocks_per_sm, 4);
-  EXPECT_EQ(o.limit, "threads");
-  EXPECT_DOUBLE_EQ(o.occupancy, 1.0);
+  struct Case {
+    const char* what;
+    LaunchShape launch;
+    int blocks;
+    const char* limit;
+    double occupancy;
+  };
+  const Case cases[] = {
+      {"256 threads of 64 registers: 2,048 registers a warp, 32 warps", {1000, 256, 64, 0}, 4, "registers", 0.5},
+      {"48 KB of shared memory a block (+1 KB reserved)", {1000, 128, 32, 49152}, 4, "shared memory", 0.25},
+      {"30 registers round up to 32; one-warp blocks stop at 32 blocks", {100000, 32, 30, 0}, 32, "blocks", 0.5},
+      {"512 threads: 4 blocks fill the SM's 2,048 threads", {100000, 512, 32, 0}, 4, "threads", 1.0},
+      {"1,024 threads of 255 registers do not fit", {1, 1024, 255, 0}, 0, "registers", 0.0}};
+  for (const Case& c : cases) {
+    const Occupancy o = occupancy(h100, c.launch);
+    EXPECT_EQ(o.blocks_per_sm, c.blocks) << c.what;
+    EXPECT_EQ(o.limit, c.limit) << c.what;
+    EXPECT_DOUBLE_EQ(o.occupancy, c.occupancy) << c.what;
+  }
+  EXPECT_DOUBLE_EQ(occupancy(h100, {100000, 32, 30, 0}).resident_warps, 32);
   // A grid of 10 blocks on 132 SMs: one block on the SMs that have one.
-  o = occupancy(h100, {10, 256, 32, 0});
-  EXPECT_DOUBLE_EQ(o.resident_warps, 8);
-  EXPECT_DOUBLE_EQ(bytes_in_flight_per_sm(o, 512), 8 * 512);
-  // 1,024 threads of 255 registers do not fit at all.
-  o = occupancy(h100, {1, 1024, 255, 0});
-  EXPECT_EQ(o.blocks_per_sm, 0);
-  EXPECT_DOUBLE_EQ(o.occupancy, 0);
+  const Occupancy small = occupancy(h100, {10, 256, 32, 0});
+  EXPECT_DOUBLE_EQ(small.resident_warps, 8);
+  EXPECT_DOUBLE_EQ(bytes_in_flight_per_sm(small, 512), 8 * 512);
 }
 
 TEST(SpeedOfLight, TheSlowerOfBandwidthAndThePeakOfTheInstructionClass) {
