@@ -22,6 +22,15 @@ class RowStatsStage : public AnchorStage {
     const int v = n.outputs[0];
     sa_ = k.add_shared("s" + std::to_string(v) + "_a", DType::kF32, std::max<int64_t>(1, max_rows));
     sb_ = k.add_shared("s" + std::to_string(v) + "_b", DType::kF32, std::max<int64_t>(1, max_rows));
+    // Warps per row: with fewer rows than warps, each row gets the most warps that divide the
+    // block evenly (a power of two), so that every warp works; their partial statistics meet in
+    // shared memory.
+    const int64_t warps = cx.cfg.threads / kWarpSize;
+    while (group_ * 2 <= warps / std::max<int64_t>(1, max_rows) && warps % (group_ * 2) == 0) group_ *= 2;
+    if (group_ > 1) {
+      pa_ = k.add_shared("p" + std::to_string(v) + "_a", DType::kF32, warps);
+      pb_ = k.add_shared("p" + std::to_string(v) + "_b", DType::kF32, warps);
+    }
   }
 
   void emit(Kernel& k) override {
@@ -53,18 +62,22 @@ class RowStatsStage : public AnchorStage {
     };
     const std::string& sa = sa_;
     const std::string& sb = sb_;
-    // Stage 1: statistics, one warp per row. Each lane reduces a strided share of the row into its
-    // thread-local, a warp reduction leaves the row's total in every lane, the second pass reads the
-    // first statistic straight from there, and lane 0 writes both to shared memory. A block-uniform
-    // loop hands the block's warps successive batches of rows.
+    // Stage 1: statistics, one warp per row (or group_ warps per row when the tile has fewer rows
+    // than the block has warps). Each thread reduces a strided share of the row into its
+    // thread-local, a warp reduction leaves the warp's total in every lane (with several warps per
+    // row, each warp's lane 0 puts it in shared memory and, after a barrier, every thread of the
+    // row combines the row's partials in warp order, so all hold the same total), the second pass
+    // reads the first statistic straight from there, and the row's first thread writes both to
+    // shared memory. A block-uniform loop hands the block's warps successive batches of rows.
     const int64_t cap = std::max<int64_t>(1, row_capacity_);
     int64_t count = 1;
     for (int64_t ext : e.reduce_extents) count *= ext;
     const Access& stats = e.accesses[1];  // x read with the normalized axes as reduction variables
     const int64_t warps = cx_.cfg.threads / kWarpSize;
-    const std::string lanes = lit(kWarpSize);
+    const int64_t per_batch = warps / group_;  // rows a batch takes
+    const std::string lanes = lit(kWarpSize * group_);  // threads per row
     const std::string rows = "ft_min(" + product(row_n) + ", " + lit(cap) + ")";
-    const std::string row = "(ft_rb * " + lit(warps) + " + ft_thread / " + lanes + ")";
+    const std::string row = "(ft_rb * " + lit(per_batch) + " + ft_thread / " + lanes + ")";
     const std::string busy = row + " < " + rows;  // warp-uniform: this warp has a row in this batch
     const std::string first = "w" + std::to_string(v) + "_a", second = "w" + std::to_string(v) + "_b";
     k.thread_locals.push_back({first, 1});
@@ -102,7 +115,7 @@ class RowStatsStage : public AnchorStage {
           }
           cx_.cur().push_back(assign(acc, step(acc, cx_.value(x, cx_.index_of(stats, vars)))));
         });
-        cx_.cur().push_back(serial_for("ft_j", "0", "(" + lit(count) + " - ft_lane + " + lit(kWarpSize - 1) + ") / " + lanes, loop));
+        cx_.cur().push_back(serial_for("ft_j", "0", "(" + lit(count) + " - ft_lane + " + lit(kWarpSize * group_ - 1) + ") / " + lanes, loop));
       });
       batch.push_back(assign(acc, init));
       batch.push_back(if_then(busy, body));
@@ -110,23 +123,38 @@ class RowStatsStage : public AnchorStage {
     const std::string n_elems = float_literal(static_cast<double>(count));
     const std::string a0 = first + "[0]", b0 = second + "[0]";
     std::string stat_a = a0, stat_b = b0;
+    // The row's total of thread-local `tl` in every thread of the row: a warp reduction, then, with
+    // several warps per row, their partials through `partials` in warp order.
+    auto row_reduce = [&](const std::string& tl, const std::string& op, const std::string& partials) {
+      batch.push_back(warp_reduce(tl, op, busy));
+      if (group_ == 1) return;
+      const std::string acc = tl + "[0]";
+      batch.push_back(if_then(busy + " && ft_thread % " + lit(kWarpSize) + " == 0",
+                              Block{store(partials, "ft_thread / " + lit(kWarpSize), acc)}));
+      batch.push_back(barrier());
+      const std::string first_warp = "(ft_thread / " + lanes + ") * " + lit(group_);
+      Block combine = {assign(acc, partials + "[" + first_warp + "]"),
+                       serial_for("ft_g", "1", lit(group_),
+                                  {assign(acc, warp_combine(op, acc, partials + "[" + first_warp + " + ft_g]"))})};
+      batch.push_back(if_then(busy, combine));
+    };
     if (layer_norm) {  // mean, then the mean of squared deviations from it
       lane_share(first, "0.0f", [](const std::string& acc, const std::string& xv) { return acc + " + " + xv; });
-      batch.push_back(warp_reduce(first, "sum", busy));
+      row_reduce(first, "sum", pa_);
       batch.push_back(if_then(busy, Block{assign(a0, a0 + " / " + n_elems)}));
       lane_share(second, "0.0f", [&](const std::string& acc, const std::string& xv) {
         const std::string d = "(" + xv + " - " + a0 + ")";
         return acc + " + " + d + " * " + d;
       });
-      batch.push_back(warp_reduce(second, "sum", busy));
+      row_reduce(second, "sum", pb_);
       stat_b = "1.0f / sqrtf(" + b0 + " / " + n_elems + " + " + float_literal(n.attrs.f("epsilon", 1e-5f)) + ")";
     } else {  // max, then the sum of exponentials relative to it
       lane_share(first, "(-ft_inf())", [](const std::string& acc, const std::string& xv) { return "ft_fmaxn(" + acc + ", " + xv + ")"; });
-      batch.push_back(warp_reduce(first, "max", busy));
+      row_reduce(first, "max", pa_);
       lane_share(second, "0.0f", [&](const std::string& acc, const std::string& xv) {
         return acc + " + expf(" + xv + " - " + a0 + ")";
       });
-      batch.push_back(warp_reduce(second, "sum", busy));
+      row_reduce(second, "sum", pb_);
     }
     Block write = cx_.fresh_block([&] {
       cx_.cur().push_back(let(kIndexType, "ft_row", row));
@@ -135,7 +163,8 @@ class RowStatsStage : public AnchorStage {
       cx_.cur().push_back(store(sb, ri, stat_b));
     });
     batch.push_back(if_then(busy + " && ft_thread % " + lanes + " == 0", write));
-    k.body.push_back(uniform_for("ft_rb", "0", "(" + rows + " + " + lit(warps - 1) + ") / " + lit(warps), batch));
+    if (group_ > 1) batch.push_back(barrier());  // the next batch rewrites the partials
+    k.body.push_back(uniform_for("ft_rb", "0", "(" + rows + " + " + lit(per_batch - 1) + ") / " + lit(per_batch), batch));
     k.body.push_back(barrier());
     // Stage 2: elements.
     cx_.region_loop(k, v, [&](const std::vector<std::string>& o) {
@@ -158,7 +187,9 @@ class RowStatsStage : public AnchorStage {
   LoweringContext& cx_;
   const Node& n_;
   int64_t row_capacity_;    // rows the statistics arrays hold
+  int64_t group_ = 1;       // warps per row
   std::string sa_, sb_;     // the statistics: max / mean, and sum of exponentials / inverse deviation
+  std::string pa_, pb_;     // with several warps per row: each warp's partial of each statistic
 };
 
 }  // namespace

@@ -231,6 +231,7 @@ Graph row_ops() {
   return g;
 }
 
+// Rows around the warp size, with one warp per row or several (fewer rows than warps).
 TEST(CodegenWarp, RowStatisticsOnRowsAroundTheWarpSize) {
   const Graph g = row_ops();
   for (int threads : {32, 128}) {
@@ -241,6 +242,10 @@ TEST(CodegenWarp, RowStatisticsOnRowsAroundTheWarpSize) {
       }, "row ops/" + std::to_string(threads) + " threads, tile rows " + std::to_string(rows_per_tile));
     }
   }
+  // Two rows in a block of 16 warps: eight warps per row, their partials combined in shared memory.
+  check_groups(g, one_group_per_node(g), [&](const FusionGroup& fg) {
+    return TileConfig{{2, 1, g.value(fg.outputs[0]).shape[2]}, 0, 512, 1};
+  }, "row ops/512 threads, 2 rows a tile");
 }
 
 TEST(CodegenWarp, RowStatisticsUseWarpReductionsAndNoPartials) {
