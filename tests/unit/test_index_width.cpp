@@ -236,13 +236,13 @@ TEST(IndexWidth, IntWhereEveryIndexFitsLongLongWhereOneMayNot) {
 // A lowered group over a tensor too large for int indices gets long long ones; the same group over
 // a small tensor gets int ones.
 TEST(IndexWidth, LoweringChoosesTheWidthFromTheShapes) {
-  for (const int64_t rows : {int64_t{64}, int64_t{1} << 22}) {
+  for (const int64_t rows : {int64_t{1}, int64_t{2049}}) {  // 2^20 elements, and 2^20 more than 2^31
     Graph g;
-    const int x = testing::add_input(g, "x", DType::kF32, {rows, 1024});
+    const int x = testing::add_input(g, "x", DType::kF32, {rows, int64_t{1} << 20});
     testing::add_op(g, "Relu", {x});
     const planner::FusionGroup group = testing::whole_graph_group(g);
-    const LoweredKernel lk = lower_group(g, group, planner::TileConfig{{1, 1024}, 0, 256, 1}, "relu");
-    EXPECT_EQ(lk.kernel.index_bits, rows == 64 ? 32 : 64) << rows << " rows";
+    const LoweredKernel lk = lower_group(g, group, planner::TileConfig{{1, 4096}, 0, 256, 1}, "relu");
+    EXPECT_EQ(lk.kernel.index_bits, rows == 1 ? 32 : 64) << rows << " rows";
   }
 }
 
