@@ -96,6 +96,12 @@ FT_FN void ft_ldmatrix_x4_trans(unsigned& r0, unsigned& r1, unsigned& r2, unsign
 
 std::string reg(const std::string& local, int64_t i) { return local + "[" + std::to_string(i) + "]"; }
 
+// `for (ft_i NAME = A; NAME < (B); ++NAME) {`: a serial or block-uniform loop's head.
+void serial_loop_head(std::ostringstream& out, const std::string& pad, const Stmt& s) {
+  out << pad << "for (" << kIndexType << " " << s.name << " = " << s.a << "; " << s.name << " < (" << s.b << "); ++" << s.name
+      << ") {\n";
+}
+
 void emit_block(std::ostringstream& out, const Kernel& k, const Block& b, int depth) {
   const std::string pad(static_cast<size_t>(depth) * 2, ' ');
   for (const Stmt& s : b) {
@@ -115,8 +121,7 @@ void emit_block(std::ostringstream& out, const Kernel& k, const Block& b, int de
               << "); " << s.name << " += " << k.threads << ") {\n";
         } else {
           if (s.unroll > 0) out << pad << "#pragma unroll " << s.unroll << "\n";
-          out << pad << "for (" << kIndexType << " " << s.name << " = " << s.a << "; " << s.name << " < (" << s.b << "); ++"
-              << s.name << ") {\n";
+          serial_loop_head(out, pad, s);
         }
         emit_block(out, k, s.body, depth + 1);
         out << pad << "}\n";
@@ -161,8 +166,7 @@ void emit_block(std::ostringstream& out, const Kernel& k, const Block& b, int de
         out << pad << "}\n";
         break;
       case Stmt::Kind::kUniformFor:
-        out << pad << "for (" << kIndexType << " " << s.name << " = " << s.a << "; " << s.name << " < (" << s.b << "); ++"
-            << s.name << ") {\n";
+        serial_loop_head(out, pad, s);
         emit_block(out, k, s.body, depth + 1);
         out << pad << "}\n";
         break;
