@@ -1,6 +1,7 @@
 #include "codegen/barrier_ownership.h"
 
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <optional>
 #include <set>
@@ -145,6 +146,8 @@ class Analysis {
         e[0] = t;
         thread_ = t;
         ordinal_ = 0;
+        copies_open_.clear();
+        copy_groups_.clear();
         intervals_ = &intervals;
         order_ = t == 0 ? &barriers : nullptr;
         for (size_t j = 0; j < body_.size(); ++j) {
@@ -267,6 +270,10 @@ class Analysis {
         case Stmt::Kind::kVectorLoad:
         case Stmt::Kind::kLdmatrix: record(n.buffer, rel(n.b)); break;
         case Stmt::Kind::kVectorStore: record(n.buffer, rel(n.a)); break;
+        case Stmt::Kind::kCopyAsync:
+          rel(n.b);
+          record(n.buffer, rel(n.a));
+          break;
         default: break;
       }
       if (!ok && r.proof) return false;
@@ -355,7 +362,9 @@ class Analysis {
           "' is not a buffer of kernel ", k_.name);
     return it->second.index;
   }
-  static bool integer_ctype(const std::string& c) { return c != "float" && c != "double" && c.find("float4") == std::string::npos; }
+  static bool integer_ctype(const std::string& c) {
+    return c != "float" && c != "double" && c != vector_ctype(DType::kF32) && c != vector_ctype(DType::kF16);
+  }
 
   // depth: 0 for the kernel's body, 1 for a top-level uniform loop's body, 2 below.
   std::vector<Node> compile(const Block& b, int depth, bool scoped = true) {
@@ -430,9 +439,17 @@ class Analysis {
           n.buffer = buffer_of(s.a);
           n.b = parse(s.b), n.has_b = true;
           break;
+        case Stmt::Kind::kCopyAsync:  // a: the shared index; b: the global index (its bytes read nothing tracked)
+          n.buffer = buffer_of(s.name);
+          n.a = parse(s.a), n.has_a = true;
+          n.b = parse(s.c), n.has_b = true;
+          break;
+        case Stmt::Kind::kCopyAsyncCommit:
+        case Stmt::Kind::kCopyAsyncWait: break;
       }
       n.barriers = n.kind == Stmt::Kind::kBarrier;
-      n.touches = n.barriers || (n.slot >= 0 && n.kind == Stmt::Kind::kAssign) ||
+      n.touches = n.barriers || (n.slot >= 0 && n.kind == Stmt::Kind::kAssign) || n.kind == Stmt::Kind::kCopyAsyncWait ||
+                  n.kind == Stmt::Kind::kCopyAsyncCommit ||
                   (n.buffer >= 0 && buffers_[static_cast<size_t>(n.buffer)].tracked) || loads_tracked(n.a) ||
                   loads_tracked(n.b);
       for (const std::vector<Node>* kids : {&n.body, &n.orelse}) {
@@ -548,11 +565,27 @@ class Analysis {
         if (stop_at_barrier_) stopped_ = true;
         reach_barrier(n.src);
         break;
-      case Stmt::Kind::kVectorLoad: touch(n.buffer, eval(n.b, env), 4, false); break;
-      case Stmt::Kind::kVectorStore: touch(n.buffer, eval(n.a, env), 4, true); break;
+      case Stmt::Kind::kVectorLoad: touch(n.buffer, eval(n.b, env), vector_lanes(n.src->dtype), false); break;
+      case Stmt::Kind::kVectorStore: touch(n.buffer, eval(n.a, env), vector_lanes(n.src->dtype), true); break;
       case Stmt::Kind::kLdmatrix:
         // Lanes 0 .. 8 * matrices - 1 give a row each: 8 consecutive 16-bit elements.
         if (thread_ % kWarpSize < 8 * n.src->matrices) touch(n.buffer, eval(n.b, env), 8, false);
+        break;
+      // An asynchronous copy stores its 8 elements when the thread's wait lands it, in the
+      // interval the wait runs in (zero-filled bytes are stored too).
+      case Stmt::Kind::kCopyAsync:
+        eval(n.b, env);
+        copies_open_.push_back({n.buffer, eval(n.a, env)});
+        break;
+      case Stmt::Kind::kCopyAsyncCommit:
+        copy_groups_.push_back(std::move(copies_open_));
+        copies_open_.clear();
+        break;
+      case Stmt::Kind::kCopyAsyncWait:
+        while (copy_groups_.size() > static_cast<size_t>(n.src->groups)) {
+          for (const auto& [buffer, index] : copy_groups_.front()) touch(buffer, index, 8, true);
+          copy_groups_.pop_front();
+        }
         break;
       default: break;
     }
@@ -601,6 +634,10 @@ class Analysis {
   int ordinal_ = 0;
   std::vector<Interval>* intervals_ = nullptr;
   std::vector<const Stmt*>* order_ = nullptr;
+  // The running thread's asynchronous copies (buffer, shared index): not yet committed, and the
+  // committed groups not yet waited for, oldest first.
+  std::vector<std::pair<int, IndexValue>> copies_open_;
+  std::deque<std::vector<std::pair<int, IndexValue>>> copy_groups_;
   int64_t work_ = 0;  // loop iterations and element accesses so far
   int64_t relate_work_ = 0;  // statements translated() went through: past the budget, it is not asked
   uint64_t block_stamp_ = 0;

@@ -16,6 +16,8 @@
 // element loop over the same region and thread count, a register-blocked store whose element
 // lands on the thread that reads it, a region no larger than the block), the trailing barrier of
 // a reduction-step loop that runs once.
+// An asynchronous copy (cp.async) stores its elements where the issuing thread's wait_group lands
+// it, not where it is issued.
 // Keeps every barrier when it cannot know: an index into a tracked buffer or a loop bound that
 // is not known (a value loaded from memory), a branch holding a barrier on an unknown condition,
 // threads reaching different numbers of barriers, more than `budget` loop iterations and element

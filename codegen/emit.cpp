@@ -47,6 +47,17 @@ constexpr std::string_view kCudaIntrinsics = R"CUDA(#ifndef FT_SIMT
 FT_FN float4 ft_load_float4(const float* p, long long i) { return *(const float4*)(p + i); }
 FT_FN void ft_store_float4(float* p, long long i, float4 v) { *(float4*)(p + i) = v; }
 FT_FN bool ft_aligned16(const float* p, long long i) { return (((unsigned long long)(p + i)) & 15ULL) == 0ULL; }
+FT_FN float4 ft_pack_float4(float a, float b, float c, float d) { return make_float4(a, b, c, d); }
+// Eight 16-bit values (float16 or bfloat16 bits) in one 16-byte access.
+struct __align__(16) ft_u16x8 { unsigned short v[8]; };
+FT_FN ft_u16x8 ft_load_ft_u16x8(const unsigned short* p, long long i) { return *(const ft_u16x8*)(p + i); }
+FT_FN void ft_store_ft_u16x8(unsigned short* p, long long i, ft_u16x8 v) { *(ft_u16x8*)(p + i) = v; }
+FT_FN ft_u16x8 ft_pack_ft_u16x8(unsigned short a, unsigned short b, unsigned short c, unsigned short d, unsigned short e,
+                                unsigned short f, unsigned short g, unsigned short h) {
+  ft_u16x8 r;
+  r.v[0] = a; r.v[1] = b; r.v[2] = c; r.v[3] = d; r.v[4] = e; r.v[5] = f; r.v[6] = g; r.v[7] = h;
+  return r;
+}
 // float16 and bfloat16 to and from float: one cvt instruction each (bfloat16 widening is a shift).
 FT_FN float ft_h2f(unsigned short h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
 FT_FN unsigned short ft_f2h(float f) { unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
@@ -91,6 +102,15 @@ FT_FN void ft_ldmatrix_x4_trans(unsigned& r0, unsigned& r1, unsigned& r2, unsign
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
                : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(ft_shared_address(s, row)));
 }
+#if __CUDA_ARCH__ >= 800
+// cp.async (sm_80+): 16 bytes global -> shared, `bytes` of them read, the rest zero-filled; commit
+// and wait per thread (codegen/kernel_ir.h).
+FT_FN void ft_cp_async16(unsigned short* s, long long si, const unsigned short* g, long long gi, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(ft_shared_address(s, si)), "l"(g + gi), "r"(bytes) : "memory");
+}
+#define ft_cp_async_commit() asm volatile("cp.async.commit_group;" ::: "memory")
+#define ft_cp_async_wait(n) asm volatile("cp.async.wait_group %0;" :: "n"(n) : "memory")
+#endif
 #endif
 )CUDA";
 
@@ -137,10 +157,11 @@ void emit_block(std::ostringstream& out, const Kernel& k, const Block& b, int de
         break;
       case Stmt::Kind::kBarrier: out << pad << "__syncthreads();\n"; break;
       case Stmt::Kind::kVectorLoad:
-        out << pad << "const float4 " << s.name << " = ft_load_float4(" << s.a << ", " << s.b << ");\n";
+        out << pad << "const " << vector_ctype(s.dtype) << " " << s.name << " = ft_load_" << vector_ctype(s.dtype) << "(" << s.a
+            << ", " << s.b << ");\n";
         break;
       case Stmt::Kind::kVectorStore:
-        out << pad << "ft_store_float4(" << s.name << ", " << s.a << ", " << s.b << ");\n";
+        out << pad << "ft_store_" << vector_ctype(s.dtype) << "(" << s.name << ", " << s.a << ", " << s.b << ");\n";
         break;
       case Stmt::Kind::kWarpReduce:
         if (!s.b.empty()) out << pad << "if (" << s.b << ")\n";
@@ -159,6 +180,11 @@ void emit_block(std::ostringstream& out, const Kernel& k, const Block& b, int de
         for (int i = 0; i < s.matrices; ++i) out << reg(s.name, s.at[0] + i) << ", ";
         out << s.a << ", " << s.b << ");\n";
         break;
+      case Stmt::Kind::kCopyAsync:
+        out << pad << "ft_cp_async16(" << s.name << ", " << s.a << ", " << s.b << ", " << s.c << ", " << s.d << ");\n";
+        break;
+      case Stmt::Kind::kCopyAsyncCommit: out << pad << "ft_cp_async_commit();\n"; break;
+      case Stmt::Kind::kCopyAsyncWait: out << pad << "ft_cp_async_wait(" << s.groups << ");\n"; break;
       case Stmt::Kind::kPart:
         out << pad << "if (" << s.a << ") {\n";
         emit_block(out, k, s.uniform, depth + 1);

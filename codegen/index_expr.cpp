@@ -249,6 +249,14 @@ class Parser {
     if (name.empty()) bad("unexpected character");
     if (accept("(")) return call(name);
     const IndexExpr::Binding b = resolve_(name);
+    if (accept(".")) {  // an element of a vector local (q.x, q.v[3]): data, never an index
+      if (word().empty()) bad("a member name after '.'");
+      if (accept("[")) {
+        expr();
+        expect("]");
+      }
+      return node(Op::kUnknown);
+    }
     if (accept("[")) {
       NodePtr index = expr();
       expect("]");

@@ -115,7 +115,9 @@ class Walker {
       switch (s.kind) {
         case Stmt::Kind::kComment:
         case Stmt::Kind::kBarrier:
-        case Stmt::Kind::kMma: break;
+        case Stmt::Kind::kMma:
+        case Stmt::Kind::kCopyAsyncCommit:
+        case Stmt::Kind::kCopyAsyncWait: break;
         case Stmt::Kind::kLet: {
           ValueRange r = range(s.a, "the let", s);
           if (const auto it = uniform_bounds_.find(s.name); in_uniform_ && it != uniform_bounds_.end() && r.bits != 0) {
@@ -189,6 +191,11 @@ class Walker {
           break;
         case Stmt::Kind::kVectorStore: range(s.a, "the index", s); break;
         case Stmt::Kind::kLdmatrix: range(s.b, "the row address", s); break;
+        case Stmt::Kind::kCopyAsync:
+          range(s.a, "the shared index", s);
+          range(s.c, "the index", s);
+          range(s.d, "the byte count", s);
+          break;
       }
     }
     if (!scoped) return;

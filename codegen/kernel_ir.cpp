@@ -97,21 +97,32 @@ Stmt warp_reduce(std::string local, std::string op, std::string guard) {
   return s;
 }
 
-Stmt vector_store(std::string buffer, std::string index, std::string local) {
+std::string vector_ctype(DType dtype) {
+  check(dtype == DType::kF32 || dtype_size(dtype) == 2, "no 16-byte vector of ", dtype_name(dtype));
+  return dtype == DType::kF32 ? "float4" : "ft_u16x8";
+}
+
+int vector_lanes(DType dtype) { return 16 / static_cast<int>(dtype_size(dtype)); }
+
+Stmt vector_store(std::string buffer, std::string index, std::string local, DType dtype) {
+  vector_ctype(dtype);
   Stmt s;
   s.kind = Stmt::Kind::kVectorStore;
   s.name = std::move(buffer);
   s.a = std::move(index);
   s.b = std::move(local);
+  s.dtype = dtype;
   return s;
 }
 
-Stmt vector_load(std::string local, std::string buffer, std::string index) {
+Stmt vector_load(std::string local, std::string buffer, std::string index, DType dtype) {
+  vector_ctype(dtype);
   Stmt s;
   s.kind = Stmt::Kind::kVectorLoad;
   s.name = std::move(local);
   s.a = std::move(buffer);
   s.b = std::move(index);
+  s.dtype = dtype;
   return s;
 }
 
@@ -140,6 +151,31 @@ Stmt ldmatrix(std::string local, int64_t at, int matrices, bool trans, std::stri
   return s;
 }
 
+Stmt copy_async(std::string shared, std::string shared_index, std::string buffer, std::string index, std::string bytes) {
+  Stmt s;
+  s.kind = Stmt::Kind::kCopyAsync;
+  s.name = std::move(shared);
+  s.a = std::move(shared_index);
+  s.b = std::move(buffer);
+  s.c = std::move(index);
+  s.d = std::move(bytes);
+  return s;
+}
+
+Stmt copy_async_commit() {
+  Stmt s;
+  s.kind = Stmt::Kind::kCopyAsyncCommit;
+  return s;
+}
+
+Stmt copy_async_wait(int groups) {
+  check(groups >= 0, "cp.async.wait_group ", groups);
+  Stmt s;
+  s.kind = Stmt::Kind::kCopyAsyncWait;
+  s.groups = groups;
+  return s;
+}
+
 std::string warp_combine(const std::string& op, const std::string& x, const std::string& y) {
   return op == "sum" ? "(" + x + " + " + y + ")" : "ft_fmaxn(" + x + ", " + y + ")";
 }
@@ -151,51 +187,59 @@ std::string Kernel::add_shared(const std::string& alloc_name, DType dtype, int64
   return alloc_name;
 }
 
+std::string line_text(const Stmt& s) {
+  std::ostringstream out;
+  switch (s.kind) {
+    case Stmt::Kind::kComment: out << "// " << s.a; break;
+    case Stmt::Kind::kLet: out << "let " << s.ctype << " " << s.name << " = " << s.a; break;
+    case Stmt::Kind::kAssign: out << s.name << " = " << s.a; break;
+    case Stmt::Kind::kStore: out << s.name << "[" << s.a << "] = " << s.b; break;
+    case Stmt::Kind::kFor:
+      out << (s.threads ? "for.threads " : "for ") << s.name << " in [" << s.a << ", " << s.b << ")"
+          << (s.unroll > 0 ? " unroll " + std::to_string(s.unroll) : std::string());
+      break;
+    case Stmt::Kind::kIf: out << "if " << s.a; break;
+    case Stmt::Kind::kBarrier: out << "barrier"; break;
+    case Stmt::Kind::kVectorLoad:
+      out << "let " << vector_ctype(s.dtype) << " " << s.name << " = " << s.a << "[" << s.b << " .. +" << vector_lanes(s.dtype) << "]";
+      break;
+    case Stmt::Kind::kVectorStore:
+      out << s.name << "[" << s.a << " .. +" << vector_lanes(s.dtype) << "] = " << vector_ctype(s.dtype) << " " << s.b;
+      break;
+    case Stmt::Kind::kWarpReduce: out << "warp.reduce " << s.a << " " << s.name << (s.b.empty() ? "" : " if (" + s.b + ")"); break;
+    case Stmt::Kind::kMma:
+      out << "mma.m16n8k16." << dtype_name(s.dtype) << " " << s.name << "[" << (s.at.size() > 0 ? s.at[0] : -1) << "] += " << s.a
+          << "[" << (s.at.size() > 1 ? s.at[1] : -1) << "] * " << s.b << "[" << (s.at.size() > 2 ? s.at[2] : -1) << "]";
+      break;
+    case Stmt::Kind::kLdmatrix:
+      out << "ldmatrix.x" << s.matrices << (s.trans ? ".trans " : " ") << s.name << "[" << (s.at.empty() ? -1 : s.at[0])
+          << "] = " << s.a << "[row " << s.b << "]";
+      break;
+    case Stmt::Kind::kCopyAsync:
+      out << "cp.async.16 " << s.name << "[" << s.a << " ..] <- " << s.b << "[" << s.c << " ..] bytes " << s.d;
+      break;
+    case Stmt::Kind::kCopyAsyncCommit: out << "cp.async.commit_group"; break;
+    case Stmt::Kind::kCopyAsyncWait: out << "cp.async.wait_group " << s.groups; break;
+    case Stmt::Kind::kUniformFor: out << "for.uniform " << s.name << " in [" << s.a << ", " << s.b << ")"; break;
+    case Stmt::Kind::kPart: out << "part if " << s.a; break;
+  }
+  return out.str();
+}
+
 namespace {
 
 void dump(std::ostringstream& out, const Block& b, int depth) {
   const std::string pad(static_cast<size_t>(depth) * 2, ' ');
   for (const Stmt& s : b) {
-    switch (s.kind) {
-      case Stmt::Kind::kComment: out << pad << "// " << s.a << "\n"; break;
-      case Stmt::Kind::kLet: out << pad << "let " << s.ctype << " " << s.name << " = " << s.a << "\n"; break;
-      case Stmt::Kind::kAssign: out << pad << s.name << " = " << s.a << "\n"; break;
-      case Stmt::Kind::kStore: out << pad << s.name << "[" << s.a << "] = " << s.b << "\n"; break;
-      case Stmt::Kind::kFor:
-        out << pad << (s.threads ? "for.threads " : "for ") << s.name << " in [" << s.a << ", " << s.b << ")" << (s.unroll > 0 ? " unroll " + std::to_string(s.unroll) : std::string()) << "\n";
-        dump(out, s.body, depth + 1);
-        break;
-      case Stmt::Kind::kIf:
-        out << pad << "if " << s.a << "\n";
-        dump(out, s.body, depth + 1);
-        if (!s.orelse.empty()) {
-          out << pad << "else\n";
-          dump(out, s.orelse, depth + 1);
-        }
-        break;
-      case Stmt::Kind::kBarrier: out << pad << "barrier\n"; break;
-      case Stmt::Kind::kVectorLoad: out << pad << "let float4 " << s.name << " = " << s.a << "[" << s.b << " .. +4]\n"; break;
-      case Stmt::Kind::kVectorStore: out << pad << s.name << "[" << s.a << " .. +4] = float4 " << s.b << "\n"; break;
-      case Stmt::Kind::kWarpReduce:
-        out << pad << "warp.reduce " << s.a << " " << s.name << (s.b.empty() ? "" : " if (" + s.b + ")") << "\n";
-        break;
-      case Stmt::Kind::kMma:
-        out << pad << "mma.m16n8k16." << dtype_name(s.dtype) << " " << s.name << "[" << s.at[0] << "] += " << s.a << "["
-            << s.at[1] << "] * " << s.b << "[" << s.at[2] << "]\n";
-        break;
-      case Stmt::Kind::kLdmatrix:
-        out << pad << "ldmatrix.x" << s.matrices << (s.trans ? ".trans " : " ") << s.name << "[" << s.at[0] << "] = " << s.a
-            << "[row " << s.b << "]\n";
-        break;
-      case Stmt::Kind::kUniformFor:
-        out << pad << "for.uniform " << s.name << " in [" << s.a << ", " << s.b << ")\n";
-        dump(out, s.body, depth + 1);
-        break;
-      case Stmt::Kind::kPart:
-        out << pad << "part if " << s.a << "\n" << pad << "  uniform:\n";
-        dump(out, s.uniform, depth + 2);
-        dump(out, s.body, depth + 1);
-        break;
+    out << pad << line_text(s) << "\n";
+    if (s.kind == Stmt::Kind::kPart) {
+      out << pad << "  uniform:\n";
+      dump(out, s.uniform, depth + 2);
+    }
+    dump(out, s.body, depth + 1);
+    if (!s.orelse.empty()) {
+      out << pad << "else\n";
+      dump(out, s.orelse, depth + 1);
     }
   }
 }

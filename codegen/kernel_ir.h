@@ -14,9 +14,11 @@
 // ends with the same warp total. It appears only where a barrier may (top level of the body, of a
 // part or of a uniform loop), every thread of the block reaches it (the block is whole warps), and
 // values cross it only through thread-locals, shared or global memory.
-// Vector loads (`vector_load`) read four consecutive floats of a buffer in one 16-byte access
-// into a local float4 (components .x .y .z .w), vector stores (`vector_store`) write one; the
-// lowering guarantees the address is 16-byte aligned (the host executor's memcheck reports a misaligned one, which would fault on the GPU).
+// Vector loads (`vector_load`) read 16 consecutive bytes of a buffer in one access into a local:
+// four floats as a float4 (components .x .y .z .w), or eight 16-bit values as an ft_u16x8
+// (elements .v[0] .. .v[7], raw bits); vector stores (`vector_store`) write one; the lowering
+// guarantees the address is 16-byte aligned (the host executor's memcheck reports a misaligned
+// one, which would fault on the GPU).
 // Matrix fragments (tensor cores, sm_80+): `mma` is one warp-level m16n8k16 multiply-accumulate,
 // D(16x8, f32) += A(16x16, row-major) * B(16x8, column-major), A and B float16 or bfloat16, and
 // `ldmatrix` loads 8x8 tiles of 16-bit values from shared memory into fragments. Both are
@@ -42,6 +44,16 @@
 //   top-right, bottom-right) of a row-major 16x16 A tile yields r0..r3 above, and .x2.trans over
 //   the two 8-row halves of a row-major (k x n) 16x8 B tile yields B's r0, r1. On the host every
 //   used row is a 16-byte load by the lane giving its address, under the executor's checks.
+// Asynchronous copies (sm_80+, cp.async): `copy_async` starts a 16-byte copy from a global buffer
+// into a 16-bit shared allocation (cp.async.cg.shared.global, 16 bytes, the first `bytes` read
+// from global, the rest zero-filled: 0 reads nothing); both addresses 16-byte aligned (every
+// parameter's base is: buffers are cudaMalloc'd or placed at 256-byte offsets). The copy belongs
+// to the issuing thread: `copy_async_commit` closes the thread's copies issued since its last
+// commit into a group; `copy_async_wait` (cp.async.wait_group N) returns once at most N of the
+// thread's most recent groups are still in flight. Until then the destination holds no defined
+// value and no thread may touch it; once waited for, the data is the issuing thread's store, seen
+// by other threads after a barrier. The host executor lands a copy's bytes at its wait and
+// reports any access of a destination still in flight (simt/hazards.h).
 // Packed kernels (several groups in one launch) are a sequence of `part` statements, each taken by
 // a range of blocks; barriers inside a part are block-uniform.
 // Scalar expressions are C expressions over the kernel's variables and the helpers of the common
@@ -59,7 +71,7 @@ namespace fusetune::codegen {
 
 // The version of the code generator: part of every tuning record's key, bumped whenever the code
 // generated for the same group and candidate changes.
-inline constexpr int kCodegenVersion = 11;
+inline constexpr int kCodegenVersion = 12;
 
 // Threads per warp: warp reductions combine this many lanes; blocks are whole warps.
 inline constexpr int kWarpSize = 32;
@@ -109,24 +121,29 @@ struct Stmt {
     kUniformFor,  // for (ft_i name = a; name < b; ++name) body: block-uniform, barriers allowed inside
     kWarpReduce,  // name[0] = the op ("sum" or "max", in a) of name[0] over the lanes of the warp,
                   // if b (a warp-uniform condition; empty: always)
-    kVectorLoad,  // float4 name = a[b .. b + 3]: one aligned 16-byte load from buffer a at index b
-    kVectorStore,  // name[a .. a + 3] = b: one aligned 16-byte store of float4 local b into buffer name
+    kVectorLoad,  // name = a[b ..]: one aligned 16-byte load from buffer a at index b (dtype: its elements)
+    kVectorStore,  // name[a ..] = b: one aligned 16-byte store of vector local b into buffer name
     kMma,         // name[at0..] += a[at1..] * b[at2..]: warp-level m16n8k16 on fragments (dtype f16 or bf16)
     kLdmatrix,    // name[at0..] = ldmatrix.x<matrices>[.trans] of shared allocation a, this lane's row at b
+    kCopyAsync,   // name[a .. a + 16 bytes) <- b[c ..]: cp.async of 16 bytes, the first d read, the rest zero
+    kCopyAsyncCommit,  // cp.async.commit_group
+    kCopyAsyncWait,    // cp.async.wait_group `groups`
   };
   Kind kind = Kind::kComment;
   std::string name;
   std::string ctype;  // for kLet: kIndexType (index arithmetic), or a C type: "long long" (64-bit data), "float", "int"
   std::string a, b;
+  std::string c, d;  // kCopyAsync: the global index and the bytes read
   bool threads = false;  // kFor: distribute iterations over the block's threads
   Block body;
   Block orelse;
   Block uniform;  // kPart: block-uniform statements run before the part's body
   std::vector<int64_t> at;  // kMma: first elements of D, A, B in their thread-locals; kLdmatrix: of the destination
-  DType dtype = DType::kUndefined;  // kMma: the type of A and B (kF16 or kBF16)
+  DType dtype = DType::kUndefined;  // kMma: the type of A and B (kF16 or kBF16); kVectorLoad/Store: the elements'
   int unroll = 0;      // kFor (serial): iterations the compiler may unroll at most (#pragma unroll N); 0: its choice
   int matrices = 0;    // kLdmatrix: 8x8 matrices loaded (1, 2 or 4)
   bool trans = false;  // kLdmatrix: transposed
+  int groups = 0;      // kCopyAsyncWait: groups the thread may leave in flight
 };
 
 // A comment line; the text goes through inert_comment (core/inert_text.h): it may echo model text.
@@ -152,13 +169,16 @@ Stmt uniform_for(std::string var, std::string lo, std::string hi, Block body);
 // uniform values and the thread index divided by the warp size): a guard that splits a warp leaves
 // lanes missing, which the host executor's synccheck reports.
 Stmt warp_reduce(std::string local, std::string op, std::string guard = "");
-// float4 `local` = buffer[index .. index + 3], one 16-byte load; buffer + index must be 16-byte
-// aligned.
-Stmt vector_load(std::string local, std::string buffer, std::string index);
-// buffer[index .. index + 3] = the float4 `local`, one 16-byte store; buffer + index must be
-// 16-byte aligned (a staged operand slice: four scalar stores of a quad by 32 lanes are four
+// `local` = buffer[index ..], one 16-byte load of `dtype` elements (kF32: a float4 of 4; a 16-bit
+// type: an ft_u16x8 of 8); buffer + index must be 16-byte aligned.
+Stmt vector_load(std::string local, std::string buffer, std::string index, DType dtype = DType::kF32);
+// buffer[index ..] = the vector `local` (as vector_load's), one 16-byte store; buffer + index must
+// be 16-byte aligned (a staged operand slice: four scalar stores of a quad by 32 lanes are four
 // requests with 4-way bank conflicts, one vector store is one request of four wavefronts).
-Stmt vector_store(std::string buffer, std::string index, std::string local);
+Stmt vector_store(std::string buffer, std::string index, std::string local, DType dtype = DType::kF32);
+// The C type of a vector local of `dtype` elements (float4 or ft_u16x8), and its elements.
+std::string vector_ctype(DType dtype);
+int vector_lanes(DType dtype);
 // D(16x8 f32) += A(16x16) * B(16x8) with A and B of `dtype` (kF16 or kBF16): fragments in
 // thread-locals `d` (4 floats from d_at), `a` (4 registers from a_at) and `b` (2 registers from
 // b_at), laid out as the header comment says; placed like a barrier.
@@ -167,6 +187,13 @@ Stmt mma(std::string d, int64_t d_at, std::string a, int64_t a_at, std::string b
 // thread-local `local`; `row` is this lane's row address (an element offset, an expression of
 // ft_thread and block-uniform values); placed like a barrier.
 Stmt ldmatrix(std::string local, int64_t at, int matrices, bool trans, std::string shared, std::string row);
+// shared[shared_index .. + 16 bytes) <- buffer[index ..]: one cp.async of 16 bytes into 16-bit
+// shared allocation `shared`, `bytes` (an expression, 0 to 16) read from global buffer `buffer`
+// and the rest zero-filled; both addresses 16-byte aligned (index 0 when nothing is read).
+Stmt copy_async(std::string shared, std::string shared_index, std::string buffer, std::string index, std::string bytes);
+Stmt copy_async_commit();
+// Waits until at most `groups` of this thread's committed copy groups are in flight.
+Stmt copy_async_wait(int groups);
 // The expression a warp reduction with `op` combines its own value x and its partner's y with.
 std::string warp_combine(const std::string& op, const std::string& x, const std::string& y);
 
@@ -194,6 +221,8 @@ struct Kernel {
   std::string add_shared(const std::string& name, DType dtype, int64_t elements);
 };
 
+// A statement's own line in the readable dump (without its nested blocks).
+std::string line_text(const Stmt& s);
 // A readable dump of the IR (tests compare it; `fusetune compile --dump-ir` prints it).
 std::string to_text(const Kernel& k);
 

@@ -15,34 +15,6 @@ namespace fusetune::codegen {
 
 namespace {
 
-// The statement's own line, as to_text prints it (without its nested blocks).
-std::string line(const Stmt& s) {
-  std::ostringstream out;
-  switch (s.kind) {
-    case Stmt::Kind::kComment: out << "// " << s.a; break;
-    case Stmt::Kind::kLet: out << "let " << s.ctype << " " << s.name << " = " << s.a; break;
-    case Stmt::Kind::kAssign: out << s.name << " = " << s.a; break;
-    case Stmt::Kind::kStore: out << s.name << "[" << s.a << "] = " << s.b; break;
-    case Stmt::Kind::kFor: out << (s.threads ? "for.threads " : "for ") << s.name << " in [" << s.a << ", " << s.b << ")"; break;
-    case Stmt::Kind::kIf: out << "if " << s.a; break;
-    case Stmt::Kind::kBarrier: out << "barrier"; break;
-    case Stmt::Kind::kVectorLoad: out << "let float4 " << s.name << " = " << s.a << "[" << s.b << " .. +4]"; break;
-    case Stmt::Kind::kVectorStore: out << s.name << "[" << s.a << " .. +4] = float4 " << s.b; break;
-    case Stmt::Kind::kWarpReduce: out << "warp.reduce " << s.a << " " << s.name << (s.b.empty() ? "" : " if (" + s.b + ")"); break;
-    case Stmt::Kind::kMma:
-      out << "mma.m16n8k16." << dtype_name(s.dtype) << " " << s.name << "[" << (s.at.size() > 0 ? s.at[0] : -1) << "] += " << s.a
-          << "[" << (s.at.size() > 1 ? s.at[1] : -1) << "] * " << s.b << "[" << (s.at.size() > 2 ? s.at[2] : -1) << "]";
-      break;
-    case Stmt::Kind::kLdmatrix:
-      out << "ldmatrix.x" << s.matrices << (s.trans ? ".trans " : " ") << s.name << "[" << (s.at.empty() ? -1 : s.at[0])
-          << "] = " << s.a << "[row " << s.b << "]";
-      break;
-    case Stmt::Kind::kUniformFor: out << "for.uniform " << s.name << " in [" << s.a << ", " << s.b << ")"; break;
-    case Stmt::Kind::kPart: out << "part if " << s.a; break;
-  }
-  return out.str();
-}
-
 // Statements that must be reached by every thread of the block at once.
 bool block_uniform_only(Stmt::Kind kind) {
   return kind == Stmt::Kind::kBarrier || kind == Stmt::Kind::kWarpReduce || kind == Stmt::Kind::kMma ||
@@ -89,6 +61,8 @@ void identifiers(const Stmt& s, std::set<std::string>& out) {
   identifiers(s.name, out);
   identifiers(s.a, out);
   identifiers(s.b, out);
+  identifiers(s.c, out);
+  identifiers(s.d, out);
   identifiers(s.body, out);
   identifiers(s.orelse, out);
   identifiers(s.uniform, out);
@@ -108,7 +82,7 @@ class Verifier {
     walk(k_.body, nullptr, nullptr);
     if (first_warp_sync_ != nullptr) {
       check(k_.threads > 0 && k_.threads % kWarpSize == 0, "kernel '", k_.name, "': ", k_.threads,
-            " threads, not a positive multiple of ", kWarpSize, ", with warp-synchronous `", line(*first_warp_sync_), "`");
+            " threads, not a positive multiple of ", kWarpSize, ", with warp-synchronous `", line_text(*first_warp_sync_), "`");
     }
     shared_layout();
   }
@@ -116,7 +90,7 @@ class Verifier {
  private:
   template <typename... Parts>
   [[noreturn]] void fail_at(const Stmt& s, Parts&&... parts) const {
-    fail("kernel '", k_.name, "': ", std::forward<Parts>(parts)..., ": `", line(s), "`");
+    fail("kernel '", k_.name, "': ", std::forward<Parts>(parts)..., ": `", line_text(s), "`");
   }
 
   void declarations() {
@@ -165,12 +139,18 @@ class Verifier {
 
   void statement(const Stmt& s) {
     switch (s.kind) {
-      case Stmt::Kind::kVectorStore: {
-        const SharedAlloc* a = shared(s.name);
-        const Param* p = param(s.name);
+      case Stmt::Kind::kVectorStore:
+      case Stmt::Kind::kVectorLoad: {
+        const std::string& buffer = s.kind == Stmt::Kind::kVectorStore ? s.name : s.a;
+        const SharedAlloc* a = shared(buffer);
+        const Param* p = param(buffer);
         const DType t = a != nullptr ? a->dtype : (p != nullptr ? p->dtype : DType::kUndefined);
-        if (t != DType::kF32) fail_at(s, "a float4 store into '", s.name, "', which is not a float buffer");
-        if (p != nullptr && !p->output) fail_at(s, "store to input parameter '", s.name, "'");
+        const bool matches = s.dtype == DType::kF32 ? t == DType::kF32 : t != DType::kUndefined && dtype_size(t) == 2;
+        if (!matches) {
+          fail_at(s, "a vector of ", dtype_name(s.dtype), " on '", buffer, "', which is ",
+                  t == DType::kUndefined ? "not a buffer" : "a buffer of " + std::string(dtype_name(t)));
+        }
+        if (s.kind == Stmt::Kind::kVectorStore && p != nullptr && !p->output) fail_at(s, "store to input parameter '", buffer, "'");
         break;
       }
       case Stmt::Kind::kStore: {
@@ -211,6 +191,17 @@ class Verifier {
         }
         break;
       }
+      case Stmt::Kind::kCopyAsync: {
+        const SharedAlloc* a = shared(s.name);
+        if (a == nullptr) fail_at(s, "cp.async into '", s.name, "', which is not a shared allocation");
+        if (dtype_size(a->dtype) != 2) {
+          fail_at(s, "cp.async into shared allocation '", s.name, "' of ", dtype_name(a->dtype), " (needs 16-bit)");
+        }
+        const Param* p = param(s.b);
+        if (p == nullptr) fail_at(s, "cp.async from '", s.b, "', which is not a parameter");
+        if (dtype_size(p->dtype) != 2) fail_at(s, "cp.async from parameter '", s.b, "' of ", dtype_name(p->dtype), " (needs 16-bit)");
+        break;
+      }
       default: break;
     }
   }
@@ -221,7 +212,7 @@ class Verifier {
     for (const Stmt& s : b) {
       if (block_uniform_only(s.kind) && not_uniform != nullptr) {
         if (enclosing == nullptr) fail_at(s, what(s.kind), " inside ", not_uniform);
-        fail_at(s, what(s.kind), " inside ", not_uniform, " (`", line(*enclosing), "`)");
+        fail_at(s, what(s.kind), " inside ", not_uniform, " (`", line_text(*enclosing), "`)");
       }
       if (warp_synchronous(s.kind) && first_warp_sync_ == nullptr) first_warp_sync_ = &s;
       statement(s);

@@ -80,6 +80,16 @@ bool has_mma_matmul(const Graph& g, const FusionGroup& group) {
 
 }  // namespace
 
+MmaStaging mma_staging(const Graph& g, const Node& matmul, const std::set<int>& produced) {
+  MmaStaging m;
+  const auto async = [&](int v) { return !produced.count(v) && g.value(v).shape.back() % 8 == 0; };
+  if (!mma_matmul(g, matmul)) return m;
+  m.async_a = async(matmul.inputs[0]);
+  m.async_b = async(matmul.inputs[1]);
+  m.stages = m.async_a || m.async_b ? 3 : 2;
+  return m;
+}
+
 std::string TileConfig::str() const {
   if (!library.empty()) return "library=" + library;
   std::ostringstream out;
@@ -191,9 +201,11 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       const int64_t step = ceil_div(std::max<int64_t>(cfg.reduce_step, 16), 16) * 16;
       padded_elems += rows * cols;
       tensor_flops += 2 * rows * cols * k16;
-      // 16-bit operand slices with rows padded by 16 bytes, one element load each; accumulators.
-      tensor_smem = (rows * (step + 8) + step * (cols + 8)) * 2 + out_elems * 4;
-      tensor_loads = (rows + cols) * k16;
+      // A ring of 16-bit operand slices with rows padded by 16 bytes; accumulators. An operand
+      // copied by cp.async moves 8 elements per instruction, another one.
+      const MmaStaging staging = mma_staging(g, n, produced);
+      tensor_smem = staging.stages * (rows * (step + 8) + step * (cols + 8)) * 2 + out_elems * 4;
+      tensor_loads = rows * k16 / (staging.async_a ? 8 : 1) + cols * k16 / (staging.async_b ? 8 : 1);
     } else {
       tile_flops += numel(e.out_shape) == 0 ? 0 : node_flops(g, n) * out_elems / numel(e.out_shape);
     }

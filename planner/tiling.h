@@ -33,6 +33,7 @@
 // so that measurement decides between it and the generated kernels.
 #pragma once
 
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -85,6 +86,17 @@ int group_root(const Graph& g, const FusionGroup& group);
 // `threads` threads cover a rows x cols region of a staged contraction: the smallest (squarest)
 // one; {0, 0} when none covers it. Codegen's staged Conv uses it, and the cost model with it.
 std::pair<int64_t, int64_t> micro_tile(int64_t rows, int64_t cols, int threads);
+
+// How a tensor-core MatMul stages its operands (codegen/stages/mma_matmul.h): per operand whether
+// it streams from global memory by cp.async (a value the group does not compute, whose rows are a
+// whole number of 16-byte units), and the stages of the ring of operand slices: 3 with an operand
+// copied asynchronously (two steps in flight while one is multiplied), else 2.
+struct MmaStaging {
+  bool async_a = false, async_b = false;
+  int stages = 2;
+};
+// `produced`: the values the group computes.
+MmaStaging mma_staging(const Graph& g, const Node& matmul, const std::set<int>& produced);
 
 Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, const TileConfig& cfg,
                    const TilingOptions& opt = {});

@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-#define FT_SIMT_API_VERSION 2
+#define FT_SIMT_API_VERSION 3
 
 enum { FT_SIMT_LOAD = 0, FT_SIMT_STORE = 1 };
 
@@ -44,6 +44,17 @@ typedef struct ft_simt_api {
   /* A view of the calling block's dynamic shared memory: [offset, offset + bytes), `name` for
    * reports; the same descriptor for every thread of the block. */
   const ft_simt_buffer* (*shared_view)(long long offset, long long bytes, int element_bytes, const char* name);
+  /* cp.async of 16 bytes (codegen/kernel_ir.h): from element `src_index` of global `src`, `src_bytes`
+   * of them read (0 to 16, the rest zero), into element `dst_index` of shared view `dst`; both 16-byte
+   * aligned. The bytes are read now and land in shared memory when the thread's wait_group
+   * completes the copy's group; until then any access of the destination is a hazard. */
+  void (*copy_async)(const ft_simt_buffer* dst, long long dst_index, const ft_simt_buffer* src, long long src_index,
+                     int src_bytes);
+  /* cp.async.commit_group: the thread's copies issued since its last commit form a group. */
+  void (*copy_async_commit)(void);
+  /* cp.async.wait_group `groups` at `line` of the CUDA text: completes the thread's oldest
+   * committed groups until at most `groups` are in flight. */
+  void (*copy_async_wait)(int groups, int line);
   /* threadIdx.x, blockIdx.x, blockDim.x, gridDim.x of the calling thread. */
   unsigned (*thread_index)(void);
   unsigned (*block_index)(void);

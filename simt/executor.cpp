@@ -126,6 +126,14 @@ struct Launch {
 
 struct Worker;
 
+// One cp.async in flight: its destination, the bytes it will land, where it was issued.
+struct AsyncCopy {
+  const ft_simt_buffer* dst = nullptr;
+  long long index = 0;
+  unsigned char bytes[16] = {};
+  const void* site = nullptr;
+};
+
 struct Fiber {
   enum class State { kReady, kRunning, kBarrier, kWarp, kDone };
   Worker* worker = nullptr;
@@ -137,6 +145,8 @@ struct Fiber {
   ctx::fiber sink;  // the scheduler, held by the thread while it runs
   const void* stack_bottom = nullptr;  // AddressSanitizer is told of every switch of stacks
   void* fake_stack = nullptr;
+  std::vector<AsyncCopy> copies_open;                // issued since the thread's last commit
+  std::deque<std::vector<AsyncCopy>> copy_groups;   // committed, not yet waited for; oldest first
 };
 
 struct Warp {
@@ -259,6 +269,8 @@ struct Worker {
       f.thread = t;
       f.warp = t / kWarpLanes;
       f.lane = t % kWarpLanes;
+      f.copies_open.clear();
+      f.copy_groups.clear();
       f.self = ctx::fiber(std::allocator_arg, PooledStack{&f.stack_bottom}, [this, &f](ctx::fiber&& sink) {
         f.sink = std::move(sink);
 #ifdef FT_SIMT_ASAN
@@ -284,12 +296,24 @@ struct Worker {
       if (live == 0) break;
       deadlock();
     }
+    for (Fiber& f : fibers) land_copies(f, 0);  // copies their threads never waited for
     for (Warp& w : warps) w.trace.flush(counters);
     counters.blocks += 1;
     counters.threads += static_cast<uint64_t>(L.shape.threads);
   }
 
   void end_thread(Fiber& f) {
+    size_t in_flight = f.copies_open.size();
+    for (const auto& g : f.copy_groups) in_flight += g.size();
+    if (in_flight > 0) {
+      const void* site = f.copies_open.empty() ? nullptr : f.copies_open.front().site;
+      for (const auto& g : f.copy_groups) site = site == nullptr && !g.empty() ? g.front().site : site;
+      find(Check::kSync, "cp.async copies never waited for", "", -1, who(f.thread) + " ended", site, nullptr,
+           std::to_string(in_flight) + " copies in flight");
+      // They stay in flight for the other threads of the block, and land when it ends.
+      f.copy_groups.push_back(std::move(f.copies_open));
+      f.copies_open.clear();
+    }
     f.state = Fiber::State::kDone;
     --live;
     Warp& w = warps[static_cast<size_t>(f.warp)];
@@ -311,6 +335,9 @@ struct Worker {
       if (w.arrived == w.live) complete_warp(f.warp);
     }
   }
+
+  // Lands the thread's oldest committed copy groups until at most `keep` are in flight.
+  void land_copies(Fiber& f, size_t keep, int line = 0);
 
   void complete_barrier() {
     ++epoch;
@@ -433,15 +460,24 @@ void check_global(Worker& w, Fiber& f, const ft_simt_buffer* b, long long index,
   }
 }
 
-void check_shared(Worker& w, Fiber& f, const ft_simt_buffer* b, long long index, int size, bool store, const void* site) {
+// What an access does to shared memory's cells.
+enum class SharedOp { kLoad, kStore, kIssueAsync, kLandAsync };
+
+void check_shared(Worker& w, Fiber& f, const ft_simt_buffer* b, long long index, int size, SharedOp op, const void* site) {
   const uintptr_t offset = static_cast<uintptr_t>(b->base - w.smem) + static_cast<uintptr_t>(index * b->element_bytes);
   const Access a{f.thread, w.warps[static_cast<size_t>(f.warp)].epoch, site};
   for (uintptr_t g = offset / kShadowGranule; g < (offset + static_cast<uintptr_t>(size)) / kShadowGranule; ++g) {
     if (g >= w.shared_cells.size()) break;
     Access other;
     bool ordered = false;
-    const Hazard h = store ? w.shared_cells[g].store(w.now(), a, &other, &ordered)
-                           : w.shared_cells[g].load(w.now(), a, true, &other, &ordered);
+    Cell& c = w.shared_cells[g];
+    Hazard h = Hazard::kNone;
+    switch (op) {
+      case SharedOp::kLoad: h = c.load(w.now(), a, true, &other, &ordered); break;
+      case SharedOp::kStore: h = c.store(w.now(), a, &other, &ordered); break;
+      case SharedOp::kIssueAsync: h = c.issue_async(w.now(), a, &other, &ordered); break;
+      case SharedOp::kLandAsync: h = c.land_async(w.now(), a, &other, &ordered); break;
+    }
     if (ordered) w.ordered_by_barrier();
     if (h == Hazard::kNone) continue;
     const long long element = static_cast<long long>(g * kShadowGranule - (static_cast<uintptr_t>(b->base - w.smem))) /
@@ -458,43 +494,100 @@ void check_shared(Worker& w, Fiber& f, const ft_simt_buffer* b, long long index,
   }
 }
 
+// Memcheck of an access of `size` bytes at element `index` of b, its address aligned to `align`:
+// the host address, or nullptr once reported.
+unsigned char* checked_address(Worker& w, Fiber& f, const ft_simt_buffer* b, long long index, int size, int align,
+                               const char* what, const void* site) {
+  const long long byte = index * b->element_bytes;
+  unsigned char* addr = b->base + byte;
+  if (index < 0 || byte + size > b->bytes) {
+    w.find(Check::kMemory, std::string("out-of-bounds ") + what + " of " + std::to_string(size) + " bytes", buffer_label(b),
+           index, w.who(f.thread), site, nullptr, "the buffer has " + std::to_string(b->bytes / b->element_bytes) + " elements");
+    return nullptr;
+  }
+  if (reinterpret_cast<uintptr_t>(addr) % static_cast<uintptr_t>(align) != 0) {
+    w.find(Check::kMemory, std::string("misaligned ") + what + " of " + std::to_string(size) + " bytes", buffer_label(b), index,
+           w.who(f.thread), site);
+    return nullptr;
+  }
+  return addr;
+}
+
+// The counters of one access of the warp's instruction at `site`.
+void count_access(Worker& w, Fiber& f, const ft_simt_buffer* b, const unsigned char* addr, int size, bool store,
+                  const void* site) {
+  if (!w.L.options.counters) return;
+  WarpTrace& t = w.warps[static_cast<size_t>(f.warp)].trace;
+  if (b->shared) {
+    t.shared(site, f.lane, static_cast<uintptr_t>(addr - w.smem), size, store);
+  } else {
+    t.global(site, f.lane, reinterpret_cast<uintptr_t>(addr), size, store);
+    w.L.unique.mark(reinterpret_cast<uintptr_t>(addr), size, store);
+  }
+}
+
 void* api_access(const ft_simt_buffer* b, long long index, int size, int kind, const void* value) {
   const void* site = __builtin_return_address(0);
   Fiber& f = current();
   Worker& w = *f.worker;
   const bool store = kind == FT_SIMT_STORE;
-  const long long byte = index * b->element_bytes;
-  unsigned char* addr = b->base + byte;
-  if (index < 0 || byte + size > b->bytes) {
-    w.find(Check::kMemory, std::string("out-of-bounds ") + access_name(store) + " of " + std::to_string(size) + " bytes",
-           buffer_label(b), index, w.who(f.thread), site, nullptr,
-           "the buffer has " + std::to_string(b->bytes / b->element_bytes) + " elements");
-    std::memset(w.scratch, 0, sizeof w.scratch);
-    return w.scratch;
-  }
-  if (reinterpret_cast<uintptr_t>(addr) % static_cast<uintptr_t>(size) != 0) {
-    w.find(Check::kMemory, std::string("misaligned ") + access_name(store) + " of " + std::to_string(size) + " bytes",
-           buffer_label(b), index, w.who(f.thread), site);
+  unsigned char* addr = checked_address(w, f, b, index, size, size, access_name(store), site);
+  if (addr == nullptr) {
     std::memset(w.scratch, 0, sizeof w.scratch);
     return w.scratch;
   }
   if (w.L.options.checks) {
     if (b->shared) {
-      check_shared(w, f, b, index, size, store, site);
+      check_shared(w, f, b, index, size, store ? SharedOp::kStore : SharedOp::kLoad, site);
     } else {
       check_global(w, f, b, index, size, store, site, value);
     }
   }
-  if (w.L.options.counters) {
-    WarpTrace& t = w.warps[static_cast<size_t>(f.warp)].trace;
-    if (b->shared) {
-      t.shared(site, f.lane, static_cast<uintptr_t>(addr - w.smem), size, store);
-    } else {
-      t.global(site, f.lane, reinterpret_cast<uintptr_t>(addr), size, store);
-      w.L.unique.mark(reinterpret_cast<uintptr_t>(addr), size, store);
+  count_access(w, f, b, addr, size, store, site);
+  return addr;
+}
+
+void api_copy_async(const ft_simt_buffer* dst, long long dst_index, const ft_simt_buffer* src, long long src_index,
+                    int src_bytes) {
+  const void* site = __builtin_return_address(0);
+  Fiber& f = current();
+  Worker& w = *f.worker;
+  constexpr int kBytes = 16;
+  if (!dst->shared || src->shared || src_bytes < 0 || src_bytes > kBytes) {
+    w.find(Check::kMemory, "cp.async from " + buffer_label(src) + " reading " + std::to_string(src_bytes) + " bytes",
+           buffer_label(dst), dst_index, w.who(f.thread), site, nullptr,
+           "needs a global source, a shared destination and 0 to 16 bytes");
+    return;
+  }
+  AsyncCopy c;
+  c.dst = dst;
+  c.index = dst_index;
+  c.site = site;
+  if (src_bytes > 0) {  // the source is read now
+    const unsigned char* from = checked_address(w, f, src, src_index, src_bytes, kBytes, "cp.async load", site);
+    if (from != nullptr) {
+      if (w.L.options.checks) check_global(w, f, src, src_index, src_bytes, false, site, nullptr);
+      count_access(w, f, src, from, src_bytes, false, site);
+      std::memcpy(c.bytes, from, static_cast<size_t>(src_bytes));
     }
   }
-  return addr;
+  unsigned char* to = checked_address(w, f, dst, dst_index, kBytes, kBytes, "cp.async store", site);
+  if (to == nullptr) return;
+  if (w.L.options.checks) check_shared(w, f, dst, dst_index, kBytes, SharedOp::kIssueAsync, site);
+  count_access(w, f, dst, to, kBytes, true, site);
+  f.copies_open.push_back(c);
+}
+
+void api_copy_async_commit() {
+  Fiber& f = current();
+  f.copy_groups.push_back(std::move(f.copies_open));
+  f.copies_open.clear();
+}
+
+void api_copy_async_wait(int groups, int line) {
+  Fiber& f = current();
+  if (f.worker->L.options.skip_waits.count(line) != 0) return;
+  f.worker->land_copies(f, static_cast<size_t>(std::max(0, groups)), line);
 }
 
 void api_barrier(int line) {
@@ -571,14 +664,25 @@ const ft_simt_buffer* api_shared_view(long long offset, long long bytes, int ele
   return &w.views.back();
 }
 
+void Worker::land_copies(Fiber& f, size_t keep, int line) {
+  while (f.copy_groups.size() > keep) {
+    if (line > 0 && !f.copy_groups.front().empty()) counters.wait_landings[line] += f.copy_groups.front().size();
+    for (const AsyncCopy& c : f.copy_groups.front()) {
+      if (L.options.checks) check_shared(*this, f, c.dst, c.index, 16, SharedOp::kLandAsync, c.site);
+      std::memcpy(c.dst->base + c.index * c.dst->element_bytes, c.bytes, sizeof c.bytes);
+    }
+    f.copy_groups.pop_front();
+  }
+}
+
 unsigned api_thread_index() { return static_cast<unsigned>(current().thread); }
 unsigned api_block_index() { return static_cast<unsigned>(current().worker->block); }
 unsigned api_block_dim() { return static_cast<unsigned>(current().worker->L.shape.threads); }
 unsigned api_grid_dim() { return static_cast<unsigned>(current().worker->L.shape.grid); }
 
-const ft_simt_api kApi = {FT_SIMT_API_VERSION, api_access,       api_barrier,     api_warp_exchange,
-                          api_shared_view,     api_thread_index, api_block_index, api_block_dim,
-                          api_grid_dim};
+const ft_simt_api kApi = {FT_SIMT_API_VERSION, api_access,          api_barrier,           api_warp_exchange,
+                          api_shared_view,     api_copy_async,      api_copy_async_commit, api_copy_async_wait,
+                          api_thread_index,    api_block_index,     api_block_dim,         api_grid_dim};
 
 }  // namespace
 

@@ -13,6 +13,10 @@
 //   across warp-synchronous operations) on shared memory and on global buffers the launch
 //   writes, and between blocks on those global buffers (simt/hazards.h);
 // - initcheck: a load of shared memory that no thread of the block wrote in this launch;
+// - asynchronous copies (cp.async): a copy's source is read when it is issued and its bytes land
+//   in shared memory when the issuing thread's cp.async.wait_group completes its group, as that
+//   thread's store; an access of the destination in between is a racecheck finding, and so is
+//   a copy no wait completed before its thread ended (synccheck);
 // - synccheck: a barrier that not every thread reaches, threads waiting at different barriers,
 //   a warp operation with lanes missing or lanes at different warp operations; a deadlock is
 //   reported (who waits where) and the waiters released, never a hang.
@@ -41,6 +45,7 @@ struct Options {
   uint64_t schedule_seed = 0;   // 0: threads resume in index order; else a seeded permutation
   size_t max_findings = 8;      // distinct findings kept in full
   std::set<int> skip_barriers;  // lines of the CUDA text whose __syncthreads() does nothing (mutation tests)
+  std::set<int> skip_waits;     // lines of the CUDA text whose cp.async.wait_group does nothing (mutation tests)
   // Run only these blocks of the grid (distinct indices below the grid; empty: every block). The
   // checks and counters then cover what those blocks do, the cross-block race check among them.
   std::vector<int64_t> blocks;

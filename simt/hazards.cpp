@@ -13,6 +13,7 @@ const char* hazard_name(Hazard h) {
     case Hazard::kWriteAfterRead: return "write-after-read hazard";
     case Hazard::kWriteAfterWrite: return "write-after-write hazard";
     case Hazard::kUninitialized: return "read of uninitialised shared memory";
+    case Hazard::kAsyncInFlight: return "access of shared memory a cp.async is still copying into";
     case Hazard::kNone: break;
   }
   return "no hazard";
@@ -38,7 +39,10 @@ bool previous_interval(uint64_t stamp, Stamp now) {
 Hazard Cell::load(Stamp now, const Access& a, bool init, Access* other, bool* spans) {
   Hazard h = Hazard::kNone;
   if (previous_interval(w_stamp, now) && w_thread != a.thread) *spans = true;
-  if (init && (w_stamp >> 32) != now.gen) {
+  if (a_thread >= 0) {
+    h = Hazard::kAsyncInFlight;
+    *other = {a_thread, 0, a_site};
+  } else if (init && (w_stamp >> 32) != now.gen) {
     h = Hazard::kUninitialized;
   } else if (w_stamp == now.packed() && !ordered(w_thread, w_wepoch, a)) {
     h = Hazard::kReadAfterWrite;
@@ -71,7 +75,10 @@ Hazard Cell::store(Stamp now, const Access& a, Access* other, bool* spans) {
   if (previous_interval(w_stamp, now) && w_thread != a.thread) *spans = true;
   if (previous_interval(r_stamp, now) && (r_thread != a.thread || r_others || r_many_warps)) *spans = true;
   if (r_stamp == now.packed() && previous_interval(p_stamp, now) && (p_thread != a.thread || p_others)) *spans = true;
-  if (w_stamp == now.packed() && !ordered(w_thread, w_wepoch, a)) {
+  if (a_thread >= 0) {
+    h = Hazard::kAsyncInFlight;
+    *other = {a_thread, 0, a_site};
+  } else if (w_stamp == now.packed() && !ordered(w_thread, w_wepoch, a)) {
     h = Hazard::kWriteAfterWrite;
     *other = {w_thread, w_wepoch, w_site};
   } else if (r_stamp == now.packed()) {
@@ -86,6 +93,19 @@ Hazard Cell::store(Stamp now, const Access& a, Access* other, bool* spans) {
   w_wepoch = a.wepoch;
   w_site = a.site;
   return h;
+}
+
+Hazard Cell::issue_async(Stamp now, const Access& a, Access* other, bool* spans) {
+  const Hazard h = store(now, a, other, spans);
+  a_thread = a.thread;
+  a_site = a.site;
+  return h;
+}
+
+Hazard Cell::land_async(Stamp now, const Access& a, Access* other, bool* spans) {
+  a_thread = -1;
+  a_site = nullptr;
+  return store(now, a, other, spans);
 }
 
 CrossBlock::CrossBlock(size_t elements)

@@ -9,7 +9,9 @@
 // interval, unless both threads belong to one warp and a warp-synchronous operation of that warp
 // lies between them (read-after-write, write-after-read, write-after-write). The verdict does not
 // depend on the order the executor happens to run the threads in. A load of a shared location
-// that no thread of the block wrote in this run is an initcheck finding.
+// that no thread of the block wrote in this run is an initcheck finding. A location an
+// asynchronous copy (cp.async) has been issued into and not yet landed holds no defined value:
+// any access of it is a hazard, whatever the order (the copy lands when its thread waits for it).
 //
 // Across blocks (global buffers the launch writes): blocks have no way to order their accesses,
 // so a location written by one block and read or written by another is a hazard; CrossBlock keeps
@@ -38,7 +40,7 @@ struct Access {
   const void* site = nullptr;
 };
 
-enum class Hazard { kNone, kReadAfterWrite, kWriteAfterRead, kWriteAfterWrite, kUninitialized };
+enum class Hazard { kNone, kReadAfterWrite, kWriteAfterRead, kWriteAfterWrite, kUninitialized, kAsyncInFlight };
 const char* hazard_name(Hazard h);
 
 // The cell also tells whether an access depends on another thread's access of the previous
@@ -55,11 +57,18 @@ struct Cell {
   bool r_many_warps = false;  // readers of this interval in more than one warp
   bool r_others = false;      // another reader of r_thread's warp at r_wepoch
   bool p_others = false;      // the earlier interval had readers other than p_thread
+  int32_t a_thread = -1;      // a cp.async of this thread is copying into the location (-1: none)
+  const void* a_site = nullptr;
 
   // Check and record a load (initcheck when `init`) or a store; on a hazard, *other gets the
   // earlier access.
   Hazard load(Stamp now, const Access& a, bool init, Access* other, bool* spans);
   Hazard store(Stamp now, const Access& a, Access* other, bool* spans);
+  // An asynchronous copy (cp.async) into the location: checked as a store where it is issued,
+  // then in flight until it lands (a store by the issuing thread at its wait_group); any access
+  // while it is in flight is kAsyncInFlight.
+  Hazard issue_async(Stamp now, const Access& a, Access* other, bool* spans);
+  Hazard land_async(Stamp now, const Access& a, Access* other, bool* spans);
 };
 
 // First writer and reader block of each element of one global buffer in one launch.

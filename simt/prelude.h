@@ -13,7 +13,9 @@
 // - __syncthreads() suspends the thread until its block arrives; __shfl_xor_sync,
 //   ft_mma_m16n8k16_* and ft_ldmatrix_* exchange the 32 lanes' operands through the executor's
 //   warp_exchange and compute what the PTX ISA documents for each lane (the fragment layout is
-//   in codegen/kernel_ir.h); an ldmatrix row is a 16-byte load by the lane that gives its address.
+//   in codegen/kernel_ir.h); an ldmatrix row is a 16-byte load by the lane that gives its address;
+// - ft_cp_async16, ft_cp_async_commit and ft_cp_async_wait hand cp.async and its groups to the
+//   executor, which lands each copy at the wait that completes it.
 // The build (simt/module.cpp) compiles: simt/device_api.h, this file, `#line 1 "kernels.cu"`, the
 // CUDA text, and one FT_SIMT_ENTRY(NAME) per kernel.
 #ifndef FUSETUNE_SIMT_DEVICE_API_H
@@ -202,9 +204,36 @@ FT_INTRINSIC void ft_store_float4(ft_ptr<ft_flt> p, long long i, float4 v) {
   memcpy(ft_simt_api_->access(p.b, i, 16, FT_SIMT_STORE, &v), &v, 16);
 }
 
+FT_INTRINSIC float4 ft_pack_float4(ft_flt a, ft_flt b, ft_flt c, ft_flt d) { return float4{a, b, c, d}; }
+
+// Eight 16-bit values in one 16-byte access (float16 or bfloat16 bits).
+struct ft_u16x8 {
+  unsigned short v[8];
+};
+FT_INTRINSIC ft_u16x8 ft_load_ft_u16x8(ft_ptr<const unsigned short> p, long long i) {
+  ft_u16x8 v;
+  memcpy(&v, ft_simt_api_->access(p.b, i, 16, FT_SIMT_LOAD, nullptr), 16);
+  return v;
+}
+FT_INTRINSIC void ft_store_ft_u16x8(ft_ptr<unsigned short> p, long long i, ft_u16x8 v) {
+  memcpy(ft_simt_api_->access(p.b, i, 16, FT_SIMT_STORE, &v), &v, 16);
+}
+FT_INTRINSIC ft_u16x8 ft_pack_ft_u16x8(unsigned short a, unsigned short b, unsigned short c, unsigned short d,
+                                       unsigned short e, unsigned short f, unsigned short g, unsigned short h) {
+  return ft_u16x8{{a, b, c, d, e, f, g, h}};
+}
+
 FT_INTRINSIC bool ft_aligned16(ft_ptr<const ft_flt> p, long long i) {
   return (((unsigned long long)(p.b->base + i * 4)) & 15ULL) == 0ULL;
 }
+
+// cp.async: the executor reads the source now and lands the bytes at the thread's wait_group.
+FT_INTRINSIC void ft_cp_async16(ft_ptr<unsigned short> s, long long si, ft_ptr<const unsigned short> g, long long gi,
+                                int bytes) {
+  ft_simt_api_->copy_async(s.b, si, g.b, gi, bytes);
+}
+#define ft_cp_async_commit() ft_simt_api_->copy_async_commit()
+#define ft_cp_async_wait(n) ft_simt_api_->copy_async_wait((n), __LINE__)
 
 FT_INTRINSIC ft_flt __shfl_xor_sync(unsigned mask, ft_flt v, int lane_mask, int width = 32) {
   if (width != 32) {

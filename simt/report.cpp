@@ -34,6 +34,7 @@ Counters& Counters::operator+=(const Counters& o) {
   special_ops += o.special_ops;
   for (const auto& [line, n] : o.barrier_orderings) barrier_orderings[line] += n;
   barrier_lines.insert(o.barrier_lines.begin(), o.barrier_lines.end());
+  for (const auto& [line, n] : o.wait_landings) wait_landings[line] += n;
   for (const auto& [site, c] : o.sites) {
     Site& mine = sites[site];
     mine.global = c.global;

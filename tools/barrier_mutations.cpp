@@ -1,4 +1,4 @@
-// barrier_mutations MODEL.onnx [--shape NAME=DxD...] [--candidates N] [--seed S] [--verbose]
+// barrier_mutations MODEL.onnx [--shape NAME=DxD...] [--candidates N] [--seed S] [--mma-only] [--verbose]
 //
 // The mutation test of the host executor's checks. For every measurement task the coordinator
 // would make of the model (each group the selection weighs, its top N candidates lowered to CUDA
@@ -12,8 +12,11 @@
 // something must be caught; one that ordered nothing (redundant for this candidate: each location
 // it separates is touched by one thread only) must not be, else the analysis is wrong. Prints one
 // line per barrier that breaks either rule (task, candidate, line and the code around it) and a
-// summary: the mutation score is caught / barriers that ordered something. Exits 1 when a
-// candidate fails before any mutation or a rule breaks, 2 on bad input.
+// summary: the mutation score is caught / barriers that ordered something. The same for each
+// cp.async.wait_group: deleted in turn (the executor skips it), it must be caught when it landed
+// any copy in the unmutated run (every copy is read after its wait). Exits 1 when a candidate
+// fails before any mutation or a rule breaks, 2 on bad input. --mma-only keeps the tensor-core
+// candidates alone (their cp.async pipelines), for a model whose other candidates other runs cover.
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -37,6 +40,7 @@ namespace {
 struct Score {
   size_t tasks = 0, candidates = 0, barriers = 0, needed = 0, caught = 0, by_check = 0, redundant = 0, unreached = 0;
   size_t baseline_failures = 0, survivors = 0, inconsistent = 0;
+  size_t waits = 0, waits_landing = 0, waits_caught = 0;
 };
 
 std::vector<std::string> lines_of(const std::string& text) {
@@ -46,9 +50,9 @@ std::vector<std::string> lines_of(const std::string& text) {
   return out;
 }
 
-// The 1-based lines of `text` holding a barrier, per kernel name (a kernel runs from its
+// The 1-based lines of `text` holding `statement`, per kernel name (a kernel runs from its
 // signature to the next one).
-std::map<std::string, std::vector<int>> barrier_lines(const std::string& text) {
+std::map<std::string, std::vector<int>> statement_lines(const std::string& text, const std::string& statement) {
   std::map<std::string, std::vector<int>> out;
   std::string kernel;
   const std::vector<std::string> lines = lines_of(text);
@@ -58,7 +62,7 @@ std::map<std::string, std::vector<int>> barrier_lines(const std::string& text) {
       const size_t open = l.find('(', l.find(") ") + 2);
       kernel = l.substr(l.find(") ") + 2, open - l.find(") ") - 2);
     }
-    if (!kernel.empty() && l.find("__syncthreads();") != std::string::npos) out[kernel].push_back(static_cast<int>(i + 1));
+    if (!kernel.empty() && l.find(statement) != std::string::npos) out[kernel].push_back(static_cast<int>(i + 1));
   }
   return out;
 }
@@ -81,9 +85,10 @@ struct Verified {
 };
 
 Verified verify(const Graph& g, const wire::Candidate& c, const backend::ModuleSource& src, const std::set<int>& skip,
-                uint64_t seed) {
+                uint64_t seed, const std::set<int>& skip_waits = {}) {
   simt::Options o;
   o.skip_barriers = skip;
+  o.skip_waits = skip_waits;
   auto be = backend::make_host_backend("", o);
   auto module = be->load_source(src);
   std::vector<int> inputs, outputs;
@@ -106,9 +111,10 @@ void show(const std::vector<std::string>& text, int line) {
 }
 
 int run(const std::vector<std::string>& argv) {
-  const cli::Args args(argv, {"shape", "candidates", "seed"}, {"verbose"});
+  const cli::Args args(argv, {"shape", "candidates", "seed"}, {"verbose", "mma-only"});
   check(args.positional().size() == 1,
-        "usage: barrier_mutations MODEL.onnx [--shape NAME=DxD...] [--candidates N] [--seed S] [--verbose]");
+        "usage: barrier_mutations MODEL.onnx [--shape NAME=DxD...] [--candidates N] [--seed S] [--mma-only] [--verbose]");
+  const bool mma_only = args.has("mma-only");
   const std::string model = args.positional()[0];
   coordinator::JobOptions options;
   options.shapes = cli::shape_overrides(args);
@@ -128,10 +134,11 @@ int run(const std::vector<std::string>& argv) {
       if (c.library().empty()) src.kernels.push_back({c.kernel(), c.grid(), c.threads(), c.shared_bytes(), ""});
     }
     if (src.kernels.empty()) continue;
-    const std::map<std::string, std::vector<int>> barriers = barrier_lines(src.cuda_source);
+    const std::map<std::string, std::vector<int>> barriers = statement_lines(src.cuda_source, "__syncthreads();");
+    const std::map<std::string, std::vector<int>> waits = statement_lines(src.cuda_source, "ft_cp_async_wait(");
     const std::vector<std::string> text = lines_of(src.cuda_source);
     for (const wire::Candidate& c : t.task.candidates()) {
-      if (!c.library().empty()) continue;
+      if (!c.library().empty() || (mma_only && c.config().find(" mma") == std::string::npos)) continue;
       ++score.candidates;
       const Verified base = verify(g, c, src, {}, seed);
       if (!base.result.ok) {
@@ -139,6 +146,25 @@ int run(const std::vector<std::string>& argv) {
         std::printf("FAILS UNMUTATED: task %s candidate %s: %s\n", t.pattern.c_str(), c.config().c_str(),
                     base.result.detail.c_str());
         continue;
+      }
+      const auto w = waits.find(c.kernel());
+      for (const int line : w == waits.end() ? std::vector<int>{} : w->second) {
+        ++score.waits;
+        const auto landed = base.counters.wait_landings.find(line);
+        if (landed == base.counters.wait_landings.end()) continue;  // landed nothing: nothing to lose
+        ++score.waits_landing;
+        const Verified r = verify(g, c, src, {}, seed, {line});
+        const std::string where = "task " + t.pattern + " candidate " + c.config() + " (" + c.kernel() +
+                                  "): the cp.async wait at kernels.cu:" + std::to_string(line);
+        if (!r.result.ok) {
+          ++score.waits_caught;
+          if (verbose) std::printf("caught: %s: %s\n", where.c_str(), r.result.detail.c_str());
+          continue;
+        }
+        ++score.survivors;
+        std::printf("SURVIVES: %s landed %llu copies, yet its deletion passed verification\n", where.c_str(),
+                    static_cast<unsigned long long>(landed->second));
+        show(text, line);
       }
       const auto it = barriers.find(c.kernel());
       for (const int line : it == barriers.end() ? std::vector<int>{} : it->second) {
@@ -177,9 +203,11 @@ int run(const std::vector<std::string>& argv) {
   }
   std::printf("mutation score: %zu of %zu needed barriers caught (%zu by a check, %zu by a wrong result); %zu barriers "
               "in all over %zu candidates of %zu tasks, %zu redundant for their candidate (ordered nothing), %zu never "
-              "reached; %zu survivors, %zu inconsistent, %zu candidates fail unmutated\n",
+              "reached; %zu of %zu cp.async waits that landed copies caught (%zu waits in all); %zu survivors, %zu "
+              "inconsistent, %zu candidates fail unmutated\n",
               score.caught, score.needed, score.by_check, score.caught - score.by_check, score.barriers, score.candidates,
-              score.tasks, score.redundant, score.unreached, score.survivors, score.inconsistent, score.baseline_failures);
+              score.tasks, score.redundant, score.unreached, score.waits_caught, score.waits_landing, score.waits,
+              score.survivors, score.inconsistent, score.baseline_failures);
   return score.survivors == 0 && score.inconsistent == 0 && score.baseline_failures == 0 ? 0 : 1;
 }
 

@@ -1,6 +1,7 @@
 #include "codegen/stages/context.h"
 
 #include <algorithm>
+#include <cctype>
 
 #include "codegen/scalar_ops.h"
 #include "codegen/stages/inline.h"
@@ -273,6 +274,7 @@ std::string LoweringContext::value(int v, const std::vector<std::string>& idx) {
   if (auto p = param.find(v); p != param.end() || !producer.count(v)) {
     if (val.is_constant() && param.find(v) == param.end()) fail("constant '", val.name, "' is not a group input");
     expr = load_as_compute(val.dtype, param.at(v) + "[" + flat(val.shape, idx) + "]");
+    if (recording_ != nullptr && with_depth_ == record_depth_) recording_->push_back({v, idx});
   } else if (auto b = buffer.find(v); b != buffer.end()) {
     const Region& r = region.at(v);
     std::string off = "0";
@@ -329,7 +331,9 @@ void LoweringContext::with_block(Block& b, const std::function<void()>& f) {
   std::map<std::string, std::string> local = *memo_;  // outer locals stay visible inside
   cur_ = &b;
   memo_ = &local;
+  ++with_depth_;
   f();
+  --with_depth_;
   cur_ = saved;
   memo_ = saved_memo;
 }
@@ -357,10 +361,146 @@ void LoweringContext::dims_loop(Kernel& k, int v, const std::vector<size_t>& dim
   k.body.push_back(thread_for("ft_e", "0", count, loop));
 }
 
-void LoweringContext::region_loop(Kernel& k, int v, const IndexFn& body) {
+void LoweringContext::region_loop(Kernel& k, int v, const IndexFn& body, bool vectorize) {
   std::vector<size_t> all(region.at(v).n.size());
   for (size_t d = 0; d < all.size(); ++d) all[d] = d;
-  dims_loop(k, v, all, buffer.count(v) ? std::max<int64_t>(1, capacity[v]) : 0, body);
+  const int64_t cap = buffer.count(v) ? std::max<int64_t>(1, capacity[v]) : 0;
+  if (vectorize && vector_loop(k, v, cap, body)) return;
+  dims_loop(k, v, all, cap, body);
+}
+
+namespace {
+
+// Whether an index expression names a value local (vN): one emitted inside the loop body, which a
+// load hoisted before the body's elements cannot name.
+bool names_value_local(const std::string& text) {
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != 'v' || (i > 0 && (std::isalnum(static_cast<unsigned char>(text[i - 1])) || text[i - 1] == '_'))) continue;
+    size_t j = i + 1;
+    while (j < text.size() && std::isdigit(static_cast<unsigned char>(text[j]))) ++j;
+    if (j > i + 1 && (j == text.size() || !(std::isalnum(static_cast<unsigned char>(text[j])) || text[j] == '_'))) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool LoweringContext::vector_loop(Kernel& k, int v, int64_t cap, const IndexFn& body) {
+  const Value& val = g.value(v);
+  const DType dt = val.dtype;
+  if (!out_param.count(v) || val.shape.empty() || (dt != DType::kF32 && dt != DType::kF16 && dt != DType::kBF16)) return false;
+  const int lanes = vector_lanes(dt);
+  const Region& r = region.at(v);
+  const size_t inner = r.n.size() - 1;
+  // Rows of whole vectors, and a first tile with at least one whole vector along the axis.
+  if (val.shape.back() % lanes != 0 || numeric_regions(0).at(v).back().size() < lanes) return false;
+  const std::string n_inner = r.n[inner], q = "ft_o" + std::to_string(inner);
+  const std::string vectors = "((" + n_inner + " + " + lit(lanes - 1) + ") / " + lit(lanes) + ")";
+  const auto lane_index = [&](const std::string& j) { return "(" + q + " + " + j + ")"; };
+  std::vector<std::string> extents;
+  Block loop = fresh_block([&] {
+    std::vector<std::string> o(r.n.size());
+    std::string stride = vectors;
+    for (size_t d = inner; d-- > 0;) {
+      o[d] = "ft_o" + std::to_string(d);
+      cur_->push_back(let(kIndexType, o[d], r.lo[d] + " + (ft_e / " + stride + ") % " + r.n[d]));
+      stride = "(" + stride + " * " + r.n[d] + ")";
+      extents.push_back(r.n[d]);
+    }
+    cur_->push_back(let(kIndexType, "ft_q", "(ft_e % " + vectors + ") * " + lit(lanes)));
+    cur_->push_back(let(kIndexType, q, r.lo[inner] + " + ft_q"));
+    o[inner] = q;
+    // Where the vector's elements lie in the region's row-major order (the buffer's clamp).
+    if (cap > 0) cur_->push_back(let(kIndexType, "ft_f", "(ft_e / " + vectors + ") * " + n_inner + " + ft_q"));
+    // The group inputs the body reads along the innermost axis, found by emitting it once aside.
+    std::vector<std::pair<int, std::vector<std::string>>> loads;
+    {
+      Block aside;
+      recording_ = &loads;
+      record_depth_ = with_depth_ + 1;
+      with_block(aside, [&] { body(o); });
+      recording_ = nullptr;
+    }
+    struct VectorRead {
+      int u;
+      std::vector<std::string> idx;
+      std::string at, local;
+    };
+    std::vector<VectorRead> reads;
+    for (const auto& [u, idx] : loads) {
+      const DType ut = g.value(u).dtype;
+      bool along = !idx.empty() && idx.back() == q && dtype_size(ut) == dtype_size(dt) &&
+                   (ut == DType::kF32 || ut == DType::kF16 || ut == DType::kBF16) && g.value(u).shape.back() % lanes == 0;
+      for (size_t d = 0; along && d < idx.size(); ++d) {
+        along = !names_value_local(idx[d]) && (d + 1 == idx.size() || idx[d].find(q) == std::string::npos);
+      }
+      const bool seen = std::any_of(reads.begin(), reads.end(), [&](const VectorRead& x) { return x.u == u && x.idx == idx; });
+      if (!along || seen) continue;
+      const std::string id = std::to_string(reads.size());
+      reads.push_back({u, idx, "ft_a" + id, "ft_x" + id});
+      cur_->push_back(let(kIndexType, reads.back().at, flat(g.value(u).shape, idx)));
+    }
+    cur_->push_back(let(kIndexType, "ft_ao", flat(val.shape, o)));
+    const std::string mask = lit(lanes - 1);
+    std::string whole = "ft_q + " + lit(lanes) + " <= " + n_inner + " && (ft_ao & " + mask + ") == 0";
+    if (cap > 0) whole += " && ft_f + " + lit(lanes) + " <= " + lit(cap);
+    for (const VectorRead& x : reads) whole += " && (" + x.at + " & " + mask + ") == 0";
+    const char* const components[] = {".x", ".y", ".z", ".w"};
+    const auto element = [&](const std::string& local, DType t, int j) {
+      return local + (t == DType::kF32 ? std::string(components[j]) : ".v[" + std::to_string(j) + "]");
+    };
+    Block vector;
+    with_block(vector, [&] {
+      for (const VectorRead& x : reads) {
+        const DType ut = g.value(x.u).dtype;
+        cur_->push_back(vector_load(x.local, param.at(x.u), x.at, ut));
+        for (int j = 0; j < lanes; ++j) {
+          std::string key = std::to_string(x.u);
+          for (size_t d = 0; d + 1 < x.idx.size(); ++d) key += "|" + x.idx[d];
+          key += "|" + lane_index(lit(j));
+          const std::string name = "v" + std::to_string(next_local_++);
+          cur_->push_back(let(compute_ctype(ut), name, load_as_compute(ut, element(x.local, ut, j))));
+          (*memo_)[key] = name;
+        }
+      }
+      const std::string stored = dt == DType::kF32 ? "float" : "unsigned short";
+      std::string pack;
+      for (int j = 0; j < lanes; ++j) {
+        const std::string y = "ft_y" + std::to_string(j);
+        cur_->push_back(let(stored, y, dt == DType::kF32 ? "0.0f" : "0"));
+        pack += (j ? ", " : "") + y;
+      }
+      for (int j = 0; j < lanes; ++j) {
+        std::vector<std::string> oj = o;
+        oj[inner] = lane_index(lit(j));
+        Block scope;
+        vector_value_ = v;
+        vector_lane_ = "ft_y" + std::to_string(j);
+        with_block(scope, [&] { body(oj); });
+        vector_value_ = -1;
+        cur_->push_back(if_then("1", scope));  // a scope of its own: bodies may name their locals
+      }
+      cur_->push_back(let(vector_ctype(dt), "ft_w", "ft_pack_" + vector_ctype(dt) + "(" + pack + ")"));
+      cur_->push_back(vector_store(out_param.at(v), "ft_ao", "ft_w", dt));
+    });
+    Block element_wise;
+    {
+      std::vector<std::string> oj = o;
+      oj[inner] = lane_index("ft_j");
+      Block one;
+      with_block(one, [&] { body(oj); });
+      std::string inside = "ft_q + ft_j < " + n_inner;
+      if (cap > 0) inside += " && ft_f + ft_j < " + lit(cap);
+      element_wise.push_back(serial_for("ft_j", "0", lit(lanes), {if_then(inside, one)}));
+    }
+    cur_->push_back(if_then(whole, vector, element_wise));
+  });
+  std::reverse(extents.begin(), extents.end());
+  extents.push_back(vectors);
+  std::string count = product(extents);
+  if (cap > 0) count = "ft_min(" + count + ", " + lit(cap) + ")";
+  k.body.push_back(thread_for("ft_e", "0", count, loop));
+  return true;
 }
 
 void LoweringContext::reduction_loops(const TensorExpr& e, const std::vector<std::string>& o, const IndexFn& body) {
@@ -388,7 +528,11 @@ void LoweringContext::store_value(int v, const std::vector<std::string>& o, cons
     cur_->push_back(store(b->second, off, x));
   }
   if (auto p = out_param.find(v); p != out_param.end()) {
-    cur_->push_back(store(p->second, flat(g.value(v).shape, o), store_from_compute(g.value(v).dtype, x)));
+    if (v == vector_value_) {  // vector_loop writes the vector
+      cur_->push_back(assign(vector_lane_, store_from_compute(g.value(v).dtype, x)));
+    } else {
+      cur_->push_back(store(p->second, flat(g.value(v).shape, o), store_from_compute(g.value(v).dtype, x)));
+    }
   }
 }
 

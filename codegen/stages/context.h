@@ -113,8 +113,16 @@ class LoweringContext {
   // A thread-distributed loop over the axes `dims` of value v's region (other axes of the index
   // are "0LL"), at most `capacity` iterations (0: no clamp); calls body(o) with the index inside.
   void dims_loop(Kernel& k, int v, const std::vector<size_t>& dims, int64_t cap, const IndexFn& body);
-  // The element loop over value v's whole region (clamped to its buffer, if it has one).
-  void region_loop(Kernel& k, int v, const IndexFn& body);
+  // The element loop over value v's whole region (clamped to its buffer, if it has one). With
+  // `vectorize`, for a float32, float16 or bfloat16 value exported to an output whose rows are
+  // whole 16-byte units: each iteration takes the 16 bytes of V consecutive elements along the
+  // innermost axis (V = 4 or 8). Where all V lie inside the region and every address is 16-byte
+  // aligned (checked at run time), the group inputs read along that axis (a load whose innermost
+  // index is the innermost coordinate, and no other index is) are read as one vector each, body
+  // runs once per element in its own scope, and the output is written as one vector; elsewhere
+  // (a tail, an unaligned row) each element runs as in the scalar loop. The body must store v
+  // through store_value and declare nothing but locals.
+  void region_loop(Kernel& k, int v, const IndexFn& body, bool vectorize = false);
   // Nested serial loops over e's reduction variables; body(vars) with vars = o then reductions.
   void reduction_loops(const planner::TensorExpr& e, const std::vector<std::string>& o, const IndexFn& body);
   // Element o of value v computed as x: to its shared buffer and, when exported, its parameter.
@@ -123,6 +131,8 @@ class LoweringContext {
  private:
   std::string var(int v, const char* what, size_t d) const;
   void emit_extents(Kernel& k, int v);
+  // region_loop's vector form; false (nothing emitted) where it does not apply.
+  bool vector_loop(Kernel& k, int v, int64_t cap, const IndexFn& body);
 
   int64_t tiles_ = 1;
   std::vector<int64_t> ntiles_;
@@ -130,6 +140,15 @@ class LoweringContext {
   Block* cur_ = nullptr;
   std::map<std::string, std::string>* memo_ = nullptr;
   int next_local_ = 0;
+  int with_depth_ = 0;  // with_block nesting
+  // While vector_loop looks for its loads: the group-input loads value() emits unconditionally
+  // (at with_block depth record_depth_), as (value, index).
+  std::vector<std::pair<int, std::vector<std::string>>>* recording_ = nullptr;
+  int record_depth_ = 0;
+  // While vector_loop emits its vector path: the value whose output store_value gathers, and the
+  // local that receives the current element.
+  int vector_value_ = -1;
+  std::string vector_lane_;
 };
 
 // One anchor's stage: computes the anchor's value over its region, into its shared buffer (where

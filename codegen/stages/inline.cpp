@@ -83,7 +83,7 @@ void element_stage(LoweringContext& cx, Kernel& k, int v) {
   k.body.push_back(comment("write " + cx.g.value(v).name));
   cx.region_loop(k, v, [&](const std::vector<std::string>& o) {
     cx.store_value(v, o, inline_node(cx, cx.g.nodes()[static_cast<size_t>(cx.producer.at(v))], o));
-  });
+  }, true);
 }
 
 }  // namespace fusetune::codegen::stages

@@ -1,9 +1,11 @@
 #include "codegen/stages/mma_matmul.h"
 
 #include <algorithm>
+#include <set>
 
 #include "codegen/scalar_ops.h"
 #include "codegen/stages/matmul.h"
+#include "planner/tiling.h"
 
 namespace fusetune::codegen::stages {
 
@@ -23,6 +25,8 @@ struct MmaPlan : StagedProduct {
   std::string a, b;               // shared operand slices
   int64_t warps_n = 0, fm = 0, fn = 0, rows_a = 0, cols_b = 0, pitch_a = 0, pitch_b = 0;
   std::string frag_c, frag_a, frag_b;
+  planner::MmaStaging staging;     // cp.async operands and the ring's stages
+  int64_t slot_a = 0, slot_b = 0;  // elements of one stage's slice
 };
 
 class MmaMatMulStage : public AnchorStage {
@@ -31,6 +35,17 @@ class MmaMatMulStage : public AnchorStage {
       : cx_(cx), n_(node) {
     MmaPlan& st = st_;
     static_cast<StagedProduct&>(st) = staged_product(cx, node, me);
+    std::set<int> produced;
+    for (const auto& [v, producer] : cx.producer) produced.insert(v);
+    st.staging = planner::mma_staging(cx.g, node, produced);
+    // A copied operand is read along its innermost axis: A's by the reduction variable, B's by the
+    // output's columns (MatMul's maps; checked, since the chunks rely on it).
+    const TensorExpr& e = cx.exprs.at(static_cast<int>(&node - cx.g.nodes().data()));
+    const auto along = [](const planner::Access& a, size_t var) {
+      return !a.guarded && !a.index.empty() && a.index.back().is_var(static_cast<int>(var));
+    };
+    st.staging.async_a = st.staging.async_a && along(e.accesses[0], e.out_shape.size());
+    st.staging.async_b = st.staging.async_b && along(e.accesses[1], st.n_axis);
     layout(k, me[st.m_axis], me[st.n_axis], cx.g.value(node.inputs[0]).dtype, node.outputs[0]);
     allocate_root_accumulators(cx, k, st, max_elems);
   }
@@ -68,8 +83,10 @@ class MmaMatMulStage : public AnchorStage {
     st.pitch_a = padded(st.step);
     st.pitch_b = padded(st.cols_b);
     const std::string id = std::to_string(v);
-    st.a = k.add_shared("sa" + id, dtype, st.rows_a * st.pitch_a);
-    st.b = k.add_shared("sb" + id, dtype, st.step * st.pitch_b);
+    st.slot_a = st.rows_a * st.pitch_a;
+    st.slot_b = st.step * st.pitch_b;
+    st.a = k.add_shared("sa" + id, dtype, st.staging.stages * st.slot_a);
+    st.b = k.add_shared("sb" + id, dtype, st.staging.stages * st.slot_b);
     st.frag_c = "fc" + id;
     st.frag_a = "fa" + id;
     st.frag_b = "fb" + id;
@@ -83,68 +100,116 @@ class MmaMatMulStage : public AnchorStage {
   MmaPlan st_;
 };
 
-// Per reduction step, both operand slices are staged in shared memory as 16-bit values, zero
-// outside the region's rows and columns and beyond K (so padding contributes nothing); then for
-// every 16 of the step each warp loads its A fragments (ldmatrix.x4 of 16x16 row-major tiles) and B
-// fragments (ldmatrix.x4.trans for two n8 fragments, .x2.trans for a last odd one) and issues
-// fm x fn mma into its f32 accumulator fragments. After the last step each lane writes its
-// accumulator elements that lie inside the region to the shared accumulator buffer, where the
-// epilogue reads them as in the scalar path.
+// The operand slices of each reduction step go to a ring of `stages` slots in shared memory as
+// 16-bit values, zero outside the region's rows and columns and beyond K (so padding contributes
+// nothing). A prologue stages the first stages - 1 steps; then step ks waits for its slot (the
+// thread's cp.async groups but the newest stages - 2; a barrier makes every thread's copies and
+// stores visible), stages step ks + stages - 1 into the slot step ks - 1 used (every thread has
+// passed the barrier, so no one still reads it) and, while those copies fly, multiplies its own
+// slot: for every 16 of the step each warp loads its A fragments (ldmatrix.x4 of 16x16 row-major
+// tiles) and B fragments (ldmatrix.x4.trans for two n8 fragments, .x2.trans for a last odd one)
+// and issues fm x fn mma into its f32 accumulator fragments. One barrier per step. An operand
+// copied asynchronously moves in 16-byte cp.async chunks (8 elements along its rows; a chunk
+// beyond the region zero-filled, one whose address is not 16-byte aligned copied element by
+// element); another is computed element by element and stored. After the last step each lane
+// writes its accumulator elements that lie inside the region to the shared accumulator buffer,
+// where the epilogue reads them as in the scalar path.
 void MmaMatMulStage::emit(Kernel& k) {
   const Node& n = n_;
   const TensorExpr& e = cx_.exprs.at(static_cast<int>(&n - cx_.g.nodes().data()));
-  const int v = n.outputs[0];
   const MmaPlan& st = st_;
-  const Region& r = cx_.region.at(v);
+  const Region& r = cx_.region.at(st.v);
   const std::string nm = r.n[st.m_axis], nn = r.n[st.n_axis];
   const std::string step = lit(st.step);
+  const int stages = st.staging.stages;
+  const int64_t steps = (st.k + st.step - 1) / st.step;
+  const bool any_async = st.staging.async_a || st.staging.async_b;
   k.body.push_back(serial_for("ft_i", "0", lit(st.fm * st.fn * 4), {assign(st.frag_c + "[ft_i]", "0.0f")}));
   const std::string warp = "(ft_thread / " + lit(kWarpSize) + ")";
   const std::string lane = "(ft_thread % " + lit(kWarpSize) + ")";
   const std::string wm0 = "(" + warp + " / " + lit(st.warps_n) + " * " + lit(st.fm * 16) + ")";
   const std::string wn0 = "(" + warp + " % " + lit(st.warps_n) + " * " + lit(st.fn * 8) + ")";
-  Block steps;
-  // One operand slice, rows x cols (A: rows_a x step, B: step x cols_b), element by element.
-  auto stage = [&](bool is_a) {
+  // One operand slice of step `ks` into ring slot `slot` (A: rows_a x step, B: step x cols_b).
+  auto stage = [&](bool is_a, const std::string& ks, const std::string& slot) {
     const int64_t rows = is_a ? st.rows_a : st.step, cols = is_a ? st.step : st.cols_b;
+    const int64_t pitch = is_a ? st.pitch_a : st.pitch_b;
+    const std::string buf = is_a ? st.a : st.b;
+    const std::string base = "(" + slot + ") * " + lit(is_a ? st.slot_a : st.slot_b);
     const int u = n.inputs[is_a ? 0 : 1];
+    const planner::Access& access = e.accesses[is_a ? 0 : 1];
+    const auto operand_index = [&](const std::string& row, const std::string& col) {
+      const std::string m = is_a ? "(" + r.lo[st.m_axis] + " + " + row + ")" : r.lo[st.m_axis];
+      const std::string column = is_a ? r.lo[st.n_axis] : "(" + r.lo[st.n_axis] + " + " + col + ")";
+      return cx_.index_of(access, product_vars(cx_, st, m, column, "ft_k"));
+    };
+    if (is_a ? st.staging.async_a : st.staging.async_b) {
+      const std::string p = cx_.param.at(u);
+      const int64_t chunks = cols / 8;
+      Block loop = cx_.fresh_block([&] {
+        Block& b = cx_.cur();
+        b.push_back(let(kIndexType, "ft_r", "ft_e / " + lit(chunks)));
+        b.push_back(let(kIndexType, "ft_c", "ft_e % " + lit(chunks) + " * 8"));
+        b.push_back(let(kIndexType, "ft_k", ks + " * " + step + " + " + (is_a ? "ft_c" : "ft_r")));
+        b.push_back(let(kIndexType, "ft_at", flat(cx_.g.value(u).shape, operand_index("ft_r", "ft_c"))));
+        // Elements of the chunk inside the region and K (A: K is a multiple of 8, so all or none).
+        b.push_back(let(kIndexType, "ft_v", is_a ? "(ft_r < " + nm + " && ft_k < " + lit(st.k) + " ? 8 : 0)"
+                                                 : "(ft_k < " + lit(st.k) + " ? ft_max(0, ft_min(8, " + nn + " - ft_c)) : 0)"));
+        b.push_back(let(kIndexType, "ft_s", base + " + ft_r * " + lit(pitch) + " + ft_c"));
+        Block elements;
+        for (int i = 0; i < 8; ++i) {
+          elements.push_back(store(buf, "ft_s + " + lit(i), "(" + lit(i) + " < ft_v ? " + p + "[ft_at + " + lit(i) + "] : 0)"));
+        }
+        b.push_back(if_then("ft_v == 0 || (ft_at & 7) == 0",
+                            {copy_async(buf, "ft_s", p, "(ft_v == 0 ? 0 : ft_at)", "ft_v * 2")}, elements));
+      });
+      return thread_for("ft_e", "0", lit(rows * chunks), loop);
+    }
     Block loop = cx_.fresh_block([&] {
       cx_.cur().push_back(let(kIndexType, "ft_r", "ft_e / " + lit(cols)));
       cx_.cur().push_back(let(kIndexType, "ft_c", "ft_e % " + lit(cols)));
-      cx_.cur().push_back(let(kIndexType, "ft_k", "ft_ks * " + step + " + " + (is_a ? "ft_c" : "ft_r")));
-      const std::string m = is_a ? "(" + r.lo[st.m_axis] + " + ft_r)" : r.lo[st.m_axis];
-      const std::string col = is_a ? r.lo[st.n_axis] : "(" + r.lo[st.n_axis] + " + ft_c)";
-      const auto idx = cx_.index_of(e.accesses[is_a ? 0 : 1], product_vars(cx_, st, m, col, "ft_k"));
+      cx_.cur().push_back(let(kIndexType, "ft_k", ks + " * " + step + " + " + (is_a ? "ft_c" : "ft_r")));
+      const auto idx = operand_index("ft_r", "ft_c");
       cx_.cur().push_back(let("float", "ft_x", "0.0f"));
       Block inside;
       cx_.with_block(inside, [&] { cx_.cur().push_back(assign("ft_x", cx_.value(u, idx))); });
       cx_.cur().push_back(if_then("ft_k < " + lit(st.k) + " && " + (is_a ? "ft_r < " + nm : "ft_c < " + nn), inside));
-      cx_.cur().push_back(store(is_a ? st.a : st.b, "ft_r * " + lit(is_a ? st.pitch_a : st.pitch_b) + " + ft_c",
-                                store_from_compute(st.mma, "ft_x")));
+      cx_.cur().push_back(store(buf, base + " + ft_r * " + lit(pitch) + " + ft_c", store_from_compute(st.mma, "ft_x")));
     });
-    steps.push_back(thread_for("ft_e", "0", lit(rows * cols), loop));
+    return thread_for("ft_e", "0", lit(rows * cols), loop);
   };
-  stage(true);
-  stage(false);
-  steps.push_back(barrier());
+  // Prologue: steps 0 .. ahead - 1 into their slots, one cp.async group each.
+  const int64_t ahead = std::min<int64_t>(stages - 1, steps);
+  Block prologue = {stage(true, "ft_ks", "ft_ks"), stage(false, "ft_ks", "ft_ks")};
+  if (any_async) prologue.push_back(copy_async_commit());
+  k.body.push_back(uniform_for("ft_ks", "0", lit(ahead), prologue));
+  Block body;
+  if (any_async) body.push_back(copy_async_wait(static_cast<int>(ahead - 1)));  // step ft_ks's group has landed
+  body.push_back(barrier());
+  const std::string next = "(ft_ks + " + lit(stages - 1) + ")";
+  if (steps > ahead) {
+    body.push_back(if_then(next + " < " + lit(steps), {stage(true, next, next + " % " + lit(stages)),
+                                                        stage(false, next, next + " % " + lit(stages))}));
+  }
+  if (any_async) body.push_back(copy_async_commit());  // possibly empty: one group per step keeps the count
+  const std::string slot = "(ft_ks % " + lit(stages) + ")";
   Block slice;  // k in [ft_ks * step + ft_kq * 16, + 16)
   for (int64_t i = 0; i < st.fm; ++i) {
     slice.push_back(ldmatrix(st.frag_a, i * 4, 4, false, st.a,
-                             "(" + wm0 + " + " + lit(i * 16) + " + " + lane + " % 16) * " + lit(st.pitch_a) +
-                                 " + ft_kq * 16 + " + lane + " / 16 * 8"));
+                             slot + " * " + lit(st.slot_a) + " + (" + wm0 + " + " + lit(i * 16) + " + " + lane + " % 16) * " +
+                                 lit(st.pitch_a) + " + ft_kq * 16 + " + lane + " / 16 * 8"));
   }
   for (int64_t j = 0; j < st.fn; j += 2) {
     const bool pair = j + 1 < st.fn;
     slice.push_back(ldmatrix(st.frag_b, j * 2, pair ? 4 : 2, true, st.b,
-                             "(ft_kq * 16 + " + lane + " % 16) * " + lit(st.pitch_b) + " + " + wn0 + " + " + lit(j * 8) +
-                                 (pair ? " + " + lane + " / 16 * 8" : "")));
+                             slot + " * " + lit(st.slot_b) + " + (ft_kq * 16 + " + lane + " % 16) * " + lit(st.pitch_b) +
+                                 " + " + wn0 + " + " + lit(j * 8) + (pair ? " + " + lane + " / 16 * 8" : "")));
   }
   for (int64_t i = 0; i < st.fm; ++i) {
     for (int64_t j = 0; j < st.fn; ++j) slice.push_back(mma(st.frag_c, (i * st.fn + j) * 4, st.frag_a, i * 4, st.frag_b, j * 2, st.mma));
   }
-  steps.push_back(uniform_for("ft_kq", "0", lit(st.step / 16), slice));
-  steps.push_back(barrier());
-  k.body.push_back(uniform_for("ft_ks", "0", lit((st.k + st.step - 1) / st.step), steps));
+  body.push_back(uniform_for("ft_kq", "0", lit(st.step / 16), slice));
+  k.body.push_back(uniform_for("ft_ks", "0", lit(steps), body));
+  k.body.push_back(barrier());  // the last slot's reads before what follows writes shared memory
   // Accumulator fragments to the shared accumulator buffer (c_i at row g + 8 * (i / 2), column
   // 2t + i % 2 of its fragment).
   const std::string acc = product_accumulators(cx_, st);

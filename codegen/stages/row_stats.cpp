@@ -180,7 +180,7 @@ class RowStatsStage : public AnchorStage {
         if (e.accesses.size() > 3) y = "(" + y + " + " + cx_.value(n.inputs[2], cx_.index_of(e.accesses[3], o)) + ")";
       }
       cx_.store_value(v, o, y);
-    });
+    }, true);
   }
 
  private:

@@ -7,6 +7,8 @@
 //  - No 64-bit division or remainder (div/rem.s64/u64, a called routine of ~70 instructions):
 //    index arithmetic is 32-bit where proven (codegen/index_width.h) and extents the same in every
 //    block are literals (codegen/uniform_constants.h), which the compiler strength-reduces.
+//  - A kernel on tensor cores (mma.sync, sm_80+) stages its operands with cp.async and waits for
+//    them with cp.async.wait_group (codegen/stages/mma_matmul.h).
 // What is still to be fixed (docs/performance.md) is counted and printed, not judged: 32-bit
 // divisions by run-time values (partial tiles' extents), 16-bit scalar global loads against
 // 128-bit ones.
@@ -67,6 +69,28 @@ TEST_P(PtxHabits, SixteenBitFloatsAreConvertedNatively) {
   EXPECT_GT(widen, 0u) << "no native float16 widening in the plan of " << model;
   EXPECT_GT(narrow, 0u) << "no native narrowing to 16 bits in the plan of " << model;
   EXPECT_EQ(software, 0u) << "the software float16 conversion's constants are back in the plan of " << model;
+}
+
+// LLaMA's plan puts an RMSNorm+MatMul group on tensor cores (its weights streamed by cp.async).
+TEST_P(PtxHabits, TensorCoreKernelsStageWithCpAsync) {
+  if (!backend::nvrtc_available()) GTEST_SKIP() << "NVRTC not available: no PTX to read";
+  const std::string model = GetParam();
+  const Ptx ptx = plan_ptx(model);
+  size_t on_tensor_cores = 0;
+  for (size_t at = ptx.text.find(".entry "); at != std::string::npos;) {
+    const size_t next = ptx.text.find(".entry ", at + 1);
+    const Ptx kernel{ptx.text.substr(at, next == std::string::npos ? std::string::npos : next - at)};
+    const std::string name = kernel.text.substr(7, kernel.text.find('(') - 7);
+    at = next;
+    if (kernel.count(R"(\bmma\.sync\.)") == 0) continue;
+    ++on_tensor_cores;
+    EXPECT_GT(kernel.count(R"(\bcp\.async\.cg\.shared\.global\b)"), 0u) << model << " kernel " << name << ": mma without cp.async";
+    EXPECT_GT(kernel.count(R"(\bcp\.async\.wait_group\b)"), 0u) << model << " kernel " << name;
+  }
+  std::printf("%s: %zu kernels on tensor cores\n", model.c_str(), on_tensor_cores);
+  if (model == "llama_fp16") {
+    EXPECT_GT(on_tensor_cores, 0u) << "the plan of llama_fp16 no longer uses tensor cores";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, PtxHabits, ::testing::Values("distilbert_fp16", "gpt2_fp16", "llama_fp16"));

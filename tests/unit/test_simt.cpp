@@ -4,6 +4,7 @@
 // a GPU would for accesses whose coalescing and bank conflicts are known in advance.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <numeric>
@@ -52,6 +53,13 @@ std::string all(const simt::LaunchResult& r) {
   std::string s;
   for (const std::string& f : r.findings) s += f + "\n";
   return s;
+}
+
+// The line of the module text (intrinsics and prelude included) holding `what` in `kernels`.
+int simt_line_of(const std::string& kernels, const std::string& what) {
+  const std::string text = cuda(kernels);
+  const size_t at = text.find(what);
+  return at == std::string::npos ? -1 : static_cast<int>(std::count(text.begin(), text.begin() + static_cast<long>(at), '\n')) + 1;
 }
 
 void compiles_for_the_gpu(const std::string& text) {
@@ -274,6 +282,83 @@ TEST(SimtInitcheck, AReadOfSharedMemoryNobodyWroteInThisLaunch) {
   EXPECT_NE(all(bad.result).find("(64 times)"), std::string::npos) << all(bad.result);
   // Block 1 runs after block 0 on the same memory: what block 0 wrote does not count for block 1.
   EXPECT_EQ(with("0").result.finding_count, 0u);
+}
+
+// ---- asynchronous copies ---------------------------------------------------------------------
+
+// Threads 0..7 each copy 8 halves x[8t ..] into s[8t ..] by cp.async (thread 7 reads 6 bytes: 3
+// halves, the other 5 zero-filled) in group 1, and thread 0 copies x[64 ..] into s[64 ..] in a
+// second group; then every thread writes out[t] = s[(t + 8) % 72], another thread's copy.
+// SYNC is what stands between the copies and the reads.
+std::string copies(const std::string& sync) {
+  std::string text = R"(extern "C" __global__ void __launch_bounds__(72) k(FT_GLOBAL(const unsigned short) x, FT_GLOBAL(unsigned short) out) {
+  FT_SHARED_MEMORY;
+  FT_SHARED(unsigned short, s, 0, 72);
+  const int t = threadIdx.x;
+  if (t < 8) ft_cp_async16(s, 8 * t, x, 8 * t, t == 7 ? 6 : 16);
+  ft_cp_async_commit();
+  if (t == 0) ft_cp_async16(s, 64, x, 64, 16);
+  ft_cp_async_commit();
+SYNC
+  out[t] = s[(t + 8) % 72];
+}
+)";
+  text.replace(text.find("SYNC"), 4, sync);
+  return text;
+}
+
+struct Ran16 {
+  simt::LaunchResult result;
+  std::vector<uint16_t> out;
+};
+
+Ran16 run16(const std::string& text) {
+  simt::Module m(cuda(text));
+  std::vector<uint16_t> x(72 + 8), out(72 + 8, 0xffff);  // 16-byte aligned: the vector's allocation
+  std::iota(x.begin(), x.end(), uint16_t{1});
+  Ran16 r;
+  r.result = simt::launch(m.kernel("k"), {x.data(), out.data()}, {72 * 2, 72 * 2}, {1, 72, 160}, {});
+  r.out.assign(out.begin(), out.begin() + 72);
+  return r;
+}
+
+TEST(SimtAsyncCopy, CopiesLandAtTheirWaitWithZeroFillAndOrderedByABarrier) {
+  const Ran16 good = run16(copies("  ft_cp_async_wait(0);\n  __syncthreads();"));
+  EXPECT_EQ(good.result.finding_count, 0u) << all(good.result);
+  for (int t = 0; t < 72; ++t) {
+    const int i = (t + 8) % 72;  // s[i] = x[i] = i + 1, but for thread 7's zero-filled tail
+    EXPECT_EQ(good.out[static_cast<size_t>(t)], i >= 59 && i < 64 ? 0 : i + 1) << "out[" << t << "]";
+  }
+  // 9 copies: each reads its bytes from global (one 16-byte request per warp for the first
+  // group's 8 lanes) and writes 16 bytes of shared memory.
+  compiles_for_the_gpu(copies("  ft_cp_async_wait(0);\n  __syncthreads();"));
+}
+
+TEST(SimtAsyncCopy, AMissingWaitOrBarrierIsReported) {
+  // No wait: the reads find the copies in flight, and the copies are never waited for.
+  const Ran16 no_wait = run16(copies("  __syncthreads();"));
+  EXPECT_NE(all(no_wait.result).find("racecheck: kernel k: access of shared memory a cp.async is still copying into on shared 's'"),
+            std::string::npos)
+      << all(no_wait.result);
+  EXPECT_NE(all(no_wait.result).find("synccheck: kernel k: cp.async copies never waited for"), std::string::npos)
+      << all(no_wait.result);
+  // A wait that leaves the newest group in flight: s[64 ..] (thread 0's second group) is still
+  // being copied when threads 56 .. 63 read it.
+  const Ran16 one_left = run16(copies("  ft_cp_async_wait(1);\n  __syncthreads();"));
+  EXPECT_NE(all(one_left.result).find("a cp.async is still copying into on shared 's' element 64"), std::string::npos)
+      << all(one_left.result);
+  // The wait without a barrier: another thread's copy is read before or after it lands, in the
+  // same barrier interval; whichever comes first, it is a finding.
+  const Ran16 no_barrier = run16(copies("  ft_cp_async_wait(0);"));
+  EXPECT_NE(all(no_barrier.result).find("racecheck: kernel k: read-after-write hazard on shared 's'"), std::string::npos)
+      << all(no_barrier.result);
+  // The same, with the wait skipped as the mutation test does.
+  simt::Module m(cuda(copies("  ft_cp_async_wait(0);\n  __syncthreads();")));
+  std::vector<uint16_t> x(80), out(80);
+  simt::Options skip;
+  skip.skip_waits = {simt_line_of(copies("  ft_cp_async_wait(0);\n  __syncthreads();"), "ft_cp_async_wait(0);")};
+  const simt::LaunchResult r = simt::launch(m.kernel("k"), {x.data(), out.data()}, {144, 144}, {1, 72, 160}, skip);
+  EXPECT_NE(all(r).find("cp.async copies never waited for"), std::string::npos) << all(r);
 }
 
 // ---- counters --------------------------------------------------------------------------------

@@ -9,6 +9,7 @@
 // spill. The planner offers mma candidates only where they apply.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <functional>
@@ -266,13 +267,26 @@ TEST(TensorCoreMatMul, BrokenKernelsFailVerification) {
   fg.outputs = {g.nodes()[0].outputs[0]};
   const LoweredKernel good = lower_group(g, fg, TileConfig{{32, 16}, 16, 64, 1, true}, "mm");
   // Flips every ldmatrix's .trans (B then arrives transposed, A transposed per 8x8 quadrant); cuts
-  // the reduction-step loop short (the last 8 of K are never summed).
+  // the reduction-step loop short (the last 8 of K are never summed); and breaks the cp.async
+  // pipeline: no wait for the copies, a wait that leaves the step's own group in flight, no
+  // barrier between a thread's wait and the other threads' reads of its copies. The pipeline's
+  // breakages must be findings of the checks, not merely wrong numbers (on a GPU they are races
+  // that may or may not show).
   const std::function<void(Block&, int)> mutate = [&](Block& b, int how) {
+    Block kept;
     for (Stmt& s : b) {
       if (how == 0 && s.kind == Stmt::Kind::kLdmatrix) s.trans = !s.trans;
-      if (how == 1 && s.kind == Stmt::Kind::kUniformFor && s.name == "ft_ks") s.b = "2LL";
+      if (how == 1 && s.kind == Stmt::Kind::kUniformFor && s.name == "ft_ks" && s.b != "1") s.b = "2";
+      if (how == 2 && s.kind == Stmt::Kind::kCopyAsyncWait) continue;
+      if (how == 3 && s.kind == Stmt::Kind::kCopyAsyncWait) s.groups += 1;
+      if (how == 4 && s.kind == Stmt::Kind::kUniformFor && s.name == "ft_ks") {
+        s.body.erase(std::remove_if(s.body.begin(), s.body.end(), [](const Stmt& x) { return x.kind == Stmt::Kind::kBarrier; }),
+                     s.body.end());
+      }
       mutate(s.body, how);
+      kept.push_back(std::move(s));
     }
+    b = std::move(kept);
   };
   auto backend = backend::make_host_backend();
   std::mt19937 rng(5);
@@ -280,13 +294,21 @@ TEST(TensorCoreMatMul, BrokenKernelsFailVerification) {
     auto module = backend->load({good.kernel});
     EXPECT_TRUE(backend::verify_kernel(g, fg, good, *backend, *module, rng).ok);
   }
-  for (int how : {0, 1}) {
+  for (int how : {0, 1, 2, 3, 4}) {
     LoweredKernel bad = good;
     mutate(bad.kernel.body, how);
     ASSERT_NE(to_text(bad.kernel), to_text(good.kernel));
     auto module = backend->load({bad.kernel});
     const backend::VerifyResult r = backend::verify_kernel(g, fg, bad, *backend, *module, rng);
     EXPECT_FALSE(r.ok) << "mutation " << how << " passed verification";
+    if (how >= 2) {
+      EXPECT_TRUE(r.check_failed) << "mutation " << how << ": " << r.detail;
+      // Without the barrier, what a thread reads first may be in flight, landed or not yet
+      // issued (a hazard or uninitialised memory), as the threads happen to run.
+      if (how != 4) {
+        EXPECT_NE(r.detail.find("cp.async is still copying"), std::string::npos) << r.detail;
+      }
+    }
   }
 }
 
@@ -301,8 +323,14 @@ TEST(TensorCoreMatMul, IrShowsFragmentsLdmatrixAndMma) {
     // 2 warps over a 32x24 tile: a 2x1 warp grid, each warp 1 x 3 fragments.
     const Kernel k = lower_group(g, fg, TileConfig{{32, 24}, 32, 64, 1, true}, "mm").kernel;
     const std::string ir = to_text(k), type(dtype_name(dtype));
-    EXPECT_NE(ir.find("shared sa2: " + type + "[1280] @0"), std::string::npos) << ir;   // 32 rows x (32 + 8)
-    EXPECT_NE(ir.find("shared sb2: " + type + "[768] @2560"), std::string::npos) << ir;  // 32 x 24 (3 units: odd)
+    // Both operands are inputs with rows of whole 16-byte units: a ring of 3 slots, copied by cp.async.
+    EXPECT_NE(ir.find("shared sa2: " + type + "[3840] @0"), std::string::npos) << ir;   // 3 x 32 rows x (32 + 8)
+    EXPECT_NE(ir.find("shared sb2: " + type + "[2304] @7680"), std::string::npos) << ir;  // 3 x 32 x 24 (3 units: odd)
+    EXPECT_NE(ir.find("cp.async.16 sa2[ft_s ..] <- in0["), std::string::npos) << ir;
+    EXPECT_NE(ir.find("cp.async.16 sb2[ft_s ..] <- in1["), std::string::npos) << ir;
+    // K = 48 in steps of 32: both steps staged ahead, so each step waits for all but the newest group.
+    EXPECT_NE(ir.find("cp.async.wait_group 1"), std::string::npos) << ir;
+    EXPECT_NE(ir.find("cp.async.commit_group"), std::string::npos) << ir;
     EXPECT_NE(ir.find("thread-local fc2: float[12]"), std::string::npos) << ir;
     EXPECT_NE(ir.find("thread-local fa2: uint32[4]"), std::string::npos) << ir;
     EXPECT_NE(ir.find("thread-local fb2: uint32[6]"), std::string::npos) << ir;
@@ -315,6 +343,9 @@ TEST(TensorCoreMatMul, IrShowsFragmentsLdmatrixAndMma) {
     EXPECT_NE(cuda.find("mma.sync.aligned.m16n8k16.row.col.f32.\" TYPES \".f32"), std::string::npos);
     EXPECT_NE(cuda.find("\"" + ab + "\")"), std::string::npos);
     EXPECT_NE(cuda.find("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"), std::string::npos);
+    EXPECT_NE(cuda.find("cp.async.cg.shared.global [%0], [%1], 16, %2;"), std::string::npos);
+    EXPECT_NE(cuda.find("ft_cp_async16(sa2, ft_s, in0, (ft_v == 0 ? 0 : ft_at), ft_v * 2);"), std::string::npos);
+    EXPECT_NE(cuda.find("ft_cp_async_wait(1);"), std::string::npos);
     EXPECT_NE(cuda.find("unsigned int fa2[4];"), std::string::npos);
     EXPECT_NE(cuda.find("ft_mma_m16n8k16_" + std::string(dtype == DType::kBF16 ? "bf16" : "f16") +
                         "(fc2[8], fc2[9], fc2[10], fc2[11], fa2[0], fa2[1], fa2[2], fa2[3], fb2[4], fb2[5]);"),
