@@ -478,6 +478,51 @@ TEST(CodegenVector, QuadsReachTheSliceInConflictFreeVectorStores) {
   EXPECT_EQ(vector_stores, 2);  // the A slice and the B slice
 }
 
+// Element loops in 16-byte vectors: Relu(x * y + bias) over rows of W elements, for float32,
+// float16 and bfloat16, on tiles whose rows hold whole vectors, end in a partial one, or start
+// unaligned (12 elements: the second tile's row starts half-way through a vector), and on rows of
+// 22 (not whole 16-byte units: no vector loop at all). Every case matches the reference under the
+// executor's checks; where rows are whole vectors the IR reads x, y and the bias as vectors and
+// writes the output as one, and the host run makes 16-byte global loads and stores.
+TEST(CodegenVector, ElementLoopsMoveSixteenBytesWhereRowsAllow) {
+  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (int64_t w : {24, 22}) {
+      Graph g;
+      const int x = add_input(g, "x", dt, {3, 5, w}), y = add_input(g, "y", dt, {3, 5, w}), bias = add_input(g, "bias", dt, {w});
+      add_op(g, "Relu", {add_op(g, "Add", {add_op(g, "Mul", {x, y}), bias})});
+      const FusionGroup group = whole_graph_group(g);
+      const std::string label = std::string(dtype_name(dt)) + " rows of " + std::to_string(w);
+      for (const auto& [tile, threads] : std::vector<std::pair<std::vector<int64_t>, int>>{
+               {{1, 2, 16}, 32}, {{1, 1, 12}, 32}, {{2, 5, w}, 64}}) {
+        check_groups(g, {group}, [&](const FusionGroup&) { return TileConfig{tile, 0, threads, 1}; },
+                     label + ", tile " + std::to_string(tile[1]) + "x" + std::to_string(tile[2]));
+      }
+      const LoweredKernel lk = lower_group(g, group, TileConfig{{1, 2, 16}, 0, 32, 1}, "ew");
+      const std::string ir = to_text(lk.kernel), vec = vector_ctype(dt), lanes = std::to_string(vector_lanes(dt));
+      if (w == 22) {
+        EXPECT_EQ(ir.find(vec), std::string::npos) << label << "\n" << ir;
+        continue;
+      }
+      for (const char* in : {"in0", "in1", "in2"}) {
+        EXPECT_NE(ir.find("let " + vec + " ft_x"), std::string::npos) << label << "\n" << ir;
+        EXPECT_NE(ir.find(std::string(in) + "[ft_a"), std::string::npos) << label << ": " << in << " not read as a vector\n" << ir;
+      }
+      EXPECT_NE(ir.find(" .. +" + lanes + "] = " + vec + " ft_w"), std::string::npos) << label << "\n" << ir;
+      auto backend = backend::make_host_backend();
+      auto module = backend->load({lk.kernel});
+      std::mt19937 rng(11);
+      ASSERT_TRUE(backend::verify_kernel(g, group, lk, *backend, *module, rng).ok) << label;
+      int wide_loads = 0, wide_stores = 0;
+      const simt::Counters counted = module->counters().at("ew");
+      for (const auto& [site, sc] : counted.sites) {
+        if (sc.global && sc.size == 16) ++(sc.store ? wide_stores : wide_loads);
+      }
+      EXPECT_EQ(wide_loads, 3) << label;  // x, y and the bias
+      EXPECT_EQ(wide_stores, 1) << label;
+    }
+  }
+}
+
 // A MatMul with a bias and a Relu on tiles that divide it evenly: the kernel executes exactly the
 // arithmetic the cost model charges (2 M N K for the product, M N for the bias add; the Relu's
 // comparison is no operation), counted on the host and modeled by the planner independently.
