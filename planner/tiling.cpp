@@ -48,19 +48,25 @@ void hull_into(Region& into, const Region& r) {
 
 bool is_contraction(const Node& n) { return find_op(n.op)->kind == OpKind::kContraction; }
 
-// Which operands of a staged MatMul codegen moves in float4 quads at vector width 4 (codegen/
-// lower_group): a float32 input of the group, contiguous along the staged slice's rows, with rows
-// that start 16-byte aligned: A along K (K a multiple of 4), B along N (N and the first column of
-// the product's region multiples of 4). Elsewhere quads would mostly fall back to single loads.
+// Elements of a 16-byte vector of dtype t.
+int64_t vector_elements(DType t) { return 16 / static_cast<int64_t>(dtype_size(t)); }
+
+// Which operands of a staged MatMul codegen moves in 16-byte vectors at vector width 4 (codegen/
+// stages/matmul.h): a float32, float16 or bfloat16 input of the group, contiguous along the staged
+// slice's rows, with rows that start 16-byte aligned: A along K (K a multiple of the vector's 4 or
+// 8 elements), B along N (N and the first column of the product's region multiples of it).
+// Elsewhere vectors would mostly fall back to single loads.
 std::pair<bool, bool> vector_operands(const Graph& g, const Node& n, const std::set<int>& produced,
                                       const Region& out) {
   if (n.op != "MatMul" || out.empty()) return {false, false};
   auto plain = [&](int v) {
-    return !produced.count(v) && g.value(v).dtype == DType::kF32 && g.value(v).shape.size() >= 2;
+    const DType t = g.value(v).dtype;
+    return !produced.count(v) && (t == DType::kF32 || t == DType::kF16 || t == DType::kBF16) && g.value(v).shape.size() >= 2;
   };
   const int a = n.inputs[0], b = n.inputs[1];
-  return {plain(a) && g.value(a).shape.back() % 4 == 0,
-          plain(b) && g.value(b).shape.back() % 4 == 0 && out.back().lo % 4 == 0};
+  return {plain(a) && g.value(a).shape.back() % vector_elements(g.value(a).dtype) == 0,
+          plain(b) && g.value(b).shape.back() % vector_elements(g.value(b).dtype) == 0 &&
+              out.back().lo % vector_elements(g.value(b).dtype) == 0};
 }
 
 // True if n is a MatMul codegen can run on tensor cores: both operands (of rank 2 or more) float16,
@@ -266,11 +272,11 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       const auto staged = input_regions(g, n, e, out_region, step);
       for (size_t k = 0; k < 2 && k < n.inputs.size(); ++k) smem += region_elems(staged[k]) * 4;
       smem += out_elems * 4;
-      // Staging issues one load per element, or one per quad where the operand moves in float4s.
+      // Staging issues one load per element, or one per 16 bytes where the operand moves in vectors.
       const auto [vec_a, vec_b] = vector_operands(g, n, produced, out_region);
       for (size_t k = 0; k < 2 && k < n.inputs.size(); ++k) {
-        const bool quads = cfg.vector >= 4 && (k == 0 ? vec_a : vec_b);
-        tile_loads += ceil_div(region_elems(in_regions[k]), quads ? 4 : 1);
+        const bool vectors = cfg.vector >= 4 && (k == 0 ? vec_a : vec_b);
+        tile_loads += ceil_div(region_elems(in_regions[k]), vectors ? vector_elements(g.value(n.inputs[k]).dtype) : 1);
       }
     } else if (anchor && n.outputs[0] != root) {
       smem += out_elems * 4;

@@ -13,6 +13,14 @@
 
 namespace fusetune::simt {
 
+uint64_t Counters::global_sectors_of_width(int bytes, bool store) const {
+  uint64_t n = 0;
+  for (const auto& [site, c] : sites) {
+    if (c.global && c.store == store && c.size == bytes) n += c.units;
+  }
+  return n;
+}
+
 Counters& Counters::operator+=(const Counters& o) {
   launches += o.launches;
   blocks += o.blocks;

@@ -6,7 +6,8 @@
 // calls apart: simt/prelude.h says what counts), and the planner's modeled DRAM bytes and
 // arithmetic for the same kernel (manifest `modeled_dram_bytes`, `modeled_flops`) with the ratios
 // counted / modeled. Counted figures come from executing the kernels; modeled ones from the cost
-// model; the table labels each.
+// model; the table labels each. `ld 16B` and `st 16B`: the share of the global sectors requested
+// by 16-byte (128-bit) accesses, cp.async copies included; the plan's share on a line of its own.
 // --sites N adds the N access sites (lines of kernels.cu) with the most sectors or wavefronts
 // beyond one per request: where uncoalesced accesses and bank conflicts come from.
 // --sol adds, per kernel, the speed of light on the plan's device (planner/speed_of_light.h) for
@@ -51,6 +52,12 @@ std::vector<Tensor> random_inputs(const std::vector<runtime::TensorSpec>& specs,
 }
 
 double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
+
+// The share of the global load (or store) sectors requested by 16-byte accesses.
+double wide_share(const simt::Counters& c, bool store) {
+  return ratio(static_cast<double>(c.global_sectors_of_width(16, store)),
+               static_cast<double>(store ? c.global_store_sectors : c.global_load_sectors));
+}
 
 // The n access sites with the most sectors (global) or wavefronts (shared) beyond what full-warp
 // requests of their size need (Counters::Site::ideal).
@@ -199,6 +206,8 @@ int cmd_profile(const std::vector<std::string>& argv) {
                       {"global_load_sectors", c.global_load_sectors},
                       {"global_store_requests", c.global_store_requests},
                       {"global_store_sectors", c.global_store_sectors},
+                      {"global_load_sectors_16B", c.global_sectors_of_width(16, false)},
+                      {"global_store_sectors_16B", c.global_sectors_of_width(16, true)},
                       {"unique_load_sectors", c.unique_load_sectors},
                       {"unique_store_sectors", c.unique_store_sectors},
                       {"unique_bytes", c.unique_bytes()},
@@ -223,6 +232,8 @@ int cmd_profile(const std::vector<std::string>& argv) {
   }
   if (args.has("json")) {
     json totals = {{"counted_unique_bytes", total.unique_bytes()},
+                   {"counted_load_sectors_16B_share", wide_share(total, false)},
+                   {"counted_store_sectors_16B_share", wide_share(total, true)},
                    {"modeled_dram_bytes", modeled_total},
                    {"counted_flops", total.flops},
                    {"counted_special_ops", total.special_ops},
@@ -238,17 +249,21 @@ int cmd_profile(const std::vector<std::string>& argv) {
   }
   std::printf("%s: %zu kernels executed on the host (counted) against the traffic model (modeled)%s\n",
               dir.string().c_str(), rows.size(), args.has("inputs") ? "" : (", random inputs, seed " + std::to_string(seed)).c_str());
-  std::printf("%-6s %10s %9s %10s %9s %12s %12s %6s %10s %8s %6s %10s %9s %10s %6s  %s\n", "kernel", "ld req",
-              "ld sec/req", "st req", "st sec/req", "counted MB", "modeled MB", "ratio", "smem req", "wf/req", "bars",
-              "MFLOP", "M special", "mod MFLOP", "ratio", "groups");
+  std::printf("%-6s %10s %9s %6s %10s %9s %6s %12s %12s %6s %10s %8s %6s %10s %9s %10s %6s  %s\n", "kernel", "ld req",
+              "ld sec/req", "ld 16B", "st req", "st sec/req", "st 16B", "counted MB", "modeled MB", "ratio", "smem req",
+              "wf/req", "bars", "MFLOP", "M special", "mod MFLOP", "ratio", "groups");
   for (const json& r : rows) {
     const json& c = r.at("counted");
     const double ld = c.at("global_load_requests").get<double>(), st = c.at("global_store_requests").get<double>();
     const double sreq = c.at("shared_load_requests").get<double>() + c.at("shared_store_requests").get<double>();
     const double swf = c.at("shared_load_wavefronts").get<double>() + c.at("shared_store_wavefronts").get<double>();
-    std::printf("%-6s %10.0f %9.2f %10.0f %9.2f %12.4f %12.4f %6.2f %10.0f %8.2f %6llu %10.4f %9.4f %10.4f %6.2f  %s\n",
-                r.at("kernel").get<std::string>().c_str(), ld, ratio(c.at("global_load_sectors").get<double>(), ld), st,
-                ratio(c.at("global_store_sectors").get<double>(), st), c.at("unique_bytes").get<double>() / 1e6,
+    std::printf("%-6s %10.0f %9.2f %5.0f%% %10.0f %9.2f %5.0f%% %12.4f %12.4f %6.2f %10.0f %8.2f %6llu %10.4f %9.4f %10.4f "
+                "%6.2f  %s\n",
+                r.at("kernel").get<std::string>().c_str(), ld, ratio(c.at("global_load_sectors").get<double>(), ld),
+                100 * ratio(c.at("global_load_sectors_16B").get<double>(), c.at("global_load_sectors").get<double>()), st,
+                ratio(c.at("global_store_sectors").get<double>(), st),
+                100 * ratio(c.at("global_store_sectors_16B").get<double>(), c.at("global_store_sectors").get<double>()),
+                c.at("unique_bytes").get<double>() / 1e6,
                 r.at("modeled").at("dram_bytes").get<double>() / 1e6, r.at("counted_over_modeled_bytes").get<double>(), sreq,
                 ratio(swf, sreq), static_cast<unsigned long long>(c.at("barriers").get<uint64_t>()),
                 c.at("flops").get<double>() / 1e6, c.at("special_ops").get<double>() / 1e6,
@@ -258,6 +273,9 @@ int cmd_profile(const std::vector<std::string>& argv) {
   std::printf("plan: counted %.4f MB unique (a lower bound on DRAM traffic), modeled %.4f MB, ratio %.2f\n",
               static_cast<double>(total.unique_bytes()) / 1e6, static_cast<double>(modeled_total) / 1e6,
               ratio(static_cast<double>(total.unique_bytes()), static_cast<double>(modeled_total)));
+  std::printf("plan: counted %.0f%% of the global load sectors and %.0f%% of the store sectors requested by 16-byte "
+              "accesses (ld 16B, st 16B)\n",
+              100 * wide_share(total, false), 100 * wide_share(total, true));
   std::printf("plan: counted %.4f MFLOP and %.4f M transcendental calls, modeled %.4f MFLOP (all arithmetic), ratio %.2f\n",
               static_cast<double>(total.flops) / 1e6, static_cast<double>(total.special_ops) / 1e6,
               static_cast<double>(modeled_flops_total) / 1e6,

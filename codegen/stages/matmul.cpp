@@ -105,7 +105,8 @@ class StagedMatMulStage : public AnchorStage {
     // the output's columns) moves in float4 quads.
     if (cx.cfg.vector >= 4) {
       const TensorExpr& e = cx.exprs.at(static_cast<int>(&node - cx.g.nodes().data()));
-      st.vec_a = st.step % 4 == 0 && contiguous_input(node.inputs[0], e.accesses[0], static_cast<int>(e.out_shape.size()));
+      st.vec_a = contiguous_input(node.inputs[0], e.accesses[0], static_cast<int>(e.out_shape.size())) &&
+                 st.step % vector_lanes(cx.g.value(node.inputs[0]).dtype) == 0;
       st.vec_b = contiguous_input(node.inputs[1], e.accesses[1], static_cast<int>(st.n_axis));
     }
     allocate_root_accumulators(cx, k, st, max_elems);
@@ -114,11 +115,12 @@ class StagedMatMulStage : public AnchorStage {
   void emit(Kernel& k) override;
 
  private:
-  // True if value u is a float32 group input whose innermost axis is indexed by variable `var`
-  // alone, so consecutive values of the variable are consecutive floats in memory.
+  // True if value u is a float32, float16 or bfloat16 group input whose innermost axis is indexed
+  // by variable `var` alone, so consecutive values of the variable are consecutive in memory.
   bool contiguous_input(int u, const Access& a, int var) const {
-    return cx_.param.count(u) && !cx_.producer.count(u) && cx_.g.value(u).dtype == DType::kF32 && !a.guarded &&
-           !a.index.empty() && a.index.back().is_var(var);
+    const DType t = cx_.g.value(u).dtype;
+    return cx_.param.count(u) && !cx_.producer.count(u) && (t == DType::kF32 || t == DType::kF16 || t == DType::kBF16) &&
+           !a.guarded && !a.index.empty() && a.index.back().is_var(var);
   }
 
   LoweringContext& cx_;
@@ -171,50 +173,67 @@ void StagedMatMulStage::emit(Kernel& k) {
     });
     steps.push_back(thread_for("ft_e", "0", "ft_min(" + count + ", " + lit(cap) + ")", loop));
   };
-  // The same slice in float4 quads: viewed as rows x cols, contiguous along cols in the operand
-  // (A: nm x step, B: step x nn), each thread loads 4 consecutive columns in one 16-byte access
-  // when all 4 lie inside the slice and the operand and their address is 16-byte aligned
-  // (checked per quad: a row of an odd-sized operand may start anywhere), else element by element.
+  // The same slice in 16-byte vectors (4 floats or 8 16-bit values, converted to float): viewed as
+  // rows x cols, contiguous along cols in the operand (A: nm x step, B: step x nn), each thread
+  // loads L consecutive columns in one access when all L lie inside the slice and their address
+  // is 16-byte aligned (checked per vector: a row of an odd-sized operand may start anywhere),
+  // else element by element.
   auto vector_staging = [&](const std::string& buf, int64_t cap, const Access& a, int operand, bool is_a) {
     const int u = n.inputs[static_cast<size_t>(operand)];
+    const DType ut = g.value(u).dtype;
+    const int lanes = vector_lanes(ut);
     const std::string p = cx_.param.at(u);
     const std::string cols = is_a ? step : nn, rows = is_a ? nm : step;
-    const std::string quads = "((" + cols + " + 3) / 4)";
-    const int64_t max_quads = is_a ? cap / 4 : st.step * ((cap / st.step + 3) / 4);
+    const std::string vectors = "((" + cols + " + " + lit(lanes - 1) + ") / " + lit(lanes) + ")";
+    const int64_t max_vectors = is_a ? cap / lanes : st.step * ((cap / st.step + lanes - 1) / lanes);
     Block loop = cx_.fresh_block([&] {
-      cx_.cur().push_back(let(kIndexType, "ft_r", "ft_e / " + quads));
-      cx_.cur().push_back(let(kIndexType, "ft_c", "(ft_e % " + quads + ") * 4"));
+      cx_.cur().push_back(let(kIndexType, "ft_r", "ft_e / " + vectors));
+      cx_.cur().push_back(let(kIndexType, "ft_c", "(ft_e % " + vectors + ") * " + lit(lanes)));
       cx_.cur().push_back(let(kIndexType, "ft_k", "ft_ks * " + step + " + " + (is_a ? "ft_c" : "ft_r")));
       const std::string m = is_a ? "(" + r.lo[st.m_axis] + " + ft_r)" : r.lo[st.m_axis];
       const std::string col = is_a ? r.lo[st.n_axis] : "(" + r.lo[st.n_axis] + " + ft_c)";
       cx_.cur().push_back(let(kIndexType, "ft_at", flat(g.value(u).shape, cx_.index_of(a, operand_vars(m, col, "ft_k")))));
       cx_.cur().push_back(let(kIndexType, "ft_s", "ft_r * " + cols + " + ft_c"));
-      // A: the quad is 4 reduction steps (all in the slice: the step is a multiple of 4); B: 4
+      const std::string last = lit(lanes - 1);
+      // A: the vector is L reduction steps (all in the slice: the step is a multiple of L); B: L
       // columns of one reduction step, within the slice's columns and its allocation.
-      const std::string fits = is_a ? "ft_k + 3 < " + lit(st.k)
-                                    : "ft_k < " + lit(st.k) + " && ft_c + 3 < " + nn + " && ft_s + 3 < " + lit(cap);
-      const std::string whole = fits + " && ft_aligned16(" + p + ", ft_at)";
-      // The quad goes to the slice as one 16-byte store where its place there is 16-byte aligned
-      // (always for A, whose rows are the step long; for B where the region's width is a multiple
-      // of 4): four scalar stores by a warp's lanes, 16 bytes apart, are 4-way bank conflicts.
-      Block scalars;
-      for (int i = 0; i < 4; ++i) scalars.push_back(store(buf, "ft_s + " + lit(i), std::string("ft_q.") + "xyzw"[i]));
-      Block quad = {vector_load("ft_q", p, "ft_at")};
+      const std::string fits = is_a ? "ft_k + " + last + " < " + lit(st.k)
+                                    : "ft_k < " + lit(st.k) + " && ft_c + " + last + " < " + nn + " && ft_s + " + last + " < " + lit(cap);
+      // Buffers start 16-byte aligned, so an element index that is a multiple of L is.
+      const std::string whole = fits + (ut == DType::kF32 ? " && ft_aligned16(" + p + ", ft_at)" : " && (ft_at & " + last + ") == 0");
+      // The vector goes to the slice in 16-byte stores of 4 floats where its place there is
+      // 16-byte aligned (always for A, whose rows are the step long; for B where the region's
+      // width is a multiple of 4): four scalar stores by a warp's lanes, 16 bytes apart, are
+      // 4-way bank conflicts.
+      const char* const components[] = {".x", ".y", ".z", ".w"};
+      const auto element = [&](int i) {
+        return load_as_compute(ut, "ft_q" + (ut == DType::kF32 ? std::string(components[i]) : ".v[" + std::to_string(i) + "]"));
+      };
+      Block scalars, quads;
+      for (int i = 0; i < lanes; ++i) scalars.push_back(store(buf, "ft_s + " + lit(i), element(i)));
+      if (ut == DType::kF32) quads.push_back(vector_store(buf, "ft_s", "ft_q"));
+      for (int h = 0; ut != DType::kF32 && h < lanes / 4; ++h) {
+        const std::string local = "ft_h" + std::to_string(h);
+        quads.push_back(let("float4", local, "ft_pack_float4(" + element(4 * h) + ", " + element(4 * h + 1) + ", " +
+                                                 element(4 * h + 2) + ", " + element(4 * h + 3) + ")"));
+        quads.push_back(vector_store(buf, "ft_s + " + lit(4 * h), local));
+      }
+      Block vector = {vector_load("ft_q", p, "ft_at", ut)};
       if (is_a) {
-        quad.push_back(vector_store(buf, "ft_s", "ft_q"));
+        vector.insert(vector.end(), quads.begin(), quads.end());
       } else {
-        quad.push_back(if_then("(ft_s & 3) == 0", {vector_store(buf, "ft_s", "ft_q")}, scalars));
+        vector.push_back(if_then("(ft_s & 3) == 0", quads, scalars));
       }
       Block tail;
-      for (int i = 0; i < 4; ++i) {
+      for (int i = 0; i < lanes; ++i) {
         const std::string at = "ft_s + " + lit(i);
         const std::string inside = is_a ? "ft_k + " + lit(i) + " < " + lit(st.k) : "ft_k < " + lit(st.k);
-        const Stmt element = store(buf, at, "(" + inside + " ? " + p + "[ft_at + " + lit(i) + "] : 0.0f)");
-        tail.push_back(is_a ? element : if_then("ft_c + " + lit(i) + " < " + nn + " && " + at + " < " + lit(cap), {element}));
+        const Stmt e1 = store(buf, at, "(" + inside + " ? " + load_as_compute(ut, p + "[ft_at + " + lit(i) + "]") + " : 0.0f)");
+        tail.push_back(is_a ? e1 : if_then("ft_c + " + lit(i) + " < " + nn + " && " + at + " < " + lit(cap), {e1}));
       }
-      cx_.cur().push_back(if_then(whole, quad, tail));
+      cx_.cur().push_back(if_then(whole, vector, tail));
     });
-    steps.push_back(thread_for("ft_e", "0", "ft_min(" + rows + " * " + quads + ", " + lit(max_quads) + ")", loop));
+    steps.push_back(thread_for("ft_e", "0", "ft_min(" + rows + " * " + vectors + ", " + lit(max_vectors) + ")", loop));
   };
   if (st.vec_a) {
     vector_staging(st.a, st.a_cap, e.accesses[0], 0, true);

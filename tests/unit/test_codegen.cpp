@@ -3,12 +3,14 @@
 // random inputs and poisoned outputs, and compared with the reference interpreter; each module is
 // also compiled with NVRTC for sm_80 and sm_90 and ptxas's resource report is checked. Targeted
 // cases cover the warp reductions of row statistics (the host emulation of the butterfly against a
-// direct reduction; rows shorter and longer than a warp), MatMuls staged with float4 quads, Convs
+// direct reduction; rows shorter and longer than a warp), MatMuls staged in 16-byte vectors
+// (float32, float16, bfloat16), element loops in 16-byte vectors, Convs
 // staged as implicit GEMMs and depthwise windows (odd shapes, strides, pads, dilations, groups,
 // epilogues; the models' top candidates compile without spills), and the IR the lowering prints.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <filesystem>
 #include <random>
@@ -476,6 +478,30 @@ TEST(CodegenVector, QuadsReachTheSliceInConflictFreeVectorStores) {
     EXPECT_EQ(sc.units, 4 * sc.requests) << "a 16-byte slice store with bank conflicts";
   }
   EXPECT_EQ(vector_stores, 2);  // the A slice and the B slice
+}
+
+// Staged MatMuls of float16 and bfloat16 inputs move their operands in vectors of 8 (converted to
+// float in the slice): rows of whole vectors (K = 40, N = 24), rows that are not (K = 36, N = 20:
+// every vector whose row starts unaligned falls back to elements), column tiles that start
+// unaligned (6 wide), steps of 8 and 16; each against the reference under the executor's checks.
+TEST(CodegenVector, SixteenBitOperandsStageInVectorsOfEight) {
+  for (DType dt : {DType::kF16, DType::kBF16}) {
+    for (const auto& [m, k, n] : std::vector<std::array<int64_t, 3>>{{7, 40, 24}, {6, 36, 20}}) {
+      Graph g;
+      add_op(g, "MatMul", {add_input(g, "a", dt, {m, k}), add_input(g, "b", dt, {k, n})});
+      const auto groups = matmul_groups(g);
+      for (int64_t step : {8, 16}) {
+        for (int64_t width : {8, 6}) {
+          check_groups(g, groups, [&](const FusionGroup&) { return TileConfig{{4, width}, step, 32, 4}; },
+                       std::string(dtype_name(dt)) + " " + std::to_string(m) + "x" + std::to_string(k) + "x" +
+                           std::to_string(n) + ", step " + std::to_string(step) + ", width " + std::to_string(width));
+        }
+      }
+      const std::string ir = to_text(lower_group(g, groups[0], TileConfig{{4, 8}, 8, 32, 4}, "mm").kernel);
+      EXPECT_NE(ir.find("let ft_u16x8 ft_q = in0[ft_at .. +8]"), std::string::npos) << ir;
+      EXPECT_NE(ir.find("let ft_u16x8 ft_q = in1[ft_at .. +8]"), std::string::npos) << ir;
+    }
+  }
 }
 
 // Element loops in 16-byte vectors: Relu(x * y + bias) over rows of W elements, for float32,
