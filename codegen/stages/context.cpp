@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <set>
 
 #include "codegen/scalar_ops.h"
 #include "codegen/stages/inline.h"
@@ -371,14 +372,17 @@ void LoweringContext::region_loop(Kernel& k, int v, const IndexFn& body, bool ve
 
 namespace {
 
-// Whether an index expression names a value local (vN): one emitted inside the loop body, which a
-// load hoisted before the body's elements cannot name.
-bool names_value_local(const std::string& text) {
+// Whether an index expression names a value local (vN) other than the `visible` ones: one emitted
+// inside the loop body, which a load hoisted before the body's elements cannot name.
+bool names_value_local(const std::string& text, const std::set<std::string>& visible) {
   for (size_t i = 0; i < text.size(); ++i) {
     if (text[i] != 'v' || (i > 0 && (std::isalnum(static_cast<unsigned char>(text[i - 1])) || text[i - 1] == '_'))) continue;
     size_t j = i + 1;
     while (j < text.size() && std::isdigit(static_cast<unsigned char>(text[j]))) ++j;
-    if (j > i + 1 && (j == text.size() || !(std::isalnum(static_cast<unsigned char>(text[j])) || text[j] == '_'))) return true;
+    if (j > i + 1 && (j == text.size() || !(std::isalnum(static_cast<unsigned char>(text[j])) || text[j] == '_')) &&
+        !visible.count(text.substr(i, j - i))) {
+      return true;
+    }
   }
   return false;
 }
@@ -412,15 +416,27 @@ bool LoweringContext::vector_loop(Kernel& k, int v, int64_t cap, const IndexFn& 
     o[inner] = q;
     // Where the vector's elements lie in the region's row-major order (the buffer's clamp).
     if (cap > 0) cur_->push_back(let(kIndexType, "ft_f", "(ft_e / " + vectors + ") * " + n_inner + " + ft_q"));
-    // The group inputs the body reads along the innermost axis, found by emitting it once aside.
-    std::vector<std::pair<int, std::vector<std::string>>> loads;
-    {
+    // The group inputs the body reads unconditionally, found by emitting it aside: first those read
+    // at the same index by every element of the vector (a token id that picks an embedding row),
+    // loaded once here for all of them; then, with those visible, those read along the innermost
+    // axis (the embedding row itself).
+    const auto record = [&] {
+      std::vector<std::pair<int, std::vector<std::string>>> found;
       Block aside;
-      recording_ = &loads;
+      recording_ = &found;
       record_depth_ = with_depth_ + 1;
       with_block(aside, [&] { body(o); });
       recording_ = nullptr;
+      return found;
+    };
+    std::set<std::string> hoisted;
+    for (const auto& [u, idx] : record()) {
+      const bool invariant = std::none_of(idx.begin(), idx.end(), [&](const std::string& i) {
+        return i.find(q) != std::string::npos || names_value_local(i, hoisted);
+      });
+      if (invariant) hoisted.insert(value(u, idx));
     }
+    const std::vector<std::pair<int, std::vector<std::string>>> loads = record();
     struct VectorRead {
       int u;
       std::vector<std::string> idx;
@@ -432,7 +448,7 @@ bool LoweringContext::vector_loop(Kernel& k, int v, int64_t cap, const IndexFn& 
       bool along = !idx.empty() && idx.back() == q && dtype_size(ut) == dtype_size(dt) &&
                    (ut == DType::kF32 || ut == DType::kF16 || ut == DType::kBF16) && g.value(u).shape.back() % lanes == 0;
       for (size_t d = 0; along && d < idx.size(); ++d) {
-        along = !names_value_local(idx[d]) && (d + 1 == idx.size() || idx[d].find(q) == std::string::npos);
+        along = !names_value_local(idx[d], hoisted) && (d + 1 == idx.size() || idx[d].find(q) == std::string::npos);
       }
       const bool seen = std::any_of(reads.begin(), reads.end(), [&](const VectorRead& x) { return x.u == u && x.idx == idx; });
       if (!along || seen) continue;

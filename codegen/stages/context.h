@@ -118,7 +118,8 @@ class LoweringContext {
   // whole 16-byte units: each iteration takes the 16 bytes of V consecutive elements along the
   // innermost axis (V = 4 or 8). Where all V lie inside the region and every address is 16-byte
   // aligned (checked at run time), the group inputs read along that axis (a load whose innermost
-  // index is the innermost coordinate, and no other index is) are read as one vector each, body
+  // index is the innermost coordinate, and no other index is) are read as one vector each (and
+  // inputs read at one index by all V elements, such as a token id, once for them all), body
   // runs once per element in its own scope, and the output is written as one vector; elsewhere
   // (a tail, an unaligned row) each element runs as in the scalar loop. The body must store v
   // through store_value and declare nothing but locals.
