@@ -769,6 +769,14 @@ Shift IndexExprNode::shift(const std::vector<Shift>& slots, const std::vector<In
       if (!i.known()) return i;
       return i.offset() % 4 == 0 ? Shift::same() : Shift::other();
     }
+    case Op::kBitAnd: {
+      // x & (2^k - 1), x moved by a multiple of 2^k: the same low bits (a vector's alignment).
+      const Shift a = kid(0), b = kid(1);
+      if (a == Shift::same() && b == Shift::same()) return Shift::same();
+      const IndexValue m = a.known() && b == Shift::same() ? factor(1) : std::nullopt;
+      if (!m || *m < 0 || ((*m + 1) & *m) != 0 || a.offset() % (*m + 1) != 0) return Shift::other();
+      return Shift::same();
+    }
     case Op::kDiv:
     case Op::kMod: {
       // By 1: the value (division), 0 (remainder).

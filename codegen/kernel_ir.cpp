@@ -66,11 +66,18 @@ Stmt if_then(std::string cond, Block body, Block orelse) {
   return s;
 }
 
-Stmt barrier() {
+namespace {
+
+// A statement of `kind` with nothing else set.
+Stmt bare(Stmt::Kind kind) {
   Stmt s;
-  s.kind = Stmt::Kind::kBarrier;
+  s.kind = kind;
   return s;
 }
+
+}  // namespace
+
+Stmt barrier() { return bare(Stmt::Kind::kBarrier); }
 
 Stmt part(std::string cond, Block uniform, Block body) {
   Stmt s;
@@ -162,16 +169,11 @@ Stmt copy_async(std::string shared, std::string shared_index, std::string buffer
   return s;
 }
 
-Stmt copy_async_commit() {
-  Stmt s;
-  s.kind = Stmt::Kind::kCopyAsyncCommit;
-  return s;
-}
+Stmt copy_async_commit() { return bare(Stmt::Kind::kCopyAsyncCommit); }
 
 Stmt copy_async_wait(int groups) {
   check(groups >= 0, "cp.async.wait_group ", groups);
-  Stmt s;
-  s.kind = Stmt::Kind::kCopyAsyncWait;
+  Stmt s = bare(Stmt::Kind::kCopyAsyncWait);
   s.groups = groups;
   return s;
 }

@@ -372,17 +372,42 @@ void LoweringContext::region_loop(Kernel& k, int v, const IndexFn& body, bool ve
 
 namespace {
 
-// Whether an index expression names a value local (vN) other than the `visible` ones: one emitted
-// inside the loop body, which a load hoisted before the body's elements cannot name.
-bool names_value_local(const std::string& text, const std::set<std::string>& visible) {
-  for (size_t i = 0; i < text.size(); ++i) {
-    if (text[i] != 'v' || (i > 0 && (std::isalnum(static_cast<unsigned char>(text[i - 1])) || text[i - 1] == '_'))) continue;
-    size_t j = i + 1;
-    while (j < text.size() && std::isdigit(static_cast<unsigned char>(text[j]))) ++j;
-    if (j > i + 1 && (j == text.size() || !(std::isalnum(static_cast<unsigned char>(text[j])) || text[j] == '_')) &&
-        !visible.count(text.substr(i, j - i))) {
-      return true;
+// The identifiers an expression names.
+std::set<std::string> identifiers(const std::string& text) {
+  std::set<std::string> out;
+  for (size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (std::isalpha(c) || c == '_') {
+      size_t j = i + 1;
+      while (j < text.size() && (std::isalnum(static_cast<unsigned char>(text[j])) || text[j] == '_')) ++j;
+      out.insert(text.substr(i, j - i));
+      i = j;
+    } else if (std::isdigit(c)) {  // a number and its suffix name nothing
+      while (i < text.size() && (std::isalnum(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+    } else {
+      ++i;
     }
+  }
+  return out;
+}
+
+// The names the statements of b (and their nested blocks) declare.
+void declared(const Block& b, std::set<std::string>& out) {
+  for (const Stmt& s : b) {
+    if (s.kind == Stmt::Kind::kLet || s.kind == Stmt::Kind::kVectorLoad || s.kind == Stmt::Kind::kFor ||
+        s.kind == Stmt::Kind::kUniformFor) {
+      out.insert(s.name);
+    }
+    declared(s.body, out);
+    declared(s.orelse, out);
+    declared(s.uniform, out);
+  }
+}
+
+// Whether an index expression names any of `names`.
+bool names_any(const std::string& text, const std::set<std::string>& names) {
+  for (const std::string& id : identifiers(text)) {
+    if (names.count(id)) return true;
   }
   return false;
 }
@@ -420,6 +445,9 @@ bool LoweringContext::vector_loop(Kernel& k, int v, int64_t cap, const IndexFn& 
     // at the same index by every element of the vector (a token id that picks an embedding row),
     // loaded once here for all of them; then, with those visible, those read along the innermost
     // axis (the embedding row itself).
+    // An index that names what the body declares (its locals, a coordinate it computes) cannot
+    // be read before the body: `body_names` gets those names.
+    std::set<std::string> body_names;
     const auto record = [&] {
       std::vector<std::pair<int, std::vector<std::string>>> found;
       Block aside;
@@ -427,16 +455,16 @@ bool LoweringContext::vector_loop(Kernel& k, int v, int64_t cap, const IndexFn& 
       record_depth_ = with_depth_ + 1;
       with_block(aside, [&] { body(o); });
       recording_ = nullptr;
+      body_names.clear();
+      declared(aside, body_names);
+      body_names.insert(q);  // not declared by the body, but different for every element
       return found;
     };
-    std::set<std::string> hoisted;
     for (const auto& [u, idx] : record()) {
-      const bool invariant = std::none_of(idx.begin(), idx.end(), [&](const std::string& i) {
-        return i.find(q) != std::string::npos || names_value_local(i, hoisted);
-      });
-      if (invariant) hoisted.insert(value(u, idx));
+      if (std::none_of(idx.begin(), idx.end(), [&](const std::string& i) { return names_any(i, body_names); })) value(u, idx);
     }
     const std::vector<std::pair<int, std::vector<std::string>>> loads = record();
+    body_names.erase(q);
     struct VectorRead {
       int u;
       std::vector<std::string> idx;
@@ -448,7 +476,7 @@ bool LoweringContext::vector_loop(Kernel& k, int v, int64_t cap, const IndexFn& 
       bool along = !idx.empty() && idx.back() == q && dtype_size(ut) == dtype_size(dt) &&
                    (ut == DType::kF32 || ut == DType::kF16 || ut == DType::kBF16) && g.value(u).shape.back() % lanes == 0;
       for (size_t d = 0; along && d < idx.size(); ++d) {
-        along = !names_value_local(idx[d], hoisted) && (d + 1 == idx.size() || idx[d].find(q) == std::string::npos);
+        along = !names_any(idx[d], body_names) && (d + 1 == idx.size() || !identifiers(idx[d]).count(q));
       }
       const bool seen = std::any_of(reads.begin(), reads.end(), [&](const VectorRead& x) { return x.u == u && x.idx == idx; });
       if (!along || seen) continue;
