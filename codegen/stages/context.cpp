@@ -422,7 +422,9 @@ bool LoweringContext::vector_loop(Kernel& k, int v, int64_t cap, const IndexFn& 
   const Region& r = region.at(v);
   const size_t inner = r.n.size() - 1;
   // Rows of whole vectors, and a first tile with at least one whole vector along the axis.
-  if (val.shape.back() % lanes != 0 || numeric_regions(0).at(v).back().size() < lanes) return false;
+  if (val.shape.back() % lanes != 0) return false;
+  const std::map<int, std::vector<planner::Interval>> first = numeric_regions(0);
+  if (const auto it = first.find(v); it == first.end() || it->second.empty() || it->second.back().size() < lanes) return false;
   const std::string n_inner = r.n[inner], q = "ft_o" + std::to_string(inner);
   const std::string vectors = "((" + n_inner + " + " + lit(lanes - 1) + ") / " + lit(lanes) + ")";
   const auto lane_index = [&](const std::string& j) { return "(" + q + " + " + j + ")"; };
