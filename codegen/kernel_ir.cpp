@@ -1,5 +1,6 @@
 #include "codegen/kernel_ir.h"
 
+#include <cctype>
 #include <sstream>
 
 #include "core/error.h"
@@ -187,6 +188,24 @@ std::string Kernel::add_shared(const std::string& alloc_name, DType dtype, int64
   shared.push_back({alloc_name, dtype, elements, offset});
   shared_bytes = offset + elements * static_cast<int64_t>(dtype_size(dtype));
   return alloc_name;
+}
+
+std::set<std::string> expression_names(const std::string& text) {
+  std::set<std::string> out;
+  for (size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (std::isalpha(c) || c == '_') {
+      size_t j = i + 1;
+      while (j < text.size() && (std::isalnum(static_cast<unsigned char>(text[j])) || text[j] == '_')) ++j;
+      out.insert(text.substr(i, j - i));
+      i = j;
+    } else if (std::isdigit(c)) {
+      while (i < text.size() && (std::isalnum(static_cast<unsigned char>(text[i])) || text[i] == '.' || text[i] == '_')) ++i;
+    } else {
+      ++i;
+    }
+  }
+  return out;
 }
 
 std::string line_text(const Stmt& s) {

@@ -62,6 +62,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -221,6 +222,8 @@ struct Kernel {
   std::string add_shared(const std::string& name, DType dtype, int64_t elements);
 };
 
+// The identifiers a scalar expression names (a number and its suffix, 1LL or 0.5f, name nothing).
+std::set<std::string> expression_names(const std::string& text);
 // A statement's own line in the readable dump (without its nested blocks).
 std::string line_text(const Stmt& s);
 // A readable dump of the IR (tests compare it; `fusetune compile --dump-ir` prints it).

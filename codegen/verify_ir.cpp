@@ -1,7 +1,6 @@
 #include "codegen/verify_ir.h"
 
 #include <algorithm>
-#include <cctype>
 #include <map>
 #include <set>
 #include <sstream>
@@ -39,19 +38,8 @@ const char* what(Stmt::Kind kind) {
 
 // The identifiers an expression names.
 void identifiers(const std::string& text, std::set<std::string>& out) {
-  for (size_t i = 0; i < text.size();) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    if (std::isalpha(c) || c == '_') {
-      size_t j = i + 1;
-      while (j < text.size() && (std::isalnum(static_cast<unsigned char>(text[j])) || text[j] == '_')) ++j;
-      out.insert(text.substr(i, j - i));
-      i = j;
-    } else if (std::isdigit(c)) {  // a number and its suffix (1LL, 0.5f, 1e-5f) name nothing
-      while (i < text.size() && (std::isalnum(static_cast<unsigned char>(text[i])) || text[i] == '.' || text[i] == '_')) ++i;
-    } else {
-      ++i;
-    }
-  }
+  const std::set<std::string> names = expression_names(text);
+  out.insert(names.begin(), names.end());
 }
 
 void identifiers(const Block& b, std::set<std::string>& out);

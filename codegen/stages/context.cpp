@@ -1,7 +1,6 @@
 #include "codegen/stages/context.h"
 
 #include <algorithm>
-#include <cctype>
 #include <set>
 
 #include "codegen/scalar_ops.h"
@@ -372,25 +371,6 @@ void LoweringContext::region_loop(Kernel& k, int v, const IndexFn& body, bool ve
 
 namespace {
 
-// The identifiers an expression names.
-std::set<std::string> identifiers(const std::string& text) {
-  std::set<std::string> out;
-  for (size_t i = 0; i < text.size();) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    if (std::isalpha(c) || c == '_') {
-      size_t j = i + 1;
-      while (j < text.size() && (std::isalnum(static_cast<unsigned char>(text[j])) || text[j] == '_')) ++j;
-      out.insert(text.substr(i, j - i));
-      i = j;
-    } else if (std::isdigit(c)) {  // a number and its suffix name nothing
-      while (i < text.size() && (std::isalnum(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
-    } else {
-      ++i;
-    }
-  }
-  return out;
-}
-
 // The names the statements of b (and their nested blocks) declare.
 void declared(const Block& b, std::set<std::string>& out) {
   for (const Stmt& s : b) {
@@ -406,7 +386,7 @@ void declared(const Block& b, std::set<std::string>& out) {
 
 // Whether an index expression names any of `names`.
 bool names_any(const std::string& text, const std::set<std::string>& names) {
-  for (const std::string& id : identifiers(text)) {
+  for (const std::string& id : expression_names(text)) {
     if (names.count(id)) return true;
   }
   return false;
@@ -478,7 +458,7 @@ bool LoweringContext::vector_loop(Kernel& k, int v, int64_t cap, const IndexFn& 
       bool along = !idx.empty() && idx.back() == q && dtype_size(ut) == dtype_size(dt) &&
                    (ut == DType::kF32 || ut == DType::kF16 || ut == DType::kBF16) && g.value(u).shape.back() % lanes == 0;
       for (size_t d = 0; along && d < idx.size(); ++d) {
-        along = !names_any(idx[d], body_names) && (d + 1 == idx.size() || !identifiers(idx[d]).count(q));
+        along = !names_any(idx[d], body_names) && (d + 1 == idx.size() || !expression_names(idx[d]).count(q));
       }
       const bool seen = std::any_of(reads.begin(), reads.end(), [&](const VectorRead& x) { return x.u == u && x.idx == idx; });
       if (!along || seen) continue;
