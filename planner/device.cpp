@@ -50,6 +50,7 @@ Device parse_device(const std::string& json_text, const std::string& label) {
   field(j, "l2_bytes", d.l2_bytes, label);
   field(j, "dram_bytes", d.dram_bytes, label);
   field(j, "dram_bandwidth_gbps", d.dram_bandwidth_gbps, label);
+  field(j, "dram_latency_ns", d.dram_latency_ns, label);
   field(j, "l2_bandwidth_gbps", d.l2_bandwidth_gbps, label);
   field(j, "shared_bandwidth_gbps_per_sm", d.shared_bandwidth_gbps_per_sm, label);
   field(j, "sector_bytes", d.sector_bytes, label);

@@ -30,6 +30,7 @@ struct Device {
   int64_t l2_bytes = 0;
   int64_t dram_bytes = 0;
   double dram_bandwidth_gbps = 0;
+  double dram_latency_ns = 0;  // loaded: bytes in flight to reach the bandwidth = bandwidth x latency
   double l2_bandwidth_gbps = 0;
   double shared_bandwidth_gbps_per_sm = 0;
   int sector_bytes = 32;

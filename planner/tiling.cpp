@@ -84,6 +84,18 @@ bool has_mma_matmul(const Graph& g, const FusionGroup& group) {
                      [&](int n) { return mma_matmul(g, g.nodes()[static_cast<size_t>(n)]); });
 }
 
+// True if MatMul n takes the GEMV form (codegen/stages/matmul.h) over region `out`: B a float32,
+// float16 or bfloat16 input of the group (read straight from memory), the region one matrix of at
+// most 8 rows.
+bool gemv_matmul(const Graph& g, const Node& n, const std::set<int>& produced, const Region& out) {
+  if (n.op != "MatMul" || out.size() < 2 || g.value(n.inputs[0]).shape.size() < 2) return false;
+  int64_t batch = 1;
+  for (size_t d = 0; d + 2 < out.size(); ++d) batch *= out[d].size();
+  const Value& b = g.value(n.inputs[1]);
+  return batch == 1 && out[out.size() - 2].size() <= 8 && !produced.count(n.inputs[1]) && b.shape.size() >= 2 &&
+         (b.dtype == DType::kF32 || b.dtype == DType::kF16 || b.dtype == DType::kBF16);
+}
+
 }  // namespace
 
 MmaStaging mma_staging(const Graph& g, const Node& matmul, const std::set<int>& produced) {
@@ -104,6 +116,7 @@ std::string TileConfig::str() const {
   out << " threads=" << threads;
   if (vector > 1) out << " vec=" << vector;
   if (mma) out << " mma";
+  if (gemv) out << " gemv";
   return out.str();
 }
 
@@ -176,6 +189,14 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   int64_t tensor_flops = 0;  // per tile, contraction flops on tensor cores (padded to m16n8k16)
   int64_t tile_loads = 0;  // per tile, the load instructions that stage contraction operands
   int64_t padded_elems = 0;  // per tile, the accumulators of tensor-core contractions (fragments)
+  // Little's law: the least bytes a block keeps in flight over its staged MatMuls' steps.
+  double in_flight = INFINITY;
+  bool gemv_taken = false;  // some MatMul takes the GEMV form
+  int gemv_registers = 0;
+  if (cfg.mma && cfg.gemv) {
+    c.reject = "a candidate is either on tensor cores (mma) or in the GEMV form";
+    return c;
+  }
   if (cfg.mma) {
     if (d.compute_capability < 80) {
       c.reject = "tensor cores (mma) need compute capability 8.0 or later";
@@ -198,6 +219,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
     // On tensor cores when the candidate asks and codegen stages the product (one matrix per tile).
     const bool tensor = cfg.mma && mma_matmul(g, n) && cfg.reduce_step > 0 &&
                         out_elems == out_region[out_region.size() - 2].size() * out_region.back().size();
+    const bool gemv = cfg.gemv && cfg.reduce_step > 0 && gemv_matmul(g, n, produced, out_region);
     int64_t tensor_smem = 0, tensor_loads = 0;
     if (tensor) {
       // Fragments cover the region rounded up to 16 rows and 8 columns, K rounded up to 16.
@@ -212,6 +234,13 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       const MmaStaging staging = mma_staging(g, n, produced);
       tensor_smem = staging.stages * (rows * (step + 8) + step * (cols + 8)) * 2 + out_elems * 4;
       tensor_loads = rows * k16 / (staging.async_a ? 8 : 1) + cols * k16 / (staging.async_b ? 8 : 1);
+      // In flight: stages - 1 steps of what cp.async copies; an operand loaded and stored by the
+      // threads, one element each per round.
+      const double a_bytes = static_cast<double>(rows * step * 2), b_bytes = static_cast<double>(step * cols * 2);
+      const int64_t sync_loads = (staging.async_a ? 0 : rows * step) + (staging.async_b ? 0 : step * cols);
+      const double sync_bytes = (staging.async_a ? 0 : a_bytes) + (staging.async_b ? 0 : b_bytes);
+      in_flight = std::min(in_flight, (staging.stages - 1) * (a_bytes + b_bytes - sync_bytes) +
+                                          (sync_loads > 0 ? sync_bytes / static_cast<double>(ceil_div(sync_loads, cfg.threads)) : 0));
     } else {
       tile_flops += numel(e.out_shape) == 0 ? 0 : node_flops(g, n) * out_elems / numel(e.out_shape);
     }
@@ -264,6 +293,32 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
         if (tm > 0) tile_loads += out_elems * k / tn + out_elems * k / tm;
       }
       if (n.outputs[0] != root) smem += out_elems * 4;
+    } else if (gemv) {
+      // The GEMV form: per step, A's slice staged (rows x step) and each thread's rows of B read
+      // as 16-byte vectors of columns (slices = threads / column vectors); at the end the slices'
+      // partial products (slices x rows x their columns) summed in shared memory in two rounds.
+      const int64_t rows = out_region[out_region.size() - 2].size(), cols = out_region.back().size();
+      const DType at = g.value(n.inputs[0]).dtype, bt = g.value(n.inputs[1]).dtype;
+      const int64_t lanes = vector_elements(bt), vecs = ceil_div(cols, lanes);
+      const int64_t k = e.reduce_extents.empty() ? 1 : e.reduce_extents[0], step = cfg.reduce_step;
+      if (vecs > cfg.threads) {
+        c.reject = "the GEMV form needs a thread per column vector: " + std::to_string(vecs) + " on " +
+                   std::to_string(cfg.threads) + " threads";
+        return c;
+      }
+      const int64_t slices = cfg.threads / vecs, plane = rows * vecs * lanes;
+      const int64_t parts = std::clamp<int64_t>(cfg.threads / plane, 1, slices);  // the sum's first round
+      smem += (rows * step + (slices + parts) * plane + out_elems) * 4;
+      const auto [vec_a, vec_b] = vector_operands(g, n, produced, out_region);
+      const int64_t a_lanes = cfg.vector >= 4 && vec_a ? vector_elements(at) : 1;
+      tile_loads += ceil_div(rows * k, a_lanes) + k * (vec_b ? vecs : cols);
+      const double rounds = static_cast<double>(ceil_div(ceil_div(rows * step, a_lanes), cfg.threads) +
+                                                ceil_div(ceil_div(step, slices), 4));
+      const double step_bytes = static_cast<double>(rows * step * static_cast<int64_t>(dtype_size(at)) +
+                                                    step * cols * static_cast<int64_t>(dtype_size(bt)));
+      in_flight = std::min(in_flight, step_bytes / rounds);
+      gemv_registers = std::max<int>(gemv_registers, static_cast<int>(32 + rows * lanes + 8));
+      gemv_taken = true;
     } else if (is_contraction(n) && cfg.reduce_step > 0) {
       std::vector<Interval> step;
       for (size_t r = 0; r < e.reduce_extents.size(); ++r) {
@@ -274,16 +329,25 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       smem += out_elems * 4;
       // Staging issues one load per element, or one per 16 bytes where the operand moves in vectors.
       const auto [vec_a, vec_b] = vector_operands(g, n, produced, out_region);
+      int64_t rounds = 0;
+      double step_bytes = 0;
       for (size_t k = 0; k < 2 && k < n.inputs.size(); ++k) {
         const bool vectors = cfg.vector >= 4 && (k == 0 ? vec_a : vec_b);
-        tile_loads += ceil_div(region_elems(in_regions[k]), vectors ? vector_elements(g.value(n.inputs[k]).dtype) : 1);
+        const int64_t lanes = vectors ? vector_elements(g.value(n.inputs[k]).dtype) : 1;
+        tile_loads += ceil_div(region_elems(in_regions[k]), lanes);
+        rounds += ceil_div(ceil_div(region_elems(staged[k]), lanes), cfg.threads);
+        step_bytes += static_cast<double>(region_elems(staged[k]) * static_cast<int64_t>(dtype_size(g.value(n.inputs[k]).dtype)));
       }
+      // In flight: the step's slices, in rounds of one load per thread (each waited for before
+      // its store to shared memory).
+      if (n.op == "MatMul" && rounds > 0) in_flight = std::min(in_flight, step_bytes / static_cast<double>(rounds));
     } else if (anchor && n.outputs[0] != root) {
       smem += out_elems * 4;
     }
   }
   // Traffic.
   int64_t l2 = 0, dram = 0;
+  int64_t streamed = 0;  // DRAM bytes of inputs too large to stay in L2 between launches
   for (const auto& [v, region] : loads) {
     const Value& val = g.value(v);
     const int64_t per_tile = sector_bytes(region, val.dtype, d.sector_bytes);
@@ -291,6 +355,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
     const int64_t size = numel(val.shape) * static_cast<int64_t>(dtype_size(val.dtype));
     l2 += all_tiles;
     dram += size <= d.l2_bytes / 2 ? std::min(size, all_tiles) : all_tiles;
+    if (size > d.l2_bytes / 2) streamed += all_tiles;
   }
   for (int o : group.outputs) {
     const Value& val = g.value(o);
@@ -311,6 +376,11 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   const bool contraction = std::any_of(group.nodes.begin(), group.nodes.end(),
                                        [&](int n) { return is_contraction(g.nodes()[static_cast<size_t>(n)]); });
   c.registers = static_cast<int>(std::min<int64_t>(100000, 24 + per_thread * (contraction ? 2 : 1) + 2 * cfg.vector));
+  c.registers = std::max(c.registers, gemv_registers);  // the GEMV form's accumulators: rows x a vector
+  if (cfg.gemv && !gemv_taken) {
+    c.reject = "no MatMul of the group takes the GEMV form (one matrix of at most 8 rows, B an input of the group)";
+    return c;
+  }
   if (c.registers > d.max_registers_per_thread) {
     c.reject = "needs ~" + std::to_string(c.registers) + " registers per thread";
     return c;
@@ -343,7 +413,18 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   const double issue_us = static_cast<double>((tile_flops + 2 * tile_loads) * c.tiles) / (d.fp32_tflops * 1e6);
   const double tensor_us = static_cast<double>(tensor_flops * c.tiles) / (d.fp16_tensor_tflops * 1e6);
   const double compute_us = std::max(issue_us, tensor_us);
-  c.modeled_us = std::max({dram_us, l2_us, compute_us}) / c.efficiency + opt.launch_overhead_us;
+  c.issue_us = issue_us;
+  // Little's law: the resident blocks' bytes in flight sustain at most in_flight x blocks per
+  // DRAM latency of bandwidth, for what streams from DRAM (inputs larger than half the L2; smaller
+  // ones stay in L2 between launches, where latency is a fraction of DRAM's).
+  double latency_us = 0;
+  if (std::isfinite(in_flight) && in_flight > 0) {
+    const double active = static_cast<double>(std::min<int64_t>(d.sms, c.tiles));
+    const double resident = static_cast<double>(std::min<int64_t>(bps, ceil_div(c.tiles, d.sms)));
+    latency_us = static_cast<double>(streamed) * d.dram_latency_ns / (1e3 * active * resident * in_flight);
+    c.bytes_in_flight = static_cast<int64_t>(in_flight);
+  }
+  c.modeled_us = std::max(std::max({dram_us, l2_us, compute_us}) / c.efficiency, latency_us) + opt.launch_overhead_us;
   c.flops = (tile_flops + tensor_flops) * c.tiles;
   c.valid = true;
   return c;
@@ -515,6 +596,34 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
       }
     }
   }
+  // GEMV candidates (a MatMul of at most 8 rows whose B the group reads): all the root's rows (at
+  // most 8), 2 to 16 column vectors of B's 16 bytes, 64 to 256 threads, steps of 128 to 512.
+  if (rs.size() >= 2 && contraction && !conv) {
+    std::set<int> produced;
+    for (int n : group.nodes) produced.insert(g.nodes()[static_cast<size_t>(n)].outputs[0]);
+    int64_t lanes = 0;
+    for (int n : group.nodes) {
+      const Node& node = g.nodes()[static_cast<size_t>(n)];
+      Region whole;
+      for (int64_t extent : g.value(node.outputs[0]).shape) whole.push_back({0, extent - 1});
+      if (lanes == 0 && gemv_matmul(g, node, produced, whole)) lanes = vector_elements(g.value(node.inputs[1]).dtype);
+    }
+    for (int64_t vecs : {2, 4, 8, 16}) {
+      if (lanes == 0 || (vecs > 2 && ceil_div(rs.back(), lanes) <= vecs / 2)) continue;  // whole already
+      std::vector<int64_t> tile(rs.size(), 1);
+      tile[rs.size() - 2] = std::clamp<int64_t>(rs[rs.size() - 2], 1, 8);
+      tile.back() = std::min(vecs * lanes, std::max<int64_t>(rs.back(), 1));
+      for (int threads : {64, 128, 256}) {
+        for (int64_t step : {128, 256, 512}) {
+          if (step > 128 && step >= k_extent * 2) continue;
+          TileConfig cfg{tile, step, threads, 4};
+          cfg.gemv = true;
+          Cost c = evaluate_tile(g, group, d, cfg, opt);
+          if (c.valid) all.push_back({cfg, c});
+        }
+      }
+    }
+  }
   if (all.empty()) {
     if (best_rejected.config.tile.empty()) {
       best_rejected.config = {std::vector<int64_t>(rs.size(), 1), 0, d.warp_size, 1, false};
@@ -524,6 +633,8 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
   }
   std::stable_sort(all.begin(), all.end(), [](const Candidate& a, const Candidate& b) {
     if (a.cost.modeled_us != b.cost.modeled_us) return a.cost.modeled_us < b.cost.modeled_us;
+    // Equal times (latency-bound alike): fewer instructions to issue first.
+    if (a.cost.issue_us != b.cost.issue_us) return a.cost.issue_us < b.cost.issue_us;
     return a.config.str() < b.config.str();
   });
   if (static_cast<int>(all.size()) > opt.top_k) all.resize(static_cast<size_t>(opt.top_k));

@@ -19,7 +19,18 @@
 //     operands, one per element or one per float4 quad at vector width 4 where codegen can use
 //     quads; with `mma`, a contraction's arithmetic, padded to m16n8k16, at the tensor-core rate
 //     Device::fp16_tensor_tflops, overlapping the issue of the rest), divided by the fraction of
-//     SMs the blocks keep busy (the parallelism penalty), plus a launch overhead.
+//     SMs the blocks keep busy (the parallelism penalty); for a group with a staged MatMul, at
+//     least Little's law's bound: the DRAM bytes of inputs too large to stay in L2 between
+//     launches (over half of it) over the bandwidth the resident blocks' bytes in flight sustain
+//     (bytes in flight x blocks / Device::dram_latency_ns). A step's operand
+//     bytes are in flight for as many latencies as its loads take rounds (a thread waits for each
+//     load before storing it to shared memory; cp.async keeps stages - 1 steps in flight, the
+//     GEMV form 4 of each thread's loads); the group's least is its bound. Plus a launch overhead.
+//   - the GEMV form (`gemv`; decode steps, classifier heads): a MatMul whose region has at most 8
+//     rows and whose B is an input of the group stages only A, a reduction step of it at a time;
+//     the block's threads split each step's rows of B (threads / column vectors slices, each
+//     thread a 16-byte vector of columns, 4 rows in flight), multiply them straight from
+//     registers, and sum the slices' partial products through shared memory at the end.
 // Candidates that exceed the device's shared memory, registers or threads are rejected with a
 // reason. tile_candidates enumerates tiles Welder-style (from a small tile, repeatedly doubling
 // the axis that cuts traffic per output element most), crosses them with thread shapes, steps (a
@@ -27,8 +38,11 @@
 // (for contractions with a float4-capable operand) vector widths 1 and 4, adds tensor-core (`mma`)
 // candidates for groups with a float16/bfloat16 MatMul on devices of compute capability 8.0 or
 // later (one matrix per tile, tile extents from 16x8 to 128x128, whole warps each owning 1 to 16
-// m16n8 fragments, steps of 16, 32, 64; evaluate_tile rejects mma elsewhere), and returns the best
-// `top_k` by modeled time; it is deterministic. A group a vendor library can run whole
+// m16n8 fragments, steps of 16, 32, 64; evaluate_tile rejects mma elsewhere), adds GEMV candidates
+// for groups with a MatMul of at most 8 rows (all its rows, 2 to 16 column vectors, 64 to 256
+// threads, steps of 128, 256, 512; evaluate_tile rejects gemv where no MatMul takes the form),
+// and returns the best `top_k` by modeled time (then by the issue term alone: candidates bound by
+// the same latency tie), deterministically. A group a vendor library can run whole
 // (planner/library_call.h) also gets that library candidate, kept in the list whatever its rank,
 // so that measurement decides between it and the generated kernels.
 #pragma once
@@ -50,6 +64,7 @@ struct TileConfig {
   int threads = 0;
   int vector = 1;             // 4: stage contraction operands in float4 quads where possible
   bool mma = false;           // tensor cores for MatMuls with float16/bfloat16 operands (sm_80+)
+  bool gemv = false;          // the GEMV form of MatMuls of at most 8 rows whose B the group reads (see above)
   std::string library = "";   // set ("cublasLt"): the group runs as a library call (planner/library_call.h)
   std::string str() const;
   bool operator==(const TileConfig&) const = default;
@@ -66,6 +81,8 @@ struct Cost {
   int registers = 0;       // per thread, estimated
   int blocks_per_sm = 0;
   double efficiency = 0;   // fraction of the device kept busy
+  int64_t bytes_in_flight = 0;  // per block, of its staged contractions' operand loads (0: no bound)
+  double issue_us = 0;     // the issue term alone: orders candidates of equal modeled time
   double modeled_us = 0;
 };
 

@@ -80,7 +80,9 @@ fi
 
 jobs=$(nproc)
 if [ "$mode" = sanitize ]; then
-  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DFUSETUNE_SANITIZE=ON >/dev/null
+  # Debug (assertions on) at -O1, as AddressSanitizer's authors advise: the checks are the same,
+  # and the suite runs about twice as fast as at -O0.
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-g -O1" -DFUSETUNE_SANITIZE=ON >/dev/null
   cmake --build build-asan -j "$jobs"
 else
   cmake -S . -B build -G Ninja >/dev/null

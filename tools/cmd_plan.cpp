@@ -51,7 +51,8 @@ int cmd_plan(const std::vector<std::string>& argv) {
                          {"l2_bytes", c.cost.l2_bytes},
                          {"smem_bytes", c.cost.smem_bytes},
                          {"registers", c.cost.registers},
-                         {"blocks", c.cost.tiles}});
+                         {"blocks", c.cost.tiles},
+                         {"bytes_in_flight", c.cost.bytes_in_flight}});
       }
       nlohmann::json nodes = nlohmann::json::array();
       for (int n : gp.group.nodes) nodes.push_back(m.graph.nodes()[static_cast<size_t>(n)].name);

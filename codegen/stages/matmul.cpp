@@ -67,7 +67,14 @@ struct ScalarPlan : StagedProduct {
   int64_t a_cap = 0, b_cap = 0;
   std::string regs;  // register-blocked accumulators (thread-local), when the threads cover the region
   bool vec_a = false, vec_b = false;  // operands staged in float4 quads
-  int64_t tm = 0, tn = 0;             // the micro-tile of each thread
+  int64_t tm = 0, tn = 0;             // the micro-tile of each thread (the GEMV form: rows x a vector)
+  // The GEMV form: B read straight from memory in vectors of `lanes` columns; `vecs` of them span
+  // the region's columns, `slices` = threads / vecs split each step's rows; `red` holds the
+  // slices' partial products.
+  bool gemv = false;
+  int64_t lanes = 0, vecs = 0, slices = 0;
+  int64_t parts = 0;    // the first round of the slices' sum: this many partial sums per element
+  std::string red, partial;
 };
 
 class StagedMatMulStage : public AnchorStage {
@@ -77,9 +84,33 @@ class StagedMatMulStage : public AnchorStage {
     const int v = node.outputs[0];
     ScalarPlan& st = st_;
     static_cast<StagedProduct&>(st) = staged_product(cx, node, me);
+    const TensorExpr& e = cx.exprs.at(static_cast<int>(&node - cx.g.nodes().data()));
     st.a = k.add_shared("sa" + std::to_string(v), DType::kF32, std::max<int64_t>(1, me[st.m_axis] * st.step));
-    st.b = k.add_shared("sb" + std::to_string(v), DType::kF32, std::max<int64_t>(1, me[st.n_axis] * st.step));
     st.a_cap = std::max<int64_t>(1, me[st.m_axis] * st.step);
+    // The GEMV form where the candidate asks, the region has at most 8 rows, B is an input read
+    // along its columns and the threads cover them in vectors (planner/tiling.h's gemv_matmul).
+    const bool b_input = contiguous_input(node.inputs[1], e.accesses[1], static_cast<int>(st.n_axis));
+    st.lanes = b_input ? vector_lanes(cx.g.value(node.inputs[1]).dtype) : 1;
+    st.vecs = (std::max<int64_t>(1, me[st.n_axis]) + st.lanes - 1) / st.lanes;
+    st.gemv = cx.cfg.gemv && b_input && me[st.m_axis] <= 8 && st.vecs <= cx.cfg.threads;
+    if (cx.cfg.vector >= 4) {
+      st.vec_a = contiguous_input(node.inputs[0], e.accesses[0], static_cast<int>(e.out_shape.size())) &&
+                 st.step % vector_lanes(cx.g.value(node.inputs[0]).dtype) == 0;
+    }
+    if (st.gemv) {
+      st.tm = std::max<int64_t>(1, me[st.m_axis]);
+      st.tn = st.lanes;
+      st.slices = cx.cfg.threads / st.vecs;
+      st.regs = "tl" + std::to_string(v);
+      k.thread_locals.push_back({st.regs, st.tm * st.tn});
+      const int64_t plane = st.tm * st.vecs * st.lanes;
+      st.red = k.add_shared("red" + std::to_string(v), DType::kF32, st.slices * plane);
+      st.parts = std::clamp<int64_t>(cx.cfg.threads / plane, 1, st.slices);
+      st.partial = k.add_shared("rp" + std::to_string(v), DType::kF32, st.parts * plane);
+      allocate_root_accumulators(cx, k, st, max_elems);
+      return;
+    }
+    st.b = k.add_shared("sb" + std::to_string(v), DType::kF32, std::max<int64_t>(1, me[st.n_axis] * st.step));
     st.b_cap = std::max<int64_t>(1, me[st.n_axis] * st.step);
     // Register blocking: each thread owns one TM x TN micro-tile of the region; the smallest
     // (squarest) micro-tile that lets the block's threads cover the largest region.
@@ -101,20 +132,18 @@ class StagedMatMulStage : public AnchorStage {
       k.thread_locals.push_back({st.regs, st.tm * st.tn});
     }
     // Vectorised staging (the candidate's vector width): an operand read straight from a float32
-    // input whose contiguous axis is the slice's row (A: the reduction axis, whole steps of 4; B:
-    // the output's columns) moves in float4 quads.
-    if (cx.cfg.vector >= 4) {
-      const TensorExpr& e = cx.exprs.at(static_cast<int>(&node - cx.g.nodes().data()));
-      st.vec_a = contiguous_input(node.inputs[0], e.accesses[0], static_cast<int>(e.out_shape.size())) &&
-                 st.step % vector_lanes(cx.g.value(node.inputs[0]).dtype) == 0;
-      st.vec_b = contiguous_input(node.inputs[1], e.accesses[1], static_cast<int>(st.n_axis));
-    }
+    // or 16-bit input whose contiguous axis is the slice's row (A: the reduction axis, whole
+    // steps of a vector, above; B: the output's columns) moves in 16-byte vectors.
+    st.vec_b = cx.cfg.vector >= 4 && b_input;
     allocate_root_accumulators(cx, k, st, max_elems);
   }
 
   void emit(Kernel& k) override;
 
  private:
+  // The GEMV form after A's staging loop for the step (in `steps`): B's rows from memory into
+  // each thread's accumulators, then the slices' sum into the product's accumulators.
+  void emit_gemv(Kernel& k, Block& steps);
   // True if value u is a float32, float16 or bfloat16 group input whose innermost axis is indexed
   // by variable `var` alone, so consecutive values of the variable are consecutive in memory.
   bool contiguous_input(int u, const Access& a, int var) const {
@@ -240,6 +269,10 @@ void StagedMatMulStage::emit(Kernel& k) {
   } else {
     staging(st.a, st.a_cap, "(" + nm + " * " + step + ")", e.accesses[0], 0, true);
   }
+  if (st.gemv) {
+    emit_gemv(k, steps);
+    return;
+  }
   if (st.vec_b) {
     vector_staging(st.b, st.b_cap, e.accesses[1], 1, false);
   } else {
@@ -289,6 +322,87 @@ void StagedMatMulStage::emit(Kernel& k) {
     k.body.push_back(if_then(owns, write));
     k.body.push_back(barrier());
   }
+  export_product(cx_, k, st);
+}
+
+void StagedMatMulStage::emit_gemv(Kernel& k, Block& steps) {
+  const Graph& g = cx_.g;
+  const Node& n = n_;
+  const TensorExpr& e = cx_.exprs.at(static_cast<int>(&n - g.nodes().data()));
+  const int v = n.outputs[0];
+  const ScalarPlan& st = st_;
+  const Region& r = cx_.region.at(v);
+  const std::string acc = product_accumulators(cx_, st);
+  const std::string nm = r.n[st.m_axis], nn = r.n[st.n_axis];
+  const int u = n.inputs[1];
+  const DType ut = g.value(u).dtype;
+  const std::string p = cx_.param.at(u), step = lit(st.step), last = lit(st.lanes - 1);
+  const int64_t width = st.vecs * st.lanes;
+  // Thread t: the column vector t % vecs, the slice t / vecs; the slice's rows of the step are
+  // ft_sl, ft_sl + slices, ...
+  const std::string owns = "ft_thread < " + lit(st.slices * st.vecs);
+  const Block place = {let(kIndexType, "ft_cv", "ft_thread % " + lit(st.vecs)),
+                       let(kIndexType, "ft_sl", "ft_thread / " + lit(st.vecs))};
+  steps.push_back(barrier());  // A's slice is staged
+  Block row = {let(kIndexType, "ft_kk", "ft_sl + ft_j * " + lit(st.slices)),
+               let(kIndexType, "ft_k", "ft_ks * " + step + " + ft_kk")};
+  const auto b_index = cx_.index_of(e.accesses[1], product_vars(cx_, st, r.lo[st.m_axis], "(" + r.lo[st.n_axis] + " + ft_c)", "ft_k"));
+  Block in_range = {let(kIndexType, "ft_c", "ft_cv * " + lit(st.lanes)), let(kIndexType, "ft_at", flat(g.value(u).shape, b_index))};
+  const char* const components[] = {".x", ".y", ".z", ".w"};
+  Block vector = {vector_load("ft_q", p, "ft_at", ut)}, scalars;
+  for (int64_t i = 0; i < st.lanes; ++i) {
+    const std::string b = "ft_b" + std::to_string(i);
+    in_range.push_back(let("float", b, "0.0f"));
+    vector.push_back(assign(b, load_as_compute(ut, "ft_q" + (ut == DType::kF32 ? std::string(components[i]) : ".v[" + std::to_string(i) + "]"))));
+    scalars.push_back(assign(b, "(ft_c + " + lit(i) + " < " + nn + " ? " + load_as_compute(ut, p + "[ft_at + " + lit(i) + "]") + " : 0.0f)"));
+  }
+  // A whole vector where its columns lie in the region and its address is 16-byte aligned (a row
+  // of an odd-sized B may start anywhere), else element by element.
+  const std::string whole = "ft_c + " + last + " < " + nn + (ut == DType::kF32 ? " && ft_aligned16(" + p + ", ft_at)" : " && (ft_at & " + last + ") == 0");
+  in_range.push_back(if_then(whole, vector, scalars));
+  for (int64_t m = 0; m < st.tm; ++m) {
+    const std::string a = "ft_a" + std::to_string(m);
+    in_range.push_back(let("float", a, "(" + lit(m) + " < " + nm + " ? " + st.a + "[" + lit(m * st.step) + " + ft_kk] : 0.0f)"));
+    for (int64_t i = 0; i < st.lanes; ++i) {
+      const std::string cell = st.regs + "[" + std::to_string(m * st.lanes + i) + "]";
+      in_range.push_back(assign(cell, cell + " + " + a + " * ft_b" + std::to_string(i)));
+    }
+  }
+  const std::string fits = (st.step % st.slices == 0 ? "" : "ft_kk < " + step + " && ") + "ft_k < " + lit(st.k);
+  row.push_back(if_then(fits, in_range));
+  Block compute = place;
+  compute.push_back(serial_for("ft_j", "0", lit((st.step + st.slices - 1) / st.slices), row, 4));
+  steps.push_back(if_then(owns, compute));
+  steps.push_back(barrier());
+  k.body.push_back(uniform_for("ft_ks", "0", lit((st.k + st.step - 1) / st.step), steps));
+  // Each slice's partial products to `red` (slice, row, column), four floats a store.
+  Block partials = place;
+  for (int64_t m = 0; m < st.tm; ++m) {
+    for (int64_t h = 0; h < st.lanes / 4; ++h) {
+      const std::string q = "ft_p" + std::to_string(m * st.lanes + 4 * h), base = st.regs + "[" ;
+      const int64_t c0 = m * st.lanes + 4 * h;
+      partials.push_back(let("float4", q, "ft_pack_float4(" + base + std::to_string(c0) + "], " + base + std::to_string(c0 + 1) + "], " +
+                                               base + std::to_string(c0 + 2) + "], " + base + std::to_string(c0 + 3) + "])"));
+      partials.push_back(vector_store(st.red, "(ft_sl * " + lit(st.tm) + " + " + lit(m) + ") * " + lit(width) + " + ft_cv * " + lit(st.lanes) + " + " + lit(4 * h), q));
+    }
+  }
+  k.body.push_back(if_then(owns, partials));
+  k.body.push_back(barrier());
+  // The slices' sum in two rounds, every thread busy: `parts` partial sums of consecutive slices
+  // per element of `red`'s (row, column) plane, then each element's parts, in a fixed order.
+  const int64_t plane = st.tm * width, per_part = (st.slices + st.parts - 1) / st.parts;
+  Block part = {let(kIndexType, "ft_o", "ft_e % " + lit(plane)), let(kIndexType, "ft_p", "ft_e / " + lit(plane)),
+                let("float", "ft_sum", "0.0f")};
+  part.push_back(serial_for("ft_z", "ft_p * " + lit(per_part), "ft_min(ft_p * " + lit(per_part) + " + " + lit(per_part) + ", " + lit(st.slices) + ")",
+                            {assign("ft_sum", "ft_sum + " + st.red + "[ft_z * " + lit(plane) + " + ft_o]")}));
+  part.push_back(store(st.partial, "ft_e", "ft_sum"));
+  k.body.push_back(thread_for("ft_e", "0", lit(plane * st.parts), part));
+  k.body.push_back(barrier());
+  Block sum = {let(kIndexType, "ft_o", "(ft_e / " + nn + ") * " + lit(width) + " + ft_e % " + nn), let("float", "ft_sum", "0.0f")};
+  sum.push_back(serial_for("ft_z", "0", lit(st.parts), {assign("ft_sum", "ft_sum + " + st.partial + "[ft_z * " + lit(plane) + " + ft_o]")}));
+  sum.push_back(store(acc, "ft_e", "ft_sum"));
+  k.body.push_back(thread_for("ft_e", "0", "ft_min(" + nm + " * " + nn + ", " + lit(std::max<int64_t>(1, cx_.capacity[v])) + ")", sum));
+  k.body.push_back(barrier());
   export_product(cx_, k, st);
 }
 

@@ -14,9 +14,20 @@
 // aligned, checked per quad at run time, else element loads), a barrier, each thread's micro-tile
 // update, a barrier. Then the accumulators go to the product's shared buffer (the root's own
 // accumulator allocation) for the epilogue, and to its output parameter when exported. When the
-// threads cannot cover the region, the accumulators live in shared memory instead. Guarantees: the
-// reference product up to float32 rounding (summed in K order) for every tile, partial ones
-// included; every staging loop is clamped to its allocation.
+// threads cannot cover the region, the accumulators live in shared memory instead.
+// The GEMV form (TileConfig::gemv; decode steps and classifier heads, where B is read once and
+// staging it buys nothing): when the region has at most 8 rows and B is a float32/16-bit input
+// read along its columns, only A's slice is staged per step; the block's threads are laid out as
+// slices x column vectors (thread t: the 16-byte vector t % vecs of the region's columns, slice
+// t / vecs), each slice takes rows slice, slice + slices, ... of the step, reads each as one
+// 16-byte load (element loads at a partial or unaligned vector), converts in registers and
+// accumulates rows x vector partial products in a thread-local (the row loop unrolled by 4, so
+// that four loads are in flight). After the steps each thread's partials go to shared memory in
+// 16-byte stores, and the slices are summed in two rounds (parts of consecutive slices per
+// element by all threads, then each element's parts) into the product's accumulators. Guarantees:
+// the reference product up to float32 rounding (summed in K order, or per slice then in slice
+// order in the GEMV form) for every tile, partial ones included; every staging loop is clamped
+// to its allocation.
 #pragma once
 
 #include <memory>

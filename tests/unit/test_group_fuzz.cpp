@@ -158,8 +158,8 @@ FuzzCase random_case(unsigned seed) {
 }
 
 // Every group of the case's fusion plan, each with the planner's best generated candidate, one
-// drawn from its generated candidates and its best tensor-core one: lowered, verified on the host
-// and compiled (check_groups).
+// drawn from its generated candidates, its best tensor-core one and its best GEMV one: lowered,
+// verified on the host and compiled (check_groups).
 void check_case(unsigned seed) {
   const FuzzCase c = random_case(seed);
   std::printf("group fuzz case %u: %s\n", seed, c.what.c_str());
@@ -175,10 +175,12 @@ void check_case(unsigned seed) {
     ASSERT_FALSE(generated.empty()) << "case " << seed << " (" << c.what << "): no generated candidate for " << fg.pattern;
     std::vector<planner::TileConfig> chosen = {generated.front(),
                                                generated[std::uniform_int_distribution<size_t>(0, generated.size() - 1)(pick)]};
-    for (const planner::TileConfig& cfg : generated) {
-      if (cfg.mma) {
-        chosen.push_back(cfg);
-        break;
+    for (bool gemv : {false, true}) {  // the best tensor-core candidate, the best GEMV one
+      for (const planner::TileConfig& cfg : generated) {
+        if (gemv ? cfg.gemv : cfg.mma) {
+          chosen.push_back(cfg);
+          break;
+        }
       }
     }
     // The best candidate's schedule on a tile of random extents (odd ones as likely as any), where

@@ -214,50 +214,55 @@ TEST(VerifyIr, NamesAreDistinct) {
   expect_rejected(k, {"thread-local 'sx' has the name of a shared allocation"});
 }
 
-// Every kernel the lowering generates for the test models passes (lower_group and pack_kernels
+// Every kernel the lowering generates for a test model passes (lower_group and pack_kernels
 // verify what they return; this checks it again explicitly): every valid generated candidate of
-// every group of the plan, and every launch packed as compile_bundle packs it.
-TEST(VerifyIr, EveryKernelGeneratedForTheTestModelsPasses) {
+// every group of the plan, and every launch packed as compile_bundle packs it. One test per model,
+// so that the sanitizer pass can leave out the larger ones (scripts/test.sh).
+class ModelKernels : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ModelKernels, EveryKernelGeneratedPasses) {
   const planner::Device h100 = planner::find_device("h100");
-  for (const char* model : {"bert", "cnn_small", "convnext_t", "efficientnet_b0", "mobilenet_v2", "nerf_mlp", "resnet_small",
-                            "swin_t", "vit"}) {
-    const Graph g = fusetune::testing::load_test_model(model);
-    const planner::ModelPlan plan = planner::plan_model(g, h100);
-    int checked = 0;
-    std::map<int, std::vector<size_t>> launches;
-    for (size_t i = 0; i < plan.groups.size(); ++i) {
-      const planner::GroupPlan& gp = plan.groups[i];
-      launches[gp.group.launch].push_back(i);
-      for (const planner::Candidate& c : gp.candidates) {
-        if (!c.cost.valid || !c.config.library.empty()) continue;
-        LoweredKernel lk;
-        ASSERT_NO_THROW(lk = lower_group(g, gp.group, c.config, "k")) << model << " " << gp.group.pattern << " " << c.config.str();
-        EXPECT_NO_THROW(verify_ir(lk.kernel)) << model << " " << gp.group.pattern << " " << c.config.str();
-        ++checked;
-      }
-    }
-    int packed = 0;
-    for (const auto& [launch, groups] : launches) {
-      if (groups.size() < 2) continue;
-      int threads = 0;
-      for (size_t i : groups) threads = std::max(threads, plan.groups[i].candidates[plan.groups[i].chosen].config.threads);
-      std::vector<LoweredKernel> parts;
-      int64_t base = 0;
-      for (size_t j = 0; j < groups.size(); ++j) {
-        planner::TileConfig cfg = plan.groups[groups[j]].candidates[plan.groups[groups[j]].chosen].config;
-        cfg.threads = threads;
-        parts.push_back(lower_group(g, plan.groups[groups[j]].group, cfg, "packed", {"p" + std::to_string(j) + "_", base}));
-        base += parts.back().kernel.grid;
-      }
+  const std::string& model = GetParam();
+  const Graph g = fusetune::testing::load_test_model(model);
+  const planner::ModelPlan plan = planner::plan_model(g, h100);
+  int checked = 0;
+  std::map<int, std::vector<size_t>> launches;
+  for (size_t i = 0; i < plan.groups.size(); ++i) {
+    const planner::GroupPlan& gp = plan.groups[i];
+    launches[gp.group.launch].push_back(i);
+    for (const planner::Candidate& c : gp.candidates) {
+      if (!c.cost.valid || !c.config.library.empty()) continue;
       LoweredKernel lk;
-      ASSERT_NO_THROW(lk = pack_kernels(parts, "packed")) << model << " launch " << launch;
-      EXPECT_NO_THROW(verify_ir(lk.kernel)) << model << " launch " << launch;
-      ++packed;
+      ASSERT_NO_THROW(lk = lower_group(g, gp.group, c.config, "k")) << model << " " << gp.group.pattern << " " << c.config.str();
+      EXPECT_NO_THROW(verify_ir(lk.kernel)) << model << " " << gp.group.pattern << " " << c.config.str();
+      ++checked;
     }
-    EXPECT_GT(checked, 0) << model;
-    std::printf("%s: %d kernels and %d packed launches verified\n", model, checked, packed);
   }
+  int packed = 0;
+  for (const auto& [launch, groups] : launches) {
+    if (groups.size() < 2) continue;
+    int threads = 0;
+    for (size_t i : groups) threads = std::max(threads, plan.groups[i].candidates[plan.groups[i].chosen].config.threads);
+    std::vector<LoweredKernel> parts;
+    int64_t base = 0;
+    for (size_t j = 0; j < groups.size(); ++j) {
+      planner::TileConfig cfg = plan.groups[groups[j]].candidates[plan.groups[groups[j]].chosen].config;
+      cfg.threads = threads;
+      parts.push_back(lower_group(g, plan.groups[groups[j]].group, cfg, "packed", {"p" + std::to_string(j) + "_", base}));
+      base += parts.back().kernel.grid;
+    }
+    LoweredKernel lk;
+    ASSERT_NO_THROW(lk = pack_kernels(parts, "packed")) << model << " launch " << launch;
+    EXPECT_NO_THROW(verify_ir(lk.kernel)) << model << " launch " << launch;
+    ++packed;
+  }
+  EXPECT_GT(checked, 0) << model;
+  std::printf("%s: %d kernels and %d packed launches verified\n", model.c_str(), checked, packed);
 }
+
+INSTANTIATE_TEST_SUITE_P(VerifyIr, ModelKernels,
+                         ::testing::Values("bert", "cnn_small", "convnext_t", "efficientnet_b0", "mobilenet_v2",
+                                           "nerf_mlp", "resnet_small", "swin_t", "vit"));
 
 }  // namespace
 }  // namespace fusetune::codegen

@@ -1,0 +1,152 @@
+// The GEMV form of a staged MatMul (codegen/stages/matmul.h; planner/tiling.h): MatMuls of at most
+// 8 rows whose B the group reads straight from memory in 16-byte vectors, the block's threads
+// splitting each step's rows. Differentially against the reference under the host executor's
+// checks (odd K, N that are not whole vectors, partial column tiles, more slices than a step has
+// rows, float32/float16/bfloat16, fused prologues and epilogues, B computed in the group: the
+// scalar form instead); the IR it prints; and the cost model's view of a decode step (Little's
+// law makes the staged form's small tiles latency-bound, the GEMV form near the bandwidth).
+#include <gtest/gtest.h>
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "codegen/kernel_ir.h"
+#include "codegen/lower_group.h"
+#include "planner/device.h"
+#include "planner/fusion.h"
+#include "planner/tiling.h"
+#include "unit/codegen_check.h"
+#include "unit/graph_helpers.h"
+
+namespace fusetune::codegen {
+namespace {
+
+using fusetune::testing::add_input;
+using fusetune::testing::add_op;
+using fusetune::testing::check_groups;
+using fusetune::testing::whole_graph_group;
+using planner::FusionGroup;
+using planner::TileConfig;
+
+// Every MatMul of g its own group.
+std::vector<FusionGroup> each_matmul(const Graph& g) {
+  std::vector<FusionGroup> out;
+  for (size_t n = 0; n < g.nodes().size(); ++n) {
+    FusionGroup fg;
+    fg.nodes = {static_cast<int>(n)};
+    planner::describe_group(g, fg);
+    fg.outputs = {g.nodes()[n].outputs[0]};
+    out.push_back(fg);
+  }
+  return out;
+}
+
+// A GEMV candidate for a group whose root has rank r: all rows (at most 8), `width` columns.
+TileConfig gemv(const Graph& g, const FusionGroup& fg, int64_t width, int64_t step, int threads) {
+  const Shape& s = g.value(fg.outputs[0]).shape;
+  std::vector<int64_t> tile(s.size(), 1);
+  tile[s.size() - 2] = std::min<int64_t>(s[s.size() - 2], 8);
+  tile.back() = width;
+  TileConfig cfg{tile, step, threads, 4};
+  cfg.gemv = true;
+  return cfg;
+}
+
+// True if kernel k allocates shared memory named `prefix`... (red: the GEMV form's partial products;
+// sb: a staged B slice).
+bool allocates(const Kernel& k, const std::string& prefix) {
+  for (const SharedAlloc& s : k.shared) {
+    if (s.name.rfind(prefix, 0) == 0) return true;
+  }
+  return false;
+}
+
+TEST(CodegenGemv, OddShapesMatchTheReferenceInEveryType) {
+  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
+    Graph g;
+    for (const auto& [m, k, n] : std::vector<std::array<int64_t, 3>>{
+             {1, 1, 1}, {1, 300, 40}, {3, 37, 13}, {8, 1000, 24}, {5, 129, 8}, {2, 16, 5}}) {
+      add_op(g, "MatMul", {add_input(g, "a" + std::to_string(g.nodes().size()), dt, {m, k}),
+                           add_input(g, "b" + std::to_string(g.nodes().size()), dt, {k, n})});
+    }
+    // A decode step's shapes: a batch of one, three axes.
+    add_op(g, "MatMul", {add_input(g, "x", dt, {1, 1, 96}), add_input(g, "w", dt, {96, 48})});
+    const auto groups = each_matmul(g);
+    const int64_t lanes = 16 / static_cast<int64_t>(dtype_size(dt));
+    // Two or three column vectors a tile (the last tile partial), steps longer and shorter than
+    // the slices (64 threads over 2 vectors: 32 slices, more than a step of 8 has rows).
+    for (const auto& [vecs, step, threads] : std::vector<std::array<int, 3>>{{2, 8, 64}, {3, 128, 32}, {3, 64, 96}}) {
+      check_groups(g, groups, [&](const FusionGroup& fg) { return gemv(g, fg, vecs * lanes, step, threads); },
+                   std::string(dtype_name(dt)) + " gemv, " + std::to_string(vecs) + " vectors, step " + std::to_string(step) +
+                       ", " + std::to_string(threads) + " threads");
+    }
+    for (const FusionGroup& fg : groups) {
+      const Kernel k = lower_group(g, fg, gemv(g, fg, 2 * lanes, 128, 64), "k").kernel;
+      EXPECT_TRUE(allocates(k, "red") && !allocates(k, "sb")) << "no GEMV form for " << dtype_name(dt) << " " << to_text(k);
+    }
+  }
+}
+
+// RMSNorm-like prologue (A computed in the group from a row statistic), bias and SiLU-like
+// epilogue; and a B the group computes (a Transpose of an input): that MatMul keeps the scalar
+// staged form (B staged in shared memory), the results match in both.
+TEST(CodegenGemv, FusedProloguesAndEpiloguesAndAComputedB) {
+  Graph g;
+  const int x = add_input(g, "x", DType::kF32, {1, 2, 72});
+  const int sq = add_op(g, "Mul", {x, x});
+  const int mean = add_op(g, "ReduceMean", {sq}, fusetune::testing::attrs({{"axes", std::vector<int64_t>{-1}}}));
+  const int norm = add_op(g, "Div", {x, add_op(g, "Sqrt", {mean})});
+  const int y = add_op(g, "MatMul", {norm, add_input(g, "w", DType::kF32, {72, 40})});
+  const int biased = add_op(g, "Add", {y, add_input(g, "bias", DType::kF32, {40})});
+  add_op(g, "Mul", {biased, add_op(g, "Sigmoid", {biased})});
+  const FusionGroup whole = whole_graph_group(g);
+  for (int64_t width : {8, 16, 40}) {
+    check_groups(g, {whole}, [&](const FusionGroup& fg) { return gemv(g, fg, width, 32, 64); },
+                 "prologue and epilogue, width " + std::to_string(width));
+  }
+  const Kernel fused = lower_group(g, whole, gemv(g, whole, 16, 32, 64), "k").kernel;
+  EXPECT_NE(to_text(fused).find("let float4 ft_q = in"), std::string::npos) << to_text(fused);
+  EXPECT_TRUE(allocates(fused, "red") && !allocates(fused, "sb")) << to_text(fused);
+
+  Graph t;
+  const int bt = add_op(t, "Transpose", {add_input(t, "bt", DType::kF32, {24, 40})},
+                        fusetune::testing::attrs({{"perm", std::vector<int64_t>{1, 0}}}));
+  add_op(t, "MatMul", {add_input(t, "a", DType::kF32, {3, 40}), bt});
+  const FusionGroup both = whole_graph_group(t);
+  check_groups(t, {both}, [&](const FusionGroup& fg) { return gemv(t, fg, 8, 16, 64); }, "computed B");
+  const Kernel scalar = lower_group(t, both, gemv(t, both, 8, 16, 64), "k").kernel;
+  EXPECT_TRUE(allocates(scalar, "sb") && !allocates(scalar, "red")) << to_text(scalar);
+}
+
+// A decode step of a 4096 x 4096 float16 projection on an H100: the planner's best candidate is
+// the GEMV form, modeled within 1.7x of the DRAM speed of light plus the launch; a staged tile of
+// 16 columns (272 bytes a step in flight per block) is modeled latency-bound, far slower; and a
+// GEMV candidate of a group without such a MatMul is rejected.
+TEST(CodegenGemv, TheCostModelSeesLittlesLawInADecodeStep) {
+  Graph g;
+  add_op(g, "MatMul", {add_input(g, "x", DType::kF16, {1, 1, 4096}), add_input(g, "w", DType::kF16, {4096, 4096})});
+  const FusionGroup fg = whole_graph_group(g);
+  const planner::Device h100 = planner::find_device("h100");
+  const auto candidates = planner::tile_candidates(g, fg, h100);
+  ASSERT_FALSE(candidates.empty());
+  EXPECT_TRUE(candidates.front().config.gemv) << candidates.front().config.str();
+  const double sol_us = 4096.0 * 4096 * 2 / (h100.dram_bandwidth_gbps * 1e3);
+  EXPECT_LT(candidates.front().cost.modeled_us, 1.7 * sol_us + 2.0) << candidates.front().config.str();
+  EXPECT_GT(candidates.front().cost.bytes_in_flight, 4096) << candidates.front().config.str();
+  const planner::Cost staged = planner::evaluate_tile(g, fg, h100, TileConfig{{1, 1, 16}, 8, 512, 4});
+  ASSERT_TRUE(staged.valid) << staged.reject;
+  EXPECT_LT(staged.bytes_in_flight, 512);
+  EXPECT_GT(staged.modeled_us, 10 * candidates.front().cost.modeled_us);
+
+  Graph big;
+  add_op(big, "MatMul", {add_input(big, "x", DType::kF16, {64, 512}), add_input(big, "w", DType::kF16, {512, 512})});
+  TileConfig rows64{{64, 16}, 128, 64, 4};
+  rows64.gemv = true;
+  const planner::Cost rejected = planner::evaluate_tile(big, whole_graph_group(big), h100, rows64);
+  EXPECT_FALSE(rejected.valid);
+  EXPECT_NE(rejected.reject.find("GEMV form"), std::string::npos) << rejected.reject;
+}
+
+}  // namespace
+}  // namespace fusetune::codegen
