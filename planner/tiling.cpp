@@ -604,9 +604,10 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
     int64_t lanes = 0;
     for (int n : group.nodes) {
       const Node& node = g.nodes()[static_cast<size_t>(n)];
-      Region whole;
-      for (int64_t extent : g.value(node.outputs[0]).shape) whole.push_back({0, extent - 1});
-      if (lanes == 0 && gemv_matmul(g, node, produced, whole)) lanes = vector_elements(g.value(node.inputs[1]).dtype);
+      const Shape& out = g.value(node.outputs[0]).shape;
+      Region matrix;  // one matrix of the product
+      for (size_t a = 0; a < out.size(); ++a) matrix.push_back({0, a + 2 < out.size() ? 0 : out[a] - 1});
+      if (lanes == 0 && gemv_matmul(g, node, produced, matrix)) lanes = vector_elements(g.value(node.inputs[1]).dtype);
     }
     for (int64_t vecs : {2, 4, 8, 16}) {
       if (lanes == 0 || (vecs > 2 && ceil_div(rs.back(), lanes) <= vecs / 2)) continue;  // whole already
