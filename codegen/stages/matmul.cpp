@@ -143,7 +143,7 @@ class StagedMatMulStage : public AnchorStage {
  private:
   // The GEMV form after A's staging loop for the step (in `steps`): B's rows from memory into
   // each thread's accumulators, then the slices' sum into the product's accumulators.
-  void emit_gemv(Kernel& k, Block& steps);
+  void emit_gemv(Kernel& k, Block& steps, const TensorExpr& e, const Region& r, const std::string& acc);
   // True if value u is a float32, float16 or bfloat16 group input whose innermost axis is indexed
   // by variable `var` alone, so consecutive values of the variable are consecutive in memory.
   bool contiguous_input(int u, const Access& a, int var) const {
@@ -270,7 +270,7 @@ void StagedMatMulStage::emit(Kernel& k) {
     staging(st.a, st.a_cap, "(" + nm + " * " + step + ")", e.accesses[0], 0, true);
   }
   if (st.gemv) {
-    emit_gemv(k, steps);
+    emit_gemv(k, steps, e, r, acc);
     return;
   }
   if (st.vec_b) {
@@ -325,16 +325,11 @@ void StagedMatMulStage::emit(Kernel& k) {
   export_product(cx_, k, st);
 }
 
-void StagedMatMulStage::emit_gemv(Kernel& k, Block& steps) {
+void StagedMatMulStage::emit_gemv(Kernel& k, Block& steps, const TensorExpr& e, const Region& r, const std::string& acc) {
   const Graph& g = cx_.g;
-  const Node& n = n_;
-  const TensorExpr& e = cx_.exprs.at(static_cast<int>(&n - g.nodes().data()));
-  const int v = n.outputs[0];
   const ScalarPlan& st = st_;
-  const Region& r = cx_.region.at(v);
-  const std::string acc = product_accumulators(cx_, st);
   const std::string nm = r.n[st.m_axis], nn = r.n[st.n_axis];
-  const int u = n.inputs[1];
+  const int u = n_.inputs[1];
   const DType ut = g.value(u).dtype;
   const std::string p = cx_.param.at(u), step = lit(st.step), last = lit(st.lanes - 1);
   const int64_t width = st.vecs * st.lanes;
@@ -401,7 +396,7 @@ void StagedMatMulStage::emit_gemv(Kernel& k, Block& steps) {
   Block sum = {let(kIndexType, "ft_o", "(ft_e / " + nn + ") * " + lit(width) + " + ft_e % " + nn), let("float", "ft_sum", "0.0f")};
   sum.push_back(serial_for("ft_z", "0", lit(st.parts), {assign("ft_sum", "ft_sum + " + st.partial + "[ft_z * " + lit(plane) + " + ft_o]")}));
   sum.push_back(store(acc, "ft_e", "ft_sum"));
-  k.body.push_back(thread_for("ft_e", "0", "ft_min(" + nm + " * " + nn + ", " + lit(std::max<int64_t>(1, cx_.capacity[v])) + ")", sum));
+  k.body.push_back(thread_for("ft_e", "0", "ft_min(" + nm + " * " + nn + ", " + lit(std::max<int64_t>(1, cx_.capacity[st.v])) + ")", sum));
   k.body.push_back(barrier());
   export_product(cx_, k, st);
 }

@@ -73,4 +73,17 @@ inline planner::FusionGroup whole_graph_group(const Graph& g) {
   return group;
 }
 
+// Every node of g its own group, with its output as the group's.
+inline std::vector<planner::FusionGroup> one_group_per_node(const Graph& g) {
+  std::vector<planner::FusionGroup> out;
+  for (size_t n = 0; n < g.nodes().size(); ++n) {
+    planner::FusionGroup fg;
+    fg.nodes = {static_cast<int>(n)};
+    planner::describe_group(g, fg);
+    fg.outputs = {g.nodes()[n].outputs[0]};
+    out.push_back(fg);
+  }
+  return out;
+}
+
 }  // namespace fusetune::testing

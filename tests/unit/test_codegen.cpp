@@ -43,6 +43,7 @@ using fusetune::testing::add_op;
 using fusetune::testing::attrs;
 using fusetune::testing::best_config;
 using fusetune::testing::check_groups;
+using fusetune::testing::one_group_per_node;
 using fusetune::testing::whole_graph_group;
 
 
@@ -159,18 +160,6 @@ Graph every_op() {
   add_op(g, "ScatterND", {x, sidx, add_input(g, "upd", DType::kF32, {2, 7, 5})}, attrs({{"reduction", std::string("none")}}));
   add_op(g, "ScatterND", {x, sidx, add_input(g, "upd2", DType::kF32, {2, 7, 5})}, attrs({{"reduction", std::string("add")}}));
   return g;
-}
-
-std::vector<FusionGroup> one_group_per_node(const Graph& g) {
-  std::vector<FusionGroup> out;
-  for (size_t n = 0; n < g.nodes().size(); ++n) {
-    FusionGroup fg;
-    fg.nodes = {static_cast<int>(n)};
-    planner::describe_group(g, fg);
-    fg.outputs = {g.nodes()[n].outputs[0]};
-    out.push_back(fg);
-  }
-  return out;
 }
 
 TEST(CodegenOps, EveryOpOnOddShapesAndPartialTiles) {

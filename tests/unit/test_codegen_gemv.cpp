@@ -25,22 +25,10 @@ namespace {
 using fusetune::testing::add_input;
 using fusetune::testing::add_op;
 using fusetune::testing::check_groups;
+using fusetune::testing::one_group_per_node;
 using fusetune::testing::whole_graph_group;
 using planner::FusionGroup;
 using planner::TileConfig;
-
-// Every MatMul of g its own group.
-std::vector<FusionGroup> each_matmul(const Graph& g) {
-  std::vector<FusionGroup> out;
-  for (size_t n = 0; n < g.nodes().size(); ++n) {
-    FusionGroup fg;
-    fg.nodes = {static_cast<int>(n)};
-    planner::describe_group(g, fg);
-    fg.outputs = {g.nodes()[n].outputs[0]};
-    out.push_back(fg);
-  }
-  return out;
-}
 
 // A GEMV candidate for a group whose root has rank r: all rows (at most 8), `width` columns.
 TileConfig gemv(const Graph& g, const FusionGroup& fg, int64_t width, int64_t step, int threads) {
@@ -72,7 +60,7 @@ TEST(CodegenGemv, OddShapesMatchTheReferenceInEveryType) {
     }
     // A decode step's shapes: a batch of one, three axes.
     add_op(g, "MatMul", {add_input(g, "x", dt, {1, 1, 96}), add_input(g, "w", dt, {96, 48})});
-    const auto groups = each_matmul(g);
+    const auto groups = one_group_per_node(g);
     const int64_t lanes = 16 / static_cast<int64_t>(dtype_size(dt));
     // Two or three column vectors a tile (the last tile partial), steps longer and shorter than
     // the slices (64 threads over 2 vectors: 32 slices, more than a step of 8 has rows).
