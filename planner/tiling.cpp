@@ -151,6 +151,14 @@ int group_root(const Graph& g, const FusionGroup& group) {
   return root;
 }
 
+int64_t constant_bytes(const Graph& g) {
+  int64_t n = 0;
+  for (const Value& v : g.values()) {
+    if (v.is_constant()) n += numel(v.shape) * static_cast<int64_t>(dtype_size(v.dtype));
+  }
+  return n;
+}
+
 Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, const TileConfig& cfg,
                    const TilingOptions& opt) {
   Cost c;
@@ -347,7 +355,8 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   }
   // Traffic.
   int64_t l2 = 0, dram = 0;
-  int64_t streamed = 0;  // DRAM bytes of inputs too large to stay in L2 between launches
+  int64_t streamed = 0;  // DRAM bytes of what does not stay in L2 between launches
+  const int64_t weights = opt.constant_bytes >= 0 ? opt.constant_bytes : constant_bytes(g);
   for (const auto& [v, region] : loads) {
     const Value& val = g.value(v);
     const int64_t per_tile = sector_bytes(region, val.dtype, d.sector_bytes);
@@ -355,7 +364,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
     const int64_t size = numel(val.shape) * static_cast<int64_t>(dtype_size(val.dtype));
     l2 += all_tiles;
     dram += size <= d.l2_bytes / 2 ? std::min(size, all_tiles) : all_tiles;
-    if (size > d.l2_bytes / 2) streamed += all_tiles;
+    if (size > d.l2_bytes / 2 || (val.is_constant() && weights > d.l2_bytes / 2)) streamed += all_tiles;
   }
   for (int o : group.outputs) {
     const Value& val = g.value(o);
@@ -434,24 +443,26 @@ namespace {
 
 // The objectives of the expansion search (lower is better): traffic per output element, as in
 // Welder, and modeled time with a plain thread shape, which also sees the parallelism penalty.
-double traffic_per_element(const Graph& g, const FusionGroup& group, const Device& d, const std::vector<int64_t>& tile) {
+double traffic_per_element(const Graph& g, const FusionGroup& group, const Device& d, const std::vector<int64_t>& tile,
+                           const TilingOptions& opt) {
   TileConfig cfg;
   cfg.tile = tile;
   cfg.threads = d.warp_size;
-  const Cost c = evaluate_tile(g, group, d, cfg);
+  const Cost c = evaluate_tile(g, group, d, cfg, opt);
   int64_t elems = 1;
   for (int64_t t : tile) elems *= t;
   return static_cast<double>(c.l2_bytes) / static_cast<double>(c.tiles * elems);
 }
 
-double plain_time(const Graph& g, const FusionGroup& group, const Device& d, const std::vector<int64_t>& tile) {
+double plain_time(const Graph& g, const FusionGroup& group, const Device& d, const std::vector<int64_t>& tile,
+                  const TilingOptions& opt) {
   int64_t elems = 1;
   for (int64_t t : tile) elems *= t;
   TileConfig cfg;
   cfg.tile = tile;
   cfg.threads = static_cast<int>(std::clamp<int64_t>((elems / 4 + 31) / 32 * 32, 32, 256));
   cfg.reduce_step = 32;
-  const Cost c = evaluate_tile(g, group, d, cfg);
+  const Cost c = evaluate_tile(g, group, d, cfg, opt);
   return c.valid ? c.modeled_us : INFINITY;
 }
 
@@ -486,12 +497,12 @@ void expand_from(std::vector<int64_t> cur, const Shape& rs, int64_t max_elems, O
 }
 
 std::vector<std::vector<int64_t>> expand_tiles(const Graph& g, const FusionGroup& group, const Device& d,
-                                               const Shape& rs, int64_t max_elems) {
+                                               const Shape& rs, int64_t max_elems, const TilingOptions& opt) {
   std::vector<std::vector<int64_t>> visited;
   const std::vector<int64_t> start(rs.size(), 1);
-  expand_from(start, rs, max_elems, [&](const std::vector<int64_t>& t) { return traffic_per_element(g, group, d, t); },
+  expand_from(start, rs, max_elems, [&](const std::vector<int64_t>& t) { return traffic_per_element(g, group, d, t, opt); },
               visited);
-  expand_from(start, rs, max_elems, [&](const std::vector<int64_t>& t) { return plain_time(g, group, d, t); }, visited);
+  expand_from(start, rs, max_elems, [&](const std::vector<int64_t>& t) { return plain_time(g, group, d, t, opt); }, visited);
   std::sort(visited.begin(), visited.end());
   visited.erase(std::unique(visited.begin(), visited.end()), visited.end());
   return visited;
@@ -515,7 +526,9 @@ bool vector_width_helps(const Graph& g, const FusionGroup& group) {
 }  // namespace
 
 std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group, const Device& d,
-                                       const TilingOptions& opt) {
+                                       const TilingOptions& options) {
+  TilingOptions opt = options;
+  if (opt.constant_bytes < 0) opt.constant_bytes = constant_bytes(g);
   const int root = group_root(g, group);
   const Shape& rs = g.value(root).shape;
   bool contraction = false;
@@ -537,7 +550,7 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
       }
     }
   }
-  const std::vector<std::vector<int64_t>> tiles = expand_tiles(g, group, d, rs, 32768);
+  const std::vector<std::vector<int64_t>> tiles = expand_tiles(g, group, d, rs, 32768, opt);
   const bool vectors_help = contraction && vector_width_helps(g, group);
   std::vector<Candidate> all;
   Candidate best_rejected;

@@ -20,9 +20,10 @@
 //     quads; with `mma`, a contraction's arithmetic, padded to m16n8k16, at the tensor-core rate
 //     Device::fp16_tensor_tflops, overlapping the issue of the rest), divided by the fraction of
 //     SMs the blocks keep busy (the parallelism penalty); for a group with a staged MatMul, at
-//     least Little's law's bound: the DRAM bytes of inputs too large to stay in L2 between
-//     launches (over half of it) over the bandwidth the resident blocks' bytes in flight sustain
-//     (bytes in flight x blocks / Device::dram_latency_ns). A step's operand
+//     least Little's law's bound: the DRAM bytes of what streams from DRAM (an input over half
+//     the L2, or a weight of a model whose weights are: neither stays in L2 between launches)
+//     over the bandwidth the resident blocks' bytes in flight sustain (bytes in flight x blocks /
+//     Device::dram_latency_ns). A step's operand
 //     bytes are in flight for as many latencies as its loads take rounds (a thread waits for each
 //     load before storing it to shared memory; cp.async keeps stages - 1 steps in flight, the
 //     GEMV form 4 of each thread's loads); the group's least is its bound. Plus a launch overhead.
@@ -94,7 +95,13 @@ struct Candidate {
 struct TilingOptions {
   int top_k = 12;
   double launch_overhead_us = 2.0;
+  // The bytes of the model's constants (weights); -1: summed from the graph. Weights of a model
+  // whose constants exceed half the L2 do not stay there between launches: they stream from DRAM.
+  int64_t constant_bytes = -1;
 };
+
+// The bytes of g's constants.
+int64_t constant_bytes(const Graph& g);
 
 // The value a group's tiles range over.
 int group_root(const Graph& g, const FusionGroup& group);

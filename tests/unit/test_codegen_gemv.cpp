@@ -109,8 +109,9 @@ TEST(CodegenGemv, FusedProloguesAndEpiloguesAndAComputedB) {
 
 // A decode step of a 4096 x 4096 float16 projection on an H100: the planner's best candidate is
 // the GEMV form, modeled within 1.7x of the DRAM speed of light plus the launch; a staged tile of
-// 16 columns (272 bytes a step in flight per block) is modeled latency-bound, far slower; and a
-// GEMV candidate of a group without such a MatMul is rejected.
+// 16 columns (272 bytes a step in flight per block) is modeled latency-bound, far slower; the
+// bound charges weights only where they stream from DRAM; and a GEMV candidate of a group
+// without such a MatMul is rejected.
 TEST(CodegenGemv, TheCostModelSeesLittlesLawInADecodeStep) {
   Graph g;
   add_op(g, "MatMul", {add_input(g, "x", DType::kF16, {1, 1, 4096}), add_input(g, "w", DType::kF16, {4096, 4096})});
@@ -126,6 +127,26 @@ TEST(CodegenGemv, TheCostModelSeesLittlesLawInADecodeStep) {
   ASSERT_TRUE(staged.valid) << staged.reject;
   EXPECT_LT(staged.bytes_in_flight, 512);
   EXPECT_GT(staged.modeled_us, 10 * candidates.front().cost.modeled_us);
+
+  // Weights of 8 MB each stay in L2 alone (under half of its 50 MB); four of them do not, so each
+  // streams from DRAM and the bound applies to the projection that reads one.
+  for (int layers : {1, 4}) {
+    Graph m;
+    for (int l = 0; l < layers; ++l) {
+      add_op(m, "MatMul", {add_input(m, "x" + std::to_string(l), DType::kF16, {1, 2048}),
+                           fusetune::testing::random_constant(m, "w" + std::to_string(l), DType::kF16, {2048, 2048}, 7)});
+    }
+    const FusionGroup first = one_group_per_node(m).front();
+    const planner::Cost small_tiles = planner::evaluate_tile(m, first, h100, TileConfig{{1, 16}, 8, 512, 4});
+    ASSERT_TRUE(small_tiles.valid) << small_tiles.reject;
+    const double dram_us = static_cast<double>(small_tiles.dram_bytes) / (h100.dram_bandwidth_gbps * 1e3);
+    if (layers == 1) {
+      EXPECT_LT(small_tiles.modeled_us, 4 * dram_us + 2.0) << "an 8 MB weight alone was charged DRAM latency";
+    } else {
+      EXPECT_GT(small_tiles.modeled_us, 20 * dram_us + 2.0) << "a streamed weight was not charged DRAM latency";
+      EXPECT_TRUE(planner::tile_candidates(m, first, h100).front().config.gemv);
+    }
+  }
 
   Graph big;
   add_op(big, "MatMul", {add_input(big, "x", DType::kF16, {64, 512}), add_input(big, "w", DType::kF16, {512, 512})});
