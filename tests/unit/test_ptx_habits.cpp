@@ -9,6 +9,8 @@
 //    block are literals (codegen/uniform_constants.h), which the compiler strength-reduces.
 //  - A kernel on tensor cores (mma.sync, sm_80+) stages its operands with cp.async and waits for
 //    them with cp.async.wait_group (codegen/stages/mma_matmul.h).
+//  - A decode step's projection (the GEMV form, codegen/stages/matmul.h) reads its weights in
+//    16-byte read-only loads, several in flight, without spilling.
 //  - Global traffic moves in 16-byte accesses where rows allow: the share of the global sectors the
 //    plan's kernels request with them, counted by the host executor (`fusetune profile --json`),
 //    stays at what the element loops, row statistics and MatMul staging reach on the small float16
@@ -28,6 +30,8 @@
 #include "backend/nvrtc.h"
 #include "codegen/emit.h"
 #include "codegen/lower_group.h"
+#include "planner/device.h"
+#include "planner/tiling.h"
 #include "core/files.h"
 #include "unit/cli_run.h"
 #include "unit/graph_helpers.h"
@@ -113,6 +117,19 @@ TEST(PtxTensorCores, ATensorCoreMatMulStagesWithCpAsync) {
   EXPECT_GT(ptx.count(R"(\bcp\.async\.cg\.shared\.global\b)"), 0u);
   EXPECT_GT(ptx.count(R"(\bcp\.async\.wait_group\b)"), 0u);
   EXPECT_GT(ptx.count(R"(\bcp\.async\.commit_group\b)"), 0u);
+}
+
+TEST(PtxGemv, ADecodeProjectionReadsItsWeightsInSixteenByteLoads) {
+  if (!backend::nvrtc_available()) GTEST_SKIP() << "NVRTC not available: no PTX to read";
+  Graph g;
+  testing::add_op(g, "MatMul", {testing::add_input(g, "x", DType::kF16, {1, 1, 4096}), testing::add_input(g, "w", DType::kF16, {4096, 4096})});
+  const planner::FusionGroup group = testing::whole_graph_group(g);
+  const planner::TileConfig best = planner::tile_candidates(g, group, planner::find_device("h100")).front().config;
+  ASSERT_TRUE(best.gemv) << best.str();
+  const Ptx ptx{backend::compile_ptx(codegen::emit_cuda({codegen::lower_group(g, group, best, "gemv").kernel}), "sm_90")};
+  EXPECT_GE(ptx.count(R"(\bld\.global\.nc\.v4\.u32\b)"), 4u) << "the row loop's four weight loads in flight";
+  EXPECT_EQ(ptx.count(R"(\b(ld|st)\.local\b)"), 0u) << "spills";
+  EXPECT_EQ(ptx.count(R"(\b(div|rem)\.[su]64\b)"), 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, PtxHabits, ::testing::Values("distilbert_fp16", "gpt2_fp16", "llama_fp16"));
