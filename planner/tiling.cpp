@@ -433,7 +433,9 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
     latency_us = static_cast<double>(streamed) * d.dram_latency_ns / (1e3 * active * resident * in_flight);
     c.bytes_in_flight = static_cast<int64_t>(in_flight);
   }
-  c.modeled_us = std::max(std::max({dram_us, l2_us, compute_us}) / c.efficiency, latency_us) + opt.launch_overhead_us;
+  const double throughput_us = std::max({dram_us, l2_us, compute_us}) / c.efficiency;
+  c.latency_bound = latency_us > throughput_us;
+  c.modeled_us = std::max(throughput_us, latency_us) + opt.launch_overhead_us;
   c.flops = (tile_flops + tensor_flops) * c.tiles;
   c.valid = true;
   return c;
@@ -647,8 +649,8 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
   }
   std::stable_sort(all.begin(), all.end(), [](const Candidate& a, const Candidate& b) {
     if (a.cost.modeled_us != b.cost.modeled_us) return a.cost.modeled_us < b.cost.modeled_us;
-    // Equal times (latency-bound alike): fewer instructions to issue first.
-    if (a.cost.issue_us != b.cost.issue_us) return a.cost.issue_us < b.cost.issue_us;
+    // Equal times set by Little's law alike: fewer instructions to issue first.
+    if (a.cost.latency_bound && b.cost.latency_bound && a.cost.issue_us != b.cost.issue_us) return a.cost.issue_us < b.cost.issue_us;
     return a.config.str() < b.config.str();
   });
   if (static_cast<int>(all.size()) > opt.top_k) all.resize(static_cast<size_t>(opt.top_k));

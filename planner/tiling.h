@@ -42,8 +42,8 @@
 // m16n8 fragments, steps of 16, 32, 64; evaluate_tile rejects mma elsewhere), adds GEMV candidates
 // for groups with a MatMul of at most 8 rows (all its rows, 2 to 16 column vectors, 64 to 256
 // threads, steps of 128, 256, 512; evaluate_tile rejects gemv where no MatMul takes the form),
-// and returns the best `top_k` by modeled time (then by the issue term alone: candidates bound by
-// the same latency tie), deterministically. A group a vendor library can run whole
+// and returns the best `top_k` by modeled time (two that Little's law bounds alike then by the
+// issue term alone), deterministically. A group a vendor library can run whole
 // (planner/library_call.h) also gets that library candidate, kept in the list whatever its rank,
 // so that measurement decides between it and the generated kernels.
 #pragma once
@@ -83,7 +83,8 @@ struct Cost {
   int blocks_per_sm = 0;
   double efficiency = 0;   // fraction of the device kept busy
   int64_t bytes_in_flight = 0;  // per block, of its staged contractions' operand loads (0: no bound)
-  double issue_us = 0;     // the issue term alone: orders candidates of equal modeled time
+  double issue_us = 0;     // the issue term alone: orders candidates that Little's law bounds alike
+  bool latency_bound = false;  // the time is Little's law's bound (bytes in flight), not throughput's
   double modeled_us = 0;
 };
 
