@@ -362,9 +362,10 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
     const int64_t per_tile = sector_bytes(region, val.dtype, d.sector_bytes);
     const int64_t all_tiles = per_tile * c.tiles;
     const int64_t size = numel(val.shape) * static_cast<int64_t>(dtype_size(val.dtype));
+    const int64_t from_dram = size <= d.l2_bytes / 2 ? std::min(size, all_tiles) : all_tiles;
     l2 += all_tiles;
-    dram += size <= d.l2_bytes / 2 ? std::min(size, all_tiles) : all_tiles;
-    if (size > d.l2_bytes / 2 || (val.is_constant() && weights > d.l2_bytes / 2)) streamed += all_tiles;
+    dram += from_dram;
+    if (size > d.l2_bytes / 2 || (val.is_constant() && weights > d.l2_bytes / 2)) streamed += from_dram;
   }
   for (int o : group.outputs) {
     const Value& val = g.value(o);

@@ -80,8 +80,8 @@ fi
 
 jobs=$(nproc)
 if [ "$mode" = sanitize ]; then
-  # Debug (assertions on) at -O1, as AddressSanitizer's authors advise: the checks are the same,
-  # and the suite runs about twice as fast as at -O0.
+  # Debug (assertions on) at -O1, as AddressSanitizer's authors advise: the same checks, and the
+  # CPU-bound tests run 2.4-3.2x faster than at -O0 (compiled.gpt2 177 s -> 64 s here).
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-g -O1" -DFUSETUNE_SANITIZE=ON >/dev/null
   cmake --build build-asan -j "$jobs"
 else
