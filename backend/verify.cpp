@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "core/error.h"
@@ -74,6 +75,35 @@ std::pair<Tensor, Tensor> written_elements(const Tensor& got, const Tensor& want
     std::memcpy(reinterpret_cast<unsigned char*>(b.data()) + j * size, w + written[j] * size, size);
   }
   return {std::move(a), std::move(b)};
+}
+
+// The tolerance output v is compared under: its dtype's (float32 kernels against the reference's
+// double accumulation: looser), loosened to that of every narrower float value it is computed
+// through. A float16 MatMul whose product a Cast widens rounds that product to float16 in the
+// reference and in the kernel alike, but the two sum in different orders, so the rounding may
+// land one step of float16's grid apart, which the float32 epilogue carries to the output.
+reference::Tolerance output_tolerance(const Graph& g, int v, const std::map<int, Tensor>& values,
+                                      const std::vector<int>& inputs) {
+  const DType out = g.value(v).dtype;
+  reference::Tolerance tol = reference::default_tolerance(out);
+  if (out == DType::kF32) tol = {1e-3, 1e-5, 1e-4};
+  const std::vector<int> producer = g.producers();
+  std::vector<int> stack = {v};
+  std::set<int> seen = {v};
+  while (!stack.empty()) {
+    const int u = stack.back();
+    stack.pop_back();
+    if (std::find(inputs.begin(), inputs.end(), u) != inputs.end() || producer[static_cast<size_t>(u)] < 0) continue;
+    const DType t = g.value(u).dtype;
+    if (is_float(t) && dtype_size(t) < dtype_size(out)) {
+      const reference::Tolerance narrow = reference::default_tolerance(t);
+      tol = {std::max(tol.rtol, narrow.rtol), std::max(tol.atol, narrow.atol), std::max(tol.scale, narrow.scale)};
+    }
+    for (int in : g.nodes()[static_cast<size_t>(producer[static_cast<size_t>(u)])].inputs) {
+      if (in != kNoValue && values.count(in) && seen.insert(in).second) stack.push_back(in);
+    }
+  }
+  return tol;
 }
 
 }  // namespace
@@ -161,9 +191,7 @@ VerifyResult verify_kernel(const Graph& g, const std::string& kernel, const std:
     buffers[inputs.size() + k]->download(got.data(), got.nbytes());
     if (!result.coverage.whole()) std::tie(got, want) = written_elements(got, want);
     result.compared += got.numel();
-    reference::Tolerance tol = reference::default_tolerance(want.dtype());
-    if (want.dtype() == DType::kF32) tol = {1e-3, 1e-5, 1e-4};  // float32 kernels against a double reference
-    const reference::Comparison c = reference::compare(got, want, tol);
+    const reference::Comparison c = reference::compare(got, want, output_tolerance(g, v, values, inputs));
     result.max_abs = std::max(result.max_abs, c.max_abs);
     if (!c.ok && result.ok) {
       result.ok = false;

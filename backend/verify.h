@@ -6,7 +6,9 @@
 // the range their consumers accept: Gather indices within the axis, including negative ones),
 // binds constants as they are, poisons the output buffers (all bytes 0xFF: NaN for floats),
 // launches, and compares every output with the reference kernels run node by node on the same
-// inputs, under the per-dtype tolerance of reference/compare.h. With redzones, every buffer sits
+// inputs, under the per-dtype tolerance of reference/compare.h (an output computed through a
+// narrower float type, such as a float16 product widened by a Cast, under that type's: the two
+// sides round it from sums in different orders). With redzones, every buffer sits
 // inside a larger allocation whose margins hold a known byte pattern that must survive the
 // launch. On the host backend the launch runs under the SIMT executor's checks (race, barrier,
 // bounds, uninitialised shared memory): a finding fails the verification with check_failed set.

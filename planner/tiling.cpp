@@ -613,7 +613,7 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
     }
   }
   // GEMV candidates (a MatMul of at most 8 rows whose B the group reads): all the root's rows (at
-  // most 8), 2 to 16 column vectors of B's 16 bytes, 64 to 256 threads, steps of 128 to 512.
+  // most 8), 1 to 16 column vectors of B's 16 bytes, 64 to 256 threads, steps of 128 to 512.
   if (rs.size() >= 2 && contraction && !conv) {
     std::set<int> produced;
     for (int n : group.nodes) produced.insert(g.nodes()[static_cast<size_t>(n)].outputs[0]);
@@ -625,8 +625,8 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
       for (size_t a = 0; a < out.size(); ++a) matrix.push_back({0, a + 2 < out.size() ? 0 : out[a] - 1});
       if (lanes == 0 && gemv_matmul(g, node, produced, matrix)) lanes = vector_elements(g.value(node.inputs[1]).dtype);
     }
-    for (int64_t vecs : {2, 4, 8, 16}) {
-      if (lanes == 0 || (vecs > 2 && ceil_div(rs.back(), lanes) <= vecs / 2)) continue;  // whole already
+    for (int64_t vecs : {1, 2, 4, 8, 16}) {
+      if (lanes == 0 || (vecs > 1 && ceil_div(rs.back(), lanes) <= vecs / 2)) continue;  // whole already
       std::vector<int64_t> tile(rs.size(), 1);
       tile[rs.size() - 2] = std::clamp<int64_t>(rs[rs.size() - 2], 1, 8);
       tile.back() = std::min(vecs * lanes, std::max<int64_t>(rs.back(), 1));

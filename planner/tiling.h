@@ -40,7 +40,7 @@
 // candidates for groups with a float16/bfloat16 MatMul on devices of compute capability 8.0 or
 // later (one matrix per tile, tile extents from 16x8 to 128x128, whole warps each owning 1 to 16
 // m16n8 fragments, steps of 16, 32, 64; evaluate_tile rejects mma elsewhere), adds GEMV candidates
-// for groups with a MatMul of at most 8 rows (all its rows, 2 to 16 column vectors, 64 to 256
+// for groups with a MatMul of at most 8 rows (all its rows, 1 to 16 column vectors, 64 to 256
 // threads, steps of 128, 256, 512; evaluate_tile rejects gemv where no MatMul takes the form),
 // and returns the best `top_k` by modeled time (two that Little's law bounds alike then by the
 // issue term alone), deterministically. A group a vendor library can run whole

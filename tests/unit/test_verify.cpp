@@ -1,7 +1,8 @@
 // backend::verify_kernel on hand-written CUDA text: a verification on a sample of a grid's blocks
 // (VerifyOptions::sample_blocks, what a dry run uses for full-size kernels) compares the elements
 // those blocks wrote, catches a wrong value or a race in them, fails a sample that wrote nothing,
-// and says how many blocks of the grid ran; without a sample every block runs.
+// and says how many blocks of the grid ran; without a sample every block runs. An output computed
+// through a narrower float type is compared under that type's tolerance.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -116,6 +117,36 @@ TEST(VerifySample, ASampleThatWritesNothingFails) {
   EXPECT_NE(sampled.detail.find("the 8 sampled blocks of 256 wrote no output element"), std::string::npos)
       << sampled.detail;
   EXPECT_FALSE(verify("  (void)i;", 0).ok);  // the whole grid: every element left unwritten
+}
+
+// An output computed through a narrower float type is compared under that type's tolerance: y =
+// Cast<float32>(Relu(x)) over float16 x, computed 0.4% too large (eight steps of float16's grid:
+// within float16's tolerance, beyond float32's), passes; the same error fails where everything is
+// float32, and a 5% error fails either way.
+TEST(VerifyTolerance, AnOutputWidenedFromFloat16IsComparedAtFloat16sTolerance) {
+  for (const DType input : {DType::kF16, DType::kF32}) {
+    for (const char* factor : {"1.004f", "1.05f"}) {
+      Graph g;
+      const int x = add_input(g, "x", input, {kGrid * kThreads});
+      const int r = add_op(g, "Relu", {x});
+      const int y = input == DType::kF16 ? add_op(g, "Cast", {r}, testing::attrs({{"to", int64_t{1}}})) : r;
+      planner::FusionGroup group;
+      for (size_t n = 0; n < g.nodes().size(); ++n) group.nodes.push_back(static_cast<int>(n));
+      const std::string type = input == DType::kF16 ? "unsigned short" : "float";
+      const std::string read = input == DType::kF16 ? "ft_h2f(x[i])" : "x[i]";
+      backend::ModuleSource src;
+      src.kernels.push_back({"k", kGrid, kThreads, 0, ""});
+      src.cuda_source = codegen::emit_cuda({}) + "extern \"C\" __global__ void __launch_bounds__(32) k(FT_GLOBAL(const " + type +
+                        ") x, FT_GLOBAL(float) y) {\n  const long long i = blockIdx.x * 32LL + threadIdx.x;\n  y[i] = fmaxf(" +
+                        read + ", 0.0f) * " + factor + ";\n}\n";
+      auto backend = backend::make_host_backend();
+      auto module = backend->load_source(src);
+      std::mt19937 rng(7);
+      const backend::VerifyResult v = backend::verify_kernel(g, group, "k", {x}, {y}, *backend, *module, rng, {256, 0, 1});
+      const bool want = input == DType::kF16 && std::string(factor) == "1.004f";
+      EXPECT_EQ(v.ok, want) << dtype_name(input) << " input, error factor " << factor << ": " << v.detail;
+    }
+  }
 }
 
 }  // namespace
