@@ -112,6 +112,11 @@ std::string vector_ctype(DType dtype) {
 
 int vector_lanes(DType dtype) { return 16 / static_cast<int>(dtype_size(dtype)); }
 
+std::string vector_element(const std::string& local, DType dtype, int i) {
+  const char* const components[] = {".x", ".y", ".z", ".w"};
+  return local + (dtype == DType::kF32 ? std::string(components[i]) : ".v[" + std::to_string(i) + "]");
+}
+
 Stmt vector_store(std::string buffer, std::string index, std::string local, DType dtype) {
   vector_ctype(dtype);
   Stmt s;

@@ -180,6 +180,9 @@ Stmt vector_store(std::string buffer, std::string index, std::string local, DTyp
 // The C type of a vector local of `dtype` elements (float4 or ft_u16x8), and its elements.
 std::string vector_ctype(DType dtype);
 int vector_lanes(DType dtype);
+// Element i of vector local `local` of `dtype` elements, as stored (local.x .. local.w, or
+// local.v[i]: raw 16-bit bits).
+std::string vector_element(const std::string& local, DType dtype, int i);
 // D(16x8 f32) += A(16x16) * B(16x8) with A and B of `dtype` (kF16 or kBF16): fragments in
 // thread-locals `d` (4 floats from d_at), `a` (4 registers from a_at) and `b` (2 registers from
 // b_at), laid out as the header comment says; placed like a barrier.

@@ -23,10 +23,10 @@
 //     least Little's law's bound: the DRAM bytes of what streams from DRAM (an input over half
 //     the L2, or a weight of a model whose weights are: neither stays in L2 between launches)
 //     over the bandwidth the resident blocks' bytes in flight sustain (bytes in flight x blocks /
-//     Device::dram_latency_ns). A step's operand
-//     bytes are in flight for as many latencies as its loads take rounds (a thread waits for each
-//     load before storing it to shared memory; cp.async keeps stages - 1 steps in flight, the
-//     GEMV form 4 of each thread's loads); the group's least is its bound. Plus a launch overhead.
+//     Device::dram_latency_ns). A step's operand bytes are in flight for as many latencies as its
+//     loads take rounds (a thread waits for each load before storing it to shared memory;
+//     cp.async keeps stages - 1 steps in flight, the GEMV form 4 of each thread's loads); the
+//     group's least is its bound. Plus a launch overhead.
 //   - the GEMV form (`gemv`; decode steps, classifier heads): a MatMul whose region has at most 8
 //     rows and whose B is an input of the group stages only A, a reduction step of it at a time;
 //     the block's threads split each step's rows of B (threads / column vectors slices, each

@@ -471,10 +471,6 @@ bool LoweringContext::vector_loop(Kernel& k, int v, int64_t cap, const IndexFn& 
     std::string whole = "ft_q + " + lit(lanes) + " <= " + n_inner + " && (ft_ao & " + mask + ") == 0";
     if (cap > 0) whole += " && ft_f + " + lit(lanes) + " <= " + lit(cap);
     for (const VectorRead& x : reads) whole += " && (" + x.at + " & " + mask + ") == 0";
-    const char* const components[] = {".x", ".y", ".z", ".w"};
-    const auto element = [&](const std::string& local, DType t, int j) {
-      return local + (t == DType::kF32 ? std::string(components[j]) : ".v[" + std::to_string(j) + "]");
-    };
     Block vector;
     with_block(vector, [&] {
       for (const VectorRead& x : reads) {
@@ -485,7 +481,7 @@ bool LoweringContext::vector_loop(Kernel& k, int v, int64_t cap, const IndexFn& 
           for (size_t d = 0; d + 1 < x.idx.size(); ++d) key += "|" + x.idx[d];
           key += "|" + lane_index(lit(j));
           const std::string name = "v" + std::to_string(next_local_++);
-          cur_->push_back(let(compute_ctype(ut), name, load_as_compute(ut, element(x.local, ut, j))));
+          cur_->push_back(let(compute_ctype(ut), name, load_as_compute(ut, vector_element(x.local, ut, j))));
           (*memo_)[key] = name;
         }
       }

@@ -61,6 +61,13 @@ void export_product(LoweringContext& cx, Kernel& k, const StagedProduct& p) {
 
 namespace {
 
+// Whether element `at` of parameter p (of dtype t) starts a 16-byte aligned vector: for float32
+// checked on the address (ft_aligned16), for 16-bit types on the index (a multiple of 8 is
+// aligned: parameters start 16-byte aligned).
+std::string aligned16(DType t, const std::string& p, const std::string& at) {
+  return t == DType::kF32 ? "ft_aligned16(" + p + ", " + at + ")" : "(" + at + " & " + lit(vector_lanes(t) - 1) + ") == 0";
+}
+
 // The scalar form's plan.
 struct ScalarPlan : StagedProduct {
   std::string a, b;  // shared operand slices
@@ -229,15 +236,12 @@ void StagedMatMulStage::emit(Kernel& k) {
       const std::string fits = is_a ? "ft_k + " + last + " < " + lit(st.k)
                                     : "ft_k < " + lit(st.k) + " && ft_c + " + last + " < " + nn + " && ft_s + " + last + " < " + lit(cap);
       // Buffers start 16-byte aligned, so an element index that is a multiple of L is.
-      const std::string whole = fits + (ut == DType::kF32 ? " && ft_aligned16(" + p + ", ft_at)" : " && (ft_at & " + last + ") == 0");
+      const std::string whole = fits + " && " + aligned16(ut, p, "ft_at");
       // The vector goes to the slice in 16-byte stores of 4 floats where its place there is
       // 16-byte aligned (always for A, whose rows are the step long; for B where the region's
       // width is a multiple of 4): four scalar stores by a warp's lanes, 16 bytes apart, are
       // 4-way bank conflicts.
-      const char* const components[] = {".x", ".y", ".z", ".w"};
-      const auto element = [&](int i) {
-        return load_as_compute(ut, "ft_q" + (ut == DType::kF32 ? std::string(components[i]) : ".v[" + std::to_string(i) + "]"));
-      };
+      const auto element = [&](int i) { return load_as_compute(ut, vector_element("ft_q", ut, i)); };
       Block scalars, quads;
       for (int i = 0; i < lanes; ++i) scalars.push_back(store(buf, "ft_s + " + lit(i), element(i)));
       if (ut == DType::kF32) quads.push_back(vector_store(buf, "ft_s", "ft_q"));
@@ -343,17 +347,16 @@ void StagedMatMulStage::emit_gemv(Kernel& k, Block& steps, const TensorExpr& e, 
                let(kIndexType, "ft_k", "ft_ks * " + step + " + ft_kk")};
   const auto b_index = cx_.index_of(e.accesses[1], product_vars(cx_, st, r.lo[st.m_axis], "(" + r.lo[st.n_axis] + " + ft_c)", "ft_k"));
   Block in_range = {let(kIndexType, "ft_c", "ft_cv * " + lit(st.lanes)), let(kIndexType, "ft_at", flat(g.value(u).shape, b_index))};
-  const char* const components[] = {".x", ".y", ".z", ".w"};
   Block vector = {vector_load("ft_q", p, "ft_at", ut)}, scalars;
   for (int64_t i = 0; i < st.lanes; ++i) {
     const std::string b = "ft_b" + std::to_string(i);
     in_range.push_back(let("float", b, "0.0f"));
-    vector.push_back(assign(b, load_as_compute(ut, "ft_q" + (ut == DType::kF32 ? std::string(components[i]) : ".v[" + std::to_string(i) + "]"))));
+    vector.push_back(assign(b, load_as_compute(ut, vector_element("ft_q", ut, static_cast<int>(i)))));
     scalars.push_back(assign(b, "(ft_c + " + lit(i) + " < " + nn + " ? " + load_as_compute(ut, p + "[ft_at + " + lit(i) + "]") + " : 0.0f)"));
   }
   // A whole vector where its columns lie in the region and its address is 16-byte aligned (a row
   // of an odd-sized B may start anywhere), else element by element.
-  const std::string whole = "ft_c + " + last + " < " + nn + (ut == DType::kF32 ? " && ft_aligned16(" + p + ", ft_at)" : " && (ft_at & " + last + ") == 0");
+  const std::string whole = "ft_c + " + last + " < " + nn + " && " + aligned16(ut, p, "ft_at");
   in_range.push_back(if_then(whole, vector, scalars));
   for (int64_t m = 0; m < st.tm; ++m) {
     const std::string a = "ft_a" + std::to_string(m);
