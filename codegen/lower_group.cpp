@@ -4,7 +4,9 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <optional>
 
+#include "codegen/stages/attention.h"
 #include "codegen/stages/context.h"
 #include "codegen/stages/conv_common.h"
 #include "codegen/stages/conv_gemm.h"
@@ -64,11 +66,13 @@ std::map<int, RegionBound> bound_regions(const LoweringContext& cx) {
 }
 
 // Sizes shared memory and plans the stage of every anchor, in the group's order (allocations and
-// thread-locals in that order): a normalization's row statistics; a MatMul staged on tensor cores
+// thread-locals in that order): with flash attention, the attention stage for the core's output
+// and nothing for the anchors it absorbs (its scores and softmax); a normalization's row statistics; a MatMul staged on tensor cores
 // or with register blocking; a Conv staged as an implicit GEMM or a depthwise window; else the
 // generic reduction or ScatterND stage. An anchor other than the root also gets a shared buffer
 // for its value.
-std::map<int, std::unique_ptr<AnchorStage>> plan_stages(LoweringContext& cx, Kernel& k) {
+std::map<int, std::unique_ptr<AnchorStage>> plan_stages(LoweringContext& cx, Kernel& k,
+                                                        const std::optional<planner::AttentionCore>& core) {
   std::map<int, RegionBound> bound = bound_regions(cx);
   for (const auto& [v, b] : bound) cx.capacity[v] = b.elems;
   std::map<int, std::unique_ptr<AnchorStage>> planned;
@@ -76,12 +80,15 @@ std::map<int, std::unique_ptr<AnchorStage>> plan_stages(LoweringContext& cx, Ker
     const Node& node = cx.g.nodes()[static_cast<size_t>(id)];
     const int v = node.outputs[0];
     std::unique_ptr<AnchorStage> stage;
-    if (find_op(node.op)->kind == OpKind::kNormalization) stage = stages::row_stats_stage(cx, k, node, bound[v].rows);
-    if (node.op == "MatMul" && stages::stages_matmul(cx, node, bound[v].extent)) {
+    if (core && std::binary_search(core->absorbed.begin(), core->absorbed.end(), id)) continue;  // the attention stage's
+    if (core && id == core->output) {
+      stage = stages::attention_stage(cx, k, *core, bound[v].extent);
+    } else if (find_op(node.op)->kind == OpKind::kNormalization) {
+      stage = stages::row_stats_stage(cx, k, node, bound[v].rows);
+    } else if (node.op == "MatMul" && stages::stages_matmul(cx, node, bound[v].extent)) {
       stage = stages::uses_tensor_cores(cx, node) ? stages::mma_matmul_stage(cx, k, node, bound[v].extent, bound[v].elems)
                                                   : stages::staged_matmul_stage(cx, k, node, bound[v].extent, bound[v].elems);
-    }
-    if (node.op == "Conv" && cx.cfg.reduce_step > 0) {
+    } else if (node.op == "Conv" && cx.cfg.reduce_step > 0) {
       stage = cx.g.value(node.inputs[1]).shape[1] == 1 ? stages::conv_window_stage(cx, k, node, bound[v].extent, bound[v].groups)
                                                         : stages::conv_gemm_stage(cx, k, node, bound[v].extent, bound[v].groups);
     }
@@ -125,14 +132,20 @@ LoweredKernel lower_generated(const Graph& g, const planner::FusionGroup& group,
   };
   const Node& first = g.nodes()[static_cast<size_t>(group.nodes.front())];
   std::map<int, std::unique_ptr<AnchorStage>> planned;
+  std::optional<planner::AttentionCore> core;
+  if (cfg.flash) {
+    core = planner::match_attention(g, group);
+    check(core.has_value(), "lower_group: flash attention asked for a group (", group.pattern, ") without an attention core");
+  }
   naming(first, [&] {
     cx.tile_setup(k);
     cx.regions(k);
-    planned = plan_stages(cx, k);
+    planned = plan_stages(cx, k, core);
   });
   for (int id : group.nodes) {
     const Node& node = g.nodes()[static_cast<size_t>(id)];
     if (!stages::is_anchor(node)) continue;
+    if (core && std::binary_search(core->absorbed.begin(), core->absorbed.end(), id)) continue;
     k.body.push_back(comment("stage " + node.op + " '" + node.name + "'"));
     naming(node, [&] { planned.at(node.outputs[0])->emit(k); });
     k.body.push_back(barrier());

@@ -30,6 +30,9 @@
 // the bias then go where the Conv's value goes; a depthwise-like Conv (C_in/groups == 1) stages
 // the tile's input window once and sums each output's taps from it. Slices are laid out with
 // constant extents (the largest any tile needs) so indices divide by constants. A candidate with
+// TileConfig::flash runs the group's attention core (planner/attention.h) as one stage
+// (stages/attention.h): the scores and the softmax get no stage and no buffer of their own; the
+// P x V MatMul's value is computed a tile of keys at a time with an online softmax. A candidate with
 // TileConfig::library is not lowered to code: the kernel carries the library call
 // (planner/library_call.h) and its parameter bindings. The root is written to global memory by
 // its own stage (or by a final element stage when it is inlined); other exported values are

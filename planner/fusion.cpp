@@ -285,6 +285,42 @@ int64_t trailing_row(const Graph& g, const Node& n) {
   return row;
 }
 
+// The MatMul that reads softmax node n's probabilities (through Casts, each the sole reader) as
+// its left operand: attention's P @ V; -1 if none.
+int attention_output(const Graph& g, const Partition& p, int n) {
+  int v = g.nodes()[static_cast<size_t>(n)].outputs[0];
+  for (;;) {
+    if (p.is_graph_output(v) || p.consumers(v).size() != 1) return -1;
+    const int c = p.consumers(v)[0];
+    const Node& node = g.nodes()[static_cast<size_t>(c)];
+    if (node.op == "MatMul" && node.inputs[0] == v && node.inputs[1] != v) return c;
+    if (node.op != "Cast") return -1;
+    v = node.outputs[0];
+  }
+}
+
+// Attention over more keys than a block keeps on chip: the scores' group, the softmax's and the
+// P @ V group merged at once (flash attention, planner/attention.h, tiles the whole at any length;
+// the scores and the softmax alone would hold whole rows), if that keeps the group graph acyclic
+// and, with a cost function, does not lose against the three parts.
+void stitch_attention(const Graph& g, Partition& p, int scores_group, int softmax, const FusionOptions& opt) {
+  const int pv = attention_output(g, p, softmax);
+  if (pv < 0 || !p.can_merge(scores_group, p.group(softmax))) return;
+  Partition trial = p;
+  trial.merge(scores_group, trial.group(softmax));
+  if (trial.group(pv) == trial.group(softmax) || !trial.can_merge(trial.group(softmax), trial.group(pv))) return;
+  if (trial.count(trial.group(softmax), Role::kContraction) + trial.count(trial.group(pv), Role::kContraction) > 2) return;
+  if (opt.cost) {
+    std::vector<int> all = trial.members(trial.group(softmax));
+    all.insert(all.end(), trial.members(trial.group(pv)).begin(), trial.members(trial.group(pv)).end());
+    std::sort(all.begin(), all.end());
+    const double parts = opt.cost(p.members(scores_group)) + opt.cost(p.members(p.group(softmax))) + opt.cost(p.members(p.group(pv)));
+    if (opt.cost(all) > parts) return;
+  }
+  p.merge(scores_group, p.group(softmax));
+  p.merge(p.group(softmax), p.group(pv));
+}
+
 void stitch_pass(const Graph& g, Partition& p, const FusionOptions& opt) {
   for (size_t n = 0; n < g.nodes().size(); ++n) {
     const Node& node = g.nodes()[n];
@@ -299,6 +335,10 @@ void stitch_pass(const Graph& g, Partition& p, const FusionOptions& opt) {
     if (role == Role::kReduction) {
       // A row reduction (softmax, layer norm) after a group that produces its rows.
       const int64_t row = trailing_row(g, node);
+      if (node.op == "Softmax" && row > opt.max_row && contractions <= 1) {
+        stitch_attention(g, p, pg, static_cast<int>(n), opt);
+        continue;
+      }
       if (row == 0 || row > opt.max_row || contractions > 2) continue;
       if (p.count(pg, Role::kReduction) + p.count(me, Role::kReduction) > 3) continue;
     } else {

@@ -2,13 +2,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <utility>
 
 #include "core/error.h"
 #include "core/ops.h"
+#include "planner/attention.h"
 #include "planner/library_call.h"
 #include "planner/tensor_expr.h"
 
@@ -117,6 +120,7 @@ std::string TileConfig::str() const {
   if (vector > 1) out << " vec=" << vector;
   if (mma) out << " mma";
   if (gemv) out << " gemv";
+  if (flash) out << " flash";
   return out.str();
 }
 
@@ -215,6 +219,22 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       return c;
     }
   }
+  // Flash attention: the group's attention core (planner/attention.h) as codegen/stages/
+  // attention.h computes it, a tile of keys at a time.
+  std::optional<AttentionCore> core;
+  if (cfg.flash) {
+    if (cfg.mma || cfg.gemv) {
+      c.reject = "flash attention is a form of its own (neither mma nor gemv)";
+      return c;
+    }
+    core = match_attention(g, group);
+    if (!core || cfg.reduce_step <= 0) {
+      c.reject = "flash attention needs an attention core (MatMul, Softmax over the keys, MatMul) and a key step";
+      return c;
+    }
+  }
+  const std::set<int> absorbed = core ? std::set<int>(core->absorbed.begin(), core->absorbed.end()) : std::set<int>{};
+  int flash_registers = 0;
   bool uncovered = false;  // a staged Conv whose threads cannot cover the tile with micro-tiles
   for (auto it = group.nodes.rbegin(); it != group.nodes.rend(); ++it) {
     const Node& n = g.nodes()[static_cast<size_t>(*it)];
@@ -275,6 +295,38 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
     if (tensor) {
       smem += tensor_smem;
       tile_loads += tensor_loads;
+    } else if (absorbed.count(*it)) {
+      // Computed by the flash stage a key tile at a time: nothing of its own on chip.
+    } else if (core && *it == core->output) {
+      // Flash attention: one matrix per block; Q's rows staged once, then per tile of `bc` keys
+      // K's and V's rows staged, the scores of TM x TN micro-tiles, the online softmax (a warp per
+      // row, four passes over the tile), the output's UM x UN micro-tiles rescaled and updated.
+      const size_t rank = out_region.size();
+      for (size_t a = 0; a + 2 < rank; ++a) {
+        if (out_region[a].size() > 1) {
+          c.reject = "flash attention needs one matrix (one batch and head) per block";
+          return c;
+        }
+      }
+      const int64_t rows = out_region[rank - 2].size(), dv = out_region.back().size();
+      const int64_t dk = core->head, keys = core->keys, bc = std::min(cfg.reduce_step, keys);
+      const auto [tm, tn] = micro_tile(rows, bc, cfg.threads);
+      const auto [um, un] = micro_tile(rows, dv, cfg.threads);
+      if (tm == 0 || um == 0) {
+        c.reject = "micro-tiles of at most 8 x 8 on " + std::to_string(cfg.threads) + " threads cannot cover the attention tile";
+        return c;
+      }
+      const int64_t kt = ceil_div(keys, bc), warps = cfg.threads / d.warp_size;
+      smem += (ceil_div(rows, tm) * tm * (dk + 1) + ceil_div(bc, tn) * tn * (dk + 1) + bc * dv + rows * bc + 2 * rows) * 4;
+      tile_loads += rows * dk + kt * bc * (dk + dv);
+      const double qk = static_cast<double>(rows * kt * bc * dk), pv = static_cast<double>(rows * kt * bc * dv);
+      tile_loads += static_cast<int64_t>(qk / static_cast<double>(tn) + qk / static_cast<double>(tm) +
+                                         pv / static_cast<double>(un) + pv / static_cast<double>(um)) + 4 * rows * kt * bc;
+      const int64_t esize = static_cast<int64_t>(dtype_size(g.value(n.inputs[1]).dtype));
+      const double rounds = static_cast<double>(ceil_div(bc * dk, cfg.threads) + ceil_div(bc * dv, cfg.threads));
+      in_flight = std::min(in_flight, static_cast<double>(bc * (dk + dv) * esize) / rounds);
+      flash_registers = static_cast<int>(32 + tm * tn + tm + tn + 2 * um * un + 2 * ceil_div(rows, warps));
+      if (n.outputs[0] != root) smem += out_elems * 4;
     } else if (n.op == "Conv") {
       // Conv (codegen/lower_group): without a step every output reads its window and weights
       // (two loads per multiply-add); C_in/groups == 1 (depthwise) with a step stages the input
@@ -387,6 +439,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
                                        [&](int n) { return is_contraction(g.nodes()[static_cast<size_t>(n)]); });
   c.registers = static_cast<int>(std::min<int64_t>(100000, 24 + per_thread * (contraction ? 2 : 1) + 2 * cfg.vector));
   c.registers = std::max(c.registers, gemv_registers);  // the GEMV form's accumulators: rows x a vector
+  c.registers = std::max(c.registers, flash_registers);  // flash attention's micro-tiles and row statistics
   if (cfg.gemv && !gemv_taken) {
     c.reject = "no MatMul of the group takes the GEMV form (one matrix of at most 8 rows, B an input of the group)";
     return c;
@@ -526,6 +579,72 @@ bool vector_width_helps(const Graph& g, const FusionGroup& group) {
   return false;
 }
 
+// Root tiles for flash attention: per row count of the core's output (16 to 128 rows, or all of
+// them when fewer), the smallest root tile (each axis a power of two, the whole axis, or the
+// output's row or column extent) whose region of the output is one matrix, those rows and all
+// its columns (a head's whole width).
+std::vector<std::vector<int64_t>> flash_tiles(const Graph& g, const FusionGroup& group, const Shape& rs, const AttentionCore& core) {
+  std::vector<TensorExpr> exprs;
+  for (int n : group.nodes) exprs.push_back(describe(g, g.nodes()[static_cast<size_t>(n)]));
+  const int root = group_root(g, group);
+  const int out = g.nodes()[static_cast<size_t>(core.output)].outputs[0];
+  const Shape& os = g.value(out).shape;
+  const int64_t lq = os[os.size() - 2], dv = os.back();
+  std::vector<std::vector<int64_t>> choices(rs.size());
+  for (size_t a = 0; a < rs.size(); ++a) {
+    for (int64_t t = 1; t < rs[a]; t *= 2) choices[a].push_back(t);
+    for (int64_t t : {lq, dv, rs[a]}) {
+      if (t >= 1 && t <= rs[a]) choices[a].push_back(t);
+    }
+    std::sort(choices[a].begin(), choices[a].end());
+    choices[a].erase(std::unique(choices[a].begin(), choices[a].end()), choices[a].end());
+  }
+  std::map<int64_t, std::vector<int64_t>> best;  // rows -> the smallest tile
+  std::vector<int64_t> tile(rs.size(), 1);
+  std::function<void(size_t, int64_t)> visit = [&](size_t a, int64_t elems) {
+    if (a == rs.size()) {
+      std::map<int, Region> regions;
+      Region& rt = regions[root];
+      for (size_t k = 0; k < rs.size(); ++k) {
+        const int64_t start = rs[k] >= 3 * tile[k] ? tile[k] : 0;
+        rt.push_back({start, std::min(start + tile[k], rs[k]) - 1});
+      }
+      for (size_t i = group.nodes.size(); i-- > 0;) {
+        const Node& n = g.nodes()[static_cast<size_t>(group.nodes[i])];
+        auto it = regions.find(n.outputs[0]);
+        if (it == regions.end()) continue;
+        const auto ins = input_regions(g, n, exprs[i], it->second);
+        for (size_t k = 0; k < n.inputs.size(); ++k) {
+          if (n.inputs[k] != kNoValue && !ins[k].empty()) hull_into(regions[n.inputs[k]], ins[k]);
+        }
+      }
+      auto r = regions.find(out);
+      if (r == regions.end()) return;
+      const Region& o = r->second;
+      for (size_t k = 0; k + 2 < o.size(); ++k) {
+        if (o[k].size() != 1) return;
+      }
+      const int64_t rows = o[o.size() - 2].size();
+      if (o.back().size() != dv || (rows != std::min<int64_t>(lq, 128) && (rows < 16 || rows > 128 || (rows & (rows - 1)) != 0))) return;
+      auto [slot, fresh] = best.try_emplace(rows, tile);
+      int64_t have = 1;
+      for (int64_t t : slot->second) have *= t;
+      if (!fresh && elems < have) slot->second = tile;
+      return;
+    }
+    for (int64_t t : choices[a]) {
+      if (elems * t > 32768) break;
+      tile[a] = t;
+      visit(a + 1, elems * t);
+    }
+    tile[a] = 1;
+  };
+  visit(0, 1);
+  std::vector<std::vector<int64_t>> tiles;
+  for (const auto& [rows, t] : best) tiles.push_back(t);
+  return tiles;
+}
+
 }  // namespace
 
 std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group, const Device& d,
@@ -635,6 +754,21 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
           if (step > 128 && step >= k_extent * 2) continue;
           TileConfig cfg{tile, step, threads, 4};
           cfg.gemv = true;
+          Cost c = evaluate_tile(g, group, d, cfg, opt);
+          if (c.valid) all.push_back({cfg, c});
+        }
+      }
+    }
+  }
+  // Flash-attention candidates (a group with an attention core): per root tile of flash_tiles,
+  // 64 to 256 threads, tiles of 16 to 128 keys.
+  if (const auto core = match_attention(g, group)) {
+    for (const auto& tile : flash_tiles(g, group, rs, *core)) {
+      for (int threads : {64, 128, 256}) {
+        for (int64_t keys : {16, 32, 64, 128}) {
+          if (keys > 16 && keys >= core->keys * 2) continue;  // one tile holds them all already
+          TileConfig cfg{tile, keys, threads};
+          cfg.flash = true;
           Cost c = evaluate_tile(g, group, d, cfg, opt);
           if (c.valid) all.push_back({cfg, c});
         }

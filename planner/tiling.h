@@ -32,6 +32,11 @@
 //     the block's threads split each step's rows of B (threads / column vectors slices, each
 //     thread a 16-byte vector of columns, 4 rows in flight), multiply them straight from
 //     registers, and sum the slices' partial products through shared memory at the end.
+//   - flash attention (`flash`): a group with an attention core (planner/attention.h) computes it a
+//     tile of `reduce_step` keys at a time (codegen/stages/attention.h): the region of the core's
+//     output must be one matrix; shared memory holds Q's rows, a key tile of K and V, the tile's
+//     probabilities and the rows' statistics, not the scores; the issue term charges Q's loads
+//     once, K's and V's per tile, the micro-tiles' shared reads and the softmax's passes.
 // Candidates that exceed the device's shared memory, registers or threads are rejected with a
 // reason. tile_candidates enumerates tiles Welder-style (from a small tile, repeatedly doubling
 // the axis that cuts traffic per output element most), crosses them with thread shapes, steps (a
@@ -42,6 +47,9 @@
 // m16n8 fragments, steps of 16, 32, 64; evaluate_tile rejects mma elsewhere), adds GEMV candidates
 // for groups with a MatMul of at most 8 rows (all its rows, 1 to 16 column vectors, 64 to 256
 // threads, steps of 128, 256, 512; evaluate_tile rejects gemv where no MatMul takes the form),
+// adds flash-attention candidates for groups with an attention core (per row count of its
+// output, 16 to 128 or all, the smallest root tile whose output region is one matrix of those
+// rows and all its columns; 64 to 256 threads; key tiles of 16 to 128),
 // and returns the best `top_k` by modeled time (two that Little's law bounds alike then by the
 // issue term alone), deterministically. A group a vendor library can run whole
 // (planner/library_call.h) also gets that library candidate, kept in the list whatever its rank,
@@ -66,6 +74,7 @@ struct TileConfig {
   int vector = 1;             // 4: stage contraction operands in float4 quads where possible
   bool mma = false;           // tensor cores for MatMuls with float16/bfloat16 operands (sm_80+)
   bool gemv = false;          // the GEMV form of MatMuls of at most 8 rows whose B the group reads (see above)
+  bool flash = false;         // the group's attention core as flash attention, reduce_step keys a tile (see above)
   std::string library = "";   // set ("cublasLt"): the group runs as a library call (planner/library_call.h)
   std::string str() const;
   bool operator==(const TileConfig&) const = default;

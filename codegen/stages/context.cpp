@@ -271,7 +271,9 @@ std::string LoweringContext::value(int v, const std::vector<std::string>& idx) {
   if (auto it = memo_->find(key); it != memo_->end()) return it->second;
   const Value& val = g.value(v);
   std::string expr;
-  if (auto p = param.find(v); p != param.end() || !producer.count(v)) {
+  if (auto o = provided.find(v); o != provided.end()) {
+    expr = o->second(idx);
+  } else if (auto p = param.find(v); p != param.end() || !producer.count(v)) {
     if (val.is_constant() && param.find(v) == param.end()) fail("constant '", val.name, "' is not a group input");
     expr = load_as_compute(val.dtype, param.at(v) + "[" + flat(val.shape, idx) + "]");
     if (recording_ != nullptr && with_depth_ == record_depth_) recording_->push_back({v, idx});

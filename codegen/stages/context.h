@@ -9,8 +9,8 @@
 // consumers before producers). numeric_regions evaluates the same arithmetic for one tile, so the
 // driver can size shared memory over sample_tiles (`capacity`: the most elements of each value's
 // region). value() emits what computes a value at an index into the current block and returns the
-// local holding it: a load from a parameter, a read of an anchor's shared buffer, or the producer
-// inlined (stages/inline.h), common subexpressions kept in locals (memoised per block; a block
+// local holding it: what a stage provides, a load from a parameter, a read of an anchor's shared
+// buffer, or the producer inlined (stages/inline.h), common subexpressions kept in locals (memoised per block; a block
 // opened with with_block sees the locals of the block around it, one opened with fresh_block
 // none). dims_loop/region_loop distribute a value's region over the block's threads (32-bit index
 // decomposition when it fits), store_value writes a computed element to the value's shared buffer
@@ -76,6 +76,9 @@ class LoweringContext {
   std::map<int, Region> region;                // value -> its region variables
   std::map<int, std::string> buffer;           // anchor value (not the root) -> its shared buffer
   std::map<int, int64_t> capacity;             // value -> the most elements of its region over the tiles
+  // Values a stage holds itself while it emits (flash attention's scores, a tile at a time):
+  // value(v, idx) returns provided[v](idx) instead of a load, a buffer read or the producer inlined.
+  std::map<int, std::function<std::string(const std::vector<std::string>&)>> provided;
 
   // ---- tiles and regions ----
   // The block's root tile (and the grid), as block-uniform lets.

@@ -5,8 +5,8 @@
 // on odd extents (rows, channels and sequence lengths that divide no tile) as often as on multiples
 // of 8 (so that 16-byte vectors, cp.async chunks and their tails all run). Each graph goes through
 // the planner's fusion; each group is lowered with the planner's best generated candidate, one
-// drawn at random from its candidates, its best tensor-core one and the best one's schedule on a
-// tile of random extents (where the cost model accepts it), and verified on the host
+// drawn at random from its candidates, its best tensor-core, GEMV and flash-attention ones (flash
+// also on a random key tile and thread count) and the best one's schedule on a tile of random extents (where the cost model accepts it), and verified on the host
 // executor with every check on (backend/verify.h via unit/codegen_check.h), and the module compiled
 // with NVRTC. Case i of a run draws its graph from seed + i: FUSETUNE_TEST_SEED=S with
 // FUSETUNE_GROUP_FUZZ_CASES=1 replays case S alone. CI runs a few cases per run and every seed kept
@@ -109,11 +109,26 @@ FuzzCase random_case(unsigned seed) {
     case 3: {  // attention: softmax(q k^T * scale) v
       const int64_t h = d.in(1, 3), s = d.extent(48), dh = d.extent(40);
       const int kt = add_op(g, "Transpose", {add_input(g, "k", dt, {h, s, dh})}, attrs({{"perm", std::vector<int64_t>{0, 2, 1}}}));
-      const int scores = add_op(g, "Mul", {add_op(g, "MatMul", {add_input(g, "q", dt, {h, s, dh}), kt}),
-                                          random_constant(g, "scale", dt, {1}, d.seed())});
+      int scores = add_op(g, "Mul", {add_op(g, "MatMul", {add_input(g, "q", dt, {h, s, dh}), kt}),
+                                    random_constant(g, "scale", dt, {1}, d.seed())});
+      c.what = "attention " + type + " heads " + std::to_string(h) + ", sequence " + std::to_string(s) + ", head " + std::to_string(dh);
+      // An additive mask over the keys; a causal one (drawn after the shapes, which earlier
+      // corpus seeds keep).
+      if (d.chance(0.4)) {
+        scores = add_op(g, "Add", {scores, add_input(g, "mask", dt, {1, 1, s})});
+        c.what += ", mask";
+      }
+      if (d.chance(0.4)) {
+        std::vector<int64_t> allowed;
+        for (int64_t i = 0; i < s; ++i) {
+          for (int64_t j = 0; j < s; ++j) allowed.push_back(j <= i ? 1 : 0);
+        }
+        scores = add_op(g, "Where", {g.add_constant("causal", Tensor::from_ints(DType::kBool, {s, s}, allowed)), scores,
+                                     g.add_constant("minus_inf", Tensor::scalar_float(dt, -1e30f))});
+        c.what += ", causal";
+      }
       const int p = add_op(g, "Softmax", {scores}, attrs({{"axis", int64_t{-1}}}));
       add_op(g, "MatMul", {p, add_input(g, "v", dt, {h, s, dh})});
-      c.what = "attention " + type + " heads " + std::to_string(h) + ", sequence " + std::to_string(s) + ", head " + std::to_string(dh);
       break;
     }
     case 4: {  // x - mean(x) along the last axis, scaled
@@ -158,7 +173,7 @@ FuzzCase random_case(unsigned seed) {
 }
 
 // Every group of the case's fusion plan, each with the planner's best generated candidate, one
-// drawn from its generated candidates, its best tensor-core one and its best GEMV one: lowered,
+// drawn from its generated candidates, its best tensor-core, GEMV and flash ones: lowered,
 // verified on the host and compiled (check_groups).
 void check_case(unsigned seed) {
   const FuzzCase c = random_case(seed);
@@ -181,11 +196,21 @@ void check_case(unsigned seed) {
         break;
       }
     }
-    // The best GEMV candidate, however it ranks (on these small shapes rarely among the best 64).
+    // The best GEMV and the best flash-attention candidates, however they rank (on these small
+    // shapes rarely among the best 64), the latter also with a random key tile and thread count.
+    bool gemv = false, flash = false;
     for (const planner::Candidate& cand : planner::tile_candidates(c.g, fg, planner::find_device("h100"), {1 << 20, 2.0})) {
-      if (cand.config.gemv) {
+      if (cand.config.gemv && !gemv) {
         chosen.push_back(cand.config);
-        break;
+        gemv = true;
+      }
+      if (cand.config.flash && !flash) {
+        chosen.push_back(cand.config);
+        planner::TileConfig other = cand.config;
+        other.reduce_step = std::uniform_int_distribution<int64_t>(1, 80)(pick);
+        other.threads = 32 * std::uniform_int_distribution<int>(1, 8)(pick);
+        if (planner::evaluate_tile(c.g, fg, planner::find_device("h100"), other).valid) chosen.push_back(other);
+        flash = true;
       }
     }
     // The best candidate's schedule on a tile of random extents (odd ones as likely as any), where

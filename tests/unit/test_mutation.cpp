@@ -25,6 +25,8 @@ std::vector<std::string> differing(const planner::TileConfig& a, const planner::
   if (a.reduce_step != b.reduce_step) out.push_back("k");
   if (a.vector != b.vector) out.push_back("vec");
   if (a.mma != b.mma) out.push_back("mma");
+  if (a.gemv != b.gemv) out.push_back("gemv");
+  if (a.flash != b.flash) out.push_back("flash");
   return out;
 }
 

@@ -1,0 +1,36 @@
+// The flash-attention stage: a group's attention core (planner/attention.h) computed a tile of
+// keys at a time, the scores never whole in shared memory, so any sequence length fits.
+//
+// Takes the lowering context, the core, and the largest region of its output over the sampled
+// tiles (one matrix per block: every batch axis of extent at most 1; R rows by DV columns).
+// attention_stage allocates, in shared memory, Q's rows (staged once), one tile of K's and V's
+// rows, the tile's probabilities and the rows' rescaling factors and sums; and thread-locals for
+// the output's register micro-tile and the running row maximum and sum. Its emit stages Q, then
+// runs a block-uniform loop over tiles of `reduce_step` keys: K's and V's rows of the tile staged
+// (zero beyond the keys), a barrier; each thread computes a TM x TN micro-tile of scores (rows
+// interleaved by R / TM, keys by the tile / TN: planner::micro_tile), evaluates the chain between
+// the scores and the softmax on each (masks, scale, casts; keys beyond the last are -inf) and
+// stores it; a barrier; a warp per row takes the tile's maximum (warp reduction), rescales by the
+// new running maximum (a row that has seen only -inf subtracts 0), stores the exponentials, sums
+// them (warp reduction) and folds the sum into the running one, lane 0 publishing the factor that
+// rescales the row's earlier output; a barrier; each thread rescales its UM x UN micro-tile of
+// the output and adds the tile's probabilities times V; a barrier. After the last tile each
+// output is divided by its row's sum and stored where the output goes (its shared buffer, its
+// output parameter). Guarantees: the reference's softmax(chain(Q K)) V up to float32 rounding
+// (the max-subtracted exponentials of the online softmax), NaN where the reference has NaN (a
+// row with every key at -inf); the warp reductions sit at block-uniform points, every lane
+// reaching them; no thread reads shared memory another writes between the same two barriers.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "codegen/stages/context.h"
+#include "planner/attention.h"
+
+namespace fusetune::codegen::stages {
+
+std::unique_ptr<AnchorStage> attention_stage(LoweringContext& cx, Kernel& k, const planner::AttentionCore& core,
+                                             const std::vector<int64_t>& max_extent);
+
+}  // namespace fusetune::codegen::stages

@@ -1,0 +1,146 @@
+#include "planner/attention.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <set>
+
+#include "core/ops.h"
+
+namespace fusetune::planner {
+
+namespace {
+
+// Ops that run as stages of their own (codegen/stages/context.h's anchors): every other op is
+// computed inline where its value is read.
+bool runs_as_stage(const Node& n) {
+  const OpKind k = find_op(n.op)->kind;
+  return (k != OpKind::kElementwise && k != OpKind::kDataMovement) || n.op == "ScatterND";
+}
+
+}  // namespace
+
+std::optional<AttentionCore> match_attention(const Graph& g, const FusionGroup& group) {
+  std::map<int, int> producer;                // value -> the member computing it
+  std::map<int, std::vector<int>> consumers;  // value -> the members reading it
+  for (int id : group.nodes) {
+    const Node& n = g.nodes()[static_cast<size_t>(id)];
+    producer[n.outputs[0]] = id;
+    for (int in : n.inputs) {
+      if (in != kNoValue) consumers[in].push_back(id);
+    }
+  }
+  const std::set<int> exported(group.outputs.begin(), group.outputs.end());
+  std::map<int, bool> inlined_memo;
+  // True if v reaches the group's inputs through inlined ops only.
+  std::function<bool(int)> inlined_only = [&](int v) {
+    auto p = producer.find(v);
+    if (p == producer.end()) return true;
+    if (auto m = inlined_memo.find(v); m != inlined_memo.end()) return m->second;
+    const Node& n = g.nodes()[static_cast<size_t>(p->second)];
+    bool ok = !runs_as_stage(n);
+    for (int in : n.inputs) ok = ok && (in == kNoValue || inlined_only(in));
+    return inlined_memo[v] = ok;
+  };
+  // The one member reading v (which leaves the group nowhere), or -1.
+  const auto sole_reader = [&](int v) {
+    auto c = consumers.find(v);
+    return exported.count(v) || c == consumers.end() || c->second.size() != 1 ? -1 : c->second[0];
+  };
+  for (int s : group.nodes) {
+    const Node& soft = g.nodes()[static_cast<size_t>(s)];
+    if (soft.op != "Softmax") continue;
+    const Shape& ss = g.value(soft.inputs[0]).shape;
+    if (ss.size() < 2 || normalize_axis(soft.attrs.i("axis", -1), static_cast<int64_t>(ss.size()), "axis") !=
+                             static_cast<int64_t>(ss.size()) - 1) {
+      continue;
+    }
+    AttentionCore c;
+    c.softmax = s;
+    c.absorbed = {s};
+    // Forward: Casts of P's shape, then the MatMul reading P as its first operand.
+    int v = soft.outputs[0];
+    for (int next = sole_reader(v); next >= 0; next = sole_reader(v)) {
+      const Node& n = g.nodes()[static_cast<size_t>(next)];
+      if (n.op == "Cast" && g.value(n.outputs[0]).shape == ss) {
+        c.absorbed.push_back(next);
+        v = n.outputs[0];
+        continue;
+      }
+      if (n.op == "MatMul" && n.inputs[0] == v && n.inputs[1] != v) c.output = next;
+      break;
+    }
+    if (c.output < 0) continue;
+    const Node& pv = g.nodes()[static_cast<size_t>(c.output)];
+    const Shape& os = g.value(pv.outputs[0]).shape;
+    const Shape& vs = g.value(pv.inputs[1]).shape;
+    if (vs.size() < 2 || os.size() != ss.size() || !std::equal(ss.begin(), ss.end() - 1, os.begin()) ||
+        !inlined_only(pv.inputs[1])) {
+      continue;
+    }
+    // Backward: the element-wise chain of the scores' shape from the Softmax to one MatMul; every
+    // other operand of the chain computed inline from the group's inputs.
+    // A value of the path: the scores' elements, their rows and keys the last two axes (a Reshape
+    // may regroup the axes before them, as Swin's shifted windows do to add their mask).
+    const auto rows_and_keys = [&](const Shape& x) {
+      return x.size() >= 2 && numel(x) == numel(ss) && x[x.size() - 2] == ss[ss.size() - 2] && x.back() == ss.back();
+    };
+    bool ok = true;
+    std::vector<int> path = {soft.inputs[0]};
+    std::set<int> seen;
+    while (ok && !path.empty()) {
+      const int u = path.back();
+      path.pop_back();
+      if (!seen.insert(u).second) continue;
+      auto p = producer.find(u);
+      const Shape& us = g.value(u).shape;
+      if (p == producer.end() || !rows_and_keys(us) || exported.count(u)) {
+        ok = false;
+        break;
+      }
+      const Node& n = g.nodes()[static_cast<size_t>(p->second)];
+      if (n.op == "MatMul") {
+        ok = us == ss && (c.scores < 0 || c.scores == p->second);
+        c.scores = p->second;
+        continue;
+      }
+      const bool regroup = n.op == "Reshape" && rows_and_keys(g.value(n.inputs[0]).shape);
+      if (find_op(n.op)->kind != OpKind::kElementwise && !regroup) {
+        ok = false;
+        break;
+      }
+      c.absorbed.push_back(p->second);
+      for (int w : n.inputs) {
+        if (w == kNoValue || inlined_only(w)) continue;
+        if (!regroup && g.value(w).shape != us) {  // the path is read where it is written: no broadcast
+          ok = false;
+          break;
+        }
+        path.push_back(w);
+      }
+    }
+    if (!ok || c.scores < 0) continue;
+    const Node& qk = g.nodes()[static_cast<size_t>(c.scores)];
+    const Shape& qs = g.value(qk.inputs[0]).shape;
+    if (qs.size() < 2 || g.value(qk.inputs[1]).shape.size() < 2 || !inlined_only(qk.inputs[0]) || !inlined_only(qk.inputs[1])) {
+      continue;
+    }
+    c.absorbed.push_back(c.scores);
+    std::sort(c.absorbed.begin(), c.absorbed.end());
+    c.absorbed.erase(std::unique(c.absorbed.begin(), c.absorbed.end()), c.absorbed.end());
+    // Nothing the core absorbs is read outside it or leaves the group.
+    const std::set<int> inside(c.absorbed.begin(), c.absorbed.end());
+    for (int id : c.absorbed) {
+      const int out = g.nodes()[static_cast<size_t>(id)].outputs[0];
+      ok = ok && !exported.count(out);
+      for (int reader : consumers[out]) ok = ok && (inside.count(reader) || reader == c.output);
+    }
+    if (!ok) continue;
+    c.keys = ss.back();
+    c.head = qs.back();
+    return c;
+  }
+  return std::nullopt;
+}
+
+}  // namespace fusetune::planner

@@ -1,0 +1,36 @@
+// The attention core of a fusion group: the part a flash-attention kernel computes without ever
+// holding a whole row of scores.
+//
+// Takes a canonical graph and a group. match_attention finds, inside the group,
+//   P = Softmax(chain(Q x K))   over P's last axis,  then  O = cast(P) x V
+// where `chain` is element-wise ops (scale, additive or boolean masks, Cast, Where) that read the
+// scores at the index they write (no broadcast of them), and Reshapes that regroup only the axes
+// before the rows and keys (Swin's shifted windows), `cast` at most Cast nodes of P's shape, and Q,
+// K, V and every other operand of the chain reach the group's inputs through inlined ops only (no
+// reduction, normalization or contraction of the group in between), so that any tile of keys can
+// be computed on its own. None of the scores, the chain's values or P leaves the group or feeds
+// anything but the next op of the core. Guarantees: when it answers, O's rows are P's rows (same
+// batch axes, row and key extents), the contraction of the scores runs over Q's last axis, and
+// the softmax can be computed online over tiles of keys (max and sum rescaled per tile).
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "core/graph.h"
+#include "planner/fusion.h"
+
+namespace fusetune::planner {
+
+struct AttentionCore {
+  int scores = -1;            // the MatMul Q x K (node id)
+  int softmax = -1;           // the Softmax over the keys
+  int output = -1;            // the MatMul P x V
+  std::vector<int> absorbed;  // every node the core computes besides `output`: scores, chain, softmax, casts
+  int64_t keys = 0;           // the keys (the scores' last extent)
+  int64_t head = 0;           // the scores' contraction extent (Q's last axis)
+};
+
+std::optional<AttentionCore> match_attention(const Graph& g, const FusionGroup& group);
+
+}  // namespace fusetune::planner

@@ -1,0 +1,275 @@
+// Flash attention (planner/attention.h, codegen/stages/attention.h): the attention core of a group
+// computed a tile of keys at a time. Differentially against the reference under the host
+// executor's checks: float32/float16/bfloat16, odd sequence and head widths, a key tile that does
+// not divide the keys, additive and causal masks, keys shared by heads (grouped-query), a decode
+// step (one query row), heads merged by a Transpose and Reshape after the core, more rows than
+// warps; a sequence long enough that the whole-row form cannot hold the scores; each barrier of
+// the stage deleted in turn (a race the checks report); and what the matcher declines.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <functional>
+#include <random>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "codegen/lower_group.h"
+#include "planner/attention.h"
+#include "planner/device.h"
+#include "planner/fusion.h"
+#include "planner/tiling.h"
+#include "unit/codegen_check.h"
+#include "unit/graph_helpers.h"
+
+namespace fusetune::codegen {
+namespace {
+
+using fusetune::testing::add_input;
+using fusetune::testing::add_op;
+using fusetune::testing::attrs;
+using fusetune::testing::check_groups;
+using fusetune::testing::whole_graph_group;
+using planner::FusionGroup;
+using planner::TileConfig;
+
+struct Attention {
+  int64_t batch = 1, heads = 2, kv_heads = 2, queries = 16, keys = 16, head = 16, value_width = 16;
+  bool mask = false;         // an additive mask over the keys, per batch
+  bool causal = false;       // query i sees keys up to i + keys - queries
+  bool merge_heads = false;  // the output as (batch, queries, heads x value width)
+};
+
+// softmax(Q K^T * scale [+ mask] [causal]) V over inputs q, k, v (and mask), named with `prefix`,
+// added to g; returns the group of its nodes, exporting the last one's output.
+FusionGroup add_attention(Graph& g, DType dt, const Attention& a, const std::string& prefix = "") {
+  const int first = static_cast<int>(g.nodes().size());
+  const int q = add_input(g, prefix + "q", dt, {a.batch, a.heads, a.queries, a.head});
+  const int k = add_input(g, prefix + "k", dt, {a.batch, a.kv_heads, a.keys, a.head});
+  const int v = add_input(g, prefix + "v", dt, {a.batch, a.kv_heads, a.keys, a.value_width});
+  // Keys and values shared by heads / kv_heads heads each, repeated as exporters do (Reshape,
+  // Expand, Reshape), or broadcast by the MatMul when one head holds them.
+  const auto repeat = [&](int x, int64_t width) {
+    if (a.kv_heads == a.heads || a.kv_heads == 1) return x;
+    const int64_t group = a.heads / a.kv_heads;
+    x = add_op(g, "Reshape", {x}, attrs({{"shape", std::vector<int64_t>{a.batch, a.kv_heads, 1, a.keys, width}}}));
+    x = add_op(g, "Expand", {x}, attrs({{"shape", std::vector<int64_t>{a.batch, a.kv_heads, group, a.keys, width}}}));
+    return add_op(g, "Reshape", {x}, attrs({{"shape", std::vector<int64_t>{a.batch, a.heads, a.keys, width}}}));
+  };
+  const int kt = add_op(g, "Transpose", {repeat(k, a.head)}, attrs({{"perm", std::vector<int64_t>{0, 1, 3, 2}}}));
+  int x = add_op(g, "Mul", {add_op(g, "MatMul", {q, kt}), g.add_constant(prefix + "scale", Tensor::scalar_float(dt, 0.25f))});
+  if (a.mask) x = add_op(g, "Add", {x, add_input(g, prefix + "mask", dt, {a.batch, 1, 1, a.keys})});
+  if (a.causal) {
+    std::vector<int64_t> allowed;
+    for (int64_t i = 0; i < a.queries; ++i) {
+      for (int64_t j = 0; j < a.keys; ++j) allowed.push_back(j <= i + a.keys - a.queries ? 1 : 0);
+    }
+    const int cond = g.add_constant(prefix + "causal", Tensor::from_ints(DType::kBool, {a.queries, a.keys}, allowed));
+    const int minus_inf = g.add_constant(prefix + "minus_inf", Tensor::scalar_float(dt, -std::numeric_limits<float>::infinity()));
+    x = add_op(g, "Where", {cond, x, minus_inf});
+  }
+  int o = add_op(g, "MatMul", {add_op(g, "Softmax", {x}, attrs({{"axis", int64_t{-1}}})), repeat(v, a.value_width)});
+  if (a.merge_heads) {
+    o = add_op(g, "Transpose", {o}, attrs({{"perm", std::vector<int64_t>{0, 2, 1, 3}}}));
+    add_op(g, "Reshape", {o}, attrs({{"shape", std::vector<int64_t>{a.batch, a.queries, a.heads * a.value_width}}}));
+  }
+  FusionGroup fg;
+  for (int n = first; n < static_cast<int>(g.nodes().size()); ++n) fg.nodes.push_back(n);
+  planner::describe_group(g, fg);
+  fg.outputs = {g.nodes().back().outputs[0]};
+  return fg;
+}
+
+// The planner's best flash candidate for the group (H100).
+TileConfig best_flash(const Graph& g, const FusionGroup& fg) {
+  planner::TilingOptions opt;
+  opt.top_k = 1 << 20;
+  for (const planner::Candidate& c : planner::tile_candidates(g, fg, planner::find_device("h100"), opt)) {
+    if (c.config.flash) return c.config;
+  }
+  ADD_FAILURE() << "no flash candidate for " << fg.pattern;
+  return {};
+}
+
+std::string text(const Attention& a) {
+  return "batch " + std::to_string(a.batch) + ", heads " + std::to_string(a.heads) + "/" + std::to_string(a.kv_heads) +
+         ", queries " + std::to_string(a.queries) + ", keys " + std::to_string(a.keys) + ", head " + std::to_string(a.head) +
+         "/" + std::to_string(a.value_width) + (a.mask ? ", mask" : "") + (a.causal ? ", causal" : "") +
+         (a.merge_heads ? ", heads merged" : "");
+}
+
+TEST(CodegenAttention, FlashMatchesTheReferenceInEveryType) {
+  const std::vector<Attention> shapes = {
+      {},
+      {1, 2, 2, 37, 45, 24, 20, true, false, false},  // odd extents; a mask
+      {2, 4, 2, 33, 33, 16, 16, false, true, true},   // keys shared by two heads each; causal; heads merged
+      {1, 4, 1, 1, 70, 32, 32, true, true, true},     // a decode step: one query, the keys of a cache
+      {1, 1, 1, 150, 150, 8, 8, false, true, false},  // more rows than a block's warps take at once
+  };
+  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
+    Graph g;
+    std::vector<FusionGroup> groups;
+    std::string label(dtype_name(dt));
+    for (const Attention& a : shapes) {
+      groups.push_back(add_attention(g, dt, a, "a" + std::to_string(groups.size()) + "_"));
+      ASSERT_TRUE(planner::match_attention(g, groups.back()).has_value()) << text(a);
+      label += "; " + text(a);
+    }
+    check_groups(g, groups, [&](const FusionGroup& fg) { return best_flash(g, fg); }, label + "; the planner's best");
+    // Key tiles that do not divide the keys, and the fewest and most threads (in float32: the
+    // 16-bit types differ only in their loads).
+    for (const auto& [keys, threads] : std::vector<std::array<int, 2>>{{16, 64}, {32, 256}}) {
+      if (dt != DType::kF32) break;
+      check_groups(g, groups, [&](const FusionGroup& fg) {
+        TileConfig cfg = best_flash(g, fg);
+        cfg.reduce_step = keys;
+        cfg.threads = threads;
+        return cfg;
+      }, label + "; " + std::to_string(keys) + " keys a tile, " + std::to_string(threads) + " threads");
+    }
+  }
+}
+
+// The whole-row form keeps a tile's rows of scores in shared memory: at 16,384 keys not even one
+// row fits beside its operands, while flash attention's tiles do not grow with the keys. 256
+// queries over 1,024 causal keys run under the executor.
+TEST(CodegenAttention, LongSequencesTakeTheFlashForm) {
+  Attention a;
+  a.heads = a.kv_heads = 1;
+  a.queries = 128;
+  a.keys = 16384;
+  Graph g;
+  const FusionGroup fg = add_attention(g, DType::kF16, a);
+  planner::TilingOptions opt;
+  opt.top_k = 1 << 20;
+  const planner::Device& h100 = planner::find_device("h100");
+  const auto candidates = planner::tile_candidates(g, fg, h100, opt);
+  ASSERT_FALSE(candidates.empty());
+  for (const planner::Candidate& c : candidates) {
+    EXPECT_TRUE(c.config.flash || !c.config.library.empty() || !c.cost.valid) << c.config.str() << " holds the scores whole";
+  }
+  const planner::Candidate& best = candidates.front();
+  ASSERT_TRUE(best.config.flash && best.cost.valid) << best.config.str() << ": " << best.cost.reject;
+  // The same tiles over 1,024 keys take the same shared memory.
+  Attention shorter = a;
+  shorter.keys = 1024;
+  Graph g2;
+  const FusionGroup fg2 = add_attention(g2, DType::kF16, shorter);
+  EXPECT_EQ(planner::evaluate_tile(g2, fg2, h100, best.config).smem_bytes, best.cost.smem_bytes) << best.config.str();
+  a.queries = 256;
+  a.keys = 1024;
+  a.causal = true;
+  Graph run;
+  const FusionGroup small = add_attention(run, DType::kF16, a);
+  check_groups(run, {small}, [&](const FusionGroup& f) { return best_flash(run, f); }, "256 queries over 1,024 keys, causal");
+}
+
+// What the core excludes: a softmax over another axis, probabilities the group exports, a Q
+// computed by another stage of the group (a LayerNorm).
+TEST(CodegenAttention, TheMatcherDeclinesWhatFlashCannotTile) {
+  Attention a;
+  {
+    Graph g;
+    const int q = add_input(g, "q", DType::kF32, {1, 2, 16, 16});
+    const int kt = add_op(g, "Transpose", {add_input(g, "k", DType::kF32, {1, 2, 16, 16})},
+                          attrs({{"perm", std::vector<int64_t>{0, 1, 3, 2}}}));
+    const int p = add_op(g, "Softmax", {add_op(g, "MatMul", {q, kt})}, attrs({{"axis", int64_t{2}}}));
+    add_op(g, "MatMul", {p, add_input(g, "v", DType::kF32, {1, 2, 16, 16})});
+    EXPECT_FALSE(planner::match_attention(g, whole_graph_group(g)).has_value()) << "softmax over the queries";
+  }
+  {
+    Graph g;
+    FusionGroup fg = add_attention(g, DType::kF32, a);
+    for (const Node& n : g.nodes()) {
+      if (n.op == "Softmax") fg.outputs.push_back(n.outputs[0]);
+    }
+    EXPECT_FALSE(planner::match_attention(g, fg).has_value()) << "probabilities exported";
+    const TileConfig cfg{std::vector<int64_t>{1, 1, 16, 16}, 16, 128, 1, false, false, true};
+    EXPECT_FALSE(planner::evaluate_tile(g, fg, planner::find_device("h100"), cfg).valid);
+  }
+  {
+    Graph g;
+    const int x = add_input(g, "x", DType::kF32, {1, 2, 16, 16});
+    const int q = add_op(g, "LayerNormalization", {x, g.add_constant("gamma", Tensor::scalar_float(DType::kF32, 1.0f))},
+                         attrs({{"axis", int64_t{-1}}, {"epsilon", 1e-5f}}));
+    const int kt = add_op(g, "Transpose", {add_input(g, "k", DType::kF32, {1, 2, 16, 16})},
+                          attrs({{"perm", std::vector<int64_t>{0, 1, 3, 2}}}));
+    const int p = add_op(g, "Softmax", {add_op(g, "MatMul", {q, kt})}, attrs({{"axis", int64_t{-1}}}));
+    add_op(g, "MatMul", {p, add_input(g, "v", DType::kF32, {1, 2, 16, 16})});
+    EXPECT_FALSE(planner::match_attention(g, whole_graph_group(g)).has_value()) << "Q from a LayerNorm stage";
+  }
+}
+
+// Every barrier of the flash stage orders something: deleted in turn (over several key tiles and
+// batches of rows), each must be a finding of the host executor's checks.
+TEST(CodegenAttention, EveryDeletedBarrierIsARace) {
+  Attention a;
+  a.heads = a.kv_heads = 1;
+  a.queries = 40;
+  a.keys = 70;
+  a.mask = true;
+  Graph g;
+  const FusionGroup fg = add_attention(g, DType::kF32, a);
+  TileConfig cfg = best_flash(g, fg);
+  cfg.reduce_step = 32;
+  cfg.threads = 64;
+  const LoweredKernel good = lower_group(g, fg, cfg, "attention");
+  // Deletes barrier `target` (in statement order, at any depth); returns how many were seen.
+  std::function<int(Block&, int, int)> drop = [&](Block& b, int target, int seen) {
+    Block kept;
+    for (Stmt& st : b) {
+      if (st.kind == Stmt::Kind::kBarrier && seen++ == target) continue;
+      seen = drop(st.body, target, seen);
+      kept.push_back(std::move(st));
+    }
+    b = std::move(kept);
+    return seen;
+  };
+  LoweredKernel probe = good;
+  const int barriers = drop(probe.kernel.body, -1, 0);
+  ASSERT_GE(barriers, 5) << to_text(good.kernel);  // the key tile's four, and the sums' before the division
+  auto backend = backend::make_host_backend();
+  std::mt19937 rng(fusetune::testing::test_seed());
+  {
+    auto module = backend->load({good.kernel});
+    ASSERT_TRUE(backend::verify_kernel(g, fg, good, *backend, *module, rng).ok);
+  }
+  for (int i = 0; i < barriers; ++i) {
+    LoweredKernel bad = good;
+    drop(bad.kernel.body, i, 0);
+    auto module = backend->load({bad.kernel});
+    const backend::VerifyResult r = backend::verify_kernel(g, fg, bad, *backend, *module, rng);
+    EXPECT_TRUE(!r.ok && r.check_failed) << "barrier " << i << " of " << barriers << " deleted: " << r.detail << "\n"
+                                         << to_text(bad.kernel);
+  }
+}
+
+// Every attention group of exported models (BERT's padding mask, GPT-2's causal Where, T5's
+// position bias, Swin's windows and relative bias, LLaMA's rotary embedding and grouped-query
+// heads, decode steps over a cache, exporters' float16 casts around the softmax) matches the core
+// and runs as flash attention.
+class ModelAttention : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ModelAttention, EveryAttentionGroupRunsFlash) {
+  const Graph g = fusetune::testing::load_test_model(GetParam());
+  std::vector<FusionGroup> attention;
+  int softmax_groups = 0;
+  for (const FusionGroup& fg : planner::fuse(g).groups) {
+    const bool softmax = std::any_of(fg.nodes.begin(), fg.nodes.end(),
+                                     [&](int n) { return g.nodes()[static_cast<size_t>(n)].op == "Softmax"; });
+    softmax_groups += softmax ? 1 : 0;
+    if (planner::match_attention(g, fg)) attention.push_back(fg);
+  }
+  ASSERT_GT(softmax_groups, 0) << GetParam() << " has no softmax";
+  EXPECT_EQ(static_cast<int>(attention.size()), softmax_groups) << GetParam() << ": a softmax group without an attention core";
+  check_groups(g, attention, [&](const FusionGroup& fg) { return best_flash(g, fg); }, GetParam() + " flash");
+}
+
+INSTANTIATE_TEST_SUITE_P(Codegen, ModelAttention,
+                         ::testing::Values("bert", "bart_encoder_dynamo_fp16", "distilbert_fp16", "gpt2", "hf_vit_dynamo",
+                                           "llama_decode_fp16", "llama_gqa_dynamo_fp16", "qwen2_decode", "swin_t",
+                                           "t5_encoder", "whisper_encoder_dynamo", "vit"));
+
+}  // namespace
+}  // namespace fusetune::codegen
