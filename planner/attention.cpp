@@ -143,4 +143,15 @@ std::optional<AttentionCore> match_attention(const Graph& g, const FusionGroup& 
   return std::nullopt;
 }
 
+bool tensor_attention(const Graph& g, const AttentionCore& core) {
+  const Node& qk = g.nodes()[static_cast<size_t>(core.scores)];
+  const Node& pv = g.nodes()[static_cast<size_t>(core.output)];
+  const DType t = g.value(qk.inputs[0]).dtype;
+  if (t != DType::kF16 && t != DType::kBF16) return false;
+  for (int u : {qk.inputs[1], pv.inputs[0], pv.inputs[1]}) {
+    if (g.value(u).dtype != t) return false;
+  }
+  return true;
+}
+
 }  // namespace fusetune::planner

@@ -33,4 +33,8 @@ struct AttentionCore {
 
 std::optional<AttentionCore> match_attention(const Graph& g, const FusionGroup& group);
 
+// True if both products of the core can run on tensor cores: Q, K, the probabilities P x V reads
+// and V all float16, or all bfloat16.
+bool tensor_attention(const Graph& g, const AttentionCore& core);
+
 }  // namespace fusetune::planner

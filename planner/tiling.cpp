@@ -223,13 +223,17 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   // attention.h computes it, a tile of keys at a time.
   std::optional<AttentionCore> core;
   if (cfg.flash) {
-    if (cfg.mma || cfg.gemv) {
-      c.reject = "flash attention is a form of its own (neither mma nor gemv)";
+    if (cfg.gemv) {
+      c.reject = "flash attention has no GEMV form";
       return c;
     }
     core = match_attention(g, group);
     if (!core || cfg.reduce_step <= 0) {
       c.reject = "flash attention needs an attention core (MatMul, Softmax over the keys, MatMul) and a key step";
+      return c;
+    }
+    if (cfg.mma && !tensor_attention(g, *core)) {
+      c.reject = "flash attention on tensor cores needs Q, K, P and V all float16 or all bfloat16";
       return c;
     }
   }
@@ -245,7 +249,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
     const auto in_regions = input_regions(g, n, e, out_region);
     const int64_t out_elems = region_elems(out_region);
     // On tensor cores when the candidate asks and codegen stages the product (one matrix per tile).
-    const bool tensor = cfg.mma && mma_matmul(g, n) && cfg.reduce_step > 0 &&
+    const bool tensor = cfg.mma && !core && mma_matmul(g, n) && cfg.reduce_step > 0 &&
                         out_elems == out_region[out_region.size() - 2].size() * out_region.back().size();
     const bool gemv = cfg.gemv && cfg.reduce_step > 0 && gemv_matmul(g, n, produced, out_region);
     int64_t tensor_smem = 0, tensor_loads = 0;
@@ -269,7 +273,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       const double sync_bytes = (staging.async_a ? 0 : a_bytes) + (staging.async_b ? 0 : b_bytes);
       in_flight = std::min(in_flight, (staging.stages - 1) * (a_bytes + b_bytes - sync_bytes) +
                                           (sync_loads > 0 ? sync_bytes / static_cast<double>(ceil_div(sync_loads, cfg.threads)) : 0));
-    } else {
+    } else if (!(cfg.mma && core && (*it == core->scores || *it == core->output))) {  // those: the flash branch
       tile_flops += numel(e.out_shape) == 0 ? 0 : node_flops(g, n) * out_elems / numel(e.out_shape);
     }
     for (size_t k = 0; k < n.inputs.size(); ++k) {
@@ -310,19 +314,42 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       }
       const int64_t rows = out_region[rank - 2].size(), dv = out_region.back().size();
       const int64_t dk = core->head, keys = core->keys, bc = std::min(cfg.reduce_step, keys);
+      const int64_t warps = cfg.threads / d.warp_size;
+      const int64_t esize = static_cast<int64_t>(dtype_size(g.value(n.inputs[1]).dtype));
+      if (cfg.mma) {
+        // On tensor cores (a warp per 16 rows): 16-bit Q, K, V and probabilities with rows padded
+        // to an odd number of 16-byte units, float scores; the products padded to m16n8k16; per
+        // score the chain's store, the softmax's two reads, its exponential and 16-bit store.
+        if (rows > warps * 16) {
+          c.reject = "flash attention on tensor cores needs a warp per 16 rows: " + std::to_string(rows) + " rows on " +
+                     std::to_string(warps) + " warps";
+          return c;
+        }
+        const auto padded = [](int64_t count) { return (count / 8) % 2 == 1 ? count : count + 8; };
+        const int64_t rp = warps * 16, b16 = ceil_div(bc, 16) * 16, dk16 = ceil_div(dk, 16) * 16, dv16 = ceil_div(dv, 16) * 16;
+        const int64_t kt = ceil_div(keys, b16);
+        smem += (rp * padded(dk16) + b16 * padded(dk16) + b16 * padded(dv16) + rp * padded(b16)) * 2 + (rp * b16 + 2 * rp) * 4;
+        tensor_flops += kt * (2 * rp * b16 * dk16 + 2 * rp * dv16 * b16);
+        padded_elems += rp * dv16;
+        tile_loads += rp * dk16 + kt * b16 * (dk16 + dv16) + 5 * kt * rp * b16;
+        const double rounds = static_cast<double>(ceil_div(b16 * dk16, cfg.threads) + ceil_div(b16 * dv16, cfg.threads));
+        in_flight = std::min(in_flight, static_cast<double>(b16 * (dk + dv) * esize) / rounds);
+        flash_registers = static_cast<int>(40 + dk16 / 4 + b16 / 2 + dv16 / 2 + 12 + 2 * ceil_div(rows, warps));
+        if (n.outputs[0] != root) smem += out_elems * 4;
+        continue;
+      }
       const auto [tm, tn] = micro_tile(rows, bc, cfg.threads);
       const auto [um, un] = micro_tile(rows, dv, cfg.threads);
       if (tm == 0 || um == 0) {
         c.reject = "micro-tiles of at most 8 x 8 on " + std::to_string(cfg.threads) + " threads cannot cover the attention tile";
         return c;
       }
-      const int64_t kt = ceil_div(keys, bc), warps = cfg.threads / d.warp_size;
+      const int64_t kt = ceil_div(keys, bc);
       smem += (ceil_div(rows, tm) * tm * (dk + 1) + ceil_div(bc, tn) * tn * (dk + 1) + bc * dv + rows * bc + 2 * rows) * 4;
       tile_loads += rows * dk + kt * bc * (dk + dv);
       const double qk = static_cast<double>(rows * kt * bc * dk), pv = static_cast<double>(rows * kt * bc * dv);
       tile_loads += static_cast<int64_t>(qk / static_cast<double>(tn) + qk / static_cast<double>(tm) +
                                          pv / static_cast<double>(un) + pv / static_cast<double>(um)) + 4 * rows * kt * bc;
-      const int64_t esize = static_cast<int64_t>(dtype_size(g.value(n.inputs[1]).dtype));
       const double rounds = static_cast<double>(ceil_div(bc * dk, cfg.threads) + ceil_div(bc * dv, cfg.threads));
       in_flight = std::min(in_flight, static_cast<double>(bc * (dk + dv) * esize) / rounds);
       flash_registers = static_cast<int>(32 + tm * tn + tm + tn + 2 * um * un + 2 * ceil_div(rows, warps));
@@ -579,11 +606,12 @@ bool vector_width_helps(const Graph& g, const FusionGroup& group) {
   return false;
 }
 
-// Root tiles for flash attention: per row count of the core's output (16 to 128 rows, or all of
-// them when fewer), the smallest root tile (each axis a power of two, the whole axis, or the
+// Root tiles for flash attention, by row count of the core's output (16 to 128 rows, or all of
+// them when fewer): the smallest root tile (each axis a power of two, the whole axis, or the
 // output's row or column extent) whose region of the output is one matrix, those rows and all
 // its columns (a head's whole width).
-std::vector<std::vector<int64_t>> flash_tiles(const Graph& g, const FusionGroup& group, const Shape& rs, const AttentionCore& core) {
+std::map<int64_t, std::vector<int64_t>> flash_tiles(const Graph& g, const FusionGroup& group, const Shape& rs,
+                                                    const AttentionCore& core) {
   std::vector<TensorExpr> exprs;
   for (int n : group.nodes) exprs.push_back(describe(g, g.nodes()[static_cast<size_t>(n)]));
   const int root = group_root(g, group);
@@ -640,9 +668,7 @@ std::vector<std::vector<int64_t>> flash_tiles(const Graph& g, const FusionGroup&
     tile[a] = 1;
   };
   visit(0, 1);
-  std::vector<std::vector<int64_t>> tiles;
-  for (const auto& [rows, t] : best) tiles.push_back(t);
-  return tiles;
+  return best;
 }
 
 }  // namespace
@@ -761,13 +787,19 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
     }
   }
   // Flash-attention candidates (a group with an attention core): per root tile of flash_tiles,
-  // 64 to 256 threads, tiles of 16 to 128 keys.
+  // tiles of 16 to 128 keys, 64 to 256 threads, and on tensor cores (16-bit cores, sm_80+) a warp
+  // per 16 rows.
   if (const auto core = match_attention(g, group)) {
-    for (const auto& tile : flash_tiles(g, group, rs, *core)) {
-      for (int threads : {64, 128, 256}) {
-        for (int64_t keys : {16, 32, 64, 128}) {
-          if (keys > 16 && keys >= core->keys * 2) continue;  // one tile holds them all already
-          TileConfig cfg{tile, keys, threads};
+    const bool tensor = d.compute_capability >= 80 && tensor_attention(g, *core);
+    for (const auto& [rows, tile] : flash_tiles(g, group, rs, *core)) {
+      for (int64_t keys : {16, 32, 64, 128}) {
+        if (keys > 16 && keys >= core->keys * 2) continue;  // one tile holds them all already
+        std::vector<TileConfig> forms;
+        for (int threads : {64, 128, 256}) forms.push_back({tile, keys, threads});
+        if (tensor) {  // a warp per 16 rows
+          forms.push_back({tile, keys, static_cast<int>(ceil_div(rows, 16)) * d.warp_size, 1, true});
+        }
+        for (TileConfig& cfg : forms) {
           cfg.flash = true;
           Cost c = evaluate_tile(g, group, d, cfg, opt);
           if (c.valid) all.push_back({cfg, c});

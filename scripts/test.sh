@@ -25,9 +25,10 @@ if [ "${1:-}" != "--quick" ]; then
   # two float16 plans (WideAccesses.*: the same counts in both builds; the executor's and the
   # code generator's unit tests cover their paths here), and the verifier's run over the larger
   # models' candidates (VerifyIr/ModelKernels.*: 630 s of the pass at -O0; the small models' run
-  # here). The executor's own tests (Simt*) run here too.
+  # here), and flash attention on the larger models' attention groups (Codegen/ModelAttention.*:
+  # GPT-2's runs here, CodegenAttention.* the stage's paths). The executor's own tests (Simt*) run here too.
   larger='(bert|convnext_t|efficientnet_b0|mobilenet_v2|swin_t|vit|llama|llama_gqa|qwen2|qwen2_decode|bart_encoder|distilbert|hf_vit|t5_encoder|whisper_encoder|[a-z0-9_]+_dynamo|[a-z0-9_]+_fp16)'
-  skip="^mutations\\.|^compiled\\.${larger}\$|^(Codegen/ModelGroups|VerifyIr/ModelKernels)\\..*\"${larger}\"\$|^tune\\.bert\$|^tune\\.extend\$|^cli\\.deleted_barrier\$|^JobPlanner\\.AnExport|^Select\\.EveryLaunchRuns|^install\\.package\$|^service\\.event_loop_latency\$|^bench\\.gpu_perf_rehearse\$|^Models/Ptx|^WideAccesses\\."
+  skip="^mutations\\.|^compiled\\.${larger}\$|^(Codegen/ModelGroups|Codegen/ModelAttention|VerifyIr/ModelKernels)\\..*\"${larger}\"\$|^tune\\.bert\$|^tune\\.extend\$|^cli\\.deleted_barrier\$|^JobPlanner\\.AnExport|^Select\\.EveryLaunchRuns|^install\\.package\$|^service\\.event_loop_latency\$|^bench\\.gpu_perf_rehearse\$|^Models/Ptx|^WideAccesses\\."
   echo "test.sh: the sanitizer pass skips the tests matching ${skip} (run above without sanitizers)"
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build-asan --output-on-failure -j "$(nproc)" -E "$skip"

@@ -1,7 +1,10 @@
 #include "codegen/stages/attention.h"
 
 #include <algorithm>
+#include <array>
+#include <functional>
 
+#include "codegen/scalar_ops.h"
 #include "core/error.h"
 #include "planner/tiling.h"
 
@@ -12,6 +15,10 @@ namespace {
 using planner::TensorExpr;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+// A 16-bit slice's row pitch: an odd number of 16-byte units, so the eight rows an ldmatrix phase
+// reads fall in distinct banks.
+int64_t padded(int64_t count) { return (count / 8) % 2 == 1 ? count : count + 8; }
 
 class AttentionStage : public AnchorStage {
  public:
@@ -28,23 +35,28 @@ class AttentionStage : public AnchorStage {
     keys_ = core.keys;
     bc_ = std::min(cx.cfg.reduce_step, keys_);
     const int threads = cx.cfg.threads;
-    std::tie(tm_, tn_) = planner::micro_tile(rows_, bc_, threads);
-    std::tie(um_, un_) = planner::micro_tile(rows_, dv_, threads);
-    check(tm_ > 0 && um_ > 0, "flash attention: micro-tiles of at most 8 x 8 on ", threads, " threads cannot cover ", rows_,
-          " rows by ", bc_, " keys and ", dv_, " columns");
     warps_ = threads / kWarpSize;
     batches_ = ceil_div(rows_, warps_);
+    tensor_ = cx.cfg.mma;
     const std::string v = std::to_string(out_value());
-    sq_ = k.add_shared("fq" + v, DType::kF32, ceil_div(rows_, tm_) * tm_ * (dk_ + 1));
-    sk_ = k.add_shared("fk" + v, DType::kF32, ceil_div(bc_, tn_) * tn_ * (dk_ + 1));
-    sv_ = k.add_shared("fv" + v, DType::kF32, bc_ * dv_);
-    sp_ = k.add_shared("fp" + v, DType::kF32, rows_ * bc_);
-    sa_ = k.add_shared("fa" + v, DType::kF32, rows_);
-    sl_ = k.add_shared("fl" + v, DType::kF32, rows_);
-    acc_ = "fo" + v;
+    if (tensor_) {
+      plan_tensor(k, v);
+    } else {
+      std::tie(tm_, tn_) = planner::micro_tile(rows_, bc_, threads);
+      std::tie(um_, un_) = planner::micro_tile(rows_, dv_, threads);
+      check(tm_ > 0 && um_ > 0, "flash attention: micro-tiles of at most 8 x 8 on ", threads, " threads cannot cover ",
+            rows_, " rows by ", bc_, " keys and ", dv_, " columns");
+      sq_ = k.add_shared("fq" + v, DType::kF32, round_up(rows_, tm_) * (dk_ + 1));
+      sk_ = k.add_shared("fk" + v, DType::kF32, round_up(bc_, tn_) * (dk_ + 1));
+      sv_ = k.add_shared("fv" + v, DType::kF32, bc_ * dv_);
+      sp_ = k.add_shared("fp" + v, DType::kF32, rows_ * bc_);
+      sa_ = k.add_shared("fa" + v, DType::kF32, rows_);
+      sl_ = k.add_shared("fl" + v, DType::kF32, rows_);
+      acc_ = "fo" + v;
+      k.thread_locals.push_back({acc_, um_ * un_});
+    }
     run_max_ = "fm" + v;
     run_sum_ = "fs" + v;
-    k.thread_locals.push_back({acc_, um_ * un_});
     k.thread_locals.push_back({run_max_, batches_});
     k.thread_locals.push_back({run_sum_, batches_});
     for (const char* w : {"fx", "fy", "fz"}) k.thread_locals.push_back({w + v, 1});
@@ -55,6 +67,9 @@ class AttentionStage : public AnchorStage {
  private:
   const Node& node(int id) const { return cx_.g.nodes()[static_cast<size_t>(id)]; }
   int out_value() const { return node(core_.output).outputs[0]; }
+  // The tensor-core form's plan: a warp per 16 rows; 16-bit slices of Q (rows x the head rounded
+  // up to 16), of a key tile of K and V, and of the tile's probabilities; float scores; fragments.
+  void plan_tensor(Kernel& k, const std::string& v);
   // Variables of a MatMul's operand accesses: its region's origin, row m, column n, reduction kk.
   std::vector<std::string> vars(int matmul, const std::string& m, const std::string& n, const std::string& kk) const {
     std::vector<std::string> out = cx_.region.at(node(matmul).outputs[0]).lo;
@@ -63,45 +78,137 @@ class AttentionStage : public AnchorStage {
     out.push_back(kk);
     return out;
   }
-  // A thread-distributed loop over `count` elements whose body (from f, in a fresh block) reads ft_e.
-  Stmt elements(int64_t count, const std::function<void()>& f) {
-    return thread_for("ft_e", "0", lit(count), cx_.fresh_block(f));
-  }
-  Block scores(const std::string& nm);
+  // A thread loop staging `rows` x `cols` elements of operand `operand` of MatMul `matmul` into
+  // `buf` at row pitch `pitch` (as `dtype`): element (ft_qr, ft_qd) (for a B operand, the key
+  // ft_fj of the tile's row ft_qr) reads the operand at `index()` where `inside` holds, else zero.
+  Stmt stage(const std::string& buf, DType dtype, int64_t pitch, int64_t rows, int64_t cols, int matmul, int operand,
+             const std::string& inside, const std::function<std::vector<std::string>()>& index);
+  // The score `local` of row `row` and key `key` of the tile (index expressions) through the chain
+  // to the softmax's input, stored at `at` of the scores' buffer (-inf beyond the keys).
+  void chain_cell(const std::string& local, const std::string& row, const std::string& key, const std::string& at);
+  Block simt_scores(const std::string& nm);
+  Block simt_update(const std::string& nm);
   Block online_softmax(const std::string& nm);
-  Block update(const std::string& nm);
+  void emit_simt(Kernel& k, const std::string& nm, const std::string& nn);
+  void emit_tensor(Kernel& k, const std::string& nm, const std::string& nn);
+  // The rows' sums to shared memory, then out[row][col] = acc / sum for every cell cell(...)
+  // names: (accumulator, row, column) index expressions.
+  // under `guard`, after `lets`.
+  void finish(Kernel& k, const std::string& nm, const std::string& nn, const std::string& guard, const Block& lets,
+              const std::vector<std::array<std::string, 3>>& cells);
 
   LoweringContext& cx_;
   const planner::AttentionCore& core_;
+  bool tensor_ = false;
   int64_t rows_ = 0, dv_ = 0, dk_ = 0, keys_ = 0, bc_ = 0;  // R, DV, the head (K) width, the keys, the key tile
-  int64_t tm_ = 0, tn_ = 0, um_ = 0, un_ = 0;  // micro-tiles of the scores and of the output
+  int64_t tm_ = 0, tn_ = 0, um_ = 0, un_ = 0;  // micro-tiles of the scores and of the output (SIMT)
   int64_t warps_ = 0, batches_ = 0;            // a warp per row: batches of rows
-  std::string sq_, sk_, sv_, sp_, sa_, sl_;    // Q, K, V, the probabilities, the rescaling factors, the sums
-  std::string acc_, run_max_, run_sum_;        // thread-locals: the output micro-tile, each batch's row statistics
+  std::string sq_, sk_, sv_, sp_, sa_, sl_;    // Q, K, V, the scores/probabilities, the rescaling factors, the sums
+  std::string acc_, run_max_, run_sum_;        // thread-locals: the output, each batch's row statistics
+  // The tensor-core form: 16-bit type, padded extents and pitches, the 16-bit probabilities,
+  // fragments.
+  DType half_ = DType::kUndefined;
+  int64_t dk16_ = 0, dv16_ = 0, pq_ = 0, pk_ = 0, pv_ = 0, pp_ = 0;
+  std::string sp16_, frag_q_, frag_k_, frag_s_, frag_p_, frag_v_;
 };
+
+void AttentionStage::plan_tensor(Kernel& k, const std::string& v) {
+  const Graph& g = cx_.g;
+  half_ = g.value(node(core_.scores).inputs[0]).dtype;
+  check(planner::tensor_attention(g, core_), "flash attention on tensor cores needs Q, K, P and V all float16 or all bfloat16");
+  check(rows_ <= warps_ * 16, "flash attention on tensor cores: ", rows_, " rows need ", ceil_div(rows_, 16), " warps, not ",
+        warps_);
+  bc_ = round_up(bc_, 16);
+  dk16_ = round_up(dk_, 16);
+  dv16_ = round_up(dv_, 16);
+  pq_ = padded(dk16_);
+  pk_ = padded(dk16_);
+  pv_ = padded(dv16_);
+  pp_ = padded(bc_);
+  const int64_t rp = warps_ * 16;
+  sq_ = k.add_shared("fq" + v, half_, rp * pq_);
+  sk_ = k.add_shared("fk" + v, half_, bc_ * pk_);
+  sv_ = k.add_shared("fv" + v, half_, bc_ * pv_);
+  sp_ = k.add_shared("fp" + v, DType::kF32, rp * bc_);
+  sp16_ = k.add_shared("fh" + v, half_, rp * pp_);
+  sa_ = k.add_shared("fa" + v, DType::kF32, rp);
+  sl_ = k.add_shared("fl" + v, DType::kF32, rp);
+  acc_ = "fo" + v;
+  frag_q_ = "gq" + v;
+  frag_k_ = "gk" + v;
+  frag_s_ = "gs" + v;
+  frag_p_ = "gp" + v;
+  frag_v_ = "gv" + v;
+  k.thread_locals.push_back({acc_, dv16_ / 8 * 4, DType::kF32});
+  k.thread_locals.push_back({frag_q_, dk16_ / 16 * 4, DType::kU32});
+  k.thread_locals.push_back({frag_k_, 4, DType::kU32});
+  k.thread_locals.push_back({frag_s_, bc_ / 8 * 4, DType::kF32});
+  k.thread_locals.push_back({frag_p_, 4, DType::kU32});
+  k.thread_locals.push_back({frag_v_, 4, DType::kU32});
+}
+
+Stmt AttentionStage::stage(const std::string& buf, DType dtype, int64_t pitch, int64_t rows, int64_t cols, int matmul,
+                           int operand, const std::string& inside,
+                           const std::function<std::vector<std::string>()>& index) {
+  const Node& mm = node(matmul);
+  const TensorExpr& e = cx_.exprs.at(matmul);
+  return thread_for("ft_e", "0", lit(rows * cols), cx_.fresh_block([&] {
+    cx_.cur().push_back(let(kIndexType, "ft_qr", "ft_e / " + lit(cols)));
+    cx_.cur().push_back(let(kIndexType, "ft_qd", "ft_e % " + lit(cols)));
+    if (operand == 1) cx_.cur().push_back(let(kIndexType, "ft_fj", "ft_kt * " + lit(bc_) + " + ft_qr"));  // a key
+    cx_.cur().push_back(let("float", "fa_x", "0.0f"));
+    Block in;
+    cx_.with_block(in, [&] {
+      const auto idx = cx_.index_of(e.accesses[static_cast<size_t>(operand)], index());
+      cx_.cur().push_back(assign("fa_x", cx_.value(mm.inputs[static_cast<size_t>(operand)], idx)));
+    });
+    cx_.cur().push_back(if_then(inside, in));
+    const std::string x = dtype == DType::kF32 ? "fa_x" : store_from_compute(dtype, "fa_x");
+    cx_.cur().push_back(store(buf, "ft_qr * " + lit(pitch) + " + ft_qd", x));
+  }));
+}
+
+void AttentionStage::chain_cell(const std::string& local, const std::string& row, const std::string& key,
+                                const std::string& at) {
+  const Node& soft = node(core_.softmax);
+  const int qk = node(core_.scores).outputs[0];
+  const Shape& ss = cx_.g.value(qk).shape;
+  const size_t rank = ss.size();
+  const Region& r = cx_.region.at(out_value());
+  cx_.cur().push_back(let(kIndexType, "ft_fi", r.lo[rank - 2] + " + " + row));
+  cx_.cur().push_back(let(kIndexType, "ft_fj", "ft_kt * " + lit(bc_) + " + " + key));
+  std::vector<std::string> idx = cx_.region.at(soft.inputs[0]).lo;
+  idx[rank - 2] = "ft_fi";
+  idx[rank - 1] = "ft_fj";
+  // The chain reads the scores where the softmax reads it (planner/attention.h): this cell.
+  cx_.provided[qk] = [&, local](const std::vector<std::string>& where) {
+    for (size_t d = rank - 2; d < rank; ++d) {
+      check(ss[d] <= 1 || where[d] == idx[d], "flash attention: the chain reads the scores at ", where[d], ", not ", idx[d]);
+    }
+    return local;
+  };
+  cx_.cur().push_back(let("float", "fa_x", "(-ft_inf())"));
+  Block inside;
+  cx_.with_block(inside, [&] { cx_.cur().push_back(assign("fa_x", cx_.value(soft.inputs[0], idx))); });
+  cx_.provided.erase(qk);
+  cx_.cur().push_back(if_then("ft_fj < " + lit(keys_), inside));
+  cx_.cur().push_back(store(sp_, at, "fa_x"));
+}
 
 // Each thread's TM x TN scores of the tile (rows ft_tr + a * RT, keys ft_tc + b * CT), through the
 // chain up to the softmax's input, into the probabilities' buffer.
-Block AttentionStage::scores(const std::string& nm) {
-  const Graph& g = cx_.g;
+Block AttentionStage::simt_scores(const std::string& nm) {
   const int64_t rt = ceil_div(rows_, tm_), ct = ceil_div(bc_, tn_);
-  const Node& soft = node(core_.softmax);
-  const int qk = node(core_.scores).outputs[0];
-  const Shape& ss = g.value(qk).shape;
-  const size_t rank = ss.size();
-  const Region& r = cx_.region.at(out_value());
   Block body = {let(kIndexType, "ft_tr", "ft_thread / " + lit(ct)), let(kIndexType, "ft_tc", "ft_thread % " + lit(ct))};
   for (int64_t a = 0; a < tm_; ++a) {
     for (int64_t b = 0; b < tn_; ++b) body.push_back(let("float", "fa_s" + std::to_string(a * tn_ + b), "0.0f"));
   }
   Block dot;
   for (int64_t a = 0; a < tm_; ++a) {
-    dot.push_back(let("float", "fa_q" + std::to_string(a),
-                      sq_ + "[(ft_tr + " + lit(a * rt) + ") * " + lit(dk_ + 1) + " + ft_d]"));
+    dot.push_back(let("float", "fa_q" + std::to_string(a), sq_ + "[(ft_tr + " + lit(a * rt) + ") * " + lit(dk_ + 1) + " + ft_d]"));
   }
   for (int64_t b = 0; b < tn_; ++b) {
-    dot.push_back(let("float", "fa_k" + std::to_string(b),
-                      sk_ + "[(ft_tc + " + lit(b * ct) + ") * " + lit(dk_ + 1) + " + ft_d]"));
+    dot.push_back(let("float", "fa_k" + std::to_string(b), sk_ + "[(ft_tc + " + lit(b * ct) + ") * " + lit(dk_ + 1) + " + ft_d]"));
   }
   for (int64_t a = 0; a < tm_; ++a) {
     for (int64_t b = 0; b < tn_; ++b) {
@@ -111,41 +218,22 @@ Block AttentionStage::scores(const std::string& nm) {
   }
   body.push_back(serial_for("ft_d", "0", lit(dk_), dot, 8));
   const Block cells = cx_.fresh_block([&] {
-  for (int64_t a = 0; a < tm_; ++a) {
-    for (int64_t b = 0; b < tn_; ++b) {
-      const std::string s = "fa_s" + std::to_string(a * tn_ + b);
-      const std::string row = "(ft_tr + " + lit(a * rt) + ")", key = "(ft_tc + " + lit(b * ct) + ")";
-      Block cell;
-      cx_.with_block(cell, [&] {
-        cx_.cur().push_back(let(kIndexType, "ft_fi", r.lo[rank - 2] + " + " + row));
-        cx_.cur().push_back(let(kIndexType, "ft_fj", "ft_kt * " + lit(bc_) + " + " + key));
-        std::vector<std::string> idx = cx_.region.at(soft.inputs[0]).lo;
-        idx[rank - 2] = "ft_fi";
-        idx[rank - 1] = "ft_fj";
-        // The chain reads the scores where the softmax reads it (planner/attention.h): this cell.
-        cx_.provided[qk] = [&, s](const std::vector<std::string>& at) {
-          for (size_t d = rank - 2; d < rank; ++d) {
-            check(ss[d] <= 1 || at[d] == idx[d], "flash attention: the chain reads the scores at ", at[d], ", not ", idx[d]);
-          }
-          return s;
-        };
-        cx_.cur().push_back(let("float", "fa_x", "(-ft_inf())"));
-        Block inside;
-        cx_.with_block(inside, [&] { cx_.cur().push_back(assign("fa_x", cx_.value(soft.inputs[0], idx))); });
-        cx_.provided.erase(qk);
-        cx_.cur().push_back(if_then("ft_fj < " + lit(keys_), inside));
-        cx_.cur().push_back(store(sp_, row + " * " + lit(bc_) + " + " + key, "fa_x"));
-      });
-      cx_.cur().push_back(if_then(row + " < " + nm + " && " + key + " < " + lit(bc_), cell));
+    for (int64_t a = 0; a < tm_; ++a) {
+      for (int64_t b = 0; b < tn_; ++b) {
+        const std::string row = "(ft_tr + " + lit(a * rt) + ")", key = "(ft_tc + " + lit(b * ct) + ")";
+        Block cell;
+        cx_.with_block(cell, [&] { chain_cell("fa_s" + std::to_string(a * tn_ + b), row, key, row + " * " + lit(bc_) + " + " + key); });
+        cx_.cur().push_back(if_then(row + " < " + nm + " && " + key + " < " + lit(bc_), cell));
+      }
     }
-  }
   });
   body.insert(body.end(), cells.begin(), cells.end());
   return {if_then("ft_thread < " + lit(rt * ct), body)};
 }
 
-// A warp per row: the tile's maximum, the exponentials against the new running maximum, their sum
-// folded into the running sum; lane 0 publishes the factor rescaling the row's earlier output.
+// A warp per row: the tile's maximum, the exponentials against the new running maximum (to the
+// float probabilities, or the 16-bit ones of the tensor-core form), their sum folded into the
+// running sum; lane 0 publishes the factor rescaling the row's earlier output.
 Block AttentionStage::online_softmax(const std::string& nm) {
   const std::string v = std::to_string(out_value());
   const std::string mx = "fx" + v, sum = "fy" + v, factor = "fz" + v;
@@ -165,8 +253,9 @@ Block AttentionStage::online_softmax(const std::string& nm) {
                    let("float", "fa_ref", "(fa_mn == (-ft_inf()) ? 0.0f : fa_mn)"),
                    assign(factor + "[0]", "expf(" + run_max_ + "[ft_rb] - fa_ref)"), assign(run_max_ + "[ft_rb]", "fa_mn"),
                    assign(sum + "[0]", "0.0f")};
-  for (const Stmt& st : over_row({let("float", "fa_p", "expf(" + at + " - fa_ref)"), store(sp_, "ft_row * " + lit(bc_) + " + ft_c", "fa_p"),
-                                  assign(sum + "[0]", sum + "[0] + fa_p")})) {
+  const Stmt keep = tensor_ ? store(sp16_, "ft_row * " + lit(pp_) + " + ft_c", store_from_compute(half_, "fa_p"))
+                            : store(sp_, "ft_row * " + lit(bc_) + " + ft_c", "fa_p");
+  for (const Stmt& st : over_row({let("float", "fa_p", "expf(" + at + " - fa_ref)"), keep, assign(sum + "[0]", sum + "[0] + fa_p")})) {
     rescale.push_back(st);
   }
   batch.push_back(assign(sum + "[0]", "0.0f"));
@@ -179,7 +268,7 @@ Block AttentionStage::online_softmax(const std::string& nm) {
 
 // Each thread's UM x UN outputs (rows ft_or + a * ORT, columns ft_oc + b * OCT): rescaled, plus
 // the tile's probabilities times V.
-Block AttentionStage::update(const std::string& nm) {
+Block AttentionStage::simt_update(const std::string& nm) {
   const int64_t ort = ceil_div(rows_, um_), oct = ceil_div(dv_, un_);
   Block body = {let(kIndexType, "ft_or", "ft_thread / " + lit(oct)), let(kIndexType, "ft_oc", "ft_thread % " + lit(oct))};
   Block inner;
@@ -205,97 +294,172 @@ Block AttentionStage::update(const std::string& nm) {
   return {if_then("ft_thread < " + lit(ort * oct), body)};
 }
 
-void AttentionStage::emit(Kernel& k) {
-  const Node& qk = node(core_.scores);
-  const Node& pv = node(core_.output);
-  const TensorExpr& e1 = cx_.exprs.at(core_.scores);
-  const TensorExpr& e2 = cx_.exprs.at(core_.output);
+void AttentionStage::finish(Kernel& k, const std::string& nm, const std::string& nn, const std::string& guard,
+                            const Block& lets, const std::vector<std::array<std::string, 3>>& cells) {
   const int v = out_value();
   const Region& r = cx_.region.at(v);
   const size_t rank = r.n.size();
-  const std::string nm = r.n[rank - 2], nn = r.n[rank - 1], lom = r.lo[rank - 2], lon = r.lo[rank - 1];
-  const std::string qk_cols = cx_.region.at(qk.outputs[0]).lo[rank - 1];
-  // The output's micro-tile and the running statistics start empty.
-  k.body.push_back(serial_for("ft_e", "0", lit(um_ * un_), {assign(acc_ + "[ft_e]", "0.0f")}));
-  k.body.push_back(serial_for("ft_e", "0", lit(batches_), {assign(run_max_ + "[ft_e]", "(-ft_inf())"), assign(run_sum_ + "[ft_e]", "0.0f")}));
-  // Q's rows, once (zero beyond the region's rows: the micro-tiles read whole multiples of TM).
-  const int64_t q_rows = ceil_div(rows_, tm_) * tm_;
-  k.body.push_back(elements(q_rows * dk_, [&] {
-    cx_.cur().push_back(let(kIndexType, "ft_qr", "ft_e / " + lit(dk_)));
-    cx_.cur().push_back(let(kIndexType, "ft_qd", "ft_e % " + lit(dk_)));
-    cx_.cur().push_back(let("float", "fa_x", "0.0f"));
-    Block inside;
-    cx_.with_block(inside, [&] {
-      const auto idx = cx_.index_of(e1.accesses[0], vars(core_.scores, lom + " + ft_qr", qk_cols, "ft_qd"));
-      cx_.cur().push_back(assign("fa_x", cx_.value(qk.inputs[0], idx)));
-    });
-    cx_.cur().push_back(if_then("ft_qr < " + nm, inside));
-    cx_.cur().push_back(store(sq_, "ft_qr * " + lit(dk_ + 1) + " + ft_qd", "fa_x"));
-  }));
-  Block tile;
-  // K's rows of the tile (zero beyond the keys and the tile).
-  const int64_t k_rows = ceil_div(bc_, tn_) * tn_;
-  tile.push_back(elements(k_rows * dk_, [&] {
-    cx_.cur().push_back(let(kIndexType, "ft_qr", "ft_e / " + lit(dk_)));
-    cx_.cur().push_back(let(kIndexType, "ft_qd", "ft_e % " + lit(dk_)));
-    cx_.cur().push_back(let(kIndexType, "ft_fj", "ft_kt * " + lit(bc_) + " + ft_qr"));
-    cx_.cur().push_back(let("float", "fa_x", "0.0f"));
-    Block inside;
-    cx_.with_block(inside, [&] {
-      const auto idx = cx_.index_of(e1.accesses[1], vars(core_.scores, lom, "ft_fj", "ft_qd"));
-      cx_.cur().push_back(assign("fa_x", cx_.value(qk.inputs[1], idx)));
-    });
-    cx_.cur().push_back(if_then("ft_qr < " + lit(bc_) + " && ft_fj < " + lit(keys_), inside));
-    cx_.cur().push_back(store(sk_, "ft_qr * " + lit(dk_ + 1) + " + ft_qd", "fa_x"));
-  }));
-  // V's rows of the tile, the region's columns (zero beyond the keys and the columns).
-  tile.push_back(elements(bc_ * dv_, [&] {
-    cx_.cur().push_back(let(kIndexType, "ft_qr", "ft_e / " + lit(dv_)));
-    cx_.cur().push_back(let(kIndexType, "ft_qd", "ft_e % " + lit(dv_)));
-    cx_.cur().push_back(let(kIndexType, "ft_fj", "ft_kt * " + lit(bc_) + " + ft_qr"));
-    cx_.cur().push_back(let("float", "fa_x", "0.0f"));
-    Block inside;
-    cx_.with_block(inside, [&] {
-      const auto idx = cx_.index_of(e2.accesses[1], vars(core_.output, lom, lon + " + ft_qd", "ft_fj"));
-      cx_.cur().push_back(assign("fa_x", cx_.value(pv.inputs[1], idx)));
-    });
-    cx_.cur().push_back(if_then("ft_fj < " + lit(keys_) + " && ft_qd < " + nn, inside));
-    cx_.cur().push_back(store(sv_, "ft_e", "fa_x"));
-  }));
-  tile.push_back(barrier());
-  for (Stmt& s : scores(nm)) tile.push_back(std::move(s));
-  tile.push_back(barrier());
-  for (Stmt& s : online_softmax(nm)) tile.push_back(std::move(s));
-  tile.push_back(barrier());
-  for (Stmt& s : update(nm)) tile.push_back(std::move(s));
-  tile.push_back(barrier());
-  k.body.push_back(uniform_for("ft_kt", "0", lit(ceil_div(keys_, bc_)), tile));
-  // The rows' sums, then every output divided by its row's.
   k.body.push_back(serial_for("ft_rb", "0", lit(batches_),
                               {let(kIndexType, "ft_row", "ft_rb * " + lit(warps_) + " + ft_thread / " + lit(kWarpSize)),
                                if_then("ft_row < " + nm + " && ft_thread % " + lit(kWarpSize) + " == 0",
                                        {store(sl_, "ft_row", run_sum_ + "[ft_rb]")})}));
   k.body.push_back(barrier());
-  const int64_t ort = ceil_div(rows_, um_), oct = ceil_div(dv_, un_);
   Block write = cx_.fresh_block([&] {
-    cx_.cur().push_back(let(kIndexType, "ft_or", "ft_thread / " + lit(oct)));
-    cx_.cur().push_back(let(kIndexType, "ft_oc", "ft_thread % " + lit(oct)));
-    for (int64_t a = 0; a < um_; ++a) {
-      for (int64_t b = 0; b < un_; ++b) {
-        const std::string row = "(ft_or + " + lit(a * ort) + ")", col = "(ft_oc + " + lit(b * oct) + ")";
-        Block cell;
-        cx_.with_block(cell, [&] {
-          std::vector<std::string> o = r.lo;
-          o[rank - 2] = "(" + lom + " + " + row + ")";
-          o[rank - 1] = "(" + lon + " + " + col + ")";
-          cx_.cur().push_back(let("float", "fa_o", acc_ + "[" + std::to_string(a * un_ + b) + "] / " + sl_ + "[" + row + "]"));
-          cx_.store_value(v, o, "fa_o");
-        });
-        cx_.cur().push_back(if_then(row + " < " + nm + " && " + col + " < " + nn, cell));
-      }
+    cx_.cur().insert(cx_.cur().end(), lets.begin(), lets.end());
+    for (const auto& [acc, row, col] : cells) {
+      Block cell;
+      cx_.with_block(cell, [&] {
+        std::vector<std::string> o = r.lo;
+        o[rank - 2] = "(" + r.lo[rank - 2] + " + " + row + ")";
+        o[rank - 1] = "(" + r.lo[rank - 1] + " + " + col + ")";
+        cx_.cur().push_back(let("float", "fa_o", acc + " / " + sl_ + "[" + row + "]"));
+        cx_.store_value(v, o, "fa_o");
+      });
+      cx_.cur().push_back(if_then(row + " < " + nm + " && " + col + " < " + nn, cell));
     }
   });
-  k.body.push_back(if_then("ft_thread < " + lit(ort * oct), write));
+  k.body.push_back(if_then(guard, write));
+}
+
+void AttentionStage::emit_simt(Kernel& k, const std::string& nm, const std::string& nn) {
+  const Region& r = cx_.region.at(out_value());
+  const size_t rank = r.n.size();
+  const std::string lom = r.lo[rank - 2], lon = r.lo[rank - 1];
+  const std::string qk_cols = cx_.region.at(node(core_.scores).outputs[0]).lo[rank - 1];
+  k.body.push_back(serial_for("ft_e", "0", lit(um_ * un_), {assign(acc_ + "[ft_e]", "0.0f")}));
+  // Q's rows, once (zero beyond the region's rows: the micro-tiles read whole multiples of TM).
+  k.body.push_back(stage(sq_, DType::kF32, dk_ + 1, round_up(rows_, tm_), dk_, core_.scores, 0, "ft_qr < " + nm,
+                         [&] { return vars(core_.scores, lom + " + ft_qr", qk_cols, "ft_qd"); }));
+  Block tile;
+  // K's rows of the tile (zero beyond the keys and the tile), V's (and beyond the columns).
+  tile.push_back(stage(sk_, DType::kF32, dk_ + 1, round_up(bc_, tn_), dk_, core_.scores, 1,
+                       "ft_qr < " + lit(bc_) + " && ft_fj < " + lit(keys_), [&] { return vars(core_.scores, lom, "ft_fj", "ft_qd"); }));
+  tile.push_back(stage(sv_, DType::kF32, dv_, bc_, dv_, core_.output, 1, "ft_fj < " + lit(keys_) + " && ft_qd < " + nn,
+                       [&] { return vars(core_.output, lom, lon + " + ft_qd", "ft_fj"); }));
+  tile.push_back(barrier());
+  for (Stmt& s : simt_scores(nm)) tile.push_back(std::move(s));
+  tile.push_back(barrier());
+  for (Stmt& s : online_softmax(nm)) tile.push_back(std::move(s));
+  tile.push_back(barrier());
+  for (Stmt& s : simt_update(nm)) tile.push_back(std::move(s));
+  tile.push_back(barrier());
+  k.body.push_back(uniform_for("ft_kt", "0", lit(ceil_div(keys_, bc_)), tile));
+  const int64_t ort = ceil_div(rows_, um_), oct = ceil_div(dv_, un_);
+  std::vector<std::array<std::string, 3>> cells;
+  for (int64_t a = 0; a < um_; ++a) {
+    for (int64_t b = 0; b < un_; ++b) {
+      cells.push_back({acc_ + "[" + std::to_string(a * un_ + b) + "]", "(ft_or + " + lit(a * ort) + ")", "(ft_oc + " + lit(b * oct) + ")"});
+    }
+  }
+  finish(k, nm, nn, "ft_thread < " + lit(ort * oct),
+         {let(kIndexType, "ft_or", "ft_thread / " + lit(oct)), let(kIndexType, "ft_oc", "ft_thread % " + lit(oct))}, cells);
+}
+
+// The tensor-core form: warp w owns rows [16w, 16w + 16) of the tile. Q's A fragments are loaded
+// once; per key tile the scores S = Q K^T accumulate in m16n8 fragments (K's rows are B's columns:
+// ldmatrix without .trans), go through the chain to the float scores' buffer, the online softmax
+// leaves the 16-bit probabilities, and O += P V on fragments (P as A, V as B by ldmatrix.trans)
+// after each lane rescales its output fragments by its rows' factors.
+void AttentionStage::emit_tensor(Kernel& k, const std::string& nm, const std::string& nn) {
+  const Region& r = cx_.region.at(out_value());
+  const size_t rank = r.n.size();
+  const std::string lom = r.lo[rank - 2], lon = r.lo[rank - 1];
+  const std::string qk_cols = cx_.region.at(node(core_.scores).outputs[0]).lo[rank - 1];
+  const std::string warp = "(ft_thread / " + lit(kWarpSize) + ")", lane = "(ft_thread % " + lit(kWarpSize) + ")";
+  const std::string w16 = "(" + warp + " * 16)";
+  const int64_t rp = warps_ * 16;
+  k.body.push_back(serial_for("ft_e", "0", lit(dv16_ / 8 * 4), {assign(acc_ + "[ft_e]", "0.0f")}));
+  // The 16-bit probabilities start zero: rows beyond the region's are read by ldmatrix, never written.
+  k.body.push_back(thread_for("ft_e", "0", lit(rp * pp_), {store(sp16_, "ft_e", store_from_compute(half_, "0.0f"))}));
+  k.body.push_back(stage(sq_, half_, pq_, rp, dk16_, core_.scores, 0, "ft_qr < " + nm + " && ft_qd < " + lit(dk_),
+                         [&] { return vars(core_.scores, lom + " + ft_qr", qk_cols, "ft_qd"); }));
+  k.body.push_back(barrier());
+  for (int64_t kq = 0; kq < dk16_ / 16; ++kq) {
+    k.body.push_back(ldmatrix(frag_q_, kq * 4, 4, false, sq_,
+                              "(" + w16 + " + " + lane + " % 16) * " + lit(pq_) + " + " + lit(kq * 16) + " + " + lane + " / 16 * 8"));
+  }
+  Block tile;
+  tile.push_back(stage(sk_, half_, pk_, bc_, dk16_, core_.scores, 1, "ft_fj < " + lit(keys_) + " && ft_qd < " + lit(dk_),
+                       [&] { return vars(core_.scores, lom, "ft_fj", "ft_qd"); }));
+  tile.push_back(stage(sv_, half_, pv_, bc_, dv16_, core_.output, 1, "ft_fj < " + lit(keys_) + " && ft_qd < " + nn,
+                       [&] { return vars(core_.output, lom, lon + " + ft_qd", "ft_fj"); }));
+  tile.push_back(barrier());
+  // S = Q K^T: per 16 of the head, two n8 blocks of keys per ldmatrix.x4 (matrices: keys 0-7 at
+  // columns 0-7 and 8-15, then keys 8-15).
+  tile.push_back(serial_for("ft_e", "0", lit(bc_ / 8 * 4), {assign(frag_s_ + "[ft_e]", "0.0f")}));
+  for (int64_t kq = 0; kq < dk16_ / 16; ++kq) {
+    for (int64_t jb = 0; jb < bc_ / 16; ++jb) {
+      tile.push_back(ldmatrix(frag_k_, 0, 4, false, sk_,
+                              "(" + lit(jb * 16) + " + " + lane + " / 16 * 8 + " + lane + " % 8) * " + lit(pk_) + " + " +
+                                  lit(kq * 16) + " + " + lane + " / 8 % 2 * 8"));
+      tile.push_back(mma(frag_s_, 2 * jb * 4, frag_q_, kq * 4, frag_k_, 0, half_));
+      tile.push_back(mma(frag_s_, (2 * jb + 1) * 4, frag_q_, kq * 4, frag_k_, 2, half_));
+    }
+  }
+  // Each lane's scores (c_i: row g + 8 (i / 2), key 2t + i % 2 of its n8 block) through the chain.
+  tile.push_back(if_then(w16 + " < " + nm, cx_.fresh_block([&] {
+    cx_.cur().push_back(let(kIndexType, "ft_g", lane + " / 4"));
+    cx_.cur().push_back(let(kIndexType, "ft_t", lane + " % 4"));
+    for (int64_t j = 0; j < bc_ / 8; ++j) {
+      for (int64_t c = 0; c < 4; ++c) {
+        const std::string row = "(" + w16 + " + ft_g + " + lit(8 * (c / 2)) + ")";
+        const std::string key = "(2 * ft_t + " + lit(j * 8 + c % 2) + ")";
+        Block cell;
+        cx_.with_block(cell, [&] {
+          chain_cell(frag_s_ + "[" + std::to_string(j * 4 + c) + "]", row, key, row + " * " + lit(bc_) + " + " + key);
+        });
+        cx_.cur().push_back(if_then(row + " < " + nm, cell));
+      }
+    }
+  })));
+  tile.push_back(barrier());
+  for (Stmt& s : online_softmax(nm)) tile.push_back(std::move(s));
+  tile.push_back(barrier());
+  // O = O * factor + P V: each lane's output fragments rescaled by its two rows' factors.
+  Block rescale = {let(kIndexType, "ft_g", lane + " / 4")};
+  for (int64_t h = 0; h < 2; ++h) {
+    const std::string row = "(" + w16 + " + ft_g + " + lit(8 * h) + ")";
+    rescale.push_back(let("float", "fa_al" + std::to_string(h), "(" + row + " < " + nm + " ? " + sa_ + "[" + row + "] : 0.0f)"));
+  }
+  for (int64_t j = 0; j < dv16_ / 8; ++j) {
+    for (int64_t c = 0; c < 4; ++c) {
+      const std::string cell = acc_ + "[" + std::to_string(j * 4 + c) + "]";
+      rescale.push_back(assign(cell, cell + " * fa_al" + std::to_string(c / 2)));
+    }
+  }
+  tile.push_back(if_then("1", rescale));
+  for (int64_t kq = 0; kq < bc_ / 16; ++kq) {
+    tile.push_back(ldmatrix(frag_p_, 0, 4, false, sp16_,
+                            "(" + w16 + " + " + lane + " % 16) * " + lit(pp_) + " + " + lit(kq * 16) + " + " + lane + " / 16 * 8"));
+    for (int64_t jb = 0; jb < dv16_ / 16; ++jb) {
+      tile.push_back(ldmatrix(frag_v_, 0, 4, true, sv_,
+                              "(" + lit(kq * 16) + " + " + lane + " % 16) * " + lit(pv_) + " + " + lit(jb * 16) + " + " + lane + " / 16 * 8"));
+      tile.push_back(mma(acc_, 2 * jb * 4, frag_p_, 0, frag_v_, 0, half_));
+      tile.push_back(mma(acc_, (2 * jb + 1) * 4, frag_p_, 0, frag_v_, 2, half_));
+    }
+  }
+  tile.push_back(barrier());
+  k.body.push_back(uniform_for("ft_kt", "0", lit(ceil_div(keys_, bc_)), tile));
+  std::vector<std::array<std::string, 3>> cells;
+  for (int64_t j = 0; j < dv16_ / 8; ++j) {
+    for (int64_t c = 0; c < 4; ++c) {
+      cells.push_back({acc_ + "[" + std::to_string(j * 4 + c) + "]", "(" + w16 + " + ft_g + " + lit(8 * (c / 2)) + ")",
+                       "(2 * ft_t + " + lit(j * 8 + c % 2) + ")"});
+    }
+  }
+  finish(k, nm, nn, w16 + " < " + nm, {let(kIndexType, "ft_g", lane + " / 4"), let(kIndexType, "ft_t", lane + " % 4")}, cells);
+}
+
+void AttentionStage::emit(Kernel& k) {
+  const Region& r = cx_.region.at(out_value());
+  const size_t rank = r.n.size();
+  const std::string nm = r.n[rank - 2], nn = r.n[rank - 1];
+  k.body.push_back(serial_for("ft_e", "0", lit(batches_), {assign(run_max_ + "[ft_e]", "(-ft_inf())"), assign(run_sum_ + "[ft_e]", "0.0f")}));
+  if (tensor_) {
+    emit_tensor(k, nm, nn);
+  } else {
+    emit_simt(k, nm, nn);
+  }
 }
 
 }  // namespace

@@ -16,7 +16,17 @@
 // rescales the row's earlier output; a barrier; each thread rescales its UM x UN micro-tile of
 // the output and adds the tile's probabilities times V; a barrier. After the last tile each
 // output is divided by its row's sum and stored where the output goes (its shared buffer, its
-// output parameter). Guarantees: the reference's softmax(chain(Q K)) V up to float32 rounding
+// output parameter).
+// On tensor cores (the candidate's `mma`; Q, K, P and V all float16 or all bfloat16, sm_80+):
+// warp w owns rows [16w, 16w + 16) of the tile (the block has a warp per 16 rows); Q, the key
+// tile's K and V and the tile's probabilities are 16-bit slices with rows padded to an odd number
+// of 16-byte units (the eight rows an ldmatrix phase reads fall in distinct banks), head widths
+// rounded up to 16 and zero-filled. Each warp loads its Q A-fragments once (ldmatrix.x4); per key
+// tile, S = Q K^T accumulates in m16n8 float fragments (K's rows are B's columns: ldmatrix.x4
+// without .trans gives two n8 blocks of keys), each lane takes its fragment elements through the
+// chain to float scores in shared memory, the online softmax above leaves the probabilities as
+// 16-bit values, and each lane rescales its output fragments by its two rows' factors before
+// O += P V (P by ldmatrix.x4 as A, V by ldmatrix.x4.trans as B). Guarantees: the reference's softmax(chain(Q K)) V up to float32 rounding
 // (the max-subtracted exponentials of the online softmax), NaN where the reference has NaN (a
 // row with every key at -inf); the warp reductions sit at block-uniform points, every lane
 // reaching them; no thread reads shared memory another writes between the same two barriers.

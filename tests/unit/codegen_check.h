@@ -1,7 +1,8 @@
 // Test helper: the differential check of generated kernels. check_groups lowers each group of a
 // graph with a config chooser, runs all of them as one module on the host backend (and the CUDA
 // backend where a GPU exists) with fresh random inputs, verifies each against the reference
-// (backend/verify.h), and compiles the CUDA form with NVRTC for sm_80 and sm_90, checking that
+// (backend/verify.h), and compiles the CUDA form with NVRTC for sm_80 and sm_90 (or the archs
+// asked for), checking that
 // ptxas reports every kernel (and, when asked, that none spills registers).
 #pragma once
 
@@ -37,6 +38,7 @@ inline planner::TileConfig best_config(const Graph& g, const planner::FusionGrou
 
 struct CheckOptions {
   bool no_spills = false;  // ptxas must report no spill stores or loads for any kernel
+  std::vector<std::string> archs = {"sm_80", "sm_90"};  // compiled for each
 };
 
 inline void check_groups(const Graph& g, const std::vector<planner::FusionGroup>& groups,
@@ -80,7 +82,7 @@ inline void check_groups(const Graph& g, const std::vector<planner::FusionGroup>
     return;
   }
   const std::string cuda = codegen::emit_cuda(kernels);
-  for (const char* arch : {"sm_80", "sm_90"}) {
+  for (const std::string& arch : options.archs) {
     const backend::CompiledCuda cc = backend::compile_cuda(cuda, arch);
     EXPECT_FALSE(cc.cubin.empty()) << label << " " << arch;
     for (const codegen::Kernel& k : kernels) {

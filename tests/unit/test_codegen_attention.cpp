@@ -34,6 +34,8 @@ using fusetune::testing::whole_graph_group;
 using planner::FusionGroup;
 using planner::TileConfig;
 
+const fusetune::testing::CheckOptions sm90{false, {"sm_90"}};
+
 struct Attention {
   int64_t batch = 1, heads = 2, kv_heads = 2, queries = 16, keys = 16, head = 16, value_width = 16;
   bool mask = false;         // an additive mask over the keys, per batch
@@ -81,14 +83,14 @@ FusionGroup add_attention(Graph& g, DType dt, const Attention& a, const std::str
   return fg;
 }
 
-// The planner's best flash candidate for the group (H100).
-TileConfig best_flash(const Graph& g, const FusionGroup& fg) {
+// The planner's best flash candidate for the group (H100), on tensor cores or not.
+TileConfig best_flash(const Graph& g, const FusionGroup& fg, bool tensor = false) {
   planner::TilingOptions opt;
   opt.top_k = 1 << 20;
   for (const planner::Candidate& c : planner::tile_candidates(g, fg, planner::find_device("h100"), opt)) {
-    if (c.config.flash) return c.config;
+    if (c.config.flash && c.config.mma == tensor) return c.config;
   }
-  ADD_FAILURE() << "no flash candidate for " << fg.pattern;
+  ADD_FAILURE() << "no flash candidate " << (tensor ? "on tensor cores " : "") << "for " << fg.pattern;
   return {};
 }
 
@@ -116,18 +118,42 @@ TEST(CodegenAttention, FlashMatchesTheReferenceInEveryType) {
       ASSERT_TRUE(planner::match_attention(g, groups.back()).has_value()) << text(a);
       label += "; " + text(a);
     }
-    check_groups(g, groups, [&](const FusionGroup& fg) { return best_flash(g, fg); }, label + "; the planner's best");
-    // Key tiles that do not divide the keys, and the fewest and most threads (in float32: the
-    // 16-bit types differ only in their loads).
-    for (const auto& [keys, threads] : std::vector<std::array<int, 2>>{{16, 64}, {32, 256}}) {
-      if (dt != DType::kF32) break;
-      check_groups(g, groups, [&](const FusionGroup& fg) {
-        TileConfig cfg = best_flash(g, fg);
-        cfg.reduce_step = keys;
-        cfg.threads = threads;
-        return cfg;
-      }, label + "; " + std::to_string(keys) + " keys a tile, " + std::to_string(threads) + " threads");
+    // Each group with the planner's best flash candidate and, in the 16-bit types, the best on
+    // tensor cores; the odd and the grouped-query shapes also with key tiles that do not divide
+    // the keys (float32: with the fewest and most threads; float16: on tensor cores, 16 and 64
+    // keys). One module, compiled for the H100 (sm_90: the SIMT and mma.sync text is the same
+    // for sm_80).
+    std::vector<FusionGroup> cases;
+    std::vector<TileConfig> configs;
+    for (size_t i = 0; i < groups.size(); ++i) {
+      const FusionGroup& fg = groups[i];
+      const bool varied = i == 1 || i == 2;  // the odd and the grouped-query shapes
+      const TileConfig best = best_flash(g, fg);
+      std::vector<TileConfig> forms = {best};
+      if (varied && dt == DType::kF32) {
+        for (const auto& [keys, threads] : std::vector<std::array<int, 2>>{{16, 64}, {32, 256}}) {
+          TileConfig other = best;
+          other.reduce_step = keys;
+          other.threads = threads;
+          forms.push_back(other);
+        }
+      }
+      if (dt != DType::kF32) {
+        const TileConfig tensor = best_flash(g, fg, true);
+        forms.push_back(tensor);
+        for (int64_t keys : {16, 64}) {
+          TileConfig other = tensor;
+          other.reduce_step = keys;
+          if (varied && dt == DType::kF16) forms.push_back(other);
+        }
+      }
+      for (const TileConfig& cfg : forms) {
+        cases.push_back(fg);
+        configs.push_back(cfg);
+      }
     }
+    size_t next = 0;
+    check_groups(g, cases, [&](const FusionGroup&) { return configs[next++]; }, label, sm90);
   }
 }
 
@@ -162,7 +188,8 @@ TEST(CodegenAttention, LongSequencesTakeTheFlashForm) {
   a.causal = true;
   Graph run;
   const FusionGroup small = add_attention(run, DType::kF16, a);
-  check_groups(run, {small}, [&](const FusionGroup& f) { return best_flash(run, f); }, "256 queries over 1,024 keys, causal");
+  check_groups(run, {small, small}, [&, n = 0](const FusionGroup& f) mutable { return best_flash(run, f, n++ == 1); },
+               "256 queries over 1,024 keys, causal (SIMT, tensor cores)");
 }
 
 // What the core excludes: a softmax over another axis, probabilities the group exports, a Q
@@ -202,18 +229,20 @@ TEST(CodegenAttention, TheMatcherDeclinesWhatFlashCannotTile) {
 }
 
 // Every barrier of the flash stage orders something: deleted in turn (over several key tiles and
-// batches of rows), each must be a finding of the host executor's checks.
+// batches of rows), each must be a finding of the host executor's checks; in both forms.
 TEST(CodegenAttention, EveryDeletedBarrierIsARace) {
+  for (bool tensor : {false, true}) {
   Attention a;
   a.heads = a.kv_heads = 1;
   a.queries = 40;
   a.keys = 70;
   a.mask = true;
   Graph g;
-  const FusionGroup fg = add_attention(g, DType::kF32, a);
-  TileConfig cfg = best_flash(g, fg);
+  const FusionGroup fg = add_attention(g, tensor ? DType::kF16 : DType::kF32, a);
+  TileConfig cfg = best_flash(g, fg, tensor);
   cfg.reduce_step = 32;
-  cfg.threads = 64;
+  cfg.threads = 64;  // two warps: a barrier that orders only one warp's lanes would be redundant
+  if (tensor) cfg.tile[2] = 32;  // 32 rows: a warp per 16
   const LoweredKernel good = lower_group(g, fg, cfg, "attention");
   // Deletes barrier `target` (in statement order, at any depth); returns how many were seen.
   std::function<int(Block&, int, int)> drop = [&](Block& b, int target, int seen) {
@@ -240,8 +269,9 @@ TEST(CodegenAttention, EveryDeletedBarrierIsARace) {
     drop(bad.kernel.body, i, 0);
     auto module = backend->load({bad.kernel});
     const backend::VerifyResult r = backend::verify_kernel(g, fg, bad, *backend, *module, rng);
-    EXPECT_TRUE(!r.ok && r.check_failed) << "barrier " << i << " of " << barriers << " deleted: " << r.detail << "\n"
-                                         << to_text(bad.kernel);
+    EXPECT_TRUE(!r.ok && r.check_failed) << (tensor ? "tensor cores: " : "") << "barrier " << i << " of " << barriers
+                                         << " deleted: " << r.detail << "\n" << to_text(bad.kernel);
+  }
   }
 }
 
@@ -263,7 +293,19 @@ TEST_P(ModelAttention, EveryAttentionGroupRunsFlash) {
   }
   ASSERT_GT(softmax_groups, 0) << GetParam() << " has no softmax";
   EXPECT_EQ(static_cast<int>(attention.size()), softmax_groups) << GetParam() << ": a softmax group without an attention core";
-  check_groups(g, attention, [&](const FusionGroup& fg) { return best_flash(g, fg); }, GetParam() + " flash");
+  // The best flash candidate of each, and on tensor cores where the core is 16-bit: one module.
+  std::vector<FusionGroup> cases;
+  std::vector<TileConfig> configs;
+  for (const FusionGroup& fg : attention) {
+    cases.push_back(fg);
+    configs.push_back(best_flash(g, fg));
+    if (planner::tensor_attention(g, *planner::match_attention(g, fg))) {
+      cases.push_back(fg);
+      configs.push_back(best_flash(g, fg, true));
+    }
+  }
+  size_t next = 0;
+  check_groups(g, cases, [&](const FusionGroup&) { return configs[next++]; }, GetParam() + " flash", sm90);
 }
 
 INSTANTIATE_TEST_SUITE_P(Codegen, ModelAttention,

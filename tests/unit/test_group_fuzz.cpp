@@ -6,7 +6,7 @@
 // of 8 (so that 16-byte vectors, cp.async chunks and their tails all run). Each graph goes through
 // the planner's fusion; each group is lowered with the planner's best generated candidate, one
 // drawn at random from its candidates, its best tensor-core, GEMV and flash-attention ones (flash
-// also on a random key tile and thread count) and the best one's schedule on a tile of random extents (where the cost model accepts it), and verified on the host
+// on tensor cores and not, and on a random key tile and thread count) and the best one's schedule on a tile of random extents (where the cost model accepts it), and verified on the host
 // executor with every check on (backend/verify.h via unit/codegen_check.h), and the module compiled
 // with NVRTC. Case i of a run draws its graph from seed + i: FUSETUNE_TEST_SEED=S with
 // FUSETUNE_GROUP_FUZZ_CASES=1 replays case S alone. CI runs a few cases per run and every seed kept
@@ -196,15 +196,20 @@ void check_case(unsigned seed) {
         break;
       }
     }
-    // The best GEMV and the best flash-attention candidates, however they rank (on these small
-    // shapes rarely among the best 64), the latter also with a random key tile and thread count.
-    bool gemv = false, flash = false;
+    // The best GEMV and the best flash-attention candidates (on tensor cores and not), however
+    // they rank (on these small shapes rarely among the best 64), the SIMT flash one also with a
+    // random key tile and thread count.
+    bool gemv = false, flash = false, tensor_flash = false;
     for (const planner::Candidate& cand : planner::tile_candidates(c.g, fg, planner::find_device("h100"), {1 << 20, 2.0})) {
       if (cand.config.gemv && !gemv) {
         chosen.push_back(cand.config);
         gemv = true;
       }
-      if (cand.config.flash && !flash) {
+      if (cand.config.flash && cand.config.mma && !tensor_flash) {
+        chosen.push_back(cand.config);
+        tensor_flash = true;
+      }
+      if (cand.config.flash && !cand.config.mma && !flash) {
         chosen.push_back(cand.config);
         planner::TileConfig other = cand.config;
         other.reduce_step = std::uniform_int_distribution<int64_t>(1, 80)(pick);

@@ -23,6 +23,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <regex>
 
 #include <nlohmann/json.hpp>
@@ -130,6 +131,37 @@ TEST(PtxGemv, ADecodeProjectionReadsItsWeightsInSixteenByteLoads) {
   EXPECT_GE(ptx.count(R"(\bld\.global\.nc\.v4\.u32\b)"), 4u) << "the row loop's four weight loads in flight";
   EXPECT_EQ(ptx.count(R"(\b(ld|st)\.local\b)"), 0u) << "spills";
   EXPECT_EQ(ptx.count(R"(\b(div|rem)\.[su]64\b)"), 0u);
+}
+
+// A float16 attention over 2,048 keys (16 heads of 64, causal): the planner's best is flash
+// attention on tensor cores, whose PTX multiplies with mma.sync on fragments ldmatrix loads,
+// converts halves with cvt, and divides by no 64-bit value.
+TEST(PtxAttention, LongFloatSixteenAttentionRunsFlashOnTensorCores) {
+  if (!backend::nvrtc_available()) GTEST_SKIP() << "NVRTC not available: no PTX to read";
+  Graph g;
+  const int64_t heads = 16, keys = 2048, head = 64;
+  const int q = testing::add_input(g, "q", DType::kF16, {1, heads, keys, head});
+  const int kt = testing::add_op(g, "Transpose", {testing::add_input(g, "k", DType::kF16, {1, heads, keys, head})},
+                                 testing::attrs({{"perm", std::vector<int64_t>{0, 1, 3, 2}}}));
+  std::vector<int64_t> allowed;
+  for (int64_t i = 0; i < keys; ++i) {
+    for (int64_t j = 0; j < keys; ++j) allowed.push_back(j <= i ? 1 : 0);
+  }
+  const int scores = testing::add_op(
+      g, "Where",
+      {g.add_constant("causal", Tensor::from_ints(DType::kBool, {keys, keys}, allowed)),
+       testing::add_op(g, "Mul", {testing::add_op(g, "MatMul", {q, kt}), g.add_constant("scale", Tensor::scalar_float(DType::kF16, 0.125f))}),
+       g.add_constant("minus_inf", Tensor::scalar_float(DType::kF16, -std::numeric_limits<float>::infinity()))});
+  const int p = testing::add_op(g, "Softmax", {scores}, testing::attrs({{"axis", int64_t{-1}}}));
+  testing::add_op(g, "MatMul", {p, testing::add_input(g, "v", DType::kF16, {1, heads, keys, head})});
+  const planner::FusionGroup group = testing::whole_graph_group(g);
+  const planner::TileConfig best = planner::tile_candidates(g, group, planner::find_device("h100")).front().config;
+  ASSERT_TRUE(best.flash && best.mma) << best.str();
+  const Ptx ptx{backend::compile_ptx(codegen::emit_cuda({codegen::lower_group(g, group, best, "attention").kernel}), "sm_90")};
+  EXPECT_GT(ptx.count(R"(\bmma\.sync\.aligned\.m16n8k16\b)"), 0u);
+  EXPECT_GT(ptx.count(R"(\bldmatrix\.sync\.aligned\b)"), 0u);
+  EXPECT_GT(ptx.count(R"(\bcvt\.rn\.f16\.f32\b)"), 0u) << "probabilities converted natively";
+  EXPECT_EQ(ptx.count(kDiv64), 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, PtxHabits, ::testing::Values("distilbert_fp16", "gpt2_fp16", "llama_fp16"));
