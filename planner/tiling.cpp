@@ -336,7 +336,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
         in_flight = std::min(in_flight, static_cast<double>(b16 * (dk + dv) * esize) / rounds);
         flash_registers = static_cast<int>(40 + dk16 / 4 + b16 / 2 + dv16 / 2 + 12 + 2 * ceil_div(rows, warps));
         if (n.outputs[0] != root) smem += out_elems * 4;
-        continue;
+        continue;  // the SIMT form's charges below are not this form's
       }
       const auto [tm, tn] = micro_tile(rows, bc, cfg.threads);
       const auto [um, un] = micro_tile(rows, dv, cfg.threads);

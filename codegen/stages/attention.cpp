@@ -427,7 +427,7 @@ void AttentionStage::emit_tensor(Kernel& k, const std::string& nm, const std::st
       rescale.push_back(assign(cell, cell + " * fa_al" + std::to_string(c / 2)));
     }
   }
-  tile.push_back(if_then("1", rescale));
+  tile.push_back(if_then("1", rescale));  // a scope of its own for the factors' locals
   for (int64_t kq = 0; kq < bc_ / 16; ++kq) {
     tile.push_back(ldmatrix(frag_p_, 0, 4, false, sp16_,
                             "(" + w16 + " + " + lane + " % 16) * " + lit(pp_) + " + " + lit(kq * 16) + " + " + lane + " / 16 * 8"));
