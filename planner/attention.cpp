@@ -62,7 +62,7 @@ std::optional<AttentionCore> match_attention(const Graph& g, const FusionGroup& 
     int v = soft.outputs[0];
     for (int next = sole_reader(v); next >= 0; next = sole_reader(v)) {
       const Node& n = g.nodes()[static_cast<size_t>(next)];
-      if (n.op == "Cast" && g.value(n.outputs[0]).shape == ss) {
+      if (n.op == "Cast" && g.value(n.outputs[0]).shape == ss && is_float(g.value(n.outputs[0]).dtype)) {
         c.absorbed.push_back(next);
         v = n.outputs[0];
         continue;

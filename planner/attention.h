@@ -5,7 +5,8 @@
 //   P = Softmax(chain(Q x K))   over P's last axis,  then  O = cast(P) x V
 // where `chain` is element-wise ops (scale, additive or boolean masks, Cast, Where) that read the
 // scores at the index they write (no broadcast of them), and Reshapes that regroup only the axes
-// before the rows and keys (Swin's shifted windows), `cast` at most Cast nodes of P's shape, and Q,
+// before the rows and keys (Swin's shifted windows), `cast` at most Casts of P to float types
+// (the stage keeps P in float, or in the 16-bit type the tensor-core form multiplies), and Q,
 // K, V and every other operand of the chain reach the group's inputs through inlined ops only (no
 // reduction, normalization or contraction of the group in between), so that any tile of keys can
 // be computed on its own. None of the scores, the chain's values or P leaves the group or feeds

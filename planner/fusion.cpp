@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/ops.h"
+#include "planner/attention.h"
 #include "planner/tensor_expr.h"
 
 namespace fusetune::planner {
@@ -310,10 +311,14 @@ void stitch_attention(const Graph& g, Partition& p, int scores_group, int softma
   trial.merge(scores_group, trial.group(softmax));
   if (trial.group(pv) == trial.group(softmax) || !trial.can_merge(trial.group(softmax), trial.group(pv))) return;
   if (trial.count(trial.group(softmax), Role::kContraction) + trial.count(trial.group(pv), Role::kContraction) > 2) return;
+  std::vector<int> all = trial.members(trial.group(softmax));
+  all.insert(all.end(), trial.members(trial.group(pv)).begin(), trial.members(trial.group(pv)).end());
+  std::sort(all.begin(), all.end());
+  FusionGroup merged;  // only flash attention tiles the whole: it must be an attention core
+  merged.nodes = all;
+  describe_group(g, merged);
+  if (!match_attention(g, merged)) return;
   if (opt.cost) {
-    std::vector<int> all = trial.members(trial.group(softmax));
-    all.insert(all.end(), trial.members(trial.group(pv)).begin(), trial.members(trial.group(pv)).end());
-    std::sort(all.begin(), all.end());
     const double parts = opt.cost(p.members(scores_group)) + opt.cost(p.members(p.group(softmax))) + opt.cost(p.members(p.group(pv)));
     if (opt.cost(all) > parts) return;
   }

@@ -18,7 +18,8 @@
 //      contraction joins the reduction group that produces its left operand under the same bound
 //      (softmax followed by MatMul: attention); beyond the bound a softmax over the last axis
 //      whose probabilities (through Casts) are the left operand of a MatMul joins its scores'
-//      group and that MatMul's at once (attention at any length, tiled by flash attention);
+//      group and that MatMul's at once when the three form an attention core (planner/
+//      attention.h: attention at any length, tiled by flash attention);
 //   4. packing: independent groups that read the same input (sibling projections) or are small
 //      are packed into one launch.
 // Each merge is refused when it would create a cycle between groups, when it would put a

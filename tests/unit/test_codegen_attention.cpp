@@ -177,6 +177,18 @@ TEST(CodegenAttention, LongSequencesTakeTheFlashForm) {
   }
   const planner::Candidate& best = candidates.front();
   ASSERT_TRUE(best.config.flash && best.cost.valid) << best.config.str() << ": " << best.cost.reject;
+  // The fusion pass stitches it beyond max_row keys as a whole: one group holds both MatMuls.
+  const auto group_of = [](const planner::FusionPlan& plan, const Graph& graph, const char* op, int nth) {
+    int seen = 0;
+    for (size_t i = 0; i < plan.groups.size(); ++i) {
+      for (int n : plan.groups[i].nodes) {
+        if (graph.nodes()[static_cast<size_t>(n)].op == op && seen++ == nth) return static_cast<int>(i);
+      }
+    }
+    return -1;
+  };
+  const planner::FusionPlan fused = planner::fuse(g);
+  EXPECT_EQ(group_of(fused, g, "MatMul", 0), group_of(fused, g, "MatMul", 1)) << "attention over 16,384 keys not stitched";
   // The same tiles over 1,024 keys take the same shared memory.
   Attention shorter = a;
   shorter.keys = 1024;
@@ -193,7 +205,8 @@ TEST(CodegenAttention, LongSequencesTakeTheFlashForm) {
 }
 
 // What the core excludes: a softmax over another axis, probabilities the group exports, a Q
-// computed by another stage of the group (a LayerNorm).
+// computed by another stage of the group (a LayerNorm), which the fusion pass then does not
+// stitch beyond max_row keys.
 TEST(CodegenAttention, TheMatcherDeclinesWhatFlashCannotTile) {
   Attention a;
   {
@@ -225,6 +238,24 @@ TEST(CodegenAttention, TheMatcherDeclinesWhatFlashCannotTile) {
     const int p = add_op(g, "Softmax", {add_op(g, "MatMul", {q, kt})}, attrs({{"axis", int64_t{-1}}}));
     add_op(g, "MatMul", {p, add_input(g, "v", DType::kF32, {1, 2, 16, 16})});
     EXPECT_FALSE(planner::match_attention(g, whole_graph_group(g)).has_value()) << "Q from a LayerNorm stage";
+  }
+  {
+    // Beyond max_row keys, scores whose Q a LayerNorm of their group computes are no attention
+    // core: the fusion pass leaves the softmax out of the scores' group (no whole-row form fits).
+    Graph g;
+    const int64_t keys = 4096;
+    const int x = add_input(g, "x", DType::kF32, {1, 1, 64, 16});
+    const int q = add_op(g, "LayerNormalization", {x, g.add_constant("gamma", Tensor::scalar_float(DType::kF32, 1.0f))},
+                         attrs({{"axis", int64_t{-1}}, {"epsilon", 1e-5f}}));
+    const int kt = add_op(g, "Transpose", {add_input(g, "k", DType::kF32, {1, 1, keys, 16})},
+                          attrs({{"perm", std::vector<int64_t>{0, 1, 3, 2}}}));
+    const int p = add_op(g, "Softmax", {add_op(g, "MatMul", {q, kt})}, attrs({{"axis", int64_t{-1}}}));
+    add_op(g, "MatMul", {p, add_input(g, "v", DType::kF32, {1, 1, keys, 16})});
+    for (const FusionGroup& fg : planner::fuse(g).groups) {
+      int matmuls = 0;
+      for (int n : fg.nodes) matmuls += g.nodes()[static_cast<size_t>(n)].op == "MatMul" ? 1 : 0;
+      EXPECT_LT(matmuls, 2) << fg.pattern << ": stitched without an attention core";
+    }
   }
 }
 
