@@ -325,10 +325,9 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
                      std::to_string(warps) + " warps";
           return c;
         }
-        const auto padded = [](int64_t count) { return (count / 8) % 2 == 1 ? count : count + 8; };
         const int64_t rp = warps * 16, b16 = ceil_div(bc, 16) * 16, dk16 = ceil_div(dk, 16) * 16, dv16 = ceil_div(dv, 16) * 16;
         const int64_t kt = ceil_div(keys, b16);
-        smem += (rp * padded(dk16) + b16 * padded(dk16) + b16 * padded(dv16) + rp * padded(b16)) * 2 + (rp * b16 + 2 * rp) * 4;
+        smem += (rp * ldmatrix_pitch(dk16) + b16 * ldmatrix_pitch(dk16) + b16 * ldmatrix_pitch(dv16) + rp * ldmatrix_pitch(b16)) * 2 + (rp * b16 + 2 * rp) * 4;
         tensor_flops += kt * (2 * rp * b16 * dk16 + 2 * rp * dv16 * b16);
         padded_elems += rp * dv16;
         tile_loads += rp * dk16 + kt * b16 * (dk16 + dv16) + 5 * kt * rp * b16;

@@ -121,6 +121,11 @@ int group_root(const Graph& g, const FusionGroup& group);
 // one; {0, 0} when none covers it. Codegen's staged Conv uses it, and the cost model with it.
 std::pair<int64_t, int64_t> micro_tile(int64_t rows, int64_t cols, int threads);
 
+// The row pitch (in 16-bit elements) of a 16-bit slice with `count` elements a row that ldmatrix
+// reads: an odd number of 16-byte units, so the eight rows of an ldmatrix phase fall in distinct
+// banks. The tensor-core stages allocate with it and the cost model charges it.
+inline int64_t ldmatrix_pitch(int64_t count) { return (count / 8) % 2 == 1 ? count : count + 8; }
+
 // How a tensor-core MatMul stages its operands (codegen/stages/mma_matmul.h): per operand whether
 // it streams from global memory by cp.async (a value the group does not compute, whose rows are a
 // whole number of 16-byte units), and the stages of the ring of operand slices: 3 with an operand

@@ -16,9 +16,6 @@ using planner::TensorExpr;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
-// A 16-bit slice's row pitch: an odd number of 16-byte units, so the eight rows an ldmatrix phase
-// reads fall in distinct banks.
-int64_t padded(int64_t count) { return (count / 8) % 2 == 1 ? count : count + 8; }
 
 class AttentionStage : public AnchorStage {
  public:
@@ -121,10 +118,10 @@ void AttentionStage::plan_tensor(Kernel& k, const std::string& v) {
   bc_ = round_up(bc_, 16);
   dk16_ = round_up(dk_, 16);
   dv16_ = round_up(dv_, 16);
-  pq_ = padded(dk16_);
-  pk_ = padded(dk16_);
-  pv_ = padded(dv16_);
-  pp_ = padded(bc_);
+  pq_ = planner::ldmatrix_pitch(dk16_);
+  pk_ = planner::ldmatrix_pitch(dk16_);
+  pv_ = planner::ldmatrix_pitch(dv16_);
+  pp_ = planner::ldmatrix_pitch(bc_);
   const int64_t rp = warps_ * 16;
   sq_ = k.add_shared("fq" + v, half_, rp * pq_);
   sk_ = k.add_shared("fk" + v, half_, bc_ * pk_);

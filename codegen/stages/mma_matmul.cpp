@@ -77,11 +77,10 @@ class MmaMatMulStage : public AnchorStage {
     }
     st.mma = dtype;
     st.step = (std::max<int64_t>(16, st.step) + 15) / 16 * 16;
-    const auto padded = [](int64_t count) { return (count / 8) % 2 == 1 ? count : count + 8; };
     st.rows_a = warps / st.warps_n * st.fm * 16;
     st.cols_b = st.warps_n * st.fn * 8;
-    st.pitch_a = padded(st.step);
-    st.pitch_b = padded(st.cols_b);
+    st.pitch_a = planner::ldmatrix_pitch(st.step);
+    st.pitch_b = planner::ldmatrix_pitch(st.cols_b);
     const std::string id = std::to_string(v);
     st.slot_a = st.rows_a * st.pitch_a;
     st.slot_b = st.step * st.pitch_b;
