@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <numeric>
+#include <set>
 
 #include "core/error.h"
 
@@ -520,6 +521,25 @@ int64_t node_flops(const Graph& g, const Node& n) {
       return out_elems * taps;
     }
     case OpKind::kDataMovement: return 0;
+  }
+  return 0;
+}
+
+int64_t node_special_ops(const Graph& g, const Node& n) {
+  static const std::set<std::string_view> transcendental = {"Acos", "Asin", "Atan", "Cos", "Cosh", "Elu", "Erf",
+                                                            "Exp",  "Log",  "Pow",  "Selu", "Sigmoid", "Sin", "Sinh",
+                                                            "Softplus", "Sqrt", "Tan", "Tanh"};
+  if (n.outputs.empty() || n.inputs.empty()) return 0;
+  const int64_t out = numel(g.value(n.outputs[0]).shape);
+  if (transcendental.count(n.op)) return out;
+  if (n.op == "Softmax") return 2 * out;
+  if (n.op == "LogSoftmax") return out;
+  if (n.op == "LayerNormalization") {
+    const Shape& x = g.value(n.inputs[0]).shape;
+    const int64_t axis = normalize_axis(n.attrs.i("axis", -1), static_cast<int64_t>(x.size()), "axis");
+    int64_t rows = 1;
+    for (int64_t a = 0; a < axis; ++a) rows *= x[static_cast<size_t>(a)];
+    return rows;
   }
   return 0;
 }

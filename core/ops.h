@@ -62,6 +62,12 @@ int64_t normalize_axis(int64_t axis, int64_t rank, const std::string& what);
 // Floating-point operations of one node (multiply-add = 2), by the conventions in docs/canonical-ops.md.
 int64_t node_flops(const Graph& g, const Node& n);
 
+// Special-function results of one node (exp, log, sqrt, sin, ... : what the GPU computes on its
+// special function units and the host executor counts apart), by the code generator's forms: one
+// per output element of a transcendental element-wise op, two per element of a Softmax (the sum's
+// pass and the output's), one per element of a LogSoftmax, one per row of a LayerNormalization.
+int64_t node_special_ops(const Graph& g, const Node& n);
+
 // How a Cast node rounds to a float8, E8M0 or float4 target: its `saturate` (default 1) and
 // `round_mode` (a RoundMode, default up) attributes.
 NarrowCast cast_rounding(const Node& n);

@@ -57,12 +57,19 @@ Device parse_device(const std::string& json_text, const std::string& label) {
   field(j, "cache_line_bytes", d.cache_line_bytes, label);
   field(j, "fp32_tflops", d.fp32_tflops, label);
   field(j, "fp16_tensor_tflops", d.fp16_tensor_tflops, label);
+  field(j, "mma_sync_fp16_tflops", d.mma_sync_fp16_tflops, label);
+  field(j, "tf32_tensor_tflops", d.tf32_tensor_tflops, label);
+  field(j, "mma_sync_tf32_tflops", d.mma_sync_tf32_tflops, label);
+  field(j, "special_ops_per_clock_per_sm", d.special_ops_per_clock_per_sm, label);
   field(j, "clock_mhz", d.clock_mhz, label);
   check(d.arch == "sm_" + std::to_string(d.compute_capability), label, ": arch '", d.arch,
         "' does not match compute_capability ", d.compute_capability);
   check(d.shared_memory_per_block <= d.shared_memory_per_block_optin &&
             d.shared_memory_per_block_optin <= d.shared_memory_per_sm,
         label, ": shared memory limits are inconsistent (per block <= opt-in <= per SM)");
+  check(d.mma_sync_fp16_tflops <= d.fp16_tensor_tflops && d.mma_sync_tf32_tflops <= d.tf32_tensor_tflops &&
+            d.tf32_tensor_tflops <= d.fp16_tensor_tflops,
+        label, ": tensor rates are inconsistent (mma.sync <= the peak of its type, TF32 <= float16)");
   check(d.max_threads_per_block <= d.max_threads_per_sm, label, ": max_threads_per_block exceeds max_threads_per_sm");
   return d;
 }

@@ -35,9 +35,19 @@ struct Device {
   double shared_bandwidth_gbps_per_sm = 0;
   int sector_bytes = 32;
   int cache_line_bytes = 128;
+  // Arithmetic rates per instruction class, TFLOP/s. fp16_tensor_tflops: the dense float16
+  // tensor-core peak (on sm_90 reached only by wgmma, as cuBLASLt does); mma_sync_fp16_tflops:
+  // what the warp-level mma.sync that generated kernels issue attains (the same before sm_90; on
+  // Hopper about two thirds of the peak); the TF32 pair likewise.
   double fp32_tflops = 0;
   double fp16_tensor_tflops = 0;
+  double mma_sync_fp16_tflops = 0;
+  double tf32_tensor_tflops = 0;
+  double mma_sync_tf32_tflops = 0;
+  int special_ops_per_clock_per_sm = 0;  // special function unit results (exp2, rsqrt, sin, ...)
   int clock_mhz = 0;
+
+  double special_ops_per_us() const { return static_cast<double>(sms) * special_ops_per_clock_per_sm * clock_mhz; }
 };
 
 Device parse_device(const std::string& json_text, const std::string& label);

@@ -5,10 +5,10 @@
 // reports for it (registers per thread, shared memory per block) and the work it does (bytes of
 // DRAM traffic and floating-point operations, counted by the host executor or modeled: the caller
 // says which, and never mixes the two). Gives:
-//  - the speed-of-light time: the larger of bytes / DRAM bandwidth and operations / the peak of
-//    the instruction class the kernel computes with (the tensor-core peak for a kernel using mma,
-//    every counted operation charged at it, a lower bound; the FP32 peak otherwise), and which of
-//    the two bounds it;
+//  - the speed-of-light time: the largest of bytes / DRAM bandwidth, operations / the peak of
+//    the instruction class the kernel computes with (for a kernel using mma, the rate mma.sync
+//    attains, every counted operation charged at it, a lower bound; the FP32 peak otherwise) and
+//    special-function results / the special function units' rate, and which bounds it;
 //  - occupancy as CUDA's occupancy calculator computes it: blocks per SM limited by threads,
 //    registers (per warp, in allocation units of 256; per thread rounded up to 8), shared memory
 //    (with the 1 KB per block the runtime reserves from sm_80 on) and the block limit; the
@@ -43,14 +43,16 @@ Occupancy occupancy(const Device& d, const LaunchShape& launch);
 
 struct SpeedOfLight {
   double memory_us = 0;   // bytes / DRAM bandwidth
-  double compute_us = 0;  // operations / the peak of the kernel's instruction class
-  double us = 0;          // the larger
+  double compute_us = 0;  // the larger of operations / the peak of the kernel's instruction class
+                          // and special-function results / their rate
+  double us = 0;          // the larger of memory_us and compute_us
   std::string bound;      // "memory" or "compute"
-  std::string peak;       // "fp32" or "tensor"
+  std::string peak;       // what bounds compute_us: "fp32", "mma.sync" or "special"
 };
 
-// `tensor`: the kernel computes with tensor cores (mma); its operations are charged at that peak.
-SpeedOfLight speed_of_light(const Device& d, double bytes, double operations, bool tensor);
+// `tensor`: the kernel computes with tensor cores (mma.sync); its operations are charged at that
+// rate. `special_ops`: its special-function results (exp, sqrt, ...), apart from `operations`.
+SpeedOfLight speed_of_light(const Device& d, double bytes, double operations, double special_ops, bool tensor);
 
 // Bytes in flight per SM with one load request of `bytes_per_request` outstanding per resident warp.
 double bytes_in_flight_per_sm(const Occupancy& o, double bytes_per_request);

@@ -199,6 +199,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   int64_t smem = 0;
   int64_t tile_flops = 0;
   int64_t tensor_flops = 0;  // per tile, contraction flops on tensor cores (padded to m16n8k16)
+  int64_t tile_special = 0;  // per tile, special-function results (exp, sqrt, ...)
   int64_t tile_loads = 0;  // per tile, the load instructions that stage contraction operands
   int64_t padded_elems = 0;  // per tile, the accumulators of tensor-core contractions (fragments)
   // Little's law: the least bytes a block keeps in flight over its staged MatMuls' steps.
@@ -276,6 +277,10 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
     } else if (!(cfg.mma && core && (*it == core->scores || *it == core->output))) {  // those: the flash branch
       tile_flops += numel(e.out_shape) == 0 ? 0 : node_flops(g, n) * out_elems / numel(e.out_shape);
     }
+    // Special functions (core/ops.h); flash attention's softmax is charged in its branch below.
+    if (numel(e.out_shape) > 0 && !(core && *it == core->softmax)) {
+      tile_special += node_special_ops(g, n) * out_elems / numel(e.out_shape);
+    }
     for (size_t k = 0; k < n.inputs.size(); ++k) {
       const int v = n.inputs[k];
       if (v == kNoValue || in_regions[k].empty()) continue;
@@ -327,6 +332,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
         }
         const int64_t rp = warps * 16, b16 = ceil_div(bc, 16) * 16, dk16 = ceil_div(dk, 16) * 16, dv16 = ceil_div(dv, 16) * 16;
         const int64_t kt = ceil_div(keys, b16);
+        tile_special += rp * kt * (b16 + 1);  // an exponential per score, a rescale factor per row and key tile
         smem += (rp * ldmatrix_pitch(dk16) + b16 * ldmatrix_pitch(dk16) + b16 * ldmatrix_pitch(dv16) + rp * ldmatrix_pitch(b16)) * 2 + (rp * b16 + 2 * rp) * 4;
         tensor_flops += kt * (2 * rp * b16 * dk16 + 2 * rp * dv16 * b16);
         padded_elems += rp * dv16;
@@ -344,6 +350,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
         return c;
       }
       const int64_t kt = ceil_div(keys, bc);
+      tile_special += rows * kt * (bc + 1);  // an exponential per score, a rescale factor per row and key tile
       smem += (ceil_div(rows, tm) * tm * (dk + 1) + ceil_div(bc, tn) * tn * (dk + 1) + bc * dv + rows * bc + 2 * rows) * 4;
       tile_loads += rows * dk + kt * bc * (dk + dv);
       const double qk = static_cast<double>(rows * kt * bc * dk), pv = static_cast<double>(rows * kt * bc * dv);
@@ -498,10 +505,12 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   const double dram_us = static_cast<double>(dram) / (d.dram_bandwidth_gbps * 1e3);
   const double l2_us = static_cast<double>(l2) / (d.l2_bandwidth_gbps * 1e3);
   // An issued load takes an issue slot like an FMA (2 flops); tensor-core arithmetic runs at the
-  // device's fp16 tensor rate, overlapped with the issue of everything else.
+  // rate mma.sync attains on the device, special functions at the special function units' rate,
+  // each pipe overlapped with the issue of everything else.
   const double issue_us = static_cast<double>((tile_flops + 2 * tile_loads) * c.tiles) / (d.fp32_tflops * 1e6);
-  const double tensor_us = static_cast<double>(tensor_flops * c.tiles) / (d.fp16_tensor_tflops * 1e6);
-  const double compute_us = std::max(issue_us, tensor_us);
+  const double tensor_us = static_cast<double>(tensor_flops * c.tiles) / (d.mma_sync_fp16_tflops * 1e6);
+  const double special_us = static_cast<double>(tile_special * c.tiles) / d.special_ops_per_us();
+  const double compute_us = std::max({issue_us, tensor_us, special_us});
   c.issue_us = issue_us;
   // Little's law: the resident blocks' bytes in flight sustain at most in_flight x blocks per
   // DRAM latency of bandwidth, for what streams from DRAM (inputs larger than half the L2; smaller

@@ -17,8 +17,11 @@
 //     depthwise, the tile's input window; without one, two loads per multiply-add;
 //   - time: the slowest of DRAM, L2 and issue (arithmetic plus the loads that stage contraction
 //     operands, one per element or one per float4 quad at vector width 4 where codegen can use
-//     quads; with `mma`, a contraction's arithmetic, padded to m16n8k16, at the tensor-core rate
-//     Device::fp16_tensor_tflops, overlapping the issue of the rest), divided by the fraction of
+//     quads; with `mma`, a contraction's arithmetic, padded to m16n8k16, at the rate mma.sync
+//     attains, Device::mma_sync_fp16_tflops (on Hopper two thirds of the peak only wgmma reaches);
+//     special-function results (core/ops.h node_special_ops; flash attention's exponentials per
+//     score and rescale factors per row and key tile) at Device::special_ops_per_us; each pipe
+//     overlapping the issue of the rest), divided by the fraction of
 //     SMs the blocks keep busy (the parallelism penalty); for a group with a staged MatMul, at
 //     least Little's law's bound: the DRAM bytes of what streams from DRAM (an input over half
 //     the L2, or a weight of a model whose weights are: neither stays in L2 between launches)

@@ -12,7 +12,8 @@
 // beyond one per request: where uncoalesced accesses and bank conflicts come from.
 // --sol adds, per kernel, the speed of light on the plan's device (planner/speed_of_light.h) for
 // the counted bytes and operations (memory: bytes / DRAM bandwidth; compute: operations / the peak
-// of the kernel's instruction class, tensor cores for a kernel using mma), what bounds it, ptxas's
+// of the kernel's instruction class, mma.sync's rate for a kernel using mma, or its transcendental
+// calls / the special function units' rate, the larger), what bounds it, ptxas's
 // registers and shared memory per block, occupancy and what limits it, bytes in flight per SM
 // (modeled: one load request of the counted mean size per resident warp), and the modeled time
 // against the speed of light; with the plan's totals. Counted figures (bytes, operations) and
@@ -100,9 +101,9 @@ void print_sites(const std::map<std::string, simt::Counters>& counted, size_t n)
 
 // The speed-of-light table (--sol) of the rows sol_row made.
 void print_sol(const json& rows, const planner::Device& d, double sol_total_us, double modeled_total_us) {
-  std::printf("speed of light on %s (%.0f GB/s, %.0f TFLOP/s fp32, %.0f TFLOP/s tensor) for the counted bytes and "
-              "operations; modeled time and bytes in flight from the cost model:\n",
-              d.name.c_str(), d.dram_bandwidth_gbps, d.fp32_tflops, d.fp16_tensor_tflops);
+  std::printf("speed of light on %s (%.0f GB/s, %.0f TFLOP/s fp32, %.0f TFLOP/s mma.sync, %.0f G special/s) for the "
+              "counted bytes and operations; modeled time and bytes in flight from the cost model:\n",
+              d.name.c_str(), d.dram_bandwidth_gbps, d.fp32_tflops, d.mma_sync_fp16_tflops, d.special_ops_per_us() / 1e3);
   std::printf("%-6s %10s %8s %7s %5s %8s %7s %13s %6s %9s %11s %10s %9s\n", "kernel", "SOL us", "bound", "peak", "regs",
               "smem B", "blk/SM", "limit", "occ", "warps/SM", "KB in fl/SM", "model us", "mod/SOL");
   for (const json& r : rows) {
@@ -135,8 +136,8 @@ json sol_row(const planner::Device& d, const json& launch, const simt::Counters&
   shape.registers = res.value("registers", 0);
   shape.shared_bytes = launch.value("shared_bytes", int64_t{0});
   const bool tensor = kernel_text(cuda, launch.at("kernel").get<std::string>()).find("ft_mma_m16n8k16") != std::string::npos;
-  const planner::SpeedOfLight s = planner::speed_of_light(d, static_cast<double>(c.unique_bytes()),
-                                                          static_cast<double>(c.flops), tensor);
+  const planner::SpeedOfLight s = planner::speed_of_light(d, static_cast<double>(c.unique_bytes()), static_cast<double>(c.flops),
+                                                          static_cast<double>(c.special_ops), tensor);
   const planner::Occupancy o = planner::occupancy(d, shape);
   const double per_request = ratio(static_cast<double>(c.global_load_sectors) * d.sector_bytes, static_cast<double>(c.global_load_requests));
   return {{"sol_us", s.us},
