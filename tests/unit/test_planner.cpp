@@ -249,6 +249,50 @@ TEST(Tiling, VectorWidthFourWhereContractionOperandsMoveInQuads) {
   EXPECT_FALSE(offers_quads(ew, relu));
 }
 
+// Each instruction class at its own rate: a compute-bound float16 MatMul on tensor cores at what
+// mma.sync attains (not the peak only wgmma reaches), a chain of exponentials at the special
+// function units' rate.
+TEST(Tiling, EachInstructionClassAtTheRateItAttains) {
+  Device h100 = find_device("h100");
+  h100.l2_bandwidth_gbps = 1e6;  // so that the 128 x 128 tiles' operand traffic does not bound the MatMul
+  Graph g;
+  const int a = add_input(g, "a", DType::kF16, {2048, 2048});
+  g.outputs().push_back(add_op(g, "MatMul", {a, add_input(g, "b", DType::kF16, {2048, 2048})}));
+  FusionGroup fg;
+  fg.nodes = {0};
+  describe_group(g, fg);
+  TileConfig mma{{128, 128}, 32, 256, 1};
+  mma.mma = true;
+  const Cost at_mma_sync = evaluate_tile(g, fg, h100, mma);
+  ASSERT_TRUE(at_mma_sync.valid) << at_mma_sync.reject;
+  const double flops = 2.0 * 2048 * 2048 * 2048;
+  EXPECT_GE(at_mma_sync.modeled_us, flops / (h100.mma_sync_fp16_tflops * 1e6));
+  // The same device if mma.sync reached the peak: faster by the ratio of the rates (compute-bound).
+  Device wgmma_rate = h100;
+  wgmma_rate.mma_sync_fp16_tflops = h100.fp16_tensor_tflops;
+  const Cost at_peak = evaluate_tile(g, fg, wgmma_rate, mma);
+  EXPECT_NEAR((at_mma_sync.modeled_us - 2) / (at_peak.modeled_us - 2), h100.fp16_tensor_tflops / h100.mma_sync_fp16_tflops,
+              0.01);
+
+  // Twelve exponentials per element of a float16 tensor: 48 M special results, 12 µs at 16 a
+  // clock per SM, where its 16 MB take 5 µs of DRAM.
+  Graph e;
+  int x = add_input(e, "x", DType::kF16, {2048, 2048});
+  for (int i = 0; i < 12; ++i) x = add_op(e, "Exp", {x});
+  e.outputs().push_back(x);
+  FusionGroup chain;
+  for (int i = 0; i < 12; ++i) chain.nodes.push_back(i);
+  describe_group(e, chain);
+  const TileConfig tile{{32, 256}, 0, 256, 1};
+  const Cost exps = evaluate_tile(e, chain, h100, tile);
+  ASSERT_TRUE(exps.valid) << exps.reject;
+  const double special_us = 12.0 * 2048 * 2048 / h100.special_ops_per_us();
+  EXPECT_GE(exps.modeled_us, special_us);
+  Device fast_sfu = h100;
+  fast_sfu.special_ops_per_clock_per_sm = 1024;
+  EXPECT_LT(evaluate_tile(e, chain, fast_sfu, tile).modeled_us, exps.modeled_us);
+}
+
 TEST(Select, MeasurementsOverrideTheModel) {
   const Graph g = load("cnn_small");
   const Device d = find_device("h100");
