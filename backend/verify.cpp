@@ -4,10 +4,12 @@
 #include <cstring>
 #include <map>
 #include <set>
+#include <sstream>
 #include <tuple>
 
 #include "core/error.h"
 #include "core/ops.h"
+#include "planner/tiling.h"
 #include "reference/kernels.h"
 
 namespace fusetune::backend {
@@ -83,10 +85,10 @@ std::pair<Tensor, Tensor> written_elements(const Tensor& got, const Tensor& want
 // reference and in the kernel alike, but the two sum in different orders, so the rounding may
 // land one step of float16's grid apart, which the float32 epilogue carries to the output.
 reference::Tolerance output_tolerance(const Graph& g, int v, const std::map<int, Tensor>& values,
-                                      const std::vector<int>& inputs) {
+                                      const std::vector<int>& inputs, bool tf32) {
   const DType out = g.value(v).dtype;
   reference::Tolerance tol = reference::default_tolerance(out);
-  if (out == DType::kF32) tol = {1e-3, 1e-5, 1e-4};
+  if (out == DType::kF32) tol = tf32 ? reference::tf32_tolerance() : reference::Tolerance{1e-3, 1e-5, 1e-4};
   const std::vector<int> producer = g.producers();
   std::vector<int> stack = {v};
   std::set<int> seen = {v};
@@ -107,6 +109,17 @@ reference::Tolerance output_tolerance(const Graph& g, int v, const std::map<int,
 }
 
 }  // namespace
+
+bool tf32_kernel(const Graph& g, const planner::FusionGroup& group, const std::string& config) {
+  std::istringstream words(config);
+  std::string word;
+  bool mma = false;
+  while (words >> word) mma = mma || word == "mma";
+  return mma && std::any_of(group.nodes.begin(), group.nodes.end(), [&](int n) {
+           const Node& node = g.nodes()[static_cast<size_t>(n)];
+           return planner::tensor_core_operands(g, node) && g.value(node.inputs[0]).dtype == DType::kF32;
+         });
+}
 
 Reference reference_values(const Graph& g, const planner::FusionGroup& group, const std::vector<int>& inputs,
                            std::mt19937& rng) {
@@ -191,7 +204,7 @@ VerifyResult verify_kernel(const Graph& g, const std::string& kernel, const std:
     buffers[inputs.size() + k]->download(got.data(), got.nbytes());
     if (!result.coverage.whole()) std::tie(got, want) = written_elements(got, want);
     result.compared += got.numel();
-    const reference::Comparison c = reference::compare(got, want, output_tolerance(g, v, values, inputs));
+    const reference::Comparison c = reference::compare(got, want, output_tolerance(g, v, values, inputs, options.tf32));
     result.max_abs = std::max(result.max_abs, c.max_abs);
     if (!c.ok && result.ok) {
       result.ok = false;

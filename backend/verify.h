@@ -19,6 +19,9 @@
 // those blocks do, and the output elements they wrote (those no longer holding the poison) are
 // compared; elements of other blocks are not, so coverage of the whole output is not proven. A
 // sample that wrote no output element fails. The result says how many blocks of the grid ran.
+// With VerifyOptions::tf32 (a kernel that rounds float32 MatMul operands to TF32, the precision
+// policy `--precision tf32`: tf32_kernel says which) float32 outputs compare under
+// reference::tf32_tolerance.
 #pragma once
 
 #include <map>
@@ -36,7 +39,12 @@ struct VerifyOptions {
   size_t redzone_bytes = 0;   // margins around every buffer that must survive the launch
   int64_t sample_blocks = 0;  // run at most this many blocks of the grid (host); 0: all
   uint64_t seed = 0;          // draws the sampled blocks
+  bool tf32 = false;          // the kernel computes float32 MatMuls on TF32 tensor cores
 };
+
+// True if candidate `config` (planner::TileConfig::str()) of a group of graph g runs a float32
+// MatMul on tensor cores, as TF32: the config asks for them (`mma`) and the group has such a MatMul.
+bool tf32_kernel(const Graph& g, const planner::FusionGroup& group, const std::string& config);
 
 struct VerifyResult {
   bool ok = true;
@@ -69,8 +77,8 @@ inline VerifyResult verify_kernel(const Graph& g, const planner::FusionGroup& gr
   return verify_kernel(g, kernel, inputs, outputs, backend, module, reference_values(g, group, inputs, rng), options);
 }
 inline VerifyResult verify_kernel(const Graph& g, const planner::FusionGroup& group, const codegen::LoweredKernel& lk,
-                                  Backend& backend, Module& module, std::mt19937& rng) {
-  return verify_kernel(g, group, lk.kernel.name, lk.inputs, lk.outputs, backend, module, rng);
+                                  Backend& backend, Module& module, std::mt19937& rng, const VerifyOptions& options = {}) {
+  return verify_kernel(g, group, lk.kernel.name, lk.inputs, lk.outputs, backend, module, rng, options);
 }
 
 // Random data: floats normal (0, 1), integers uniform in [lo, hi].

@@ -81,7 +81,18 @@ FT_FN unsigned short ft_f2bf(float f) {
   }
 FT_MMA_M16N8K16(ft_mma_m16n8k16_f16, "f16.f16")
 FT_MMA_M16N8K16(ft_mma_m16n8k16_bf16, "bf16.bf16")
+// TF32 (the float32 precision policy): a float rounded to 10 mantissa bits, ties away from zero,
+// then mma.m16n8k8 on such values with float accumulators.
+FT_FN unsigned ft_tf32(float f) { unsigned u; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(u) : "f"(f)); return u; }
+FT_FN void ft_mma_m16n8k8_tf32(float& d0, float& d1, float& d2, float& d3, unsigned a0, unsigned a1, unsigned a2,
+                               unsigned a3, unsigned b0, unsigned b1) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+               "{%0, %1, %2, %3};"
+               : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
 FT_FN unsigned ft_shared_address(const unsigned short* s, long long row) { return (unsigned)__cvta_generic_to_shared(s + row); }
+FT_FN unsigned ft_shared_address(const float* s, long long row) { return (unsigned)__cvta_generic_to_shared(s + row); }
 FT_FN void ft_ldmatrix_x1(unsigned& r0, const unsigned short* s, long long row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];" : "=r"(r0) : "r"(ft_shared_address(s, row)));
 }
@@ -106,6 +117,9 @@ FT_FN void ft_ldmatrix_x4_trans(unsigned& r0, unsigned& r1, unsigned& r2, unsign
 // cp.async (sm_80+): 16 bytes global -> shared, `bytes` of them read, the rest zero-filled; commit
 // and wait per thread (codegen/kernel_ir.h).
 FT_FN void ft_cp_async16(unsigned short* s, long long si, const unsigned short* g, long long gi, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(ft_shared_address(s, si)), "l"(g + gi), "r"(bytes) : "memory");
+}
+FT_FN void ft_cp_async16(float* s, long long si, const float* g, long long gi, int bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(ft_shared_address(s, si)), "l"(g + gi), "r"(bytes) : "memory");
 }
 #define ft_cp_async_commit() asm volatile("cp.async.commit_group;" ::: "memory")
@@ -170,7 +184,7 @@ void emit_block(std::ostringstream& out, const Kernel& k, const Block& b, int de
             << warp_combine(s.a, s.name + "[0]", "__shfl_xor_sync(0xffffffffu, " + s.name + "[0], ft_off)") << ";\n";
         break;
       case Stmt::Kind::kMma:
-        out << pad << "ft_mma_m16n8k16_" << (s.dtype == DType::kBF16 ? "bf16" : "f16") << "(";
+        out << pad << (s.dtype == DType::kF32 ? "ft_mma_m16n8k8_tf32(" : s.dtype == DType::kBF16 ? "ft_mma_m16n8k16_bf16(" : "ft_mma_m16n8k16_f16(");
         for (int i = 0; i < 4; ++i) out << reg(s.name, s.at[0] + i) << ", ";
         for (int i = 0; i < 4; ++i) out << reg(s.a, s.at[1] + i) << ", ";
         out << reg(s.b, s.at[2]) << ", " << reg(s.b, s.at[2] + 1) << ");\n";

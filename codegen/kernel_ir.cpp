@@ -140,7 +140,8 @@ Stmt vector_load(std::string local, std::string buffer, std::string index, DType
 }
 
 Stmt mma(std::string d, int64_t d_at, std::string a, int64_t a_at, std::string b, int64_t b_at, DType dtype) {
-  check(dtype == DType::kF16 || dtype == DType::kBF16, "mma of ", dtype_name(dtype), " (needs float16 or bfloat16)");
+  check(dtype == DType::kF16 || dtype == DType::kBF16 || dtype == DType::kF32, "mma of ", dtype_name(dtype),
+        " (needs float16, bfloat16 or float32 as TF32)");
   Stmt s;
   s.kind = Stmt::Kind::kMma;
   s.name = std::move(d);
@@ -234,7 +235,7 @@ std::string line_text(const Stmt& s) {
       break;
     case Stmt::Kind::kWarpReduce: out << "warp.reduce " << s.a << " " << s.name << (s.b.empty() ? "" : " if (" + s.b + ")"); break;
     case Stmt::Kind::kMma:
-      out << "mma.m16n8k16." << dtype_name(s.dtype) << " " << s.name << "[" << (s.at.size() > 0 ? s.at[0] : -1) << "] += " << s.a
+      out << (s.dtype == DType::kF32 ? "mma.m16n8k8.tf32 " : "mma.m16n8k16." + std::string(dtype_name(s.dtype)) + " ") << s.name << "[" << (s.at.size() > 0 ? s.at[0] : -1) << "] += " << s.a
           << "[" << (s.at.size() > 1 ? s.at[1] : -1) << "] * " << s.b << "[" << (s.at.size() > 2 ? s.at[2] : -1) << "]";
       break;
     case Stmt::Kind::kLdmatrix:

@@ -36,6 +36,11 @@
 //   C/D (4 floats c0..c3): c_i = D[g + 8 * (i / 2)][2t + i % 2]
 // The products of 16-bit values are exact in float; the host sums the 16 of each element in k
 // order in float, the hardware in its own order, so the two agree up to float rounding.
+// With dtype kF32 `mma` is m16n8k8 on TF32 values (the float32 precision policy's): A 16x8 and B
+// 8x8 in one 32-bit register per element, each a float rounded by ft_tf32 (cvt.rna.tf32.f32):
+//   A (4 registers): a0 = A[g][t], a1 = A[g+8][t], a2 = A[g][t+4], a3 = A[g+8][t+4]
+//   B (2 registers): b0 = B[k = t][n = g], b1 = B[k = t+4][n = g];  C/D as above
+// (PTX ISA, "Matrix Fragments for mma.m16n8k8"); fragments are loaded by plain shared reads.
 //   ldmatrix .xN (N = 1, 2, 4 matrices), row address from lane: matrix j's 8 rows come from lanes
 //   8j .. 8j + 7, each the element offset (into a 16-bit shared allocation) of 8 consecutive
 //   values, 16-byte aligned. Register j of lane l receives matrix j's row g, elements 2t and 2t+1;
@@ -45,7 +50,7 @@
 //   the two 8-row halves of a row-major (k x n) 16x8 B tile yields B's r0, r1. On the host every
 //   used row is a 16-byte load by the lane giving its address, under the executor's checks.
 // Asynchronous copies (sm_80+, cp.async): `copy_async` starts a 16-byte copy from a global buffer
-// into a 16-bit shared allocation (cp.async.cg.shared.global, 16 bytes, the first `bytes` read
+// into a shared allocation of the same element type (16-bit, or float32) (cp.async.cg.shared.global, 16 bytes, the first `bytes` read
 // from global, the rest zero-filled: 0 reads nothing); both addresses 16-byte aligned (every
 // parameter's base is: buffers are cudaMalloc'd or placed at 256-byte offsets). The copy belongs
 // to the issuing thread: `copy_async_commit` closes the thread's copies issued since its last
@@ -183,7 +188,8 @@ int vector_lanes(DType dtype);
 // Element i of vector local `local` of `dtype` elements, as stored (local.x .. local.w, or
 // local.v[i]: raw 16-bit bits).
 std::string vector_element(const std::string& local, DType dtype, int i);
-// D(16x8 f32) += A(16x16) * B(16x8) with A and B of `dtype` (kF16 or kBF16): fragments in
+// D(16x8 f32) += A(16x16) * B(16x8) with A and B of `dtype` (kF16 or kBF16; kF32: m16n8k8 on TF32
+// values, A 16x8 and B 8x8): fragments in
 // thread-locals `d` (4 floats from d_at), `a` (4 registers from a_at) and `b` (2 registers from
 // b_at), laid out as the header comment says; placed like a barrier.
 Stmt mma(std::string d, int64_t d_at, std::string a, int64_t a_at, std::string b, int64_t b_at, DType dtype);
@@ -191,8 +197,8 @@ Stmt mma(std::string d, int64_t d_at, std::string a, int64_t a_at, std::string b
 // thread-local `local`; `row` is this lane's row address (an element offset, an expression of
 // ft_thread and block-uniform values); placed like a barrier.
 Stmt ldmatrix(std::string local, int64_t at, int matrices, bool trans, std::string shared, std::string row);
-// shared[shared_index .. + 16 bytes) <- buffer[index ..]: one cp.async of 16 bytes into 16-bit
-// shared allocation `shared`, `bytes` (an expression, 0 to 16) read from global buffer `buffer`
+// shared[shared_index .. + 16 bytes) <- buffer[index ..]: one cp.async of 16 bytes into shared
+// allocation `shared` (16-bit or float32, the buffer's element type), `bytes` (an expression, 0 to 16) read from global buffer `buffer`
 // and the rest zero-filled; both addresses 16-byte aligned (index 0 when nothing is read).
 Stmt copy_async(std::string shared, std::string shared_index, std::string buffer, std::string index, std::string bytes);
 Stmt copy_async_commit();

@@ -159,8 +159,8 @@ class Verifier {
       }
       case Stmt::Kind::kMma:
         if (s.at.size() != 3) fail_at(s, "mma with ", s.at.size(), " operand offsets (needs 3)");
-        if (s.dtype != DType::kF16 && s.dtype != DType::kBF16) {
-          fail_at(s, "mma of ", dtype_name(s.dtype), " (needs float16 or bfloat16)");
+        if (s.dtype != DType::kF16 && s.dtype != DType::kBF16 && s.dtype != DType::kF32) {
+          fail_at(s, "mma of ", dtype_name(s.dtype), " (needs float16, bfloat16 or float32 as TF32)");
         }
         fragment(s, "mma accumulator", s.name, s.at[0], 4, DType::kF32);
         fragment(s, "mma A fragment", s.a, s.at[1], 4, DType::kU32);
@@ -182,12 +182,15 @@ class Verifier {
       case Stmt::Kind::kCopyAsync: {
         const SharedAlloc* a = shared(s.name);
         if (a == nullptr) fail_at(s, "cp.async into '", s.name, "', which is not a shared allocation");
-        if (dtype_size(a->dtype) != 2) {
-          fail_at(s, "cp.async into shared allocation '", s.name, "' of ", dtype_name(a->dtype), " (needs 16-bit)");
+        if (dtype_size(a->dtype) != 2 && a->dtype != DType::kF32) {
+          fail_at(s, "cp.async into shared allocation '", s.name, "' of ", dtype_name(a->dtype), " (needs 16-bit or float32)");
         }
         const Param* p = param(s.b);
         if (p == nullptr) fail_at(s, "cp.async from '", s.b, "', which is not a parameter");
-        if (dtype_size(p->dtype) != 2) fail_at(s, "cp.async from parameter '", s.b, "' of ", dtype_name(p->dtype), " (needs 16-bit)");
+        if (dtype_size(p->dtype) != dtype_size(a->dtype) || (a->dtype == DType::kF32) != (p->dtype == DType::kF32)) {
+          fail_at(s, "cp.async from parameter '", s.b, "' of ", dtype_name(p->dtype), " into '", s.name, "' of ",
+                  dtype_name(a->dtype), " (needs the same element type)");
+        }
         break;
       }
       default: break;

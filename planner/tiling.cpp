@@ -72,19 +72,16 @@ std::pair<bool, bool> vector_operands(const Graph& g, const Node& n, const std::
               out.back().lo % vector_elements(g.value(b).dtype) == 0};
 }
 
-// True if n is a MatMul codegen can run on tensor cores: both operands (of rank 2 or more) float16,
-// or both bfloat16 (codegen/lower_group's mma path).
-bool mma_matmul(const Graph& g, const Node& n) {
-  if (n.op != "MatMul") return false;
-  const Value& a = g.value(n.inputs[0]);
-  const Value& b = g.value(n.inputs[1]);
-  return a.dtype == b.dtype && (a.dtype == DType::kF16 || a.dtype == DType::kBF16) && a.shape.size() >= 2 &&
-         b.shape.size() >= 2;
+// True if n is a MatMul codegen can run on tensor cores (codegen/stages/mma_matmul.h): both
+// operands (of rank 2 or more) float16 or both bfloat16, or under the TF32 policy both float32.
+bool mma_matmul(const Graph& g, const Node& n, bool tf32) {
+  if (!tensor_core_operands(g, n)) return false;
+  return g.value(n.inputs[0]).dtype != DType::kF32 || tf32;
 }
 
-bool has_mma_matmul(const Graph& g, const FusionGroup& group) {
+bool has_mma_matmul(const Graph& g, const FusionGroup& group, bool tf32) {
   return std::any_of(group.nodes.begin(), group.nodes.end(),
-                     [&](int n) { return mma_matmul(g, g.nodes()[static_cast<size_t>(n)]); });
+                     [&](int n) { return mma_matmul(g, g.nodes()[static_cast<size_t>(n)], tf32); });
 }
 
 // True if MatMul n takes the GEMV form (codegen/stages/matmul.h) over region `out`: B a float32,
@@ -101,10 +98,20 @@ bool gemv_matmul(const Graph& g, const Node& n, const std::set<int>& produced, c
 
 }  // namespace
 
+bool tensor_core_operands(const Graph& g, const Node& n) {
+  if (n.op != "MatMul") return false;
+  const Value& a = g.value(n.inputs[0]);
+  const Value& b = g.value(n.inputs[1]);
+  return a.dtype == b.dtype && (a.dtype == DType::kF16 || a.dtype == DType::kBF16 || a.dtype == DType::kF32) &&
+         a.shape.size() >= 2 && b.shape.size() >= 2;
+}
+
 MmaStaging mma_staging(const Graph& g, const Node& matmul, const std::set<int>& produced) {
   MmaStaging m;
-  const auto async = [&](int v) { return !produced.count(v) && g.value(v).shape.back() % 8 == 0; };
-  if (!mma_matmul(g, matmul)) return m;
+  const auto async = [&](int v) {
+    return !produced.count(v) && g.value(v).shape.back() % vector_elements(g.value(v).dtype) == 0;
+  };
+  if (!tensor_core_operands(g, matmul)) return m;
   m.async_a = async(matmul.inputs[0]);
   m.async_b = async(matmul.inputs[1]);
   m.stages = m.async_a || m.async_b ? 3 : 2;
@@ -199,6 +206,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   int64_t smem = 0;
   int64_t tile_flops = 0;
   int64_t tensor_flops = 0;  // per tile, contraction flops on tensor cores (padded to m16n8k16)
+  int64_t tf32_flops = 0;    // the same for TF32 contractions (padded to m16n8k8)
   int64_t tile_special = 0;  // per tile, special-function results (exp, sqrt, ...)
   int64_t tile_loads = 0;  // per tile, the load instructions that stage contraction operands
   int64_t padded_elems = 0;  // per tile, the accumulators of tensor-core contractions (fragments)
@@ -215,8 +223,10 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       c.reject = "tensor cores (mma) need compute capability 8.0 or later";
       return c;
     }
-    if (cfg.reduce_step <= 0 || !has_mma_matmul(g, group)) {
-      c.reject = "tensor cores (mma) need a staged MatMul with float16 or bfloat16 operands";
+    if (cfg.reduce_step <= 0 || !has_mma_matmul(g, group, opt.tf32)) {
+      c.reject = opt.tf32 ? "tensor cores (mma) need a staged MatMul with float16, bfloat16 or float32 operands"
+                          : "tensor cores (mma) need a staged MatMul with float16 or bfloat16 operands (float32 ones "
+                            "only under the TF32 precision policy)";
       return c;
     }
   }
@@ -250,26 +260,33 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
     const auto in_regions = input_regions(g, n, e, out_region);
     const int64_t out_elems = region_elems(out_region);
     // On tensor cores when the candidate asks and codegen stages the product (one matrix per tile).
-    const bool tensor = cfg.mma && !core && mma_matmul(g, n) && cfg.reduce_step > 0 &&
+    const bool tensor = cfg.mma && !core && mma_matmul(g, n, opt.tf32) && cfg.reduce_step > 0 &&
                         out_elems == out_region[out_region.size() - 2].size() * out_region.back().size();
     const bool gemv = cfg.gemv && cfg.reduce_step > 0 && gemv_matmul(g, n, produced, out_region);
     int64_t tensor_smem = 0, tensor_loads = 0;
     if (tensor) {
-      // Fragments cover the region rounded up to 16 rows and 8 columns, K rounded up to 16.
+      // Fragments cover the region rounded up to 16 rows and 8 columns, K rounded up to the
+      // instruction's: 16 (m16n8k16, 16-bit operands) or 8 (m16n8k8, TF32 from float32 ones).
+      const bool tf32 = g.value(n.inputs[0]).dtype == DType::kF32;
+      const int64_t kk = tf32 ? 8 : 16, esize = tf32 ? 4 : 2, lanes = 16 / esize;
       const int64_t rows = ceil_div(out_region[out_region.size() - 2].size(), 16) * 16;
       const int64_t cols = ceil_div(out_region.back().size(), 8) * 8;
-      const int64_t k16 = ceil_div(e.reduce_extents.empty() ? 1 : e.reduce_extents[0], 16) * 16;
-      const int64_t step = ceil_div(std::max<int64_t>(cfg.reduce_step, 16), 16) * 16;
+      const int64_t kp = ceil_div(e.reduce_extents.empty() ? 1 : e.reduce_extents[0], kk) * kk;
+      const int64_t step = ceil_div(std::max<int64_t>(cfg.reduce_step, kk), kk) * kk;
       padded_elems += rows * cols;
-      tensor_flops += 2 * rows * cols * k16;
-      // A ring of 16-bit operand slices with rows padded by 16 bytes; accumulators. An operand
-      // copied by cp.async moves 8 elements per instruction, another one.
+      (tf32 ? tf32_flops : tensor_flops) += 2 * rows * cols * kp;
+      // A ring of operand slices with padded rows (codegen's pitches); accumulators. An operand
+      // copied by cp.async moves 16 bytes per instruction, another one element.
       const MmaStaging staging = mma_staging(g, n, produced);
-      tensor_smem = staging.stages * (rows * (step + 8) + step * (cols + 8)) * 2 + out_elems * 4;
-      tensor_loads = rows * k16 / (staging.async_a ? 8 : 1) + cols * k16 / (staging.async_b ? 8 : 1);
+      tensor_smem = staging.stages * (rows * (tf32 ? tf32_pitch_a(step) : ldmatrix_pitch(step)) +
+                                      step * (tf32 ? tf32_pitch_b(cols) : ldmatrix_pitch(cols))) * esize + out_elems * 4;
+      tensor_loads = rows * kp / (staging.async_a ? lanes : 1) + cols * kp / (staging.async_b ? lanes : 1);
+      // TF32 fragments come from shared memory an element a load, converted by one cvt each
+      // (ldmatrix moves 16-bit rows): every staged element read at least once.
+      if (tf32) tensor_loads += 2 * (rows + cols) * kp;
       // In flight: stages - 1 steps of what cp.async copies; an operand loaded and stored by the
       // threads, one element each per round.
-      const double a_bytes = static_cast<double>(rows * step * 2), b_bytes = static_cast<double>(step * cols * 2);
+      const double a_bytes = static_cast<double>(rows * step * esize), b_bytes = static_cast<double>(step * cols * esize);
       const int64_t sync_loads = (staging.async_a ? 0 : rows * step) + (staging.async_b ? 0 : step * cols);
       const double sync_bytes = (staging.async_a ? 0 : a_bytes) + (staging.async_b ? 0 : b_bytes);
       in_flight = std::min(in_flight, (staging.stages - 1) * (a_bytes + b_bytes - sync_bytes) +
@@ -508,7 +525,8 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   // rate mma.sync attains on the device, special functions at the special function units' rate,
   // each pipe overlapped with the issue of everything else.
   const double issue_us = static_cast<double>((tile_flops + 2 * tile_loads) * c.tiles) / (d.fp32_tflops * 1e6);
-  const double tensor_us = static_cast<double>(tensor_flops * c.tiles) / (d.mma_sync_fp16_tflops * 1e6);
+  const double tensor_us = static_cast<double>(tensor_flops * c.tiles) / (d.mma_sync_fp16_tflops * 1e6) +
+                           static_cast<double>(tf32_flops * c.tiles) / (d.mma_sync_tf32_tflops * 1e6);
   const double special_us = static_cast<double>(tile_special * c.tiles) / d.special_ops_per_us();
   const double compute_us = std::max({issue_us, tensor_us, special_us});
   c.issue_us = issue_us;
@@ -525,7 +543,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   const double throughput_us = std::max({dram_us, l2_us, compute_us}) / c.efficiency;
   c.latency_bound = latency_us > throughput_us;
   c.modeled_us = std::max(throughput_us, latency_us) + opt.launch_overhead_us;
-  c.flops = (tile_flops + tensor_flops) * c.tiles;
+  c.flops = (tile_flops + tensor_flops + tf32_flops) * c.tiles;
   c.valid = true;
   return c;
 }
@@ -745,7 +763,7 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
   // Tensor-core candidates (sm_80+, a MatMul with 16-bit operands): one matrix per tile, 16 to 128
   // rows by 8 to 128 columns, warps that each own at least one and at most 16 m16n8 fragments,
   // reduction steps of 16, 32, 64.
-  if (d.compute_capability >= 80 && rs.size() >= 2 && has_mma_matmul(g, group)) {
+  if (d.compute_capability >= 80 && rs.size() >= 2 && has_mma_matmul(g, group, opt.tf32)) {
     for (int64_t tm : {16, 32, 64, 128}) {
       for (int64_t tn : {8, 16, 32, 64, 128}) {
         std::vector<int64_t> tile(rs.size(), 1);

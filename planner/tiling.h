@@ -111,6 +111,9 @@ struct TilingOptions {
   // The bytes of the model's constants (weights); -1: summed from the graph. Weights of a model
   // whose constants exceed half the L2 do not stay there between launches: they stream from DRAM.
   int64_t constant_bytes = -1;
+  // The precision policy (`--precision tf32`): float32 MatMuls may run on tensor cores as TF32
+  // (inputs rounded to 10 mantissa bits, products summed in float32), as torch's allow_tf32.
+  bool tf32 = false;
 };
 
 // The bytes of g's constants.
@@ -128,6 +131,18 @@ std::pair<int64_t, int64_t> micro_tile(int64_t rows, int64_t cols, int threads);
 // reads: an odd number of 16-byte units, so the eight rows of an ldmatrix phase fall in distinct
 // banks. The tensor-core stages allocate with it and the cost model charges it.
 inline int64_t ldmatrix_pitch(int64_t count) { return (count / 8) % 2 == 1 ? count : count + 8; }
+
+// The row pitches (in floats) of the TF32 slices (codegen/stages/mma_matmul.h), whose fragments
+// lanes read an element each: A's rows (lane group g reads row g, column t) with a pitch of 4 mod
+// 32 floats, B's rows (row t, column g) with a pitch of 8 mod 32, so a warp's 32 reads of one
+// fragment register fall in 32 distinct banks; both multiples of 4 (16-byte cp.async chunks).
+inline int64_t tf32_pitch_a(int64_t count) { return count + (36 - count % 32) % 32; }
+inline int64_t tf32_pitch_b(int64_t count) { return count + (40 - count % 32) % 32; }
+
+// True if MatMul n has operands tensor cores take: both float16, both bfloat16 or both float32
+// (as TF32), of rank 2 or more. Whether float32 ones may go there is the precision policy's
+// (TilingOptions::tf32).
+bool tensor_core_operands(const Graph& g, const Node& n);
 
 // How a tensor-core MatMul stages its operands (codegen/stages/mma_matmul.h): per operand whether
 // it streams from global memory by cp.async (a value the group does not compute, whose rows are a

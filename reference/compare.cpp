@@ -22,6 +22,8 @@ Tolerance default_tolerance(DType t) {
   }
 }
 
+Tolerance tf32_tolerance() { return {1e-2, 1e-4, 5e-3}; }
+
 Comparison compare(const Tensor& actual, const Tensor& expected, Tolerance tol) {
   Comparison c;
   if (actual.shape() != expected.shape()) {

@@ -22,6 +22,11 @@ struct Tolerance {
 
 Tolerance default_tolerance(DType t);
 
+// float32 outputs of MatMuls computed as TF32 (operands rounded to 10 mantissa bits, products
+// summed in float32: the `--precision tf32` policy): each product carries up to 2^-10 of relative
+// error, so a sum of them is within a few thousandths of the tensor's magnitude.
+Tolerance tf32_tolerance();
+
 struct Comparison {
   bool shape_ok = true;
   bool ok = true;

@@ -228,8 +228,8 @@ FT_INTRINSIC bool ft_aligned16(ft_ptr<const ft_flt> p, long long i) {
 }
 
 // cp.async: the executor reads the source now and lands the bytes at the thread's wait_group.
-FT_INTRINSIC void ft_cp_async16(ft_ptr<unsigned short> s, long long si, ft_ptr<const unsigned short> g, long long gi,
-                                int bytes) {
+template <class T>
+FT_INTRINSIC void ft_cp_async16(ft_ptr<T> s, long long si, ft_ptr<const T> g, long long gi, int bytes) {
   ft_simt_api_->copy_async(s.b, si, g.b, gi, bytes);
 }
 #define ft_cp_async_commit() ft_simt_api_->copy_async_commit()
@@ -329,6 +329,41 @@ FT_INTRINSIC void ft_mma_m16n8k16_f16(ft_flt& d0, ft_flt& d1, ft_flt& d2, ft_flt
 FT_INTRINSIC void ft_mma_m16n8k16_bf16(ft_flt& d0, ft_flt& d1, ft_flt& d2, ft_flt& d3, unsigned a0, unsigned a1,
                                        unsigned a2, unsigned a3, unsigned b0, unsigned b1) {
   ft_mma_m16n8k16(d0, d1, d2, d3, a0, a1, a2, a3, b0, b1, 1);
+}
+
+// cvt.rna.tf32.f32: the float rounded to TF32's 10 mantissa bits, to nearest with ties away from
+// zero (adding half of the dropped part to the magnitude carries into the exponent as the rounding
+// does), kept in a float's bits with the low 13 zero; infinities and NaNs keep their class.
+FT_FN unsigned ft_tf32(ft_flt x) {
+  const unsigned u = ft_float_bits(x.v);
+  if ((u & 0x7f800000u) == 0x7f800000u) return (u & 0x7fffffffu) > 0x7f800000u ? (u | 0x00400000u) & ~0x1fffu : u;
+  return (u + 0x1000u) & ~0x1fffu;
+}
+// mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32: D = A * B + C, A 16x8 and B 8x8 of TF32
+// values in 32-bit registers (lane l, g = l / 4, t = l % 4: a0 = A[g][t], a1 = A[g + 8][t],
+// a2 = A[g][t + 4], a3 = A[g + 8][t + 4]; b0 = B[t][g], b1 = B[t + 4][g]), C and D as m16n8k16's.
+// The tensor cores read a register's upper 19 bits; products of TF32 values are exact in float.
+FT_INTRINSIC void ft_mma_m16n8k8_tf32(ft_flt& d0, ft_flt& d1, ft_flt& d2, ft_flt& d3, unsigned a0, unsigned a1,
+                                      unsigned a2, unsigned a3, unsigned b0, unsigned b1) {
+  const ft_mma_operands mine = {{a0, a1, a2, a3}, {b0, b1}};
+  const ft_mma_operands* all =
+      static_cast<const ft_mma_operands*>(ft_simt_api_->warp_exchange(&mine, (int)sizeof mine, 0xffffffffu));
+  const unsigned lane = ft_simt_lane(), g = lane >> 2, t = lane & 3u;
+  ft_flt a[2][8], b[2][8];
+  for (unsigned k = 0; k < 8; ++k) {
+    for (unsigned r = 0; r < 2; ++r) {  // A[g + 8r][k]: lane 4g + k % 4, register r + 2 (k / 4)
+      a[r][k] = ft_flt(ft_bits_float(all[4u * g + (k & 3u)].a[r + 2u * (k >> 2)] & ~0x1fffu));
+    }
+    for (unsigned c = 0; c < 2; ++c) {  // B[k][2t + c]: lane 4 (2t + c) + k % 4, register k / 4
+      b[c][k] = ft_flt(ft_bits_float(all[4u * (2u * t + c) + (k & 3u)].b[k >> 2] & ~0x1fffu));
+    }
+  }
+  ft_flt* d[4] = {&d0, &d1, &d2, &d3};
+  for (int i = 0; i < 4; ++i) {  // D[g + 8 (i / 2)][2t + i % 2]
+    ft_flt s = *d[i];
+    for (unsigned k = 0; k < 8; ++k) s = s + a[i >> 1][k] * b[i & 1][k];  // the FMA's multiply and add
+    *d[i] = s;
+  }
 }
 
 // ldmatrix.sync.aligned.m8n8.xN[.trans].shared.b16: lanes 8m .. 8m + 7 give matrix m's rows.

@@ -105,7 +105,8 @@ Prepared prepare(const Graph& g, const wire::ChildCandidate& cc, const wire::Pol
       reference = backend::reference_values(g, group, inputs, draw);
     }
     const backend::VerifyResult v = backend::verify_kernel(g, c.kernel(), inputs, outputs, backend, *p.module, reference,
-                                                           {kRedzoneBytes, policy.sample_blocks(), policy.seed()});
+                                                           {kRedzoneBytes, policy.sample_blocks(), policy.seed(),
+                                                            backend::tf32_kernel(g, group, c.config())});
     r.set_max_abs_error(v.max_abs);
     if (!v.coverage.whole()) {
       r.set_verified_blocks(v.coverage.blocks);

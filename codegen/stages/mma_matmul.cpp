@@ -11,7 +11,8 @@ namespace fusetune::codegen::stages {
 
 bool uses_tensor_cores(const LoweringContext& cx, const Node& n) {
   const DType a_type = cx.g.value(n.inputs[0]).dtype;
-  return cx.cfg.mma && a_type == cx.g.value(n.inputs[1]).dtype && (a_type == DType::kF16 || a_type == DType::kBF16);
+  return cx.cfg.mma && a_type == cx.g.value(n.inputs[1]).dtype &&
+         (a_type == DType::kF16 || a_type == DType::kBF16 || a_type == DType::kF32);
 }
 
 namespace {
@@ -21,7 +22,7 @@ using planner::TensorExpr;
 // The warp grid's columns, fragments per warp, the staged slices' extents and row pitches
 // (elements), and the fragment thread-locals.
 struct MmaPlan : StagedProduct {
-  DType mma = DType::kUndefined;  // the operands' 16-bit type
+  DType mma = DType::kUndefined;  // the operands' type: 16-bit, or float32 taken as TF32
   std::string a, b;               // shared operand slices
   int64_t warps_n = 0, fm = 0, fn = 0, rows_a = 0, cols_b = 0, pitch_a = 0, pitch_b = 0;
   std::string frag_c, frag_a, frag_b;
@@ -55,10 +56,11 @@ class MmaMatMulStage : public AnchorStage {
  private:
   // The layout of a region of at most rows x cols: the block's warps form a warps_m x warps_n grid
   // (the split of the warps with the fewest m16n8 fragments per warp, then the fewest fragment
-  // loads), each warp owning fm x fn fragments; the reduction step is a multiple of 16. The operand
-  // slices are staged as 16-bit values, A as (warps_m * fm * 16) x step and B as step x
-  // (warps_n * fn * 8) so every warp's fragments lie inside, with rows padded to an odd number of
-  // 16-byte units (the 8 rows an ldmatrix phase reads fall in distinct banks).
+  // loads), each warp owning fm x fn fragments; the reduction step is a multiple of the
+  // instruction's K (16; TF32: 8). The operand slices are staged in the operands' type, A as
+  // (warps_m * fm * 16) x step and B as step x (warps_n * fn * 8) so every warp's fragments lie
+  // inside, with rows padded to an odd number of 16-byte units (the 8 rows an ldmatrix phase reads
+  // fall in distinct banks; TF32: planner::tf32_pitch_a/b, a fragment's 32 reads in 32 banks).
   void layout(Kernel& k, int64_t rows, int64_t cols, DType dtype, int v) {
     MmaPlan& st = st_;
     const int64_t mt = (std::max<int64_t>(1, rows) + 15) / 16, nt = (std::max<int64_t>(1, cols) + 7) / 8;
@@ -76,11 +78,12 @@ class MmaMatMulStage : public AnchorStage {
       }
     }
     st.mma = dtype;
-    st.step = (std::max<int64_t>(16, st.step) + 15) / 16 * 16;
+    const int64_t kk = dtype == DType::kF32 ? 8 : 16;
+    st.step = (std::max<int64_t>(kk, st.step) + kk - 1) / kk * kk;
     st.rows_a = warps / st.warps_n * st.fm * 16;
     st.cols_b = st.warps_n * st.fn * 8;
-    st.pitch_a = planner::ldmatrix_pitch(st.step);
-    st.pitch_b = planner::ldmatrix_pitch(st.cols_b);
+    st.pitch_a = dtype == DType::kF32 ? planner::tf32_pitch_a(st.step) : planner::ldmatrix_pitch(st.step);
+    st.pitch_b = dtype == DType::kF32 ? planner::tf32_pitch_b(st.cols_b) : planner::ldmatrix_pitch(st.cols_b);
     const std::string id = std::to_string(v);
     st.slot_a = st.rows_a * st.pitch_a;
     st.slot_b = st.step * st.pitch_b;
@@ -99,18 +102,20 @@ class MmaMatMulStage : public AnchorStage {
   MmaPlan st_;
 };
 
-// The operand slices of each reduction step go to a ring of `stages` slots in shared memory as
-// 16-bit values, zero outside the region's rows and columns and beyond K (so padding contributes
+// The operand slices of each reduction step go to a ring of `stages` slots in shared memory in the
+// operands' type, zero outside the region's rows and columns and beyond K (so padding contributes
 // nothing). A prologue stages the first stages - 1 steps; then step ks waits for its slot (the
 // thread's cp.async groups but the newest stages - 2; a barrier makes every thread's copies and
 // stores visible), stages step ks + stages - 1 into the slot step ks - 1 used (every thread has
 // passed the barrier, so no one still reads it) and, while those copies fly, multiplies its own
 // slot: for every 16 of the step each warp loads its A fragments (ldmatrix.x4 of 16x16 row-major
 // tiles) and B fragments (ldmatrix.x4.trans for two n8 fragments, .x2.trans for a last odd one)
-// and issues fm x fn mma into its f32 accumulator fragments. One barrier per step. An operand
-// copied asynchronously moves in 16-byte cp.async chunks (8 elements along its rows; a chunk
-// beyond the region zero-filled, one whose address is not 16-byte aligned copied element by
-// element); another is computed element by element and stored. After the last step each lane
+// and issues fm x fn mma into its f32 accumulator fragments; with TF32, for every 8 of the step
+// each lane reads its 4 A and 2 B elements of each fragment and rounds them (ft_tf32) before the
+// m16n8k8 mma. One barrier per step. An operand copied asynchronously moves in 16-byte cp.async
+// chunks (8 16-bit elements or 4 floats along its rows; a chunk beyond the region zero-filled, one
+// whose address is not 16-byte aligned copied element by element); another is computed element
+// by element and stored. After the last step each lane
 // writes its accumulator elements that lie inside the region to the shared accumulator buffer,
 // where the epilogue reads them as in the scalar path.
 void MmaMatMulStage::emit(Kernel& k) {
@@ -123,6 +128,8 @@ void MmaMatMulStage::emit(Kernel& k) {
   const int stages = st.staging.stages;
   const int64_t steps = (st.k + st.step - 1) / st.step;
   const bool any_async = st.staging.async_a || st.staging.async_b;
+  const bool tf32 = st.mma == DType::kF32;
+  const int64_t kk = tf32 ? 8 : 16, lanes = tf32 ? 4 : 8;  // the instruction's K; elements a 16-byte chunk
   k.body.push_back(serial_for("ft_i", "0", lit(st.fm * st.fn * 4), {assign(st.frag_c + "[ft_i]", "0.0f")}));
   const std::string warp = "(ft_thread / " + lit(kWarpSize) + ")";
   const std::string lane = "(ft_thread % " + lit(kWarpSize) + ")";
@@ -143,23 +150,25 @@ void MmaMatMulStage::emit(Kernel& k) {
     };
     if (is_a ? st.staging.async_a : st.staging.async_b) {
       const std::string p = cx_.param.at(u);
-      const int64_t chunks = cols / 8;
+      const int64_t chunks = cols / lanes;
       Block loop = cx_.fresh_block([&] {
         Block& b = cx_.cur();
         b.push_back(let(kIndexType, "ft_r", "ft_e / " + lit(chunks)));
-        b.push_back(let(kIndexType, "ft_c", "ft_e % " + lit(chunks) + " * 8"));
+        b.push_back(let(kIndexType, "ft_c", "ft_e % " + lit(chunks) + " * " + lit(lanes)));
         b.push_back(let(kIndexType, "ft_k", ks + " * " + step + " + " + (is_a ? "ft_c" : "ft_r")));
         b.push_back(let(kIndexType, "ft_at", flat(cx_.g.value(u).shape, operand_index("ft_r", "ft_c"))));
-        // Elements of the chunk inside the region and K (A: K is a multiple of 8, so all or none).
-        b.push_back(let(kIndexType, "ft_v", is_a ? "(ft_r < " + nm + " && ft_k < " + lit(st.k) + " ? 8 : 0)"
-                                                 : "(ft_k < " + lit(st.k) + " ? ft_max(0, ft_min(8, " + nn + " - ft_c)) : 0)"));
+        // Elements of the chunk inside the region and K (A: K is a multiple of the chunk's, so all
+        // or none).
+        b.push_back(let(kIndexType, "ft_v", is_a ? "(ft_r < " + nm + " && ft_k < " + lit(st.k) + " ? " + lit(lanes) + " : 0)"
+                                                 : "(ft_k < " + lit(st.k) + " ? ft_max(0, ft_min(" + lit(lanes) + ", " + nn +
+                                                       " - ft_c)) : 0)"));
         b.push_back(let(kIndexType, "ft_s", base + " + ft_r * " + lit(pitch) + " + ft_c"));
         Block elements;
-        for (int i = 0; i < 8; ++i) {
+        for (int64_t i = 0; i < lanes; ++i) {
           elements.push_back(store(buf, "ft_s + " + lit(i), "(" + lit(i) + " < ft_v ? " + p + "[ft_at + " + lit(i) + "] : 0)"));
         }
-        b.push_back(if_then("ft_v == 0 || (ft_at & 7) == 0",
-                            {copy_async(buf, "ft_s", p, "(ft_v == 0 ? 0 : ft_at)", "ft_v * 2")}, elements));
+        b.push_back(if_then("ft_v == 0 || (ft_at & " + lit(lanes - 1) + ") == 0",
+                            {copy_async(buf, "ft_s", p, "(ft_v == 0 ? 0 : ft_at)", "ft_v * " + lit(16 / lanes))}, elements));
       });
       return thread_for("ft_e", "0", lit(rows * chunks), loop);
     }
@@ -191,13 +200,33 @@ void MmaMatMulStage::emit(Kernel& k) {
   }
   if (any_async) body.push_back(copy_async_commit());  // possibly empty: one group per step keeps the count
   const std::string slot = "(ft_ks % " + lit(stages) + ")";
-  Block slice;  // k in [ft_ks * step + ft_kq * 16, + 16)
-  for (int64_t i = 0; i < st.fm; ++i) {
+  Block slice;  // k in [ft_ks * step + ft_kq * kk, + kk)
+  if (tf32) {
+    // Each lane's elements of its fragments (kernel_ir.h's m16n8k8 layout), rounded to TF32.
+    slice.push_back(let(kIndexType, "ft_g", lane + " / 4"));
+    slice.push_back(let(kIndexType, "ft_t", lane + " % 4"));
+    for (int64_t i = 0; i < st.fm; ++i) {
+      for (int64_t q = 0; q < 4; ++q) {
+        const std::string row = "(" + wm0 + " + " + lit(i * 16 + 8 * (q % 2)) + " + ft_g)";
+        slice.push_back(assign(st.frag_a + "[" + std::to_string(i * 4 + q) + "]",
+                               "ft_tf32(" + st.a + "[" + slot + " * " + lit(st.slot_a) + " + " + row + " * " + lit(st.pitch_a) +
+                                   " + ft_kq * 8 + ft_t + " + lit(4 * (q / 2)) + "])"));
+      }
+    }
+    for (int64_t j = 0; j < st.fn; ++j) {
+      for (int64_t q = 0; q < 2; ++q) {
+        slice.push_back(assign(st.frag_b + "[" + std::to_string(j * 2 + q) + "]",
+                               "ft_tf32(" + st.b + "[" + slot + " * " + lit(st.slot_b) + " + (ft_kq * 8 + ft_t + " + lit(4 * q) +
+                                   ") * " + lit(st.pitch_b) + " + " + wn0 + " + " + lit(j * 8) + " + ft_g])"));
+      }
+    }
+  }
+  for (int64_t i = 0; i < st.fm && !tf32; ++i) {
     slice.push_back(ldmatrix(st.frag_a, i * 4, 4, false, st.a,
                              slot + " * " + lit(st.slot_a) + " + (" + wm0 + " + " + lit(i * 16) + " + " + lane + " % 16) * " +
                                  lit(st.pitch_a) + " + ft_kq * 16 + " + lane + " / 16 * 8"));
   }
-  for (int64_t j = 0; j < st.fn; j += 2) {
+  for (int64_t j = 0; j < st.fn && !tf32; j += 2) {
     const bool pair = j + 1 < st.fn;
     slice.push_back(ldmatrix(st.frag_b, j * 2, pair ? 4 : 2, true, st.b,
                              slot + " * " + lit(st.slot_b) + " + (ft_kq * 16 + " + lane + " % 16) * " + lit(st.pitch_b) +
@@ -206,7 +235,7 @@ void MmaMatMulStage::emit(Kernel& k) {
   for (int64_t i = 0; i < st.fm; ++i) {
     for (int64_t j = 0; j < st.fn; ++j) slice.push_back(mma(st.frag_c, (i * st.fn + j) * 4, st.frag_a, i * 4, st.frag_b, j * 2, st.mma));
   }
-  body.push_back(uniform_for("ft_kq", "0", lit(st.step / 16), slice));
+  body.push_back(uniform_for("ft_kq", "0", lit(st.step / kk), slice));
   k.body.push_back(uniform_for("ft_ks", "0", lit(steps), body));
   k.body.push_back(barrier());  // the last slot's reads before what follows writes shared memory
   // Accumulator fragments to the shared accumulator buffer (c_i at row g + 8 * (i / 2), column

@@ -1,22 +1,27 @@
 // The tensor-core form of the staged MatMul (sm_80+): Kernel IR matrix fragments, ldmatrix and
-// mma.m16n8k16 (codegen/kernel_ir.h gives their per-lane layout).
+// mma.m16n8k16 (codegen/kernel_ir.h gives their per-lane layout); for float32 operands (the TF32
+// precision policy's), fragments read element by element, rounded by cvt.rna.tf32.f32, and
+// mma.m16n8k8.tf32.
 //
 // Takes the lowering context and a MatMul that stages (stages/matmul.h's stages_matmul) whose
-// operands are both float16 or both bfloat16, with a candidate that asks for tensor cores
-// (uses_tensor_cores). mma_matmul_stage lays out the block's warps as a warps_m x warps_n grid over
-// the largest region's m16n8 fragments (the split with the fewest fragments per warp, then the
+// operands are both float16, both bfloat16 or both float32, with a candidate that asks for tensor
+// cores (uses_tensor_cores; the planner offers float32 ones only under `--precision tf32`).
+// mma_matmul_stage lays out the block's warps as a warps_m x warps_n grid over the largest
+// region's m16n8 fragments (the split with the fewest fragments per warp, then the
 // fewest fragment loads; each warp owns fm x fn of them), rounds the reduction step up to a
-// multiple of 16, allocates the 16-bit operand slices (A: warps_m*fm*16 rows x step, B: step x
+// multiple of 16 (TF32: 8), allocates the operand slices (A: warps_m*fm*16 rows x step, B: step x
 // warps_n*fn*8 columns; rows padded to an odd number of 16-byte units so the eight rows of an
 // ldmatrix phase fall in distinct banks) and declares the fragments as thread-locals (C: fm*fn*4
 // floats, A: fm*4 and B: fn*2 32-bit registers). Its emit runs a block-uniform loop over the
 // reduction steps: stage both slices (zero outside the region and beyond K, so tails of M, N and K
 // need no special case), a barrier, then per 16 of the step each warp loads A with ldmatrix.x4 and
-// B with ldmatrix.x4.trans (.x2.trans for an odd last fragment) and issues its mma; a barrier.
+// B with ldmatrix.x4.trans (.x2.trans for an odd last fragment) and issues its mma (TF32: per 8
+// of the step each lane reads and rounds its 4 A and 2 B elements of each fragment); a barrier.
 // After the last step each lane writes its accumulator elements inside the region to the product's
 // shared accumulators for the epilogue, as on the scalar path. Guarantees: warp-synchronous
 // statements only at block-uniform points, reached by every lane; every ldmatrix row address lies
-// inside its slice and is 16-byte aligned; the product summed in float (each 16-bit product exact).
+// inside its slice and is 16-byte aligned; the product summed in float (each 16-bit or TF32
+// product exact).
 #pragma once
 
 #include <memory>

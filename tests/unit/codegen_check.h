@@ -47,12 +47,15 @@ inline void check_groups(const Graph& g, const std::vector<planner::FusionGroup>
   struct Case {
     planner::FusionGroup group;
     codegen::LoweredKernel kernel;
+    bool tf32 = false;  // float32 MatMuls on TF32 tensor cores: compared at TF32's tolerance
   };
   std::vector<Case> cases;
   std::vector<codegen::Kernel> kernels;
   for (size_t k = 0; k < groups.size(); ++k) {
     Case c{groups[k], {}};
-    c.kernel = codegen::lower_group(g, groups[k], config(groups[k]), "k" + std::to_string(k));
+    const planner::TileConfig cfg = config(groups[k]);
+    c.kernel = codegen::lower_group(g, groups[k], cfg, "k" + std::to_string(k));
+    c.tf32 = backend::tf32_kernel(g, groups[k], cfg.str());
     kernels.push_back(c.kernel.kernel);
     cases.push_back(std::move(c));
   }
@@ -71,7 +74,9 @@ inline void check_groups(const Graph& g, const std::vector<planner::FusionGroup>
     std::mt19937 rng(seed);
     for (const Case& c : cases) {
       for (int trial = 0; trial < 2; ++trial) {
-        const backend::VerifyResult r = backend::verify_kernel(g, c.group, c.kernel, *backend, *module, rng);
+        backend::VerifyOptions verify;
+        verify.tf32 = c.tf32;
+        const backend::VerifyResult r = backend::verify_kernel(g, c.group, c.kernel, *backend, *module, rng, verify);
         EXPECT_TRUE(r.ok) << label << " on " << backend->name() << ", seed " << seed << ", group '" << c.group.pattern
                           << "' (" << c.kernel.kernel.name << "): " << r.detail << "\n" << to_text(c.kernel.kernel);
       }

@@ -154,6 +154,102 @@ TEST(TensorCoreEmulation, OneMmaEqualsADirectProduct) {
   }
 }
 
+// Two warps of one TF32 mma.m16n8k8 each: warp w's A (16x8 row-major at a + 128w), B (8x8, k x n
+// row-major at b + 64w), C (16x8 at c + 128w); each lane rounds and packs its fragment registers
+// from the PTX ISA's table for m16n8k8 .tf32: a0 = A[g][t], a1 = A[g+8][t], a2 = A[g][t+4],
+// a3 = A[g+8][t+4]; b0 = B[t][g], b1 = B[t+4][g].
+Kernel one_tf32_mma_kernel() {
+  Kernel k;
+  k.name = "mma_tf32";
+  k.threads = 64;
+  k.params = {{"a", DType::kF32, 256, false}, {"b", DType::kF32, 128, false}, {"c", DType::kF32, 256, false}, {"d", DType::kF32, 256, true}};
+  k.thread_locals = {{"fa", 4, DType::kU32}, {"fb", 2, DType::kU32}, {"fc", 4, DType::kF32}};
+  const std::string w = "(ft_thread / 32)", g = "((ft_thread % 32) / 4)", t = "(ft_thread % 4)";
+  const auto at = [&](const std::string& row, const std::string& col, int64_t rows, int64_t pitch) {
+    return w + " * " + std::to_string(rows * pitch) + " + (" + row + ") * " + std::to_string(pitch) + " + (" + col + ")";
+  };
+  const std::string g8 = "(" + g + " + 8)", t4 = "(" + t + " + 4)";
+  Block setup = {assign("fa[0]", "ft_tf32(a[" + at(g, t, 16, 8) + "])"), assign("fa[1]", "ft_tf32(a[" + at(g8, t, 16, 8) + "])"),
+                 assign("fa[2]", "ft_tf32(a[" + at(g, t4, 16, 8) + "])"), assign("fa[3]", "ft_tf32(a[" + at(g8, t4, 16, 8) + "])"),
+                 assign("fb[0]", "ft_tf32(b[" + at(t, g, 8, 8) + "])"), assign("fb[1]", "ft_tf32(b[" + at(t4, g, 8, 8) + "])")};
+  const std::string c0 = "(2 * " + t + ")", c1 = "(2 * " + t + " + 1)";
+  const std::string cells[4] = {at(g, c0, 16, 8), at(g, c1, 16, 8), at(g8, c0, 16, 8), at(g8, c1, 16, 8)};
+  for (int i = 0; i < 4; ++i) setup.push_back(assign("fc[" + std::to_string(i) + "]", "c[" + cells[i] + "]"));
+  k.body.push_back(serial_for("ft_once", "0LL", "1LL", setup));
+  k.body.push_back(mma("fc", 0, "fa", 0, "fb", 0, DType::kF32));
+  Block out;
+  for (int i = 0; i < 4; ++i) out.push_back(store("d", cells[i], "fc[" + std::to_string(i) + "]"));
+  k.body.push_back(serial_for("ft_once", "0LL", "1LL", out));
+  return k;
+}
+
+// TF32 as cvt.rna.tf32.f32 rounds: to 10 mantissa bits, ties away from zero (written here with
+// frexp and round, apart from the prelude's bit arithmetic).
+double tf32_rounded(float x) {
+  if (x == 0.0f || !std::isfinite(x)) return x;
+  int e = 0;
+  const double m = std::frexp(static_cast<double>(x), &e);  // |m| in [0.5, 1): 11 significant bits = m * 2^11
+  return std::ldexp(std::round(std::ldexp(m, 11)), e - 11);
+}
+
+TEST(TensorCoreEmulation, OneTf32MmaRoundsItsOperandsAndEqualsADirectProduct) {
+  auto backend = backend::make_host_backend();
+  const Kernel k = one_tf32_mma_kernel();
+  auto module = backend->load({k});
+  std::mt19937 rng(13);
+  for (bool integers : {true, false}) {
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::uniform_int_distribution<int> small(-4, 4);
+    const auto draw = [&]() { return integers ? static_cast<float>(small(rng)) : normal(rng); };
+    std::vector<float> a(256), b(128), c(256);
+    for (auto& x : a) x = draw();
+    for (auto& x : b) x = draw();
+    for (auto& x : c) x = draw();
+    if (!integers) {
+      a[3] = 1.0f + 0x1.0p-11f;   // a tie: away from zero, to 1 + 2^-10
+      a[5] = -(1.0f + 0x1.0p-11f);
+      b[2] = 1.0f + 0x1.8p-12f;   // below the tie: to 1
+    }
+    auto ab = backend->allocate(a.size() * 4), bb = backend->allocate(b.size() * 4), cb = backend->allocate(c.size() * 4);
+    ab->upload(a.data(), a.size() * 4);
+    bb->upload(b.data(), b.size() * 4);
+    cb->upload(c.data(), c.size() * 4);
+    auto db = backend->allocate(256 * 4);
+    db->fill_byte(0xFF);
+    module->launch(k.name, {ab.get(), bb.get(), cb.get(), db.get()});
+    std::vector<float> d(256);
+    db->download(d.data(), d.size() * 4);
+    for (int w = 0; w < 2; ++w) {
+      for (int i = 0; i < 16; ++i) {
+        for (int j = 0; j < 8; ++j) {
+          double want = c[static_cast<size_t>(w * 128 + i * 8 + j)], magnitude = std::fabs(want);
+          for (int kk = 0; kk < 8; ++kk) {
+            const double p = tf32_rounded(a[static_cast<size_t>(w * 128 + i * 8 + kk)]) * tf32_rounded(b[static_cast<size_t>(w * 64 + kk * 8 + j)]);
+            want += p;
+            magnitude += std::fabs(p);
+          }
+          const float got = d[static_cast<size_t>(w * 128 + i * 8 + j)];
+          if (integers) {
+            EXPECT_EQ(got, static_cast<float>(want)) << "warp " << w << " at " << i << "," << j;
+          } else {
+            EXPECT_NEAR(got, want, 1e-6 * magnitude + 1e-7) << "warp " << w << " at " << i << "," << j;
+          }
+        }
+      }
+    }
+  }
+  // One m16n8k8 per warp: 2 * 16 * 8 * 8 = 2,048 operations; two warps, two launches.
+  EXPECT_EQ(module->counters().at(k.name).flops, 2u * 2u * 2048u);
+  if (backend::nvrtc_available()) {
+    for (const char* arch : {"sm_80", "sm_90"}) {
+      const std::string ptx = backend::compile_ptx(emit_cuda({k}), arch);
+      EXPECT_NE(ptx.find("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"), std::string::npos) << arch;
+      EXPECT_NE(ptx.find("cvt.rna.tf32.f32"), std::string::npos) << arch;
+      EXPECT_FALSE(backend::compile_cuda(emit_cuda({k}), arch).cubin.empty()) << arch;
+    }
+  }
+}
+
 TEST(TensorCoreEmulation, MatrixStatementsOnlyWhereBarriersMayBeAndOnDeclaredFragments) {
   Kernel k = one_mma_kernel(DType::kF16, true);
   const Kernel good = k;
@@ -171,7 +267,7 @@ TEST(TensorCoreEmulation, MatrixStatementsOnlyWhereBarriersMayBeAndOnDeclaredFra
   k = good;
   k.body.push_back(ldmatrix("fa", 0, 4, false, "c", "0LL"));  // not a shared allocation
   EXPECT_THROW(verify_ir(k), Error);
-  EXPECT_THROW(mma("fc", 0, "fa", 0, "fb", 0, DType::kF32), Error);
+  EXPECT_THROW(mma("fc", 0, "fa", 0, "fb", 0, DType::kF64), Error);  // float16, bfloat16 or float32 (TF32) only
   EXPECT_THROW(ldmatrix("fa", 0, 3, false, "sa", "0LL"), Error);
 }
 
@@ -239,6 +335,33 @@ TEST(TensorCoreMatMul, ChainsMatchTheReferenceOnEveryTile) {
       }, std::string(dtype_name(dtype)) + " chains/" + tile.str());
     }
   }
+}
+
+// The same chains in float32 on TF32 tensor cores (m16n8k8, operands rounded by cvt.rna): against
+// the reference under TF32's tolerance (reference::tf32_tolerance), which the exact-float32
+// tolerance would not grant.
+TEST(TensorCoreMatMul, FloatThirtyTwoChainsOnTf32MatchTheReferenceOnEveryTile) {
+  const Chains c = matmul_chains(DType::kF32);
+  for (const TileConfig& tile : kMmaTiles) {
+    check_groups(c.g, c.groups, [&](const FusionGroup& fg) {
+      return with_batch(tile, c.g.value(fg.outputs[0]).shape.size());
+    }, "float32 chains on TF32/" + tile.str());
+  }
+  // What TF32 is: the 1000-deep product differs from float32's by more than float32's tolerance.
+  const FusionGroup& deep = c.groups[6];  // {7, 1000} x {1000, 17}
+  ASSERT_EQ(c.g.value(c.g.nodes()[static_cast<size_t>(deep.nodes[0])].inputs[0]).shape, (Shape{7, 1000}));
+  const LoweredKernel lk = lower_group(c.g, deep, TileConfig{{16, 24}, 32, 64, 1, true}, "deep");
+  auto backend = backend::make_host_backend();
+  auto module = backend->load({lk.kernel});
+  std::mt19937 rng(3);
+  backend::VerifyOptions exact;
+  EXPECT_FALSE(backend::verify_kernel(c.g, deep, lk, *backend, *module, rng, exact).ok);
+  std::mt19937 same(3);
+  backend::VerifyOptions tf32;
+  tf32.tf32 = true;
+  EXPECT_TRUE(backend::verify_kernel(c.g, deep, lk, *backend, *module, same, tf32).ok);
+  EXPECT_TRUE(backend::tf32_kernel(c.g, deep, "tile=16x24 k=32 threads=64 mma"));
+  EXPECT_FALSE(backend::tf32_kernel(c.g, deep, "tile=16x24 k=32 threads=64"));
 }
 
 // The planner's best tensor-core candidate for each chain (on these small shapes the plain
@@ -380,8 +503,20 @@ TEST(TensorCorePlanner, MmaCandidatesOnlyForSixteenBitContractionsOnSm80) {
     ASSERT_EQ(cands.size(), again.size());
     for (size_t i = 0; i < cands.size(); ++i) EXPECT_EQ(cands[i].config, again[i].config) << "not deterministic";
     if (dtype == DType::kF32) {
+      // float32 goes to tensor cores only under the TF32 precision policy.
       EXPECT_EQ(count_mma(cands), 0);
-      EXPECT_FALSE(planner::evaluate_tile(g, fg, h100, TileConfig{{64, 64}, 32, 128, 1, true}).valid);
+      const planner::Cost refused = planner::evaluate_tile(g, fg, h100, TileConfig{{64, 64}, 32, 128, 1, true});
+      EXPECT_FALSE(refused.valid);
+      EXPECT_NE(refused.reject.find("only under the TF32 precision policy"), std::string::npos) << refused.reject;
+      planner::TilingOptions tf32;
+      tf32.tf32 = true;
+      const auto on_tf32 = planner::tile_candidates(g, fg, h100, tf32);
+      ASSERT_TRUE(on_tf32.front().config.mma) << on_tf32.front().config.str();
+      EXPECT_LT(on_tf32.front().cost.modeled_us, cands.front().cost.modeled_us);
+      const planner::Cost taken = planner::evaluate_tile(g, fg, h100, TileConfig{{64, 64}, 32, 128, 1, true}, tf32);
+      ASSERT_TRUE(taken.valid) << taken.reject;
+      // At the rate mma.sync attains on TF32: 2 x 512 x 768 x 1024 operations, at least.
+      EXPECT_GE(taken.modeled_us, 2.0 * 512 * 768 * 1024 / (h100.mma_sync_tf32_tflops * 1e6));
       continue;
     }
     ASSERT_TRUE(cands.front().config.mma) << cands.front().config.str();
