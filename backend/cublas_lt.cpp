@@ -90,7 +90,8 @@ class LtCall : public CublasLtCall {
 
   bool init(std::string& why) {
     const cudaDataType_t dt = call_.dtype == DType::kF16 ? CUDA_R_16F : CUDA_R_32F;
-    if (lt_.desc_create(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) return fail_with(why, "descriptor");
+    const cublasComputeType_t compute = call_.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    if (lt_.desc_create(&desc_, compute, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) return fail_with(why, "descriptor");
     const cublasLtEpilogue_t epilogue = call_.bias ? (call_.relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
                                                    : (call_.relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
     lt_.desc_set(desc_, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue);

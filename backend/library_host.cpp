@@ -30,6 +30,11 @@ void run_library_call_host(const planner::LibraryCall& c, void* const* args, int
   const void* residual = c.residual ? args[next++] : nullptr;
   void* y = args[next];
   const int64_t rows = c.batch * c.m;
+  // TF32 mode: each operand rounded to TF32 as the tensor cores take it (products exact in float).
+  const auto operand = [&](const void* base, int64_t i) {
+    const float v = load(base, i, c.dtype);
+    return c.tf32 ? round_to_tf32(v) : v;
+  };
   auto work = [&](int64_t lo, int64_t hi) {
     std::vector<float> acc(static_cast<size_t>(c.n));
     for (int64_t r = lo; r < hi; ++r) {
@@ -37,8 +42,8 @@ void run_library_call_host(const planner::LibraryCall& c, void* const* args, int
       const int64_t b_base = c.b_batched ? batch * c.k * c.n : 0;
       std::fill(acc.begin(), acc.end(), 0.0f);
       for (int64_t kk = 0; kk < c.k; ++kk) {
-        const float av = load(a, r * c.k + kk, c.dtype);
-        for (int64_t j = 0; j < c.n; ++j) acc[static_cast<size_t>(j)] += av * load(b, b_base + kk * c.n + j, c.dtype);
+        const float av = operand(a, r * c.k + kk);
+        for (int64_t j = 0; j < c.n; ++j) acc[static_cast<size_t>(j)] += av * operand(b, b_base + kk * c.n + j);
       }
       for (int64_t j = 0; j < c.n; ++j) {
         float v = acc[static_cast<size_t>(j)];

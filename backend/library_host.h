@@ -3,7 +3,7 @@
 // everywhere. Takes a call and the raw buffers bound to its parameters (A, B, [bias], [residual],
 // Y); computes Y = [Relu](A·B [+ bias] [+ residual]) with float accumulation (as cuBLASLt's
 // float32 compute type does), rows spread over `workers` threads. float16 data is converted to
-// and from float.
+// and from float. A TF32 call (LibraryCall::tf32) rounds each operand to TF32 first.
 #pragma once
 
 #include "planner/library_call.h"

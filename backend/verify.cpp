@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/ops.h"
+#include "planner/library_call.h"
 #include "planner/tiling.h"
 #include "reference/kernels.h"
 
@@ -115,6 +116,7 @@ bool tf32_kernel(const Graph& g, const planner::FusionGroup& group, const std::s
   std::string word;
   bool mma = false;
   while (words >> word) mma = mma || word == "mma";
+  if (config == std::string("library=") + planner::kCublasLtTf32) return true;
   return mma && std::any_of(group.nodes.begin(), group.nodes.end(), [&](int n) {
            const Node& node = g.nodes()[static_cast<size_t>(n)];
            return planner::tensor_core_operands(g, node) && g.value(node.inputs[0]).dtype == DType::kF32;

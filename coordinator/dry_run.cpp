@@ -115,6 +115,7 @@ DryRunReport dry_run(const JobPlanner& job, const DryRunOptions& options) {
   r.lower_s = seconds_since(t0);
   r.tasks = tasks.size();
   planner::PlanOptions plan_options;
+  plan_options.tiling.tf32 = planner::tf32_precision(job.options().precision);
   runtime::BundleOptions bundle_options;
   check_tasks(tasks, options, r, plan_options.rejected);
   bundle_options.rejected = plan_options.rejected;

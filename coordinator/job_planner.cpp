@@ -31,7 +31,7 @@ std::string JobOptions::to_json() const {
   return json{{"shapes", shapes_json},     {"candidates", candidates},   {"seed", seed},
               {"plan_device", plan_device}, {"warmup", warmup},           {"min_repeats", min_repeats},
               {"max_repeats", max_repeats}, {"min_time_ms", min_time_ms}, {"timeout_ms", timeout_ms},
-              {"trials", trials},           {"time_s", time_s}}
+              {"trials", trials},           {"time_s", time_s},           {"precision", precision}}
       .dump();
 }
 
@@ -70,6 +70,13 @@ JobOptions JobOptions::from_json(const std::string& text) {
         o.trials = it->get<int>();
       } else if (key == "time_s") {
         o.time_s = it->get<double>();
+      } else if (key == "precision") {
+        o.precision = it->get<std::string>();
+        try {
+          planner::tf32_precision(o.precision);
+        } catch (const Error& e) {
+          fail("job option 'precision': ", e.what());
+        }
       } else {
         fail("unknown job option '", key, "'");
       }
@@ -168,7 +175,7 @@ JobPlanner::JobPlanner(const fs::path& onnx, const std::string& model_name, cons
     for (size_t at; (at = msg.find(dir_prefix)) != std::string::npos;) msg.replace(at, dir_prefix.size(), "");
     fail(model_name, ": ", msg);
   }
-  s_->modeled = planner::plan_model(s_->graph, s_->plan_device, search_plan_options());
+  s_->modeled = planner::plan_model(s_->graph, s_->plan_device, search_plan_options(s_->options));
 }
 
 JobPlanner::~JobPlanner() = default;
@@ -249,9 +256,10 @@ wire::Candidate wire_candidate(const codegen::LoweredKernel& lk, const planner::
   return w;
 }
 
-planner::PlanOptions search_plan_options() {
+planner::PlanOptions search_plan_options(const JobOptions& options) {
   planner::PlanOptions o;
   o.tiling.top_k = kSearchSpace;
+  o.tiling.tf32 = planner::tf32_precision(options.precision);
   return o;
 }
 
@@ -306,7 +314,7 @@ const planner::GroupPlan& JobPlanner::group(const std::string& signature) const 
 }
 
 planner::ModelPlan JobPlanner::final_plan(const planner::Measurements& measured) const {
-  return planner::plan_model(s_->graph, s_->plan_device, search_plan_options(), &measured);
+  return planner::plan_model(s_->graph, s_->plan_device, search_plan_options(s_->options), &measured);
 }
 
 runtime::Bundle JobPlanner::bundle(const planner::ModelPlan& plan, const MeasuredDigests& measured) const {

@@ -50,6 +50,9 @@ struct JobOptions {
   // many seconds of the job (0: no limit).
   int trials = 0;
   double time_s = 0;
+  // The precision policy (planner::tf32_precision): "model", or "tf32" (float32 MatMuls may run on
+  // TF32 tensor cores; their candidates are verified at TF32's tolerance).
+  std::string precision = "model";
 
   std::string to_json() const;
   static JobOptions from_json(const std::string& text);  // errors name the field
@@ -61,7 +64,7 @@ struct JobOptions {
 inline constexpr int kRoundsByDefault = 3;
 // The search space of a group: its kSearchSpace best modeled valid configurations.
 inline constexpr int kSearchSpace = 512;
-planner::PlanOptions search_plan_options();
+planner::PlanOptions search_plan_options(const JobOptions& options);
 
 // A lowered candidate as a task carries it to workers: its configuration, kernel name, CUDA text,
 // launch shape, library call and parameters bound to the sub-graph's values (no source digest).

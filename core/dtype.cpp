@@ -2,6 +2,7 @@
 
 #include <bit>
 #include <cmath>
+#include <cstring>
 
 namespace fusetune {
 
@@ -149,6 +150,19 @@ int dtype_to_onnx(DType t) {
     case DType::kUndefined: return 0;
   }
   return 0;
+}
+
+float round_to_tf32(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7f800000u) == 0x7f800000u) {
+    if ((u & 0x7fffffffu) > 0x7f800000u) u |= 0x00400000u;  // a NaN stays quiet and a NaN
+  } else {
+    u += 0x1000u;  // half of the dropped 13 bits: the carry rounds the magnitude away from zero at a tie
+  }
+  u &= ~0x1fffu;
+  std::memcpy(&f, &u, 4);
+  return f;
 }
 
 uint16_t float_to_half(float f) {

@@ -56,5 +56,8 @@ uint16_t float_to_half(float f);
 float half_to_float(uint16_t h);
 uint16_t float_to_bfloat16(float f);
 float bfloat16_to_float(uint16_t b);
+// A float rounded to TF32's 10 mantissa bits, to nearest with ties away from zero (as
+// cvt.rna.tf32.f32); infinities and NaNs keep their class.
+float round_to_tf32(float f);
 
 }  // namespace fusetune

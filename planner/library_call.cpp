@@ -11,7 +11,8 @@ using nlohmann::json;
 
 std::string LibraryCall::to_json() const {
   return json{{"library", library}, {"dtype", std::string(dtype_name(dtype))}, {"batch", batch}, {"m", m}, {"n", n},
-              {"k", k}, {"b_batched", b_batched}, {"bias", bias}, {"residual", residual}, {"relu", relu}}
+              {"k", k}, {"b_batched", b_batched}, {"bias", bias}, {"residual", residual}, {"relu", relu},
+              {"tf32", tf32}}
       .dump();
 }
 
@@ -32,10 +33,12 @@ LibraryCall LibraryCall::from_json(const std::string& text) {
     c.bias = j.at("bias").get<bool>();
     c.residual = j.at("residual").get<bool>();
     c.relu = j.at("relu").get<bool>();
+    c.tf32 = j.value("tf32", false);  // absent from calls written before the TF32 policy
   } catch (const json::exception& e) {
     fail("library call: ", e.what());
   }
   check(c.batch >= 1 && c.m >= 1 && c.n >= 1 && c.k >= 1, "library call: dimensions must be positive");
+  check(!c.tf32 || c.dtype == DType::kF32, "library call: TF32 for a ", dtype_name(c.dtype), " call (float32 only)");
   return c;
 }
 
@@ -118,7 +121,7 @@ double library_cost_us(const LibraryCall& c, const Device& d, double launch_over
                                  c.batch * c.m * c.n * (c.residual ? 2 : 1) + (c.bias ? c.n : 0));
   if (dram_bytes != nullptr) *dram_bytes = bytes;
   const double flops = 2.0 * static_cast<double>(c.batch * c.m) * static_cast<double>(c.n * c.k);
-  const double tflops = c.dtype == DType::kF16 ? d.fp16_tensor_tflops : d.fp32_tflops;
+  const double tflops = c.tf32 ? d.tf32_tensor_tflops : c.dtype == DType::kF16 ? d.fp16_tensor_tflops : d.fp32_tflops;
   constexpr double kEfficiency = 0.7;  // a tuned library kernel on a large problem; small ones are latency-bound
   const double compute_us = flops / (tflops * 1e6 * kEfficiency);
   const double memory_us = static_cast<double>(bytes) / (d.dram_bandwidth_gbps * 1e3 * kEfficiency);

@@ -9,8 +9,10 @@
 // and the group exports Y alone. cuBLASLt computes D = act(A·B + C + bias) with C the residual,
 // which is this pattern. Guarantees: a match binds the call's parameters to the group's values in
 // the order A, B, [bias], [residual], Y; the JSON form (stored with kernels, plan bundles and
-// measurement tasks) holds the shapes and the epilogue, nothing graph-specific, and parses back
-// to an equal call. library_cost models the call as the device's roofline at a fixed efficiency.
+// measurement tasks) holds the shapes, the epilogue and the TF32 mode (a float32 call on TF32
+// tensor cores, the `--precision tf32` policy's), nothing graph-specific, and parses back to an
+// equal call. library_cost models the call as the device's roofline at a fixed efficiency (the
+// tensor peak of its type: float16, TF32; float32 on FP32).
 #pragma once
 
 #include <optional>
@@ -32,6 +34,7 @@ struct LibraryCall {
   bool bias = false;
   bool residual = false;
   bool relu = false;
+  bool tf32 = false;  // float32 on TF32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32): the TF32 policy's
 
   std::string to_json() const;
   static LibraryCall from_json(const std::string& text);  // errors name the field
@@ -45,6 +48,12 @@ struct LibraryMatch {
 };
 
 std::optional<LibraryMatch> match_library_call(const Graph& g, const FusionGroup& group);
+
+// The libraries a candidate names (TileConfig::library): cuBLASLt at the model's types, and for a
+// float32 call under the TF32 precision policy (TilingOptions::tf32) cuBLASLt with TF32 tensor
+// cores, as torch's allow_tf32 asks of cuBLAS.
+inline constexpr const char* kCublasLt = "cublasLt";
+inline constexpr const char* kCublasLtTf32 = "cublasLt-tf32";
 
 // Modeled time (microseconds) and DRAM bytes of the call on a device.
 double library_cost_us(const LibraryCall& call, const Device& d, double launch_overhead_us, int64_t* dram_bytes);

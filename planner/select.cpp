@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "core/error.h"
 #include "core/signature.h"
 
 namespace fusetune::planner {
@@ -130,6 +131,12 @@ std::vector<GroupPlan> best_split(Planner& planner, const FusionGroup& group, co
 
 }  // namespace
 
+bool tf32_precision(const std::string& precision) {
+  check(precision == "model" || precision == "tf32", "precision '", precision.substr(0, 64),
+        "' is not a policy (model: the model's types; tf32: float32 MatMuls on TF32 tensor cores)");
+  return precision == "tf32";
+}
+
 ModelPlan plan_model(const Graph& g, const Device& d, const PlanOptions& opt, const Measurements* measurements) {
   Planner planner(g, d, opt, measurements);
   FusionOptions fusion = opt.fusion;
@@ -165,6 +172,7 @@ ModelPlan plan_model(const Graph& g, const Device& d, const PlanOptions& opt, co
   std::set<int> launch_ids;
   for (const GroupPlan& gp : plan.groups) launch_ids.insert(gp.group.launch);
   plan.launches = static_cast<int>(launch_ids.size());
+  plan.tf32 = opt.tiling.tf32;
   double packed_saving = 0;
   std::map<int, int> per_launch;
   for (const GroupPlan& gp : plan.groups) {

@@ -66,7 +66,13 @@ struct ModelPlan {
   // (nothing to fall back to) are in the plan, `failed` set. Patterns, in planning order.
   std::vector<std::string> failed_groups;
   std::vector<GroupPlan> compared;  // every group weighed, one per signature, in first-seen order
+  bool tf32 = false;  // planned under the TF32 precision policy (TilingOptions::tf32)
 };
+
+// The precision policy a `--precision` flag or a job's "precision" option names: "model" (the
+// model's types; false) or "tf32" (float32 MatMuls may run as TF32 on tensor cores; true). Throws
+// Error naming the value otherwise.
+bool tf32_precision(const std::string& precision);
 
 ModelPlan plan_model(const Graph& g, const Device& d, const PlanOptions& opt = {},
                      const Measurements* measurements = nullptr);

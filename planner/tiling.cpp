@@ -174,9 +174,19 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
                    const TilingOptions& opt) {
   Cost c;
   if (!cfg.library.empty()) {
-    const auto match = match_library_call(g, group);
+    auto match = match_library_call(g, group);
     if (!match) {
       c.reject = "the group is not a pattern " + cfg.library + " runs";
+      return c;
+    }
+    if (cfg.library == kCublasLtTf32) {
+      if (!opt.tf32 || match->call.dtype != DType::kF32) {
+        c.reject = "cuBLASLt's TF32 mode is for float32 calls under the TF32 precision policy";
+        return c;
+      }
+      match->call.tf32 = true;
+    } else if (cfg.library != kCublasLt) {
+      c.reject = "unknown library '" + cfg.library + "'";
       return c;
     }
     c.valid = true;
@@ -847,10 +857,10 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
     return a.config.str() < b.config.str();
   });
   if (static_cast<int>(all.size()) > opt.top_k) all.resize(static_cast<size_t>(opt.top_k));
-  if (match_library_call(g, group)) {  // the library candidate stays whatever its modeled rank
+  if (const auto match = match_library_call(g, group)) {  // the library candidate stays whatever its modeled rank
     TileConfig cfg;
     cfg.tile = rs;
-    cfg.library = "cublasLt";
+    cfg.library = opt.tf32 && match->call.dtype == DType::kF32 ? kCublasLtTf32 : kCublasLt;
     const Candidate lib{cfg, evaluate_tile(g, group, d, cfg, opt)};
     if (static_cast<int>(all.size()) >= opt.top_k) all.pop_back();
     all.insert(std::upper_bound(all.begin(), all.end(), lib,

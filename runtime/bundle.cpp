@@ -264,6 +264,7 @@ Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, const plan
                          {"device", device.name},
                          {"arch", device.arch},
                          {"nvrtc", nvrtc},
+                         {"precision", plan.tf32 ? "tf32" : "model"},
                          {"inputs", inputs},
                          {"outputs", outputs},
                          {"buffers", buffers},

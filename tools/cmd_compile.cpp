@@ -1,7 +1,9 @@
 // fusetune compile MODEL.onnx --device NAME|--device-file PATH --out DIR [--shape NAME=DxD...]
-// [--dump-ir]: plans the model with modeled costs (an untuned plan: the top candidate per group),
-// generates its kernels and writes the plan bundle (docs/plan-format.md). --dump-ir also prints
-// the Kernel IR (codegen::to_text) of every kernel of the bundle, in launch order.
+// [--precision model|tf32] [--dump-ir]: plans the model with modeled costs (an untuned plan: the
+// top candidate per group), generates its kernels and writes the plan bundle
+// (docs/plan-format.md). --precision tf32 lets float32 MatMuls run on TF32 tensor cores
+// (docs/planner.md, "Precision policy"). --dump-ir also prints the Kernel IR (codegen::to_text)
+// of every kernel of the bundle, in launch order.
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -20,9 +22,12 @@
 namespace fusetune::cli {
 
 int cmd_compile(const std::vector<std::string>& argv) {
-  const Args args(argv, {"device", "device-file", "shape", "out"}, {"dump-ir"});
+  const Args args(argv, {"device", "device-file", "shape", "out", "precision"}, {"dump-ir"});
   check(args.positional().size() == 1 && args.has("out") && (args.has("device") || args.has("device-file")),
-        "usage: fusetune compile MODEL.onnx --device NAME|--device-file PATH --out DIR [--shape NAME=DxD...] [--dump-ir]");
+        "usage: fusetune compile MODEL.onnx --device NAME|--device-file PATH --out DIR [--shape NAME=DxD...] "
+        "[--precision model|tf32] [--dump-ir]");
+  planner::PlanOptions popt;
+  popt.tiling.tf32 = planner::tf32_precision(args.get("precision", "model"));
   const std::filesystem::path model = args.positional()[0];
   const planner::Device device =
       args.has("device-file") ? planner::load_device(args.get("device-file")) : planner::find_device(args.get("device"));
@@ -30,7 +35,7 @@ int cmd_compile(const std::vector<std::string>& argv) {
   opt.input_shapes = shape_overrides(args);
   const auto t0 = std::chrono::steady_clock::now();
   const importer::ImportedModel m = importer::import_onnx(model, opt);
-  const planner::ModelPlan plan = planner::plan_model(m.graph, device);
+  const planner::ModelPlan plan = planner::plan_model(m.graph, device, popt);
   const runtime::Bundle bundle = runtime::compile_bundle(m.graph, plan, device, model.filename().string());
   runtime::write_bundle(bundle, args.get("out"));
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

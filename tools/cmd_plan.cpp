@@ -1,6 +1,6 @@
-// fusetune plan MODEL.onnx --device NAME|--device-file PATH [--shape ...] [--top-k K] [--json]:
-// fusion groups, kernel launches, each group's best modeled candidate, and modeled DRAM traffic
-// against the unfused and minimum figures of `inspect`.
+// fusetune plan MODEL.onnx --device NAME|--device-file PATH [--shape ...] [--top-k K]
+// [--precision model|tf32] [--json]: fusion groups, kernel launches, each group's best modeled
+// candidate, and modeled DRAM traffic against the unfused and minimum figures of `inspect`.
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -17,9 +17,10 @@
 namespace fusetune::cli {
 
 int cmd_plan(const std::vector<std::string>& argv) {
-  const Args args(argv, {"device", "device-file", "shape", "top-k"}, {"json", "no-fusion", "keep-fused"});
+  const Args args(argv, {"device", "device-file", "shape", "top-k", "precision"}, {"json", "no-fusion", "keep-fused"});
   check(args.positional().size() == 1 && (args.has("device") || args.has("device-file")),
-        "usage: fusetune plan MODEL.onnx --device NAME|--device-file PATH [--shape NAME=DxD...] [--top-k K] [--json]");
+        "usage: fusetune plan MODEL.onnx --device NAME|--device-file PATH [--shape NAME=DxD...] [--top-k K] "
+        "[--precision model|tf32] [--json]");
   const std::string path = args.positional()[0];
   const planner::Device device =
       args.has("device-file") ? planner::load_device(args.get("device-file")) : planner::find_device(args.get("device"));
@@ -30,6 +31,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
   popt.tiling.top_k = static_cast<int>(args.number("top-k", popt.tiling.top_k));
   check(popt.tiling.top_k >= 1, "--top-k must be at least 1");
   popt.compare_with_parts = !args.has("keep-fused");
+  popt.tiling.tf32 = planner::tf32_precision(args.get("precision", "model"));
   if (args.has("no-fusion")) {
     popt.fusion.epilogue = popt.fusion.prologue = popt.fusion.stitch = popt.fusion.pack = false;
   }

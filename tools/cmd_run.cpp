@@ -1,11 +1,13 @@
 // fusetune run MODEL.onnx|PLAN_DIR --inputs DIR [--out DIR] [--rtol R] [--atol A] [--shape ...]
 // [--backend auto|host|cuda]: runs a model on the reference interpreter, or a plan bundle
 // (fusetune compile) on the GPU or the host, on test data in the ONNX layout; writes the outputs
-// and compares them with DIR's output_N.pb where present.
+// and compares them with DIR's output_N.pb where present (a plan compiled with --precision tf32:
+// float32 outputs under reference::tf32_tolerance).
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "importer/importer.h"
@@ -26,6 +28,7 @@ namespace {
 struct Ran {
   std::vector<Tensor> outputs;
   std::vector<std::string> names;
+  bool tf32 = false;  // a plan compiled under the TF32 precision policy: float32 outputs at its tolerance
 };
 
 Ran run_model(const fs::path& model, const std::vector<std::string>& input_names, const importer::TestData& data,
@@ -60,6 +63,7 @@ Ran run_bundle(const fs::path& dir, const importer::TestData& data, const Args& 
   const std::vector<Tensor> inputs = importer::bind_inputs(names, data.inputs, nullptr);
   const auto t1 = std::chrono::steady_clock::now();
   Ran r;
+  r.tf32 = nlohmann::json::parse(bundle.manifest).value("precision", "model") == "tf32";
   r.outputs = runner.run(inputs);
   const auto t2 = std::chrono::steady_clock::now();
   for (const auto& spec : runner.outputs()) r.names.push_back(spec.name);
@@ -116,7 +120,8 @@ int cmd_run(const std::vector<std::string>& argv) {
   int matched = 0;
   for (size_t k = 0; k < r.outputs.size(); ++k) {
     const Tensor& want = data.outputs[k].tensor;
-    reference::Tolerance tol = reference::default_tolerance(want.dtype());
+    reference::Tolerance tol = r.tf32 && want.dtype() == DType::kF32 ? reference::tf32_tolerance()
+                                                                     : reference::default_tolerance(want.dtype());
     tol.rtol = args.number("rtol", tol.rtol);
     if (args.has("atol")) {
       tol.atol = args.number("atol", tol.atol);

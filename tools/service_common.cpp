@@ -134,7 +134,7 @@ std::set<std::string> http_limit_flags() {
 }
 
 std::set<std::string> with_job_option_flags(std::set<std::string> others) {
-  others.insert({"shape", "candidates", "plan-device", "trials", "time"});
+  others.insert({"shape", "candidates", "plan-device", "trials", "time", "precision"});
   return others;
 }
 
@@ -145,6 +145,7 @@ coordinator::JobOptions job_options(const Args& args) {
   options.plan_device = args.get("plan-device", options.plan_device);
   options.trials = static_cast<int>(args.number("trials", options.trials));
   options.time_s = args.number("time", options.time_s);
+  options.precision = args.get("precision", options.precision);
   // Checked as the coordinator checks them, so a bad value is named before anything is sent.
   return coordinator::JobOptions::from_json(options.to_json());
 }

@@ -44,7 +44,7 @@ dashboards::HttpOptions http_options(const Args& args, const std::string& addres
 std::set<std::string> http_limit_flags();
 // One line per job: id, state, model, device, tasks done/total, measured, cache hits.
 // A job's options from tune's and submit's flags: --shape, --candidates, --plan-device, --trials,
-// --time (seconds).
+// --time (seconds), --precision (model or tf32).
 coordinator::JobOptions job_options(const Args& args);
 // `others` and the flags job_options reads: the valued flags of a command that makes a job.
 std::set<std::string> with_job_option_flags(std::set<std::string> others);

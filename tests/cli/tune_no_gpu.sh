@@ -3,7 +3,9 @@
 # compiles every candidate with NVRTC for sm_90 and verifies it on the host, chooses by the cost
 # model, says that nothing was timed, stores nothing in the search database, and writes a plan
 # that `fusetune run` verifies against PyTorch's outputs. A second run finds every cubin in the
-# on-disk cache. (Without --no-timing the same happens on a machine with no GPU.)
+# on-disk cache. (Without --no-timing the same happens on a machine with no GPU.) With
+# `--precision tf32` among the extra arguments, the plan must record the policy and run a float32
+# MatMul on TF32 tensor cores, its candidates verified at TF32's tolerance.
 # usage: tune_no_gpu.sh FUSETUNE MODEL_DIR WORK_DIR [extra tune args...]
 set -eu
 fusetune=$1 model_dir=$2 work=$3
@@ -25,6 +27,11 @@ grep -q '^chosen by the cost model .*(modeled, not measured)$' "$work/plan.txt" 
   { echo "FAIL: the plan's time is not labelled modeled"; exit 1; }
 [ ! -e "$work/search.db" ] || { echo "FAIL: the dry run wrote a search database"; exit 1; }
 "$fusetune" run "$work/plan" --inputs "$model_dir/test_data_set_0"
+case " $* " in
+  *" --precision tf32 "*)
+    grep -q '"precision": "tf32"' "$work/plan/manifest.json" || { echo "FAIL: the plan does not record the TF32 policy"; exit 1; }
+    grep -q 'ft_mma_m16n8k8_tf32(' "$work/plan/kernels.cu" || { echo "FAIL: no kernel of the plan runs on TF32 tensor cores"; exit 1; } ;;
+esac
 if grep -q '^NVRTC (ptxas figures) .* kernels' "$work/plan.txt"; then
   tune plan2 "$@"
   grep -Eq '^NVRTC \(ptxas figures\) +([0-9]+) kernels, \1 from the cubin cache \(100%\)' "$work/plan2.txt" ||

@@ -239,6 +239,19 @@ TEST(JobOptions, EachOptionIsTakenWithinItsRangeAndRefusedOutsideNamingIt) {
   EXPECT_THROW(coordinator::JobOptions::from_json(R"({"shapes": {"x": [65536, 65536, 65536]}})"), Error);
   EXPECT_THROW(coordinator::JobOptions::from_json(R"({"shapes": {"x": [-1, 4]}})"), Error);
   EXPECT_NO_THROW(coordinator::JobOptions::from_json(R"({"shapes": {"x": [1, 3, 224, 224]}})"));
+  // The precision policy: one of two names, kept through JSON, steering the search's candidates.
+  const JobOptions tf32 = coordinator::JobOptions::from_json(R"({"precision": "tf32"})");
+  EXPECT_EQ(tf32.precision, "tf32");
+  EXPECT_EQ(coordinator::JobOptions::from_json(tf32.to_json()).precision, "tf32");
+  EXPECT_TRUE(search_plan_options(tf32).tiling.tf32);
+  EXPECT_FALSE(search_plan_options(JobOptions{}).tiling.tf32);
+  try {
+    coordinator::JobOptions::from_json(R"({"precision": "fp8"})");
+    ADD_FAILURE() << "precision fp8 was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("job option 'precision'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'fp8' is not a policy"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

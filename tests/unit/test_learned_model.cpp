@@ -27,7 +27,7 @@ double hidden_us(const planner::Candidate& c, double scale) {
 // Search spaces of the BERT test model's groups with at least 20 configurations.
 std::vector<std::vector<planner::Candidate>> spaces() {
   const Graph g = testing::load_test_model("bert");
-  const planner::ModelPlan plan = planner::plan_model(g, planner::find_device("h100"), coordinator::search_plan_options());
+  const planner::ModelPlan plan = planner::plan_model(g, planner::find_device("h100"), coordinator::search_plan_options({}));
   std::vector<std::vector<planner::Candidate>> out;
   for (const planner::GroupPlan& gp : plan.compared) {
     std::vector<planner::Candidate> space;

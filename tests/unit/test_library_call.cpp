@@ -1,9 +1,11 @@
 // Library calls (planner/library_call.h): which groups cuBLASLt can run whole, the library
 // candidate in the planner's lists, the host backend's equivalent GEMM against the reference on
-// odd shapes (float32 and float16), and a plan bundle whose plan takes the library call, run
-// through the plan runner against the reference interpreter.
+// odd shapes (float32 and float16), cuBLASLt's TF32 mode under the TF32 precision policy, and a
+// plan bundle whose plan takes the library call, run through the plan runner against the
+// reference interpreter.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
 
@@ -154,6 +156,61 @@ TEST(LibraryCall, HostGemmMatchesTheReferenceOnOddShapes) {
     EXPECT_TRUE(v.ok) << dtype_name(c.dt) << " batch " << c.batch << " m " << c.m << " n " << c.n << " k " << c.k << ": "
                       << v.detail;
   }
+}
+
+// cuBLASLt's TF32 mode (the TF32 precision policy's library candidate): offered instead of the
+// float32 call only under the policy and only for float32, charged at the TF32 tensor peak, carried
+// by the call's JSON, and on the host computed on operands rounded to TF32: within TF32's tolerance
+// of the reference, beyond float32's on a 1000-deep product.
+TEST(LibraryCall, Tf32ModeOnlyUnderThePolicyForFloatThirtyTwo) {
+  const planner::Device h100 = planner::find_device("h100");
+  const Gemm big = make_gemm(DType::kF32, 1, 2048, 4096, 1024, false, true, false, true);
+  planner::TilingOptions exact, tf32;
+  exact.top_k = tf32.top_k = 1;
+  tf32.tf32 = true;
+  const auto plain = planner::tile_candidates(big.g, big.group, h100, exact);
+  const auto fast = planner::tile_candidates(big.g, big.group, h100, tf32);
+  ASSERT_EQ(plain.size(), 1u);
+  ASSERT_EQ(fast.size(), 1u);
+  EXPECT_EQ(plain[0].config.str(), "library=cublasLt");
+  EXPECT_EQ(fast[0].config.str(), "library=cublasLt-tf32");
+  EXPECT_LT(fast[0].cost.modeled_us * 4, plain[0].cost.modeled_us);  // 495 against 67 TFLOP/s
+  EXPECT_FALSE(planner::evaluate_tile(big.g, big.group, h100, fast[0].config, exact).valid);
+  const Gemm half = make_gemm(DType::kF16, 1, 64, 64, 64, false, false, false, false);
+  planner::TileConfig half_tf32 = fast[0].config;
+  half_tf32.tile = {64, 64};
+  const planner::Cost refused = planner::evaluate_tile(half.g, half.group, h100, half_tf32, tf32);
+  EXPECT_FALSE(refused.valid);
+  EXPECT_NE(refused.reject.find("TF32 mode is for float32 calls"), std::string::npos) << refused.reject;
+  // The call's JSON carries the mode; a call written before it reads as float32.
+  planner::LibraryCall call = planner::match_library_call(big.g, big.group)->call;
+  call.tf32 = true;
+  EXPECT_TRUE(planner::LibraryCall::from_json(call.to_json()).tf32);
+  nlohmann::json old = nlohmann::json::parse(call.to_json());
+  old.erase("tf32");
+  EXPECT_FALSE(planner::LibraryCall::from_json(old.dump()).tf32);
+  old["tf32"] = true;
+  old["dtype"] = "float16";
+  EXPECT_THROW(planner::LibraryCall::from_json(old.dump()), Error);
+  // On the host: TF32's rounding shows on a deep product.
+  const Gemm deep = make_gemm(DType::kF32, 1, 9, 17, 1000, false, true, false, false);
+  planner::TileConfig cfg;
+  cfg.tile = deep.g.value(deep.g.outputs()[0]).shape;
+  cfg.library = planner::kCublasLtTf32;
+  const codegen::LoweredKernel lk = codegen::lower_group(deep.g, deep.group, cfg, "lib");
+  EXPECT_TRUE(planner::LibraryCall::from_json(lk.kernel.library).tf32);
+  EXPECT_TRUE(backend::tf32_kernel(deep.g, deep.group, cfg.str()));
+  auto backend = backend::make_host_backend();
+  auto module = backend->load(std::vector<codegen::Kernel>{lk.kernel});
+  const unsigned seed = testing::test_seed();
+  std::mt19937 rng(seed), same(seed);
+  backend::VerifyOptions at_tf32;
+  at_tf32.tf32 = true;
+  const backend::VerifyResult ok = backend::verify_kernel(deep.g, deep.group, "lib", lk.inputs, lk.outputs, *backend, *module, rng, at_tf32);
+  EXPECT_TRUE(ok.ok) << ok.detail;
+  EXPECT_FALSE(backend::verify_kernel(deep.g, deep.group, "lib", lk.inputs, lk.outputs, *backend, *module, same).ok);
+  EXPECT_EQ(round_to_tf32(1.0f + 0x1.0p-11f), 1.0f + 0x1.0p-10f);  // a tie, away from zero
+  EXPECT_EQ(round_to_tf32(-(1.0f + 0x1.8p-12f)), -1.0f);
 }
 
 TEST(LibraryCall, APlanThatTakesTheLibraryCallRunsAndMatchesTheReference) {

@@ -33,7 +33,7 @@ std::vector<std::string> differing(const planner::TileConfig& a, const planner::
 // The search space of the first MatMul group of the BERT test model (the planner's valid list).
 std::vector<planner::Candidate> matmul_space() {
   const Graph g = testing::load_test_model("bert");
-  const planner::ModelPlan plan = planner::plan_model(g, planner::find_device("h100"), coordinator::search_plan_options());
+  const planner::ModelPlan plan = planner::plan_model(g, planner::find_device("h100"), coordinator::search_plan_options({}));
   for (const planner::GroupPlan& gp : plan.compared) {
     if (gp.group.pattern.find("MatMul") != std::string::npos && gp.candidates.size() > 50) return gp.candidates;
   }

@@ -120,6 +120,36 @@ TEST(PtxTensorCores, ATensorCoreMatMulStagesWithCpAsync) {
   EXPECT_GT(ptx.count(R"(\bcp\.async\.commit_group\b)"), 0u);
 }
 
+// The TF32 precision policy end to end: `compile --precision tf32` of a float32 model (ViT) records
+// the policy, runs its MatMuls as mma.m16n8k8.tf32 on operands rounded by cvt.rna and copied by
+// cp.async, and `fusetune run` of the plan matches PyTorch's outputs (under TF32's tolerance, the
+// manifest says which); without the flag no kernel leaves float32; a policy that is not one is
+// refused naming it.
+TEST(PtxTensorCores, AFloatThirtyTwoPlanUnderTf32RunsOnTf32TensorCores) {
+  if (!backend::nvrtc_available()) GTEST_SKIP() << "NVRTC not available: no PTX to read";
+  const fs::path dir = fs::path(FUSETUNE_SOURCE_DIR) / "tests/data/models/vit";
+  const fs::path plan = fs::temp_directory_path() / ("fusetune_tf32_" + std::to_string(::getpid()));
+  const testing::Outcome c = testing::run_cli("compile " + (dir / "model.onnx").string() + " --device h100 --precision tf32 --out " + plan.string());
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  const nlohmann::json manifest = nlohmann::json::parse(read_file(plan / "manifest.json", "the manifest"));
+  EXPECT_EQ(manifest.at("precision"), "tf32");
+  const Ptx ptx{backend::compile_ptx(read_file(plan / "kernels.cu", "the plan's kernels"), "sm_90")};
+  const size_t tf32 = ptx.count(R"(\bmma\.sync\.aligned\.m16n8k8\.row\.col\.f32\.tf32\.tf32\.f32\b)");
+  EXPECT_GT(tf32, 0u);
+  EXPECT_GT(ptx.count(R"(\bcvt\.rna\.tf32\.f32\b)"), 0u);
+  EXPECT_GT(ptx.count(R"(\bcp\.async\.cg\.shared\.global\b)"), 0u);
+  const testing::Outcome run = testing::run_cli("run " + plan.string() + " --inputs " + (dir / "test_data_set_0").string());
+  fs::remove_all(plan);
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("outputs: 1 match, 0 differ"), std::string::npos) << run.output;
+  std::printf("vit under --precision tf32: %zu m16n8k8 TF32 mma in the PTX\n", tf32);
+  EXPECT_EQ(plan_ptx("vit").count(R"(\.tf32\b)"), 0u);
+  const testing::Outcome bad = testing::run_cli("compile " + (dir / "model.onnx").string() + " --device h100 --precision fp8 --out " + plan.string());
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("precision 'fp8' is not a policy"), std::string::npos) << bad.output;
+  EXPECT_FALSE(fs::exists(plan));
+}
+
 TEST(PtxGemv, ADecodeProjectionReadsItsWeightsInSixteenByteLoads) {
   if (!backend::nvrtc_available()) GTEST_SKIP() << "NVRTC not available: no PTX to read";
   Graph g;
