@@ -206,6 +206,7 @@ void emit_block(std::ostringstream& out, const Kernel& k, const Block& b, int de
         out << pad << "}\n";
         break;
       case Stmt::Kind::kUniformFor:
+        if (s.unroll > 0) out << pad << "#pragma unroll " << s.unroll << "\n";
         serial_loop_head(out, pad, s);
         emit_block(out, k, s.body, depth + 1);
         out << pad << "}\n";

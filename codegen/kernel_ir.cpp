@@ -89,8 +89,8 @@ Stmt part(std::string cond, Block uniform, Block body) {
   return s;
 }
 
-Stmt uniform_for(std::string var, std::string lo, std::string hi, Block body) {
-  Stmt s = serial_for(std::move(var), std::move(lo), std::move(hi), std::move(body));
+Stmt uniform_for(std::string var, std::string lo, std::string hi, Block body, int unroll) {
+  Stmt s = serial_for(std::move(var), std::move(lo), std::move(hi), std::move(body), unroll);
   s.kind = Stmt::Kind::kUniformFor;
   return s;
 }
@@ -247,7 +247,10 @@ std::string line_text(const Stmt& s) {
       break;
     case Stmt::Kind::kCopyAsyncCommit: out << "cp.async.commit_group"; break;
     case Stmt::Kind::kCopyAsyncWait: out << "cp.async.wait_group " << s.groups; break;
-    case Stmt::Kind::kUniformFor: out << "for.uniform " << s.name << " in [" << s.a << ", " << s.b << ")"; break;
+    case Stmt::Kind::kUniformFor:
+      out << "for.uniform " << s.name << " in [" << s.a << ", " << s.b << ")"
+          << (s.unroll > 0 ? " unroll " + std::to_string(s.unroll) : std::string());
+      break;
     case Stmt::Kind::kPart: out << "part if " << s.a; break;
   }
   return out.str();

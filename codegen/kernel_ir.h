@@ -146,7 +146,7 @@ struct Stmt {
   Block uniform;  // kPart: block-uniform statements run before the part's body
   std::vector<int64_t> at;  // kMma: first elements of D, A, B in their thread-locals; kLdmatrix: of the destination
   DType dtype = DType::kUndefined;  // kMma: the type of A and B (kF16 or kBF16); kVectorLoad/Store: the elements'
-  int unroll = 0;      // kFor (serial): iterations the compiler may unroll at most (#pragma unroll N); 0: its choice
+  int unroll = 0;      // kFor (serial), kUniformFor: iterations the compiler may unroll at most (#pragma unroll N); 0: its choice
   int matrices = 0;    // kLdmatrix: 8x8 matrices loaded (1, 2 or 4)
   bool trans = false;  // kLdmatrix: transposed
   int groups = 0;      // kCopyAsyncWait: groups the thread may leave in flight
@@ -167,8 +167,10 @@ Stmt barrier();
 // holds the part's block-uniform statements, `body` its stages (barriers allowed inside).
 Stmt part(std::string cond, Block uniform, Block body);
 // A serial loop every thread of the block runs in step (bounds depend only on the block), so its
-// body may hold barriers: the reduction-step loop of a staged contraction.
-Stmt uniform_for(std::string var, std::string lo, std::string hi, Block body);
+// body may hold barriers: the reduction-step loop of a staged contraction. `unroll` as serial_for's
+// (flash attention unrolls its loop over the batches of rows a warp owns, so that the rows'
+// statistics, thread-locals indexed by the batch, stay in registers).
+Stmt uniform_for(std::string var, std::string lo, std::string hi, Block body, int unroll = 0);
 // A warp reduction of the one-float thread-local `local` with `op` "sum" or "max" (NaN-propagating,
 // as ft_fmaxn); placed like a barrier (see the header comment). A non-empty `guard` skips the
 // reduction in warps where it is false; it must have one value for all lanes of a warp (block-

@@ -260,7 +260,7 @@ Block AttentionStage::online_softmax(const std::string& nm) {
   batch.push_back(warp_reduce(sum, "sum", busy));
   batch.push_back(if_then(busy, {assign(run_sum_ + "[ft_rb]", run_sum_ + "[ft_rb] * " + factor + "[0] + " + sum + "[0]"),
                                  if_then("ft_thread % " + lit(kWarpSize) + " == 0", {store(sa_, row, factor + "[0]")})}));
-  return {uniform_for("ft_rb", "0", lit(batches_), batch)};
+  return {uniform_for("ft_rb", "0", lit(batches_), batch, static_cast<int>(batches_))};
 }
 
 // Each thread's UM x UN outputs (rows ft_or + a * ORT, columns ft_oc + b * OCT): rescaled, plus
@@ -299,7 +299,8 @@ void AttentionStage::finish(Kernel& k, const std::string& nm, const std::string&
   k.body.push_back(serial_for("ft_rb", "0", lit(batches_),
                               {let(kIndexType, "ft_row", "ft_rb * " + lit(warps_) + " + ft_thread / " + lit(kWarpSize)),
                                if_then("ft_row < " + nm + " && ft_thread % " + lit(kWarpSize) + " == 0",
-                                       {store(sl_, "ft_row", run_sum_ + "[ft_rb]")})}));
+                                       {store(sl_, "ft_row", run_sum_ + "[ft_rb]")})},
+                              static_cast<int>(batches_)));
   k.body.push_back(barrier());
   Block write = cx_.fresh_block([&] {
     cx_.cur().insert(cx_.cur().end(), lets.begin(), lets.end());
@@ -451,7 +452,8 @@ void AttentionStage::emit(Kernel& k) {
   const Region& r = cx_.region.at(out_value());
   const size_t rank = r.n.size();
   const std::string nm = r.n[rank - 2], nn = r.n[rank - 1];
-  k.body.push_back(serial_for("ft_e", "0", lit(batches_), {assign(run_max_ + "[ft_e]", "(-ft_inf())"), assign(run_sum_ + "[ft_e]", "0.0f")}));
+  k.body.push_back(serial_for("ft_e", "0", lit(batches_), {assign(run_max_ + "[ft_e]", "(-ft_inf())"), assign(run_sum_ + "[ft_e]", "0.0f")},
+                              static_cast<int>(batches_)));
   if (tensor_) {
     emit_tensor(k, nm, nn);
   } else {

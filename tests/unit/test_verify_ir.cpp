@@ -123,14 +123,26 @@ TEST(VerifyIr, MatrixOperandsAreDeclaredFragmentsOfTheRightTypeAndSize) {
   expect_rejected(with(mma("fc", 0, "fc", 0, "fb", 0, DType::kBF16)), {"mma A fragment 'fc' is float32, needs uint32"});
   expect_rejected(with(mma("fc", 0, "fa", 0, "nope", 0, DType::kF16)), {"mma B fragment 'nope' is not a thread-local"});
   expect_rejected(with(mma("fc", 0, "fa", 0, "fb", 1, DType::kF16)), {"mma B fragment 'fb' [1, 3) outside its 2 elements"});
-  Stmt f32 = mma("fc", 0, "fa", 0, "fb", 0, DType::kF16);
-  f32.dtype = DType::kF32;
-  expect_rejected(with(f32), {"mma of float32 (needs float16 or bfloat16)"});
+  Stmt f64 = mma("fc", 0, "fa", 0, "fb", 0, DType::kF16);
+  f64.dtype = DType::kF64;
+  expect_rejected(with(f64), {"mma of float64 (needs float16, bfloat16 or float32 as TF32)"});
+  EXPECT_NO_THROW(verify_ir(with(mma("fc", 0, "fa", 0, "fb", 0, DType::kF32))));  // m16n8k8 on TF32 registers
   expect_rejected(with(ldmatrix("fb", 0, 4, false, "sh", "0LL")),
                   {"ldmatrix destination 'fb' [0, 4) outside its 2 elements", "`ldmatrix.x4 fb[0] = sh[row 0LL]`"});
   expect_rejected(with(ldmatrix("fc", 0, 4, false, "sh", "0LL")), {"ldmatrix destination 'fc' is float32, needs uint32"});
   expect_rejected(with(ldmatrix("fa", 0, 4, false, "sx", "0LL")), {"ldmatrix from shared allocation 'sx' of float32 (needs 16-bit)"});
   expect_rejected(with(ldmatrix("fa", 0, 4, false, "h", "0LL")), {"ldmatrix from 'h', which is not a shared allocation"});
+}
+
+// cp.async copies raw elements: into a shared allocation of the parameter's own element type, 16-bit
+// or float32 (TF32's slices).
+TEST(VerifyIr, CopiesAsyncBetweenBuffersOfOneElementType) {
+  EXPECT_NO_THROW(verify_ir(with(copy_async("sx", "0LL", "x", "0LL", "16"))));
+  EXPECT_NO_THROW(verify_ir(with(copy_async("sh", "0LL", "h", "0LL", "16"))));
+  expect_rejected(with(copy_async("sx", "0LL", "h", "0LL", "16")),
+                  {"cp.async from parameter 'h' of float16 into 'sx' of float32 (needs the same element type)"});
+  expect_rejected(with(copy_async("sh", "0LL", "x", "0LL", "16")), {"cp.async from parameter 'x' of float32 into 'sh' of float16"});
+  expect_rejected(with(copy_async("x", "0LL", "h", "0LL", "16")), {"cp.async into 'x', which is not a shared allocation"});
 }
 
 TEST(VerifyIr, LdmatrixLoadsOneTwoOrFourMatrices) {
