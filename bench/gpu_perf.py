@@ -99,6 +99,12 @@ class Config:
         # The device description plans are compiled for (planner/devices/): PLAN_DEVICE, which the
         # parent sets from nvidia-smi's name when unset (an H200 plans as h200, anything else h100).
         self.plan_device = os.environ.get("PLAN_DEVICE", "h100")
+        # The precision policy both sides run under: "model" (fusetune's default; PyTorch's defaults,
+        # TF32 matmul off) or "tf32" (`fusetune ... --precision tf32` against PyTorch with
+        # allow_tf32 on for matmul and cuDNN). The reference stays full float32 either way.
+        self.precision = os.environ.get("PRECISION", "model")
+        if self.precision not in ("model", "tf32"):
+            raise SystemExit(f"PRECISION={self.precision!r}: model or tf32")
 
     def path(self, *parts):
         return os.path.join(self.out_dir, *parts)
@@ -478,7 +484,7 @@ def child_main(name, cfg, deadline):
             shutil.rmtree(plan_dir, ignore_errors=True)
             log = cfg.path("logs", f"{name}.compile.log")
             rc, secs = run_logged([cfg.fusetune, "compile", os.path.join(model_dir, "model.onnx"), "--device", cfg.plan_device,
-                                   "--out", plan_dir], log, remaining())
+                                   "--precision", cfg.precision, "--out", plan_dir], log, remaining())
             state["compile"] = dict(rc=rc, seconds=secs)
             if rc != 0:
                 state["error"] = f"fusetune compile failed (exit {rc}): {last_line(log)}"
@@ -510,7 +516,8 @@ def child_main(name, cfg, deadline):
             try:
                 rc, secs = run_logged([cfg.fusetune, "tune", os.path.join(model_dir, "model.onnx"), "--device",
                                        "host" if cfg.rehearse else "auto", "--time", f"{cfg.tune_search_s:g}", "--db",
-                                       cfg.tune_db, "--out", tuned_dir] + cfg.tune_extra, log, cap)
+                                       cfg.tune_db, "--precision", cfg.precision, "--out", tuned_dir] + cfg.tune_extra,
+                                      log, cap)
             except OutOfBudget:
                 tune = dict(skipped=f"did not finish in {cap:.0f} s")
             else:
@@ -530,6 +537,9 @@ def child_main(name, cfg, deadline):
             save()
             print(f"{name}: fusetune tune: {json.dumps(state['tune'])}", flush=True)
 
+        if cfg.precision == "tf32":  # PyTorch under the same policy as fusetune's plans
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
         timer = TorchTimer(cuda, cfg.torch_runs, cfg.autotune_min_s)
         done = state.setdefault("torch", {})
         with torch.inference_mode():
@@ -690,6 +700,9 @@ def render(cfg, results, ceilings, header):
              f"- torch {ceilings.get('torch', '?')}, triton {ceilings.get('triton', '?')}, "
              f"onnx {ceilings.get('onnx', '?')}; {ceilings.get('settings', '')}",
              f"- fusetune commit: {header['commit']}",
+             f"- precision policy (PRECISION): {cfg.precision}"
+             + (" (fusetune --precision tf32; PyTorch with TF32 on for matmul and cuDNN; the reference full float32)"
+                if cfg.precision == "tf32" else " (the model's types; PyTorch's defaults)"),
              f"- ceilings (measured): {ceilings.get('copy', 'not measured')}; {ceilings.get('matmul', 'not measured')}",
              f"- method (measured): batch 1; fusetune: `fusetune run --backend {cfg.backend} --repeat "
              f"{cfg.fusetune_repeat}` ({'device events around each CUDA graph replay, L2 not flushed' if not cfg.rehearse else 'host backend'}); "

@@ -32,6 +32,10 @@
 #   AUTOTUNE_MIN_S  budget left that torch.compile(mode="max-autotune") needs to start (default 150)
 #   TUNE_S, TUNE_CAP_S  fusetune tune's --time (default 30; 0: no tune) and its wall-time cap (150)
 #   TUNE_MODELS  the models tuned, a comma list (default: every model)
+#   PRECISION  model (default) or tf32: fusetune compiles and tunes with --precision tf32 and
+#             PyTorch is timed with TF32 on for matmul and cuDNN (torch's allow_tf32); the reference
+#             stays full float32, and fusetune run compares a TF32 plan at TF32's tolerance. Use a
+#             fresh OUT_DIR per policy (a second invocation resumes what the first recorded)
 #   FUSETUNE_COMMIT  the commit the table names, where the tree has no .git
 #   PLAN_DEVICE  the device description plans are compiled for (default: h200 on an H200, else h100)
 #   PYTHON    the interpreter, with torch, torchvision, onnx, numpy (and transformers for the HF
