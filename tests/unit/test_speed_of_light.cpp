@@ -48,25 +48,28 @@ TEST(SpeedOfLight, OccupancyAsTheCalculatorComputesIt) {
 
 TEST(SpeedOfLight, TheSlowerOfBandwidthAndThePeakOfTheInstructionClass) {
   const Device h100 = find_device("h100");
-  SpeedOfLight s = speed_of_light(h100, 3.35e9, 67e6, 0, false);  // 3.35 GB: 1,000 µs
+  SpeedOfLight s = speed_of_light(h100, 3.35e9, 67e6, 0, Pipe::kFp32);  // 3.35 GB: 1,000 µs
   EXPECT_NEAR(s.memory_us, 1000, 1e-9);
   EXPECT_NEAR(s.compute_us, 1, 1e-9);
   EXPECT_EQ(s.bound, "memory");
   EXPECT_DOUBLE_EQ(s.us, s.memory_us);
   // A kernel with mma.sync: Hopper's mma.sync attains 660 of the 989 TFLOP/s only wgmma reaches.
-  s = speed_of_light(h100, 3.35e3, 660e6, 0, true);
+  s = speed_of_light(h100, 3.35e3, 660e6, 0, Pipe::kMmaSync);
   EXPECT_EQ(s.peak, "mma.sync");
   EXPECT_NEAR(s.compute_us, 1, 1e-9);
   EXPECT_EQ(s.bound, "compute");
   // Special functions: 132 SMs x 16 results a clock x 1,980 MHz = 4,181,760 results a µs.
   EXPECT_DOUBLE_EQ(h100.special_ops_per_us(), 132.0 * 16 * 1980);
-  s = speed_of_light(h100, 0, 67e6, 2 * 4181760.0, false);
+  s = speed_of_light(h100, 0, 330e6, 0, Pipe::kMmaSyncTf32);  // TF32: 330 of 495 TFLOP/s
+  EXPECT_EQ(s.peak, "mma.sync.tf32");
+  EXPECT_NEAR(s.compute_us, 1, 1e-9);
+  s = speed_of_light(h100, 0, 67e6, 2 * 4181760.0, Pipe::kFp32);
   EXPECT_EQ(s.peak, "special");
   EXPECT_NEAR(s.compute_us, 2, 1e-9);
   // Before Hopper mma.sync is the tensor cores' widest instruction: it attains their peak.
   const Device a100 = find_device("a100");
   EXPECT_DOUBLE_EQ(a100.mma_sync_fp16_tflops, a100.fp16_tensor_tflops);
-  EXPECT_NEAR(speed_of_light(a100, 0, 312e6, 0, true).compute_us, 1, 1e-9);
+  EXPECT_NEAR(speed_of_light(a100, 0, 312e6, 0, Pipe::kMmaSync).compute_us, 1, 1e-9);
 }
 
 TEST(SpeedOfLight, ProfileReportsEveryKernelsSpeedOfLightFromItsCountedWork) {
@@ -86,9 +89,10 @@ TEST(SpeedOfLight, ProfileReportsEveryKernelsSpeedOfLightFromItsCountedWork) {
     const double bytes = k.at("counted").at("unique_bytes").get<double>();
     const double flops = k.at("counted").at("flops").get<double>();
     const double special = k.at("counted").at("special_ops").get<double>();
-    const bool tensor = s.at("peak") == "mma.sync";
-    const double expect = std::max({bytes / (h100.dram_bandwidth_gbps * 1e3),
-                                    flops / ((tensor ? h100.mma_sync_fp16_tflops : h100.fp32_tflops) * 1e6),
+    const double rate = s.at("peak") == "mma.sync"        ? h100.mma_sync_fp16_tflops
+                        : s.at("peak") == "mma.sync.tf32" ? h100.mma_sync_tf32_tflops
+                                                          : h100.fp32_tflops;  // cnn_small: no tensor cores
+    const double expect = std::max({bytes / (h100.dram_bandwidth_gbps * 1e3), flops / (rate * 1e6),
                                     special / h100.special_ops_per_us()});
     EXPECT_NEAR(s.at("sol_us").get<double>(), expect, 1e-9 * std::max(1.0, expect)) << k.at("kernel");
     EXPECT_GT(s.at("registers").get<int>(), 0) << "ptxas's registers for " << k.at("kernel");
