@@ -1,4 +1,5 @@
-// barrier_mutations MODEL.onnx [--shape NAME=DxD...] [--candidates N] [--seed S] [--mma-only] [--verbose]
+// barrier_mutations MODEL.onnx [--shape NAME=DxD...] [--candidates N] [--seed S] [--precision model|tf32]
+//                   [--mma-only] [--verbose]
 //
 // The mutation test of the host executor's checks. For every measurement task the coordinator
 // would make of the model (each group the selection weighs, its top N candidates lowered to CUDA
@@ -16,7 +17,8 @@
 // cp.async.wait_group: deleted in turn (the executor skips it), it must be caught when it landed
 // any copy in the unmutated run (every copy is read after its wait). Exits 1 when a candidate
 // fails before any mutation or a rule breaks, 2 on bad input. --mma-only keeps the tensor-core
-// candidates alone (their cp.async pipelines), for a model whose other candidates other runs cover.
+// candidates alone (their cp.async pipelines), for a model whose other candidates other runs cover;
+// --precision tf32 plans as a job under the TF32 policy does (float32 MatMuls on tensor cores).
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -98,7 +100,8 @@ Verified verify(const Graph& g, const wire::Candidate& c, const backend::ModuleS
   std::iota(group.nodes.begin(), group.nodes.end(), 0);
   std::mt19937 rng(static_cast<std::mt19937::result_type>(seed));
   Verified v;
-  v.result = backend::verify_kernel(g, group, c.kernel(), inputs, outputs, *be, *module, rng, {.redzone_bytes = 256});
+  v.result = backend::verify_kernel(g, group, c.kernel(), inputs, outputs, *be, *module, rng,
+                                    {.redzone_bytes = 256, .tf32 = backend::tf32_kernel(g, group, c.config())});
   const auto counted = module->counters();
   if (auto it = counted.find(c.kernel()); it != counted.end()) v.counters = it->second;
   return v;
@@ -111,14 +114,17 @@ void show(const std::vector<std::string>& text, int line) {
 }
 
 int run(const std::vector<std::string>& argv) {
-  const cli::Args args(argv, {"shape", "candidates", "seed"}, {"verbose", "mma-only"});
+  const cli::Args args(argv, {"shape", "candidates", "seed", "precision"}, {"verbose", "mma-only"});
   check(args.positional().size() == 1,
-        "usage: barrier_mutations MODEL.onnx [--shape NAME=DxD...] [--candidates N] [--seed S] [--mma-only] [--verbose]");
+        "usage: barrier_mutations MODEL.onnx [--shape NAME=DxD...] [--candidates N] [--seed S] [--precision model|tf32] "
+        "[--mma-only] [--verbose]");
   const bool mma_only = args.has("mma-only");
   const std::string model = args.positional()[0];
   coordinator::JobOptions options;
   options.shapes = cli::shape_overrides(args);
   options.candidates = static_cast<int>(args.number("candidates", options.candidates));
+  options.precision = args.get("precision", options.precision);
+  options = coordinator::JobOptions::from_json(options.to_json());  // a bad policy named here
   const auto seed = static_cast<uint64_t>(args.number("seed", 1));
   const bool verbose = args.has("verbose");
   coordinator::JobPlanner planner(model, model, "host", options);

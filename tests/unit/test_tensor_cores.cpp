@@ -382,54 +382,59 @@ TEST(TensorCoreMatMul, PlannersMmaCandidatesMatchTheReferenceWithoutSpills) {
 
 // A kernel that is wrong must fail the check the tests above rely on.
 TEST(TensorCoreMatMul, BrokenKernelsFailVerification) {
-  Graph g;
-  add_op(g, "MatMul", {add_input(g, "a", DType::kF16, {33, 40}), add_input(g, "b", DType::kF16, {40, 24})});
-  FusionGroup fg;
-  fg.nodes = {0};
-  planner::describe_group(g, fg);
-  fg.outputs = {g.nodes()[0].outputs[0]};
-  const LoweredKernel good = lower_group(g, fg, TileConfig{{32, 16}, 16, 64, 1, true}, "mm");
-  // Flips every ldmatrix's .trans (B then arrives transposed, A transposed per 8x8 quadrant); cuts
-  // the reduction-step loop short (the last 8 of K are never summed); and breaks the cp.async
-  // pipeline: no wait for the copies, a wait that leaves the step's own group in flight, no
-  // barrier between a thread's wait and the other threads' reads of its copies. The pipeline's
-  // breakages must be findings of the checks, not merely wrong numbers (on a GPU they are races
-  // that may or may not show).
-  const std::function<void(Block&, int)> mutate = [&](Block& b, int how) {
-    Block kept;
-    for (Stmt& s : b) {
-      if (how == 0 && s.kind == Stmt::Kind::kLdmatrix) s.trans = !s.trans;
-      if (how == 1 && s.kind == Stmt::Kind::kUniformFor && s.name == "ft_ks" && s.b != "1") s.b = "2";
-      if (how == 2 && s.kind == Stmt::Kind::kCopyAsyncWait) continue;
-      if (how == 3 && s.kind == Stmt::Kind::kCopyAsyncWait) s.groups += 1;
-      if (how == 4 && s.kind == Stmt::Kind::kUniformFor && s.name == "ft_ks") {
-        s.body.erase(std::remove_if(s.body.begin(), s.body.end(), [](const Stmt& x) { return x.kind == Stmt::Kind::kBarrier; }),
-                     s.body.end());
+  for (DType dtype : {DType::kF16, DType::kF32}) {  // float32: the TF32 form (no ldmatrix to flip)
+    Graph g;
+    add_op(g, "MatMul", {add_input(g, "a", dtype, {33, 40}), add_input(g, "b", dtype, {40, 24})});
+    FusionGroup fg;
+    fg.nodes = {0};
+    planner::describe_group(g, fg);
+    fg.outputs = {g.nodes()[0].outputs[0]};
+    const LoweredKernel good = lower_group(g, fg, TileConfig{{32, 16}, 16, 64, 1, true}, "mm");
+    backend::VerifyOptions options;
+    options.tf32 = dtype == DType::kF32;
+    // Flips every ldmatrix's .trans (B then arrives transposed, A transposed per 8x8 quadrant); cuts
+    // the reduction-step loop short (the last 8 of K are never summed); and breaks the cp.async
+    // pipeline: no wait for the copies, a wait that leaves the step's own group in flight, no
+    // barrier between a thread's wait and the other threads' reads of its copies. The pipeline's
+    // breakages must be findings of the checks, not merely wrong numbers (on a GPU they are races
+    // that may or may not show).
+    const std::function<void(Block&, int)> mutate = [&](Block& b, int how) {
+      Block kept;
+      for (Stmt& st : b) {
+        if (how == 0 && st.kind == Stmt::Kind::kLdmatrix) st.trans = !st.trans;
+        if (how == 1 && st.kind == Stmt::Kind::kUniformFor && st.name == "ft_ks" && st.b != "1") st.b = "2";
+        if (how == 2 && st.kind == Stmt::Kind::kCopyAsyncWait) continue;
+        if (how == 3 && st.kind == Stmt::Kind::kCopyAsyncWait) st.groups += 1;
+        if (how == 4 && st.kind == Stmt::Kind::kUniformFor && st.name == "ft_ks") {
+          st.body.erase(std::remove_if(st.body.begin(), st.body.end(), [](const Stmt& x) { return x.kind == Stmt::Kind::kBarrier; }),
+                        st.body.end());
+        }
+        mutate(st.body, how);
+        kept.push_back(std::move(st));
       }
-      mutate(s.body, how);
-      kept.push_back(std::move(s));
+      b = std::move(kept);
+    };
+    auto backend = backend::make_host_backend();
+    std::mt19937 rng(5);
+    {
+      auto module = backend->load({good.kernel});
+      EXPECT_TRUE(backend::verify_kernel(g, fg, good, *backend, *module, rng, options).ok) << dtype_name(dtype);
     }
-    b = std::move(kept);
-  };
-  auto backend = backend::make_host_backend();
-  std::mt19937 rng(5);
-  {
-    auto module = backend->load({good.kernel});
-    EXPECT_TRUE(backend::verify_kernel(g, fg, good, *backend, *module, rng).ok);
-  }
-  for (int how : {0, 1, 2, 3, 4}) {
-    LoweredKernel bad = good;
-    mutate(bad.kernel.body, how);
-    ASSERT_NE(to_text(bad.kernel), to_text(good.kernel));
-    auto module = backend->load({bad.kernel});
-    const backend::VerifyResult r = backend::verify_kernel(g, fg, bad, *backend, *module, rng);
-    EXPECT_FALSE(r.ok) << "mutation " << how << " passed verification";
-    if (how >= 2) {
-      EXPECT_TRUE(r.check_failed) << "mutation " << how << ": " << r.detail;
-      // Without the barrier, what a thread reads first may be in flight, landed or not yet
-      // issued (a hazard or uninitialised memory), as the threads happen to run.
-      if (how != 4) {
-        EXPECT_NE(r.detail.find("cp.async is still copying"), std::string::npos) << r.detail;
+    for (int how : {0, 1, 2, 3, 4}) {
+      if (how == 0 && dtype == DType::kF32) continue;
+      LoweredKernel bad = good;
+      mutate(bad.kernel.body, how);
+      ASSERT_NE(to_text(bad.kernel), to_text(good.kernel)) << dtype_name(dtype) << " mutation " << how;
+      auto module = backend->load({bad.kernel});
+      const backend::VerifyResult r = backend::verify_kernel(g, fg, bad, *backend, *module, rng, options);
+      EXPECT_FALSE(r.ok) << dtype_name(dtype) << " mutation " << how << " passed verification";
+      if (how >= 2) {
+        EXPECT_TRUE(r.check_failed) << dtype_name(dtype) << " mutation " << how << ": " << r.detail;
+        // Without the barrier, what a thread reads first may be in flight, landed or not yet
+        // issued (a hazard or uninitialised memory), as the threads happen to run.
+        if (how != 4) {
+          EXPECT_NE(r.detail.find("cp.async is still copying"), std::string::npos) << r.detail;
+        }
       }
     }
   }
