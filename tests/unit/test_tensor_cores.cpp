@@ -93,6 +93,38 @@ Kernel one_mma_kernel(DType dtype, bool use_ldmatrix) {
 uint16_t to_16(DType dtype, float x) { return dtype == DType::kBF16 ? float_to_bfloat16(x) : float_to_half(x); }
 float from_16(DType dtype, uint16_t x) { return dtype == DType::kBF16 ? bfloat16_to_float(x) : half_to_float(x); }
 
+// Launches a two-warp one-mma kernel (parameters a, b, c, d: buffers already holding A, B and C)
+// and checks each warp's D[i][j] = C[i][j] + sum over kk < depth of product(w, i, kk, j), the
+// exact product of the operands as the tensor cores take them: bit for bit when the operands are
+// small integers (sums exact), else within float rounding of the terms' magnitudes.
+void expect_one_mma(backend::Backend& backend, backend::Module& module, const std::string& kernel, backend::Buffer& a,
+                    backend::Buffer& b, backend::Buffer& c_buffer, const std::vector<float>& c, int depth,
+                    const std::function<double(int, int, int, int)>& product, bool integers, const std::string& label) {
+  auto db = backend.allocate(256 * 4);
+  db->fill_byte(0xFF);
+  module.launch(kernel, {&a, &b, &c_buffer, db.get()});
+  std::vector<float> d(256);
+  db->download(d.data(), d.size() * 4);
+  for (int w = 0; w < 2; ++w) {
+    for (int i = 0; i < 16; ++i) {
+      for (int j = 0; j < 8; ++j) {
+        double want = c[static_cast<size_t>(w * 128 + i * 8 + j)], magnitude = std::fabs(want);
+        for (int kk = 0; kk < depth; ++kk) {
+          const double p = product(w, i, kk, j);
+          want += p;
+          magnitude += std::fabs(p);
+        }
+        const float got = d[static_cast<size_t>(w * 128 + i * 8 + j)];
+        if (integers) {
+          EXPECT_EQ(got, static_cast<float>(want)) << label << " warp " << w << " at " << i << "," << j;
+        } else {
+          EXPECT_NEAR(got, want, 1e-6 * magnitude + 1e-7) << label << " warp " << w << " at " << i << "," << j;
+        }
+      }
+    }
+  }
+}
+
 TEST(TensorCoreEmulation, OneMmaEqualsADirectProduct) {
   auto backend = backend::make_host_backend();
   std::mt19937 rng(11);
@@ -113,31 +145,13 @@ TEST(TensorCoreEmulation, OneMmaEqualsADirectProduct) {
       ab->upload(a.data(), a.size() * 2);
       bb->upload(b.data(), b.size() * 2);
       cb->upload(c.data(), c.size() * 4);
+      const auto product = [&](int w, int i, int kk, int j) {
+        return static_cast<double>(from_16(dtype, a[static_cast<size_t>(w * 256 + i * 16 + kk)])) *
+               from_16(dtype, b[static_cast<size_t>(w * 128 + kk * 8 + j)]);
+      };
       for (const Kernel* k : {&direct, &loaded}) {
-        auto db = backend->allocate(256 * 4);
-        db->fill_byte(0xFF);
-        module->launch(k->name, {ab.get(), bb.get(), cb.get(), db.get()});
-        std::vector<float> d(256);
-        db->download(d.data(), d.size() * 4);
-        for (int w = 0; w < 2; ++w) {
-          for (int i = 0; i < 16; ++i) {
-            for (int j = 0; j < 8; ++j) {
-              double want = c[static_cast<size_t>(w * 128 + i * 8 + j)], magnitude = std::fabs(want);
-              for (int kk = 0; kk < 16; ++kk) {
-                const double p = static_cast<double>(from_16(dtype, a[static_cast<size_t>(w * 256 + i * 16 + kk)])) *
-                                 from_16(dtype, b[static_cast<size_t>(w * 128 + kk * 8 + j)]);
-                want += p;
-                magnitude += std::fabs(p);
-              }
-              const float got = d[static_cast<size_t>(w * 128 + i * 8 + j)];
-              if (integers) {
-                EXPECT_EQ(got, static_cast<float>(want)) << k->name << " " << dtype_name(dtype) << " warp " << w << " at " << i << "," << j;
-              } else {
-                EXPECT_NEAR(got, want, 1e-6 * magnitude + 1e-7) << k->name << " " << dtype_name(dtype) << " at " << i << "," << j;
-              }
-            }
-          }
-        }
+        expect_one_mma(*backend, *module, k->name, *ab, *bb, *cb, c, 16, product, integers,
+                       k->name + " " + std::string(dtype_name(dtype)));
       }
     }
     // Each launch: one mma per warp, 2 * 16 * 8 * 16 = 4096 operations each, and no other float
@@ -214,29 +228,9 @@ TEST(TensorCoreEmulation, OneTf32MmaRoundsItsOperandsAndEqualsADirectProduct) {
     ab->upload(a.data(), a.size() * 4);
     bb->upload(b.data(), b.size() * 4);
     cb->upload(c.data(), c.size() * 4);
-    auto db = backend->allocate(256 * 4);
-    db->fill_byte(0xFF);
-    module->launch(k.name, {ab.get(), bb.get(), cb.get(), db.get()});
-    std::vector<float> d(256);
-    db->download(d.data(), d.size() * 4);
-    for (int w = 0; w < 2; ++w) {
-      for (int i = 0; i < 16; ++i) {
-        for (int j = 0; j < 8; ++j) {
-          double want = c[static_cast<size_t>(w * 128 + i * 8 + j)], magnitude = std::fabs(want);
-          for (int kk = 0; kk < 8; ++kk) {
-            const double p = tf32_rounded(a[static_cast<size_t>(w * 128 + i * 8 + kk)]) * tf32_rounded(b[static_cast<size_t>(w * 64 + kk * 8 + j)]);
-            want += p;
-            magnitude += std::fabs(p);
-          }
-          const float got = d[static_cast<size_t>(w * 128 + i * 8 + j)];
-          if (integers) {
-            EXPECT_EQ(got, static_cast<float>(want)) << "warp " << w << " at " << i << "," << j;
-          } else {
-            EXPECT_NEAR(got, want, 1e-6 * magnitude + 1e-7) << "warp " << w << " at " << i << "," << j;
-          }
-        }
-      }
-    }
+    expect_one_mma(*backend, *module, k.name, *ab, *bb, *cb, c, 8, [&](int w, int i, int kk, int j) {
+      return tf32_rounded(a[static_cast<size_t>(w * 128 + i * 8 + kk)]) * tf32_rounded(b[static_cast<size_t>(w * 64 + kk * 8 + j)]);
+    }, integers, "tf32");
   }
   // One m16n8k8 per warp: 2 * 16 * 8 * 8 = 2,048 operations; two warps, two launches.
   EXPECT_EQ(module->counters().at(k.name).flops, 2u * 2u * 2048u);
