@@ -175,15 +175,12 @@ LoweredKernel lower_library_call(const Graph& g, const planner::FusionGroup& gro
                                  const std::string& name, const LowerOptions& options) {
   const auto match = planner::match_library_call(g, group);
   check(match.has_value(), "lower_group: the group (", group.pattern, ") is not a pattern ", cfg.library, " runs");
-  check(cfg.library == planner::kCublasLt || cfg.library == planner::kCublasLtTf32, "lower_group: unknown library '",
-        cfg.library, "'");
-  planner::LibraryCall call = match->call;
-  call.tf32 = cfg.library == planner::kCublasLtTf32;
-  check(!call.tf32 || call.dtype == DType::kF32, "lower_group: cuBLASLt's TF32 mode for a ", dtype_name(call.dtype),
-        " call (float32 only)");
+  std::string why;
+  const auto call = planner::library_call(*match, cfg.library, &why);
+  check(call.has_value(), "lower_group: ", why);
   LoweredKernel out;
   out.kernel.name = name;
-  out.kernel.library = call.to_json();
+  out.kernel.library = call->to_json();
   auto param = [&](int v, bool output, const std::string& pname) {
     const Value& val = g.value(v);
     out.kernel.params.push_back({options.param_prefix + pname, val.dtype, numel(val.shape), output});

@@ -115,6 +115,20 @@ std::optional<LibraryMatch> match_library_call(const Graph& g, const FusionGroup
   return match;
 }
 
+std::optional<LibraryCall> library_call(const LibraryMatch& match, const std::string& library, std::string* why) {
+  if (library != kCublasLt && library != kCublasLtTf32) {
+    *why = "unknown library '" + library + "'";
+    return std::nullopt;
+  }
+  LibraryCall call = match.call;
+  call.tf32 = library == kCublasLtTf32;
+  if (call.tf32 && call.dtype != DType::kF32) {
+    *why = "cuBLASLt's TF32 mode is for float32 calls (this one is " + std::string(dtype_name(call.dtype)) + ")";
+    return std::nullopt;
+  }
+  return call;
+}
+
 double library_cost_us(const LibraryCall& c, const Device& d, double launch_overhead_us, int64_t* dram_bytes) {
   const int64_t esize = static_cast<int64_t>(dtype_size(c.dtype));
   const int64_t bytes = esize * (c.batch * c.m * c.k + (c.b_batched ? c.batch : 1) * c.k * c.n +

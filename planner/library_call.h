@@ -55,6 +55,11 @@ std::optional<LibraryMatch> match_library_call(const Graph& g, const FusionGroup
 inline constexpr const char* kCublasLt = "cublasLt";
 inline constexpr const char* kCublasLtTf32 = "cublasLt-tf32";
 
+// The call a candidate naming `library` makes of a match: the match's call with its TF32 mode set
+// by the name. Empty, with `why` set, for a name that is neither library or for TF32 asked of a
+// call that is not float32. (Whether the precision policy allows TF32 is the planner's question.)
+std::optional<LibraryCall> library_call(const LibraryMatch& match, const std::string& library, std::string* why);
+
 // Modeled time (microseconds) and DRAM bytes of the call on a device.
 double library_cost_us(const LibraryCall& call, const Device& d, double launch_overhead_us, int64_t* dram_bytes);
 

@@ -174,25 +174,21 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
                    const TilingOptions& opt) {
   Cost c;
   if (!cfg.library.empty()) {
-    auto match = match_library_call(g, group);
+    const auto match = match_library_call(g, group);
     if (!match) {
       c.reject = "the group is not a pattern " + cfg.library + " runs";
       return c;
     }
-    if (cfg.library == kCublasLtTf32) {
-      if (!opt.tf32 || match->call.dtype != DType::kF32) {
-        c.reject = "cuBLASLt's TF32 mode is for float32 calls under the TF32 precision policy";
-        return c;
-      }
-      match->call.tf32 = true;
-    } else if (cfg.library != kCublasLt) {
-      c.reject = "unknown library '" + cfg.library + "'";
+    const auto call = library_call(*match, cfg.library, &c.reject);
+    if (!call) return c;
+    if (call->tf32 && !opt.tf32) {
+      c.reject = "cuBLASLt's TF32 mode is for float32 calls under the TF32 precision policy";
       return c;
     }
     c.valid = true;
     c.tiles = 1;
     c.efficiency = 1;
-    c.modeled_us = library_cost_us(match->call, d, opt.launch_overhead_us, &c.dram_bytes);
+    c.modeled_us = library_cost_us(*call, d, opt.launch_overhead_us, &c.dram_bytes);
     c.l2_bytes = c.dram_bytes;
     return c;
   }
@@ -277,8 +273,9 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
     if (tensor) {
       // Fragments cover the region rounded up to 16 rows and 8 columns, K rounded up to the
       // instruction's: 16 (m16n8k16, 16-bit operands) or 8 (m16n8k8, TF32 from float32 ones).
-      const bool tf32 = g.value(n.inputs[0]).dtype == DType::kF32;
-      const int64_t kk = tf32 ? 8 : 16, esize = tf32 ? 4 : 2, lanes = 16 / esize;
+      const DType operand = g.value(n.inputs[0]).dtype;
+      const bool tf32 = operand == DType::kF32;
+      const int64_t kk = mma_k(operand), esize = static_cast<int64_t>(dtype_size(operand)), lanes = 16 / esize;
       const int64_t rows = ceil_div(out_region[out_region.size() - 2].size(), 16) * 16;
       const int64_t cols = ceil_div(out_region.back().size(), 8) * 8;
       const int64_t kp = ceil_div(e.reduce_extents.empty() ? 1 : e.reduce_extents[0], kk) * kk;
@@ -288,8 +285,8 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       // A ring of operand slices with padded rows (codegen's pitches); accumulators. An operand
       // copied by cp.async moves 16 bytes per instruction, another one element.
       const MmaStaging staging = mma_staging(g, n, produced);
-      tensor_smem = staging.stages * (rows * (tf32 ? tf32_pitch_a(step) : ldmatrix_pitch(step)) +
-                                      step * (tf32 ? tf32_pitch_b(cols) : ldmatrix_pitch(cols))) * esize + out_elems * 4;
+      tensor_smem = staging.stages * (rows * mma_pitch_a(operand, step) + step * mma_pitch_b(operand, cols)) * esize +
+                    out_elems * 4;
       tensor_loads = rows * kp / (staging.async_a ? lanes : 1) + cols * kp / (staging.async_b ? lanes : 1);
       // TF32 fragments come from shared memory an element a load, converted by one cvt each
       // (ldmatrix moves 16-bit rows): every staged element read at least once.

@@ -132,12 +132,21 @@ std::pair<int64_t, int64_t> micro_tile(int64_t rows, int64_t cols, int threads);
 // banks. The tensor-core stages allocate with it and the cost model charges it.
 inline int64_t ldmatrix_pitch(int64_t count) { return (count / 8) % 2 == 1 ? count : count + 8; }
 
-// The row pitches (in floats) of the TF32 slices (codegen/stages/mma_matmul.h), whose fragments
-// lanes read an element each: A's rows (lane group g reads row g, column t) with a pitch of 4 mod
-// 32 floats, B's rows (row t, column g) with a pitch of 8 mod 32, so a warp's 32 reads of one
-// fragment register fall in 32 distinct banks; both multiples of 4 (16-byte cp.async chunks).
-inline int64_t tf32_pitch_a(int64_t count) { return count + (36 - count % 32) % 32; }
-inline int64_t tf32_pitch_b(int64_t count) { return count + (40 - count % 32) % 32; }
+// The tensor-core MatMul's instruction and slices by operand type t (codegen/stages/mma_matmul.h
+// builds them, the cost model charges them): K per instruction, 16 (m16n8k16, 16-bit operands) or
+// 8 (m16n8k8 on TF32, float32 operands); and the row pitches (elements) of the staged A slice
+// (`count` = the reduction step) and B slice (`count` = its columns). 16-bit slices take
+// ldmatrix_pitch. TF32 fragments are read by the lanes an element each: A's rows (lane group g reads
+// row g, column t) with a pitch of 4 mod 32 floats, B's rows (row t, column g) with a pitch of 8
+// mod 32, so a warp's 32 reads of one fragment register fall in 32 distinct banks; both multiples
+// of 4 (16-byte cp.async chunks).
+inline int64_t mma_k(DType t) { return t == DType::kF32 ? 8 : 16; }
+inline int64_t mma_pitch_a(DType t, int64_t count) {
+  return t == DType::kF32 ? count + (36 - count % 32) % 32 : ldmatrix_pitch(count);
+}
+inline int64_t mma_pitch_b(DType t, int64_t count) {
+  return t == DType::kF32 ? count + (40 - count % 32) % 32 : ldmatrix_pitch(count);
+}
 
 // True if MatMul n has operands tensor cores take: both float16, both bfloat16 or both float32
 // (as TF32), of rank 2 or more. Whether float32 ones may go there is the precision policy's

@@ -10,9 +10,7 @@
 namespace fusetune::codegen::stages {
 
 bool uses_tensor_cores(const LoweringContext& cx, const Node& n) {
-  const DType a_type = cx.g.value(n.inputs[0]).dtype;
-  return cx.cfg.mma && a_type == cx.g.value(n.inputs[1]).dtype &&
-         (a_type == DType::kF16 || a_type == DType::kBF16 || a_type == DType::kF32);
+  return cx.cfg.mma && planner::tensor_core_operands(cx.g, n);
 }
 
 namespace {
@@ -60,7 +58,7 @@ class MmaMatMulStage : public AnchorStage {
   // instruction's K (16; TF32: 8). The operand slices are staged in the operands' type, A as
   // (warps_m * fm * 16) x step and B as step x (warps_n * fn * 8) so every warp's fragments lie
   // inside, with rows padded to an odd number of 16-byte units (the 8 rows an ldmatrix phase reads
-  // fall in distinct banks; TF32: planner::tf32_pitch_a/b, a fragment's 32 reads in 32 banks).
+  // fall in distinct banks; TF32: a fragment's 32 reads in 32 banks; planner::mma_pitch_a/b).
   void layout(Kernel& k, int64_t rows, int64_t cols, DType dtype, int v) {
     MmaPlan& st = st_;
     const int64_t mt = (std::max<int64_t>(1, rows) + 15) / 16, nt = (std::max<int64_t>(1, cols) + 7) / 8;
@@ -78,12 +76,12 @@ class MmaMatMulStage : public AnchorStage {
       }
     }
     st.mma = dtype;
-    const int64_t kk = dtype == DType::kF32 ? 8 : 16;
+    const int64_t kk = planner::mma_k(dtype);
     st.step = (std::max<int64_t>(kk, st.step) + kk - 1) / kk * kk;
     st.rows_a = warps / st.warps_n * st.fm * 16;
     st.cols_b = st.warps_n * st.fn * 8;
-    st.pitch_a = dtype == DType::kF32 ? planner::tf32_pitch_a(st.step) : planner::ldmatrix_pitch(st.step);
-    st.pitch_b = dtype == DType::kF32 ? planner::tf32_pitch_b(st.cols_b) : planner::ldmatrix_pitch(st.cols_b);
+    st.pitch_a = planner::mma_pitch_a(dtype, st.step);
+    st.pitch_b = planner::mma_pitch_b(dtype, st.cols_b);
     const std::string id = std::to_string(v);
     st.slot_a = st.rows_a * st.pitch_a;
     st.slot_b = st.step * st.pitch_b;
@@ -129,7 +127,7 @@ void MmaMatMulStage::emit(Kernel& k) {
   const int64_t steps = (st.k + st.step - 1) / st.step;
   const bool any_async = st.staging.async_a || st.staging.async_b;
   const bool tf32 = st.mma == DType::kF32;
-  const int64_t kk = tf32 ? 8 : 16, lanes = tf32 ? 4 : 8;  // the instruction's K; elements a 16-byte chunk
+  const int64_t kk = planner::mma_k(st.mma), lanes = 16 / static_cast<int64_t>(dtype_size(st.mma));  // elements a 16-byte chunk
   k.body.push_back(serial_for("ft_i", "0", lit(st.fm * st.fn * 4), {assign(st.frag_c + "[ft_i]", "0.0f")}));
   const std::string warp = "(ft_thread / " + lit(kWarpSize) + ")";
   const std::string lane = "(ft_thread % " + lit(kWarpSize) + ")";
