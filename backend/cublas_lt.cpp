@@ -2,6 +2,9 @@
 
 #include <dlfcn.h>
 
+#include <string>
+#include <vector>
+
 #ifdef FUSETUNE_HAVE_NVRTC
 #include <cublasLt.h>
 #endif
@@ -77,7 +80,7 @@ Lt* library(std::string& why) {
   return ok ? &lt : nullptr;
 }
 
-class LtCall : public CublasLtCall {
+class LtCall : public GpuLibraryCall {
  public:
   LtCall(Lt& lt, const planner::LibraryCall& c, uint64_t workspace, size_t workspace_bytes)
       : lt_(lt), call_(c), workspace_(workspace), workspace_bytes_(workspace_bytes) {}
@@ -115,10 +118,19 @@ class LtCall : public CublasLtCall {
     if (lt_.pref_create(&pref) != CUBLAS_STATUS_SUCCESS) return fail_with(why, "preference");
     const uint64_t ws = workspace_bytes_;
     lt_.pref_set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    // The heuristic's ranked list up to the call's choice; the candidate takes that one.
     int found = 0;
-    const cublasStatus_t st = lt_.heuristic(lt_.handle, desc_, a_, b_, c_, c_, pref, 1, &algo_, &found);
+    std::vector<cublasLtMatmulHeuristicResult_t> ranked(static_cast<size_t>(call_.algorithm) + 1);
+    const cublasStatus_t st =
+        lt_.heuristic(lt_.handle, desc_, a_, b_, c_, c_, pref, static_cast<int>(ranked.size()), ranked.data(), &found);
     lt_.pref_destroy(pref);
     if (st != CUBLAS_STATUS_SUCCESS || found == 0) return fail_with(why, "algorithm (no heuristic result)");
+    if (found <= call_.algorithm) {
+      why = "cuBLASLt's heuristic ranks " + std::to_string(found) + " algorithms for the problem; the call asks for number " +
+            std::to_string(call_.algorithm + 1);
+      return false;
+    }
+    algo_ = ranked[static_cast<size_t>(call_.algorithm)];
     return true;
   }
 
@@ -161,7 +173,7 @@ std::string cublaslt_version() {
   return lt ? "cublasLt " + std::to_string(lt->get_version()) : "";
 }
 
-std::unique_ptr<CublasLtCall> make_cublaslt_call(const planner::LibraryCall& call, uint64_t workspace,
+std::unique_ptr<GpuLibraryCall> make_cublaslt_call(const planner::LibraryCall& call, uint64_t workspace,
                                                  size_t workspace_bytes, std::string* why_not) {
   std::string why;
   Lt* lt = library(why);
@@ -181,7 +193,7 @@ std::unique_ptr<CublasLtCall> make_cublaslt_call(const planner::LibraryCall& cal
 
 std::string cublaslt_version() { return ""; }
 
-std::unique_ptr<CublasLtCall> make_cublaslt_call(const planner::LibraryCall&, uint64_t, size_t, std::string* why_not) {
+std::unique_ptr<GpuLibraryCall> make_cublaslt_call(const planner::LibraryCall&, uint64_t, size_t, std::string* why_not) {
   if (why_not) *why_not = "this build has no CUDA toolkit";
   return nullptr;
 }

@@ -6,8 +6,8 @@
 // data is transposed: cuBLASLt's "A" is our B (n×k, leading dimension n), its "B" our A (k×m,
 // leading dimension k), C and D are Yᵀ (n×m, leading dimension n); the bias epilogue adds a vector
 // along D's rows, which is n; the residual is C with beta = 1. Batches are strided (B's stride 0
-// when one B serves every batch). The algorithm is chosen once, by cuBLASLt's heuristic, when the
-// call is made. Guarantees: make_cublaslt_call returns nullptr with the reason when the library
+// when one B serves every batch). The algorithm is chosen once, when the call is made: the
+// call's `algorithm`-th in the ranked list cuBLASLt's heuristic returns. Guarantees: make_cublaslt_call returns nullptr with the reason when the library
 // cannot be loaded or has no algorithm for the problem; enqueue() returns false on a launch error.
 #pragma once
 
@@ -16,23 +16,17 @@
 #include <string>
 #include <vector>
 
+#include "backend/gpu_library_call.h"
 #include "planner/library_call.h"
 
 namespace fusetune::backend {
-
-class CublasLtCall {
- public:
-  virtual ~CublasLtCall() = default;
-  // Enqueues the call on `stream` (a CUstream) with its parameters' device addresses, in order.
-  virtual bool enqueue(void* stream, const std::vector<uint64_t>& args) = 0;
-};
 
 // "cublasLt 130100" (its version number), or "" where the library cannot be loaded: part of a
 // CUDA device's identity, since library calls are measured and shipped.
 std::string cublaslt_version();
 
 // `workspace` is a device address of `workspace_bytes` the call may use.
-std::unique_ptr<CublasLtCall> make_cublaslt_call(const planner::LibraryCall& call, uint64_t workspace,
+std::unique_ptr<GpuLibraryCall> make_cublaslt_call(const planner::LibraryCall& call, uint64_t workspace,
                                                  size_t workspace_bytes, std::string* why_not);
 
 }  // namespace fusetune::backend

@@ -7,6 +7,7 @@
 
 #include "backend/cublas_lt.h"
 #include "backend/cuda.h"
+#include "backend/cudnn.h"
 #include "backend/nvrtc.h"
 #include "codegen/emit.h"
 #include "core/error.h"
@@ -128,7 +129,7 @@ struct Launch {
   int64_t grid = 0;
   int threads = 0;
   int64_t shared = 0;
-  std::shared_ptr<CublasLtCall> library;  // set: a library call instead of a kernel
+  std::shared_ptr<GpuLibraryCall> library;  // set: a library call instead of a kernel
 };
 
 // Enqueues a kernel launch or a library call on `stream`; `params` point at the buffers' device
@@ -299,9 +300,11 @@ class CudaBackend : public Backend {
     d_.check_cu(d_.cuDriverGetVersion(&version), "driver version query");
     driver_ = std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
     toolkit_ = "nvrtc " + nvrtc_version();
-    if (const std::string lt = cublaslt_version(); !lt.empty()) toolkit_ += ", " + lt;
+    for (const std::string& library : {cublaslt_version(), cudnn_version()}) {
+      if (!library.empty()) toolkit_ += ", " + library;
+    }
     flush_ = std::make_unique<CudaBuffer>(d_, static_cast<size_t>(std::max(l2_bytes, 1 << 20)) * 2);
-    workspace_ = std::make_unique<CudaBuffer>(d_, size_t{32} << 20);  // cuBLASLt's workspace
+    workspace_ = std::make_unique<CudaBuffer>(d_, size_t{32} << 20);  // the library calls' workspace
   }
   std::string name() const override { return "cuda:" + name_ + " (" + arch_ + ")"; }
   DeviceProperties properties() const override {
@@ -321,8 +324,11 @@ class CudaBackend : public Backend {
     for (const ModuleSource::KernelInfo& k : module.kernels) {
       if (!k.library.empty()) {
         std::string why;
-        std::shared_ptr<CublasLtCall> call = make_cublaslt_call(planner::LibraryCall::from_json(k.library),
-                                                                workspace_->address(), workspace_->bytes(), &why);
+        const planner::LibraryCall lc = planner::LibraryCall::from_json(k.library);
+        std::shared_ptr<GpuLibraryCall> call =
+            lc.op == planner::LibraryOp::kConv
+                ? make_cudnn_call(lc, workspace_->address(), workspace_->bytes(), &why)
+                : make_cublaslt_call(lc, workspace_->address(), workspace_->bytes(), &why);
         if (call == nullptr) {
           d_.cuModuleUnload(m);
           fail("library call ", k.name, ": ", why);

@@ -1,9 +1,11 @@
-// The host backend's library calls (planner/library_call.h): what cuBLASLt computes on the GPU,
-// computed on the CPU so that plans and measurement tasks with library calls run and verify
-// everywhere. Takes a call and the raw buffers bound to its parameters (A, B, [bias], [residual],
-// Y); computes Y = [Relu](A·B [+ bias] [+ residual]) with float accumulation (as cuBLASLt's
-// float32 compute type does), rows spread over `workers` threads. float16 data is converted to
-// and from float. A TF32 call (LibraryCall::tf32) rounds each operand to TF32 first.
+// The host backend's library calls (planner/library_call.h): what cuBLASLt and cuDNN compute on
+// the GPU, computed on the CPU so that plans and measurement tasks with library calls run and
+// verify everywhere. Takes a call and the raw buffers bound to its parameters ((A, B) or (X, W),
+// [bias], [residual], Y); computes a GEMM's Y = [Relu](A·B [+ bias] [+ residual]) or a
+// convolution's Y = [Relu, clipped at relu_max](conv(X, W) [+ bias] [+ residual]) with float
+// accumulation (as both libraries' float32 compute type does), rows or output channels spread over
+// `workers` threads. float16 data is converted to and from float. A TF32 call
+// (LibraryCall::tf32) rounds each operand to TF32 first.
 #pragma once
 
 #include "planner/library_call.h"

@@ -116,7 +116,7 @@ bool tf32_kernel(const Graph& g, const planner::FusionGroup& group, const std::s
   std::string word;
   bool mma = false;
   while (words >> word) mma = mma || word == "mma";
-  if (config == std::string("library=") + planner::kCublasLtTf32) return true;
+  if (config.rfind("library=", 0) == 0) return planner::tf32_library(config.substr(8));
   return mma && std::any_of(group.nodes.begin(), group.nodes.end(), [&](int n) {
            const Node& node = g.nodes()[static_cast<size_t>(n)];
            return planner::tensor_core_operands(g, node) && g.value(node.inputs[0]).dtype == DType::kF32;

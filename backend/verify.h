@@ -44,7 +44,7 @@ struct VerifyOptions {
 
 // True if candidate `config` (planner::TileConfig::str()) of a group of graph g runs a float32
 // MatMul on tensor cores, as TF32: the config asks for them (`mma`) and the group has such a
-// MatMul, or it is cuBLASLt's TF32 mode.
+// MatMul, or it is a library call in TF32 mode (cuBLASLt's or cuDNN's).
 bool tf32_kernel(const Graph& g, const planner::FusionGroup& group, const std::string& config);
 
 struct VerifyResult {

@@ -39,6 +39,11 @@ if [ "$src" != "$root" ] && [ ! -e "$src" ]; then
 fi
 [ -e "$root/build/fusetune" ] || { mkdir -p "$root/build" && ln -s "$carry/bin/fusetune" "$root/build/fusetune"; }
 export LD_LIBRARY_PATH="$carry/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# cuDNN (opened at run time for convolution calls) where the toolkit has none: PyTorch's wheel's copy.
+if [ ! -e /usr/local/cuda/lib64/libcudnn.so.9 ]; then
+  cudnn_dir=$(python3 -c 'import glob, os, nvidia.cudnn as c; print(os.path.join(list(c.__path__)[0], "lib"))' 2>/dev/null || true)
+  [ -n "$cudnn_dir" ] && [ -e "$cudnn_dir/libcudnn.so.9" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$cudnn_dir"
+fi
 export BIN_DIR="$carry/bin"
 export FUSETUNE_COMMIT=${FUSETUNE_COMMIT:-$(cat "$carry/commit")}
 export FUSETUNE_CACHE_DIR="$work/cache"

@@ -176,7 +176,7 @@ LoweredKernel lower_library_call(const Graph& g, const planner::FusionGroup& gro
   const auto match = planner::match_library_call(g, group);
   check(match.has_value(), "lower_group: the group (", group.pattern, ") is not a pattern ", cfg.library, " runs");
   std::string why;
-  const auto call = planner::library_call(*match, cfg.library, &why);
+  const auto call = planner::library_call(*match, cfg.library, cfg.algorithm, &why);
   check(call.has_value(), "lower_group: ", why);
   LoweredKernel out;
   out.kernel.name = name;

@@ -1,6 +1,8 @@
 #include "planner/library_call.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -10,10 +12,19 @@ namespace fusetune::planner {
 using nlohmann::json;
 
 std::string LibraryCall::to_json() const {
-  return json{{"library", library}, {"dtype", std::string(dtype_name(dtype))}, {"batch", batch}, {"m", m}, {"n", n},
-              {"k", k}, {"b_batched", b_batched}, {"bias", bias}, {"residual", residual}, {"relu", relu},
-              {"tf32", tf32}}
-      .dump();
+  json j{{"library", library}, {"op", op == LibraryOp::kConv ? "conv" : "gemm"}, {"dtype", std::string(dtype_name(dtype))},
+         {"batch", batch}, {"bias", bias}, {"residual", residual}, {"relu", relu}, {"tf32", tf32},
+         {"algorithm", algorithm}};
+  if (op == LibraryOp::kGemm) {
+    j.update({{"m", m}, {"n", n}, {"k", k}, {"b_batched", b_batched}});
+  } else {
+    j["conv"] = {{"c", conv.c},           {"h", conv.h},         {"w", conv.w},
+                 {"k", conv.k},           {"r", conv.r},         {"s", conv.s},
+                 {"groups", conv.groups}, {"strides", conv.strides}, {"dilations", conv.dilations},
+                 {"pads", conv.pads}};
+    j["relu_max"] = relu_max;
+  }
+  return j.dump();
 }
 
 LibraryCall LibraryCall::from_json(const std::string& text) {
@@ -21,28 +32,76 @@ LibraryCall LibraryCall::from_json(const std::string& text) {
   try {
     const json j = json::parse(text);
     c.library = j.at("library").get<std::string>();
-    check(c.library == "cublasLt", "library call: unknown library '", c.library, "'");
+    const std::string op = j.value("op", "gemm");  // absent from calls written before convolutions
+    check(op == "gemm" || op == "conv", "library call: unknown op '", op, "'");
+    c.op = op == "conv" ? LibraryOp::kConv : LibraryOp::kGemm;
+    const bool known = c.op == LibraryOp::kGemm ? c.library == kCublasLt || c.library == kCublasLtTf32
+                                                : c.library == kCudnn || c.library == kCudnnTf32;
+    check(known, "library call: library '", c.library, "' does not run op '", op, "'");
     const std::string dt = j.at("dtype").get<std::string>();
     check(dt == "float32" || dt == "float16", "library call: dtype '", dt, "' is not float32 or float16");
     c.dtype = dt == "float32" ? DType::kF32 : DType::kF16;
     c.batch = j.at("batch").get<int64_t>();
-    c.m = j.at("m").get<int64_t>();
-    c.n = j.at("n").get<int64_t>();
-    c.k = j.at("k").get<int64_t>();
-    c.b_batched = j.at("b_batched").get<bool>();
     c.bias = j.at("bias").get<bool>();
     c.residual = j.at("residual").get<bool>();
     c.relu = j.at("relu").get<bool>();
     c.tf32 = j.value("tf32", false);  // absent from calls written before the TF32 policy
+    c.algorithm = j.value("algorithm", 0);  // absent from calls written before ranked algorithms
+    if (c.op == LibraryOp::kGemm) {
+      c.m = j.at("m").get<int64_t>();
+      c.n = j.at("n").get<int64_t>();
+      c.k = j.at("k").get<int64_t>();
+      c.b_batched = j.at("b_batched").get<bool>();
+    } else {
+      const json& v = j.at("conv");
+      ConvShape& cs = c.conv;
+      for (auto [field, name] : {std::pair{&cs.c, "c"}, {&cs.h, "h"}, {&cs.w, "w"}, {&cs.k, "k"}, {&cs.r, "r"},
+                                 {&cs.s, "s"}, {&cs.groups, "groups"}}) {
+        *field = v.at(name).get<int64_t>();
+      }
+      cs.strides = v.at("strides").get<std::array<int64_t, 2>>();
+      cs.dilations = v.at("dilations").get<std::array<int64_t, 2>>();
+      cs.pads = v.at("pads").get<std::array<int64_t, 4>>();
+      c.relu_max = j.at("relu_max").get<float>();
+    }
   } catch (const json::exception& e) {
     fail("library call: ", e.what());
   }
-  check(c.batch >= 1 && c.m >= 1 && c.n >= 1 && c.k >= 1, "library call: dimensions must be positive");
+  check(c.batch >= 1, "library call: batch must be positive");
+  check(c.algorithm >= 0, "library call: algorithm ", c.algorithm, " is negative");
+  if (c.op == LibraryOp::kGemm) {
+    check(c.m >= 1 && c.n >= 1 && c.k >= 1, "library call: dimensions must be positive");
+  } else {
+    const ConvShape& cs = c.conv;
+    check(cs.c >= 1 && cs.h >= 1 && cs.w >= 1 && cs.k >= 1 && cs.r >= 1 && cs.s >= 1 && cs.groups >= 1,
+          "library call: convolution extents must be positive");
+    check(cs.c % cs.groups == 0 && cs.k % cs.groups == 0, "library call: ", cs.groups,
+          " groups do not divide the channels (", cs.c, " in, ", cs.k, " out)");
+    check(std::all_of(cs.strides.begin(), cs.strides.end(), [](int64_t v) { return v >= 1; }) &&
+              std::all_of(cs.dilations.begin(), cs.dilations.end(), [](int64_t v) { return v >= 1; }) &&
+              std::all_of(cs.pads.begin(), cs.pads.end(), [](int64_t v) { return v >= 0; }),
+          "library call: strides and dilations must be positive, pads not negative");
+    check(cs.p() >= 1 && cs.q() >= 1, "library call: the convolution's output is empty");
+    check(c.relu_max >= 0.0f && (c.relu_max == 0.0f || c.relu), "library call: relu_max ", c.relu_max,
+          " without a ReLU or negative");
+  }
   check(!c.tf32 || c.dtype == DType::kF32, "library call: TF32 for a ", dtype_name(c.dtype), " call (float32 only)");
   return c;
 }
 
-std::optional<LibraryMatch> match_library_call(const Graph& g, const FusionGroup& group) {
+namespace {
+
+// Whether `v` is written by a node of the group (a library reads its operands from memory).
+bool made_inside(const Graph& g, const FusionGroup& group, int v) {
+  for (int id : group.nodes) {
+    for (int out : g.nodes()[static_cast<size_t>(id)].outputs) {
+      if (out == v) return true;
+    }
+  }
+  return false;
+}
+
+std::optional<LibraryMatch> match_gemm(const Graph& g, const FusionGroup& group) {
   if (group.nodes.empty() || group.nodes.size() > 4 || group.outputs.size() != 1) return std::nullopt;
   const auto node = [&](size_t i) -> const Node& { return g.nodes()[static_cast<size_t>(group.nodes[i])]; };
   const Node& mm = node(0);
@@ -102,12 +161,7 @@ std::optional<LibraryMatch> match_library_call(const Graph& g, const FusionGroup
   if (group.outputs[0] != current) return std::nullopt;
   // Operands must come from outside the group (the library reads them from memory as they are).
   for (int v : {mm.inputs[0], mm.inputs[1], bias_value, residual_value}) {
-    if (v < 0) continue;
-    for (int id : group.nodes) {
-      for (int out : g.nodes()[static_cast<size_t>(id)].outputs) {
-        if (out == v) return std::nullopt;
-      }
-    }
+    if (v >= 0 && made_inside(g, group, v)) return std::nullopt;
   }
   if (c.bias) match.inputs.push_back(bias_value);
   if (c.residual) match.inputs.push_back(residual_value);
@@ -115,15 +169,124 @@ std::optional<LibraryMatch> match_library_call(const Graph& g, const FusionGroup
   return match;
 }
 
-std::optional<LibraryCall> library_call(const LibraryMatch& match, const std::string& library, std::string* why) {
-  if (library != kCublasLt && library != kCublasLtTf32) {
-    *why = "unknown library '" + library + "'";
+std::optional<LibraryMatch> match_conv(const Graph& g, const FusionGroup& group) {
+  if (group.nodes.empty() || group.nodes.size() > 4 || group.outputs.size() != 1) return std::nullopt;
+  const Node& conv = g.nodes()[static_cast<size_t>(group.nodes[0])];
+  if (conv.op != "Conv") return std::nullopt;
+  const Value& x = g.value(conv.inputs[0]);
+  const Value& w = g.value(conv.inputs[1]);
+  const Value& y0 = g.value(conv.outputs[0]);
+  const DType dt = y0.dtype;
+  if ((dt != DType::kF32 && dt != DType::kF16) || x.dtype != dt || w.dtype != dt) return std::nullopt;
+  if (x.shape.size() != 4 || w.shape.size() != 4 || y0.shape.size() != 4) return std::nullopt;
+  LibraryMatch match;
+  LibraryCall& c = match.call;
+  c.library = kCudnn;
+  c.op = LibraryOp::kConv;
+  c.dtype = dt;
+  c.batch = x.shape[0];
+  ConvShape& cs = c.conv;
+  cs.c = x.shape[1];
+  cs.h = x.shape[2];
+  cs.w = x.shape[3];
+  cs.k = w.shape[0];
+  cs.r = w.shape[2];
+  cs.s = w.shape[3];
+  cs.groups = conv.attrs.i("group", 1);
+  const auto strides = conv.attrs.ints("strides", {1, 1}), dil = conv.attrs.ints("dilations", {1, 1}),
+             pads = conv.attrs.ints("pads", {0, 0, 0, 0});
+  if (strides.size() != 2 || dil.size() != 2 || pads.size() != 4 || cs.groups < 1 || cs.c % cs.groups != 0 ||
+      cs.k % cs.groups != 0 || w.shape[1] != cs.c / cs.groups) {
+    return std::nullopt;
+  }
+  std::copy(strides.begin(), strides.end(), cs.strides.begin());
+  std::copy(dil.begin(), dil.end(), cs.dilations.begin());
+  std::copy(pads.begin(), pads.end(), cs.pads.begin());
+  if (y0.shape != Shape{c.batch, cs.k, cs.p(), cs.q()}) return std::nullopt;
+  match.inputs = {conv.inputs[0], conv.inputs[1]};
+  int bias_value = -1, residual_value = -1;
+  if (conv.inputs.size() > 2 && conv.inputs[2] != kNoValue) {
+    const Value& b = g.value(conv.inputs[2]);
+    if (b.dtype != dt || b.shape != Shape{cs.k}) return std::nullopt;
+    c.bias = true;
+    bias_value = conv.inputs[2];
+  }
+  int current = conv.outputs[0];
+  for (size_t i = 1; i < group.nodes.size(); ++i) {
+    const Node& n = g.nodes()[static_cast<size_t>(group.nodes[i])];
+    const bool last = i + 1 == group.nodes.size();
+    if (!c.relu && last && n.inputs[0] == current && (n.op == "Relu" || n.op == "Clip")) {
+      if (n.op == "Clip") {
+        const float lo = n.attrs.f("min", -std::numeric_limits<float>::infinity());
+        const float hi = n.attrs.f("max", std::numeric_limits<float>::infinity());
+        if (lo != 0.0f || !(hi > 0.0f)) return std::nullopt;
+        c.relu_max = std::isinf(hi) ? 0.0f : hi;
+      }
+      c.relu = true;
+      current = n.outputs[0];
+      continue;
+    }
+    if (n.op != "Add" || c.relu) return std::nullopt;
+    const int other = n.inputs[0] == current ? n.inputs[1] : n.inputs[1] == current ? n.inputs[0] : -1;
+    if (other < 0 || other == current) return std::nullopt;
+    const Value& o = g.value(other);
+    if (o.dtype != dt || g.value(n.outputs[0]).shape != y0.shape) return std::nullopt;
+    // A vector along the output channels: [K, 1, 1] or [1, K, 1, 1].
+    const bool along_k = (o.shape == Shape{cs.k, 1, 1} || o.shape == Shape{1, cs.k, 1, 1});
+    if (along_k && !c.bias) {
+      c.bias = true;
+      bias_value = other;
+    } else if (o.shape == y0.shape && !c.residual) {
+      c.residual = true;
+      residual_value = other;
+    } else {
+      return std::nullopt;
+    }
+    current = n.outputs[0];
+  }
+  if (group.outputs[0] != current) return std::nullopt;
+  for (int v : {conv.inputs[0], conv.inputs[1], bias_value, residual_value}) {
+    if (v >= 0 && made_inside(g, group, v)) return std::nullopt;
+  }
+  if (c.bias) match.inputs.push_back(bias_value);
+  if (c.residual) match.inputs.push_back(residual_value);
+  match.output = current;
+  return match;
+}
+
+}  // namespace
+
+std::optional<LibraryMatch> match_library_call(const Graph& g, const FusionGroup& group) {
+  if (auto gemm = match_gemm(g, group)) return gemm;
+  return match_conv(g, group);
+}
+
+bool tf32_library(const std::string& library) { return library == kCublasLtTf32 || library == kCudnnTf32; }
+
+std::string library_for(const LibraryMatch& match, bool tf32) {
+  const bool fast = tf32 && match.call.dtype == DType::kF32;
+  if (match.call.op == LibraryOp::kConv) return fast ? kCudnnTf32 : kCudnn;
+  return fast ? kCublasLtTf32 : kCublasLt;
+}
+
+std::optional<LibraryCall> library_call(const LibraryMatch& match, const std::string& library, int algorithm,
+                                        std::string* why) {
+  const bool conv = match.call.op == LibraryOp::kConv;
+  const bool runs = conv ? library == kCudnn || library == kCudnnTf32 : library == kCublasLt || library == kCublasLtTf32;
+  if (!runs) {
+    *why = "library '" + library + "' does not run this group's " + (conv ? "convolution" : "GEMM");
+    return std::nullopt;
+  }
+  if (algorithm < 0) {
+    *why = "library algorithm " + std::to_string(algorithm) + " (the ranked choices count from 0)";
     return std::nullopt;
   }
   LibraryCall call = match.call;
-  call.tf32 = library == kCublasLtTf32;
+  call.library = library;
+  call.algorithm = algorithm;
+  call.tf32 = tf32_library(library);
   if (call.tf32 && call.dtype != DType::kF32) {
-    *why = "cuBLASLt's TF32 mode is for float32 calls (this one is " + std::string(dtype_name(call.dtype)) + ")";
+    *why = library + ": TF32 mode is for float32 calls (this one is " + std::string(dtype_name(call.dtype)) + ")";
     return std::nullopt;
   }
   return call;
@@ -131,10 +294,21 @@ std::optional<LibraryCall> library_call(const LibraryMatch& match, const std::st
 
 double library_cost_us(const LibraryCall& c, const Device& d, double launch_overhead_us, int64_t* dram_bytes) {
   const int64_t esize = static_cast<int64_t>(dtype_size(c.dtype));
-  const int64_t bytes = esize * (c.batch * c.m * c.k + (c.b_batched ? c.batch : 1) * c.k * c.n +
-                                 c.batch * c.m * c.n * (c.residual ? 2 : 1) + (c.bias ? c.n : 0));
+  int64_t elements = 0;
+  double flops = 0;
+  if (c.op == LibraryOp::kGemm) {
+    elements = c.batch * c.m * c.k + (c.b_batched ? c.batch : 1) * c.k * c.n + c.batch * c.m * c.n * (c.residual ? 2 : 1) +
+               (c.bias ? c.n : 0);
+    flops = 2.0 * static_cast<double>(c.batch * c.m) * static_cast<double>(c.n * c.k);
+  } else {
+    const ConvShape& cs = c.conv;
+    const int64_t y = c.batch * cs.k * cs.p() * cs.q();
+    elements = c.batch * cs.c * cs.h * cs.w + cs.k * (cs.c / cs.groups) * cs.r * cs.s + y * (c.residual ? 2 : 1) +
+               (c.bias ? cs.k : 0);
+    flops = 2.0 * static_cast<double>(y) * static_cast<double>((cs.c / cs.groups) * cs.r * cs.s);
+  }
+  const int64_t bytes = esize * elements;
   if (dram_bytes != nullptr) *dram_bytes = bytes;
-  const double flops = 2.0 * static_cast<double>(c.batch * c.m) * static_cast<double>(c.n * c.k);
   const double tflops = c.tf32 ? d.tf32_tensor_tflops : c.dtype == DType::kF16 ? d.fp16_tensor_tflops : d.fp32_tflops;
   constexpr double kEfficiency = 0.7;  // a tuned library kernel on a large problem; small ones are latency-bound
   const double compute_us = flops / (tflops * 1e6 * kEfficiency);

@@ -1,20 +1,28 @@
-// Library calls: a contraction group that a vendor library runs whole, as one candidate among the
-// generated ones (measurement, not prejudice, decides): cuBLASLt's matmul with its epilogue.
+// Library calls: a group that a vendor library runs whole, as one candidate among the generated
+// ones (measurement, not prejudice, decides): cuBLASLt's matmul with its epilogue, cuDNN's
+// convolution with its epilogue.
 //
-// match_library_call takes a graph and a fusion group and recognizes exactly
-//   Y = [Relu]( MatMul(A, B) [+ bias] [+ residual] )
-// (the two Adds in either order) where A is [batch..., m, k] and B is [k, n] (shared by every
-// batch) or [batch..., k, n], bias is a vector along n ([n], or leading ones then n), residual has
-// Y's shape, every value has one dtype (float32 or float16), A and B come from outside the group
-// and the group exports Y alone. cuBLASLt computes D = act(A·B + C + bias) with C the residual,
-// which is this pattern. Guarantees: a match binds the call's parameters to the group's values in
-// the order A, B, [bias], [residual], Y; the JSON form (stored with kernels, plan bundles and
-// measurement tasks) holds the shapes, the epilogue and the TF32 mode (a float32 call on TF32
-// tensor cores, the `--precision tf32` policy's), nothing graph-specific, and parses back to an
-// equal call. library_cost models the call as the device's roofline at a fixed efficiency (the
-// tensor peak of its type: float16, TF32; float32 on FP32).
+// match_library_call takes a graph and a fusion group and recognizes exactly one of
+//   GEMM:  Y = [Relu]( MatMul(A, B) [+ bias] [+ residual] )
+//          (the two Adds in either order) where A is [batch..., m, k] and B is [k, n] (shared by
+//          every batch) or [batch..., k, n], bias is a vector along n ([n], or leading ones then n),
+//          residual has Y's shape. cuBLASLt computes D = act(A·B + C + bias) with C the residual.
+//   Conv:  Y = [Relu | Clip(0, max)]( Conv(X, W [, bias]) [+ bias] [+ residual] )
+//          a 2-D convolution in NCHW (X [N, C, H, W], W [K, C / group, R, S], any pads, strides,
+//          dilations and group), the bias a vector along K (Conv's third input, or an Add of a
+//          [K, 1, 1] or [1, K, 1, 1] value), the residual of Y's shape. cuDNN's graph computes
+//          conv -> add bias -> add residual -> ReLU with its upper clip.
+// Every value has one dtype (float32 or float16), the operands come from outside the group and the
+// group exports Y alone. Guarantees: a match binds the call's parameters to the group's values in
+// the order (A, B | X, W), [bias], [residual], Y; the JSON form (stored with kernels, plan bundles
+// and measurement tasks) holds the operation, the shapes, the epilogue and the TF32 mode (a
+// float32 call on TF32 tensor cores, the `--precision tf32` policy's), nothing graph-specific, and
+// parses back to an equal call. library_cost_us models the call as the device's roofline at a
+// fixed efficiency (the tensor peak of its type: float16, TF32; float32 on FP32).
 #pragma once
 
+#include <array>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,16 +33,34 @@
 
 namespace fusetune::planner {
 
+enum class LibraryOp : uint8_t { kGemm, kConv };
+
+// A 2-D convolution's geometry in NCHW (the batch is LibraryCall::batch): X [batch, c, h, w],
+// W [k, c / groups, r, s], Y [batch, k, p(), q()]; pads in ONNX's order (h begin, w begin, h end,
+// w end).
+struct ConvShape {
+  int64_t c = 0, h = 0, w = 0, k = 0, r = 0, s = 0, groups = 1;
+  std::array<int64_t, 2> strides{1, 1}, dilations{1, 1};
+  std::array<int64_t, 4> pads{0, 0, 0, 0};
+  int64_t p() const { return (h + pads[0] + pads[2] - dilations[0] * (r - 1) - 1) / strides[0] + 1; }
+  int64_t q() const { return (w + pads[1] + pads[3] - dilations[1] * (s - 1) - 1) / strides[1] + 1; }
+  bool operator==(const ConvShape&) const = default;
+};
+
 struct LibraryCall {
   std::string library = "cublasLt";
+  LibraryOp op = LibraryOp::kGemm;
   DType dtype = DType::kF32;
   int64_t batch = 1;
-  int64_t m = 0, n = 0, k = 0;
-  bool b_batched = false;  // B has A's batch dimensions; else one B serves every batch
+  int64_t m = 0, n = 0, k = 0;  // GEMM: Y [batch..., m, n] = A [batch..., m, k] · B
+  bool b_batched = false;       // GEMM: B has A's batch dimensions; else one B serves every batch
+  ConvShape conv;               // Conv: the geometry
   bool bias = false;
   bool residual = false;
   bool relu = false;
-  bool tf32 = false;  // float32 on TF32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32): the TF32 policy's
+  float relu_max = 0.0f;  // > 0: the ReLU also clips at this value (Clip(0, max), ReLU6); Conv only
+  bool tf32 = false;  // float32 on TF32 tensor cores (the TF32 policy's, as torch's allow_tf32)
+  int algorithm = 0;  // the library's ranked choice for the problem: 0 its heuristic's first, 1 the next...
 
   std::string to_json() const;
   static LibraryCall from_json(const std::string& text);  // errors name the field
@@ -43,22 +69,33 @@ struct LibraryCall {
 
 struct LibraryMatch {
   LibraryCall call;
-  std::vector<int> inputs;  // A, B, [bias], [residual]
+  std::vector<int> inputs;  // A, B (X, W), [bias], [residual]
   int output = -1;          // Y
 };
 
 std::optional<LibraryMatch> match_library_call(const Graph& g, const FusionGroup& group);
 
-// The libraries a candidate names (TileConfig::library): cuBLASLt at the model's types, and for a
-// float32 call under the TF32 precision policy (TilingOptions::tf32) cuBLASLt with TF32 tensor
-// cores, as torch's allow_tf32 asks of cuBLAS.
+// The libraries a candidate names (TileConfig::library): cuBLASLt for GEMMs and cuDNN for
+// convolutions at the model's types, and for a float32 call under the TF32 precision policy
+// (TilingOptions::tf32) each with TF32 tensor cores, as torch's allow_tf32 asks of cuBLAS and cuDNN.
 inline constexpr const char* kCublasLt = "cublasLt";
 inline constexpr const char* kCublasLtTf32 = "cublasLt-tf32";
+inline constexpr const char* kCudnn = "cudnn";
+inline constexpr const char* kCudnnTf32 = "cudnn-tf32";
 
-// The call a candidate naming `library` makes of a match: the match's call with its TF32 mode set
-// by the name. Empty, with `why` set, for a name that is neither library or for TF32 asked of a
-// call that is not float32. (Whether the precision policy allows TF32 is the planner's question.)
-std::optional<LibraryCall> library_call(const LibraryMatch& match, const std::string& library, std::string* why);
+// Whether a library name asks for TF32 tensor cores.
+bool tf32_library(const std::string& library);
+
+// The library candidate's name for a match: its operation's library, in TF32 mode when `tf32` (the
+// policy) is on and the call is float32.
+std::string library_for(const LibraryMatch& match, bool tf32);
+
+// The call a candidate naming `library` and `algorithm` makes of a match: the match's call with its
+// library, TF32 mode (by the name) and ranked algorithm set. Empty, with `why` set, for a name that
+// is not its operation's library, a negative algorithm, or TF32 asked of a call that is not
+// float32. (Whether the precision policy allows TF32 is the planner's question.)
+std::optional<LibraryCall> library_call(const LibraryMatch& match, const std::string& library, int algorithm,
+                                        std::string* why);
 
 // Modeled time (microseconds) and DRAM bytes of the call on a device.
 double library_cost_us(const LibraryCall& call, const Device& d, double launch_overhead_us, int64_t* dram_bytes);

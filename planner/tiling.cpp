@@ -119,7 +119,7 @@ MmaStaging mma_staging(const Graph& g, const Node& matmul, const std::set<int>& 
 }
 
 std::string TileConfig::str() const {
-  if (!library.empty()) return "library=" + library;
+  if (!library.empty()) return "library=" + library + (algorithm > 0 ? " algo=" + std::to_string(algorithm) : "");
   std::ostringstream out;
   out << "tile=" << shape_str(tile);
   if (reduce_step > 0) out << " k=" << reduce_step;
@@ -179,10 +179,10 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       c.reject = "the group is not a pattern " + cfg.library + " runs";
       return c;
     }
-    const auto call = library_call(*match, cfg.library, &c.reject);
+    const auto call = library_call(*match, cfg.library, cfg.algorithm, &c.reject);
     if (!call) return c;
     if (call->tf32 && !opt.tf32) {
-      c.reject = "cuBLASLt's TF32 mode is for float32 calls under the TF32 precision policy";
+      c.reject = cfg.library + ": TF32 mode is for float32 calls under the TF32 precision policy";
       return c;
     }
     c.valid = true;
@@ -854,15 +854,22 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
     return a.config.str() < b.config.str();
   });
   if (static_cast<int>(all.size()) > opt.top_k) all.resize(static_cast<size_t>(opt.top_k));
-  if (const auto match = match_library_call(g, group)) {  // the library candidate stays whatever its modeled rank
-    TileConfig cfg;
-    cfg.tile = rs;
-    cfg.library = opt.tf32 && match->call.dtype == DType::kF32 ? kCublasLtTf32 : kCublasLt;
-    const Candidate lib{cfg, evaluate_tile(g, group, d, cfg, opt)};
-    if (static_cast<int>(all.size()) >= opt.top_k) all.pop_back();
-    all.insert(std::upper_bound(all.begin(), all.end(), lib,
-                                [](const Candidate& x, const Candidate& y) { return x.cost.modeled_us < y.cost.modeled_us; }),
-               lib);
+  if (const auto match = match_library_call(g, group)) {  // the library's candidates stay whatever their modeled rank
+    for (int algorithm = 0; algorithm < opt.library_algorithms; ++algorithm) {
+      TileConfig cfg;
+      cfg.tile = rs;
+      cfg.library = library_for(*match, opt.tf32);
+      cfg.algorithm = algorithm;
+      const Candidate lib{cfg, evaluate_tile(g, group, d, cfg, opt)};
+      const auto is_library = [](const Candidate& c) { return !c.config.library.empty(); };
+      if (static_cast<int>(all.size()) >= opt.top_k) {  // the last generated candidate makes room
+        const auto last = std::find_if(all.rbegin(), all.rend(), [&](const Candidate& c) { return !is_library(c); });
+        if (last != all.rend()) all.erase(std::next(last).base());
+      }
+      all.insert(std::upper_bound(all.begin(), all.end(), lib,
+                                  [](const Candidate& x, const Candidate& y) { return x.cost.modeled_us < y.cost.modeled_us; }),
+                 lib);
+    }
   }
   return all;
 }

@@ -55,8 +55,10 @@
 // rows and all its columns; 64 to 256 threads; key tiles of 16 to 128),
 // and returns the best `top_k` by modeled time (two that Little's law bounds alike then by the
 // issue term alone), deterministically. A group a vendor library can run whole
-// (planner/library_call.h) also gets that library candidate, kept in the list whatever its rank,
-// so that measurement decides between it and the generated kernels.
+// (planner/library_call.h) also gets that library's candidates, one per ranked algorithm
+// (TilingOptions::library_algorithms), kept in the list whatever their rank, each displacing the
+// last generated candidate while the list is full: measurement decides between them and the
+// generated kernels.
 #pragma once
 
 #include <set>
@@ -78,7 +80,8 @@ struct TileConfig {
   bool mma = false;           // tensor cores for MatMuls with float16/bfloat16 operands (sm_80+)
   bool gemv = false;          // the GEMV form of MatMuls of at most 8 rows whose B the group reads (see above)
   bool flash = false;         // the group's attention core as flash attention, reduce_step keys a tile (see above)
-  std::string library = "";   // set ("cublasLt"): the group runs as a library call (planner/library_call.h)
+  std::string library = "";   // set ("cublasLt", "cudnn", ...): the group runs as a library call (planner/library_call.h)
+  int algorithm = 0;          // a library call's: the library's ranked choice (0: its heuristic's first)
   std::string str() const;
   bool operator==(const TileConfig&) const = default;
 };
@@ -114,6 +117,9 @@ struct TilingOptions {
   // The precision policy (`--precision tf32`): float32 MatMuls may run on tensor cores as TF32
   // (inputs rounded to 10 mantissa bits, products summed in float32), as torch's allow_tf32.
   bool tf32 = false;
+  // A group a library runs gets the library's first `library_algorithms` ranked algorithms, each
+  // a candidate of its own (the model cannot tell them apart; measurement can).
+  int library_algorithms = 3;
 };
 
 // The bytes of g's constants.

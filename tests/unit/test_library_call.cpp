@@ -1,13 +1,14 @@
-// Library calls (planner/library_call.h): which groups cuBLASLt can run whole, the library
-// candidate in the planner's lists, the host backend's equivalent GEMM against the reference on
-// odd shapes (float32 and float16), cuBLASLt's TF32 mode under the TF32 precision policy, and a
-// plan bundle whose plan takes the library call, run through the plan runner against the
-// reference interpreter.
+// Library calls (planner/library_call.h): which groups cuBLASLt and cuDNN can run whole, the
+// library candidate in the planner's lists, the host backend's equivalent GEMM and convolution
+// against the reference on odd shapes (float32 and float16), the TF32 mode under the TF32
+// precision policy, and plan bundles whose plans take library calls (GEMMs; every convolution of
+// exported CNNs), run through the plan runner against the reference interpreter.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
+#include <sstream>
 
 #include "backend/backend.h"
 #include "backend/verify.h"
@@ -30,15 +31,15 @@ using testing::add_input;
 using testing::add_op;
 using testing::random_constant;
 
-struct Gemm {
+struct OneGroup {
   Graph g;
   planner::FusionGroup group;
 };
 
 // Y = [Relu](A·B [+ bias] [+ residual]) over every node of a fresh graph.
-Gemm make_gemm(DType dt, int64_t batch, int64_t m, int64_t n, int64_t k, bool b_batched, bool bias, bool residual,
+OneGroup make_gemm(DType dt, int64_t batch, int64_t m, int64_t n, int64_t k, bool b_batched, bool bias, bool residual,
                bool relu, bool residual_first = false) {
-  Gemm t;
+  OneGroup t;
   Graph& g = t.g;
   Shape a_shape = {m, k}, b_shape = {k, n}, y_shape = {m, n};
   if (batch > 1) {
@@ -63,14 +64,14 @@ Gemm make_gemm(DType dt, int64_t batch, int64_t m, int64_t n, int64_t k, bool b_
 }
 
 TEST(LibraryCall, MatchesTheGemmEpiloguePatternsAndNothingElse) {
-  const Gemm plain = make_gemm(DType::kF32, 1, 7, 5, 3, false, false, false, false);
+  const OneGroup plain = make_gemm(DType::kF32, 1, 7, 5, 3, false, false, false, false);
   auto m = planner::match_library_call(plain.g, plain.group);
   ASSERT_TRUE(m.has_value());
   EXPECT_EQ(m->call.m, 7);
   EXPECT_EQ(m->call.n, 5);
   EXPECT_EQ(m->call.k, 3);
   EXPECT_EQ(m->inputs.size(), 2u);
-  const Gemm full = make_gemm(DType::kF32, 3, 4, 6, 8, true, true, true, true, /*residual_first=*/true);
+  const OneGroup full = make_gemm(DType::kF32, 3, 4, 6, 8, true, true, true, true, /*residual_first=*/true);
   m = planner::match_library_call(full.g, full.group);
   ASSERT_TRUE(m.has_value());
   EXPECT_TRUE(m->call.bias && m->call.residual && m->call.relu && m->call.b_batched);
@@ -115,18 +116,78 @@ TEST(LibraryCall, MatchesTheGemmEpiloguePatternsAndNothingElse) {
   }
 }
 
+// A convolution group: Conv(X, W [, bias]) [+ bias as an Add] [+ residual] [Relu | Clip(lo, hi)].
+struct ConvCase {
+  DType dt = DType::kF32;
+  int64_t n = 1, c = 3, h = 9, w = 7, k = 4, r = 3, s = 3, groups = 1;
+  std::vector<int64_t> strides{1, 1}, dilations{1, 1}, pads{1, 1, 1, 1};
+  bool conv_bias = true;  // Conv's third input
+  bool add_bias = false;  // an Add of a [1, K, 1, 1] constant
+  bool residual = false;
+  std::string act;  // "", "Relu" or "Clip"
+  float lo = 0.0f, hi = 6.0f;
+  std::string str() const {
+    std::ostringstream o;
+    o << dtype_name(dt) << " n" << n << " c" << c << " " << h << "x" << w << " k" << k << " " << r << "x" << s << " groups "
+      << groups << " strides " << strides[0] << "," << strides[1] << " dilations " << dilations[0] << "," << dilations[1]
+      << " pads " << pads[0] << "," << pads[1] << "," << pads[2] << "," << pads[3] << (conv_bias ? " bias" : "")
+      << (add_bias ? " add-bias" : "") << (residual ? " residual" : "") << " " << act;
+    return o.str();
+  }
+};
+
+OneGroup make_conv(const ConvCase& c) {
+  OneGroup t;
+  Graph& g = t.g;
+  const int x = add_input(g, "x", c.dt, {c.n, c.c, c.h, c.w});
+  std::vector<int> ins = {x, random_constant(g, "w", c.dt, {c.k, c.c / c.groups, c.r, c.s}, 3)};
+  if (c.conv_bias) ins.push_back(random_constant(g, "b", c.dt, {c.k}, 5));
+  int y = add_op(g, "Conv", ins,
+                 testing::attrs({{"strides", c.strides}, {"dilations", c.dilations}, {"pads", c.pads}, {"group", c.groups}}));
+  if (c.add_bias) y = add_op(g, "Add", {y, random_constant(g, "b2", c.dt, {1, c.k, 1, 1}, 7)});
+  if (c.residual) y = add_op(g, "Add", {add_input(g, "res", c.dt, g.value(y).shape), y});
+  if (c.act == "Relu") y = add_op(g, "Relu", {y});
+  if (c.act == "Clip") y = add_op(g, "Clip", {y}, testing::attrs({{"min", c.lo}, {"max", c.hi}}));
+  g.outputs() = {y};
+  t.group.nodes.resize(g.nodes().size());
+  std::iota(t.group.nodes.begin(), t.group.nodes.end(), 0);
+  planner::describe_group(g, t.group);
+  return t;
+}
+
 TEST(LibraryCall, IsAlwaysAmongTheCandidatesOfAMatchingGroup) {
-  const Gemm t = make_gemm(DType::kF32, 1, 64, 64, 64, false, true, false, true);
+  const OneGroup t = make_gemm(DType::kF32, 1, 64, 64, 64, false, true, false, true);
   planner::TilingOptions opt;
   opt.top_k = 1;
+  opt.library_algorithms = 1;
   const auto cands = planner::tile_candidates(t.g, t.group, planner::find_device("h100"), opt);
   ASSERT_EQ(cands.size(), 1u);
   EXPECT_EQ(cands[0].config.library, "cublasLt");
   EXPECT_EQ(cands[0].config.str(), "library=cublasLt");
   EXPECT_TRUE(cands[0].cost.valid);
+  // Each of the library's first three ranked algorithms is a candidate, each displacing the last
+  // generated one: the list keeps its length.
   opt.top_k = 6;
+  opt.library_algorithms = 3;
   const auto more = planner::tile_candidates(t.g, t.group, planner::find_device("h100"), opt);
-  EXPECT_EQ(std::count_if(more.begin(), more.end(), [](const planner::Candidate& c) { return !c.config.library.empty(); }), 1);
+  std::vector<std::string> library;
+  for (const planner::Candidate& c : more) {
+    if (!c.config.library.empty()) library.push_back(c.config.str());
+  }
+  EXPECT_EQ(library, (std::vector<std::string>{"library=cublasLt", "library=cublasLt algo=1", "library=cublasLt algo=2"}));
+  EXPECT_EQ(more.size(), 6u);
+  // The ranked choice travels with the call and comes back; a negative one is refused.
+  const auto match = planner::match_library_call(t.g, t.group);
+  std::string why;
+  const auto second = planner::library_call(*match, planner::kCublasLt, 1, &why);
+  ASSERT_TRUE(second.has_value()) << why;
+  EXPECT_EQ(planner::LibraryCall::from_json(second->to_json()).algorithm, 1);
+  EXPECT_FALSE(planner::library_call(*match, planner::kCublasLt, -1, &why).has_value());
+  planner::TileConfig cfg = more[0].config;
+  for (const planner::Candidate& c : more) {
+    if (c.config.str() == "library=cublasLt algo=2") cfg = c.config;
+  }
+  EXPECT_EQ(planner::LibraryCall::from_json(codegen::lower_group(t.g, t.group, cfg, "lib").kernel.library).algorithm, 2);
 }
 
 TEST(LibraryCall, HostGemmMatchesTheReferenceOnOddShapes) {
@@ -145,7 +206,7 @@ TEST(LibraryCall, HostGemmMatchesTheReferenceOnOddShapes) {
       {DType::kF16, 2, 5, 7, 33, true, true, true, false},
   };
   for (const Case& c : cases) {
-    const Gemm t = make_gemm(c.dt, c.batch, c.m, c.n, c.k, c.b_batched, c.bias, c.residual, c.relu);
+    const OneGroup t = make_gemm(c.dt, c.batch, c.m, c.n, c.k, c.b_batched, c.bias, c.residual, c.relu);
     planner::TileConfig cfg;
     cfg.tile = t.g.value(t.g.outputs()[0]).shape;
     cfg.library = "cublasLt";
@@ -164,9 +225,10 @@ TEST(LibraryCall, HostGemmMatchesTheReferenceOnOddShapes) {
 // of the reference, beyond float32's on a 1000-deep product.
 TEST(LibraryCall, Tf32ModeOnlyUnderThePolicyForFloatThirtyTwo) {
   const planner::Device h100 = planner::find_device("h100");
-  const Gemm big = make_gemm(DType::kF32, 1, 2048, 4096, 1024, false, true, false, true);
+  const OneGroup big = make_gemm(DType::kF32, 1, 2048, 4096, 1024, false, true, false, true);
   planner::TilingOptions exact, tf32;
   exact.top_k = tf32.top_k = 1;
+  exact.library_algorithms = tf32.library_algorithms = 1;
   tf32.tf32 = true;
   const auto plain = planner::tile_candidates(big.g, big.group, h100, exact);
   const auto fast = planner::tile_candidates(big.g, big.group, h100, tf32);
@@ -176,7 +238,7 @@ TEST(LibraryCall, Tf32ModeOnlyUnderThePolicyForFloatThirtyTwo) {
   EXPECT_EQ(fast[0].config.str(), "library=cublasLt-tf32");
   EXPECT_LT(fast[0].cost.modeled_us * 4, plain[0].cost.modeled_us);  // 495 against 67 TFLOP/s
   EXPECT_FALSE(planner::evaluate_tile(big.g, big.group, h100, fast[0].config, exact).valid);
-  const Gemm half = make_gemm(DType::kF16, 1, 64, 64, 64, false, false, false, false);
+  const OneGroup half = make_gemm(DType::kF16, 1, 64, 64, 64, false, false, false, false);
   planner::TileConfig half_tf32 = fast[0].config;
   half_tf32.tile = {64, 64};
   const planner::Cost refused = planner::evaluate_tile(half.g, half.group, h100, half_tf32, tf32);
@@ -193,7 +255,7 @@ TEST(LibraryCall, Tf32ModeOnlyUnderThePolicyForFloatThirtyTwo) {
   old["dtype"] = "float16";
   EXPECT_THROW(planner::LibraryCall::from_json(old.dump()), Error);
   // On the host: TF32's rounding shows on a deep product.
-  const Gemm deep = make_gemm(DType::kF32, 1, 9, 17, 1000, false, true, false, false);
+  const OneGroup deep = make_gemm(DType::kF32, 1, 9, 17, 1000, false, true, false, false);
   planner::TileConfig cfg;
   cfg.tile = deep.g.value(deep.g.outputs()[0]).shape;
   cfg.library = planner::kCublasLtTf32;
@@ -247,6 +309,239 @@ TEST(LibraryCall, APlanThatTakesTheLibraryCallRunsAndMatchesTheReference) {
   ASSERT_EQ(got.size(), 1u);
   const auto want_v = want[0].to_floats(), got_v = got[0].to_floats();
   for (size_t i = 0; i < want_v.size(); ++i) EXPECT_NEAR(got_v[i], want_v[i], 1e-4) << i;
+}
+
+TEST(LibraryCall, MatchesTheConvolutionEpiloguePatternsAndNothingElse) {
+  const auto match = [](const ConvCase& c) { return planner::match_library_call(make_conv(c).g, make_conv(c).group); };
+  {  // ResNet's block end: conv, bias, residual, ReLU; parameters X, W, bias, residual, Y.
+    ConvCase c;
+    c.residual = true;
+    c.act = "Relu";
+    const OneGroup t = make_conv(c);
+    const auto m = planner::match_library_call(t.g, t.group);
+    ASSERT_TRUE(m.has_value()) << c.str();
+    EXPECT_EQ(m->call.op, planner::LibraryOp::kConv);
+    EXPECT_EQ(m->call.library, planner::kCudnn);
+    EXPECT_TRUE(m->call.bias && m->call.residual && m->call.relu);
+    EXPECT_EQ(m->call.relu_max, 0.0f);
+    EXPECT_EQ(m->call.conv.p(), 9);
+    EXPECT_EQ(m->call.conv.q(), 7);
+    ASSERT_EQ(m->inputs.size(), 4u);
+    EXPECT_EQ(t.g.value(m->inputs[0]).name, "x");
+    EXPECT_EQ(t.g.value(m->inputs[3]).name, "res");
+    EXPECT_EQ(m->output, t.g.outputs()[0]);
+  }
+  {  // MobileNetV2's depthwise convolution with ReLU6, strided, asymmetric pads, bias as an Add.
+    ConvCase c;
+    c.c = c.k = c.groups = 8;
+    c.strides = {2, 2};
+    c.pads = {0, 1, 1, 0};
+    c.conv_bias = false;
+    c.add_bias = true;
+    c.act = "Clip";
+    const auto m = match(c);
+    ASSERT_TRUE(m.has_value()) << c.str();
+    EXPECT_EQ(m->call.conv.groups, 8);
+    EXPECT_EQ(m->call.relu_max, 6.0f);
+    EXPECT_TRUE(m->call.bias && !m->call.residual);
+    EXPECT_EQ(m->call.conv.p(), 4);
+    EXPECT_EQ(m->call.conv.q(), 3);
+    // The JSON form carries all of it back.
+    EXPECT_EQ(planner::LibraryCall::from_json(m->call.to_json()), m->call);
+  }
+  {  // float16, dilated, no bias, no epilogue.
+    ConvCase c;
+    c.dt = DType::kF16;
+    c.dilations = {2, 3};
+    c.pads = {2, 3, 2, 3};
+    c.conv_bias = false;
+    const auto m = match(c);
+    ASSERT_TRUE(m.has_value()) << c.str();
+    EXPECT_FALSE(m->call.bias || m->call.residual || m->call.relu);
+  }
+  // Not a pattern the call runs: a Clip whose floor is not 0, a bias twice, bfloat16, an
+  // activation other than ReLU, a 1-D convolution.
+  ConvCase clip_low;
+  clip_low.act = "Clip";
+  clip_low.lo = -1.0f;
+  EXPECT_FALSE(match(clip_low).has_value());
+  ConvCase twice;
+  twice.add_bias = true;
+  EXPECT_FALSE(match(twice).has_value()) << "a second bias";
+  ConvCase bf16;
+  bf16.dt = DType::kBF16;
+  EXPECT_FALSE(match(bf16).has_value());
+  {
+    ConvCase c;
+    OneGroup t = make_conv(c);
+    const int y = add_op(t.g, "Sigmoid", {t.g.outputs()[0]});
+    t.g.outputs() = {y};
+    t.group.nodes.push_back(static_cast<int>(t.g.nodes().size()) - 1);
+    planner::describe_group(t.g, t.group);
+    EXPECT_FALSE(planner::match_library_call(t.g, t.group).has_value());
+  }
+  {
+    Graph g;
+    const int x = add_input(g, "x", DType::kF32, {1, 3, 20});
+    g.outputs() = {add_op(g, "Conv", {x, random_constant(g, "w", DType::kF32, {4, 3, 3}, 1)},
+                          testing::attrs({{"strides", std::vector<int64_t>{1}}, {"dilations", std::vector<int64_t>{1}},
+                                          {"pads", std::vector<int64_t>{0, 0}}, {"group", int64_t{1}}}))};
+    planner::FusionGroup group;
+    group.nodes = {0};
+    planner::describe_group(g, group);
+    EXPECT_FALSE(planner::match_library_call(g, group).has_value());
+  }
+  // A GEMM library name does not run a convolution, nor cuDNN a GEMM.
+  std::string why;
+  EXPECT_FALSE(planner::library_call(*match(ConvCase{}), planner::kCublasLt, 0, &why).has_value());
+  EXPECT_NE(why.find("does not run this group's convolution"), std::string::npos) << why;
+  const OneGroup gemm = make_gemm(DType::kF32, 1, 8, 8, 8, false, false, false, false);
+  EXPECT_FALSE(planner::library_call(*planner::match_library_call(gemm.g, gemm.group), planner::kCudnn, 0, &why).has_value());
+  // Calls that cannot be: the error names the field.
+  nlohmann::json bad = nlohmann::json::parse(match(ConvCase{})->call.to_json());
+  bad["conv"]["groups"] = 2;
+  try {
+    planner::LibraryCall::from_json(bad.dump());
+    ADD_FAILURE() << "3 input channels in 2 groups was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("2 groups do not divide the channels"), std::string::npos) << e.what();
+  }
+  bad = nlohmann::json::parse(match(ConvCase{})->call.to_json());
+  bad["op"] = "gemm";
+  EXPECT_THROW(planner::LibraryCall::from_json(bad.dump()), Error);
+}
+
+TEST(LibraryCall, HostConvolutionMatchesTheReferenceOnOddShapes) {
+  auto backend = backend::make_host_backend();
+  const unsigned seed = testing::test_seed();
+  std::mt19937 rng(seed);
+  std::vector<ConvCase> cases(9);
+  cases[1].n = 2, cases[1].c = 5, cases[1].k = 7, cases[1].strides = {2, 3}, cases[1].pads = {0, 2, 1, 0}, cases[1].act = "Relu";
+  cases[2].c = cases[2].k = cases[2].groups = 6, cases[2].pads = {1, 1, 1, 1}, cases[2].act = "Clip";  // depthwise
+  cases[2].conv_bias = false, cases[2].add_bias = true;
+  cases[3].c = 6, cases[3].k = 9, cases[3].groups = 3, cases[3].dilations = {2, 1}, cases[3].residual = true;
+  cases[4].r = cases[4].s = 1, cases[4].pads = {0, 0, 0, 0}, cases[4].c = 17, cases[4].k = 13, cases[4].residual = true;
+  cases[4].act = "Relu";
+  cases[5].dt = DType::kF16, cases[5].c = 8, cases[5].k = 16, cases[5].act = "Clip", cases[5].hi = 0.5f;
+  cases[6].dt = DType::kF16, cases[6].c = cases[6].k = cases[6].groups = 4, cases[6].strides = {2, 2}, cases[6].residual = true;
+  cases[7].h = 1, cases[7].w = 1, cases[7].r = cases[7].s = 1, cases[7].pads = {0, 0, 0, 0}, cases[7].c = 64, cases[7].k = 3;
+  cases[8].r = 5, cases[8].s = 2, cases[8].h = 4, cases[8].w = 3, cases[8].pads = {2, 0, 3, 1}, cases[8].conv_bias = false;
+  for (const ConvCase& c : cases) {
+    const OneGroup t = make_conv(c);
+    ASSERT_TRUE(planner::match_library_call(t.g, t.group).has_value()) << c.str();
+    planner::TileConfig cfg;
+    cfg.tile = t.g.value(t.g.outputs()[0]).shape;
+    cfg.library = planner::kCudnn;
+    const codegen::LoweredKernel lk = codegen::lower_group(t.g, t.group, cfg, "lib");
+    auto module = backend->load(std::vector<codegen::Kernel>{lk.kernel});
+    const backend::VerifyResult v =
+        backend::verify_kernel(t.g, t.group, "lib", lk.inputs, lk.outputs, *backend, *module, rng, {.redzone_bytes = 256});
+    EXPECT_TRUE(v.ok) << c.str() << ": " << v.detail;
+  }
+}
+
+// The cuDNN candidate is in every matching group's list; under the TF32 policy a float32
+// convolution's is cuDNN's TF32 mode, charged at the TF32 peak and rounded as TF32 on the host.
+TEST(LibraryCall, ConvolutionGroupsGetTheCudnnCandidateInEitherPrecision) {
+  const planner::Device h100 = planner::find_device("h100");
+  ConvCase big;
+  big.c = 256, big.k = 256, big.h = big.w = 56, big.act = "Relu";
+  const OneGroup t = make_conv(big);
+  planner::TilingOptions exact, tf32;
+  exact.top_k = tf32.top_k = 4;
+  exact.library_algorithms = tf32.library_algorithms = 1;
+  tf32.tf32 = true;
+  const auto library = [](const std::vector<planner::Candidate>& cands) {
+    std::vector<std::string> names;
+    for (const planner::Candidate& c : cands) {
+      if (!c.config.library.empty()) names.push_back(c.config.str());
+    }
+    return names;
+  };
+  const auto plain = planner::tile_candidates(t.g, t.group, h100, exact);
+  const auto fast = planner::tile_candidates(t.g, t.group, h100, tf32);
+  EXPECT_EQ(library(plain), std::vector<std::string>{"library=cudnn"});
+  EXPECT_EQ(library(fast), std::vector<std::string>{"library=cudnn-tf32"});
+  planner::TileConfig lib;
+  lib.tile = t.g.value(t.g.outputs()[0]).shape;
+  lib.library = planner::kCudnn;
+  const planner::Cost at_fp32 = planner::evaluate_tile(t.g, t.group, h100, lib, exact);
+  lib.library = planner::kCudnnTf32;
+  const planner::Cost at_tf32 = planner::evaluate_tile(t.g, t.group, h100, lib, tf32);
+  ASSERT_TRUE(at_fp32.valid && at_tf32.valid);
+  EXPECT_LT(at_tf32.modeled_us * 4, at_fp32.modeled_us) << "1.85 GFLOP at 495 against 67 TFLOP/s";
+  EXPECT_FALSE(planner::evaluate_tile(t.g, t.group, h100, lib, exact).valid) << "TF32 outside the policy";
+  ConvCase half = big;
+  half.dt = DType::kF16;
+  const OneGroup h = make_conv(half);
+  EXPECT_EQ(library(planner::tile_candidates(h.g, h.group, h100, tf32)), std::vector<std::string>{"library=cudnn"});
+  // On the host, TF32 mode rounds the operands: a 576-deep sum of products stays within TF32's
+  // tolerance of the reference.
+  ConvCase deep;
+  deep.c = 64, deep.h = deep.w = 6;
+  const OneGroup d = make_conv(deep);
+  planner::TileConfig cfg;
+  cfg.tile = d.g.value(d.g.outputs()[0]).shape;
+  cfg.library = planner::kCudnnTf32;
+  const codegen::LoweredKernel lk = codegen::lower_group(d.g, d.group, cfg, "lib");
+  EXPECT_TRUE(planner::LibraryCall::from_json(lk.kernel.library).tf32);
+  EXPECT_TRUE(backend::tf32_kernel(d.g, d.group, cfg.str()));
+  auto backend = backend::make_host_backend();
+  auto module = backend->load(std::vector<codegen::Kernel>{lk.kernel});
+  const unsigned seed = testing::test_seed();
+  std::mt19937 rng(seed);
+  backend::VerifyOptions at_tf32_tolerance;
+  at_tf32_tolerance.tf32 = true;
+  const backend::VerifyResult ok =
+      backend::verify_kernel(d.g, d.group, "lib", lk.inputs, lk.outputs, *backend, *module, rng, at_tf32_tolerance);
+  EXPECT_TRUE(ok.ok) << ok.detail;
+}
+
+// Exported CNNs whose every convolution group runs as a cuDNN call (the measurements say it is
+// fastest), run by the plan runner on the host against the reference interpreter.
+TEST(LibraryCall, ExportedCnnsWithEveryConvolutionOnCudnnMatchTheReference) {
+  const planner::Device dev = planner::find_device("h100");
+  for (const char* model : {"resnet_small", "mobilenet_v2"}) {
+    SCOPED_TRACE(model);
+    const Graph g = testing::load_test_model(model);
+    const planner::ModelPlan modeled = planner::plan_model(g, dev);
+    planner::Measurements fast;
+    for (const planner::GroupPlan& gp : modeled.compared) {
+      for (const planner::Candidate& c : gp.candidates) fast[{gp.signature, c.config.str()}] = c.config.library.empty() ? 100.0 : 1.0;
+    }
+    const planner::ModelPlan plan = planner::plan_model(g, dev, {}, &fast);
+    int convs = 0, on_cudnn = 0;
+    for (const planner::GroupPlan& gp : plan.groups) {
+      const bool conv = std::any_of(gp.group.nodes.begin(), gp.group.nodes.end(),
+                                    [&](int n) { return g.nodes()[static_cast<size_t>(n)].op == "Conv"; });
+      convs += conv;
+      on_cudnn += gp.candidates[gp.chosen].config.library == planner::kCudnn;
+    }
+    EXPECT_GE(on_cudnn, 3) << "of " << convs << " groups with a convolution";
+    const runtime::Bundle bundle = runtime::compile_bundle(g, plan, dev, model);
+    EXPECT_NE(bundle.manifest.find("\"cudnn\""), std::string::npos);
+    auto backend = backend::make_host_backend();
+    runtime::PlanRunner runner(bundle, *backend);
+    const unsigned seed = testing::test_seed();
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist;
+    std::vector<Tensor> inputs;
+    for (int in : g.inputs()) {
+      std::vector<float> xs(static_cast<size_t>(numel(g.value(in).shape)));
+      for (float& v : xs) v = dist(rng);
+      inputs.push_back(Tensor::from_floats(g.value(in).dtype, g.value(in).shape, xs));
+    }
+    const std::vector<Tensor> got = runner.run(inputs);
+    const std::vector<Tensor> want = reference::run_graph(g, inputs);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t o = 0; o < got.size(); ++o) {
+      const auto want_v = want[o].to_floats(), got_v = got[o].to_floats();
+      ASSERT_EQ(got_v.size(), want_v.size());
+      float scale = 0;
+      for (float v : want_v) scale = std::max(scale, std::abs(v));
+      for (size_t i = 0; i < want_v.size(); ++i) ASSERT_NEAR(got_v[i], want_v[i], 1e-4f + 1e-3f * scale) << "output " << o << " at " << i;
+    }
+  }
 }
 
 }  // namespace
