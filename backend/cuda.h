@@ -1,5 +1,7 @@
 // The CUDA backend: generated kernels compiled with NVRTC for the device's architecture, loaded
-// with cuModuleLoadData and launched with cuLaunchKernel; time() flushes the L2 (by writing a
+// with cuModuleLoadData and launched with cuLaunchKernel, or on sm_90+ with cuLaunchKernelEx and
+// programmatic stream serialization (a kernel begins launching while the one before it finishes
+// and waits for it in its first statement; FUSETUNE_PDL=0 turns it off); time() flushes the L2 (by writing a
 // buffer twice its size) before each timed launch and times with device events. A prepared
 // sequence (Module::prepare) is captured once into a CUDA graph and replayed, or launched kernel by
 // kernel where the capture fails. The driver is loaded at run time, so the same binary runs on

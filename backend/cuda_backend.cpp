@@ -1,6 +1,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <vector>
@@ -61,6 +62,8 @@ struct Driver {
   CUresult (*cuGraphExecDestroy)(CUgraphExec);
   CUresult (*cuGraphDestroy)(CUgraph);
   CUresult (*cuGetErrorString)(CUresult, const char**);
+  // Optional (CUDA 12+): launches with attributes, for programmatic dependent launch.
+  CUresult (*cuLaunchKernelEx)(const CUlaunchConfig*, CUfunction, void**, void**) = nullptr;
 
   template <typename F>
   bool sym(F& f, const char* name) {
@@ -91,6 +94,7 @@ struct Driver {
                     sym(cuGraphExecDestroy, "cuGraphExecDestroy") && sym(cuGraphDestroy, "cuGraphDestroy") &&
                     sym(cuGetErrorString, "cuGetErrorString");
     if (!ok) why = "the CUDA driver lacks an expected entry point";
+    if (ok && !sym(cuLaunchKernelEx, "cuLaunchKernelEx")) cuLaunchKernelEx = nullptr;
     return ok;
   }
   void check_cu(CUresult r, const char* what) const {
@@ -130,6 +134,10 @@ struct Launch {
   int threads = 0;
   int64_t shared = 0;
   std::shared_ptr<GpuLibraryCall> library;  // set: a library call instead of a kernel
+  // Launched with programmatic stream serialization (sm_90+): the kernel may begin launching while
+  // the one before it in the stream finishes; its first statement waits for that one (codegen's
+  // FT_GRID_DEPENDENCY).
+  bool programmatic = false;
 };
 
 // Enqueues a kernel launch or a library call on `stream`; `params` point at the buffers' device
@@ -139,6 +147,21 @@ CUresult enqueue_launch(const Driver& d, const Launch& l, std::vector<void*>& pa
     std::vector<uint64_t> addresses;
     for (void* p : params) addresses.push_back(static_cast<uint64_t>(*static_cast<CUdeviceptr*>(p)));
     return l.library->enqueue(stream, addresses) ? CUDA_SUCCESS : CUDA_ERROR_LAUNCH_FAILED;
+  }
+  if (l.programmatic) {
+    CUlaunchAttribute overlap = {};
+    overlap.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    overlap.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig config = {};
+    config.gridDimX = static_cast<unsigned>(l.grid);
+    config.gridDimY = config.gridDimZ = 1;
+    config.blockDimX = static_cast<unsigned>(l.threads);
+    config.blockDimY = config.blockDimZ = 1;
+    config.sharedMemBytes = static_cast<unsigned>(l.shared);
+    config.hStream = stream;
+    config.attrs = &overlap;
+    config.numAttrs = 1;
+    return d.cuLaunchKernelEx(&config, l.fn, params.data(), nullptr);
   }
   return d.cuLaunchKernel(l.fn, static_cast<unsigned>(l.grid), 1, 1, static_cast<unsigned>(l.threads), 1, 1,
                           static_cast<unsigned>(l.shared), stream, params.data(), nullptr);
@@ -305,6 +328,11 @@ class CudaBackend : public Backend {
     }
     flush_ = std::make_unique<CudaBuffer>(d_, static_cast<size_t>(std::max(l2_bytes, 1 << 20)) * 2);
     workspace_ = std::make_unique<CudaBuffer>(d_, size_t{32} << 20);  // the library calls' workspace
+    // Programmatic dependent launch where the device has it (sm_90+) and the driver can launch
+    // with attributes; FUSETUNE_PDL=0 turns it off (the kernels' wait is then a no-op).
+    const char* pdl = std::getenv("FUSETUNE_PDL");
+    programmatic_ = std::stoi(arch_.substr(3)) >= 90 && d_.cuLaunchKernelEx != nullptr &&
+                    !(pdl != nullptr && std::string(pdl) == "0");
   }
   std::string name() const override { return "cuda:" + name_ + " (" + arch_ + ")"; }
   DeviceProperties properties() const override {
@@ -342,7 +370,7 @@ class CudaBackend : public Backend {
         d_.check_cu(d_.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(k.shared_bytes)),
                     "shared memory opt-in");
       }
-      fns[k.name] = {f, k.grid, k.threads, k.shared_bytes, nullptr};
+      fns[k.name] = {f, k.grid, k.threads, k.shared_bytes, nullptr, programmatic_};
     }
     return std::make_unique<CudaModule>(d_, m, std::move(fns), flush_.get());
   }
@@ -355,6 +383,7 @@ class CudaBackend : public Backend {
 
  private:
   Driver d_;
+  bool programmatic_ = false;
   std::string arch_;
   std::string name_;
   int sms_;

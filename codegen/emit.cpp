@@ -125,6 +125,16 @@ FT_FN void ft_cp_async16(float* s, long long si, const float* g, long long gi, i
 #define ft_cp_async_commit() asm volatile("cp.async.commit_group;" ::: "memory")
 #define ft_cp_async_wait(n) asm volatile("cp.async.wait_group %0;" :: "n"(n) : "memory")
 #endif
+#if __CUDA_ARCH__ >= 900
+// Programmatic dependent launch (sm_90+), the first statement of every kernel: wait until the grid
+// before this one in the stream has completed and its writes are visible, then let the next grid
+// begin launching once every block of this one has started. The launch that overlaps this way
+// (CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION) hides the next kernel's launch behind
+// this one's last wave; without that attribute both instructions do nothing.
+#define FT_GRID_DEPENDENCY() asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
+#else
+#define FT_GRID_DEPENDENCY() (void)0
+#endif
 #endif
 )CUDA";
 
@@ -233,7 +243,7 @@ std::string emit_cuda(const std::vector<Kernel>& kernels) {
       const Param& p = k.params[i];
       out << (i ? ", " : "") << "FT_GLOBAL(" << (p.output ? "" : "const ") << storage_ctype(p.dtype) << ") " << p.name;
     }
-    out << ") {\n  FT_SHARED_MEMORY;\n";
+    out << ") {\n  FT_GRID_DEPENDENCY();\n  FT_SHARED_MEMORY;\n";
     for (const SharedAlloc& s : k.shared) {
       out << "  FT_SHARED(" << shared_ctype(s.dtype) << ", " << s.name << ", " << s.offset << ", " << s.elements << ");\n";
     }

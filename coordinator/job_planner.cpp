@@ -125,6 +125,7 @@ std::string JobSummary::to_json() const {
               {"split_groups", split_groups},
               {"interleaved_pairs", interleaved_pairs},
               {"failed_groups", failed_groups},
+              {"library_groups", library_groups},
               {"search_rounds", search_rounds},
               {"convergence", convergence},
               {"group_convergence", group_convergence},
@@ -362,7 +363,11 @@ JobSummary JobPlanner::summary(const planner::ModelPlan& plan, const planner::Me
   s.launches = plan.launches;
   s.split_groups = plan.split_groups;
   s.failed_groups = plan.failed_groups;
-  for (const planner::GroupPlan& gp : plan.groups) s.tuned_us += gp.measured ? gp.cost_us : NAN;
+  for (const planner::GroupPlan& gp : plan.groups) {
+    s.tuned_us += gp.measured ? gp.cost_us : NAN;
+    const std::string& library = gp.candidates[gp.chosen].config.library;
+    if (!library.empty()) ++s.library_groups[library];
+  }
   std::map<std::string, const planner::GroupPlan*> by_signature;
   for (const planner::GroupPlan& gp : plan.compared) by_signature[gp.signature] = &gp;
   for (size_t n = 0; n < s_->graph.nodes().size(); ++n) {
@@ -370,8 +375,8 @@ JobSummary JobPlanner::summary(const planner::ModelPlan& plan, const planner::Me
     s.unfused_us += it != by_signature.end() && it->second->measured ? it->second->cost_us : NAN;
   }
   if (measured == nullptr) return s;
-  std::set<std::string> chosen;
-  for (const planner::GroupPlan& gp : plan.groups) chosen.insert(gp.signature);
+  std::map<std::string, std::string> chosen;  // signature -> the chosen candidate's config
+  for (const planner::GroupPlan& gp : plan.groups) chosen[gp.signature] = gp.candidates[gp.chosen].config.str();
   for (const planner::GroupPlan& gp : plan.compared) {
     json candidates = json::array();
     for (const planner::Candidate& c : gp.candidates) {
@@ -383,6 +388,7 @@ JobSummary JobPlanner::summary(const planner::ModelPlan& plan, const planner::Me
               {"nodes", gp.group.nodes.size()},
               {"chosen", chosen.count(gp.signature) > 0},
               {"candidates", candidates}};
+    if (chosen.count(gp.signature)) d["config"] = chosen[gp.signature];
     if (gp.group.nodes.size() > 1) {
       double parts = 0;
       for (int n : gp.group.nodes) {

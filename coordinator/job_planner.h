@@ -99,8 +99,11 @@ struct JobSummary {
   nlohmann::json convergence = nlohmann::json::array();
   nlohmann::json group_convergence = nlohmann::json::object();
   std::vector<std::string> failed_groups;  // every measurement failed (planner::ModelPlan::failed_groups)
+  // The plan's groups that run as a library call, by library ("cublasLt", "cudnn-tf32", ...).
+  std::map<std::string, int> library_groups;
   // Every weighed group (summary() given the measurements): {"signature", "pattern", "nodes",
-  // "chosen" (in the plan), "candidates": [[modeled µs, measured µs], ...] for each candidate
+  // "chosen" (in the plan), "config" (the chosen candidate's, for a chosen group),
+  // "candidates": [[modeled µs, measured µs], ...] for each candidate
   // measured (failures left out), and for a fused group "parts_us" (its nodes' best measured times
   // added: what it ran as when split)}; modeled and measured stay apart, one field each.
   nlohmann::json group_details = nlohmann::json::array();

@@ -1,17 +1,21 @@
 #include "runtime/bundle.h"
 
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
 #include "backend/backend.h"
+#include "backend/cublas_lt.h"
+#include "backend/cudnn.h"
 #include "backend/nvrtc.h"
 #include "codegen/emit.h"
 #include "codegen/lower_group.h"
 #include "codegen/memory_plan.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "planner/library_call.h"
 
 namespace fusetune::runtime {
 
@@ -212,6 +216,7 @@ Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, const plan
   for (int v : g.inputs()) add_buffer(v);
   for (int v : g.outputs()) add_buffer(v);
   json launches = json::array();
+  std::map<std::string, int> library_calls;  // library -> launches calling it
   for (size_t k = 0; k < lowered.size(); ++k) {
     const codegen::Kernel& kern = lowered[k].kernel;
     json args = json::array();
@@ -249,8 +254,18 @@ Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, const plan
                                          {"spills", r->second.spills()}};
     }
     entry["exceeds_shared_memory"] = kern.shared_bytes > device.shared_memory_per_block_optin;
-    if (!kern.library.empty()) entry["library"] = json::parse(kern.library);
+    if (!kern.library.empty()) {
+      entry["library"] = json::parse(kern.library);
+      ++library_calls[planner::LibraryCall::from_json(kern.library).op == planner::LibraryOp::kConv ? "cudnn" : "cublasLt"];
+    }
     launches.push_back(entry);
+  }
+  // The libraries the plan calls, with the version this machine has (where it can load them): the
+  // GPU that runs the plan loads its own at run time.
+  json libraries = json::object();
+  for (const auto& [name, calls] : library_calls) {
+    const std::string version = name == "cudnn" ? backend::cudnn_version() : backend::cublaslt_version();
+    libraries[name] = {{"calls", calls}, {"version_where_compiled", version.empty() ? json(nullptr) : json(version)}};
   }
   const codegen::ArenaPlan arena = codegen::plan_arena(lifetimes);
   for (size_t i = 0; i < arena_entries.size(); ++i) buffers[arena_entries[i]]["arena_offset"] = arena.offsets[i];
@@ -271,6 +286,7 @@ Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, const plan
                          {"arena_bytes", arena.arena_bytes},
                          {"constants_bytes", b.constants.size()},
                          {"launches", launches},
+                         {"libraries", libraries},
                          {"modeled_us", plan.modeled_us}};
   // Names from the model that are not UTF-8 (ONNX says they are; a file need not be) become U+FFFD
   // rather than failing the bundle.

@@ -189,6 +189,9 @@ struct ft_ptr {
 
 #define FT_GLOBAL(T) ft_ptr<T>
 #define FT_SHARED_MEMORY (void)0
+// Programmatic dependent launch's wait and trigger: the executor runs a plan's launches one after
+// another, each after the one before has completed, which is what the wait guarantees.
+#define FT_GRID_DEPENDENCY() (void)0
 #define FT_SHARED(T, name, offset, elements) \
   const ft_ptr<T> name(ft_simt_api_->shared_view((offset), (long long)(elements) * (long long)sizeof(T), (int)sizeof(T), #name))
 

@@ -175,6 +175,13 @@ void print_summary(const wire::JobStatus& job) {
   std::printf("%-34s %lld\n", "cache hits (answered by the db)", static_cast<long long>(s["cache_hits"].get<int64_t>()));
   std::printf("%-34s %lld\n", "candidates measured", static_cast<long long>(s["candidates_measured"].get<int64_t>()));
   std::printf("%-34s %lld\n", "fused groups split back", static_cast<long long>(s["split_groups"].get<int64_t>()));
+  if (s.contains("library_groups") && s["library_groups"].is_object() && !s["library_groups"].empty()) {
+    std::string libraries;
+    for (const auto& [name, count] : s["library_groups"].items()) {
+      libraries += (libraries.empty() ? "" : ", ") + name + " " + std::to_string(count.get<int64_t>());
+    }
+    std::printf("%-34s %s\n", "groups on a library call", libraries.c_str());
+  }
   if (s.contains("convergence") && s["convergence"].is_array() && !s["convergence"].empty()) {
     std::string rounds;
     for (const auto& r : s["convergence"]) {

@@ -29,7 +29,9 @@ namespace fusetune::testing {
 // The planner's best generated candidate for a group on H100 (library calls are tested in
 // test_library_call.cpp).
 inline planner::TileConfig best_config(const Graph& g, const planner::FusionGroup& fg) {
-  for (const planner::Candidate& c : planner::tile_candidates(g, fg, planner::find_device("h100"), {2, 2.0})) {
+  planner::TilingOptions generated_only{2, 2.0};
+  generated_only.library_algorithms = 0;
+  for (const planner::Candidate& c : planner::tile_candidates(g, fg, planner::find_device("h100"), generated_only)) {
     if (c.config.library.empty()) return c.config;
   }
   ADD_FAILURE() << "no generated candidate for " << fg.pattern;

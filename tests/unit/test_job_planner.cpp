@@ -73,6 +73,40 @@ TEST(JobPlanner, TheLibraryCallIsMeasuredBeyondTheCandidateCut) {
     }
   }
   EXPECT_GT(with_library, 0) << "BERT's MatMuls match cuBLASLt calls";
+  // Where a library's second algorithm measures fastest (and generated kernels cost 100 µs a node
+  // they compute), the plan takes it; the summary counts the plan's groups on a library call and
+  // names each chosen group's config.
+  Fabricated m;
+  for (const TaskSpec& t : jp.tasks()) {
+    const double nodes = static_cast<double>(jp.group(t.signature).group.nodes.size());
+    for (const wire::Candidate& c : t.task.candidates()) {
+      const bool second = c.config().find("library=cublasLt algo=1") == 0;
+      m.times[{t.signature, c.config()}] = second ? 1.0 : c.library().empty() ? 100.0 * nodes : 50.0;
+      m.digests[{t.signature, c.config()}] = c.source_digest();
+    }
+  }
+  const planner::ModelPlan plan = jp.final_plan(m.times);
+  int on_library = 0;
+  for (const planner::GroupPlan& gp : plan.groups) {
+    const planner::TileConfig& chosen = gp.candidates[gp.chosen].config;
+    if (chosen.library.empty()) continue;
+    ++on_library;
+    EXPECT_EQ(chosen.algorithm, 1) << gp.group.pattern;
+  }
+  ASSERT_GT(on_library, 0);
+  const JobSummary s = jp.summary(plan, &m.times);
+  EXPECT_EQ(s.library_groups, (std::map<std::string, int>{{"cublasLt", on_library}}));
+  const nlohmann::json summary = nlohmann::json::parse(s.to_json());
+  EXPECT_EQ(summary["library_groups"]["cublasLt"], on_library);
+  int configs = 0;
+  for (const nlohmann::json& d : summary["group_details"]) {
+    EXPECT_EQ(d.contains("config"), d["chosen"].get<bool>()) << d.dump();
+    configs += d.contains("config") && d["config"].get<std::string>().find("library=cublasLt algo=1") == 0;
+  }
+  EXPECT_GT(configs, 0);
+  // The bundle says which libraries its launches call.
+  const nlohmann::json manifest = nlohmann::json::parse(jp.bundle(plan, m.digests).manifest);
+  EXPECT_EQ(manifest["libraries"]["cublasLt"]["calls"], on_library) << manifest["libraries"].dump();
 }
 
 TEST(JobPlanner, AnExportShipsTheMeasuredKernelsAndSplitsARethreadedPackedLaunch) {

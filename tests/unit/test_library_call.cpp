@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "backend/backend.h"
+#include "backend/cudnn.h"
 #include "backend/verify.h"
 #include "codegen/lower_group.h"
 #include "core/error.h"
@@ -519,7 +520,12 @@ TEST(LibraryCall, ExportedCnnsWithEveryConvolutionOnCudnnMatchTheReference) {
     }
     EXPECT_GE(on_cudnn, 3) << "of " << convs << " groups with a convolution";
     const runtime::Bundle bundle = runtime::compile_bundle(g, plan, dev, model);
-    EXPECT_NE(bundle.manifest.find("\"cudnn\""), std::string::npos);
+    // The bundle names the library and the version this machine loads (null where it cannot).
+    const nlohmann::json manifest = nlohmann::json::parse(bundle.manifest);
+    EXPECT_EQ(manifest["libraries"]["cudnn"]["calls"], on_cudnn) << manifest["libraries"].dump();
+    const std::string version = backend::cudnn_version();
+    EXPECT_EQ(manifest["libraries"]["cudnn"]["version_where_compiled"],
+              version.empty() ? nlohmann::json(nullptr) : nlohmann::json(version));
     auto backend = backend::make_host_backend();
     runtime::PlanRunner runner(bundle, *backend);
     const unsigned seed = testing::test_seed();

@@ -9,6 +9,8 @@
 //    block are literals (codegen/uniform_constants.h), which the compiler strength-reduces.
 //  - A kernel on tensor cores (mma.sync, sm_80+) stages its operands with cp.async and waits for
 //    them with cp.async.wait_group (codegen/stages/mma_matmul.h).
+//  - On sm_90 every kernel waits for its predecessor (griddepcontrol.wait) before its first global
+//    access: the CUDA backend launches with programmatic dependent launch.
 //  - A decode step's projection (the GEMV form, codegen/stages/matmul.h) reads its weights in
 //    16-byte read-only loads, several in flight, without spilling.
 //  - Global traffic moves in 16-byte accesses where rows allow: the share of the global sectors the
@@ -25,6 +27,9 @@
 #include <filesystem>
 #include <limits>
 #include <regex>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -50,15 +55,30 @@ struct Ptx {
   }
 };
 
-// The PTX of the plan `fusetune compile` writes for a test model (with `shapes`: its --shape options).
-Ptx plan_ptx(const std::string& model, const std::string& shapes = "") {
+// The CUDA text of the plan `fusetune compile` writes for a test model (with `shapes`: its --shape options).
+std::string plan_cuda(const std::string& model, const std::string& shapes = "") {
   const fs::path plan = fs::temp_directory_path() / ("fusetune_ptx_" + std::to_string(::getpid()) + "_" + model);
   const fs::path onnx = fs::path(FUSETUNE_SOURCE_DIR) / "tests/data/models" / model / "model.onnx";
   const testing::Outcome c = testing::run_cli("compile " + onnx.string() + " --device h100 --out " + plan.string() + shapes);
   EXPECT_EQ(c.exit_code, 0) << c.output;
   const std::string cuda = read_file(plan / "kernels.cu", "the plan's kernels");
   fs::remove_all(plan);
-  return {backend::compile_ptx(cuda, "sm_90")};
+  return cuda;
+}
+
+// Its PTX for the H100 (sm_90).
+Ptx plan_ptx(const std::string& model, const std::string& shapes = "") { return {backend::compile_ptx(plan_cuda(model, shapes), "sm_90")}; }
+
+// Each kernel's PTX (from its .entry to the next), by name.
+std::vector<std::pair<std::string, Ptx>> kernels_of(const Ptx& ptx) {
+  std::vector<std::pair<std::string, Ptx>> out;
+  for (size_t at = ptx.text.find(".entry "); at != std::string::npos;) {
+    const size_t next = ptx.text.find(".entry ", at + 1);
+    Ptx kernel{ptx.text.substr(at, next == std::string::npos ? std::string::npos : next - at)};
+    out.emplace_back(kernel.text.substr(7, kernel.text.find('(') - 7), std::move(kernel));
+    at = next;
+  }
+  return out;
 }
 
 // 64-bit division and remainder; 32-bit ones by a register (a literal divisor is strength-reduced
@@ -92,17 +112,39 @@ TEST_P(PtxHabits, TensorCoreKernelsStageWithCpAsync) {
   const std::string model = GetParam();
   const Ptx ptx = plan_ptx(model);
   size_t on_tensor_cores = 0;
-  for (size_t at = ptx.text.find(".entry "); at != std::string::npos;) {
-    const size_t next = ptx.text.find(".entry ", at + 1);
-    const Ptx kernel{ptx.text.substr(at, next == std::string::npos ? std::string::npos : next - at)};
-    const std::string name = kernel.text.substr(7, kernel.text.find('(') - 7);
-    at = next;
+  for (const auto& [name, kernel] : kernels_of(ptx)) {
     if (kernel.count(R"(\bmma\.sync\.)") == 0) continue;
     ++on_tensor_cores;
     EXPECT_GT(kernel.count(R"(\bcp\.async\.cg\.shared\.global\b)"), 0u) << model << " kernel " << name << ": mma without cp.async";
     EXPECT_GT(kernel.count(R"(\bcp\.async\.wait_group\b)"), 0u) << model << " kernel " << name;
   }
   std::printf("%s: %zu kernels on tensor cores\n", model.c_str(), on_tensor_cores);
+}
+
+// Programmatic dependent launch (sm_90+; the CUDA backend launches with programmatic stream
+// serialization): a kernel may start while the one before it finishes, so every kernel waits for
+// its predecessor (griddepcontrol.wait) before its first global access, then lets its successor
+// launch. For sm_80, which has neither instruction, the same text compiles without them.
+TEST_P(PtxHabits, EveryKernelWaitsForItsPredecessorBeforeTouchingGlobalMemory) {
+  if (!backend::nvrtc_available()) GTEST_SKIP() << "NVRTC not available: no PTX to read";
+  const std::string model = GetParam();
+  const std::string cuda = plan_cuda(model);
+  const auto kernels = kernels_of({backend::compile_ptx(cuda, "sm_90")});
+  ASSERT_FALSE(kernels.empty());
+  const std::regex global_access(R"(\b(ld|st)\.global\b|\bcp\.async\.(ca|cg)\.shared\.global\b|\b(atom|red)\.global\b)");
+  for (const auto& [name, kernel] : kernels) {
+    const size_t wait = kernel.text.find("griddepcontrol.wait");
+    ASSERT_NE(wait, std::string::npos) << model << " kernel " << name << " does not wait for its predecessor";
+    std::smatch first;
+    if (std::regex_search(kernel.text, first, global_access)) {
+      EXPECT_GT(static_cast<size_t>(first.position(0)), wait) << model << " kernel " << name << ": " << first.str(0)
+                                                               << " before griddepcontrol.wait";
+    }
+    EXPECT_EQ(kernel.count(R"(\bgriddepcontrol\.wait\b)"), 1u) << model << " kernel " << name;
+    EXPECT_EQ(kernel.count(R"(\bgriddepcontrol\.launch_dependents\b)"), 1u) << model << " kernel " << name;
+  }
+  EXPECT_EQ(Ptx{backend::compile_ptx(cuda, "sm_80")}.count(R"(\bgriddepcontrol\b)"), 0u) << model << " for sm_80";
+  std::printf("%s: %zu kernels, each waiting for its predecessor first on sm_90\n", model.c_str(), kernels.size());
 }
 
 // A float16 MatMul lowered on tensor cores (64x64 tiles, 4 warps, steps of 32 over K = 128): its
