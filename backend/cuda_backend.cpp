@@ -317,8 +317,8 @@ class CudaModule : public Module {
 
 class CudaBackend : public Backend {
  public:
-  CudaBackend(Driver d, std::string arch, std::string name, int l2_bytes, int sms)
-      : d_(std::move(d)), arch_(std::move(arch)), name_(std::move(name)), sms_(sms) {
+  CudaBackend(Driver d, CUcontext context, std::string arch, std::string name, int l2_bytes, int sms)
+      : d_(std::move(d)), context_(context), arch_(std::move(arch)), name_(std::move(name)), sms_(sms) {
     int version = 0;
     d_.check_cu(d_.cuDriverGetVersion(&version), "driver version query");
     driver_ = std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
@@ -355,7 +355,7 @@ class CudaBackend : public Backend {
         const planner::LibraryCall lc = planner::LibraryCall::from_json(k.library);
         std::shared_ptr<GpuLibraryCall> call =
             lc.op == planner::LibraryOp::kConv
-                ? make_cudnn_call(lc, workspace_->address(), workspace_->bytes(), &why)
+                ? make_cudnn_call(lc, context_, workspace_->address(), workspace_->bytes(), &why)
                 : make_cublaslt_call(lc, workspace_->address(), workspace_->bytes(), &why);
         if (call == nullptr) {
           d_.cuModuleUnload(m);
@@ -370,7 +370,7 @@ class CudaBackend : public Backend {
         d_.check_cu(d_.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(k.shared_bytes)),
                     "shared memory opt-in");
       }
-      fns[k.name] = {f, k.grid, k.threads, k.shared_bytes, nullptr, programmatic_};
+      fns[k.name] = {f, k.grid, k.threads, k.shared_bytes, nullptr, programmatic_ && codegen::waits_for_predecessor(module.cuda_source, k.name)};
     }
     return std::make_unique<CudaModule>(d_, m, std::move(fns), flush_.get());
   }
@@ -383,6 +383,7 @@ class CudaBackend : public Backend {
 
  private:
   Driver d_;
+  CUcontext context_;
   bool programmatic_ = false;
   std::string arch_;
   std::string name_;
@@ -431,7 +432,7 @@ std::unique_ptr<Backend> make_cuda_backend(int device, std::string* why_not) {
   d.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
   char name[256] = {0};
   d.cuDeviceGetName(name, sizeof name, dev);
-  return std::make_unique<CudaBackend>(std::move(d), "sm_" + std::to_string(major * 10 + minor), name, l2, sms);
+  return std::make_unique<CudaBackend>(std::move(d), ctx, "sm_" + std::to_string(major * 10 + minor), name, l2, sms);
 }
 
 #else

@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <array>
+#include <map>
+#include <mutex>
+#include <set>
 #include <vector>
 
 #ifdef FUSETUNE_HAVE_CUDNN
@@ -47,7 +50,6 @@ struct Dnn {
   cudnnStatus_t (*destroy_activation)(cudnnActivationDescriptor_t);
   cudnnStatus_t (*activation_forward)(cudnnHandle_t, cudnnActivationDescriptor_t, const void*, cudnnTensorDescriptor_t,
                                       const void*, const void*, cudnnTensorDescriptor_t, void*);
-  cudnnHandle_t handle = nullptr;
 
   template <typename F>
   bool sym(F& f, const char* name) {
@@ -89,13 +91,19 @@ Dnn* library(std::string& why) {
   return ok ? &dnn : nullptr;
 }
 
-// The handle needs a current context, so it is made on first use by a call, not when the library
-// is opened (cudnn_version() works without a device).
-cudnnHandle_t handle(Dnn& d, std::string& why) {
-  static std::string failure;
-  static const bool ok = d.create(&d.handle) == CUDNN_STATUS_SUCCESS || (failure = "cudnnCreate failed", false);
-  if (!ok) why = failure;
-  return ok ? d.handle : nullptr;
+// A handle belongs to the device whose context was current when it was made, so there is one per
+// context (`context`, the caller's CUcontext), made on its first call, not when the library is
+// opened (cudnn_version() works without a device); a failed creation is tried again next time.
+cudnnHandle_t handle(Dnn& d, const void* context, std::string& why) {
+  static std::mutex mu;
+  static std::map<const void*, cudnnHandle_t> handles;
+  std::lock_guard<std::mutex> lock(mu);
+  cudnnHandle_t& h = handles[context];
+  if (h == nullptr && d.create(&h) != CUDNN_STATUS_SUCCESS) {
+    h = nullptr;
+    why = "cudnnCreate failed (no CUDA context current?)";
+  }
+  return h;
 }
 
 // Owns the backend descriptors made for one call; each is destroyed with it.
@@ -133,16 +141,21 @@ class DnnCall : public GpuLibraryCall {
     if (activation_ != nullptr) d_.destroy_activation(activation_);
   }
 
+  // The call's `algorithm`-th engine of the fused graph; only where the fused graph has no engine
+  // at all, that of the convolution alone with the legacy epilogue.
   bool init(std::string& why) {
-    if (plan(true)) return true;  // conv and epilogue in one engine
-    if (!plan(false)) {
-      why = "cuDNN has fewer than " + std::to_string(call_.algorithm + 1) +
-            " engines for this convolution that keep its precision within " + std::to_string(workspace_bytes_ >> 20) +
-            " MiB of workspace";
+    int passing = call_.bias || call_.residual || call_.relu ? plan(true) : 0;  // conv and epilogue in one engine
+    if (passing == 0) {
+      fused_ = false;
+      passing = plan(false);
+    }
+    if (plan_ == nullptr) {
+      why = "cuDNN has " + std::to_string(passing) + " engines for this " + (fused_ ? "fused " : "") +
+            "convolution that keep its precision within " + std::to_string(workspace_bytes_ >> 20) +
+            " MiB of workspace; the call asks for number " + std::to_string(call_.algorithm + 1);
       return false;
     }
-    fused_ = false;
-    return legacy_epilogue(why);
+    return fused_ || legacy_epilogue(why);
   }
 
   bool enqueue(void* stream, const std::vector<uint64_t>& args) override {
@@ -237,34 +250,34 @@ class DnnCall : public GpuLibraryCall {
     return ok ? op : nullptr;
   }
 
-  // The convolution (with the epilogue when `fused`) as an operation graph, and the first engine
-  // configuration that keeps the call's precision, fits the workspace and finalizes into plan_.
-  bool plan(bool fused) {
-    const bool epilogue = call_.bias || call_.residual || call_.relu;
-    if (fused && !epilogue) return false;  // the plain convolution is the second attempt
+  // The convolution (with the epilogue when `fused`) as an operation graph, and its engine
+  // configurations that keep the call's precision, fit the workspace and finalize, each engine
+  // once in the heuristics' order: the call's `algorithm`-th goes into plan_. Returns how many
+  // passed (up to the call's).
+  int plan(bool fused) {
     Descriptors& ds = descs_;
     const planner::ConvShape& cs = call_.conv;
     const std::array<int64_t, 4> y_dims = {call_.batch, cs.k, cs.p(), cs.q()};
     Desc x = tensor(ds, kX, {call_.batch, cs.c, cs.h, cs.w}, false);
     Desc w = tensor(ds, kW, {cs.k, cs.c / cs.groups, cs.r, cs.s}, false);
     Desc y = tensor(ds, kY, y_dims, false);
-    if (x == nullptr || w == nullptr || y == nullptr) return false;
+    if (x == nullptr || w == nullptr || y == nullptr) return 0;
     // Each fused step writes a float virtual tensor, the last one Y.
     int64_t next_virtual = 10;
     std::vector<std::pair<cudnnPointwiseMode_t, Desc>> steps;  // (mode, second operand)
     if (fused && call_.bias) {
       Desc b = tensor(ds, kBias, {1, cs.k, 1, 1}, false);
-      if (b == nullptr) return false;
+      if (b == nullptr) return 0;
       steps.emplace_back(CUDNN_POINTWISE_ADD, b);
     }
     if (fused && call_.residual) {
       Desc r = tensor(ds, kResidual, y_dims, false);
-      if (r == nullptr) return false;
+      if (r == nullptr) return 0;
       steps.emplace_back(CUDNN_POINTWISE_ADD, r);
     }
     if (fused && call_.relu) steps.emplace_back(CUDNN_POINTWISE_RELU_FWD, nullptr);
     Desc conv_out = steps.empty() ? y : tensor(ds, next_virtual++, y_dims, true);
-    if (conv_out == nullptr) return false;
+    if (conv_out == nullptr) return 0;
     Desc conv = ds.make(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
     const cudnnDataType_t compute = CUDNN_DATA_FLOAT;
     const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
@@ -280,7 +293,7 @@ class DnnCall : public GpuLibraryCall {
         d_.set(conv, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pre.data()) != CUDNN_STATUS_SUCCESS ||
         d_.set(conv, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, post.data()) != CUDNN_STATUS_SUCCESS ||
         d_.finalize(conv) != CUDNN_STATUS_SUCCESS) {
-      return false;
+      return 0;
     }
     Desc fprop = ds.make(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
     const float alpha = 1.0f, beta = 0.0f;
@@ -297,14 +310,14 @@ class DnnCall : public GpuLibraryCall {
             CUDNN_STATUS_SUCCESS ||
         d_.set(fprop, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &beta) != CUDNN_STATUS_SUCCESS ||
         d_.finalize(fprop) != CUDNN_STATUS_SUCCESS) {
-      return false;
+      return 0;
     }
     std::vector<Desc> ops = {fprop};
     Desc current = conv_out;
     for (size_t i = 0; i < steps.size(); ++i) {
       Desc out = i + 1 == steps.size() ? y : tensor(ds, next_virtual++, y_dims, true);
       Desc op = out == nullptr ? nullptr : pointwise(ds, steps[i].first, current, steps[i].second, out);
-      if (op == nullptr) return false;
+      if (op == nullptr) return 0;
       ops.push_back(op);
       current = out;
     }
@@ -314,12 +327,14 @@ class DnnCall : public GpuLibraryCall {
                ops.data()) != CUDNN_STATUS_SUCCESS ||
         d_.set(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h_) != CUDNN_STATUS_SUCCESS ||
         d_.finalize(graph) != CUDNN_STATUS_SUCCESS) {
-      return false;
+      return 0;
     }
-    int passed = 0;  // configurations that passed, before the call's choice
+    int passed = 0;
+    std::set<int64_t> engines;  // the heuristics' modes can propose one engine twice
     for (cudnnBackendHeurMode_t heur_mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
       for (Desc cfg : configurations(graph, heur_mode)) {
-        if (!keeps_precision(cfg)) continue;
+        const int64_t engine = precise_engine(cfg);
+        if (engine < 0 || !engines.insert(engine).second) continue;
         Desc p = ds.make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
         if (p == nullptr ||
             d_.set(p, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h_) != CUDNN_STATUS_SUCCESS ||
@@ -335,10 +350,10 @@ class DnnCall : public GpuLibraryCall {
         }
         if (passed++ < call_.algorithm) continue;
         plan_ = p;
-        return true;
+        return passed;
       }
     }
-    return false;
+    return passed;
   }
 
   // The engine configurations the heuristics propose in `heur_mode`, best first (owned by descs_).
@@ -370,29 +385,31 @@ class DnnCall : public GpuLibraryCall {
     return cfgs;
   }
 
-  // Whether an engine configuration computes at the call's precision: no input down-conversion and
-  // no reduced-precision reduction for any call, and for a float32 call without the TF32 policy no
-  // tensor cores (which would take its operands as TF32), as torch does when allow_tf32 is off.
-  bool keeps_precision(Desc cfg) {
+  // The global index of an engine configuration's engine where it computes at the call's
+  // precision, else -1: no input down-conversion and no reduced-precision reduction for any call,
+  // and for a float32 call without the TF32 policy no tensor cores (which would take its operands
+  // as TF32), as torch does when allow_tf32 is off.
+  int64_t precise_engine(Desc cfg) {
     Desc engine = descs_.make(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
-    int64_t n = 0;
+    int64_t n = 0, index = -1;
     if (engine == nullptr ||
-        d_.get(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &engine) != CUDNN_STATUS_SUCCESS) {
-      return false;
+        d_.get(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &engine) != CUDNN_STATUS_SUCCESS ||
+        d_.get(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &index) != CUDNN_STATUS_SUCCESS) {
+      return -1;
     }
     std::array<cudnnBackendNumericalNote_t, CUDNN_NUMERICAL_NOTE_TYPE_COUNT> notes{};
     if (d_.get(engine, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE, static_cast<int64_t>(notes.size()), &n,
                notes.data()) != CUDNN_STATUS_SUCCESS) {
-      return false;
+      return -1;
     }
     for (int64_t i = 0; i < std::min<int64_t>(n, static_cast<int64_t>(notes.size())); ++i) {
       const cudnnBackendNumericalNote_t note = notes[static_cast<size_t>(i)];
       if (note == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS || note == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION) {
-        return false;
+        return -1;
       }
-      if (note == CUDNN_NUMERICAL_NOTE_TENSOR_CORE && call_.dtype == DType::kF32 && !call_.tf32) return false;
+      if (note == CUDNN_NUMERICAL_NOTE_TENSOR_CORE && call_.dtype == DType::kF32 && !call_.tf32) return -1;
     }
-    return true;
+    return index;
   }
 
   // The epilogue as legacy cuDNN calls on Y (NCHW), for a plan of the convolution alone.
@@ -442,11 +459,11 @@ std::string cudnn_version() {
   return d ? "cudnn " + std::to_string(d->get_version()) : "";
 }
 
-std::unique_ptr<GpuLibraryCall> make_cudnn_call(const planner::LibraryCall& call, uint64_t workspace,
+std::unique_ptr<GpuLibraryCall> make_cudnn_call(const planner::LibraryCall& call, const void* context, uint64_t workspace,
                                                 size_t workspace_bytes, std::string* why_not) {
   std::string why;
   Dnn* d = library(why);
-  cudnnHandle_t h = d ? handle(*d, why) : nullptr;
+  cudnnHandle_t h = d ? handle(*d, context, why) : nullptr;
   if (h == nullptr) {
     if (why_not) *why_not = why;
     return nullptr;
@@ -469,7 +486,8 @@ std::unique_ptr<GpuLibraryCall> make_cudnn_call(const planner::LibraryCall& call
 
 std::string cudnn_version() { return ""; }
 
-std::unique_ptr<GpuLibraryCall> make_cudnn_call(const planner::LibraryCall&, uint64_t, size_t, std::string* why_not) {
+std::unique_ptr<GpuLibraryCall> make_cudnn_call(const planner::LibraryCall&, const void*, uint64_t, size_t,
+                                                std::string* why_not) {
   if (why_not) *why_not = "this build has no cuDNN headers";
   return nullptr;
 }

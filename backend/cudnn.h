@@ -8,9 +8,11 @@
 // A configuration passes when its numerics keep the call's precision (a float32 call without the
 // TF32 policy takes no tensor-core engine; no call takes one that converts its inputs down or
 // reduces in reduced precision), it needs no more than the workspace given, and its execution plan
-// finalizes; the call takes the `algorithm`-th that passes. Where no engine runs the fused graph (the fused engines favour NHWC and 16-bit data),
-// the convolution alone is planned the same way and the epilogue follows as cuDNN's own tensor
-// addition and activation, in place on Y: the same arithmetic as the host's (backend/library_host.h).
+// finalizes; each engine counts once, and the call takes the `algorithm`-th that passes. Where no
+// engine at all runs the fused graph (the fused engines favour NHWC and 16-bit data), the
+// convolution alone is planned the same way and the epilogue follows as cuDNN's own tensor
+// addition and activation, in place on Y: the host's arithmetic (backend/library_host.h), except
+// that float16 data is rounded after each step rather than once (a few units in the last place).
 // Guarantees: make_cudnn_call returns nullptr with the reason when the library cannot be loaded or
 // no configuration passes; enqueue() returns false on a launch error or a misaligned operand.
 #pragma once
@@ -29,9 +31,9 @@ namespace fusetune::backend {
 // device's identity, since library calls are measured and shipped.
 std::string cudnn_version();
 
-// `call` is a convolution (LibraryOp::kConv); `workspace` is a device address of `workspace_bytes`
-// the call may use. Needs the device's context current.
-std::unique_ptr<GpuLibraryCall> make_cudnn_call(const planner::LibraryCall& call, uint64_t workspace,
+// `call` is a convolution (LibraryOp::kConv); `context` the device's CUcontext, current (the call
+// uses cuDNN's handle for it); `workspace` a device address of `workspace_bytes` the call may use.
+std::unique_ptr<GpuLibraryCall> make_cudnn_call(const planner::LibraryCall& call, const void* context, uint64_t workspace,
                                                 size_t workspace_bytes, std::string* why_not);
 
 }  // namespace fusetune::backend

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <map>
 #include <set>
 
 #include "core/error.h"
 #include "core/signature.h"
+#include "planner/library_call.h"
 
 namespace fusetune::planner {
 
@@ -83,15 +85,52 @@ class Planner {
 
 namespace {
 
-// The cheapest way to run `group`: whole, or as its parts (each planned the same way, down to
-// single nodes). `levels` lists coarser-to-finer partitions; parts of a group at level k are the
-// groups of level k+1 whose nodes it contains.
-std::vector<GroupPlan> best_split(Planner& planner, const FusionGroup& group, const std::vector<FusionPlan>& levels,
-                                  size_t level, bool compare, int& split_count, int& fresh_launch,
-                                  std::vector<std::string>& failed) {
-  GroupPlan whole = planner.weigh(group);
-  if (whole.failed) failed.push_back(whole.group.pattern);
-  if ((!compare && !whole.failed) || group.nodes.size() == 1) return {whole};
+// The group's leading nodes that a library runs whole (planner/library_call.h) as one part, the
+// rest as another: a MatMul with its bias on cuBLASLt and the GELU after it generated, where the
+// whole group has only generated candidates. Empty where no prefix of the group (at most four
+// nodes, exporting one value) is a library call or nothing follows it.
+std::vector<FusionGroup> library_split(const Graph& g, const FusionGroup& group) {
+  const size_t n = group.nodes.size();
+  for (size_t k = std::min<size_t>(4, n - 1); k >= 1; --k) {
+    FusionGroup head;
+    head.nodes.assign(group.nodes.begin(), group.nodes.begin() + static_cast<std::ptrdiff_t>(k));
+    describe_group(g, head);
+    if (!match_library_call(g, head)) continue;
+    FusionGroup tail;
+    tail.nodes.assign(group.nodes.begin() + static_cast<std::ptrdiff_t>(k), group.nodes.end());
+    return {head, tail};
+  }
+  return {};
+}
+
+// One way to run a group: its groups, what they cost in total measured and modeled, and whether
+// every one of them was measured.
+struct Alternative {
+  std::vector<GroupPlan> groups;
+  double measured_us = 0, modeled_us = 0;
+  bool all_measured = true;
+  void add(GroupPlan gp) {
+    measured_us += gp.cost_us;
+    modeled_us += gp.failed ? INFINITY : gp.modeled_us;
+    all_measured = all_measured && gp.measured;
+    groups.push_back(std::move(gp));
+  }
+  // Measured against measured, or modeled against modeled: never one against the other.
+  bool beats(const Alternative& other) const {
+    return all_measured && other.all_measured ? measured_us < other.measured_us : modeled_us < other.modeled_us;
+  }
+};
+
+// The cheapest way to run `group`: whole, as its parts (each planned the same way, down to single
+// nodes), or as its leading library call and the rest (library_split). `levels` lists
+// coarser-to-finer partitions; parts of a group at level k are the groups of level k+1 whose nodes
+// it contains.
+std::vector<GroupPlan> best_split(const Graph& g, Planner& planner, const FusionGroup& group,
+                                  const std::vector<FusionPlan>& levels, size_t level, bool compare, int& split_count,
+                                  int& fresh_launch, std::vector<std::string>& failed) {
+  GroupPlan whole_plan = planner.weigh(group);
+  if (whole_plan.failed) failed.push_back(whole_plan.group.pattern);
+  if ((!compare && !whole_plan.failed) || group.nodes.size() == 1) return {whole_plan};
   std::vector<FusionGroup> parts;
   if (level + 1 < levels.size()) {
     const std::set<int> mine(group.nodes.begin(), group.nodes.end());
@@ -107,26 +146,24 @@ std::vector<GroupPlan> best_split(Planner& planner, const FusionGroup& group, co
       parts.push_back(single);
     }
   }
-  std::vector<GroupPlan> split;
-  double split_measured = 0, split_modeled = 0;
-  bool all_measured = whole.measured;
+  Alternative whole, split, library;
+  whole.add(std::move(whole_plan));  // a whole whose measurements all failed loses to any parts that can run
   for (FusionGroup& p : parts) {
     p.launch = --fresh_launch;  // a split part runs in a launch of its own
-    for (GroupPlan& gp : best_split(planner, p, levels, level + 1, compare, split_count, fresh_launch, failed)) {
-      split_measured += gp.cost_us;
-      split_modeled += gp.failed ? INFINITY : gp.modeled_us;
-      all_measured = all_measured && gp.measured;
-      split.push_back(std::move(gp));
+    for (GroupPlan& gp : best_split(g, planner, p, levels, level + 1, compare, split_count, fresh_launch, failed)) {
+      split.add(std::move(gp));
     }
   }
-  // Measured against measured, or modeled against modeled: never one against the other. A whole
-  // whose measurements all failed loses to any parts that can run.
-  const double whole_modeled = whole.failed ? INFINITY : whole.modeled_us;
-  if (all_measured ? split_measured < whole.cost_us : split_modeled < whole_modeled) {
-    ++split_count;
-    return split;
+  const Alternative* best = split.beats(whole) ? &split : &whole;
+  if (const std::vector<FusionGroup> lib = library_split(g, group); !lib.empty()) {
+    for (FusionGroup p : lib) {
+      p.launch = --fresh_launch;
+      library.add(planner.weigh(p));
+    }
+    if (library.beats(*best)) best = &library;
   }
-  return {whole};
+  if (best != &whole) ++split_count;
+  return best->groups;
 }
 
 }  // namespace
@@ -154,7 +191,7 @@ ModelPlan plan_model(const Graph& g, const Device& d, const PlanOptions& opt, co
   ModelPlan plan;
   int fresh_launch = 0;
   for (const FusionGroup& fg : levels[0].groups) {
-    for (GroupPlan& gp : best_split(planner, fg, levels, 0, opt.compare_with_parts, plan.split_groups, fresh_launch,
+    for (GroupPlan& gp : best_split(g, planner, fg, levels, 0, opt.compare_with_parts, plan.split_groups, fresh_launch,
                                     plan.failed_groups)) {
       plan.groups.push_back(std::move(gp));
     }

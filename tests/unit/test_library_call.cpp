@@ -312,6 +312,64 @@ TEST(LibraryCall, APlanThatTakesTheLibraryCallRunsAndMatchesTheReference) {
   for (size_t i = 0; i < want_v.size(); ++i) EXPECT_NEAR(got_v[i], want_v[i], 1e-4) << i;
 }
 
+// A fused MatMul + bias + GELU (BERT's FFN up-projection, GELU by erf as exported) whose generated
+// kernel measures slow splits into the library call for MatMul + bias and one generated group for
+// the GELU, when those two measure faster than the whole and than its single nodes; and stays
+// whole when it is the fastest.
+TEST(LibraryCall, AFusedGroupSplitsIntoItsLibraryCallAndTheRestWhenThatMeasuresFaster) {
+  Graph g;
+  const int x = add_input(g, "x", DType::kF32, {1, 16, 32});
+  int h = add_op(g, "MatMul", {x, random_constant(g, "w", DType::kF32, {32, 64}, 1)});
+  h = add_op(g, "Add", {h, random_constant(g, "b", DType::kF32, {64}, 2)});
+  const auto scalar = [&](const char* name, float v) {
+    return g.add_constant(name, Tensor::from_floats(DType::kF32, {}, std::vector<float>{v}));
+  };
+  const int scaled = add_op(g, "Div", {h, scalar("sqrt2", 1.4142135f)});
+  const int cdf = add_op(g, "Add", {add_op(g, "Erf", {scaled}), scalar("one", 1.0f)});
+  g.outputs() = {add_op(g, "Mul", {add_op(g, "Mul", {h, cdf}), scalar("half", 0.5f)})};
+  const planner::Device dev = planner::find_device("h100");
+  const planner::ModelPlan modeled = planner::plan_model(g, dev);
+  const auto starts_with_matmul = [&](const planner::GroupPlan& gp) { return g.nodes()[static_cast<size_t>(gp.group.nodes.front())].op == "MatMul"; };
+  bool weighed_head = false, weighed_tail = false;
+  const size_t all_nodes = g.nodes().size();
+  for (const planner::GroupPlan& gp : modeled.compared) {
+    weighed_head |= gp.group.nodes.size() == 2 && starts_with_matmul(gp);
+    weighed_tail |= gp.group.nodes.size() == all_nodes - 2 && !starts_with_matmul(gp);
+  }
+  ASSERT_TRUE(weighed_head && weighed_tail) << "the library split is among the groups the tuning service measures";
+  const auto measure = [&](double whole_us) {
+    planner::Measurements m;
+    for (const planner::GroupPlan& gp : modeled.compared) {
+      for (const planner::Candidate& c : gp.candidates) {
+        const size_t n = gp.group.nodes.size();
+        m[{gp.signature, c.config.str()}] = !c.config.library.empty() ? 5.0 : n == all_nodes ? whole_us : n == all_nodes - 2 ? 4.0 : 50.0;
+      }
+    }
+    return planner::plan_model(g, dev, {}, &m);
+  };
+  const planner::ModelPlan slow_whole = measure(100.0);
+  ASSERT_EQ(slow_whole.groups.size(), 2u);
+  EXPECT_EQ(slow_whole.groups[0].candidates[slow_whole.groups[0].chosen].config.library, planner::kCublasLt);
+  EXPECT_EQ(slow_whole.groups[1].group.nodes.size(), all_nodes - 2);
+  EXPECT_EQ(slow_whole.split_groups, 1);
+  const planner::ModelPlan fast_whole = measure(8.0);
+  ASSERT_EQ(fast_whole.groups.size(), 1u);
+  EXPECT_EQ(fast_whole.groups[0].group.nodes.size(), all_nodes);
+  // The split plan runs and matches the reference.
+  const runtime::Bundle bundle = runtime::compile_bundle(g, slow_whole, dev, "ffn");
+  auto backend = backend::make_host_backend();
+  runtime::PlanRunner runner(bundle, *backend);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist;
+  std::vector<float> xs(16 * 32);
+  for (float& v : xs) v = dist(rng);
+  const std::vector<Tensor> inputs = {Tensor::from_floats(DType::kF32, {1, 16, 32}, xs)};
+  const std::vector<Tensor> got = runner.run(inputs);
+  const std::vector<Tensor> want = reference::run_graph(g, inputs);
+  const auto want_v = want[0].to_floats(), got_v = got[0].to_floats();
+  for (size_t i = 0; i < want_v.size(); ++i) ASSERT_NEAR(got_v[i], want_v[i], 1e-4) << i;
+}
+
 TEST(LibraryCall, MatchesTheConvolutionEpiloguePatternsAndNothingElse) {
   const auto match = [](const ConvCase& c) { return planner::match_library_call(make_conv(c).g, make_conv(c).group); };
   {  // ResNet's block end: conv, bias, residual, ReLU; parameters X, W, bias, residual, Y.
