@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -101,6 +102,59 @@ bool made_inside(const Graph& g, const FusionGroup& group, int v) {
   return false;
 }
 
+// The epilogue both libraries apply to the product (the output of the group's first node, whose
+// operands are match.inputs), in the group's other nodes: Adds of a bias (a value `is_bias` accepts
+// the shape of; at most one, `bias` being one already bound) and of a residual of the product's
+// shape, in either order, then a ReLU last (or, where `clip`, a Clip(0, max)). Completes `match`
+// (the epilogue's flags, inputs [bias], [residual], the output) and returns false for anything
+// else, or where an operand is computed inside the group (the library reads it from memory).
+bool match_epilogue(const Graph& g, const FusionGroup& group, int bias, const std::function<bool(const Shape&)>& is_bias,
+                    bool clip, LibraryMatch& match) {
+  LibraryCall& c = match.call;
+  c.bias = bias >= 0;
+  const Node& first = g.nodes()[static_cast<size_t>(group.nodes[0])];
+  const Value& y0 = g.value(first.outputs[0]);
+  int current = first.outputs[0], residual = -1;
+  for (size_t i = 1; i < group.nodes.size(); ++i) {
+    const Node& n = g.nodes()[static_cast<size_t>(group.nodes[i])];
+    const bool last = i + 1 == group.nodes.size();
+    if (!c.relu && last && n.inputs[0] == current && (n.op == "Relu" || (clip && n.op == "Clip"))) {
+      if (n.op == "Clip") {
+        const float lo = n.attrs.f("min", -std::numeric_limits<float>::infinity());
+        const float hi = n.attrs.f("max", std::numeric_limits<float>::infinity());
+        if (lo != 0.0f || !(hi > 0.0f)) return false;
+        c.relu_max = std::isinf(hi) ? 0.0f : hi;
+      }
+      c.relu = true;
+      current = n.outputs[0];
+      continue;
+    }
+    if (n.op != "Add" || c.relu) return false;
+    const int other = n.inputs[0] == current ? n.inputs[1] : n.inputs[1] == current ? n.inputs[0] : -1;
+    if (other < 0 || other == current) return false;
+    const Value& o = g.value(other);
+    if (o.dtype != c.dtype || g.value(n.outputs[0]).shape != y0.shape) return false;
+    if (is_bias(o.shape) && !c.bias) {
+      c.bias = true;
+      bias = other;
+    } else if (o.shape == y0.shape && !c.residual) {
+      c.residual = true;
+      residual = other;
+    } else {
+      return false;
+    }
+    current = n.outputs[0];
+  }
+  if (group.outputs[0] != current) return false;
+  for (int v : {match.inputs[0], match.inputs[1], bias, residual}) {
+    if (v >= 0 && made_inside(g, group, v)) return false;
+  }
+  if (c.bias) match.inputs.push_back(bias);
+  if (c.residual) match.inputs.push_back(residual);
+  match.output = current;
+  return true;
+}
+
 std::optional<LibraryMatch> match_gemm(const Graph& g, const FusionGroup& group) {
   if (group.nodes.empty() || group.nodes.size() > 4 || group.outputs.size() != 1) return std::nullopt;
   const auto node = [&](size_t i) -> const Node& { return g.nodes()[static_cast<size_t>(group.nodes[i])]; };
@@ -130,42 +184,11 @@ std::optional<LibraryMatch> match_gemm(const Graph& g, const FusionGroup& group)
   }
   if (y0.shape.size() != std::max(a.shape.size(), b.shape.size())) return std::nullopt;
   match.inputs = {mm.inputs[0], mm.inputs[1]};
-  int current = mm.outputs[0];
-  int bias_value = -1, residual_value = -1;
-  for (size_t i = 1; i < group.nodes.size(); ++i) {
-    const Node& n = node(i);
-    if (n.op == "Relu" && !c.relu && i + 1 == group.nodes.size() && n.inputs[0] == current) {
-      c.relu = true;
-      current = n.outputs[0];
-      continue;
-    }
-    if (n.op != "Add" || c.relu) return std::nullopt;
-    const int other = n.inputs[0] == current ? n.inputs[1] : n.inputs[1] == current ? n.inputs[0] : -1;
-    if (other < 0 || other == current) return std::nullopt;
-    const Value& o = g.value(other);
-    if (o.dtype != dt || g.value(n.outputs[0]).shape != y0.shape) return std::nullopt;
-    const bool vector_along_n =
-        !o.shape.empty() && o.shape.back() == c.n &&
-        std::all_of(o.shape.begin(), o.shape.end() - 1, [](int64_t d) { return d == 1; });
-    if (vector_along_n && !c.bias) {
-      c.bias = true;
-      bias_value = other;
-    } else if (o.shape == y0.shape && !c.residual) {
-      c.residual = true;
-      residual_value = other;
-    } else {
-      return std::nullopt;
-    }
-    current = n.outputs[0];
-  }
-  if (group.outputs[0] != current) return std::nullopt;
-  // Operands must come from outside the group (the library reads them from memory as they are).
-  for (int v : {mm.inputs[0], mm.inputs[1], bias_value, residual_value}) {
-    if (v >= 0 && made_inside(g, group, v)) return std::nullopt;
-  }
-  if (c.bias) match.inputs.push_back(bias_value);
-  if (c.residual) match.inputs.push_back(residual_value);
-  match.output = current;
+  // A bias is a vector along n ([n], or leading ones then n).
+  const auto along_n = [&](const Shape& s) {
+    return !s.empty() && s.back() == c.n && std::all_of(s.begin(), s.end() - 1, [](int64_t d) { return d == 1; });
+  };
+  if (!match_epilogue(g, group, -1, along_n, false, match)) return std::nullopt;
   return match;
 }
 
@@ -204,53 +227,15 @@ std::optional<LibraryMatch> match_conv(const Graph& g, const FusionGroup& group)
   std::copy(pads.begin(), pads.end(), cs.pads.begin());
   if (y0.shape != Shape{c.batch, cs.k, cs.p(), cs.q()}) return std::nullopt;
   match.inputs = {conv.inputs[0], conv.inputs[1]};
-  int bias_value = -1, residual_value = -1;
+  int bias_value = -1;
   if (conv.inputs.size() > 2 && conv.inputs[2] != kNoValue) {
     const Value& b = g.value(conv.inputs[2]);
     if (b.dtype != dt || b.shape != Shape{cs.k}) return std::nullopt;
-    c.bias = true;
     bias_value = conv.inputs[2];
   }
-  int current = conv.outputs[0];
-  for (size_t i = 1; i < group.nodes.size(); ++i) {
-    const Node& n = g.nodes()[static_cast<size_t>(group.nodes[i])];
-    const bool last = i + 1 == group.nodes.size();
-    if (!c.relu && last && n.inputs[0] == current && (n.op == "Relu" || n.op == "Clip")) {
-      if (n.op == "Clip") {
-        const float lo = n.attrs.f("min", -std::numeric_limits<float>::infinity());
-        const float hi = n.attrs.f("max", std::numeric_limits<float>::infinity());
-        if (lo != 0.0f || !(hi > 0.0f)) return std::nullopt;
-        c.relu_max = std::isinf(hi) ? 0.0f : hi;
-      }
-      c.relu = true;
-      current = n.outputs[0];
-      continue;
-    }
-    if (n.op != "Add" || c.relu) return std::nullopt;
-    const int other = n.inputs[0] == current ? n.inputs[1] : n.inputs[1] == current ? n.inputs[0] : -1;
-    if (other < 0 || other == current) return std::nullopt;
-    const Value& o = g.value(other);
-    if (o.dtype != dt || g.value(n.outputs[0]).shape != y0.shape) return std::nullopt;
-    // A vector along the output channels: [K, 1, 1] or [1, K, 1, 1].
-    const bool along_k = (o.shape == Shape{cs.k, 1, 1} || o.shape == Shape{1, cs.k, 1, 1});
-    if (along_k && !c.bias) {
-      c.bias = true;
-      bias_value = other;
-    } else if (o.shape == y0.shape && !c.residual) {
-      c.residual = true;
-      residual_value = other;
-    } else {
-      return std::nullopt;
-    }
-    current = n.outputs[0];
-  }
-  if (group.outputs[0] != current) return std::nullopt;
-  for (int v : {conv.inputs[0], conv.inputs[1], bias_value, residual_value}) {
-    if (v >= 0 && made_inside(g, group, v)) return std::nullopt;
-  }
-  if (c.bias) match.inputs.push_back(bias_value);
-  if (c.residual) match.inputs.push_back(residual_value);
-  match.output = current;
+  // A bias (besides Conv's own) is a vector along the output channels: [K, 1, 1] or [1, K, 1, 1].
+  const auto along_k = [&](const Shape& s) { return s == Shape{cs.k, 1, 1} || s == Shape{1, cs.k, 1, 1}; };
+  if (!match_epilogue(g, group, bias_value, along_k, true, match)) return std::nullopt;
   return match;
 }
 

@@ -117,6 +117,22 @@ TEST(LibraryCall, MatchesTheGemmEpiloguePatternsAndNothingElse) {
   }
 }
 
+// The group lowered as a call of `library` over its whole output.
+codegen::LoweredKernel lower_as(const OneGroup& t, const std::string& library) {
+  planner::TileConfig cfg;
+  cfg.tile = t.g.value(t.g.outputs()[0]).shape;
+  cfg.library = library;
+  return codegen::lower_group(t.g, t.group, cfg, "lib");
+}
+
+// A lowered library call run on the host backend and checked against the reference.
+backend::VerifyResult verify_on_host(const OneGroup& t, const codegen::LoweredKernel& lk, std::mt19937& rng,
+                                     const backend::VerifyOptions& options = {.redzone_bytes = 256}) {
+  auto backend = backend::make_host_backend();
+  auto module = backend->load(std::vector<codegen::Kernel>{lk.kernel});
+  return backend::verify_kernel(t.g, t.group, "lib", lk.inputs, lk.outputs, *backend, *module, rng, options);
+}
+
 // A convolution group: Conv(X, W [, bias]) [+ bias as an Add] [+ residual] [Relu | Clip(lo, hi)].
 struct ConvCase {
   DType dt = DType::kF32;
@@ -192,7 +208,6 @@ TEST(LibraryCall, IsAlwaysAmongTheCandidatesOfAMatchingGroup) {
 }
 
 TEST(LibraryCall, HostGemmMatchesTheReferenceOnOddShapes) {
-  auto backend = backend::make_host_backend();
   const unsigned seed = testing::test_seed();
   std::mt19937 rng(seed);
   struct Case {
@@ -208,13 +223,9 @@ TEST(LibraryCall, HostGemmMatchesTheReferenceOnOddShapes) {
   };
   for (const Case& c : cases) {
     const OneGroup t = make_gemm(c.dt, c.batch, c.m, c.n, c.k, c.b_batched, c.bias, c.residual, c.relu);
-    planner::TileConfig cfg;
-    cfg.tile = t.g.value(t.g.outputs()[0]).shape;
-    cfg.library = "cublasLt";
-    const codegen::LoweredKernel lk = codegen::lower_group(t.g, t.group, cfg, "lib");
+    const codegen::LoweredKernel lk = lower_as(t, planner::kCublasLt);
     EXPECT_NE(codegen::to_text(lk.kernel).find("library call"), std::string::npos);
-    auto module = backend->load(std::vector<codegen::Kernel>{lk.kernel});
-    const backend::VerifyResult v = backend::verify_kernel(t.g, t.group, "lib", lk.inputs, lk.outputs, *backend, *module, rng, {.redzone_bytes = 256});
+    const backend::VerifyResult v = verify_on_host(t, lk, rng);
     EXPECT_TRUE(v.ok) << dtype_name(c.dt) << " batch " << c.batch << " m " << c.m << " n " << c.n << " k " << c.k << ": "
                       << v.detail;
   }
@@ -257,21 +268,16 @@ TEST(LibraryCall, Tf32ModeOnlyUnderThePolicyForFloatThirtyTwo) {
   EXPECT_THROW(planner::LibraryCall::from_json(old.dump()), Error);
   // On the host: TF32's rounding shows on a deep product.
   const OneGroup deep = make_gemm(DType::kF32, 1, 9, 17, 1000, false, true, false, false);
-  planner::TileConfig cfg;
-  cfg.tile = deep.g.value(deep.g.outputs()[0]).shape;
-  cfg.library = planner::kCublasLtTf32;
-  const codegen::LoweredKernel lk = codegen::lower_group(deep.g, deep.group, cfg, "lib");
+  const codegen::LoweredKernel lk = lower_as(deep, planner::kCublasLtTf32);
   EXPECT_TRUE(planner::LibraryCall::from_json(lk.kernel.library).tf32);
-  EXPECT_TRUE(backend::tf32_kernel(deep.g, deep.group, cfg.str()));
-  auto backend = backend::make_host_backend();
-  auto module = backend->load(std::vector<codegen::Kernel>{lk.kernel});
+  EXPECT_TRUE(backend::tf32_kernel(deep.g, deep.group, std::string("library=") + planner::kCublasLtTf32));
   const unsigned seed = testing::test_seed();
   std::mt19937 rng(seed), same(seed);
   backend::VerifyOptions at_tf32;
   at_tf32.tf32 = true;
-  const backend::VerifyResult ok = backend::verify_kernel(deep.g, deep.group, "lib", lk.inputs, lk.outputs, *backend, *module, rng, at_tf32);
+  const backend::VerifyResult ok = verify_on_host(deep, lk, rng, at_tf32);
   EXPECT_TRUE(ok.ok) << ok.detail;
-  EXPECT_FALSE(backend::verify_kernel(deep.g, deep.group, "lib", lk.inputs, lk.outputs, *backend, *module, same).ok);
+  EXPECT_FALSE(verify_on_host(deep, lk, same, {}).ok);
   EXPECT_EQ(round_to_tf32(1.0f + 0x1.0p-11f), 1.0f + 0x1.0p-10f);  // a tie, away from zero
   EXPECT_EQ(round_to_tf32(-(1.0f + 0x1.8p-12f)), -1.0f);
 }
@@ -471,7 +477,6 @@ TEST(LibraryCall, MatchesTheConvolutionEpiloguePatternsAndNothingElse) {
 }
 
 TEST(LibraryCall, HostConvolutionMatchesTheReferenceOnOddShapes) {
-  auto backend = backend::make_host_backend();
   const unsigned seed = testing::test_seed();
   std::mt19937 rng(seed);
   std::vector<ConvCase> cases(9);
@@ -488,13 +493,7 @@ TEST(LibraryCall, HostConvolutionMatchesTheReferenceOnOddShapes) {
   for (const ConvCase& c : cases) {
     const OneGroup t = make_conv(c);
     ASSERT_TRUE(planner::match_library_call(t.g, t.group).has_value()) << c.str();
-    planner::TileConfig cfg;
-    cfg.tile = t.g.value(t.g.outputs()[0]).shape;
-    cfg.library = planner::kCudnn;
-    const codegen::LoweredKernel lk = codegen::lower_group(t.g, t.group, cfg, "lib");
-    auto module = backend->load(std::vector<codegen::Kernel>{lk.kernel});
-    const backend::VerifyResult v =
-        backend::verify_kernel(t.g, t.group, "lib", lk.inputs, lk.outputs, *backend, *module, rng, {.redzone_bytes = 256});
+    const backend::VerifyResult v = verify_on_host(t, lower_as(t, planner::kCudnn), rng);
     EXPECT_TRUE(v.ok) << c.str() << ": " << v.detail;
   }
 }
@@ -539,20 +538,14 @@ TEST(LibraryCall, ConvolutionGroupsGetTheCudnnCandidateInEitherPrecision) {
   ConvCase deep;
   deep.c = 64, deep.h = deep.w = 6;
   const OneGroup d = make_conv(deep);
-  planner::TileConfig cfg;
-  cfg.tile = d.g.value(d.g.outputs()[0]).shape;
-  cfg.library = planner::kCudnnTf32;
-  const codegen::LoweredKernel lk = codegen::lower_group(d.g, d.group, cfg, "lib");
+  const codegen::LoweredKernel lk = lower_as(d, planner::kCudnnTf32);
   EXPECT_TRUE(planner::LibraryCall::from_json(lk.kernel.library).tf32);
-  EXPECT_TRUE(backend::tf32_kernel(d.g, d.group, cfg.str()));
-  auto backend = backend::make_host_backend();
-  auto module = backend->load(std::vector<codegen::Kernel>{lk.kernel});
+  EXPECT_TRUE(backend::tf32_kernel(d.g, d.group, std::string("library=") + planner::kCudnnTf32));
   const unsigned seed = testing::test_seed();
   std::mt19937 rng(seed);
   backend::VerifyOptions at_tf32_tolerance;
   at_tf32_tolerance.tf32 = true;
-  const backend::VerifyResult ok =
-      backend::verify_kernel(d.g, d.group, "lib", lk.inputs, lk.outputs, *backend, *module, rng, at_tf32_tolerance);
+  const backend::VerifyResult ok = verify_on_host(d, lk, rng, at_tf32_tolerance);
   EXPECT_TRUE(ok.ok) << ok.detail;
 }
 
