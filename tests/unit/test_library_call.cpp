@@ -133,6 +133,31 @@ backend::VerifyResult verify_on_host(const OneGroup& t, const codegen::LoweredKe
   return backend::verify_kernel(t.g, t.group, "lib", lk.inputs, lk.outputs, *backend, *module, rng, options);
 }
 
+// A bundle run by the plan runner on the host, on normal random inputs (seed `seed`), against the
+// reference interpreter: every output within 1e-4 plus `of_largest` of its largest magnitude.
+void expect_plan_matches_reference(const runtime::Bundle& bundle, const Graph& g, unsigned seed, float of_largest = 1e-4f) {
+  auto backend = backend::make_host_backend();
+  runtime::PlanRunner runner(bundle, *backend);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist;
+  std::vector<Tensor> inputs;
+  for (int in : g.inputs()) {
+    std::vector<float> xs(static_cast<size_t>(numel(g.value(in).shape)));
+    for (float& v : xs) v = dist(rng);
+    inputs.push_back(Tensor::from_floats(g.value(in).dtype, g.value(in).shape, xs));
+  }
+  const std::vector<Tensor> got = runner.run(inputs);
+  const std::vector<Tensor> want = reference::run_graph(g, inputs);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t o = 0; o < got.size(); ++o) {
+    const auto want_v = want[o].to_floats(), got_v = got[o].to_floats();
+    ASSERT_EQ(got_v.size(), want_v.size());
+    float scale = 0;
+    for (float v : want_v) scale = std::max(scale, std::abs(v));
+    for (size_t i = 0; i < want_v.size(); ++i) ASSERT_NEAR(got_v[i], want_v[i], 1e-4f + of_largest * scale) << "output " << o << " at " << i;
+  }
+}
+
 // A convolution group: Conv(X, W [, bias]) [+ bias as an Add] [+ residual] [Relu | Clip(lo, hi)].
 struct ConvCase {
   DType dt = DType::kF32;
@@ -303,19 +328,7 @@ TEST(LibraryCall, APlanThatTakesTheLibraryCallRunsAndMatchesTheReference) {
   ASSERT_GE(library_groups, 1) << "no group of the plan took the library call";
   const runtime::Bundle bundle = runtime::compile_bundle(g, plan, dev, "gemms");
   EXPECT_NE(bundle.manifest.find("\"library\""), std::string::npos);
-  auto backend = backend::make_host_backend();
-  runtime::PlanRunner runner(bundle, *backend);
-  std::mt19937 rng(11);
-  std::normal_distribution<float> dist;
-  std::vector<float> xs(24 * 40);
-  for (float& v : xs) v = dist(rng);
-  const Tensor input = Tensor::from_floats(DType::kF32, {1, 24, 40}, xs);
-  const std::vector<Tensor> got = runner.run({input});
-  const std::vector<Tensor> inputs = {input};
-  const std::vector<Tensor> want = reference::run_graph(g, inputs);
-  ASSERT_EQ(got.size(), 1u);
-  const auto want_v = want[0].to_floats(), got_v = got[0].to_floats();
-  for (size_t i = 0; i < want_v.size(); ++i) EXPECT_NEAR(got_v[i], want_v[i], 1e-4) << i;
+  expect_plan_matches_reference(bundle, g, 11);
 }
 
 // A fused MatMul + bias + GELU (BERT's FFN up-projection, GELU by erf as exported) whose generated
@@ -363,17 +376,7 @@ TEST(LibraryCall, AFusedGroupSplitsIntoItsLibraryCallAndTheRestWhenThatMeasuresF
   EXPECT_EQ(fast_whole.groups[0].group.nodes.size(), all_nodes);
   // The split plan runs and matches the reference.
   const runtime::Bundle bundle = runtime::compile_bundle(g, slow_whole, dev, "ffn");
-  auto backend = backend::make_host_backend();
-  runtime::PlanRunner runner(bundle, *backend);
-  std::mt19937 rng(5);
-  std::normal_distribution<float> dist;
-  std::vector<float> xs(16 * 32);
-  for (float& v : xs) v = dist(rng);
-  const std::vector<Tensor> inputs = {Tensor::from_floats(DType::kF32, {1, 16, 32}, xs)};
-  const std::vector<Tensor> got = runner.run(inputs);
-  const std::vector<Tensor> want = reference::run_graph(g, inputs);
-  const auto want_v = want[0].to_floats(), got_v = got[0].to_floats();
-  for (size_t i = 0; i < want_v.size(); ++i) ASSERT_NEAR(got_v[i], want_v[i], 1e-4) << i;
+  expect_plan_matches_reference(bundle, g, 5);
 }
 
 TEST(LibraryCall, MatchesTheConvolutionEpiloguePatternsAndNothingElse) {
@@ -577,27 +580,7 @@ TEST(LibraryCall, ExportedCnnsWithEveryConvolutionOnCudnnMatchTheReference) {
     const std::string version = backend::cudnn_version();
     EXPECT_EQ(manifest["libraries"]["cudnn"]["version_where_compiled"],
               version.empty() ? nlohmann::json(nullptr) : nlohmann::json(version));
-    auto backend = backend::make_host_backend();
-    runtime::PlanRunner runner(bundle, *backend);
-    const unsigned seed = testing::test_seed();
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> dist;
-    std::vector<Tensor> inputs;
-    for (int in : g.inputs()) {
-      std::vector<float> xs(static_cast<size_t>(numel(g.value(in).shape)));
-      for (float& v : xs) v = dist(rng);
-      inputs.push_back(Tensor::from_floats(g.value(in).dtype, g.value(in).shape, xs));
-    }
-    const std::vector<Tensor> got = runner.run(inputs);
-    const std::vector<Tensor> want = reference::run_graph(g, inputs);
-    ASSERT_EQ(got.size(), want.size());
-    for (size_t o = 0; o < got.size(); ++o) {
-      const auto want_v = want[o].to_floats(), got_v = got[o].to_floats();
-      ASSERT_EQ(got_v.size(), want_v.size());
-      float scale = 0;
-      for (float v : want_v) scale = std::max(scale, std::abs(v));
-      for (size_t i = 0; i < want_v.size(); ++i) ASSERT_NEAR(got_v[i], want_v[i], 1e-4f + 1e-3f * scale) << "output " << o << " at " << i;
-    }
+    expect_plan_matches_reference(bundle, g, testing::test_seed(), 1e-3f);  // deep float32 sums, in other orders
   }
 }
 
