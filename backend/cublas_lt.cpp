@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -60,15 +61,19 @@ struct Lt {
                     sym(pref_destroy, "cublasLtMatmulPreferenceDestroy") &&
                     sym(heuristic, "cublasLtMatmulAlgoGetHeuristic") && sym(matmul, "cublasLtMatmul") &&
                     sym(get_version, "cublasLtGetVersion");
-    if (!ok) {
-      why = "libcublasLt lacks an expected entry point";
-      return false;
-    }
-    if (create(&handle) != CUBLAS_STATUS_SUCCESS) {
+    if (!ok) why = "libcublasLt lacks an expected entry point";
+    return ok;
+  }
+  // The handle, made by the first call that needs one (cublaslt_version() needs none; a failed
+  // creation is tried again next time).
+  bool ready(std::string& why) {
+    static std::mutex mu;
+    std::lock_guard<std::mutex> lock(mu);
+    if (handle == nullptr && create(&handle) != CUBLAS_STATUS_SUCCESS) {
+      handle = nullptr;
       why = "cublasLtCreate failed";
-      return false;
     }
-    return true;
+    return handle != nullptr;
   }
 };
 
@@ -177,7 +182,7 @@ std::unique_ptr<GpuLibraryCall> make_cublaslt_call(const planner::LibraryCall& c
                                                  size_t workspace_bytes, std::string* why_not) {
   std::string why;
   Lt* lt = library(why);
-  if (lt == nullptr) {
+  if (lt == nullptr || !lt->ready(why)) {
     if (why_not) *why_not = why;
     return nullptr;
   }
