@@ -489,6 +489,7 @@ def child_main(name, cfg, deadline):
             if rc != 0:
                 state["error"] = f"fusetune compile failed (exit {rc}): {last_line(log)}"
                 return
+            state["compile"]["libraries"] = library_calls(plan_dir)
             save()
             print(f"{name}: fusetune compile {secs:.1f} s", flush=True)
 
@@ -529,6 +530,7 @@ def child_main(name, cfg, deadline):
                     rc, _ = run_logged([cfg.fusetune, "run", tuned_dir, "--inputs", os.path.join(model_dir, "test_data_set_0"),
                                         "--backend", cfg.backend, "--repeat", str(cfg.fusetune_repeat)], rlog, remaining())
                     tune["run"] = parse_fusetune_run(rlog, rc)
+                    tune["libraries"] = library_calls(tuned_dir)
                     # Where the tuned plan's time goes, from the tune's own measurements.
                     with open(cfg.path("logs", f"{name}.breakdown.md"), "w") as f:
                         subprocess.run([sys.executable, os.path.join(ROOT, "bench", "plan_breakdown.py"), tuned_dir,
@@ -623,6 +625,12 @@ def ceilings_main(cfg):
 # Parent: the budget, the children, results.json and performance.md
 # --------------------------------------------------------------------------------------------------
 
+def library_calls(plan_dir):
+    """The vendor-library calls a plan bundle makes, by library (its manifest's `libraries`)."""
+    with open(os.path.join(plan_dir, "manifest.json")) as f:
+        return {name: lib["calls"] for name, lib in json.load(f).get("libraries", {}).items()}
+
+
 def run_child(args, log_path, timeout):
     """Runs this file as a child in a process group of its own, killed after timeout seconds.
     Returns its exit status, or None when it was killed. Whatever the child started (a fusetune
@@ -673,6 +681,10 @@ def make_row(name, state, killed, child_rc, log_path):
     row.update(status=status, reason=reason)
     # The notes column: what the table's cells do not say (a variant's skip has a note of its own).
     row["notes"] = [f"fusetune: {run['timing']}"] if run.get("timing") else []
+    for plan, stage in (("compiled", state.get("compile")), ("tuned", state.get("tune"))):
+        if (stage or {}).get("libraries"):
+            calls = ", ".join(f"{lib} {n}" for lib, n in sorted(stage["libraries"].items()))
+            row["notes"].append(f"{plan} plan's library calls: {calls}")
     if (state.get("tune") or {}).get("skipped"):
         row["notes"].append(f"tune: {state['tune']['skipped']}")
     if reason and not budget_skips:
