@@ -18,6 +18,7 @@
 #include "core/sha256.h"
 #include "core/signature.h"
 #include "importer/importer.h"
+#include "planner/library_call.h"
 #include "proto/wire.h"
 
 namespace fusetune::coordinator {
@@ -31,7 +32,8 @@ std::string JobOptions::to_json() const {
   return json{{"shapes", shapes_json},     {"candidates", candidates},   {"seed", seed},
               {"plan_device", plan_device}, {"warmup", warmup},           {"min_repeats", min_repeats},
               {"max_repeats", max_repeats}, {"min_time_ms", min_time_ms}, {"timeout_ms", timeout_ms},
-              {"trials", trials},           {"time_s", time_s},           {"precision", precision}}
+              {"trials", trials},           {"time_s", time_s},           {"precision", precision},
+              {"libraries", libraries}}
       .dump();
 }
 
@@ -76,6 +78,13 @@ JobOptions JobOptions::from_json(const std::string& text) {
           planner::tf32_precision(o.precision);
         } catch (const Error& e) {
           fail("job option 'precision': ", e.what());
+        }
+      } else if (key == "libraries") {
+        o.libraries = it->get<std::string>();
+        try {
+          planner::library_set(o.libraries);
+        } catch (const Error& e) {
+          fail("job option 'libraries': ", e.what());
         }
       } else {
         fail("unknown job option '", key, "'");
@@ -261,6 +270,7 @@ planner::PlanOptions search_plan_options(const JobOptions& options) {
   planner::PlanOptions o;
   o.tiling.top_k = kSearchSpace;
   o.tiling.tf32 = planner::tf32_precision(options.precision);
+  o.tiling.libraries = planner::library_set(options.libraries);
   return o;
 }
 

@@ -53,6 +53,9 @@ struct JobOptions {
   // The precision policy (planner::tf32_precision): "model", or "tf32" (float32 MatMuls may run on
   // TF32 tensor cores; their candidates are verified at TF32's tolerance).
   std::string precision = "model";
+  // The vendor libraries whose calls may be candidates (planner::library_set): "all", "none", or
+  // a comma list of cublasLt and cudnn.
+  std::string libraries = "all";
 
   std::string to_json() const;
   static JobOptions from_json(const std::string& text);  // errors name the field

@@ -248,6 +248,25 @@ std::optional<LibraryMatch> match_library_call(const Graph& g, const FusionGroup
 
 bool tf32_library(const std::string& library) { return library == kCublasLtTf32 || library == kCudnnTf32; }
 
+std::set<std::string> library_set(const std::string& list) {
+  if (list == "all") return {kCublasLt, kCudnn};
+  if (list == "none") return {};
+  std::set<std::string> out;
+  for (size_t start = 0;;) {  // every entry, empty ones included ("cudnn," names an empty one)
+    const size_t comma = list.find(',', start);
+    const std::string entry = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    check(entry == kCublasLt || entry == kCudnn, "libraries: '", entry.substr(0, 64),
+          "' is not a library (all, none, or a comma list of cublasLt and cudnn)");
+    out.insert(entry);
+    if (comma == std::string::npos) return out;
+    start = comma + 1;
+  }
+}
+
+std::string library_family(const LibraryMatch& match) {
+  return match.call.op == LibraryOp::kConv ? kCudnn : kCublasLt;
+}
+
 std::string library_for(const LibraryMatch& match, bool tf32) {
   const bool fast = tf32 && match.call.dtype == DType::kF32;
   if (match.call.op == LibraryOp::kConv) return fast ? kCudnnTf32 : kCudnn;

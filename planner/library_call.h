@@ -24,6 +24,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,14 @@ inline constexpr const char* kCudnnTf32 = "cudnn-tf32";
 
 // Whether a library name asks for TF32 tensor cores.
 bool tf32_library(const std::string& library);
+
+// The libraries a `--libraries` list allows: "all" (cuBLASLt and cuDNN), "none", or a comma list
+// of kCublasLt and kCudnn (each allows its TF32 mode too, under the policy). Throws, naming the
+// entry, for anything else.
+std::set<std::string> library_set(const std::string& list);
+
+// The library that runs a match's operation: kCublasLt for a GEMM, kCudnn for a convolution.
+std::string library_family(const LibraryMatch& match);
 
 // The library candidate's name for a match: its operation's library, in TF32 mode when `tf32` (the
 // policy) is on and the call is float32.

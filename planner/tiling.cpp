@@ -181,6 +181,10 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
     }
     const auto call = library_call(*match, cfg.library, cfg.algorithm, &c.reject);
     if (!call) return c;
+    if (!opt.libraries.count(library_family(*match))) {
+      c.reject = library_family(*match) + " is not among the libraries the plan may call (--libraries)";
+      return c;
+    }
     if (call->tf32 && !opt.tf32) {
       c.reject = cfg.library + ": TF32 mode is for float32 calls under the TF32 precision policy";
       return c;
@@ -854,7 +858,8 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
     return a.config.str() < b.config.str();
   });
   if (static_cast<int>(all.size()) > opt.top_k) all.resize(static_cast<size_t>(opt.top_k));
-  if (const auto match = match_library_call(g, group)) {  // the library's candidates stay whatever their modeled rank
+  const auto match = match_library_call(g, group);
+  if (match && opt.libraries.count(library_family(*match))) {  // the library's candidates stay whatever their modeled rank
     for (int algorithm = 0; algorithm < opt.library_algorithms; ++algorithm) {
       TileConfig cfg;
       cfg.tile = rs;

@@ -120,6 +120,9 @@ struct TilingOptions {
   // A group a library runs gets the library's first `library_algorithms` ranked algorithms, each
   // a candidate of its own (the model cannot tell them apart; measurement can).
   int library_algorithms = 3;
+  // The libraries whose calls may be candidates (planner::library_set; `--libraries`): a plan
+  // for a host without cuDNN leaves it out.
+  std::set<std::string> libraries = {"cublasLt", "cudnn"};
 };
 
 // The bytes of g's constants.

@@ -1,8 +1,9 @@
 // fusetune compile MODEL.onnx --device NAME|--device-file PATH --out DIR [--shape NAME=DxD...]
-// [--precision model|tf32] [--dump-ir]: plans the model with modeled costs (an untuned plan: the
-// top candidate per group), generates its kernels and writes the plan bundle
-// (docs/plan-format.md). --precision tf32 lets float32 MatMuls run on TF32 tensor cores
-// (docs/planner.md, "Precision policy"). --dump-ir also prints the Kernel IR (codegen::to_text)
+// [--precision model|tf32] [--libraries all|none|LIST] [--dump-ir]: plans the model with modeled
+// costs (an untuned plan: the top candidate per group), generates its kernels and writes the plan
+// bundle (docs/plan-format.md). --precision tf32 lets float32 MatMuls run on TF32 tensor cores
+// (docs/planner.md, "Precision policy"); --libraries names the vendor libraries the plan may call
+// (cublasLt, cudnn: a deployment host without cuDNN compiles with --libraries cublasLt). --dump-ir also prints the Kernel IR (codegen::to_text)
 // of every kernel of the bundle, in launch order.
 #include <chrono>
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include "core/error.h"
 #include "importer/importer.h"
 #include "planner/device.h"
+#include "planner/library_call.h"
 #include "planner/select.h"
 #include "runtime/bundle.h"
 #include "tools/cli_args.h"
@@ -22,12 +24,13 @@
 namespace fusetune::cli {
 
 int cmd_compile(const std::vector<std::string>& argv) {
-  const Args args(argv, {"device", "device-file", "shape", "out", "precision"}, {"dump-ir"});
+  const Args args(argv, {"device", "device-file", "shape", "out", "precision", "libraries"}, {"dump-ir"});
   check(args.positional().size() == 1 && args.has("out") && (args.has("device") || args.has("device-file")),
         "usage: fusetune compile MODEL.onnx --device NAME|--device-file PATH --out DIR [--shape NAME=DxD...] "
-        "[--precision model|tf32] [--dump-ir]");
+        "[--precision model|tf32] [--libraries all|none|cublasLt,cudnn] [--dump-ir]");
   planner::PlanOptions popt;
   popt.tiling.tf32 = planner::tf32_precision(args.get("precision", "model"));
+  popt.tiling.libraries = planner::library_set(args.get("libraries", "all"));
   const std::filesystem::path model = args.positional()[0];
   const planner::Device device =
       args.has("device-file") ? planner::load_device(args.get("device-file")) : planner::find_device(args.get("device"));

@@ -1,6 +1,6 @@
 // The job commands a script drives a coordinator with:
 //   fusetune submit MODEL.onnx --coordinator EP [--device NAME] [--shape ...] [--candidates N]
-//                   [--trials N] [--time S] [--precision model|tf32] [--wait]
+//                   [--trials N] [--time S] [--precision model|tf32] [--libraries all|none|cublasLt,cudnn] [--wait]
 //   fusetune status [JOB] --coordinator EP [--json]
 //   fusetune cancel JOB --coordinator EP
 //   fusetune export JOB --coordinator EP --out PLAN_DIR
@@ -59,7 +59,7 @@ int cmd_submit(const std::vector<std::string>& argv) {
   const Args args(argv, with_job_option_flags({"coordinator", "device", "timeout-s", "key", "coordinator-key"}), {"wait"});
   check(args.positional().size() == 1 && args.has("coordinator"),
         "usage: fusetune submit MODEL.onnx --coordinator tcp://HOST:PORT [--device NAME|host] [--shape NAME=DxD...] "
-        "[--candidates N] [--trials N] [--time S] [--precision model|tf32] [--wait]");
+        "[--candidates N] [--trials N] [--time S] [--precision model|tf32] [--libraries all|none|cublasLt,cudnn] [--wait]");
   const std::filesystem::path model = args.positional()[0];
   const coordinator::JobOptions options = job_options(args);
   zmq::context_t context;

@@ -1,5 +1,5 @@
 // fusetune plan MODEL.onnx --device NAME|--device-file PATH [--shape ...] [--top-k K]
-// [--precision model|tf32] [--json]: fusion groups, kernel launches, each group's best modeled
+// [--precision model|tf32] [--libraries all|none|LIST] [--json]: fusion groups, kernel launches, each group's best modeled
 // candidate, and modeled DRAM traffic against the unfused and minimum figures of `inspect`.
 #include <chrono>
 #include <cstdio>
@@ -10,6 +10,7 @@
 #include "core/model_stats.h"
 #include "importer/importer.h"
 #include "planner/device.h"
+#include "planner/library_call.h"
 #include "planner/select.h"
 #include "tools/cli_args.h"
 #include "tools/commands.h"
@@ -17,10 +18,11 @@
 namespace fusetune::cli {
 
 int cmd_plan(const std::vector<std::string>& argv) {
-  const Args args(argv, {"device", "device-file", "shape", "top-k", "precision"}, {"json", "no-fusion", "keep-fused"});
+  const Args args(argv, {"device", "device-file", "shape", "top-k", "precision", "libraries"},
+                  {"json", "no-fusion", "keep-fused"});
   check(args.positional().size() == 1 && (args.has("device") || args.has("device-file")),
         "usage: fusetune plan MODEL.onnx --device NAME|--device-file PATH [--shape NAME=DxD...] [--top-k K] "
-        "[--precision model|tf32] [--json]");
+        "[--precision model|tf32] [--libraries all|none|cublasLt,cudnn] [--json]");
   const std::string path = args.positional()[0];
   const planner::Device device =
       args.has("device-file") ? planner::load_device(args.get("device-file")) : planner::find_device(args.get("device"));
@@ -32,6 +34,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
   check(popt.tiling.top_k >= 1, "--top-k must be at least 1");
   popt.compare_with_parts = !args.has("keep-fused");
   popt.tiling.tf32 = planner::tf32_precision(args.get("precision", "model"));
+  popt.tiling.libraries = planner::library_set(args.get("libraries", "all"));
   if (args.has("no-fusion")) {
     popt.fusion.epilogue = popt.fusion.prologue = popt.fusion.stitch = popt.fusion.pack = false;
   }

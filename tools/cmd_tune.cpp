@@ -1,5 +1,5 @@
 // fusetune tune MODEL.onnx [--device h100|host|auto] [--out PLAN_DIR] [--db PATH] [--shape ...]
-// [--candidates N] [--trials N] [--time S] [--plan-device NAME] [--precision model|tf32] [--no-timing]
+// [--candidates N] [--trials N] [--time S] [--plan-device NAME] [--precision model|tf32] [--libraries all|none|cublasLt,cudnn] [--no-timing]
 // [--verify-blocks N]: the
 // embedded default.
 // For a GPU device this machine lacks (or with --no-timing), a dry run instead
@@ -112,7 +112,7 @@ int cmd_tune(const std::vector<std::string>& argv) {
   const Args args(argv, with_job_option_flags({"device", "out", "db", "compile-jobs", "verify-blocks"}), {"verbose", "no-timing"});
   check(args.positional().size() == 1,
         "usage: fusetune tune MODEL.onnx [--device h100|host|auto] [--out PLAN_DIR] [--db PATH] [--shape NAME=DxD...] "
-        "[--candidates N] [--trials N] [--time S] [--precision model|tf32] [--no-timing] [--verify-blocks N]");
+        "[--candidates N] [--trials N] [--time S] [--precision model|tf32] [--libraries all|none|cublasLt,cudnn] [--no-timing] [--verify-blocks N]");
   const std::filesystem::path model = args.positional()[0];
   std::string why;
   const auto [job_device, worker_device] = resolve_device(args.get("device", "auto"), why);

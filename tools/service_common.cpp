@@ -134,7 +134,7 @@ std::set<std::string> http_limit_flags() {
 }
 
 std::set<std::string> with_job_option_flags(std::set<std::string> others) {
-  others.insert({"shape", "candidates", "plan-device", "trials", "time", "precision"});
+  others.insert({"shape", "candidates", "plan-device", "trials", "time", "precision", "libraries"});
   return others;
 }
 
@@ -146,6 +146,7 @@ coordinator::JobOptions job_options(const Args& args) {
   options.trials = static_cast<int>(args.number("trials", options.trials));
   options.time_s = args.number("time", options.time_s);
   options.precision = args.get("precision", options.precision);
+  options.libraries = args.get("libraries", options.libraries);
   // Checked as the coordinator checks them, so a bad value is named before anything is sent.
   return coordinator::JobOptions::from_json(options.to_json());
 }

@@ -286,6 +286,19 @@ TEST(JobOptions, EachOptionIsTakenWithinItsRangeAndRefusedOutsideNamingIt) {
     EXPECT_NE(std::string(e.what()).find("job option 'precision'"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("'fp8' is not a policy"), std::string::npos) << e.what();
   }
+  // The libraries a job's plan may call: kept through JSON, steering the search's candidates.
+  const JobOptions cublas_only = coordinator::JobOptions::from_json(R"({"libraries": "cublasLt"})");
+  EXPECT_EQ(coordinator::JobOptions::from_json(cublas_only.to_json()).libraries, "cublasLt");
+  EXPECT_EQ(search_plan_options(cublas_only).tiling.libraries, std::set<std::string>{"cublasLt"});
+  EXPECT_EQ(search_plan_options(JobOptions{}).tiling.libraries, (std::set<std::string>{"cublasLt", "cudnn"}));
+  EXPECT_TRUE(search_plan_options(coordinator::JobOptions::from_json(R"({"libraries": "none"})")).tiling.libraries.empty());
+  try {
+    coordinator::JobOptions::from_json(R"({"libraries": "cudnn,tensorrt"})");
+    ADD_FAILURE() << "libraries cudnn,tensorrt was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("job option 'libraries'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'tensorrt' is not a library"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

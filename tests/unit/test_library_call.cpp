@@ -5,6 +5,7 @@
 // exported CNNs), run through the plan runner against the reference interpreter.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
@@ -24,6 +25,7 @@
 #include "runtime/bundle.h"
 #include "runtime/plan_runner.h"
 #include "tests/unit/test_seed.h"
+#include "unit/cli_run.h"
 
 namespace fusetune {
 namespace {
@@ -377,6 +379,65 @@ TEST(LibraryCall, AFusedGroupSplitsIntoItsLibraryCallAndTheRestWhenThatMeasuresF
   // The split plan runs and matches the reference.
   const runtime::Bundle bundle = runtime::compile_bundle(g, slow_whole, dev, "ffn");
   expect_plan_matches_reference(bundle, g, 5);
+}
+
+// `--libraries`: a plan may leave a library out (a deployment host without cuDNN): its candidates
+// are neither listed nor valid, in the planner and through `fusetune plan`; a name that is no
+// library is refused with one line naming it.
+TEST(LibraryCall, ThePlanCallsOnlyTheLibrariesItMay) {
+  const planner::Device h100 = planner::find_device("h100");
+  const OneGroup gemm = make_gemm(DType::kF32, 1, 64, 64, 64, false, true, false, true);
+  const OneGroup conv = make_conv(ConvCase{});
+  const auto libraries = [&](const OneGroup& t, const std::string& list) {
+    planner::TilingOptions opt;
+    opt.libraries = planner::library_set(list);
+    int n = 0;
+    for (const planner::Candidate& c : planner::tile_candidates(t.g, t.group, h100, opt)) n += !c.config.library.empty();
+    return n;
+  };
+  EXPECT_EQ(libraries(gemm, "all"), 3);
+  EXPECT_EQ(libraries(conv, "all"), 3);
+  EXPECT_EQ(libraries(gemm, "cudnn"), 0);
+  EXPECT_EQ(libraries(conv, "cudnn"), 3);
+  EXPECT_EQ(libraries(conv, "cublasLt"), 0);
+  EXPECT_EQ(libraries(gemm, "none"), 0);
+  planner::TilingOptions no_cudnn;
+  no_cudnn.libraries = {planner::kCublasLt};
+  planner::TileConfig lib;
+  lib.tile = conv.g.value(conv.g.outputs()[0]).shape;
+  lib.library = planner::kCudnn;
+  const planner::Cost refused = planner::evaluate_tile(conv.g, conv.group, h100, lib, no_cudnn);
+  EXPECT_FALSE(refused.valid);
+  EXPECT_NE(refused.reject.find("--libraries"), std::string::npos) << refused.reject;
+  EXPECT_THROW(planner::library_set("cublasLt,"), Error);
+  EXPECT_THROW(planner::library_set(""), Error);
+  // The CLI: library candidates in the plan's lists only where allowed, and a refusal naming the
+  // culprit.
+  const std::string onnx = std::string(FUSETUNE_SOURCE_DIR) + "/tests/data/models/resnet_small/model.onnx";
+  for (const char* list : {"all", "cublasLt", "none"}) {
+    const testing::Outcome c = testing::run_cli("plan " + onnx + " --device h100 --json --libraries " + list);
+    ASSERT_EQ(c.exit_code, 0) << c.output;
+    std::map<std::string, int> listed;  // library candidates by library
+    const nlohmann::json plan = nlohmann::json::parse(c.output);
+    for (const nlohmann::json& group : plan["groups"]) {
+      for (const nlohmann::json& cand : group["candidates"]) {
+        const std::string config = cand["config"];
+        if (config.rfind("library=", 0) == 0) ++listed[config.substr(8, config.find(' ') == std::string::npos ? std::string::npos : config.find(' ') - 8)];
+      }
+    }
+    if (std::string(list) == "all") {
+      EXPECT_GT(listed["cudnn"], 0) << "resnet_small's convolutions";
+      EXPECT_GT(listed["cublasLt"], 0) << "resnet_small's classifier";
+    } else if (std::string(list) == "cublasLt") {
+      EXPECT_EQ(listed.count("cudnn"), 0u);
+      EXPECT_GT(listed["cublasLt"], 0);
+    } else {
+      EXPECT_TRUE(listed.empty());
+    }
+  }
+  const testing::Outcome bad = testing::run_cli("plan " + onnx + " --device h100 --libraries cudnn,tensorrt");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("'tensorrt' is not a library"), std::string::npos) << bad.output;
 }
 
 TEST(LibraryCall, MatchesTheConvolutionEpiloguePatternsAndNothingElse) {
