@@ -105,6 +105,9 @@ class Config:
         self.precision = os.environ.get("PRECISION", "model")
         if self.precision not in ("model", "tf32"):
             raise SystemExit(f"PRECISION={self.precision!r}: model or tf32")
+        # The vendor libraries fusetune's plans may call (`--libraries`): all, none, or a comma list
+        # of cublasLt and cudnn (LIBRARIES=cublasLt where the GPU's cuDNN refuses the calls).
+        self.libraries = os.environ.get("LIBRARIES", "all")
 
     def path(self, *parts):
         return os.path.join(self.out_dir, *parts)
@@ -484,7 +487,8 @@ def child_main(name, cfg, deadline):
             shutil.rmtree(plan_dir, ignore_errors=True)
             log = cfg.path("logs", f"{name}.compile.log")
             rc, secs = run_logged([cfg.fusetune, "compile", os.path.join(model_dir, "model.onnx"), "--device", cfg.plan_device,
-                                   "--precision", cfg.precision, "--out", plan_dir], log, remaining())
+                                   "--precision", cfg.precision, "--libraries", cfg.libraries, "--out", plan_dir], log,
+                                  remaining())
             state["compile"] = dict(rc=rc, seconds=secs)
             if rc != 0:
                 state["error"] = f"fusetune compile failed (exit {rc}): {last_line(log)}"
@@ -517,7 +521,8 @@ def child_main(name, cfg, deadline):
             try:
                 rc, secs = run_logged([cfg.fusetune, "tune", os.path.join(model_dir, "model.onnx"), "--device",
                                        "host" if cfg.rehearse else "auto", "--time", f"{cfg.tune_search_s:g}", "--db",
-                                       cfg.tune_db, "--precision", cfg.precision, "--out", tuned_dir] + cfg.tune_extra,
+                                       cfg.tune_db, "--precision", cfg.precision, "--libraries", cfg.libraries,
+                                       "--out", tuned_dir] + cfg.tune_extra,
                                       log, cap)
             except OutOfBudget:
                 tune = dict(skipped=f"did not finish in {cap:.0f} s")
@@ -715,6 +720,7 @@ def render(cfg, results, ceilings, header):
              f"- precision policy (PRECISION): {cfg.precision}"
              + (" (fusetune --precision tf32; PyTorch with TF32 on for matmul and cuDNN; the reference full float32)"
                 if cfg.precision == "tf32" else " (the model's types; PyTorch's defaults)"),
+             f"- vendor libraries fusetune's plans may call (LIBRARIES): {cfg.libraries}",
              f"- ceilings (measured): {ceilings.get('copy', 'not measured')}; {ceilings.get('matmul', 'not measured')}",
              f"- method (measured): batch 1; fusetune: `fusetune run --backend {cfg.backend} --repeat "
              f"{cfg.fusetune_repeat}` ({'device events around each CUDA graph replay, L2 not flushed' if not cfg.rehearse else 'host backend'}); "

@@ -36,6 +36,8 @@
 #             PyTorch is timed with TF32 on for matmul and cuDNN (torch's allow_tf32); the reference
 #             stays full float32, and fusetune run compares a TF32 plan at TF32's tolerance. Use a
 #             fresh OUT_DIR per policy (a second invocation resumes what the first recorded)
+#   LIBRARIES  the vendor libraries fusetune's plans may call (--libraries; default all): all, none,
+#             or a comma list of cublasLt and cudnn (cublasLt where the GPU's cuDNN refuses the calls)
 #   FUSETUNE_COMMIT  the commit the table names, where the tree has no .git
 #   PLAN_DEVICE  the device description plans are compiled for (default: h200 on an H200, else h100)
 #   PYTHON    the interpreter, with torch, torchvision, onnx, numpy (and transformers for the HF
