@@ -11,6 +11,7 @@
 #include "core/ops.h"
 #include "planner/library_call.h"
 #include "planner/tiling.h"
+#include "planner/tiling.h"
 #include "reference/kernels.h"
 
 namespace fusetune::backend {
@@ -116,7 +117,7 @@ bool tf32_kernel(const Graph& g, const planner::FusionGroup& group, const std::s
   std::string word;
   bool mma = false;
   while (words >> word) mma = mma || word == "mma";
-  if (config.rfind("library=", 0) == 0) return planner::tf32_library(config.substr(8));
+  if (const std::string library = planner::config_library(config); !library.empty()) return planner::tf32_library(library);
   return mma && std::any_of(group.nodes.begin(), group.nodes.end(), [&](int n) {
            const Node& node = g.nodes()[static_cast<size_t>(n)];
            return planner::tensor_core_operands(g, node) && g.value(node.inputs[0]).dtype == DType::kF32;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -36,9 +37,7 @@ LibraryCall LibraryCall::from_json(const std::string& text) {
     const std::string op = j.value("op", "gemm");  // absent from calls written before convolutions
     check(op == "gemm" || op == "conv", "library call: unknown op '", op, "'");
     c.op = op == "conv" ? LibraryOp::kConv : LibraryOp::kGemm;
-    const bool known = c.op == LibraryOp::kGemm ? c.library == kCublasLt || c.library == kCublasLtTf32
-                                                : c.library == kCudnn || c.library == kCudnnTf32;
-    check(known, "library call: library '", c.library, "' does not run op '", op, "'");
+    check(library_op(c.library) == c.op, "library call: library '", c.library, "' does not run op '", op, "'");
     const std::string dt = j.at("dtype").get<std::string>();
     check(dt == "float32" || dt == "float16", "library call: dtype '", dt, "' is not float32 or float16");
     c.dtype = dt == "float32" ? DType::kF32 : DType::kF16;
@@ -204,8 +203,8 @@ std::optional<LibraryMatch> match_conv(const Graph& g, const FusionGroup& group)
   if (x.shape.size() != 4 || w.shape.size() != 4 || y0.shape.size() != 4) return std::nullopt;
   LibraryMatch match;
   LibraryCall& c = match.call;
-  c.library = kCudnn;
   c.op = LibraryOp::kConv;
+  c.library = library_family(c.op);
   c.dtype = dt;
   c.batch = x.shape[0];
   ConvShape& cs = c.conv;
@@ -246,16 +245,45 @@ std::optional<LibraryMatch> match_library_call(const Graph& g, const FusionGroup
   return match_conv(g, group);
 }
 
-bool tf32_library(const std::string& library) { return library == kCublasLtTf32 || library == kCudnnTf32; }
+namespace {
+
+// Each library: the operation it runs and its names at the model's types and in TF32 mode.
+struct LibraryNames {
+  LibraryOp op;
+  const char* name;
+  const char* tf32_name;
+};
+constexpr LibraryNames kLibraries[] = {{LibraryOp::kGemm, kCublasLt, kCublasLtTf32},
+                                       {LibraryOp::kConv, kCudnn, kCudnnTf32}};
+
+const LibraryNames& names_of(LibraryOp op) {
+  for (const LibraryNames& l : kLibraries) {
+    if (l.op == op) return l;
+  }
+  fail("library call: no library runs op ", static_cast<int>(op));
+}
+
+}  // namespace
+
+bool tf32_library(const std::string& library) {
+  return std::any_of(std::begin(kLibraries), std::end(kLibraries), [&](const LibraryNames& l) { return library == l.tf32_name; });
+}
+
+std::optional<LibraryOp> library_op(const std::string& library) {
+  for (const LibraryNames& l : kLibraries) {
+    if (library == l.name || library == l.tf32_name) return l.op;
+  }
+  return std::nullopt;
+}
 
 std::set<std::string> library_set(const std::string& list) {
-  if (list == "all") return {kCublasLt, kCudnn};
+  if (list == "all") return {library_family(LibraryOp::kGemm), library_family(LibraryOp::kConv)};
   if (list == "none") return {};
   std::set<std::string> out;
   for (size_t start = 0;;) {  // every entry, empty ones included ("cudnn," names an empty one)
     const size_t comma = list.find(',', start);
     const std::string entry = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    check(entry == kCublasLt || entry == kCudnn, "libraries: '", entry.substr(0, 64),
+    check(library_op(entry) && library_family(*library_op(entry)) == entry, "libraries: '", entry.substr(0, 64),
           "' is not a library (all, none, or a comma list of cublasLt and cudnn)");
     out.insert(entry);
     if (comma == std::string::npos) return out;
@@ -263,22 +291,18 @@ std::set<std::string> library_set(const std::string& list) {
   }
 }
 
-std::string library_family(const LibraryMatch& match) {
-  return match.call.op == LibraryOp::kConv ? kCudnn : kCublasLt;
-}
+std::string library_family(LibraryOp op) { return names_of(op).name; }
 
 std::string library_for(const LibraryMatch& match, bool tf32) {
-  const bool fast = tf32 && match.call.dtype == DType::kF32;
-  if (match.call.op == LibraryOp::kConv) return fast ? kCudnnTf32 : kCudnn;
-  return fast ? kCublasLtTf32 : kCublasLt;
+  const LibraryNames& l = names_of(match.call.op);
+  return tf32 && match.call.dtype == DType::kF32 ? l.tf32_name : l.name;
 }
 
 std::optional<LibraryCall> library_call(const LibraryMatch& match, const std::string& library, int algorithm,
                                         std::string* why) {
-  const bool conv = match.call.op == LibraryOp::kConv;
-  const bool runs = conv ? library == kCudnn || library == kCudnnTf32 : library == kCublasLt || library == kCublasLtTf32;
-  if (!runs) {
-    *why = "library '" + library + "' does not run this group's " + (conv ? "convolution" : "GEMM");
+  if (library_op(library) != match.call.op) {
+    *why = "library '" + library + "' does not run this group's " +
+           (match.call.op == LibraryOp::kConv ? "convolution" : "GEMM");
     return std::nullopt;
   }
   if (algorithm < 0) {

@@ -92,8 +92,11 @@ bool tf32_library(const std::string& library);
 // entry, for anything else.
 std::set<std::string> library_set(const std::string& list);
 
-// The library that runs a match's operation: kCublasLt for a GEMM, kCudnn for a convolution.
-std::string library_family(const LibraryMatch& match);
+// The library that runs an operation: kCublasLt for a GEMM, kCudnn for a convolution.
+std::string library_family(LibraryOp op);
+
+// The operation a library name (either mode) runs; empty for a name that is no library.
+std::optional<LibraryOp> library_op(const std::string& library);
 
 // The library candidate's name for a match: its operation's library, in TF32 mode when `tf32` (the
 // policy) is on and the call is float32.

@@ -7,6 +7,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <string_view>
 #include <utility>
 
 #include "core/error.h"
@@ -118,6 +119,12 @@ MmaStaging mma_staging(const Graph& g, const Node& matmul, const std::set<int>& 
   return m;
 }
 
+std::string config_library(const std::string& config) {
+  constexpr std::string_view kPrefix = "library=";
+  if (config.compare(0, kPrefix.size(), kPrefix) != 0) return "";
+  return config.substr(kPrefix.size(), config.find(' ') == std::string::npos ? std::string::npos : config.find(' ') - kPrefix.size());
+}
+
 std::string TileConfig::str() const {
   if (!library.empty()) return "library=" + library + (algorithm > 0 ? " algo=" + std::to_string(algorithm) : "");
   std::ostringstream out;
@@ -181,8 +188,8 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
     }
     const auto call = library_call(*match, cfg.library, cfg.algorithm, &c.reject);
     if (!call) return c;
-    if (!opt.libraries.count(library_family(*match))) {
-      c.reject = library_family(*match) + " is not among the libraries the plan may call (--libraries)";
+    if (const std::string family = library_family(match->call.op); !opt.libraries.count(family)) {
+      c.reject = family + " is not among the libraries the plan may call (--libraries)";
       return c;
     }
     if (call->tf32 && !opt.tf32) {
@@ -859,7 +866,7 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
   });
   if (static_cast<int>(all.size()) > opt.top_k) all.resize(static_cast<size_t>(opt.top_k));
   const auto match = match_library_call(g, group);
-  if (match && opt.libraries.count(library_family(*match))) {  // the library's candidates stay whatever their modeled rank
+  if (match && opt.libraries.count(library_family(match->call.op))) {  // the library's candidates stay whatever their modeled rank
     for (int algorithm = 0; algorithm < opt.library_algorithms; ++algorithm) {
       TileConfig cfg;
       cfg.tile = rs;

@@ -86,6 +86,10 @@ struct TileConfig {
   bool operator==(const TileConfig&) const = default;
 };
 
+// The library a candidate's TileConfig::str() names ("cudnn-tf32" of "library=cudnn-tf32 algo=2"),
+// or "" for a generated kernel.
+std::string config_library(const std::string& config);
+
 struct Cost {
   bool valid = false;
   std::string reject;      // why the candidate does not fit, when !valid

@@ -256,7 +256,7 @@ Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, const plan
     entry["exceeds_shared_memory"] = kern.shared_bytes > device.shared_memory_per_block_optin;
     if (!kern.library.empty()) {
       entry["library"] = json::parse(kern.library);
-      ++library_calls[planner::LibraryCall::from_json(kern.library).op == planner::LibraryOp::kConv ? "cudnn" : "cublasLt"];
+      ++library_calls[planner::library_family(planner::LibraryCall::from_json(kern.library).op)];
     }
     launches.push_back(entry);
   }
@@ -264,7 +264,7 @@ Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, const plan
   // GPU that runs the plan loads its own at run time.
   json libraries = json::object();
   for (const auto& [name, calls] : library_calls) {
-    const std::string version = name == "cudnn" ? backend::cudnn_version() : backend::cublaslt_version();
+    const std::string version = name == planner::kCudnn ? backend::cudnn_version() : backend::cublaslt_version();
     libraries[name] = {{"calls", calls}, {"version_where_compiled", version.empty() ? json(nullptr) : json(version)}};
   }
   const codegen::ArenaPlan arena = codegen::plan_arena(lifetimes);

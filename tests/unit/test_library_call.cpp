@@ -298,6 +298,7 @@ TEST(LibraryCall, Tf32ModeOnlyUnderThePolicyForFloatThirtyTwo) {
   const codegen::LoweredKernel lk = lower_as(deep, planner::kCublasLtTf32);
   EXPECT_TRUE(planner::LibraryCall::from_json(lk.kernel.library).tf32);
   EXPECT_TRUE(backend::tf32_kernel(deep.g, deep.group, std::string("library=") + planner::kCublasLtTf32));
+  EXPECT_TRUE(backend::tf32_kernel(deep.g, deep.group, std::string("library=") + planner::kCublasLtTf32 + " algo=2"));
   const unsigned seed = testing::test_seed();
   std::mt19937 rng(seed), same(seed);
   backend::VerifyOptions at_tf32;
@@ -421,8 +422,7 @@ TEST(LibraryCall, ThePlanCallsOnlyTheLibrariesItMay) {
     const nlohmann::json plan = nlohmann::json::parse(c.output);
     for (const nlohmann::json& group : plan["groups"]) {
       for (const nlohmann::json& cand : group["candidates"]) {
-        const std::string config = cand["config"];
-        if (config.rfind("library=", 0) == 0) ++listed[config.substr(8, config.find(' ') == std::string::npos ? std::string::npos : config.find(' ') - 8)];
+        if (const std::string library = planner::config_library(cand["config"]); !library.empty()) ++listed[library];
       }
     }
     if (std::string(list) == "all") {
