@@ -363,7 +363,8 @@ class Analysis {
     return it->second.index;
   }
   static bool integer_ctype(const std::string& c) {
-    return c != "float" && c != "double" && c != vector_ctype(DType::kF32) && c != vector_ctype(DType::kF16);
+    return c != "float" && c != "double" && c != vector_ctype(DType::kF32) && c != vector_ctype(DType::kF16) &&
+           c != vector_ctype(DType::kF32, 2) && c != vector_ctype(DType::kF16, 2);
   }
 
   // depth: 0 for the kernel's body, 1 for a top-level uniform loop's body, 2 below.
@@ -566,7 +567,7 @@ class Analysis {
         reach_barrier(n.src);
         break;
       case Stmt::Kind::kVectorLoad: touch(n.buffer, eval(n.b, env), vector_lanes(n.src->dtype), false); break;
-      case Stmt::Kind::kVectorStore: touch(n.buffer, eval(n.a, env), vector_lanes(n.src->dtype), true); break;
+      case Stmt::Kind::kVectorStore: touch(n.buffer, eval(n.a, env), stmt_lanes(*n.src), true); break;
       case Stmt::Kind::kLdmatrix:
         // Lanes 0 .. 8 * matrices - 1 give a row each: 8 consecutive 16-bit elements.
         if (thread_ % kWarpSize < 8 * n.src->matrices) touch(n.buffer, eval(n.b, env), 8, false);

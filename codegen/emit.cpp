@@ -52,6 +52,16 @@ FT_FN float4 ft_pack_float4(float a, float b, float c, float d) { return make_fl
 struct __align__(16) ft_u16x8 { unsigned short v[8]; };
 FT_FN ft_u16x8 ft_load_ft_u16x8(const unsigned short* p, long long i) { return *(const ft_u16x8*)(p + i); }
 FT_FN void ft_store_ft_u16x8(unsigned short* p, long long i, ft_u16x8 v) { *(ft_u16x8*)(p + i) = v; }
+// Two adjacent elements in one 8-byte (float) or 4-byte (16-bit) access.
+struct __align__(4) ft_u16x2 { unsigned short v[2]; };
+FT_FN void ft_store_float2(float* p, long long i, float2 v) { *(float2*)(p + i) = v; }
+FT_FN void ft_store_ft_u16x2(unsigned short* p, long long i, ft_u16x2 v) { *(ft_u16x2*)(p + i) = v; }
+FT_FN float2 ft_pack_float2(float a, float b) { return make_float2(a, b); }
+FT_FN ft_u16x2 ft_pack_ft_u16x2(unsigned short a, unsigned short b) {
+  ft_u16x2 r;
+  r.v[0] = a; r.v[1] = b;
+  return r;
+}
 FT_FN ft_u16x8 ft_pack_ft_u16x8(unsigned short a, unsigned short b, unsigned short c, unsigned short d, unsigned short e,
                                 unsigned short f, unsigned short g, unsigned short h) {
   ft_u16x8 r;
@@ -185,7 +195,7 @@ void emit_block(std::ostringstream& out, const Kernel& k, const Block& b, int de
             << ", " << s.b << ");\n";
         break;
       case Stmt::Kind::kVectorStore:
-        out << pad << "ft_store_" << vector_ctype(s.dtype) << "(" << s.name << ", " << s.a << ", " << s.b << ");\n";
+        out << pad << "ft_store_" << vector_ctype(s.dtype, s.lanes) << "(" << s.name << ", " << s.a << ", " << s.b << ");\n";
         break;
       case Stmt::Kind::kWarpReduce:
         if (!s.b.empty()) out << pad << "if (" << s.b << ")\n";

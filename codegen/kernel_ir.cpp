@@ -105,26 +105,31 @@ Stmt warp_reduce(std::string local, std::string op, std::string guard) {
   return s;
 }
 
-std::string vector_ctype(DType dtype) {
-  check(dtype == DType::kF32 || dtype_size(dtype) == 2, "no 16-byte vector of ", dtype_name(dtype));
+std::string vector_ctype(DType dtype, int lanes) {
+  check(dtype == DType::kF32 || dtype_size(dtype) == 2, "no vector of ", dtype_name(dtype));
+  check(lanes == 0 || lanes == 2 || lanes == vector_lanes(dtype), "no vector of ", lanes, " ", dtype_name(dtype));
+  if (lanes == 2) return dtype == DType::kF32 ? "float2" : "ft_u16x2";
   return dtype == DType::kF32 ? "float4" : "ft_u16x8";
 }
 
 int vector_lanes(DType dtype) { return 16 / static_cast<int>(dtype_size(dtype)); }
+
+int stmt_lanes(const Stmt& s) { return s.lanes > 0 ? s.lanes : vector_lanes(s.dtype); }
 
 std::string vector_element(const std::string& local, DType dtype, int i) {
   const char* const components[] = {".x", ".y", ".z", ".w"};
   return local + (dtype == DType::kF32 ? std::string(components[i]) : ".v[" + std::to_string(i) + "]");
 }
 
-Stmt vector_store(std::string buffer, std::string index, std::string local, DType dtype) {
-  vector_ctype(dtype);
+Stmt vector_store(std::string buffer, std::string index, std::string local, DType dtype, int lanes) {
+  vector_ctype(dtype, lanes);
   Stmt s;
   s.kind = Stmt::Kind::kVectorStore;
   s.name = std::move(buffer);
   s.a = std::move(index);
   s.b = std::move(local);
   s.dtype = dtype;
+  s.lanes = lanes == vector_lanes(dtype) ? 0 : lanes;
   return s;
 }
 
@@ -231,7 +236,7 @@ std::string line_text(const Stmt& s) {
       out << "let " << vector_ctype(s.dtype) << " " << s.name << " = " << s.a << "[" << s.b << " .. +" << vector_lanes(s.dtype) << "]";
       break;
     case Stmt::Kind::kVectorStore:
-      out << s.name << "[" << s.a << " .. +" << vector_lanes(s.dtype) << "] = " << vector_ctype(s.dtype) << " " << s.b;
+      out << s.name << "[" << s.a << " .. +" << stmt_lanes(s) << "] = " << vector_ctype(s.dtype, s.lanes) << " " << s.b;
       break;
     case Stmt::Kind::kWarpReduce: out << "warp.reduce " << s.a << " " << s.name << (s.b.empty() ? "" : " if (" + s.b + ")"); break;
     case Stmt::Kind::kMma:

@@ -77,7 +77,7 @@ namespace fusetune::codegen {
 
 // The version of the code generator: part of every tuning record's key, bumped whenever the code
 // generated for the same group and candidate changes.
-inline constexpr int kCodegenVersion = 14;
+inline constexpr int kCodegenVersion = 15;
 
 // Threads per warp: warp reductions combine this many lanes; blocks are whole warps.
 inline constexpr int kWarpSize = 32;
@@ -150,6 +150,7 @@ struct Stmt {
   int matrices = 0;    // kLdmatrix: 8x8 matrices loaded (1, 2 or 4)
   bool trans = false;  // kLdmatrix: transposed
   int groups = 0;      // kCopyAsyncWait: groups the thread may leave in flight
+  int lanes = 0;       // kVectorStore: elements stored (2: a pair; 0: 16 bytes' worth)
 };
 
 // A comment line; the text goes through inert_comment (core/inert_text.h): it may echo model text.
@@ -183,10 +184,15 @@ Stmt vector_load(std::string local, std::string buffer, std::string index, DType
 // buffer[index ..] = the vector `local` (as vector_load's), one 16-byte store; buffer + index must
 // be 16-byte aligned (a staged operand slice: four scalar stores of a quad by 32 lanes are four
 // requests with 4-way bank conflicts, one vector store is one request of four wavefronts).
-Stmt vector_store(std::string buffer, std::string index, std::string local, DType dtype = DType::kF32);
-// The C type of a vector local of `dtype` elements (float4 or ft_u16x8), and its elements.
-std::string vector_ctype(DType dtype);
+// With `lanes` 2: a pair of elements in one 8-byte (float2) or 4-byte (ft_u16x2) store, aligned to
+// its size (a register epilogue's two adjacent columns of an mma fragment).
+Stmt vector_store(std::string buffer, std::string index, std::string local, DType dtype = DType::kF32, int lanes = 0);
+// The C type of a vector local of `dtype` elements (float4 or ft_u16x8; with `lanes` 2, float2 or
+// ft_u16x2), and its elements.
+std::string vector_ctype(DType dtype, int lanes = 0);
 int vector_lanes(DType dtype);
+// The elements a vector statement moves.
+int stmt_lanes(const Stmt& s);
 // Element i of vector local `local` of `dtype` elements, as stored (local.x .. local.w, or
 // local.v[i]: raw 16-bit bits).
 std::string vector_element(const std::string& local, DType dtype, int i);

@@ -59,7 +59,7 @@ std::map<int, RegionBound> bound_regions(const LoweringContext& cx) {
       if (n.op == "Conv" && !region.empty() && !region[1].empty()) {
         b.groups = std::max(b.groups, stages::conv_groups_spanned(cx.g, n, region));
       }
-      if (find_op(n.op)->kind == OpKind::kNormalization) b.rows = std::max(b.rows, stages::row_stats_rows(cx.g, n, region));
+      if (find_op(n.op)->kind == OpKind::kNormalization) b.rows = std::max(b.rows, planner::normalization_rows(cx.g, n, region));
     }
   }
   return bound;
@@ -93,7 +93,7 @@ std::map<int, std::unique_ptr<AnchorStage>> plan_stages(LoweringContext& cx, Ker
                                                         : stages::conv_gemm_stage(cx, k, node, bound[v].extent, bound[v].groups);
     }
     if (!stages::is_anchor(node)) continue;
-    if (v != cx.root) {
+    if (v != cx.root && !cx.in_registers.count(v)) {
       cx.buffer[v] = k.add_shared("b" + std::to_string(v), is_float(cx.g.value(v).dtype) ? DType::kF32 : DType::kI64,
                                   std::max<int64_t>(1, bound[v].elems));
     }
@@ -152,6 +152,7 @@ LoweredKernel lower_generated(const Graph& g, const planner::FusionGroup& group,
   }
   // The root when it is inlined, and inlined values that leave the group.
   for (int v : group.outputs) {
+    if (cx.written.count(v)) continue;  // by a register epilogue
     if (cx.producer.count(v) && !stages::is_anchor(g.nodes()[static_cast<size_t>(cx.producer.at(v))])) {
       naming(g.nodes()[static_cast<size_t>(cx.producer.at(v))], [&] { stages::element_stage(cx, k, v); });
     }

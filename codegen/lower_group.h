@@ -22,7 +22,9 @@
 // bank conflicts, zero outside the region and beyond K, so any M, N, K works), each warp loads
 // m16 x k16 A and k16 x n8 B fragments with ldmatrix and accumulates its m16n8 tiles with mma in
 // float (Kernel IR matrix fragments; the CUDA form then needs sm_80+), and after the last step
-// the accumulators go to shared memory for the epilogue, as on the scalar path. A Conv whose
+// the epilogue runs from the accumulator registers where the product's uses are an element-wise
+// chain ending in the root (planner/epilogue.h), else the accumulators go to shared memory for
+// the epilogue, as on the scalar path. A Conv whose
 // candidate has a reduction step is staged too: as an implicit GEMM (rows: the tile's output
 // channels; columns: its pixels; K = C_in/groups x window in steps) each step loads the weight
 // slice and the im2col patches of the groups the rows touch (zero outside the input: padding)

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/ops.h"
 #include "planner/attention.h"
+#include "planner/epilogue.h"
 #include "planner/library_call.h"
 #include "planner/tensor_expr.h"
 
@@ -98,6 +99,32 @@ bool gemv_matmul(const Graph& g, const Node& n, const std::set<int>& produced, c
 }
 
 }  // namespace
+
+int64_t normalization_rows(const Graph& g, const Node& n, const std::vector<Interval>& region) {
+  const size_t axis = static_cast<size_t>(
+      normalize_axis(n.attrs.i("axis", -1), static_cast<int64_t>(g.value(n.inputs[0]).shape.size()), "axis"));
+  int64_t rows = 1;
+  for (size_t d = 0; d < region.size(); ++d) {
+    if (d < axis || (d > axis && n.op != "LayerNormalization")) rows *= std::max<int64_t>(0, region[d].size());
+  }
+  return rows;
+}
+
+MmaWarps mma_warps(int64_t rows, int64_t cols, int64_t warps) {
+  const int64_t mt = (std::max<int64_t>(1, rows) + 15) / 16, nt = (std::max<int64_t>(1, cols) + 7) / 8;
+  MmaWarps best;
+  int64_t best_score = -1;
+  for (int64_t wm = 1; wm <= warps; ++wm) {
+    if (warps % wm != 0) continue;
+    const int64_t fm = (mt + wm - 1) / wm, fn = (nt + warps / wm - 1) / (warps / wm);
+    const int64_t score = fm * fn * 1024 + fm + fn;
+    if (best_score < 0 || score < best_score) {
+      best_score = score;
+      best = {wm, warps / wm, fm, fn};
+    }
+  }
+  return best;
+}
 
 bool tensor_core_operands(const Graph& g, const Node& n) {
   if (n.op != "MatMul") return false;
@@ -282,22 +309,23 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
     const bool gemv = cfg.gemv && cfg.reduce_step > 0 && gemv_matmul(g, n, produced, out_region);
     int64_t tensor_smem = 0, tensor_loads = 0;
     if (tensor) {
-      // Fragments cover the region rounded up to 16 rows and 8 columns, K rounded up to the
+      // Fragments: every warp's fm x fn of them over the region (mma_warps), K rounded up to the
       // instruction's: 16 (m16n8k16, 16-bit operands) or 8 (m16n8k8, TF32 from float32 ones).
       const DType operand = g.value(n.inputs[0]).dtype;
       const bool tf32 = operand == DType::kF32;
       const int64_t kk = mma_k(operand), esize = static_cast<int64_t>(dtype_size(operand)), lanes = 16 / esize;
-      const int64_t rows = ceil_div(out_region[out_region.size() - 2].size(), 16) * 16;
-      const int64_t cols = ceil_div(out_region.back().size(), 8) * 8;
+      const MmaWarps warps = mma_warps(out_region[out_region.size() - 2].size(), out_region.back().size(), cfg.threads / 32);
+      const int64_t rows = warps.rows(), cols = warps.cols();
       const int64_t kp = ceil_div(e.reduce_extents.empty() ? 1 : e.reduce_extents[0], kk) * kk;
       const int64_t step = ceil_div(std::max<int64_t>(cfg.reduce_step, kk), kk) * kk;
       padded_elems += rows * cols;
       (tf32 ? tf32_flops : tensor_flops) += 2 * rows * cols * kp;
-      // A ring of operand slices with padded rows (codegen's pitches); accumulators. An operand
+      // A ring of operand slices with padded rows (codegen's pitches); the product's accumulators
+      // in shared memory unless its epilogue runs from registers (planner/epilogue.h). An operand
       // copied by cp.async moves 16 bytes per instruction, another one element.
       const MmaStaging staging = mma_staging(g, n, produced);
       tensor_smem = staging.stages * (rows * mma_pitch_a(operand, step) + step * mma_pitch_b(operand, cols)) * esize +
-                    out_elems * 4;
+                    (register_epilogue(g, group, *it) ? 0 : out_elems * 4);
       tensor_loads = rows * kp / (staging.async_a ? lanes : 1) + cols * kp / (staging.async_b ? lanes : 1);
       // TF32 fragments come from shared memory an element a load, converted by one cvt each
       // (ldmatrix moves 16-bit rows): every staged element read at least once.
@@ -454,7 +482,16 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       }
       const auto staged = input_regions(g, n, e, out_region, step);
       for (size_t k = 0; k < 2 && k < n.inputs.size(); ++k) smem += region_elems(staged[k]) * 4;
-      smem += out_elems * 4;
+      // The product's accumulators, unless a MatMul's register micro-tiles cover its region (one
+      // matrix) and its epilogue runs from them (planner/epilogue.h).
+      const int64_t rows = out_region.size() >= 2 ? out_region[out_region.size() - 2].size() : 0;
+      const int64_t cols = out_region.empty() ? 0 : out_region.back().size();
+      const auto [tm, tn] = micro_tile(rows, cols, cfg.threads);
+      const auto epilogue = n.op == "MatMul" && out_region.size() >= 2 && out_elems == rows * cols && tm > 0
+                                ? register_epilogue(g, group, *it)
+                                : std::nullopt;
+      const bool in_registers = epilogue && sixteen_byte_runs(g, *epilogue, tn);
+      if (!in_registers) smem += out_elems * 4;
       // Staging issues one load per element, or one per 16 bytes where the operand moves in vectors.
       const auto [vec_a, vec_b] = vector_operands(g, n, produced, out_region);
       int64_t rounds = 0;
@@ -472,6 +509,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
     } else if (anchor && n.outputs[0] != root) {
       smem += out_elems * 4;
     }
+    if (find_op(n.op)->kind == OpKind::kNormalization && !absorbed.count(*it)) smem += 2 * 4 * normalization_rows(g, n, out_region);
   }
   // Traffic.
   int64_t l2 = 0, dram = 0;
@@ -532,10 +570,13 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
     return c;
   }
   c.blocks_per_sm = static_cast<int>(bps);
-  const int64_t slots = static_cast<int64_t>(d.sms) * bps;
-  const int64_t waves = ceil_div(c.tiles, slots);
+  // The tail: the busiest SM runs ceil(tiles / SMs) blocks, which share its throughput whether
+  // they are resident together or one after another; the others run fewer. (Counting waves of
+  // every resident slot instead made a block that needs less shared memory, and so fits more
+  // often per SM, look slower on the same grid.)
+  const int64_t per_sm = ceil_div(c.tiles, static_cast<int64_t>(d.sms));
   const double busy = std::min(1.0, static_cast<double>(c.tiles) / d.sms);
-  const double tail = static_cast<double>(c.tiles) / static_cast<double>(waves * slots);
+  const double tail = static_cast<double>(c.tiles) / static_cast<double>(per_sm * d.sms);
   c.efficiency = busy * (0.5 + 0.5 * tail);
   const double dram_us = static_cast<double>(dram) / (d.dram_bandwidth_gbps * 1e3);
   const double l2_us = static_cast<double>(l2) / (d.l2_bandwidth_gbps * 1e3);
@@ -860,8 +901,8 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
   }
   std::stable_sort(all.begin(), all.end(), [](const Candidate& a, const Candidate& b) {
     if (a.cost.modeled_us != b.cost.modeled_us) return a.cost.modeled_us < b.cost.modeled_us;
-    // Equal times set by Little's law alike: fewer instructions to issue first.
-    if (a.cost.latency_bound && b.cost.latency_bound && a.cost.issue_us != b.cost.issue_us) return a.cost.issue_us < b.cost.issue_us;
+    // Equal times (set by Little's law, DRAM or the launch alike): fewer instructions to issue first.
+    if (a.cost.issue_us != b.cost.issue_us) return a.cost.issue_us < b.cost.issue_us;
     return a.config.str() < b.config.str();
   });
   if (static_cast<int>(all.size()) > opt.top_k) all.resize(static_cast<size_t>(opt.top_k));

@@ -53,8 +53,8 @@
 // adds flash-attention candidates for groups with an attention core (per row count of its
 // output, 16 to 128 or all, the smallest root tile whose output region is one matrix of those
 // rows and all its columns; 64 to 256 threads; key tiles of 16 to 128),
-// and returns the best `top_k` by modeled time (two that Little's law bounds alike then by the
-// issue term alone), deterministically. A group a vendor library can run whole
+// and returns the best `top_k` by modeled time (two modeled alike, as Little's law, DRAM or the
+// launch bound them, then by the issue term alone), deterministically. A group a vendor library can run whole
 // (planner/library_call.h) also gets that library's candidates, one per ranked algorithm
 // (TilingOptions::library_algorithms), kept in the list whatever their rank, each displacing the
 // last generated candidate while the list is full: measurement decides between them and the
@@ -69,6 +69,7 @@
 #include "core/graph.h"
 #include "planner/device.h"
 #include "planner/fusion.h"
+#include "planner/index_expr.h"
 
 namespace fusetune::planner {
 
@@ -102,7 +103,7 @@ struct Cost {
   int blocks_per_sm = 0;
   double efficiency = 0;   // fraction of the device kept busy
   int64_t bytes_in_flight = 0;  // per block, of its staged contractions' operand loads (0: no bound)
-  double issue_us = 0;     // the issue term alone: orders candidates that Little's law bounds alike
+  double issue_us = 0;     // the issue term alone: orders candidates modeled alike
   bool latency_bound = false;  // the time is Little's law's bound (bytes in flight), not throughput's
   double modeled_us = 0;
 };
@@ -160,6 +161,24 @@ inline int64_t mma_pitch_a(DType t, int64_t count) {
 inline int64_t mma_pitch_b(DType t, int64_t count) {
   return t == DType::kF32 ? count + (40 - count % 32) % 32 : ldmatrix_pitch(count);
 }
+
+// The rows of statistics a normalization (Softmax, LogSoftmax, LayerNormalization) keeps for one
+// region of its value: the region with the normalized axes dropped (the axis for Softmax, every
+// axis from it on for layer norm). codegen/stages/row_stats.h keeps two floats per row in shared
+// memory, and the cost model charges them.
+int64_t normalization_rows(const Graph& g, const Node& n, const std::vector<Interval>& region);
+
+// The warps of a tensor-core MatMul over a region of at most rows x cols (codegen/stages/
+// mma_matmul.h lays them out, the cost model charges what they compute and stage): a warps_m x
+// warps_n grid of the block's warps, each owning fm x fn m16n8 fragments, the split with the
+// fewest fragments per warp, then the fewest fragment loads. Every warp issues all its fragments'
+// mma, and the staged slices span the grid: A (warps_m * fm * 16) rows, B (warps_n * fn * 8) columns.
+struct MmaWarps {
+  int64_t warps_m = 1, warps_n = 1, fm = 1, fn = 1;
+  int64_t rows() const { return warps_m * fm * 16; }
+  int64_t cols() const { return warps_n * fn * 8; }
+};
+MmaWarps mma_warps(int64_t rows, int64_t cols, int64_t warps);
 
 // True if MatMul n has operands tensor cores take: both float16, both bfloat16 or both float32
 // (as TF32), of rank 2 or more. Whether float32 ones may go there is the precision policy's

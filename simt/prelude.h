@@ -155,6 +155,9 @@ FT_INTRINSIC bool isinf(ft_flt x) { return __builtin_isinf(x.v); }
 struct float4 {
   ft_flt x, y, z, w;
 };
+struct float2 {
+  ft_flt x, y;
+};
 
 // One element of a buffer, read or written through the executor.
 template <class T>
@@ -225,6 +228,19 @@ FT_INTRINSIC ft_u16x8 ft_pack_ft_u16x8(unsigned short a, unsigned short b, unsig
                                        unsigned short e, unsigned short f, unsigned short g, unsigned short h) {
   return ft_u16x8{{a, b, c, d, e, f, g, h}};
 }
+
+// Two adjacent elements in one 8-byte (float) or 4-byte (16-bit) access.
+struct ft_u16x2 {
+  unsigned short v[2];
+};
+FT_INTRINSIC void ft_store_float2(ft_ptr<ft_flt> p, long long i, float2 v) {
+  memcpy(ft_simt_api_->access(p.b, i, 8, FT_SIMT_STORE, &v), &v, 8);
+}
+FT_INTRINSIC float2 ft_pack_float2(ft_flt a, ft_flt b) { return float2{a, b}; }
+FT_INTRINSIC void ft_store_ft_u16x2(ft_ptr<unsigned short> p, long long i, ft_u16x2 v) {
+  memcpy(ft_simt_api_->access(p.b, i, 4, FT_SIMT_STORE, &v), &v, 4);
+}
+FT_INTRINSIC ft_u16x2 ft_pack_ft_u16x2(unsigned short a, unsigned short b) { return ft_u16x2{{a, b}}; }
 
 FT_INTRINSIC bool ft_aligned16(ft_ptr<const ft_flt> p, long long i) {
   return (((unsigned long long)(p.b->base + i * 4)) & 15ULL) == 0ULL;

@@ -529,6 +529,31 @@ bool LoweringContext::vector_loop(Kernel& k, int v, int64_t cap, const IndexFn& 
 
 void LoweringContext::reduction_loops(const TensorExpr& e, const std::vector<std::string>& o, const IndexFn& body) {
   std::vector<std::string> vars = o;
+  // The unrolled bodies of the nest stay near kReductionUnroll, from the innermost loop out: a
+  // short loop unrolls whole while the bodies stay within twice that (a 3x3 window: 9); a long
+  // one by what the loops inside leave; one in between by the largest divisor of its trip count
+  // that fits, since a partial unroll of a few trips leaves a remainder loop (ptxas spilled one
+  // such nest on sm_90 at 32 registers).
+  std::vector<int> unroll(e.reduce_extents.size(), 1);
+  int64_t inside = 1;
+  for (size_t r = e.reduce_extents.size(); r-- > 0;) {
+    const int64_t trips = std::max<int64_t>(1, e.reduce_extents[r]), left = kReductionUnroll / inside;
+    int64_t u = 1;
+    if (inside * trips <= 2 * kReductionUnroll) {
+      u = trips;
+    } else if (trips > 4 * left) {
+      u = std::max<int64_t>(1, left);
+    } else {
+      for (int64_t d = std::max<int64_t>(1, left); d >= 1; --d) {
+        if (trips % d == 0) {
+          u = d;
+          break;
+        }
+      }
+    }
+    unroll[r] = static_cast<int>(u);
+    inside *= u;
+  }
   std::function<void(size_t)> nest = [&](size_t r) {
     if (r == e.reduce_extents.size()) {
       body(vars);
@@ -538,7 +563,7 @@ void LoweringContext::reduction_loops(const TensorExpr& e, const std::vector<std
     vars.push_back(rv);
     Block inner;
     with_block(inner, [&] { nest(r + 1); });
-    cur_->push_back(serial_for(rv, "0", lit(e.reduce_extents[r]), inner, kReductionUnroll));
+    cur_->push_back(serial_for(rv, "0", lit(e.reduce_extents[r]), inner, unroll[r]));
     vars.pop_back();
   };
   nest(0);
@@ -558,6 +583,33 @@ void LoweringContext::store_value(int v, const std::vector<std::string>& o, cons
       cur_->push_back(store(p->second, flat(g.value(v).shape, o), store_from_compute(g.value(v).dtype, x)));
     }
   }
+}
+
+void LoweringContext::store_run(int v, const std::vector<std::string>& o, const std::vector<std::string>& xs) {
+  check(!buffer.count(v) && out_param.count(v), "store_run: value ", v, " has a shared buffer or is not exported");
+  const DType dt = g.value(v).dtype;
+  const std::string p = out_param.at(v), at = "ft_at" + std::to_string(next_local_++);
+  cur_->push_back(let(kIndexType, at, flat(g.value(v).shape, o)));
+  std::vector<std::string> ys;
+  for (const std::string& x : xs) ys.push_back(store_from_compute(dt, x));
+  const bool vectors = dt == DType::kF32 || dt == DType::kF16 || dt == DType::kBF16;
+  // Elements [first, first + n) of the run: one access where n has a vector type, the offset is
+  // aligned to it, else the two halves.
+  std::function<Block(size_t, size_t)> run = [&](size_t first, size_t n) -> Block {
+    const std::string here = at + (first ? " + " + lit(static_cast<int64_t>(first)) : "");
+    if (n == 1) return {store(p, here, ys[first])};
+    Block halves = run(first, n / 2), second = run(first + n / 2, n - n / 2);
+    halves.insert(halves.end(), second.begin(), second.end());
+    const int lanes = static_cast<int>(n);
+    if (!vectors || n % 2 != 0 || (lanes != 2 && lanes != vector_lanes(dt))) return halves;
+    std::string pack;
+    for (size_t j = 0; j < n; ++j) pack += (j ? ", " : "") + ys[first + j];
+    const std::string local = "ft_w" + std::to_string(next_local_++), ctype = vector_ctype(dt, lanes);
+    return {if_then("(" + here + " & " + lit(lanes - 1) + ") == 0",
+                    {let(ctype, local, "ft_pack_" + ctype + "(" + pack + ")"), vector_store(p, here, local, dt, lanes)}, halves)};
+  };
+  const Block b = run(0, ys.size());
+  cur_->insert(cur_->end(), b.begin(), b.end());
 }
 
 }  // namespace fusetune::codegen::stages

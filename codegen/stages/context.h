@@ -36,8 +36,9 @@
 
 namespace fusetune::codegen::stages {
 
-// Iterations of an inlined reduction's loop unrolled at most: enough loads in flight, without
-// the register pressure of a long loop unrolled whole.
+// Iterations of an inlined reduction's loops unrolled, all levels of the nest together (short
+// inner loops whole up to twice this; LoweringContext::reduction_loops): enough loads in flight,
+// without the register pressure of a long loop unrolled whole.
 inline constexpr int kReductionUnroll = 8;
 // An integer literal of the index arithmetic (planner::index_literal: int when it fits 32 bits).
 std::string lit(int64_t v);
@@ -79,6 +80,10 @@ class LoweringContext {
   // Values a stage holds itself while it emits (flash attention's scores, a tile at a time):
   // value(v, idx) returns provided[v](idx) instead of a load, a buffer read or the producer inlined.
   std::map<int, std::function<std::string(const std::vector<std::string>&)>> provided;
+  // Anchor values whose stage computes their consumers from registers (a register epilogue,
+  // planner/epilogue.h): no shared buffer; and the exported values such a stage writes itself.
+  std::set<int> in_registers;
+  std::set<int> written;
 
   // ---- tiles and regions ----
   // The block's root tile (and the grid), as block-uniform lets.
@@ -131,6 +136,11 @@ class LoweringContext {
   void reduction_loops(const planner::TensorExpr& e, const std::vector<std::string>& o, const IndexFn& body);
   // Element o of value v computed as x: to its shared buffer and, when exported, its parameter.
   void store_value(int v, const std::vector<std::string>& o, const std::string& x);
+  // Elements o, o + 1, ... (xs.size() of them along the innermost axis, all inside v's shape) of
+  // an exported value v without a shared buffer, computed as xs: in the widest accesses that fit
+  // and are aligned (checked at run time): 16 bytes (4 floats, 8 16-bit values), else pairs (8 or
+  // 4 bytes), else elements.
+  void store_run(int v, const std::vector<std::string>& o, const std::vector<std::string>& xs);
 
  private:
   std::string var(int v, const char* what, size_t d) const;

@@ -1,8 +1,11 @@
 #include "codegen/stages/matmul.h"
 
 #include <algorithm>
+#include <optional>
+#include <tuple>
 
 #include "codegen/scalar_ops.h"
+#include "planner/epilogue.h"
 
 namespace fusetune::codegen::stages {
 
@@ -57,6 +60,44 @@ void export_product(LoweringContext& cx, Kernel& k, const StagedProduct& p) {
     cx.cur().push_back(store(cx.out_param.at(v), flat(cx.g.value(v).shape, o),
                              store_from_compute(cx.g.value(v).dtype, product_accumulators(cx, p) + "[ft_e]")));
   });
+}
+
+void epilogue_run(LoweringContext& cx, const StagedProduct& p, const std::vector<int>& outputs, const std::string& row,
+                  const std::string& col, int64_t n, const std::function<std::string(int64_t)>& element) {
+  const Region& r = cx.region.at(p.v);
+  const auto at = [&](int64_t j) {
+    std::vector<std::string> o = r.lo;
+    o[p.m_axis] = "(" + r.lo[p.m_axis] + " + " + row + ")";
+    o[p.n_axis] = "(" + r.lo[p.n_axis] + " + " + col + (j ? " + " + lit(j) : "") + ")";
+    return o;
+  };
+  const auto values = [&](int64_t j) {
+    const std::string x = element(j);
+    cx.provided[p.v] = [x](const std::vector<std::string>&) { return x; };
+    std::vector<std::string> xs;
+    for (int w : outputs) xs.push_back(cx.value(w, at(j)));
+    cx.provided.erase(p.v);
+    return xs;
+  };
+  Block whole = cx.fresh_block([&] {
+    std::vector<std::vector<std::string>> runs(outputs.size());
+    for (int64_t j = 0; j < n; ++j) {
+      const std::vector<std::string> xs = values(j);
+      for (size_t w = 0; w < outputs.size(); ++w) runs[w].push_back(xs[w]);
+    }
+    for (size_t w = 0; w < outputs.size(); ++w) cx.store_run(outputs[w], at(0), runs[w]);
+  });
+  Block edge = cx.fresh_block([&] {
+    for (int64_t j = 0; j < n; ++j) {
+      Block one;
+      cx.with_block(one, [&] {
+        const std::vector<std::string> xs = values(j);
+        for (size_t w = 0; w < outputs.size(); ++w) cx.store_value(outputs[w], at(j), xs[w]);
+      });
+      cx.cur().push_back(if_then(col + (j ? " + " + lit(j) : "") + " < " + r.n[p.n_axis], one));
+    }
+  });
+  cx.cur().push_back(if_then(row + " < " + r.n[p.m_axis], {if_then(col + " + " + lit(n - 1) + " < " + r.n[p.n_axis], whole, edge)}));
 }
 
 namespace {
@@ -121,28 +162,23 @@ class StagedMatMulStage : public AnchorStage {
     st.b_cap = std::max<int64_t>(1, me[st.n_axis] * st.step);
     // Register blocking: each thread owns one TM x TN micro-tile of the region; the smallest
     // (squarest) micro-tile that lets the block's threads cover the largest region.
-    int64_t best = 0;
-    for (int64_t tm : {1, 2, 4, 8}) {
-      for (int64_t tn : {1, 2, 4, 8}) {
-        const int64_t tiles = ((me[st.m_axis] + tm - 1) / tm) * ((me[st.n_axis] + tn - 1) / tn);
-        if (tiles > cx.cfg.threads) continue;
-        const int64_t score = tm * tn * 16 + (tm > tn ? tm - tn : tn - tm);
-        if (best == 0 || score < best) {
-          best = score;
-          st.tm = tm;
-          st.tn = tn;
-        }
-      }
-    }
-    if (best > 0) {
+    std::tie(st.tm, st.tn) = planner::micro_tile(me[st.m_axis], me[st.n_axis], cx.cfg.threads);
+    if (st.tm > 0) {
       st.regs = "tl" + std::to_string(v);
       k.thread_locals.push_back({st.regs, st.tm * st.tn});
+      epilogue_ = planner::register_epilogue(cx.g, cx.group, static_cast<int>(&node - cx.g.nodes().data()));
+      if (epilogue_ && !planner::sixteen_byte_runs(cx.g, *epilogue_, st.tn)) epilogue_.reset();
     }
     // Vectorised staging (the candidate's vector width): an operand read straight from a float32
     // or 16-bit input whose contiguous axis is the slice's row (A: the reduction axis, whole
     // steps of a vector, above; B: the output's columns) moves in 16-byte vectors.
     st.vec_b = cx.cfg.vector >= 4 && b_input;
-    allocate_root_accumulators(cx, k, st, max_elems);
+    if (epilogue_) {
+      cx.in_registers.insert(v);
+      cx.written.insert(epilogue_->begin(), epilogue_->end());
+    } else {
+      allocate_root_accumulators(cx, k, st, max_elems);
+    }
   }
 
   void emit(Kernel& k) override;
@@ -162,6 +198,7 @@ class StagedMatMulStage : public AnchorStage {
   LoweringContext& cx_;
   const Node& n_;
   ScalarPlan st_;
+  std::optional<std::vector<int>> epilogue_;  // the values written from registers (planner/epilogue.h)
 };
 
 void StagedMatMulStage::emit(Kernel& k) {
@@ -314,6 +351,17 @@ void StagedMatMulStage::emit(Kernel& k) {
   }
   steps.push_back(barrier());
   k.body.push_back(uniform_for("ft_ks", "0", lit((st.k + st.step - 1) / st.step), steps));
+  if (epilogue_) {  // each micro-tile row's TN columns, computed and stored as one run
+    Block write = cx_.fresh_block([&] {
+      for (const Stmt& s : micro_tile()) cx_.cur().push_back(s);
+      for (int64_t i = 0; i < st.tm; ++i) {
+        epilogue_run(cx_, st, *epilogue_, "(ft_tm0 + " + lit(i) + ")", "ft_tn0", st.tn,
+                     [&](int64_t j) { return st.regs + "[" + std::to_string(i * st.tn + j) + "]"; });
+      }
+    });
+    k.body.push_back(if_then(owns, write));
+    return;
+  }
   if (!st.regs.empty()) {  // registers to the shared accumulator buffer, where consumers read the product
     Block write = micro_tile();
     for (int64_t i = 0; i < st.tm; ++i) {

@@ -12,7 +12,11 @@
 // a block-uniform loop over the reduction steps: each step loads both slices cooperatively (zero
 // beyond K; a quad only where it lies inside the slice and the operand and its address is 16-byte
 // aligned, checked per quad at run time, else element loads), a barrier, each thread's micro-tile
-// update, a barrier. Then the accumulators go to the product's shared buffer (the root's own
+// update, a barrier. Then, where planner::register_epilogue takes the product's uses and each
+// micro-tile row is a whole number of 16-byte vectors of every value it writes
+// (planner::sixteen_byte_runs: TN = 4 floats, 8 16-bit values), the epilogue runs from the
+// registers (epilogue_run: each row's TN columns computed and stored as 16-byte vectors where
+// aligned); otherwise the accumulators go to the product's shared buffer (the root's own
 // accumulator allocation) for the epilogue, and to its output parameter when exported. When the
 // threads cannot cover the region, the accumulators live in shared memory instead.
 // The GEMV form (TileConfig::gemv; decode steps and classifier heads, where B is read once and
@@ -30,6 +34,7 @@
 // to its allocation.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -60,6 +65,14 @@ std::vector<std::string> product_vars(const LoweringContext& cx, const StagedPro
                                       const std::string& nidx, const std::string& kk);
 // After a barrier, the product leaves the block from its accumulators when it is exported.
 void export_product(LoweringContext& cx, Kernel& k, const StagedProduct& p);
+// The register epilogue (planner/epilogue.h) of product p: `outputs` (register_epilogue's values)
+// at row `row` and columns col .. col + n - 1 of the product's region (expressions relative to
+// the region), element(j) naming the local that holds the product at column col + j. Emits into
+// the current block: where the row and all n columns lie inside the region, each output's n
+// elements computed with the product provided by those locals and stored as one run
+// (LoweringContext::store_run); at the region's edge, each element inside it alone.
+void epilogue_run(LoweringContext& cx, const StagedProduct& p, const std::vector<int>& outputs, const std::string& row,
+                  const std::string& col, int64_t n, const std::function<std::string(int64_t)>& element);
 
 std::unique_ptr<AnchorStage> staged_matmul_stage(LoweringContext& cx, Kernel& k, const Node& n,
                                                  const std::vector<int64_t>& max_extent, int64_t max_elems);

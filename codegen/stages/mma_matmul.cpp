@@ -1,10 +1,12 @@
 #include "codegen/stages/mma_matmul.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
 #include "codegen/scalar_ops.h"
 #include "codegen/stages/matmul.h"
+#include "planner/epilogue.h"
 #include "planner/tiling.h"
 
 namespace fusetune::codegen::stages {
@@ -46,7 +48,13 @@ class MmaMatMulStage : public AnchorStage {
     st.staging.async_a = st.staging.async_a && along(e.accesses[0], e.out_shape.size());
     st.staging.async_b = st.staging.async_b && along(e.accesses[1], st.n_axis);
     layout(k, me[st.m_axis], me[st.n_axis], cx.g.value(node.inputs[0]).dtype, node.outputs[0]);
-    allocate_root_accumulators(cx, k, st, max_elems);
+    epilogue_ = planner::register_epilogue(cx.g, cx.group, static_cast<int>(&node - cx.g.nodes().data()));
+    if (epilogue_) {
+      cx.in_registers.insert(st.v);
+      cx.written.insert(epilogue_->begin(), epilogue_->end());
+    } else {
+      allocate_root_accumulators(cx, k, st, max_elems);
+    }
   }
 
   void emit(Kernel& k) override;
@@ -61,25 +69,16 @@ class MmaMatMulStage : public AnchorStage {
   // fall in distinct banks; TF32: a fragment's 32 reads in 32 banks; planner::mma_pitch_a/b).
   void layout(Kernel& k, int64_t rows, int64_t cols, DType dtype, int v) {
     MmaPlan& st = st_;
-    const int64_t mt = (std::max<int64_t>(1, rows) + 15) / 16, nt = (std::max<int64_t>(1, cols) + 7) / 8;
     const int64_t warps = cx_.cfg.threads / kWarpSize;
-    int64_t best = -1;
-    for (int64_t wm = 1; wm <= warps; ++wm) {
-      if (warps % wm != 0) continue;
-      const int64_t fm = (mt + wm - 1) / wm, fn = (nt + warps / wm - 1) / (warps / wm);
-      const int64_t score = fm * fn * 1024 + fm + fn;
-      if (best < 0 || score < best) {
-        best = score;
-        st.warps_n = warps / wm;
-        st.fm = fm;
-        st.fn = fn;
-      }
-    }
+    const planner::MmaWarps grid = planner::mma_warps(rows, cols, warps);
+    st.warps_n = grid.warps_n;
+    st.fm = grid.fm;
+    st.fn = grid.fn;
     st.mma = dtype;
     const int64_t kk = planner::mma_k(dtype);
     st.step = (std::max<int64_t>(kk, st.step) + kk - 1) / kk * kk;
-    st.rows_a = warps / st.warps_n * st.fm * 16;
-    st.cols_b = st.warps_n * st.fn * 8;
+    st.rows_a = grid.rows();
+    st.cols_b = grid.cols();
     st.pitch_a = planner::mma_pitch_a(dtype, st.step);
     st.pitch_b = planner::mma_pitch_b(dtype, st.cols_b);
     const std::string id = std::to_string(v);
@@ -95,10 +94,37 @@ class MmaMatMulStage : public AnchorStage {
     k.thread_locals.push_back({st.frag_b, st.fn * 2, DType::kU32});
   }
 
+  // After the last step: the epilogue from the accumulator fragments (register_epilogue's values).
+  void emit_register_epilogue(Kernel& k, const std::string& wm0, const std::string& wn0, const std::string& lane);
+
   LoweringContext& cx_;
   const Node& n_;
   MmaPlan st_;
+  std::optional<std::vector<int>> epilogue_;  // the values written from registers (planner/epilogue.h)
 };
+
+// Each lane holds, per fragment (i, j) and half h, the product at row g + 8h and columns 2t, 2t + 1
+// of the fragment (kernel_ir.h's C layout): one run of two (epilogue_run) per fragment row.
+void MmaMatMulStage::emit_register_epilogue(Kernel& k, const std::string& wm0, const std::string& wn0,
+                                            const std::string& lane) {
+  const MmaPlan& st = st_;
+  const Region& r = cx_.region.at(st.v);
+  Block write = cx_.fresh_block([&] {
+    cx_.cur().push_back(let(kIndexType, "ft_g", lane + " / 4"));
+    cx_.cur().push_back(let(kIndexType, "ft_t", lane + " % 4"));
+    for (int64_t i = 0; i < st.fm; ++i) {
+      for (int64_t j = 0; j < st.fn; ++j) {
+        for (int64_t h = 0; h < 2; ++h) {
+          const int64_t c0 = (i * st.fn + j) * 4 + 2 * h;
+          epilogue_run(cx_, st, *epilogue_, "(" + wm0 + " + " + lit(i * 16 + h * 8) + " + ft_g)",
+                       "(" + wn0 + " + " + lit(j * 8) + " + 2 * ft_t)", 2,
+                       [&](int64_t c) { return st.frag_c + "[" + std::to_string(c0 + c) + "]"; });
+        }
+      }
+    }
+  });
+  k.body.push_back(if_then(wm0 + " < " + r.n[st.m_axis] + " && " + wn0 + " < " + r.n[st.n_axis], write));
+}
 
 // The operand slices of each reduction step go to a ring of `stages` slots in shared memory in the
 // operands' type, zero outside the region's rows and columns and beyond K (so padding contributes
@@ -235,6 +261,10 @@ void MmaMatMulStage::emit(Kernel& k) {
   }
   body.push_back(uniform_for("ft_kq", "0", lit(st.step / kk), slice));
   k.body.push_back(uniform_for("ft_ks", "0", lit(steps), body));
+  if (epilogue_) {
+    emit_register_epilogue(k, wm0, wn0, lane);
+    return;
+  }
   k.body.push_back(barrier());  // the last slot's reads before what follows writes shared memory
   // Accumulator fragments to the shared accumulator buffer (c_i at row g + 8 * (i / 2), column
   // 2t + i % 2 of its fragment).

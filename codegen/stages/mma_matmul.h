@@ -17,8 +17,14 @@
 // need no special case), a barrier, then per 16 of the step each warp loads A with ldmatrix.x4 and
 // B with ldmatrix.x4.trans (.x2.trans for an odd last fragment) and issues its mma (TF32: per 8
 // of the step each lane reads and rounds its 4 A and 2 B elements of each fragment); a barrier.
-// After the last step each lane writes its accumulator elements inside the region to the product's
-// shared accumulators for the epilogue, as on the scalar path. Guarantees: warp-synchronous
+// After the last step, where planner::register_epilogue takes the product's uses (an element-wise
+// chain at its own index ending in the root), the epilogue runs from registers: per fragment row
+// each lane computes the chain's exported values on its two adjacent columns (the product
+// provided by the fragment) and stores each as one pair (stages/matmul.h's epilogue_run); the
+// product has no shared buffer and the driver writes none of those values
+// again (LoweringContext::written). Otherwise each lane writes its accumulator elements inside
+// the region to the product's shared accumulators for the epilogue, as on the scalar path.
+// Guarantees: warp-synchronous
 // statements only at block-uniform points, reached by every lane; every ldmatrix row address lies
 // inside its slice and is 16-byte aligned; the product summed in float (each 16-bit or TF32
 // product exact).

@@ -194,14 +194,6 @@ class RowStatsStage : public AnchorStage {
 
 }  // namespace
 
-int64_t row_stats_rows(const Graph& g, const Node& n, const std::vector<planner::Interval>& region) {
-  std::vector<planner::Interval> rows = region;
-  for (size_t d = static_cast<size_t>(norm_axis(g, n)); d < rows.size(); ++d) {
-    if (n.op == "LayerNormalization" || d == static_cast<size_t>(norm_axis(g, n))) rows[d] = {0, 0};
-  }
-  return elems(rows);
-}
-
 std::unique_ptr<AnchorStage> row_stats_stage(LoweringContext& cx, Kernel& k, const Node& n, int64_t max_rows) {
   return std::make_unique<RowStatsStage>(cx, k, n, max_rows);
 }

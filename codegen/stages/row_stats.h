@@ -1,10 +1,10 @@
 // The normalization stage (Softmax, LogSoftmax, LayerNormalization): row statistics, one warp per
 // row (or several, when the tile has fewer rows than the block has warps), then an element pass.
 //
-// Takes the lowering context and a normalization node of the group. row_stats_rows measures, for
-// one tile's numeric region of the node's value, the rows its statistics occupy (the region with
-// the normalized axes dropped: the axis for Softmax, every axis from it on for layer norm); the
-// driver sizes the stage with the most over the sampled tiles. row_stats_stage then allocates two
+// Takes the lowering context and a normalization node of the group. planner::normalization_rows
+// measures, for one tile's numeric region of the node's value, the rows its statistics occupy
+// (the region with the normalized axes dropped: the axis for Softmax, every axis from it on for
+// layer norm); the driver sizes the stage with the most over the sampled tiles. row_stats_stage then allocates two
 // shared arrays of that many floats (the row statistics). Its emit declares two one-float
 // thread-locals and runs a block-uniform loop handing the block's warps successive batches of
 // rows: each thread folds a strided share of its row into a thread-local, a warp reduction
@@ -27,7 +27,6 @@
 
 namespace fusetune::codegen::stages {
 
-int64_t row_stats_rows(const Graph& g, const Node& n, const std::vector<planner::Interval>& region);
 
 std::unique_ptr<AnchorStage> row_stats_stage(LoweringContext& cx, Kernel& k, const Node& n, int64_t max_rows);
 

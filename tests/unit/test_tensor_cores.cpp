@@ -23,6 +23,7 @@
 #include "codegen/verify_ir.h"
 #include "core/error.h"
 #include "planner/device.h"
+#include "planner/epilogue.h"
 #include "planner/tiling.h"
 #include "unit/codegen_check.h"
 #include "unit/graph_helpers.h"
@@ -540,6 +541,147 @@ TEST(TensorCorePlanner, MmaCandidatesOnlyForSixteenBitContractionsOnSm80) {
     const planner::Cost old = planner::evaluate_tile(g, fg, turing, on_mma);
     EXPECT_FALSE(old.valid);
     EXPECT_NE(old.reject.find("compute capability"), std::string::npos) << old.reject;
+  }
+}
+
+
+// ---- register epilogues ----------------------------------------------------------------------
+
+// The groups register_epilogue decides on: `kind` names the product's uses (graph in topological
+// order, every node in the group, the last node's value the root, `extra` exported as well).
+struct EpilogueCase {
+  Graph g;
+  FusionGroup fg;
+  int product = -1;
+};
+
+EpilogueCase epilogue_case(const std::string& kind, DType dtype, int64_t m, int64_t k, int64_t n) {
+  EpilogueCase c;
+  Graph& g = c.g;
+  const int a = add_input(g, "a", dtype, {m, k});
+  const int w = fusetune::testing::random_constant(g, "w", dtype, {k, n}, 7u);
+  const int bias = fusetune::testing::random_constant(g, "bias", dtype, {n}, 8u);
+  std::vector<int> extra;
+  if (kind == "row scale first") {  // an anchor before the product scales its rows
+    const int s = add_op(g, "ReduceMean", {a}, attrs({{"axes", std::vector<int64_t>{1}}, {"keepdims", int64_t{1}}}));
+    c.product = add_op(g, "MatMul", {a, w});
+    add_op(g, "Mul", {c.product, s});
+  } else {
+    c.product = add_op(g, "MatMul", {a, w});
+    if (kind == "bias relu" || kind == "bias relu, product exported") {
+      add_op(g, "Relu", {add_op(g, "Add", {c.product, bias})});
+      if (kind == "bias relu, product exported") extra.push_back(c.product);
+    } else if (kind == "row scale after") {  // the anchor comes after the product
+      const int s = add_op(g, "ReduceMean", {a}, attrs({{"axes", std::vector<int64_t>{1}}, {"keepdims", int64_t{1}}}));
+      add_op(g, "Mul", {c.product, s});
+    } else if (kind == "transpose") {
+      add_op(g, "Transpose", {add_op(g, "Add", {c.product, bias})}, attrs({{"perm", std::vector<int64_t>{1, 0}}}));
+    } else if (kind == "layer norm") {
+      add_op(g, "LayerNormalization", {c.product, add_input(g, "gamma", dtype, {n})}, attrs({{"axis", int64_t{1}}, {"epsilon", 1e-5f}}));
+    } else if (kind == "side branch") {  // a value of the chain leaves the group without reaching the root
+      const int r = add_op(g, "Relu", {c.product});
+      add_op(g, "Sigmoid", {c.product});
+      extra.push_back(r);
+    } else {
+      check(kind == "product", "epilogue_case: ", kind);
+    }
+  }
+  for (size_t i = 0; i < g.nodes().size(); ++i) c.fg.nodes.push_back(static_cast<int>(i));
+  planner::describe_group(g, c.fg);
+  c.fg.outputs = extra;
+  c.fg.outputs.push_back(g.nodes().back().outputs[0]);
+  std::sort(c.fg.outputs.begin(), c.fg.outputs.end());
+  return c;
+}
+
+TEST(RegisterEpilogue, TakesElementWiseChainsThatEndInTheRootAndNothingElse) {
+  const auto decide = [](const std::string& kind) {
+    const EpilogueCase c = epilogue_case(kind, DType::kF16, 37, 40, 23);
+    const int matmul = static_cast<int>(std::find_if(c.g.nodes().begin(), c.g.nodes().end(),
+                                                     [](const Node& n) { return n.op == "MatMul"; }) - c.g.nodes().begin());
+    return std::make_pair(planner::register_epilogue(c.g, c.fg, matmul), c);
+  };
+  for (const std::string kind : {"product", "bias relu", "bias relu, product exported", "row scale first"}) {
+    const auto [got, c] = decide(kind);
+    ASSERT_TRUE(got.has_value()) << kind;
+    EXPECT_EQ(*got, c.fg.outputs) << kind << ": every exported value is the chain's";
+  }
+  EXPECT_EQ(decide("bias relu, product exported").first->front(), decide("bias relu, product exported").second.product);
+  for (const std::string kind : {"row scale after", "transpose", "layer norm", "side branch"}) {
+    EXPECT_FALSE(decide(kind).first.has_value()) << kind;
+  }
+}
+
+// Every case, eligible or not, matches the reference on tiles that cut M and N unevenly (N odd: a
+// row's pairs are aligned in every other row), in float16 and bfloat16; an eligible group's kernel
+// keeps no shared buffer for the product, writes pairs, and needs no more shared memory than the
+// planner estimates, which charges the product's buffer only where the epilogue is not in registers.
+TEST(RegisterEpilogue, MatchesTheReferenceAndNeedsOnlyTheOperandRing) {
+  const planner::Device h100 = planner::find_device("h100");
+  // ("side branch" is no group fusion makes: a second sink has no region of its own.)
+  const std::vector<std::string> kinds = {"product", "bias relu", "bias relu, product exported", "row scale first",
+                                          "row scale after", "transpose", "layer norm"};
+  for (DType dtype : {DType::kF16, DType::kBF16}) {
+    for (const std::string& kind : kinds) {
+      const EpilogueCase c = epilogue_case(kind, dtype, 37, 40, 23);
+      const bool eligible = kind == "product" || kind == "bias relu" || kind == "bias relu, product exported" || kind == "row scale first";
+      // Tiles over whole rows where a row statistic needs them (the LayerNorm's 23 columns).
+      for (const TileConfig& tile : {TileConfig{{32, 24}, 16, 64, 1, true}, TileConfig{{16, 24}, 32, 128, 1, true}}) {
+        const std::string label = std::string(dtype_name(dtype)) + " " + kind + " " + tile.str();
+        check_groups(c.g, {c.fg}, [&](const FusionGroup&) { return tile; }, label);
+        const Kernel k = lower_group(c.g, c.fg, tile, "ep").kernel;
+        const std::string product_buffer = "b" + std::to_string(c.product), acc = "acc" + std::to_string(c.product);
+        bool has_product_buffer = false;
+        for (const SharedAlloc& a : k.shared) has_product_buffer = has_product_buffer || a.name == product_buffer || a.name == acc;
+        EXPECT_EQ(has_product_buffer, !eligible) << label;
+        const std::string cuda = emit_cuda({k});
+        EXPECT_EQ(cuda.find("ft_store_ft_u16x2(out") != std::string::npos, eligible) << label;
+        const planner::Cost cost = planner::evaluate_tile(c.g, c.fg, h100, tile);
+        ASSERT_TRUE(cost.valid) << label << ": " << cost.reject;
+        EXPECT_GE(cost.smem_bytes, k.shared_bytes) << label;
+        if (kind == "product" || kind == "bias relu") {  // the operands' ring and nothing else
+          int64_t ring = 0;
+          for (const SharedAlloc& a : k.shared) {
+            if (a.name.rfind("sa", 0) == 0 || a.name.rfind("sb", 0) == 0) ring += a.elements * static_cast<int64_t>(dtype_size(a.dtype));
+          }
+          EXPECT_EQ(k.shared_bytes, ring) << label;
+        }
+      }
+    }
+  }
+}
+
+// The scalar staged MatMul takes the register epilogue where a micro-tile row is a whole 16-byte
+// vector of what it writes: float32 with 2x4 micro-tiles (16x16 on 32 threads), float16 with 8x8
+// (64x64 on 64 threads), both then storing rows as 16-byte vectors; float16 with 2x4 keeps the
+// shared accumulators and the vectorised element stage. Every case matches the reference.
+TEST(RegisterEpilogue, ScalarMicroTilesStoreTheirRowsAsSixteenByteVectors) {
+  const planner::Device h100 = planner::find_device("h100");
+  struct Case {
+    DType dtype;
+    TileConfig tile;
+    bool registers;
+    const char* vector_store;
+  };
+  for (const Case& k : {Case{DType::kF32, TileConfig{{16, 16}, 8, 32, 1}, true, "ft_store_float4(out"},
+                        Case{DType::kF16, TileConfig{{64, 64}, 8, 64, 1}, true, "ft_store_ft_u16x8(out"},
+                        Case{DType::kF16, TileConfig{{16, 16}, 8, 32, 1}, false, ""}}) {
+    const EpilogueCase c = epilogue_case("bias relu", k.dtype, 70, 40, 83);
+    const std::string label = std::string(dtype_name(k.dtype)) + " " + k.tile.str();
+    check_groups(c.g, {c.fg}, [&](const FusionGroup&) { return k.tile; }, label);
+    const Kernel kernel = lower_group(c.g, c.fg, k.tile, "ep").kernel;
+    const std::string cuda = emit_cuda({kernel});
+    if (k.registers) {
+      EXPECT_NE(cuda.find(k.vector_store), std::string::npos) << label;
+      for (const SharedAlloc& a : kernel.shared) EXPECT_EQ(a.name.rfind("acc", 0), std::string::npos) << label << ": " << a.name;
+    } else {
+      bool has_acc = false;
+      for (const SharedAlloc& a : kernel.shared) has_acc = has_acc || a.name.rfind("acc", 0) == 0 || a.name == "b" + std::to_string(c.product);
+      EXPECT_TRUE(has_acc) << label;
+    }
+    const planner::Cost cost = planner::evaluate_tile(c.g, c.fg, h100, k.tile);
+    ASSERT_TRUE(cost.valid) << label << ": " << cost.reject;
+    EXPECT_GE(cost.smem_bytes, kernel.shared_bytes) << label;
   }
 }
 

@@ -1,0 +1,34 @@
+// Register epilogues: which values of a fusion group a contraction's accumulators can compute and
+// write straight from registers, with no shared buffer for the product.
+//
+// Takes a canonical graph, a group and one of its MatMul nodes. register_epilogue answers when
+// every use of the product inside the group is an element-wise node that reads it at its own
+// index (same shape, identity access: bias, activation, residual, cast), recursively, and the
+// chain ends in the group's root (or the product is the root): then each element of the product
+// determines the chain's elements at the same index, and a thread holding it can compute them.
+// The chain's other operands must be ready when the contraction's stage ends: group inputs,
+// outputs of anchors earlier in the group's order, or element-wise values of those. Returns the
+// group's exported values among the product and the chain (sorted), which the contraction's
+// stage then writes itself; nullopt where any of this fails (a later anchor reads the chain, a
+// Transpose or broadcast of the product, a second branch). Guarantees: the values returned are
+// the only ones of the chain that leave the group, and every one has the root's region.
+// The planner (tiling.h's shared-memory estimate) and codegen (stages/mma_matmul.h) both decide
+// by it, so the estimate and the kernel agree.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "core/graph.h"
+#include "planner/fusion.h"
+
+namespace fusetune::planner {
+
+std::optional<std::vector<int>> register_epilogue(const Graph& g, const FusionGroup& group, int matmul_node);
+
+// Whether runs of `run` consecutive elements of every one of `values` are whole 16-byte vectors
+// (4 floats, 8 16-bit values, ...): the scalar MatMul's micro-tile rows take the register
+// epilogue only then, so that it stores as widely as the element stage it replaces.
+bool sixteen_byte_runs(const Graph& g, const std::vector<int>& values, int64_t run);
+
+}  // namespace fusetune::planner
