@@ -587,7 +587,12 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   const double tensor_us = static_cast<double>(tensor_flops * c.tiles) / (d.mma_sync_fp16_tflops * 1e6) +
                            static_cast<double>(tf32_flops * c.tiles) / (d.mma_sync_tf32_tflops * 1e6);
   const double special_us = static_cast<double>(tile_special * c.tiles) / d.special_ops_per_us();
-  const double compute_us = std::max({issue_us, tensor_us, special_us});
+  // Each SM issues from four schedulers, each from its own warps (every NVIDIA SM since Volta):
+  // with fewer warps resident on an SM than that, the rest of its issue slots and pipes idle.
+  const double resident_warps = static_cast<double>(std::min<int64_t>(bps, ceil_div(c.tiles, static_cast<int64_t>(d.sms))) *
+                                                    (cfg.threads / d.warp_size));
+  const double issuing = std::min(1.0, resident_warps / kWarpSchedulersPerSm);
+  const double compute_us = std::max({issue_us, tensor_us, special_us}) / issuing;
   c.issue_us = issue_us;
   // Little's law: the resident blocks' bytes in flight sustain at most in_flight x blocks per
   // DRAM latency of bandwidth, for what streams from DRAM (inputs larger than half the L2; smaller

@@ -21,8 +21,10 @@
 //     attains, Device::mma_sync_fp16_tflops (on Hopper two thirds of the peak only wgmma reaches);
 //     special-function results (core/ops.h node_special_ops; flash attention's exponentials per
 //     score and rescale factors per row and key tile) at Device::special_ops_per_us; each pipe
-//     overlapping the issue of the rest), divided by the fraction of
-//     SMs the blocks keep busy (the parallelism penalty); for a group with a staged MatMul, at
+//     overlapping the issue of the rest; the compute terms divided by the share of an SM's four
+//     warp schedulers its resident warps occupy), divided by the fraction of SMs the blocks keep
+//     busy (the parallelism penalty: grids under the SM count, and the blocks of the busiest SM);
+//     for a group with a staged MatMul, at
 //     least Little's law's bound: the DRAM bytes of what streams from DRAM (an input over half
 //     the L2, or a weight of a model whose weights are: neither stays in L2 between launches)
 //     over the bandwidth the resident blocks' bytes in flight sustain (bytes in flight x blocks /
@@ -161,6 +163,10 @@ inline int64_t mma_pitch_a(DType t, int64_t count) {
 inline int64_t mma_pitch_b(DType t, int64_t count) {
   return t == DType::kF32 ? count + (40 - count % 32) % 32 : ldmatrix_pitch(count);
 }
+
+// Warp schedulers per SM (four sub-partitions on every NVIDIA SM since Volta): an SM with fewer
+// resident warps leaves issue slots idle, which the cost model charges.
+inline constexpr int kWarpSchedulersPerSm = 4;
 
 // The rows of statistics a normalization (Softmax, LogSoftmax, LayerNormalization) keeps for one
 // region of its value: the region with the normalized axes dropped (the axis for Softmax, every
