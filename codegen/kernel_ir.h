@@ -128,7 +128,7 @@ struct Stmt {
     kWarpReduce,  // name[0] = the op ("sum" or "max", in a) of name[0] over the lanes of the warp,
                   // if b (a warp-uniform condition; empty: always)
     kVectorLoad,  // name = a[b ..]: one aligned 16-byte load from buffer a at index b (dtype: its elements)
-    kVectorStore,  // name[a ..] = b: one aligned 16-byte store of vector local b into buffer name
+    kVectorStore,  // name[a ..] = b: one aligned store of vector local b into buffer name (16 bytes; a pair: 4 or 8)
     kMma,         // name[at0..] += a[at1..] * b[at2..]: warp-level m16n8k16 on fragments (dtype f16 or bf16)
     kLdmatrix,    // name[at0..] = ldmatrix.x<matrices>[.trans] of shared allocation a, this lane's row at b
     kCopyAsync,   // name[a .. a + 16 bytes) <- b[c ..]: cp.async of 16 bytes, the first d read, the rest zero

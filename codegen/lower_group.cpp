@@ -92,7 +92,7 @@ std::map<int, std::unique_ptr<AnchorStage>> plan_stages(LoweringContext& cx, Ker
       stage = cx.g.value(node.inputs[1]).shape[1] == 1 ? stages::conv_window_stage(cx, k, node, bound[v].extent, bound[v].groups)
                                                         : stages::conv_gemm_stage(cx, k, node, bound[v].extent, bound[v].groups);
     }
-    if (!stages::is_anchor(node)) continue;
+    if (!runs_as_stage(node)) continue;
     if (v != cx.root && !cx.in_registers.count(v)) {
       cx.buffer[v] = k.add_shared("b" + std::to_string(v), is_float(cx.g.value(v).dtype) ? DType::kF32 : DType::kI64,
                                   std::max<int64_t>(1, bound[v].elems));
@@ -144,7 +144,7 @@ LoweredKernel lower_generated(const Graph& g, const planner::FusionGroup& group,
   });
   for (int id : group.nodes) {
     const Node& node = g.nodes()[static_cast<size_t>(id)];
-    if (!stages::is_anchor(node)) continue;
+    if (!runs_as_stage(node)) continue;
     if (core && std::binary_search(core->absorbed.begin(), core->absorbed.end(), id)) continue;
     k.body.push_back(comment("stage " + node.op + " '" + node.name + "'"));
     naming(node, [&] { planned.at(node.outputs[0])->emit(k); });
@@ -153,7 +153,7 @@ LoweredKernel lower_generated(const Graph& g, const planner::FusionGroup& group,
   // The root when it is inlined, and inlined values that leave the group.
   for (int v : group.outputs) {
     if (cx.written.count(v)) continue;  // by a register epilogue
-    if (cx.producer.count(v) && !stages::is_anchor(g.nodes()[static_cast<size_t>(cx.producer.at(v))])) {
+    if (cx.producer.count(v) && !runs_as_stage(g.nodes()[static_cast<size_t>(cx.producer.at(v))])) {
       naming(g.nodes()[static_cast<size_t>(cx.producer.at(v))], [&] { stages::element_stage(cx, k, v); });
     }
   }

@@ -447,6 +447,11 @@ std::string_view op_kind_name(OpKind k) {
   return "?";
 }
 
+bool runs_as_stage(const Node& n) {
+  const OpKind k = find_op(n.op)->kind;
+  return (k != OpKind::kElementwise && k != OpKind::kDataMovement) || n.op == "ScatterND";
+}
+
 const OpSchema* find_op(std::string_view name) {
   for (const OpSchema& s : kOps) {
     if (s.name == name) return &s;

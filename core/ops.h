@@ -50,6 +50,11 @@ struct OpSchema {
 const OpSchema* find_op(std::string_view name);
 std::span<const OpSchema> canonical_ops();
 
+// Whether a node of a fusion group runs as a stage of its own in generated kernels (reductions,
+// normalizations, contractions, pooling, ScatterND: codegen/stages/context.h's anchors); every
+// other node is computed inline where its value is read.
+bool runs_as_stage(const Node& n);
+
 // Checks arity and runs the op's shape function; errors name the node and its op.
 std::vector<TensorType> infer_types(const Node& node, std::span<const TensorType> inputs);
 

@@ -9,17 +9,6 @@
 
 namespace fusetune::planner {
 
-namespace {
-
-// Ops that run as stages of their own (codegen/stages/context.h's anchors): every other op is
-// computed inline where its value is read.
-bool runs_as_stage(const Node& n) {
-  const OpKind k = find_op(n.op)->kind;
-  return (k != OpKind::kElementwise && k != OpKind::kDataMovement) || n.op == "ScatterND";
-}
-
-}  // namespace
-
 std::optional<AttentionCore> match_attention(const Graph& g, const FusionGroup& group) {
   std::map<int, int> producer;                // value -> the member computing it
   std::map<int, std::vector<int>> consumers;  // value -> the members reading it

@@ -19,11 +19,6 @@ bool identity(const Access& a, size_t rank) {
   return true;
 }
 
-bool anchor(const Node& n) {
-  const OpKind k = find_op(n.op)->kind;
-  return k != OpKind::kElementwise && k != OpKind::kDataMovement;
-}
-
 }  // namespace
 
 std::optional<std::vector<int>> register_epilogue(const Graph& g, const FusionGroup& group, int matmul_node) {
@@ -48,7 +43,7 @@ std::optional<std::vector<int>> register_epilogue(const Graph& g, const FusionGr
     if (!reads_chain) {
       bool inputs_ready = true;
       for (int v : n.inputs) inputs_ready = inputs_ready && (v == kNoValue || ready.count(v) > 0);
-      if ((anchor(n) && it < at) || (!anchor(n) && inputs_ready)) ready.insert(out);
+      if ((runs_as_stage(n) && it < at) || (!runs_as_stage(n) && inputs_ready)) ready.insert(out);
       continue;
     }
     if (find_op(n.op)->kind != OpKind::kElementwise || n.outputs.size() != 1 || g.value(out).shape != shape) return std::nullopt;

@@ -12,8 +12,9 @@
 // stage then writes itself; nullopt where any of this fails (a later anchor reads the chain, a
 // Transpose or broadcast of the product, a second branch). Guarantees: the values returned are
 // the only ones of the chain that leave the group, and every one has the root's region.
-// The planner (tiling.h's shared-memory estimate) and codegen (stages/mma_matmul.h) both decide
-// by it, so the estimate and the kernel agree.
+// The planner (tiling.h's shared-memory estimate) and codegen (stages/mma_matmul.h, and
+// stages/matmul.h where sixteen_byte_runs also holds) both decide by it, so the estimate and the
+// kernel agree.
 #pragma once
 
 #include <optional>

@@ -361,9 +361,9 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
     }
     // Shared memory of the generic schedule (codegen/lower_group): a staged contraction keeps one
     // reduction step of each operand (16-bit and padded on tensor cores) and its accumulators;
-    // every other anchor keeps its output region unless it is the root; a row reduction keeps its
-    // rows' statistics (negligible).
-    const bool anchor = find_op(n.op)->kind != OpKind::kElementwise && find_op(n.op)->kind != OpKind::kDataMovement;
+    // every other anchor keeps its output region unless it is the root; a normalization keeps its
+    // rows' statistics (below).
+    const bool anchor = runs_as_stage(n);
     if (tensor) {
       smem += tensor_smem;
       tile_loads += tensor_loads;
@@ -509,7 +509,12 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
     } else if (anchor && n.outputs[0] != root) {
       smem += out_elems * 4;
     }
-    if (find_op(n.op)->kind == OpKind::kNormalization && !absorbed.count(*it)) smem += 2 * 4 * normalization_rows(g, n, out_region);
+    if (find_op(n.op)->kind == OpKind::kNormalization && !absorbed.count(*it)) {
+      // Two floats a row of statistics, and with fewer rows than warps two a warp (several warps
+      // per row meet in shared memory: codegen/stages/row_stats.h).
+      const int64_t rows = normalization_rows(g, n, out_region), warps = cfg.threads / 32;
+      smem += 2 * 4 * rows + (rows > 0 && 2 * rows <= warps ? 2 * 4 * warps : 0);
+    }
   }
   // Traffic.
   int64_t l2 = 0, dram = 0;

@@ -29,12 +29,6 @@ std::string flat(const Shape& s, const std::vector<std::string>& idx) {
   return f;
 }
 
-bool is_anchor(const Node& n) {
-  const OpKind k = find_op(n.op)->kind;
-  return k == OpKind::kReduction || k == OpKind::kNormalization || k == OpKind::kContraction ||
-         k == OpKind::kPooling || n.op == "ScatterND";
-}
-
 int64_t elems(const std::vector<Interval>& r) {
   int64_t n = 1;
   for (const Interval& i : r) n *= std::max<int64_t>(0, i.hi - i.lo + 1);
@@ -530,10 +524,10 @@ bool LoweringContext::vector_loop(Kernel& k, int v, int64_t cap, const IndexFn& 
 void LoweringContext::reduction_loops(const TensorExpr& e, const std::vector<std::string>& o, const IndexFn& body) {
   std::vector<std::string> vars = o;
   // The unrolled bodies of the nest stay near kReductionUnroll, from the innermost loop out: a
-  // short loop unrolls whole while the bodies stay within twice that (a 3x3 window: 9); a long
-  // one by what the loops inside leave; one in between by the largest divisor of its trip count
-  // that fits, since a partial unroll of a few trips leaves a remainder loop (ptxas spilled one
-  // such nest on sm_90 at 32 registers).
+  // short loop unrolls whole while the bodies stay within twice that (a 3x3 window: 9); one of
+  // at least two rounds of what the loops inside leave unrolls by that; one shorter by the
+  // largest divisor of its trip count that fits, since unrolling a few trips partially leaves a
+  // remainder loop (2 of a 3-trip loop: ptxas spilled that nest on sm_90 at 32 registers).
   std::vector<int> unroll(e.reduce_extents.size(), 1);
   int64_t inside = 1;
   for (size_t r = e.reduce_extents.size(); r-- > 0;) {
@@ -541,7 +535,7 @@ void LoweringContext::reduction_loops(const TensorExpr& e, const std::vector<std
     int64_t u = 1;
     if (inside * trips <= 2 * kReductionUnroll) {
       u = trips;
-    } else if (trips > 4 * left) {
+    } else if (trips >= 2 * left) {
       u = std::max<int64_t>(1, left);
     } else {
       for (int64_t d = std::max<int64_t>(1, left); d >= 1; --d) {

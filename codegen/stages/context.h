@@ -46,9 +46,6 @@ std::string lit(int64_t v);
 std::string product(const std::vector<std::string>& xs);
 // The flat row-major index of `idx` into a tensor of shape `s`.
 std::string flat(const Shape& s, const std::vector<std::string>& idx);
-// Nodes that run as stages (reductions, normalizations, contractions, pooling, ScatterND); every
-// other node is inlined where its value is used.
-bool is_anchor(const Node& n);
 // Elements of a numeric region (0 when an axis is empty).
 int64_t elems(const std::vector<planner::Interval>& r);
 

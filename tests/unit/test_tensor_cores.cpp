@@ -562,7 +562,17 @@ EpilogueCase epilogue_case(const std::string& kind, DType dtype, int64_t m, int6
   const int w = fusetune::testing::random_constant(g, "w", dtype, {k, n}, 7u);
   const int bias = fusetune::testing::random_constant(g, "bias", dtype, {n}, 8u);
   std::vector<int> extra;
-  if (kind == "row scale first") {  // an anchor before the product scales its rows
+  if (kind == "batched bias relu") {  // three matrices: blocks at batch indices other than 0
+    const int a3 = add_input(g, "a3", dtype, {3, m, k});
+    c.product = add_op(g, "MatMul", {a3, w});
+    add_op(g, "Relu", {add_op(g, "Add", {c.product, bias})});
+  } else if (kind == "scatter after") {  // a ScatterND (a stage of its own) after the product
+    const int data = add_input(g, "data", dtype, {m, n});
+    const int idx = g.add_constant("idx", Tensor::from_ints(DType::kI64, {1, 1}, std::vector<int64_t>{2}));
+    const int upd = add_input(g, "upd", dtype, {1, n});
+    c.product = add_op(g, "MatMul", {a, w});
+    add_op(g, "Add", {c.product, add_op(g, "ScatterND", {data, idx, upd}, attrs({{"reduction", std::string("none")}}))});
+  } else if (kind == "row scale first") {  // an anchor before the product scales its rows
     const int s = add_op(g, "ReduceMean", {a}, attrs({{"axes", std::vector<int64_t>{1}}, {"keepdims", int64_t{1}}}));
     c.product = add_op(g, "MatMul", {a, w});
     add_op(g, "Mul", {c.product, s});
@@ -601,13 +611,13 @@ TEST(RegisterEpilogue, TakesElementWiseChainsThatEndInTheRootAndNothingElse) {
                                                      [](const Node& n) { return n.op == "MatMul"; }) - c.g.nodes().begin());
     return std::make_pair(planner::register_epilogue(c.g, c.fg, matmul), c);
   };
-  for (const std::string kind : {"product", "bias relu", "bias relu, product exported", "row scale first"}) {
+  for (const std::string kind : {"product", "bias relu", "bias relu, product exported", "row scale first", "batched bias relu"}) {
     const auto [got, c] = decide(kind);
     ASSERT_TRUE(got.has_value()) << kind;
     EXPECT_EQ(*got, c.fg.outputs) << kind << ": every exported value is the chain's";
   }
   EXPECT_EQ(decide("bias relu, product exported").first->front(), decide("bias relu, product exported").second.product);
-  for (const std::string kind : {"row scale after", "transpose", "layer norm", "side branch"}) {
+  for (const std::string kind : {"row scale after", "transpose", "layer norm", "side branch", "scatter after"}) {
     EXPECT_FALSE(decide(kind).first.has_value()) << kind;
   }
 }
@@ -620,13 +630,18 @@ TEST(RegisterEpilogue, MatchesTheReferenceAndNeedsOnlyTheOperandRing) {
   const planner::Device h100 = planner::find_device("h100");
   // ("side branch" is no group fusion makes: a second sink has no region of its own.)
   const std::vector<std::string> kinds = {"product", "bias relu", "bias relu, product exported", "row scale first",
-                                          "row scale after", "transpose", "layer norm"};
-  for (DType dtype : {DType::kF16, DType::kBF16}) {
+                                          "batched bias relu", "row scale after", "transpose", "layer norm", "scatter after"};
+  planner::TilingOptions tf32;
+  tf32.tf32 = true;
+  // float32: on TF32 tensor cores, pairs stored as float2.
+  for (DType dtype : {DType::kF16, DType::kBF16, DType::kF32}) {
     for (const std::string& kind : kinds) {
       const EpilogueCase c = epilogue_case(kind, dtype, 37, 40, 23);
-      const bool eligible = kind == "product" || kind == "bias relu" || kind == "bias relu, product exported" || kind == "row scale first";
+      const bool eligible = kind == "product" || kind == "bias relu" || kind == "bias relu, product exported" ||
+                            kind == "row scale first" || kind == "batched bias relu";
       // Tiles over whole rows where a row statistic needs them (the LayerNorm's 23 columns).
-      for (const TileConfig& tile : {TileConfig{{32, 24}, 16, 64, 1, true}, TileConfig{{16, 24}, 32, 128, 1, true}}) {
+      for (TileConfig tile : {TileConfig{{32, 24}, 16, 64, 1, true}, TileConfig{{16, 24}, 32, 128, 1, true}}) {
+        if (kind == "batched bias relu") tile.tile.insert(tile.tile.begin(), 1);
         const std::string label = std::string(dtype_name(dtype)) + " " + kind + " " + tile.str();
         check_groups(c.g, {c.fg}, [&](const FusionGroup&) { return tile; }, label);
         const Kernel k = lower_group(c.g, c.fg, tile, "ep").kernel;
@@ -635,8 +650,9 @@ TEST(RegisterEpilogue, MatchesTheReferenceAndNeedsOnlyTheOperandRing) {
         for (const SharedAlloc& a : k.shared) has_product_buffer = has_product_buffer || a.name == product_buffer || a.name == acc;
         EXPECT_EQ(has_product_buffer, !eligible) << label;
         const std::string cuda = emit_cuda({k});
-        EXPECT_EQ(cuda.find("ft_store_ft_u16x2(out") != std::string::npos, eligible) << label;
-        const planner::Cost cost = planner::evaluate_tile(c.g, c.fg, h100, tile);
+        const std::string pair_store = dtype == DType::kF32 ? "ft_store_float2(out" : "ft_store_ft_u16x2(out";
+        EXPECT_EQ(cuda.find(pair_store) != std::string::npos, eligible) << label;
+        const planner::Cost cost = planner::evaluate_tile(c.g, c.fg, h100, tile, dtype == DType::kF32 ? tf32 : planner::TilingOptions{});
         ASSERT_TRUE(cost.valid) << label << ": " << cost.reject;
         EXPECT_GE(cost.smem_bytes, k.shared_bytes) << label;
         if (kind == "product" || kind == "bias relu") {  // the operands' ring and nothing else
