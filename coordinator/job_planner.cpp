@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iomanip>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -36,6 +37,20 @@ std::string JobOptions::to_json() const {
               {"libraries", libraries}}
       .dump();
 }
+
+namespace {
+
+// A job option's value once `check` accepts it; its refusal, named after the option, otherwise.
+std::string validated(const std::string& key, const std::string& value, const std::function<void(const std::string&)>& check) {
+  try {
+    check(value);
+  } catch (const Error& e) {
+    fail("job option '", key, "': ", e.what());
+  }
+  return value;
+}
+
+}  // namespace
 
 JobOptions JobOptions::from_json(const std::string& text) {
   JobOptions o;
@@ -73,19 +88,9 @@ JobOptions JobOptions::from_json(const std::string& text) {
       } else if (key == "time_s") {
         o.time_s = it->get<double>();
       } else if (key == "precision") {
-        o.precision = it->get<std::string>();
-        try {
-          planner::tf32_precision(o.precision);
-        } catch (const Error& e) {
-          fail("job option 'precision': ", e.what());
-        }
+        o.precision = validated(key, it->get<std::string>(), [](const std::string& p) { planner::tf32_precision(p); });
       } else if (key == "libraries") {
-        o.libraries = it->get<std::string>();
-        try {
-          planner::library_set(o.libraries);
-        } catch (const Error& e) {
-          fail("job option 'libraries': ", e.what());
-        }
+        o.libraries = validated(key, it->get<std::string>(), [](const std::string& l) { planner::library_set(l); });
       } else {
         fail("unknown job option '", key, "'");
       }

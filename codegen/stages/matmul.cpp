@@ -34,8 +34,14 @@ StagedProduct staged_product(const LoweringContext& cx, const Node& n, const std
   return p;
 }
 
-void allocate_root_accumulators(const LoweringContext& cx, Kernel& k, StagedProduct& p, int64_t max_elems) {
-  if (p.v == cx.root) p.acc = k.add_shared("acc" + std::to_string(p.v), DType::kF32, std::max<int64_t>(1, max_elems));
+void place_epilogue(LoweringContext& cx, Kernel& k, StagedProduct& p, const std::optional<std::vector<int>>& epilogue,
+                    int64_t max_elems) {
+  if (epilogue) {
+    cx.in_registers.insert(p.v);
+    cx.written.insert(epilogue->begin(), epilogue->end());
+  } else if (p.v == cx.root) {
+    p.acc = k.add_shared("acc" + std::to_string(p.v), DType::kF32, std::max<int64_t>(1, max_elems));
+  }
 }
 
 std::string product_accumulators(const LoweringContext& cx, const StagedProduct& p) {
@@ -155,7 +161,7 @@ class StagedMatMulStage : public AnchorStage {
       st.red = k.add_shared("red" + std::to_string(v), DType::kF32, st.slices * plane);
       st.parts = std::clamp<int64_t>(cx.cfg.threads / plane, 1, st.slices);
       st.partial = k.add_shared("rp" + std::to_string(v), DType::kF32, st.parts * plane);
-      allocate_root_accumulators(cx, k, st, max_elems);
+      place_epilogue(cx, k, st, std::nullopt, max_elems);
       return;
     }
     st.b = k.add_shared("sb" + std::to_string(v), DType::kF32, std::max<int64_t>(1, me[st.n_axis] * st.step));
@@ -173,12 +179,7 @@ class StagedMatMulStage : public AnchorStage {
     // or 16-bit input whose contiguous axis is the slice's row (A: the reduction axis, whole
     // steps of a vector, above; B: the output's columns) moves in 16-byte vectors.
     st.vec_b = cx.cfg.vector >= 4 && b_input;
-    if (epilogue_) {
-      cx.in_registers.insert(v);
-      cx.written.insert(epilogue_->begin(), epilogue_->end());
-    } else {
-      allocate_root_accumulators(cx, k, st, max_elems);
-    }
+    place_epilogue(cx, k, st, epilogue_, max_elems);
   }
 
   void emit(Kernel& k) override;

@@ -36,6 +36,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,8 +56,12 @@ struct StagedProduct {
 
 // The shared part of the plan of MatMul n (region extents `max_extent`), with the candidate's step.
 StagedProduct staged_product(const LoweringContext& cx, const Node& n, const std::vector<int64_t>& max_extent);
-// The root product's accumulator allocation (`max_elems` floats); nothing for another product.
-void allocate_root_accumulators(const LoweringContext& cx, Kernel& k, StagedProduct& p, int64_t max_elems);
+// Where the product's epilogue runs: with `epilogue` (register_epilogue's values), from the
+// stage's registers: the product gets no buffer (LoweringContext::in_registers) and the stage
+// writes those values (LoweringContext::written); without, the root product's accumulator
+// allocation (`max_elems` floats; nothing for another product, whose buffer the driver makes).
+void place_epilogue(LoweringContext& cx, Kernel& k, StagedProduct& p, const std::optional<std::vector<int>>& epilogue,
+                    int64_t max_elems);
 // Where the product's elements are accumulated for the epilogue: its shared buffer or `acc`.
 std::string product_accumulators(const LoweringContext& cx, const StagedProduct& p);
 // Variable values for the operand reads at row m, column nidx and reduction index kk: batch axes

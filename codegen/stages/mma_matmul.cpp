@@ -49,12 +49,7 @@ class MmaMatMulStage : public AnchorStage {
     st.staging.async_b = st.staging.async_b && along(e.accesses[1], st.n_axis);
     layout(k, me[st.m_axis], me[st.n_axis], cx.g.value(node.inputs[0]).dtype, node.outputs[0]);
     epilogue_ = planner::register_epilogue(cx.g, cx.group, static_cast<int>(&node - cx.g.nodes().data()));
-    if (epilogue_) {
-      cx.in_registers.insert(st.v);
-      cx.written.insert(epilogue_->begin(), epilogue_->end());
-    } else {
-      allocate_root_accumulators(cx, k, st, max_elems);
-    }
+    place_epilogue(cx, k, st, epilogue_, max_elems);
   }
 
   void emit(Kernel& k) override;
