@@ -75,6 +75,8 @@ std::string program_log(nvrtcProgram prog) {
 
 }  // namespace
 
+std::string target_architecture(const std::string& arch) { return arch == "sm_90" ? "sm_90a" : arch; }
+
 CompiledCuda compile_cuda(const std::string& source, const std::string& arch, int max_registers) {
   const auto t0 = std::chrono::steady_clock::now();
   nvrtcProgram prog = nullptr;
@@ -86,7 +88,7 @@ CompiledCuda compile_cuda(const std::string& source, const std::string& arch, in
   // compilation's log held no "Compiling entry function" line); compile_cuda_cached is the cache
   // here, and it keeps the report. An NVRTC that knows neither option compiles without them.
   const std::vector<std::string> optional = {"--split-compile=0", "--no-cache"};
-  std::vector<std::string> opts = {"--gpu-architecture=" + arch, "--std=c++17", "--ptxas-options=-v"};
+  std::vector<std::string> opts = {"--gpu-architecture=" + target_architecture(arch), "--std=c++17", "--ptxas-options=-v"};
   opts.insert(opts.end(), optional.begin(), optional.end());
   if (max_registers > 0) opts.push_back("--maxrregcount=" + std::to_string(max_registers));
   nvrtcResult rc = NVRTC_SUCCESS;
@@ -123,7 +125,7 @@ std::string compile_ptx(const std::string& source, const std::string& arch) {
   check(arch.rfind("sm_", 0) == 0, "compile_ptx: an architecture sm_XX, got ", arch);
   nvrtcProgram prog = nullptr;
   nvrtc_check(nvrtcCreateProgram(&prog, source.c_str(), "fusetune_kernels.cu", 0, nullptr, nullptr), "program creation");
-  const std::string target = "--gpu-architecture=compute_" + arch.substr(3);
+  const std::string target = "--gpu-architecture=compute_" + target_architecture(arch).substr(3);
   const std::vector<const char*> opts = {target.c_str(), "--std=c++17"};
   const nvrtcResult rc = nvrtcCompileProgram(prog, static_cast<int>(opts.size()), opts.data());
   const std::string log = program_log(prog);
@@ -143,7 +145,7 @@ std::string compile_ptx(const std::string& source, const std::string& arch) {
 CompiledCuda compile_cuda_cached(const std::string& source, const std::string& arch, int max_registers) {
   const auto t0 = std::chrono::steady_clock::now();
   // "no-cache": entries written before NVRTC's own cache was turned off may lack the report.
-  const std::string key = sha256_hex(source + "\n// arch " + arch + " maxrreg " + std::to_string(max_registers) + " nvrtc " +
+  const std::string key = sha256_hex(source + "\n// arch " + target_architecture(arch) + " maxrreg " + std::to_string(max_registers) + " nvrtc " +
                                      nvrtc_version() + " no-cache");
   const std::filesystem::path dir = cache_dir("nvrtc");
   const std::filesystem::path cubin = dir / (key + ".cubin"), log = dir / (key + ".log");

@@ -32,11 +32,15 @@ struct CompiledCuda {
   bool cached = false;  // read back from the disk cache (compile_cuda_cached)
 };
 
+// The architecture NVRTC compiles for on a device of `arch`: sm_90 is compiled as sm_90a, whose
+// features (wgmma) the Hopper devices have; the cubin runs on sm_90 devices only, as every cubin
+// of a bundle is loaded only on a device of its architecture. Others as they are.
+std::string target_architecture(const std::string& arch);
 bool nvrtc_available();
 std::string nvrtc_version();
 CompiledCuda compile_cuda(const std::string& source, const std::string& arch, int max_registers = 0);
 CompiledCuda compile_cuda_cached(const std::string& source, const std::string& arch, int max_registers = 0);
-// The PTX NVRTC emits for the module on the virtual architecture of `arch` ("sm_90" -> compute_90),
+// The PTX NVRTC emits for the module on the virtual architecture of `arch` ("sm_90" -> compute_90a),
 // with the options compile_cuda uses: what the regression tests of the generated code's habits
 // read (conversions, index arithmetic, access widths).
 std::string compile_ptx(const std::string& source, const std::string& arch);

@@ -5,9 +5,11 @@
 #
 # BIN_DIR holds fusetune, fusetune_unit_tests and search_eval (default build); OUT_DIR receives
 # every log (default build/gpu-check). Steps, each logged to OUT_DIR and summed up in a table:
-#  1. the unit tests that run generated kernels on every backend (tests/unit/codegen_check.h): on a
-#     GPU they run the same CUDA text through NVRTC and the driver and compare the outputs with
-#     the host's and the reference's; none may print "CUDA backend not run";
+#  1. the unit tests that run generated kernels on every backend (tests/unit/codegen_check.h; the
+#     wgmma and tensor-core suites first among them: on a GPU they confirm the fragment layouts and
+#     matrix descriptors the host emulates): on a GPU they run the same CUDA text through NVRTC
+#     and the driver and compare the outputs with the host's and the reference's; none may print
+#     "CUDA backend not run";
 #  2. every small test model compiled for the GPU (fusetune compile) and run on it against
 #     PyTorch's outputs (fusetune run --backend cuda);
 #  3. the same runs under compute-sanitizer: memcheck, racecheck, synccheck and initcheck;
@@ -46,7 +48,7 @@ shards=${UNIT_SHARDS:-4}
 pids=()
 for ((i = 0; i < shards; i++)); do
   GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i "$bin/fusetune_unit_tests" \
-    --gtest_filter='Codegen*:NarrowTypes*:TensorCores*:*Cuda*:Nvrtc*' >"$out/unit.$i.log" 2>&1 &
+    --gtest_filter='Wgmma*:TensorCore*:RegisterEpilogue*:Codegen*:NarrowTypes*:*Cuda*:Nvrtc*' >"$out/unit.$i.log" 2>&1 &
   pids+=($!)
 done
 rc=0

@@ -447,6 +447,10 @@ class Analysis {
           break;
         case Stmt::Kind::kCopyAsyncCommit:
         case Stmt::Kind::kCopyAsyncWait: break;
+        // Its operands are read through descriptors, by the warpgroup as one: not an access of
+        // one thread that the analysis could follow.
+        case Stmt::Kind::kWgmma:
+        case Stmt::Kind::kWgmmaSync: throw GiveUp{"a wgmma reads shared memory through matrix descriptors"};
       }
       n.barriers = n.kind == Stmt::Kind::kBarrier;
       n.touches = n.barriers || (n.slot >= 0 && n.kind == Stmt::Kind::kAssign) || n.kind == Stmt::Kind::kCopyAsyncWait ||

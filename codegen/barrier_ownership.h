@@ -18,7 +18,8 @@
 // a reduction-step loop that runs once.
 // An asynchronous copy (cp.async) stores its elements where the issuing thread's wait_group lands
 // it, not where it is issued.
-// Keeps every barrier when it cannot know: an index into a tracked buffer or a loop bound that
+// Keeps every barrier when it cannot know: a wgmma (its operands are read through matrix
+// descriptors by the warpgroup), an index into a tracked buffer or a loop bound that
 // is not known (a value loaded from memory), a branch holding a barrier on an unknown condition,
 // threads reaching different numbers of barriers, more than `budget` loop iterations and element
 // accesses in all (a large grid or block: the analysis stops, at once when the first block's

@@ -1,6 +1,8 @@
 #include "codegen/emit.h"
 
+#include <set>
 #include <sstream>
+#include <utility>
 
 #include "codegen/emit_common.h"
 #include "core/error.h"
@@ -135,6 +137,36 @@ FT_FN void ft_cp_async16(float* s, long long si, const float* g, long long gi, i
 #define ft_cp_async_commit() asm volatile("cp.async.commit_group;" ::: "memory")
 #define ft_cp_async_wait(n) asm volatile("cp.async.wait_group %0;" :: "n"(n) : "memory")
 #endif
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// wgmma (sm_90a; codegen/kernel_ir.h): the warpgroup's m64nNk16 from shared memory through matrix
+// descriptors (no swizzling: start address, leading and stride byte offsets, each in 16-byte
+// units), its fences, groups and waits. ft_wgmma<N, BF16> is specialised by the module for the
+// shapes it issues. The accumulators pass through an empty asm at the fence and after the wait,
+// so the compiler neither moves their accesses into the asynchronous region nor keeps a copy.
+template <int N, int BF16>
+__device__ void ft_wgmma(float* d, unsigned long long a, unsigned long long b);
+FT_FN unsigned long long ft_wgmma_desc(const unsigned short* s, long long i, unsigned lbo, unsigned sbo) {
+  return (unsigned long long)((ft_shared_address(s, i) & 0x3FFFFu) >> 4) | ((unsigned long long)(lbo >> 4) << 16) |
+         ((unsigned long long)(sbo >> 4) << 32);
+}
+template <int C>
+FT_FN void ft_wgmma_hold(float* d) {
+#pragma unroll
+  for (int i = 0; i < C; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+template <int C>
+FT_FN void ft_wgmma_fence(float* d) {
+  ft_wgmma_hold<C>(d);
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+FT_FN void ft_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+#define ft_wgmma_wait(groups, d, count)                                        \
+  do {                                                                         \
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(groups) : "memory"); \
+    ft_wgmma_hold<count>(d);                                                   \
+  } while (0)
+FT_FN void ft_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+#endif
 #if __CUDA_ARCH__ >= 900
 // Programmatic dependent launch (sm_90+), the first statement of every kernel: wait until the grid
 // before this one in the stream has completed and its writes are visible, then let the next grid
@@ -154,6 +186,40 @@ std::string reg(const std::string& local, int64_t i) { return local + "[" + std:
 void serial_loop_head(std::ostringstream& out, const std::string& pad, const Stmt& s) {
   out << pad << "for (" << kIndexType << " " << s.name << " = " << s.a << "; " << s.name << " < (" << s.b << "); ++" << s.name
       << ") {\n";
+}
+
+int64_t local_count(const Kernel& k, const std::string& name) {
+  for (const ThreadLocal& t : k.thread_locals) {
+    if (t.name == name) return t.count;
+  }
+  fail("emit_cuda: kernel ", k.name, ": no thread-local '", name, "'");
+}
+
+// The (N, bfloat16) shapes of the wgmmas in b.
+void wgmma_shapes(const Block& b, std::set<std::pair<int, bool>>& out) {
+  for (const Stmt& s : b) {
+    if (s.kind == Stmt::Kind::kWgmma) out.insert({s.wgmma_n, s.dtype == DType::kBF16});
+    wgmma_shapes(s.body, out);
+    wgmma_shapes(s.orelse, out);
+    wgmma_shapes(s.uniform, out);
+  }
+}
+
+// ft_wgmma<N, BF16>: wgmma.mma_async m64nNk16 with f32 accumulators, A K-major and B N-major
+// (imm-trans-b 1) from shared memory, scale-d 1 (D += A * B), the inputs unscaled.
+std::string wgmma_specialization(int n, bool bf16) {
+  std::ostringstream out;
+  const int regs = n / 2;
+  const char* t = bf16 ? "bf16" : "f16";
+  out << "template <>\n__device__ __forceinline__ void ft_wgmma<" << n << ", " << (bf16 ? 1 : 0)
+      << ">(float* d, unsigned long long a, unsigned long long b) {\n"
+      << "  asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %" << regs + 2 << ", 0;\\n\"\n"
+      << "               \"wgmma.mma_async.sync.aligned.m64n" << n << "k16.f32." << t << "." << t << " {";
+  for (int i = 0; i < regs; ++i) out << (i ? ", " : "") << "%" << i;
+  out << "}, %" << regs << ", %" << regs + 1 << ", p, 1, 1, 0, 1;\\n}\\n\"\n               : ";
+  for (int i = 0; i < regs; ++i) out << (i ? ", " : "") << "\"+f\"(d[" << i << "])";
+  out << "\n               : \"l\"(a), \"l\"(b), \"r\"(1));\n}\n";
+  return out.str();
 }
 
 void emit_block(std::ostringstream& out, const Kernel& k, const Block& b, int depth) {
@@ -219,6 +285,17 @@ void emit_block(std::ostringstream& out, const Kernel& k, const Block& b, int de
         break;
       case Stmt::Kind::kCopyAsyncCommit: out << pad << "ft_cp_async_commit();\n"; break;
       case Stmt::Kind::kCopyAsyncWait: out << pad << "ft_cp_async_wait(" << s.groups << ");\n"; break;
+      case Stmt::Kind::kWgmma:
+        out << pad << "ft_wgmma<" << s.wgmma_n << ", " << (s.dtype == DType::kBF16 ? 1 : 0) << ">(" << s.name << " + " << s.at[0]
+            << ", ft_wgmma_desc(" << s.a << ", " << s.b << ", " << s.at[1] << "u, " << s.at[2] << "u), ft_wgmma_desc(" << s.c
+            << ", " << s.d << ", " << s.at[3] << "u, " << s.at[4] << "u));\n";
+        break;
+      case Stmt::Kind::kWgmmaSync:
+        if (s.a == "fence") out << pad << "ft_wgmma_fence<" << local_count(k, s.name) << ">(" << s.name << ");\n";
+        if (s.a == "commit") out << pad << "ft_wgmma_commit();\n";
+        if (s.a == "wait") out << pad << "ft_wgmma_wait(" << s.groups << ", " << s.name << ", " << local_count(k, s.name) << ");\n";
+        if (s.a == "proxy") out << pad << "ft_fence_proxy_async();\n";
+        break;
       case Stmt::Kind::kPart:
         out << pad << "if (" << s.a << ") {\n";
         emit_block(out, k, s.uniform, depth + 1);
@@ -254,6 +331,13 @@ std::string emit_cuda(const std::vector<Kernel>& kernels) {
   out << "// Generated by fusetune (codegen/emit.cpp). CUDA C++ for NVRTC; on a host without a GPU, fusetune\n"
          "// builds and runs this same text with simt/prelude.h defining FT_SIMT (docs/simt.md).\n";
   out << kCudaIntrinsics << kPrelude << "\n";
+  std::set<std::pair<int, bool>> shapes;
+  for (const Kernel& k : kernels) wgmma_shapes(k.body, shapes);
+  if (!shapes.empty()) {
+    out << "#ifndef FT_SIMT\n";
+    for (const auto& [n, bf16] : shapes) out << wgmma_specialization(n, bf16);
+    out << "#endif\n\n";
+  }
   for (const Kernel& k : kernels) {
     if (!k.library.empty()) continue;  // a library call: the backend runs it
     out << "extern \"C\" __global__ void __launch_bounds__(" << k.threads << ") " << k.name << "(";

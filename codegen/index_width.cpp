@@ -116,6 +116,7 @@ class Walker {
         case Stmt::Kind::kComment:
         case Stmt::Kind::kBarrier:
         case Stmt::Kind::kMma:
+        case Stmt::Kind::kWgmmaSync:
         case Stmt::Kind::kCopyAsyncCommit:
         case Stmt::Kind::kCopyAsyncWait: break;
         case Stmt::Kind::kLet: {
@@ -191,6 +192,10 @@ class Walker {
           break;
         case Stmt::Kind::kVectorStore: range(s.a, "the index", s); break;
         case Stmt::Kind::kLdmatrix: range(s.b, "the row address", s); break;
+        case Stmt::Kind::kWgmma:
+          range(s.b, "A's offset", s);
+          range(s.d, "B's offset", s);
+          break;
         case Stmt::Kind::kCopyAsync:
           range(s.a, "the shared index", s);
           range(s.c, "the index", s);

@@ -190,6 +190,41 @@ Stmt copy_async_wait(int groups) {
   return s;
 }
 
+Stmt wgmma(std::string d, int64_t d_at, int n, std::string a, std::string a_at, int64_t a_lbo, int64_t a_sbo,
+           std::string b, std::string b_at, int64_t b_lbo, int64_t b_sbo, DType dtype) {
+  check(dtype == DType::kF16 || dtype == DType::kBF16, "wgmma of ", dtype_name(dtype), " (needs float16 or bfloat16)");
+  check(n >= 8 && n <= 256 && n % 8 == 0, "wgmma with N ", n, " (needs a multiple of 8 from 8 to 256)");
+  Stmt s;
+  s.kind = Stmt::Kind::kWgmma;
+  s.name = std::move(d);
+  s.a = std::move(a);
+  s.b = std::move(a_at);
+  s.c = std::move(b);
+  s.d = std::move(b_at);
+  s.at = {d_at, a_lbo, a_sbo, b_lbo, b_sbo};
+  s.wgmma_n = n;
+  s.dtype = dtype;
+  return s;
+}
+
+namespace {
+Stmt wgmma_sync(std::string what, std::string d = "", int groups = 0) {
+  Stmt s = bare(Stmt::Kind::kWgmmaSync);
+  s.a = std::move(what);
+  s.name = std::move(d);
+  s.groups = groups;
+  return s;
+}
+}  // namespace
+
+Stmt wgmma_fence(std::string d) { return wgmma_sync("fence", std::move(d)); }
+Stmt wgmma_commit() { return wgmma_sync("commit"); }
+Stmt wgmma_wait(std::string d, int groups) {
+  check(groups >= 0, "wgmma.wait_group ", groups);
+  return wgmma_sync("wait", std::move(d), groups);
+}
+Stmt proxy_fence() { return wgmma_sync("proxy"); }
+
 std::string warp_combine(const std::string& op, const std::string& x, const std::string& y) {
   return op == "sum" ? "(" + x + " + " + y + ")" : "ft_fmaxn(" + x + ", " + y + ")";
 }
@@ -252,6 +287,14 @@ std::string line_text(const Stmt& s) {
       break;
     case Stmt::Kind::kCopyAsyncCommit: out << "cp.async.commit_group"; break;
     case Stmt::Kind::kCopyAsyncWait: out << "cp.async.wait_group " << s.groups; break;
+    case Stmt::Kind::kWgmma:
+      out << "wgmma.m64n" << s.wgmma_n << "k16." << dtype_name(s.dtype) << " " << s.name << "[" << (s.at.empty() ? -1 : s.at[0])
+          << "] += " << s.a << "[" << s.b << "] * " << s.c << "[" << s.d << "]";
+      break;
+    case Stmt::Kind::kWgmmaSync:
+      out << (s.a == "proxy" ? "fence.proxy.async" : "wgmma." + s.a) << (s.a == "wait" ? " " + std::to_string(s.groups) : "")
+          << (s.name.empty() ? "" : " (" + s.name + ")");
+      break;
     case Stmt::Kind::kUniformFor:
       out << "for.uniform " << s.name << " in [" << s.a << ", " << s.b << ")"
           << (s.unroll > 0 ? " unroll " + std::to_string(s.unroll) : std::string());

@@ -59,6 +59,33 @@
 // value and no thread may touch it; once waited for, the data is the issuing thread's store, seen
 // by other threads after a barrier. The host executor lands a copy's bytes at its wait and
 // reports any access of a destination still in flight (simt/hazards.h).
+// Warpgroup matrix multiply-accumulate (sm_90a, wgmma): `wgmma` is one wgmma.mma_async
+// m64nNk16 of a warpgroup (the 4 warps 4w .. 4w + 3, 128 threads), D(64xN, f32) += A(64x16) *
+// B(16xN), A and B float16 or bfloat16 read from shared memory through matrix descriptors (PTX ISA,
+// "Matrix Descriptor Format"), without swizzling: each operand is made of core matrices of 8 rows
+// of 16 bytes (8 elements), stored as 128 contiguous bytes; A is K-major (a core matrix holds rows
+// m .. m + 7 at columns k .. k + 7, each row 16 bytes), B is N-major (imm-trans-b 1: a core matrix
+// holds rows k .. k + 7, each row the 8 columns n .. n + 7). The leading byte offset (LBO) is the
+// distance between core matrices adjacent in K, the stride byte offset (SBO) between core
+// matrices adjacent in M or N. The statement names A's shared allocation and the element offset
+// of A[0][0] (the core matrix of its first rows and columns), the same for B, and each operand's
+// LBO and SBO in bytes. The accumulator is a float thread-local of N / 2 elements from `at`: with
+// lane l of warp w (w = warp % 4 in the warpgroup), g = l / 4, t = l % 4, element 4j + i holds
+// D[16w + g + 8 (i / 2)][8j + 2t + i % 2] (each 8 columns laid out as mma.m16n8's C). The hardware
+// reads the operands asynchronously: `wgmma_fence` (wgmma.fence) orders the thread's earlier
+// accesses of the accumulators before the next wgmma, `wgmma_commit` closes the wgmmas issued
+// since the last commit into a group, `wgmma_wait` N (wgmma.wait_group) returns once at most N
+// groups are pending, and only then may the accumulators be read or the operands' shared memory
+// be written again. Shared memory the threads wrote (stores, landed cp.async) is visible to the
+// wgmma's asynchronous proxy after a `proxy_fence` (fence.proxy.async.shared::cta) by the writing
+// thread and a barrier. All four are warpgroup-collective and placed like barriers; a kernel with
+// them has whole warpgroups. The host executor (simt/prelude.h) computes each wgmma when it is
+// issued: every lane reads its share of the operands' core-matrix rows (16-byte reads under the
+// executor's checks, decoded from the descriptor's bits as the ISA defines them), the warp
+// exchanges them and each lane sums its accumulator elements into values the executor keeps;
+// the registers read NaN until the wait lands those values, and a store to a row a wgmma reads
+// before its wait is a hazard the executor reports (simt/hazards.h), so a missing wait shows;
+// wgmma.fence and the proxy fence order nothing the host's threads and barriers do not.
 // Packed kernels (several groups in one launch) are a sequence of `part` statements, each taken by
 // a range of blocks; barriers inside a part are block-uniform.
 // Scalar expressions are C expressions over the kernel's variables and the helpers of the common
@@ -77,7 +104,7 @@ namespace fusetune::codegen {
 
 // The version of the code generator: part of every tuning record's key, bumped whenever the code
 // generated for the same group and candidate changes.
-inline constexpr int kCodegenVersion = 15;
+inline constexpr int kCodegenVersion = 16;
 
 // Threads per warp: warp reductions combine this many lanes; blocks are whole warps.
 inline constexpr int kWarpSize = 32;
@@ -134,6 +161,8 @@ struct Stmt {
     kCopyAsync,   // name[a .. a + 16 bytes) <- b[c ..]: cp.async of 16 bytes, the first d read, the rest zero
     kCopyAsyncCommit,  // cp.async.commit_group
     kCopyAsyncWait,    // cp.async.wait_group `groups`
+    kWgmma,       // name[at0..] += a[b..] * c[d..]: wgmma m64n<wgmma_n>k16 (at1..at4: A's LBO, SBO, B's LBO, SBO in bytes)
+    kWgmmaSync,   // a: "fence" (wgmma.fence; name: the accumulators), "commit", "wait" (`groups`; name), "proxy"
   };
   Kind kind = Kind::kComment;
   std::string name;
@@ -151,6 +180,7 @@ struct Stmt {
   bool trans = false;  // kLdmatrix: transposed
   int groups = 0;      // kCopyAsyncWait: groups the thread may leave in flight
   int lanes = 0;       // kVectorStore: elements stored (2: a pair; 0: 16 bytes' worth)
+  int wgmma_n = 0;     // kWgmma: N (8 to 256, a multiple of 8)
 };
 
 // A comment line; the text goes through inert_comment (core/inert_text.h): it may echo model text.
@@ -212,6 +242,18 @@ Stmt copy_async(std::string shared, std::string shared_index, std::string buffer
 Stmt copy_async_commit();
 // Waits until at most `groups` of this thread's committed copy groups are in flight.
 Stmt copy_async_wait(int groups);
+// D(64 x n, f32) += A(64x16) * B(16 x n), one wgmma.mma_async of the warpgroup (see the header
+// comment): accumulators from element d_at of float thread-local `d`; A from element a_at of
+// 16-bit shared allocation `a` (K-major core matrices, LBO/SBO `a_lbo`/`a_sbo` bytes), B from
+// b_at of `b` (N-major, `b_lbo`/`b_sbo`); both of `dtype` (kF16 or kBF16).
+Stmt wgmma(std::string d, int64_t d_at, int n, std::string a, std::string a_at, int64_t a_lbo, int64_t a_sbo,
+           std::string b, std::string b_at, int64_t b_lbo, int64_t b_sbo, DType dtype);
+// wgmma.fence before the wgmmas that accumulate into thread-local `d`; commit_group; wait_group
+// `groups` (after which `d` may be read); fence.proxy.async.shared::cta.
+Stmt wgmma_fence(std::string d);
+Stmt wgmma_commit();
+Stmt wgmma_wait(std::string d, int groups);
+Stmt proxy_fence();
 // The expression a warp reduction with `op` combines its own value x and its partner's y with.
 std::string warp_combine(const std::string& op, const std::string& x, const std::string& y);
 

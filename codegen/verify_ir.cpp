@@ -17,11 +17,13 @@ namespace {
 // Statements that must be reached by every thread of the block at once.
 bool block_uniform_only(Stmt::Kind kind) {
   return kind == Stmt::Kind::kBarrier || kind == Stmt::Kind::kWarpReduce || kind == Stmt::Kind::kMma ||
-         kind == Stmt::Kind::kLdmatrix || kind == Stmt::Kind::kPart || kind == Stmt::Kind::kUniformFor;
+         kind == Stmt::Kind::kLdmatrix || kind == Stmt::Kind::kPart || kind == Stmt::Kind::kUniformFor ||
+         kind == Stmt::Kind::kWgmma || kind == Stmt::Kind::kWgmmaSync;
 }
 
 bool warp_synchronous(Stmt::Kind kind) {
-  return kind == Stmt::Kind::kWarpReduce || kind == Stmt::Kind::kMma || kind == Stmt::Kind::kLdmatrix;
+  return kind == Stmt::Kind::kWarpReduce || kind == Stmt::Kind::kMma || kind == Stmt::Kind::kLdmatrix ||
+         kind == Stmt::Kind::kWgmma || kind == Stmt::Kind::kWgmmaSync;
 }
 
 const char* what(Stmt::Kind kind) {
@@ -30,6 +32,8 @@ const char* what(Stmt::Kind kind) {
     case Stmt::Kind::kWarpReduce: return "a warp reduction";
     case Stmt::Kind::kMma: return "an mma";
     case Stmt::Kind::kLdmatrix: return "an ldmatrix";
+    case Stmt::Kind::kWgmma: return "a wgmma";
+    case Stmt::Kind::kWgmmaSync: return "a wgmma fence, commit or wait";
     case Stmt::Kind::kPart: return "a part";
     case Stmt::Kind::kUniformFor: return "a uniform loop";
     default: return "a statement";
@@ -71,6 +75,10 @@ class Verifier {
     if (first_warp_sync_ != nullptr) {
       check(k_.threads > 0 && k_.threads % kWarpSize == 0, "kernel '", k_.name, "': ", k_.threads,
             " threads, not a positive multiple of ", kWarpSize, ", with warp-synchronous `", line_text(*first_warp_sync_), "`");
+    }
+    if (first_warpgroup_ != nullptr) {
+      check(k_.threads % (4 * kWarpSize) == 0, "kernel '", k_.name, "': ", k_.threads, " threads, not whole warpgroups of ",
+            4 * kWarpSize, ", with `", line_text(*first_warpgroup_), "`");
     }
     shared_layout();
   }
@@ -179,6 +187,25 @@ class Verifier {
         }
         break;
       }
+      case Stmt::Kind::kWgmma: {
+        if (s.at.size() != 5) fail_at(s, "wgmma with ", s.at.size(), " offsets and strides (needs 5)");
+        if (s.dtype != DType::kF16 && s.dtype != DType::kBF16) fail_at(s, "wgmma of ", dtype_name(s.dtype), " (needs float16 or bfloat16)");
+        if (s.wgmma_n < 8 || s.wgmma_n > 256 || s.wgmma_n % 8 != 0) fail_at(s, "wgmma with N ", s.wgmma_n, " (needs 8 to 256, a multiple of 8)");
+        fragment(s, "wgmma accumulator", s.name, s.at[0], s.wgmma_n / 2, DType::kF32);
+        for (const std::string* operand : {&s.a, &s.c}) {
+          const SharedAlloc* a = shared(*operand);
+          if (a == nullptr || dtype_size(a->dtype) != 2) fail_at(s, "wgmma operand '", *operand, "' is not a 16-bit shared allocation");
+        }
+        for (size_t i = 1; i < 5; ++i) {
+          // 14 bits of 16-byte units in the descriptor
+          if (s.at[i] <= 0 || s.at[i] % 16 != 0 || s.at[i] >= (int64_t{1} << 18)) fail_at(s, "wgmma stride ", s.at[i], " bytes (needs a multiple of 16 below 2^18)");
+        }
+        break;
+      }
+      case Stmt::Kind::kWgmmaSync:
+        if (s.a != "fence" && s.a != "commit" && s.a != "wait" && s.a != "proxy") fail_at(s, "wgmma synchronisation '", s.a, "'");
+        if ((s.a == "fence" || s.a == "wait") && local(s.name) == nullptr) fail_at(s, "wgmma ", s.a, " of '", s.name, "', which is not a thread-local");
+        break;
       case Stmt::Kind::kCopyAsync: {
         const SharedAlloc* a = shared(s.name);
         if (a == nullptr) fail_at(s, "cp.async into '", s.name, "', which is not a shared allocation");
@@ -206,6 +233,7 @@ class Verifier {
         fail_at(s, what(s.kind), " inside ", not_uniform, " (`", line_text(*enclosing), "`)");
       }
       if (warp_synchronous(s.kind) && first_warp_sync_ == nullptr) first_warp_sync_ = &s;
+      if ((s.kind == Stmt::Kind::kWgmma || s.kind == Stmt::Kind::kWgmmaSync) && first_warpgroup_ == nullptr) first_warpgroup_ = &s;
       statement(s);
       switch (s.kind) {
         case Stmt::Kind::kFor: walk(s.body, s.threads ? "a thread loop" : "a serial loop", &s); break;
@@ -271,6 +299,7 @@ class Verifier {
 
   const Kernel& k_;
   const Stmt* first_warp_sync_ = nullptr;
+  const Stmt* first_warpgroup_ = nullptr;  // the first wgmma statement
 };
 
 }  // namespace

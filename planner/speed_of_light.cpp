@@ -40,9 +40,12 @@ Occupancy occupancy(const Device& d, const LaunchShape& launch) {
 SpeedOfLight speed_of_light(const Device& d, double bytes, double operations, double special_ops, Pipe pipe) {
   SpeedOfLight s;
   s.memory_us = bytes / (d.dram_bandwidth_gbps * 1e3);  // GB/s = 1e3 bytes per µs
-  const double tflops = pipe == Pipe::kMmaSync ? d.mma_sync_fp16_tflops : pipe == Pipe::kMmaSyncTf32 ? d.mma_sync_tf32_tflops : d.fp32_tflops;
+  const double tflops = pipe == Pipe::kMmaSync       ? d.mma_sync_fp16_tflops
+                        : pipe == Pipe::kMmaSyncTf32 ? d.mma_sync_tf32_tflops
+                        : pipe == Pipe::kWgmma       ? d.fp16_tensor_tflops
+                                                     : d.fp32_tflops;
   s.compute_us = operations / (tflops * 1e6);  // TFLOP/s = 1e6 operations per µs
-  s.peak = pipe == Pipe::kMmaSync ? "mma.sync" : pipe == Pipe::kMmaSyncTf32 ? "mma.sync.tf32" : "fp32";
+  s.peak = pipe == Pipe::kMmaSync ? "mma.sync" : pipe == Pipe::kMmaSyncTf32 ? "mma.sync.tf32" : pipe == Pipe::kWgmma ? "wgmma" : "fp32";
   const double special_us = special_ops / d.special_ops_per_us();
   if (special_us > s.compute_us) {
     s.compute_us = special_us;

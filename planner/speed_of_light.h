@@ -47,13 +47,13 @@ struct SpeedOfLight {
                           // and special-function results / their rate
   double us = 0;          // the larger of memory_us and compute_us
   std::string bound;      // "memory" or "compute"
-  std::string peak;       // what bounds compute_us: "fp32", "mma.sync", "mma.sync.tf32" or "special"
+  std::string peak;       // what bounds compute_us: "fp32", "mma.sync", "mma.sync.tf32", "wgmma" or "special"
 };
 
 // The instruction class a kernel computes with: FP32 issue, or tensor cores by mma.sync on 16-bit
-// operands or on TF32 ones; its operations are charged at that class's rate. `special_ops`: its
+// operands or on TF32 ones, or by wgmma (the tensor peak); its operations are charged at that class's rate. `special_ops`: its
 // special-function results (exp, sqrt, ...), apart from `operations`.
-enum class Pipe { kFp32, kMmaSync, kMmaSyncTf32 };
+enum class Pipe { kFp32, kMmaSync, kMmaSyncTf32, kWgmma };
 SpeedOfLight speed_of_light(const Device& d, double bytes, double operations, double special_ops, Pipe pipe);
 
 // Bytes in flight per SM with one load request of `bytes_per_request` outstanding per resident warp.

@@ -126,6 +126,28 @@ MmaWarps mma_warps(int64_t rows, int64_t cols, int64_t warps) {
   return best;
 }
 
+WgmmaGroups wgmma_groups(int64_t rows, int64_t cols, int64_t warpgroups) {
+  const int64_t mt = ceil_div(std::max<int64_t>(1, rows), 64);
+  WgmmaGroups best;
+  int64_t best_area = -1, best_instructions = 0;
+  for (int64_t gm = 1; gm <= warpgroups; ++gm) {
+    if (warpgroups % gm != 0) continue;
+    const int64_t gn = warpgroups / gm;
+    const int64_t width = ceil_div(ceil_div(std::max<int64_t>(1, cols), gn), 8) * 8;  // a warpgroup's columns
+    WgmmaGroups w{gm, gn, ceil_div(mt, gm), ceil_div(width, 256), 8};
+    w.n = ceil_div(ceil_div(width, w.fn), 8) * 8;
+    const int64_t area = w.rows() * w.cols(), instructions = w.fm * w.fn;
+    if (best_area < 0 || area < best_area || (area == best_area && instructions < best_instructions)) {
+      best = w;
+      best_area = area;
+      best_instructions = instructions;
+    }
+  }
+  return best;
+}
+
+bool has_wgmma(const Device& d) { return d.compute_capability == 90; }
+
 bool tensor_core_operands(const Graph& g, const Node& n) {
   if (n.op != "MatMul") return false;
   const Value& a = g.value(n.inputs[0]);
@@ -160,6 +182,7 @@ std::string TileConfig::str() const {
   out << " threads=" << threads;
   if (vector > 1) out << " vec=" << vector;
   if (mma) out << " mma";
+  if (wgmma) out << " wgmma";
   if (gemv) out << " gemv";
   if (flash) out << " flash";
   return out.str();
@@ -251,6 +274,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   int64_t tile_flops = 0;
   int64_t tensor_flops = 0;  // per tile, contraction flops on tensor cores (padded to m16n8k16)
   int64_t tf32_flops = 0;    // the same for TF32 contractions (padded to m16n8k8)
+  int64_t wgmma_flops = 0;   // the same for wgmma (padded to m64nNk16)
   int64_t tile_special = 0;  // per tile, special-function results (exp, sqrt, ...)
   int64_t tile_loads = 0;  // per tile, the load instructions that stage contraction operands
   int64_t padded_elems = 0;  // per tile, the accumulators of tensor-core contractions (fragments)
@@ -271,6 +295,17 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       c.reject = opt.tf32 ? "tensor cores (mma) need a staged MatMul with float16, bfloat16 or float32 operands"
                           : "tensor cores (mma) need a staged MatMul with float16 or bfloat16 operands (float32 ones "
                             "only under the TF32 precision policy)";
+      return c;
+    }
+  }
+  if (cfg.wgmma) {
+    if (!cfg.mma || !has_wgmma(d)) {
+      c.reject = "wgmma needs tensor cores (mma) on a device of compute capability 9.0 (sm_90a)";
+      return c;
+    }
+    if (cfg.flash || cfg.threads % (4 * d.warp_size) != 0 || !has_mma_matmul(g, group, false)) {
+      c.reject = "wgmma needs whole warpgroups of 128 threads and a staged MatMul with float16 or bfloat16 operands, "
+                 "outside flash attention";
       return c;
     }
   }
@@ -313,26 +348,36 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       // instruction's: 16 (m16n8k16, 16-bit operands) or 8 (m16n8k8, TF32 from float32 ones).
       const DType operand = g.value(n.inputs[0]).dtype;
       const bool tf32 = operand == DType::kF32;
+      if (tf32 && cfg.wgmma) {
+        c.reject = "wgmma takes float16 or bfloat16 operands, not float32 ones (TF32 runs on mma.sync)";
+        return c;
+      }
       const int64_t kk = mma_k(operand), esize = static_cast<int64_t>(dtype_size(operand)), lanes = 16 / esize;
-      const MmaWarps warps = mma_warps(out_region[out_region.size() - 2].size(), out_region.back().size(), cfg.threads / 32);
-      const int64_t rows = warps.rows(), cols = warps.cols();
+      const int64_t region_rows = out_region[out_region.size() - 2].size(), region_cols = out_region.back().size();
+      const MmaWarps warps = mma_warps(region_rows, region_cols, cfg.threads / 32);
+      const WgmmaGroups groups = wgmma_groups(region_rows, region_cols, cfg.threads / 128);
+      const int64_t rows = cfg.wgmma ? groups.rows() : warps.rows(), cols = cfg.wgmma ? groups.cols() : warps.cols();
       const int64_t kp = ceil_div(e.reduce_extents.empty() ? 1 : e.reduce_extents[0], kk) * kk;
       const int64_t step = ceil_div(std::max<int64_t>(cfg.reduce_step, kk), kk) * kk;
       padded_elems += rows * cols;
-      (tf32 ? tf32_flops : tensor_flops) += 2 * rows * cols * kp;
-      // A ring of operand slices with padded rows (codegen's pitches); the product's accumulators
+      (tf32 ? tf32_flops : cfg.wgmma ? wgmma_flops : tensor_flops) += 2 * rows * cols * kp;
+      // A ring of operand slices with padded rows (codegen's pitches; wgmma's core matrices are
+      // not padded); the product's accumulators
       // in shared memory unless its epilogue runs from registers (planner/epilogue.h). An operand
       // copied by cp.async moves 16 bytes per instruction, another one element.
       const MmaStaging staging = mma_staging(g, n, produced);
-      tensor_smem = staging.stages * (rows * mma_pitch_a(operand, step) + step * mma_pitch_b(operand, cols)) * esize +
+      const int64_t pitch_a = cfg.wgmma ? step : mma_pitch_a(operand, step), pitch_b = cfg.wgmma ? cols : mma_pitch_b(operand, cols);
+      tensor_smem = staging.stages * (rows * pitch_a + step * pitch_b) * esize +
                     (register_epilogue(g, group, *it) ? 0 : out_elems * 4);
       tensor_loads = rows * kp / (staging.async_a ? lanes : 1) + cols * kp / (staging.async_b ? lanes : 1);
       // TF32 fragments come from shared memory an element a load, converted by one cvt each
       // (ldmatrix moves 16-bit rows): every staged element read at least once.
       if (tf32) tensor_loads += 2 * (rows + cols) * kp;
-      // In flight: stages - 1 steps of what cp.async copies; an operand loaded and stored by the
-      // threads, one element each per round.
-      const double a_bytes = static_cast<double>(rows * step * esize), b_bytes = static_cast<double>(step * cols * esize);
+      // In flight: stages - 1 steps of what cp.async copies (the region's rows and columns: the
+      // padding is zero-filled, not read); an operand loaded and stored by the threads, one
+      // element each per round.
+      const double a_bytes = static_cast<double>(std::min(rows, region_rows) * step * esize),
+                   b_bytes = static_cast<double>(step * std::min(cols, region_cols) * esize);
       const int64_t sync_loads = (staging.async_a ? 0 : rows * step) + (staging.async_b ? 0 : step * cols);
       const double sync_bytes = (staging.async_a ? 0 : a_bytes) + (staging.async_b ? 0 : b_bytes);
       in_flight = std::min(in_flight, (staging.stages - 1) * (a_bytes + b_bytes - sync_bytes) +
@@ -548,7 +593,10 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   const int64_t per_thread = std::max<int64_t>(1, ceil_div(std::max(tile_elems, padded_elems), cfg.threads));
   const bool contraction = std::any_of(group.nodes.begin(), group.nodes.end(),
                                        [&](int n) { return is_contraction(g.nodes()[static_cast<size_t>(n)]); });
-  c.registers = static_cast<int>(std::min<int64_t>(100000, 24 + per_thread * (contraction ? 2 : 1) + 2 * cfg.vector));
+  // A contraction's thread holds its accumulators and about as many operand values; a wgmma
+  // reads its operands from shared memory, and its thread holds the accumulators and addresses.
+  c.registers = static_cast<int>(std::min<int64_t>(
+      100000, cfg.wgmma ? 40 + per_thread : 24 + per_thread * (contraction ? 2 : 1) + 2 * cfg.vector));
   c.registers = std::max(c.registers, gemv_registers);  // the GEMV form's accumulators: rows x a vector
   c.registers = std::max(c.registers, flash_registers);  // flash attention's micro-tiles and row statistics
   if (cfg.gemv && !gemv_taken) {
@@ -590,7 +638,8 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   // each pipe overlapped with the issue of everything else.
   const double issue_us = static_cast<double>((tile_flops + 2 * tile_loads) * c.tiles) / (d.fp32_tflops * 1e6);
   const double tensor_us = static_cast<double>(tensor_flops * c.tiles) / (d.mma_sync_fp16_tflops * 1e6) +
-                           static_cast<double>(tf32_flops * c.tiles) / (d.mma_sync_tf32_tflops * 1e6);
+                           static_cast<double>(tf32_flops * c.tiles) / (d.mma_sync_tf32_tflops * 1e6) +
+                           static_cast<double>(wgmma_flops * c.tiles) / (d.fp16_tensor_tflops * 1e6);
   const double special_us = static_cast<double>(tile_special * c.tiles) / d.special_ops_per_us();
   // Each SM issues from four schedulers, each from its own warps (every NVIDIA SM since Volta):
   // with fewer warps resident on an SM than that, the rest of its issue slots and pipes idle.
@@ -612,7 +661,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   const double throughput_us = std::max({dram_us, l2_us, compute_us}) / c.efficiency;
   c.latency_bound = latency_us > throughput_us;
   c.modeled_us = std::max(throughput_us, latency_us) + opt.launch_overhead_us;
-  c.flops = (tile_flops + tensor_flops + tf32_flops) * c.tiles;
+  c.flops = (tile_flops + tensor_flops + tf32_flops + wgmma_flops) * c.tiles;
   c.valid = true;
   return c;
 }
@@ -852,6 +901,28 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
       }
     }
   }
+  // wgmma candidates (sm_90a, a MatMul with 16-bit operands): one matrix per tile, 64 to 256
+  // rows by 16 to 256 columns, one or two warpgroups, reduction steps of 16, 32, 64.
+  if (has_wgmma(d) && rs.size() >= 2 && has_mma_matmul(g, group, false)) {
+    for (int64_t tm : {64, 128, 256}) {
+      for (int64_t tn : {16, 32, 64, 128, 256}) {
+        std::vector<int64_t> tile(rs.size(), 1);
+        tile[rs.size() - 2] = std::min(tm, std::max<int64_t>(rs[rs.size() - 2], 1));
+        tile[rs.size() - 1] = std::min(tn, std::max<int64_t>(rs.back(), 1));
+        if ((tm > 64 && rs[rs.size() - 2] <= tm / 2) || (tn > 16 && rs.back() <= tn / 2)) continue;  // whole already
+        for (int groups : {1, 2}) {
+          if (groups * 64 > tm) continue;
+          for (int64_t step : {16, 32, 64}) {
+            if (step > 16 && step >= ceil_div(std::max<int64_t>(k_extent, 1), 16) * 16 * 2) continue;
+            TileConfig cfg{tile, step, groups * 4 * d.warp_size, 1, true};
+            cfg.wgmma = true;
+            Cost c = evaluate_tile(g, group, d, cfg, opt);
+            if (c.valid) all.push_back({cfg, c});
+          }
+        }
+      }
+    }
+  }
   // GEMV candidates (a MatMul of at most 8 rows whose B the group reads): all the root's rows (at
   // most 8), 1 to 16 column vectors of B's 16 bytes, 64 to 256 threads, steps of 128 to 512.
   if (rs.size() >= 2 && contraction && !conv) {
@@ -913,6 +984,10 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
     if (a.cost.modeled_us != b.cost.modeled_us) return a.cost.modeled_us < b.cost.modeled_us;
     // Equal times (set by Little's law, DRAM or the launch alike): fewer instructions to issue first.
     if (a.cost.issue_us != b.cost.issue_us) return a.cost.issue_us < b.cost.issue_us;
+    // Then fewer reduction steps a tile (each a barrier and, for wgmma, a wait for the tensor cores).
+    if (a.config.reduce_step > 0 && b.config.reduce_step > 0 && a.config.reduce_step != b.config.reduce_step) {
+      return a.config.reduce_step > b.config.reduce_step;
+    }
     return a.config.str() < b.config.str();
   });
   if (static_cast<int>(all.size()) > opt.top_k) all.resize(static_cast<size_t>(opt.top_k));

@@ -18,7 +18,8 @@
 //   - time: the slowest of DRAM, L2 and issue (arithmetic plus the loads that stage contraction
 //     operands, one per element or one per float4 quad at vector width 4 where codegen can use
 //     quads; with `mma`, a contraction's arithmetic, padded to m16n8k16, at the rate mma.sync
-//     attains, Device::mma_sync_fp16_tflops (on Hopper two thirds of the peak only wgmma reaches);
+//     attains, Device::mma_sync_fp16_tflops (on Hopper two thirds of the peak only wgmma reaches;
+//     with `wgmma`, padded to m64nNk16, at the tensor peak Device::fp16_tensor_tflops);
 //     special-function results (core/ops.h node_special_ops; flash attention's exponentials per
 //     score and rescale factors per row and key tile) at Device::special_ops_per_us; each pipe
 //     overlapping the issue of the rest; the compute terms divided by the share of an SM's four
@@ -49,14 +50,17 @@
 // (for contractions with a float4-capable operand) vector widths 1 and 4, adds tensor-core (`mma`)
 // candidates for groups with a float16/bfloat16 MatMul on devices of compute capability 8.0 or
 // later (one matrix per tile, tile extents from 16x8 to 128x128, whole warps each owning 1 to 16
-// m16n8 fragments, steps of 16, 32, 64; evaluate_tile rejects mma elsewhere), adds GEMV candidates
+// m16n8 fragments, steps of 16, 32, 64; evaluate_tile rejects mma elsewhere), on devices that
+// issue wgmma (has_wgmma) also `wgmma` ones (tiles of 64 to 256 rows by 16 to 256 columns, one or
+// two warpgroups, steps of 16, 32, 64; float16/bfloat16 operands only), adds GEMV candidates
 // for groups with a MatMul of at most 8 rows (all its rows, 1 to 16 column vectors, 64 to 256
 // threads, steps of 128, 256, 512; evaluate_tile rejects gemv where no MatMul takes the form),
 // adds flash-attention candidates for groups with an attention core (per row count of its
 // output, 16 to 128 or all, the smallest root tile whose output region is one matrix of those
 // rows and all its columns; 64 to 256 threads; key tiles of 16 to 128),
 // and returns the best `top_k` by modeled time (two modeled alike, as Little's law, DRAM or the
-// launch bound them, then by the issue term alone), deterministically. A group a vendor library can run whole
+// launch bound them, then by the issue term alone, then by the larger reduction step: fewer
+// barriers a tile), deterministically. A group a vendor library can run whole
 // (planner/library_call.h) also gets that library's candidates, one per ranked algorithm
 // (TilingOptions::library_algorithms), kept in the list whatever their rank, each displacing the
 // last generated candidate while the list is full: measurement decides between them and the
@@ -81,6 +85,7 @@ struct TileConfig {
   int threads = 0;
   int vector = 1;             // 4: stage contraction operands in float4 quads where possible
   bool mma = false;           // tensor cores for MatMuls with float16/bfloat16 operands (sm_80+)
+  bool wgmma = false;         // ... by warpgroups issuing wgmma (sm_90a; with mma; see wgmma_groups)
   bool gemv = false;          // the GEMV form of MatMuls of at most 8 rows whose B the group reads (see above)
   bool flash = false;         // the group's attention core as flash attention, reduce_step keys a tile (see above)
   std::string library = "";   // set ("cublasLt", "cudnn", ...): the group runs as a library call (planner/library_call.h)
@@ -185,6 +190,22 @@ struct MmaWarps {
   int64_t cols() const { return warps_n * fn * 8; }
 };
 MmaWarps mma_warps(int64_t rows, int64_t cols, int64_t warps);
+
+// The warpgroups of a wgmma MatMul (sm_90a) over a region of at most rows x cols (codegen/stages/
+// mma_matmul.h lays them out, the cost model charges them): a groups_m x groups_n grid of the
+// block's warpgroups (128 threads each), each owning fm x fn wgmma tiles of 64 rows by n columns
+// (n a multiple of 8, at most 256); the split that pads the region least, then with the fewest
+// instructions. The staged slices span the grid: A (groups_m * fm * 64) rows, B (groups_n * fn *
+// n) columns, in core matrices without padding.
+struct WgmmaGroups {
+  int64_t groups_m = 1, groups_n = 1, fm = 1, fn = 1, n = 8;
+  int64_t rows() const { return groups_m * fm * 64; }
+  int64_t cols() const { return groups_n * fn * n; }
+};
+WgmmaGroups wgmma_groups(int64_t rows, int64_t cols, int64_t warpgroups);
+// Whether the device issues wgmma: compute capability 9.0 exactly (sm_90a; later architectures
+// have other instructions).
+bool has_wgmma(const Device& d);
 
 // True if MatMul n has operands tensor cores take: both float16, both bfloat16 or both float32
 // (as TF32), of rank 2 or more. Whether float32 ones may go there is the precision policy's

@@ -10,7 +10,7 @@ namespace fusetune::search {
 namespace {
 
 // A configuration's knobs as numbers: log2 of each tile extent and of the threads, the reduction
-// step's log2 (0 for none), the vector width's log2, and the tensor-core, GEMV and flash flags.
+// step's log2 (0 for none), the vector width's log2, and the tensor-core, wgmma, GEMV and flash flags.
 std::vector<double> knobs(const planner::TileConfig& c) {
   std::vector<double> k;
   for (int64_t t : c.tile) k.push_back(std::log2(static_cast<double>(std::max<int64_t>(t, 1))));
@@ -18,6 +18,7 @@ std::vector<double> knobs(const planner::TileConfig& c) {
   k.push_back(c.reduce_step > 0 ? std::log2(static_cast<double>(c.reduce_step)) : -1);
   k.push_back(std::log2(static_cast<double>(std::max(c.vector, 1))));
   k.push_back(c.mma ? 1 : 0);
+  k.push_back(c.wgmma ? 1 : 0);
   k.push_back(c.gemv ? 1 : 0);
   k.push_back(c.flash ? 1 : 0);
   return k;

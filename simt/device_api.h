@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-#define FT_SIMT_API_VERSION 3
+#define FT_SIMT_API_VERSION 4
 
 enum { FT_SIMT_LOAD = 0, FT_SIMT_STORE = 1 };
 
@@ -55,6 +55,22 @@ typedef struct ft_simt_api {
   /* cp.async.wait_group `groups` at `line` of the CUDA text: completes the thread's oldest
    * committed groups until at most `groups` are in flight. */
   void (*copy_async_wait)(int groups, int line);
+  /* wgmma.mma_async (sm_90a) by the calling thread, whose `count` accumulators are its registers at
+   * `d`: returns the floats the wgmma is to accumulate into, kept by the executor (the values the
+   * thread's wgmmas in flight on those registers will leave, else the registers' values), and
+   * fills the registers with NaN: they hold no defined value until the wait that completes the
+   * wgmma lands the result in them. */
+  float* (*wgmma_issue)(float* d, int count);
+  /* 16 bytes a wgmma reads at element `index` of shared view `b`: checked as a load now, then in
+   * flight until the thread's wait completes the wgmma, and a store to them before that is a
+   * hazard. Counted as a shared load when `counted` (the warpgroup reads each row once; the
+   * emulation's warps may read a row each). Returns their host address. */
+  const void* (*wgmma_read)(const ft_simt_buffer* b, long long index, int counted);
+  /* wgmma.commit_group: the thread's wgmmas since its last commit form a group. */
+  void (*wgmma_commit)(void);
+  /* wgmma.wait_group `groups` at `line` of the CUDA text: completes the thread's oldest committed
+   * groups until at most `groups` are pending (their results land, their reads end). */
+  void (*wgmma_wait)(int groups, int line);
   /* threadIdx.x, blockIdx.x, blockDim.x, gridDim.x of the calling thread. */
   unsigned (*thread_index)(void);
   unsigned (*block_index)(void);

@@ -8,6 +8,7 @@
 #include <boost/context/fiber.hpp>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -147,6 +148,24 @@ struct Fiber {
   void* fake_stack = nullptr;
   std::vector<AsyncCopy> copies_open;                // issued since the thread's last commit
   std::deque<std::vector<AsyncCopy>> copy_groups;   // committed, not yet waited for; oldest first
+  // wgmma (sm_90a): the thread's accumulators in flight and the shared rows its wgmmas read, each
+  // with the group it belongs to (committed groups are numbered from 1; wgmma_committed + 1 is
+  // the open one).
+  struct WgmmaResult {
+    float* registers = nullptr;
+    int count = 0;
+    std::vector<float> values;
+    uint64_t group = 0;
+  };
+  struct WgmmaRead {
+    const ft_simt_buffer* view = nullptr;
+    long long index = 0;
+    const void* site = nullptr;
+    uint64_t group = 0;
+  };
+  std::vector<WgmmaResult> wgmma_results;
+  std::vector<WgmmaRead> wgmma_reads;
+  uint64_t wgmma_committed = 0;
 };
 
 struct Warp {
@@ -271,6 +290,9 @@ struct Worker {
       f.lane = t % kWarpLanes;
       f.copies_open.clear();
       f.copy_groups.clear();
+      f.wgmma_results.clear();
+      f.wgmma_reads.clear();
+      f.wgmma_committed = 0;
       f.self = ctx::fiber(std::allocator_arg, PooledStack{&f.stack_bottom}, [this, &f](ctx::fiber&& sink) {
         f.sink = std::move(sink);
 #ifdef FT_SIMT_ASAN
@@ -297,6 +319,7 @@ struct Worker {
       deadlock();
     }
     for (Fiber& f : fibers) land_copies(f, 0);  // copies their threads never waited for
+    for (Fiber& f : fibers) end_wgmma_reads(f, UINT64_MAX);
     for (Warp& w : warps) w.trace.flush(counters);
     counters.blocks += 1;
     counters.threads += static_cast<uint64_t>(L.shape.threads);
@@ -313,6 +336,12 @@ struct Worker {
       // They stay in flight for the other threads of the block, and land when it ends.
       f.copy_groups.push_back(std::move(f.copies_open));
       f.copies_open.clear();
+    }
+    if (!f.wgmma_results.empty()) {
+      // The registers are gone with the thread's frame: the results never land.
+      find(Check::kSync, "wgmma results never waited for", "", -1, who(f.thread) + " ended", nullptr, nullptr,
+           std::to_string(f.wgmma_results.size()) + " accumulator sets in flight");
+      f.wgmma_results.clear();
     }
     f.state = Fiber::State::kDone;
     --live;
@@ -338,6 +367,8 @@ struct Worker {
 
   // Lands the thread's oldest committed copy groups until at most `keep` are in flight.
   void land_copies(Fiber& f, size_t keep, int line = 0);
+  // The thread's wgmma reads of groups up to `done` end: their locations may be written again.
+  void end_wgmma_reads(Fiber& f, uint64_t done);
 
   void complete_barrier() {
     ++epoch;
@@ -461,7 +492,7 @@ void check_global(Worker& w, Fiber& f, const ft_simt_buffer* b, long long index,
 }
 
 // What an access does to shared memory's cells.
-enum class SharedOp { kLoad, kStore, kIssueAsync, kLandAsync };
+enum class SharedOp { kLoad, kStore, kIssueAsync, kLandAsync, kIssueAsyncRead };
 
 void check_shared(Worker& w, Fiber& f, const ft_simt_buffer* b, long long index, int size, SharedOp op, const void* site) {
   const uintptr_t offset = static_cast<uintptr_t>(b->base - w.smem) + static_cast<uintptr_t>(index * b->element_bytes);
@@ -477,6 +508,7 @@ void check_shared(Worker& w, Fiber& f, const ft_simt_buffer* b, long long index,
       case SharedOp::kStore: h = c.store(w.now(), a, &other, &ordered); break;
       case SharedOp::kIssueAsync: h = c.issue_async(w.now(), a, &other, &ordered); break;
       case SharedOp::kLandAsync: h = c.land_async(w.now(), a, &other, &ordered); break;
+      case SharedOp::kIssueAsyncRead: h = c.issue_async_read(w.now(), a, &other, &ordered); break;
     }
     if (ordered) w.ordered_by_barrier();
     if (h == Hazard::kNone) continue;
@@ -567,7 +599,9 @@ void api_copy_async(const ft_simt_buffer* dst, long long dst_index, const ft_sim
     const unsigned char* from = checked_address(w, f, src, src_index, src_bytes, kBytes, "cp.async load", site);
     if (from != nullptr) {
       if (w.L.options.checks) check_global(w, f, src, src_index, src_bytes, false, site, nullptr);
-      count_access(w, f, src, from, src_bytes, false, site);
+      // The counters group accesses by site: the copy's global read and its shared write are two
+      // accesses of one instruction, kept apart under a second key (the next byte, on the same line).
+      count_access(w, f, src, from, src_bytes, false, static_cast<const char*>(site) + 1);
       std::memcpy(c.bytes, from, static_cast<size_t>(src_bytes));
     }
   }
@@ -664,6 +698,21 @@ const ft_simt_buffer* api_shared_view(long long offset, long long bytes, int ele
   return &w.views.back();
 }
 
+void Worker::end_wgmma_reads(Fiber& f, uint64_t done) {
+  auto kept = f.wgmma_reads.begin();
+  for (const Fiber::WgmmaRead& r : f.wgmma_reads) {
+    if (r.group > done) {
+      *kept++ = r;
+      continue;
+    }
+    const uintptr_t offset = static_cast<uintptr_t>(r.view->base - smem) + static_cast<uintptr_t>(r.index * r.view->element_bytes);
+    for (uintptr_t g = offset / kShadowGranule; g < (offset + 16) / kShadowGranule && g < shared_cells.size(); ++g) {
+      shared_cells[g].complete_async_read();
+    }
+  }
+  f.wgmma_reads.erase(kept, f.wgmma_reads.end());
+}
+
 void Worker::land_copies(Fiber& f, size_t keep, int line) {
   while (f.copy_groups.size() > keep) {
     if (line > 0 && !f.copy_groups.front().empty()) counters.wait_landings[line] += f.copy_groups.front().size();
@@ -675,6 +724,61 @@ void Worker::land_copies(Fiber& f, size_t keep, int line) {
   }
 }
 
+float* api_wgmma_issue(float* d, int count) {
+  Fiber& f = current();
+  const uint64_t open = f.wgmma_committed + 1;
+  for (Fiber::WgmmaResult& r : f.wgmma_results) {
+    if (r.registers == d) {
+      r.group = open;
+      return r.values.data();
+    }
+  }
+  f.wgmma_results.push_back({d, count, std::vector<float>(d, d + count), open});
+  std::fill(d, d + count, std::numeric_limits<float>::quiet_NaN());
+  return f.wgmma_results.back().values.data();
+}
+
+const void* api_wgmma_read(const ft_simt_buffer* b, long long index, int counted) {
+  const void* site = __builtin_return_address(0);
+  Fiber& f = current();
+  Worker& w = *f.worker;
+  constexpr int kBytes = 16;
+  if (!b->shared) {
+    w.find(Check::kMemory, "wgmma operand in " + buffer_label(b), buffer_label(b), index, w.who(f.thread), site, nullptr,
+           "needs shared memory");
+    return w.scratch;
+  }
+  unsigned char* addr = checked_address(w, f, b, index, kBytes, kBytes, "wgmma read", site);
+  if (addr == nullptr) return w.scratch;
+  if (w.L.options.checks) {
+    check_shared(w, f, b, index, kBytes, SharedOp::kIssueAsyncRead, site);
+    f.wgmma_reads.push_back({b, index, site, f.wgmma_committed + 1});
+  }
+  if (counted != 0) count_access(w, f, b, addr, kBytes, false, site);
+  return addr;
+}
+
+void api_wgmma_commit() { ++current().wgmma_committed; }
+
+void api_wgmma_wait(int groups, int line) {
+  Fiber& f = current();
+  Worker& w = *f.worker;
+  if (w.L.options.skip_waits.count(line) != 0) return;
+  const uint64_t done = f.wgmma_committed - std::min<uint64_t>(f.wgmma_committed, static_cast<uint64_t>(std::max(0, groups)));
+  size_t landed = 0;
+  for (auto it = f.wgmma_results.begin(); it != f.wgmma_results.end();) {
+    if (it->group > done) {
+      ++it;
+      continue;
+    }
+    std::copy(it->values.begin(), it->values.end(), it->registers);
+    it = f.wgmma_results.erase(it);
+    ++landed;
+  }
+  if (line > 0 && landed > 0) w.counters.wait_landings[line] += landed;
+  w.end_wgmma_reads(f, done);
+}
+
 unsigned api_thread_index() { return static_cast<unsigned>(current().thread); }
 unsigned api_block_index() { return static_cast<unsigned>(current().worker->block); }
 unsigned api_block_dim() { return static_cast<unsigned>(current().worker->L.shape.threads); }
@@ -682,6 +786,7 @@ unsigned api_grid_dim() { return static_cast<unsigned>(current().worker->L.shape
 
 const ft_simt_api kApi = {FT_SIMT_API_VERSION, api_access,          api_barrier,           api_warp_exchange,
                           api_shared_view,     api_copy_async,      api_copy_async_commit, api_copy_async_wait,
+                          api_wgmma_issue,     api_wgmma_read,      api_wgmma_commit,      api_wgmma_wait,
                           api_thread_index,    api_block_index,     api_block_dim,         api_grid_dim};
 
 }  // namespace

@@ -14,6 +14,7 @@ const char* hazard_name(Hazard h) {
     case Hazard::kWriteAfterWrite: return "write-after-write hazard";
     case Hazard::kUninitialized: return "read of uninitialised shared memory";
     case Hazard::kAsyncInFlight: return "access of shared memory a cp.async is still copying into";
+    case Hazard::kAsyncRead: return "store to shared memory a wgmma is still reading";
     case Hazard::kNone: break;
   }
   return "no hazard";
@@ -78,6 +79,9 @@ Hazard Cell::store(Stamp now, const Access& a, Access* other, bool* spans) {
   if (a_thread >= 0) {
     h = Hazard::kAsyncInFlight;
     *other = {a_thread, 0, a_site};
+  } else if (m_readers > 0) {
+    h = Hazard::kAsyncRead;
+    *other = {m_thread, 0, m_site};
   } else if (w_stamp == now.packed() && !ordered(w_thread, w_wepoch, a)) {
     h = Hazard::kWriteAfterWrite;
     *other = {w_thread, w_wepoch, w_site};
@@ -106,6 +110,21 @@ Hazard Cell::land_async(Stamp now, const Access& a, Access* other, bool* spans) 
   a_thread = -1;
   a_site = nullptr;
   return store(now, a, other, spans);
+}
+
+Hazard Cell::issue_async_read(Stamp now, const Access& a, Access* other, bool* spans) {
+  const Hazard h = load(now, a, true, other, spans);
+  ++m_readers;
+  m_thread = a.thread;
+  m_site = a.site;
+  return h;
+}
+
+void Cell::complete_async_read() {
+  if (m_readers > 0 && --m_readers == 0) {
+    m_thread = -1;
+    m_site = nullptr;
+  }
 }
 
 CrossBlock::CrossBlock(size_t elements)

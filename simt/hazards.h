@@ -12,6 +12,8 @@
 // that no thread of the block wrote in this run is an initcheck finding. A location an
 // asynchronous copy (cp.async) has been issued into and not yet landed holds no defined value:
 // any access of it is a hazard, whatever the order (the copy lands when its thread waits for it).
+// A location a wgmma reads (asynchronously, until its thread's wgmma.wait_group completes it)
+// may be read meanwhile, but a store to it is a hazard, whatever the order.
 //
 // Across blocks (global buffers the launch writes): blocks have no way to order their accesses,
 // so a location written by one block and read or written by another is a hazard; CrossBlock keeps
@@ -40,7 +42,7 @@ struct Access {
   const void* site = nullptr;
 };
 
-enum class Hazard { kNone, kReadAfterWrite, kWriteAfterRead, kWriteAfterWrite, kUninitialized, kAsyncInFlight };
+enum class Hazard { kNone, kReadAfterWrite, kWriteAfterRead, kWriteAfterWrite, kUninitialized, kAsyncInFlight, kAsyncRead };
 const char* hazard_name(Hazard h);
 
 // The cell also tells whether an access depends on another thread's access of the previous
@@ -59,6 +61,9 @@ struct Cell {
   bool p_others = false;      // the earlier interval had readers other than p_thread
   int32_t a_thread = -1;      // a cp.async of this thread is copying into the location (-1: none)
   const void* a_site = nullptr;
+  int32_t m_readers = 0;      // wgmma reads of the location in flight
+  int32_t m_thread = -1;      // the thread of the latest of them
+  const void* m_site = nullptr;
 
   // Check and record a load (initcheck when `init`) or a store; on a hazard, *other gets the
   // earlier access.
@@ -69,6 +74,10 @@ struct Cell {
   // while it is in flight is kAsyncInFlight.
   Hazard issue_async(Stamp now, const Access& a, Access* other, bool* spans);
   Hazard land_async(Stamp now, const Access& a, Access* other, bool* spans);
+  // A wgmma's read of the location: checked as a load where it is issued, then in flight until
+  // the issuing thread's wait completes it; a store while it is in flight is kAsyncRead.
+  Hazard issue_async_read(Stamp now, const Access& a, Access* other, bool* spans);
+  void complete_async_read();
 };
 
 // First writer and reader block of each element of one global buffer in one launch.

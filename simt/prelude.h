@@ -15,7 +15,11 @@
 //   warp_exchange and compute what the PTX ISA documents for each lane (the fragment layout is
 //   in codegen/kernel_ir.h); an ldmatrix row is a 16-byte load by the lane that gives its address;
 // - ft_cp_async16, ft_cp_async_commit and ft_cp_async_wait hand cp.async and its groups to the
-//   executor, which lands each copy at the wait that completes it.
+//   executor, which lands each copy at the wait that completes it;
+// - ft_wgmma<N, BF16> decodes its matrix descriptors as the PTX ISA defines them, reads the
+//   operands' core-matrix rows through the executor (in flight until the wait) and computes each
+//   lane's accumulators into values the executor keeps; ft_wgmma_commit and ft_wgmma_wait hand
+//   its groups to the executor, which lands the results in the registers at the wait.
 // The build (simt/module.cpp) compiles: simt/device_api.h, this file, `#line 1 "kernels.cu"`, the
 // CUDA text, and one FT_SIMT_ENTRY(NAME) per kernel.
 #ifndef FUSETUNE_SIMT_DEVICE_API_H
@@ -427,6 +431,94 @@ FT_INTRINSIC void ft_ldmatrix_x4_trans(unsigned& r0, unsigned& r1, unsigned& r2,
   ft_ldmatrix(r, 4, 1, s, row);
   r0 = r[0], r1 = r[1], r2 = r[2], r3 = r[3];
 }
+
+// wgmma (codegen/kernel_ir.h): a matrix descriptor as the PTX ISA encodes it (start address, LBO
+// and SBO in 16-byte units in bits 0-13, 16-29 and 32-45; no swizzling), kept with the shared
+// view it points into so that the operands are read through the executor's checks.
+struct ft_wgmma_operand {
+  const ft_simt_buffer* view;
+  long long view_offset;  // the view's byte offset in the block's shared memory
+  unsigned long long bits;
+};
+FT_INTRINSIC ft_wgmma_operand ft_wgmma_desc(ft_ptr<unsigned short> s, long long i, unsigned lbo, unsigned sbo) {
+  const long long offset = (long long)(s.b->base - ft_simt_api_->shared_view(0, 0, 1, "shared memory")->base);
+  const unsigned long long address = (unsigned long long)(offset + 2 * i);
+  return {s.b, offset, ((address & 0x3FFFFull) >> 4) | ((unsigned long long)(lbo >> 4) << 16) | ((unsigned long long)(sbo >> 4) << 32)};
+}
+FT_FN unsigned long long ft_wgmma_field(unsigned long long bits, int at) { return ((bits >> at) & 0x3FFFull) << 4; }
+// The 16 bytes at byte `address` of the block's shared memory, read through the operand's view
+// (in flight until the wait that completes the wgmma), counted as a shared load when `counted`.
+FT_INTRINSIC ft_ldmatrix_row ft_wgmma_row(const ft_wgmma_operand& o, unsigned long long address, int counted) {
+  ft_ldmatrix_row r;
+  memcpy(&r, ft_simt_api_->wgmma_read(o.view, ((long long)address - o.view_offset) / 2, counted), 16);
+  return r;
+}
+struct ft_wgmma_rows {
+  ft_ldmatrix_row r[4];
+};
+// wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16} with A K-major and B N-major, scale-d 1:
+// each warp of the warpgroup reads the core-matrix rows it needs where the descriptors say (A's
+// 16 rows of this warp, one row of 16 bytes a lane; B's 2N rows, four a lane a round, the 8 rows
+// of a core matrix by 8 consecutive lanes), exchanges
+// them, and each lane adds A * B to its accumulator elements (element 4j + i: row 16w + g + 8 (i /
+// 2), column 8j + 2t + i % 2). The counters see each row read once by the warpgroup (B's by its
+// first warp): the least one wgmma reads, not the emulation's repeats for each warp's exchange.
+// The registers hold no defined value until the wait (the executor keeps the sums: wgmma_issue).
+template <int N, int BF16>
+FT_INTRINSIC void ft_wgmma(ft_flt* registers, ft_wgmma_operand a_desc, ft_wgmma_operand b_desc) {
+  static_assert(N >= 8 && N <= 256 && N % 8 == 0, "wgmma N");
+  ft_flt* const d = reinterpret_cast<ft_flt*>(ft_simt_api_->wgmma_issue(reinterpret_cast<float*>(registers), N / 2));
+  const unsigned lane = ft_simt_lane(), g = lane >> 2, t = lane & 3u, w = (ft_simt_api_->thread_index() / 32u) % 4u;
+  const unsigned long long a0 = ft_wgmma_field(a_desc.bits, 0), a_lbo = ft_wgmma_field(a_desc.bits, 16),
+                           a_sbo = ft_wgmma_field(a_desc.bits, 32);
+  const unsigned long long b0 = ft_wgmma_field(b_desc.bits, 0), b_lbo = ft_wgmma_field(b_desc.bits, 16),
+                           b_sbo = ft_wgmma_field(b_desc.bits, 32);
+  // A: lane l reads row 16w + l % 16 (core matrix row / 8, its row row % 8) at columns 8 (l / 16) ..
+  const unsigned row = 16u * w + (lane & 15u), half = lane >> 4;
+  const ft_ldmatrix_row mine = ft_wgmma_row(a_desc, a0 + (row / 8u) * a_sbo + (row % 8u) * 16u + half * a_lbo, 1);
+  const ft_ldmatrix_row* rows_a =
+      static_cast<const ft_ldmatrix_row*>(ft_simt_api_->warp_exchange(&mine, (int)sizeof mine, 0xffffffffu));
+  // (The conversions below count no operation: ft_h2f and ft_bf2f compute in the host's float.)
+  ft_flt a[2][16], b[N / 4][16];  // this lane's rows g, g + 8 and columns 8j + 2t, 8j + 2t + 1
+  for (unsigned k = 0; k < 16; ++k) {
+    for (unsigned r = 0; r < 2; ++r) {
+      const unsigned short h = rows_a[(g + 8u * r) + 16u * (k / 8u)].v[k % 8u];
+      a[r][k] = BF16 ? ft_bf2f(h) : ft_h2f(h);
+    }
+  }
+  // B: row q (q = 16 nb + k: columns 8 nb .. 8 nb + 7 at k) lies at nb * SBO + (k / 8) * LBO + (k % 8) * 16.
+  for (unsigned round = 0; round < (2u * N + 127u) / 128u; ++round) {
+    ft_wgmma_rows mine_b = {};
+    for (unsigned u = 0; u < 4; ++u) {  // rows 32u .. 32u + 31 of the round: 8 lanes a core matrix
+      const unsigned q = 128u * round + 32u * u + lane;
+      if (q < 2u * N) mine_b.r[u] = ft_wgmma_row(b_desc, b0 + (q / 16u) * b_sbo + ((q % 16u) / 8u) * b_lbo + (q % 8u) * 16u, w == 0u);
+    }
+    const ft_wgmma_rows* rows_b =
+        static_cast<const ft_wgmma_rows*>(ft_simt_api_->warp_exchange(&mine_b, (int)sizeof mine_b, 0xffffffffu));
+    for (unsigned p = 0; p < 128u && 128u * round + p < 2u * N; ++p) {
+      const unsigned q = 128u * round + p, nb = q / 16u, k = q % 16u;
+      for (unsigned c = 0; c < 2; ++c) {
+        const unsigned short h = rows_b[p % 32u].r[p / 32u].v[2u * t + c];
+        b[2u * nb + c][k] = BF16 ? ft_bf2f(h) : ft_h2f(h);
+      }
+    }
+  }
+  for (unsigned j = 0; j < N / 8u; ++j) {
+    for (unsigned i = 0; i < 4; ++i) {
+      ft_flt s = d[4u * j + i];
+      for (unsigned k = 0; k < 16; ++k) s = s + a[i >> 1][k] * b[2u * j + (i & 1u)][k];  // the FMA's multiply and add
+      d[4u * j + i] = s;
+    }
+  }
+}
+// Groups and waits go to the executor; wgmma.fence orders register accesses the host's sequential
+// thread already orders, and the proxy fence makes the threads' stores visible to the wgmma's
+// reads, which the barrier after it orders on the host.
+template <int C>
+FT_INTRINSIC void ft_wgmma_fence(ft_flt*) {}
+#define ft_wgmma_commit() ft_simt_api_->wgmma_commit()
+#define ft_wgmma_wait(groups, d, count) ft_simt_api_->wgmma_wait((groups), __LINE__)
+FT_INTRINSIC void ft_fence_proxy_async() {}
 
 // The per-thread entry of a kernel: its parameters from the executor's buffer descriptors.
 template <class... P, size_t... I>

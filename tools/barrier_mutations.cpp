@@ -14,8 +14,9 @@
 // it separates is touched by one thread only) must not be, else the analysis is wrong. Prints one
 // line per barrier that breaks either rule (task, candidate, line and the code around it) and a
 // summary: the mutation score is caught / barriers that ordered something. The same for each
-// cp.async.wait_group: deleted in turn (the executor skips it), it must be caught when it landed
-// any copy in the unmutated run (every copy is read after its wait). Exits 1 when a candidate
+// cp.async.wait_group and wgmma.wait_group: deleted in turn (the executor skips it), it must be
+// caught when it landed any copy or wgmma result in the unmutated run (every copy is read after
+// its wait, every result is the epilogue's). Exits 1 when a candidate
 // fails before any mutation or a rule breaks, 2 on bad input. --mma-only keeps the tensor-core
 // candidates alone (their cp.async pipelines), for a model whose other candidates other runs cover;
 // --precision tf32 plans as a job under the TF32 policy does (float32 MatMuls on tensor cores).
@@ -141,7 +142,10 @@ int run(const std::vector<std::string>& argv) {
     }
     if (src.kernels.empty()) continue;
     const std::map<std::string, std::vector<int>> barriers = statement_lines(src.cuda_source, "__syncthreads();");
-    const std::map<std::string, std::vector<int>> waits = statement_lines(src.cuda_source, "ft_cp_async_wait(");
+    std::map<std::string, std::vector<int>> waits = statement_lines(src.cuda_source, "ft_cp_async_wait(");
+    for (const auto& [kernel, lines] : statement_lines(src.cuda_source, "ft_wgmma_wait(")) {
+      waits[kernel].insert(waits[kernel].end(), lines.begin(), lines.end());
+    }
     const std::vector<std::string> text = lines_of(src.cuda_source);
     for (const wire::Candidate& c : t.task.candidates()) {
       if (!c.library().empty() || (mma_only && c.config().find(" mma") == std::string::npos)) continue;
@@ -161,14 +165,14 @@ int run(const std::vector<std::string>& argv) {
         ++score.waits_landing;
         const Verified r = verify(g, c, src, {}, seed, {line});
         const std::string where = "task " + t.pattern + " candidate " + c.config() + " (" + c.kernel() +
-                                  "): the cp.async wait at kernels.cu:" + std::to_string(line);
+                                  "): the wait at kernels.cu:" + std::to_string(line);
         if (!r.result.ok) {
           ++score.waits_caught;
           if (verbose) std::printf("caught: %s: %s\n", where.c_str(), r.result.detail.c_str());
           continue;
         }
         ++score.survivors;
-        std::printf("SURVIVES: %s landed %llu copies, yet its deletion passed verification\n", where.c_str(),
+        std::printf("SURVIVES: %s landed %llu copies or results, yet its deletion passed verification\n", where.c_str(),
                     static_cast<unsigned long long>(landed->second));
         show(text, line);
       }

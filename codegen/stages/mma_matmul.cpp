@@ -1,10 +1,12 @@
 #include "codegen/stages/mma_matmul.h"
 
 #include <algorithm>
+#include <functional>
 #include <optional>
 #include <set>
 
 #include "codegen/scalar_ops.h"
+#include "core/error.h"
 #include "codegen/stages/matmul.h"
 #include "planner/epilogue.h"
 #include "planner/tiling.h"
@@ -28,6 +30,10 @@ struct MmaPlan : StagedProduct {
   std::string frag_c, frag_a, frag_b;
   planner::MmaStaging staging;     // cp.async operands and the ring's stages
   int64_t slot_a = 0, slot_b = 0;  // elements of one stage's slice
+  // wgmma (sm_90a): warpgroups instead of warps (warps_n: the grid's warpgroup columns; fm x fn
+  // tiles of 64 x wn each), operand slices in core matrices (see emit)
+  bool wgmma = false;
+  int64_t wn = 0;
 };
 
 class MmaMatMulStage : public AnchorStage {
@@ -62,31 +68,67 @@ class MmaMatMulStage : public AnchorStage {
   // (warps_m * fm * 16) x step and B as step x (warps_n * fn * 8) so every warp's fragments lie
   // inside, with rows padded to an odd number of 16-byte units (the 8 rows an ldmatrix phase reads
   // fall in distinct banks; TF32: a fragment's 32 reads in 32 banks; planner::mma_pitch_a/b).
+  // With wgmma the block's warpgroups form planner::wgmma_groups' grid, and the slices are whole
+  // core matrices without padding (the reduction step a multiple of 16).
   void layout(Kernel& k, int64_t rows, int64_t cols, DType dtype, int v) {
     MmaPlan& st = st_;
-    const int64_t warps = cx_.cfg.threads / kWarpSize;
-    const planner::MmaWarps grid = planner::mma_warps(rows, cols, warps);
-    st.warps_n = grid.warps_n;
-    st.fm = grid.fm;
-    st.fn = grid.fn;
     st.mma = dtype;
     const int64_t kk = planner::mma_k(dtype);
     st.step = (std::max<int64_t>(kk, st.step) + kk - 1) / kk * kk;
-    st.rows_a = grid.rows();
-    st.cols_b = grid.cols();
-    st.pitch_a = planner::mma_pitch_a(dtype, st.step);
-    st.pitch_b = planner::mma_pitch_b(dtype, st.cols_b);
+    st.wgmma = cx_.cfg.wgmma;
+    check(!st.wgmma || dtype != DType::kF32, "codegen: wgmma of float32 operands (TF32 runs on mma.sync)");
+    if (st.wgmma) {
+      const planner::WgmmaGroups grid = planner::wgmma_groups(rows, cols, cx_.cfg.threads / (4 * kWarpSize));
+      st.warps_n = grid.groups_n;
+      st.fm = grid.fm;
+      st.fn = grid.fn;
+      st.wn = grid.n;
+      st.rows_a = grid.rows();
+      st.cols_b = grid.cols();
+      st.pitch_a = st.step;
+      st.pitch_b = st.cols_b;
+    } else {
+      const planner::MmaWarps grid = planner::mma_warps(rows, cols, cx_.cfg.threads / kWarpSize);
+      st.warps_n = grid.warps_n;
+      st.fm = grid.fm;
+      st.fn = grid.fn;
+      st.rows_a = grid.rows();
+      st.cols_b = grid.cols();
+      st.pitch_a = planner::mma_pitch_a(dtype, st.step);
+      st.pitch_b = planner::mma_pitch_b(dtype, st.cols_b);
+    }
     const std::string id = std::to_string(v);
     st.slot_a = st.rows_a * st.pitch_a;
     st.slot_b = st.step * st.pitch_b;
     st.a = k.add_shared("sa" + id, dtype, st.staging.stages * st.slot_a);
     st.b = k.add_shared("sb" + id, dtype, st.staging.stages * st.slot_b);
     st.frag_c = "fc" + id;
+    k.thread_locals.push_back({st.frag_c, st.fm * st.fn * (st.wgmma ? st.wn / 2 : 4), DType::kF32});
+    if (st.wgmma) return;
     st.frag_a = "fa" + id;
     st.frag_b = "fb" + id;
-    k.thread_locals.push_back({st.frag_c, st.fm * st.fn * 4, DType::kF32});
     k.thread_locals.push_back({st.frag_a, st.fm * 4, DType::kU32});
     k.thread_locals.push_back({st.frag_b, st.fn * 2, DType::kU32});
+  }
+
+  // Calls f(row, column, c) for each pair of adjacent accumulator columns a lane holds: the
+  // product at (row, column) and (row, column + 1) of the region is frag_c[c] and frag_c[c + 1]
+  // (mma: kernel_ir.h's C layout per m16n8 fragment; wgmma: per 8 columns of each 64 x wn tile,
+  // the same layout on the warp's 16 rows). `row0`, `col0`: the warp's first row and column.
+  void for_each_pair(const std::string& row0, const std::string& col0,
+                     const std::function<void(const std::string&, const std::string&, int64_t)>& f) const {
+    const MmaPlan& st = st_;
+    const int64_t chunks = st.wgmma ? st.wn / 8 : 1, tile_rows = st.wgmma ? 64 : 16, tile_cols = st.wgmma ? st.wn : 8;
+    for (int64_t i = 0; i < st.fm; ++i) {
+      for (int64_t j = 0; j < st.fn; ++j) {
+        for (int64_t q = 0; q < chunks; ++q) {
+          for (int64_t h = 0; h < 2; ++h) {
+            f("(" + row0 + " + " + lit(i * tile_rows + h * 8) + " + ft_g)",
+              "(" + col0 + " + " + lit(j * tile_cols + q * 8) + " + 2 * ft_t)", ((i * st.fn + j) * chunks + q) * 4 + 2 * h);
+          }
+        }
+      }
+    }
   }
 
   // After the last step: the epilogue from the accumulator fragments (register_epilogue's values).
@@ -107,16 +149,9 @@ void MmaMatMulStage::emit_register_epilogue(Kernel& k, const std::string& wm0, c
   Block write = cx_.fresh_block([&] {
     cx_.cur().push_back(let(kIndexType, "ft_g", lane + " / 4"));
     cx_.cur().push_back(let(kIndexType, "ft_t", lane + " % 4"));
-    for (int64_t i = 0; i < st.fm; ++i) {
-      for (int64_t j = 0; j < st.fn; ++j) {
-        for (int64_t h = 0; h < 2; ++h) {
-          const int64_t c0 = (i * st.fn + j) * 4 + 2 * h;
-          epilogue_run(cx_, st, *epilogue_, "(" + wm0 + " + " + lit(i * 16 + h * 8) + " + ft_g)",
-                       "(" + wn0 + " + " + lit(j * 8) + " + 2 * ft_t)", 2,
-                       [&](int64_t c) { return st.frag_c + "[" + std::to_string(c0 + c) + "]"; });
-        }
-      }
-    }
+    for_each_pair(wm0, wn0, [&](const std::string& row, const std::string& col, int64_t c0) {
+      epilogue_run(cx_, st, *epilogue_, row, col, 2, [&](int64_t c) { return st.frag_c + "[" + std::to_string(c0 + c) + "]"; });
+    });
   });
   k.body.push_back(if_then(wm0 + " < " + r.n[st.m_axis] + " && " + wn0 + " < " + r.n[st.n_axis], write));
 }
@@ -149,11 +184,17 @@ void MmaMatMulStage::emit(Kernel& k) {
   const bool any_async = st.staging.async_a || st.staging.async_b;
   const bool tf32 = st.mma == DType::kF32;
   const int64_t kk = planner::mma_k(st.mma), lanes = 16 / static_cast<int64_t>(dtype_size(st.mma));  // elements a 16-byte chunk
-  k.body.push_back(serial_for("ft_i", "0", lit(st.fm * st.fn * 4), {assign(st.frag_c + "[ft_i]", "0.0f")}));
+  k.body.push_back(serial_for("ft_i", "0", lit(st.fm * st.fn * (st.wgmma ? st.wn / 2 : 4)), {assign(st.frag_c + "[ft_i]", "0.0f")}));
   const std::string warp = "(ft_thread / " + lit(kWarpSize) + ")";
   const std::string lane = "(ft_thread % " + lit(kWarpSize) + ")";
-  const std::string wm0 = "(" + warp + " / " + lit(st.warps_n) + " * " + lit(st.fm * 16) + ")";
-  const std::string wn0 = "(" + warp + " % " + lit(st.warps_n) + " * " + lit(st.fn * 8) + ")";
+  // The warp's first row and column: its place in the warp grid, or (wgmma) its warpgroup's in
+  // the warpgroup grid and its 16 rows in the warpgroup's 64.
+  const std::string group = "(ft_thread / " + lit(4 * kWarpSize) + ")";
+  const std::string wg_m0 = "(" + group + " / " + lit(st.warps_n) + " * " + lit(st.fm * 64) + ")";
+  const std::string wm0 = st.wgmma ? "(" + wg_m0 + " + " + warp + " % 4 * 16)"
+                                   : "(" + warp + " / " + lit(st.warps_n) + " * " + lit(st.fm * 16) + ")";
+  const std::string wn0 = st.wgmma ? "(" + group + " % " + lit(st.warps_n) + " * " + lit(st.fn * st.wn) + ")"
+                                   : "(" + warp + " % " + lit(st.warps_n) + " * " + lit(st.fn * 8) + ")";
   // One operand slice of step `ks` into ring slot `slot` (A: rows_a x step, B: step x cols_b).
   auto stage = [&](bool is_a, const std::string& ks, const std::string& slot) {
     const int64_t rows = is_a ? st.rows_a : st.step, cols = is_a ? st.step : st.cols_b;
@@ -167,13 +208,18 @@ void MmaMatMulStage::emit(Kernel& k) {
       const std::string column = is_a ? r.lo[st.n_axis] : "(" + r.lo[st.n_axis] + " + " + col + ")";
       return cx_.index_of(access, product_vars(cx_, st, m, column, "ft_k"));
     };
+    // wgmma's slices are core matrices of 8 rows of 8 elements, 128 contiguous bytes each, ordered
+    // row-block major (A: 8 rows of M by 8 of K; B: 8 rows of K by 8 columns of N): element e of a
+    // slot lies at row e / (64 C) * 8 + e % 64 / 8 and column e / 64 % C * 8 + e % 8 of the slice
+    // (C = cols / 8), so consecutive threads fill consecutive 16 bytes.
+    const int64_t cores = cols / 8;
     if (is_a ? st.staging.async_a : st.staging.async_b) {
       const std::string p = cx_.param.at(u);
       const int64_t chunks = cols / lanes;
       Block loop = cx_.fresh_block([&] {
         Block& b = cx_.cur();
-        b.push_back(let(kIndexType, "ft_r", "ft_e / " + lit(chunks)));
-        b.push_back(let(kIndexType, "ft_c", "ft_e % " + lit(chunks) + " * " + lit(lanes)));
+        b.push_back(let(kIndexType, "ft_r", st.wgmma ? "ft_e / " + lit(8 * cores) + " * 8 + ft_e % 8" : "ft_e / " + lit(chunks)));
+        b.push_back(let(kIndexType, "ft_c", st.wgmma ? "ft_e / 8 % " + lit(cores) + " * 8" : "ft_e % " + lit(chunks) + " * " + lit(lanes)));
         b.push_back(let(kIndexType, "ft_k", ks + " * " + step + " + " + (is_a ? "ft_c" : "ft_r")));
         b.push_back(let(kIndexType, "ft_at", flat(cx_.g.value(u).shape, operand_index("ft_r", "ft_c"))));
         // Elements of the chunk inside the region and K (A: K is a multiple of the chunk's, so all
@@ -181,7 +227,7 @@ void MmaMatMulStage::emit(Kernel& k) {
         b.push_back(let(kIndexType, "ft_v", is_a ? "(ft_r < " + nm + " && ft_k < " + lit(st.k) + " ? " + lit(lanes) + " : 0)"
                                                  : "(ft_k < " + lit(st.k) + " ? ft_max(0, ft_min(" + lit(lanes) + ", " + nn +
                                                        " - ft_c)) : 0)"));
-        b.push_back(let(kIndexType, "ft_s", base + " + ft_r * " + lit(pitch) + " + ft_c"));
+        b.push_back(let(kIndexType, "ft_s", base + (st.wgmma ? " + ft_e * 8" : " + ft_r * " + lit(pitch) + " + ft_c")));
         Block elements;
         for (int64_t i = 0; i < lanes; ++i) {
           elements.push_back(store(buf, "ft_s + " + lit(i), "(" + lit(i) + " < ft_v ? " + p + "[ft_at + " + lit(i) + "] : 0)"));
@@ -192,15 +238,15 @@ void MmaMatMulStage::emit(Kernel& k) {
       return thread_for("ft_e", "0", lit(rows * chunks), loop);
     }
     Block loop = cx_.fresh_block([&] {
-      cx_.cur().push_back(let(kIndexType, "ft_r", "ft_e / " + lit(cols)));
-      cx_.cur().push_back(let(kIndexType, "ft_c", "ft_e % " + lit(cols)));
+      cx_.cur().push_back(let(kIndexType, "ft_r", st.wgmma ? "ft_e / " + lit(64 * cores) + " * 8 + ft_e % 64 / 8" : "ft_e / " + lit(cols)));
+      cx_.cur().push_back(let(kIndexType, "ft_c", st.wgmma ? "ft_e / 64 % " + lit(cores) + " * 8 + ft_e % 8" : "ft_e % " + lit(cols)));
       cx_.cur().push_back(let(kIndexType, "ft_k", ks + " * " + step + " + " + (is_a ? "ft_c" : "ft_r")));
       const auto idx = operand_index("ft_r", "ft_c");
       cx_.cur().push_back(let("float", "ft_x", "0.0f"));
       Block inside;
       cx_.with_block(inside, [&] { cx_.cur().push_back(assign("ft_x", cx_.value(u, idx))); });
       cx_.cur().push_back(if_then("ft_k < " + lit(st.k) + " && " + (is_a ? "ft_r < " + nm : "ft_c < " + nn), inside));
-      cx_.cur().push_back(store(buf, base + " + ft_r * " + lit(pitch) + " + ft_c", store_from_compute(st.mma, "ft_x")));
+      cx_.cur().push_back(store(buf, base + (st.wgmma ? " + ft_e" : " + ft_r * " + lit(pitch) + " + ft_c"), store_from_compute(st.mma, "ft_x")));
     });
     return thread_for("ft_e", "0", lit(rows * cols), loop);
   };
@@ -211,13 +257,16 @@ void MmaMatMulStage::emit(Kernel& k) {
   k.body.push_back(uniform_for("ft_ks", "0", lit(ahead), prologue));
   Block body;
   if (any_async) body.push_back(copy_async_wait(static_cast<int>(ahead - 1)));  // step ft_ks's group has landed
+  if (st.wgmma) body.push_back(proxy_fence());  // the slot's stores and copies, to the wgmma's proxy
   body.push_back(barrier());
   const std::string next = "(ft_ks + " + lit(stages - 1) + ")";
+  Block ahead_copies;  // step ft_ks + stages - 1 into the slot step ft_ks - 1 used
   if (steps > ahead) {
-    body.push_back(if_then(next + " < " + lit(steps), {stage(true, next, next + " % " + lit(stages)),
-                                                        stage(false, next, next + " % " + lit(stages))}));
+    ahead_copies.push_back(if_then(next + " < " + lit(steps), {stage(true, next, next + " % " + lit(stages)),
+                                                                stage(false, next, next + " % " + lit(stages))}));
   }
-  if (any_async) body.push_back(copy_async_commit());  // possibly empty: one group per step keeps the count
+  if (any_async) ahead_copies.push_back(copy_async_commit());  // possibly empty: one group per step keeps the count
+  if (!st.wgmma) body.insert(body.end(), ahead_copies.begin(), ahead_copies.end());
   const std::string slot = "(ft_ks % " + lit(stages) + ")";
   Block slice;  // k in [ft_ks * step + ft_kq * kk, + kk)
   if (tf32) {
@@ -240,21 +289,45 @@ void MmaMatMulStage::emit(Kernel& k) {
       }
     }
   }
-  for (int64_t i = 0; i < st.fm && !tf32; ++i) {
+  if (st.wgmma) {
+    // Each warpgroup's fm x fn wgmma of 64 x wn: A's 64 rows from its first at column 16 ft_kq (core
+    // matrices: LBO 128 bytes along K, SBO step * 16 bytes along M), B's wn columns from its first
+    // at row 16 ft_kq (LBO cols_b * 16 bytes along K, SBO 128 bytes along N).
+    for (int64_t i = 0; i < st.fm; ++i) {
+      for (int64_t j = 0; j < st.fn; ++j) {
+        slice.push_back(wgmma(st.frag_c, (i * st.fn + j) * (st.wn / 2), static_cast<int>(st.wn), st.a,
+                              slot + " * " + lit(st.slot_a) + " + (" + wg_m0 + " + " + lit(64 * i) + ") * " + step + " + ft_kq * 128",
+                              128, st.step * 16, st.b,
+                              slot + " * " + lit(st.slot_b) + " + ft_kq * " + lit(16 * st.cols_b) + " + (" + wn0 + " + " +
+                                  lit(j * st.wn) + ") * 8",
+                              st.cols_b * 16, 128, st.mma));
+      }
+    }
+  }
+  for (int64_t i = 0; i < st.fm && !tf32 && !st.wgmma; ++i) {
     slice.push_back(ldmatrix(st.frag_a, i * 4, 4, false, st.a,
                              slot + " * " + lit(st.slot_a) + " + (" + wm0 + " + " + lit(i * 16) + " + " + lane + " % 16) * " +
                                  lit(st.pitch_a) + " + ft_kq * 16 + " + lane + " / 16 * 8"));
   }
-  for (int64_t j = 0; j < st.fn && !tf32; j += 2) {
+  for (int64_t j = 0; j < st.fn && !tf32 && !st.wgmma; j += 2) {
     const bool pair = j + 1 < st.fn;
     slice.push_back(ldmatrix(st.frag_b, j * 2, pair ? 4 : 2, true, st.b,
                              slot + " * " + lit(st.slot_b) + " + (ft_kq * 16 + " + lane + " % 16) * " + lit(st.pitch_b) +
                                  " + " + wn0 + " + " + lit(j * 8) + (pair ? " + " + lane + " / 16 * 8" : "")));
   }
-  for (int64_t i = 0; i < st.fm; ++i) {
+  for (int64_t i = 0; i < st.fm && !st.wgmma; ++i) {
     for (int64_t j = 0; j < st.fn; ++j) slice.push_back(mma(st.frag_c, (i * st.fn + j) * 4, st.frag_a, i * 4, st.frag_b, j * 2, st.mma));
   }
+  if (st.wgmma) body.push_back(wgmma_fence(st.frag_c));
   body.push_back(uniform_for("ft_kq", "0", lit(st.step / kk), slice));
+  if (st.wgmma) {
+    // The copies two steps ahead are issued while the step's wgmmas run (their slot's wgmmas, the
+    // previous step's, completed before the barrier); the step's wgmmas complete before the next
+    // step's barrier lets a slot be written again.
+    body.push_back(wgmma_commit());
+    body.insert(body.end(), ahead_copies.begin(), ahead_copies.end());
+    body.push_back(wgmma_wait(st.frag_c, 0));
+  }
   k.body.push_back(uniform_for("ft_ks", "0", lit(steps), body));
   if (epilogue_) {
     emit_register_epilogue(k, wm0, wn0, lane);
@@ -265,16 +338,13 @@ void MmaMatMulStage::emit(Kernel& k) {
   // 2t + i % 2 of its fragment).
   const std::string acc = product_accumulators(cx_, st);
   Block write = {let(kIndexType, "ft_g", lane + " / 4"), let(kIndexType, "ft_t", lane + " % 4")};
-  for (int64_t i = 0; i < st.fm; ++i) {
-    for (int64_t j = 0; j < st.fn; ++j) {
-      for (int64_t c = 0; c < 4; ++c) {
-        const std::string row = "(" + wm0 + " + " + lit(i * 16 + (c / 2) * 8) + " + ft_g)";
-        const std::string col = "(" + wn0 + " + " + lit(j * 8 + c % 2) + " + 2 * ft_t)";
-        write.push_back(if_then(row + " < " + nm + " && " + col + " < " + nn,
-                                {store(acc, row + " * " + nn + " + " + col, st.frag_c + "[" + std::to_string((i * st.fn + j) * 4 + c) + "]")}));
-      }
+  for_each_pair(wm0, wn0, [&](const std::string& row, const std::string& col0, int64_t c0) {
+    for (int64_t c = 0; c < 2; ++c) {
+      const std::string col = "(" + col0 + " + " + lit(c) + ")";
+      write.push_back(if_then(row + " < " + nm + " && " + col + " < " + nn,
+                              {store(acc, row + " * " + nn + " + " + col, st.frag_c + "[" + std::to_string(c0 + c) + "]")}));
     }
-  }
+  });
   k.body.push_back(if_then(wm0 + " < " + nm + " && " + wn0 + " < " + nn, write));
   k.body.push_back(barrier());
   export_product(cx_, k, st);

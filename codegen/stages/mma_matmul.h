@@ -1,4 +1,4 @@
-// The tensor-core form of the staged MatMul (sm_80+): Kernel IR matrix fragments, ldmatrix and
+// The tensor-core forms of the staged MatMul (sm_80+; wgmma on sm_90a): Kernel IR matrix fragments, ldmatrix and
 // mma.m16n8k16 (codegen/kernel_ir.h gives their per-lane layout); for float32 operands (the TF32
 // precision policy's), fragments read element by element, rounded by cvt.rna.tf32.f32, and
 // mma.m16n8k8.tf32.
@@ -24,6 +24,17 @@
 // product has no shared buffer and the driver writes none of those values
 // again (LoweringContext::written). Otherwise each lane writes its accumulator elements inside
 // the region to the product's shared accumulators for the epilogue, as on the scalar path.
+// With TileConfig::wgmma (sm_90a; 16-bit operands) the block's warpgroups take the place of
+// warps: planner::wgmma_groups' grid, each warpgroup owning fm x fn tiles of 64 rows by wn columns;
+// the slices are core matrices (8 rows of 8 elements, 128 contiguous bytes; A K-major ordered
+// row-block major, B N-major ordered k-block major), filled 16 bytes a thread in the order they
+// lie in shared memory; per step, after the copies' wait, each thread's fence.proxy.async and the
+// barrier: wgmma.fence, per 16 of the step one wgmma of each tile (matrix descriptors without
+// swizzling: A's LBO 128 bytes, SBO step * 16; B's LBO cols * 16, SBO 128), one commit, the
+// copies two steps ahead while they run, and wgmma.wait_group 0, so the step's reads end before
+// a slot is written again. The
+// accumulators (wn / 2 floats a tile a thread) hold mma's C layout on each warp's 16 rows, and
+// the epilogue is the same.
 // Guarantees: warp-synchronous
 // statements only at block-uniform points, reached by every lane; every ldmatrix row address lies
 // inside its slice and is 16-byte aligned; the product summed in float (each 16-bit or TF32

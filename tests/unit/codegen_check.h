@@ -90,6 +90,10 @@ inline void check_groups(const Graph& g, const std::vector<planner::FusionGroup>
   }
   const std::string cuda = codegen::emit_cuda(kernels);
   for (const std::string& arch : options.archs) {
+    if (cuda.find("ft_wgmma<") != std::string::npos && arch != "sm_90") {
+      std::printf("NOTE: %s issues wgmma (sm_90a only): not compiled for %s\n", label.c_str(), arch.c_str());
+      continue;
+    }
     const backend::CompiledCuda cc = backend::compile_cuda(cuda, arch);
     EXPECT_FALSE(cc.cubin.empty()) << label << " " << arch;
     for (const codegen::Kernel& k : kernels) {

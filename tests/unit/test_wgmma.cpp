@@ -1,0 +1,404 @@
+// wgmma (sm_90a): the warpgroup's m64nNk16 from shared memory through matrix descriptors. The
+// host emulation of one wgmma is checked against a direct matrix product with operands placed in
+// core matrices by this test (written out here from the PTX ISA's layout, independently of the
+// code generator and of the emulation), and against a corrupted descriptor; MatMul chains lowered
+// with wgmma candidates (odd M, N, K, batched, two warpgroups in either grid, several tiles a
+// warpgroup) run on the host backend against the reference; their CUDA compiles for sm_90a with
+// wgmma.mma_async in the PTX; the planner offers wgmma only on compute capability 9.0 and only for
+// 16-bit operands, and its best wgmma candidates for a transformer's FFN compile without spills.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <map>
+#include <cmath>
+#include <random>
+#include <regex>
+
+#include "backend/backend.h"
+#include "backend/verify.h"
+#include "backend/nvrtc.h"
+#include "codegen/emit.h"
+#include "codegen/lower_group.h"
+#include "codegen/verify_ir.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "planner/device.h"
+#include "planner/tiling.h"
+#include "simt/executor.h"
+#include "unit/codegen_check.h"
+#include "unit/graph_helpers.h"
+#include "unit/test_seed.h"
+
+namespace fusetune::codegen {
+namespace {
+
+using fusetune::testing::add_input;
+using fusetune::testing::add_op;
+using planner::FusionGroup;
+using planner::TileConfig;
+
+uint16_t to_16(DType dtype, float x) { return dtype == DType::kBF16 ? float_to_bfloat16(x) : float_to_half(x); }
+float from_16(DType dtype, uint16_t x) { return dtype == DType::kBF16 ? bfloat16_to_float(x) : half_to_float(x); }
+
+// One warpgroup: A (64x16, row-major at a) and B (16xN, row-major at b) are copied into shared
+// memory as core matrices (A K-major: core (r / 8, c / 8) at ((r / 8) * 2 + c / 8) * 64 elements,
+// so LBO 128 bytes and SBO 256; B N-major: core (k / 8, n / 8) at ((k / 8) * N / 8 + n / 8) * 64,
+// LBO N * 16 bytes and SBO 128), then one wgmma adds A * B to D (zero), and each lane stores its
+// accumulators to d (64xN row-major) by the ISA's fragment layout. `sbo_a` replaces A's SBO (a
+// wrong one must give a wrong product). `mutation`: "no barrier" before the wgmma, "no wait"
+// after it, or "early store" (thread 0 overwrites A after a barrier, before the wait).
+Kernel one_wgmma_kernel(DType dtype, int n, int64_t sbo_a, const std::string& mutation = "") {
+  Kernel k;
+  k.name = "one_wgmma";
+  k.threads = 128;
+  k.grid = 1;
+  k.params = {{"a", dtype, 64 * 16, false}, {"b", dtype, 16LL * n, false}, {"d", DType::kF32, 64LL * n, true}};
+  const std::string sa = k.add_shared("sa", dtype, 64 * 16);
+  const std::string sb = k.add_shared("sb", dtype, 16LL * n);
+  k.thread_locals.push_back({"acc", n / 2, DType::kF32});
+  k.body.push_back(serial_for("ft_i", "0", std::to_string(n / 2), {assign("acc[ft_i]", "0.0f")}));
+  k.body.push_back(thread_for("ft_e", "0", "1024",
+                              {let(kIndexType, "ft_r", "ft_e / 16"), let(kIndexType, "ft_c", "ft_e % 16"),
+                               store(sa, "(ft_r / 8 * 2 + ft_c / 8) * 64 + ft_r % 8 * 8 + ft_c % 8", "a[ft_e]")}));
+  k.body.push_back(thread_for("ft_e", "0", std::to_string(16 * n),
+                              {let(kIndexType, "ft_r", "ft_e / " + std::to_string(n)), let(kIndexType, "ft_c", "ft_e % " + std::to_string(n)),
+                               store(sb, "(ft_r / 8 * " + std::to_string(n / 8) + " + ft_c / 8) * 64 + ft_r % 8 * 8 + ft_c % 8", "b[ft_e]")}));
+  k.body.push_back(proxy_fence());
+  if (mutation != "no barrier") k.body.push_back(barrier());
+  k.body.push_back(wgmma_fence("acc"));
+  k.body.push_back(wgmma("acc", 0, n, sa, "0", 128, sbo_a, sb, "0", 16LL * n, 128, dtype));
+  k.body.push_back(wgmma_commit());
+  if (mutation == "early store") {
+    k.body.push_back(barrier());
+    k.body.push_back(if_then("ft_thread == 0", {store(sa, "0", "0")}));
+  }
+  if (mutation != "no wait") k.body.push_back(wgmma_wait("acc", 0));
+  Block out = {let(kIndexType, "ft_w", "ft_thread / 32"), let(kIndexType, "ft_g", "ft_thread % 32 / 4"),
+               let(kIndexType, "ft_t", "ft_thread % 4")};
+  for (int j = 0; j < n / 8; ++j) {
+    for (int i = 0; i < 4; ++i) {
+      out.push_back(store("d", "(16 * ft_w + ft_g + " + std::to_string(8 * (i / 2)) + ") * " + std::to_string(n) + " + " +
+                                   std::to_string(8 * j + i % 2) + " + 2 * ft_t",
+                          "acc[" + std::to_string(4 * j + i) + "]"));
+    }
+  }
+  k.body.push_back(if_then("1", out));
+  verify_ir(k);
+  return k;
+}
+
+TEST(WgmmaEmulation, OneWgmmaEqualsADirectProduct) {
+  const unsigned seed = fusetune::testing::test_seed();
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-2, 2);
+  for (DType dtype : {DType::kF16, DType::kBF16}) {
+    for (int n : {8, 24, 64, 256}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " N " + std::to_string(n) + ", seed " + std::to_string(seed));
+      std::vector<uint16_t> a(64 * 16), b(16 * static_cast<size_t>(n));
+      for (auto& x : a) x = to_16(dtype, u(rng));
+      for (auto& x : b) x = to_16(dtype, u(rng));
+      auto backend = backend::make_host_backend();
+      for (bool right : {true, false}) {
+        const Kernel k = one_wgmma_kernel(dtype, n, right ? 256 : 128);
+        auto module = backend->load({k});
+        auto da = backend->allocate(a.size() * 2), db = backend->allocate(b.size() * 2), dd = backend->allocate(64LL * n * 4);
+        da->upload(a.data(), a.size() * 2);
+        db->upload(b.data(), b.size() * 2);
+        dd->fill_byte(0xFF);
+        module->launch("one_wgmma", {da.get(), db.get(), dd.get()});
+        // 2 * 64 * N * 16 operations of the wgmma, and no other float arithmetic.
+        EXPECT_EQ(module->counters().at("one_wgmma").flops, 2u * 64u * static_cast<unsigned>(n) * 16u);
+        std::vector<float> d(64 * static_cast<size_t>(n));
+        dd->download(d.data(), d.size() * 4);
+        double worst = 0;
+        for (int r = 0; r < 64; ++r) {
+          for (int c = 0; c < n; ++c) {
+            double want = 0;
+            for (int kk = 0; kk < 16; ++kk) want += double(from_16(dtype, a[r * 16 + kk])) * from_16(dtype, b[kk * n + c]);
+            worst = std::max(worst, std::abs(want - d[static_cast<size_t>(r * n + c)]));
+          }
+        }
+        if (right) {
+          EXPECT_LT(worst, 1e-4) << "the emulated wgmma differs from A * B";
+          if (backend::nvrtc_available() && n == 256) {
+            const std::string cuda = emit_cuda({k});
+            EXPECT_NE(backend::compile_ptx(cuda, "sm_90").find("wgmma.mma_async.sync.aligned.m64n256k16.f32." +
+                                                               std::string(dtype == DType::kBF16 ? "bf16.bf16" : "f16.f16")),
+                      std::string::npos);
+            EXPECT_FALSE(backend::compile_cuda(cuda, "sm_90").cubin.empty());
+          }
+        } else {
+          EXPECT_GT(worst, 1e-2) << "a wrong stride byte offset still gave A * B";
+        }
+      }
+    }
+  }
+}
+
+// What the executor reports when the wgmma's asynchrony is not respected: a missing wait (the
+// accumulators read before the results land, and results that never land), a store to an operand
+// before the wait, a missing barrier between the operands' stores and the wgmma.
+TEST(WgmmaEmulation, AMissingWaitBarrierOrAnEarlyStoreIsReported) {
+  auto backend = backend::make_host_backend();
+  const std::map<std::string, std::string> expected = {
+      {"no wait", "wgmma results never waited for"},
+      {"early store", "store to shared memory a wgmma is still reading"},
+      {"no barrier", "on shared 's"}};  // a read before or after the other threads' stores: initcheck or racecheck
+  for (const auto& [mutation, finding] : expected) {
+    const Kernel k = one_wgmma_kernel(DType::kF16, 16, 256, mutation);
+    auto module = backend->load({k});
+    std::vector<uint16_t> a(64 * 16, to_16(DType::kF16, 1.0f)), b(16 * 16, to_16(DType::kF16, 1.0f));
+    auto da = backend->allocate(a.size() * 2), db = backend->allocate(b.size() * 2), dd = backend->allocate(64 * 16 * 4);
+    da->upload(a.data(), a.size() * 2);
+    db->upload(b.data(), b.size() * 2);
+    try {
+      module->launch("one_wgmma", {da.get(), db.get(), dd.get()});
+      ADD_FAILURE() << mutation << ": no finding";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(finding), std::string::npos) << mutation << ": " << e.what();
+    }
+  }
+}
+
+// MatMul + bias + activation chains (2-D over odd M, N, K; batched; a product cast to float32):
+// one group each, as in test_tensor_cores.cpp.
+struct Chains {
+  Graph g;
+  std::vector<FusionGroup> groups;
+};
+
+Chains matmul_chains(DType dtype) {
+  Chains c;
+  Graph& g = c.g;
+  int id = 0;
+  const auto chain = [&](Shape a, Shape b, const char* activation) {
+    const std::string n = std::to_string(id++);
+    const int64_t cols = b.back();
+    const size_t first = g.nodes().size();
+    int x = add_op(g, "MatMul", {add_input(g, "a" + n, dtype, std::move(a)),
+                                 fusetune::testing::random_constant(g, "w" + n, dtype, std::move(b), 100u + static_cast<uint32_t>(id))});
+    x = add_op(g, "Add", {x, fusetune::testing::random_constant(g, "bias" + n, dtype, {cols}, 200u + static_cast<uint32_t>(id))});
+    add_op(g, activation, {x});
+    FusionGroup fg;
+    for (size_t k = first; k < g.nodes().size(); ++k) fg.nodes.push_back(static_cast<int>(k));
+    planner::describe_group(g, fg);
+    fg.outputs = {g.nodes().back().outputs[0]};
+    c.groups.push_back(fg);
+  };
+  for (const auto& [m, k, n] : std::vector<std::array<int64_t, 3>>{{1, 16, 8}, {7, 16, 17}, {64, 32, 64}, {100, 33, 40},
+                                                                   {130, 100, 300}, {33, 1000, 24}}) {
+    chain({m, k}, {k, n}, id % 2 == 0 ? "Relu" : "Tanh");
+  }
+  chain({2, 70, 17}, {2, 17, 20}, "Sigmoid");
+  chain({3, 7, 40}, {40, 33}, "Relu");
+  return c;
+}
+
+// Tiles: one warpgroup of one 64 x 16 tile; one of 64 x 64 with two steps of 16 a step; two
+// warpgroups stacked (128 rows) and side by side (64 rows: the grid splits the columns); a tile
+// wider than one wgmma (300 columns: two instructions a warpgroup); two 64-row tiles a warpgroup.
+TileConfig wgmma_tile(std::vector<int64_t> tile, int64_t step, int threads) {
+  TileConfig t{std::move(tile), step, threads, 1, true};
+  t.wgmma = true;
+  return t;
+}
+
+TileConfig with_batch(TileConfig cfg, size_t rank) {
+  while (cfg.tile.size() < rank) cfg.tile.insert(cfg.tile.begin(), 1);
+  return cfg;
+}
+
+TEST(WgmmaMatMul, ChainsMatchTheReferenceOnEveryTile) {
+  const std::vector<TileConfig> tiles = {wgmma_tile({64, 16}, 16, 128), wgmma_tile({64, 64}, 32, 128),
+                                         wgmma_tile({128, 64}, 16, 256), wgmma_tile({64, 128}, 64, 256),
+                                         wgmma_tile({64, 300}, 16, 128), wgmma_tile({128, 32}, 32, 128)};
+  for (DType dtype : {DType::kF16, DType::kBF16}) {
+    const Chains c = matmul_chains(dtype);
+    for (const TileConfig& tile : tiles) {
+      fusetune::testing::check_groups(c.g, c.groups, [&](const FusionGroup& fg) {
+        return with_batch(tile, c.g.value(fg.outputs[0]).shape.size());
+      }, std::string(dtype_name(dtype)) + " chains/" + tile.str(), {false, {"sm_90"}});
+    }
+  }
+}
+
+FusionGroup whole_graph(const Graph& g) {
+  FusionGroup fg;
+  for (size_t n = 0; n < g.nodes().size(); ++n) fg.nodes.push_back(static_cast<int>(n));
+  planner::describe_group(g, fg);
+  fg.outputs = {g.nodes().back().outputs[0]};
+  return fg;
+}
+
+// A MatMul + bias + Relu of `dtype`, m x k times k x n.
+Graph ffn(DType dtype, int64_t m, int64_t k, int64_t n) {
+  Graph g;
+  int x = add_op(g, "MatMul", {add_input(g, "a", dtype, {m, k}), fusetune::testing::random_constant(g, "w", dtype, {k, n}, 7u)});
+  x = add_op(g, "Add", {x, fusetune::testing::random_constant(g, "bias", dtype, {n}, 8u)});
+  add_op(g, "Relu", {x});
+  return g;
+}
+
+TEST(WgmmaPlanner, CandidatesOnlyOnComputeCapabilityNineForSixteenBitOperands) {
+  const planner::Device h100 = planner::find_device("h100"), h200 = planner::find_device("h200"),
+                        a100 = planner::find_device("a100");
+  EXPECT_TRUE(planner::has_wgmma(h100));
+  EXPECT_TRUE(planner::has_wgmma(h200));
+  EXPECT_FALSE(planner::has_wgmma(a100));
+  const auto count = [](const std::vector<planner::Candidate>& cands) {
+    int n = 0;
+    for (const auto& c : cands) n += c.config.wgmma ? 1 : 0;
+    return n;
+  };
+  planner::TilingOptions all{100000, 2.0};
+  for (DType dtype : {DType::kF16, DType::kBF16}) {
+    const Graph g = ffn(dtype, 512, 1024, 4096);
+    const FusionGroup fg = whole_graph(g);
+    const auto cands = planner::tile_candidates(g, fg, h100, all);
+    EXPECT_GT(count(cands), 0);
+    EXPECT_GT(count(planner::tile_candidates(g, fg, h200, all)), 0);
+    EXPECT_EQ(count(planner::tile_candidates(g, fg, a100, all)), 0);
+    for (const auto& c : cands) {
+      if (!c.config.wgmma) continue;
+      EXPECT_TRUE(c.config.mma);
+      EXPECT_EQ(c.config.threads % 128, 0) << c.config.str();
+      EXPECT_EQ(c.config.reduce_step % 16, 0) << c.config.str();
+      EXPECT_NE(c.config.str().find(" mma wgmma"), std::string::npos);
+      EXPECT_LE(c.cost.smem_bytes, h100.shared_memory_per_block_optin);
+      EXPECT_LE(c.cost.registers, h100.max_registers_per_thread);
+    }
+    // The same tile needs less shared memory by wgmma (core matrices, no padded rows) and fewer
+    // registers (the operands stay in shared memory); on a larger projection the best candidate
+    // is a wgmma one, modeled faster than the best by mma.sync: tiles of 128 x 256 or 256 x 128
+    // that mma.sync's registers cannot hold halve the L2 traffic of 128 x 128, and its
+    // arithmetic is charged at the tensor peak against the two thirds mma.sync attains.
+    TileConfig sync{{128, 128}, 64, 256, 1, true}, group = sync;
+    group.wgmma = true;
+    const planner::Cost by_sync = planner::evaluate_tile(g, fg, h100, sync), by_group = planner::evaluate_tile(g, fg, h100, group);
+    ASSERT_TRUE(by_sync.valid && by_group.valid) << by_sync.reject << by_group.reject;
+    EXPECT_LT(by_group.smem_bytes, by_sync.smem_bytes);
+    EXPECT_LT(by_group.registers, by_sync.registers);
+    const Graph big = ffn(dtype, 2048, 1024, 4096);
+    const FusionGroup big_fg = whole_graph(big);
+    const auto big_cands = planner::tile_candidates(big, big_fg, h100, all);
+    ASSERT_TRUE(big_cands.front().config.wgmma) << "the best candidate: " << big_cands.front().config.str();
+    for (const auto& c : big_cands) {
+      if (!c.config.mma || c.config.wgmma) continue;
+      EXPECT_LT(big_cands.front().cost.modeled_us, c.cost.modeled_us) << c.config.str();
+      break;
+    }
+    // Refused with a reason: on an A100, with threads that are not whole warpgroups, with flash.
+    const planner::Cost on_a100 = planner::evaluate_tile(g, fg, a100, group);
+    EXPECT_FALSE(on_a100.valid);
+    EXPECT_NE(on_a100.reject.find("compute capability 9.0"), std::string::npos) << on_a100.reject;
+    TileConfig odd = group;
+    odd.threads = 64;
+    EXPECT_NE(planner::evaluate_tile(g, fg, h100, odd).reject.find("warpgroups"), std::string::npos);
+  }
+  // float32 under TF32: tensor cores by mma.sync only.
+  const Graph g = ffn(DType::kF32, 512, 1024, 4096);
+  const FusionGroup fg = whole_graph(g);
+  planner::TilingOptions tf32 = all;
+  tf32.tf32 = true;
+  EXPECT_EQ(count(planner::tile_candidates(g, fg, h100, tf32)), 0);
+  TileConfig group{{128, 128}, 64, 256, 1, true};
+  group.wgmma = true;
+  const planner::Cost refused = planner::evaluate_tile(g, fg, h100, group, tf32);
+  EXPECT_FALSE(refused.valid);
+  EXPECT_NE(refused.reject.find("float16 or bfloat16"), std::string::npos) << refused.reject;
+}
+
+// The planner's best candidates for a float16 FFN projection on the H100 are wgmma kernels that
+// ptxas compiles for sm_90a without spilling, with wgmma, cp.async and the proxy fence in their
+// PTX and no ldmatrix or mma.sync; a smaller shape under the same tiles matches the reference.
+TEST(WgmmaPlanner, BestCandidatesCompileWithoutSpillsAndMatchTheReference) {
+  if (!backend::nvrtc_available()) GTEST_SKIP() << "NVRTC not available in this build";
+  const planner::Device h100 = planner::find_device("h100");
+  const Graph g = ffn(DType::kF16, 512, 1024, 4096);
+  const FusionGroup fg = whole_graph(g);
+  std::vector<Kernel> kernels;
+  std::vector<TileConfig> tiles;
+  for (const planner::Candidate& c : planner::tile_candidates(g, fg, h100, {100000, 2.0})) {
+    if (!c.config.wgmma || tiles.size() == 4) continue;
+    tiles.push_back(c.config);
+    kernels.push_back(lower_group(g, fg, c.config, "k" + std::to_string(tiles.size())).kernel);
+  }
+  ASSERT_EQ(tiles.size(), 4u);
+  const std::string cuda = emit_cuda(kernels);
+  const backend::CompiledCuda cc = backend::compile_cuda(cuda, "sm_90");
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    ASSERT_TRUE(cc.resources.count(kernels[i].name)) << cc.log;
+    EXPECT_FALSE(cc.resources.at(kernels[i].name).spills()) << tiles[i].str() << "\n" << cc.log;
+  }
+  const std::string ptx = backend::compile_ptx(cuda, "sm_90");
+  for (const char* present : {"wgmma.mma_async.sync.aligned.m64n", "wgmma.wait_group.sync.aligned", "cp.async.cg.shared.global",
+                              "fence.proxy.async.shared::cta"}) {
+    EXPECT_NE(ptx.find(present), std::string::npos) << present;
+  }
+  for (const char* absent : {"ldmatrix", "mma.sync"}) EXPECT_EQ(ptx.find(absent), std::string::npos) << absent;
+  const Graph small = ffn(DType::kF16, 160, 96, 300);
+  const FusionGroup sfg = whole_graph(small);
+  for (const TileConfig& t : tiles) {
+    fusetune::testing::check_groups(small, {sfg}, [&](const FusionGroup&) { return t; }, "float16 FFN/" + t.str(),
+                                    {true, {"sm_90"}});
+  }
+}
+
+// The mutation test on a wgmma kernel (as tools/barrier_mutations does for the models' candidates):
+// each barrier that ordered something, and each cp.async or wgmma wait that landed something, is
+// deleted in turn (the executor skips its line) and verification must then fail.
+TEST(WgmmaMatMul, EveryNeededBarrierAndWaitDeletedIsCaught) {
+  const Graph g = ffn(DType::kF16, 130, 96, 296);  // rows of whole 16-byte units: both operands by cp.async
+  const FusionGroup fg = whole_graph(g);
+  const LoweredKernel lk = lower_group(g, fg, wgmma_tile({128, 128}, 32, 256), "k");
+  const std::string text = emit_cuda({lk.kernel});
+  std::vector<int> barriers, waits;
+  int line = 0, wgmma_waits = 0, copy_waits = 0;
+  for (size_t at = 0, next = 0; at < text.size(); at = next + 1) {
+    next = text.find('\n', at);
+    if (next == std::string::npos) next = text.size();
+    ++line;
+    const std::string l = text.substr(at, next - at);
+    if (at < text.find("extern \"C\" __global__")) continue;  // the intrinsics' definitions
+    if (l.find("__syncthreads();") != std::string::npos) barriers.push_back(line);
+    if (l.find("ft_cp_async_wait(") != std::string::npos || l.find("ft_wgmma_wait(") != std::string::npos) {
+      waits.push_back(line);
+      wgmma_waits += l.find("ft_wgmma_wait(") != std::string::npos;
+      copy_waits += l.find("ft_cp_async_wait(") != std::string::npos;
+    }
+  }
+  ASSERT_GE(wgmma_waits, 1);
+  ASSERT_GE(copy_waits, 1);
+  const unsigned seed = fusetune::testing::test_seed();
+  const auto run = [&](const simt::Options& o, simt::Counters* counted) {
+    auto be = backend::make_host_backend("", o);
+    auto module = be->load({lk.kernel});
+    std::mt19937 rng(seed);
+    const backend::VerifyResult r = backend::verify_kernel(g, fg, lk, *be, *module, rng, {});
+    if (counted != nullptr) *counted = module->counters().at("k");
+    return r;
+  };
+  simt::Counters base;
+  ASSERT_TRUE(run({}, &base).ok) << "seed " << seed;
+  int caught = 0;
+  for (int b : barriers) {
+    if (!base.barrier_orderings.count(b)) continue;
+    simt::Options o;
+    o.skip_barriers = {b};
+    EXPECT_FALSE(run(o, nullptr).ok) << "the barrier at kernels.cu:" << b << " deleted, and nothing noticed (seed " << seed << ")";
+    ++caught;
+  }
+  int landed = 0;
+  for (int w : waits) {
+    if (!base.wait_landings.count(w)) continue;
+    simt::Options o;
+    o.skip_waits = {w};
+    EXPECT_FALSE(run(o, nullptr).ok) << "the wait at kernels.cu:" << w << " deleted, and nothing noticed (seed " << seed << ")";
+    ++landed;
+  }
+  EXPECT_GE(caught, 1);
+  EXPECT_EQ(landed, static_cast<int>(waits.size())) << "a wait that landed nothing";
+}
+
+}  // namespace
+}  // namespace fusetune::codegen
