@@ -140,8 +140,7 @@ FT_FN void ft_cp_async16(float* s, long long si, const float* g, long long gi, i
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // wgmma (sm_90a; codegen/kernel_ir.h): the warpgroup's m64nNk16 from shared memory through matrix
 // descriptors (no swizzling: start address, leading and stride byte offsets, each in 16-byte
-// units), its fences, groups and waits. ft_wgmma<N, BF16> is specialised by the module for the
-// shapes it issues. The accumulators pass through an empty asm at the fence and after the wait,
+// units), its fences, groups and waits. The module specialises ft_wgmma for the shapes it issues. The accumulators pass through an empty asm at the fence and after the wait,
 // so the compiler neither moves their accesses into the asynchronous region nor keeps a copy.
 template <int N, int BF16>
 __device__ void ft_wgmma(float* d, unsigned long long a, unsigned long long b);
@@ -334,7 +333,8 @@ std::string emit_cuda(const std::vector<Kernel>& kernels) {
   std::set<std::pair<int, bool>> shapes;
   for (const Kernel& k : kernels) wgmma_shapes(k.body, shapes);
   if (!shapes.empty()) {
-    out << "#ifndef FT_SIMT\n";
+    out << "#if !defined(FT_SIMT) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)\n#error \"this module issues wgmma: compile it for "
+           "sm_90a\"\n#endif\n#ifndef FT_SIMT\n";
     for (const auto& [n, bf16] : shapes) out << wgmma_specialization(n, bf16);
     out << "#endif\n\n";
   }

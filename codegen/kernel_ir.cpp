@@ -225,6 +225,17 @@ Stmt wgmma_wait(std::string d, int groups) {
 }
 Stmt proxy_fence() { return wgmma_sync("proxy"); }
 
+namespace {
+bool has_wgmma(const Block& b) {
+  for (const Stmt& s : b) {
+    if (s.kind == Stmt::Kind::kWgmma || has_wgmma(s.body) || has_wgmma(s.orelse) || has_wgmma(s.uniform)) return true;
+  }
+  return false;
+}
+}  // namespace
+
+bool issues_wgmma(const Kernel& k) { return has_wgmma(k.body); }
+
 std::string warp_combine(const std::string& op, const std::string& x, const std::string& y) {
   return op == "sum" ? "(" + x + " + " + y + ")" : "ft_fmaxn(" + x + ", " + y + ")";
 }

@@ -78,8 +78,9 @@
 // groups are pending, and only then may the accumulators be read or the operands' shared memory
 // be written again. Shared memory the threads wrote (stores, landed cp.async) is visible to the
 // wgmma's asynchronous proxy after a `proxy_fence` (fence.proxy.async.shared::cta) by the writing
-// thread and a barrier. All four are warpgroup-collective and placed like barriers; a kernel with
-// them has whole warpgroups. The host executor (simt/prelude.h) computes each wgmma when it is
+// thread and a barrier. wgmma, its fence, commit and wait are warpgroup-collective (the proxy
+// fence is per thread), and all five are placed like barriers; a kernel with them has whole
+// warpgroups. The host executor (simt/prelude.h) computes each wgmma when it is
 // issued: every lane reads its share of the operands' core-matrix rows (16-byte reads under the
 // executor's checks, decoded from the descriptor's bits as the ISA defines them), the warp
 // exchanges them and each lane sums its accumulator elements into values the executor keeps;
@@ -287,5 +288,7 @@ std::set<std::string> expression_names(const std::string& text);
 std::string line_text(const Stmt& s);
 // A readable dump of the IR (tests compare it; `fusetune compile --dump-ir` prints it).
 std::string to_text(const Kernel& k);
+// True if the kernel issues wgmma: it compiles for sm_90a only.
+bool issues_wgmma(const Kernel& k);
 
 }  // namespace fusetune::codegen

@@ -156,7 +156,7 @@ bool tensor_core_operands(const Graph& g, const Node& n) {
          a.shape.size() >= 2 && b.shape.size() >= 2;
 }
 
-MmaStaging mma_staging(const Graph& g, const Node& matmul, const std::set<int>& produced) {
+MmaStaging mma_staging(const Graph& g, const Node& matmul, const std::set<int>& produced, bool wgmma) {
   MmaStaging m;
   const auto async = [&](int v) {
     return !produced.count(v) && g.value(v).shape.back() % vector_elements(g.value(v).dtype) == 0;
@@ -164,7 +164,8 @@ MmaStaging mma_staging(const Graph& g, const Node& matmul, const std::set<int>& 
   if (!tensor_core_operands(g, matmul)) return m;
   m.async_a = async(matmul.inputs[0]);
   m.async_b = async(matmul.inputs[1]);
-  m.stages = m.async_a || m.async_b ? 3 : 2;
+  m.ahead = m.async_a || m.async_b ? 2 : 1;
+  m.stages = m.ahead + (wgmma ? 2 : 1);
   return m;
 }
 
@@ -357,15 +358,16 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       const MmaWarps warps = mma_warps(region_rows, region_cols, cfg.threads / 32);
       const WgmmaGroups groups = wgmma_groups(region_rows, region_cols, cfg.threads / 128);
       const int64_t rows = cfg.wgmma ? groups.rows() : warps.rows(), cols = cfg.wgmma ? groups.cols() : warps.cols();
-      const int64_t kp = ceil_div(e.reduce_extents.empty() ? 1 : e.reduce_extents[0], kk) * kk;
+      // The reduction as the steps run it: whole steps, the last zero-padded beyond K.
       const int64_t step = ceil_div(std::max<int64_t>(cfg.reduce_step, kk), kk) * kk;
+      const int64_t kp = ceil_div(e.reduce_extents.empty() ? 1 : e.reduce_extents[0], step) * step;
       padded_elems += rows * cols;
       (tf32 ? tf32_flops : cfg.wgmma ? wgmma_flops : tensor_flops) += 2 * rows * cols * kp;
       // A ring of operand slices with padded rows (codegen's pitches; wgmma's core matrices are
       // not padded); the product's accumulators
       // in shared memory unless its epilogue runs from registers (planner/epilogue.h). An operand
       // copied by cp.async moves 16 bytes per instruction, another one element.
-      const MmaStaging staging = mma_staging(g, n, produced);
+      const MmaStaging staging = mma_staging(g, n, produced, cfg.wgmma);
       const int64_t pitch_a = cfg.wgmma ? step : mma_pitch_a(operand, step), pitch_b = cfg.wgmma ? cols : mma_pitch_b(operand, cols);
       tensor_smem = staging.stages * (rows * pitch_a + step * pitch_b) * esize +
                     (register_epilogue(g, group, *it) ? 0 : out_elems * 4);
@@ -373,14 +375,14 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       // TF32 fragments come from shared memory an element a load, converted by one cvt each
       // (ldmatrix moves 16-bit rows): every staged element read at least once.
       if (tf32) tensor_loads += 2 * (rows + cols) * kp;
-      // In flight: stages - 1 steps of what cp.async copies (the region's rows and columns: the
+      // In flight: the steps staged ahead of what cp.async copies (the region's rows and columns: the
       // padding is zero-filled, not read); an operand loaded and stored by the threads, one
       // element each per round.
       const double a_bytes = static_cast<double>(std::min(rows, region_rows) * step * esize),
                    b_bytes = static_cast<double>(step * std::min(cols, region_cols) * esize);
       const int64_t sync_loads = (staging.async_a ? 0 : rows * step) + (staging.async_b ? 0 : step * cols);
       const double sync_bytes = (staging.async_a ? 0 : a_bytes) + (staging.async_b ? 0 : b_bytes);
-      in_flight = std::min(in_flight, (staging.stages - 1) * (a_bytes + b_bytes - sync_bytes) +
+      in_flight = std::min(in_flight, staging.ahead * (a_bytes + b_bytes - sync_bytes) +
                                           (sync_loads > 0 ? sync_bytes / static_cast<double>(ceil_div(sync_loads, cfg.threads)) : 0));
     } else if (!(cfg.mma && core && (*it == core->scores || *it == core->output))) {  // those: the flash branch
       tile_flops += numel(e.out_shape) == 0 ? 0 : node_flops(g, n) * out_elems / numel(e.out_shape);
@@ -985,9 +987,7 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
     // Equal times (set by Little's law, DRAM or the launch alike): fewer instructions to issue first.
     if (a.cost.issue_us != b.cost.issue_us) return a.cost.issue_us < b.cost.issue_us;
     // Then fewer reduction steps a tile (each a barrier and, for wgmma, a wait for the tensor cores).
-    if (a.config.reduce_step > 0 && b.config.reduce_step > 0 && a.config.reduce_step != b.config.reduce_step) {
-      return a.config.reduce_step > b.config.reduce_step;
-    }
+    if (a.config.reduce_step != b.config.reduce_step) return a.config.reduce_step > b.config.reduce_step;
     return a.config.str() < b.config.str();
   });
   if (static_cast<int>(all.size()) > opt.top_k) all.resize(static_cast<size_t>(opt.top_k));

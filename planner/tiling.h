@@ -17,9 +17,9 @@
 //     depthwise, the tile's input window; without one, two loads per multiply-add;
 //   - time: the slowest of DRAM, L2 and issue (arithmetic plus the loads that stage contraction
 //     operands, one per element or one per float4 quad at vector width 4 where codegen can use
-//     quads; with `mma`, a contraction's arithmetic, padded to m16n8k16, at the rate mma.sync
+//     quads; with `mma`, a contraction's arithmetic, padded to m16n8 and whole reduction steps, at the rate mma.sync
 //     attains, Device::mma_sync_fp16_tflops (on Hopper two thirds of the peak only wgmma reaches;
-//     with `wgmma`, padded to m64nNk16, at the tensor peak Device::fp16_tensor_tflops);
+//     with `wgmma`, padded to m64nN, at the tensor peak Device::fp16_tensor_tflops);
 //     special-function results (core/ops.h node_special_ops; flash attention's exponentials per
 //     score and rescale factors per row and key tile) at Device::special_ops_per_us; each pipe
 //     overlapping the issue of the rest; the compute terms divided by the share of an SM's four
@@ -214,14 +214,18 @@ bool tensor_core_operands(const Graph& g, const Node& n);
 
 // How a tensor-core MatMul stages its operands (codegen/stages/mma_matmul.h): per operand whether
 // it streams from global memory by cp.async (a value the group does not compute, whose rows are a
-// whole number of 16-byte units), and the stages of the ring of operand slices: 3 with an operand
-// copied asynchronously (two steps in flight while one is multiplied), else 2.
+// whole number of 16-byte units), the stages of the ring of operand slices and how many steps
+// ahead of the one multiplied are staged: with mma.sync 3 stages and 2 steps ahead with an
+// operand copied asynchronously (two steps in flight while one is multiplied), else 2 and 1; with
+// wgmma one stage more for the same steps ahead, since the previous step's wgmmas are still
+// reading their slot while the next copies are issued.
 struct MmaStaging {
   bool async_a = false, async_b = false;
   int stages = 2;
+  int ahead = 1;
 };
 // `produced`: the values the group computes.
-MmaStaging mma_staging(const Graph& g, const Node& matmul, const std::set<int>& produced);
+MmaStaging mma_staging(const Graph& g, const Node& matmul, const std::set<int>& produced, bool wgmma = false);
 
 Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, const TileConfig& cfg,
                    const TilingOptions& opt = {});

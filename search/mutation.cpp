@@ -42,7 +42,7 @@ std::vector<planner::TileConfig> neighbors(const std::vector<planner::Candidate>
         knob = j;
       }
     }
-    if (differ != 1 || knob + 1 == p.size()) continue;  // one knob, and not the tensor-core flag
+    if (differ != 1 || knob + 1 == p.size()) continue;  // one knob, and not the last (the flash flag)
     const double d = q[knob] - p[knob];
     const auto key = std::make_pair(knob, d > 0 ? 1 : -1);
     auto it = nearest.find(key);

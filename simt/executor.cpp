@@ -318,8 +318,8 @@ struct Worker {
       if (live == 0) break;
       deadlock();
     }
-    for (Fiber& f : fibers) land_copies(f, 0);  // copies their threads never waited for
-    for (Fiber& f : fibers) end_wgmma_reads(f, UINT64_MAX);
+    for (Fiber& f : fibers) end_wgmma_reads(f, UINT64_MAX);  // reads and copies their threads never waited for
+    for (Fiber& f : fibers) land_copies(f, 0);
     for (Warp& w : warps) w.trace.flush(counters);
     counters.blocks += 1;
     counters.threads += static_cast<uint64_t>(L.shape.threads);
@@ -368,7 +368,8 @@ struct Worker {
   // Lands the thread's oldest committed copy groups until at most `keep` are in flight.
   void land_copies(Fiber& f, size_t keep, int line = 0);
   // The thread's wgmma reads of groups up to `done` end: their locations may be written again.
-  void end_wgmma_reads(Fiber& f, uint64_t done);
+  // Returns how many ended.
+  size_t end_wgmma_reads(Fiber& f, uint64_t done);
 
   void complete_barrier() {
     ++epoch;
@@ -497,6 +498,7 @@ enum class SharedOp { kLoad, kStore, kIssueAsync, kLandAsync, kIssueAsyncRead };
 void check_shared(Worker& w, Fiber& f, const ft_simt_buffer* b, long long index, int size, SharedOp op, const void* site) {
   const uintptr_t offset = static_cast<uintptr_t>(b->base - w.smem) + static_cast<uintptr_t>(index * b->element_bytes);
   const Access a{f.thread, w.warps[static_cast<size_t>(f.warp)].epoch, site};
+  bool reported = false;  // one finding per access; every granule is still recorded
   for (uintptr_t g = offset / kShadowGranule; g < (offset + static_cast<uintptr_t>(size)) / kShadowGranule; ++g) {
     if (g >= w.shared_cells.size()) break;
     Access other;
@@ -511,7 +513,8 @@ void check_shared(Worker& w, Fiber& f, const ft_simt_buffer* b, long long index,
       case SharedOp::kIssueAsyncRead: h = c.issue_async_read(w.now(), a, &other, &ordered); break;
     }
     if (ordered) w.ordered_by_barrier();
-    if (h == Hazard::kNone) continue;
+    if (h == Hazard::kNone || reported) continue;
+    reported = true;
     const long long element = static_cast<long long>(g * kShadowGranule - (static_cast<uintptr_t>(b->base - w.smem))) /
                               b->element_bytes;
     if (h == Hazard::kUninitialized) {
@@ -522,7 +525,6 @@ void check_shared(Worker& w, Fiber& f, const ft_simt_buffer* b, long long index,
                  std::to_string(w.block),
              site, other.site);
     }
-    break;  // one finding per access
   }
 }
 
@@ -698,8 +700,9 @@ const ft_simt_buffer* api_shared_view(long long offset, long long bytes, int ele
   return &w.views.back();
 }
 
-void Worker::end_wgmma_reads(Fiber& f, uint64_t done) {
+size_t Worker::end_wgmma_reads(Fiber& f, uint64_t done) {
   auto kept = f.wgmma_reads.begin();
+  const Access a{f.thread, warps[static_cast<size_t>(f.warp)].epoch, nullptr};
   for (const Fiber::WgmmaRead& r : f.wgmma_reads) {
     if (r.group > done) {
       *kept++ = r;
@@ -707,10 +710,12 @@ void Worker::end_wgmma_reads(Fiber& f, uint64_t done) {
     }
     const uintptr_t offset = static_cast<uintptr_t>(r.view->base - smem) + static_cast<uintptr_t>(r.index * r.view->element_bytes);
     for (uintptr_t g = offset / kShadowGranule; g < (offset + 16) / kShadowGranule && g < shared_cells.size(); ++g) {
-      shared_cells[g].complete_async_read();
+      shared_cells[g].complete_async_read(now(), {a.thread, a.wepoch, r.site});
     }
   }
+  const size_t ended = static_cast<size_t>(f.wgmma_reads.end() - kept);
   f.wgmma_reads.erase(kept, f.wgmma_reads.end());
+  return ended;
 }
 
 void Worker::land_copies(Fiber& f, size_t keep, int line) {
@@ -725,12 +730,22 @@ void Worker::land_copies(Fiber& f, size_t keep, int line) {
 }
 
 float* api_wgmma_issue(float* d, int count) {
+  const void* site = __builtin_return_address(0);
   Fiber& f = current();
+  Worker& w = *f.worker;
   const uint64_t open = f.wgmma_committed + 1;
   for (Fiber::WgmmaResult& r : f.wgmma_results) {
-    if (r.registers == d) {
+    if (r.registers == d && r.count == count) {
       r.group = open;
       return r.values.data();
+    }
+    if (d < r.registers + r.count && r.registers < d + count) {
+      // Accumulators that overlap another wgmma's in flight in another way: the GPU's result is
+      // undefined; the emulation goes on with the registers as they are.
+      w.find(Check::kSync, "wgmma accumulators overlap another wgmma's in flight", "", -1, w.who(f.thread), site, nullptr,
+             std::to_string(count) + " registers against " + std::to_string(r.count));
+      f.wgmma_results.push_back({d, count, std::vector<float>(d, d + count), open});
+      return f.wgmma_results.back().values.data();
     }
   }
   f.wgmma_results.push_back({d, count, std::vector<float>(d, d + count), open});
@@ -775,8 +790,8 @@ void api_wgmma_wait(int groups, int line) {
     it = f.wgmma_results.erase(it);
     ++landed;
   }
+  landed += w.end_wgmma_reads(f, done);
   if (line > 0 && landed > 0) w.counters.wait_landings[line] += landed;
-  w.end_wgmma_reads(f, done);
 }
 
 unsigned api_thread_index() { return static_cast<unsigned>(current().thread); }

@@ -120,11 +120,16 @@ Hazard Cell::issue_async_read(Stamp now, const Access& a, Access* other, bool* s
   return h;
 }
 
-void Cell::complete_async_read() {
+void Cell::complete_async_read(Stamp now, const Access& a) {
   if (m_readers > 0 && --m_readers == 0) {
     m_thread = -1;
     m_site = nullptr;
   }
+  // Recorded as a read at the wait; a store another thread made while the read was in flight was
+  // reported then (kAsyncRead), so this read's own verdict adds nothing.
+  Access other;
+  bool spans = false;
+  load(now, a, false, &other, &spans);
 }
 
 CrossBlock::CrossBlock(size_t elements)

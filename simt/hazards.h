@@ -75,9 +75,11 @@ struct Cell {
   Hazard issue_async(Stamp now, const Access& a, Access* other, bool* spans);
   Hazard land_async(Stamp now, const Access& a, Access* other, bool* spans);
   // A wgmma's read of the location: checked as a load where it is issued, then in flight until
-  // the issuing thread's wait completes it; a store while it is in flight is kAsyncRead.
+  // the issuing thread's wait completes it, which records it as that thread's read at the wait
+  // (a store by another thread later in the interval is a write-after-read hazard, whichever
+  // thread the executor runs first); a store while it is in flight is kAsyncRead.
   Hazard issue_async_read(Stamp now, const Access& a, Access* other, bool* spans);
-  void complete_async_read();
+  void complete_async_read(Stamp now, const Access& a);
 };
 
 // First writer and reader block of each element of one global buffer in one launch.

@@ -15,8 +15,8 @@
 // line per barrier that breaks either rule (task, candidate, line and the code around it) and a
 // summary: the mutation score is caught / barriers that ordered something. The same for each
 // cp.async.wait_group and wgmma.wait_group: deleted in turn (the executor skips it), it must be
-// caught when it landed any copy or wgmma result in the unmutated run (every copy is read after
-// its wait, every result is the epilogue's). Exits 1 when a candidate
+// caught when it landed any copy or wgmma result, or ended a wgmma's reads, in the unmutated run
+// (every copy is read after its wait, every result is the epilogue's, every slot written again). Exits 1 when a candidate
 // fails before any mutation or a rule breaks, 2 on bad input. --mma-only keeps the tensor-core
 // candidates alone (their cp.async pipelines), for a model whose other candidates other runs cover;
 // --precision tf32 plans as a job under the TF32 policy does (float32 MatMuls on tensor cores).
@@ -172,7 +172,7 @@ int run(const std::vector<std::string>& argv) {
           continue;
         }
         ++score.survivors;
-        std::printf("SURVIVES: %s landed %llu copies or results, yet its deletion passed verification\n", where.c_str(),
+        std::printf("SURVIVES: %s landed or ended %llu copies, results or reads, yet its deletion passed verification\n", where.c_str(),
                     static_cast<unsigned long long>(landed->second));
         show(text, line);
       }

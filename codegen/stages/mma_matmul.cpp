@@ -44,7 +44,8 @@ class MmaMatMulStage : public AnchorStage {
     static_cast<StagedProduct&>(st) = staged_product(cx, node, me);
     std::set<int> produced;
     for (const auto& [v, producer] : cx.producer) produced.insert(v);
-    st.staging = planner::mma_staging(cx.g, node, produced);
+    st.staging = planner::mma_staging(cx.g, node, produced, cx.cfg.wgmma && planner::tensor_core_operands(cx.g, node) &&
+                                                                  cx.g.value(node.inputs[0]).dtype != DType::kF32);
     // A copied operand is read along its innermost axis: A's by the reduction variable, B's by the
     // output's columns (MatMul's maps; checked, since the chunks rely on it).
     const TensorExpr& e = cx.exprs.at(static_cast<int>(&node - cx.g.nodes().data()));
@@ -158,11 +159,11 @@ void MmaMatMulStage::emit_register_epilogue(Kernel& k, const std::string& wm0, c
 
 // The operand slices of each reduction step go to a ring of `stages` slots in shared memory in the
 // operands' type, zero outside the region's rows and columns and beyond K (so padding contributes
-// nothing). A prologue stages the first stages - 1 steps; then step ks waits for its slot (the
-// thread's cp.async groups but the newest stages - 2; a barrier makes every thread's copies and
-// stores visible), stages step ks + stages - 1 into the slot step ks - 1 used (every thread has
-// passed the barrier, so no one still reads it) and, while those copies fly, multiplies its own
-// slot: for every 16 of the step each warp loads its A fragments (ldmatrix.x4 of 16x16 row-major
+// nothing). A prologue stages the first `ahead` steps (planner::MmaStaging); then step ks waits
+// for its slot (the thread's cp.async groups but the newest ahead - 1; a barrier makes every
+// thread's copies and stores visible), stages step ks + ahead into the slot step ks - 1 used
+// (every thread has passed the barrier, so no one still reads it) and, while those copies fly,
+// multiplies its own slot: for every 16 of the step each warp loads its A fragments (ldmatrix.x4 of 16x16 row-major
 // tiles) and B fragments (ldmatrix.x4.trans for two n8 fragments, .x2.trans for a last odd one)
 // and issues fm x fn mma into its f32 accumulator fragments; with TF32, for every 8 of the step
 // each lane reads its 4 A and 2 B elements of each fragment and rounds them (ft_tf32) before the
@@ -251,7 +252,7 @@ void MmaMatMulStage::emit(Kernel& k) {
     return thread_for("ft_e", "0", lit(rows * cols), loop);
   };
   // Prologue: steps 0 .. ahead - 1 into their slots, one cp.async group each.
-  const int64_t ahead = std::min<int64_t>(stages - 1, steps);
+  const int64_t ahead = std::min<int64_t>(st.staging.ahead, steps);
   Block prologue = {stage(true, "ft_ks", "ft_ks"), stage(false, "ft_ks", "ft_ks")};
   if (any_async) prologue.push_back(copy_async_commit());
   k.body.push_back(uniform_for("ft_ks", "0", lit(ahead), prologue));
@@ -259,8 +260,8 @@ void MmaMatMulStage::emit(Kernel& k) {
   if (any_async) body.push_back(copy_async_wait(static_cast<int>(ahead - 1)));  // step ft_ks's group has landed
   if (st.wgmma) body.push_back(proxy_fence());  // the slot's stores and copies, to the wgmma's proxy
   body.push_back(barrier());
-  const std::string next = "(ft_ks + " + lit(stages - 1) + ")";
-  Block ahead_copies;  // step ft_ks + stages - 1 into the slot step ft_ks - 1 used
+  const std::string next = "(ft_ks + " + lit(st.staging.ahead) + ")";
+  Block ahead_copies;  // step ft_ks + ahead into the slot step ft_ks - 1 used (wgmma: ft_ks - 2)
   if (steps > ahead) {
     ahead_copies.push_back(if_then(next + " < " + lit(steps), {stage(true, next, next + " % " + lit(stages)),
                                                                 stage(false, next, next + " % " + lit(stages))}));
@@ -321,14 +322,16 @@ void MmaMatMulStage::emit(Kernel& k) {
   if (st.wgmma) body.push_back(wgmma_fence(st.frag_c));
   body.push_back(uniform_for("ft_kq", "0", lit(st.step / kk), slice));
   if (st.wgmma) {
-    // The copies two steps ahead are issued while the step's wgmmas run (their slot's wgmmas, the
-    // previous step's, completed before the barrier); the step's wgmmas complete before the next
-    // step's barrier lets a slot be written again.
+    // The step's wgmmas stay in flight while the copies `ahead` steps on are issued, into the slot
+    // of step ks - 2 (the ring has ahead + 2 slots), whose wgmmas every thread completed before
+    // the barrier; then each thread waits until at most this step's group is pending, so step
+    // ks - 1's slot is free by the next step's barrier. The last group completes after the loop.
     body.push_back(wgmma_commit());
     body.insert(body.end(), ahead_copies.begin(), ahead_copies.end());
-    body.push_back(wgmma_wait(st.frag_c, 0));
+    body.push_back(wgmma_wait(st.frag_c, 1));
   }
   k.body.push_back(uniform_for("ft_ks", "0", lit(steps), body));
+  if (st.wgmma) k.body.push_back(wgmma_wait(st.frag_c, 0));
   if (epilogue_) {
     emit_register_epilogue(k, wm0, wn0, lane);
     return;

@@ -31,8 +31,9 @@
 // lie in shared memory; per step, after the copies' wait, each thread's fence.proxy.async and the
 // barrier: wgmma.fence, per 16 of the step one wgmma of each tile (matrix descriptors without
 // swizzling: A's LBO 128 bytes, SBO step * 16; B's LBO cols * 16, SBO 128), one commit, the
-// copies two steps ahead while they run, and wgmma.wait_group 0, so the step's reads end before
-// a slot is written again. The
+// copies of the step `ahead` on while they run (into the slot of step ks - 2: the ring has one
+// slot more than mma.sync's), and wgmma.wait_group 1: one step's wgmmas stay in flight across the
+// next step's barrier, the last complete (wait_group 0) before the epilogue. The
 // accumulators (wn / 2 floats a tile a thread) hold mma's C layout on each warp's 16 rows, and
 // the epilogue is the same.
 // Guarantees: warp-synchronous

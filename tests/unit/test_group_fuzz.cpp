@@ -5,8 +5,8 @@
 // on odd extents (rows, channels and sequence lengths that divide no tile) as often as on multiples
 // of 8 (so that 16-byte vectors, cp.async chunks and their tails all run). Each graph goes through
 // the planner's fusion; each group is lowered with the planner's best generated candidate, one
-// drawn at random from its candidates, its best tensor-core, GEMV and flash-attention ones (flash
-// on tensor cores and not, and on a random key tile and thread count) and the best one's schedule on a tile of random extents (where the cost model accepts it), and verified on the host
+// drawn at random from its candidates, its best tensor-core ones (mma.sync and wgmma), GEMV and
+// flash-attention ones (flash on tensor cores and not, and on a random key tile and thread count) and the best one's schedule on a tile of random extents (where the cost model accepts it), and verified on the host
 // executor with every check on (backend/verify.h via unit/codegen_check.h), and the module compiled
 // with NVRTC. Case i of a run draws its graph from seed + i: FUSETUNE_TEST_SEED=S with
 // FUSETUNE_GROUP_FUZZ_CASES=1 replays case S alone. CI runs a few cases per run and every seed kept
@@ -190,17 +190,21 @@ void check_case(unsigned seed) {
     ASSERT_FALSE(generated.empty()) << "case " << seed << " (" << c.what << "): no generated candidate for " << fg.pattern;
     std::vector<planner::TileConfig> chosen = {generated.front(),
                                                generated[std::uniform_int_distribution<size_t>(0, generated.size() - 1)(pick)]};
-    for (const planner::TileConfig& cfg : generated) {  // the best tensor-core candidate
-      if (cfg.mma) {
+    for (const planner::TileConfig& cfg : generated) {  // the best tensor-core candidate by mma.sync
+      if (cfg.mma && !cfg.wgmma) {
         chosen.push_back(cfg);
         break;
       }
     }
-    // The best GEMV and the best flash-attention candidates (on tensor cores and not), however
+    // The best wgmma, GEMV and flash-attention candidates (flash on tensor cores and not), however
     // they rank (on these small shapes rarely among the best 64), the SIMT flash one also with a
     // random key tile and thread count.
-    bool gemv = false, flash = false, tensor_flash = false;
+    bool gemv = false, flash = false, tensor_flash = false, wgmma = false;
     for (const planner::Candidate& cand : planner::tile_candidates(c.g, fg, planner::find_device("h100"), {1 << 20, 2.0})) {
+      if (cand.config.wgmma && !wgmma) {
+        chosen.push_back(cand.config);
+        wgmma = true;
+      }
       if (cand.config.gemv && !gemv) {
         chosen.push_back(cand.config);
         gemv = true;
@@ -232,8 +236,11 @@ void check_case(unsigned seed) {
     }
   }
   size_t next = 0;
+  // The inputs drawn from the case's seed too, so that the seed alone replays a failure.
+  testing::CheckOptions options;
+  options.seed = seed;
   testing::check_groups(c.g, groups, [&](const planner::FusionGroup&) { return configs[next++]; },
-                        "group fuzz case " + std::to_string(seed) + " (" + c.what + ")");
+                        "group fuzz case " + std::to_string(seed) + " (" + c.what + ")", options);
 }
 
 int env_int(const char* name, int fallback) {
