@@ -73,6 +73,30 @@ inline planner::FusionGroup whole_graph_group(const Graph& g) {
   return group;
 }
 
+// A MatMul of input `a` and a constant `b` of `dtype` (its product optionally cast to float32),
+// plus a constant bias and `activation`, appended to g as one group exporting the activation's
+// output; `id` names its values and seeds its constants.
+inline planner::FusionGroup add_matmul_chain(Graph& g, DType dtype, Shape a, Shape b, const char* activation, bool to_f32,
+                                             int id) {
+  const std::string n = std::to_string(id);
+  const int64_t cols = b.back();
+  const size_t first = g.nodes().size();
+  int x = add_op(g, "MatMul", {add_input(g, "a" + n, dtype, std::move(a)),
+                               random_constant(g, "w" + n, dtype, std::move(b), 101u + static_cast<uint32_t>(id))});
+  DType epilogue = dtype;
+  if (to_f32) {
+    x = add_op(g, "Cast", {x}, attrs({{"to", int64_t{1}}}));
+    epilogue = DType::kF32;
+  }
+  x = add_op(g, "Add", {x, random_constant(g, "bias" + n, epilogue, {cols}, 201u + static_cast<uint32_t>(id))});
+  add_op(g, activation, {x});
+  planner::FusionGroup fg;
+  for (size_t k = first; k < g.nodes().size(); ++k) fg.nodes.push_back(static_cast<int>(k));
+  planner::describe_group(g, fg);
+  fg.outputs = {g.nodes().back().outputs[0]};
+  return fg;
+}
+
 // Every node of g its own group, with its output as the group's.
 inline std::vector<planner::FusionGroup> one_group_per_node(const Graph& g) {
   std::vector<planner::FusionGroup> out;

@@ -278,26 +278,9 @@ struct Chains {
 
 Chains matmul_chains(DType dtype) {
   Chains c;
-  Graph& g = c.g;
   int id = 0;
   const auto chain = [&](Shape a, Shape b, const char* activation, bool to_f32) {
-    const std::string n = std::to_string(id++);
-    const int64_t cols = b.back();
-    const size_t first = g.nodes().size();
-    int x = add_op(g, "MatMul", {add_input(g, "a" + n, dtype, std::move(a)),
-                                 fusetune::testing::random_constant(g, "w" + n, dtype, std::move(b), 100u + static_cast<uint32_t>(id))});
-    DType epilogue = dtype;
-    if (to_f32) {
-      x = add_op(g, "Cast", {x}, attrs({{"to", int64_t{1}}}));
-      epilogue = DType::kF32;
-    }
-    x = add_op(g, "Add", {x, fusetune::testing::random_constant(g, "bias" + n, epilogue, {cols}, 200u + static_cast<uint32_t>(id))});
-    add_op(g, activation, {x});
-    FusionGroup fg;
-    for (size_t k = first; k < g.nodes().size(); ++k) fg.nodes.push_back(static_cast<int>(k));
-    planner::describe_group(g, fg);
-    fg.outputs = {g.nodes().back().outputs[0]};
-    c.groups.push_back(fg);
+    c.groups.push_back(fusetune::testing::add_matmul_chain(c.g, dtype, std::move(a), std::move(b), activation, to_f32, id++));
   };
   // {M, K} x {K, N}
   for (const auto& [m, k, n] : std::vector<std::array<int64_t, 3>>{{1, 1, 1}, {7, 16, 17}, {16, 16, 8}, {17, 33, 7},

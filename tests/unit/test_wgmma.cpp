@@ -169,21 +169,9 @@ struct Chains {
 
 Chains matmul_chains(DType dtype) {
   Chains c;
-  Graph& g = c.g;
   int id = 0;
   const auto chain = [&](Shape a, Shape b, const char* activation) {
-    const std::string n = std::to_string(id++);
-    const int64_t cols = b.back();
-    const size_t first = g.nodes().size();
-    int x = add_op(g, "MatMul", {add_input(g, "a" + n, dtype, std::move(a)),
-                                 fusetune::testing::random_constant(g, "w" + n, dtype, std::move(b), 100u + static_cast<uint32_t>(id))});
-    x = add_op(g, "Add", {x, fusetune::testing::random_constant(g, "bias" + n, dtype, {cols}, 200u + static_cast<uint32_t>(id))});
-    add_op(g, activation, {x});
-    FusionGroup fg;
-    for (size_t k = first; k < g.nodes().size(); ++k) fg.nodes.push_back(static_cast<int>(k));
-    planner::describe_group(g, fg);
-    fg.outputs = {g.nodes().back().outputs[0]};
-    c.groups.push_back(fg);
+    c.groups.push_back(fusetune::testing::add_matmul_chain(c.g, dtype, std::move(a), std::move(b), activation, false, id++));
   };
   for (const auto& [m, k, n] : std::vector<std::array<int64_t, 3>>{{1, 16, 8}, {7, 16, 17}, {64, 32, 64}, {100, 33, 40},
                                                                    {130, 100, 300}, {33, 1000, 24}}) {
@@ -222,14 +210,6 @@ TEST(WgmmaMatMul, ChainsMatchTheReferenceOnEveryTile) {
   }
 }
 
-FusionGroup whole_graph(const Graph& g) {
-  FusionGroup fg;
-  for (size_t n = 0; n < g.nodes().size(); ++n) fg.nodes.push_back(static_cast<int>(n));
-  planner::describe_group(g, fg);
-  fg.outputs = {g.nodes().back().outputs[0]};
-  return fg;
-}
-
 // A MatMul + bias + Relu of `dtype`, m x k times k x n.
 Graph ffn(DType dtype, int64_t m, int64_t k, int64_t n) {
   Graph g;
@@ -253,7 +233,7 @@ TEST(WgmmaPlanner, CandidatesOnlyOnComputeCapabilityNineForSixteenBitOperands) {
   planner::TilingOptions all{100000, 2.0};
   for (DType dtype : {DType::kF16, DType::kBF16}) {
     const Graph g = ffn(dtype, 512, 1024, 4096);
-    const FusionGroup fg = whole_graph(g);
+    const FusionGroup fg = fusetune::testing::whole_graph_group(g);
     const auto cands = planner::tile_candidates(g, fg, h100, all);
     EXPECT_GT(count(cands), 0);
     EXPECT_GT(count(planner::tile_candidates(g, fg, h200, all)), 0);
@@ -281,7 +261,7 @@ TEST(WgmmaPlanner, CandidatesOnlyOnComputeCapabilityNineForSixteenBitOperands) {
     EXPECT_EQ(lower_group(g, fg, group, "k").kernel.shared_bytes, by_group.smem_bytes);
     EXPECT_LT(by_group.registers, by_sync.registers);
     const Graph big = ffn(dtype, 2048, 1024, 4096);
-    const FusionGroup big_fg = whole_graph(big);
+    const FusionGroup big_fg = fusetune::testing::whole_graph_group(big);
     const auto big_cands = planner::tile_candidates(big, big_fg, h100, all);
     ASSERT_TRUE(big_cands.front().config.wgmma) << "the best candidate: " << big_cands.front().config.str();
     for (const auto& c : big_cands) {
@@ -299,7 +279,7 @@ TEST(WgmmaPlanner, CandidatesOnlyOnComputeCapabilityNineForSixteenBitOperands) {
   }
   // float32 under TF32: tensor cores by mma.sync only.
   const Graph g = ffn(DType::kF32, 512, 1024, 4096);
-  const FusionGroup fg = whole_graph(g);
+  const FusionGroup fg = fusetune::testing::whole_graph_group(g);
   planner::TilingOptions tf32 = all;
   tf32.tf32 = true;
   EXPECT_EQ(count(planner::tile_candidates(g, fg, h100, tf32)), 0);
@@ -317,7 +297,7 @@ TEST(WgmmaPlanner, BestCandidatesCompileWithoutSpillsAndMatchTheReference) {
   if (!backend::nvrtc_available()) GTEST_SKIP() << "NVRTC not available in this build";
   const planner::Device h100 = planner::find_device("h100");
   const Graph g = ffn(DType::kF16, 512, 1024, 4096);
-  const FusionGroup fg = whole_graph(g);
+  const FusionGroup fg = fusetune::testing::whole_graph_group(g);
   std::vector<Kernel> kernels;
   std::vector<TileConfig> tiles;
   for (const planner::Candidate& c : planner::tile_candidates(g, fg, h100, {100000, 2.0})) {
@@ -341,7 +321,7 @@ TEST(WgmmaPlanner, BestCandidatesCompileWithoutSpillsAndMatchTheReference) {
   }
   for (const char* absent : {"ldmatrix", "mma.sync"}) EXPECT_EQ(ptx.find(absent), std::string::npos) << absent;
   const Graph small = ffn(DType::kF16, 160, 96, 300);
-  const FusionGroup sfg = whole_graph(small);
+  const FusionGroup sfg = fusetune::testing::whole_graph_group(small);
   for (const TileConfig& t : tiles) {
     fusetune::testing::check_groups(small, {sfg}, [&](const FusionGroup&) { return t; }, "float16 FFN/" + t.str(),
                                     {true, {"sm_90"}});
@@ -357,7 +337,7 @@ TEST(WgmmaMatMul, EveryNeededBarrierAndWaitDeletedIsCaught) {
   // Rows of whole 16-byte units (both operands by cp.async), six steps of 32: the ring's four slots
   // are written again.
   const Graph g = ffn(DType::kF16, 130, 192, 296);
-  const FusionGroup fg = whole_graph(g);
+  const FusionGroup fg = fusetune::testing::whole_graph_group(g);
   const LoweredKernel lk = lower_group(g, fg, wgmma_tile({128, 128}, 32, 256), "k");
   const std::string text = emit_cuda({lk.kernel});
   std::vector<int> barriers, waits;
