@@ -73,6 +73,12 @@ inline planner::FusionGroup whole_graph_group(const Graph& g) {
   return group;
 }
 
+// A graph and groups of it (each group lowered and checked on its own).
+struct GroupedGraph {
+  Graph g;
+  std::vector<planner::FusionGroup> groups;
+};
+
 // A MatMul of input `a` and a constant `b` of `dtype` (its product optionally cast to float32),
 // plus a constant bias and `activation`, appended to g as one group exporting the activation's
 // output; `id` names its values and seeds its constants.

@@ -271,10 +271,7 @@ TEST(TensorCoreEmulation, MatrixStatementsOnlyWhereBarriersMayBeAndOnDeclaredFra
 // MatMul + bias Add + activation chains with operands of `dtype`: 2-D with M, N, K over
 // 1, 7, 16, 17, 33, 100, 1000, batched 3-D (both operands batched, and B broadcast), and a
 // float16 product cast to float32 before its epilogue. Each chain is one group.
-struct Chains {
-  Graph g;
-  std::vector<FusionGroup> groups;
-};
+using Chains = fusetune::testing::GroupedGraph;
 
 Chains matmul_chains(DType dtype) {
   Chains c;

@@ -162,10 +162,7 @@ TEST(WgmmaEmulation, AMissingWaitBarrierOrAnEarlyStoreIsReported) {
 
 // MatMul + bias + activation chains (2-D over odd M, N, K; batched; a product cast to float32):
 // one group each, as in test_tensor_cores.cpp.
-struct Chains {
-  Graph g;
-  std::vector<FusionGroup> groups;
-};
+using Chains = fusetune::testing::GroupedGraph;
 
 Chains matmul_chains(DType dtype) {
   Chains c;
