@@ -31,7 +31,7 @@
 //     over the bandwidth the resident blocks' bytes in flight sustain (bytes in flight x blocks /
 //     Device::dram_latency_ns). A step's operand bytes are in flight for as many latencies as its
 //     loads take rounds (a thread waits for each load before storing it to shared memory;
-//     cp.async keeps stages - 1 steps in flight, the GEMV form 4 of each thread's loads); the
+//     cp.async keeps MmaStaging::ahead steps in flight, the GEMV form 4 of each thread's loads); the
 //     group's least is its bound. Plus a launch overhead.
 //   - the GEMV form (`gemv`; decode steps, classifier heads): a MatMul whose region has at most 8
 //     rows and whose B is an input of the group stages only A, a reduction step of it at a time;
