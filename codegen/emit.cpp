@@ -194,16 +194,6 @@ int64_t local_count(const Kernel& k, const std::string& name) {
   fail("emit_cuda: kernel ", k.name, ": no thread-local '", name, "'");
 }
 
-// The (N, bfloat16) shapes of the wgmmas in b.
-void wgmma_shapes(const Block& b, std::set<std::pair<int, bool>>& out) {
-  for (const Stmt& s : b) {
-    if (s.kind == Stmt::Kind::kWgmma) out.insert({s.wgmma_n, s.dtype == DType::kBF16});
-    wgmma_shapes(s.body, out);
-    wgmma_shapes(s.orelse, out);
-    wgmma_shapes(s.uniform, out);
-  }
-}
-
 // ft_wgmma<N, BF16>: wgmma.mma_async m64nNk16 with f32 accumulators, A K-major and B N-major
 // (imm-trans-b 1) from shared memory, scale-d 1 (D += A * B), the inputs unscaled.
 std::string wgmma_specialization(int n, bool bf16) {
@@ -331,7 +321,10 @@ std::string emit_cuda(const std::vector<Kernel>& kernels) {
          "// builds and runs this same text with simt/prelude.h defining FT_SIMT (docs/simt.md).\n";
   out << kCudaIntrinsics << kPrelude << "\n";
   std::set<std::pair<int, bool>> shapes;
-  for (const Kernel& k : kernels) wgmma_shapes(k.body, shapes);
+  for (const Kernel& k : kernels) {
+    const std::set<std::pair<int, bool>> mine = wgmma_shapes(k);
+    shapes.insert(mine.begin(), mine.end());
+  }
   if (!shapes.empty()) {
     out << "#if !defined(FT_SIMT) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)\n#error \"this module issues wgmma: compile it for "
            "sm_90a\"\n#endif\n#ifndef FT_SIMT\n";

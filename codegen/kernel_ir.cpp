@@ -226,15 +226,21 @@ Stmt wgmma_wait(std::string d, int groups) {
 Stmt proxy_fence() { return wgmma_sync("proxy"); }
 
 namespace {
-bool has_wgmma(const Block& b) {
+void collect_wgmma_shapes(const Block& b, std::set<std::pair<int, bool>>& out) {
   for (const Stmt& s : b) {
-    if (s.kind == Stmt::Kind::kWgmma || has_wgmma(s.body) || has_wgmma(s.orelse) || has_wgmma(s.uniform)) return true;
+    if (s.kind == Stmt::Kind::kWgmma) out.insert({s.wgmma_n, s.dtype == DType::kBF16});
+    collect_wgmma_shapes(s.body, out);
+    collect_wgmma_shapes(s.orelse, out);
+    collect_wgmma_shapes(s.uniform, out);
   }
-  return false;
 }
 }  // namespace
 
-bool issues_wgmma(const Kernel& k) { return has_wgmma(k.body); }
+std::set<std::pair<int, bool>> wgmma_shapes(const Kernel& k) {
+  std::set<std::pair<int, bool>> out;
+  collect_wgmma_shapes(k.body, out);
+  return out;
+}
 
 std::string warp_combine(const std::string& op, const std::string& x, const std::string& y) {
   return op == "sum" ? "(" + x + " + " + y + ")" : "ft_fmaxn(" + x + ", " + y + ")";

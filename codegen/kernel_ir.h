@@ -97,6 +97,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -288,7 +289,8 @@ std::set<std::string> expression_names(const std::string& text);
 std::string line_text(const Stmt& s);
 // A readable dump of the IR (tests compare it; `fusetune compile --dump-ir` prints it).
 std::string to_text(const Kernel& k);
-// True if the kernel issues wgmma: it compiles for sm_90a only.
-bool issues_wgmma(const Kernel& k);
+// The (N, bfloat16) shapes of the wgmmas the kernel issues; a kernel with any compiles for sm_90a
+// only (emit_cuda specialises ft_wgmma for each).
+std::set<std::pair<int, bool>> wgmma_shapes(const Kernel& k);
 
 }  // namespace fusetune::codegen

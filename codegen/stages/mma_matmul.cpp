@@ -34,6 +34,8 @@ struct MmaPlan : StagedProduct {
   // tiles of 64 x wn each), operand slices in core matrices (see emit)
   bool wgmma = false;
   int64_t wn = 0;
+  // Accumulator floats a thread holds: 4 per m16n8 fragment, wn / 2 per 64 x wn wgmma tile.
+  int64_t accumulators() const { return fm * fn * (wgmma ? wn / 2 : 4); }
 };
 
 class MmaMatMulStage : public AnchorStage {
@@ -44,8 +46,8 @@ class MmaMatMulStage : public AnchorStage {
     static_cast<StagedProduct&>(st) = staged_product(cx, node, me);
     std::set<int> produced;
     for (const auto& [v, producer] : cx.producer) produced.insert(v);
-    st.staging = planner::mma_staging(cx.g, node, produced, cx.cfg.wgmma && planner::tensor_core_operands(cx.g, node) &&
-                                                                  cx.g.value(node.inputs[0]).dtype != DType::kF32);
+    st.wgmma = cx.cfg.wgmma;
+    st.staging = planner::mma_staging(cx.g, node, produced, st.wgmma);
     // A copied operand is read along its innermost axis: A's by the reduction variable, B's by the
     // output's columns (MatMul's maps; checked, since the chunks rely on it).
     const TensorExpr& e = cx.exprs.at(static_cast<int>(&node - cx.g.nodes().data()));
@@ -76,7 +78,6 @@ class MmaMatMulStage : public AnchorStage {
     st.mma = dtype;
     const int64_t kk = planner::mma_k(dtype);
     st.step = (std::max<int64_t>(kk, st.step) + kk - 1) / kk * kk;
-    st.wgmma = cx_.cfg.wgmma;
     check(!st.wgmma || dtype != DType::kF32, "codegen: wgmma of float32 operands (TF32 runs on mma.sync)");
     if (st.wgmma) {
       const planner::WgmmaGroups grid = planner::wgmma_groups(rows, cols, cx_.cfg.threads / (4 * kWarpSize));
@@ -104,7 +105,7 @@ class MmaMatMulStage : public AnchorStage {
     st.a = k.add_shared("sa" + id, dtype, st.staging.stages * st.slot_a);
     st.b = k.add_shared("sb" + id, dtype, st.staging.stages * st.slot_b);
     st.frag_c = "fc" + id;
-    k.thread_locals.push_back({st.frag_c, st.fm * st.fn * (st.wgmma ? st.wn / 2 : 4), DType::kF32});
+    k.thread_locals.push_back({st.frag_c, st.accumulators(), DType::kF32});
     if (st.wgmma) return;
     st.frag_a = "fa" + id;
     st.frag_b = "fb" + id;
@@ -185,7 +186,7 @@ void MmaMatMulStage::emit(Kernel& k) {
   const bool any_async = st.staging.async_a || st.staging.async_b;
   const bool tf32 = st.mma == DType::kF32;
   const int64_t kk = planner::mma_k(st.mma), lanes = 16 / static_cast<int64_t>(dtype_size(st.mma));  // elements a 16-byte chunk
-  k.body.push_back(serial_for("ft_i", "0", lit(st.fm * st.fn * (st.wgmma ? st.wn / 2 : 4)), {assign(st.frag_c + "[ft_i]", "0.0f")}));
+  k.body.push_back(serial_for("ft_i", "0", lit(st.accumulators()), {assign(st.frag_c + "[ft_i]", "0.0f")}));
   const std::string warp = "(ft_thread / " + lit(kWarpSize) + ")";
   const std::string lane = "(ft_thread % " + lit(kWarpSize) + ")";
   // The warp's first row and column: its place in the warp grid, or (wgmma) its warpgroup's in

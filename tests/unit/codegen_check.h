@@ -92,7 +92,7 @@ inline void check_groups(const Graph& g, const std::vector<planner::FusionGroup>
   // Kernels that issue wgmma (sm_90a) are compiled for sm_90 only; the others for every arch.
   std::vector<codegen::Kernel> portable;
   for (const codegen::Kernel& k : kernels) {
-    if (!codegen::issues_wgmma(k)) portable.push_back(k);
+    if (codegen::wgmma_shapes(k).empty()) portable.push_back(k);
   }
   for (const std::string& arch : options.archs) {
     const std::vector<codegen::Kernel>& compiled = arch == "sm_90" ? kernels : portable;
