@@ -138,7 +138,18 @@ struct Launch {
   // the one before it in the stream finishes; its first statement waits for that one (codegen's
   // FT_GRID_DEPENDENCY).
   bool programmatic = false;
+  // Scratch buffers (codegen/kernel_ir.h: blocks that cooperate), zeroed at load, bound after the
+  // launch's arguments; every launch leaves them zero again.
+  std::vector<std::shared_ptr<CudaBuffer>> scratch;
 };
+
+// The parameters of a launch of `l` with `args`: the buffers' device addresses, then its scratch.
+std::vector<void*> bind_params(const Launch& l, const std::vector<Buffer*>& args) {
+  std::vector<void*> params;
+  for (Buffer* b : args) params.push_back(b->handle());
+  for (const auto& b : l.scratch) params.push_back(b->handle());
+  return params;
+}
 
 // Enqueues a kernel launch or a library call on `stream`; `params` point at the buffers' device
 // addresses (Buffer::handle()).
@@ -259,8 +270,7 @@ class CudaModule : public Module {
 
   void launch(const std::string& kernel, const std::vector<Buffer*>& args) override {
     const Launch& l = find(kernel);
-    std::vector<void*> params;
-    for (Buffer* b : args) params.push_back(b->handle());
+    std::vector<void*> params = bind_params(l, args);
     d_.check_cu(enqueue_launch(d_, l, params, nullptr), l.library ? "library call" : "kernel launch");
     d_.check_cu(d_.cuCtxSynchronize(), "kernel execution");
   }
@@ -273,8 +283,7 @@ class CudaModule : public Module {
     std::vector<double> times;
     double total_ms = 0;
     const Launch& l = find(kernel);
-    std::vector<void*> params;
-    for (Buffer* b : args) params.push_back(b->handle());
+    std::vector<void*> params = bind_params(l, args);
     while (static_cast<int>(times.size()) < std::max(1, policy.max_repeats) &&
            (static_cast<int>(times.size()) < policy.min_repeats || total_ms < policy.min_time_ms)) {
       // Evict the L2 between runs, so every run reads its inputs from DRAM as in a model.
@@ -297,7 +306,7 @@ class CudaModule : public Module {
     std::vector<BoundLaunch> bound;
     for (const Step& s : steps) {
       BoundLaunch b{s.kernel, find(s.kernel), {}};
-      for (Buffer* buf : s.args) b.params.push_back(buf->handle());
+      b.params = bind_params(b.launch, s.args);
       bound.push_back(std::move(b));
     }
     return std::make_unique<CudaSequence>(d_, std::move(bound));
@@ -361,7 +370,7 @@ class CudaBackend : public Backend {
           d_.cuModuleUnload(m);
           fail("library call ", k.name, ": ", why);
         }
-        fns[k.name] = {nullptr, 0, 0, 0, std::move(call)};
+        fns[k.name] = {nullptr, 0, 0, 0, std::move(call), false, {}};
         continue;
       }
       CUfunction f = nullptr;
@@ -370,7 +379,12 @@ class CudaBackend : public Backend {
         d_.check_cu(d_.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(k.shared_bytes)),
                     "shared memory opt-in");
       }
-      fns[k.name] = {f, k.grid, k.threads, k.shared_bytes, nullptr, programmatic_ && codegen::waits_for_predecessor(module.cuda_source, k.name)};
+      Launch& l = fns[k.name];
+      l = {f, k.grid, k.threads, k.shared_bytes, nullptr, programmatic_ && codegen::waits_for_predecessor(module.cuda_source, k.name), {}};
+      for (const int64_t bytes : codegen::scratch_bytes(module.cuda_source, k.name)) {
+        l.scratch.push_back(std::make_shared<CudaBuffer>(d_, static_cast<size_t>(bytes)));
+        l.scratch.back()->fill_byte(0);
+      }
     }
     return std::make_unique<CudaModule>(d_, m, std::move(fns), flush_.get());
   }

@@ -95,12 +95,16 @@ class HostSequence : public Sequence {
   std::vector<Step> steps_;
 };
 
-// A kernel of a host module: its entry in the host build of the CUDA text and its launch shape,
-// or a library call.
+// A kernel of a host module: its entry in the host build of the CUDA text, its launch shape and
+// its scratch buffers (zeroed, bound after the arguments), or a library call.
 struct HostEntry {
   const simt::KernelRef* kernel = nullptr;
   simt::Shape shape;
   std::optional<planner::LibraryCall> library;
+  std::vector<std::shared_ptr<HostBuffer>> scratch;
+  // Consecutive blocks that cooperate through the scratch (codegen/kernel_ir.h): a sample takes
+  // whole groups of them.
+  int64_t group_blocks = 1;
 };
 
 class HostModule : public Module {
@@ -114,17 +118,21 @@ class HostModule : public Module {
                          uint64_t seed) override {
     auto it = kernels_.find(kernel);
     check(it != kernels_.end(), "no kernel '", kernel, "' in the module");
-    const int64_t grid = it->second.shape.grid;
-    if (it->second.library || grid <= std::max<int64_t>(2, max_blocks)) {
+    const int64_t grid = it->second.shape.grid, per = it->second.group_blocks, groups = grid / per;
+    if (it->second.library || groups <= std::max<int64_t>(2, max_blocks / per)) {
       run(kernel, args, options_);
       return {grid, grid};
     }
     simt::Options sample = options_;
-    std::set<int64_t> blocks{0, grid - 1};
+    std::set<int64_t> chosen{0, groups - 1};  // groups of cooperating blocks (single blocks mostly)
     std::mt19937_64 rng(seed);
-    std::uniform_int_distribution<int64_t> pick(1, grid - 2);
-    while (static_cast<int64_t>(blocks.size()) < max_blocks) blocks.insert(pick(rng));
-    sample.blocks.assign(blocks.begin(), blocks.end());
+    std::uniform_int_distribution<int64_t> pick(1, groups - 2);
+    while (static_cast<int64_t>(chosen.size()) < std::max<int64_t>(2, max_blocks / per)) chosen.insert(pick(rng));
+    std::vector<int64_t> blocks;
+    for (int64_t c : chosen) {
+      for (int64_t b = c * per; b < (c + 1) * per; ++b) blocks.push_back(b);
+    }
+    sample.blocks = blocks;
     run(kernel, args, sample);
     return {static_cast<int64_t>(blocks.size()), grid};
   }
@@ -159,6 +167,10 @@ class HostModule : public Module {
     std::vector<void*> raw;
     std::vector<size_t> bytes;
     for (Buffer* b : args) {
+      raw.push_back(b->handle());
+      bytes.push_back(b->bytes());
+    }
+    for (const auto& b : it->second.scratch) {
       raw.push_back(b->handle());
       bytes.push_back(b->bytes());
     }
@@ -201,7 +213,14 @@ class HostBackend : public Backend {
         entries[k.name].library = planner::LibraryCall::from_json(k.library);
         continue;
       }
-      entries[k.name] = {&module->kernel(k.name), {k.grid, k.threads, k.shared_bytes}, std::nullopt};
+      HostEntry& e = entries[k.name];
+      e = {&module->kernel(k.name), {k.grid, k.threads, k.shared_bytes}, std::nullopt, {}, 1};
+      for (const simt::Param& p : e.kernel->params) {
+        if (p.scratch_elements == 0) continue;
+        e.scratch.push_back(std::make_shared<HostBuffer>(static_cast<size_t>(p.scratch_elements * p.element_bytes)));
+        e.scratch.back()->fill_byte(0);
+        if (e.scratch.size() == 1) e.group_blocks = std::max<int64_t>(1, k.grid / p.scratch_elements);
+      }
     }
     return std::make_unique<HostModule>(std::move(module), std::move(entries), options_);
   }

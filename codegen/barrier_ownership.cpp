@@ -93,6 +93,9 @@ class Analysis {
     bind("ft_block", slot());
     names_["ft_block"].invariant = true;
     for (const Param& p : k.params) add_buffer(p.name, p.output);
+    for (const Param& p : k.scratch) add_buffer(p.name, true);
+    publish_ = static_cast<int>(buffers_.size());
+    buffers_.push_back({"the block's publication of its global stores", true});
     for (const SharedAlloc& s : k.shared) add_buffer(s.name, true);
     for (const ThreadLocal& t : k.thread_locals) names_[t.name] = {IndexExpr::Binding::Kind::kLocalArray, -1};
     invariant_lets_ = true;
@@ -274,6 +277,13 @@ class Analysis {
           rel(n.b);
           record(n.buffer, rel(n.a));
           break;
+        case Stmt::Kind::kFence: record(publish_, Shift::same()); break;
+        case Stmt::Kind::kAtomic:
+          rel(n.b);
+          record(publish_, Shift::same());
+          record(n.buffer, rel(n.a));
+          break;
+        case Stmt::Kind::kExitUnless: rel(n.a); break;  // both blocks are followed on the path that goes on
         default: break;
       }
       if (!ok && r.proof) return false;
@@ -451,9 +461,24 @@ class Analysis {
         // one thread that the analysis could follow.
         case Stmt::Kind::kWgmma:
         case Stmt::Kind::kWgmmaSync: throw GiveUp{"a wgmma reads shared memory through matrix descriptors"};
+        // Blocks that cooperate (codegen/stages/split_k.h): a fence stores, and an atomic loads, the
+        // element of a pseudo-buffer that stands for the block's global stores being published, so
+        // the barrier between other threads' fences and one thread's atomic (and the one between
+        // the atomic and the fences after it) orders something; the atomic also stores its element.
+        case Stmt::Kind::kFence: n.buffer = publish_; break;
+        case Stmt::Kind::kAtomic:
+          n.buffer = buffer_of(s.name);
+          n.a = parse(s.a), n.has_a = true;
+          n.b = parse(s.b), n.has_b = true;
+          if (!s.d.empty()) declare(s.d, {});  // the old value: unknown
+          break;
+        // Only the blocks for which it holds go on; the analysis follows them (the others run a
+        // prefix of what they run).
+        case Stmt::Kind::kExitUnless: n.a = parse(s.a), n.has_a = true; break;
       }
       n.barriers = n.kind == Stmt::Kind::kBarrier;
       n.touches = n.barriers || (n.slot >= 0 && n.kind == Stmt::Kind::kAssign) || n.kind == Stmt::Kind::kCopyAsyncWait ||
+                  n.kind == Stmt::Kind::kExitUnless ||
                   n.kind == Stmt::Kind::kCopyAsyncCommit ||
                   (n.buffer >= 0 && buffers_[static_cast<size_t>(n.buffer)].tracked) || loads_tracked(n.a) ||
                   loads_tracked(n.b);
@@ -570,6 +595,13 @@ class Analysis {
         if (stop_at_barrier_) stopped_ = true;
         reach_barrier(n.src);
         break;
+      case Stmt::Kind::kFence: touch(publish_, 0, 1, true); break;
+      case Stmt::Kind::kAtomic:
+        eval(n.b, env);
+        touch(publish_, 0, 1, false);
+        touch(n.buffer, eval(n.a, env), 1, true);
+        break;
+      case Stmt::Kind::kExitUnless: eval(n.a, env); break;
       case Stmt::Kind::kVectorLoad: touch(n.buffer, eval(n.b, env), vector_lanes(n.src->dtype), false); break;
       case Stmt::Kind::kVectorStore: touch(n.buffer, eval(n.a, env), stmt_lanes(*n.src), true); break;
       case Stmt::Kind::kLdmatrix:
@@ -632,6 +664,7 @@ class Analysis {
   std::map<std::string, IndexExpr::Binding> names_;
   std::vector<Buffer> buffers_;
   int slots_ = 0;
+  int publish_ = -1;  // the pseudo-buffer of fences and atomics
   int uniform_slots_ = 0;  // slots below: ft_thread, ft_block and the block-uniform lets
   std::vector<Node> uniform_, body_;
   // The thread being run.

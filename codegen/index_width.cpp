@@ -46,6 +46,7 @@ class Walker {
     bind("ft_block", ValueRange::of(lo, hi, bits_));
     bind("ft_thread", ValueRange::of(0, k.threads - 1, 32));
     for (const Param& p : k.params) buffer(p.name, element_bits(p.dtype));
+    for (const Param& p : k.scratch) buffer(p.name, element_bits(p.dtype));
     for (const SharedAlloc& s : k.shared) buffer(s.name, s.dtype == DType::kI64 ? 64 : (dtype_size(s.dtype) == 2 ? 32 : 0));
     for (const ThreadLocal& t : k.thread_locals) {
       IndexExpr::Binding b;
@@ -118,7 +119,17 @@ class Walker {
         case Stmt::Kind::kMma:
         case Stmt::Kind::kWgmmaSync:
         case Stmt::Kind::kCopyAsyncCommit:
-        case Stmt::Kind::kCopyAsyncWait: break;
+        case Stmt::Kind::kCopyAsyncWait:
+        case Stmt::Kind::kFence: break;
+        case Stmt::Kind::kExitUnless: range(s.a, "the exit's condition", s); break;
+        case Stmt::Kind::kAtomic:
+          range(s.a, "the index", s);
+          range(s.b, "the operand", s);
+          if (!s.d.empty()) {
+            declare(s.d);
+            bind(s.d, ValueRange::of(0, UINT32_MAX, 64));
+          }
+          break;
         case Stmt::Kind::kLet: {
           ValueRange r = range(s.a, "the let", s);
           if (const auto it = uniform_bounds_.find(s.name); in_uniform_ && it != uniform_bounds_.end() && r.bits != 0) {

@@ -225,6 +225,23 @@ Stmt wgmma_wait(std::string d, int groups) {
 }
 Stmt proxy_fence() { return wgmma_sync("proxy"); }
 
+Stmt atomic(std::string buffer, std::string index, std::string value, std::string op, std::string old) {
+  check(op == "add" || op == "exch", "atomic operation '", op, "' (needs add or exch)");
+  Stmt s = bare(Stmt::Kind::kAtomic);
+  s.name = std::move(buffer);
+  s.a = std::move(index);
+  s.b = std::move(value);
+  s.c = std::move(op);
+  s.d = std::move(old);
+  return s;
+}
+Stmt fence() { return bare(Stmt::Kind::kFence); }
+Stmt exit_unless(std::string cond) {
+  Stmt s = bare(Stmt::Kind::kExitUnless);
+  s.a = std::move(cond);
+  return s;
+}
+
 namespace {
 void collect_wgmma_shapes(const Block& b, std::set<std::pair<int, bool>>& out) {
   for (const Stmt& s : b) {
@@ -312,6 +329,11 @@ std::string line_text(const Stmt& s) {
       out << (s.a == "proxy" ? "fence.proxy.async" : "wgmma." + s.a) << (s.a == "wait" ? " " + std::to_string(s.groups) : "")
           << (s.name.empty() ? "" : " (" + s.name + ")");
       break;
+    case Stmt::Kind::kAtomic:
+      out << (s.d.empty() ? "" : "let unsigned " + s.d + " = ") << "atomic." << s.c << " " << s.name << "[" << s.a << "] " << s.b;
+      break;
+    case Stmt::Kind::kFence: out << "fence.gpu"; break;
+    case Stmt::Kind::kExitUnless: out << "exit unless " << s.a; break;
     case Stmt::Kind::kUniformFor:
       out << "for.uniform " << s.name << " in [" << s.a << ", " << s.b << ")"
           << (s.unroll > 0 ? " unroll " + std::to_string(s.unroll) : std::string());
@@ -347,6 +369,7 @@ std::string to_text(const Kernel& k) {
   for (const Param& p : k.params) {
     out << "  param " << (p.output ? "out " : "in ") << p.name << ": " << dtype_name(p.dtype) << "[" << p.elements << "]\n";
   }
+  for (const Param& p : k.scratch) out << "  scratch " << p.name << ": " << dtype_name(p.dtype) << "[" << p.elements << "]\n";
  if (!k.library.empty()) out << "  library call " << k.library << "\n";
   for (const SharedAlloc& s : k.shared) {
     out << "  shared " << s.name << ": " << dtype_name(s.dtype) << "[" << s.elements << "] @" << s.offset << "\n";

@@ -87,6 +87,19 @@
 // the registers read NaN until the wait lands those values, and a store to a row a wgmma reads
 // before its wait is a hazard the executor reports (simt/hazards.h), so a missing wait shows;
 // wgmma.fence and the proxy fence order nothing the host's threads and barriers do not.
+// Blocks that cooperate (split-K: several blocks sum partial products of one tile): a kernel may
+// declare scratch buffers (Kernel::scratch), global memory the backend allocates zeroed with the
+// module and binds after the parameters; every launch leaves them zero again. Its first scratch
+// buffer holds one 32-bit counter per cooperating group, and the grid is those groups' blocks,
+// grid / counters consecutive blocks a group (a sampled launch on the host takes whole groups).
+// `atomic` is one atomicAdd or atomicExch on a 32-bit unsigned element of a global buffer (the
+// old value into a new local, or discarded); `fence` is __threadfence() (membar.gl in PTX, the ISA's fence.sc.gpu:
+// the thread's earlier global accesses are ordered before its later ones for every other block);
+// `exit_unless` (a block-uniform condition) ends the block's threads when it is false. A block
+// publishes its global stores to another block by: each storing thread's fence, a barrier, one
+// thread's atomic on a counter; the other block reads them after its own atomic on that counter
+// (later in the counter's order), a barrier, and a fence by each reading thread. The host
+// executor reports a read of another block's store that lacks any link of that chain.
 // Packed kernels (several groups in one launch) are a sequence of `part` statements, each taken by
 // a range of blocks; barriers inside a part are block-uniform.
 // Scalar expressions are C expressions over the kernel's variables and the helpers of the common
@@ -165,6 +178,9 @@ struct Stmt {
     kCopyAsyncWait,    // cp.async.wait_group `groups`
     kWgmma,       // name[at0..] += a[b..] * c[d..]: wgmma m64n<wgmma_n>k16 (at1..at4: A's LBO, SBO, B's LBO, SBO in bytes)
     kWgmmaSync,   // a: "fence" (wgmma.fence; name: the accumulators), "commit", "wait" (`groups`; name), "proxy"
+    kAtomic,      // [unsigned d =] atomic c ("add" or "exch") of b on name[a] (a 32-bit unsigned global element)
+    kFence,       // __threadfence()
+    kExitUnless,  // if (!(a)) return;  (block-uniform; placed like a barrier)
   };
   Kind kind = Kind::kComment;
   std::string name;
@@ -256,6 +272,14 @@ Stmt wgmma_fence(std::string d);
 Stmt wgmma_commit();
 Stmt wgmma_wait(std::string d, int groups);
 Stmt proxy_fence();
+// atomicAdd (`op` "add") or atomicExch ("exch") of `value` on element `index` of 32-bit unsigned
+// global buffer `buffer` (a scratch buffer); the old value into new local `old` (unsigned) unless
+// empty.
+Stmt atomic(std::string buffer, std::string index, std::string value, std::string op, std::string old = "");
+Stmt fence();
+// Ends every thread of the block unless `cond` (block-uniform: the block index, uniform lets and
+// shared values read after a barrier); placed like a barrier.
+Stmt exit_unless(std::string cond);
 // The expression a warp reduction with `op` combines its own value x and its partner's y with.
 std::string warp_combine(const std::string& op, const std::string& x, const std::string& y);
 
@@ -274,6 +298,9 @@ struct Kernel {
   // block before the body; their variables are visible everywhere in the body.
   Block uniform;
   Block body;  // reads the thread index as `ft_thread`
+  // Zeroed global buffers bound after the parameters, allocated with the module by the backend
+  // and left zero by every launch (see the header comment: cooperating blocks); `output` set.
+  std::vector<Param> scratch;
   // Set (planner::LibraryCall JSON): not generated code but a vendor-library call with these
   // parameters; the body is empty, the emitters print nothing for it, and backends run the call
   // (cuBLASLt on the GPU, an equivalent host GEMM on the host).

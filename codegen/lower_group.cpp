@@ -217,7 +217,10 @@ LoweredKernel pack_kernels(const std::vector<LoweredKernel>& parts, const std::s
   k.threads = parts[0].kernel.threads;
   k.grid = 0;
   k.index_bits = 32;
-  for (const LoweredKernel& p : parts) check(p.kernel.library.empty(), "pack_kernels: a library call cannot be packed");
+  for (const LoweredKernel& p : parts) {
+    check(p.kernel.library.empty(), "pack_kernels: a library call cannot be packed");
+    check(p.kernel.scratch.empty(), "pack_kernels: a kernel whose blocks cooperate (split-K) cannot be packed");
+  }
   std::vector<Param> outs;
   for (const LoweredKernel& p : parts) {
     check(p.kernel.threads == k.threads, "pack_kernels: parts have ", p.kernel.threads, " and ", k.threads, " threads");

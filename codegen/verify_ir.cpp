@@ -18,7 +18,7 @@ namespace {
 bool block_uniform_only(Stmt::Kind kind) {
   return kind == Stmt::Kind::kBarrier || kind == Stmt::Kind::kWarpReduce || kind == Stmt::Kind::kMma ||
          kind == Stmt::Kind::kLdmatrix || kind == Stmt::Kind::kPart || kind == Stmt::Kind::kUniformFor ||
-         kind == Stmt::Kind::kWgmma || kind == Stmt::Kind::kWgmmaSync;
+         kind == Stmt::Kind::kWgmma || kind == Stmt::Kind::kWgmmaSync || kind == Stmt::Kind::kExitUnless;
 }
 
 bool warp_synchronous(Stmt::Kind kind) {
@@ -36,6 +36,7 @@ const char* what(Stmt::Kind kind) {
     case Stmt::Kind::kWgmmaSync: return "a wgmma fence, commit or wait";
     case Stmt::Kind::kPart: return "a part";
     case Stmt::Kind::kUniformFor: return "a uniform loop";
+    case Stmt::Kind::kExitUnless: return "an exit";
     default: return "a statement";
   }
 }
@@ -98,6 +99,14 @@ class Verifier {
             it->second);
     };
     for (const Param& p : k_.params) declare(p.name, "parameter");
+    for (const Param& p : k_.scratch) {
+      declare(p.name, "scratch buffer");
+      check(p.output && (p.dtype == DType::kF32 || p.dtype == DType::kU32), "kernel '", k_.name, "': scratch buffer '", p.name,
+            "' must be a writable float32 or uint32 buffer");
+    }
+    check(k_.scratch.empty() || (k_.scratch.front().dtype == DType::kU32 && k_.scratch.front().elements > 0 &&
+                                 k_.grid % k_.scratch.front().elements == 0),
+          "kernel '", k_.name, "': its first scratch buffer must hold one uint32 counter per group of cooperating blocks");
     for (const SharedAlloc& a : k_.shared) declare(a.name, "shared allocation");
     for (const ThreadLocal& t : k_.thread_locals) declare(t.name, "thread-local");
   }
@@ -117,8 +126,10 @@ class Verifier {
   }
 
   const Param* param(const std::string& name) const {
-    for (const Param& p : k_.params) {
-      if (p.name == name) return &p;
+    for (const std::vector<Param>* list : {&k_.params, &k_.scratch}) {
+      for (const Param& p : *list) {
+        if (p.name == name) return &p;
+      }
     }
     return nullptr;
   }
@@ -200,6 +211,11 @@ class Verifier {
           // 14 bits of 16-byte units in the descriptor
           if (s.at[i] <= 0 || s.at[i] % 16 != 0 || s.at[i] >= (int64_t{1} << 18)) fail_at(s, "wgmma stride ", s.at[i], " bytes (needs a multiple of 16 below 2^18)");
         }
+        break;
+      }
+      case Stmt::Kind::kAtomic: {
+        const Param* p = param(s.name);
+        if (p == nullptr || !p->output || p->dtype != DType::kU32) fail_at(s, "an atomic on '", s.name, "', which is not a writable uint32 buffer");
         break;
       }
       case Stmt::Kind::kWgmmaSync:

@@ -3,7 +3,7 @@
 // hang or a CUDA compile failure.
 //
 // Takes a generated kernel (not a library call: its body is empty). Checks:
-//   - barriers, warp reductions, mma, ldmatrix, parts and uniform loops appear only at
+//   - barriers, warp reductions, mma, ldmatrix, wgmma, exits, parts and uniform loops appear only at
 //     block-uniform points: the top level of the body, of a part's body or of a uniform loop's
 //     body; never inside a thread loop, a serial `for`, an `if`, or the block-uniform lets (the
 //     kernel's or a part's);
@@ -18,7 +18,9 @@
 //     allocations of different parts of a packed kernel (a block runs one part; parts' shared
 //     memory overlays): two allocations may share bytes only when each is named only inside parts
 //     and no part names both;
-//   - every buffer a store writes is an output parameter or a shared allocation;
+//   - every buffer a store writes is an output parameter, a scratch buffer or a shared allocation;
+//     an atomic's is a uint32 scratch buffer or output; scratch buffers are float32 or uint32, the
+//     first uint32 with a number of counters that divides the grid;
 //   - parameters, shared allocations and thread-locals have distinct names.
 // Guarantees: returns when every rule holds; otherwise throws Error naming the kernel, the rule and
 // the statement (as to_text prints it) or declaration at fault.

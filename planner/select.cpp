@@ -197,14 +197,16 @@ ModelPlan plan_model(const Graph& g, const Device& d, const PlanOptions& opt, co
     }
   }
   // Launches: pack the final groups (splitting may have freed siblings to share a launch). A
-  // library call is a launch of its own: it cannot share a kernel with generated parts.
+  // library call is a launch of its own: it cannot share a kernel with generated parts; nor can a
+  // split-K kernel, whose blocks cooperate through its own scratch buffers.
   FusionPlan final_groups;
-  std::vector<bool> library;
+  std::vector<bool> solo;
   for (const GroupPlan& gp : plan.groups) {
     final_groups.groups.push_back(gp.group);
-    library.push_back(!gp.candidates[gp.chosen].config.library.empty());
+    const TileConfig& chosen = gp.candidates[gp.chosen].config;
+    solo.push_back(!chosen.library.empty() || chosen.split_k > 1);
   }
-  pack_launches(g, final_groups, fusion, library);
+  pack_launches(g, final_groups, fusion, solo);
   for (size_t k = 0; k < plan.groups.size(); ++k) plan.groups[k].group.launch = final_groups.groups[k].launch;
   std::set<int> launch_ids;
   for (const GroupPlan& gp : plan.groups) launch_ids.insert(gp.group.launch);

@@ -186,6 +186,7 @@ std::string TileConfig::str() const {
   if (wgmma) out << " wgmma";
   if (gemv) out << " gemv";
   if (flash) out << " flash";
+  if (split_k > 1) out << " splitk=" << split_k;
   return out.str();
 }
 
@@ -331,6 +332,10 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   const std::set<int> absorbed = core ? std::set<int>(core->absorbed.begin(), core->absorbed.end()) : std::set<int>{};
   int flash_registers = 0;
   bool uncovered = false;  // a staged Conv whose threads cannot cover the tile with micro-tiles
+  // Split-K (cfg.split_k > 1) needs one anchor, a staged MatMul with its accumulators in registers:
+  // its reduction steps and the floats a block's accumulators hold (codegen/stages/split_k.h).
+  int anchors = 0, split_products = 0;
+  int64_t split_steps = 0, split_slot = 0;
   for (auto it = group.nodes.rbegin(); it != group.nodes.rend(); ++it) {
     const Node& n = g.nodes()[static_cast<size_t>(*it)];
     auto out_it = regions.find(n.outputs[0]);
@@ -363,6 +368,9 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       const int64_t kp = ceil_div(e.reduce_extents.empty() ? 1 : e.reduce_extents[0], step) * step;
       padded_elems += rows * cols;
       (tf32 ? tf32_flops : cfg.wgmma ? wgmma_flops : tensor_flops) += 2 * rows * cols * kp;
+      ++split_products;
+      split_steps = kp / step;
+      split_slot = rows * cols;
       // A ring of operand slices with padded rows (codegen's pitches; wgmma's core matrices are
       // not padded); the product's accumulators
       // in shared memory unless its epilogue runs from registers (planner/epilogue.h). An operand
@@ -411,6 +419,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
     // every other anchor keeps its output region unless it is the root; a normalization keeps its
     // rows' statistics (below).
     const bool anchor = runs_as_stage(n);
+    anchors += anchor ? 1 : 0;
     if (tensor) {
       smem += tensor_smem;
       tile_loads += tensor_loads;
@@ -539,6 +548,11 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
                                 : std::nullopt;
       const bool in_registers = epilogue && sixteen_byte_runs(g, *epilogue, tn);
       if (!in_registers) smem += out_elems * 4;
+      if (n.op == "MatMul" && out_region.size() >= 2 && out_elems == rows * cols && tm > 0) {
+        ++split_products;
+        split_steps = ceil_div(e.reduce_extents.empty() ? 1 : e.reduce_extents[0], cfg.reduce_step);
+        split_slot = tm * tn * cfg.threads;
+      }
       // Staging issues one load per element, or one per 16 bytes where the operand moves in vectors.
       const auto [vec_a, vec_b] = vector_operands(g, n, produced, out_region);
       int64_t rounds = 0;
@@ -582,6 +596,23 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
     const int64_t size = numel(val.shape) * static_cast<int64_t>(dtype_size(val.dtype));
     l2 += size;
     dram += size;
+  }
+  // Split-K: each tile's blocks write their partial products and the last reads them all back
+  // (in L2, unless they exceed half of it), then sums them alone per tile (below).
+  const int64_t splits = std::max(1, cfg.split_k);
+  double split_sum_us = 0;
+  if (splits > 1) {
+    if (anchors != 1 || split_products != 1 || cfg.flash || cfg.gemv || split_steps < splits) {
+      c.reject = "split-K needs one staged MatMul (accumulators in registers) as the group's only anchor, with at least " +
+                 std::to_string(splits) + " reduction steps";
+      return c;
+    }
+    const int64_t partial_bytes = c.tiles * splits * split_slot * 4;
+    l2 += 2 * partial_bytes;
+    if (partial_bytes > d.l2_bytes / 2) dram += 2 * partial_bytes;
+    smem += 16;  // the last block's flag
+    const double reducing = std::min(1.0, static_cast<double>(c.tiles) / d.sms);  // the SMs the last blocks run on
+    split_sum_us = static_cast<double>(partial_bytes) / (d.l2_bandwidth_gbps * 1e3 * reducing);
   }
   c.l2_bytes = l2;
   c.dram_bytes = dram;
@@ -629,9 +660,11 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   // they are resident together or one after another; the others run fewer. (Counting waves of
   // every resident slot instead made a block that needs less shared memory, and so fits more
   // often per SM, look slower on the same grid.)
-  const int64_t per_sm = ceil_div(c.tiles, static_cast<int64_t>(d.sms));
-  const double busy = std::min(1.0, static_cast<double>(c.tiles) / d.sms);
-  const double tail = static_cast<double>(c.tiles) / static_cast<double>(per_sm * d.sms);
+  // (Split-K: the blocks are the tiles' splits, each a share of its tile's arithmetic.)
+  const int64_t blocks = c.tiles * splits;
+  const int64_t per_sm = ceil_div(blocks, static_cast<int64_t>(d.sms));
+  const double busy = std::min(1.0, static_cast<double>(blocks) / d.sms);
+  const double tail = static_cast<double>(blocks) / static_cast<double>(per_sm * d.sms);
   c.efficiency = busy * (0.5 + 0.5 * tail);
   const double dram_us = static_cast<double>(dram) / (d.dram_bandwidth_gbps * 1e3);
   const double l2_us = static_cast<double>(l2) / (d.l2_bandwidth_gbps * 1e3);
@@ -645,7 +678,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   const double special_us = static_cast<double>(tile_special * c.tiles) / d.special_ops_per_us();
   // Each SM issues from four schedulers, each from its own warps (every NVIDIA SM since Volta):
   // with fewer warps resident on an SM than that, the rest of its issue slots and pipes idle.
-  const double resident_warps = static_cast<double>(std::min<int64_t>(bps, ceil_div(c.tiles, static_cast<int64_t>(d.sms))) *
+  const double resident_warps = static_cast<double>(std::min<int64_t>(bps, ceil_div(blocks, static_cast<int64_t>(d.sms))) *
                                                     (cfg.threads / d.warp_size));
   const double issuing = std::min(1.0, resident_warps / kWarpSchedulersPerSm);
   const double compute_us = std::max({issue_us, tensor_us, special_us}) / issuing;
@@ -655,15 +688,16 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   // ones stay in L2 between launches, where latency is a fraction of DRAM's).
   double latency_us = 0;
   if (std::isfinite(in_flight) && in_flight > 0) {
-    const double active = static_cast<double>(std::min<int64_t>(d.sms, c.tiles));
-    const double resident = static_cast<double>(std::min<int64_t>(bps, ceil_div(c.tiles, d.sms)));
+    const double active = static_cast<double>(std::min<int64_t>(d.sms, blocks));
+    const double resident = static_cast<double>(std::min<int64_t>(bps, ceil_div(blocks, d.sms)));
     latency_us = static_cast<double>(streamed) * d.dram_latency_ns / (1e3 * active * resident * in_flight);
     c.bytes_in_flight = static_cast<int64_t>(in_flight);
   }
   const double throughput_us = std::max({dram_us, l2_us, compute_us}) / c.efficiency;
   c.latency_bound = latency_us > throughput_us;
-  c.modeled_us = std::max(throughput_us, latency_us) + opt.launch_overhead_us;
+  c.modeled_us = std::max(throughput_us, latency_us) + split_sum_us + opt.launch_overhead_us;
   c.flops = (tile_flops + tensor_flops + tf32_flops + wgmma_flops) * c.tiles;
+  c.tiles = blocks;
   c.valid = true;
   return c;
 }
@@ -973,6 +1007,25 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
           if (c.valid) all.push_back({cfg, c});
         }
       }
+    }
+  }
+  // Split-K (codegen/stages/split_k.h): a staged MatMul whose tiles leave SMs idle also gets 2 to
+  // 16 blocks a tile, each a slice of the reduction, up to two blocks per SM; unless its work takes
+  // less time than a launch: a split-K kernel never shares its launch, and such a kernel gains
+  // more from sharing one with its siblings (planner/select.h) than from its idle SMs.
+  for (size_t i = 0, generated = all.size(); i < generated; ++i) {
+    const TileConfig base = all[i].config;
+    const int64_t base_tiles = all[i].cost.tiles;
+    if (base.reduce_step <= 0 || base.gemv || base.flash || base_tiles >= d.sms ||
+        all[i].cost.modeled_us < 2 * opt.launch_overhead_us) {
+      continue;
+    }
+    for (int splits : {2, 4, 8, 16}) {
+      if (base_tiles * splits > 2 * static_cast<int64_t>(d.sms)) break;
+      TileConfig cfg = base;
+      cfg.split_k = splits;
+      Cost c = evaluate_tile(g, group, d, cfg, opt);
+      if (c.valid) all.push_back({cfg, c});
     }
   }
   if (all.empty()) {

@@ -90,6 +90,7 @@ struct TileConfig {
   bool flash = false;         // the group's attention core as flash attention, reduce_step keys a tile (see above)
   std::string library = "";   // set ("cublasLt", "cudnn", ...): the group runs as a library call (planner/library_call.h)
   int algorithm = 0;          // a library call's: the library's ranked choice (0: its heuristic's first)
+  int split_k = 1;            // > 1: that many blocks per tile each sum a slice of the reduction steps (see above)
   std::string str() const;
   bool operator==(const TileConfig&) const = default;
 };

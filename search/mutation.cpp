@@ -10,7 +10,8 @@ namespace fusetune::search {
 namespace {
 
 // A configuration's knobs as numbers: log2 of each tile extent and of the threads, the reduction
-// step's log2 (0 for none), the vector width's log2, and the tensor-core, wgmma, GEMV and flash flags.
+// step's log2 (0 for none), the vector width's log2, the tensor-core, wgmma and GEMV flags, the
+// split-K count's log2, and the flash flag (last: never mutated).
 std::vector<double> knobs(const planner::TileConfig& c) {
   std::vector<double> k;
   for (int64_t t : c.tile) k.push_back(std::log2(static_cast<double>(std::max<int64_t>(t, 1))));
@@ -20,6 +21,7 @@ std::vector<double> knobs(const planner::TileConfig& c) {
   k.push_back(c.mma ? 1 : 0);
   k.push_back(c.wgmma ? 1 : 0);
   k.push_back(c.gemv ? 1 : 0);
+  k.push_back(std::log2(static_cast<double>(std::max(c.split_k, 1))));
   k.push_back(c.flash ? 1 : 0);
   return k;
 }

@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-#define FT_SIMT_API_VERSION 4
+#define FT_SIMT_API_VERSION 5
 
 enum { FT_SIMT_LOAD = 0, FT_SIMT_STORE = 1 };
 
@@ -71,6 +71,15 @@ typedef struct ft_simt_api {
   /* wgmma.wait_group `groups` at `line` of the CUDA text: completes the thread's oldest committed
    * groups until at most `groups` are pending (their results land, their reads end). */
   void (*wgmma_wait)(int groups, int line);
+  /* atomicAdd (`op` 0) or atomicExch (1) of `value` on the 32-bit unsigned element `index` of global
+   * buffer `b`; returns the old value. Atomics are never races with each other. With the checks,
+   * one publishes the calling block's global stores (when each storing thread fenced after its
+   * last store, before a barrier that precedes the atomic) and acquires those of the blocks that
+   * published through the same element earlier: a load of another block's store is a hazard
+   * unless the loading block acquired it and the loading thread fenced afterwards. */
+  unsigned (*atomic)(const ft_simt_buffer* b, long long index, int op, unsigned value);
+  /* __threadfence() of the calling thread. */
+  void (*fence)(void);
   /* threadIdx.x, blockIdx.x, blockDim.x, gridDim.x of the calling thread. */
   unsigned (*thread_index)(void);
   unsigned (*block_index)(void);

@@ -122,6 +122,20 @@ struct Launch {
   std::mutex counters_mutex;
   Counters counters;
   std::atomic<int64_t> next_block{0};
+  // Atomics on global memory, and the blocks that published their stores through each location:
+  // every atomic takes the mutex, so a location's sequence is its modification order.
+  // A block's publication of its global stores by an atomic: the stores of its barrier intervals
+  // before the atomic's (and the atomic's own thread's before it).
+  struct Publication {
+    uint32_t epoch = 0;
+    int thread = 0;
+  };
+  struct Location {
+    std::vector<std::pair<int64_t, Publication>> releases;  // by block, in the location's order
+  };
+  std::mutex atomics_mutex;
+  std::map<uintptr_t, Location> locations;
+  std::map<int64_t, std::string> unpublished;  // blocks whose atomic published nothing, and why
   Launch(const KernelRef& k, const Shape& s, const Options& o) : kernel(k), shape(s), options(o), findings(o.max_findings) {}
 };
 
@@ -166,6 +180,12 @@ struct Fiber {
   std::vector<WgmmaResult> wgmma_results;
   std::vector<WgmmaRead> wgmma_reads;
   uint64_t wgmma_committed = 0;
+  // Ordering of global memory across blocks (fences and atomics): whether the thread stored to a
+  // race-checked global buffer, whether a fence followed its last such store, and its last fence
+  // (the barrier interval it fell in, and its place among the thread's fences and atomics).
+  bool stored_global = false, unfenced = false;
+  uint32_t fence_epoch = 0;
+  uint64_t fence_event = 0, events = 0;
 };
 
 struct Warp {
@@ -205,6 +225,42 @@ struct Worker {
   std::deque<ft_simt_buffer> views;
   alignas(16) unsigned char scratch[64] = {};
   Counters counters;
+  // The block's atomics that acquired other blocks' publications: by whom, when, and whose.
+  struct Acquire {
+    int thread = 0;
+    uint32_t epoch = 0;
+    uint64_t event = 0;
+    std::map<int64_t, Launch::Publication> blocks;  // blocks that published through the location earlier in its order
+  };
+  std::vector<Acquire> acquires;
+
+  // Whether thread f of this block may read what block `writer` stored: the writer published it
+  // (simt_api atomic) through a location this block's atomic came to later, and f fenced after
+  // that atomic (the atomic's thread) or after the barrier that followed it (the others). Else
+  // `why` says which link is missing.
+  bool published_to(const Fiber& f, const CrossBlock::Conflict& x, std::string* why) const {
+    const int64_t writer = x.block;
+    for (const Acquire& a : acquires) {
+      const auto p = a.blocks.find(writer);
+      if (p == a.blocks.end()) continue;
+      if (x.writer_thread < 0 || (x.writer_epoch >= p->second.epoch && x.writer_thread != p->second.thread)) {
+        *why = "block " + std::to_string(writer) + " published its stores by an atomic that its thread " +
+               std::to_string(x.writer_thread) + "'s store did not precede by a barrier";
+        return false;
+      }
+      if (f.thread == a.thread ? f.fence_event > a.event : f.fence_epoch > a.epoch) return true;
+      *why = "block " + std::to_string(writer) + " published its stores through the atomic of thread " + std::to_string(a.thread) +
+             " of this block, but thread " + std::to_string(f.thread) + " did not __threadfence() after " +
+             (f.thread == a.thread ? "that atomic" : "the barrier that followed it");
+      return false;
+    }
+    std::lock_guard<std::mutex> lock(L.atomics_mutex);
+    const auto it = L.unpublished.find(writer);
+    *why = it != L.unpublished.end() ? "block " + std::to_string(writer) + "'s atomic published nothing: " + it->second
+                                     : "no atomic of this block came after one by which block " + std::to_string(writer) +
+                                           " published its stores";
+    return false;
+  }
 #ifdef FT_SIMT_ASAN
   void* fake_stack = nullptr;
   const void* stack_bottom = nullptr;
@@ -274,6 +330,7 @@ struct Worker {
     barrier_reported = false;
     epoch_lines.assign(1, 0);
     global_cells.clear();
+    acquires.clear();
     for (size_t w = 0; w < warps.size(); ++w) {
       Warp& wp = warps[w];
       wp.lanes = wp.live = std::min(kWarpLanes, L.shape.threads - static_cast<int>(w) * kWarpLanes);
@@ -293,6 +350,9 @@ struct Worker {
       f.wgmma_results.clear();
       f.wgmma_reads.clear();
       f.wgmma_committed = 0;
+      f.stored_global = f.unfenced = false;
+      f.fence_epoch = 0;
+      f.fence_event = f.events = 0;
       f.self = ctx::fiber(std::allocator_arg, PooledStack{&f.stack_bottom}, [this, &f](ctx::fiber&& sink) {
         f.sink = std::move(sink);
 #ifdef FT_SIMT_ASAN
@@ -476,19 +536,24 @@ void check_global(Worker& w, Fiber& f, const ft_simt_buffer* b, long long index,
       const size_t at = static_cast<size_t>(p->cross_offset + e);
       const auto block = static_cast<uint32_t>(w.block);
       const CrossBlock::Conflict x =
-          store ? p->cross->store(at, block, static_cast<const unsigned char*>(value) + (e - index) * eb, eb)
+          store ? p->cross->store(at, block, static_cast<const unsigned char*>(value) + (e - index) * eb, eb, f.thread, w.epoch)
                 : p->cross->load(at, block);
       if (x.block < 0) continue;
       if (x.same_value) {
         w.counters.redundant_stores += 1;  // the same bytes again: a recomputed exported value
         continue;
       }
+      std::string why;
+      if (!store && x.with_writer && x.block != CrossBlock::kMany && w.published_to(f, x, &why)) continue;
       const std::string them = x.block == CrossBlock::kMany ? "several other blocks" : "block " + std::to_string(x.block);
       w.find(Check::kRace,
              std::string(store ? (x.with_writer ? "write-after-write" : "write-after-read") : "read-after-write") +
                  " hazard between blocks",
-             buffer_label(b), e, w.who(f.thread) + " and " + them, site);
+             buffer_label(b), e, w.who(f.thread) + " and " + them, site, nullptr, why);
     }
+  }
+  if (store && p->tracked) {
+    f.stored_global = f.unfenced = true;
   }
 }
 
@@ -794,6 +859,60 @@ void api_wgmma_wait(int groups, int line) {
   if (line > 0 && landed > 0) w.counters.wait_landings[line] += landed;
 }
 
+// atomicAdd (op 0) or atomicExch (op 1) on a 32-bit element of a global buffer. With the checks, the
+// atomic publishes the block's global stores when every thread that stored fenced after its last
+// store, in an earlier barrier interval (the atomic's own thread: before it); and it acquires what
+// the blocks that published through the location earlier did.
+unsigned api_atomic(const ft_simt_buffer* b, long long index, int op, unsigned value) {
+  const void* site = __builtin_return_address(0);
+  Fiber& f = current();
+  Worker& w = *f.worker;
+  unsigned char* addr = b->shared ? nullptr : checked_address(w, f, b, index, 4, 4, "atomic", site);
+  if (b->shared) w.find(Check::kMemory, "atomic on shared memory", buffer_label(b), index, w.who(f.thread), site);
+  if (addr == nullptr) return 0;
+  const uint64_t event = ++f.events;
+  std::string unpublished;
+  bool others = false;  // other threads' stores are published: the barrier since their fences orders them
+  if (w.L.options.checks) {
+    for (const Fiber& u : w.fibers) {
+      if (!u.stored_global) continue;
+      others = others || &u != &f;
+      if (u.unfenced) {
+        unpublished = "thread " + std::to_string(u.thread) + " stored to global memory after its last __threadfence() (or had none)";
+      } else if (&u != &f && u.fence_epoch >= w.epoch) {
+        unpublished = "no barrier between thread " + std::to_string(u.thread) + "'s __threadfence() and thread " +
+                      std::to_string(f.thread) + "'s atomic";
+      }
+      if (!unpublished.empty()) break;
+    }
+  }
+  unsigned old = 0;
+  std::lock_guard<std::mutex> lock(w.L.atomics_mutex);
+  std::memcpy(&old, addr, 4);
+  const unsigned now = op == 0 ? old + value : value;
+  std::memcpy(addr, &now, 4);
+  if (w.L.options.checks) {
+    Launch::Location& loc = w.L.locations[reinterpret_cast<uintptr_t>(addr)];
+    Worker::Acquire a{f.thread, w.epoch, event, {}};
+    for (const auto& [blk, publication] : loc.releases) {
+      if (blk != w.block) a.blocks[blk] = publication;
+    }
+    if (!a.blocks.empty()) w.acquires.push_back(std::move(a));
+    if (unpublished.empty()) loc.releases.push_back({w.block, {w.epoch, f.thread}});
+    if (unpublished.empty() && others) w.ordered_by_barrier();
+    else w.L.unpublished[w.block] = unpublished;
+  }
+  return old;
+}
+
+// __threadfence(): the thread's global stores so far are ordered before what it does next.
+void api_fence() {
+  Fiber& f = current();
+  f.unfenced = false;
+  f.fence_epoch = f.worker->epoch;
+  f.fence_event = ++f.events;
+}
+
 unsigned api_thread_index() { return static_cast<unsigned>(current().thread); }
 unsigned api_block_index() { return static_cast<unsigned>(current().worker->block); }
 unsigned api_block_dim() { return static_cast<unsigned>(current().worker->L.shape.threads); }
@@ -802,7 +921,8 @@ unsigned api_grid_dim() { return static_cast<unsigned>(current().worker->L.shape
 const ft_simt_api kApi = {FT_SIMT_API_VERSION, api_access,          api_barrier,           api_warp_exchange,
                           api_shared_view,     api_copy_async,      api_copy_async_commit, api_copy_async_wait,
                           api_wgmma_issue,     api_wgmma_read,      api_wgmma_commit,      api_wgmma_wait,
-                          api_thread_index,    api_block_index,     api_block_dim,         api_grid_dim};
+                          api_atomic,          api_fence,           api_thread_index,      api_block_index,
+                          api_block_dim,       api_grid_dim};
 
 }  // namespace
 

@@ -56,6 +56,7 @@ struct Param {
   std::string ctype;  // "const float", "float", "const long long", ...
   int element_bytes = 4;
   bool writable = false;
+  int64_t scratch_elements = 0;  // > 0: a scratch buffer of this many elements (FT_SCRATCH), bound by the backend
 };
 
 struct KernelRef {

@@ -136,7 +136,8 @@ CrossBlock::CrossBlock(size_t elements)
     : elements_(elements),
       writer_(std::make_unique<std::atomic<uint32_t>[]>(elements)),
       reader_(std::make_unique<std::atomic<uint32_t>[]>(elements)),
-      value_(std::make_unique<uint64_t[]>(elements)) {
+      value_(std::make_unique<uint64_t[]>(elements)),
+      when_(std::make_unique<uint64_t[]>(elements)) {
   for (size_t i = 0; i < elements; ++i) {
     writer_[i].store(0, std::memory_order_relaxed);
     reader_[i].store(0, std::memory_order_relaxed);
@@ -146,16 +147,21 @@ CrossBlock::CrossBlock(size_t elements)
 CrossBlock::Conflict CrossBlock::load(size_t element, uint32_t block) {
   if (element >= elements_) return {};
   const uint32_t me = block + 1;
-  const uint32_t w = writer_[element].load(std::memory_order_relaxed) & ~kPublished;
+  const uint32_t published = writer_[element].load(std::memory_order_acquire), w = published & ~kPublished;
   uint32_t r = 0;
   if (!reader_[element].compare_exchange_strong(r, me, std::memory_order_relaxed) && r != me && r != kMany) {
     reader_[element].store(kMany, std::memory_order_relaxed);
   }
-  if (w != 0 && w != me) return {static_cast<long long>(w - 1), true};
-  return {};
+  if (w == 0 || w == me) return {};
+  Conflict c{static_cast<long long>(w - 1), true};
+  if ((published & kPublished) != 0) {
+    c.writer_thread = static_cast<int>(when_[element] & 0xffffffffu);
+    c.writer_epoch = static_cast<uint32_t>(when_[element] >> 32);
+  }
+  return c;
 }
 
-CrossBlock::Conflict CrossBlock::store(size_t element, uint32_t block, const void* value, int bytes) {
+CrossBlock::Conflict CrossBlock::store(size_t element, uint32_t block, const void* value, int bytes, int thread, uint32_t epoch) {
   if (element >= elements_) return {};
   const uint32_t me = block + 1;
   uint64_t mine = 0;
@@ -163,6 +169,7 @@ CrossBlock::Conflict CrossBlock::store(size_t element, uint32_t block, const voi
   uint32_t w = 0;
   if (writer_[element].compare_exchange_strong(w, me, std::memory_order_acq_rel)) {
     value_[element] = mine;
+    when_[element] = (uint64_t{epoch} << 32) | static_cast<uint32_t>(thread);
     writer_[element].store(me | kPublished, std::memory_order_release);
   } else if ((w & ~kPublished) != me) {
     while ((w & kPublished) == 0) w = writer_[element].load(std::memory_order_acquire);  // a store in flight

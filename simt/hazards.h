@@ -91,16 +91,20 @@ class CrossBlock {
     long long block = -1;       // the other block (kMany: several); -1: none
     bool with_writer = false;   // the other block wrote the element (else: read it)
     bool same_value = false;    // ... and wrote the bytes this store writes
+    int writer_thread = -1;     // a load's: the writing thread of that block (-1: its store still in flight)
+    uint32_t writer_epoch = 0;  // ... and the barrier interval of its block it stored in
   };
   Conflict load(size_t element, uint32_t block);
-  // `value`: the store's bytes (at most 8).
-  Conflict store(size_t element, uint32_t block, const void* value, int bytes);
+  // `value`: the store's bytes (at most 8); `thread` and `epoch`: the storing thread of the block
+  // and the block's barrier interval.
+  Conflict store(size_t element, uint32_t block, const void* value, int bytes, int thread = 0, uint32_t epoch = 0);
 
  private:
   static constexpr uint32_t kPublished = 0x80000000u;  // the first writer's bytes are in value_
   size_t elements_;
   std::unique_ptr<std::atomic<uint32_t>[]> writer_, reader_;  // block + 1 (| kPublished); 0: none
   std::unique_ptr<uint64_t[]> value_;                          // what the first writer stored
+  std::unique_ptr<uint64_t[]> when_;                           // its thread and barrier interval (epoch << 32 | thread)
 };
 
 }  // namespace fusetune::simt

@@ -27,7 +27,7 @@ namespace {
 int ctype_bytes(const std::string& t) {
   static const std::map<std::string, int> sizes = {{"float", 4},          {"double", 8},       {"long long", 8},
                                                    {"int", 4},            {"unsigned short", 2}, {"signed char", 1},
-                                                   {"unsigned char", 1}};
+                                                   {"unsigned char", 1}, {"unsigned int", 4}};
   const auto it = sizes.find(t);
   check(it != sizes.end(), "simt: a kernel parameter of type '", t, "'");
   return it->second;
@@ -40,6 +40,7 @@ const char* const kFlags = "-std=c++17 -O2 -g1 -shared -fPIC -w";
 std::vector<KernelRef> parse_kernels(const std::string& cuda_source) {
   static const std::string kHead = "extern \"C\" __global__ void ";
   static const std::regex param_re(R"(^\s*FT_GLOBAL\(((const )?([a-z ]+))\) (\w+)\s*$)");
+  static const std::regex scratch_re(R"(^\s*FT_SCRATCH\(([a-z ]+), ([0-9]+)\) (\w+)\s*$)");
   std::vector<KernelRef> out;
   for (size_t at = cuda_source.find(kHead); at != std::string::npos; at = cuda_source.find(kHead, at + 1)) {
     size_t i = at + kHead.size();
@@ -55,10 +56,12 @@ std::vector<KernelRef> parse_kernels(const std::string& cuda_source) {
       const char c = cuda_source[j];
       if ((c == ',' || c == ')') && depth == 0) {
         std::smatch m;
-        if (!param.empty()) {
+        if (!param.empty() && std::regex_match(param, m, scratch_re)) {
+          k.params.push_back({m[3], m[1], ctype_bytes(m[1]), true, std::stoll(m[2])});
+        } else if (!param.empty()) {
           check(std::regex_match(param, m, param_re), "simt: kernel '", k.name, "' has a parameter '", param,
-                "' that is not FT_GLOBAL(type) name");
-          k.params.push_back({m[4], m[1], ctype_bytes(m[3]), !m[2].matched});
+                "' that is not FT_GLOBAL(type) name or FT_SCRATCH(type, elements) name");
+          k.params.push_back({m[4], m[1], ctype_bytes(m[3]), !m[2].matched, 0});
         }
         param.clear();
         if (c == ')') break;

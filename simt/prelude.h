@@ -14,6 +14,8 @@
 //   ft_mma_m16n8k16_* and ft_ldmatrix_* exchange the 32 lanes' operands through the executor's
 //   warp_exchange and compute what the PTX ISA documents for each lane (the fragment layout is
 //   in codegen/kernel_ir.h); an ldmatrix row is a 16-byte load by the lane that gives its address;
+// - ft_atomic_add, ft_atomic_exch and __threadfence go to the executor, which orders other blocks'
+//   stores by them (simt/device_api.h); FT_SCRATCH(T, elements) parameters are ft_ptr<T> too;
 // - ft_cp_async16, ft_cp_async_commit and ft_cp_async_wait hand cp.async and its groups to the
 //   executor, which lands each copy at the wait that completes it;
 // - ft_wgmma<N, BF16> decodes its matrix descriptors as the PTX ISA defines them, reads the
@@ -195,6 +197,13 @@ struct ft_ptr {
 };
 
 #define FT_GLOBAL(T) ft_ptr<T>
+#define FT_SCRATCH(T, elements) ft_ptr<T>
+// Blocks that cooperate (codegen/kernel_ir.h): atomics and fences go to the executor, which orders
+// other blocks' stores by them; a load that bypasses L1 is a plain load here.
+FT_INTRINSIC unsigned ft_atomic_add(ft_ptr<unsigned int> p, long long i, unsigned v) { return ft_simt_api_->atomic(p.b, i, 0, v); }
+FT_INTRINSIC unsigned ft_atomic_exch(ft_ptr<unsigned int> p, long long i, unsigned v) { return ft_simt_api_->atomic(p.b, i, 1, v); }
+FT_INTRINSIC void __threadfence() { ft_simt_api_->fence(); }
+FT_INTRINSIC ft_flt ft_ldcg(ft_ptr<ft_flt> p, long long i) { return p[i]; }
 #define FT_SHARED_MEMORY (void)0
 // Programmatic dependent launch's wait and trigger: the executor runs a plan's launches one after
 // another, each after the one before has completed, which is what the wait guarantees.

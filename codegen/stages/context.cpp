@@ -52,14 +52,20 @@ void LoweringContext::tile_setup(Kernel& k) {
   const Shape& rs = g.value(root).shape;
   int64_t stride = 1;
   tiles_ = 1;
+  // The block's tile: its index among the tiles, its split of the reduction (split-K).
+  std::string tile = "ft_block - " + lit(options.block_base);
+  if (splits() > 1) {
+    k.uniform.push_back(let(kIndexType, "ft_split", "ft_fmod(" + tile + ", " + lit(splits()) + ")"));
+    k.uniform.push_back(let(kIndexType, "ft_tile", "ft_fdiv(" + tile + ", " + lit(splits()) + ")"));
+    tile = "ft_tile";
+  }
   std::vector<int64_t> ntiles(rs.size());
   for (size_t d = rs.size(); d-- > 0;) {
     const int64_t t = std::clamp<int64_t>(cfg.tile[d], 1, std::max<int64_t>(rs[d], 1));
     ntiles[d] = (std::max<int64_t>(rs[d], 1) + t - 1) / t;
     tiles_ *= ntiles[d];
     const std::string td = "ft_t" + std::to_string(d);
-    k.uniform.push_back(let(kIndexType, td, "ft_fmod(ft_fdiv(ft_block - " + lit(options.block_base) + ", " + lit(stride) +
-                                                 "), " + lit(ntiles[d]) + ")"));
+    k.uniform.push_back(let(kIndexType, td, "ft_fmod(ft_fdiv(" + tile + ", " + lit(stride) + "), " + lit(ntiles[d]) + ")"));
     region[root].lo.insert(region[root].lo.begin(), "");
     region[root].hi.insert(region[root].hi.begin(), "");
     const std::string lo = var(root, "lo", d), hi = var(root, "hi", d);
@@ -70,7 +76,7 @@ void LoweringContext::tile_setup(Kernel& k) {
     stride *= ntiles[d];
     tile_extent_.insert(tile_extent_.begin(), t);
   }
-  k.grid = tiles_;
+  k.grid = tiles_ * splits();
   ntiles_ = ntiles;
   emit_extents(k, root);
 }

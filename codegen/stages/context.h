@@ -83,8 +83,12 @@ class LoweringContext {
   std::set<int> written;
 
   // ---- tiles and regions ----
-  // The block's root tile (and the grid), as block-uniform lets.
+  // The block's root tile (and the grid), as block-uniform lets. With split-K (TileConfig::
+  // split_k > 1) the grid is the tiles' splits, tile-major (a tile's splits are consecutive
+  // blocks): uniform lets ft_tile (the tile's index) and ft_split (the block's split).
   void tile_setup(Kernel& k);
+  int64_t tiles() const { return tiles_; }
+  int64_t splits() const { return std::max(1, cfg.split_k); }
   // Region bounds of every internal value, consumers before producers, as block-uniform lets.
   void regions(Kernel& k);
   // The member node computing v, or -1.

@@ -5,6 +5,8 @@
 #include <tuple>
 
 #include "codegen/scalar_ops.h"
+#include "codegen/stages/split_k.h"
+#include "core/error.h"
 #include "planner/epilogue.h"
 
 namespace fusetune::codegen::stages {
@@ -312,6 +314,7 @@ void StagedMatMulStage::emit(Kernel& k) {
     staging(st.a, st.a_cap, "(" + nm + " * " + step + ")", e.accesses[0], 0, true);
   }
   if (st.gemv) {
+    check(cx_.splits() == 1, "the GEMV form has no split-K");
     emit_gemv(k, steps, e, r, acc);
     return;
   }
@@ -351,7 +354,14 @@ void StagedMatMulStage::emit(Kernel& k) {
     steps.push_back(thread_for("ft_e", "0", "ft_min(" + nm + " * " + nn + ", " + lit(std::max<int64_t>(1, cx_.capacity[v] > 0 ? cx_.capacity[v] : 1)) + ")", loop));
   }
   steps.push_back(barrier());
-  k.body.push_back(uniform_for("ft_ks", "0", lit((st.k + st.step - 1) / st.step), steps));
+  // The block's steps: all of them, or its split's (stages/split_k.h), then the split's sum.
+  const int64_t all_steps = (st.k + st.step - 1) / st.step;
+  const std::string k0 = split_first_step(cx_, k, all_steps);
+  k.body.push_back(uniform_for("ft_ks", k0, k0 == "0" ? lit(all_steps) : "ft_min(" + k0 + " + " + lit(split_steps(cx_, all_steps)) + ", " + lit(all_steps) + ")", steps));
+  if (cx_.splits() > 1) {
+    check(!st.regs.empty(), "split-K needs the accumulators in registers: ", cx_.cfg.threads, " threads cannot cover the tile with micro-tiles");
+    emit_split_sum(cx_, k, st.regs, st.tm * st.tn);
+  }
   if (epilogue_) {  // each micro-tile row's TN columns, computed and stored as one run
     Block write = cx_.fresh_block([&] {
       for (const Stmt& s : micro_tile()) cx_.cur().push_back(s);

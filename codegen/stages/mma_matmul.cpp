@@ -8,6 +8,7 @@
 #include "codegen/scalar_ops.h"
 #include "core/error.h"
 #include "codegen/stages/matmul.h"
+#include "codegen/stages/split_k.h"
 #include "planner/epilogue.h"
 #include "planner/tiling.h"
 
@@ -252,9 +253,14 @@ void MmaMatMulStage::emit(Kernel& k) {
     });
     return thread_for("ft_e", "0", lit(rows * cols), loop);
   };
+  // The block's steps: all of them, or its split's (stages/split_k.h); `ks` of a local step is
+  // the step of K it stages, the ring's slots follow the local steps.
+  const int64_t local_steps = split_steps(cx_, steps);
+  const std::string k0 = split_first_step(cx_, k, steps);
+  const auto global = [&](const std::string& local) { return k0 == "0" ? local : "(" + k0 + " + " + local + ")"; };
   // Prologue: steps 0 .. ahead - 1 into their slots, one cp.async group each.
-  const int64_t ahead = std::min<int64_t>(st.staging.ahead, steps);
-  Block prologue = {stage(true, "ft_ks", "ft_ks"), stage(false, "ft_ks", "ft_ks")};
+  const int64_t ahead = std::min<int64_t>(st.staging.ahead, local_steps);
+  Block prologue = {stage(true, global("ft_ks"), "ft_ks"), stage(false, global("ft_ks"), "ft_ks")};
   if (any_async) prologue.push_back(copy_async_commit());
   k.body.push_back(uniform_for("ft_ks", "0", lit(ahead), prologue));
   Block body;
@@ -263,9 +269,9 @@ void MmaMatMulStage::emit(Kernel& k) {
   body.push_back(barrier());
   const std::string next = "(ft_ks + " + lit(st.staging.ahead) + ")";
   Block ahead_copies;  // step ft_ks + ahead into the slot step ft_ks - 1 used (wgmma: ft_ks - 2)
-  if (steps > ahead) {
-    ahead_copies.push_back(if_then(next + " < " + lit(steps), {stage(true, next, next + " % " + lit(stages)),
-                                                                stage(false, next, next + " % " + lit(stages))}));
+  if (local_steps > ahead) {
+    ahead_copies.push_back(if_then(next + " < " + lit(local_steps), {stage(true, global(next), next + " % " + lit(stages)),
+                                                                      stage(false, global(next), next + " % " + lit(stages))}));
   }
   if (any_async) ahead_copies.push_back(copy_async_commit());  // possibly empty: one group per step keeps the count
   if (!st.wgmma) body.insert(body.end(), ahead_copies.begin(), ahead_copies.end());
@@ -331,8 +337,9 @@ void MmaMatMulStage::emit(Kernel& k) {
     body.insert(body.end(), ahead_copies.begin(), ahead_copies.end());
     body.push_back(wgmma_wait(st.frag_c, 1));
   }
-  k.body.push_back(uniform_for("ft_ks", "0", lit(steps), body));
+  k.body.push_back(uniform_for("ft_ks", "0", lit(local_steps), body));
   if (st.wgmma) k.body.push_back(wgmma_wait(st.frag_c, 0));
+  emit_split_sum(cx_, k, st.frag_c, st.accumulators());
   if (epilogue_) {
     emit_register_epilogue(k, wm0, wn0, lane);
     return;

@@ -5,8 +5,8 @@
 // on odd extents (rows, channels and sequence lengths that divide no tile) as often as on multiples
 // of 8 (so that 16-byte vectors, cp.async chunks and their tails all run). Each graph goes through
 // the planner's fusion; each group is lowered with the planner's best generated candidate, one
-// drawn at random from its candidates, its best tensor-core ones (mma.sync and wgmma), GEMV and
-// flash-attention ones (flash on tensor cores and not, and on a random key tile and thread count) and the best one's schedule on a tile of random extents (where the cost model accepts it), and verified on the host
+// drawn at random from its candidates, its best tensor-core ones (mma.sync and wgmma), a split-K
+// form of a staged MatMul's, GEMV and flash-attention ones (flash on tensor cores and not, and on a random key tile and thread count) and the best one's schedule on a tile of random extents (where the cost model accepts it), and verified on the host
 // executor with every check on (backend/verify.h via unit/codegen_check.h), and the module compiled
 // with NVRTC. Case i of a run draws its graph from seed + i: FUSETUNE_TEST_SEED=S with
 // FUSETUNE_GROUP_FUZZ_CASES=1 replays case S alone. CI runs a few cases per run and every seed kept
@@ -198,9 +198,20 @@ void check_case(unsigned seed) {
     }
     // The best wgmma, GEMV and flash-attention candidates (flash on tensor cores and not), however
     // they rank (on these small shapes rarely among the best 64), the SIMT flash one also with a
-    // random key tile and thread count.
-    bool gemv = false, flash = false, tensor_flash = false, wgmma = false;
+    // random key tile and thread count; a split-K form (below).
+    bool gemv = false, flash = false, tensor_flash = false, wgmma = false, split = false;
     for (const planner::Candidate& cand : planner::tile_candidates(c.g, fg, planner::find_device("h100"), {1 << 20, 2.0})) {
+      // Split-K: offered for kernels longer than a launch, which these small shapes rarely are;
+      // so the first staged MatMul candidate with 2 to 5 splits, where the cost model accepts it.
+      if (cand.config.reduce_step > 0 && !cand.config.gemv && !cand.config.flash && cand.config.library.empty() && !split) {
+        planner::TileConfig splitk = cand.config;
+        splitk.split_k = std::uniform_int_distribution<int>(2, 5)(pick);
+        if (planner::evaluate_tile(c.g, fg, planner::find_device("h100"), splitk).valid) {
+          chosen.push_back(splitk);
+          split = true;
+          std::printf("  split-K: %s\n", splitk.str().c_str());
+        }
+      }
       if (cand.config.wgmma && !wgmma) {
         chosen.push_back(cand.config);
         wgmma = true;

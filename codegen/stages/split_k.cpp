@@ -1,0 +1,46 @@
+#include "codegen/stages/split_k.h"
+
+#include "core/error.h"
+
+namespace fusetune::codegen::stages {
+
+int64_t split_steps(const LoweringContext& cx, int64_t steps) { return (steps + cx.splits() - 1) / cx.splits(); }
+
+std::string split_first_step(LoweringContext& cx, Kernel& k, int64_t steps) {
+  if (cx.splits() == 1) return "0";
+  k.uniform.push_back(let(kIndexType, "ft_k0", "ft_split * " + lit(split_steps(cx, steps))));
+  return "ft_k0";
+}
+
+void emit_split_sum(LoweringContext& cx, Kernel& k, const std::string& acc, int64_t count) {
+  const int64_t splits = cx.splits();
+  if (splits == 1) return;
+  check(k.scratch.empty(), "split-K: a kernel with two split reductions");
+  const std::string flags = "ft_flags", partials = "ft_partials";
+  const int64_t slot = count * k.threads;  // one block's partial products
+  k.scratch.push_back({flags, DType::kU32, cx.tiles(), true});
+  k.scratch.push_back({partials, DType::kF32, cx.tiles() * splits * slot, true});
+  const std::string last = k.add_shared("ft_last", DType::kF32, 1);
+  const auto element = [&](const std::string& split, int64_t i) {
+    return "(ft_tile * " + lit(splits) + " + " + split + ") * " + lit(slot) + " + " + lit(i * k.threads) + " + ft_thread";
+  };
+  k.body.push_back(comment("split-K: this block's partial products, then the last block of the tile sums them"));
+  for (int64_t i = 0; i < count; ++i) k.body.push_back(store(partials, element("ft_split", i), acc + "[" + std::to_string(i) + "]"));
+  k.body.push_back(fence());
+  k.body.push_back(barrier());
+  k.body.push_back(if_then("ft_thread == 0", {atomic(flags, "ft_tile", "1u", "add", "ft_arrived"),
+                                              store(last, "0", "(ft_arrived == " + std::to_string(splits - 1) + "u ? 1.0f : 0.0f)")}));
+  k.body.push_back(barrier());
+  k.body.push_back(exit_unless(last + "[0] != 0.0f"));
+  k.body.push_back(fence());
+  for (int64_t i = 0; i < count; ++i) k.body.push_back(assign(acc + "[" + std::to_string(i) + "]", "0.0f"));
+  Block sum;
+  for (int64_t i = 0; i < count; ++i) {
+    const std::string cell = acc + "[" + std::to_string(i) + "]";
+    sum.push_back(assign(cell, cell + " + ft_ldcg(" + partials + ", " + element("ft_s", i) + ")"));
+  }
+  k.body.push_back(serial_for("ft_s", "0", lit(splits), sum));
+  k.body.push_back(if_then("ft_thread == 0", {atomic(flags, "ft_tile", "0u", "exch")}));
+}
+
+}  // namespace fusetune::codegen::stages

@@ -1,0 +1,45 @@
+// Split-K: a staged MatMul whose tiles are too few to fill the device runs each tile on several
+// blocks (TileConfig::split_k), each summing a slice of the reduction steps, and the last of them
+// to finish sums the slices' partial products and runs the epilogue.
+//
+// Takes the lowering context of a group whose candidate asks for split-K (its tile_setup made the
+// tile's splits consecutive blocks, with uniform lets ft_tile and ft_split) and a staged MatMul
+// stage (stages/matmul.h's register-blocked form, stages/mma_matmul.h's tensor-core forms) with
+// `steps` reduction steps in all. split_first_step declares the block's first step as the uniform
+// let ft_k0 (split s runs steps [s * per, s * per + per), per = split_steps(steps); the last
+// split's steps beyond K stage zeros). After the block's last step, with its accumulators in
+// thread-local `acc` (`count` floats a thread), emit_split_sum emits: each thread's accumulators to
+// the block's slot of the partial-products scratch buffer (element i of thread t at i * threads +
+// t: a warp's stores are 128 contiguous bytes), a __threadfence() by every thread, a barrier,
+// thread 0's atomicAdd on the tile's counter (first scratch buffer), the answer broadcast through
+// shared memory after a barrier, and an exit of every block but the last. The last block's threads
+// fence, then set each accumulator to the sum of the tile's slots in split order (the same sum
+// whichever block arrives last: the result does not depend on the blocks' timing), read past
+// L1 (ft_ldcg: L1 is not coherent across SMs), and thread 0 resets the counter to zero (atomicExch)
+// for the next launch. What follows (the epilogue, from registers or through shared memory) is the
+// single-block code. Guarantees: the product equals the unsplit kernel's up to the order of float
+// sums (per split in K order, then the splits in order); the scratch buffers are zero again after
+// every launch that ran all of a tile's blocks; the publication chain (fence, barrier, atomic;
+// atomic, barrier, fence) is what the host executor checks (simt/device_api.h), so deleting any
+// link is a finding.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "codegen/stages/context.h"
+
+namespace fusetune::codegen::stages {
+
+// The reduction steps each block runs: all `steps` without split-K, else ceil(steps / splits).
+int64_t split_steps(const LoweringContext& cx, int64_t steps);
+
+// The block's first reduction step, as an expression: "0" without split-K, else the uniform let
+// ft_k0 it declares.
+std::string split_first_step(LoweringContext& cx, Kernel& k, int64_t steps);
+
+// After the block's steps: the tile's partial products summed into `acc` (`count` floats a thread)
+// by the last of its blocks, the others ended (see the header comment). Nothing without split-K.
+void emit_split_sum(LoweringContext& cx, Kernel& k, const std::string& acc, int64_t count);
+
+}  // namespace fusetune::codegen::stages

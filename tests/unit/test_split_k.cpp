@@ -1,0 +1,209 @@
+// Split-K (codegen/stages/split_k.h): a tile's reduction steps split over several blocks, the
+// last of which sums their partial products. MatMul chains in every staged form (register-blocked
+// float32, mma.sync float16, wgmma bfloat16) with 2 to 5 splits, splits that do not divide the
+// steps and a tile's splits running more steps than K has, run on the host backend against the
+// reference, each kernel launched twice on the same module (the tile counters must be zero again
+// after a launch); every link of the chain by which blocks hand over their partial products
+// (fence, barrier, atomic; barrier, fence; the counter's reset) deleted in turn is caught; the
+// CUDA text compiles with the atomics and the L1-bypassing loads in its PTX; the planner offers
+// split-K where a MatMul's tiles leave SMs idle and models it faster there, and nowhere else.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/nvrtc.h"
+#include "backend/verify.h"
+#include "codegen/emit.h"
+#include "codegen/lower_group.h"
+#include "planner/device.h"
+#include "planner/tiling.h"
+#include "unit/codegen_check.h"
+#include "unit/graph_helpers.h"
+#include "unit/test_seed.h"
+
+namespace fusetune::codegen {
+namespace {
+
+using planner::FusionGroup;
+using planner::TileConfig;
+
+fusetune::testing::GroupedGraph skinny_chains(DType dtype) {
+  fusetune::testing::GroupedGraph c;
+  int id = 0;
+  for (const auto& [m, k, n] : std::vector<std::array<int64_t, 3>>{{24, 300, 40}, {64, 512, 64}, {7, 1000, 17}}) {
+    c.groups.push_back(fusetune::testing::add_matmul_chain(c.g, dtype, {m, k}, {k, n}, id % 2 == 0 ? "Relu" : "Tanh", false, id));
+    ++id;
+  }
+  return c;
+}
+
+TileConfig split(TileConfig cfg, int splits) {
+  cfg.split_k = splits;
+  return cfg;
+}
+
+TEST(SplitK, ChainsMatchTheReferenceInEveryStagedForm) {
+  TileConfig scalar{{32, 32}, 16, 64, 1}, mma{{32, 32}, 16, 128, 1, true}, wgmma{{64, 64}, 32, 128, 1, true};
+  wgmma.wgmma = true;
+  const std::vector<std::pair<DType, TileConfig>> forms = {{DType::kF32, scalar}, {DType::kF16, mma}, {DType::kBF16, wgmma}};
+  for (const auto& [dtype, base] : forms) {
+    const auto c = skinny_chains(dtype);
+    for (int splits : {2, 3, 5}) {
+      const TileConfig cfg = split(base, splits);
+      fusetune::testing::check_groups(c.g, c.groups, [&](const FusionGroup&) { return cfg; },
+                                      std::string(dtype_name(dtype)) + " chains/" + cfg.str(),
+                                      {false, cfg.wgmma ? std::vector<std::string>{"sm_90"} : std::vector<std::string>{"sm_80"}});
+      // The grid is the tiles' splits; the kernel declares its counters and partial products.
+      const LoweredKernel lk = lower_group(c.g, c.groups[1], cfg, "k");
+      ASSERT_EQ(lk.kernel.scratch.size(), 2u);
+      EXPECT_EQ(lk.kernel.grid, lk.kernel.scratch[0].elements * splits);
+      EXPECT_EQ(lk.kernel.grid, 4 * splits / (cfg.wgmma ? 4 : 1));  // 64 x 64 in 32 x 32 tiles, or one 64 x 64
+    }
+  }
+}
+
+// A sampled launch (verification of a large grid on the host) runs whole tiles: all the blocks of
+// each tile it samples, so every sampled tile is written, and the counters are zero afterwards.
+TEST(SplitK, ASampledLaunchRunsEveryBlockOfTheTilesItSamples) {
+  fusetune::testing::GroupedGraph c;
+  c.groups.push_back(fusetune::testing::add_matmul_chain(c.g, DType::kF16, {200, 96}, {96, 72}, "Relu", false, 0));
+  const LoweredKernel lk = lower_group(c.g, c.groups[0], split(TileConfig{{16, 16}, 16, 32, 1, true}, 3), "k");
+  ASSERT_EQ(lk.kernel.grid, 13 * 5 * 3);
+  auto backend = backend::make_host_backend();
+  auto module = backend->load({lk.kernel});
+  std::mt19937 rng(fusetune::testing::test_seed());
+  for (uint64_t draw = 1; draw <= 3; ++draw) {
+    backend::VerifyOptions sampled;
+    sampled.sample_blocks = 8;
+    sampled.seed = draw;
+    const backend::VerifyResult r = backend::verify_kernel(c.g, c.groups[0], lk, *backend, *module, rng, sampled);
+    EXPECT_TRUE(r.ok) << r.detail;
+    EXPECT_FALSE(r.coverage.whole());
+    EXPECT_EQ(r.coverage.blocks % 3, 0) << r.coverage.blocks << " blocks: not whole tiles";
+    EXPECT_GE(r.compared, 16 * 16) << "a sampled tile was not written";
+  }
+  const backend::VerifyResult whole = backend::verify_kernel(c.g, c.groups[0], lk, *backend, *module, rng);
+  EXPECT_TRUE(whole.ok) << "after sampled launches: " << whole.detail;
+}
+
+// The top-level statements of the split-K hand-over, in order: [0] the writers' fence, [1] the
+// barrier before the atomic, [2] the branch with the atomic, [3] the barrier after it, [4] the
+// readers' fence, [5] the branch with the counter's reset.
+std::vector<size_t> hand_over(const Kernel& k) {
+  const auto atomic_branch = [](const Stmt& s) {
+    return s.kind == Stmt::Kind::kIf && !s.body.empty() && s.body[0].kind == Stmt::Kind::kAtomic;
+  };
+  const std::vector<std::function<bool(const Stmt&)>> expected = {
+      [](const Stmt& s) { return s.kind == Stmt::Kind::kFence; }, [](const Stmt& s) { return s.kind == Stmt::Kind::kBarrier; },
+      atomic_branch, [](const Stmt& s) { return s.kind == Stmt::Kind::kBarrier; },
+      [](const Stmt& s) { return s.kind == Stmt::Kind::kFence; }, atomic_branch};
+  std::vector<size_t> at;
+  size_t i = 0;
+  while (i < k.body.size() && !(k.body[i].kind == Stmt::Kind::kComment && k.body[i].a.rfind("split-K", 0) == 0)) ++i;
+  for (; i < k.body.size() && at.size() < expected.size(); ++i) {
+    if (expected[at.size()](k.body[i])) at.push_back(i);
+  }
+  return at;
+}
+
+TEST(SplitK, EveryLinkOfTheHandOverDeletedIsCaught) {
+  const auto c = skinny_chains(DType::kF16);
+  const FusionGroup& fg = c.groups[0];  // 24 x 300 by 300 x 40
+  const TileConfig cfg = split(TileConfig{{32, 32}, 16, 128, 1, true}, 4);
+  const LoweredKernel original = lower_group(c.g, fg, cfg, "k");
+  const std::vector<size_t> links = hand_over(original.kernel);
+  ASSERT_EQ(links.size(), 6u) << to_text(original.kernel);
+  const char* names[] = {"the writers' fence", "the barrier before the atomic", "the arrival's atomic",
+                         "the barrier after the atomic", "the readers' fence", "the counter's reset"};
+  auto backend = backend::make_host_backend();
+  const unsigned seed = fusetune::testing::test_seed();
+  for (size_t d = 0; d < links.size(); ++d) {
+    LoweredKernel lk = original;
+    if (d == 2) {
+      lk.kernel.body[links[d]].body.erase(lk.kernel.body[links[d]].body.begin());  // the atomic; its flag store stays
+      lk.kernel.body[links[d]].body[0].b = "1.0f";  // every block believes it is the last
+    } else {
+      lk.kernel.body.erase(lk.kernel.body.begin() + static_cast<long>(links[d]));
+    }
+    auto module = backend->load({lk.kernel});
+    std::mt19937 rng(seed);
+    bool caught = false;
+    std::string detail;
+    for (int launch = 0; launch < 2 && !caught; ++launch) {  // the reset's absence shows in the second launch
+      const backend::VerifyResult r = backend::verify_kernel(c.g, fg, lk, *backend, *module, rng);
+      caught = !r.ok;
+      detail = r.detail;
+    }
+    EXPECT_TRUE(caught) << "deleting " << names[d] << " went unnoticed (seed " << seed << ")";
+    std::printf("deleted %s: %s\n", names[d], detail.substr(0, 200).c_str());
+  }
+}
+
+TEST(SplitK, TheCudaTextIssuesAtomicsFencesAndL1BypassingLoads) {
+  if (!backend::nvrtc_available()) GTEST_SKIP() << "NVRTC not available in this build";
+  const auto c = skinny_chains(DType::kF16);
+  const LoweredKernel lk = lower_group(c.g, c.groups[1], split(TileConfig{{32, 32}, 16, 128, 1, true}, 4), "k");
+  const std::string ptx = backend::compile_ptx(emit_cuda({lk.kernel}), "sm_90");
+  EXPECT_NE(ptx.find("atom.global.add.u32"), std::string::npos);
+  EXPECT_NE(ptx.find("atom.global.exch.b32"), std::string::npos);
+  EXPECT_NE(ptx.find("membar.gl"), std::string::npos) << "__threadfence() is membar.gl in PTX";
+  EXPECT_NE(ptx.find("ld.global.cg.f32"), std::string::npos);
+}
+
+// A MatMul + bias + Relu of float16, m x k times k x n, as one group.
+fusetune::testing::GroupedGraph projection(int64_t m, int64_t k, int64_t n) {
+  fusetune::testing::GroupedGraph c;
+  c.groups.push_back(fusetune::testing::add_matmul_chain(c.g, DType::kF16, {m, k}, {k, n}, "Relu", false, 0));
+  return c;
+}
+
+TEST(SplitKPlanner, SkinnyProjectionsGetSplitCandidatesThatModelFasterAndLargeOnesNone) {
+  const planner::Device h100 = planner::find_device("h100");
+  planner::TilingOptions all{100000, 2.0};
+  all.library_algorithms = 0;
+  // BERT-base's FFN down-projection at sequence 128: 128 x 768 outputs, K = 3072.
+  const auto skinny = projection(128, 3072, 768);
+  const auto cands = planner::tile_candidates(skinny.g, skinny.groups[0], h100, all);
+  ASSERT_FALSE(cands.empty());
+  EXPECT_GT(cands.front().config.split_k, 1) << "best: " << cands.front().config.str();
+  double best_unsplit = 0;
+  for (const auto& cand : cands) {
+    if (cand.config.split_k == 1 && best_unsplit == 0) best_unsplit = cand.cost.modeled_us;
+    if (cand.config.split_k == 1) continue;
+    EXPECT_NE(cand.config.str().find(" splitk=" + std::to_string(cand.config.split_k)), std::string::npos);
+    EXPECT_LE(cand.cost.tiles, 2 * h100.sms) << cand.config.str();
+  }
+  ASSERT_GT(best_unsplit, 0);
+  EXPECT_LT(cands.front().cost.modeled_us, best_unsplit);
+  std::printf("128 x 768 x 3072 float16 on the H100, modeled: best %s %.2f us, best unsplit %.2f us\n",
+              cands.front().config.str().c_str(), cands.front().cost.modeled_us, best_unsplit);
+  // The best split candidate lowers to the grid the model charged, and compiles without spills.
+  const LoweredKernel lk = lower_group(skinny.g, skinny.groups[0], cands.front().config, "k");
+  EXPECT_EQ(lk.kernel.grid, cands.front().cost.tiles);
+  fusetune::testing::check_groups(skinny.g, skinny.groups, [&](const FusionGroup&) { return cands.front().config; },
+                                  "best split-K " + cands.front().config.str(),
+                                  {true, cands.front().config.wgmma ? std::vector<std::string>{"sm_90"} : std::vector<std::string>{"sm_90"}});
+  // A projection that fills the device has none.
+  const auto large = projection(2048, 1024, 4096);
+  for (const auto& cand : planner::tile_candidates(large.g, large.groups[0], h100, all)) {
+    EXPECT_EQ(cand.config.split_k, 1) << cand.config.str();
+  }
+  // A group with another anchor (a Softmax after the product) cannot split.
+  TileConfig cfg{{32, 32}, 16, 128, 1, true};
+  cfg.split_k = 2;
+  Graph g;
+  int x = fusetune::testing::add_op(g, "MatMul", {fusetune::testing::add_input(g, "a", DType::kF16, {32, 256}),
+                                                  fusetune::testing::random_constant(g, "w", DType::kF16, {256, 32}, 3u)});
+  fusetune::testing::add_op(g, "Softmax", {x});
+  const planner::Cost rejected = planner::evaluate_tile(g, fusetune::testing::whole_graph_group(g), h100, cfg);
+  EXPECT_FALSE(rejected.valid);
+  EXPECT_NE(rejected.reject.find("split-K needs one staged MatMul"), std::string::npos) << rejected.reject;
+}
+
+}  // namespace
+}  // namespace fusetune::codegen
