@@ -229,6 +229,50 @@ int64_t constant_bytes(const Graph& g) {
   return n;
 }
 
+namespace {
+
+// The region of every value a tile of the group reads (the root's: root_tile), consumers before
+// producers.
+std::map<int, Region> tile_regions(const Graph& g, const FusionGroup& group, int root, const Region& root_tile) {
+  std::map<int, Region> regions{{root, root_tile}};
+  for (auto it = group.nodes.rbegin(); it != group.nodes.rend(); ++it) {
+    const Node& n = g.nodes()[static_cast<size_t>(*it)];
+    const auto out = regions.find(n.outputs[0]);
+    if (out == regions.end()) continue;
+    const Region produced = out->second;
+    const auto ins = input_regions(g, n, describe(g, n), produced);
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      if (n.inputs[k] != kNoValue && !ins[k].empty()) hull_into(regions[n.inputs[k]], ins[k]);
+    }
+  }
+  return regions;
+}
+
+// For each of `values` (inputs of the group), the axes of the root's tiles along which the region
+// a tile reads of it moves (a head's keys and values move with the head, not with the query rows).
+std::map<int, std::vector<bool>> moving_axes(const Graph& g, const FusionGroup& group, int root, const Region& root_tile,
+                                             const std::vector<int64_t>& tile, const Shape& rs, const std::vector<int>& values) {
+  std::map<int, std::vector<bool>> moves;
+  for (int v : values) moves[v].assign(rs.size(), false);
+  if (values.empty()) return moves;
+  const std::map<int, Region> base = tile_regions(g, group, root, root_tile);
+  for (size_t a = 0; a < rs.size(); ++a) {
+    const int64_t t = std::clamp<int64_t>(tile[a], 1, std::max<int64_t>(rs[a], 1));
+    if (t >= rs[a]) continue;  // one tile along the axis
+    Region moved = root_tile;  // the next tile along axis a (the one before, at the last)
+    const int64_t start = moved[a].lo + t < rs[a] ? moved[a].lo + t : moved[a].lo - t;
+    moved[a] = {start, std::min(start + t, rs[a]) - 1};
+    const std::map<int, Region> next = tile_regions(g, group, root, moved);
+    for (int v : values) {
+      const auto b = base.find(v), m = next.find(v);
+      moves[v][a] = b == base.end() || m == next.end() || !(b->second == m->second);
+    }
+  }
+  return moves;
+}
+
+}  // namespace
+
 Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, const TileConfig& cfg,
                    const TilingOptions& opt) {
   Cost c;
@@ -581,12 +625,35 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   int64_t l2 = 0, dram = 0;
   int64_t streamed = 0;  // DRAM bytes of what does not stay in L2 between launches
   const int64_t weights = opt.constant_bytes >= 0 ? opt.constant_bytes : constant_bytes(g);
+  // An input larger than half the L2 does not stay there between launches, but the tiles running
+  // at once (a wave: a block an SM at least, split-K's blocks sharing their tile's) read each of
+  // its regions from DRAM once, when the wave's distinct regions fit in half the L2. Blocks run
+  // in tile order, the root's last axis fastest (codegen's tile_setup): a wave of W consecutive
+  // tiles spans min(n, ceil(W / stride)) tiles along an axis of n tiles whose tile index moves
+  // every `stride` tiles, and its distinct regions of an input are the product of that over the
+  // axes the input's region moves along (moving_axes). Other inputs are read from DRAM once.
+  std::vector<int> large;
+  for (const auto& [v, region] : loads) {
+    const Value& val = g.value(v);
+    if (numel(val.shape) * static_cast<int64_t>(dtype_size(val.dtype)) > d.l2_bytes / 2) large.push_back(v);
+  }
+  const std::map<int, std::vector<bool>> moves = moving_axes(g, group, root, root_tile, cfg.tile, rs, large);
+  const int64_t wave = std::max<int64_t>(1, d.sms / std::max(1, cfg.split_k));
   for (const auto& [v, region] : loads) {
     const Value& val = g.value(v);
     const int64_t per_tile = sector_bytes(region, val.dtype, d.sector_bytes);
     const int64_t all_tiles = per_tile * c.tiles;
     const int64_t size = numel(val.shape) * static_cast<int64_t>(dtype_size(val.dtype));
-    const int64_t from_dram = size <= d.l2_bytes / 2 ? std::min(size, all_tiles) : all_tiles;
+    int64_t from_dram = std::min(size, all_tiles);
+    if (size > d.l2_bytes / 2) {
+      int64_t distinct = 1, stride = 1;
+      for (size_t a = rs.size(); a-- > 0;) {
+        const int64_t n = ceil_div(std::max<int64_t>(rs[a], 1), std::clamp<int64_t>(cfg.tile[a], 1, std::max<int64_t>(rs[a], 1)));
+        if (moves.at(v)[a]) distinct *= std::min(n, ceil_div(wave, stride));
+        stride *= n;
+      }
+      from_dram = distinct * per_tile <= d.l2_bytes / 2 ? std::min(all_tiles, ceil_div(c.tiles, wave) * distinct * per_tile) : all_tiles;
+    }
     l2 += all_tiles;
     dram += from_dram;
     if (size > d.l2_bytes / 2 || (val.is_constant() && weights > d.l2_bytes / 2)) streamed += from_dram;

@@ -204,6 +204,39 @@ TEST(CodegenAttention, LongSequencesTakeTheFlashForm) {
                "256 queries over 1,024 keys, causal (SIMT, tensor cores)");
 }
 
+// The L2 model (planner/tiling.h): inputs larger than half the L2 are read from DRAM once per
+// wave of tiles running at once for each distinct region the wave reads. A head's keys and values
+// (float16, 4 x 16 heads over 4,096 keys: 32 MB each) are shared by the wave's query tiles of that
+// head, so DRAM sees a fraction of what the tiles read; in float32 at 8,192 keys the 16 heads a
+// wave spans hold 64 MB of keys and values, more than half the L2, and every tile's read is charged.
+TEST(CodegenAttention, TheTilesOfAWaveReadTheKeysTheyShareOnceFromDram) {
+  const planner::Device& h100 = planner::find_device("h100");
+  const auto costs = [&](DType dt, int64_t batch, int64_t keys) {
+    Attention a;
+    a.batch = batch;
+    a.heads = a.kv_heads = 16;
+    a.queries = a.keys = keys;
+    a.head = a.value_width = 64;
+    a.merge_heads = true;
+    Graph g;
+    const FusionGroup fg = add_attention(g, dt, a);
+    const TileConfig cfg = best_flash(g, fg, dt == DType::kF16);
+    const planner::Cost c = planner::evaluate_tile(g, fg, h100, cfg);
+    const int64_t minimum = 4 * batch * 16 * keys * 64 * static_cast<int64_t>(dtype_size(dt));  // Q, K, V, the output
+    std::printf("%s, batch %lld, %lld keys, %s: DRAM %.1f MB modeled, tiles read %.1f MB (L2), minimum %.1f MB\n",
+                std::string(dtype_name(dt)).c_str(), static_cast<long long>(batch), static_cast<long long>(keys), cfg.str().c_str(),
+                static_cast<double>(c.dram_bytes) / 1e6, static_cast<double>(c.l2_bytes) / 1e6, static_cast<double>(minimum) / 1e6);
+    return std::make_pair(c, minimum);
+  };
+  const auto [shared, minimum] = costs(DType::kF16, 4, 4096);
+  ASSERT_TRUE(shared.valid);
+  EXPECT_GE(shared.dram_bytes, minimum);
+  EXPECT_LT(shared.dram_bytes * 4, shared.l2_bytes) << "the query tiles of a wave read their head's keys from DRAM each";
+  const auto [unshared, minimum32] = costs(DType::kF32, 1, 8192);
+  ASSERT_TRUE(unshared.valid);
+  EXPECT_GT(unshared.dram_bytes, 8 * minimum32) << "a wave's 64 MB of keys and values charged as if they stayed in L2";
+}
+
 // What the core excludes: a softmax over another axis, probabilities the group exports, a Q
 // computed by another stage of the group (a LayerNorm), which the fusion pass then does not
 // stitch beyond max_row keys.
