@@ -187,7 +187,28 @@ std::string TileConfig::str() const {
   if (gemv) out << " gemv";
   if (flash) out << " flash";
   if (split_k > 1) out << " splitk=" << split_k;
+  if (!order.empty()) {
+    out << " order=";
+    for (size_t i = 0; i < order.size(); ++i) out << (i ? "," : "") << order[i];
+  }
   return out.str();
+}
+
+std::vector<size_t> tile_order(const TileConfig& cfg, size_t rank) {
+  std::vector<size_t> out;
+  if (cfg.order.empty()) {
+    for (size_t a = rank; a-- > 0;) out.push_back(a);
+    return out;
+  }
+  std::vector<bool> seen(rank, false);
+  for (int a : cfg.order) {
+    check(a >= 0 && static_cast<size_t>(a) < rank && !seen[static_cast<size_t>(a)], "tile order ", cfg.str(),
+          " is not a permutation of ", rank, " axes");
+    seen[static_cast<size_t>(a)] = true;
+    out.push_back(static_cast<size_t>(a));
+  }
+  check(out.size() == rank, "tile order ", cfg.str(), " is not a permutation of ", rank, " axes");
+  return out;
 }
 
 std::pair<int64_t, int64_t> micro_tile(int64_t rows, int64_t cols, int threads) {
@@ -248,6 +269,42 @@ std::map<int, Region> tile_regions(const Graph& g, const FusionGroup& group, int
   return regions;
 }
 
+// The DRAM bytes of an input larger than half the L2 that each of `tiles` tiles reads `per_tile`
+// bytes of, by the L2 model (see tiling.h): a wave of `wave` consecutive tiles in tile `order`
+// spans min(n, ceil(wave / stride)) tiles along an axis of n tiles whose index moves every
+// `stride` tiles, and reads the product of that over the axes the input's region moves along
+// (`moves`) distinct regions, each once from DRAM when they fit in half the L2.
+int64_t large_input_dram(int64_t per_tile, int64_t tiles, const std::vector<bool>& moves, const std::vector<int64_t>& ntiles,
+                         const std::vector<size_t>& order, int64_t wave, int64_t half_l2) {
+  int64_t distinct = 1, stride = 1;
+  for (size_t a : order) {
+    if (moves[a]) distinct *= std::min(ntiles[a], ceil_div(wave, stride));
+    stride *= ntiles[a];
+  }
+  const int64_t all_tiles = per_tile * tiles;
+  return distinct * per_tile <= half_l2 ? std::min(all_tiles, ceil_div(tiles, wave) * distinct * per_tile) : all_tiles;
+}
+
+// A representative interior tile of the root (the second along each axis that has three).
+Region representative_tile(const Shape& rs, const std::vector<int64_t>& tile) {
+  Region r;
+  for (size_t k = 0; k < rs.size(); ++k) {
+    const int64_t t = std::clamp<int64_t>(tile[k], 1, std::max<int64_t>(rs[k], 1));
+    const int64_t start = rs[k] >= 3 * t ? t : 0;
+    r.push_back({start, std::min(start + t, rs[k]) - 1});
+  }
+  return r;
+}
+
+// Tiles along each axis of the root.
+std::vector<int64_t> tiles_along(const Shape& rs, const std::vector<int64_t>& tile) {
+  std::vector<int64_t> n;
+  for (size_t k = 0; k < rs.size(); ++k) {
+    n.push_back(ceil_div(std::max<int64_t>(rs[k], 1), std::clamp<int64_t>(tile[k], 1, std::max<int64_t>(rs[k], 1))));
+  }
+  return n;
+}
+
 // For each of `values` (inputs of the group), the axes of the root's tiles along which the region
 // a tile reads of it moves (a head's keys and values move with the head, not with the query rows).
 std::map<int, std::vector<bool>> moving_axes(const Graph& g, const FusionGroup& group, int root, const Region& root_tile,
@@ -302,14 +359,10 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   const int root = group_root(g, group);
   const Shape& rs = g.value(root).shape;
   check(cfg.tile.size() == rs.size(), "tile of rank ", cfg.tile.size(), " for a root of rank ", rs.size());
-  Region root_tile;
+  const Region root_tile = representative_tile(rs, cfg.tile);
+  const std::vector<int64_t> ntiles = tiles_along(rs, cfg.tile);
   c.tiles = 1;
-  for (size_t k = 0; k < rs.size(); ++k) {
-    const int64_t t = std::clamp<int64_t>(cfg.tile[k], 1, std::max<int64_t>(rs[k], 1));
-    const int64_t start = rs[k] >= 3 * t ? t : 0;  // a representative interior tile
-    root_tile.push_back({start, std::min(start + t, rs[k]) - 1});
-    c.tiles *= ceil_div(std::max<int64_t>(rs[k], 1), t);
-  }
+  for (int64_t n : ntiles) c.tiles *= n;
   std::set<int> in_group(group.nodes.begin(), group.nodes.end());
   std::set<int> produced;
   for (int n : group.nodes) produced.insert(g.nodes()[static_cast<size_t>(n)].outputs[0]);
@@ -627,11 +680,8 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   const int64_t weights = opt.constant_bytes >= 0 ? opt.constant_bytes : constant_bytes(g);
   // An input larger than half the L2 does not stay there between launches, but the tiles running
   // at once (a wave: a block an SM at least, split-K's blocks sharing their tile's) read each of
-  // its regions from DRAM once, when the wave's distinct regions fit in half the L2. Blocks run
-  // in tile order, the root's last axis fastest (codegen's tile_setup): a wave of W consecutive
-  // tiles spans min(n, ceil(W / stride)) tiles along an axis of n tiles whose tile index moves
-  // every `stride` tiles, and its distinct regions of an input are the product of that over the
-  // axes the input's region moves along (moving_axes). Other inputs are read from DRAM once.
+  // its regions from DRAM once, when the wave's distinct regions fit in half the L2
+  // (large_input_dram, in the candidate's tile order). Other inputs are read from DRAM once.
   std::vector<int> large;
   for (const auto& [v, region] : loads) {
     const Value& val = g.value(v);
@@ -639,21 +689,15 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   }
   const std::map<int, std::vector<bool>> moves = moving_axes(g, group, root, root_tile, cfg.tile, rs, large);
   const int64_t wave = std::max<int64_t>(1, d.sms / std::max(1, cfg.split_k));
+  const std::vector<size_t> order = tile_order(cfg, rs.size());
   for (const auto& [v, region] : loads) {
     const Value& val = g.value(v);
     const int64_t per_tile = sector_bytes(region, val.dtype, d.sector_bytes);
     const int64_t all_tiles = per_tile * c.tiles;
     const int64_t size = numel(val.shape) * static_cast<int64_t>(dtype_size(val.dtype));
-    int64_t from_dram = std::min(size, all_tiles);
-    if (size > d.l2_bytes / 2) {
-      int64_t distinct = 1, stride = 1;
-      for (size_t a = rs.size(); a-- > 0;) {
-        const int64_t n = ceil_div(std::max<int64_t>(rs[a], 1), std::clamp<int64_t>(cfg.tile[a], 1, std::max<int64_t>(rs[a], 1)));
-        if (moves.at(v)[a]) distinct *= std::min(n, ceil_div(wave, stride));
-        stride *= n;
-      }
-      from_dram = distinct * per_tile <= d.l2_bytes / 2 ? std::min(all_tiles, ceil_div(c.tiles, wave) * distinct * per_tile) : all_tiles;
-    }
+    const int64_t from_dram = size <= d.l2_bytes / 2
+                                  ? std::min(size, all_tiles)
+                                  : large_input_dram(per_tile, c.tiles, moves.at(v), ntiles, order, wave, d.l2_bytes / 2);
     l2 += all_tiles;
     dram += from_dram;
     if (size > d.l2_bytes / 2 || (val.is_constant() && weights > d.l2_bytes / 2)) streamed += from_dram;
@@ -920,6 +964,54 @@ std::map<int64_t, std::vector<int64_t>> flash_tiles(const Graph& g, const Fusion
 
 }  // namespace
 
+namespace {
+
+// The tile order by which the candidate reads least from DRAM under the L2 model (empty for the
+// default, which ties keep): the axes of more than one tile in every order, the others after them.
+std::vector<int> least_dram_order(const Graph& g, const FusionGroup& group, const Device& d, const TileConfig& cfg) {
+  std::vector<int> large;
+  for (int v : group.inputs) {
+    const Value& val = g.value(v);
+    if (numel(val.shape) * static_cast<int64_t>(dtype_size(val.dtype)) > d.l2_bytes / 2) large.push_back(v);
+  }
+  const int root = group_root(g, group);
+  const Shape& rs = g.value(root).shape;
+  if (large.empty() || rs.size() < 2 || !cfg.library.empty()) return {};
+  const Region root_tile = representative_tile(rs, cfg.tile);
+  const std::vector<int64_t> ntiles = tiles_along(rs, cfg.tile);
+  const std::map<int, Region> regions = tile_regions(g, group, root, root_tile);
+  const std::map<int, std::vector<bool>> moves = moving_axes(g, group, root, root_tile, cfg.tile, rs, large);
+  int64_t tiles = 1;
+  for (int64_t n : ntiles) tiles *= n;
+  const int64_t wave = std::max<int64_t>(1, d.sms / std::max(1, cfg.split_k));
+  const auto dram = [&](const std::vector<size_t>& order) {
+    int64_t bytes = 0;
+    for (int v : large) {
+      const auto r = regions.find(v);
+      if (r == regions.end()) continue;
+      bytes += large_input_dram(sector_bytes(r->second, g.value(v).dtype, d.sector_bytes), tiles, moves.at(v), ntiles, order,
+                                wave, d.l2_bytes / 2);
+    }
+    return bytes;
+  };
+  std::vector<size_t> best = tile_order(cfg, rs.size()), axes, single;
+  for (size_t a : best) (ntiles[a] > 1 ? axes : single).push_back(a);
+  int64_t least = dram(best);
+  std::sort(axes.begin(), axes.end());
+  do {
+    std::vector<size_t> order = axes;
+    order.insert(order.end(), single.begin(), single.end());
+    if (const int64_t bytes = dram(order); bytes < least) {
+      least = bytes;
+      best = order;
+    }
+  } while (std::next_permutation(axes.begin(), axes.end()));
+  if (best == tile_order(TileConfig{}, rs.size())) return {};
+  return std::vector<int>(best.begin(), best.end());
+}
+
+}  // namespace
+
 std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group, const Device& d,
                                        const TilingOptions& options) {
   TilingOptions opt = options;
@@ -1094,6 +1186,14 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
       Cost c = evaluate_tile(g, group, d, cfg, opt);
       if (c.valid) all.push_back({cfg, c});
     }
+  }
+  // Each candidate in the tile order that reads least from DRAM (planner/tiling.h's L2 model).
+  for (Candidate& cand : all) {
+    TileConfig ordered = cand.config;
+    ordered.order = least_dram_order(g, group, d, cand.config);
+    if (ordered.order.empty()) continue;
+    const Cost c = evaluate_tile(g, group, d, ordered, opt);
+    if (c.valid) cand = {ordered, c};
   }
   if (all.empty()) {
     if (best_rejected.config.tile.empty()) {

@@ -9,8 +9,13 @@
 //     its contiguous dimension (the coalescing penalty), times the number of tiles, plus outputs;
 //     a Gather's data input counts at most as many rows along the gathered axis as the tile reads
 //     indices (its region spans the axis: the rows are picked at run time);
-//   - traffic DRAM: an input that fits in half the L2 is read from DRAM once; a larger one as often
-//     as the tiles read it;
+//   - traffic DRAM: an input that fits in half the L2 is read from DRAM once; a larger one once
+//     per wave of tiles running at once (a block an SM) for each distinct region of it the wave's
+//     tiles read, when those fit in half the L2, else as often as the tiles read it. Blocks take
+//     tiles in the candidate's tile order (`order`: the root's axes from the fastest-varying);
+//     tile_candidates gives each candidate the order that reads least from DRAM (the default,
+//     the last axis fastest, on ties): attention's query tiles before its heads, so that the
+//     tiles of a wave share their head's keys and values;
 //   - shared memory: double-buffered per-step operand regions of contractions, plus the rows a
 //     row reduction keeps on chip; registers from the accumulators per thread; a Conv as codegen
 //     stages it: with a step, an implicit GEMM (weight slice and im2col patches per step) or, for
@@ -91,9 +96,15 @@ struct TileConfig {
   std::string library = "";   // set ("cublasLt", "cudnn", ...): the group runs as a library call (planner/library_call.h)
   int algorithm = 0;          // a library call's: the library's ranked choice (0: its heuristic's first)
   int split_k = 1;            // > 1: that many blocks per tile each sum a slice of the reduction steps (see above)
+  std::vector<int> order = {};  // the root's axes, fastest-varying in block order first (empty: the last axis fastest)
   std::string str() const;
   bool operator==(const TileConfig&) const = default;
 };
+
+// The order in which blocks take a candidate's tiles: the root's axes (of `rank`), the fastest-
+// varying first; TileConfig::order, or the last axis fastest. Throws unless order is empty or a
+// permutation of the axes.
+std::vector<size_t> tile_order(const TileConfig& cfg, size_t rank);
 
 // The library a candidate's TileConfig::str() names ("cudnn-tf32" of "library=cudnn-tf32 algo=2"),
 // or "" for a generated kernel.

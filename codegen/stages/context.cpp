@@ -50,8 +50,20 @@ LoweringContext::LoweringContext(const Graph& graph, const planner::FusionGroup&
 
 void LoweringContext::tile_setup(Kernel& k) {
   const Shape& rs = g.value(root).shape;
-  int64_t stride = 1;
+  // Blocks take the tiles in the candidate's order (planner::tile_order: the fastest-varying axis
+  // first), each axis's tile index moving every strides_[d] tiles.
+  ntiles_.assign(rs.size(), 1);
+  tile_extent_.assign(rs.size(), 1);
+  strides_.assign(rs.size(), 1);
+  for (size_t d = 0; d < rs.size(); ++d) {
+    tile_extent_[d] = std::clamp<int64_t>(cfg.tile[d], 1, std::max<int64_t>(rs[d], 1));
+    ntiles_[d] = (std::max<int64_t>(rs[d], 1) + tile_extent_[d] - 1) / tile_extent_[d];
+  }
   tiles_ = 1;
+  for (size_t d : planner::tile_order(cfg, rs.size())) {
+    strides_[d] = tiles_;
+    tiles_ *= ntiles_[d];
+  }
   // The block's tile: its index among the tiles, its split of the reduction (split-K).
   std::string tile = "ft_block - " + lit(options.block_base);
   if (splits() > 1) {
@@ -59,13 +71,10 @@ void LoweringContext::tile_setup(Kernel& k) {
     k.uniform.push_back(let(kIndexType, "ft_tile", "ft_fdiv(" + tile + ", " + lit(splits()) + ")"));
     tile = "ft_tile";
   }
-  std::vector<int64_t> ntiles(rs.size());
   for (size_t d = rs.size(); d-- > 0;) {
-    const int64_t t = std::clamp<int64_t>(cfg.tile[d], 1, std::max<int64_t>(rs[d], 1));
-    ntiles[d] = (std::max<int64_t>(rs[d], 1) + t - 1) / t;
-    tiles_ *= ntiles[d];
+    const int64_t t = tile_extent_[d];
     const std::string td = "ft_t" + std::to_string(d);
-    k.uniform.push_back(let(kIndexType, td, "ft_fmod(ft_fdiv(" + tile + ", " + lit(stride) + "), " + lit(ntiles[d]) + ")"));
+    k.uniform.push_back(let(kIndexType, td, "ft_fmod(ft_fdiv(" + tile + ", " + lit(strides_[d]) + "), " + lit(ntiles_[d]) + ")"));
     region[root].lo.insert(region[root].lo.begin(), "");
     region[root].hi.insert(region[root].hi.begin(), "");
     const std::string lo = var(root, "lo", d), hi = var(root, "hi", d);
@@ -73,11 +82,8 @@ void LoweringContext::tile_setup(Kernel& k) {
     k.uniform.push_back(let(kIndexType, hi, "ft_min(" + lo + " + " + lit(t) + ", " + lit(rs[d]) + ") - 1"));
     region[root].lo[0] = lo;
     region[root].hi[0] = hi;
-    stride *= ntiles[d];
-    tile_extent_.insert(tile_extent_.begin(), t);
   }
   k.grid = tiles_ * splits();
-  ntiles_ = ntiles;
   emit_extents(k, root);
 }
 
@@ -189,11 +195,9 @@ std::map<int, std::vector<Interval>> LoweringContext::numeric_regions(int64_t ti
   std::map<int, std::vector<Interval>> r;
   const Shape& rs = g.value(root).shape;
   std::vector<Interval> root_tile(rs.size());
-  int64_t stride = 1;
   for (size_t d = rs.size(); d-- > 0;) {
-    const int64_t t = ((tile_index / stride) % ntiles_[d]);
+    const int64_t t = ((tile_index / strides_[d]) % ntiles_[d]);
     root_tile[d] = {t * tile_extent_[d], std::min(t * tile_extent_[d] + tile_extent_[d], rs[d]) - 1};
-    stride *= ntiles_[d];
   }
   r[root] = root_tile;
   // As regions() computes them: boxes that read nothing do not widen the hull.
@@ -250,8 +254,7 @@ std::vector<int64_t> LoweringContext::sample_tiles() const {
                                std::max<int64_t>(0, n - 2)};
     per_dim.emplace_back(picks.begin(), picks.end());
   }
-  std::vector<int64_t> strides(ntiles_.size(), 1);
-  for (size_t d = ntiles_.size(); d-- > 1;) strides[d - 1] = strides[d] * ntiles_[d];
+  const std::vector<int64_t>& strides = strides_;
   std::function<void(size_t, int64_t)> rec = [&](size_t d, int64_t acc) {
     if (d == per_dim.size()) {
       out.push_back(acc);

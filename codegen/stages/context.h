@@ -83,7 +83,8 @@ class LoweringContext {
   std::set<int> written;
 
   // ---- tiles and regions ----
-  // The block's root tile (and the grid), as block-uniform lets. With split-K (TileConfig::
+  // The block's root tile (and the grid), as block-uniform lets: blocks take the tiles in the
+  // candidate's tile order (planner::tile_order). With split-K (TileConfig::
   // split_k > 1) the grid is the tiles' splits, tile-major (a tile's splits are consecutive
   // blocks): uniform lets ft_tile (the tile's index) and ft_split (the block's split).
   void tile_setup(Kernel& k);
@@ -151,6 +152,7 @@ class LoweringContext {
 
   int64_t tiles_ = 1;
   std::vector<int64_t> ntiles_;
+  std::vector<int64_t> strides_;  // tiles between consecutive tile indices along each axis (the tile order)
   std::vector<int64_t> tile_extent_;
   Block* cur_ = nullptr;
   std::map<std::string, std::string>* memo_ = nullptr;

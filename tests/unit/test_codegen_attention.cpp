@@ -205,13 +205,15 @@ TEST(CodegenAttention, LongSequencesTakeTheFlashForm) {
 }
 
 // The L2 model (planner/tiling.h): inputs larger than half the L2 are read from DRAM once per
-// wave of tiles running at once for each distinct region the wave reads. A head's keys and values
-// (float16, 4 x 16 heads over 4,096 keys: 32 MB each) are shared by the wave's query tiles of that
-// head, so DRAM sees a fraction of what the tiles read; in float32 at 8,192 keys the 16 heads a
-// wave spans hold 64 MB of keys and values, more than half the L2, and every tile's read is charged.
+// wave of tiles running at once for each distinct region the wave reads, when those fit in half
+// the L2. A head's keys and values (float16, 4 x 16 heads over 4,096 keys: 32 MB each) are shared
+// by the wave's query tiles of that head, so DRAM sees a fraction of what the tiles read. In
+// float32 at 8,192 keys, tiles taken heads first (the default order) put 16 heads in a wave, 64
+// MB of keys and values, more than half the L2: every tile's read is charged; taken query tiles
+// first (the planner's order) a wave holds two or three heads.
 TEST(CodegenAttention, TheTilesOfAWaveReadTheKeysTheyShareOnceFromDram) {
   const planner::Device& h100 = planner::find_device("h100");
-  const auto costs = [&](DType dt, int64_t batch, int64_t keys) {
+  const auto costs = [&](DType dt, int64_t batch, int64_t keys, bool default_order) {
     Attention a;
     a.batch = batch;
     a.heads = a.kv_heads = 16;
@@ -220,21 +222,63 @@ TEST(CodegenAttention, TheTilesOfAWaveReadTheKeysTheyShareOnceFromDram) {
     a.merge_heads = true;
     Graph g;
     const FusionGroup fg = add_attention(g, dt, a);
-    const TileConfig cfg = best_flash(g, fg, dt == DType::kF16);
+    TileConfig cfg = best_flash(g, fg, dt == DType::kF16);
+    if (default_order) cfg.order.clear();
     const planner::Cost c = planner::evaluate_tile(g, fg, h100, cfg);
     const int64_t minimum = 4 * batch * 16 * keys * 64 * static_cast<int64_t>(dtype_size(dt));  // Q, K, V, the output
     std::printf("%s, batch %lld, %lld keys, %s: DRAM %.1f MB modeled, tiles read %.1f MB (L2), minimum %.1f MB\n",
-                std::string(dtype_name(dt)).c_str(), static_cast<long long>(batch), static_cast<long long>(keys), cfg.str().c_str(),
-                static_cast<double>(c.dram_bytes) / 1e6, static_cast<double>(c.l2_bytes) / 1e6, static_cast<double>(minimum) / 1e6);
+                std::string(dtype_name(dt)).c_str(), static_cast<long long>(batch), static_cast<long long>(keys),
+                cfg.str().c_str(), static_cast<double>(c.dram_bytes) / 1e6, static_cast<double>(c.l2_bytes) / 1e6,
+                static_cast<double>(minimum) / 1e6);
+    EXPECT_TRUE(c.valid) << cfg.str() << ": " << c.reject;
+    EXPECT_GE(c.dram_bytes, minimum);
     return std::make_pair(c, minimum);
   };
-  const auto [shared, minimum] = costs(DType::kF16, 4, 4096);
-  ASSERT_TRUE(shared.valid);
-  EXPECT_GE(shared.dram_bytes, minimum);
+  const auto [shared, minimum] = costs(DType::kF16, 4, 4096, false);
   EXPECT_LT(shared.dram_bytes * 4, shared.l2_bytes) << "the query tiles of a wave read their head's keys from DRAM each";
-  const auto [unshared, minimum32] = costs(DType::kF32, 1, 8192);
-  ASSERT_TRUE(unshared.valid);
-  EXPECT_GT(unshared.dram_bytes, 8 * minimum32) << "a wave's 64 MB of keys and values charged as if they stayed in L2";
+  const auto [heads_first, minimum32] = costs(DType::kF32, 1, 8192, true);
+  EXPECT_GT(heads_first.dram_bytes, 8 * minimum32) << "a wave's 64 MB of keys and values charged as if they stayed in L2";
+  const auto [queries_first, unused] = costs(DType::kF32, 1, 8192, false);
+  EXPECT_LT(queries_first.dram_bytes, 2 * minimum32);
+}
+
+// Blocks take the tiles in the candidate's order (TileConfig::order): every permutation of a
+// batched MatMul chain's and a merged-heads attention's root axes computes the same outputs, and
+// the planner takes a long float32 attention's query tiles first.
+TEST(CodegenAttention, EveryTileOrderComputesTheSameOutputs) {
+  Graph g;
+  Attention a;
+  a.batch = 2;
+  a.heads = a.kv_heads = 3;
+  a.queries = a.keys = 40;
+  a.merge_heads = true;
+  std::vector<FusionGroup> groups = {add_attention(g, DType::kF32, a)};
+  groups.push_back(fusetune::testing::add_matmul_chain(g, DType::kF16, {3, 50, 24}, {24, 40}, "Relu", false, 7));
+  std::vector<FusionGroup> cases;
+  std::vector<TileConfig> configs;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    TileConfig base = i == 0 ? TileConfig{{1, 16, 16}, 16, 64} : TileConfig{{1, 16, 16}, 16, 64, 1, true};
+    base.flash = i == 0;
+    std::vector<int> order = {0, 1, 2};
+    do {
+      TileConfig cfg = base;
+      cfg.order = order;
+      ASSERT_TRUE(planner::evaluate_tile(g, groups[i], planner::find_device("h100"), cfg).valid) << cfg.str();
+      cases.push_back(groups[i]);
+      configs.push_back(cfg);
+    } while (std::next_permutation(order.begin(), order.end()));
+  }
+  size_t next = 0;
+  check_groups(g, cases, [&](const FusionGroup&) { return configs[next++]; }, "every tile order", {false, {"sm_80"}});
+  Attention longer;
+  longer.heads = longer.kv_heads = 16;
+  longer.queries = longer.keys = 8192;
+  longer.head = longer.value_width = 64;
+  longer.merge_heads = true;
+  Graph big;
+  const FusionGroup fg = add_attention(big, DType::kF32, longer);
+  const TileConfig best = best_flash(big, fg);
+  EXPECT_EQ(planner::tile_order(best, 3).front(), 1u) << best.str() << ": the query tiles of a head do not run together";
 }
 
 // What the core excludes: a softmax over another axis, probabilities the group exports, a Q
