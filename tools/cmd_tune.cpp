@@ -31,16 +31,23 @@ namespace fusetune::cli {
 
 namespace {
 
-// "auto": the first CUDA device when one is usable, else the host. Returns {job device, worker
-// device}; the worker device is empty for a GPU device this machine lacks (a dry run), and `why`
-// then says why.
+// The GPU `--device auto` plans for on a machine without one (a dry run: nothing is timed).
+constexpr const char* kDefaultTarget = "h100";
+
+// "auto": the first CUDA device when one is usable, else a dry run for kDefaultTarget (timing
+// kernels on the host's emulator says nothing of a GPU and takes hours on a full model: only
+// `--device host` does it). Returns {job device, worker device}; the worker device is empty for a
+// GPU device this machine lacks (a dry run), and `why` then says why.
 std::pair<std::string, std::string> resolve_device(const std::string& requested, std::string& why) {
   if (requested == "host") return {"host", "host"};
   std::unique_ptr<backend::Backend> gpu = backend::make_cuda_backend(0, &why);
   if (requested == "auto") {
     if (!gpu) {
-      std::fprintf(stderr, "fusetune tune: no usable GPU (%s); measuring on the host\n", why.c_str());
-      return {"host", "host"};
+      std::fprintf(stderr,
+                   "fusetune tune: no usable GPU (%s): a dry run for %s, the default target (--device NAME names "
+                   "another; --device host times the kernels on this machine's CPU emulator instead)\n",
+                   why.c_str(), kDefaultTarget);
+      return {kDefaultTarget, ""};
     }
     const auto p = gpu->properties();
     return {worker::planner_device_name(p.description, p.arch), "0"};
@@ -152,7 +159,7 @@ int cmd_tune(const std::vector<std::string>& argv) {
   wopt.worker_id = "local";
   wopt.quiet = !verbose;
   std::atomic<bool> stop_worker{false};
-  int worker_rc = 0;
+  std::atomic<int> worker_rc{0};  // written by the worker's thread, read by the poll loop
   std::thread worker_thread([&] {
     try {
       worker::WorkerDaemon daemon(context, wopt);

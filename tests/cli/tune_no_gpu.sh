@@ -3,7 +3,9 @@
 # compiles every candidate with NVRTC for sm_90 and verifies it on the host, chooses by the cost
 # model, says that nothing was timed, stores nothing in the search database, and writes a plan
 # that `fusetune run` verifies against PyTorch's outputs. A second run finds every cubin in the
-# on-disk cache. (Without --no-timing the same happens on a machine with no GPU.) With
+# on-disk cache; on a machine with no GPU the second run is `--device auto`, which must say that it
+# is a dry run for the H100, the default target. (Without --no-timing the same happens on a
+# machine with no GPU.) With
 # `--precision tf32` among the extra arguments, the plan must record the policy and run a float32
 # MatMul on TF32 tensor cores, its candidates verified at TF32's tolerance.
 # usage: tune_no_gpu.sh FUSETUNE MODEL_DIR WORK_DIR [extra tune args...]
@@ -13,12 +15,14 @@ shift 3
 rm -rf "$work"
 mkdir -p "$work"
 export FUSETUNE_CACHE_DIR="$work/cache"
+device="--device h100 --no-timing"
 tune() {  # tune OUT [extra tune args...]
   out=$1
   shift
-  "$fusetune" tune "$model_dir/model.onnx" --device h100 --no-timing --db "$work/search.db" --out "$work/$out" \
-    --candidates 2 "$@" > "$work/$out.txt" || { cat "$work/$out.txt"; exit 1; }
-  cat "$work/$out.txt"
+  # shellcheck disable=SC2086
+  "$fusetune" tune "$model_dir/model.onnx" $device --db "$work/search.db" --out "$work/$out" \
+    --candidates 2 "$@" > "$work/$out.txt" 2> "$work/$out.err" || { cat "$work/$out.txt" "$work/$out.err"; exit 1; }
+  cat "$work/$out.txt" "$work/$out.err"
 }
 tune plan "$@"
 grep -q '^nothing was timed; nothing was stored in the search database$' "$work/plan.txt" ||
@@ -33,7 +37,16 @@ case " $* " in
     grep -q 'ft_mma_m16n8k8_tf32(' "$work/plan/kernels.cu" || { echo "FAIL: no kernel of the plan runs on TF32 tensor cores"; exit 1; } ;;
 esac
 if grep -q '^NVRTC (ptxas figures) .* kernels' "$work/plan.txt"; then
+  if nvidia-smi -L > /dev/null 2>&1; then
+    echo "a GPU is present: --device auto would measure on it; the second run keeps --device h100 --no-timing"
+  else
+    device="--device auto"
+  fi
   tune plan2 "$@"
+  if [ "$device" = "--device auto" ]; then
+    grep -q 'no usable GPU .*: a dry run for h100, the default target' "$work/plan2.err" ||
+      { echo "FAIL: --device auto without a GPU does not say it is a dry run for the H100"; exit 1; }
+  fi
   grep -Eq '^NVRTC \(ptxas figures\) +([0-9]+) kernels, \1 from the cubin cache \(100%\)' "$work/plan2.txt" ||
     { echo "FAIL: the second dry run compiled again what the cubin cache holds"; exit 1; }
 else
