@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "codegen/kernel_ir.h"
+#include "planner/device_identity.h"
 #include "simt/executor.h"
 
 namespace fusetune::backend {
@@ -134,6 +135,7 @@ struct DeviceProperties {
   int multiprocessors = 0;  // SMs, or CPU cores
   std::string driver;       // the CUDA driver's version ("12.8"); empty for the host
   std::string toolkit;      // what builds the kernels: "nvrtc 13.0", or simt::compiler_identity
+  planner::DriverAttributes attributes;  // a GPU's, as its driver reports them (empty for the host)
 };
 
 class Backend {

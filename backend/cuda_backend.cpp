@@ -64,6 +64,8 @@ struct Driver {
   CUresult (*cuGetErrorString)(CUresult, const char**);
   // Optional (CUDA 12+): launches with attributes, for programmatic dependent launch.
   CUresult (*cuLaunchKernelEx)(const CUlaunchConfig*, CUfunction, void**, void**) = nullptr;
+  // Optional: the device's memory, for its identity (planner/device_identity.h).
+  CUresult (*cuDeviceTotalMem)(size_t*, CUdevice) = nullptr;
 
   template <typename F>
   bool sym(F& f, const char* name) {
@@ -95,6 +97,7 @@ struct Driver {
                     sym(cuGetErrorString, "cuGetErrorString");
     if (!ok) why = "the CUDA driver lacks an expected entry point";
     if (ok && !sym(cuLaunchKernelEx, "cuLaunchKernelEx")) cuLaunchKernelEx = nullptr;
+    if (ok && !sym(cuDeviceTotalMem, "cuDeviceTotalMem_v2")) cuDeviceTotalMem = nullptr;
     return ok;
   }
   void check_cu(CUresult r, const char* what) const {
@@ -326,8 +329,10 @@ class CudaModule : public Module {
 
 class CudaBackend : public Backend {
  public:
-  CudaBackend(Driver d, CUcontext context, std::string arch, std::string name, int l2_bytes, int sms)
-      : d_(std::move(d)), context_(context), arch_(std::move(arch)), name_(std::move(name)), sms_(sms) {
+  CudaBackend(Driver d, CUcontext context, std::string arch, planner::DriverAttributes attributes)
+      : d_(std::move(d)), context_(context), arch_(std::move(arch)), name_(attributes.name), sms_(attributes.sms),
+        attributes_(std::move(attributes)) {
+    const int l2_bytes = static_cast<int>(attributes_.l2_bytes);
     int version = 0;
     d_.check_cu(d_.cuDriverGetVersion(&version), "driver version query");
     driver_ = std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
@@ -345,7 +350,7 @@ class CudaBackend : public Backend {
   }
   std::string name() const override { return "cuda:" + name_ + " (" + arch_ + ")"; }
   DeviceProperties properties() const override {
-    return {name_, arch_, std::stoi(arch_.substr(3)), sms_, driver_, toolkit_};
+    return {name_, arch_, std::stoi(arch_.substr(3)), sms_, driver_, toolkit_, attributes_};
   }
 
   std::unique_ptr<Module> load_source(const ModuleSource& module) override {
@@ -402,6 +407,7 @@ class CudaBackend : public Backend {
   std::string arch_;
   std::string name_;
   int sms_;
+  planner::DriverAttributes attributes_;
   std::string driver_, toolkit_;
   std::unique_ptr<CudaBuffer> flush_;
   std::unique_ptr<CudaBuffer> workspace_;
@@ -439,14 +445,24 @@ std::unique_ptr<Backend> make_cuda_backend(int device, std::string* why_not) {
   CUcontext ctx = nullptr;
   d.check_cu(d.cuDevicePrimaryCtxRetain(&ctx, dev), "context creation");
   d.check_cu(d.cuCtxSetCurrent(ctx), "context activation");
-  int major = 0, minor = 0, l2 = 0, sms = 0;
-  d.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
-  d.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
-  d.cuDeviceGetAttribute(&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, dev);
-  d.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
+  const auto attribute = [&](CUdevice_attribute what) {
+    int v = 0;
+    return d.cuDeviceGetAttribute(&v, what, dev) == CUDA_SUCCESS ? v : 0;
+  };
+  planner::DriverAttributes a;
+  a.compute_capability = attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) * 10 + attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+  a.sms = attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+  a.l2_bytes = attribute(CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE);
+  a.memory_clock_khz = attribute(CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE);
+  a.bus_width_bits = attribute(CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH);
+  a.clock_khz = attribute(CU_DEVICE_ATTRIBUTE_CLOCK_RATE);
+  size_t memory = 0;
+  if (d.cuDeviceTotalMem != nullptr && d.cuDeviceTotalMem(&memory, dev) == CUDA_SUCCESS) a.memory_bytes = static_cast<int64_t>(memory);
   char name[256] = {0};
   d.cuDeviceGetName(name, sizeof name, dev);
-  return std::make_unique<CudaBackend>(std::move(d), ctx, "sm_" + std::to_string(major * 10 + minor), name, l2, sms);
+  a.name = name;
+  const std::string arch = "sm_" + std::to_string(a.compute_capability);
+  return std::make_unique<CudaBackend>(std::move(d), ctx, arch, std::move(a));
 }
 
 #else

@@ -198,7 +198,7 @@ class HostBackend : public Backend {
   std::string name() const override { return "host"; }
   DeviceProperties properties() const override {
     return {cpu_model() + ", " + std::to_string(options_.workers) + " threads", "host", 0, options_.workers, "",
-            simt::compiler_identity(compiler_)};
+            simt::compiler_identity(compiler_), {}};
   }
 
   std::unique_ptr<Module> load_source(const ModuleSource& source) override {

@@ -903,7 +903,8 @@ def main():
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     header = device_header(cfg)
     if "PLAN_DEVICE" not in os.environ:
-        os.environ["PLAN_DEVICE"] = "h200" if "H200" in header["device"] else "h100"
+        # The word, not a substring: a "GH200" is no H200 (planner/device_identity.h tells all apart).
+        os.environ["PLAN_DEVICE"] = "h200" if "H200" in header["device"].replace("-", " ").split() else "h100"
         cfg.plan_device = os.environ["PLAN_DEVICE"]
     return parent_main(cfg, names, budget_s, header)
 

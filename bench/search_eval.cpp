@@ -195,7 +195,7 @@ int main(int argc, char** argv) {
       const std::unique_ptr<backend::Backend> gpu = backend::make_cuda_backend(std::stoi(device), &why);
       check(gpu != nullptr, "--device ", device, ": ", why);
       const auto p = gpu->properties();
-      job_device = worker::planner_device_name(p.description, p.arch);
+      job_device = worker::planner_device_name(p);
       arch = p.arch;
       where = p.description + " (" + job_device + ")";
     }

@@ -50,12 +50,12 @@ std::pair<std::string, std::string> resolve_device(const std::string& requested,
       return {kDefaultTarget, ""};
     }
     const auto p = gpu->properties();
-    return {worker::planner_device_name(p.description, p.arch), "0"};
+    return {worker::planner_device_name(p), "0"};
   }
   planner::find_device(requested);  // a device the planner knows, or a clear error
   if (!gpu) return {requested, ""};
   const auto p = gpu->properties();
-  const std::string found = worker::planner_device_name(p.description, p.arch);
+  const std::string found = worker::planner_device_name(p);
   check(found == requested, "--device ", requested, ": this machine's GPU is ", p.description, " (", found, ")");
   return {requested, "0"};
 }

@@ -16,6 +16,7 @@
 #include "codegen/kernel_ir.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "planner/device_identity.h"
 #include "proto/wire.h"
 #include "worker/compile_pool.h"
 #include "worker/sandbox.h"
@@ -163,17 +164,15 @@ wire::DeviceInfo probe_device(const std::string& device, std::string& backend_na
   info.set_compute_capability(props.compute_capability);
   info.set_driver_version(props.driver);
   info.set_toolkit(props.toolkit);
-  info.set_name(planner_device_name(props.description, props.arch));
+  info.set_name(planner_device_name(props));
   backend_name = "cuda";
   return info;
 }
 
-std::string planner_device_name(const std::string& description, const std::string& arch) {
-  for (const auto& [marker, name] : std::vector<std::pair<std::string, std::string>>{
-           {"H200", "h200"}, {"H100", "h100"}, {"A100", "a100"}, {"L4", "l4"}, {"4090", "rtx4090"}}) {
-    if (description.find(marker) != std::string::npos) return name;
-  }
-  return arch;
+std::string planner_device_name(const backend::DeviceProperties& props) {
+  if (props.arch == "host") return "host";
+  const std::string name = planner::identify_device(props.attributes);
+  return name.empty() ? props.arch : name;
 }
 
 std::string default_worker_id() {

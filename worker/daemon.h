@@ -25,6 +25,7 @@
 #include <string>
 #include <zmq.hpp>
 
+#include "backend/backend.h"
 #include "fusetune_proto/service.pb.h"
 #include "proto/curve.h"
 
@@ -67,9 +68,10 @@ std::string default_worker_id();
 // The device as its driver (or the host) reports it; `backend_name` gets "cuda" or "host".
 wire::DeviceInfo probe_device(const std::string& device, std::string& backend_name);
 
-// The planner's name for a GPU the driver describes ("NVIDIA H100 80GB HBM3" -> "h100"); the
-// architecture ("sm_86") for one the planner has no description of.
-std::string planner_device_name(const std::string& description, const std::string& arch);
+// The planner's name for the device a backend runs on: the built-in description its driver's
+// attributes identify (planner/device_identity.h: "NVIDIA H100 PCIe" with 114 SMs -> "h100-pcie");
+// the architecture ("sm_86") for a GPU none describes; "host" for the host.
+std::string planner_device_name(const backend::DeviceProperties& props);
 
 class WorkerDaemon {
  public:
