@@ -47,7 +47,10 @@ constexpr const char* kUsage =
     "  run MODEL.onnx|PLAN_DIR --inputs DIR [--out DIR] [--rtol R] [--atol A] [--shape NAME=DxD...]\n"
     "      [--backend auto|host|cuda]\n"
     "      run a model on the reference interpreter, or a plan bundle on the GPU or the host;\n"
-    "      compare with DIR/output_N.pb if present\n";
+    "      compare with DIR/output_N.pb if present\n"
+    "  profile PLAN_DIR [--inputs DIR] [--seed S] [--sites N] [--sol] [--json]\n"
+    "      run a plan bundle once on the host executor and count what each kernel does to memory against the\n"
+    "      traffic model; --sol: each kernel's speed of light on the plan's device beside its modeled time\n";
 
 }  // namespace
 
