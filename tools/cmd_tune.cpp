@@ -148,6 +148,10 @@ int cmd_tune(const std::vector<std::string>& argv) {
   coordinator::Server server(context, sopt);
   std::printf("tuning %s on %s (search database %s; embedded, inproc: no keys needed)\n", model.string().c_str(),
               job_device.c_str(), db.string().c_str());
+  if (job_device == "host") {
+    std::fprintf(stderr, "fusetune tune: timing on the host's SIMT executor (--device host): its kernel times say "
+                         "nothing of a GPU, and a full-size model takes hours; the progress line says about how long\n");
+  }
   std::fflush(stdout);
   const int64_t job = server.submit(submit);
 

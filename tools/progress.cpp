@@ -18,15 +18,25 @@ void ProgressLine::update(size_t done, size_t total, const std::string& detail) 
   const double elapsed = std::chrono::duration<double>(now - start_).count();
   if (elapsed < 0.5 || total == 0) return;
   const int decile = static_cast<int>(10 * done / total);
+  // The time left at the rate so far, once something is done.
+  std::string left;
+  if (done > 0 && done < total) {
+    const double s = elapsed * static_cast<double>(total - done) / static_cast<double>(done);
+    char text[64];
+    if (s < 120) std::snprintf(text, sizeof text, ", about %.0fs left", s);
+    else if (s < 7200) std::snprintf(text, sizeof text, ", about %.0f min left", s / 60);
+    else std::snprintf(text, sizeof text, ", about %.1f h left", s / 3600);
+    left = text;
+  }
   if (tty_) {
     if (now - last_ < std::chrono::milliseconds(100) && done != total) return;
-    std::fprintf(stderr, "\r%s %zu/%zu (%.0f%%) %s%s%.1fs\x1b[K", label_.c_str(), done, total,
+    std::fprintf(stderr, "\r%s %zu/%zu (%.0f%%) %s%s%.1fs%s\x1b[K", label_.c_str(), done, total,
                  100.0 * static_cast<double>(done) / static_cast<double>(total), detail.c_str(), detail.empty() ? "" : ", ",
-                 elapsed);
+                 elapsed, left.c_str());
   } else {
     if (decile == last_decile_) return;
-    std::fprintf(stderr, "%s %zu/%zu (%d%%) %s%s%.1fs\n", label_.c_str(), done, total, decile * 10, detail.c_str(),
-                 detail.empty() ? "" : ", ", elapsed);
+    std::fprintf(stderr, "%s %zu/%zu (%d%%) %s%s%.1fs%s\n", label_.c_str(), done, total, decile * 10, detail.c_str(),
+                 detail.empty() ? "" : ", ", elapsed, left.c_str());
   }
   std::fflush(stderr);
   last_decile_ = decile;

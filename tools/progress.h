@@ -1,5 +1,6 @@
 // A progress line on stderr for long work: redrawn in place on a terminal, printed every 10%
-// otherwise, silent for work that finishes within half a second.
+// otherwise, silent for work that finishes within half a second; once part is done it says about
+// how long the rest takes at the rate so far.
 #pragma once
 
 #include <chrono>
