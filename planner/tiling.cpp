@@ -253,15 +253,16 @@ int64_t constant_bytes(const Graph& g) {
 namespace {
 
 // The region of every value a tile of the group reads (the root's: root_tile), consumers before
-// producers.
-std::map<int, Region> tile_regions(const Graph& g, const FusionGroup& group, int root, const Region& root_tile) {
+// producers; `exprs`, when given, the group's nodes' tensor expressions in its order.
+std::map<int, Region> tile_regions(const Graph& g, const FusionGroup& group, int root, const Region& root_tile,
+                                   const std::vector<TensorExpr>* exprs = nullptr) {
   std::map<int, Region> regions{{root, root_tile}};
-  for (auto it = group.nodes.rbegin(); it != group.nodes.rend(); ++it) {
-    const Node& n = g.nodes()[static_cast<size_t>(*it)];
+  for (size_t i = group.nodes.size(); i-- > 0;) {
+    const Node& n = g.nodes()[static_cast<size_t>(group.nodes[i])];
     const auto out = regions.find(n.outputs[0]);
     if (out == regions.end()) continue;
     const Region produced = out->second;
-    const auto ins = input_regions(g, n, describe(g, n), produced);
+    const auto ins = input_regions(g, n, exprs != nullptr ? (*exprs)[i] : describe(g, n), produced);
     for (size_t k = 0; k < n.inputs.size(); ++k) {
       if (n.inputs[k] != kNoValue && !ins[k].empty()) hull_into(regions[n.inputs[k]], ins[k]);
     }
@@ -922,21 +923,7 @@ std::map<int64_t, std::vector<int64_t>> flash_tiles(const Graph& g, const Fusion
   std::vector<int64_t> tile(rs.size(), 1);
   std::function<void(size_t, int64_t)> visit = [&](size_t a, int64_t elems) {
     if (a == rs.size()) {
-      std::map<int, Region> regions;
-      Region& rt = regions[root];
-      for (size_t k = 0; k < rs.size(); ++k) {
-        const int64_t start = rs[k] >= 3 * tile[k] ? tile[k] : 0;
-        rt.push_back({start, std::min(start + tile[k], rs[k]) - 1});
-      }
-      for (size_t i = group.nodes.size(); i-- > 0;) {
-        const Node& n = g.nodes()[static_cast<size_t>(group.nodes[i])];
-        auto it = regions.find(n.outputs[0]);
-        if (it == regions.end()) continue;
-        const auto ins = input_regions(g, n, exprs[i], it->second);
-        for (size_t k = 0; k < n.inputs.size(); ++k) {
-          if (n.inputs[k] != kNoValue && !ins[k].empty()) hull_into(regions[n.inputs[k]], ins[k]);
-        }
-      }
+      const std::map<int, Region> regions = tile_regions(g, group, root, representative_tile(rs, tile), &exprs);
       auto r = regions.find(out);
       if (r == regions.end()) return;
       const Region& o = r->second;
