@@ -1,6 +1,8 @@
 #include "planner/device.h"
 
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -82,9 +84,34 @@ Device load_device(const std::filesystem::path& path) {
   return parse_device(buf.str(), path.string());
 }
 
+namespace {
+// Descriptions registered at run time (register_device), by name.
+std::mutex& registered_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::map<std::string, Device>& registered() {
+  static std::map<std::string, Device> devices;
+  return devices;
+}
+}  // namespace
+
+void register_device(const Device& d) {
+  check(!d.name.empty(), "register_device: a description without a name");
+  for (const EmbeddedDevice& e : embedded_devices()) {
+    check(e.name != d.name, "register_device: '", d.name, "' is a built-in description's name");
+  }
+  std::lock_guard<std::mutex> lock(registered_mutex());
+  registered()[d.name] = d;
+}
+
 Device find_device(const std::string& name) {
   for (const EmbeddedDevice& e : embedded_devices()) {
     if (e.name == name) return parse_device(std::string(e.json), "device '" + name + "'");
+  }
+  {
+    std::lock_guard<std::mutex> lock(registered_mutex());
+    if (const auto it = registered().find(name); it != registered().end()) return it->second;
   }
   std::string known;
   for (const std::string& n : builtin_device_names()) known += (known.empty() ? "" : ", ") + n;

@@ -52,7 +52,11 @@ struct Device {
 
 Device parse_device(const std::string& json_text, const std::string& label);
 Device load_device(const std::filesystem::path& path);
+// A built-in description, or one registered in this process, by name.
 Device find_device(const std::string& name);
+// Makes `d` (a GPU described from its attributes: planner/device_identity.h) one find_device
+// returns by its name in this process; throws for a built-in description's name.
+void register_device(const Device& d);
 std::vector<std::string> builtin_device_names();
 
 }  // namespace fusetune::planner

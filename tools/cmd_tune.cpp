@@ -11,6 +11,7 @@
 // directory, so a second tune of the same model measures nothing. Shows a progress bar, ends
 // with the job's table, and with --out writes the tuned plan bundle that `fusetune run` executes.
 // Exit codes: 0 tuned, 1 the job failed or was interrupted, 2 bad input.
+#include <algorithm>
 #include <cstdio>
 #include <thread>
 
@@ -56,7 +57,17 @@ std::pair<std::string, std::string> resolve_device(const std::string& requested,
   if (!gpu) return {requested, ""};
   const auto p = gpu->properties();
   const std::string found = worker::planner_device_name(p);
-  check(found == requested, "--device ", requested, ": this machine's GPU is ", p.description, " (", found, ")");
+  if (found != requested) {
+    // A GPU its attributes do not quite identify may still be the one asked for: the same
+    // architecture and SMs (its memory, say, differs); the description asked for then plans.
+    const planner::Device want = planner::find_device(requested);
+    const std::vector<std::string> builtin_names = planner::builtin_device_names();
+    const bool builtin = std::count(builtin_names.begin(), builtin_names.end(), found) > 0;
+    check(!builtin && want.compute_capability == p.attributes.compute_capability && want.sms == p.attributes.sms,
+          "--device ", requested, ": this machine's GPU is ", p.description, " (", found, ")");
+    std::fprintf(stderr, "fusetune tune: this machine's %s is not quite %s by its attributes (%s); planning for %s\n",
+                 p.description.c_str(), requested.c_str(), found.c_str(), requested.c_str());
+  }
   return {requested, "0"};
 }
 

@@ -172,7 +172,14 @@ wire::DeviceInfo probe_device(const std::string& device, std::string& backend_na
 std::string planner_device_name(const backend::DeviceProperties& props) {
   if (props.arch == "host") return "host";
   const std::string name = planner::identify_device(props.attributes);
-  return name.empty() ? props.arch : name;
+  if (!name.empty()) return name;
+  try {
+    const planner::Device described = planner::describe_device(props.attributes);
+    planner::register_device(described);
+    return described.name;
+  } catch (const Error&) {
+    return props.arch;  // nothing to describe it from
+  }
 }
 
 std::string default_worker_id() {

@@ -70,7 +70,10 @@ wire::DeviceInfo probe_device(const std::string& device, std::string& backend_na
 
 // The planner's name for the device a backend runs on: the built-in description its driver's
 // attributes identify (planner/device_identity.h: "NVIDIA H100 PCIe" with 114 SMs -> "h100-pcie");
-// the architecture ("sm_86") for a GPU none describes; "host" for the host.
+// for a GPU none describes, the description made from its attributes ("sm_90-132sm"), registered
+// in this process (planner::register_device: an embedded coordinator plans for it; another
+// process does not know it), or its architecture when the driver reported too little; "host"
+// for the host.
 std::string planner_device_name(const backend::DeviceProperties& props);
 
 class WorkerDaemon {

@@ -10,9 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "core/error.h"
 #include "planner/device.h"
 #include "planner/device_identity.h"
+#include "worker/daemon.h"
 
 namespace fusetune::planner {
 namespace {
@@ -80,6 +82,25 @@ TEST(DeviceIdentity, AGpuNoDescriptionFitsIsUnknownAndDescribedFromItsAttributes
   EXPECT_EQ(identify_device(gpu("NVIDIA H100", 90, 124, 50 * kMiB, 65536 * kMiB, 1593000, 5120, 1755000), &why), "");
   // Nothing to describe from.
   EXPECT_THROW(describe_device(gpu("?", 90, 0, 0, 0, 0, 0, 0)), Error);
+}
+
+// A worker on a GPU no description fits names it by the description made from its attributes,
+// registered in its process, so that an embedded coordinator (`fusetune tune`) plans for it.
+TEST(DeviceIdentity, AWorkerOnAnUnknownGpuPlansForItsDescription) {
+  backend::DeviceProperties props;
+  props.description = "NVIDIA GH200 144G HBM3e";
+  props.arch = "sm_90";
+  props.attributes = gpu(props.description, 90, 132, 60 * kMiB, 146432 * kMiB, 3189000, 6144, 1980000);
+  const std::string name = worker::planner_device_name(props);
+  EXPECT_EQ(name, "sm_90-132sm");
+  const Device d = find_device(name);
+  EXPECT_EQ(d.l2_bytes, 60 * kMiB);
+  EXPECT_THROW(register_device(find_device("h100")), Error) << "a built-in description's name taken over";
+  props.attributes = gpu("NVIDIA H200", 90, 132, 50 * kMiB, 143771 * kMiB, 3201000, 6144, 1980000);
+  EXPECT_EQ(worker::planner_device_name(props), "h200");
+  backend::DeviceProperties host;
+  host.arch = "host";
+  EXPECT_EQ(worker::planner_device_name(host), "host");
 }
 
 }  // namespace
