@@ -12,6 +12,7 @@
 #include "backend/nvrtc.h"
 #include "codegen/emit.h"
 #include "core/error.h"
+#include "simt/module.h"
 
 #ifdef FUSETUNE_HAVE_NVRTC
 #include <cuda.h>
@@ -363,6 +364,15 @@ class CudaBackend : public Backend {
     CUmodule m = nullptr;
     d_.check_cu(d_.cuModuleLoadData(&m, cubin.data()), "module load");
     std::map<std::string, Launch> fns;
+    // The kernels' signatures (their scratch buffers), read once from the text when it has any.
+    std::vector<simt::KernelRef> signatures;
+    const auto signature = [&](const std::string& name) -> const simt::KernelRef& {
+      if (signatures.empty()) signatures = simt::parse_kernels(module.cuda_source);
+      for (const simt::KernelRef& r : signatures) {
+        if (r.name == name) return r;
+      }
+      fail("kernel ", name, ": no signature in the module's CUDA text");
+    };
     for (const ModuleSource::KernelInfo& k : module.kernels) {
       if (!k.library.empty()) {
         std::string why;
@@ -386,8 +396,9 @@ class CudaBackend : public Backend {
       }
       Launch& l = fns[k.name];
       l = {f, k.grid, k.threads, k.shared_bytes, nullptr, programmatic_ && codegen::waits_for_predecessor(module.cuda_source, k.name), {}};
-      for (const int64_t bytes : codegen::scratch_bytes(module.cuda_source, k.name)) {
-        l.scratch.push_back(std::make_shared<CudaBuffer>(d_, static_cast<size_t>(bytes)));
+      for (const simt::Param& p : signature(k.name).params) {  // FT_SCRATCH parameters: Kernel::scratch
+        if (p.scratch_elements == 0) continue;
+        l.scratch.push_back(std::make_shared<CudaBuffer>(d_, static_cast<size_t>(p.scratch_elements * p.element_bytes)));
         l.scratch.back()->fill_byte(0);
       }
     }

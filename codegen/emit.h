@@ -17,7 +17,6 @@
 // have passed verify_ir (lower_group and pack_kernels run it).
 #pragma once
 
-#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -32,11 +31,6 @@ std::string emit_cuda(const std::vector<Kernel>& kernels);
 // to overlap its predecessor (programmatic dependent launch). A bundle's kernels compiled before
 // do not wait.
 bool waits_for_predecessor(const std::string& source, const std::string& name);
-
-// The scratch buffers kernel `name` of CUDA text `source` declares (FT_SCRATCH(T, elements)
-// parameters after its FT_GLOBAL ones: Kernel::scratch), in bytes, in order; the backends
-// allocate them zeroed with the module and bind them after the arguments a launch is given.
-std::vector<int64_t> scratch_bytes(const std::string& source, const std::string& name);
 
 // The C type a parameter of this dtype has in generated code ("float", "unsigned short", ...).
 std::string storage_ctype(DType t);

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/model_stats.h"
 #include "core/ops.h"
 #include "planner/attention.h"
 #include "planner/epilogue.h"
@@ -305,6 +306,18 @@ std::vector<int64_t> tiles_along(const Shape& rs, const std::vector<int64_t>& ti
   }
   return n;
 }
+
+// Which of `values` (a group's inputs) do not stay in L2 between launches: larger than half of it.
+std::vector<int> large_inputs(const Graph& g, const std::vector<int>& values, const Device& d) {
+  std::vector<int> large;
+  for (int v : values) {
+    if (value_bytes(g.value(v)) > d.l2_bytes / 2) large.push_back(v);
+  }
+  return large;
+}
+
+// The tiles running at once, by the L2 model: a block an SM, a split-K tile's blocks counted once.
+int64_t wave_tiles(const Device& d, const TileConfig& cfg) { return std::max<int64_t>(1, d.sms / std::max(1, cfg.split_k)); }
 
 // For each of `values` (inputs of the group), the axes of the root's tiles along which the region
 // a tile reads of it moves (a head's keys and values move with the head, not with the query rows).
@@ -683,13 +696,10 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   // at once (a wave: a block an SM at least, split-K's blocks sharing their tile's) read each of
   // its regions from DRAM once, when the wave's distinct regions fit in half the L2
   // (large_input_dram, in the candidate's tile order). Other inputs are read from DRAM once.
-  std::vector<int> large;
-  for (const auto& [v, region] : loads) {
-    const Value& val = g.value(v);
-    if (numel(val.shape) * static_cast<int64_t>(dtype_size(val.dtype)) > d.l2_bytes / 2) large.push_back(v);
-  }
-  const std::map<int, std::vector<bool>> moves = moving_axes(g, group, root, root_tile, cfg.tile, rs, large);
-  const int64_t wave = std::max<int64_t>(1, d.sms / std::max(1, cfg.split_k));
+  std::vector<int> inputs;
+  for (const auto& [v, region] : loads) inputs.push_back(v);
+  const std::map<int, std::vector<bool>> moves = moving_axes(g, group, root, root_tile, cfg.tile, rs, large_inputs(g, inputs, d));
+  const int64_t wave = wave_tiles(d, cfg);
   const std::vector<size_t> order = tile_order(cfg, rs.size());
   for (const auto& [v, region] : loads) {
     const Value& val = g.value(v);
@@ -956,11 +966,7 @@ namespace {
 // The tile order by which the candidate reads least from DRAM under the L2 model (empty for the
 // default, which ties keep): the axes of more than one tile in every order, the others after them.
 std::vector<int> least_dram_order(const Graph& g, const FusionGroup& group, const Device& d, const TileConfig& cfg) {
-  std::vector<int> large;
-  for (int v : group.inputs) {
-    const Value& val = g.value(v);
-    if (numel(val.shape) * static_cast<int64_t>(dtype_size(val.dtype)) > d.l2_bytes / 2) large.push_back(v);
-  }
+  const std::vector<int> large = large_inputs(g, group.inputs, d);
   const int root = group_root(g, group);
   const Shape& rs = g.value(root).shape;
   if (large.empty() || rs.size() < 2 || !cfg.library.empty()) return {};
@@ -970,7 +976,7 @@ std::vector<int> least_dram_order(const Graph& g, const FusionGroup& group, cons
   const std::map<int, std::vector<bool>> moves = moving_axes(g, group, root, root_tile, cfg.tile, rs, large);
   int64_t tiles = 1;
   for (int64_t n : ntiles) tiles *= n;
-  const int64_t wave = std::max<int64_t>(1, d.sms / std::max(1, cfg.split_k));
+  const int64_t wave = wave_tiles(d, cfg);
   const auto dram = [&](const std::vector<size_t>& order) {
     int64_t bytes = 0;
     for (int v : large) {

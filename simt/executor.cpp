@@ -898,9 +898,12 @@ unsigned api_atomic(const ft_simt_buffer* b, long long index, int op, unsigned v
       if (blk != w.block) a.blocks[blk] = publication;
     }
     if (!a.blocks.empty()) w.acquires.push_back(std::move(a));
-    if (unpublished.empty()) loc.releases.push_back({w.block, {w.epoch, f.thread}});
-    if (unpublished.empty() && others) w.ordered_by_barrier();
-    else w.L.unpublished[w.block] = unpublished;
+    if (unpublished.empty()) {
+      loc.releases.push_back({w.block, {w.epoch, f.thread}});
+      if (others) w.ordered_by_barrier();
+    } else {
+      w.L.unpublished[w.block] = unpublished;
+    }
   }
   return old;
 }

@@ -357,7 +357,7 @@ void StagedMatMulStage::emit(Kernel& k) {
   // The block's steps: all of them, or its split's (stages/split_k.h), then the split's sum.
   const int64_t all_steps = (st.k + st.step - 1) / st.step;
   const std::string k0 = split_first_step(cx_, k, all_steps);
-  k.body.push_back(uniform_for("ft_ks", k0, k0 == "0" ? lit(all_steps) : "ft_min(" + k0 + " + " + lit(split_steps(cx_, all_steps)) + ", " + lit(all_steps) + ")", steps));
+  k.body.push_back(uniform_for("ft_ks", k0, cx_.splits() == 1 ? lit(all_steps) : "ft_min(" + k0 + " + " + lit(split_steps(cx_, all_steps)) + ", " + lit(all_steps) + ")", steps));
   if (cx_.splits() > 1) {
     check(!st.regs.empty(), "split-K needs the accumulators in registers: ", cx_.cfg.threads, " threads cannot cover the tile with micro-tiles");
     emit_split_sum(cx_, k, st.regs, st.tm * st.tn);

@@ -257,7 +257,7 @@ void MmaMatMulStage::emit(Kernel& k) {
   // the step of K it stages, the ring's slots follow the local steps.
   const int64_t local_steps = split_steps(cx_, steps);
   const std::string k0 = split_first_step(cx_, k, steps);
-  const auto global = [&](const std::string& local) { return k0 == "0" ? local : "(" + k0 + " + " + local + ")"; };
+  const auto global = [&](const std::string& local) { return cx_.splits() == 1 ? local : "(" + k0 + " + " + local + ")"; };
   // Prologue: steps 0 .. ahead - 1 into their slots, one cp.async group each.
   const int64_t ahead = std::min<int64_t>(st.staging.ahead, local_steps);
   Block prologue = {stage(true, global("ft_ks"), "ft_ks"), stage(false, global("ft_ks"), "ft_ks")};
