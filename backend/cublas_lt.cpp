@@ -100,8 +100,9 @@ class LtCall : public GpuLibraryCall {
     const cudaDataType_t dt = call_.dtype == DType::kF16 ? CUDA_R_16F : CUDA_R_32F;
     const cublasComputeType_t compute = call_.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     if (lt_.desc_create(&desc_, compute, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) return fail_with(why, "descriptor");
-    const cublasLtEpilogue_t epilogue = call_.bias ? (call_.relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
-                                                   : (call_.relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
+    const cublasLtEpilogue_t epilogue =
+        call_.bias ? (call_.relu ? CUBLASLT_EPILOGUE_RELU_BIAS : call_.gelu ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
+                   : (call_.relu ? CUBLASLT_EPILOGUE_RELU : call_.gelu ? CUBLASLT_EPILOGUE_GELU : CUBLASLT_EPILOGUE_DEFAULT);
     lt_.desc_set(desc_, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue);
     const auto n = static_cast<uint64_t>(call_.n), m = static_cast<uint64_t>(call_.m), k = static_cast<uint64_t>(call_.k);
     // Column-major views of the row-major operands (see the header): ours B as its "A", ours A as its "B".

@@ -1,5 +1,5 @@
 // cuBLASLt library calls for the CUDA backend (planner/library_call.h): a GEMM with its bias,
-// residual and ReLU epilogue, loaded at run time from libcublasLt so that binaries run where the
+// residual and ReLU or GELU (cuBLASLt's GELU is the tanh approximation) epilogue, loaded at run time from libcublasLt so that binaries run where the
 // library is absent (and say so when asked for it).
 //
 // Row-major Y[m×n] = A[m×k]·B[k×n] is computed as its column-major transpose Yᵀ = Bᵀ·Aᵀ, so no

@@ -378,8 +378,8 @@ class CudaBackend : public Backend {
         std::string why;
         const planner::LibraryCall lc = planner::LibraryCall::from_json(k.library);
         std::shared_ptr<GpuLibraryCall> call =
-            lc.op == planner::LibraryOp::kConv
-                ? make_cudnn_call(lc, context_, workspace_->address(), workspace_->bytes(), &why)
+            lc.op != planner::LibraryOp::kGemm
+                ? make_cudnn_call(lc, context_, std::stoi(arch_.substr(3)), workspace_->address(), workspace_->bytes(), &why)
                 : make_cublaslt_call(lc, workspace_->address(), workspace_->bytes(), &why);
         if (call == nullptr) {
           d_.cuModuleUnload(m);

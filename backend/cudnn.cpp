@@ -13,6 +13,8 @@
 #include <cudnn.h>
 #endif
 
+#include "backend/cudnn_attention.h"
+
 namespace fusetune::backend {
 
 #ifdef FUSETUNE_HAVE_CUDNN
@@ -476,8 +478,15 @@ std::string cudnn_version() {
   return d ? "cudnn " + std::to_string(d->get_version()) : "";
 }
 
-std::unique_ptr<GpuLibraryCall> make_cudnn_call(const planner::LibraryCall& call, const void* context, uint64_t workspace,
-                                                size_t workspace_bytes, std::string* why_not) {
+void* cudnn_library(std::string* why_not) {
+  std::string why;
+  Dnn* d = library(why);
+  if (d == nullptr && why_not) *why_not = why;
+  return d ? d->lib : nullptr;
+}
+
+std::unique_ptr<GpuLibraryCall> make_cudnn_call(const planner::LibraryCall& call, const void* context, int sm,
+                                                uint64_t workspace, size_t workspace_bytes, std::string* why_not) {
   std::string why;
   Dnn* d = library(why);
   cudnnHandle_t h = d ? handle(*d, context, why) : nullptr;
@@ -485,8 +494,11 @@ std::unique_ptr<GpuLibraryCall> make_cudnn_call(const planner::LibraryCall& call
     if (why_not) *why_not = why;
     return nullptr;
   }
+  if (call.op == planner::LibraryOp::kAttention) {
+    return make_cudnn_attention_call(call, d->lib, h, sm, workspace, workspace_bytes, why_not);
+  }
   if (call.op != planner::LibraryOp::kConv) {
-    if (why_not) *why_not = "cuDNN runs convolution calls only";
+    if (why_not) *why_not = "cuDNN runs convolution and attention calls only";
     return nullptr;
   }
   auto c = std::make_unique<DnnCall>(*d, h, call, workspace, workspace_bytes);
@@ -503,7 +515,12 @@ std::unique_ptr<GpuLibraryCall> make_cudnn_call(const planner::LibraryCall& call
 
 std::string cudnn_version() { return ""; }
 
-std::unique_ptr<GpuLibraryCall> make_cudnn_call(const planner::LibraryCall&, const void*, uint64_t, size_t,
+void* cudnn_library(std::string* why_not) {
+  if (why_not) *why_not = "this build has no cuDNN headers";
+  return nullptr;
+}
+
+std::unique_ptr<GpuLibraryCall> make_cudnn_call(const planner::LibraryCall&, const void*, int, uint64_t, size_t,
                                                 std::string* why_not) {
   if (why_not) *why_not = "this build has no cuDNN headers";
   return nullptr;

@@ -1,5 +1,5 @@
 // cuDNN library calls for the CUDA backend (planner/library_call.h): a 2-D convolution in NCHW
-// with its bias, residual and (clipped) ReLU epilogue, through cuDNN 9's graph API, loaded at run
+// with its bias, residual and (clipped) ReLU epilogue (attention: backend/cudnn_attention.h), through cuDNN 9's graph API, loaded at run
 // time from libcudnn so that binaries run where the library is absent (and say so when asked for it).
 //
 // The call is built once, when the module is loaded: an operation graph conv -> add bias -> add
@@ -31,9 +31,14 @@ namespace fusetune::backend {
 // device's identity, since library calls are measured and shipped.
 std::string cudnn_version();
 
-// `call` is a convolution (LibraryOp::kConv); `context` the device's CUcontext, current (the call
-// uses cuDNN's handle for it); `workspace` a device address of `workspace_bytes` the call may use.
-std::unique_ptr<GpuLibraryCall> make_cudnn_call(const planner::LibraryCall& call, const void* context, uint64_t workspace,
-                                                size_t workspace_bytes, std::string* why_not);
+// The dlopen handle of libcudnn (opened once), or nullptr with the reason.
+void* cudnn_library(std::string* why_not);
+
+// `call` is a convolution (LibraryOp::kConv) or an attention (backend/cudnn_attention.h);
+// `context` the device's CUcontext, current (the call uses cuDNN's handle for it), `sm` its
+// compute capability (90 for sm_90); `workspace` a device address of `workspace_bytes` the call
+// may use.
+std::unique_ptr<GpuLibraryCall> make_cudnn_call(const planner::LibraryCall& call, const void* context, int sm,
+                                                uint64_t workspace, size_t workspace_bytes, std::string* why_not);
 
 }  // namespace fusetune::backend

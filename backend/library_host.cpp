@@ -1,6 +1,7 @@
 #include "backend/library_host.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <thread>
 #include <vector>
@@ -12,11 +13,14 @@ namespace fusetune::backend {
 namespace {
 
 float load(const void* base, int64_t i, DType dt) {
-  return dt == DType::kF16 ? half_to_float(static_cast<const uint16_t*>(base)[i]) : static_cast<const float*>(base)[i];
+  if (dt == DType::kF16) return half_to_float(static_cast<const uint16_t*>(base)[i]);
+  if (dt == DType::kBF16) return bfloat16_to_float(static_cast<const uint16_t*>(base)[i]);
+  return static_cast<const float*>(base)[i];
 }
 
 void store(void* base, int64_t i, DType dt, float v) {
   if (dt == DType::kF16) static_cast<uint16_t*>(base)[i] = float_to_half(v);
+  else if (dt == DType::kBF16) static_cast<uint16_t*>(base)[i] = float_to_bfloat16(v);
   else static_cast<float*>(base)[i] = v;
 }
 
@@ -43,6 +47,7 @@ struct Epilogue {
     if (residual != nullptr) v += load(residual, y_index, c.dtype);
     if (c.relu) v = std::max(v, 0.0f);
     if (c.relu_max > 0.0f) v = std::min(v, c.relu_max);
+    if (c.gelu) v = 0.5f * v * (1.0f + std::tanh(0.7978845608f * (v + 0.044715f * v * v * v)));  // cuBLASLt's GELU
     return v;
   }
 };
@@ -107,9 +112,49 @@ void conv(const planner::LibraryCall& c, const void* x, const void* w, const Epi
   });
 }
 
+// Scaled dot-product attention over strided operands: each (batch, head, query) row's scores in
+// float, the bias added, keys past the causal bound left out, the softmax, then the weighted sum
+// of V's rows; rows spread over the workers.
+void attention(const planner::LibraryCall& c, void* const* args, int workers) {
+  const planner::AttentionShape& a = c.attention;
+  const void* bias = c.bias ? args[3] : nullptr;
+  void* y = args[c.bias ? 4 : 3];
+  const auto at = [](const planner::OperandLayout& l, int64_t b, int64_t h, int64_t r, int64_t w) {
+    return l.offset + b * l.strides[0] + h * l.strides[1] + r * l.strides[2] + w * l.strides[3];
+  };
+  parallel(c.batch * a.heads * a.queries, workers, [&](int64_t from, int64_t to) {
+    std::vector<float> p(static_cast<size_t>(a.keys)), out(static_cast<size_t>(a.value_head));
+    for (int64_t row = from; row < to; ++row) {
+      const int64_t b = row / (a.heads * a.queries), h = row / a.queries % a.heads, i = row % a.queries;
+      const int64_t seen = a.causal ? std::min(a.keys, i + a.keys - a.queries + 1) : a.keys;
+      float top = -INFINITY;
+      for (int64_t j = 0; j < seen; ++j) {
+        float s = 0;
+        for (int64_t d = 0; d < a.head; ++d) s += load(args[0], at(a.q, b, h, i, d), c.dtype) * load(args[1], at(a.k, b, h, j, d), c.dtype);
+        s *= a.scale;
+        if (bias != nullptr) s += load(bias, at(a.bias, b, h, i, j), c.dtype);
+        p[static_cast<size_t>(j)] = s;
+        top = std::max(top, s);
+      }
+      float sum = 0;
+      for (int64_t j = 0; j < seen; ++j) sum += p[static_cast<size_t>(j)] = std::exp(p[static_cast<size_t>(j)] - top);
+      std::fill(out.begin(), out.end(), 0.0f);
+      for (int64_t j = 0; j < seen; ++j) {
+        const float w = p[static_cast<size_t>(j)] / sum;
+        for (int64_t d = 0; d < a.value_head; ++d) out[static_cast<size_t>(d)] += w * load(args[2], at(a.v, b, h, j, d), c.dtype);
+      }
+      for (int64_t d = 0; d < a.value_head; ++d) store(y, at(a.o, b, h, i, d), c.dtype, out[static_cast<size_t>(d)]);
+    }
+  });
+}
+
 }  // namespace
 
 void run_library_call_host(const planner::LibraryCall& c, void* const* args, int workers) {
+  if (c.op == planner::LibraryOp::kAttention) {
+    attention(c, args, workers);
+    return;
+  }
   size_t next = 2;
   const void* bias = c.bias ? args[next++] : nullptr;
   const void* residual = c.residual ? args[next++] : nullptr;

@@ -134,7 +134,11 @@ Reference reference_values(const Graph& g, const planner::FusionGroup& group, co
   for (int id : group.nodes) {  // node by node over the group
     const Node& n = g.nodes()[static_cast<size_t>(id)];
     std::vector<const Tensor*> ins;
-    for (int in : n.inputs) ins.push_back(in == kNoValue ? nullptr : &r.values.at(in));
+    for (int in : n.inputs) {
+      // A constant the kernel does not take as a parameter (a library call's epilogue folds it in).
+      if (in != kNoValue && !r.values.count(in) && g.value(in).is_constant()) r.values[in] = *g.value(in).data;
+      ins.push_back(in == kNoValue ? nullptr : &r.values.at(in));
+    }
     r.values[n.outputs[0]] = std::move(reference::run_node(n, ins)[0]);
   }
   return r;

@@ -140,6 +140,9 @@ LoweredKernel lower_generated(const Graph& g, const planner::FusionGroup& group,
   naming(first, [&] {
     cx.tile_setup(k);
     cx.regions(k);
+    for (int v : group.outputs) {  // each exported value is computed over what the root's tiles need of it
+      check(cx.region.count(v) != 0, "exported value '", g.value(v).name, "' is not read on the way to the group's root");
+    }
     planned = plan_stages(cx, k, core);
   });
   for (int id : group.nodes) {

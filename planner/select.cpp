@@ -85,22 +85,69 @@ class Planner {
 
 namespace {
 
-// The group's leading nodes that a library runs whole (planner/library_call.h) as one part, the
-// rest as another: a MatMul with its bias on cuBLASLt and the GELU after it generated, where the
-// whole group has only generated candidates. Empty where no prefix of the group (at most four
-// nodes, exporting one value) is a library call or nothing follows it.
+// The group as library calls (planner/library_call.h) and the generated parts between them: from
+// each node on, the longest run of the group's next nodes (at most 16, in the group's order) that
+// a library runs whole is one part; the nodes between such runs are generated parts. So a MatMul
+// with its bias and GELU goes to cuBLASLt and the LayerNorm before it stays generated, where the
+// whole group has only generated candidates. Each part reads only values of the graph and of
+// earlier parts (the parts follow the group's topological order). Empty where no run of the group
+// is a library call, the group is one, or a generated part would not be one tree of values ending
+// in its last node (as fusion's groups are: the code generator computes a group from its root's
+// tiles; Q and K sliced apart before a product of theirs taken by the library are two).
 std::vector<FusionGroup> library_split(const Graph& g, const FusionGroup& group) {
+  constexpr size_t kLongestCall = 16;  // the product, two Adds and an activation spelled in nodes
   const size_t n = group.nodes.size();
-  for (size_t k = std::min<size_t>(4, n - 1); k >= 1; --k) {
-    FusionGroup head;
-    head.nodes.assign(group.nodes.begin(), group.nodes.begin() + static_cast<std::ptrdiff_t>(k));
-    describe_group(g, head);
-    if (!match_library_call(g, head)) continue;
-    FusionGroup tail;
-    tail.nodes.assign(group.nodes.begin() + static_cast<std::ptrdiff_t>(k), group.nodes.end());
-    return {head, tail};
+  std::vector<FusionGroup> parts;
+  FusionGroup generated;
+  bool any_call = false;
+  // Whether every node of a generated part feeds its last one.
+  const auto rooted = [&](const FusionGroup& p) {
+    std::set<int> needed = {p.nodes.back()};
+    for (size_t i = p.nodes.size(); i-- > 0;) {
+      const Node& node = g.nodes()[static_cast<size_t>(p.nodes[i])];
+      if (!needed.count(p.nodes[i])) return false;
+      for (size_t j = 0; j < i; ++j) {
+        const Node& earlier = g.nodes()[static_cast<size_t>(p.nodes[j])];
+        for (int out : earlier.outputs) {
+          if (std::find(node.inputs.begin(), node.inputs.end(), out) != node.inputs.end()) needed.insert(p.nodes[j]);
+        }
+      }
+    }
+    return true;
+  };
+  const auto run = [&](size_t from, size_t to) {
+    FusionGroup p;
+    p.nodes.assign(group.nodes.begin() + static_cast<std::ptrdiff_t>(from), group.nodes.begin() + static_cast<std::ptrdiff_t>(to));
+    describe_group(g, p);
+    return p;
+  };
+  for (size_t i = 0; i < n;) {
+    size_t len = std::min(kLongestCall, n - i);
+    for (; len >= 1; --len) {
+      if (len == n) continue;  // the whole group is weighed as itself
+      if (match_library_call(g, run(i, i + len))) break;
+    }
+    if (len == 0) {
+      generated.nodes.push_back(group.nodes[i++]);
+      continue;
+    }
+    if (!generated.nodes.empty()) {
+      if (!rooted(generated)) return {};
+      describe_group(g, generated);
+      parts.push_back(std::move(generated));
+      generated = {};
+    }
+    parts.push_back(run(i, i + len));
+    any_call = true;
+    i += len;
   }
-  return {};
+  if (!any_call) return {};
+  if (!generated.nodes.empty()) {
+    if (!rooted(generated)) return {};
+    describe_group(g, generated);
+    parts.push_back(std::move(generated));
+  }
+  return parts;
 }
 
 // One way to run a group: its groups, what they cost in total measured and modeled, and whether
@@ -122,7 +169,7 @@ struct Alternative {
 };
 
 // The cheapest way to run `group`: whole, as its parts (each planned the same way, down to single
-// nodes), or as its leading library call and the rest (library_split). `levels` lists
+// nodes), or as library calls and the generated parts between them (library_split). `levels` lists
 // coarser-to-finer partitions; parts of a group at level k are the groups of level k+1 whose nodes
 // it contains.
 std::vector<GroupPlan> best_split(const Graph& g, Planner& planner, const FusionGroup& group,

@@ -4,8 +4,9 @@
 // Takes a canonical graph and a device. Groups with the same signature (core/signature.h) share
 // one candidate list, so a model's repeated layers are planned once. A fused group is kept only
 // when its best cost does not exceed the sum of its parts' best costs (each node planned alone),
-// nor that of its leading library call (a MatMul with its bias, a Conv with its ReLU: planner/
-// library_call.h) and the rest as two groups; otherwise it is split the cheapest way. Measurements, keyed by (group signature, candidate
+// nor that of its runs of nodes a library computes whole (a MatMul with its bias and GELU, a Conv
+// with its ReLU: planner/library_call.h) as library calls and the generated parts between them;
+// otherwise it is split the cheapest way. Measurements, keyed by (group signature, candidate
 // config), feed measured times through the same decisions, never mixed with modeled ones: a group
 // with measurements chooses among its measured candidates (a failed one is measured as infinite
 // and never chosen; a group whose measurements all failed falls back to its parts, and is listed

@@ -61,6 +61,31 @@ PY
   rm -rf "$tmp"
 fi
 
+# cuDNN's frontend (header-only C++; its scaled dot-product attention node builds the attention
+# library calls, backend/cudnn_attention.h): the headers of NVIDIA's PyPI wheel, pinned.
+frontend=third_party/cudnn-frontend
+if [ ! -f "$frontend/include/cudnn_frontend.h" ]; then
+  wheel_sha=c6006556017a4d1c914c52a556c71b1267f2d6a0500f742e7b4edef539878df0
+  tmp=$(mktemp -d)
+  echo "setup: fetching cudnn-frontend 1.32.0's headers"
+  python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.11 \
+    --platform manylinux_2_28_x86_64 -d "$tmp" nvidia-cudnn-frontend==1.32.0
+  wheel=$(ls "$tmp"/nvidia_cudnn_frontend-1.32.0-*.whl)
+  echo "$wheel_sha  $wheel" | sha256sum -c --quiet
+  python3 - "$wheel" "$frontend" <<'PY'
+import os, sys, zipfile
+wheel, out = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(wheel) as z:
+    for name in z.namelist():
+        if name.startswith("include/") and not name.endswith("/"):
+            dest = os.path.join(out, name)
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            with open(dest, "wb") as f:
+                f.write(z.read(name))
+PY
+  rm -rf "$tmp"
+fi
+
 # onnx 1.23's cases (its wheel no longer carries the files): generated from the cases' definitions
 # by onnx 1.23.2 itself, installed with numpy in a virtual environment of its own; with them,
 # sweeps of Cast to and from the narrow types computed by onnx's reference implementation.

@@ -39,7 +39,9 @@ bool previous_interval(uint64_t stamp, Stamp now) {
 
 Hazard Cell::load(Stamp now, const Access& a, bool init, Access* other, bool* spans) {
   Hazard h = Hazard::kNone;
-  if (previous_interval(w_stamp, now) && w_thread != a.thread) *spans = true;
+  // The barrier just passed orders this access after the last store only if nothing else does
+  // (the same thread, or a warp-synchronous operation of the same warp between them).
+  if (previous_interval(w_stamp, now) && !ordered(w_thread, w_wepoch, a)) *spans = true;
   if (a_thread >= 0) {
     h = Hazard::kAsyncInFlight;
     *other = {a_thread, 0, a_site};
@@ -73,8 +75,11 @@ Hazard Cell::load(Stamp now, const Access& a, bool init, Access* other, bool* sp
 
 Hazard Cell::store(Stamp now, const Access& a, Access* other, bool* spans) {
   Hazard h = Hazard::kNone;
-  if (previous_interval(w_stamp, now) && w_thread != a.thread) *spans = true;
-  if (previous_interval(r_stamp, now) && (r_thread != a.thread || r_others || r_many_warps)) *spans = true;
+  if (previous_interval(w_stamp, now) && !ordered(w_thread, w_wepoch, a)) *spans = true;
+  if (previous_interval(r_stamp, now) &&
+      (r_many_warps || warp_of(r_thread) != warp_of(a.thread) || (r_wepoch == a.wepoch && (r_thread != a.thread || r_others)))) {
+    *spans = true;
+  }
   if (r_stamp == now.packed() && previous_interval(p_stamp, now) && (p_thread != a.thread || p_others)) *spans = true;
   if (a_thread >= 0) {
     h = Hazard::kAsyncInFlight;

@@ -46,8 +46,9 @@ enum class Hazard { kNone, kReadAfterWrite, kWriteAfterRead, kWriteAfterWrite, k
 const char* hazard_name(Hazard h);
 
 // The cell also tells whether an access depends on another thread's access of the previous
-// barrier interval (*spans): the barrier between the two intervals is what orders them, so it
-// is needed; a barrier that orders no such pair in a run is one the kernel did not need there.
+// barrier interval that nothing else orders before it (no warp-synchronous operation of their
+// common warp between them) (*spans): the barrier between the two intervals is what orders them,
+// so it is needed; a barrier that orders no such pair in a run is one the kernel did not need there.
 struct Cell {
   uint64_t w_stamp = 0;  // Stamp::packed of the last write; 0: never
   uint64_t r_stamp = 0;

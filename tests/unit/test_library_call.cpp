@@ -26,12 +26,14 @@
 #include "runtime/plan_runner.h"
 #include "tests/unit/test_seed.h"
 #include "unit/cli_run.h"
+#include "unit/plan_check.h"
 
 namespace fusetune {
 namespace {
 
 using testing::add_input;
 using testing::add_op;
+using testing::expect_plan_matches_reference;
 using testing::random_constant;
 
 struct OneGroup {
@@ -133,31 +135,6 @@ backend::VerifyResult verify_on_host(const OneGroup& t, const codegen::LoweredKe
   auto backend = backend::make_host_backend();
   auto module = backend->load(std::vector<codegen::Kernel>{lk.kernel});
   return backend::verify_kernel(t.g, t.group, "lib", lk.inputs, lk.outputs, *backend, *module, rng, options);
-}
-
-// A bundle run by the plan runner on the host, on normal random inputs (seed `seed`), against the
-// reference interpreter: every output within 1e-4 plus `of_largest` of its largest magnitude.
-void expect_plan_matches_reference(const runtime::Bundle& bundle, const Graph& g, unsigned seed, float of_largest = 1e-4f) {
-  auto backend = backend::make_host_backend();
-  runtime::PlanRunner runner(bundle, *backend);
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist;
-  std::vector<Tensor> inputs;
-  for (int in : g.inputs()) {
-    std::vector<float> xs(static_cast<size_t>(numel(g.value(in).shape)));
-    for (float& v : xs) v = dist(rng);
-    inputs.push_back(Tensor::from_floats(g.value(in).dtype, g.value(in).shape, xs));
-  }
-  const std::vector<Tensor> got = runner.run(inputs);
-  const std::vector<Tensor> want = reference::run_graph(g, inputs);
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t o = 0; o < got.size(); ++o) {
-    const auto want_v = want[o].to_floats(), got_v = got[o].to_floats();
-    ASSERT_EQ(got_v.size(), want_v.size());
-    float scale = 0;
-    for (float v : want_v) scale = std::max(scale, std::abs(v));
-    for (size_t i = 0; i < want_v.size(); ++i) ASSERT_NEAR(got_v[i], want_v[i], 1e-4f + of_largest * scale) << "output " << o << " at " << i;
-  }
 }
 
 // A convolution group: Conv(X, W [, bias]) [+ bias as an Add] [+ residual] [Relu | Clip(lo, hi)].
@@ -332,6 +309,100 @@ TEST(LibraryCall, APlanThatTakesTheLibraryCallRunsAndMatchesTheReference) {
   const runtime::Bundle bundle = runtime::compile_bundle(g, plan, dev, "gemms");
   EXPECT_NE(bundle.manifest.find("\"library\""), std::string::npos);
   expect_plan_matches_reference(bundle, g, 11);
+}
+
+// GELU written out after MatMul + bias, as exporters spell it: `form` "torch" is GPT-2's gelu_new
+// as TorchScript exports it (0.5 x, x^3 by Pow, tanh), "sigmoid" the same function as
+// x sigmoid(2 sqrt(2/pi) (x + 0.044715 x x x)), "erf" the exact GELU (BERT's), "near" the tanh
+// form with 0.045 for 0.044715. float16 computes the GELU in float32 between two Casts.
+OneGroup make_gemm_gelu(DType dt, int64_t m, int64_t n, int64_t k, const std::string& form) {
+  OneGroup t;
+  Graph& g = t.g;
+  const auto scalar = [&](const char* name, float v) { return g.add_constant(name, Tensor::scalar_float(DType::kF32, v)); };
+  const int a = add_input(g, "a", dt, {m, k});
+  int x = add_op(g, "MatMul", {a, random_constant(g, "b", dt, {k, n}, 3)});
+  x = add_op(g, "Add", {x, random_constant(g, "bias", dt, {n}, 5)});
+  if (dt != DType::kF32) x = add_op(g, "Cast", {x}, testing::attrs({{"to", int64_t{1}}}));
+  const float c = 0.7978845608f;
+  int y = -1;
+  if (form == "sigmoid") {
+    const int cube = add_op(g, "Mul", {add_op(g, "Mul", {x, x}), x});
+    const int inner = add_op(g, "Add", {x, add_op(g, "Mul", {cube, scalar("k", 0.044715f)})});
+    y = add_op(g, "Mul", {x, add_op(g, "Sigmoid", {add_op(g, "Mul", {inner, scalar("c2", 2 * c)})})});
+  } else if (form == "erf") {
+    const int e = add_op(g, "Erf", {add_op(g, "Div", {x, scalar("sqrt2", 1.4142135f)})});
+    y = add_op(g, "Mul", {add_op(g, "Mul", {x, add_op(g, "Add", {e, scalar("one", 1.0f)})}), scalar("half", 0.5f)});
+  } else {
+    const int half = add_op(g, "Mul", {scalar("half", 0.5f), x});
+    const int cube = add_op(g, "Pow", {x, scalar("three", 3.0f)});
+    const int inner = add_op(g, "Add", {x, add_op(g, "Mul", {scalar("k", form == "near" ? 0.045f : 0.044715f), cube})});
+    const int th = add_op(g, "Tanh", {add_op(g, "Mul", {scalar("c", c), inner})});
+    y = add_op(g, "Mul", {half, add_op(g, "Add", {scalar("one", 1.0f), th})});
+  }
+  if (dt != DType::kF32) y = add_op(g, "Cast", {y}, testing::attrs({{"to", int64_t{10}}}));
+  g.outputs() = {y};
+  t.group.nodes.resize(g.nodes().size());
+  std::iota(t.group.nodes.begin(), t.group.nodes.end(), 0);
+  planner::describe_group(g, t.group);
+  return t;
+}
+
+// cuBLASLt's GELU epilogue computes GELU's tanh approximation: a group ending in that function,
+// however spelled, is a library call with `gelu`, verified on the host against the reference;
+// the exact GELU and a near miss of the approximation are not (they stay generated, or split).
+TEST(LibraryCall, GeluItsTanhApproximationInAnySpellingIsCublasLtsGeluEpilogue) {
+  const unsigned seed = testing::test_seed();
+  std::mt19937 rng(seed);
+  for (const DType dt : {DType::kF32, DType::kF16}) {
+    for (const std::string form : {"torch", "sigmoid"}) {
+      const OneGroup t = make_gemm_gelu(dt, 17, 24, 40, form);
+      const auto m = planner::match_library_call(t.g, t.group);
+      ASSERT_TRUE(m.has_value()) << form << " " << dtype_name(dt);
+      EXPECT_TRUE(m->call.gelu && m->call.bias && !m->call.relu && !m->call.residual) << form;
+      EXPECT_EQ(m->output, t.g.outputs()[0]);
+      EXPECT_EQ(planner::LibraryCall::from_json(m->call.to_json()), m->call);
+      const backend::VerifyResult v = verify_on_host(t, lower_as(t, planner::kCublasLt), rng);
+      EXPECT_TRUE(v.ok) << form << " " << dtype_name(dt) << ": " << v.detail;
+    }
+    for (const std::string form : {"erf", "near"}) {
+      const OneGroup t = make_gemm_gelu(dt, 17, 24, 40, form);
+      EXPECT_FALSE(planner::match_library_call(t.g, t.group).has_value()) << form << " " << dtype_name(dt);
+    }
+  }
+  // The JSON refuses GELU beside a ReLU, and for a convolution.
+  planner::LibraryCall call;
+  call.m = call.n = call.k = 4;
+  call.gelu = call.relu = true;
+  EXPECT_THROW(planner::LibraryCall::from_json(call.to_json()), Error);
+  call.relu = false;
+  call.op = planner::LibraryOp::kConv;
+  call.library = planner::kCudnn;
+  call.conv = {.c = 1, .h = 1, .w = 1, .k = 1, .r = 1, .s = 1};
+  EXPECT_THROW(planner::LibraryCall::from_json(call.to_json()), Error);
+  // GPT-2 (gelu_new, exported by TorchScript): fusion puts each layer's up-projection with its GELU
+  // in the middle of a group (after the attention's projection and a LayerNorm, before the down
+  // projection). Where the library calls measure fastest, the plan runs each of those as one
+  // cuBLASLt call with the GELU epilogue, the LayerNorms generated between the calls, and matches
+  // the reference.
+  const Graph gpt2 = testing::load_test_model("gpt2");
+  const planner::Device dev = planner::find_device("h100");
+  const planner::ModelPlan modeled = planner::plan_model(gpt2, dev);
+  planner::Measurements fast;  // a library call 1 us, generated code 100 us a node
+  for (const planner::GroupPlan& gp : modeled.compared) {
+    for (const planner::Candidate& c : gp.candidates) {
+      fast[{gp.signature, c.config.str()}] = c.config.library.empty() ? 100.0 * static_cast<double>(gp.group.nodes.size()) : 1.0;
+    }
+  }
+  const planner::ModelPlan plan = planner::plan_model(gpt2, dev, {}, &fast);
+  int gelu_calls = 0;
+  for (const planner::GroupPlan& gp : plan.groups) {
+    if (gp.candidates[gp.chosen].config.library.empty()) continue;
+    const auto m = planner::match_library_call(gpt2, gp.group);
+    ASSERT_TRUE(m.has_value()) << gp.group.pattern;
+    gelu_calls += m->call.gelu ? 1 : 0;
+  }
+  EXPECT_EQ(gelu_calls, 2) << "GPT-2's two layers";
+  expect_plan_matches_reference(runtime::compile_bundle(gpt2, plan, dev, "gpt2"), gpt2, seed);
 }
 
 // A fused MatMul + bias + GELU (BERT's FFN up-projection, GELU by erf as exported) whose generated

@@ -1,0 +1,42 @@
+// Strided views: where the elements of a value computed by data movement alone lie in another
+// value's buffer, as an offset and one stride per axis (in elements), the form a library takes
+// its operands in (cuDNN's tensors are dimensions and strides).
+//
+// Takes a graph and a set of its nodes (a fusion group). input_view follows a value back through
+// Reshape, Transpose, Slice (positive steps) and Expand nodes of the set to the value outside the
+// set they start from; output_view follows a value forward through Reshape and Transpose nodes of
+// the set to a value the set exports, stored contiguously. A Reshape is a view only where the
+// strides allow it (the rule PyTorch's view() follows: axes merged must be contiguous with each
+// other; an expanded axis, stride 0, merges with nothing). Guarantees: for every index i of the
+// value, element i is element offset + sum(i[d] * strides[d]) of the base's buffer (row-major);
+// nullopt where some node on the way is not one of these or not a view.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <vector>
+
+#include "core/graph.h"
+
+namespace fusetune::planner {
+
+struct StridedView {
+  int base = -1;       // the value whose buffer holds the elements
+  int64_t offset = 0;  // elements
+  Shape dims;
+  std::vector<int64_t> strides;  // elements; 0 along an expanded axis
+  std::vector<int> path;         // the nodes of the set followed, in graph order
+};
+
+// A row-major value viewed as itself.
+StridedView contiguous_view(int base, const Shape& dims);
+
+// `v` reshaped to `to` without moving elements, or nullopt where its strides do not allow it.
+std::optional<StridedView> reshape_view(const StridedView& v, const Shape& to);
+
+std::optional<StridedView> input_view(const Graph& g, const std::set<int>& nodes, int value);
+
+std::optional<StridedView> output_view(const Graph& g, const std::set<int>& nodes, int value);
+
+}  // namespace fusetune::planner
