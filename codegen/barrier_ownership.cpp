@@ -393,6 +393,7 @@ class Analysis {
       switch (s.kind) {
         case Stmt::Kind::kComment:
         case Stmt::Kind::kWarpReduce:
+        case Stmt::Kind::kShuffle:  // registers of the warp's lanes only
         case Stmt::Kind::kMma: continue;
         case Stmt::Kind::kLet:
           n.a = parse(s.a), n.has_a = true;

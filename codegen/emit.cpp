@@ -265,6 +265,9 @@ void emit_block(std::ostringstream& out, const Kernel& k, const Block& b, int de
             << pad << "for (int ft_off = " << kWarpSize / 2 << "; ft_off > 0; ft_off >>= 1) " << s.name << "[0] = "
             << warp_combine(s.a, s.name + "[0]", "__shfl_xor_sync(0xffffffffu, " + s.name + "[0], ft_off)") << ";\n";
         break;
+      case Stmt::Kind::kShuffle:
+        out << pad << s.name << "[" << s.at[0] << "] = __shfl_xor_sync(0xffffffffu, " << s.a << ", " << s.groups << ");\n";
+        break;
       case Stmt::Kind::kMma:
         out << pad << (s.dtype == DType::kF32 ? "ft_mma_m16n8k8_tf32(" : s.dtype == DType::kBF16 ? "ft_mma_m16n8k16_bf16(" : "ft_mma_m16n8k16_f16(");
         for (int i = 0; i < 4; ++i) out << reg(s.name, s.at[0] + i) << ", ";

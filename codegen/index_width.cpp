@@ -196,6 +196,7 @@ class Walker {
         case Stmt::Kind::kWarpReduce:
           if (!s.b.empty()) range(s.b, "the guard", s);
           break;
+        case Stmt::Kind::kShuffle: break;  // a float of another lane; its selection reads the lane's bits
         case Stmt::Kind::kVectorLoad:
           range(s.b, "the index", s);
           declare(s.name);

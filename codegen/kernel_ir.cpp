@@ -105,6 +105,17 @@ Stmt warp_reduce(std::string local, std::string op, std::string guard) {
   return s;
 }
 
+Stmt shuffle_xor(std::string local, int64_t at, std::string value, int mask) {
+  check(mask >= 1 && mask < kWarpSize, "shuffle with lane mask ", mask);
+  Stmt s;
+  s.kind = Stmt::Kind::kShuffle;
+  s.name = std::move(local);
+  s.at = {at};
+  s.a = std::move(value);
+  s.groups = mask;
+  return s;
+}
+
 std::string vector_ctype(DType dtype, int lanes) {
   check(dtype == DType::kF32 || dtype_size(dtype) == 2, "no vector of ", dtype_name(dtype));
   check(lanes == 0 || lanes == 2 || lanes == vector_lanes(dtype), "no vector of ", lanes, " ", dtype_name(dtype));
@@ -308,6 +319,7 @@ std::string line_text(const Stmt& s) {
       out << s.name << "[" << s.a << " .. +" << stmt_lanes(s) << "] = " << vector_ctype(s.dtype, s.lanes) << " " << s.b;
       break;
     case Stmt::Kind::kWarpReduce: out << "warp.reduce " << s.a << " " << s.name << (s.b.empty() ? "" : " if (" + s.b + ")"); break;
+    case Stmt::Kind::kShuffle: out << s.name << "[" << s.at[0] << "] = warp.shuffle_xor " << s.groups << " " << s.a; break;
     case Stmt::Kind::kMma:
       out << (s.dtype == DType::kF32 ? "mma.m16n8k8.tf32 " : "mma.m16n8k16." + std::string(dtype_name(s.dtype)) + " ") << s.name << "[" << (s.at.size() > 0 ? s.at[0] : -1) << "] += " << s.a
           << "[" << (s.at.size() > 1 ? s.at[1] : -1) << "] * " << s.b << "[" << (s.at.size() > 2 ? s.at[2] : -1) << "]";

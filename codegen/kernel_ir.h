@@ -119,7 +119,7 @@ namespace fusetune::codegen {
 
 // The version of the code generator: part of every tuning record's key, bumped whenever the code
 // generated for the same group and candidate changes.
-inline constexpr int kCodegenVersion = 16;
+inline constexpr int kCodegenVersion = 17;
 
 // Threads per warp: warp reductions combine this many lanes; blocks are whole warps.
 inline constexpr int kWarpSize = 32;
@@ -181,6 +181,7 @@ struct Stmt {
     kAtomic,      // [unsigned d =] atomic c ("add" or "exch") of b on name[a] (a 32-bit unsigned global element)
     kFence,       // __threadfence()
     kExitUnless,  // if (!(a)) return;  (block-uniform; placed like a barrier)
+    kShuffle,     // name[at0] = a (a float expression) of the lane `lane ^ groups` of the warp (placed like a warp reduction)
   };
   Kind kind = Kind::kComment;
   std::string name;
@@ -196,7 +197,7 @@ struct Stmt {
   int unroll = 0;      // kFor (serial), kUniformFor: iterations the compiler may unroll at most (#pragma unroll N); 0: its choice
   int matrices = 0;    // kLdmatrix: 8x8 matrices loaded (1, 2 or 4)
   bool trans = false;  // kLdmatrix: transposed
-  int groups = 0;      // kCopyAsyncWait: groups the thread may leave in flight
+  int groups = 0;      // kCopyAsyncWait: groups the thread may leave in flight; kShuffle: the lane mask xor-ed
   int lanes = 0;       // kVectorStore: elements stored (2: a pair; 0: 16 bytes' worth)
   int wgmma_n = 0;     // kWgmma: N (8 to 256, a multiple of 8)
 };
@@ -226,6 +227,10 @@ Stmt uniform_for(std::string var, std::string lo, std::string hi, Block body, in
 // uniform values and the thread index divided by the warp size): a guard that splits a warp leaves
 // lanes missing, which the host executor's synccheck reports.
 Stmt warp_reduce(std::string local, std::string op, std::string guard = "");
+// Element `at` of the float thread-local `local` = the float expression `value` as the lane
+// `lane ^ mask` of the warp computes it (__shfl_xor_sync over the whole warp); placed like a warp
+// reduction, every lane reaching it.
+Stmt shuffle_xor(std::string local, int64_t at, std::string value, int mask);
 // `local` = buffer[index ..], one 16-byte load of `dtype` elements (kF32: a float4 of 4; a 16-bit
 // type: an ft_u16x8 of 8); buffer + index must be 16-byte aligned.
 Stmt vector_load(std::string local, std::string buffer, std::string index, DType dtype = DType::kF32);

@@ -16,13 +16,13 @@ namespace {
 
 // Statements that must be reached by every thread of the block at once.
 bool block_uniform_only(Stmt::Kind kind) {
-  return kind == Stmt::Kind::kBarrier || kind == Stmt::Kind::kWarpReduce || kind == Stmt::Kind::kMma ||
+  return kind == Stmt::Kind::kBarrier || kind == Stmt::Kind::kWarpReduce || kind == Stmt::Kind::kShuffle || kind == Stmt::Kind::kMma ||
          kind == Stmt::Kind::kLdmatrix || kind == Stmt::Kind::kPart || kind == Stmt::Kind::kUniformFor ||
          kind == Stmt::Kind::kWgmma || kind == Stmt::Kind::kWgmmaSync || kind == Stmt::Kind::kExitUnless;
 }
 
 bool warp_synchronous(Stmt::Kind kind) {
-  return kind == Stmt::Kind::kWarpReduce || kind == Stmt::Kind::kMma || kind == Stmt::Kind::kLdmatrix ||
+  return kind == Stmt::Kind::kWarpReduce || kind == Stmt::Kind::kShuffle || kind == Stmt::Kind::kMma || kind == Stmt::Kind::kLdmatrix ||
          kind == Stmt::Kind::kWgmma || kind == Stmt::Kind::kWgmmaSync;
 }
 
@@ -30,6 +30,7 @@ const char* what(Stmt::Kind kind) {
   switch (kind) {
     case Stmt::Kind::kBarrier: return "a barrier";
     case Stmt::Kind::kWarpReduce: return "a warp reduction";
+    case Stmt::Kind::kShuffle: return "a warp shuffle";
     case Stmt::Kind::kMma: return "an mma";
     case Stmt::Kind::kLdmatrix: return "an ldmatrix";
     case Stmt::Kind::kWgmma: return "a wgmma";
@@ -173,6 +174,14 @@ class Verifier {
         if (t->count != 1 || t->dtype != DType::kF32) {
           fail_at(s, "warp reduction of thread-local '", s.name, "' of ", t->count, " ", dtype_name(t->dtype),
                   " (needs one float)");
+        }
+        break;
+      }
+      case Stmt::Kind::kShuffle: {
+        const ThreadLocal* t = local(s.name);
+        if (t == nullptr || t->dtype != DType::kF32) fail_at(s, "shuffle into '", s.name, "', which is not a float thread-local");
+        if (s.at.size() != 1 || s.at[0] < 0 || s.at[0] >= t->count) {
+          fail_at(s, "shuffle into element ", s.at.empty() ? -1 : s.at[0], " of thread-local '", s.name, "' of ", t->count);
         }
         break;
       }

@@ -128,8 +128,25 @@ std::string compile(const std::string& cuda_source, const std::string& compiler_
   return lib.string();
 }
 
+namespace {
+
+// The host kernels resolve ft_simt_ops (simt/device_api.h) dynamically. Where the library defining
+// it was itself loaded with RTLD_LOCAL (the runtime library under a Python extension module, which
+// Python opens locally), its symbols are not in the global scope: promote that library, once.
+void make_ops_counter_global() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    Dl_info info{};  // the library this function is in defines the counter (a thread-local's address is no help)
+    if (dladdr(reinterpret_cast<const void*>(&make_ops_counter_global), &info) == 0 || info.dli_fname == nullptr) return;
+    if (void* self = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL)) dlclose(self);
+  });
+}
+
+}  // namespace
+
 Module::Module(const std::string& cuda_source, const std::string& compiler) {
   const std::string lib = compile(cuda_source, compiler);
+  make_ops_counter_global();
   handle_ = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
   check(handle_ != nullptr, "dlopen of ", lib, " failed: ", dlerror());
   try {

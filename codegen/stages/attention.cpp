@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <array>
 #include <functional>
+#include <optional>
+#include <set>
 
 #include "codegen/scalar_ops.h"
 #include "core/error.h"
+#include "planner/strided_view.h"
 #include "planner/tiling.h"
 
 namespace fusetune::codegen::stages {
@@ -80,6 +83,14 @@ class AttentionStage : public AnchorStage {
   // ft_fj of the tile's row ft_qr) reads the operand at `index()` where `inside` holds, else zero.
   Stmt stage(const std::string& buf, DType dtype, int64_t pitch, int64_t rows, int64_t cols, int matmul, int operand,
              const std::string& inside, const std::function<std::vector<std::string>()>& index);
+  // The tensor-core form's staging where the operand is a strided view of a 16-bit parameter
+  // whose width axis (the head for Q and K, the columns for V) is contiguous (planner/
+  // strided_view.h), as copy_stage's loop: 16-byte cp.async chunks of 8 elements (those at or
+  // beyond `limit` along the width, or in a row where `row_inside` fails, zero-filled), element by
+  // element where a chunk's first element is not 16-byte aligned; else stage()'s loop. Returns
+  // whether it copies asynchronously (the caller commits and waits before its barrier).
+  bool stage16(Block& into, const std::string& buf, int64_t pitch, int64_t rows, int64_t cols, int matmul, int operand,
+               const std::string& row_inside, const std::string& limit, const std::function<std::vector<std::string>()>& index);
   // The score `local` of row `row` and key `key` of the tile (index expressions) through the chain
   // to the softmax's input, stored at `at` of the scores' buffer (-inf beyond the keys).
   void chain_cell(const std::string& local, const std::string& row, const std::string& key, const std::string& at);
@@ -163,6 +174,44 @@ Stmt AttentionStage::stage(const std::string& buf, DType dtype, int64_t pitch, i
     const std::string x = dtype == DType::kF32 ? "fa_x" : store_from_compute(dtype, "fa_x");
     cx_.cur().push_back(store(buf, "ft_qr * " + lit(pitch) + " + ft_qd", x));
   }));
+}
+
+bool AttentionStage::stage16(Block& into, const std::string& buf, int64_t pitch, int64_t rows, int64_t cols, int matmul,
+                             int operand, const std::string& row_inside, const std::string& limit,
+                             const std::function<std::vector<std::string>()>& index) {
+  const int value = node(matmul).inputs[static_cast<size_t>(operand)];
+  const std::optional<planner::StridedView> view =
+      planner::input_view(cx_.g, std::set<int>(cx_.group.nodes.begin(), cx_.group.nodes.end()), value);
+  // The width axis: Q's and V's last, Kᵀ's second to last (the head).
+  const size_t width = cx_.g.value(value).shape.size() - (matmul == core_.scores && operand == 1 ? 2 : 1);
+  if (!view || !cx_.param.count(view->base) || dtype_size(cx_.g.value(view->base).dtype) != 2 || view->strides[width] != 1 ||
+      cols % 8 != 0) {
+    into.push_back(stage(buf, half_, pitch, rows, cols, matmul, operand, row_inside + " && ft_qd < " + limit, index));
+    return false;
+  }
+  const std::string p = cx_.param.at(view->base);
+  const int64_t chunks = cols / 8;
+  const TensorExpr& e = cx_.exprs.at(matmul);
+  into.push_back(thread_for("ft_e", "0", lit(rows * chunks), cx_.fresh_block([&] {
+    Block& b = cx_.cur();
+    b.push_back(let(kIndexType, "ft_qr", "ft_e / " + lit(chunks)));
+    b.push_back(let(kIndexType, "ft_qd", "ft_e % " + lit(chunks) + " * 8"));
+    if (operand == 1) b.push_back(let(kIndexType, "ft_fj", "ft_kt * " + lit(bc_) + " + ft_qr"));  // a key
+    const std::vector<std::string> idx = cx_.index_of(e.accesses[static_cast<size_t>(operand)], index());
+    std::string at = lit(view->offset);
+    for (size_t d = 0; d < idx.size(); ++d) {
+      if (view->strides[d] != 0) at += " + (" + idx[d] + ") * " + lit(view->strides[d]);
+    }
+    b.push_back(let(kIndexType, "ft_v", "(" + row_inside + " ? ft_max(0, ft_min(8, " + limit + " - ft_qd)) : 0)"));
+    b.push_back(let(kIndexType, "ft_at", "(ft_v == 0 ? 0 : " + at + ")"));
+    b.push_back(let(kIndexType, "ft_s", "ft_qr * " + lit(pitch) + " + ft_qd"));
+    Block elements;
+    for (int64_t i = 0; i < 8; ++i) {
+      elements.push_back(store(buf, "ft_s + " + lit(i), "(" + lit(i) + " < ft_v ? " + p + "[ft_at + " + lit(i) + "] : 0)"));
+    }
+    b.push_back(if_then("(ft_at & 7) == 0", {copy_async(buf, "ft_s", p, "ft_at", "ft_v * 2")}, elements));
+  })));
+  return true;
 }
 
 void AttentionStage::chain_cell(const std::string& local, const std::string& row, const std::string& key,
@@ -369,18 +418,25 @@ void AttentionStage::emit_tensor(Kernel& k, const std::string& nm, const std::st
   k.body.push_back(serial_for("ft_e", "0", lit(dv16_ / 8 * 4), {assign(acc_ + "[ft_e]", "0.0f")}));
   // The 16-bit probabilities start zero: rows beyond the region's are read by ldmatrix, never written.
   k.body.push_back(thread_for("ft_e", "0", lit(rp * pp_), {store(sp16_, "ft_e", store_from_compute(half_, "0.0f"))}));
-  k.body.push_back(stage(sq_, half_, pq_, rp, dk16_, core_.scores, 0, "ft_qr < " + nm + " && ft_qd < " + lit(dk_),
-                         [&] { return vars(core_.scores, lom + " + ft_qr", qk_cols, "ft_qd"); }));
+  if (stage16(k.body, sq_, pq_, rp, dk16_, core_.scores, 0, "ft_qr < " + nm, lit(dk_),
+              [&] { return vars(core_.scores, lom + " + ft_qr", qk_cols, "ft_qd"); })) {
+    k.body.push_back(copy_async_commit());
+    k.body.push_back(copy_async_wait(0));
+  }
   k.body.push_back(barrier());
   for (int64_t kq = 0; kq < dk16_ / 16; ++kq) {
     k.body.push_back(ldmatrix(frag_q_, kq * 4, 4, false, sq_,
                               "(" + w16 + " + " + lane + " % 16) * " + lit(pq_) + " + " + lit(kq * 16) + " + " + lane + " / 16 * 8"));
   }
   Block tile;
-  tile.push_back(stage(sk_, half_, pk_, bc_, dk16_, core_.scores, 1, "ft_fj < " + lit(keys_) + " && ft_qd < " + lit(dk_),
-                       [&] { return vars(core_.scores, lom, "ft_fj", "ft_qd"); }));
-  tile.push_back(stage(sv_, half_, pv_, bc_, dv16_, core_.output, 1, "ft_fj < " + lit(keys_) + " && ft_qd < " + nn,
-                       [&] { return vars(core_.output, lom, lon + " + ft_qd", "ft_fj"); }));
+  const bool async_k = stage16(tile, sk_, pk_, bc_, dk16_, core_.scores, 1, "ft_fj < " + lit(keys_), lit(dk_),
+                               [&] { return vars(core_.scores, lom, "ft_fj", "ft_qd"); });
+  const bool async_v = stage16(tile, sv_, pv_, bc_, dv16_, core_.output, 1, "ft_fj < " + lit(keys_), nn,
+                               [&] { return vars(core_.output, lom, lon + " + ft_qd", "ft_fj"); });
+  if (async_k || async_v) {
+    tile.push_back(copy_async_commit());
+    tile.push_back(copy_async_wait(0));
+  }
   tile.push_back(barrier());
   // S = Q K^T: per 16 of the head, two n8 blocks of keys per ldmatrix.x4 (matrices: keys 0-7 at
   // columns 0-7 and 8-15, then keys 8-15).

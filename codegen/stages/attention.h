@@ -21,7 +21,9 @@
 // warp w owns rows [16w, 16w + 16) of the tile (the block has a warp per 16 rows); Q, the key
 // tile's K and V and the tile's probabilities are 16-bit slices with rows padded to an odd number
 // of 16-byte units (the eight rows an ldmatrix phase reads fall in distinct banks), head widths
-// rounded up to 16 and zero-filled. Each warp loads its Q A-fragments once (ldmatrix.x4); per key
+// rounded up to 16 and zero-filled. Q, K and V move by 16-byte cp.async where each is a strided
+// view of a 16-bit input with its width axis contiguous (K through the Transpose that makes Kᵀ:
+// planner/strided_view.h), element by element otherwise. Each warp loads its Q A-fragments once (ldmatrix.x4); per key
 // tile, S = Q K^T accumulates in m16n8 float fragments (K's rows are B's columns: ldmatrix.x4
 // without .trans gives two n8 blocks of keys), each lane takes its fragment elements through the
 // chain to float scores in shared memory, the online softmax above leaves the probabilities as

@@ -70,23 +70,29 @@ void export_product(LoweringContext& cx, Kernel& k, const StagedProduct& p) {
   });
 }
 
+std::vector<std::string> product_index(const LoweringContext& cx, const StagedProduct& p, const std::string& row,
+                                       const std::string& col) {
+  const Region& r = cx.region.at(p.v);
+  std::vector<std::string> o = r.lo;
+  o[p.m_axis] = "(" + r.lo[p.m_axis] + " + " + row + ")";
+  o[p.n_axis] = "(" + r.lo[p.n_axis] + " + " + col + ")";
+  return o;
+}
+
+std::vector<std::string> epilogue_values(LoweringContext& cx, const StagedProduct& p, const std::vector<int>& outputs,
+                                         const std::vector<std::string>& at, const std::string& element) {
+  cx.provided[p.v] = [element](const std::vector<std::string>&) { return element; };
+  std::vector<std::string> xs;
+  for (int w : outputs) xs.push_back(cx.value(w, at));
+  cx.provided.erase(p.v);
+  return xs;
+}
+
 void epilogue_run(LoweringContext& cx, const StagedProduct& p, const std::vector<int>& outputs, const std::string& row,
                   const std::string& col, int64_t n, const std::function<std::string(int64_t)>& element) {
   const Region& r = cx.region.at(p.v);
-  const auto at = [&](int64_t j) {
-    std::vector<std::string> o = r.lo;
-    o[p.m_axis] = "(" + r.lo[p.m_axis] + " + " + row + ")";
-    o[p.n_axis] = "(" + r.lo[p.n_axis] + " + " + col + (j ? " + " + lit(j) : "") + ")";
-    return o;
-  };
-  const auto values = [&](int64_t j) {
-    const std::string x = element(j);
-    cx.provided[p.v] = [x](const std::vector<std::string>&) { return x; };
-    std::vector<std::string> xs;
-    for (int w : outputs) xs.push_back(cx.value(w, at(j)));
-    cx.provided.erase(p.v);
-    return xs;
-  };
+  const auto at = [&](int64_t j) { return product_index(cx, p, row, col + (j ? " + " + lit(j) : "")); };
+  const auto values = [&](int64_t j) { return epilogue_values(cx, p, outputs, at(j), element(j)); };
   Block whole = cx.fresh_block([&] {
     std::vector<std::vector<std::string>> runs(outputs.size());
     for (int64_t j = 0; j < n; ++j) {

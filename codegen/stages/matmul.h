@@ -76,6 +76,14 @@ void export_product(LoweringContext& cx, Kernel& k, const StagedProduct& p);
 // the current block: where the row and all n columns lie inside the region, each output's n
 // elements computed with the product provided by those locals and stored as one run
 // (LoweringContext::store_run); at the region's edge, each element inside it alone.
+// The index of the product's region at row `row`, column `col` (expressions relative to the region).
+std::vector<std::string> product_index(const LoweringContext& cx, const StagedProduct& p, const std::string& row,
+                                       const std::string& col);
+// The values of `outputs` at `at` (product_index) with the product there provided by `element`, in
+// the compute type; their arithmetic (and the epilogue's other operands' loads) go into the current
+// block.
+std::vector<std::string> epilogue_values(LoweringContext& cx, const StagedProduct& p, const std::vector<int>& outputs,
+                                         const std::vector<std::string>& at, const std::string& element);
 void epilogue_run(LoweringContext& cx, const StagedProduct& p, const std::vector<int>& outputs, const std::string& row,
                   const std::string& col, int64_t n, const std::function<std::string(int64_t)>& element);
 

@@ -144,19 +144,108 @@ class MmaMatMulStage : public AnchorStage {
 };
 
 // Each lane holds, per fragment (i, j) and half h, the product at row g + 8h and columns 2t, 2t + 1
-// of the fragment (kernel_ir.h's C layout): one run of two (epilogue_run) per fragment row.
+// of the fragment (kernel_ir.h's C layout): its 8-column units (one n8 fragment; a wgmma tile's 8
+// columns) hold, per row, one pair per lane of the quad. Where every value written is 16-bit and
+// the warp has units in pairs, a quad's 2 rows x 16 columns of two adjacent units go out as four
+// 16-byte stores instead of sixteen 4-byte ones: each lane computes the epilogue at its 8 positions
+// (zero outside the region), then two butterfly exchanges within the quad (lane masks 1 and 2,
+// two shuffles a pair of values) transpose the units so that lane t holds row t / 2's 8 columns of unit t % 2, which it stores as
+// one run (LoweringContext::store_run: one 16-byte vector where aligned). Otherwise, and for a
+// last unpaired unit, one run of two (epilogue_run) per fragment row.
 void MmaMatMulStage::emit_register_epilogue(Kernel& k, const std::string& wm0, const std::string& wn0,
                                             const std::string& lane) {
   const MmaPlan& st = st_;
   const Region& r = cx_.region.at(st.v);
-  Block write = cx_.fresh_block([&] {
-    cx_.cur().push_back(let(kIndexType, "ft_g", lane + " / 4"));
-    cx_.cur().push_back(let(kIndexType, "ft_t", lane + " % 4"));
-    for_each_pair(wm0, wn0, [&](const std::string& row, const std::string& col, int64_t c0) {
-      epilogue_run(cx_, st, *epilogue_, row, col, 2, [&](int64_t c) { return st.frag_c + "[" + std::to_string(c0 + c) + "]"; });
-    });
-  });
-  k.body.push_back(if_then(wm0 + " < " + r.n[st.m_axis] + " && " + wn0 + " < " + r.n[st.n_axis], write));
+  const std::vector<int>& outs = *epilogue_;
+  const int64_t chunks = st.wgmma ? st.wn / 8 : 1, tile_rows = st.wgmma ? 64 : 16, tile_cols = st.wgmma ? st.wn : 8;
+  const int64_t units = st.fn * chunks;  // 8-column units along a warp's fragment rows
+  const bool wide = units >= 2 && std::all_of(outs.begin(), outs.end(), [&](int w) { return dtype_size(cx_.g.value(w).dtype) == 2; });
+  // Unit u of fragment row block i: its first column, and the accumulator of its pair in half h.
+  const auto unit_col = [&](int64_t u) { return wn0 + " + " + lit(u / chunks * tile_cols + u % chunks * 8); };
+  const auto frag = [&](int64_t i, int64_t u, int64_t h) { return ((i * st.fn + u / chunks) * chunks + u % chunks) * 4 + 2 * h; };
+  const std::string id = std::to_string(st.v), g = "ft_quad" + id, t = "ft_qlane" + id;  // the lane's quad and place in it
+  k.body.push_back(let(kIndexType, g, lane + " / 4"));
+  k.body.push_back(let(kIndexType, t, lane + " % 4"));
+  const auto row_of = [&](int64_t i, const std::string& h8) { return "(" + wm0 + " + " + lit(i * tile_rows) + " + " + h8 + " + " + g + ")"; };
+  const std::string nm = r.n[st.m_axis], nn = r.n[st.n_axis];
+  Block pairs;  // the pair stores of units not exchanged
+  const int64_t paired = wide ? units / 2 * 2 : 0;
+  for (int64_t i = 0; i < st.fm; ++i) {
+    for (int64_t u = paired; u < units; ++u) {
+      for (int64_t h = 0; h < 2; ++h) {
+        Block one = cx_.fresh_block([&] {
+          epilogue_run(cx_, st, outs, row_of(i, lit(h * 8)), "(" + unit_col(u) + " + 2 * " + t + ")", 2,
+                       [&](int64_t c) { return st.frag_c + "[" + std::to_string(frag(i, u, h) + c) + "]"; });
+        });
+        pairs.insert(pairs.end(), one.begin(), one.end());
+      }
+    }
+  }
+  if (!pairs.empty()) k.body.push_back(if_then(wm0 + " < " + nm + " && " + wn0 + " < " + nn, pairs));
+  if (!wide) return;
+  const std::string q = "fr" + id, sent = "fe" + id;  // the 8 values a lane exchanges and stores; the two it receives
+  const auto n_outs = static_cast<int64_t>(outs.size());
+  k.thread_locals.push_back({q, 8 * n_outs, DType::kF32});
+  k.thread_locals.push_back({sent, 2, DType::kF32});
+  const auto qe = [&](int64_t w, int64_t slot, int64_t e) { return q + "[" + std::to_string(w * 8 + slot * 2 + e) + "]"; };
+  for (int64_t i = 0; i < st.fm; ++i) {
+    for (int64_t up = 0; up < paired; up += 2) {
+      // The lane's 8 positions: unit slot h * 2 + jj, element e.
+      for (int64_t h = 0; h < 2; ++h) {
+        for (int64_t jj = 0; jj < 2; ++jj) {
+          for (int64_t e = 0; e < 2; ++e) {
+            const std::string row = row_of(i, lit(h * 8)), col = "(" + unit_col(up + jj) + " + 2 * " + t + " + " + lit(e) + ")";
+            for (int64_t w = 0; w < n_outs; ++w) k.body.push_back(assign(qe(w, h * 2 + jj, e), "0.0f"));
+            Block in = cx_.fresh_block([&] {
+              const std::vector<std::string> xs = epilogue_values(cx_, st, outs, product_index(cx_, st, row, col),
+                                                                  st.frag_c + "[" + std::to_string(frag(i, up + jj, h) + e) + "]");
+              for (int64_t w = 0; w < n_outs; ++w) cx_.cur().push_back(assign(qe(w, h * 2 + jj, e), xs[static_cast<size_t>(w)]));
+            });
+            k.body.push_back(if_then(row + " < " + nm + " && " + col + " < " + nn, in));
+          }
+        }
+      }
+      // Butterflies on the slot's bits: at bit b the lane keeps the slots whose bit b is its own
+      // lane's and receives, into the others, its partner's slots of that bit; after both, slot s
+      // holds lane s's unit t. Every lane sends both slots of a pair and keeps what it needs, so
+      // what a lane sends never depends on its lane (a selection before the shuffle could become a
+      // branch around it, two warp operations where the warp must meet at one).
+      for (int b = 0; b < 2; ++b) {
+        const int m = 1 << b;
+        const std::string bit = "((" + t + " >> " + std::to_string(b) + ") & 1)";
+        for (int64_t w = 0; w < n_outs; ++w) {
+          for (int64_t lo = 0; lo < 4; ++lo) {
+            if ((lo & m) != 0) continue;
+            for (int64_t e = 0; e < 2; ++e) {
+              const std::string keep0 = qe(w, lo, e), keep1 = qe(w, lo | m, e);
+              k.body.push_back(shuffle_xor(sent, 0, keep0, m));
+              k.body.push_back(shuffle_xor(sent, 1, keep1, m));
+              k.body.push_back(if_then(bit, {assign(keep0, sent + "[1]")}, {assign(keep1, sent + "[0]")}));
+            }
+          }
+        }
+      }
+      const std::string row = row_of(i, "(" + t + " >> 1) * 8"), col = "(" + unit_col(up) + " + (" + t + " & 1) * 8)";
+      Block whole = cx_.fresh_block([&] {
+        for (int64_t w = 0; w < n_outs; ++w) {
+          std::vector<std::string> run;
+          for (int64_t c = 0; c < 8; ++c) run.push_back(qe(w, c / 2, c % 2));
+          cx_.store_run(outs[static_cast<size_t>(w)], product_index(cx_, st, row, col), run);
+        }
+      });
+      Block edge = cx_.fresh_block([&] {
+        for (int64_t c = 0; c < 8; ++c) {
+          Block one = cx_.fresh_block([&] {
+            for (int64_t w = 0; w < n_outs; ++w) {
+              cx_.store_value(outs[static_cast<size_t>(w)], product_index(cx_, st, row, col + " + " + lit(c)), qe(w, c / 2, c % 2));
+            }
+          });
+          cx_.cur().push_back(if_then(col + " + " + lit(c) + " < " + nn, one));
+        }
+      });
+      k.body.push_back(if_then(row + " < " + nm, {if_then(col + " + 7 < " + nn, whole, edge)}));
+    }
+  }
 }
 
 // The operand slices of each reduction step go to a ring of `stages` slots in shared memory in the

@@ -271,7 +271,7 @@ TEST(LibraryCall, Tf32ModeOnlyUnderThePolicyForFloatThirtyTwo) {
   old["dtype"] = "float16";
   EXPECT_THROW(planner::LibraryCall::from_json(old.dump()), Error);
   // On the host: TF32's rounding shows on a deep product.
-  const OneGroup deep = make_gemm(DType::kF32, 1, 9, 17, 1000, false, true, false, false);
+  const OneGroup deep = make_gemm(DType::kF32, 1, 16, 32, 4096, false, true, false, false);
   const codegen::LoweredKernel lk = lower_as(deep, planner::kCublasLtTf32);
   EXPECT_TRUE(planner::LibraryCall::from_json(lk.kernel.library).tf32);
   EXPECT_TRUE(backend::tf32_kernel(deep.g, deep.group, std::string("library=") + planner::kCublasLtTf32));

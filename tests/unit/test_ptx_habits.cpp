@@ -243,6 +243,12 @@ TEST(PtxAttention, LongFloatSixteenAttentionRunsFlashOnTensorCores) {
   EXPECT_GT(ptx.count(R"(\bldmatrix\.sync\.aligned\b)"), 0u);
   EXPECT_GT(ptx.count(R"(\bcvt\.rn\.f16\.f32\b)"), 0u) << "probabilities converted natively";
   EXPECT_EQ(ptx.count(kDiv64), 0u);
+  // Q, K (through the Transpose that makes Kᵀ) and V are strided views of inputs with the head
+  // contiguous: staged by 16-byte cp.async, a 16-bit global load only on a misaligned chunk's path.
+  const size_t copies = ptx.count(R"(\bcp\.async\.c[ag]\.shared\.global\b)");
+  const size_t scalar = ptx.count(R"(\bld\.global(\.nc)?\.[bu]16\b)");
+  std::printf("flash attention kernel: %zu cp.async, %zu 16-bit global loads\n", copies, scalar);
+  EXPECT_GE(copies, 3u);
   // The rows' running statistics (a thread-local per batch of rows a warp owns) in registers: the
   // loops over the batches are unrolled, so no index into them is dynamic.
   EXPECT_EQ(ptx.count(R"(\b(ld|st)\.local\b)"), 0u) << "local memory";

@@ -630,8 +630,12 @@ TEST(RegisterEpilogue, MatchesTheReferenceAndNeedsOnlyTheOperandRing) {
         for (const SharedAlloc& a : k.shared) has_product_buffer = has_product_buffer || a.name == product_buffer || a.name == acc;
         EXPECT_EQ(has_product_buffer, !eligible) << label;
         const std::string cuda = emit_cuda({k});
-        const std::string pair_store = dtype == DType::kF32 ? "ft_store_float2(out" : "ft_store_ft_u16x2(out";
-        EXPECT_EQ(cuda.find(pair_store) != std::string::npos, eligible) << label;
+        // float32 pairs are 8 bytes (a quad's four: a whole 32-byte sector); 16-bit ones go out
+        // as 16-byte runs after the quad's exchange where a warp holds units in pairs, else as pairs.
+        const bool from_registers = dtype == DType::kF32 ? cuda.find("ft_store_float2(out") != std::string::npos
+                                                         : cuda.find("ft_store_ft_u16x8(out") != std::string::npos ||
+                                                               cuda.find("ft_store_ft_u16x2(out") != std::string::npos;
+        EXPECT_EQ(from_registers, eligible) << label;
         const planner::Cost cost = planner::evaluate_tile(c.g, c.fg, h100, tile, dtype == DType::kF32 ? tf32 : planner::TilingOptions{});
         ASSERT_TRUE(cost.valid) << label << ": " << cost.reject;
         EXPECT_GE(cost.smem_bytes, k.shared_bytes) << label;
@@ -645,6 +649,62 @@ TEST(RegisterEpilogue, MatchesTheReferenceAndNeedsOnlyTheOperandRing) {
       }
     }
   }
+}
+
+// A 16-bit product's fragments leave as 16-byte stores: each quad's two rows of two adjacent 8-column
+// units exchanged by two butterflies of shuffles, every lane then writing one 16-byte run (mma.sync
+// and wgmma; a warp with an odd last unit writes its pairs). Against the reference on shapes whose
+// rows are not 16-byte aligned and whose columns end inside a unit (the runs' element-by-element
+// edge), every value of the chain exported; each exchange deleted in turn is a wrong result; and
+// the PTX holds the 16-byte stores and the shuffles (the executor's counters: `fusetune profile`,
+// docs/performance.md).
+TEST(RegisterEpilogue, SixteenBitFragmentsLeaveAsSixteenByteStores) {
+  struct Case {
+    DType dtype;
+    TileConfig tile;
+    int64_t n;
+  };
+  TileConfig wg{{64, 64}, 16, 128, 1, true};
+  wg.wgmma = true;
+  for (const Case& c : {Case{DType::kF16, TileConfig{{64, 64}, 16, 128, 1, true}, 136},
+                        Case{DType::kBF16, TileConfig{{32, 48}, 16, 64, 1, true}, 131}, Case{DType::kF16, wg, 120},
+                        Case{DType::kF16, TileConfig{{32, 24}, 16, 64, 1, true}, 43}}) {
+    for (const std::string kind : {"bias relu", "bias relu, product exported"}) {
+      const EpilogueCase e = epilogue_case(kind, c.dtype, 70, 40, c.n);
+      const std::string label = std::string(dtype_name(c.dtype)) + " " + kind + " " + c.tile.str() + " n " + std::to_string(c.n);
+      check_groups(e.g, {e.fg}, [&](const FusionGroup&) { return c.tile; }, label, {false, {"sm_90"}});
+      const Kernel k = lower_group(e.g, e.fg, c.tile, "ep").kernel;
+      const std::string cuda = emit_cuda({k});
+      EXPECT_NE(cuda.find("ft_store_ft_u16x8(out"), std::string::npos) << label;
+      EXPECT_NE(cuda.find("__shfl_xor_sync(0xffffffffu"), std::string::npos) << label;
+    }
+  }
+  // Each exchange deleted: values land in the wrong lanes' columns, a wrong result.
+  const EpilogueCase e = epilogue_case("bias relu", DType::kF16, 70, 40, 136);
+  const TileConfig tile{{64, 64}, 16, 128, 1, true};
+  const LoweredKernel lk = lower_group(e.g, e.fg, tile, "ep");
+  std::vector<size_t> shuffles;
+  for (size_t i = 0; i < lk.kernel.body.size(); ++i) {
+    if (lk.kernel.body[i].kind == Stmt::Kind::kShuffle) shuffles.push_back(i);
+  }
+  ASSERT_GE(shuffles.size(), 8u);
+  auto host = backend::make_host_backend();
+  const unsigned seed = fusetune::testing::test_seed();
+  for (size_t d : {shuffles.front(), shuffles[shuffles.size() / 2], shuffles.back()}) {
+    LoweredKernel bad = lk;
+    bad.kernel.body.erase(bad.kernel.body.begin() + static_cast<std::ptrdiff_t>(d));
+    auto module = host->load(std::vector<Kernel>{bad.kernel});
+    std::mt19937 rng(seed);
+    const backend::VerifyResult r = backend::verify_kernel(e.g, e.fg, bad, *host, *module, rng, {});
+    EXPECT_FALSE(r.ok) << "shuffle " << d << " deleted, seed " << seed;
+  }
+  if (!backend::nvrtc_available()) {
+    std::printf("NOTE: NVRTC not available in this build; the PTX of the 16-byte epilogue not read\n");
+    return;
+  }
+  const std::string ptx = backend::compile_ptx(emit_cuda({lk.kernel}), "sm_90");
+  EXPECT_NE(ptx.find("st.global.v4.u32"), std::string::npos);
+  EXPECT_NE(ptx.find("shfl.sync.bfly.b32"), std::string::npos);
 }
 
 // The scalar staged MatMul takes the register epilogue where a micro-tile row is a whole 16-byte

@@ -1,0 +1,23 @@
+# Type stubs of the fusetune package (python/fusetune/__init__.py).
+from typing import Mapping, Sequence, Union
+
+import numpy as np
+
+__all__ = ["Plan", "load_plan"]
+
+ArrayLike = object
+
+class Plan:
+    @property
+    def input_names(self) -> list[str]: ...
+    @property
+    def output_names(self) -> list[str]: ...
+    @property
+    def backend(self) -> str: ...
+    @property
+    def no_gpu_reason(self) -> str: ...
+    @property
+    def launches(self) -> int: ...
+    def run(self, inputs: Union[Mapping[str, ArrayLike], Sequence[ArrayLike]]) -> list[np.ndarray]: ...
+
+def load_plan(path: str, device: str = "auto") -> Plan: ...

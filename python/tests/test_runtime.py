@@ -1,0 +1,144 @@
+"""The fusetune Python package against PyTorch's outputs: plans compiled by the fusetune CLI (the
+test models of tests/data/models, exported by PyTorch with their inputs and outputs), loaded with
+fusetune.load_plan on the host and run from NumPy arrays, dicts and lists, CPU torch tensors
+through DLPack, and from several threads at once; every wrong input refused naming it; the
+type stubs declaring what the package exports. Run by ctest (python.runtime) with PYTHONPATH at
+the build tree's python/ folder, FUSETUNE_BINARY the CLI and FUSETUNE_SOURCE_DIR the checkout."""
+
+import ast
+import os
+import pathlib
+import subprocess
+import threading
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+import fusetune
+
+SOURCE = pathlib.Path(os.environ["FUSETUNE_SOURCE_DIR"])
+MODELS = SOURCE / "tests" / "data" / "models"
+
+
+def tensors(folder: pathlib.Path, prefix: str) -> list:
+    files = sorted(folder.glob(f"{prefix}_*.pb"), key=lambda p: int(p.stem.split("_")[-1]))
+    out = []
+    for f in files:
+        t = onnx.TensorProto()
+        t.ParseFromString(f.read_bytes())
+        out.append(numpy_helper.to_array(t))
+    return out
+
+
+@pytest.fixture(scope="module", params=["cnn_small", "distilbert_fp16"])
+def compiled(request, tmp_path_factory):
+    """(model name, plan directory): the model compiled for the H100 by the CLI."""
+    out = tmp_path_factory.mktemp(request.param)
+    subprocess.run([os.environ["FUSETUNE_BINARY"], "compile", str(MODELS / request.param / "model.onnx"),
+                    "--device", "h100", "--out", str(out)], check=True, capture_output=True)
+    return request.param, out
+
+
+def expect_close(got: list, want: list, dtype_tolerance: float):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        scale = max(1.0, float(np.abs(w.astype(np.float64)).max()))
+        np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=0, atol=dtype_tolerance * scale)
+
+
+def tolerance(name: str) -> float:
+    return 2e-2 if name.endswith("fp16") else 1e-4
+
+
+def loaded(compiled):
+    """(plan on the host, the model's test inputs)."""
+    name, plan_dir = compiled
+    return fusetune.load_plan(plan_dir, device="host"), tensors(MODELS / name / "test_data_set_0", "input")
+
+
+def assert_identical(got: list, want: list):
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_plan_matches_pytorch_from_a_dict_and_from_a_list(compiled):
+    name, plan_dir = compiled
+    plan = fusetune.load_plan(plan_dir, device="host")
+    model = onnx.load(str(MODELS / name / "model.onnx"), load_external_data=False)
+    initializers = {i.name for i in model.graph.initializer}
+    assert plan.input_names == [i.name for i in model.graph.input if i.name not in initializers]
+    assert plan.output_names == [o.name for o in model.graph.output]
+    assert plan.backend == "host" and plan.launches >= 1
+    inputs = tensors(MODELS / name / "test_data_set_0", "input")
+    want = tensors(MODELS / name / "test_data_set_0", "output")
+    by_list = plan.run(inputs)
+    expect_close(by_list, want, tolerance(name))
+    assert_identical(plan.run(dict(zip(plan.input_names, inputs))), by_list)
+
+
+def test_torch_tensors_are_read_through_dlpack(compiled):
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed for this interpreter")
+    plan, inputs = loaded(compiled)
+    assert_identical(plan.run([torch.from_numpy(a) for a in inputs]), plan.run(inputs))
+
+
+def test_several_threads_share_one_plan(compiled):
+    plan, inputs = loaded(compiled)
+    want = plan.run(inputs)
+    results, errors = [], []
+
+    def worker():
+        try:
+            for _ in range(3):
+                results.append(plan.run(inputs))
+        except Exception as e:  # reported below, with the thread's error
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert len(results) == 12
+    for r in results:
+        assert_identical(r, want)
+
+
+def test_wrong_inputs_are_refused_naming_the_input(compiled):
+    plan, inputs = loaded(compiled)
+    first = plan.input_names[0]
+    with pytest.raises(KeyError, match="'nope'"):
+        plan.run({**dict(zip(plan.input_names, inputs)), "nope": inputs[0]})
+    with pytest.raises(KeyError, match=repr(first)):
+        plan.run({n: a for n, a in zip(plan.input_names[1:], inputs[1:])})
+    with pytest.raises(TypeError, match=repr(first)):
+        plan.run([inputs[0].astype(np.float64 if inputs[0].dtype != np.float64 else np.float32)] + inputs[1:])
+    with pytest.raises(ValueError, match=repr(first)):
+        plan.run([np.concatenate([inputs[0], inputs[0]])] + inputs[1:])
+    with pytest.raises(TypeError, match=repr(first)):
+        plan.run([[1, 2, 3]] + inputs[1:])
+    with pytest.raises(ValueError, match="inputs given"):
+        plan.run(inputs + [inputs[0]])
+
+
+def test_a_missing_bundle_and_an_unknown_device_are_refused(tmp_path):
+    with pytest.raises(RuntimeError, match=str(tmp_path)):
+        fusetune.load_plan(tmp_path, device="host")
+    with pytest.raises(ValueError, match="cuda:1"):
+        fusetune.load_plan(tmp_path, device="cuda:1")
+
+
+def test_the_stubs_declare_what_the_package_exports():
+    stub = pathlib.Path(fusetune.__file__).with_suffix(".pyi")
+    tree = ast.parse(stub.read_text())
+    declared = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    assert set(fusetune.__all__) <= declared
+    plan_stub = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Plan")
+    stubbed = {n.name for n in plan_stub.body if isinstance(n, ast.FunctionDef)}
+    public = {n for n in dir(fusetune.Plan) if not n.startswith("_")}
+    assert stubbed == public
