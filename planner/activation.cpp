@@ -20,7 +20,7 @@ namespace {
 std::vector<float> sample_points() {
   std::vector<float> xs;
   for (int i = -2000; i <= 2000; ++i) xs.push_back(static_cast<float>(i) * 0.005f);
-  for (int i = 11; i <= 100; i += 9) {
+  for (int i = 10; i <= 100; i += 10) {
     xs.push_back(static_cast<float>(i));
     xs.push_back(-static_cast<float>(i));
   }

@@ -191,6 +191,9 @@ std::optional<LibraryMatch> match_attention_call(const Graph& g, const FusionGro
   std::set<int> path = {qk.outputs[0]};
   for (int id : core->absorbed) path.insert(m.node(id).outputs[0]);
   const auto on_path = [&](int x) { return path.count(x) != 0; };
+  // In path order (the absorbed nodes are sorted by id, the graph's order): the library scales the
+  // product before it adds the bias and masks, so a scaling after either is no call.
+  bool biased_or_masked = false;
   for (int id : core->absorbed) {
     const Node& n = m.node(id);
     if (id == core->scores || id == core->softmax) continue;
@@ -199,7 +202,7 @@ std::optional<LibraryMatch> match_attention_call(const Graph& g, const FusionGro
     } else if (n.op == "Mul" || n.op == "Div") {
       const int other = on_path(n.inputs[0]) ? n.inputs[1] : n.inputs[0];
       const std::optional<float> s = m.scalar(other);
-      if (!s || on_path(other) || (n.op == "Div" && other != n.inputs[1])) return std::nullopt;
+      if (!s || on_path(other) || (n.op == "Div" && other != n.inputs[1]) || biased_or_masked) return std::nullopt;
       scale = n.op == "Mul" ? scale * *s : scale / *s;
     } else if (n.op == "Add") {
       const int other = on_path(n.inputs[0]) ? n.inputs[1] : n.inputs[0];
@@ -218,6 +221,7 @@ std::optional<LibraryMatch> match_attention_call(const Graph& g, const FusionGro
       }
       a.bias.offset = b->offset;
       match.inputs.push_back(b->base);
+      biased_or_masked = true;
     } else if (n.op == "Where") {
       const bool scores_kept = on_path(n.inputs[1]);
       const int fill = scores_kept ? n.inputs[2] : n.inputs[1];
@@ -229,12 +233,23 @@ std::optional<LibraryMatch> match_attention_call(const Graph& g, const FusionGro
         return std::nullopt;
       }
       a.causal = causal;
+      biased_or_masked = true;
     } else {
       return std::nullopt;
     }
   }
   a.scale = scale;
   if (!m.covers_all() || !std::isfinite(scale)) return std::nullopt;
+  // Every query sees a key (more queries than keys under a causal mask leave rows with none, which
+  // the library and the model would fill differently).
+  if (a.causal && a.queries > a.keys) return std::nullopt;
+  // One K and V per head: a head axis of stride 0 is grouped-query attention's repeat (and any
+  // other broadcast of an operand), which the generated flash form computes.
+  for (const StridedView* view : std::initializer_list<const StridedView*>{&*q, &*kt, &*v, &*o}) {
+    for (size_t d = 0; d < 4; ++d) {
+      if (view->dims[d] > 1 && view->strides[d] == 0) return std::nullopt;
+    }
+  }
   // The library's layout rules (cuDNN's SDPA moves its operands in 16-byte vectors).
   if (a.head % 8 != 0 || a.value_head % 8 != 0 || a.head > 256 || a.value_head > 256) return std::nullopt;
   if (!aligned(a.q, 3) || !aligned(a.k, 3) || !aligned(a.v, 3) || !aligned(a.o, 3)) return std::nullopt;

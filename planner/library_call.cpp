@@ -214,7 +214,8 @@ bool match_epilogue(const Graph& g, const FusionGroup& group, int bias, const st
     }
     current = n.outputs[0];
   }
-  if (group.outputs[0] != current) return false;
+  // The library writes Y in the call's type (a GELU's Casts to and from float are taken as exact).
+  if (group.outputs[0] != current || g.value(current).dtype != c.dtype) return false;
   for (int v : {match.inputs[0], match.inputs[1], bias, residual}) {
     if (v >= 0 && made_inside(g, group, v)) return false;
   }

@@ -174,6 +174,7 @@ struct Case {
   bool kv_repeat = false;    // K and V shared by pairs of heads (grouped-query)
   float fill = -std::numeric_limits<float>::infinity();
   bool anti_causal = false;  // the condition transposed: no causal mask
+  bool scale_last = false;   // the scores scaled after the mask and bias, not before
 };
 
 // softmax(Q Kᵀ / 4 [+ mask] [causal]) V as one group over inputs laid out as `c` says.
@@ -215,7 +216,7 @@ testing::GroupedGraph make_attention(const Case& c) {
   if (c.q_scaled) q = add_op(g, "Mul", {q, scalar("quarter", 0.25f)});
   const int kt = add_op(g, "Transpose", {k}, attrs({{"perm", std::vector<int64_t>{0, 1, 3, 2}}}));
   int x = add_op(g, "MatMul", {q, kt});
-  if (!c.q_scaled) x = add_op(g, "Div", {x, scalar("four", 4.0f)});
+  if (!c.q_scaled && !c.scale_last) x = add_op(g, "Div", {x, scalar("four", 4.0f)});
   if (c.mask) x = add_op(g, "Add", {x, add_input(g, "mask", c.dt, {c.batch, 1, 1, c.keys})});
   if (c.causal) {
     std::vector<int64_t> allowed;
@@ -225,6 +226,7 @@ testing::GroupedGraph make_attention(const Case& c) {
     const int cond = g.add_constant("causal", Tensor::from_ints(DType::kBool, {1, 1, c.queries, c.keys}, allowed));
     x = add_op(g, "Where", {cond, x, scalar("fill", c.fill)});
   }
+  if (c.scale_last) x = add_op(g, "Div", {x, scalar("four", 4.0f)});
   x = add_op(g, "Cast", {add_op(g, "Softmax", {add_op(g, "Cast", {x}, attrs({{"to", int64_t{1}}}))}, attrs({{"axis", int64_t{-1}}}))},
              attrs({{"to", int64_t{c.dt == DType::kF16 ? 10 : c.dt == DType::kBF16 ? 16 : 1}}}));
   int o = add_op(g, "MatMul", {x, v});
@@ -322,6 +324,10 @@ TEST(LibraryAttention, DeclinesWhatTheLibraryDoesNotCompute) {
       {{.name = "", .heads = 4, .kv_repeat = true}, "keys repeated for grouped-query heads"},
       {{.name = "", .causal = true, .anti_causal = true}, "a mask that is not causal"},
       {{.name = "", .causal = true, .fill = -1.0f}, "a fill that leaves masked keys weight"},
+      {{.name = "", .mask = true, .scale_last = true}, "the scores scaled after the bias is added"},
+      {{.name = "", .causal = true, .scale_last = true}, "the scores scaled after the mask"},
+      {{.name = "", .queries = 24, .keys = 16, .causal = true}, "more queries than keys under a causal mask"},
+      {{.name = "", .heads = 2, .kv_repeat = true}, "one K and V for every head (multi-query)"},
   };
   for (const auto& [c, why] : cases) {
     const testing::GroupedGraph t = make_attention(c);
