@@ -21,8 +21,6 @@ if [ "${1:-}" != "--quick" ]; then
   # its 10 ms are the optimized build's; its paths are the other Service tests'), and the coordinator
   # under load with three SIGKILLs (service.load_with_kills: 8 workers and 300 tasks, 135 s under the
   # sanitizers; Service.ACoordinatorKilledMidJob* and Service.AWorkerKilledMidJob* take its paths),
-  # and the Python package's tests (python.runtime: Debian's interpreter cannot load an extension
-  # built with AddressSanitizer; the runtime library's paths are the C++ runtime tests'),
   # and the race's rehearsal (bench.gpu_perf_rehearse: PyTorch
   # and fusetune's CLI steps, which the CLI tests above cover under the sanitizers), and the PTX
   # habit checks (Models/PtxHabits.*, Models/PtxIndexing.*: they read the text NVRTC compiles, the
@@ -33,7 +31,7 @@ if [ "${1:-}" != "--quick" ]; then
   # here), and flash attention on the larger models' attention groups (Codegen/ModelAttention.*:
   # GPT-2's runs here, CodegenAttention.* the stage's paths). The executor's own tests (Simt*) run here too.
   larger='(bert|convnext_t|efficientnet_b0|mobilenet_v2|swin_t|vit|llama|llama_gqa|qwen2|qwen2_decode|bart_encoder|distilbert|hf_vit|t5_encoder|whisper_encoder|[a-z0-9_]+_dynamo|[a-z0-9_]+_fp16)'
-  skip="^mutations\\.|^compiled\\.${larger}\$|^(Codegen/ModelGroups|Codegen/ModelAttention|VerifyIr/ModelKernels)\\..*\"${larger}\"\$|^tune\\.bert\$|^tune\\.extend\$|^cli\\.deleted_barrier\$|^JobPlanner\\.AnExport|^Select\\.EveryLaunchRuns|^install\\.package\$|^service\\.event_loop_latency\$|^service\\.load_with_kills\$|^bench\\.gpu_perf_rehearse\$|^Models/Ptx|^WideAccesses\\.|^python\\."
+  skip="^mutations\\.|^compiled\\.${larger}\$|^(Codegen/ModelGroups|Codegen/ModelAttention|VerifyIr/ModelKernels)\\..*\"${larger}\"\$|^tune\\.bert\$|^tune\\.extend\$|^cli\\.deleted_barrier\$|^JobPlanner\\.AnExport|^Select\\.EveryLaunchRuns|^install\\.package\$|^service\\.event_loop_latency\$|^service\\.load_with_kills\$|^bench\\.gpu_perf_rehearse\$|^Models/Ptx|^WideAccesses\\."
   echo "test.sh: the sanitizer pass skips the tests matching ${skip} (run above without sanitizers)"
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build-asan --output-on-failure -j "$(nproc)" -E "$skip"

@@ -44,6 +44,19 @@ struct CheckOptions {
   unsigned seed = 0;       // the inputs' seed (0: testing::test_seed(), printed)
 };
 
+// The host backend, and the CUDA backend where a GPU is usable (else a note naming `label` says why).
+inline std::vector<std::unique_ptr<backend::Backend>> test_backends(const std::string& label) {
+  std::vector<std::unique_ptr<backend::Backend>> backends;
+  backends.push_back(backend::make_host_backend());
+  std::string why_no_gpu;
+  if (auto cuda = backend::make_cuda_backend(0, &why_no_gpu)) {
+    backends.push_back(std::move(cuda));
+  } else {
+    std::printf("NOTE: CUDA backend not run for %s: %s\n", label.c_str(), why_no_gpu.c_str());
+  }
+  return backends;
+}
+
 inline void check_groups(const Graph& g, const std::vector<planner::FusionGroup>& groups,
                          const std::function<planner::TileConfig(const planner::FusionGroup&)>& config,
                          const std::string& label, const CheckOptions& options = {}) {
@@ -64,15 +77,7 @@ inline void check_groups(const Graph& g, const std::vector<planner::FusionGroup>
   }
   // Fresh inputs every run; the seed is printed with any failure so it can be replayed.
   const unsigned seed = options.seed != 0 ? options.seed : testing::test_seed();
-  std::vector<std::unique_ptr<backend::Backend>> backends;
-  backends.push_back(backend::make_host_backend());
-  std::string why_no_gpu;
-  if (auto cuda = backend::make_cuda_backend(0, &why_no_gpu)) {
-    backends.push_back(std::move(cuda));
-  } else {
-    std::printf("NOTE: CUDA backend not run for %s: %s\n", label.c_str(), why_no_gpu.c_str());
-  }
-  for (auto& backend : backends) {
+  for (auto& backend : test_backends(label)) {
     auto module = backend->load(kernels);
     std::mt19937 rng(seed);
     for (const Case& c : cases) {

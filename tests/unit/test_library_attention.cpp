@@ -18,7 +18,6 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "backend/cuda.h"
 #include "backend/cudnn.h"
 #include "backend/cudnn_attention.h"
 #include "backend/verify.h"
@@ -30,6 +29,7 @@
 #include "reference/interpreter.h"
 #include "runtime/bundle.h"
 #include "tests/unit/test_seed.h"
+#include "unit/codegen_check.h"
 #include "unit/graph_helpers.h"
 #include "unit/plan_check.h"
 
@@ -245,16 +245,8 @@ void verify_everywhere(const testing::GroupedGraph& t, const std::string& label)
   planner::TileConfig cfg;
   cfg.library = planner::kCudnn;
   const codegen::LoweredKernel lk = codegen::lower_group(t.g, t.groups[0], cfg, "lib");
-  std::vector<std::unique_ptr<backend::Backend>> backends;
-  backends.push_back(backend::make_host_backend());
-  std::string why;
-  if (auto cuda = backend::make_cuda_backend(0, &why)) {
-    backends.push_back(std::move(cuda));
-  } else {
-    std::printf("NOTE: CUDA backend not run for %s: %s\n", label.c_str(), why.c_str());
-  }
   const unsigned seed = testing::test_seed();
-  for (auto& b : backends) {
+  for (auto& b : testing::test_backends(label)) {
     std::mt19937 rng(seed);
     auto module = b->load(std::vector<codegen::Kernel>{lk.kernel});
     const backend::VerifyResult r = backend::verify_kernel(t.g, t.groups[0], "lib", lk.inputs, lk.outputs, *b, *module, rng,
