@@ -88,7 +88,7 @@ std::optional<Graph> tail_graph(const Graph& g, std::span<const int> nodes, int 
 }  // namespace
 
 bool computes_tanh_gelu(const Graph& g, std::span<const int> nodes, int x, int out) {
-  const std::vector<float> xs = sample_points();
+  static const std::vector<float> xs = sample_points();
   std::vector<float> got;
   try {
     const std::optional<Graph> t = tail_graph(g, nodes, x, out, static_cast<int64_t>(xs.size()));

@@ -203,13 +203,9 @@ bool AttentionStage::stage16(Block& into, const std::string& buf, int64_t pitch,
       if (view->strides[d] != 0) at += " + (" + idx[d] + ") * " + lit(view->strides[d]);
     }
     b.push_back(let(kIndexType, "ft_v", "(" + row_inside + " ? ft_max(0, ft_min(8, " + limit + " - ft_qd)) : 0)"));
-    b.push_back(let(kIndexType, "ft_at", "(ft_v == 0 ? 0 : " + at + ")"));
+    b.push_back(let(kIndexType, "ft_at", at));
     b.push_back(let(kIndexType, "ft_s", "ft_qr * " + lit(pitch) + " + ft_qd"));
-    Block elements;
-    for (int64_t i = 0; i < 8; ++i) {
-      elements.push_back(store(buf, "ft_s + " + lit(i), "(" + lit(i) + " < ft_v ? " + p + "[ft_at + " + lit(i) + "] : 0)"));
-    }
-    b.push_back(if_then("(ft_at & 7) == 0", {copy_async(buf, "ft_s", p, "ft_at", "ft_v * 2")}, elements));
+    b.push_back(copy_chunk(buf, "ft_s", p, "ft_at", "ft_v", 8));
   })));
   return true;
 }

@@ -35,6 +35,16 @@ int64_t elems(const std::vector<Interval>& r) {
   return n;
 }
 
+Stmt copy_chunk(const std::string& buf, const std::string& dst, const std::string& param, const std::string& at,
+                const std::string& valid, int64_t lanes) {
+  Block elements;
+  for (int64_t i = 0; i < lanes; ++i) {
+    elements.push_back(store(buf, dst + " + " + lit(i), "(" + lit(i) + " < " + valid + " ? " + param + "[" + at + " + " + lit(i) + "] : 0)"));
+  }
+  return if_then(valid + " == 0 || (" + at + " & " + lit(lanes - 1) + ") == 0",
+                 {copy_async(buf, dst, param, "(" + valid + " == 0 ? 0 : " + at + ")", valid + " * " + lit(16 / lanes))}, elements);
+}
+
 LoweringContext::LoweringContext(const Graph& graph, const planner::FusionGroup& fusion_group,
                                  const planner::TileConfig& config, const LowerOptions& lower_options)
     : g(graph), group(fusion_group), cfg(config), options(lower_options) {

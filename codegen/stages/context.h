@@ -48,6 +48,12 @@ std::string product(const std::vector<std::string>& xs);
 std::string flat(const Shape& s, const std::vector<std::string>& idx);
 // Elements of a numeric region (0 when an axis is empty).
 int64_t elems(const std::vector<planner::Interval>& r);
+// One chunk of a staged operand: the first `valid` (an expression from 0 to `lanes`) of the `lanes`
+// elements of parameter `param` at index `at` to shared allocation `buf` at `dst`, the rest zero:
+// one 16-byte cp.async where `at` is aligned to the chunk or nothing is read, element by element
+// otherwise. `lanes` elements fill 16 bytes.
+Stmt copy_chunk(const std::string& buf, const std::string& dst, const std::string& param, const std::string& at,
+                const std::string& valid, int64_t lanes);
 
 // The region of a value a block computes: per axis, the names of its lo, hi and extent variables.
 struct Region {

@@ -114,21 +114,28 @@ class MmaMatMulStage : public AnchorStage {
     k.thread_locals.push_back({st.frag_b, st.fn * 2, DType::kU32});
   }
 
-  // Calls f(row, column, c) for each pair of adjacent accumulator columns a lane holds: the
-  // product at (row, column) and (row, column + 1) of the region is frag_c[c] and frag_c[c + 1]
-  // (mma: kernel_ir.h's C layout per m16n8 fragment; wgmma: per 8 columns of each 64 x wn tile,
-  // the same layout on the warp's 16 rows). `row0`, `col0`: the warp's first row and column.
+  // A warp's fragment rows hold `units()` units of 8 columns each (an n8 fragment; 8 columns of a
+  // 64 x wn wgmma tile), unit u at columns [8u, 8u + 8) of the warp's; row block i of a warp is
+  // `tile_rows()` rows (mma: 16; wgmma: 64, of which the warp holds 16).
+  int64_t units() const { return st_.fn * (st_.wgmma ? st_.wn / 8 : 1); }
+  int64_t tile_rows() const { return st_.wgmma ? 64 : 16; }
+  // The accumulator of the pair a lane holds in row block i, unit u, half h: the product at row
+  // g + 8h and columns 2t, 2t + 1 of the unit (kernel_ir.h's C layout; wgmma lays each 8 columns
+  // of its tile out the same way on the warp's 16 rows).
+  int64_t pair_at(int64_t i, int64_t u, int64_t h) const { return (i * units() + u) * 4 + 2 * h; }
+
+  // Calls f(row, column, c) for each pair of adjacent accumulator columns a lane holds in units
+  // `first_unit` on: the product at (row, column) and (row, column + 1) of the region is frag_c[c]
+  // and frag_c[c + 1]. `row0`, `col0`: the warp's first row and column; `g`, `t`: the lane's quad
+  // (lane / 4) and place in it (lane % 4).
   void for_each_pair(const std::string& row0, const std::string& col0,
-                     const std::function<void(const std::string&, const std::string&, int64_t)>& f) const {
-    const MmaPlan& st = st_;
-    const int64_t chunks = st.wgmma ? st.wn / 8 : 1, tile_rows = st.wgmma ? 64 : 16, tile_cols = st.wgmma ? st.wn : 8;
-    for (int64_t i = 0; i < st.fm; ++i) {
-      for (int64_t j = 0; j < st.fn; ++j) {
-        for (int64_t q = 0; q < chunks; ++q) {
-          for (int64_t h = 0; h < 2; ++h) {
-            f("(" + row0 + " + " + lit(i * tile_rows + h * 8) + " + ft_g)",
-              "(" + col0 + " + " + lit(j * tile_cols + q * 8) + " + 2 * ft_t)", ((i * st.fn + j) * chunks + q) * 4 + 2 * h);
-          }
+                     const std::function<void(const std::string&, const std::string&, int64_t)>& f,
+                     const std::string& g = "ft_g", const std::string& t = "ft_t", int64_t first_unit = 0) const {
+    for (int64_t i = 0; i < st_.fm; ++i) {
+      for (int64_t u = first_unit; u < units(); ++u) {
+        for (int64_t h = 0; h < 2; ++h) {
+          f("(" + row0 + " + " + lit(i * tile_rows() + h * 8) + " + " + g + ")", "(" + col0 + " + " + lit(u * 8) + " + 2 * " + t + ")",
+            pair_at(i, u, h));
         }
       }
     }
@@ -157,30 +164,20 @@ void MmaMatMulStage::emit_register_epilogue(Kernel& k, const std::string& wm0, c
   const MmaPlan& st = st_;
   const Region& r = cx_.region.at(st.v);
   const std::vector<int>& outs = *epilogue_;
-  const int64_t chunks = st.wgmma ? st.wn / 8 : 1, tile_rows = st.wgmma ? 64 : 16, tile_cols = st.wgmma ? st.wn : 8;
-  const int64_t units = st.fn * chunks;  // 8-column units along a warp's fragment rows
+  const int64_t units = this->units();
   const bool wide = units >= 2 && std::all_of(outs.begin(), outs.end(), [&](int w) { return dtype_size(cx_.g.value(w).dtype) == 2; });
-  // Unit u of fragment row block i: its first column, and the accumulator of its pair in half h.
-  const auto unit_col = [&](int64_t u) { return wn0 + " + " + lit(u / chunks * tile_cols + u % chunks * 8); };
-  const auto frag = [&](int64_t i, int64_t u, int64_t h) { return ((i * st.fn + u / chunks) * chunks + u % chunks) * 4 + 2 * h; };
+  const auto unit_col = [&](int64_t u) { return wn0 + " + " + lit(u * 8); };
   const std::string id = std::to_string(st.v), g = "ft_quad" + id, t = "ft_qlane" + id;  // the lane's quad and place in it
   k.body.push_back(let(kIndexType, g, lane + " / 4"));
   k.body.push_back(let(kIndexType, t, lane + " % 4"));
-  const auto row_of = [&](int64_t i, const std::string& h8) { return "(" + wm0 + " + " + lit(i * tile_rows) + " + " + h8 + " + " + g + ")"; };
+  const auto row_of = [&](int64_t i, const std::string& h8) { return "(" + wm0 + " + " + lit(i * tile_rows()) + " + " + h8 + " + " + g + ")"; };
   const std::string nm = r.n[st.m_axis], nn = r.n[st.n_axis];
-  Block pairs;  // the pair stores of units not exchanged
   const int64_t paired = wide ? units / 2 * 2 : 0;
-  for (int64_t i = 0; i < st.fm; ++i) {
-    for (int64_t u = paired; u < units; ++u) {
-      for (int64_t h = 0; h < 2; ++h) {
-        Block one = cx_.fresh_block([&] {
-          epilogue_run(cx_, st, outs, row_of(i, lit(h * 8)), "(" + unit_col(u) + " + 2 * " + t + ")", 2,
-                       [&](int64_t c) { return st.frag_c + "[" + std::to_string(frag(i, u, h) + c) + "]"; });
-        });
-        pairs.insert(pairs.end(), one.begin(), one.end());
-      }
-    }
-  }
+  const Block pairs = cx_.fresh_block([&] {  // the pair stores of units not exchanged
+    for_each_pair(wm0, wn0, [&](const std::string& row, const std::string& col, int64_t c0) {
+      epilogue_run(cx_, st, outs, row, col, 2, [&](int64_t c) { return st.frag_c + "[" + std::to_string(c0 + c) + "]"; });
+    }, g, t, paired);
+  });
   if (!pairs.empty()) k.body.push_back(if_then(wm0 + " < " + nm + " && " + wn0 + " < " + nn, pairs));
   if (!wide) return;
   const std::string q = "fr" + id, sent = "fe" + id;  // the 8 values a lane exchanges and stores; the two it receives
@@ -198,7 +195,7 @@ void MmaMatMulStage::emit_register_epilogue(Kernel& k, const std::string& wm0, c
             for (int64_t w = 0; w < n_outs; ++w) k.body.push_back(assign(qe(w, h * 2 + jj, e), "0.0f"));
             Block in = cx_.fresh_block([&] {
               const std::vector<std::string> xs = epilogue_values(cx_, st, outs, product_index(cx_, st, row, col),
-                                                                  st.frag_c + "[" + std::to_string(frag(i, up + jj, h) + e) + "]");
+                                                                  st.frag_c + "[" + std::to_string(pair_at(i, up + jj, h) + e) + "]");
               for (int64_t w = 0; w < n_outs; ++w) cx_.cur().push_back(assign(qe(w, h * 2 + jj, e), xs[static_cast<size_t>(w)]));
             });
             k.body.push_back(if_then(row + " < " + nm + " && " + col + " < " + nn, in));
@@ -320,12 +317,7 @@ void MmaMatMulStage::emit(Kernel& k) {
                                                  : "(ft_k < " + lit(st.k) + " ? ft_max(0, ft_min(" + lit(lanes) + ", " + nn +
                                                        " - ft_c)) : 0)"));
         b.push_back(let(kIndexType, "ft_s", base + (st.wgmma ? " + ft_e * 8" : " + ft_r * " + lit(pitch) + " + ft_c")));
-        Block elements;
-        for (int64_t i = 0; i < lanes; ++i) {
-          elements.push_back(store(buf, "ft_s + " + lit(i), "(" + lit(i) + " < ft_v ? " + p + "[ft_at + " + lit(i) + "] : 0)"));
-        }
-        b.push_back(if_then("ft_v == 0 || (ft_at & " + lit(lanes - 1) + ") == 0",
-                            {copy_async(buf, "ft_s", p, "(ft_v == 0 ? 0 : ft_at)", "ft_v * " + lit(16 / lanes))}, elements));
+        b.push_back(copy_chunk(buf, "ft_s", p, "ft_at", "ft_v", lanes));
       });
       return thread_for("ft_e", "0", lit(rows * chunks), loop);
     }

@@ -50,6 +50,13 @@ std::vector<int64_t> unravel(int64_t i, const Shape& shape) {
   return idx;
 }
 
+// Every node of g, as the node set the views follow.
+std::set<int> all_nodes(const Graph& g) {
+  std::set<int> nodes;
+  for (size_t n = 0; n < g.nodes().size(); ++n) nodes.insert(static_cast<int>(n));
+  return nodes;
+}
+
 int64_t at(const planner::StridedView& v, const std::vector<int64_t>& idx) {
   int64_t off = v.offset;
   for (size_t d = 0; d < idx.size(); ++d) off += idx[d] * v.strides[d];
@@ -109,8 +116,7 @@ TEST(StridedView, InputAndOutputViewsAgreeWithTheReferenceOnRandomChains) {
     int y = x;
     for (int k = 0, n = 1 + static_cast<int>(rng() % 4); k < n; ++k) y = random_movement(g, y, rng, false);
     g.outputs() = {y};
-    std::set<int> nodes;
-    for (size_t n = 0; n < g.nodes().size(); ++n) nodes.insert(static_cast<int>(n));
+    const std::set<int> nodes = all_nodes(g);
     std::vector<float> iota(static_cast<size_t>(numel(base)));
     std::iota(iota.begin(), iota.end(), 0.0f);
     const Tensor in = Tensor::from_floats(DType::kF32, base, iota);
@@ -134,8 +140,7 @@ TEST(StridedView, InputAndOutputViewsAgreeWithTheReferenceOnRandomChains) {
     int y2 = x2;
     for (int k = 0, n = 1 + static_cast<int>(rng() % 4); k < n; ++k) y2 = random_movement(h, y2, rng, true);
     h.outputs() = {y2};
-    std::set<int> hn;
-    for (size_t n = 0; n < h.nodes().size(); ++n) hn.insert(static_cast<int>(n));
+    const std::set<int> hn = all_nodes(h);
     const std::vector<float> moved = reference::run_graph(h, {&in, 1})[0].to_floats();
     // The view of x2 inside y2's buffer needs x2 computed inside: view the first node's input through the rest.
     const auto o = planner::output_view(h, hn, x2);

@@ -7,7 +7,6 @@
 
 #include <map>
 #include <nlohmann/json.hpp>
-#include <numeric>
 #include <random>
 #include <sstream>
 
@@ -62,9 +61,7 @@ OneGroup make_gemm(DType dt, int64_t batch, int64_t m, int64_t n, int64_t k, boo
   if (!residual_first && residual) y = add_op(g, "Add", {y, res_v});
   if (relu) y = add_op(g, "Relu", {y});
   g.outputs() = {y};
-  t.group.nodes.resize(g.nodes().size());
-  std::iota(t.group.nodes.begin(), t.group.nodes.end(), 0);
-  planner::describe_group(g, t.group);
+  t.group = testing::whole_graph_group(g);
   return t;
 }
 
@@ -170,9 +167,7 @@ OneGroup make_conv(const ConvCase& c) {
   if (c.act == "Relu") y = add_op(g, "Relu", {y});
   if (c.act == "Clip") y = add_op(g, "Clip", {y}, testing::attrs({{"min", c.lo}, {"max", c.hi}}));
   g.outputs() = {y};
-  t.group.nodes.resize(g.nodes().size());
-  std::iota(t.group.nodes.begin(), t.group.nodes.end(), 0);
-  planner::describe_group(g, t.group);
+  t.group = testing::whole_graph_group(g);
   return t;
 }
 
@@ -342,9 +337,7 @@ OneGroup make_gemm_gelu(DType dt, int64_t m, int64_t n, int64_t k, const std::st
   }
   if (dt != DType::kF32 && form != "float out") y = add_op(g, "Cast", {y}, testing::attrs({{"to", int64_t{10}}}));
   g.outputs() = {y};
-  t.group.nodes.resize(g.nodes().size());
-  std::iota(t.group.nodes.begin(), t.group.nodes.end(), 0);
-  planner::describe_group(g, t.group);
+  t.group = testing::whole_graph_group(g);
   return t;
 }
 
