@@ -68,7 +68,8 @@ struct Node {
   const Stmt* src = nullptr;
   Stmt::Kind kind = Stmt::Kind::kComment;
   int slot = -1;    // kLet / kAssign of an integer variable, loop variables
-  int buffer = -1;  // kStore, kVectorLoad/Store, kLdmatrix: the buffer
+  int buffer = -1;  // kStore, kVectorLoad/Store, kLdmatrix, kCopyAsync: the buffer
+  int elements = 0;  // kCopyAsync: the shared elements its 16 bytes fill
   IndexExpr a, b;   // what the statement evaluates (see compile())
   bool has_a = false, has_b = false;
   bool candidate = false;  // a barrier of the kernel's body or of a top-level uniform loop's body
@@ -451,11 +452,15 @@ class Analysis {
           n.buffer = buffer_of(s.a);
           n.b = parse(s.b), n.has_b = true;
           break;
-        case Stmt::Kind::kCopyAsync:  // a: the shared index; b: the global index (its bytes read nothing tracked)
+        case Stmt::Kind::kCopyAsync: {  // a: the shared index; b: the global index (its bytes read nothing tracked)
           n.buffer = buffer_of(s.name);
+          const auto alloc = std::find_if(k_.shared.begin(), k_.shared.end(), [&](const SharedAlloc& x) { return x.name == s.name; });
+          check(alloc != k_.shared.end(), "index analysis: cp.async into '", s.name, "', not a shared allocation of kernel ", k_.name);
+          n.elements = 16 / static_cast<int>(dtype_size(alloc->dtype));
           n.a = parse(s.a), n.has_a = true;
           n.b = parse(s.c), n.has_b = true;
           break;
+        }
         case Stmt::Kind::kCopyAsyncCommit:
         case Stmt::Kind::kCopyAsyncWait: break;
         // Its operands are read through descriptors, by the warpgroup as one: not an access of
@@ -609,19 +614,24 @@ class Analysis {
         // Lanes 0 .. 8 * matrices - 1 give a row each: 8 consecutive 16-bit elements.
         if (thread_ % kWarpSize < 8 * n.src->matrices) touch(n.buffer, eval(n.b, env), 8, false);
         break;
-      // An asynchronous copy stores its 8 elements when the thread's wait lands it, in the
-      // interval the wait runs in (zero-filled bytes are stored too).
-      case Stmt::Kind::kCopyAsync:
+      // An asynchronous copy may store its 8 elements at any moment from its issue until the
+      // thread's wait lands it: a store in the interval it is issued in (a read by another thread
+      // before it must stay ordered before the issue) and in the interval the wait runs in (a
+      // read after it must follow the wait). Zero-filled bytes are stored too.
+      case Stmt::Kind::kCopyAsync: {
         eval(n.b, env);
-        copies_open_.push_back({n.buffer, eval(n.a, env)});
+        const auto at = eval(n.a, env);
+        touch(n.buffer, at, n.elements, true);
+        copies_open_.push_back({n.buffer, at, n.elements});
         break;
+      }
       case Stmt::Kind::kCopyAsyncCommit:
         copy_groups_.push_back(std::move(copies_open_));
         copies_open_.clear();
         break;
       case Stmt::Kind::kCopyAsyncWait:
         while (copy_groups_.size() > static_cast<size_t>(n.src->groups)) {
-          for (const auto& [buffer, index] : copy_groups_.front()) touch(buffer, index, 8, true);
+          for (const auto& [buffer, index, elements] : copy_groups_.front()) touch(buffer, index, elements, true);
           copy_groups_.pop_front();
         }
         break;
@@ -673,10 +683,15 @@ class Analysis {
   int ordinal_ = 0;
   std::vector<Interval>* intervals_ = nullptr;
   std::vector<const Stmt*>* order_ = nullptr;
-  // The running thread's asynchronous copies (buffer, shared index): not yet committed, and the
+  // The running thread's asynchronous copies (buffer, shared index, elements): not yet committed, and the
   // committed groups not yet waited for, oldest first.
-  std::vector<std::pair<int, IndexValue>> copies_open_;
-  std::deque<std::vector<std::pair<int, IndexValue>>> copy_groups_;
+  struct Copy {
+    int buffer;
+    IndexValue index;
+    int elements;
+  };
+  std::vector<Copy> copies_open_;
+  std::deque<std::vector<Copy>> copy_groups_;
   int64_t work_ = 0;  // loop iterations and element accesses so far
   int64_t relate_work_ = 0;  // statements translated() went through: past the budget, it is not asked
   uint64_t block_stamp_ = 0;

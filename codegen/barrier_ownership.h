@@ -16,11 +16,12 @@
 // element loop over the same region and thread count, a register-blocked store whose element
 // lands on the thread that reads it, a region no larger than the block), the trailing barrier of
 // a reduction-step loop that runs once.
-// An asynchronous copy (cp.async) stores its elements where the issuing thread's wait_group lands
-// it, not where it is issued. Blocks that cooperate (split-K): a fence stores, and an atomic
-// loads, one element standing for the block's published global stores (so the barriers between
-// other threads' fences and the atomic stay), an atomic also stores its counter, and an exit is
-// followed on the path that goes on (the other blocks run a prefix of it).
+// An asynchronous copy (cp.async) stores its elements where it is issued and again where the
+// issuing thread's wait_group lands it: the copy may write at any moment in between. Blocks that
+// cooperate (split-K): a fence stores, and an atomic loads, one element standing for the block's
+// published global stores (so the barriers between other threads' fences and the atomic stay),
+// an atomic also stores its counter, and an exit is followed on the path that goes on (the other
+// blocks run a prefix of it).
 // Keeps every barrier when it cannot know: a wgmma (its operands are read through matrix
 // descriptors by the warpgroup), an index into a tracked buffer or a loop bound that
 // is not known (a value loaded from memory), a branch holding a barrier on an unknown condition,

@@ -143,4 +143,17 @@ bool tensor_attention(const Graph& g, const AttentionCore& core) {
   return true;
 }
 
+std::optional<StridedView> async_operand(const Graph& g, const FusionGroup& group, const AttentionCore& core, int matmul,
+                                         int operand) {
+  const int value = g.nodes()[static_cast<size_t>(matmul)].inputs[static_cast<size_t>(operand)];
+  std::optional<StridedView> view = input_view(g, std::set<int>(group.nodes.begin(), group.nodes.end()), value);
+  const size_t width = g.value(value).shape.size() - (matmul == core.scores && operand == 1 ? 2 : 1);
+  if (!view || dtype_size(g.value(view->base).dtype) != 2 || view->strides[width] != 1) return std::nullopt;
+  return view;
+}
+
+bool streams_key_tiles(const Graph& g, const FusionGroup& group, const AttentionCore& core) {
+  return async_operand(g, group, core, core.scores, 1).has_value() || async_operand(g, group, core, core.output, 1).has_value();
+}
+
 }  // namespace fusetune::planner

@@ -20,6 +20,7 @@
 
 #include "core/graph.h"
 #include "planner/fusion.h"
+#include "planner/strided_view.h"
 
 namespace fusetune::planner {
 
@@ -37,5 +38,17 @@ std::optional<AttentionCore> match_attention(const Graph& g, const FusionGroup& 
 // True if both products of the core can run on tensor cores: Q, K, the probabilities P x V reads
 // and V all float16, or all bfloat16.
 bool tensor_attention(const Graph& g, const AttentionCore& core);
+
+// How the tensor-core form stages operand `operand` (0 or 1) of the core's product `matmul`
+// (core.scores: Q, then Kᵀ; core.output: P, then V): the strided view (strided_view.h) through
+// which it moves by 16-byte cp.async, where it is a view of a 16-bit value outside the group with
+// its width axis contiguous (Q's and V's last axis, Kᵀ's second to last: the head); nullopt where
+// it is computed element by element. The planner's shared-memory and bytes-in-flight estimate and
+// the stage (codegen/stages/attention.h) both decide by it: where K or V streams asynchronously,
+// the key tiles are double-buffered.
+std::optional<StridedView> async_operand(const Graph& g, const FusionGroup& group, const AttentionCore& core, int matmul,
+                                         int operand);
+// Whether the tensor-core form streams the key tiles through two slots (K or V by cp.async).
+bool streams_key_tiles(const Graph& g, const FusionGroup& group, const AttentionCore& core);
 
 }  // namespace fusetune::planner

@@ -563,11 +563,18 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
         const int64_t rp = warps * 16, b16 = ceil_div(bc, 16) * 16, dk16 = ceil_div(dk, 16) * 16, dv16 = ceil_div(dv, 16) * 16;
         const int64_t kt = ceil_div(keys, b16);
         tile_special += rp * kt * (b16 + 1);  // an exponential per score, a rescale factor per row and key tile
-        smem += (rp * ldmatrix_pitch(dk16) + b16 * ldmatrix_pitch(dk16) + b16 * ldmatrix_pitch(dv16) + rp * ldmatrix_pitch(b16)) * 2 + (rp * b16 + 2 * rp) * 4;
+        // Where K or V streams by cp.async the key tiles take two slots, and a whole tile's
+        // copies are in flight while the previous tile is multiplied; otherwise a thread's loads
+        // of a tile come in rounds, one round in flight.
+        const bool ring = streams_key_tiles(g, group, *core);
+        const int64_t slots = ring ? 2 : 1;
+        smem += (rp * ldmatrix_pitch(dk16) + slots * b16 * (ldmatrix_pitch(dk16) + ldmatrix_pitch(dv16)) + rp * ldmatrix_pitch(b16)) * 2 +
+                (rp * b16 + 2 * rp) * 4;
         tensor_flops += kt * (2 * rp * b16 * dk16 + 2 * rp * dv16 * b16);
         padded_elems += rp * dv16;
         tile_loads += rp * dk16 + kt * b16 * (dk16 + dv16) + 5 * kt * rp * b16;
-        const double rounds = static_cast<double>(ceil_div(b16 * dk16, cfg.threads) + ceil_div(b16 * dv16, cfg.threads));
+        const double rounds =
+            ring ? 1.0 : static_cast<double>(ceil_div(b16 * dk16, cfg.threads) + ceil_div(b16 * dv16, cfg.threads));
         in_flight = std::min(in_flight, static_cast<double>(b16 * (dk + dv) * esize) / rounds);
         flash_registers = static_cast<int>(40 + dk16 / 4 + b16 / 2 + dv16 / 2 + 12 + 2 * ceil_div(rows, warps));
         if (n.outputs[0] != root) smem += out_elems * 4;

@@ -78,19 +78,33 @@ class AttentionStage : public AnchorStage {
     out.push_back(kk);
     return out;
   }
+  // Where a staging loop writes: the shared buffer, the element its slot starts at (an index
+  // expression) and the row pitch; and, for a B operand, the key tile it stages (an index
+  // expression: its key ft_fj = tile x the tile's keys + the slot's row ft_qr).
+  struct Slot {
+    std::string buf, first = "0", tile = "ft_kt";
+    int64_t pitch = 0;
+  };
+  static std::string slot_element(const Slot& to, const std::string& at) {
+    return to.first == "0" ? at : to.first + " + " + at;
+  }
   // A thread loop staging `rows` x `cols` elements of operand `operand` of MatMul `matmul` into
-  // `buf` at row pitch `pitch` (as `dtype`): element (ft_qr, ft_qd) (for a B operand, the key
-  // ft_fj of the tile's row ft_qr) reads the operand at `index()` where `inside` holds, else zero.
-  Stmt stage(const std::string& buf, DType dtype, int64_t pitch, int64_t rows, int64_t cols, int matmul, int operand,
-             const std::string& inside, const std::function<std::vector<std::string>()>& index);
-  // The tensor-core form's staging where the operand is a strided view of a 16-bit parameter
-  // whose width axis (the head for Q and K, the columns for V) is contiguous (planner/
-  // strided_view.h), as copy_stage's loop: 16-byte cp.async chunks of 8 elements (those at or
+  // `to` (as `dtype`): element (ft_qr, ft_qd) reads the operand at `index()` where `inside` holds,
+  // else zero.
+  Stmt stage(const Slot& to, DType dtype, int64_t rows, int64_t cols, int matmul, int operand, const std::string& inside,
+             const std::function<std::vector<std::string>()>& index);
+  // The tensor-core form's staging where the operand moves by cp.async (planner::async_operand:
+  // a strided view of a 16-bit parameter whose width axis, the head for Q and K, the columns for
+  // V, is contiguous), as copy_stage's loop: 16-byte cp.async chunks of 8 elements (those at or
   // beyond `limit` along the width, or in a row where `row_inside` fails, zero-filled), element by
   // element where a chunk's first element is not 16-byte aligned; else stage()'s loop. Returns
-  // whether it copies asynchronously (the caller commits and waits before its barrier).
-  bool stage16(Block& into, const std::string& buf, int64_t pitch, int64_t rows, int64_t cols, int matmul, int operand,
+  // whether it copies asynchronously (the caller commits, and waits before its barrier).
+  bool stage16(Block& into, const Slot& to, int64_t rows, int64_t cols, int matmul, int operand,
                const std::string& row_inside, const std::string& limit, const std::function<std::vector<std::string>()>& index);
+  // The tensor-core form's K and V rows of key tile `tile` (an index expression) into the slot
+  // starting at key row `slot_row` of their buffers (zero beyond the keys and V's columns).
+  void stage_key_tile(Block& into, const std::string& tile, const std::string& slot_row, const std::string& lom,
+                      const std::string& lon, const std::string& nn);
   // The score `local` of row `row` and key `key` of the tile (index expressions) through the chain
   // to the softmax's input, stored at `at` of the scores' buffer (-inf beyond the keys).
   void chain_cell(const std::string& local, const std::string& row, const std::string& key, const std::string& at);
@@ -116,6 +130,7 @@ class AttentionStage : public AnchorStage {
   // The tensor-core form: 16-bit type, padded extents and pitches, the 16-bit probabilities,
   // fragments.
   DType half_ = DType::kUndefined;
+  bool ring_ = false;  // the key tiles in two slots, the next one's copies in flight (planner::streams_key_tiles)
   int64_t dk16_ = 0, dv16_ = 0, pq_ = 0, pk_ = 0, pv_ = 0, pp_ = 0;
   std::string sp16_, frag_q_, frag_k_, frag_s_, frag_p_, frag_v_;
 };
@@ -135,8 +150,10 @@ void AttentionStage::plan_tensor(Kernel& k, const std::string& v) {
   pp_ = planner::ldmatrix_pitch(bc_);
   const int64_t rp = warps_ * 16;
   sq_ = k.add_shared("fq" + v, half_, rp * pq_);
-  sk_ = k.add_shared("fk" + v, half_, bc_ * pk_);
-  sv_ = k.add_shared("fv" + v, half_, bc_ * pv_);
+  ring_ = planner::streams_key_tiles(cx_.g, cx_.group, core_);
+  const int64_t slots = ring_ ? 2 : 1;
+  sk_ = k.add_shared("fk" + v, half_, slots * bc_ * pk_);
+  sv_ = k.add_shared("fv" + v, half_, slots * bc_ * pv_);
   sp_ = k.add_shared("fp" + v, DType::kF32, rp * bc_);
   sp16_ = k.add_shared("fh" + v, half_, rp * pp_);
   sa_ = k.add_shared("fa" + v, DType::kF32, rp);
@@ -155,15 +172,14 @@ void AttentionStage::plan_tensor(Kernel& k, const std::string& v) {
   k.thread_locals.push_back({frag_v_, 4, DType::kU32});
 }
 
-Stmt AttentionStage::stage(const std::string& buf, DType dtype, int64_t pitch, int64_t rows, int64_t cols, int matmul,
-                           int operand, const std::string& inside,
-                           const std::function<std::vector<std::string>()>& index) {
+Stmt AttentionStage::stage(const Slot& to, DType dtype, int64_t rows, int64_t cols, int matmul, int operand,
+                           const std::string& inside, const std::function<std::vector<std::string>()>& index) {
   const Node& mm = node(matmul);
   const TensorExpr& e = cx_.exprs.at(matmul);
   return thread_for("ft_e", "0", lit(rows * cols), cx_.fresh_block([&] {
     cx_.cur().push_back(let(kIndexType, "ft_qr", "ft_e / " + lit(cols)));
     cx_.cur().push_back(let(kIndexType, "ft_qd", "ft_e % " + lit(cols)));
-    if (operand == 1) cx_.cur().push_back(let(kIndexType, "ft_fj", "ft_kt * " + lit(bc_) + " + ft_qr"));  // a key
+    if (operand == 1) cx_.cur().push_back(let(kIndexType, "ft_fj", to.tile + " * " + lit(bc_) + " + ft_qr"));  // a key
     cx_.cur().push_back(let("float", "fa_x", "0.0f"));
     Block in;
     cx_.with_block(in, [&] {
@@ -172,23 +188,20 @@ Stmt AttentionStage::stage(const std::string& buf, DType dtype, int64_t pitch, i
     });
     cx_.cur().push_back(if_then(inside, in));
     const std::string x = dtype == DType::kF32 ? "fa_x" : store_from_compute(dtype, "fa_x");
-    cx_.cur().push_back(store(buf, "ft_qr * " + lit(pitch) + " + ft_qd", x));
+    cx_.cur().push_back(store(to.buf, slot_element(to, "ft_qr * " + lit(to.pitch) + " + ft_qd"), x));
   }));
 }
 
-bool AttentionStage::stage16(Block& into, const std::string& buf, int64_t pitch, int64_t rows, int64_t cols, int matmul,
-                             int operand, const std::string& row_inside, const std::string& limit,
+bool AttentionStage::stage16(Block& into, const Slot& to, int64_t rows, int64_t cols, int matmul, int operand,
+                             const std::string& row_inside, const std::string& limit,
                              const std::function<std::vector<std::string>()>& index) {
-  const int value = node(matmul).inputs[static_cast<size_t>(operand)];
-  const std::optional<planner::StridedView> view =
-      planner::input_view(cx_.g, std::set<int>(cx_.group.nodes.begin(), cx_.group.nodes.end()), value);
-  // The width axis: Q's and V's last, Kᵀ's second to last (the head).
-  const size_t width = cx_.g.value(value).shape.size() - (matmul == core_.scores && operand == 1 ? 2 : 1);
-  if (!view || !cx_.param.count(view->base) || dtype_size(cx_.g.value(view->base).dtype) != 2 || view->strides[width] != 1 ||
-      cols % 8 != 0) {
-    into.push_back(stage(buf, half_, pitch, rows, cols, matmul, operand, row_inside + " && ft_qd < " + limit, index));
+  const std::optional<planner::StridedView> view = planner::async_operand(cx_.g, cx_.group, core_, matmul, operand);
+  if (!view || cols % 8 != 0) {
+    into.push_back(stage(to, half_, rows, cols, matmul, operand, row_inside + " && ft_qd < " + limit, index));
     return false;
   }
+  check(cx_.param.count(view->base) > 0, "flash attention: the view of an operand starts at value ", view->base,
+        ", not a group input");
   const std::string p = cx_.param.at(view->base);
   const int64_t chunks = cols / 8;
   const TensorExpr& e = cx_.exprs.at(matmul);
@@ -196,7 +209,7 @@ bool AttentionStage::stage16(Block& into, const std::string& buf, int64_t pitch,
     Block& b = cx_.cur();
     b.push_back(let(kIndexType, "ft_qr", "ft_e / " + lit(chunks)));
     b.push_back(let(kIndexType, "ft_qd", "ft_e % " + lit(chunks) + " * 8"));
-    if (operand == 1) b.push_back(let(kIndexType, "ft_fj", "ft_kt * " + lit(bc_) + " + ft_qr"));  // a key
+    if (operand == 1) b.push_back(let(kIndexType, "ft_fj", to.tile + " * " + lit(bc_) + " + ft_qr"));  // a key
     const std::vector<std::string> idx = cx_.index_of(e.accesses[static_cast<size_t>(operand)], index());
     std::string at = lit(view->offset);
     for (size_t d = 0; d < idx.size(); ++d) {
@@ -204,10 +217,20 @@ bool AttentionStage::stage16(Block& into, const std::string& buf, int64_t pitch,
     }
     b.push_back(let(kIndexType, "ft_v", "(" + row_inside + " ? ft_max(0, ft_min(8, " + limit + " - ft_qd)) : 0)"));
     b.push_back(let(kIndexType, "ft_at", at));
-    b.push_back(let(kIndexType, "ft_s", "ft_qr * " + lit(pitch) + " + ft_qd"));
-    b.push_back(copy_chunk(buf, "ft_s", p, "ft_at", "ft_v", 8));
+    b.push_back(let(kIndexType, "ft_s", slot_element(to, "ft_qr * " + lit(to.pitch) + " + ft_qd")));
+    b.push_back(copy_chunk(to.buf, "ft_s", p, "ft_at", "ft_v", 8));
   })));
   return true;
+}
+
+void AttentionStage::stage_key_tile(Block& into, const std::string& tile, const std::string& slot_row,
+                                    const std::string& lom, const std::string& lon, const std::string& nn) {
+  const std::string inside = "ft_fj < " + lit(keys_);
+  const auto first = [&](int64_t pitch) { return slot_row == "0" ? std::string("0") : "(" + slot_row + ") * " + lit(pitch); };
+  stage16(into, {sk_, first(pk_), tile, pk_}, bc_, dk16_, core_.scores, 1, inside, lit(dk_),
+          [&] { return vars(core_.scores, lom, "ft_fj", "ft_qd"); });
+  stage16(into, {sv_, first(pv_), tile, pv_}, bc_, dv16_, core_.output, 1, inside, nn,
+          [&] { return vars(core_.output, lom, lon + " + ft_qd", "ft_fj"); });
 }
 
 void AttentionStage::chain_cell(const std::string& local, const std::string& row, const std::string& key,
@@ -371,13 +394,13 @@ void AttentionStage::emit_simt(Kernel& k, const std::string& nm, const std::stri
   const std::string qk_cols = cx_.region.at(node(core_.scores).outputs[0]).lo[rank - 1];
   k.body.push_back(serial_for("ft_e", "0", lit(um_ * un_), {assign(acc_ + "[ft_e]", "0.0f")}));
   // Q's rows, once (zero beyond the region's rows: the micro-tiles read whole multiples of TM).
-  k.body.push_back(stage(sq_, DType::kF32, dk_ + 1, round_up(rows_, tm_), dk_, core_.scores, 0, "ft_qr < " + nm,
+  k.body.push_back(stage({sq_, "0", "ft_kt", dk_ + 1}, DType::kF32, round_up(rows_, tm_), dk_, core_.scores, 0, "ft_qr < " + nm,
                          [&] { return vars(core_.scores, lom + " + ft_qr", qk_cols, "ft_qd"); }));
   Block tile;
   // K's rows of the tile (zero beyond the keys and the tile), V's (and beyond the columns).
-  tile.push_back(stage(sk_, DType::kF32, dk_ + 1, round_up(bc_, tn_), dk_, core_.scores, 1,
+  tile.push_back(stage({sk_, "0", "ft_kt", dk_ + 1}, DType::kF32, round_up(bc_, tn_), dk_, core_.scores, 1,
                        "ft_qr < " + lit(bc_) + " && ft_fj < " + lit(keys_), [&] { return vars(core_.scores, lom, "ft_fj", "ft_qd"); }));
-  tile.push_back(stage(sv_, DType::kF32, dv_, bc_, dv_, core_.output, 1, "ft_fj < " + lit(keys_) + " && ft_qd < " + nn,
+  tile.push_back(stage({sv_, "0", "ft_kt", dv_}, DType::kF32, bc_, dv_, core_.output, 1, "ft_fj < " + lit(keys_) + " && ft_qd < " + nn,
                        [&] { return vars(core_.output, lom, lon + " + ft_qd", "ft_fj"); }));
   tile.push_back(barrier());
   for (Stmt& s : simt_scores(nm)) tile.push_back(std::move(s));
@@ -414,24 +437,39 @@ void AttentionStage::emit_tensor(Kernel& k, const std::string& nm, const std::st
   k.body.push_back(serial_for("ft_e", "0", lit(dv16_ / 8 * 4), {assign(acc_ + "[ft_e]", "0.0f")}));
   // The 16-bit probabilities start zero: rows beyond the region's are read by ldmatrix, never written.
   k.body.push_back(thread_for("ft_e", "0", lit(rp * pp_), {store(sp16_, "ft_e", store_from_compute(half_, "0.0f"))}));
-  if (stage16(k.body, sq_, pq_, rp, dk16_, core_.scores, 0, "ft_qr < " + nm, lit(dk_),
-              [&] { return vars(core_.scores, lom + " + ft_qr", qk_cols, "ft_qd"); })) {
+  const bool async_q = stage16(k.body, {sq_, "0", "ft_kt", pq_}, rp, dk16_, core_.scores, 0, "ft_qr < " + nm, lit(dk_),
+                               [&] { return vars(core_.scores, lom + " + ft_qr", qk_cols, "ft_qd"); });
+  if (async_q) k.body.push_back(copy_async_commit());
+  // With two slots the first key tile's copies fly while Q's fragments load; the loop then stages
+  // tile ft_kt + 1 into the slot tile ft_kt - 1 used (every warp has passed the barrier that ends
+  // that tile) and waits for all but that newest group (tile ft_kt's copies, and Q's), so each
+  // tile's copies overlap the previous tile's products and softmax. A last tile commits an empty
+  // group, so the count stays one a tile.
+  if (ring_) {
+    stage_key_tile(k.body, "0", "0", lom, lon, nn);
     k.body.push_back(copy_async_commit());
-    k.body.push_back(copy_async_wait(0));
   }
+  if (async_q) k.body.push_back(copy_async_wait(ring_ ? 1 : 0));
   k.body.push_back(barrier());
   for (int64_t kq = 0; kq < dk16_ / 16; ++kq) {
     k.body.push_back(ldmatrix(frag_q_, kq * 4, 4, false, sq_,
                               "(" + w16 + " + " + lane + " % 16) * " + lit(pq_) + " + " + lit(kq * 16) + " + " + lane + " / 16 * 8"));
   }
   Block tile;
-  const bool async_k = stage16(tile, sk_, pk_, bc_, dk16_, core_.scores, 1, "ft_fj < " + lit(keys_), lit(dk_),
-                               [&] { return vars(core_.scores, lom, "ft_fj", "ft_qd"); });
-  const bool async_v = stage16(tile, sv_, pv_, bc_, dv16_, core_.output, 1, "ft_fj < " + lit(keys_), nn,
-                               [&] { return vars(core_.output, lom, lon + " + ft_qd", "ft_fj"); });
-  if (async_k || async_v) {
+  const int64_t tiles = ceil_div(keys_, bc_);
+  std::string k0 = "0", v0 = "0";  // where the tile's slot starts in K's and V's buffers
+  if (ring_) {
+    Block next;
+    stage_key_tile(next, "(ft_kt + 1)", "((ft_kt + 1) & 1) * " + lit(bc_), lom, lon, nn);
+    tile.push_back(if_then("ft_kt + 1 < " + lit(tiles), next));
     tile.push_back(copy_async_commit());
-    tile.push_back(copy_async_wait(0));
+    tile.push_back(copy_async_wait(1));
+    tile.push_back(let(kIndexType, "ft_ks", "(ft_kt & 1) * " + lit(bc_ * pk_)));
+    tile.push_back(let(kIndexType, "ft_vs", "(ft_kt & 1) * " + lit(bc_ * pv_)));
+    k0 = "ft_ks";
+    v0 = "ft_vs";
+  } else {
+    stage_key_tile(tile, "ft_kt", "0", lom, lon, nn);
   }
   tile.push_back(barrier());
   // S = Q K^T: per 16 of the head, two n8 blocks of keys per ldmatrix.x4 (matrices: keys 0-7 at
@@ -440,8 +478,8 @@ void AttentionStage::emit_tensor(Kernel& k, const std::string& nm, const std::st
   for (int64_t kq = 0; kq < dk16_ / 16; ++kq) {
     for (int64_t jb = 0; jb < bc_ / 16; ++jb) {
       tile.push_back(ldmatrix(frag_k_, 0, 4, false, sk_,
-                              "(" + lit(jb * 16) + " + " + lane + " / 16 * 8 + " + lane + " % 8) * " + lit(pk_) + " + " +
-                                  lit(kq * 16) + " + " + lane + " / 8 % 2 * 8"));
+                              slot_element({sk_, k0}, "(" + lit(jb * 16) + " + " + lane + " / 16 * 8 + " + lane + " % 8) * " + lit(pk_) + " + " +
+                                  lit(kq * 16) + " + " + lane + " / 8 % 2 * 8")));
       tile.push_back(mma(frag_s_, 2 * jb * 4, frag_q_, kq * 4, frag_k_, 0, half_));
       tile.push_back(mma(frag_s_, (2 * jb + 1) * 4, frag_q_, kq * 4, frag_k_, 2, half_));
     }
@@ -483,13 +521,13 @@ void AttentionStage::emit_tensor(Kernel& k, const std::string& nm, const std::st
                             "(" + w16 + " + " + lane + " % 16) * " + lit(pp_) + " + " + lit(kq * 16) + " + " + lane + " / 16 * 8"));
     for (int64_t jb = 0; jb < dv16_ / 16; ++jb) {
       tile.push_back(ldmatrix(frag_v_, 0, 4, true, sv_,
-                              "(" + lit(kq * 16) + " + " + lane + " % 16) * " + lit(pv_) + " + " + lit(jb * 16) + " + " + lane + " / 16 * 8"));
+                              slot_element({sv_, v0}, "(" + lit(kq * 16) + " + " + lane + " % 16) * " + lit(pv_) + " + " + lit(jb * 16) + " + " + lane + " / 16 * 8")));
       tile.push_back(mma(acc_, 2 * jb * 4, frag_p_, 0, frag_v_, 0, half_));
       tile.push_back(mma(acc_, (2 * jb + 1) * 4, frag_p_, 0, frag_v_, 2, half_));
     }
   }
   tile.push_back(barrier());
-  k.body.push_back(uniform_for("ft_kt", "0", lit(ceil_div(keys_, bc_)), tile));
+  k.body.push_back(uniform_for("ft_kt", "0", lit(tiles), tile));
   std::vector<std::array<std::string, 3>> cells;
   for (int64_t j = 0; j < dv16_ / 8; ++j) {
     for (int64_t c = 0; c < 4; ++c) {

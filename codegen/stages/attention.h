@@ -23,7 +23,11 @@
 // of 16-byte units (the eight rows an ldmatrix phase reads fall in distinct banks), head widths
 // rounded up to 16 and zero-filled. Q, K and V move by 16-byte cp.async where each is a strided
 // view of a 16-bit input with its width axis contiguous (K through the Transpose that makes Kᵀ:
-// planner/strided_view.h), element by element otherwise. Each warp loads its Q A-fragments once (ldmatrix.x4); per key
+// planner/strided_view.h, planner::async_operand), element by element otherwise; where K or V
+// moves by cp.async the key tiles take two slots, and tile t + 1's copies are issued before tile
+// t is multiplied, into the slot tile t - 1 used (the barrier ending each tile orders its reads
+// before the next issue), each tile waiting for all but the newest group (one group a tile, empty
+// after the last). Each warp loads its Q A-fragments once (ldmatrix.x4); per key
 // tile, S = Q K^T accumulates in m16n8 float fragments (K's rows are B's columns: ldmatrix.x4
 // without .trans gives two n8 blocks of keys), each lane takes its fragment elements through the
 // chain to float scores in shared memory, the online softmax above leaves the probabilities as

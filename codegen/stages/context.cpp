@@ -409,6 +409,76 @@ bool names_any(const std::string& text, const std::set<std::string>& names) {
 
 }  // namespace
 
+std::vector<LoweringContext::VectorRead> LoweringContext::along_reads(const std::vector<std::string>& o, int64_t run,
+                                                                      const IndexFn& body) {
+  const std::string q = o.back();
+  // The group inputs the body reads unconditionally, found by emitting it aside: first those read
+  // at the same index by every element of the run (a token id that picks an embedding row),
+  // loaded once here for all of them; then, with those visible, those read along the innermost
+  // axis (the embedding row itself). An index that names what the body declares (its locals, a
+  // coordinate it computes) cannot be read before the body: `body_names` gets those names.
+  std::set<std::string> body_names;
+  const auto record = [&] {
+    std::vector<std::pair<int, std::vector<std::string>>> found;
+    Block aside;
+    recording_ = &found;
+    record_depth_ = with_depth_ + 1;
+    with_block(aside, [&] { body(o); });
+    recording_ = nullptr;
+    body_names.clear();
+    declared(aside, body_names);
+    body_names.insert(q);  // not declared by the body, but different for every element
+    return found;
+  };
+  for (const auto& [u, idx] : record()) {
+    if (std::none_of(idx.begin(), idx.end(), [&](const std::string& i) { return names_any(i, body_names); })) value(u, idx);
+  }
+  const std::vector<std::pair<int, std::vector<std::string>>> loads = record();
+  body_names.erase(q);
+  std::vector<VectorRead> reads;
+  for (const auto& [u, idx] : loads) {
+    const DType ut = g.value(u).dtype;
+    bool along = !idx.empty() && idx.back() == q && (ut == DType::kF32 || ut == DType::kF16 || ut == DType::kBF16) &&
+                 run % vector_lanes(ut) == 0 && g.value(u).shape.back() % vector_lanes(ut) == 0;
+    for (size_t d = 0; along && d < idx.size(); ++d) {
+      along = !names_any(idx[d], body_names) && (d + 1 == idx.size() || !expression_names(idx[d]).count(q));
+    }
+    const bool seen = std::any_of(reads.begin(), reads.end(), [&](const VectorRead& x) { return x.u == u && x.idx == idx; });
+    if (!along || seen) continue;
+    reads.push_back({u, idx, "ft_a" + std::to_string(next_local_++)});
+    cur_->push_back(let(kIndexType, reads.back().at, flat(g.value(u).shape, idx)));
+  }
+  return reads;
+}
+
+std::string LoweringContext::reads_aligned(const std::vector<VectorRead>& reads) const {
+  std::string all;
+  for (const VectorRead& x : reads) {
+    all += (all.empty() ? "" : " && ") + std::string("(") + x.at + " & " + lit(vector_lanes(g.value(x.u).dtype) - 1) + ") == 0";
+  }
+  return all.empty() ? "1" : all;
+}
+
+void LoweringContext::load_runs(const std::vector<VectorRead>& reads, int64_t run,
+                                const std::function<std::string(int64_t)>& lane) {
+  for (const VectorRead& x : reads) {
+    const DType ut = g.value(x.u).dtype;
+    const int lanes = vector_lanes(ut);
+    for (int64_t first = 0; first < run; first += lanes) {
+      const std::string local = "ft_x" + std::to_string(next_local_++);
+      cur_->push_back(vector_load(local, param.at(x.u), x.at + (first ? " + " + lit(first) : ""), ut));
+      for (int j = 0; j < lanes; ++j) {
+        std::string key = std::to_string(x.u);
+        for (size_t d = 0; d + 1 < x.idx.size(); ++d) key += "|" + x.idx[d];
+        key += "|" + lane(first + j);
+        const std::string name = "v" + std::to_string(next_local_++);
+        cur_->push_back(let(compute_ctype(ut), name, load_as_compute(ut, vector_element(local, ut, j))));
+        (*memo_)[key] = name;
+      }
+    }
+  }
+}
+
 bool LoweringContext::vector_loop(Kernel& k, int v, int64_t cap, const IndexFn& body) {
   const Value& val = g.value(v);
   const DType dt = val.dtype;
@@ -422,7 +492,7 @@ bool LoweringContext::vector_loop(Kernel& k, int v, int64_t cap, const IndexFn& 
   if (const auto it = first.find(v); it == first.end() || it->second.empty() || it->second.back().size() < lanes) return false;
   const std::string n_inner = r.n[inner], q = "ft_o" + std::to_string(inner);
   const std::string vectors = "((" + n_inner + " + " + lit(lanes - 1) + ") / " + lit(lanes) + ")";
-  const auto lane_index = [&](const std::string& j) { return "(" + q + " + " + j + ")"; };
+  const auto lane_index = [&](int64_t j) { return "(" + q + " + " + lit(j) + ")"; };
   std::vector<std::string> extents;
   Block loop = fresh_block([&] {
     std::vector<std::string> o(r.n.size());
@@ -438,68 +508,15 @@ bool LoweringContext::vector_loop(Kernel& k, int v, int64_t cap, const IndexFn& 
     o[inner] = q;
     // Where the vector's elements lie in the region's row-major order (the buffer's clamp).
     if (cap > 0) cur_->push_back(let(kIndexType, "ft_f", "(ft_e / " + vectors + ") * " + n_inner + " + ft_q"));
-    // The group inputs the body reads unconditionally, found by emitting it aside: first those read
-    // at the same index by every element of the vector (a token id that picks an embedding row),
-    // loaded once here for all of them; then, with those visible, those read along the innermost
-    // axis (the embedding row itself).
-    // An index that names what the body declares (its locals, a coordinate it computes) cannot
-    // be read before the body: `body_names` gets those names.
-    std::set<std::string> body_names;
-    const auto record = [&] {
-      std::vector<std::pair<int, std::vector<std::string>>> found;
-      Block aside;
-      recording_ = &found;
-      record_depth_ = with_depth_ + 1;
-      with_block(aside, [&] { body(o); });
-      recording_ = nullptr;
-      body_names.clear();
-      declared(aside, body_names);
-      body_names.insert(q);  // not declared by the body, but different for every element
-      return found;
-    };
-    for (const auto& [u, idx] : record()) {
-      if (std::none_of(idx.begin(), idx.end(), [&](const std::string& i) { return names_any(i, body_names); })) value(u, idx);
-    }
-    const std::vector<std::pair<int, std::vector<std::string>>> loads = record();
-    body_names.erase(q);
-    struct VectorRead {
-      int u;
-      std::vector<std::string> idx;
-      std::string at, local;
-    };
-    std::vector<VectorRead> reads;
-    for (const auto& [u, idx] : loads) {
-      const DType ut = g.value(u).dtype;
-      bool along = !idx.empty() && idx.back() == q && dtype_size(ut) == dtype_size(dt) &&
-                   (ut == DType::kF32 || ut == DType::kF16 || ut == DType::kBF16) && g.value(u).shape.back() % lanes == 0;
-      for (size_t d = 0; along && d < idx.size(); ++d) {
-        along = !names_any(idx[d], body_names) && (d + 1 == idx.size() || !expression_names(idx[d]).count(q));
-      }
-      const bool seen = std::any_of(reads.begin(), reads.end(), [&](const VectorRead& x) { return x.u == u && x.idx == idx; });
-      if (!along || seen) continue;
-      const std::string id = std::to_string(reads.size());
-      reads.push_back({u, idx, "ft_a" + id, "ft_x" + id});
-      cur_->push_back(let(kIndexType, reads.back().at, flat(g.value(u).shape, idx)));
-    }
+    const std::vector<VectorRead> reads = along_reads(o, lanes, body);
     cur_->push_back(let(kIndexType, "ft_ao", flat(val.shape, o)));
     const std::string mask = lit(lanes - 1);
     std::string whole = "ft_q + " + lit(lanes) + " <= " + n_inner + " && (ft_ao & " + mask + ") == 0";
     if (cap > 0) whole += " && ft_f + " + lit(lanes) + " <= " + lit(cap);
-    for (const VectorRead& x : reads) whole += " && (" + x.at + " & " + mask + ") == 0";
+    if (!reads.empty()) whole += " && " + reads_aligned(reads);
     Block vector;
     with_block(vector, [&] {
-      for (const VectorRead& x : reads) {
-        const DType ut = g.value(x.u).dtype;
-        cur_->push_back(vector_load(x.local, param.at(x.u), x.at, ut));
-        for (int j = 0; j < lanes; ++j) {
-          std::string key = std::to_string(x.u);
-          for (size_t d = 0; d + 1 < x.idx.size(); ++d) key += "|" + x.idx[d];
-          key += "|" + lane_index(lit(j));
-          const std::string name = "v" + std::to_string(next_local_++);
-          cur_->push_back(let(compute_ctype(ut), name, load_as_compute(ut, vector_element(x.local, ut, j))));
-          (*memo_)[key] = name;
-        }
-      }
+      load_runs(reads, lanes, lane_index);
       const std::string stored = dt == DType::kF32 ? "float" : "unsigned short";
       std::string pack;
       for (int j = 0; j < lanes; ++j) {
@@ -509,7 +526,7 @@ bool LoweringContext::vector_loop(Kernel& k, int v, int64_t cap, const IndexFn& 
       }
       for (int j = 0; j < lanes; ++j) {
         std::vector<std::string> oj = o;
-        oj[inner] = lane_index(lit(j));
+        oj[inner] = lane_index(j);
         Block scope;
         vector_value_ = v;
         vector_lane_ = "ft_y" + std::to_string(j);
@@ -523,7 +540,7 @@ bool LoweringContext::vector_loop(Kernel& k, int v, int64_t cap, const IndexFn& 
     Block element_wise;
     {
       std::vector<std::string> oj = o;
-      oj[inner] = lane_index("ft_j");
+      oj[inner] = "(" + q + " + ft_j)";
       Block one;
       with_block(one, [&] { body(oj); });
       std::string inside = "ft_q + ft_j < " + n_inner;

@@ -150,6 +150,28 @@ class LoweringContext {
   // 4 bytes), else elements.
   void store_run(int v, const std::vector<std::string>& o, const std::vector<std::string>& xs);
 
+  // ---- runs of reads along the innermost axis ----
+  // A group input that a run of `run` consecutive elements along the innermost axis reads at its
+  // own position along that axis: its index at the run's first element, and a local holding its
+  // flat index.
+  struct VectorRead {
+    int u = -1;
+    std::vector<std::string> idx;
+    std::string at;
+  };
+  // The group inputs body(o) reads unconditionally along the innermost axis, where o's innermost
+  // coordinate is a variable naming the run's first element (a load whose innermost index is
+  // that variable, no other index naming it or what the body declares), of float32, float16 or
+  // bfloat16 values whose 16-byte vectors divide the run and the input's rows; their flat indices
+  // as locals emitted into the current block. Inputs read at one index by the whole run (a token
+  // id) are loaded there first, once.
+  std::vector<VectorRead> along_reads(const std::vector<std::string>& o, int64_t run, const IndexFn& body);
+  // The run-time condition that every read starts a 16-byte aligned vector.
+  std::string reads_aligned(const std::vector<VectorRead>& reads) const;
+  // The reads as 16-byte vector loads into the current block, each element memoised as the local
+  // value() returns for the input at its index, with element j's innermost coordinate `lane(j)`.
+  void load_runs(const std::vector<VectorRead>& reads, int64_t run, const std::function<std::string(int64_t)>& lane);
+
  private:
   std::string var(int v, const char* what, size_t d) const;
   void emit_extents(Kernel& k, int v);

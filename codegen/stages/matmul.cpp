@@ -91,22 +91,50 @@ std::vector<std::string> epilogue_values(LoweringContext& cx, const StagedProduc
 void epilogue_run(LoweringContext& cx, const StagedProduct& p, const std::vector<int>& outputs, const std::string& row,
                   const std::string& col, int64_t n, const std::function<std::string(int64_t)>& element) {
   const Region& r = cx.region.at(p.v);
-  const auto at = [&](int64_t j) { return product_index(cx, p, row, col + (j ? " + " + lit(j) : "")); };
-  const auto values = [&](int64_t j) { return epilogue_values(cx, p, outputs, at(j), element(j)); };
-  Block whole = cx.fresh_block([&] {
+  // The run's first column as a variable: element j's column is (c + j), and the group inputs
+  // the chain reads along the columns (a residual, a bias) come in 16-byte vectors.
+  const std::string c = "ft_rc" + std::to_string(cx.next_local());
+  cx.cur().push_back(let(kIndexType, c, r.lo[p.n_axis] + " + " + col));
+  const auto lane = [&](int64_t j) { return "(" + c + " + " + lit(j) + ")"; };
+  const auto at = [&](const std::string& column) {
+    std::vector<std::string> o = product_index(cx, p, row, col);
+    o[p.n_axis] = column;
+    return o;
+  };
+  const auto values = [&](int64_t j) { return epilogue_values(cx, p, outputs, at(lane(j)), element(j)); };
+  const auto compute_and_store = [&] {
     std::vector<std::vector<std::string>> runs(outputs.size());
     for (int64_t j = 0; j < n; ++j) {
       const std::vector<std::string> xs = values(j);
       for (size_t w = 0; w < outputs.size(); ++w) runs[w].push_back(xs[w]);
     }
-    for (size_t w = 0; w < outputs.size(); ++w) cx.store_run(outputs[w], at(0), runs[w]);
+    for (size_t w = 0; w < outputs.size(); ++w) cx.store_run(outputs[w], at(lane(0)), runs[w]);
+  };
+  Block whole = cx.fresh_block([&] {
+    std::vector<LoweringContext::VectorRead> reads;
+    if (p.n_axis + 1 == r.n.size()) {
+      reads = cx.along_reads(at(c), n, [&](const std::vector<std::string>& o) {
+        epilogue_values(cx, p, outputs, o, element(0));
+      });
+    }
+    if (reads.empty()) {
+      compute_and_store();
+      return;
+    }
+    Block vectors, elements;
+    cx.with_block(vectors, [&] {
+      cx.load_runs(reads, n, lane);
+      compute_and_store();
+    });
+    cx.with_block(elements, compute_and_store);
+    cx.cur().push_back(if_then(cx.reads_aligned(reads), vectors, elements));
   });
   Block edge = cx.fresh_block([&] {
     for (int64_t j = 0; j < n; ++j) {
       Block one;
       cx.with_block(one, [&] {
         const std::vector<std::string> xs = values(j);
-        for (size_t w = 0; w < outputs.size(); ++w) cx.store_value(outputs[w], at(j), xs[w]);
+        for (size_t w = 0; w < outputs.size(); ++w) cx.store_value(outputs[w], at(lane(j)), xs[w]);
       });
       cx.cur().push_back(if_then(col + (j ? " + " + lit(j) : "") + " < " + r.n[p.n_axis], one));
     }

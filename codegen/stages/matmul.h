@@ -84,6 +84,12 @@ std::vector<std::string> product_index(const LoweringContext& cx, const StagedPr
 // block.
 std::vector<std::string> epilogue_values(LoweringContext& cx, const StagedProduct& p, const std::vector<int>& outputs,
                                          const std::vector<std::string>& at, const std::string& element);
+// Columns col .. col + n - 1 of the product's row `row` (region-relative index expressions; the
+// product at column col + j is `element(j)`) through the epilogue into `outputs`: where all n
+// lie inside the region, stored as runs (LoweringContext::store_run), with the group inputs the
+// chain reads along the columns (a residual, a bias) loaded as 16-byte vectors where each is
+// aligned (LoweringContext::along_reads, when the columns are the innermost axis); element by
+// element at the region's edge.
 void epilogue_run(LoweringContext& cx, const StagedProduct& p, const std::vector<int>& outputs, const std::string& row,
                   const std::string& col, int64_t n, const std::function<std::string(int64_t)>& element);
 

@@ -154,11 +154,11 @@ class MmaMatMulStage : public AnchorStage {
 // of the fragment (kernel_ir.h's C layout): its 8-column units (one n8 fragment; a wgmma tile's 8
 // columns) hold, per row, one pair per lane of the quad. Where every value written is 16-bit and
 // the warp has units in pairs, a quad's 2 rows x 16 columns of two adjacent units go out as four
-// 16-byte stores instead of sixteen 4-byte ones: each lane computes the epilogue at its 8 positions
-// (zero outside the region), then two butterfly exchanges within the quad (lane masks 1 and 2,
-// two shuffles a pair of values) transpose the units so that lane t holds row t / 2's 8 columns of unit t % 2, which it stores as
-// one run (LoweringContext::store_run: one 16-byte vector where aligned). Otherwise, and for a
-// last unpaired unit, one run of two (epilogue_run) per fragment row.
+// 16-byte stores instead of sixteen 4-byte ones: two butterfly exchanges of the accumulators
+// within the quad (lane masks 1 and 2, two shuffles a pair of values) transpose the units so that
+// lane t holds row t / 2's 8 columns of unit t % 2, on which it runs the epilogue (epilogue_run:
+// a residual or bias read along the columns as one 16-byte vector, the values stored as one where
+// aligned). Otherwise, and for a last unpaired unit, one run of two per fragment row.
 void MmaMatMulStage::emit_register_epilogue(Kernel& k, const std::string& wm0, const std::string& wn0,
                                             const std::string& lane) {
   const MmaPlan& st = st_;
@@ -180,25 +180,17 @@ void MmaMatMulStage::emit_register_epilogue(Kernel& k, const std::string& wm0, c
   });
   if (!pairs.empty()) k.body.push_back(if_then(wm0 + " < " + nm + " && " + wn0 + " < " + nn, pairs));
   if (!wide) return;
-  const std::string q = "fr" + id, sent = "fe" + id;  // the 8 values a lane exchanges and stores; the two it receives
-  const auto n_outs = static_cast<int64_t>(outs.size());
-  k.thread_locals.push_back({q, 8 * n_outs, DType::kF32});
+  const std::string q = "fr" + id, sent = "fe" + id;  // the 8 products a lane exchanges; the two it receives
+  k.thread_locals.push_back({q, 8, DType::kF32});
   k.thread_locals.push_back({sent, 2, DType::kF32});
-  const auto qe = [&](int64_t w, int64_t slot, int64_t e) { return q + "[" + std::to_string(w * 8 + slot * 2 + e) + "]"; };
+  const auto qe = [&](int64_t slot, int64_t e) { return q + "[" + std::to_string(slot * 2 + e) + "]"; };
   for (int64_t i = 0; i < st.fm; ++i) {
     for (int64_t up = 0; up < paired; up += 2) {
-      // The lane's 8 positions: unit slot h * 2 + jj, element e.
+      // The lane's 8 products: unit slot h * 2 + jj, element e.
       for (int64_t h = 0; h < 2; ++h) {
         for (int64_t jj = 0; jj < 2; ++jj) {
           for (int64_t e = 0; e < 2; ++e) {
-            const std::string row = row_of(i, lit(h * 8)), col = "(" + unit_col(up + jj) + " + 2 * " + t + " + " + lit(e) + ")";
-            for (int64_t w = 0; w < n_outs; ++w) k.body.push_back(assign(qe(w, h * 2 + jj, e), "0.0f"));
-            Block in = cx_.fresh_block([&] {
-              const std::vector<std::string> xs = epilogue_values(cx_, st, outs, product_index(cx_, st, row, col),
-                                                                  st.frag_c + "[" + std::to_string(pair_at(i, up + jj, h) + e) + "]");
-              for (int64_t w = 0; w < n_outs; ++w) cx_.cur().push_back(assign(qe(w, h * 2 + jj, e), xs[static_cast<size_t>(w)]));
-            });
-            k.body.push_back(if_then(row + " < " + nm + " && " + col + " < " + nn, in));
+            k.body.push_back(assign(qe(h * 2 + jj, e), st.frag_c + "[" + std::to_string(pair_at(i, up + jj, h) + e) + "]"));
           }
         }
       }
@@ -210,37 +202,23 @@ void MmaMatMulStage::emit_register_epilogue(Kernel& k, const std::string& wm0, c
       for (int b = 0; b < 2; ++b) {
         const int m = 1 << b;
         const std::string bit = "((" + t + " >> " + std::to_string(b) + ") & 1)";
-        for (int64_t w = 0; w < n_outs; ++w) {
-          for (int64_t lo = 0; lo < 4; ++lo) {
-            if ((lo & m) != 0) continue;
-            for (int64_t e = 0; e < 2; ++e) {
-              const std::string keep0 = qe(w, lo, e), keep1 = qe(w, lo | m, e);
-              k.body.push_back(shuffle_xor(sent, 0, keep0, m));
-              k.body.push_back(shuffle_xor(sent, 1, keep1, m));
-              k.body.push_back(if_then(bit, {assign(keep0, sent + "[1]")}, {assign(keep1, sent + "[0]")}));
-            }
+        for (int64_t lo = 0; lo < 4; ++lo) {
+          if ((lo & m) != 0) continue;
+          for (int64_t e = 0; e < 2; ++e) {
+            const std::string keep0 = qe(lo, e), keep1 = qe(lo | m, e);
+            k.body.push_back(shuffle_xor(sent, 0, keep0, m));
+            k.body.push_back(shuffle_xor(sent, 1, keep1, m));
+            k.body.push_back(if_then(bit, {assign(keep0, sent + "[1]")}, {assign(keep1, sent + "[0]")}));
           }
         }
       }
+      // Row t / 2, columns 8 (t % 2) .. + 7 of the two units: the epilogue on the run, its
+      // operands along the columns in 16-byte vectors, its values stored as one.
       const std::string row = row_of(i, "(" + t + " >> 1) * 8"), col = "(" + unit_col(up) + " + (" + t + " & 1) * 8)";
-      Block whole = cx_.fresh_block([&] {
-        for (int64_t w = 0; w < n_outs; ++w) {
-          std::vector<std::string> run;
-          for (int64_t c = 0; c < 8; ++c) run.push_back(qe(w, c / 2, c % 2));
-          cx_.store_run(outs[static_cast<size_t>(w)], product_index(cx_, st, row, col), run);
-        }
+      const Block run = cx_.fresh_block([&] {
+        epilogue_run(cx_, st, outs, row, col, 8, [&](int64_t c) { return qe(c / 2, c % 2); });
       });
-      Block edge = cx_.fresh_block([&] {
-        for (int64_t c = 0; c < 8; ++c) {
-          Block one = cx_.fresh_block([&] {
-            for (int64_t w = 0; w < n_outs; ++w) {
-              cx_.store_value(outs[static_cast<size_t>(w)], product_index(cx_, st, row, col + " + " + lit(c)), qe(w, c / 2, c % 2));
-            }
-          });
-          cx_.cur().push_back(if_then(col + " + " + lit(c) + " < " + nn, one));
-        }
-      });
-      k.body.push_back(if_then(row + " < " + nm, {if_then(col + " + 7 < " + nn, whole, edge)}));
+      k.body.insert(k.body.end(), run.begin(), run.end());
     }
   }
 }

@@ -18,11 +18,12 @@
 // B with ldmatrix.x4.trans (.x2.trans for an odd last fragment) and issues its mma (TF32: per 8
 // of the step each lane reads and rounds its 4 A and 2 B elements of each fragment); a barrier.
 // After the last step, where planner::register_epilogue takes the product's uses (an element-wise
-// chain at its own index ending in the root), the epilogue runs from registers: per fragment row
-// each lane computes the chain's exported values on its two adjacent columns (the product
-// provided by the fragment); where every value written is 16-bit, the quad exchanges two adjacent
-// 8-column units by warp shuffles so that each lane stores 8 consecutive columns of one row as one
-// 16-byte run, otherwise each pair is stored as one (stages/matmul.h's epilogue_run); the
+// chain at its own index ending in the root), the epilogue runs from registers: where every
+// value written is 16-bit, the quad exchanges the accumulators of two adjacent 8-column units by
+// warp shuffles so that each lane holds 8 consecutive columns of one row, computes the chain's
+// exported values on them (its operands along the columns read as 16-byte vectors) and stores
+// each as one 16-byte run; otherwise each lane computes them on its two adjacent columns per
+// fragment row and stores each pair as one (stages/matmul.h's epilogue_run); the
 // product has no shared buffer and the driver writes none of those values
 // again (LoweringContext::written). Otherwise each lane writes its accumulator elements inside
 // the region to the product's shared accumulators for the epilogue, as on the scalar path.

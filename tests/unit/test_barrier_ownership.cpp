@@ -303,6 +303,31 @@ TEST(BarrierOwnership, AUniformLoopsBarriersGoOnlyWhenNoIterationHandsOver) {
   EXPECT_EQ(remove_unordering_barriers(war, {0}).removed, 0);
 }
 
+// A ring of two slots filled by cp.async (flash attention's key tiles): iteration i issues the
+// copies of tile i + 1 into the slot tile i - 1 was read from, and waits for tile i's. The copy
+// may write from its issue on, so the barrier ending iteration i - 1 (after its reads) orders
+// those reads before the next iteration's issue and stays, though the copy lands an iteration
+// later; deleted, the host executor reports the write-after-read.
+TEST(BarrierOwnership, ACopyInFlightWritesFromItsIssue) {
+  const auto copy = [](const std::string& slot) {
+    return thread_for("ft_e", "0LL", "8LL", {copy_async("s", slot + " * 32LL + ft_e * 4LL", "x", "ft_e * 4LL", "16")});
+  };
+  Block tile = {if_then("ft_kt + 1LL < 4LL", {copy("((ft_kt + 1LL) & 1LL)")}), copy_async_commit(), copy_async_wait(1), barrier(),
+                thread_for("ft_e", "0LL", "64LL", {store("y", "ft_e", "y[ft_e] + s[(ft_kt & 1LL) * 32LL + (63LL - ft_e) % 32LL]")}),
+                barrier()};
+  Kernel k = staged({copy("0LL"), copy_async_commit(), uniform_for("ft_kt", "0LL", "4LL", tile)});
+  const OwnershipResult r = remove_unordering_barriers(k, {0});
+  EXPECT_TRUE(r.analysed) << r.reason;
+  EXPECT_EQ(r.removed, 0) << to_text(k);
+  const auto ran = execute(k);
+  EXPECT_TRUE(ran.first.empty()) << ran.first.front();
+  for (size_t e = 0; e < 64; ++e) EXPECT_EQ(ran.second[e], 4.0f * static_cast<float>((63 - e) % 32)) << e;
+  k.body.back().body.pop_back();  // the barrier ending the iteration
+  const auto raced = execute(k);
+  ASSERT_FALSE(raced.first.empty());
+  EXPECT_NE(raced.first.front().find("hazard"), std::string::npos) << raced.first.front();
+}
+
 // When running every iteration of a loop exceeds the budget, the top-level barriers are still
 // decided, with the loop's barriers kept (its middle iterations not run).
 TEST(BarrierOwnership, ALoopTooLongToRunStillLetsTheTopLevelBarriersGo) {

@@ -340,8 +340,10 @@ TEST(CodegenAttention, TheMatcherDeclinesWhatFlashCannotTile) {
 }
 
 // Every barrier of the flash stage orders something: deleted in turn (over several key tiles and
-// batches of rows), each must be a finding of the host executor's checks; in both forms.
-TEST(CodegenAttention, EveryDeletedBarrierIsARace) {
+// batches of rows), each must be a finding of the host executor's checks; in both forms. On
+// tensor cores the key tiles stream through two slots by cp.async: each wait deleted, or
+// leaving one group more in flight, is a finding too.
+TEST(CodegenAttention, EveryDeletedBarrierOrWaitIsARace) {
   for (bool tensor : {false, true}) {
   Attention a;
   a.heads = a.kv_heads = 1;
@@ -382,6 +384,37 @@ TEST(CodegenAttention, EveryDeletedBarrierIsARace) {
     const backend::VerifyResult r = backend::verify_kernel(g, fg, bad, *backend, *module, rng);
     EXPECT_TRUE(!r.ok && r.check_failed) << (tensor ? "tensor cores: " : "") << "barrier " << i << " of " << barriers
                                          << " deleted: " << r.detail << "\n" << to_text(bad.kernel);
+  }
+  if (!tensor) continue;
+  // Q's group, then each tile's: the loop waits for all but the next tile's copies.
+  const std::string ir = to_text(good.kernel);
+  EXPECT_NE(ir.find("if ft_kt + 1 < 3"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("cp.async.wait_group 1"), std::string::npos) << ir;
+  // Wait `target` (in statement order) deleted (how 0) or leaving one more group in flight (1).
+  std::function<int(Block&, int, int, int)> weaken = [&](Block& b, int target, int how, int seen) {
+    Block kept;
+    for (Stmt& st : b) {
+      if (st.kind == Stmt::Kind::kCopyAsyncWait && seen++ == target) {
+        if (how == 0) continue;
+        st.groups += 1;
+      }
+      seen = weaken(st.body, target, how, seen);
+      kept.push_back(std::move(st));
+    }
+    b = std::move(kept);
+    return seen;
+  };
+  LoweredKernel counted = good;
+  const int waits = weaken(counted.kernel.body, -1, 0, 0);
+  ASSERT_EQ(waits, 2) << ir;  // Q's, before the loop, and the tile's
+  for (int i = 0; i < waits; ++i) {
+    for (int how : {0, 1}) {
+      LoweredKernel bad = good;
+      weaken(bad.kernel.body, i, how, 0);
+      auto module = backend->load({bad.kernel});
+      const backend::VerifyResult r = backend::verify_kernel(g, fg, bad, *backend, *module, rng);
+      EXPECT_TRUE(!r.ok && r.check_failed) << "wait " << i << (how == 0 ? " deleted: " : " one group later: ") << r.detail;
+    }
   }
   }
 }

@@ -561,6 +561,8 @@ EpilogueCase epilogue_case(const std::string& kind, DType dtype, int64_t m, int6
     if (kind == "bias relu" || kind == "bias relu, product exported") {
       add_op(g, "Relu", {add_op(g, "Add", {c.product, bias})});
       if (kind == "bias relu, product exported") extra.push_back(c.product);
+    } else if (kind == "bias residual relu") {  // a residual input read where the product is written
+      add_op(g, "Relu", {add_op(g, "Add", {add_op(g, "Add", {c.product, bias}), add_input(g, "residual", dtype, {m, n})})});
     } else if (kind == "row scale after") {  // the anchor comes after the product
       const int s = add_op(g, "ReduceMean", {a}, attrs({{"axes", std::vector<int64_t>{1}}, {"keepdims", int64_t{1}}}));
       add_op(g, "Mul", {c.product, s});
@@ -669,7 +671,7 @@ TEST(RegisterEpilogue, SixteenBitFragmentsLeaveAsSixteenByteStores) {
   for (const Case& c : {Case{DType::kF16, TileConfig{{64, 64}, 16, 128, 1, true}, 136},
                         Case{DType::kBF16, TileConfig{{32, 48}, 16, 64, 1, true}, 131}, Case{DType::kF16, wg, 120},
                         Case{DType::kF16, TileConfig{{32, 24}, 16, 64, 1, true}, 43}}) {
-    for (const std::string kind : {"bias relu", "bias relu, product exported"}) {
+    for (const std::string kind : {"bias relu", "bias relu, product exported", "bias residual relu"}) {
       const EpilogueCase e = epilogue_case(kind, c.dtype, 70, 40, c.n);
       const std::string label = std::string(dtype_name(c.dtype)) + " " + kind + " " + c.tile.str() + " n " + std::to_string(c.n);
       check_groups(e.g, {e.fg}, [&](const FusionGroup&) { return c.tile; }, label, {false, {"sm_90"}});
@@ -677,6 +679,9 @@ TEST(RegisterEpilogue, SixteenBitFragmentsLeaveAsSixteenByteStores) {
       const std::string cuda = emit_cuda({k});
       EXPECT_NE(cuda.find("ft_store_ft_u16x8(out"), std::string::npos) << label;
       EXPECT_NE(cuda.find("__shfl_xor_sync(0xffffffffu"), std::string::npos) << label;
+      // The bias (a constant: a group input) and the residual are read along the columns: 16-byte
+      // vectors where the run's columns are, when their rows are whole vectors.
+      EXPECT_EQ(cuda.find("= ft_load_ft_u16x8(in") != std::string::npos, c.n % 8 == 0) << label;
     }
   }
   // Each exchange deleted: values land in the wrong lanes' columns, a wrong result.
@@ -705,6 +710,7 @@ TEST(RegisterEpilogue, SixteenBitFragmentsLeaveAsSixteenByteStores) {
   const std::string ptx = backend::compile_ptx(emit_cuda({lk.kernel}), "sm_90");
   EXPECT_NE(ptx.find("st.global.v4.u32"), std::string::npos);
   EXPECT_NE(ptx.find("shfl.sync.bfly.b32"), std::string::npos);
+  EXPECT_NE(ptx.find("ld.global.nc.v4.u32"), std::string::npos) << "the bias in 16-byte vectors";
 }
 
 // The scalar staged MatMul takes the register epilogue where a micro-tile row is a whole 16-byte
