@@ -10,9 +10,8 @@
 #include "backend/cuda.h"
 #include "backend/cudnn.h"
 #include "backend/nvrtc.h"
-#include "codegen/emit.h"
 #include "core/error.h"
-#include "simt/module.h"
+#include "core/kernel_text.h"
 
 #ifdef FUSETUNE_HAVE_NVRTC
 #include <cuda.h>
@@ -365,10 +364,10 @@ class CudaBackend : public Backend {
     d_.check_cu(d_.cuModuleLoadData(&m, cubin.data()), "module load");
     std::map<std::string, Launch> fns;
     // The kernels' signatures (their scratch buffers), read once from the text when it has any.
-    std::vector<simt::KernelRef> signatures;
-    const auto signature = [&](const std::string& name) -> const simt::KernelRef& {
-      if (signatures.empty()) signatures = simt::parse_kernels(module.cuda_source);
-      for (const simt::KernelRef& r : signatures) {
+    std::vector<KernelSignature> signatures;
+    const auto signature = [&](const std::string& name) -> const KernelSignature& {
+      if (signatures.empty()) signatures = kernel_signatures(module.cuda_source);
+      for (const KernelSignature& r : signatures) {
         if (r.name == name) return r;
       }
       fail("kernel ", name, ": no signature in the module's CUDA text");
@@ -395,8 +394,8 @@ class CudaBackend : public Backend {
                     "shared memory opt-in");
       }
       Launch& l = fns[k.name];
-      l = {f, k.grid, k.threads, k.shared_bytes, nullptr, programmatic_ && codegen::waits_for_predecessor(module.cuda_source, k.name), {}};
-      for (const simt::Param& p : signature(k.name).params) {  // FT_SCRATCH parameters: Kernel::scratch
+      l = {f, k.grid, k.threads, k.shared_bytes, nullptr, programmatic_ && waits_for_predecessor(module.cuda_source, k.name), {}};
+      for (const KernelParam& p : signature(k.name).params) {  // FT_SCRATCH parameters: Kernel::scratch
         if (p.scratch_elements == 0) continue;
         l.scratch.push_back(std::make_shared<CudaBuffer>(d_, static_cast<size_t>(p.scratch_elements * p.element_bytes)));
         l.scratch.back()->fill_byte(0);

@@ -1,8 +1,11 @@
 #include "backend/nvrtc.h"
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <mutex>
 #include <regex>
 #include <sstream>
 
@@ -20,8 +23,68 @@ namespace fusetune::backend {
 
 namespace {
 
+// NVRTC's entry points, from the library opened at run time: nothing of fusetune links libnvrtc,
+// so a deployment that only runs bundles with cubins for its GPU loads without it. Tried in
+// order: the soname of the NVRTC the build was made with (found by the loader's search: the
+// library path, the caller's run path), then that file in the toolkit the build used.
+struct Nvrtc {
+  void* lib = nullptr;
+  decltype(&nvrtcVersion) version = nullptr;
+  decltype(&nvrtcGetErrorString) error_string = nullptr;
+  decltype(&nvrtcCreateProgram) create = nullptr;
+  decltype(&nvrtcCompileProgram) compile = nullptr;
+  decltype(&nvrtcDestroyProgram) destroy = nullptr;
+  decltype(&nvrtcGetProgramLogSize) log_size = nullptr;
+  decltype(&nvrtcGetProgramLog) log = nullptr;
+  decltype(&nvrtcGetCUBINSize) cubin_size = nullptr;
+  decltype(&nvrtcGetCUBIN) cubin = nullptr;
+  decltype(&nvrtcGetPTXSize) ptx_size = nullptr;
+  decltype(&nvrtcGetPTX) ptx = nullptr;
+
+  template <typename F>
+  bool sym(F& f, const char* name) {
+    f = reinterpret_cast<F>(dlsym(lib, name));
+    return f != nullptr;
+  }
+  bool open(std::string& why) {
+    for (const std::string& name : {std::string(FUSETUNE_NVRTC_SONAME), std::string(FUSETUNE_NVRTC_DIR "/" FUSETUNE_NVRTC_SONAME)}) {
+      if ((lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL)) != nullptr) break;
+    }
+    if (lib == nullptr) {
+      why = "NVRTC is not installed (" FUSETUNE_NVRTC_SONAME " not found: install the CUDA toolkit's NVRTC, e.g. pip's "
+            "nvidia-cuda-nvrtc or Debian's libnvrtc, or run a bundle that holds a cubin or PTX for this GPU)";
+      return false;
+    }
+    const bool ok = sym(version, "nvrtcVersion") && sym(error_string, "nvrtcGetErrorString") &&
+                    sym(create, "nvrtcCreateProgram") && sym(compile, "nvrtcCompileProgram") &&
+                    sym(destroy, "nvrtcDestroyProgram") && sym(log_size, "nvrtcGetProgramLogSize") &&
+                    sym(log, "nvrtcGetProgramLog") && sym(cubin_size, "nvrtcGetCUBINSize") && sym(cubin, "nvrtcGetCUBIN") &&
+                    sym(ptx_size, "nvrtcGetPTXSize") && sym(ptx, "nvrtcGetPTX");
+    if (!ok) why = FUSETUNE_NVRTC_SONAME " lacks an expected entry point";
+    return ok;
+  }
+};
+
+// The library, opened once; nullptr with the reason when it cannot be.
+const Nvrtc* nvrtc_library(std::string* why = nullptr) {
+  static std::once_flag once;
+  static Nvrtc lib;
+  static std::string reason;
+  static bool ok = false;
+  std::call_once(once, [] { ok = lib.open(reason); });
+  if (!ok && why != nullptr) *why = reason;
+  return ok ? &lib : nullptr;
+}
+
+const Nvrtc& nvrtc() {
+  std::string why;
+  const Nvrtc* lib = nvrtc_library(&why);
+  check(lib != nullptr, why);
+  return *lib;
+}
+
 void nvrtc_check(nvrtcResult r, const char* what) {
-  check(r == NVRTC_SUCCESS, "NVRTC ", what, " failed: ", nvrtcGetErrorString(r));
+  check(r == NVRTC_SUCCESS, "NVRTC ", what, " failed: ", nvrtc().error_string(r));
 }
 
 // Parses ptxas -v output: "Function properties for NAME" / "Compiling entry function 'NAME'"
@@ -53,11 +116,18 @@ std::map<std::string, KernelResources> parse_resources(const std::string& log) {
 
 }  // namespace
 
-bool nvrtc_available() { return true; }
+bool nvrtc_available() { return nvrtc_library() != nullptr; }
+
+std::string nvrtc_unavailable_reason() {
+  std::string why;
+  return nvrtc_library(&why) != nullptr ? "" : why;
+}
 
 std::string nvrtc_version() {
+  const Nvrtc* lib = nvrtc_library();
+  if (lib == nullptr) return "unavailable";
   int major = 0, minor = 0;
-  nvrtcVersion(&major, &minor);
+  lib->version(&major, &minor);
   return std::to_string(major) + "." + std::to_string(minor);
 }
 
@@ -66,9 +136,9 @@ namespace {
 // What NVRTC said while compiling the program (warnings, errors, ptxas's report).
 std::string program_log(nvrtcProgram prog) {
   size_t size = 0;
-  nvrtcGetProgramLogSize(prog, &size);
+  nvrtc().log_size(prog, &size);
   std::string log(size, '\0');
-  if (size > 0) nvrtcGetProgramLog(prog, log.data());
+  if (size > 0) nvrtc().log(prog, log.data());
   while (!log.empty() && log.back() == '\0') log.pop_back();
   return log;
 }
@@ -78,6 +148,7 @@ std::string program_log(nvrtcProgram prog) {
 std::string target_architecture(const std::string& arch) { return arch == "sm_90" ? "sm_90a" : arch; }
 
 CompiledCuda compile_cuda(const std::string& source, const std::string& arch, int max_registers) {
+  const Nvrtc& nv = nvrtc();
   const auto t0 = std::chrono::steady_clock::now();
   nvrtcProgram prog = nullptr;
   // No fast-math: the kernels are verified against the reference. --split-compile=0 optimises the
@@ -96,26 +167,26 @@ CompiledCuda compile_cuda(const std::string& source, const std::string& arch, in
     if (!with_optional) {
       for (const std::string& o : optional) opts.erase(std::find(opts.begin(), opts.end(), o));
     }
-    nvrtc_check(nvrtcCreateProgram(&prog, source.c_str(), "fusetune_kernels.cu", 0, nullptr, nullptr), "program creation");
+    nvrtc_check(nv.create(&prog, source.c_str(), "fusetune_kernels.cu", 0, nullptr, nullptr), "program creation");
     std::vector<const char*> copts;
     for (const auto& o : opts) copts.push_back(o.c_str());
-    rc = nvrtcCompileProgram(prog, static_cast<int>(copts.size()), copts.data());
+    rc = nv.compile(prog, static_cast<int>(copts.size()), copts.data());
     if (rc != NVRTC_ERROR_INVALID_OPTION || !with_optional) break;
-    nvrtcDestroyProgram(&prog);
+    nv.destroy(&prog);
   }
   const std::string log = program_log(prog);
   if (rc != NVRTC_SUCCESS) {
-    nvrtcDestroyProgram(&prog);
-    fail("NVRTC compilation for ", arch, " failed: ", nvrtcGetErrorString(rc), "\n", log.substr(0, 4000));
+    nv.destroy(&prog);
+    fail("NVRTC compilation for ", arch, " failed: ", nv.error_string(rc), "\n", log.substr(0, 4000));
   }
   CompiledCuda out;
   out.arch = arch;
   out.log = log;
   size_t cubin_size = 0;
-  nvrtc_check(nvrtcGetCUBINSize(prog, &cubin_size), "cubin size");
+  nvrtc_check(nv.cubin_size(prog, &cubin_size), "cubin size");
   out.cubin.resize(cubin_size);
-  nvrtc_check(nvrtcGetCUBIN(prog, out.cubin.data()), "cubin");
-  nvrtcDestroyProgram(&prog);
+  nvrtc_check(nv.cubin(prog, out.cubin.data()), "cubin");
+  nv.destroy(&prog);
   out.resources = parse_resources(log);
   out.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return out;
@@ -123,21 +194,22 @@ CompiledCuda compile_cuda(const std::string& source, const std::string& arch, in
 
 std::string compile_ptx(const std::string& source, const std::string& arch) {
   check(arch.rfind("sm_", 0) == 0, "compile_ptx: an architecture sm_XX, got ", arch);
+  const Nvrtc& nv = nvrtc();
   nvrtcProgram prog = nullptr;
-  nvrtc_check(nvrtcCreateProgram(&prog, source.c_str(), "fusetune_kernels.cu", 0, nullptr, nullptr), "program creation");
+  nvrtc_check(nv.create(&prog, source.c_str(), "fusetune_kernels.cu", 0, nullptr, nullptr), "program creation");
   const std::string target = "--gpu-architecture=compute_" + target_architecture(arch).substr(3);
   const std::vector<const char*> opts = {target.c_str(), "--std=c++17"};
-  const nvrtcResult rc = nvrtcCompileProgram(prog, static_cast<int>(opts.size()), opts.data());
+  const nvrtcResult rc = nv.compile(prog, static_cast<int>(opts.size()), opts.data());
   const std::string log = program_log(prog);
   if (rc != NVRTC_SUCCESS) {
-    nvrtcDestroyProgram(&prog);
-    fail("NVRTC compilation to PTX for ", arch, " failed: ", nvrtcGetErrorString(rc), "\n", log.substr(0, 4000));
+    nv.destroy(&prog);
+    fail("NVRTC compilation to PTX for ", arch, " failed: ", nv.error_string(rc), "\n", log.substr(0, 4000));
   }
   size_t size = 0;
-  nvrtc_check(nvrtcGetPTXSize(prog, &size), "PTX size");
+  nvrtc_check(nv.ptx_size(prog, &size), "PTX size");
   std::string ptx(size, '\0');
-  nvrtc_check(nvrtcGetPTX(prog, ptx.data()), "PTX");
-  nvrtcDestroyProgram(&prog);
+  nvrtc_check(nv.ptx(prog, ptx.data()), "PTX");
+  nv.destroy(&prog);
   while (!ptx.empty() && ptx.back() == '\0') ptx.pop_back();
   return ptx;
 }
@@ -176,6 +248,7 @@ CompiledCuda compile_cuda_cached(const std::string& source, const std::string& a
 #else
 
 bool nvrtc_available() { return false; }
+std::string nvrtc_unavailable_reason() { return "this build has no NVRTC (the CUDA toolkit was not found at build time)"; }
 std::string nvrtc_version() { return "unavailable"; }
 CompiledCuda compile_cuda(const std::string&, const std::string& arch, int) {
   fail("this build has no NVRTC (the CUDA toolkit was not found at build time); cannot compile for ", arch);

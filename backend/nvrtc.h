@@ -1,8 +1,9 @@
 // NVRTC: compiles a module of generated CUDA kernels (codegen/emit.h) for one GPU architecture
 // into a cubin, with ptxas's resource report per kernel (registers, shared memory, stack, spills).
 //
-// Available when the CUDA toolkit was found at build time (nvrtc_available()); compiling needs no
-// GPU. Compile errors throw Error carrying NVRTC's log. compile_cuda_cached keeps each successful
+// Available when the CUDA toolkit was found at build time and its NVRTC library loads at run time
+// (nvrtc_available(); nothing links it: it is opened on first use, and a process that runs only
+// precompiled code never needs it); compiling needs no GPU. Compile errors throw Error carrying NVRTC's log. compile_cuda_cached keeps each successful
 // compilation on disk (core/files.h cache_dir("nvrtc"): the cubin and ptxas's report, keyed by
 // the SHA-256 of the source, the architecture, the register limit and NVRTC's version), so a
 // restarted worker or a second tune compiles nothing it compiled before; `cached` says which.
@@ -37,6 +38,8 @@ struct CompiledCuda {
 // of a bundle is loaded only on a device of its architecture. Others as they are.
 std::string target_architecture(const std::string& arch);
 bool nvrtc_available();
+// Why NVRTC cannot be used ("" when it can): what to install.
+std::string nvrtc_unavailable_reason();
 std::string nvrtc_version();
 CompiledCuda compile_cuda(const std::string& source, const std::string& arch, int max_registers = 0);
 CompiledCuda compile_cuda_cached(const std::string& source, const std::string& arch, int max_registers = 0);

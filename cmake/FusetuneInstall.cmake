@@ -1,6 +1,7 @@
 # What `cmake --install` puts where (GNU install directories under CMAKE_INSTALL_PREFIX):
 #  - bin/fusetune: the command line (tune, coordinator, worker, submit, ...);
-#  - lib/libfusetune_runtime.so and include/fusetune/runtime.h: the deployment runtime;
+#  - lib/libfusetune_runtime.so and include/fusetune/runtime.h: the deployment runtime, and
+#    lib/libfusetune_host.so beside it: the host backend's plugin (runtime/host_plugin.h);
 #  - lib/cmake/fusetune: the package config, version file and exported target fusetune::runtime;
 #  - share/fusetune: the systemd units and the Slurm batch script of docs/deploy.md.
 include(CMakePackageConfigHelpers)
@@ -9,6 +10,7 @@ install(TARGETS fusetune RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(TARGETS fusetune_runtime_api EXPORT fusetuneTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(TARGETS fusetune_host_plugin LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} NAMELINK_SKIP)
 install(FILES ${PROJECT_SOURCE_DIR}/runtime/include/fusetune/runtime.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/fusetune)
 install(EXPORT fusetuneTargets NAMESPACE fusetune:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/fusetune)
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/fusetuneConfig.cmake.in

@@ -26,11 +26,6 @@ namespace fusetune::codegen {
 
 std::string emit_cuda(const std::vector<Kernel>& kernels);
 
-// Whether kernel `name` of CUDA text `source` begins by waiting for the grid before it
-// (FT_GRID_DEPENDENCY(), emitted from codegen version 14 on): only such a kernel may be launched
-// to overlap its predecessor (programmatic dependent launch). A bundle's kernels compiled before
-// do not wait.
-bool waits_for_predecessor(const std::string& source, const std::string& name);
 
 // The C type a parameter of this dtype has in generated code ("float", "unsigned short", ...).
 std::string storage_ctype(DType t);

@@ -25,6 +25,7 @@
 #include "core/error.h"
 #include "core/ops.h"
 #include "planner/library_call.h"
+#include "planner/library_match.h"
 
 // The driver of the generic tile-stage schedule: binds parameters, sets up the tile and the regions
 // (stages/context.h), sizes and plans one stage per anchor (stages/*.h) in the group's order, then
@@ -180,7 +181,7 @@ LoweredKernel lower_library_call(const Graph& g, const planner::FusionGroup& gro
   const auto match = planner::match_library_call(g, group);
   check(match.has_value(), "lower_group: the group (", group.pattern, ") is not a pattern ", cfg.library, " runs");
   std::string why;
-  const auto call = planner::library_call(*match, cfg.library, cfg.algorithm, &why);
+  const auto call = planner::library_call(match->call, cfg.library, cfg.algorithm, &why);
   check(call.has_value(), "lower_group: ", why);
   LoweredKernel out;
   out.kernel.name = name;

@@ -116,14 +116,14 @@ DryRunReport dry_run(const JobPlanner& job, const DryRunOptions& options) {
   r.tasks = tasks.size();
   planner::PlanOptions plan_options;
   plan_options.tiling.tf32 = planner::tf32_precision(job.options().precision);
-  runtime::BundleOptions bundle_options;
+  compiler::BundleOptions bundle_options;
   check_tasks(tasks, options, r, plan_options.rejected);
   bundle_options.rejected = plan_options.rejected;
   auto phase = std::chrono::steady_clock::now();
   r.plan = planner::plan_model(job.graph(), job.plan_device(), plan_options);
   r.plan_s = seconds_since(phase);
   phase = std::chrono::steady_clock::now();
-  r.bundle = runtime::compile_bundle(job.graph(), r.plan, job.plan_device(), job.model_name(), bundle_options);
+  r.bundle = compiler::compile_bundle(job.graph(), r.plan, job.plan_device(), job.model_name(), bundle_options);
   r.bundle_s = seconds_since(phase);
   r.wall_s = seconds_since(t0);
   r.cpu_s = cpu_seconds() - cpu0;

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/compile_bundle.h"
 #include "coordinator/job_planner.h"
 #include "runtime/bundle.h"
 

@@ -361,9 +361,9 @@ runtime::Bundle JobPlanner::bundle(const planner::ModelPlan& plan, const Measure
     check(now == it->second, "export refused: ", name(k), ": the kernel of ", chosen, " generated now (source ",
           now.substr(0, 12), ") is not the one measured (", it->second.substr(0, 12), "); re-measure it (resubmit the job)");
   }
-  runtime::BundleOptions options;
+  compiler::BundleOptions options;
   options.as_measured = true;
-  runtime::Bundle b = runtime::compile_bundle(s_->graph, plan, s_->plan_device, s_->model_name, options);
+  runtime::Bundle b = compiler::compile_bundle(s_->graph, plan, s_->plan_device, s_->model_name, options);
   for (size_t k = 0; k < plan.groups.size(); ++k) {
     const std::string chosen = plan.groups[k].candidates[plan.groups[k].chosen].config.str();
     check(b.group_configs[k] == chosen, "export refused: ", name(k), " would ship configuration ", b.group_configs[k],

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "codegen/lower_group.h"
+#include "compiler/compile_bundle.h"
 #include "core/graph.h"
 #include "fusetune_proto/service.pb.h"
 #include "planner/device.h"

@@ -26,6 +26,7 @@
 #include "core/graph.h"
 #include "planner/fusion.h"
 #include "planner/library_call.h"
+#include "planner/library_match.h"
 
 namespace fusetune::planner {
 

@@ -2,15 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <iterator>
-#include <limits>
-#include <span>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "planner/activation.h"
-#include "planner/library_attention.h"
 
 namespace fusetune::planner {
 
@@ -138,188 +133,6 @@ LibraryCall LibraryCall::from_json(const std::string& text) {
 
 namespace {
 
-// Whether `v` is written by a node of the group (a library reads its operands from memory).
-bool made_inside(const Graph& g, const FusionGroup& group, int v) {
-  for (int id : group.nodes) {
-    for (int out : g.nodes()[static_cast<size_t>(id)].outputs) {
-      if (out == v) return true;
-    }
-  }
-  return false;
-}
-
-// The epilogue both libraries apply to the product (the output of the group's first node, whose
-// operands are match.inputs), in the group's other nodes: Adds of a bias (a value `is_bias` accepts
-// the shape of; at most one, `bias` being one already bound) and of a residual of the product's
-// shape, in either order, then a ReLU last; for a convolution, or a Clip(0, max); for a GEMM, or
-// the rest of the group computing GELU's tanh approximation, and Reshapes anywhere that keep the
-// rows (the last extent: the library writes the same bytes in the same order, and a bias along the
-// rows stays one). Completes `match` (the epilogue's flags, inputs [bias], [residual], the output)
-// and returns false for anything else, or where an operand is computed inside the group (the
-// library reads it from memory).
-bool match_epilogue(const Graph& g, const FusionGroup& group, int bias, const std::function<bool(const Shape&)>& is_bias,
-                    LibraryMatch& match) {
-  LibraryCall& c = match.call;
-  const bool gemm = c.op == LibraryOp::kGemm;
-  c.bias = bias >= 0;
-  const auto node = [&](size_t i) -> const Node& { return g.nodes()[static_cast<size_t>(group.nodes[i])]; };
-  int current = node(0).outputs[0], residual = -1;
-  const int64_t rows = g.value(current).shape.back();
-  // A Reshape that moves the product's bytes nowhere.
-  const auto view = [&](const Node& n) {
-    return gemm && n.op == "Reshape" && n.inputs[0] == current && g.value(n.outputs[0]).shape.back() == rows;
-  };
-  size_t end = group.nodes.size();  // the activation ends before the group's trailing Reshapes
-  while (gemm && end > 1 && node(end - 1).op == "Reshape") --end;
-  for (size_t i = 1; i < group.nodes.size(); ++i) {
-    const Node& n = node(i);
-    if (view(n)) {
-      current = n.outputs[0];
-      continue;
-    }
-    if (i >= end) return false;
-    // GELU's nodes are a tail of their own (Adds among them are no bias or residual).
-    const int act_out = node(end - 1).outputs[0];
-    if (gemm && !c.relu && computes_tanh_gelu(g, std::span(group.nodes).subspan(i, end - i), current, act_out)) {
-      c.gelu = true;
-      current = act_out;
-      i = end - 1;
-      continue;
-    }
-    if (!c.relu && !c.gelu && i + 1 == end && n.inputs[0] == current && (n.op == "Relu" || (!gemm && n.op == "Clip"))) {
-      if (n.op == "Clip") {
-        const float lo = n.attrs.f("min", -std::numeric_limits<float>::infinity());
-        const float hi = n.attrs.f("max", std::numeric_limits<float>::infinity());
-        if (lo != 0.0f || !(hi > 0.0f)) return false;
-        c.relu_max = std::isinf(hi) ? 0.0f : hi;
-      }
-      c.relu = true;
-      current = n.outputs[0];
-      continue;
-    }
-    if (n.op != "Add" || c.relu || c.gelu) return false;
-    const int other = n.inputs[0] == current ? n.inputs[1] : n.inputs[1] == current ? n.inputs[0] : -1;
-    if (other < 0 || other == current) return false;
-    const Value& o = g.value(other);
-    const Shape& shape = g.value(current).shape;
-    if (o.dtype != c.dtype || g.value(n.outputs[0]).shape != shape) return false;
-    if (is_bias(o.shape) && !c.bias) {
-      c.bias = true;
-      bias = other;
-    } else if (o.shape == shape && !c.residual) {
-      c.residual = true;
-      residual = other;
-    } else {
-      return false;
-    }
-    current = n.outputs[0];
-  }
-  // The library writes Y in the call's type (a GELU's Casts to and from float are taken as exact).
-  if (group.outputs[0] != current || g.value(current).dtype != c.dtype) return false;
-  for (int v : {match.inputs[0], match.inputs[1], bias, residual}) {
-    if (v >= 0 && made_inside(g, group, v)) return false;
-  }
-  if (c.bias) match.inputs.push_back(bias);
-  if (c.residual) match.inputs.push_back(residual);
-  match.output = current;
-  return true;
-}
-
-std::optional<LibraryMatch> match_gemm(const Graph& g, const FusionGroup& group) {
-  // The product, two Adds and GELU's eight or so nodes (a spelling with Casts takes a few more).
-  if (group.nodes.empty() || group.nodes.size() > 16 || group.outputs.size() != 1) return std::nullopt;
-  const auto node = [&](size_t i) -> const Node& { return g.nodes()[static_cast<size_t>(group.nodes[i])]; };
-  const Node& mm = node(0);
-  if (mm.op != "MatMul") return std::nullopt;
-  const Value& a = g.value(mm.inputs[0]);
-  const Value& b = g.value(mm.inputs[1]);
-  const Value& y0 = g.value(mm.outputs[0]);
-  const DType dt = y0.dtype;
-  if ((dt != DType::kF32 && dt != DType::kF16) || a.dtype != dt || b.dtype != dt) return std::nullopt;
-  if (a.shape.size() < 2 || b.shape.size() < 2) return std::nullopt;
-  LibraryMatch match;
-  LibraryCall& c = match.call;
-  c.dtype = dt;
-  c.m = a.shape[a.shape.size() - 2];
-  c.k = a.shape.back();
-  c.n = b.shape.back();
-  if (b.shape[b.shape.size() - 2] != c.k) return std::nullopt;
-  for (size_t d = 0; d + 2 < a.shape.size(); ++d) c.batch *= a.shape[d];
-  if (b.shape.size() == 2) {
-    c.b_batched = false;
-  } else if (b.shape.size() == a.shape.size() &&
-             std::equal(b.shape.begin(), b.shape.end() - 2, a.shape.begin())) {
-    c.b_batched = c.batch > 1;
-  } else {
-    return std::nullopt;
-  }
-  if (y0.shape.size() != std::max(a.shape.size(), b.shape.size())) return std::nullopt;
-  match.inputs = {mm.inputs[0], mm.inputs[1]};
-  // A bias is a vector along n ([n], or leading ones then n).
-  const auto along_n = [&](const Shape& s) {
-    return !s.empty() && s.back() == c.n && std::all_of(s.begin(), s.end() - 1, [](int64_t d) { return d == 1; });
-  };
-  if (!match_epilogue(g, group, -1, along_n, match)) return std::nullopt;
-  return match;
-}
-
-std::optional<LibraryMatch> match_conv(const Graph& g, const FusionGroup& group) {
-  if (group.nodes.empty() || group.nodes.size() > 4 || group.outputs.size() != 1) return std::nullopt;
-  const Node& conv = g.nodes()[static_cast<size_t>(group.nodes[0])];
-  if (conv.op != "Conv") return std::nullopt;
-  const Value& x = g.value(conv.inputs[0]);
-  const Value& w = g.value(conv.inputs[1]);
-  const Value& y0 = g.value(conv.outputs[0]);
-  const DType dt = y0.dtype;
-  if ((dt != DType::kF32 && dt != DType::kF16) || x.dtype != dt || w.dtype != dt) return std::nullopt;
-  if (x.shape.size() != 4 || w.shape.size() != 4 || y0.shape.size() != 4) return std::nullopt;
-  LibraryMatch match;
-  LibraryCall& c = match.call;
-  c.op = LibraryOp::kConv;
-  c.library = library_family(c.op);
-  c.dtype = dt;
-  c.batch = x.shape[0];
-  ConvShape& cs = c.conv;
-  cs.c = x.shape[1];
-  cs.h = x.shape[2];
-  cs.w = x.shape[3];
-  cs.k = w.shape[0];
-  cs.r = w.shape[2];
-  cs.s = w.shape[3];
-  cs.groups = conv.attrs.i("group", 1);
-  const auto strides = conv.attrs.ints("strides", {1, 1}), dil = conv.attrs.ints("dilations", {1, 1}),
-             pads = conv.attrs.ints("pads", {0, 0, 0, 0});
-  if (strides.size() != 2 || dil.size() != 2 || pads.size() != 4 || cs.groups < 1 || cs.c % cs.groups != 0 ||
-      cs.k % cs.groups != 0 || w.shape[1] != cs.c / cs.groups) {
-    return std::nullopt;
-  }
-  std::copy(strides.begin(), strides.end(), cs.strides.begin());
-  std::copy(dil.begin(), dil.end(), cs.dilations.begin());
-  std::copy(pads.begin(), pads.end(), cs.pads.begin());
-  if (y0.shape != Shape{c.batch, cs.k, cs.p(), cs.q()}) return std::nullopt;
-  match.inputs = {conv.inputs[0], conv.inputs[1]};
-  int bias_value = -1;
-  if (conv.inputs.size() > 2 && conv.inputs[2] != kNoValue) {
-    const Value& b = g.value(conv.inputs[2]);
-    if (b.dtype != dt || b.shape != Shape{cs.k}) return std::nullopt;
-    bias_value = conv.inputs[2];
-  }
-  // A bias (besides Conv's own) is a vector along the output channels: [K, 1, 1] or [1, K, 1, 1].
-  const auto along_k = [&](const Shape& s) { return s == Shape{cs.k, 1, 1} || s == Shape{1, cs.k, 1, 1}; };
-  if (!match_epilogue(g, group, bias_value, along_k, match)) return std::nullopt;
-  return match;
-}
-
-}  // namespace
-
-std::optional<LibraryMatch> match_library_call(const Graph& g, const FusionGroup& group) {
-  if (auto gemm = match_gemm(g, group)) return gemm;
-  if (auto conv = match_conv(g, group)) return conv;
-  return match_attention_call(g, group);
-}
-
-namespace {
-
 // Each library: the operation it runs and its names at the model's types and in TF32 mode.
 struct LibraryNames {
   LibraryOp op;
@@ -367,15 +180,15 @@ std::set<std::string> library_set(const std::string& list) {
 
 std::string library_family(LibraryOp op) { return names_of(op).name; }
 
-std::string library_for(const LibraryMatch& match, bool tf32) {
-  const LibraryNames& l = names_of(match.call.op);
-  return tf32 && match.call.dtype == DType::kF32 && l.tf32_name != nullptr ? l.tf32_name : l.name;
+std::string library_for(const LibraryCall& matched, bool tf32) {
+  const LibraryNames& l = names_of(matched.op);
+  return tf32 && matched.dtype == DType::kF32 && l.tf32_name != nullptr ? l.tf32_name : l.name;
 }
 
-std::optional<LibraryCall> library_call(const LibraryMatch& match, const std::string& library, int algorithm,
+std::optional<LibraryCall> library_call(const LibraryCall& matched, const std::string& library, int algorithm,
                                         std::string* why) {
-  if (!library_runs(library, match.call.op)) {
-    const LibraryOp op = match.call.op;
+  if (!library_runs(library, matched.op)) {
+    const LibraryOp op = matched.op;
     *why = "library '" + library + "' does not run this group's " +
            (op == LibraryOp::kConv ? "convolution" : op == LibraryOp::kAttention ? "attention" : "GEMM");
     return std::nullopt;
@@ -384,7 +197,7 @@ std::optional<LibraryCall> library_call(const LibraryMatch& match, const std::st
     *why = "library algorithm " + std::to_string(algorithm) + " (the ranked choices count from 0)";
     return std::nullopt;
   }
-  LibraryCall call = match.call;
+  LibraryCall call = matched;
   call.library = library;
   call.algorithm = algorithm;
   call.tf32 = tf32_library(library);
@@ -393,38 +206,6 @@ std::optional<LibraryCall> library_call(const LibraryMatch& match, const std::st
     return std::nullopt;
   }
   return call;
-}
-
-double library_cost_us(const LibraryCall& c, const Device& d, double launch_overhead_us, int64_t* dram_bytes) {
-  const int64_t esize = static_cast<int64_t>(dtype_size(c.dtype));
-  int64_t elements = 0;
-  double flops = 0;
-  if (c.op == LibraryOp::kGemm) {
-    elements = c.batch * c.m * c.k + (c.b_batched ? c.batch : 1) * c.k * c.n + c.batch * c.m * c.n * (c.residual ? 2 : 1) +
-               (c.bias ? c.n : 0);
-    flops = 2.0 * static_cast<double>(c.batch * c.m) * static_cast<double>(c.n * c.k);
-  } else if (c.op == LibraryOp::kAttention) {
-    const AttentionShape& a = c.attention;
-    const int64_t rows = c.batch * a.heads;
-    elements = rows * (a.queries * a.head + a.keys * (a.head + a.value_head) + a.queries * a.value_head) +
-               (c.bias ? rows * a.queries * a.keys : 0);
-    // Both products; a causal mask skips about half of them.
-    flops = 2.0 * static_cast<double>(rows * a.queries) * static_cast<double>(a.keys * (a.head + a.value_head)) *
-            (a.causal ? 0.5 : 1.0);
-  } else {
-    const ConvShape& cs = c.conv;
-    const int64_t y = c.batch * cs.k * cs.p() * cs.q();
-    elements = c.batch * cs.c * cs.h * cs.w + cs.k * (cs.c / cs.groups) * cs.r * cs.s + y * (c.residual ? 2 : 1) +
-               (c.bias ? cs.k : 0);
-    flops = 2.0 * static_cast<double>(y) * static_cast<double>((cs.c / cs.groups) * cs.r * cs.s);
-  }
-  const int64_t bytes = esize * elements;
-  if (dram_bytes != nullptr) *dram_bytes = bytes;
-  const double tflops = c.tf32 ? d.tf32_tensor_tflops : c.dtype == DType::kF32 ? d.fp32_tflops : d.fp16_tensor_tflops;
-  constexpr double kEfficiency = 0.7;  // a tuned library kernel on a large problem; small ones are latency-bound
-  const double compute_us = flops / (tflops * 1e6 * kEfficiency);
-  const double memory_us = static_cast<double>(bytes) / (d.dram_bandwidth_gbps * 1e3 * kEfficiency);
-  return std::max(compute_us, memory_us) + launch_overhead_us + 3.0;  // + the library's own setup per call
 }
 
 }  // namespace fusetune::planner

@@ -1,32 +1,14 @@
 // Library calls: a group that a vendor library runs whole, as one candidate among the generated
 // ones (measurement, not prejudice, decides): cuBLASLt's matmul with its epilogue, cuDNN's
-// convolution with its epilogue.
+// convolution with its epilogue, cuDNN's scaled dot-product attention.
 //
-// match_library_call takes a graph and a fusion group and recognizes exactly one of
-//   GEMM:  Y = [Relu | GELU]( MatMul(A, B) [+ bias] [+ residual] )
-//          (the two Adds in either order) where A is [batch..., m, k] and B is [k, n] (shared by
-//          every batch) or [batch..., k, n], bias is a vector along n ([n], or leading ones then n),
-//          residual has Y's shape, and GELU is the tanh approximation in any spelling
-//          (planner/activation.h; the exact, erf-based GELU is not what cuBLASLt computes and is
-//          left to generated code), with Reshapes anywhere after the product that keep its last
-//          extent (the same bytes: exporters view a 3-D activation as 2-D around the product).
-//          cuBLASLt computes D = act(A·B + C + bias) with C the residual.
-//   Conv:  Y = [Relu | Clip(0, max)]( Conv(X, W [, bias]) [+ bias] [+ residual] )
-//          a 2-D convolution in NCHW (X [N, C, H, W], W [K, C / group, R, S], any pads, strides,
-//          dilations and group), the bias a vector along K (Conv's third input, or an Add of a
-//          [K, 1, 1] or [1, K, 1, 1] value), the residual of Y's shape. cuDNN's graph computes
-//          conv -> add bias -> add residual -> ReLU with its upper clip.
-//   Attention: O = softmax(scale Q·Kᵀ [+ bias] [causal]) V, the attention core of planner/
-//          attention.h whose every other node is a Reshape, Transpose or Slice viewing Q, K, V,
-//          the bias or O in a buffer outside the group, or a Cast (planner/library_attention.h).
-//          cuDNN's SDPA (its flash kernels) computes it from those views.
-// Every value has one dtype (float32 or float16; attention float16 or bfloat16), the operands come
-// from outside the group and the group exports Y alone. Guarantees: a match binds the call's parameters to the group's values in
-// the order (A, B | X, W), [bias], [residual], Y; the JSON form (stored with kernels, plan bundles
-// and measurement tasks) holds the operation, the shapes, the epilogue and the TF32 mode (a
-// float32 call on TF32 tensor cores, the `--precision tf32` policy's), nothing graph-specific, and
-// parses back to an equal call. library_cost_us models the call as the device's roofline at a
-// fixed efficiency (the tensor peak of its type: float16, TF32; float32 on FP32).
+// LibraryCall describes one call: the operation, the shapes, the epilogue and the TF32 mode (a
+// float32 call on TF32 tensor cores, the `--precision tf32` policy's), nothing graph-specific. Its
+// JSON form is what kernels, plan bundles and measurement tasks store, and parses back to an
+// equal call (errors name the field). Which groups a library computes, and what a call is
+// modeled to cost, is planner/library_match.h; this header is all a backend that makes the
+// calls needs (backend/cublas_lt.h, backend/cudnn.h), so the deployment runtime reads calls
+// without the planner.
 #pragma once
 
 #include <array>
@@ -34,11 +16,8 @@
 #include <optional>
 #include <set>
 #include <string>
-#include <vector>
 
-#include "core/graph.h"
-#include "planner/device.h"
-#include "planner/fusion.h"
+#include "core/dtype.h"
 
 namespace fusetune::planner {
 
@@ -98,14 +77,6 @@ struct LibraryCall {
   bool operator==(const LibraryCall&) const = default;
 };
 
-struct LibraryMatch {
-  LibraryCall call;
-  std::vector<int> inputs;  // A, B (X, W; Q, K, V: the buffers they lie in, one value perhaps thrice), [bias], [residual]
-  int output = -1;          // Y
-};
-
-std::optional<LibraryMatch> match_library_call(const Graph& g, const FusionGroup& group);
-
 // The libraries a candidate names (TileConfig::library): cuBLASLt for GEMMs and cuDNN for
 // convolutions at the model's types, and for a float32 call under the TF32 precision policy
 // (TilingOptions::tf32) each with TF32 tensor cores, as torch's allow_tf32 asks of cuBLAS and cuDNN.
@@ -128,18 +99,15 @@ std::set<std::string> library_set(const std::string& list);
 // The library that runs an operation: kCublasLt for a GEMM, kCudnn for a convolution and attention.
 std::string library_family(LibraryOp op);
 
-// The library candidate's name for a match: its operation's library, in TF32 mode when `tf32` (the
-// policy) is on and the call is float32.
-std::string library_for(const LibraryMatch& match, bool tf32);
+// The library candidate's name for a matched call (planner/library_match.h): its operation's
+// library, in TF32 mode when `tf32` (the policy) is on and the call is float32.
+std::string library_for(const LibraryCall& matched, bool tf32);
 
-// The call a candidate naming `library` and `algorithm` makes of a match: the match's call with its
+// The call a candidate naming `library` and `algorithm` makes of a matched call: it with its
 // library, TF32 mode (by the name) and ranked algorithm set. Empty, with `why` set, for a name that
 // is not its operation's library, a negative algorithm, or TF32 asked of a call that is not
 // float32. (Whether the precision policy allows TF32 is the planner's question.)
-std::optional<LibraryCall> library_call(const LibraryMatch& match, const std::string& library, int algorithm,
+std::optional<LibraryCall> library_call(const LibraryCall& matched, const std::string& library, int algorithm,
                                         std::string* why);
-
-// Modeled time (microseconds) and DRAM bytes of the call on a device.
-double library_cost_us(const LibraryCall& call, const Device& d, double launch_overhead_us, int64_t* dram_bytes);
 
 }  // namespace fusetune::planner

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/signature.h"
 #include "planner/library_call.h"
+#include "planner/library_match.h"
 
 namespace fusetune::planner {
 

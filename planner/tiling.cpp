@@ -16,6 +16,7 @@
 #include "planner/attention.h"
 #include "planner/epilogue.h"
 #include "planner/library_call.h"
+#include "planner/library_match.h"
 #include "planner/tensor_expr.h"
 
 namespace fusetune::planner {
@@ -353,7 +354,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       c.reject = "the group is not a pattern " + cfg.library + " runs";
       return c;
     }
-    const auto call = library_call(*match, cfg.library, cfg.algorithm, &c.reject);
+    const auto call = library_call(match->call, cfg.library, cfg.algorithm, &c.reject);
     if (!call) return c;
     if (const std::string family = library_family(match->call.op); !opt.libraries.count(family)) {
       c.reject = family + " is not among the libraries the plan may call (--libraries)";
@@ -1216,7 +1217,7 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
     for (int algorithm = 0; algorithm < opt.library_algorithms; ++algorithm) {
       TileConfig cfg;
       cfg.tile = rs;
-      cfg.library = library_for(*match, opt.tf32);
+      cfg.library = library_for(match->call, opt.tf32);
       cfg.algorithm = algorithm;
       const Candidate lib{cfg, evaluate_tile(g, group, d, cfg, opt)};
       const auto is_library = [](const Candidate& c) { return !c.config.library.empty(); };

@@ -2,6 +2,9 @@
 
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <utility>
 
 #include "backend/cuda.h"
 #include "core/error.h"
@@ -20,7 +23,8 @@ DType dtype_named(const std::string& name) {
 
 }  // namespace
 
-std::unique_ptr<backend::Backend> select_backend(const std::string& which, std::string* no_gpu) {
+std::unique_ptr<backend::Backend> select_backend(const std::string& which, std::string* no_gpu,
+                                                 const HostBackendFactory& host) {
   check(which == "auto" || which == "host" || which == "cuda", "backend must be auto, host or cuda, not '", which, "'");
   std::string why;
   std::unique_ptr<backend::Backend> be;
@@ -28,7 +32,23 @@ std::unique_ptr<backend::Backend> select_backend(const std::string& which, std::
   check(be != nullptr || which != "cuda", "backend cuda: ", why);
   if (be != nullptr) return be;
   if (no_gpu != nullptr) *no_gpu = why;
-  return backend::make_host_backend();
+  return host();
+}
+
+std::string cubin_driver_problem(const std::string& built_with, const std::string& driver) {
+  // "MAJOR.MINOR" as numbers, or nothing for "unavailable", "" and the like.
+  const auto version = [](const std::string& v) -> std::optional<std::pair<int, int>> {
+    int major = 0, minor = 0;
+    char dot = 0;
+    std::istringstream in(v);
+    if (!(in >> major >> dot >> minor) || dot != '.') return std::nullopt;
+    return std::make_pair(major, minor);
+  };
+  const auto built = version(built_with), supported = version(driver);
+  if (!built || !supported || *built <= *supported) return "";
+  return "its cubin was built by NVRTC " + built_with + " and needs a driver that supports CUDA " + built_with +
+         " or newer; this GPU's driver supports CUDA " + driver +
+         ": update the NVIDIA driver, or compile the plan with a CUDA toolkit of at most " + driver;
 }
 
 struct PlanRunner::State {
@@ -51,6 +71,11 @@ PlanRunner::PlanRunner(const Bundle& bundle, backend::Backend& backend) : s_(std
     backend::ModuleSource src;
     src.cuda_source = bundle.cuda_source;
     src.cubins = bundle.cubins;
+    const backend::DeviceProperties device = backend.properties();
+    if (src.cubins.count(device.arch)) {
+      const std::string problem = cubin_driver_problem(m.value("nvrtc", ""), device.driver);
+      check(problem.empty(), "kernels.", device.arch, ".cubin: ", problem);
+    }
     for (const json& l : m.at("launches")) {
       src.kernels.push_back({l.at("kernel").get<std::string>(), l.at("grid").get<int64_t>(), l.at("threads").get<int>(),
                              l.at("shared_bytes").get<int64_t>(), l.contains("library") ? l.at("library").dump() : ""});

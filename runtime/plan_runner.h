@@ -5,13 +5,17 @@
 // one, else NVRTC; the host source on the host backend), uploads the constants once, places the
 // intermediates in one arena buffer at the manifest's offsets, and prepares the launch sequence
 // once (on the CUDA backend: captured into one CUDA graph where possible, cuda_graph() says whether
-// it was). run() binds inputs (in the manifest's input order, dtype and shape checked), runs the
+// it was). A cubin newer than the GPU's driver is refused before the driver is asked to load it,
+// with what to do (cubin_driver_problem). run() binds inputs (in the manifest's input order, dtype and shape checked), runs the
 // sequence and returns the outputs. Errors name the bundle field or input at fault.
 //
 // select_backend picks the backend a plan runs on: "cuda" (an error saying why when no GPU is
 // usable), "host", or "auto" (CUDA where a GPU is usable, else host, with the reason in *no_gpu).
+// The host backend comes from `host`: the CLI links it (backend::make_host_backend), the
+// deployment library loads it from its plugin (runtime/host_plugin.h).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -29,7 +33,15 @@ struct TensorSpec {
   Shape shape;
 };
 
-std::unique_ptr<backend::Backend> select_backend(const std::string& which, std::string* no_gpu);
+using HostBackendFactory = std::function<std::unique_ptr<backend::Backend>()>;
+
+std::unique_ptr<backend::Backend> select_backend(const std::string& which, std::string* no_gpu,
+                                                 const HostBackendFactory& host);
+
+// Why a cubin built by NVRTC `built_with` ("13.0", as a bundle's manifest records it) cannot be
+// loaded by a driver supporting CUDA `driver` ("12.8", as the CUDA backend reports it): a driver
+// runs code of its own CUDA version or older. "" when it can, or when either version is unknown.
+std::string cubin_driver_problem(const std::string& built_with, const std::string& driver);
 
 class PlanRunner {
  public:

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "runtime/host_plugin.h"
 #include "runtime/plan_runner.h"
 
 namespace fusetune {
@@ -96,7 +97,7 @@ Plan Plan::load(const std::string& dir, const std::string& backend) {
   auto impl = std::make_unique<Impl>();
   runtime::Bundle bundle;
   try {
-    impl->backend = runtime::select_backend(backend, &impl->no_gpu);
+    impl->backend = runtime::select_backend(backend, &impl->no_gpu, runtime::host_backend_from_plugin);
     bundle = runtime::read_bundle(dir);  // its errors name the file
   } catch (const Error& e) {
     throw RuntimeError(e.what());

@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "core/kernel_text.h"
 #include "simt/device_api.h"
 #include "simt/report.h"
 
@@ -51,13 +52,8 @@ struct Options {
   std::vector<int64_t> blocks;
 };
 
-struct Param {
-  std::string name;
-  std::string ctype;  // "const float", "float", "const long long", ...
-  int element_bytes = 4;
-  bool writable = false;
-  int64_t scratch_elements = 0;  // > 0: a scratch buffer of this many elements (FT_SCRATCH), bound by the backend
-};
+// A kernel parameter as its signature in the text declares it (core/kernel_text.h).
+using Param = KernelParam;
 
 struct KernelRef {
   std::string name;

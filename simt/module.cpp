@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/kernel_text.h"
 #include "core/sha256.h"
 #include "simt/prelude_text.h"
 
@@ -24,61 +25,15 @@ namespace fs = std::filesystem;
 
 namespace {
 
-int ctype_bytes(const std::string& t) {
-  static const std::map<std::string, int> sizes = {{"float", 4},          {"double", 8},       {"long long", 8},
-                                                   {"int", 4},            {"unsigned short", 2}, {"signed char", 1},
-                                                   {"unsigned char", 1}, {"unsigned int", 4}};
-  const auto it = sizes.find(t);
-  check(it != sizes.end(), "simt: a kernel parameter of type '", t, "'");
-  return it->second;
-}
 
 const char* const kFlags = "-std=c++17 -O2 -g1 -shared -fPIC -w";
 
 }  // namespace
 
-std::vector<KernelRef> parse_kernels(const std::string& cuda_source) {
-  static const std::string kHead = "extern \"C\" __global__ void ";
-  static const std::regex param_re(R"(^\s*FT_GLOBAL\(((const )?([a-z ]+))\) (\w+)\s*$)");
-  static const std::regex scratch_re(R"(^\s*FT_SCRATCH\(([a-z ]+), ([0-9]+)\) (\w+)\s*$)");
-  std::vector<KernelRef> out;
-  for (size_t at = cuda_source.find(kHead); at != std::string::npos; at = cuda_source.find(kHead, at + 1)) {
-    size_t i = at + kHead.size();
-    if (cuda_source.compare(i, 18, "__launch_bounds__(") == 0) i = cuda_source.find(") ", i) + 2;
-    const size_t open = cuda_source.find('(', i);
-    check(open != std::string::npos, "simt: a kernel signature without parameters");
-    KernelRef k;
-    k.name = cuda_source.substr(i, open - i);
-    // The parameter list up to its closing parenthesis, split at top-level commas.
-    int depth = 0;
-    std::string param;
-    for (size_t j = open + 1; j < cuda_source.size(); ++j) {
-      const char c = cuda_source[j];
-      if ((c == ',' || c == ')') && depth == 0) {
-        std::smatch m;
-        if (!param.empty() && std::regex_match(param, m, scratch_re)) {
-          k.params.push_back({m[3], m[1], ctype_bytes(m[1]), true, std::stoll(m[2])});
-        } else if (!param.empty()) {
-          check(std::regex_match(param, m, param_re), "simt: kernel '", k.name, "' has a parameter '", param,
-                "' that is not FT_GLOBAL(type) name or FT_SCRATCH(type, elements) name");
-          k.params.push_back({m[4], m[1], ctype_bytes(m[3]), !m[2].matched, 0});
-        }
-        param.clear();
-        if (c == ')') break;
-        continue;
-      }
-      depth += c == '(' ? 1 : (c == ')' ? -1 : 0);
-      param += c;
-    }
-    out.push_back(std::move(k));
-  }
-  return out;
-}
-
 std::string build_unit(const std::string& cuda_source) {
   std::ostringstream unit;
   unit << kDeviceApiText << "\n" << kPreludeText << "\n#line 1 \"kernels.cu\"\n" << cuda_source << "\n";
-  for (const KernelRef& k : parse_kernels(cuda_source)) unit << "FT_SIMT_ENTRY(" << k.name << ")\n";
+  for (const KernelSignature& k : kernel_signatures(cuda_source)) unit << "FT_SIMT_ENTRY(" << k.name << ")\n";
   return unit.str();
 }
 
@@ -153,7 +108,7 @@ Module::Module(const std::string& cuda_source, const std::string& compiler) {
     auto bind = reinterpret_cast<ft_simt_bind_fn>(dlsym(handle_, "ft_simt_bind"));
     check(bind != nullptr, lib, ": no ft_simt_bind (not a host build of fusetune's CUDA text)");
     bind(api());
-    kernels_ = parse_kernels(cuda_source);
+    for (KernelSignature& sig : kernel_signatures(cuda_source)) kernels_.push_back({sig.name, nullptr, std::move(sig.params)});
     for (KernelRef& k : kernels_) {
       k.entry = reinterpret_cast<ft_simt_entry>(dlsym(handle_, ("ft_simt_entry_" + k.name).c_str()));
       check(k.entry != nullptr, "kernel '", k.name, "' missing from ", lib);

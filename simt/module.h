@@ -7,7 +7,7 @@
 // once into a cache directory keyed by the unit's SHA-256 and the compiler's identity (its
 // version too: an upgraded compiler builds anew) (-O2 -g1: the line table, for reports). Module loads the result, binds the executor's table and finds each
 // kernel's entry; its parameters (names, element types, const or not) come from the kernel's
-// signature in the text. Errors (a compiler failure with its message, a kernel missing) throw Error.
+// signature in the text (core/kernel_text.h). Errors (a compiler failure with its message, a kernel missing) throw Error.
 #pragma once
 
 #include <string>
@@ -16,9 +16,6 @@
 #include "simt/executor.h"
 
 namespace fusetune::simt {
-
-// The kernels a CUDA text defines, in order: names and parameters from their signatures.
-std::vector<KernelRef> parse_kernels(const std::string& cuda_source);
 
 std::string build_unit(const std::string& cuda_source);
 

@@ -54,7 +54,7 @@ Ran run_model(const fs::path& model, const std::vector<std::string>& input_names
 
 Ran run_bundle(const fs::path& dir, const importer::TestData& data, const Args& args) {
   std::string why;
-  const std::unique_ptr<backend::Backend> be = runtime::select_backend(args.get("backend", "auto"), &why);
+  const std::unique_ptr<backend::Backend> be = runtime::select_backend(args.get("backend", "auto"), &why, [] { return backend::make_host_backend(); });
   const runtime::Bundle bundle = runtime::read_bundle(dir);
   const auto t0 = std::chrono::steady_clock::now();
   runtime::PlanRunner runner(bundle, *be);

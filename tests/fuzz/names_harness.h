@@ -24,6 +24,7 @@
 #include <google/protobuf/message.h>
 #include <google/protobuf/unknown_field_set.h>
 
+#include "compiler/compile_bundle.h"
 #include "core/error.h"
 #include "importer/importer.h"
 #include "planner/device.h"
@@ -119,7 +120,7 @@ inline std::string code_of(const std::string& model_bytes, const std::filesystem
   const importer::ImportedModel m = importer::import_onnx_bytes(model_bytes, base_dir);
   const planner::Device device = planner::find_device("h100");
   const planner::ModelPlan plan = planner::plan_model(m.graph, device);
-  const runtime::Bundle bundle = runtime::compile_bundle(m.graph, plan, device, "fuzz.onnx");
+  const runtime::Bundle bundle = compiler::compile_bundle(m.graph, plan, device, "fuzz.onnx");
   return std::regex_replace(bundle.cuda_source, std::regex("//[^\n]*"), "");
 }
 

@@ -4,14 +4,20 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
 
 #include "backend/nvrtc.h"
 #include "codegen/memory_plan.h"
+#include "compiler/compile_bundle.h"
+#include "compiler/verify_bundle.h"
+#include "core/error.h"
 #include "planner/select.h"
 #include "runtime/bundle.h"
+#include "runtime/plan_runner.h"
 #include "unit/graph_helpers.h"
+#include "unit/test_seed.h"
 
 namespace fusetune::runtime {
 namespace {
@@ -42,7 +48,7 @@ TEST(Bundle, ManifestDescribesEveryLaunchAndBuffer) {
   const Graph g = fusetune::testing::load_test_model("bert");
   const planner::Device d = planner::find_device("h100");
   const planner::ModelPlan plan = planner::plan_model(g, d);
-  const Bundle b = compile_bundle(g, plan, d, "bert");
+  const Bundle b = compiler::compile_bundle(g, plan, d, "bert");
   const nlohmann::json m = nlohmann::json::parse(b.manifest);
   EXPECT_EQ(m["format"], "fusetune-plan");
   EXPECT_EQ(m["version"], kBundleFormatVersion);
@@ -68,6 +74,75 @@ TEST(Bundle, ManifestDescribesEveryLaunchAndBuffer) {
   EXPECT_EQ(back.constants, b.constants);
   EXPECT_EQ(back.cubins, b.cubins);
   std::filesystem::remove_all(dir);
+}
+
+// Every kernel of a bundle is verified before it is written (`fusetune compile`): the bundle of a
+// plan passes; with one kernel's barriers deleted, verification fails naming that kernel and the
+// finding of the executor's checks.
+TEST(Bundle, VerificationPassesEveryKernelAndNamesOneThatFails) {
+  const Graph g = fusetune::testing::load_test_model("bert");
+  const planner::Device d = planner::find_device("h100");
+  const planner::ModelPlan plan = planner::plan_model(g, d);
+  std::vector<compiler::CompiledLaunch> launches;
+  const Bundle b = compiler::compile_bundle(g, plan, d, "bert", {}, &launches);
+  ASSERT_EQ(static_cast<int>(launches.size()), plan.launches);
+  compiler::BundleVerifyOptions options;
+  options.seed = fusetune::testing::test_seed();
+  size_t progressed = 0;
+  options.progress = [&](size_t done, size_t total) {
+    EXPECT_EQ(total, launches.size());
+    progressed = done;
+  };
+  const compiler::BundleVerifyReport report = compiler::verify_bundle(g, plan, b, launches, options);
+  EXPECT_EQ(report.kernels, launches.size());
+  EXPECT_EQ(progressed, launches.size());
+  // The first launch that has barriers (a LayerNorm's or the attention's stages), with all of them deleted.
+  const std::function<int(codegen::Block&)> drop = [&](codegen::Block& block) {
+    int n = 0;
+    codegen::Block kept;
+    for (codegen::Stmt& st : block) {
+      if (st.kind == codegen::Stmt::Kind::kBarrier) {
+        ++n;
+        continue;
+      }
+      n += drop(st.body) + drop(st.orelse);
+      kept.push_back(std::move(st));
+    }
+    block = std::move(kept);
+    return n;
+  };
+  std::vector<compiler::CompiledLaunch> broken = launches;
+  std::string name;
+  for (compiler::CompiledLaunch& l : broken) {
+    if (drop(l.lowered.kernel.body) > 0) {
+      name = l.lowered.kernel.name;
+      break;
+    }
+  }
+  ASSERT_FALSE(name.empty()) << "no launch of the plan has a barrier";
+  try {
+    compiler::verify_bundle(g, plan, b, broken, options);
+    ADD_FAILURE() << "kernel " << name << " without its barriers passed verification";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("kernel " + name + " ("), std::string::npos) << what;
+    EXPECT_NE(what.find("failed verification on the host"), std::string::npos) << what;
+  }
+}
+
+// A cubin is refused before the driver sees it when NVRTC's CUDA version is newer than the
+// driver's; the message says both versions and what to do. Unknown versions refuse nothing.
+TEST(Bundle, ACubinNewerThanTheDriverIsRefusedWithWhatToDo) {
+  EXPECT_EQ(cubin_driver_problem("13.0", "13.0"), "");
+  EXPECT_EQ(cubin_driver_problem("12.8", "13.1"), "");
+  EXPECT_EQ(cubin_driver_problem("12.9", "12.10"), "");  // versions as numbers: 12.10 is newer than 12.9
+  const std::string p = cubin_driver_problem("13.0", "12.8");
+  EXPECT_NE(p.find("NVRTC 13.0"), std::string::npos) << p;
+  EXPECT_NE(p.find("supports CUDA 12.8"), std::string::npos) << p;
+  EXPECT_NE(p.find("update the NVIDIA driver"), std::string::npos) << p;
+  EXPECT_NE(cubin_driver_problem("12.9", "12.8"), "");
+  EXPECT_EQ(cubin_driver_problem("unavailable", "12.8"), "");
+  EXPECT_EQ(cubin_driver_problem("13.0", ""), "");
 }
 
 }  // namespace

@@ -158,7 +158,7 @@ TEST(JobPlanner, AnExportShipsTheMeasuredKernelsAndSplitsARethreadedPackedLaunch
 
   // Lowered as a modeled plan is, a packed launch takes its widest part's thread count, and a
   // candidate that spills gives way to one that does not: kernels that were never measured.
-  const runtime::Bundle modeled = runtime::compile_bundle(jp.graph(), plan, jp.plan_device(), "llama");
+  const runtime::Bundle modeled = compiler::compile_bundle(jp.graph(), plan, jp.plan_device(), "llama");
   int changed = 0;
   for (size_t k = 0; k < plan.groups.size(); ++k) {
     changed += modeled.group_configs[k] != plan.groups[k].candidates[plan.groups[k].chosen].config.str();

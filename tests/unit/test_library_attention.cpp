@@ -22,6 +22,7 @@
 #include "backend/cudnn_attention.h"
 #include "backend/verify.h"
 #include "codegen/lower_group.h"
+#include "compiler/compile_bundle.h"
 #include "planner/attention.h"
 #include "planner/library_attention.h"
 #include "planner/select.h"
@@ -385,7 +386,7 @@ TEST(LibraryAttention, TheAttentionGroupsOfExportedModels) {
     attention_calls += m && m->call.op == planner::LibraryOp::kAttention;
   }
   EXPECT_EQ(attention_calls, 2) << "GPT-2's two layers";
-  testing::expect_plan_matches_reference(runtime::compile_bundle(gpt2, plan, dev, "gpt2_fp16"), gpt2, testing::test_seed(), 2e-2f);
+  testing::expect_plan_matches_reference(compiler::compile_bundle(gpt2, plan, dev, "gpt2_fp16"), gpt2, testing::test_seed(), 2e-2f);
 }
 
 }  // namespace

@@ -14,10 +14,12 @@
 #include "backend/cudnn.h"
 #include "backend/verify.h"
 #include "codegen/lower_group.h"
+#include "compiler/compile_bundle.h"
 #include "core/error.h"
 #include "graph_helpers.h"
 #include "planner/device.h"
 #include "planner/library_call.h"
+#include "planner/library_match.h"
 #include "planner/select.h"
 #include "planner/tiling.h"
 #include "reference/interpreter.h"
@@ -195,10 +197,10 @@ TEST(LibraryCall, IsAlwaysAmongTheCandidatesOfAMatchingGroup) {
   // The ranked choice travels with the call and comes back; a negative one is refused.
   const auto match = planner::match_library_call(t.g, t.group);
   std::string why;
-  const auto second = planner::library_call(*match, planner::kCublasLt, 1, &why);
+  const auto second = planner::library_call(match->call, planner::kCublasLt, 1, &why);
   ASSERT_TRUE(second.has_value()) << why;
   EXPECT_EQ(planner::LibraryCall::from_json(second->to_json()).algorithm, 1);
-  EXPECT_FALSE(planner::library_call(*match, planner::kCublasLt, -1, &why).has_value());
+  EXPECT_FALSE(planner::library_call(match->call, planner::kCublasLt, -1, &why).has_value());
   planner::TileConfig cfg = more[0].config;
   for (const planner::Candidate& c : more) {
     if (c.config.str() == "library=cublasLt algo=2") cfg = c.config;
@@ -301,7 +303,7 @@ TEST(LibraryCall, APlanThatTakesTheLibraryCallRunsAndMatchesTheReference) {
   int library_groups = 0;
   for (const planner::GroupPlan& gp : plan.groups) library_groups += !gp.candidates[gp.chosen].config.library.empty();
   ASSERT_GE(library_groups, 1) << "no group of the plan took the library call";
-  const runtime::Bundle bundle = runtime::compile_bundle(g, plan, dev, "gemms");
+  const runtime::Bundle bundle = compiler::compile_bundle(g, plan, dev, "gemms");
   EXPECT_NE(bundle.manifest.find("\"library\""), std::string::npos);
   expect_plan_matches_reference(bundle, g, 11);
 }
@@ -398,7 +400,7 @@ TEST(LibraryCall, GeluItsTanhApproximationInAnySpellingIsCublasLtsGeluEpilogue) 
     gelu_calls += m->call.gelu ? 1 : 0;
   }
   EXPECT_EQ(gelu_calls, 2) << "GPT-2's two layers";
-  expect_plan_matches_reference(runtime::compile_bundle(gpt2, plan, dev, "gpt2"), gpt2, seed);
+  expect_plan_matches_reference(compiler::compile_bundle(gpt2, plan, dev, "gpt2"), gpt2, seed);
 }
 
 // A fused MatMul + bias + GELU (BERT's FFN up-projection, GELU by erf as exported) whose generated
@@ -445,7 +447,7 @@ TEST(LibraryCall, AFusedGroupSplitsIntoItsLibraryCallAndTheRestWhenThatMeasuresF
   ASSERT_EQ(fast_whole.groups.size(), 1u);
   EXPECT_EQ(fast_whole.groups[0].group.nodes.size(), all_nodes);
   // The split plan runs and matches the reference.
-  const runtime::Bundle bundle = runtime::compile_bundle(g, slow_whole, dev, "ffn");
+  const runtime::Bundle bundle = compiler::compile_bundle(g, slow_whole, dev, "ffn");
   expect_plan_matches_reference(bundle, g, 5);
 }
 
@@ -589,10 +591,10 @@ TEST(LibraryCall, MatchesTheConvolutionEpiloguePatternsAndNothingElse) {
   }
   // A GEMM library name does not run a convolution, nor cuDNN a GEMM.
   std::string why;
-  EXPECT_FALSE(planner::library_call(*match(ConvCase{}), planner::kCublasLt, 0, &why).has_value());
+  EXPECT_FALSE(planner::library_call(match(ConvCase{})->call, planner::kCublasLt, 0, &why).has_value());
   EXPECT_NE(why.find("does not run this group's convolution"), std::string::npos) << why;
   const OneGroup gemm = make_gemm(DType::kF32, 1, 8, 8, 8, false, false, false, false);
-  EXPECT_FALSE(planner::library_call(*planner::match_library_call(gemm.g, gemm.group), planner::kCudnn, 0, &why).has_value());
+  EXPECT_FALSE(planner::library_call(planner::match_library_call(gemm.g, gemm.group)->call, planner::kCudnn, 0, &why).has_value());
   // Calls that cannot be: the error names the field.
   nlohmann::json bad = nlohmann::json::parse(match(ConvCase{})->call.to_json());
   bad["conv"]["groups"] = 2;
@@ -701,7 +703,7 @@ TEST(LibraryCall, ExportedCnnsWithEveryConvolutionOnCudnnMatchTheReference) {
       on_cudnn += gp.candidates[gp.chosen].config.library == planner::kCudnn;
     }
     EXPECT_GE(on_cudnn, 3) << "of " << convs << " groups with a convolution";
-    const runtime::Bundle bundle = runtime::compile_bundle(g, plan, dev, model);
+    const runtime::Bundle bundle = compiler::compile_bundle(g, plan, dev, model);
     // The bundle names the library and the version this machine loads (null where it cannot).
     const nlohmann::json manifest = nlohmann::json::parse(bundle.manifest);
     EXPECT_EQ(manifest["libraries"]["cudnn"]["calls"], on_cudnn) << manifest["libraries"].dump();

@@ -39,6 +39,7 @@
 #include "planner/device.h"
 #include "planner/tiling.h"
 #include "core/files.h"
+#include "core/kernel_text.h"
 #include "unit/cli_run.h"
 #include "unit/graph_helpers.h"
 
@@ -144,10 +145,10 @@ TEST_P(PtxHabits, EveryKernelWaitsForItsPredecessorBeforeTouchingGlobalMemory) {
     EXPECT_EQ(kernel.count(R"(\bgriddepcontrol\.launch_dependents\b)"), 1u) << model << " kernel " << name;
     // What the CUDA backend asks before launching a kernel to overlap its predecessor; a kernel
     // of an older bundle, without the wait, is launched in order.
-    EXPECT_TRUE(codegen::waits_for_predecessor(cuda, name)) << model << " kernel " << name;
+    EXPECT_TRUE(waits_for_predecessor(cuda, name)) << model << " kernel " << name;
     std::string old = cuda;
     for (size_t at; (at = old.find("  FT_GRID_DEPENDENCY();\n")) != std::string::npos;) old.erase(at, 24);
-    EXPECT_FALSE(codegen::waits_for_predecessor(old, name)) << model << " kernel " << name;
+    EXPECT_FALSE(waits_for_predecessor(old, name)) << model << " kernel " << name;
   }
   EXPECT_EQ(Ptx{backend::compile_ptx(cuda, "sm_80")}.count(R"(\bgriddepcontrol\b)"), 0u) << model << " for sm_80";
   std::printf("%s: %zu kernels, each waiting for its predecessor first on sm_90\n", model.c_str(), kernels.size());

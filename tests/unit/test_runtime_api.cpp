@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <functional>
 
+#include "compiler/compile_bundle.h"
 #include "importer/test_data.h"
 #include "planner/select.h"
 #include "reference/compare.h"
@@ -29,7 +30,7 @@ class RuntimeApi : public ::testing::Test {
     dir_ = fs::temp_directory_path() / ("fusetune_runtime_api_" + std::to_string(::getpid()));
     const Graph g = testing::load_test_model("cnn_small");
     const planner::Device d = planner::find_device("h100");
-    runtime::write_bundle(runtime::compile_bundle(g, planner::plan_model(g, d), d, "cnn_small"), dir_);
+    runtime::write_bundle(compiler::compile_bundle(g, planner::plan_model(g, d), d, "cnn_small"), dir_);
   }
   static void TearDownTestSuite() { fs::remove_all(dir_); }
 

@@ -13,6 +13,7 @@
 #include "backend/nvrtc.h"
 #include "codegen/emit.h"
 #include "core/error.h"
+#include "core/kernel_text.h"
 #include "simt/counters.h"
 #include "simt/executor.h"
 #include "simt/module.h"
@@ -476,7 +477,7 @@ TEST(SimtCounters, FloatingPointOperationsAsExecuted) {
 }
 
 TEST(SimtModule, ParametersComeFromTheSignatureAndBuildErrorsNameTheCompiler) {
-  const std::vector<simt::KernelRef> ks = simt::parse_kernels(
+  const std::vector<KernelSignature> ks = kernel_signatures(
       "extern \"C\" __global__ void __launch_bounds__(64) a(FT_GLOBAL(const unsigned short) h, FT_GLOBAL(long long) i) {\n}\n"
       "extern \"C\" __global__ void b(FT_GLOBAL(float) out) {\n}\n");
   ASSERT_EQ(ks.size(), 2u);

@@ -24,6 +24,7 @@
 #include "graph_helpers.h"
 #include "planner/device.h"
 #include "planner/library_call.h"
+#include "planner/library_match.h"
 #include "planner/select.h"
 #include "proto/wire.h"
 #include "simt/executor.h"

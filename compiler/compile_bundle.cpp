@@ -1,0 +1,284 @@
+#include "compiler/compile_bundle.h"
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "backend/cublas_lt.h"
+#include "backend/cudnn.h"
+#include "backend/nvrtc.h"
+#include "codegen/emit.h"
+#include "codegen/lower_group.h"
+#include "codegen/memory_plan.h"
+#include "core/error.h"
+#include "core/parallel.h"
+#include "planner/library_call.h"
+
+namespace fusetune::compiler {
+
+using nlohmann::json;
+
+namespace {
+
+json tensor_json(const Value& v) { return {{"name", v.name}, {"dtype", std::string(dtype_name(v.dtype))}, {"shape", v.shape}}; }
+
+}  // namespace
+
+runtime::Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, const planner::Device& device,
+                      const std::string& model_name, const BundleOptions& options,
+                      std::vector<CompiledLaunch>* launches_out) {
+  runtime::Bundle b;
+  // One kernel per launch, run in launch id order (planner/fusion.h: producers first): groups the
+  // planner packed into a launch become parts of one kernel (as measured: only parts measured at
+  // the same thread count, which the packed kernel keeps).
+  std::map<std::pair<int, int>, std::vector<size_t>> by_launch;
+  for (size_t k = 0; k < plan.groups.size(); ++k) {
+    const planner::GroupPlan& gp = plan.groups[k];
+    check(gp.candidates[gp.chosen].cost.valid, "group ", k, " (", gp.group.pattern, ") has no valid candidate: ",
+          gp.candidates[gp.chosen].cost.reject);
+    const int threads = options.as_measured ? gp.candidates[gp.chosen].config.threads : 0;
+    by_launch[{gp.group.launch, threads}].push_back(k);
+  }
+  std::vector<std::vector<size_t>> launch_groups;
+  for (auto& [key, groups] : by_launch) launch_groups.push_back(std::move(groups));
+  // The candidate each group runs: the plan's choice, unless ptxas reports that it spills and a
+  // lower-ranked candidate of the same group does not (a spilling candidate is never used silently).
+  std::vector<size_t> choice(plan.groups.size());
+  for (size_t k = 0; k < plan.groups.size(); ++k) choice[k] = plan.groups[k].chosen;
+  std::vector<codegen::Kernel> kernels;
+  std::vector<codegen::LoweredKernel> lowered;
+  b.group_configs.assign(plan.groups.size(), "");
+  std::map<size_t, int> launch_threads;  // a packed launch's thread count, when lowered to avoid spills
+  // Launch l as one kernel: its groups' chosen candidates, all with the launch's thread count.
+  auto lower_launch = [&](size_t l, int threads, const std::string& name) {
+    std::vector<codegen::LoweredKernel> parts;
+    int64_t base = 0;
+    for (size_t j = 0; j < launch_groups[l].size(); ++j) {
+      const size_t k = launch_groups[l][j];
+      planner::TileConfig cfg = plan.groups[k].candidates[choice[k]].config;
+      cfg.threads = threads;
+      codegen::LowerOptions lo;
+      if (launch_groups[l].size() > 1) lo.param_prefix = "p" + std::to_string(j) + "_";
+      lo.block_base = base;
+      parts.push_back(codegen::lower_group(g, plan.groups[k].group, cfg, name, lo));
+      base += parts.back().kernel.grid;
+    }
+    return codegen::pack_kernels(parts, name);
+  };
+  // Lowered launches by what determines them (launch, thread count, each part's candidate), so that
+  // a rebuild after a spill substitution lowers only the launches it changed.
+  std::map<std::vector<size_t>, codegen::LoweredKernel> lowered_by_key;
+  auto build = [&]() {
+    std::vector<std::vector<size_t>> keys(launch_groups.size());
+    for (size_t l = 0; l < launch_groups.size(); ++l) {
+      int threads = 0;
+      for (size_t k : launch_groups[l]) threads = std::max(threads, plan.groups[k].candidates[choice[k]].config.threads);
+      if (auto t = launch_threads.find(l); t != launch_threads.end()) threads = t->second;
+      keys[l] = {l, static_cast<size_t>(threads)};
+      for (size_t k : launch_groups[l]) {
+        planner::TileConfig cfg = plan.groups[k].candidates[choice[k]].config;
+        cfg.threads = threads;
+        b.group_configs[k] = cfg.str();
+        keys[l].push_back(choice[k]);
+      }
+    }
+    std::vector<size_t> missing;
+    for (size_t l = 0; l < keys.size(); ++l) {
+      if (!lowered_by_key.count(keys[l])) missing.push_back(l);
+    }
+    std::vector<codegen::LoweredKernel> fresh(missing.size());
+    parallel_for(missing.size(), [&](size_t j) {  // launches are lowered independently, on every core
+      const size_t l = missing[j];
+      fresh[j] = lower_launch(l, static_cast<int>(keys[l][1]), "k" + std::to_string(l));
+    });
+    for (size_t j = 0; j < missing.size(); ++j) lowered_by_key[keys[missing[j]]] = std::move(fresh[j]);
+    kernels.clear();
+    lowered.clear();
+    for (const std::vector<size_t>& key : keys) {
+      lowered.push_back(lowered_by_key.at(key));
+      kernels.push_back(lowered.back().kernel);
+    }
+    b.cuda_source = codegen::emit_cuda(kernels);
+  };
+  // Whether a kernel compiled on its own spills registers.
+  auto spills_alone = [&](const codegen::Kernel& kernel) {
+    const auto r = backend::compile_cuda_cached(codegen::emit_cuda({kernel}), device.arch).resources;
+    return !r.count(kernel.name) || r.at(kernel.name).spills();
+  };
+  build();
+  std::map<std::string, backend::KernelResources> resources;
+  std::string nvrtc = "unavailable";
+  std::map<size_t, std::string> spill_avoided;  // group -> the spilling config it replaced
+  if (backend::nvrtc_available()) {
+    backend::CompiledCuda cc = backend::compile_cuda_cached(b.cuda_source, device.arch);
+    std::map<std::string, size_t> probed;  // signature -> candidate that does not spill
+    bool changed = false;
+    for (size_t l = 0; l < launch_groups.size() && !options.as_measured; ++l) {
+      auto r = cc.resources.find(kernels[l].name);
+      if (r == cc.resources.end() || !r->second.spills()) continue;
+      if (launch_groups[l].size() > 1) {  // a packed launch: fewer threads leave more registers each
+        for (int threads : {256, 128, 64}) {
+          if (threads >= kernels[l].threads || spills_alone(lower_launch(l, threads, "probe").kernel)) continue;
+          launch_threads[l] = threads;
+          changed = true;
+          break;
+        }
+        continue;
+      }
+      const size_t k = launch_groups[l][0];
+      const planner::GroupPlan& gp = plan.groups[k];
+      auto known = probed.find(gp.signature);
+      if (known == probed.end()) {
+        size_t pick = choice[k];
+        for (size_t c = 0; c < gp.candidates.size(); ++c) {
+          if (c == choice[k] || !gp.candidates[c].cost.valid ||
+              options.rejected.count({gp.signature, gp.candidates[c].config.str()})) {
+            continue;
+          }
+          if (!spills_alone(codegen::lower_group(g, gp.group, gp.candidates[c].config, "probe").kernel)) {
+            pick = c;
+            break;
+          }
+        }
+        known = probed.emplace(gp.signature, pick).first;
+      }
+      if (known->second != choice[k]) {
+        spill_avoided[k] = gp.candidates[choice[k]].config.str();
+        choice[k] = known->second;
+        changed = true;
+      }
+    }
+    if (changed) {
+      build();
+      cc = backend::compile_cuda_cached(b.cuda_source, device.arch);
+    }
+    b.cubins[device.arch] = cc.cubin;
+    resources = cc.resources;
+    nvrtc = backend::nvrtc_version();
+  }
+  // Buffers: every value a kernel reads or writes, and the graph's inputs and outputs.
+  std::vector<int> producer_launch(g.values().size(), -1), last_use(g.values().size(), -1);
+  for (size_t k = 0; k < lowered.size(); ++k) {
+    for (int v : lowered[k].outputs) producer_launch[static_cast<size_t>(v)] = static_cast<int>(k);
+    for (int v : lowered[k].inputs) last_use[static_cast<size_t>(v)] = static_cast<int>(k);
+  }
+  std::set<int> graph_in(g.inputs().begin(), g.inputs().end()), graph_out(g.outputs().begin(), g.outputs().end());
+  std::map<int, int> buffer_id;
+  json buffers = json::array();
+  std::vector<codegen::Lifetime> lifetimes;
+  std::vector<size_t> arena_entries;
+  auto add_buffer = [&](int v) {
+    if (buffer_id.count(v)) return;
+    const Value& val = g.value(v);
+    const int64_t bytes = numel(val.shape) * static_cast<int64_t>(dtype_size(val.dtype));
+    json e = tensor_json(val);
+    e["id"] = buffer_id.size();
+    e["bytes"] = bytes;
+    if (graph_in.count(v)) {
+      e["kind"] = "input";
+    } else if (graph_out.count(v)) {
+      e["kind"] = "output";
+      if (val.is_constant()) e["constant_offset"] = b.constants.size();
+    } else if (val.is_constant()) {
+      e["kind"] = "constant";
+    } else {
+      e["kind"] = "intermediate";
+      lifetimes.push_back({bytes, producer_launch[static_cast<size_t>(v)], std::max(last_use[static_cast<size_t>(v)], producer_launch[static_cast<size_t>(v)])});
+      arena_entries.push_back(buffers.size());
+    }
+    if (val.is_constant()) {
+      const size_t offset = (b.constants.size() + 255) / 256 * 256;
+      b.constants.resize(offset);
+      b.constants.insert(b.constants.end(), reinterpret_cast<const char*>(val.data->data()),
+                         reinterpret_cast<const char*>(val.data->data()) + val.data->nbytes());
+      e["constant_offset"] = offset;
+    }
+    buffer_id[v] = static_cast<int>(buffer_id.size());
+    buffers.push_back(e);
+  };
+  for (int v : g.inputs()) add_buffer(v);
+  for (int v : g.outputs()) add_buffer(v);
+  json launches = json::array();
+  std::map<std::string, int> library_calls;  // library -> launches calling it
+  for (size_t k = 0; k < lowered.size(); ++k) {
+    const codegen::Kernel& kern = lowered[k].kernel;
+    json args = json::array();
+    for (int v : lowered[k].inputs) {
+      add_buffer(v);
+      args.push_back(buffer_id[v]);
+    }
+    for (int v : lowered[k].outputs) {
+      add_buffer(v);
+      args.push_back(buffer_id[v]);
+    }
+    json groups = json::array();
+    for (size_t gi : launch_groups[k]) {
+      const planner::GroupPlan& gp = plan.groups[gi];
+      json ge = {{"signature", gp.signature},
+                 {"pattern", gp.group.pattern},
+                 {"config", b.group_configs[gi]},
+                 {"modeled_us", gp.candidates[choice[gi]].cost.modeled_us},
+                 {"modeled_dram_bytes", gp.candidates[choice[gi]].cost.dram_bytes},
+                 {"modeled_flops", gp.candidates[choice[gi]].cost.flops}};
+      if (auto sa = spill_avoided.find(gi); sa != spill_avoided.end()) ge["replaced_spilling_config"] = sa->second;
+      groups.push_back(ge);
+    }
+    json entry = {{"kernel", kern.name},
+                  {"groups", groups},
+                  {"grid", kern.grid},
+                  {"threads", kern.threads},
+                  {"shared_bytes", kern.shared_bytes},
+                  {"args", args}};
+    if (auto r = resources.find(kern.name); r != resources.end()) {
+      entry["resources"][device.arch] = {{"registers", r->second.registers},
+                                         {"stack_bytes", r->second.stack_bytes},
+                                         {"spill_store_bytes", r->second.spill_store_bytes},
+                                         {"spill_load_bytes", r->second.spill_load_bytes},
+                                         {"spills", r->second.spills()}};
+    }
+    entry["exceeds_shared_memory"] = kern.shared_bytes > device.shared_memory_per_block_optin;
+    if (!kern.library.empty()) {
+      entry["library"] = json::parse(kern.library);
+      ++library_calls[planner::library_family(planner::LibraryCall::from_json(kern.library).op)];
+    }
+    launches.push_back(entry);
+  }
+  // The libraries the plan calls, with the version this machine has (where it can load them): the
+  // GPU that runs the plan loads its own at run time.
+  json libraries = json::object();
+  for (const auto& [name, calls] : library_calls) {
+    const std::string version = name == planner::kCudnn ? backend::cudnn_version() : backend::cublaslt_version();
+    libraries[name] = {{"calls", calls}, {"version_where_compiled", version.empty() ? json(nullptr) : json(version)}};
+  }
+  const codegen::ArenaPlan arena = codegen::plan_arena(lifetimes);
+  for (size_t i = 0; i < arena_entries.size(); ++i) buffers[arena_entries[i]]["arena_offset"] = arena.offsets[i];
+  json inputs = json::array(), outputs = json::array();
+  for (int v : g.inputs()) inputs.push_back(buffer_id[v]);
+  for (int v : g.outputs()) outputs.push_back(buffer_id[v]);
+  const json manifest = {{"format", "fusetune-plan"},
+                         {"version", runtime::kBundleFormatVersion},
+                         {"codegen_version", codegen::kCodegenVersion},
+                         {"model", model_name},
+                         {"device", device.name},
+                         {"arch", device.arch},
+                         {"nvrtc", nvrtc},
+                         {"precision", plan.tf32 ? "tf32" : "model"},
+                         {"inputs", inputs},
+                         {"outputs", outputs},
+                         {"buffers", buffers},
+                         {"arena_bytes", arena.arena_bytes},
+                         {"constants_bytes", b.constants.size()},
+                         {"launches", launches},
+                         {"libraries", libraries},
+                         {"modeled_us", plan.modeled_us}};
+  // Names from the model that are not UTF-8 (ONNX says they are; a file need not be) become U+FFFD
+  // rather than failing the bundle.
+  b.manifest = manifest.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (launches_out != nullptr) {
+    launches_out->clear();
+    for (size_t l = 0; l < lowered.size(); ++l) launches_out->push_back({lowered[l], launch_groups[l]});
+  }
+  return b;
+}
+
+}  // namespace fusetune::compiler

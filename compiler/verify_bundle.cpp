@@ -1,0 +1,50 @@
+#include "compiler/verify_bundle.h"
+
+#include <algorithm>
+#include <random>
+
+#include "backend/backend.h"
+#include "backend/verify.h"
+#include "core/error.h"
+
+namespace fusetune::compiler {
+
+BundleVerifyReport verify_bundle(const Graph& g, const planner::ModelPlan& plan, const runtime::Bundle& bundle,
+                                 const std::vector<CompiledLaunch>& launches, const BundleVerifyOptions& options) {
+  check(options.sample_blocks >= 0, "verify: ", options.sample_blocks, " blocks: a number of blocks, 0 for all");
+  BundleVerifyReport report;
+  std::vector<codegen::Kernel> kernels;
+  for (const CompiledLaunch& l : launches) kernels.push_back(l.lowered.kernel);
+  const std::unique_ptr<backend::Backend> host = backend::make_host_backend();
+  const std::unique_ptr<backend::Module> module = host->load(kernels);
+  std::mt19937 rng(static_cast<std::mt19937::result_type>(options.seed));
+  for (size_t i = 0; i < launches.size(); ++i) {
+    const CompiledLaunch& l = launches[i];
+    // The launch's groups as one (packed parts are independent; their nodes in graph order).
+    planner::FusionGroup all;
+    std::string pattern, config;
+    for (size_t k : l.groups) {
+      const planner::GroupPlan& gp = plan.groups[k];
+      all.nodes.insert(all.nodes.end(), gp.group.nodes.begin(), gp.group.nodes.end());
+      pattern += (pattern.empty() ? "" : " | ") + gp.group.pattern;
+      config += (config.empty() ? "" : " | ") + bundle.group_configs.at(k);
+    }
+    std::sort(all.nodes.begin(), all.nodes.end());
+    backend::VerifyOptions vo;
+    vo.sample_blocks = options.sample_blocks;
+    vo.seed = options.seed + i;
+    vo.tf32 = std::any_of(l.groups.begin(), l.groups.end(),
+                          [&](size_t k) { return backend::tf32_kernel(g, plan.groups[k].group, bundle.group_configs.at(k)); });
+    const backend::Reference reference = backend::reference_values(g, all, l.lowered.inputs, rng);
+    const backend::VerifyResult r = backend::verify_kernel(g, l.lowered.kernel.name, l.lowered.inputs, l.lowered.outputs,
+                                                           *host, *module, reference, vo);
+    check(r.ok, "kernel ", l.lowered.kernel.name, " (", pattern, "; ", config, ") failed verification on the host",
+          r.check_failed ? " (a check's finding)" : "", ": ", r.detail);
+    ++report.kernels;
+    report.sampled += r.coverage.whole() ? 0 : 1;
+    if (options.progress) options.progress(i + 1, launches.size());
+  }
+  return report;
+}
+
+}  // namespace fusetune::compiler

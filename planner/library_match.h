@@ -1,0 +1,51 @@
+// Which fusion groups a vendor library computes whole (the calls themselves: planner/
+// library_call.h), and what such a call is modeled to cost.
+//
+// match_library_call takes a graph and a fusion group and recognizes exactly one of
+//   GEMM:  Y = [Relu | GELU]( MatMul(A, B) [+ bias] [+ residual] )
+//          (the two Adds in either order) where A is [batch..., m, k] and B is [k, n] (shared by
+//          every batch) or [batch..., k, n], bias is a vector along n ([n], or leading ones then n),
+//          residual has Y's shape, and GELU is the tanh approximation in any spelling
+//          (planner/activation.h; the exact, erf-based GELU is not what cuBLASLt computes and is
+//          left to generated code), with Reshapes anywhere after the product that keep its last
+//          extent (the same bytes: exporters view a 3-D activation as 2-D around the product).
+//          cuBLASLt computes D = act(A·B + C + bias) with C the residual.
+//   Conv:  Y = [Relu | Clip(0, max)]( Conv(X, W [, bias]) [+ bias] [+ residual] )
+//          a 2-D convolution in NCHW (X [N, C, H, W], W [K, C / group, R, S], any pads, strides,
+//          dilations and group), the bias a vector along K (Conv's third input, or an Add of a
+//          [K, 1, 1] or [1, K, 1, 1] value), the residual of Y's shape. cuDNN's graph computes
+//          conv -> add bias -> add residual -> ReLU with its upper clip.
+//   Attention: O = softmax(scale Q·Kᵀ [+ bias] [causal]) V, the attention core of planner/
+//          attention.h whose every other node is a Reshape, Transpose or Slice viewing Q, K, V,
+//          the bias or O in a buffer outside the group, or a Cast (planner/library_attention.h).
+//          cuDNN's SDPA (its flash kernels) computes it from those views.
+// Every value has one dtype (float32 or float16; attention float16 or bfloat16), the operands come
+// from outside the group and the group exports Y alone. Guarantees: a match binds the call's
+// parameters to the group's values in the order (A, B | X, W), [bias], [residual], Y.
+// library_cost_us models the call as the device's roofline at a
+// fixed efficiency (the tensor peak of its type: float16, TF32; float32 on FP32).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "core/graph.h"
+#include "planner/device.h"
+#include "planner/fusion.h"
+#include "planner/library_call.h"
+
+namespace fusetune::planner {
+
+struct LibraryMatch {
+  LibraryCall call;
+  std::vector<int> inputs;  // A, B (X, W; Q, K, V: the buffers they lie in, one value perhaps thrice), [bias], [residual]
+  int output = -1;          // Y
+};
+
+std::optional<LibraryMatch> match_library_call(const Graph& g, const FusionGroup& group);
+
+// Modeled time (microseconds) and DRAM bytes of the call on a device.
+double library_cost_us(const LibraryCall& call, const Device& d, double launch_overhead_us, int64_t* dram_bytes);
+
+}  // namespace fusetune::planner
