@@ -214,8 +214,9 @@ void identity(NodeLowering& L) { L.set_output(0, L.input(0)); }
 void dropout(NodeLowering& L) {
   // Inference: the identity. training_mode=true with a ratio of zero is the identity as well.
   // `seed` only seeds training's random masks; before opset 12 `ratio` is an attribute, and before
-  // 7 `is_test` = 0 asks for training.
+  // 7 `is_test` = 0 asks for training; `consumed_inputs` (opset 1) is a legacy optimisation hint.
   L.attr_i("seed", 0);
+  L.attr_ints("consumed_inputs", {});
   const float ratio_attr = L.attr_f("ratio", 0.5f);
   check(L.attr_i("is_test", 1) != 0 || ratio_attr == 0.0f, "training-mode Dropout (is_test = 0) with ratio ", ratio_attr,
         " is random; only inference is supported");
@@ -501,6 +502,14 @@ Shape channel_shape(int64_t c, int64_t rank) {
 void batch_norm(NodeLowering& L) {
   check(L.attr_i("training_mode", 0) == 0 && !L.output_used(1) && !L.output_used(2),
         "training-mode BatchNormalization is not supported");
+  // Attributes of earlier opsets: `momentum` (opsets 1-15) only updates running statistics in
+  // training; `consumed_inputs` (opset 1) is a legacy optimisation hint; `is_test` = 0 (opsets
+  // 1-6) asks for training, and `spatial` = 0 (opsets 1-8) for statistics per element rather than
+  // per channel, which inference with per-channel parameters cannot mean here.
+  L.attr_f("momentum", 0.9f);
+  L.attr_ints("consumed_inputs", {});
+  check(L.attr_i("is_test", 1) != 0, "training-mode BatchNormalization (is_test = 0) is not supported");
+  check(L.attr_i("spatial", 1) != 0, "BatchNormalization with spatial = 0 (statistics per element) is not supported");
   const double eps = L.attr_f("epsilon", 1e-5f);
   const int64_t r = L.rank(0);
   check(r >= 2, "input must have a channel axis");

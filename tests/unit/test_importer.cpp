@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -133,6 +134,48 @@ TEST(Import, BatchNormFoldsIntoThePrecedingConv) {
   const Tensor want = reference::run_graph(m.graph, std::vector<Tensor>{x})[0];
   const Tensor got = reference::run_graph(unfolded, std::vector<Tensor>{x})[0];
   EXPECT_TRUE(reference::compare(got, want, {1e-5, 1e-6, 0}).ok);
+}
+
+// BatchNormalization as exporters write it at earlier opsets (paddle2onnx: `momentum` at opset 11;
+// opset 6: `is_test` and `spatial`; opset 1: `consumed_inputs` too): the attributes that mean
+// nothing for inference are accepted and the result is the opset-15 node's; those that ask for
+// training or per-element statistics are refused, naming the attribute.
+TEST(Import, BatchNormAttributesOfEveryOpsetAreReadAsTheSpecDefinesThem) {
+  const auto build = [](int64_t opset, const std::function<void(onnx::NodeProto&)>& attrs) {
+    OnnxBuilder b(opset);
+    b.input("x", kFloat, {1, 3, 4, 4}).output("y", kFloat, {1, 3, 4, 4});
+    b.initializer("scale", iota_tensor({3}, 0.7f)).initializer("shift", iota_tensor({3}, 0.2f));
+    b.initializer("mean", iota_tensor({3}, 0.05f));
+    b.initializer("var", Tensor::from_floats(DType::kF32, {3}, std::vector<float>{0.5f, 1.5f, 2.0f}));
+    attrs(b.node("BatchNormalization", {"x", "scale", "shift", "mean", "var"}, {"y"}));
+    return b;
+  };
+  const Tensor x = iota_tensor({1, 3, 4, 4}, 0.37f);
+  const auto run = [&](const OnnxBuilder& b) {
+    return reference::run_graph(importer::import_onnx_bytes(b.bytes(), ".").graph, std::vector<Tensor>{x})[0];
+  };
+  const Tensor want = run(build(15, [](onnx::NodeProto&) {}));
+  const Tensor at11 = run(build(11, [](onnx::NodeProto& n) { OnnxBuilder::attr_f(n, "momentum", 0.9f); }));
+  EXPECT_TRUE(reference::compare(at11, want, {0, 0, 0}).ok);
+  const Tensor at6 = run(build(6, [](onnx::NodeProto& n) {
+    OnnxBuilder::attr_f(n, "momentum", 0.99f);
+    OnnxBuilder::attr_i(n, "is_test", 1);
+    OnnxBuilder::attr_i(n, "spatial", 1);
+  }));
+  EXPECT_TRUE(reference::compare(at6, want, {0, 0, 0}).ok);
+  const Tensor at1 = run(build(1, [](onnx::NodeProto& n) {
+    OnnxBuilder::attr_ints(n, "consumed_inputs", {0, 0, 0, 1, 1});
+    OnnxBuilder::attr_i(n, "is_test", 1);
+  }));
+  EXPECT_TRUE(reference::compare(at1, want, {0, 0, 0}).ok);
+  for (const char* refused : {"is_test", "spatial"}) {
+    try {
+      run(build(6, [&](onnx::NodeProto& n) { OnnxBuilder::attr_i(n, refused, 0); }));
+      ADD_FAILURE() << refused << " = 0 was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string(refused) + " = 0"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(Import, AffineAfterConvWithOtherUsesIsKept) {
