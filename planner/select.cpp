@@ -10,6 +10,7 @@
 #include "core/signature.h"
 #include "planner/library_call.h"
 #include "planner/library_match.h"
+#include "planner/verify_plan.h"
 
 namespace fusetune::planner {
 
@@ -270,6 +271,7 @@ ModelPlan plan_model(const Graph& g, const Device& d, const PlanOptions& opt, co
   plan.modeled_us -= packed_saving;
   plan.unique_signatures = planner.unique();
   plan.compared = planner.take_compared();
+  verify_plan(g, plan);
   return plan;
 }
 

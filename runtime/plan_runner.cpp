@@ -1,5 +1,6 @@
 #include "runtime/plan_runner.h"
 
+#include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -25,11 +26,21 @@ DType dtype_named(const std::string& name) {
 
 std::unique_ptr<backend::Backend> select_backend(const std::string& which, std::string* no_gpu,
                                                  const HostBackendFactory& host) {
-  check(which == "auto" || which == "host" || which == "cuda", "backend must be auto, host or cuda, not '", which, "'");
+  // "cuda:N": the N-th device the driver reports (CUDA_VISIBLE_DEVICES applies); "cuda": device 0.
+  int device = 0;
+  bool cuda = which == "cuda";
+  if (which.rfind("cuda:", 0) == 0) {
+    const std::string n = which.substr(5);
+    check(!n.empty() && n.size() <= 4 && std::all_of(n.begin(), n.end(), [](char c) { return c >= '0' && c <= '9'; }),
+          "backend '", which, "': cuda:N names a device by its number (cuda:0, cuda:1, ...)");
+    device = std::stoi(n);
+    cuda = true;
+  }
+  check(which == "auto" || which == "host" || cuda, "backend must be auto, host, cuda or cuda:N, not '", which, "'");
   std::string why;
   std::unique_ptr<backend::Backend> be;
-  if (which != "host") be = backend::make_cuda_backend(0, &why);
-  check(be != nullptr || which != "cuda", "backend cuda: ", why);
+  if (which != "host") be = backend::make_cuda_backend(device, &why);
+  check(be != nullptr || !cuda, "backend ", which, ": ", why);
   if (be != nullptr) return be;
   if (no_gpu != nullptr) *no_gpu = why;
   return host();

@@ -9,8 +9,9 @@
 // with what to do (cubin_driver_problem). run() binds inputs (in the manifest's input order, dtype and shape checked), runs the
 // sequence and returns the outputs. Errors name the bundle field or input at fault.
 //
-// select_backend picks the backend a plan runs on: "cuda" (an error saying why when no GPU is
-// usable), "host", or "auto" (CUDA where a GPU is usable, else host, with the reason in *no_gpu).
+// select_backend picks the backend a plan runs on: "cuda" or "cuda:N" (the first GPU, or the N-th
+// the driver reports; an error saying why when it is not usable), "host", or "auto" (CUDA on the
+// first GPU where one is usable, else host, with the reason in *no_gpu).
 // The host backend comes from `host`: the CLI links it (backend::make_host_backend), the
 // deployment library loads it from its plugin (runtime/host_plugin.h).
 #pragma once

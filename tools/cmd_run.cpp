@@ -1,5 +1,5 @@
 // fusetune run MODEL.onnx|PLAN_DIR --inputs DIR [--out DIR] [--rtol R] [--atol A] [--shape ...]
-// [--backend auto|host|cuda]: runs a model on the reference interpreter, or a plan bundle
+// [--backend auto|host|cuda|cuda:N]: runs a model on the reference interpreter, or a plan bundle
 // (fusetune compile) on the GPU or the host, on test data in the ONNX layout; writes the outputs
 // and compares them with DIR's output_N.pb where present (a plan compiled with --precision tf32:
 // float32 outputs under reference::tf32_tolerance).
@@ -91,7 +91,7 @@ int cmd_run(const std::vector<std::string>& argv) {
   const Args args(argv, {"inputs", "out", "rtol", "atol", "shape", "backend", "repeat"}, {});
   check(args.positional().size() == 1 && args.has("inputs"),
         "usage: fusetune run MODEL.onnx|PLAN_DIR --inputs DIR [--out DIR] [--rtol R] [--atol A] [--shape NAME=DxD...] "
-        "[--backend auto|host|cuda] [--repeat N]");
+        "[--backend auto|host|cuda|cuda:N] [--repeat N]");
   const fs::path target = args.positional()[0];
   const fs::path data_dir = args.get("inputs");
   std::error_code ec;

@@ -46,7 +46,7 @@ constexpr const char* kUsage =
     "  plan MODEL.onnx --device NAME|--device-file PATH [--shape NAME=DxD...] [--top-k K] [--json] [--no-fusion]\n"
     "      fusion groups, kernel launches, best modeled tile candidate per group, modeled DRAM traffic\n"
     "  run MODEL.onnx|PLAN_DIR --inputs DIR [--out DIR] [--rtol R] [--atol A] [--shape NAME=DxD...]\n"
-    "      [--backend auto|host|cuda]\n"
+    "      [--backend auto|host|cuda|cuda:N]\n"
     "      run a model on the reference interpreter, or a plan bundle on the GPU or the host;\n"
     "      compare with DIR/output_N.pb if present\n"
     "  profile PLAN_DIR [--inputs DIR] [--seed S] [--sites N] [--sol] [--json]\n"

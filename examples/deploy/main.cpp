@@ -1,6 +1,6 @@
 // deploy_example: a deployment of a plan bundle through fusetune's public runtime API only.
 //
-//   deploy_example PLAN_DIR [--input NAME=FILE.bin]... [--backend auto|host|cuda] [--repeat N]
+//   deploy_example PLAN_DIR [--input NAME=FILE.bin]... [--backend auto|host|cuda|cuda:N] [--repeat N]
 //
 // Loads the plan (`fusetune compile MODEL.onnx --device h100 --out PLAN_DIR`), fills each input
 // from its .bin file (raw little-endian bytes, exactly the input's size) or else with a
@@ -91,7 +91,7 @@ int run(int argc, char** argv) {
     }
   }
   if (dir.empty()) {
-    std::fprintf(stderr, "usage: deploy_example PLAN_DIR [--input NAME=FILE.bin]... [--backend auto|host|cuda] [--repeat N]\n");
+    std::fprintf(stderr, "usage: deploy_example PLAN_DIR [--input NAME=FILE.bin]... [--backend auto|host|cuda|cuda:N] [--repeat N]\n");
     return 2;
   }
 

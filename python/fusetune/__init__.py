@@ -1,7 +1,7 @@
 """fusetune from Python: run the plan bundles `fusetune compile` and `fusetune tune` write.
 
     import fusetune
-    plan = fusetune.load_plan("bert-plan", device="auto")   # "auto", "host", "cuda" or "cuda:0"
+    plan = fusetune.load_plan("bert-plan", device="auto")   # "auto", "host", "cuda" or "cuda:N"
     print(plan.input_names, plan.output_names, plan.backend)
     logits, = plan.run({"input_ids": ids, "attention_mask": mask})
 
@@ -124,9 +124,11 @@ class Plan:
 
 
 def load_plan(path: str, device: str = "auto") -> Plan:
-    """Loads the plan bundle in directory `path` on "auto" (the GPU where one is usable, else the
-    host), "host", "cuda" or "cuda:0" (the runtime drives the first GPU)."""
-    backends = {"auto": "auto", "host": "host", "cuda": "cuda", "cuda:0": "cuda"}
-    if device not in backends:
-        raise ValueError(f"device {device!r}: one of auto, host, cuda, cuda:0 (the runtime drives the first GPU)")
-    return Plan(_Plan.load(str(path), backends[device]))
+    """Loads the plan bundle in directory `path` on "auto" (the first GPU where one is usable, else
+    the host), "host", "cuda" (the first GPU) or "cuda:N" (the N-th GPU the driver reports, as
+    CUDA_VISIBLE_DEVICES leaves them)."""
+    if not isinstance(device, str) or not (
+        device in ("auto", "host", "cuda") or (device.startswith("cuda:") and device[5:].isascii() and device[5:].isdigit() and len(device) <= 9)
+    ):
+        raise ValueError(f"device {device!r}: one of auto, host, cuda, cuda:N")
+    return Plan(_Plan.load(str(path), device))

@@ -8,6 +8,7 @@ the build tree's python/ folder, FUSETUNE_BINARY the CLI and FUSETUNE_SOURCE_DIR
 import ast
 import os
 import pathlib
+import re
 import subprocess
 import threading
 
@@ -129,8 +130,14 @@ def test_wrong_inputs_are_refused_naming_the_input(compiled):
 def test_a_missing_bundle_and_an_unknown_device_are_refused(tmp_path):
     with pytest.raises(RuntimeError, match=str(tmp_path)):
         fusetune.load_plan(tmp_path, device="host")
-    with pytest.raises(ValueError, match="cuda:1"):
+    for bad in ["gpu", "cuda:", "cuda:x", "cuda:-1", "cuda:\u00b2", "cuda:123456"]:
+        with pytest.raises(ValueError, match=re.escape(repr(bad))):
+            fusetune.load_plan(tmp_path, device=bad)
+    # A device number is passed on: here it names a GPU this machine lacks (no driver, or fewer
+    # devices), or, where there is one, the empty directory is the error.
+    with pytest.raises(RuntimeError) as refused:
         fusetune.load_plan(tmp_path, device="cuda:1")
+    assert "cuda:1" in str(refused.value) or "manifest.json" in str(refused.value), str(refused.value)
 
 
 def test_the_stubs_declare_what_the_package_exports():

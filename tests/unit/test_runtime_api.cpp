@@ -116,6 +116,12 @@ TEST_F(RuntimeApi, ErrorsNameTheCulprit) {
   const std::string missing = (dir_ / "no_such_plan").string();
   EXPECT_NE(error_of([&] { Plan::load(missing); }).find(missing), std::string::npos);
   EXPECT_NE(error_of([&] { Plan::load(dir_.string(), "tpu"); }).find("'tpu'"), std::string::npos);
+  for (const char* bad : {"cuda:", "cuda:x", "cuda:-1", "cuda:99999"}) {
+    EXPECT_NE(error_of([&] { Plan::load(dir_.string(), bad); }).find("'" + std::string(bad) + "'"), std::string::npos) << bad;
+  }
+  // A device this machine lacks (no driver, or fewer GPUs) is named; where it exists, the plan loads.
+  const std::string second = error_of([&] { Plan::load(dir_.string(), "cuda:7"); });
+  EXPECT_TRUE(second == "(no RuntimeError)" || second.find("backend cuda:7: ") != std::string::npos) << second;
 }
 
 TEST_F(RuntimeApi, MissingBundleFileIsNamed) {

@@ -4,8 +4,10 @@
 // libfusetune_runtime); nothing else of fusetune is visible from here.
 //
 // Plan::load(dir, backend) reads the bundle and prepares it on "cuda" (the first GPU; an error if
-// none is usable), "host" (the host form of the kernels, built with the system C++ compiler) or
-// "auto" (CUDA where a GPU is usable, else host). On CUDA the kernel launches are captured once
+// none is usable), "cuda:N" (the N-th GPU the driver reports, as CUDA_VISIBLE_DEVICES leaves
+// them), "host" (the host form of the kernels, built with the system C++ compiler, through the
+// plugin libfusetune_host beside the library) or "auto" (CUDA on the first GPU where one is
+// usable, else host). On CUDA the kernel launches are captured once
 // into a CUDA graph that every run() replays (plain launches where capture fails).
 //
 // Inputs and outputs are raw bytes in the tensor's element type, row-major, little-endian, exactly

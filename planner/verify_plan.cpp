@@ -1,0 +1,138 @@
+#include "planner/verify_plan.h"
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+
+namespace fusetune::planner {
+
+namespace {
+
+std::string group_name(const ModelPlan& plan, size_t k) {
+  return "group " + std::to_string(k) + " (" + plan.groups[k].group.pattern + ")";
+}
+
+std::string value_name(const Graph& g, int v) { return "value " + std::to_string(v) + " '" + g.value(v).name + "'"; }
+
+// The group of each node; every node in exactly one group, each group's nodes in graph order.
+std::vector<int> partition(const Graph& g, const ModelPlan& plan) {
+  const size_t n_nodes = g.nodes().size();
+  std::vector<int> group_of_node(n_nodes, -1);
+  for (size_t k = 0; k < plan.groups.size(); ++k) {
+    const std::vector<int>& nodes = plan.groups[k].group.nodes;
+    if (nodes.empty()) fail("plan: partition: ", group_name(plan, k), " has no node");
+    if (!std::is_sorted(nodes.begin(), nodes.end())) {
+      fail("plan: partition: the nodes of ", group_name(plan, k), " are not in graph order");
+    }
+    for (int n : nodes) {
+      if (n < 0 || static_cast<size_t>(n) >= n_nodes) {
+        fail("plan: partition: ", group_name(plan, k), " names node ", n, ", not a node of the graph");
+      }
+      if (const int other = group_of_node[static_cast<size_t>(n)]; other >= 0) {
+        fail("plan: partition: node ", n, " (", g.nodes()[static_cast<size_t>(n)].op, ") is in ",
+             group_name(plan, static_cast<size_t>(other)), " and in ", group_name(plan, k));
+      }
+      group_of_node[static_cast<size_t>(n)] = static_cast<int>(k);
+    }
+  }
+  for (size_t n = 0; n < n_nodes; ++n) {
+    if (group_of_node[n] < 0) {
+      fail("plan: partition: node ", n, " (", g.nodes()[n].op, " '", g.nodes()[n].name, "') is in no group");
+    }
+  }
+  return group_of_node;
+}
+
+}  // namespace
+
+void verify_plan(const Graph& g, const ModelPlan& plan) {
+  const std::vector<int> group_of_node = partition(g, plan);
+  const size_t n_nodes = g.nodes().size(), n_groups = plan.groups.size();
+  std::vector<int> group_of_value(g.values().size(), -1);  // -1: a graph input or a constant
+  for (size_t n = 0; n < n_nodes; ++n) {
+    for (int o : g.nodes()[n].outputs) {
+      if (o != kNoValue) group_of_value[static_cast<size_t>(o)] = group_of_node[n];
+    }
+  }
+  std::set<int> launches;
+  for (const GroupPlan& gp : plan.groups) launches.insert(gp.group.launch);
+  if (static_cast<int>(launches.size()) != plan.launches ||
+      (!launches.empty() && (*launches.begin() != 0 || *launches.rbegin() != plan.launches - 1))) {
+    fail("plan: order: launch ids are not 0 .. ", plan.launches - 1, " (", launches.size(), " distinct ids from ",
+         launches.empty() ? 0 : *launches.begin(), ")");
+  }
+  // What other groups and the graph's outputs read of each group.
+  std::vector<std::set<int>> read_outside(n_groups);
+  for (size_t n = 0; n < n_nodes; ++n) {
+    for (int in : g.nodes()[n].inputs) {
+      if (in == kNoValue) continue;
+      const int owner = group_of_value[static_cast<size_t>(in)];
+      if (owner >= 0 && owner != group_of_node[n]) read_outside[static_cast<size_t>(owner)].insert(in);
+    }
+  }
+  for (int o : g.outputs()) {
+    if (const int owner = group_of_value[static_cast<size_t>(o)]; owner >= 0) read_outside[static_cast<size_t>(owner)].insert(o);
+  }
+  for (size_t k = 0; k < n_groups; ++k) {
+    const GroupPlan& gp = plan.groups[k];
+    const FusionGroup& fg = gp.group;
+    // boundary
+    std::set<int> reads;
+    for (int n : fg.nodes) {
+      for (int in : g.nodes()[static_cast<size_t>(n)].inputs) {
+        if (in != kNoValue && group_of_value[static_cast<size_t>(in)] != static_cast<int>(k)) reads.insert(in);
+      }
+    }
+    const std::set<int> inputs(fg.inputs.begin(), fg.inputs.end()), outputs(fg.outputs.begin(), fg.outputs.end());
+    for (int v : reads) {
+      if (!inputs.count(v)) {
+        fail("plan: boundary: ", group_name(plan, k), " reads ", value_name(g, v), " from outside without it among its inputs");
+      }
+    }
+    for (int v : inputs) {
+      if (!reads.count(v)) {
+        fail("plan: boundary: ", group_name(plan, k), " lists ", value_name(g, v),
+             " as an input that none of its nodes reads from outside");
+      }
+    }
+    for (int v : read_outside[k]) {
+      if (!outputs.count(v)) {
+        fail("plan: boundary: ", value_name(g, v), " of ", group_name(plan, k),
+             " is read outside it but is not among its outputs");
+      }
+    }
+    for (int v : outputs) {
+      if (!read_outside[k].count(v)) {
+        fail("plan: boundary: ", group_name(plan, k), " exports ", value_name(g, v), ", which nothing outside it reads");
+      }
+    }
+    // order
+    for (int v : reads) {
+      const int owner = group_of_value[static_cast<size_t>(v)];
+      if (owner < 0) continue;
+      const FusionGroup& writer = plan.groups[static_cast<size_t>(owner)].group;
+      if (static_cast<size_t>(owner) > k) {
+        fail("plan: order: ", group_name(plan, k), " reads ", value_name(g, v), " of ",
+             group_name(plan, static_cast<size_t>(owner)), ", which comes after it");
+      }
+      if (writer.launch >= fg.launch) {
+        fail("plan: order: ", group_name(plan, k), " (launch ", fg.launch, ") reads ", value_name(g, v), " of ",
+             group_name(plan, static_cast<size_t>(owner)), " (launch ", writer.launch, "), which does not run before it");
+      }
+    }
+    // choice
+    if (gp.candidates.empty()) fail("plan: choice: ", group_name(plan, k), " has no candidate");
+    if (gp.chosen >= gp.candidates.size()) {
+      fail("plan: choice: ", group_name(plan, k), " chose candidate ", gp.chosen, " of ", gp.candidates.size());
+    }
+    const Candidate& chosen = gp.candidates[gp.chosen];
+    if (!chosen.cost.valid) {
+      fail("plan: choice: ", group_name(plan, k), " chose ", chosen.config.str(), ", which is not valid: ", chosen.cost.reject);
+    }
+  }
+}
+
+}  // namespace fusetune::planner
