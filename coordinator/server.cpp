@@ -1893,7 +1893,11 @@ Server::Server(zmq::context_t& context, ServerOptions options)
   s_->socket.set(zmq::sockopt::maxmsgsize, s_->opt.max_message_bytes);
   wire::apply_server_security(s_->socket, s_->opt.security);
   try {
-    s_->socket.bind(s_->opt.listen);
+    // Port 0: one the system chooses (ZeroMQ's wildcard), read back as the endpoint bound.
+    const std::string& listen = s_->opt.listen;
+    const bool any_port = listen.rfind("tcp://", 0) == 0 && listen.size() > 2 && listen.compare(listen.size() - 2, 2, ":0") == 0;
+    s_->socket.bind(any_port ? listen.substr(0, listen.size() - 1) + "*" : listen);
+    s_->opt.listen = any_port ? s_->socket.get(zmq::sockopt::last_endpoint) : listen;
   } catch (const zmq::error_t& e) {
     fail(s_->opt.listen, ": cannot listen (", e.what(), ")");
   }
@@ -2043,6 +2047,8 @@ void Server::handle_frame(const std::string& identity, const void* data, size_t 
 size_t Server::work_in_progress() const { return s_->offload.pending() + s_->disk.pending(); }
 
 int Server::http_port() const { return s_->http ? s_->http->port() : 0; }
+
+const std::string& Server::endpoint() const { return s_->opt.listen; }
 
 void Server::run(const std::atomic<bool>& stop) {
   while (!stop.load()) poll_once(100);

@@ -82,6 +82,9 @@ class Server {
   // The port the HTTP side listens on (ServerOptions::http; port 0 there: the one chosen); 0
   // without one.
   int http_port() const;
+  // The endpoint the socket is bound to: ServerOptions::listen, with the port the system chose
+  // where it asked for port 0 ("tcp://127.0.0.1:0").
+  const std::string& endpoint() const;
 
   // The requests clients make over the socket, also callable in process (embedded `tune`).
   int64_t submit(const wire::Submit& submit);

@@ -13,12 +13,15 @@
 set -u
 fusetune=$1 model_dir=$2 work=$3
 here=$(dirname "$0")
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-ep="tcp://127.0.0.1:$(free_port)"
 rm -rf "$work"
 mkdir -p "$work"
-"$fusetune" coordinator --listen "$ep" --db "$work/search.db" --http 127.0.0.1:0 > "$work/coordinator.log" 2>&1 &
+# Ports the system chooses (port 0), read back from --endpoint-file once the coordinator listens.
+"$fusetune" coordinator --listen tcp://127.0.0.1:0 --db "$work/search.db" --http 127.0.0.1:0 \
+  --endpoint-file "$work/endpoint.json" > "$work/coordinator.log" 2>&1 &
 coordinator=$!
+for _ in $(seq 600); do [ -s "$work/endpoint.json" ] && break; sleep 0.1; done
+[ -s "$work/endpoint.json" ] || { echo "FAIL: the coordinator never listened"; cat "$work/coordinator.log"; exit 1; }
+ep=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["listen"])' "$work/endpoint.json")
 "$fusetune" worker --coordinator "$ep" --device host --compile-jobs 1 --id dashboard-worker --log-format json \
   --metrics 127.0.0.1:0 > "$work/worker.log" 2>&1 &
 worker=$!
@@ -27,8 +30,8 @@ fail() { echo "FAIL: $*"; cat "$work/coordinator.log"; exit 1; }
 
 "$fusetune" submit "$model_dir/model.onnx" --coordinator "$ep" --device host --candidates 2 --trials 4 --wait \
   > "$work/submit.txt" 2>&1 || fail "submit --wait exited $?: $(cat "$work/submit.txt")"
-http=$(sed -n 's|.* and \(http://127.0.0.1:[0-9]*\) with database.*|\1|p' "$work/coordinator.log")
-[ -n "$http" ] || fail "the coordinator did not say where it serves HTTP"
+http="http://127.0.0.1:$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["http"])' "$work/endpoint.json")"
+grep -q " and $http with database" "$work/coordinator.log" || fail "the coordinator did not say where it serves HTTP ($http)"
 echo "dashboard at $http"
 "$fusetune" status --coordinator "$ep" --json > "$work/status.json" || fail "status --json exited $?"
 "$fusetune" db stats --db "$work/search.db" > "$work/stats.txt" || fail "db stats exited $?"
@@ -64,7 +67,7 @@ if grep -q -E '(src|href)="' "$work/report.html"; then fail "the report refers t
   || fail "the report in Chromium"
 
 # Beyond loopback: a token or nothing.
-if "$fusetune" coordinator --listen "tcp://127.0.0.1:$(free_port)" --db "$work/other.db" --http 0.0.0.0:0 \
+if "$fusetune" coordinator --listen tcp://127.0.0.1:0 --db "$work/other.db" --http 0.0.0.0:0 \
      > "$work/untokened.log" 2>&1; then
   fail "a coordinator served HTTP beyond loopback without a token"
 fi
@@ -73,18 +76,18 @@ grep -q -- "--http 0.0.0.0:0: beyond loopback the dashboard needs a bearer token
 # The token comes from a file others may not read, never from the command line.
 printf 's3cret\n' > "$work/http.token"
 chmod 644 "$work/http.token"
-if "$fusetune" coordinator --listen "tcp://127.0.0.1:$(free_port)" --db "$work/other.db" --http 0.0.0.0:0 \
+if "$fusetune" coordinator --listen tcp://127.0.0.1:0 --db "$work/other.db" --http 0.0.0.0:0 \
      --http-token-file "$work/http.token" > "$work/readable.log" 2>&1; then
   fail "a coordinator took a token file others may read"
 fi
 grep -q -- "--http-token-file $work/http.token: others may read it (mode 644); chmod 600 it" "$work/readable.log" \
   || fail "the refusal of a readable token file does not say so: $(cat "$work/readable.log")"
-if "$fusetune" coordinator --listen "tcp://127.0.0.1:$(free_port)" --db "$work/other.db" --http 0.0.0.0:0 \
+if "$fusetune" coordinator --listen tcp://127.0.0.1:0 --db "$work/other.db" --http 0.0.0.0:0 \
      --http-token s3cret > "$work/cmdline.log" 2>&1; then
   fail "a coordinator took its token on the command line"
 fi
 chmod 600 "$work/http.token"
-"$fusetune" coordinator --listen "tcp://127.0.0.1:$(free_port)" --db "$work/other.db" --http 0.0.0.0:0 \
+"$fusetune" coordinator --listen tcp://127.0.0.1:0 --db "$work/other.db" --http 0.0.0.0:0 \
   --http-token-file "$work/http.token" > "$work/tokened.log" 2>&1 &
 tokened=$!
 trap 'kill $worker $coordinator $tokened 2>/dev/null; wait 2>/dev/null' EXIT

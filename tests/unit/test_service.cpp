@@ -94,18 +94,6 @@ class Process {
   fs::path log_;
 };
 
-int free_port() {
-  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(s);
-  return ntohs(a.sin_port);
-}
-
 // GET `path` from an HTTP server on 127.0.0.1:`port` (one request, Connection: close): the status
 // code and the body; 0 and "" when nothing answers.
 std::pair<int, std::string> http_get(int port, const std::string& path) {
@@ -160,18 +148,33 @@ class Service : public ::testing::Test {
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     db_ = dir_ / "search.db";
-    endpoint_ = "tcp://127.0.0.1:" + std::to_string(free_port());
   }
   void TearDown() override {
     workers_.clear();
     coordinator_.reset();
     if (!HasFailure()) fs::remove_all(dir_);
   }
+  // The first start listens on a port the system chooses and reads it back from the coordinator's
+  // --endpoint-file (as the HTTP port, where `extra` asks for one); a later start (a restart)
+  // listens on that endpoint again, where the workers already look for it.
   void start_coordinator(const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> args = {"coordinator", "--listen", endpoint_, "--db", db_.string(), "--worker-timeout-ms",
-                                     "1500", "--heartbeat-ms", "250"};
+    const fs::path bound = dir_ / "endpoint.json";
+    fs::remove(bound);
+    std::vector<std::string> args = {"coordinator", "--listen", endpoint_.empty() ? "tcp://127.0.0.1:0" : endpoint_, "--db",
+                                     db_.string(), "--worker-timeout-ms", "1500", "--heartbeat-ms", "250",
+                                     "--endpoint-file", bound.string()};
     args.insert(args.end(), extra.begin(), extra.end());
     coordinator_ = std::make_unique<Process>(args, dir_ / "coordinator.log");
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!fs::exists(bound)) {
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the coordinator never listened:\n" << coordinator_->log();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    const nlohmann::json j = nlohmann::json::parse(read_file(bound, "endpoint file"));
+    endpoint_ = j.at("listen").get<std::string>();
+    http_port_ = j.at("http").is_null() ? 0 : j.at("http").get<int>();
+    ASSERT_EQ(endpoint_.rfind("tcp://127.0.0.1:", 0), 0u) << endpoint_;
+    ASSERT_NE(endpoint_, "tcp://127.0.0.1:0");
   }
   Process& start_worker(const std::string& id, const std::vector<std::string>& extra = {},
                         const std::vector<std::pair<std::string, std::string>>& env = {}) {
@@ -236,7 +239,8 @@ class Service : public ::testing::Test {
 
   fs::path dir_;
   fs::path db_;
-  std::string endpoint_;
+  std::string endpoint_;  // the coordinator's, once it first listens
+  int http_port_ = 0;     // its HTTP side's, where it has one
   zmq::context_t context_;
   wire::ClientSecurity security_;  // this test's client keys, when the coordinator uses CURVE
   std::unique_ptr<Process> coordinator_;
@@ -1543,8 +1547,9 @@ TEST_F(Service, SubmitSendsTheModelAndExactlyTheExternalDataItsTensorsName) {
 // stays valid text: /api/jobs/ID/tasks and /api/workers answer 200 with JSON that parses, and
 // `fusetune db export` exports the whole database.
 TEST_F(Service, AWorkerWithABinaryRoutingIdLeavesTheApiAndTheExportValid) {
-  const int http_port = free_port();
-  start_coordinator({"--http", "127.0.0.1:" + std::to_string(http_port)});
+  start_coordinator({"--http", "127.0.0.1:0"});
+  const int http_port = http_port_;
+  ASSERT_GT(http_port, 0);
   const std::string id = "\xff\xfe\n<w>\xc0\xaf";
   ScriptedWorker w(context_, endpoint_, id);
   const int64_t job = submit(write_model(dir_, "relu", 4096, {"Relu"}), 2, "host", kOneRound);
