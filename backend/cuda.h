@@ -2,7 +2,10 @@
 // with cuModuleLoadData and launched with cuLaunchKernel, or on sm_90+ with cuLaunchKernelEx and
 // programmatic stream serialization (a kernel begins launching while the one before it finishes
 // and waits for it in its first statement; FUSETUNE_PDL=0 turns it off); time() flushes the L2 (by writing a
-// buffer twice its size) before each timed launch and times with device events. A prepared
+// buffer twice its size) before each timed launch and times with device events. The flush buffer
+// is allocated by the first timed run and the library calls' 32 MB workspace by the first module
+// with a library call, so a deployment that does neither allocates neither; events are released
+// however a timed run ends. A prepared
 // sequence (Module::prepare) is captured once into a CUDA graph and replayed, or launched kernel by
 // kernel where the capture fails. The driver is loaded at run time, so the same binary runs on
 // machines without one.

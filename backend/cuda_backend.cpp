@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "backend/cublas_lt.h"
@@ -129,6 +130,49 @@ class CudaBuffer : public Buffer {
   size_t bytes_;
   CUdeviceptr ptr_ = 0;
   bool owned_;
+};
+
+// A device buffer allocated on first use, once, from any thread: what only some uses need (the
+// L2-flush buffer for timed runs, the library calls' workspace), so that a deployment that neither
+// times nor calls a library allocates neither.
+class LazyBuffer {
+ public:
+  LazyBuffer(const Driver& d, size_t bytes) : d_(d), bytes_(bytes) {}
+  CudaBuffer& get() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!buf_) buf_ = std::make_unique<CudaBuffer>(d_, bytes_);
+    return *buf_;
+  }
+
+ private:
+  const Driver& d_;
+  size_t bytes_;
+  std::mutex mu_;
+  std::unique_ptr<CudaBuffer> buf_;
+};
+
+// Two events destroyed however the scope is left (a failed launch throws between them).
+class EventPair {
+ public:
+  explicit EventPair(const Driver& d) : d_(d) {
+    d_.check_cu(d_.cuEventCreate(&start, 0), "event creation");
+    try {
+      d_.check_cu(d_.cuEventCreate(&stop, 0), "event creation");
+    } catch (...) {
+      d_.cuEventDestroy(start);
+      throw;
+    }
+  }
+  ~EventPair() {
+    d_.cuEventDestroy(start);
+    d_.cuEventDestroy(stop);
+  }
+  EventPair(const EventPair&) = delete;
+  EventPair& operator=(const EventPair&) = delete;
+  CUevent start = nullptr, stop = nullptr;
+
+ private:
+  const Driver& d_;
 };
 
 struct Launch {
@@ -267,7 +311,7 @@ class CudaSequence : public Sequence {
 
 class CudaModule : public Module {
  public:
-  CudaModule(const Driver& d, CUmodule m, std::map<std::string, Launch> fns, CudaBuffer* flush)
+  CudaModule(const Driver& d, CUmodule m, std::map<std::string, Launch> fns, LazyBuffer* flush)
       : d_(d), module_(m), fns_(std::move(fns)), flush_(flush) {}
   ~CudaModule() override { d_.cuModuleUnload(module_); }
 
@@ -280,9 +324,8 @@ class CudaModule : public Module {
 
   Timing time(const std::string& kernel, const std::vector<Buffer*>& args, const TimingPolicy& policy) override {
     for (int w = 0; w < policy.warmup; ++w) launch(kernel, args);
-    CUevent start = nullptr, stop = nullptr;
-    d_.check_cu(d_.cuEventCreate(&start, 0), "event creation");
-    d_.check_cu(d_.cuEventCreate(&stop, 0), "event creation");
+    const EventPair events(d_);
+    const CUevent start = events.start, stop = events.stop;
     std::vector<double> times;
     double total_ms = 0;
     const Launch& l = find(kernel);
@@ -290,7 +333,7 @@ class CudaModule : public Module {
     while (static_cast<int>(times.size()) < std::max(1, policy.max_repeats) &&
            (static_cast<int>(times.size()) < policy.min_repeats || total_ms < policy.min_time_ms)) {
       // Evict the L2 between runs, so every run reads its inputs from DRAM as in a model.
-      if (policy.flush_l2 && flush_ != nullptr) flush_->fill_byte(static_cast<unsigned char>(times.size()));
+      if (policy.flush_l2 && flush_ != nullptr) flush_->get().fill_byte(static_cast<unsigned char>(times.size()));
       d_.check_cu(d_.cuEventRecord(start, nullptr), "event record");
       d_.check_cu(enqueue_launch(d_, l, params, nullptr), l.library ? "library call" : "kernel launch");
       d_.check_cu(d_.cuEventRecord(stop, nullptr), "event record");
@@ -300,8 +343,6 @@ class CudaModule : public Module {
       times.push_back(static_cast<double>(ms) * 1000.0);
       total_ms += static_cast<double>(ms);
     }
-    d_.cuEventDestroy(start);
-    d_.cuEventDestroy(stop);
     return summarize_times(std::move(times));
   }
 
@@ -324,7 +365,7 @@ class CudaModule : public Module {
   const Driver& d_;
   CUmodule module_;
   std::map<std::string, Launch> fns_;
-  CudaBuffer* flush_;
+  LazyBuffer* flush_;
 };
 
 class CudaBackend : public Backend {
@@ -340,8 +381,8 @@ class CudaBackend : public Backend {
     for (const std::string& library : {cublaslt_version(), cudnn_version()}) {
       if (!library.empty()) toolkit_ += ", " + library;
     }
-    flush_ = std::make_unique<CudaBuffer>(d_, static_cast<size_t>(std::max(l2_bytes, 1 << 20)) * 2);
-    workspace_ = std::make_unique<CudaBuffer>(d_, size_t{32} << 20);  // the library calls' workspace
+    flush_ = std::make_unique<LazyBuffer>(d_, static_cast<size_t>(std::max(l2_bytes, 1 << 20)) * 2);
+    workspace_ = std::make_unique<LazyBuffer>(d_, size_t{32} << 20);  // the library calls' workspace
     // Programmatic dependent launch where the device has it (sm_90+) and the driver can launch
     // with attributes; FUSETUNE_PDL=0 turns it off (the kernels' wait is then a no-op).
     const char* pdl = std::getenv("FUSETUNE_PDL");
@@ -378,8 +419,9 @@ class CudaBackend : public Backend {
         const planner::LibraryCall lc = planner::LibraryCall::from_json(k.library);
         std::shared_ptr<GpuLibraryCall> call =
             lc.op != planner::LibraryOp::kGemm
-                ? make_cudnn_call(lc, context_, std::stoi(arch_.substr(3)), workspace_->address(), workspace_->bytes(), &why)
-                : make_cublaslt_call(lc, workspace_->address(), workspace_->bytes(), &why);
+                ? make_cudnn_call(lc, context_, std::stoi(arch_.substr(3)), workspace_->get().address(),
+                                  workspace_->get().bytes(), &why)
+                : make_cublaslt_call(lc, workspace_->get().address(), workspace_->get().bytes(), &why);
         if (call == nullptr) {
           d_.cuModuleUnload(m);
           fail("library call ", k.name, ": ", why);
@@ -419,8 +461,8 @@ class CudaBackend : public Backend {
   int sms_;
   planner::DriverAttributes attributes_;
   std::string driver_, toolkit_;
-  std::unique_ptr<CudaBuffer> flush_;
-  std::unique_ptr<CudaBuffer> workspace_;
+  std::unique_ptr<LazyBuffer> flush_;      // allocated by the first timed run
+  std::unique_ptr<LazyBuffer> workspace_;  // allocated by the first library call
 };
 
 }  // namespace
