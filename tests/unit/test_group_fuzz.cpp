@@ -14,6 +14,8 @@
 // its fix); bench/fuzz_groups.sh runs a campaign for as long as asked.
 #include <gtest/gtest.h>
 
+#include <array>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <random>
@@ -172,11 +174,101 @@ FuzzCase random_case(unsigned seed) {
   return c;
 }
 
+// Window ops on random shapes, a generator of their own (the kinds above keep their seeds): a
+// Conv whose kernel is 1x1, 3x3 or 5x5, strided and dilated, with groups anywhere from one to
+// depthwise, channel counts up to 72 and maps up to 41 on a side (so that channel and pixel tiles
+// divide nothing), sometimes fed by a Concat of two or three inputs (detectors' C2f blocks) and
+// followed by SiLU or a residual; MaxPool and AveragePool with pads, strides, dilations and
+// ceil_mode; Resize, nearest and linear, by factors that leave odd sizes. float32.
+FuzzCase random_window_case(unsigned seed) {
+  Draw d(seed);
+  FuzzCase c;
+  Graph& g = c.g;
+  const int64_t batch = d.in(1, 2), h = d.in(3, 41), w = d.in(3, 41);
+  const auto map_text = [&](int64_t ch) {
+    return std::to_string(batch) + "x" + std::to_string(ch) + "x" + std::to_string(h) + "x" + std::to_string(w);
+  };
+  switch (d.in(0, 2)) {
+    case 0: {
+      const int64_t k = std::array<int64_t, 3>{1, 3, 5}[static_cast<size_t>(d.in(0, 2))];
+      const int64_t stride = d.in(1, 2), dilation = k > 1 && d.chance(0.3) ? 2 : 1;
+      const int64_t parts = d.chance(0.3) ? d.in(2, 3) : 1, part_ch = d.in(1, 24), ch = parts * part_ch;
+      // Groups: 1, depthwise, or a divisor of the channels between.
+      std::vector<int64_t> divisors;
+      for (int64_t q = 1; q <= ch; ++q) {
+        if (ch % q == 0) divisors.push_back(q);
+      }
+      const int64_t groups = divisors[static_cast<size_t>(d.in(0, static_cast<int64_t>(divisors.size()) - 1))];
+      const int64_t out = groups * d.in(1, std::max<int64_t>(1, 72 / groups));
+      int64_t pad = d.chance(0.7) ? dilation * (k / 2) : d.in(0, k - 1);
+      const int64_t window = dilation * (k - 1) + 1;  // an output needs the padded map to hold one window
+      if (std::min(h, w) + 2 * pad < window) pad = (window - std::min(h, w) + 1) / 2;
+      int x = -1;
+      if (parts > 1) {
+        std::vector<int> ins;
+        for (int64_t q = 0; q < parts; ++q) ins.push_back(add_input(g, "part" + std::to_string(q), DType::kF32, {batch, part_ch, h, w}));
+        x = add_op(g, "Concat", ins, attrs({{"axis", int64_t{1}}}));
+      } else {
+        x = add_input(g, "x", DType::kF32, {batch, ch, h, w});
+      }
+      int y = add_op(g, "Conv",
+                     {x, random_constant(g, "cw", DType::kF32, {out, ch / groups, k, k}, d.seed()),
+                      random_constant(g, "cb", DType::kF32, {out}, d.seed())},
+                     attrs({{"group", groups}, {"strides", std::vector<int64_t>{stride, stride}},
+                            {"dilations", std::vector<int64_t>{dilation, dilation}}, {"pads", std::vector<int64_t>{pad, pad, pad, pad}}}));
+      c.what = "Conv " + map_text(ch) + (parts > 1 ? " (a Concat of " + std::to_string(parts) + ")" : "") + " -> " +
+               std::to_string(out) + " channels, kernel " + std::to_string(k) + ", stride " + std::to_string(stride) +
+               ", dilation " + std::to_string(dilation) + ", pad " + std::to_string(pad) + ", groups " + std::to_string(groups);
+      if (d.chance(0.5)) {
+        y = add_op(g, "Mul", {y, add_op(g, "Sigmoid", {y})});
+        c.what += ", SiLU";
+      }
+      break;
+    }
+    case 1: {
+      const int64_t ch = d.in(1, 40), k = d.in(2, 4), stride = d.in(1, 3), dilation = d.chance(0.2) ? 2 : 1;
+      int64_t pad = d.in(0, k - 1);
+      const int64_t ceil_mode = d.chance(0.3) ? 1 : 0;
+      const bool max = d.chance(0.5);
+      const int64_t window = (max ? dilation : 1) * (k - 1) + 1;  // pads stay below the window
+      if (std::min(h, w) + 2 * pad < window) pad = std::min(window - 1, (window - std::min(h, w) + 1) / 2);
+      Attributes a = attrs({{"kernel_shape", std::vector<int64_t>{k, k}}, {"strides", std::vector<int64_t>{stride, stride}},
+                            {"pads", std::vector<int64_t>{pad, pad, pad, pad}}, {"ceil_mode", ceil_mode}});
+      if (max) {
+        a.set("dilations", std::vector<int64_t>{dilation, dilation});
+      } else {
+        a.set("count_include_pad", d.chance(0.5) ? int64_t{1} : int64_t{0});
+      }
+      add_op(g, max ? "MaxPool" : "AveragePool", {add_input(g, "x", DType::kF32, {batch, ch, h, w})}, a);
+      c.what = std::string(max ? "MaxPool " : "AveragePool ") + map_text(ch) + ", kernel " + std::to_string(k) + ", stride " +
+               std::to_string(stride) + (max ? ", dilation " + std::to_string(dilation) : "") + ", pad " + std::to_string(pad) +
+               (ceil_mode ? ", ceil_mode" : "");
+      break;
+    }
+    default: {
+      const int64_t ch = d.in(1, 24);
+      const bool linear = d.chance(0.5);
+      const float fh = static_cast<float>(d.in(2, 7)) / 2.0f, fw = static_cast<float>(d.in(2, 7)) / 2.0f;
+      const int64_t oh = static_cast<int64_t>(std::floor(static_cast<float>(h) * fh)),
+                    ow = static_cast<int64_t>(std::floor(static_cast<float>(w) * fw));
+      const char* modes[] = {"half_pixel", "align_corners", "asymmetric", "pytorch_half_pixel"};
+      const std::string coord = modes[d.in(0, 3)];
+      add_op(g, "Resize", {add_input(g, "x", DType::kF32, {batch, ch, h, w})},
+             attrs({{"sizes", std::vector<int64_t>{batch, ch, oh, ow}}, {"scales", std::vector<float>{1.0f, 1.0f, fh, fw}},
+                    {"mode", std::string(linear ? "linear" : "nearest")}, {"coordinate_transformation_mode", coord}}));
+      c.what = std::string("Resize ") + (linear ? "linear " : "nearest ") + map_text(ch) + " -> " + std::to_string(oh) + "x" +
+               std::to_string(ow) + ", " + coord;
+      break;
+    }
+  }
+  g.outputs().push_back(g.nodes().back().outputs[0]);
+  return c;
+}
+
 // Every group of the case's fusion plan, each with the planner's best generated candidate, one
 // drawn from its generated candidates, its best tensor-core, GEMV and flash ones: lowered,
 // verified on the host and compiled (check_groups).
-void check_case(unsigned seed) {
-  const FuzzCase c = random_case(seed);
+void check_case(unsigned seed, const FuzzCase& c) {
   std::printf("group fuzz case %u: %s\n", seed, c.what.c_str());
   const planner::FusionPlan plan = planner::fuse(c.g);
   std::mt19937 pick(seed);
@@ -262,7 +354,18 @@ int env_int(const char* name, int fallback) {
 TEST(GroupFuzz, RandomGroupsMatchTheReferenceUnderEveryCheck) {
   const unsigned seed = testing::test_seed();
   const int cases = env_int("FUSETUNE_GROUP_FUZZ_CASES", 6);
-  for (int i = 0; i < cases && !HasFailure(); ++i) check_case(seed + static_cast<unsigned>(i));
+  for (int i = 0; i < cases && !HasFailure(); ++i) check_case(seed + static_cast<unsigned>(i), random_case(seed + static_cast<unsigned>(i)));
+}
+
+// Window ops (convolutions, pooling, resizing) on random shapes, FUSETUNE_WINDOW_FUZZ_CASES of them
+// (default 3) from the test's seed: the kinds of group a detector's shipped plan read out of
+// bounds in.
+TEST(GroupFuzz, RandomWindowGroupsMatchTheReferenceUnderEveryCheck) {
+  const unsigned seed = testing::test_seed();
+  const int cases = env_int("FUSETUNE_WINDOW_FUZZ_CASES", 3);
+  for (int i = 0; i < cases && !HasFailure(); ++i) {
+    check_case(seed + static_cast<unsigned>(i), random_window_case(seed + static_cast<unsigned>(i)));
+  }
 }
 
 // The corpus: seeds campaigns found failing, replayed on every run (a line: the seed, then what it
@@ -276,7 +379,7 @@ TEST(GroupFuzz, TheKeptSeedsStillPass) {
     unsigned seed = 0;
     if (!(fields >> seed)) continue;
     ++kept;
-    check_case(seed);
+    check_case(seed, random_case(seed));
   }
   std::printf("%d kept seeds replayed\n", kept);
 }
