@@ -25,6 +25,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 #include <sstream>
@@ -51,35 +52,40 @@ using fusetune::bench::percentile;
 
 namespace {
 
-int free_port() {
-  zmq::context_t c;
-  zmq::socket_t s(c, zmq::socket_type::router);
-  s.bind("tcp://127.0.0.1:*");
-  const std::string ep = s.get(zmq::sockopt::last_endpoint);
-  return std::stoi(ep.substr(ep.rfind(':') + 1));
-}
-
 // The coordinator process: started, killed, restarted; its CPU time and peak RSS summed and
-// maximised over its lives (read from /proc before each end).
+// maximised over its lives (read from /proc before each end). Its first life listens on a port the
+// system chooses, read back from its --endpoint-file; the later ones on that endpoint again, where
+// the workers look for it.
 class Coordinator {
  public:
-  Coordinator(std::string binary, std::string endpoint, fs::path db, fs::path log)
-      : binary_(std::move(binary)), endpoint_(std::move(endpoint)), db_(std::move(db)), log_(std::move(log)) {}
+  Coordinator(std::string binary, fs::path db, fs::path log)
+      : binary_(std::move(binary)), db_(std::move(db)), log_(std::move(log)) {}
   ~Coordinator() {
     if (pid_ > 0) end(SIGKILL);
   }
   void start() {
+    const fs::path bound = log_.string() + ".endpoint.json";
+    fs::remove(bound);
+    const std::string listen = endpoint_.empty() ? "tcp://127.0.0.1:0" : endpoint_;
     pid_ = ::fork();
     if (pid_ == 0) {
       const int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
       ::dup2(fd, 1);
       ::dup2(fd, 2);
-      ::execl(binary_.c_str(), binary_.c_str(), "coordinator", "--listen", endpoint_.c_str(), "--db", db_.c_str(),
-              static_cast<char*>(nullptr));
+      ::execl(binary_.c_str(), binary_.c_str(), "coordinator", "--listen", listen.c_str(), "--db", db_.c_str(),
+              "--endpoint-file", bound.c_str(), static_cast<char*>(nullptr));
       ::_exit(127);
     }
     ++lives_;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!fs::exists(bound)) {
+      check(std::chrono::steady_clock::now() < deadline, "the coordinator did not listen within 60 s (its log: ", log_.string(), ")");
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    std::ifstream in(bound);
+    endpoint_ = nlohmann::json::parse(in).at("listen").get<std::string>();
   }
+  const std::string& endpoint() const { return endpoint_; }
   void end(int sig) {
     sample();
     ::kill(pid_, sig);
@@ -172,14 +178,14 @@ int main(int argc, char** argv) {
     const fs::path db = dir / "load.db";
     for (const char* suffix : {"", "-wal", "-shm"}) fs::remove(db.string() + suffix);
     fs::remove_all(db.string() + ".models");
-    const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(free_port());
     const int jobs = static_cast<int>(std::max<int64_t>(1, (want_tasks + per_job - 1) / per_job));
+    Coordinator coord(fusetune.string(), db, dir / "coordinator.log");
+    coord.start();
+    const std::string endpoint = coord.endpoint();
     std::printf("service_load: %d workers, %d jobs of %d MatMul groups, %d kills, seed %u (replay with --seed %u); "
                 "coordinator %s, database %s\n",
                 n_workers, jobs, per_job, kills, seed, seed, endpoint.c_str(), db.c_str());
     std::fflush(stdout);
-    Coordinator coord(fusetune.string(), endpoint, db, dir / "coordinator.log");
-    coord.start();
 
     zmq::context_t context;
     std::vector<Worker> workers(static_cast<size_t>(n_workers));
