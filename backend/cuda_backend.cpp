@@ -151,28 +151,31 @@ class LazyBuffer {
   std::unique_ptr<CudaBuffer> buf_;
 };
 
-// Two events destroyed however the scope is left (a failed launch throws between them).
-class EventPair {
+// `n` events, destroyed however the scope is left (a failed launch throws between records).
+class Events {
  public:
-  explicit EventPair(const Driver& d) : d_(d) {
-    d_.check_cu(d_.cuEventCreate(&start, 0), "event creation");
+  Events(const Driver& d, size_t n) : d_(d), events_(n, nullptr) {
     try {
-      d_.check_cu(d_.cuEventCreate(&stop, 0), "event creation");
+      for (CUevent& e : events_) d_.check_cu(d_.cuEventCreate(&e, 0), "event creation");
     } catch (...) {
-      d_.cuEventDestroy(start);
+      destroy();
       throw;
     }
   }
-  ~EventPair() {
-    d_.cuEventDestroy(start);
-    d_.cuEventDestroy(stop);
-  }
-  EventPair(const EventPair&) = delete;
-  EventPair& operator=(const EventPair&) = delete;
-  CUevent start = nullptr, stop = nullptr;
+  ~Events() { destroy(); }
+  Events(const Events&) = delete;
+  Events& operator=(const Events&) = delete;
+  CUevent operator[](size_t i) const { return events_[i]; }
+  size_t size() const { return events_.size(); }
 
  private:
+  void destroy() {
+    for (CUevent e : events_) {
+      if (e != nullptr) d_.cuEventDestroy(e);
+    }
+  }
   const Driver& d_;
+  std::vector<CUevent> events_;
 };
 
 struct Launch {
@@ -252,26 +255,19 @@ class CudaSequence : public Sequence {
   }
   bool cuda_graph() const override { return exec_ != nullptr; }
   std::vector<double> time_runs(int n) override {
-    std::vector<CUevent> events(static_cast<size_t>(n) + 1, nullptr);
+    const Events events(d_, static_cast<size_t>(n) + 1);
     std::vector<double> us;
-    try {
-      for (CUevent& e : events) d_.check_cu(d_.cuEventCreate(&e, 0), "event creation");
-      d_.check_cu(d_.cuEventRecord(events[0], stream_), "event record");
-      for (size_t i = 1; i < events.size(); ++i) {
-        submit();
-        d_.check_cu(d_.cuEventRecord(events[i], stream_), "event record");
-      }
-      d_.check_cu(d_.cuEventSynchronize(events.back()), "kernel execution");
-      for (size_t i = 1; i < events.size(); ++i) {
-        float ms = 0;
-        d_.check_cu(d_.cuEventElapsedTime(&ms, events[i - 1], events[i]), "event timing");
-        us.push_back(static_cast<double>(ms) * 1000.0);
-      }
-    } catch (...) {
-      for (CUevent e : events) if (e != nullptr) d_.cuEventDestroy(e);
-      throw;
+    d_.check_cu(d_.cuEventRecord(events[0], stream_), "event record");
+    for (size_t i = 1; i < events.size(); ++i) {
+      submit();
+      d_.check_cu(d_.cuEventRecord(events[i], stream_), "event record");
     }
-    for (CUevent e : events) d_.cuEventDestroy(e);
+    d_.check_cu(d_.cuEventSynchronize(events[events.size() - 1]), "kernel execution");
+    for (size_t i = 1; i < events.size(); ++i) {
+      float ms = 0;
+      d_.check_cu(d_.cuEventElapsedTime(&ms, events[i - 1], events[i]), "event timing");
+      us.push_back(static_cast<double>(ms) * 1000.0);
+    }
     return us;
   }
 
@@ -324,8 +320,8 @@ class CudaModule : public Module {
 
   Timing time(const std::string& kernel, const std::vector<Buffer*>& args, const TimingPolicy& policy) override {
     for (int w = 0; w < policy.warmup; ++w) launch(kernel, args);
-    const EventPair events(d_);
-    const CUevent start = events.start, stop = events.stop;
+    const Events events(d_, 2);
+    const CUevent start = events[0], stop = events[1];
     std::vector<double> times;
     double total_ms = 0;
     const Launch& l = find(kernel);

@@ -13,10 +13,15 @@ BundleVerifyReport verify_bundle(const Graph& g, const planner::ModelPlan& plan,
                                  const std::vector<CompiledLaunch>& launches, const BundleVerifyOptions& options) {
   check(options.sample_blocks >= 0, "verify: ", options.sample_blocks, " blocks: a number of blocks, 0 for all");
   BundleVerifyReport report;
-  std::vector<codegen::Kernel> kernels;
-  for (const CompiledLaunch& l : launches) kernels.push_back(l.lowered.kernel);
+  // The bundle's own CUDA text, as it ships, built for the host once.
+  backend::ModuleSource source;
+  source.cuda_source = bundle.cuda_source;
+  for (const CompiledLaunch& l : launches) {
+    const codegen::Kernel& k = l.lowered.kernel;
+    source.kernels.push_back({k.name, k.grid, k.threads, k.shared_bytes, k.library});
+  }
   const std::unique_ptr<backend::Backend> host = backend::make_host_backend();
-  const std::unique_ptr<backend::Module> module = host->load(kernels);
+  const std::unique_ptr<backend::Module> module = host->load_source(source);
   std::mt19937 rng(static_cast<std::mt19937::result_type>(options.seed));
   for (size_t i = 0; i < launches.size(); ++i) {
     const CompiledLaunch& l = launches[i];

@@ -3,7 +3,7 @@
 //
 // Takes the graph, the plan, the bundle compile_bundle made of it (the configuration each group
 // was lowered with) and the launches it lowered (each kernel with the graph values bound to its
-// parameters and the plan's groups it computes). Builds the kernels' CUDA text
+// parameters and the plan's groups it computes). Builds the bundle's CUDA text (as it ships)
 // once for the host, then per launch draws random inputs for its groups (constants as they are),
 // computes their reference node by node, and runs the kernel (backend/verify.h): bounds, races,
 // barriers and uninitialised shared memory checked, every output element compared within the

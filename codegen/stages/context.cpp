@@ -411,6 +411,9 @@ bool names_any(const std::string& text, const std::set<std::string>& names) {
 
 std::vector<LoweringContext::VectorRead> LoweringContext::along_reads(const std::vector<std::string>& o, int64_t run,
                                                                       const IndexFn& body) {
+  // No 16-byte vector (4 floats, 8 16-bit values) divides the run: nothing to find, and the body
+  // is not emitted aside (a tensor-core epilogue's pair runs, one per fragment row).
+  if (run % vector_lanes(DType::kF32) != 0) return {};
   const std::string q = o.back();
   // The group inputs the body reads unconditionally, found by emitting it aside: first those read
   // at the same index by every element of the run (a token id that picks an embedding row),

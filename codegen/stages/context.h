@@ -164,7 +164,7 @@ class LoweringContext {
   // that variable, no other index naming it or what the body declares), of float32, float16 or
   // bfloat16 values whose 16-byte vectors divide the run and the input's rows; their flat indices
   // as locals emitted into the current block. Inputs read at one index by the whole run (a token
-  // id) are loaded there first, once.
+  // id) are loaded there first, once. A run that no 16-byte vector divides finds nothing.
   std::vector<VectorRead> along_reads(const std::vector<std::string>& o, int64_t run, const IndexFn& body);
   // The run-time condition that every read starts a 16-byte aligned vector.
   std::string reads_aligned(const std::vector<VectorRead>& reads) const;

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "backend/nvrtc.h"
+#include "codegen/emit.h"
 #include "codegen/memory_plan.h"
 #include "compiler/compile_bundle.h"
 #include "compiler/verify_bundle.h"
@@ -76,9 +77,9 @@ TEST(Bundle, ManifestDescribesEveryLaunchAndBuffer) {
   std::filesystem::remove_all(dir);
 }
 
-// Every kernel of a bundle is verified before it is written (`fusetune compile`): the bundle of a
-// plan passes; with one kernel's barriers deleted, verification fails naming that kernel and the
-// finding of the executor's checks.
+// Every kernel of a bundle is verified before it is written (`fusetune compile`), from the text
+// the bundle ships: the bundle of a plan passes; with one kernel's barriers deleted from that text,
+// verification fails naming that kernel and the finding of the executor's checks.
 TEST(Bundle, VerificationPassesEveryKernelAndNamesOneThatFails) {
   const Graph g = fusetune::testing::load_test_model("bert");
   const planner::Device d = planner::find_device("h100");
@@ -120,8 +121,13 @@ TEST(Bundle, VerificationPassesEveryKernelAndNamesOneThatFails) {
     }
   }
   ASSERT_FALSE(name.empty()) << "no launch of the plan has a barrier";
+  // The bundle as it would ship with that kernel: verification reads the bundle's text.
+  Bundle shipped = b;
+  std::vector<codegen::Kernel> kernels;
+  for (const compiler::CompiledLaunch& l : broken) kernels.push_back(l.lowered.kernel);
+  shipped.cuda_source = codegen::emit_cuda(kernels);
   try {
-    compiler::verify_bundle(g, plan, b, broken, options);
+    compiler::verify_bundle(g, plan, shipped, broken, options);
     ADD_FAILURE() << "kernel " << name << " without its barriers passed verification";
   } catch (const Error& e) {
     const std::string what = e.what();
