@@ -2,7 +2,7 @@
 # Installs what fusetune needs on a fresh Debian machine (only what is missing), fetches ONNX's
 # operator conformance data, and builds the project.
 #
-#   scripts/setup.sh                 # deps + build in ./build
+#   scripts/setup.sh                 # deps + a Release build in ./build
 #   scripts/setup.sh --sanitize      # deps + an ASan+UBSan build in ./build-asan
 #   scripts/setup.sh --deps-only     # deps and conformance data, no build
 set -euo pipefail
@@ -120,6 +120,8 @@ if [ "$mode" = sanitize ]; then
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-g1 -O1" -DFUSETUNE_SANITIZE=ON >/dev/null
   cmake --build build-asan -j "$jobs"
 else
-  cmake -S . -B build -G Ninja >/dev/null
+  # Release as it ships (-O3, NDEBUG), warnings as errors as for every developer build; no debug
+  # information (a build with it: cmake -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo).
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DFUSETUNE_WERROR=ON >/dev/null
   cmake --build build -j "$jobs"
 fi

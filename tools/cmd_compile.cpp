@@ -1,5 +1,4 @@
-// fusetune compile MODEL.onnx --device NAME|--device-file PATH --out DIR [--shape NAME=DxD...]
-// [--precision model|tf32] [--libraries all|none|LIST] [--verify-blocks N] [--dump-ir]: plans the
+// fusetune compile (its options: tools/command_table.cpp): plans the
 // model with modeled costs (an untuned plan: the top candidate per group), generates its kernels,
 // verifies every one on the host (compiler/verify_bundle.h: the executor's four checks and the
 // reference, on at most N blocks of a larger grid, default 16, 0 for all) and writes the plan
@@ -23,16 +22,16 @@
 #include "planner/select.h"
 #include "runtime/bundle.h"
 #include "tools/cli_args.h"
+#include "tools/command_table.h"
 #include "tools/commands.h"
 #include "tools/progress.h"
 
 namespace fusetune::cli {
 
 int cmd_compile(const std::vector<std::string>& argv) {
-  const Args args(argv, {"device", "device-file", "shape", "out", "precision", "libraries", "verify-blocks"}, {"dump-ir"});
-  check(args.positional().size() == 1 && args.has("out") && (args.has("device") || args.has("device-file")),
-        "usage: fusetune compile MODEL.onnx --device NAME|--device-file PATH --out DIR [--shape NAME=DxD...] "
-        "[--precision model|tf32] [--libraries all|none|cublasLt,cudnn] [--verify-blocks N] [--dump-ir]");
+  const CommandSpec& spec = command_spec("compile");
+  const Args args = parse_args(spec, argv);
+  check_usage(args.positional().size() == 1 && (args.has("device") || args.has("device-file")), spec);
   compiler::BundleVerifyOptions verify;
   verify.sample_blocks = static_cast<int64_t>(args.number("verify-blocks", static_cast<double>(verify.sample_blocks)));
   check(verify.sample_blocks >= 0, "--verify-blocks ", verify.sample_blocks, ": a number of blocks, 0 for all");

@@ -1,5 +1,4 @@
-// fusetune coordinator --listen tcp://0.0.0.0:PORT [--db PATH] [--http HOST:PORT [--http-token-file F]]
-// [--endpoint-file PATH]: the tuning service (coordinator/server.h), until SIGINT or SIGTERM; with
+// fusetune coordinator (its options: tools/command_table.cpp): the tuning service (coordinator/server.h), until SIGINT or SIGTERM; with
 // --http, its metrics, JSON API and live dashboard (dashboards/), within the --http-* limits. The
 // token may come from $FUSETUNE_HTTP_TOKEN instead of the file. Port 0 (in --listen or --http)
 // takes a port the system chooses; --endpoint-file writes, once both listen, the endpoints bound
@@ -14,23 +13,16 @@
 #include "core/files.h"
 #include "core/log.h"
 #include "tools/cli_args.h"
+#include "tools/command_table.h"
 #include "tools/commands.h"
 #include "tools/service_common.h"
 
 namespace fusetune::cli {
 
 int cmd_coordinator(const std::vector<std::string>& argv) {
-  std::set<std::string> valued = {"listen", "db", "heartbeat-ms", "worker-timeout-ms", "max-attempts", "key", "allow-workers",
-                                  "allow-clients", "http",
-                                  "http-token-file", "log-format", "max-message-mb", "max-upload-gb",
-                                  "max-client-upload-gb", "max-store-gb", "endpoint-file"};
-  valued.merge(http_limit_flags());
-  const Args args(argv, valued, {});
-  check(args.positional().empty() && args.has("listen"),
-        "usage: fusetune coordinator --listen tcp://ADDRESS:PORT [--db PATH] [--key COORD.key --allow-workers KEYS --allow-clients KEYS] "
-        "[--worker-timeout-ms MS] [--max-message-mb MB] [--max-upload-gb GB] [--max-client-upload-gb GB] [--max-store-gb GB] [--http HOST:PORT [--http-token-file FILE] [--http-max-connections N] "
-        "[--http-max-header-kb KB] [--http-max-headers N] [--http-timeout-s S] [--http-keep-alive-s S]] [--log-format text|json] "
-        "[--endpoint-file PATH]");
+  const CommandSpec& spec = command_spec("coordinator");
+  const Args args = parse_args(spec, argv);
+  check_usage(args.positional().empty(), spec);
   set_log_format(parse_log_format(args.get("log-format", "text")));
   coordinator::ServerOptions opt;
   opt.listen = args.get("listen");

@@ -1,4 +1,4 @@
-// fusetune db stats|gc|vacuum|export FILE|import FILE [--db PATH]: the search database (storage/),
+// fusetune db (its operands and options: tools/command_table.cpp): the search database (storage/),
 // by default $XDG_CACHE_HOME/fusetune/search.db (~/.cache/fusetune/search.db). stats counts the
 // records (per device identity) and the service's state with the file's size; gc drops what no
 // unfinished job needs (done tasks' payloads) and keeps every measurement; vacuum returns the
@@ -13,6 +13,7 @@
 #include "storage/job_queue.h"
 #include "storage/search_db.h"
 #include "tools/cli_args.h"
+#include "tools/command_table.h"
 #include "tools/commands.h"
 
 namespace fusetune::cli {
@@ -32,11 +33,12 @@ std::filesystem::path default_db_path() {
 }
 
 int cmd_db(const std::vector<std::string>& argv) {
-  const Args args(argv, {"db"}, {});
+  const CommandSpec& spec = command_spec("db");
+  const Args args = parse_args(spec, argv);
   const auto& pos = args.positional();
   const bool one_word = pos.size() == 1 && (pos[0] == "stats" || pos[0] == "gc" || pos[0] == "vacuum");
   const bool with_file = pos.size() == 2 && (pos[0] == "export" || pos[0] == "import");
-  check(one_word || with_file, "usage: fusetune db stats|gc|vacuum|export FILE|import FILE [--db PATH]");
+  check_usage(one_word || with_file, spec);
   const fs::path path = args.has("db") ? fs::path(args.get("db")) : default_db_path();
   std::error_code ec;
   fs::create_directories(path.parent_path(), ec);

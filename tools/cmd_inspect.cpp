@@ -1,4 +1,4 @@
-// fusetune inspect MODEL.onnx [--shape NAME=DxD...] [--json]: what the model holds and what an
+// fusetune inspect (its options: tools/command_table.cpp): what the model holds and what an
 // unfused execution of it costs.
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -7,6 +7,7 @@
 #include "core/model_stats.h"
 #include "importer/importer.h"
 #include "tools/cli_args.h"
+#include "tools/command_table.h"
 #include "tools/commands.h"
 
 namespace fusetune::cli {
@@ -39,8 +40,9 @@ nlohmann::json unsupported_json(const importer::OnnxSummary& s) {
 }  // namespace
 
 int cmd_inspect(const std::vector<std::string>& argv) {
-  const Args args(argv, {"shape"}, {"json"});
-  check(args.positional().size() == 1, "usage: fusetune inspect MODEL.onnx [--shape NAME=DxD...] [--json]");
+  const CommandSpec& spec = command_spec("inspect");
+  const Args args = parse_args(spec, argv);
+  check_usage(args.positional().size() == 1, spec);
   const std::string path = args.positional()[0];
   const bool json = args.has("json");
   const importer::OnnxSummary summary = importer::summarize_onnx(path);

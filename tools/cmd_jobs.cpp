@@ -1,10 +1,7 @@
-// The job commands a script drives a coordinator with:
-//   fusetune submit MODEL.onnx --coordinator EP [--device NAME] [--shape ...] [--candidates N]
-//                   [--trials N] [--time S] [--precision model|tf32] [--libraries all|none|cublasLt,cudnn] [--wait]
-//   fusetune status [JOB] --coordinator EP [--json]
-//   fusetune cancel JOB --coordinator EP
-//   fusetune export JOB --coordinator EP --out PLAN_DIR
-// Each takes --key NAME.key --coordinator-key COORD.pub for a coordinator that uses CURVE.
+// The job commands a script drives a coordinator with: fusetune submit, status, cancel and export
+// (their options: tools/command_table.cpp). Each takes --key NAME.key --coordinator-key COORD.pub for a coordinator that uses CURVE, and
+// --timeout-s S, how long a request waits for the coordinator's reply (submit 120, status and
+// cancel 10, export 600).
 // submit prints the job id alone on stdout (with --wait, then waits and prints the job's table).
 // Exit codes: 0 success; 1 the job failed or was cancelled (--wait); 2 bad input, an error from
 // the coordinator, or no coordinator reachable (the message names the endpoint).
@@ -19,6 +16,7 @@
 #include "coordinator/status_json.h"
 #include "core/error.h"
 #include "tools/cli_args.h"
+#include "tools/command_table.h"
 #include "tools/commands.h"
 #include "tools/progress.h"
 #include "tools/service_common.h"
@@ -26,6 +24,13 @@
 namespace fusetune::cli {
 
 namespace {
+
+// --timeout-s: how long a request waits for the coordinator's reply (`fallback_s` by default).
+int timeout_ms(const Args& args, double fallback_s) {
+  const double s = args.number("timeout-s", fallback_s);
+  check(s > 0 && s <= 86400, "--timeout-s ", s, ": seconds, more than 0 and at most a day");
+  return static_cast<int>(s * 1000);
+}
 
 int64_t job_arg(const std::string& text) {
   try {
@@ -56,15 +61,13 @@ wire::StatusReply query(coordinator::Client& client, int64_t job) {
 }  // namespace
 
 int cmd_submit(const std::vector<std::string>& argv) {
-  const Args args(argv, with_job_option_flags({"coordinator", "device", "timeout-s", "key", "coordinator-key"}), {"wait"});
-  check(args.positional().size() == 1 && args.has("coordinator"),
-        "usage: fusetune submit MODEL.onnx --coordinator tcp://HOST:PORT [--device NAME|host] [--shape NAME=DxD...] "
-        "[--candidates N] [--trials N] [--time S] [--precision model|tf32] [--libraries all|none|cublasLt,cudnn] [--wait]");
+  const CommandSpec& spec = command_spec("submit");
+  const Args args = parse_args(spec, argv);
+  check_usage(args.positional().size() == 1, spec);
   const std::filesystem::path model = args.positional()[0];
   const coordinator::JobOptions options = job_options(args);
   zmq::context_t context;
-  coordinator::Client client(context, args.get("coordinator"), static_cast<int>(args.number("timeout-s", 120) * 1000),
-                            client_security(args));
+  coordinator::Client client(context, args.get("coordinator"), timeout_ms(args, 120), client_security(args));
   wire::Envelope e;
   wire::Submit& s = *e.mutable_submit();
   s.set_model_name(model.filename().string());
@@ -99,11 +102,11 @@ int cmd_submit(const std::vector<std::string>& argv) {
 }
 
 int cmd_status(const std::vector<std::string>& argv) {
-  const Args args(argv, {"coordinator", "key", "coordinator-key"}, {"json"});
-  check(args.positional().size() <= 1 && args.has("coordinator"),
-        "usage: fusetune status [JOB] --coordinator tcp://HOST:PORT [--json]");
+  const CommandSpec& spec = command_spec("status");
+  const Args args = parse_args(spec, argv);
+  check_usage(args.positional().size() <= 1, spec);
   zmq::context_t context;
-  coordinator::Client client(context, args.get("coordinator"), 10000, client_security(args));
+  coordinator::Client client(context, args.get("coordinator"), timeout_ms(args, 10), client_security(args));
   const int64_t job = args.positional().empty() ? 0 : job_arg(args.positional()[0]);
   const wire::StatusReply reply = query(client, job);
   const std::vector<wire::JobStatus> jobs(reply.jobs().begin(), reply.jobs().end());
@@ -118,10 +121,11 @@ int cmd_status(const std::vector<std::string>& argv) {
 }
 
 int cmd_cancel(const std::vector<std::string>& argv) {
-  const Args args(argv, {"coordinator", "key", "coordinator-key"}, {});
-  check(args.positional().size() == 1 && args.has("coordinator"), "usage: fusetune cancel JOB --coordinator tcp://HOST:PORT");
+  const CommandSpec& spec = command_spec("cancel");
+  const Args args = parse_args(spec, argv);
+  check_usage(args.positional().size() == 1, spec);
   zmq::context_t context;
-  coordinator::Client client(context, args.get("coordinator"), 10000, client_security(args));
+  coordinator::Client client(context, args.get("coordinator"), timeout_ms(args, 10), client_security(args));
   wire::Envelope e;
   e.mutable_cancel()->set_job_id(job_arg(args.positional()[0]));
   client.request(std::move(e));
@@ -130,12 +134,11 @@ int cmd_cancel(const std::vector<std::string>& argv) {
 }
 
 int cmd_export(const std::vector<std::string>& argv) {
-  const Args args(argv, {"coordinator", "out", "timeout-s", "key", "coordinator-key"}, {});
-  check(args.positional().size() == 1 && args.has("coordinator") && args.has("out"),
-        "usage: fusetune export JOB --coordinator tcp://HOST:PORT --out PLAN_DIR");
+  const CommandSpec& spec = command_spec("export");
+  const Args args = parse_args(spec, argv);
+  check_usage(args.positional().size() == 1, spec);
   zmq::context_t context;
-  coordinator::Client client(context, args.get("coordinator"), static_cast<int>(args.number("timeout-s", 600) * 1000),
-                            client_security(args));
+  coordinator::Client client(context, args.get("coordinator"), timeout_ms(args, 600), client_security(args));
   wire::Envelope e;
   e.mutable_export_request()->set_job_id(job_arg(args.positional()[0]));
   const wire::Envelope r = client.request(std::move(e));

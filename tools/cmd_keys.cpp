@@ -1,4 +1,4 @@
-// fusetune keys generate NAME [--out DIR]: a CURVE key pair for a coordinator, worker or client
+// fusetune keys generate NAME (its options: tools/command_table.cpp): a CURVE key pair for a coordinator, worker or client
 // (proto/curve.h): DIR/NAME.key (both halves, mode 0600) and DIR/NAME.pub (the public half, to
 // hand to the other side: a coordinator's --allow-workers or --allow-clients directory, a worker's
 // --coordinator-key).
@@ -7,14 +7,15 @@
 #include "core/error.h"
 #include "proto/curve.h"
 #include "tools/cli_args.h"
+#include "tools/command_table.h"
 #include "tools/commands.h"
 
 namespace fusetune::cli {
 
 int cmd_keys(const std::vector<std::string>& argv) {
-  const Args args(argv, {"out"}, {});
-  check(args.positional().size() == 2 && args.positional()[0] == "generate",
-        "usage: fusetune keys generate NAME [--out DIR]");
+  const CommandSpec& spec = command_spec("keys");
+  const Args args = parse_args(spec, argv);
+  check_usage(args.positional().size() == 2 && args.positional()[0] == "generate", spec);
   const std::string name = args.positional()[1];
   check(name.find('/') == std::string::npos && !name.empty(), "key name '", name, "' must be a plain file name");
   const std::filesystem::path dir = args.get("out", ".");

@@ -1,5 +1,4 @@
-// fusetune plan MODEL.onnx --device NAME|--device-file PATH [--shape ...] [--top-k K]
-// [--precision model|tf32] [--libraries all|none|LIST] [--json]: fusion groups, kernel launches, each group's best modeled
+// fusetune plan (its options: tools/command_table.cpp): fusion groups, kernel launches, each group's best modeled
 // candidate, and modeled DRAM traffic against the unfused and minimum figures of `inspect`.
 #include <chrono>
 #include <cstdio>
@@ -13,16 +12,15 @@
 #include "planner/library_call.h"
 #include "planner/select.h"
 #include "tools/cli_args.h"
+#include "tools/command_table.h"
 #include "tools/commands.h"
 
 namespace fusetune::cli {
 
 int cmd_plan(const std::vector<std::string>& argv) {
-  const Args args(argv, {"device", "device-file", "shape", "top-k", "precision", "libraries"},
-                  {"json", "no-fusion", "keep-fused"});
-  check(args.positional().size() == 1 && (args.has("device") || args.has("device-file")),
-        "usage: fusetune plan MODEL.onnx --device NAME|--device-file PATH [--shape NAME=DxD...] [--top-k K] "
-        "[--precision model|tf32] [--libraries all|none|cublasLt,cudnn] [--json]");
+  const CommandSpec& spec = command_spec("plan");
+  const Args args = parse_args(spec, argv);
+  check_usage(args.positional().size() == 1 && (args.has("device") || args.has("device-file")), spec);
   const std::string path = args.positional()[0];
   const planner::Device device =
       args.has("device-file") ? planner::load_device(args.get("device-file")) : planner::find_device(args.get("device"));

@@ -1,4 +1,4 @@
-// fusetune profile PLAN_DIR [--inputs DIR] [--seed S] [--sites N] [--json]: runs a plan bundle once on the
+// fusetune profile (its options: tools/command_table.cpp): runs a plan bundle once on the
 // host's SIMT executor (simt/executor.h), with its checks, and prints per kernel what it did to
 // memory: global requests and 32-byte sectors (loads, stores), sectors per request, the unique
 // sectors of the launch as bytes (a lower bound on the DRAM traffic a GPU moves), shared-memory
@@ -35,6 +35,7 @@
 #include "runtime/bundle.h"
 #include "runtime/plan_runner.h"
 #include "tools/cli_args.h"
+#include "tools/command_table.h"
 #include "tools/commands.h"
 
 namespace fusetune::cli {
@@ -164,8 +165,9 @@ json sol_row(const planner::Device& d, const json& launch, const simt::Counters&
 }  // namespace
 
 int cmd_profile(const std::vector<std::string>& argv) {
-  const Args args(argv, {"inputs", "seed", "sites"}, {"json", "sol"});
-  check(args.positional().size() == 1, "usage: fusetune profile PLAN_DIR [--inputs DIR] [--seed S] [--sites N] [--sol] [--json]");
+  const CommandSpec& spec = command_spec("profile");
+  const Args args = parse_args(spec, argv);
+  check_usage(args.positional().size() == 1, spec);
   const fs::path dir = args.positional()[0];
   const runtime::Bundle bundle = runtime::read_bundle(dir);
   const json manifest = json::parse(bundle.manifest);
@@ -175,7 +177,7 @@ int cmd_profile(const std::vector<std::string>& argv) {
   std::vector<Tensor> inputs;
   if (args.has("inputs")) {
     std::vector<std::string> names;
-    for (const auto& spec : runner.inputs()) names.push_back(spec.name);
+    for (const auto& input : runner.inputs()) names.push_back(input.name);
     inputs = importer::bind_inputs(names, importer::load_test_data(args.get("inputs")).inputs, nullptr);
   } else {
     inputs = random_inputs(runner.inputs(), seed);

@@ -1,4 +1,4 @@
-// fusetune report JOB --out report.html [--db PATH]: a job as one self-contained HTML page
+// fusetune report (its options: tools/command_table.cpp): a job as one self-contained HTML page
 // (dashboards/report.h) from the search database alone: no coordinator needs to run.
 #include <cstdio>
 #include <filesystem>
@@ -10,13 +10,15 @@
 #include "storage/job_queue.h"
 #include "storage/search_db.h"
 #include "tools/cli_args.h"
+#include "tools/command_table.h"
 #include "tools/commands.h"
 
 namespace fusetune::cli {
 
 int cmd_report(const std::vector<std::string>& argv) {
-  const Args args(argv, {"out", "db"}, {});
-  check(args.positional().size() == 1 && args.has("out"), "usage: fusetune report JOB --out report.html [--db PATH]");
+  const CommandSpec& spec = command_spec("report");
+  const Args args = parse_args(spec, argv);
+  check_usage(args.positional().size() == 1, spec);
   int64_t id = 0;
   try {
     id = std::stoll(args.positional()[0]);

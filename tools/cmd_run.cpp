@@ -1,5 +1,4 @@
-// fusetune run MODEL.onnx|PLAN_DIR --inputs DIR [--out DIR] [--rtol R] [--atol A] [--shape ...]
-// [--backend auto|host|cuda|cuda:N]: runs a model on the reference interpreter, or a plan bundle
+// fusetune run (its options: tools/command_table.cpp): runs a model on the reference interpreter, or a plan bundle
 // (fusetune compile) on the GPU or the host, on test data in the ONNX layout; writes the outputs
 // and compares them with DIR's output_N.pb where present (a plan compiled with --precision tf32:
 // float32 outputs under reference::tf32_tolerance).
@@ -16,6 +15,7 @@
 #include "reference/interpreter.h"
 #include "runtime/plan_runner.h"
 #include "tools/cli_args.h"
+#include "tools/command_table.h"
 #include "tools/commands.h"
 #include "tools/progress.h"
 
@@ -88,10 +88,9 @@ Ran run_bundle(const fs::path& dir, const importer::TestData& data, const Args& 
 }  // namespace
 
 int cmd_run(const std::vector<std::string>& argv) {
-  const Args args(argv, {"inputs", "out", "rtol", "atol", "shape", "backend", "repeat"}, {});
-  check(args.positional().size() == 1 && args.has("inputs"),
-        "usage: fusetune run MODEL.onnx|PLAN_DIR --inputs DIR [--out DIR] [--rtol R] [--atol A] [--shape NAME=DxD...] "
-        "[--backend auto|host|cuda|cuda:N] [--repeat N]");
+  const CommandSpec& spec = command_spec("run");
+  const Args args = parse_args(spec, argv);
+  check_usage(args.positional().size() == 1, spec);
   const fs::path target = args.positional()[0];
   const fs::path data_dir = args.get("inputs");
   std::error_code ec;

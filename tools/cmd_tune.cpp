@@ -1,7 +1,4 @@
-// fusetune tune MODEL.onnx [--device h100|host|auto] [--out PLAN_DIR] [--db PATH] [--shape ...]
-// [--candidates N] [--trials N] [--time S] [--plan-device NAME] [--precision model|tf32] [--libraries all|none|cublasLt,cudnn] [--no-timing]
-// [--verify-blocks N]: the
-// embedded default.
+// fusetune tune (its options: tools/command_table.cpp): the embedded default.
 // For a GPU device this machine lacks (or with --no-timing), a dry run instead
 // (coordinator/dry_run.h): every candidate compiled with NVRTC and verified on the host (on at most
 // --verify-blocks blocks of its grid, default 16; 0: all), the plan
@@ -23,6 +20,7 @@
 #include "planner/device.h"
 #include "runtime/bundle.h"
 #include "tools/cli_args.h"
+#include "tools/command_table.h"
 #include "tools/commands.h"
 #include "tools/progress.h"
 #include "tools/service_common.h"
@@ -127,10 +125,9 @@ int tune_without_timing(const Args& args, const std::filesystem::path& model, co
 }  // namespace
 
 int cmd_tune(const std::vector<std::string>& argv) {
-  const Args args(argv, with_job_option_flags({"device", "out", "db", "compile-jobs", "verify-blocks"}), {"verbose", "no-timing"});
-  check(args.positional().size() == 1,
-        "usage: fusetune tune MODEL.onnx [--device h100|host|auto] [--out PLAN_DIR] [--db PATH] [--shape NAME=DxD...] "
-        "[--candidates N] [--trials N] [--time S] [--precision model|tf32] [--libraries all|none|cublasLt,cudnn] [--no-timing] [--verify-blocks N]");
+  const CommandSpec& spec = command_spec("tune");
+  const Args args = parse_args(spec, argv);
+  check_usage(args.positional().size() == 1, spec);
   const std::filesystem::path model = args.positional()[0];
   std::string why;
   const auto [job_device, worker_device] = resolve_device(args.get("device", "auto"), why);

@@ -1,5 +1,4 @@
-// fusetune worker --coordinator tcp://HOST:PORT [--device all|N|host|LIST] [--compile-jobs N] [--id NAME]
-// [--drain-seconds S]: the GPU worker daemon (worker/daemon.h), one per device of the list
+// fusetune worker (its options: tools/command_table.cpp): the GPU worker daemon (worker/daemon.h), one per device of the list
 // (worker/machine.h); prints what each device did when it stops. The first SIGTERM drains (the
 // tasks being measured may finish for S seconds, default 30; the others go back), a second one
 // hands everything back at once. fusetune worker-child --device D is its measuring
@@ -17,6 +16,7 @@
 #include "dashboards/http_server.h"
 #include "simt/module.h"
 #include "tools/cli_args.h"
+#include "tools/command_table.h"
 #include "tools/commands.h"
 #include "tools/service_common.h"
 #include "worker/confine.h"
@@ -27,15 +27,9 @@
 namespace fusetune::cli {
 
 int cmd_worker(const std::vector<std::string>& argv) {
-  std::set<std::string> valued = {"coordinator", "device", "compile-jobs", "id", "key", "coordinator-key", "drain-seconds",
-                                  "log-format", "metrics", "metrics-token-file"};
-  valued.merge(http_limit_flags());
-  const Args args(argv, valued, {"quiet"});
-  check(args.positional().empty() && args.has("coordinator"),
-        "usage: fusetune worker --coordinator tcp://HOST:PORT [--device all|N|host|N,M,...] [--compile-jobs N] "
-        "[--id NAME] [--drain-seconds S] [--key WORKER.key --coordinator-key COORD.pub] [--log-format text|json] "
-        "[--metrics HOST:PORT [--metrics-token-file FILE] [--http-max-connections N] [--http-max-header-kb KB] "
-        "[--http-max-headers N] [--http-timeout-s S] [--http-keep-alive-s S]]");
+  const CommandSpec& spec = command_spec("worker");
+  const Args args = parse_args(spec, argv);
+  check_usage(args.positional().empty(), spec);
   set_log_format(parse_log_format(args.get("log-format", "text")));
   worker::WorkerOptions opt;
   opt.coordinator = args.get("coordinator");
@@ -69,7 +63,7 @@ int cmd_worker(const std::vector<std::string>& argv) {
 }
 
 int cmd_worker_child(const std::vector<std::string>& argv) {
-  const Args args(argv, {"device"}, {});
+  const Args args = parse_args(command_spec("worker-child"), argv);
   const std::string device = args.get("device", "host");
   // Frames go to the pipe the daemon gave as stdout; anything else printed goes to stderr.
   const int frames_out = ::dup(1);

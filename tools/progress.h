@@ -1,6 +1,8 @@
 // A progress line on stderr for long work: redrawn in place on a terminal, printed every 10%
-// otherwise, silent for work that finishes within half a second; once part is done it says about
-// how long the rest takes at the rate so far.
+// otherwise, silent for work that finishes within half a second (with FUSETUNE_PROGRESS=lines in
+// the environment: every update as a line of its own from the start, at most ten a second and the
+// last always, which the Python package's progress callbacks read); once part is done it says
+// about how long the rest takes at the rate so far.
 #pragma once
 
 #include <chrono>
@@ -20,6 +22,7 @@ class ProgressLine {
   std::chrono::steady_clock::time_point start_;
   std::chrono::steady_clock::time_point last_;
   bool tty_;
+  bool every_update_ = false;  // FUSETUNE_PROGRESS=lines
   bool shown_ = false;
   int last_decile_ = -1;
 };

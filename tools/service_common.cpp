@@ -129,15 +129,6 @@ dashboards::HttpOptions http_options(const Args& args, const std::string& addres
   return o;
 }
 
-std::set<std::string> http_limit_flags() {
-  return {"http-keep-alive-s", "http-max-connections", "http-max-header-kb", "http-max-headers", "http-timeout-s"};
-}
-
-std::set<std::string> with_job_option_flags(std::set<std::string> others) {
-  others.insert({"shape", "candidates", "plan-device", "trials", "time", "precision", "libraries"});
-  return others;
-}
-
 coordinator::JobOptions job_options(const Args& args) {
   coordinator::JobOptions options;
   options.shapes = shape_overrides(args);

@@ -38,16 +38,12 @@ wire::ClientSecurity client_security(const Args& args);
 wire::ServerSecurity server_security(const Args& args);
 // The HTTP side's options: the address of `address_flag`, the token from the file of
 // `token_flag`'s file (which others may not read) or $FUSETUNE_HTTP_TOKEN, never from the command
-// line (ps shows it), and the limits of http_limit_flags(), range-checked by HttpServer.
+// line (ps shows it), and the --http-* limits (tools/command_table.h), range-checked by HttpServer.
 dashboards::HttpOptions http_options(const Args& args, const std::string& address_flag, const std::string& token_flag);
-// The --http-* limit flags http_options reads.
-std::set<std::string> http_limit_flags();
 // One line per job: id, state, model, device, tasks done/total, measured, cache hits.
 // A job's options from tune's and submit's flags: --shape, --candidates, --plan-device, --trials,
-// --time (seconds), --precision (model or tf32).
+// --time (seconds), --precision (model or tf32), --libraries.
 coordinator::JobOptions job_options(const Args& args);
-// `others` and the flags job_options reads: the valued flags of a command that makes a job.
-std::set<std::string> with_job_option_flags(std::set<std::string> others);
 
 void print_jobs(const std::vector<wire::JobStatus>& jobs);
 // The closing table of a finished job, from its summary.

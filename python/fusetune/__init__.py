@@ -1,9 +1,21 @@
-"""fusetune from Python: run the plan bundles `fusetune compile` and `fusetune tune` write.
+"""fusetune from Python: run the plan bundles `fusetune compile` and `fusetune tune` write, and
+make them.
 
     import fusetune
+    fusetune.compile("bert.onnx", "bert-plan", device="h100", shapes={"input_ids": (1, 128)},
+                     progress=lambda p: print(p.line))
     plan = fusetune.load_plan("bert-plan", device="auto")   # "auto", "host", "cuda" or "cuda:N"
     print(plan.input_names, plan.output_names, plan.backend)
     logits, = plan.run({"input_ids": ids, "attention_mask": mask})
+
+    client = fusetune.Client("tcp://tuner:5555")             # a running `fusetune coordinator`
+    job = client.submit("bert.onnx", device="h100", trials=8)
+    client.wait(job, progress=lambda p: print(p.line))
+    client.export(job, "bert-tuned")
+
+load_plan and Plan are the deployment runtime (no compiler inside). compile, tune and Client
+drive the fusetune command-line tool (FUSETUNE_BINARY, else `fusetune` on PATH), reporting its
+progress to a callback and raising CommandError with its one-line diagnosis.
 
 `run` takes a dict by input name or a list in `input_names` order. Each value is a NumPy array
 or any object NumPy reads through DLPack on the host (a CPU torch tensor, without a copy); its
@@ -25,9 +37,10 @@ from typing import Mapping, Sequence, Union
 
 import numpy as np
 
+from ._commands import Client, CommandError, Progress, compile, tune
 from ._fusetune import _Plan
 
-__all__ = ["Plan", "load_plan"]
+__all__ = ["Client", "CommandError", "Plan", "Progress", "compile", "load_plan", "tune"]
 
 # The NumPy dtype each element type travels as (see the module docstring for the raw-bits types).
 _DTYPES = {

@@ -1,57 +1,29 @@
-"""The fusetune Python package against PyTorch's outputs: plans compiled by the fusetune CLI (the
+"""The fusetune Python package against PyTorch's outputs: plans compiled by fusetune.compile (the
 test models of tests/data/models, exported by PyTorch with their inputs and outputs), loaded with
 fusetune.load_plan on the host and run from NumPy arrays, dicts and lists, CPU torch tensors
 through DLPack, and from several threads at once; every wrong input refused naming it; the
 type stubs declaring what the package exports. Run by ctest (python.runtime) with PYTHONPATH at
-the build tree's python/ folder, FUSETUNE_BINARY the CLI and FUSETUNE_SOURCE_DIR the checkout."""
+the build tree's python/ folder, FUSETUNE_BINARY the CLI (which fusetune.compile runs) and
+FUSETUNE_SOURCE_DIR the checkout."""
 
 import ast
-import os
 import pathlib
 import re
-import subprocess
 import threading
 
 import numpy as np
 import onnx
 import pytest
-from onnx import numpy_helper
 
 import fusetune
-
-SOURCE = pathlib.Path(os.environ["FUSETUNE_SOURCE_DIR"])
-MODELS = SOURCE / "tests" / "data" / "models"
-
-
-def tensors(folder: pathlib.Path, prefix: str) -> list:
-    files = sorted(folder.glob(f"{prefix}_*.pb"), key=lambda p: int(p.stem.split("_")[-1]))
-    out = []
-    for f in files:
-        t = onnx.TensorProto()
-        t.ParseFromString(f.read_bytes())
-        out.append(numpy_helper.to_array(t))
-    return out
+from testdata import MODELS, expect_close, tensors, tolerance
 
 
 @pytest.fixture(scope="module", params=["cnn_small", "distilbert_fp16"])
 def compiled(request, tmp_path_factory):
-    """(model name, plan directory): the model compiled for the H100 by the CLI."""
+    """(model name, plan directory): the model compiled for the H100 by fusetune.compile."""
     out = tmp_path_factory.mktemp(request.param)
-    subprocess.run([os.environ["FUSETUNE_BINARY"], "compile", str(MODELS / request.param / "model.onnx"),
-                    "--device", "h100", "--out", str(out)], check=True, capture_output=True)
-    return request.param, out
-
-
-def expect_close(got: list, want: list, dtype_tolerance: float):
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        assert g.dtype == w.dtype and g.shape == w.shape
-        scale = max(1.0, float(np.abs(w.astype(np.float64)).max()))
-        np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=0, atol=dtype_tolerance * scale)
-
-
-def tolerance(name: str) -> float:
-    return 2e-2 if name.endswith("fp16") else 1e-4
+    return request.param, fusetune.compile(MODELS / request.param / "model.onnx", out, device="h100")
 
 
 def loaded(compiled):
