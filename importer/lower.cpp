@@ -906,6 +906,140 @@ int wrap_pad(NodeLowering& L, int v, const std::vector<int64_t>& pads) {
   return v;
 }
 
+// ConvTranspose as the convolution it is the adjoint of: the input spread out by the strides (each
+// element followed by stride - 1 zeros along each spatial axis: a Reshape, a Pad and a Reshape),
+// padded by (kernel - 1) * dilation less the transpose's own pads (cropped where those are larger;
+// output_padding adds to the end), then a stride-1 Conv with the same dilations whose weight is W
+// with its input and output channels swapped per group and each spatial axis reversed (a Reshape,
+// a Transpose, a Reshape and a Slice of step -1, folded when W is a weight). output_shape and
+// auto_pad choose the pads as the operator's definition says (SAME_UPPER puts the smaller half
+// first; SAME_LOWER and an output_shape without auto_pad the larger).
+void conv_transpose(NodeLowering& L) {
+  check(L.rank(0) >= 3, "input must be at least 3-D (N, C, spatial...), got ", shape_str(L.shape(0)));
+  const size_t sp = static_cast<size_t>(L.rank(0) - 2);
+  const auto r = static_cast<size_t>(L.rank(0));
+  check(L.rank(1) == L.rank(0), "weight of shape ", shape_str(L.shape(1)), " does not match input rank");
+  const Shape x_shape = L.shape(0);
+  const Shape w_shape = L.shape(1);
+  const int64_t group = L.attr_i("group", 1);
+  const int64_t c_in = x_shape[1];
+  check(group >= 1 && c_in % group == 0 && w_shape[0] == c_in, "weight of shape ", shape_str(w_shape),
+        " does not take ", c_in, " input channels in ", group, " groups");
+  const int64_t c_out = w_shape[1] * group;
+  const std::vector<int64_t> kernel(w_shape.begin() + 2, w_shape.end());
+  if (L.has_attr("kernel_shape")) check(L.attr_ints("kernel_shape") == kernel, "kernel_shape disagrees with the weight");
+  const auto strides = L.attr_ints("strides", std::vector<int64_t>(sp, 1));
+  const auto dil = L.attr_ints("dilations", std::vector<int64_t>(sp, 1));
+  const auto out_pad = L.attr_ints("output_padding", std::vector<int64_t>(sp, 0));
+  check(strides.size() == sp && dil.size() == sp && out_pad.size() == sp,
+        "strides, dilations and output_padding must have ", sp, " entries");
+  for (size_t i = 0; i < sp; ++i) {
+    check(strides[i] >= 1 && dil[i] >= 1 && kernel[i] >= 1 && strides[i] <= kMaxElements && dil[i] <= kMaxElements &&
+              kernel[i] - 1 <= kMaxElements / dil[i],
+          "kernel ", kernel[i], ", stride ", strides[i], " and dilation ", dil[i], " of spatial axis ", i,
+          " must be positive and not absurdly large");
+    check(out_pad[i] >= 0 && out_pad[i] < std::max(strides[i], dil[i]), "output_padding ", out_pad[i], " of spatial axis ",
+          i, " must be below its stride or dilation");
+  }
+  // pads: given, or from output_shape / auto_pad (total = the full output less the one wanted).
+  std::vector<int64_t> pads(2 * sp, 0);
+  const std::string auto_pad = L.attr_s("auto_pad", "NOTSET");
+  check(auto_pad == "NOTSET" || auto_pad == "VALID" || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER",
+        "unknown auto_pad '", auto_pad, "'");
+  if (L.has_attr("output_shape") || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+    std::vector<int64_t> wanted = L.attr_ints("output_shape", {});
+    if (wanted.size() == r) wanted.erase(wanted.begin(), wanted.begin() + 2);  // N and C given too
+    if (wanted.empty()) {
+      for (size_t i = 0; i < sp; ++i) wanted.push_back(x_shape[2 + i] * strides[i]);
+    }
+    check(wanted.size() == sp, "output_shape has ", wanted.size(), " entries, expected ", sp);
+    for (size_t i = 0; i < sp; ++i) {
+      // Negative where output_shape asks more than the transpose makes: the end grows by zeros.
+      const int64_t total = strides[i] * (x_shape[2 + i] - 1) + out_pad[i] + (kernel[i] - 1) * dil[i] + 1 - wanted[i];
+      check(wanted[i] >= 1 && wanted[i] <= kMaxElements, "output_shape ", wanted[i], " of spatial axis ", i,
+            " must be positive and not absurdly large");
+      const int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2);  // rounded down, as ONNX's reference does
+      pads[i] = auto_pad == "SAME_UPPER" ? half : total - half;
+      pads[i + sp] = total - pads[i];
+    }
+  } else if (auto_pad == "NOTSET") {
+    pads = L.attr_ints("pads", pads);
+    check(pads.size() == 2 * sp, "pads has ", pads.size(), " entries, expected ", 2 * sp);
+  }
+  // The input spread out: along each strided axis [.., D, ..] -> [.., D, 1, ..] -> pad to
+  // [.., D, s, ..] -> [.., D * s, ..], then the last s - 1 zeros cut off.
+  int x = L.input(0);
+  for (size_t i = 0; i < sp; ++i) {
+    if (strides[i] == 1) continue;
+    const Shape cur = L.builder().value(x).shape;
+    const size_t axis = 2 + i;
+    Shape split(cur.begin(), cur.end());
+    split.insert(split.begin() + static_cast<std::ptrdiff_t>(axis) + 1, 1);
+    std::vector<int64_t> zeros(2 * (r + 1), 0);
+    zeros[(r + 1) + axis + 1] = strides[i] - 1;
+    Attributes a;
+    a.set("pads", zeros);
+    a.set("mode", std::string("constant"));
+    a.set("value", 0.0f);
+    const int spread = L.emit("Pad", {L.reshape(x, split)}, a);
+    Shape joined(cur.begin(), cur.end());
+    joined[axis] = cur[axis] * strides[i];
+    x = slice_axes(L, L.reshape(spread, joined), {0}, {(cur[axis] - 1) * strides[i] + 1}, {static_cast<int64_t>(axis)}, {1});
+  }
+  // Padded by (k - 1) * d less the transpose's pads; where that is negative, cropped instead.
+  std::vector<int64_t> grow(2 * r, 0);
+  std::vector<int64_t> crop_starts, crop_ends, crop_axes;
+  const Shape spread_shape = L.builder().value(x).shape;
+  for (size_t i = 0; i < sp; ++i) {
+    const int64_t full = (kernel[i] - 1) * dil[i];
+    const int64_t before = full - pads[i];
+    const int64_t after = full - pads[i + sp] + out_pad[i];
+    grow[2 + i] = std::max<int64_t>(before, 0);
+    grow[r + 2 + i] = std::max<int64_t>(after, 0);
+    if (before < 0 || after < 0) {
+      crop_axes.push_back(static_cast<int64_t>(2 + i));
+      crop_starts.push_back(std::max<int64_t>(-before, 0));
+      crop_ends.push_back(spread_shape[2 + i] - std::max<int64_t>(-after, 0));
+      check(crop_ends.back() > crop_starts.back(), "pads of spatial axis ", i, " leave no output");
+    }
+  }
+  if (!crop_axes.empty()) x = slice_axes(L, x, crop_starts, crop_ends, crop_axes, std::vector<int64_t>(crop_axes.size(), 1));
+  if (std::any_of(grow.begin(), grow.end(), [](int64_t p) { return p != 0; })) {
+    Attributes a;
+    a.set("pads", grow);
+    a.set("mode", std::string("constant"));
+    a.set("value", 0.0f);
+    x = L.emit("Pad", {x}, a);
+  }
+  // W [C_in, C_out/g, k...] -> [g, C_in/g, C_out/g, k...] -> [g, C_out/g, C_in/g, k...] ->
+  // [C_out, C_in/g, k...], each spatial axis reversed.
+  Shape grouped = {group, c_in / group, w_shape[1]};
+  grouped.insert(grouped.end(), kernel.begin(), kernel.end());
+  std::vector<int64_t> perm = {0, 2, 1};
+  for (size_t i = 0; i < sp; ++i) perm.push_back(static_cast<int64_t>(3 + i));
+  Attributes t;
+  t.set("perm", perm);
+  Shape conv_w = {c_out, c_in / group};
+  conv_w.insert(conv_w.end(), kernel.begin(), kernel.end());
+  int w = L.reshape(L.emit("Transpose", {L.reshape(L.input(1), grouped)}, t), conv_w);
+  std::vector<int64_t> flip_axes, flip_starts, flip_ends;
+  for (size_t i = 0; i < sp; ++i) {
+    if (kernel[i] == 1) continue;
+    flip_axes.push_back(static_cast<int64_t>(2 + i));
+    flip_starts.push_back(-1);
+    flip_ends.push_back(std::numeric_limits<int64_t>::min());
+  }
+  if (!flip_axes.empty()) w = slice_axes(L, w, flip_starts, flip_ends, flip_axes, std::vector<int64_t>(flip_axes.size(), -1));
+  Attributes a;
+  a.set("strides", std::vector<int64_t>(sp, 1));
+  a.set("dilations", dil);
+  a.set("pads", std::vector<int64_t>(2 * sp, 0));
+  a.set("group", group);
+  std::vector<int> ins = {x, w};
+  if (L.has_input(2)) ins.push_back(L.input(2));
+  L.set_output(0, L.emit("Conv", ins, a));
+}
+
 void pad(NodeLowering& L) {
   const int64_t r = L.rank(0);
   std::vector<int64_t> pads;
@@ -1555,7 +1689,7 @@ const std::map<std::string, Lowering>& lowerings() {
       {"Abs", pass_through}, {"Acos", trig_by_formula}, {"Acosh", trig_by_formula}, {"Add", pass_through}, {"And", pass_through}, {"ArgMax", arg_reduce},
       {"ArgMin", arg_reduce}, {"Asin", trig_by_formula}, {"Asinh", trig_by_formula}, {"Atan", pass_through}, {"Atanh", trig_by_formula}, {"Attention", attention}, {"AveragePool", pool}, {"BatchNormalization", batch_norm},
       {"Cast", cast}, {"CastLike", cast_like}, {"Ceil", pass_through}, {"Celu", celu}, {"Clip", clip}, {"Concat", concat},
-      {"Constant", constant_op}, {"ConstantOfShape", constant_of_shape}, {"Conv", conv}, {"Cos", pass_through}, {"Cosh", trig_by_formula}, {"CumSum", cum_sum},
+      {"Constant", constant_op}, {"ConstantOfShape", constant_of_shape}, {"Conv", conv}, {"ConvTranspose", conv_transpose}, {"Cos", pass_through}, {"Cosh", trig_by_formula}, {"CumSum", cum_sum},
       {"DepthToSpace", depth_space}, {"Div", pass_through}, {"Dropout", dropout}, {"Einsum", einsum}, {"Elu", unary_with_defaults},
       {"Equal", pass_through}, {"Erf", pass_through}, {"Exp", pass_through}, {"Expand", expand},
       {"Flatten", flatten}, {"Floor", pass_through}, {"Gather", gather}, {"Gelu", gelu}, {"Gemm", gemm},

@@ -48,7 +48,7 @@ OPSET = 17
 INPUT_SEED = 1234
 
 SMALL_NAMES = ["bert", "vit", "swin_t", "resnet_small", "mobilenet_v2",
-               "efficientnet_b0", "convnext_t", "nerf_mlp", "cnn_small"]
+               "efficientnet_b0", "convnext_t", "nerf_mlp", "cnn_small", "unet_small"]
 FULL_NAMES = ["bert", "vit", "swin_t", "resnet18", "resnet50", "mobilenet_v2",
               "efficientnet_b0", "convnext_t", "nerf_mlp"]
 
@@ -187,6 +187,28 @@ class CnnSmall(nn.Module):
 
     def forward(self, x):
         return self.fc(self.flatten(self.features(x)))
+
+
+class UNetSmall(nn.Module):
+    """A two-level U-Net decoder path (segmentation, super-resolution, diffusion models): strided
+    convolutions down, ConvTranspose2d up (stride 2 with output_padding, a grouped one, and one
+    with dilation and asymmetric output padding), skip connections concatenated."""
+
+    def __init__(self, width=8):
+        super().__init__()
+        self.enc1 = nn.Sequential(nn.Conv2d(3, width, 3, padding=1), nn.ReLU(inplace=True))
+        self.enc2 = nn.Sequential(nn.Conv2d(width, 2 * width, 3, stride=2, padding=1), nn.ReLU(inplace=True))
+        self.mid = nn.Sequential(nn.Conv2d(2 * width, 2 * width, 3, stride=2, padding=1), nn.ReLU(inplace=True))
+        self.up2 = nn.ConvTranspose2d(2 * width, 2 * width, 3, stride=2, padding=1, output_padding=1, groups=2)
+        self.dec2 = nn.Sequential(nn.Conv2d(4 * width, width, 3, padding=1), nn.ReLU(inplace=True))
+        self.up1 = nn.ConvTranspose2d(width, width, 4, stride=2, padding=1, bias=False)
+        self.head = nn.ConvTranspose2d(2 * width, 2, 3, stride=1, padding=2, dilation=2)
+
+    def forward(self, x):
+        e1 = self.enc1(x)
+        e2 = self.enc2(e1)
+        d2 = self.dec2(torch.cat([self.up2(self.mid(e2)), e2], dim=1))
+        return self.head(torch.cat([self.up1(d2), e1], dim=1))
 
 
 class ResNetNarrow(tv_resnet.ResNet):
@@ -382,6 +404,11 @@ def build_cnn_small(size):
     return _image_model(CnnSmall(num_classes=10), 16)
 
 
+def build_unet_small(size):
+    return dict(model=UNetSmall(), inputs=image_input(16, make_gen()), input_names=["input"],
+                output_names=["mask"], dynamic_axes=None)
+
+
 BUILDERS = {
     "bert": build_bert,
     "vit": build_vit,
@@ -394,6 +421,7 @@ BUILDERS = {
     "convnext_t": build_convnext_t,
     "nerf_mlp": build_nerf_mlp,
     "cnn_small": build_cnn_small,
+    "unet_small": build_unet_small,
 }
 
 

@@ -77,8 +77,8 @@ std::vector<std::string> ConvGemmStage::conv_taps(const TensorExpr& e, const std
 }
 
 // Each step of the reduction loads the weight slice (M x step) and the im2col patches of every
-// group the rows touch (groups x step x P; zero outside the input, past K and for columns outside
-// the region) into shared memory, then every thread updates its TM x TN accumulators; after the
+// group the rows touch (groups x step x P; zero outside the input, past K, for columns outside
+// the region and for a region without rows) into shared memory, then every thread updates its TM x TN accumulators; after the
 // last step each thread writes its micro-tile (plus the bias) where the Conv's value goes: its
 // shared buffer for the epilogue, and global memory when exported.
 void ConvGemmStage::emit(Kernel& k) {
@@ -137,7 +137,9 @@ void ConvGemmStage::emit(Kernel& k) {
         cx_.cur().push_back(assign("ft_x", cx_.value(x, idx)));
       }
     });
-    cx_.cur().push_back(if_then("ft_k < " + kk_total + " && " + pixel, inside));
+    // A region with no output channel (a consumer's tile outside them: a Concat's other input, a
+    // Pad's border) has a first channel past the last, whose group may not exist: nothing loads.
+    cx_.cur().push_back(if_then("ft_k < " + kk_total + " && " + nm + " > 0 && " + pixel, inside));
     cx_.cur().push_back(store(st.b, "ft_e", "ft_x"));
   })));
   steps.push_back(barrier());

@@ -57,7 +57,7 @@ TEST_P(ModelGroups, EveryFusedGroupMatchesTheReference) {
 
 INSTANTIATE_TEST_SUITE_P(Codegen, ModelGroups,
                          ::testing::Values("bert", "cnn_small", "convnext_t", "efficientnet_b0", "mobilenet_v2",
-                                           "nerf_mlp", "resnet_small", "swin_t", "vit"));
+                                           "nerf_mlp", "resnet_small", "swin_t", "unet_small", "vit"));
 
 // One graph with every canonical op on odd shapes; each node is its own group.
 Graph every_op() {

@@ -59,7 +59,7 @@ TEST_P(SmallModels, ImportToCanonicalOpsOnly) {
 
 INSTANTIATE_TEST_SUITE_P(Import, SmallModels,
                          ::testing::Values("bert", "cnn_small", "convnext_t", "efficientnet_b0", "mobilenet_v2",
-                                           "nerf_mlp", "resnet_small", "swin_t", "vit"));
+                                           "nerf_mlp", "resnet_small", "swin_t", "unet_small", "vit"));
 
 TEST(Import, SwinShapeArithmeticFoldsAway) {
   const importer::ImportedModel m = importer::import_onnx(model_dir("swin_t") / "model.onnx");

@@ -57,7 +57,7 @@ void expect_valid_partition(const Graph& g, const FusionPlan& plan) {
 
 TEST(Fusion, PartitionsAreCompleteAcyclicAndSingleSink) {
   for (const char* name : {"bert", "cnn_small", "convnext_t", "efficientnet_b0", "mobilenet_v2", "nerf_mlp",
-                           "resnet_small", "swin_t", "vit"}) {
+                           "resnet_small", "swin_t", "unet_small", "vit"}) {
     SCOPED_TRACE(name);
     const Graph g = load(name);
     expect_valid_partition(g, fuse(g));
