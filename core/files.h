@@ -2,7 +2,8 @@
 // data, tensors), and fusetune's cache directories. read_file takes a path and what the file is
 // for the user ("model file"); it returns the bytes, or throws Error naming the path and that role
 // when the file is missing, not a regular file, or unreadable. cache_dir(kind) is where a cache of
-// that kind lives ("host-kernels", "nvrtc"): $FUSETUNE_CACHE_DIR/kind, else
+// that kind lives ("host-kernels", "nvrtc"; "search.db", the default search database):
+// $FUSETUNE_CACHE_DIR/kind, else
 // $XDG_CACHE_HOME/fusetune/kind, else ~/.cache/fusetune/kind, else under the temporary directory;
 // it is not created here. write_file_atomically writes a file under a private name and renames it
 // into place, so readers in other threads or processes see the whole file or none.

@@ -1,15 +1,16 @@
 // fusetune db (its operands and options: tools/command_table.cpp): the search database (storage/),
-// by default $XDG_CACHE_HOME/fusetune/search.db (~/.cache/fusetune/search.db). stats counts the
+// by default in fusetune's cache directory (core/files.h cache_dir: $FUSETUNE_CACHE_DIR/search.db,
+// else $XDG_CACHE_HOME/fusetune/search.db, else ~/.cache/fusetune/search.db). stats counts the
 // records (per device identity) and the service's state with the file's size; gc drops what no
 // unfinished job needs (done tasks' payloads) and keeps every measurement; vacuum returns the
 // freed pages to the file system; export/import move results (workloads and measurements) between
 // labs as JSON lines; import merges. The service's local state (models, jobs, tasks) is never
 // exported.
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "storage/job_queue.h"
 #include "storage/search_db.h"
 #include "tools/cli_args.h"
@@ -20,17 +21,7 @@ namespace fusetune::cli {
 
 namespace fs = std::filesystem;
 
-std::filesystem::path default_db_path() {
-  fs::path base;
-  if (const char* x = std::getenv("XDG_CACHE_HOME")) {
-    base = x;
-  } else if (const char* h = std::getenv("HOME")) {
-    base = fs::path(h) / ".cache";
-  } else {
-    base = fs::temp_directory_path();
-  }
-  return base / "fusetune" / "search.db";
-}
+std::filesystem::path default_db_path() { return cache_dir("search.db"); }
 
 int cmd_db(const std::vector<std::string>& argv) {
   const CommandSpec& spec = command_spec("db");

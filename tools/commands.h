@@ -26,7 +26,8 @@ int cmd_tune(const std::vector<std::string>& argv);
 int cmd_worker(const std::vector<std::string>& argv);
 int cmd_worker_child(const std::vector<std::string>& argv);
 
-// The search database's default path: $XDG_CACHE_HOME/fusetune/search.db (~/.cache/...).
+// The search database's default path: cache_dir("search.db") (core/files.h): under
+// $FUSETUNE_CACHE_DIR, else $XDG_CACHE_HOME/fusetune, else ~/.cache/fusetune.
 std::filesystem::path default_db_path();
 
 }  // namespace fusetune::cli

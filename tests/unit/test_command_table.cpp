@@ -1,8 +1,11 @@
 // The command line's table (tools/command_table.h) against what states it elsewhere: README.md's
 // "Commands" block shows each command's synopsis exactly as the tool prints it, and the parser
-// made from the table refuses an option outside it and a missing required one, naming them.
+// made from the table refuses an option outside it and a missing required one, naming them; the
+// commands' default search database is where the caches are.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -10,6 +13,7 @@
 
 #include "core/error.h"
 #include "tools/command_table.h"
+#include "tools/commands.h"
 
 namespace fusetune::cli {
 namespace {
@@ -86,6 +90,23 @@ TEST(CommandTable, TheParserRefusesWhatTheTableLacksNamingIt) {
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()), "usage: " + synopsis(spec));
   }
+}
+
+// The default search database follows FUSETUNE_CACHE_DIR as every cache does (it did not).
+TEST(CommandTable, TheDefaultDatabaseLivesInTheCacheDirectory) {
+  const char* before = std::getenv("FUSETUNE_CACHE_DIR");
+  const std::string saved = before ? before : "";
+  ::setenv("FUSETUNE_CACHE_DIR", "/nonexistent/fusetune-cache", 1);
+  EXPECT_EQ(default_db_path(), std::filesystem::path("/nonexistent/fusetune-cache/search.db"));
+  ::unsetenv("FUSETUNE_CACHE_DIR");
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  if (xdg != nullptr) {
+    EXPECT_EQ(default_db_path(), std::filesystem::path(xdg) / "fusetune" / "search.db");
+  } else if (home != nullptr) {
+    EXPECT_EQ(default_db_path(), std::filesystem::path(home) / ".cache" / "fusetune" / "search.db");
+  }
+  if (before != nullptr) ::setenv("FUSETUNE_CACHE_DIR", saved.c_str(), 1);
 }
 
 }  // namespace
