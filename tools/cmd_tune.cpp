@@ -129,6 +129,10 @@ int cmd_tune(const std::vector<std::string>& argv) {
   const Args args = parse_args(spec, argv);
   check_usage(args.positional().size() == 1, spec);
   const std::filesystem::path model = args.positional()[0];
+  // A dry run plans for a GPU; on the host there is nothing to plan for but the executor's times.
+  check(!(args.has("no-timing") && args.get("device", "auto") == "host"),
+        "--no-timing is a dry run for a GPU (--device NAME); --device host times the kernels on this machine's "
+        "executor, which is all it does");
   std::string why;
   const auto [job_device, worker_device] = resolve_device(args.get("device", "auto"), why);
   const coordinator::JobOptions options = job_options(args);

@@ -258,6 +258,15 @@ TEST_F(BadInput, UnknownOptionIsRefused) {
 }
 
 // `run --repeat N` times a plan (N runs, each timed) and refuses a model or a count that is not one.
+// --no-timing on the host was silently ignored (an hours-long host tune instead of a dry run).
+TEST_F(BadInput, TuneRefusesNoTimingOnTheHost) {
+  const fs::path model = fs::path(FUSETUNE_SOURCE_DIR) / "tests/data/models/cnn_small/model.onnx";
+  const Outcome o = run_cli("tune " + model.string() + " --device host --no-timing --db " + (dir_ / "s.db").string());
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("--no-timing is a dry run for a GPU"), std::string::npos) << o.output;
+  EXPECT_FALSE(fs::exists(dir_ / "s.db")) << "nothing was to be stored";
+}
+
 TEST_F(BadInput, RunRepeatTimesAPlanAndRefusesTheRest) {
   const fs::path model = fs::path(FUSETUNE_SOURCE_DIR) / "tests/data/models/cnn_small";
   const std::string data = (model / "test_data_set_0").string();
