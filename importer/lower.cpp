@@ -906,6 +906,15 @@ int wrap_pad(NodeLowering& L, int v, const std::vector<int64_t>& pads) {
   return v;
 }
 
+// A canonical Pad of v with zeros (begin pads, then end pads, per axis).
+int zero_pad(NodeLowering& L, int v, const std::vector<int64_t>& pads) {
+  Attributes a;
+  a.set("pads", pads);
+  a.set("mode", std::string("constant"));
+  a.set("value", 0.0f);
+  return L.emit("Pad", {v}, a);
+}
+
 // ConvTranspose as the convolution it is the adjoint of: the input spread out by the strides (each
 // element followed by stride - 1 zeros along each spatial axis: a Reshape, a Pad and a Reshape),
 // padded by (kernel - 1) * dilation less the transpose's own pads (cropped where those are larger;
@@ -977,11 +986,7 @@ void conv_transpose(NodeLowering& L) {
     split.insert(split.begin() + static_cast<std::ptrdiff_t>(axis) + 1, 1);
     std::vector<int64_t> zeros(2 * (r + 1), 0);
     zeros[(r + 1) + axis + 1] = strides[i] - 1;
-    Attributes a;
-    a.set("pads", zeros);
-    a.set("mode", std::string("constant"));
-    a.set("value", 0.0f);
-    const int spread = L.emit("Pad", {L.reshape(x, split)}, a);
+    const int spread = zero_pad(L, L.reshape(x, split), zeros);
     Shape joined(cur.begin(), cur.end());
     joined[axis] = cur[axis] * strides[i];
     x = slice_axes(L, L.reshape(spread, joined), {0}, {(cur[axis] - 1) * strides[i] + 1}, {static_cast<int64_t>(axis)}, {1});
@@ -1004,13 +1009,7 @@ void conv_transpose(NodeLowering& L) {
     }
   }
   if (!crop_axes.empty()) x = slice_axes(L, x, crop_starts, crop_ends, crop_axes, std::vector<int64_t>(crop_axes.size(), 1));
-  if (std::any_of(grow.begin(), grow.end(), [](int64_t p) { return p != 0; })) {
-    Attributes a;
-    a.set("pads", grow);
-    a.set("mode", std::string("constant"));
-    a.set("value", 0.0f);
-    x = L.emit("Pad", {x}, a);
-  }
+  if (std::any_of(grow.begin(), grow.end(), [](int64_t p) { return p != 0; })) x = zero_pad(L, x, grow);
   // W [C_in, C_out/g, k...] -> [g, C_in/g, C_out/g, k...] -> [g, C_out/g, C_in/g, k...] ->
   // [C_out, C_in/g, k...], each spatial axis reversed.
   Shape grouped = {group, c_in / group, w_shape[1]};

@@ -1,7 +1,7 @@
 // The job commands a script drives a coordinator with: fusetune submit, status, cancel and export
-// (their options: tools/command_table.cpp). Each takes --key NAME.key --coordinator-key COORD.pub for a coordinator that uses CURVE, and
-// --timeout-s S, how long a request waits for the coordinator's reply (submit 120, status and
-// cancel 10, export 600).
+// (their options: tools/command_table.cpp). Each takes --key NAME.key --coordinator-key COORD.pub
+// for a coordinator that uses CURVE, and --timeout-s S, how long a request waits for the
+// coordinator's reply (submit 120, status and cancel 10, export 600).
 // submit prints the job id alone on stdout (with --wait, then waits and prints the job's table).
 // Exit codes: 0 success; 1 the job failed or was cancelled (--wait); 2 bad input, an error from
 // the coordinator, or no coordinator reachable (the message names the endpoint).

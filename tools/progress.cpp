@@ -9,20 +9,25 @@
 namespace fusetune::cli {
 
 ProgressLine::ProgressLine(std::string label)
-    : label_(std::move(label)), start_(std::chrono::steady_clock::now()), last_(start_), tty_(isatty(2) != 0) {
+    : label_(std::move(label)), start_(std::chrono::steady_clock::now()), last_(start_) {
   const char* mode = std::getenv("FUSETUNE_PROGRESS");
-  every_update_ = mode != nullptr && std::strcmp(mode, "lines") == 0;
+  mode_ = mode != nullptr && std::strcmp(mode, "lines") == 0 ? Mode::kLines : isatty(2) != 0 ? Mode::kRedraw : Mode::kDeciles;
 }
 
 ProgressLine::~ProgressLine() {
-  if (shown_ && tty_ && !every_update_) std::fputc('\n', stderr);
+  if (shown_ && mode_ == Mode::kRedraw) std::fputc('\n', stderr);
 }
 
 void ProgressLine::update(size_t done, size_t total, const std::string& detail) {
   const auto now = std::chrono::steady_clock::now();
   const double elapsed = std::chrono::duration<double>(now - start_).count();
-  if (total == 0 || (elapsed < 0.5 && !every_update_)) return;
+  if (total == 0 || (elapsed < 0.5 && mode_ != Mode::kLines)) return;
   const int decile = static_cast<int>(10 * done / total);
+  // A redraw or a line at most ten times a second (the last always); a tenth's line once.
+  if (mode_ == Mode::kDeciles ? decile == last_decile_
+                              : now - last_ < std::chrono::milliseconds(100) && done != total) {
+    return;
+  }
   // The time left at the rate so far, once something is done.
   std::string left;
   if (done > 0 && done < total) {
@@ -33,16 +38,12 @@ void ProgressLine::update(size_t done, size_t total, const std::string& detail) 
     else std::snprintf(text, sizeof text, ", about %.1f h left", s / 3600);
     left = text;
   }
-  if (tty_ || every_update_) {
-    if (now - last_ < std::chrono::milliseconds(100) && done != total) return;
-  }
-  if (tty_ && !every_update_) {
+  if (mode_ == Mode::kRedraw) {
     std::fprintf(stderr, "\r%s %zu/%zu (%.0f%%) %s%s%.1fs%s\x1b[K", label_.c_str(), done, total,
                  100.0 * static_cast<double>(done) / static_cast<double>(total), detail.c_str(), detail.empty() ? "" : ", ",
                  elapsed, left.c_str());
   } else {
-    if (!every_update_ && decile == last_decile_) return;
-    const int percent = every_update_ ? static_cast<int>(100 * done / total) : decile * 10;
+    const int percent = mode_ == Mode::kLines ? static_cast<int>(100 * done / total) : decile * 10;
     std::fprintf(stderr, "%s %zu/%zu (%d%%) %s%s%.1fs%s\n", label_.c_str(), done, total, percent, detail.c_str(),
                  detail.empty() ? "" : ", ", elapsed, left.c_str());
   }

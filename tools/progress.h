@@ -21,8 +21,9 @@ class ProgressLine {
   std::string label_;
   std::chrono::steady_clock::time_point start_;
   std::chrono::steady_clock::time_point last_;
-  bool tty_;
-  bool every_update_ = false;  // FUSETUNE_PROGRESS=lines
+  // Redrawn in place (a terminal), a line every tenth (a pipe), or a line every update
+  // (FUSETUNE_PROGRESS=lines).
+  enum class Mode { kRedraw, kDeciles, kLines } mode_;
   bool shown_ = false;
   int last_decile_ = -1;
 };

@@ -78,9 +78,10 @@ std::vector<std::string> ConvGemmStage::conv_taps(const TensorExpr& e, const std
 
 // Each step of the reduction loads the weight slice (M x step) and the im2col patches of every
 // group the rows touch (groups x step x P; zero outside the input, past K, for columns outside
-// the region and for a region without rows) into shared memory, then every thread updates its TM x TN accumulators; after the
-// last step each thread writes its micro-tile (plus the bias) where the Conv's value goes: its
-// shared buffer for the epilogue, and global memory when exported.
+// the region and for a region without rows) into shared memory, then every thread updates its
+// TM x TN accumulators; after the last step each thread writes its micro-tile (plus the bias)
+// where the Conv's value goes: its shared buffer for the epilogue, and global memory when
+// exported.
 void ConvGemmStage::emit(Kernel& k) {
   const Graph& g = cx_.g;
   const Node& n = n_;
