@@ -147,9 +147,16 @@ std::optional<StridedView> async_operand(const Graph& g, const FusionGroup& grou
                                          int operand) {
   const int value = g.nodes()[static_cast<size_t>(matmul)].inputs[static_cast<size_t>(operand)];
   std::optional<StridedView> view = input_view(g, std::set<int>(group.nodes.begin(), group.nodes.end()), value);
-  const size_t width = g.value(value).shape.size() - (matmul == core.scores && operand == 1 ? 2 : 1);
-  if (!view || dtype_size(g.value(view->base).dtype) != 2 || view->strides[width] != 1) return std::nullopt;
-  return view;
+  const bool keys = matmul == core.scores && operand == 1;
+  const size_t width = g.value(value).shape.size() - (keys ? 2 : 1);
+  if (!view || dtype_size(g.value(view->base).dtype) != 2) return std::nullopt;
+  if (view->strides[width] == 1 || (keys && view->strides[width + 1] == 1)) return view;
+  return std::nullopt;
+}
+
+bool keys_contiguous(const Graph& g, const FusionGroup& group, const AttentionCore& core) {
+  const std::optional<StridedView> view = async_operand(g, group, core, core.scores, 1);
+  return view && view->strides[view->strides.size() - 2] != 1;
 }
 
 bool streams_key_tiles(const Graph& g, const FusionGroup& group, const AttentionCore& core) {

@@ -42,12 +42,17 @@ bool tensor_attention(const Graph& g, const AttentionCore& core);
 // How the tensor-core form stages operand `operand` (0 or 1) of the core's product `matmul`
 // (core.scores: Q, then Kᵀ; core.output: P, then V): the strided view (strided_view.h) through
 // which it moves by 16-byte cp.async, where it is a view of a 16-bit value outside the group with
-// its width axis contiguous (Q's and V's last axis, Kᵀ's second to last: the head); nullopt where
-// it is computed element by element. The planner's shared-memory and bytes-in-flight estimate and
-// the stage (codegen/stages/attention.h) both decide by it: where K or V streams asynchronously,
-// the key tiles are double-buffered.
+// its width axis contiguous (Q's and V's last axis, Kᵀ's second to last: the head) or, for Kᵀ
+// alone, its keys contiguous (a projection that wrote K transposed: keys_contiguous); nullopt
+// where it is computed element by element. The planner's shared-memory and bytes-in-flight
+// estimate and the stage (codegen/stages/attention.h) both decide by it: where K or V streams
+// asynchronously, the key tiles are double-buffered.
 std::optional<StridedView> async_operand(const Graph& g, const FusionGroup& group, const AttentionCore& core, int matmul,
                                          int operand);
+// Whether Kᵀ moves with its keys contiguous (async_operand's second case): the tile is staged as
+// Kᵀ's rows, a row of the head's width holding the tile's keys, and read by ldmatrix.trans as V is,
+// where the other layout holds K's rows.
+bool keys_contiguous(const Graph& g, const FusionGroup& group, const AttentionCore& core);
 // Whether the tensor-core form streams the key tiles through two slots (K or V by cp.async).
 bool streams_key_tiles(const Graph& g, const FusionGroup& group, const AttentionCore& core);
 

@@ -569,7 +569,8 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
         // of a tile come in rounds, one round in flight.
         const bool ring = streams_key_tiles(g, group, *core);
         const int64_t slots = ring ? 2 : 1;
-        smem += (rp * ldmatrix_pitch(dk16) + slots * b16 * (ldmatrix_pitch(dk16) + ldmatrix_pitch(dv16)) + rp * ldmatrix_pitch(b16)) * 2 +
+        const int64_t k_slot = keys_contiguous(g, group, *core) ? dk16 * ldmatrix_pitch(b16) : b16 * ldmatrix_pitch(dk16);
+        smem += (rp * ldmatrix_pitch(dk16) + slots * (k_slot + b16 * ldmatrix_pitch(dv16)) + rp * ldmatrix_pitch(b16)) * 2 +
                 (rp * b16 + 2 * rp) * 4;
         tensor_flops += kt * (2 * rp * b16 * dk16 + 2 * rp * dv16 * b16);
         padded_elems += rp * dv16;

@@ -111,6 +111,17 @@ class LastHidden(torch.nn.Module):
         return self.model(**{self.key: x}).last_hidden_state
 
 
+class EncoderLayer(torch.nn.Module):
+    """One encoder layer alone: hidden states in, hidden states out (no embeddings, no mask)."""
+
+    def __init__(self, layer):
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, x):
+        return self.layer(x)[0]
+
+
 def token_ids(gen, vocab, length):
     return torch.randint(0, vocab, (1, length), generator=gen)
 
@@ -185,11 +196,21 @@ def build(name, size, gen):
         # The encoder's two convolutions halve the frames: 2 * max_source_positions of them.
         features = torch.randn(1, cfg.num_mel_bins, 2 * cfg.max_source_positions, generator=gen)
         return LastHidden(model, "input_features"), [("input_features", features)], ["last_hidden_state"]
+    if name == "bert_large_layer":
+        # BERT-large's layer (hidden 1024, 16 heads, FFN 4096) over 512 positions: issue 27's float16
+        # transformer layer (bench/transformer_layer.sh).
+        cfg = (transformers.BertConfig(hidden_size=64, num_attention_heads=4, intermediate_size=256, num_hidden_layers=1,
+                                       attn_implementation="eager") if size == "small"
+               else transformers.BertConfig(hidden_size=1024, num_attention_heads=16, intermediate_size=4096,
+                                            num_hidden_layers=1, attn_implementation="eager"))
+        layer = transformers.models.bert.modeling_bert.BertLayer(cfg).eval()
+        hidden = torch.randn(1, 32 if size == "small" else 512, cfg.hidden_size, generator=gen)
+        return EncoderLayer(layer), [("hidden_states", hidden)], ["output"]
     raise SystemExit(f"unknown model '{name}'")
 
 
 NAMES = ["llama", "llama_decode", "llama_gqa", "qwen2", "qwen2_decode", "gpt2", "distilbert", "t5_encoder",
-         "bart_encoder", "hf_vit", "whisper_encoder"]
+         "bart_encoder", "hf_vit", "whisper_encoder", "bert_large_layer"]
 
 
 def write_tensor(path, array, name):

@@ -20,6 +20,10 @@
 // against the speed of light; with the plan's totals. Counted figures (bytes, operations) and
 // modeled ones (time, bytes in flight) stay in their own columns; their ratio says how far the
 // model's time is above what the counted work needs at the device's peaks.
+// --ptx adds, per kernel, the census of the PTX NVRTC emits for the plan's architecture
+// (backend/ptx_census.h: native and software float16 conversions, global loads and stores by
+// width, cp.async, mma.sync, wgmma, 64- and 32-bit integer division, local memory): static
+// instruction counts, beside the executed counts above.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -28,6 +32,8 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
+#include "backend/nvrtc.h"
+#include "backend/ptx_census.h"
 #include "backend/verify.h"
 #include "core/error.h"
 #include "importer/test_data.h"
@@ -162,6 +168,27 @@ json sol_row(const planner::Device& d, const json& launch, const simt::Counters&
           {"modeled_over_sol", ratio(modeled_us, s.us)}};
 }
 
+// The PTX census table (--ptx) of the rows, with the plan's totals.
+void print_ptx(const json& rows, const json& total, const std::string& arch) {
+  static const std::pair<const char*, const char*> kColumns[] = {
+      {"cvt_f16_to_f32", "cvt>f32"},      {"cvt_f32_to_f16", "cvt>16"},        {"software_conversion", "sw conv"},
+      {"global_loads", "ld"},             {"global_loads_16bit", "ld 16b"},    {"global_loads_128bit", "ld 128b"},
+      {"global_loads_readonly", "ld.nc"}, {"global_stores", "st"},             {"global_stores_16bit", "st 16b"},
+      {"global_stores_128bit", "st 128b"}, {"cp_async", "cp.async"},           {"mma_sync", "mma"},
+      {"wgmma", "wgmma"},                 {"ldmatrix", "ldmatrix"},            {"div_rem_64", "div64"},
+      {"div_rem_32", "div32"},            {"local_accesses", "local"}};
+  std::printf("PTX for %s (NVRTC; static instruction counts, not executions):\n%-6s", arch.c_str(), "kernel");
+  for (const auto& [key, head] : kColumns) std::printf(" %8s", head);
+  std::printf("\n");
+  const auto row = [](const std::string& name, const json& c) {
+    std::printf("%-6s", name.c_str());
+    for (const auto& [key, head] : kColumns) std::printf(" %8lld", static_cast<long long>(c.at(key).get<int64_t>()));
+    std::printf("\n");
+  };
+  for (const json& r : rows) row(r.at("kernel").get<std::string>(), r.at("ptx"));
+  row("plan", total);
+}
+
 }  // namespace
 
 int cmd_profile(const std::vector<std::string>& argv) {
@@ -185,6 +212,14 @@ int cmd_profile(const std::vector<std::string>& argv) {
   runner.run(inputs);  // a finding of the checks throws: `fusetune` exits 3 naming it
   const std::map<std::string, simt::Counters> counted = runner.counters();
   const bool sol = args.has("sol");
+  const bool ptx = args.has("ptx");
+  const std::string arch = manifest.at("arch").get<std::string>();
+  std::map<std::string, backend::PtxCounts> census;
+  backend::PtxCounts census_total;
+  if (ptx) {
+    check(backend::nvrtc_available(), "profile --ptx needs NVRTC: ", backend::nvrtc_unavailable_reason());
+    for (backend::KernelPtx& k : backend::ptx_census(backend::compile_ptx(bundle.cuda_source, arch))) census[k.name] = k.counts;
+  }
   const planner::Device device = planner::find_device(manifest.at("device").get<std::string>());
   json rows = json::array();
   simt::Counters total;
@@ -232,6 +267,12 @@ int cmd_profile(const std::vector<std::string>& argv) {
                     {"counted_over_modeled_bytes", ratio(static_cast<double>(c.unique_bytes()), static_cast<double>(modeled))},
                     {"counted_over_modeled_flops",
                      ratio(static_cast<double>(c.flops + c.special_ops), static_cast<double>(modeled_flops))}});
+    if (ptx) {
+      const auto p = census.find(kernel);
+      check(p != census.end(), "kernel ", kernel, " of the manifest is not in the plan's PTX");
+      rows.back()["ptx"] = p->second.to_json();
+      census_total += p->second;
+    }
     if (sol) {
       rows.back()["sol"] = sol_row(device, l, c, bundle.cuda_source, modeled_us);
       sol_total_us += rows.back()["sol"]["sol_us"].get<double>();
@@ -252,6 +293,7 @@ int cmd_profile(const std::vector<std::string>& argv) {
       totals["modeled_over_sol"] = ratio(modeled_us_total, sol_total_us);
       totals["device"] = device.name;
     }
+    if (ptx) totals["ptx"] = census_total.to_json();
     std::printf("%s\n", json({{"plan", dir.string()}, {"kernels", rows}, {"total", totals}}).dump(2).c_str());
     return 0;
   }
@@ -290,6 +332,7 @@ int cmd_profile(const std::vector<std::string>& argv) {
               ratio(static_cast<double>(total.flops + total.special_ops), static_cast<double>(modeled_flops_total)));
   if (const auto n = static_cast<size_t>(args.number("sites", 0)); n > 0) print_sites(counted, n);
   if (sol) print_sol(rows, device, sol_total_us, modeled_us_total);
+  if (ptx) print_ptx(rows, census_total.to_json(), arch);
   return 0;
 }
 

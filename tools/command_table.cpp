@@ -160,6 +160,7 @@ std::vector<CommandSpec> make_table() {
         {"seed", "S", "the random inputs' seed (default 1)"},
         {"sites", "N", "access sites listed per kernel"},
         {"sol", "", "each kernel's speed of light on the plan's device beside its modeled time"},
+        {"ptx", "", "each kernel's habits in the PTX NVRTC emits for the plan's device (conversions, access widths, cp.async, tensor cores, division)"},
         {"json", "", "as JSON"}}},
       {"inspect",
        "MODEL.onnx",

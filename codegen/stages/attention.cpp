@@ -80,10 +80,12 @@ class AttentionStage : public AnchorStage {
   }
   // Where a staging loop writes: the shared buffer, the element its slot starts at (an index
   // expression) and the row pitch; and, for a B operand, the key tile it stages (an index
-  // expression: its key ft_fj = tile x the tile's keys + the slot's row ft_qr).
+  // expression: its key ft_fj = tile x the tile's keys + the slot's row ft_qr, or its column
+  // ft_qd where the keys run along the rows: Kᵀ with its keys contiguous).
   struct Slot {
     std::string buf, first = "0", tile = "ft_kt";
     int64_t pitch = 0;
+    bool keys_in_columns = false;
   };
   static std::string slot_element(const Slot& to, const std::string& at) {
     return to.first == "0" ? at : to.first + " + " + at;
@@ -101,9 +103,10 @@ class AttentionStage : public AnchorStage {
   // whether it copies asynchronously (the caller commits, and waits before its barrier).
   bool stage16(Block& into, const Slot& to, int64_t rows, int64_t cols, int matmul, int operand,
                const std::string& row_inside, const std::string& limit, const std::function<std::vector<std::string>()>& index);
-  // The tensor-core form's K and V rows of key tile `tile` (an index expression) into the slot
-  // starting at key row `slot_row` of their buffers (zero beyond the keys and V's columns).
-  void stage_key_tile(Block& into, const std::string& tile, const std::string& slot_row, const std::string& lom,
+  // The tensor-core form's K (or Kᵀ) and V rows of key tile `tile` (an index expression) into
+  // slot `slot` (an index expression) of their buffers (zero beyond the keys, the head and V's
+  // columns).
+  void stage_key_tile(Block& into, const std::string& tile, const std::string& slot, const std::string& lom,
                       const std::string& lon, const std::string& nn);
   // The score `local` of row `row` and key `key` of the tile (index expressions) through the chain
   // to the softmax's input, stored at `at` of the scores' buffer (-inf beyond the keys).
@@ -131,7 +134,9 @@ class AttentionStage : public AnchorStage {
   // fragments.
   DType half_ = DType::kUndefined;
   bool ring_ = false;  // the key tiles in two slots, the next one's copies in flight (planner::streams_key_tiles)
+  bool kt_ = false;    // K's buffer holds Kᵀ's rows, the keys contiguous (planner::keys_contiguous)
   int64_t dk16_ = 0, dv16_ = 0, pq_ = 0, pk_ = 0, pv_ = 0, pp_ = 0;
+  int64_t k_slot_ = 0;  // elements of a key tile's slot in K's buffer
   std::string sp16_, frag_q_, frag_k_, frag_s_, frag_p_, frag_v_;
 };
 
@@ -145,14 +150,16 @@ void AttentionStage::plan_tensor(Kernel& k, const std::string& v) {
   dk16_ = round_up(dk_, 16);
   dv16_ = round_up(dv_, 16);
   pq_ = planner::ldmatrix_pitch(dk16_);
-  pk_ = planner::ldmatrix_pitch(dk16_);
+  kt_ = planner::keys_contiguous(g, cx_.group, core_);
+  pk_ = planner::ldmatrix_pitch(kt_ ? bc_ : dk16_);
+  k_slot_ = kt_ ? dk16_ * pk_ : bc_ * pk_;
   pv_ = planner::ldmatrix_pitch(dv16_);
   pp_ = planner::ldmatrix_pitch(bc_);
   const int64_t rp = warps_ * 16;
   sq_ = k.add_shared("fq" + v, half_, rp * pq_);
   ring_ = planner::streams_key_tiles(cx_.g, cx_.group, core_);
   const int64_t slots = ring_ ? 2 : 1;
-  sk_ = k.add_shared("fk" + v, half_, slots * bc_ * pk_);
+  sk_ = k.add_shared("fk" + v, half_, slots * k_slot_);
   sv_ = k.add_shared("fv" + v, half_, slots * bc_ * pv_);
   sp_ = k.add_shared("fp" + v, DType::kF32, rp * bc_);
   sp16_ = k.add_shared("fh" + v, half_, rp * pp_);
@@ -174,6 +181,7 @@ void AttentionStage::plan_tensor(Kernel& k, const std::string& v) {
 
 Stmt AttentionStage::stage(const Slot& to, DType dtype, int64_t rows, int64_t cols, int matmul, int operand,
                            const std::string& inside, const std::function<std::vector<std::string>()>& index) {
+  check(!to.keys_in_columns, "flash attention: Kᵀ's rows are staged by cp.async only");
   const Node& mm = node(matmul);
   const TensorExpr& e = cx_.exprs.at(matmul);
   return thread_for("ft_e", "0", lit(rows * cols), cx_.fresh_block([&] {
@@ -209,7 +217,9 @@ bool AttentionStage::stage16(Block& into, const Slot& to, int64_t rows, int64_t 
     Block& b = cx_.cur();
     b.push_back(let(kIndexType, "ft_qr", "ft_e / " + lit(chunks)));
     b.push_back(let(kIndexType, "ft_qd", "ft_e % " + lit(chunks) + " * 8"));
-    if (operand == 1) b.push_back(let(kIndexType, "ft_fj", to.tile + " * " + lit(bc_) + " + ft_qr"));  // a key
+    if (operand == 1) {
+      b.push_back(let(kIndexType, "ft_fj", to.tile + " * " + lit(bc_) + (to.keys_in_columns ? " + ft_qd" : " + ft_qr")));  // a key
+    }
     const std::vector<std::string> idx = cx_.index_of(e.accesses[static_cast<size_t>(operand)], index());
     std::string at = lit(view->offset);
     for (size_t d = 0; d < idx.size(); ++d) {
@@ -223,13 +233,20 @@ bool AttentionStage::stage16(Block& into, const Slot& to, int64_t rows, int64_t 
   return true;
 }
 
-void AttentionStage::stage_key_tile(Block& into, const std::string& tile, const std::string& slot_row,
-                                    const std::string& lom, const std::string& lon, const std::string& nn) {
+void AttentionStage::stage_key_tile(Block& into, const std::string& tile, const std::string& slot, const std::string& lom,
+                                    const std::string& lon, const std::string& nn) {
   const std::string inside = "ft_fj < " + lit(keys_);
-  const auto first = [&](int64_t pitch) { return slot_row == "0" ? std::string("0") : "(" + slot_row + ") * " + lit(pitch); };
-  stage16(into, {sk_, first(pk_), tile, pk_}, bc_, dk16_, core_.scores, 1, inside, lit(dk_),
-          [&] { return vars(core_.scores, lom, "ft_fj", "ft_qd"); });
-  stage16(into, {sv_, first(pv_), tile, pv_}, bc_, dv16_, core_.output, 1, inside, nn,
+  const auto first = [&](int64_t size) { return slot == "0" ? std::string("0") : "(" + slot + ") * " + lit(size); };
+  if (kt_) {
+    // Kᵀ's rows (the head's) of the tile's keys: chunks of 8 keys, zero beyond the keys.
+    const bool async = stage16(into, {sk_, first(k_slot_), tile, pk_, true}, dk16_, bc_, core_.scores, 1, "ft_qr < " + lit(dk_),
+                               lit(keys_) + " - " + tile + " * " + lit(bc_), [&] { return vars(core_.scores, lom, "ft_fj", "ft_qr"); });
+    check(async, "flash attention: Kᵀ with its keys contiguous moves by cp.async");
+  } else {
+    stage16(into, {sk_, first(k_slot_), tile, pk_}, bc_, dk16_, core_.scores, 1, inside, lit(dk_),
+            [&] { return vars(core_.scores, lom, "ft_fj", "ft_qd"); });
+  }
+  stage16(into, {sv_, first(bc_ * pv_), tile, pv_}, bc_, dv16_, core_.output, 1, inside, nn,
           [&] { return vars(core_.output, lom, lon + " + ft_qd", "ft_fj"); });
 }
 
@@ -460,11 +477,11 @@ void AttentionStage::emit_tensor(Kernel& k, const std::string& nm, const std::st
   std::string k0 = "0", v0 = "0";  // where the tile's slot starts in K's and V's buffers
   if (ring_) {
     Block next;
-    stage_key_tile(next, "(ft_kt + 1)", "((ft_kt + 1) & 1) * " + lit(bc_), lom, lon, nn);
+    stage_key_tile(next, "(ft_kt + 1)", "((ft_kt + 1) & 1)", lom, lon, nn);
     tile.push_back(if_then("ft_kt + 1 < " + lit(tiles), next));
     tile.push_back(copy_async_commit());
     tile.push_back(copy_async_wait(1));
-    tile.push_back(let(kIndexType, "ft_ks", "(ft_kt & 1) * " + lit(bc_ * pk_)));
+    tile.push_back(let(kIndexType, "ft_ks", "(ft_kt & 1) * " + lit(k_slot_)));
     tile.push_back(let(kIndexType, "ft_vs", "(ft_kt & 1) * " + lit(bc_ * pv_)));
     k0 = "ft_ks";
     v0 = "ft_vs";
@@ -473,13 +490,16 @@ void AttentionStage::emit_tensor(Kernel& k, const std::string& nm, const std::st
   }
   tile.push_back(barrier());
   // S = Q K^T: per 16 of the head, two n8 blocks of keys per ldmatrix.x4 (matrices: keys 0-7 at
-  // columns 0-7 and 8-15, then keys 8-15).
+  // columns 0-7 and 8-15, then keys 8-15); from Kᵀ's rows by .trans, as V's below.
   tile.push_back(serial_for("ft_e", "0", lit(bc_ / 8 * 4), {assign(frag_s_ + "[ft_e]", "0.0f")}));
   for (int64_t kq = 0; kq < dk16_ / 16; ++kq) {
     for (int64_t jb = 0; jb < bc_ / 16; ++jb) {
-      tile.push_back(ldmatrix(frag_k_, 0, 4, false, sk_,
-                              slot_element({sk_, k0}, "(" + lit(jb * 16) + " + " + lane + " / 16 * 8 + " + lane + " % 8) * " + lit(pk_) + " + " +
-                                  lit(kq * 16) + " + " + lane + " / 8 % 2 * 8")));
+      tile.push_back(kt_ ? ldmatrix(frag_k_, 0, 4, true, sk_,
+                                    slot_element({sk_, k0}, "(" + lit(kq * 16) + " + " + lane + " % 16) * " + lit(pk_) + " + " +
+                                                                lit(jb * 16) + " + " + lane + " / 16 * 8"))
+                         : ldmatrix(frag_k_, 0, 4, false, sk_,
+                                    slot_element({sk_, k0}, "(" + lit(jb * 16) + " + " + lane + " / 16 * 8 + " + lane + " % 8) * " +
+                                                                lit(pk_) + " + " + lit(kq * 16) + " + " + lane + " / 8 % 2 * 8")));
       tile.push_back(mma(frag_s_, 2 * jb * 4, frag_q_, kq * 4, frag_k_, 0, half_));
       tile.push_back(mma(frag_s_, (2 * jb + 1) * 4, frag_q_, kq * 4, frag_k_, 2, half_));
     }

@@ -41,6 +41,7 @@ struct Attention {
   bool mask = false;         // an additive mask over the keys, per batch
   bool causal = false;       // query i sees keys up to i + keys - queries
   bool merge_heads = false;  // the output as (batch, queries, heads x value width)
+  bool k_transposed = false; // K given as Kᵀ (batch, kv_heads, head, keys), keys contiguous: a projection that wrote it so
 };
 
 // softmax(Q K^T * scale [+ mask] [causal]) V over inputs q, k, v (and mask), named with `prefix`,
@@ -48,18 +49,20 @@ struct Attention {
 FusionGroup add_attention(Graph& g, DType dt, const Attention& a, const std::string& prefix = "") {
   const int first = static_cast<int>(g.nodes().size());
   const int q = add_input(g, prefix + "q", dt, {a.batch, a.heads, a.queries, a.head});
-  const int k = add_input(g, prefix + "k", dt, {a.batch, a.kv_heads, a.keys, a.head});
+  const int k = add_input(g, prefix + "k", dt,
+                          a.k_transposed ? Shape{a.batch, a.kv_heads, a.head, a.keys} : Shape{a.batch, a.kv_heads, a.keys, a.head});
   const int v = add_input(g, prefix + "v", dt, {a.batch, a.kv_heads, a.keys, a.value_width});
   // Keys and values shared by heads / kv_heads heads each, repeated as exporters do (Reshape,
   // Expand, Reshape), or broadcast by the MatMul when one head holds them.
-  const auto repeat = [&](int x, int64_t width) {
+  const auto repeat = [&](int x, int64_t rows, int64_t width) {
     if (a.kv_heads == a.heads || a.kv_heads == 1) return x;
     const int64_t group = a.heads / a.kv_heads;
-    x = add_op(g, "Reshape", {x}, attrs({{"shape", std::vector<int64_t>{a.batch, a.kv_heads, 1, a.keys, width}}}));
-    x = add_op(g, "Expand", {x}, attrs({{"shape", std::vector<int64_t>{a.batch, a.kv_heads, group, a.keys, width}}}));
-    return add_op(g, "Reshape", {x}, attrs({{"shape", std::vector<int64_t>{a.batch, a.heads, a.keys, width}}}));
+    x = add_op(g, "Reshape", {x}, attrs({{"shape", std::vector<int64_t>{a.batch, a.kv_heads, 1, rows, width}}}));
+    x = add_op(g, "Expand", {x}, attrs({{"shape", std::vector<int64_t>{a.batch, a.kv_heads, group, rows, width}}}));
+    return add_op(g, "Reshape", {x}, attrs({{"shape", std::vector<int64_t>{a.batch, a.heads, rows, width}}}));
   };
-  const int kt = add_op(g, "Transpose", {repeat(k, a.head)}, attrs({{"perm", std::vector<int64_t>{0, 1, 3, 2}}}));
+  const int kt = a.k_transposed ? repeat(k, a.head, a.keys)
+                                : add_op(g, "Transpose", {repeat(k, a.keys, a.head)}, attrs({{"perm", std::vector<int64_t>{0, 1, 3, 2}}}));
   int x = add_op(g, "Mul", {add_op(g, "MatMul", {q, kt}), g.add_constant(prefix + "scale", Tensor::scalar_float(dt, 0.25f))});
   if (a.mask) x = add_op(g, "Add", {x, add_input(g, prefix + "mask", dt, {a.batch, 1, 1, a.keys})});
   if (a.causal) {
@@ -71,7 +74,7 @@ FusionGroup add_attention(Graph& g, DType dt, const Attention& a, const std::str
     const int minus_inf = g.add_constant(prefix + "minus_inf", Tensor::scalar_float(dt, -std::numeric_limits<float>::infinity()));
     x = add_op(g, "Where", {cond, x, minus_inf});
   }
-  int o = add_op(g, "MatMul", {add_op(g, "Softmax", {x}, attrs({{"axis", int64_t{-1}}})), repeat(v, a.value_width)});
+  int o = add_op(g, "MatMul", {add_op(g, "Softmax", {x}, attrs({{"axis", int64_t{-1}}})), repeat(v, a.keys, a.value_width)});
   if (a.merge_heads) {
     o = add_op(g, "Transpose", {o}, attrs({{"perm", std::vector<int64_t>{0, 2, 1, 3}}}));
     add_op(g, "Reshape", {o}, attrs({{"shape", std::vector<int64_t>{a.batch, a.queries, a.heads * a.value_width}}}));
@@ -98,7 +101,7 @@ std::string text(const Attention& a) {
   return "batch " + std::to_string(a.batch) + ", heads " + std::to_string(a.heads) + "/" + std::to_string(a.kv_heads) +
          ", queries " + std::to_string(a.queries) + ", keys " + std::to_string(a.keys) + ", head " + std::to_string(a.head) +
          "/" + std::to_string(a.value_width) + (a.mask ? ", mask" : "") + (a.causal ? ", causal" : "") +
-         (a.merge_heads ? ", heads merged" : "");
+         (a.merge_heads ? ", heads merged" : "") + (a.k_transposed ? ", K transposed" : "");
 }
 
 TEST(CodegenAttention, FlashMatchesTheReferenceInEveryType) {
@@ -108,6 +111,8 @@ TEST(CodegenAttention, FlashMatchesTheReferenceInEveryType) {
       {2, 4, 2, 33, 33, 16, 16, false, true, true},   // keys shared by two heads each; causal; heads merged
       {1, 4, 1, 1, 70, 32, 32, true, true, true},     // a decode step: one query, the keys of a cache
       {1, 1, 1, 150, 150, 8, 8, false, true, false},  // more rows than a block's warps take at once
+      {1, 4, 2, 37, 70, 24, 16, true, false, false, true},  // Kᵀ in memory, keys shared, rows of 70 keys (not 16-byte aligned)
+      {1, 1, 1, 16, 160, 32, 16, false, true, true, true},  // Kᵀ in memory, aligned rows, several key tiles
   };
   for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
     Graph g;
@@ -340,23 +345,33 @@ TEST(CodegenAttention, TheMatcherDeclinesWhatFlashCannotTile) {
 }
 
 // Every barrier of the flash stage orders something: deleted in turn (over several key tiles and
-// batches of rows), each must be a finding of the host executor's checks; in both forms. On
-// tensor cores the key tiles stream through two slots by cp.async: each wait deleted, or
-// leaving one group more in flight, is a finding too.
+// batches of rows), each must be a finding of the host executor's checks; in both forms, and on
+// tensor cores with K's rows or Kᵀ's (keys contiguous, staged as rows of keys and read by
+// ldmatrix.trans). On tensor cores the key tiles stream through two slots by cp.async: each wait
+// deleted, or leaving one group more in flight, is a finding too.
 TEST(CodegenAttention, EveryDeletedBarrierOrWaitIsARace) {
-  for (bool tensor : {false, true}) {
+  for (int form : {0, 1, 2}) {  // SIMT; tensor cores; tensor cores with Kᵀ in memory
+  const bool tensor = form > 0;
   Attention a;
   a.heads = a.kv_heads = 1;
   a.queries = 40;
-  a.keys = 70;
+  a.keys = form == 2 ? 72 : 70;  // Kᵀ's rows 16-byte aligned: every chunk by cp.async
   a.mask = true;
+  a.k_transposed = form == 2;
   Graph g;
   const FusionGroup fg = add_attention(g, tensor ? DType::kF16 : DType::kF32, a);
+  if (tensor) {
+    const auto core = planner::match_attention(g, fg);
+    ASSERT_TRUE(core.has_value());
+    EXPECT_EQ(planner::keys_contiguous(g, fg, *core), a.k_transposed);
+    EXPECT_TRUE(planner::streams_key_tiles(g, fg, *core));
+  }
   TileConfig cfg = best_flash(g, fg, tensor);
   cfg.reduce_step = 32;
   cfg.threads = 64;  // two warps: a barrier that orders only one warp's lanes would be redundant
   if (tensor) cfg.tile[2] = 32;  // 32 rows: a warp per 16
   const LoweredKernel good = lower_group(g, fg, cfg, "attention");
+  EXPECT_GE(planner::evaluate_tile(g, fg, planner::find_device("h100"), cfg).smem_bytes, good.kernel.shared_bytes) << cfg.str();
   // Deletes barrier `target` (in statement order, at any depth); returns how many were seen.
   std::function<int(Block&, int, int)> drop = [&](Block& b, int target, int seen) {
     Block kept;
