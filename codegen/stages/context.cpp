@@ -602,13 +602,17 @@ void LoweringContext::reduction_loops(const TensorExpr& e, const std::vector<std
   nest(0);
 }
 
-void LoweringContext::store_value(int v, const std::vector<std::string>& o, const std::string& x) {
+void LoweringContext::store_shared(int v, const std::vector<std::string>& o, const std::string& x) {
   if (auto b = buffer.find(v); b != buffer.end()) {
     const Region& r = region.at(v);
     std::string off = "0";
     for (size_t d = 0; d < o.size(); ++d) off = "(" + off + " * " + r.n[d] + " + (" + o[d] + " - " + r.lo[d] + "))";
     cur_->push_back(store(b->second, off, x));
   }
+}
+
+void LoweringContext::store_value(int v, const std::vector<std::string>& o, const std::string& x) {
+  store_shared(v, o, x);
   if (auto p = out_param.find(v); p != out_param.end()) {
     if (v == vector_value_) {  // vector_loop writes the vector
       cur_->push_back(assign(vector_lane_, store_from_compute(g.value(v).dtype, x)));
@@ -619,7 +623,7 @@ void LoweringContext::store_value(int v, const std::vector<std::string>& o, cons
 }
 
 void LoweringContext::store_run(int v, const std::vector<std::string>& o, const std::vector<std::string>& xs) {
-  check(!buffer.count(v) && out_param.count(v), "store_run: value ", v, " has a shared buffer or is not exported");
+  check(out_param.count(v) > 0, "store_run: value ", v, " is not exported");
   const DType dt = g.value(v).dtype;
   const std::string p = out_param.at(v), at = "ft_at" + std::to_string(next_local_++);
   cur_->push_back(let(kIndexType, at, flat(g.value(v).shape, o)));

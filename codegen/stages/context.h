@@ -144,10 +144,12 @@ class LoweringContext {
   void reduction_loops(const planner::TensorExpr& e, const std::vector<std::string>& o, const IndexFn& body);
   // Element o of value v computed as x: to its shared buffer and, when exported, its parameter.
   void store_value(int v, const std::vector<std::string>& o, const std::string& x);
+  // The first half of store_value: to v's shared buffer, if it has one.
+  void store_shared(int v, const std::vector<std::string>& o, const std::string& x);
   // Elements o, o + 1, ... (xs.size() of them along the innermost axis, all inside v's shape) of
-  // an exported value v without a shared buffer, computed as xs: in the widest accesses that fit
-  // and are aligned (checked at run time): 16 bytes (4 floats, 8 16-bit values), else pairs (8 or
-  // 4 bytes), else elements.
+  // an exported value v, computed as xs, to its parameter (its shared buffer, if any, is the
+  // caller's: store_shared): in the widest accesses that fit and are aligned (checked at run
+  // time): 16 bytes (4 floats, 8 16-bit values), else pairs (8 or 4 bytes), else elements.
   void store_run(int v, const std::vector<std::string>& o, const std::vector<std::string>& xs);
 
   // ---- runs of reads along the innermost axis ----

@@ -16,17 +16,42 @@ int64_t norm_axis(const Graph& g, const Node& n) {
   return normalize_axis(n.attrs.i("axis", -1), static_cast<int64_t>(g.value(n.inputs[0]).shape.size()), "axis");
 }
 
+// The most elements of its row a thread holds in registers (runs x run length): beyond, the row is
+// read once per pass instead.
+constexpr int64_t kHeldElements = 32;
+
 class RowStatsStage : public AnchorStage {
  public:
   RowStatsStage(LoweringContext& cx, Kernel& k, const Node& n, int64_t max_rows) : cx_(cx), n_(n), row_capacity_(max_rows) {
     const int v = n.outputs[0];
-    sa_ = k.add_shared("s" + std::to_string(v) + "_a", DType::kF32, std::max<int64_t>(1, max_rows));
-    sb_ = k.add_shared("s" + std::to_string(v) + "_b", DType::kF32, std::max<int64_t>(1, max_rows));
     // Warps per row: with fewer rows than warps, each row gets the most warps that divide the
     // block evenly (a power of two), so that every warp works; their partial statistics meet in
     // shared memory.
     const int64_t warps = cx.cfg.threads / kWarpSize;
     while (group_ * 2 <= warps / std::max<int64_t>(1, max_rows) && warps % (group_ * 2) == 0) group_ *= 2;
+    // The row held in registers: runs of consecutive elements along the innermost axis, 16 bytes
+    // of the group's inputs (8 elements where one is 16-bit, else 4), each lane's runs strided by
+    // the row's lanes (a warp's vectors contiguous); where the innermost axis is normalized and a
+    // multiple of the run, the runs keep at least half the row's lanes busy and a lane holds at
+    // most kHeldElements. Otherwise the element pass over the whole block (below) writes 16-byte
+    // vectors that a lane's scattered elements would not.
+    const Graph& g = cx.g;
+    const Shape& xs = g.value(n.inputs[0]).shape;
+    const planner::TensorExpr& e = cx.exprs.at(static_cast<int>(&n - g.nodes().data()));
+    count_ = 1;
+    for (int64_t ext : e.reduce_extents) count_ *= ext;
+    const bool inner = n.op == "LayerNormalization" || norm_axis(g, n) + 1 == static_cast<int64_t>(xs.size());
+    run_ = 4;
+    for (const auto& [u, p] : cx.param) {
+      if (dtype_size(g.value(u).dtype) == 2 && is_float(g.value(u).dtype)) run_ = 8;
+    }
+    runs_ = (count_ + kWarpSize * group_ * run_ - 1) / (kWarpSize * group_ * run_);
+    held_ = inner && !xs.empty() && xs.back() % run_ == 0 && 2 * (count_ / run_) >= kWarpSize * group_ &&
+            runs_ * run_ <= kHeldElements;
+    if (!held_) {
+      sa_ = k.add_shared("s" + std::to_string(v) + "_a", DType::kF32, std::max<int64_t>(1, max_rows));
+      sb_ = k.add_shared("s" + std::to_string(v) + "_b", DType::kF32, std::max<int64_t>(1, max_rows));
+    }
     if (group_ > 1) {
       pa_ = k.add_shared("p" + std::to_string(v) + "_a", DType::kF32, warps);
       pb_ = k.add_shared("p" + std::to_string(v) + "_b", DType::kF32, warps);
@@ -138,6 +163,11 @@ class RowStatsStage : public AnchorStage {
                                   {assign(acc, warp_combine(op, acc, partials + "[" + first_warp + " + ft_g]"))})};
       batch.push_back(if_then(busy, combine));
     };
+    if (held_) {
+      emit_held(k, batch, busy, row, lanes, row_coords, row_reduce);
+      k.body.push_back(uniform_for("ft_rb", "0", "(" + rows + " + " + lit(per_batch - 1) + ") / " + lit(per_batch), batch));
+      return;
+    }
     if (layer_norm) {  // mean, then the mean of squared deviations from it
       lane_share(first, "0.0f", [](const std::string& acc, const std::string& xv) { return acc + " + " + xv; });
       row_reduce(first, "sum", pa_);
@@ -184,12 +214,194 @@ class RowStatsStage : public AnchorStage {
   }
 
  private:
+  // The held form's batch: each lane loads its runs of the row once (16-byte vectors where the
+  // group inputs read along the row allow, checked at run time), both statistics fold from the
+  // registers, and the lane writes its runs' outputs (16-byte stores where exported alone).
+  void emit_held(Kernel& k, Block& batch, const std::string& busy, const std::string& row, const std::string& lanes,
+                 const std::function<std::vector<std::string>()>& row_coords,
+                 const std::function<void(const std::string&, const std::string&, const std::string&)>& row_reduce) {
+    const Graph& g = cx_.g;
+    const Node& n = n_;
+    const planner::TensorExpr& e = cx_.exprs.at(static_cast<int>(&n - g.nodes().data()));
+    const int v = n.outputs[0], x = n.inputs[0];
+    const Shape& xs = g.value(x).shape;
+    const bool layer_norm = n.op == "LayerNormalization";
+    const auto axis = static_cast<size_t>(norm_axis(g, n));
+    std::vector<size_t> dims;  // the normalized axes
+    for (size_t d = 0; d < xs.size(); ++d) {
+      if (layer_norm ? d >= axis : d == axis) dims.push_back(d);
+    }
+    const std::string held = "w" + std::to_string(v) + "_x";
+    k.thread_locals.push_back({held, runs_ * run_});
+    const std::string first = "w" + std::to_string(v) + "_a", second = "w" + std::to_string(v) + "_b";
+    const std::string a0 = first + "[0]", b0 = second + "[0]";
+    const int64_t span = kWarpSize * group_ * run_;  // elements a round of the row's lanes covers
+    const bool whole_rounds = count_ % span == 0;
+    // Element `t` of run `j`: valid where inside the row (always, with whole rounds).
+    const auto first_of = [&](int64_t j) { return "(ft_lane + " + lit(j * kWarpSize * group_) + ") * " + lit(run_); };
+    const auto valid = [&](int64_t j, int64_t t) { return "ft_f" + std::to_string(j) + " + " + lit(t) + " < " + lit(count_); };
+    const auto slot = [&](int64_t j, int64_t t) { return held + "[" + std::to_string(j * run_ + t) + "]"; };
+    // A pass over the lane's runs inside `busy`: per run j, its first element ft_f<j> and the index
+    // of its first element (o: the row's coordinates, the normalized ones from ft_f<j>; the
+    // innermost a variable, ft_q<j>), then each(j, o, lane) with lane(t) the innermost coordinate
+    // of element t.
+    const auto pass = [&](const std::function<void(int64_t, const std::vector<std::string>&,
+                                                   const std::function<std::string(int64_t)>&)>& each) {
+      return cx_.fresh_block([&] {
+        cx_.cur().push_back(let(kIndexType, "ft_row", row));
+        cx_.cur().push_back(let(kIndexType, "ft_lane", "ft_thread % " + lanes));
+        const std::vector<std::string> base = row_coords();
+        for (int64_t j = 0; j < runs_; ++j) {
+          const std::string f = "ft_f" + std::to_string(j), q = "ft_q" + std::to_string(j);
+          cx_.cur().push_back(let(kIndexType, f, first_of(j)));
+          std::vector<std::string> o = base;
+          int64_t stride = count_;
+          for (size_t d : dims) {
+            stride /= xs[d];
+            o[d] = "(" + f + " / " + lit(stride) + ") % " + lit(xs[d]);
+          }
+          cx_.cur().push_back(let(kIndexType, q, o.back()));
+          o.back() = q;
+          Block scope;
+          cx_.with_block(scope, [&] { each(j, o, [q](int64_t t) { return "(" + q + " + " + lit(t) + ")"; }); });
+          cx_.cur().push_back(if_then("1", scope));  // a scope of its own: runs may name the same locals
+        }
+      });
+    };
+    const auto at = [&](std::vector<std::string> o, const std::function<std::string(int64_t)>& lane, int64_t t) {
+      o.back() = lane(t);
+      return o;
+    };
+    // A run's elements computed by value_of(t, o_t) into the current block: after 16-byte loads of
+    // the group inputs read along the row where the run is whole (and `also` holds) and they are
+    // aligned, element by element (each where valid and inside(t) holds) otherwise; done(t, local,
+    // whole) receives each, after() follows a whole run.
+    const auto run_of = [&](int64_t j, const std::vector<std::string>& o, const std::function<std::string(int64_t)>& lane,
+                            const std::function<std::string(int64_t, const std::vector<std::string>&)>& value_of,
+                            const std::function<void(int64_t, const std::string&, bool)>& done, const std::function<void()>& after,
+                            const std::string& also, const std::function<std::string(int64_t)>& inside) {
+      const std::vector<LoweringContext::VectorRead> reads =
+          run_ > 1 ? cx_.along_reads(o, run_, [&](const std::vector<std::string>& oo) { value_of(0, oo); })
+                   : std::vector<LoweringContext::VectorRead>{};
+      std::string whole = whole_rounds ? "" : "ft_f" + std::to_string(j) + " + " + lit(run_) + " <= " + lit(count_);
+      if (!also.empty()) whole += (whole.empty() ? "" : " && ") + also;
+      if (!reads.empty()) whole += (whole.empty() ? "" : " && ") + cx_.reads_aligned(reads);
+      Block vector;
+      cx_.with_block(vector, [&] {
+        cx_.load_runs(reads, run_, lane);
+        for (int64_t t = 0; t < run_; ++t) done(t, value_of(t, at(o, lane, t)), true);
+        after();
+      });
+      if (whole.empty()) {
+        cx_.cur().insert(cx_.cur().end(), vector.begin(), vector.end());
+        return;
+      }
+      Block scalar;
+      for (int64_t t = 0; t < run_; ++t) {
+        Block one;
+        cx_.with_block(one, [&] { done(t, value_of(t, at(o, lane, t)), false); });
+        std::string where = valid(j, t);
+        if (const std::string in = inside(t); !in.empty()) where += " && " + in;
+        scalar.push_back(if_then(where, one));
+      }
+      cx_.cur().push_back(if_then(whole, vector, scalar));
+    };
+    // Load: the row's elements into the registers (zero where a run passes the row's end).
+    Block load = pass([&](int64_t j, const std::vector<std::string>& o, const std::function<std::string(int64_t)>& lane) {
+      for (int64_t t = 0; t < run_; ++t) cx_.cur().push_back(assign(slot(j, t), "0.0f"));
+      run_of(j, o, lane, [&](int64_t, const std::vector<std::string>& ot) { return cx_.value(x, ot); },
+             [&](int64_t t, const std::string& xv, bool) { cx_.cur().push_back(assign(slot(j, t), xv)); }, [] {}, "",
+             [](int64_t) { return std::string(); });
+    });
+    // A statistic folded from the registers with step(acc, x) (where valid), into `acc`.
+    const auto fold = [&](const std::string& acc, const std::string& init,
+                          const std::function<std::string(const std::string&, const std::string&)>& step, const Block& before) {
+      batch.push_back(assign(acc, init));
+      Block body = before;
+      if (!whole_rounds) body.push_back(let(kIndexType, "ft_lane", "ft_thread % " + lanes));
+      for (int64_t j = 0; j < runs_; ++j) {
+        for (int64_t t = 0; t < run_; ++t) {
+          Stmt st = assign(acc, step(acc, slot(j, t)));
+          body.push_back(whole_rounds ? std::move(st) : if_then(first_of(j) + " + " + lit(t) + " < " + lit(count_), Block{std::move(st)}));
+        }
+      }
+      batch.push_back(if_then(busy, body));
+    };
+    const std::string n_elems = float_literal(static_cast<double>(count_));
+    std::string stat_b = b0;
+    if (layer_norm) {  // mean, then the mean of squared deviations from it
+      batch.push_back(if_then(busy, load));
+      fold(a0, "0.0f", [](const std::string& acc, const std::string& xv) { return acc + " + " + xv; }, {});
+      row_reduce(first, "sum", pa_);
+      fold(b0, "0.0f", [&](const std::string& acc, const std::string& xv) {
+        return acc + " + (" + xv + " - " + a0 + ") * (" + xv + " - " + a0 + ")";
+      }, {assign(a0, a0 + " / " + n_elems)});
+      row_reduce(second, "sum", pb_);
+      stat_b = "1.0f / sqrtf(" + b0 + " / " + n_elems + " + " + float_literal(n.attrs.f("epsilon", 1e-5f)) + ")";
+    } else {  // max, then the sum of exponentials relative to it
+      batch.push_back(if_then(busy, load));
+      fold(a0, "(-ft_inf())", [](const std::string& acc, const std::string& xv) { return "ft_fmaxn(" + acc + ", " + xv + ")"; }, {});
+      row_reduce(first, "max", pa_);
+      fold(b0, "0.0f", [&](const std::string& acc, const std::string& xv) { return acc + " + expf(" + xv + " - " + a0 + ")"; }, {});
+      row_reduce(second, "sum", pb_);
+    }
+    // Elements: from the registers, with layer norm's scale and bias at each element's index, those
+    // inside the value's region (the normalized axes may be needed in part: a consumer's slice).
+    const Region& r = cx_.region.at(v);
+    // The condition that index o lies inside the region along the normalized axes (along the
+    // innermost from `from` to `to` where given).
+    const auto inside_region = [&](const std::vector<std::string>& o, const std::string& from, const std::string& to) {
+      std::string all;
+      for (size_t d : dims) {
+        const bool inner = d + 1 == o.size() && !from.empty();
+        const std::string a = inner ? from : o[d], b = inner ? to : o[d];
+        all += (all.empty() ? "" : " && ") + std::string("(") + a + ") >= " + r.lo[d] + " && (" + b + ") < " + r.lo[d] + " + " + r.n[d];
+      }
+      return all;
+    };
+    const bool runs_out = cx_.out_param.count(v) > 0;  // exported: stored as runs (the shared buffer, if any, by element)
+    Block write = pass([&](int64_t j, const std::vector<std::string>& o, const std::function<std::string(int64_t)>& lane) {
+      cx_.cur().push_back(let("float", "ft_sa", a0));
+      cx_.cur().push_back(let("float", "ft_sb", stat_b));
+      std::vector<std::string> ys(static_cast<size_t>(run_));
+      const auto y_of = [&](int64_t t, const std::vector<std::string>& ot) {
+        const std::string xv = slot(j, t);
+        if (n.op == "Softmax") return "expf(" + xv + " - ft_sa) / ft_sb";
+        if (n.op == "LogSoftmax") return "(" + xv + " - ft_sa - logf(ft_sb))";
+        std::string y = "(" + xv + " - ft_sa) * ft_sb * " + cx_.value(n.inputs[1], cx_.index_of(e.accesses[2], ot));
+        if (e.accesses.size() > 3) y = "(" + y + " + " + cx_.value(n.inputs[2], cx_.index_of(e.accesses[3], ot)) + ")";
+        return y;
+      };
+      run_of(j, o, lane, y_of,
+             [&](int64_t t, const std::string& y, bool whole) {
+               if (runs_out && whole) {
+                 const std::string local = "ft_y" + std::to_string(t);
+                 cx_.cur().push_back(let("float", local, y));
+                 ys[static_cast<size_t>(t)] = local;
+                 cx_.store_shared(v, at(o, lane, t), local);
+               } else {
+                 cx_.store_value(v, at(o, lane, t), y);
+               }
+             },
+             [&] {
+               if (runs_out) cx_.store_run(v, o, ys);
+             },
+             inside_region(o, o.back(), lane(run_ - 1)), [&](int64_t t) { return inside_region(at(o, lane, t), "", ""); });
+    });
+    batch.push_back(if_then(busy, write));
+    if (group_ > 1) batch.push_back(barrier());  // the next batch rewrites the partials
+  }
+
   LoweringContext& cx_;
   const Node& n_;
   int64_t row_capacity_;    // rows the statistics arrays hold
   int64_t group_ = 1;       // warps per row
   std::string sa_, sb_;     // the statistics: max / mean, and sum of exponentials / inverse deviation
   std::string pa_, pb_;     // with several warps per row: each warp's partial of each statistic
+  int64_t count_ = 0;       // elements of a row
+  int64_t run_ = 4;         // the held form's run: consecutive elements along the innermost axis
+  int64_t runs_ = 0;        // runs a lane holds
+  bool held_ = false;       // the row held in registers, read once
 };
 
 }  // namespace

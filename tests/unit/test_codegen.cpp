@@ -14,6 +14,7 @@
 #include <cmath>
 #include <filesystem>
 #include <random>
+#include <regex>
 #include <set>
 
 #include "backend/backend.h"
@@ -237,6 +238,90 @@ TEST(CodegenWarp, RowStatisticsOnRowsAroundTheWarpSize) {
   check_groups(g, one_group_per_node(g), [&](const FusionGroup& fg) {
     return TileConfig{{2, 1, g.value(fg.outputs[0]).shape[2]}, 0, 512, 1};
   }, "row ops/512 threads, 2 rows a tile");
+}
+
+// Rows of 8-element runs that keep the row's lanes busy are held in registers (row_stats.h): read
+// once, in 16-byte vectors where aligned, both statistics from the registers, the outputs written
+// from them. In every float type: layer norm after a residual Add (the producer inlined, computed
+// once), Softmax and LogSoftmax over rows with a tail (768 of 1,024 a round of 128 lanes), layer
+// norm whose output a later MatMul of the group reads (a shared buffer and an exported output),
+// one row a block over four warps (partials in shared memory) and six rows a block in batches.
+// A Softmax reads each sector of its input once (counted): the row is read once, not three times.
+TEST(CodegenWarp, RowsHeldInRegistersAreReadOnce) {
+  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
+    Graph g;
+    std::vector<FusionGroup> groups;
+    const auto group_of = [&](int first) {
+      FusionGroup fg;
+      for (int n = first; n < static_cast<int>(g.nodes().size()); ++n) fg.nodes.push_back(n);
+      planner::describe_group(g, fg);
+      fg.outputs = {g.nodes().back().outputs[0]};
+      groups.push_back(fg);
+    };
+    int first = static_cast<int>(g.nodes().size());
+    const int sum = add_op(g, "Add", {add_input(g, "a", dt, {2, 6, 1024}), add_input(g, "r", dt, {2, 6, 1024})});
+    add_op(g, "LayerNormalization", {sum, add_input(g, "g", dt, {1024}), add_input(g, "b", dt, {1024})},
+           attrs({{"axis", int64_t{2}}, {"epsilon", 1e-5f}}));
+    group_of(first);
+    first = static_cast<int>(g.nodes().size());
+    add_op(g, "Softmax", {add_input(g, "s", dt, {2, 6, 768})}, attrs({{"axis", int64_t{2}}}));
+    group_of(first);
+    first = static_cast<int>(g.nodes().size());
+    add_op(g, "LogSoftmax", {add_input(g, "l", dt, {2, 6, 768})}, attrs({{"axis", int64_t{2}}}));
+    group_of(first);
+    first = static_cast<int>(g.nodes().size());
+    const int norm = add_op(g, "LayerNormalization", {add_input(g, "m", dt, {1, 6, 512}), add_input(g, "mg", dt, {512})},
+                            attrs({{"axis", int64_t{2}}}));
+    add_op(g, "MatMul", {norm, add_input(g, "w", dt, {512, 16})});
+    group_of(first);
+    groups.back().outputs.insert(groups.back().outputs.begin(), norm);  // the normalized rows exported too
+    for (int64_t rows : {1, 6}) {
+      for (size_t i = 0; i < groups.size(); ++i) {
+        const Shape& s = g.value(groups[i].outputs.back()).shape;
+        const TileConfig cfg = i == 3 ? TileConfig{{1, rows, 16}, 64, 128, 1} : TileConfig{{1, rows, s[2]}, 0, 128, 1};
+        const std::string ir = to_text(lower_group(g, groups[i], cfg, "held").kernel);
+        EXPECT_NE(ir.find("_x: float["), std::string::npos) << "row not held\n" << ir;
+        EXPECT_FALSE(std::regex_search(ir, std::regex(R"(shared s\d+_a:)"))) << "statistics through shared memory\n" << ir;
+      }
+      check_groups(g, groups, [&, i = 0](const FusionGroup& fg) mutable {
+        const TileConfig cfg = i++ == 3 ? TileConfig{{1, rows, 16}, 64, 128, 1}
+                                        : TileConfig{{1, rows, g.value(fg.outputs.back()).shape[2]}, 0, 128, 1};
+        return cfg;
+      }, std::string(dtype_name(dt)) + ", rows held, " + std::to_string(rows) + " a block");
+    }
+    const LoweredKernel softmax = lower_group(g, groups[1], TileConfig{{1, 6, 768}, 0, 128, 1}, "softmax");
+    auto backend = backend::make_host_backend();
+    auto module = backend->load({softmax.kernel});
+    std::mt19937 rng(fusetune::testing::test_seed());
+    ASSERT_TRUE(backend::verify_kernel(g, groups[1], softmax, *backend, *module, rng).ok);
+    const simt::Counters c = module->counters().at("softmax");
+    EXPECT_EQ(c.global_load_sectors, c.unique_load_sectors) << dtype_name(dt) << ": a sector of the rows read twice";
+    EXPECT_EQ(c.global_sectors_of_width(16, false), c.global_load_sectors) << dtype_name(dt) << ": loads narrower than 16 bytes";
+    if (dt != DType::kF16) continue;
+    // Four warps a row meet in shared memory: each barrier deleted is a race the checks report.
+    const LoweredKernel good = lower_group(g, groups[0], TileConfig{{1, 1, 1024}, 0, 128, 1}, "norm");
+    std::function<int(Block&, int, int)> drop = [&](Block& b, int target, int seen) {
+      Block kept;
+      for (Stmt& st : b) {
+        if (st.kind == Stmt::Kind::kBarrier && seen++ == target) continue;
+        seen = drop(st.body, target, seen);
+        seen = drop(st.orelse, target, seen);
+        kept.push_back(std::move(st));
+      }
+      b = std::move(kept);
+      return seen;
+    };
+    LoweredKernel probe = good;
+    const int barriers = drop(probe.kernel.body, -1, 0);
+    ASSERT_GE(barriers, 2) << to_text(good.kernel);  // after each statistic's partials
+    for (int i = 0; i < barriers; ++i) {
+      LoweredKernel bad = good;
+      drop(bad.kernel.body, i, 0);
+      auto m = backend->load({bad.kernel});
+      const backend::VerifyResult r = backend::verify_kernel(g, groups[0], bad, *backend, *m, rng);
+      EXPECT_TRUE(!r.ok && r.check_failed) << "barrier " << i << " of " << barriers << " deleted: " << r.detail;
+    }
+  }
 }
 
 TEST(CodegenWarp, RowStatisticsUseWarpReductionsAndNoPartials) {
