@@ -10,8 +10,8 @@
 # separate columns. Then the speed of light (`profile --sol`, planner/speed_of_light.h): per model
 # the sum of its kernels' speed of light for the counted work on DEVICE against the cost model's
 # time, over all kernels and over the memory-bound ones alone (where the model's time should come
-# within 1.3x of it), and their mean occupancy. Models are profiled in name order; each prints a
-# progress line.
+# within 1.3x of it; also less the 2 µs the model charges a launch), and their mean occupancy.
+# Models are profiled in name order; each prints a progress line.
 #   bench/profile_models.sh DIR [DEVICE]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,6 +40,7 @@ python3 - "$work" <<'PY'
 import json, os, re, sys
 from collections import defaultdict
 work = sys.argv[1]
+LAUNCH_US = 2.0  # planner::TilingOptions::launch_overhead_us, charged once a launch
 kinds = defaultdict(lambda: [0, 0, 0, 0, 0])  # counted bytes, modeled bytes, kernels, counted flops, modeled flops
 print(f"{'model':16} {'kernels':>7} {'counted MB':>11} {'modeled MB':>11} {'modeled/counted':>15} "
       f"{'counted GFLOP':>13} {'modeled GFLOP':>13} {'modeled/counted':>15}")
@@ -66,9 +67,10 @@ for f in sorted(os.listdir(work)):
         e[3] += k["counted"]["flops"] + k["counted"]["special_ops"]
         e[4] += k["modeled"]["flops"]
 print()
-print(f"speed of light (SOL) for the counted work against the modeled time, all kernels and memory-bound ones:")
+print(f"speed of light (SOL) for the counted work against the modeled time, all kernels and memory-bound ones "
+      f"(and those less the {LAUNCH_US:g} us the model charges a launch):")
 print(f"{'model':16} {'SOL us':>10} {'modeled us':>11} {'mod/SOL':>8} {'mem-bound':>9} {'SOL us':>10} {'modeled us':>11} "
-      f"{'mod/SOL':>8} {'mean occ':>8}")
+      f"{'mod/SOL':>8} {'less launch':>11} {'mean occ':>8}")
 for f in sorted(os.listdir(work)):
     if not f.endswith(".json"):
         continue
@@ -79,8 +81,9 @@ for f in sorted(os.listdir(work)):
     msol = sum(k["sol"]["sol_us"] for k in mem)
     mmod = sum(k["sol"]["modeled_us"] for k in mem)
     occ = sum(k["sol"]["occupancy"] for k in ks) / len(ks) if ks else 0
+    bare = mmod - LAUNCH_US * len(mem)
     print(f"{f[:-5]:16} {sol:10.3f} {mod:11.3f} {mod / sol if sol else 0:8.2f} {len(mem):9d} {msol:10.3f} {mmod:11.3f} "
-          f"{mmod / msol if msol else 0:8.2f} {occ:8.2f}")
+          f"{mmod / msol if msol else 0:8.2f} {bare / msol if msol else 0:11.2f} {occ:8.2f}")
 print()
 print(f"{'kind of group':36} {'kernels':>7} {'counted MB':>11} {'modeled MB':>11} {'bytes error':>11} "
       f"{'counted GFLOP':>13} {'modeled GFLOP':>13} {'flops error':>11}")
