@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "core/files.h"
 #include "planner/device.h"
 #include "planner/speed_of_light.h"
 #include "unit/cli_run.h"
@@ -105,6 +106,25 @@ TEST(SpeedOfLight, ProfileReportsEveryKernelsSpeedOfLightFromItsCountedWork) {
   EXPECT_NEAR(j.at("total").at("sol_us").get<double>(), sol, 1e-9);
   EXPECT_NEAR(j.at("total").at("modeled_us").get<double>(), modeled, 1e-9);
   EXPECT_EQ(j.at("total").at("device"), "h100");
+}
+
+// A launch holding several groups pays one launch overhead, as the planner's total does: with no
+// library calls (every launch counted), the plan's modeled time in `profile --sol` is the
+// manifest's. nerf_mlp's plan packs two groups into a launch.
+TEST(SpeedOfLight, APackedLaunchIsModeledAsOneLaunch) {
+  const fs::path plan = fs::temp_directory_path() / ("fusetune_sol_packed_" + std::to_string(::getpid()));
+  const fs::path onnx = fs::path(FUSETUNE_SOURCE_DIR) / "tests/data/models/nerf_mlp/model.onnx";
+  const testing::Outcome c = testing::run_cli("compile " + onnx.string() + " --device h100 --libraries none --out " + plan.string());
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  const nlohmann::json manifest = nlohmann::json::parse(read_file(plan / "manifest.json", "the manifest"));
+  const testing::Outcome p = testing::run_cli("profile " + plan.string() + " --sol --json");
+  fs::remove_all(plan);
+  ASSERT_EQ(p.exit_code, 0) << p.output;
+  size_t packed = 0;
+  for (const nlohmann::json& l : manifest.at("launches")) packed += l.at("groups").size() > 1 ? 1 : 0;
+  ASSERT_GT(packed, 0u) << "no launch of nerf_mlp's plan packs groups";
+  const nlohmann::json j = nlohmann::json::parse(p.output.substr(p.output.find('{')));
+  EXPECT_NEAR(j.at("total").at("modeled_us").get<double>(), manifest.at("modeled_us").get<double>(), 1e-6);
 }
 
 }  // namespace
