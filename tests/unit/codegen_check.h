@@ -28,6 +28,21 @@ namespace fusetune::testing {
 
 // The planner's best generated candidate for a group on H100 (library calls are tested in
 // test_library_call.cpp).
+// Deletes barrier `target` of `b` (in statement order, at any depth, both branches of an if);
+// returns how many barriers it saw (target -1: counts them and deletes none). The barrier
+// mutation tests delete each in turn.
+inline int drop_barrier(codegen::Block& b, int target, int seen = 0) {
+  codegen::Block kept;
+  for (codegen::Stmt& st : b) {
+    if (st.kind == codegen::Stmt::Kind::kBarrier && seen++ == target) continue;
+    seen = drop_barrier(st.body, target, seen);
+    seen = drop_barrier(st.orelse, target, seen);
+    kept.push_back(std::move(st));
+  }
+  b = std::move(kept);
+  return seen;
+}
+
 inline planner::TileConfig best_config(const Graph& g, const planner::FusionGroup& fg) {
   planner::TilingOptions generated_only{2, 2.0};
   generated_only.library_algorithms = 0;

@@ -300,23 +300,12 @@ TEST(CodegenWarp, RowsHeldInRegistersAreReadOnce) {
     if (dt != DType::kF16) continue;
     // Four warps a row meet in shared memory: each barrier deleted is a race the checks report.
     const LoweredKernel good = lower_group(g, groups[0], TileConfig{{1, 1, 1024}, 0, 128, 1}, "norm");
-    std::function<int(Block&, int, int)> drop = [&](Block& b, int target, int seen) {
-      Block kept;
-      for (Stmt& st : b) {
-        if (st.kind == Stmt::Kind::kBarrier && seen++ == target) continue;
-        seen = drop(st.body, target, seen);
-        seen = drop(st.orelse, target, seen);
-        kept.push_back(std::move(st));
-      }
-      b = std::move(kept);
-      return seen;
-    };
     LoweredKernel probe = good;
-    const int barriers = drop(probe.kernel.body, -1, 0);
+    const int barriers = fusetune::testing::drop_barrier(probe.kernel.body, -1);
     ASSERT_GE(barriers, 2) << to_text(good.kernel);  // after each statistic's partials
     for (int i = 0; i < barriers; ++i) {
       LoweredKernel bad = good;
-      drop(bad.kernel.body, i, 0);
+      fusetune::testing::drop_barrier(bad.kernel.body, i);
       auto m = backend->load({bad.kernel});
       const backend::VerifyResult r = backend::verify_kernel(g, groups[0], bad, *backend, *m, rng);
       EXPECT_TRUE(!r.ok && r.check_failed) << "barrier " << i << " of " << barriers << " deleted: " << r.detail;

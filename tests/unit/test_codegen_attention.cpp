@@ -29,6 +29,7 @@ namespace {
 using fusetune::testing::add_input;
 using fusetune::testing::add_op;
 using fusetune::testing::attrs;
+using fusetune::testing::drop_barrier;
 using fusetune::testing::check_groups;
 using fusetune::testing::whole_graph_group;
 using planner::FusionGroup;
@@ -372,19 +373,8 @@ TEST(CodegenAttention, EveryDeletedBarrierOrWaitIsARace) {
   if (tensor) cfg.tile[2] = 32;  // 32 rows: a warp per 16
   const LoweredKernel good = lower_group(g, fg, cfg, "attention");
   EXPECT_GE(planner::evaluate_tile(g, fg, planner::find_device("h100"), cfg).smem_bytes, good.kernel.shared_bytes) << cfg.str();
-  // Deletes barrier `target` (in statement order, at any depth); returns how many were seen.
-  std::function<int(Block&, int, int)> drop = [&](Block& b, int target, int seen) {
-    Block kept;
-    for (Stmt& st : b) {
-      if (st.kind == Stmt::Kind::kBarrier && seen++ == target) continue;
-      seen = drop(st.body, target, seen);
-      kept.push_back(std::move(st));
-    }
-    b = std::move(kept);
-    return seen;
-  };
   LoweredKernel probe = good;
-  const int barriers = drop(probe.kernel.body, -1, 0);
+  const int barriers = drop_barrier(probe.kernel.body, -1);
   ASSERT_GE(barriers, 5) << to_text(good.kernel);  // the key tile's four, and the sums' before the division
   auto backend = backend::make_host_backend();
   std::mt19937 rng(fusetune::testing::test_seed());
@@ -394,7 +384,7 @@ TEST(CodegenAttention, EveryDeletedBarrierOrWaitIsARace) {
   }
   for (int i = 0; i < barriers; ++i) {
     LoweredKernel bad = good;
-    drop(bad.kernel.body, i, 0);
+    drop_barrier(bad.kernel.body, i);
     auto module = backend->load({bad.kernel});
     const backend::VerifyResult r = backend::verify_kernel(g, fg, bad, *backend, *module, rng);
     EXPECT_TRUE(!r.ok && r.check_failed) << (tensor ? "tensor cores: " : "") << "barrier " << i << " of " << barriers
