@@ -210,7 +210,8 @@ def build(name, size, gen):
 
 
 NAMES = ["llama", "llama_decode", "llama_gqa", "qwen2", "qwen2_decode", "gpt2", "distilbert", "t5_encoder",
-         "bart_encoder", "hf_vit", "whisper_encoder", "bert_large_layer"]
+         "bart_encoder", "hf_vit", "whisper_encoder"]
+# Exported only when named (--only): bert_large_layer, for bench/transformer_layer.sh.
 
 
 def write_tensor(path, array, name):
