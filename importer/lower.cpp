@@ -366,6 +366,37 @@ void softmax(NodeLowering& L) {
   L.set_output(0, L.reshape(y, s));
 }
 
+// Hardmax: 1 where an element is the first maximum of its row along the axis, else 0: ArgMax
+// (keeping the axis) against a constant iota along the axis. Before opset 13 on the input coerced
+// to 2-D at the axis, as Softmax.
+int hardmax_along(NodeLowering& L, int v, int64_t axis) {
+  const Shape s = L.builder().value(v).shape;  // a copy: emitting grows the value table
+  const DType dt = L.builder().value(v).dtype;
+  Attributes a;
+  a.set("axis", axis);
+  a.set("keepdims", int64_t{1});
+  a.set("select_last_index", int64_t{0});
+  const int arg = L.emit("ArgMax", {v}, a);
+  Shape along(s.size(), 1);
+  along[static_cast<size_t>(axis)] = s[static_cast<size_t>(axis)];
+  std::vector<int64_t> iota(static_cast<size_t>(s[static_cast<size_t>(axis)]));
+  std::iota(iota.begin(), iota.end(), int64_t{0});
+  return cast_to(L, L.emit("Equal", {L.constant(Tensor::from_ints(DType::kI64, along, iota)), arg}), dt);
+}
+
+void hardmax(NodeLowering& L) {
+  const int64_t r = L.rank(0);
+  const int64_t axis = axis_of(L, "axis", L.opset() >= 13 ? -1 : 1, r);
+  if (L.opset() >= 13 || axis == r - 1) {
+    L.set_output(0, hardmax_along(L, L.input(0), axis));
+    return;
+  }
+  const Shape s = L.shape(0);
+  const int64_t outer = numel(Shape(s.begin(), s.begin() + axis));
+  const int64_t inner = numel(Shape(s.begin() + axis, s.end()));
+  L.set_output(0, L.reshape(hardmax_along(L, L.reshape(L.input(0), {outer, inner}), 1), s));
+}
+
 // stash_type: the precision of a normalization's statistics, 1 (float). The canonical ops compute
 // them in float or wider for every input type.
 void require_float_stash(NodeLowering& L) {
@@ -866,6 +897,41 @@ void gather(NodeLowering& L) {
   Attributes a;
   a.set("axis", axis_of(L, "axis", 0, L.rank(0)));
   L.set_output(0, L.emit("Gather", {L.input(0), L.input(1)}, a));
+}
+
+// GatherElements: out[i] = data at i with its axis coordinate replaced by indices[i] (negative
+// ones counted from the end), as a Gather from the flattened data at flat index C[i] + idx[i] x
+// the axis's stride, C a constant holding the other coordinates' part of i's offset.
+void gather_elements(NodeLowering& L) {
+  const Shape ds = L.shape(0), is = L.shape(1);
+  const int64_t r = L.rank(0);
+  check(L.rank(1) == r, "indices must have the data's rank ", r, ", got ", shape_str(is));
+  const int64_t axis = axis_of(L, "axis", 0, r);
+  std::vector<int64_t> strides(static_cast<size_t>(r), 1);
+  for (int64_t d = r - 1; d > 0; --d) strides[static_cast<size_t>(d - 1)] = strides[static_cast<size_t>(d)] * ds[static_cast<size_t>(d)];
+  for (int64_t d = 0; d < r; ++d) {
+    check(d == axis || is[static_cast<size_t>(d)] <= ds[static_cast<size_t>(d)], "indices' extent ", is[static_cast<size_t>(d)],
+          " along axis ", d, " exceeds the data's ", ds[static_cast<size_t>(d)]);
+  }
+  const int64_t n = numel(is);
+  check(n <= kFoldLimit, "GatherElements of ", n, " indices is too large");
+  std::vector<int64_t> base(static_cast<size_t>(n), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t rest = i;
+    for (int64_t d = r - 1; d >= 0; --d) {
+      const int64_t c = rest % is[static_cast<size_t>(d)];
+      rest /= is[static_cast<size_t>(d)];
+      if (d != axis) base[static_cast<size_t>(i)] += c * strides[static_cast<size_t>(d)];
+    }
+  }
+  int idx = cast_to(L, L.input(1), DType::kI64);
+  const int extent = L.constant(Tensor::scalar_int(DType::kI64, ds[static_cast<size_t>(axis)]));
+  idx = L.emit("Where", {L.emit("Less", {idx, L.constant(Tensor::scalar_int(DType::kI64, 0))}), L.emit("Add", {idx, extent}), idx});
+  const int flat = L.emit("Add", {L.constant(Tensor::from_ints(DType::kI64, is, base)),
+                                  L.emit("Mul", {idx, L.constant(Tensor::scalar_int(DType::kI64, strides[static_cast<size_t>(axis)]))})});
+  Attributes a;
+  a.set("axis", int64_t{0});
+  L.set_output(0, L.emit("Gather", {L.reshape(L.input(0), {numel(ds)}), flat}, a));
 }
 
 void expand(NodeLowering& L) {
@@ -1691,9 +1757,9 @@ const std::map<std::string, Lowering>& lowerings() {
       {"Constant", constant_op}, {"ConstantOfShape", constant_of_shape}, {"Conv", conv}, {"ConvTranspose", conv_transpose}, {"Cos", pass_through}, {"Cosh", trig_by_formula}, {"CumSum", cum_sum},
       {"DepthToSpace", depth_space}, {"Div", pass_through}, {"Dropout", dropout}, {"Einsum", einsum}, {"Elu", unary_with_defaults},
       {"Equal", pass_through}, {"Erf", pass_through}, {"Exp", pass_through}, {"Expand", expand},
-      {"Flatten", flatten}, {"Floor", pass_through}, {"Gather", gather}, {"Gelu", gelu}, {"Gemm", gemm},
+      {"Flatten", flatten}, {"Floor", pass_through}, {"Gather", gather}, {"GatherElements", gather_elements}, {"Gelu", gelu}, {"Gemm", gemm},
       {"GlobalAveragePool", global_pool}, {"GlobalMaxPool", global_pool}, {"Greater", pass_through},
-      {"GreaterOrEqual", pass_through}, {"HardSigmoid", unary_with_defaults}, {"HardSwish", pass_through},
+      {"GreaterOrEqual", pass_through}, {"HardSigmoid", unary_with_defaults}, {"HardSwish", pass_through}, {"Hardmax", hardmax},
       {"Identity", identity}, {"InstanceNormalization", instance_norm}, {"IsInf", is_inf}, {"IsNaN", pass_through},
       {"LayerNormalization", layer_norm}, {"LeakyRelu", unary_with_defaults}, {"Less", pass_through},
       {"LessOrEqual", pass_through}, {"Log", pass_through}, {"LogSoftmax", softmax}, {"MatMul", matmul},

@@ -31,6 +31,7 @@
 #include "planner/tiling.h"
 #include "unit/codegen_check.h"
 #include "unit/graph_helpers.h"
+#include "unit/onnx_builder.h"
 #include "tests/unit/test_seed.h"
 
 namespace fusetune::codegen {
@@ -311,6 +312,20 @@ TEST(CodegenWarp, RowsHeldInRegistersAreReadOnce) {
       EXPECT_TRUE(!r.ok && r.check_failed) << "barrier " << i << " of " << barriers << " deleted: " << r.detail;
     }
   }
+}
+
+// GatherElements and Hardmax as import lowers them (a Gather at computed flat indices; ArgMax
+// against an iota), fused and compiled with the planner's best candidates, against the reference.
+TEST(CodegenImported, GatherElementsAndHardmaxCompile) {
+  testing::OnnxBuilder b(13);
+  b.input("x", testing::kFloat, {2, 5, 12}).input("i", testing::kInt64, {2, 3, 12});
+  b.output("g", testing::kFloat, {2, 3, 12}).output("h", testing::kFloat, {2, 5, 12});
+  testing::OnnxBuilder::attr_i(b.node("GatherElements", {"x", "i"}, {"gi"}), "axis", 1);
+  b.node("Relu", {"gi"}, {"g"});
+  testing::OnnxBuilder::attr_i(b.node("Hardmax", {"x"}, {"h"}), "axis", 1);
+  const Graph g = importer::import_onnx_bytes(b.bytes(), ".").graph;
+  const planner::FusionPlan plan = planner::fuse(g);
+  check_groups(g, plan.groups, [&](const FusionGroup& fg) { return best_config(g, fg); }, "GatherElements and Hardmax");
 }
 
 TEST(CodegenWarp, RowStatisticsUseWarpReductionsAndNoPartials) {

@@ -178,6 +178,63 @@ TEST(Import, BatchNormAttributesOfEveryOpsetAreReadAsTheSpecDefinesThem) {
   }
 }
 
+// GatherElements (axis 1, negative indices, indices narrower than the data along another axis)
+// and Hardmax (opset 13 along the last axis; opset 11 on the input coerced to 2-D at axis 1, ties
+// going to the first maximum), imported and run by the reference, against values computed here
+// from the operators' definitions; indices of another rank are refused naming the node.
+TEST(Import, GatherElementsAndHardmaxLowerToCanonicalOps) {
+  OnnxBuilder b(13);
+  b.input("x", kFloat, {2, 3, 4}).input("i", kInt64, {2, 2, 3}).output("g", kFloat, {2, 2, 3});
+  b.output("h", kFloat, {2, 3, 4});
+  OnnxBuilder::attr_i(b.node("GatherElements", {"x", "i"}, {"g"}, "gather"), "axis", 1);
+  b.node("Hardmax", {"x"}, {"h"});
+  const std::vector<int64_t> idx = {0, -1, 2, 1, 1, -3, 2, 0, -2, -1, 1, 0};
+  std::vector<float> xv(24);
+  for (size_t k = 0; k < xv.size(); ++k) xv[k] = static_cast<float>((k * 7) % 5);  // ties within rows
+  const Tensor x = Tensor::from_floats(DType::kF32, {2, 3, 4}, xv);
+  const Graph g = importer::import_onnx_bytes(b.bytes(), ".").graph;
+  const std::vector<Tensor> run = reference::run_graph(g, std::vector<Tensor>{x, Tensor::from_ints(DType::kI64, {2, 2, 3}, idx)});
+  const std::vector<float> gathered = run[0].to_floats(), hard = run[1].to_floats();
+  for (int64_t n = 0; n < 2; ++n) {
+    for (int64_t r = 0; r < 2; ++r) {
+      for (int64_t c = 0; c < 3; ++c) {
+        int64_t j = idx[static_cast<size_t>((n * 2 + r) * 3 + c)];
+        if (j < 0) j += 3;
+        EXPECT_EQ(gathered[static_cast<size_t>((n * 2 + r) * 3 + c)], xv[static_cast<size_t>((n * 3 + j) * 4 + c)]) << n << "," << r << "," << c;
+      }
+    }
+  }
+  for (int64_t row = 0; row < 6; ++row) {
+    int64_t first = 0;
+    for (int64_t c = 1; c < 4; ++c) {
+      if (xv[static_cast<size_t>(row * 4 + c)] > xv[static_cast<size_t>(row * 4 + first)]) first = c;
+    }
+    for (int64_t c = 0; c < 4; ++c) EXPECT_EQ(hard[static_cast<size_t>(row * 4 + c)], c == first ? 1.0f : 0.0f) << row << "," << c;
+  }
+  // Opset 11: one row per batch element, its 12 values (axis 1 coerces to 2 x 12).
+  OnnxBuilder old(11);
+  old.input("x", kFloat, {2, 3, 4}).output("h", kFloat, {2, 3, 4});
+  OnnxBuilder::attr_i(old.node("Hardmax", {"x"}, {"h"}), "axis", 1);
+  const std::vector<float> h11 = reference::run_graph(importer::import_onnx_bytes(old.bytes(), ".").graph, std::vector<Tensor>{x})[0].to_floats();
+  for (int64_t n = 0; n < 2; ++n) {
+    int64_t first = 0;
+    for (int64_t k = 1; k < 12; ++k) {
+      if (xv[static_cast<size_t>(n * 12 + k)] > xv[static_cast<size_t>(n * 12 + first)]) first = k;
+    }
+    for (int64_t k = 0; k < 12; ++k) EXPECT_EQ(h11[static_cast<size_t>(n * 12 + k)], k == first ? 1.0f : 0.0f) << n << "," << k;
+  }
+  OnnxBuilder bad(13);
+  bad.input("x", kFloat, {2, 3, 4}).input("i", kInt64, {2, 3}).output("g", kFloat, {2, 3});
+  bad.node("GatherElements", {"x", "i"}, {"g"}, "picker");
+  try {
+    importer::import_onnx_bytes(bad.bytes(), ".");
+    ADD_FAILURE() << "indices of rank 2 for data of rank 3 were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("picker"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("indices must have the data's rank 3"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Import, AffineAfterConvWithOtherUsesIsKept) {
   Graph g;
   const int x = testing::add_input(g, "x", DType::kF32, {1, 2, 4, 4});
