@@ -488,6 +488,43 @@ void mish(NodeLowering& L) {
   L.set_output(0, L.emit("Mul", {L.input(0), L.emit("Tanh", {L.emit("Softplus", {L.input(0)})})}));
 }
 
+// Shrink (9): x + bias where x < -lambd, x - bias where x > lambd, else 0.
+void shrink(NodeLowering& L) {
+  const float lambd = L.attr_f("lambd", 0.5f), bias = L.attr_f("bias", 0.0f);
+  const int x = L.input(0);
+  const int above = L.emit("Where", {L.emit("Greater", {x, scalar_like(L, 0, lambd)}), L.emit("Sub", {x, scalar_like(L, 0, bias)}),
+                                     scalar_like(L, 0, 0.0)});
+  L.set_output(0, L.emit("Where", {L.emit("Less", {x, scalar_like(L, 0, -lambd)}), L.emit("Add", {x, scalar_like(L, 0, bias)}), above}));
+}
+
+// LpNormalization (1): x over its L1 (p = 1) or L2 (p = 2) norm along the axis; 0 where the norm
+// is 0 (the operator's reference: 0 / 0 = 0).
+void lp_normalization(NodeLowering& L) {
+  const int64_t axis = axis_of(L, "axis", -1, L.rank(0)), p = L.attr_i("p", 2);
+  check(p == 1 || p == 2, "p = ", p, " is not defined (1 or 2)");
+  const int x = L.input(0);
+  const int norm = p == 1 ? reduce_node(L, "ReduceSum", L.emit("Abs", {x}), {axis}, 1)
+                          : L.emit("Sqrt", {reduce_node(L, "ReduceSum", L.emit("Mul", {x, x}), {axis}, 1)});
+  const int zero = L.emit("Equal", {norm, scalar_like(L, 0, 0.0)});
+  L.set_output(0, L.emit("Where", {zero, scalar_like(L, 0, 0.0), L.emit("Div", {x, L.emit("Where", {zero, scalar_like(L, 0, 1.0), norm})})}));
+}
+
+// EyeLike (9): a constant of the input's 2-D shape, ones on the k-th diagonal, in `dtype` (the
+// input's by default).
+void eye_like(NodeLowering& L) {
+  check(L.rank(0) == 2, "input must be 2-D, got ", shape_str(L.shape(0)));
+  const DType dt = L.attr_i("dtype", 0) != 0 ? dtype_from_onnx(static_cast<int>(L.attr_i("dtype", 0))) : L.val(0).dtype;
+  const int64_t k = L.attr_i("k", 0), rows = L.shape(0)[0], cols = L.shape(0)[1];
+  check(rows * cols <= kFoldLimit, "a ", rows, "x", cols, " identity is too large");
+  std::vector<int64_t> ones(static_cast<size_t>(rows * cols), 0);
+  for (int64_t i = 0; i < rows; ++i) {
+    if (i + k >= 0 && i + k < cols) ones[static_cast<size_t>(i * cols + i + k)] = 1;
+  }
+  Tensor t(dt, {rows, cols});
+  t.set_ints(ones);
+  L.set_output(0, L.constant(std::move(t)));
+}
+
 // Celu (12): max(0, x) + min(0, alpha * (exp(x / alpha) - 1)).
 void celu(NodeLowering& L) {
   const float alpha = L.attr_f("alpha", 1.0f);
@@ -1756,13 +1793,13 @@ const std::map<std::string, Lowering>& lowerings() {
       {"Cast", cast}, {"CastLike", cast_like}, {"Ceil", pass_through}, {"Celu", celu}, {"Clip", clip}, {"Concat", concat},
       {"Constant", constant_op}, {"ConstantOfShape", constant_of_shape}, {"Conv", conv}, {"ConvTranspose", conv_transpose}, {"Cos", pass_through}, {"Cosh", trig_by_formula}, {"CumSum", cum_sum},
       {"DepthToSpace", depth_space}, {"Div", pass_through}, {"Dropout", dropout}, {"Einsum", einsum}, {"Elu", unary_with_defaults},
-      {"Equal", pass_through}, {"Erf", pass_through}, {"Exp", pass_through}, {"Expand", expand},
+      {"Equal", pass_through}, {"Erf", pass_through}, {"Exp", pass_through}, {"Expand", expand}, {"EyeLike", eye_like},
       {"Flatten", flatten}, {"Floor", pass_through}, {"Gather", gather}, {"GatherElements", gather_elements}, {"Gelu", gelu}, {"Gemm", gemm},
       {"GlobalAveragePool", global_pool}, {"GlobalMaxPool", global_pool}, {"Greater", pass_through},
       {"GreaterOrEqual", pass_through}, {"HardSigmoid", unary_with_defaults}, {"HardSwish", pass_through}, {"Hardmax", hardmax},
       {"Identity", identity}, {"InstanceNormalization", instance_norm}, {"IsInf", is_inf}, {"IsNaN", pass_through},
       {"LayerNormalization", layer_norm}, {"LeakyRelu", unary_with_defaults}, {"Less", pass_through},
-      {"LessOrEqual", pass_through}, {"Log", pass_through}, {"LogSoftmax", softmax}, {"MatMul", matmul},
+      {"LessOrEqual", pass_through}, {"Log", pass_through}, {"LogSoftmax", softmax}, {"LpNormalization", lp_normalization}, {"MatMul", matmul},
       {"Max", variadic}, {"MaxPool", pool}, {"Mean", variadic}, {"Min", variadic}, {"Mish", mish}, {"Mod", mod},
       {"Mul", pass_through}, {"Neg", pass_through}, {"NonZero", non_zero}, {"Not", pass_through},
       {"Or", pass_through}, {"PRelu", pass_through}, {"Pad", pad}, {"Pow", pass_through}, {"RMSNormalization", rms_norm}, {"Range", range},
@@ -1770,7 +1807,7 @@ const std::map<std::string, Lowering>& lowerings() {
       {"ReduceLogSumExp", reduce}, {"ReduceMax", reduce}, {"ReduceMean", reduce}, {"ReduceMin", reduce},
       {"ReduceProd", reduce}, {"ReduceSum", reduce}, {"ReduceSumSquare", reduce}, {"Relu", pass_through},
       {"Reshape", reshape}, {"Resize", resize}, {"RotaryEmbedding", rotary_embedding}, {"Round", pass_through}, {"ScatterND", scatter_nd},
-      {"Selu", unary_with_defaults}, {"Shape", shape_op}, {"Sigmoid", pass_through}, {"Sign", pass_through},
+      {"Selu", unary_with_defaults}, {"Shape", shape_op}, {"Shrink", shrink}, {"Sigmoid", pass_through}, {"Sign", pass_through},
       {"Sin", pass_through}, {"Sinh", trig_by_formula}, {"Size", size_op}, {"Slice", slice}, {"Softmax", softmax}, {"Softplus", pass_through},
       {"Softsign", pass_through}, {"SpaceToDepth", depth_space}, {"Split", split}, {"Sqrt", pass_through},
       {"Squeeze", squeeze}, {"Sub", pass_through}, {"Sum", variadic}, {"SwiGLU", swish}, {"Swish", swish}, {"Tan", pass_through}, {"Tanh", pass_through},
