@@ -971,6 +971,38 @@ void gather_elements(NodeLowering& L) {
   L.set_output(0, L.emit("Gather", {L.reshape(L.input(0), {numel(ds)}), flat}, a));
 }
 
+// OneHot (11): `values[1]` where the output's coordinate along the new axis equals the index
+// (negative ones counted from the end of depth), `values[0]` elsewhere: Equal against a constant
+// iota along that axis, then Where. depth must be known at import.
+void one_hot(NodeLowering& L) {
+  const Shape is = L.shape(0);
+  const int64_t r = static_cast<int64_t>(is.size()) + 1;
+  const int64_t axis = axis_of(L, "axis", -1, r);
+  const Tensor& d = L.const_input(1, "depth");
+  check(d.numel() == 1, "depth must hold one value, got ", shape_str(d.shape()));
+  const auto depth = static_cast<int64_t>(d.to_doubles()[0]);
+  check(depth > 0 && depth <= kFoldLimit, "depth ", depth, " is outside 1 ..", kFoldLimit);
+  check(L.val(2).shape.size() == 1 && L.val(2).shape[0] == 2, "values must hold two elements (off, on), got ",
+        shape_str(L.val(2).shape));
+  int idx = cast_to(L, L.input(0), DType::kI64);
+  const int n = L.constant(Tensor::scalar_int(DType::kI64, depth));
+  idx = L.emit("Where", {L.emit("Less", {idx, L.constant(Tensor::scalar_int(DType::kI64, 0))}), L.emit("Add", {idx, n}), idx});
+  Shape at = is;
+  at.insert(at.begin() + axis, 1);
+  idx = L.reshape(idx, at);
+  Shape along(static_cast<size_t>(r), 1);
+  along[static_cast<size_t>(axis)] = depth;
+  std::vector<int64_t> iota(static_cast<size_t>(depth));
+  std::iota(iota.begin(), iota.end(), int64_t{0});
+  const int hit = L.emit("Equal", {L.constant(Tensor::from_ints(DType::kI64, along, iota)), idx});
+  Attributes a;
+  a.set("axis", int64_t{0});
+  const int values = L.input(2);
+  const int off = L.emit("Gather", {values, L.constant(Tensor::scalar_int(DType::kI64, 0))}, a);
+  const int on = L.emit("Gather", {values, L.constant(Tensor::scalar_int(DType::kI64, 1))}, a);
+  L.set_output(0, L.emit("Where", {hit, on, off}));
+}
+
 void expand(NodeLowering& L) {
   const Shape target = broadcast_shapes(L.shape(0), L.const_ints(1, "shape"), "input and shape");
   if (target == L.shape(0)) {
@@ -1801,7 +1833,7 @@ const std::map<std::string, Lowering>& lowerings() {
       {"LayerNormalization", layer_norm}, {"LeakyRelu", unary_with_defaults}, {"Less", pass_through},
       {"LessOrEqual", pass_through}, {"Log", pass_through}, {"LogSoftmax", softmax}, {"LpNormalization", lp_normalization}, {"MatMul", matmul},
       {"Max", variadic}, {"MaxPool", pool}, {"Mean", variadic}, {"Min", variadic}, {"Mish", mish}, {"Mod", mod},
-      {"Mul", pass_through}, {"Neg", pass_through}, {"NonZero", non_zero}, {"Not", pass_through},
+      {"Mul", pass_through}, {"Neg", pass_through}, {"NonZero", non_zero}, {"Not", pass_through}, {"OneHot", one_hot},
       {"Or", pass_through}, {"PRelu", pass_through}, {"Pad", pad}, {"Pow", pass_through}, {"RMSNormalization", rms_norm}, {"Range", range},
       {"Reciprocal", pass_through}, {"ReduceL1", reduce}, {"ReduceL2", reduce}, {"ReduceLogSum", reduce},
       {"ReduceLogSumExp", reduce}, {"ReduceMax", reduce}, {"ReduceMean", reduce}, {"ReduceMin", reduce},

@@ -314,22 +314,25 @@ TEST(CodegenWarp, RowsHeldInRegistersAreReadOnce) {
   }
 }
 
-// GatherElements, Hardmax, Shrink and LpNormalization as import lowers them (a Gather at computed
-// flat indices; ArgMax against an iota; Wheres; a norm with a guard against 0), fused and compiled
-// with the planner's best candidates, against the reference.
+// GatherElements, Hardmax, Shrink, LpNormalization and OneHot as import lowers them (a Gather at
+// computed flat indices; ArgMax against an iota; Wheres; a norm with a guard against 0; Equal
+// against an iota), fused and compiled with the planner's best candidates, against the reference.
 TEST(CodegenImported, LoweredOperatorsCompile) {
   testing::OnnxBuilder b(13);
   b.input("x", testing::kFloat, {2, 5, 12}).input("i", testing::kInt64, {2, 3, 12});
   b.output("g", testing::kFloat, {2, 3, 12}).output("h", testing::kFloat, {2, 5, 12});
-  b.output("s", testing::kFloat, {2, 5, 12}).output("n", testing::kFloat, {2, 5, 12});
+  b.output("s", testing::kFloat, {2, 5, 12}).output("n", testing::kFloat, {2, 5, 12}).output("o", testing::kFloat, {2, 3, 7, 12});
+  b.initializer("depth", Tensor::from_ints(DType::kI64, {1}, std::vector<int64_t>{7}));
+  b.initializer("values", Tensor::from_floats(DType::kF32, {2}, std::vector<float>{-0.5f, 2.0f}));
   testing::OnnxBuilder::attr_i(b.node("GatherElements", {"x", "i"}, {"gi"}), "axis", 1);
   b.node("Relu", {"gi"}, {"g"});
   testing::OnnxBuilder::attr_i(b.node("Hardmax", {"x"}, {"h"}), "axis", 1);
   testing::OnnxBuilder::attr_f(b.node("Shrink", {"x"}, {"s"}), "bias", 0.25f);
   testing::OnnxBuilder::attr_i(b.node("LpNormalization", {"x"}, {"n"}), "axis", 1);
+  testing::OnnxBuilder::attr_i(b.node("OneHot", {"i", "depth", "values"}, {"o"}), "axis", 2);
   const Graph g = importer::import_onnx_bytes(b.bytes(), ".").graph;
   const planner::FusionPlan plan = planner::fuse(g);
-  check_groups(g, plan.groups, [&](const FusionGroup& fg) { return best_config(g, fg); }, "GatherElements, Hardmax, Shrink, LpNormalization");
+  check_groups(g, plan.groups, [&](const FusionGroup& fg) { return best_config(g, fg); }, "GatherElements, Hardmax, Shrink, LpNormalization, OneHot");
 }
 
 TEST(CodegenWarp, RowStatisticsUseWarpReductionsAndNoPartials) {
