@@ -204,25 +204,25 @@ TEST(Import, GatherElementsAndHardmaxLowerToCanonicalOps) {
       }
     }
   }
-  for (int64_t row = 0; row < 6; ++row) {
-    int64_t first = 0;
-    for (int64_t c = 1; c < 4; ++c) {
-      if (xv[static_cast<size_t>(row * 4 + c)] > xv[static_cast<size_t>(row * 4 + first)]) first = c;
+  // Hardmax's result over rows of `width` of x: 1 at each row's first maximum.
+  const auto expect_hardmax = [&](const std::vector<float>& got, int64_t width, const char* label) {
+    for (int64_t row = 0; row < 24 / width; ++row) {
+      int64_t first = 0;
+      for (int64_t c = 1; c < width; ++c) {
+        if (xv[static_cast<size_t>(row * width + c)] > xv[static_cast<size_t>(row * width + first)]) first = c;
+      }
+      for (int64_t c = 0; c < width; ++c) {
+        EXPECT_EQ(got[static_cast<size_t>(row * width + c)], c == first ? 1.0f : 0.0f) << label << " " << row << "," << c;
+      }
     }
-    for (int64_t c = 0; c < 4; ++c) EXPECT_EQ(hard[static_cast<size_t>(row * 4 + c)], c == first ? 1.0f : 0.0f) << row << "," << c;
-  }
+  };
+  expect_hardmax(hard, 4, "opset 13");
   // Opset 11: one row per batch element, its 12 values (axis 1 coerces to 2 x 12).
   OnnxBuilder old(11);
   old.input("x", kFloat, {2, 3, 4}).output("h", kFloat, {2, 3, 4});
   OnnxBuilder::attr_i(old.node("Hardmax", {"x"}, {"h"}), "axis", 1);
-  const std::vector<float> h11 = reference::run_graph(importer::import_onnx_bytes(old.bytes(), ".").graph, std::vector<Tensor>{x})[0].to_floats();
-  for (int64_t n = 0; n < 2; ++n) {
-    int64_t first = 0;
-    for (int64_t k = 1; k < 12; ++k) {
-      if (xv[static_cast<size_t>(n * 12 + k)] > xv[static_cast<size_t>(n * 12 + first)]) first = k;
-    }
-    for (int64_t k = 0; k < 12; ++k) EXPECT_EQ(h11[static_cast<size_t>(n * 12 + k)], k == first ? 1.0f : 0.0f) << n << "," << k;
-  }
+  expect_hardmax(reference::run_graph(importer::import_onnx_bytes(old.bytes(), ".").graph, std::vector<Tensor>{x})[0].to_floats(), 12,
+                 "opset 11");
   OnnxBuilder bad(13);
   bad.input("x", kFloat, {2, 3, 4}).input("i", kInt64, {2, 3}).output("g", kFloat, {2, 3});
   bad.node("GatherElements", {"x", "i"}, {"g"}, "picker");
