@@ -1,4 +1,4 @@
-// onnx_conformance DIR [--exclusions FILE] [--filter TEXT] [--verbose]: runs ONNX's own operator
+// onnx_conformance DIR [--exclusions FILE] [--filter TEXT] [--verbose] [--refusals]: runs ONNX's own operator
 // conformance cases (DIR holds test_*/model.onnx with test_data_set_N/ folders, as shipped in the
 // onnx Python package under onnx/backend/test/data/node) through the importer and the reference
 // interpreter and compares with the numpy-computed outputs, with ONNX's own criterion
@@ -7,6 +7,9 @@
 // A case runs when every op in its model is one fusetune supports; it is left out when its name
 // matches an entry of the exclusion file, each of which gives the reason. Prints one line per
 // failure, then counts, and closes with "N passed, M failed". Exit code 1 if any case failed.
+// --refusals also prints, before the counts, the ops that keep cases from running, in name order
+// with their case counts ("refused: Op (N), ..."): docs/conformance.md's list, which
+// scripts/conformance_refusals.sh rewrites from it.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -115,7 +118,7 @@ int main(int argc, char** argv) {
   fs::path root;
   fs::path exclusions_path;
   std::string filter;
-  bool verbose = false;
+  bool verbose = false, refusals = false;
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i] == "--exclusions" && i + 1 < args.size()) {
       exclusions_path = args[++i];
@@ -123,10 +126,12 @@ int main(int argc, char** argv) {
       filter = args[++i];
     } else if (args[i] == "--verbose") {
       verbose = true;
+    } else if (args[i] == "--refusals") {
+      refusals = true;
     } else if (root.empty() && args[i].rfind("--", 0) != 0) {
       root = args[i];
     } else {
-      std::fprintf(stderr, "usage: onnx_conformance DIR [--exclusions FILE] [--filter TEXT] [--verbose]\n");
+      std::fprintf(stderr, "usage: onnx_conformance DIR [--exclusions FILE] [--filter TEXT] [--verbose] [--refusals]\n");
       return 2;
     }
   }
@@ -179,6 +184,11 @@ int main(int argc, char** argv) {
     }
     for (const Exclusion& e : exclusions) {
       if (e.hits == 0 && filter.empty()) std::printf("note: exclusion '%s' matched no supported case\n", e.pattern.c_str());
+    }
+    if (refusals) {
+      std::string list;
+      for (const auto& [op, n] : unsupported_ops) list += (list.empty() ? "" : ", ") + op + " (" + std::to_string(n) + ")";
+      std::printf("refused: %s\n", list.c_str());
     }
     std::printf("cases: %zu; with unsupported ops: %d (%zu distinct ops); excluded with a reason: %d\n", cases.size(),
                 unsupported, unsupported_ops.size(), excluded);
