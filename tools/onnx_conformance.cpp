@@ -9,7 +9,7 @@
 // failure, then counts, and closes with "N passed, M failed". Exit code 1 if any case failed.
 // --refusals also prints, before the counts, the ops that keep cases from running, in name order
 // with their case counts ("refused: Op (N), ..."): docs/conformance.md's list, which
-// scripts/conformance_refusals.sh rewrites from it.
+// scripts/conformance_page.sh rewrites from it.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
