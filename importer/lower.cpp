@@ -366,6 +366,23 @@ void softmax(NodeLowering& L) {
   L.set_output(0, L.reshape(y, s));
 }
 
+// A constant 0, 1, ..., n - 1 along `axis` of a value of rank `rank` (extent 1 elsewhere): what
+// Hardmax and OneHot compare positions with.
+int iota_along(NodeLowering& L, size_t rank, int64_t axis, int64_t n) {
+  Shape along(rank, 1);
+  along[static_cast<size_t>(axis)] = n;
+  std::vector<int64_t> iota(static_cast<size_t>(n));
+  std::iota(iota.begin(), iota.end(), int64_t{0});
+  return L.constant(Tensor::from_ints(DType::kI64, along, iota));
+}
+
+// Indices v as int64, negative ones counted from the end of `n`: Where(v < 0, v + n, v).
+int from_end(NodeLowering& L, int v, int64_t n) {
+  const int idx = cast_to(L, v, DType::kI64);
+  return L.emit("Where", {L.emit("Less", {idx, L.constant(Tensor::scalar_int(DType::kI64, 0))}),
+                          L.emit("Add", {idx, L.constant(Tensor::scalar_int(DType::kI64, n))}), idx});
+}
+
 // Hardmax: 1 where an element is the first maximum of its row along the axis, else 0: ArgMax
 // (keeping the axis) against a constant iota along the axis. Before opset 13 on the input coerced
 // to 2-D at the axis, as Softmax.
@@ -377,11 +394,7 @@ int hardmax_along(NodeLowering& L, int v, int64_t axis) {
   a.set("keepdims", int64_t{1});
   a.set("select_last_index", int64_t{0});
   const int arg = L.emit("ArgMax", {v}, a);
-  Shape along(s.size(), 1);
-  along[static_cast<size_t>(axis)] = s[static_cast<size_t>(axis)];
-  std::vector<int64_t> iota(static_cast<size_t>(s[static_cast<size_t>(axis)]));
-  std::iota(iota.begin(), iota.end(), int64_t{0});
-  return cast_to(L, L.emit("Equal", {L.constant(Tensor::from_ints(DType::kI64, along, iota)), arg}), dt);
+  return cast_to(L, L.emit("Equal", {iota_along(L, s.size(), axis, s[static_cast<size_t>(axis)]), arg}), dt);
 }
 
 void hardmax(NodeLowering& L) {
@@ -961,9 +974,7 @@ void gather_elements(NodeLowering& L) {
       if (d != axis) base[static_cast<size_t>(i)] += c * strides[static_cast<size_t>(d)];
     }
   }
-  int idx = cast_to(L, L.input(1), DType::kI64);
-  const int extent = L.constant(Tensor::scalar_int(DType::kI64, ds[static_cast<size_t>(axis)]));
-  idx = L.emit("Where", {L.emit("Less", {idx, L.constant(Tensor::scalar_int(DType::kI64, 0))}), L.emit("Add", {idx, extent}), idx});
+  const int idx = from_end(L, L.input(1), ds[static_cast<size_t>(axis)]);
   const int flat = L.emit("Add", {L.constant(Tensor::from_ints(DType::kI64, is, base)),
                                   L.emit("Mul", {idx, L.constant(Tensor::scalar_int(DType::kI64, strides[static_cast<size_t>(axis)]))})});
   Attributes a;
@@ -984,17 +995,10 @@ void one_hot(NodeLowering& L) {
   check(depth > 0 && depth <= kFoldLimit, "depth ", depth, " is outside 1 ..", kFoldLimit);
   check(L.val(2).shape.size() == 1 && L.val(2).shape[0] == 2, "values must hold two elements (off, on), got ",
         shape_str(L.val(2).shape));
-  int idx = cast_to(L, L.input(0), DType::kI64);
-  const int n = L.constant(Tensor::scalar_int(DType::kI64, depth));
-  idx = L.emit("Where", {L.emit("Less", {idx, L.constant(Tensor::scalar_int(DType::kI64, 0))}), L.emit("Add", {idx, n}), idx});
   Shape at = is;
   at.insert(at.begin() + axis, 1);
-  idx = L.reshape(idx, at);
-  Shape along(static_cast<size_t>(r), 1);
-  along[static_cast<size_t>(axis)] = depth;
-  std::vector<int64_t> iota(static_cast<size_t>(depth));
-  std::iota(iota.begin(), iota.end(), int64_t{0});
-  const int hit = L.emit("Equal", {L.constant(Tensor::from_ints(DType::kI64, along, iota)), idx});
+  const int idx = L.reshape(from_end(L, L.input(0), depth), at);
+  const int hit = L.emit("Equal", {iota_along(L, static_cast<size_t>(r), axis, depth), idx});
   Attributes a;
   a.set("axis", int64_t{0});
   const int values = L.input(2);

@@ -328,7 +328,6 @@ class RowStatsStage : public AnchorStage {
       batch.push_back(if_then(busy, body));
     };
     const std::string n_elems = float_literal(static_cast<double>(count_));
-    std::string stat_b = b0;
     if (layer_norm) {  // mean, then the mean of squared deviations from it
       batch.push_back(if_then(busy, load));
       fold(a0, "0.0f", [](const std::string& acc, const std::string& xv) { return acc + " + " + xv; }, {});
@@ -337,7 +336,9 @@ class RowStatsStage : public AnchorStage {
         return acc + " + (" + xv + " - " + a0 + ") * (" + xv + " - " + a0 + ")";
       }, {assign(a0, a0 + " / " + n_elems)});
       row_reduce(second, "sum", pb_);
-      stat_b = "1.0f / sqrtf(" + b0 + " / " + n_elems + " + " + float_literal(n.attrs.f("epsilon", 1e-5f)) + ")";
+      // The inverse deviation, once a row.
+      batch.push_back(if_then(busy, Block{assign(b0, "1.0f / sqrtf(" + b0 + " / " + n_elems + " + " +
+                                                           float_literal(n.attrs.f("epsilon", 1e-5f)) + ")")}));
     } else {  // max, then the sum of exponentials relative to it
       batch.push_back(if_then(busy, load));
       fold(a0, "(-ft_inf())", [](const std::string& acc, const std::string& xv) { return "ft_fmaxn(" + acc + ", " + xv + ")"; }, {});
@@ -361,14 +362,12 @@ class RowStatsStage : public AnchorStage {
     };
     const bool runs_out = cx_.out_param.count(v) > 0;  // exported: stored as runs (the shared buffer, if any, by element)
     Block write = pass([&](int64_t j, const std::vector<std::string>& o, const std::function<std::string(int64_t)>& lane) {
-      cx_.cur().push_back(let("float", "ft_sa", a0));
-      cx_.cur().push_back(let("float", "ft_sb", stat_b));
       std::vector<std::string> ys(static_cast<size_t>(run_));
       const auto y_of = [&](int64_t t, const std::vector<std::string>& ot) {
         const std::string xv = slot(j, t);
-        if (n.op == "Softmax") return "expf(" + xv + " - ft_sa) / ft_sb";
-        if (n.op == "LogSoftmax") return "(" + xv + " - ft_sa - logf(ft_sb))";
-        std::string y = "(" + xv + " - ft_sa) * ft_sb * " + cx_.value(n.inputs[1], cx_.index_of(e.accesses[2], ot));
+        if (n.op == "Softmax") return "expf(" + xv + " - " + a0 + ") / " + b0;
+        if (n.op == "LogSoftmax") return "(" + xv + " - " + a0 + " - logf(" + b0 + "))";
+        std::string y = "(" + xv + " - " + a0 + ") * " + b0 + " * " + cx_.value(n.inputs[1], cx_.index_of(e.accesses[2], ot));
         if (e.accesses.size() > 3) y = "(" + y + " + " + cx_.value(n.inputs[2], cx_.index_of(e.accesses[3], ot)) + ")";
         return y;
       };
