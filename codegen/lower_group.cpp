@@ -98,7 +98,7 @@ std::map<int, std::unique_ptr<AnchorStage>> plan_stages(LoweringContext& cx, Ker
       cx.buffer[v] = k.add_shared("b" + std::to_string(v), is_float(cx.g.value(v).dtype) ? DType::kF32 : DType::kI64,
                                   std::max<int64_t>(1, bound[v].elems));
     }
-    if (!stage) stage = node.op == "ScatterND" ? stages::scatter_stage(cx, node) : stages::reduce_stage(cx, node);
+    if (!stage) stage = node.op == "ScatterND" ? stages::scatter_stage(cx, node) : stages::reduce_stage(cx, k, node, bound[v].elems);
     planned[v] = std::move(stage);
   }
   return planned;

@@ -112,6 +112,27 @@ int64_t normalization_rows(const Graph& g, const Node& n, const std::vector<Inte
   return rows;
 }
 
+int64_t reduction_lanes(const Graph& g, const Node& n, int64_t outputs, int threads) {
+  const bool reduction = n.op == "ReduceSum" || n.op == "ReduceMean" || n.op == "ReduceMax" || n.op == "ReduceMin";
+  if (!(reduction || n.op == "MatMul" || n.op == "Conv") || outputs <= 0) return 0;
+  for (int v : n.inputs) {
+    if (v != kNoValue && !is_float(g.value(v).dtype)) return 0;
+  }
+  const TensorExpr e = describe(g, n);
+  int64_t count = 1;
+  for (int64_t ext : e.reduce_extents) count *= ext;
+  constexpr int64_t kWarp = 32;
+  if (e.reduce_extents.empty() || count < kWarp) return 0;
+  // The innermost reduction variable indexes the input's innermost axis by itself.
+  const Access& a = e.accesses[0];
+  const bool along = reduction && !a.index.empty() && a.index.back().is_var(e.num_vars() - 1);
+  if (2 * outputs > threads && !along) return 0;
+  const int64_t warps = threads / kWarp;
+  int64_t group = 1;
+  while (group * 2 * outputs <= warps && warps % (group * 2) == 0) group *= 2;
+  return kWarp * group;
+}
+
 MmaWarps mma_warps(int64_t rows, int64_t cols, int64_t warps) {
   const int64_t mt = (std::max<int64_t>(1, rows) + 15) / 16, nt = (std::max<int64_t>(1, cols) + 7) / 8;
   MmaWarps best;
@@ -394,6 +415,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   int64_t padded_elems = 0;  // per tile, the accumulators of tensor-core contractions (fragments)
   // Little's law: the least bytes a block keeps in flight over its staged MatMuls' steps.
   double in_flight = INFINITY;
+  int64_t reduce_rounds = 0;  // per block, the rounds of loads of the generic reduction stages
   bool gemv_taken = false;  // some MatMul takes the GEMV form
   int gemv_registers = 0;
   if (cfg.mma && cfg.gemv) {
@@ -696,6 +718,26 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       const int64_t rows = normalization_rows(g, n, out_region), warps = cfg.threads / 32;
       smem += 2 * 4 * rows + (rows > 0 && 2 * rows <= warps ? 2 * 4 * warps : 0);
     }
+    // The generic reduction stage (codegen/stages/reduce.h): a thread's loads of an output come in
+    // rounds of kReductionLoadsInFlight, each waited for (Little's law for one thread): one thread
+    // an output takes ceil(outputs / threads) x ceil(count / 8) rounds, the cooperative form
+    // (reduction_lanes) a round per 8 of a lane's share, per batch of outputs; several warps per
+    // output meet in shared memory (a float a warp).
+    const bool generic = anchor && !absorbed.count(*it) && !(core && *it == core->output) && !tensor && !gemv &&
+                         find_op(n.op)->kind != OpKind::kNormalization && n.op != "ScatterND" &&
+                         !(is_contraction(n) && cfg.reduce_step > 0) && !e.reduce_extents.empty();
+    if (generic) {
+      int64_t count = 1;
+      for (int64_t ext : e.reduce_extents) count *= ext;
+      const int64_t lanes = reduction_lanes(g, n, out_elems, cfg.threads);
+      if (lanes > 0) {
+        const int64_t batches = ceil_div(out_elems, cfg.threads / lanes);
+        reduce_rounds += batches * ceil_div(ceil_div(count, lanes), kReductionLoadsInFlight);
+        if (lanes > 32) smem += 4 * (cfg.threads / 32);
+      } else {
+        reduce_rounds += ceil_div(out_elems, cfg.threads) * ceil_div(count, kReductionLoadsInFlight);
+      }
+    }
   }
   // Traffic.
   int64_t l2 = 0, dram = 0;
@@ -823,6 +865,14 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
     const double resident = static_cast<double>(std::min<int64_t>(bps, ceil_div(blocks, d.sms)));
     latency_us = static_cast<double>(streamed) * d.dram_latency_ns / (1e3 * active * resident * in_flight);
     c.bytes_in_flight = static_cast<int64_t>(in_flight);
+  }
+  // The generic reduction stages' rounds of loads, a latency each, block after block on the
+  // busiest SM as its resident slots take them; but the first, which every kernel waits for (the
+  // launch overhead below holds it, as it does for kernels charged no latency).
+  if (reduce_rounds > 0) {
+    const int64_t per_sm_blocks = ceil_div(blocks, static_cast<int64_t>(d.sms));
+    const int64_t in_turn = ceil_div(per_sm_blocks, std::min<int64_t>(bps, per_sm_blocks));
+    latency_us = std::max(latency_us, static_cast<double>(reduce_rounds * in_turn - 1) * d.dram_latency_ns / 1e3);
   }
   const double throughput_us = std::max({dram_us, l2_us, compute_us}) / c.efficiency;
   c.latency_bound = latency_us > throughput_us;
@@ -1023,8 +1073,17 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
   bool contraction = false;
   bool conv = false, window_only = true;  // a Conv group; all its Convs depthwise-like (one step)
   int64_t k_extent = 0;
+  // The longest reduction space of a reduction or contraction: the generic reduction stage's
+  // cooperative form (reduction_lanes) puts up to a lane per kReductionLoadsInFlight of its
+  // elements on an output, so a tile of few outputs gets up to that many threads an output.
+  int64_t span = 0;
   for (int n : group.nodes) {
     const Node& node = g.nodes()[static_cast<size_t>(n)];
+    if (find_op(node.op)->kind == OpKind::kReduction || is_contraction(node)) {
+      int64_t count = 1;
+      for (int64_t r : describe(g, node).reduce_extents) count *= r;
+      span = std::max(span, count);
+    }
     if (is_contraction(node)) {
       contraction = true;
       const TensorExpr e = describe(g, node);
@@ -1047,7 +1106,7 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
     int64_t elems = 1;
     for (int64_t t : tile) elems *= t;
     for (int threads : {32, 64, 128, 256, 512}) {
-      if (threads > elems * 64 || elems > static_cast<int64_t>(threads) * 64) continue;
+      if (threads > elems * std::max<int64_t>(64, span / kReductionLoadsInFlight) || elems > static_cast<int64_t>(threads) * 64) continue;
       // Steps of a contraction; a Conv keeps the unstaged schedule (step 0) as a candidate, and a
       // depthwise one has a single staged form (its window in one step).
       std::vector<int64_t> steps = {0};

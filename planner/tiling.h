@@ -37,7 +37,12 @@
 //     Device::dram_latency_ns). A step's operand bytes are in flight for as many latencies as its
 //     loads take rounds (a thread waits for each load before storing it to shared memory;
 //     cp.async keeps MmaStaging::ahead steps in flight, the GEMV form 4 of each thread's loads); the
-//     group's least is its bound. Plus a launch overhead.
+//     group's least is its bound. For the generic reduction stage (codegen/stages/reduce.h), at
+//     least its threads' rounds of loads (kReductionLoadsInFlight a round, a DRAM latency each,
+//     the first excepted: every kernel waits for one, in its launch overhead): one thread an
+//     output (ceil(outputs / threads) x ceil(count / 8) rounds) or a group of reduction_lanes
+//     lanes an output (a round per 8 of a lane's share, a batch of outputs at a time). Plus a
+//     launch overhead.
 //   - the GEMV form (`gemv`; decode steps, classifier heads): a MatMul whose region has at most 8
 //     rows and whose B is an input of the group stages only A, a reduction step of it at a time;
 //     the block's threads split each step's rows of B (threads / column vectors slices, each
@@ -50,7 +55,9 @@
 //     once, K's and V's per tile, the micro-tiles' shared reads and the softmax's passes.
 // Candidates that exceed the device's shared memory, registers or threads are rejected with a
 // reason. tile_candidates enumerates tiles Welder-style (from a small tile, repeatedly doubling
-// the axis that cuts traffic per output element most), crosses them with thread shapes, steps (a
+// the axis that cuts traffic per output element most), crosses them with thread shapes (32 to
+// 512, up to 64 an output, or a lane per kReductionLoadsInFlight elements of the group's longest
+// reduction space, which the cooperative reduction form keeps busy), steps (a
 // Conv also keeps step 0, the unstaged schedule; a depthwise Conv has one staged step) and
 // (for contractions with a float4-capable operand) vector widths 1 and 4, adds tensor-core (`mma`)
 // candidates for groups with a float16/bfloat16 MatMul on devices of compute capability 8.0 or
@@ -190,6 +197,21 @@ inline constexpr int kWarpSchedulersPerSm = 4;
 // axis from it on for layer norm). codegen/stages/row_stats.h keeps two floats per row in shared
 // memory, and the cost model charges them.
 int64_t normalization_rows(const Graph& g, const Node& n, const std::vector<Interval>& region);
+
+// Loads a thread of the generic reduction stage keeps in flight: its reduction loop unrolled
+// (codegen/stages/context.h's kReductionUnroll, which this is).
+inline constexpr int kReductionLoadsInFlight = 8;
+
+// The lanes that reduce one output of the generic reduction stage together (codegen/stages/
+// reduce.h's cooperative form), or 0 where each output is a thread's own (its serial form), for a
+// region of at most `outputs` elements of n's value on `threads` threads. Cooperative: a float
+// ReduceSum, ReduceMean, ReduceMax or ReduceMin, or a float MatMul or Conv the candidate does not
+// stage, whose reduction space has at least a warp's elements, where one thread an output would
+// leave half the block idle or more, or (the reductions) where a warp's consecutive lanes read
+// the input along its innermost axis, which one thread an output reads a row apart. Lanes: a warp
+// per output, or with fewer outputs than warps the most warps that divide the block evenly (a
+// power of two) with every warp working.
+int64_t reduction_lanes(const Graph& g, const Node& n, int64_t outputs, int threads);
 
 // The warps of a tensor-core MatMul over a region of at most rows x cols (codegen/stages/
 // mma_matmul.h lays them out, the cost model charges what they compute and stage): a warps_m x

@@ -27,8 +27,9 @@ scripts/setup.sh --sanitize
 # the coordinator under load with three SIGKILLs (service.load_with_kills: 135 s under the
 # sanitizers; Service.ACoordinatorKilledMidJob* and Service.AWorkerKilledMidJob* take its paths),
 # the race's rehearsal (bench.gpu_perf_rehearse: PyTorch and the CLI steps the CLI tests cover),
-# the PTX habit checks (Models/PtxHabits.*, Models/PtxIndexing.*: the text NVRTC compiles is the
-# same in both builds, at 7-37 s a plan under the sanitizers), the 16-byte access shares of two
+# the PTX habit checks of whole plans (Models/PtxHabits.*, Models/PtxIndexing.*, and LLaMA compiled
+# under TF32, PtxTensorCores.AFloatThirtyTwoPlanUnderTf32RunsOnTf32TensorCores: the text NVRTC
+# compiles is the same in both builds, at 7-43 s a plan under the sanitizers), the 16-byte access shares of two
 # float16 plans (WideAccesses.*), the verifier over the larger models' candidates
 # (VerifyIr/ModelKernels.*), flash attention on the larger models' attention groups
 # (Codegen/ModelAttention.*: GPT-2's runs under the sanitizers), and the executor's sweeps of
@@ -38,7 +39,7 @@ scripts/setup.sh --sanitize
 # WgmmaMatMul.ChainsMatchTheReferenceOnEveryTile, TensorCoreMatMul.ChainsMatchTheReferenceOnEveryTile:
 # 50-90 s each under the sanitizers). The Python package (python.runtime) is not built with them.
 larger='(bert|convnext_t|efficientnet_b0|mobilenet_v2|swin_t|vit|llama|llama_gqa|qwen2|qwen2_decode|bart_encoder|distilbert|hf_vit|t5_encoder|whisper_encoder|[a-z0-9_]+_dynamo|[a-z0-9_]+_fp16)'
-skip="^mutations\\.|^compiled\\.${larger}\$|^(Codegen/ModelGroups|Codegen/ModelAttention|VerifyIr/ModelKernels)\\..*\"${larger}\"\$|^tune\\.bert\$|^tune\\.extend\$|^cli\\.deleted_barrier\$|^JobPlanner\\.AnExport|^Select\\.EveryLaunchRuns|^install\\.package\$|^service\\.event_loop_latency\$|^service\\.load_with_kills\$|^bench\\.gpu_perf_rehearse\$|^Models/Ptx|^WideAccesses\\.|^CodegenConv\\.StagedConvolutionsOnOddShapesAndTiles\$|^CodegenWarp\\.RowStatisticsOnRowsAroundTheWarpSize\$|^CodegenVector\\.StagedMatMulsWithQuadsAndTheirFallbacks\$|^WgmmaMatMul\\.ChainsMatchTheReferenceOnEveryTile\$|^TensorCoreMatMul\\.ChainsMatchTheReferenceOnEveryTile\$"
+skip="^mutations\\.|^compiled\\.${larger}\$|^(Codegen/ModelGroups|Codegen/ModelAttention|VerifyIr/ModelKernels)\\..*\"${larger}\"\$|^tune\\.bert\$|^tune\\.extend\$|^cli\\.deleted_barrier\$|^JobPlanner\\.AnExport|^Select\\.EveryLaunchRuns|^install\\.package\$|^service\\.event_loop_latency\$|^service\\.load_with_kills\$|^bench\\.gpu_perf_rehearse\$|^Models/Ptx|^PtxTensorCores\\.AFloatThirtyTwoPlanUnderTf32RunsOnTf32TensorCores\$|^WideAccesses\\.|^CodegenConv\\.StagedConvolutionsOnOddShapesAndTiles\$|^CodegenWarp\\.RowStatisticsOnRowsAroundTheWarpSize\$|^CodegenVector\\.StagedMatMulsWithQuadsAndTheirFallbacks\$|^WgmmaMatMul\\.ChainsMatchTheReferenceOnEveryTile\$|^TensorCoreMatMul\\.ChainsMatchTheReferenceOnEveryTile\$"
 
 # Test names as ctest lists them, one a line.
 names() { ctest --test-dir "$1" -N "${@:2}" | sed -nE 's/^ *Test +#[0-9]+: (.*)$/\1/p' | sort; }

@@ -39,7 +39,7 @@ namespace fusetune::codegen::stages {
 // Iterations of an inlined reduction's loops unrolled, all levels of the nest together (short
 // inner loops whole up to twice this; LoweringContext::reduction_loops): enough loads in flight,
 // without the register pressure of a long loop unrolled whole.
-inline constexpr int kReductionUnroll = 8;
+inline constexpr int kReductionUnroll = planner::kReductionLoadsInFlight;
 // An integer literal of the index arithmetic (planner::index_literal: int when it fits 32 bits).
 std::string lit(int64_t v);
 // The C product of the factors ("1" when there are none).

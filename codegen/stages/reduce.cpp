@@ -12,14 +12,139 @@ using planner::TensorExpr;
 
 class ReduceStage : public AnchorStage {
  public:
-  ReduceStage(LoweringContext& cx, const Node& n) : cx_(cx), n_(n) {}
+  ReduceStage(LoweringContext& cx, Kernel& k, const Node& n, int64_t max_outputs)
+      : cx_(cx), n_(n), capacity_(std::max<int64_t>(1, max_outputs)) {
+    lanes_ = planner::reduction_lanes(cx.g, n, capacity_, cx.cfg.threads);
+    if (lanes_ > kWarpSize) partials_ = k.add_shared("p" + std::to_string(n.outputs[0]) + "_r", DType::kF32, cx.cfg.threads / kWarpSize);
+  }
 
   void emit(Kernel& k) override {
     const TensorExpr& e = cx_.exprs.at(static_cast<int>(&n_ - cx_.g.nodes().data()));
+    if (lanes_ > 0) {
+      emit_cooperative(k, e);
+      return;
+    }
     cx_.region_loop(k, n_.outputs[0], [&](const std::vector<std::string>& o) { reduce_output(e, o); });
   }
 
  private:
+  // The cooperative form: lanes_ lanes an output. A block-uniform loop hands the block's groups
+  // of lanes successive batches of the region's outputs; each lane folds every lanes_-th element
+  // of the output's flattened reduction space (consecutive lanes, consecutive elements of the
+  // innermost reduction axis) into a one-float thread-local, a warp reduction leaves the warp's
+  // total in every lane (a minimum as the maximum of the negated elements), several warps' totals
+  // meet in shared memory in warp order, and the output's first lane finishes and stores it.
+  void emit_cooperative(Kernel& k, const TensorExpr& e) {
+    const Node& n = n_;
+    const int v = n.outputs[0];
+    const Region& r = cx_.region.at(v);
+    const size_t rank = r.n.size();
+    const bool contraction = find_op(n.op)->kind == OpKind::kContraction;
+    const bool is_max = n.op == "ReduceMax", is_min = n.op == "ReduceMin";
+    const std::string op = is_max || is_min ? "max" : "sum";
+    const std::string init = op == "max" ? "(-ft_inf())" : "0.0f";
+    const std::string tl = "w" + std::to_string(v) + "_r", acc = tl + "[0]";
+    k.thread_locals.push_back({tl, 1});
+    int64_t count = 1;
+    for (int64_t ext : e.reduce_extents) count *= ext;
+    // With several warps an output (group > 1) every output of the region is in the one batch,
+    // so the partials are written once.
+    const int64_t warps = cx_.cfg.threads / kWarpSize, group = lanes_ / kWarpSize, per_batch = warps / group;
+    const std::string lanes = lit(lanes_);
+    const std::string outputs = "ft_min(" + product(r.n) + ", " + lit(capacity_) + ")";
+    const std::string out = "(ft_rb * " + lit(per_batch) + " + ft_thread / " + lanes + ")";
+    const std::string busy = out + " < " + outputs;  // warp-uniform: this warp has an output in this batch
+    // The output's coordinates, as lets of ft_out.
+    auto coords = [&]() {
+      cx_.cur().push_back(let(kIndexType, "ft_out", out));
+      std::vector<std::string> o(rank);
+      std::string inner = "1";
+      for (size_t d = rank; d-- > 0;) {
+        o[d] = "ft_o" + std::to_string(d);
+        cx_.cur().push_back(let(kIndexType, o[d], r.lo[d] + " + (ft_out / " + inner + ") % " + r.n[d]));
+        inner = "(" + inner + " * " + r.n[d] + ")";
+      }
+      return o;
+    };
+    Block batch = {assign(acc, init)};
+    batch.push_back(if_then(busy, cx_.fresh_block([&] {
+      const std::vector<std::string> o = coords();
+      cx_.cur().push_back(let(kIndexType, "ft_lane", "ft_thread % " + lanes));
+      Block loop;
+      cx_.with_block(loop, [&] {
+        cx_.cur().push_back(let(kIndexType, "ft_f", "ft_lane + ft_j * " + lanes));
+        std::vector<std::string> vars = o;
+        int64_t stride = count;
+        for (size_t q = 0; q < e.reduce_extents.size(); ++q) {
+          stride /= e.reduce_extents[q];
+          const std::string rv = "ft_r" + std::to_string(q);
+          cx_.cur().push_back(let(kIndexType, rv, "(ft_f / " + lit(stride) + ") % " + lit(e.reduce_extents[q])));
+          vars.push_back(rv);
+        }
+        fold(e, vars, contraction ? std::function<std::string(const std::string&)>{}
+                                  : [&](const std::string& x) {
+                                      return is_max ? "ft_fmaxn(" + acc + ", " + x + ")"
+                                                    : is_min ? "ft_fmaxn(" + acc + ", -(" + x + "))" : acc + " + " + x;
+                                    },
+             acc);
+      });
+      cx_.cur().push_back(serial_for("ft_j", "0", "(" + lit(count) + " - ft_lane + " + lit(lanes_ - 1) + ") / " + lanes, loop,
+                                     planner::kReductionLoadsInFlight));
+    })));
+    batch.push_back(warp_reduce(tl, op, busy));
+    if (group > 1) {
+      batch.push_back(if_then(busy + " && ft_thread % " + lit(kWarpSize) + " == 0",
+                              Block{store(partials_, "ft_thread / " + lit(kWarpSize), acc)}));
+      batch.push_back(barrier());
+    }
+    batch.push_back(if_then(busy + " && ft_thread % " + lanes + " == 0", cx_.fresh_block([&] {
+      const std::vector<std::string> o = coords();
+      if (group > 1) {
+        const std::string first = "(ft_thread / " + lit(kWarpSize) + ")";
+        cx_.cur().push_back(assign(acc, partials_ + "[" + first + "]"));
+        cx_.cur().push_back(serial_for("ft_g", "1", lit(group), {assign(acc, warp_combine(op, acc, partials_ + "[" + first + " + ft_g]"))}));
+      }
+      cx_.store_value(v, o, finish(acc, is_min ? "(-" + acc + ")" : acc, o, "(float)" + lit(count)));
+    })));
+    k.body.push_back(uniform_for("ft_rb", "0", "(" + outputs + " + " + lit(per_batch - 1) + ") / " + lit(per_batch), batch));
+  }
+
+  // One element of the reduction space at `vars` folded into `acc`: a contraction's product of its
+  // operands added, or `step(x)` of the input's element x, inside the input where the access is
+  // guarded (padding contributes nothing).
+  void fold(const TensorExpr& e, const std::vector<std::string>& vars, const std::function<std::string(const std::string&)>& step,
+            const std::string& acc) {
+    const Graph& g = cx_.g;
+    const Node& n = n_;
+    const Access& a = e.accesses[0];
+    const auto ai = cx_.index_of(a, vars);
+    const int av = n.inputs[0];
+    Block body;
+    cx_.with_block(body, [&] {
+      if (!step) {
+        const auto bi = cx_.index_of(e.accesses[1], vars);
+        cx_.cur().push_back(assign(acc, acc + " + " + cx_.value(av, ai) + " * " + cx_.value(n.inputs[1], bi)));
+      } else {
+        cx_.cur().push_back(assign(acc, step(cx_.value(av, ai))));
+      }
+    });
+    if (a.guarded) {
+      cx_.cur().push_back(if_then(cx_.in_range(g.value(av).shape, ai), body));
+    } else {
+      cx_.cur().insert(cx_.cur().end(), body.begin(), body.end());
+    }
+  }
+
+  // The output from the reduction's total `acc` (`value`, as the op reads it): a Conv's bias
+  // added, a mean divided by its count `cnt`.
+  std::string finish(const std::string& acc, const std::string& value, const std::vector<std::string>& o, const std::string& cnt) {
+    const Node& n = n_;
+    if (n.op == "Conv" && n.inputs.size() > 2 && n.inputs[2] != kNoValue) return acc + " + " + cx_.value(n.inputs[2], {o[1]});
+    if (n.op == "ReduceMean") return value + " / " + cnt;
+    return value;
+  }
+
+  // The serial form: one thread an output, its whole reduction space in sequence.
   void reduce_output(const TensorExpr& e, const std::vector<std::string>& o) {
     const Graph& g = cx_.g;
     const Node& n = n_;
@@ -41,19 +166,7 @@ class ReduceStage : public AnchorStage {
     const size_t nout = e.out_shape.size();
     cx_.reduction_loops(e, o, [&](const std::vector<std::string>& vars) {
       if (contraction) {
-        const Access& a = e.accesses[0];
-        const Access& b = e.accesses[1];
-        const auto ai = cx_.index_of(a, vars), bi = cx_.index_of(b, vars);
-        const int av = n.inputs[0], bv = n.inputs[1];
-        Block body;
-        cx_.with_block(body, [&] {
-          cx_.cur().push_back(assign(acc, acc + " + " + cx_.value(av, ai) + " * " + cx_.value(bv, bi)));
-        });
-        if (a.guarded) {
-          cx_.cur().push_back(if_then(cx_.in_range(g.value(av).shape, ai), body));
-        } else {
-          cx_.cur().insert(cx_.cur().end(), body.begin(), body.end());
-        }
+        fold(e, vars, {}, acc);
         return;
       }
       const Access& a = e.accesses[0];
@@ -96,11 +209,8 @@ class ReduceStage : public AnchorStage {
         cx_.cur().insert(cx_.cur().end(), body.begin(), body.end());
       }
     });
-    std::string result = acc;
-    if (op == "Conv" && n.inputs.size() > 2 && n.inputs[2] != kNoValue) {
-      result = acc + " + " + cx_.value(n.inputs[2], {o[1]});
-    }
-    if (op == "ReduceMean") result = fl ? acc + " / (float)" + cnt : "(" + cnt + " ? " + acc + " / " + cnt + " : 0)";
+    std::string result = finish(acc, acc, o, "(float)" + cnt);
+    if (op == "ReduceMean" && !fl) result = "(" + cnt + " ? " + acc + " / " + cnt + " : 0)";
     if (op == "AveragePool") result = "(" + cnt + " ? " + acc + " / (float)" + cnt + " : 0.0f)";
     if (op == "ArgMax" || op == "ArgMin") result = best;
     cx_.store_value(v, o, result);
@@ -108,10 +218,15 @@ class ReduceStage : public AnchorStage {
 
   LoweringContext& cx_;
   const Node& n_;
+  int64_t capacity_;      // the most outputs of a region
+  int64_t lanes_ = 0;     // lanes an output (planner::reduction_lanes), 0: the serial form
+  std::string partials_;  // with several warps an output: a float a warp
 };
 
 }  // namespace
 
-std::unique_ptr<AnchorStage> reduce_stage(LoweringContext& cx, const Node& n) { return std::make_unique<ReduceStage>(cx, n); }
+std::unique_ptr<AnchorStage> reduce_stage(LoweringContext& cx, Kernel& k, const Node& n, int64_t max_outputs) {
+  return std::make_unique<ReduceStage>(cx, k, n, max_outputs);
+}
 
 }  // namespace fusetune::codegen::stages

@@ -314,6 +314,65 @@ TEST(CodegenWarp, RowsHeldInRegistersAreReadOnce) {
   }
 }
 
+// Few outputs over long reduction spaces reduce cooperatively (stages/reduce.h): a warp an
+// output, or several warps whose partials meet in shared memory, the outputs in batches. Against
+// the reference under the host executor's checks: ReduceSum and ReduceMean over the innermost
+// 40 x 40 (a global average pool), ReduceMax and ReduceMin over an outer axis of 1,000 (not a
+// multiple of any lane count), a float16 ReduceMean over 33, an unstaged MatMul of a row by 300 x 5
+// and a 1x1 Conv with bias on a pooled vector (squeeze-and-excitation's); 1 to 3 outputs a tile on
+// 32 to 256 threads. Every kernel takes the form (a warp reduction in its IR, no serial loop over
+// the whole space); with several warps an output, deleting a barrier is a race the checks report.
+TEST(CodegenReduce, FewOutputsReduceCooperativelyInEveryForm) {
+  Graph g;
+  const int x = add_input(g, "x", DType::kF32, {1, 3, 40, 40});
+  for (const char* op : {"ReduceSum", "ReduceMean"}) {
+    add_op(g, op, {x}, attrs({{"axes", std::vector<int64_t>{2, 3}}, {"keepdims", int64_t{1}}}));
+  }
+  const int y = add_input(g, "y", DType::kF32, {1000, 3});
+  for (const char* op : {"ReduceMax", "ReduceMin"}) {
+    add_op(g, op, {y}, attrs({{"axes", std::vector<int64_t>{0}}, {"keepdims", int64_t{1}}}));
+  }
+  add_op(g, "ReduceMean", {add_input(g, "h", DType::kF16, {2, 4, 33})}, attrs({{"axes", std::vector<int64_t>{2}}, {"keepdims", int64_t{0}}}));
+  add_op(g, "MatMul", {add_input(g, "r", DType::kF32, {1, 300}), add_input(g, "w", DType::kF32, {300, 5})});
+  add_op(g, "Conv", {add_input(g, "p", DType::kF32, {1, 300, 1, 1}), add_input(g, "cw", DType::kF32, {6, 300, 1, 1}),
+                     add_input(g, "cb", DType::kF32, {6})});
+  const std::vector<FusionGroup> groups = one_group_per_node(g);
+  // Up to `outputs` outputs a tile, along the output's longest axis.
+  const auto config = [&](const FusionGroup& fg, int64_t outputs, int threads) {
+    const Shape& s = g.value(fg.outputs[0]).shape;
+    std::vector<int64_t> tile(s.size(), 1);
+    const auto longest = std::max_element(s.begin(), s.end()) - s.begin();
+    tile[static_cast<size_t>(longest)] = std::min(outputs, s[static_cast<size_t>(longest)]);
+    return TileConfig{tile, 0, threads, 1};
+  };
+  for (int threads : {32, 64, 256}) {
+    for (int64_t outputs : {1, 2, 3}) {
+      for (const FusionGroup& fg : groups) {
+        const std::string ir = to_text(lower_group(g, fg, config(fg, outputs, threads), "coop").kernel);
+        EXPECT_NE(ir.find("warp.reduce"), std::string::npos) << fg.pattern << ", " << outputs << " outputs on " << threads
+                                                             << " threads: not cooperative\n" << ir;
+      }
+      check_groups(g, groups, [&](const FusionGroup& fg) { return config(fg, outputs, threads); },
+                   "cooperative reductions/" + std::to_string(outputs) + " outputs on " + std::to_string(threads) + " threads");
+    }
+  }
+  // One output on eight warps: the barrier before the partials are combined (the only one: the
+  // batch loop runs once), deleted, is a race.
+  const LoweredKernel good = lower_group(g, groups[1], config(groups[1], 1, 256), "pool");
+  auto backend = backend::make_host_backend();
+  std::mt19937 rng(fusetune::testing::test_seed());
+  LoweredKernel probe = good;
+  const int barriers = fusetune::testing::drop_barrier(probe.kernel.body, -1);
+  ASSERT_GE(barriers, 1) << to_text(good.kernel);
+  for (int i = 0; i < barriers; ++i) {
+    LoweredKernel bad = good;
+    fusetune::testing::drop_barrier(bad.kernel.body, i);
+    auto m = backend->load({bad.kernel});
+    const backend::VerifyResult r = backend::verify_kernel(g, groups[1], bad, *backend, *m, rng);
+    EXPECT_TRUE(!r.ok && r.check_failed) << "barrier " << i << " of " << barriers << " deleted: " << r.detail;
+  }
+}
+
 // GatherElements, Hardmax, Shrink, LpNormalization and OneHot as import lowers them (a Gather at
 // computed flat indices; ArgMax against an iota; Wheres; a norm with a guard against 0; Equal
 // against an iota), fused and compiled with the planner's best candidates, against the reference.
