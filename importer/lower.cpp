@@ -949,14 +949,13 @@ void gather(NodeLowering& L) {
   L.set_output(0, L.emit("Gather", {L.input(0), L.input(1)}, a));
 }
 
-// GatherElements: out[i] = data at i with its axis coordinate replaced by indices[i] (negative
-// ones counted from the end), as a Gather from the flattened data at flat index C[i] + idx[i] x
-// the axis's stride, C a constant holding the other coordinates' part of i's offset.
-void gather_elements(NodeLowering& L) {
-  const Shape ds = L.shape(0), is = L.shape(1);
-  const int64_t r = L.rank(0);
-  check(L.rank(1) == r, "indices must have the data's rank ", r, ", got ", shape_str(is));
-  const int64_t axis = axis_of(L, "axis", 0, r);
+// The flat index into data of shape `ds` of each element i of `indices` (shape `is`, the data's
+// rank), i with its coordinate along `axis` replaced by the index there (negative ones counted
+// from the end): C[i] + idx[i] x the axis's stride, C a constant holding the other coordinates'
+// part of i's offset. GatherElements and ScatterElements address their data so.
+int elements_flat_index(NodeLowering& L, const Shape& ds, const Shape& is, int64_t axis, int indices) {
+  const auto r = static_cast<int64_t>(ds.size());
+  check(static_cast<int64_t>(is.size()) == r, "indices must have the data's rank ", r, ", got ", shape_str(is));
   std::vector<int64_t> strides(static_cast<size_t>(r), 1);
   for (int64_t d = r - 1; d > 0; --d) strides[static_cast<size_t>(d - 1)] = strides[static_cast<size_t>(d)] * ds[static_cast<size_t>(d)];
   for (int64_t d = 0; d < r; ++d) {
@@ -964,7 +963,7 @@ void gather_elements(NodeLowering& L) {
           " along axis ", d, " exceeds the data's ", ds[static_cast<size_t>(d)]);
   }
   const int64_t n = numel(is);
-  check(n <= kFoldLimit, "GatherElements of ", n, " indices is too large");
+  check(n <= kFoldLimit, L.op(), " of ", n, " indices is too large");
   std::vector<int64_t> base(static_cast<size_t>(n), 0);
   for (int64_t i = 0; i < n; ++i) {
     int64_t rest = i;
@@ -974,12 +973,80 @@ void gather_elements(NodeLowering& L) {
       if (d != axis) base[static_cast<size_t>(i)] += c * strides[static_cast<size_t>(d)];
     }
   }
-  const int idx = from_end(L, L.input(1), ds[static_cast<size_t>(axis)]);
-  const int flat = L.emit("Add", {L.constant(Tensor::from_ints(DType::kI64, is, base)),
-                                  L.emit("Mul", {idx, L.constant(Tensor::scalar_int(DType::kI64, strides[static_cast<size_t>(axis)]))})});
+  const int idx = from_end(L, indices, ds[static_cast<size_t>(axis)]);
+  return L.emit("Add", {L.constant(Tensor::from_ints(DType::kI64, is, base)),
+                        L.emit("Mul", {idx, L.constant(Tensor::scalar_int(DType::kI64, strides[static_cast<size_t>(axis)]))})});
+}
+
+// GatherElements: out[i] = data at i with its axis coordinate replaced by indices[i], as a
+// Gather from the flattened data at elements_flat_index.
+void gather_elements(NodeLowering& L) {
+  const Shape ds = L.shape(0), is = L.shape(1);
+  const int flat = elements_flat_index(L, ds, is, axis_of(L, "axis", 0, L.rank(0)), L.input(1));
   Attributes a;
   a.set("axis", int64_t{0});
   L.set_output(0, L.emit("Gather", {L.reshape(L.input(0), {numel(ds)}), flat}, a));
+}
+
+// ScatterElements (and Scatter, its name before opset 11): data with updates[i] written (or, with
+// `reduction`, combined) where GatherElements would read element i: a ScatterND into the
+// flattened data with elements_flat_index's indices as one-coordinate tuples, in i's order (so
+// that repeated indices apply in the order the operator defines).
+void scatter_elements(NodeLowering& L) {
+  const Shape ds = L.shape(0), is = L.shape(1);
+  check(L.shape(2) == is, "updates must have the indices' shape ", shape_str(is), ", got ", shape_str(L.shape(2)));
+  const int flat = elements_flat_index(L, ds, is, axis_of(L, "axis", 0, L.rank(0)), L.input(1));
+  Shape tuples = is;
+  tuples.push_back(1);
+  Attributes a;
+  a.set("reduction", L.attr_s("reduction", "none"));
+  const int y = L.emit("ScatterND", {L.reshape(L.input(0), {numel(ds)}), L.reshape(flat, tuples), L.input(2)}, a);
+  L.set_output(0, L.reshape(y, ds));
+}
+
+// GatherND: out[i] = data's slice at batch i[:batch_dims] and index tuple indices[i] (k
+// coordinates, negative ones counted from the end of their axes), shape indices[:-1] +
+// data[batch_dims + k:]: a Gather along axis 0 of the data with its first batch_dims + k axes
+// flattened, at B[i] + sum_j idx[i, j] x stride_j (the strides of the k indexed axes, a constant
+// vector the tuples are multiplied by and summed over; B the batch's offset, a constant).
+void gather_nd(NodeLowering& L) {
+  const Shape ds = L.shape(0), is = L.shape(1);
+  const auto r = static_cast<int64_t>(ds.size()), q = static_cast<int64_t>(is.size());
+  const int64_t b = L.attr_i("batch_dims", 0);
+  check(b >= 0 && b < std::min(r, q), "batch_dims ", b, " must be less than both ranks (", r, ", ", q, ")");
+  const int64_t k = is.back();
+  check(k >= 1 && b + k <= r, "index tuples of ", k, " coordinates do not fit data of rank ", r, " after ", b, " batch axes");
+  for (int64_t d = 0; d < b; ++d) {
+    check(is[static_cast<size_t>(d)] == ds[static_cast<size_t>(d)], "batch axis ", d, ": indices' extent ",
+          is[static_cast<size_t>(d)], " differs from the data's ", ds[static_cast<size_t>(d)]);
+  }
+  std::vector<int64_t> extents(static_cast<size_t>(k)), strides(static_cast<size_t>(k));
+  int64_t block = 1;  // elements of a batch's indexed axes
+  for (int64_t j = k - 1; j >= 0; --j) {
+    extents[static_cast<size_t>(j)] = ds[static_cast<size_t>(b + j)];
+    strides[static_cast<size_t>(j)] = block;
+    block *= ds[static_cast<size_t>(b + j)];
+  }
+  const int idx = cast_to(L, L.input(1), DType::kI64);
+  const int wrapped = L.emit("Where", {L.emit("Less", {idx, L.constant(Tensor::scalar_int(DType::kI64, 0))}),
+                                       L.emit("Add", {idx, L.constant(Tensor::from_ints(DType::kI64, {k}, extents))}), idx});
+  Attributes sum;
+  sum.set("axes", std::vector<int64_t>{q - 1});
+  sum.set("keepdims", int64_t{0});
+  int flat = L.emit("ReduceSum", {L.emit("Mul", {wrapped, L.constant(Tensor::from_ints(DType::kI64, {k}, strides))})}, sum);
+  const Shape outer(is.begin(), is.end() - 1);
+  if (b > 0) {
+    const int64_t n = numel(outer), per_batch = numel(Shape(is.begin() + b, is.end() - 1));
+    check(n <= kFoldLimit, "GatherND of ", n, " index tuples is too large");
+    std::vector<int64_t> base(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) base[static_cast<size_t>(i)] = i / per_batch * block;
+    flat = L.emit("Add", {L.constant(Tensor::from_ints(DType::kI64, outer, base)), flat});
+  }
+  Shape flattened(ds.begin() + b + k, ds.end());
+  flattened.insert(flattened.begin(), numel(Shape(ds.begin(), ds.begin() + b + k)));
+  Attributes a;
+  a.set("axis", int64_t{0});
+  L.set_output(0, L.emit("Gather", {L.reshape(L.input(0), flattened), flat}, a));
 }
 
 // OneHot (11): `values[1]` where the output's coordinate along the new axis equals the index
@@ -1830,7 +1897,7 @@ const std::map<std::string, Lowering>& lowerings() {
       {"Constant", constant_op}, {"ConstantOfShape", constant_of_shape}, {"Conv", conv}, {"ConvTranspose", conv_transpose}, {"Cos", pass_through}, {"Cosh", trig_by_formula}, {"CumSum", cum_sum},
       {"DepthToSpace", depth_space}, {"Div", pass_through}, {"Dropout", dropout}, {"Einsum", einsum}, {"Elu", unary_with_defaults},
       {"Equal", pass_through}, {"Erf", pass_through}, {"Exp", pass_through}, {"Expand", expand}, {"EyeLike", eye_like},
-      {"Flatten", flatten}, {"Floor", pass_through}, {"Gather", gather}, {"GatherElements", gather_elements}, {"Gelu", gelu}, {"Gemm", gemm},
+      {"Flatten", flatten}, {"Floor", pass_through}, {"Gather", gather}, {"GatherElements", gather_elements}, {"GatherND", gather_nd}, {"Gelu", gelu}, {"Gemm", gemm},
       {"GlobalAveragePool", global_pool}, {"GlobalMaxPool", global_pool}, {"Greater", pass_through},
       {"GreaterOrEqual", pass_through}, {"HardSigmoid", unary_with_defaults}, {"HardSwish", pass_through}, {"Hardmax", hardmax},
       {"Identity", identity}, {"InstanceNormalization", instance_norm}, {"IsInf", is_inf}, {"IsNaN", pass_through},
@@ -1842,7 +1909,7 @@ const std::map<std::string, Lowering>& lowerings() {
       {"Reciprocal", pass_through}, {"ReduceL1", reduce}, {"ReduceL2", reduce}, {"ReduceLogSum", reduce},
       {"ReduceLogSumExp", reduce}, {"ReduceMax", reduce}, {"ReduceMean", reduce}, {"ReduceMin", reduce},
       {"ReduceProd", reduce}, {"ReduceSum", reduce}, {"ReduceSumSquare", reduce}, {"Relu", pass_through},
-      {"Reshape", reshape}, {"Resize", resize}, {"RotaryEmbedding", rotary_embedding}, {"Round", pass_through}, {"ScatterND", scatter_nd},
+      {"Reshape", reshape}, {"Resize", resize}, {"RotaryEmbedding", rotary_embedding}, {"Round", pass_through}, {"Scatter", scatter_elements}, {"ScatterElements", scatter_elements}, {"ScatterND", scatter_nd},
       {"Selu", unary_with_defaults}, {"Shape", shape_op}, {"Shrink", shrink}, {"Sigmoid", pass_through}, {"Sign", pass_through},
       {"Sin", pass_through}, {"Sinh", trig_by_formula}, {"Size", size_op}, {"Slice", slice}, {"Softmax", softmax}, {"Softplus", pass_through},
       {"Softsign", pass_through}, {"SpaceToDepth", depth_space}, {"Split", split}, {"Sqrt", pass_through},

@@ -392,6 +392,19 @@ TEST(CodegenImported, LoweredOperatorsCompile) {
   const Graph g = importer::import_onnx_bytes(b.bytes(), ".").graph;
   const planner::FusionPlan plan = planner::fuse(g);
   check_groups(g, plan.groups, [&](const FusionGroup& fg) { return best_config(g, fg); }, "GatherElements, Hardmax, Shrink, LpNormalization, OneHot");
+  // ScatterElements with a reduction (a ScatterND into the flattened data at flat one-coordinate
+  // tuples, repeated ones added in order) and GatherND with a batch axis (a Gather at the tuples'
+  // coordinates times their strides, summed, plus the batch's offset), at opset 18.
+  testing::OnnxBuilder c(18);
+  c.input("d", testing::kFloat, {4, 6}).input("si", testing::kInt64, {3, 6}).input("u", testing::kFloat, {3, 6});
+  c.input("t", testing::kFloat, {2, 3, 4}).input("ti", testing::kInt64, {2, 5, 1});
+  c.output("sc", testing::kFloat, {4, 6}).output("gn", testing::kFloat, {2, 5, 4});
+  onnx::NodeProto& scatter = c.node("ScatterElements", {"d", "si", "u"}, {"sc"});
+  testing::OnnxBuilder::attr_i(scatter, "axis", 0);
+  testing::OnnxBuilder::attr_s(scatter, "reduction", "add");
+  testing::OnnxBuilder::attr_i(c.node("GatherND", {"t", "ti"}, {"gn"}), "batch_dims", 1);
+  const Graph h = importer::import_onnx_bytes(c.bytes(), ".").graph;
+  check_groups(h, planner::fuse(h).groups, [&](const FusionGroup& fg) { return best_config(h, fg); }, "ScatterElements, GatherND");
 }
 
 TEST(CodegenWarp, RowStatisticsUseWarpReductionsAndNoPartials) {

@@ -235,6 +235,68 @@ TEST(Import, GatherElementsAndHardmaxLowerToCanonicalOps) {
   }
 }
 
+// ScatterElements becomes a ScatterND into the flattened data (repeated indices combined in
+// order, negative ones from the end) and GatherND a Gather at computed flat indices (with a batch
+// axis): the results against loops over the operators' definitions; bad shapes are refused naming
+// the node and what is wrong.
+TEST(Import, ScatterElementsAndGatherNdLowerToCanonicalOps) {
+  OnnxBuilder b(18);
+  b.input("d", kFloat, {3, 4}).input("i", kInt64, {2, 4}).input("u", kFloat, {2, 4}).output("s", kFloat, {3, 4});
+  b.input("t", kFloat, {2, 3, 4}).input("ti", kInt64, {2, 2, 2}).output("n", kFloat, {2, 2});
+  onnx::NodeProto& scatter = b.node("ScatterElements", {"d", "i", "u"}, {"s"});
+  OnnxBuilder::attr_i(scatter, "axis", 0);
+  OnnxBuilder::attr_s(scatter, "reduction", "mul");
+  OnnxBuilder::attr_i(b.node("GatherND", {"t", "ti"}, {"n"}), "batch_dims", 1);
+  const Graph g = importer::import_onnx_bytes(b.bytes(), ".").graph;
+  const std::map<std::string, int> ops = histogram(g);
+  EXPECT_EQ(ops.count("ScatterElements") + ops.count("GatherND"), 0u);
+  EXPECT_EQ(ops.at("ScatterND"), 1);
+  EXPECT_EQ(ops.at("Gather"), 1);
+  std::vector<float> dv(12), uv(8), tv(24);
+  for (size_t k = 0; k < dv.size(); ++k) dv[k] = 1.0f + static_cast<float>(k % 5);
+  for (size_t k = 0; k < uv.size(); ++k) uv[k] = 2.0f + static_cast<float>(k % 3);
+  for (size_t k = 0; k < tv.size(); ++k) tv[k] = static_cast<float>(k);
+  const std::vector<int64_t> iv = {0, -1, 2, 0, 0, 2, -3, 1};   // column 0 takes row 0 twice
+  const std::vector<int64_t> tiv = {2, -1, 0, 3, -2, 0, 1, 1};  // (row, column) pairs per batch
+  const std::vector<Tensor> run = reference::run_graph(
+      g, std::vector<Tensor>{Tensor::from_floats(DType::kF32, {3, 4}, dv), Tensor::from_ints(DType::kI64, {2, 4}, iv),
+                             Tensor::from_floats(DType::kF32, {2, 4}, uv), Tensor::from_floats(DType::kF32, {2, 3, 4}, tv),
+                             Tensor::from_ints(DType::kI64, {2, 2, 2}, tiv)});
+  std::vector<float> want = dv;
+  for (size_t k = 0; k < iv.size(); ++k) {
+    const int64_t row = iv[k] < 0 ? iv[k] + 3 : iv[k];
+    want[static_cast<size_t>(row * 4) + k % 4] *= uv[k];
+  }
+  EXPECT_EQ(run[0].to_floats(), want);
+  std::vector<float> gathered;
+  for (int64_t batch = 0; batch < 2; ++batch) {
+    for (int64_t t = 0; t < 2; ++t) {
+      int64_t row = tiv[static_cast<size_t>((batch * 2 + t) * 2)], col = tiv[static_cast<size_t>((batch * 2 + t) * 2 + 1)];
+      row = row < 0 ? row + 3 : row;
+      col = col < 0 ? col + 4 : col;
+      gathered.push_back(tv[static_cast<size_t>((batch * 3 + row) * 4 + col)]);
+    }
+  }
+  EXPECT_EQ(run[1].to_floats(), gathered);
+  const auto refused = [](OnnxBuilder& bad, const std::string& what) {
+    try {
+      importer::import_onnx_bytes(bad.bytes(), ".");
+      ADD_FAILURE() << "accepted: " << what;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("culprit"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  OnnxBuilder mismatched(18);
+  mismatched.input("d", kFloat, {3, 4}).input("i", kInt64, {2, 4}).input("u", kFloat, {2, 3}).output("s", kFloat, {3, 4});
+  mismatched.node("ScatterElements", {"d", "i", "u"}, {"s"}, "culprit");
+  refused(mismatched, "updates must have the indices' shape 2x4, got 2x3");
+  OnnxBuilder too_many(18);
+  too_many.input("t", kFloat, {2, 3}).input("ti", kInt64, {2, 2}).output("n", kFloat, {2});
+  OnnxBuilder::attr_i(too_many.node("GatherND", {"t", "ti"}, {"n"}, "culprit"), "batch_dims", 1);
+  refused(too_many, "index tuples of 2 coordinates do not fit data of rank 2 after 1 batch axes");
+}
+
 TEST(Import, AffineAfterConvWithOtherUsesIsKept) {
   Graph g;
   const int x = testing::add_input(g, "x", DType::kF32, {1, 2, 4, 4});
