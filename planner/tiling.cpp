@@ -731,9 +731,17 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       for (int64_t ext : e.reduce_extents) count *= ext;
       const int64_t lanes = reduction_lanes(g, n, out_elems, cfg.threads);
       if (lanes > 0) {
+        // With split-K, a block reduces its split's slice of the space; the form splits when the
+        // tile's outputs are one batch, a float a thread, into at most a lane's share of splits.
         const int64_t batches = ceil_div(out_elems, cfg.threads / lanes);
-        reduce_rounds += batches * ceil_div(ceil_div(count, lanes), kReductionLoadsInFlight);
+        const int64_t slice = ceil_div(count, static_cast<int64_t>(std::max(1, cfg.split_k)));
+        reduce_rounds += batches * ceil_div(ceil_div(slice, lanes), kReductionLoadsInFlight);
         if (lanes > 32) smem += 4 * (cfg.threads / 32);
+        if (batches == 1) {
+          ++split_products;
+          split_steps = ceil_div(count, lanes);
+          split_slot = cfg.threads;
+        }
       } else {
         reduce_rounds += ceil_div(out_elems, cfg.threads) * ceil_div(count, kReductionLoadsInFlight);
       }
@@ -776,8 +784,9 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   double split_sum_us = 0;
   if (splits > 1) {
     if (anchors != 1 || split_products != 1 || cfg.flash || cfg.gemv || split_steps < splits) {
-      c.reject = "split-K needs one staged MatMul (accumulators in registers) as the group's only anchor, with at least " +
-                 std::to_string(splits) + " reduction steps";
+      c.reject = "split-K needs one staged MatMul (accumulators in registers) or cooperative reduction (its outputs one "
+                 "batch) as the group's only anchor, with at least " +
+                 std::to_string(splits) + " reduction steps (a reduction's: a lane's share of its elements)";
       return c;
     }
     const int64_t partial_bytes = c.tiles * splits * split_slot * 4;
@@ -1229,14 +1238,15 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
       }
     }
   }
-  // Split-K (codegen/stages/split_k.h): a staged MatMul whose tiles leave SMs idle also gets 2 to
+  // Split-K (codegen/stages/split_k.h): a staged MatMul or a cooperative reduction (evaluate_tile
+  // rejects other anchors) whose tiles leave SMs idle also gets 2 to
   // 16 blocks a tile, each a slice of the reduction, up to two blocks per SM; unless its work takes
   // less time than a launch: a split-K kernel never shares its launch, and such a kernel gains
   // more from sharing one with its siblings (planner/select.h) than from its idle SMs.
   for (size_t i = 0, generated = all.size(); i < generated; ++i) {
     const TileConfig base = all[i].config;
     const int64_t base_tiles = all[i].cost.tiles;
-    if (base.reduce_step <= 0 || base.gemv || base.flash || base_tiles >= d.sms ||
+    if (base.gemv || base.flash || base_tiles >= d.sms ||
         all[i].cost.modeled_us < 2 * opt.launch_overhead_us) {
       continue;
     }

@@ -1,6 +1,8 @@
 #include "codegen/stages/reduce.h"
 
 #include "codegen/scalar_ops.h"
+#include "codegen/stages/split_k.h"
+#include "core/error.h"
 #include "core/ops.h"
 
 namespace fusetune::codegen::stages {
@@ -52,7 +54,13 @@ class ReduceStage : public AnchorStage {
     const int64_t warps = cx_.cfg.threads / kWarpSize, group = lanes_ / kWarpSize, per_batch = warps / group;
     const std::string lanes = lit(lanes_);
     const std::string outputs = "ft_min(" + product(r.n) + ", " + lit(capacity_) + ")";
-    const std::string out = "(ft_rb * " + lit(per_batch) + " + ft_thread / " + lanes + ")";
+    // Split-K (stages/split_k.h): the tile's outputs are one batch, and block ft_split folds the
+    // slice [ft_split x slice, + slice) of each output's reduction space.
+    const int64_t splits = cx_.splits(), slice = (count + splits - 1) / splits;
+    check(splits == 1 || per_batch >= capacity_, "split-K: a cooperative reduction of ", capacity_, " outputs in batches of ", per_batch);
+    const std::string first = splits > 1 ? "ft_split * " + lit(slice) : "0";
+    const std::string extent = splits > 1 ? "ft_max(ft_min(" + lit(count) + " - " + first + ", " + lit(slice) + "), 0)" : lit(count);
+    const std::string out = "(" + std::string(splits > 1 ? "0" : "ft_rb") + " * " + lit(per_batch) + " + ft_thread / " + lanes + ")";
     const std::string busy = out + " < " + outputs;  // warp-uniform: this warp has an output in this batch
     // The output's coordinates, as lets of ft_out.
     auto coords = [&]() {
@@ -72,7 +80,7 @@ class ReduceStage : public AnchorStage {
       cx_.cur().push_back(let(kIndexType, "ft_lane", "ft_thread % " + lanes));
       Block loop;
       cx_.with_block(loop, [&] {
-        cx_.cur().push_back(let(kIndexType, "ft_f", "ft_lane + ft_j * " + lanes));
+        cx_.cur().push_back(let(kIndexType, "ft_f", (splits > 1 ? first + " + " : "") + "ft_lane + ft_j * " + lanes));
         std::vector<std::string> vars = o;
         int64_t stride = count;
         for (size_t q = 0; q < e.reduce_extents.size(); ++q) {
@@ -88,7 +96,7 @@ class ReduceStage : public AnchorStage {
                                     },
              acc);
       });
-      cx_.cur().push_back(serial_for("ft_j", "0", "(" + lit(count) + " - ft_lane + " + lit(lanes_ - 1) + ") / " + lanes, loop,
+      cx_.cur().push_back(serial_for("ft_j", "0", "(" + extent + " - ft_lane + " + lit(lanes_ - 1) + ") / " + lanes, loop,
                                      planner::kReductionLoadsInFlight));
     })));
     batch.push_back(warp_reduce(tl, op, busy));
@@ -97,16 +105,25 @@ class ReduceStage : public AnchorStage {
                               Block{store(partials_, "ft_thread / " + lit(kWarpSize), acc)}));
       batch.push_back(barrier());
     }
-    batch.push_back(if_then(busy + " && ft_thread % " + lanes + " == 0", cx_.fresh_block([&] {
+    const std::string leader = busy + " && ft_thread % " + lanes + " == 0";  // the output's first lane
+    if (group > 1) {
+      const std::string warp = "(ft_thread / " + lit(kWarpSize) + ")";
+      batch.push_back(if_then(leader, {assign(acc, partials_ + "[" + warp + "]"),
+                                       serial_for("ft_g", "1", lit(group), {assign(acc, warp_combine(op, acc, partials_ + "[" + warp + " + ft_g]"))})}));
+    }
+    Block store_output = {if_then(leader, cx_.fresh_block([&] {
       const std::vector<std::string> o = coords();
-      if (group > 1) {
-        const std::string first = "(ft_thread / " + lit(kWarpSize) + ")";
-        cx_.cur().push_back(assign(acc, partials_ + "[" + first + "]"));
-        cx_.cur().push_back(serial_for("ft_g", "1", lit(group), {assign(acc, warp_combine(op, acc, partials_ + "[" + first + " + ft_g]"))}));
-      }
       cx_.store_value(v, o, finish(acc, is_min ? "(-" + acc + ")" : acc, o, "(float)" + lit(count)));
-    })));
-    k.body.push_back(uniform_for("ft_rb", "0", "(" + outputs + " + " + lit(per_batch - 1) + ") / " + lit(per_batch), batch));
+    }))};
+    if (splits == 1) {
+      batch.insert(batch.end(), store_output.begin(), store_output.end());
+      k.body.push_back(uniform_for("ft_rb", "0", "(" + outputs + " + " + lit(per_batch - 1) + ") / " + lit(per_batch), batch));
+      return;
+    }
+    // The one batch, then the last block of the tile combines the splits' totals and stores.
+    k.body.insert(k.body.end(), batch.begin(), batch.end());
+    emit_split_sum(cx_, k, tl, 1, op);
+    k.body.insert(k.body.end(), store_output.begin(), store_output.end());
   }
 
   // One element of the reduction space at `vars` folded into `acc`: a contraction's product of its

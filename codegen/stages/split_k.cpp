@@ -12,7 +12,7 @@ std::string split_first_step(LoweringContext& cx, Kernel& k, int64_t steps) {
   return "ft_k0";
 }
 
-void emit_split_sum(LoweringContext& cx, Kernel& k, const std::string& acc, int64_t count) {
+void emit_split_sum(LoweringContext& cx, Kernel& k, const std::string& acc, int64_t count, const std::string& op) {
   const int64_t splits = cx.splits();
   if (splits == 1) return;
   check(k.scratch.empty(), "split-K: a kernel with two split reductions");
@@ -33,11 +33,11 @@ void emit_split_sum(LoweringContext& cx, Kernel& k, const std::string& acc, int6
   k.body.push_back(barrier());
   k.body.push_back(exit_unless(last + "[0] != 0.0f"));
   k.body.push_back(fence());
-  for (int64_t i = 0; i < count; ++i) k.body.push_back(assign(acc + "[" + std::to_string(i) + "]", "0.0f"));
+  for (int64_t i = 0; i < count; ++i) k.body.push_back(assign(acc + "[" + std::to_string(i) + "]", op == "max" ? "(-ft_inf())" : "0.0f"));
   Block sum;
   for (int64_t i = 0; i < count; ++i) {
     const std::string cell = acc + "[" + std::to_string(i) + "]";
-    sum.push_back(assign(cell, cell + " + ft_ldcg(" + partials + ", " + element("ft_s", i) + ")"));
+    sum.push_back(assign(cell, warp_combine(op, cell, "ft_ldcg(" + partials + ", " + element("ft_s", i) + ")")));
   }
   k.body.push_back(serial_for("ft_s", "0", lit(splits), sum));
   k.body.push_back(if_then("ft_thread == 0", {atomic(flags, "ft_tile", "0u", "exch")}));

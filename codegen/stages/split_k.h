@@ -1,6 +1,7 @@
-// Split-K: a staged MatMul whose tiles are too few to fill the device runs each tile on several
-// blocks (TileConfig::split_k), each summing a slice of the reduction steps, and the last of them
-// to finish sums the slices' partial products and runs the epilogue.
+// Split-K: a staged MatMul (or a cooperative reduction, stages/reduce.h) whose tiles are too few
+// to fill the device runs each tile on several blocks (TileConfig::split_k), each summing a slice
+// of the reduction steps, and the last of them to finish sums the slices' partial products and
+// runs the epilogue.
 //
 // Takes the lowering context of a group whose candidate asks for split-K (its tile_setup made the
 // tile's splits consecutive blocks, with uniform lets ft_tile and ft_split) and a staged MatMul
@@ -40,6 +41,7 @@ std::string split_first_step(LoweringContext& cx, Kernel& k, int64_t steps);
 
 // After the block's steps: the tile's partial products summed into `acc` (`count` floats a thread)
 // by the last of its blocks, the others ended (see the header comment). Nothing without split-K.
-void emit_split_sum(LoweringContext& cx, Kernel& k, const std::string& acc, int64_t count);
+// `op` "max" combines the slots by their maximum (NaN-propagating, as a warp reduction) instead.
+void emit_split_sum(LoweringContext& cx, Kernel& k, const std::string& acc, int64_t count, const std::string& op = "sum");
 
 }  // namespace fusetune::codegen::stages

@@ -320,7 +320,7 @@ TEST(CodegenWarp, RowsHeldInRegistersAreReadOnce) {
 // 40 x 40 (a global average pool), ReduceMax and ReduceMin over an outer axis of 1,000 (not a
 // multiple of any lane count), a float16 ReduceMean over 33, an unstaged MatMul of a row by 300 x 5
 // and a 1x1 Conv with bias on a pooled vector (squeeze-and-excitation's); 1 to 3 outputs a tile on
-// 32 to 256 threads. Every kernel takes the form (a warp reduction in its IR, no serial loop over
+// 32 to 256 threads, and split over 2, 3 or 5 blocks a tile. Every kernel takes the form (a warp reduction in its IR, no serial loop over
 // the whole space); with several warps an output, deleting a barrier is a race the checks report.
 TEST(CodegenReduce, FewOutputsReduceCooperativelyInEveryForm) {
   Graph g;
@@ -354,6 +354,20 @@ TEST(CodegenReduce, FewOutputsReduceCooperativelyInEveryForm) {
       }
       check_groups(g, groups, [&](const FusionGroup& fg) { return config(fg, outputs, threads); },
                    "cooperative reductions/" + std::to_string(outputs) + " outputs on " + std::to_string(threads) + " threads");
+    }
+  }
+  // Split over blocks (split-K): each block folds a slice of every output's space, and the last of
+  // the tile's blocks combines the slices' totals in split order (one warp an output, or two).
+  for (int threads : {64, 128}) {
+    for (int splits : {2, 3, 5}) {
+      const auto split = [&](const FusionGroup& fg) {
+        TileConfig cfg = config(fg, 2, threads);
+        cfg.split_k = splits;
+        return cfg;
+      };
+      const std::string ir = to_text(lower_group(g, groups[0], split(groups[0]), "split").kernel);
+      EXPECT_NE(ir.find("atomic"), std::string::npos) << ir;
+      check_groups(g, groups, split, "cooperative reductions/" + std::to_string(splits) + " splits on " + std::to_string(threads) + " threads");
     }
   }
   // One output on eight warps: the barrier before the partials are combined (the only one: the
