@@ -560,6 +560,20 @@ bool LoweringContext::vector_loop(Kernel& k, int v, int64_t cap, const IndexFn& 
   return true;
 }
 
+std::vector<std::string> LoweringContext::reduction_vars_at(const TensorExpr& e, const std::vector<std::string>& o,
+                                                            const std::string& flat) {
+  std::vector<std::string> vars = o;
+  int64_t stride = 1;
+  for (int64_t ext : e.reduce_extents) stride *= ext;
+  for (size_t q = 0; q < e.reduce_extents.size(); ++q) {
+    stride /= e.reduce_extents[q];
+    const std::string rv = "ft_r" + std::to_string(q);
+    cur_->push_back(let(kIndexType, rv, "(" + flat + " / " + lit(stride) + ") % " + lit(e.reduce_extents[q])));
+    vars.push_back(rv);
+  }
+  return vars;
+}
+
 void LoweringContext::reduction_loops(const TensorExpr& e, const std::vector<std::string>& o, const IndexFn& body) {
   std::vector<std::string> vars = o;
   // The unrolled bodies of the nest stay near kReductionUnroll, from the innermost loop out: a

@@ -142,6 +142,10 @@ class LoweringContext {
   void region_loop(Kernel& k, int v, const IndexFn& body, bool vectorize = false);
   // Nested serial loops over e's reduction variables; body(vars) with vars = o then reductions.
   void reduction_loops(const planner::TensorExpr& e, const std::vector<std::string>& o, const IndexFn& body);
+  // o followed by e's reduction variables at element `flat` of its reduction space (row-major,
+  // the last reduction axis fastest), emitted into the current block as lets ft_r0, ft_r1, ...
+  // with literal divisors: a lane's element of a reduction the lanes share.
+  std::vector<std::string> reduction_vars_at(const planner::TensorExpr& e, const std::vector<std::string>& o, const std::string& flat);
   // Element o of value v computed as x: to its shared buffer and, when exported, its parameter.
   void store_value(int v, const std::vector<std::string>& o, const std::string& x);
   // The first half of store_value: to v's shared buffer, if it has one.

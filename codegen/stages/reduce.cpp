@@ -81,15 +81,7 @@ class ReduceStage : public AnchorStage {
       Block loop;
       cx_.with_block(loop, [&] {
         cx_.cur().push_back(let(kIndexType, "ft_f", (splits > 1 ? first + " + " : "") + "ft_lane + ft_j * " + lanes));
-        std::vector<std::string> vars = o;
-        int64_t stride = count;
-        for (size_t q = 0; q < e.reduce_extents.size(); ++q) {
-          stride /= e.reduce_extents[q];
-          const std::string rv = "ft_r" + std::to_string(q);
-          cx_.cur().push_back(let(kIndexType, rv, "(ft_f / " + lit(stride) + ") % " + lit(e.reduce_extents[q])));
-          vars.push_back(rv);
-        }
-        fold(e, vars, contraction ? std::function<std::string(const std::string&)>{}
+        fold(e, cx_.reduction_vars_at(e, o, "ft_f"), contraction ? std::function<std::string(const std::string&)>{}
                                   : [&](const std::string& x) {
                                       return is_max ? "ft_fmaxn(" + acc + ", " + x + ")"
                                                     : is_min ? "ft_fmaxn(" + acc + ", -(" + x + "))" : acc + " + " + x;

@@ -130,14 +130,7 @@ class RowStatsStage : public AnchorStage {
         Block loop;
         cx_.with_block(loop, [&] {
           cx_.cur().push_back(let(kIndexType, "ft_f", "ft_lane + ft_j * " + lanes));
-          std::vector<std::string> vars = o;
-          int64_t stride = count;
-          for (size_t q = 0; q < e.reduce_extents.size(); ++q) {
-            stride /= e.reduce_extents[q];
-            const std::string rv = "ft_r" + std::to_string(q);
-            cx_.cur().push_back(let(kIndexType, rv, "(ft_f / " + lit(stride) + ") % " + lit(e.reduce_extents[q])));
-            vars.push_back(rv);
-          }
+          const std::vector<std::string> vars = cx_.reduction_vars_at(e, o, "ft_f");
           cx_.cur().push_back(assign(acc, step(acc, cx_.value(x, cx_.index_of(stats, vars)))));
         });
         cx_.cur().push_back(serial_for("ft_j", "0", "(" + lit(count) + " - ft_lane + " + lit(kWarpSize * group_ - 1) + ") / " + lanes, loop));
