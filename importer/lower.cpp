@@ -512,6 +512,20 @@ void shrink(NodeLowering& L) {
 
 // LpNormalization (1): x over its L1 (p = 1) or L2 (p = 2) norm along the axis; 0 where the norm
 // is 0 (the operator's reference: 0 / 0 = 0).
+// MeanVarianceNormalization: (x - E[x]) / (sqrt(E[x^2] - E[x]^2) + 1e-9) over `axes` (default
+// 0, 2, 3), as the operator's function body computes it: ReduceMeans kept as axes, Mul, Sub,
+// Sqrt, Add, Div.
+void mean_variance_normalization(NodeLowering& L) {
+  std::vector<int64_t> axes = L.attr_ints("axes", {0, 2, 3});
+  for (int64_t& d : axes) d = normalize_axis(d, L.rank(0), "axes");
+  const int x = L.input(0);
+  const int mean = reduce_node(L, "ReduceMean", x, axes, 1);
+  const int mean_of_squares = reduce_node(L, "ReduceMean", L.emit("Mul", {x, x}), axes, 1);
+  const int deviation = L.emit("Sqrt", {L.emit("Sub", {mean_of_squares, L.emit("Mul", {mean, mean})})});
+  const int std_eps = L.emit("Add", {deviation, L.constant(Tensor::scalar_float(L.val(0).dtype, 1e-9f))});
+  L.set_output(0, L.emit("Div", {L.emit("Sub", {x, mean}), std_eps}));
+}
+
 void lp_normalization(NodeLowering& L) {
   const int64_t axis = axis_of(L, "axis", -1, L.rank(0)), p = L.attr_i("p", 2);
   check(p == 1 || p == 2, "p = ", p, " is not defined (1 or 2)");
@@ -718,8 +732,9 @@ void conv(NodeLowering& L) {
   L.set_output(0, L.emit("Conv", ins, a));
 }
 
-void pool(NodeLowering& L) {
-  check(!L.output_used(1), "the Indices output of MaxPool is not supported");
+// A pooling window's attributes as the canonical pools take them: kernel_shape, strides,
+// dilations, explicit pads (auto_pad resolved) and ceil_mode.
+Attributes window_attrs(NodeLowering& L) {
   check(L.rank(0) >= 3, "input must be at least 3-D (N, C, spatial...), got ", shape_str(L.shape(0)));
   const size_t sp = static_cast<size_t>(L.rank(0) - 2);
   const auto kernel = L.attr_ints("kernel_shape");
@@ -734,8 +749,53 @@ void pool(NodeLowering& L) {
   const Shape x_shape = L.shape(0);
   a.set("pads", window_pads(L, Shape(x_shape.begin() + 2, x_shape.end()), kernel, strides, dil));
   a.set("ceil_mode", L.attr_i("ceil_mode", 0));
+  return a;
+}
+
+void pool(NodeLowering& L) {
+  check(!L.output_used(1), "the Indices output of MaxPool is not supported");
+  Attributes a = window_attrs(L);
   if (L.op() == "AveragePool") a.set("count_include_pad", L.attr_i("count_include_pad", 0));
   L.set_output(0, L.emit(L.op(), {L.input(0)}, a));
+}
+
+// LpPool: (sum over the window of |x|^p)^(1/p), padding contributing nothing: the sum as
+// AveragePool (padding not counted) of |x|^p times a constant holding each output position's
+// count of taps inside the input (a product of per-axis counts), then the p-th root (Abs, Mul,
+// Sqrt for p = 1, 2; Pow otherwise).
+void lp_pool(NodeLowering& L) {
+  const int64_t p = L.attr_i("p", 2);
+  check(p >= 1, "p must be at least 1, got ", p);
+  Attributes a = window_attrs(L);
+  a.set("count_include_pad", int64_t{0});
+  const auto kernel = a.ints("kernel_shape"), strides = a.ints("strides"), dil = a.ints("dilations"), pads = a.ints("pads");
+  const int x = L.input(0);
+  const DType dt = L.val(0).dtype;
+  const auto power = [&](int v, float e) { return L.emit("Pow", {v, L.constant(Tensor::scalar_float(dt, e))}); };
+  const int magnitude = p == 1 ? L.emit("Abs", {x}) : p == 2 ? L.emit("Mul", {x, x}) : power(L.emit("Abs", {x}), static_cast<float>(p));
+  const int mean = L.emit("AveragePool", {magnitude}, a);
+  const Shape in = L.shape(0), out = L.builder().value(mean).shape;
+  const size_t sp = kernel.size();
+  Shape counts_shape(2, 1);
+  counts_shape.insert(counts_shape.end(), out.begin() + 2, out.end());
+  const int64_t n = numel(counts_shape);
+  check(n <= kFoldLimit, "LpPool of ", n, " output positions is too large");
+  std::vector<float> counts(static_cast<size_t>(n), 1.0f);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t rest = i;
+    for (size_t d = sp; d-- > 0;) {
+      const int64_t o = rest % out[d + 2];
+      rest /= out[d + 2];
+      int64_t inside = 0;
+      for (int64_t t = 0; t < kernel[d]; ++t) {
+        const int64_t at = o * strides[d] - pads[d] + t * dil[d];
+        inside += at >= 0 && at < in[d + 2] ? 1 : 0;
+      }
+      counts[static_cast<size_t>(i)] *= static_cast<float>(inside);
+    }
+  }
+  const int sum = L.emit("Mul", {mean, L.constant(Tensor::from_floats(dt, counts_shape, counts))});
+  L.set_output(0, p == 1 ? sum : p == 2 ? L.emit("Sqrt", {sum}) : power(sum, 1.0f / static_cast<float>(p)));
 }
 
 void global_pool(NodeLowering& L) {
@@ -1284,6 +1344,8 @@ void pad(NodeLowering& L) {
   L.set_output(0, L.emit("Pad", {L.input(0)}, a));
 }
 
+// Resize, and Upsample (opsets 7 and 9: its scales an attribute, then an input; nearest takes the
+// floor of the asymmetric source coordinate, as the operator repeats each element).
 void resize(NodeLowering& L) {
   const Shape& in = L.shape(0);
   const size_t r = in.size();
@@ -1294,6 +1356,8 @@ void resize(NodeLowering& L) {
     if (L.has_input(1) && numel(L.shape(1)) > 0) roi = L.const_floats(1, "roi");
     if (L.has_input(2) && numel(L.shape(2)) > 0) scales = L.const_floats(2, "scales");
     if (L.has_input(3) && numel(L.shape(3)) > 0) sizes = L.const_ints(3, "sizes");
+  } else if (L.op() == "Upsample" && L.opset() < 9) {
+    scales = L.attr_floats("scales");
   } else {
     scales = L.const_floats(1, "scales");
   }
@@ -1368,7 +1432,7 @@ void resize(NodeLowering& L) {
   Attributes a;
   a.set("mode", mode);
   a.set("coordinate_transformation_mode", L.attr_s("coordinate_transformation_mode", L.opset() >= 11 ? "half_pixel" : "asymmetric"));
-  a.set("nearest_mode", L.attr_s("nearest_mode", "round_prefer_floor"));
+  a.set("nearest_mode", L.attr_s("nearest_mode", L.op() == "Upsample" ? "floor" : "round_prefer_floor"));
   a.set("extrapolation_value", L.attr_f("extrapolation_value", 0.0f));
   a.set("scales", scales);
   a.set("sizes", sizes);
@@ -1902,8 +1966,8 @@ const std::map<std::string, Lowering>& lowerings() {
       {"GreaterOrEqual", pass_through}, {"HardSigmoid", unary_with_defaults}, {"HardSwish", pass_through}, {"Hardmax", hardmax},
       {"Identity", identity}, {"InstanceNormalization", instance_norm}, {"IsInf", is_inf}, {"IsNaN", pass_through},
       {"LayerNormalization", layer_norm}, {"LeakyRelu", unary_with_defaults}, {"Less", pass_through},
-      {"LessOrEqual", pass_through}, {"Log", pass_through}, {"LogSoftmax", softmax}, {"LpNormalization", lp_normalization}, {"MatMul", matmul},
-      {"Max", variadic}, {"MaxPool", pool}, {"Mean", variadic}, {"Min", variadic}, {"Mish", mish}, {"Mod", mod},
+      {"LessOrEqual", pass_through}, {"Log", pass_through}, {"LogSoftmax", softmax}, {"LpNormalization", lp_normalization}, {"LpPool", lp_pool}, {"MatMul", matmul},
+      {"Max", variadic}, {"MaxPool", pool}, {"Mean", variadic}, {"MeanVarianceNormalization", mean_variance_normalization}, {"Min", variadic}, {"Mish", mish}, {"Mod", mod},
       {"Mul", pass_through}, {"Neg", pass_through}, {"NonZero", non_zero}, {"Not", pass_through}, {"OneHot", one_hot},
       {"Or", pass_through}, {"PRelu", pass_through}, {"Pad", pad}, {"Pow", pass_through}, {"RMSNormalization", rms_norm}, {"Range", range},
       {"Reciprocal", pass_through}, {"ReduceL1", reduce}, {"ReduceL2", reduce}, {"ReduceLogSum", reduce},
@@ -1915,7 +1979,7 @@ const std::map<std::string, Lowering>& lowerings() {
       {"Softsign", pass_through}, {"SpaceToDepth", depth_space}, {"Split", split}, {"Sqrt", pass_through},
       {"Squeeze", squeeze}, {"Sub", pass_through}, {"Sum", variadic}, {"SwiGLU", swish}, {"Swish", swish}, {"Tan", pass_through}, {"Tanh", pass_through},
       {"ThresholdedRelu", unary_with_defaults}, {"Tile", tile}, {"Transpose", transpose}, {"Trilu", trilu},
-      {"Unsqueeze", unsqueeze},
+      {"Unsqueeze", unsqueeze}, {"Upsample", resize},
       {"Where", where}, {"Xor", pass_through},
   };
   return table;

@@ -407,8 +407,9 @@ TEST(CodegenImported, LoweredOperatorsCompile) {
   const planner::FusionPlan plan = planner::fuse(g);
   check_groups(g, plan.groups, [&](const FusionGroup& fg) { return best_config(g, fg); }, "GatherElements, Hardmax, Shrink, LpNormalization, OneHot");
   // ScatterElements with a reduction (a ScatterND into the flattened data at flat one-coordinate
-  // tuples, repeated ones added in order) and GatherND with a batch axis (a Gather at the tuples'
-  // coordinates times their strides, summed, plus the batch's offset), at opset 18.
+  // tuples, repeated ones added in order), GatherND with a batch axis (a Gather at the tuples'
+  // coordinates times their strides, summed, plus the batch's offset), LpPool and
+  // MeanVarianceNormalization, at opset 18.
   testing::OnnxBuilder c(18);
   c.input("d", testing::kFloat, {4, 6}).input("si", testing::kInt64, {3, 6}).input("u", testing::kFloat, {3, 6});
   c.input("t", testing::kFloat, {2, 3, 4}).input("ti", testing::kInt64, {2, 5, 1});
@@ -417,8 +418,23 @@ TEST(CodegenImported, LoweredOperatorsCompile) {
   testing::OnnxBuilder::attr_i(scatter, "axis", 0);
   testing::OnnxBuilder::attr_s(scatter, "reduction", "add");
   testing::OnnxBuilder::attr_i(c.node("GatherND", {"t", "ti"}, {"gn"}), "batch_dims", 1);
+  // LpPool (p = 3; p = 2 with dilations): AveragePool of |x|^p times each window's count of taps
+  // inside the input, then the root.
+  c.input("m", testing::kFloat, {1, 2, 7, 6}).output("l3", testing::kFloat, {1, 2, 4, 4}).output("l2", testing::kFloat, {1, 2, 7, 4});
+  onnx::NodeProto& cube = c.node("LpPool", {"m"}, {"l3"});
+  testing::OnnxBuilder::attr_i(cube, "p", 3);
+  testing::OnnxBuilder::attr_ints(cube, "kernel_shape", {3, 2});
+  testing::OnnxBuilder::attr_ints(cube, "strides", {2, 2});
+  testing::OnnxBuilder::attr_ints(cube, "pads", {1, 1, 1, 1});
+  onnx::NodeProto& square = c.node("LpPool", {"m"}, {"l2"});
+  testing::OnnxBuilder::attr_ints(square, "kernel_shape", {3, 3});
+  testing::OnnxBuilder::attr_ints(square, "dilations", {1, 2});
+  testing::OnnxBuilder::attr_ints(square, "pads", {1, 1, 1, 1});
+  c.input("v", testing::kFloat, {2, 3, 4, 5}).output("mvn", testing::kFloat, {2, 3, 4, 5});
+  c.node("MeanVarianceNormalization", {"v"}, {"mvn"});
   const Graph h = importer::import_onnx_bytes(c.bytes(), ".").graph;
-  check_groups(h, planner::fuse(h).groups, [&](const FusionGroup& fg) { return best_config(h, fg); }, "ScatterElements, GatherND");
+  check_groups(h, planner::fuse(h).groups, [&](const FusionGroup& fg) { return best_config(h, fg); },
+               "ScatterElements, GatherND, LpPool, MeanVarianceNormalization");
 }
 
 TEST(CodegenWarp, RowStatisticsUseWarpReductionsAndNoPartials) {

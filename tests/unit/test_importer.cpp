@@ -237,8 +237,8 @@ TEST(Import, GatherElementsAndHardmaxLowerToCanonicalOps) {
 
 // ScatterElements becomes a ScatterND into the flattened data (repeated indices combined in
 // order, negative ones from the end) and GatherND a Gather at computed flat indices (with a batch
-// axis): the results against loops over the operators' definitions; bad shapes are refused naming
-// the node and what is wrong.
+// axis): the results against loops over the operators' definitions; bad shapes (and an LpPool of
+// p 0) are refused naming the node and what is wrong.
 TEST(Import, ScatterElementsAndGatherNdLowerToCanonicalOps) {
   OnnxBuilder b(18);
   b.input("d", kFloat, {3, 4}).input("i", kInt64, {2, 4}).input("u", kFloat, {2, 4}).output("s", kFloat, {3, 4});
@@ -295,6 +295,12 @@ TEST(Import, ScatterElementsAndGatherNdLowerToCanonicalOps) {
   too_many.input("t", kFloat, {2, 3}).input("ti", kInt64, {2, 2}).output("n", kFloat, {2});
   OnnxBuilder::attr_i(too_many.node("GatherND", {"t", "ti"}, {"n"}, "culprit"), "batch_dims", 1);
   refused(too_many, "index tuples of 2 coordinates do not fit data of rank 2 after 1 batch axes");
+  OnnxBuilder no_power(18);
+  no_power.input("x", kFloat, {1, 1, 4, 4}).output("y", kFloat, {1, 1, 3, 3});
+  onnx::NodeProto& pool = no_power.node("LpPool", {"x"}, {"y"}, "culprit");
+  OnnxBuilder::attr_i(pool, "p", 0);
+  OnnxBuilder::attr_ints(pool, "kernel_shape", {2, 2});
+  refused(no_power, "p must be at least 1, got 0");
 }
 
 TEST(Import, AffineAfterConvWithOtherUsesIsKept) {
