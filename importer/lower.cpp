@@ -1702,6 +1702,63 @@ void cum_sum(NodeLowering& L) {
   L.set_output(0, cast_to(L, y, dt));
 }
 
+// CumProd: along `axis`, y[j] = the product of x[i] over the i the triangle of CumSum (above)
+// holds for j: x moved last and given a unit axis for j, Where(constant 0/1 triangle, x, 1)
+// broadcast to n x n, ReduceProd over i, and moved back. n x n elements, as CumSum's MatMul reads.
+void cum_prod(NodeLowering& L) {
+  const int64_t r = L.rank(0);
+  check(r > 0, "CumProd of a scalar");
+  const int64_t axis = normalize_axis(scalar_input(L, 1, "axis").to_ints()[0], r, "axis");
+  const bool exclusive = L.attr_i("exclusive", 0) != 0, reverse = L.attr_i("reverse", 0) != 0;
+  const Shape xs = L.shape(0);
+  const int64_t n = xs[static_cast<size_t>(axis)];
+  check(n * n <= kFoldLimit, "a CumProd over ", n, " elements is too long");
+  const DType dt = L.val(0).dtype;
+  std::vector<int64_t> perm(static_cast<size_t>(r));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::swap(perm[static_cast<size_t>(axis)], perm.back());  // its own inverse
+  Attributes move;
+  move.set("perm", perm);
+  int x = L.input(0);
+  if (axis != r - 1) x = L.emit("Transpose", {x}, move);
+  Shape column = L.builder().value(x).shape;  // ..., n (i) -> ..., n (i), 1 (j)
+  column.push_back(1);
+  std::vector<int64_t> tri(static_cast<size_t>(n * n), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      tri[static_cast<size_t>(i * n + j)] = (reverse ? (exclusive ? i > j : i >= j) : (exclusive ? i < j : i <= j)) ? 1 : 0;
+    }
+  }
+  const int mask = L.constant(Tensor::from_ints(DType::kBool, {n, n}, tri));
+  const int one = L.constant(is_float(dt) ? Tensor::scalar_float(dt, 1.0f) : Tensor::scalar_int(dt, 1));
+  int y = reduce_node(L, "ReduceProd", L.emit("Where", {mask, L.reshape(x, column), one}), {r - 1}, 0);
+  if (axis != r - 1) y = L.emit("Transpose", {y}, move);
+  L.set_output(0, y);
+}
+
+// HannWindow, HammingWindow, BlackmanWindow: a constant of `size` (a known input) values
+// a0 - a1 cos(2 pi n / N) + a2 cos(4 pi n / N), N = size if periodic (the default) else size - 1,
+// with the operator's coefficients (0.5, 0.5; 25/46, 21/46; 0.42, 0.5, 0.08), of output_datatype.
+void window(NodeLowering& L) {
+  const int64_t size = scalar_input(L, 0, "size").to_ints()[0];
+  check(size >= 0 && size <= kFoldLimit, "size ", size, " is outside 0 ..", kFoldLimit);
+  const DType dt = dtype_from_onnx(static_cast<int>(L.attr_i("output_datatype", 1)));
+  check(dt != DType::kUndefined && is_float(dt), "output_datatype ", L.attr_i("output_datatype", 1), " is not a floating-point type");
+  const bool periodic = L.attr_i("periodic", 1) != 0;
+  double a0 = 0.42, a1 = 0.5, a2 = 0.08;
+  if (L.op() == "HannWindow") a0 = 0.5, a1 = 0.5, a2 = 0.0;
+  if (L.op() == "HammingWindow") a0 = 25.0 / 46.0, a1 = 21.0 / 46.0, a2 = 0.0;
+  const double period = static_cast<double>(periodic ? size : size - 1), pi = 3.14159265358979323846;
+  std::vector<double> w(static_cast<size_t>(size));
+  for (int64_t k = 0; k < size; ++k) {
+    const double t = static_cast<double>(k) / period;
+    w[static_cast<size_t>(k)] = a0 - a1 * std::cos(2.0 * pi * t) + a2 * std::cos(4.0 * pi * t);
+  }
+  Tensor t(dt, {size});
+  t.set_doubles(w);
+  L.set_output(0, L.constant(std::move(t)));
+}
+
 // Einsum of one or two operands as Transposes, ReduceSums, Reshapes and one batched MatMul:
 // letters only in one operand and not in the output are summed first; then the letters of both
 // operands and the output are batch axes, those of both and not the output are contracted, and
@@ -1956,14 +2013,14 @@ void depth_space(NodeLowering& L) {
 const std::map<std::string, Lowering>& lowerings() {
   static const std::map<std::string, Lowering> table = {
       {"Abs", pass_through}, {"Acos", trig_by_formula}, {"Acosh", trig_by_formula}, {"Add", pass_through}, {"And", pass_through}, {"ArgMax", arg_reduce},
-      {"ArgMin", arg_reduce}, {"Asin", trig_by_formula}, {"Asinh", trig_by_formula}, {"Atan", pass_through}, {"Atanh", trig_by_formula}, {"Attention", attention}, {"AveragePool", pool}, {"BatchNormalization", batch_norm},
+      {"ArgMin", arg_reduce}, {"Asin", trig_by_formula}, {"Asinh", trig_by_formula}, {"Atan", pass_through}, {"Atanh", trig_by_formula}, {"Attention", attention}, {"AveragePool", pool}, {"BatchNormalization", batch_norm}, {"BlackmanWindow", window},
       {"Cast", cast}, {"CastLike", cast_like}, {"Ceil", pass_through}, {"Celu", celu}, {"Clip", clip}, {"Concat", concat},
-      {"Constant", constant_op}, {"ConstantOfShape", constant_of_shape}, {"Conv", conv}, {"ConvTranspose", conv_transpose}, {"Cos", pass_through}, {"Cosh", trig_by_formula}, {"CumSum", cum_sum},
+      {"Constant", constant_op}, {"ConstantOfShape", constant_of_shape}, {"Conv", conv}, {"ConvTranspose", conv_transpose}, {"Cos", pass_through}, {"Cosh", trig_by_formula}, {"CumProd", cum_prod}, {"CumSum", cum_sum},
       {"DepthToSpace", depth_space}, {"Div", pass_through}, {"Dropout", dropout}, {"Einsum", einsum}, {"Elu", unary_with_defaults},
       {"Equal", pass_through}, {"Erf", pass_through}, {"Exp", pass_through}, {"Expand", expand}, {"EyeLike", eye_like},
       {"Flatten", flatten}, {"Floor", pass_through}, {"Gather", gather}, {"GatherElements", gather_elements}, {"GatherND", gather_nd}, {"Gelu", gelu}, {"Gemm", gemm},
       {"GlobalAveragePool", global_pool}, {"GlobalMaxPool", global_pool}, {"Greater", pass_through},
-      {"GreaterOrEqual", pass_through}, {"HardSigmoid", unary_with_defaults}, {"HardSwish", pass_through}, {"Hardmax", hardmax},
+      {"GreaterOrEqual", pass_through}, {"HammingWindow", window}, {"HannWindow", window}, {"HardSigmoid", unary_with_defaults}, {"HardSwish", pass_through}, {"Hardmax", hardmax},
       {"Identity", identity}, {"InstanceNormalization", instance_norm}, {"IsInf", is_inf}, {"IsNaN", pass_through},
       {"LayerNormalization", layer_norm}, {"LeakyRelu", unary_with_defaults}, {"Less", pass_through},
       {"LessOrEqual", pass_through}, {"Log", pass_through}, {"LogSoftmax", softmax}, {"LpNormalization", lp_normalization}, {"LpPool", lp_pool}, {"MatMul", matmul},

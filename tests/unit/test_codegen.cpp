@@ -408,8 +408,8 @@ TEST(CodegenImported, LoweredOperatorsCompile) {
   check_groups(g, plan.groups, [&](const FusionGroup& fg) { return best_config(g, fg); }, "GatherElements, Hardmax, Shrink, LpNormalization, OneHot");
   // ScatterElements with a reduction (a ScatterND into the flattened data at flat one-coordinate
   // tuples, repeated ones added in order), GatherND with a batch axis (a Gather at the tuples'
-  // coordinates times their strides, summed, plus the batch's offset), LpPool and
-  // MeanVarianceNormalization, at opset 18.
+  // coordinates times their strides, summed, plus the batch's offset), LpPool,
+  // MeanVarianceNormalization and CumProd, at opset 18.
   testing::OnnxBuilder c(18);
   c.input("d", testing::kFloat, {4, 6}).input("si", testing::kInt64, {3, 6}).input("u", testing::kFloat, {3, 6});
   c.input("t", testing::kFloat, {2, 3, 4}).input("ti", testing::kInt64, {2, 5, 1});
@@ -432,9 +432,15 @@ TEST(CodegenImported, LoweredOperatorsCompile) {
   testing::OnnxBuilder::attr_ints(square, "pads", {1, 1, 1, 1});
   c.input("v", testing::kFloat, {2, 3, 4, 5}).output("mvn", testing::kFloat, {2, 3, 4, 5});
   c.node("MeanVarianceNormalization", {"v"}, {"mvn"});
+  // CumProd, reversed and exclusive, along the first of two axes (moved last and back).
+  c.input("q", testing::kFloat, {6, 5}).output("cp", testing::kFloat, {6, 5});
+  c.initializer("cp_axis", Tensor::from_ints(DType::kI64, {}, std::vector<int64_t>{0}));
+  onnx::NodeProto& cum = c.node("CumProd", {"q", "cp_axis"}, {"cp"});
+  testing::OnnxBuilder::attr_i(cum, "exclusive", 1);
+  testing::OnnxBuilder::attr_i(cum, "reverse", 1);
   const Graph h = importer::import_onnx_bytes(c.bytes(), ".").graph;
   check_groups(h, planner::fuse(h).groups, [&](const FusionGroup& fg) { return best_config(h, fg); },
-               "ScatterElements, GatherND, LpPool, MeanVarianceNormalization");
+               "ScatterElements, GatherND, LpPool, MeanVarianceNormalization, CumProd");
 }
 
 TEST(CodegenWarp, RowStatisticsUseWarpReductionsAndNoPartials) {

@@ -238,7 +238,7 @@ TEST(Import, GatherElementsAndHardmaxLowerToCanonicalOps) {
 // ScatterElements becomes a ScatterND into the flattened data (repeated indices combined in
 // order, negative ones from the end) and GatherND a Gather at computed flat indices (with a batch
 // axis): the results against loops over the operators' definitions; bad shapes (and an LpPool of
-// p 0) are refused naming the node and what is wrong.
+// p 0, an integer HannWindow) are refused naming the node and what is wrong.
 TEST(Import, ScatterElementsAndGatherNdLowerToCanonicalOps) {
   OnnxBuilder b(18);
   b.input("d", kFloat, {3, 4}).input("i", kInt64, {2, 4}).input("u", kFloat, {2, 4}).output("s", kFloat, {3, 4});
@@ -301,6 +301,11 @@ TEST(Import, ScatterElementsAndGatherNdLowerToCanonicalOps) {
   OnnxBuilder::attr_i(pool, "p", 0);
   OnnxBuilder::attr_ints(pool, "kernel_shape", {2, 2});
   refused(no_power, "p must be at least 1, got 0");
+  OnnxBuilder integer_window(18);
+  integer_window.initializer("size", Tensor::from_ints(DType::kI64, {}, std::vector<int64_t>{8}));
+  integer_window.output("w", kInt64, {8});
+  OnnxBuilder::attr_i(integer_window.node("HannWindow", {"size"}, {"w"}, "culprit"), "output_datatype", 7);
+  refused(integer_window, "output_datatype 7 is not a floating-point type");
 }
 
 TEST(Import, AffineAfterConvWithOtherUsesIsKept) {
