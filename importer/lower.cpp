@@ -1344,6 +1344,63 @@ void pad(NodeLowering& L) {
   L.set_output(0, L.emit("Pad", {L.input(0)}, a));
 }
 
+// CenterCropPad: each axis of `axes` (default all) cropped or zero-padded to its target extent
+// (the `shape` input, known), centred: a crop starts at (extent - target) / 2, a pad puts
+// (target - extent) / 2 before and the rest after. One Slice and one Pad.
+void center_crop_pad(NodeLowering& L) {
+  const Shape s = L.shape(0);
+  const auto r = static_cast<int64_t>(s.size());
+  const std::vector<int64_t> target = L.const_ints(1, "shape");
+  std::vector<int64_t> axes = L.attr_ints("axes");
+  if (axes.empty()) {
+    axes.resize(static_cast<size_t>(r));
+    std::iota(axes.begin(), axes.end(), 0);
+  }
+  check(target.size() == axes.size(), "shape has ", target.size(), " entries for ", axes.size(), " axes");
+  std::vector<int64_t> starts, ends, crop_axes, pads(static_cast<size_t>(2 * r), 0);
+  for (size_t i = 0; i < axes.size(); ++i) {
+    const int64_t d = normalize_axis(axes[i], r, "axes"), dim = s[static_cast<size_t>(d)], want = target[i];
+    check(want >= 0, "shape entry ", i, " is ", want);
+    if (want < dim) {
+      starts.push_back((dim - want) / 2);
+      ends.push_back((dim - want) / 2 + want);
+      crop_axes.push_back(d);
+    } else {
+      pads[static_cast<size_t>(d)] = (want - dim) / 2;
+      pads[static_cast<size_t>(d + r)] = want - dim - (want - dim) / 2;
+    }
+  }
+  int y = crop_axes.empty() ? L.input(0) : slice_axes(L, L.input(0), starts, ends, crop_axes, std::vector<int64_t>(crop_axes.size(), 1));
+  if (std::any_of(pads.begin(), pads.end(), [](int64_t p) { return p != 0; })) y = zero_pad(L, y, pads);
+  L.set_output(0, y);
+}
+
+// ReverseSequence: along time_axis, the first sequence_lens[b] elements of batch element b in
+// reverse order, the rest as they are: a Gather from the flattened data at GatherElements' flat
+// indices (elements_flat_index) for the time coordinates Where(t < len, len - 1 - t, t), t a
+// constant iota, broadcast to the data's shape.
+void reverse_sequence(NodeLowering& L) {
+  const Shape ds = L.shape(0);
+  const auto r = static_cast<int64_t>(ds.size());
+  check(r >= 2, "input must be at least 2-D, got ", shape_str(ds));
+  const int64_t batch = normalize_axis(L.attr_i("batch_axis", 1), r, "batch_axis");
+  const int64_t time = normalize_axis(L.attr_i("time_axis", 0), r, "time_axis");
+  check(batch + time == 1, "batch_axis and time_axis must be 0 and 1, got ", batch, " and ", time);
+  check(L.shape(1) == Shape{ds[static_cast<size_t>(batch)]}, "sequence_lens must hold ", ds[static_cast<size_t>(batch)],
+        " lengths, got ", shape_str(L.shape(1)));
+  Shape along_batch(static_cast<size_t>(r), 1);
+  along_batch[static_cast<size_t>(batch)] = ds[static_cast<size_t>(batch)];
+  const int len = L.reshape(cast_to(L, L.input(1), DType::kI64), along_batch);
+  const int t = iota_along(L, static_cast<size_t>(r), time, ds[static_cast<size_t>(time)]);
+  const int one = L.constant(Tensor::scalar_int(DType::kI64, 1));
+  const int idx = L.emit("Where", {L.emit("Less", {t, len}), L.emit("Sub", {L.emit("Sub", {len, one}), t}), t});
+  check(numel(ds) <= kFoldLimit, "ReverseSequence of ", numel(ds), " elements is too large");
+  const int full = L.emit("Add", {idx, L.constant(Tensor::from_ints(DType::kI64, ds, std::vector<int64_t>(static_cast<size_t>(numel(ds)), 0)))});
+  Attributes a;
+  a.set("axis", int64_t{0});
+  L.set_output(0, L.emit("Gather", {L.reshape(L.input(0), {numel(ds)}), elements_flat_index(L, ds, ds, time, full)}, a));
+}
+
 // Resize, and Upsample (opsets 7 and 9: its scales an attribute, then an input; nearest takes the
 // floor of the asymmetric source coordinate, as the operator repeats each element).
 void resize(NodeLowering& L) {
@@ -2014,7 +2071,7 @@ const std::map<std::string, Lowering>& lowerings() {
   static const std::map<std::string, Lowering> table = {
       {"Abs", pass_through}, {"Acos", trig_by_formula}, {"Acosh", trig_by_formula}, {"Add", pass_through}, {"And", pass_through}, {"ArgMax", arg_reduce},
       {"ArgMin", arg_reduce}, {"Asin", trig_by_formula}, {"Asinh", trig_by_formula}, {"Atan", pass_through}, {"Atanh", trig_by_formula}, {"Attention", attention}, {"AveragePool", pool}, {"BatchNormalization", batch_norm}, {"BlackmanWindow", window},
-      {"Cast", cast}, {"CastLike", cast_like}, {"Ceil", pass_through}, {"Celu", celu}, {"Clip", clip}, {"Concat", concat},
+      {"Cast", cast}, {"CastLike", cast_like}, {"Ceil", pass_through}, {"Celu", celu}, {"CenterCropPad", center_crop_pad}, {"Clip", clip}, {"Concat", concat},
       {"Constant", constant_op}, {"ConstantOfShape", constant_of_shape}, {"Conv", conv}, {"ConvTranspose", conv_transpose}, {"Cos", pass_through}, {"Cosh", trig_by_formula}, {"CumProd", cum_prod}, {"CumSum", cum_sum},
       {"DepthToSpace", depth_space}, {"Div", pass_through}, {"Dropout", dropout}, {"Einsum", einsum}, {"Elu", unary_with_defaults},
       {"Equal", pass_through}, {"Erf", pass_through}, {"Exp", pass_through}, {"Expand", expand}, {"EyeLike", eye_like},
@@ -2030,7 +2087,7 @@ const std::map<std::string, Lowering>& lowerings() {
       {"Reciprocal", pass_through}, {"ReduceL1", reduce}, {"ReduceL2", reduce}, {"ReduceLogSum", reduce},
       {"ReduceLogSumExp", reduce}, {"ReduceMax", reduce}, {"ReduceMean", reduce}, {"ReduceMin", reduce},
       {"ReduceProd", reduce}, {"ReduceSum", reduce}, {"ReduceSumSquare", reduce}, {"Relu", pass_through},
-      {"Reshape", reshape}, {"Resize", resize}, {"RotaryEmbedding", rotary_embedding}, {"Round", pass_through}, {"Scatter", scatter_elements}, {"ScatterElements", scatter_elements}, {"ScatterND", scatter_nd},
+      {"Reshape", reshape}, {"Resize", resize}, {"ReverseSequence", reverse_sequence}, {"RotaryEmbedding", rotary_embedding}, {"Round", pass_through}, {"Scatter", scatter_elements}, {"ScatterElements", scatter_elements}, {"ScatterND", scatter_nd},
       {"Selu", unary_with_defaults}, {"Shape", shape_op}, {"Shrink", shrink}, {"Sigmoid", pass_through}, {"Sign", pass_through},
       {"Sin", pass_through}, {"Sinh", trig_by_formula}, {"Size", size_op}, {"Slice", slice}, {"Softmax", softmax}, {"Softplus", pass_through},
       {"Softsign", pass_through}, {"SpaceToDepth", depth_space}, {"Split", split}, {"Sqrt", pass_through},

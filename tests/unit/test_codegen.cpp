@@ -409,7 +409,7 @@ TEST(CodegenImported, LoweredOperatorsCompile) {
   // ScatterElements with a reduction (a ScatterND into the flattened data at flat one-coordinate
   // tuples, repeated ones added in order), GatherND with a batch axis (a Gather at the tuples'
   // coordinates times their strides, summed, plus the batch's offset), LpPool,
-  // MeanVarianceNormalization and CumProd, at opset 18.
+  // MeanVarianceNormalization, CumProd, ReverseSequence and CenterCropPad, at opset 18.
   testing::OnnxBuilder c(18);
   c.input("d", testing::kFloat, {4, 6}).input("si", testing::kInt64, {3, 6}).input("u", testing::kFloat, {3, 6});
   c.input("t", testing::kFloat, {2, 3, 4}).input("ti", testing::kInt64, {2, 5, 1});
@@ -438,9 +438,16 @@ TEST(CodegenImported, LoweredOperatorsCompile) {
   onnx::NodeProto& cum = c.node("CumProd", {"q", "cp_axis"}, {"cp"});
   testing::OnnxBuilder::attr_i(cum, "exclusive", 1);
   testing::OnnxBuilder::attr_i(cum, "reverse", 1);
+  // ReverseSequence (a Gather at flat indices of computed time coordinates) and CenterCropPad
+  // (a Slice and a Pad).
+  c.input("rs", testing::kFloat, {4, 3, 2}).input("lens", testing::kInt64, {3}).output("rv", testing::kFloat, {4, 3, 2});
+  c.node("ReverseSequence", {"rs", "lens"}, {"rv"});
+  c.input("cc", testing::kFloat, {5, 6}).output("ccp", testing::kFloat, {3, 9});
+  c.initializer("cc_shape", Tensor::from_ints(DType::kI64, {2}, std::vector<int64_t>{3, 9}));
+  c.node("CenterCropPad", {"cc", "cc_shape"}, {"ccp"});
   const Graph h = importer::import_onnx_bytes(c.bytes(), ".").graph;
   check_groups(h, planner::fuse(h).groups, [&](const FusionGroup& fg) { return best_config(h, fg); },
-               "ScatterElements, GatherND, LpPool, MeanVarianceNormalization, CumProd");
+               "ScatterElements, GatherND, LpPool, MeanVarianceNormalization, CumProd, ReverseSequence, CenterCropPad");
 }
 
 TEST(CodegenWarp, RowStatisticsUseWarpReductionsAndNoPartials) {

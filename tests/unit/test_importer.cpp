@@ -238,7 +238,8 @@ TEST(Import, GatherElementsAndHardmaxLowerToCanonicalOps) {
 // ScatterElements becomes a ScatterND into the flattened data (repeated indices combined in
 // order, negative ones from the end) and GatherND a Gather at computed flat indices (with a batch
 // axis): the results against loops over the operators' definitions; bad shapes (and an LpPool of
-// p 0, an integer HannWindow) are refused naming the node and what is wrong.
+// p 0, an integer HannWindow, a ReverseSequence whose batch and time are one axis) are refused
+// naming the node and what is wrong.
 TEST(Import, ScatterElementsAndGatherNdLowerToCanonicalOps) {
   OnnxBuilder b(18);
   b.input("d", kFloat, {3, 4}).input("i", kInt64, {2, 4}).input("u", kFloat, {2, 4}).output("s", kFloat, {3, 4});
@@ -306,6 +307,12 @@ TEST(Import, ScatterElementsAndGatherNdLowerToCanonicalOps) {
   integer_window.output("w", kInt64, {8});
   OnnxBuilder::attr_i(integer_window.node("HannWindow", {"size"}, {"w"}, "culprit"), "output_datatype", 7);
   refused(integer_window, "output_datatype 7 is not a floating-point type");
+  OnnxBuilder same_axes(18);
+  same_axes.input("x", kFloat, {3, 3}).input("lens", kInt64, {3}).output("y", kFloat, {3, 3});
+  onnx::NodeProto& reverse = same_axes.node("ReverseSequence", {"x", "lens"}, {"y"}, "culprit");
+  OnnxBuilder::attr_i(reverse, "batch_axis", 0);
+  OnnxBuilder::attr_i(reverse, "time_axis", 0);
+  refused(same_axes, "batch_axis and time_axis must be 0 and 1, got 0 and 0");
 }
 
 TEST(Import, AffineAfterConvWithOtherUsesIsKept) {
