@@ -445,6 +445,62 @@ void layer_norm(NodeLowering& L) {
   L.set_output(0, L.emit("LayerNormalization", ins, a));
 }
 
+// GroupNormalization: the channels in num_groups groups, each group of each batch element
+// normalized over its channels and spatial elements: X reshaped to (N, groups, rest), a
+// LayerNormalization over the last axis (unit scale), reshaped back, then the scale and bias per
+// channel (opset 21; per group before, opset 18, applied before reshaping back).
+void group_norm(NodeLowering& L) {
+  require_float_stash(L);
+  const Shape s = L.shape(0);
+  check(s.size() >= 2, "input must be at least 2-D (N, C, ...), got ", shape_str(s));
+  const int64_t groups = L.attr_i("num_groups", 0), channels = s[1];
+  check(groups > 0 && channels % groups == 0, "num_groups ", groups, " does not divide the ", channels, " channels");
+  const int64_t per_group = L.opset() < 21 ? groups : channels;  // scale and bias entries
+  check(L.shape(1) == Shape{per_group} && L.shape(2) == Shape{per_group}, "scale and bias must hold ", per_group,
+        " values, got ", shape_str(L.shape(1)), " and ", shape_str(L.shape(2)));
+  const int64_t rest = numel(s) / (s[0] * groups);
+  const DType dt = L.val(0).dtype;
+  Attributes a;
+  a.set("axis", int64_t{2});
+  a.set("epsilon", L.attr_f("epsilon", 1e-5f));
+  const int unit = L.constant(Tensor::from_floats(dt, {rest}, std::vector<float>(static_cast<size_t>(rest), 1.0f)));
+  int y = L.emit("LayerNormalization", {L.reshape(L.input(0), {s[0], groups, rest}), unit}, a);
+  Shape affine(s.size(), 1);  // per channel, or per group on the grouped view
+  if (L.opset() < 21) {
+    y = L.emit("Add", {L.emit("Mul", {y, L.reshape(L.input(1), {groups, 1})}), L.reshape(L.input(2), {groups, 1})});
+    L.set_output(0, L.reshape(y, s));
+    return;
+  }
+  affine[1] = channels;
+  y = L.reshape(y, s);
+  L.set_output(0, L.emit("Add", {L.emit("Mul", {y, L.reshape(L.input(1), affine)}), L.reshape(L.input(2), affine)}));
+}
+
+// LRN: x / (bias + alpha / size x the sum of x^2 over a window of `size` channels around c)^beta,
+// the window's sum as an AveragePool (padding counted) of x^2 over the channels (a unit axis
+// before them) times size.
+void lrn(NodeLowering& L) {
+  const Shape s = L.shape(0);
+  check(s.size() >= 3, "input must be at least 3-D (N, C, ...), got ", shape_str(s));
+  const int64_t size = L.attr_i("size", 0);
+  check(size > 0, "size must be positive, got ", size);
+  const float alpha = L.attr_f("alpha", 1e-4f), beta = L.attr_f("beta", 0.75f), bias = L.attr_f("bias", 1.0f);
+  const int x = L.input(0);
+  const DType dt = L.val(0).dtype;
+  Attributes a;
+  a.set("kernel_shape", std::vector<int64_t>{size, 1});
+  a.set("strides", std::vector<int64_t>{1, 1});
+  a.set("dilations", std::vector<int64_t>{1, 1});
+  a.set("pads", std::vector<int64_t>{(size - 1) / 2, 0, size - 1 - (size - 1) / 2, 0});
+  a.set("ceil_mode", int64_t{0});
+  a.set("count_include_pad", int64_t{1});
+  const int64_t inner = numel(s) / (s[0] * s[1]);
+  const int mean = L.emit("AveragePool", {L.reshape(L.emit("Mul", {x, x}), {s[0], 1, s[1], inner})}, a);
+  const int scaled = L.emit("Mul", {L.reshape(mean, s), L.constant(Tensor::scalar_float(dt, alpha))});
+  const int base = L.emit("Add", {scaled, L.constant(Tensor::scalar_float(dt, bias))});
+  L.set_output(0, L.emit("Div", {x, L.emit("Pow", {base, L.constant(Tensor::scalar_float(dt, beta))})}));
+}
+
 // RMSNormalization (opset 23): X / sqrt(mean(X^2 over axis..) + epsilon) * scale, the first
 // stage in float for 16-bit inputs (stash_type 1), as ONNX's function body spells it.
 void rms_norm(NodeLowering& L) {
@@ -2077,9 +2133,9 @@ const std::map<std::string, Lowering>& lowerings() {
       {"Equal", pass_through}, {"Erf", pass_through}, {"Exp", pass_through}, {"Expand", expand}, {"EyeLike", eye_like},
       {"Flatten", flatten}, {"Floor", pass_through}, {"Gather", gather}, {"GatherElements", gather_elements}, {"GatherND", gather_nd}, {"Gelu", gelu}, {"Gemm", gemm},
       {"GlobalAveragePool", global_pool}, {"GlobalMaxPool", global_pool}, {"Greater", pass_through},
-      {"GreaterOrEqual", pass_through}, {"HammingWindow", window}, {"HannWindow", window}, {"HardSigmoid", unary_with_defaults}, {"HardSwish", pass_through}, {"Hardmax", hardmax},
+      {"GreaterOrEqual", pass_through}, {"GroupNormalization", group_norm}, {"HammingWindow", window}, {"HannWindow", window}, {"HardSigmoid", unary_with_defaults}, {"HardSwish", pass_through}, {"Hardmax", hardmax},
       {"Identity", identity}, {"InstanceNormalization", instance_norm}, {"IsInf", is_inf}, {"IsNaN", pass_through},
-      {"LayerNormalization", layer_norm}, {"LeakyRelu", unary_with_defaults}, {"Less", pass_through},
+      {"LRN", lrn}, {"LayerNormalization", layer_norm}, {"LeakyRelu", unary_with_defaults}, {"Less", pass_through},
       {"LessOrEqual", pass_through}, {"Log", pass_through}, {"LogSoftmax", softmax}, {"LpNormalization", lp_normalization}, {"LpPool", lp_pool}, {"MatMul", matmul},
       {"Max", variadic}, {"MaxPool", pool}, {"Mean", variadic}, {"MeanVarianceNormalization", mean_variance_normalization}, {"Min", variadic}, {"Mish", mish}, {"Mod", mod},
       {"Mul", pass_through}, {"Neg", pass_through}, {"NonZero", non_zero}, {"Not", pass_through}, {"OneHot", one_hot},

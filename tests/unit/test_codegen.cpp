@@ -409,7 +409,8 @@ TEST(CodegenImported, LoweredOperatorsCompile) {
   // ScatterElements with a reduction (a ScatterND into the flattened data at flat one-coordinate
   // tuples, repeated ones added in order), GatherND with a batch axis (a Gather at the tuples'
   // coordinates times their strides, summed, plus the batch's offset), LpPool,
-  // MeanVarianceNormalization, CumProd, ReverseSequence and CenterCropPad, at opset 18.
+  // MeanVarianceNormalization, CumProd, ReverseSequence, CenterCropPad, GroupNormalization and
+  // LRN, at opset 18.
   testing::OnnxBuilder c(18);
   c.input("d", testing::kFloat, {4, 6}).input("si", testing::kInt64, {3, 6}).input("u", testing::kFloat, {3, 6});
   c.input("t", testing::kFloat, {2, 3, 4}).input("ti", testing::kInt64, {2, 5, 1});
@@ -445,9 +446,15 @@ TEST(CodegenImported, LoweredOperatorsCompile) {
   c.input("cc", testing::kFloat, {5, 6}).output("ccp", testing::kFloat, {3, 9});
   c.initializer("cc_shape", Tensor::from_ints(DType::kI64, {2}, std::vector<int64_t>{3, 9}));
   c.node("CenterCropPad", {"cc", "cc_shape"}, {"ccp"});
+  // GroupNormalization (opset 18: a scale and bias per group) and LRN.
+  c.input("gx", testing::kFloat, {2, 4, 3, 3}).input("gs", testing::kFloat, {2}).input("gb", testing::kFloat, {2});
+  c.output("gnorm", testing::kFloat, {2, 4, 3, 3}).output("lrn", testing::kFloat, {2, 4, 3, 3});
+  testing::OnnxBuilder::attr_i(c.node("GroupNormalization", {"gx", "gs", "gb"}, {"gnorm"}), "num_groups", 2);
+  testing::OnnxBuilder::attr_i(c.node("LRN", {"gx"}, {"lrn"}), "size", 3);
   const Graph h = importer::import_onnx_bytes(c.bytes(), ".").graph;
   check_groups(h, planner::fuse(h).groups, [&](const FusionGroup& fg) { return best_config(h, fg); },
-               "ScatterElements, GatherND, LpPool, MeanVarianceNormalization, CumProd, ReverseSequence, CenterCropPad");
+               "ScatterElements, GatherND, LpPool, MeanVarianceNormalization, CumProd, ReverseSequence, CenterCropPad, "
+               "GroupNormalization, LRN");
 }
 
 TEST(CodegenWarp, RowStatisticsUseWarpReductionsAndNoPartials) {

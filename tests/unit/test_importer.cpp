@@ -238,8 +238,8 @@ TEST(Import, GatherElementsAndHardmaxLowerToCanonicalOps) {
 // ScatterElements becomes a ScatterND into the flattened data (repeated indices combined in
 // order, negative ones from the end) and GatherND a Gather at computed flat indices (with a batch
 // axis): the results against loops over the operators' definitions; bad shapes (and an LpPool of
-// p 0, an integer HannWindow, a ReverseSequence whose batch and time are one axis) are refused
-// naming the node and what is wrong.
+// p 0, an integer HannWindow, a ReverseSequence whose batch and time are one axis, groups that do
+// not divide the channels) are refused naming the node and what is wrong.
 TEST(Import, ScatterElementsAndGatherNdLowerToCanonicalOps) {
   OnnxBuilder b(18);
   b.input("d", kFloat, {3, 4}).input("i", kInt64, {2, 4}).input("u", kFloat, {2, 4}).output("s", kFloat, {3, 4});
@@ -313,6 +313,10 @@ TEST(Import, ScatterElementsAndGatherNdLowerToCanonicalOps) {
   OnnxBuilder::attr_i(reverse, "batch_axis", 0);
   OnnxBuilder::attr_i(reverse, "time_axis", 0);
   refused(same_axes, "batch_axis and time_axis must be 0 and 1, got 0 and 0");
+  OnnxBuilder uneven(21);
+  uneven.input("x", kFloat, {1, 6, 2}).input("s", kFloat, {6}).input("b", kFloat, {6}).output("y", kFloat, {1, 6, 2});
+  OnnxBuilder::attr_i(uneven.node("GroupNormalization", {"x", "s", "b"}, {"y"}, "culprit"), "num_groups", 4);
+  refused(uneven, "num_groups 4 does not divide the 6 channels");
 }
 
 TEST(Import, AffineAfterConvWithOtherUsesIsKept) {
