@@ -17,8 +17,11 @@ std::string storage_ctype(DType t) {
     case DType::kBF16: return "unsigned short";
     case DType::kF64: return "double";
     case DType::kI64: return "long long";
+    case DType::kU64: return "unsigned long long";
     case DType::kI32: return "int";
     case DType::kU32: return "unsigned int";
+    case DType::kI16: return "short";
+    case DType::kU16: return "unsigned short";
     case DType::kI8:
     case DType::kI4:
     case DType::kI2: return "signed char";

@@ -67,8 +67,12 @@ std::string store_from_compute(DType to, const std::string& value) {
     case DType::kBool: return "((unsigned char)((" + value + ") != 0))";
     case DType::kU8: return "((unsigned char)(" + value + "))";
     case DType::kI8: return "((signed char)(" + value + "))";
+    case DType::kI16: return "((short)(" + value + "))";
+    case DType::kU16: return "((unsigned short)(" + value + "))";
     case DType::kI32: return "((int)(" + value + "))";
+    case DType::kU32: return "((unsigned int)(" + value + "))";
     case DType::kI64: return "((long long)(" + value + "))";
+    case DType::kU64: return "((unsigned long long)(" + value + "))";
     case DType::kI4: return "((signed char)ft_wrap_i4(" + value + "))";
     case DType::kU4: return "((unsigned char)ft_wrap_u4(" + value + "))";
     case DType::kI2: return "((signed char)ft_wrap_i2(" + value + "))";
@@ -138,6 +142,7 @@ std::string unary_int(const Node& n, const std::string& x) {
   const std::string& op = n.op;
   if (op == "Abs") return "(" + x + " < 0 ? ft_wrap_sub(0, " + x + ") : " + x + ")";
   if (op == "Neg") return "ft_wrap_sub(0, " + x + ")";
+  if (op == "BitwiseNot") return "(~" + x + ")";
   if (op == "Relu") return "(" + x + " < 0 ? 0LL : " + x + ")";
   if (op == "Sign") return "((long long)((" + x + " > 0) - (" + x + " < 0)))";
   if (op == "Not") return "((long long)(" + x + " == 0))";
@@ -190,6 +195,16 @@ std::string binary_int(const Node& n, const std::string& a, const std::string& b
   if (op == "And") return "((long long)(" + a + " != 0 && " + b + " != 0))";
   if (op == "Or") return "((long long)(" + a + " != 0 || " + b + " != 0))";
   if (op == "Xor") return "((long long)((" + a + " != 0) != (" + b + " != 0)))";
+  if (op == "BitwiseAnd") return "(" + a + " & " + b + ")";
+  if (op == "BitwiseOr") return "(" + a + " | " + b + ")";
+  if (op == "BitwiseXor") return "(" + a + " ^ " + b + ")";
+  if (op == "BitShift") {  // as the reference computes it (reference/elementwise.cpp)
+    const std::string bits = std::to_string(n.attrs.i("bits"));
+    const std::string valid = "(" + b + " >= 0 && " + b + " < " + bits + ")";
+    if (n.attrs.s("direction") == "LEFT") return "(" + valid + " ? (long long)((unsigned long long)" + a + " << " + b + ") : 0LL)";
+    if (n.attrs.i("signed") != 0) return "(" + valid + " ? (" + a + " >> " + b + ") : (" + a + " < 0 ? -1LL : 0LL))";
+    return "(" + valid + " ? (long long)((unsigned long long)" + a + " >> " + b + ") : 0LL)";
+  }
   fail("no integer form for ", op);
 }
 

@@ -10,9 +10,10 @@ namespace fusetune {
 namespace {
 
 int ctype_bytes(const std::string& t) {
-  static const std::map<std::string, int> sizes = {{"float", 4},          {"double", 8},       {"long long", 8},
-                                                   {"int", 4},            {"unsigned short", 2}, {"signed char", 1},
-                                                   {"unsigned char", 1}, {"unsigned int", 4}};
+  static const std::map<std::string, int> sizes = {{"float", 4},          {"double", 8},         {"long long", 8},
+                                                   {"unsigned long long", 8}, {"int", 4},        {"short", 2},
+                                                   {"unsigned short", 2}, {"signed char", 1},    {"unsigned char", 1},
+                                                   {"unsigned int", 4}};
   const auto it = sizes.find(t);
   check(it != sizes.end(), "kernel text: a kernel parameter of type '", t, "'");
   return it->second;

@@ -357,6 +357,7 @@ constexpr std::array kOps = {
     OpSchema{"Cast", OpKind::kElementwise, 1, 1, cast},
     OpSchema{"Ceil", OpKind::kElementwise, 1, 1, same_as_input},
     OpSchema{"Clip", OpKind::kElementwise, 1, 1, same_as_input},
+    OpSchema{"BitwiseNot", OpKind::kElementwise, 1, 1, same_as_input},
     OpSchema{"Cos", OpKind::kElementwise, 1, 1, same_as_input},
     OpSchema{"Elu", OpKind::kElementwise, 1, 1, same_as_input},
     OpSchema{"Erf", OpKind::kElementwise, 1, 1, same_as_input},
@@ -386,6 +387,10 @@ constexpr std::array kOps = {
     // element-wise, broadcasting
     OpSchema{"Add", OpKind::kElementwise, 2, 2, binary},
     OpSchema{"And", OpKind::kElementwise, 2, 2, compare},
+    OpSchema{"BitShift", OpKind::kElementwise, 2, 2, binary},
+    OpSchema{"BitwiseAnd", OpKind::kElementwise, 2, 2, binary},
+    OpSchema{"BitwiseOr", OpKind::kElementwise, 2, 2, binary},
+    OpSchema{"BitwiseXor", OpKind::kElementwise, 2, 2, binary},
     OpSchema{"Div", OpKind::kElementwise, 2, 2, binary},
     OpSchema{"Equal", OpKind::kElementwise, 2, 2, compare},
     OpSchema{"Greater", OpKind::kElementwise, 2, 2, compare},

@@ -1815,6 +1815,27 @@ void cum_sum(NodeLowering& L) {
   L.set_output(0, cast_to(L, y, dt));
 }
 
+// BitShift, BitwiseAnd, BitwiseOr, BitwiseXor, BitwiseNot on 8- to 64-bit integers: the canonical
+// ops of the same names; BitShift with its direction and the element type's width and signedness
+// as attributes (a shift outside [0, width) gives 0, or -1 for a negative value shifted right).
+void bitwise(NodeLowering& L) {
+  const DType dt = L.val(0).dtype;
+  const bool is_signed = dt == DType::kI8 || dt == DType::kI16 || dt == DType::kI32 || dt == DType::kI64;
+  check(is_signed || dt == DType::kU8 || dt == DType::kU16 || dt == DType::kU32 || dt == DType::kU64, L.op(), " of ",
+        dtype_name(dt), " (8- to 64-bit integers are supported)");
+  std::vector<int> ins;
+  for (size_t k = 0; k < L.input_count(); ++k) ins.push_back(L.input(k));
+  Attributes a;
+  if (L.op() == "BitShift") {
+    const std::string direction = L.attr_s("direction", "");
+    check(direction == "LEFT" || direction == "RIGHT", "direction must be LEFT or RIGHT, got '", direction, "'");
+    a.set("direction", direction);
+    a.set("bits", static_cast<int64_t>(8 * dtype_size(dt)));
+    a.set("signed", int64_t{is_signed ? 1 : 0});
+  }
+  L.set_output(0, L.emit(L.op(), ins, a));
+}
+
 // CumProd: along `axis`, y[j] = the product of x[i] over the i the triangle of CumSum (above)
 // holds for j: x moved last and given a unit axis for j, Where(constant 0/1 triangle, x, 1)
 // broadcast to n x n, ReduceProd over i, and moved back. n x n elements, as CumSum's MatMul reads.
@@ -2126,7 +2147,7 @@ void depth_space(NodeLowering& L) {
 const std::map<std::string, Lowering>& lowerings() {
   static const std::map<std::string, Lowering> table = {
       {"Abs", pass_through}, {"Acos", trig_by_formula}, {"Acosh", trig_by_formula}, {"Add", pass_through}, {"And", pass_through}, {"ArgMax", arg_reduce},
-      {"ArgMin", arg_reduce}, {"Asin", trig_by_formula}, {"Asinh", trig_by_formula}, {"Atan", pass_through}, {"Atanh", trig_by_formula}, {"Attention", attention}, {"AveragePool", pool}, {"BatchNormalization", batch_norm}, {"BlackmanWindow", window},
+      {"ArgMin", arg_reduce}, {"Asin", trig_by_formula}, {"Asinh", trig_by_formula}, {"Atan", pass_through}, {"Atanh", trig_by_formula}, {"Attention", attention}, {"AveragePool", pool}, {"BatchNormalization", batch_norm}, {"BitShift", bitwise}, {"BitwiseAnd", bitwise}, {"BitwiseNot", bitwise}, {"BitwiseOr", bitwise}, {"BitwiseXor", bitwise}, {"BlackmanWindow", window},
       {"Cast", cast}, {"CastLike", cast_like}, {"Ceil", pass_through}, {"Celu", celu}, {"CenterCropPad", center_crop_pad}, {"Clip", clip}, {"Concat", concat},
       {"Constant", constant_op}, {"ConstantOfShape", constant_of_shape}, {"Conv", conv}, {"ConvTranspose", conv_transpose}, {"Cos", pass_through}, {"Cosh", trig_by_formula}, {"CumProd", cum_prod}, {"CumSum", cum_sum},
       {"DepthToSpace", depth_space}, {"Div", pass_through}, {"Dropout", dropout}, {"Einsum", einsum}, {"Elu", unary_with_defaults},

@@ -76,6 +76,7 @@ std::function<int64_t(int64_t)> unary_int(const Node& n) {
   const std::string& op = n.op;
   if (op == "Abs") return [](int64_t x) { return x < 0 ? static_cast<int64_t>(0 - static_cast<uint64_t>(x)) : x; };
   if (op == "Neg") return [](int64_t x) { return static_cast<int64_t>(0 - static_cast<uint64_t>(x)); };
+  if (op == "BitwiseNot") return [](int64_t x) { return ~x; };
   if (op == "Relu") return [](int64_t x) { return x < 0 ? 0 : x; };
   if (op == "Sign") return [](int64_t x) { return static_cast<int64_t>((x > 0) - (x < 0)); };
   if (op == "Not") return [](int64_t x) { return static_cast<int64_t>(x == 0); };
@@ -153,6 +154,21 @@ BinaryI binary_int(const Node& n) {
   if (op == "And") return [](int64_t a, int64_t b) { return static_cast<int64_t>(a != 0 && b != 0); };
   if (op == "Or") return [](int64_t a, int64_t b) { return static_cast<int64_t>(a != 0 || b != 0); };
   if (op == "Xor") return [](int64_t a, int64_t b) { return static_cast<int64_t>((a != 0) != (b != 0)); };
+  if (op == "BitwiseAnd") return [](int64_t a, int64_t b) { return a & b; };
+  if (op == "BitwiseOr") return [](int64_t a, int64_t b) { return a | b; };
+  if (op == "BitwiseXor") return [](int64_t a, int64_t b) { return a ^ b; };
+  if (op == "BitShift") {
+    // Elements of `bits` bits held in int64 (sign- or zero-extended; uint64 as its bits): a shift
+    // outside [0, bits) gives 0 (or -1 for a negative signed value shifted right); the stored
+    // result keeps the element's low bits.
+    const bool left = n.attrs.s("direction") == "LEFT", is_signed = n.attrs.i("signed") != 0;
+    const int64_t bits = n.attrs.i("bits");
+    return [=](int64_t a, int64_t b) -> int64_t {
+      if (b < 0 || b >= bits) return left || !is_signed || a >= 0 ? 0 : -1;
+      if (left) return static_cast<int64_t>(static_cast<uint64_t>(a) << b);
+      return is_signed ? a >> b : static_cast<int64_t>(static_cast<uint64_t>(a) >> b);
+    };
+  }
   return nullptr;
 }
 

@@ -409,8 +409,8 @@ TEST(CodegenImported, LoweredOperatorsCompile) {
   // ScatterElements with a reduction (a ScatterND into the flattened data at flat one-coordinate
   // tuples, repeated ones added in order), GatherND with a batch axis (a Gather at the tuples'
   // coordinates times their strides, summed, plus the batch's offset), LpPool,
-  // MeanVarianceNormalization, CumProd, ReverseSequence, CenterCropPad, GroupNormalization and
-  // LRN, at opset 18.
+  // MeanVarianceNormalization, CumProd, ReverseSequence, CenterCropPad, GroupNormalization, LRN
+  // and the bitwise ops, at opset 18.
   testing::OnnxBuilder c(18);
   c.input("d", testing::kFloat, {4, 6}).input("si", testing::kInt64, {3, 6}).input("u", testing::kFloat, {3, 6});
   c.input("t", testing::kFloat, {2, 3, 4}).input("ti", testing::kInt64, {2, 5, 1});
@@ -451,10 +451,23 @@ TEST(CodegenImported, LoweredOperatorsCompile) {
   c.output("gnorm", testing::kFloat, {2, 4, 3, 3}).output("lrn", testing::kFloat, {2, 4, 3, 3});
   testing::OnnxBuilder::attr_i(c.node("GroupNormalization", {"gx", "gs", "gb"}, {"gnorm"}), "num_groups", 2);
   testing::OnnxBuilder::attr_i(c.node("LRN", {"gx"}, {"lrn"}), "size", 3);
+  // Bitwise ops on integers of every width (ONNX codes: uint8 2, uint16 4, int16 5, int32 6,
+  // uint32 12, uint64 13):
+  // shifts left past the width and right of signed values, And, Not.
+  c.input("u8", 2, {4, 5}).input("s8", 2, {5}).input("i32", 6, {4, 5}).input("s32", 6, {4, 5});
+  c.input("u64", 13, {3, 4}).input("m64", 13, {4}).input("i16", 5, {2, 3}).input("u16", 4, {2, 3}).input("u32", 12, {3});
+  c.output("shl", 2, {4, 5}).output("shr", 6, {4, 5}).output("band", 13, {3, 4}).output("bnot", 5, {2, 3});
+  c.output("bor", 4, {2, 3}).output("bxor", 12, {3});
+  testing::OnnxBuilder::attr_s(c.node("BitShift", {"u8", "s8"}, {"shl"}), "direction", "LEFT");
+  testing::OnnxBuilder::attr_s(c.node("BitShift", {"i32", "s32"}, {"shr"}), "direction", "RIGHT");
+  c.node("BitwiseAnd", {"u64", "m64"}, {"band"});
+  c.node("BitwiseOr", {"u16", "u16"}, {"bor"});
+  c.node("BitwiseXor", {"u32", "u32"}, {"bxor"});
+  c.node("BitwiseNot", {"i16"}, {"bnot"});
   const Graph h = importer::import_onnx_bytes(c.bytes(), ".").graph;
   check_groups(h, planner::fuse(h).groups, [&](const FusionGroup& fg) { return best_config(h, fg); },
                "ScatterElements, GatherND, LpPool, MeanVarianceNormalization, CumProd, ReverseSequence, CenterCropPad, "
-               "GroupNormalization, LRN");
+               "GroupNormalization, LRN, BitShift, BitwiseAnd, BitwiseNot, BitwiseOr, BitwiseXor");
 }
 
 TEST(CodegenWarp, RowStatisticsUseWarpReductionsAndNoPartials) {

@@ -239,7 +239,7 @@ TEST(Import, GatherElementsAndHardmaxLowerToCanonicalOps) {
 // order, negative ones from the end) and GatherND a Gather at computed flat indices (with a batch
 // axis): the results against loops over the operators' definitions; bad shapes (and an LpPool of
 // p 0, an integer HannWindow, a ReverseSequence whose batch and time are one axis, groups that do
-// not divide the channels) are refused naming the node and what is wrong.
+// not divide the channels, a BitShift of floats) are refused naming the node and what is wrong.
 TEST(Import, ScatterElementsAndGatherNdLowerToCanonicalOps) {
   OnnxBuilder b(18);
   b.input("d", kFloat, {3, 4}).input("i", kInt64, {2, 4}).input("u", kFloat, {2, 4}).output("s", kFloat, {3, 4});
@@ -317,6 +317,10 @@ TEST(Import, ScatterElementsAndGatherNdLowerToCanonicalOps) {
   uneven.input("x", kFloat, {1, 6, 2}).input("s", kFloat, {6}).input("b", kFloat, {6}).output("y", kFloat, {1, 6, 2});
   OnnxBuilder::attr_i(uneven.node("GroupNormalization", {"x", "s", "b"}, {"y"}, "culprit"), "num_groups", 4);
   refused(uneven, "num_groups 4 does not divide the 6 channels");
+  OnnxBuilder float_shift(18);
+  float_shift.input("x", kFloat, {3}).input("y", kFloat, {3}).output("z", kFloat, {3});
+  OnnxBuilder::attr_s(float_shift.node("BitShift", {"x", "y"}, {"z"}, "culprit"), "direction", "LEFT");
+  refused(float_shift, "BitShift of float32 (8- to 64-bit integers are supported)");
 }
 
 TEST(Import, AffineAfterConvWithOtherUsesIsKept) {
