@@ -1780,39 +1780,63 @@ void rotary_embedding(NodeLowering& L) {
   L.set_output(0, rank == 4 ? L.emit("Transpose", {rotated}, swap_12) : L.reshape(rotated, xs));
 }
 
-// CumSum: along `axis`, a MatMul with a constant 0/1 triangle (j after i, or before it when
-// reversed; the diagonal unless exclusive), the axis moved last and back. Integers are summed in
-// float64, exact while the sums stay below 2^53.
-void cum_sum(NodeLowering& L) {
-  const int64_t r = L.rank(0);
-  check(r > 0, "CumSum of a scalar");
-  const int64_t axis = normalize_axis(scalar_input(L, 1, "axis").to_ints()[0], r, "axis");
-  const bool exclusive = L.attr_i("exclusive", 0) != 0, reverse = L.attr_i("reverse", 0) != 0;
-  const Shape xs = L.shape(0);
-  const int64_t n = xs[static_cast<size_t>(axis)];
-  check(n * n <= kFoldLimit, "a CumSum over ", n, " elements is too long");
-  const DType dt = L.val(0).dtype;
-  const DType acc = is_float(dt) ? dt : DType::kF64;
-  std::vector<int64_t> perm(static_cast<size_t>(r));
-  std::iota(perm.begin(), perm.end(), 0);
-  std::swap(perm[static_cast<size_t>(axis)], perm.back());  // its own inverse
+// What CumSum and CumProd share: along `axis` (a known input), element j takes the elements i at
+// or before it (at or after it when reversed; not itself when exclusive): a 0/1 triangle of n x n,
+// row-major (i, j); the axis is moved last and back by `last` (a Transpose swapping it with the
+// last, its own inverse).
+struct Cumulative {
+  int64_t axis = 0, n = 0, rank = 0;
+  std::vector<int64_t> triangle;
   Attributes move;
-  move.set("perm", perm);
-  int x = cast_to(L, L.input(0), acc);
-  if (axis != r - 1) x = L.emit("Transpose", {x}, move);
-  // y[j] = sum over i of x[i] * T[i][j].
-  std::vector<double> tri(static_cast<size_t>(n * n), 0.0);
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t j = 0; j < n; ++j) {
-      const bool in = reverse ? (exclusive ? i > j : i >= j) : (exclusive ? i < j : i <= j);
-      tri[static_cast<size_t>(i * n + j)] = in ? 1.0 : 0.0;
+  int last(NodeLowering& L, int v) const { return axis == rank - 1 ? v : L.emit("Transpose", {v}, move); }
+};
+
+Cumulative cumulative(NodeLowering& L) {
+  Cumulative c;
+  c.rank = L.rank(0);
+  check(c.rank > 0, L.op(), " of a scalar");
+  c.axis = normalize_axis(scalar_input(L, 1, "axis").to_ints()[0], c.rank, "axis");
+  const bool exclusive = L.attr_i("exclusive", 0) != 0, reverse = L.attr_i("reverse", 0) != 0;
+  c.n = L.shape(0)[static_cast<size_t>(c.axis)];
+  check(c.n * c.n <= kFoldLimit, "a ", L.op(), " over ", c.n, " elements is too long");
+  c.triangle.assign(static_cast<size_t>(c.n * c.n), 0);
+  for (int64_t i = 0; i < c.n; ++i) {
+    for (int64_t j = 0; j < c.n; ++j) {
+      c.triangle[static_cast<size_t>(i * c.n + j)] = (reverse ? (exclusive ? i > j : i >= j) : (exclusive ? i < j : i <= j)) ? 1 : 0;
     }
   }
-  Tensor t(acc, {n, n});
-  t.set_doubles(tri);
-  int y = L.emit("MatMul", {x, L.constant(std::move(t))});
-  if (axis != r - 1) y = L.emit("Transpose", {y}, move);
-  L.set_output(0, cast_to(L, y, dt));
+  std::vector<int64_t> perm(static_cast<size_t>(c.rank));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::swap(perm[static_cast<size_t>(c.axis)], perm.back());
+  c.move.set("perm", perm);
+  return c;
+}
+
+// CumSum: y[j] = sum over i of x[i] x T[i][j], a MatMul with the triangle, the axis moved last
+// and back. Integers are summed in float64, exact while the sums stay below 2^53.
+void cum_sum(NodeLowering& L) {
+  const Cumulative c = cumulative(L);
+  const DType dt = L.val(0).dtype;
+  const DType acc = is_float(dt) ? dt : DType::kF64;
+  Tensor t(acc, {c.n, c.n});
+  t.set_doubles(std::vector<double>(c.triangle.begin(), c.triangle.end()));
+  const int y = L.emit("MatMul", {c.last(L, cast_to(L, L.input(0), acc)), L.constant(std::move(t))});
+  L.set_output(0, cast_to(L, c.last(L, y), dt));
+}
+
+// CumProd: y[j] = the product of x[i] over the i the triangle holds for j: x moved last and given
+// a unit axis for j, Where(triangle, x, 1) broadcast to n x n, ReduceProd over i, moved back (n x
+// n elements, as CumSum's MatMul reads).
+void cum_prod(NodeLowering& L) {
+  const Cumulative c = cumulative(L);
+  const DType dt = L.val(0).dtype;
+  const int x = c.last(L, L.input(0));
+  Shape column = L.builder().value(x).shape;  // ..., n (i) -> ..., n (i), 1 (j)
+  column.push_back(1);
+  const int mask = L.constant(Tensor::from_ints(DType::kBool, {c.n, c.n}, c.triangle));
+  const int one = L.constant(is_float(dt) ? Tensor::scalar_float(dt, 1.0f) : Tensor::scalar_int(dt, 1));
+  const int y = reduce_node(L, "ReduceProd", L.emit("Where", {mask, L.reshape(x, column), one}), {c.rank - 1}, 0);
+  L.set_output(0, c.last(L, y));
 }
 
 // BitShift, BitwiseAnd, BitwiseOr, BitwiseXor, BitwiseNot on 8- to 64-bit integers: the canonical
@@ -1834,40 +1858,6 @@ void bitwise(NodeLowering& L) {
     a.set("signed", int64_t{is_signed ? 1 : 0});
   }
   L.set_output(0, L.emit(L.op(), ins, a));
-}
-
-// CumProd: along `axis`, y[j] = the product of x[i] over the i the triangle of CumSum (above)
-// holds for j: x moved last and given a unit axis for j, Where(constant 0/1 triangle, x, 1)
-// broadcast to n x n, ReduceProd over i, and moved back. n x n elements, as CumSum's MatMul reads.
-void cum_prod(NodeLowering& L) {
-  const int64_t r = L.rank(0);
-  check(r > 0, "CumProd of a scalar");
-  const int64_t axis = normalize_axis(scalar_input(L, 1, "axis").to_ints()[0], r, "axis");
-  const bool exclusive = L.attr_i("exclusive", 0) != 0, reverse = L.attr_i("reverse", 0) != 0;
-  const Shape xs = L.shape(0);
-  const int64_t n = xs[static_cast<size_t>(axis)];
-  check(n * n <= kFoldLimit, "a CumProd over ", n, " elements is too long");
-  const DType dt = L.val(0).dtype;
-  std::vector<int64_t> perm(static_cast<size_t>(r));
-  std::iota(perm.begin(), perm.end(), 0);
-  std::swap(perm[static_cast<size_t>(axis)], perm.back());  // its own inverse
-  Attributes move;
-  move.set("perm", perm);
-  int x = L.input(0);
-  if (axis != r - 1) x = L.emit("Transpose", {x}, move);
-  Shape column = L.builder().value(x).shape;  // ..., n (i) -> ..., n (i), 1 (j)
-  column.push_back(1);
-  std::vector<int64_t> tri(static_cast<size_t>(n * n), 0);
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t j = 0; j < n; ++j) {
-      tri[static_cast<size_t>(i * n + j)] = (reverse ? (exclusive ? i > j : i >= j) : (exclusive ? i < j : i <= j)) ? 1 : 0;
-    }
-  }
-  const int mask = L.constant(Tensor::from_ints(DType::kBool, {n, n}, tri));
-  const int one = L.constant(is_float(dt) ? Tensor::scalar_float(dt, 1.0f) : Tensor::scalar_int(dt, 1));
-  int y = reduce_node(L, "ReduceProd", L.emit("Where", {mask, L.reshape(x, column), one}), {r - 1}, 0);
-  if (axis != r - 1) y = L.emit("Transpose", {y}, move);
-  L.set_output(0, y);
 }
 
 // HannWindow, HammingWindow, BlackmanWindow: a constant of `size` (a known input) values

@@ -1116,6 +1116,7 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
     for (int64_t t : tile) elems *= t;
     for (int threads : {32, 64, 128, 256, 512}) {
       if (threads > elems * std::max<int64_t>(64, span / kReductionLoadsInFlight) || elems > static_cast<int64_t>(threads) * 64) continue;
+      const bool cooperative_only = threads > elems * 64;  // beyond 64 an output: the unstaged (step 0) form alone
       // Steps of a contraction; a Conv keeps the unstaged schedule (step 0) as a candidate, and a
       // depthwise one has a single staged form (its window in one step).
       std::vector<int64_t> steps = {0};
@@ -1130,6 +1131,7 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
       std::vector<int> vectors = {1};
       if (vectors_help) vectors.push_back(4);
       for (int64_t step : steps) {
+        if (cooperative_only && step > 0) continue;
         for (int vec : vectors) {
           if (step == 0 && vec > 1) continue;
           TileConfig cfg{tile, step, threads, vec};
@@ -1238,15 +1240,16 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
       }
     }
   }
-  // Split-K (codegen/stages/split_k.h): a staged MatMul or a cooperative reduction (evaluate_tile
-  // rejects other anchors) whose tiles leave SMs idle also gets 2 to
+  // Split-K (codegen/stages/split_k.h): a staged MatMul or (unstaged, in a group with a reduction
+  // space of a warp's elements or more) a cooperative reduction (evaluate_tile rejects other
+  // anchors) whose tiles leave SMs idle also gets 2 to
   // 16 blocks a tile, each a slice of the reduction, up to two blocks per SM; unless its work takes
   // less time than a launch: a split-K kernel never shares its launch, and such a kernel gains
   // more from sharing one with its siblings (planner/select.h) than from its idle SMs.
   for (size_t i = 0, generated = all.size(); i < generated; ++i) {
     const TileConfig base = all[i].config;
     const int64_t base_tiles = all[i].cost.tiles;
-    if (base.gemv || base.flash || base_tiles >= d.sms ||
+    if ((base.reduce_step <= 0 && span < 32) || base.gemv || base.flash || base_tiles >= d.sms ||
         all[i].cost.modeled_us < 2 * opt.launch_overhead_us) {
       continue;
     }

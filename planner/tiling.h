@@ -57,7 +57,8 @@
 // reason. tile_candidates enumerates tiles Welder-style (from a small tile, repeatedly doubling
 // the axis that cuts traffic per output element most), crosses them with thread shapes (32 to
 // 512, up to 64 an output, or a lane per kReductionLoadsInFlight elements of the group's longest
-// reduction space, which the cooperative reduction form keeps busy), steps (a
+// reduction space, which the cooperative reduction form keeps busy: unstaged candidates only
+// beyond 64 an output), steps (a
 // Conv also keeps step 0, the unstaged schedule; a depthwise Conv has one staged step) and
 // (for contractions with a float4-capable operand) vector widths 1 and 4, adds tensor-core (`mma`)
 // candidates for groups with a float16/bfloat16 MatMul on devices of compute capability 8.0 or
