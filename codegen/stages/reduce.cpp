@@ -105,7 +105,7 @@ class ReduceStage : public AnchorStage {
     }
     Block store_output = {if_then(leader, cx_.fresh_block([&] {
       const std::vector<std::string> o = coords();
-      cx_.store_value(v, o, finish(acc, is_min ? "(-" + acc + ")" : acc, o, "(float)" + lit(count)));
+      cx_.store_value(v, o, finish(is_min ? "(-" + acc + ")" : acc, o, "(float)" + lit(count)));
     }))};
     if (splits == 1) {
       batch.insert(batch.end(), store_output.begin(), store_output.end());
@@ -144,11 +144,11 @@ class ReduceStage : public AnchorStage {
     }
   }
 
-  // The output from the reduction's total `acc` (`value`, as the op reads it): a Conv's bias
-  // added, a mean divided by its count `cnt`.
-  std::string finish(const std::string& acc, const std::string& value, const std::vector<std::string>& o, const std::string& cnt) {
+  // The output from the reduction's total `value`: a Conv's bias added, a mean divided by its
+  // count `cnt`.
+  std::string finish(const std::string& value, const std::vector<std::string>& o, const std::string& cnt) {
     const Node& n = n_;
-    if (n.op == "Conv" && n.inputs.size() > 2 && n.inputs[2] != kNoValue) return acc + " + " + cx_.value(n.inputs[2], {o[1]});
+    if (n.op == "Conv" && n.inputs.size() > 2 && n.inputs[2] != kNoValue) return value + " + " + cx_.value(n.inputs[2], {o[1]});
     if (n.op == "ReduceMean") return value + " / " + cnt;
     return value;
   }
@@ -218,7 +218,7 @@ class ReduceStage : public AnchorStage {
         cx_.cur().insert(cx_.cur().end(), body.begin(), body.end());
       }
     });
-    std::string result = finish(acc, acc, o, "(float)" + cnt);
+    std::string result = finish(acc, o, "(float)" + cnt);
     if (op == "ReduceMean" && !fl) result = "(" + cnt + " ? " + acc + " / " + cnt + " : 0)";
     if (op == "AveragePool") result = "(" + cnt + " ? " + acc + " / (float)" + cnt + " : 0.0f)";
     if (op == "ArgMax" || op == "ArgMin") result = best;
