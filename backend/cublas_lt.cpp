@@ -77,7 +77,7 @@ struct Lt {
   }
 };
 
-Lt* library(std::string& why) {
+Lt* lt_library(std::string& why) {
   static Lt lt;
   static std::string failure;
   static const bool ok = lt.open(failure);
@@ -175,14 +175,14 @@ class LtCall : public GpuLibraryCall {
 
 std::string cublaslt_version() {
   std::string why;
-  Lt* lt = library(why);
+  Lt* lt = lt_library(why);
   return lt ? "cublasLt " + std::to_string(lt->get_version()) : "";
 }
 
 std::unique_ptr<GpuLibraryCall> make_cublaslt_call(const planner::LibraryCall& call, uint64_t workspace,
                                                  size_t workspace_bytes, std::string* why_not) {
   std::string why;
-  Lt* lt = library(why);
+  Lt* lt = lt_library(why);
   if (lt == nullptr || !lt->ready(why)) {
     if (why_not) *why_not = why;
     return nullptr;

@@ -85,7 +85,7 @@ struct Dnn {
   }
 };
 
-Dnn* library(std::string& why) {
+Dnn* dnn_library(std::string& why) {
   static Dnn dnn;
   static std::string failure;
   static const bool ok = dnn.open(failure);
@@ -474,13 +474,13 @@ class DnnCall : public GpuLibraryCall {
 
 std::string cudnn_version() {
   std::string why;
-  Dnn* d = library(why);
+  Dnn* d = dnn_library(why);
   return d ? "cudnn " + std::to_string(d->get_version()) : "";
 }
 
 void* cudnn_library(std::string* why_not) {
   std::string why;
-  Dnn* d = library(why);
+  Dnn* d = dnn_library(why);
   if (d == nullptr && why_not) *why_not = why;
   return d ? d->lib : nullptr;
 }
@@ -488,7 +488,7 @@ void* cudnn_library(std::string* why_not) {
 std::unique_ptr<GpuLibraryCall> make_cudnn_call(const planner::LibraryCall& call, const void* context, int sm,
                                                 uint64_t workspace, size_t workspace_bytes, std::string* why_not) {
   std::string why;
-  Dnn* d = library(why);
+  Dnn* d = dnn_library(why);
   cudnnHandle_t h = d ? handle(*d, context, why) : nullptr;
   if (h == nullptr) {
     if (why_not) *why_not = why;

@@ -1,4 +1,4 @@
-# Warning and sanitizer flags shared by every fusetune target.
+# Warning, sanitizer and code-layout flags shared by every fusetune target.
 add_library(fusetune_flags INTERFACE)
 target_compile_options(fusetune_flags INTERFACE
   -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wcast-align -Wunused
@@ -10,6 +10,18 @@ if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_G
    AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 13)
   target_compile_options(fusetune_flags INTERFACE -Wno-restrict)
 endif()
+# A unity build (CMAKE_UNITY_BUILD, as scripts/setup.sh configures) compiles each source as a
+# header of its batch's file, where GCC takes a class with a member of an anonymous namespace's
+# type for one that every file including it would define differently: in a .cpp it is not.
+if(CMAKE_UNITY_BUILD AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+  target_compile_options(fusetune_flags INTERFACE -Wno-subobject-linkage)
+endif()
+# Every function and datum in a section of its own, so that the deployment libraries' links
+# (--gc-sections, runtime/CMakeLists.txt) keep only what their entry points reach: the linker
+# takes a static library's objects whole, and a unity build's object holds eight sources (the
+# runtime library reaches a few functions of the planner's batches, whose other sources are the
+# compiler).
+target_compile_options(fusetune_flags INTERFACE -ffunction-sections -fdata-sections)
 if(FUSETUNE_WERROR)
   target_compile_options(fusetune_flags INTERFACE -Werror)
 endif()

@@ -64,7 +64,7 @@ bool hands_over(const Touch& a, const Touch& b) {
 using Interval = std::unordered_map<uint64_t, Touch>;  // (buffer << 40 | element) -> who touched it
 
 // One statement of the kernel with its expressions parsed.
-struct Node {
+struct StmtNode {
   const Stmt* src = nullptr;
   Stmt::Kind kind = Stmt::Kind::kComment;
   int slot = -1;    // kLet / kAssign of an integer variable, loop variables
@@ -77,7 +77,7 @@ struct Node {
   // Does anything the analysis sees: holds a barrier, an access of a tracked buffer or an
   // assignment of an integer variable. A loop or branch that does not is not run at all.
   bool touches = false;
-  std::vector<Node> body, orelse;
+  std::vector<StmtNode> body, orelse;
 };
 
 struct Buffer {
@@ -115,9 +115,9 @@ class Analysis {
   // block does. `translates` counts them.
   std::set<const Stmt*> run(const std::vector<int64_t>& blocks, int64_t& translates) {
     std::set<const Stmt*> removable;
-    for (const Node& n : body_) {
+    for (const StmtNode& n : body_) {
       if (n.kind == Stmt::Kind::kBarrier) removable.insert(n.src);
-      for (const Node& kid : n.body) {
+      for (const StmtNode& kid : n.body) {
         if (kid.kind == Stmt::Kind::kBarrier && kid.candidate && loop_barriers_) removable.insert(kid.src);
       }
     }
@@ -228,7 +228,7 @@ class Analysis {
 
   // One pass of translated() over `nodes`: false at a mismatch (a pass that is not the proof
   // goes on, to find the relations).
-  bool relate(const std::vector<Node>& nodes, Relating& r) {
+  bool relate(const std::vector<StmtNode>& nodes, Relating& r) {
     bool ok = true;
     const auto record = [&](int buffer, Shift index) {
       if (!buffers_[static_cast<size_t>(buffer)].tracked) return;
@@ -242,7 +242,7 @@ class Analysis {
       r.next[s] = r.assigned[s] ? r.next[s].join(v) : v;
       r.assigned[s] = true;
     };
-    for (const Node& n : nodes) {
+    for (const StmtNode& n : nodes) {
       ++relate_work_;
       switch (n.kind) {
         case Stmt::Kind::kLet:
@@ -306,7 +306,7 @@ class Analysis {
       for (size_t j = start; j <= end && j < body_.size(); ++j) relevant[j] = true;
     };
     for (size_t j = 0; j < body_.size(); ++j) {
-      const Node& n = body_[j];
+      const StmtNode& n = body_[j];
       if ((n.kind == Stmt::Kind::kBarrier && removable.count(n.src) != 0) || holds_removable(n)) {
         wanted = true;
       } else if (n.barriers) {
@@ -321,15 +321,15 @@ class Analysis {
   }
 
   // A uniform loop whose body holds a barrier still removable: run in every iteration.
-  bool holds_removable(const Node& n) const {
+  bool holds_removable(const StmtNode& n) const {
     if (n.kind != Stmt::Kind::kUniformFor || removable_ == nullptr) return false;
     return std::any_of(n.body.begin(), n.body.end(),
-                       [&](const Node& kid) { return kid.kind == Stmt::Kind::kBarrier && removable_->count(kid.src) != 0; });
+                       [&](const StmtNode& kid) { return kid.kind == Stmt::Kind::kBarrier && removable_->count(kid.src) != 0; });
   }
 
   // A top-level statement that does not matter: only the barriers it would reach count (the same
   // number exec_one's schedule of a uniform loop reaches).
-  void pass_barriers(const Node& n, std::vector<IndexValue>& env) {
+  void pass_barriers(const StmtNode& n, std::vector<IndexValue>& env) {
     if (n.kind == Stmt::Kind::kBarrier) {
       exec_one(n, env);
       return;
@@ -338,7 +338,7 @@ class Analysis {
     if (n.kind != Stmt::Kind::kUniformFor) throw GiveUp{"a barrier inside a top-level statement other than a uniform loop"};
     const int64_t trips = std::max<int64_t>(0, bound(n.b, env, *n.src) - bound(n.a, env, *n.src));
     int per_iteration = 0;
-    for (const Node& kid : n.body) {
+    for (const StmtNode& kid : n.body) {
       if (kid.kind == Stmt::Kind::kBarrier) ++per_iteration;
       else if (kid.barriers) throw GiveUp{"a barrier nested inside a uniform loop's statement"};
     }
@@ -379,8 +379,8 @@ class Analysis {
   }
 
   // depth: 0 for the kernel's body, 1 for a top-level uniform loop's body, 2 below.
-  std::vector<Node> compile(const Block& b, int depth, bool scoped = true) {
-    std::vector<Node> out;
+  std::vector<StmtNode> compile(const Block& b, int depth, bool scoped = true) {
+    std::vector<StmtNode> out;
     std::vector<std::pair<std::string, IndexExpr::Binding>> shadowed;  // restored at the block's end
     auto declare = [&](const std::string& name, IndexExpr::Binding binding) {
       const auto it = names_.find(name);
@@ -388,7 +388,7 @@ class Analysis {
       names_[name] = binding;
     };
     for (const Stmt& s : b) {
-      Node n;
+      StmtNode n;
       n.src = &s;
       n.kind = s.kind;
       switch (s.kind) {
@@ -436,7 +436,7 @@ class Analysis {
         case Stmt::Kind::kPart:
           n.a = parse(s.a), n.has_a = true;
           n.body = compile(s.uniform, 2);
-          for (Node& m : compile(s.body, 2)) n.body.push_back(std::move(m));
+          for (StmtNode& m : compile(s.body, 2)) n.body.push_back(std::move(m));
           break;
         case Stmt::Kind::kBarrier: n.candidate = depth <= 1; break;
         case Stmt::Kind::kVectorLoad:
@@ -488,8 +488,8 @@ class Analysis {
                   n.kind == Stmt::Kind::kCopyAsyncCommit ||
                   (n.buffer >= 0 && buffers_[static_cast<size_t>(n.buffer)].tracked) || loads_tracked(n.a) ||
                   loads_tracked(n.b);
-      for (const std::vector<Node>* kids : {&n.body, &n.orelse}) {
-        for (const Node& kid : *kids) {
+      for (const std::vector<StmtNode>* kids : {&n.body, &n.orelse}) {
+        for (const StmtNode& kid : *kids) {
           n.barriers = n.barriers || kid.barriers;
           n.touches = n.touches || kid.touches;
         }
@@ -533,19 +533,19 @@ class Analysis {
     throw GiveUp{"more than " + std::to_string(budget_) + " loop iterations and element accesses", true};
   }
 
-  void iterate(const Node& loop, std::vector<IndexValue>& env, int64_t i) {
+  void iterate(const StmtNode& loop, std::vector<IndexValue>& env, int64_t i) {
     if (++work_ > budget_) over_budget();
     env[static_cast<size_t>(loop.slot)] = i;
   }
 
-  void exec(const std::vector<Node>& nodes, std::vector<IndexValue>& env) {
-    for (const Node& n : nodes) {
+  void exec(const std::vector<StmtNode>& nodes, std::vector<IndexValue>& env) {
+    for (const StmtNode& n : nodes) {
       if (stopped_) return;
       exec_one(n, env);
     }
   }
 
-  void exec_one(const Node& n, std::vector<IndexValue>& env) {
+  void exec_one(const StmtNode& n, std::vector<IndexValue>& env) {
     switch (n.kind) {
       case Stmt::Kind::kLet:
       case Stmt::Kind::kAssign: {
@@ -677,7 +677,7 @@ class Analysis {
   int slots_ = 0;
   int publish_ = -1;  // the pseudo-buffer of fences and atomics
   int uniform_slots_ = 0;  // slots below: ft_thread, ft_block and the block-uniform lets
-  std::vector<Node> uniform_, body_;
+  std::vector<StmtNode> uniform_, body_;
   // The thread being run.
   int thread_ = 0;
   int ordinal_ = 0;

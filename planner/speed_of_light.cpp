@@ -2,13 +2,9 @@
 
 #include <algorithm>
 
+#include "core/integer.h"
+
 namespace fusetune::planner {
-
-namespace {
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-}  // namespace
 
 Occupancy occupancy(const Device& d, const LaunchShape& launch) {
   Occupancy o;

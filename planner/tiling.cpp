@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/integer.h"
 #include "core/model_stats.h"
 #include "core/ops.h"
 #include "planner/attention.h"
@@ -24,8 +25,6 @@ namespace fusetune::planner {
 namespace {
 
 using Region = std::vector<Interval>;
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Bytes a region occupies when read in 32-byte sectors along the innermost dimension.
 int64_t sector_bytes(const Region& r, DType dt, int sector) {

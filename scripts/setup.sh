@@ -112,16 +112,23 @@ fi
 [ "$mode" = deps ] && exit 0
 
 jobs=$(nproc)
+# Unity builds (CMake's CMAKE_UNITY_BUILD: each target's sources compiled in batches of eight, one
+# compiler run a batch): the headers each source repeats (libstdc++'s C++20 headers are 61,000
+# lines a source, protobuf's and nlohmann/json's more) are parsed once a batch, and their templates
+# instantiated once. Measured on CI's two cores, clean: the Release build 523 s -> 310 s.
+# FUSETUNE_UNITY_BUILD=OFF builds source by source, as a developer editing one file may prefer.
+unity=${FUSETUNE_UNITY_BUILD:-ON}
 if [ "$mode" = sanitize ]; then
   # Debug (assertions on) at -O1, as AddressSanitizer's authors advise: the same checks, and the
   # CPU-bound tests run 2.4-3.2x faster than at -O0 (compiled.gpt2 177 s -> 64 s here). Line
   # tables only (-g1): every report's stack trace names file and line, and a source compiles in
   # about 70% of the time it takes with full debug information.
-  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-g1 -O1" -DFUSETUNE_SANITIZE=ON >/dev/null
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-g1 -O1" -DFUSETUNE_SANITIZE=ON \
+    -DCMAKE_UNITY_BUILD="$unity" >/dev/null
   cmake --build build-asan -j "$jobs"
 else
   # Release as it ships (-O3, NDEBUG), warnings as errors as for every developer build; no debug
   # information (a build with it: cmake -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo).
-  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DFUSETUNE_WERROR=ON >/dev/null
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DFUSETUNE_WERROR=ON -DCMAKE_UNITY_BUILD="$unity" >/dev/null
   cmake --build build -j "$jobs"
 fi

@@ -37,7 +37,7 @@ struct Outcome {
 // A task compiled and ready for the measuring child: the request, which candidates it carries,
 // and the results so far (compile errors filled in). A task whose graph does not rebuild is
 // settled here: `done` holds its outcome.
-struct Prepared {
+struct PreparedTask {
   wire::Task task;
   std::vector<wire::CandidateResult> results;
   wire::ChildRequest request;
@@ -46,8 +46,8 @@ struct Prepared {
   std::optional<Outcome> done;
 };
 
-Prepared prepare(const wire::Task& task, CompilePool& pool) {
-  Prepared p;
+PreparedTask prepare(const wire::Task& task, CompilePool& pool) {
+  PreparedTask p;
   p.task = task;
   const auto t0 = Clock::now();
   std::vector<wire::Candidate> candidates(task.candidates().begin(), task.candidates().end());
@@ -94,7 +94,7 @@ Prepared prepare(const wire::Task& task, CompilePool& pool) {
   return p;
 }
 
-Outcome measure(Prepared p, Sandbox& sandbox, const std::atomic<bool>& cancel) {
+Outcome measure(PreparedTask p, Sandbox& sandbox, const std::atomic<bool>& cancel) {
   if (p.done) return std::move(*p.done);
   Outcome out;
   out.result.set_task_id(p.task.task_id());
@@ -289,11 +289,11 @@ int WorkerDaemon::run(const std::atomic<bool>& stop) {
   // compiled is measured while the next compiles.
   struct InHand {
     int64_t id;
-    std::future<Prepared> compiled;
+    std::future<PreparedTask> compiled;
   };
   std::deque<InHand> hand;
   std::future<Outcome> measuring;  // of hand.front(), when valid
-  std::vector<std::future<Prepared>> orphans;  // compilations of tasks handed back, joined at the end
+  std::vector<std::future<PreparedTask>> orphans;  // compilations of tasks handed back, joined at the end
   std::atomic<bool> cancel{false};
   std::set<int64_t> revoked;  // the task being measured, when the coordinator took it back
   bool draining = false;
@@ -396,7 +396,7 @@ int WorkerDaemon::run(const std::atomic<bool>& stop) {
     // The first task in hand, once compiled, goes to the measuring child.
     if (!measuring.valid() && !hand.empty() && !draining &&
         hand.front().compiled.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
-      std::future<Prepared> compiled = std::move(hand.front().compiled);
+      std::future<PreparedTask> compiled = std::move(hand.front().compiled);
       log("task " + std::to_string(hand.front().id) + ": compiled, measuring", hand.front().id);
       measuring = std::async(std::launch::async, [&sandbox, &cancel, compiled = std::move(compiled)]() mutable {
         return measure(compiled.get(), sandbox, cancel);
@@ -454,7 +454,7 @@ int WorkerDaemon::run(const std::atomic<bool>& stop) {
   wire::Envelope bye;
   bye.mutable_bye()->set_reason("stopping");
   send(std::move(bye));
-  for (std::future<Prepared>& f : orphans) f.wait();
+  for (std::future<PreparedTask>& f : orphans) f.wait();
   const DeviceReport r = [&] {
     std::lock_guard<std::mutex> lock(mutex_);
     report_.wall_s = std::chrono::duration<double>(Clock::now() - started).count();

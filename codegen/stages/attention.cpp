@@ -8,6 +8,7 @@
 
 #include "codegen/scalar_ops.h"
 #include "core/error.h"
+#include "core/integer.h"
 #include "planner/strided_view.h"
 #include "planner/tiling.h"
 
@@ -17,7 +18,6 @@ namespace {
 
 using planner::TensorExpr;
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
 class AttentionStage : public AnchorStage {

@@ -211,18 +211,18 @@ TEST(LibraryCall, IsAlwaysAmongTheCandidatesOfAMatchingGroup) {
 TEST(LibraryCall, HostGemmMatchesTheReferenceOnOddShapes) {
   const unsigned seed = testing::test_seed();
   std::mt19937 rng(seed);
-  struct Case {
+  struct GemmCase {
     DType dt;
     int64_t batch, m, n, k;
     bool b_batched, bias, residual, relu;
   };
-  const std::vector<Case> cases = {
+  const std::vector<GemmCase> cases = {
       {DType::kF32, 1, 1, 1, 1, false, false, false, false},  {DType::kF32, 1, 7, 5, 3, false, true, false, false},
       {DType::kF32, 1, 33, 65, 100, false, true, true, true}, {DType::kF32, 3, 7, 13, 9, false, true, false, true},
       {DType::kF32, 2, 17, 3, 1000, true, false, true, false}, {DType::kF16, 1, 16, 24, 40, false, true, false, true},
       {DType::kF16, 2, 5, 7, 33, true, true, true, false},
   };
-  for (const Case& c : cases) {
+  for (const GemmCase& c : cases) {
     const OneGroup t = make_gemm(c.dt, c.batch, c.m, c.n, c.k, c.b_batched, c.bias, c.residual, c.relu);
     const codegen::LoweredKernel lk = lower_as(t, planner::kCublasLt);
     EXPECT_NE(codegen::to_text(lk.kernel).find("library call"), std::string::npos);
