@@ -1,8 +1,5 @@
 #include "coordinator/server.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -20,12 +17,12 @@
 #include "coordinator/job_planner.h"
 #include "coordinator/offload.h"
 #include "coordinator/status_json.h"
+#include "coordinator/uploads.h"
 #include "core/parallel.h"
 #include "core/error.h"
 #include "core/inert_text.h"
 #include "core/files.h"
 #include "core/log.h"
-#include "core/sha256.h"
 #include "dashboards/http_server.h"
 #include "dashboards/metrics.h"
 #include "proto/wire.h"
@@ -114,31 +111,6 @@ std::map<std::string, std::vector<wire::Candidate>> lower_asked_later(const Prep
     if (!configs.empty()) out[spec.signature] = p.planner->lower(spec.task, configs);
   }
   return out;
-}
-
-// A submission's files in a directory under the staging directory: written there by its Upload
-// pieces (`received` bytes per path) or from the Submit's own data.
-struct Staged {
-  fs::path dir;
-  std::map<std::string, uint64_t> received;
-};
-
-// Writes the files a Submit carries into a fresh staging directory of database `db`; each file
-// keeps its path and size, its data goes.
-Staged stage_inline(const fs::path& db, wire::Submit& s) {
-  Staged st;
-  static std::atomic<uint64_t> staged{0};
-  st.dir = storage::JobQueue::staging_dir(db) / ("inline-" + std::to_string(::getpid()) + "-" + std::to_string(++staged));
-  fs::remove_all(st.dir);
-  for (wire::ModelFile& f : *s.mutable_files()) {
-    const fs::path rel = path_inside(f.path(), "submit: model file");
-    fs::create_directories((st.dir / rel).parent_path());
-    write_file_atomically(st.dir / rel, f.data());
-    st.received[rel.string()] += f.data().size();
-    f.set_size(f.data().size());
-    f.clear_data();
-  }
-  return st;
 }
 
 // A submission admitted: its model's digest, the .onnx's path in the model's directory, and the
@@ -256,25 +228,10 @@ struct Server::State {
   std::set<int64_t> loading;
   int64_t last_served_job = 0;
   Clock::time_point last_expiry = Clock::now();
-  // Uploads under way, by (client, upload name): the directory their pieces go to, the pieces
-  // being written, the bytes received per file, the last piece's time, and the error that ended one.
-  // `extent`: per file, the furthest byte a piece reached (a piece far past the end counts the
-  // whole gap); `bytes`, their sum: what the upload counts against the quotas.
-  struct Upload {
-    fs::path dir;
-    size_t writing = 0;
-    std::map<std::string, uint64_t> received;
-    std::map<std::string, uint64_t> extent;
-    uint64_t bytes = 0;
-    Clock::time_point last;
-    std::string error;
-  };
-  std::map<std::pair<std::string, std::string>, Upload> uploads;
+  Uploads uploads;  // uploads under way (coordinator/uploads.h)
   // The model store's bytes (the models stored beside the database): measured when the coordinator
   // starts, grown by each submission's files (a model stored twice counts twice until a restart).
   uint64_t stored_bytes = 0;
-  static constexpr uint64_t kMaxUploadFile = uint64_t{1} << 40;
-  static constexpr auto kUploadIdle = std::chrono::minutes(10);
   // The WAL is copied back into the file by the pool, through a connection of its own, once a
   // second: a commit on the loop never waits for that copy's syncs.
   std::shared_ptr<storage::DbFile> checkpointer;
@@ -321,6 +278,7 @@ struct Server::State {
 
   State(zmq::context_t& ctx, ServerOptions o)
       : context(ctx), opt(std::move(o)), db(opt.db), queue(db), socket(ctx, zmq::socket_type::router),
+        uploads(opt.db, {opt.max_upload_bytes, opt.max_client_upload_bytes, opt.max_store_bytes}),
         offload(opt.work_threads) {
     db.file().set_auto_checkpoint(false);
     if (opt.security.enabled()) {
@@ -1606,19 +1564,10 @@ struct Server::State {
   // lowered after it (lower_later).
   void submit_async(const std::string& client, wire::Submit&& s) {
     storage::JobRecord rec = job_record(s);
-    Staged uploaded;
-    if (!s.upload().empty()) {
-      const auto it = uploads.find({client, s.upload()});
-      check(it != uploads.end(), "submit: no upload '", s.upload().substr(0, 64), "' from this client");
-      check(it->second.writing == 0, "submit: upload '", s.upload(), "' still has ", it->second.writing,
-            " pieces being written (wait for their acknowledgements)");
-      check(it->second.error.empty(), "submit: upload '", s.upload(), "' failed: ", it->second.error);
-      uploaded = {it->second.dir, std::move(it->second.received)};
-      uploads.erase(it);
-    }
+    const Staged uploaded = s.upload().empty() ? Staged{} : uploads.take(client, s.upload());
     uint64_t bytes = 0;  // what the model store grows by when the submission is stored
     for (const wire::ModelFile& f : s.files()) bytes += s.upload().empty() ? f.data().size() : f.size();
-    if (s.upload().empty()) check_quotas(client, "(inline)", 0, bytes);
+    if (s.upload().empty()) uploads.check_quotas(client, "(inline)", 0, bytes, stored_bytes);
     auto submit = std::make_shared<wire::Submit>(std::move(s));
     offload.post(
         [this, client, rec, submit, uploaded, bytes, db_path = opt.db]() mutable -> Offload::Completion {
@@ -1651,111 +1600,43 @@ struct Server::State {
   // acknowledged once it is there. Refused (one line naming the field) when its name, path or size
   // is out of bounds.
   void on_upload(const std::string& client, wire::Upload&& u) {
-    const std::string& name = u.upload();
-    check(!name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
-            return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
-          }),
-          "upload: name '", name.substr(0, 64), "' must be 1 to 64 letters, digits, '-' or '_'");
-    const std::string rel = path_inside(u.path(), "upload: file").string();
-    check(u.data().size() <= wire::kMaxUploadChunk, "upload: a piece of ", u.data().size(), " bytes (at most ",
-          wire::kMaxUploadChunk, ")");
-    check(u.offset() <= kMaxUploadFile && u.data().size() <= kMaxUploadFile - u.offset(), "upload: offset ", u.offset(),
-          " of '", rel, "' is beyond the largest file taken (", kMaxUploadFile, " bytes)");
-    const std::pair<std::string, std::string> key{client, name};
-    Upload& up = uploads[key];
-    if (up.dir.empty()) {
-      up.dir = storage::JobQueue::staging_dir(opt.db) / ("upload-" + sha256_hex(client + '\0' + name).substr(0, 24));
+    const Uploads::Piece piece = uploads.accept(client, u, stored_bytes, Clock::now());
+    if (piece.fresh) {
       std::error_code ec;
-      fs::remove_all(up.dir, ec);  // a previous upload of the same name and client, abandoned
+      fs::remove_all(piece.dir, ec);  // a previous upload of the same name and client, abandoned
     }
-    check(up.error.empty(), "upload '", name, "' failed before: ", up.error);
-    uint64_t& extent = up.extent[rel];
-    const uint64_t end = u.offset() + u.data().size();
-    if (end > extent) {
-      check_quotas(client, name, up.bytes, end - extent);
-      up.bytes += end - extent;
-      extent = end;
-    }
-    ++up.writing;
-    up.last = Clock::now();
-    up.received[rel] += u.data().size();
-    auto piece = std::make_shared<wire::Upload>(std::move(u));
+    auto data = std::make_shared<wire::Upload>(std::move(u));
     disk.post(
-        [this, client, key, file = up.dir / rel, piece]() -> Offload::Completion {
-          write_piece(file, piece->offset(), piece->data());
-          return [this, client, key, piece] {
-            const auto it = uploads.find(key);
-            if (it != uploads.end()) --it->second.writing;
+        [this, client, key = piece.key, file = piece.file, data]() -> Offload::Completion {
+          Uploads::write_piece(file, data->offset(), data->data());
+          return [this, client, key, data] {
+            uploads.written(key);
             wire::Envelope r;
             wire::UploadAck& ack = *r.mutable_upload_ack();
-            ack.set_upload(piece->upload());
-            ack.set_path(piece->path());
-            ack.set_offset(piece->offset());
+            ack.set_upload(data->upload());
+            ack.set_path(data->path());
+            ack.set_offset(data->offset());
             send(client, std::move(r));
           };
         },
-        [this, client, key](const std::string& error) {
-          const auto it = uploads.find(key);
-          if (it != uploads.end()) {
-            --it->second.writing;
-            it->second.error = error;
-          }
+        [this, client, key = piece.key](const std::string& error) {
+          uploads.failed(key, error);
           log("upload from " + peer_name(client) + " failed: " + error, LogLevel::kWarn);
           send_error(client, error);
         });
   }
 
-  // Refuses `more` bytes for upload `name` of `client` (which holds `bytes` already) when they
-  // would pass a quota: the job's, the client's (its uploads under way) or the store's.
-  void check_quotas(const std::string& client, const std::string& name, uint64_t bytes, uint64_t more) const {
-    uint64_t clients = 0, in_flight = 0;
-    for (const auto& [key, other] : uploads) {
-      in_flight += other.bytes;
-      if (key.first == client) clients += other.bytes;
-    }
-    auto over = [&](uint64_t total, int64_t quota, const char* what, const char* flag) {
-      check(total <= static_cast<uint64_t>(quota), "upload '", name, "': ", total, " bytes would pass ", what, " of ", quota,
-            " bytes (", flag, ")");
-    };
-    over(bytes + more, opt.max_upload_bytes, "the quota of one job's files", "--max-upload-gb");
-    over(clients + more, opt.max_client_upload_bytes, "the quota of one client's uploads under way", "--max-client-upload-gb");
-    over(stored_bytes + in_flight + more, opt.max_store_bytes, "the model store's quota (stored models and uploads under way)",
-         "--max-store-gb");
-  }
-
-  static void write_piece(const fs::path& file, uint64_t offset, const std::string& data) {
-    fs::create_directories(file.parent_path());
-    const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
-    check(fd >= 0, "upload: cannot open ", file.filename().string(), " in the staging directory");
-    size_t done = 0;
-    while (done < data.size()) {
-      const ssize_t n = ::pwrite(fd, data.data() + done, data.size() - done, static_cast<off_t>(offset + done));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        ::close(fd);
-        fail("upload: writing ", file.filename().string(), " failed (disk full?)");
-      }
-      done += static_cast<size_t>(n);
-    }
-    check(::close(fd) == 0, "upload: writing ", file.filename().string(), " failed");
-  }
-
-  // Uploads nothing came for in kUploadIdle (a client gone) are dropped with their files.
+  // Uploads nothing came for in Uploads::kIdle (a client gone) are dropped with their files.
   void drop_idle_uploads(Clock::time_point now) {
-    for (auto it = uploads.begin(); it != uploads.end();) {
-      if (it->second.writing > 0 || now - it->second.last < kUploadIdle) {
-        ++it;
-        continue;
-      }
-      log("upload '" + it->first.second + "' from " + peer_name(it->first.first) + " dropped: nothing came for " +
-          std::to_string(std::chrono::duration_cast<std::chrono::seconds>(kUploadIdle).count()) + " s");
+    for (const auto& [key, dir] : uploads.drop_idle(now)) {
+      log("upload '" + key.second + "' from " + peer_name(key.first) + " dropped: nothing came for " +
+          std::to_string(std::chrono::duration_cast<std::chrono::seconds>(Uploads::kIdle).count()) + " s");
       disk.post(
-          [dir = it->second.dir]() -> Offload::Completion {
+          [dir]() -> Offload::Completion {
             fs::remove_all(dir);
             return [] {};
           },
           [](const std::string&) {});
-      it = uploads.erase(it);
     }
   }
 

@@ -12,6 +12,7 @@
 
 #include "unit/cli_run.h"
 #include "unit/onnx_builder.h"
+#include "unit/test_dir.h"
 
 namespace fusetune {
 namespace {
@@ -25,12 +26,6 @@ using testing::run_cli;
 
 class BadInput : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("fusetune_bad_" + std::to_string(::getpid()) + "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
 
   // Runs `fusetune inspect` on the file and checks: exit 2, one line, mentions every needle.
   void expect_one_line_error(const fs::path& model, std::initializer_list<std::string> needles) {
@@ -44,7 +39,8 @@ class BadInput : public ::testing::Test {
     std::ofstream(dir_ / name, std::ios::binary) << bytes;
     return dir_ / name;
   }
-  fs::path dir_;
+  const fusetune::testing::TestDir tmp_{"bad"};
+  const fs::path dir_ = tmp_.path();
 };
 
 TEST_F(BadInput, NotAnOnnxFile) {

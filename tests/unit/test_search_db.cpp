@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "storage/job_queue.h"
 #include "storage/search_db.h"
+#include "unit/test_dir.h"
 
 namespace fusetune::storage {
 namespace {
@@ -115,13 +116,6 @@ class RawDb {
 
 class SearchDbTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("fusetune_db_" + std::to_string(::getpid()) + "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
   static Measurement m(const std::string& config, double us, Status st = Status::kOk) {
     Measurement x;
     x.signature = "v1:abc";
@@ -152,7 +146,8 @@ class SearchDbTest : public ::testing::Test {
     x.signature = signature;
     return x;
   }
-  fs::path dir_;
+  const fusetune::testing::TestDir tmp_{"db"};
+  const fs::path dir_ = tmp_.path();
 };
 
 TEST_F(SearchDbTest, KeepsEveryMeasurementAndTheBestPlan) {
