@@ -111,6 +111,10 @@ int64_t normalization_rows(const Graph& g, const Node& n, const std::vector<Inte
   return rows;
 }
 
+// A warp's lanes: the cooperative reduction form spreads a reduction space of at least this many
+// elements over them (reduction_lanes), and only such spaces get its split candidates.
+constexpr int64_t kWarp = 32;
+
 int64_t reduction_lanes(const Graph& g, const Node& n, int64_t outputs, int threads) {
   const bool reduction = n.op == "ReduceSum" || n.op == "ReduceMean" || n.op == "ReduceMax" || n.op == "ReduceMin";
   if (!(reduction || n.op == "MatMul" || n.op == "Conv") || outputs <= 0) return 0;
@@ -120,7 +124,6 @@ int64_t reduction_lanes(const Graph& g, const Node& n, int64_t outputs, int thre
   const TensorExpr e = describe(g, n);
   int64_t count = 1;
   for (int64_t ext : e.reduce_extents) count *= ext;
-  constexpr int64_t kWarp = 32;
   if (e.reduce_extents.empty() || count < kWarp) return 0;
   // The innermost reduction variable indexes the input's innermost axis by itself.
   const Access& a = e.accesses[0];
@@ -1248,7 +1251,7 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
   for (size_t i = 0, generated = all.size(); i < generated; ++i) {
     const TileConfig base = all[i].config;
     const int64_t base_tiles = all[i].cost.tiles;
-    if ((base.reduce_step <= 0 && span < 32) || base.gemv || base.flash || base_tiles >= d.sms ||
+    if ((base.reduce_step <= 0 && span < kWarp) || base.gemv || base.flash || base_tiles >= d.sms ||
         all[i].cost.modeled_us < 2 * opt.launch_overhead_us) {
       continue;
     }
