@@ -1,5 +1,6 @@
 #include "backend/ptx_census.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <string_view>
@@ -67,8 +68,9 @@ bool software_conversion_immediate(std::string_view operand) {
   return false;
 }
 
-// One statement: an optional guard (@%p1, @!%p1), the opcode, its operands.
-void count_statement(std::string_view s, PtxCounts& c) {
+// One statement: an optional guard (@%p1, @!%p1), the opcode, its operands. `run`: the global
+// loads since the kernel's last shared store or barrier.
+void count_statement(std::string_view s, PtxCounts& c, int64_t& run) {
   while (!s.empty() && (std::isspace(static_cast<unsigned char>(s.front())) != 0 || s.front() == '{' || s.front() == '}')) {
     s.remove_prefix(1);
   }
@@ -99,6 +101,7 @@ void count_statement(std::string_view s, PtxCounts& c) {
     const bool scalar = op.find(".v") == std::string_view::npos;
     if (head == "ld") {
       ++c.global_loads;
+      c.longest_load_run = std::max(c.longest_load_run, ++run);
       if (bits == 16 && scalar) ++c.global_loads_16bit;
       if (bits == 128) ++c.global_loads_128bit;
       if (has_part(parts, "nc")) ++c.global_loads_readonly;
@@ -107,6 +110,8 @@ void count_statement(std::string_view s, PtxCounts& c) {
       if (bits == 16 && scalar) ++c.global_stores_16bit;
       if (bits == 128) ++c.global_stores_128bit;
     }
+  } else if ((head == "st" && parts.size() > 1 && parts[1] == "shared") || head == "bar" || head == "barrier") {
+    run = 0;
   } else if ((head == "ld" || head == "st") && parts.size() > 1 && parts[1] == "local") {
     ++c.local_accesses;
   } else if (head == "cp" && parts.size() > 2 && parts[1] == "async") {
@@ -152,6 +157,7 @@ PtxCounts& PtxCounts::operator+=(const PtxCounts& o) {
   div_rem_64 += o.div_rem_64;
   div_rem_32 += o.div_rem_32;
   local_accesses += o.local_accesses;
+  longest_load_run = std::max(longest_load_run, o.longest_load_run);
   return *this;
 }
 
@@ -174,12 +180,14 @@ nlohmann::json PtxCounts::to_json() const {
           {"ldmatrix", ldmatrix},
           {"div_rem_64", div_rem_64},
           {"div_rem_32", div_rem_32},
-          {"local_accesses", local_accesses}};
+          {"local_accesses", local_accesses},
+          {"longest_load_run", longest_load_run}};
 }
 
 std::vector<KernelPtx> ptx_census(const std::string& ptx) {
   std::vector<KernelPtx> out;
   bool in_kernel = false;  // a .func body between kernels is nobody's
+  int64_t run = 0;
   const std::string_view text(ptx);
   for (size_t line_at = 0; line_at < text.size();) {
     size_t end = text.find('\n', line_at);
@@ -192,6 +200,7 @@ std::vector<KernelPtx> ptx_census(const std::string& ptx) {
       name = name.substr(0, name.find_first_of("( \t"));
       out.push_back({std::string(name), {}});
       in_kernel = true;
+      run = 0;
       continue;
     }
     if (line.find(".func ") != std::string_view::npos) in_kernel = false;
@@ -199,7 +208,7 @@ std::vector<KernelPtx> ptx_census(const std::string& ptx) {
     for (size_t at = 0; at < line.size();) {
       const size_t semi = line.find(';', at);
       const size_t stop = semi == std::string_view::npos ? line.size() : semi;
-      count_statement(line.substr(at, stop - at), out.back().counts);
+      count_statement(line.substr(at, stop - at), out.back().counts, run);
       at = stop + 1;
     }
   }

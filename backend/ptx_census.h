@@ -11,7 +11,11 @@
 //  - index arithmetic: integer division or remainder on 64-bit values (a called routine of ~70
 //    instructions), and on 32-bit ones (a literal divisor is strength-reduced to a multiply, so
 //    what remains divides by a value known only at run time);
-//  - local memory (ld/st.local: spills or dynamically indexed arrays).
+//  - local memory (ld/st.local: spills or dynamically indexed arrays);
+//  - loads in flight: the longest run of global loads with no shared store or barrier between them
+//    in the text (a staging loop that stores each element before loading the next has runs of 1;
+//    one that loads a batch into registers first, runs of the batch; for several kernels, the
+//    longest).
 // Counted from the text alone, one statement at a time: static counts, not executions. A `.func`
 // body counts for no kernel (generated code inlines its helpers).
 #pragma once
@@ -44,6 +48,7 @@ struct PtxCounts {
   int64_t div_rem_64 = 0;            // div/rem .s64/.u64
   int64_t div_rem_32 = 0;            // div/rem .s32/.u32
   int64_t local_accesses = 0;        // ld.local, st.local
+  int64_t longest_load_run = 0;      // ld.global in a row before an st.shared or a barrier
 
   PtxCounts& operator+=(const PtxCounts& o);
   nlohmann::json to_json() const;

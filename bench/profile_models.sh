@@ -4,10 +4,12 @@
 # DEVICE and run once on the host's SIMT executor (`fusetune profile --json`, random inputs, seed
 # 1). Prints per model the plan's counted unique bytes (a lower bound on DRAM traffic: what the
 # kernels touched) against the traffic model's DRAM bytes, and the counted floating-point
-# operations (transcendental calls included) against the cost model's; then per kind of group (its
-# anchors: MatMul, Conv, LayerNormalization+MatMul, ...; packed launches apart) the sums over all
-# models and the model's error (modeled / counted - 1). Counted and modeled figures stay in
-# separate columns. Then the speed of light (`profile --sol`, planner/speed_of_light.h): per model
+# operations (transcendental calls included) against the cost model's, and the bytes of the 32-byte
+# sectors its kernels' global requests touch (counted: the L2 traffic where L1 keeps nothing, an
+# upper bound) against the cost model's L2 traffic; then per kind of group (its anchors: MatMul,
+# Conv, LayerNormalization+MatMul, ...; packed launches apart) the sums over all models and the
+# model's error (modeled / counted - 1). Counted and modeled figures stay in separate columns.
+# Then the speed of light (`profile --sol`, planner/speed_of_light.h): per model
 # the sum of its kernels' speed of light for the counted work on DEVICE against the cost model's
 # time, over all kernels and over the memory-bound ones alone (where the model's time should come
 # within 1.3x of it; also less the 2 µs the model charges a launch), and their mean occupancy.
@@ -43,7 +45,8 @@ work = sys.argv[1]
 LAUNCH_US = 2.0  # planner::TilingOptions::launch_overhead_us, charged once a launch
 kinds = defaultdict(lambda: [0, 0, 0, 0, 0])  # counted bytes, modeled bytes, kernels, counted flops, modeled flops
 print(f"{'model':16} {'kernels':>7} {'counted MB':>11} {'modeled MB':>11} {'modeled/counted':>15} "
-      f"{'counted GFLOP':>13} {'modeled GFLOP':>13} {'modeled/counted':>15}")
+      f"{'counted GFLOP':>13} {'modeled GFLOP':>13} {'modeled/counted':>15} "
+      f"{'requested MB':>12} {'mod L2 MB':>10} {'mod L2/requested':>16}")
 for f in sorted(os.listdir(work)):
     if not f.endswith(".json"):
         continue
@@ -51,8 +54,10 @@ for f in sorted(os.listdir(work)):
     t = p["total"]
     c, m = t["counted_unique_bytes"], t["modeled_dram_bytes"]
     cf, mf = t["counted_flops"] + t["counted_special_ops"], t["modeled_flops"]
+    rq, ml2 = t["counted_requested_bytes"], t["modeled_l2_bytes"]
     print(f"{f[:-5]:16} {len(p['kernels']):7d} {c / 1e6:11.4f} {m / 1e6:11.4f} {m / c if c else 0:15.2f} "
-          f"{cf / 1e9:13.4f} {mf / 1e9:13.4f} {mf / cf if cf else 0:15.2f}")
+          f"{cf / 1e9:13.4f} {mf / 1e9:13.4f} {mf / cf if cf else 0:15.2f} "
+          f"{rq / 1e6:12.4f} {ml2 / 1e6:10.4f} {ml2 / rq if rq else 0:16.2f}")
     for k in p["kernels"]:
         groups = k["groups"].split(" | ")
         kind = re.sub(r" \(\+\d+ fused\)", "", groups[0])

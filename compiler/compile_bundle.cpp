@@ -219,6 +219,7 @@ runtime::Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, c
                  {"config", b.group_configs[gi]},
                  {"modeled_us", gp.candidates[choice[gi]].cost.modeled_us},
                  {"modeled_dram_bytes", gp.candidates[choice[gi]].cost.dram_bytes},
+                 {"modeled_l2_bytes", gp.candidates[choice[gi]].cost.l2_bytes},
                  {"modeled_flops", gp.candidates[choice[gi]].cost.flops}};
       if (auto sa = spill_avoided.find(gi); sa != spill_avoided.end()) ge["replaced_spilling_config"] = sa->second;
       groups.push_back(ge);

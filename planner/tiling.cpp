@@ -26,13 +26,18 @@ namespace {
 
 using Region = std::vector<Interval>;
 
-// Bytes a region occupies when read in 32-byte sectors along the innermost dimension.
-int64_t sector_bytes(const Region& r, DType dt, int sector) {
+// Bytes a region of a row-major value of `shape` occupies when read in 32-byte sectors: its
+// contiguous runs are the innermost axis and every axis outside it while the axes inside are
+// whole (a [8, 160, 1, 1] slice of a 1x1 convolution's weights is one run of 1,280 elements,
+// not 1,280 runs of one).
+int64_t sector_bytes(const Region& r, const std::vector<int64_t>& shape, DType dt, int sector) {
   if (r.empty()) return static_cast<int64_t>(dtype_size(dt));
+  size_t d = r.size() - 1;
+  int64_t run = r[d].size();
+  while (d > 0 && shape.size() == r.size() && r[d].size() == shape[d]) run *= r[--d].size();
   int64_t rows = 1;
-  for (size_t d = 0; d + 1 < r.size(); ++d) rows *= r[d].size();
-  const int64_t inner = r.back().size() * static_cast<int64_t>(dtype_size(dt));
-  return rows * ceil_div(inner, sector) * sector;
+  for (size_t o = 0; o < d; ++o) rows *= r[o].size();
+  return rows * ceil_div(run * static_cast<int64_t>(dtype_size(dt)), sector) * sector;
 }
 
 int64_t region_elems(const Region& r) {
@@ -418,6 +423,14 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   // Little's law: the least bytes a block keeps in flight over its staged MatMuls' steps.
   double in_flight = INFINITY;
   int64_t reduce_rounds = 0;  // per block, the rounds of loads of the generic reduction stages
+  // A thread's rounds of loads staging a slice of `elems` elements, `lanes` a load: 16-byte
+  // vectors in batches of vector_staging_batch, single elements of staging_batch (codegen's
+  // staging loops).
+  const auto slice_rounds = [&](int64_t elems, int64_t lanes) {
+    const int64_t per_thread = ceil_div(ceil_div(elems, lanes), static_cast<int64_t>(cfg.threads));
+    return ceil_div(per_thread, lanes > 1 ? vector_staging_batch(ceil_div(elems, lanes), cfg.threads)
+                                          : staging_batch(elems, cfg.threads));
+  };
   bool gemv_taken = false;  // some MatMul takes the GEMV form
   int gemv_registers = 0;
   if (cfg.mma && cfg.gemv) {
@@ -646,7 +659,12 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
         const auto [tm, tn] = micro_tile(m, pixels, cfg.threads);
         uncovered = uncovered || tm == 0;
         tile_loads += (m + spanned * pixels) * step * steps;
-        if (tm > 0) tile_loads += out_elems * k / tn + out_elems * k / tm;
+        if (tm > 0) {
+          tile_loads += out_elems * k / tn + out_elems * k / tm;
+          ++split_products;  // its accumulators in registers: split-K applies
+          split_steps = steps;
+          split_slot = tm * tn * cfg.threads;
+        }
       }
       if (n.outputs[0] != root) smem += out_elems * 4;
     } else if (gemv) {
@@ -668,8 +686,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       const auto [vec_a, vec_b] = vector_operands(g, n, produced, out_region);
       const int64_t a_lanes = cfg.vector >= 4 && vec_a ? vector_elements(at) : 1;
       tile_loads += ceil_div(rows * k, a_lanes) + k * (vec_b ? vecs : cols);
-      const double rounds = static_cast<double>(ceil_div(ceil_div(rows * step, a_lanes), cfg.threads) +
-                                                ceil_div(ceil_div(step, slices), 4));
+      const auto rounds = static_cast<double>(slice_rounds(rows * step, a_lanes) + ceil_div(ceil_div(step, slices), 4));
       const double step_bytes = static_cast<double>(rows * step * static_cast<int64_t>(dtype_size(at)) +
                                                     step * cols * static_cast<int64_t>(dtype_size(bt)));
       in_flight = std::min(in_flight, step_bytes / rounds);
@@ -705,11 +722,11 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
         const bool vectors = cfg.vector >= 4 && (k == 0 ? vec_a : vec_b);
         const int64_t lanes = vectors ? vector_elements(g.value(n.inputs[k]).dtype) : 1;
         tile_loads += ceil_div(region_elems(in_regions[k]), lanes);
-        rounds += ceil_div(ceil_div(region_elems(staged[k]), lanes), cfg.threads);
+        rounds += slice_rounds(region_elems(staged[k]), lanes);
         step_bytes += static_cast<double>(region_elems(staged[k]) * static_cast<int64_t>(dtype_size(g.value(n.inputs[k]).dtype)));
       }
-      // In flight: the step's slices, in rounds of one load per thread (each waited for before
-      // its store to shared memory).
+      // In flight: the step's slices, a round of loads at a time (each round waited for before
+      // its stores to shared memory).
       if (n.op == "MatMul" && rounds > 0) in_flight = std::min(in_flight, step_bytes / static_cast<double>(rounds));
     } else if (anchor && n.outputs[0] != root) {
       smem += out_elems * 4;
@@ -764,7 +781,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   const std::vector<size_t> order = tile_order(cfg, rs.size());
   for (const auto& [v, region] : loads) {
     const Value& val = g.value(v);
-    const int64_t per_tile = sector_bytes(region, val.dtype, d.sector_bytes);
+    const int64_t per_tile = sector_bytes(region, val.shape, val.dtype, d.sector_bytes);
     const int64_t all_tiles = per_tile * c.tiles;
     const int64_t size = numel(val.shape) * static_cast<int64_t>(dtype_size(val.dtype));
     const int64_t from_dram = size <= d.l2_bytes / 2
@@ -786,8 +803,8 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   double split_sum_us = 0;
   if (splits > 1) {
     if (anchors != 1 || split_products != 1 || cfg.flash || cfg.gemv || split_steps < splits) {
-      c.reject = "split-K needs one staged MatMul (accumulators in registers) or cooperative reduction (its outputs one "
-                 "batch) as the group's only anchor, with at least " +
+      c.reject = "split-K needs one staged MatMul or Conv (accumulators in registers) or cooperative reduction (its "
+                 "outputs one batch) as the group's only anchor, with at least " +
                  std::to_string(splits) + " reduction steps (a reduction's: a lane's share of its elements)";
       return c;
     }
@@ -1052,8 +1069,9 @@ std::vector<int> least_dram_order(const Graph& g, const FusionGroup& group, cons
     for (int v : large) {
       const auto r = regions.find(v);
       if (r == regions.end()) continue;
-      bytes += large_input_dram(sector_bytes(r->second, g.value(v).dtype, d.sector_bytes), tiles, moves.at(v), ntiles, order,
-                                wave, d.l2_bytes / 2);
+      const Value& val = g.value(v);
+      bytes += large_input_dram(sector_bytes(r->second, val.shape, val.dtype, d.sector_bytes), tiles, moves.at(v), ntiles,
+                                order, wave, d.l2_bytes / 2);
     }
     return bytes;
   };
@@ -1242,12 +1260,12 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
       }
     }
   }
-  // Split-K (codegen/stages/split_k.h): a staged MatMul or (unstaged, in a group with a reduction
-  // space of a warp's elements or more) a cooperative reduction (evaluate_tile rejects other
-  // anchors) whose tiles leave SMs idle also gets 2 to
-  // 16 blocks a tile, each a slice of the reduction, up to two blocks per SM; unless its work takes
-  // less time than a launch: a split-K kernel never shares its launch, and such a kernel gains
-  // more from sharing one with its siblings (planner/select.h) than from its idle SMs.
+  // Split-K (codegen/stages/split_k.h): a staged MatMul or Conv or (unstaged, in a group with a
+  // reduction space of a warp's elements or more) a cooperative reduction (evaluate_tile rejects
+  // other anchors) whose tiles leave SMs idle also gets 2 to 16 blocks a tile, each a slice of
+  // the reduction, up to two blocks per SM; unless its work takes less time than a launch: a
+  // split-K kernel never shares its launch, and such a kernel gains more from sharing one with its
+  // siblings (planner/select.h) than from its idle SMs.
   for (size_t i = 0, generated = all.size(); i < generated; ++i) {
     const TileConfig base = all[i].config;
     const int64_t base_tiles = all[i].cost.tiles;

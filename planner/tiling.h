@@ -6,7 +6,8 @@
 // propagates the root tile backwards through the group's tensor expressions (planner/tensor_expr)
 // to the region of every internal value and external input, and derives:
 //   - traffic L2 -> SM: per tile, each external input's region rounded up to 32-byte sectors along
-//     its contiguous dimension (the coalescing penalty), times the number of tiles, plus outputs;
+//     its contiguous runs (the innermost axis, and the axes outside it while those inside are
+//     whole; the coalescing penalty), times the number of tiles, plus outputs;
 //     a Gather's data input counts at most as many rows along the gathered axis as the tile reads
 //     indices (its region spans the axis: the rows are picked at run time);
 //   - traffic DRAM: an input that fits in half the L2 is read from DRAM once; a larger one once
@@ -35,14 +36,16 @@
 //     the L2, or a weight of a model whose weights are: neither stays in L2 between launches)
 //     over the bandwidth the resident blocks' bytes in flight sustain (bytes in flight x blocks /
 //     Device::dram_latency_ns). A step's operand bytes are in flight for as many latencies as its
-//     loads take rounds (a thread waits for each load before storing it to shared memory;
-//     cp.async keeps MmaStaging::ahead steps in flight, the GEMV form 4 of each thread's loads); the
-//     group's least is its bound. For the generic reduction stage (codegen/stages/reduce.h), at
-//     least its threads' rounds of loads (kReductionLoadsInFlight a round, a DRAM latency each,
-//     the first excepted: every kernel waits for one, in its launch overhead): one thread an
-//     output (ceil(outputs / threads) x ceil(count / 8) rounds) or a group of reduction_lanes
-//     lanes an output (a round per 8 of a lane's share, a batch of outputs at a time). Plus a
-//     launch overhead.
+//     loads take rounds (a thread stages a batch of staging_batch elements, or of
+//     vector_staging_batch 16-byte vectors, a round, waiting for them before storing them to
+//     shared memory; cp.async keeps
+//     MmaStaging::ahead steps in flight, the GEMV form 4 of each thread's loads); the group's
+//     least is its bound. For the generic reduction stage (codegen/stages/reduce.h), at least its
+//     threads' rounds of loads (kReductionLoadsInFlight a round, a DRAM latency each, the first
+//     excepted: every kernel waits for one, in its launch overhead): one thread an output
+//     (ceil(outputs / threads) x ceil(count / 8) rounds) or a group of reduction_lanes lanes an
+//     output (a round per 8 of a lane's share, a batch of outputs at a time). Plus a launch
+//     overhead.
 //   - the GEMV form (`gemv`; decode steps, classifier heads): a MatMul whose region has at most 8
 //     rows and whose B is an input of the group stages only A, a reduction step of it at a time;
 //     the block's threads split each step's rows of B (threads / column vectors slices, each
@@ -80,6 +83,7 @@
 // generated kernels.
 #pragma once
 
+#include <algorithm>
 #include <set>
 #include <string>
 #include <utility>
@@ -131,7 +135,7 @@ struct Cost {
   double efficiency = 0;   // fraction of the device kept busy
   int64_t bytes_in_flight = 0;  // per block, of its staged contractions' operand loads (0: no bound)
   double issue_us = 0;     // the issue term alone: orders candidates modeled alike
-  bool latency_bound = false;  // the time is Little's law's bound (bytes in flight), not throughput's
+  bool latency_bound = false;  // the time is a latency bound (Little's law's, or rounds of loads), not throughput's
   double modeled_us = 0;
 };
 
@@ -202,6 +206,23 @@ int64_t normalization_rows(const Graph& g, const Node& n, const std::vector<Inte
 // Loads a thread of the generic reduction stage keeps in flight: its reduction loop unrolled
 // (codegen/stages/context.h's kReductionUnroll, which this is).
 inline constexpr int kReductionLoadsInFlight = 8;
+
+// Loads a thread keeps in flight when it stages an operand slice of a contraction element by
+// element (codegen/stages/context.h's staging_loop): its elements in batches of up to this many,
+// every load of a batch issued before its first store to shared memory.
+inline constexpr int kStagingLoads = 8;
+// The batch of a slice of at most `cap` elements staged by `threads` threads: a thread's share of
+// the slice, up to kStagingLoads (1: a plain loop, one element a thread).
+inline int64_t staging_batch(int64_t cap, int threads) {
+  return std::clamp<int64_t>((cap + threads - 1) / threads, 1, kStagingLoads);
+}
+
+// The same for an operand staged in 16-byte vectors (up to 64 bytes a thread in flight): the
+// batch of `vectors` vectors on `threads` threads.
+inline constexpr int kVectorStagingLoads = 4;
+inline int64_t vector_staging_batch(int64_t vectors, int threads) {
+  return std::clamp<int64_t>((vectors + threads - 1) / threads, 1, kVectorStagingLoads);
+}
 
 // The lanes that reduce one output of the generic reduction stage together (codegen/stages/
 // reduce.h's cooperative form), or 0 where each output is a thread's own (its serial form), for a

@@ -1,5 +1,6 @@
 #include "proto/wire.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <chrono>
@@ -141,11 +142,16 @@ std::optional<Generated> weight_draws(const Tensor& t, uint64_t seed) {
   const std::vector<double> x = t.to_doubles();
   t.release_pages();  // a mapped weight read once here: its pages go back (the file keeps it)
   double sum = 0, squares = 0;
+  std::vector<double> distinct;  // up to kMaskValues + 1 of the values
   for (double e : x) {
-    if (!std::isfinite(e) || std::fabs(e) > kMaxDrawnMagnitude) return std::nullopt;  // a mask's -inf, a sentinel
+    if (!std::isfinite(e) || std::fabs(e) >= kMaxDrawnMagnitude) return std::nullopt;  // a mask's -inf, a sentinel
+    if (distinct.size() <= kMaskValues && std::find(distinct.begin(), distinct.end(), e) == distinct.end()) {
+      distinct.push_back(e);
+    }
     sum += e;
     squares += e * e;
   }
+  if (distinct.size() <= kMaskValues) return std::nullopt;  // a mask (0 and -10000), a constant fill
   const double n = static_cast<double>(x.size());
   Generated g;
   g.set_seed(seed);

@@ -9,7 +9,8 @@
 // unreadable to its receiver. Sub-graph conversion keeps what a kernel
 // depends on: to_subgraph(group) keeps the group's nodes, its external inputs and its exported
 // values; constants travel with their data, except weights (float constants of more than one
-// element, every value finite and within kMaxDrawnMagnitude): their values do not change what a
+// element, every value finite and below kMaxDrawnMagnitude, more than kMaskValues distinct
+// values): their values do not change what a
 // kernel does (they are parameters of the signature, core/signature.h), so only their mean,
 // standard deviation and a seed travel, and from_subgraph draws them (weight_draws/draw_weight:
 // the same values on every receiver, for the kernel and the reference alike). Indices, shape data,
@@ -18,6 +19,7 @@
 // therefore costs bytes for its structure, not for its group's weights.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -52,9 +54,13 @@ std::string body_name(const Envelope& e);
 // so the caller's loop sees its stop flag instead of an exception.
 void poll(zmq::pollitem_t* items, size_t count, int timeout_ms);
 
-// Weights whose magnitude exceeds this (a float -inf mask written as -3.4e38, a sentinel) travel as
-// they are.
+// Weights with a value of this magnitude or more (a float -inf mask written as -3.4e38, a float16
+// mask's -65504: sentinels) travel as they are.
 inline constexpr double kMaxDrawnMagnitude = 65504;  // float16's largest finite value
+// So do float constants of at most this many distinct values: additive masks (0 and -10000, as
+// LLaMA's float16 export writes its causal mask), fills. Drawn, a mask becomes uniform noise of
+// +-10,000, on which no kernel that adds in float matches the reference's float16 additions.
+inline constexpr size_t kMaskValues = 16;
 
 // The draws standing for weight `t` (seeded by `seed`), or nullopt when its data must travel.
 std::optional<Generated> weight_draws(const Tensor& t, uint64_t seed);

@@ -5,8 +5,9 @@
 // requests and bank-conflict wavefronts, barriers, floating-point operations (and transcendental
 // calls apart: simt/prelude.h says what counts), and the planner's modeled DRAM bytes and
 // arithmetic for the same kernel (manifest `modeled_dram_bytes`, `modeled_flops`) with the ratios
-// counted / modeled. Counted figures come from executing the kernels; modeled ones from the cost
-// model; the table labels each. `ld 16B` and `st 16B`: the share of the global sectors requested
+// counted / modeled; the bytes of the sectors requested against the modeled L2 traffic
+// (`modeled_l2_bytes`) in the JSON and for the plan. Counted figures come from executing the
+// kernels; modeled ones from the cost model; the table labels each. `ld 16B` and `st 16B`: the share of the global sectors requested
 // by 16-byte (128-bit) accesses, cp.async copies included; the plan's share on a line of its own.
 // --sites N adds the N access sites (lines of kernels.cu) with the most sectors or wavefronts
 // beyond one per request: where uncoalesced accesses and bank conflicts come from.
@@ -22,8 +23,9 @@
 // model's time is above what the counted work needs at the device's peaks.
 // --ptx adds, per kernel, the census of the PTX NVRTC emits for the plan's architecture
 // (backend/ptx_census.h: native and software float16 conversions, global loads and stores by
-// width, cp.async, mma.sync, wgmma, 64- and 32-bit integer division, local memory): static
-// instruction counts, beside the executed counts above.
+// width, cp.async, mma.sync, wgmma, 64- and 32-bit integer division, local memory, the longest
+// run of global loads before a shared store or barrier): static instruction counts, beside the
+// executed counts above.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -67,6 +69,13 @@ double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
 double wide_share(const simt::Counters& c, bool store) {
   return ratio(static_cast<double>(c.global_sectors_of_width(16, store)),
                static_cast<double>(store ? c.global_store_sectors : c.global_load_sectors));
+}
+
+// The bytes of the 32-byte sectors the kernel's global requests touched, loads and stores (each
+// request's distinct sectors): the traffic between the SMs and L2 where L1 keeps nothing, against
+// which the cost model's L2 bytes stand (manifest `modeled_l2_bytes`).
+int64_t requested_bytes(const simt::Counters& c) {
+  return static_cast<int64_t>((c.global_load_sectors + c.global_store_sectors) * 32);
 }
 
 // The n access sites with the most sectors (global) or wavefronts (shared) beyond what full-warp
@@ -177,7 +186,7 @@ void print_ptx(const json& rows, const json& total, const std::string& arch) {
       {"global_loads_readonly", "ld.nc"}, {"global_stores", "st"},             {"global_stores_16bit", "st 16b"},
       {"global_stores_128bit", "st 128b"}, {"cp_async", "cp.async"},           {"mma_sync", "mma"},
       {"wgmma", "wgmma"},                 {"ldmatrix", "ldmatrix"},            {"div_rem_64", "div64"},
-      {"div_rem_32", "div32"},            {"local_accesses", "local"}};
+      {"div_rem_32", "div32"},            {"local_accesses", "local"},         {"longest_load_run", "ld run"}};
   std::printf("PTX for %s (NVRTC; static instruction counts, not executions):\n%-6s", arch.c_str(), "kernel");
   for (const auto& [key, head] : kColumns) std::printf(" %8s", head);
   std::printf("\n");
@@ -224,15 +233,16 @@ int cmd_profile(const std::vector<std::string>& argv) {
   const planner::Device device = planner::find_device(manifest.at("device").get<std::string>());
   json rows = json::array();
   simt::Counters total;
-  int64_t modeled_total = 0, modeled_flops_total = 0;
+  int64_t modeled_total = 0, modeled_l2_total = 0, modeled_flops_total = 0;
   double sol_total_us = 0, modeled_us_total = 0;
   for (const json& l : manifest.at("launches")) {
     const std::string kernel = l.at("kernel").get<std::string>();
-    int64_t modeled = 0, modeled_flops = 0;
+    int64_t modeled = 0, modeled_l2 = 0, modeled_flops = 0;
     double modeled_us = 0;
     std::string groups;
     for (const json& g : l.at("groups")) {
       modeled += g.value("modeled_dram_bytes", int64_t{0});
+      modeled_l2 += g.value("modeled_l2_bytes", int64_t{0});
       modeled_flops += g.value("modeled_flops", int64_t{0});
       modeled_us += g.value("modeled_us", 0.0);
       groups += (groups.empty() ? "" : " | ") + g.at("pattern").get<std::string>();
@@ -247,6 +257,7 @@ int cmd_profile(const std::vector<std::string>& argv) {
     const simt::Counters& c = it->second;
     total += c;
     modeled_total += modeled;
+    modeled_l2_total += modeled_l2;
     modeled_flops_total += modeled_flops;
     rows.push_back({{"kernel", kernel},
                     {"groups", groups},
@@ -260,6 +271,7 @@ int cmd_profile(const std::vector<std::string>& argv) {
                       {"unique_load_sectors", c.unique_load_sectors},
                       {"unique_store_sectors", c.unique_store_sectors},
                       {"unique_bytes", c.unique_bytes()},
+                      {"requested_bytes", requested_bytes(c)},
                       {"redundant_stores", c.redundant_stores},
                       {"shared_load_requests", c.shared_load_requests},
                       {"shared_load_wavefronts", c.shared_load_wavefronts},
@@ -269,8 +281,9 @@ int cmd_profile(const std::vector<std::string>& argv) {
                       {"warp_operations", c.warp_operations},
                       {"flops", c.flops},
                       {"special_ops", c.special_ops}}},
-                    {"modeled", {{"dram_bytes", modeled}, {"flops", modeled_flops}}},
+                    {"modeled", {{"dram_bytes", modeled}, {"l2_bytes", modeled_l2}, {"flops", modeled_flops}}},
                     {"counted_over_modeled_bytes", ratio(static_cast<double>(c.unique_bytes()), static_cast<double>(modeled))},
+                    {"counted_over_modeled_l2_bytes", ratio(static_cast<double>(requested_bytes(c)), static_cast<double>(modeled_l2))},
                     {"counted_over_modeled_flops",
                      ratio(static_cast<double>(c.flops + c.special_ops), static_cast<double>(modeled_flops))}});
     if (ptx) {
@@ -290,6 +303,8 @@ int cmd_profile(const std::vector<std::string>& argv) {
                    {"counted_load_sectors_16B_share", wide_share(total, false)},
                    {"counted_store_sectors_16B_share", wide_share(total, true)},
                    {"modeled_dram_bytes", modeled_total},
+                   {"counted_requested_bytes", requested_bytes(total)},
+                   {"modeled_l2_bytes", modeled_l2_total},
                    {"counted_flops", total.flops},
                    {"counted_special_ops", total.special_ops},
                    {"modeled_flops", modeled_flops_total}};
@@ -329,6 +344,10 @@ int cmd_profile(const std::vector<std::string>& argv) {
   std::printf("plan: counted %.4f MB unique (a lower bound on DRAM traffic), modeled %.4f MB, ratio %.2f\n",
               static_cast<double>(total.unique_bytes()) / 1e6, static_cast<double>(modeled_total) / 1e6,
               ratio(static_cast<double>(total.unique_bytes()), static_cast<double>(modeled_total)));
+  std::printf("plan: counted %.4f MB requested in 32-byte sectors (the L2 traffic where L1 keeps nothing), modeled L2 "
+              "%.4f MB, ratio %.2f\n",
+              static_cast<double>(requested_bytes(total)) / 1e6, static_cast<double>(modeled_l2_total) / 1e6,
+              ratio(static_cast<double>(requested_bytes(total)), static_cast<double>(modeled_l2_total)));
   std::printf("plan: counted %.0f%% of the global load sectors and %.0f%% of the store sectors requested by 16-byte "
               "accesses (ld 16B, st 16B)\n",
               100 * wide_share(total, false), 100 * wide_share(total, true));

@@ -140,6 +140,15 @@ class LoweringContext {
   // (a tail, an unaligned row) each element runs as in the scalar loop. The body must store v
   // through store_value and declare nothing but locals.
   void region_loop(Kernel& k, int v, const IndexFn& body, bool vectorize = false);
+  // The loop staging `count` elements (at most `cap`: the count is clamped to it) of an operand
+  // slice into shared allocation `buf`, element e by thread e % threads: `element` emits into the
+  // current block what computes the float local ft_x (which it declares) for element ft_e. Where a
+  // thread stages several elements, they go in batches of up to kStagingLoads: a batch's
+  // elements are all computed (their loads issued) into k's thread-local ft_sx before the first of
+  // them is stored, so a thread has a batch of loads in flight where a loop of load-then-store
+  // waits a memory latency for each (planner::staging_batch; the cost model charges the rounds).
+  Stmt staging_loop(Kernel& k, const std::string& buf, const std::string& count, int64_t cap,
+                    const std::function<void()>& element);
   // Nested serial loops over e's reduction variables; body(vars) with vars = o then reductions.
   void reduction_loops(const planner::TensorExpr& e, const std::vector<std::string>& o, const IndexFn& body);
   // o followed by e's reduction variables at element `flat` of its reduction space (row-major,

@@ -4,6 +4,7 @@
 #include <tuple>
 
 #include "codegen/stages/conv_common.h"
+#include "codegen/stages/split_k.h"
 
 namespace fusetune::codegen::stages {
 
@@ -103,7 +104,7 @@ void ConvGemmStage::emit(Kernel& k) {
                             small_let("ft_tn0", "(ft_thread % " + lit(ntn) + ") * " + lit(st.tn))};
   Block steps;
   // Weights: element e of the slice is row e / step, reduction index ks * step + e % step.
-  steps.push_back(thread_for("ft_e", "0", "ft_min(" + nm + " * " + step + ", " + lit(st.a_cap) + ")", cx_.fresh_block([&] {
+  steps.push_back(cx_.staging_loop(k, st.a, nm + " * " + step, st.a_cap, [&] {
     cx_.cur().push_back(small_let("ft_k", "ft_ks * " + step + " + ft_e % " + step));
     cx_.cur().push_back(let("float", "ft_x", "0.0f"));
     Block inside;
@@ -114,13 +115,12 @@ void ConvGemmStage::emit(Kernel& k) {
       cx_.cur().push_back(assign("ft_x", cx_.value(n.inputs[1], cx_.index_of(e.accesses[1], vars))));
     });
     cx_.cur().push_back(if_then("ft_k < " + kk_total, inside));
-    cx_.cur().push_back(store(st.a, "ft_e", "ft_x"));
-  })));
+  }));
   // Patches: element e is group e / (step * P), reduction index ks * step + (e / P) % step,
   // column e % P; the input channel follows from the group (any output channel of it).
   const int x = n.inputs[0];
   const Access& xa = e.accesses[0];
-  steps.push_back(thread_for("ft_e", "0", ng + " * " + lit(st.step * cols), cx_.fresh_block([&] {
+  steps.push_back(cx_.staging_loop(k, st.b, ng + " * " + lit(st.step * cols), st.b_cap, [&] {
     cx_.cur().push_back(small_let("ft_k", "ft_ks * " + step + " + (ft_e / " + np + ") % " + step));
     cx_.cur().push_back(let("float", "ft_x", "0.0f"));
     std::string pixel;
@@ -141,8 +141,7 @@ void ConvGemmStage::emit(Kernel& k) {
     // A region with no output channel (a consumer's tile outside them: a Concat's other input, a
     // Pad's border) has a first channel past the last, whose group may not exist: nothing loads.
     cx_.cur().push_back(if_then("ft_k < " + kk_total + " && " + nm + " > 0 && " + pixel, inside));
-    cx_.cur().push_back(store(st.b, "ft_e", "ft_x"));
-  })));
+  }));
   steps.push_back(barrier());
   // The micro-tile update: rows [ft_tm0, ft_tm0 + TM), columns [ft_tn0, ft_tn0 + TN); a row reads
   // the patches of its own group.
@@ -174,7 +173,14 @@ void ConvGemmStage::emit(Kernel& k) {
   update.push_back(serial_for("ft_kk", "0", "ft_min(" + step + ", " + kk_total + " - ft_ks * " + step + ")", inner));
   steps.push_back(if_then(owns, update));
   steps.push_back(barrier());
-  k.body.push_back(uniform_for("ft_ks", "0", lit((st.k + st.step - 1) / st.step), steps));
+  // The block's steps: all of them, or its split's (stages/split_k.h), then the split's sum.
+  const int64_t all_steps = (st.k + st.step - 1) / st.step;
+  const std::string k0 = split_first_step(cx_, k, all_steps);
+  const std::string end = cx_.splits() == 1
+                              ? lit(all_steps)
+                              : "ft_min(" + k0 + " + " + lit(split_steps(cx_, all_steps)) + ", " + lit(all_steps) + ")";
+  k.body.push_back(uniform_for("ft_ks", k0, end, steps));
+  emit_split_sum(cx_, k, st.regs, st.tm * st.tn);
   // The epilogue's input: each cell of the micro-tile, plus the bias.
   const bool bias = n.inputs.size() > 2 && n.inputs[2] != kNoValue;
   Block write = cx_.fresh_block([&] {

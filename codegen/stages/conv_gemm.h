@@ -13,10 +13,13 @@
 // loop over the steps: load the weight slice and the im2col patches of every group the rows touch
 // (computed on the fly through the Conv's index maps: strides, dilations, padding as zero fill;
 // zero past K and for columns outside the region; 32-bit index arithmetic), a barrier, each
-// thread's micro-tile update (a row reads the patches of its own group), a barrier; then each
-// cell plus the bias goes where the Conv's value goes (its shared buffer for a fused epilogue,
-// global memory when exported). Guarantees: the reference Conv up to float32 rounding for every
-// tile, partial ones included; staging loops stay inside their allocations.
+// thread's micro-tile update (a row reads the patches of its own group), a barrier (with split-K,
+// stages/split_k.h, the block's split of the steps, and the last of the tile's blocks sums the
+// splits' accumulators); then each cell plus the bias goes where the Conv's value goes (its shared
+// buffer for a fused epilogue, global memory when exported). The slices stage through
+// LoweringContext::staging_loop (a thread's elements in batches, their loads in flight together).
+// Guarantees: the reference Conv up to float32 rounding for every tile, partial ones included;
+// staging loops stay inside their allocations.
 #pragma once
 
 #include <memory>

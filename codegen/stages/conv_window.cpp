@@ -53,7 +53,7 @@ void ConvWindowStage::emit(Kernel& k) {
     origin.push_back(pre + "s" + std::to_string(i));
     k.uniform.push_back(let(kIndexType, origin.back(), r.lo[2 + i] + " * " + lit(strides[i]) + " - " + lit(pads[i])));
   }
-  k.body.push_back(thread_for("ft_e", "0", lit(st.b_cap), cx_.fresh_block([&] {
+  k.body.push_back(cx_.staging_loop(k, st.b, lit(st.b_cap), st.b_cap, [&] {
     std::vector<std::string> idx(st.caps.size());
     int64_t inner = 1;
     for (size_t d = st.caps.size(); d-- > 0;) {
@@ -65,8 +65,7 @@ void ConvWindowStage::emit(Kernel& k) {
     Block inside;
     cx_.with_block(inside, [&] { cx_.cur().push_back(assign("ft_x", cx_.value(x, idx))); });
     cx_.cur().push_back(if_then(cx_.in_range(g.value(x).shape, idx), inside));
-    cx_.cur().push_back(store(st.b, "ft_e", "ft_x"));
-  })));
+  }));
   k.body.push_back(barrier());
   cx_.region_loop(k, v, [&](const std::vector<std::string>& o) {
     cx_.cur().push_back(let("float", "ft_acc", "0.0f"));

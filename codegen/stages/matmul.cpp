@@ -268,7 +268,7 @@ void StagedMatMulStage::emit(Kernel& k) {
   Block steps;
   auto staging = [&](const std::string& buf, int64_t cap, const std::string& count, const Access& a, int operand,
                      bool is_a) {
-    Block loop = cx_.fresh_block([&] {
+    steps.push_back(cx_.staging_loop(k, buf, count, cap, [&] {
       // A: e = m * step + kk; B: e = kk * n + col
       const std::string kk = is_a ? "(ft_e % " + step + ")" : "(ft_e / " + nn + ")";
       cx_.cur().push_back(let(kIndexType, "ft_k", "ft_ks * " + step + " + " + kk));
@@ -279,15 +279,15 @@ void StagedMatMulStage::emit(Kernel& k) {
       Block inside;
       cx_.with_block(inside, [&] { cx_.cur().push_back(assign("ft_x", cx_.value(n.inputs[static_cast<size_t>(operand)], idx))); });
       cx_.cur().push_back(if_then("ft_k < " + lit(st.k), inside));
-      cx_.cur().push_back(store(buf, "ft_e", "ft_x"));
-    });
-    steps.push_back(thread_for("ft_e", "0", "ft_min(" + count + ", " + lit(cap) + ")", loop));
+    }));
   };
   // The same slice in 16-byte vectors (4 floats or 8 16-bit values, converted to float): viewed as
   // rows x cols, contiguous along cols in the operand (A: nm x step, B: step x nn), each thread
   // loads L consecutive columns in one access when all L lie inside the slice and their address
   // is 16-byte aligned (checked per vector: a row of an odd-sized operand may start anywhere),
-  // else element by element.
+  // else element by element. Where a thread stages several vectors, up to kVectorStagingLoads of
+  // them are loaded (converted to floats in the thread-local ft_sv) before the first is stored,
+  // as the scalar staging loop batches its elements (LoweringContext::staging_loop).
   auto vector_staging = [&](const std::string& buf, int64_t cap, const Access& a, int operand, bool is_a) {
     const int u = n.inputs[static_cast<size_t>(operand)];
     const DType ut = g.value(u).dtype;
@@ -296,7 +296,10 @@ void StagedMatMulStage::emit(Kernel& k) {
     const std::string cols = is_a ? step : nn, rows = is_a ? nm : step;
     const std::string vectors = "((" + cols + " + " + lit(lanes - 1) + ") / " + lit(lanes) + ")";
     const int64_t max_vectors = is_a ? cap / lanes : st.step * ((cap / st.step + lanes - 1) / lanes);
-    Block loop = cx_.fresh_block([&] {
+    const int64_t batch = planner::vector_staging_batch(max_vectors, cx_.cfg.threads);
+    const std::string last = lit(lanes - 1);
+    // The vector's coordinates for ft_e, as lets; its condition of being whole and aligned.
+    const auto coordinates = [&] {
       cx_.cur().push_back(let(kIndexType, "ft_r", "ft_e / " + vectors));
       cx_.cur().push_back(let(kIndexType, "ft_c", "(ft_e % " + vectors + ") * " + lit(lanes)));
       cx_.cur().push_back(let(kIndexType, "ft_k", "ft_ks * " + step + " + " + (is_a ? "ft_c" : "ft_r")));
@@ -304,43 +307,96 @@ void StagedMatMulStage::emit(Kernel& k) {
       const std::string col = is_a ? r.lo[st.n_axis] : "(" + r.lo[st.n_axis] + " + ft_c)";
       cx_.cur().push_back(let(kIndexType, "ft_at", flat(g.value(u).shape, cx_.index_of(a, operand_vars(m, col, "ft_k")))));
       cx_.cur().push_back(let(kIndexType, "ft_s", "ft_r * " + cols + " + ft_c"));
-      const std::string last = lit(lanes - 1);
       // A: the vector is L reduction steps (all in the slice: the step is a multiple of L); B: L
       // columns of one reduction step, within the slice's columns and its allocation.
       const std::string fits = is_a ? "ft_k + " + last + " < " + lit(st.k)
                                     : "ft_k < " + lit(st.k) + " && ft_c + " + last + " < " + nn + " && ft_s + " + last + " < " + lit(cap);
       // Buffers start 16-byte aligned, so an element index that is a multiple of L is.
-      const std::string whole = fits + " && " + aligned16(ut, p, "ft_at");
-      // The vector goes to the slice in 16-byte stores of 4 floats where its place there is
-      // 16-byte aligned (always for A, whose rows are the step long; for B where the region's
-      // width is a multiple of 4): four scalar stores by a warp's lanes, 16 bytes apart, are
-      // 4-way bank conflicts.
-      const auto element = [&](int i) { return load_as_compute(ut, vector_element("ft_q", ut, i)); };
+      return fits + " && " + aligned16(ut, p, "ft_at");
+    };
+    // Element i of a vector that is not whole: its place in the slice exists (B: inside the
+    // slice's columns and its allocation), and its value is the operand's inside K, else zero.
+    const auto placed = [&](int i) { return "ft_c + " + lit(i) + " < " + nn + " && ft_s + " + lit(i) + " < " + lit(cap); };
+    const auto inside = [&](int i) { return is_a ? "ft_k + " + lit(i) + " < " + lit(st.k) : "ft_k < " + lit(st.k); };
+    const auto tail_value = [&](int i) {
+      return "(" + inside(i) + " ? " + load_as_compute(ut, p + "[ft_at + " + lit(i) + "]") + " : 0.0f)";
+    };
+    // The vector's L floats (expressions) to the slice at ft_s: in 16-byte stores of 4 floats
+    // where its place there is 16-byte aligned (always for A, whose rows are the step long; for B
+    // where the region's width is a multiple of 4): four scalar stores by a warp's lanes, 16 bytes
+    // apart, are 4-way bank conflicts.
+    // (A float32 vector loaded in ft_q goes as it is.)
+    const auto put = [&](const std::function<std::string(int)>& x, bool loaded) {
       Block scalars, quads;
-      for (int i = 0; i < lanes; ++i) scalars.push_back(store(buf, "ft_s + " + lit(i), element(i)));
-      if (ut == DType::kF32) quads.push_back(vector_store(buf, "ft_s", "ft_q"));
-      for (int h = 0; ut != DType::kF32 && h < lanes / 4; ++h) {
+      for (int i = 0; i < lanes; ++i) scalars.push_back(store(buf, "ft_s + " + lit(i), x(i)));
+      const bool as_loaded = loaded && ut == DType::kF32;
+      if (as_loaded) quads.push_back(vector_store(buf, "ft_s", "ft_q"));
+      for (int h = 0; !as_loaded && h < lanes / 4; ++h) {
         const std::string local = "ft_h" + std::to_string(h);
-        quads.push_back(let("float4", local, "ft_pack_float4(" + element(4 * h) + ", " + element(4 * h + 1) + ", " +
-                                                 element(4 * h + 2) + ", " + element(4 * h + 3) + ")"));
+        quads.push_back(let("float4", local,
+                            "ft_pack_float4(" + x(4 * h) + ", " + x(4 * h + 1) + ", " + x(4 * h + 2) + ", " + x(4 * h + 3) + ")"));
         quads.push_back(vector_store(buf, "ft_s + " + lit(4 * h), local));
       }
-      Block vector = {vector_load("ft_q", p, "ft_at", ut)};
-      if (is_a) {
-        vector.insert(vector.end(), quads.begin(), quads.end());
-      } else {
-        vector.push_back(if_then("(ft_s & 3) == 0", quads, scalars));
-      }
-      Block tail;
-      for (int i = 0; i < lanes; ++i) {
-        const std::string at = "ft_s + " + lit(i);
-        const std::string inside = is_a ? "ft_k + " + lit(i) + " < " + lit(st.k) : "ft_k < " + lit(st.k);
-        const Stmt e1 = store(buf, at, "(" + inside + " ? " + load_as_compute(ut, p + "[ft_at + " + lit(i) + "]") + " : 0.0f)");
-        tail.push_back(is_a ? e1 : if_then("ft_c + " + lit(i) + " < " + nn + " && " + at + " < " + lit(cap), {e1}));
-      }
-      cx_.cur().push_back(if_then(whole, vector, tail));
+      return is_a ? quads : Block{if_then("(ft_s & 3) == 0", quads, scalars)};
+    };
+    const auto element = [&](int i) { return load_as_compute(ut, vector_element("ft_q", ut, i)); };
+    const std::string count = "ft_min(" + rows + " * " + vectors + ", " + lit(max_vectors) + ")";
+    if (batch == 1) {
+      Block loop = cx_.fresh_block([&] {
+        const std::string whole = coordinates();
+        Block vector = {vector_load("ft_q", p, "ft_at", ut)};
+        const Block stores = put(element, true);
+        vector.insert(vector.end(), stores.begin(), stores.end());
+        Block tail;
+        for (int i = 0; i < lanes; ++i) {
+          const Stmt e1 = store(buf, "ft_s + " + lit(i), tail_value(i));
+          tail.push_back(is_a ? e1 : if_then(placed(i), {e1}));
+        }
+        cx_.cur().push_back(if_then(whole, vector, tail));
+      });
+      steps.push_back(thread_for("ft_e", "0", count, loop));
+      return;
+    }
+    const auto declared = [](const ThreadLocal& t) { return t.name == "ft_sv"; };
+    if (std::none_of(k.thread_locals.begin(), k.thread_locals.end(), declared)) {
+      k.thread_locals.push_back({"ft_sv", planner::kVectorStagingLoads * 8});
+    }
+    const std::string span = lit(batch * cx_.cfg.threads);
+    const std::string e_at = "ft_sb * " + span + " + ft_si * " + lit(cx_.cfg.threads) + " + ft_thread";
+    const auto held = [&](int i) { return "ft_sv[ft_si * " + lit(lanes) + " + " + lit(i) + "]"; };
+    Block load = cx_.fresh_block([&] {
+      cx_.cur().push_back(let(kIndexType, "ft_e", e_at));
+      Block one;
+      cx_.with_block(one, [&] {
+        const std::string whole = coordinates();
+        Block vector = {vector_load("ft_q", p, "ft_at", ut)};
+        Block tail;
+        for (int i = 0; i < lanes; ++i) {
+          vector.push_back(assign(held(i), element(i)));
+          tail.push_back(assign(held(i), is_a ? tail_value(i) : "(" + placed(i) + " ? " + tail_value(i) + " : 0.0f)"));
+        }
+        cx_.cur().push_back(if_then(whole, vector, tail));
+      });
+      cx_.cur().push_back(if_then("ft_e < ft_sn", one));
     });
-    steps.push_back(thread_for("ft_e", "0", "ft_min(" + rows + " * " + vectors + ", " + lit(max_vectors) + ")", loop));
+    Block store_all = cx_.fresh_block([&] {
+      cx_.cur().push_back(let(kIndexType, "ft_e", e_at));
+      Block one;
+      cx_.with_block(one, [&] {
+        const std::string whole = coordinates();
+        Block tail;
+        for (int i = 0; i < lanes; ++i) {
+          const Stmt e1 = store(buf, "ft_s + " + lit(i), held(i));
+          tail.push_back(is_a ? e1 : if_then(placed(i), {e1}));
+        }
+        cx_.cur().push_back(if_then(whole, put(held, false), tail));
+      });
+      cx_.cur().push_back(if_then("ft_e < ft_sn", one));
+    });
+    steps.push_back(if_then("1", {let(kIndexType, "ft_sn", count),
+                                  serial_for("ft_sb", "0", "(ft_sn + " + span + " - 1) / " + span,
+                                             {serial_for("ft_si", "0", lit(batch), load, static_cast<int>(batch)),
+                                              serial_for("ft_si", "0", lit(batch), store_all, static_cast<int>(batch))})}));
   };
   if (st.vec_a) {
     vector_staging(st.a, st.a_cap, e.accesses[0], 0, true);

@@ -1,11 +1,13 @@
-// Split-K: a staged MatMul (or a cooperative reduction, stages/reduce.h) whose tiles are too few
+// Split-K: a staged MatMul or Conv (implicit GEMM, stages/conv_gemm.h), or a cooperative
+// reduction (stages/reduce.h), whose tiles are too few
 // to fill the device runs each tile on several blocks (TileConfig::split_k), each summing a slice
 // of the reduction steps, and the last of them to finish sums the slices' partial products and
 // runs the epilogue.
 //
 // Takes the lowering context of a group whose candidate asks for split-K (its tile_setup made the
 // tile's splits consecutive blocks, with uniform lets ft_tile and ft_split) and a staged MatMul
-// stage (stages/matmul.h's register-blocked form, stages/mma_matmul.h's tensor-core forms) with
+// stage (stages/matmul.h's register-blocked form, stages/mma_matmul.h's tensor-core forms) or
+// Conv stage (register-blocked) with
 // `steps` reduction steps in all. split_first_step declares the block's first step as the uniform
 // let ft_k0 (split s runs steps [s * per, s * per + per), per = split_steps(steps); the last
 // split's steps beyond K stage zeros). After the block's last step, with its accumulators in

@@ -459,7 +459,7 @@ TEST_P(ModelAttention, EveryAttentionGroupRunsFlash) {
 
 INSTANTIATE_TEST_SUITE_P(Codegen, ModelAttention,
                          ::testing::Values("bert", "bart_encoder_dynamo_fp16", "distilbert_fp16", "gpt2", "hf_vit_dynamo",
-                                           "llama_decode_fp16", "llama_gqa_dynamo_fp16", "qwen2_decode", "swin_t",
+                                           "llama_decode_fp16", "llama_fp16", "llama_gqa_dynamo_fp16", "qwen2_decode", "swin_t",
                                            "t5_encoder", "whisper_encoder_dynamo", "vit"));
 
 }  // namespace

@@ -13,6 +13,8 @@
 //    access: the CUDA backend launches with programmatic dependent launch.
 //  - A decode step's projection (the GEMV form, codegen/stages/matmul.h) reads its weights in
 //    16-byte read-only loads, several in flight, without spilling.
+//  - A staged contraction's staging loop loads a batch of elements before it stores them to shared
+//    memory (a run of kStagingLoads global loads in its PTX).
 //  - Global traffic moves in 16-byte accesses where rows allow: the share of the global sectors the
 //    plan's kernels request with them, counted by the host executor (`fusetune profile --json`),
 //    stays at what the element loops, row statistics and MatMul staging reach on the small float16
@@ -115,6 +117,7 @@ TEST(PtxCensus, CountsEachHabitOfAHandWrittenModule) {
 {
 	ld.param.u64 	%rd11, [first_param_0];
 	ld.global.nc.u16 	%rs1, [%rd15];
+	st.shared.u16 	[%r40], %rs1;
 	{  cvt.f32.f16 %f2, %rs1;}
 	{  cvt.rn.f16.f32 %rs2, %f3;}
 	st.global.u16 	[%rd3], %rs2;
@@ -168,6 +171,7 @@ $L__BB0_2:
   EXPECT_EQ(a.div_rem_64, 1);  // the .func's is nobody's
   EXPECT_EQ(a.div_rem_32, 2);  // div.rn.f32 is not integer division
   EXPECT_EQ(a.local_accesses, 1);
+  EXPECT_EQ(a.longest_load_run, 2);  // the shared store ends the first run (one load)
   EXPECT_EQ(a.cp_async + a.mma_sync + a.wgmma + a.ldmatrix + a.cp_async_waits + a.cp_async_bulk, 0);
   const backend::PtxCounts& b = kernels[1].counts;
   EXPECT_EQ(b.cp_async, 1);
@@ -178,7 +182,24 @@ $L__BB0_2:
   EXPECT_EQ(b.wgmma, 1);  // wgmma.fence is not a product
   EXPECT_EQ(b.cvt_f16_to_f32, 1);
   EXPECT_EQ(b.local_accesses, 1);
-  EXPECT_EQ(b.global_loads + b.global_stores + b.div_rem_64, 0);
+  EXPECT_EQ(b.global_loads + b.global_stores + b.div_rem_64 + b.longest_load_run, 0);
+}
+
+// A staged contraction's staging loop issues a batch of loads before it stores to shared memory
+// (codegen/stages/context.h's staging_loop): a 1x1 convolution of 160 channels at 7 x 7 staged 32
+// channels a step by 64 threads, its 32 x 49 patch slice 24.5 elements a thread, loads 8 in a row
+// in its PTX (a loop that stored each element before loading the next had runs of one).
+TEST(PtxStaging, AStagedConvolutionLoadsABatchBeforeItStores) {
+  if (!backend::nvrtc_available()) GTEST_SKIP() << "NVRTC not available: no PTX to read";
+  Graph g;
+  const int x = fusetune::testing::add_input(g, "x", DType::kF32, {1, 160, 7, 7});
+  const int w = fusetune::testing::random_constant(g, "w", DType::kF32, {960, 160, 1, 1}, 3u);
+  g.outputs().push_back(fusetune::testing::add_op(g, "Conv", {x, w}));
+  const planner::FusionGroup group = fusetune::testing::whole_graph_group(g);
+  const codegen::Kernel k = codegen::lower_group(g, group, planner::TileConfig{{1, 8, 7, 7}, 32, 64, 1}, "conv").kernel;
+  const std::vector<backend::KernelPtx> census = backend::ptx_census(backend::compile_ptx(codegen::emit_cuda({k}), "sm_90"));
+  ASSERT_EQ(census.size(), 1u);
+  EXPECT_GE(census[0].counts.longest_load_run, planner::kStagingLoads);
 }
 
 // The census against regular expressions over the PTX of a real plan (counted two ways).

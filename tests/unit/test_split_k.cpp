@@ -7,6 +7,7 @@
 // (fence, barrier, atomic; barrier, fence; the counter's reset) deleted in turn is caught; the
 // CUDA text compiles with the atomics and the L1-bypassing loads in its PTX; the planner offers
 // split-K where a MatMul's tiles leave SMs idle and models it faster there, and nowhere else.
+// Convolutions staged as implicit GEMMs split likewise (pointwise, strided and padded, grouped).
 #include <gtest/gtest.h>
 
 #include <array>
@@ -63,6 +64,51 @@ TEST(SplitK, ChainsMatchTheReferenceInEveryStagedForm) {
       ASSERT_EQ(lk.kernel.scratch.size(), 2u);
       EXPECT_EQ(lk.kernel.grid, lk.kernel.scratch[0].elements * splits);
       EXPECT_EQ(lk.kernel.grid, 4 * splits / (cfg.wgmma ? 4 : 1));  // 64 x 64 in 32 x 32 tiles, or one 64 x 64
+    }
+  }
+}
+
+// Convolutions staged as implicit GEMMs, split: a pointwise one (EfficientNet's 672 -> 192 at
+// 7 x 7, narrowed), a strided 3 x 3 one with padding whose tiles end past the image, and a grouped
+// one (two groups of 6 input channels), each with its bias and a Relu, 2 and 3 splits of steps
+// that do not divide K.
+TEST(SplitK, ConvolutionsMatchTheReference) {
+  using fusetune::testing::add_input;
+  using fusetune::testing::add_op;
+  using fusetune::testing::attrs;
+  using fusetune::testing::random_constant;
+  struct Case {
+    const char* what;
+    Shape x, w;
+    Attributes a;
+    TileConfig cfg;
+  };
+  const std::vector<Case> cases = {
+      {"pointwise", {1, 72, 7, 7}, {24, 72, 1, 1}, {}, {{1, 8, 1, 7}, 16, 64, 1}},
+      {"strided 3x3, padded",
+       {1, 12, 9, 9},
+       {16, 12, 3, 3},
+       attrs({{"strides", std::vector<int64_t>{2, 2}}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}}),
+       {{1, 8, 2, 4}, 16, 64, 1}},
+      {"grouped", {1, 12, 6, 6}, {16, 6, 3, 3}, attrs({{"group", int64_t{2}}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}}),
+       {{1, 8, 3, 6}, 8, 64, 1}}};
+  for (const Case& c : cases) {
+    Graph g;
+    const int y = add_op(g, "Conv", {add_input(g, "x", DType::kF32, c.x), random_constant(g, "w", DType::kF32, c.w, 7u),
+                                     random_constant(g, "b", DType::kF32, {c.w[0]}, 8u)},
+                         c.a);
+    g.outputs().push_back(add_op(g, "Relu", {y}));
+    const FusionGroup group = fusetune::testing::whole_graph_group(g);
+    for (int splits : {2, 3}) {
+      const TileConfig cfg = split(c.cfg, splits);
+      const planner::Cost cost = planner::evaluate_tile(g, group, planner::find_device("h100"), cfg);
+      ASSERT_TRUE(cost.valid) << c.what << " " << cfg.str() << ": " << cost.reject;
+      fusetune::testing::check_groups(g, {group}, [&](const FusionGroup&) { return cfg; },
+                                      std::string("Conv ") + c.what + "/" + cfg.str(), {false, {"sm_80"}});
+      const LoweredKernel lk = lower_group(g, group, cfg, "k");
+      ASSERT_EQ(lk.kernel.scratch.size(), 2u) << c.what;
+      EXPECT_EQ(lk.kernel.grid, lk.kernel.scratch[0].elements * splits) << c.what;
+      EXPECT_EQ(lk.kernel.grid, cost.tiles) << c.what;
     }
   }
 }
@@ -188,6 +234,23 @@ TEST(SplitKPlanner, SkinnyProjectionsGetSplitCandidatesThatModelFasterAndLargeOn
   fusetune::testing::check_groups(skinny.g, skinny.groups, [&](const FusionGroup&) { return cands.front().config; },
                                   "best split-K " + cands.front().config.str(),
                                   {true, cands.front().config.wgmma ? std::vector<std::string>{"sm_90"} : std::vector<std::string>{"sm_90"}});
+  // A 1x1 convolution of few tiles and a deep reduction (EfficientNet-B0's 672 -> 192 at 7 x 7):
+  // its best candidate splits, and the blocks' chains of staging rounds shorten.
+  Graph conv;
+  fusetune::testing::add_op(conv, "Conv", {fusetune::testing::add_input(conv, "x", DType::kF32, {1, 672, 7, 7}),
+                                           fusetune::testing::random_constant(conv, "w", DType::kF32, {192, 672, 1, 1}, 5u)});
+  conv.outputs().push_back(conv.nodes().back().outputs[0]);
+  const auto conv_cands = planner::tile_candidates(conv, fusetune::testing::whole_graph_group(conv), h100, all);
+  ASSERT_FALSE(conv_cands.empty());
+  EXPECT_GT(conv_cands.front().config.split_k, 1) << "best: " << conv_cands.front().config.str();
+  for (const auto& cand : conv_cands) {
+    if (cand.config.split_k > 1) continue;
+    EXPECT_LT(conv_cands.front().cost.modeled_us, cand.cost.modeled_us) << cand.config.str();
+    std::printf("672 -> 192 1x1 convolution at 7 x 7 on the H100, modeled: best %s %.2f us, best unsplit %s %.2f us\n",
+                conv_cands.front().config.str().c_str(), conv_cands.front().cost.modeled_us, cand.config.str().c_str(),
+                cand.cost.modeled_us);
+    break;
+  }
   // A projection that fills the device has none.
   const auto large = projection(2048, 1024, 4096);
   for (const auto& cand : planner::tile_candidates(large.g, large.groups[0], h100, all)) {

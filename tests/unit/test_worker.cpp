@@ -53,6 +53,41 @@ TEST(Wire, SubgraphsOfEveryGroupRoundTripWithTheSameSignature) {
   }
 }
 
+// Additive masks travel as they are, never drawn as uniform noise of +-10,000 (LLaMA float16's
+// causal mask of 0 and -10000 once was: the reference's float16 additions of such values then
+// differed from a kernel's float ones in the softmax): one of float16's lowest finite value,
+// -65504 (a sentinel, as exporters of float16 decoders write minus infinity), and one of -10000
+// (two distinct values).
+class WireMask : public ::testing::TestWithParam<float> {};
+
+TEST_P(WireMask, AnAdditiveMaskTravelsAsItIs) {
+  Graph g;
+  const int x = testing::add_input(g, "x", DType::kF16, {4, 64});
+  std::vector<float> mask_values(64, 0.0f);
+  for (size_t i = 32; i < mask_values.size(); ++i) mask_values[i] = GetParam();
+  const int mask = g.add_constant("mask", Tensor::from_floats(DType::kF16, {64}, mask_values));
+  g.outputs() = {testing::add_op(g, "Softmax", {testing::add_op(g, "Add", {x, mask})})};
+  planner::FusionGroup all{{0, 1}, {}, {}, "", 0};
+  planner::describe_group(g, all);
+  const wire::Subgraph sub = wire::to_subgraph(g, all);
+  bool seen = false;
+  for (const wire::ValueDef& d : sub.values()) {
+    if (d.name() != "mask") continue;
+    seen = true;
+    EXPECT_FALSE(d.has_generated());
+    EXPECT_EQ(d.data().size(), 64u * 2);
+  }
+  EXPECT_TRUE(seen);
+  const Graph back = wire::from_subgraph(sub);
+  bool same = false;
+  for (size_t v = 0; v < back.values().size(); ++v) {
+    if (back.value(static_cast<int>(v)).name == "mask") same = back.value(static_cast<int>(v)).data->to_floats() == mask_values;
+  }
+  EXPECT_TRUE(same);
+}
+
+INSTANTIATE_TEST_SUITE_P(Wire, WireMask, ::testing::Values(-65504.0f, -10000.0f));
+
 TEST(Wire, WeightsStayHomeAndEveryReceiverDrawsTheSameValues) {
   // x @ W + bias, then a Gather by constant indices and an additive float mask of -inf entries.
   Graph g;
