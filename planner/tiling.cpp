@@ -423,13 +423,12 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   // Little's law: the least bytes a block keeps in flight over its staged MatMuls' steps.
   double in_flight = INFINITY;
   int64_t reduce_rounds = 0;  // per block, the rounds of loads of the generic reduction stages
-  // A thread's rounds of loads staging a slice of `elems` elements, `lanes` a load: 16-byte
-  // vectors in batches of vector_staging_batch, single elements of staging_batch (codegen's
-  // staging loops).
+  // A thread's rounds of loads staging a slice of `elems` elements, `lanes` a load, in batches
+  // (staging_batch: codegen's staging loops).
   const auto slice_rounds = [&](int64_t elems, int64_t lanes) {
-    const int64_t per_thread = ceil_div(ceil_div(elems, lanes), static_cast<int64_t>(cfg.threads));
-    return ceil_div(per_thread, lanes > 1 ? vector_staging_batch(ceil_div(elems, lanes), cfg.threads)
-                                          : staging_batch(elems, cfg.threads));
+    const int64_t slice_loads = ceil_div(elems, lanes);
+    return ceil_div(ceil_div(slice_loads, static_cast<int64_t>(cfg.threads)),
+                    staging_batch(slice_loads, cfg.threads, lanes > 1 ? kVectorStagingLoads : kStagingLoads));
   };
   bool gemv_taken = false;  // some MatMul takes the GEMV form
   int gemv_registers = 0;

@@ -36,9 +36,8 @@
 //     the L2, or a weight of a model whose weights are: neither stays in L2 between launches)
 //     over the bandwidth the resident blocks' bytes in flight sustain (bytes in flight x blocks /
 //     Device::dram_latency_ns). A step's operand bytes are in flight for as many latencies as its
-//     loads take rounds (a thread stages a batch of staging_batch elements, or of
-//     vector_staging_batch 16-byte vectors, a round, waiting for them before storing them to
-//     shared memory; cp.async keeps
+//     loads take rounds (a thread stages a batch of staging_batch elements or 16-byte vectors a
+//     round, waiting for them before storing them to shared memory; cp.async keeps
 //     MmaStaging::ahead steps in flight, the GEMV form 4 of each thread's loads); the group's
 //     least is its bound. For the generic reduction stage (codegen/stages/reduce.h), at least its
 //     threads' rounds of loads (kReductionLoadsInFlight a round, a DRAM latency each, the first
@@ -211,17 +210,12 @@ inline constexpr int kReductionLoadsInFlight = 8;
 // element (codegen/stages/context.h's staging_loop): its elements in batches of up to this many,
 // every load of a batch issued before its first store to shared memory.
 inline constexpr int kStagingLoads = 8;
-// The batch of a slice of at most `cap` elements staged by `threads` threads: a thread's share of
-// the slice, up to kStagingLoads (1: a plain loop, one element a thread).
-inline int64_t staging_batch(int64_t cap, int threads) {
-  return std::clamp<int64_t>((cap + threads - 1) / threads, 1, kStagingLoads);
-}
-
-// The same for an operand staged in 16-byte vectors (up to 64 bytes a thread in flight): the
-// batch of `vectors` vectors on `threads` threads.
+// The same for an operand staged in 16-byte vectors: up to 64 bytes a thread in flight.
 inline constexpr int kVectorStagingLoads = 4;
-inline int64_t vector_staging_batch(int64_t vectors, int threads) {
-  return std::clamp<int64_t>((vectors + threads - 1) / threads, 1, kVectorStagingLoads);
+// The batch of a slice of at most `cap` loads (elements, or 16-byte vectors) staged by `threads`
+// threads: a thread's share of the slice, up to `most` (1: a plain loop, one load a thread).
+inline int64_t staging_batch(int64_t cap, int threads, int most = kStagingLoads) {
+  return std::clamp<int64_t>((cap + threads - 1) / threads, 1, most);
 }
 
 // The lanes that reduce one output of the generic reduction stage together (codegen/stages/

@@ -64,6 +64,9 @@ struct Counters {
 
   Counters& operator+=(const Counters& o);
   uint64_t unique_bytes() const { return 32 * (unique_load_sectors + unique_store_sectors); }
+  // The bytes of the sectors the global requests touched (each request's distinct sectors, loads
+  // and stores): the traffic between the SMs and L2 where L1 keeps nothing.
+  uint64_t requested_bytes() const { return 32 * (global_load_sectors + global_store_sectors); }
   // The global sectors loads (or stores) of `bytes` per lane requested: how much of the traffic
   // moved in accesses that wide (16: the 128-bit accesses, cp.async's copies included).
   uint64_t global_sectors_of_width(int bytes, bool store) const;

@@ -7,8 +7,9 @@
 // arithmetic for the same kernel (manifest `modeled_dram_bytes`, `modeled_flops`) with the ratios
 // counted / modeled; the bytes of the sectors requested against the modeled L2 traffic
 // (`modeled_l2_bytes`) in the JSON and for the plan. Counted figures come from executing the
-// kernels; modeled ones from the cost model; the table labels each. `ld 16B` and `st 16B`: the share of the global sectors requested
-// by 16-byte (128-bit) accesses, cp.async copies included; the plan's share on a line of its own.
+// kernels; modeled ones from the cost model; the table labels each. `ld 16B` and `st 16B`: the
+// share of the global sectors requested by 16-byte (128-bit) accesses, cp.async copies included;
+// the plan's share on a line of its own.
 // --sites N adds the N access sites (lines of kernels.cu) with the most sectors or wavefronts
 // beyond one per request: where uncoalesced accesses and bank conflicts come from.
 // --sol adds, per kernel, the speed of light on the plan's device (planner/speed_of_light.h) for
@@ -69,13 +70,6 @@ double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
 double wide_share(const simt::Counters& c, bool store) {
   return ratio(static_cast<double>(c.global_sectors_of_width(16, store)),
                static_cast<double>(store ? c.global_store_sectors : c.global_load_sectors));
-}
-
-// The bytes of the 32-byte sectors the kernel's global requests touched, loads and stores (each
-// request's distinct sectors): the traffic between the SMs and L2 where L1 keeps nothing, against
-// which the cost model's L2 bytes stand (manifest `modeled_l2_bytes`).
-int64_t requested_bytes(const simt::Counters& c) {
-  return static_cast<int64_t>((c.global_load_sectors + c.global_store_sectors) * 32);
 }
 
 // The n access sites with the most sectors (global) or wavefronts (shared) beyond what full-warp
@@ -271,7 +265,7 @@ int cmd_profile(const std::vector<std::string>& argv) {
                       {"unique_load_sectors", c.unique_load_sectors},
                       {"unique_store_sectors", c.unique_store_sectors},
                       {"unique_bytes", c.unique_bytes()},
-                      {"requested_bytes", requested_bytes(c)},
+                      {"requested_bytes", c.requested_bytes()},
                       {"redundant_stores", c.redundant_stores},
                       {"shared_load_requests", c.shared_load_requests},
                       {"shared_load_wavefronts", c.shared_load_wavefronts},
@@ -283,7 +277,8 @@ int cmd_profile(const std::vector<std::string>& argv) {
                       {"special_ops", c.special_ops}}},
                     {"modeled", {{"dram_bytes", modeled}, {"l2_bytes", modeled_l2}, {"flops", modeled_flops}}},
                     {"counted_over_modeled_bytes", ratio(static_cast<double>(c.unique_bytes()), static_cast<double>(modeled))},
-                    {"counted_over_modeled_l2_bytes", ratio(static_cast<double>(requested_bytes(c)), static_cast<double>(modeled_l2))},
+                    {"counted_over_modeled_l2_bytes",
+                     ratio(static_cast<double>(c.requested_bytes()), static_cast<double>(modeled_l2))},
                     {"counted_over_modeled_flops",
                      ratio(static_cast<double>(c.flops + c.special_ops), static_cast<double>(modeled_flops))}});
     if (ptx) {
@@ -303,7 +298,7 @@ int cmd_profile(const std::vector<std::string>& argv) {
                    {"counted_load_sectors_16B_share", wide_share(total, false)},
                    {"counted_store_sectors_16B_share", wide_share(total, true)},
                    {"modeled_dram_bytes", modeled_total},
-                   {"counted_requested_bytes", requested_bytes(total)},
+                   {"counted_requested_bytes", total.requested_bytes()},
                    {"modeled_l2_bytes", modeled_l2_total},
                    {"counted_flops", total.flops},
                    {"counted_special_ops", total.special_ops},
@@ -346,8 +341,8 @@ int cmd_profile(const std::vector<std::string>& argv) {
               ratio(static_cast<double>(total.unique_bytes()), static_cast<double>(modeled_total)));
   std::printf("plan: counted %.4f MB requested in 32-byte sectors (the L2 traffic where L1 keeps nothing), modeled L2 "
               "%.4f MB, ratio %.2f\n",
-              static_cast<double>(requested_bytes(total)) / 1e6, static_cast<double>(modeled_l2_total) / 1e6,
-              ratio(static_cast<double>(requested_bytes(total)), static_cast<double>(modeled_l2_total)));
+              static_cast<double>(total.requested_bytes()) / 1e6, static_cast<double>(modeled_l2_total) / 1e6,
+              ratio(static_cast<double>(total.requested_bytes()), static_cast<double>(modeled_l2_total)));
   std::printf("plan: counted %.0f%% of the global load sectors and %.0f%% of the store sectors requested by 16-byte "
               "accesses (ld 16B, st 16B)\n",
               100 * wide_share(total, false), 100 * wide_share(total, true));

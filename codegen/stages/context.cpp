@@ -386,31 +386,38 @@ Stmt LoweringContext::staging_loop(Kernel& k, const std::string& buf, const std:
                         cur_->push_back(store(buf, "ft_e", "ft_x"));
                       }));
   }
-  // Batch b of a thread: its elements b * threads * batch + i * threads + thread, i < batch (the
-  // plain loop's elements of that thread, in its order), computed into the thread-local ft_sx[i]
-  // by a loop the compiler unrolls whole (so ft_sx stays in registers), then stored by another.
-  const auto declared = [](const ThreadLocal& t) { return t.name == "ft_sx"; };
-  if (std::none_of(k.thread_locals.begin(), k.thread_locals.end(), declared)) {
-    k.thread_locals.push_back({"ft_sx", planner::kStagingLoads});
-  }
+  // Each element computed into ft_sx[ft_si], then stored.
+  return batched_loop(
+      k, clamped, batch, "ft_sx", planner::kStagingLoads,
+      [&] {
+        cur_->push_back(assign("ft_sx[ft_si]", "0.0f"));
+        Block one;
+        with_block(one, [&] {
+          element();
+          cur_->push_back(assign("ft_sx[ft_si]", "ft_x"));
+        });
+        cur_->push_back(if_then("ft_e < ft_sn", one));
+      },
+      [&] { cur_->push_back(if_then("ft_e < ft_sn", {store(buf, "ft_e", "ft_sx[ft_si]")})); });
+}
+
+Stmt LoweringContext::batched_loop(Kernel& k, const std::string& count, int64_t batch, const std::string& local,
+                                   int64_t size, const std::function<void()>& load, const std::function<void()>& put) {
+  const auto declared = [&](const ThreadLocal& t) { return t.name == local; };
+  if (std::none_of(k.thread_locals.begin(), k.thread_locals.end(), declared)) k.thread_locals.push_back({local, size});
   const int64_t span = batch * cfg.threads;
   const std::string e = "ft_sb * " + lit(span) + " + ft_si * " + lit(cfg.threads) + " + ft_thread";
-  Block load = fresh_block([&] {
-    cur_->push_back(let(kIndexType, "ft_e", e));
-    cur_->push_back(assign("ft_sx[ft_si]", "0.0f"));
-    Block one;
-    with_block(one, [&] {
-      element();
-      cur_->push_back(assign("ft_sx[ft_si]", "ft_x"));
+  const auto body = [&](const std::function<void()>& f) {
+    return fresh_block([&] {
+      cur_->push_back(let(kIndexType, "ft_e", e));
+      f();
     });
-    cur_->push_back(if_then("ft_e < ft_sn", one));
-  });
-  const Block put = {let(kIndexType, "ft_e", e), if_then("ft_e < ft_sn", {store(buf, "ft_e", "ft_sx[ft_si]")})};
+  };
   const std::string batches = "(ft_sn + " + lit(span - 1) + ") / " + lit(span);
-  return if_then("1", {let(kIndexType, "ft_sn", clamped),
+  return if_then("1", {let(kIndexType, "ft_sn", count),
                        serial_for("ft_sb", "0", batches,
-                                  {serial_for("ft_si", "0", lit(batch), load, static_cast<int>(batch)),
-                                   serial_for("ft_si", "0", lit(batch), put, static_cast<int>(batch))})});
+                                  {serial_for("ft_si", "0", lit(batch), body(load), static_cast<int>(batch)),
+                                   serial_for("ft_si", "0", lit(batch), body(put), static_cast<int>(batch))})});
 }
 
 void LoweringContext::region_loop(Kernel& k, int v, const IndexFn& body, bool vectorize) {

@@ -149,6 +149,15 @@ class LoweringContext {
   // waits a memory latency for each (planner::staging_batch; the cost model charges the rounds).
   Stmt staging_loop(Kernel& k, const std::string& buf, const std::string& count, int64_t cap,
                     const std::function<void()>& element);
+  // The thread-distributed loop over `count` items (an expression, let as ft_sn) in batches of
+  // `batch`: thread t takes items b * threads * batch + i * threads + t in its batch b (i < batch:
+  // the plain loop's items of that thread, in its order), all of a batch through `load`, then all
+  // through `put`, each emitted into a block of its own where ft_e is the item (possibly past the
+  // count: the bodies guard) and ft_si its place in the batch. Both loops over i are unrolled
+  // whole, so the thread-local `local` (`size` floats, declared once per kernel) indexed by ft_si
+  // stays in registers.
+  Stmt batched_loop(Kernel& k, const std::string& count, int64_t batch, const std::string& local, int64_t size,
+                    const std::function<void()>& load, const std::function<void()>& put);
   // Nested serial loops over e's reduction variables; body(vars) with vars = o then reductions.
   void reduction_loops(const planner::TensorExpr& e, const std::vector<std::string>& o, const IndexFn& body);
   // o followed by e's reduction variables at element `flat` of its reduction space (row-major,

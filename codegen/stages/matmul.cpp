@@ -296,7 +296,7 @@ void StagedMatMulStage::emit(Kernel& k) {
     const std::string cols = is_a ? step : nn, rows = is_a ? nm : step;
     const std::string vectors = "((" + cols + " + " + lit(lanes - 1) + ") / " + lit(lanes) + ")";
     const int64_t max_vectors = is_a ? cap / lanes : st.step * ((cap / st.step + lanes - 1) / lanes);
-    const int64_t batch = planner::vector_staging_batch(max_vectors, cx_.cfg.threads);
+    const int64_t batch = planner::staging_batch(max_vectors, cx_.cfg.threads, planner::kVectorStagingLoads);
     const std::string last = lit(lanes - 1);
     // The vector's coordinates for ft_e, as lets; its condition of being whole and aligned.
     const auto coordinates = [&] {
@@ -339,6 +339,15 @@ void StagedMatMulStage::emit(Kernel& k) {
       }
       return is_a ? quads : Block{if_then("(ft_s & 3) == 0", quads, scalars)};
     };
+    // A vector that is not whole, element by element: A's all in the slice, B's where placed.
+    const auto tail_stores = [&](const std::function<std::string(int)>& x) {
+      Block tail;
+      for (int i = 0; i < lanes; ++i) {
+        const Stmt e1 = store(buf, "ft_s + " + lit(i), x(i));
+        tail.push_back(is_a ? e1 : if_then(placed(i), {e1}));
+      }
+      return tail;
+    };
     const auto element = [&](int i) { return load_as_compute(ut, vector_element("ft_q", ut, i)); };
     const std::string count = "ft_min(" + rows + " * " + vectors + ", " + lit(max_vectors) + ")";
     if (batch == 1) {
@@ -347,56 +356,36 @@ void StagedMatMulStage::emit(Kernel& k) {
         Block vector = {vector_load("ft_q", p, "ft_at", ut)};
         const Block stores = put(element, true);
         vector.insert(vector.end(), stores.begin(), stores.end());
-        Block tail;
-        for (int i = 0; i < lanes; ++i) {
-          const Stmt e1 = store(buf, "ft_s + " + lit(i), tail_value(i));
-          tail.push_back(is_a ? e1 : if_then(placed(i), {e1}));
-        }
-        cx_.cur().push_back(if_then(whole, vector, tail));
+        cx_.cur().push_back(if_then(whole, vector, tail_stores(tail_value)));
       });
       steps.push_back(thread_for("ft_e", "0", count, loop));
       return;
     }
-    const auto declared = [](const ThreadLocal& t) { return t.name == "ft_sv"; };
-    if (std::none_of(k.thread_locals.begin(), k.thread_locals.end(), declared)) {
-      k.thread_locals.push_back({"ft_sv", planner::kVectorStagingLoads * 8});
-    }
-    const std::string span = lit(batch * cx_.cfg.threads);
-    const std::string e_at = "ft_sb * " + span + " + ft_si * " + lit(cx_.cfg.threads) + " + ft_thread";
+    // Each vector's L floats computed into ft_sv[ft_si * L ..], then stored.
     const auto held = [&](int i) { return "ft_sv[ft_si * " + lit(lanes) + " + " + lit(i) + "]"; };
-    Block load = cx_.fresh_block([&] {
-      cx_.cur().push_back(let(kIndexType, "ft_e", e_at));
+    const auto guarded = [&](const std::function<void(const std::string&)>& f) {
       Block one;
-      cx_.with_block(one, [&] {
-        const std::string whole = coordinates();
-        Block vector = {vector_load("ft_q", p, "ft_at", ut)};
-        Block tail;
-        for (int i = 0; i < lanes; ++i) {
-          vector.push_back(assign(held(i), element(i)));
-          tail.push_back(assign(held(i), is_a ? tail_value(i) : "(" + placed(i) + " ? " + tail_value(i) + " : 0.0f)"));
-        }
-        cx_.cur().push_back(if_then(whole, vector, tail));
-      });
+      cx_.with_block(one, [&] { f(coordinates()); });
       cx_.cur().push_back(if_then("ft_e < ft_sn", one));
-    });
-    Block store_all = cx_.fresh_block([&] {
-      cx_.cur().push_back(let(kIndexType, "ft_e", e_at));
-      Block one;
-      cx_.with_block(one, [&] {
-        const std::string whole = coordinates();
-        Block tail;
-        for (int i = 0; i < lanes; ++i) {
-          const Stmt e1 = store(buf, "ft_s + " + lit(i), held(i));
-          tail.push_back(is_a ? e1 : if_then(placed(i), {e1}));
-        }
-        cx_.cur().push_back(if_then(whole, put(held, false), tail));
-      });
-      cx_.cur().push_back(if_then("ft_e < ft_sn", one));
-    });
-    steps.push_back(if_then("1", {let(kIndexType, "ft_sn", count),
-                                  serial_for("ft_sb", "0", "(ft_sn + " + span + " - 1) / " + span,
-                                             {serial_for("ft_si", "0", lit(batch), load, static_cast<int>(batch)),
-                                              serial_for("ft_si", "0", lit(batch), store_all, static_cast<int>(batch))})}));
+    };
+    steps.push_back(cx_.batched_loop(
+        k, count, batch, "ft_sv", planner::kVectorStagingLoads * 8,
+        [&] {
+          guarded([&](const std::string& whole) {
+            Block vector = {vector_load("ft_q", p, "ft_at", ut)};
+            Block tail;
+            for (int i = 0; i < lanes; ++i) {
+              vector.push_back(assign(held(i), element(i)));
+              tail.push_back(assign(held(i), is_a ? tail_value(i) : "(" + placed(i) + " ? " + tail_value(i) + " : 0.0f)"));
+            }
+            cx_.cur().push_back(if_then(whole, vector, tail));
+          });
+        },
+        [&] {
+          guarded([&](const std::string& whole) {
+            cx_.cur().push_back(if_then(whole, put(held, false), tail_stores(held)));
+          });
+        }));
   };
   if (st.vec_a) {
     vector_staging(st.a, st.a_cap, e.accesses[0], 0, true);
