@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "codegen/index_expr.h"
+#include "core/cancel.h"
 #include "core/error.h"
 
 namespace fusetune::codegen {
@@ -125,6 +126,7 @@ class Analysis {
     // The blocks to analyse: one of each class of translates (the first block first).
     std::vector<std::pair<int64_t, std::vector<IndexValue>>> analysed;
     for (const int64_t block : blocks) {
+      cancellation_point();  // a grid of 100,000 blocks: planning is given up between two
       std::vector<IndexValue> env(static_cast<size_t>(slots_));
       env[1] = block;
       ++block_stamp_;  // invariant subexpressions are evaluated afresh for this block
@@ -139,6 +141,7 @@ class Analysis {
     }
     for (auto& [block, env] : analysed) {
       if (removable.empty()) break;
+      cancellation_point();
       ++block_stamp_;
       thread_ = 0;
       ordinal_ = 0;

@@ -24,6 +24,7 @@ Offload::~Offload() {
     stopping_ = true;
     queue_.clear();
   }
+  cancel_.raise();
   wake_.notify_all();
   for (std::thread& t : threads_) t.join();
 }
@@ -71,7 +72,10 @@ void Offload::loop() {
     }
     Completion completion;
     try {
+      const CancelScope scope(&cancel_);
       completion = item.first();
+    } catch (const Cancelled&) {
+      completion = [] {};  // given up as the pool stops: its completion never runs
     } catch (const std::exception& e) {
       completion = [failed = std::move(item.second), what = std::string(e.what())] { failed(what); };
     }

@@ -7,7 +7,9 @@
 // completion may. Pool threads (and the threads their work starts) run under SCHED_IDLE (nice +10
 // where that is refused), below the loop, so that on a busy machine the loop preempts them. Guarantees: a work function that throws has its Error's message passed to the
 // `failed` completion given with it instead; nothing posted is lost before the destructor, which
-// lets running work finish, drops what has not started, and runs no completion.
+// drops what has not started, gives up running work at its next cancellation point (core/cancel.h:
+// the work runs under the pool's cancel token, raised first), and runs no completion: a
+// coordinator told to stop does not wait for a model's planning to end.
 #pragma once
 
 #include <condition_variable>
@@ -18,6 +20,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "core/cancel.h"
 
 namespace fusetune::coordinator {
 
@@ -47,6 +51,7 @@ class Offload {
   std::deque<Completion> done_;
   size_t pending_ = 0;
   bool stopping_ = false;
+  CancelToken cancel_;  // raised by the destructor: running work gives up
   std::vector<std::thread> threads_;
 };
 

@@ -2,14 +2,18 @@
 //
 // Takes a ZeroMQ context, an endpoint to bind a ROUTER socket on, and the search database
 // (storage/search_db.h). Workers and clients connect with DEALER sockets and speak
-// proto/service.proto. A job (a model's files, a device, options) is planned by a JobPlanner
-// into tasks, one per unique group signature: tasks the database already answers are cache
-// hits, and jobs that share a signature share its task. Tasks are leased to idle workers whose
-// device matches, taking jobs in turn (round robin) so several jobs progress fairly; a lease
-// ends with the worker's result, or is re-queued when its deadline passes or its worker falls
-// silent (no heartbeat for worker_timeout_ms) or gives it back; after max_attempts a task fails
-// and its groups keep modeled costs. When a job's tasks are all settled, its plan is chosen from
-// the measurements and the job is done, with a summary.
+// proto/service.proto. The server makes the coordinator's parts and runs their event loop:
+// transport.h (the socket), scheduler.h (workers, leases, dispatch), job_manager.h (a job's
+// lifecycle) with job_search.h (its search rounds), submissions.h (uploads and submissions),
+// exporter.h (bundles), service_view.h (what the HTTP API, dashboards/api.h, reads). A job (a
+// model's files, a device, options) is planned by a JobPlanner into tasks, one per unique group
+// signature: tasks the database already answers are cache hits, and jobs that share a signature
+// share its task. Tasks are leased to idle workers whose device matches, taking jobs in turn
+// (round robin) so several jobs progress fairly; a lease ends with the worker's result, or is
+// re-queued when its deadline passes or its worker falls silent (no heartbeat for
+// worker_timeout_ms) or gives it back; after max_attempts a task fails and its groups keep
+// modeled costs. When a job's tasks are all settled, its plan is chosen from the measurements and
+// the job is done, with a summary.
 // The event loop only moves messages and database rows: importing, planning and lowering a
 // submitted model, a resumed job's model, round and final plans and an export's bundle run
 // on a pool of `work_threads` (coordinator/offload.h), and a client's submit or export is answered
@@ -17,11 +21,14 @@
 // in-process calls (submit, export_plan) do the same work on the caller's thread.
 // Guarantees: every state that matters (jobs, tasks, models, results) is in the database, in one
 // transaction per change, so a server started on the same file resumes every unfinished job
-// (leases of the previous process are re-queued); a result arriving for a task already done (a
-// late duplicate) records nothing; malformed frames, unknown peers and failing requests are
-// logged and answered with an error or ignored, never fatal; a worker of an incompatible protocol
-// version is refused with the versions this coordinator speaks; with CURVE keys, a peer whose
-// public key is not allowed is refused at the handshake (proto/curve.h) and never heard.
+// (leases of the previous process are re-queued); a poll's messages, expiry and dispatch commit
+// as one transaction and what they send leaves after it; a result arriving for a task already
+// done (a late duplicate) records nothing; malformed frames, unknown peers and failing requests
+// are logged and answered with an error or ignored, never fatal; a database that cannot be
+// written (a full disk) stops new work, not the coordinator, until a write works again; a worker
+// of an incompatible protocol version is refused with the versions this coordinator speaks; with
+// CURVE keys, a peer whose public key is not allowed is refused at the handshake (proto/curve.h)
+// and never heard.
 #pragma once
 
 #include <atomic>
@@ -89,7 +96,7 @@ class Server {
   // The requests clients make over the socket, also callable in process (embedded `tune`).
   int64_t submit(const wire::Submit& submit);
   std::vector<wire::JobStatus> status(int64_t job);  // job 0: every job
-  void cancel(int64_t job);
+  void cancel(int64_t job, const std::string& reason = "cancelled by a client");
   std::vector<wire::ModelFile> export_plan(int64_t job);
   size_t workers() const;
 

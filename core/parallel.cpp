@@ -7,6 +7,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/cancel.h"
+
 namespace fusetune {
 
 void parallel_for(size_t n, const std::function<void(size_t)>& fn, int threads) {
@@ -16,9 +18,12 @@ void parallel_for(size_t n, const std::function<void(size_t)>& fn, int threads) 
   std::mutex mutex;
   size_t failed_at = n;
   std::exception_ptr failure;
+  const CancelToken* token = current_cancel_token();  // the caller's, on every thread
   auto work = [&] {
+    const CancelScope scope(token);
     for (size_t i = next++; i < n; i = next++) {
       try {
+        cancellation_point();
         fn(i);
       } catch (...) {
         const std::lock_guard<std::mutex> lock(mutex);

@@ -6,6 +6,8 @@
 // Guarantees: returns when every call has returned; when calls throw, every index is still
 // claimed, and the exception of the lowest failing index is rethrown, so an error reads the same
 // however the work was divided. The function must be safe to call from several threads at once.
+// Work under a cancel token (core/cancel.h) stays under it on every thread, and an index not
+// started when the token is raised throws Cancelled instead of running.
 #pragma once
 
 #include <cstddef>

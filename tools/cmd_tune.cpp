@@ -137,8 +137,14 @@ int cmd_tune(const std::vector<std::string>& argv) {
   const auto [job_device, worker_device] = resolve_device(args.get("device", "auto"), why);
   const coordinator::JobOptions options = job_options(args);
   if (job_device != "host" && (worker_device.empty() || args.has("no-timing"))) {
-    return tune_without_timing(args, model, model.filename().string(), job_device, options,
-                               worker_device.empty() ? "no GPU here: " + why : "--no-timing");
+    try {  // planning, compiling and checking here, on this thread: given up at SIGINT or SIGTERM
+      const CancelScope scope(&signal_cancel_token());
+      return tune_without_timing(args, model, model.filename().string(), job_device, options,
+                                 worker_device.empty() ? "no GPU here: " + why : "--no-timing");
+    } catch (const Cancelled&) {
+      std::fprintf(stderr, "fusetune tune: interrupted; nothing was written\n");
+      return 1;
+    }
   }
   wire::Submit submit;
   submit.set_model_name(model.filename().string());
@@ -165,7 +171,15 @@ int cmd_tune(const std::vector<std::string>& argv) {
                          "nothing of a GPU, and a full-size model takes hours; the progress line says about how long\n");
   }
   std::fflush(stdout);
-  const int64_t job = server.submit(submit);
+  const std::atomic<bool>& interrupted = stop_on_signals();
+  int64_t job = 0;
+  try {  // planning the model here, on this thread: given up at SIGINT or SIGTERM
+    const CancelScope scope(&signal_cancel_token());
+    job = server.submit(submit);
+  } catch (const Cancelled&) {
+    std::fprintf(stderr, "fusetune tune: interrupted while planning %s; nothing was stored\n", model.string().c_str());
+    return 1;
+  }
 
   worker::WorkerOptions wopt;
   wopt.coordinator = sopt.listen;
@@ -186,7 +200,6 @@ int cmd_tune(const std::vector<std::string>& argv) {
     }
   });
 
-  const std::atomic<bool>& interrupted = stop_on_signals();
   wire::JobStatus st;
   {
     ProgressLine progress("tasks");
@@ -200,12 +213,16 @@ int cmd_tune(const std::vector<std::string>& argv) {
       if (interrupted.load() || (worker_rc != 0)) break;
     }
   }
+  // Interrupted: the job is marked cancelled (its leases revoked, so the worker stops measuring
+  // for it), and no later coordinator on this database resumes it; what it measured is kept and
+  // answers the next tune of the model as cache hits.
+  if (interrupted.load() && (st.state() == "queued" || st.state() == "running")) server.cancel(job, "interrupted (SIGINT or SIGTERM to tune)");
   stop_worker = true;
   worker_thread.join();
   server.poll_once(0);  // the worker's goodbye
   if (st.state() != "done") {
     std::fprintf(stderr, "fusetune tune: job %lld %s%s%s\n", static_cast<long long>(job),
-                 interrupted.load() ? "interrupted; measurements so far are kept" : st.state().c_str(),
+                 interrupted.load() ? "interrupted and cancelled; the measurements so far are kept" : st.state().c_str(),
                  st.error().empty() ? "" : ": ", st.error().c_str());
     return 1;
   }

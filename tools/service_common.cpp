@@ -24,10 +24,12 @@ namespace {
 
 std::atomic<bool> g_stop{false};
 std::atomic<bool> g_stop_again{false};
+CancelToken g_cancel;
 
 void on_signal(int) {
   if (g_stop.load()) g_stop_again = true;
   g_stop = true;
+  g_cancel.raise();
 }
 
 }  // namespace
@@ -49,6 +51,11 @@ const std::atomic<bool>& stop_on_signals() {
 }
 
 const std::atomic<bool>& stopped_twice() { return g_stop_again; }
+
+const CancelToken& signal_cancel_token() {
+  (void)stop_on_signals();
+  return g_cancel;
+}
 
 std::string self_executable() {
   std::error_code ec;

@@ -1,6 +1,6 @@
 // What the service commands (tune, coordinator, worker, submit, status, cancel, export) share:
-// a stop flag raised by SIGINT/SIGTERM, the path of this executable (the worker's measuring
-// child), CURVE options, a job's options from flags, reading a model's files for a job, writing a
+// a stop flag and a cancel token raised by SIGINT/SIGTERM, the path of this executable (the
+// worker's measuring child), CURVE options, a job's options from flags, reading a model's files for a job, writing a
 // plan's files, and the job table printout.
 #pragma once
 
@@ -12,6 +12,7 @@
 
 #include "coordinator/client.h"
 #include "coordinator/job_planner.h"
+#include "core/cancel.h"
 #include "dashboards/http_server.h"
 #include "fusetune_proto/service.pb.h"
 #include "proto/curve.h"
@@ -24,6 +25,9 @@ namespace fusetune::cli {
 const std::atomic<bool>& stop_on_signals();
 // True once a second SIGINT or SIGTERM arrived (stop_on_signals installs the handler).
 const std::atomic<bool>& stopped_twice();
+// Raised with the stop flag (handlers installed): work run under it (core/cancel.h) on the
+// command's own thread, as `tune` plans its model, is given up at SIGINT or SIGTERM.
+const CancelToken& signal_cancel_token();
 // This executable's path, from /proc/self/exe.
 std::string self_executable();
 // A model's files as coordinator::model_files names them (the .onnx and the external data its

@@ -22,6 +22,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 #include <random>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -81,6 +82,19 @@ class Process {
     ::waitpid(pid_, &status, 0);
     pid_ = -1;
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  // Its exit code once it has exited within `limit`; nothing (it still runs) after that.
+  std::optional<int> wait_for(std::chrono::milliseconds limit) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    for (;;) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
   }
   std::string log() const {
     std::ifstream in(log_);
@@ -1581,6 +1595,84 @@ TEST_F(Service, AWorkerWithABinaryRoutingIdLeavesTheApiAndTheExportValid) {
     }
   }
   EXPECT_GT(measurements, 0);
+}
+
+// The live page is live: while a job runs, /api/jobs/ID gives each group whose task is done its best
+// measured time (the group's last convergence point) before the job's round ends; a group nothing
+// was measured for has no point yet.
+TEST_F(Service, ARunningJobsPageShowsEachFinishedGroupsBestBeforeItsRoundEnds) {
+  start_coordinator({"--http", "127.0.0.1:0"});
+  ASSERT_GT(http_port_, 0);
+  const int64_t job = submit(write_model(dir_, "relu_neg", 4096, {"Relu", "Neg"}), 2, "host", kOneRound);
+  ScriptedWorker w(context_, endpoint_);  // after the submission: no heartbeat is due while it is planned
+  auto answer = [&](const wire::Task& t, double us) {
+    std::map<std::string, std::array<double, 3>> times;
+    for (const wire::Candidate& c : t.candidates()) times[c.config()] = {us, us - 0.01, us + 0.01};
+    w.answer(t, times);
+  };
+  const wire::Task first = w.next_task();
+  answer(first, 7.5);
+  const wire::Task second = w.next_task();  // leased after the first result was stored
+  ASSERT_NE(second.signature(), first.signature());
+  const auto [code, body] = http_get(http_port_, "/api/jobs/" + std::to_string(job));
+  ASSERT_EQ(code, 200) << body << coordinator_->log();
+  const nlohmann::json page = nlohmann::json::parse(body);
+  EXPECT_EQ(page["state"], "running") << page.dump();
+  EXPECT_TRUE(page["convergence"].empty()) << "no round has ended yet: " << page.dump();
+  const nlohmann::json& groups = page["group_convergence"];
+  ASSERT_TRUE(groups.contains(first.signature())) << page.dump();
+  const nlohmann::json& last = groups[first.signature()].back();  // [trials, best us, seconds]
+  EXPECT_EQ(last[0], first.candidates_size()) << page.dump();
+  EXPECT_NEAR(last[1].get<double>(), 7.5, 0.05) << page.dump();
+  EXPECT_FALSE(groups.contains(second.signature())) << page.dump();
+  answer(second, 5.0);
+  for (wire::Task t = w.try_task(3000); t.task_id() > 0; t = w.try_task(3000)) answer(t, 6.0);
+  wait_for([&] { w.heartbeat(); return status(job).state() == "done"; }, "the job to finish");
+}
+
+// A model whose tasks take long to lower: two softmaxes over `rows` rows of 1,024, one block a row
+// each, whose barrier analysis goes over every block (about 100 s at 65,536 rows on two cores).
+fs::path slow_to_lower_model(const fs::path& dir, int64_t rows) {
+  testing::OnnxBuilder b;
+  b.input("x", 1, {rows, 1024});
+  b.node("Softmax", {"x"}, {"s"});
+  b.node("Relu", {"s"}, {"r"});
+  b.node("Softmax", {"r"}, {"y"});
+  b.output("y", 1, {rows, 1024});
+  const fs::path p = dir / "slow_to_lower.onnx";
+  b.write(p);
+  return p;
+}
+
+// Stopping promptly: SIGTERM to a coordinator whose pool lowers a submitted model's tasks, and to
+// `tune` while it plans a model on its own thread, ends each within seconds, the planning given up
+// (it would take minutes). The coordinator's job stays queued in the database, to be prepared
+// again when a worker can take it; nothing of tune's is stored.
+TEST_F(Service, ACoordinatorAndTuneStopWithinSecondsOfSigtermWhilePlanning) {
+  const fs::path model = slow_to_lower_model(dir_, 32768);
+  constexpr auto kPrompt = std::chrono::seconds(15);
+  start_coordinator();
+  const int64_t job = submit(model, 2, "h100");  // answered once planned; the lowering follows on the pool
+  ASSERT_GT(job, 0) << coordinator_->log();
+  coordinator_->signal(SIGTERM);
+  const std::optional<int> code = coordinator_->wait_for(kPrompt);
+  ASSERT_TRUE(code.has_value()) << "the coordinator still ran " << kPrompt.count() << " s after SIGTERM:\n" << coordinator_->log();
+  EXPECT_EQ(*code, 0) << coordinator_->log();
+  EXPECT_EQ(coordinator_->log().find("tasks lowered"), std::string::npos) << "the lowering finished first:\n" << coordinator_->log();
+  start_coordinator();
+  EXPECT_EQ(status(job).state(), "queued") << coordinator_->log();
+
+  const fs::path tune_db = dir_ / "tune.db";
+  Process tune({"tune", model.string(), "--device", "host", "--db", tune_db.string()}, dir_ / "tune.log");
+  wait_for([&] { return tune.log().find("tuning ") != std::string::npos; }, "tune to start planning", 60);
+  tune.signal(SIGTERM);
+  const std::optional<int> tuned = tune.wait_for(kPrompt);
+  ASSERT_TRUE(tuned.has_value()) << "tune still ran " << kPrompt.count() << " s after SIGTERM:\n" << tune.log();
+  EXPECT_EQ(*tuned, 1) << tune.log();
+  EXPECT_NE(tune.log().find("interrupted while planning"), std::string::npos) << tune.log();
+  storage::SearchDb db(tune_db);
+  storage::JobQueue queue(db);
+  EXPECT_TRUE(queue.jobs(false).empty());
 }
 
 // Node and value names that are not UTF-8 (a stray continuation byte, 0xFF, an overlong '/') travel
