@@ -13,8 +13,8 @@
 // configuration compiled, verified and timed in the worker's measuring child (worker/sandbox.h):
 // the ground truth. Then each strategy is replayed against that table, trial by trial:
 //  - model: the cost model's order (what `--trials` of one round measures);
-//  - model + mutations: the cost model's best 8, then rounds of 8 from search::next_trials around
-//    the 3 best measured so far (what the coordinator's search does);
+//  - model + mutations: the cost model's best 8, then rounds of 8 from search::next_round (the
+//    strategy the coordinator's search rounds call: the neighbours of the 3 best measured so far);
 //  - random: a seeded shuffle (the seed is printed).
 //  - learned model + mutations: the same, with the first round and every round ranked by the
 //    learned model (search/learned_model.h) trained on the other groups' tables (a database that
@@ -44,7 +44,7 @@
 #include "coordinator/job_planner.h"
 #include "core/error.h"
 #include "search/learned_model.h"
-#include "search/mutation.h"
+#include "search/strategy.h"
 #include "worker/compile_pool.h"
 #include "worker/daemon.h"
 #include "worker/sandbox.h"
@@ -93,58 +93,41 @@ std::vector<std::string> order_model(const Group& g) {
   return out;
 }
 
-// The other groups' whole tables (a database that tuned them before; with `other_models`, only
-// those of other models, so that no twin of `g` from its own model is among them), and this
-// group's trials so far: the learned model's training data for `g`.
-std::vector<search::MeasuredGroup> training(const std::vector<Group>& all, const Group& g, const std::vector<std::string>& own,
-                                            bool other_models) {
-  std::vector<search::MeasuredGroup> out;
-  auto add = [&](const Group& x, const std::set<std::string>* only) {
-    search::MeasuredGroup m;
-    for (const planner::Candidate& c : x.space) {
-      const double us = x.time_us.at(c.config.str());
-      if (!std::isfinite(us) || (only && !only->count(c.config.str()))) continue;
-      m.candidates.push_back(c);
-      m.median_us.push_back(us);
-    }
-    out.push_back(std::move(m));
-  };
-  for (const Group& x : all) {
-    if (&x != &g && !(other_models && x.model == g.model)) add(x, nullptr);
+// The finite times of `x` for the configurations of `only` (all when null).
+std::map<std::string, double> measured_of(const Group& x, const std::set<std::string>* only) {
+  std::map<std::string, double> out;
+  for (const auto& [config, us] : x.time_us) {
+    if (std::isfinite(us) && (only == nullptr || only->count(config))) out.emplace(config, us);
   }
-  const std::set<std::string> mine(own.begin(), own.end());
-  add(g, &mine);
   return out;
 }
 
-// Model + mutations, ranked by `learned` (retrained on `all` and the trials so far each round)
-// when given, else by the cost model.
+// The other groups' whole tables (a database that tuned them before; with `other_models`, only
+// those of other models, so that no twin of `g` from its own model is among them), and this
+// group's trials so far: the learned model's training data for `g`, as the coordinator gathers it
+// (search::measured_group).
+std::vector<search::MeasuredGroup> training(const std::vector<Group>& all, const Group& g, const std::vector<std::string>& own,
+                                            bool other_models) {
+  std::vector<search::MeasuredGroup> out;
+  for (const Group& x : all) {
+    if (&x != &g && !(other_models && x.model == g.model)) out.push_back(search::measured_group(x.space, measured_of(x, nullptr)));
+  }
+  const std::set<std::string> mine(own.begin(), own.end());
+  out.push_back(search::measured_group(g.space, measured_of(g, &mine)));
+  return out;
+}
+
+// The shipped strategy (search::next_round, as the coordinator's rounds call it) in rounds of 8,
+// ranked by the learned model (retrained on `all` and the trials so far each round) when `all`
+// is given, else by the cost model. The first round has nothing measured: the space's best 8.
 std::vector<std::string> order_mutations(const Group& g, const std::vector<Group>* all = nullptr, bool other_models = false) {
   std::vector<std::string> out;
   std::set<std::string> tried;
   search::LearnedModel model;
-  std::vector<double> scores;
-  auto rescore = [&] {
-    if (all == nullptr) return;
-    model.train(training(*all, g, out, other_models));
-    scores = model.trained() ? model.score(g.space) : std::vector<double>();
-  };
-  rescore();
-  for (const planner::TileConfig& c : search::next_trials(g.space, {}, tried, 8, scores.empty() ? nullptr : &scores)) {
-    out.push_back(c.str());
-    tried.insert(out.back());
-  }
   while (out.size() < g.space.size()) {
-    rescore();
-    std::vector<std::pair<double, std::string>> measured;
-    for (const std::string& c : out) measured.emplace_back(g.time_us.at(c), c);
-    std::sort(measured.begin(), measured.end());
-    std::vector<std::string> parents;
-    for (size_t i = 0; i < measured.size() && i < 3; ++i) {
-      if (std::isfinite(measured[i].first)) parents.push_back(measured[i].second);
-    }
-    const std::vector<planner::TileConfig> next =
-        search::next_trials(g.space, parents, tried, 8, scores.empty() ? nullptr : &scores);
+    if (all != nullptr) model.train(training(*all, g, out, other_models));
+    const std::set<std::string> own(out.begin(), out.end());
+    const std::vector<planner::TileConfig> next = search::next_round(g.space, measured_of(g, &own), tried, 8, &model);
     if (next.empty()) break;
     for (const planner::TileConfig& c : next) {
       out.push_back(c.str());

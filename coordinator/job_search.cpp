@@ -9,17 +9,17 @@
 #include "codegen/kernel_ir.h"
 #include "core/parallel.h"
 #include "search/learned_model.h"
-#include "search/mutation.h"
+#include "search/strategy.h"
 
 namespace fusetune::coordinator {
 
 // A group's part of the next search round: what the loop read from the database (the task it
-// extends, the parents, what was tried, how many trials fit the budget), and the kernels the pool
+// extends, what was measured and tried, how many trials fit the budget), and the kernels the pool
 // lowered for it.
 struct JobSearch::RoundAsk {
   std::string signature;
   wire::Task asked;
-  std::vector<std::string> parents;
+  std::map<std::string, double> measured;  // successful medians, by configuration
   std::set<std::string> tried;
   size_t trials = 0;
   std::vector<wire::Candidate> offspring;
@@ -77,27 +77,16 @@ bool JobSearch::search_round(int64_t id, Job& job) {
   std::vector<search::MeasuredGroup> data;
   std::vector<RoundAsk> asks;
   for (auto& [signature, group] : job.groups) {
-    const search::GroupDecision d = decisions_.of(signature, job.device).decision;
-    search::MeasuredGroup m;
-    for (const planner::Candidate& c : job.planner->group(signature).candidates) {
-      const auto it = d.time_us.find(c.config.str());
-      if (it == d.time_us.end() || !c.config.library.empty()) continue;
-      m.candidates.push_back(c);
-      m.median_us.push_back(it->second);
-    }
-    data.push_back(std::move(m));
+    const search::GroupDecision& d = decisions_.of(signature, job.device).decision;
+    data.push_back(search::measured_group(job.planner->group(signature).candidates, d.time_us));
     // Tried: what this job asked, and whatever the database holds for the group on this identity
     // (another job's rounds count against the budget too).
-    RoundAsk a{signature, group.asked, {}, decisions_.of(signature, job.device).seen, 0, {}};
+    RoundAsk a{signature, group.asked, d.time_us, decisions_.of(signature, job.device).seen, 0, {}};
     for (const wire::Candidate& c : group.asked.candidates()) a.tried.insert(c.config());
     int generated = 0;  // library calls are measured besides the budget
     for (const std::string& config : a.tried) generated += config.find("library=") == std::string::npos;
     if (generated >= budget) continue;
-    std::vector<std::pair<double, std::string>> ranked;
-    for (const auto& [config, us] : d.time_us) ranked.emplace_back(us, config);
-    std::sort(ranked.begin(), ranked.end());
-    for (size_t k = 0; k < ranked.size() && k < 3; ++k) a.parents.push_back(ranked[k].second);
-    if (a.parents.empty()) continue;  // nothing works yet: no parent to mutate
+    if (a.measured.empty()) continue;  // nothing works yet: no parent to mutate
     a.trials = static_cast<size_t>(std::min(o.candidates, budget - generated));
     asks.push_back(std::move(a));
   }
@@ -121,9 +110,7 @@ bool JobSearch::search_round(int64_t id, Job& job) {
         parallel_for(round->size(), [&](size_t i) {
           RoundAsk& a = (*round)[i];
           const std::vector<planner::Candidate>& space = planner->group(a.signature).candidates;
-          const std::vector<double> scores = model.trained() ? model.score(space) : std::vector<double>();
-          a.offspring = planner->lower(a.asked, search::next_trials(space, a.parents, a.tried, a.trials,
-                                                                   scores.empty() ? nullptr : &scores));
+          a.offspring = planner->lower(a.asked, search::next_round(space, a.measured, a.tried, a.trials, &model));
         });
         const std::string ranked_by =
             model.trained() ? "learned model (" + std::to_string(model.samples()) + " measurements)"

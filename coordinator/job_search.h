@@ -37,10 +37,10 @@ class JobSearch {
   // Appends the job's best so far (the plan its measurements choose now, chosen on the pool) and
   // each group's best after the round that just settled, then settles the job.
   void record_convergence(int64_t id, Job& job);
-  // One round for every group with budget left (and the job within its time): the untried
-  // neighbours of its three best measured configurations, or else the best ranked untried ones
-  // (search/mutation.h), ranked by the learned model once this identity's measurements of the
-  // job's groups suffice and by the cost model before. Returns whether a round was started.
+  // One round for every group with budget left (and the job within its time) and something
+  // measured: search::next_round (search/strategy.h), ranked by the learned model once this
+  // identity's measurements of the job's groups suffice and by the cost model before. Returns
+  // whether a round was started.
   bool search_round(int64_t id, Job& job);
   // For every group whose two fastest candidates are within each other's noise and not yet
   // measured interleaved (search::decide_group), queues the group's task again with just those two

@@ -1,14 +1,17 @@
 // The search's mutations (search/mutation.h) on the search space the planner gives a real group:
 // every neighbor differs from its parent in one knob and is the nearest in that direction, and
-// the next trials are untried, neighbors first, best modeled first, then the space's best.
+// the next trials are untried, neighbors first, best modeled first, then the space's best. The
+// strategy's round (search/strategy.h) mutates the three fastest measured configurations.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <set>
 
 #include "coordinator/job_planner.h"
 #include "planner/select.h"
 #include "search/mutation.h"
+#include "search/strategy.h"
 #include "graph_helpers.h"
 #include "planner/device.h"
 
@@ -103,6 +106,45 @@ TEST(Mutation, NextTrialsAreUntriedNeighborsBestModeledFirstThenTheSpacesBest) {
   EXPECT_EQ(next_trials(space, {"library=cublasLt"}, {}, 2)[0].str(), space[0].config.library.empty()
                                                                           ? space[0].config.str()
                                                                           : space[1].config.str());
+}
+
+// A round of the shipped strategy: the parents are the three fastest measured (ties by their
+// text), its trials those of next_trials around them; with nothing measured, the space's best;
+// the learned model's data holds only the measured, non-library candidates of the space.
+TEST(Strategy, ARoundMutatesTheThreeFastestMeasuredAndItsDataIsWhatWasMeasured) {
+  const std::vector<planner::Candidate> space = matmul_space();
+  ASSERT_GT(space.size(), 50u);
+  std::map<std::string, double> measured;
+  for (size_t k : {3u, 10u, 20u, 30u, 40u}) {
+    if (space[k].config.library.empty()) measured[space[k].config.str()] = 50.0 - static_cast<double>(k);
+  }
+  ASSERT_EQ(measured.size(), 5u);
+  const std::vector<std::string> chosen = parents(measured);
+  EXPECT_EQ(chosen, (std::vector<std::string>{space[40].config.str(), space[30].config.str(), space[20].config.str()}));
+  measured[space[3].config.str()] = 10.0;  // a tie with space[40]: the smaller text first
+  const std::string first = std::min(space[3].config.str(), space[40].config.str());
+  EXPECT_EQ(parents(measured)[0], first);
+  std::set<std::string> tried;
+  for (const auto& [config, us] : measured) tried.insert(config);
+  const std::vector<planner::TileConfig> round = next_round(space, measured, tried, 8, nullptr);
+  const std::vector<planner::TileConfig> direct = next_trials(space, parents(measured), tried, 8);
+  ASSERT_EQ(round.size(), 8u);
+  for (size_t i = 0; i < round.size(); ++i) {
+    EXPECT_EQ(round[i].str(), direct[i].str());
+    EXPECT_FALSE(tried.count(round[i].str()));
+  }
+  const LearnedModel untrained;
+  const std::vector<planner::TileConfig> opening = next_round(space, {}, {}, 2, &untrained);
+  ASSERT_EQ(opening.size(), 2u);
+  EXPECT_EQ(opening[0].str(), next_trials(space, {}, {}, 1)[0].str());
+  std::map<std::string, double> with_foreign = measured;
+  with_foreign["library=cublasLt"] = 1.0;
+  with_foreign["not in the space"] = 2.0;
+  const MeasuredGroup data = measured_group(space, with_foreign);
+  EXPECT_EQ(data.candidates.size(), measured.size());
+  for (size_t i = 0; i < data.candidates.size(); ++i) {
+    EXPECT_EQ(data.median_us[i], measured.at(data.candidates[i].config.str()));
+  }
 }
 
 }  // namespace
