@@ -25,6 +25,7 @@
 #include "codegen/lower_group.h"
 #include "codegen/verify_ir.h"
 #include "core/error.h"
+#include "core/ops.h"
 #include "importer/importer.h"
 #include "planner/device.h"
 #include "planner/select.h"
@@ -100,6 +101,11 @@ Graph every_op() {
   for (const char* op : {"Add", "Sub", "Mul", "Max", "Min", "Equal"}) add_op(g, op, {ix, ix});
   add_op(g, "Div", {ix, add_op(g, "Add", {ix, ix})});
   add_op(g, "Mod", {ix, add_op(g, "Add", {ix, ix})}, attrs({{"fmod", int64_t{0}}}));
+  add_op(g, "BitwiseNot", {ix});
+  for (const char* op : {"BitwiseAnd", "BitwiseOr", "BitwiseXor"}) add_op(g, op, {ix, add_op(g, "Neg", {ix})});
+  for (const char* direction : {"LEFT", "RIGHT"}) {  // shifts by the inputs' values: most outside [0, 64)
+    add_op(g, "BitShift", {ix, ix}, attrs({{"direction", std::string(direction)}, {"bits", int64_t{64}}, {"signed", int64_t{1}}}));
+  }
   add_op(g, "And", {mask, mask});
   add_op(g, "Or", {mask, add_op(g, "Not", {mask})});
   add_op(g, "Xor", {mask, mask});
@@ -162,6 +168,15 @@ Graph every_op() {
   add_op(g, "ScatterND", {x, sidx, add_input(g, "upd", DType::kF32, {2, 7, 5})}, attrs({{"reduction", std::string("none")}}));
   add_op(g, "ScatterND", {x, sidx, add_input(g, "upd2", DType::kF32, {2, 7, 5})}, attrs({{"reduction", std::string("add")}}));
   return g;
+}
+
+// The canonical op set (core/ops.h) is the list every_op() is held to: an op added to it without a
+// case here fails.
+TEST(CodegenOps, EveryCanonicalOpIsInTheGraphOfEveryOp) {
+  const Graph g = every_op();
+  std::set<std::string> present;
+  for (const Node& n : g.nodes()) present.insert(n.op);
+  for (const OpSchema& op : canonical_ops()) EXPECT_TRUE(present.count(std::string(op.name))) << op.name << " is not in every_op()";
 }
 
 TEST(CodegenOps, EveryOpOnOddShapesAndPartialTiles) {
