@@ -93,11 +93,12 @@ std::map<std::string, KernelResources> parse_resources(const std::string& log) {
   std::map<std::string, KernelResources> out;
   std::istringstream in(log);
   std::string line, current;
-  const std::regex entry(R"(Compiling entry function '([^']+)')");
-  const std::regex props(R"(Function properties for ([A-Za-z_0-9]+))");
-  const std::regex spill(R"((\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads)");
-  const std::regex used(R"(Used (\d+) registers)");
-  const std::regex smem(R"((\d+) bytes smem)");
+  // Compiled once, not per call: a worker's compile pool parses logs on several threads at once.
+  static const std::regex entry(R"(Compiling entry function '([^']+)')");
+  static const std::regex props(R"(Function properties for ([A-Za-z_0-9]+))");
+  static const std::regex spill(R"((\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads)");
+  static const std::regex used(R"(Used (\d+) registers)");
+  static const std::regex smem(R"((\d+) bytes smem)");
   std::smatch m;
   while (std::getline(in, line)) {
     if (std::regex_search(line, m, entry) || std::regex_search(line, m, props)) current = m[1];

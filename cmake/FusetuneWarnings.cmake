@@ -36,6 +36,15 @@ if(FUSETUNE_SANITIZE)
     target_compile_options(fusetune_flags INTERFACE -Wno-maybe-uninitialized)
   endif()
 endif()
+if(FUSETUNE_TSAN)
+  # ThreadSanitizer: the coordinator's loop, pools and HTTP threads, the worker's compile pool and
+  # daemon, parallel_for. The SIMT executor tells it of every fiber switch (simt/executor.cpp).
+  target_compile_options(fusetune_flags INTERFACE -fsanitize=thread -fno-omit-frame-pointer)
+  target_link_options(fusetune_flags INTERFACE -fsanitize=thread)
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+    target_compile_options(fusetune_flags INTERFACE -Wno-maybe-uninitialized -Wno-tsan)
+  endif()
+endif()
 if(FUSETUNE_FUZZ)
   # Coverage instrumentation for libFuzzer plus ASan/UBSan in every library, so the fuzz targets
   # (tools/, linked with -fsanitize=fuzzer) see edges and memory errors in all of fusetune.

@@ -4,6 +4,7 @@
 #
 #   scripts/setup.sh                 # deps + a Release build in ./build
 #   scripts/setup.sh --sanitize      # deps + an ASan+UBSan build in ./build-asan
+#   scripts/setup.sh --tsan          # deps + a ThreadSanitizer build in ./build-tsan
 #   scripts/setup.sh --deps-only     # deps and conformance data, no build
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,9 +12,10 @@ cd "$(dirname "$0")/.."
 mode=build
 case "${1:-}" in
   --sanitize) mode=sanitize ;;
+  --tsan) mode=tsan ;;
   --deps-only) mode=deps ;;
   "") ;;
-  *) echo "usage: scripts/setup.sh [--sanitize|--deps-only]" >&2; exit 2 ;;
+  *) echo "usage: scripts/setup.sh [--sanitize|--tsan|--deps-only]" >&2; exit 2 ;;
 esac
 
 # Debian packages the build and the tests use. The CUDA toolkit (NVRTC) is optional for this
@@ -126,6 +128,11 @@ if [ "$mode" = sanitize ]; then
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-g1 -O1" -DFUSETUNE_SANITIZE=ON \
     -DCMAKE_UNITY_BUILD="$unity" >/dev/null
   cmake --build build-asan -j "$jobs"
+elif [ "$mode" = tsan ]; then
+  # ThreadSanitizer, optimized as the ASan build is (-O1, line tables), assertions on.
+  cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-g1 -O1" -DFUSETUNE_TSAN=ON \
+    -DCMAKE_UNITY_BUILD="$unity" >/dev/null
+  cmake --build build-tsan -j "$jobs"
 else
   # Release as it ships (-O3, NDEBUG), warnings as errors as for every developer build; no debug
   # information (a build with it: cmake -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo).

@@ -3,9 +3,26 @@
 # warnings as errors) and with AddressSanitizer + UndefinedBehaviorSanitizer (Debug: assertions
 # on), and runs every test once: in the sanitizer build where it can run there at a bearable cost,
 # in the Release build otherwise (the list below), then checks that no test was left out.
-# `--quick` builds Release alone and runs every test there.
+# `--quick` builds Release alone and runs every test there. `--tsan` builds with ThreadSanitizer
+# (./build-tsan) and runs the tests of what runs on several threads: the coordinator (its loop,
+# pools and HTTP threads, against scripted workers), the scheduler, the worker's daemon, compile
+# pool and sandbox, the upload ledger, parallel_for, the HTTP limits, the coordinator's fuzz
+# corpus and `tune`'s dry run. It is not part of CI's run (a third build does not fit CI's time):
+# run it after a change to what threads share.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = "--tsan" ]; then
+  # Left out: the tests whose workers measure real groups on the host executor, which under
+  # ThreadSanitizer runs each kernel 20 to 50 times slower than their deadlines allow (the
+  # worker's threads are those of WorkerDaemon, CompilePool and Sandbox, which run here).
+  tsan_slow='ACoordinatorKilledMidJobResumesAfterRestart|AModelWhoseNodeNamesAreNotUtf8TunesToDoneWithEveryTaskSucceeding|ASigtermedWorker.*|ATaskWhoseLeasesAllDieFailsAtTheAttemptLimitAndItsJobsFinish|ATimedOutCandidateIsMeasuredAgainUpToTheLimit|AWorkerKilledMidJobLosesNothingAndDuplicatesNothing|AWorkerOfSeveralDevicesServesEveryDeviceAndReportsWhatEachDid|CancelReachesTheWorkerWhichStopsMeasuringTheJobsTask|FiftyJobsAtOnceAllCompleteAndModelsSharingBlocksShareTasks|GarbageFramesAndIncompatibleWorkersAreHandledAndTheServiceGoesOn|MeasurementsAnswerOnlyTheirOwnDeviceIdentity|WithCurveKeysOnlyAllowedWorkersAndClientsAreServedEachInItsRole'
+  scripts/setup.sh --tsan
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp" \
+    ctest --test-dir build-tsan --output-on-failure -j "$(nproc)" \
+    -R '^(Service|SchedulerTest|WorkerDaemon|WorkerMachine|CompilePool|Sandbox|UploadsTest|ParallelFor|HttpLimits|Metrics)\.|^FuzzRegressions\.Coordinator|^tune\.no_gpu$' \
+    -E "^Service\.($tsan_slow)\$|^Sandbox\.GeneratedCandidatesOfARealGroupVerifyAndTime\$"
+  exit 0
+fi
 scripts/setup.sh
 if [ "${1:-}" = "--quick" ]; then
   ctest --test-dir build --output-on-failure -j "$(nproc)"

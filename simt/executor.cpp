@@ -25,6 +25,12 @@
 #include <sanitizer/common_interface_defs.h>
 #define FT_SIMT_ASAN 1
 #endif
+// ThreadSanitizer is told of every fiber and every switch (a switch orders what came before it):
+// the threads of a block share one OS thread in turns, which the executor's own racecheck judges.
+#if defined(__SANITIZE_THREAD__)
+#include <sanitizer/tsan_interface.h>
+#define FT_SIMT_TSAN 1
+#endif
 
 // The modules' floating-point operation counts, per OS thread (simt/device_api.h).
 extern "C" {
@@ -160,6 +166,7 @@ struct Fiber {
   ctx::fiber sink;  // the scheduler, held by the thread while it runs
   const void* stack_bottom = nullptr;  // AddressSanitizer is told of every switch of stacks
   void* fake_stack = nullptr;
+  void* tsan_fiber = nullptr;  // ThreadSanitizer's handle (FT_SIMT_TSAN)
   std::vector<AsyncCopy> copies_open;                // issued since the thread's last commit
   std::deque<std::vector<AsyncCopy>> copy_groups;   // committed, not yet waited for; oldest first
   // wgmma (sm_90a): the thread's accumulators in flight and the shared rows its wgmmas read, each
@@ -266,6 +273,14 @@ struct Worker {
   const void* stack_bottom = nullptr;
   size_t stack_size = 0;
 #endif
+#ifdef FT_SIMT_TSAN
+  void* tsan_home = nullptr;  // the OS thread's own context, which fibers switch back to
+  ~Worker() {
+    for (Fiber& f : fibers) {
+      if (f.tsan_fiber != nullptr) __tsan_destroy_fiber(f.tsan_fiber);
+    }
+  }
+#endif
 
   explicit Worker(Launch& launch) : L(launch), rng(launch.options.schedule_seed) {
     const Shape& s = L.shape;
@@ -292,6 +307,10 @@ struct Worker {
   void resume(Fiber& f) {
     f.state = Fiber::State::kRunning;
     tls_current = &f;
+#ifdef FT_SIMT_TSAN
+    tsan_home = __tsan_get_current_fiber();
+    __tsan_switch_to_fiber(f.tsan_fiber, 0);
+#endif
 #ifdef FT_SIMT_ASAN
     __sanitizer_start_switch_fiber(&fake_stack, f.stack_bottom, kStackBytes);
 #endif
@@ -302,6 +321,9 @@ struct Worker {
     tls_current = nullptr;
   }
   void yield(Fiber& f) {
+#ifdef FT_SIMT_TSAN
+    __tsan_switch_to_fiber(tsan_home, 0);
+#endif
 #ifdef FT_SIMT_ASAN
     __sanitizer_start_switch_fiber(&f.fake_stack, stack_bottom, stack_size);
 #endif
@@ -353,6 +375,9 @@ struct Worker {
       f.stored_global = f.unfenced = false;
       f.fence_epoch = 0;
       f.fence_event = f.events = 0;
+#ifdef FT_SIMT_TSAN
+      if (f.tsan_fiber == nullptr) f.tsan_fiber = __tsan_create_fiber(0);
+#endif
       f.self = ctx::fiber(std::allocator_arg, PooledStack{&f.stack_bottom}, [this, &f](ctx::fiber&& sink) {
         f.sink = std::move(sink);
 #ifdef FT_SIMT_ASAN
@@ -361,6 +386,9 @@ struct Worker {
         tls_current = &f;
         L.kernel.entry(L.args.data());
         end_thread(f);
+#ifdef FT_SIMT_TSAN
+        __tsan_switch_to_fiber(tsan_home, 0);
+#endif
 #ifdef FT_SIMT_ASAN
         __sanitizer_start_switch_fiber(nullptr, stack_bottom, stack_size);
 #endif

@@ -35,13 +35,16 @@ void Sandbox::start() {
   // leaks at exit: LeakSanitizer stops the world from a task it clones as a process, which the
   // child's seccomp filter refuses (worker/confine.h).
   std::vector<std::string> env;
-  std::string asan = "ASAN_OPTIONS=";
+  std::string asan = "ASAN_OPTIONS=", tsan = "TSAN_OPTIONS=";
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string var = *e;
     if (var.rfind("ASAN_OPTIONS=", 0) == 0) asan = var + ":";
+    else if (var.rfind("TSAN_OPTIONS=", 0) == 0) tsan = var + ":";
     else env.push_back(var);
   }
-  env.push_back(asan + "handle_segv=0:handle_sigbus=0:handle_sigill=0:handle_sigfpe=0:handle_abort=0:detect_leaks=0");
+  const std::string signals = "handle_segv=0:handle_sigbus=0:handle_sigill=0:handle_sigfpe=0:handle_abort=0";
+  env.push_back(asan + signals + ":detect_leaks=0");
+  env.push_back(tsan + signals);
   std::vector<char*> envp;
   for (const std::string& v : env) envp.push_back(const_cast<char*>(v.c_str()));
   envp.push_back(nullptr);
