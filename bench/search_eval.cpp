@@ -126,8 +126,7 @@ std::vector<std::string> order_mutations(const Group& g, const std::vector<Group
   search::LearnedModel model;
   while (out.size() < g.space.size()) {
     if (all != nullptr) model.train(training(*all, g, out, other_models));
-    const std::set<std::string> own(out.begin(), out.end());
-    const std::vector<planner::TileConfig> next = search::next_round(g.space, measured_of(g, &own), tried, 8, &model);
+    const std::vector<planner::TileConfig> next = search::next_round(g.space, measured_of(g, &tried), tried, 8, &model);
     if (next.empty()) break;
     for (const planner::TileConfig& c : next) {
       out.push_back(c.str());

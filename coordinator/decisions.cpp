@@ -22,6 +22,7 @@ const Decisions::Decided& Decisions::of(const std::string& signature, const stor
   }
   d.decision = search::decide_group(ok);
   d.seen = db_.configs_measured(signature, device, codegen::kCodegenVersion);
+  d.settled = db_.configs_settled(signature, device, codegen::kCodegenVersion);
   return decided_[key] = std::move(d);
 }
 
@@ -36,7 +37,7 @@ Measured Decisions::measured(const JobPlanner& planner, const storage::DeviceKey
       if (auto it = d.decision.time_us.find(cfg); it != d.decision.time_us.end()) {
         m.times[{gp.signature, cfg}] = it->second;
         m.digests[{gp.signature, cfg}] = d.digests.at(cfg);
-      } else if (d.seen.count(cfg) && db_.measured(gp.signature, device, codegen::kCodegenVersion, cfg)) {
+      } else if (d.settled.count(cfg)) {
         m.times[{gp.signature, cfg}] = INFINITY;
       }
     }

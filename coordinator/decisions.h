@@ -4,9 +4,9 @@
 // Takes the search database. For a group (signature) on a device identity, `of` applies the
 // decision rule (search/decision.h) to the group's successful measurements and keeps, with the
 // decision, the source digest each configuration was measured with, every configuration with any
-// measurement, and the pairs measured interleaved. `measured` gathers, over a job's compared
-// groups, the times final_plan chooses from (a configuration whose every measurement failed is
-// infinite) and the digests of the kernels they are of. Guarantees: what `of` returns stays as it
+// measurement and those whose outcome is settled, and the pairs measured interleaved. `measured`
+// gathers, over a job's compared groups, the times final_plan chooses from (a settled
+// configuration without a success is infinite) and the digests of the kernels they are of. Guarantees: what `of` returns stays as it
 // was read until forget(signature), which the coordinator calls as each result is stored, so a
 // decision never lags a result.
 #pragma once
@@ -34,7 +34,8 @@ class Decisions {
   struct Decided {
     search::GroupDecision decision;
     std::map<std::string, std::string> digests;
-    std::set<std::string> seen;
+    std::set<std::string> seen;     // every configuration with a measurement, of any status
+    std::set<std::string> settled;  // those whose outcome is settled (SearchDb::measured's rule)
     std::set<std::pair<std::string, std::string>> interleaved;  // pairs measured in turn, both orders
   };
 

@@ -15,7 +15,7 @@ namespace fusetune::coordinator {
 JobManager::JobManager(storage::SearchDb& db, storage::JobQueue& queue, Offload& offload, Decisions& decisions,
                        Scheduler& scheduler, const EventLog& log)
     : db_(db), queue_(queue), offload_(offload), decisions_(decisions), scheduler_(scheduler), log_(log),
-      search_(db, queue, offload, decisions, log,
+      search_(queue, offload, decisions, log,
               {[this](int64_t id) {
                  const auto it = jobs_.find(id);
                  return it == jobs_.end() ? nullptr : &it->second;

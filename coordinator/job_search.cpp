@@ -25,26 +25,26 @@ struct JobSearch::RoundAsk {
   std::vector<wire::Candidate> offspring;
 };
 
-JobSearch::JobSearch(storage::SearchDb& db, storage::JobQueue& queue, Offload& offload, Decisions& decisions,
-                     const EventLog& log, Hooks hooks)
-    : db_(db), queue_(queue), offload_(offload), decisions_(decisions), log_(log), hooks_(std::move(hooks)) {}
+JobSearch::JobSearch(storage::JobQueue& queue, Offload& offload, Decisions& decisions, const EventLog& log, Hooks hooks)
+    : queue_(queue), offload_(offload), decisions_(decisions), log_(log), hooks_(std::move(hooks)) {}
 
 void JobSearch::save(int64_t id, const Job& job) { queue_.set_search_state(id, search_state(job)); }
+
+nlohmann::json convergence_point(const Decisions::Decided& d, const Job::Group& group, double seconds) {
+  int64_t tried = 0;
+  for (const wire::Candidate& c : group.asked.candidates()) tried += d.settled.count(c.config());
+  double best = INFINITY;
+  for (const auto& [config, us] : d.decision.time_us) best = std::min(best, us);
+  return {tried, std::isfinite(best) ? nlohmann::json(best) : nlohmann::json(), seconds};
+}
 
 void JobSearch::record_convergence(int64_t id, Job& job) {
   const double seconds = std::chrono::duration<double>(Job::Clock::now() - job.started).count();
   int64_t trials = 0;
   for (const auto& [signature, group] : job.groups) {
-    const search::GroupDecision d = decisions_.of(signature, job.device).decision;
-    int64_t tried = 0;
-    for (const wire::Candidate& c : group.asked.candidates()) {
-      tried += db_.measured(signature, job.device, codegen::kCodegenVersion, c.config());
-    }
-    trials += tried;
-    double best = INFINITY;
-    for (const auto& [config, us] : d.time_us) best = std::min(best, us);
-    job.group_convergence[signature].push_back(
-        {tried, std::isfinite(best) ? nlohmann::json(best) : nlohmann::json(), seconds});
+    nlohmann::json point = convergence_point(decisions_.of(signature, job.device), group, seconds);
+    trials += point[0].get<int64_t>();
+    job.group_convergence[signature].push_back(std::move(point));
   }
   auto record = [this, id, trials, seconds](double tuned) {
     Job* now = hooks_.find(id);
@@ -77,11 +77,11 @@ bool JobSearch::search_round(int64_t id, Job& job) {
   std::vector<search::MeasuredGroup> data;
   std::vector<RoundAsk> asks;
   for (auto& [signature, group] : job.groups) {
-    const search::GroupDecision& d = decisions_.of(signature, job.device).decision;
-    data.push_back(search::measured_group(job.planner->group(signature).candidates, d.time_us));
+    const Decisions::Decided& d = decisions_.of(signature, job.device);
+    data.push_back(search::measured_group(job.planner->group(signature).candidates, d.decision.time_us));
     // Tried: what this job asked, and whatever the database holds for the group on this identity
     // (another job's rounds count against the budget too).
-    RoundAsk a{signature, group.asked, d.time_us, decisions_.of(signature, job.device).seen, 0, {}};
+    RoundAsk a{signature, group.asked, d.decision.time_us, d.seen, 0, {}};
     for (const wire::Candidate& c : group.asked.candidates()) a.tried.insert(c.config());
     int generated = 0;  // library calls are measured besides the budget
     for (const std::string& config : a.tried) generated += config.find("library=") == std::string::npos;
@@ -135,12 +135,12 @@ bool JobSearch::queue_round(Job& job, int64_t id, std::vector<RoundAsk>& asks, c
     Job::Group& group = job.groups.at(a.signature);
     // While the round was lowered, results went on arriving (another job's round on a shared
     // task may have measured the same configurations): what is measured or asked now is left out.
-    std::set<std::string> settled = db_.configs_measured(a.signature, job.device, codegen::kCodegenVersion);
-    for (const wire::Candidate& c : group.asked.candidates()) settled.insert(c.config());
+    std::set<std::string> known = decisions_.of(a.signature, job.device).seen;  // read afresh after each result
+    for (const wire::Candidate& c : group.asked.candidates()) known.insert(c.config());
     wire::Task todo = group.asked;
     todo.clear_candidates();
     for (const wire::Candidate& c : a.offspring) {
-      if (settled.count(c.config())) continue;
+      if (known.count(c.config())) continue;
       *todo.add_candidates() = c;
       *group.asked.add_candidates() = c;
     }

@@ -2,9 +2,9 @@
 // best measured configurations, the leaders within noise measured again interleaved, and the
 // convergence recorded after each round.
 //
-// Takes the search database and job queue (what was measured, the tasks rounds are queued on), the
-// pool that trains the learned model and lowers a round (coordinator/offload.h), the decisions
-// read of the database (coordinator/decisions.h), and two hooks into the job manager: `find` (the
+// Takes the job queue (the tasks rounds are queued on, the job's saved search state), the pool
+// that trains the learned model and lowers a round (coordinator/offload.h), the decisions read of
+// the search database (coordinator/decisions.h: what was measured), and two hooks into the job manager: `find` (the
 // running job of an id, nullptr once it was cancelled) and `settle` (look again at whether the job
 // is done: JobManager::maybe_finish). Guarantees: the slow work runs on the pool while the job is
 // busy, and its completion changes nothing of a job cancelled meanwhile; a group's budget counts
@@ -21,9 +21,13 @@
 #include "coordinator/job.h"
 #include "coordinator/offload.h"
 #include "storage/job_queue.h"
-#include "storage/search_db.h"
 
 namespace fusetune::coordinator {
+
+// A group's point of convergence: [the trials of what the job asked whose outcome is settled, the
+// best measured µs (null while nothing succeeded), `seconds`]. The rounds record one per group;
+// the live page (coordinator/service_view.h) adds one at the moment it is asked.
+nlohmann::json convergence_point(const Decisions::Decided& d, const Job::Group& group, double seconds);
 
 class JobSearch {
  public:
@@ -31,8 +35,7 @@ class JobSearch {
     std::function<Job*(int64_t id)> find;
     std::function<void(int64_t id)> settle;
   };
-  JobSearch(storage::SearchDb& db, storage::JobQueue& queue, Offload& offload, Decisions& decisions, const EventLog& log,
-            Hooks hooks);
+  JobSearch(storage::JobQueue& queue, Offload& offload, Decisions& decisions, const EventLog& log, Hooks hooks);
 
   // Appends the job's best so far (the plan its measurements choose now, chosen on the pool) and
   // each group's best after the round that just settled, then settles the job.
@@ -54,7 +57,6 @@ class JobSearch {
   int64_t requeue_group(int64_t id, Job& job, Job::Group& group, const wire::Task& todo);
   int group_budget(const Job& job) const;
 
-  storage::SearchDb& db_;
   storage::JobQueue& queue_;
   Offload& offload_;
   Decisions& decisions_;

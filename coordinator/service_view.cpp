@@ -1,7 +1,6 @@
 #include "coordinator/service_view.h"
 
 #include <chrono>
-#include <cmath>
 
 #include "coordinator/status_json.h"
 #include "core/files.h"
@@ -17,13 +16,8 @@ nlohmann::json live_groups(const Job& job, Decisions& decisions) {
   nlohmann::json out = job.group_convergence;
   const double seconds = std::chrono::duration<double>(Job::Clock::now() - job.started).count();
   for (const auto& [signature, group] : job.groups) {
-    const Decisions::Decided& d = decisions.of(signature, job.device);
-    double best = INFINITY;
-    for (const auto& [config, us] : d.decision.time_us) best = std::min(best, us);
-    if (!std::isfinite(best)) continue;
-    int64_t tried = 0;
-    for (const wire::Candidate& c : group.asked.candidates()) tried += d.seen.count(c.config());
-    out[signature].push_back({tried, best, seconds});
+    nlohmann::json point = convergence_point(decisions.of(signature, job.device), group, seconds);
+    if (!point[1].is_null()) out[signature].push_back(std::move(point));
   }
   return out;
 }

@@ -158,16 +158,44 @@ int64_t SearchDb::record(const Measurement& m) {
   return file_.write([&] { return insert_measurement(m); });
 }
 
+namespace {
+
+// The rule measured() states, over one config's rows (GROUP BY config): a row that is not a
+// transient failure (?6, ?7), or ?8 transient ones.
+constexpr const char* kSettled =
+    " GROUP BY config HAVING count(*) FILTER (WHERE status NOT IN (?6, ?7)) > 0"
+    " OR count(*) FILTER (WHERE status IN (?6, ?7)) >= ?8";
+
+Stmt& bind_settled(Stmt& q) {
+  q.bind(6, status_name(Status::kTimeout)).bind(7, status_name(Status::kRuntimeFault));
+  q.bind(8, static_cast<int64_t>(kMaxTransientFailures));
+  return q;
+}
+
+}  // namespace
+
 bool SearchDb::measured(const std::string& signature, const DeviceKey& d, int codegen_version, const std::string& config) {
   const auto dev = find_device(d);
   if (!dev) return false;
   Stmt q(file_.handle(),
-         "SELECT count(*) FILTER (WHERE status NOT IN (?6, ?7)), count(*) FILTER (WHERE status IN (?6, ?7)) "
-         "FROM measurements WHERE signature=?1 AND device_id=?2 AND codegen_version=?4 AND config=?5",
+         std::string("SELECT config FROM measurements WHERE signature=?1 AND device_id=?2 AND codegen_version=?4 AND config=?5") +
+             kSettled,
          file_.path().string());
   q.bind(1, signature).bind(2, *dev).bind(4, static_cast<int64_t>(codegen_version)).bind(5, config);
-  q.bind(6, status_name(Status::kTimeout)).bind(7, status_name(Status::kRuntimeFault));
-  return q.step() && (q.i64(0) > 0 || q.i64(1) >= kMaxTransientFailures);
+  return bind_settled(q).step();
+}
+
+std::set<std::string> SearchDb::configs_settled(const std::string& signature, const DeviceKey& d, int codegen_version) {
+  std::set<std::string> out;
+  const auto dev = find_device(d);
+  if (!dev) return out;
+  Stmt q(file_.handle(),
+         std::string("SELECT config FROM measurements WHERE signature=?1 AND device_id=?2 AND codegen_version=?4") + kSettled,
+         file_.path().string());
+  q.bind(1, signature).bind(2, *dev).bind(4, static_cast<int64_t>(codegen_version));
+  bind_settled(q);
+  while (q.step()) out.insert(q.text(0));
+  return out;
 }
 
 std::set<std::string> SearchDb::configs_measured(const std::string& signature, const DeviceKey& d, int codegen_version) {

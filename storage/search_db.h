@@ -127,6 +127,8 @@ class SearchDb {
   std::optional<BestPlan> best(const std::string& signature, const DeviceKey& d, int codegen_version);
   // Every config of a workload with at least one measurement (of any status) on a device identity.
   std::set<std::string> configs_measured(const std::string& signature, const DeviceKey& d, int codegen_version);
+  // Every config of a workload whose outcome is settled on a device identity (measured()'s rule).
+  std::set<std::string> configs_settled(const std::string& signature, const DeviceKey& d, int codegen_version);
   // The k fastest successful measurements of a workload on a device identity.
   std::vector<Measurement> top_k(const std::string& signature, const DeviceKey& d, int codegen_version, int k);
   // The k fastest successful measurements of a workload on near identities of d: the same name and

@@ -687,7 +687,12 @@ TEST_F(SearchDbTest, EnsureTaskRequeuesAFailedTaskAndExtendTaskADoneOne) {
 TEST_F(SearchDbTest, TransientFailuresAreRetriedDeterministicOnesAreNot) {
   SearchDb db(dir_ / "search.db");
   const DeviceKey h100{"h100", "sm_90"};
-  auto settled = [&](const std::string& config) { return db.measured("v1:abc", h100, 1, config); };
+  // measured() and configs_settled() state one rule: they agree on every config, every time.
+  auto settled = [&](const std::string& config) {
+    const bool one = db.measured("v1:abc", h100, 1, config);
+    EXPECT_EQ(db.configs_settled("v1:abc", h100, 1).count(config) == 1, one) << config;
+    return one;
+  };
   // deterministic failures settle a candidate at once
   for (Status st : {Status::kCompileError, Status::kWrongResult, Status::kCheckFailed, Status::kResourceLimit}) {
     const std::string config = "tile=" + status_name(st);
