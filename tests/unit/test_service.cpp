@@ -543,7 +543,7 @@ double percentile(std::vector<double> v, double p) {
   return v.empty() ? 0 : v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
 }
 
-// While a large model (BERT, 1x64, 64 candidates per group) is imported and planned (then the
+// While a large model (BERT, 1x64, 16 candidates per group) is imported and planned (then the
 // submission is answered), and its tasks lowered, the event loop goes on: a client's requests
 // (which take the same path as a worker's heartbeats) are answered and a worker's results are
 // followed by its next task at once, at p99 within a fiftieth of the time the work takes.
@@ -574,7 +574,7 @@ TEST_F(Service, TheEventLoopServesWorkersAndClientsWhileALargeModelIsSubmitted) 
     f.set_path(model.filename().string());
     f.set_data(read_file(model, "model file"));
     s.set_device("host");
-    s.set_options(R"({"candidates": 64, "shapes": {"input_ids": [1, 64], "attention_mask": [1, 64]}})");
+    s.set_options(R"({"candidates": 16, "shapes": {"input_ids": [1, 64], "attention_mask": [1, 64]}})");
     const std::string bytes = wire::encode(e);
     big.send(zmq::buffer(bytes), zmq::send_flags::none);
   }
@@ -634,7 +634,7 @@ TEST_F(Service, TheEventLoopServesWorkersAndClientsWhileALargeModelIsSubmitted) 
   ASSERT_GE(dispatch_ms.size(), 200u);
   // Ratios within the run, not wall-clock bounds (this machine is shared and noisy): a loop that
   // waited for the work would answer at p99 in the order of the work's seconds; this one answers
-  // within a fiftieth of it (170 ms for 8.5 s), and no answer waits a fifth of it. The figures
+  // within a fiftieth of it (220 ms for 11 s), and no answer waits a fifth of it. The figures
   // themselves (p99 4 to 9 ms here) are printed above and kept in docs/protocol.md.
   const double work_ms = 1000 * submit_s;
   EXPECT_LE(percentile(request_ms, 0.99), work_ms / 50);
