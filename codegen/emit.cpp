@@ -146,6 +146,17 @@ FT_FN void ft_cp_async16(float* s, long long si, const float* g, long long gi, i
 }
 #define ft_cp_async_commit() asm volatile("cp.async.commit_group;" ::: "memory")
 #define ft_cp_async_wait(n) asm volatile("cp.async.wait_group %0;" :: "n"(n) : "memory")
+#else
+// Before sm_80 (the SIMT ring of a float32 MatMul runs there too): the copy done at once, as
+// loads and stores of the issuing thread, so every group has landed when it is waited for.
+FT_FN void ft_cp_async16(unsigned short* s, long long si, const unsigned short* g, long long gi, int bytes) {
+  for (int i = 0; i < 8; ++i) s[si + i] = 2 * i < bytes ? g[gi + i] : (unsigned short)0;
+}
+FT_FN void ft_cp_async16(float* s, long long si, const float* g, long long gi, int bytes) {
+  for (int i = 0; i < 4; ++i) s[si + i] = 4 * i < bytes ? g[gi + i] : 0.0f;
+}
+#define ft_cp_async_commit() ((void)0)
+#define ft_cp_async_wait(n) ((void)0)
 #endif
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // wgmma (sm_90a; codegen/kernel_ir.h): the warpgroup's m64nNk16 from shared memory through matrix

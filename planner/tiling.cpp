@@ -199,6 +199,21 @@ MmaStaging mma_staging(const Graph& g, const Node& matmul, const std::set<int>& 
   return m;
 }
 
+MmaStaging simt_staging(const Graph& g, const Node& matmul, const std::set<int>& produced, const TileConfig& cfg) {
+  MmaStaging m;
+  if (matmul.op != "MatMul" || cfg.vector < 4 || cfg.mma || cfg.gemv || cfg.reduce_step % 4 != 0) return m;
+  const auto async = [&](int v) {
+    const Value& x = g.value(v);
+    return !produced.count(v) && x.dtype == DType::kF32 && x.shape.size() >= 2 && x.shape.back() % 4 == 0;
+  };
+  if (!async(matmul.inputs[1])) return m;
+  m.async_b = true;
+  m.async_a = async(matmul.inputs[0]);
+  m.ahead = 2;
+  m.stages = 3;
+  return m;
+}
+
 std::string config_library(const std::string& config) {
   constexpr std::string_view kPrefix = "library=";
   if (config.compare(0, kPrefix.size(), kPrefix) != 0) return "";
@@ -697,18 +712,25 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
         step.push_back({0, (r == 0 ? std::min(cfg.reduce_step, e.reduce_extents[r]) : e.reduce_extents[r]) - 1});
       }
       const auto staged = input_regions(g, n, e, out_region, step);
-      for (size_t k = 0; k < 2 && k < n.inputs.size(); ++k) smem += region_elems(staged[k]) * 4;
       // The product's accumulators, unless a MatMul's register micro-tiles cover its region (one
       // matrix) and its epilogue runs from them (planner/epilogue.h).
       const int64_t rows = out_region.size() >= 2 ? out_region[out_region.size() - 2].size() : 0;
       const int64_t cols = out_region.empty() ? 0 : out_region.back().size();
       const auto [tm, tn] = micro_tile(rows, cols, cfg.threads);
+      // The operand slices: one of each, or (simt_staging) a ring of them in padded rows.
+      const bool one_matrix = n.op == "MatMul" && out_region.size() >= 2 && out_elems == rows * cols && tm > 0;
+      const MmaStaging ring = one_matrix ? simt_staging(g, n, produced, cfg) : MmaStaging{};
+      if (ring.async_b) {
+        smem += ring.stages * (rows * simt_pitch_a(ring, cfg.reduce_step) + cfg.reduce_step * simt_pitch_b(cols)) * 4;
+      } else {
+        for (size_t k = 0; k < 2 && k < n.inputs.size(); ++k) smem += region_elems(staged[k]) * 4;
+      }
       const auto epilogue = n.op == "MatMul" && out_region.size() >= 2 && out_elems == rows * cols && tm > 0
                                 ? register_epilogue(g, group, *it)
                                 : std::nullopt;
       const bool in_registers = epilogue && sixteen_byte_runs(g, *epilogue, tn);
       if (!in_registers) smem += out_elems * 4;
-      if (n.op == "MatMul" && out_region.size() >= 2 && out_elems == rows * cols && tm > 0) {
+      if (one_matrix) {
         ++split_products;
         split_steps = ceil_div(e.reduce_extents.empty() ? 1 : e.reduce_extents[0], cfg.reduce_step);
         split_slot = tm * tn * cfg.threads;
@@ -716,17 +738,25 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       // Staging issues one load per element, or one per 16 bytes where the operand moves in vectors.
       const auto [vec_a, vec_b] = vector_operands(g, n, produced, out_region);
       int64_t rounds = 0;
-      double step_bytes = 0;
+      double step_bytes = 0, async_bytes = 0;
       for (size_t k = 0; k < 2 && k < n.inputs.size(); ++k) {
         const bool vectors = cfg.vector >= 4 && (k == 0 ? vec_a : vec_b);
         const int64_t lanes = vectors ? vector_elements(g.value(n.inputs[k]).dtype) : 1;
         tile_loads += ceil_div(region_elems(in_regions[k]), lanes);
+        const double bytes = static_cast<double>(region_elems(staged[k]) * static_cast<int64_t>(dtype_size(g.value(n.inputs[k]).dtype)));
+        if (k == 0 ? ring.async_a : ring.async_b) {
+          async_bytes += bytes;
+          continue;
+        }
         rounds += slice_rounds(region_elems(staged[k]), lanes);
-        step_bytes += static_cast<double>(region_elems(staged[k]) * static_cast<int64_t>(dtype_size(g.value(n.inputs[k]).dtype)));
+        step_bytes += bytes;
       }
-      // In flight: the step's slices, a round of loads at a time (each round waited for before
-      // its stores to shared memory).
-      if (n.op == "MatMul" && rounds > 0) in_flight = std::min(in_flight, step_bytes / static_cast<double>(rounds));
+      // In flight: the ring's steps ahead of the one multiplied, copied by cp.async, and the
+      // slices the threads load, a round of loads at a time (each round waited for before its
+      // stores to shared memory).
+      if (n.op == "MatMul" && (rounds > 0 || async_bytes > 0)) {
+        in_flight = std::min(in_flight, ring.ahead * async_bytes + (rounds > 0 ? step_bytes / static_cast<double>(rounds) : 0));
+      }
     } else if (anchor && n.outputs[0] != root) {
       smem += out_elems * 4;
     }

@@ -17,7 +17,8 @@
 //     tile_candidates gives each candidate the order that reads least from DRAM (the default,
 //     the last axis fastest, on ties): attention's query tiles before its heads, so that the
 //     tiles of a wave share their head's keys and values;
-//   - shared memory: double-buffered per-step operand regions of contractions, plus the rows a
+//   - shared memory: per-step operand regions of contractions (the SIMT MatMul's ring of 3 of
+//     them, simt_staging; the tensor-core form's ring, mma_staging), plus the rows a
 //     row reduction keeps on chip; registers from the accumulators per thread; a Conv as codegen
 //     stages it: with a step, an implicit GEMM (weight slice and im2col patches per step) or, for
 //     depthwise, the tile's input window; without one, two loads per multiply-add;
@@ -38,7 +39,8 @@
 //     Device::dram_latency_ns). A step's operand bytes are in flight for as many latencies as its
 //     loads take rounds (a thread stages a batch of staging_batch elements or 16-byte vectors a
 //     round, waiting for them before storing them to shared memory; cp.async keeps
-//     MmaStaging::ahead steps in flight, the GEMV form 4 of each thread's loads); the group's
+//     MmaStaging::ahead steps in flight, in the tensor-core form and the SIMT MatMul's ring, the
+//     GEMV form 4 of each thread's loads); the group's
 //     least is its bound. For the generic reduction stage (codegen/stages/reduce.h), at least its
 //     threads' rounds of loads (kReductionLoadsInFlight a round, a DRAM latency each, the first
 //     excepted: every kernel waits for one, in its launch overhead): one thread an output
@@ -276,6 +278,22 @@ struct MmaStaging {
 };
 // `produced`: the values the group computes.
 MmaStaging mma_staging(const Graph& g, const Node& matmul, const std::set<int>& produced, bool wgmma = false);
+
+// How the SIMT form of a staged MatMul (codegen/stages/matmul.h, register micro-tiles) stages its
+// operands, in the same terms: a candidate that stages in 16-byte vectors (vector 4), is neither
+// GEMV nor on tensor cores, has a reduction step of a multiple of 4 and a B that is a float32
+// value the group does not compute, with rows of a multiple of 4 floats, copies B's slices by
+// cp.async into a ring of 3 stages, 2 steps ahead of the one multiplied, and A's too where A is
+// such a value (its K a multiple of 4), else computes and stores A's into the ring. Otherwise
+// (async_b false) the operands are staged a step at a time, two barriers a step. The ring's slots:
+// A's rows of simt_pitch_a floats, B's rows of the region's columns rounded up to 4.
+MmaStaging simt_staging(const Graph& g, const Node& matmul, const std::set<int>& produced, const TileConfig& cfg);
+inline int64_t simt_pitch_a(const MmaStaging& s, int64_t step) {
+  // Four floats of padding put the rows that a warp's micro-tiles read (several, a column each)
+  // four banks apart, and keep each row 16-byte aligned for cp.async.
+  return s.async_a ? step + 4 : step;
+}
+inline int64_t simt_pitch_b(int64_t cols) { return (cols + 3) / 4 * 4; }
 
 Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, const TileConfig& cfg,
                    const TilingOptions& opt = {});

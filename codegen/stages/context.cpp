@@ -41,7 +41,10 @@ Stmt copy_chunk(const std::string& buf, const std::string& dst, const std::strin
   for (int64_t i = 0; i < lanes; ++i) {
     elements.push_back(store(buf, dst + " + " + lit(i), "(" + lit(i) + " < " + valid + " ? " + param + "[" + at + " + " + lit(i) + "] : 0)"));
   }
-  return if_then(valid + " == 0 || (" + at + " & " + lit(lanes - 1) + ") == 0",
+  // Floats: the address itself (a parameter may be a view at any 4-byte offset); 16-bit chunks:
+  // the element index (their buffers start 16-byte aligned).
+  const std::string aligned = lanes == 4 ? "ft_aligned16(" + param + ", " + at + ")" : "(" + at + " & " + lit(lanes - 1) + ") == 0";
+  return if_then(valid + " == 0 || " + aligned,
                  {copy_async(buf, dst, param, "(" + valid + " == 0 ? 0 : " + at + ")", valid + " * " + lit(16 / lanes))}, elements);
 }
 
@@ -377,13 +380,14 @@ void LoweringContext::dims_loop(Kernel& k, int v, const std::vector<size_t>& dim
 }
 
 Stmt LoweringContext::staging_loop(Kernel& k, const std::string& buf, const std::string& count, int64_t cap,
-                                   const std::function<void()>& element) {
+                                   const std::function<void()>& element, const std::string& base) {
   const std::string clamped = count == lit(cap) ? count : "ft_min(" + count + ", " + lit(cap) + ")";
+  const std::string at = base.empty() ? "ft_e" : base + " + ft_e";
   const int64_t batch = planner::staging_batch(cap, cfg.threads);
   if (batch == 1) {
     return thread_for("ft_e", "0", clamped, fresh_block([&] {
                         element();
-                        cur_->push_back(store(buf, "ft_e", "ft_x"));
+                        cur_->push_back(store(buf, at, "ft_x"));
                       }));
   }
   // Each element computed into ft_sx[ft_si], then stored.
@@ -398,7 +402,7 @@ Stmt LoweringContext::staging_loop(Kernel& k, const std::string& buf, const std:
         });
         cur_->push_back(if_then("ft_e < ft_sn", one));
       },
-      [&] { cur_->push_back(if_then("ft_e < ft_sn", {store(buf, "ft_e", "ft_sx[ft_si]")})); });
+      [&] { cur_->push_back(if_then("ft_e < ft_sn", {store(buf, at, "ft_sx[ft_si]")})); });
 }
 
 Stmt LoweringContext::batched_loop(Kernel& k, const std::string& count, int64_t batch, const std::string& local,

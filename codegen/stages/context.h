@@ -50,8 +50,10 @@ std::string flat(const Shape& s, const std::vector<std::string>& idx);
 int64_t elems(const std::vector<planner::Interval>& r);
 // One chunk of a staged operand: the first `valid` (an expression from 0 to `lanes`) of the `lanes`
 // elements of parameter `param` at index `at` to shared allocation `buf` at `dst`, the rest zero:
-// one 16-byte cp.async where `at` is aligned to the chunk or nothing is read, element by element
-// otherwise. `lanes` elements fill 16 bytes.
+// one 16-byte cp.async where the chunk is 16-byte aligned (floats: their address, since a
+// parameter may be a view at any 4-byte offset; 16-bit elements: their index, their buffers
+// starting aligned) or nothing is read, element by element otherwise. `lanes` elements fill 16
+// bytes.
 Stmt copy_chunk(const std::string& buf, const std::string& dst, const std::string& param, const std::string& at,
                 const std::string& valid, int64_t lanes);
 
@@ -147,8 +149,9 @@ class LoweringContext {
   // elements are all computed (their loads issued) into k's thread-local ft_sx before the first of
   // them is stored, so a thread has a batch of loads in flight where a loop of load-then-store
   // waits a memory latency for each (planner::staging_batch; the cost model charges the rounds).
+  // Element e goes to buf[base + e] (a ring slot's first element; "" for 0).
   Stmt staging_loop(Kernel& k, const std::string& buf, const std::string& count, int64_t cap,
-                    const std::function<void()>& element);
+                    const std::function<void()>& element, const std::string& base = "");
   // The thread-distributed loop over `count` items (an expression, let as ft_sn) in batches of
   // `batch`: thread t takes items b * threads * batch + i * threads + t in its batch b (i < batch:
   // the plain loop's items of that thread, in its order), all of a batch through `load`, then all

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <set>
 #include <tuple>
 
 #include "codegen/scalar_ops.h"
@@ -165,6 +166,10 @@ struct ScalarPlan : StagedProduct {
   int64_t lanes = 0, vecs = 0, slices = 0;
   int64_t parts = 0;    // the first round of the slices' sum: this many partial sums per element
   std::string red, partial;
+  // The ring (planner::simt_staging; ring.async_b set): each step's slices in slot step % stages,
+  // A's rows pitch_a floats apart, B's pitch_b.
+  planner::MmaStaging ring;
+  int64_t pitch_a = 0, pitch_b = 0, slot_a = 0, slot_b = 0;
 };
 
 class StagedMatMulStage : public AnchorStage {
@@ -175,7 +180,6 @@ class StagedMatMulStage : public AnchorStage {
     ScalarPlan& st = st_;
     static_cast<StagedProduct&>(st) = staged_product(cx, node, me);
     const TensorExpr& e = cx.exprs.at(static_cast<int>(&node - cx.g.nodes().data()));
-    st.a = k.add_shared("sa" + std::to_string(v), DType::kF32, std::max<int64_t>(1, me[st.m_axis] * st.step));
     st.a_cap = std::max<int64_t>(1, me[st.m_axis] * st.step);
     // The GEMV form where the candidate asks, the region has at most 8 rows, B is an input read
     // along its columns and the threads cover them in vectors (planner/tiling.h's gemv_matmul).
@@ -188,6 +192,7 @@ class StagedMatMulStage : public AnchorStage {
                  st.step % vector_lanes(cx.g.value(node.inputs[0]).dtype) == 0;
     }
     if (st.gemv) {
+      st.a = k.add_shared("sa" + std::to_string(v), DType::kF32, st.a_cap);
       st.tm = std::max<int64_t>(1, me[st.m_axis]);
       st.tn = st.lanes;
       st.slices = cx.cfg.threads / st.vecs;
@@ -200,7 +205,6 @@ class StagedMatMulStage : public AnchorStage {
       place_epilogue(cx, k, st, std::nullopt, max_elems);
       return;
     }
-    st.b = k.add_shared("sb" + std::to_string(v), DType::kF32, std::max<int64_t>(1, me[st.n_axis] * st.step));
     st.b_cap = std::max<int64_t>(1, me[st.n_axis] * st.step);
     // Register blocking: each thread owns one TM x TN micro-tile of the region; the smallest
     // (squarest) micro-tile that lets the block's threads cover the largest region.
@@ -215,6 +219,27 @@ class StagedMatMulStage : public AnchorStage {
     // or 16-bit input whose contiguous axis is the slice's row (A: the reduction axis, whole
     // steps of a vector, above; B: the output's columns) moves in 16-byte vectors.
     st.vec_b = cx.cfg.vector >= 4 && b_input;
+    // The ring where the planner charged one (its shared memory) and the operands are read along
+    // their rows (the planner sees shapes; this, the accesses).
+    if (st.tm > 0) {
+      std::set<int> produced;
+      for (const auto& [u, producer] : cx.producer) produced.insert(u);
+      const planner::MmaStaging ring = planner::simt_staging(cx.g, node, produced, cx.cfg);
+      if (ring.async_b && st.vec_b) {
+        st.ring = ring;
+        st.ring.async_a = ring.async_a && st.vec_a;
+        st.pitch_a = planner::simt_pitch_a(st.ring, st.step);
+        st.pitch_b = planner::simt_pitch_b(std::max<int64_t>(1, me[st.n_axis]));
+        st.slot_a = std::max<int64_t>(1, me[st.m_axis]) * st.pitch_a;
+        st.slot_b = st.step * st.pitch_b;
+        // The planner charged A's rows at simt_pitch_a of its own async_a: never fewer floats.
+        check(st.pitch_a <= planner::simt_pitch_a(ring, st.step), "the ring's A rows exceed what the planner charged");
+      }
+    }
+    const std::string id = std::to_string(v);
+    const bool ring = st.ring.async_b;
+    st.a = k.add_shared("sa" + id, DType::kF32, ring ? st.ring.stages * st.slot_a : st.a_cap);
+    st.b = k.add_shared("sb" + id, DType::kF32, ring ? st.ring.stages * st.slot_b : st.b_cap);
     place_epilogue(cx, k, st, epilogue_, max_elems);
   }
 
@@ -266,12 +291,14 @@ void StagedMatMulStage::emit(Kernel& k) {
     return product_vars(cx_, st, m, nidx, kk);
   };
   Block steps;
-  auto staging = [&](const std::string& buf, int64_t cap, const std::string& count, const Access& a, int operand,
-                     bool is_a) {
-    steps.push_back(cx_.staging_loop(k, buf, count, cap, [&] {
+  // An operand's slice of step `ks` (an expression) into `out`, at `base` of its buffer (a ring
+  // slot's first element; "" for 0).
+  auto staging = [&](Block& out, const std::string& ks, const std::string& base, const std::string& buf, int64_t cap,
+                     const std::string& count, const Access& a, int operand, bool is_a) {
+    out.push_back(cx_.staging_loop(k, buf, count, cap, [&] {
       // A: e = m * step + kk; B: e = kk * n + col
       const std::string kk = is_a ? "(ft_e % " + step + ")" : "(ft_e / " + nn + ")";
-      cx_.cur().push_back(let(kIndexType, "ft_k", "ft_ks * " + step + " + " + kk));
+      cx_.cur().push_back(let(kIndexType, "ft_k", ks + " * " + step + " + " + kk));
       const std::string m = is_a ? "(" + r.lo[st.m_axis] + " + ft_e / " + step + ")" : r.lo[st.m_axis];
       const std::string col = is_a ? r.lo[st.n_axis] : "(" + r.lo[st.n_axis] + " + ft_e % " + nn + ")";
       const auto idx = cx_.index_of(a, operand_vars(m, col, "ft_k"));
@@ -279,7 +306,7 @@ void StagedMatMulStage::emit(Kernel& k) {
       Block inside;
       cx_.with_block(inside, [&] { cx_.cur().push_back(assign("ft_x", cx_.value(n.inputs[static_cast<size_t>(operand)], idx))); });
       cx_.cur().push_back(if_then("ft_k < " + lit(st.k), inside));
-    }));
+    }, base));
   };
   // The same slice in 16-byte vectors (4 floats or 8 16-bit values, converted to float): viewed as
   // rows x cols, contiguous along cols in the operand (A: nm x step, B: step x nn), each thread
@@ -288,7 +315,8 @@ void StagedMatMulStage::emit(Kernel& k) {
   // else element by element. Where a thread stages several vectors, up to kVectorStagingLoads of
   // them are loaded (converted to floats in the thread-local ft_sv) before the first is stored,
   // as the scalar staging loop batches its elements (LoweringContext::staging_loop).
-  auto vector_staging = [&](const std::string& buf, int64_t cap, const Access& a, int operand, bool is_a) {
+  auto vector_staging = [&](Block& out, const std::string& ks, const std::string& base, const std::string& buf, int64_t cap,
+                            const Access& a, int operand, bool is_a) {
     const int u = n.inputs[static_cast<size_t>(operand)];
     const DType ut = g.value(u).dtype;
     const int lanes = vector_lanes(ut);
@@ -302,11 +330,11 @@ void StagedMatMulStage::emit(Kernel& k) {
     const auto coordinates = [&] {
       cx_.cur().push_back(let(kIndexType, "ft_r", "ft_e / " + vectors));
       cx_.cur().push_back(let(kIndexType, "ft_c", "(ft_e % " + vectors + ") * " + lit(lanes)));
-      cx_.cur().push_back(let(kIndexType, "ft_k", "ft_ks * " + step + " + " + (is_a ? "ft_c" : "ft_r")));
+      cx_.cur().push_back(let(kIndexType, "ft_k", ks + " * " + step + " + " + (is_a ? "ft_c" : "ft_r")));
       const std::string m = is_a ? "(" + r.lo[st.m_axis] + " + ft_r)" : r.lo[st.m_axis];
       const std::string col = is_a ? r.lo[st.n_axis] : "(" + r.lo[st.n_axis] + " + ft_c)";
       cx_.cur().push_back(let(kIndexType, "ft_at", flat(g.value(u).shape, cx_.index_of(a, operand_vars(m, col, "ft_k")))));
-      cx_.cur().push_back(let(kIndexType, "ft_s", "ft_r * " + cols + " + ft_c"));
+      cx_.cur().push_back(let(kIndexType, "ft_s", (base.empty() ? "" : base + " + ") + "ft_r * " + cols + " + ft_c"));
       // A: the vector is L reduction steps (all in the slice: the step is a multiple of L); B: L
       // columns of one reduction step, within the slice's columns and its allocation.
       const std::string fits = is_a ? "ft_k + " + last + " < " + lit(st.k)
@@ -358,7 +386,7 @@ void StagedMatMulStage::emit(Kernel& k) {
         vector.insert(vector.end(), stores.begin(), stores.end());
         cx_.cur().push_back(if_then(whole, vector, tail_stores(tail_value)));
       });
-      steps.push_back(thread_for("ft_e", "0", count, loop));
+      out.push_back(thread_for("ft_e", "0", count, loop));
       return;
     }
     // Each vector's L floats computed into ft_sv[ft_si * L ..], then stored.
@@ -368,7 +396,7 @@ void StagedMatMulStage::emit(Kernel& k) {
       cx_.with_block(one, [&] { f(coordinates()); });
       cx_.cur().push_back(if_then("ft_e < ft_sn", one));
     };
-    steps.push_back(cx_.batched_loop(
+    out.push_back(cx_.batched_loop(
         k, count, batch, "ft_sv", planner::kVectorStagingLoads * 8,
         [&] {
           guarded([&](const std::string& whole) {
@@ -387,33 +415,29 @@ void StagedMatMulStage::emit(Kernel& k) {
           });
         }));
   };
-  if (st.vec_a) {
-    vector_staging(st.a, st.a_cap, e.accesses[0], 0, true);
-  } else {
-    staging(st.a, st.a_cap, "(" + nm + " * " + step + ")", e.accesses[0], 0, true);
-  }
-  if (st.gemv) {
-    check(cx_.splits() == 1, "the GEMV form has no split-K");
-    emit_gemv(k, steps, e, r, acc);
-    return;
-  }
-  if (st.vec_b) {
-    vector_staging(st.b, st.b_cap, e.accesses[1], 1, false);
-  } else {
-    staging(st.b, st.b_cap, "(" + step + " * " + nn + ")", e.accesses[1], 1, false);
-  }
-  steps.push_back(barrier());
-  if (!st.regs.empty()) {
+  // A's slice of step ks at base, computed or loaded by the threads (in vectors where it can).
+  const auto stage_a = [&](Block& out, const std::string& ks, const std::string& base) {
+    if (st.vec_a) {
+      vector_staging(out, ks, base, st.a, st.a_cap, e.accesses[0], 0, true);
+    } else {
+      staging(out, ks, base, st.a, st.a_cap, "(" + nm + " * " + step + ")", e.accesses[0], 0, true);
+    }
+  };
+  // One step's products into each thread's micro-tile: global step `gks`, A's slice at a_base
+  // with rows a_pitch apart, B's at b_base with rows b_pitch apart.
+  const auto product_step = [&](const std::string& gks, const std::string& a_base, const std::string& a_pitch,
+                                const std::string& b_base, const std::string& b_pitch) {
+    const std::string at_a = a_base.empty() ? "" : a_base + " + ", at_b = b_base.empty() ? "" : b_base + " + ";
     Block inner;
     for (int64_t i = 0; i < st.tm; ++i) {
       const std::string row = "(ft_tm0 + " + lit(i) + ")";
       inner.push_back(let("float", "ft_ra" + std::to_string(i),
-                          "(" + row + " < " + nm + " ? " + st.a + "[" + row + " * " + step + " + ft_kk] : 0.0f)"));
+                          "(" + row + " < " + nm + " ? " + st.a + "[" + at_a + row + " * " + a_pitch + " + ft_kk] : 0.0f)"));
     }
     for (int64_t j = 0; j < st.tn; ++j) {
       const std::string col = "(ft_tn0 + " + lit(j) + ")";
       inner.push_back(let("float", "ft_rb" + std::to_string(j),
-                          "(" + col + " < " + nn + " ? " + st.b + "[ft_kk * " + nn + " + " + col + "] : 0.0f)"));
+                          "(" + col + " < " + nn + " ? " + st.b + "[" + at_b + "ft_kk * " + b_pitch + " + " + col + "] : 0.0f)"));
     }
     for (int64_t i = 0; i < st.tm; ++i) {
       for (int64_t j = 0; j < st.tn; ++j) {
@@ -422,21 +446,99 @@ void StagedMatMulStage::emit(Kernel& k) {
       }
     }
     Block body = micro_tile();
-    body.push_back(serial_for("ft_kk", "0", "ft_min(" + step + ", " + lit(st.k) + " - ft_ks * " + step + ")", inner));
-    steps.push_back(if_then(owns, body));
-  } else {
-    Block loop = {let(kIndexType, "ft_m", "ft_e / " + nn), let(kIndexType, "ft_n", "ft_e % " + nn),
-                  let("float", "ft_s", acc + "[ft_e]")};
-    Block inner = {assign("ft_s", "ft_s + " + st.a + "[ft_m * " + step + " + ft_kk] * " + st.b + "[ft_kk * " + nn + " + ft_n]")};
-    loop.push_back(serial_for("ft_kk", "0", "ft_min(" + step + ", " + lit(st.k) + " - ft_ks * " + step + ")", inner));
-    loop.push_back(store(acc, "ft_e", "ft_s"));
-    steps.push_back(thread_for("ft_e", "0", "ft_min(" + nm + " * " + nn + ", " + lit(std::max<int64_t>(1, cx_.capacity[v] > 0 ? cx_.capacity[v] : 1)) + ")", loop));
-  }
-  steps.push_back(barrier());
+    body.push_back(serial_for("ft_kk", "0", "ft_min(" + step + ", " + lit(st.k) + " - " + gks + " * " + step + ")", inner));
+    return if_then(owns, body);
+  };
   // The block's steps: all of them, or its split's (stages/split_k.h), then the split's sum.
   const int64_t all_steps = (st.k + st.step - 1) / st.step;
   const std::string k0 = split_first_step(cx_, k, all_steps);
-  k.body.push_back(uniform_for("ft_ks", k0, cx_.splits() == 1 ? lit(all_steps) : "ft_min(" + k0 + " + " + lit(split_steps(cx_, all_steps)) + ", " + lit(all_steps) + ")", steps));
+  if (st.ring.async_b) {
+    // The ring (planner::simt_staging), as the tensor-core form runs its own
+    // (codegen/stages/mma_matmul.h): a prologue stages the first `ahead` local steps, one cp.async
+    // group each; then local step ft_ks waits for its group (all but the newest ahead - 1), a
+    // barrier makes every thread's copies and stores visible, step ft_ks + ahead goes into the
+    // slot step ft_ks - 1 used (every thread has passed the barrier, so none still reads it) and,
+    // while those copies fly, the threads multiply their own slot. One barrier a step. B moves in
+    // 16-byte chunks of 4 floats along its rows (a chunk past the region's columns or K
+    // zero-filled, one whose address is not 16-byte aligned stored element by element), A too
+    // where it is copied asynchronously (rows past the region's zero-filled), else A is computed
+    // or loaded by the threads and stored, as in the form without a ring.
+    const int stages = st.ring.stages;
+    const int64_t local_steps = split_steps(cx_, all_steps);
+    const auto global = [&](const std::string& local) { return cx_.splits() == 1 ? local : "(" + k0 + " + " + local + ")"; };
+    const auto slice = [&](bool is_a, const std::string& ks, const std::string& slot) {
+      const std::string base = "(" + slot + ") * " + lit(is_a ? st.slot_a : st.slot_b);
+      Block out;
+      if (is_a && !st.ring.async_a) {
+        stage_a(out, ks, base);
+        return out;
+      }
+      const int u = n.inputs[is_a ? 0 : 1];
+      const std::string p = cx_.param.at(u);
+      const int64_t rows = is_a ? std::max<int64_t>(1, st.slot_a / st.pitch_a) : st.step;
+      const int64_t chunks = is_a ? st.step / 4 : st.pitch_b / 4;
+      const int64_t pitch = is_a ? st.pitch_a : st.pitch_b;
+      Block loop = cx_.fresh_block([&] {
+        Block& b = cx_.cur();
+        b.push_back(let(kIndexType, "ft_r", "ft_e / " + lit(chunks)));
+        b.push_back(let(kIndexType, "ft_c", "ft_e % " + lit(chunks) + " * 4"));
+        b.push_back(let(kIndexType, "ft_k", ks + " * " + step + " + " + (is_a ? "ft_c" : "ft_r")));
+        const std::string m = is_a ? "(" + r.lo[st.m_axis] + " + ft_r)" : r.lo[st.m_axis];
+        const std::string col = is_a ? r.lo[st.n_axis] : "(" + r.lo[st.n_axis] + " + ft_c)";
+        b.push_back(let(kIndexType, "ft_at", flat(g.value(u).shape, cx_.index_of(e.accesses[is_a ? 0 : 1], operand_vars(m, col, "ft_k")))));
+        // The chunk's elements inside the region and K (A: K is a multiple of 4, so all or none).
+        b.push_back(let(kIndexType, "ft_v", is_a ? "(ft_r < " + nm + " && ft_k < " + lit(st.k) + " ? 4 : 0)"
+                                                 : "(ft_k < " + lit(st.k) + " ? ft_max(0, ft_min(4, " + nn + " - ft_c)) : 0)"));
+        b.push_back(let(kIndexType, "ft_s", base + " + ft_r * " + lit(pitch) + " + ft_c"));
+        b.push_back(copy_chunk(is_a ? st.a : st.b, "ft_s", p, "ft_at", "ft_v", 4));
+      });
+      out.push_back(thread_for("ft_e", "0", lit(rows * chunks), loop));
+      return out;
+    };
+    const auto both = [&](const std::string& local, const std::string& slot) {
+      Block out = slice(true, global(local), slot);
+      const Block b = slice(false, global(local), slot);
+      out.insert(out.end(), b.begin(), b.end());
+      return out;
+    };
+    const int64_t ahead = std::min<int64_t>(st.ring.ahead, local_steps);
+    Block prologue = both("ft_ks", "ft_ks");
+    prologue.push_back(copy_async_commit());
+    k.body.push_back(uniform_for("ft_ks", "0", lit(ahead), prologue));
+    Block body = {copy_async_wait(static_cast<int>(ahead - 1)), barrier()};
+    const std::string next = "(ft_ks + " + lit(st.ring.ahead) + ")";
+    if (local_steps > ahead) body.push_back(if_then(next + " < " + lit(local_steps), both(next, next + " % " + lit(stages))));
+    body.push_back(copy_async_commit());  // possibly empty: one group a step keeps the count
+    const std::string slot = "(ft_ks % " + lit(stages) + ")";
+    body.push_back(product_step(global("ft_ks"), slot + " * " + lit(st.slot_a), lit(st.pitch_a), slot + " * " + lit(st.slot_b),
+                                lit(st.pitch_b)));
+    k.body.push_back(uniform_for("ft_ks", "0", lit(local_steps), body));
+  } else {
+    stage_a(steps, "ft_ks", "");
+    if (st.gemv) {
+      check(cx_.splits() == 1, "the GEMV form has no split-K");
+      emit_gemv(k, steps, e, r, acc);
+      return;
+    }
+    if (st.vec_b) {
+      vector_staging(steps, "ft_ks", "", st.b, st.b_cap, e.accesses[1], 1, false);
+    } else {
+      staging(steps, "ft_ks", "", st.b, st.b_cap, "(" + step + " * " + nn + ")", e.accesses[1], 1, false);
+    }
+    steps.push_back(barrier());
+    if (!st.regs.empty()) {
+      steps.push_back(product_step("ft_ks", "", step, "", nn));
+    } else {
+      Block loop = {let(kIndexType, "ft_m", "ft_e / " + nn), let(kIndexType, "ft_n", "ft_e % " + nn),
+                    let("float", "ft_s", acc + "[ft_e]")};
+      Block inner = {assign("ft_s", "ft_s + " + st.a + "[ft_m * " + step + " + ft_kk] * " + st.b + "[ft_kk * " + nn + " + ft_n]")};
+      loop.push_back(serial_for("ft_kk", "0", "ft_min(" + step + ", " + lit(st.k) + " - ft_ks * " + step + ")", inner));
+      loop.push_back(store(acc, "ft_e", "ft_s"));
+      steps.push_back(thread_for("ft_e", "0", "ft_min(" + nm + " * " + nn + ", " + lit(std::max<int64_t>(1, cx_.capacity[v] > 0 ? cx_.capacity[v] : 1)) + ")", loop));
+    }
+    steps.push_back(barrier());
+    k.body.push_back(uniform_for("ft_ks", k0, cx_.splits() == 1 ? lit(all_steps) : "ft_min(" + k0 + " + " + lit(split_steps(cx_, all_steps)) + ", " + lit(all_steps) + ")", steps));
+  }
   if (cx_.splits() > 1) {
     check(!st.regs.empty(), "split-K needs the accumulators in registers: ", cx_.cfg.threads, " threads cannot cover the tile with micro-tiles");
     emit_split_sum(cx_, k, st.regs, st.tm * st.tn);

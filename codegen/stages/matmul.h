@@ -12,7 +12,13 @@
 // a block-uniform loop over the reduction steps: each step loads both slices cooperatively (zero
 // beyond K; a quad only where it lies inside the slice and the operand and its address is 16-byte
 // aligned, checked per quad at run time, else element loads), a barrier, each thread's micro-tile
-// update, a barrier. Then, where planner::register_epilogue takes the product's uses and each
+// update, a barrier. With register micro-tiles and planner::simt_staging's ring (vector width 4,
+// a float32 B input with rows of whole 16-byte chunks), the slices go to a ring of 3 slots
+// instead, 2 steps ahead: B by 16-byte cp.async (zero-filled past the region and K, element by
+// element where a chunk's address is not 16-byte aligned), A too where it is such an input (rows
+// padded by 4 floats), else A computed or loaded by the threads as above; each step waits for
+// its group, passes one barrier, issues the copies of the step two ahead into the slot the
+// previous step used, and multiplies its own slot. Then, where planner::register_epilogue takes the product's uses and each
 // micro-tile row is a whole number of 16-byte vectors of every value it writes
 // (planner::sixteen_byte_runs: TN = 4 floats, 8 16-bit values), the epilogue runs from the
 // registers (epilogue_run: each row's TN columns computed and stored as 16-byte vectors where

@@ -301,6 +301,27 @@ TEST(PtxTensorCores, ATensorCoreMatMulStagesWithCpAsync) {
   EXPECT_GT(ptx.count(R"(\bcp\.async\.commit_group\b)"), 0u);
 }
 
+// A float32 MatMul on the FMA pipes (the default precision) staged in 16-byte vectors, both
+// operands inputs with rows of whole 16-byte chunks, streams its slices through the cp.async ring
+// (planner::simt_staging): for sm_80 and sm_90 its PTX copies by cp.async, commits a group a step
+// and waits for all but the newest one; for sm_75, which has no cp.async, the same text compiles
+// to loads and stores.
+TEST(PtxTensorCores, AFloatThirtyTwoSimtMatMulStagesWithCpAsync) {
+  if (!backend::nvrtc_available()) GTEST_SKIP() << "NVRTC not available: no PTX to read";
+  Graph g;
+  testing::add_op(g, "MatMul", {testing::add_input(g, "a", DType::kF32, {128, 256}), testing::add_input(g, "b", DType::kF32, {256, 128})});
+  const planner::FusionGroup group = testing::whole_graph_group(g);
+  const std::string cuda = codegen::emit_cuda({codegen::lower_group(g, group, planner::TileConfig{{64, 64}, 16, 256, 4}, "mm").kernel});
+  for (const char* arch : {"sm_80", "sm_90"}) {
+    const Ptx ptx{backend::compile_ptx(cuda, arch)};
+    EXPECT_EQ(ptx.count(R"(\bmma\.)"), 0u) << arch;
+    EXPECT_GT(ptx.count(R"(\bcp\.async\.cg\.shared\.global\b)"), 0u) << arch;
+    EXPECT_GT(ptx.count(R"(\bcp\.async\.commit_group\b)"), 0u) << arch;
+    EXPECT_GT(ptx.count(R"(\bcp\.async\.wait_group 1\b)"), 0u) << arch;
+  }
+  EXPECT_EQ(Ptx{backend::compile_ptx(cuda, "sm_75")}.count(R"(\bcp\.async\b)"), 0u);
+}
+
 // The TF32 precision policy end to end: `compile --precision tf32` of a float32 model (a small LLaMA: on
 // the small ViT every tensor-core candidate now models a little slower than the float32 pipes) records
 // the policy, runs its MatMuls as mma.m16n8k8.tf32 on operands rounded by cvt.rna and copied by
