@@ -725,9 +725,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       } else {
         for (size_t k = 0; k < 2 && k < n.inputs.size(); ++k) smem += region_elems(staged[k]) * 4;
       }
-      const auto epilogue = n.op == "MatMul" && out_region.size() >= 2 && out_elems == rows * cols && tm > 0
-                                ? register_epilogue(g, group, *it)
-                                : std::nullopt;
+      const auto epilogue = one_matrix ? register_epilogue(g, group, *it) : std::nullopt;
       const bool in_registers = epilogue && sixteen_byte_runs(g, *epilogue, tn);
       if (!in_registers) smem += out_elems * 4;
       if (one_matrix) {

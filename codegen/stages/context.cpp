@@ -379,6 +379,22 @@ void LoweringContext::dims_loop(Kernel& k, int v, const std::vector<size_t>& dim
   k.body.push_back(thread_for("ft_e", "0", count, loop));
 }
 
+Stmt copy_slice(LoweringContext& cx, const CopiedSlice& s) {
+  Block loop = cx.fresh_block([&] {
+    Block& b = cx.cur();
+    b.push_back(let(kIndexType, "ft_r", s.row));
+    b.push_back(let(kIndexType, "ft_c", s.col));
+    b.push_back(let(kIndexType, "ft_k", s.ks + " * " + lit(s.step) + " + " + (s.is_a ? "ft_c" : "ft_r")));
+    b.push_back(let(kIndexType, "ft_at", flat(s.shape, s.index("ft_r", "ft_c"))));
+    b.push_back(let(kIndexType, "ft_v", s.is_a ? "(ft_r < " + s.nm + " && ft_k < " + lit(s.k) + " ? " + lit(s.lanes) + " : 0)"
+                                               : "(ft_k < " + lit(s.k) + " ? ft_max(0, ft_min(" + lit(s.lanes) + ", " + s.nn +
+                                                     " - ft_c)) : 0)"));
+    b.push_back(let(kIndexType, "ft_s", s.at));
+    b.push_back(copy_chunk(s.buf, "ft_s", s.param, "ft_at", "ft_v", s.lanes));
+  });
+  return thread_for("ft_e", "0", lit(s.count), loop);
+}
+
 Stmt LoweringContext::staging_loop(Kernel& k, const std::string& buf, const std::string& count, int64_t cap,
                                    const std::function<void()>& element, const std::string& base) {
   const std::string clamped = count == lit(cap) ? count : "ft_min(" + count + ", " + lit(cap) + ")";

@@ -57,6 +57,22 @@ int64_t elems(const std::vector<planner::Interval>& r);
 Stmt copy_chunk(const std::string& buf, const std::string& dst, const std::string& param, const std::string& at,
                 const std::string& valid, int64_t lanes);
 
+// One reduction step's slice of a staged MatMul operand by 16-byte cp.async chunks (the
+// tensor-core form's ring and the SIMT form's): chunks of `lanes` elements, thread e taking chunk
+// e of `count`. `row`, `col` and `at` are expressions of ft_e: the chunk's row in the slice, its
+// first column, and its first element in `buf`. Its K index, let as ft_k, is `ks` x `step` plus the
+// column (A) or the row (B); the chunk's elements inside the region (A: rows below `nm`, the whole
+// chunk, K being a multiple of `lanes`; B: columns below `nn`) and below K are read, the rest
+// zero-filled (copy_chunk). `index` gives the operand's index of the chunk (row ft_r, column ft_c).
+struct CopiedSlice {
+  bool is_a = false;
+  std::string buf, param;
+  Shape shape;  // the operand's
+  std::function<std::vector<std::string>(const std::string& row, const std::string& col)> index;
+  std::string ks, nm, nn, row, col, at;
+  int64_t step = 0, k = 0, lanes = 0, count = 0;
+};
+
 // The region of a value a block computes: per axis, the names of its lo, hi and extent variables.
 struct Region {
   std::vector<std::string> lo, hi, n;
@@ -232,5 +248,8 @@ class AnchorStage {
   // Appends the stage's statements to k.body (and any block-uniform lets or thread-locals it needs).
   virtual void emit(Kernel& k) = 0;
 };
+
+// The loop copying slice `s` (CopiedSlice above).
+Stmt copy_slice(LoweringContext& cx, const CopiedSlice& s);
 
 }  // namespace fusetune::codegen::stages

@@ -474,25 +474,27 @@ void StagedMatMulStage::emit(Kernel& k) {
         return out;
       }
       const int u = n.inputs[is_a ? 0 : 1];
-      const std::string p = cx_.param.at(u);
-      const int64_t rows = is_a ? std::max<int64_t>(1, st.slot_a / st.pitch_a) : st.step;
       const int64_t chunks = is_a ? st.step / 4 : st.pitch_b / 4;
-      const int64_t pitch = is_a ? st.pitch_a : st.pitch_b;
-      Block loop = cx_.fresh_block([&] {
-        Block& b = cx_.cur();
-        b.push_back(let(kIndexType, "ft_r", "ft_e / " + lit(chunks)));
-        b.push_back(let(kIndexType, "ft_c", "ft_e % " + lit(chunks) + " * 4"));
-        b.push_back(let(kIndexType, "ft_k", ks + " * " + step + " + " + (is_a ? "ft_c" : "ft_r")));
-        const std::string m = is_a ? "(" + r.lo[st.m_axis] + " + ft_r)" : r.lo[st.m_axis];
-        const std::string col = is_a ? r.lo[st.n_axis] : "(" + r.lo[st.n_axis] + " + ft_c)";
-        b.push_back(let(kIndexType, "ft_at", flat(g.value(u).shape, cx_.index_of(e.accesses[is_a ? 0 : 1], operand_vars(m, col, "ft_k")))));
-        // The chunk's elements inside the region and K (A: K is a multiple of 4, so all or none).
-        b.push_back(let(kIndexType, "ft_v", is_a ? "(ft_r < " + nm + " && ft_k < " + lit(st.k) + " ? 4 : 0)"
-                                                 : "(ft_k < " + lit(st.k) + " ? ft_max(0, ft_min(4, " + nn + " - ft_c)) : 0)"));
-        b.push_back(let(kIndexType, "ft_s", base + " + ft_r * " + lit(pitch) + " + ft_c"));
-        b.push_back(copy_chunk(is_a ? st.a : st.b, "ft_s", p, "ft_at", "ft_v", 4));
-      });
-      out.push_back(thread_for("ft_e", "0", lit(rows * chunks), loop));
+      const CopiedSlice c{.is_a = is_a,
+                          .buf = is_a ? st.a : st.b,
+                          .param = cx_.param.at(u),
+                          .shape = g.value(u).shape,
+                          .index = [&](const std::string& row, const std::string& col) {
+                            const std::string m = is_a ? "(" + r.lo[st.m_axis] + " + " + row + ")" : r.lo[st.m_axis];
+                            const std::string column = is_a ? r.lo[st.n_axis] : "(" + r.lo[st.n_axis] + " + " + col + ")";
+                            return cx_.index_of(e.accesses[is_a ? 0 : 1], operand_vars(m, column, "ft_k"));
+                          },
+                          .ks = ks,
+                          .nm = nm,
+                          .nn = nn,
+                          .row = "ft_e / " + lit(chunks),
+                          .col = "ft_e % " + lit(chunks) + " * 4",
+                          .at = base + " + ft_r * " + lit(is_a ? st.pitch_a : st.pitch_b) + " + ft_c",
+                          .step = st.step,
+                          .k = st.k,
+                          .lanes = 4,
+                          .count = (is_a ? st.slot_a / st.pitch_a : st.step) * chunks};
+      out.push_back(copy_slice(cx_, c));
       return out;
     };
     const auto both = [&](const std::string& local, const std::string& slot) {

@@ -281,23 +281,23 @@ void MmaMatMulStage::emit(Kernel& k) {
     // (C = cols / 8), so consecutive threads fill consecutive 16 bytes.
     const int64_t cores = cols / 8;
     if (is_a ? st.staging.async_a : st.staging.async_b) {
-      const std::string p = cx_.param.at(u);
       const int64_t chunks = cols / lanes;
-      Block loop = cx_.fresh_block([&] {
-        Block& b = cx_.cur();
-        b.push_back(let(kIndexType, "ft_r", st.wgmma ? "ft_e / " + lit(8 * cores) + " * 8 + ft_e % 8" : "ft_e / " + lit(chunks)));
-        b.push_back(let(kIndexType, "ft_c", st.wgmma ? "ft_e / 8 % " + lit(cores) + " * 8" : "ft_e % " + lit(chunks) + " * " + lit(lanes)));
-        b.push_back(let(kIndexType, "ft_k", ks + " * " + step + " + " + (is_a ? "ft_c" : "ft_r")));
-        b.push_back(let(kIndexType, "ft_at", flat(cx_.g.value(u).shape, operand_index("ft_r", "ft_c"))));
-        // Elements of the chunk inside the region and K (A: K is a multiple of the chunk's, so all
-        // or none).
-        b.push_back(let(kIndexType, "ft_v", is_a ? "(ft_r < " + nm + " && ft_k < " + lit(st.k) + " ? " + lit(lanes) + " : 0)"
-                                                 : "(ft_k < " + lit(st.k) + " ? ft_max(0, ft_min(" + lit(lanes) + ", " + nn +
-                                                       " - ft_c)) : 0)"));
-        b.push_back(let(kIndexType, "ft_s", base + (st.wgmma ? " + ft_e * 8" : " + ft_r * " + lit(pitch) + " + ft_c")));
-        b.push_back(copy_chunk(buf, "ft_s", p, "ft_at", "ft_v", lanes));
-      });
-      return thread_for("ft_e", "0", lit(rows * chunks), loop);
+      const CopiedSlice c{.is_a = is_a,
+                          .buf = buf,
+                          .param = cx_.param.at(u),
+                          .shape = cx_.g.value(u).shape,
+                          .index = operand_index,
+                          .ks = ks,
+                          .nm = nm,
+                          .nn = nn,
+                          .row = st.wgmma ? "ft_e / " + lit(8 * cores) + " * 8 + ft_e % 8" : "ft_e / " + lit(chunks),
+                          .col = st.wgmma ? "ft_e / 8 % " + lit(cores) + " * 8" : "ft_e % " + lit(chunks) + " * " + lit(lanes),
+                          .at = base + (st.wgmma ? " + ft_e * 8" : " + ft_r * " + lit(pitch) + " + ft_c"),
+                          .step = st.step,
+                          .k = st.k,
+                          .lanes = lanes,
+                          .count = rows * chunks};
+      return copy_slice(cx_, c);
     }
     Block loop = cx_.fresh_block([&] {
       cx_.cur().push_back(let(kIndexType, "ft_r", st.wgmma ? "ft_e / " + lit(64 * cores) + " * 8 + ft_e % 64 / 8" : "ft_e / " + lit(cols)));
