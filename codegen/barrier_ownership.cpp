@@ -107,13 +107,14 @@ class Analysis {
     body_ = compile(k.body, 0);
   }
 
-  // The candidate barriers to remove. Blocks are analysed one at a time: a barrier that hands an
-  // element over in one block stays, and the rest are decided again in the next block with it
-  // kept. Keeping a barrier only shrinks the interval before the next one, so a barrier found
-  // removable in an earlier block stays removable; analysis ends early once every barrier stays.
-  // A block that is a translate of a block analysed (translated()) is not analysed again: its
-  // threads touch the same elements, each buffer's moved by one offset, so it hands over what that
-  // block does. `translates` counts them.
+  // The candidate barriers to remove. Blocks are analysed one at a time, in order: a barrier
+  // that hands an element over in one block stays, and the rest are decided again in the next
+  // block with it kept. Keeping a barrier only shrinks the interval before the next one, so a
+  // barrier found removable in an earlier block stays removable; analysis ends as soon as every
+  // barrier stays (the blocks after are not looked at). A block that is a translate of a block
+  // analysed (translated()) is not analysed again: its threads touch the same elements, each
+  // buffer's moved by one offset, so it hands over what that block does. `translates` counts
+  // them.
   std::set<const Stmt*> run(const std::vector<int64_t>& blocks, int64_t& translates) {
     std::set<const Stmt*> removable;
     for (const StmtNode& n : body_) {
@@ -123,9 +124,10 @@ class Analysis {
       }
     }
     removable_ = &removable;
-    // The blocks to analyse: one of each class of translates (the first block first).
-    std::vector<std::pair<int64_t, std::vector<IndexValue>>> analysed;
+    std::vector<std::vector<IndexValue>> analysed;  // the block-uniform values of the blocks analysed
+    int64_t first_cost = 0;  // the steps the first block analysed took
     for (const int64_t block : blocks) {
+      if (removable.empty()) break;
       cancellation_point();  // a grid of 100,000 blocks: planning is given up between two
       std::vector<IndexValue> env(static_cast<size_t>(slots_));
       env[1] = block;
@@ -134,53 +136,59 @@ class Analysis {
       exec(uniform_, env);
       bool translate = false;
       for (size_t r = analysed.size(); r-- > 0 && r + kTranslateTries >= analysed.size() && !translate && relate_work_ < budget_;) {
-        translate = translated(analysed[r].second, env);
+        translate = translated(analysed[r], env);
       }
-      if (translate) ++translates;
-      else analysed.emplace_back(block, std::move(env));
-    }
-    for (auto& [block, env] : analysed) {
-      if (removable.empty()) break;
-      cancellation_point();
-      ++block_stamp_;
-      thread_ = 0;
-      ordinal_ = 0;
-      const std::vector<bool> relevant = relevant_statements(removable);
-      std::vector<const Stmt*> barriers;  // per ordinal: the barrier statement
-      std::vector<Interval> intervals(1);  // per interval between barriers: who touched what
-      for (int t = 0; t < k_.threads; ++t) {
-        std::vector<IndexValue> e = env;
-        e[0] = t;
-        thread_ = t;
-        ordinal_ = 0;
-        copies_open_.clear();
-        copy_groups_.clear();
-        intervals_ = &intervals;
-        order_ = t == 0 ? &barriers : nullptr;
-        for (size_t j = 0; j < body_.size(); ++j) {
-          if (relevant[j]) {
-            exec_one(body_[j], e);
-          } else {
-            pass_barriers(body_[j], e);
-          }
-        }
-        if (static_cast<size_t>(ordinal_) != barriers.size()) {
-          throw GiveUp{"thread " + std::to_string(t) + " of block " + std::to_string(block) + " reaches " +
-                       std::to_string(ordinal_) + " barriers, thread 0 " + std::to_string(barriers.size())};
-        }
+      if (translate) {
+        ++translates;
+        continue;
       }
-      keep_handing_over(barriers, intervals, removable);
-      // The first block is a whole tile, usually as large as any: when all blocks to analyse at
-      // its cost would not fit in the budget, stop now rather than after spending it.
-      const double all_blocks = static_cast<double>(work_) * static_cast<double>(analysed.size());
-      if (block == blocks.front() && all_blocks > static_cast<double>(budget_)) {
-        throw GiveUp{"block " + std::to_string(block) + " takes " + std::to_string(work_) + " steps: " +
-                         std::to_string(analysed.size()) + " blocks (not translates of each other) would take more than " +
-                         std::to_string(budget_),
+      // The first block is a whole tile, usually as large as any: when one more block at its
+      // cost would not fit in the budget, stop now rather than after spending it.
+      if (!analysed.empty() && work_ + first_cost > budget_) {
+        throw GiveUp{"block " + std::to_string(block) + " would take the analysis past " + std::to_string(budget_) +
+                         " steps (" + std::to_string(analysed.size()) + " blocks analysed, not translates of each other, the first in " +
+                         std::to_string(first_cost) + ")",
                      true};
       }
+      analyse(block, env, removable);
+      if (analysed.empty()) first_cost = work_;
+      analysed.push_back(std::move(env));
     }
     return removable;
+  }
+
+  // Runs every thread of the block whose block-uniform values are `env` through the statements
+  // that can matter and keeps, out of `removable`, the barriers across which it hands an element
+  // over.
+  void analyse(int64_t block, const std::vector<IndexValue>& env, std::set<const Stmt*>& removable) {
+    ++block_stamp_;
+    thread_ = 0;
+    ordinal_ = 0;
+    const std::vector<bool> relevant = relevant_statements(removable);
+    std::vector<const Stmt*> barriers;  // per ordinal: the barrier statement
+    std::vector<Interval> intervals(1);  // per interval between barriers: who touched what
+    for (int t = 0; t < k_.threads; ++t) {
+      std::vector<IndexValue> e = env;
+      e[0] = t;
+      thread_ = t;
+      ordinal_ = 0;
+      copies_open_.clear();
+      copy_groups_.clear();
+      intervals_ = &intervals;
+      order_ = t == 0 ? &barriers : nullptr;
+      for (size_t j = 0; j < body_.size(); ++j) {
+        if (relevant[j]) {
+          exec_one(body_[j], e);
+        } else {
+          pass_barriers(body_[j], e);
+        }
+      }
+      if (static_cast<size_t>(ordinal_) != barriers.size()) {
+        throw GiveUp{"thread " + std::to_string(t) + " of block " + std::to_string(block) + " reaches " +
+                     std::to_string(ordinal_) + " barriers, thread 0 " + std::to_string(barriers.size())};
+      }
+    }
+    keep_handing_over(barriers, intervals, removable);
   }
 
   // True when every thread of the block whose block-uniform values are `second` touches the
@@ -200,11 +208,14 @@ class Analysis {
     }
     // Passes that read each assignment as soon as it is made find the relations (a statement
     // reads the variables assigned before it); a last pass reading them frozen proves that they
-    // hold: every assignment gives what is assumed, every access and branch relates.
+    // hold: every assignment gives what is assumed, every access and branch relates. A pass in
+    // which every assignment gave what was assumed read only assumed relations: it was that
+    // proof (interior tiles: usually the first pass).
     for (int pass = 0;; ++pass) {
       if (pass == kRelatePasses) return false;
       Relating r(slots, first, buffers_.size(), uniform_slots_, false);
-      relate(body_, r);
+      const bool ok = relate(body_, r);
+      if (!r.departed) return ok;
       if (r.next == slots) break;
       slots = std::move(r.next);
     }
@@ -223,6 +234,7 @@ class Analysis {
     const std::vector<Shift>& slots;  // the relations assumed
     std::vector<Shift> next;           // the relations the assignments give
     std::vector<bool> assigned;        // this pass assigned the slot
+    bool departed = false;             // an assignment gave other than the relation assumed
     std::vector<std::optional<Shift>> buffers;  // each tracked buffer's offset so far
     const std::vector<IndexValue>& first;
     const bool proof;  // reads the assumed relations and stops at the first mismatch
@@ -239,11 +251,13 @@ class Analysis {
       b = b ? b->join(index) : index;
       ok = ok && b->known();
     };
-    const auto rel = [&](const IndexExpr& e) { return e.shift(r.reads(), r.first, record); };
+    const IndexExpr::ShiftVisitor visit = record;  // made once: a std::function per expression allocates
+    const auto rel = [&](const IndexExpr& e) { return e.shift(r.reads(), r.first, visit); };
     const auto assign = [&](int slot, Shift v) {
       const auto s = static_cast<size_t>(slot);
       r.next[s] = r.assigned[s] ? r.next[s].join(v) : v;
       r.assigned[s] = true;
+      r.departed = r.departed || !(v == r.slots[s]);
     };
     for (const StmtNode& n : nodes) {
       ++relate_work_;

@@ -26,9 +26,12 @@
 // descriptors by the warpgroup), an index into a tracked buffer or a loop bound that
 // is not known (a value loaded from memory), a branch holding a barrier on an unknown condition,
 // threads reaching different numbers of barriers, more than `budget` loop iterations and element
-// accesses in all (a large grid or block: the analysis stops, at once when the first block's
-// cost times the number of blocks to run exceeds the budget, and keeps every barrier; the default
-// bounds the analysis to some 0.3 s per kernel on this project's 2-core machine). Barriers nested
+// accesses in all (a large grid or block: the analysis stops, before a block when one more block
+// at the first one's cost would exceed the budget, and keeps every barrier; the default bounds
+// the analysis to some 0.3 s per kernel on this project's 2-core machine). Blocks are analysed in
+// order, and the analysis ends at the first block after which every candidate stays: a kernel
+// with no candidate costs nothing, and one whose first block hands over across every candidate
+// is not looked at further. Barriers nested
 // deeper (in a branch, a part, a loop inside a loop) are kept. A uniform loop none of whose
 // barriers is still a candidate is run for its first iteration's head and last iteration only.
 // Every block is covered because a tile's regions depend on where it lies (clipped at the
