@@ -70,7 +70,7 @@ struct StmtNode {
   Stmt::Kind kind = Stmt::Kind::kComment;
   int slot = -1;    // kLet / kAssign of an integer variable, loop variables
   int buffer = -1;  // kStore, kVectorLoad/Store, kLdmatrix, kCopyAsync: the buffer
-  int elements = 0;  // kCopyAsync: the shared elements its 16 bytes fill
+  int elements = 0;  // kCopyAsync: the shared elements its bytes fill
   IndexExpr a, b;   // what the statement evaluates (see compile())
   bool has_a = false, has_b = false;
   bool candidate = false;  // a barrier of the kernel's body or of a top-level uniform loop's body
@@ -473,7 +473,7 @@ class Analysis {
           n.buffer = buffer_of(s.name);
           const auto alloc = std::find_if(k_.shared.begin(), k_.shared.end(), [&](const SharedAlloc& x) { return x.name == s.name; });
           check(alloc != k_.shared.end(), "index analysis: cp.async into '", s.name, "', not a shared allocation of kernel ", k_.name);
-          n.elements = 16 / static_cast<int>(dtype_size(alloc->dtype));
+          n.elements = s.copy_bytes / static_cast<int>(dtype_size(alloc->dtype));
           n.a = parse(s.a), n.has_a = true;
           n.b = parse(s.c), n.has_b = true;
           break;
@@ -631,7 +631,7 @@ class Analysis {
         // Lanes 0 .. 8 * matrices - 1 give a row each: 8 consecutive 16-bit elements.
         if (thread_ % kWarpSize < 8 * n.src->matrices) touch(n.buffer, eval(n.b, env), 8, false);
         break;
-      // An asynchronous copy may store its 8 elements at any moment from its issue until the
+      // An asynchronous copy may store its elements at any moment from its issue until the
       // thread's wait lands it: a store in the interval it is issued in (a read by another thread
       // before it must stay ordered before the issue) and in the interval the wait runs in (a
       // read after it must follow the wait). Zero-filled bytes are stored too.

@@ -144,6 +144,10 @@ FT_FN void ft_cp_async16(unsigned short* s, long long si, const unsigned short* 
 FT_FN void ft_cp_async16(float* s, long long si, const float* g, long long gi, int bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(ft_shared_address(s, si)), "l"(g + gi), "r"(bytes) : "memory");
 }
+// One float (a gather's element): through L1 (.ca; .cg takes 16 bytes only), 4 or 0 bytes read.
+FT_FN void ft_cp_async4(float* s, long long si, const float* g, long long gi, int bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" :: "r"(ft_shared_address(s, si)), "l"(g + gi), "r"(bytes) : "memory");
+}
 #define ft_cp_async_commit() asm volatile("cp.async.commit_group;" ::: "memory")
 #define ft_cp_async_wait(n) asm volatile("cp.async.wait_group %0;" :: "n"(n) : "memory")
 #else
@@ -155,6 +159,7 @@ FT_FN void ft_cp_async16(unsigned short* s, long long si, const unsigned short* 
 FT_FN void ft_cp_async16(float* s, long long si, const float* g, long long gi, int bytes) {
   for (int i = 0; i < 4; ++i) s[si + i] = 4 * i < bytes ? g[gi + i] : 0.0f;
 }
+FT_FN void ft_cp_async4(float* s, long long si, const float* g, long long gi, int bytes) { s[si] = bytes > 0 ? g[gi] : 0.0f; }
 #define ft_cp_async_commit() ((void)0)
 #define ft_cp_async_wait(n) ((void)0)
 #endif
@@ -294,7 +299,7 @@ void emit_block(std::ostringstream& out, const Kernel& k, const Block& b, int de
         out << s.a << ", " << s.b << ");\n";
         break;
       case Stmt::Kind::kCopyAsync:
-        out << pad << "ft_cp_async16(" << s.name << ", " << s.a << ", " << s.b << ", " << s.c << ", " << s.d << ");\n";
+        out << pad << "ft_cp_async" << s.copy_bytes << "(" << s.name << ", " << s.a << ", " << s.b << ", " << s.c << ", " << s.d << ");\n";
         break;
       case Stmt::Kind::kCopyAsyncCommit: out << pad << "ft_cp_async_commit();\n"; break;
       case Stmt::Kind::kCopyAsyncWait: out << pad << "ft_cp_async_wait(" << s.groups << ");\n"; break;

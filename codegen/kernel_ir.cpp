@@ -181,8 +181,11 @@ Stmt ldmatrix(std::string local, int64_t at, int matrices, bool trans, std::stri
   return s;
 }
 
-Stmt copy_async(std::string shared, std::string shared_index, std::string buffer, std::string index, std::string bytes) {
+Stmt copy_async(std::string shared, std::string shared_index, std::string buffer, std::string index, std::string bytes,
+                int copy_bytes) {
+  check(copy_bytes == 16 || copy_bytes == 4, "cp.async of ", copy_bytes, " bytes");
   Stmt s;
+  s.copy_bytes = copy_bytes;
   s.kind = Stmt::Kind::kCopyAsync;
   s.name = std::move(shared);
   s.a = std::move(shared_index);
@@ -329,7 +332,7 @@ std::string line_text(const Stmt& s) {
           << "] = " << s.a << "[row " << s.b << "]";
       break;
     case Stmt::Kind::kCopyAsync:
-      out << "cp.async.16 " << s.name << "[" << s.a << " ..] <- " << s.b << "[" << s.c << " ..] bytes " << s.d;
+      out << "cp.async." << s.copy_bytes << " " << s.name << "[" << s.a << " ..] <- " << s.b << "[" << s.c << " ..] bytes " << s.d;
       break;
     case Stmt::Kind::kCopyAsyncCommit: out << "cp.async.commit_group"; break;
     case Stmt::Kind::kCopyAsyncWait: out << "cp.async.wait_group " << s.groups; break;

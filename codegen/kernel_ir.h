@@ -52,7 +52,9 @@
 // Asynchronous copies (sm_80+, cp.async): `copy_async` starts a 16-byte copy from a global buffer
 // into a shared allocation of the same element type (16-bit, or float32) (cp.async.cg.shared.global, 16 bytes, the first `bytes` read
 // from global, the rest zero-filled: 0 reads nothing); both addresses 16-byte aligned (every
-// parameter's base is: buffers are cudaMalloc'd or placed at 256-byte offsets). The copy belongs
+// parameter's base is: buffers are cudaMalloc'd or placed at 256-byte offsets). A 4-byte copy
+// (cp.async.ca.shared.global, 4 bytes: one float, 4 or 0 of them read) moves an element a gather
+// reads (a convolution's patch), both addresses 4-byte aligned. The copy belongs
 // to the issuing thread: `copy_async_commit` closes the thread's copies issued since its last
 // commit into a group; `copy_async_wait` (cp.async.wait_group N) returns once at most N of the
 // thread's most recent groups are still in flight. Until then the destination holds no defined
@@ -173,7 +175,7 @@ struct Stmt {
     kVectorStore,  // name[a ..] = b: one aligned store of vector local b into buffer name (16 bytes; a pair: 4 or 8)
     kMma,         // name[at0..] += a[at1..] * b[at2..]: warp-level m16n8k16 on fragments (dtype f16 or bf16)
     kLdmatrix,    // name[at0..] = ldmatrix.x<matrices>[.trans] of shared allocation a, this lane's row at b
-    kCopyAsync,   // name[a .. a + 16 bytes) <- b[c ..]: cp.async of 16 bytes, the first d read, the rest zero
+    kCopyAsync,   // name[a .. a + copy_bytes) <- b[c ..]: cp.async of copy_bytes (16 or 4), the first d read, the rest zero
     kCopyAsyncCommit,  // cp.async.commit_group
     kCopyAsyncWait,    // cp.async.wait_group `groups`
     kWgmma,       // name[at0..] += a[b..] * c[d..]: wgmma m64n<wgmma_n>k16 (at1..at4: A's LBO, SBO, B's LBO, SBO in bytes)
@@ -198,6 +200,7 @@ struct Stmt {
   int matrices = 0;    // kLdmatrix: 8x8 matrices loaded (1, 2 or 4)
   bool trans = false;  // kLdmatrix: transposed
   int groups = 0;      // kCopyAsyncWait: groups the thread may leave in flight; kShuffle: the lane mask xor-ed
+  int copy_bytes = 16;  // kCopyAsync: the bytes it lands (16, or 4: one float)
   int lanes = 0;       // kVectorStore: elements stored (2: a pair; 0: 16 bytes' worth)
   int wgmma_n = 0;     // kWgmma: N (8 to 256, a multiple of 8)
 };
@@ -258,10 +261,12 @@ Stmt mma(std::string d, int64_t d_at, std::string a, int64_t a_at, std::string b
 // thread-local `local`; `row` is this lane's row address (an element offset, an expression of
 // ft_thread and block-uniform values); placed like a barrier.
 Stmt ldmatrix(std::string local, int64_t at, int matrices, bool trans, std::string shared, std::string row);
-// shared[shared_index .. + 16 bytes) <- buffer[index ..]: one cp.async of 16 bytes into shared
-// allocation `shared` (16-bit or float32, the buffer's element type), `bytes` (an expression, 0 to 16) read from global buffer `buffer`
-// and the rest zero-filled; both addresses 16-byte aligned (index 0 when nothing is read).
-Stmt copy_async(std::string shared, std::string shared_index, std::string buffer, std::string index, std::string bytes);
+// shared[shared_index .. + copy_bytes) <- buffer[index ..]: one cp.async of `copy_bytes` (16, or 4
+// for one float) into shared allocation `shared` (16-bit or float32, the buffer's element type),
+// `bytes` (an expression, 0 to copy_bytes) read from global buffer `buffer` and the rest
+// zero-filled; both addresses `copy_bytes`-aligned (index 0 when nothing is read).
+Stmt copy_async(std::string shared, std::string shared_index, std::string buffer, std::string index, std::string bytes,
+                int copy_bytes = 16);
 Stmt copy_async_commit();
 // Waits until at most `groups` of this thread's committed copy groups are in flight.
 Stmt copy_async_wait(int groups);

@@ -232,7 +232,19 @@ LoweredKernel pack_kernels(const std::vector<LoweredKernel>& parts, const std::s
     k.grid += p.kernel.grid;
     for (const Param& prm : p.kernel.params) (prm.output ? outs : k.params).push_back(prm);
     k.shared.insert(k.shared.end(), p.kernel.shared.begin(), p.kernel.shared.end());
-    k.thread_locals.insert(k.thread_locals.end(), p.kernel.thread_locals.begin(), p.kernel.thread_locals.end());
+    // A thread-local of a name another part declares too is a stage's scratch array (a staging
+    // loop's batch, ft_sx; accumulators are named by their value): one array, as large as the
+    // largest, serves both, since a block runs one part.
+    for (const ThreadLocal& t : p.kernel.thread_locals) {
+      const auto same = std::find_if(k.thread_locals.begin(), k.thread_locals.end(), [&](const ThreadLocal& x) { return x.name == t.name; });
+      if (same == k.thread_locals.end()) {
+        k.thread_locals.push_back(t);
+        continue;
+      }
+      check(same->dtype == t.dtype, "pack_kernels: thread-local '", t.name, "' is ", dtype_name(same->dtype), " in one part and ",
+            dtype_name(t.dtype), " in another");
+      same->count = std::max(same->count, t.count);
+    }
     k.shared_bytes = std::max(k.shared_bytes, p.kernel.shared_bytes);
     k.index_bits = std::max(k.index_bits, p.kernel.index_bits);  // int only when every part proved it
     k.body.push_back(part("ft_block >= " + lit(base) + " && ft_block < " + lit(k.grid), p.kernel.uniform, p.kernel.body));

@@ -237,6 +237,9 @@ class Verifier {
         if (dtype_size(a->dtype) != 2 && a->dtype != DType::kF32) {
           fail_at(s, "cp.async into shared allocation '", s.name, "' of ", dtype_name(a->dtype), " (needs 16-bit or float32)");
         }
+        if (s.copy_bytes != 16 && !(s.copy_bytes == 4 && a->dtype == DType::kF32)) {
+          fail_at(s, "cp.async of ", s.copy_bytes, " bytes into '", s.name, "' of ", dtype_name(a->dtype), " (16, or 4 for a float)");
+        }
         const Param* p = param(s.b);
         if (p == nullptr) fail_at(s, "cp.async from '", s.b, "', which is not a parameter");
         if (dtype_size(p->dtype) != dtype_size(a->dtype) || (a->dtype == DType::kF32) != (p->dtype == DType::kF32)) {

@@ -214,6 +214,19 @@ MmaStaging simt_staging(const Graph& g, const Node& matmul, const std::set<int>&
   return m;
 }
 
+MmaStaging conv_staging(const Graph& g, const Node& conv, const std::set<int>& produced, const TileConfig& cfg) {
+  MmaStaging m;
+  if (conv.op != "Conv" || cfg.vector < 4 || cfg.mma || cfg.reduce_step % 4 != 0 || conv.inputs.size() < 2) return m;
+  const Shape& w = g.value(conv.inputs[1]).shape;
+  if (w.size() < 3 || w[1] == 1 || (numel(w) / w[0]) % 4 != 0) return m;  // depthwise: the window form
+  const auto copied = [&](int v) { return !produced.count(v) && g.value(v).dtype == DType::kF32; };
+  if (!copied(conv.inputs[0]) || !copied(conv.inputs[1])) return m;
+  m.async_a = m.async_b = true;
+  m.ahead = 2;
+  m.stages = 3;
+  return m;
+}
+
 std::string config_library(const std::string& config) {
   constexpr std::string_view kPrefix = "library=";
   if (config.compare(0, kPrefix.size(), kPrefix) != 0) return "";
@@ -669,7 +682,18 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       } else {
         const int64_t spanned = out_region[1].hi / cout_g - out_region[1].lo / cout_g + 1;
         const int64_t step = cfg.reduce_step, steps = ceil_div(k, step);
-        smem += (m + spanned * pixels) * step * 4;
+        // In flight: with the ring (conv_staging), its steps ahead by cp.async; else a round of
+        // the threads' batched loads (each round waited for before its stores to shared memory).
+        const MmaStaging ring = conv_staging(g, n, produced, cfg);
+        const double step_bytes = static_cast<double>((m + spanned * pixels) * step * 4);
+        if (ring.async_b) {
+          smem += ring.stages * (m * simt_pitch_a(ring, step) + spanned * step * pixels) * 4;
+          in_flight = std::min(in_flight, ring.ahead * step_bytes);
+        } else {
+          smem += (m + spanned * pixels) * step * 4;
+          in_flight = std::min(in_flight, step_bytes / static_cast<double>(slice_rounds(m * step, 1) +
+                                                                           slice_rounds(spanned * step * pixels, 1)));
+        }
         const auto [tm, tn] = micro_tile(m, pixels, cfg.threads);
         uncovered = uncovered || tm == 0;
         tile_loads += (m + spanned * pixels) * step * steps;
@@ -1008,7 +1032,8 @@ std::vector<std::vector<int64_t>> expand_tiles(const Graph& g, const FusionGroup
 }
 
 // True if some MatMul of the group has an operand vector_operands accepts (for its whole output;
-// evaluate_tile judges the tile).
+// evaluate_tile judges the tile), or some Conv streams its slices through the ring at vector
+// width 4 (conv_staging).
 bool vector_width_helps(const Graph& g, const FusionGroup& group) {
   std::set<int> produced;
   for (int n : group.nodes) produced.insert(g.nodes()[static_cast<size_t>(n)].outputs[0]);
@@ -1018,6 +1043,7 @@ bool vector_width_helps(const Graph& g, const FusionGroup& group) {
     for (int64_t extent : g.value(node.outputs[0]).shape) whole.push_back({0, extent - 1});
     const auto [a, b] = vector_operands(g, node, produced, whole);
     if (a || b) return true;
+    if (conv_staging(g, node, produced, TileConfig{{}, 8, 32, 4}).async_b) return true;
   }
   return false;
 }
@@ -1173,8 +1199,8 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
           if (s <= std::max<int64_t>(k_extent, 8) && (s == 8 || !window_only)) steps.push_back(s);
         }
       }
-      // Vector width 4 where some staged MatMul operand can move in float4 quads (the only place
-      // codegen uses it).
+      // Vector width 4 where some staged MatMul operand can move in float4 quads, or a Conv can
+      // stream its slices through the cp.async ring (conv_staging).
       std::vector<int> vectors = {1};
       if (vectors_help) vectors.push_back(4);
       for (int64_t step : steps) {

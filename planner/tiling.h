@@ -20,8 +20,9 @@
 //   - shared memory: per-step operand regions of contractions (the SIMT MatMul's ring of 3 of
 //     them, simt_staging; the tensor-core form's ring, mma_staging), plus the rows a
 //     row reduction keeps on chip; registers from the accumulators per thread; a Conv as codegen
-//     stages it: with a step, an implicit GEMM (weight slice and im2col patches per step) or, for
-//     depthwise, the tile's input window; without one, two loads per multiply-add;
+//     stages it: with a step, an implicit GEMM (weight slice and im2col patches per step, or at
+//     vector width 4 a ring of 3 of them, conv_staging) or, for depthwise, the tile's input
+//     window; without one, two loads per multiply-add;
 //   - time: the slowest of DRAM, L2 and issue (arithmetic plus the loads that stage contraction
 //     operands, one per element or one per float4 quad at vector width 4 where codegen can use
 //     quads; with `mma`, a contraction's arithmetic, padded to m16n8 and whole reduction steps, at the rate mma.sync
@@ -64,7 +65,8 @@
 // reduction space, which the cooperative reduction form keeps busy: unstaged candidates only
 // beyond 64 an output), steps (a
 // Conv also keeps step 0, the unstaged schedule; a depthwise Conv has one staged step) and
-// (for contractions with a float4-capable operand) vector widths 1 and 4, adds tensor-core (`mma`)
+// (for contractions with a float4-capable operand or a Conv the ring takes, conv_staging) vector
+// widths 1 and 4, adds tensor-core (`mma`)
 // candidates for groups with a float16/bfloat16 MatMul on devices of compute capability 8.0 or
 // later (one matrix per tile, tile extents from 16x8 to 128x128, whole warps each owning 1 to 16
 // m16n8 fragments, steps of 16, 32, 64; evaluate_tile rejects mma elsewhere), on devices that
@@ -294,6 +296,14 @@ inline int64_t simt_pitch_a(const MmaStaging& s, int64_t step) {
   return s.async_a ? step + 4 : step;
 }
 inline int64_t simt_pitch_b(int64_t cols) { return (cols + 3) / 4 * 4; }
+// How the implicit-GEMM Conv (codegen/stages/conv_gemm.h) stages its slices, in the same terms: a
+// candidate that stages in 16-byte vectors (vector 4), not on tensor cores, with a reduction step
+// of a multiple of 4, whose input and weights are float32 values the group does not compute and
+// whose K (C_in / group x window) is a multiple of 4, copies both slices by cp.async into a ring
+// of 3 stages, 2 steps ahead: the weights' rows (simt_pitch_a floats apart) in 16-byte chunks,
+// the im2col patches an element (4 bytes) at a time. Otherwise (async_b false) the threads stage
+// them a step at a time, two barriers a step.
+MmaStaging conv_staging(const Graph& g, const Node& conv, const std::set<int>& produced, const TileConfig& cfg);
 
 Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, const TileConfig& cfg,
                    const TilingOptions& opt = {});

@@ -44,12 +44,13 @@ typedef struct ft_simt_api {
   /* A view of the calling block's dynamic shared memory: [offset, offset + bytes), `name` for
    * reports; the same descriptor for every thread of the block. */
   const ft_simt_buffer* (*shared_view)(long long offset, long long bytes, int element_bytes, const char* name);
-  /* cp.async of 16 bytes (codegen/kernel_ir.h): from element `src_index` of global `src`, `src_bytes`
-   * of them read (0 to 16, the rest zero), into element `dst_index` of shared view `dst`; both 16-byte
-   * aligned. The bytes are read now and land in shared memory when the thread's wait_group
-   * completes the copy's group; until then any access of the destination is a hazard. */
+  /* cp.async of `copy_bytes` (16, or 4; codegen/kernel_ir.h): from element `src_index` of global
+   * `src`, `src_bytes` of them read (0 to copy_bytes, the rest zero), into element `dst_index` of
+   * shared view `dst`; both copy_bytes-aligned. The bytes are read now and land in shared memory
+   * when the thread's wait_group completes the copy's group; until then any access of the
+   * destination is a hazard. */
   void (*copy_async)(const ft_simt_buffer* dst, long long dst_index, const ft_simt_buffer* src, long long src_index,
-                     int src_bytes);
+                     int src_bytes, int copy_bytes);
   /* cp.async.commit_group: the thread's copies issued since its last commit form a group. */
   void (*copy_async_commit)(void);
   /* cp.async.wait_group `groups` at `line` of the CUDA text: completes the thread's oldest

@@ -151,6 +151,7 @@ struct Worker;
 struct AsyncCopy {
   const ft_simt_buffer* dst = nullptr;
   long long index = 0;
+  int size = 16;  // the bytes it lands
   unsigned char bytes[16] = {};
   const void* site = nullptr;
 };
@@ -675,20 +676,22 @@ void* api_access(const ft_simt_buffer* b, long long index, int size, int kind, c
 }
 
 void api_copy_async(const ft_simt_buffer* dst, long long dst_index, const ft_simt_buffer* src, long long src_index,
-                    int src_bytes) {
+                    int src_bytes, int copy_bytes) {
   const void* site = __builtin_return_address(0);
   Fiber& f = current();
   Worker& w = *f.worker;
-  constexpr int kBytes = 16;
-  if (!dst->shared || src->shared || src_bytes < 0 || src_bytes > kBytes) {
-    w.find(Check::kMemory, "cp.async from " + buffer_label(src) + " reading " + std::to_string(src_bytes) + " bytes",
+  const int kBytes = copy_bytes;
+  if (!dst->shared || src->shared || (copy_bytes != 16 && copy_bytes != 4) || src_bytes < 0 || src_bytes > kBytes) {
+    w.find(Check::kMemory,
+           "cp.async." + std::to_string(copy_bytes) + " from " + buffer_label(src) + " reading " + std::to_string(src_bytes) + " bytes",
            buffer_label(dst), dst_index, w.who(f.thread), site, nullptr,
-           "needs a global source, a shared destination and 0 to 16 bytes");
+           "needs a global source, a shared destination and 0 to 16 of 16 bytes or 0 to 4 of 4");
     return;
   }
   AsyncCopy c;
   c.dst = dst;
   c.index = dst_index;
+  c.size = copy_bytes;
   c.site = site;
   if (src_bytes > 0) {  // the source is read now
     const unsigned char* from = checked_address(w, f, src, src_index, src_bytes, kBytes, "cp.async load", site);
@@ -815,8 +818,8 @@ void Worker::land_copies(Fiber& f, size_t keep, int line) {
   while (f.copy_groups.size() > keep) {
     if (line > 0 && !f.copy_groups.front().empty()) counters.wait_landings[line] += f.copy_groups.front().size();
     for (const AsyncCopy& c : f.copy_groups.front()) {
-      if (L.options.checks) check_shared(*this, f, c.dst, c.index, 16, SharedOp::kLandAsync, c.site);
-      std::memcpy(c.dst->base + c.index * c.dst->element_bytes, c.bytes, sizeof c.bytes);
+      if (L.options.checks) check_shared(*this, f, c.dst, c.index, c.size, SharedOp::kLandAsync, c.site);
+      std::memcpy(c.dst->base + c.index * c.dst->element_bytes, c.bytes, static_cast<size_t>(c.size));
     }
     f.copy_groups.pop_front();
   }

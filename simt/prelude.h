@@ -16,7 +16,7 @@
 //   in codegen/kernel_ir.h); an ldmatrix row is a 16-byte load by the lane that gives its address;
 // - ft_atomic_add, ft_atomic_exch and __threadfence go to the executor, which orders other blocks'
 //   stores by them (simt/device_api.h); FT_SCRATCH(T, elements) parameters are ft_ptr<T> too;
-// - ft_cp_async16, ft_cp_async_commit and ft_cp_async_wait hand cp.async and its groups to the
+// - ft_cp_async16, ft_cp_async4, ft_cp_async_commit and ft_cp_async_wait hand cp.async and its groups to the
 //   executor, which lands each copy at the wait that completes it;
 // - ft_wgmma<N, BF16> decodes its matrix descriptors as the PTX ISA defines them, reads the
 //   operands' core-matrix rows through the executor (in flight until the wait) and computes each
@@ -262,7 +262,10 @@ FT_INTRINSIC bool ft_aligned16(ft_ptr<const ft_flt> p, long long i) {
 // cp.async: the executor reads the source now and lands the bytes at the thread's wait_group.
 template <class T>
 FT_INTRINSIC void ft_cp_async16(ft_ptr<T> s, long long si, ft_ptr<const T> g, long long gi, int bytes) {
-  ft_simt_api_->copy_async(s.b, si, g.b, gi, bytes);
+  ft_simt_api_->copy_async(s.b, si, g.b, gi, bytes, 16);
+}
+FT_INTRINSIC void ft_cp_async4(ft_ptr<ft_flt> s, long long si, ft_ptr<const ft_flt> g, long long gi, int bytes) {
+  ft_simt_api_->copy_async(s.b, si, g.b, gi, bytes, 4);
 }
 #define ft_cp_async_commit() ft_simt_api_->copy_async_commit()
 #define ft_cp_async_wait(n) ft_simt_api_->copy_async_wait((n), __LINE__)

@@ -1,6 +1,8 @@
 #include "codegen/stages/conv_gemm.h"
 
 #include <algorithm>
+#include <functional>
+#include <set>
 #include <tuple>
 
 #include "codegen/stages/conv_common.h"
@@ -26,6 +28,10 @@ struct GemmPlan {
   std::vector<int64_t> caps;  // the region's axes the slices are laid out with (columns: the axes other than 1)
   std::string regs;           // the TM x TN accumulators of each thread
   int64_t tm = 0, tn = 0;
+  // The ring (planner::conv_staging; ring.async_b set): each step's slices in slot step % stages,
+  // the weights' rows pitch_a floats apart.
+  planner::MmaStaging ring;
+  int64_t pitch_a = 0, slot_a = 0, slot_b = 0;
 };
 
 class ConvGemmStage : public AnchorStage {
@@ -37,6 +43,8 @@ class ConvGemmStage : public AnchorStage {
  private:
   std::vector<std::string> conv_pixel(const std::string& p, std::string* inside);
   std::vector<std::string> conv_taps(const TensorExpr& e, const std::string& kk);
+  std::string patch_element(const TensorExpr& e, const std::string& ks, std::function<std::vector<std::string>()>* input);
+  Stmt copy_patches(const TensorExpr& e, const std::string& ks, const std::string& base, const std::string& ng);
 
   LoweringContext& cx_;
   const Node& n_;
@@ -77,6 +85,50 @@ std::vector<std::string> ConvGemmStage::conv_taps(const TensorExpr& e, const std
   return vars;
 }
 
+// Element ft_e of step `ks`'s patch slice (group ft_e / (step x P), reduction index ks x step +
+// (ft_e / P) % step, column ft_e % P; the input channel follows from the group, any output channel
+// of it): emits the lets of its K index ft_k and its column's pixel and returns the condition that
+// it reads the input (inside K, a region with rows, the column a pixel of the region); *input,
+// called inside that condition's branch, emits the lets of the input's index and returns it.
+std::string ConvGemmStage::patch_element(const TensorExpr& e, const std::string& ks, std::function<std::vector<std::string>()>* input) {
+  const Region& r = cx_.region.at(n_.outputs[0]);
+  const int64_t cols = st_.b_cap / (st_.groups_cap * st_.step);
+  const std::string np = lit(cols), g0 = "(" + r.lo[1] + " / " + lit(st_.cout_g) + ")";
+  cx_.cur().push_back(small_let("ft_k", ks + " * " + lit(st_.step) + " + (ft_e / " + np + ") % " + lit(st_.step)));
+  std::string pixel;
+  std::vector<std::string> vars = conv_pixel("ft_e % " + np, &pixel);
+  *input = [this, &e, vars, g0, cols]() mutable {
+    vars[1] = "((" + g0 + " + ft_e / " + lit(st_.step * cols) + ") * " + lit(st_.cout_g) + ")";
+    for (const std::string& t : conv_taps(e, "ft_k")) vars.push_back(t);
+    return cx_.index_of(e.accesses[0], vars);
+  };
+  // A region with no output channel (a consumer's tile outside them: a Concat's other input, a
+  // Pad's border) has a first channel past the last, whose group may not exist: nothing loads.
+  return "ft_k < " + lit(st_.k) + " && " + r.n[1] + " > 0 && " + pixel;
+}
+
+// The ring's patch slice of step `ks` at `base` (groups x step x P, as the form without a ring lays
+// it out): one 4-byte cp.async an element, zero-filled (nothing read) outside the input, past K,
+// for columns outside the region and for a region without rows.
+Stmt ConvGemmStage::copy_patches(const TensorExpr& e, const std::string& ks, const std::string& base, const std::string& ng) {
+  const int x = n_.inputs[0];
+  const Shape& shape = cx_.g.value(x).shape;
+  const std::string param = cx_.param.at(x);
+  const Stmt zero = copy_async(st_.b, base + " + ft_e", param, "0", "0", 4);
+  Block loop = cx_.fresh_block([&] {
+    std::function<std::vector<std::string>()> input;
+    const std::string reads = patch_element(e, ks, &input);
+    Block inside;
+    cx_.with_block(inside, [&] {
+      const auto idx = input();
+      const Stmt copy = copy_async(st_.b, base + " + ft_e", param, flat(shape, idx), "4", 4);
+      cx_.cur().push_back(e.accesses[0].guarded ? if_then(cx_.in_range(shape, idx), {copy}, {zero}) : copy);
+    });
+    cx_.cur().push_back(if_then(reads, inside, {zero}));
+  });
+  return thread_for("ft_e", "0", ng + " * " + lit(st_.step * (st_.b_cap / (st_.groups_cap * st_.step))), loop);
+}
+
 // Each step of the reduction loads the weight slice (M x step) and the im2col patches of every
 // group the rows touch (groups x step x P; zero outside the input, past K, for columns outside
 // the region and for a region without rows) into shared memory, then every thread updates its
@@ -102,84 +154,130 @@ void ConvGemmStage::emit(Kernel& k) {
   const std::string owns = "ft_thread < " + lit((st.caps[1] + st.tm - 1) / st.tm * ntn);
   const Block micro_tile = {small_let("ft_tm0", "(ft_thread / " + lit(ntn) + ") * " + lit(st.tm)),
                             small_let("ft_tn0", "(ft_thread % " + lit(ntn) + ") * " + lit(st.tn))};
-  Block steps;
-  // Weights: element e of the slice is row e / step, reduction index ks * step + e % step.
-  steps.push_back(cx_.staging_loop(k, st.a, nm + " * " + step, st.a_cap, [&] {
-    cx_.cur().push_back(small_let("ft_k", "ft_ks * " + step + " + ft_e % " + step));
-    cx_.cur().push_back(let("float", "ft_x", "0.0f"));
-    Block inside;
-    cx_.with_block(inside, [&] {
-      std::vector<std::string> vars = r.lo;
-      vars[1] = "(" + r.lo[1] + " + ft_e / " + step + ")";
-      for (const std::string& t : conv_taps(e, "ft_k")) vars.push_back(t);
-      cx_.cur().push_back(assign("ft_x", cx_.value(n.inputs[1], cx_.index_of(e.accesses[1], vars))));
-    });
-    cx_.cur().push_back(if_then("ft_k < " + kk_total, inside));
-  }));
-  // Patches: element e is group e / (step * P), reduction index ks * step + (e / P) % step,
-  // column e % P; the input channel follows from the group (any output channel of it).
-  const int x = n.inputs[0];
-  const Access& xa = e.accesses[0];
-  steps.push_back(cx_.staging_loop(k, st.b, ng + " * " + lit(st.step * cols), st.b_cap, [&] {
-    cx_.cur().push_back(small_let("ft_k", "ft_ks * " + step + " + (ft_e / " + np + ") % " + step));
-    cx_.cur().push_back(let("float", "ft_x", "0.0f"));
-    std::string pixel;
-    std::vector<std::string> vars = conv_pixel("ft_e % " + np, &pixel);
-    Block inside;
-    cx_.with_block(inside, [&] {
-      vars[1] = "((" + g0 + " + ft_e / " + lit(st.step * cols) + ") * " + lit(st.cout_g) + ")";
-      for (const std::string& t : conv_taps(e, "ft_k")) vars.push_back(t);
-      const auto idx = cx_.index_of(xa, vars);
-      if (xa.guarded) {
-        Block in_input;
-        cx_.with_block(in_input, [&] { cx_.cur().push_back(assign("ft_x", cx_.value(x, idx))); });
-        cx_.cur().push_back(if_then(cx_.in_range(g.value(x).shape, idx), in_input));
-      } else {
-        cx_.cur().push_back(assign("ft_x", cx_.value(x, idx)));
+  // The micro-tile update of global step `gks`: rows [ft_tm0, ft_tm0 + TM), columns [ft_tn0,
+  // ft_tn0 + TN); the weights at a_base with rows a_pitch apart, the patches at b_base; a row
+  // reads the patches of its own group.
+  const auto update_step = [&](const std::string& gks, const std::string& a_base, const std::string& a_pitch,
+                               const std::string& b_base) {
+    const std::string at_a = a_base.empty() ? "" : a_base + " + ", at_b = b_base.empty() ? "" : b_base + " + ";
+    Block update = micro_tile;
+    Block inner;
+    for (int64_t i = 0; i < st.tm; ++i) {
+      const std::string row = "(ft_tm0 + " + lit(i) + ")", is = std::to_string(i);
+      if (st.groups_cap > 1) {
+        update.push_back(small_let("ft_g" + is,
+                                   "ft_min((" + r.lo[1] + " + " + row + ") / " + lit(st.cout_g) + " - " + g0 + ", " + ng + " - 1)"));
       }
-    });
-    // A region with no output channel (a consumer's tile outside them: a Concat's other input, a
-    // Pad's border) has a first channel past the last, whose group may not exist: nothing loads.
-    cx_.cur().push_back(if_then("ft_k < " + kk_total + " && " + nm + " > 0 && " + pixel, inside));
-  }));
-  steps.push_back(barrier());
-  // The micro-tile update: rows [ft_tm0, ft_tm0 + TM), columns [ft_tn0, ft_tn0 + TN); a row reads
-  // the patches of its own group.
-  Block update = micro_tile;
-  Block inner;
-  for (int64_t i = 0; i < st.tm; ++i) {
-    const std::string row = "(ft_tm0 + " + lit(i) + ")", is = std::to_string(i);
-    if (st.groups_cap > 1) {
-      update.push_back(small_let("ft_g" + is,
-                                 "ft_min((" + r.lo[1] + " + " + row + ") / " + lit(st.cout_g) + " - " + g0 + ", " + ng + " - 1)"));
+      inner.push_back(let("float", "ft_ra" + is,
+                          "(" + row + " < " + nm + " ? " + st.a + "[" + at_a + row + " * " + a_pitch + " + ft_kk] : 0.0f)"));
     }
-    inner.push_back(let("float", "ft_ra" + is, "(" + row + " < " + nm + " ? " + st.a + "[" + row + " * " + step + " + ft_kk] : 0.0f)"));
-  }
-  auto patch = [&](const std::string& group, int64_t j) {
-    const std::string col = "(ft_tn0 + " + lit(j) + ")";
-    const std::string at = st.b + "[(" + group + " * " + step + " + ft_kk) * " + np + " + " + col + "]";
-    return ntn * st.tn == cols ? at : "(" + col + " < " + np + " ? " + at + " : 0.0f)";
-  };
-  for (int64_t j = 0; j < st.tn; ++j) {
-    if (st.groups_cap == 1) inner.push_back(let("float", "ft_rb" + std::to_string(j), patch("0", j)));
-  }
-  for (int64_t i = 0; i < st.tm; ++i) {
+    auto patch = [&](const std::string& group, int64_t j) {
+      const std::string col = "(ft_tn0 + " + lit(j) + ")";
+      const std::string at = st.b + "[" + at_b + "(" + group + " * " + step + " + ft_kk) * " + np + " + " + col + "]";
+      return ntn * st.tn == cols ? at : "(" + col + " < " + np + " ? " + at + " : 0.0f)";
+    };
     for (int64_t j = 0; j < st.tn; ++j) {
-      const std::string cell = st.regs + "[" + std::to_string(i * st.tn + j) + "]";
-      const std::string b = st.groups_cap == 1 ? "ft_rb" + std::to_string(j) : patch("ft_g" + std::to_string(i), j);
-      inner.push_back(assign(cell, cell + " + ft_ra" + std::to_string(i) + " * " + b));
+      if (st.groups_cap == 1) inner.push_back(let("float", "ft_rb" + std::to_string(j), patch("0", j)));
     }
-  }
-  update.push_back(serial_for("ft_kk", "0", "ft_min(" + step + ", " + kk_total + " - ft_ks * " + step + ")", inner));
-  steps.push_back(if_then(owns, update));
-  steps.push_back(barrier());
+    for (int64_t i = 0; i < st.tm; ++i) {
+      for (int64_t j = 0; j < st.tn; ++j) {
+        const std::string cell = st.regs + "[" + std::to_string(i * st.tn + j) + "]";
+        const std::string b = st.groups_cap == 1 ? "ft_rb" + std::to_string(j) : patch("ft_g" + std::to_string(i), j);
+        inner.push_back(assign(cell, cell + " + ft_ra" + std::to_string(i) + " * " + b));
+      }
+    }
+    update.push_back(serial_for("ft_kk", "0", "ft_min(" + step + ", " + kk_total + " - " + gks + " * " + step + ")", inner));
+    return if_then(owns, update);
+  };
   // The block's steps: all of them, or its split's (stages/split_k.h), then the split's sum.
   const int64_t all_steps = (st.k + st.step - 1) / st.step;
   const std::string k0 = split_first_step(cx_, k, all_steps);
-  const std::string end = cx_.splits() == 1
-                              ? lit(all_steps)
-                              : "ft_min(" + k0 + " + " + lit(split_steps(cx_, all_steps)) + ", " + lit(all_steps) + ")";
-  k.body.push_back(uniform_for("ft_ks", k0, end, steps));
+  if (st.ring.async_b) {
+    // The ring (planner::conv_staging), as the staged MatMul runs its own (stages/matmul.h): a
+    // prologue copies the first `ahead` local steps, one cp.async group each; local step ft_ks
+    // waits for its group, a barrier makes every thread's copies visible, step ft_ks + ahead goes
+    // into the slot step ft_ks - 1 used and, while those copies fly, the threads multiply their
+    // own slot. One barrier a step; no slice passes through the threads' registers. The weights
+    // move in 16-byte chunks of 4 floats along K (rows past the region and K zero-filled; a chunk
+    // whose address is not 16-byte aligned, element by element), the patches an element at a
+    // time (copy_patches).
+    const int stages = st.ring.stages;
+    const int64_t local_steps = split_steps(cx_, all_steps);
+    const auto global = [&](const std::string& local) { return cx_.splits() == 1 ? local : "(" + k0 + " + " + local + ")"; };
+    const int64_t chunks = st.step / 4;
+    const auto slices = [&](const std::string& ks, const std::string& slot) {
+      const CopiedSlice weights{.is_a = true,
+                                .buf = st.a,
+                                .param = cx_.param.at(n.inputs[1]),
+                                .shape = {g.value(n.inputs[1]).shape[0], st.k},  // [C_out][K], as laid out
+                                .index = [&](const std::string& row, const std::string&) {
+                                  return std::vector<std::string>{"(" + r.lo[1] + " + " + row + ")", "ft_k"};
+                                },
+                                .ks = ks,
+                                .nm = nm,
+                                .nn = "",
+                                .row = "ft_e / " + lit(chunks),
+                                .col = "ft_e % " + lit(chunks) + " * 4",
+                                .at = "(" + slot + ") * " + lit(st.slot_a) + " + ft_r * " + lit(st.pitch_a) + " + ft_c",
+                                .step = st.step,
+                                .k = st.k,
+                                .lanes = 4,
+                                .count = st.caps[1] * chunks};
+      return Block{copy_slice(cx_, weights), copy_patches(e, ks, "(" + slot + ") * " + lit(st.slot_b), ng)};
+    };
+    const int64_t ahead = std::min<int64_t>(st.ring.ahead, local_steps);
+    Block prologue = slices(global("ft_ks"), "ft_ks");
+    prologue.push_back(copy_async_commit());
+    k.body.push_back(uniform_for("ft_ks", "0", lit(ahead), prologue));
+    Block body = {copy_async_wait(static_cast<int>(ahead - 1)), barrier()};
+    const std::string next = "(ft_ks + " + lit(st.ring.ahead) + ")";
+    if (local_steps > ahead) body.push_back(if_then(next + " < " + lit(local_steps), slices(global(next), next + " % " + lit(stages))));
+    body.push_back(copy_async_commit());  // possibly empty: one group a step keeps the count
+    const std::string slot = "(ft_ks % " + lit(stages) + ")";
+    body.push_back(update_step(global("ft_ks"), slot + " * " + lit(st.slot_a), lit(st.pitch_a), slot + " * " + lit(st.slot_b)));
+    k.body.push_back(uniform_for("ft_ks", "0", lit(local_steps), body));
+  } else {
+    Block steps;
+    // Weights: element e of the slice is row e / step, reduction index ks * step + e % step.
+    steps.push_back(cx_.staging_loop(k, st.a, nm + " * " + step, st.a_cap, [&] {
+      cx_.cur().push_back(small_let("ft_k", "ft_ks * " + step + " + ft_e % " + step));
+      cx_.cur().push_back(let("float", "ft_x", "0.0f"));
+      Block inside;
+      cx_.with_block(inside, [&] {
+        std::vector<std::string> vars = r.lo;
+        vars[1] = "(" + r.lo[1] + " + ft_e / " + step + ")";
+        for (const std::string& t : conv_taps(e, "ft_k")) vars.push_back(t);
+        cx_.cur().push_back(assign("ft_x", cx_.value(n.inputs[1], cx_.index_of(e.accesses[1], vars))));
+      });
+      cx_.cur().push_back(if_then("ft_k < " + kk_total, inside));
+    }));
+    // Patches (patch_element).
+    const int x = n.inputs[0];
+    steps.push_back(cx_.staging_loop(k, st.b, ng + " * " + lit(st.step * cols), st.b_cap, [&] {
+      std::function<std::vector<std::string>()> input;
+      const std::string reads = patch_element(e, "ft_ks", &input);
+      cx_.cur().push_back(let("float", "ft_x", "0.0f"));
+      Block inside;
+      cx_.with_block(inside, [&] {
+        const auto idx = input();
+        if (e.accesses[0].guarded) {
+          Block in_input;
+          cx_.with_block(in_input, [&] { cx_.cur().push_back(assign("ft_x", cx_.value(x, idx))); });
+          cx_.cur().push_back(if_then(cx_.in_range(g.value(x).shape, idx), in_input));
+        } else {
+          cx_.cur().push_back(assign("ft_x", cx_.value(x, idx)));
+        }
+      });
+      cx_.cur().push_back(if_then(reads, inside));
+    }));
+    steps.push_back(barrier());
+    steps.push_back(update_step("ft_ks", "", step, ""));
+    steps.push_back(barrier());
+    const std::string end = cx_.splits() == 1
+                                ? lit(all_steps)
+                                : "ft_min(" + k0 + " + " + lit(split_steps(cx_, all_steps)) + ", " + lit(all_steps) + ")";
+    k.body.push_back(uniform_for("ft_ks", k0, end, steps));
+  }
   emit_split_sum(cx_, k, st.regs, st.tm * st.tn);
   // The epilogue's input: each cell of the micro-tile, plus the bias.
   const bool bias = n.inputs.size() > 2 && n.inputs[2] != kNoValue;
@@ -232,8 +330,17 @@ std::unique_ptr<AnchorStage> conv_gemm_stage(LoweringContext& cx, Kernel& k, con
   if (st.tm == 0) return nullptr;
   st.a_cap = st.caps[1] * st.step;
   st.b_cap = st.groups_cap * st.step * pixels;
-  st.a = k.add_shared("ca" + tag, DType::kF32, st.a_cap);
-  st.b = k.add_shared("cb" + tag, DType::kF32, st.b_cap);
+  std::set<int> produced;
+  for (const auto& [u, producer] : cx.producer) produced.insert(u);
+  st.ring = planner::conv_staging(cx.g, n, produced, cx.cfg);
+  if (st.ring.async_b) {
+    st.pitch_a = planner::simt_pitch_a(st.ring, st.step);
+    st.slot_a = st.caps[1] * st.pitch_a;
+    st.slot_b = st.b_cap;
+  }
+  const int stages = st.ring.async_b ? st.ring.stages : 1;
+  st.a = k.add_shared("ca" + tag, DType::kF32, st.ring.async_b ? stages * st.slot_a : st.a_cap);
+  st.b = k.add_shared("cb" + tag, DType::kF32, stages * st.b_cap);
   st.regs = "tc" + tag;
   k.thread_locals.push_back({st.regs, st.tm * st.tn});
   return std::make_unique<ConvGemmStage>(cx, n, std::move(st));

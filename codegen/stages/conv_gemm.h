@@ -17,7 +17,11 @@
 // stages/split_k.h, the block's split of the steps, and the last of the tile's blocks sums the
 // splits' accumulators); then each cell plus the bias goes where the Conv's value goes (its shared
 // buffer for a fused epilogue, global memory when exported). The slices stage through
-// LoweringContext::staging_loop (a thread's elements in batches, their loads in flight together).
+// LoweringContext::staging_loop (a thread's elements in batches, their loads in flight together),
+// or, where planner::conv_staging says (vector width 4, float32 input and weights the group does
+// not compute, K a multiple of 4), through a ring of 3 slots filled by cp.async 2 steps ahead of
+// the one multiplied, one barrier a step: the weights in 16-byte chunks (copy_slice), the patches
+// a 4-byte copy an element, zero-filled where the form without a ring stores zero.
 // Guarantees: the reference Conv up to float32 rounding for every tile, partial ones included;
 // staging loops stay inside their allocations.
 #pragma once

@@ -222,6 +222,47 @@ TEST(CodegenOps, PackedKernelsRunEachPartOnItsBlocks) {
   }
 }
 
+// Two staged convolutions packed into one launch (as ResNet-50's plan packs a bottleneck's first
+// 1x1 convolution with its projection shortcut): both stage in batches through the thread-local
+// ft_sx, of different sizes, which the packed kernel declares once at the larger size.
+TEST(CodegenOps, PackedStagedConvolutionsShareTheirStagingArray) {
+  using fusetune::testing::random_constant;
+  Graph g;
+  const int x = add_input(g, "x", DType::kF32, {1, 64, 8, 8});
+  g.outputs().push_back(add_op(g, "Relu", {add_op(g, "Conv", {x, random_constant(g, "w1", DType::kF32, {64, 64, 1, 1}, 3u)})}));
+  g.outputs().push_back(add_op(g, "Conv", {x, random_constant(g, "w2", DType::kF32, {32, 64, 3, 3}, 4u)},
+                               attrs({{"pads", std::vector<int64_t>{1, 1, 1, 1}}})));
+  FusionGroup first, second, all;
+  first.nodes = {0, 1};
+  second.nodes = {2};
+  planner::describe_group(g, first);
+  planner::describe_group(g, second);
+  std::vector<LoweredKernel> parts;
+  int64_t base = 0;
+  for (const auto& [group, cfg] : {std::pair{first, TileConfig{{1, 32, 4, 8}, 64, 64, 1}}, std::pair{second, TileConfig{{1, 16, 4, 8}, 32, 64, 1}}}) {
+    parts.push_back(lower_group(g, group, cfg, "packed", {"p" + std::to_string(base) + "_", base}));
+    base += parts.back().kernel.grid;
+    all.nodes.insert(all.nodes.end(), group.nodes.begin(), group.nodes.end());
+  }
+  const auto batch = [](const Kernel& k) {
+    const auto t = std::find_if(k.thread_locals.begin(), k.thread_locals.end(), [](const ThreadLocal& l) { return l.name == "ft_sx"; });
+    return t == k.thread_locals.end() ? int64_t{0} : t->count;
+  };
+  ASSERT_GT(batch(parts[0].kernel), 0);
+  ASSERT_GT(batch(parts[1].kernel), 0);
+  const LoweredKernel packed = pack_kernels(parts, "packed");
+  EXPECT_EQ(batch(packed.kernel), std::max(batch(parts[0].kernel), batch(parts[1].kernel)));
+  planner::describe_group(g, all);
+  auto backend = backend::make_host_backend();
+  auto module = backend->load({packed.kernel});
+  std::mt19937 rng(testing::test_seed());
+  const backend::VerifyResult r = backend::verify_kernel(g, all, packed, *backend, *module, rng);
+  EXPECT_TRUE(r.ok) << r.detail;
+  if (backend::nvrtc_available()) {
+    EXPECT_FALSE(backend::compile_cuda(emit_cuda({packed.kernel}), "sm_90").cubin.empty());
+  }
+}
+
 // Softmax, LogSoftmax and layer norm over rows shorter than, as long as, and longer than a warp,
 // with fewer rows than warps and more rows than warps per block.
 Graph row_ops() {
@@ -751,6 +792,65 @@ TEST(CodegenRing, Float32MatMulsStreamTheirSlicesThroughACpAsyncRing) {
       TileConfig cfg{{16, 16}, step, 64, 4};
       cfg.split_k = splits;
       check_groups(g, groups, [&](const FusionGroup&) { return cfg; }, "ring/" + cfg.str(), archs);
+    }
+  }
+}
+
+// A float32 implicit-GEMM Conv at vector width 4 whose K (C_in / group x window) is a multiple of 4
+// streams both slices through a 3-stage cp.async ring (planner::conv_staging): the weights in
+// 16-byte chunks, the im2col patches a 4-byte copy an element (zero-filled at the padding, past K
+// and outside the region); one barrier a step where the form without a ring has two, 3 slots of
+// shared memory charged by the planner. A pointwise, a strided and padded 3 x 3 and a grouped
+// convolution, each with its bias and a Relu, at steps 8 and 16, unsplit and split 3 ways (steps
+// that do not divide K), match the reference under the executor's checks, and NVRTC compiles the
+// text for sm_75 (no cp.async: the prelude copies at once), sm_80 and sm_90. A K of 27 (a first
+// layer's 3 x 3 x 3) takes no ring.
+TEST(CodegenRing, ConvolutionsStreamWeightsAndPatchesThroughACpAsyncRing) {
+  using fusetune::testing::random_constant;
+  struct Case {
+    const char* what;
+    Shape x, w;
+    Attributes a;
+    std::vector<int64_t> tile;
+  };
+  const std::vector<Case> cases = {
+      {"pointwise", {1, 72, 7, 7}, {24, 72, 1, 1}, {}, {1, 8, 1, 7}},
+      {"strided 3x3, padded",
+       {1, 12, 9, 9},
+       {16, 12, 3, 3},
+       attrs({{"strides", std::vector<int64_t>{2, 2}}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}}),
+       {1, 8, 2, 4}},
+      {"grouped", {1, 16, 6, 6}, {16, 8, 3, 3}, attrs({{"group", int64_t{2}}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}}),
+       {1, 8, 3, 6}},
+      {"first layer", {1, 3, 8, 8}, {8, 3, 3, 3}, attrs({{"pads", std::vector<int64_t>{1, 1, 1, 1}}}), {1, 8, 4, 8}}};
+  const auto barriers = [](Kernel k) { return fusetune::testing::drop_barrier(k.body, -1); };
+  const fusetune::testing::CheckOptions archs{false, {"sm_75", "sm_80", "sm_90"}};
+  for (const Case& c : cases) {
+    Graph g;
+    const int y = add_op(g, "Conv", {add_input(g, "x", DType::kF32, c.x), random_constant(g, "w", DType::kF32, c.w, 7u),
+                                     random_constant(g, "b", DType::kF32, {c.w[0]}, 8u)},
+                         c.a);
+    g.outputs().push_back(add_op(g, "Relu", {y}));
+    const FusionGroup group = whole_graph_group(g);
+    const TileConfig ringed{c.tile, 8, 64, 4}, plain{c.tile, 8, 64, 1};
+    const bool ring = planner::conv_staging(g, g.nodes()[0], {}, ringed).async_b;
+    const std::string ir = to_text(lower_group(g, group, ringed, "k").kernel);
+    EXPECT_EQ(ring, c.w[1] * c.w[2] * c.w[3] % 4 == 0) << c.what;
+    EXPECT_EQ(ir.find("cp.async.16 ") != std::string::npos, ring) << c.what << "\n" << ir;
+    EXPECT_EQ(ir.find("cp.async.4 ") != std::string::npos, ring) << c.what << "\n" << ir;
+    if (!ring) continue;
+    EXPECT_NE(ir.find("cp.async.wait_group 1"), std::string::npos) << c.what << "\n" << ir;
+    EXPECT_EQ(barriers(lower_group(g, group, ringed, "k").kernel) + 1, barriers(lower_group(g, group, plain, "k").kernel)) << c.what;
+    const planner::Device& h100 = planner::find_device("h100");
+    const planner::Cost with = planner::evaluate_tile(g, group, h100, ringed), without = planner::evaluate_tile(g, group, h100, plain);
+    ASSERT_TRUE(with.valid && without.valid) << c.what << ": " << with.reject << without.reject;
+    EXPECT_GT(with.smem_bytes, 2 * without.smem_bytes) << c.what;  // three slots of each slice
+    for (int64_t step : {8, 16}) {
+      for (int splits : {1, 3}) {
+        TileConfig cfg{c.tile, step, 64, 4};
+        cfg.split_k = splits;
+        check_groups(g, {group}, [&](const FusionGroup&) { return cfg; }, std::string("Conv ring ") + c.what + "/" + cfg.str(), archs);
+      }
     }
   }
 }

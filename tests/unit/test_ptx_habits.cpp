@@ -322,6 +322,28 @@ TEST(PtxTensorCores, AFloatThirtyTwoSimtMatMulStagesWithCpAsync) {
   EXPECT_EQ(Ptx{backend::compile_ptx(cuda, "sm_75")}.count(R"(\bcp\.async\b)"), 0u);
 }
 
+// A float32 3 x 3 convolution at vector width 4 streams its slices through the cp.async ring
+// (planner::conv_staging): for sm_80 and sm_90 its PTX copies the weights by 16-byte
+// cp.async.cg and the patches by 4-byte cp.async.ca, and waits for all but the newest group; for
+// sm_75 the same text compiles without cp.async.
+TEST(PtxTensorCores, AFloatThirtyTwoConvolutionStagesWithCpAsync) {
+  if (!backend::nvrtc_available()) GTEST_SKIP() << "NVRTC not available: no PTX to read";
+  Graph g;
+  g.outputs().push_back(testing::add_op(
+      g, "Conv", {testing::add_input(g, "x", DType::kF32, {1, 64, 28, 28}), testing::random_constant(g, "w", DType::kF32, {64, 64, 3, 3}, 5u)},
+      testing::attrs({{"pads", std::vector<int64_t>{1, 1, 1, 1}}})));
+  const planner::FusionGroup group = testing::whole_graph_group(g);
+  const std::string cuda =
+      codegen::emit_cuda({codegen::lower_group(g, group, planner::TileConfig{{1, 32, 4, 28}, 16, 256, 4}, "conv").kernel});
+  for (const char* arch : {"sm_80", "sm_90"}) {
+    const Ptx ptx{backend::compile_ptx(cuda, arch)};
+    EXPECT_GT(ptx.count(R"(\bcp\.async\.cg\.shared\.global\b[^;]*, 16\b)"), 0u) << arch;
+    EXPECT_GT(ptx.count(R"(\bcp\.async\.ca\.shared\.global\b[^;]*, 4\b)"), 0u) << arch;
+    EXPECT_GT(ptx.count(R"(\bcp\.async\.wait_group 1\b)"), 0u) << arch;
+  }
+  EXPECT_EQ(Ptx{backend::compile_ptx(cuda, "sm_75")}.count(R"(\bcp\.async\b)"), 0u);
+}
+
 // The TF32 precision policy end to end: `compile --precision tf32` of a float32 model (a small LLaMA: on
 // the small ViT every tensor-core candidate now models a little slower than the float32 pipes) records
 // the policy, runs its MatMuls as mma.m16n8k8.tf32 on operands rounded by cvt.rna and copied by
