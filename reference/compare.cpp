@@ -60,6 +60,8 @@ Comparison compare(const Tensor& actual, const Tensor& expected, Tolerance tol) 
       if (c.worst_index < 0 || excess > worst) {
         worst = excess;
         c.worst_index = static_cast<int64_t>(i);
+        c.worst_actual = a[i];
+        c.worst_expected = e[i];
       }
     }
   }
@@ -72,7 +74,10 @@ std::string Comparison::describe() const {
   if (!shape_ok) return "shape mismatch";
   out.precision(3);
   out << "max_abs=" << max_abs << " max_rel=" << max_rel;
-  if (!ok) out << " mismatches=" << mismatches << " (worst at element " << worst_index << ")";
+  if (!ok) {
+    out << " mismatches=" << mismatches << " (worst at element " << worst_index << ": " << worst_actual << " where "
+        << worst_expected << " was expected)";
+  }
   return out.str();
 }
 

@@ -35,6 +35,7 @@ struct Comparison {
   double max_expected = 0;  // max |expected| over finite elements
   int64_t mismatches = 0;
   int64_t worst_index = -1;  // flat index of the largest violation
+  double worst_actual = 0, worst_expected = 0;  // the values there
   std::string describe() const;
 };
 

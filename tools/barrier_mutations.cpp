@@ -18,7 +18,8 @@
 // caught when it landed any copy or wgmma result, or ended a wgmma's reads, in the unmutated run
 // (every copy is read after its wait, every result is the epilogue's, every slot written again). Exits 1 when a candidate
 // fails before any mutation or a rule breaks, 2 on bad input. --mma-only keeps the tensor-core
-// candidates alone (their cp.async pipelines), for a model whose other candidates other runs cover;
+// candidates alone (their cp.async pipelines), for a model whose other candidates other runs cover
+// (exits 1 when the tasks' top N hold none);
 // --precision tf32 plans as a job under the TF32 policy does (float32 MatMuls on tensor cores).
 #include <cstdio>
 #include <iostream>
@@ -218,6 +219,10 @@ int run(const std::vector<std::string>& argv) {
               score.caught, score.needed, score.by_check, score.caught - score.by_check, score.barriers, score.candidates,
               score.tasks, score.redundant, score.unreached, score.waits_caught, score.waits_landing, score.waits,
               score.survivors, score.inconsistent, score.baseline_failures);
+  if (mma_only && score.candidates == 0) {  // a run that mutated nothing proves nothing
+    std::printf("no tensor-core candidate among the tasks' top %d: nothing was mutated (raise --candidates)\n", options.candidates);
+    return 1;
+  }
   return score.survivors == 0 && score.inconsistent == 0 && score.baseline_failures == 0 ? 0 : 1;
 }
 
