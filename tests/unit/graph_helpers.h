@@ -64,6 +64,15 @@ inline Attributes attrs(std::initializer_list<std::pair<std::string, AttrValue>>
   return a;
 }
 
+// A float32 Conv of input "x" (shape `x`) with random weights "w" (shape `w`) and bias "b", then a
+// Relu, the graph's output.
+inline void conv_bias_relu(Graph& g, const Shape& x, const Shape& w, const Attributes& a) {
+  const int y = add_op(g, "Conv", {add_input(g, "x", DType::kF32, x), random_constant(g, "w", DType::kF32, w, 7u),
+                                   random_constant(g, "b", DType::kF32, {w[0]}, 8u)},
+                       a);
+  g.outputs().push_back(add_op(g, "Relu", {y}));
+}
+
 // All of g's nodes as one group exporting the last node's output.
 inline planner::FusionGroup whole_graph_group(const Graph& g) {
   planner::FusionGroup group;

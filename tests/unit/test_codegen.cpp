@@ -806,7 +806,6 @@ TEST(CodegenRing, Float32MatMulsStreamTheirSlicesThroughACpAsyncRing) {
 // text for sm_75 (no cp.async: the prelude copies at once), sm_80 and sm_90. A K of 27 (a first
 // layer's 3 x 3 x 3) takes no ring.
 TEST(CodegenRing, ConvolutionsStreamWeightsAndPatchesThroughACpAsyncRing) {
-  using fusetune::testing::random_constant;
   struct Case {
     const char* what;
     Shape x, w;
@@ -827,10 +826,7 @@ TEST(CodegenRing, ConvolutionsStreamWeightsAndPatchesThroughACpAsyncRing) {
   const fusetune::testing::CheckOptions archs{false, {"sm_75", "sm_80", "sm_90"}};
   for (const Case& c : cases) {
     Graph g;
-    const int y = add_op(g, "Conv", {add_input(g, "x", DType::kF32, c.x), random_constant(g, "w", DType::kF32, c.w, 7u),
-                                     random_constant(g, "b", DType::kF32, {c.w[0]}, 8u)},
-                         c.a);
-    g.outputs().push_back(add_op(g, "Relu", {y}));
+    fusetune::testing::conv_bias_relu(g, c.x, c.w, c.a);
     const FusionGroup group = whole_graph_group(g);
     const TileConfig ringed{c.tile, 8, 64, 4}, plain{c.tile, 8, 64, 1};
     const bool ring = planner::conv_staging(g, g.nodes()[0], {}, ringed).async_b;

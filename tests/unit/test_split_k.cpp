@@ -73,10 +73,7 @@ TEST(SplitK, ChainsMatchTheReferenceInEveryStagedForm) {
 // one (two groups of 6 input channels), each with its bias and a Relu, 2 and 3 splits of steps
 // that do not divide K.
 TEST(SplitK, ConvolutionsMatchTheReference) {
-  using fusetune::testing::add_input;
-  using fusetune::testing::add_op;
   using fusetune::testing::attrs;
-  using fusetune::testing::random_constant;
   struct Case {
     const char* what;
     Shape x, w;
@@ -94,10 +91,7 @@ TEST(SplitK, ConvolutionsMatchTheReference) {
        {{1, 8, 3, 6}, 8, 64, 1}}};
   for (const Case& c : cases) {
     Graph g;
-    const int y = add_op(g, "Conv", {add_input(g, "x", DType::kF32, c.x), random_constant(g, "w", DType::kF32, c.w, 7u),
-                                     random_constant(g, "b", DType::kF32, {c.w[0]}, 8u)},
-                         c.a);
-    g.outputs().push_back(add_op(g, "Relu", {y}));
+    fusetune::testing::conv_bias_relu(g, c.x, c.w, c.a);
     const FusionGroup group = fusetune::testing::whole_graph_group(g);
     for (int splits : {2, 3}) {
       const TileConfig cfg = split(c.cfg, splits);
