@@ -680,8 +680,7 @@ void api_copy_async(const ft_simt_buffer* dst, long long dst_index, const ft_sim
   const void* site = __builtin_return_address(0);
   Fiber& f = current();
   Worker& w = *f.worker;
-  const int kBytes = copy_bytes;
-  if (!dst->shared || src->shared || (copy_bytes != 16 && copy_bytes != 4) || src_bytes < 0 || src_bytes > kBytes) {
+  if (!dst->shared || src->shared || (copy_bytes != 16 && copy_bytes != 4) || src_bytes < 0 || src_bytes > copy_bytes) {
     w.find(Check::kMemory,
            "cp.async." + std::to_string(copy_bytes) + " from " + buffer_label(src) + " reading " + std::to_string(src_bytes) + " bytes",
            buffer_label(dst), dst_index, w.who(f.thread), site, nullptr,
@@ -694,7 +693,7 @@ void api_copy_async(const ft_simt_buffer* dst, long long dst_index, const ft_sim
   c.size = copy_bytes;
   c.site = site;
   if (src_bytes > 0) {  // the source is read now
-    const unsigned char* from = checked_address(w, f, src, src_index, src_bytes, kBytes, "cp.async load", site);
+    const unsigned char* from = checked_address(w, f, src, src_index, src_bytes, copy_bytes, "cp.async load", site);
     if (from != nullptr) {
       if (w.L.options.checks) check_global(w, f, src, src_index, src_bytes, false, site, nullptr);
       // The counters group accesses by site: the copy's global read and its shared write are two
@@ -703,10 +702,10 @@ void api_copy_async(const ft_simt_buffer* dst, long long dst_index, const ft_sim
       std::memcpy(c.bytes, from, static_cast<size_t>(src_bytes));
     }
   }
-  unsigned char* to = checked_address(w, f, dst, dst_index, kBytes, kBytes, "cp.async store", site);
+  unsigned char* to = checked_address(w, f, dst, dst_index, copy_bytes, copy_bytes, "cp.async store", site);
   if (to == nullptr) return;
-  if (w.L.options.checks) check_shared(w, f, dst, dst_index, kBytes, SharedOp::kIssueAsync, site);
-  count_access(w, f, dst, to, kBytes, true, site);
+  if (w.L.options.checks) check_shared(w, f, dst, dst_index, copy_bytes, SharedOp::kIssueAsync, site);
+  count_access(w, f, dst, to, copy_bytes, true, site);
   f.copies_open.push_back(c);
 }
 

@@ -379,6 +379,28 @@ void LoweringContext::dims_loop(Kernel& k, int v, const std::vector<size_t>& dim
   k.body.push_back(thread_for("ft_e", "0", count, loop));
 }
 
+std::set<int> LoweringContext::produced() const {
+  std::set<int> out;
+  for (const auto& [v, node] : producer) out.insert(v);
+  return out;
+}
+
+void emit_ring(LoweringContext& cx, Kernel& k, const planner::MmaStaging& ring, int64_t local_steps, const std::string& k0,
+               const std::function<Block(const std::string& ks, const std::string& slot)>& slices,
+               const std::function<Stmt(const std::string& gks, const std::string& slot)>& compute) {
+  const auto global = [&](const std::string& local) { return cx.splits() == 1 ? local : "(" + k0 + " + " + local + ")"; };
+  const int64_t ahead = std::min<int64_t>(ring.ahead, local_steps);
+  Block prologue = slices(global("ft_ks"), "ft_ks");
+  prologue.push_back(copy_async_commit());
+  k.body.push_back(uniform_for("ft_ks", "0", lit(ahead), prologue));
+  Block body = {copy_async_wait(static_cast<int>(ahead - 1)), barrier()};
+  const std::string next = "(ft_ks + " + lit(ring.ahead) + ")";
+  if (local_steps > ahead) body.push_back(if_then(next + " < " + lit(local_steps), slices(global(next), next + " % " + lit(ring.stages))));
+  body.push_back(copy_async_commit());  // possibly empty: one group a step keeps the count
+  body.push_back(compute(global("ft_ks"), "(ft_ks % " + lit(ring.stages) + ")"));
+  k.body.push_back(uniform_for("ft_ks", "0", lit(local_steps), body));
+}
+
 Stmt copy_slice(LoweringContext& cx, const CopiedSlice& s) {
   Block loop = cx.fresh_block([&] {
     Block& b = cx.cur();

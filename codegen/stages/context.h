@@ -91,6 +91,7 @@ class LoweringContext {
   const LowerOptions& options;
   std::set<int> members;                       // the group's nodes
   std::map<int, int> producer;                 // value -> the member node computing it
+  std::set<int> produced() const;              // the values the group computes (producer's keys)
   std::map<int, planner::TensorExpr> exprs;    // member node -> its tensor expression
   int root = -1;                               // the value the tiles range over
   std::map<int, std::string> param;            // group input -> parameter
@@ -251,5 +252,18 @@ class AnchorStage {
 
 // The loop copying slice `s` (CopiedSlice above).
 Stmt copy_slice(LoweringContext& cx, const CopiedSlice& s);
+
+// The SIMT forms' cp.async ring (the staged MatMul's, planner::simt_staging, and the implicit-GEMM
+// Conv's, planner::conv_staging) over a block's `local_steps` steps (its split's, from global step
+// k0 with split-K): a prologue stages the first `ring.ahead` local steps, one cp.async group each;
+// then local step ft_ks waits for its group (all but the newest ahead - 1), a barrier makes every
+// thread's copies and stores visible, step ft_ks + ahead goes into the slot step ft_ks - 1 used
+// (every thread has passed the barrier, so none still reads it) and, while those copies fly, the
+// threads compute on their own slot. One barrier a step. `slices(ks, slot)` stages global step
+// `ks` into ring slot `slot`; `compute(gks, slot)` is global step `gks`'s work on slot `slot`
+// (expressions).
+void emit_ring(LoweringContext& cx, Kernel& k, const planner::MmaStaging& ring, int64_t local_steps, const std::string& k0,
+               const std::function<Block(const std::string& ks, const std::string& slot)>& slices,
+               const std::function<Stmt(const std::string& gks, const std::string& slot)>& compute);
 
 }  // namespace fusetune::codegen::stages

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <functional>
-#include <set>
 #include <tuple>
 
 #include "codegen/stages/conv_common.h"
@@ -193,17 +192,10 @@ void ConvGemmStage::emit(Kernel& k) {
   const int64_t all_steps = (st.k + st.step - 1) / st.step;
   const std::string k0 = split_first_step(cx_, k, all_steps);
   if (st.ring.async_b) {
-    // The ring (planner::conv_staging), as the staged MatMul runs its own (stages/matmul.h): a
-    // prologue copies the first `ahead` local steps, one cp.async group each; local step ft_ks
-    // waits for its group, a barrier makes every thread's copies visible, step ft_ks + ahead goes
-    // into the slot step ft_ks - 1 used and, while those copies fly, the threads multiply their
-    // own slot. One barrier a step; no slice passes through the threads' registers. The weights
-    // move in 16-byte chunks of 4 floats along K (rows past the region and K zero-filled; a chunk
-    // whose address is not 16-byte aligned, element by element), the patches an element at a
-    // time (copy_patches).
-    const int stages = st.ring.stages;
-    const int64_t local_steps = split_steps(cx_, all_steps);
-    const auto global = [&](const std::string& local) { return cx_.splits() == 1 ? local : "(" + k0 + " + " + local + ")"; };
+    // The ring (planner::conv_staging; emit_ring): no slice passes through the threads'
+    // registers. The weights move in 16-byte chunks of 4 floats along K (rows past the region and
+    // K zero-filled; a chunk whose address is not 16-byte aligned, element by element), the
+    // patches an element at a time (copy_patches).
     const int64_t chunks = st.step / 4;
     const auto slices = [&](const std::string& ks, const std::string& slot) {
       const CopiedSlice weights{.is_a = true,
@@ -225,17 +217,9 @@ void ConvGemmStage::emit(Kernel& k) {
                                 .count = st.caps[1] * chunks};
       return Block{copy_slice(cx_, weights), copy_patches(e, ks, "(" + slot + ") * " + lit(st.slot_b), ng)};
     };
-    const int64_t ahead = std::min<int64_t>(st.ring.ahead, local_steps);
-    Block prologue = slices(global("ft_ks"), "ft_ks");
-    prologue.push_back(copy_async_commit());
-    k.body.push_back(uniform_for("ft_ks", "0", lit(ahead), prologue));
-    Block body = {copy_async_wait(static_cast<int>(ahead - 1)), barrier()};
-    const std::string next = "(ft_ks + " + lit(st.ring.ahead) + ")";
-    if (local_steps > ahead) body.push_back(if_then(next + " < " + lit(local_steps), slices(global(next), next + " % " + lit(stages))));
-    body.push_back(copy_async_commit());  // possibly empty: one group a step keeps the count
-    const std::string slot = "(ft_ks % " + lit(stages) + ")";
-    body.push_back(update_step(global("ft_ks"), slot + " * " + lit(st.slot_a), lit(st.pitch_a), slot + " * " + lit(st.slot_b)));
-    k.body.push_back(uniform_for("ft_ks", "0", lit(local_steps), body));
+    emit_ring(cx_, k, st.ring, split_steps(cx_, all_steps), k0, slices, [&](const std::string& gks, const std::string& slot) {
+      return update_step(gks, slot + " * " + lit(st.slot_a), lit(st.pitch_a), slot + " * " + lit(st.slot_b));
+    });
   } else {
     Block steps;
     // Weights: element e of the slice is row e / step, reduction index ks * step + e % step.
@@ -330,9 +314,7 @@ std::unique_ptr<AnchorStage> conv_gemm_stage(LoweringContext& cx, Kernel& k, con
   if (st.tm == 0) return nullptr;
   st.a_cap = st.caps[1] * st.step;
   st.b_cap = st.groups_cap * st.step * pixels;
-  std::set<int> produced;
-  for (const auto& [u, producer] : cx.producer) produced.insert(u);
-  st.ring = planner::conv_staging(cx.g, n, produced, cx.cfg);
+  st.ring = planner::conv_staging(cx.g, n, cx.produced(), cx.cfg);
   if (st.ring.async_b) {
     st.pitch_a = planner::simt_pitch_a(st.ring, st.step);
     st.slot_a = st.caps[1] * st.pitch_a;

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <optional>
-#include <set>
 #include <tuple>
 
 #include "codegen/scalar_ops.h"
@@ -222,9 +221,7 @@ class StagedMatMulStage : public AnchorStage {
     // The ring where the planner charged one (its shared memory) and the operands are read along
     // their rows (the planner sees shapes; this, the accesses).
     if (st.tm > 0) {
-      std::set<int> produced;
-      for (const auto& [u, producer] : cx.producer) produced.insert(u);
-      const planner::MmaStaging ring = planner::simt_staging(cx.g, node, produced, cx.cfg);
+      const planner::MmaStaging ring = planner::simt_staging(cx.g, node, cx.produced(), cx.cfg);
       if (ring.async_b && st.vec_b) {
         st.ring = ring;
         st.ring.async_a = ring.async_a && st.vec_a;
@@ -453,19 +450,12 @@ void StagedMatMulStage::emit(Kernel& k) {
   const int64_t all_steps = (st.k + st.step - 1) / st.step;
   const std::string k0 = split_first_step(cx_, k, all_steps);
   if (st.ring.async_b) {
-    // The ring (planner::simt_staging), as the tensor-core form runs its own
-    // (codegen/stages/mma_matmul.h): a prologue stages the first `ahead` local steps, one cp.async
-    // group each; then local step ft_ks waits for its group (all but the newest ahead - 1), a
-    // barrier makes every thread's copies and stores visible, step ft_ks + ahead goes into the
-    // slot step ft_ks - 1 used (every thread has passed the barrier, so none still reads it) and,
-    // while those copies fly, the threads multiply their own slot. One barrier a step. B moves in
+    // The ring (planner::simt_staging; emit_ring), as the tensor-core form runs its own
+    // (codegen/stages/mma_matmul.h). B moves in
     // 16-byte chunks of 4 floats along its rows (a chunk past the region's columns or K
     // zero-filled, one whose address is not 16-byte aligned stored element by element), A too
     // where it is copied asynchronously (rows past the region's zero-filled), else A is computed
     // or loaded by the threads and stored, as in the form without a ring.
-    const int stages = st.ring.stages;
-    const int64_t local_steps = split_steps(cx_, all_steps);
-    const auto global = [&](const std::string& local) { return cx_.splits() == 1 ? local : "(" + k0 + " + " + local + ")"; };
     const auto slice = [&](bool is_a, const std::string& ks, const std::string& slot) {
       const std::string base = "(" + slot + ") * " + lit(is_a ? st.slot_a : st.slot_b);
       Block out;
@@ -497,24 +487,15 @@ void StagedMatMulStage::emit(Kernel& k) {
       out.push_back(copy_slice(cx_, c));
       return out;
     };
-    const auto both = [&](const std::string& local, const std::string& slot) {
-      Block out = slice(true, global(local), slot);
-      const Block b = slice(false, global(local), slot);
+    const auto both = [&](const std::string& ks, const std::string& slot) {
+      Block out = slice(true, ks, slot);
+      const Block b = slice(false, ks, slot);
       out.insert(out.end(), b.begin(), b.end());
       return out;
     };
-    const int64_t ahead = std::min<int64_t>(st.ring.ahead, local_steps);
-    Block prologue = both("ft_ks", "ft_ks");
-    prologue.push_back(copy_async_commit());
-    k.body.push_back(uniform_for("ft_ks", "0", lit(ahead), prologue));
-    Block body = {copy_async_wait(static_cast<int>(ahead - 1)), barrier()};
-    const std::string next = "(ft_ks + " + lit(st.ring.ahead) + ")";
-    if (local_steps > ahead) body.push_back(if_then(next + " < " + lit(local_steps), both(next, next + " % " + lit(stages))));
-    body.push_back(copy_async_commit());  // possibly empty: one group a step keeps the count
-    const std::string slot = "(ft_ks % " + lit(stages) + ")";
-    body.push_back(product_step(global("ft_ks"), slot + " * " + lit(st.slot_a), lit(st.pitch_a), slot + " * " + lit(st.slot_b),
-                                lit(st.pitch_b)));
-    k.body.push_back(uniform_for("ft_ks", "0", lit(local_steps), body));
+    emit_ring(cx_, k, st.ring, split_steps(cx_, all_steps), k0, both, [&](const std::string& gks, const std::string& slot) {
+      return product_step(gks, slot + " * " + lit(st.slot_a), lit(st.pitch_a), slot + " * " + lit(st.slot_b), lit(st.pitch_b));
+    });
   } else {
     stage_a(steps, "ft_ks", "");
     if (st.gemv) {

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <functional>
 #include <optional>
-#include <set>
 
 #include "codegen/scalar_ops.h"
 #include "core/error.h"
@@ -45,10 +44,8 @@ class MmaMatMulStage : public AnchorStage {
       : cx_(cx), n_(node) {
     MmaPlan& st = st_;
     static_cast<StagedProduct&>(st) = staged_product(cx, node, me);
-    std::set<int> produced;
-    for (const auto& [v, producer] : cx.producer) produced.insert(v);
     st.wgmma = cx.cfg.wgmma;
-    st.staging = planner::mma_staging(cx.g, node, produced, st.wgmma);
+    st.staging = planner::mma_staging(cx.g, node, cx.produced(), st.wgmma);
     // A copied operand is read along its innermost axis: A's by the reduction variable, B's by the
     // output's columns (MatMul's maps; checked, since the chunks rely on it).
     const TensorExpr& e = cx.exprs.at(static_cast<int>(&node - cx.g.nodes().data()));

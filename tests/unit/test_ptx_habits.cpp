@@ -301,6 +301,18 @@ TEST(PtxTensorCores, ATensorCoreMatMulStagesWithCpAsync) {
   EXPECT_GT(ptx.count(R"(\bcp\.async\.commit_group\b)"), 0u);
 }
 
+// The PTX of a ring's CUDA text (planner::simt_staging, planner::conv_staging): for sm_80 and
+// sm_90 each of `present` occurs and none of `absent`; for sm_75, which has no cp.async, the same
+// text compiles to loads and stores.
+void expect_ring_ptx(const std::string& cuda, const std::vector<const char*>& present, const std::vector<const char*>& absent = {}) {
+  for (const char* arch : {"sm_80", "sm_90"}) {
+    const Ptx ptx{backend::compile_ptx(cuda, arch)};
+    for (const char* re : absent) EXPECT_EQ(ptx.count(re), 0u) << arch << ": " << re;
+    for (const char* re : present) EXPECT_GT(ptx.count(re), 0u) << arch << ": " << re;
+  }
+  EXPECT_EQ(Ptx{backend::compile_ptx(cuda, "sm_75")}.count(R"(\bcp\.async\b)"), 0u);
+}
+
 // A float32 MatMul on the FMA pipes (the default precision) staged in 16-byte vectors, both
 // operands inputs with rows of whole 16-byte chunks, streams its slices through the cp.async ring
 // (planner::simt_staging): for sm_80 and sm_90 its PTX copies by cp.async, commits a group a step
@@ -312,14 +324,9 @@ TEST(PtxTensorCores, AFloatThirtyTwoSimtMatMulStagesWithCpAsync) {
   testing::add_op(g, "MatMul", {testing::add_input(g, "a", DType::kF32, {128, 256}), testing::add_input(g, "b", DType::kF32, {256, 128})});
   const planner::FusionGroup group = testing::whole_graph_group(g);
   const std::string cuda = codegen::emit_cuda({codegen::lower_group(g, group, planner::TileConfig{{64, 64}, 16, 256, 4}, "mm").kernel});
-  for (const char* arch : {"sm_80", "sm_90"}) {
-    const Ptx ptx{backend::compile_ptx(cuda, arch)};
-    EXPECT_EQ(ptx.count(R"(\bmma\.)"), 0u) << arch;
-    EXPECT_GT(ptx.count(R"(\bcp\.async\.cg\.shared\.global\b)"), 0u) << arch;
-    EXPECT_GT(ptx.count(R"(\bcp\.async\.commit_group\b)"), 0u) << arch;
-    EXPECT_GT(ptx.count(R"(\bcp\.async\.wait_group 1\b)"), 0u) << arch;
-  }
-  EXPECT_EQ(Ptx{backend::compile_ptx(cuda, "sm_75")}.count(R"(\bcp\.async\b)"), 0u);
+  expect_ring_ptx(cuda,
+                  {R"(\bcp\.async\.cg\.shared\.global\b)", R"(\bcp\.async\.commit_group\b)", R"(\bcp\.async\.wait_group 1\b)"},
+                  {R"(\bmma\.)"});
 }
 
 // A float32 3 x 3 convolution at vector width 4 streams its slices through the cp.async ring
@@ -335,13 +342,8 @@ TEST(PtxTensorCores, AFloatThirtyTwoConvolutionStagesWithCpAsync) {
   const planner::FusionGroup group = testing::whole_graph_group(g);
   const std::string cuda =
       codegen::emit_cuda({codegen::lower_group(g, group, planner::TileConfig{{1, 32, 4, 28}, 16, 256, 4}, "conv").kernel});
-  for (const char* arch : {"sm_80", "sm_90"}) {
-    const Ptx ptx{backend::compile_ptx(cuda, arch)};
-    EXPECT_GT(ptx.count(R"(\bcp\.async\.cg\.shared\.global\b[^;]*, 16\b)"), 0u) << arch;
-    EXPECT_GT(ptx.count(R"(\bcp\.async\.ca\.shared\.global\b[^;]*, 4\b)"), 0u) << arch;
-    EXPECT_GT(ptx.count(R"(\bcp\.async\.wait_group 1\b)"), 0u) << arch;
-  }
-  EXPECT_EQ(Ptx{backend::compile_ptx(cuda, "sm_75")}.count(R"(\bcp\.async\b)"), 0u);
+  expect_ring_ptx(cuda, {R"(\bcp\.async\.cg\.shared\.global\b[^;]*, 16\b)", R"(\bcp\.async\.ca\.shared\.global\b[^;]*, 4\b)",
+                         R"(\bcp\.async\.wait_group 1\b)"});
 }
 
 // The TF32 precision policy end to end: `compile --precision tf32` of a float32 model (a small LLaMA: on
