@@ -458,6 +458,8 @@ class Analysis {
         case Stmt::Kind::kBarrier: n.candidate = depth <= 1; break;
         case Stmt::Kind::kVectorLoad:
           n.buffer = buffer_of(s.a);
+          // A guarded load reads an input parameter (verify_ir), which no barrier orders.
+          if (!s.c.empty() && buffers_[static_cast<size_t>(n.buffer)].tracked) throw GiveUp{"a guarded load of '" + s.a + "'"};
           n.b = parse(s.b), n.has_b = true;
           declare(s.name, {});
           break;

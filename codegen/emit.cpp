@@ -271,10 +271,15 @@ void emit_block(std::ostringstream& out, const Kernel& k, const Block& b, int de
         out << pad << "}\n";
         break;
       case Stmt::Kind::kBarrier: out << pad << "__syncthreads();\n"; break;
-      case Stmt::Kind::kVectorLoad:
-        out << pad << "const " << vector_ctype(s.dtype) << " " << s.name << " = ft_load_" << vector_ctype(s.dtype) << "(" << s.a
-            << ", " << s.b << ");\n";
+      case Stmt::Kind::kVectorLoad: {
+        const std::string load = "ft_load_" + vector_ctype(s.dtype) + "(" + s.a + ", " + s.b + ")";
+        // Guarded: the zero vector elsewhere (ft_pack_* of zeros, in both preludes).
+        const std::string zero = s.dtype == DType::kF32 ? "ft_pack_float4(0.0f, 0.0f, 0.0f, 0.0f)"
+                                                        : "ft_pack_ft_u16x8(0, 0, 0, 0, 0, 0, 0, 0)";
+        out << pad << "const " << vector_ctype(s.dtype) << " " << s.name << " = "
+            << (s.c.empty() ? load : "(" + s.c + ") ? " + load + " : " + zero) << ";\n";
         break;
+      }
       case Stmt::Kind::kVectorStore:
         out << pad << "ft_store_" << vector_ctype(s.dtype, s.lanes) << "(" << s.name << ", " << s.a << ", " << s.b << ");\n";
         break;

@@ -199,6 +199,7 @@ class Walker {
         case Stmt::Kind::kShuffle: break;  // a float of another lane; its selection reads the lane's bits
         case Stmt::Kind::kVectorLoad:
           range(s.b, "the index", s);
+          if (!s.c.empty()) range(s.c, "the guard", s);
           declare(s.name);
           names_.erase(s.name);
           break;

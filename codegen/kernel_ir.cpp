@@ -144,13 +144,14 @@ Stmt vector_store(std::string buffer, std::string index, std::string local, DTyp
   return s;
 }
 
-Stmt vector_load(std::string local, std::string buffer, std::string index, DType dtype) {
+Stmt vector_load(std::string local, std::string buffer, std::string index, DType dtype, std::string guard) {
   vector_ctype(dtype);
   Stmt s;
   s.kind = Stmt::Kind::kVectorLoad;
   s.name = std::move(local);
   s.a = std::move(buffer);
   s.b = std::move(index);
+  s.c = std::move(guard);
   s.dtype = dtype;
   return s;
 }
@@ -316,7 +317,8 @@ std::string line_text(const Stmt& s) {
     case Stmt::Kind::kIf: out << "if " << s.a; break;
     case Stmt::Kind::kBarrier: out << "barrier"; break;
     case Stmt::Kind::kVectorLoad:
-      out << "let " << vector_ctype(s.dtype) << " " << s.name << " = " << s.a << "[" << s.b << " .. +" << vector_lanes(s.dtype) << "]";
+      out << "let " << vector_ctype(s.dtype) << " " << s.name << " = " << (s.c.empty() ? "" : s.c + " ? ") << s.a << "[" << s.b
+          << " .. +" << vector_lanes(s.dtype) << "]" << (s.c.empty() ? "" : " : 0");
       break;
     case Stmt::Kind::kVectorStore:
       out << s.name << "[" << s.a << " .. +" << stmt_lanes(s) << "] = " << vector_ctype(s.dtype, s.lanes) << " " << s.b;

@@ -121,7 +121,7 @@ namespace fusetune::codegen {
 
 // The version of the code generator: part of every tuning record's key, bumped whenever the code
 // generated for the same group and candidate changes.
-inline constexpr int kCodegenVersion = 27;
+inline constexpr int kCodegenVersion = 28;
 
 // Threads per warp: warp reductions combine this many lanes; blocks are whole warps.
 inline constexpr int kWarpSize = 32;
@@ -171,7 +171,8 @@ struct Stmt {
     kUniformFor,  // for (ft_i name = a; name < b; ++name) body: block-uniform, barriers allowed inside
     kWarpReduce,  // name[0] = the op ("sum" or "max", in a) of name[0] over the lanes of the warp,
                   // if b (a warp-uniform condition; empty: always)
-    kVectorLoad,  // name = a[b ..]: one aligned 16-byte load from buffer a at index b (dtype: its elements)
+    kVectorLoad,  // name = a[b ..]: one aligned 16-byte load from buffer a at index b (dtype: its elements);
+                  // with c (a guard), only where c holds, else zeros
     kVectorStore,  // name[a ..] = b: one aligned store of vector local b into buffer name (16 bytes; a pair: 4 or 8)
     kMma,         // name[at0..] += a[at1..] * b[at2..]: warp-level m16n8k16 on fragments (dtype f16 or bf16)
     kLdmatrix,    // name[at0..] = ldmatrix.x<matrices>[.trans] of shared allocation a, this lane's row at b
@@ -189,7 +190,7 @@ struct Stmt {
   std::string name;
   std::string ctype;  // for kLet: kIndexType (index arithmetic), or a C type: "long long" (64-bit data), "float", "int"
   std::string a, b;
-  std::string c, d;  // kCopyAsync: the global index and the bytes read
+  std::string c, d;  // kCopyAsync: the global index and the bytes read; kVectorLoad: c, its guard ("": none)
   bool threads = false;  // kFor: distribute iterations over the block's threads
   Block body;
   Block orelse;
@@ -235,8 +236,11 @@ Stmt warp_reduce(std::string local, std::string op, std::string guard = "");
 // reduction, every lane reaching it.
 Stmt shuffle_xor(std::string local, int64_t at, std::string value, int mask);
 // `local` = buffer[index ..], one 16-byte load of `dtype` elements (kF32: a float4 of 4; a 16-bit
-// type: an ft_u16x8 of 8); buffer + index must be 16-byte aligned.
-Stmt vector_load(std::string local, std::string buffer, std::string index, DType dtype = DType::kF32);
+// type: an ft_u16x8 of 8); buffer + index must be 16-byte aligned. With a `guard` (an input
+// parameter's load only, verify_ir checks), the load happens where the guard holds and the local
+// is zero elsewhere: a predicated load with no branch around it, so that a thread's guarded loads
+// can all be in flight before the first is used (the GEMV form's batch of B's rows).
+Stmt vector_load(std::string local, std::string buffer, std::string index, DType dtype = DType::kF32, std::string guard = "");
 // buffer[index ..] = the vector `local` (as vector_load's), one 16-byte store; buffer + index must
 // be 16-byte aligned (a staged operand slice: four scalar stores of a quad by 32 lanes are four
 // requests with 4-way bank conflicts, one vector store is one request of four wavefronts).

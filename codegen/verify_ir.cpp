@@ -159,6 +159,9 @@ class Verifier {
                   t == DType::kUndefined ? "not a buffer" : "a buffer of " + std::string(dtype_name(t)));
         }
         if (s.kind == Stmt::Kind::kVectorStore && p != nullptr && !p->output) fail_at(s, "store to input parameter '", buffer, "'");
+        if (s.kind == Stmt::Kind::kVectorLoad && !s.c.empty() && (p == nullptr || p->output)) {
+          fail_at(s, "a guarded vector load of '", buffer, "', which is not an input parameter");
+        }
         break;
       }
       case Stmt::Kind::kStore: {

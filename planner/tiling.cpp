@@ -57,6 +57,38 @@ void hull_into(Region& into, const Region& r) {
   }
 }
 
+// The regions a tile reads of one input: apart where they are disjoint and their hull would be
+// larger than both (a packed projection's Q, K and V slices of one head, 1,536 columns apart),
+// merged into their hull otherwise (so that no element is charged twice).
+using Reads = std::vector<Region>;
+
+void read_into(Reads& into, const Region& r) {
+  Region merged = r;
+  for (size_t k = 0; k < into.size();) {
+    Region hull = into[k];
+    hull_into(hull, merged);
+    bool overlap = true;
+    for (size_t d = 0; d < merged.size() && d < into[k].size(); ++d) {
+      overlap = overlap && merged[d].lo <= into[k][d].hi && into[k][d].lo <= merged[d].hi;
+    }
+    if (overlap || region_elems(hull) <= region_elems(into[k]) + region_elems(merged)) {
+      merged = hull;  // may now meet a region it missed before: look again from the start
+      into.erase(into.begin() + static_cast<std::ptrdiff_t>(k));
+      k = 0;
+    } else {
+      ++k;
+    }
+  }
+  into.push_back(merged);
+}
+
+// Sector bytes of the regions a tile reads of a value (read_into keeps them disjoint).
+int64_t reads_sector_bytes(const Reads& reads, const Value& val, int sector) {
+  int64_t bytes = 0;
+  for (const Region& r : reads) bytes += sector_bytes(r, val.shape, val.dtype, sector);
+  return bytes;
+}
+
 bool is_contraction(const Node& n) { return find_op(n.op)->kind == OpKind::kContraction; }
 
 // Elements of a 16-byte vector of dtype t.
@@ -438,7 +470,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   std::set<int> produced;
   for (int n : group.nodes) produced.insert(g.nodes()[static_cast<size_t>(n)].outputs[0]);
   std::map<int, Region> regions;  // internal values
-  std::map<int, Region> loads;    // external inputs, per tile
+  std::map<int, Reads> loads;     // external inputs, per tile
   regions[root] = root_tile;
   int64_t smem = 0;
   int64_t tile_flops = 0;
@@ -585,10 +617,14 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
         Region rows = in_regions[0];
         Interval& along = rows[static_cast<size_t>(normalize_axis(n.attrs.i("axis"), static_cast<int64_t>(rows.size()), "axis"))];
         along.hi = along.lo + std::min(along.size(), region_elems(in_regions[1])) - 1;
-        hull_into(loads[v], rows);
+        read_into(loads[v], rows);
         continue;
       }
-      hull_into(produced.count(v) ? regions[v] : loads[v], in_regions[k]);
+      if (produced.count(v)) {
+        hull_into(regions[v], in_regions[k]);
+      } else {
+        read_into(loads[v], in_regions[k]);
+      }
     }
     // Shared memory of the generic schedule (codegen/lower_group): a staged contraction keeps one
     // reduction step of each operand (16-bit and padded on tensor cores) and its accumulators;
@@ -707,8 +743,9 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       if (n.outputs[0] != root) smem += out_elems * 4;
     } else if (gemv) {
       // The GEMV form: per step, A's slice staged (rows x step) and each thread's rows of B read
-      // as 16-byte vectors of columns (slices = threads / column vectors); at the end the slices'
-      // partial products (slices x rows x their columns) summed in shared memory in two rounds.
+      // as 16-byte vectors of columns (slices = threads / column vectors), kGemvLoads of them in
+      // flight before the first is multiplied; at the end the slices' partial products (slices x
+      // rows x their columns) summed in shared memory in two rounds.
       const int64_t rows = out_region[out_region.size() - 2].size(), cols = out_region.back().size();
       const DType at = g.value(n.inputs[0]).dtype, bt = g.value(n.inputs[1]).dtype;
       const int64_t lanes = vector_elements(bt), vecs = ceil_div(cols, lanes);
@@ -724,11 +761,13 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       const auto [vec_a, vec_b] = vector_operands(g, n, produced, out_region);
       const int64_t a_lanes = cfg.vector >= 4 && vec_a ? vector_elements(at) : 1;
       tile_loads += ceil_div(rows * k, a_lanes) + k * (vec_b ? vecs : cols);
-      const auto rounds = static_cast<double>(slice_rounds(rows * step, a_lanes) + ceil_div(ceil_div(step, slices), 4));
+      const int64_t per_thread = ceil_div(step, slices);  // rows of B a thread reads a step, kGemvLoads a batch
+      const auto rounds = static_cast<double>(slice_rounds(rows * step, a_lanes) + ceil_div(per_thread, kGemvLoads));
       const double step_bytes = static_cast<double>(rows * step * static_cast<int64_t>(dtype_size(at)) +
                                                     step * cols * static_cast<int64_t>(dtype_size(bt)));
       in_flight = std::min(in_flight, step_bytes / rounds);
-      gemv_registers = std::max<int>(gemv_registers, static_cast<int>(32 + rows * lanes + 8));
+      const int64_t batch_registers = std::min<int64_t>(kGemvLoads, per_thread) * 4;  // a batch's 16-byte vectors
+      gemv_registers = std::max<int>(gemv_registers, static_cast<int>(32 + rows * lanes + batch_registers + 8));
       gemv_taken = true;
     } else if (is_contraction(n) && cfg.reduce_step > 0) {
       std::vector<Interval> step;
@@ -826,13 +865,13 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   // its regions from DRAM once, when the wave's distinct regions fit in half the L2
   // (large_input_dram, in the candidate's tile order). Other inputs are read from DRAM once.
   std::vector<int> inputs;
-  for (const auto& [v, region] : loads) inputs.push_back(v);
+  for (const auto& [v, reads] : loads) inputs.push_back(v);
   const std::map<int, std::vector<bool>> moves = moving_axes(g, group, root, root_tile, cfg.tile, rs, large_inputs(g, inputs, d));
   const int64_t wave = wave_tiles(d, cfg);
   const std::vector<size_t> order = tile_order(cfg, rs.size());
-  for (const auto& [v, region] : loads) {
+  for (const auto& [v, reads] : loads) {
     const Value& val = g.value(v);
-    const int64_t per_tile = sector_bytes(region, val.shape, val.dtype, d.sector_bytes);
+    const int64_t per_tile = reads_sector_bytes(reads, val, d.sector_bytes);
     const int64_t all_tiles = per_tile * c.tiles;
     const int64_t size = numel(val.shape) * static_cast<int64_t>(dtype_size(val.dtype));
     const int64_t from_dram = size <= d.l2_bytes / 2
@@ -1264,7 +1303,7 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
     }
   }
   // GEMV candidates (a MatMul of at most 8 rows whose B the group reads): all the root's rows (at
-  // most 8), 1 to 16 column vectors of B's 16 bytes, 64 to 256 threads, steps of 128 to 512.
+  // most 8), 1 to 16 column vectors of B's 16 bytes, 64 to 256 threads, steps of 128 to 1,024.
   if (rs.size() >= 2 && contraction && !conv) {
     std::set<int> produced;
     for (int n : group.nodes) produced.insert(g.nodes()[static_cast<size_t>(n)].outputs[0]);
@@ -1282,7 +1321,7 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
       tile[rs.size() - 2] = std::clamp<int64_t>(rs[rs.size() - 2], 1, 8);
       tile.back() = std::min(vecs * lanes, std::max<int64_t>(rs.back(), 1));
       for (int threads : {64, 128, 256}) {
-        for (int64_t step : {128, 256, 512}) {
+        for (int64_t step : {128, 256, 512, 1024}) {
           if (step > 128 && step >= k_extent * 2) continue;
           TileConfig cfg{tile, step, threads, 4};
           cfg.gemv = true;

@@ -7,7 +7,9 @@
 // to the region of every internal value and external input, and derives:
 //   - traffic L2 -> SM: per tile, each external input's region rounded up to 32-byte sectors along
 //     its contiguous runs (the innermost axis, and the axes outside it while those inside are
-//     whole; the coalescing penalty), times the number of tiles, plus outputs;
+//     whole; the coalescing penalty), times the number of tiles, plus outputs; an input read at
+//     disjoint regions whose hull is larger than both (a packed projection's Q, K and V slices)
+//     is charged each region apart, overlapping ones their hull;
 //     a Gather's data input counts at most as many rows along the gathered axis as the tile reads
 //     indices (its region spans the axis: the rows are picked at run time);
 //   - traffic DRAM: an input that fits in half the L2 is read from DRAM once; a larger one once
@@ -216,6 +218,9 @@ inline constexpr int kReductionLoadsInFlight = 8;
 inline constexpr int kStagingLoads = 8;
 // The same for an operand staged in 16-byte vectors: up to 64 bytes a thread in flight.
 inline constexpr int kVectorStagingLoads = 4;
+// Rows of B a thread of the GEMV form (codegen/stages/matmul.h) loads, each one 16-byte vector,
+// before it multiplies the first of them: up to 128 bytes a thread in flight.
+inline constexpr int kGemvLoads = 8;
 // The batch of a slice of at most `cap` loads (elements, or 16-byte vectors) staged by `threads`
 // threads: a thread's share of the slice, up to `most` (1: a plain loop, one load a thread).
 inline int64_t staging_batch(int64_t cap, int threads, int most = kStagingLoads) {

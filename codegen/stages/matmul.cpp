@@ -556,43 +556,57 @@ void StagedMatMulStage::emit_gemv(Kernel& k, Block& steps, const TensorExpr& e, 
   const Graph& g = cx_.g;
   const ScalarPlan& st = st_;
   const std::string nm = r.n[st.m_axis], nn = r.n[st.n_axis];
-  const int u = n_.inputs[1];
-  const DType ut = g.value(u).dtype;
-  const std::string p = cx_.param.at(u), step = lit(st.step), last = lit(st.lanes - 1);
+  const int b = n_.inputs[1];
+  const DType ut = g.value(b).dtype;
+  const std::string p = cx_.param.at(b), step = lit(st.step), last = lit(st.lanes - 1);
   const int64_t width = st.vecs * st.lanes;
-  // Thread t: the column vector t % vecs, the slice t / vecs; the slice's rows of the step are
-  // ft_sl, ft_sl + slices, ...
+  // Thread t: the column vector t % vecs (its first column ft_c), the slice t / vecs; the slice's
+  // rows of the step are ft_sl, ft_sl + slices, ... (per_thread of them), taken in batches of
+  // `batch`: every row's 16-byte load of a batch is issued (a guarded load each, no branch
+  // around it) before the first of them is multiplied.
   const std::string owns = "ft_thread < " + lit(st.slices * st.vecs);
+  const int64_t per_thread = (st.step + st.slices - 1) / st.slices;
+  const int64_t batch = std::min<int64_t>(planner::kGemvLoads, per_thread);
   const Block place = {let(kIndexType, "ft_cv", "ft_thread % " + lit(st.vecs)),
                        let(kIndexType, "ft_sl", "ft_thread / " + lit(st.vecs))};
-  steps.push_back(barrier());  // A's slice is staged
-  Block row = {let(kIndexType, "ft_kk", "ft_sl + ft_j * " + lit(st.slices)),
-               let(kIndexType, "ft_k", "ft_ks * " + step + " + ft_kk")};
-  const auto b_index = cx_.index_of(e.accesses[1], product_vars(cx_, st, r.lo[st.m_axis], "(" + r.lo[st.n_axis] + " + ft_c)", "ft_k"));
-  Block in_range = {let(kIndexType, "ft_c", "ft_cv * " + lit(st.lanes)), let(kIndexType, "ft_at", flat(g.value(u).shape, b_index))};
-  Block vector = {vector_load("ft_q", p, "ft_at", ut)}, scalars;
-  for (int64_t i = 0; i < st.lanes; ++i) {
-    const std::string b = "ft_b" + std::to_string(i);
-    in_range.push_back(let("float", b, "0.0f"));
-    vector.push_back(assign(b, load_as_compute(ut, vector_element("ft_q", ut, static_cast<int>(i)))));
-    scalars.push_back(assign(b, "(ft_c + " + lit(i) + " < " + nn + " ? " + load_as_compute(ut, p + "[ft_at + " + lit(i) + "]") + " : 0.0f)"));
-  }
-  // A whole vector where its columns lie in the region and its address is 16-byte aligned (a row
-  // of an odd-sized B may start anywhere), else element by element.
-  const std::string whole = "ft_c + " + last + " < " + nn + " && " + aligned16(ut, p, "ft_at");
-  in_range.push_back(if_then(whole, vector, scalars));
-  for (int64_t m = 0; m < st.tm; ++m) {
-    const std::string a = "ft_a" + std::to_string(m);
-    in_range.push_back(let("float", a, "(" + lit(m) + " < " + nm + " ? " + st.a + "[" + lit(m * st.step) + " + ft_kk] : 0.0f)"));
-    for (int64_t i = 0; i < st.lanes; ++i) {
-      const std::string cell = st.regs + "[" + std::to_string(m * st.lanes + i) + "]";
-      in_range.push_back(assign(cell, cell + " + " + a + " * ft_b" + std::to_string(i)));
-    }
-  }
-  const std::string fits = (st.step % st.slices == 0 ? "" : "ft_kk < " + step + " && ") + "ft_k < " + lit(st.k);
-  row.push_back(if_then(fits, in_range));
   Block compute = place;
-  compute.push_back(serial_for("ft_j", "0", lit((st.step + st.slices - 1) / st.slices), row, 4));
+  compute.push_back(let(kIndexType, "ft_c", "ft_cv * " + lit(st.lanes)));
+  steps.push_back(barrier());  // A's slice is staged
+  Block loads, products;
+  for (int64_t t = 0; t < batch; ++t) {
+    const std::string su = std::to_string(t), kk = "ft_kk" + su, kv = "ft_k" + su, at = "ft_at" + su, q = "ft_q" + su;
+    const std::string j = "(ft_jb * " + lit(batch) + " + " + lit(t) + ")";
+    loads.push_back(let(kIndexType, kk, "ft_sl + " + j + " * " + lit(st.slices)));
+    loads.push_back(let(kIndexType, kv, "ft_ks * " + step + " + " + kk));
+    const auto b_index = cx_.index_of(e.accesses[1], product_vars(cx_, st, r.lo[st.m_axis], "(" + r.lo[st.n_axis] + " + ft_c)", kv));
+    loads.push_back(let(kIndexType, at, flat(g.value(b).shape, b_index)));
+    // The row is the thread's and inside the step and K; a whole vector where its columns lie in
+    // the region and its address is 16-byte aligned (a row of an odd-sized B may start anywhere),
+    // else element by element (after the batch's loads).
+    const std::string fits = "(" + std::string(per_thread % batch == 0 ? "" : j + " < " + lit(per_thread) + " && ") +
+                             (st.step % st.slices == 0 ? "" : kk + " < " + step + " && ") + kv + " < " + lit(st.k) + ")";
+    const std::string whole = "(ft_c + " + last + " < " + nn + " && " + aligned16(ut, p, at) + ")";
+    loads.push_back(vector_load(q, p, at, ut, fits + " && " + whole));
+    Block row, vector, scalars;
+    for (int64_t i = 0; i < st.lanes; ++i) {
+      const std::string bv = "ft_b" + su + "_" + std::to_string(i);
+      row.push_back(let("float", bv, "0.0f"));
+      vector.push_back(assign(bv, load_as_compute(ut, vector_element(q, ut, static_cast<int>(i)))));
+      scalars.push_back(assign(bv, "(ft_c + " + lit(i) + " < " + nn + " ? " + load_as_compute(ut, p + "[" + at + " + " + lit(i) + "]") + " : 0.0f)"));
+    }
+    row.push_back(if_then(whole, vector, scalars));
+    for (int64_t m = 0; m < st.tm; ++m) {
+      const std::string a = "ft_a" + su + "_" + std::to_string(m);
+      row.push_back(let("float", a, "(" + lit(m) + " < " + nm + " ? " + st.a + "[" + lit(m * st.step) + " + " + kk + "] : 0.0f)"));
+      for (int64_t i = 0; i < st.lanes; ++i) {
+        const std::string cell = st.regs + "[" + std::to_string(m * st.lanes + i) + "]";
+        row.push_back(assign(cell, cell + " + " + a + " * ft_b" + su + "_" + std::to_string(i)));
+      }
+    }
+    products.push_back(if_then(fits, row));
+  }
+  loads.insert(loads.end(), products.begin(), products.end());
+  compute.push_back(serial_for("ft_jb", "0", lit((per_thread + batch - 1) / batch), loads));
   steps.push_back(if_then(owns, compute));
   steps.push_back(barrier());
   k.body.push_back(uniform_for("ft_ks", "0", lit((st.k + st.step - 1) / st.step), steps));

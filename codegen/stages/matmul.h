@@ -29,10 +29,13 @@
 // staging it buys nothing): when the region has at most 8 rows and B is a float32/16-bit input
 // read along its columns, only A's slice is staged per step; the block's threads are laid out as
 // slices x column vectors (thread t: the 16-byte vector t % vecs of the region's columns, slice
-// t / vecs), each slice takes rows slice, slice + slices, ... of the step, reads each as one
-// 16-byte load (element loads at a partial or unaligned vector), converts in registers and
-// accumulates rows x vector partial products in a thread-local (the row loop unrolled by 4, so
-// that four loads are in flight). After the steps each thread's partials go to shared memory in
+// t / vecs), each slice takes rows slice, slice + slices, ... of the step in batches of up to
+// planner::kGemvLoads rows: first every row of the batch as one guarded 16-byte load (no branch
+// around it, zeros where the row is past the step or K or its vector partial or unaligned), then
+// each row converted in registers (element loads where its vector was not whole) and its rows x
+// vector partial products accumulated in a thread-local, so that a batch's loads are all in flight
+// before the first is used (a row's load under its own branch, used right after, was one 16-byte
+// load in flight a thread: the SASS of codegen 27). After the steps each thread's partials go to shared memory in
 // 16-byte stores, and the slices are summed in two rounds (parts of consecutive slices per
 // element by all threads, then each element's parts) into the product's accumulators. Guarantees:
 // the reference product up to float32 rounding (summed in K order, or per slice then in slice

@@ -94,7 +94,14 @@ TEST(CodegenGemv, FusedProloguesAndEpiloguesAndAComputedB) {
                  "prologue and epilogue, width " + std::to_string(width));
   }
   const Kernel fused = lower_group(g, whole, gemv(g, whole, 16, 32, 64), "k").kernel;
-  EXPECT_NE(to_text(fused).find("let float4 ft_q = in"), std::string::npos) << to_text(fused);
+  // 16 slices of 4 column vectors: a thread's 2 rows of a 32-row step, both guarded loads of the
+  // batch before the first product.
+  const std::string text = to_text(fused);
+  const size_t second = text.find("let float4 ft_q1 = ");
+  ASSERT_NE(second, std::string::npos) << text;
+  EXPECT_NE(text.find(" ? in", second), std::string::npos) << "a guarded load: " << text;
+  EXPECT_LT(text.find("let float4 ft_q0 = "), second);
+  EXPECT_GT(text.find("ft_a0_0"), second) << "the batch's loads before its first product";
   EXPECT_TRUE(allocates(fused, "red") && !allocates(fused, "sb")) << to_text(fused);
 
   Graph t;

@@ -30,6 +30,7 @@
 #include <filesystem>
 #include <limits>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -385,7 +386,19 @@ TEST(PtxGemv, ADecodeProjectionReadsItsWeightsInSixteenByteLoads) {
   const planner::TileConfig best = planner::tile_candidates(g, group, planner::find_device("h100")).front().config;
   ASSERT_TRUE(best.gemv) << best.str();
   const Ptx ptx{backend::compile_ptx(codegen::emit_cuda({codegen::lower_group(g, group, best, "gemv").kernel}), "sm_90")};
-  EXPECT_GE(ptx.count(R"(\bld\.global\.nc\.v4\.u32\b)"), 4u) << "the row loop's four weight loads in flight";
+  EXPECT_GE(ptx.count(R"(\bld\.global\.nc\.v4\.u32\b)"), 4u);
+  // A thread's batch of weight rows: all its 16-byte loads issued before the first multiply-add.
+  // (Until codegen 28 a row's load was guarded by a branch and used right after: ptxas issued
+  // one load, waited for it, multiplied, then issued the next: 16 bytes in flight a thread.)
+  const std::regex load(R"(\bld\.global\.nc\.v4\.u32\b)"), fma(R"(\bfma\.rn\.f32\b)");
+  size_t run = 0, longest = 0;
+  std::istringstream lines(ptx.text);
+  for (std::string line; std::getline(lines, line);) {
+    if (std::regex_search(line, load)) longest = std::max(longest, ++run);
+    if (std::regex_search(line, fma)) run = 0;
+  }
+  std::printf("decode projection %s: %zu weight loads issued before a multiply-add\n", best.str().c_str(), longest);
+  EXPECT_GE(longest, static_cast<size_t>(planner::kGemvLoads)) << best.str();
   EXPECT_EQ(ptx.count(R"(\b(ld|st)\.local\b)"), 0u) << "spills";
   EXPECT_EQ(ptx.count(R"(\b(div|rem)\.[su]64\b)"), 0u);
 }
