@@ -58,7 +58,7 @@ void hull_into(Region& into, const Region& r) {
 }
 
 // The regions a tile reads of one input: apart where they are disjoint and their hull would be
-// larger than both (a packed projection's Q, K and V slices of one head, 1,536 columns apart),
+// larger than both (a packed projection's Q, K and V slices of one head, 768 columns apart),
 // merged into their hull otherwise (so that no element is charged twice).
 using Reads = std::vector<Region>;
 
@@ -766,7 +766,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       const double step_bytes = static_cast<double>(rows * step * static_cast<int64_t>(dtype_size(at)) +
                                                     step * cols * static_cast<int64_t>(dtype_size(bt)));
       in_flight = std::min(in_flight, step_bytes / rounds);
-      const int64_t batch_registers = std::min<int64_t>(kGemvLoads, per_thread) * 4;  // a batch's 16-byte vectors
+      const int64_t batch_registers = staging_batch(step, static_cast<int>(slices), kGemvLoads) * 4;  // a batch's 16-byte vectors
       gemv_registers = std::max<int>(gemv_registers, static_cast<int>(32 + rows * lanes + batch_registers + 8));
       gemv_taken = true;
     } else if (is_contraction(n) && cfg.reduce_step > 0) {

@@ -566,7 +566,7 @@ void StagedMatMulStage::emit_gemv(Kernel& k, Block& steps, const TensorExpr& e, 
   // around it) before the first of them is multiplied.
   const std::string owns = "ft_thread < " + lit(st.slices * st.vecs);
   const int64_t per_thread = (st.step + st.slices - 1) / st.slices;
-  const int64_t batch = std::min<int64_t>(planner::kGemvLoads, per_thread);
+  const int64_t batch = planner::staging_batch(st.step, static_cast<int>(st.slices), planner::kGemvLoads);
   const Block place = {let(kIndexType, "ft_cv", "ft_thread % " + lit(st.vecs)),
                        let(kIndexType, "ft_sl", "ft_thread / " + lit(st.vecs))};
   Block compute = place;
