@@ -67,16 +67,35 @@ struct Step {
   std::vector<Buffer*> args;
 };
 
+// Bytes a run moves between one of its buffers and its caller's memory: read from `memory` into
+// the buffer before the launches (an input) or written from the buffer to `memory` after them (an
+// output). `device`: the caller's memory is on the backend's device (a device pointer on a GPU;
+// on the host backend host memory either way).
+struct Transfer {
+  Buffer* buffer = nullptr;
+  void* memory = nullptr;
+  size_t bytes = 0;
+  bool device = false;
+};
+
 // Launches prepared by Module::prepare: run() executes them in order and returns when they have
 // finished. The buffers stay bound (their contents may change between runs); a Sequence must not
-// outlive its module or its buffers. time_runs(n) runs the sequence n times back to back and
-// returns each run's time in microseconds: on a GPU from device events recorded before and after
-// each run (the CUDA graph replays queue behind each other; no cache is flushed between them), on
-// the host from the steady clock.
+// outlive its module or its buffers. run(inputs, outputs) does the same with its caller's data
+// moved in before and out after, in the sequence's own order (on a GPU: asynchronous copies on
+// its stream, host memory staged through pinned memory, one synchronization at the end). bind()
+// gives a buffer the caller's memory in place of its own (`address`: `bytes` of the backend's
+// device memory, 256-byte aligned, as allocators give; nullptr: its own memory again) in every
+// launch that takes it from the next run on: on a GPU, a captured graph is updated in place
+// (cuGraphExecUpdate) when a run finds its bindings changed. time_runs(n) runs the sequence n
+// times back to back and returns each run's time in microseconds: on a GPU from device events
+// recorded before and after each run (the CUDA graph replays queue behind each other; no cache is
+// flushed between them), on the host from the steady clock.
 class Sequence {
  public:
   virtual ~Sequence() = default;
   virtual void run() = 0;
+  virtual void run(const std::vector<Transfer>& inputs, const std::vector<Transfer>& outputs) = 0;
+  virtual void bind(Buffer* buffer, void* address) = 0;
   virtual bool cuda_graph() const = 0;  // run() replays one captured CUDA graph
   virtual std::vector<double> time_runs(int n) = 0;
 };
@@ -148,6 +167,14 @@ class Backend {
   virtual std::unique_ptr<Buffer> allocate(size_t bytes) = 0;
   // A buffer aliasing [offset, offset + bytes) of `parent` (which must outlive it): arena slots.
   virtual std::unique_ptr<Buffer> view(Buffer& parent, size_t offset, size_t bytes) = 0;
+  // Why [address, address + bytes) is not memory of this backend's device that its launches may
+  // use (on a GPU: not device memory, or another device's); "" when it is. The host backend
+  // takes any host address.
+  virtual std::string device_memory_problem(const void* address, size_t bytes) const {
+    (void)address;
+    (void)bytes;
+    return "";
+  }
 };
 
 // The host backend: `compiler` (default: $CXX, else c++) builds each module's CUDA text once

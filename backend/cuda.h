@@ -7,8 +7,13 @@
 // with a library call, so a deployment that does neither allocates neither; events are released
 // however a timed run ends. A prepared
 // sequence (Module::prepare) is captured once into a CUDA graph and replayed, or launched kernel by
-// kernel where the capture fails. The driver is loaded at run time, so the same binary runs on
-// machines without one.
+// kernel where the capture fails; bound buffers (Sequence::bind) update the graph in place, and a
+// run's host transfers go through pinned staging, asynchronously on the sequence's stream. The
+// backend holds the device's primary context (retained once, released when it is destroyed, the
+// last backend of a device destroying the cuDNN handle made for it first) and makes it current
+// for every call of it and its buffers, modules and sequences, restoring the caller's after: any
+// thread may use them. Every driver call is checked (in destructors, a failure is one line on
+// stderr). The driver is loaded at run time, so the same binary runs on machines without one.
 #pragma once
 
 #include <memory>

@@ -1,10 +1,13 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <vector>
 
 #include "backend/cublas_lt.h"
@@ -28,6 +31,7 @@ namespace {
 // driver (and say so) instead of failing to start.
 struct Driver {
   void* lib = nullptr;
+  CUcontext context = nullptr;  // the device's primary context, retained by the backend
   CUresult (*cuInit)(unsigned int);
   CUresult (*cuDriverGetVersion)(int*);
   CUresult (*cuDeviceGetCount)(int*);
@@ -35,7 +39,9 @@ struct Driver {
   CUresult (*cuDeviceGetName)(char*, int, CUdevice);
   CUresult (*cuDeviceGetAttribute)(int*, CUdevice_attribute, CUdevice);
   CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice);
-  CUresult (*cuCtxSetCurrent)(CUcontext);
+  CUresult (*cuDevicePrimaryCtxRelease)(CUdevice);
+  CUresult (*cuCtxPushCurrent)(CUcontext);
+  CUresult (*cuCtxPopCurrent)(CUcontext*);
   CUresult (*cuCtxSynchronize)();
   CUresult (*cuModuleLoadData)(CUmodule*, const void*);
   CUresult (*cuModuleUnload)(CUmodule);
@@ -46,6 +52,12 @@ struct Driver {
   CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void*, size_t);
   CUresult (*cuMemcpyDtoH)(void*, CUdeviceptr, size_t);
   CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t);
+  CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void*, size_t, CUstream);
+  CUresult (*cuMemcpyDtoHAsync)(void*, CUdeviceptr, size_t, CUstream);
+  CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+  CUresult (*cuMemHostAlloc)(void**, size_t, unsigned int);
+  CUresult (*cuMemFreeHost)(void*);
+  CUresult (*cuPointerGetAttribute)(void*, CUpointer_attribute, CUdeviceptr);
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
                              void**, void**);
   CUresult (*cuEventCreate)(CUevent*, unsigned int);
@@ -60,6 +72,7 @@ struct Driver {
   CUresult (*cuStreamEndCapture)(CUstream, CUgraph*);
   CUresult (*cuGraphInstantiate)(CUgraphExec*, CUgraph, unsigned long long);
   CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
+  CUresult (*cuGraphExecUpdate)(CUgraphExec, CUgraph, CUgraphExecUpdateResultInfo*);
   CUresult (*cuGraphExecDestroy)(CUgraphExec);
   CUresult (*cuGraphDestroy)(CUgraph);
   CUresult (*cuGetErrorString)(CUresult, const char**);
@@ -81,12 +94,17 @@ struct Driver {
     }
     const bool ok = sym(cuInit, "cuInit") && sym(cuDriverGetVersion, "cuDriverGetVersion") && sym(cuDeviceGetCount, "cuDeviceGetCount") && sym(cuDeviceGet, "cuDeviceGet") &&
                     sym(cuDeviceGetName, "cuDeviceGetName") && sym(cuDeviceGetAttribute, "cuDeviceGetAttribute") &&
-                    sym(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain") && sym(cuCtxSetCurrent, "cuCtxSetCurrent") &&
+                    sym(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain") &&
+                    sym(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2") &&
+                    sym(cuCtxPushCurrent, "cuCtxPushCurrent_v2") && sym(cuCtxPopCurrent, "cuCtxPopCurrent_v2") &&
                     sym(cuCtxSynchronize, "cuCtxSynchronize") && sym(cuModuleLoadData, "cuModuleLoadData") &&
                     sym(cuModuleUnload, "cuModuleUnload") && sym(cuModuleGetFunction, "cuModuleGetFunction") &&
                     sym(cuFuncSetAttribute, "cuFuncSetAttribute") && sym(cuMemAlloc, "cuMemAlloc_v2") &&
                     sym(cuMemFree, "cuMemFree_v2") && sym(cuMemcpyHtoD, "cuMemcpyHtoD_v2") &&
                     sym(cuMemcpyDtoH, "cuMemcpyDtoH_v2") && sym(cuMemsetD8, "cuMemsetD8_v2") &&
+                    sym(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2") && sym(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2") &&
+                    sym(cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2") && sym(cuMemHostAlloc, "cuMemHostAlloc") &&
+                    sym(cuMemFreeHost, "cuMemFreeHost") && sym(cuPointerGetAttribute, "cuPointerGetAttribute") &&
                     sym(cuLaunchKernel, "cuLaunchKernel") && sym(cuEventCreate, "cuEventCreate") &&
                     sym(cuEventDestroy, "cuEventDestroy_v2") && sym(cuEventRecord, "cuEventRecord") &&
                     sym(cuEventSynchronize, "cuEventSynchronize") && sym(cuEventElapsedTime, "cuEventElapsedTime") &&
@@ -94,7 +112,7 @@ struct Driver {
                     sym(cuStreamSynchronize, "cuStreamSynchronize") &&
                     sym(cuStreamBeginCapture, "cuStreamBeginCapture_v2") && sym(cuStreamEndCapture, "cuStreamEndCapture") &&
                     sym(cuGraphInstantiate, "cuGraphInstantiateWithFlags") && sym(cuGraphLaunch, "cuGraphLaunch") &&
-                    sym(cuGraphExecDestroy, "cuGraphExecDestroy") && sym(cuGraphDestroy, "cuGraphDestroy") &&
+                    sym(cuGraphExecUpdate, "cuGraphExecUpdate_v2") && sym(cuGraphExecDestroy, "cuGraphExecDestroy") && sym(cuGraphDestroy, "cuGraphDestroy") &&
                     sym(cuGetErrorString, "cuGetErrorString");
     if (!ok) why = "the CUDA driver lacks an expected entry point";
     if (ok && !sym(cuLaunchKernelEx, "cuLaunchKernelEx")) cuLaunchKernelEx = nullptr;
@@ -107,22 +125,62 @@ struct Driver {
     cuGetErrorString(r, &s);
     fail("CUDA ", what, " failed: ", s ? s : "unknown error", " (", static_cast<int>(r), ")");
   }
+  // check_cu where nothing may throw (destructors): a failure is one line on stderr.
+  void report_cu(CUresult r, const char* what) const noexcept {
+    if (r == CUDA_SUCCESS) return;
+    const char* s = nullptr;
+    cuGetErrorString(r, &s);
+    std::fprintf(stderr, "fusetune: CUDA %s failed: %s (%d)\n", what, s ? s : "unknown error", static_cast<int>(r));
+  }
+};
+
+// The backend's context made current on the calling thread for a scope, and the one before
+// restored after: every entry point of the backend's objects opens one, so buffers, modules and
+// sequences work from whichever thread calls them, whatever that thread had current.
+class Current {
+ public:
+  explicit Current(const Driver& d) : d_(d) { d_.check_cu(d_.cuCtxPushCurrent(d_.context), "context activation"); }
+  // For destructors: a failure is reported, not thrown.
+  Current(const Driver& d, std::nothrow_t) : d_(d) { d_.report_cu(d_.cuCtxPushCurrent(d_.context), "context activation"); }
+  ~Current() {
+    CUcontext popped = nullptr;
+    d_.report_cu(d_.cuCtxPopCurrent(&popped), "context restore");
+  }
+  Current(const Current&) = delete;
+  Current& operator=(const Current&) = delete;
+
+ private:
+  const Driver& d_;
 };
 
 class CudaBuffer : public Buffer {
  public:
   CudaBuffer(const Driver& d, size_t bytes) : d_(d), bytes_(bytes), owned_(true) {
+    const Current current(d_);
     d_.check_cu(d_.cuMemAlloc(&ptr_, std::max<size_t>(bytes, 1)), "allocation");
   }
   CudaBuffer(const Driver& d, CUdeviceptr ptr, size_t bytes) : d_(d), bytes_(bytes), ptr_(ptr), owned_(false) {}
   ~CudaBuffer() override {
-    if (owned_) d_.cuMemFree(ptr_);
+    if (!owned_) return;
+    const Current current(d_, std::nothrow);
+    d_.report_cu(d_.cuMemFree(ptr_), "memory release");
   }
+  CudaBuffer(const CudaBuffer&) = delete;
+  CudaBuffer& operator=(const CudaBuffer&) = delete;
   CUdeviceptr address() const { return ptr_; }
   size_t bytes() const override { return bytes_; }
-  void upload(const void* data, size_t n) override { d_.check_cu(d_.cuMemcpyHtoD(ptr_, data, n), "upload"); }
-  void download(void* data, size_t n) const override { d_.check_cu(d_.cuMemcpyDtoH(data, ptr_, n), "download"); }
-  void fill_byte(unsigned char v) override { d_.check_cu(d_.cuMemsetD8(ptr_, v, bytes_), "memset"); }
+  void upload(const void* data, size_t n) override {
+    const Current current(d_);
+    d_.check_cu(d_.cuMemcpyHtoD(ptr_, data, n), "upload");
+  }
+  void download(void* data, size_t n) const override {
+    const Current current(d_);
+    d_.check_cu(d_.cuMemcpyDtoH(data, ptr_, n), "download");
+  }
+  void fill_byte(unsigned char v) override {
+    const Current current(d_);
+    d_.check_cu(d_.cuMemsetD8(ptr_, v, bytes_), "memset");
+  }
   void* handle() override { return &ptr_; }
 
  private:
@@ -154,6 +212,7 @@ class LazyBuffer {
 // `n` events, destroyed however the scope is left (a failed launch throws between records).
 class Events {
  public:
+  // Made and destroyed with the backend's context current (the caller's scope holds it).
   Events(const Driver& d, size_t n) : d_(d), events_(n, nullptr) {
     try {
       for (CUevent& e : events_) d_.check_cu(d_.cuEventCreate(&e, 0), "event creation");
@@ -171,7 +230,7 @@ class Events {
  private:
   void destroy() {
     for (CUevent e : events_) {
-      if (e != nullptr) d_.cuEventDestroy(e);
+      if (e != nullptr) d_.report_cu(d_.cuEventDestroy(e), "event release");
     }
   }
   const Driver& d_;
@@ -228,33 +287,122 @@ CUresult enqueue_launch(const Driver& d, const Launch& l, std::vector<void*>& pa
                           static_cast<unsigned>(l.shared), stream, params.data(), nullptr);
 }
 
-// A launch with its parameters resolved: pointers to the bound buffers' device addresses.
+// A launch of a sequence: its buffers, and the device addresses it passes for them (a buffer's
+// own, or the caller's memory bound in its place).
 struct BoundLaunch {
   std::string kernel;
   Launch launch;
-  std::vector<void*> params;
+  std::vector<Buffer*> args;
+  std::vector<CUdeviceptr> addresses;  // by argument
 };
+
+// Pinned host memory, grown on demand: where a run stages its host inputs and outputs, so that
+// their copies are asynchronous on the sequence's stream.
+class PinnedStaging {
+ public:
+  explicit PinnedStaging(const Driver& d) : d_(d) {}
+  ~PinnedStaging() {
+    if (data_ == nullptr) return;
+    const Current current(d_, std::nothrow);
+    d_.report_cu(d_.cuMemFreeHost(data_), "pinned memory release");
+  }
+  PinnedStaging(const PinnedStaging&) = delete;
+  PinnedStaging& operator=(const PinnedStaging&) = delete;
+  // At least `bytes` of pinned memory (its context current); earlier contents are not kept.
+  unsigned char* reserve(size_t bytes) {
+    if (bytes <= bytes_) return static_cast<unsigned char*>(data_);
+    if (data_ != nullptr) d_.check_cu(d_.cuMemFreeHost(data_), "pinned memory release");
+    data_ = nullptr;
+    bytes_ = 0;
+    d_.check_cu(d_.cuMemHostAlloc(&data_, bytes, 0), "pinned memory allocation");
+    bytes_ = bytes;
+    return static_cast<unsigned char*>(data_);
+  }
+
+ private:
+  const Driver& d_;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+CUdeviceptr address_of(Buffer* b) { return static_cast<CudaBuffer*>(b)->address(); }
 
 // A prepared sequence on its own stream (a blocking one, so it stays ordered after uploads on the
 // default stream). The launches are captured once into a CUDA graph that run() replays; where
-// capture or instantiation fails, run() launches the kernels one by one instead.
+// capture or instantiation fails, run() launches the kernels one by one instead. A run that finds
+// its bindings changed records the launches again and updates the graph in place
+// (cuGraphExecUpdate: same kernels, new parameters), or instantiates it anew where the driver
+// refuses the update.
 class CudaSequence : public Sequence {
  public:
-  CudaSequence(const Driver& d, std::vector<BoundLaunch> steps) : d_(d), steps_(std::move(steps)) {
+  CudaSequence(const Driver& d, std::vector<BoundLaunch> steps) : d_(d), steps_(std::move(steps)), staging_(d) {
+    const Current current(d_);
     d_.check_cu(d_.cuStreamCreate(&stream_, CU_STREAM_DEFAULT), "stream creation");
-    exec_ = capture();
+    exec_ = instantiate(record());
   }
   ~CudaSequence() override {
-    if (exec_ != nullptr) d_.cuGraphExecDestroy(exec_);
-    d_.cuStreamDestroy(stream_);
+    const Current current(d_, std::nothrow);
+    if (exec_ != nullptr) d_.report_cu(d_.cuGraphExecDestroy(exec_), "graph release");
+    d_.report_cu(d_.cuStreamDestroy(stream_), "stream release");
   }
 
-  void run() override {
+  void run() override { run({}, {}); }
+  void run(const std::vector<Transfer>& inputs, const std::vector<Transfer>& outputs) override {
+    const Current current(d_);
+    size_t staged = 0;  // host bytes, each transfer at a 64-byte aligned offset
+    for (const auto* list : {&inputs, &outputs}) {
+      for (const Transfer& t : *list) staged += t.device ? 0 : (t.bytes + 63) / 64 * 64;
+    }
+    unsigned char* pinned = staged > 0 ? staging_.reserve(staged) : nullptr;
+    size_t offset = 0;
+    for (const Transfer& t : inputs) {
+      const CUdeviceptr to = bound_address(t.buffer);
+      if (t.device) {
+        d_.check_cu(d_.cuMemcpyDtoDAsync(to, reinterpret_cast<CUdeviceptr>(t.memory), t.bytes, stream_), "input copy");
+      } else {
+        std::memcpy(pinned + offset, t.memory, t.bytes);
+        d_.check_cu(d_.cuMemcpyHtoDAsync(to, pinned + offset, t.bytes, stream_), "input upload");
+        offset += (t.bytes + 63) / 64 * 64;
+      }
+    }
     submit();
+    const size_t outputs_at = offset;
+    for (const Transfer& t : outputs) {
+      const CUdeviceptr from = bound_address(t.buffer);
+      if (t.device) {
+        d_.check_cu(d_.cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(t.memory), from, t.bytes, stream_), "output copy");
+      } else {
+        d_.check_cu(d_.cuMemcpyDtoHAsync(pinned + offset, from, t.bytes, stream_), "output download");
+        offset += (t.bytes + 63) / 64 * 64;
+      }
+    }
     d_.check_cu(d_.cuStreamSynchronize(stream_), "kernel execution");
+    offset = outputs_at;
+    for (const Transfer& t : outputs) {
+      if (t.device) continue;
+      std::memcpy(t.memory, pinned + offset, t.bytes);
+      offset += (t.bytes + 63) / 64 * 64;
+    }
+  }
+  void bind(Buffer* buffer, void* address) override {
+    const CUdeviceptr to = address != nullptr ? reinterpret_cast<CUdeviceptr>(address) : address_of(buffer);
+    if (address != nullptr) {
+      bound_[buffer] = to;
+    } else {
+      bound_.erase(buffer);
+    }
+    for (BoundLaunch& s : steps_) {
+      for (size_t j = 0; j < s.args.size(); ++j) {
+        if (s.args[j] == buffer && s.addresses[j] != to) {
+          s.addresses[j] = to;
+          stale_ = true;
+        }
+      }
+    }
   }
   bool cuda_graph() const override { return exec_ != nullptr; }
   std::vector<double> time_runs(int n) override {
+    const Current current(d_);
     const Events events(d_, static_cast<size_t>(n) + 1);
     std::vector<double> us;
     d_.check_cu(d_.cuEventRecord(events[0], stream_), "event record");
@@ -272,17 +420,38 @@ class CudaSequence : public Sequence {
   }
 
  private:
-  CUresult enqueue(BoundLaunch& s) { return enqueue_launch(d_, s.launch, s.params, stream_); }
-  // Queues one run on the stream: the graph, or each launch.
+  CUdeviceptr bound_address(Buffer* b) const {
+    auto it = bound_.find(b);
+    return it == bound_.end() ? address_of(b) : it->second;
+  }
+  CUresult enqueue(BoundLaunch& s) {
+    std::vector<void*> params;
+    for (CUdeviceptr& a : s.addresses) params.push_back(&a);
+    for (const auto& b : s.launch.scratch) params.push_back(b->handle());
+    return enqueue_launch(d_, s.launch, params, stream_);
+  }
+  // Queues one run on the stream: the graph (updated first where bindings changed), or each launch.
   void submit() {
+    if (exec_ != nullptr && stale_) {
+      CUgraph graph = record();
+      CUgraphExecUpdateResultInfo info = {};
+      if (graph == nullptr || d_.cuGraphExecUpdate(exec_, graph, &info) != CUDA_SUCCESS) {
+        d_.check_cu(d_.cuGraphExecDestroy(exec_), "graph release");
+        exec_ = nullptr;
+        if (graph != nullptr) exec_ = instantiate(graph);
+      } else {
+        d_.check_cu(d_.cuGraphDestroy(graph), "graph release");
+      }
+    }
+    stale_ = false;
     if (exec_ != nullptr) {
       d_.check_cu(d_.cuGraphLaunch(exec_, stream_), "CUDA graph launch");
     } else {
       for (BoundLaunch& s : steps_) d_.check_cu(enqueue(s), ("launch of kernel " + s.kernel).c_str());
     }
   }
-  // The launches recorded on the stream and instantiated as one graph; nullptr where that fails.
-  CUgraphExec capture() {
+  // The launches recorded on the stream as one graph; nullptr where that fails.
+  CUgraph record() {
     if (d_.cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) != CUDA_SUCCESS) return nullptr;
     bool recorded = true;
     for (BoundLaunch& s : steps_) {
@@ -293,14 +462,26 @@ class CudaSequence : public Sequence {
     }
     CUgraph graph = nullptr;  // ending the capture is needed even after a failed launch
     recorded = d_.cuStreamEndCapture(stream_, &graph) == CUDA_SUCCESS && recorded && graph != nullptr;
+    if (!recorded && graph != nullptr) {
+      d_.report_cu(d_.cuGraphDestroy(graph), "graph release");
+      graph = nullptr;
+    }
+    return graph;
+  }
+  // `graph` instantiated (and destroyed); nullptr where either fails.
+  CUgraphExec instantiate(CUgraph graph) {
+    if (graph == nullptr) return nullptr;
     CUgraphExec exec = nullptr;
-    if (recorded && d_.cuGraphInstantiate(&exec, graph, 0) != CUDA_SUCCESS) exec = nullptr;
-    if (graph != nullptr) d_.cuGraphDestroy(graph);
+    if (d_.cuGraphInstantiate(&exec, graph, 0) != CUDA_SUCCESS) exec = nullptr;
+    d_.report_cu(d_.cuGraphDestroy(graph), "graph release");
     return exec;
   }
 
   const Driver& d_;
   std::vector<BoundLaunch> steps_;
+  std::map<Buffer*, CUdeviceptr> bound_;  // buffers bound to a caller's memory
+  bool stale_ = false;                    // bindings changed since the graph was recorded
+  PinnedStaging staging_;
   CUstream stream_ = nullptr;
   CUgraphExec exec_ = nullptr;
 };
@@ -309,9 +490,14 @@ class CudaModule : public Module {
  public:
   CudaModule(const Driver& d, CUmodule m, std::map<std::string, Launch> fns, LazyBuffer* flush)
       : d_(d), module_(m), fns_(std::move(fns)), flush_(flush) {}
-  ~CudaModule() override { d_.cuModuleUnload(module_); }
+  ~CudaModule() override {
+    const Current current(d_, std::nothrow);
+    fns_.clear();  // library calls and scratch buffers, with the context current
+    d_.report_cu(d_.cuModuleUnload(module_), "module unload");
+  }
 
   void launch(const std::string& kernel, const std::vector<Buffer*>& args) override {
+    const Current current(d_);
     const Launch& l = find(kernel);
     std::vector<void*> params = bind_params(l, args);
     d_.check_cu(enqueue_launch(d_, l, params, nullptr), l.library ? "library call" : "kernel launch");
@@ -319,6 +505,7 @@ class CudaModule : public Module {
   }
 
   Timing time(const std::string& kernel, const std::vector<Buffer*>& args, const TimingPolicy& policy) override {
+    const Current current(d_);
     for (int w = 0; w < policy.warmup; ++w) launch(kernel, args);
     const Events events(d_, 2);
     const CUevent start = events[0], stop = events[1];
@@ -345,8 +532,8 @@ class CudaModule : public Module {
   std::unique_ptr<Sequence> prepare(std::vector<Step> steps) override {
     std::vector<BoundLaunch> bound;
     for (const Step& s : steps) {
-      BoundLaunch b{s.kernel, find(s.kernel), {}};
-      b.params = bind_params(b.launch, s.args);
+      BoundLaunch b{s.kernel, find(s.kernel), s.args, {}};
+      for (Buffer* a : s.args) b.addresses.push_back(address_of(a));
       bound.push_back(std::move(b));
     }
     return std::make_unique<CudaSequence>(d_, std::move(bound));
@@ -364,11 +551,21 @@ class CudaModule : public Module {
   LazyBuffer* flush_;
 };
 
+// How many CUDA backends of this process hold each device's primary context: the last to go
+// destroys the cuDNN handle made for it before it lets the context go.
+int holders(CUdevice device, int change) {
+  static std::mutex mu;
+  static std::map<CUdevice, int> count;
+  std::lock_guard<std::mutex> lock(mu);
+  return count[device] += change;
+}
+
 class CudaBackend : public Backend {
  public:
-  CudaBackend(Driver d, CUcontext context, std::string arch, planner::DriverAttributes attributes)
-      : d_(std::move(d)), context_(context), arch_(std::move(arch)), name_(attributes.name), sms_(attributes.sms),
-        attributes_(std::move(attributes)) {
+  // `d` has the primary context of `device` (retained once for this backend) as its context.
+  CudaBackend(Driver d, CUdevice device, int ordinal, std::string arch, planner::DriverAttributes attributes)
+      : d_(std::move(d)), context_(d_.context), device_(device), ordinal_(ordinal), arch_(std::move(arch)),
+        name_(attributes.name), sms_(attributes.sms), attributes_(std::move(attributes)) {
     const int l2_bytes = static_cast<int>(attributes_.l2_bytes);
     int version = 0;
     d_.check_cu(d_.cuDriverGetVersion(&version), "driver version query");
@@ -384,13 +581,29 @@ class CudaBackend : public Backend {
     const char* pdl = std::getenv("FUSETUNE_PDL");
     programmatic_ = std::stoi(arch_.substr(3)) >= 90 && d_.cuLaunchKernelEx != nullptr &&
                     !(pdl != nullptr && std::string(pdl) == "0");
+    holders(device_, +1);  // last: a constructor that throws holds nothing
   }
+  // Everything made on the context goes first; then the hold on it is released, so a process that
+  // is done with a GPU keeps no context (nor its memory) there.
+  ~CudaBackend() override {
+    {
+      const Current current(d_, std::nothrow);
+      flush_.reset();
+      workspace_.reset();
+      if (holders(device_, -1) == 0) release_cudnn_handle(context_);
+    }
+    d_.report_cu(d_.cuDevicePrimaryCtxRelease(device_), "context release");
+  }
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
   std::string name() const override { return "cuda:" + name_ + " (" + arch_ + ")"; }
   DeviceProperties properties() const override {
     return {name_, arch_, std::stoi(arch_.substr(3)), sms_, driver_, toolkit_, attributes_};
   }
 
   std::unique_ptr<Module> load_source(const ModuleSource& module) override {
+    const Current current(d_);
     std::vector<char> cubin;
     if (auto it = module.cubins.find(arch_); it != module.cubins.end()) {
       cubin = it->second;
@@ -399,6 +612,47 @@ class CudaBackend : public Backend {
     }
     CUmodule m = nullptr;
     d_.check_cu(d_.cuModuleLoadData(&m, cubin.data()), "module load");
+    std::map<std::string, Launch> fns;
+    try {
+      fns = functions(module, m);
+    } catch (...) {
+      fns.clear();
+      d_.report_cu(d_.cuModuleUnload(m), "module unload");
+      throw;
+    }
+    return std::make_unique<CudaModule>(d_, m, std::move(fns), flush_.get());
+  }
+
+  std::unique_ptr<Buffer> allocate(size_t bytes) override { return std::make_unique<CudaBuffer>(d_, bytes); }
+  std::unique_ptr<Buffer> view(Buffer& parent, size_t offset, size_t bytes) override {
+    check(offset + bytes <= parent.bytes(), "view outside its buffer");
+    return std::make_unique<CudaBuffer>(d_, static_cast<CudaBuffer&>(parent).address() + offset, bytes);
+  }
+
+  std::string device_memory_problem(const void* address, size_t bytes) const override {
+    const Current current(d_);
+    const auto p = reinterpret_cast<CUdeviceptr>(address);
+    unsigned int type = 0;
+    int ordinal = -1;
+    CUdeviceptr start = 0;
+    size_t size = 0;
+    if (d_.cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p) != CUDA_SUCCESS ||
+        type != CU_MEMORYTYPE_DEVICE) {
+      return "is not CUDA device memory (a host pointer?)";
+    }
+    if (d_.cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p) == CUDA_SUCCESS && ordinal != ordinal_) {
+      return "is memory of CUDA device " + std::to_string(ordinal) + ", not of this plan's device " + std::to_string(ordinal_);
+    }
+    if (d_.cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, p) == CUDA_SUCCESS &&
+        d_.cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, p) == CUDA_SUCCESS && p + bytes > start + size) {
+      return "runs " + std::to_string(p + bytes - start - size) + " bytes past the end of its allocation";
+    }
+    return "";
+  }
+
+ private:
+  // The module's kernels and library calls, by name.
+  std::map<std::string, Launch> functions(const ModuleSource& module, CUmodule m) {
     std::map<std::string, Launch> fns;
     // The kernels' signatures (their scratch buffers), read once from the text when it has any.
     std::vector<KernelSignature> signatures;
@@ -418,10 +672,7 @@ class CudaBackend : public Backend {
                 ? make_cudnn_call(lc, context_, std::stoi(arch_.substr(3)), workspace_->get().address(),
                                   workspace_->get().bytes(), &why)
                 : make_cublaslt_call(lc, workspace_->get().address(), workspace_->get().bytes(), &why);
-        if (call == nullptr) {
-          d_.cuModuleUnload(m);
-          fail("library call ", k.name, ": ", why);
-        }
+        check(call != nullptr, "library call ", k.name, ": ", why);
         fns[k.name] = {nullptr, 0, 0, 0, std::move(call), false, {}};
         continue;
       }
@@ -439,18 +690,13 @@ class CudaBackend : public Backend {
         l.scratch.back()->fill_byte(0);
       }
     }
-    return std::make_unique<CudaModule>(d_, m, std::move(fns), flush_.get());
+    return fns;
   }
 
-  std::unique_ptr<Buffer> allocate(size_t bytes) override { return std::make_unique<CudaBuffer>(d_, bytes); }
-  std::unique_ptr<Buffer> view(Buffer& parent, size_t offset, size_t bytes) override {
-    check(offset + bytes <= parent.bytes(), "view outside its buffer");
-    return std::make_unique<CudaBuffer>(d_, static_cast<CudaBuffer&>(parent).address() + offset, bytes);
-  }
-
- private:
   Driver d_;
   CUcontext context_;
+  CUdevice device_;
+  int ordinal_;  // as the driver numbers it (CUDA_VISIBLE_DEVICES applied)
   bool programmatic_ = false;
   std::string arch_;
   std::string name_;
@@ -490,9 +736,7 @@ std::unique_ptr<Backend> make_cuda_backend(int device, std::string* why_not) {
   }
   CUdevice dev = 0;
   d.check_cu(d.cuDeviceGet(&dev, device), "device lookup");
-  CUcontext ctx = nullptr;
-  d.check_cu(d.cuDevicePrimaryCtxRetain(&ctx, dev), "context creation");
-  d.check_cu(d.cuCtxSetCurrent(ctx), "context activation");
+  d.check_cu(d.cuDevicePrimaryCtxRetain(&d.context, dev), "context creation");
   const auto attribute = [&](CUdevice_attribute what) {
     int v = 0;
     return d.cuDeviceGetAttribute(&v, what, dev) == CUDA_SUCCESS ? v : 0;
@@ -510,7 +754,12 @@ std::unique_ptr<Backend> make_cuda_backend(int device, std::string* why_not) {
   d.cuDeviceGetName(name, sizeof name, dev);
   a.name = name;
   const std::string arch = "sm_" + std::to_string(a.compute_capability);
-  return std::make_unique<CudaBackend>(std::move(d), ctx, arch, std::move(a));
+  try {
+    return std::make_unique<CudaBackend>(std::move(d), dev, device, arch, std::move(a));
+  } catch (...) {  // the backend did not take the hold on the context
+    d.report_cu(d.cuDevicePrimaryCtxRelease(dev), "context release");
+    throw;
+  }
 }
 
 #else

@@ -34,6 +34,7 @@ using Desc = cudnnBackendDescriptor_t;
 struct Dnn {
   void* lib = nullptr;
   cudnnStatus_t (*create)(cudnnHandle_t*);
+  cudnnStatus_t (*destroy)(cudnnHandle_t);
   cudnnStatus_t (*set_stream)(cudnnHandle_t, cudaStream_t);
   size_t (*get_version)();
   cudnnStatus_t (*create_desc)(cudnnBackendDescriptorType_t, Desc*);
@@ -67,7 +68,7 @@ struct Dnn {
       return false;
     }
     const bool ok =
-        sym(create, "cudnnCreate") && sym(set_stream, "cudnnSetStream") && sym(get_version, "cudnnGetVersion") &&
+        sym(create, "cudnnCreate") && sym(destroy, "cudnnDestroy") && sym(set_stream, "cudnnSetStream") && sym(get_version, "cudnnGetVersion") &&
         sym(create_desc, "cudnnBackendCreateDescriptor") && sym(destroy_desc, "cudnnBackendDestroyDescriptor") &&
         sym(finalize, "cudnnBackendFinalize") && sym(set, "cudnnBackendSetAttribute") &&
         sym(get, "cudnnBackendGetAttribute") && sym(execute, "cudnnBackendExecute") &&
@@ -96,11 +97,20 @@ Dnn* dnn_library(std::string& why) {
 // A handle belongs to the device whose context was current when it was made, so there is one per
 // context (`context`, the caller's CUcontext), made on its first call, not when the library is
 // opened (cudnn_version() works without a device); a failed creation is tried again next time.
+struct Handles {
+  std::mutex mu;
+  std::map<const void*, cudnnHandle_t> by_context;
+};
+
+Handles& handles() {
+  static Handles h;
+  return h;
+}
+
 cudnnHandle_t handle(Dnn& d, const void* context, std::string& why) {
-  static std::mutex mu;
-  static std::map<const void*, cudnnHandle_t> handles;
-  std::lock_guard<std::mutex> lock(mu);
-  cudnnHandle_t& h = handles[context];
+  Handles& all = handles();
+  std::lock_guard<std::mutex> lock(all.mu);
+  cudnnHandle_t& h = all.by_context[context];
   if (h == nullptr && d.create(&h) != CUDNN_STATUS_SUCCESS) {
     h = nullptr;
     why = "cudnnCreate failed (no CUDA context current?)";
@@ -485,6 +495,18 @@ void* cudnn_library(std::string* why_not) {
   return d ? d->lib : nullptr;
 }
 
+void release_cudnn_handle(const void* context) {
+  std::string why;
+  Dnn* d = dnn_library(why);
+  if (d == nullptr) return;
+  Handles& all = handles();
+  std::lock_guard<std::mutex> lock(all.mu);
+  auto it = all.by_context.find(context);
+  if (it == all.by_context.end()) return;
+  if (it->second != nullptr) d->destroy(it->second);
+  all.by_context.erase(it);
+}
+
 std::unique_ptr<GpuLibraryCall> make_cudnn_call(const planner::LibraryCall& call, const void* context, int sm,
                                                 uint64_t workspace, size_t workspace_bytes, std::string* why_not) {
   std::string why;
@@ -519,6 +541,8 @@ void* cudnn_library(std::string* why_not) {
   if (why_not) *why_not = "this build has no cuDNN headers";
   return nullptr;
 }
+
+void release_cudnn_handle(const void*) {}
 
 std::unique_ptr<GpuLibraryCall> make_cudnn_call(const planner::LibraryCall&, const void*, int, uint64_t, size_t,
                                                 std::string* why_not) {

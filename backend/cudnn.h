@@ -38,6 +38,11 @@ void* cudnn_library(std::string* why_not);
 // `context` the device's CUcontext, current (the call uses cuDNN's handle for it), `sm` its
 // compute capability (90 for sm_90); `workspace` a device address of `workspace_bytes` the call
 // may use.
+// Destroys the cuDNN handle made for `context` (which must be current, and no call made with it
+// may run again), if one was made: the CUDA backend does this before it releases the last hold
+// it has on a device's context.
+void release_cudnn_handle(const void* context);
+
 std::unique_ptr<GpuLibraryCall> make_cudnn_call(const planner::LibraryCall& call, const void* context, int sm,
                                                 uint64_t workspace, size_t workspace_bytes, std::string* why_not);
 

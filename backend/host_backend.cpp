@@ -55,12 +55,10 @@ class HostBuffer : public Buffer {
   std::vector<unsigned char> data_;
 };
 
+// Memory a host buffer does not own: an arena slot, or a caller's array bound to a sequence.
 class HostView : public Buffer {
  public:
-  HostView(Buffer& parent, size_t offset, size_t bytes)
-      : ptr_(static_cast<unsigned char*>(parent.handle()) + offset), bytes_(bytes) {
-    check(offset + bytes <= parent.bytes(), "view [", offset, ", ", offset + bytes, ") outside a buffer of ", parent.bytes());
-  }
+  HostView(void* ptr, size_t bytes) : ptr_(static_cast<unsigned char*>(ptr)), bytes_(bytes) {}
   size_t bytes() const override { return bytes_; }
   void upload(const void* data, size_t n) override { std::memcpy(ptr_, data, std::min(n, bytes_)); }
   void download(void* data, size_t n) const override { std::memcpy(data, ptr_, std::min(n, bytes_)); }
@@ -72,12 +70,27 @@ class HostView : public Buffer {
   size_t bytes_;
 };
 
-// The host form of a prepared sequence: the module's launches, in order.
+// The host form of a prepared sequence: the module's launches, in order, each buffer bound to a
+// caller's memory taking that memory's place in them.
 class HostSequence : public Sequence {
  public:
   HostSequence(Module& module, std::vector<Step> steps) : module_(module), steps_(std::move(steps)) {}
-  void run() override {
-    for (const Step& s : steps_) module_.launch(s.kernel, s.args);
+  void run() override { run({}, {}); }
+  void run(const std::vector<Transfer>& inputs, const std::vector<Transfer>& outputs) override {
+    for (const Transfer& t : inputs) target(t.buffer).upload(t.memory, t.bytes);
+    for (const Step& s : steps_) {
+      std::vector<Buffer*> args;
+      for (Buffer* b : s.args) args.push_back(&target(b));
+      module_.launch(s.kernel, args);
+    }
+    for (const Transfer& t : outputs) target(t.buffer).download(t.memory, t.bytes);
+  }
+  void bind(Buffer* buffer, void* address) override {
+    if (address == nullptr) {
+      bound_.erase(buffer);
+    } else {
+      bound_[buffer] = std::make_unique<HostView>(address, buffer->bytes());
+    }
   }
   bool cuda_graph() const override { return false; }
   std::vector<double> time_runs(int n) override {
@@ -91,8 +104,14 @@ class HostSequence : public Sequence {
   }
 
  private:
+  Buffer& target(Buffer* buffer) {
+    auto it = bound_.find(buffer);
+    return it == bound_.end() ? *buffer : *it->second;
+  }
+
   Module& module_;
   std::vector<Step> steps_;
+  std::map<Buffer*, std::unique_ptr<HostView>> bound_;  // buffers bound to a caller's memory
 };
 
 // A kernel of a host module: its entry in the host build of the CUDA text, its launch shape and
@@ -227,7 +246,8 @@ class HostBackend : public Backend {
 
   std::unique_ptr<Buffer> allocate(size_t bytes) override { return std::make_unique<HostBuffer>(bytes); }
   std::unique_ptr<Buffer> view(Buffer& parent, size_t offset, size_t bytes) override {
-    return std::make_unique<HostView>(parent, offset, bytes);
+    check(offset + bytes <= parent.bytes(), "view [", offset, ", ", offset + bytes, ") outside a buffer of ", parent.bytes());
+    return std::make_unique<HostView>(static_cast<unsigned char*>(parent.handle()) + offset, bytes);
   }
 
  private:

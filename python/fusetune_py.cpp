@@ -2,14 +2,15 @@
 // fusetune/runtime.h) as the class _Plan, for python/fusetune/__init__.py to wrap.
 //
 // Takes what the public C++ API takes, nothing more: a bundle directory and a backend name to
-// load; raw bytes through the buffer protocol to set an input and to receive an output. Guarantees:
-// every runtime error reaches Python as RuntimeError with the runtime's message (which names the
-// culprit); the GIL is released while a plan loads and runs, so other Python threads go on; a
-// buffer of the wrong size is refused before anything is copied.
+// load; a run's input and output addresses (host memory, or with `device` the plan's device
+// memory), which fusetune/__init__.py takes from arrays whose dtypes, shapes and layouts it has
+// checked and which it keeps alive across the call. Guarantees: every runtime error reaches Python
+// as RuntimeError with the runtime's message (which names the culprit, and refuses a pointer that
+// is not the device's); the GIL is released while a plan loads and runs, so other Python threads go on.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <cstring>
+#include <cstdint>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -39,26 +40,14 @@ PYBIND11_MODULE(_fusetune, m) {
       .def("no_gpu_reason", &fusetune::Plan::no_gpu_reason)
       .def("launches", &fusetune::Plan::launches)
       .def("cuda_graph", &fusetune::Plan::cuda_graph)
-      .def("set_input",
-           [](fusetune::Plan& p, const std::string& name, const py::buffer& data) {
-             const py::buffer_info b = data.request();
-             // Only whole, C-contiguous buffers: the bytes are taken as they lie.
-             ssize_t expect = b.itemsize;
-             for (ssize_t d = b.ndim; d-- > 0;) {
-               if (b.shape[static_cast<size_t>(d)] > 1 && b.strides[static_cast<size_t>(d)] != expect) {
-                 throw py::value_error("input '" + name + "': the buffer is not C-contiguous");
-               }
-               expect *= b.shape[static_cast<size_t>(d)];
-             }
-             const auto bytes = static_cast<size_t>(b.size * b.itemsize);
-             py::gil_scoped_release release;
-             p.set_input(name, b.ptr, bytes);
-           })
-      .def("run", &fusetune::Plan::run, py::call_guard<py::gil_scoped_release>())
-      .def("get_output", [](const fusetune::Plan& p, const std::string& name, const py::buffer& into) {
-        const py::buffer_info b = into.request(true);
-        const auto bytes = static_cast<size_t>(b.size * b.itemsize);
-        py::gil_scoped_release release;
-        p.get_output(name, b.ptr, bytes);
-      });
+      .def(
+          "run_memory",
+          [](fusetune::Plan& p, const std::vector<uintptr_t>& inputs, const std::vector<uintptr_t>& outputs, bool device) {
+            std::vector<const void*> in;
+            std::vector<void*> out;
+            for (uintptr_t a : inputs) in.push_back(reinterpret_cast<const void*>(a));
+            for (uintptr_t a : outputs) out.push_back(reinterpret_cast<void*>(a));
+            p.run(in, out, device ? fusetune::Memory::kDevice : fusetune::Memory::kHost);
+          },
+          py::arg("inputs"), py::arg("outputs"), py::arg("device"), py::call_guard<py::gil_scoped_release>());
 }

@@ -137,28 +137,80 @@ bool PlanRunner::cuda_graph() const { return s_->sequence->cuda_graph(); }
 
 std::vector<Tensor> PlanRunner::run(const std::vector<Tensor>& inputs) {
   check(inputs.size() == s_->inputs.size(), "the plan takes ", s_->inputs.size(), " inputs, ", inputs.size(), " were given");
+  std::vector<const void*> in;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const TensorSpec& spec = s_->inputs[i];
     check(inputs[i].dtype() == spec.dtype && inputs[i].shape() == spec.shape, "input '", spec.name, "' expects ",
           dtype_name(spec.dtype), " ", shape_str(spec.shape), ", got ", dtype_name(inputs[i].dtype()), " ",
           shape_str(inputs[i].shape()));
-    s_->buffers[static_cast<size_t>(s_->input_ids[i])]->upload(inputs[i].data(), inputs[i].nbytes());
+    in.push_back(inputs[i].data());
   }
-  s_->sequence->run();
   std::vector<Tensor> outs;
-  for (size_t k = 0; k < s_->outputs.size(); ++k) {
-    Tensor t(s_->outputs[k].dtype, s_->outputs[k].shape);
-    const int id = s_->output_ids[k];
-    // An output that is a graph input comes straight from it.
-    for (size_t i = 0; i < s_->input_ids.size(); ++i) {
-      if (s_->input_ids[i] == id) t = inputs[i];
-    }
-    if (t.nbytes() > 0 && std::find(s_->input_ids.begin(), s_->input_ids.end(), id) == s_->input_ids.end()) {
-      s_->buffers[static_cast<size_t>(id)]->download(t.data(), t.nbytes());
-    }
-    outs.push_back(std::move(t));
+  std::vector<void*> out;
+  for (const TensorSpec& spec : s_->outputs) {
+    outs.emplace_back(spec.dtype, spec.shape);
+    out.push_back(outs.back().data());
   }
+  run(in, out, false);
   return outs;
+}
+
+void PlanRunner::run(const std::vector<const void*>& inputs, const std::vector<void*>& outputs, bool device) {
+  check(inputs.size() == s_->inputs.size(), "the plan takes ", s_->inputs.size(), " inputs, ", inputs.size(), " were given");
+  check(outputs.size() == s_->outputs.size(), "the plan gives ", s_->outputs.size(), " outputs, ", outputs.size(),
+        " places for them were given");
+  struct Region {
+    uintptr_t begin, end;
+    bool output;
+  };
+  std::vector<Region> regions;  // the inputs', then the outputs'
+  const auto take = [&](const void* p, const TensorSpec& spec, const char* what) {
+    const size_t n = static_cast<size_t>(numel(spec.shape)) * dtype_size(spec.dtype);
+    check(p != nullptr || n == 0, what, " '", spec.name, "': no memory given");
+    if (device && n > 0) {
+      const std::string problem = s_->backend->device_memory_problem(p, n);
+      check(problem.empty(), what, " '", spec.name, "': its memory ", problem);
+    }
+    regions.push_back({reinterpret_cast<uintptr_t>(p), reinterpret_cast<uintptr_t>(p) + n, what[0] == 'o'});
+  };
+  for (size_t i = 0; i < inputs.size(); ++i) take(inputs[i], s_->inputs[i], "input");
+  for (size_t k = 0; k < outputs.size(); ++k) take(outputs[k], s_->outputs[k], "output");
+  const auto bytes_of = [&](size_t r) { return static_cast<size_t>(regions[r].end - regions[r].begin); };
+  // Region r may take its buffer's place: device memory, aligned as the arena's slots are, that
+  // no output overlaps (inputs may share memory: the kernels only read them).
+  const auto bindable = [&](size_t r) {
+    if (!device || regions[r].begin % 256 != 0 || regions[r].begin == regions[r].end) return false;
+    for (size_t o = 0; o < regions.size(); ++o) {
+      const bool overlap = o != r && regions[o].begin < regions[r].end && regions[r].begin < regions[o].end;
+      if (overlap && (regions[o].output || regions[r].output)) return false;
+    }
+    return true;
+  };
+  const auto is_input = [&](int id) { return std::find(s_->input_ids.begin(), s_->input_ids.end(), id) != s_->input_ids.end(); };
+  std::vector<backend::Transfer> in, out;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    backend::Buffer* b = s_->buffers[static_cast<size_t>(s_->input_ids[i])].get();
+    // An input that is also an output stays in the plan's buffer: the output is copied from it.
+    const bool returned = std::find(s_->output_ids.begin(), s_->output_ids.end(), s_->input_ids[i]) != s_->output_ids.end();
+    if (!returned && bindable(i)) {
+      s_->sequence->bind(b, const_cast<void*>(inputs[i]));
+    } else {
+      s_->sequence->bind(b, nullptr);
+      if (bytes_of(i) > 0) in.push_back({b, const_cast<void*>(inputs[i]), bytes_of(i), device});
+    }
+  }
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    const int id = s_->output_ids[k];
+    backend::Buffer* b = s_->buffers[static_cast<size_t>(id)].get();
+    const bool once = std::count(s_->output_ids.begin(), s_->output_ids.end(), id) == 1;
+    if (!is_input(id) && once && bindable(inputs.size() + k)) {
+      s_->sequence->bind(b, outputs[k]);
+    } else {
+      if (!is_input(id)) s_->sequence->bind(b, nullptr);
+      if (bytes_of(inputs.size() + k) > 0) out.push_back({b, outputs[k], bytes_of(inputs.size() + k), device});
+    }
+  }
+  s_->sequence->run(in, out);
 }
 
 std::vector<double> PlanRunner::time_runs(int n) {

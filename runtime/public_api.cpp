@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 
 #include "core/error.h"
 #include "runtime/host_plugin.h"
@@ -77,7 +78,8 @@ size_t TensorInfo::elements() const {
 size_t TensorInfo::bytes() const { return elements() * element_size(type); }
 
 struct Plan::Impl {
-  std::unique_ptr<backend::Backend> backend;  // first: everything below holds its memory
+  std::mutex mu;                              // every call holds it: calls on one plan are serialized
+  std::unique_ptr<backend::Backend> backend;  // first after it: everything below holds its memory
   std::string no_gpu;
   std::unique_ptr<runtime::PlanRunner> runner;
   std::vector<TensorInfo> inputs, outputs;
@@ -123,7 +125,22 @@ std::string Plan::no_gpu_reason() const { return impl_->no_gpu; }
 size_t Plan::launches() const { return impl_->runner->launches(); }
 bool Plan::cuda_graph() const { return impl_->runner->cuda_graph(); }
 
+void Plan::run(const std::vector<const void*>& inputs, const std::vector<void*>& outputs, Memory memory) {
+  if (inputs.size() != impl_->inputs.size() || outputs.size() != impl_->outputs.size()) {
+    throw RuntimeError("run(inputs, outputs): the plan takes " + std::to_string(impl_->inputs.size()) + " inputs and gives " +
+                       std::to_string(impl_->outputs.size()) + " outputs; " + std::to_string(inputs.size()) + " and " +
+                       std::to_string(outputs.size()) + " pointers were given");
+  }
+  const std::lock_guard<std::mutex> lock(impl_->mu);
+  try {
+    impl_->runner->run(inputs, outputs, memory == Memory::kDevice);
+  } catch (const Error& e) {
+    throw RuntimeError(e.what());
+  }
+}
+
 void Plan::set_input(const std::string& name, const void* data, size_t bytes) {
+  const std::lock_guard<std::mutex> lock(impl_->mu);
   const size_t i = index_of(impl_->inputs, name, "input");
   check_bytes(impl_->inputs[i], bytes, "input");
   if (bytes > 0) std::memcpy(impl_->input_values[i].data(), data, bytes);
@@ -131,6 +148,7 @@ void Plan::set_input(const std::string& name, const void* data, size_t bytes) {
 }
 
 void Plan::run() {
+  const std::lock_guard<std::mutex> lock(impl_->mu);
   for (size_t i = 0; i < impl_->inputs.size(); ++i) {
     if (!impl_->input_set[i]) throw RuntimeError("input " + describe(impl_->inputs[i]) + " was never set");
   }
@@ -142,6 +160,7 @@ void Plan::run() {
 }
 
 void Plan::get_output(const std::string& name, void* data, size_t bytes) const {
+  const std::lock_guard<std::mutex> lock(impl_->mu);
   const size_t i = index_of(impl_->outputs, name, "output");
   check_bytes(impl_->outputs[i], bytes, "output");
   if (impl_->output_values.empty()) throw RuntimeError("output '" + name + "' read before the first run()");

@@ -17,23 +17,35 @@ load_plan and Plan are the deployment runtime (no compiler inside). compile, tun
 drive the fusetune command-line tool (FUSETUNE_BINARY, else `fusetune` on PATH), reporting its
 progress to a callback and raising CommandError with its one-line diagnosis.
 
-`run` takes a dict by input name or a list in `input_names` order. Each value is a NumPy array
-or any object NumPy reads through DLPack on the host (a CPU torch tensor, without a copy); its
-dtype and shape must be the model's (no silent casts). It returns NumPy arrays in
-`output_names` order. bfloat16 and the narrow ONNX types have no NumPy dtype: they travel as
-their raw bits (uint16 for bfloat16, one uint8/int8 per element for the 8-bit and smaller
-types), as the C++ runtime's byte buffers do.
+`run` takes a dict by input name or a list in `input_names` order; each value's dtype and shape
+must be the model's (no silent casts). A value is either
+- host memory: a NumPy array or any object NumPy reads through DLPack on the host (a CPU torch
+  tensor, without a copy). Outputs are NumPy arrays. On a plan on "host", host memory is the
+  device's: aligned arrays are read and written in place by the kernels;
+- or, on a plan on a GPU, CUDA memory of that GPU: any object with `__cuda_array_interface__`
+  (a torch CUDA tensor, a CuPy array), C-contiguous. Nothing is copied where the memory is
+  256-byte aligned (the kernels read it in place; PyTorch's and CuPy's allocators align so).
+  Outputs are torch tensors on the inputs' device when the inputs are torch tensors; otherwise
+  pass `out`. The run is ordered after the legacy default stream (PyTorch's default stream);
+  work queued on other streams must be synchronized first. It returns when the outputs are
+  written.
+`out` (optional, a list in `output_names` order) gives the outputs' places, on the same side as
+the inputs: they are written in place (no copy where aligned) and returned.
+bfloat16 and the narrow ONNX types have no NumPy dtype: they travel as their raw bits (uint16
+for bfloat16, one uint8/int8 per element for the 8-bit and smaller types), as the C++ runtime's
+byte buffers do.
 
-A Plan may be used from several threads: runs are serialized (the C++ runtime's Plan is not
-reentrant), and the GIL is released while a plan loads and runs. Errors from the runtime
-(a bundle file missing, a kernel failing, no GPU for "cuda") raise RuntimeError with the
-runtime's message; a wrong input raises KeyError, TypeError or ValueError naming the input.
+A Plan may be used from several threads: the C++ runtime serializes runs of one plan, and the
+GIL is released while a plan loads and runs. Errors from the runtime (a bundle file missing, a
+kernel failing, no GPU for "cuda", a pointer that is not the plan's GPU memory) raise
+RuntimeError with the runtime's message; a wrong input raises KeyError, TypeError or ValueError
+naming the input.
 """
 
 from __future__ import annotations
 
-import threading
-from typing import Mapping, Sequence, Union
+import sys
+from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -52,7 +64,7 @@ _DTYPES = {
     "float8e8m0": np.uint8, "float4e2m1": np.uint8, "int4": np.int8, "uint4": np.uint8, "int2": np.int8, "uint2": np.uint8,
 }
 
-ArrayLike = object  # a NumPy array or an object with __dlpack__ on the host
+ArrayLike = object  # a NumPy array, an object with __dlpack__ on the host, or with __cuda_array_interface__
 
 
 def _dtype(type_name: str) -> np.dtype:
@@ -67,7 +79,6 @@ class Plan:
 
     def __init__(self, plan: _Plan):
         self._plan = plan
-        self._lock = threading.Lock()
         self._inputs = [(name, _dtype(t), tuple(shape)) for name, t, shape in plan.inputs()]
         self._outputs = [(name, _dtype(t), tuple(shape)) for name, t, shape in plan.outputs()]
 
@@ -94,23 +105,49 @@ class Plan:
         """Kernel launches (and library calls) per run."""
         return self._plan.launches()
 
-    def _array(self, name: str, dtype: np.dtype, shape: tuple, value: ArrayLike) -> np.ndarray:
+    def _array(self, what: str, name: str, dtype: np.dtype, shape: tuple, value: ArrayLike) -> np.ndarray:
         if not isinstance(value, np.ndarray):
             if not hasattr(value, "__dlpack__"):
-                raise TypeError(f"input {name!r}: a NumPy array or a DLPack tensor, not {type(value).__name__}")
+                raise TypeError(f"{what} {name!r}: a NumPy array, a DLPack tensor or a CUDA array, not {type(value).__name__}")
             try:
                 value = np.from_dlpack(value)
             except (RuntimeError, BufferError, TypeError) as e:
-                raise TypeError(f"input {name!r}: NumPy cannot read this tensor through DLPack ({e}); "
-                                "this package takes host memory") from None
+                raise TypeError(f"{what} {name!r}: NumPy cannot read this tensor through DLPack ({e})") from None
         if value.dtype != dtype:
-            raise TypeError(f"input {name!r}: dtype {value.dtype}, the model's is {dtype}")
+            raise TypeError(f"{what} {name!r}: dtype {value.dtype}, the model's is {dtype}")
         if tuple(value.shape) != shape:
-            raise ValueError(f"input {name!r}: shape {tuple(value.shape)}, the model's is {shape}")
+            raise ValueError(f"{what} {name!r}: shape {tuple(value.shape)}, the model's is {shape}")
+        if what == "output":
+            if not (value.flags.c_contiguous and value.flags.writeable):
+                raise ValueError(f"output {name!r}: the array must be C-contiguous and writable")
+            return value
         return np.ascontiguousarray(value)
 
-    def run(self, inputs: Union[Mapping[str, ArrayLike], Sequence[ArrayLike]]) -> list[np.ndarray]:
-        """Runs the plan on `inputs` (a dict by name, or a list in input_names order)."""
+    @staticmethod
+    def _cuda_pointer(what: str, name: str, dtype: np.dtype, shape: tuple, value: ArrayLike) -> int:
+        """The device address of a CUDA array whose dtype, shape and layout are the model's."""
+        cai = value.__cuda_array_interface__
+        if np.dtype(cai["typestr"]) != dtype:
+            raise TypeError(f"{what} {name!r}: dtype {np.dtype(cai['typestr'])}, the model's is {dtype}")
+        if tuple(cai["shape"]) != shape:
+            raise ValueError(f"{what} {name!r}: shape {tuple(cai['shape'])}, the model's is {shape}")
+        strides = cai.get("strides")
+        if strides is not None:
+            expect, want = dtype.itemsize, []
+            for d in reversed(shape):
+                want.append(expect)
+                expect *= d
+            if any(d > 1 and s != w for d, s, w in zip(shape, strides, reversed(want))):
+                raise ValueError(f"{what} {name!r}: the CUDA array is not C-contiguous")
+        address, readonly = cai["data"]
+        if what == "output" and readonly:
+            raise ValueError(f"output {name!r}: the CUDA array is read-only")
+        return int(address)
+
+    def run(self, inputs: Union[Mapping[str, ArrayLike], Sequence[ArrayLike]],
+            out: Optional[Sequence[ArrayLike]] = None) -> list:
+        """Runs the plan on `inputs` (a dict by name, or a list in input_names order); returns the
+        outputs in output_names order (`out`'s arrays where given)."""
         if isinstance(inputs, Mapping):
             unknown = sorted(set(inputs) - set(self.input_names))
             if unknown:
@@ -123,17 +160,45 @@ class Plan:
             values = list(inputs)
             if len(values) != len(self._inputs):
                 raise ValueError(f"{len(values)} inputs given, the plan takes {len(self._inputs)}: {self.input_names}")
-        arrays = [self._array(n, d, s, v) for (n, d, s), v in zip(self._inputs, values)]
-        with self._lock:
-            for (name, _, _), a in zip(self._inputs, arrays):
-                self._plan.set_input(name, a)
-            self._plan.run()
-            outputs = []
-            for name, dtype, shape in self._outputs:
-                out = np.empty(shape, dtype=dtype)
-                self._plan.get_output(name, out)
-                outputs.append(out)
-        return outputs
+        if out is not None and len(out) != len(self._outputs):
+            raise ValueError(f"{len(out)} outputs given, the plan gives {len(self._outputs)}: {self.output_names}")
+        on_gpu = self.backend.startswith("cuda")
+        cuda = [hasattr(v, "__cuda_array_interface__") for v in values]
+        if any(cuda):
+            first = self._inputs[cuda.index(True)][0]
+            if not on_gpu:
+                raise TypeError(f"input {first!r}: CUDA memory, but this plan runs on {self.backend}")
+            if not all(cuda):
+                host = self._inputs[cuda.index(False)][0]
+                raise TypeError(f"input {host!r} is host memory and input {first!r} CUDA memory: give every input on one side")
+            pointers = [self._cuda_pointer("input", n, d, s, v) for (n, d, s), v in zip(self._inputs, values)]
+            if out is None:
+                out = self._torch_outputs(values)
+            for (n, _, _), o in zip(self._outputs, out):
+                if not hasattr(o, "__cuda_array_interface__"):
+                    raise TypeError(f"output {n!r}: the inputs are CUDA memory, so the outputs must be too")
+            results = list(out)
+            places = [self._cuda_pointer("output", n, d, s, o) for (n, d, s), o in zip(self._outputs, results)]
+            device = True
+        else:
+            arrays = [self._array("input", n, d, s, v) for (n, d, s), v in zip(self._inputs, values)]
+            pointers = [a.ctypes.data for a in arrays]
+            if out is None:
+                results = [np.empty(s, dtype=d) for _, d, s in self._outputs]
+            else:
+                results = [self._array("output", n, d, s, o) for (n, d, s), o in zip(self._outputs, out)]
+            places = [a.ctypes.data for a in results]
+            device = not on_gpu  # on the host, host memory is the device's: aligned arrays in place
+        self._plan.run_memory(pointers, places, device)
+        return results
+
+    def _torch_outputs(self, values: list) -> list:
+        """Outputs of torch CUDA inputs: torch tensors on their device."""
+        torch = sys.modules.get("torch")
+        if torch is None or not all(isinstance(v, torch.Tensor) for v in values):
+            raise TypeError("the inputs are CUDA arrays other than torch tensors: pass `out`, a CUDA array per output")
+        device = values[0].device
+        return [torch.empty(s, dtype=torch.from_numpy(np.empty(0, d)).dtype, device=device) for _, d, s in self._outputs]
 
 
 def load_plan(path: str, device: str = "auto") -> Plan:

@@ -1,7 +1,7 @@
 # Type stubs of the fusetune package (python/fusetune/__init__.py).
 import os
 import pathlib
-from typing import Callable, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -61,6 +61,7 @@ class Plan:
     def no_gpu_reason(self) -> str: ...
     @property
     def launches(self) -> int: ...
-    def run(self, inputs: Union[Mapping[str, ArrayLike], Sequence[ArrayLike]]) -> list[np.ndarray]: ...
+    def run(self, inputs: Union[Mapping[str, ArrayLike], Sequence[ArrayLike]],
+            out: Optional[Sequence[ArrayLike]] = None) -> list[Any]: ...
 
 def load_plan(path: str, device: str = "auto") -> Plan: ...

@@ -1,8 +1,10 @@
 """The fusetune Python package against PyTorch's outputs: plans compiled by fusetune.compile (the
 test models of tests/data/models, exported by PyTorch with their inputs and outputs), loaded with
 fusetune.load_plan on the host and run from NumPy arrays, dicts and lists, CPU torch tensors
-through DLPack, and from several threads at once; every wrong input refused naming it; the
-type stubs declaring what the package exports. Run by ctest (python.runtime) with PYTHONPATH at
+through DLPack, into the caller's output arrays (written in place), and from several threads at
+once; every wrong input and output refused naming it, CUDA arrays refused by a plan on the host;
+on a GPU, torch CUDA tensors in and out without a copy; the type stubs declaring what the package
+exports. Run by ctest (python.runtime) with PYTHONPATH at
 the build tree's python/ folder, FUSETUNE_BINARY the CLI (which fusetune.compile runs) and
 FUSETUNE_SOURCE_DIR the checkout."""
 
@@ -57,6 +59,63 @@ def test_torch_tensors_are_read_through_dlpack(compiled):
     torch = pytest.importorskip("torch", reason="PyTorch is not installed for this interpreter")
     plan, inputs = loaded(compiled)
     assert_identical(plan.run([torch.from_numpy(a) for a in inputs]), plan.run(inputs))
+
+
+def test_outputs_are_written_into_the_callers_arrays(compiled):
+    plan, inputs = loaded(compiled)
+    want = plan.run(inputs)
+    # Aligned to 256 bytes (in place) and 4 bytes past (copied), each poisoned before the run.
+    for offset in (0, 4):
+        out = []
+        for w in want:
+            raw = np.empty(w.nbytes + 512, np.uint8)
+            start = (-raw.ctypes.data) % 256 + offset
+            out.append(raw[start:start + w.nbytes].view(w.dtype).reshape(w.shape))
+            out[-1].view(np.uint8)[:] = 0xFF
+        got = plan.run(inputs, out=out)
+        assert all(g is o for g, o in zip(got, out))
+        assert_identical(got, want)
+    with pytest.raises(ValueError, match="outputs given"):
+        plan.run(inputs, out=want + want)
+    first = plan.output_names[0]
+    with pytest.raises(ValueError, match=f"output {first!r}: the array must be C-contiguous"):
+        plan.run(inputs, out=[np.empty((*want[0].shape, 2), want[0].dtype)[..., 0]] + want[1:])
+    with pytest.raises(ValueError, match=f"output {first!r}: shape"):
+        plan.run(inputs, out=[want[0].reshape(-1)[:-1]] + want[1:])
+    with pytest.raises(TypeError, match=repr(first)):
+        plan.run(inputs, out=[want[0].astype(np.float64 if want[0].dtype != np.float64 else np.float32)] + want[1:])
+
+
+class _FakeCudaArray:
+    """An object that says it is CUDA memory (the interface torch CUDA tensors and CuPy give)."""
+
+    def __init__(self, a: np.ndarray):
+        self.__cuda_array_interface__ = {"shape": a.shape, "typestr": a.dtype.str, "data": (a.ctypes.data, False),
+                                         "strides": None, "version": 3}
+
+
+def test_cuda_arrays_are_refused_by_a_plan_on_the_host(compiled):
+    plan, inputs = loaded(compiled)
+    first = plan.input_names[0]
+    with pytest.raises(TypeError, match=f"input {first!r}: CUDA memory, but this plan runs on host"):
+        plan.run([_FakeCudaArray(a) for a in inputs])
+
+
+def test_torch_cuda_tensors_run_in_place_on_a_gpu(compiled):
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed for this interpreter")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device for PyTorch on this machine")
+    name, plan_dir = compiled
+    plan = fusetune.load_plan(plan_dir, device="cuda")
+    inputs = tensors(MODELS / name / "test_data_set_0", "input")
+    on_host = plan.run(inputs)
+    got = plan.run([torch.from_numpy(a).cuda() for a in inputs])
+    assert all(g.is_cuda for g in got)
+    assert_identical([g.cpu().numpy() for g in got], on_host)
+    out = [torch.full(g.shape, float("nan"), dtype=g.dtype, device="cuda") for g in got]
+    again = plan.run([torch.from_numpy(a).cuda() for a in inputs], out=out)
+    assert all(a is b for a, b in zip(again, out))
+    assert_identical([g.cpu().numpy() for g in again], on_host)
 
 
 def test_several_threads_share_one_plan(compiled):

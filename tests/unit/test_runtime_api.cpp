@@ -1,20 +1,31 @@
 // The public runtime API (<fusetune/runtime.h>): a compiled plan of the small CNN, loaded and
-// run through it alone, reproduces PyTorch's outputs (test_data_set_0, within 1e-3 relative), and
-// bad use (unknown names, wrong sizes, unset inputs, missing bundles) throws RuntimeError naming
-// the culprit.
+// run through it alone, reproduces PyTorch's outputs (test_data_set_0, within 1e-3 relative) from
+// set_input/run()/get_output and from run(inputs, outputs, memory) on host memory, on device memory
+// bound in place and on device memory copied; several threads running several plans, and one plan
+// from several threads, get each its own right answer; bad use (unknown names, wrong sizes, unset
+// inputs, missing bundles, pointers that are not the device's) throws RuntimeError naming the
+// culprit. On a machine with a GPU the same runs go through "cuda" with device pointers from the
+// driver, a plan loaded on one thread and run on others (RuntimeApiCuda; bench/gpu_check.sh runs
+// it); elsewhere it says why it did not run.
 #include <fusetune/runtime.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <thread>
 
+#include "backend/cuda.h"
+#include "codegen/lower_group.h"
 #include "compiler/compile_bundle.h"
 #include "importer/test_data.h"
 #include "planner/select.h"
 #include "reference/compare.h"
 #include "runtime/bundle.h"
+#include "unit/codegen_check.h"
 #include "unit/graph_helpers.h"
 
 namespace fusetune {
@@ -43,6 +54,27 @@ class RuntimeApi : public ::testing::Test {
     const std::vector<Tensor> inputs = importer::bind_inputs(names, data.inputs, nullptr);
     for (size_t i = 0; i < inputs.size(); ++i) plan.set_input(names[i], inputs[i].data(), inputs[i].nbytes());
     return {std::move(plan), std::move(data)};
+  }
+
+  // The data set's inputs, in the plan's order.
+  static std::vector<Tensor> data_inputs(const Plan& plan, const importer::TestData& data) {
+    std::vector<std::string> names;
+    for (const TensorInfo& in : plan.inputs()) names.push_back(in.name);
+    return importer::bind_inputs(names, data.inputs, nullptr);
+  }
+
+  // Where the outputs in `got` (one buffer per output, in the plan's order) differ from the data
+  // set's beyond 1e-3; "" where they match.
+  static std::string mismatch(const Plan& plan, const importer::TestData& data, const std::vector<const void*>& got) {
+    std::string out;
+    for (size_t k = 0; k < plan.outputs().size(); ++k) {
+      const Tensor& want = data.outputs[k].tensor;
+      Tensor t(want.dtype(), want.shape());
+      std::memcpy(t.data(), got[k], t.nbytes());
+      const reference::Comparison c = reference::compare(t, want, {1e-3, 0, 1e-3});
+      if (!c.ok) out += plan.outputs()[k].name + ": " + c.describe() + "; ";
+    }
+    return out;
   }
 
   static std::string error_of(const std::function<void()>& f) {
@@ -90,6 +122,205 @@ TEST_F(RuntimeApi, MatchesPyTorchOutputs) {
       EXPECT_TRUE(c.ok) << out.name << ": " << c.describe();
     }
   }
+}
+
+// 256-byte aligned host memory, as device allocators give it (freed with the object).
+struct Aligned {
+  explicit Aligned(size_t bytes) : p(std::aligned_alloc(256, (bytes + 511) / 256 * 256)) {}
+  ~Aligned() { std::free(p); }
+  Aligned(const Aligned&) = delete;
+  Aligned& operator=(const Aligned&) = delete;
+  unsigned char* bytes(size_t offset = 0) const { return static_cast<unsigned char*>(p) + offset; }
+  void* p;
+};
+
+TEST_F(RuntimeApi, RunsOnCallersMemoryInPlaceAndByCopy) {
+  Plan plan = Plan::load(dir_.string(), "host");
+  const importer::TestData data = importer::load_test_data(kModelDir + "/test_data_set_0");
+  const std::vector<Tensor> inputs = data_inputs(plan, data);
+  ASSERT_EQ(inputs.size(), 1u);
+  ASSERT_EQ(plan.outputs().size(), 1u);
+  const size_t in_bytes = inputs[0].nbytes(), out_bytes = plan.outputs()[0].bytes();
+  // Two sets of aligned places (bound in place: "device" memory is host memory on the host), and
+  // one at 4 bytes past alignment (copied); every output poisoned with 0xff (NaN) before a run.
+  Aligned a_in(in_bytes), a_out(out_bytes), b_in(in_bytes), b_out(out_bytes), c_in(in_bytes + 4), c_out(out_bytes + 4);
+  for (const Aligned* in : {&a_in, &b_in}) std::memcpy(in->bytes(), inputs[0].data(), in_bytes);
+  std::memcpy(c_in.bytes(4), inputs[0].data(), in_bytes);
+  const auto run = [&](const Aligned& in, const Aligned& out, size_t offset, Memory memory) {
+    std::memset(out.bytes(offset), 0xff, out_bytes);
+    plan.run({in.bytes(offset)}, {out.bytes(offset)}, memory);
+    return mismatch(plan, data, {out.bytes(offset)});
+  };
+  EXPECT_EQ(run(a_in, a_out, 0, Memory::kDevice), "") << "bound in place";
+  EXPECT_EQ(run(b_in, b_out, 0, Memory::kDevice), "") << "bound again elsewhere";
+  // The run on b wrote nothing through a's binding: a's output, poisoned again, stays poisoned.
+  std::memset(a_out.bytes(), 0xff, out_bytes);
+  EXPECT_EQ(run(b_in, b_out, 0, Memory::kDevice), "") << "the same binding";
+  EXPECT_EQ(a_out.bytes()[0], 0xff);
+  EXPECT_EQ(a_out.bytes()[out_bytes - 1], 0xff);
+  EXPECT_EQ(run(c_in, c_out, 4, Memory::kDevice), "") << "unaligned: copied";
+  EXPECT_EQ(run(a_in, a_out, 0, Memory::kHost), "") << "host memory";
+  EXPECT_EQ(run(a_in, a_out, 0, Memory::kDevice), "") << "bound in place once more";
+  // The input itself is never written: still the data set's.
+  EXPECT_EQ(std::memcmp(a_in.bytes(), inputs[0].data(), in_bytes), 0);
+  // The stateful form still works after runs on the caller's memory, and they after it.
+  plan.set_input(plan.inputs()[0].name, inputs[0].data(), in_bytes);
+  plan.run();
+  std::vector<unsigned char> out(out_bytes);
+  plan.get_output(plan.outputs()[0].name, out.data(), out_bytes);
+  EXPECT_EQ(mismatch(plan, data, {out.data()}), "");
+  EXPECT_EQ(run(b_in, b_out, 0, Memory::kDevice), "");
+  // An output overlapping an input is not bound (the input would be overwritten while read): the
+  // run copies, and the output is right.
+  Aligned shared(std::max(in_bytes, out_bytes));
+  std::memcpy(shared.bytes(), inputs[0].data(), in_bytes);
+  plan.run({shared.bytes()}, {shared.bytes()}, Memory::kDevice);
+  EXPECT_EQ(mismatch(plan, data, {shared.bytes()}), "");
+
+  EXPECT_NE(error_of([&] { plan.run({}, {out.data()}); }).find("the plan takes 1 inputs and gives 1 outputs; 0 and 1"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { plan.run({nullptr}, {out.data()}); }).find("input '" + plan.inputs()[0].name + "': no memory"),
+            std::string::npos);
+}
+
+// Several threads at once: each loads its own plan of one of two models and runs it, and all of
+// them also run one shared plan; every run's outputs are checked against the model's data set, on
+// inputs scaled per thread and run (the expected outputs of a scaled input come from a run of the
+// shared plan alone, before the threads start).
+TEST_F(RuntimeApi, SeveralThreadsRunSeveralPlansAndShareOne) {
+  const fs::path nerf = dir_.string() + "_nerf";
+  {
+    const Graph g = testing::load_test_model("nerf_mlp");
+    const planner::Device d = planner::find_device("h100");
+    runtime::write_bundle(compiler::compile_bundle(g, planner::plan_model(g, d), d, "nerf_mlp"), nerf);
+  }
+  struct Model {
+    std::string dir;
+    std::vector<Tensor> inputs;       // the data set's
+    std::vector<std::vector<Tensor>> expected;  // by scale
+  };
+  constexpr int kScales = 3, kThreads = 4, kRuns = 3;
+  const auto scaled = [](const std::vector<Tensor>& in, int scale) {
+    std::vector<Tensor> out;
+    for (const Tensor& t : in) {
+      Tensor s(t.dtype(), t.shape());
+      std::vector<float> v = t.to_floats();
+      for (float& x : v) x *= 1.0f + 0.25f * static_cast<float>(scale);
+      s.set_floats(v);
+      out.push_back(std::move(s));
+    }
+    return out;
+  };
+  // Places for a plan's outputs, and the pointers run() takes.
+  const auto places = [](const Plan& plan, std::vector<Tensor>& out) {
+    for (const TensorInfo& o : plan.outputs()) out.emplace_back(DType::kF32, o.shape);
+    std::vector<void*> p;
+    for (Tensor& t : out) p.push_back(t.data());
+    return p;
+  };
+  std::vector<Model> models;
+  for (const auto& [dir, name] : {std::pair{dir_.string(), std::string("cnn_small")}, std::pair{nerf.string(), std::string("nerf_mlp")}}) {
+    Model m{dir, {}, {}};
+    Plan alone = Plan::load(dir, "host");
+    const std::string model_dir = std::string(FUSETUNE_SOURCE_DIR) + "/tests/data/models/" + name;
+    m.inputs = data_inputs(alone, importer::load_test_data(model_dir + "/test_data_set_0"));
+    for (int s = 0; s < kScales; ++s) {
+      std::vector<Tensor> in = scaled(m.inputs, s), out;
+      std::vector<const void*> ip;
+      for (const Tensor& t : in) ip.push_back(t.data());
+      alone.run(ip, places(alone, out));
+      m.expected.push_back(std::move(out));
+    }
+    models.push_back(std::move(m));
+  }
+  Plan shared = Plan::load(dir_.string(), "host");
+  std::atomic<int> failures{0};
+  std::vector<std::string> reports(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      try {
+        const Model& mine = models[static_cast<size_t>(t % 2)];
+        Plan own = Plan::load(mine.dir, "host");  // loads race with each other too
+        for (int r = 0; r < kRuns; ++r) {
+          for (auto [plan, model] : {std::pair{&own, &mine}, std::pair{&shared, static_cast<const Model*>(&models[0])}}) {
+            const int scale = (t + r) % kScales;
+            const std::vector<Tensor> in = scaled(model->inputs, scale);
+            std::vector<Tensor> out;
+            std::vector<const void*> ip;
+            for (const Tensor& x : in) ip.push_back(x.data());
+            plan->run(ip, places(*plan, out), r % 2 == 0 ? Memory::kHost : Memory::kDevice);
+            for (size_t k = 0; k < out.size(); ++k) {
+              const reference::Comparison c = reference::compare(out[k], model->expected[static_cast<size_t>(scale)][k], {1e-6, 0, 1e-6});
+              if (!c.ok) {
+                reports[static_cast<size_t>(t)] += "run " + std::to_string(r) + ": " + c.describe() + "; ";
+                ++failures;
+              }
+            }
+          }
+        }
+      } catch (const std::exception& e) {
+        reports[static_cast<size_t>(t)] += e.what();
+        ++failures;
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  fs::remove_all(nerf);
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(reports[static_cast<size_t>(t)], "") << "thread " << t;
+  EXPECT_EQ(failures.load(), 0);
+}
+
+// On a GPU: device pointers from the driver, in place (aligned) and copied (4 bytes past), from
+// threads other than the one that loaded the plan, beside a second plan on the same device; a
+// host pointer given as device memory is refused naming the input; a plan destroyed on another
+// thread. Elsewhere: says why it did not run.
+TEST_F(RuntimeApi, CudaDevicePointersFromSeveralThreads) {
+  std::string why;
+  std::unique_ptr<backend::Backend> gpu = backend::make_cuda_backend(0, &why);
+  if (gpu == nullptr) {
+    std::printf("NOTE: CUDA backend not run for the runtime's device pointers: %s\n", why.c_str());
+    GTEST_SKIP() << "no GPU: " << why;
+  }
+  std::unique_ptr<Plan> plan = std::make_unique<Plan>(Plan::load(dir_.string(), "cuda"));
+  Plan second = Plan::load(dir_.string(), "cuda:0");
+  const importer::TestData data = importer::load_test_data(kModelDir + "/test_data_set_0");
+  const std::vector<Tensor> inputs = data_inputs(*plan, data);
+  const size_t in_bytes = inputs[0].nbytes(), out_bytes = plan->outputs()[0].bytes();
+  std::vector<std::string> reports(4);
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < reports.size(); ++t) {
+    threads.emplace_back([&, t] {
+      try {
+        // Device memory of this thread's own: 4 bytes past alignment on odd threads (copied).
+        const size_t offset = t % 2 == 1 ? 4 : 0;
+        const auto in = gpu->allocate(in_bytes + offset), out = gpu->allocate(out_bytes + offset);
+        std::vector<unsigned char> staged(in_bytes + offset);
+        std::memcpy(staged.data() + offset, inputs[0].data(), in_bytes);
+        in->upload(staged.data(), staged.size());
+        const auto address = [&](backend::Buffer& b) { return *static_cast<uint64_t*>(b.handle()) + offset; };
+        for (int r = 0; r < 3; ++r) {
+          out->fill_byte(0xff);
+          Plan& p = t < 2 ? *plan : second;
+          p.run({reinterpret_cast<const void*>(address(*in))}, {reinterpret_cast<void*>(address(*out))}, Memory::kDevice);
+          std::vector<unsigned char> got(out_bytes + offset);
+          out->download(got.data(), got.size());
+          reports[t] += mismatch(p, data, {got.data() + offset});
+        }
+      } catch (const std::exception& e) {
+        reports[t] += e.what();
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  for (size_t t = 0; t < reports.size(); ++t) EXPECT_EQ(reports[t], "") << "thread " << t;
+  std::vector<unsigned char> host(std::max(in_bytes, out_bytes));
+  const std::string refused = error_of([&] { plan->run({host.data()}, {host.data()}, Memory::kDevice); });
+  EXPECT_NE(refused.find("input '" + plan->inputs()[0].name + "': its memory is not CUDA device memory"), std::string::npos)
+      << refused;
+  std::thread([&] { plan.reset(); }).join();  // destroyed on another thread: nothing leaks, nothing fails
+  second.run({inputs[0].data()}, {host.data()});
+  EXPECT_EQ(mismatch(second, data, {host.data()}), "");
 }
 
 TEST_F(RuntimeApi, ErrorsNameTheCulprit) {

@@ -11,12 +11,30 @@
 // into a CUDA graph that every run() replays (plain launches where capture fails).
 //
 // Inputs and outputs are raw bytes in the tensor's element type, row-major, little-endian, exactly
-// TensorInfo::bytes() long. set_input copies the data in; an input keeps its value until set again,
-// and run() requires every input to have been set once. get_output copies out the last run's
-// result. Every error (missing or unreadable bundle file, unknown tensor name, wrong byte count,
-// unset input, no GPU for "cuda", kernel failures) throws RuntimeError, whose message names the
-// culprit. A Plan is movable (a moved-from Plan may only be assigned to or destroyed), not
-// copyable, and not safe to use from two threads at once.
+// TensorInfo::bytes() long. Two ways to run:
+//  - run(inputs, outputs, memory): one call with a pointer per input and per output, in inputs()
+//    and outputs() order. Memory::kHost: host memory (copied through pinned staging on a GPU, one
+//    synchronization a run). Memory::kDevice: memory of the plan's device (on "cuda:N" device
+//    pointers of that GPU, checked with the driver; on "host" host memory): where it is 256-byte
+//    aligned (as cudaMalloc and PyTorch's allocator give) and no output overlaps it, the kernels
+//    read and write it in place, with no copy; the CUDA graph is updated when the pointers
+//    differ from the last run's (cheaper than a copy for large tensors, free when they repeat);
+//    other device memory is copied on the device. It returns when the outputs are written.
+//  - set_input / run() / get_output: set_input copies the data in; an input keeps its value until
+//    set again, and run() requires every input to have been set once; get_output copies out the
+//    last run's result.
+// Every error (missing or unreadable bundle file, unknown tensor name, wrong byte count, unset
+// input, a pointer that is not the plan's device memory, no GPU for "cuda", kernel failures)
+// throws RuntimeError, whose message names the culprit.
+//
+// Threads and devices: every member function may be called from any thread, and from several at
+// once. Calls on one Plan are serialized (a run waits for the one before it; the set_input/run()/
+// get_output form shares its inputs and outputs between threads, so threads that run one plan
+// together use run(inputs, outputs, memory)); separate Plans run concurrently, on one GPU or on
+// several in one process. On CUDA each call makes the plan's device context (the device's primary
+// context, as the CUDA runtime and PyTorch use) current for its duration and restores the
+// caller's; the last Plan on a device releases the context. A Plan is movable (a moved-from Plan
+// may only be assigned to or destroyed), not copyable.
 #pragma once
 
 #include <cstddef>
@@ -59,6 +77,12 @@ class FUSETUNE_API RuntimeError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Where run(inputs, outputs, memory) finds its inputs and puts its outputs.
+enum class Memory {
+  kHost,    // host memory
+  kDevice,  // memory of the plan's device (host memory for a plan on "host")
+};
+
 class FUSETUNE_API Plan {
  public:
   static Plan load(const std::string& dir, const std::string& backend = "auto");
@@ -72,6 +96,8 @@ class FUSETUNE_API Plan {
   std::string no_gpu_reason() const;               // why "auto" chose the host; empty otherwise
   size_t launches() const;                         // kernel launches per run
   bool cuda_graph() const;                         // run() replays one CUDA graph
+
+  void run(const std::vector<const void*>& inputs, const std::vector<void*>& outputs, Memory memory = Memory::kHost);
 
   void set_input(const std::string& name, const void* data, size_t bytes);
   void run();
