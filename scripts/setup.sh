@@ -111,6 +111,18 @@ if [ ! -f "$testdata_new/node/test_abs/model.onnx" ] || [ ! -f "$testdata_new/na
   mv "$testdata_new.tmp" "$testdata_new"
 fi
 
+# onnxruntime (PyPI) for the Python deployment example's oracle (examples/python/deploy_bert.py,
+# test examples.python_bert): a venv of Debian's interpreter that sees Debian's packages (numpy,
+# onnx), so that fusetune's module, built for that interpreter, loads there too.
+ort_venv=third_party/ort-venv
+ort_pin="onnxruntime==1.32.0"
+if ! "$ort_venv/bin/python" -c "import onnxruntime" 2>/dev/null; then
+  echo "setup: installing $ort_pin in $ort_venv"
+  rm -rf "$ort_venv"
+  /usr/bin/python3 -m venv --system-site-packages "$ort_venv"
+  "$ort_venv/bin/python" -m pip install --quiet "$ort_pin"
+fi
+
 [ "$mode" = deps ] && exit 0
 
 jobs=$(nproc)
