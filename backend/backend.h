@@ -142,6 +142,7 @@ struct ModuleSource {
   std::vector<KernelInfo> kernels;
   std::string cuda_source;
   std::map<std::string, std::vector<char>> cubins;  // by architecture ("sm_90")
+  std::map<std::string, std::string> ptx;           // by the target it was generated for ("sm_80", "sm_90a")
 };
 
 ModuleSource module_source(const std::vector<codegen::Kernel>& kernels);

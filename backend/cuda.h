@@ -16,6 +16,7 @@
 // stderr). The driver is loaded at run time, so the same binary runs on machines without one.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -25,6 +26,13 @@ namespace fusetune::backend {
 
 // The CUDA devices the driver reports; 0 (with the reason in *why_not) without a driver or device.
 int cuda_device_count(std::string* why_not);
+
+// Which of a module's PTX texts (by target: "sm_80", "sm_90a") the driver of a GPU of architecture
+// `arch` ("sm_100") can compile: the newest plain target at or below the GPU's compute capability
+// (PTX runs on later GPUs), or an architecture-specific one ("sm_90a", whose wgmma exists on sm_90
+// alone) only on exactly its GPU; "" when none can. A module loads its cubin for the GPU first,
+// this PTX second (compiled by the driver: no NVRTC needed), and NVRTC on its CUDA text last.
+std::string usable_ptx(const std::map<std::string, std::string>& ptx, const std::string& arch);
 
 // Returns nullptr (with the reason in *why_not) when there is no driver or no such device.
 std::unique_ptr<Backend> make_cuda_backend(int device, std::string* why_not);

@@ -23,6 +23,35 @@
 
 namespace fusetune::backend {
 
+std::string usable_ptx(const std::map<std::string, std::string>& ptx, const std::string& arch) {
+  // "sm_" digits, then what makes a target specific to one architecture or family ("a", "f").
+  const auto parse = [](const std::string& a, int& cc, std::string& suffix) {
+    if (a.rfind("sm_", 0) != 0) return false;
+    size_t i = 3;
+    while (i < a.size() && a[i] >= '0' && a[i] <= '9') ++i;
+    if (i == 3 || i - 3 > 4) return false;
+    cc = std::stoi(a.substr(3, i - 3));
+    suffix = a.substr(i);
+    return true;
+  };
+  int device = 0;
+  std::string device_suffix;
+  if (!parse(arch, device, device_suffix)) return "";
+  std::string best;
+  int best_cc = -1;
+  for (const auto& [target, text] : ptx) {
+    int cc = 0;
+    std::string suffix;
+    if (text.empty() || !parse(target, cc, suffix)) continue;
+    const bool fits = suffix.empty() ? cc <= device : cc == device;
+    if (fits && (cc > best_cc || (cc == best_cc && !suffix.empty()))) {
+      best = target;
+      best_cc = cc;
+    }
+  }
+  return best;
+}
+
 #ifdef FUSETUNE_HAVE_NVRTC
 
 namespace {
@@ -139,10 +168,18 @@ struct Driver {
 // sequences work from whichever thread calls them, whatever that thread had current.
 class Current {
  public:
-  explicit Current(const Driver& d) : d_(d) { d_.check_cu(d_.cuCtxPushCurrent(d_.context), "context activation"); }
-  // For destructors: a failure is reported, not thrown.
-  Current(const Driver& d, std::nothrow_t) : d_(d) { d_.report_cu(d_.cuCtxPushCurrent(d_.context), "context activation"); }
+  explicit Current(const Driver& d) : d_(d) {
+    d_.check_cu(d_.cuCtxPushCurrent(d_.context), "context activation");
+    pushed_ = true;
+  }
+  // For destructors: a failure is reported, not thrown (and nothing is popped after it).
+  Current(const Driver& d, std::nothrow_t) : d_(d) {
+    const CUresult r = d_.cuCtxPushCurrent(d_.context);
+    d_.report_cu(r, "context activation");
+    pushed_ = r == CUDA_SUCCESS;
+  }
   ~Current() {
+    if (!pushed_) return;
     CUcontext popped = nullptr;
     d_.report_cu(d_.cuCtxPopCurrent(&popped), "context restore");
   }
@@ -151,6 +188,7 @@ class Current {
 
  private:
   const Driver& d_;
+  bool pushed_ = false;
 };
 
 class CudaBuffer : public Buffer {
@@ -327,61 +365,55 @@ class PinnedStaging {
 
 CUdeviceptr address_of(Buffer* b) { return static_cast<CudaBuffer*>(b)->address(); }
 
+// A stream of the backend's context, destroyed with its owner.
+class Stream {
+ public:
+  Stream(const Driver& d, unsigned int flags) : d_(d) {
+    const Current current(d_);
+    d_.check_cu(d_.cuStreamCreate(&s_, flags), "stream creation");
+  }
+  ~Stream() {
+    const Current current(d_, std::nothrow);
+    d_.report_cu(d_.cuStreamDestroy(s_), "stream release");
+  }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  CUstream get() const { return s_; }
+
+ private:
+  const Driver& d_;
+  CUstream s_ = nullptr;
+};
+
 // A prepared sequence on its own stream (a blocking one, so it stays ordered after uploads on the
 // default stream). The launches are captured once into a CUDA graph that run() replays; where
-// capture or instantiation fails, run() launches the kernels one by one instead. A run that finds
-// its bindings changed records the launches again and updates the graph in place
+// capture or instantiation fails, run() launches the kernels one by one instead. Captures go on a
+// second, non-blocking stream that runs nothing: capturing a blocking stream would forbid the
+// legacy default stream to the whole process (PyTorch's default stream, uploads) until it ends. A
+// run that finds its bindings changed records the launches again and updates the graph in place
 // (cuGraphExecUpdate: same kernels, new parameters), or instantiates it anew where the driver
 // refuses the update.
 class CudaSequence : public Sequence {
  public:
-  CudaSequence(const Driver& d, std::vector<BoundLaunch> steps) : d_(d), steps_(std::move(steps)), staging_(d) {
+  CudaSequence(const Driver& d, std::vector<BoundLaunch> steps)
+      : d_(d), steps_(std::move(steps)), staging_(d), stream_(d, CU_STREAM_DEFAULT), capture_(d, CU_STREAM_NON_BLOCKING) {
     const Current current(d_);
-    d_.check_cu(d_.cuStreamCreate(&stream_, CU_STREAM_DEFAULT), "stream creation");
     exec_ = instantiate(record());
   }
   ~CudaSequence() override {
     const Current current(d_, std::nothrow);
     if (exec_ != nullptr) d_.report_cu(d_.cuGraphExecDestroy(exec_), "graph release");
-    d_.report_cu(d_.cuStreamDestroy(stream_), "stream release");
   }
 
   void run() override { run({}, {}); }
   void run(const std::vector<Transfer>& inputs, const std::vector<Transfer>& outputs) override {
     const Current current(d_);
-    size_t staged = 0;  // host bytes, each transfer at a 64-byte aligned offset
-    for (const auto* list : {&inputs, &outputs}) {
-      for (const Transfer& t : *list) staged += t.device ? 0 : (t.bytes + 63) / 64 * 64;
-    }
-    unsigned char* pinned = staged > 0 ? staging_.reserve(staged) : nullptr;
-    size_t offset = 0;
-    for (const Transfer& t : inputs) {
-      const CUdeviceptr to = bound_address(t.buffer);
-      if (t.device) {
-        d_.check_cu(d_.cuMemcpyDtoDAsync(to, reinterpret_cast<CUdeviceptr>(t.memory), t.bytes, stream_), "input copy");
-      } else {
-        std::memcpy(pinned + offset, t.memory, t.bytes);
-        d_.check_cu(d_.cuMemcpyHtoDAsync(to, pinned + offset, t.bytes, stream_), "input upload");
-        offset += (t.bytes + 63) / 64 * 64;
-      }
-    }
-    submit();
-    const size_t outputs_at = offset;
-    for (const Transfer& t : outputs) {
-      const CUdeviceptr from = bound_address(t.buffer);
-      if (t.device) {
-        d_.check_cu(d_.cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(t.memory), from, t.bytes, stream_), "output copy");
-      } else {
-        d_.check_cu(d_.cuMemcpyDtoHAsync(pinned + offset, from, t.bytes, stream_), "output download");
-        offset += (t.bytes + 63) / 64 * 64;
-      }
-    }
-    d_.check_cu(d_.cuStreamSynchronize(stream_), "kernel execution");
-    offset = outputs_at;
-    for (const Transfer& t : outputs) {
-      if (t.device) continue;
-      std::memcpy(t.memory, pinned + offset, t.bytes);
-      offset += (t.bytes + 63) / 64 * 64;
+    try {
+      exchange(inputs, outputs);
+    } catch (...) {
+      // Nothing queued may still be moving through the staging memory when the error leaves.
+      d_.report_cu(d_.cuStreamSynchronize(stream_.get()), "stream drain after an error");
+      throw;
     }
   }
   void bind(Buffer* buffer, void* address) override {
@@ -405,10 +437,10 @@ class CudaSequence : public Sequence {
     const Current current(d_);
     const Events events(d_, static_cast<size_t>(n) + 1);
     std::vector<double> us;
-    d_.check_cu(d_.cuEventRecord(events[0], stream_), "event record");
+    d_.check_cu(d_.cuEventRecord(events[0], stream_.get()), "event record");
     for (size_t i = 1; i < events.size(); ++i) {
       submit();
-      d_.check_cu(d_.cuEventRecord(events[i], stream_), "event record");
+      d_.check_cu(d_.cuEventRecord(events[i], stream_.get()), "event record");
     }
     d_.check_cu(d_.cuEventSynchronize(events[events.size() - 1]), "kernel execution");
     for (size_t i = 1; i < events.size(); ++i) {
@@ -420,48 +452,87 @@ class CudaSequence : public Sequence {
   }
 
  private:
+  // One run: the inputs' copies, the launches, the outputs' copies on the stream, then one wait.
+  void exchange(const std::vector<Transfer>& inputs, const std::vector<Transfer>& outputs) {
+    const CUstream stream = stream_.get();
+    size_t staged = 0;  // host bytes, each transfer at a 64-byte aligned offset
+    for (const auto* list : {&inputs, &outputs}) {
+      for (const Transfer& t : *list) staged += t.device ? 0 : (t.bytes + 63) / 64 * 64;
+    }
+    unsigned char* pinned = staged > 0 ? staging_.reserve(staged) : nullptr;
+    size_t offset = 0;
+    for (const Transfer& t : inputs) {
+      const CUdeviceptr to = bound_address(t.buffer);
+      if (t.device) {
+        d_.check_cu(d_.cuMemcpyDtoDAsync(to, reinterpret_cast<CUdeviceptr>(t.memory), t.bytes, stream), "input copy");
+      } else {
+        std::memcpy(pinned + offset, t.memory, t.bytes);
+        d_.check_cu(d_.cuMemcpyHtoDAsync(to, pinned + offset, t.bytes, stream), "input upload");
+        offset += (t.bytes + 63) / 64 * 64;
+      }
+    }
+    submit();
+    const size_t outputs_at = offset;
+    for (const Transfer& t : outputs) {
+      const CUdeviceptr from = bound_address(t.buffer);
+      if (t.device) {
+        d_.check_cu(d_.cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(t.memory), from, t.bytes, stream), "output copy");
+      } else {
+        d_.check_cu(d_.cuMemcpyDtoHAsync(pinned + offset, from, t.bytes, stream), "output download");
+        offset += (t.bytes + 63) / 64 * 64;
+      }
+    }
+    d_.check_cu(d_.cuStreamSynchronize(stream), "kernel execution");
+    offset = outputs_at;
+    for (const Transfer& t : outputs) {
+      if (t.device) continue;
+      std::memcpy(t.memory, pinned + offset, t.bytes);
+      offset += (t.bytes + 63) / 64 * 64;
+    }
+  }
   CUdeviceptr bound_address(Buffer* b) const {
     auto it = bound_.find(b);
     return it == bound_.end() ? address_of(b) : it->second;
   }
-  CUresult enqueue(BoundLaunch& s) {
+  CUresult enqueue(BoundLaunch& s, CUstream stream) {
     std::vector<void*> params;
     for (CUdeviceptr& a : s.addresses) params.push_back(&a);
     for (const auto& b : s.launch.scratch) params.push_back(b->handle());
-    return enqueue_launch(d_, s.launch, params, stream_);
+    return enqueue_launch(d_, s.launch, params, stream);
   }
   // Queues one run on the stream: the graph (updated first where bindings changed), or each launch.
   void submit() {
     if (exec_ != nullptr && stale_) {
       CUgraph graph = record();
       CUgraphExecUpdateResultInfo info = {};
-      if (graph == nullptr || d_.cuGraphExecUpdate(exec_, graph, &info) != CUDA_SUCCESS) {
-        d_.check_cu(d_.cuGraphExecDestroy(exec_), "graph release");
+      if (graph != nullptr && d_.cuGraphExecUpdate(exec_, graph, &info) == CUDA_SUCCESS) {
+        d_.report_cu(d_.cuGraphDestroy(graph), "graph release");
+      } else {  // a new graph, or launches one by one where recording failed
+        const CUgraphExec old = exec_;
         exec_ = nullptr;
-        if (graph != nullptr) exec_ = instantiate(graph);
-      } else {
-        d_.check_cu(d_.cuGraphDestroy(graph), "graph release");
+        d_.report_cu(d_.cuGraphExecDestroy(old), "graph release");
+        exec_ = instantiate(graph);
       }
     }
     stale_ = false;
     if (exec_ != nullptr) {
-      d_.check_cu(d_.cuGraphLaunch(exec_, stream_), "CUDA graph launch");
+      d_.check_cu(d_.cuGraphLaunch(exec_, stream_.get()), "CUDA graph launch");
     } else {
-      for (BoundLaunch& s : steps_) d_.check_cu(enqueue(s), ("launch of kernel " + s.kernel).c_str());
+      for (BoundLaunch& s : steps_) d_.check_cu(enqueue(s, stream_.get()), ("launch of kernel " + s.kernel).c_str());
     }
   }
-  // The launches recorded on the stream as one graph; nullptr where that fails.
+  // The launches recorded on the capture stream as one graph; nullptr where that fails.
   CUgraph record() {
-    if (d_.cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) != CUDA_SUCCESS) return nullptr;
+    if (d_.cuStreamBeginCapture(capture_.get(), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) != CUDA_SUCCESS) return nullptr;
     bool recorded = true;
     for (BoundLaunch& s : steps_) {
-      if (enqueue(s) != CUDA_SUCCESS) {
+      if (enqueue(s, capture_.get()) != CUDA_SUCCESS) {
         recorded = false;
         break;
       }
     }
     CUgraph graph = nullptr;  // ending the capture is needed even after a failed launch
-    recorded = d_.cuStreamEndCapture(stream_, &graph) == CUDA_SUCCESS && recorded && graph != nullptr;
+    recorded = d_.cuStreamEndCapture(capture_.get(), &graph) == CUDA_SUCCESS && recorded && graph != nullptr;
     if (!recorded && graph != nullptr) {
       d_.report_cu(d_.cuGraphDestroy(graph), "graph release");
       graph = nullptr;
@@ -482,7 +553,8 @@ class CudaSequence : public Sequence {
   std::map<Buffer*, CUdeviceptr> bound_;  // buffers bound to a caller's memory
   bool stale_ = false;                    // bindings changed since the graph was recorded
   PinnedStaging staging_;
-  CUstream stream_ = nullptr;
+  Stream stream_;   // runs: blocking, ordered after the legacy default stream
+  Stream capture_;  // records: non-blocking, runs nothing
   CUgraphExec exec_ = nullptr;
 };
 
@@ -551,20 +623,11 @@ class CudaModule : public Module {
   LazyBuffer* flush_;
 };
 
-// How many CUDA backends of this process hold each device's primary context: the last to go
-// destroys the cuDNN handle made for it before it lets the context go.
-int holders(CUdevice device, int change) {
-  static std::mutex mu;
-  static std::map<CUdevice, int> count;
-  std::lock_guard<std::mutex> lock(mu);
-  return count[device] += change;
-}
-
 class CudaBackend : public Backend {
  public:
   // `d` has the primary context of `device` (retained once for this backend) as its context.
   CudaBackend(Driver d, CUdevice device, int ordinal, std::string arch, planner::DriverAttributes attributes)
-      : d_(std::move(d)), context_(d_.context), device_(device), ordinal_(ordinal), arch_(std::move(arch)),
+      : d_(std::move(d)), device_(device), ordinal_(ordinal), arch_(std::move(arch)),
         name_(attributes.name), sms_(attributes.sms), attributes_(std::move(attributes)) {
     const int l2_bytes = static_cast<int>(attributes_.l2_bytes);
     int version = 0;
@@ -581,7 +644,6 @@ class CudaBackend : public Backend {
     const char* pdl = std::getenv("FUSETUNE_PDL");
     programmatic_ = std::stoi(arch_.substr(3)) >= 90 && d_.cuLaunchKernelEx != nullptr &&
                     !(pdl != nullptr && std::string(pdl) == "0");
-    holders(device_, +1);  // last: a constructor that throws holds nothing
   }
   // Everything made on the context goes first; then the hold on it is released, so a process that
   // is done with a GPU keeps no context (nor its memory) there.
@@ -590,7 +652,7 @@ class CudaBackend : public Backend {
       const Current current(d_, std::nothrow);
       flush_.reset();
       workspace_.reset();
-      if (holders(device_, -1) == 0) release_cudnn_handle(context_);
+      release_cudnn_handle(this);
     }
     d_.report_cu(d_.cuDevicePrimaryCtxRelease(device_), "context release");
   }
@@ -604,14 +666,18 @@ class CudaBackend : public Backend {
 
   std::unique_ptr<Module> load_source(const ModuleSource& module) override {
     const Current current(d_);
-    std::vector<char> cubin;
-    if (auto it = module.cubins.find(arch_); it != module.cubins.end()) {
-      cubin = it->second;
-    } else {
-      cubin = compile_cuda(module.cuda_source, arch_).cubin;
-    }
     CUmodule m = nullptr;
-    d_.check_cu(d_.cuModuleLoadData(&m, cubin.data()), "module load");
+    if (auto it = module.cubins.find(arch_); it != module.cubins.end()) {
+      d_.check_cu(d_.cuModuleLoadData(&m, it->second.data()), "module load");
+    } else if (const std::string target = usable_ptx(module.ptx, arch_); !target.empty()) {
+      const CUresult r = d_.cuModuleLoadData(&m, module.ptx.at(target).c_str());  // compiled by the driver
+      check(r != CUDA_ERROR_UNSUPPORTED_PTX_VERSION, "kernels.", target, ".ptx: its PTX is of a newer ISA than this GPU's driver (CUDA ",
+            driver_, ") compiles: update the NVIDIA driver, or compile the plan with a CUDA toolkit of at most ", driver_);
+      d_.check_cu(r, ("module load (kernels." + target + ".ptx, compiled by the driver for " + arch_ + ")").c_str());
+    } else {
+      const std::vector<char> cubin = compile_cuda(module.cuda_source, arch_).cubin;
+      d_.check_cu(d_.cuModuleLoadData(&m, cubin.data()), "module load");
+    }
     std::map<std::string, Launch> fns;
     try {
       fns = functions(module, m);
@@ -669,7 +735,7 @@ class CudaBackend : public Backend {
         const planner::LibraryCall lc = planner::LibraryCall::from_json(k.library);
         std::shared_ptr<GpuLibraryCall> call =
             lc.op != planner::LibraryOp::kGemm
-                ? make_cudnn_call(lc, context_, std::stoi(arch_.substr(3)), workspace_->get().address(),
+                ? make_cudnn_call(lc, this, std::stoi(arch_.substr(3)), workspace_->get().address(),
                                   workspace_->get().bytes(), &why)
                 : make_cublaslt_call(lc, workspace_->get().address(), workspace_->get().bytes(), &why);
         check(call != nullptr, "library call ", k.name, ": ", why);
@@ -694,7 +760,6 @@ class CudaBackend : public Backend {
   }
 
   Driver d_;
-  CUcontext context_;
   CUdevice device_;
   int ordinal_;  // as the driver numbers it (CUDA_VISIBLE_DEVICES applied)
   bool programmatic_ = false;

@@ -94,12 +94,13 @@ Dnn* dnn_library(std::string& why) {
   return ok ? &dnn : nullptr;
 }
 
-// A handle belongs to the device whose context was current when it was made, so there is one per
-// context (`context`, the caller's CUcontext), made on its first call, not when the library is
+// A handle belongs to the device whose context was current when it was made, and one handle must
+// not be used from two threads at once (its stream is set before each call), so there is one per
+// owner (`owner`: a CUDA backend, whose calls its plan serializes), made on its first call, not when the library is
 // opened (cudnn_version() works without a device); a failed creation is tried again next time.
 struct Handles {
   std::mutex mu;
-  std::map<const void*, cudnnHandle_t> by_context;
+  std::map<const void*, cudnnHandle_t> by_owner;
 };
 
 Handles& handles() {
@@ -107,10 +108,10 @@ Handles& handles() {
   return h;
 }
 
-cudnnHandle_t handle(Dnn& d, const void* context, std::string& why) {
+cudnnHandle_t handle(Dnn& d, const void* owner, std::string& why) {
   Handles& all = handles();
   std::lock_guard<std::mutex> lock(all.mu);
-  cudnnHandle_t& h = all.by_context[context];
+  cudnnHandle_t& h = all.by_owner[owner];
   if (h == nullptr && d.create(&h) != CUDNN_STATUS_SUCCESS) {
     h = nullptr;
     why = "cudnnCreate failed (no CUDA context current?)";
@@ -495,23 +496,23 @@ void* cudnn_library(std::string* why_not) {
   return d ? d->lib : nullptr;
 }
 
-void release_cudnn_handle(const void* context) {
+void release_cudnn_handle(const void* owner) {
   std::string why;
   Dnn* d = dnn_library(why);
   if (d == nullptr) return;
   Handles& all = handles();
   std::lock_guard<std::mutex> lock(all.mu);
-  auto it = all.by_context.find(context);
-  if (it == all.by_context.end()) return;
+  auto it = all.by_owner.find(owner);
+  if (it == all.by_owner.end()) return;
   if (it->second != nullptr) d->destroy(it->second);
-  all.by_context.erase(it);
+  all.by_owner.erase(it);
 }
 
-std::unique_ptr<GpuLibraryCall> make_cudnn_call(const planner::LibraryCall& call, const void* context, int sm,
+std::unique_ptr<GpuLibraryCall> make_cudnn_call(const planner::LibraryCall& call, const void* owner, int sm,
                                                 uint64_t workspace, size_t workspace_bytes, std::string* why_not) {
   std::string why;
   Dnn* d = dnn_library(why);
-  cudnnHandle_t h = d ? handle(*d, context, why) : nullptr;
+  cudnnHandle_t h = d ? handle(*d, owner, why) : nullptr;
   if (h == nullptr) {
     if (why_not) *why_not = why;
     return nullptr;

@@ -35,15 +35,15 @@ std::string cudnn_version();
 void* cudnn_library(std::string* why_not);
 
 // `call` is a convolution (LibraryOp::kConv) or an attention (backend/cudnn_attention.h);
-// `context` the device's CUcontext, current (the call uses cuDNN's handle for it), `sm` its
+// `owner` who makes the call (a CUDA backend: the call uses the cuDNN handle made for it, on the
+// device whose context is current; the owner never runs two calls at once), `sm` the device's
 // compute capability (90 for sm_90); `workspace` a device address of `workspace_bytes` the call
 // may use.
-// Destroys the cuDNN handle made for `context` (which must be current, and no call made with it
-// may run again), if one was made: the CUDA backend does this before it releases the last hold
-// it has on a device's context.
-void release_cudnn_handle(const void* context);
+// Destroys the cuDNN handle made for `owner` (its context current, and no call made with it may
+// run again), if one was made: a CUDA backend does this before it releases its device's context.
+void release_cudnn_handle(const void* owner);
 
-std::unique_ptr<GpuLibraryCall> make_cudnn_call(const planner::LibraryCall& call, const void* context, int sm,
+std::unique_ptr<GpuLibraryCall> make_cudnn_call(const planner::LibraryCall& call, const void* owner, int sm,
                                                 uint64_t workspace, size_t workspace_bytes, std::string* why_not);
 
 }  // namespace fusetune::backend

@@ -187,6 +187,11 @@ CompiledCuda compile_cuda(const std::string& source, const std::string& arch, in
   nvrtc_check(nv.cubin_size(prog, &cubin_size), "cubin size");
   out.cubin.resize(cubin_size);
   nvrtc_check(nv.cubin(prog, out.cubin.data()), "cubin");
+  size_t ptx_size = 0;
+  nvrtc_check(nv.ptx_size(prog, &ptx_size), "PTX size");
+  out.ptx.resize(ptx_size);
+  nvrtc_check(nv.ptx(prog, out.ptx.data()), "PTX");
+  while (!out.ptx.empty() && out.ptx.back() == '\0') out.ptx.pop_back();
   nv.destroy(&prog);
   out.resources = parse_resources(log);
   out.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -221,13 +226,14 @@ CompiledCuda compile_cuda_cached(const std::string& source, const std::string& a
   const std::string key = sha256_hex(source + "\n// arch " + target_architecture(arch) + " maxrreg " + std::to_string(max_registers) + " nvrtc " +
                                      nvrtc_version() + " no-cache");
   const std::filesystem::path dir = cache_dir("nvrtc");
-  const std::filesystem::path cubin = dir / (key + ".cubin"), log = dir / (key + ".log");
+  const std::filesystem::path cubin = dir / (key + ".cubin"), log = dir / (key + ".log"), ptx = dir / (key + ".ptx");
   std::error_code ec;
-  if (std::filesystem::exists(cubin, ec) && std::filesystem::exists(log, ec)) {
+  if (std::filesystem::exists(cubin, ec) && std::filesystem::exists(log, ec) && std::filesystem::exists(ptx, ec)) {
     CompiledCuda out;
     out.arch = arch;
     const std::string bytes = read_file(cubin, "cached cubin");
     out.cubin.assign(bytes.begin(), bytes.end());
+    out.ptx = read_file(ptx, "cached PTX");
     out.log = read_file(log, "cached ptxas report");
     out.resources = parse_resources(out.log);
     out.cached = true;
@@ -239,6 +245,7 @@ CompiledCuda compile_cuda_cached(const std::string& source, const std::string& a
   if (!ec) {  // a cache that cannot be written only costs the next compilation
     try {
       write_file_atomically(log, out.log);
+      write_file_atomically(ptx, out.ptx);
       write_file_atomically(cubin, std::string(out.cubin.begin(), out.cubin.end()));
     } catch (const Error&) {
     }

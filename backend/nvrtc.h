@@ -27,6 +27,7 @@ struct KernelResources {
 struct CompiledCuda {
   std::string arch;  // "sm_90"
   std::vector<char> cubin;
+  std::string ptx;  // the same compilation's PTX (.target: target_architecture(arch))
   std::string log;
   std::map<std::string, KernelResources> resources;  // by kernel name
   double compile_ms = 0;

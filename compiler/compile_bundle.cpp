@@ -153,6 +153,7 @@ runtime::Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, c
       cc = backend::compile_cuda_cached(b.cuda_source, device.arch);
     }
     b.cubins[device.arch] = cc.cubin;
+    b.ptx[backend::target_architecture(device.arch)] = cc.ptx;
     resources = cc.resources;
     nvrtc = backend::nvrtc_version();
   }

@@ -35,6 +35,7 @@ std::vector<std::pair<std::string, std::string_view>> bundle_files(const Bundle&
       {"kernels.cu", b.cuda_source},
       {"constants.bin", {b.constants.data(), b.constants.size()}}};
   for (const auto& [arch, cubin] : b.cubins) files.push_back({"kernels." + arch + ".cubin", {cubin.data(), cubin.size()}});
+  for (const auto& [target, ptx] : b.ptx) files.push_back({"kernels." + target + ".ptx", ptx});
   files.push_back({"manifest.json", b.manifest});
   return files;
 }
@@ -68,6 +69,8 @@ Bundle read_bundle(const fs::path& dir) {
     const std::string name = entry.path().filename().string();
     if (name.rfind("kernels.sm_", 0) == 0 && entry.path().extension() == ".cubin") {
       b.cubins[name.substr(8, name.size() - 8 - 6)] = read_bytes(entry.path());
+    } else if (name.rfind("kernels.sm_", 0) == 0 && entry.path().extension() == ".ptx") {
+      b.ptx[name.substr(8, name.size() - 8 - 4)] = read_text(entry.path());
     }
   }
   return b;

@@ -68,6 +68,8 @@ struct PlanRunner::State {
   std::unique_ptr<backend::Buffer> arena;
   std::vector<std::unique_ptr<backend::Buffer>> buffers;  // by manifest buffer id
   std::vector<TensorSpec> specs;                           // by buffer id
+  std::vector<bool> constant;                              // by buffer id: filled at load, written by no launch
+  std::vector<uintptr_t> last_device;                      // the last run's device addresses: inputs', outputs'
   std::vector<int> input_ids, output_ids;
   std::vector<TensorSpec> inputs, outputs;
   size_t launches = 0;
@@ -82,6 +84,7 @@ PlanRunner::PlanRunner(const Bundle& bundle, backend::Backend& backend) : s_(std
     backend::ModuleSource src;
     src.cuda_source = bundle.cuda_source;
     src.cubins = bundle.cubins;
+    src.ptx = bundle.ptx;
     const backend::DeviceProperties device = backend.properties();
     if (src.cubins.count(device.arch)) {
       const std::string problem = cubin_driver_problem(m.value("nvrtc", ""), device.driver);
@@ -104,6 +107,7 @@ PlanRunner::PlanRunner(const Bundle& bundle, backend::Backend& backend) : s_(std
       } else {
         s_->buffers.push_back(backend.allocate(std::max<size_t>(1, bytes)));
       }
+      s_->constant.push_back(b.contains("constant_offset"));
       if (b.contains("constant_offset")) {
         const size_t off = b.at("constant_offset").get<size_t>();
         check(off + bytes <= bundle.constants.size(), "manifest: constant '", spec.name, "' lies outside constants.bin");
@@ -177,9 +181,18 @@ void PlanRunner::run(const std::vector<const void*>& inputs, const std::vector<v
   for (size_t k = 0; k < outputs.size(); ++k) take(outputs[k], s_->outputs[k], "output");
   const auto bytes_of = [&](size_t r) { return static_cast<size_t>(regions[r].end - regions[r].begin); };
   // Region r may take its buffer's place: device memory, aligned as the arena's slots are, that
-  // no output overlaps (inputs may share memory: the kernels only read them).
+  // no output overlaps (inputs may share memory: the kernels only read them), at the address it
+  // had in the last run too. A binding that changes costs a new recording of the launches on a GPU
+  // (cuGraphExecUpdate), far more than copying a tensor on the device, so memory that moves from
+  // run to run is copied and memory that stays is bound once and then costs nothing.
+  const std::vector<uintptr_t> last = std::move(s_->last_device);
+  s_->last_device.clear();
+  if (device) {
+    for (const Region& r : regions) s_->last_device.push_back(r.begin);
+  }
   const auto bindable = [&](size_t r) {
     if (!device || regions[r].begin % 256 != 0 || regions[r].begin == regions[r].end) return false;
+    if (r >= last.size() || last[r] != regions[r].begin) return false;
     for (size_t o = 0; o < regions.size(); ++o) {
       const bool overlap = o != r && regions[o].begin < regions[r].end && regions[r].begin < regions[o].end;
       if (overlap && (regions[o].output || regions[r].output)) return false;
@@ -202,11 +215,12 @@ void PlanRunner::run(const std::vector<const void*>& inputs, const std::vector<v
   for (size_t k = 0; k < outputs.size(); ++k) {
     const int id = s_->output_ids[k];
     backend::Buffer* b = s_->buffers[static_cast<size_t>(id)].get();
+    // Bound: an output a launch writes (not a constant, not an input passed through), listed once.
     const bool once = std::count(s_->output_ids.begin(), s_->output_ids.end(), id) == 1;
-    if (!is_input(id) && once && bindable(inputs.size() + k)) {
+    if (!is_input(id) && !s_->constant[static_cast<size_t>(id)] && once && bindable(inputs.size() + k)) {
       s_->sequence->bind(b, outputs[k]);
     } else {
-      if (!is_input(id)) s_->sequence->bind(b, nullptr);
+      if (!is_input(id) && !s_->constant[static_cast<size_t>(id)]) s_->sequence->bind(b, nullptr);
       if (bytes_of(inputs.size() + k) > 0) out.push_back({b, outputs[k], bytes_of(inputs.size() + k), device});
     }
   }

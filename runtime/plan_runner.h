@@ -56,9 +56,11 @@ class PlanRunner {
   // One run on its caller's memory: input i read from inputs[i], output k written to outputs[k]
   // (each exactly its spec's bytes), in host memory, or with `device` in memory of the backend's
   // device (checked: Backend::device_memory_problem; host memory on the host backend). Device
-  // memory 256-byte aligned that no output overlaps is bound in place of the plan's own buffer
-  // (the kernels read and write it directly; on a GPU the graph is updated when bindings change);
-  // other memory is copied in and out (host memory through pinned staging on a GPU).
+  // memory 256-byte aligned that no output overlaps, at the same address as in the run before, is
+  // bound in place of the plan's own buffer (the kernels read and write it directly; on a GPU the
+  // graph is updated once when bindings change); other memory is copied in and out (host memory
+  // through pinned staging on a GPU). Bindings stay until a run changes them: time_runs() runs on
+  // the last run's memory.
   void run(const std::vector<const void*>& inputs, const std::vector<void*>& outputs, bool device);
   // After a run(): n more runs on the same inputs, back to back, each run's time in microseconds
   // (backend::Sequence::time_runs: device events on a GPU, the steady clock on the host).

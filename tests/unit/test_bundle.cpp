@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "backend/cuda.h"
 #include "backend/nvrtc.h"
 #include "codegen/emit.h"
 #include "codegen/memory_plan.h"
@@ -68,13 +69,46 @@ TEST(Bundle, ManifestDescribesEveryLaunchAndBuffer) {
   EXPECT_EQ(m["inputs"].size(), g.inputs().size());
   EXPECT_EQ(m["outputs"].size(), g.outputs().size());
   EXPECT_EQ(backend::nvrtc_available(), b.cubins.count("sm_90") == 1);
+  // The same compilation's PTX ships beside the cubin, for the H100's architecture-specific target.
+  EXPECT_EQ(backend::nvrtc_available(), b.ptx.count("sm_90a") == 1);
+  if (b.ptx.count("sm_90a")) {
+    EXPECT_NE(b.ptx.at("sm_90a").find(".target sm_90a"), std::string::npos);
+  }
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("fusetune_bundle_" + std::to_string(::getpid()));
   write_bundle(b, dir);
   const Bundle back = read_bundle(dir);
   EXPECT_EQ(back.manifest, b.manifest);
   EXPECT_EQ(back.constants, b.constants);
   EXPECT_EQ(back.cubins, b.cubins);
+  EXPECT_EQ(back.ptx, b.ptx);
   std::filesystem::remove_all(dir);
+}
+
+// Which PTX of a bundle a GPU's driver may compile: a plain target runs on its architecture and
+// every later one (the newest that fits wins), an architecture-specific one ("sm_90a": wgmma) on
+// exactly its own; nothing fits an older GPU. A plan for the A100 ships sm_80 PTX, which an H100
+// (or a GPU newer than this toolkit knows) can load without NVRTC.
+TEST(Bundle, ThePtxADriverCanCompileIsChosen) {
+  const std::map<std::string, std::string> both = {{"sm_80", "ptx"}, {"sm_90a", "ptx"}};
+  EXPECT_EQ(backend::usable_ptx(both, "sm_90"), "sm_90a");
+  EXPECT_EQ(backend::usable_ptx(both, "sm_100"), "sm_80");
+  EXPECT_EQ(backend::usable_ptx(both, "sm_86"), "sm_80");
+  EXPECT_EQ(backend::usable_ptx(both, "sm_75"), "");
+  EXPECT_EQ(backend::usable_ptx({{"sm_90a", "ptx"}}, "sm_100"), "");
+  EXPECT_EQ(backend::usable_ptx({{"sm_80", "ptx"}, {"sm_89", "ptx"}}, "sm_90"), "sm_89");
+  EXPECT_EQ(backend::usable_ptx({{"sm_80", ""}}, "sm_90"), "");  // an empty text is no PTX
+  EXPECT_EQ(backend::usable_ptx({{"compute_80", "ptx"}}, "sm_90"), "");
+  EXPECT_EQ(backend::usable_ptx(both, "host"), "");
+  if (!backend::nvrtc_available()) {
+    std::printf("NOTE: no NVRTC here (%s): the A100 plan's PTX was not made\n", backend::nvrtc_unavailable_reason().c_str());
+    return;
+  }
+  const Graph g = fusetune::testing::load_test_model("cnn_small");
+  const planner::Device d = planner::find_device("a100");
+  const Bundle b = compiler::compile_bundle(g, planner::plan_model(g, d), d, "cnn_small");
+  ASSERT_EQ(b.ptx.count("sm_80"), 1u);
+  EXPECT_NE(b.ptx.at("sm_80").find(".target sm_80"), std::string::npos);
+  EXPECT_EQ(backend::usable_ptx(b.ptx, "sm_90"), "sm_80");
 }
 
 // Every kernel of a bundle is verified before it is written (`fusetune compile`), from the text

@@ -151,14 +151,18 @@ TEST_F(RuntimeApi, RunsOnCallersMemoryInPlaceAndByCopy) {
     plan.run({in.bytes(offset)}, {out.bytes(offset)}, memory);
     return mismatch(plan, data, {out.bytes(offset)});
   };
-  EXPECT_EQ(run(a_in, a_out, 0, Memory::kDevice), "") << "bound in place";
-  EXPECT_EQ(run(b_in, b_out, 0, Memory::kDevice), "") << "bound again elsewhere";
-  // The run on b wrote nothing through a's binding: a's output, poisoned again, stays poisoned.
+  // Memory at the address of the run before is bound in place; new memory is copied.
+  EXPECT_EQ(run(a_in, a_out, 0, Memory::kDevice), "") << "new: copied";
+  EXPECT_EQ(run(a_in, a_out, 0, Memory::kDevice), "") << "again: bound in place";
+  EXPECT_EQ(run(b_in, b_out, 0, Memory::kDevice), "") << "elsewhere: copied, a's binding released";
+  // The runs on b write nothing through a's binding: a's output, poisoned again, stays poisoned.
   std::memset(a_out.bytes(), 0xff, out_bytes);
-  EXPECT_EQ(run(b_in, b_out, 0, Memory::kDevice), "") << "the same binding";
+  EXPECT_EQ(run(b_in, b_out, 0, Memory::kDevice), "") << "b again: bound in place";
+  EXPECT_EQ(run(b_in, b_out, 0, Memory::kDevice), "") << "b bound still";
   EXPECT_EQ(a_out.bytes()[0], 0xff);
   EXPECT_EQ(a_out.bytes()[out_bytes - 1], 0xff);
   EXPECT_EQ(run(c_in, c_out, 4, Memory::kDevice), "") << "unaligned: copied";
+  EXPECT_EQ(run(c_in, c_out, 4, Memory::kDevice), "") << "unaligned, again: copied";
   EXPECT_EQ(run(a_in, a_out, 0, Memory::kHost), "") << "host memory";
   EXPECT_EQ(run(a_in, a_out, 0, Memory::kDevice), "") << "bound in place once more";
   // The input itself is never written: still the data set's.
@@ -171,16 +175,48 @@ TEST_F(RuntimeApi, RunsOnCallersMemoryInPlaceAndByCopy) {
   EXPECT_EQ(mismatch(plan, data, {out.data()}), "");
   EXPECT_EQ(run(b_in, b_out, 0, Memory::kDevice), "");
   // An output overlapping an input is not bound (the input would be overwritten while read): the
-  // run copies, and the output is right.
+  // runs copy, and the output is right.
   Aligned shared(std::max(in_bytes, out_bytes));
-  std::memcpy(shared.bytes(), inputs[0].data(), in_bytes);
-  plan.run({shared.bytes()}, {shared.bytes()}, Memory::kDevice);
-  EXPECT_EQ(mismatch(plan, data, {shared.bytes()}), "");
+  for (int pass = 0; pass < 2; ++pass) {
+    std::memcpy(shared.bytes(), inputs[0].data(), in_bytes);
+    plan.run({shared.bytes()}, {shared.bytes()}, Memory::kDevice);
+    EXPECT_EQ(mismatch(plan, data, {shared.bytes()}), "") << "pass " << pass;
+  }
 
   EXPECT_NE(error_of([&] { plan.run({}, {out.data()}); }).find("the plan takes 1 inputs and gives 1 outputs; 0 and 1"),
             std::string::npos);
   EXPECT_NE(error_of([&] { plan.run({nullptr}, {out.data()}); }).find("input '" + plan.inputs()[0].name + "': no memory"),
             std::string::npos);
+}
+
+// An output that is a constant (filled when the plan loads, written by no launch) and an output
+// that is an input passed through are never bound in place: repeated runs on the same device
+// memory return them every time.
+TEST_F(RuntimeApi, ConstantAndPassedThroughOutputsAreCopiedEveryRun) {
+  Graph g;
+  const int x = testing::add_input(g, "x", DType::kF32, {4, 64});
+  g.outputs().push_back(testing::add_op(g, "Relu", {x}));
+  g.outputs().push_back(testing::random_constant(g, "table", DType::kF32, {8, 32}, 7u));
+  g.outputs().push_back(x);
+  const fs::path dir = dir_.string() + "_constant";
+  const planner::Device d = planner::find_device("h100");
+  runtime::write_bundle(compiler::compile_bundle(g, planner::plan_model(g, d), d, "constant_output"), dir);
+  Plan plan = Plan::load(dir.string(), "host");
+  fs::remove_all(dir);
+  ASSERT_EQ(plan.outputs().size(), 3u);
+  std::vector<float> in(256);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i % 7) - 3.0f;
+  const Tensor& table = *g.value(g.outputs()[1]).data;
+  Aligned xin(1024), relu(1024), constant(1024), passed(1024);
+  std::memcpy(xin.bytes(), in.data(), 1024);
+  for (int pass = 0; pass < 3; ++pass) {  // the second and third bind what may be bound
+    for (const Aligned* out : {&relu, &constant, &passed}) std::memset(out->bytes(), 0xff, 1024);
+    plan.run({xin.bytes()}, {relu.bytes(), constant.bytes(), passed.bytes()}, Memory::kDevice);
+    const float* r = reinterpret_cast<const float*>(relu.bytes());
+    for (size_t i = 0; i < in.size(); ++i) ASSERT_EQ(r[i], std::max(in[i], 0.0f)) << "pass " << pass << ", element " << i;
+    EXPECT_EQ(std::memcmp(constant.bytes(), table.data(), table.nbytes()), 0) << "pass " << pass;
+    EXPECT_EQ(std::memcmp(passed.bytes(), in.data(), 1024), 0) << "pass " << pass;
+  }
 }
 
 // Several threads at once: each loads its own plan of one of two models and runs it, and all of

@@ -16,10 +16,10 @@
 //    and outputs() order. Memory::kHost: host memory (copied through pinned staging on a GPU, one
 //    synchronization a run). Memory::kDevice: memory of the plan's device (on "cuda:N" device
 //    pointers of that GPU, checked with the driver; on "host" host memory): where it is 256-byte
-//    aligned (as cudaMalloc and PyTorch's allocator give) and no output overlaps it, the kernels
-//    read and write it in place, with no copy; the CUDA graph is updated when the pointers
-//    differ from the last run's (cheaper than a copy for large tensors, free when they repeat);
-//    other device memory is copied on the device. It returns when the outputs are written.
+//    aligned (as cudaMalloc and PyTorch's allocator give), no output overlaps it and it is where
+//    it was in the run before, the kernels read and write it in place, with no copy (the CUDA
+//    graph is updated once, when the pointers settle); memory that moves from run to run, and
+//    other device memory, is copied on the device. It returns when the outputs are written.
 //  - set_input / run() / get_output: set_input copies the data in; an input keeps its value until
 //    set again, and run() requires every input to have been set once; get_output copies out the
 //    last run's result.
