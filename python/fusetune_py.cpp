@@ -7,6 +7,9 @@
 // checked and which it keeps alive across the call. Guarantees: every runtime error reaches Python
 // as RuntimeError with the runtime's message (which names the culprit, and refuses a pointer that
 // is not the device's); the GIL is released while a plan loads and runs, so other Python threads go on.
+// _dlpack_info reads what a DLPack capsule describes (Debian's dlpack.h, the exchange format's
+// own header), without consuming it: its producer keeps the memory.
+#include <dlpack/dlpack.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -32,6 +35,21 @@ std::vector<std::tuple<std::string, std::string, std::vector<int64_t>>> describe
 
 PYBIND11_MODULE(_fusetune, m) {
   m.doc() = "fusetune's deployment runtime (use the fusetune package, not this module)";
+  // (address of the first element, device type, device id, shape, strides in elements or None,
+  // (type code, bits, lanes)) of an unconsumed DLPack capsule ("dltensor").
+  m.def("_dlpack_info", [](const py::capsule& capsule) {
+    if (capsule.name() == nullptr || std::string(capsule.name()) != "dltensor") {
+      throw py::value_error("not an unconsumed DLPack capsule (named 'dltensor')");
+    }
+    const auto* managed = capsule.get_pointer<DLManagedTensor>();
+    const DLTensor& t = managed->dl_tensor;
+    std::vector<int64_t> shape(t.shape, t.shape + t.ndim);
+    py::object strides = py::none();
+    if (t.strides != nullptr) strides = py::tuple(py::cast(std::vector<int64_t>(t.strides, t.strides + t.ndim)));
+    const uintptr_t address = reinterpret_cast<uintptr_t>(t.data) + static_cast<uintptr_t>(t.byte_offset);
+    return py::make_tuple(address, static_cast<int>(t.device.device_type), t.device.device_id, py::tuple(py::cast(shape)),
+                          strides, py::make_tuple(t.dtype.code, t.dtype.bits, t.dtype.lanes));
+  });
   py::class_<fusetune::Plan>(m, "_Plan")
       .def_static("load", &fusetune::Plan::load, py::arg("dir"), py::arg("backend"), py::call_guard<py::gil_scoped_release>())
       .def("inputs", [](const fusetune::Plan& p) { return describe(p.inputs()); })

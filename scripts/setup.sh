@@ -24,7 +24,7 @@ packages=(cmake ninja-build g++ pkg-config python3 python3-pip python3-venv
           libprotobuf-dev protobuf-compiler libzmq3-dev cppzmq-dev nlohmann-json3-dev
           libsqlite3-dev libssl-dev libcpp-httplib-dev libjs-chart.js libseccomp-dev libdw-dev python3-prometheus-client
           python3-websocket chromium libgtest-dev libgmock-dev libboost-context-dev libxgboost-dev
-          python3-torch python3-torchvision python3-onnx python3-dev python3-numpy python3-pytest pybind11-dev)
+          python3-torch python3-torchvision python3-onnx python3-dev python3-numpy python3-pytest pybind11-dev libdlpack-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -22,13 +22,14 @@ must be the model's (no silent casts). A value is either
 - host memory: a NumPy array or any object NumPy reads through DLPack on the host (a CPU torch
   tensor, without a copy). Outputs are NumPy arrays. On a plan on "host", host memory is the
   device's: aligned arrays are read and written in place by the kernels;
-- or, on a plan on a GPU, CUDA memory of that GPU: any object with `__cuda_array_interface__`
-  (a torch CUDA tensor, a CuPy array), C-contiguous. Nothing is copied where the memory is
-  256-byte aligned (the kernels read it in place; PyTorch's and CuPy's allocators align so).
-  Outputs are torch tensors on the inputs' device when the inputs are torch tensors; otherwise
-  pass `out`. The run is ordered after the legacy default stream (PyTorch's default stream);
-  work queued on other streams must be synchronized first. It returns when the outputs are
-  written.
+- or, on a plan on a GPU, CUDA memory of that GPU, C-contiguous: a DLPack tensor on a CUDA device
+  (a torch CUDA tensor, JAX, CuPy: asked for with stream=1, so that its producer's pending work is
+  ordered before the legacy default stream, which the plan's stream follows), or any object with
+  `__cuda_array_interface__` (whose work the caller synchronizes first). Nothing is copied where
+  the memory is 256-byte aligned and stays where it was in the run before (PyTorch's and CuPy's
+  allocators align so); other memory is copied on the device. Outputs are torch tensors on the
+  inputs' device when the inputs are torch tensors; otherwise pass `out`. It returns when the
+  outputs are written.
 `out` (optional, a list in `output_names` order) gives the outputs' places, on the same side as
 the inputs: they are written in place (no copy where aligned) and returned.
 bfloat16 and the narrow ONNX types have no NumPy dtype: they travel as their raw bits (uint16
@@ -50,7 +51,7 @@ from typing import Mapping, Optional, Sequence, Union
 import numpy as np
 
 from ._commands import Client, CommandError, Progress, compile, tune
-from ._fusetune import _Plan
+from ._fusetune import _dlpack_info, _Plan
 
 __all__ = ["Client", "CommandError", "Plan", "Progress", "compile", "load_plan", "tune"]
 
@@ -124,21 +125,29 @@ class Plan:
         return np.ascontiguousarray(value)
 
     @staticmethod
-    def _cuda_pointer(what: str, name: str, dtype: np.dtype, shape: tuple, value: ArrayLike) -> int:
-        """The device address of a CUDA array whose dtype, shape and layout are the model's."""
+    def _cuda_pointer(what: str, name: str, dtype: np.dtype, shape: tuple, value: ArrayLike, keep: list) -> int:
+        """The device address of a CUDA array whose dtype, shape and layout are the model's (what
+        must stay alive until the run returns is appended to `keep`)."""
+        if _on_cuda_by_dlpack(value):
+            capsule = value.__dlpack__(stream=1)
+            keep.append(capsule)
+            address, _, _, dl_shape, strides, (code, bits, lanes) = _dlpack_info(capsule)
+            got = _DLPACK_DTYPES.get((code, bits)) if lanes == 1 else None
+            if got != dtype:
+                raise TypeError(f"{what} {name!r}: DLPack type (code {code}, {bits} bits, {lanes} lanes), the model's is {dtype}")
+            if tuple(dl_shape) != shape:
+                raise ValueError(f"{what} {name!r}: shape {tuple(dl_shape)}, the model's is {shape}")
+            if strides is not None and not _c_contiguous(shape, [s * dtype.itemsize for s in strides], dtype.itemsize):
+                raise ValueError(f"{what} {name!r}: the CUDA tensor is not C-contiguous")
+            return int(address)
         cai = value.__cuda_array_interface__
         if np.dtype(cai["typestr"]) != dtype:
             raise TypeError(f"{what} {name!r}: dtype {np.dtype(cai['typestr'])}, the model's is {dtype}")
         if tuple(cai["shape"]) != shape:
             raise ValueError(f"{what} {name!r}: shape {tuple(cai['shape'])}, the model's is {shape}")
         strides = cai.get("strides")
-        if strides is not None:
-            expect, want = dtype.itemsize, []
-            for d in reversed(shape):
-                want.append(expect)
-                expect *= d
-            if any(d > 1 and s != w for d, s, w in zip(shape, strides, reversed(want))):
-                raise ValueError(f"{what} {name!r}: the CUDA array is not C-contiguous")
+        if strides is not None and not _c_contiguous(shape, strides, dtype.itemsize):
+            raise ValueError(f"{what} {name!r}: the CUDA array is not C-contiguous")
         address, readonly = cai["data"]
         if what == "output" and readonly:
             raise ValueError(f"output {name!r}: the CUDA array is read-only")
@@ -163,7 +172,8 @@ class Plan:
         if out is not None and len(out) != len(self._outputs):
             raise ValueError(f"{len(out)} outputs given, the plan gives {len(self._outputs)}: {self.output_names}")
         on_gpu = self.backend.startswith("cuda")
-        cuda = [hasattr(v, "__cuda_array_interface__") for v in values]
+        cuda = [_on_cuda(v) for v in values]
+        keep: list = []  # DLPack capsules, alive until the run returns
         if any(cuda):
             first = self._inputs[cuda.index(True)][0]
             if not on_gpu:
@@ -171,14 +181,14 @@ class Plan:
             if not all(cuda):
                 host = self._inputs[cuda.index(False)][0]
                 raise TypeError(f"input {host!r} is host memory and input {first!r} CUDA memory: give every input on one side")
-            pointers = [self._cuda_pointer("input", n, d, s, v) for (n, d, s), v in zip(self._inputs, values)]
+            pointers = [self._cuda_pointer("input", n, d, s, v, keep) for (n, d, s), v in zip(self._inputs, values)]
             if out is None:
                 out = self._torch_outputs(values)
             for (n, _, _), o in zip(self._outputs, out):
-                if not hasattr(o, "__cuda_array_interface__"):
+                if not _on_cuda(o):
                     raise TypeError(f"output {n!r}: the inputs are CUDA memory, so the outputs must be too")
             results = list(out)
-            places = [self._cuda_pointer("output", n, d, s, o) for (n, d, s), o in zip(self._outputs, results)]
+            places = [self._cuda_pointer("output", n, d, s, o, keep) for (n, d, s), o in zip(self._outputs, results)]
             device = True
         else:
             arrays = [self._array("input", n, d, s, v) for (n, d, s), v in zip(self._inputs, values)]
@@ -199,6 +209,37 @@ class Plan:
             raise TypeError("the inputs are CUDA arrays other than torch tensors: pass `out`, a CUDA array per output")
         device = values[0].device
         return [torch.empty(s, dtype=torch.from_numpy(np.empty(0, d)).dtype, device=device) for _, d, s in self._outputs]
+
+
+# DLPack's (type code, bits) of each NumPy dtype the package uses (kDLInt 0, kDLUInt 1, kDLFloat 2,
+# kDLBool 6 from DLPack 0.8; bfloat16, kDLBfloat 4, travels as uint16 here).
+_DLPACK_DTYPES = {
+    (0, 8): np.dtype(np.int8), (0, 16): np.dtype(np.int16), (0, 32): np.dtype(np.int32), (0, 64): np.dtype(np.int64),
+    (1, 8): np.dtype(np.uint8), (1, 16): np.dtype(np.uint16), (1, 32): np.dtype(np.uint32), (1, 64): np.dtype(np.uint64),
+    (2, 16): np.dtype(np.float16), (2, 32): np.dtype(np.float32), (2, 64): np.dtype(np.float64),
+    (6, 8): np.dtype(np.bool_), (4, 16): np.dtype(np.uint16),
+}
+_DL_CUDA, _DL_CUDA_MANAGED = 2, 13
+
+
+def _on_cuda_by_dlpack(value) -> bool:
+    if not (hasattr(value, "__dlpack__") and hasattr(value, "__dlpack_device__")):
+        return False
+    return value.__dlpack_device__()[0] in (_DL_CUDA, _DL_CUDA_MANAGED)
+
+
+def _on_cuda(value) -> bool:
+    """Whether `value` is CUDA memory: a DLPack tensor on a CUDA device, or a CUDA array."""
+    return _on_cuda_by_dlpack(value) or hasattr(value, "__cuda_array_interface__")
+
+
+def _c_contiguous(shape: tuple, strides_bytes, itemsize: int) -> bool:
+    expect = itemsize
+    for d, s in zip(reversed(shape), reversed(tuple(strides_bytes))):
+        if d > 1 and s != expect:
+            return False
+        expect *= d
+    return True
 
 
 def load_plan(path: str, device: str = "auto") -> Plan:

@@ -101,6 +101,32 @@ def test_cuda_arrays_are_refused_by_a_plan_on_the_host(compiled):
         plan.run([_FakeCudaArray(a) for a in inputs])
 
 
+def test_dlpack_capsules_are_read_without_a_copy():
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed for this interpreter")
+    from fusetune._fusetune import _dlpack_info
+    base = torch.arange(24, dtype=torch.float32).reshape(2, 3, 4)
+    view = base[1]  # 48 bytes into its storage
+    address, device_type, _, shape, strides, dtype = _dlpack_info(view.__dlpack__())
+    assert (address, device_type, shape, dtype) == (view.data_ptr(), 1, (3, 4), (2, 32, 1))
+    assert strides in (None, (4, 1))
+    assert _dlpack_info(view.t().__dlpack__())[4] == (1, 4)  # transposed: strides in elements
+    assert _dlpack_info(torch.zeros(5, dtype=torch.int64).__dlpack__())[5] == (0, 64, 1)
+    capsule = view.__dlpack__()
+    _rename(capsule, b"used_dltensor")  # as a consumer leaves it
+    with pytest.raises(ValueError, match="not an unconsumed DLPack capsule"):
+        _dlpack_info(capsule)
+    _rename(capsule, b"dltensor")  # so that its producer frees it
+
+
+def _rename(capsule, name: bytes):
+    import ctypes
+    set_name = ctypes.pythonapi.PyCapsule_SetName
+    set_name.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    set_name.restype = ctypes.c_int
+    _rename.names = getattr(_rename, "names", []) + [name]  # PyCapsule keeps the pointer: keep the bytes alive
+    assert set_name(capsule, _rename.names[-1]) == 0
+
+
 def test_torch_cuda_tensors_run_in_place_on_a_gpu(compiled):
     torch = pytest.importorskip("torch", reason="PyTorch is not installed for this interpreter")
     if not torch.cuda.is_available():
