@@ -525,11 +525,18 @@ class CudaSequence : public Sequence {
   CUgraph record() {
     if (d_.cuStreamBeginCapture(capture_.get(), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) != CUDA_SUCCESS) return nullptr;
     bool recorded = true;
-    for (BoundLaunch& s : steps_) {
-      if (enqueue(s, capture_.get()) != CUDA_SUCCESS) {
-        recorded = false;
-        break;
+    try {
+      for (BoundLaunch& s : steps_) {
+        if (enqueue(s, capture_.get()) != CUDA_SUCCESS) {
+          recorded = false;
+          break;
+        }
       }
+    } catch (...) {  // a library call's error: the capture ends before it leaves
+      CUgraph partial = nullptr;
+      d_.report_cu(d_.cuStreamEndCapture(capture_.get(), &partial), "capture end");
+      if (partial != nullptr) d_.report_cu(d_.cuGraphDestroy(partial), "graph release");
+      throw;
     }
     CUgraph graph = nullptr;  // ending the capture is needed even after a failed launch
     recorded = d_.cuStreamEndCapture(capture_.get(), &graph) == CUDA_SUCCESS && recorded && graph != nullptr;
@@ -629,6 +636,10 @@ class CudaBackend : public Backend {
   CudaBackend(Driver d, CUdevice device, int ordinal, std::string arch, planner::DriverAttributes attributes)
       : d_(std::move(d)), device_(device), ordinal_(ordinal), arch_(std::move(arch)),
         name_(attributes.name), sms_(attributes.sms), attributes_(std::move(attributes)) {
+    int optin = 0;
+    d_.check_cu(d_.cuDeviceGetAttribute(&optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, device_),
+                "shared memory limit query");
+    shared_optin_ = optin;
     const int l2_bytes = static_cast<int>(attributes_.l2_bytes);
     int version = 0;
     d_.check_cu(d_.cuDriverGetVersion(&version), "driver version query");
@@ -667,6 +678,10 @@ class CudaBackend : public Backend {
   std::unique_ptr<Module> load_source(const ModuleSource& module) override {
     const Current current(d_);
     CUmodule m = nullptr;
+    // The architecture the loaded code was compiled for: a kernel's wait for its predecessor
+    // (FT_GRID_DEPENDENCY) exists in code for sm_90 and later only, so only such code may launch
+    // with programmatic serialization.
+    int compiled_for = std::stoi(arch_.substr(3));
     if (auto it = module.cubins.find(arch_); it != module.cubins.end()) {
       d_.check_cu(d_.cuModuleLoadData(&m, it->second.data()), "module load");
     } else if (const std::string target = usable_ptx(module.ptx, arch_); !target.empty()) {
@@ -674,13 +689,14 @@ class CudaBackend : public Backend {
       check(r != CUDA_ERROR_UNSUPPORTED_PTX_VERSION, "kernels.", target, ".ptx: its PTX is of a newer ISA than this GPU's driver (CUDA ",
             driver_, ") compiles: update the NVIDIA driver, or compile the plan with a CUDA toolkit of at most ", driver_);
       d_.check_cu(r, ("module load (kernels." + target + ".ptx, compiled by the driver for " + arch_ + ")").c_str());
+      compiled_for = std::stoi(target.substr(3, 3));
     } else {
       const std::vector<char> cubin = compile_cuda(module.cuda_source, arch_).cubin;
       d_.check_cu(d_.cuModuleLoadData(&m, cubin.data()), "module load");
     }
     std::map<std::string, Launch> fns;
     try {
-      fns = functions(module, m);
+      fns = functions(module, m, programmatic_ && compiled_for >= 90);
     } catch (...) {
       fns.clear();
       d_.report_cu(d_.cuModuleUnload(m), "module unload");
@@ -718,7 +734,9 @@ class CudaBackend : public Backend {
 
  private:
   // The module's kernels and library calls, by name.
-  std::map<std::string, Launch> functions(const ModuleSource& module, CUmodule m) {
+  // The module's kernels and library calls, by name; `programmatic`: kernels that wait for their
+  // predecessor may launch with programmatic serialization.
+  std::map<std::string, Launch> functions(const ModuleSource& module, CUmodule m, bool programmatic) {
     std::map<std::string, Launch> fns;
     // The kernels' signatures (their scratch buffers), read once from the text when it has any.
     std::vector<KernelSignature> signatures;
@@ -744,12 +762,14 @@ class CudaBackend : public Backend {
       }
       CUfunction f = nullptr;
       d_.check_cu(d_.cuModuleGetFunction(&f, m, k.name.c_str()), "kernel lookup");
+      check(k.shared_bytes <= shared_optin_, "kernel ", k.name, " needs ", k.shared_bytes, " bytes of shared memory a block; ", name_,
+            " allows ", shared_optin_, ": compile the plan for this GPU");
       if (k.shared_bytes > 48 * 1024) {
         d_.check_cu(d_.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(k.shared_bytes)),
                     "shared memory opt-in");
       }
       Launch& l = fns[k.name];
-      l = {f, k.grid, k.threads, k.shared_bytes, nullptr, programmatic_ && waits_for_predecessor(module.cuda_source, k.name), {}};
+      l = {f, k.grid, k.threads, k.shared_bytes, nullptr, programmatic && waits_for_predecessor(module.cuda_source, k.name), {}};
       for (const KernelParam& p : signature(k.name).params) {  // FT_SCRATCH parameters: Kernel::scratch
         if (p.scratch_elements == 0) continue;
         l.scratch.push_back(std::make_shared<CudaBuffer>(d_, static_cast<size_t>(p.scratch_elements * p.element_bytes)));
@@ -766,6 +786,7 @@ class CudaBackend : public Backend {
   std::string arch_;
   std::string name_;
   int sms_;
+  int64_t shared_optin_ = 0;  // the most dynamic shared memory a block may opt into
   planner::DriverAttributes attributes_;
   std::string driver_, toolkit_;
   std::unique_ptr<LazyBuffer> flush_;      // allocated by the first timed run
@@ -801,7 +822,8 @@ std::unique_ptr<Backend> make_cuda_backend(int device, std::string* why_not) {
   }
   CUdevice dev = 0;
   d.check_cu(d.cuDeviceGet(&dev, device), "device lookup");
-  d.check_cu(d.cuDevicePrimaryCtxRetain(&d.context, dev), "context creation");
+  char name[256] = {0};
+  d.check_cu(d.cuDeviceGetName(name, sizeof name, dev), "device name query");
   const auto attribute = [&](CUdevice_attribute what) {
     int v = 0;
     return d.cuDeviceGetAttribute(&v, what, dev) == CUDA_SUCCESS ? v : 0;
@@ -815,10 +837,9 @@ std::unique_ptr<Backend> make_cuda_backend(int device, std::string* why_not) {
   a.clock_khz = attribute(CU_DEVICE_ATTRIBUTE_CLOCK_RATE);
   size_t memory = 0;
   if (d.cuDeviceTotalMem != nullptr && d.cuDeviceTotalMem(&memory, dev) == CUDA_SUCCESS) a.memory_bytes = static_cast<int64_t>(memory);
-  char name[256] = {0};
-  d.cuDeviceGetName(name, sizeof name, dev);
   a.name = name;
   const std::string arch = "sm_" + std::to_string(a.compute_capability);
+  d.check_cu(d.cuDevicePrimaryCtxRetain(&d.context, dev), "context creation");
   try {
     return std::make_unique<CudaBackend>(std::move(d), dev, device, arch, std::move(a));
   } catch (...) {  // the backend did not take the hold on the context
