@@ -8,7 +8,9 @@
 #  1. the unit tests that run generated kernels on every backend (tests/unit/codegen_check.h; the
 #     wgmma and tensor-core suites first among them: on a GPU they confirm the fragment layouts and
 #     matrix descriptors the host emulates): on a GPU they run the same CUDA text through NVRTC
-#     and the driver and compare the outputs with the host's and the reference's; none may print
+#     and the driver and compare the outputs with the host's and the reference's; with them the
+#     deployment runtime on device pointers (RuntimeApi.Cuda*: in place and copied, a plan loaded on
+#     one thread and run on others, beside a second plan on the GPU); none may print
 #     "CUDA backend not run";
 #  2. every small test model compiled for the GPU (fusetune compile) and run on it against
 #     PyTorch's outputs (fusetune run --backend cuda);
