@@ -259,7 +259,7 @@ ImportedModel import_model(const onnx::ModelProto& m, const fs::path& base_dir, 
   }
   result.folded = b.folded();
   graph.remove_dead();
-  fold_conv_affine(graph);
+  if (opt.fold_affines) fold_conv_affine(graph);
   graph.validate();
   return result;
 }

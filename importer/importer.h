@@ -28,6 +28,9 @@ struct ImportOptions {
   // data-dependent argument (a Reshape's shape, Resize's scales, ...) from one of them
   // specializes to the value given here, as `run` does with the data it is handed.
   std::map<std::string, Tensor> input_values;
+  // Fold per-channel affines into the convolutions before them (importer/fold_conv_affine.h) as
+  // the last step; the compiler's pipeline runs that as a pass of its own (compiler/pipeline.h).
+  bool fold_affines = true;
 };
 
 struct OnnxOpUse {

@@ -223,20 +223,46 @@ bool tf32_precision(const std::string& precision) {
   return precision == "tf32";
 }
 
-ModelPlan plan_model(const Graph& g, const Device& d, const PlanOptions& opt, const Measurements* measurements) {
-  Planner planner(g, d, opt, measurements);
-  FusionOptions fusion = opt.fusion;
-  if (opt.compare_with_parts && !fusion.cost) {
-    fusion.cost = [&](const std::vector<int>& nodes) {
-      FusionGroup group;
-      group.nodes = nodes;
-      return planner.plan_group(group).modeled_us;
-    };
+struct ModelPlanner::Impl {
+  Impl(const Graph& graph, const Device& device, const PlanOptions& options, const Measurements* measurements)
+      : g(graph), d(device), opt(options), planner(graph, d, opt, measurements), fusion(opt.fusion) {
+    if (opt.compare_with_parts && !fusion.cost) {
+      fusion.cost = [this](const std::vector<int>& nodes) {
+        FusionGroup group;
+        group.nodes = nodes;
+        return planner.plan_group(group).modeled_us;
+      };
+    }
   }
-  FusionOptions local = fusion;  // the same fusion without stitching and packing: the parts
+  const Graph& g;
+  const Device d;         // copies: the planner keeps references to them
+  const PlanOptions opt;
+  Planner planner;
+  FusionOptions fusion;  // opt.fusion, its merges judged by the planner's cost model
+};
+
+ModelPlanner::ModelPlanner(const Graph& g, const Device& d, const PlanOptions& opt, const Measurements* measurements)
+    : impl_(std::make_unique<Impl>(g, d, opt, measurements)) {}
+ModelPlanner::~ModelPlanner() = default;
+
+std::vector<FusionPlan> ModelPlanner::partition() {
+  FusionOptions local = impl_->fusion;  // the same fusion without stitching and packing: the parts
   local.stitch = false;
   local.pack = false;
-  const std::vector<FusionPlan> levels = {fuse(g, fusion), fuse(g, local)};
+  return {fuse(impl_->g, impl_->fusion), fuse(impl_->g, local)};
+}
+
+ModelPlan plan_model(const Graph& g, const Device& d, const PlanOptions& opt, const Measurements* measurements) {
+  ModelPlanner planner(g, d, opt, measurements);
+  return planner.plan(planner.partition());
+}
+
+ModelPlan ModelPlanner::plan(const std::vector<FusionPlan>& levels) {
+  check(levels.size() == 2, "ModelPlanner::plan: the two fusions of partition(), not ", levels.size());
+  const Graph& g = impl_->g;
+  const PlanOptions& opt = impl_->opt;
+  const FusionOptions& fusion = impl_->fusion;
+  Planner& planner = impl_->planner;
   ModelPlan plan;
   int fresh_launch = 0;
   for (const FusionGroup& fg : levels[0].groups) {

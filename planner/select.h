@@ -21,6 +21,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <utility>
@@ -78,5 +79,26 @@ bool tf32_precision(const std::string& precision);
 
 ModelPlan plan_model(const Graph& g, const Device& d, const PlanOptions& opt = {},
                      const Measurements* measurements = nullptr);
+
+// plan_model in the two steps the compiler's pipeline runs (compiler/pipeline.h), over one cost
+// model: partition() fuses the graph (the cost model judging merges where compare_with_parts)
+// into the two fusions selection weighs: [0] the fusion as configured, [1] the same without
+// stitching and packing, the parts a fused group may split back into; plan() chooses the tiles of
+// each group of those, splits a fused group back where its parts model or measure faster, packs
+// the launches and checks the result (verify_plan). `g` and `measurements` must outlive the
+// planner; it keeps copies of `d` and `opt`.
+class ModelPlanner {
+ public:
+  ModelPlanner(const Graph& g, const Device& d, const PlanOptions& opt = {}, const Measurements* measurements = nullptr);
+  ~ModelPlanner();
+  ModelPlanner(const ModelPlanner&) = delete;
+  ModelPlanner& operator=(const ModelPlanner&) = delete;
+  std::vector<FusionPlan> partition();
+  ModelPlan plan(const std::vector<FusionPlan>& levels);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace fusetune::planner

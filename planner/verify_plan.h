@@ -1,8 +1,10 @@
-// The plan verifier: the invariants of a chosen plan (planner/fusion.h's and select.h's
-// guarantees), checked on every plan plan_model returns, so that a planning bug stops there,
-// naming the rule it broke, rather than showing later as a wrong or racing kernel.
+// The plan verifier: the invariants of a fusion (planner/fusion.h's guarantees) and of a chosen
+// plan (select.h's), checked on every plan plan_model returns (and on the fusion with the
+// compiler's --verify-each), so that a planning bug stops there, naming the rule it broke, rather
+// than showing later as a wrong or racing kernel.
 //
-// Takes a canonical graph and a plan of it. Checks:
+// Takes a canonical graph and a fusion or plan of it. verify_fusion checks partition, boundary
+// and order; verify_plan those and choice:
 //   partition: every node of the graph is in exactly one group; a group's nodes are in graph
 //     order and there is at least one;
 //   boundary: a group's inputs are exactly the values its nodes read from outside it, and its
@@ -20,6 +22,7 @@
 
 namespace fusetune::planner {
 
+void verify_fusion(const Graph& g, const FusionPlan& fusion);
 void verify_plan(const Graph& g, const ModelPlan& plan);
 
 }  // namespace fusetune::planner

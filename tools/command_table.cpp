@@ -141,7 +141,8 @@ std::vector<CommandSpec> make_table() {
         kPrecision,
         kLibraries,
         kVerifyBlocks,
-        {"dump-ir", "", "prints each kernel's Kernel IR"}}},
+        {"dump-after", "PASS|all", "prints what a pass made (import, fold, fuse, plan, generate, verify; a comma list, or all)"},
+        {"verify-each", "", "checks each pass's result before the next pass takes it"}}},
       {"run",
        "MODEL.onnx|PLAN_DIR",
        "runs a model on the reference interpreter, or a plan bundle on the GPU or the host; compares with the "

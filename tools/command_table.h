@@ -34,7 +34,7 @@ const std::vector<CommandSpec>& command_table();
 // The command named `name`; an Error for a name the table lacks.
 const CommandSpec& command_spec(const std::string& name);
 
-// "fusetune compile MODEL.onnx --device NAME --out DIR [--shape NAME=DxD]... [--dump-ir]".
+// "fusetune compile MODEL.onnx --device NAME --out DIR [--shape NAME=DxD]... [--verify-each]".
 std::string synopsis(const CommandSpec& spec);
 // The synopsis, the summary and one line per option.
 std::string command_help(const CommandSpec& spec);

@@ -43,6 +43,17 @@ inline int drop_barrier(codegen::Block& b, int target, int seen = 0) {
   return seen;
 }
 
+// A float as a 16-bit operand of `dtype` (float16 or bfloat16) and back: what the tensor-core
+// tests feed their fragments.
+inline uint16_t to_16(DType dtype, float x) { return dtype == DType::kBF16 ? float_to_bfloat16(x) : float_to_half(x); }
+inline float from_16(DType dtype, uint16_t x) { return dtype == DType::kBF16 ? bfloat16_to_float(x) : half_to_float(x); }
+
+// `cfg` with leading tile extents of 1 up to `rank` (a batched group's tile).
+inline planner::TileConfig with_batch(planner::TileConfig cfg, size_t rank) {
+  while (cfg.tile.size() < rank) cfg.tile.insert(cfg.tile.begin(), 1);
+  return cfg;
+}
+
 inline planner::TileConfig best_config(const Graph& g, const planner::FusionGroup& fg) {
   planner::TilingOptions generated_only{2, 2.0};
   generated_only.library_algorithms = 0;

@@ -91,8 +91,8 @@ Kernel one_mma_kernel(DType dtype, bool use_ldmatrix) {
   return k;
 }
 
-uint16_t to_16(DType dtype, float x) { return dtype == DType::kBF16 ? float_to_bfloat16(x) : float_to_half(x); }
-float from_16(DType dtype, uint16_t x) { return dtype == DType::kBF16 ? bfloat16_to_float(x) : half_to_float(x); }
+using fusetune::testing::from_16;
+using fusetune::testing::to_16;
 
 // Launches a two-warp one-mma kernel (parameters a, b, c, d: buffers already holding A, B and C)
 // and checks each warp's D[i][j] = C[i][j] + sum over kk < depth of product(w, i, kk, j), the
@@ -296,10 +296,7 @@ Chains matmul_chains(DType dtype) {
 const std::vector<TileConfig> kMmaTiles = {
     {{16, 8}, 16, 32, 1, true}, {{32, 32}, 32, 128, 1, true}, {{24, 20}, 16, 64, 1, true}, {{64, 64}, 64, 128, 1, true}};
 
-TileConfig with_batch(TileConfig cfg, size_t rank) {
-  while (cfg.tile.size() < rank) cfg.tile.insert(cfg.tile.begin(), 1);
-  return cfg;
-}
+using fusetune::testing::with_batch;
 
 TEST(TensorCoreMatMul, ChainsMatchTheReferenceOnEveryTile) {
   for (DType dtype : {DType::kF16, DType::kBF16}) {

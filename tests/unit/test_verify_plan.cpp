@@ -1,6 +1,6 @@
 // The plan verifier (planner/verify_plan.h): every plan of the test models passes (plan_model runs
 // it on each), and each rule, broken by hand in a real plan, is reported by name with the group
-// and the node or value at fault.
+// and the node or value at fault; the fusions of the models pass verify_fusion.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -97,6 +97,30 @@ TEST(VerifyPlan, EachBrokenRuleIsNamed) {
     p.groups[0].candidates[p.groups[0].chosen].cost.reject = "test";
   });
   EXPECT_NE(invalid.find("which is not valid: test"), std::string::npos) << invalid;
+}
+
+// The fusions planning starts from (ModelPlanner::partition: the fusion and its parts) keep the
+// partition, boundary and order rules on every test model, and a fusion broken by hand is named.
+TEST(VerifyPlan, FusionsKeepTheRulesAndABrokenOneIsNamed) {
+  for (const char* model : {"bert", "cnn_small", "gpt2_fp16", "swin_t"}) {
+    const Graph g = fusetune::testing::load_test_model(model);
+    const Device d = find_device("h100");
+    ModelPlanner planner(g, d);
+    const std::vector<FusionPlan> levels = planner.partition();
+    ASSERT_EQ(levels.size(), 2u) << model;
+    for (const FusionPlan& level : levels) EXPECT_NO_THROW(verify_fusion(g, level)) << model;
+    EXPECT_LE(levels[0].groups.size(), levels[1].groups.size()) << model << ": the parts are no fewer than the fused groups";
+  }
+  const Graph g = fusetune::testing::load_test_model("bert");
+  const Device d = find_device("h100");
+  FusionPlan f = ModelPlanner(g, d).partition()[0];
+  f.groups[0].nodes.pop_back();
+  try {
+    verify_fusion(g, f);
+    ADD_FAILURE() << "a node in no group passed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("plan: partition: node "), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

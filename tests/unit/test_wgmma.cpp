@@ -37,8 +37,8 @@ using fusetune::testing::add_op;
 using planner::FusionGroup;
 using planner::TileConfig;
 
-uint16_t to_16(DType dtype, float x) { return dtype == DType::kBF16 ? float_to_bfloat16(x) : float_to_half(x); }
-float from_16(DType dtype, uint16_t x) { return dtype == DType::kBF16 ? bfloat16_to_float(x) : half_to_float(x); }
+using fusetune::testing::from_16;
+using fusetune::testing::to_16;
 
 // One warpgroup: A (64x16, row-major at a) and B (16xN, row-major at b) are copied into shared
 // memory as core matrices (A K-major: core (r / 8, c / 8) at ((r / 8) * 2 + c / 8) * 64 elements,
@@ -164,7 +164,7 @@ TEST(WgmmaEmulation, AMissingWaitBarrierOrAnEarlyStoreIsReported) {
 // one group each, as in test_tensor_cores.cpp.
 using Chains = fusetune::testing::GroupedGraph;
 
-Chains matmul_chains(DType dtype) {
+Chains wgmma_chains(DType dtype) {
   Chains c;
   int id = 0;
   const auto chain = [&](Shape a, Shape b, const char* activation) {
@@ -188,17 +188,14 @@ TileConfig wgmma_tile(std::vector<int64_t> tile, int64_t step, int threads) {
   return t;
 }
 
-TileConfig with_batch(TileConfig cfg, size_t rank) {
-  while (cfg.tile.size() < rank) cfg.tile.insert(cfg.tile.begin(), 1);
-  return cfg;
-}
+using fusetune::testing::with_batch;
 
 TEST(WgmmaMatMul, ChainsMatchTheReferenceOnEveryTile) {
   const std::vector<TileConfig> tiles = {wgmma_tile({64, 16}, 16, 128), wgmma_tile({64, 64}, 32, 128),
                                          wgmma_tile({128, 64}, 16, 256), wgmma_tile({64, 128}, 64, 256),
                                          wgmma_tile({64, 300}, 16, 128), wgmma_tile({128, 32}, 32, 128)};
   for (DType dtype : {DType::kF16, DType::kBF16}) {
-    const Chains c = matmul_chains(dtype);
+    const Chains c = wgmma_chains(dtype);
     for (const TileConfig& tile : tiles) {
       fusetune::testing::check_groups(c.g, c.groups, [&](const FusionGroup& fg) {
         return with_batch(tile, c.g.value(fg.outputs[0]).shape.size());
