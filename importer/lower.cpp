@@ -2107,6 +2107,46 @@ void non_zero(NodeLowering& L) {
   L.set_output(0, L.constant(Tensor::from_ints(DType::kI64, {r, n}, out)));
 }
 
+// AffineGrid (opset 20): grid[n, (d,) h, w, i] = sum over j of theta[n, i, j] * base[(d,) h, w, j],
+// where base holds the homogeneous coordinates (x_w, y_h, (z_d,) 1) of the output's positions
+// normalized to [-1, 1]: pixel centres, (2i + 1) / extent - 1, or with align_corners the corner
+// pixels at -1 and 1, -1 + 2i / (extent - 1). The base grid is a constant of theta's type (size
+// must be constant); one MatMul of it by theta transposed, broadcast over the batch, gives the grid.
+void affine_grid(NodeLowering& L) {
+  const std::vector<int64_t> size = L.const_ints(1, "size");
+  check(size.size() == 4 || size.size() == 5, "size must be (N, C, H, W) or (N, C, D, H, W); it has ", size.size(), " entries");
+  const bool align = L.attr_i("align_corners", 0) != 0;
+  const int64_t dims = static_cast<int64_t>(size.size()) - 2;
+  const Shape theta = L.shape(0);
+  check(theta.size() == 3 && theta[0] == size[0] && theta[1] == dims && theta[2] == dims + 1, "theta must be (", size[0], ", ",
+        dims, ", ", dims + 1, ") for size ", shape_str(size), ", not ", shape_str(theta));
+  const std::vector<int64_t> extents(size.begin() + 2, size.end());  // (D,) H, W
+  for (int64_t e : extents) check(e > 0, "size ", shape_str(size), " has an empty spatial extent");
+  const int64_t points = checked_numel(extents, "AffineGrid output");
+  check(points <= kMaxElements / (dims + 1), "size ", shape_str(size), " makes the grid absurdly large");
+  std::vector<double> base(static_cast<size_t>(points * (dims + 1)));
+  for (int64_t p = 0; p < points; ++p) {
+    int64_t rest = p;
+    for (int64_t a = dims; a-- > 0;) {  // W first: coordinate 0 is x, along the last extent
+      const int64_t m = extents[static_cast<size_t>(a)], i = rest % m;
+      rest /= m;
+      const double c = align ? (m == 1 ? -1.0 : -1.0 + 2.0 * static_cast<double>(i) / static_cast<double>(m - 1))
+                             : (2.0 * static_cast<double>(i) + 1.0) / static_cast<double>(m) - 1.0;
+      base[static_cast<size_t>(p * (dims + 1) + (dims - 1 - a))] = c;
+    }
+    base[static_cast<size_t>(p * (dims + 1) + dims)] = 1.0;
+  }
+  Tensor grid(L.val(0).dtype, {points, dims + 1});
+  grid.set_doubles(base);
+  Attributes t;
+  t.set("perm", std::vector<int64_t>{0, 2, 1});
+  const int product = L.emit("MatMul", {L.constant(std::move(grid)), L.emit("Transpose", {L.input(0)}, t)});
+  Shape out = {size[0]};
+  out.insert(out.end(), extents.begin(), extents.end());
+  out.push_back(dims);
+  L.set_output(0, L.reshape(product, out));
+}
+
 void depth_space(NodeLowering& L) {
   check(L.rank(0) == 4, "input must be 4-D (N, C, H, W)");
   const int64_t bs = L.attr_i("blocksize", 0);
@@ -2136,7 +2176,7 @@ void depth_space(NodeLowering& L) {
 
 const std::map<std::string, Lowering>& lowerings() {
   static const std::map<std::string, Lowering> table = {
-      {"Abs", pass_through}, {"Acos", trig_by_formula}, {"Acosh", trig_by_formula}, {"Add", pass_through}, {"And", pass_through}, {"ArgMax", arg_reduce},
+      {"Abs", pass_through}, {"Acos", trig_by_formula}, {"Acosh", trig_by_formula}, {"Add", pass_through}, {"AffineGrid", affine_grid}, {"And", pass_through}, {"ArgMax", arg_reduce},
       {"ArgMin", arg_reduce}, {"Asin", trig_by_formula}, {"Asinh", trig_by_formula}, {"Atan", pass_through}, {"Atanh", trig_by_formula}, {"Attention", attention}, {"AveragePool", pool}, {"BatchNormalization", batch_norm}, {"BitShift", bitwise}, {"BitwiseAnd", bitwise}, {"BitwiseNot", bitwise}, {"BitwiseOr", bitwise}, {"BitwiseXor", bitwise}, {"BlackmanWindow", window},
       {"Cast", cast}, {"CastLike", cast_like}, {"Ceil", pass_through}, {"Celu", celu}, {"CenterCropPad", center_crop_pad}, {"Clip", clip}, {"Concat", concat},
       {"Constant", constant_op}, {"ConstantOfShape", constant_of_shape}, {"Conv", conv}, {"ConvTranspose", conv_transpose}, {"Cos", pass_through}, {"Cosh", trig_by_formula}, {"CumProd", cum_prod}, {"CumSum", cum_sum},
