@@ -4,6 +4,7 @@
 
 #include "coordinator/status_json.h"
 #include "core/files.h"
+#include "core/inert_text.h"
 
 namespace fusetune::coordinator {
 

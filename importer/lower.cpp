@@ -1065,6 +1065,32 @@ void gather(NodeLowering& L) {
   L.set_output(0, L.emit("Gather", {L.input(0), L.input(1)}, a));
 }
 
+// Compress: the slices along `axis` (of the flattened input without one) whose condition entry is
+// true; entries past the condition's length count as false. The condition must be constant (or a
+// graph input whose value the import was given), so the output's extent is static: a Gather at
+// the true entries' indices.
+void compress(NodeLowering& L) {
+  const std::vector<int64_t> cond = L.const_ints(1, "condition");
+  check(L.rank(1) == 1, "condition must be 1-D, not ", shape_str(L.shape(1)));
+  int data = L.input(0);
+  int64_t axis = 0;
+  if (L.has_attr("axis")) {
+    axis = axis_of(L, "axis", 0, L.rank(0));
+  } else {
+    data = L.reshape(data, {numel(L.shape(0))});
+  }
+  const int64_t extent = L.builder().value(data).shape[static_cast<size_t>(axis)];
+  std::vector<int64_t> picked;
+  for (int64_t i = 0; i < std::min<int64_t>(extent, static_cast<int64_t>(cond.size())); ++i) {
+    if (cond[static_cast<size_t>(i)] != 0) picked.push_back(i);
+  }
+  check(!picked.empty(), "the condition selects no slice: an empty result is not supported");
+  Attributes a;
+  a.set("axis", axis);
+  const auto n = static_cast<int64_t>(picked.size());
+  L.set_output(0, L.emit("Gather", {data, L.constant(Tensor::from_ints(DType::kI64, {n}, picked))}, a));
+}
+
 // The flat index into data of shape `ds` of each element i of `indices` (shape `is`, the data's
 // rank), i with its coordinate along `axis` replaced by the index there (negative ones counted
 // from the end): C[i] + idx[i] x the axis's stride, C a constant holding the other coordinates'
@@ -2178,7 +2204,7 @@ const std::map<std::string, Lowering>& lowerings() {
   static const std::map<std::string, Lowering> table = {
       {"Abs", pass_through}, {"Acos", trig_by_formula}, {"Acosh", trig_by_formula}, {"Add", pass_through}, {"AffineGrid", affine_grid}, {"And", pass_through}, {"ArgMax", arg_reduce},
       {"ArgMin", arg_reduce}, {"Asin", trig_by_formula}, {"Asinh", trig_by_formula}, {"Atan", pass_through}, {"Atanh", trig_by_formula}, {"Attention", attention}, {"AveragePool", pool}, {"BatchNormalization", batch_norm}, {"BitShift", bitwise}, {"BitwiseAnd", bitwise}, {"BitwiseNot", bitwise}, {"BitwiseOr", bitwise}, {"BitwiseXor", bitwise}, {"BlackmanWindow", window},
-      {"Cast", cast}, {"CastLike", cast_like}, {"Ceil", pass_through}, {"Celu", celu}, {"CenterCropPad", center_crop_pad}, {"Clip", clip}, {"Concat", concat},
+      {"Cast", cast}, {"CastLike", cast_like}, {"Ceil", pass_through}, {"Celu", celu}, {"CenterCropPad", center_crop_pad}, {"Clip", clip}, {"Compress", compress}, {"Concat", concat},
       {"Constant", constant_op}, {"ConstantOfShape", constant_of_shape}, {"Conv", conv}, {"ConvTranspose", conv_transpose}, {"Cos", pass_through}, {"Cosh", trig_by_formula}, {"CumProd", cum_prod}, {"CumSum", cum_sum},
       {"DepthToSpace", depth_space}, {"Div", pass_through}, {"Dropout", dropout}, {"Einsum", einsum}, {"Elu", unary_with_defaults},
       {"Equal", pass_through}, {"Erf", pass_through}, {"Exp", pass_through}, {"Expand", expand}, {"EyeLike", eye_like},
