@@ -1585,6 +1585,47 @@ void scatter_nd(NodeLowering& L) {
   L.set_output(0, L.emit("ScatterND", {L.input(0), L.input(1), L.input(2)}, a));
 }
 
+// MaxUnpool: zeros of the unpooled shape, per spatial axis (in - 1) x stride - pad begin - pad end
+// + kernel, with each element of X at its index in I (MaxPool's Indices: flat over that whole
+// tensor): a ScatterND of the flattened X into flattened zeros. An output_shape (constant, at
+// least the unpooled shape) pads it with zeros at the end of each axis, as onnx's reference does.
+void max_unpool(NodeLowering& L) {
+  const Shape x = L.shape(0);
+  check(x.size() >= 3, "X must be (N, C, D1, ...), not ", shape_str(x));
+  check(L.shape(1) == x, "I must have X's shape ", shape_str(x), ", not ", shape_str(L.shape(1)));
+  const size_t spatial = x.size() - 2;
+  const std::vector<int64_t> kernel = L.attr_ints("kernel_shape");
+  const std::vector<int64_t> strides = L.attr_ints("strides", std::vector<int64_t>(spatial, 1));
+  const std::vector<int64_t> pads = L.attr_ints("pads", std::vector<int64_t>(2 * spatial, 0));
+  check(kernel.size() == spatial && strides.size() == spatial && pads.size() == 2 * spatial, "kernel_shape, strides and pads must have ",
+        spatial, ", ", spatial, " and ", 2 * spatial, " entries for X ", shape_str(x));
+  Shape unpooled = {x[0], x[1]};
+  for (size_t d = 0; d < spatial; ++d) {
+    check(strides[d] > 0 && kernel[d] > 0 && x[d + 2] <= kMaxElements / strides[d], "kernel_shape and strides must be positive and small");
+    unpooled.push_back((x[d + 2] - 1) * strides[d] - pads[d] - pads[d + spatial] + kernel[d]);
+    check(unpooled.back() > 0, "the unpooled shape ", shape_str(unpooled), " has an empty extent");
+  }
+  const int64_t total = checked_numel(unpooled, "MaxUnpool output"), n = numel(x);
+  Attributes expand;
+  expand.set("shape", Shape{total});
+  const int zeros = L.emit("Expand", {scalar_like(L, 0, 0.0)}, expand);
+  Attributes none;
+  none.set("reduction", std::string("none"));
+  int y = L.reshape(L.emit("ScatterND", {zeros, L.reshape(L.input(1), {n, 1}), L.reshape(L.input(0), {n})}, none), unpooled);
+  if (L.has_input(2)) {
+    const Shape out = L.const_ints(2, "output_shape");
+    check(out.size() == x.size(), "output_shape ", shape_str(out), " must have X's rank ", x.size());
+    std::vector<int64_t> grow(2 * x.size(), 0);
+    for (size_t d = 0; d < x.size(); ++d) {
+      check(out[d] >= unpooled[d] && (d >= 2 || out[d] == unpooled[d]), "output_shape ", shape_str(out),
+            " is smaller than the unpooled shape ", shape_str(unpooled), " or changes N or C");
+      grow[d + x.size()] = out[d] - unpooled[d];
+    }
+    if (out != unpooled) y = zero_pad(L, y, grow);
+  }
+  L.set_output(0, y);
+}
+
 // Trilu: Where(mask, x, 0) with a constant mask over the last two axes (j - i >= k for the upper
 // triangle, <= k for the lower), which folds when x is constant too (a causal mask).
 void trilu(NodeLowering& L) {
@@ -2214,7 +2255,7 @@ const std::map<std::string, Lowering>& lowerings() {
       {"Identity", identity}, {"InstanceNormalization", instance_norm}, {"IsInf", is_inf}, {"IsNaN", pass_through},
       {"LRN", lrn}, {"LayerNormalization", layer_norm}, {"LeakyRelu", unary_with_defaults}, {"Less", pass_through},
       {"LessOrEqual", pass_through}, {"Log", pass_through}, {"LogSoftmax", softmax}, {"LpNormalization", lp_normalization}, {"LpPool", lp_pool}, {"MatMul", matmul},
-      {"Max", variadic}, {"MaxPool", pool}, {"Mean", variadic}, {"MeanVarianceNormalization", mean_variance_normalization}, {"Min", variadic}, {"Mish", mish}, {"Mod", mod},
+      {"Max", variadic}, {"MaxPool", pool}, {"MaxUnpool", max_unpool}, {"Mean", variadic}, {"MeanVarianceNormalization", mean_variance_normalization}, {"Min", variadic}, {"Mish", mish}, {"Mod", mod},
       {"Mul", pass_through}, {"Neg", pass_through}, {"NonZero", non_zero}, {"Not", pass_through}, {"OneHot", one_hot},
       {"Or", pass_through}, {"PRelu", pass_through}, {"Pad", pad}, {"Pow", pass_through}, {"RMSNormalization", rms_norm}, {"Range", range},
       {"Reciprocal", pass_through}, {"ReduceL1", reduce}, {"ReduceL2", reduce}, {"ReduceLogSum", reduce},
