@@ -328,7 +328,7 @@ struct Kernel {
 std::set<std::string> expression_names(const std::string& text);
 // A statement's own line in the readable dump (without its nested blocks).
 std::string line_text(const Stmt& s);
-// A readable dump of the IR (tests compare it; `fusetune compile --dump-ir` prints it).
+// A readable dump of the IR (tests compare it; `fusetune compile --dump-after generate` prints it).
 std::string to_text(const Kernel& k);
 // The (N, bfloat16) shapes of the wgmmas the kernel issues; a kernel with any compiles for sm_90a
 // only (emit_cuda specialises ft_wgmma for each).

@@ -14,7 +14,7 @@
 // parts were measured at different thread counts becomes one launch per part. Bundle::group_configs
 // says what each group was lowered with; `launches_out`, where given, receives each launch in order
 // (its Kernel IR, the values bound to its parameters, its groups: what compiler/verify_bundle.h
-// checks and `compile --dump-ir` prints).
+// checks and `compile --dump-after generate` prints).
 #pragma once
 
 #include <set>
