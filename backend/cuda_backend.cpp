@@ -417,6 +417,7 @@ class CudaSequence : public Sequence {
     }
   }
   void bind(Buffer* buffer, void* address) override {
+    if (address == nullptr && bound_.count(buffer) == 0) return;  // its own memory already: every host run asks
     const CUdeviceptr to = address != nullptr ? reinterpret_cast<CUdeviceptr>(address) : address_of(buffer);
     if (address != nullptr) {
       bound_[buffer] = to;

@@ -199,12 +199,12 @@ void PlanRunner::run(const std::vector<const void*>& inputs, const std::vector<v
     }
     return true;
   };
-  const auto is_input = [&](int id) { return std::find(s_->input_ids.begin(), s_->input_ids.end(), id) != s_->input_ids.end(); };
+  const auto times = [](const std::vector<int>& ids, int id) { return std::count(ids.begin(), ids.end(), id); };
   std::vector<backend::Transfer> in, out;
   for (size_t i = 0; i < inputs.size(); ++i) {
     backend::Buffer* b = s_->buffers[static_cast<size_t>(s_->input_ids[i])].get();
     // An input that is also an output stays in the plan's buffer: the output is copied from it.
-    const bool returned = std::find(s_->output_ids.begin(), s_->output_ids.end(), s_->input_ids[i]) != s_->output_ids.end();
+    const bool returned = times(s_->output_ids, s_->input_ids[i]) > 0;
     if (!returned && bindable(i)) {
       s_->sequence->bind(b, const_cast<void*>(inputs[i]));
     } else {
@@ -216,11 +216,11 @@ void PlanRunner::run(const std::vector<const void*>& inputs, const std::vector<v
     const int id = s_->output_ids[k];
     backend::Buffer* b = s_->buffers[static_cast<size_t>(id)].get();
     // Bound: an output a launch writes (not a constant, not an input passed through), listed once.
-    const bool once = std::count(s_->output_ids.begin(), s_->output_ids.end(), id) == 1;
-    if (!is_input(id) && !s_->constant[static_cast<size_t>(id)] && once && bindable(inputs.size() + k)) {
+    const bool may_bind = times(s_->input_ids, id) == 0 && !s_->constant[static_cast<size_t>(id)] && times(s_->output_ids, id) == 1;
+    if (may_bind && bindable(inputs.size() + k)) {
       s_->sequence->bind(b, outputs[k]);
     } else {
-      if (!is_input(id) && !s_->constant[static_cast<size_t>(id)]) s_->sequence->bind(b, nullptr);
+      if (may_bind) s_->sequence->bind(b, nullptr);
       if (bytes_of(inputs.size() + k) > 0) out.push_back({b, outputs[k], bytes_of(inputs.size() + k), device});
     }
   }
