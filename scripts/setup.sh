@@ -136,14 +136,15 @@ if [ "$mode" = sanitize ]; then
   # Debug (assertions on) at -O1, as AddressSanitizer's authors advise: the same checks, and the
   # CPU-bound tests run 2.4-3.2x faster than at -O0 (compiled.gpt2 177 s -> 64 s here). Line
   # tables only (-g1): every report's stack trace names file and line, and a source compiles in
-  # about 70% of the time it takes with full debug information.
+  # about 70% of the time it takes with full debug information. The tests share the Release
+  # build's cache folder (cmake/FusetuneTestCaches.cmake): the host builds of kernels are the same.
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-g1 -O1" -DFUSETUNE_SANITIZE=ON \
-    -DCMAKE_UNITY_BUILD="$unity" >/dev/null
+    -DCMAKE_UNITY_BUILD="$unity" "-DFUSETUNE_TEST_CACHE_DIR=$PWD/build/test-cache" >/dev/null
   cmake --build build-asan -j "$jobs"
 elif [ "$mode" = tsan ]; then
   # ThreadSanitizer, optimized as the ASan build is (-O1, line tables), assertions on.
   cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-g1 -O1" -DFUSETUNE_TSAN=ON \
-    -DCMAKE_UNITY_BUILD="$unity" >/dev/null
+    -DCMAKE_UNITY_BUILD="$unity" "-DFUSETUNE_TEST_CACHE_DIR=$PWD/build/test-cache" >/dev/null
   cmake --build build-tsan -j "$jobs"
 else
   # Release as it ships (-O3, NDEBUG), warnings as errors as for every developer build; no debug
