@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/ops.h"
+#include "importer/lower_quant.h"
 #include "importer/onnx_io.h"
 
 namespace fusetune::importer {
@@ -98,20 +99,45 @@ void NodeLowering::set_output(size_t k, int v) {
   if (k < outputs_.size()) outputs_[k] = v;
 }
 
+int cast_to(NodeLowering& L, int v, DType to) {
+  if (L.builder().value(v).dtype == to) return v;
+  Attributes a;
+  a.set("to", static_cast<int64_t>(dtype_to_onnx(to)));
+  return L.emit("Cast", {v}, a);
+}
+
+std::pair<int64_t, int64_t> integer_range(DType t) {
+  switch (t) {
+    case DType::kI8: return {INT8_MIN, INT8_MAX};
+    case DType::kI16: return {INT16_MIN, INT16_MAX};
+    case DType::kI32: return {INT32_MIN, INT32_MAX};
+    case DType::kI64: return {INT64_MIN, INT64_MAX};
+    case DType::kU8: return {0, UINT8_MAX};
+    case DType::kU16: return {0, UINT16_MAX};
+    case DType::kU32: return {0, UINT32_MAX};
+    case DType::kU64: return {0, -1};
+    case DType::kBool: return {0, 1};
+    case DType::kI4: return {-8, 7};
+    case DType::kU4: return {0, 15};
+    case DType::kI2: return {-2, 1};
+    case DType::kU2: return {0, 3};
+    default: fail("no integer range for ", dtype_name(t));
+  }
+}
+
+int reduce_node(NodeLowering& L, const std::string& op, int x, const std::vector<int64_t>& axes, int64_t keep) {
+  Attributes a;
+  a.set("axes", axes);
+  a.set("keepdims", keep);
+  return L.emit(op, {x}, a);
+}
+
 namespace {
 
 using Lowering = void (*)(NodeLowering&);
 
 int64_t axis_of(NodeLowering& L, const std::string& attr, int64_t fallback, int64_t rank) {
   return normalize_axis(L.attr_i(attr, fallback), rank, attr);
-}
-
-// Value v as type `to`: a Cast, or v itself when it has that type already.
-int cast_to(NodeLowering& L, int v, DType to) {
-  if (L.builder().value(v).dtype == to) return v;
-  Attributes a;
-  a.set("to", static_cast<int64_t>(dtype_to_onnx(to)));
-  return L.emit("Cast", {v}, a);
 }
 
 int scalar_like(NodeLowering& L, size_t k, double v) {
@@ -241,22 +267,6 @@ void variadic(NodeLowering& L) {  // Sum, Max, Min, Mean -> chains of binary ops
   L.set_output(0, acc);
 }
 
-// The smallest and largest value of an integer type or bool (the largest uint64 as its bit
-// pattern, -1).
-std::pair<int64_t, int64_t> integer_range(DType t) {
-  switch (t) {
-    case DType::kI8: return {INT8_MIN, INT8_MAX};
-    case DType::kI16: return {INT16_MIN, INT16_MAX};
-    case DType::kI32: return {INT32_MIN, INT32_MAX};
-    case DType::kI64: return {INT64_MIN, INT64_MAX};
-    case DType::kU8: return {0, UINT8_MAX};
-    case DType::kU16: return {0, UINT16_MAX};
-    case DType::kU32: return {0, UINT32_MAX};
-    case DType::kU64: return {0, -1};
-    case DType::kBool: return {0, 1};
-    default: fail("no integer range for ", dtype_name(t));
-  }
-}
 
 // Axes of a Reduce*: from the attribute (older opsets) or the second input (ReduceSum 13+, all 18+).
 std::vector<int64_t> reduce_axes(NodeLowering& L, bool& noop) {
@@ -282,12 +292,6 @@ std::vector<int64_t> reduce_axes(NodeLowering& L, bool& noop) {
   return axes;
 }
 
-int reduce_node(NodeLowering& L, const std::string& op, int x, const std::vector<int64_t>& axes, int64_t keep) {
-  Attributes a;
-  a.set("axes", axes);
-  a.set("keepdims", keep);
-  return L.emit(op, {x}, a);
-}
 
 void reduce(NodeLowering& L) {
   bool noop = false;
@@ -767,12 +771,14 @@ std::vector<int64_t> window_pads(NodeLowering& L, const Shape& in_spatial, const
   return pads;
 }
 
-void conv(NodeLowering& L) {
-  check(L.rank(0) >= 3, "input must be at least 3-D (N, C, spatial...), got ", shape_str(L.shape(0)));
-  const size_t sp = static_cast<size_t>(L.rank(0) - 2);
-  check(L.rank(1) == L.rank(0), "weight of shape ", shape_str(L.shape(1)), " does not match input rank");
-  const Shape w_shape = L.shape(1);
-  const Shape x_shape = L.shape(0);
+}  // namespace
+
+Attributes conv_attributes(NodeLowering& L, size_t x, size_t w) {
+  check(L.rank(x) >= 3, "input must be at least 3-D (N, C, spatial...), got ", shape_str(L.shape(x)));
+  const size_t sp = static_cast<size_t>(L.rank(x) - 2);
+  check(L.rank(w) == L.rank(x), "weight of shape ", shape_str(L.shape(w)), " does not match input rank");
+  const Shape w_shape = L.shape(w);
+  const Shape x_shape = L.shape(x);
   const std::vector<int64_t> kernel(w_shape.begin() + 2, w_shape.end());
   if (L.has_attr("kernel_shape")) check(L.attr_ints("kernel_shape") == kernel, "kernel_shape disagrees with the weight");
   const auto strides = L.attr_ints("strides", std::vector<int64_t>(sp, 1));
@@ -783,6 +789,13 @@ void conv(NodeLowering& L) {
   a.set("dilations", dil);
   a.set("pads", window_pads(L, Shape(x_shape.begin() + 2, x_shape.end()), kernel, strides, dil));
   a.set("group", L.attr_i("group", 1));
+  return a;
+}
+
+namespace {
+
+void conv(NodeLowering& L) {
+  const Attributes a = conv_attributes(L, 0, 1);
   std::vector<int> ins = {L.input(0), L.input(1)};
   if (L.has_input(2)) ins.push_back(L.input(2));
   L.set_output(0, L.emit("Conv", ins, a));
@@ -2246,18 +2259,18 @@ const std::map<std::string, Lowering>& lowerings() {
       {"Abs", pass_through}, {"Acos", trig_by_formula}, {"Acosh", trig_by_formula}, {"Add", pass_through}, {"AffineGrid", affine_grid}, {"And", pass_through}, {"ArgMax", arg_reduce},
       {"ArgMin", arg_reduce}, {"Asin", trig_by_formula}, {"Asinh", trig_by_formula}, {"Atan", pass_through}, {"Atanh", trig_by_formula}, {"Attention", attention}, {"AveragePool", pool}, {"BatchNormalization", batch_norm}, {"BitShift", bitwise}, {"BitwiseAnd", bitwise}, {"BitwiseNot", bitwise}, {"BitwiseOr", bitwise}, {"BitwiseXor", bitwise}, {"BlackmanWindow", window},
       {"Cast", cast}, {"CastLike", cast_like}, {"Ceil", pass_through}, {"Celu", celu}, {"CenterCropPad", center_crop_pad}, {"Clip", clip}, {"Compress", compress}, {"Concat", concat},
-      {"Constant", constant_op}, {"ConstantOfShape", constant_of_shape}, {"Conv", conv}, {"ConvTranspose", conv_transpose}, {"Cos", pass_through}, {"Cosh", trig_by_formula}, {"CumProd", cum_prod}, {"CumSum", cum_sum},
-      {"DepthToSpace", depth_space}, {"Div", pass_through}, {"Dropout", dropout}, {"Einsum", einsum}, {"Elu", unary_with_defaults},
+      {"Constant", constant_op}, {"ConstantOfShape", constant_of_shape}, {"Conv", conv}, {"ConvTranspose", conv_transpose}, {"ConvInteger", conv_integer}, {"Cos", pass_through}, {"Cosh", trig_by_formula}, {"CumProd", cum_prod}, {"CumSum", cum_sum},
+      {"DepthToSpace", depth_space}, {"DequantizeLinear", dequantize_linear}, {"Div", pass_through}, {"Dropout", dropout}, {"DynamicQuantizeLinear", dynamic_quantize_linear}, {"Einsum", einsum}, {"Elu", unary_with_defaults},
       {"Equal", pass_through}, {"Erf", pass_through}, {"Exp", pass_through}, {"Expand", expand}, {"EyeLike", eye_like},
       {"Flatten", flatten}, {"Floor", pass_through}, {"Gather", gather}, {"GatherElements", gather_elements}, {"GatherND", gather_nd}, {"Gelu", gelu}, {"Gemm", gemm},
       {"GlobalAveragePool", global_pool}, {"GlobalMaxPool", global_pool}, {"Greater", pass_through},
       {"GreaterOrEqual", pass_through}, {"GroupNormalization", group_norm}, {"HammingWindow", window}, {"HannWindow", window}, {"HardSigmoid", unary_with_defaults}, {"HardSwish", pass_through}, {"Hardmax", hardmax},
       {"Identity", identity}, {"InstanceNormalization", instance_norm}, {"IsInf", is_inf}, {"IsNaN", pass_through},
       {"LRN", lrn}, {"LayerNormalization", layer_norm}, {"LeakyRelu", unary_with_defaults}, {"Less", pass_through},
-      {"LessOrEqual", pass_through}, {"Log", pass_through}, {"LogSoftmax", softmax}, {"LpNormalization", lp_normalization}, {"LpPool", lp_pool}, {"MatMul", matmul},
+      {"LessOrEqual", pass_through}, {"Log", pass_through}, {"LogSoftmax", softmax}, {"LpNormalization", lp_normalization}, {"LpPool", lp_pool}, {"MatMul", matmul}, {"MatMulInteger", matmul_integer},
       {"Max", variadic}, {"MaxPool", pool}, {"MaxUnpool", max_unpool}, {"Mean", variadic}, {"MeanVarianceNormalization", mean_variance_normalization}, {"Min", variadic}, {"Mish", mish}, {"Mod", mod},
       {"Mul", pass_through}, {"Neg", pass_through}, {"NonZero", non_zero}, {"Not", pass_through}, {"OneHot", one_hot},
-      {"Or", pass_through}, {"PRelu", pass_through}, {"Pad", pad}, {"Pow", pass_through}, {"RMSNormalization", rms_norm}, {"Range", range},
+      {"Or", pass_through}, {"PRelu", pass_through}, {"Pad", pad}, {"Pow", pass_through}, {"QLinearConv", qlinear_conv}, {"QLinearMatMul", qlinear_matmul}, {"QuantizeLinear", quantize_linear}, {"RMSNormalization", rms_norm}, {"Range", range},
       {"Reciprocal", pass_through}, {"ReduceL1", reduce}, {"ReduceL2", reduce}, {"ReduceLogSum", reduce},
       {"ReduceLogSumExp", reduce}, {"ReduceMax", reduce}, {"ReduceMean", reduce}, {"ReduceMin", reduce},
       {"ReduceProd", reduce}, {"ReduceSum", reduce}, {"ReduceSumSquare", reduce}, {"Relu", pass_through},

@@ -17,6 +17,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "importer/builder.h"
@@ -88,6 +89,18 @@ class NodeLowering {
   std::vector<int> outputs_;
   int emitted_ = 0;
 };
+
+// Helpers the lowering files share (lower.cpp, lower_quant.cpp).
+// Value v as type `to`: a Cast, or v itself when it has that type already.
+int cast_to(NodeLowering& L, int v, DType to);
+// The smallest and largest value of an integer type or bool (the largest uint64 as its bit
+// pattern, -1).
+std::pair<int64_t, int64_t> integer_range(DType t);
+// A canonical reduction `op` of x over `axes` (keepdims `keep`).
+int reduce_node(NodeLowering& L, const std::string& op, int x, const std::vector<int64_t>& axes, int64_t keep);
+// The canonical Conv's attributes for the node's input `x` and weight `w` (strides, dilations,
+// explicit pads with auto_pad resolved, group), checking kernel_shape against the weight.
+Attributes conv_attributes(NodeLowering& L, size_t x, size_t w);
 
 // True if fusetune lowers this ONNX op type of the default domain.
 bool is_supported_onnx_op(const std::string& op_type);

@@ -508,6 +508,14 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       return c;
     }
   }
+  if (cfg.reduce_step > 0 && std::any_of(group.nodes.begin(), group.nodes.end(), [&](int n) {
+        const Node& node = g.nodes()[static_cast<size_t>(n)];
+        return is_contraction(node) && !is_float(g.value(node.inputs[0]).dtype);
+      })) {
+    c.reject = "an integer MatMul or Conv (MatMulInteger's, ConvInteger's) accumulates exactly in 64-bit integers, "
+               "unstaged: staged slices hold floats";
+    return c;
+  }
   if (cfg.wgmma) {
     if (!cfg.mma || !has_wgmma(d)) {
       c.reject = "wgmma needs tensor cores (mma) on a device of compute capability 9.0 (sm_90a)";
@@ -1191,7 +1199,7 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
   if (opt.constant_bytes < 0) opt.constant_bytes = constant_bytes(g);
   const int root = group_root(g, group);
   const Shape& rs = g.value(root).shape;
-  bool contraction = false;
+  bool contraction = false, integer = false;  // integer: some contraction has integer operands
   bool conv = false, window_only = true;  // a Conv group; all its Convs depthwise-like (one step)
   int64_t k_extent = 0;
   // The longest reduction space of a reduction or contraction: the generic reduction stage's
@@ -1207,6 +1215,7 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
     }
     if (is_contraction(node)) {
       contraction = true;
+      integer = integer || !is_float(g.value(node.inputs[0]).dtype);
       const TensorExpr e = describe(g, node);
       if (node.op == "Conv") {  // the implicit GEMM steps through C_in/groups x window
         conv = true;
@@ -1230,9 +1239,10 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
       if (threads > elems * std::max<int64_t>(64, span / kReductionLoadsInFlight) || elems > static_cast<int64_t>(threads) * 64) continue;
       const bool cooperative_only = threads > elems * 64;  // beyond 64 an output: the unstaged (step 0) form alone
       // Steps of a contraction; a Conv keeps the unstaged schedule (step 0) as a candidate, and a
-      // depthwise one has a single staged form (its window in one step).
+      // depthwise one has a single staged form (its window in one step). An integer contraction
+      // is unstaged alone (evaluate_tile).
       std::vector<int64_t> steps = {0};
-      if (contraction) {
+      if (contraction && !integer) {
         if (!conv) steps.clear();
         for (int64_t s : {8, 16, 32, 64}) {
           if (s <= std::max<int64_t>(k_extent, 8) && (s == 8 || !window_only)) steps.push_back(s);

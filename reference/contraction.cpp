@@ -1,5 +1,9 @@
 // Reference contractions: MatMul (numpy semantics, broadcast batch dims) and N-d grouped Conv.
-// Inputs are read as float, products accumulate in double.
+// Float inputs are read as float and their products accumulate in double; integer inputs (the
+// int32 contractions that MatMulInteger, ConvInteger and the QLinear ops lower to) are read and
+// accumulated in 64 bits, wrapping (unsigned arithmetic: no overflow is undefined), and stored
+// wrapped to the output's width as numpy's integer products are.
+#include <type_traits>
 #include <vector>
 
 #include "core/error.h"
@@ -11,6 +15,26 @@ namespace fusetune::reference {
 
 namespace {
 
+// The elements of t as E (float or int64_t), and a result of accumulators Acc stored in out.
+template <typename E>
+std::vector<E> elements(const Tensor& t) {
+  if constexpr (std::is_same_v<E, float>) {
+    return t.to_floats();
+  } else {
+    return t.to_ints();
+  }
+}
+
+template <typename Acc>
+void store(Tensor& out, const std::vector<Acc>& result) {
+  if constexpr (std::is_same_v<Acc, double>) {
+    out.set_doubles(result);
+  } else {
+    out.set_ints(std::vector<int64_t>(result.begin(), result.end()));
+  }
+}
+
+template <typename E, typename Acc>
 void run_matmul(const Tensor& a_t, const Tensor& b_t, Tensor& out) {
   Shape a = a_t.shape();
   Shape b = b_t.shape();
@@ -24,26 +48,27 @@ void run_matmul(const Tensor& a_t, const Tensor& b_t, Tensor& out) {
   const Shape batch = broadcast_shapes(a_batch, b_batch, "batch dimensions");
   const std::vector<int64_t> ao = broadcast_offsets(a_batch, batch);
   const std::vector<int64_t> bo = broadcast_offsets(b_batch, batch);
-  const std::vector<float> av = a_t.to_floats();
-  const std::vector<float> bv = b_t.to_floats();
-  std::vector<double> result(static_cast<size_t>(out.numel()));
-  std::vector<double> row(static_cast<size_t>(n));
+  const std::vector<E> av = elements<E>(a_t);
+  const std::vector<E> bv = elements<E>(b_t);
+  std::vector<Acc> result(static_cast<size_t>(out.numel()));
+  std::vector<Acc> row(static_cast<size_t>(n));
   for (size_t bi = 0; bi < ao.size(); ++bi) {
-    const float* A = av.data() + ao[bi] * m * k;
-    const float* B = bv.data() + bo[bi] * k * n;
+    const E* A = av.data() + ao[bi] * m * k;
+    const E* B = bv.data() + bo[bi] * k * n;
     for (int64_t i = 0; i < m; ++i) {
-      std::fill(row.begin(), row.end(), 0.0);
+      std::fill(row.begin(), row.end(), Acc{0});
       for (int64_t kk = 0; kk < k; ++kk) {
-        const double aik = A[i * k + kk];
-        const float* brow = B + kk * n;
-        for (int64_t j = 0; j < n; ++j) row[static_cast<size_t>(j)] += aik * brow[j];
+        const Acc aik = static_cast<Acc>(A[i * k + kk]);
+        const E* brow = B + kk * n;
+        for (int64_t j = 0; j < n; ++j) row[static_cast<size_t>(j)] += aik * static_cast<Acc>(brow[j]);
       }
       std::copy(row.begin(), row.end(), result.begin() + static_cast<int64_t>(bi) * m * n + i * n);
     }
   }
-  out.set_doubles(result);
+  store(out, result);
 }
 
+template <typename E, typename Acc>
 void run_conv(const Node& node, std::span<const Tensor* const> in, Tensor& out) {
   const Tensor& x = *in[0];
   const Tensor& w = *in[1];
@@ -64,24 +89,24 @@ void run_conv(const Node& node, std::span<const Tensor* const> in, Tensor& out) 
                    node.attrs.ints("dilations", std::vector<int64_t>(sp, 1)),
                    node.attrs.ints("pads", std::vector<int64_t>(2 * sp, 0)));
   const int64_t in_plane = numel(in_sp);
-  const std::vector<float> xv = x.to_floats();
-  const std::vector<float> wv = w.to_floats();
-  std::vector<float> bias;
-  if (in.size() > 2 && in[2] != nullptr) bias = in[2]->to_floats();
-  std::vector<double> result(static_cast<size_t>(out.numel()));
-  std::vector<double> acc(static_cast<size_t>(win.positions));
+  const std::vector<E> xv = elements<E>(x);
+  const std::vector<E> wv = elements<E>(w);
+  std::vector<E> bias;
+  if (in.size() > 2 && in[2] != nullptr) bias = elements<E>(*in[2]);
+  std::vector<Acc> result(static_cast<size_t>(out.numel()));
+  std::vector<Acc> acc(static_cast<size_t>(win.positions));
   for (int64_t nb = 0; nb < batch; ++nb) {
     for (int64_t oc = 0; oc < cout; ++oc) {
       const int64_t g = oc / cout_g;
-      std::fill(acc.begin(), acc.end(), bias.empty() ? 0.0 : bias[static_cast<size_t>(oc)]);
+      std::fill(acc.begin(), acc.end(), bias.empty() ? Acc{0} : static_cast<Acc>(bias[static_cast<size_t>(oc)]));
       for (int64_t c = 0; c < cin_g; ++c) {
-        const float* plane = xv.data() + (nb * cin + g * cin_g + c) * in_plane;
-        const float* filt = wv.data() + (oc * cin_g + c) * win.taps;
+        const E* plane = xv.data() + (nb * cin + g * cin_g + c) * in_plane;
+        const E* filt = wv.data() + (oc * cin_g + c) * win.taps;
         for (int64_t p = 0; p < win.positions; ++p) {
           const int64_t* offs = win.offset.data() + p * win.taps;
-          double s = 0;
+          Acc s = 0;
           for (int64_t t = 0; t < win.taps; ++t) {
-            if (offs[t] >= 0) s += static_cast<double>(plane[offs[t]]) * filt[t];
+            if (offs[t] >= 0) s += static_cast<Acc>(plane[offs[t]]) * static_cast<Acc>(filt[t]);
           }
           acc[static_cast<size_t>(p)] += s;
         }
@@ -89,16 +114,17 @@ void run_conv(const Node& node, std::span<const Tensor* const> in, Tensor& out) 
       std::copy(acc.begin(), acc.end(), result.begin() + (nb * cout + oc) * win.positions);
     }
   }
-  out.set_doubles(result);
+  store(out, result);
 }
 
 }  // namespace
 
 void run_contraction(const Node& node, std::span<const Tensor* const> in, Tensor& out) {
+  const bool integer = !is_float(in[0]->dtype());
   if (node.op == "MatMul") {
-    run_matmul(*in[0], *in[1], out);
+    integer ? run_matmul<int64_t, uint64_t>(*in[0], *in[1], out) : run_matmul<float, double>(*in[0], *in[1], out);
   } else {
-    run_conv(node, in, out);
+    integer ? run_conv<int64_t, uint64_t>(node, in, out) : run_conv<float, double>(node, in, out);
   }
 }
 

@@ -181,6 +181,12 @@ struct ft_ref {
   __attribute__((always_inline)) operator float() const {
     return static_cast<V>(*this).v;
   }
+  // A number element (an integer, a double) converts to the text's float when cast, as
+  // `(float)x[i]` asks.
+  template <class U = V, class = std::enable_if_t<std::is_arithmetic_v<U>>>
+  __attribute__((always_inline)) explicit operator ft_flt() const {
+    return ft_flt(static_cast<V>(*this));
+  }
   __attribute__((always_inline)) const ft_ref& operator=(V v) const {
     static_assert(!std::is_const_v<T>, "store through a const buffer");
     memcpy(ft_simt_api_->access(b, i, (int)sizeof(V), FT_SIMT_STORE, &v), &v, sizeof(V));

@@ -1,8 +1,9 @@
-// onnx_conformance DIR [--exclusions FILE] [--filter TEXT] [--verbose] [--refusals]: runs ONNX's own operator
-// conformance cases (DIR holds test_*/model.onnx with test_data_set_N/ folders, as shipped in the
-// onnx Python package under onnx/backend/test/data/node) through the importer and the reference
-// interpreter and compares with the numpy-computed outputs, with ONNX's own criterion
-// (rtol 1e-3, atol 1e-7; wider for float16; float8 and float4 codes exactly).
+// onnx_conformance DIR [--exclusions FILE] [--filter TEXT] [--verbose] [--refusals]
+//                  [--compiled DEVICE --cases FILE]: runs ONNX's own operator conformance cases (DIR
+// holds test_*/model.onnx with test_data_set_N/ folders, as shipped in the onnx Python package
+// under onnx/backend/test/data/node) through the importer and the reference interpreter and
+// compares with the numpy-computed outputs, with ONNX's own criterion (rtol 1e-3, atol 1e-7;
+// wider for float16; float8 and float4 codes exactly).
 //
 // A case runs when every op in its model is one fusetune supports; it is left out when its name
 // matches an entry of the exclusion file, each of which gives the reason. Prints one line per
@@ -10,19 +11,29 @@
 // --refusals also prints, before the counts, the ops that keep cases from running, in name order
 // with their case counts ("refused: Op (N), ..."): docs/conformance.md's list, which
 // scripts/conformance_page.sh rewrites from it.
+// --compiled DEVICE runs only the cases named in the --cases file (one a line, '#' comments; a
+// name no case has is an error) and each twice: on the reference interpreter, and compiled for
+// DEVICE (a built-in name: the pipeline of `fusetune compile`, its host verification of every
+// kernel under the four checks included) then run on the host executor, each compared with the
+// expected outputs by the same criterion.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
+#include <set>
 #include <sstream>
 
+#include "backend/backend.h"
+#include "compiler/pipeline.h"
 #include "core/error.h"
 #include "importer/importer.h"
 #include "importer/test_data.h"
 #include "reference/compare.h"
 #include "reference/interpreter.h"
+#include "runtime/plan_runner.h"
 
 namespace fs = std::filesystem;
 using namespace fusetune;
@@ -63,50 +74,93 @@ Exclusion* find_exclusion(std::vector<Exclusion>& list, const std::string& name)
   return nullptr;
 }
 
-// Runs one case; returns an empty string on success, else what went wrong.
-std::string run_case(const fs::path& dir) {
-  const fs::path model = dir / "model.onnx";
-  const std::vector<std::string> names = importer::model_input_names(model);
+// The case names of a --cases file: one a line, blank lines and '#' comments skipped.
+std::set<std::string> read_case_list(const fs::path& path) {
+  std::ifstream in(path);
+  check(in.good(), path.string(), ": cannot read the case list");
+  std::set<std::string> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    line.erase(std::min(line.size(), line.find('#')));
+    std::istringstream ss(line);
+    if (std::string name; ss >> name) out.insert(name);
+  }
+  check(!out.empty(), path.string(), ": no case listed");
+  return out;
+}
+
+// What differs between a data set's expected outputs and `outs`; empty when they agree.
+std::string compare_outputs(const fs::path& set, const importer::TestData& data, const std::vector<Tensor>& outs) {
+  check(outs.size() == data.outputs.size(), set.filename().string(), ": ", outs.size(), " outputs, expected ", data.outputs.size());
+  for (size_t k = 0; k < outs.size(); ++k) {
+    const Tensor& want = data.outputs[k].tensor;
+    reference::Tolerance tol{1e-3, 1e-7, 0};
+    const reference::Tolerance d = reference::default_tolerance(want.dtype());
+    if (want.dtype() == DType::kF16 || want.dtype() == DType::kBF16) tol = d;
+    if (!is_float(want.dtype())) tol = {0, 0, 0};
+    if (outs[k].dtype() != want.dtype()) {
+      return set.filename().string() + " output " + std::to_string(k) + ": dtype " + std::string(dtype_name(outs[k].dtype())) +
+             ", expected " + std::string(dtype_name(want.dtype()));
+    }
+    if (is_narrow_float(want.dtype())) {  // codes, compared exactly (-0, NaN's sign, FNUZ's 0x80)
+      for (int64_t i = 0; i < want.numel(); ++i) {
+        const auto a = std::to_integer<int>(outs[k].data()[i]), e = std::to_integer<int>(want.data()[i]);
+        if (a != e) {
+          return set.filename().string() + " output " + std::to_string(k) + " element " + std::to_string(i) + ": code " +
+                 std::to_string(a) + ", expected " + std::to_string(e);
+        }
+      }
+      continue;
+    }
+    const reference::Comparison c = reference::compare(outs[k], want, tol);
+    if (!c.ok) {
+      return set.filename().string() + " output " + std::to_string(k) + ": " +
+             (c.shape_ok ? c.describe() : "shape " + shape_str(outs[k].shape()) + ", expected " + shape_str(want.shape()));
+    }
+  }
+  return "";
+}
+
+std::vector<fs::path> data_sets(const fs::path& dir) {
   std::vector<fs::path> sets;
   for (const auto& e : fs::directory_iterator(dir)) {
     if (e.is_directory() && e.path().filename().string().rfind("test_data_set_", 0) == 0) sets.push_back(e.path());
   }
   std::sort(sets.begin(), sets.end());
   check(!sets.empty(), "no test_data_set_N folder");
-  for (const fs::path& set : sets) {
+  return sets;
+}
+
+// Runs one case on the reference interpreter; returns an empty string on success, else what went
+// wrong.
+std::string run_case(const fs::path& dir) {
+  const fs::path model = dir / "model.onnx";
+  const std::vector<std::string> names = importer::model_input_names(model);
+  for (const fs::path& set : data_sets(dir)) {
     const importer::TestData data = importer::load_test_data(set);
     importer::ImportOptions opt;
     const std::vector<Tensor> inputs = importer::bind_inputs(names, data.inputs, &opt);
     const importer::ImportedModel m = importer::import_onnx(model, opt);
-    const std::vector<Tensor> outs = reference::run_graph(m.graph, inputs);
-    check(outs.size() == data.outputs.size(), set.filename().string(), ": ", outs.size(), " outputs, expected ",
-          data.outputs.size());
-    for (size_t k = 0; k < outs.size(); ++k) {
-      const Tensor& want = data.outputs[k].tensor;
-      reference::Tolerance tol{1e-3, 1e-7, 0};
-      const reference::Tolerance d = reference::default_tolerance(want.dtype());
-      if (want.dtype() == DType::kF16 || want.dtype() == DType::kBF16) tol = d;
-      if (!is_float(want.dtype())) tol = {0, 0, 0};
-      if (outs[k].dtype() != want.dtype()) {
-        return set.filename().string() + " output " + std::to_string(k) + ": dtype " +
-               std::string(dtype_name(outs[k].dtype())) + ", expected " + std::string(dtype_name(want.dtype()));
-      }
-      if (is_narrow_float(want.dtype())) {  // codes, compared exactly (-0, NaN's sign, FNUZ's 0x80)
-        for (int64_t i = 0; i < want.numel(); ++i) {
-          const auto a = std::to_integer<int>(outs[k].data()[i]), e = std::to_integer<int>(want.data()[i]);
-          if (a != e) {
-            return set.filename().string() + " output " + std::to_string(k) + " element " + std::to_string(i) + ": code " +
-                   std::to_string(a) + ", expected " + std::to_string(e);
-          }
-        }
-        continue;
-      }
-      const reference::Comparison c = reference::compare(outs[k], want, tol);
-      if (!c.ok) {
-        return set.filename().string() + " output " + std::to_string(k) + ": " +
-               (c.shape_ok ? c.describe() : "shape " + shape_str(outs[k].shape()) + ", expected " + shape_str(want.shape()));
-      }
-    }
+    if (std::string err = compare_outputs(set, data, reference::run_graph(m.graph, inputs)); !err.empty()) return err;
+  }
+  return "";
+}
+
+// Runs one case compiled for `device` (the pipeline of `fusetune compile`, its host verification
+// included) on the host executor; returns an empty string on success, else what went wrong.
+std::string run_compiled_case(const fs::path& dir, const planner::Device& device, backend::Backend& host) {
+  const fs::path model = dir / "model.onnx";
+  const std::vector<std::string> names = importer::model_input_names(model);
+  for (const fs::path& set : data_sets(dir)) {
+    const importer::TestData data = importer::load_test_data(set);
+    compiler::PipelineOptions options;
+    importer::bind_inputs(names, data.inputs, &options.import);
+    const compiler::PipelineResult r = compiler::compile_model(model, device, options);
+    runtime::PlanRunner runner(r.bundle, host);
+    std::vector<std::string> plan_inputs;
+    for (const auto& spec : runner.inputs()) plan_inputs.push_back(spec.name);
+    const std::vector<Tensor> outs = runner.run(importer::bind_inputs(plan_inputs, data.inputs, nullptr));
+    if (std::string err = compare_outputs(set, data, outs); !err.empty()) return "compiled: " + err;
   }
   return "";
 }
@@ -117,13 +171,18 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   fs::path root;
   fs::path exclusions_path;
-  std::string filter;
+  std::string filter, compiled_device;
+  fs::path cases_path;
   bool verbose = false, refusals = false;
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i] == "--exclusions" && i + 1 < args.size()) {
       exclusions_path = args[++i];
     } else if (args[i] == "--filter" && i + 1 < args.size()) {
       filter = args[++i];
+    } else if (args[i] == "--compiled" && i + 1 < args.size()) {
+      compiled_device = args[++i];
+    } else if (args[i] == "--cases" && i + 1 < args.size()) {
+      cases_path = args[++i];
     } else if (args[i] == "--verbose") {
       verbose = true;
     } else if (args[i] == "--refusals") {
@@ -131,7 +190,9 @@ int main(int argc, char** argv) {
     } else if (root.empty() && args[i].rfind("--", 0) != 0) {
       root = args[i];
     } else {
-      std::fprintf(stderr, "usage: onnx_conformance DIR [--exclusions FILE] [--filter TEXT] [--verbose] [--refusals]\n");
+      std::fprintf(stderr,
+                   "usage: onnx_conformance DIR [--exclusions FILE] [--filter TEXT] [--verbose] [--refusals] "
+                   "[--compiled DEVICE --cases FILE]\n");
       return 2;
     }
   }
@@ -144,6 +205,18 @@ int main(int argc, char** argv) {
       if (e.is_directory() && fs::exists(e.path() / "model.onnx")) cases.push_back(e.path());
     }
     std::sort(cases.begin(), cases.end());
+    check(compiled_device.empty() == cases_path.empty(), "--compiled DEVICE and --cases FILE go together");
+    std::unique_ptr<backend::Backend> host;
+    planner::Device device;
+    if (!compiled_device.empty()) {
+      device = planner::find_device(compiled_device);
+      host = backend::make_host_backend();
+      const std::set<std::string> listed = read_case_list(cases_path);
+      for (const std::string& name : listed) {
+        check(fs::exists(root / name / "model.onnx"), cases_path.string(), ": no case '", name, "' in ", root.string());
+      }
+      std::erase_if(cases, [&](const fs::path& c) { return !listed.count(c.filename().string()); });
+    }
     int passed = 0, failed = 0, excluded = 0, unsupported = 0;
     std::map<std::string, int> unsupported_ops;
     for (const fs::path& dir : cases) {
@@ -171,6 +244,7 @@ int main(int argc, char** argv) {
       std::string err;
       try {
         err = run_case(dir);
+        if (err.empty() && host) err = run_compiled_case(dir, device, *host);
       } catch (const Error& e) {
         err = e.what();
       }
@@ -183,7 +257,7 @@ int main(int argc, char** argv) {
       }
     }
     for (const Exclusion& e : exclusions) {
-      if (e.hits == 0 && filter.empty()) std::printf("note: exclusion '%s' matched no supported case\n", e.pattern.c_str());
+      if (e.hits == 0 && filter.empty() && !host) std::printf("note: exclusion '%s' matched no supported case\n", e.pattern.c_str());
     }
     if (refusals) {
       std::string list;

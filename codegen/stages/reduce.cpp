@@ -169,7 +169,9 @@ class ReduceStage : public AnchorStage {
     if (is_max) init = fl ? "(-ft_inf())" : "(-9223372036854775807LL - 1)";
     if (is_min) init = fl ? "ft_inf()" : "9223372036854775807LL";
     const bool contraction = find_op(op)->kind == OpKind::kContraction;
-    cx_.cur().push_back(let(contraction ? "float" : compute_ctype(in_dt), acc, contraction ? "0.0f" : init));
+    // A float contraction accumulates in float; an integer one (MatMulInteger's and ConvInteger's
+    // int32 operands) in long long, exactly, as the reference does.
+    cx_.cur().push_back(let(contraction && fl ? "float" : compute_ctype(in_dt), acc, contraction ? (fl ? "0.0f" : "0") : init));
     cx_.cur().push_back(let("long long", cnt, "0"));
     cx_.cur().push_back(let("long long", best, "0"));
     const size_t nout = e.out_shape.size();

@@ -20,7 +20,8 @@
 // Both read the operands through their index maps (guarded accesses only inside the input:
 // padding contributes nothing, or counts for AveragePool's count_include_pad), add a Conv's bias,
 // and store the result where the value goes. Guarantees: the reference kernel's result up to
-// float32 rounding (the cooperative form sums in another order); ArgMax/ArgMin keep the first (or,
+// float32 rounding (the cooperative form sums in another order), an integer contraction's exactly
+// (serial, 64-bit accumulators); ArgMax/ArgMin keep the first (or,
 // with select_last_index, the last) extreme; an empty pooling window averages to 0; the warp-
 // synchronous statements sit at block-uniform points that every lane of every warp reaches.
 #pragma once

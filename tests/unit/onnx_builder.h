@@ -24,6 +24,13 @@ class OnnxBuilder {
     model_.mutable_graph()->set_name("test");
   }
 
+  // Imports `domain` at `version` besides the default domain (for nodes of other domains).
+  OnnxBuilder& opset_import(const std::string& domain, int64_t version) {
+    auto* o = model_.add_opset_import();
+    o->set_domain(domain);
+    o->set_version(version);
+    return *this;
+  }
   // dims: a negative entry becomes a symbolic dimension named "dN".
   OnnxBuilder& input(const std::string& name, int elem_type, std::vector<int64_t> dims) {
     value_info(model_.mutable_graph()->add_input(), name, elem_type, dims);

@@ -1,0 +1,243 @@
+#include "importer/lower_quant.h"
+
+#include <numeric>
+
+#include "core/error.h"
+#include "core/ops.h"
+
+namespace fusetune::importer {
+
+namespace {
+
+// The type QuantizeLinear divides x by the scale in: theirs when they agree and are floats,
+// float64 when either is, float32 otherwise (numpy promotes an int32 x to float64; fusetune
+// divides it in float32, as onnxruntime does, and as generated code computes).
+DType division_type(DType x, DType scale) {
+  if (x == scale && is_float(x)) return x;
+  if (x == DType::kF64 || scale == DType::kF64) return DType::kF64;
+  return DType::kF32;
+}
+
+int binary(NodeLowering& L, const char* op, int a, int b) { return L.emit(op, {a, b}); }
+
+int float_constant(NodeLowering& L, DType t, double v) { return L.constant(Tensor::scalar_float(t, static_cast<float>(v))); }
+
+int clip(NodeLowering& L, int v, double lo, double hi) {
+  Attributes a;
+  a.set("min", static_cast<float>(lo));
+  a.set("max", static_cast<float>(hi));
+  return L.emit("Clip", {v}, a);
+}
+
+int narrow_cast(NodeLowering& L, int v, DType to, bool saturate) {
+  Attributes a;
+  a.set("to", static_cast<int64_t>(dtype_to_onnx(to)));
+  a.set("saturate", saturate ? int64_t{1} : int64_t{0});
+  a.set("round_mode", static_cast<int64_t>(round_mode_from_name("up")));
+  return L.emit("Cast", {v}, a);
+}
+
+// Input k (a scale or a zero point) made to broadcast against a tensor of shape x: one element as
+// a scalar; else, without blocks, a 1-D tensor of x[axis] elements along `axis`; with blocks of
+// `block` along `axis`, a tensor of x's rank whose `axis` has ceil(x[axis] / block) entries,
+// each repeated over its block (a Gather, the last block cut at x[axis]).
+// `axis` is the attribute as given: only a per-axis or blocked parameter needs it in range (the
+// default, 1, is out of range for a 1-D x quantized per tensor).
+int broadcast_param(NodeLowering& L, size_t k, const char* what, const Shape& x, int64_t attr_axis, int64_t block) {
+  const Shape s = L.shape(k);
+  if (numel(s) == 1) return L.reshape(L.input(k), {});
+  const int64_t axis = normalize_axis(attr_axis, static_cast<int64_t>(x.size()), "axis");
+  const auto ax = static_cast<size_t>(axis);
+  if (block <= 0) {
+    check(s.size() == 1 && s[0] == x[ax], "input ", k, " (the ", what, ") has shape ", shape_str(s), ": per-axis quantization wants ",
+          x[ax], " values, one per index of axis ", axis, " of the input of shape ", shape_str(x));
+    Shape along(x.size(), 1);
+    along[ax] = s[0];
+    return L.reshape(L.input(k), along);
+  }
+  bool fits = s.size() == x.size() && s[ax] == (x[ax] + block - 1) / block;
+  for (size_t d = 0; fits && d < x.size(); ++d) fits = d == ax || s[d] == x[d];
+  check(fits, "input ", k, " (the ", what, ") has shape ", shape_str(s), ": blocks of ", block, " along axis ", axis,
+        " of the input of shape ", shape_str(x), " want ", (x[ax] + block - 1) / block, " there and the input's extents elsewhere");
+  std::vector<int64_t> index(static_cast<size_t>(x[ax]));
+  for (size_t i = 0; i < index.size(); ++i) index[i] = static_cast<int64_t>(i) / block;
+  Attributes a;
+  a.set("axis", axis);
+  return L.emit("Gather", {L.input(k), L.constant(Tensor::from_ints(DType::kI64, {x[ax]}, index))}, a);
+}
+
+// A zero point of a float8 type must be zero (the reference checks it): refused when it is a
+// constant holding anything else, ignored otherwise.
+void require_zero(NodeLowering& L, size_t k) {
+  if (!L.has_input(k) || !L.val(k).is_constant()) return;
+  for (float v : L.const_floats(k, "zero point")) {
+    check(v == 0.0f, "input ", k, " (the zero point) must be zero for a float8 ", L.op(), ", it holds ", v);
+  }
+}
+
+bool is_float8(DType t) {
+  return t == DType::kF8E4M3FN || t == DType::kF8E4M3FNUZ || t == DType::kF8E5M2 || t == DType::kF8E5M2FNUZ;
+}
+
+bool is_quant_integer(DType t) {
+  return t == DType::kI8 || t == DType::kU8 || t == DType::kI16 || t == DType::kU16 || t == DType::kI4 || t == DType::kU4 ||
+         t == DType::kI2 || t == DType::kU2;
+}
+
+// Round half to even, plus the zero point (a value broadcasting against v, or kNoValue),
+// saturated to the integer type's range and cast to it; computed in float32, or float64 when v is.
+int requantize(NodeLowering& L, int v, int zero_point, DType to) {
+  const DType wide = L.builder().value(v).dtype == DType::kF64 ? DType::kF64 : DType::kF32;
+  int r = cast_to(L, L.emit("Round", {v}), wide);
+  if (zero_point != kNoValue) r = binary(L, "Add", r, cast_to(L, zero_point, wide));
+  const auto [lo, hi] = integer_range(to);
+  return cast_to(L, clip(L, r, static_cast<double>(lo), static_cast<double>(hi)), to);
+}
+
+// Input k (an integer operand) as int32 less its zero point (input zp, absent or one element,
+// or 1-D along `axis` of the operand's shape, sized `shape[axis]`, when per_axis allows it).
+int centered(NodeLowering& L, size_t k, size_t zp, int64_t axis) {
+  const int x = cast_to(L, L.input(k), DType::kI32);
+  if (!L.has_input(zp)) return x;
+  const Shape xs = L.shape(k), zs = L.shape(zp);
+  int z = cast_to(L, L.input(zp), DType::kI32);
+  if (numel(zs) == 1) {
+    z = L.reshape(z, {});
+  } else {
+    check(axis >= 0 && zs.size() == 1 && zs[0] == xs[static_cast<size_t>(axis)], "input ", zp, " (the zero point of input ", k,
+          ") has shape ", shape_str(zs), ": one value, or one per index of axis ", axis, " of its shape ", shape_str(xs));
+    Shape along(xs.size(), 1);
+    along[static_cast<size_t>(axis)] = zs[0];
+    z = L.reshape(z, along);
+  }
+  return binary(L, "Sub", x, z);
+}
+
+// A scale of a contraction's operand as the contraction's output broadcasts it: one element as a
+// scalar; else 1-D along output axis `axis` of rank `rank` (A's rows, B's columns, W's channels).
+int scale_along(NodeLowering& L, size_t k, int64_t axis, size_t rank, int64_t extent) {
+  const Shape s = L.shape(k);
+  if (numel(s) == 1) return L.reshape(L.input(k), {});
+  check(s.size() == 1 && s[0] == extent, "input ", k, " (a scale) has shape ", shape_str(s), ": one value, or ", extent,
+        " (one per index of output axis ", axis, ")");
+  Shape along(rank, 1);
+  along[static_cast<size_t>(axis)] = extent;
+  return L.reshape(L.input(k), along);
+}
+
+// The QLinear ops' output: the int32 contraction c times x_scale x w_scale / y_scale (each
+// broadcast by the caller, multiplied in their own type as numpy does), in float32 (onnxruntime's
+// requantization; numpy's reference computes the product in float64), then requantized with y's
+// zero point (input y_zp) to its type, or `fallback` without one.
+int qlinear_output(NodeLowering& L, int c, int x_scale, int w_scale, int y_scale, size_t y_zp, DType fallback) {
+  const int factor = binary(L, "Div", binary(L, "Mul", x_scale, w_scale), y_scale);
+  const int d = binary(L, "Mul", cast_to(L, c, DType::kF32), cast_to(L, factor, DType::kF32));
+  const DType to = L.has_input(y_zp) ? L.val(y_zp).dtype : fallback;
+  check(to == DType::kI8 || to == DType::kU8, L.op(), " quantizes to int8 or uint8, not ", dtype_name(to));
+  return requantize(L, d, L.has_input(y_zp) ? L.reshape(L.input(y_zp), {}) : kNoValue, to);
+}
+
+}  // namespace
+
+void quantize_linear(NodeLowering& L) {
+  const Shape xs = L.shape(0);
+  const int64_t axis = L.attr_i("axis", 1);
+  const int64_t block = L.attr_i("block_size", 0);
+  const bool saturate = L.attr_i("saturate", 1) != 0;
+  const bool has_output_dtype = L.has_attr("output_dtype") && L.attr_i("output_dtype", 0) != 0;
+  const DType output_dtype = has_output_dtype ? dtype_from_onnx(static_cast<int>(L.attr_i("output_dtype", 0))) : DType::kU8;
+  const int64_t precision = L.attr_i("precision", 0);
+  DType to = output_dtype;
+  if (L.has_input(2)) {
+    to = L.val(2).dtype;
+    check(!has_output_dtype || to == output_dtype, "output_dtype ", dtype_name(output_dtype), " disagrees with the zero point's type ",
+          dtype_name(to));
+  }
+  check(is_quant_integer(to) || is_float8(to) || to == DType::kF4E2M1, "QuantizeLinear to ", dtype_name(to),
+        " (the zero point's type or output_dtype): fusetune quantizes to 8-, 16-, 4- and 2-bit integers, float8 and float4");
+  const DType div_t = precision != 0 ? dtype_from_onnx(static_cast<int>(precision)) : division_type(L.val(0).dtype, L.val(1).dtype);
+  check(is_float(div_t), "precision ", precision, " is not a float type");
+  const int scale = broadcast_param(L, 1, "scale", xs, axis, block);
+  const int q = binary(L, "Div", cast_to(L, L.input(0), div_t), cast_to(L, scale, div_t));
+  if (is_float8(to)) {
+    require_zero(L, 2);
+    L.set_output(0, narrow_cast(L, q, to, saturate));
+    return;
+  }
+  const int zp = L.has_input(2) ? broadcast_param(L, 2, "zero point", xs, axis, block) : kNoValue;
+  if (is_quant_integer(to)) {
+    L.set_output(0, requantize(L, q, zp, to));
+  } else {  // float4: the zero point added, then a (saturating) cast
+    L.set_output(0, narrow_cast(L, zp == kNoValue ? q : binary(L, "Add", q, cast_to(L, zp, div_t)), to, true));
+  }
+}
+
+void dequantize_linear(NodeLowering& L) {
+  const Shape xs = L.shape(0);
+  const int64_t axis = L.attr_i("axis", 1);
+  const int64_t block = L.attr_i("block_size", 0);
+  const bool has_output_dtype = L.has_attr("output_dtype") && L.attr_i("output_dtype", 0) != 0;
+  const DType out = has_output_dtype ? dtype_from_onnx(static_cast<int>(L.attr_i("output_dtype", 0))) : L.val(1).dtype;
+  check(is_float(out) && !is_narrow_float(out), "DequantizeLinear to ", dtype_name(out), ": the output is a float type");
+  const DType xt = L.val(0).dtype;
+  int dx = cast_to(L, L.input(0), DType::kF32);
+  if (is_float8(xt)) {
+    require_zero(L, 2);
+  } else if (xt != DType::kF4E2M1 && L.has_input(2)) {
+    check(L.val(2).dtype == xt, "the zero point's type ", dtype_name(L.val(2).dtype), " is not x's, ", dtype_name(xt));
+    const int zp = broadcast_param(L, 2, "zero point", xs, axis, block);
+    dx = binary(L, "Sub", dx, cast_to(L, zp, DType::kF32));
+  }
+  const int scale = broadcast_param(L, 1, "scale", xs, axis, block);
+  L.set_output(0, cast_to(L, binary(L, "Mul", dx, cast_to(L, scale, DType::kF32)), out));
+}
+
+void dynamic_quantize_linear(NodeLowering& L) {
+  const DType xt = L.val(0).dtype;
+  check(xt == DType::kF32, "DynamicQuantizeLinear takes float32, not ", dtype_name(xt));
+  std::vector<int64_t> all(static_cast<size_t>(L.rank(0)));
+  std::iota(all.begin(), all.end(), 0);
+  const int zero = float_constant(L, xt, 0.0);
+  const int hi = binary(L, "Max", reduce_node(L, "ReduceMax", L.input(0), all, 0), zero);
+  const int lo = binary(L, "Min", reduce_node(L, "ReduceMin", L.input(0), all, 0), zero);
+  const int span = L.emit("Where", {binary(L, "Equal", hi, lo), float_constant(L, xt, 1.0), binary(L, "Sub", hi, lo)});
+  const int scale = binary(L, "Div", span, float_constant(L, xt, 255.0));
+  const int zp = L.emit("Round", {clip(L, binary(L, "Sub", zero, binary(L, "Div", lo, scale)), 0.0, 255.0)});
+  L.set_output(0, requantize(L, binary(L, "Div", L.input(0), scale), zp, DType::kU8));
+  L.set_output(1, scale);
+  L.set_output(2, cast_to(L, zp, DType::kU8));
+}
+
+void matmul_integer(NodeLowering& L) {
+  check(L.rank(0) >= 2 && L.rank(1) >= 2, "MatMulInteger takes matrices (or batches of them), not ", shape_str(L.shape(0)), " and ",
+        shape_str(L.shape(1)));
+  const int a = centered(L, 0, 2, L.rank(0) - 2), b = centered(L, 1, 3, L.rank(1) - 1);
+  L.set_output(0, L.emit("MatMul", {a, b}));
+}
+
+void conv_integer(NodeLowering& L) {
+  const Attributes attrs = conv_attributes(L, 0, 1);
+  L.set_output(0, L.emit("Conv", {centered(L, 0, 2, -1), centered(L, 1, 3, 0)}, attrs));
+}
+
+void qlinear_matmul(NodeLowering& L) {
+  check(L.rank(0) >= 2 && L.rank(3) >= 2, "QLinearMatMul takes matrices (or batches of them), not ", shape_str(L.shape(0)), " and ",
+        shape_str(L.shape(3)));
+  const int c = L.emit("MatMul", {centered(L, 0, 2, L.rank(0) - 2), centered(L, 3, 5, L.rank(3) - 1)});
+  const size_t rank = L.builder().value(c).shape.size();
+  const int a_scale = scale_along(L, 1, static_cast<int64_t>(rank) - 2, rank, L.shape(0)[static_cast<size_t>(L.rank(0) - 2)]);
+  const int b_scale = scale_along(L, 4, static_cast<int64_t>(rank) - 1, rank, L.shape(3).back());
+  L.set_output(0, qlinear_output(L, c, a_scale, b_scale, L.reshape(L.input(6), {}), 7, L.val(0).dtype));
+}
+
+void qlinear_conv(NodeLowering& L) {
+  const Attributes attrs = conv_attributes(L, 0, 3);
+  std::vector<int> ins = {centered(L, 0, 2, -1), centered(L, 3, 5, 0)};
+  if (L.has_input(8)) ins.push_back(cast_to(L, L.input(8), DType::kI32));
+  const int c = L.emit("Conv", ins, attrs);
+  const size_t rank = L.builder().value(c).shape.size();
+  const int w_scale = scale_along(L, 4, 1, rank, L.shape(3)[0]);
+  L.set_output(0, qlinear_output(L, c, L.reshape(L.input(1), {}), w_scale, L.reshape(L.input(6), {}), 7, L.val(0).dtype));
+}
+
+}  // namespace fusetune::importer
