@@ -33,6 +33,25 @@ Tensor random_tensor(DType dtype, const Shape& shape, int64_t lo, int64_t hi, st
   return t;
 }
 
+namespace {
+
+// Whether `value` flows, through other nodes of the group, into the indices of a Gather or
+// ScatterND of it (not directly: random_group_input gives those their range).
+bool reaches_index(const Graph& g, const planner::FusionGroup& group, int value) {
+  std::set<int> derived;
+  for (int id : group.nodes) {  // in topological order
+    const Node& node = g.nodes()[static_cast<size_t>(id)];
+    const bool index_op = node.op == "Gather" || node.op == "ScatterND";
+    if (index_op && node.inputs.size() > 1 && derived.count(node.inputs[1])) return true;
+    if (std::any_of(node.inputs.begin(), node.inputs.end(), [&](int in) { return in == value || derived.count(in); })) {
+      derived.insert(node.outputs.begin(), node.outputs.end());
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 Tensor random_group_input(const Graph& g, const planner::FusionGroup& group, int value, std::mt19937& rng) {
   const Value& v = g.value(value);
   if (v.is_constant()) return *v.data;
@@ -56,6 +75,10 @@ Tensor random_group_input(const Graph& g, const planner::FusionGroup& group, int
   if (v.dtype == DType::kBool) {
     lo = 0;
     hi = 1;
+  } else if (lo == 0 && hi == 2 && reaches_index(g, group, value)) {
+    // Indices computed from it (GatherElements' and GatherND's flat offsets, a ReverseSequence's
+    // time coordinates): only zeros are sure to stay in range.
+    hi = 0;
   }
   return random_tensor(v.dtype, v.shape, lo, hi, rng);
 }

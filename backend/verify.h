@@ -85,7 +85,8 @@ inline VerifyResult verify_kernel(const Graph& g, const planner::FusionGroup& gr
 // Random data: floats normal (0, 1), integers uniform in [lo, hi].
 Tensor random_tensor(DType dtype, const Shape& shape, int64_t lo, int64_t hi, std::mt19937& rng);
 
-// Random data for a group input, in the range its consumers in the group accept.
+// Random data for a group input, in the range its consumers in the group accept (an integer
+// input from which the group computes indices: zeros).
 Tensor random_group_input(const Graph& g, const planner::FusionGroup& group, int value, std::mt19937& rng);
 
 }  // namespace fusetune::backend

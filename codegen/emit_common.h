@@ -32,14 +32,21 @@ FT_FN long long ft_wrap_sub(long long a, long long b) { return (long long)((unsi
 FT_FN long long ft_wrap_mul(long long a, long long b) { return (long long)((unsigned long long)a * (unsigned long long)b); }
 FT_FN long long ft_idiv(long long a, long long b) { return (b == 0 || (b == -1 && a == (-9223372036854775807LL - 1))) ? 0LL : a / b; }
 FT_FN long long ft_ipymod(long long a, long long b) { if (b == 0 || b == -1) return 0LL; long long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+FT_FN long long ft_ipow(long long a, long long b) {
+  if (b < 0) return a == 1 ? 1LL : (a == -1 ? ((b & 1) ? -1LL : 1LL) : 0LL);
+  long long r = 1;
+  for (long long base = a; b > 0; b >>= 1, base = ft_wrap_mul(base, base)) if (b & 1) r = ft_wrap_mul(r, base);
+  return r;
+}
 FT_FN long long ft_ifmod(long long a, long long b) { return (b == 0 || b == -1) ? 0LL : a % b; }
 FT_FN float ft_pymod(float a, float b) { float r = fmodf(a, b); return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : r; }
 FT_FN float ft_exp2i(int k) { union { unsigned int u; float f; } c; c.u = (unsigned int)(k + 127) << 23; return c.f; }
 FT_FN float ft_mini2f(unsigned int c, int eb, int mb, int bias, int kind) {
   const int sb = eb + mb; const unsigned int s = (c >> sb) & 1u, mag = c & ((1u << sb) - 1u);
   const int e = (int)(mag >> mb), m = (int)(mag & ((1u << mb) - 1u));
-  if ((kind == 2 && c == 0x80u) || (kind == 0 && mag == (1u << sb) - 1u)) return ft_nan();
-  if (kind == 1 && e == (1 << eb) - 1) return m ? ft_nan() : (s ? -ft_inf() : ft_inf());
+  const float nan = s ? -ft_nan() : ft_nan();  // a NaN keeps its sign, as casting it back needs
+  if ((kind == 2 && c == 0x80u) || (kind == 0 && mag == (1u << sb) - 1u)) return nan;
+  if (kind == 1 && e == (1 << eb) - 1) return m ? nan : (s ? -ft_inf() : ft_inf());
   const float v = e == 0 ? (float)m * ft_exp2i(1 - bias - mb) : (float)((1 << mb) + m) * ft_exp2i(e - bias - mb);
   return s ? -v : v;
 }

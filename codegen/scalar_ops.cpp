@@ -256,7 +256,7 @@ std::string elementwise_expr(const Graph& g, const Node& n, const std::vector<st
     const std::string r = binary_float(n, a, b);
     return is_float(out) || r.rfind("((long long)", 0) == 0 ? r : "ft_f2i(" + r + ")";
   }
-  check(n.op != "Pow", "integer Pow is not supported by code generation");
+  if (n.op == "Pow") return "ft_ipow(" + args[0] + ", " + args[1] + ")";
   return binary_int(n, args[0], args[1]);
 }
 

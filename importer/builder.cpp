@@ -29,6 +29,10 @@ int GraphBuilder::emit(const std::string& op, std::vector<int> inputs, Attribute
     all_known = all_known && (v.is_constant() || known(in) != nullptr);
   }
   const std::vector<TensorType> out = infer_types(node, types);
+  if (out.size() == 1 && numel(out[0].shape) == 0) {  // an empty result is known whatever the inputs hold
+    ++folded_;
+    return g_.add_constant(name, Tensor(out[0].dtype, out[0].shape));
+  }
   if (all_constant && numel(out[0].shape) <= kFoldLimit) {
     std::vector<const Tensor*> args;
     for (int in : node.inputs) args.push_back(in == kNoValue ? nullptr : g_.value(in).data.get());

@@ -160,6 +160,29 @@ void pass_through(NodeLowering& L) {
   L.set_output(0, L.emit(L.op(), ins));
 }
 
+// Binary element-wise ops. Before opset 7 they broadcast only when `broadcast` is 1, ONNX's
+// legacy way: B's shape matches A's from `axis` on (by default A's trailing axes), which a
+// Reshape of B to A's rank turns into numpy broadcasting; opset 1's `consumed_inputs` (a hint
+// for reusing buffers) means nothing here.
+void binary(NodeLowering& L) {
+  int b = L.input(1);
+  if (L.opset() < 7) {
+    L.attr_ints("consumed_inputs");
+    const int64_t ra = L.rank(0), rb = L.rank(1);
+    const int64_t axis = L.attr_i("axis", ra - rb);
+    if (L.attr_i("broadcast", 0) != 0 && rb < ra) {
+      const int64_t at = axis < 0 ? axis + ra : axis;
+      check(at >= 0 && at + rb <= ra, "axis ", axis, ": B of shape ", shape_str(L.shape(1)), " does not fit A of shape ",
+            shape_str(L.shape(0)), " from there");
+      Shape aligned(static_cast<size_t>(ra), 1);
+      const Shape bs = L.shape(1);
+      std::copy(bs.begin(), bs.end(), aligned.begin() + at);
+      b = L.reshape(b, aligned);
+    }
+  }
+  L.set_output(0, L.emit(L.op(), {L.input(0), b}));
+}
+
 // Unary ops with float attributes whose ONNX defaults become explicit canonical attributes.
 void unary_with_defaults(NodeLowering& L) {
   static const std::map<std::string, std::vector<std::pair<std::string, float>>> kDefaults = {
@@ -734,6 +757,7 @@ void gemm(NodeLowering& L) {
   if (L.attr_i("transB", 0) != 0) b = transpose2d(L, b);
   const float alpha = L.attr_f("alpha", 1.0f);
   const float beta = L.attr_f("beta", 1.0f);
+  if (L.opset() < 7) L.attr_i("broadcast", 0);  // whether C may broadcast: the Add below broadcasts it either way
   if (alpha != 1.0f) b = L.emit("Mul", {b, scalar_like(L, 1, alpha)});  // folds when B is a weight
   int y = L.emit("MatMul", {a, b});
   if (L.has_input(2) && beta != 0.0f) {
@@ -823,6 +847,7 @@ Attributes window_attrs(NodeLowering& L) {
 
 void pool(NodeLowering& L) {
   check(!L.output_used(1), "the Indices output of MaxPool is not supported");
+  L.attr_i("storage_order", 0);  // the layout of the Indices output alone, which is refused
   Attributes a = window_attrs(L);
   if (L.op() == "AveragePool") a.set("count_include_pad", L.attr_i("count_include_pad", 0));
   L.set_output(0, L.emit(L.op(), {L.input(0)}, a));
@@ -1423,6 +1448,8 @@ void pad(NodeLowering& L) {
       pads = full;
     }
   }
+  check(pads.size() == static_cast<size_t>(2 * r), "pads has ", pads.size(), " entries, expected ", 2 * r, " (a begin and an end for each of ",
+        r, " axes)");
   const std::string mode = L.attr_s("mode", "constant");
   if (mode == "wrap") {
     L.set_output(0, wrap_pad(L, L.input(0), pads));
@@ -2256,21 +2283,21 @@ void depth_space(NodeLowering& L) {
 
 const std::map<std::string, Lowering>& lowerings() {
   static const std::map<std::string, Lowering> table = {
-      {"Abs", pass_through}, {"Acos", trig_by_formula}, {"Acosh", trig_by_formula}, {"Add", pass_through}, {"AffineGrid", affine_grid}, {"And", pass_through}, {"ArgMax", arg_reduce},
+      {"Abs", pass_through}, {"Acos", trig_by_formula}, {"Acosh", trig_by_formula}, {"Add", binary}, {"AffineGrid", affine_grid}, {"And", binary}, {"ArgMax", arg_reduce},
       {"ArgMin", arg_reduce}, {"Asin", trig_by_formula}, {"Asinh", trig_by_formula}, {"Atan", pass_through}, {"Atanh", trig_by_formula}, {"Attention", attention}, {"AveragePool", pool}, {"BatchNormalization", batch_norm}, {"BitShift", bitwise}, {"BitwiseAnd", bitwise}, {"BitwiseNot", bitwise}, {"BitwiseOr", bitwise}, {"BitwiseXor", bitwise}, {"BlackmanWindow", window},
       {"Cast", cast}, {"CastLike", cast_like}, {"Ceil", pass_through}, {"Celu", celu}, {"CenterCropPad", center_crop_pad}, {"Clip", clip}, {"Compress", compress}, {"Concat", concat},
       {"Constant", constant_op}, {"ConstantOfShape", constant_of_shape}, {"Conv", conv}, {"ConvTranspose", conv_transpose}, {"ConvInteger", conv_integer}, {"Cos", pass_through}, {"Cosh", trig_by_formula}, {"CumProd", cum_prod}, {"CumSum", cum_sum},
-      {"DepthToSpace", depth_space}, {"DequantizeLinear", dequantize_linear}, {"Div", pass_through}, {"Dropout", dropout}, {"DynamicQuantizeLinear", dynamic_quantize_linear}, {"Einsum", einsum}, {"Elu", unary_with_defaults},
-      {"Equal", pass_through}, {"Erf", pass_through}, {"Exp", pass_through}, {"Expand", expand}, {"EyeLike", eye_like},
+      {"DepthToSpace", depth_space}, {"DequantizeLinear", dequantize_linear}, {"Div", binary}, {"Dropout", dropout}, {"DynamicQuantizeLinear", dynamic_quantize_linear}, {"Einsum", einsum}, {"Elu", unary_with_defaults},
+      {"Equal", binary}, {"Erf", pass_through}, {"Exp", pass_through}, {"Expand", expand}, {"EyeLike", eye_like},
       {"Flatten", flatten}, {"Floor", pass_through}, {"Gather", gather}, {"GatherElements", gather_elements}, {"GatherND", gather_nd}, {"Gelu", gelu}, {"Gemm", gemm},
-      {"GlobalAveragePool", global_pool}, {"GlobalMaxPool", global_pool}, {"Greater", pass_through},
+      {"GlobalAveragePool", global_pool}, {"GlobalMaxPool", global_pool}, {"Greater", binary},
       {"GreaterOrEqual", pass_through}, {"GroupNormalization", group_norm}, {"HammingWindow", window}, {"HannWindow", window}, {"HardSigmoid", unary_with_defaults}, {"HardSwish", pass_through}, {"Hardmax", hardmax},
       {"Identity", identity}, {"InstanceNormalization", instance_norm}, {"IsInf", is_inf}, {"IsNaN", pass_through},
-      {"LRN", lrn}, {"LayerNormalization", layer_norm}, {"LeakyRelu", unary_with_defaults}, {"Less", pass_through},
+      {"LRN", lrn}, {"LayerNormalization", layer_norm}, {"LeakyRelu", unary_with_defaults}, {"Less", binary},
       {"LessOrEqual", pass_through}, {"Log", pass_through}, {"LogSoftmax", softmax}, {"LpNormalization", lp_normalization}, {"LpPool", lp_pool}, {"MatMul", matmul}, {"MatMulInteger", matmul_integer},
       {"Max", variadic}, {"MaxPool", pool}, {"MaxUnpool", max_unpool}, {"Mean", variadic}, {"MeanVarianceNormalization", mean_variance_normalization}, {"Min", variadic}, {"Mish", mish}, {"Mod", mod},
-      {"Mul", pass_through}, {"Neg", pass_through}, {"NonZero", non_zero}, {"Not", pass_through}, {"OneHot", one_hot},
-      {"Or", pass_through}, {"PRelu", pass_through}, {"Pad", pad}, {"Pow", pass_through}, {"QLinearConv", qlinear_conv}, {"QLinearMatMul", qlinear_matmul}, {"QuantizeLinear", quantize_linear}, {"RMSNormalization", rms_norm}, {"Range", range},
+      {"Mul", binary}, {"Neg", pass_through}, {"NonZero", non_zero}, {"Not", pass_through}, {"OneHot", one_hot},
+      {"Or", binary}, {"PRelu", pass_through}, {"Pad", pad}, {"Pow", binary}, {"QLinearConv", qlinear_conv}, {"QLinearMatMul", qlinear_matmul}, {"QuantizeLinear", quantize_linear}, {"RMSNormalization", rms_norm}, {"Range", range},
       {"Reciprocal", pass_through}, {"ReduceL1", reduce}, {"ReduceL2", reduce}, {"ReduceLogSum", reduce},
       {"ReduceLogSumExp", reduce}, {"ReduceMax", reduce}, {"ReduceMean", reduce}, {"ReduceMin", reduce},
       {"ReduceProd", reduce}, {"ReduceSum", reduce}, {"ReduceSumSquare", reduce}, {"Relu", pass_through},
@@ -2278,10 +2305,10 @@ const std::map<std::string, Lowering>& lowerings() {
       {"Selu", unary_with_defaults}, {"Shape", shape_op}, {"Shrink", shrink}, {"Sigmoid", pass_through}, {"Sign", pass_through},
       {"Sin", pass_through}, {"Sinh", trig_by_formula}, {"Size", size_op}, {"Slice", slice}, {"Softmax", softmax}, {"Softplus", pass_through},
       {"Softsign", pass_through}, {"SpaceToDepth", depth_space}, {"Split", split}, {"Sqrt", pass_through},
-      {"Squeeze", squeeze}, {"Sub", pass_through}, {"Sum", variadic}, {"SwiGLU", swish}, {"Swish", swish}, {"Tan", pass_through}, {"Tanh", pass_through},
+      {"Squeeze", squeeze}, {"Sub", binary}, {"Sum", variadic}, {"SwiGLU", swish}, {"Swish", swish}, {"Tan", pass_through}, {"Tanh", pass_through},
       {"ThresholdedRelu", unary_with_defaults}, {"Tile", tile}, {"Transpose", transpose}, {"Trilu", trilu},
       {"Unsqueeze", unsqueeze}, {"Upsample", resize},
-      {"Where", where}, {"Xor", pass_through},
+      {"Where", where}, {"Xor", binary},
   };
   return table;
 }

@@ -127,10 +127,15 @@ BinaryI binary_int(const Node& n) {
   if (op == "Mul") return wrap_mul;
   if (op == "Div") return [](int64_t a, int64_t b) { return b == 0 || (b == -1 && a == INT64_MIN) ? 0 : a / b; };
   if (op == "Pow") {
+    // a^b wrapped to 64 bits (by squaring); a negative b gives 1 / a^-b truncated: 1 for a of 1,
+    // +-1 for a of -1, else 0. codegen's ft_ipow computes the same.
     return [](int64_t a, int64_t b) {
+      if (b < 0) return a == 1 ? int64_t{1} : (a == -1 ? ((b & 1) ? int64_t{-1} : int64_t{1}) : int64_t{0});
       int64_t r = 1;
-      for (int64_t k = 0; k < b && k < 64; ++k) r = wrap_mul(r, a);
-      return b < 0 ? (a == 1 ? 1 : 0) : r;
+      for (int64_t base = a; b > 0; b >>= 1, base = wrap_mul(base, base)) {
+        if (b & 1) r = wrap_mul(r, base);
+      }
+      return r;
     };
   }
   if (op == "Max") return [](int64_t a, int64_t b) { return std::max(a, b); };

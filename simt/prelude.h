@@ -181,6 +181,12 @@ struct ft_ref {
   __attribute__((always_inline)) operator float() const {
     return static_cast<V>(*this).v;
   }
+  // And to any other number type when cast, as `(double)acc[i]` and `(int)acc[i]` ask.
+  template <class A, class U = V,
+            class = std::enable_if_t<std::is_same_v<U, ft_flt> && std::is_arithmetic_v<A> && !std::is_same_v<A, float>>>
+  __attribute__((always_inline)) explicit operator A() const {
+    return static_cast<A>(static_cast<V>(*this).v);
+  }
   // A number element (an integer, a double) converts to the text's float when cast, as
   // `(float)x[i]` asks.
   template <class U = V, class = std::enable_if_t<std::is_arithmetic_v<U>>>

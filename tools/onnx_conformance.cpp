@@ -1,5 +1,5 @@
 // onnx_conformance DIR [--exclusions FILE] [--filter TEXT] [--verbose] [--refusals]
-//                  [--compiled DEVICE --cases FILE]: runs ONNX's own operator conformance cases (DIR
+//                  [--compiled DEVICE [--cases FILE]] [--attribute-defaults FILE]: runs ONNX's own operator conformance cases (DIR
 // holds test_*/model.onnx with test_data_set_N/ folders, as shipped in the onnx Python package
 // under onnx/backend/test/data/node) through the importer and the reference interpreter and
 // compares with the numpy-computed outputs, with ONNX's own criterion (rtol 1e-3, atol 1e-7;
@@ -11,17 +11,22 @@
 // --refusals also prints, before the counts, the ops that keep cases from running, in name order
 // with their case counts ("refused: Op (N), ..."): docs/conformance.md's list, which
 // scripts/conformance_page.sh rewrites from it.
-// --compiled DEVICE runs only the cases named in the --cases file (one a line, '#' comments; a
-// name no case has is an error) and each twice: on the reference interpreter, and compiled for
-// DEVICE (a built-in name: the pipeline of `fusetune compile`, its host verification of every
-// kernel under the four checks included) then run on the host executor, each compared with the
-// expected outputs by the same criterion.
+// --compiled DEVICE runs each case twice: on the reference interpreter, and compiled for DEVICE (a
+// built-in name: the pipeline of `fusetune compile`, its host verification of every kernel under
+// the four checks included) then run on the host executor, each compared with the expected
+// outputs by the same criterion; with --cases, only the cases named in that file (one a line, '#'
+// comments; a name no case has is an error).
+// --attribute-defaults FILE (scripts/onnx_attribute_defaults.py's JSON of onnx's schemas) first
+// adds to every node of the default domain each attribute with a default value that the schema
+// version the case's opset selects defines and the node does not set, at that default: no such
+// attribute may be refused, and the outputs must still match (issue 31, Required 1).
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <memory>
 #include <set>
 #include <sstream>
@@ -29,7 +34,9 @@
 #include "backend/backend.h"
 #include "compiler/pipeline.h"
 #include "core/error.h"
+#include "fusetune_proto/onnx_subset.pb.h"
 #include "importer/importer.h"
+#include "importer/lower.h"
 #include "importer/test_data.h"
 #include "reference/compare.h"
 #include "reference/interpreter.h"
@@ -131,16 +138,151 @@ std::vector<fs::path> data_sets(const fs::path& dir) {
   return sets;
 }
 
-// Runs one case on the reference interpreter; returns an empty string on success, else what went
-// wrong.
-std::string run_case(const fs::path& dir) {
+// The attributes with defaults of onnx's schemas: by op, (since version, {name: value}) ascending.
+using SchemaDefaults = std::map<std::string, std::vector<std::pair<int64_t, nlohmann::json>>>;
+
+SchemaDefaults read_schema_defaults(const fs::path& path) {
+  std::ifstream in(path);
+  check(in.good(), path.string(), ": cannot read the attribute defaults");
+  const nlohmann::json j = nlohmann::json::parse(in);
+  SchemaDefaults out;
+  for (const auto& [op, versions] : j.at("ops").items()) {
+    for (const auto& v : versions) out[op].emplace_back(v.at("since").get<int64_t>(), v.at("defaults"));
+  }
+  return out;
+}
+
+onnx::ModelProto read_model(const fs::path& model) {
+  std::ifstream in(model, std::ios::binary);
+  onnx::ModelProto proto;
+  check(proto.ParseFromIstream(&in), model.string(), ": not an ONNX model");
+  return proto;
+}
+
+bool default_domain(const std::string& domain) { return domain.empty() || domain == "ai.onnx"; }
+
+int64_t default_opset(const onnx::ModelProto& proto) {
+  int64_t opset = 0;
+  for (const auto& o : proto.opset_import()) {
+    if (default_domain(o.domain())) opset = o.version();
+  }
+  return opset;
+}
+
+// (op, schema version) pairs.
+using Versions = std::set<std::pair<std::string, int64_t>>;
+
+// Adds to the model's default-domain nodes (of op `only`, when given) every schema default
+// attribute they do not set, at the schema version the model's default opset selects; returns
+// how many it added, and puts each (op, version) it added one of in *versions.
+int add_default_attributes(onnx::ModelProto& proto, const SchemaDefaults& schemas, Versions* versions, const std::string& only = "") {
+  const int64_t opset = default_opset(proto);
+  int added = 0;
+  for (auto& node : *proto.mutable_graph()->mutable_node()) {
+    if (!default_domain(node.domain()) || (!only.empty() && node.op_type() != only)) continue;
+    const auto op = schemas.find(node.op_type());
+    if (op == schemas.end()) continue;
+    const nlohmann::json* defaults = nullptr;
+    int64_t version = 0;
+    for (const auto& [since, d] : op->second) {
+      if (since <= opset) {
+        defaults = &d;
+        version = since;
+      }
+    }
+    if (defaults == nullptr) continue;
+    for (const auto& [name, value] : defaults->items()) {
+      if (std::any_of(node.attribute().begin(), node.attribute().end(), [&](const auto& a) { return a.name() == name; })) continue;
+      onnx::AttributeProto* a = node.add_attribute();
+      a->set_name(name);
+      if (value.contains("i")) {
+        a->set_type(onnx::AttributeProto::INT);
+        a->set_i(value["i"].get<int64_t>());
+      } else if (value.contains("f")) {
+        a->set_type(onnx::AttributeProto::FLOAT);
+        a->set_f(value["f"].get<float>());
+      } else if (value.contains("s")) {
+        a->set_type(onnx::AttributeProto::STRING);
+        a->set_s(value["s"].get<std::string>());
+      } else if (value.contains("ints")) {
+        a->set_type(onnx::AttributeProto::INTS);
+        for (int64_t x : value["ints"]) a->add_ints(x);
+      } else if (value.contains("floats")) {
+        a->set_type(onnx::AttributeProto::FLOATS);
+        for (float x : value["floats"]) a->add_floats(x);
+      } else {
+        a->set_type(onnx::AttributeProto::STRINGS);
+        for (const nlohmann::json& x : value.at("strings")) a->add_strings(x.get<std::string>());
+      }
+      ++added;
+      versions->insert({op->first, version});
+    }
+  }
+  return added;
+}
+
+// The attribute an importer error refuses as unsupported ("attribute 'X' is not supported"), or "".
+std::string refused_attribute(const std::string& error) {
+  const std::string lead = "attribute '";
+  const size_t at = error.find(lead);
+  if (at == std::string::npos || error.find("' is not supported", at) == std::string::npos) return "";
+  return error.substr(at + lead.size(), error.find('\'', at + lead.size()) - at - lead.size());
+}
+
+// Older schema versions of the case's ops (those with defaults, never probed successfully): the
+// model restamped at that version's opset with that op's defaults added, imported. A refusal of
+// an added attribute is a failure (returned as text); other errors (the rest of the graph may not
+// be valid at that opset) leave the version to another case. `probed` holds (op, version) pairs
+// that imported, current versions included.
+std::string probe_older_versions(const fs::path& dir, const SchemaDefaults& schemas, Versions& probed) {
+  const onnx::ModelProto original = read_model(dir / "model.onnx");
+  const std::vector<std::string> names = importer::model_input_names(dir / "model.onnx");
+  const importer::TestData data = importer::load_test_data(data_sets(dir).front());
+  const int64_t opset = default_opset(original);
+  for (const auto& node : original.graph().node()) {
+    if (!default_domain(node.domain())) continue;
+    const auto op = schemas.find(node.op_type());
+    if (op == schemas.end()) continue;
+    for (const auto& [since, defaults] : op->second) {
+      if (since >= opset || defaults.empty() || probed.count({op->first, since})) continue;
+      onnx::ModelProto proto = original;
+      for (auto& o : *proto.mutable_opset_import()) {
+        if (default_domain(o.domain())) o.set_version(since);
+      }
+      Versions these;
+      if (add_default_attributes(proto, schemas, &these, op->first) == 0) continue;
+      try {
+        importer::ImportOptions opt;
+        importer::bind_inputs(names, data.inputs, &opt);
+        importer::import_onnx_bytes(proto.SerializeAsString(), dir, opt);
+        probed.insert({op->first, since});
+      } catch (const Error& e) {
+        const std::string attr = refused_attribute(e.what());
+        if (!attr.empty() && defaults.contains(attr)) {
+          return op->first + " at opset " + std::to_string(since) + ": " + e.what();
+        }
+      }
+    }
+  }
+  return "";
+}
+
+// Runs one case on the reference interpreter (its nodes given every schema default attribute
+// they lack, with `schemas`); returns an empty string on success, else what went wrong.
+std::string run_case(const fs::path& dir, const SchemaDefaults* schemas, int* added, Versions* covered) {
   const fs::path model = dir / "model.onnx";
   const std::vector<std::string> names = importer::model_input_names(model);
+  std::string bytes;
+  if (schemas != nullptr) {
+    onnx::ModelProto proto = read_model(model);
+    *added += add_default_attributes(proto, *schemas, covered);
+    bytes = proto.SerializeAsString();
+  }
   for (const fs::path& set : data_sets(dir)) {
     const importer::TestData data = importer::load_test_data(set);
     importer::ImportOptions opt;
     const std::vector<Tensor> inputs = importer::bind_inputs(names, data.inputs, &opt);
-    const importer::ImportedModel m = importer::import_onnx(model, opt);
+    const importer::ImportedModel m = schemas != nullptr ? importer::import_onnx_bytes(bytes, dir, opt) : importer::import_onnx(model, opt);
     if (std::string err = compare_outputs(set, data, reference::run_graph(m.graph, inputs)); !err.empty()) return err;
   }
   return "";
@@ -172,7 +314,7 @@ int main(int argc, char** argv) {
   fs::path root;
   fs::path exclusions_path;
   std::string filter, compiled_device;
-  fs::path cases_path;
+  fs::path cases_path, defaults_path;
   bool verbose = false, refusals = false;
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i] == "--exclusions" && i + 1 < args.size()) {
@@ -181,6 +323,8 @@ int main(int argc, char** argv) {
       filter = args[++i];
     } else if (args[i] == "--compiled" && i + 1 < args.size()) {
       compiled_device = args[++i];
+    } else if (args[i] == "--attribute-defaults" && i + 1 < args.size()) {
+      defaults_path = args[++i];
     } else if (args[i] == "--cases" && i + 1 < args.size()) {
       cases_path = args[++i];
     } else if (args[i] == "--verbose") {
@@ -192,7 +336,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: onnx_conformance DIR [--exclusions FILE] [--filter TEXT] [--verbose] [--refusals] "
-                   "[--compiled DEVICE --cases FILE]\n");
+                   "[--compiled DEVICE [--cases FILE]] [--attribute-defaults FILE]\n");
       return 2;
     }
   }
@@ -205,19 +349,24 @@ int main(int argc, char** argv) {
       if (e.is_directory() && fs::exists(e.path() / "model.onnx")) cases.push_back(e.path());
     }
     std::sort(cases.begin(), cases.end());
-    check(compiled_device.empty() == cases_path.empty(), "--compiled DEVICE and --cases FILE go together");
+    check(!compiled_device.empty() || cases_path.empty(), "--cases FILE goes with --compiled DEVICE");
     std::unique_ptr<backend::Backend> host;
     planner::Device device;
     if (!compiled_device.empty()) {
       device = planner::find_device(compiled_device);
       host = backend::make_host_backend();
+    }
+    if (!cases_path.empty()) {
       const std::set<std::string> listed = read_case_list(cases_path);
       for (const std::string& name : listed) {
         check(fs::exists(root / name / "model.onnx"), cases_path.string(), ": no case '", name, "' in ", root.string());
       }
       std::erase_if(cases, [&](const fs::path& c) { return !listed.count(c.filename().string()); });
     }
-    int passed = 0, failed = 0, excluded = 0, unsupported = 0;
+    SchemaDefaults schemas;
+    if (!defaults_path.empty()) schemas = read_schema_defaults(defaults_path);
+    int passed = 0, failed = 0, excluded = 0, unsupported = 0, added = 0;
+    Versions probed;  // (op, schema version) pairs whose defaults were given to an imported case
     std::map<std::string, int> unsupported_ops;
     for (const fs::path& dir : cases) {
       const std::string name = dir.filename().string();
@@ -243,7 +392,8 @@ int main(int argc, char** argv) {
       }
       std::string err;
       try {
-        err = run_case(dir);
+        err = run_case(dir, defaults_path.empty() ? nullptr : &schemas, &added, &probed);
+        if (err.empty() && !defaults_path.empty()) err = probe_older_versions(dir, schemas, probed);
         if (err.empty() && host) err = run_compiled_case(dir, device, *host);
       } catch (const Error& e) {
         err = e.what();
@@ -257,7 +407,7 @@ int main(int argc, char** argv) {
       }
     }
     for (const Exclusion& e : exclusions) {
-      if (e.hits == 0 && filter.empty() && !host) std::printf("note: exclusion '%s' matched no supported case\n", e.pattern.c_str());
+      if (e.hits == 0 && filter.empty() && cases_path.empty()) std::printf("note: exclusion '%s' matched no supported case\n", e.pattern.c_str());
     }
     if (refusals) {
       std::string list;
@@ -266,6 +416,21 @@ int main(int argc, char** argv) {
     }
     std::printf("cases: %zu; with unsupported ops: %d (%zu distinct ops); excluded with a reason: %d\n", cases.size(),
                 unsupported, unsupported_ops.size(), excluded);
+    if (!defaults_path.empty()) {
+      Versions all;  // of the ops fusetune supports, the schema versions that define defaults
+      for (const auto& [op, versions] : schemas) {
+        for (const auto& [since, d] : versions) {
+          if (importer::is_supported_onnx_op(op) && !d.empty()) all.insert({op, since});
+        }
+      }
+      std::string missed;
+      for (const auto& v : all) {
+        if (!probed.count(v)) missed += (missed.empty() ? "" : ", ") + v.first + " " + std::to_string(v.second);
+      }
+      std::printf("schema default attributes added to the cases' nodes: %d; schema versions with defaults of supported ops "
+                  "imported with them: %zu of %zu\n", added, probed.size(), all.size());
+      if (verbose && !missed.empty()) std::printf("versions no case imported at: %s\n", missed.c_str());
+    }
     std::printf("%d passed, %d failed\n", passed, failed);
     return failed == 0 ? 0 : 1;
   } catch (const Error& e) {
