@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/ops.h"
+#include "importer/lower_grid_sample.h"
 #include "importer/lower_quant.h"
 #include "importer/onnx_io.h"
 
@@ -2290,7 +2291,7 @@ const std::map<std::string, Lowering>& lowerings() {
       {"DepthToSpace", depth_space}, {"DequantizeLinear", dequantize_linear}, {"Div", binary}, {"Dropout", dropout}, {"DynamicQuantizeLinear", dynamic_quantize_linear}, {"Einsum", einsum}, {"Elu", unary_with_defaults},
       {"Equal", binary}, {"Erf", pass_through}, {"Exp", pass_through}, {"Expand", expand}, {"EyeLike", eye_like},
       {"Flatten", flatten}, {"Floor", pass_through}, {"Gather", gather}, {"GatherElements", gather_elements}, {"GatherND", gather_nd}, {"Gelu", gelu}, {"Gemm", gemm},
-      {"GlobalAveragePool", global_pool}, {"GlobalMaxPool", global_pool}, {"Greater", binary},
+      {"GlobalAveragePool", global_pool}, {"GlobalMaxPool", global_pool}, {"Greater", binary}, {"GridSample", grid_sample},
       {"GreaterOrEqual", pass_through}, {"GroupNormalization", group_norm}, {"HammingWindow", window}, {"HannWindow", window}, {"HardSigmoid", unary_with_defaults}, {"HardSwish", pass_through}, {"Hardmax", hardmax},
       {"Identity", identity}, {"InstanceNormalization", instance_norm}, {"IsInf", is_inf}, {"IsNaN", pass_through},
       {"LRN", lrn}, {"LayerNormalization", layer_norm}, {"LeakyRelu", unary_with_defaults}, {"Less", binary},

@@ -323,6 +323,33 @@ TEST(Import, ScatterElementsAndGatherNdLowerToCanonicalOps) {
   refused(float_shift, "BitShift of float32 (8- to 64-bit integers are supported)");
 }
 
+// GridSample refuses a mode, a padding mode or a grid it cannot mean, naming the node and what
+// is wrong (its semantics are onnx's conformance cases', reference and compiled).
+TEST(Import, GridSampleRefusesWhatItCannotMean) {
+  const auto refused = [](OnnxBuilder& bad, const std::string& what) {
+    try {
+      importer::import_onnx_bytes(bad.bytes(), ".");
+      ADD_FAILURE() << "accepted: " << what;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("culprit"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  const auto model = [](std::vector<int64_t> grid, const std::string& attr, const std::string& value) {
+    OnnxBuilder b(20);
+    b.input("x", kFloat, {1, 2, 4, 4}).input("g", kFloat, grid).output("y", kFloat, {1, 2, 3, 3});
+    onnx::NodeProto& n = b.node("GridSample", {"x", "g"}, {"y"}, "culprit");
+    if (!attr.empty()) OnnxBuilder::attr_s(n, attr, value);
+    return b;
+  };
+  OnnxBuilder mode = model({1, 3, 3, 2}, "mode", "area");
+  refused(mode, "mode 'area' is not one of linear, nearest, cubic");
+  OnnxBuilder padding = model({1, 3, 3, 2}, "padding_mode", "wrap");
+  refused(padding, "padding_mode 'wrap' is not one of zeros, border, reflection");
+  OnnxBuilder grid = model({1, 3, 3, 3}, "", "");
+  refused(grid, "grid of shape 1x3x3x3 does not fit X of shape 1x2x4x4");
+}
+
 TEST(Import, AffineAfterConvWithOtherUsesIsKept) {
   Graph g;
   const int x = testing::add_input(g, "x", DType::kF32, {1, 2, 4, 4});
