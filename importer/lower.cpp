@@ -11,6 +11,7 @@
 #include "core/ops.h"
 #include "importer/lower_grid_sample.h"
 #include "importer/lower_quant.h"
+#include "importer/lower_topk.h"
 #include "importer/onnx_io.h"
 
 namespace fusetune::importer {
@@ -2307,7 +2308,7 @@ const std::map<std::string, Lowering>& lowerings() {
       {"Sin", pass_through}, {"Sinh", trig_by_formula}, {"Size", size_op}, {"Slice", slice}, {"Softmax", softmax}, {"Softplus", pass_through},
       {"Softsign", pass_through}, {"SpaceToDepth", depth_space}, {"Split", split}, {"Sqrt", pass_through},
       {"Squeeze", squeeze}, {"Sub", binary}, {"Sum", variadic}, {"SwiGLU", swish}, {"Swish", swish}, {"Tan", pass_through}, {"Tanh", pass_through},
-      {"ThresholdedRelu", unary_with_defaults}, {"Tile", tile}, {"Transpose", transpose}, {"Trilu", trilu},
+      {"ThresholdedRelu", unary_with_defaults}, {"Tile", tile}, {"TopK", top_k}, {"Transpose", transpose}, {"Trilu", trilu},
       {"Unsqueeze", unsqueeze}, {"Upsample", resize},
       {"Where", where}, {"Xor", binary},
   };

@@ -90,7 +90,7 @@ class NodeLowering {
   int emitted_ = 0;
 };
 
-// Helpers the lowering files share (lower.cpp, lower_grid_sample.cpp, lower_quant.cpp).
+// Helpers the lowering files share (lower.cpp and the lower_*.cpp of op families).
 // Value v as type `to`: a Cast, or v itself when it has that type already.
 int cast_to(NodeLowering& L, int v, DType to);
 // The smallest and largest value of an integer type or bool (the largest uint64 as its bit

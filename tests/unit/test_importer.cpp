@@ -5,9 +5,14 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
+#include <numeric>
+#include <random>
 #include <set>
 
+#include "backend/backend.h"
+#include "compiler/pipeline.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "core/ops.h"
@@ -15,8 +20,11 @@
 #include "importer/importer.h"
 #include "reference/compare.h"
 #include "reference/interpreter.h"
+#include "runtime/plan_runner.h"
 #include "unit/graph_helpers.h"
 #include "unit/onnx_builder.h"
+#include "unit/test_dir.h"
+#include "unit/test_seed.h"
 
 namespace fusetune {
 namespace {
@@ -348,6 +356,63 @@ TEST(Import, GridSampleRefusesWhatItCannotMean) {
   refused(padding, "padding_mode 'wrap' is not one of zeros, border, reflection");
   OnnxBuilder grid = model({1, 3, 3, 3}, "", "");
   refused(grid, "grid of shape 1x3x3x3 does not fit X of shape 1x2x4x4");
+}
+
+// TopK against a stable sort of each row (ties by ascending index), largest and smallest, on rows
+// with repeated values and infinities, where a row's remaining elements may all equal the fill
+// of taken ones: on the reference and compiled (the plan on the host executor).
+TEST(Import, TopKSelectsInOrderWithTiesByIndexAndInfinities) {
+  const unsigned seed = testing::test_seed();
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> pick(0, 5);
+  constexpr int64_t rows = 3, n = 9, k = 7;
+  const float inf = std::numeric_limits<float>::infinity();
+  const float choices[] = {-inf, -1.0f, 0.0f, 0.5f, 2.0f, inf};
+  std::vector<float> x(rows * n);
+  for (float& v : x) v = choices[pick(rng)];
+  x[2 * n + 3] = x[2 * n + 5] = -inf;  // a row whose smallest values tie at -inf
+  for (bool largest : {true, false}) {
+    OnnxBuilder b(11);
+    b.input("x", kFloat, {rows, n}).output("v", kFloat, {rows, k}).output("i", kInt64, {rows, k});
+    b.initializer("k", Tensor::from_ints(DType::kI64, {1}, std::vector<int64_t>{k}));
+    OnnxBuilder::attr_i(b.node("TopK", {"x", "k"}, {"v", "i"}), "largest", largest ? 1 : 0);
+    std::vector<float> want_v;
+    std::vector<int64_t> want_i;
+    for (int64_t r = 0; r < rows; ++r) {
+      std::vector<int64_t> order(n);
+      std::iota(order.begin(), order.end(), int64_t{0});
+      std::stable_sort(order.begin(), order.end(), [&](int64_t p, int64_t q) {
+        return largest ? x[r * n + p] > x[r * n + q] : x[r * n + p] < x[r * n + q];
+      });
+      for (int64_t j = 0; j < k; ++j) {
+        want_i.push_back(order[j]);
+        want_v.push_back(x[r * n + order[j]]);
+      }
+    }
+    const Tensor input = Tensor::from_floats(DType::kF32, {rows, n}, x);
+    const std::vector<Tensor> ref = reference::run_graph(importer::import_onnx_bytes(b.bytes(), ".").graph, std::vector<Tensor>{input});
+    EXPECT_EQ(ref[0].to_floats(), want_v) << "reference, largest " << largest << ", seed " << seed;
+    EXPECT_EQ(ref[1].to_ints(), want_i) << "reference, largest " << largest << ", seed " << seed;
+    testing::TestDir dir("topk");
+    b.write(dir / "model.onnx");
+    const compiler::PipelineResult r = compiler::compile_model(dir / "model.onnx", planner::find_device("h100"), {});
+    auto host = backend::make_host_backend();
+    runtime::PlanRunner runner(r.bundle, *host);
+    const std::vector<Tensor> got = runner.run(std::vector<Tensor>{input});
+    EXPECT_EQ(got[0].to_floats(), want_v) << "compiled, largest " << largest << ", seed " << seed;
+    EXPECT_EQ(got[1].to_ints(), want_i) << "compiled, largest " << largest << ", seed " << seed;
+  }
+  OnnxBuilder too_many(11);
+  too_many.input("x", kFloat, {2, 4}).output("v", kFloat, {2, 5}).output("i", kInt64, {2, 5});
+  too_many.initializer("k", Tensor::from_ints(DType::kI64, {1}, std::vector<int64_t>{5}));
+  too_many.node("TopK", {"x", "k"}, {"v", "i"}, "culprit");
+  try {
+    importer::import_onnx_bytes(too_many.bytes(), ".");
+    ADD_FAILURE() << "k 5 of 4 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("culprit"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("k 5 is outside [0, 4]"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Import, AffineAfterConvWithOtherUsesIsKept) {
