@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/ops.h"
+#include "importer/lower_dft.h"
 #include "importer/lower_grid_sample.h"
 #include "importer/lower_quant.h"
 #include "importer/lower_topk.h"
@@ -2288,7 +2289,7 @@ const std::map<std::string, Lowering>& lowerings() {
       {"Abs", pass_through}, {"Acos", trig_by_formula}, {"Acosh", trig_by_formula}, {"Add", binary}, {"AffineGrid", affine_grid}, {"And", binary}, {"ArgMax", arg_reduce},
       {"ArgMin", arg_reduce}, {"Asin", trig_by_formula}, {"Asinh", trig_by_formula}, {"Atan", pass_through}, {"Atanh", trig_by_formula}, {"Attention", attention}, {"AveragePool", pool}, {"BatchNormalization", batch_norm}, {"BitShift", bitwise}, {"BitwiseAnd", bitwise}, {"BitwiseNot", bitwise}, {"BitwiseOr", bitwise}, {"BitwiseXor", bitwise}, {"BlackmanWindow", window},
       {"Cast", cast}, {"CastLike", cast_like}, {"Ceil", pass_through}, {"Celu", celu}, {"CenterCropPad", center_crop_pad}, {"Clip", clip}, {"Compress", compress}, {"Concat", concat},
-      {"Constant", constant_op}, {"ConstantOfShape", constant_of_shape}, {"Conv", conv}, {"ConvTranspose", conv_transpose}, {"ConvInteger", conv_integer}, {"Cos", pass_through}, {"Cosh", trig_by_formula}, {"CumProd", cum_prod}, {"CumSum", cum_sum},
+      {"Constant", constant_op}, {"ConstantOfShape", constant_of_shape}, {"Conv", conv}, {"ConvTranspose", conv_transpose}, {"ConvInteger", conv_integer}, {"Cos", pass_through}, {"Cosh", trig_by_formula}, {"CumProd", cum_prod}, {"CumSum", cum_sum}, {"DFT", dft},
       {"DepthToSpace", depth_space}, {"DequantizeLinear", dequantize_linear}, {"Div", binary}, {"Dropout", dropout}, {"DynamicQuantizeLinear", dynamic_quantize_linear}, {"Einsum", einsum}, {"Elu", unary_with_defaults},
       {"Equal", binary}, {"Erf", pass_through}, {"Exp", pass_through}, {"Expand", expand}, {"EyeLike", eye_like},
       {"Flatten", flatten}, {"Floor", pass_through}, {"Gather", gather}, {"GatherElements", gather_elements}, {"GatherND", gather_nd}, {"Gelu", gelu}, {"Gemm", gemm},
@@ -2306,7 +2307,7 @@ const std::map<std::string, Lowering>& lowerings() {
       {"Reshape", reshape}, {"Resize", resize}, {"ReverseSequence", reverse_sequence}, {"RotaryEmbedding", rotary_embedding}, {"Round", pass_through}, {"Scatter", scatter_elements}, {"ScatterElements", scatter_elements}, {"ScatterND", scatter_nd},
       {"Selu", unary_with_defaults}, {"Shape", shape_op}, {"Shrink", shrink}, {"Sigmoid", pass_through}, {"Sign", pass_through},
       {"Sin", pass_through}, {"Sinh", trig_by_formula}, {"Size", size_op}, {"Slice", slice}, {"Softmax", softmax}, {"Softplus", pass_through},
-      {"Softsign", pass_through}, {"SpaceToDepth", depth_space}, {"Split", split}, {"Sqrt", pass_through},
+      {"Softsign", pass_through}, {"STFT", stft}, {"SpaceToDepth", depth_space}, {"Split", split}, {"Sqrt", pass_through},
       {"Squeeze", squeeze}, {"Sub", binary}, {"Sum", variadic}, {"SwiGLU", swish}, {"Swish", swish}, {"Tan", pass_through}, {"Tanh", pass_through},
       {"ThresholdedRelu", unary_with_defaults}, {"Tile", tile}, {"TopK", top_k}, {"Transpose", transpose}, {"Trilu", trilu},
       {"Unsqueeze", unsqueeze}, {"Upsample", resize},

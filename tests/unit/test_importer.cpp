@@ -415,6 +415,38 @@ TEST(Import, TopKSelectsInOrderWithTiesByIndexAndInfinities) {
   }
 }
 
+// DFT and STFT refuse what they cannot mean, naming the node and what is wrong (their semantics
+// are onnx's conformance cases', reference and compiled).
+TEST(Import, DftAndStftRefuseWhatTheyCannotMean) {
+  const auto refused = [](OnnxBuilder& bad, const std::string& what) {
+    try {
+      importer::import_onnx_bytes(bad.bytes(), ".");
+      ADD_FAILURE() << "accepted: " << what;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("culprit"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  OnnxBuilder last(17);
+  last.input("x", kFloat, {1, 8, 2}).output("y", kFloat, {1, 8, 2});
+  OnnxBuilder::attr_i(last.node("DFT", {"x"}, {"y"}, "culprit"), "axis", 2);
+  refused(last, "axis 2 is the last one, the real and imaginary parts");
+  OnnxBuilder parts(17);
+  parts.input("x", kFloat, {1, 8, 3}).output("y", kFloat, {1, 8, 2});
+  parts.node("DFT", {"x"}, {"y"}, "culprit");
+  refused(parts, "the signal's last axis holds the real and imaginary parts (1 or 2 entries), got shape 1x8x3");
+  OnnxBuilder runtime_length(17);
+  runtime_length.input("x", kFloat, {1, 8, 1}).input("n", kInt64, {}).output("y", kFloat, {1, 8, 2});
+  runtime_length.node("DFT", {"x", "n"}, {"y"}, "culprit");
+  refused(runtime_length, "the dft_length) is not a constant");
+  OnnxBuilder frames(17);
+  frames.input("x", kFloat, {1, 8, 1}).output("y", kFloat, {1, 1, 9, 2});
+  frames.initializer("step", Tensor::from_ints(DType::kI64, {}, std::vector<int64_t>{4}));
+  frames.initializer("length", Tensor::from_ints(DType::kI64, {}, std::vector<int64_t>{16}));
+  frames.node("STFT", {"x", "step", "", "length"}, {"y"}, "culprit");
+  refused(frames, "frames of 16 samples do not fit a signal of 8");
+}
+
 TEST(Import, AffineAfterConvWithOtherUsesIsKept) {
   Graph g;
   const int x = testing::add_input(g, "x", DType::kF32, {1, 2, 4, 4});
