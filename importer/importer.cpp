@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "importer/builder.h"
+#include "importer/control_flow.h"
 #include "importer/fold_conv_affine.h"
 #include "importer/lower.h"
 #include "importer/onnx_io.h"
@@ -123,11 +124,14 @@ std::vector<int> topo_order(const onnx::GraphProto& g, const std::set<std::strin
   std::vector<int> pending(static_cast<size_t>(g.node_size()), 0);
   std::vector<std::vector<int>> users(static_cast<size_t>(g.node_size()));
   for (int i = 0; i < g.node_size(); ++i) {
-    for (const auto& in : g.node(i).input()) {
+    std::set<std::string> reads(g.node(i).input().begin(), g.node(i).input().end());
+    outer_names(g.node(i), reads);  // what its subgraphs read from this graph
+    for (const auto& in : reads) {
       if (in.empty() || available.count(in)) continue;
       auto it = producer.find(in);
       check(it != producer.end(), node_label(g.node(i)), ": input '", in,
             "' is not produced by any node, initializer or graph input");
+      if (it->second == i) continue;
       ++pending[static_cast<size_t>(i)];
       users[static_cast<size_t>(it->second)].push_back(i);
     }
@@ -153,6 +157,66 @@ std::vector<int> topo_order(const onnx::GraphProto& g, const std::set<std::strin
   return order;
 }
 
+// Imports g's nodes in a topological order into b, `ids` the names visible (its inputs,
+// initializers and enclosing scopes'), which it extends with the nodes' outputs. A subgraph's
+// copy (`prefix` not empty) names its nodes and values with the prefix.
+void import_nodes(const onnx::GraphProto& g, Scope& ids, GraphBuilder& b, int64_t opset, const fs::path& base_dir,
+                  const std::string& prefix) {
+  Graph& graph = b.graph();
+  std::set<std::string> available;
+  for (const auto& [name, id] : ids) available.insert(name);
+  const SubgraphImporter import = [&](const onnx::GraphProto& body, const Scope& outer, const std::vector<int>& inputs,
+                                      const std::string& inner) {
+    Scope scope = outer;
+    check(body.input_size() == static_cast<int>(inputs.size()), "a subgraph of ", body.input_size(), " inputs is given ",
+          inputs.size());
+    for (int k = 0; k < body.input_size(); ++k) scope[body.input(k).name()] = inputs[static_cast<size_t>(k)];
+    for (const auto& init : body.initializer()) scope[init.name()] = b.constant(decode_tensor(init, base_dir), inner + init.name());
+    import_nodes(body, scope, b, opset, base_dir, inner);
+    std::vector<int> outs;
+    for (const auto& o : body.output()) {
+      auto it = scope.find(o.name());
+      check(it != scope.end(), "subgraph output '", o.name(), "' is never produced");
+      outs.push_back(it->second);
+    }
+    return outs;
+  };
+  for (int idx : topo_order(g, available)) {
+    const onnx::NodeProto& original = g.node(idx);
+    onnx::NodeProto renamed;
+    if (!prefix.empty()) {
+      renamed = original;
+      renamed.set_name(prefix + (original.name().empty() ? (original.output_size() > 0 ? original.output(0) : original.op_type()) : original.name()));
+    }
+    const onnx::NodeProto& n = prefix.empty() ? original : renamed;
+    try {
+      std::vector<int> ins;
+      for (const auto& in : n.input()) ins.push_back(in.empty() ? kNoValue : ids.at(in));
+      const size_t first_new = graph.values().size();
+      std::vector<int> outs;
+      if (is_default_domain(n.domain()) && is_control_flow(n.op_type())) {
+        outs = lower_control_flow(n, opset, ins, ids, b, import);
+      } else {
+        NodeLowering L(n, opset, b, std::move(ins), base_dir);
+        lower_node(L);
+        outs = L.outputs();
+      }
+      for (int k = 0; k < n.output_size(); ++k) {
+        const std::string& out = n.output(k);
+        if (out.empty()) continue;
+        const int v = outs[static_cast<size_t>(k)];
+        check(v != kNoValue, "output ", k, " ('", out, "') is not supported");
+        if (static_cast<size_t>(v) >= first_new) graph.value(v).name = prefix + out;
+        ids[out] = v;
+      }
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      if (msg.rfind("node '", 0) == 0) throw;  // already names a node
+      fail(node_label(n), ": ", msg);
+    }
+  }
+}
+
 ImportedModel import_model(const onnx::ModelProto& m, const fs::path& base_dir, const ImportOptions& opt) {
   ImportedModel result;
   result.onnx = summarize(m);
@@ -175,14 +239,12 @@ ImportedModel import_model(const onnx::ModelProto& m, const fs::path& base_dir, 
   const onnx::GraphProto& g = m.graph();
   Graph& graph = result.graph;
   GraphBuilder b(graph);
-  std::unordered_map<std::string, int> ids;
-  std::set<std::string> available;
+  Scope ids;
   bool overridden = false;
   for (const auto& init : g.initializer()) {
     check(!init.name().empty(), "an initializer has no name");
     check(!ids.count(init.name()), "initializer '", init.name(), "' is defined twice");
     ids[init.name()] = b.constant(decode_tensor(init, base_dir), init.name());
-    available.insert(init.name());
   }
   for (const auto& vi : g.input()) {
     if (ids.count(vi.name())) continue;  // an initializer listed as input (IR < 4): a constant here
@@ -203,35 +265,13 @@ ImportedModel import_model(const onnx::ModelProto& m, const fs::path& base_dir, 
       b.set_known(id, it->second);
     }
     ids[vi.name()] = id;
-    available.insert(vi.name());
   }
   for (const auto& [name, shape] : opt.input_shapes) {
     bool known = false;
     for (int v : graph.inputs()) known = known || graph.value(v).name == name;
     check(known, "--shape names '", name, "', which is not an input of the model");
   }
-  for (int idx : topo_order(g, available)) {
-    const onnx::NodeProto& n = g.node(idx);
-    try {
-      std::vector<int> ins;
-      for (const auto& in : n.input()) ins.push_back(in.empty() ? kNoValue : ids.at(in));
-      const size_t first_new = graph.values().size();
-      NodeLowering L(n, opset, b, std::move(ins), base_dir);
-      lower_node(L);
-      for (int k = 0; k < n.output_size(); ++k) {
-        const std::string& out = n.output(k);
-        if (out.empty()) continue;
-        const int v = L.outputs()[static_cast<size_t>(k)];
-        check(v != kNoValue, "output ", k, " ('", out, "') is not supported");
-        if (static_cast<size_t>(v) >= first_new) graph.value(v).name = out;
-        ids[out] = v;
-      }
-    } catch (const Error& e) {
-      const std::string msg = e.what();
-      if (msg.rfind("node '", 0) == 0) throw;  // already names a node
-      fail(node_label(n), ": ", msg);
-    }
-  }
+  import_nodes(g, ids, b, opset, base_dir, "");
   for (const auto& vi : g.output()) {
     auto it = ids.find(vi.name());
     require_tensor(vi, "graph output");

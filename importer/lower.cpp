@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/ops.h"
+#include "importer/control_flow.h"
 #include "importer/lower_dft.h"
 #include "importer/lower_grid_sample.h"
 #include "importer/lower_quant.h"
@@ -2318,7 +2319,7 @@ const std::map<std::string, Lowering>& lowerings() {
 
 }  // namespace
 
-bool is_supported_onnx_op(const std::string& op_type) { return lowerings().count(op_type) != 0; }
+bool is_supported_onnx_op(const std::string& op_type) { return lowerings().count(op_type) != 0 || is_control_flow(op_type); }
 
 void lower_node(NodeLowering& node) {
   auto it = lowerings().find(node.op());

@@ -102,7 +102,8 @@ int reduce_node(NodeLowering& L, const std::string& op, int x, const std::vector
 // explicit pads with auto_pad resolved, group), checking kernel_shape against the weight.
 Attributes conv_attributes(NodeLowering& L, size_t x, size_t w);
 
-// True if fusetune lowers this ONNX op type of the default domain.
+// True if fusetune lowers this ONNX op type of the default domain (If, Loop and Scan: the importer
+// inlines them, importer/control_flow.h).
 bool is_supported_onnx_op(const std::string& op_type);
 
 // Lowers the node; every ONNX output that is named gets a value id in outputs().

@@ -94,6 +94,13 @@ class OnnxBuilder {
     a->set_type(onnx::AttributeProto::STRING);
     a->set_s(v);
   }
+  // A subgraph attribute (If's branches, Loop's and Scan's body): `body`'s graph.
+  static void attr_graph(onnx::NodeProto& n, const std::string& name, const OnnxBuilder& body) {
+    auto* a = n.add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::GRAPH);
+    *a->mutable_g() = body.model_.graph();
+  }
   static void attr_ints(onnx::NodeProto& n, const std::string& name, std::vector<int64_t> v) {
     auto* a = n.add_attribute();
     a->set_name(name);

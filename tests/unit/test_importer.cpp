@@ -447,6 +447,79 @@ TEST(Import, DftAndStftRefuseWhatTheyCannotMean) {
   refused(frames, "frames of 16 samples do not fit a signal of 8");
 }
 
+// If, Loop and Scan are inlined: an If on a condition known at import (a constant, or an input
+// whose value is given) imports the branch it picks, whose nodes read a value of the enclosing
+// graph produced by a node listed after the If; a Scan (reverse, states and a scan output) and a
+// Loop (trip count, carried value, scan output) unroll; what is only known from data is refused
+// naming the node and the input.
+TEST(Import, IfLoopAndScanAreInlined) {
+  constexpr int kBool = 9;
+  OnnxBuilder then_branch, else_branch;
+  then_branch.output("t", kFloat, {3});
+  then_branch.node("Mul", {"late", "late"}, {"t"});  // `late` comes from the enclosing graph
+  else_branch.output("e", kFloat, {3});
+  else_branch.node("Neg", {"late"}, {"e"});
+  OnnxBuilder b(13);
+  b.input("c", kBool, {}).input("x", kFloat, {3}).output("y", kFloat, {3});
+  onnx::NodeProto& branch = b.node("If", {"c"}, {"y"}, "choose");
+  OnnxBuilder::attr_graph(branch, "then_branch", then_branch);
+  OnnxBuilder::attr_graph(branch, "else_branch", else_branch);
+  b.node("Add", {"x", "x"}, {"late"});  // after the If in the file
+  const Tensor x = Tensor::from_floats(DType::kF32, {3}, std::vector<float>{1, -2, 3});
+  for (bool cond : {true, false}) {
+    importer::ImportOptions opt;
+    opt.input_values["c"] = Tensor::from_ints(DType::kBool, {}, std::vector<int64_t>{cond ? 1 : 0});
+    const Graph g = importer::import_onnx_bytes(b.bytes(), ".", opt).graph;
+    const std::vector<float> got =
+        reference::run_graph(g, std::vector<Tensor>{opt.input_values["c"], x})[0].to_floats();
+    EXPECT_EQ(got, cond ? std::vector<float>({4, 16, 36}) : std::vector<float>({-2, 4, -6})) << "cond " << cond;
+  }
+  try {
+    importer::import_onnx_bytes(b.bytes(), ".");
+    ADD_FAILURE() << "an If on a condition from data was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("choose"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("input 0 ('c', the condition) is not known at import"), std::string::npos) << e.what();
+  }
+  // Scan, reverse: running sums of the rows from the last, and each step's sum.
+  OnnxBuilder scan_body;
+  scan_body.input("acc", kFloat, {2}).input("row", kFloat, {2}).output("acc_out", kFloat, {2}).output("each", kFloat, {2});
+  scan_body.node("Add", {"acc", "row"}, {"acc_out"});
+  scan_body.node("Identity", {"acc_out"}, {"each"});
+  OnnxBuilder scan(11);
+  scan.input("init", kFloat, {2}).input("rows", kFloat, {3, 2}).output("total", kFloat, {2}).output("sums", kFloat, {3, 2});
+  onnx::NodeProto& sn = scan.node("Scan", {"init", "rows"}, {"total", "sums"}, "scan");
+  OnnxBuilder::attr_graph(sn, "body", scan_body);
+  OnnxBuilder::attr_i(sn, "num_scan_inputs", 1);
+  OnnxBuilder::attr_ints(sn, "scan_input_directions", {1});
+  const std::vector<Tensor> sr = reference::run_graph(
+      importer::import_onnx_bytes(scan.bytes(), ".").graph,
+      std::vector<Tensor>{Tensor::from_floats(DType::kF32, {2}, std::vector<float>{10, 20}),
+                          Tensor::from_floats(DType::kF32, {3, 2}, std::vector<float>{1, 2, 3, 4, 5, 6})});
+  EXPECT_EQ(sr[0].to_floats(), std::vector<float>({19, 32}));
+  EXPECT_EQ(sr[1].to_floats(), std::vector<float>({15, 26, 18, 30, 19, 32}));
+  // Loop: a condition computed from data cannot be unrolled.
+  OnnxBuilder loop_body;
+  loop_body.input("i", kInt64, {}).input("go", kBool, {}).input("v", kFloat, {3});
+  loop_body.output("go_out", kBool, {}).output("v_out", kFloat, {3});
+  loop_body.node("Add", {"v", "v"}, {"v_out"});
+  loop_body.node("ReduceSum", {"v_out"}, {"s"});
+  loop_body.initializer("limit", Tensor::from_floats(DType::kF32, {}, std::vector<float>{100}));
+  loop_body.node("Less", {"s", "limit"}, {"go_out"});
+  OnnxBuilder loop(13);
+  loop.input("v0", kFloat, {3}).output("v", kFloat, {3});
+  loop.initializer("go", Tensor::from_ints(DType::kBool, {}, std::vector<int64_t>{1}));
+  OnnxBuilder::attr_graph(loop.node("Loop", {"", "go", "v0"}, {"v"}, "doubling"), "body", loop_body);
+  try {
+    importer::import_onnx_bytes(loop.bytes(), ".");
+    ADD_FAILURE() << "a Loop whose condition comes from data was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("doubling"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("the body's condition output is computed from data at iteration 0"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Import, AffineAfterConvWithOtherUsesIsKept) {
   Graph g;
   const int x = testing::add_input(g, "x", DType::kF32, {1, 2, 4, 4});

@@ -1,0 +1,54 @@
+// Control flow: ONNX's If, Loop and Scan inlined into the graph being imported, their subgraphs
+// imported in place (the importer's node loop, through SubgraphImporter, with the enclosing
+// scopes' names visible).
+//   - If: its condition must be known at import (a constant, shape arithmetic, or a graph input
+//     whose value the import was given: ImportOptions::input_values); the branch it picks is
+//     imported, the other never read.
+//   - Loop: the trip count and the condition must be known at import before each iteration (a
+//     body whose condition output is computed from data cannot be unrolled); the body is imported
+//     once per iteration (iteration number a constant), the loop-carried values threaded through,
+//     each scan output's per-iteration values stacked on a new first axis (Reshape, Concat).
+//   - Scan (opset 9 on): the body is imported once per element of the scan axis (the scan inputs'
+//     slices taken by a Gather at that index, last first for a reverse direction), the states
+//     threaded through, the scan outputs stacked along their axes (reversed for a reverse
+//     direction).
+// Unrolling bounds the work: at most kMaxIterations iterations of one node.
+//
+// Takes a control-flow node, its inputs' value ids and the scope its subgraphs see. Guarantees:
+// ONNX's semantics for those cases; what cannot be decided at import (a condition or trip count
+// from data, a Scan of opset 8, sequences and optionals) is refused naming the node and the input.
+#pragma once
+
+#include <functional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "fusetune_proto/onnx_subset.pb.h"
+#include "importer/builder.h"
+
+namespace fusetune::importer {
+
+using Scope = std::unordered_map<std::string, int>;
+
+// Imports `body` with the names of `outer` visible and its inputs bound to `inputs` (in order);
+// returns its outputs' value ids. `prefix` is prepended to the names of the nodes and values the
+// copy makes.
+using SubgraphImporter = std::function<std::vector<int>(const onnx::GraphProto& body, const Scope& outer,
+                                                        const std::vector<int>& inputs, const std::string& prefix)>;
+
+inline constexpr int64_t kMaxIterations = 4096;
+
+bool is_control_flow(const std::string& op_type);
+
+// The names the node's subgraphs read from enclosing scopes (what the node depends on besides its
+// inputs), added to `names`.
+void outer_names(const onnx::NodeProto& n, std::set<std::string>& names);
+
+// Inlines control-flow node n (opset `opset`, its inputs' value ids `ins`, kNoValue where absent)
+// and returns the value ids of its outputs.
+std::vector<int> lower_control_flow(const onnx::NodeProto& n, int64_t opset, const std::vector<int>& ins, const Scope& scope,
+                                    GraphBuilder& b, const SubgraphImporter& import);
+
+}  // namespace fusetune::importer
