@@ -13,6 +13,7 @@
 #include "importer/lower_dft.h"
 #include "importer/lower_grid_sample.h"
 #include "importer/lower_quant.h"
+#include "importer/lower_recurrent.h"
 #include "importer/lower_topk.h"
 #include "importer/onnx_io.h"
 
@@ -54,6 +55,12 @@ std::vector<float> NodeLowering::attr_floats(const std::string& n, std::vector<f
   read_.insert(n);
   auto it = attrs_.find(n);
   return it == attrs_.end() ? fallback : std::vector<float>(it->second->floats().begin(), it->second->floats().end());
+}
+
+std::vector<std::string> NodeLowering::attr_strings(const std::string& n) const {
+  read_.insert(n);
+  auto it = attrs_.find(n);
+  return it == attrs_.end() ? std::vector<std::string>{} : std::vector<std::string>(it->second->strings().begin(), it->second->strings().end());
 }
 
 Tensor NodeLowering::attr_tensor(const std::string& n) const {
@@ -2294,14 +2301,14 @@ const std::map<std::string, Lowering>& lowerings() {
       {"DepthToSpace", depth_space}, {"DequantizeLinear", dequantize_linear}, {"Div", binary}, {"Dropout", dropout}, {"DynamicQuantizeLinear", dynamic_quantize_linear}, {"Einsum", einsum}, {"Elu", unary_with_defaults},
       {"Equal", binary}, {"Erf", pass_through}, {"Exp", pass_through}, {"Expand", expand}, {"EyeLike", eye_like},
       {"Flatten", flatten}, {"Floor", pass_through}, {"Gather", gather}, {"GatherElements", gather_elements}, {"GatherND", gather_nd}, {"Gelu", gelu}, {"Gemm", gemm},
-      {"GlobalAveragePool", global_pool}, {"GlobalMaxPool", global_pool}, {"Greater", binary}, {"GridSample", grid_sample},
+      {"GlobalAveragePool", global_pool}, {"GRU", recurrent}, {"GlobalMaxPool", global_pool}, {"Greater", binary}, {"GridSample", grid_sample},
       {"GreaterOrEqual", pass_through}, {"GroupNormalization", group_norm}, {"HammingWindow", window}, {"HannWindow", window}, {"HardSigmoid", unary_with_defaults}, {"HardSwish", pass_through}, {"Hardmax", hardmax},
       {"Identity", identity}, {"InstanceNormalization", instance_norm}, {"IsInf", is_inf}, {"IsNaN", pass_through},
-      {"LRN", lrn}, {"LayerNormalization", layer_norm}, {"LeakyRelu", unary_with_defaults}, {"Less", binary},
+      {"LRN", lrn}, {"LSTM", recurrent}, {"LayerNormalization", layer_norm}, {"LeakyRelu", unary_with_defaults}, {"Less", binary},
       {"LessOrEqual", pass_through}, {"Log", pass_through}, {"LogSoftmax", softmax}, {"LpNormalization", lp_normalization}, {"LpPool", lp_pool}, {"MatMul", matmul}, {"MatMulInteger", matmul_integer},
       {"Max", variadic}, {"MaxPool", pool}, {"MaxUnpool", max_unpool}, {"Mean", variadic}, {"MeanVarianceNormalization", mean_variance_normalization}, {"Min", variadic}, {"Mish", mish}, {"Mod", mod},
       {"Mul", binary}, {"Neg", pass_through}, {"NonZero", non_zero}, {"Not", pass_through}, {"OneHot", one_hot},
-      {"Or", binary}, {"PRelu", pass_through}, {"Pad", pad}, {"Pow", binary}, {"QLinearConv", qlinear_conv}, {"QLinearMatMul", qlinear_matmul}, {"QuantizeLinear", quantize_linear}, {"RMSNormalization", rms_norm}, {"Range", range},
+      {"Or", binary}, {"PRelu", pass_through}, {"Pad", pad}, {"Pow", binary}, {"QLinearConv", qlinear_conv}, {"QLinearMatMul", qlinear_matmul}, {"QuantizeLinear", quantize_linear}, {"RMSNormalization", rms_norm}, {"RNN", recurrent}, {"Range", range},
       {"Reciprocal", pass_through}, {"ReduceL1", reduce}, {"ReduceL2", reduce}, {"ReduceLogSum", reduce},
       {"ReduceLogSumExp", reduce}, {"ReduceMax", reduce}, {"ReduceMean", reduce}, {"ReduceMin", reduce},
       {"ReduceProd", reduce}, {"ReduceSum", reduce}, {"ReduceSumSquare", reduce}, {"Relu", pass_through},

@@ -45,6 +45,7 @@ class NodeLowering {
   std::string attr_s(const std::string& n, const std::string& fallback) const;
   std::vector<int64_t> attr_ints(const std::string& n, std::vector<int64_t> fallback = {}) const;
   std::vector<float> attr_floats(const std::string& n, std::vector<float> fallback = {}) const;
+  std::vector<std::string> attr_strings(const std::string& n) const;
   Tensor attr_tensor(const std::string& n) const;
 
   // Fails naming the first attribute of the node that the lowering did not read: one fusetune

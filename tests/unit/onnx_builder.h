@@ -101,6 +101,18 @@ class OnnxBuilder {
     a->set_type(onnx::AttributeProto::GRAPH);
     *a->mutable_g() = body.model_.graph();
   }
+  static void attr_floats(onnx::NodeProto& n, const std::string& name, const std::vector<float>& v) {
+    auto* a = n.add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::FLOATS);
+    for (float f : v) a->add_floats(f);
+  }
+  static void attr_strings(onnx::NodeProto& n, const std::string& name, const std::vector<std::string>& v) {
+    auto* a = n.add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::STRINGS);
+    for (const std::string& s : v) a->add_strings(s);
+  }
   static void attr_ints(onnx::NodeProto& n, const std::string& name, std::vector<int64_t> v) {
     auto* a = n.add_attribute();
     a->set_name(name);

@@ -1,0 +1,26 @@
+// Lowering of ONNX's recurrent layers, LSTM, GRU and RNN (opsets 7 on), to canonical ops: the
+// input projection of every time step at once (one MatMul of X by W transposed, the biases
+// added), then one cell step per time step (the recurrent MatMul of the previous hidden state by
+// R transposed, the gates' activations and the state update, element-wise), which fusion makes a
+// launch or two a step. Forward, reverse (time steps last to first) and bidirectional (both,
+// stacked); layout 0 ([T, B, I], states [D, B, H]) and 1 ([B, T, I], states [B, D, H]); initial states; LSTM peepholes and
+// input_forget; GRU linear_before_reset; clip; every activation the spec lists with its
+// activation_alpha/beta, consumed in order by the activations that take them (as onnxruntime
+// does); sequence_lens known at import: a batch entry's steps past its length leave its state
+// and write zeros to Y (forward only when the lengths differ).
+//
+// Takes the NodeLowering of an LSTM, GRU or RNN node. Guarantees: onnx's equations (gate orders
+// iofc, zrh); about a dozen canonical nodes a time step and direction; at most kMaxSteps steps;
+// what it cannot honour (sequence_lens from data, differing lengths in reverse, an unknown
+// activation) is refused naming it.
+#pragma once
+
+#include "importer/lower.h"
+
+namespace fusetune::importer {
+
+inline constexpr int64_t kMaxSteps = 4096;
+
+void recurrent(NodeLowering& L);
+
+}  // namespace fusetune::importer
