@@ -5,7 +5,8 @@
 // to static shapes (declared, or given in ImportOptions::input_shapes; a symbolic dimension without
 // a value is an error naming the input and the dimension) -> topologically order the ONNX nodes
 // (a cycle, or an input nothing produces, is an error naming the node) -> lower each node
-// (importer/lower), folding constant expressions such as shape arithmetic -> check declared output
+// (importer/lower; If, Loop and Scan inlined by importer/control_flow, their subgraphs through the
+// same node loop), folding constant expressions such as shape arithmetic -> check declared output
 // shapes -> drop dead nodes -> fold per-channel affines into convolutions
 // (importer/fold_conv_affine) -> validate. Every error is an Error whose message starts with the
 // file and names the node, op, input or field at fault.

@@ -8,6 +8,9 @@
 // vendor libraries the plan may call (cublasLt, cudnn: a deployment host without cuDNN compiles
 // with --libraries cublasLt). --dump-after PASS|all prints what those passes made (the Kernel IR
 // of every launch after generate); --verify-each checks every pass's result before the next.
+// --input-value NAME=FILE.pb pins a graph input to a tensor (ImportOptions::input_values): an If
+// on it folds to one branch (importer/control_flow.h), arguments computed from it specialize; the
+// input stays an input of the plan, to be given that value.
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -16,6 +19,7 @@
 
 #include "compiler/pipeline.h"
 #include "core/error.h"
+#include "importer/onnx_io.h"
 #include "planner/device.h"
 #include "planner/library_call.h"
 #include "planner/select.h"
@@ -46,6 +50,15 @@ int cmd_compile(const std::vector<std::string>& argv) {
   const planner::Device device =
       args.has("device-file") ? planner::load_device(args.get("device-file")) : planner::find_device(args.get("device"));
   options.import.input_shapes = shape_overrides(args);
+  for (const std::string& pin : args.all("input-value")) {
+    const size_t eq = pin.find('=');
+    check(eq != std::string::npos && eq > 0 && eq + 1 < pin.size(), "--input-value '", pin, "': expected NAME=FILE.pb");
+    const std::string name = pin.substr(0, eq);
+    check(!options.import.input_values.count(name), "--input-value names '", name, "' twice");
+    const importer::NamedTensor t = importer::read_tensor_file(pin.substr(eq + 1));
+    options.import.input_values[name] = t.tensor;
+    options.import.input_shapes[name] = t.tensor.shape();
+  }
   const auto t0 = std::chrono::steady_clock::now();
   compiler::PipelineResult r;
   {

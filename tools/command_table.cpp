@@ -44,6 +44,10 @@ const OptionSpec kDeviceFile = {"device-file", "PATH", "a device description (JS
 const OptionSpec& kShape = kJobOptions[0];
 const OptionSpec& kPrecision = kJobOptions[5];
 const OptionSpec& kLibraries = kJobOptions[6];
+const OptionSpec kInputValue = {"input-value", "NAME=FILE.pb",
+                                "pins graph input NAME to the tensor in FILE (an ONNX TensorProto): an If on it is "
+                                "folded, arguments computed from it specialize",
+                                false, true};
 const OptionSpec kVerifyBlocks = {"verify-blocks", "N",
                                   "blocks of a kernel's grid verified on the host (default 16; 0: all)"};
 
@@ -138,6 +142,7 @@ std::vector<CommandSpec> make_table() {
         kDeviceFile,
         {"out", "PLAN_DIR", "the bundle's directory (nothing is written when a kernel fails)", true},
         kShape,
+        kInputValue,
         kPrecision,
         kLibraries,
         kVerifyBlocks,

@@ -19,9 +19,11 @@
 #include "core/ops.h"
 #include "importer/fold_conv_affine.h"
 #include "importer/importer.h"
+#include "importer/onnx_io.h"
 #include "reference/compare.h"
 #include "reference/interpreter.h"
 #include "runtime/plan_runner.h"
+#include "unit/cli_run.h"
 #include "unit/graph_helpers.h"
 #include "unit/onnx_builder.h"
 #include "unit/test_dir.h"
@@ -482,6 +484,25 @@ TEST(Import, IfLoopAndScanAreInlined) {
     EXPECT_NE(std::string(e.what()).find("choose"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("input 0 ('c', the condition) is not known at import"), std::string::npos) << e.what();
   }
+  // `fusetune compile --input-value` pins the condition; the plan then runs that branch.
+  testing::TestDir dir("if");
+  b.write(dir / "model.onnx");
+  std::filesystem::create_directories(dir / "data");
+  const Tensor yes = Tensor::from_ints(DType::kBool, {}, std::vector<int64_t>{1});
+  importer::write_tensor_file(dir / "c.pb", "c", yes);
+  importer::write_tensor_file(dir / "data" / "input_0.pb", "c", yes);
+  importer::write_tensor_file(dir / "data" / "input_1.pb", "x", x);
+  importer::write_tensor_file(dir / "data" / "output_0.pb", "y", Tensor::from_floats(DType::kF32, {3}, std::vector<float>{4, 16, 36}));
+  const std::string model = (dir / "model.onnx").string(), plan = (dir / "plan").string();
+  const testing::Outcome unpinned = testing::run_cli("compile '" + model + "' --device h100 --out '" + plan + "'");
+  EXPECT_NE(unpinned.exit_code, 0) << unpinned.output;
+  EXPECT_NE(unpinned.output.find("is not known at import"), std::string::npos) << unpinned.output;
+  const testing::Outcome pinned =
+      testing::run_cli("compile '" + model + "' --device h100 --out '" + plan + "' --input-value 'c=" + (dir / "c.pb").string() + "'");
+  ASSERT_EQ(pinned.exit_code, 0) << pinned.output;
+  const testing::Outcome ran = testing::run_cli("run '" + plan + "' --inputs '" + (dir / "data").string() + "'");
+  EXPECT_EQ(ran.exit_code, 0) << ran.output;
+  EXPECT_NE(ran.output.find("outputs: 1 match, 0 differ"), std::string::npos) << ran.output;
   // Scan, reverse: running sums of the rows from the last, and each step's sum.
   OnnxBuilder scan_body;
   scan_body.input("acc", kFloat, {2}).input("row", kFloat, {2}).output("acc_out", kFloat, {2}).output("each", kFloat, {2});
