@@ -808,6 +808,18 @@ std::vector<int64_t> window_pads(NodeLowering& L, const Shape& in_spatial, const
 
 }  // namespace
 
+int slice_last_axis(NodeLowering& L, int v, int64_t begin, int64_t end) {
+  const Shape s = L.builder().value(v).shape;
+  std::vector<int64_t> starts(s.size(), 0), ends(s.begin(), s.end()), steps(s.size(), 1);
+  starts.back() = begin;
+  ends.back() = end;
+  Attributes a;
+  a.set("starts", starts);
+  a.set("ends", ends);
+  a.set("steps", steps);
+  return L.emit("Slice", {v}, a);
+}
+
 Attributes conv_attributes(NodeLowering& L, size_t x, size_t w) {
   check(L.rank(x) >= 3, "input must be at least 3-D (N, C, spatial...), got ", shape_str(L.shape(x)));
   const size_t sp = static_cast<size_t>(L.rank(x) - 2);

@@ -10,19 +10,6 @@ namespace fusetune::importer {
 
 namespace {
 
-// v's entries [begin, end) of its last axis.
-int slice_last(NodeLowering& L, int v, int64_t begin, int64_t end) {
-  const Shape s = L.builder().value(v).shape;
-  std::vector<int64_t> starts(s.size(), 0), ends(s.begin(), s.end()), steps(s.size(), 1);
-  starts.back() = begin;
-  ends.back() = end;
-  Attributes a;
-  a.set("starts", starts);
-  a.set("ends", ends);
-  a.set("steps", steps);
-  return L.emit("Slice", {v}, a);
-}
-
 int transpose(NodeLowering& L, int v, const std::vector<int64_t>& perm) {
   bool identity = true;
   for (size_t d = 0; d < perm.size(); ++d) identity = identity && perm[d] == static_cast<int64_t>(d);
@@ -68,8 +55,8 @@ int transform(NodeLowering& L, int x, int64_t axis, int64_t length, bool inverse
   const int moved = transpose(L, x, perm);
   Shape part_shape = others;
   part_shape.push_back(n);
-  const int re = L.reshape(slice_last(L, moved, 0, 1), part_shape);
-  const int im = complex ? L.reshape(slice_last(L, moved, 1, 2), part_shape) : kNoValue;
+  const int re = L.reshape(slice_last_axis(L, moved, 0, 1), part_shape);
+  const int im = complex ? L.reshape(slice_last_axis(L, moved, 1, 2), part_shape) : kNoValue;
   const double w = 2.0 * std::numbers::pi / static_cast<double>(length);
   const auto angle = [&](int64_t a, int64_t b) { return w * static_cast<double>((a * b) % length); };
   const auto matmul = [&](int a, int m) { return L.emit("MatMul", {a, m}); };

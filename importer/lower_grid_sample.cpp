@@ -84,15 +84,8 @@ void grid_sample(NodeLowering& L) {
   std::vector<std::vector<Tap>> taps(dims);
   for (size_t d = 0; d < dims; ++d) {
     const auto extent = static_cast<double>(xs[d + 2]);
-    const std::vector<int64_t> steps(gs.size(), 1);
-    std::vector<int64_t> st(gs.size(), 0), en(gs.begin(), gs.end());
-    st.back() = static_cast<int64_t>(dims - 1 - d);
-    en.back() = st.back() + 1;
-    Attributes sl;
-    sl.set("starts", st);
-    sl.set("ends", en);
-    sl.set("steps", steps);
-    const int g = L.reshape(L.emit("Slice", {grid}, sl), coord_shape);
+    const auto at = static_cast<int64_t>(dims - 1 - d);
+    const int g = L.reshape(slice_last_axis(L, grid, at, at + 1), coord_shape);
     int x = align ? a.mul(a.div(a.add(g, a.c(1.0)), a.c(2.0)), a.c(extent - 1))
                   : a.div(a.sub(a.mul(a.add(g, a.c(1.0)), a.c(extent)), a.c(1.0)), a.c(2.0));
     if (mode == "nearest") x = L.emit("Round", {x});

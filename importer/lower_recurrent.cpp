@@ -31,18 +31,7 @@ struct Recurrent {
     a.set("axis", int64_t{0});
     return L.emit("Gather", {v, L.constant(Tensor::scalar_int(DType::kI64, index))}, a);
   }
-  // Entries [begin, end) of v's last axis.
-  int columns(int v, int64_t begin, int64_t end) const {
-    const Shape s = L.builder().value(v).shape;
-    std::vector<int64_t> starts(s.size(), 0), ends(s.begin(), s.end()), steps(s.size(), 1);
-    starts.back() = begin;
-    ends.back() = end;
-    Attributes a;
-    a.set("starts", starts);
-    a.set("ends", ends);
-    a.set("steps", steps);
-    return L.emit("Slice", {v}, a);
-  }
+  int columns(int v, int64_t begin, int64_t end) const { return slice_last_axis(L, v, begin, end); }
   int gate(int v, int64_t k) const { return columns(v, k * hidden, (k + 1) * hidden); }
   int clip(int v, float limit) const {
     Attributes a;

@@ -11,6 +11,7 @@
 #include "compiler/pipeline.h"
 #include "core/error.h"
 #include "importer/importer.h"
+#include "import_check.h"
 #include "onnx_builder.h"
 #include "reference/interpreter.h"
 #include "runtime/plan_runner.h"
@@ -89,49 +90,40 @@ TEST(Quantization, IntegerContractionsAreExactWhereFloatSumsAreNot) {
 // not tile the axis, a QLinearMatMul into int16; an op of Microsoft's domain is refused naming the
 // domain.
 TEST(Quantization, RefusalsNameTheNodeAndWhatIsWrong) {
-  const auto refused = [](OnnxBuilder& bad, const std::string& what) {
-    try {
-      importer::import_onnx_bytes(bad.bytes(), ".");
-      ADD_FAILURE() << "accepted: " << what;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("culprit"), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-    }
-  };
   OnnxBuilder float8(21);
   float8.input("x", kFloat, {4}).output("y", 17, {4});
   float8.initializer("s", Tensor::from_floats(DType::kF32, {}, std::vector<float>{0.5f}));
   float8.initializer("z", Tensor::from_floats(DType::kF8E4M3FN, {}, std::vector<float>{1.0f}));
   float8.node("QuantizeLinear", {"x", "s", "z"}, {"y"}, "culprit");
-  refused(float8, "must be zero for a float8 QuantizeLinear, it holds 1");
+  testing::expect_refused(float8, "culprit", "must be zero for a float8 QuantizeLinear, it holds 1");
   OnnxBuilder to_int32(21);
   to_int32.input("x", kFloat, {4}).output("y", kInt32, {4});
   to_int32.initializer("s", Tensor::from_floats(DType::kF32, {}, std::vector<float>{0.5f}));
   OnnxBuilder::attr_i(to_int32.node("QuantizeLinear", {"x", "s"}, {"y"}, "culprit"), "output_dtype", kInt32);
-  refused(to_int32, "QuantizeLinear to int32");
+  testing::expect_refused(to_int32, "culprit", "QuantizeLinear to int32");
   OnnxBuilder per_axis(13);
   per_axis.input("x", kInt8, {2, 3}).output("y", kFloat, {2, 3});
   per_axis.initializer("s", Tensor::from_floats(DType::kF32, {2}, std::vector<float>{0.5f, 2.0f}));
   per_axis.node("DequantizeLinear", {"x", "s"}, {"y"}, "culprit");  // axis 1 has 3 entries
-  refused(per_axis, "per-axis quantization wants 3 values, one per index of axis 1");
+  testing::expect_refused(per_axis, "culprit", "per-axis quantization wants 3 values, one per index of axis 1");
   OnnxBuilder blocks(21);
   blocks.input("x", kFloat, {2, 6}).output("y", kUint8, {2, 6});
   blocks.initializer("s", Tensor::from_floats(DType::kF32, {2, 2}, std::vector<float>{1, 2, 3, 4}));
   onnx::NodeProto& blocked = blocks.node("QuantizeLinear", {"x", "s"}, {"y"}, "culprit");
   OnnxBuilder::attr_i(blocked, "axis", 1);
   OnnxBuilder::attr_i(blocked, "block_size", 2);  // 6 / 2 = 3 blocks, not 2
-  refused(blocks, "blocks of 2 along axis 1 of the input of shape 2x6 want 3 there");
+  testing::expect_refused(blocks, "culprit", "blocks of 2 along axis 1 of the input of shape 2x6 want 3 there");
   OnnxBuilder wide(10);
   wide.input("a", kInt8, {2, 2}).input("b", kInt8, {2, 2}).output("y", 5, {2, 2});
   const Tensor one = Tensor::from_floats(DType::kF32, {}, std::vector<float>{1.0f});
   wide.initializer("s", one).initializer("z", Tensor::from_ints(DType::kI8, {}, std::vector<int64_t>{0}));
   wide.initializer("yz", Tensor::from_ints(DType::kI16, {}, std::vector<int64_t>{0}));
   wide.node("QLinearMatMul", {"a", "s", "z", "b", "s", "z", "s", "yz"}, {"y"}, "culprit");
-  refused(wide, "QLinearMatMul quantizes to int8 or uint8, not int16");
+  testing::expect_refused(wide, "culprit", "QLinearMatMul quantizes to int8 or uint8, not int16");
   OnnxBuilder microsoft(13);
   microsoft.opset_import("com.microsoft", 1).input("a", kUint8, {4}).output("y", kUint8, {4});
   microsoft.node("QLinearAdd", {"a", "a", "a", "a", "a", "a", "a", "a"}, {"y"}, "culprit").set_domain("com.microsoft");
-  refused(microsoft, "of domain 'com.microsoft'");
+  testing::expect_refused(microsoft, "culprit", "of domain 'com.microsoft'");
 }
 
 }  // namespace
