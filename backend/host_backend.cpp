@@ -38,11 +38,11 @@ class HostBuffer : public Buffer {
   size_t bytes() const override { return data_.size() - 64; }
   void upload(const void* data, size_t n) override {
     check(n <= bytes(), "upload of ", n, " bytes into a buffer of ", bytes());
-    std::memcpy(aligned(), data, n);
+    if (n > 0) std::memcpy(aligned(), data, n);  // an empty tensor's data may be null
   }
   void download(void* data, size_t n) const override {
     check(n <= bytes(), "download of ", n, " bytes from a buffer of ", bytes());
-    std::memcpy(data, const_cast<HostBuffer*>(this)->aligned(), n);
+    if (n > 0) std::memcpy(data, const_cast<HostBuffer*>(this)->aligned(), n);
   }
   void fill_byte(unsigned char value) override { std::memset(aligned(), value, bytes()); }
   void* handle() override { return aligned(); }
