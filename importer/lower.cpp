@@ -808,6 +808,13 @@ std::vector<int64_t> window_pads(NodeLowering& L, const Shape& in_spatial, const
 
 }  // namespace
 
+int clip_between(NodeLowering& L, int v, double lo, double hi) {
+  Attributes a;
+  a.set("min", static_cast<float>(lo));
+  a.set("max", static_cast<float>(hi));
+  return L.emit("Clip", {v}, a);
+}
+
 int slice_last_axis(NodeLowering& L, int v, int64_t begin, int64_t end) {
   const Shape s = L.builder().value(v).shape;
   std::vector<int64_t> starts(s.size(), 0), ends(s.begin(), s.end()), steps(s.size(), 1);

@@ -99,6 +99,8 @@ int cast_to(NodeLowering& L, int v, DType to);
 std::pair<int64_t, int64_t> integer_range(DType t);
 // A canonical reduction `op` of x over `axes` (keepdims `keep`).
 int reduce_node(NodeLowering& L, const std::string& op, int x, const std::vector<int64_t>& axes, int64_t keep);
+// v clamped to [lo, hi] (a canonical Clip).
+int clip_between(NodeLowering& L, int v, double lo, double hi);
 // Entries [begin, end) of v's last axis (a Slice).
 int slice_last_axis(NodeLowering& L, int v, int64_t begin, int64_t end);
 // The canonical Conv's attributes for the node's input `x` and weight `w` (strides, dilations,

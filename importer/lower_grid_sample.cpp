@@ -22,12 +22,7 @@ struct Arith {
   int where(int cond, int a, int b) const { return L.emit("Where", {cond, a, b}); }
   int less(int a, int b) const { return op("Less", a, b); }
   int greater(int a, int b) const { return op("Greater", a, b); }
-  int clamp(int v, double lo, double hi) const {
-    Attributes a;
-    a.set("min", static_cast<float>(lo));
-    a.set("max", static_cast<float>(hi));
-    return L.emit("Clip", {v}, a);
-  }
+  int clamp(int v, double lo, double hi) const { return clip_between(L, v, lo, hi); }
   // x reflected by the nearer border until inside [lo, hi] (onnx's _gs_reflect): outside by dx,
   // n = floor(dx / range) whole ranges and r = dx - n x range left over, from the border crossed
   // when n is even, from the other one when odd.

@@ -22,13 +22,6 @@ int binary(NodeLowering& L, const char* op, int a, int b) { return L.emit(op, {a
 
 int float_constant(NodeLowering& L, DType t, double v) { return L.constant(Tensor::scalar_float(t, static_cast<float>(v))); }
 
-int clip(NodeLowering& L, int v, double lo, double hi) {
-  Attributes a;
-  a.set("min", static_cast<float>(lo));
-  a.set("max", static_cast<float>(hi));
-  return L.emit("Clip", {v}, a);
-}
-
 int narrow_cast(NodeLowering& L, int v, DType to, bool saturate) {
   Attributes a;
   a.set("to", static_cast<int64_t>(dtype_to_onnx(to)));
@@ -91,7 +84,7 @@ int requantize(NodeLowering& L, int v, int zero_point, DType to) {
   int r = cast_to(L, L.emit("Round", {v}), wide);
   if (zero_point != kNoValue) r = binary(L, "Add", r, cast_to(L, zero_point, wide));
   const auto [lo, hi] = integer_range(to);
-  return cast_to(L, clip(L, r, static_cast<double>(lo), static_cast<double>(hi)), to);
+  return cast_to(L, clip_between(L, r, static_cast<double>(lo), static_cast<double>(hi)), to);
 }
 
 // Input k (an integer operand) as int32 less its zero point (input zp, absent or one element,
@@ -202,7 +195,7 @@ void dynamic_quantize_linear(NodeLowering& L) {
   const int lo = binary(L, "Min", reduce_node(L, "ReduceMin", L.input(0), all, 0), zero);
   const int span = L.emit("Where", {binary(L, "Equal", hi, lo), float_constant(L, xt, 1.0), binary(L, "Sub", hi, lo)});
   const int scale = binary(L, "Div", span, float_constant(L, xt, 255.0));
-  const int zp = L.emit("Round", {clip(L, binary(L, "Sub", zero, binary(L, "Div", lo, scale)), 0.0, 255.0)});
+  const int zp = L.emit("Round", {clip_between(L, binary(L, "Sub", zero, binary(L, "Div", lo, scale)), 0.0, 255.0)});
   L.set_output(0, requantize(L, binary(L, "Div", L.input(0), scale), zp, DType::kU8));
   L.set_output(1, scale);
   L.set_output(2, cast_to(L, zp, DType::kU8));

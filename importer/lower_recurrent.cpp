@@ -33,12 +33,7 @@ struct Recurrent {
   }
   int columns(int v, int64_t begin, int64_t end) const { return slice_last_axis(L, v, begin, end); }
   int gate(int v, int64_t k) const { return columns(v, k * hidden, (k + 1) * hidden); }
-  int clip(int v, float limit) const {
-    Attributes a;
-    a.set("min", -limit);
-    a.set("max", limit);
-    return L.emit("Clip", {v}, a);
-  }
+  int clip(int v, float limit) const { return clip_between(L, v, -limit, limit); }
   // Per-time-step values [B, H] stacked on a new first axis: [T, B, H].
   int stack(const std::vector<int>& steps) const {
     std::vector<int> lifted;
