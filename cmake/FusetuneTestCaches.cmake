@@ -4,9 +4,9 @@
 # tests, so that the host builds of kernels.cu one test made serve the others (a folder a test would
 # cost CI's two cores each model's host build again). The sanitizer builds point it at the Release
 # build's folder (scripts/setup.sh): a host build of kernels.cu does not depend on how fusetune was
-# built (simt/module.cpp keys it by the text, the compiler and its own flags), and scripts/test.sh
-# runs the Release share first, so the sanitizer share finds its kernels built (CI: 2,966 s with a
-# folder per build against 2,029 s with one shared folder). A test that needs a cache of its own
+# built (simt/module.cpp keys it by the text, the compiler and its own flags), and `scripts/test.sh
+# --full` runs the Release share first, so the sanitizer share finds its kernels built. A fresh
+# clone (CI's) starts with the folder empty. A test that needs a cache of its own
 # (the race's rehearsal) sets FUSETUNE_CACHE_DIR in its command, which wins.
 set(FUSETUNE_TEST_CACHE_DIR "${PROJECT_BINARY_DIR}/test-cache" CACHE PATH
     "Where the tests keep fusetune's caches (host kernel builds, cubins, the default search database)")

@@ -9,6 +9,7 @@
 #include "importer/builder.h"
 #include "importer/control_flow.h"
 #include "importer/fold_conv_affine.h"
+#include "importer/functions.h"
 #include "importer/lower.h"
 #include "importer/onnx_io.h"
 
@@ -17,15 +18,6 @@ namespace fusetune::importer {
 namespace fs = std::filesystem;
 
 namespace {
-
-bool is_default_domain(const std::string& d) { return d.empty() || d == "ai.onnx"; }
-
-int64_t default_opset(const onnx::ModelProto& m) {
-  for (const auto& o : m.opset_import()) {
-    if (is_default_domain(o.domain())) return o.version();
-  }
-  return 0;
-}
 
 std::string node_label(const onnx::NodeProto& n) {
   return "node '" + (n.name().empty() ? (n.output_size() ? n.output(0) : std::string("?")) : n.name()) + "' (" +
@@ -306,10 +298,25 @@ ImportedModel import_model(const onnx::ModelProto& m, const fs::path& base_dir, 
 
 }  // namespace
 
-OnnxSummary summarize_onnx(const fs::path& path) { return summarize(read_model(path)); }
+namespace {
+
+// The model at `path` (or in `bytes`, `label` naming them) with its local functions inlined
+// (importer/functions.h); errors name the file.
+onnx::ModelProto inlined(onnx::ModelProto model, const std::string& label) {
+  try {
+    inline_local_functions(model);
+  } catch (const Error& e) {
+    fail(label, ": ", e.what());
+  }
+  return model;
+}
+
+}  // namespace
+
+OnnxSummary summarize_onnx(const fs::path& path) { return summarize(inlined(read_model(path), path.string())); }
 
 ImportedModel import_onnx_bytes(std::string_view bytes, const fs::path& base_dir, const ImportOptions& options) {
-  const onnx::ModelProto model = parse_model(bytes, "<memory>");
+  const onnx::ModelProto model = inlined(parse_model(bytes, "<memory>"), "<memory>");
   try {
     return import_model(model, base_dir, options);
   } catch (const Error& e) {
@@ -318,7 +325,7 @@ ImportedModel import_onnx_bytes(std::string_view bytes, const fs::path& base_dir
 }
 
 ImportedModel import_onnx(const fs::path& path, const ImportOptions& options) {
-  const onnx::ModelProto model = read_model(path);
+  const onnx::ModelProto model = inlined(read_model(path), path.string());
   try {
     return import_model(model, path.parent_path(), options);
   } catch (const Error& e) {

@@ -149,6 +149,16 @@ void require_tensor(const onnx::ValueInfoProto& vi, const char* what) {
   check(t.has_tensor_type(), what, " '", vi.name(), "' is ", kind, ", not a tensor: fusetune compiles tensor values only");
 }
 
+bool is_default_domain(const std::string& domain) { return domain.empty() || domain == "ai.onnx"; }
+
+int64_t default_opset(const onnx::ModelProto& model) {
+  int64_t opset = 0;
+  for (const auto& o : model.opset_import()) {
+    if (is_default_domain(o.domain())) opset = o.version();
+  }
+  return opset;
+}
+
 std::string onnx_type_name(int code) {
   static const char* const names[] = {"UNDEFINED",    "FLOAT",         "UINT8",       "INT8",       "UINT16",
                                       "INT16",        "INT32",         "INT64",       "STRING",     "BOOL",

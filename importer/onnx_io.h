@@ -31,6 +31,11 @@ size_t packed_size(DType dtype, int64_t count);
 std::vector<std::byte> unpack_elements(DType dtype, const std::vector<std::byte>& packed, int64_t count);
 std::vector<std::byte> pack_elements(const Tensor& t);
 
+// The default ONNX domain: "" or "ai.onnx".
+bool is_default_domain(const std::string& domain);
+// The opset a model imports for the default domain (0 where it imports none).
+int64_t default_opset(const onnx::ModelProto& model);
+
 // ONNX's name of an element type code with the code ("FLOAT8E4M3FN (17)"), for messages.
 std::string onnx_type_name(int code);
 

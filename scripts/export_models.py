@@ -19,7 +19,9 @@ ConvNeXt's 1e-6 layer scale are re-drawn from the same seeded generator so
 that every parameter actually influences the reference outputs). Inputs come
 from a fixed-seed torch.Generator. Models run in eval mode, batch 1, float32;
 the reference outputs are computed by torch under torch.no_grad().
-Export uses opset 17 with constant folding.
+Export uses opset 17 with constant folding. bert_functions is bert exported with
+export_modules_as_functions: its encoder layers, their attention, LayerNorms and GELUs become
+model-local functions (nested, with attributes), as torch.onnx writes modules as functions.
 """
 
 import argparse
@@ -48,7 +50,7 @@ OPSET = 17
 INPUT_SEED = 1234
 
 SMALL_NAMES = ["bert", "vit", "swin_t", "resnet_small", "mobilenet_v2",
-               "efficientnet_b0", "convnext_t", "nerf_mlp", "cnn_small", "unet_small"]
+               "efficientnet_b0", "convnext_t", "nerf_mlp", "cnn_small", "unet_small", "bert_functions"]
 FULL_NAMES = ["bert", "vit", "swin_t", "resnet18", "resnet50", "mobilenet_v2",
               "efficientnet_b0", "convnext_t", "nerf_mlp"]
 
@@ -325,6 +327,12 @@ def build_bert(size):
                 output_names=["last_hidden_state"], dynamic_axes=dyn)
 
 
+def build_bert_functions(size):
+    spec = build_bert(size)
+    spec["functions"] = {BertLayer, BertSelfAttention, nn.LayerNorm, nn.GELU}
+    return spec
+
+
 def _image_model(model, hw):
     return dict(model=model, inputs=image_input(hw, make_gen()), input_names=["input"],
                 output_names=["logits"], dynamic_axes=None)
@@ -411,6 +419,7 @@ def build_unet_small(size):
 
 BUILDERS = {
     "bert": build_bert,
+    "bert_functions": build_bert_functions,
     "vit": build_vit,
     "swin_t": build_swin_t,
     "resnet18": build_resnet18,
@@ -499,9 +508,18 @@ def export_one(name, size, out_dir):
         input_names=spec["input_names"],
         output_names=spec["output_names"],
         dynamic_axes=spec["dynamic_axes"],
+        export_modules_as_functions=spec.get("functions", False),
     )
 
     m = onnx.load(onnx_path)
+    if spec.get("functions") and [o.name for o in m.graph.output] != spec["output_names"]:
+        # torch 1.13 leaves output_names unapplied where a module exported as a function makes the
+        # graph's output: the call's output is renamed here.
+        for out, want in zip(m.graph.output, spec["output_names"]):
+            for n in m.graph.node:
+                n.output[:] = [want if o == out.name else o for o in n.output]
+            out.name = want
+        onnx.save(m, onnx_path)
     if spec["dynamic_axes"] is None:
         if fix_output_shapes(m, outs):
             onnx.save(m, onnx_path)

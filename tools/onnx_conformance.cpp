@@ -37,6 +37,7 @@
 #include "fusetune_proto/onnx_subset.pb.h"
 #include "importer/importer.h"
 #include "importer/lower.h"
+#include "importer/onnx_io.h"
 #include "importer/test_data.h"
 #include "reference/compare.h"
 #include "reference/interpreter.h"
@@ -152,22 +153,9 @@ SchemaDefaults read_schema_defaults(const fs::path& path) {
   return out;
 }
 
-onnx::ModelProto read_model(const fs::path& model) {
-  std::ifstream in(model, std::ios::binary);
-  onnx::ModelProto proto;
-  check(proto.ParseFromIstream(&in), model.string(), ": not an ONNX model");
-  return proto;
-}
-
-bool default_domain(const std::string& domain) { return domain.empty() || domain == "ai.onnx"; }
-
-int64_t default_opset(const onnx::ModelProto& proto) {
-  int64_t opset = 0;
-  for (const auto& o : proto.opset_import()) {
-    if (default_domain(o.domain())) opset = o.version();
-  }
-  return opset;
-}
+using importer::default_opset;
+using importer::is_default_domain;
+using importer::read_model;
 
 // (op, schema version) pairs.
 using Versions = std::set<std::pair<std::string, int64_t>>;
@@ -179,7 +167,7 @@ int add_default_attributes(onnx::ModelProto& proto, const SchemaDefaults& schema
   const int64_t opset = default_opset(proto);
   int added = 0;
   for (auto& node : *proto.mutable_graph()->mutable_node()) {
-    if (!default_domain(node.domain()) || (!only.empty() && node.op_type() != only)) continue;
+    if (!is_default_domain(node.domain()) || (!only.empty() && node.op_type() != only)) continue;
     const auto op = schemas.find(node.op_type());
     if (op == schemas.end()) continue;
     const nlohmann::json* defaults = nullptr;
@@ -240,14 +228,14 @@ std::string probe_older_versions(const fs::path& dir, const SchemaDefaults& sche
   const importer::TestData data = importer::load_test_data(data_sets(dir).front());
   const int64_t opset = default_opset(original);
   for (const auto& node : original.graph().node()) {
-    if (!default_domain(node.domain())) continue;
+    if (!is_default_domain(node.domain())) continue;
     const auto op = schemas.find(node.op_type());
     if (op == schemas.end()) continue;
     for (const auto& [since, defaults] : op->second) {
       if (since >= opset || defaults.empty() || probed.count({op->first, since})) continue;
       onnx::ModelProto proto = original;
       for (auto& o : *proto.mutable_opset_import()) {
-        if (default_domain(o.domain())) o.set_version(since);
+        if (is_default_domain(o.domain())) o.set_version(since);
       }
       Versions these;
       if (add_default_attributes(proto, schemas, &these, op->first) == 0) continue;

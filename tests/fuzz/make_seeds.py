@@ -39,10 +39,11 @@ def vi(name, elem, shape):
     return helper.make_tensor_value_info(name, elem, shape)
 
 
-def save(name, nodes, inputs, outputs, inits=(), opset=13, value_info=()):
+def save(name, nodes, inputs, outputs, inits=(), opset=13, value_info=(), functions=(), domains=()):
     graph = helper.make_graph(list(nodes), name, list(inputs), list(outputs), list(inits), value_info=list(value_info))
     model = helper.make_model(graph, producer_name="fusetune-fuzz-seeds",
-                              opset_imports=[helper.make_opsetid("", opset)])
+                              opset_imports=[helper.make_opsetid("", opset)] + [helper.make_opsetid(d, 1) for d in domains],
+                              functions=list(functions))
     model.ir_version = 8
     data = model.SerializeToString()
     assert len(data) < 20000, (name, len(data))
@@ -298,10 +299,38 @@ def int_types():
          inits)
 
 
+def ref(name, kind, to):
+    a = onnx.AttributeProto()
+    a.name, a.type, a.ref_attr_name = name, kind, to
+    return a
+
+
+def local_functions():
+    # local:Act(a, b) = LeakyRelu(a, alpha=@alpha) + b; local:Pair(p) = Act(Act(p, p) {alpha=@gain}, p),
+    # its second call without alpha; a call node with an If whose branch reads a formal input.
+    leaky = helper.make_node("LeakyRelu", ["a"], ["t"])
+    leaky.attribute.append(ref("alpha", onnx.AttributeProto.FLOAT, "alpha"))
+    act = helper.make_function("local", "Act", ["a", "b"], ["y"], [leaky, helper.make_node("Add", ["t", "b"], ["y"])],
+                               [helper.make_opsetid("", 13)], ["alpha"])
+    inner = helper.make_node("Act", ["p", "p"], ["q"], domain="local")
+    inner.attribute.append(ref("alpha", onnx.AttributeProto.FLOAT, "gain"))
+    branch = helper.make_node("If", ["c"], ["r"],
+                              then_branch=helper.make_graph([helper.make_node("Neg", ["p"], ["n"])], "then", [], [vi("n", F, [2, 3])]),
+                              else_branch=helper.make_graph([helper.make_node("Abs", ["p"], ["m"])], "else", [], [vi("m", F, [2, 3])]))
+    pair = helper.make_function("local", "Pair", ["p"], ["s"], [
+        inner, helper.make_node("Act", ["q", "p"], ["a2"], domain="local"),
+        helper.make_node("Constant", [], ["c"], value=helper.make_tensor("c", TensorProto.BOOL, [], [True])),
+        branch, helper.make_node("Add", ["a2", "r"], ["s"])], [helper.make_opsetid("", 13), helper.make_opsetid("local", 1)],
+        ["gain"])
+    nodes = [helper.make_node("Act", ["x", "x"], ["y1"], name="first", domain="local", alpha=0.5),
+             helper.make_node("Pair", ["y1"], ["y"], name="second", domain="local", gain=0.25)]
+    save("local_functions", nodes, [vi("x", F, [2, 3])], [vi("y", F, [2, 3])], functions=[act, pair], domains=["local"])
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     for gen in [conv_relu_maxpool, matmul_add_softmax, shape_arithmetic, layer_norm, resize, pad, reductions,
-                where_equal_expand, elementwise_zoo, old_opset, external_data, symbolic_dims, int_types]:
+                where_equal_expand, elementwise_zoo, old_opset, external_data, symbolic_dims, int_types, local_functions]:
         gen()
     src = os.path.join(REPO, "tests", "data", "models", "cnn_small", "model.onnx")
     if os.path.getsize(src) < 20000:

@@ -120,6 +120,39 @@ class OnnxBuilder {
     for (int64_t x : v) a->add_ints(x);
   }
 
+  // A model-local function (domain, name) over `inputs` giving `outputs`, whose calls may give the
+  // attributes `attributes`; add its body with fnode and defaults to function.attribute_proto.
+  onnx::FunctionProto& function(const std::string& domain, const std::string& name, std::initializer_list<std::string> inputs,
+                                std::initializer_list<std::string> outputs, std::initializer_list<std::string> attributes = {}) {
+    auto* f = model_.add_functions();
+    f->set_domain(domain);
+    f->set_name(name);
+    for (const auto& i : inputs) f->add_input(i);
+    for (const auto& o : outputs) f->add_output(o);
+    for (const auto& a : attributes) f->add_attribute(a);
+    auto* o = f->add_opset_import();
+    o->set_domain("");
+    o->set_version(model_.opset_import(0).version());
+    return *f;
+  }
+  static onnx::NodeProto& fnode(onnx::FunctionProto& f, const std::string& op, std::initializer_list<std::string> ins,
+                                std::initializer_list<std::string> outs, const std::string& domain = "") {
+    auto* n = f.add_node();
+    n->set_op_type(op);
+    n->set_domain(domain);
+    for (const auto& i : ins) n->add_input(i);
+    for (const auto& o : outs) n->add_output(o);
+    return *n;
+  }
+  // An attribute of a function's node that takes the call's attribute `ref` (ref_attr_name).
+  static void attr_ref(onnx::NodeProto& n, const std::string& name, onnx::AttributeProto::AttributeType type,
+                       const std::string& ref) {
+    auto* a = n.add_attribute();
+    a->set_name(name);
+    a->set_type(type);
+    a->set_ref_attr_name(ref);
+  }
+
   onnx::ModelProto& proto() { return model_; }
   std::string bytes() const { return model_.SerializeAsString(); }
   void write(const std::filesystem::path& p) const {

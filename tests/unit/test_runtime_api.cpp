@@ -125,11 +125,11 @@ TEST_F(RuntimeApi, MatchesPyTorchOutputs) {
 }
 
 // 256-byte aligned host memory, as device allocators give it (freed with the object).
-struct Aligned {
-  explicit Aligned(size_t bytes) : p(std::aligned_alloc(256, (bytes + 511) / 256 * 256)) {}
-  ~Aligned() { std::free(p); }
-  Aligned(const Aligned&) = delete;
-  Aligned& operator=(const Aligned&) = delete;
+struct DeviceLikeMemory {
+  explicit DeviceLikeMemory(size_t bytes) : p(std::aligned_alloc(256, (bytes + 511) / 256 * 256)) {}
+  ~DeviceLikeMemory() { std::free(p); }
+  DeviceLikeMemory(const DeviceLikeMemory&) = delete;
+  DeviceLikeMemory& operator=(const DeviceLikeMemory&) = delete;
   unsigned char* bytes(size_t offset = 0) const { return static_cast<unsigned char*>(p) + offset; }
   void* p;
 };
@@ -143,10 +143,10 @@ TEST_F(RuntimeApi, RunsOnCallersMemoryInPlaceAndByCopy) {
   const size_t in_bytes = inputs[0].nbytes(), out_bytes = plan.outputs()[0].bytes();
   // Two sets of aligned places (bound in place: "device" memory is host memory on the host), and
   // one at 4 bytes past alignment (copied); every output poisoned with 0xff (NaN) before a run.
-  Aligned a_in(in_bytes), a_out(out_bytes), b_in(in_bytes), b_out(out_bytes), c_in(in_bytes + 4), c_out(out_bytes + 4);
-  for (const Aligned* in : {&a_in, &b_in}) std::memcpy(in->bytes(), inputs[0].data(), in_bytes);
+  DeviceLikeMemory a_in(in_bytes), a_out(out_bytes), b_in(in_bytes), b_out(out_bytes), c_in(in_bytes + 4), c_out(out_bytes + 4);
+  for (const DeviceLikeMemory* in : {&a_in, &b_in}) std::memcpy(in->bytes(), inputs[0].data(), in_bytes);
   std::memcpy(c_in.bytes(4), inputs[0].data(), in_bytes);
-  const auto run = [&](const Aligned& in, const Aligned& out, size_t offset, Memory memory) {
+  const auto run = [&](const DeviceLikeMemory& in, const DeviceLikeMemory& out, size_t offset, Memory memory) {
     std::memset(out.bytes(offset), 0xff, out_bytes);
     plan.run({in.bytes(offset)}, {out.bytes(offset)}, memory);
     return mismatch(plan, data, {out.bytes(offset)});
@@ -176,7 +176,7 @@ TEST_F(RuntimeApi, RunsOnCallersMemoryInPlaceAndByCopy) {
   EXPECT_EQ(run(b_in, b_out, 0, Memory::kDevice), "");
   // An output overlapping an input is not bound (the input would be overwritten while read): the
   // runs copy, and the output is right.
-  Aligned shared(std::max(in_bytes, out_bytes));
+  DeviceLikeMemory shared(std::max(in_bytes, out_bytes));
   for (int pass = 0; pass < 2; ++pass) {
     std::memcpy(shared.bytes(), inputs[0].data(), in_bytes);
     plan.run({shared.bytes()}, {shared.bytes()}, Memory::kDevice);
@@ -207,10 +207,10 @@ TEST_F(RuntimeApi, ConstantAndPassedThroughOutputsAreCopiedEveryRun) {
   std::vector<float> in(256);
   for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i % 7) - 3.0f;
   const Tensor& table = *g.value(g.outputs()[1]).data;
-  Aligned xin(1024), relu(1024), constant(1024), passed(1024);
+  DeviceLikeMemory xin(1024), relu(1024), constant(1024), passed(1024);
   std::memcpy(xin.bytes(), in.data(), 1024);
   for (int pass = 0; pass < 3; ++pass) {  // the second and third bind what may be bound
-    for (const Aligned* out : {&relu, &constant, &passed}) std::memset(out->bytes(), 0xff, 1024);
+    for (const DeviceLikeMemory* out : {&relu, &constant, &passed}) std::memset(out->bytes(), 0xff, 1024);
     plan.run({xin.bytes()}, {relu.bytes(), constant.bytes(), passed.bytes()}, Memory::kDevice);
     const float* r = reinterpret_cast<const float*>(relu.bytes());
     for (size_t i = 0; i < in.size(); ++i) ASSERT_EQ(r[i], std::max(in[i], 0.0f)) << "pass " << pass << ", element " << i;
