@@ -4,7 +4,8 @@
 #
 #   scripts/test.sh          CI's tier (.ci/run): every test in the Release build except the full
 #                            tier's (`full` below: sweeps and repeats whose paths CI's tests take
-#                            on fewer shapes, tiles or models), then a line saying how many it left.
+#                            on fewer shapes, tiles or models) but three of it drawn anew each run;
+#                            a line first names the draw and its seed (FUSETUNE_TIER_SEED=N redraws).
 #   scripts/test.sh --full   every test once: the Release build, and an AddressSanitizer +
 #                            UndefinedBehaviorSanitizer build (Debug: assertions on) that runs each
 #                            test it can bear at its cost (`release_only` below names the rest,
@@ -21,7 +22,7 @@
 # empty, as on CI's fresh clone, the Release share of the two-build run took 1,392 s and the
 # sanitizer share 919 s, and CI took 3,217 s in all (2026-12-03), against the 35 minutes (2,100 s)
 # CI may take; the tests' cost is NVRTC and the host compiler building each generated kernel, which
-# no sanitizer instruments and no cache spares a fresh clone.
+# no sanitizer instruments and no cache spares a fresh clone. CI's tier on a fresh clone: 1,502 s.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = "--tsan" ]; then
