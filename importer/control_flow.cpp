@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/ops.h"
+#include "importer/onnx_io.h"
 
 namespace fusetune::importer {
 
@@ -198,10 +199,7 @@ void free_names(const onnx::GraphProto& g, std::set<std::string>& out) {
 bool is_control_flow(const std::string& op_type) { return op_type == "If" || op_type == "Loop" || op_type == "Scan"; }
 
 void outer_names(const onnx::NodeProto& n, std::set<std::string>& names) {
-  for (const auto& a : n.attribute()) {
-    if (a.has_g()) free_names(a.g(), names);
-    for (const auto& g : a.graphs()) free_names(g, names);
-  }
+  each_subgraph(n, [&](const onnx::GraphProto& g) { free_names(g, names); });
 }
 
 std::vector<int> lower_control_flow(const onnx::NodeProto& n, int64_t opset, const std::vector<int>& ins, const Scope& scope,

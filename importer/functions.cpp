@@ -54,10 +54,7 @@ class Inliner {
   void expand(google::protobuf::RepeatedPtrField<onnx::NodeProto>& nodes, const std::vector<const onnx::FunctionProto*>& stack) {
     google::protobuf::RepeatedPtrField<onnx::NodeProto> out;
     for (onnx::NodeProto& n : nodes) {
-      for (onnx::AttributeProto& a : *n.mutable_attribute()) {
-        if (a.has_g()) expand(*a.mutable_g()->mutable_node(), stack);
-        for (onnx::GraphProto& g : *a.mutable_graphs()) expand(*g.mutable_node(), stack);
-      }
+      each_subgraph(n, [&](onnx::GraphProto& g) { expand(*g.mutable_node(), stack); });
       auto it = functions_.find(Key{n.domain(), n.op_type(), n.overload()});
       if (it == functions_.end()) {
         *out.Add() = std::move(n);
@@ -112,10 +109,7 @@ class Inliner {
     n.set_name(prefix + call_label(n));
     for (std::string& in : *n.mutable_input()) in = rename(in);
     for (std::string& o : *n.mutable_output()) o = rename(o);
-    for (onnx::AttributeProto& a : *n.mutable_attribute()) {
-      if (a.has_g()) rename_graph(*a.mutable_g(), rename, prefix);
-      for (onnx::GraphProto& g : *a.mutable_graphs()) rename_graph(g, rename, prefix);
-    }
+    each_subgraph(n, [&](onnx::GraphProto& g) { rename_graph(g, rename, prefix); });
   }
 
   template <typename Rename>
@@ -130,10 +124,11 @@ class Inliner {
   // Attribute references of n (and of its subgraphs' nodes) resolved against the call.
   static void resolve_attributes(onnx::NodeProto& n, const onnx::NodeProto& call, const onnx::FunctionProto& f,
                                  const std::string& where) {
+    each_subgraph(n, [&](onnx::GraphProto& g) {
+      for (onnx::NodeProto& inner : *g.mutable_node()) resolve_attributes(inner, call, f, where);
+    });
     google::protobuf::RepeatedPtrField<onnx::AttributeProto> kept;
     for (onnx::AttributeProto& a : *n.mutable_attribute()) {
-      if (a.has_g()) resolve_graph(*a.mutable_g(), call, f, where);
-      for (onnx::GraphProto& g : *a.mutable_graphs()) resolve_graph(g, call, f, where);
       if (a.ref_attr_name().empty()) {
         *kept.Add() = std::move(a);
         continue;
@@ -155,10 +150,6 @@ class Inliner {
     n.mutable_attribute()->Swap(&kept);
   }
 
-  static void resolve_graph(onnx::GraphProto& g, const onnx::NodeProto& call, const onnx::FunctionProto& f, const std::string& where) {
-    for (onnx::NodeProto& n : *g.mutable_node()) resolve_attributes(n, call, f, where);
-  }
-
   // How many nodes `nodes` become once inlined (saturating past the limit), before any is made:
   // calls that double at each level would otherwise be made until the limit. A function that
   // calls itself counts once here; expand refuses it naming the call.
@@ -176,10 +167,7 @@ class Inliner {
           here = sizes_[f] = nodes_of(f->node());
         }
       }
-      for (const onnx::AttributeProto& a : n.attribute()) {
-        if (a.has_g()) here += nodes_of(a.g().node());
-        for (const onnx::GraphProto& g : a.graphs()) here += nodes_of(g.node());
-      }
+      each_subgraph(n, [&](const onnx::GraphProto& g) { here += nodes_of(g.node()); });
       total = std::min(total + here, kMaxInlinedNodes + 1);
     }
     return total;

@@ -36,6 +36,22 @@ bool is_default_domain(const std::string& domain);
 // The opset a model imports for the default domain (0 where it imports none).
 int64_t default_opset(const onnx::ModelProto& model);
 
+// Calls fn on each subgraph among n's attributes (a GRAPH's g, each of a GRAPHS' graphs).
+template <typename Fn>
+void each_subgraph(const onnx::NodeProto& n, const Fn& fn) {
+  for (const onnx::AttributeProto& a : n.attribute()) {
+    if (a.has_g()) fn(a.g());
+    for (const onnx::GraphProto& g : a.graphs()) fn(g);
+  }
+}
+template <typename Fn>
+void each_subgraph(onnx::NodeProto& n, const Fn& fn) {
+  for (onnx::AttributeProto& a : *n.mutable_attribute()) {
+    if (a.has_g()) fn(*a.mutable_g());
+    for (onnx::GraphProto& g : *a.mutable_graphs()) fn(g);
+  }
+}
+
 // ONNX's name of an element type code with the code ("FLOAT8E4M3FN (17)"), for messages.
 std::string onnx_type_name(int code);
 

@@ -7,7 +7,7 @@ Reads MODEL_DIR/model.onnx and MODEL_DIR/test_data_set_0/input_<i>.pb (ONNX's ba
 layout), runs the model with onnxruntime on the CPU (all graph optimizations off, so that what is
 computed is the graph as exported) and writes OUT_DIR (default MODEL_DIR/test_data_set_ort) with
 the same inputs and onnxruntime's outputs as output_<k>.pb, for `fusetune run PLAN --inputs
-OUT_DIR`. Needs onnx, onnxruntime and numpy (scripts/export_hf_models.sh's environment has them).
+OUT_DIR`; OUT_DIR may be MODEL_DIR/test_data_set_0 itself (the outputs are added beside the inputs). Needs onnx, onnxruntime and numpy (scripts/export_hf_models.sh's environment has them).
 """
 
 import glob
@@ -42,8 +42,9 @@ def main():
         sys.exit(f"{inputs_dir}: {len(paths)} input files for {len(session.get_inputs())} model inputs")
     outputs = session.run(None, feeds)
     os.makedirs(out_dir, exist_ok=True)
-    for path in paths:
-        shutil.copy(path, out_dir)
+    if os.path.abspath(out_dir) != os.path.abspath(inputs_dir):
+        for path in paths:
+            shutil.copy(path, out_dir)
     for k, (spec, value) in enumerate(zip(session.get_outputs(), outputs)):
         with open(os.path.join(out_dir, f"output_{k}.pb"), "wb") as f:
             f.write(numpy_helper.from_array(np.ascontiguousarray(value), spec.name).SerializeToString())

@@ -93,7 +93,7 @@ scripts/setup.sh --sanitize
 # What the sanitizer build does not run, and the Release build does. Every unit test and the
 # smallest models end to end (cnn_small, nerf_mlp, resnet_small, unet_small, and of the Hugging
 # Face ones llama_decode, whose attention GPT-2's groups take under them too) run under the
-# sanitizers. Left to Release: what repeats, at several times the
+# sanitizers. Left to Release: the full tier, all of it, and what repeats, at several times the
 # cost under the sanitizers, code paths those already take: the barrier mutation tests
 # (mutations.*), the larger models compiled and run (compiled.*, Codegen/ModelGroups.*), the BERT
 # tuning, the three-tune extension run (tune.extend: 133 s under the sanitizers; the Service tests
@@ -132,7 +132,7 @@ scripts/setup.sh --sanitize
 # models' compiled.* take the same lowering and code paths under the sanitizers). The Python package
 # (python.runtime) is not built with them.
 larger='(bert|bert_dynamic|convnext_t|efficientnet_b0|mobilenet_v2|swin_t|vit|llama|llama_gqa|qwen2|qwen2_decode|bart_encoder|distilbert|hf_vit|t5_encoder|whisper_encoder|[a-z0-9_]+_dynamo|[a-z0-9_]+_fp16)'
-release_only="^mutations\\.|^compiled\\.${larger}\$|^(Codegen/ModelGroups|Codegen/ModelAttention|VerifyIr/ModelKernels)\\..*\"${larger}\"\$|^tune\\.bert\$|^tune\\.extend\$|^cli\\.deleted_barrier\$|^JobPlanner\\.AnExport|^Select\\.EveryLaunchRuns|^install\\.package\$|^service\\.event_loop_latency\$|^service\\.load_with_kills\$|^bench\\.gpu_perf_rehearse\$|^Models/Ptx|^PtxTensorCores\\.AFloatThirtyTwoPlanUnderTf32RunsOnTf32TensorCores\$|^WideAccesses\\.|^CodegenConv\\.StagedConvolutionsOnOddShapesAndTiles\$|^CodegenWarp\\.RowStatisticsOnRowsAroundTheWarpSize\$|^CodegenVector\\.StagedMatMulsWithQuadsAndTheirFallbacks\$|^WgmmaMatMul\\.ChainsMatchTheReferenceOnEveryTile\$|^TensorCoreMatMul\\.ChainsMatchTheReferenceOnEveryTile\$|^CodegenAttention\\.FlashMatchesTheReferenceInEveryType\$|^CodegenGemv\\.OddShapesMatchTheReferenceInEveryType\$|^RegisterEpilogue\\.MatchesTheReferenceAndNeedsOnlyTheOperandRing\$|^GroupFuzz\\.TheKeptSeedsStillPass\$|^tune\\.no_gpu_tf32\$|^CodegenConv\\.TopCandidatesOfTheModelsCompileWithoutSpills\$|^compiled\\.gpt2\$|^TrafficModel\\.|^SplitKPlanner\\.SkinnyProjectionsGetSplitCandidatesThatModelFasterAndLargeOnesNone\$|^cli\\.dashboard\$|^RuntimeApi\\.SeveralThreadsRunSeveralPlansAndShareOne\$|^onnx_conformance_compiled_1_23\$"
+release_only="${full}|^mutations\\.|^compiled\\.${larger}\$|^(Codegen/ModelGroups|Codegen/ModelAttention|VerifyIr/ModelKernels)\\..*\"${larger}\"\$|^tune\\.extend\$|^cli\\.deleted_barrier\$|^JobPlanner\\.AnExport|^Select\\.EveryLaunchRuns|^install\\.package\$|^service\\.event_loop_latency\$|^service\\.load_with_kills\$|^bench\\.gpu_perf_rehearse\$|^Models/Ptx|^PtxTensorCores\\.AFloatThirtyTwoPlanUnderTf32RunsOnTf32TensorCores\$|^WideAccesses\\.|^GroupFuzz\\.TheKeptSeedsStillPass\$|^tune\\.no_gpu_tf32\$|^CodegenConv\\.TopCandidatesOfTheModelsCompileWithoutSpills\$|^compiled\\.gpt2\$|^TrafficModel\\.|^SplitKPlanner\\.SkinnyProjectionsGetSplitCandidatesThatModelFasterAndLargeOnesNone\$|^cli\\.dashboard\$|^RuntimeApi\\.SeveralThreadsRunSeveralPlansAndShareOne\$|^onnx_conformance_compiled_1_23\$"
 
 names build-asan -E "$release_only" > "$work/sanitized"
 names build > "$work/all"
