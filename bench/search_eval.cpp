@@ -13,12 +13,13 @@
 // configuration compiled, verified and timed in the worker's measuring child (worker/sandbox.h):
 // the ground truth. Then each strategy is replayed against that table, trial by trial:
 //  - model: the cost model's order (what `--trials` of one round measures);
-//  - model + mutations: the cost model's best 8, then rounds of 8 from search::next_round (the
-//    strategy the coordinator's search rounds call: the neighbours of the 3 best measured so far);
+//  - model + mutations: the shipped search, search::TuningSession (the session the coordinator's
+//    job search steps: the cost model's best 8, then rounds of 8 mutations of the 3 best measured
+//    so far, search/strategy.h), as a job of that one group whose budget is the whole space;
+//  - learned model + mutations: the same session with the learned model (search/learned_model.h)
+//    trained first on the other groups' tables (a database that tuned them before), so that it
+//    ranks the first round too, and updated by the session with this group's trials each round;
 //  - random: a seeded shuffle (the seed is printed).
-//  - learned model + mutations: the same, with the first round and every round ranked by the
-//    learned model (search/learned_model.h) trained on the other groups' tables (a database that
-//    tuned them before) and this group's trials so far, retrained each round;
 // It prints, per strategy, the trials needed to come within 5% of the exhaustive best (median and
 // worst over groups) and the regret (best found / best measured - 1) after 8, 16 and 32 trials,
 // and the learned model's ranking quality on held-out groups (Kendall tau against the measured
@@ -33,6 +34,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <random>
 #include <set>
 #include <sstream>
@@ -44,7 +46,7 @@
 #include "coordinator/job_planner.h"
 #include "core/error.h"
 #include "search/learned_model.h"
-#include "search/strategy.h"
+#include "search/session.h"
 #include "worker/compile_pool.h"
 #include "worker/daemon.h"
 #include "worker/sandbox.h"
@@ -103,34 +105,65 @@ std::map<std::string, double> measured_of(const Group& x, const std::set<std::st
 }
 
 // The other groups' whole tables (a database that tuned them before; with `other_models`, only
-// those of other models, so that no twin of `g` from its own model is among them), and this
-// group's trials so far: the learned model's training data for `g`, as the coordinator gathers it
-// (search::measured_group).
-std::vector<search::MeasuredGroup> training(const std::vector<Group>& all, const Group& g, const std::vector<std::string>& own,
-                                            bool other_models) {
+// those of other models, so that no twin of `g` from its own model is among them): what a learned
+// model knows before `g`'s job starts.
+std::vector<search::MeasuredGroup> others(const std::vector<Group>& all, const Group& g, bool other_models) {
   std::vector<search::MeasuredGroup> out;
   for (const Group& x : all) {
     if (&x != &g && !(other_models && x.model == g.model)) out.push_back(search::measured_group(x.space, measured_of(x, nullptr)));
   }
-  const std::set<std::string> mine(own.begin(), own.end());
-  out.push_back(search::measured_group(g.space, measured_of(g, &mine)));
   return out;
 }
 
-// The shipped strategy (search::next_round, as the coordinator's rounds call it) in rounds of 8,
-// ranked by the learned model (retrained on `all` and the trials so far each round) when `all`
-// is given, else by the cost model. The first round has nothing measured: the space's best 8.
-std::vector<std::string> order_mutations(const Group& g, const std::vector<Group>* all = nullptr, bool other_models = false) {
+// A learned model that first learned from the other groups' tables, and then goes on learning from
+// the job's own group as the session updates it (search::LearnedModel::update each round).
+class PretrainedModel final : public search::CostModel {
+ public:
+  explicit PretrainedModel(std::vector<search::MeasuredGroup> before) : before_(std::move(before)) { model_.train(before_); }
+  void update(const std::vector<search::MeasuredGroup>& groups) override {
+    std::vector<search::MeasuredGroup> all = before_;
+    all.insert(all.end(), groups.begin(), groups.end());
+    model_.update(all);
+  }
+  bool ranks() const override { return model_.ranks(); }
+  std::vector<double> score(const std::vector<planner::Candidate>& c) const override { return model_.score(c); }
+  std::string describe() const override { return model_.describe(); }
+
+ private:
+  std::vector<search::MeasuredGroup> before_;
+  search::LearnedModel model_;
+};
+
+// The shipped search (search::TuningSession, as the coordinator's job search steps it) as a job of
+// one group with the whole space as its budget and rounds of 8, measured from the group's table
+// (an interleaved comparison of its leaders measures nothing new here and ends it). The model:
+// the cost model, or a learned model pretrained on the other groups (`all`).
+std::vector<std::string> order_session(const Group& g, const std::vector<Group>* all = nullptr, bool other_models = false) {
+  const std::string signature = g.model + ": " + g.pattern;
+  auto space = std::make_shared<search::ListedSpace>(std::map<std::string, std::vector<planner::Candidate>>{{signature, g.space}});
+  std::unique_ptr<search::CostModel> model;
+  if (all != nullptr) model = std::make_unique<PretrainedModel>(others(*all, g, other_models));
+  else model = std::make_unique<search::AnalyticModel>();
+  search::MeasurePolicy policy;
+  policy.trials = static_cast<int>(g.space.size());
+  search::TuningSession session(space, policy, std::move(model), std::make_unique<search::MutationStrategy>());
+  search::MemoryRecords records;
+  const storage::DeviceKey device{"replay", "table"};
+  std::map<std::string, search::Asked> asked;
   std::vector<std::string> out;
-  std::set<std::string> tried;
-  search::LearnedModel model;
-  while (out.size() < g.space.size()) {
-    if (all != nullptr) model.train(training(*all, g, out, other_models));
-    const std::vector<planner::TileConfig> next = search::next_round(g.space, measured_of(g, &tried), tried, 8, &model);
-    if (next.empty()) break;
-    for (const planner::TileConfig& c : next) {
-      out.push_back(c.str());
-      tried.insert(out.back());
+  for (;;) {
+    const search::TuningSession::Step step = session.next(session.read(records, device, asked), 0, false);
+    if (step.kind != search::TuningSession::Step::Kind::kMeasure) break;
+    for (const planner::TileConfig& c : step.measure.at(signature)) {
+      storage::Measurement m;
+      m.signature = signature;
+      m.device = device;
+      m.config = c.str();
+      m.median_us = m.min_us = m.max_us = m.ci_low_us = m.ci_high_us = g.time_us.at(m.config);
+      m.status = std::isfinite(m.median_us) ? storage::Status::kOk : storage::Status::kWrongResult;
+      records.record(m);
+      asked[signature].configs.insert(m.config);
+      out.push_back(m.config);
     }
   }
   return out;
@@ -260,9 +293,9 @@ int main(int argc, char** argv) {
       int within[3] = {0, 0, 0};
       for (const Group& g : groups) {
         const std::vector<std::string> order = s == 0   ? order_model(g)
-                                               : s == 1 ? order_mutations(g)
-                                               : s == 2 ? order_mutations(g, &groups)
-                                               : s == 3 ? order_mutations(g, &groups, true)
+                                               : s == 1 ? order_session(g)
+                                               : s == 2 ? order_session(g, &groups)
+                                               : s == 3 ? order_session(g, &groups, true)
                                                         : order_random(g, rng);
         to5.push_back(static_cast<double>(trials_to_5pct(g, order)));
         const size_t at[3] = {8, 16, 32};
@@ -284,11 +317,9 @@ int main(int argc, char** argv) {
       std::vector<double> tau_learned, tau_model;
       int top1_learned = 0, top1_model = 0;
       for (const Group& g : groups) {
-        std::vector<search::MeasuredGroup> others = training(groups, g, {}, other_models);
-        others.pop_back();  // nothing of the held-out group
         search::LearnedModel model;
-        model.train(others);
-        if (!model.trained()) continue;
+        model.train(others(groups, g, other_models));
+        if (!model.ranks()) continue;
         std::vector<double> actual, learned = model.score(g.space), modeled;
         for (const planner::Candidate& c : g.space) {
           const double us = g.time_us.at(c.config.str());

@@ -1,23 +1,18 @@
-// Decisions: what the search database says of a job's groups, read once and kept for the event
-// loop until a result changes it.
+// Decisions: what the search database says of a job's groups (search::DbRecords, read once and
+// kept for the event loop until a result changes it), and the times a job's plan is chosen from.
 //
-// Takes the search database. For a group (signature) on a device identity, `of` applies the
-// decision rule (search/decision.h) to the group's successful measurements and keeps, with the
-// decision, the source digest each configuration was measured with, every configuration with any
-// measurement and those whose outcome is settled, and the pairs measured interleaved. `measured`
-// gathers, over a job's compared groups, the times final_plan chooses from (a settled
-// configuration without a success is infinite) and the digests of the kernels they are of. Guarantees: what `of` returns stays as it
-// was read until forget(signature), which the coordinator calls as each result is stored, so a
-// decision never lags a result.
+// Takes the search database. `of` is search::DbRecords::of for the codegen version this build
+// generates: a group's decision, digests, seen and settled configurations and interleaved pairs.
+// `measured` gathers, over a job's compared groups, the times final_plan chooses from (a settled
+// configuration without a success is infinite) and the digests of the kernels they are of.
+// Guarantees: what `of` returns stays as it was read until forget(signature), which the
+// coordinator calls as each result is stored, so a decision never lags a result.
 #pragma once
 
-#include <map>
-#include <set>
 #include <string>
-#include <utility>
 
 #include "coordinator/job_planner.h"
-#include "search/decision.h"
+#include "search/records.h"
 #include "storage/search_db.h"
 
 namespace fusetune::coordinator {
@@ -31,23 +26,17 @@ struct Measured {
 
 class Decisions {
  public:
-  struct Decided {
-    search::GroupDecision decision;
-    std::map<std::string, std::string> digests;
-    std::set<std::string> seen;     // every configuration with a measurement, of any status
-    std::set<std::string> settled;  // those whose outcome is settled (SearchDb::measured's rule)
-    std::set<std::pair<std::string, std::string>> interleaved;  // pairs measured in turn, both orders
-  };
+  using Decided = search::GroupRecords;
 
-  explicit Decisions(storage::SearchDb& db) : db_(db) {}
+  explicit Decisions(storage::SearchDb& db);
 
-  const Decided& of(const std::string& signature, const storage::DeviceKey& device);
+  const Decided& of(const std::string& signature, const storage::DeviceKey& device) { return records_.of(signature, device); }
   Measured measured(const JobPlanner& planner, const storage::DeviceKey& device);
-  void forget(const std::string& signature);
+  void forget(const std::string& signature) { records_.forget(signature); }
+  search::TuningRecords& records() { return records_; }
 
  private:
-  storage::SearchDb& db_;
-  std::map<std::pair<std::string, std::string>, Decided> decided_;  // by signature and identity
+  search::DbRecords records_;
 };
 
 }  // namespace fusetune::coordinator

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "coordinator/job_planner.h"
+#include "search/session.h"
 #include "storage/job_queue.h"
 
 namespace fusetune::coordinator {
@@ -41,7 +42,9 @@ struct Job {
   Clock::time_point started = Clock::now();
   int rounds = 0;             // search rounds after the first
   bool busy = false;          // the pool works for it (a search round, its convergence, its final plan)
-  bool search_over = false;   // a round queued nothing: no further round is tried
+  bool search_over = false;   // the rounds are over: one queued nothing, or a round failed
+  bool search_done = false;   // the session said kDone: nothing more to measure, the job finishes
+  std::shared_ptr<search::TuningSession> session;  // made at the job's first search step
   nlohmann::json convergence = nlohmann::json::array();
   nlohmann::json group_convergence = nlohmann::json::object();
 };

@@ -276,10 +276,10 @@ void JobManager::maybe_finish(int64_t id) {
     }
   }
   if (extending) return search_.save(id, job);
-  // Once per round, the round's convergence (it comes back here when recorded); then another
-  // round, or the leaders within noise compared, or the end.
+  // Once per round, the round's convergence (it comes back here when recorded); then the search
+  // session's next step (another round, or the leaders within noise compared), or the end.
   if (job.convergence.size() == static_cast<size_t>(job.rounds)) return search_.record_convergence(id, job);
-  if (search_.search_round(id, job) || search_.compare_leaders(id, job)) return;
+  if (search_.next(id, job)) return;
   finish(id, job, p);
 }
 
@@ -303,8 +303,8 @@ void JobManager::finish(int64_t id, Job& job, const storage::JobProgress& p) {
           s->tasks = done.tasks.size();
           s->cache_hits = done.cache_hits;
           s->candidates_measured = p.measurements;
-          s->interleaved_pairs = static_cast<int>(
-              std::count_if(done.groups.begin(), done.groups.end(), [](const auto& g) { return g.second.compared; }));
+          s->interleaved_pairs = 0;  // groups whose leaders were measured interleaved, by this job or another
+          for (const auto& [signature, group] : done.groups) s->interleaved_pairs += !decisions_.of(signature, done.device).interleaved.empty();
           s->search_rounds = done.rounds;
           s->convergence = done.convergence;
           s->group_convergence = done.group_convergence;

@@ -46,9 +46,9 @@ struct JobOptions {
   int max_repeats = 100;
   double min_time_ms = 5;
   int timeout_ms = 20000;
-  // The search's budget: trials (candidates measured) for the whole job, spread evenly over its
-  // groups; 0: kRoundsByDefault rounds of `candidates` per group. time_s: no new round after so
-  // many seconds of the job (0: no limit).
+  // The search's budget (search::MeasurePolicy, search/measure_policy.h): trials (candidates
+  // measured) for the whole job, spread evenly over its groups; 0: search::kRoundsByDefault rounds
+  // of `candidates` per group. time_s: no new round after so many seconds of the job (0: no limit).
   int trials = 0;
   double time_s = 0;
   // The precision policy (planner::tf32_precision): "model", or "tf32" (float32 MatMuls may run on
@@ -62,10 +62,6 @@ struct JobOptions {
   static JobOptions from_json(const std::string& text);  // errors name the field
 };
 
-// Rounds of `candidates` trials per group a job searches by default: the cost model's best, then
-// mutations of the best measured (search/mutation.h) twice; 24 trials per group at the default 8
-// (full-size BERT-base: 24 per unique group, within the 30 its tuning should need).
-inline constexpr int kRoundsByDefault = 3;
 // The search space of a group: its kSearchSpace best modeled valid configurations.
 inline constexpr int kSearchSpace = 512;
 planner::PlanOptions search_plan_options(const JobOptions& options);

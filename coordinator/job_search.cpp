@@ -13,16 +13,45 @@
 
 namespace fusetune::coordinator {
 
-// A group's part of the next search round: what the loop read from the database (the task it
-// extends, what was measured and tried, how many trials fit the budget), and the kernels the pool
-// lowered for it.
-struct JobSearch::RoundAsk {
-  std::string signature;
-  wire::Task asked;
-  std::map<std::string, double> measured;  // successful medians, by configuration
-  std::set<std::string> tried;
-  size_t trials = 0;
-  std::vector<wire::Candidate> offspring;
+namespace {
+
+// The job's search space: its weighed groups, each the job planner's candidates.
+class JobSpace final : public search::SearchSpace {
+ public:
+  JobSpace(std::shared_ptr<const JobPlanner> planner, std::vector<std::string> groups)
+      : planner_(std::move(planner)), groups_(std::move(groups)) {}
+  std::vector<std::string> groups() const override { return groups_; }
+  const std::vector<planner::Candidate>& candidates(const std::string& signature) const override {
+    return planner_->group(signature).candidates;
+  }
+
+ private:
+  std::shared_ptr<const JobPlanner> planner_;
+  std::vector<std::string> groups_;
+};
+
+std::shared_ptr<search::TuningSession> make_session(const Job& job) {
+  std::vector<std::string> signatures;
+  for (const auto& [signature, group] : job.groups) signatures.push_back(signature);
+  const JobOptions& o = job.planner->options();
+  return std::make_shared<search::TuningSession>(std::make_shared<JobSpace>(job.planner, std::move(signatures)),
+                                                 search::MeasurePolicy{o.candidates, o.trials, o.time_s},
+                                                 std::make_unique<search::LearnedModel>(),
+                                                 std::make_unique<search::MutationStrategy>());
+}
+
+}  // namespace
+
+// A search round being lowered: per group the task it extends (its graph) and the configurations
+// the session chose, then the kernels the pool lowered of them.
+struct JobSearch::Round {
+  struct Group {
+    wire::Task asked;
+    std::vector<planner::TileConfig> configs;
+    std::vector<wire::Candidate> offspring;
+  };
+  std::map<std::string, Group> groups;
+  std::string ranked_by;
 };
 
 JobSearch::JobSearch(storage::JobQueue& queue, Offload& offload, Decisions& decisions, const EventLog& log, Hooks hooks)
@@ -67,79 +96,100 @@ void JobSearch::record_convergence(int64_t id, Job& job) {
       [record](const std::string&) { record(NAN); });  // nothing measured works yet: no plan to report
 }
 
-bool JobSearch::search_round(int64_t id, Job& job) {
-  if (job.search_over) return false;
-  const JobOptions& o = job.planner->options();
-  if (o.time_s > 0 && std::chrono::duration<double>(Job::Clock::now() - job.started).count() >= o.time_s) return false;
-  const int budget = group_budget(job);
-  // The learned model's data: what this identity measured of the job's groups so far (the cost
-  // model ranks while that is too little: LearnedModel::kMinGroups, kMinSamples).
-  std::vector<search::MeasuredGroup> data;
-  std::vector<RoundAsk> asks;
-  for (auto& [signature, group] : job.groups) {
-    const Decisions::Decided& d = decisions_.of(signature, job.device);
-    data.push_back(search::measured_group(job.planner->group(signature).candidates, d.decision.time_us));
-    // Tried: what this job asked, and whatever the database holds for the group on this identity
-    // (another job's rounds count against the budget too).
-    RoundAsk a{signature, group.asked, d.decision.time_us, d.seen, 0, {}};
-    for (const wire::Candidate& c : group.asked.candidates()) a.tried.insert(c.config());
-    int generated = 0;  // library calls are measured besides the budget
-    for (const std::string& config : a.tried) generated += config.find("library=") == std::string::npos;
-    if (generated >= budget) continue;
-    if (a.measured.empty()) continue;  // nothing works yet: no parent to mutate
-    a.trials = static_cast<size_t>(std::min(o.candidates, budget - generated));
-    asks.push_back(std::move(a));
+bool JobSearch::next(int64_t id, Job& job) {
+  if (job.search_done) return false;
+  if (!job.session) job.session = make_session(job);
+  std::map<std::string, search::Asked> asked;
+  for (const auto& [signature, group] : job.groups) {
+    search::Asked& a = asked[signature];
+    for (const wire::Candidate& c : group.asked.candidates()) a.configs.insert(c.config());
+    a.compared = group.compared;
   }
-  if (asks.empty()) return false;
+  auto snapshot = std::make_shared<const search::TuningSession::Snapshot>(job.session->read(decisions_.records(), job.device, asked));
+  const double elapsed = std::chrono::duration<double>(Job::Clock::now() - job.started).count();
   job.busy = true;
-  auto round = std::make_shared<std::vector<RoundAsk>>(std::move(asks));
-  auto landed = [this, id, round](const std::string& ranked_by) {
+  offload_.post(
+      [this, id, session = job.session, snapshot, elapsed, over = job.search_over]() -> Offload::Completion {
+        auto step = std::make_shared<search::TuningSession::Step>(session->next(*snapshot, elapsed, over));
+        return [this, id, step] {
+          Job* now = hooks_.find(id);
+          if (!now) return;  // cancelled meanwhile
+          now->busy = false;
+          switch (step->kind) {
+            case search::TuningSession::Step::Kind::kMeasure:
+              return lower_round(id, *now, std::move(step->measure), step->ranked_by);
+            case search::TuningSession::Step::Kind::kInterleave:
+              if (compare_leaders(id, *now, step->interleave)) return;
+              break;
+            case search::TuningSession::Step::Kind::kDone:
+              now->search_done = true;
+              break;
+          }
+          hooks_.settle(id);
+        };
+      },
+      [this, id](const std::string& error) {
+        log_(LogIds{id, 0, ""}, "job " + std::to_string(id) + ": a search round failed, the search ends: " + error);
+        Job* now = hooks_.find(id);
+        if (!now) return;
+        now->busy = false;
+        now->search_over = true;
+        save(id, *now);
+        hooks_.settle(id);
+      });
+  return true;
+}
+
+// The round's configurations lowered to kernels on the pool (each group's task graph copied for
+// it), then queued: a round that queues nothing ends the rounds.
+void JobSearch::lower_round(int64_t id, Job& job, std::map<std::string, std::vector<planner::TileConfig>> configs,
+                            const std::string& ranked_by) {
+  auto round = std::make_shared<Round>();
+  round->ranked_by = ranked_by;
+  for (auto& [signature, chosen] : configs) {
+    Round::Group& g = round->groups[signature];
+    *g.asked.mutable_graph() = job.groups.at(signature).asked.graph();
+    g.configs = std::move(chosen);
+  }
+  auto landed = [this, id, round](bool lowered) {
     Job* now = hooks_.find(id);
     if (!now) return;  // cancelled meanwhile
     now->busy = false;
-    if (ranked_by.empty() || !queue_round(*now, id, *round, ranked_by)) {
+    if (!lowered || !queue_round(*now, id, *round)) {
       now->search_over = true;
       save(id, *now);
       hooks_.settle(id);
     }
   };
+  job.busy = true;
   offload_.post(
-      [round, data = std::move(data), planner = job.planner, landed]() -> Offload::Completion {
-        search::LearnedModel model;
-        model.train(data);
-        parallel_for(round->size(), [&](size_t i) {
-          RoundAsk& a = (*round)[i];
-          const std::vector<planner::Candidate>& space = planner->group(a.signature).candidates;
-          a.offspring = planner->lower(a.asked, search::next_round(space, a.measured, a.tried, a.trials, &model));
-        });
-        const std::string ranked_by =
-            model.trained() ? "learned model (" + std::to_string(model.samples()) + " measurements)"
-                            : "cost model (" + std::to_string(model.samples()) + " measurements: too few to learn from)";
-        return [landed, ranked_by] { landed(ranked_by); };
+      [round, planner = job.planner, landed]() -> Offload::Completion {
+        std::vector<Round::Group*> groups;
+        for (auto& [signature, g] : round->groups) groups.push_back(&g);
+        parallel_for(groups.size(), [&](size_t i) { groups[i]->offspring = planner->lower(groups[i]->asked, groups[i]->configs); });
+        return [landed] { landed(true); };
       },
       [this, id, landed](const std::string& error) {
         log_(LogIds{id, 0, ""}, "job " + std::to_string(id) + ": a search round failed, the search ends: " + error);
-        landed("");
+        landed(false);
       });
-  return true;
 }
 
 // A search round lowered: each group's offspring not measured or asked yet queued on its task.
 // A task in flight for another job (the round landed while a job sharing it measured its own)
-// gets them once it is done: they are asked, so maybe_finish extends the task with them. A round
-// that queues nothing (offspring the code generator cannot express, or all measured meanwhile)
-// ends the search; returns whether it queued any.
-bool JobSearch::queue_round(Job& job, int64_t id, std::vector<RoundAsk>& asks, const std::string& ranked_by) {
+// gets them once it is done: they are asked, so maybe_finish extends the task with them. Returns
+// whether it queued any.
+bool JobSearch::queue_round(Job& job, int64_t id, Round& round) {
   int queued = 0, trials = 0;
-  for (RoundAsk& a : asks) {
-    Job::Group& group = job.groups.at(a.signature);
+  for (auto& [signature, r] : round.groups) {
+    Job::Group& group = job.groups.at(signature);
     // While the round was lowered, results went on arriving (another job's round on a shared
     // task may have measured the same configurations): what is measured or asked now is left out.
-    std::set<std::string> known = decisions_.of(a.signature, job.device).seen;  // read afresh after each result
+    std::set<std::string> known = decisions_.of(signature, job.device).seen;  // read afresh after each result
     for (const wire::Candidate& c : group.asked.candidates()) known.insert(c.config());
     wire::Task todo = group.asked;
     todo.clear_candidates();
-    for (const wire::Candidate& c : a.offspring) {
+    for (const wire::Candidate& c : r.offspring) {
       if (known.count(c.config())) continue;
       *todo.add_candidates() = c;
       *group.asked.add_candidates() = c;
@@ -150,54 +200,49 @@ bool JobSearch::queue_round(Job& job, int64_t id, std::vector<RoundAsk>& asks, c
     ++queued;
     trials += todo.candidates_size();
   }
-  if (queued == 0) {
-    job.search_over = true;
-    return false;
-  }
+  if (queued == 0) return false;
   ++job.rounds;
   save(id, job);
   log_(LogIds{id, 0, ""}, "job " + std::to_string(id) + ": search round " + std::to_string(job.rounds + 1) + ": " + std::to_string(trials) +
       " mutations of the best measured configurations in " + std::to_string(queued) + " groups, ranked by the " +
-      ranked_by);
+      round.ranked_by);
   return true;
 }
 
-bool JobSearch::compare_leaders(int64_t id, Job& job) {
+// The session's pairs within noise, each group's task queued again with just those two and
+// Policy::interleave; every group named is marked compared (once per group, whether or not its
+// task could be queued). Returns whether any was queued (the job then waits).
+bool JobSearch::compare_leaders(int64_t id, Job& job, const std::map<std::string, std::pair<std::string, std::string>>& pairs) {
   bool queued = false;
-  for (auto& [signature, group] : job.groups) {
-    if (group.compared) continue;
-    const Decisions::Decided& decided_now = decisions_.of(signature, job.device);
-    const search::GroupDecision decision = decided_now.decision;
-    const auto& pair = decision.to_interleave;
-    if (!pair) continue;
-    if (!decided_now.interleaved.empty()) {  // compared already, by a job sharing the task: once per group
-      group.compared = true;
-      continue;
-    }
+  for (const auto& [signature, pair] : pairs) {
+    Job::Group& group = job.groups.at(signature);
+    group.compared = true;
     wire::Task todo = group.asked;
     todo.clear_candidates();
-    for (const std::string& config : {pair->first, pair->second}) {
+    for (const std::string& config : {pair.first, pair.second}) {
       for (const wire::Candidate& c : group.asked.candidates()) {
-        if (c.config() == config) *todo.add_candidates() = c;
+        if (c.config() == config) {
+          *todo.add_candidates() = c;
+          break;
+        }
       }
     }
-    if (todo.candidates_size() != 2) continue;  // measured for another job's candidates: not ours to compare
     todo.mutable_policy()->set_interleave(true);
-    group.compared = true;
     const int64_t task = requeue_group(id, job, group, todo);
     if (task == 0) continue;
     queued = true;
-    const search::Estimate& a = decision.alone.at(pair->first);
-    const search::Estimate& b = decision.alone.at(pair->second);
+    const search::GroupDecision& decision = decisions_.of(signature, job.device).decision;
+    const search::Estimate& a = decision.alone.at(pair.first);
+    const search::Estimate& b = decision.alone.at(pair.second);
     char line[400];
     std::snprintf(line, sizeof line,
                   "job %lld: task %lld: %s (%.2f us, 95%% CI %.2f-%.2f) and %s (%.2f us, %.2f-%.2f) are within noise: "
                   "measured again, interleaved",
-                  static_cast<long long>(id), static_cast<long long>(task), pair->first.c_str(), a.time_us,
-                  a.ci_low_us, a.ci_high_us, pair->second.c_str(), b.time_us, b.ci_low_us, b.ci_high_us);
+                  static_cast<long long>(id), static_cast<long long>(task), pair.first.c_str(), a.time_us,
+                  a.ci_low_us, a.ci_high_us, pair.second.c_str(), b.time_us, b.ci_low_us, b.ci_high_us);
     log_(LogIds{id, task, ""}, line);
   }
-  if (queued) save(id, job);
+  save(id, job);
   return queued;
 }
 
@@ -213,14 +258,6 @@ int64_t JobSearch::requeue_group(int64_t id, Job& job, Job::Group& group, const 
   }
   const bool queued = queue_.extend_task(group.task, payload) || queue_.task(group.task)->state == storage::TaskState::kQueued;
   return queued ? group.task : 0;
-}
-
-// The trials of the job's budget for one group: JobOptions::trials spread over the groups, or
-// kRoundsByDefault rounds of `candidates`; never fewer than one round.
-int JobSearch::group_budget(const Job& job) const {
-  const JobOptions& o = job.planner->options();
-  if (o.trials == 0) return kRoundsByDefault * o.candidates;
-  return std::max(o.candidates, o.trials / std::max<int>(1, static_cast<int>(job.groups.size())));
 }
 
 }  // namespace fusetune::coordinator

@@ -1,20 +1,27 @@
-// JobSearch: a running job's search after its first round: the rounds that mutate each group's
-// best measured configurations, the leaders within noise measured again interleaved, and the
-// convergence recorded after each round.
+// JobSearch: a running job's search after its first round, as the job's search::TuningSession
+// (search/session.h) steps it: the rounds that mutate each group's best measured configurations,
+// the leaders within noise measured again interleaved, and the convergence recorded after each
+// round. The session decides; JobSearch turns its steps into tasks.
 //
 // Takes the job queue (the tasks rounds are queued on, the job's saved search state), the pool
-// that trains the learned model and lowers a round (coordinator/offload.h), the decisions read of
-// the search database (coordinator/decisions.h: what was measured), and two hooks into the job manager: `find` (the
-// running job of an id, nullptr once it was cancelled) and `settle` (look again at whether the job
-// is done: JobManager::maybe_finish). Guarantees: the slow work runs on the pool while the job is
-// busy, and its completion changes nothing of a job cancelled meanwhile; a group's budget counts
-// every trial this identity measured of it, by any job, and library calls besides; a round that
-// queues nothing ends the search; each group's leaders are compared once per job; every change of
-// the search state is saved in the job's row before the event loop goes on.
+// that runs the session's steps and lowers a round (coordinator/offload.h), the decisions read of
+// the search database (coordinator/decisions.h: the session's tuning records), and two hooks into
+// the job manager: `find` (the running job of an id, nullptr once it was cancelled) and `settle`
+// (look again at whether the job is done: JobManager::maybe_finish). The job's session (made at
+// its first step: the job planner's spaces, search::MeasurePolicy from the job's options, the
+// learned model, the mutation strategy) lives with the job, so its learned model is updated from
+// round to round. Guarantees: the slow work runs on the pool while the job is busy, and its
+// completion changes nothing of a job cancelled meanwhile; a round that queues nothing ends the
+// rounds (the offspring the code generator cannot express are dropped); every change of the
+// search state is saved in the job's row before the event loop goes on.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "coordinator/decisions.h"
 #include "coordinator/event_log.h"
@@ -40,22 +47,20 @@ class JobSearch {
   // Appends the job's best so far (the plan its measurements choose now, chosen on the pool) and
   // each group's best after the round that just settled, then settles the job.
   void record_convergence(int64_t id, Job& job);
-  // One round for every group with budget left (and the job within its time) and something
-  // measured: search::next_round (search/strategy.h), ranked by the learned model once this
-  // identity's measurements of the job's groups suffice and by the cost model before. Returns
-  // whether a round was started.
-  bool search_round(int64_t id, Job& job);
-  // For every group whose two fastest candidates are within each other's noise and not yet
-  // measured interleaved (search::decide_group), queues the group's task again with just those two
-  // and Policy::interleave; returns whether it queued any (the job then waits).
-  bool compare_leaders(int64_t id, Job& job);
+  // The session's next step, taken on the pool from what the records say now: a search round
+  // (lowered on the pool, then queued), the leaders within noise queued again with
+  // Policy::interleave, or the end of the search (Job::search_done; the job then finishes).
+  // Returns false once the search is done, true while a step is under way (the job waits).
+  bool next(int64_t id, Job& job);
   void save(int64_t id, const Job& job);
 
  private:
-  struct RoundAsk;
-  bool queue_round(Job& job, int64_t id, std::vector<RoundAsk>& asks, const std::string& ranked_by);
+  struct Round;
+  void lower_round(int64_t id, Job& job, std::map<std::string, std::vector<planner::TileConfig>> configs,
+                   const std::string& ranked_by);
+  bool queue_round(Job& job, int64_t id, Round& round);
+  bool compare_leaders(int64_t id, Job& job, const std::map<std::string, std::pair<std::string, std::string>>& pairs);
   int64_t requeue_group(int64_t id, Job& job, Job::Group& group, const wire::Task& todo);
-  int group_budget(const Job& job) const;
 
   storage::JobQueue& queue_;
   Offload& offload_;

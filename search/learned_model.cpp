@@ -2,7 +2,10 @@
 
 #include <xgboost/c_api.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
+#include <utility>
 
 #include "core/error.h"
 
@@ -52,6 +55,14 @@ LearnedModel::~LearnedModel() {
 }
 
 void LearnedModel::train(const std::vector<MeasuredGroup>& groups) {
+  if (booster_) XGBoosterFree(booster_);
+  booster_ = nullptr;
+  trees_ = 0;
+  fitted_.clear();
+  update(groups);
+}
+
+void LearnedModel::update(const std::vector<MeasuredGroup>& groups) {
   std::vector<planner::Candidate> rows;
   std::vector<float> labels;
   std::vector<unsigned> sizes;
@@ -65,35 +76,60 @@ void LearnedModel::train(const std::vector<MeasuredGroup>& groups) {
     }
     sizes.push_back(static_cast<unsigned>(g.candidates.size()));
   }
-  if (booster_) {
-    XGBoosterFree(booster_);
-    booster_ = nullptr;
-  }
   samples_ = rows.size();
   if (sizes.size() < kMinGroups || rows.size() < kMinSamples) return;
+  // The data as numbers (features, labels, group sizes): an update with the same data adds nothing.
+  std::vector<float> data;
+  for (const planner::Candidate& c : rows) {
+    const std::vector<float> f = features(c);
+    data.insert(data.end(), f.begin(), f.end());
+  }
+  data.insert(data.end(), labels.begin(), labels.end());
+  for (unsigned n : sizes) data.push_back(static_cast<float>(n));
+  if (booster_ && data == fitted_) return;
+  if (trees_ + kRoundsPerUpdate > kMaxTrees) {
+    XGBoosterFree(booster_);
+    booster_ = nullptr;
+    trees_ = 0;
+  }
   DMatrixHandle m = matrix(rows);
-  BoosterHandle b = nullptr;
+  BoosterHandle b = static_cast<BoosterHandle>(booster_);
+  const bool fresh = b == nullptr;
   try {
     xgb(XGDMatrixSetFloatInfo(m, "label", labels.data(), labels.size()), "labels");
     xgb(XGDMatrixSetUIntInfo(m, "group", sizes.data(), sizes.size()), "groups");
-    xgb(XGBoosterCreate(&m, 1, &b), "booster");
-    for (const auto& [name, value] : std::vector<std::pair<const char*, const char*>>{
-             {"objective", "rank:pairwise"}, {"max_depth", "4"}, {"eta", "0.3"}, {"nthread", "1"},
-             {"seed", "1"}, {"verbosity", "0"}}) {
-      xgb(XGBoosterSetParam(b, name, value), name);
+    if (fresh) {
+      xgb(XGBoosterCreate(&m, 1, &b), "booster");
+      for (const auto& [name, value] : std::vector<std::pair<const char*, const char*>>{
+               {"objective", "rank:pairwise"}, {"max_depth", "4"}, {"eta", "0.3"}, {"nthread", "1"},
+               {"seed", "1"}, {"verbosity", "0"}}) {
+        xgb(XGBoosterSetParam(b, name, value), name);
+      }
     }
-    for (int round = 0; round < 40; ++round) xgb(XGBoosterUpdateOneIter(b, round, m), "training");
-  } catch (...) {
+    // Boosting goes on from the trees there are: each new tree fits what they get wrong on `m`.
+    const int rounds = fresh ? kFirstRounds : kRoundsPerUpdate;
+    for (int round = 0; round < rounds; ++round) xgb(XGBoosterUpdateOneIter(b, trees_ + round, m), "training");
+    trees_ += rounds;
+  } catch (...) {  // a booster part-way through its rounds is not kept: the model starts again
     if (b) XGBoosterFree(b);
+    booster_ = nullptr;
+    trees_ = 0;
+    fitted_.clear();
     XGDMatrixFree(m);
     throw;
   }
   XGDMatrixFree(m);
   booster_ = b;
+  fitted_ = std::move(data);
+}
+
+std::string LearnedModel::describe() const {
+  return ranks() ? "learned model (" + std::to_string(samples_) + " measurements, " + std::to_string(trees_) + " trees)"
+                 : "cost model (" + std::to_string(samples_) + " measurements: too few to learn from)";
 }
 
 std::vector<double> LearnedModel::score(const std::vector<planner::Candidate>& candidates) const {
-  check(trained(), "the learned model is not trained (", samples_, " samples)");
+  check(ranks(), "the learned model is not trained (", samples_, " samples)");
   if (candidates.empty()) return {};
   DMatrixHandle m = matrix(candidates);
   bst_ulong n = 0;

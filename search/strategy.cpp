@@ -16,22 +16,17 @@ std::vector<std::string> parents(const std::map<std::string, double>& measured_u
   return out;
 }
 
-std::vector<planner::TileConfig> next_round(const std::vector<planner::Candidate>& space,
-                                            const std::map<std::string, double>& measured_us,
-                                            const std::set<std::string>& tried, size_t trials, const LearnedModel* model) {
-  const std::vector<double> scores = model != nullptr && model->trained() ? model->score(space) : std::vector<double>();
-  return next_trials(space, parents(measured_us), tried, trials, scores.empty() ? nullptr : &scores);
+void MutationStrategy::notify(const std::string& signature, const std::map<std::string, double>& measured_us,
+                              const std::set<std::string>& tried) {
+  groups_[signature] = {measured_us, tried};
 }
 
-MeasuredGroup measured_group(const std::vector<planner::Candidate>& space, const std::map<std::string, double>& measured_us) {
-  MeasuredGroup m;
-  for (const planner::Candidate& c : space) {
-    const auto it = measured_us.find(c.config.str());
-    if (it == measured_us.end() || !c.config.library.empty()) continue;
-    m.candidates.push_back(c);
-    m.median_us.push_back(it->second);
-  }
-  return m;
+std::vector<planner::TileConfig> MutationStrategy::generate(const std::string& signature,
+                                                            const std::vector<planner::Candidate>& space, size_t trials,
+                                                            const CostModel& model) {
+  const Known& known = groups_[signature];
+  const std::vector<double> scores = model.ranks() ? model.score(space) : std::vector<double>();
+  return next_trials(space, parents(known.measured_us), known.tried, trials, scores.empty() ? nullptr : &scores);
 }
 
 }  // namespace fusetune::search

@@ -1,16 +1,16 @@
-// The search strategy that ships: which configurations of a group a search round measures next.
-// The coordinator's search rounds (coordinator/job_search.h) call it, and bench/search_eval replays
-// it against groups whose whole space was measured, so the regret table in docs/tuning.md measures
-// the code that ships rather than a copy of it.
+// The search strategy: which configurations of a group a search round measures next: one of the
+// search's extension points (search/session.h), and the strategy that ships.
 //
-// next_round takes a group's search space (the planner's valid candidates, best modeled first),
-// what was measured of it (successful medians by configuration), every configuration tried in any
-// status, how many trials the round may take, and the learned model (search/learned_model.h; null
-// or untrained: the cost model's order ranks). Its parents are the kParents fastest measured
-// configurations (ties by their text); its trials are search::next_trials of them (mutation.h).
-// measured_group gives the learned model's data for a group: each non-library candidate of the
-// space with a measurement. Guarantees: deterministic for the same inputs; nothing tried is
-// returned; with nothing measured, the space's best ranked untried configurations.
+// A SearchStrategy is told what the records say of each group before a round (`notify`: its
+// successful medians by configuration, and every configuration tried in any status or asked) and
+// proposes at most `trials` untried configurations of the group's space (`generate`), ranked by
+// the cost model where it ranks (search/cost_model.h), else in the space's order (the planner's).
+//
+// MutationStrategy ships: its parents are the kParents fastest measured configurations (ties by
+// their text), its trials search::next_trials of them (search/mutation.h: the parents' one-knob
+// neighbours, then the best ranked untried of the whole space). Guarantees: deterministic for the
+// same notifications and model; nothing tried is proposed; a group with nothing measured gets the
+// space's best ranked untried configurations; a group never notified counts as nothing tried.
 #pragma once
 
 #include <map>
@@ -19,19 +19,37 @@
 #include <vector>
 
 #include "planner/tiling.h"
-#include "search/learned_model.h"
+#include "search/cost_model.h"
 
 namespace fusetune::search {
+
+class SearchStrategy {
+ public:
+  virtual ~SearchStrategy() = default;
+  virtual void notify(const std::string& signature, const std::map<std::string, double>& measured_us,
+                      const std::set<std::string>& tried) = 0;
+  virtual std::vector<planner::TileConfig> generate(const std::string& signature, const std::vector<planner::Candidate>& space,
+                                                    size_t trials, const CostModel& model) = 0;
+};
 
 inline constexpr size_t kParents = 3;
 
 // The kParents fastest of `measured_us`, fastest first.
 std::vector<std::string> parents(const std::map<std::string, double>& measured_us);
 
-std::vector<planner::TileConfig> next_round(const std::vector<planner::Candidate>& space,
-                                            const std::map<std::string, double>& measured_us,
-                                            const std::set<std::string>& tried, size_t trials, const LearnedModel* model);
+class MutationStrategy final : public SearchStrategy {
+ public:
+  void notify(const std::string& signature, const std::map<std::string, double>& measured_us,
+              const std::set<std::string>& tried) override;
+  std::vector<planner::TileConfig> generate(const std::string& signature, const std::vector<planner::Candidate>& space,
+                                            size_t trials, const CostModel& model) override;
 
-MeasuredGroup measured_group(const std::vector<planner::Candidate>& space, const std::map<std::string, double>& measured_us);
+ private:
+  struct Known {
+    std::map<std::string, double> measured_us;
+    std::set<std::string> tried;
+  };
+  std::map<std::string, Known> groups_;
+};
 
 }  // namespace fusetune::search

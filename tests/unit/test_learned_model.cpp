@@ -55,7 +55,7 @@ TEST(LearnedModel, RanksAHeldOutGroupByWhatWasMeasuredNotByTheAnalyticModel) {
   for (size_t k = 1; k < all.size(); ++k) train.push_back(measured(all[k], 1.0 + static_cast<double>(k)));
   LearnedModel model;
   model.train(train);
-  ASSERT_TRUE(model.trained()) << model.samples() << " samples";
+  ASSERT_TRUE(model.ranks()) << model.samples() << " samples";
   const std::vector<planner::Candidate>& held_out = all[0];
   std::vector<double> truth, modeled;
   for (const planner::Candidate& c : held_out) {
@@ -83,7 +83,7 @@ TEST(LearnedModel, TooLittleDataLeavesTheAnalyticModelInCharge) {
   ASSERT_GE(all.size(), 3u);
   LearnedModel model;
   model.train({measured(all[0], 1), measured(all[1], 2)});  // two groups: fewer than kMinGroups
-  EXPECT_FALSE(model.trained());
+  EXPECT_FALSE(model.ranks());
   EXPECT_THROW(model.score(all[2]), Error);
   MeasuredGroup tiny;
   for (size_t k = 0; k < 3; ++k) {
@@ -91,7 +91,53 @@ TEST(LearnedModel, TooLittleDataLeavesTheAnalyticModelInCharge) {
     tiny.median_us.push_back(1.0 + static_cast<double>(k));
   }
   model.train({tiny, tiny, tiny});  // three groups, 9 samples: fewer than kMinSamples
-  EXPECT_FALSE(model.trained());
+  EXPECT_FALSE(model.ranks());
+}
+
+// As a search's rounds update it: the first update that suffices fits kFirstRounds trees, the same
+// data again adds none, new data adds kRoundsPerUpdate trees to those there are (the model keeps
+// what it learned: it is not the model fitted afresh to the new data), and past kMaxTrees it
+// starts again. The same sequence of updates gives the same model.
+TEST(LearnedModel, UpdatesAddTreesToWhatItLearnedAndTheSameDataAddsNone) {
+  const auto all = spaces();
+  ASSERT_GE(all.size(), 4u);
+  // Round k's data: each of the first three groups with its first 12 + 2k candidates measured.
+  auto round = [&](size_t k) {
+    std::vector<MeasuredGroup> data;
+    for (size_t g = 0; g < 3; ++g) {
+      std::vector<planner::Candidate> some(all[g].begin(), all[g].begin() + static_cast<std::ptrdiff_t>(std::min(all[g].size(), 12 + 2 * k)));
+      data.push_back(measured(some, 1.0 + static_cast<double>(g)));
+    }
+    return data;
+  };
+  LearnedModel model, twin;
+  model.update(round(0));
+  ASSERT_TRUE(model.ranks()) << model.samples() << " samples";
+  EXPECT_EQ(model.trees(), LearnedModel::kFirstRounds);
+  const std::vector<double> before = model.score(all[3]);
+  model.update(round(0));
+  EXPECT_EQ(model.trees(), LearnedModel::kFirstRounds);
+  EXPECT_EQ(model.score(all[3]), before);
+  model.update(round(1));
+  EXPECT_EQ(model.trees(), LearnedModel::kFirstRounds + LearnedModel::kRoundsPerUpdate);
+  LearnedModel afresh;
+  afresh.train(round(1));
+  EXPECT_EQ(afresh.trees(), LearnedModel::kFirstRounds);
+  EXPECT_NE(model.score(all[3]), afresh.score(all[3]));
+  twin.update(round(0));
+  twin.update(round(1));
+  EXPECT_EQ(twin.score(all[3]), model.score(all[3]));
+  int most = model.trees();
+  for (size_t k = 2; k < 2 + (LearnedModel::kMaxTrees - LearnedModel::kFirstRounds) / LearnedModel::kRoundsPerUpdate; ++k) {
+    model.update(round(k));
+    most = std::max(most, model.trees());
+  }
+  EXPECT_EQ(most, LearnedModel::kMaxTrees);
+  EXPECT_EQ(model.trees(), LearnedModel::kFirstRounds);  // started again on the data of that moment
+  // Updated, it still ranks a held-out group by what was measured.
+  std::vector<double> truth;
+  for (const planner::Candidate& c : all[3]) truth.push_back(hidden_us(c, 1));
+  EXPECT_GT(kendall_tau(model.score(all[3]), truth), 0.7);
 }
 
 TEST(LearnedModel, KendallTauIsConcordantMinusDiscordantPairsOverAll) {

@@ -10,6 +10,7 @@
 
 #include "coordinator/job_planner.h"
 #include "planner/select.h"
+#include "search/learned_model.h"
 #include "search/mutation.h"
 #include "search/strategy.h"
 #include "graph_helpers.h"
@@ -108,9 +109,11 @@ TEST(Mutation, NextTrialsAreUntriedNeighborsBestModeledFirstThenTheSpacesBest) {
                                                                           : space[1].config.str());
 }
 
-// A round of the shipped strategy: the parents are the three fastest measured (ties by their
-// text), its trials those of next_trials around them; with nothing measured, the space's best;
-// the learned model's data holds only the measured, non-library candidates of the space.
+// A round of the shipped strategy (MutationStrategy): the parents are the three fastest measured
+// (ties by their text), its trials those of next_trials around them, ranked by the analytic model
+// as by the space's own order; with nothing measured, the space's best; a learned model without
+// data leaves the space's order in charge; the learned model's data holds only the measured,
+// non-library candidates of the space.
 TEST(Strategy, ARoundMutatesTheThreeFastestMeasuredAndItsDataIsWhatWasMeasured) {
   const std::vector<planner::Candidate> space = matmul_space();
   ASSERT_GT(space.size(), 50u);
@@ -126,7 +129,10 @@ TEST(Strategy, ARoundMutatesTheThreeFastestMeasuredAndItsDataIsWhatWasMeasured) 
   EXPECT_EQ(parents(measured)[0], first);
   std::set<std::string> tried;
   for (const auto& [config, us] : measured) tried.insert(config);
-  const std::vector<planner::TileConfig> round = next_round(space, measured, tried, 8, nullptr);
+  MutationStrategy strategy;
+  strategy.notify("g", measured, tried);
+  const AnalyticModel analytic;
+  const std::vector<planner::TileConfig> round = strategy.generate("g", space, 8, analytic);
   const std::vector<planner::TileConfig> direct = next_trials(space, parents(measured), tried, 8);
   ASSERT_EQ(round.size(), 8u);
   for (size_t i = 0; i < round.size(); ++i) {
@@ -134,7 +140,8 @@ TEST(Strategy, ARoundMutatesTheThreeFastestMeasuredAndItsDataIsWhatWasMeasured) 
     EXPECT_FALSE(tried.count(round[i].str()));
   }
   const LearnedModel untrained;
-  const std::vector<planner::TileConfig> opening = next_round(space, {}, {}, 2, &untrained);
+  ASSERT_FALSE(untrained.ranks());
+  const std::vector<planner::TileConfig> opening = strategy.generate("never notified", space, 2, untrained);
   ASSERT_EQ(opening.size(), 2u);
   EXPECT_EQ(opening[0].str(), next_trials(space, {}, {}, 1)[0].str());
   std::map<std::string, double> with_foreign = measured;
