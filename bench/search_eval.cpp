@@ -19,6 +19,7 @@
 //  - learned model + mutations: the same session with the learned model (search/learned_model.h)
 //    trained first on the other groups' tables (a database that tuned them before), so that it
 //    ranks the first round too, and updated by the session with this group's trials each round;
+//    (and, for comparison, the same model retrained from nothing each round instead);
 //  - random: a seeded shuffle (the seed is printed).
 // It prints, per strategy, the trials needed to come within 5% of the exhaustive best (median and
 // worst over groups) and the regret (best found / best measured - 1) after 8, 16 and 32 trials,
@@ -116,14 +117,18 @@ std::vector<search::MeasuredGroup> others(const std::vector<Group>& all, const G
 }
 
 // A learned model that first learned from the other groups' tables, and then goes on learning from
-// the job's own group as the session updates it (search::LearnedModel::update each round).
+// the job's own group as the session updates it (search::LearnedModel::update each round, as it
+// ships), or, `afresh`, retrained from nothing on all of it each round (for comparison).
 class PretrainedModel final : public search::CostModel {
  public:
-  explicit PretrainedModel(std::vector<search::MeasuredGroup> before) : before_(std::move(before)) { model_.train(before_); }
+  PretrainedModel(std::vector<search::MeasuredGroup> before, bool afresh) : before_(std::move(before)), afresh_(afresh) {
+    model_.train(before_);
+  }
   void update(const std::vector<search::MeasuredGroup>& groups) override {
     std::vector<search::MeasuredGroup> all = before_;
     all.insert(all.end(), groups.begin(), groups.end());
-    model_.update(all);
+    if (afresh_) model_.train(all);
+    else model_.update(all);
   }
   bool ranks() const override { return model_.ranks(); }
   std::vector<double> score(const std::vector<planner::Candidate>& c) const override { return model_.score(c); }
@@ -131,6 +136,7 @@ class PretrainedModel final : public search::CostModel {
 
  private:
   std::vector<search::MeasuredGroup> before_;
+  bool afresh_;
   search::LearnedModel model_;
 };
 
@@ -138,11 +144,12 @@ class PretrainedModel final : public search::CostModel {
 // one group with the whole space as its budget and rounds of 8, measured from the group's table
 // (an interleaved comparison of its leaders measures nothing new here and ends it). The model:
 // the cost model, or a learned model pretrained on the other groups (`all`).
-std::vector<std::string> order_session(const Group& g, const std::vector<Group>* all = nullptr, bool other_models = false) {
+std::vector<std::string> order_session(const Group& g, const std::vector<Group>* all = nullptr, bool other_models = false,
+                                       bool afresh = false) {
   const std::string signature = g.model + ": " + g.pattern;
   auto space = std::make_shared<search::ListedSpace>(std::map<std::string, std::vector<planner::Candidate>>{{signature, g.space}});
   std::unique_ptr<search::CostModel> model;
-  if (all != nullptr) model = std::make_unique<PretrainedModel>(others(*all, g, other_models));
+  if (all != nullptr) model = std::make_unique<PretrainedModel>(others(*all, g, other_models), afresh);
   else model = std::make_unique<search::AnalyticModel>();
   search::MeasurePolicy policy;
   policy.trials = static_cast<int>(g.space.size());
@@ -159,10 +166,12 @@ std::vector<std::string> order_session(const Group& g, const std::vector<Group>*
       m.signature = signature;
       m.device = device;
       m.config = c.str();
-      m.median_us = m.min_us = m.max_us = m.ci_low_us = m.ci_high_us = g.time_us.at(m.config);
+      const auto us = g.time_us.find(m.config);
+      check(us != g.time_us.end(), "the session asked ", m.config, ", which is not in ", signature, "'s space");
+      m.median_us = m.min_us = m.max_us = m.ci_low_us = m.ci_high_us = us->second;
       m.status = std::isfinite(m.median_us) ? storage::Status::kOk : storage::Status::kWrongResult;
       records.record(m);
-      asked[signature].configs.insert(m.config);
+      check(asked[signature].configs.insert(m.config).second, "the session asked ", m.config, " of ", signature, " twice");
       out.push_back(m.config);
     }
   }
@@ -286,7 +295,9 @@ int main(int argc, char** argv) {
                 "|---|---|---|---|\n");
     const std::vector<std::string> names = {"model (today's first round, extended)", "model + mutations",
                                             "learned model + mutations (trained on the other groups)",
-                                            "learned model + mutations (trained on the other models' groups)", "random"};
+                                            "learned model + mutations (trained on the other models' groups)",
+                                            "learned model + mutations (trained on the other groups), retrained afresh each round",
+                                            "random"};
     for (size_t s = 0; s < names.size(); ++s) {
       std::vector<double> to5;
       double regret[3] = {0, 0, 0};
@@ -296,6 +307,7 @@ int main(int argc, char** argv) {
                                                : s == 1 ? order_session(g)
                                                : s == 2 ? order_session(g, &groups)
                                                : s == 3 ? order_session(g, &groups, true)
+                                               : s == 4 ? order_session(g, &groups, false, true)
                                                         : order_random(g, rng);
         to5.push_back(static_cast<double>(trials_to_5pct(g, order)));
         const size_t at[3] = {8, 16, 32};
