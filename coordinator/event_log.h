@@ -1,7 +1,8 @@
 // EventLog: the coordinator's log lines (core/log.h), each naming the job, task and worker it
-// concerns, written to the sink ServerOptions::log gives (stderr without one). Takes the sink;
-// guarantees one formatted line per call, in the process's log format. Shared by the coordinator's
-// parts, so that they all log alike.
+// concerns and, where it reports one, its event (core/log.h's LogEvent: a name and figures that a
+// JSON line carries for programs), written to the sink ServerOptions::log gives (stderr without
+// one). Takes the sink; guarantees one formatted line per call, in the process's log format.
+// Shared by the coordinator's parts, so that they all log alike.
 #pragma once
 
 #include <cstdio>
@@ -18,7 +19,10 @@ class EventLog {
   explicit EventLog(std::function<void(const std::string&)> sink) : sink_(std::move(sink)) {}
 
   void operator()(const LogIds& ids, const std::string& line, LogLevel level = LogLevel::kInfo) const {
-    const std::string text = format_log_line(level, "coordinator", ids, line, log_format());
+    (*this)(ids, LogEvent{}, line, level);
+  }
+  void operator()(const LogIds& ids, const LogEvent& event, const std::string& line, LogLevel level = LogLevel::kInfo) const {
+    const std::string text = format_log_line(level, "coordinator", ids, line, log_format(), event);
     if (sink_) sink_(text);
     else std::fprintf(stderr, "%s\n", text.c_str());
   }

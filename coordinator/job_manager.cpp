@@ -203,7 +203,13 @@ void JobManager::start(const storage::JobRecord& rec, std::shared_ptr<Prepared> 
     nlohmann::json progress = {{"cache_hits", job.cache_hits}};
     queue_.set_job_state(rec.id, storage::JobState::kRunning, "", progress.dump());
   });
-  log_(LogIds{rec.id, 0, ""}, "job " + std::to_string(rec.id) + " (" + rec.model_name + " on " + device.str() + "): " +
+  log_(LogIds{rec.id, 0, ""},
+       LogEvent{"job_started",
+                {{"tasks", static_cast<int64_t>(job.tasks.size())},
+                 {"cache_hits", static_cast<int64_t>(job.cache_hits)},
+                 {"seeded", static_cast<int64_t>(seeded)},
+                 {"resumed_rounds", resumed ? static_cast<int64_t>(job.rounds) : int64_t{-1}}}},
+       "job " + std::to_string(rec.id) + " (" + rec.model_name + " on " + device.str() + "): " +
       std::to_string(job.tasks.size()) + " tasks, " + std::to_string(job.cache_hits) + " answered by the database, " +
       std::to_string(seeded) + " ordered by measurements of near identities" +
       (resumed ? "; resumed after " + std::to_string(job.rounds) + " search rounds (" +
@@ -271,7 +277,8 @@ void JobManager::maybe_finish(int64_t id) {
     if (todo.candidates_size() > 0 && queue_.extend_task(task_id, todo.SerializeAsString())) {
       ++group.extended;
       extending = true;
-      log_(LogIds{id, task_id, ""}, "job " + std::to_string(id) + ": task " + std::to_string(task_id) + " extended by " +
+      log_(LogIds{id, task_id, ""}, LogEvent{"task_extended", {{"candidates", static_cast<int64_t>(todo.candidates_size())}}},
+           "job " + std::to_string(id) + ": task " + std::to_string(task_id) + " extended by " +
           std::to_string(todo.candidates_size()) + " candidates not settled");
     }
   }
@@ -348,7 +355,10 @@ int64_t JobManager::accept(storage::JobRecord rec, const std::string& onnx, std:
   if (!prepared->lowered) lower_later(rec.id, prepared);
   waiting_[rec.id] = std::move(prepared);
   bind_waiting();
-  if (waiting_.count(rec.id)) log_(LogIds{rec.id, 0, ""}, "job " + std::to_string(rec.id) + " (" + rec.model_name + ") waits for a worker of " + rec.device.str());
+  if (waiting_.count(rec.id)) {
+    log_(LogIds{rec.id, 0, ""}, LogEvent{"job_waiting", {{"device", rec.device.str()}}},
+         "job " + std::to_string(rec.id) + " (" + rec.model_name + ") waits for a worker of " + rec.device.str());
+  }
   return rec.id;
 }
 
@@ -368,7 +378,7 @@ void JobManager::lower_later(int64_t id, std::shared_ptr<Prepared> prepared) {
           char line[160];
           std::snprintf(line, sizeof line, "job %lld: %zu tasks lowered in %.1f s", static_cast<long long>(id), tasks->size(),
                         seconds);
-          log_(LogIds{id, 0, ""}, line);
+          log_(LogIds{id, 0, ""}, LogEvent{"tasks_lowered", {{"tasks", static_cast<int64_t>(tasks->size())}}}, line);
           prepared->tasks = std::move(*tasks);
           prepared->lowered = true;
           bind_waiting();

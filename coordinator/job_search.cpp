@@ -203,7 +203,11 @@ bool JobSearch::queue_round(Job& job, int64_t id, Round& round) {
   if (queued == 0) return false;
   ++job.rounds;
   save(id, job);
-  log_(LogIds{id, 0, ""}, "job " + std::to_string(id) + ": search round " + std::to_string(job.rounds + 1) + ": " + std::to_string(trials) +
+  log_(LogIds{id, 0, ""},
+       LogEvent{"search_round",
+                {{"round", static_cast<int64_t>(job.rounds + 1)}, {"trials", static_cast<int64_t>(trials)},
+                 {"groups", static_cast<int64_t>(queued)}, {"ranked_by", round.ranked_by}}},
+       "job " + std::to_string(id) + ": search round " + std::to_string(job.rounds + 1) + ": " + std::to_string(trials) +
       " mutations of the best measured configurations in " + std::to_string(queued) + " groups, ranked by the " +
       round.ranked_by);
   return true;
@@ -240,7 +244,7 @@ bool JobSearch::compare_leaders(int64_t id, Job& job, const std::map<std::string
                   "measured again, interleaved",
                   static_cast<long long>(id), static_cast<long long>(task), pair.first.c_str(), a.time_us,
                   a.ci_low_us, a.ci_high_us, pair.second.c_str(), b.time_us, b.ci_low_us, b.ci_high_us);
-    log_(LogIds{id, task, ""}, line);
+    log_(LogIds{id, task, ""}, LogEvent{"leaders_interleaved", {{"first", pair.first}, {"second", pair.second}}}, line);
   }
   save(id, job);
   return queued;

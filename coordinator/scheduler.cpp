@@ -98,7 +98,8 @@ void Scheduler::close_span(const std::string& identity, int64_t task, const std:
 
 void Scheduler::fail_task(int64_t task, const std::string& why) {
   queue_.finish_task(task, storage::TaskState::kFailed, why, {});
-  log_(LogIds{0, task, ""}, "task " + std::to_string(task) + " failed: " + why, LogLevel::kWarn);
+  log_(LogIds{0, task, ""}, LogEvent{"task_failed", {{"error", why}}}, "task " + std::to_string(task) + " failed: " + why,
+       LogLevel::kWarn);
   events_.settled(task);
 }
 
@@ -110,7 +111,7 @@ void Scheduler::release(int64_t task, const std::string& why) {
     return;
   }
   queue_.requeue_task(task);
-  log_(LogIds{0, task, ""}, "task " + std::to_string(task) + " re-queued: " + why);
+  log_(LogIds{0, task, ""}, LogEvent{"task_requeued", {{"why", why}}}, "task " + std::to_string(task) + " re-queued: " + why);
 }
 
 void Scheduler::expire() {
@@ -120,7 +121,8 @@ void Scheduler::expire() {
       ++it;
       continue;
     }
-    log_(LogIds{0, 0, peer_name(it->first)}, "worker " + peer_name(it->first) + " went silent", LogLevel::kWarn);
+    log_(LogIds{0, 0, peer_name(it->first)}, LogEvent{"worker_silent", {}}, "worker " + peer_name(it->first) + " went silent",
+         LogLevel::kWarn);
     const std::string identity = it->first;
     const std::map<int64_t, int64_t> held = std::move(it->second.leases);
     it = workers_.erase(it);
@@ -227,7 +229,7 @@ void Scheduler::lease(Worker& w, int64_t task_id) {
 // A refused result changes nothing: one line in the log, a count by reason, an error to the peer.
 void Scheduler::refuse_result(const std::string& identity, int64_t task, const std::string& reason, const std::string& why) {
   ++counters_.results_refused[reason];
-  log_(LogIds{0, task, peer_name(identity)},
+  log_(LogIds{0, task, peer_name(identity)}, LogEvent{"result_refused", {{"reason", reason}}},
        "result for task " + std::to_string(task) + " from " + peer_name(identity) + " refused: " + why, LogLevel::kWarn);
   outbox_.send_error(identity, "result for task " + std::to_string(task) + " refused: " + why);
 }
@@ -266,7 +268,8 @@ void Scheduler::on_result(const std::string& identity, const wire::TaskResult& r
   }
   if (r.abandoned()) {
     queue_.requeue_task(r.task_id(), /*attempt_counts=*/false);
-    log_(LogIds{0, r.task_id(), peer_name(identity)}, "task " + std::to_string(r.task_id()) + " handed back by " + peer_name(identity));
+    log_(LogIds{0, r.task_id(), peer_name(identity)}, LogEvent{"lease_handed_back", {}},
+         "task " + std::to_string(r.task_id()) + " handed back by " + peer_name(identity));
     return;
   }
   // result_refusal saw the task leased to this peer: finish_task cannot find it done.
@@ -292,7 +295,7 @@ void Scheduler::on_hello(const std::string& identity, const wire::Hello& h, uint
     refuse_hello(identity, "this coordinator speaks protocol versions " + std::to_string(wire::kMinProtocolVersion) + " to " +
                                std::to_string(wire::kProtocolVersion) + "; the worker speaks " + std::to_string(h.min_version()) +
                                " to " + std::to_string(h.max_version()));
-    log_(LogIds{0, 0, h.worker_id()}, "refused worker " + h.worker_id() + ": protocol " + std::to_string(h.min_version()) + ".." +
+    log_(LogIds{0, 0, h.worker_id()}, LogEvent{"worker_refused", {{"reason", "protocol"}}}, "refused worker " + h.worker_id() + ": protocol " + std::to_string(h.min_version()) + ".." +
          std::to_string(h.max_version()) + " (envelope " + std::to_string(version) + ")");
     return;
   }
@@ -303,7 +306,8 @@ void Scheduler::on_hello(const std::string& identity, const wire::Hello& h, uint
   if (h.device().toolkit().empty()) {
     refuse_hello(identity, "the worker does not report its toolkit (NVRTC, or the host compiler, and its "
                            "version), which is part of its device identity: upgrade the worker");
-    log_(LogIds{0, 0, h.worker_id()}, "refused worker " + h.worker_id() + ": no toolkit in its device identity");
+    log_(LogIds{0, 0, h.worker_id()}, LogEvent{"worker_refused", {{"reason", "no_toolkit"}}},
+         "refused worker " + h.worker_id() + ": no toolkit in its device identity");
     return;
   }
   Worker& w = workers_[identity];
@@ -322,7 +326,8 @@ void Scheduler::on_hello(const std::string& identity, const wire::Hello& h, uint
   e.mutable_welcome()->set_coordinator_id(opt_.id);
   e.mutable_welcome()->set_heartbeat_ms(opt_.heartbeat_ms);
   outbox_.send(identity, std::move(e));
-  log_(LogIds{0, 0, h.worker_id()}, "worker " + h.worker_id() + " joined: " + w.device.str() + ", " + h.backend());
+  log_(LogIds{0, 0, h.worker_id()}, LogEvent{"worker_joined", {{"device", w.device.str()}, {"backend", h.backend()}}},
+       "worker " + h.worker_id() + " joined: " + w.device.str() + ", " + h.backend());
   events_.joined();
 }
 
@@ -362,6 +367,7 @@ void Scheduler::revoke(const std::vector<int64_t>& tasks, const std::string& rea
   for (auto& [holder, e] : by_holder) {
     e.mutable_revoke()->set_reason(reason);
     log_(LogIds{0, 0, peer_name(holder)},
+         LogEvent{"leases_revoked", {{"leases", static_cast<int64_t>(e.revoke().tasks_size())}, {"reason", reason}}},
          std::to_string(e.revoke().tasks_size()) + " leases of " + peer_name(holder) + " revoked: " + reason);
     outbox_.send(holder, std::move(e));
   }

@@ -132,7 +132,8 @@ struct Server::State {
     unwritable = why;
     unwritable_since = std::chrono::system_clock::now();
     last_write_probe = Clock::now();
-    log("the database cannot be written (" + why + "): new work is refused, status and exports answered, until it can",
+    log(LogIds{}, LogEvent{"database_unwritable", {{"error", why}}},
+        "the database cannot be written (" + why + "): new work is refused, status and exports answered, until it can",
         LogLevel::kError);
     return true;
   }
@@ -144,7 +145,8 @@ struct Server::State {
     if (now - last_write_probe < std::chrono::seconds(1)) return;
     last_write_probe = now;
     if (!db.file().write_probe().empty()) return;
-    log("the database can be written again: new work is taken (it could not since: " + unwritable + ")");
+    log(LogIds{}, LogEvent{"database_writable", {{"since", unwritable}}},
+        "the database can be written again: new work is taken (it could not since: " + unwritable + ")");
     unwritable.clear();
     unwritable_since = {};
     scheduler.reload_leases();
@@ -177,7 +179,13 @@ Server::Server(zmq::context_t& context, ServerOptions options)
   const int requeued = s_->queue.requeue_leased();
   s_->jobs.load_unfinished();
   const ServerOptions& o = s_->opt;
-  s_->log(std::string(o.security.enabled() ? "CURVE: " + std::to_string(o.security.workers.size()) + " worker keys and " +
+  s_->log(LogIds{},
+          LogEvent{"listening",
+                   {{"endpoint", endpoint()},
+                    {"jobs_resuming", static_cast<int64_t>(s_->jobs.loading())},
+                    {"jobs_waiting", static_cast<int64_t>(s_->jobs.waiting())},
+                    {"leases_requeued", static_cast<int64_t>(requeued)}}},
+          std::string(o.security.enabled() ? "CURVE: " + std::to_string(o.security.workers.size()) + " worker keys and " +
                                                  std::to_string(o.security.clients.size()) + " client keys allowed; "
                                            : "no CURVE keys: peers are not authenticated (loopback or embedded use only); ") +
           "listening on " + endpoint() +
@@ -242,7 +250,9 @@ void Server::handle_frame(const std::string& identity, const void* data, size_t 
     if (!s_->transport.allowed(identity, e, roles)) return;
     s_->handle(identity, e);
   } catch (const Error& err) {
-    s_->log("request from " + peer_name(identity) + " failed: " + err.what(), LogLevel::kWarn);
+    s_->log(LogIds{0, 0, peer_name(identity)},
+            LogEvent{"request_failed", {{"bytes", static_cast<int64_t>(size)}, {"error", std::string(err.what())}}},
+            "request from " + peer_name(identity) + " failed: " + err.what(), LogLevel::kWarn);
     s_->transport.send_error(identity, err.what());
   }
 }

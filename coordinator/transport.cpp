@@ -35,7 +35,7 @@ MessageNeeds needs_of(const wire::Envelope& e) {
 Transport::Transport(zmq::context_t& context, const std::string& listen, int64_t max_message_bytes,
                      const wire::ServerSecurity& security, const EventLog& log)
     : log_(log),
-      auth_(security.enabled() ? std::make_unique<wire::Authenticator>(context, security, [&log](const std::string& l) { log(l); })
+      auth_(security.enabled() ? std::make_unique<wire::Authenticator>(context, security, [&log](const std::string& l, const LogEvent& event) { log(LogIds{}, event, l); })
                                : nullptr),
       socket_(context, zmq::socket_type::router) {
   socket_.set(zmq::sockopt::linger, 0);
@@ -127,7 +127,8 @@ bool Transport::allowed(const std::string& identity, const wire::Envelope& e, un
                           " (--allow-" + (needs == wire::kWorkerRole ? "workers" : "clients") + "): it may not send " +
                           wire::body_name(e);
   ++role_refusals_;
-  log_(LogIds{0, 0, peer_name(identity)}, "refused " + wire::body_name(e) + " from " + peer_name(identity) + ": " + why, LogLevel::kWarn);
+  log_(LogIds{0, 0, peer_name(identity)}, LogEvent{"message_refused", {{"message", wire::body_name(e)}, {"why", why}}},
+       "refused " + wire::body_name(e) + " from " + peer_name(identity) + ": " + why, LogLevel::kWarn);
   if (e.has_hello()) {
     wire::Envelope r;
     r.mutable_refused()->set_reason(why);

@@ -68,14 +68,27 @@ LogFormat parse_log_format(const std::string& name) {
 }
 
 std::string format_log_line(LogLevel level, const std::string& component, const LogIds& ids, const std::string& message,
-                            LogFormat format) {
+                            LogFormat format, const LogEvent& event) {
   if (format == LogFormat::kJson) {
     std::string out = "{\"ts\":\"" + timestamp() + "\",\"level\":\"" + level_name(level) + "\",\"component\":" +
                       json_string(component);
     if (ids.job != 0) out += ",\"job\":" + std::to_string(ids.job);
     if (ids.task != 0) out += ",\"task\":" + std::to_string(ids.task);
     if (!ids.worker.empty()) out += ",\"worker\":" + json_string(ids.worker);
-    return out + ",\"msg\":" + json_string(message) + "}";
+    out += ",\"msg\":" + json_string(message);
+    if (!event.name.empty()) {
+      out += ",\"event\":" + json_string(event.name);
+      for (const auto& [key, value] : event.fields) {
+        if (key == "ts" || key == "level" || key == "component" || key == "job" || key == "task" || key == "worker" ||
+            key == "msg" || key == "event") {
+          continue;
+        }
+        out += "," + json_string(key) + ":";
+        out += std::holds_alternative<int64_t>(value) ? std::to_string(std::get<int64_t>(value))
+                                                      : json_string(std::get<std::string>(value));
+      }
+    }
+    return out + "}";
   }
   std::string level_text = level_name(level);
   for (char& c : level_text) c = static_cast<char>(c - 'a' + 'A');
@@ -86,8 +99,9 @@ std::string format_log_line(LogLevel level, const std::string& component, const 
   return out + ": " + one_line(message);
 }
 
-void write_log(LogLevel level, const std::string& component, const LogIds& ids, const std::string& message) {
-  const std::string line = format_log_line(level, component, ids, message, log_format()) + "\n";
+void write_log(LogLevel level, const std::string& component, const LogIds& ids, const std::string& message,
+               const LogEvent& event) {
+  const std::string line = format_log_line(level, component, ids, message, log_format(), event) + "\n";
   std::fputs(line.c_str(), stderr);
 }
 

@@ -120,7 +120,7 @@ unsigned peer_roles(const zmq::message_t& message) {
 }
 
 Authenticator::Authenticator(zmq::context_t& context, const ServerSecurity& security,
-                             std::function<void(const std::string&)> log)
+                             std::function<void(const std::string&, const LogEvent&)> log)
     : socket_(context, zmq::socket_type::rep), workers_(security.workers), clients_(security.clients), log_(std::move(log)) {
   socket_.set(zmq::sockopt::linger, 0);
   socket_.bind("inproc://zeromq.zap.01");
@@ -149,7 +149,7 @@ void Authenticator::handle() {
       if (clients_.count(z85)) roles += roles.empty() ? "client" : "+client";
     }
     const bool ok = !roles.empty();
-    if (!ok && log_) log_("refused " + who + ": not among the allowed public keys");
+    if (!ok && log_) log_("refused " + who + ": not among the allowed public keys", LogEvent{"key_refused", {{"peer", who}}});
     // The User-Id (the fifth part) is what ZeroMQ attaches to every message of the connection.
     const std::vector<std::string> reply = {"1.0", request_id, ok ? "200" : "400", ok ? "OK" : "key not allowed", roles, ""};
     for (size_t k = 0; k < reply.size(); ++k) {

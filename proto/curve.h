@@ -19,6 +19,8 @@
 #include <string>
 #include <zmq.hpp>
 
+#include "core/log.h"
+
 namespace fusetune::wire {
 
 struct KeyPair {
@@ -58,7 +60,7 @@ unsigned peer_roles(const zmq::message_t& message);
 class Authenticator {
  public:
   // Accepts a key of `security`'s workers or clients and tags its connection with its roles.
-  Authenticator(zmq::context_t& context, const ServerSecurity& security, std::function<void(const std::string&)> log);
+  Authenticator(zmq::context_t& context, const ServerSecurity& security, std::function<void(const std::string&, const LogEvent&)> log);
   zmq::socket_t& socket() { return socket_; }
   // Answers every pending authentication request.
   void handle();
@@ -66,7 +68,7 @@ class Authenticator {
  private:
   zmq::socket_t socket_;
   std::set<std::string> workers_, clients_;
-  std::function<void(const std::string&)> log_;
+  std::function<void(const std::string&, const LogEvent&)> log_;
 };
 
 }  // namespace fusetune::wire

@@ -204,9 +204,10 @@ DeviceReport WorkerDaemon::report() const {
 }
 
 int WorkerDaemon::run(const std::atomic<bool>& stop) {
-  // A line of the worker's log (core/log.h), naming this worker and the task it concerns.
-  auto log = [&](const std::string& line, int64_t task = 0, LogLevel level = LogLevel::kInfo) {
-    if (!opt_.quiet) write_log(level, "worker", LogIds{0, task, opt_.worker_id}, line);
+  // A line of the worker's log (core/log.h), naming this worker, the task it concerns and, where
+  // it reports one, its event.
+  auto log = [&](const std::string& line, int64_t task = 0, LogLevel level = LogLevel::kInfo, const LogEvent& event = {}) {
+    if (!opt_.quiet) write_log(level, "worker", LogIds{0, task, opt_.worker_id}, line, event);
   };
   const auto started = Clock::now();
   std::string backend_name;
@@ -310,7 +311,8 @@ int WorkerDaemon::run(const std::atomic<bool>& stop) {
       // Hand back what is not yet being measured; the task being measured may finish.
       while (hand.size() > (measuring.valid() ? 1u : 0u)) {
         hand_back(hand.back().id);
-        log("task " + std::to_string(hand.back().id) + " handed back (stopping)", hand.back().id);
+        log("task " + std::to_string(hand.back().id) + " handed back (stopping)", hand.back().id, LogLevel::kInfo,
+            LogEvent{"handed_back", {}});
         orphans.push_back(std::move(hand.back().compiled));
         hand.pop_back();
       }
@@ -318,7 +320,7 @@ int WorkerDaemon::run(const std::atomic<bool>& stop) {
         char line[160];
         std::snprintf(line, sizeof line, "stopping: task %lld may finish within %.1f s",
                       static_cast<long long>(hand.front().id), opt_.drain_ms / 1000.0);
-        log(line, hand.front().id);
+        log(line, hand.front().id, LogLevel::kInfo, LogEvent{"draining", {{"drain_ms", static_cast<int64_t>(opt_.drain_ms)}}});
       }
     }
     if (draining) {
@@ -338,7 +340,8 @@ int WorkerDaemon::run(const std::atomic<bool>& stop) {
       zmq::message_t event, address;
       if (monitor.recv(event, zmq::recv_flags::dontwait) && event.more()) (void)monitor.recv(address, zmq::recv_flags::none);
       log("refused by the coordinator: CURVE handshake failed (is this worker's public key among the coordinator's "
-          "allowed keys, and --coordinator-key the coordinator's?)");
+          "allowed keys, and --coordinator-key the coordinator's?)",
+          0, LogLevel::kInfo, LogEvent{"refused", {{"reason", "curve_handshake"}}});
       cancel = true;
       return 3;
     }
@@ -353,7 +356,7 @@ int WorkerDaemon::run(const std::atomic<bool>& stop) {
             heartbeat_ms = std::max(100, e.welcome().heartbeat_ms());
             log("registered with coordinator " + e.welcome().coordinator_id());
           } else if (e.has_refused()) {
-            log("refused: " + e.refused().reason());
+            log("refused: " + e.refused().reason(), 0, LogLevel::kInfo, LogEvent{"refused", {{"reason", e.refused().reason()}}});
             cancel = true;
             return 3;
           } else if (e.has_error() && e.error().message().find("unknown worker") != std::string::npos) {
@@ -369,11 +372,13 @@ int WorkerDaemon::run(const std::atomic<bool>& stop) {
               if (h == hand.begin() && measuring.valid()) {  // the child is killed; no result follows
                 revoked.insert(t);
                 cancel = true;
-                log("task " + std::to_string(t) + " revoked (" + e.revoke().reason() + "): stopping its measurement", t);
+                log("task " + std::to_string(t) + " revoked (" + e.revoke().reason() + "): stopping its measurement", t,
+                    LogLevel::kInfo, LogEvent{"revoked", {{"measuring", int64_t{1}}, {"reason", e.revoke().reason()}}});
               } else {
                 orphans.push_back(std::move(h->compiled));
                 hand.erase(h);
-                log("task " + std::to_string(t) + " revoked (" + e.revoke().reason() + "): dropped", t);
+                log("task " + std::to_string(t) + " revoked (" + e.revoke().reason() + "): dropped", t, LogLevel::kInfo,
+                    LogEvent{"revoked", {{"measuring", int64_t{0}}, {"reason", e.revoke().reason()}}});
               }
             }
           } else if (e.has_task()) {
@@ -385,7 +390,10 @@ int WorkerDaemon::run(const std::atomic<bool>& stop) {
                               })});
               log("task " + std::to_string(e.task().task_id()) + ": " + std::to_string(e.task().candidates_size()) +
                       " candidates" + (hand.size() > 1 ? " (compiling while the one before is measured)" : ""),
-                  e.task().task_id());
+                  e.task().task_id(), LogLevel::kInfo,
+                  LogEvent{"compiling",
+                           {{"candidates", static_cast<int64_t>(e.task().candidates_size())},
+                            {"ahead", static_cast<int64_t>(hand.size() - 1)}}});
             }
           }
         } catch (const Error& err) {
@@ -397,7 +405,8 @@ int WorkerDaemon::run(const std::atomic<bool>& stop) {
     if (!measuring.valid() && !hand.empty() && !draining &&
         hand.front().compiled.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
       std::future<PreparedTask> compiled = std::move(hand.front().compiled);
-      log("task " + std::to_string(hand.front().id) + ": compiled, measuring", hand.front().id);
+      log("task " + std::to_string(hand.front().id) + ": compiled, measuring", hand.front().id, LogLevel::kInfo,
+          LogEvent{"measuring", {}});
       measuring = std::async(std::launch::async, [&sandbox, &cancel, compiled = std::move(compiled)]() mutable {
         return measure(compiled.get(), sandbox, cancel);
       });
@@ -416,11 +425,13 @@ int WorkerDaemon::run(const std::atomic<bool>& stop) {
       hand.pop_front();
       if (revoked.erase(id)) {
         if (!draining) cancel = false;
-        log("task " + std::to_string(id) + " revoked: measuring stopped, no result sent", id);
+        log("task " + std::to_string(id) + " revoked: measuring stopped, no result sent", id, LogLevel::kInfo,
+            LogEvent{"measuring_stopped", {}});
         if (draining) break;
         continue;
       }
-      log(o.note, id, o.result.abandoned() ? LogLevel::kWarn : LogLevel::kInfo);
+      log(o.note, id, o.result.abandoned() ? LogLevel::kWarn : LogLevel::kInfo,
+          LogEvent{o.result.abandoned() ? "task_abandoned" : "task_measured", {}});
       wire::Envelope e;
       *e.mutable_result() = o.result;
       send(std::move(e));

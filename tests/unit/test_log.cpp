@@ -1,6 +1,6 @@
 // Log lines (core/log.h): text and JSON carry a timestamp, the level, the component and the ids
 // given, leave out the ids not given, and a line stays one line of valid UTF-8 (a JSON line one
-// valid object) whatever the message and the ids hold.
+// valid object) whatever the message and the ids hold; a JSON line carries its event.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -52,6 +52,28 @@ TEST(Log, PeerTextStaysOneLineOfValidUtf8) {
   const nlohmann::json j = nlohmann::json::parse(json);  // throws on text that is not UTF-8
   EXPECT_EQ(j["worker"], "w\\xFF\n1");
   EXPECT_EQ(j["msg"], message);
+}
+
+// An event rides on its line: in JSON its name and figures as members (integers as numbers, text
+// escaped as any string), a field named like one of the line's own members left out; text lines
+// unchanged by it.
+TEST(Log, AnEventIsItsNameAndFiguresInJsonAndNothingInText) {
+  const LogEvent event{"search_round",
+                       {{"round", int64_t{3}}, {"ranked_by", std::string("learned model (\"x\")\n")}, {"msg", std::string("forged")},
+                        {"job", int64_t{99}}, {"big", int64_t{1} << 40}}};
+  const std::string json = format_log_line(LogLevel::kInfo, "coordinator", {7, 0, ""}, "job 7: search round 3", LogFormat::kJson, event);
+  const nlohmann::json j = nlohmann::json::parse(json);
+  EXPECT_EQ(j["event"], "search_round");
+  EXPECT_EQ(j["round"], 3);
+  EXPECT_TRUE(j["round"].is_number_integer());
+  EXPECT_EQ(j["ranked_by"], "learned model (\"x\")\n");
+  EXPECT_EQ(j["big"], int64_t{1} << 40);
+  EXPECT_EQ(j["msg"], "job 7: search round 3");  // the line's own members win
+  EXPECT_EQ(j["job"], 7);
+  EXPECT_EQ(json.find('\n'), std::string::npos) << json;
+  EXPECT_EQ(format_log_line(LogLevel::kInfo, "coordinator", {7, 0, ""}, "job 7", LogFormat::kText, event).substr(24),
+            " INFO coordinator job=7: job 7");
+  EXPECT_FALSE(nlohmann::json::parse(format_log_line(LogLevel::kInfo, "worker", {}, "x", LogFormat::kJson)).contains("event"));
 }
 
 TEST(Log, TheFormatIsTextOrJson) {
