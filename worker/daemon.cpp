@@ -283,8 +283,9 @@ int WorkerDaemon::run(const std::atomic<bool>& stop) {
 
   bool welcomed = false;
   int heartbeat_ms = 1000;
-  auto hello_due = Clock::now() + next_hello_wait();
-  auto last_beat = Clock::now();
+  const fusetune::Clock& time = opt_.clock ? *opt_.clock : system_clock();  // hellos, heartbeats, the drain
+  auto hello_due = time.now() + next_hello_wait();
+  auto last_beat = time.now();
   hello();
   // The tasks in hand, in arrival order: each compiles as soon as it arrives; the first one
   // compiled is measured while the next compiles.
@@ -302,7 +303,7 @@ int WorkerDaemon::run(const std::atomic<bool>& stop) {
   while (true) {
     if (stop.load() && !draining) {
       draining = true;
-      drain_deadline = Clock::now() + std::chrono::milliseconds(std::max(0, opt_.drain_ms));
+      drain_deadline = time.now() + std::chrono::milliseconds(std::max(0, opt_.drain_ms));
       // First, so that the coordinator sends nothing more before it reads the hand-backs below.
       wire::Envelope e;
       e.mutable_heartbeat()->set_draining(true);
@@ -325,7 +326,7 @@ int WorkerDaemon::run(const std::atomic<bool>& stop) {
     }
     if (draining) {
       if (!measuring.valid()) break;
-      if (!cancel.load() && (Clock::now() >= drain_deadline || (opt_.abort && opt_.abort->load()))) cancel = true;
+      if (!cancel.load() && (time.now() >= drain_deadline || (opt_.abort && opt_.abort->load()))) cancel = true;
     }
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -362,7 +363,7 @@ int WorkerDaemon::run(const std::atomic<bool>& stop) {
           } else if (e.has_error() && e.error().message().find("unknown worker") != std::string::npos) {
             welcomed = false;  // a coordinator that does not know us (it restarted)
             hello();
-            hello_due = Clock::now() + next_hello_wait();
+            hello_due = time.now() + next_hello_wait();
           } else if (e.has_error()) {  // a refusal of one message (a late result, say): the rest goes on
             log("coordinator: " + e.error().message());
           } else if (e.has_revoke()) {
@@ -449,7 +450,7 @@ int WorkerDaemon::run(const std::atomic<bool>& stop) {
       }
       if (draining) break;
     }
-    const auto now = Clock::now();
+    const auto now = time.now();
     if (!welcomed && now >= hello_due) {
       hello();
       hello_due = now + next_hello_wait();

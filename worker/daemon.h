@@ -26,6 +26,7 @@
 #include <zmq.hpp>
 
 #include "backend/backend.h"
+#include "core/clock.h"
 #include "fusetune_proto/service.pb.h"
 #include "proto/curve.h"
 
@@ -47,6 +48,9 @@ struct WorkerOptions {
   CompilePool* pool = nullptr;     // shared with the machine's other devices; null: the daemon's own
   wire::ClientSecurity security;  // CURVE: the coordinator's public key and this worker's pair
   bool quiet = false;        // no log lines (the embedded `tune` shows a progress bar instead)
+  // What times hellos, heartbeats and the drain (core/clock.h); null: system_clock(). How long a
+  // compilation or a measurement took is always read from the system's clock.
+  const fusetune::Clock* clock = nullptr;
 };
 
 // What one device did, for the report at the end (`fusetune worker` prints one line per device).

@@ -16,6 +16,7 @@
 #include "proto/wire.h"
 #include "storage/job_queue.h"
 #include "storage/search_db.h"
+#include "unit/manual_clock.h"
 #include "unit/test_dir.h"
 
 namespace fusetune {
@@ -23,19 +24,7 @@ namespace {
 
 using std::chrono::milliseconds;
 
-class ManualClock : public Clock {
- public:
-  TimePoint now() const override { return now_; }
-  int64_t unix_ms() const override { return unix_ms_; }
-  void advance(milliseconds d) {
-    now_ += d;
-    unix_ms_ += d.count();
-  }
-
- private:
-  TimePoint now_{};
-  int64_t unix_ms_ = 1'800'000'000'000;
-};
+using testing::ManualClock;
 
 // What the scheduler sends, kept in order.
 class Recorder : public coordinator::Outbox {

@@ -29,6 +29,7 @@
 #include "proto/wire.h"
 #include "simt/executor.h"
 #include "simt/module.h"
+#include "unit/manual_clock.h"
 #include "worker/compile_pool.h"
 #include "worker/daemon.h"
 #include "worker/machine.h"
@@ -227,40 +228,50 @@ struct AddTask {
   }
 };
 
-// A worker whose hellos nobody answers backs off: the first retry after hello_retry_ms, each next
-// one twice as late (with +-20% jitter) up to the maximum. Without backing off, 100 ms retries
-// would knock about 30 times in 3 s; doubling from 100 ms knocks about 6 times (at 0, 0.1, 0.3,
-// 0.7, 1.5 and 3.1 s). Delays on a loaded machine only lower the count.
+// A worker whose hellos nobody answers backs off: the first retry hello_retry_ms after the first
+// hello, each next one twice as late (with +-20% jitter) up to the maximum. The daemon reads a
+// ManualClock: while it stands still no hello follows, however long the test looks; moved to just
+// short of 0.8 times the wait, still none; moved past 1.2 times it, one.
 TEST(WorkerDaemon, UnansweredHellosBackOff) {
   zmq::context_t context;
   zmq::socket_t router(context, zmq::socket_type::router);
   router.bind("inproc://fusetune-hello-backoff");
+  testing::ManualClock clock;
   worker::WorkerOptions o;
   o.coordinator = "inproc://fusetune-hello-backoff";
   o.device = "host";
   o.executable = FUSETUNE_BINARY;
   o.worker_id = "backoff";
   o.hello_retry_ms = 100;
-  o.hello_retry_max_ms = 60000;
+  o.hello_retry_max_ms = 400;
   o.quiet = true;
+  o.clock = &clock;
   worker::WorkerDaemon daemon(context, o);
   std::atomic<bool> stop{false};
   std::thread t([&] { daemon.run(stop); });
-  int hellos = 0;
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(3);
-  while (std::chrono::steady_clock::now() < end) {
-    zmq::pollitem_t items[] = {{static_cast<void*>(router), 0, ZMQ_POLLIN, 0}};
-    zmq::poll(items, 1, std::chrono::milliseconds(50));
-    if (!(items[0].revents & ZMQ_POLLIN)) continue;
-    zmq::message_t id, body;
-    ASSERT_TRUE(router.recv(id, zmq::recv_flags::none));
-    ASSERT_TRUE(router.recv(body, zmq::recv_flags::none));
-    hellos += wire::decode(body.data(), body.size()).has_hello();
+  // Whether a hello reaches the router within `ms` of real time.
+  auto hello_within = [&](int ms) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    while (std::chrono::steady_clock::now() < end) {
+      zmq::pollitem_t items[] = {{static_cast<void*>(router), 0, ZMQ_POLLIN, 0}};
+      zmq::poll(items, 1, std::chrono::milliseconds(20));
+      if (!(items[0].revents & ZMQ_POLLIN)) continue;
+      zmq::message_t id, body;
+      if (!router.recv(id, zmq::recv_flags::none) || !router.recv(body, zmq::recv_flags::none)) return false;
+      if (wire::decode(body.data(), body.size()).has_hello()) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(hello_within(10000)) << "no first hello";
+  for (int k = 0; k < 5; ++k) {
+    const int wait = std::min(100 << k, 400);
+    clock.advance(std::chrono::milliseconds(wait * 8 / 10 - 1));
+    EXPECT_FALSE(hello_within(300)) << "retry " << k + 1 << " came before 0.8 times its wait of " << wait << " ms";
+    clock.advance(std::chrono::milliseconds(wait * 4 / 10 + 2));
+    EXPECT_TRUE(hello_within(10000)) << "retry " << k + 1 << " did not come by 1.2 times its wait of " << wait << " ms";
   }
   stop = true;
   t.join();
-  EXPECT_GE(hellos, 3) << "the worker stopped saying hello";
-  EXPECT_LE(hellos, 10) << "the worker's hellos did not back off";
 }
 
 // --device: a list of "host" and CUDA ordinals, or "all"; a device that is absent is named.
