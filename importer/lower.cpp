@@ -1214,6 +1214,46 @@ void scatter_elements(NodeLowering& L) {
   L.set_output(0, L.reshape(y, ds));
 }
 
+// TensorScatter (opset 24, a KV cache's update): the past cache with `update` written along `axis`
+// from each batch sample's write index on (write_indices[b], 0 when absent), modulo the cache's
+// extent there in circular mode: ScatterElements' form (a ScatterND into the cache reshaped flat)
+// at indices write_indices[b] + s for the update's position s along the axis, the same coordinates
+// elsewhere. The batch is axis 0, so the sequence axis may not be.
+void tensor_scatter(NodeLowering& L) {
+  const Shape cs = L.shape(0), us = L.shape(1);
+  const int64_t r = L.rank(0);
+  const int64_t axis = axis_of(L, "axis", -2, r);
+  check(axis != 0, "axis 0 is the batch; the sequence axis must be another");
+  check(static_cast<int64_t>(us.size()) == r, "update must have the cache's rank ", r, ", got ", shape_str(us));
+  for (int64_t d = 0; d < r; ++d) {
+    const auto k = static_cast<size_t>(d);
+    check(d == axis ? us[k] <= cs[k] : us[k] == cs[k], "update of shape ", shape_str(us), " does not fit the cache of shape ",
+          shape_str(cs), " (only the sequence axis ", axis, " may be shorter)");
+  }
+  const std::string mode = L.attr_s("mode", "linear");
+  check(mode == "linear" || mode == "circular", "mode '", mode, "' is not one of linear, circular");
+  int idx = iota_along(L, static_cast<size_t>(r), axis, us[static_cast<size_t>(axis)]);
+  if (L.has_input(2)) {
+    check(L.shape(2) == Shape{cs[0]}, "write_indices must have one index per batch sample (", cs[0], "), got shape ",
+          shape_str(L.shape(2)));
+    Shape per_sample(static_cast<size_t>(r), 1);
+    per_sample[0] = cs[0];
+    idx = L.emit("Add", {L.reshape(cast_to(L, L.input(2), DType::kI64), per_sample), idx});
+  }
+  if (mode == "circular") {
+    Attributes python_mod;
+    python_mod.set("fmod", int64_t{0});
+    idx = L.emit("Mod", {idx, L.constant(Tensor::scalar_int(DType::kI64, cs[static_cast<size_t>(axis)]))}, python_mod);
+  }
+  const int flat = elements_flat_index(L, cs, us, axis, idx);
+  Shape tuples = us;
+  tuples.push_back(1);
+  Attributes a;
+  a.set("reduction", std::string("none"));
+  const int y = L.emit("ScatterND", {L.reshape(L.input(0), {numel(cs)}), L.reshape(flat, tuples), L.input(1)}, a);
+  L.set_output(0, L.reshape(y, cs));
+}
+
 // GatherND: out[i] = data's slice at batch i[:batch_dims] and index tuple indices[i] (k
 // coordinates, negative ones counted from the end of their axes), shape indices[:-1] +
 // data[batch_dims + k:]: a Gather along axis 0 of the data with its first batch_dims + k axes
@@ -1653,6 +1693,72 @@ void scatter_nd(NodeLowering& L) {
   Attributes a;
   a.set("reduction", L.attr_s("reduction", "none"));
   L.set_output(0, L.emit("ScatterND", {L.input(0), L.input(1), L.input(2)}, a));
+}
+
+// Col2Im (opset 18, PyTorch's fold): input [N, C x prod(block_shape), L] holds, for each channel,
+// block offset and sliding position (the image's blocks in row-major order, padded, strided,
+// dilated as a convolution's), a value to add at that position of the image [N, C,
+// image_shape...]; positions inside the padding are dropped. A ScatterND adding the input
+// (flattened) into zeros at constant flat indices, those in the padding sent to one slot past the
+// image that a Slice then drops. image_shape and block_shape must be constant.
+void col2im(NodeLowering& L) {
+  const Shape xs = L.shape(0);
+  check(xs.size() == 3, "input must be [N, C x prod(block_shape), L], got ", shape_str(xs));
+  const std::vector<int64_t> image = L.const_ints(1, "image_shape"), block = L.const_ints(2, "block_shape");
+  const size_t dims = image.size();
+  check(dims >= 1 && block.size() == dims, "image_shape (", dims, " axes) and block_shape (", block.size(),
+        " axes) must name the same axes");
+  const std::vector<int64_t> dilations = L.attr_ints("dilations", std::vector<int64_t>(dims, 1));
+  const std::vector<int64_t> strides = L.attr_ints("strides", std::vector<int64_t>(dims, 1));
+  const std::vector<int64_t> pads = L.attr_ints("pads", std::vector<int64_t>(2 * dims, 0));
+  check(dilations.size() == dims && strides.size() == dims && pads.size() == 2 * dims, "dilations, strides and pads must have ",
+        dims, ", ", dims, " and ", 2 * dims, " entries");
+  std::vector<int64_t> blocks(dims);  // sliding positions per axis
+  for (size_t d = 0; d < dims; ++d) {
+    check(image[d] > 0 && block[d] > 0 && dilations[d] > 0 && strides[d] > 0 && image[d] <= kMaxElements,
+          "image_shape, block_shape, dilations and strides must be positive");
+    blocks[d] = (image[d] + pads[d] + pads[d + dims] - dilations[d] * (block[d] - 1) - 1) / strides[d] + 1;
+    check(blocks[d] >= 1, "block ", block[d], " does not fit image axis ", d, " of ", image[d], " with its pads");
+  }
+  const int64_t per_block = numel(block), columns = numel(blocks), plane = checked_numel(image, "Col2Im image");
+  check(per_block > 0 && xs[1] % per_block == 0, "input's axis 1 (", xs[1], ") is not a multiple of the block's ", per_block,
+        " elements");
+  check(xs[2] == columns, "input's axis 2 (", xs[2], ") is not the ", columns, " sliding positions of the block");
+  const int64_t channels = xs[1] / per_block, n = numel(xs);
+  check(n <= kFoldLimit, "Col2Im of ", n, " elements is too large");
+  const int64_t dump = xs[0] * channels * plane;  // where a value in the padding goes
+  std::vector<int64_t> index(static_cast<size_t>(n));
+  std::vector<int64_t> at(dims), offset(dims);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t l = i % columns, row = (i / columns) % xs[1], batch = i / (columns * xs[1]);
+    const int64_t c = row / per_block;
+    for (int64_t d = static_cast<int64_t>(dims) - 1, rest = l, k = row % per_block; d >= 0; --d) {
+      const auto u = static_cast<size_t>(d);
+      at[u] = rest % blocks[u];
+      rest /= blocks[u];
+      offset[u] = k % block[u];
+      k /= block[u];
+    }
+    int64_t flat = 0;
+    bool inside = true;
+    for (size_t d = 0; d < dims; ++d) {
+      const int64_t p = at[d] * strides[d] - pads[d] + offset[d] * dilations[d];
+      inside = inside && p >= 0 && p < image[d];
+      flat = flat * image[d] + p;
+    }
+    index[static_cast<size_t>(i)] = inside ? (batch * channels + c) * plane + flat : dump;
+  }
+  Attributes expand;
+  expand.set("shape", Shape{dump + 1});
+  const int zeros = L.emit("Expand", {scalar_like(L, 0, 0.0)}, expand);
+  Attributes add;
+  add.set("reduction", std::string("add"));
+  const int summed = L.emit("ScatterND", {zeros, L.constant(Tensor::from_ints(DType::kI64, {n, 1}, index)),
+                                          L.reshape(L.input(0), {n})},
+                            add);
+  Shape out = {xs[0], channels};
+  out.insert(out.end(), image.begin(), image.end());
+  L.set_output(0, L.reshape(slice_last_axis(L, summed, 0, dump), out));
 }
 
 // MaxUnpool: zeros of the unpooled shape, per spatial axis (in - 1) x stride - pad begin - pad end
@@ -2315,7 +2421,7 @@ const std::map<std::string, Lowering>& lowerings() {
   static const std::map<std::string, Lowering> table = {
       {"Abs", pass_through}, {"Acos", trig_by_formula}, {"Acosh", trig_by_formula}, {"Add", binary}, {"AffineGrid", affine_grid}, {"And", binary}, {"ArgMax", arg_reduce},
       {"ArgMin", arg_reduce}, {"Asin", trig_by_formula}, {"Asinh", trig_by_formula}, {"Atan", pass_through}, {"Atanh", trig_by_formula}, {"Attention", attention}, {"AveragePool", pool}, {"BatchNormalization", batch_norm}, {"BitShift", bitwise}, {"BitwiseAnd", bitwise}, {"BitwiseNot", bitwise}, {"BitwiseOr", bitwise}, {"BitwiseXor", bitwise}, {"BlackmanWindow", window},
-      {"Cast", cast}, {"CastLike", cast_like}, {"Ceil", pass_through}, {"Celu", celu}, {"CenterCropPad", center_crop_pad}, {"Clip", clip}, {"Compress", compress}, {"Concat", concat},
+      {"Cast", cast}, {"CastLike", cast_like}, {"Ceil", pass_through}, {"Celu", celu}, {"CenterCropPad", center_crop_pad}, {"Clip", clip}, {"Col2Im", col2im}, {"Compress", compress}, {"Concat", concat},
       {"Constant", constant_op}, {"ConstantOfShape", constant_of_shape}, {"Conv", conv}, {"ConvTranspose", conv_transpose}, {"ConvInteger", conv_integer}, {"Cos", pass_through}, {"Cosh", trig_by_formula}, {"CumProd", cum_prod}, {"CumSum", cum_sum}, {"DFT", dft},
       {"DepthToSpace", depth_space}, {"DequantizeLinear", dequantize_linear}, {"Div", binary}, {"Dropout", dropout}, {"DynamicQuantizeLinear", dynamic_quantize_linear}, {"Einsum", einsum}, {"Elu", unary_with_defaults},
       {"Equal", binary}, {"Erf", pass_through}, {"Exp", pass_through}, {"Expand", expand}, {"EyeLike", eye_like},
@@ -2336,6 +2442,7 @@ const std::map<std::string, Lowering>& lowerings() {
       {"Sin", pass_through}, {"Sinh", trig_by_formula}, {"Size", size_op}, {"Slice", slice}, {"Softmax", softmax}, {"Softplus", pass_through},
       {"Softsign", pass_through}, {"STFT", stft}, {"SpaceToDepth", depth_space}, {"Split", split}, {"Sqrt", pass_through},
       {"Squeeze", squeeze}, {"Sub", binary}, {"Sum", variadic}, {"SwiGLU", swish}, {"Swish", swish}, {"Tan", pass_through}, {"Tanh", pass_through},
+      {"TensorScatter", tensor_scatter},
       {"ThresholdedRelu", unary_with_defaults}, {"Tile", tile}, {"TopK", top_k}, {"Transpose", transpose}, {"Trilu", trilu},
       {"Unsqueeze", unsqueeze}, {"Upsample", resize},
       {"Where", where}, {"Xor", binary},

@@ -241,6 +241,50 @@ TEST(Import, GatherElementsAndHardmaxLowerToCanonicalOps) {
   testing::expect_refused(bad, "picker", "indices must have the data's rank 3");
 }
 
+// TensorScatter (a KV cache's decode step) becomes one ScatterND: against a loop over the
+// operator's definition, with each sample's write index, linear and circular (wrapping past the
+// cache's end); the batch axis as the sequence axis, or an update longer than the cache, refused.
+TEST(Import, TensorScatterWritesEachSamplesUpdateAtItsIndex) {
+  const int64_t batch = 2, heads = 2, max_seq = 5, seq = 3, dim = 2;
+  for (const std::string mode : {"linear", "circular"}) {
+    OnnxBuilder b(24);
+    b.input("past", kFloat, {batch, heads, max_seq, dim}).input("update", kFloat, {batch, heads, seq, dim});
+    b.input("at", kInt64, {batch}).output("present", kFloat, {batch, heads, max_seq, dim});
+    OnnxBuilder::attr_s(b.node("TensorScatter", {"past", "update", "at"}, {"present"}), "mode", mode);
+    const Graph g = importer::import_onnx_bytes(b.bytes(), ".").graph;
+    EXPECT_EQ(histogram(g).at("ScatterND"), 1);
+    std::vector<float> past(static_cast<size_t>(batch * heads * max_seq * dim)), update(static_cast<size_t>(batch * heads * seq * dim));
+    for (size_t k = 0; k < past.size(); ++k) past[k] = -1.0f - static_cast<float>(k);
+    for (size_t k = 0; k < update.size(); ++k) update[k] = 1.0f + static_cast<float>(k);
+    const std::vector<int64_t> at = {1, mode == "circular" ? 4 : 2};  // circular: positions 4, 0, 1
+    std::vector<float> want = past;
+    for (int64_t n = 0; n < batch; ++n) {
+      for (int64_t h = 0; h < heads; ++h) {
+        for (int64_t t = 0; t < seq; ++t) {
+          const int64_t to = (at[static_cast<size_t>(n)] + t) % max_seq;
+          for (int64_t d = 0; d < dim; ++d) {
+            want[static_cast<size_t>(((n * heads + h) * max_seq + to) * dim + d)] =
+                update[static_cast<size_t>(((n * heads + h) * seq + t) * dim + d)];
+          }
+        }
+      }
+    }
+    const std::vector<Tensor> run = reference::run_graph(
+        g, std::vector<Tensor>{Tensor::from_floats(DType::kF32, {batch, heads, max_seq, dim}, past),
+                               Tensor::from_floats(DType::kF32, {batch, heads, seq, dim}, update),
+                               Tensor::from_ints(DType::kI64, {batch}, at)});
+    EXPECT_EQ(run[0].to_floats(), want) << mode;
+  }
+  OnnxBuilder on_batch(24);
+  on_batch.input("past", kFloat, {4, 3}).input("update", kFloat, {2, 3}).output("present", kFloat, {4, 3});
+  OnnxBuilder::attr_i(on_batch.node("TensorScatter", {"past", "update"}, {"present"}, "culprit"), "axis", 0);
+  testing::expect_refused(on_batch, "culprit", "axis 0 is the batch");
+  OnnxBuilder too_long(24);
+  too_long.input("past", kFloat, {1, 2, 3}).input("update", kFloat, {1, 4, 3}).output("present", kFloat, {1, 2, 3});
+  too_long.node("TensorScatter", {"past", "update"}, {"present"}, "culprit");
+  testing::expect_refused(too_long, "culprit", "update of shape 1x4x3 does not fit the cache of shape 1x2x3");
+}
+
 // ScatterElements becomes a ScatterND into the flattened data (repeated indices combined in
 // order, negative ones from the end) and GatherND a Gather at computed flat indices (with a batch
 // axis): the results against loops over the operators' definitions; bad shapes (and an LpPool of
