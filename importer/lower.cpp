@@ -14,6 +14,7 @@
 #include "importer/lower_grid_sample.h"
 #include "importer/lower_quant.h"
 #include "importer/lower_recurrent.h"
+#include "importer/lower_roi_align.h"
 #include "importer/lower_topk.h"
 #include "importer/onnx_io.h"
 
@@ -2437,7 +2438,7 @@ const std::map<std::string, Lowering>& lowerings() {
       {"Reciprocal", pass_through}, {"ReduceL1", reduce}, {"ReduceL2", reduce}, {"ReduceLogSum", reduce},
       {"ReduceLogSumExp", reduce}, {"ReduceMax", reduce}, {"ReduceMean", reduce}, {"ReduceMin", reduce},
       {"ReduceProd", reduce}, {"ReduceSum", reduce}, {"ReduceSumSquare", reduce}, {"Relu", pass_through},
-      {"Reshape", reshape}, {"Resize", resize}, {"ReverseSequence", reverse_sequence}, {"RotaryEmbedding", rotary_embedding}, {"Round", pass_through}, {"Scatter", scatter_elements}, {"ScatterElements", scatter_elements}, {"ScatterND", scatter_nd},
+      {"Reshape", reshape}, {"Resize", resize}, {"ReverseSequence", reverse_sequence}, {"RoiAlign", roi_align}, {"RotaryEmbedding", rotary_embedding}, {"Round", pass_through}, {"Scatter", scatter_elements}, {"ScatterElements", scatter_elements}, {"ScatterND", scatter_nd},
       {"Selu", unary_with_defaults}, {"Shape", shape_op}, {"Shrink", shrink}, {"Sigmoid", pass_through}, {"Sign", pass_through},
       {"Sin", pass_through}, {"Sinh", trig_by_formula}, {"Size", size_op}, {"Slice", slice}, {"Softmax", softmax}, {"Softplus", pass_through},
       {"Softsign", pass_through}, {"STFT", stft}, {"SpaceToDepth", depth_space}, {"Split", split}, {"Sqrt", pass_through},

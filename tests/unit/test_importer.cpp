@@ -285,6 +285,57 @@ TEST(Import, TensorScatterWritesEachSamplesUpdateAtItsIndex) {
   testing::expect_refused(too_long, "culprit", "update of shape 1x4x3 does not fit the cache of shape 1x2x3");
 }
 
+// RoiAlign's adaptive grid (sampling_ratio 0: ceil(ROI extent / bins) points a bin, so the ROIs
+// must be known at import) against the same grid given as sampling_ratio with the ROIs as data,
+// in both modes and coordinate modes, ROIs partly outside the map: equal. ROIs whose adaptive grids
+// differ, or ROIs that are data under sampling_ratio 0, are refused naming sampling_ratio. (onnx's
+// cases check the definition itself, sampling_ratio 2.)
+TEST(Import, RoiAlignsAdaptiveGridIsTheGridItComputes) {
+  std::vector<float> x(2 * 3 * 6 * 7);
+  for (size_t k = 0; k < x.size(); ++k) x[k] = std::sin(0.37f * static_cast<float>(k)) * 3.0f;
+  // Extents 4 x 4, 3.5 x 5 and 3.5 x 6 over 2 x 3 bins: a 2 x 2 grid each.
+  const std::vector<float> rois = {0.5f, 1.0f, 4.5f, 5.0f, -2.0f, -1.5f, 3.0f, 2.0f, 2.0f, 3.0f, 8.0f, 6.5f};
+  const std::vector<Tensor> inputs = {Tensor::from_floats(DType::kF32, {2, 3, 6, 7}, x), Tensor::from_floats(DType::kF32, {3, 4}, rois),
+                                      Tensor::from_ints(DType::kI64, {3}, std::vector<int64_t>{1, 0, 1})};
+  const auto model = [](const std::string& mode, const std::string& ctm, int64_t ratio) {
+    OnnxBuilder b(16);
+    b.input("x", kFloat, {2, 3, 6, 7}).input("rois", kFloat, {3, 4}).input("batch", kInt64, {3}).output("y", kFloat, {3, 3, 2, 3});
+    onnx::NodeProto& n = b.node("RoiAlign", {"x", "rois", "batch"}, {"y"}, "culprit");
+    OnnxBuilder::attr_s(n, "mode", mode);
+    OnnxBuilder::attr_s(n, "coordinate_transformation_mode", ctm);
+    OnnxBuilder::attr_i(n, "output_height", 2);
+    OnnxBuilder::attr_i(n, "output_width", 3);
+    OnnxBuilder::attr_i(n, "sampling_ratio", ratio);
+    return b;
+  };
+  for (const std::string mode : {"avg", "max"}) {
+    for (const std::string ctm : {"half_pixel", "output_half_pixel"}) {
+      importer::ImportOptions pinned;
+      pinned.input_values["rois"] = inputs[1];
+      const Graph adaptive = importer::import_onnx_bytes(model(mode, ctm, 0).bytes(), ".", pinned).graph;
+      const Graph given = importer::import_onnx_bytes(model(mode, ctm, 2).bytes(), ".").graph;
+      EXPECT_EQ(reference::run_graph(adaptive, inputs)[0].to_floats(), reference::run_graph(given, inputs)[0].to_floats())
+          << mode << " " << ctm;
+      EXPECT_NE(reference::run_graph(importer::import_onnx_bytes(model(mode, ctm, 1).bytes(), ".").graph, inputs)[0].to_floats(),
+                reference::run_graph(given, inputs)[0].to_floats())
+          << "one point a bin samples as two do: the comparison above shows nothing";
+    }
+  }
+  testing::expect_refused(model("avg", "half_pixel", 0), "culprit",
+                          "sampling_ratio 0 samples each ROI by its size, so the ROIs must be constant");
+  std::vector<float> taller = rois;
+  taller[11] = 10.0f;  // ROI 2's extent 7 over 2 bins: a grid of 4 rows where ROI 0 takes 2
+  importer::ImportOptions pinned;
+  pinned.input_values["rois"] = Tensor::from_floats(DType::kF32, {3, 4}, taller);
+  try {
+    importer::import_onnx_bytes(model("avg", "half_pixel", 0).bytes(), ".", pinned);
+    ADD_FAILURE() << "ROIs of different grids were accepted under sampling_ratio 0";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ROI 2 samples its bins on a vertical grid of 4 where ROI 0 takes 2"), std::string::npos)
+        << e.what();
+  }
+}
+
 // ScatterElements becomes a ScatterND into the flattened data (repeated indices combined in
 // order, negative ones from the end) and GatherND a Gather at computed flat indices (with a batch
 // axis): the results against loops over the operators' definitions; bad shapes (and an LpPool of
