@@ -285,6 +285,52 @@ TEST(Import, TensorScatterWritesEachSamplesUpdateAtItsIndex) {
   testing::expect_refused(too_long, "culprit", "update of shape 1x4x3 does not fit the cache of shape 1x2x3");
 }
 
+// The determinant by cofactor expansion, in double: an oracle independent of elimination.
+double cofactor_det(const std::vector<double>& m, size_t n) {
+  if (n == 1) return m[0];
+  double sum = 0;
+  for (size_t j = 0; j < n; ++j) {
+    std::vector<double> minor;
+    for (size_t r = 1; r < n; ++r) {
+      for (size_t c = 0; c < n; ++c) {
+        if (c != j) minor.push_back(m[r * n + c]);
+      }
+    }
+    sum += (j % 2 ? -1.0 : 1.0) * m[j] * cofactor_det(minor, n - 1);
+  }
+  return sum;
+}
+
+// Det by unrolled elimination with partial pivoting against cofactor expansion in double, on a
+// [2, 3] batch of order-5 matrices drawn from a printed seed: one with a zero leading element
+// (the pivot must move), one singular (two equal rows: 0), one with a zero column, the rest random.
+TEST(Import, DetMatchesCofactorExpansion) {
+  std::mt19937 rng(testing::test_seed());
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  const size_t n = 5, batch = 6;
+  std::vector<float> x(batch * n * n);
+  for (float& v : x) v = u(rng);
+  x[0] = 0.0f;  // matrix 0: no pivot in place
+  for (size_t c = 0; c < n; ++c) x[n * n + 3 * n + c] = x[n * n + 1 * n + c];  // matrix 1: rows 1 and 3 equal
+  for (size_t r = 0; r < n; ++r) x[2 * n * n + r * n + 2] = 0.0f;  // matrix 2: column 2 zero
+  OnnxBuilder b(11);
+  b.input("x", kFloat, {2, 3, 5, 5}).output("d", kFloat, {2, 3});
+  b.node("Det", {"x"}, {"d"});
+  const Graph g = importer::import_onnx_bytes(b.bytes(), ".").graph;
+  const std::vector<float> got = reference::run_graph(g, std::vector<Tensor>{Tensor::from_floats(DType::kF32, {2, 3, 5, 5}, x)})[0].to_floats();
+  ASSERT_EQ(got.size(), batch);
+  for (size_t m = 0; m < batch; ++m) {
+    const std::vector<double> a(x.begin() + static_cast<std::ptrdiff_t>(m * n * n), x.begin() + static_cast<std::ptrdiff_t>((m + 1) * n * n));
+    const double want = cofactor_det(a, n);
+    EXPECT_NEAR(got[m], want, 1e-4 * std::max(1.0, std::abs(want))) << "matrix " << m;
+  }
+  EXPECT_EQ(got[2], 0.0f);  // a zero column: exactly 0
+  OnnxBuilder bad(11);
+  bad.input("x", kFloat, {2, 3, 4}).output("d", kFloat, {2});
+  bad.node("Det", {"x"}, {"d"}, "culprit");
+  testing::expect_refused(bad, "culprit", "X must be [..., n, n], got 2x3x4");
+}
+
 // RoiAlign's adaptive grid (sampling_ratio 0: ceil(ROI extent / bins) points a bin, so the ROIs
 // must be known at import) against the same grid given as sampling_ratio with the ROIs as data,
 // in both modes and coordinate modes, ROIs partly outside the map: equal. ROIs whose adaptive grids
