@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/ops.h"
 #include "importer/control_flow.h"
+#include "importer/lower_deform_conv.h"
 #include "importer/lower_det.h"
 #include "importer/lower_dft.h"
 #include "importer/lower_grid_sample.h"
@@ -2425,7 +2426,7 @@ const std::map<std::string, Lowering>& lowerings() {
       {"ArgMin", arg_reduce}, {"Asin", trig_by_formula}, {"Asinh", trig_by_formula}, {"Atan", pass_through}, {"Atanh", trig_by_formula}, {"Attention", attention}, {"AveragePool", pool}, {"BatchNormalization", batch_norm}, {"BitShift", bitwise}, {"BitwiseAnd", bitwise}, {"BitwiseNot", bitwise}, {"BitwiseOr", bitwise}, {"BitwiseXor", bitwise}, {"BlackmanWindow", window},
       {"Cast", cast}, {"CastLike", cast_like}, {"Ceil", pass_through}, {"Celu", celu}, {"CenterCropPad", center_crop_pad}, {"Clip", clip}, {"Col2Im", col2im}, {"Compress", compress}, {"Concat", concat},
       {"Constant", constant_op}, {"ConstantOfShape", constant_of_shape}, {"Conv", conv}, {"ConvTranspose", conv_transpose}, {"ConvInteger", conv_integer}, {"Cos", pass_through}, {"Cosh", trig_by_formula}, {"CumProd", cum_prod}, {"CumSum", cum_sum}, {"DFT", dft},
-      {"DepthToSpace", depth_space}, {"DequantizeLinear", dequantize_linear}, {"Det", det}, {"Div", binary}, {"Dropout", dropout}, {"DynamicQuantizeLinear", dynamic_quantize_linear}, {"Einsum", einsum}, {"Elu", unary_with_defaults},
+      {"DeformConv", deform_conv}, {"DepthToSpace", depth_space}, {"DequantizeLinear", dequantize_linear}, {"Det", det}, {"Div", binary}, {"Dropout", dropout}, {"DynamicQuantizeLinear", dynamic_quantize_linear}, {"Einsum", einsum}, {"Elu", unary_with_defaults},
       {"Equal", binary}, {"Erf", pass_through}, {"Exp", pass_through}, {"Expand", expand}, {"EyeLike", eye_like},
       {"Flatten", flatten}, {"Floor", pass_through}, {"Gather", gather}, {"GatherElements", gather_elements}, {"GatherND", gather_nd}, {"Gelu", gelu}, {"Gemm", gemm},
       {"GlobalAveragePool", global_pool}, {"GRU", recurrent}, {"GlobalMaxPool", global_pool}, {"Greater", binary}, {"GridSample", grid_sample},

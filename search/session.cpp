@@ -44,7 +44,7 @@ TuningSession::Step TuningSession::next(const Snapshot& snapshot, double elapsed
       int generated = 0;
       for (const std::string& config : g.tried) generated += !library.count(config);
       if (generated >= budget) continue;
-      if (g.time_us.empty() && generated > 0) continue;  // tried, and nothing works: no parent to mutate
+      if (g.time_us.empty() && !g.tried.empty()) continue;  // tried, and nothing works: no parent to mutate
       trials[signature] = static_cast<size_t>(std::min(policy_.candidates, budget - generated));
     }
     if (!trials.empty()) {

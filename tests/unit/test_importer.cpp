@@ -285,6 +285,38 @@ TEST(Import, TensorScatterWritesEachSamplesUpdateAtItsIndex) {
   testing::expect_refused(too_long, "culprit", "update of shape 1x4x3 does not fit the cache of shape 1x2x3");
 }
 
+// DeformConv with zero offsets samples exactly the convolution's taps: against Conv with the same
+// weight groups, strides, pads and dilations (and offset groups, which zero offsets make moot),
+// with a mask of ones and a bias; then a mask of halves halves the sum before the bias.
+TEST(Import, DeformConvWithZeroOffsetsIsTheConvolution) {
+  const Shape xs = {2, 4, 7, 6}, ws = {6, 2, 3, 3}, ys = {2, 6, 4, 2};
+  const auto build = [&](const std::string& op) {
+    OnnxBuilder b(19);
+    b.input("x", kFloat, xs).input("w", kFloat, ws).input("bias", kFloat, {6}).output("y", kFloat, ys);
+    if (op == "DeformConv") b.input("offset", kFloat, {2, 2 * 9 * 2, 4, 2}).input("mask", kFloat, {2, 2 * 9, 4, 2});
+    onnx::NodeProto& n = op == "DeformConv" ? b.node(op, {"x", "w", "offset", "bias", "mask"}, {"y"}) : b.node(op, {"x", "w", "bias"}, {"y"});
+    OnnxBuilder::attr_i(n, "group", 2);
+    if (op == "DeformConv") OnnxBuilder::attr_i(n, "offset_group", 2);
+    OnnxBuilder::attr_ints(n, "strides", {2, 1});
+    OnnxBuilder::attr_ints(n, "pads", {1, 0, 1, 0});
+    OnnxBuilder::attr_ints(n, "dilations", {1, 2});
+    return importer::import_onnx_bytes(b.bytes(), ".").graph;
+  };
+  const Tensor x = iota_tensor(xs, 0.3f), w = iota_tensor(ws, 0.05f), bias = iota_tensor({6}, 1.0f);
+  const std::vector<float> conv = reference::run_graph(build("Conv"), std::vector<Tensor>{x, w, bias})[0].to_floats();
+  const Tensor zeros = Tensor::from_floats(DType::kF32, {2, 36, 4, 2}, std::vector<float>(2 * 36 * 8, 0.0f));
+  for (const float m : {1.0f, 0.5f}) {
+    const Tensor mask = Tensor::from_floats(DType::kF32, {2, 18, 4, 2}, std::vector<float>(2 * 18 * 8, m));
+    const std::vector<float> deform = reference::run_graph(build("DeformConv"), std::vector<Tensor>{x, w, bias, zeros, mask})[0].to_floats();
+    ASSERT_EQ(deform.size(), conv.size());
+    const std::vector<float> b = bias.to_floats();
+    for (size_t k = 0; k < conv.size(); ++k) {
+      const float channel_bias = b[(k / 8) % 6];
+      EXPECT_NEAR(deform[k], m * (conv[k] - channel_bias) + channel_bias, 1e-4) << "mask " << m << " at " << k;
+    }
+  }
+}
+
 // The determinant by cofactor expansion, in double: an oracle independent of elimination.
 double cofactor_det(const std::vector<double>& m, size_t n) {
   if (n == 1) return m[0];
