@@ -21,8 +21,9 @@ the oracle `fusetune run` compares with, after checking here that the two agree 
   tf.image.resize (bilinear, half-pixel), tf.nn.conv2d, tf.math.reduce_mean over HW, tf.gather along
   channels, tf.where on a comparison, tf.math.cumsum; and the argmax of the result (int64).
 
-Runs in the environment scripts/export_tf_models.sh makes (pinned versions from PyPI); the output
-is reproducible with those versions on the same CPU.
+Runs in the environment scripts/export_tf_models.sh makes (pinned versions from PyPI). The values
+are reproducible with those versions on the same CPU; the files are not byte for byte, since
+tf2onnx names some nodes and initializers by Python object ids.
 """
 
 import argparse
