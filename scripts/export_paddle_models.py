@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """Models exported by paddle2onnx from PaddlePaddle, for tests/data/models.
 
-    scripts/export_paddle_models.sh [--out tests/data/models]
+    scripts/export_framework_models.sh paddle [--size small|full] [--out DIR]
 
 PaddlePaddle saves a layer as a static program (paddle.jit.save, its PIR JSON form in 3.x) that
 paddle2onnx converts (paddle.onnx.export, opset 17). Each model is written as
 <out>/<name>/model.onnx with test_data_set_0/ holding inputs drawn with numpy's default_rng(2026)
-and PaddlePaddle's own outputs; scripts/export_paddle_models.sh then replaces those by
-onnxruntime's (scripts/onnxruntime_outputs.py), the oracle `fusetune run` compares with, after
-checking that the two agree (to 1e-4):
+and PaddlePaddle's own outputs; `scripts/export_framework_models.sh paddle` then replaces those by
+onnxruntime's (the oracle `fusetune run` compares with) where the two agree
+(scripts/onnxruntime_outputs.py --agree 1e-4):
 
 - paddle_cnn: x [2, 3, 24, 24] -> logits [2, 10]: Conv2D, BatchNorm2D (inference, non-trivial
   statistics), ReLU, MaxPool2D, Conv2D with stride 2, Hardswish, AdaptiveAvgPool2D(1), Flatten,
@@ -16,7 +16,13 @@ checking that the two agree (to 1e-4):
 - paddle_encoder: x [2, 12, 32] -> y [2, 12, 32]: paddle.nn.TransformerEncoderLayer (4 heads,
   feed-forward 64, pre-norm, GELU, no dropout at inference).
 
-Runs in the environment scripts/export_paddle_models.sh makes (pinned versions from PyPI).
+--size full writes full-size versions instead (for bench/run_full_models.sh; not in tests/data):
+- paddle_resnet50: paddle.vision.models.resnet50 (random weights), x [1, 3, 224, 224] -> [1, 1000].
+- paddle_encoder_base: the encoder layer at BERT-base's width (768, 12 heads, feed-forward 3072),
+  x [1, 128, 768].
+
+Runs in the environment `scripts/export_framework_models.sh paddle` makes (pinned versions from
+PyPI); the output is byte-reproducible with those versions.
 """
 
 import argparse
@@ -58,19 +64,34 @@ def paddle_cnn():
     return m, [("x", (2, 3, 24, 24))]
 
 
-def paddle_encoder():
-    layer = paddle.nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64, dropout=0.0,
+def encoder(batch, seq, width, heads, ff):
+    layer = paddle.nn.TransformerEncoderLayer(d_model=width, nhead=heads, dim_feedforward=ff, dropout=0.0,
                                               activation="gelu", normalize_before=True)
-    return layer, [("x", (2, 12, 32))]
+    return layer, [("x", (batch, seq, width))]
+
+
+def paddle_encoder():
+    return encoder(2, 12, 32, 4, 64)
+
+
+def paddle_encoder_base():
+    return encoder(1, 128, 768, 12, 3072)
+
+
+def paddle_resnet50():
+    return paddle.vision.models.resnet50(), [("x", (1, 3, 224, 224))]
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="tests/data/models")
+    ap.add_argument("--size", choices=["small", "full"], default="small")
     args = ap.parse_args()
     paddle.seed(2026)
     rng = np.random.default_rng(2026)
-    for name, make in (("paddle_cnn", paddle_cnn), ("paddle_encoder", paddle_encoder)):
+    models = {"small": (("paddle_cnn", paddle_cnn), ("paddle_encoder", paddle_encoder)),
+              "full": (("paddle_resnet50", paddle_resnet50), ("paddle_encoder_base", paddle_encoder_base))}
+    for name, make in models[args.size]:
         layer, specs = make()
         layer.eval()
         feeds = [(n, rng.standard_normal(s).astype(np.float32)) for n, s in specs]

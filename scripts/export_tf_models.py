@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
 """Models exported by tf2onnx from Keras and from a tf.function, for tests/data/models.
 
-    scripts/export_tf_models.sh [--out tests/data/models]
+    scripts/export_framework_models.sh tf [--size small|full] [--out DIR]
 
 TensorFlow lays images out NHWC, and tf2onnx brings them to ONNX's NCHW with Transposes around the
 convolutions and pools; Keras' MultiHeadAttention and LayerNormalization come as Einsum or MatMul,
 Softmax and the moments' ops; a tf.function's raw ops map one by one. Each model is written as
 <out>/<name>/model.onnx (tf2onnx 1.16.1 from TensorFlow 2.15.1, opset 17) with
 test_data_set_0/ holding inputs drawn with numpy's default_rng(2026) and TensorFlow's own outputs;
-scripts/export_tf_models.sh then replaces those by onnxruntime's (scripts/onnxruntime_outputs.py),
-the oracle `fusetune run` compares with, after checking here that the two agree (to 1e-4):
+`scripts/export_framework_models.sh tf` then replaces those by onnxruntime's (the oracle `fusetune
+run` compares with) where the two agree (scripts/onnxruntime_outputs.py --agree 1e-4):
 
 - keras_cnn: a Keras functional CNN, x [2, 24, 24, 3] (NHWC) -> probabilities [2, 10]: Conv2D
   (relu, same padding), BatchNormalization (inference), DepthwiseConv2D, MaxPooling2D, Conv2D with
@@ -21,9 +21,14 @@ the oracle `fusetune run` compares with, after checking here that the two agree 
   tf.image.resize (bilinear, half-pixel), tf.nn.conv2d, tf.math.reduce_mean over HW, tf.gather along
   channels, tf.where on a comparison, tf.math.cumsum; and the argmax of the result (int64).
 
-Runs in the environment scripts/export_tf_models.sh makes (pinned versions from PyPI). The values
-are reproducible with those versions on the same CPU; the files are not byte for byte, since
-tf2onnx names some nodes and initializers by Python object ids.
+--size full writes full-size versions instead (for bench/run_full_models.sh; not in tests/data):
+- keras_resnet50: tf.keras.applications.ResNet50 (random weights), x [1, 224, 224, 3] -> [1, 1000].
+- keras_bert_layer: the keras_attention block at BERT-base's width (768, 12 heads of 64,
+  feed-forward 3072), x [1, 128, 768].
+
+Runs in the environment `scripts/export_framework_models.sh tf` makes (pinned versions from PyPI).
+The values are reproducible with those versions on the same CPU; the files are not byte for byte,
+since tf2onnx names some nodes and initializers by Python object ids.
 """
 
 import argparse
@@ -60,17 +65,31 @@ def keras_cnn():
     return model, [("x", (2, 24, 24, 3))]
 
 
-def keras_attention():
+def encoder_block(batch, seq, width, heads, ff):
     tf.keras.utils.set_random_seed(2026)
-    x = tf.keras.Input((12, 32), batch_size=2, name="x")
+    x = tf.keras.Input((seq, width), batch_size=batch, name="x")
     h = tf.keras.layers.LayerNormalization(epsilon=1e-5)(x)
-    h = tf.keras.layers.MultiHeadAttention(num_heads=4, key_dim=8)(h, h)
+    h = tf.keras.layers.MultiHeadAttention(num_heads=heads, key_dim=width // heads)(h, h)
     h = tf.keras.layers.Add()([x, h])
     f = tf.keras.layers.LayerNormalization(epsilon=1e-5)(h)
-    f = tf.keras.layers.Dense(64, activation="gelu")(f)
-    f = tf.keras.layers.Dense(32)(f)
+    f = tf.keras.layers.Dense(ff, activation="gelu")(f)
+    f = tf.keras.layers.Dense(width)(f)
     y = tf.keras.layers.Add(name="y")([h, f])
-    return tf.keras.Model(x, y), [("x", (2, 12, 32))]
+    return tf.keras.Model(x, y), [("x", (batch, seq, width))]
+
+
+def keras_attention():
+    return encoder_block(2, 12, 32, 4, 64)
+
+
+def keras_bert_layer():
+    return encoder_block(1, 128, 768, 12, 3072)
+
+
+def keras_resnet50():
+    tf.keras.utils.set_random_seed(2026)
+    model = tf.keras.applications.ResNet50(weights=None, input_shape=(224, 224, 3), classes=1000)
+    return model, [("x", (1, 224, 224, 3))]
 
 
 def tf_function_ops():
@@ -110,9 +129,12 @@ def write(out_dir, name, model_proto, inputs, outputs):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="tests/data/models")
+    ap.add_argument("--size", choices=["small", "full"], default="small")
     args = ap.parse_args()
     rng = np.random.default_rng(2026)
-    for name, make in (("keras_cnn", keras_cnn), ("keras_attention", keras_attention), ("tf_function_ops", tf_function_ops)):
+    models = {"small": (("keras_cnn", keras_cnn), ("keras_attention", keras_attention), ("tf_function_ops", tf_function_ops)),
+              "full": (("keras_resnet50", keras_resnet50), ("keras_bert_layer", keras_bert_layer))}
+    for name, make in models[args.size]:
         obj, specs = make()
         feeds = [(n, rng.standard_normal(s).astype(np.float32)) for n, s in specs]
         if isinstance(obj, tf.keras.Model):
