@@ -45,6 +45,9 @@ struct Job {
   bool search_over = false;   // the rounds are over: one queued nothing, or a round failed
   bool search_done = false;   // the session said kDone: nothing more to measure, the job finishes
   std::shared_ptr<search::TuningSession> session;  // made at the job's first search step
+  // Which coming of the job this is: a job resumed after a reload is the same id, another epoch,
+  // and what the pool finishes for an earlier epoch is dropped (JobSearch::live).
+  uint64_t epoch = 0;
   nlohmann::json convergence = nlohmann::json::array();
   nlohmann::json group_convergence = nlohmann::json::object();
 };

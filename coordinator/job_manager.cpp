@@ -25,7 +25,8 @@ JobManager::JobManager(storage::SearchDb& db, storage::JobQueue& queue, Offload&
 // One line for every way a job ends failed: it cannot start, cannot resume, or its plan failed.
 void JobManager::fail_job(int64_t id, const std::string& what, const std::string& why) {
   queue_.set_job_state(id, storage::JobState::kFailed, why);
-  log_(LogIds{id, 0, ""}, "job " + std::to_string(id) + " " + what + ": " + why, LogLevel::kWarn);
+  log_(LogIds{id, 0, ""}, LogEvent{"job_failed", {{"stage", what}, {"error", why}}}, "job " + std::to_string(id) + " " + what + ": " + why,
+       LogLevel::kWarn);
 }
 
 void JobManager::settled(int64_t task) {
@@ -215,6 +216,7 @@ void JobManager::start(const storage::JobRecord& rec, std::shared_ptr<Prepared> 
       (resumed ? "; resumed after " + std::to_string(job.rounds) + " search rounds (" +
                      std::to_string(job.convergence.size()) + " recorded)"
                : ""));
+  job.epoch = ++epochs_;
   jobs_[rec.id] = std::move(job);
   maybe_finish(rec.id);
 }
@@ -295,17 +297,18 @@ void JobManager::maybe_finish(int64_t id) {
 void JobManager::finish(int64_t id, Job& job, const storage::JobProgress& p) {
   job.busy = true;
   auto m = std::make_shared<Measured>(decisions_.measured(*job.planner, job.device));
-  auto failed = [this, id](const std::string& error) {
-    if (!jobs_.count(id)) return;  // cancelled meanwhile
+  // Acts only on this coming of the job (Job::epoch): not on one cancelled or resumed anew meanwhile.
+  auto failed = [this, id, epoch = job.epoch](const std::string& error) {
+    if (const auto it = jobs_.find(id); it == jobs_.end() || it->second.epoch != epoch) return;
     fail_job(id, "failed", error);
     jobs_.erase(id);
   };
   offload_.post(
-      [this, id, p, m, planner = job.planner]() -> Offload::Completion {
+      [this, id, epoch = job.epoch, p, m, planner = job.planner]() -> Offload::Completion {
         auto s = std::make_shared<JobSummary>(planner->summary(planner->final_plan(m->times), &m->times));
-        return [this, id, p, s] {
+        return [this, id, epoch, p, s] {
           auto it = jobs_.find(id);
-          if (it == jobs_.end()) return;  // cancelled meanwhile
+          if (it == jobs_.end() || it->second.epoch != epoch) return;  // cancelled or resumed anew meanwhile
           const Job& done = it->second;
           s->tasks = done.tasks.size();
           s->cache_hits = done.cache_hits;
@@ -317,7 +320,11 @@ void JobManager::finish(int64_t id, Job& job, const storage::JobProgress& p) {
           s->group_convergence = done.group_convergence;
           queue_.set_job_state(id, storage::JobState::kDone, p.failed ? std::to_string(p.failed) + " tasks failed" : "",
                               s->to_json());
-          log_(LogIds{id, 0, ""}, "job " + std::to_string(id) + " done: " + s->to_json());
+          log_(LogIds{id, 0, ""},
+               LogEvent{"job_done",
+                        {{"tasks", static_cast<int64_t>(s->tasks)}, {"tasks_failed", static_cast<int64_t>(p.failed)},
+                         {"measured", static_cast<int64_t>(p.measurements)}, {"search_rounds", static_cast<int64_t>(s->search_rounds)}}},
+               "job " + std::to_string(id) + " done: " + s->to_json());
           jobs_.erase(it);
         };
       },
@@ -418,7 +425,7 @@ void JobManager::cancel(int64_t id, const std::string& reason) {
   if (const auto j = jobs_.find(id); j != jobs_.end()) tasks = j->second.tasks;
   jobs_.erase(id);
   waiting_.erase(id);
-  log_(LogIds{id, 0, ""}, "job " + std::to_string(id) + ": " + reason);
+  log_(LogIds{id, 0, ""}, LogEvent{"job_cancelled", {{"reason", reason}}}, "job " + std::to_string(id) + ": " + reason);
   // Its tasks no live job waits on are taken back from their workers.
   std::set<int64_t> needed;
   for (const auto& [other, job] : jobs_) needed.insert(job.tasks.begin(), job.tasks.end());

@@ -83,6 +83,7 @@ class JobManager {
   storage::SearchDb& db_;
   storage::JobQueue& queue_;
   Offload& offload_;
+  uint64_t epochs_ = 0;  // the last Job::epoch given
   Decisions& decisions_;
   Scheduler& scheduler_;
   const EventLog& log_;

@@ -75,9 +75,9 @@ void JobSearch::record_convergence(int64_t id, Job& job) {
     trials += point[0].get<int64_t>();
     job.group_convergence[signature].push_back(std::move(point));
   }
-  auto record = [this, id, trials, seconds](double tuned) {
-    Job* now = hooks_.find(id);
-    if (!now) return;  // cancelled meanwhile
+  auto record = [this, id, epoch = job.epoch, trials, seconds](double tuned) {
+    Job* now = live(id, epoch);
+    if (!now) return;  // cancelled or resumed anew meanwhile
     now->busy = false;
     now->convergence.push_back({{"round", now->rounds + 1},
                                 {"trials", trials},
@@ -109,11 +109,11 @@ bool JobSearch::next(int64_t id, Job& job) {
   const double elapsed = std::chrono::duration<double>(Job::Clock::now() - job.started).count();
   job.busy = true;
   offload_.post(
-      [this, id, session = job.session, snapshot, elapsed, over = job.search_over]() -> Offload::Completion {
+      [this, id, epoch = job.epoch, session = job.session, snapshot, elapsed, over = job.search_over]() -> Offload::Completion {
         auto step = std::make_shared<search::TuningSession::Step>(session->next(*snapshot, elapsed, over));
-        return [this, id, step] {
-          Job* now = hooks_.find(id);
-          if (!now) return;  // cancelled meanwhile
+        return [this, id, epoch, step] {
+          Job* now = live(id, epoch);
+          if (!now) return;  // cancelled or resumed anew meanwhile
           now->busy = false;
           switch (step->kind) {
             case search::TuningSession::Step::Kind::kMeasure:
@@ -128,9 +128,9 @@ bool JobSearch::next(int64_t id, Job& job) {
           hooks_.settle(id);
         };
       },
-      [this, id](const std::string& error) {
+      [this, id, epoch = job.epoch](const std::string& error) {
         log_(LogIds{id, 0, ""}, "job " + std::to_string(id) + ": a search round failed, the search ends: " + error);
-        Job* now = hooks_.find(id);
+        Job* now = live(id, epoch);
         if (!now) return;
         now->busy = false;
         now->search_over = true;
@@ -151,9 +151,9 @@ void JobSearch::lower_round(int64_t id, Job& job, std::map<std::string, std::vec
     *g.asked.mutable_graph() = job.groups.at(signature).asked.graph();
     g.configs = std::move(chosen);
   }
-  auto landed = [this, id, round](bool lowered) {
-    Job* now = hooks_.find(id);
-    if (!now) return;  // cancelled meanwhile
+  auto landed = [this, id, epoch = job.epoch, round](bool lowered) {
+    Job* now = live(id, epoch);
+    if (!now) return;  // cancelled or resumed anew meanwhile
     now->busy = false;
     if (!lowered || !queue_round(*now, id, *round)) {
       now->search_over = true;
@@ -221,6 +221,9 @@ bool JobSearch::compare_leaders(int64_t id, Job& job, const std::map<std::string
   for (const auto& [signature, pair] : pairs) {
     Job::Group& group = job.groups.at(signature);
     group.compared = true;
+    // Read again: while the step was taken another job sharing the task may have compared them.
+    const Decisions::Decided& now = decisions_.of(signature, job.device);
+    if (!now.interleaved.empty() || now.decision.to_interleave != pair) continue;
     wire::Task todo = group.asked;
     todo.clear_candidates();
     for (const std::string& config : {pair.first, pair.second}) {
@@ -235,7 +238,7 @@ bool JobSearch::compare_leaders(int64_t id, Job& job, const std::map<std::string
     const int64_t task = requeue_group(id, job, group, todo);
     if (task == 0) continue;
     queued = true;
-    const search::GroupDecision& decision = decisions_.of(signature, job.device).decision;
+    const search::GroupDecision& decision = decisions_.of(signature, job.device).decision;  // the task is queued: read anew
     const search::Estimate& a = decision.alone.at(pair.first);
     const search::Estimate& b = decision.alone.at(pair.second);
     char line[400];
@@ -248,6 +251,11 @@ bool JobSearch::compare_leaders(int64_t id, Job& job, const std::map<std::string
   }
   save(id, job);
   return queued;
+}
+
+Job* JobSearch::live(int64_t id, uint64_t epoch) const {
+  Job* job = hooks_.find(id);
+  return job != nullptr && job->epoch == epoch ? job : nullptr;
 }
 
 // Queues a group's task with `todo` as its payload: extends the task when it is done, creates it

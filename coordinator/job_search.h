@@ -1,7 +1,9 @@
 // JobSearch: a running job's search after its first round, as the job's search::TuningSession
 // (search/session.h) steps it: the rounds that mutate each group's best measured configurations,
 // the leaders within noise measured again interleaved, and the convergence recorded after each
-// round. The session decides; JobSearch turns its steps into tasks.
+// round. The session decides; JobSearch turns its steps into tasks. What the pool finishes acts only
+// on the job's coming it was started for (Job::epoch): a job cancelled, or reloaded and resumed
+// under the same id, meanwhile is left alone.
 //
 // Takes the job queue (the tasks rounds are queued on, the job's saved search state), the pool
 // that runs the session's steps and lowers a round (coordinator/offload.h), the decisions read of
@@ -61,6 +63,8 @@ class JobSearch {
   bool queue_round(Job& job, int64_t id, Round& round);
   bool compare_leaders(int64_t id, Job& job, const std::map<std::string, std::pair<std::string, std::string>>& pairs);
   int64_t requeue_group(int64_t id, Job& job, Job::Group& group, const wire::Task& todo);
+  // The running job of `id` if it is still the coming `epoch` (not cancelled, not resumed anew).
+  Job* live(int64_t id, uint64_t epoch) const;
 
   storage::JobQueue& queue_;
   Offload& offload_;

@@ -336,7 +336,8 @@ void Scheduler::on_heartbeat(const std::string& identity, const wire::Heartbeat&
   if (w == workers_.end()) return outbox_.send_error(identity, "unknown worker: say hello");
   if (h.draining() && !w->second.draining) {
     w->second.draining = true;
-    log_(LogIds{0, 0, peer_name(identity)}, "worker " + peer_name(identity) + " is stopping: it finishes what it measures and takes nothing more");
+    log_(LogIds{0, 0, peer_name(identity)}, LogEvent{"worker_stopping", {}},
+         "worker " + peer_name(identity) + " is stopping: it finishes what it measures and takes nothing more");
   }
 }
 
@@ -347,7 +348,8 @@ void Scheduler::on_bye(const std::string& identity) {
   for (const auto& [task, deadline] : held) close_span(identity, task, "lost");
   workers_.erase(w);
   for (const auto& [task, deadline] : held) release(task, "worker " + peer_name(identity) + " left");
-  log_(LogIds{0, 0, peer_name(identity)}, "worker " + peer_name(identity) + " left");
+  log_(LogIds{0, 0, peer_name(identity)}, LogEvent{"worker_left", {{"leases", static_cast<int64_t>(held.size())}}},
+       "worker " + peer_name(identity) + " left");
 }
 
 void Scheduler::revoke(const std::vector<int64_t>& tasks, const std::string& reason) {

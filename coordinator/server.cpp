@@ -250,8 +250,9 @@ void Server::handle_frame(const std::string& identity, const void* data, size_t 
     if (!s_->transport.allowed(identity, e, roles)) return;
     s_->handle(identity, e);
   } catch (const Error& err) {
-    s_->log(LogIds{0, 0, peer_name(identity)},
-            LogEvent{"request_failed", {{"bytes", static_cast<int64_t>(size)}, {"error", std::string(err.what())}}},
+    s_->log(LogIds{},
+            LogEvent{"request_failed",
+                     {{"peer", peer_name(identity)}, {"bytes", static_cast<int64_t>(size)}, {"error", std::string(err.what())}}},
             "request from " + peer_name(identity) + " failed: " + err.what(), LogLevel::kWarn);
     s_->transport.send_error(identity, err.what());
   }

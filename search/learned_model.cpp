@@ -52,6 +52,7 @@ LearnedModel::LearnedModel() = default;
 
 LearnedModel::~LearnedModel() {
   if (booster_) XGBoosterFree(booster_);
+  if (data_) XGDMatrixFree(data_);
 }
 
 void LearnedModel::train(const std::vector<MeasuredGroup>& groups) {
@@ -118,7 +119,8 @@ void LearnedModel::update(const std::vector<MeasuredGroup>& groups) {
     XGDMatrixFree(m);
     throw;
   }
-  XGDMatrixFree(m);
+  if (data_) XGDMatrixFree(data_);
+  data_ = m;
   booster_ = b;
   fitted_ = std::move(data);
 }

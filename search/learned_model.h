@@ -60,6 +60,9 @@ class LearnedModel final : public CostModel {
 
  private:
   void* booster_ = nullptr;  // BoosterHandle
+  // The last update's training matrix (DMatrixHandle), freed only once the next one exists: a new
+  // matrix never takes its address, which XGBoost's ranking objectives (2.x) key cached groups by.
+  void* data_ = nullptr;
   size_t samples_ = 0;
   int trees_ = 0;
   std::vector<float> fitted_;  // the labels and group sizes of the last update's data, to see a change

@@ -6,6 +6,12 @@ namespace fusetune::search {
 
 namespace {
 
+// Every field of an identity, in one string (DeviceKey::str() leaves empty fields out).
+std::string identity(const storage::DeviceKey& d) {
+  return d.name + '\x1f' + d.arch + '\x1f' + d.product + '\x1f' + std::to_string(d.compute_capability) + '\x1f' + d.driver +
+         '\x1f' + d.toolkit;
+}
+
 bool transient(storage::Status s) { return s == storage::Status::kTimeout || s == storage::Status::kRuntimeFault; }
 
 // The decision, digests and interleaved pairs of a group's successes.
@@ -25,7 +31,7 @@ void decide(GroupRecords& g, const std::vector<storage::Measurement>& ok) {
 }  // namespace
 
 const GroupRecords& MemoryRecords::of(const std::string& signature, const storage::DeviceKey& device) {
-  const Key key{signature, device.str()};
+  const Key key{signature, identity(device)};
   if (auto it = read_.find(key); it != read_.end()) return it->second;
   GroupRecords g;
   std::vector<storage::Measurement> ok;
@@ -42,7 +48,8 @@ const GroupRecords& MemoryRecords::of(const std::string& signature, const storag
 }
 
 void MemoryRecords::record(const storage::Measurement& m) {
-  const Key key{m.signature, m.device.str()};
+  if (m.codegen_version != codegen_version_) return;
+  const Key key{m.signature, identity(m.device)};
   measurements_[key].push_back(m);
   read_.erase(key);
 }

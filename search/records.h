@@ -43,11 +43,14 @@ class TuningRecords {
 
 class MemoryRecords final : public TuningRecords {
  public:
+  // Keeps the measurements of one codegen version, as DbRecords reads them; others are ignored.
+  explicit MemoryRecords(int codegen_version = 0) : codegen_version_(codegen_version) {}
   const GroupRecords& of(const std::string& signature, const storage::DeviceKey& device) override;
   void record(const storage::Measurement& m) override;
 
  private:
-  using Key = std::pair<std::string, std::string>;  // signature, identity
+  using Key = std::pair<std::string, std::string>;  // signature, the identity's every field
+  int codegen_version_;
   std::map<Key, std::vector<storage::Measurement>> measurements_;
   std::map<Key, GroupRecords> read_;
 };

@@ -1,7 +1,8 @@
 // Test helper: a Clock (core/clock.h) that moves only when the test moves it, so that what depends
 // on time (leases, heartbeats, backoff) is tested by moving the clock rather than by waiting.
-// Takes nothing; guarantees now() and unix_ms() advance together by exactly what advance() adds,
-// and may be read from other threads while the test advances it.
+// Takes nothing; guarantees advance() moves now() and unix_ms() by exactly what it adds, and that
+// either may be read from another thread while the test advances it (such a reader may see one
+// moved a moment before the other).
 #pragma once
 
 #include <atomic>

@@ -115,7 +115,7 @@ TEST(TuningSession, AJobRunsItsRoundsWithinTheBudgetNeverAsksTwiceAndUpdatesItsL
   for (const auto& [signature, space] : groups) scale[signature] = 1.0 + static_cast<double>(scale.size());
   auto space = std::make_shared<ListedSpace>(groups);
   TuningSession session(space, MeasurePolicy{}, std::make_unique<LearnedModel>(), std::make_unique<MutationStrategy>());
-  MemoryRecords records;
+  MemoryRecords records(1);
 
   // The opening, with nothing measured: each group's best modeled configurations.
   const TuningSession::Step first = session.next(session.read(records, kDevice, {}), 0, false);
@@ -158,7 +158,7 @@ TEST(TuningSession, LeadersWithinNoiseAreComparedOnceAfterTheRoundsAndOnlyWhereT
   const std::string signature = groups.begin()->first;
   auto space = std::make_shared<ListedSpace>(std::map<std::string, std::vector<planner::Candidate>>{*groups.begin()});
   TuningSession session(space, MeasurePolicy{}, std::make_unique<AnalyticModel>(), std::make_unique<MutationStrategy>());
-  MemoryRecords records;
+  MemoryRecords records(1);
   storage::Measurement a = measurement(signature, "A", 10), b = measurement(signature, "B", 10.001);
   b.ci_low_us = 9.99;  // overlaps A's interval
   records.record(a);
@@ -205,7 +205,7 @@ TEST(TuningSession, TheBudgetCountsEveryJobsTrialsButNotLibraryCallsAndTheClockS
   policy.time_s = 60;
   ASSERT_EQ(policy.group_budget(1), 10);
   TuningSession session(space, policy, std::make_unique<AnalyticModel>(), std::make_unique<MutationStrategy>());
-  MemoryRecords records;
+  MemoryRecords records(1);
   // Another job measured 6 generated configurations and every library call.
   const std::vector<planner::TileConfig> earlier = next_trials(it->second, {}, {}, 6);
   for (const planner::TileConfig& c : earlier) records.record(measurement(signature, c.str(), hidden_us(c, 1)));
@@ -217,7 +217,7 @@ TEST(TuningSession, TheBudgetCountsEveryJobsTrialsButNotLibraryCallsAndTheClockS
   // Past the job's time: no round.
   EXPECT_EQ(session.next(session.read(records, kDevice, {}), 60, false).kind, TuningSession::Step::Kind::kDone);
   // A group whose trials all failed has no parent to mutate: no round for it.
-  MemoryRecords failed;
+  MemoryRecords failed(1);
   for (const planner::TileConfig& c : earlier) failed.record(measurement(signature, c.str(), 0, storage::Status::kCompileError));
   EXPECT_EQ(session.next(session.read(failed, kDevice, {}), 0, false).kind, TuningSession::Step::Kind::kDone);
 }
@@ -227,7 +227,7 @@ TEST(TuningRecords, TheDatabaseAndMemoryGiveTheSameRecords) {
   testing::TestDir dir("records");
   storage::SearchDb db(dir / "search.db");
   DbRecords in_db(db, 1);
-  MemoryRecords in_memory;
+  MemoryRecords in_memory(1);
   const storage::DeviceKey other{"h100", "sm_90", "NVIDIA H100 80GB HBM3", 90, "13.0", "nvrtc 13.0"};
   std::vector<storage::Measurement> all = {
       measurement("g", "fast", 5, storage::Status::kOk, "w1"),
@@ -246,11 +246,19 @@ TEST(TuningRecords, TheDatabaseAndMemoryGiveTheSameRecords) {
   storage::Measurement elsewhere = measurement("g", "slow", 1);
   elsewhere.device = other;
   all.push_back(elsewhere);
+  storage::Measurement older = measurement("g", "older code", 0.5);  // another codegen version: read by neither
+  older.codegen_version = 2;
+  all.push_back(older);
+  storage::Measurement unnamed = measurement("g", "slow", 0.25);  // an identity like kDevice with an empty field
+  unnamed.device.driver = "";
+  all.push_back(unnamed);
   for (const storage::Measurement& m : all) {
     in_db.record(m);
     in_memory.record(m);
   }
-  for (const storage::DeviceKey& device : {kDevice, other}) {
+  storage::DeviceKey driverless = kDevice;
+  driverless.driver = "";
+  for (const storage::DeviceKey& device : {kDevice, other, driverless}) {
     for (const std::string signature : {"g", "h", "never measured"}) {
       const GroupRecords& x = in_db.of(signature, device);
       const GroupRecords& y = in_memory.of(signature, device);
@@ -267,6 +275,7 @@ TEST(TuningRecords, TheDatabaseAndMemoryGiveTheSameRecords) {
   EXPECT_EQ(g.settled, (std::set<std::string>{"close", "dead", "fast", "slow", "wrong"}));  // flaky: 2 transient failures
   EXPECT_EQ(g.decision.to_interleave, std::make_pair(std::string("close"), std::string("fast")));
   EXPECT_EQ(in_memory.of("g", other).decision.time_us, (std::map<std::string, double>{{"slow", 1}}));
+  EXPECT_EQ(in_memory.of("g", driverless).decision.time_us, (std::map<std::string, double>{{"slow", 0.25}}));
 }
 
 }  // namespace
