@@ -214,8 +214,9 @@ ImportedModel import_model(const onnx::ModelProto& m, const fs::path& base_dir, 
   result.onnx = summarize(m);
   const int64_t opset = result.onnx.opset;
   const auto refuse = [&](const OnnxOpUse& u) {
+    const std::string why = u.domain == "ai.onnx" ? unsupported_op_reason(u.op_type) : "";
     fail("node '", u.node_name, "': op '", u.op_type, "' of domain '", u.domain, "' (opset ", u.opset, ") is not supported",
-         u.domain == "ai.onnx" ? "" : " (fusetune reads the default ONNX domain only)",
+         u.domain == "ai.onnx" ? "" : " (fusetune reads the default ONNX domain only)", why.empty() ? "" : ": " + why,
          result.onnx.unsupported.size() > 1
              ? " (and " + std::to_string(result.onnx.unsupported.size() - 1) + " more unsupported nodes; see 'fusetune inspect')"
              : std::string());

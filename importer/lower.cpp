@@ -2455,6 +2455,26 @@ const std::map<std::string, Lowering>& lowerings() {
 
 }  // namespace
 
+std::string unsupported_op_reason(const std::string& op_type) {
+  static const std::vector<std::pair<std::vector<std::string>, std::string>> classes = {
+      {{"Adagrad", "Adam", "Momentum", "Gradient", "NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"},
+       "a training operator: fusetune plans inference graphs"},
+      {{"Bernoulli", "Multinomial", "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike"},
+       "random sampling: a plan is verified against its reference, which needs outputs that repeat"},
+      {{"RegexFullMatch", "StringConcat", "StringNormalizer", "StringSplit", "TfIdfVectorizer"},
+       "it operates on strings, which kernels do not hold: tokenize before the model"},
+      {{"ImageDecoder"}, "it decodes compressed image bytes: decode before the model"},
+      {{"ConcatFromSequence", "OptionalGetElement", "OptionalHasElement", "Optional", "SequenceAt", "SequenceConstruct",
+        "SequenceEmpty", "SequenceErase", "SequenceInsert", "SequenceLength", "SequenceMap", "SplitToSequence"},
+       "sequences and optionals are not tensors of a static shape"},
+      {{"NonMaxSuppression", "Unique"}, "its output's size depends on the data, which a static plan cannot hold"},
+  };
+  for (const auto& [ops, why] : classes) {
+    if (std::find(ops.begin(), ops.end(), op_type) != ops.end()) return why;
+  }
+  return "";
+}
+
 bool is_supported_onnx_op(const std::string& op_type) { return lowerings().count(op_type) != 0 || is_control_flow(op_type); }
 
 void lower_node(NodeLowering& node) {

@@ -110,6 +110,10 @@ Attributes conv_attributes(NodeLowering& L, size_t x, size_t w);
 // True if fusetune lowers this ONNX op type of the default domain (If, Loop and Scan: the importer
 // inlines them, importer/control_flow.h).
 bool is_supported_onnx_op(const std::string& op_type);
+// Why fusetune refuses an op of the default domain it does not lower, for the classes it leaves
+// refused on purpose (training, random sampling, strings, image decoding, sequences and optionals,
+// outputs whose size depends on the data); "" for one not yet implemented.
+std::string unsupported_op_reason(const std::string& op_type);
 
 // Lowers the node; every ONNX output that is named gets a value id in outputs().
 void lower_node(NodeLowering& node);

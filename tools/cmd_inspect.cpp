@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/model_stats.h"
 #include "importer/importer.h"
+#include "importer/lower.h"
 #include "tools/cli_args.h"
 #include "tools/command_table.h"
 #include "tools/commands.h"
@@ -58,8 +59,9 @@ int cmd_inspect(const std::vector<std::string>& argv) {
       std::cout << "ONNX ops: " << histogram_text(summary.op_histogram) << "\n";
       std::cout << "unsupported ops (" << summary.unsupported.size() << "):\n";
       for (const auto& u : summary.unsupported) {
+        const std::string why = u.domain == "ai.onnx" ? importer::unsupported_op_reason(u.op_type) : "";
         std::cout << "  node '" << u.node_name << "': " << u.op_type << " (domain " << u.domain << ", opset " << u.opset
-                  << ")\n";
+                  << ")" << (why.empty() ? "" : ": " + why) << "\n";
       }
     }
     std::cerr << "fusetune: error: " << path << ": " << summary.unsupported.size() << " unsupported node(s), first '"

@@ -9,7 +9,11 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <string>
+#include <tuple>
+#include <vector>
 
+#include "importer/lower.h"
 #include "unit/cli_run.h"
 #include "unit/onnx_builder.h"
 #include "unit/test_dir.h"
@@ -144,6 +148,33 @@ TEST_F(BadInput, AnOpOfAnotherDomainIsNamedEvenWithoutADefaultOpset) {
   EXPECT_NE(o.output.find("node 'ms_gelu': op 'FastGelu' of domain 'com.microsoft' (opset 1) is not supported"),
             std::string::npos) << o.output;
   EXPECT_NE(o.output.find("default ONNX domain only"), std::string::npos) << o.output;
+}
+
+// The ops fusetune leaves refused on purpose say why, in the one line that names the node: a
+// training loss, a string op, image decoding; an op merely not implemented yet says nothing more.
+TEST_F(BadInput, OpsRefusedOnPurposeSayWhy) {
+  const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
+      {"SoftmaxCrossEntropyLoss", "loss", "a training operator: fusetune plans inference graphs"},
+      {"StringNormalizer", "normalize", "it operates on strings, which kernels do not hold"},
+      {"ImageDecoder", "decode", "it decodes compressed image bytes"},
+      {"Unique", "uniq", "its output's size depends on the data"},
+  };
+  for (const auto& [op, node, why] : cases) {
+    OnnxBuilder b(22);
+    b.input("x", kFloat, {2, 8}).output("y", kFloat, {2, 8});
+    b.node(op, {"x"}, {"y"}, node);
+    b.write(dir_ / (node + ".onnx"));
+    const Outcome o = run_cli("compile " + (dir_ / (node + ".onnx")).string() + " --device h100 --out " + (dir_ / "plan").string());
+    EXPECT_EQ(o.exit_code, 2) << o.output;
+    EXPECT_EQ(std::count(o.output.begin(), o.output.end(), '\n'), 1) << o.output;
+    EXPECT_NE(o.output.find("node '" + node + "': op '" + op + "' of domain 'ai.onnx' (opset 22) is not supported: " + why),
+              std::string::npos)
+        << o.output;
+    const Outcome listed = run_cli("inspect " + (dir_ / (node + ".onnx")).string());  // its listing says why too
+    EXPECT_NE(listed.output.find("node '" + node + "': " + op + " (domain ai.onnx, opset 22): " + why), std::string::npos)
+        << listed.output;
+  }
+  EXPECT_EQ(importer::unsupported_op_reason("FlexAttention"), "");  // not implemented yet: no reason to give
 }
 
 TEST_F(BadInput, AnOpsetNewerThanTheNewestReadIsRefused) {
