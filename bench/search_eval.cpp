@@ -347,6 +347,11 @@ int main(int argc, char** argv) {
         top1_learned += top1(learned);
         top1_model += top1(modeled);
       }
+      if (tau_learned.empty()) {  // fewer groups than LearnedModel::kMinGroups beside the one held out
+        std::printf("\nno held-out ranking%s: too few other groups to train on (%zu groups)\n",
+                    other_models ? " by other models' groups" : "", groups.size());
+        continue;
+      }
       if (!other_models) {
         std::printf("\n| ranking of a held-out group's whole space | Kendall tau (median over groups) | top-1 within 5%% of the best |\n"
                     "|---|---|---|\n");
