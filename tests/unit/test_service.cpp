@@ -302,6 +302,7 @@ TEST_F(Service, AWorkerKilledMidJobLosesNothingAndDuplicatesNothing) {
   EXPECT_EQ(s.tasks_failed(), 0);
   EXPECT_EQ(s.tasks_done(), s.tasks());
   expect_complete_without_duplicates(job);
+  EXPECT_TRUE(has_event(*coordinator_, "job_done", {{"job", job}, {"tasks", s.tasks()}, {"tasks_failed", 0}})) << coordinator_->log();
 }
 
 TEST_F(Service, ACoordinatorKilledMidJobResumesAfterRestart) {
@@ -1304,6 +1305,7 @@ TEST_F(Service, CancelReachesTheWorkerWhichStopsMeasuringTheJobsTask) {
   cancel.mutable_cancel()->set_job_id(slow);
   ASSERT_EQ(request(std::move(cancel)).job().job_id(), slow);
   EXPECT_EQ(status(slow).state(), "cancelled");
+  EXPECT_TRUE(has_event(*coordinator_, "job_cancelled", {{"job", slow}})) << coordinator_->log();
   wait_for([&] { return has_event(w1, "measuring_stopped"); }, "w1 to stop measuring the cancelled job's task", 15);
   const std::string reason = "job " + std::to_string(slow) + " was cancelled";
   EXPECT_TRUE(has_event(w1, "revoked", {{"measuring", 1}, {"reason", reason}})) << w1.log();
