@@ -818,16 +818,20 @@ int clip_between(NodeLowering& L, int v, double lo, double hi) {
   return L.emit("Clip", {v}, a);
 }
 
-int slice_last_axis(NodeLowering& L, int v, int64_t begin, int64_t end) {
+int slice_axis(NodeLowering& L, int v, size_t axis, int64_t begin, int64_t end) {
   const Shape s = L.builder().value(v).shape;
   std::vector<int64_t> starts(s.size(), 0), ends(s.begin(), s.end()), steps(s.size(), 1);
-  starts.back() = begin;
-  ends.back() = end;
+  starts[axis] = begin;
+  ends[axis] = end;
   Attributes a;
   a.set("starts", starts);
   a.set("ends", ends);
   a.set("steps", steps);
   return L.emit("Slice", {v}, a);
+}
+
+int slice_last_axis(NodeLowering& L, int v, int64_t begin, int64_t end) {
+  return slice_axis(L, v, L.builder().value(v).shape.size() - 1, begin, end);
 }
 
 Attributes conv_attributes(NodeLowering& L, size_t x, size_t w) {

@@ -101,7 +101,8 @@ std::pair<int64_t, int64_t> integer_range(DType t);
 int reduce_node(NodeLowering& L, const std::string& op, int x, const std::vector<int64_t>& axes, int64_t keep);
 // v clamped to [lo, hi] (a canonical Clip).
 int clip_between(NodeLowering& L, int v, double lo, double hi);
-// Entries [begin, end) of v's last axis (a Slice).
+// Entries [begin, end) of v's axis `axis` (a Slice); slice_last_axis: of its last axis.
+int slice_axis(NodeLowering& L, int v, size_t axis, int64_t begin, int64_t end);
 int slice_last_axis(NodeLowering& L, int v, int64_t begin, int64_t end);
 // The canonical Conv's attributes for the node's input `x` and weight `w` (strides, dilations,
 // explicit pads with auto_pad resolved, group), checking kernel_shape against the weight.

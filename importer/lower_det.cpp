@@ -6,19 +6,6 @@ namespace fusetune::importer {
 
 namespace {
 
-// v's entries [begin, end) along `axis` (a Slice).
-int slice(NodeLowering& L, int v, size_t axis, int64_t begin, int64_t end) {
-  const Shape s = L.builder().value(v).shape;
-  std::vector<int64_t> starts(s.size(), 0), ends(s.begin(), s.end()), steps(s.size(), 1);
-  starts[axis] = begin;
-  ends[axis] = end;
-  Attributes a;
-  a.set("starts", starts);
-  a.set("ends", ends);
-  a.set("steps", steps);
-  return L.emit("Slice", {v}, a);
-}
-
 // A float32 constant [1, n, 1] over the rows: `value(row)`.
 template <typename F>
 int rows(NodeLowering& L, int64_t n, F value) {
@@ -53,24 +40,24 @@ void det(NodeLowering& L) {
   for (int64_t k = 0; k < n; ++k) {
     // The pivot: the first row at or below k of the largest magnitude in column k.
     const int at_or_below = rows(L, n, [k](int64_t r) { return r >= k ? 1.0f : 0.0f; });
-    const int magnitude = L.emit("Where", {cast_to(L, at_or_below, DType::kBool), L.emit("Abs", {slice(L, a, 2, k, k + 1)}), c(-1.0f)});
+    const int magnitude = L.emit("Where", {cast_to(L, at_or_below, DType::kBool), L.emit("Abs", {slice_axis(L, a, 2, k, k + 1)}), c(-1.0f)});
     const int pivot_row = cast_to(L, op("Equal", row_index, L.emit("ArgMax", {magnitude}, argmax)), DType::kF32);  // [B, n, 1]
     const int row_k = rows(L, n, [k](int64_t r) { return r == k ? 1.0f : 0.0f; });
     // Rows k and p swapped: A + P (row_k - row_p) - E (row_k - row_p).
     const int from_pivot = reduce_node(L, "ReduceSum", op("Mul", a, pivot_row), {1}, 1);  // [B, 1, n]
-    const int diff = op("Sub", slice(L, a, 1, k, k + 1), from_pivot);
+    const int diff = op("Sub", slice_axis(L, a, 1, k, k + 1), from_pivot);
     a = op("Sub", op("Add", a, op("Mul", pivot_row, diff)), op("Mul", row_k, diff));
     const int stayed = reduce_node(L, "ReduceSum", op("Mul", pivot_row, row_k), {1}, 1);  // [B, 1, 1]: 1 when p == k
     const int flip = op("Sub", op("Mul", stayed, c(2.0f)), c(1.0f));
     sign = sign == kNoValue ? flip : op("Mul", sign, flip);
-    const int pivot = slice(L, slice(L, a, 1, k, k + 1), 2, k, k + 1);  // [B, 1, 1]
+    const int pivot = slice_axis(L, slice_axis(L, a, 1, k, k + 1), 2, k, k + 1);  // [B, 1, 1]
     det = det == kNoValue ? pivot : op("Mul", det, pivot);
     if (k + 1 == n) break;
     // The rows below subtract their multiples of row k (none of a zero pivot's column, all zero).
     const int safe = L.emit("Where", {op("Equal", pivot, c(0.0f)), c(1.0f), pivot});
     const int below = rows(L, n, [k](int64_t r) { return r > k ? 1.0f : 0.0f; });
-    const int factor = op("Mul", op("Div", slice(L, a, 2, k, k + 1), safe), below);  // [B, n, 1]
-    a = op("Sub", a, op("Mul", factor, slice(L, a, 1, k, k + 1)));
+    const int factor = op("Mul", op("Div", slice_axis(L, a, 2, k, k + 1), safe), below);  // [B, n, 1]
+    a = op("Sub", a, op("Mul", factor, slice_axis(L, a, 1, k, k + 1)));
   }
   L.set_output(0, cast_to(L, L.reshape(op("Mul", det, sign), batch), out));
 }

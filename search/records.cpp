@@ -12,8 +12,6 @@ std::string identity(const storage::DeviceKey& d) {
          '\x1f' + d.toolkit;
 }
 
-bool transient(storage::Status s) { return s == storage::Status::kTimeout || s == storage::Status::kRuntimeFault; }
-
 // The decision, digests and interleaved pairs of a group's successes.
 void decide(GroupRecords& g, const std::vector<storage::Measurement>& ok) {
   std::map<std::string, std::vector<storage::Measurement>> by_config;
@@ -39,7 +37,7 @@ const GroupRecords& MemoryRecords::of(const std::string& signature, const storag
   for (const storage::Measurement& m : measurements_[key]) {
     g.seen.insert(m.config);
     if (m.status == storage::Status::kOk) ok.push_back(m);
-    if (!transient(m.status) || ++transients[m.config] >= storage::kMaxTransientFailures) g.settled.insert(m.config);
+    if (!storage::is_transient(m.status) || ++transients[m.config] >= storage::kMaxTransientFailures) g.settled.insert(m.config);
   }
   // The fastest first, as the database's top_k gives them (each configuration's digest is its fastest's).
   std::stable_sort(ok.begin(), ok.end(), [](const auto& a, const auto& b) { return a.median_us < b.median_us; });

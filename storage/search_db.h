@@ -35,6 +35,7 @@ std::string status_name(Status s);
 // loaded machine, a GPU fault): such a failure is retried, up to kMaxTransientFailures of them
 // per candidate and device (see measured()); the other failures are deterministic.
 inline constexpr int kMaxTransientFailures = 3;
+inline bool is_transient(Status s) { return s == Status::kTimeout || s == Status::kRuntimeFault; }
 Status status_from_name(const std::string& name);
 
 // A device identity. Two measurements are comparable only under the same identity (and codegen
