@@ -257,6 +257,11 @@ runtime::Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, c
   json inputs = json::array(), outputs = json::array();
   for (int v : g.inputs()) inputs.push_back(buffer_id[v]);
   for (int v : g.outputs()) outputs.push_back(buffer_id[v]);
+  json output_extents = json::array();  // outputs of data-dependent size (core/graph.h DataExtent)
+  const std::vector<OutputExtent> extents = g.output_extents();
+  for (size_t k = 0; k < extents.size(); ++k) {
+    if (extents[k].count_output >= 0) output_extents.push_back({{"output", k}, {"count", extents[k].count_output}, {"axis", extents[k].axis}});
+  }
   const json manifest = {{"format", "fusetune-plan"},
                          {"version", runtime::kBundleFormatVersion},
                          {"codegen_version", codegen::kCodegenVersion},
@@ -267,6 +272,7 @@ runtime::Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, c
                          {"precision", plan.tf32 ? "tf32" : "model"},
                          {"inputs", inputs},
                          {"outputs", outputs},
+                         {"output_extents", output_extents},
                          {"buffers", buffers},
                          {"arena_bytes", arena.arena_bytes},
                          {"constants_bytes", b.constants.size()},

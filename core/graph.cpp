@@ -1,5 +1,7 @@
 #include "core/graph.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace fusetune {
@@ -97,8 +99,54 @@ void Graph::remove_dead() {
   }
   for (int& i : inputs_) i = remap[static_cast<size_t>(i)];
   for (int& o : outputs_) o = remap[static_cast<size_t>(o)];
+  std::map<int, DataExtent> extents;
+  for (const auto& [v, e] : extents_) extents[remap[static_cast<size_t>(v)]] = {remap[static_cast<size_t>(e.count)], e.axis};
+  extents_ = std::move(extents);
   values_ = std::move(kept_values);
   nodes_ = std::move(kept_nodes);
+}
+
+std::vector<OutputExtent> Graph::output_extents() const {
+  std::vector<OutputExtent> out(outputs_.size());
+  for (size_t k = 0; k < outputs_.size(); ++k) {
+    auto it = extents_.find(outputs_[k]);
+    if (it == extents_.end()) continue;
+    out[k] = {static_cast<int>(std::find(outputs_.begin(), outputs_.end(), it->second.count) - outputs_.begin()), it->second.axis};
+  }
+  return out;
+}
+
+std::vector<Tensor> trim_to_counts(const std::vector<Tensor>& outputs, const std::vector<OutputExtent>& extents) {
+  check(extents.size() == outputs.size(), "trim_to_counts: ", outputs.size(), " outputs but ", extents.size(), " extents");
+  std::vector<bool> is_count(outputs.size(), false);
+  for (const OutputExtent& e : extents) {
+    if (e.count_output >= 0) is_count.at(static_cast<size_t>(e.count_output)) = true;
+  }
+  std::vector<Tensor> out;
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    if (is_count[k]) continue;
+    const Tensor& t = outputs[k];
+    const OutputExtent& e = extents[k];
+    if (e.count_output < 0) {
+      out.push_back(t);
+      continue;
+    }
+    const auto axis = static_cast<size_t>(e.axis);
+    const int64_t bound = t.shape().at(axis);
+    const int64_t count = std::clamp<int64_t>(outputs[static_cast<size_t>(e.count_output)].to_ints().at(0), 0, bound);
+    Shape shape = t.shape();
+    shape[axis] = count;
+    int64_t outer = 1, inner = 1;
+    for (size_t d = 0; d < axis; ++d) outer *= shape[d];
+    for (size_t d = axis + 1; d < shape.size(); ++d) inner *= shape[d];
+    const size_t row = static_cast<size_t>(inner) * dtype_size(t.dtype());
+    std::vector<std::byte> bytes(static_cast<size_t>(outer * count) * row);
+    for (int64_t o = 0; o < outer; ++o) {
+      std::copy_n(t.data() + static_cast<size_t>(o * bound) * row, static_cast<size_t>(count) * row, bytes.data() + static_cast<size_t>(o * count) * row);
+    }
+    out.push_back(Tensor::from_bytes(t.dtype(), shape, std::move(bytes)));
+  }
+  return out;
 }
 
 void Graph::validate() const {
@@ -127,6 +175,14 @@ void Graph::validate() const {
   }
   for (int o : outputs_) {
     check(o >= 0 && o < nvalues && ready[static_cast<size_t>(o)], "graph output id ", o, " is never produced");
+  }
+  const auto is_output = [&](int v) { return std::find(outputs_.begin(), outputs_.end(), v) != outputs_.end(); };
+  for (const auto& [v, e] : extents_) {
+    check(is_output(v) && is_output(e.count), "the extent of value id ", v, " must be a graph output counted by another");
+    const Value& c = values_[static_cast<size_t>(e.count)];
+    const Value& x = values_[static_cast<size_t>(v)];
+    check(c.dtype == DType::kI64 && c.shape.empty(), "the count of '", x.name, "' must be an int64 scalar");
+    check(e.axis >= 0 && e.axis < static_cast<int>(x.shape.size()), "the extent axis of '", x.name, "' is out of range");
   }
 }
 

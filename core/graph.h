@@ -47,6 +47,26 @@ struct Value {
   bool is_constant() const { return data != nullptr; }
 };
 
+// A graph output whose extent along one axis depends on the data (NonMaxSuppression's selections,
+// Unique's values, NonZero's indices): its buffer holds the bound the importer derived on `axis`,
+// and the first `count` entries there hold data (`count`: another graph output, an int64
+// scalar); the rest are padding, whatever the importer wrote there.
+struct DataExtent {
+  int count = kNoValue;
+  int axis = 0;
+};
+
+// DataExtent by position among a graph's (or a plan's) outputs: the index of the output that
+// counts this one, and the axis; count_output -1 for an output of static size.
+struct OutputExtent {
+  int count_output = -1;
+  int axis = 0;
+};
+
+// The outputs of a run as the model defines them: each output of data-dependent extent cut to
+// the value of its count, the counts themselves left out (they are the cut outputs' extents).
+std::vector<Tensor> trim_to_counts(const std::vector<Tensor>& outputs, const std::vector<OutputExtent>& extents);
+
 struct Node {
   std::string name;
   std::string op;
@@ -71,6 +91,11 @@ class Graph {
   const std::vector<int>& inputs() const { return inputs_; }
   std::vector<int>& outputs() { return outputs_; }
   const std::vector<int>& outputs() const { return outputs_; }
+  // The outputs of data-dependent extent, by value id (each one a graph output).
+  std::map<int, DataExtent>& extents() { return extents_; }
+  const std::map<int, DataExtent>& extents() const { return extents_; }
+  // extents() by output position, one entry per graph output.
+  std::vector<OutputExtent> output_extents() const;
 
   // Producer node index of each value (-1 for inputs and constants).
   std::vector<int> producers() const;
@@ -84,6 +109,7 @@ class Graph {
   std::vector<Node> nodes_;
   std::vector<int> inputs_;
   std::vector<int> outputs_;
+  std::map<int, DataExtent> extents_;
 };
 
 }  // namespace fusetune

@@ -34,6 +34,10 @@ class GraphBuilder {
     return it == known_.end() ? nullptr : &it->second;
   }
 
+  // Values whose extent along an axis depends on the data (the lowerings of
+  // importer/lower_data_sized.h set them; importer/data_extent.h carries them to the outputs).
+  void set_extent(int id, DataExtent e) { extents_[id] = e; }
+  const std::map<int, DataExtent>& extents() const { return extents_; }
   // The node that produces value `id`, or nullptr for inputs and constants.
   const Node* producer(int id) const {
     auto it = producer_.find(id);
@@ -47,6 +51,7 @@ class GraphBuilder {
  private:
   Graph& g_;
   std::map<int, Tensor> known_;
+  std::map<int, DataExtent> extents_;
   std::map<int, size_t> producer_;
   size_t folded_ = 0;
 };

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "importer/builder.h"
 #include "importer/control_flow.h"
+#include "importer/data_extent.h"
 #include "importer/fold_conv_affine.h"
 #include "importer/functions.h"
 #include "importer/lower.h"
@@ -79,7 +80,9 @@ Shape input_shape(const onnx::ValueInfoProto& vi, const ImportOptions& opt, bool
 }
 
 // Checks a declared value_info/output type against what import computed (static dims only).
-void check_declared(const onnx::ValueInfoProto& vi, const Value& v, const char* what) {
+// `padded`: the value's axis of data-dependent extent (importer/data_extent.h), which the declared
+// shape may give as any size up to the bound; -1 for none.
+void check_declared(const onnx::ValueInfoProto& vi, const Value& v, const char* what, int padded = -1) {
   if (!vi.type().has_tensor_type()) return;
   const auto& tt = vi.type().tensor_type();
   const DType declared = dtype_from_onnx(tt.elem_type());
@@ -89,7 +92,9 @@ void check_declared(const onnx::ValueInfoProto& vi, const Value& v, const char* 
   bool ok = tt.shape().dim_size() == static_cast<int>(v.shape.size());
   for (int d = 0; ok && d < tt.shape().dim_size(); ++d) {
     const auto& dim = tt.shape().dim(d);
-    if (dim.has_dim_value()) ok = dim.dim_value() == v.shape[static_cast<size_t>(d)];
+    if (dim.has_dim_value()) {
+      ok = d == padded ? dim.dim_value() <= v.shape[static_cast<size_t>(d)] : dim.dim_value() == v.shape[static_cast<size_t>(d)];
+    }
   }
   if (!ok) {
     std::string decl;
@@ -269,7 +274,6 @@ ImportedModel import_model(const onnx::ModelProto& m, const fs::path& base_dir, 
     auto it = ids.find(vi.name());
     require_tensor(vi, "graph output");
     check(it != ids.end(), "graph output '", vi.name(), "' is never produced");
-    if (!overridden) check_declared(vi, graph.value(it->second), "output");
     // An output whose op lowered to nothing (a Reshape to the same shape, an Identity) is the
     // value of an earlier node: it takes the output's name, which deployments ask for. A graph
     // input or an earlier output keeps its own name, and the output gets a copy (a Reshape to
@@ -285,9 +289,18 @@ ImportedModel import_model(const onnx::ModelProto& m, const fs::path& base_dir, 
     graph.value(id).name = vi.name();
     graph.outputs().push_back(id);
   }
+  const std::map<int, int> padded = carry_extents(b);
   if (!overridden) {
+    const auto padded_axis = [&](int id) {
+      auto it = padded.find(id);
+      return it == padded.end() ? -1 : it->second;
+    };
+    for (size_t k = 0; k < static_cast<size_t>(g.output_size()); ++k) {
+      const int id = graph.outputs()[k];
+      check_declared(g.output(static_cast<int>(k)), graph.value(id), "output", graph.extents().count(id) ? graph.extents().at(id).axis : -1);
+    }
     for (const auto& vi : g.value_info()) {
-      if (auto it = ids.find(vi.name()); it != ids.end()) check_declared(vi, graph.value(it->second), "value");
+      if (auto it = ids.find(vi.name()); it != ids.end()) check_declared(vi, graph.value(it->second), "value", padded_axis(it->second));
     }
   }
   result.folded = b.folded();

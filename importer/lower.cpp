@@ -11,6 +11,7 @@
 #include "core/ops.h"
 #include "importer/control_flow.h"
 #include "importer/lower_deform_conv.h"
+#include "importer/lower_data_sized.h"
 #include "importer/lower_det.h"
 #include "importer/lower_dft.h"
 #include "importer/lower_grid_sample.h"
@@ -2337,7 +2338,11 @@ void range(NodeLowering& L) {
 }
 
 void non_zero(NodeLowering& L) {
-  const Tensor& x = L.const_input(0, "input (NonZero has a data-dependent shape)");
+  if (!L.val(0).is_constant()) {
+    non_zero_padded(L);
+    return;
+  }
+  const Tensor& x = *L.val(0).data;
   const std::vector<double> v = x.to_doubles();
   const auto strides = strides_of(x.shape());
   std::vector<int64_t> hits;
@@ -2439,7 +2444,7 @@ const std::map<std::string, Lowering>& lowerings() {
       {"LRN", lrn}, {"LSTM", recurrent}, {"LayerNormalization", layer_norm}, {"LeakyRelu", unary_with_defaults}, {"Less", binary},
       {"LessOrEqual", pass_through}, {"Log", pass_through}, {"LogSoftmax", softmax}, {"LpNormalization", lp_normalization}, {"LpPool", lp_pool}, {"MatMul", matmul}, {"MatMulInteger", matmul_integer},
       {"Max", variadic}, {"MaxPool", pool}, {"MaxUnpool", max_unpool}, {"Mean", variadic}, {"MeanVarianceNormalization", mean_variance_normalization}, {"Min", variadic}, {"Mish", mish}, {"Mod", mod},
-      {"Mul", binary}, {"Neg", pass_through}, {"NonZero", non_zero}, {"Not", pass_through}, {"OneHot", one_hot},
+      {"Mul", binary}, {"Neg", pass_through}, {"NonMaxSuppression", non_max_suppression}, {"NonZero", non_zero}, {"Not", pass_through}, {"OneHot", one_hot},
       {"Or", binary}, {"PRelu", pass_through}, {"Pad", pad}, {"Pow", binary}, {"QLinearConv", qlinear_conv}, {"QLinearMatMul", qlinear_matmul}, {"QuantizeLinear", quantize_linear}, {"RMSNormalization", rms_norm}, {"RNN", recurrent}, {"Range", range},
       {"Reciprocal", pass_through}, {"ReduceL1", reduce}, {"ReduceL2", reduce}, {"ReduceLogSum", reduce},
       {"ReduceLogSumExp", reduce}, {"ReduceMax", reduce}, {"ReduceMean", reduce}, {"ReduceMin", reduce},
@@ -2451,7 +2456,7 @@ const std::map<std::string, Lowering>& lowerings() {
       {"Squeeze", squeeze}, {"Sub", binary}, {"Sum", variadic}, {"SwiGLU", swish}, {"Swish", swish}, {"Tan", pass_through}, {"Tanh", pass_through},
       {"TensorScatter", tensor_scatter},
       {"ThresholdedRelu", unary_with_defaults}, {"Tile", tile}, {"TopK", top_k}, {"Transpose", transpose}, {"Trilu", trilu},
-      {"Unsqueeze", unsqueeze}, {"Upsample", resize},
+      {"Unique", unique}, {"Unsqueeze", unsqueeze}, {"Upsample", resize},
       {"Where", where}, {"Xor", binary},
   };
   return table;
@@ -2471,7 +2476,6 @@ std::string unsupported_op_reason(const std::string& op_type) {
       {{"ConcatFromSequence", "OptionalGetElement", "OptionalHasElement", "Optional", "SequenceAt", "SequenceConstruct",
         "SequenceEmpty", "SequenceErase", "SequenceInsert", "SequenceLength", "SequenceMap", "SplitToSequence"},
        "sequences and optionals are not tensors of a static shape"},
-      {{"NonMaxSuppression", "Unique"}, "its output's size depends on the data, which a static plan cannot hold"},
   };
   for (const auto& [ops, why] : classes) {
     if (std::find(ops.begin(), ops.end(), op_type) != ops.end()) return why;

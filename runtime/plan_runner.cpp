@@ -98,7 +98,7 @@ PlanRunner::PlanRunner(const Bundle& bundle, backend::Backend& backend) : s_(std
     s_->arena = backend.allocate(std::max<size_t>(1, m.at("arena_bytes").get<size_t>()));
     for (const json& b : m.at("buffers")) {
       TensorSpec spec{b.at("name").get<std::string>(), dtype_named(b.at("dtype").get<std::string>()),
-                      b.at("shape").get<Shape>()};
+                      b.at("shape").get<Shape>(), {}};
       const size_t bytes = b.at("bytes").get<size_t>();
       const std::string kind = b.at("kind").get<std::string>();
       check(b.at("id").get<size_t>() == s_->buffers.size(), "manifest: buffer ids must be 0, 1, 2, ...");
@@ -130,6 +130,24 @@ PlanRunner::PlanRunner(const Bundle& bundle, backend::Backend& backend) : s_(std
   }
   for (int id : s_->input_ids) s_->inputs.push_back(s_->specs.at(static_cast<size_t>(id)));
   for (int id : s_->output_ids) s_->outputs.push_back(s_->specs.at(static_cast<size_t>(id)));
+  try {
+    for (const json& e : m.value("output_extents", json::array())) {
+      const auto k = e.at("output").get<size_t>(), c = e.at("count").get<size_t>();
+      const int axis = e.at("axis").get<int>();
+      check(k < s_->outputs.size() && c < s_->outputs.size() && axis >= 0 && axis < static_cast<int>(s_->outputs[k].shape.size()) &&
+                s_->outputs[c].dtype == DType::kI64 && s_->outputs[c].shape.empty(),
+            "manifest: output_extents names output ", k, " counted by output ", c, " on axis ", axis, ", which the outputs do not allow");
+      s_->outputs[k].extent = {static_cast<int>(c), axis};
+    }
+  } catch (const json::exception& e) {
+    fail("plan manifest: output_extents: ", e.what());
+  }
+}
+
+std::vector<OutputExtent> output_extents(const std::vector<TensorSpec>& outputs) {
+  std::vector<OutputExtent> out;
+  for (const TensorSpec& s : outputs) out.push_back(s.extent);
+  return out;
 }
 
 PlanRunner::~PlanRunner() = default;

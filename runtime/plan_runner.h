@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/graph.h"
 #include "core/tensor.h"
 #include "runtime/bundle.h"
 
@@ -32,7 +33,13 @@ struct TensorSpec {
   std::string name;
   DType dtype = DType::kF32;
   Shape shape;
+  // An output of data-dependent size (the manifest's output_extents): the first N entries along
+  // `extent.axis` hold data, N the int64 value of output `extent.count_output`; -1 for none.
+  OutputExtent extent;
 };
+
+// outputs() extents, for trim_to_counts (core/graph.h).
+std::vector<OutputExtent> output_extents(const std::vector<TensorSpec>& outputs);
 
 using HostBackendFactory = std::function<std::unique_ptr<backend::Backend>()>;
 

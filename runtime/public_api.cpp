@@ -39,7 +39,7 @@ DType dtype_of(ElementType type) {
 
 TensorInfo info_of(const runtime::TensorSpec& spec) {
   for (const TypePair& p : kTypes) {
-    if (p.dtype == spec.dtype) return {spec.name, p.type, spec.shape};
+    if (p.dtype == spec.dtype) return {spec.name, p.type, spec.shape, "", 0};
   }
   throw RuntimeError("tensor '" + spec.name + "' has an unsupported element type");
 }
@@ -113,7 +113,14 @@ Plan Plan::load(const std::string& dir, const std::string& backend) {
     impl->inputs.push_back(info_of(s));
     impl->input_values.emplace_back(s.dtype, s.shape);
   }
-  for (const runtime::TensorSpec& s : impl->runner->outputs()) impl->outputs.push_back(info_of(s));
+  const std::vector<runtime::TensorSpec>& outs = impl->runner->outputs();
+  for (const runtime::TensorSpec& s : outs) {
+    impl->outputs.push_back(info_of(s));
+    if (s.extent.count_output >= 0) {
+      impl->outputs.back().count_output = outs.at(static_cast<size_t>(s.extent.count_output)).name;
+      impl->outputs.back().count_axis = s.extent.axis;
+    }
+  }
   impl->input_set.assign(impl->inputs.size(), false);
   return Plan(std::move(impl));
 }

@@ -2,6 +2,7 @@
 // (fusetune compile) on the GPU or the host, on test data in the ONNX layout; writes the outputs
 // and compares them with DIR's output_N.pb where present (a plan compiled with --precision tf32:
 // float32 outputs under reference::tf32_tolerance).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -31,6 +32,19 @@ struct Ran {
   bool tf32 = false;  // a plan compiled under the TF32 precision policy: float32 outputs at its tolerance
 };
 
+// The model's outputs of a run: those of data-dependent size cut to their counts, which are
+// left out (trim_to_counts), and their names.
+void keep_model_outputs(Ran& r, const std::vector<OutputExtent>& extents) {
+  std::vector<std::string> names;
+  for (size_t k = 0; k < r.names.size(); ++k) {
+    if (std::none_of(extents.begin(), extents.end(), [&](const OutputExtent& e) { return e.count_output == static_cast<int>(k); })) {
+      names.push_back(r.names[k]);
+    }
+  }
+  r.outputs = trim_to_counts(r.outputs, extents);
+  r.names = std::move(names);
+}
+
 Ran run_model(const fs::path& model, const std::vector<std::string>& input_names, const importer::TestData& data,
               const Args& args) {
   importer::ImportOptions opt;
@@ -46,6 +60,7 @@ Ran run_model(const fs::path& model, const std::vector<std::string>& input_names
   }
   const auto t2 = std::chrono::steady_clock::now();
   for (int o : m.graph.outputs()) r.names.push_back(m.graph.value(o).name);
+  keep_model_outputs(r, m.graph.output_extents());
   std::printf("%s: imported in %.2fs (%zu canonical nodes), ran in %.2fs on the reference interpreter\n",
               model.string().c_str(), std::chrono::duration<double>(t1 - t0).count(), m.graph.nodes().size(),
               std::chrono::duration<double>(t2 - t1).count());
@@ -67,6 +82,7 @@ Ran run_bundle(const fs::path& dir, const importer::TestData& data, const Args& 
   r.outputs = runner.run(inputs);
   const auto t2 = std::chrono::steady_clock::now();
   for (const auto& spec : runner.outputs()) r.names.push_back(spec.name);
+  keep_model_outputs(r, runtime::output_extents(runner.outputs()));
   std::printf("%s: %zu kernel launches%s on %s%s; loaded in %.2fs, ran in %.3fs\n", dir.string().c_str(), runner.launches(),
               runner.cuda_graph() ? " (one CUDA graph)" : "", be->name().c_str(),
               why.empty() ? "" : (" (no GPU: " + why + ")").c_str(), std::chrono::duration<double>(t1 - t0).count(),

@@ -68,6 +68,12 @@ struct FUSETUNE_API TensorInfo {
   std::string name;
   ElementType type = ElementType::kFloat32;
   std::vector<int64_t> shape;  // empty for a scalar
+  // An output whose size depends on the data (NonMaxSuppression's selections, Unique's values,
+  // NonZero's indices) has the bound fusetune derived as its shape: only the first N entries
+  // along `count_axis` hold data, N the int64 scalar of the output named `count_output` (an
+  // output the plan adds after the model's). Empty for every other tensor.
+  std::string count_output;
+  int count_axis = 0;
   size_t elements() const;
   size_t bytes() const;
 };
