@@ -54,6 +54,14 @@ PYBIND11_MODULE(_fusetune, m) {
       .def_static("load", &fusetune::Plan::load, py::arg("dir"), py::arg("backend"), py::call_guard<py::gil_scoped_release>())
       .def("inputs", [](const fusetune::Plan& p) { return describe(p.inputs()); })
       .def("outputs", [](const fusetune::Plan& p) { return describe(p.outputs()); })
+      .def("output_counts",
+           [](const fusetune::Plan& p) {
+             std::vector<std::tuple<std::string, std::string, int>> out;
+             for (const fusetune::TensorInfo& t : p.outputs()) {
+               if (!t.count_output.empty()) out.emplace_back(t.name, t.count_output, t.count_axis);
+             }
+             return out;
+           })
       .def("backend", &fusetune::Plan::backend)
       .def("no_gpu_reason", &fusetune::Plan::no_gpu_reason)
       .def("launches", &fusetune::Plan::launches)

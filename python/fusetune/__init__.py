@@ -32,6 +32,10 @@ must be the model's (no silent casts). A value is either
   outputs are written.
 `out` (optional, a list in `output_names` order) gives the outputs' places, on the same side as
 the inputs: they are written in place (no copy where aligned) and returned.
+An output whose size depends on the data (NonMaxSuppression, Unique, NonZero) comes padded to
+the bound fusetune derived, with its count as another output (`output_counts` names it);
+`trim(results)` gives the model's outputs, each cut to its count (a view, no copy), the counts
+left out.
 bfloat16 and the narrow ONNX types have no NumPy dtype: they travel as their raw bits (uint16
 for bfloat16, one uint8/int8 per element for the 8-bit and smaller types), as the C++ runtime's
 byte buffers do.
@@ -82,6 +86,7 @@ class Plan:
         self._plan = plan
         self._inputs = [(name, _dtype(t), tuple(shape)) for name, t, shape in plan.inputs()]
         self._outputs = [(name, _dtype(t), tuple(shape)) for name, t, shape in plan.outputs()]
+        self._counts = {name: (count, axis) for name, count, axis in plan.output_counts()}
 
     @property
     def input_names(self) -> list[str]:
@@ -90,6 +95,31 @@ class Plan:
     @property
     def output_names(self) -> list[str]:
         return [name for name, _, _ in self._outputs]
+
+    @property
+    def output_counts(self) -> dict[str, tuple[str, int]]:
+        """For each output of data-dependent size: (the output holding its count, the axis counted)."""
+        return dict(self._counts)
+
+    def trim(self, results: Sequence) -> list:
+        """The model's outputs of a run's `results` (in output_names order): each output of
+        data-dependent size cut to its count along its axis (a view), the counts left out."""
+        if len(results) != len(self._outputs):
+            raise ValueError(f"{len(results)} results given, the plan gives {len(self._outputs)}: {self.output_names}")
+        by_name = dict(zip(self.output_names, results))
+        counts = {count for count, _ in self._counts.values()}
+        model = []
+        for name, value in by_name.items():
+            if name in counts:
+                continue
+            if name in self._counts:
+                count, axis = self._counts[name]
+                n = int(by_name[count].item() if hasattr(by_name[count], "item") else by_name[count])
+                index = [slice(None)] * len(self._outputs[self.output_names.index(name)][2])
+                index[axis] = slice(0, n)
+                value = value[tuple(index)]
+            model.append(value)
+        return model
 
     @property
     def backend(self) -> str:

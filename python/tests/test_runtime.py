@@ -206,3 +206,37 @@ def test_the_stubs_declare_what_the_package_exports():
     stubbed = {n.name for n in plan_stub.body if isinstance(n, ast.FunctionDef)}
     public = {n for n in dir(fusetune.Plan) if not n.startswith("_")}
     assert stubbed == public
+
+
+def test_outputs_of_data_dependent_size_are_trimmed_to_their_counts(tmp_path):
+    """NonMaxSuppression's selections (onnx's center_point_box example: boxes 3, 0 and 5 of six)
+    and the boxes gathered at them: padded to the bound (one class, three selections), counted by
+    an output of their own, cut by Plan.trim."""
+    from onnx import TensorProto, helper, numpy_helper
+    boxes = np.array([[[0.5, 0.5, 1.0, 1.0], [0.5, 0.6, 1.0, 1.0], [0.5, 0.4, 1.0, 1.0],
+                       [0.5, 10.5, 1.0, 1.0], [0.5, 10.6, 1.0, 1.0], [0.5, 100.5, 1.0, 1.0]]], np.float32)
+    scores = np.array([[[0.9, 0.75, 0.6, 0.95, 0.5, 0.3]]], np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("NonMaxSuppression", ["boxes", "scores", "k", "iou"], ["sel"], center_point_box=1),
+         helper.make_node("Gather", ["sel", "col"], ["index"], axis=1),
+         helper.make_node("Reshape", ["boxes", "flat"], ["all"]),
+         helper.make_node("Gather", ["all", "index"], ["picked"])],
+        "nms",
+        [helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, 6, 4]),
+         helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 1, 6])],
+        [helper.make_tensor_value_info("sel", TensorProto.INT64, ["n", 3]),
+         helper.make_tensor_value_info("picked", TensorProto.FLOAT, ["n", 4])],
+        [numpy_helper.from_array(np.array([4], np.int64), "k"), numpy_helper.from_array(np.array([0.5], np.float32), "iou"),
+         numpy_helper.from_array(np.array(2, np.int64), "col"), numpy_helper.from_array(np.array([6, 4], np.int64), "flat")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    onnx.save(model, str(tmp_path / "nms.onnx"))
+    plan = fusetune.load_plan(fusetune.compile(tmp_path / "nms.onnx", tmp_path / "plan", device="h100"), device="host")
+    assert plan.output_names == ["sel", "picked", "sel.count"]
+    assert plan.output_counts == {"sel": ("sel.count", 0), "picked": ("sel.count", 0)}
+    results = plan.run([boxes, scores])
+    assert [r.shape for r in results] == [(4, 3), (4, 4), ()]  # the bound: min(k, boxes) rows
+    sel, picked = plan.trim(results)
+    np.testing.assert_array_equal(sel, [[0, 0, 3], [0, 0, 0], [0, 0, 5]])
+    np.testing.assert_array_equal(picked, boxes[0, [3, 0, 5]])
+    with pytest.raises(ValueError, match="results given"):
+        plan.trim(results[:2])
