@@ -18,6 +18,7 @@
 #include "importer/lower_quant.h"
 #include "importer/lower_recurrent.h"
 #include "importer/lower_roi_align.h"
+#include "importer/lower_state_space.h"
 #include "importer/lower_topk.h"
 #include "importer/onnx_io.h"
 
@@ -2434,16 +2435,16 @@ const std::map<std::string, Lowering>& lowerings() {
       {"Abs", pass_through}, {"Acos", trig_by_formula}, {"Acosh", trig_by_formula}, {"Add", binary}, {"AffineGrid", affine_grid}, {"And", binary}, {"ArgMax", arg_reduce},
       {"ArgMin", arg_reduce}, {"Asin", trig_by_formula}, {"Asinh", trig_by_formula}, {"Atan", pass_through}, {"Atanh", trig_by_formula}, {"Attention", attention}, {"AveragePool", pool}, {"BatchNormalization", batch_norm}, {"BitShift", bitwise}, {"BitwiseAnd", bitwise}, {"BitwiseNot", bitwise}, {"BitwiseOr", bitwise}, {"BitwiseXor", bitwise}, {"BlackmanWindow", window},
       {"Cast", cast}, {"CastLike", cast_like}, {"Ceil", pass_through}, {"Celu", celu}, {"CenterCropPad", center_crop_pad}, {"Clip", clip}, {"Col2Im", col2im}, {"Compress", compress}, {"Concat", concat},
-      {"Constant", constant_op}, {"ConstantOfShape", constant_of_shape}, {"Conv", conv}, {"ConvTranspose", conv_transpose}, {"ConvInteger", conv_integer}, {"Cos", pass_through}, {"Cosh", trig_by_formula}, {"CumProd", cum_prod}, {"CumSum", cum_sum}, {"DFT", dft},
+      {"CausalConvWithState", causal_conv_with_state}, {"Constant", constant_op}, {"ConstantOfShape", constant_of_shape}, {"Conv", conv}, {"ConvTranspose", conv_transpose}, {"ConvInteger", conv_integer}, {"Cos", pass_through}, {"Cosh", trig_by_formula}, {"CumProd", cum_prod}, {"CumSum", cum_sum}, {"DFT", dft},
       {"DeformConv", deform_conv}, {"DepthToSpace", depth_space}, {"DequantizeLinear", dequantize_linear}, {"Det", det}, {"Div", binary}, {"Dropout", dropout}, {"DynamicQuantizeLinear", dynamic_quantize_linear}, {"Einsum", einsum}, {"Elu", unary_with_defaults},
       {"Equal", binary}, {"Erf", pass_through}, {"Exp", pass_through}, {"Expand", expand}, {"EyeLike", eye_like},
       {"Flatten", flatten}, {"Floor", pass_through}, {"Gather", gather}, {"GatherElements", gather_elements}, {"GatherND", gather_nd}, {"Gelu", gelu}, {"Gemm", gemm},
       {"GlobalAveragePool", global_pool}, {"GRU", recurrent}, {"GlobalMaxPool", global_pool}, {"Greater", binary}, {"GridSample", grid_sample},
       {"GreaterOrEqual", pass_through}, {"GroupNormalization", group_norm}, {"HammingWindow", window}, {"HannWindow", window}, {"HardSigmoid", unary_with_defaults}, {"HardSwish", pass_through}, {"Hardmax", hardmax},
       {"Identity", identity}, {"InstanceNormalization", instance_norm}, {"IsInf", is_inf}, {"IsNaN", pass_through},
-      {"LRN", lrn}, {"LSTM", recurrent}, {"LayerNormalization", layer_norm}, {"LeakyRelu", unary_with_defaults}, {"Less", binary},
+      {"LRN", lrn}, {"LSTM", recurrent}, {"LayerNormalization", layer_norm}, {"LeakyRelu", unary_with_defaults}, {"Less", binary}, {"LinearAttention", linear_attention},
       {"LessOrEqual", pass_through}, {"Log", pass_through}, {"LogSoftmax", softmax}, {"LpNormalization", lp_normalization}, {"LpPool", lp_pool}, {"MatMul", matmul}, {"MatMulInteger", matmul_integer},
-      {"Max", variadic}, {"MaxPool", pool}, {"MaxUnpool", max_unpool}, {"Mean", variadic}, {"MeanVarianceNormalization", mean_variance_normalization}, {"Min", variadic}, {"Mish", mish}, {"Mod", mod},
+      {"Max", variadic}, {"MaxPool", pool}, {"MaxUnpool", max_unpool}, {"Mean", variadic}, {"MeanVarianceNormalization", mean_variance_normalization}, {"MelWeightMatrix", mel_weight_matrix}, {"Min", variadic}, {"Mish", mish}, {"Mod", mod},
       {"Mul", binary}, {"Neg", pass_through}, {"NonMaxSuppression", non_max_suppression}, {"NonZero", non_zero}, {"Not", pass_through}, {"OneHot", one_hot},
       {"Or", binary}, {"PRelu", pass_through}, {"Pad", pad}, {"Pow", binary}, {"QLinearConv", qlinear_conv}, {"QLinearMatMul", qlinear_matmul}, {"QuantizeLinear", quantize_linear}, {"RMSNormalization", rms_norm}, {"RNN", recurrent}, {"Range", range},
       {"Reciprocal", pass_through}, {"ReduceL1", reduce}, {"ReduceL2", reduce}, {"ReduceLogSum", reduce},

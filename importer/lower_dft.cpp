@@ -136,4 +136,49 @@ void stft(NodeLowering& L) {
   L.set_output(0, transform(L, framed, 2, length, false, L.attr_i("onesided", 1) != 0));
 }
 
+void mel_weight_matrix(NodeLowering& L) {
+  const auto scalar_int = [&](size_t k, const char* what) {
+    const std::vector<int64_t> v = L.const_ints(k, what);
+    check(v.size() == 1, what, " must hold one value");
+    return v[0];
+  };
+  const auto scalar_float = [&](size_t k, const char* what) {
+    const std::vector<double> v = L.const_input(k, what).to_doubles();
+    check(v.size() == 1, what, " must hold one value");
+    return v[0];
+  };
+  const int64_t mels = scalar_int(0, "num_mel_bins"), length = scalar_int(1, "dft_length"), rate = scalar_int(2, "sample_rate");
+  // The reference's float32 steps: the input's type for the edges and their mel values.
+  const auto mel = [](double hz) { return static_cast<double>(2595.0f * std::log1p(static_cast<float>(hz) / 700.0f)) / std::log(10.0); };
+  const double low = mel(scalar_float(3, "lower_edge_hertz")), high = mel(scalar_float(4, "upper_edge_hertz"));
+  check(mels >= 1 && length >= 1 && rate >= 1, "num_mel_bins, dft_length and sample_rate must be positive, got ", mels, ", ", length,
+        ", ", rate);
+  const int64_t bins = length / 2 + 1;
+  const double step = (high - low) / static_cast<double>(mels + 2);
+  std::vector<int64_t> point(static_cast<size_t>(mels + 2));
+  for (int64_t i = 0; i < mels + 2; ++i) {
+    const double hz = 700.0 * std::expm1((static_cast<double>(i) * step + low) / 2595.0 * std::log(10.0));
+    point[static_cast<size_t>(i)] = static_cast<int64_t>(std::floor(static_cast<double>(length + 1) * hz / static_cast<double>(rate)));
+  }
+  std::vector<double> w(static_cast<size_t>(bins * mels), 0.0);
+  const auto at = [&](int64_t j, int64_t i) -> double& {
+    check(j >= 0 && j < bins, "mel bin ", i, " reaches spectrogram bin ", j, ", outside the ", bins, " of dft_length ", length);
+    return w[static_cast<size_t>(j * mels + i)];
+  };
+  for (int64_t i = 0; i < mels; ++i) {
+    const int64_t left = point[static_cast<size_t>(i)], center = point[static_cast<size_t>(i + 1)], right = point[static_cast<size_t>(i + 2)];
+    if (center == left) {
+      at(center, i) = 1.0;
+    } else {
+      for (int64_t j = left; j <= center; ++j) at(j, i) = static_cast<double>(j - left) / static_cast<double>(center - left);
+    }
+    for (int64_t j = center; j < right; ++j) at(j, i) = static_cast<double>(right - j) / static_cast<double>(right - center);
+  }
+  const DType type = dtype_from_onnx(static_cast<int>(L.attr_i("output_datatype", 1)));
+  check(type != DType::kUndefined, "output_datatype ", L.attr_i("output_datatype", 1), " is not a type fusetune supports");
+  Tensor out(type, {bins, mels});
+  out.set_doubles(w);
+  L.set_output(0, L.constant(std::move(out)));
+}
+
 }  // namespace fusetune::importer

@@ -12,6 +12,10 @@
 // STFT: frames of the window's length every frame_step samples gathered (a Gather at constant
 // indices), multiplied by the window (ones without one), then the forward DFT of frame_length
 // along the frame (onesided by default).
+// MelWeightMatrix (17): a constant [dft_length / 2 + 1, num_mel_bins] (its scalar inputs must be
+// known at import): triangles between num_mel_bins + 2 points equally spaced on the mel scale
+// from lower_edge_hertz to upper_edge_hertz, each point's spectrogram bin floor((dft_length + 1)
+// x hertz / sample_rate), as onnx's reference computes them, in output_datatype (float32 by default).
 //
 // Takes the NodeLowering of a DFT or STFT node. Guarantees: onnx's reference results (numpy's FFT
 // in double; here float sums of L products, within onnx's tolerance for the lengths of its cases);
@@ -25,5 +29,6 @@ namespace fusetune::importer {
 
 void dft(NodeLowering& L);
 void stft(NodeLowering& L);
+void mel_weight_matrix(NodeLowering& L);
 
 }  // namespace fusetune::importer

@@ -1022,5 +1022,38 @@ TEST(Import, ShapeSubgraphOnAnInputFolds) {
   EXPECT_GE(m.folded, 2u);
 }
 
+// CausalConvWithState and LinearAttention refuse what they cannot mean, naming the node and what
+// is wrong (their semantics are onnx's conformance cases', reference and compiled).
+TEST(Import, StateSpaceOpsRefuseWhatTheyCannotMean) {
+  OnnxBuilder conv(27);
+  conv.input("x", kFloat, {2, 4, 8}).input("w", kFloat, {4, 2, 3}).output("y", kFloat, {2, 4, 8});
+  conv.node("CausalConvWithState", {"x", "w"}, {"y"}, "culprit");
+  testing::expect_refused(conv, "culprit", "weight must be [channels, 1, k] for input 2x4x8, got 4x2x3");
+  OnnxBuilder act(27);
+  act.input("x", kFloat, {2, 4, 8}).input("w", kFloat, {4, 1, 3}).output("y", kFloat, {2, 4, 8});
+  OnnxBuilder::attr_s(act.node("CausalConvWithState", {"x", "w"}, {"y"}, "culprit"), "activation", "gelu");
+  testing::expect_refused(act, "culprit", "activation 'gelu' is not one of none, silu, swish");
+  const auto attention = [](const std::string& rule, bool decay) {
+    OnnxBuilder b(27);
+    b.input("q", kFloat, {1, 3, 8}).input("k", kFloat, {1, 3, 8}).input("v", kFloat, {1, 3, 8}).output("y", kFloat, {1, 3, 8});
+    if (decay) b.input("g", kFloat, {1, 3, 2});
+    onnx::NodeProto& n = b.node("LinearAttention", {"q", "k", "v", "", decay ? "g" : ""}, {"y"}, "culprit");
+    OnnxBuilder::attr_i(n, "q_num_heads", 2);
+    OnnxBuilder::attr_i(n, "kv_num_heads", 2);
+    OnnxBuilder::attr_s(n, "update_rule", rule);
+    return b;
+  };
+  testing::expect_refused(attention("gated", false), "culprit", "update_rule 'gated' needs the decay input");
+  testing::expect_refused(attention("linear", true), "culprit", "update_rule 'linear' forbids the decay input");
+  testing::expect_refused(attention("fast", false), "culprit", "update_rule 'fast' is not one of linear, gated, delta, gated_delta");
+  OnnxBuilder heads(27);
+  heads.input("q", kFloat, {1, 3, 8}).input("k", kFloat, {1, 3, 8}).input("v", kFloat, {1, 3, 8}).output("y", kFloat, {1, 3, 8});
+  onnx::NodeProto& n = heads.node("LinearAttention", {"q", "k", "v"}, {"y"}, "culprit");
+  OnnxBuilder::attr_i(n, "q_num_heads", 3);
+  OnnxBuilder::attr_i(n, "kv_num_heads", 3);
+  OnnxBuilder::attr_s(n, "update_rule", "linear");
+  testing::expect_refused(heads, "culprit", "query 1x3x8: its last axis does not split into 3 heads");
+}
+
 }  // namespace
 }  // namespace fusetune
