@@ -233,6 +233,28 @@ std::string wrap_to(DType t, const std::string& x) {
   }
 }
 
+// A value's bits as an integer (its storage pattern, zero-extended), and a value of dtype t from
+// such bits: what BitCast composes. float64 has no form here: generated code computes it in
+// float, which does not keep its bits.
+std::string bits_of(DType t, const std::string& x) {
+  check(t != DType::kF64, "BitCast of float64: generated kernels compute float64 in float, which does not keep its bits");
+  if (t == DType::kF32) return "((long long)__float_as_uint(" + x + "))";
+  if (t == DType::kF16) return "((long long)ft_f2h(" + x + "))";
+  if (t == DType::kBF16) return "((long long)ft_f2bf(" + x + "))";
+  if (is_narrow_float(t)) return "((long long)" + narrow_encode(t, x, kStoreExact) + ")";
+  return x;
+}
+
+std::string from_bits(DType t, const std::string& bits) {
+  check(t != DType::kF64, "BitCast to float64: generated kernels compute float64 in float, which does not keep its bits");
+  if (t == DType::kF32) return "__uint_as_float((unsigned int)(" + bits + "))";
+  if (t == DType::kF16) return "ft_h2f((unsigned short)(" + bits + "))";
+  if (t == DType::kBF16) return "ft_bf2f((unsigned short)(" + bits + "))";
+  if (is_narrow_float(t)) return narrow_decode(t, "((unsigned char)(" + bits + "))");
+  if (t == DType::kBool) return "((long long)((unsigned char)(" + bits + ") != 0))";
+  return wrap_to(t, bits);
+}
+
 }  // namespace
 
 std::string elementwise_expr(const Graph& g, const Node& n, const std::vector<std::string>& args) {
@@ -247,6 +269,7 @@ std::string elementwise_expr(const Graph& g, const Node& n, const std::vector<st
     if (out == DType::kBool) return "((long long)(" + args[0] + " != 0))";
     return wrap_to(out, is_float(in0) ? "ft_f2i(" + args[0] + ")" : args[0]);
   }
+  if (n.op == "BitCast") return from_bits(out, bits_of(in0, args[0]));
   if (n.op == "Where") return "(" + args[0] + " != 0 ? " + args[1] + " : " + args[2] + ")";
   if (args.size() == 1) return is_float(in0) ? unary_float(n, args[0]) : unary_int(n, args[0]);
   const DType in1 = g.value(n.inputs[1]).dtype;

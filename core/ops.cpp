@@ -26,6 +26,15 @@ Types cast(const Node& n, Inputs in) {
   return {{to, in[0].shape}};
 }
 
+// BitCast: the same bits as another type of the same width.
+Types bit_cast(const Node& n, Inputs in) {
+  const DType to = dtype_from_onnx(static_cast<int>(n.attrs.i("to")));
+  check(to != DType::kUndefined, "BitCast to unsupported type code ", n.attrs.i("to"));
+  check(dtype_bits(to) == dtype_bits(in[0].dtype), "BitCast of ", dtype_name(in[0].dtype), " (", dtype_bits(in[0].dtype), " bits) to ",
+        dtype_name(to), " (", dtype_bits(to), " bits): the widths differ");
+  return {{to, in[0].shape}};
+}
+
 void check_same_dtype(Inputs in, size_t a, size_t b) {
   check(in[a].dtype == in[b].dtype, "input ", a, " is ", dtype_name(in[a].dtype), " but input ", b,
         " is ", dtype_name(in[b].dtype));
@@ -354,6 +363,7 @@ constexpr std::array kOps = {
     // element-wise, one input
     OpSchema{"Abs", OpKind::kElementwise, 1, 1, same_as_input},
     OpSchema{"Atan", OpKind::kElementwise, 1, 1, same_as_input},
+    OpSchema{"BitCast", OpKind::kElementwise, 1, 1, bit_cast},
     OpSchema{"Cast", OpKind::kElementwise, 1, 1, cast},
     OpSchema{"Ceil", OpKind::kElementwise, 1, 1, same_as_input},
     OpSchema{"Clip", OpKind::kElementwise, 1, 1, same_as_input},
@@ -514,7 +524,7 @@ int64_t node_flops(const Graph& g, const Node& n) {
   const int64_t out_elems = numel(out);
   const Shape& in0 = g.value(n.inputs[0]).shape;
   switch (schema->kind) {
-    case OpKind::kElementwise: return n.op == "Cast" ? 0 : out_elems;
+    case OpKind::kElementwise: return n.op == "Cast" || n.op == "BitCast" ? 0 : out_elems;
     case OpKind::kReduction: return numel(in0);
     case OpKind::kNormalization: return (n.op == "LayerNormalization" ? 8 : 5) * numel(in0);
     case OpKind::kContraction: {

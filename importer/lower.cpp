@@ -260,6 +260,22 @@ void cast(NodeLowering& L) {
   L.set_output(0, L.emit("Cast", {L.input(0)}, a));
 }
 
+// BitCast (26): the same bits as another type of the same width (a canonical BitCast; none for
+// the same type). To bool only from bool: a byte other than 0 and 1 is no bool.
+void bit_cast(NodeLowering& L) {
+  const int64_t to = L.attr_i("to", 0);
+  const DType dt = dtype_from_onnx(static_cast<int>(to)), from = L.val(0).dtype;
+  check(dt != DType::kUndefined, "BitCast to unsupported type ", onnx_type_name(static_cast<int>(to)));
+  check(dt != DType::kBool || from == DType::kBool, "BitCast of ", dtype_name(from), " to bool: a byte other than 0 and 1 is no bool");
+  if (dt == from) {
+    L.set_output(0, L.input(0));
+    return;
+  }
+  Attributes a;
+  a.set("to", to);
+  L.set_output(0, L.emit("BitCast", {L.input(0)}, a));
+}
+
 void cast_like(NodeLowering& L) {
   const DType dt = L.val(1).dtype;
   Attributes a;
@@ -2433,7 +2449,7 @@ void depth_space(NodeLowering& L) {
 const std::map<std::string, Lowering>& lowerings() {
   static const std::map<std::string, Lowering> table = {
       {"Abs", pass_through}, {"Acos", trig_by_formula}, {"Acosh", trig_by_formula}, {"Add", binary}, {"AffineGrid", affine_grid}, {"And", binary}, {"ArgMax", arg_reduce},
-      {"ArgMin", arg_reduce}, {"Asin", trig_by_formula}, {"Asinh", trig_by_formula}, {"Atan", pass_through}, {"Atanh", trig_by_formula}, {"Attention", attention}, {"AveragePool", pool}, {"BatchNormalization", batch_norm}, {"BitShift", bitwise}, {"BitwiseAnd", bitwise}, {"BitwiseNot", bitwise}, {"BitwiseOr", bitwise}, {"BitwiseXor", bitwise}, {"BlackmanWindow", window},
+      {"ArgMin", arg_reduce}, {"Asin", trig_by_formula}, {"Asinh", trig_by_formula}, {"Atan", pass_through}, {"Atanh", trig_by_formula}, {"Attention", attention}, {"AveragePool", pool}, {"BatchNormalization", batch_norm}, {"BitCast", bit_cast}, {"BitShift", bitwise}, {"BitwiseAnd", bitwise}, {"BitwiseNot", bitwise}, {"BitwiseOr", bitwise}, {"BitwiseXor", bitwise}, {"BlackmanWindow", window},
       {"Cast", cast}, {"CastLike", cast_like}, {"Ceil", pass_through}, {"Celu", celu}, {"CenterCropPad", center_crop_pad}, {"Clip", clip}, {"Col2Im", col2im}, {"Compress", compress}, {"Concat", concat},
       {"CausalConvWithState", causal_conv_with_state}, {"Constant", constant_op}, {"ConstantOfShape", constant_of_shape}, {"Conv", conv}, {"ConvTranspose", conv_transpose}, {"ConvInteger", conv_integer}, {"Cos", pass_through}, {"Cosh", trig_by_formula}, {"CumProd", cum_prod}, {"CumSum", cum_sum}, {"DFT", dft},
       {"DeformConv", deform_conv}, {"DepthToSpace", depth_space}, {"DequantizeLinear", dequantize_linear}, {"Det", det}, {"Div", binary}, {"Dropout", dropout}, {"DynamicQuantizeLinear", dynamic_quantize_linear}, {"Einsum", einsum}, {"Elu", unary_with_defaults},

@@ -235,6 +235,8 @@ void run_where(const Tensor& c, const Tensor& x, const Tensor& y, Tensor& out) {
 void run_elementwise(const Node& node, std::span<const Tensor* const> in, Tensor& out) {
   if (node.op == "Cast") {
     out = in[0]->cast(out.dtype(), cast_rounding(node));
+  } else if (node.op == "BitCast") {  // the same bytes (the widths are equal: core/ops.cpp)
+    std::memcpy(out.data(), in[0]->data(), out.nbytes());
   } else if (node.op == "Where") {
     run_where(*in[0], *in[1], *in[2], out);
   } else if (in.size() == 1) {

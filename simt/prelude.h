@@ -306,6 +306,9 @@ FT_FN float ft_bits_float(unsigned int u) {
   memcpy(&f, &u, 4);
   return f;
 }
+// __float_as_uint and __uint_as_float (a mov.b32): a float's bits and the float of bits.
+FT_FN unsigned int __float_as_uint(ft_flt f) { return ft_float_bits(f.v); }
+FT_FN ft_flt __uint_as_float(unsigned int u) { return ft_flt(ft_bits_float(u)); }
 FT_FN ft_flt ft_h2f(unsigned short h) {
   unsigned int sign = (unsigned int)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
   if (exp == 0) { float v = (float)mant * 5.9604644775390625e-8f; return sign ? -v : v; }

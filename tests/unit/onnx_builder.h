@@ -180,6 +180,12 @@ class OnnxBuilder {
 };
 
 inline constexpr int kFloat = 1;
+inline constexpr int kUInt8 = 2;
+inline constexpr int kUInt16 = 4;
+inline constexpr int kInt32 = 6;
 inline constexpr int kInt64 = 7;
+inline constexpr int kBool = 9;
+inline constexpr int kFloat16 = 10;
+inline constexpr int kDouble = 11;
 
 }  // namespace fusetune::testing

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -591,7 +592,7 @@ TEST(Import, DftAndStftRefuseWhatTheyCannotMean) {
 // Loop (trip count, carried value, scan output) unroll; what is only known from data is refused
 // naming the node and the input.
 TEST(Import, IfLoopAndScanAreInlined) {
-  constexpr int kBool = 9;
+  using testing::kBool;
   OnnxBuilder then_branch, else_branch;
   then_branch.output("t", kFloat, {3});
   then_branch.node("Mul", {"late", "late"}, {"t"});  // `late` comes from the enclosing graph
@@ -1053,6 +1054,58 @@ TEST(Import, StateSpaceOpsRefuseWhatTheyCannotMean) {
   OnnxBuilder::attr_i(n, "kv_num_heads", 3);
   OnnxBuilder::attr_s(n, "update_rule", "linear");
   testing::expect_refused(heads, "culprit", "query 1x3x8: its last axis does not split into 3 heads");
+}
+
+// BitCast keeps the bits, compiled as on the reference: int32 patterns (negative zero, infinity,
+// a subnormal, a NaN with a payload, seeded random ones) to float32 and back, and float16 to
+// uint16; float64 is refused by the code generator, naming the node (its kernels compute float64
+// in float).
+TEST(Import, BitCastKeepsTheBits) {
+  const unsigned seed = testing::test_seed();
+  std::mt19937 rng(seed);
+  std::vector<int64_t> bits = {0, static_cast<int32_t>(0x80000000u), 0x7f800000, 1, 0x7fc00001, -1};
+  while (bits.size() < 64) bits.push_back(static_cast<int32_t>(rng()));
+  OnnxBuilder b(26);
+  b.input("x", testing::kInt32, {64}).output("f", kFloat, {64}).output("back", testing::kInt32, {64});
+  OnnxBuilder::attr_i(b.node("BitCast", {"x"}, {"f"}), "to", 1);
+  OnnxBuilder::attr_i(b.node("BitCast", {"f"}, {"back"}), "to", 6);
+  const Tensor x = Tensor::from_ints(DType::kI32, {64}, bits);
+  testing::TestDir dir("bitcast");
+  b.write(dir / "model.onnx");
+  const compiler::PipelineResult r = compiler::compile_model(dir / "model.onnx", planner::find_device("h100"), {});
+  auto host = backend::make_host_backend();
+  runtime::PlanRunner runner(r.bundle, *host);
+  const std::vector<Tensor> ref = reference::run_graph(importer::import_onnx_bytes(b.bytes(), ".").graph, std::vector<Tensor>{x});
+  const std::vector<Tensor> got = runner.run(std::vector<Tensor>{x});
+  for (const auto* outs : {&ref, &got}) {
+    EXPECT_EQ(std::memcmp((*outs)[0].data(), x.data(), x.nbytes()), 0) << (outs == &ref ? "reference" : "compiled") << ", seed " << seed;
+    EXPECT_EQ((*outs)[1].to_ints(), bits) << (outs == &ref ? "reference" : "compiled") << ", seed " << seed;
+  }
+  OnnxBuilder half(26);
+  half.input("h", testing::kFloat16, {4}).output("u", testing::kUInt16, {4});
+  OnnxBuilder::attr_i(half.node("BitCast", {"h"}, {"u"}), "to", 4);
+  const Tensor h = Tensor::from_floats(DType::kF16, {4}, std::vector<float>{-0.0f, 65504.0f, 5.96e-8f, -2.5f});
+  testing::TestDir half_dir("bitcast_half");
+  half.write(half_dir / "model.onnx");
+  runtime::PlanRunner half_runner(compiler::compile_model(half_dir / "model.onnx", planner::find_device("h100"), {}).bundle, *host);
+  const Tensor u = half_runner.run(std::vector<Tensor>{h})[0];
+  EXPECT_EQ(std::memcmp(u.data(), h.data(), h.nbytes()), 0);
+  OnnxBuilder wide(26);
+  wide.input("d", testing::kDouble, {4}).output("i", kInt64, {4});
+  OnnxBuilder::attr_i(wide.node("BitCast", {"d"}, {"i"}, "culprit"), "to", 7);
+  testing::TestDir wide_dir("bitcast_wide");
+  wide.write(wide_dir / "model.onnx");
+  try {
+    compiler::compile_model(wide_dir / "model.onnx", planner::find_device("h100"), {});
+    ADD_FAILURE() << "a float64 BitCast compiled";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("node 'culprit' (BitCast)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("generated kernels compute float64 in float"), std::string::npos) << e.what();
+  }
+  OnnxBuilder to_bool(26);
+  to_bool.input("x", testing::kUInt8, {4}).output("y", testing::kBool, {4});
+  OnnxBuilder::attr_i(to_bool.node("BitCast", {"x"}, {"y"}, "culprit"), "to", 9);
+  testing::expect_refused(to_bool, "culprit", "BitCast of uint8 to bool: a byte other than 0 and 1 is no bool");
 }
 
 }  // namespace
