@@ -19,6 +19,7 @@
 #include "importer/lower_recurrent.h"
 #include "importer/lower_roi_align.h"
 #include "importer/lower_state_space.h"
+#include "importer/lower_tfidf.h"
 #include "importer/lower_topk.h"
 #include "importer/onnx_io.h"
 
@@ -2472,7 +2473,7 @@ const std::map<std::string, Lowering>& lowerings() {
       {"Softsign", pass_through}, {"STFT", stft}, {"SpaceToDepth", depth_space}, {"Split", split}, {"Sqrt", pass_through},
       {"Squeeze", squeeze}, {"Sub", binary}, {"Sum", variadic}, {"SwiGLU", swish}, {"Swish", swish}, {"Tan", pass_through}, {"Tanh", pass_through},
       {"TensorScatter", tensor_scatter},
-      {"ThresholdedRelu", unary_with_defaults}, {"Tile", tile}, {"TopK", top_k}, {"Transpose", transpose}, {"Trilu", trilu},
+      {"TfIdfVectorizer", tfidf_vectorizer}, {"ThresholdedRelu", unary_with_defaults}, {"Tile", tile}, {"TopK", top_k}, {"Transpose", transpose}, {"Trilu", trilu},
       {"Unique", unique}, {"Unsqueeze", unsqueeze}, {"Upsample", resize},
       {"Where", where}, {"Xor", binary},
   };
@@ -2487,7 +2488,7 @@ std::string unsupported_op_reason(const std::string& op_type) {
        "a training operator: fusetune plans inference graphs"},
       {{"Bernoulli", "Multinomial", "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike"},
        "random sampling: a plan is verified against its reference, which needs outputs that repeat"},
-      {{"RegexFullMatch", "StringConcat", "StringNormalizer", "StringSplit", "TfIdfVectorizer"},
+      {{"RegexFullMatch", "StringConcat", "StringNormalizer", "StringSplit"},
        "it operates on strings, which kernels do not hold: tokenize before the model"},
       {{"ImageDecoder"}, "it decodes compressed image bytes: decode before the model"},
       {{"ConcatFromSequence", "OptionalGetElement", "OptionalHasElement", "Optional", "SequenceAt", "SequenceConstruct",

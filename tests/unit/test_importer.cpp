@@ -1108,5 +1108,73 @@ TEST(Import, BitCastKeepsTheBits) {
   testing::expect_refused(to_bool, "culprit", "BitCast of uint8 to bool: a byte other than 0 and 1 is no bool");
 }
 
+// TfIdfVectorizer against onnx's reference walk, written here as the reference does it (per skip
+// distance and start, extend the n-gram while the pool has it as a prefix; unigrams only at the
+// first distance), on seeded random tokens in all three modes with weights (onnx's cases check
+// TF alone), reference and compiled; a pool of strings is refused naming the node.
+TEST(Import, TfIdfVectorizerCountsAsTheReferenceWalks) {
+  const unsigned seed = testing::test_seed();
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int64_t> token(1, 4);
+  const int64_t N = 3, C = 9, min_n = 1, max_n = 3, skips = 2;
+  std::vector<int64_t> x(N * C);
+  for (int64_t& t : x) t = token(rng);
+  // Pool: unigrams {2, 3}, bigrams {(2, 3), (1, 1), (4, 2)}, trigrams {(2, 3, 2)}; columns shuffled, two shared.
+  const std::vector<int64_t> pool = {2, 3, 2, 3, 1, 1, 4, 2, 2, 3, 2}, counts = {0, 2, 8}, indexes = {4, 0, 1, 3, 0, 2};
+  const std::vector<std::vector<int64_t>> grams = {{2}, {3}, {2, 3}, {1, 1}, {4, 2}, {2, 3, 2}};
+  const std::vector<float> weights = {0.5f, 2.0f, 1.5f, 3.0f, 0.25f};
+  std::vector<float> freq(N * 5, 0.0f);
+  for (int64_t r = 0; r < N; ++r) {
+    int64_t start_n = min_n;
+    for (int64_t d = 1; d <= skips + 1; ++d) {
+      for (int64_t s = 0; s + d * (start_n - 1) < C; ++s) {
+        std::vector<int64_t> prefix;
+        for (int64_t at = s; at < C && static_cast<int64_t>(prefix.size()) < max_n; at += d) {
+          prefix.push_back(x[r * C + at]);
+          bool any = false;
+          for (size_t g = 0; g < grams.size(); ++g) {
+            any = any || (grams[g].size() >= prefix.size() && std::equal(prefix.begin(), prefix.end(), grams[g].begin()));
+            if (grams[g] == prefix && static_cast<int64_t>(prefix.size()) >= start_n) freq[r * 5 + indexes[g]] += 1.0f;
+          }
+          if (!any) break;
+        }
+      }
+      if (start_n == 1) ++start_n;
+    }
+  }
+  for (const std::string mode : {"TF", "IDF", "TFIDF"}) {
+    std::vector<float> want(freq.size());
+    for (size_t i = 0; i < freq.size(); ++i) {
+      const float w = weights[i % 5];
+      want[i] = mode == "TF" ? freq[i] : mode == "IDF" ? (freq[i] > 0 ? w : 0.0f) : w * freq[i];
+    }
+    OnnxBuilder b(9);
+    b.input("x", kInt64, {N, C}).output("y", kFloat, {N, 5});
+    onnx::NodeProto& n = b.node("TfIdfVectorizer", {"x"}, {"y"});
+    OnnxBuilder::attr_s(n, "mode", mode);
+    OnnxBuilder::attr_i(n, "min_gram_length", min_n);
+    OnnxBuilder::attr_i(n, "max_gram_length", max_n);
+    OnnxBuilder::attr_i(n, "max_skip_count", skips);
+    OnnxBuilder::attr_ints(n, "pool_int64s", pool);
+    OnnxBuilder::attr_ints(n, "ngram_counts", counts);
+    OnnxBuilder::attr_ints(n, "ngram_indexes", indexes);
+    OnnxBuilder::attr_floats(n, "weights", weights);
+    const Tensor input = Tensor::from_ints(DType::kI64, {N, C}, x);
+    EXPECT_EQ(reference::run_graph(importer::import_onnx_bytes(b.bytes(), ".").graph, std::vector<Tensor>{input})[0].to_floats(), want)
+        << "reference, " << mode << ", seed " << seed;
+    testing::TestDir dir("tfidf");
+    b.write(dir / "model.onnx");
+    auto host = backend::make_host_backend();
+    runtime::PlanRunner runner(compiler::compile_model(dir / "model.onnx", planner::find_device("h100"), {}).bundle, *host);
+    EXPECT_EQ(runner.run(std::vector<Tensor>{input})[0].to_floats(), want) << "compiled, " << mode << ", seed " << seed;
+  }
+  OnnxBuilder strings(9);
+  strings.input("x", kInt64, {4}).output("y", kFloat, {1});
+  onnx::NodeProto& n = strings.node("TfIdfVectorizer", {"x"}, {"y"}, "culprit");
+  OnnxBuilder::attr_s(n, "mode", "TF");
+  OnnxBuilder::attr_strings(n, "pool_strings", {"a"});
+  testing::expect_refused(strings, "culprit", "a pool of strings: kernels hold no strings");
+}
+
 }  // namespace
 }  // namespace fusetune
