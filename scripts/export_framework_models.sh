@@ -4,7 +4,7 @@
 # oracle), after checking that onnxruntime agrees with the framework's own outputs (--agree). The
 # framework and its exporter come from PyPI, pinned, in a virtual environment of their own (only
 # this script needs it):
-#   tf      scripts/export_tf_models.py: Keras models and a tf.function, by tf2onnx 1.16.1 from
+#   tf      scripts/export_tf_models.py: Keras models and tf.functions, by tf2onnx 1.16.1 from
 #           TensorFlow 2.15.1 (CPU); build/tf-export-venv, about 1.4 GB.
 #   paddle  scripts/export_paddle_models.py: PaddlePaddle 3.3.1 (CPU) layers, by paddle2onnx 2.1.0;
 #           build/paddle-export-venv, about 1 GB.
@@ -19,7 +19,7 @@ shift || true
 case "$framework" in
   tf)
     pins=("tensorflow-cpu==2.15.1" "tf2onnx==1.16.1")
-    small="keras_cnn keras_attention tf_function_ops" full="keras_resnet50 keras_bert_layer" ;;
+    small="keras_cnn keras_attention tf_function_ops tf_detector_tail" full="keras_resnet50 keras_bert_layer" ;;
   paddle)
     pins=("paddlepaddle==3.3.1" "paddle2onnx==2.1.0" "packaging==25.0")
     small="paddle_cnn paddle_encoder" full="paddle_resnet50 paddle_encoder_base" ;;

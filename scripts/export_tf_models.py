@@ -21,6 +21,12 @@ run` compares with) where the two agree (scripts/onnxruntime_outputs.py --agree 
   tf.image.resize (bilinear, half-pixel), tf.nn.conv2d, tf.math.reduce_mean over HW, tf.gather along
   channels, tf.where on a comparison, tf.math.cumsum; and the argmax of the result (int64).
 
+- tf_detector_tail: a detector's tail as a tf.function, features x [1, 8, 8, 6] -> the boxes and
+  scores tf.image.non_max_suppression keeps (at most 40, IoU 0.5, score over 0.5) of 64 anchors'
+  decoded boxes (a 1x1 convolution's offsets around a constant anchor grid) and sigmoid scores:
+  tf2onnx's NonMaxSuppression, the selection's box column sliced and squeezed, tf.gather. The
+  outputs' size depends on the data.
+
 --size full writes full-size versions instead (for bench/run_full_models.sh; not in tests/data):
 - keras_resnet50: tf.keras.applications.ResNet50 (random weights), x [1, 224, 224, 3] -> [1, 1000].
 - keras_bert_layer: the keras_attention block at BERT-base's width (768, 12 heads of 64,
@@ -112,6 +118,24 @@ def tf_function_ops():
     return f, [("x", (2, 16, 16, 4))]
 
 
+def tf_detector_tail():
+    rng = np.random.default_rng(13)
+    head_values = (0.5 * rng.standard_normal((1, 1, 6, 5))).astype(np.float32)
+    centers = (np.stack(np.meshgrid(np.arange(8), np.arange(8), indexing="ij"), -1).reshape(64, 2) + 0.5) / 8
+    anchor_values = np.concatenate([centers - 0.2, centers + 0.2], axis=1).astype(np.float32)  # [y0, x0, y1, x1]
+
+    @tf.function(input_signature=[tf.TensorSpec((1, 8, 8, 6), tf.float32, name="x")])
+    def f(x):
+        head = tf.nn.conv2d(x, tf.constant(head_values), strides=1, padding="VALID")  # [1, 8, 8, 5]
+        head = tf.reshape(head, (64, 5))
+        boxes = tf.constant(anchor_values) + 0.1 * tf.tanh(head[:, :4])
+        scores = tf.sigmoid(head[:, 4])
+        keep = tf.image.non_max_suppression(boxes, scores, max_output_size=40, iou_threshold=0.5, score_threshold=0.5)
+        return tf.identity(tf.gather(boxes, keep), name="boxes"), tf.identity(tf.gather(scores, keep), name="scores")
+
+    return f, [("x", (1, 8, 8, 6))]
+
+
 def write(out_dir, name, model_proto, inputs, outputs):
     d = os.path.join(out_dir, name)
     data = os.path.join(d, "test_data_set_0")
@@ -132,7 +156,8 @@ def main():
     ap.add_argument("--size", choices=["small", "full"], default="small")
     args = ap.parse_args()
     rng = np.random.default_rng(2026)
-    models = {"small": (("keras_cnn", keras_cnn), ("keras_attention", keras_attention), ("tf_function_ops", tf_function_ops)),
+    models = {"small": (("keras_cnn", keras_cnn), ("keras_attention", keras_attention), ("tf_function_ops", tf_function_ops),
+                        ("tf_detector_tail", tf_detector_tail)),
               "full": (("keras_resnet50", keras_resnet50), ("keras_bert_layer", keras_bert_layer))}
     for name, make in models[args.size]:
         obj, specs = make()
