@@ -9,6 +9,22 @@ namespace fusetune::importer {
 
 int GraphBuilder::constant(Tensor t, const std::string& name) { return g_.add_constant(name, std::move(t)); }
 
+int GraphBuilder::sequence(std::vector<int> elements, const std::string& name) {
+  Value v;
+  v.name = name;
+  const int id = g_.add_value(std::move(v));
+  sequences_[id] = std::move(elements);
+  return id;
+}
+
+int GraphBuilder::optional(int element, const std::string& name) {
+  Value v;
+  v.name = name;
+  const int id = g_.add_value(std::move(v));
+  optionals_[id] = element;
+  return id;
+}
+
 int GraphBuilder::emit(const std::string& op, std::vector<int> inputs, Attributes attrs, const std::string& name) {
   Node node;
   node.name = name;

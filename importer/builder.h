@@ -38,6 +38,20 @@ class GraphBuilder {
   // importer/lower_data_sized.h set them; importer/data_extent.h carries them to the outputs).
   void set_extent(int id, DataExtent e) { extents_[id] = e; }
   const std::map<int, DataExtent>& extents() const { return extents_; }
+  // Import-time sequences and optionals (importer/sequences.h): a placeholder value (no dtype,
+  // never read by a canonical node) standing for a list of tensor value ids, or for an optional
+  // that holds one value (kNoValue: empty). *_of give what a value stands for, nullptr for one that
+  // is no such placeholder.
+  int sequence(std::vector<int> elements, const std::string& name);
+  const std::vector<int>* sequence_of(int id) const {
+    auto it = sequences_.find(id);
+    return it == sequences_.end() ? nullptr : &it->second;
+  }
+  int optional(int element, const std::string& name);
+  const int* optional_of(int id) const {
+    auto it = optionals_.find(id);
+    return it == optionals_.end() ? nullptr : &it->second;
+  }
   // The node that produces value `id`, or nullptr for inputs and constants.
   const Node* producer(int id) const {
     auto it = producer_.find(id);
@@ -52,6 +66,8 @@ class GraphBuilder {
   Graph& g_;
   std::map<int, Tensor> known_;
   std::map<int, DataExtent> extents_;
+  std::map<int, std::vector<int>> sequences_;
+  std::map<int, int> optionals_;
   std::map<int, size_t> producer_;
   size_t folded_ = 0;
 };

@@ -43,7 +43,8 @@ const Tensor* known_value(const GraphBuilder& b, int v) {
   return b.known(v);
 }
 
-// A scalar the node needs at import: input k, known, one element.
+}  // namespace
+
 int64_t known_scalar(const onnx::NodeProto& n, const GraphBuilder& b, const std::vector<int>& ins, size_t k, const char* what) {
   const Tensor* t = known_value(b, ins[k]);
   check(t != nullptr, "input ", k, " ('", n.input(static_cast<int>(k)), "', the ", what, ") is not known at import: fusetune inlines ",
@@ -51,6 +52,8 @@ int64_t known_scalar(const onnx::NodeProto& n, const GraphBuilder& b, const std:
   check(t->numel() == 1, "input ", k, " (the ", what, ") must hold one value, it has shape ", shape_str(t->shape()));
   return t->to_ints()[0];
 }
+
+namespace {
 
 int scalar_constant(GraphBuilder& b, const Tensor& t, const std::string& name) { return b.constant(t, name); }
 

@@ -42,6 +42,10 @@ inline constexpr int64_t kMaxIterations = 4096;
 
 bool is_control_flow(const std::string& op_type);
 
+// A scalar node n needs at import: its input k (value id ins[k]), known (a constant, or computed
+// from inputs whose values were given), one element; an Error names the input and `what` else.
+int64_t known_scalar(const onnx::NodeProto& n, const GraphBuilder& b, const std::vector<int>& ins, size_t k, const char* what);
+
 // The names the node's subgraphs read from enclosing scopes (what the node depends on besides its
 // inputs), added to `names`.
 void outer_names(const onnx::NodeProto& n, std::set<std::string>& names);

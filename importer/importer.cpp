@@ -10,6 +10,7 @@
 #include "importer/control_flow.h"
 #include "importer/data_extent.h"
 #include "importer/fold_conv_affine.h"
+#include "importer/sequences.h"
 #include "importer/functions.h"
 #include "importer/lower.h"
 #include "importer/onnx_io.h"
@@ -193,7 +194,15 @@ void import_nodes(const onnx::GraphProto& g, Scope& ids, GraphBuilder& b, int64_
       std::vector<int> outs;
       if (is_default_domain(n.domain()) && is_control_flow(n.op_type())) {
         outs = lower_control_flow(n, opset, ins, ids, b, import);
+      } else if (is_default_domain(n.domain()) && is_sequence_op(n.op_type())) {
+        outs = lower_sequence_op(n, ins, ids, b, import);
+      } else if (n.op_type() == "Identity" && !ins.empty() && (b.sequence_of(ins[0]) || b.optional_of(ins[0]))) {
+        outs = {ins[0]};  // a sequence or an optional passed on
       } else {
+        for (size_t k = 0; k < ins.size(); ++k) {
+          check(ins[k] == kNoValue || (!b.sequence_of(ins[k]) && !b.optional_of(ins[k])), "input ", k, " ('", n.input(static_cast<int>(k)),
+                "') is a ", b.sequence_of(ins[k]) ? "sequence" : "optional", ", which ", n.op_type(), " does not take");
+        }
         NodeLowering L(n, opset, b, std::move(ins), base_dir);
         lower_node(L);
         outs = L.outputs();
@@ -274,6 +283,8 @@ ImportedModel import_model(const onnx::ModelProto& m, const fs::path& base_dir, 
     auto it = ids.find(vi.name());
     require_tensor(vi, "graph output");
     check(it != ids.end(), "graph output '", vi.name(), "' is never produced");
+    check(!b.sequence_of(it->second) && !b.optional_of(it->second), "graph output '", vi.name(), "' is a ",
+          b.sequence_of(it->second) ? "sequence" : "optional", ", not a tensor: fusetune compiles tensor values only");
     // An output whose op lowered to nothing (a Reshape to the same shape, an Identity) is the
     // value of an earlier node: it takes the output's name, which deployments ask for. A graph
     // input or an earlier output keeps its own name, and the output gets a copy (a Reshape to

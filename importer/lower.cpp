@@ -20,6 +20,7 @@
 #include "importer/lower_roi_align.h"
 #include "importer/lower_state_space.h"
 #include "importer/lower_tfidf.h"
+#include "importer/sequences.h"
 #include "importer/lower_topk.h"
 #include "importer/onnx_io.h"
 
@@ -2491,9 +2492,6 @@ std::string unsupported_op_reason(const std::string& op_type) {
       {{"RegexFullMatch", "StringConcat", "StringNormalizer", "StringSplit"},
        "it operates on strings, which kernels do not hold: tokenize before the model"},
       {{"ImageDecoder"}, "it decodes compressed image bytes: decode before the model"},
-      {{"ConcatFromSequence", "OptionalGetElement", "OptionalHasElement", "Optional", "SequenceAt", "SequenceConstruct",
-        "SequenceEmpty", "SequenceErase", "SequenceInsert", "SequenceLength", "SequenceMap", "SplitToSequence"},
-       "sequences and optionals are not tensors of a static shape"},
   };
   for (const auto& [ops, why] : classes) {
     if (std::find(ops.begin(), ops.end(), op_type) != ops.end()) return why;
@@ -2501,7 +2499,9 @@ std::string unsupported_op_reason(const std::string& op_type) {
   return "";
 }
 
-bool is_supported_onnx_op(const std::string& op_type) { return lowerings().count(op_type) != 0 || is_control_flow(op_type); }
+bool is_supported_onnx_op(const std::string& op_type) {
+  return lowerings().count(op_type) != 0 || is_control_flow(op_type) || is_sequence_op(op_type);
+}
 
 void lower_node(NodeLowering& node) {
   auto it = lowerings().find(node.op());

@@ -106,6 +106,7 @@ Graph every_op() {
   for (const char* direction : {"LEFT", "RIGHT"}) {  // shifts by the inputs' values: most outside [0, 64)
     add_op(g, "BitShift", {ix, ix}, attrs({{"direction", std::string(direction)}, {"bits", int64_t{64}}, {"signed", int64_t{1}}}));
   }
+  add_op(g, "BitCast", {add_op(g, "BitCast", {x}, attrs({{"to", int64_t{6}}}))}, attrs({{"to", int64_t{1}}}));  // float32 bits and back
   add_op(g, "And", {mask, mask});
   add_op(g, "Or", {mask, add_op(g, "Not", {mask})});
   add_op(g, "Xor", {mask, mask});

@@ -1176,5 +1176,82 @@ TEST(Import, TfIdfVectorizerCountsAsTheReferenceWalks) {
   testing::expect_refused(strings, "culprit", "a pool of strings: kernels hold no strings");
 }
 
+// Sequences inside a graph (tensors in and out): SplitToSequence by a size (the last part
+// smaller), SequenceInsert at a negative position, SequenceErase, SequenceAt, SequenceLength,
+// SequenceMap, ConcatFromSequence stacking on a new axis, a Loop appending to a sequence it
+// carries (a TensorArray's pattern) and an Optional's element, on the reference and compiled;
+// a sequence graph output and a position from data refused naming them.
+TEST(Import, SequencesInsideAGraphAreHeldAtImport) {
+  using testing::kBool;
+  std::vector<float> xv(5 * 2);
+  for (size_t k = 0; k < xv.size(); ++k) xv[k] = static_cast<float>(k);
+  const Tensor x = Tensor::from_floats(DType::kF32, {5, 2}, xv);
+  OnnxBuilder map_body;
+  map_body.input("e", kFloat, {-1, 2}).output("e2", kFloat, {-1, 2});
+  map_body.node("Add", {"e", "e"}, {"e2"});
+  OnnxBuilder loop_body;
+  loop_body.input("i", kInt64, {}).input("go", kBool, {}).input("acc", 0, {});
+  loop_body.output("go_out", kBool, {}).output("acc_out", 0, {});
+  loop_body.node("Identity", {"go"}, {"go_out"});
+  OnnxBuilder::attr_i(loop_body.node("Cast", {"i"}, {"f"}), "to", 1);
+  loop_body.node("SequenceInsert", {"acc", "f"}, {"acc_out"});
+  OnnxBuilder b(17);
+  b.input("x", kFloat, {5, 2}).output("first", kFloat, {2, 2}).output("count", kInt64, {}).output("stacked", kFloat, {2, 2, 2})
+      .output("doubled", kFloat, {4, 2}).output("iterations", kFloat, {3}).output("held", kFloat, {5, 2});
+  b.initializer("two", Tensor::scalar_int(DType::kI64, 2));
+  b.initializer("minus_one", Tensor::scalar_int(DType::kI64, -1));
+  b.initializer("zero", Tensor::scalar_int(DType::kI64, 0));
+  b.initializer("three", Tensor::scalar_int(DType::kI64, 3));
+  b.initializer("yes", Tensor::from_ints(DType::kBool, {}, std::vector<int64_t>{1}));
+  b.node("SplitToSequence", {"x", "two"}, {"parts"});             // [0:2], [2:4], [4:5]
+  b.node("SequenceErase", {"parts"}, {"two_parts"});               // [0:2], [2:4]
+  b.node("SequenceAt", {"two_parts", "zero"}, {"first"});
+  b.node("SequenceInsert", {"two_parts", "first", "minus_one"}, {"three_parts"});  // [0:2], [0:2], [2:4]
+  b.node("SequenceLength", {"three_parts"}, {"count"});
+  b.node("SequenceErase", {"three_parts", "zero"}, {"back"});      // [0:2], [2:4]
+  onnx::NodeProto& stack = b.node("ConcatFromSequence", {"back"}, {"stacked"});
+  OnnxBuilder::attr_i(stack, "new_axis", 1);
+  OnnxBuilder::attr_i(stack, "axis", 0);
+  OnnxBuilder::attr_graph(b.node("SequenceMap", {"back"}, {"mapped"}), "body", map_body);
+  OnnxBuilder::attr_i(b.node("ConcatFromSequence", {"mapped"}, {"doubled"}), "axis", 0);
+  b.node("SequenceEmpty", {}, {"empty"});
+  OnnxBuilder::attr_graph(b.node("Loop", {"three", "yes", "empty"}, {"filled"}), "body", loop_body);
+  onnx::NodeProto& gathered = b.node("ConcatFromSequence", {"filled"}, {"iterations"});
+  OnnxBuilder::attr_i(gathered, "new_axis", 1);
+  OnnxBuilder::attr_i(gathered, "axis", 0);
+  b.node("Optional", {"x"}, {"maybe"});
+  b.node("OptionalGetElement", {"maybe"}, {"held"});
+  const std::vector<float> first = {0, 1, 2, 3}, stacked = {0, 1, 2, 3, 4, 5, 6, 7};  // rows 0:2 and 2:4 stacked
+  const std::vector<float> doubled = {0, 2, 4, 6, 8, 10, 12, 14};
+  for (const char* where : {"reference", "compiled"}) {
+    std::vector<Tensor> out;
+    if (std::string(where) == "reference") {
+      out = reference::run_graph(importer::import_onnx_bytes(b.bytes(), ".").graph, std::vector<Tensor>{x});
+    } else {
+      testing::TestDir dir("sequences");
+      b.write(dir / "model.onnx");
+      auto host = backend::make_host_backend();
+      out = runtime::PlanRunner(compiler::compile_model(dir / "model.onnx", planner::find_device("h100"), {}).bundle, *host)
+                .run(std::vector<Tensor>{x});
+    }
+    ASSERT_EQ(out.size(), 6u) << where;
+    EXPECT_EQ(out[0].to_floats(), first) << where;
+    EXPECT_EQ(out[1].to_ints(), std::vector<int64_t>{3}) << where;
+    EXPECT_EQ(out[2].to_floats(), stacked) << where;
+    EXPECT_EQ(out[3].to_floats(), doubled) << where;
+    EXPECT_EQ(out[4].to_floats(), std::vector<float>({0, 1, 2})) << where;
+    EXPECT_EQ(out[5].to_floats(), xv) << where;
+  }
+  OnnxBuilder seq_out(17);
+  seq_out.input("x", kFloat, {4, 2}).output("parts", kFloat, {1, 2});  // declared a tensor, computed a sequence
+  seq_out.node("SplitToSequence", {"x"}, {"parts"});
+  testing::expect_refused(seq_out, "graph output 'parts'", "is a sequence, not a tensor");
+  OnnxBuilder from_data(17);
+  from_data.input("x", kFloat, {4, 2}).input("at", kInt64, {}).output("y", kFloat, {1, 2});
+  from_data.node("SplitToSequence", {"x"}, {"parts"});
+  from_data.node("SequenceAt", {"parts", "at"}, {"y"}, "culprit");
+  testing::expect_refused(from_data, "culprit", "input 1 ('at', the position) is not known at import");
+}
+
 }  // namespace
 }  // namespace fusetune
