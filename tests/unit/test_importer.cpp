@@ -695,7 +695,10 @@ TEST(Import, RecurrentLayersFollowTheirEquations) {
   };
   const auto expect_near = [&](const std::vector<float>& got, const std::vector<double>& want, const char* what) {
     ASSERT_EQ(got.size(), want.size()) << what;
-    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << what << " element " << i << ", seed " << seed;
+    // float32 steps against double: 1e-5 relative to the value (unbounded activations reach hundreds)
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_NEAR(got[i], want[i], 1e-5 * std::max(1.0, std::abs(want[i]))) << what << " element " << i << ", seed " << seed;
+    }
   };
   {  // LSTM, layout 1
     const std::vector<float> x = random(B * T * I), w = random(4 * H * I), r = random(4 * H * H), bias = random(8 * H),
