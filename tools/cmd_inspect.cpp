@@ -26,6 +26,10 @@ nlohmann::json io_json(const Graph& g, const std::vector<int>& ids) {
   for (int id : ids) {
     const Value& v = g.value(id);
     arr.push_back({{"name", v.name}, {"dtype", dtype_name(v.dtype)}, {"shape", v.shape}});
+    if (auto e = g.extents().find(id); e != g.extents().end()) {  // of data-dependent size: the shape is its bound
+      arr.back()["counted_by"] = g.value(e->second.count).name;
+      arr.back()["counted_axis"] = e->second.axis;
+    }
   }
   return arr;
 }
@@ -102,7 +106,12 @@ int cmd_inspect(const std::vector<std::string>& argv) {
     std::cout << title << ":\n";
     for (int id : ids) {
       const Value& v = m.graph.value(id);
-      std::cout << "  " << v.name << "  " << dtype_name(v.dtype) << " " << shape_str(v.shape) << "\n";
+      std::cout << "  " << v.name << "  " << dtype_name(v.dtype) << " " << shape_str(v.shape);
+      if (auto e = m.graph.extents().find(id); e != m.graph.extents().end()) {
+        std::cout << " (a bound: the first '" << m.graph.value(e->second.count).name << "' entries along axis " << e->second.axis
+                  << " hold data)";
+      }
+      std::cout << "\n";
     }
   };
   io("inputs", m.graph.inputs());

@@ -213,8 +213,8 @@ TEST(DataSized, NonZeroOfRunTimeData) {
 
 // A detector's tail: the boxes NMS selects, gathered (Gather of the box index column, Gather of
 // the boxes at it): the padding is carried to the output and counted there, in the bundle's
-// manifest, the deployment API's TensorInfo, and `fusetune run`'s comparison with the model's
-// expected output.
+// manifest, the deployment API's TensorInfo, `fusetune inspect`'s listing and `fusetune run`'s
+// comparison with the model's expected output.
 TEST(DataSized, PaddingIsCarriedToTheOutputAndCounted) {
   const int64_t N = 6;
   const std::vector<float> boxes = {0, 0, 1, 1, 0, 0.1f, 1, 1.1f, 0, -0.1f, 1, 0.9f, 0, 10, 1, 11, 0, 10.1f, 1, 11.1f, 0, 100, 1, 101};
@@ -247,6 +247,9 @@ TEST(DataSized, PaddingIsCarriedToTheOutputAndCounted) {
     EXPECT_EQ(ran.exit_code, 0) << ran.output;
     EXPECT_NE(ran.output.find("outputs: 1 match, 0 differ"), std::string::npos) << ran.output;
   }
+  const testing::Outcome listed = testing::run_cli("inspect " + (dir / "model.onnx").string());
+  EXPECT_NE(listed.output.find("picked  float32 3x4 (a bound: the first 'sel.count' entries along axis 0 hold data)"), std::string::npos)
+      << listed.output;
   const Plan plan = Plan::load((dir / "plan").string(), "host");
   ASSERT_EQ(plan.outputs().size(), 2u);
   EXPECT_EQ(plan.outputs()[0].shape, (std::vector<int64_t>{3, 4}));  // the bound: one class, three selections
