@@ -150,6 +150,14 @@ int reduce_node(NodeLowering& L, const std::string& op, int x, const std::vector
   return L.emit(op, {x}, a);
 }
 
+int zero_pad(NodeLowering& L, int v, const std::vector<int64_t>& pads) {
+  Attributes a;
+  a.set("pads", pads);
+  a.set("mode", std::string("constant"));
+  a.set("value", 0.0f);
+  return L.emit("Pad", {v}, a);
+}
+
 namespace {
 
 using Lowering = void (*)(NodeLowering&);
@@ -1389,14 +1397,6 @@ int wrap_pad(NodeLowering& L, int v, const std::vector<int64_t>& pads) {
   return v;
 }
 
-// A canonical Pad of v with zeros (begin pads, then end pads, per axis).
-int zero_pad(NodeLowering& L, int v, const std::vector<int64_t>& pads) {
-  Attributes a;
-  a.set("pads", pads);
-  a.set("mode", std::string("constant"));
-  a.set("value", 0.0f);
-  return L.emit("Pad", {v}, a);
-}
 
 // ConvTranspose as the convolution it is the adjoint of: the input spread out by the strides (each
 // element followed by stride - 1 zeros along each spatial axis: a Reshape, a Pad and a Reshape),

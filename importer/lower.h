@@ -99,6 +99,8 @@ int cast_to(NodeLowering& L, int v, DType to);
 std::pair<int64_t, int64_t> integer_range(DType t);
 // A canonical reduction `op` of x over `axes` (keepdims `keep`).
 int reduce_node(NodeLowering& L, const std::string& op, int x, const std::vector<int64_t>& axes, int64_t keep);
+// A canonical Pad of v with zeros (begin pads, then end pads, per axis).
+int zero_pad(NodeLowering& L, int v, const std::vector<int64_t>& pads);
 // v clamped to [lo, hi] (a canonical Clip).
 int clip_between(NodeLowering& L, int v, double lo, double hi);
 // Entries [begin, end) of v's axis `axis` (a Slice); slice_last_axis: of its last axis.

@@ -1,5 +1,6 @@
 #include "importer/lower_data_sized.h"
 
+#include <cmath>
 #include <limits>
 #include <numeric>
 
@@ -27,12 +28,25 @@ void check_pairwise(int64_t elements, const std::string& what) {
         " fusetune computes for an output of data-dependent size");
 }
 
-// For int64 flags [n] (0 or 1): how many of the flags before each one are set, [n].
+// For int64 flags [n] (0 or 1): how many of the flags before each one are set, [n]. Up to
+// kDirectPrefix flags by one pairwise comparison (n^2); beyond, in blocks of b = cbrt(2n) (the
+// flags zero-padded to whole blocks): the count within each block pairwise (n x b), plus the
+// counts of the blocks before it, the same function over the blocks' totals; about
+// n^(4/3) comparisons, computed in the reductions that read them, never stored.
 int exclusive_prefix_count(NodeLowering& L, int flags, int64_t n) {
-  const int earlier = op2(L, "Less", iota(L, {1, n}, 1), iota(L, {n, 1}, 0));  // [i, j]: j < i
   const int zero = int64_scalar(L, 0);
-  const int taken = L.emit("Where", {earlier, L.reshape(flags, {1, n}), zero});
-  return reduce_node(L, "ReduceSum", taken, {1}, 0);
+  if (n <= kDirectPrefix) {
+    const int earlier = op2(L, "Less", iota(L, {1, n}, 1), iota(L, {n, 1}, 0));  // [i, j]: j < i
+    return reduce_node(L, "ReduceSum", L.emit("Where", {earlier, L.reshape(flags, {1, n}), zero}), {1}, 0);
+  }
+  const auto b = static_cast<int64_t>(std::ceil(std::cbrt(2.0 * static_cast<double>(n))));
+  const int64_t blocks = (n + b - 1) / b;
+  const int padded = L.reshape(zero_pad(L, flags, {0, blocks * b - n}), {blocks, b});
+  const int earlier = op2(L, "Less", iota(L, {1, 1, b}, 2), iota(L, {1, b, 1}, 1));  // [., j, k]: k < j
+  const int within = reduce_node(L, "ReduceSum", L.emit("Where", {earlier, L.reshape(padded, {blocks, 1, b}), zero}), {2}, 0);
+  const int before = exclusive_prefix_count(L, reduce_node(L, "ReduceSum", padded, {1}, 0), blocks);
+  const int counts = L.reshape(op2(L, "Add", within, L.reshape(before, {blocks, 1})), {blocks * b});
+  return slice_axis(L, counts, 0, 0, n);
 }
 
 // A ScatterND of `rows` ([n, ...]) into zeros of [2n, ...] at `target` ([n] int64: a position
@@ -98,7 +112,6 @@ void non_max_suppression(NodeLowering& L) {
   }
   check(K <= kMaxSelections, "max_output_boxes_per_class ", K, " is over the ", kMaxSelections, " selection rounds fusetune unrolls");
   check_pairwise(B * N * N, "boxes " + shape_str(bs));
-  check_pairwise(B * C * B * C, "scores " + shape_str(ss));
   // Each box's corners.
   const int boxes = cast_to(L, L.input(0), DType::kF32);
   const auto coord = [&](int64_t c) { return L.reshape(slice_last_axis(L, boxes, c, c + 1), {B, N}); };
@@ -264,7 +277,8 @@ void non_zero_padded(NodeLowering& L) {
     L.set_output(0, L.constant(Tensor(DType::kI64, {r, 0})));
     return;
   }
-  check_pairwise(n * n, "X " + shape_str(xs));
+  check(n <= kMaxPrefixCount, "X ", shape_str(xs), " has ", n, " elements, over the ", kMaxPrefixCount,
+        " fusetune counts for an output of data-dependent size");
   const int nonzero = L.reshape(cast_to(L, L.input(0), DType::kBool), {n});
   const int flags = cast_to(L, nonzero, DType::kI64);
   const int coordinates = L.constant(Tensor::from_ints(DType::kI64, {n, r}, [&] {

@@ -5,10 +5,11 @@
 // batches x classes x min(max_output_boxes_per_class, boxes) rows; Unique: its input's items;
 // NonZero: its input's elements), holds its data in the first entries along that axis, zeros
 // after, and is registered with the builder (GraphBuilder::set_extent) with an int64 scalar
-// count of those entries; importer/data_extent.h carries that to the graph's outputs. Ranks and
-// positions come from pairwise comparisons (O(n^2) elements, computed, never stored as
-// constants) and the outputs are written by one ScatterND each, every entry that is not data
-// sent past the bound and sliced off:
+// count of those entries; importer/data_extent.h carries that to the graph's outputs. Ranks come
+// from pairwise comparisons (O(n^2) elements, computed, never stored as constants), positions
+// from exclusive prefix counts (pairwise up to kDirectPrefix flags, in blocks beyond: about
+// n^(4/3)), and the outputs are written by one ScatterND each, every entry that is not data sent
+// past the bound and sliced off:
 // - NonMaxSuppression: the boxes' pairwise suppression (IoU over the threshold, onnxruntime's
 //   arithmetic: no suppression for an empty intersection or a box of no area) once per batch;
 //   then max_output_boxes_per_class rounds, each selecting per (batch, class) the best box still
@@ -24,8 +25,9 @@
 //   (A constant input folds to its exact result in importer/lower.cpp.)
 //
 // Takes a NodeLowering of such a node. Guarantees: onnxruntime's outputs in the first `count`
-// entries; a size whose pairwise comparisons would exceed kMaxPairwise elements, or more than
-// kMaxSelections rounds, is refused naming the input and the size.
+// entries; a size whose pairwise comparisons would exceed kMaxPairwise elements (NMS's boxes,
+// Unique's items), a NonZero of more than kMaxPrefixCount elements, or more than kMaxSelections
+// rounds, is refused naming the input and the size.
 #pragma once
 
 #include "importer/lower.h"
@@ -33,6 +35,8 @@
 namespace fusetune::importer {
 
 inline constexpr int64_t kMaxPairwise = int64_t{1} << 26;
+inline constexpr int64_t kDirectPrefix = 2048;              // prefix counts by one pairwise comparison up to here
+inline constexpr int64_t kMaxPrefixCount = int64_t{1} << 24;  // NonZero's elements (blocked prefix counts)
 inline constexpr int64_t kMaxSelections = 1024;
 
 void non_max_suppression(NodeLowering& L);

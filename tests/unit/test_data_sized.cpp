@@ -211,6 +211,31 @@ TEST(DataSized, NonZeroOfRunTimeData) {
   EXPECT_EQ(got.at(0).to_ints(), want) << "compiled, seed " << seed;
 }
 
+// A NonZero over a 2 x 3,000 score mask (more flags than one pairwise prefix count
+// takes: counted in blocks, two levels), reference and compiled.
+TEST(DataSized, NonZeroOfALargeMaskCountsInBlocks) {
+  const unsigned seed = testing::test_seed();
+  std::mt19937 rng(seed);
+  std::bernoulli_distribution hit(0.02);
+  const int64_t rows = 2, cols = 3000;
+  std::vector<float> x(static_cast<size_t>(rows * cols));
+  std::vector<int64_t> r, c;
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    if (!hit(rng)) continue;
+    x[static_cast<size_t>(i)] = 0.5f;
+    r.push_back(i / cols);
+    c.push_back(i % cols);
+  }
+  std::vector<int64_t> want = r;
+  want.insert(want.end(), c.begin(), c.end());
+  OnnxBuilder b(13);
+  b.input("x", kFloat, {rows, cols}).output("nz", kInt64, {2, -1});
+  b.node("NonZero", {"x"}, {"nz"});
+  const auto [ref, got] = run_both(b, {Tensor::from_floats(DType::kF32, {rows, cols}, x)}, "nonzero_large");
+  EXPECT_EQ(ref.at(0).to_ints(), want) << "reference, seed " << seed;
+  EXPECT_EQ(got.at(0).to_ints(), want) << "compiled, seed " << seed;
+}
+
 // A detector's tail: the boxes NMS selects, gathered (Gather of the box index column, Gather of
 // the boxes at it): the padding is carried to the output and counted there, in the bundle's
 // manifest, the deployment API's TensorInfo, `fusetune inspect`'s listing and `fusetune run`'s
