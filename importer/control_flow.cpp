@@ -15,25 +15,11 @@ const onnx::GraphProto* graph_attr(const onnx::NodeProto& n, const std::string& 
   return nullptr;
 }
 
-int64_t int_attr(const onnx::NodeProto& n, const std::string& name, int64_t fallback) {
-  for (const auto& a : n.attribute()) {
-    if (a.name() == name) return a.i();
-  }
-  return fallback;
-}
-
 std::vector<int64_t> ints_attr(const onnx::NodeProto& n, const std::string& name, std::vector<int64_t> fallback) {
   for (const auto& a : n.attribute()) {
     if (a.name() == name) return {a.ints().begin(), a.ints().end()};
   }
   return fallback;
-}
-
-// The attributes a control-flow op defines: any other one is refused, as lowering refuses one.
-void check_attributes(const onnx::NodeProto& n, const std::set<std::string>& known) {
-  for (const auto& a : n.attribute()) {
-    check(known.count(a.name()) != 0, "attribute '", a.name(), "' is not supported (fusetune reads ", n.op_type(), " without it)");
-  }
 }
 
 // A value known at import (a constant, or computed from inputs whose values were given).
@@ -44,6 +30,19 @@ const Tensor* known_value(const GraphBuilder& b, int v) {
 }
 
 }  // namespace
+
+int64_t int_attr(const onnx::NodeProto& n, const std::string& name, int64_t fallback) {
+  for (const auto& a : n.attribute()) {
+    if (a.name() == name) return a.i();
+  }
+  return fallback;
+}
+
+void check_attributes(const onnx::NodeProto& n, const std::set<std::string>& known) {
+  for (const auto& a : n.attribute()) {
+    check(known.count(a.name()) != 0, "attribute '", a.name(), "' is not supported (fusetune reads ", n.op_type(), " without it)");
+  }
+}
 
 int64_t known_scalar(const onnx::NodeProto& n, const GraphBuilder& b, const std::vector<int>& ins, size_t k, const char* what) {
   const Tensor* t = known_value(b, ins[k]);

@@ -42,6 +42,10 @@ inline constexpr int64_t kMaxIterations = 4096;
 
 bool is_control_flow(const std::string& op_type);
 
+// Attribute `name` of node n as an integer, or the fallback when the node does not set it.
+int64_t int_attr(const onnx::NodeProto& n, const std::string& name, int64_t fallback);
+// The attributes an inlined op defines: any other one is refused, as lowering refuses one.
+void check_attributes(const onnx::NodeProto& n, const std::set<std::string>& known);
 // A scalar node n needs at import: its input k (value id ins[k]), known (a constant, or computed
 // from inputs whose values were given), one element; an Error names the input and `what` else.
 int64_t known_scalar(const onnx::NodeProto& n, const GraphBuilder& b, const std::vector<int>& ins, size_t k, const char* what);

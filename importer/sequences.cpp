@@ -17,16 +17,6 @@ const std::set<std::string>& sequence_ops() {
   return ops;
 }
 
-// The node's attributes by name; one the op does not define is refused, as lowering refuses one.
-std::map<std::string, const onnx::AttributeProto*> attributes(const onnx::NodeProto& n, const std::set<std::string>& defined) {
-  std::map<std::string, const onnx::AttributeProto*> out;
-  for (const auto& a : n.attribute()) {
-    check(defined.count(a.name()) != 0, "attribute '", a.name(), "' is not supported (fusetune reads ", n.op_type(), " without it)");
-    out[a.name()] = &a;
-  }
-  return out;
-}
-
 struct Op {
   const onnx::NodeProto& n;
   const std::vector<int>& ins;
@@ -59,22 +49,17 @@ struct Op {
   }
 };
 
-int64_t int_attribute(const std::map<std::string, const onnx::AttributeProto*>& a, const std::string& name, int64_t fallback) {
-  auto it = a.find(name);
-  return it == a.end() ? fallback : it->second->i();
-}
-
 std::vector<int> split_to_sequence(const Op& o) {
-  const auto a = attributes(o.n, {"axis", "keepdims"});
+  check_attributes(o.n, {"axis", "keepdims"});
   const int x = o.tensor(0);
   const Shape s = o.b.value(x).shape;
-  const auto axis = static_cast<size_t>(normalize_axis(int_attribute(a, "axis", 0), static_cast<int64_t>(s.size()), "axis"));
+  const auto axis = static_cast<size_t>(normalize_axis(int_attr(o.n, "axis", 0), static_cast<int64_t>(s.size()), "axis"));
   const int64_t extent = s[axis];
   std::vector<int64_t> sizes;
   bool squeeze = false;
   if (!o.has(1)) {  // one part per index
     sizes.assign(static_cast<size_t>(extent), 1);
-    squeeze = int_attribute(a, "keepdims", 1) == 0;
+    squeeze = int_attr(o.n, "keepdims", 1) == 0;
   } else {
     const Tensor* t = o.b.value(o.ins[1]).is_constant() ? o.b.value(o.ins[1]).data.get() : o.b.known(o.ins[1]);
     check(t != nullptr, "input 1 ('", o.n.input(1), "', the split) is not known at import");
@@ -117,14 +102,15 @@ std::vector<int> split_to_sequence(const Op& o) {
 }
 
 int concat_from_sequence(const Op& o) {
-  const auto a = attributes(o.n, {"axis", "new_axis"});
-  check(a.count("axis") != 0, "attribute 'axis' is required");
+  check_attributes(o.n, {"axis", "new_axis"});
+  check(std::any_of(o.n.attribute().begin(), o.n.attribute().end(), [](const auto& a) { return a.name() == "axis"; }),
+        "attribute 'axis' is required");
   const std::vector<int>& parts = o.seq(0);
   check(!parts.empty(), "input 0 ('", o.n.input(0), "') is an empty sequence: ConcatFromSequence has no type to give");
-  const bool stacked = int_attribute(a, "new_axis", 0) != 0;
+  const bool stacked = int_attr(o.n, "new_axis", 0) != 0;
   const Shape s = o.b.value(parts[0]).shape;
   const auto rank = static_cast<int64_t>(s.size()) + (stacked ? 1 : 0);
-  const int64_t axis = normalize_axis(int_attribute(a, "axis", 0), rank, "axis");
+  const int64_t axis = normalize_axis(int_attr(o.n, "axis", 0), rank, "axis");
   std::vector<int> inputs;
   for (int p : parts) {
     if (!stacked) {
@@ -185,11 +171,11 @@ std::vector<int> lower_sequence_op(const onnx::NodeProto& n, const std::vector<i
   if (op == "SplitToSequence") return split_to_sequence(o);
   if (op == "ConcatFromSequence") return {concat_from_sequence(o)};
   if (op == "SequenceEmpty") {
-    attributes(n, {"dtype"});
+    check_attributes(n, {"dtype"});
     return {b.sequence({}, out)};
   }
   if (op == "SequenceConstruct") {
-    attributes(n, {});
+    check_attributes(n, {});
     std::vector<int> parts;
     for (size_t k = 0; k < ins.size(); ++k) parts.push_back(o.tensor(k));
     for (int p : parts) {
@@ -199,7 +185,7 @@ std::vector<int> lower_sequence_op(const onnx::NodeProto& n, const std::vector<i
     return {b.sequence(parts, out)};
   }
   if (op == "SequenceInsert" || op == "SequenceErase" || op == "SequenceAt" || op == "SequenceLength") {
-    attributes(n, {});
+    check_attributes(n, {});
     std::vector<int> parts = o.seq(0);
     if (op == "SequenceLength") return {b.constant(Tensor::scalar_int(DType::kI64, static_cast<int64_t>(parts.size())), out)};
     if (op == "SequenceAt") {
@@ -222,10 +208,10 @@ std::vector<int> lower_sequence_op(const onnx::NodeProto& n, const std::vector<i
     return {b.sequence(parts, out)};
   }
   if (op == "Optional") {
-    attributes(n, {"type"});
+    check_attributes(n, {"type"});
     return {b.optional(o.has(0) ? ins[0] : kNoValue, out)};
   }
-  attributes(n, {});
+  check_attributes(n, {});
   const int* held = o.has(0) ? b.optional_of(ins[0]) : nullptr;
   if (op == "OptionalHasElement") {  // an absent input, an empty optional: false; a tensor or a sequence: true
     const bool has = o.has(0) && (held == nullptr || *held != kNoValue);
