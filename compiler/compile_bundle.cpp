@@ -162,6 +162,7 @@ runtime::Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, c
   for (size_t k = 0; k < lowered.size(); ++k) {
     for (int v : lowered[k].outputs) producer_launch[static_cast<size_t>(v)] = static_cast<int>(k);
     for (int v : lowered[k].inputs) last_use[static_cast<size_t>(v)] = static_cast<int>(k);
+    for (const Guard& gd : plan.groups[launch_groups[k][0]].group.guards) last_use[static_cast<size_t>(gd.cond)] = static_cast<int>(k);
   }
   std::set<int> graph_in(g.inputs().begin(), g.inputs().end()), graph_out(g.outputs().begin(), g.outputs().end());
   std::map<int, int> buffer_id;
@@ -239,6 +240,16 @@ runtime::Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, c
                                          {"spills", r->second.spills()}};
     }
     entry["exceeds_shared_memory"] = kern.shared_bytes > device.shared_memory_per_block_optin;
+    // A launch of an If's branch decided at run time: it runs when each condition (a bool buffer)
+    // holds the value given, read in order (packed groups share their guards: planner/fusion.h).
+    if (const std::vector<Guard>& guards = plan.groups[launch_groups[k][0]].group.guards; !guards.empty()) {
+      json when = json::array();
+      for (const Guard& gd : guards) {
+        add_buffer(gd.cond);
+        when.push_back({{"buffer", buffer_id[gd.cond]}, {"equals", gd.when}});
+      }
+      entry["when"] = when;
+    }
     if (!kern.library.empty()) {
       entry["library"] = json::parse(kern.library);
       ++library_calls[planner::library_family(planner::LibraryCall::from_json(kern.library).op)];

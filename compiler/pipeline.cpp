@@ -37,6 +37,13 @@ void checked(Pass pass, F&& check) {
   }
 }
 
+// "  when c, not d": the guards of a node or group (core/graph.h), "" for none.
+std::string guards_text(const Graph& g, const std::vector<Guard>& guards) {
+  std::string out;
+  for (const Guard& gd : guards) out += (out.empty() ? "  when " : ", ") + std::string(gd.when ? "" : "not ") + value_text(g, gd.cond);
+  return out;
+}
+
 }  // namespace
 
 const std::vector<std::pair<Pass, std::string>>& passes() {
@@ -91,7 +98,7 @@ std::string graph_text(const Graph& g) {
       out << (i ? ", " : "") << (node.outputs[i] == kNoValue ? "-" : typed(g, node.outputs[i]));
     }
     if (!node.attrs.all().empty()) out << "  [" << node.attrs.all().size() << " attributes]";
-    out << "\n";
+    out << guards_text(g, node.guards) << "\n";
   }
   for (int v : g.outputs()) out << "  output " << typed(g, v) << "\n";
   return out.str();
@@ -110,7 +117,7 @@ std::string fusion_text(const Graph& g, const std::vector<planner::FusionPlan>& 
       for (int v : fg.inputs) out << " " << value_text(g, v);
       out << "; writes";
       for (int v : fg.outputs) out << " " << value_text(g, v);
-      out << "\n";
+      out << guards_text(g, fg.guards) << "\n";
     }
   }
   return out.str();

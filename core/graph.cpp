@@ -57,6 +57,15 @@ int Graph::add_node(Node n) {
   return static_cast<int>(nodes_.size()) - 1;
 }
 
+std::vector<int> reads(const Node& n) {
+  std::vector<int> out;
+  for (int in : n.inputs) {
+    if (in != kNoValue) out.push_back(in);
+  }
+  for (const Guard& gd : n.guards) out.push_back(gd.cond);
+  return out;
+}
+
 std::vector<int> Graph::producers() const {
   std::vector<int> prod(values_.size(), -1);
   for (size_t n = 0; n < nodes_.size(); ++n) {
@@ -79,6 +88,7 @@ void Graph::remove_dead() {
     for (int in : nodes_[n].inputs) {
       if (in != kNoValue) live_value[static_cast<size_t>(in)] = true;
     }
+    for (const Guard& gd : nodes_[n].guards) live_value[static_cast<size_t>(gd.cond)] = true;
   }
   std::vector<int> remap(values_.size(), kNoValue);
   std::vector<Value> kept_values;
@@ -95,6 +105,7 @@ void Graph::remove_dead() {
       if (in != kNoValue) in = remap[static_cast<size_t>(in)];
     }
     for (int& o : node.outputs) o = remap[static_cast<size_t>(o)];
+    for (Guard& gd : node.guards) gd.cond = remap[static_cast<size_t>(gd.cond)];
     kept_nodes.push_back(std::move(node));
   }
   for (int& i : inputs_) i = remap[static_cast<size_t>(i)];
@@ -165,6 +176,13 @@ void Graph::validate() const {
       check(in >= 0 && in < nvalues, "node '", n.name, "' (", n.op, "): input id ", in, " out of range");
       check(ready[static_cast<size_t>(in)], "node '", n.name, "' (", n.op, "): input '",
             values_[static_cast<size_t>(in)].name, "' is used before it is produced");
+    }
+    for (const Guard& gd : n.guards) {
+      check(gd.cond >= 0 && gd.cond < nvalues, "node '", n.name, "' (", n.op, "): guard id ", gd.cond, " out of range");
+      const Value& c = values_[static_cast<size_t>(gd.cond)];
+      check(ready[static_cast<size_t>(gd.cond)], "node '", n.name, "' (", n.op, "): its guard '", c.name, "' is used before it is produced");
+      check(c.dtype == DType::kBool && numel(c.shape) == 1, "node '", n.name, "' (", n.op, "): its guard '", c.name,
+            "' must be one bool, it is ", dtype_name(c.dtype), " ", shape_str(c.shape));
     }
     for (int o : n.outputs) {
       check(o >= 0 && o < nvalues, "node '", n.name, "' (", n.op, "): output id ", o, " out of range");

@@ -4,6 +4,13 @@
 // or a folded expression). Nodes apply one canonical op (core/ops.h) to value ids and produce value
 // ids; an absent optional input is kNoValue. Nodes are kept in a topological order: every input of
 // a node is a graph input, a constant or the output of an earlier node. Names are for people only.
+//
+// A node may be guarded: it runs only when each of its guards holds (an If's branch whose
+// condition is known only at run time, importer/control_flow.h). A guard names a bool scalar
+// value (produced before the node, like an input) and the value it must have; guards are listed
+// outermost first, and an inner guard's condition is read only when the outer ones hold. Values
+// of a branch that does not run are never computed; an IfMerge (docs/canonical-ops.md) takes the
+// branch results and reads only the one its condition picks.
 #pragma once
 
 #include <cstdint>
@@ -67,13 +74,34 @@ struct OutputExtent {
 // the value of its count, the counts themselves left out (they are the cut outputs' extents).
 std::vector<Tensor> trim_to_counts(const std::vector<Tensor>& outputs, const std::vector<OutputExtent>& extents);
 
+struct Guard {
+  int cond = kNoValue;  // a bool scalar value
+  bool when = true;     // the node runs when cond holds this
+  bool operator==(const Guard&) const = default;
+};
+
 struct Node {
   std::string name;
   std::string op;
   std::vector<int> inputs;
   std::vector<int> outputs;
   Attributes attrs;
+  std::vector<Guard> guards;  // outermost first; empty: always runs
 };
+
+// What a node reads: its present inputs, then its guards' conditions.
+std::vector<int> reads(const Node& n);
+
+// Whether guards hold, `cond_value(id)` giving each condition's value; conditions are read in
+// order and only while the earlier guards hold (an inner condition of a branch that does not run
+// is never computed).
+template <typename CondValue>
+bool guards_hold(const std::vector<Guard>& guards, CondValue&& cond_value) {
+  for (const Guard& gd : guards) {
+    if (cond_value(gd.cond) != gd.when) return false;
+  }
+  return true;
+}
 
 class Graph {
  public:
@@ -101,7 +129,7 @@ class Graph {
   std::vector<int> producers() const;
   // Drops nodes whose outputs reach no graph output and values nothing refers to; renumbers ids.
   void remove_dead();
-  // Throws Error if the graph breaks an invariant above (bad ids, order, arity, shapes).
+  // Throws Error if the graph breaks an invariant above (bad ids, order, arity, shapes, guards).
   void validate() const;
 
  private:

@@ -61,6 +61,15 @@ Types where(const Node&, Inputs in) {
   return {{in[1].dtype, broadcast_shapes(s, in[2].shape, "inputs")}};
 }
 
+// IfMerge(cond, then, else): one bool and two values of one type; the result is the one cond picks.
+Types if_merge(const Node&, Inputs in) {
+  check(in[0].dtype == DType::kBool && numel(in[0].shape) == 1, "condition must be one bool, not ", dtype_name(in[0].dtype), " ",
+        shape_str(in[0].shape));
+  check(in[1] == in[2], "the branches give ", dtype_name(in[1].dtype), " ", shape_str(in[1].shape), " and ", dtype_name(in[2].dtype), " ",
+        shape_str(in[2].shape), ": an If decided at run time needs one type from both");
+  return {in[1]};
+}
+
 std::vector<int64_t> normalized_axes(const Node& n, const std::string& attr, int64_t rank) {
   std::vector<int64_t> axes = n.attrs.ints(attr);
   for (int64_t& a : axes) a = normalize_axis(a, rank, attr);
@@ -439,6 +448,7 @@ constexpr std::array kOps = {
     OpSchema{"Concat", OpKind::kDataMovement, 1, kVariadic, concat},
     OpSchema{"Expand", OpKind::kDataMovement, 1, 1, expand},
     OpSchema{"Gather", OpKind::kDataMovement, 2, 2, gather},
+    OpSchema{"IfMerge", OpKind::kDataMovement, 3, 3, if_merge},
     OpSchema{"Pad", OpKind::kDataMovement, 1, 1, pad},
     OpSchema{"Reshape", OpKind::kDataMovement, 1, 1, reshape},
     OpSchema{"Resize", OpKind::kDataMovement, 1, 1, resize},

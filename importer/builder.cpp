@@ -31,6 +31,7 @@ int GraphBuilder::emit(const std::string& op, std::vector<int> inputs, Attribute
   node.op = op;
   node.inputs = std::move(inputs);
   node.attrs = std::move(attrs);
+  node.guards = guards_;
   std::vector<TensorType> types;
   bool all_constant = true;
   bool all_known = true;

@@ -6,6 +6,9 @@
 // It also tracks values known at import time without being constants (graph inputs whose value
 // the caller supplied, and small results computed only from those and constants): the node
 // stays in the graph, but lowering may specialize a data-dependent argument to the known value.
+//
+// Every node it emits takes the guards in force (core/graph.h): an If whose condition is known
+// only at run time imports each branch under a GuardScope.
 #pragma once
 
 #include <map>
@@ -58,6 +61,9 @@ class GraphBuilder {
     return it == producer_.end() ? nullptr : &g_.nodes()[it->second];
   }
 
+  // The guards every node emitted from now on takes, outermost first.
+  const std::vector<Guard>& guards() const { return guards_; }
+
   Graph& graph() { return g_; }
   const Value& value(int id) const { return g_.value(id); }
   size_t folded() const { return folded_; }
@@ -68,8 +74,22 @@ class GraphBuilder {
   std::map<int, DataExtent> extents_;
   std::map<int, std::vector<int>> sequences_;
   std::map<int, int> optionals_;
+  std::vector<Guard> guards_;
+  friend class GuardScope;
   std::map<int, size_t> producer_;
   size_t folded_ = 0;
+};
+
+// While it lives, the builder's nodes take one more guard (innermost).
+class GuardScope {
+ public:
+  GuardScope(GraphBuilder& b, Guard g) : b_(b) { b_.guards_.push_back(g); }
+  ~GuardScope() { b_.guards_.pop_back(); }
+  GuardScope(const GuardScope&) = delete;
+  GuardScope& operator=(const GuardScope&) = delete;
+
+ private:
+  GraphBuilder& b_;
 };
 
 }  // namespace fusetune::importer

@@ -77,10 +77,50 @@ int stack(GraphBuilder& b, const std::vector<int>& parts, int64_t axis, const st
   return b.emit("Concat", lifted, c, name + "/stack");
 }
 
+// An If whose condition is known only at run time: both branches imported, each under a guard on
+// the condition, and each output an IfMerge of the two branch results.
+std::vector<int> lower_runtime_if(const onnx::NodeProto& n, int cond, const Scope& scope, GraphBuilder& b,
+                                  const SubgraphImporter& import) {
+  const Value& c = b.value(cond);
+  check(c.dtype == DType::kBool && numel(c.shape) == 1, "input 0 ('", n.input(0), "', the condition) must be one bool, it is ",
+        dtype_name(c.dtype), " ", shape_str(c.shape));
+  std::vector<int> results[2];
+  for (const bool when : {true, false}) {
+    const char* attr = when ? "then_branch" : "else_branch";
+    const onnx::GraphProto* branch = graph_attr(n, attr);
+    check(branch != nullptr, "the ", attr, " subgraph is missing");
+    const GuardScope guarded(b, {cond, when});
+    std::vector<int>& outs = results[when ? 0 : 1];
+    outs = import(*branch, scope, {}, n.name() + (when ? "/then/" : "/else/"));
+    check(outs.size() == static_cast<size_t>(n.output_size()), "the ", attr, " has ", outs.size(), " outputs, the node ", n.output_size());
+  }
+  std::vector<int> merged;
+  for (int k = 0; k < n.output_size(); ++k) {
+    const int t = results[0][static_cast<size_t>(k)], e = results[1][static_cast<size_t>(k)];
+    for (const int v : {t, e}) {
+      check(!b.sequence_of(v) && !b.optional_of(v), "output ", k, " ('", n.output(k), "') is a ", b.sequence_of(v) ? "sequence" : "optional",
+            ": an If whose condition is known only at run time gives tensors (pin the condition with --input-value)");
+      check(!b.extents().count(v), "output ", k, " ('", n.output(k), "') has a size that depends on the data: an If whose condition",
+            " is known only at run time gives tensors of one shape (pin the condition with --input-value)");
+    }
+    const Value &tv = b.value(t), &ev = b.value(e);
+    check(tv.dtype == ev.dtype && tv.shape == ev.shape, "output ", k, " ('", n.output(k), "') is ", dtype_name(tv.dtype), " ",
+          shape_str(tv.shape), " from the then_branch and ", dtype_name(ev.dtype), " ", shape_str(ev.shape),
+          " from the else_branch: an If whose condition is known only at run time needs one type from both (pin the condition",
+          " with --input-value)");
+    merged.push_back(b.emit("IfMerge", {cond, t, e}, {}, n.name() + "/merge" + std::to_string(k)));
+  }
+  return merged;
+}
+
 std::vector<int> lower_if(const onnx::NodeProto& n, const std::vector<int>& ins, const Scope& scope, GraphBuilder& b,
                           const SubgraphImporter& import) {
   check_attributes(n, {"then_branch", "else_branch"});
-  const bool cond = known_scalar(n, b, ins, 0, "condition") != 0;
+  check(!ins.empty() && ins[0] != kNoValue, "the condition (input 0) is missing");
+  const Tensor* known = known_value(b, ins[0]);
+  if (known == nullptr) return lower_runtime_if(n, ins[0], scope, b, import);
+  check(known->numel() == 1, "input 0 (the condition) must hold one value, it has shape ", shape_str(known->shape()));
+  const bool cond = known->to_ints()[0] != 0;
   const onnx::GraphProto* branch = graph_attr(n, cond ? "then_branch" : "else_branch");
   check(branch != nullptr, "the ", cond ? "then_branch" : "else_branch", " subgraph is missing");
   std::vector<int> outs = import(*branch, scope, {}, n.name() + (cond ? "/then/" : "/else/"));

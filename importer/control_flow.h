@@ -1,9 +1,12 @@
 // Control flow: ONNX's If, Loop and Scan inlined into the graph being imported, their subgraphs
 // imported in place (the importer's node loop, through SubgraphImporter, with the enclosing
 // scopes' names visible).
-//   - If: its condition must be known at import (a constant, shape arithmetic, or a graph input
-//     whose value the import was given: ImportOptions::input_values); the branch it picks is
-//     imported, the other never read.
+//   - If: a condition known at import (a constant, shape arithmetic, or a graph input whose value
+//     the import was given: ImportOptions::input_values) picks the branch imported; the other is
+//     never read. A condition known only at run time (one bool) imports both branches, the nodes
+//     of each guarded by the condition (core/graph.h: the runtime runs the branch it picks), and
+//     each output becomes an IfMerge of the two branch results, which must have one dtype and
+//     shape (not a sequence, an optional or a value of data-dependent size).
 //   - Loop: the trip count and the condition must be known at import before each iteration (a
 //     body whose condition output is computed from data cannot be unrolled); the body is imported
 //     once per iteration (iteration number a constant), the loop-carried values threaded through,
@@ -15,8 +18,9 @@
 // Unrolling bounds the work: at most kMaxIterations iterations of one node.
 //
 // Takes a control-flow node, its inputs' value ids and the scope its subgraphs see. Guarantees:
-// ONNX's semantics for those cases; what cannot be decided at import (a condition or trip count
-// from data, a Scan of opset 8, sequences and optionals) is refused naming the node and the input.
+// ONNX's semantics for those cases; what cannot be decided at import (a Loop's trip count or
+// condition from data, a Scan of opset 8) and an If decided at run time whose branches give
+// different types are refused naming the node and the input or output.
 #pragma once
 
 #include <functional>

@@ -54,6 +54,7 @@ std::optional<Graph> tail_graph(const Graph& g, std::span<const int> nodes, int 
     if (!is_float(y.dtype) || y.shape != shape) return std::nullopt;
     Node copy = node;
     copy.inputs.clear();
+    copy.guards.clear();  // one group's nodes, all under the same guards
     for (int v : node.inputs) {
       if (mapped.count(v) != 0) {
         copy.inputs.push_back(mapped[v]);

@@ -36,9 +36,7 @@ class Partition {
     for (size_t n = 0; n < g.nodes().size(); ++n) {
       group_of_[n] = static_cast<int>(n);
       members_[n] = {static_cast<int>(n)};
-      for (int in : g.nodes()[n].inputs) {
-        if (in != kNoValue) consumers_[static_cast<size_t>(in)].push_back(static_cast<int>(n));
-      }
+      for (int in : reads(g.nodes()[n])) consumers_[static_cast<size_t>(in)].push_back(static_cast<int>(n));
     }
     for (int o : g.outputs()) graph_output_.insert(o);
   }
@@ -72,6 +70,8 @@ class Partition {
   // group) and leaves the group one sink: a single node whose result no other member reads, the
   // node the group's tiles are computed for.
   bool can_merge(int a, int b) const {
+    // A group runs under one set of guards (the branch of an If decided at run time it belongs to).
+    if (g_.nodes()[static_cast<size_t>(members(a)[0])].guards != g_.nodes()[static_cast<size_t>(members(b)[0])].guards) return false;
     if (reaches_through_other(a, b) || reaches_through_other(b, a)) return false;
     std::set<int> both(members(a).begin(), members(a).end());
     both.insert(members(b).begin(), members(b).end());
@@ -369,10 +369,11 @@ void describe_group(const Graph& g, FusionGroup& group) {
   std::set<int> outside_uses;
   for (size_t k = 0; k < g.nodes().size(); ++k) {
     if (in_group.count(static_cast<int>(k))) continue;
-    for (int in : g.nodes()[k].inputs) {
+    for (int in : reads(g.nodes()[k])) {
       if (produced.count(in)) outside_uses.insert(in);
     }
   }
+  group.guards = group.nodes.empty() ? std::vector<Guard>{} : g.nodes()[static_cast<size_t>(group.nodes[0])].guards;
   for (int o : g.outputs()) {
     if (produced.count(o)) outside_uses.insert(o);
   }
@@ -402,6 +403,12 @@ void describe_group(const Graph& g, FusionGroup& group) {
   }
 }
 
+std::vector<int> group_reads(const FusionGroup& group) {
+  std::vector<int> out = group.inputs;
+  for (const Guard& gd : group.guards) out.push_back(gd.cond);
+  return out;
+}
+
 int FusionPlan::launches() const {
   std::set<int> ids;
   for (const FusionGroup& gr : groups) ids.insert(gr.launch);
@@ -427,7 +434,7 @@ FusionPlan finish(const Graph& g, const Partition& p) {
   std::vector<std::set<size_t>> deps(ng);
   const std::vector<int> prod = g.producers();
   for (size_t k = 0; k < ng; ++k) {
-    for (int in : plan.groups[k].inputs) {
+    for (int in : group_reads(plan.groups[k])) {
       if (prod[static_cast<size_t>(in)] >= 0) deps[k].insert(index.at(p.group(prod[static_cast<size_t>(in)])));
     }
   }
@@ -467,7 +474,7 @@ void pack_launches(const Graph& g, FusionPlan& plan, const FusionOptions& opt, c
   // depth: a group can share a launch with another of the same depth (no path between them).
   std::vector<int> depth(plan.groups.size(), 0);
   for (size_t k = 0; k < plan.groups.size(); ++k) {
-    for (int in : plan.groups[k].inputs) {
+    for (int in : group_reads(plan.groups[k])) {
       if (auto it = group_of_value.find(in); it != group_of_value.end()) depth[k] = std::max(depth[k], depth[it->second] + 1);
     }
   }
@@ -490,6 +497,7 @@ void pack_launches(const Graph& g, FusionPlan& plan, const FusionOptions& opt, c
     for (size_t b = a + 1; b < plan.groups.size(); ++b) {
       if (depth[a] != depth[b] || plan.groups[b].launch != static_cast<int>(b)) continue;
       if ((a < solo.size() && solo[a]) || (b < solo.size() && solo[b])) continue;
+      if (plan.groups[a].guards != plan.groups[b].guards) continue;  // a launch runs under one set of guards
       const bool siblings = has_contraction(plan.groups[a]) && has_contraction(plan.groups[b]) &&
                             first_nonconst_input(plan.groups[a]) != kNoValue &&
                             first_nonconst_input(plan.groups[a]) == first_nonconst_input(plan.groups[b]);

@@ -22,6 +22,9 @@
 //      attention.h: attention at any length, tiled by flash attention);
 //   4. packing: independent groups that read the same input (sibling projections) or are small
 //      are packed into one launch.
+// Nodes merge, and groups pack, only under the same guards (core/graph.h): a launch runs one
+// branch of an If decided at run time, or none. A group depends on the groups producing its
+// guards' conditions as on those producing its inputs.
 // Each merge is refused when it would create a cycle between groups, when it would put a
 // ScatterND with a node computing its indices or updates (the scatter reads them from memory),
 // and, when a cost function is given, when the merged group would cost more than its parts.
@@ -56,7 +59,11 @@ struct FusionGroup {
   std::vector<int> outputs;  // values used outside the group or graph outputs
   std::string pattern;       // e.g. "MatMul+Add+Erf", named after the anchor and the ops around it
   int launch = 0;            // groups with the same launch id run in one packed launch
+  std::vector<Guard> guards;  // its nodes' (all alike): the group runs when they hold
 };
+
+// What a group reads before it runs: its inputs, then its guards' conditions.
+std::vector<int> group_reads(const FusionGroup& group);
 
 struct FusionPlan {
   std::vector<FusionGroup> groups;

@@ -226,6 +226,14 @@ void describe_movement(const Graph& g, const Node& n, TensorExpr& e) {
       e.accesses.push_back(a);
       offset += in_shape(g, n, k)[axis];
     }
+  } else if (op == "IfMerge") {
+    // The condition, then the two branch results, each read only when the condition picks it.
+    e.accesses.push_back(broadcast_access(in, r, 0));
+    for (int k : {1, 2}) {
+      Access a = identity_access(r, k);
+      a.guarded = true;
+      e.accesses.push_back(a);
+    }
   } else if (op == "Slice") {
     const auto starts = n.attrs.ints("starts");
     const auto steps = n.attrs.ints("steps");

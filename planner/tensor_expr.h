@@ -7,7 +7,7 @@
 // reads x[o] and x[o with the axis replaced by r]). Guarantees: for every variable assignment
 // inside the iteration space, each access's index lies inside the input, or the access is
 // `guarded` (Conv/pool/Pad padding, Concat parts: out-of-range reads yield a fill value and touch
-// no memory). Classification and tile propagation below are derived from these maps only.
+// no memory; IfMerge's branch results: read only when the condition picks them). Classification and tile propagation below are derived from these maps only.
 #pragma once
 
 #include <string>

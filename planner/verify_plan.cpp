@@ -69,8 +69,7 @@ void verify_groups(const Graph& g, const Groups& groups, int n_launches) {
   // What other groups and the graph's outputs read of each group.
   std::vector<std::set<int>> read_outside(n_groups);
   for (size_t n = 0; n < n_nodes; ++n) {
-    for (int in : g.nodes()[n].inputs) {
-      if (in == kNoValue) continue;
+    for (int in : reads(g.nodes()[n])) {  // a guard's condition too
       const int owner = group_of_value[static_cast<size_t>(in)];
       if (owner >= 0 && owner != group_of_node[n]) read_outside[static_cast<size_t>(owner)].insert(in);
     }
@@ -110,8 +109,18 @@ void verify_groups(const Graph& g, const Groups& groups, int n_launches) {
         fail("plan: boundary: ", group_name(groups, k), " exports ", value_name(g, v), ", which nothing outside it reads");
       }
     }
+    // guards: one set for the group, its conditions written before it runs
+    for (int n : fg.nodes) {
+      if (g.nodes()[static_cast<size_t>(n)].guards != fg.guards) {
+        fail("plan: guards: ", group_name(groups, k), " holds node '", g.nodes()[static_cast<size_t>(n)].name, "' of other guards");
+      }
+    }
+    std::set<int> before = reads;
+    for (const Guard& gd : fg.guards) {
+      if (group_of_value[static_cast<size_t>(gd.cond)] != static_cast<int>(k)) before.insert(gd.cond);
+    }
     // order
-    for (int v : reads) {
+    for (int v : before) {
       const int owner = group_of_value[static_cast<size_t>(v)];
       if (owner < 0) continue;
       const FusionGroup& writer = *groups[static_cast<size_t>(owner)];

@@ -8,8 +8,10 @@
 //   partition: every node of the graph is in exactly one group; a group's nodes are in graph
 //     order and there is at least one;
 //   boundary: a group's inputs are exactly the values its nodes read from outside it, and its
-//     outputs exactly the values it computes that another group reads or the graph returns;
-//   order: a group reads the values of other groups only from groups before it in the plan and
+//     outputs exactly the values it computes that another group reads (as an input or as a
+//     guard's condition) or the graph returns;
+//   guards: every node of a group has the group's guards (core/graph.h);
+//   order: a group reads the values (inputs, and its guards' conditions) of other groups only from groups before it in the plan and
 //     from launches with a smaller id (launches run in id order; groups packed into one launch
 //     read nothing of each other), and the launch ids are 0 .. launches - 1;
 //   choice: each group has candidates and its chosen one exists and is valid.

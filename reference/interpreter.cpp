@@ -19,18 +19,29 @@ std::vector<Tensor> run_graph(const Graph& g, std::span<const Tensor> inputs, co
           shape_str(inputs[i].shape()));
     live[static_cast<size_t>(g.inputs()[i])] = std::make_shared<const Tensor>(inputs[i]);
   }
-  // Last node that reads each value; graph outputs are never freed.
+  // Last node that reads each value (an input, or a guard's condition); graph outputs are never
+  // freed.
   std::vector<int> last_use(g.values().size(), -1);
   for (size_t n = 0; n < g.nodes().size(); ++n) {
     for (int in : g.nodes()[n].inputs) {
       if (in != kNoValue) last_use[static_cast<size_t>(in)] = static_cast<int>(n);
     }
+    for (const Guard& gd : g.nodes()[n].guards) last_use[static_cast<size_t>(gd.cond)] = static_cast<int>(n);
   }
   for (int o : g.outputs()) last_use[static_cast<size_t>(o)] = static_cast<int>(g.nodes().size());
+  const auto cond_value = [&](int v) {
+    check(live[static_cast<size_t>(v)] != nullptr, "the condition '", g.value(v).name, "' is read before it is computed");
+    return live[static_cast<size_t>(v)]->to_ints().at(0) != 0;
+  };
   for (size_t n = 0; n < g.nodes().size(); ++n) {
     const Node& node = g.nodes()[n];
+    // A node of a branch that does not run computes nothing; an IfMerge reads only the branch
+    // result its condition picks (the other is never computed), passed for both.
+    const bool runs = guards_hold(node.guards, cond_value);
+    std::vector<int> reads = node.inputs;
+    if (runs && node.op == "IfMerge") reads[cond_value(reads[0]) ? 2 : 1] = reads[cond_value(reads[0]) ? 1 : 2];
     std::vector<const Tensor*> args;
-    for (int in : node.inputs) {
+    for (int in : runs ? reads : std::vector<int>{}) {
       if (in == kNoValue) {
         args.push_back(nullptr);
         continue;
@@ -39,11 +50,15 @@ std::vector<Tensor> run_graph(const Graph& g, std::span<const Tensor> inputs, co
             "' before it is computed");
       args.push_back(live[static_cast<size_t>(in)].get());
     }
-    std::vector<Tensor> outs = run_node(node, args);
-    for (size_t o = 0; o < outs.size(); ++o) {
-      live[static_cast<size_t>(node.outputs[o])] = std::make_shared<const Tensor>(std::move(outs[o]));
+    if (runs) {
+      std::vector<Tensor> outs = run_node(node, args);
+      for (size_t o = 0; o < outs.size(); ++o) {
+        live[static_cast<size_t>(node.outputs[o])] = std::make_shared<const Tensor>(std::move(outs[o]));
+      }
     }
-    for (int in : node.inputs) {
+    std::vector<int> read_here = node.inputs;
+    for (const Guard& gd : node.guards) read_here.push_back(gd.cond);
+    for (int in : read_here) {
       if (in != kNoValue && last_use[static_cast<size_t>(in)] == static_cast<int>(n) && !g.value(in).is_constant()) {
         live[static_cast<size_t>(in)].reset();
       }

@@ -2,7 +2,9 @@
 //
 // Takes the graph and one tensor per graph input (in graph-input order, matching dtype and shape);
 // returns one tensor per graph output. Intermediates are freed after their last use, so peak memory
-// stays near the live set. `progress`, when set, is called after each node (done, total).
+// stays near the live set. A guarded node runs only when its guards hold (core/graph.h): the
+// branch an If's run-time condition does not pick computes nothing, and its IfMerge reads the
+// other. `progress`, when set, is called after each node (done, total).
 #pragma once
 
 #include <functional>

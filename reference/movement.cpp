@@ -195,6 +195,8 @@ void run_data_movement(const Node& node, std::span<const Tensor* const> in, Tens
     run_scatter_nd(node, *in[0], *in[1], *in[2], out);
   } else if (op == "Resize") {
     run_resize(node, *in[0], out);
+  } else if (op == "IfMerge") {
+    out = *in[in[0]->to_ints().at(0) != 0 ? 1 : 2];
   } else {
     fail("no reference kernel");
   }

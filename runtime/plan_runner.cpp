@@ -1,9 +1,11 @@
 #include "runtime/plan_runner.h"
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <utility>
 
@@ -73,7 +75,39 @@ struct PlanRunner::State {
   std::vector<int> input_ids, output_ids;
   std::vector<TensorSpec> inputs, outputs;
   size_t launches = 0;
-  std::unique_ptr<backend::Sequence> sequence;  // after the buffers: it holds them bound
+  std::set<int> conditions;  // buffer ids the launches' guards read: never bound to a caller's memory
+  // The launches cut where their guards change (an If's branch decided at run time): each part
+  // runs when its guards hold; the first and last hold none (they move the inputs in and the
+  // outputs out, and may be empty). One part, unguarded, for a plan without such an If.
+  struct Segment {
+    std::vector<std::pair<int, bool>> when;  // (condition buffer, the value it must hold), in order
+    std::unique_ptr<backend::Sequence> sequence;
+  };
+  std::vector<Segment> segments;  // after the buffers: their sequences hold them bound
+
+  void bind(backend::Buffer* b, void* address) {
+    for (Segment& seg : segments) seg.sequence->bind(b, address);
+  }
+  // One run of the segments whose guards hold, each condition read once (after the segments
+  // before it have finished, as Sequence::run returns).
+  void run_segments(const std::vector<backend::Transfer>& in, const std::vector<backend::Transfer>& out) {
+    std::map<int, bool> read;
+    const auto cond_value = [&](int id) {
+      auto it = read.find(id);
+      if (it == read.end()) {
+        unsigned char byte = 0;
+        buffers.at(static_cast<size_t>(id))->download(&byte, 1);
+        it = read.emplace(id, byte != 0).first;
+      }
+      return it->second;
+    };
+    for (size_t k = 0; k < segments.size(); ++k) {
+      const Segment& seg = segments[k];
+      const bool holds = std::all_of(seg.when.begin(), seg.when.end(), [&](const auto& w) { return cond_value(w.first) == w.second; });
+      if (!holds) continue;
+      seg.sequence->run(k == 0 ? in : std::vector<backend::Transfer>{}, k + 1 == segments.size() ? out : std::vector<backend::Transfer>{});
+    }
+  }
 };
 
 PlanRunner::PlanRunner(const Bundle& bundle, backend::Backend& backend) : s_(std::make_unique<State>()) {
@@ -117,14 +151,25 @@ PlanRunner::PlanRunner(const Bundle& bundle, backend::Backend& backend) : s_(std
     }
     for (const json& id : m.at("inputs")) s_->input_ids.push_back(id.get<int>());
     for (const json& id : m.at("outputs")) s_->output_ids.push_back(id.get<int>());
-    std::vector<backend::Step> steps;
+    std::vector<std::pair<std::vector<std::pair<int, bool>>, std::vector<backend::Step>>> parts = {{{}, {}}};
     for (const json& l : m.at("launches")) {
       backend::Step step{l.at("kernel").get<std::string>(), {}};
       for (const json& a : l.at("args")) step.args.push_back(s_->buffers.at(a.get<size_t>()).get());
-      steps.push_back(std::move(step));
+      std::vector<std::pair<int, bool>> when;
+      for (const json& w : l.value("when", json::array())) {
+        const int id = w.at("buffer").get<int>();
+        check(id >= 0 && static_cast<size_t>(id) < s_->specs.size() && s_->specs[static_cast<size_t>(id)].dtype == DType::kBool &&
+                  numel(s_->specs[static_cast<size_t>(id)].shape) == 1,
+              "manifest: launch '", step.kernel, "' is guarded by buffer ", id, ", which is not one bool");
+        when.emplace_back(id, w.at("equals").get<bool>());
+        s_->conditions.insert(id);
+      }
+      if (when != parts.back().first) parts.push_back({when, {}});
+      parts.back().second.push_back(std::move(step));
+      ++s_->launches;
     }
-    s_->launches = steps.size();
-    s_->sequence = s_->module->prepare(std::move(steps));
+    if (parts.size() > 1 && !parts.back().first.empty()) parts.push_back({{}, {}});
+    for (auto& [when, steps] : parts) s_->segments.push_back({when, s_->module->prepare(std::move(steps))});
   } catch (const json::exception& e) {
     fail("plan manifest: ", e.what());
   }
@@ -155,7 +200,9 @@ PlanRunner::~PlanRunner() = default;
 const std::vector<TensorSpec>& PlanRunner::inputs() const { return s_->inputs; }
 const std::vector<TensorSpec>& PlanRunner::outputs() const { return s_->outputs; }
 size_t PlanRunner::launches() const { return s_->launches; }
-bool PlanRunner::cuda_graph() const { return s_->sequence->cuda_graph(); }
+bool PlanRunner::cuda_graph() const {
+  return std::all_of(s_->segments.begin(), s_->segments.end(), [](const State::Segment& seg) { return seg.sequence->cuda_graph(); });
+}
 
 std::vector<Tensor> PlanRunner::run(const std::vector<Tensor>& inputs) {
   check(inputs.size() == s_->inputs.size(), "the plan takes ", s_->inputs.size(), " inputs, ", inputs.size(), " were given");
@@ -223,10 +270,11 @@ void PlanRunner::run(const std::vector<const void*>& inputs, const std::vector<v
     backend::Buffer* b = s_->buffers[static_cast<size_t>(s_->input_ids[i])].get();
     // An input that is also an output stays in the plan's buffer: the output is copied from it.
     const bool returned = times(s_->output_ids, s_->input_ids[i]) > 0;
-    if (!returned && bindable(i)) {
-      s_->sequence->bind(b, const_cast<void*>(inputs[i]));
+    // A condition is read from the plan's own buffer.
+    if (!returned && !s_->conditions.count(s_->input_ids[i]) && bindable(i)) {
+      s_->bind(b, const_cast<void*>(inputs[i]));
     } else {
-      s_->sequence->bind(b, nullptr);
+      s_->bind(b, nullptr);
       if (bytes_of(i) > 0) in.push_back({b, const_cast<void*>(inputs[i]), bytes_of(i), device});
     }
   }
@@ -234,20 +282,30 @@ void PlanRunner::run(const std::vector<const void*>& inputs, const std::vector<v
     const int id = s_->output_ids[k];
     backend::Buffer* b = s_->buffers[static_cast<size_t>(id)].get();
     // Bound: an output a launch writes (not a constant, not an input passed through), listed once.
-    const bool may_bind = times(s_->input_ids, id) == 0 && !s_->constant[static_cast<size_t>(id)] && times(s_->output_ids, id) == 1;
+    const bool may_bind = times(s_->input_ids, id) == 0 && !s_->constant[static_cast<size_t>(id)] && times(s_->output_ids, id) == 1 &&
+                          !s_->conditions.count(id);
     if (may_bind && bindable(inputs.size() + k)) {
-      s_->sequence->bind(b, outputs[k]);
+      s_->bind(b, outputs[k]);
     } else {
-      if (may_bind) s_->sequence->bind(b, nullptr);
+      if (may_bind) s_->bind(b, nullptr);
       if (bytes_of(inputs.size() + k) > 0) out.push_back({b, outputs[k], bytes_of(inputs.size() + k), device});
     }
   }
-  s_->sequence->run(in, out);
+  s_->run_segments(in, out);
 }
 
 std::vector<double> PlanRunner::time_runs(int n) {
   check(n > 0, "time_runs: the number of runs must be positive");
-  return s_->sequence->time_runs(n);
+  if (s_->segments.size() == 1) return s_->segments[0].sequence->time_runs(n);
+  // Branches decided at run time: each run reads its conditions between segments, so runs are
+  // timed one by one on the steady clock.
+  std::vector<double> us;
+  for (int i = 0; i < n; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    s_->run_segments({}, {});
+    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return us;
 }
 
 std::map<std::string, simt::Counters> PlanRunner::counters() const { return s_->module->counters(); }

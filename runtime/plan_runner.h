@@ -8,6 +8,10 @@
 // it was). A cubin newer than the GPU's driver is refused before the driver is asked to load it,
 // with what to do (cubin_driver_problem). run() binds inputs (in the manifest's input order, dtype and shape checked), runs the
 // sequence and returns the outputs. Errors name the bundle field or input at fault.
+// Launches with a `when` (an If's branch whose condition is known only at run time) cut the
+// sequence into parts, each prepared on its own (a CUDA graph each): a run reads each condition
+// from its buffer once, when the part that needs it comes (on a GPU, after the parts before have
+// finished: one synchronization per part), and runs only the parts whose conditions hold.
 //
 // select_backend picks the backend a plan runs on: "cuda" or "cuda:N" (the first GPU, or the N-th
 // the driver reports; an error saying why when it is not usable), "host", or "auto" (CUDA on the
@@ -70,7 +74,8 @@ class PlanRunner {
   // the last run's memory.
   void run(const std::vector<const void*>& inputs, const std::vector<void*>& outputs, bool device);
   // After a run(): n more runs on the same inputs, back to back, each run's time in microseconds
-  // (backend::Sequence::time_runs: device events on a GPU, the steady clock on the host).
+  // (backend::Sequence::time_runs: device events on a GPU, the steady clock on the host; the
+  // steady clock around each run for a plan whose branches are decided at run time).
   std::vector<double> time_runs(int n);
   // What each kernel did to memory over the runs so far (counted on the host backend; empty on
   // a GPU), by kernel name.

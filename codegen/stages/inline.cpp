@@ -35,6 +35,19 @@ std::string inline_node(LoweringContext& cx, const Node& n, const std::vector<st
     }
     return name;
   }
+  if (n.op == "IfMerge") {
+    // Only the branch result the condition picks is read: the other branch did not run.
+    const std::string c = cx.value(n.inputs[0], cx.index_of(e.accesses[0], idx));
+    const std::string name = "v" + std::to_string(cx.next_local());
+    cx.cur().push_back(let(compute_ctype(dt), name, is_float(dt) ? "0.0f" : "0"));
+    Block picked[2];
+    for (size_t k = 1; k <= 2; ++k) {
+      const Access& a = e.accesses[k];
+      cx.with_block(picked[k - 1], [&] { cx.cur().push_back(assign(name, cx.value(n.inputs[static_cast<size_t>(a.input)], cx.index_of(a, idx)))); });
+    }
+    cx.cur().push_back(if_then(c + " != 0", picked[0], picked[1]));
+    return name;
+  }
   if (n.op == "Gather") {
     const Access& data = e.accesses[0];
     const int ids = n.inputs[1];

@@ -587,7 +587,8 @@ TEST(Import, DftAndStftRefuseWhatTheyCannotMean) {
 }
 
 // If, Loop and Scan are inlined: an If on a condition known at import (a constant, or an input
-// whose value is given) imports the branch it picks, whose nodes read a value of the enclosing
+// whose value is given) imports the branch it picks (an If decided at run time plans both and is
+// pinned here; tests/unit/test_runtime_if.cpp runs it unpinned), whose nodes read a value of the enclosing
 // graph produced by a node listed after the If; a Scan (reverse, states and a scan output) and a
 // Loop (trip count, carried value, scan output) unroll; what is only known from data is refused
 // naming the node and the input.
@@ -613,8 +614,9 @@ TEST(Import, IfLoopAndScanAreInlined) {
         reference::run_graph(g, std::vector<Tensor>{opt.input_values["c"], x})[0].to_floats();
     EXPECT_EQ(got, cond ? std::vector<float>({4, 16, 36}) : std::vector<float>({-2, 4, -6})) << "cond " << cond;
   }
-  testing::expect_refused(b, "choose", "input 0 ('c', the condition) is not known at import");
-  // `fusetune compile --input-value` pins the condition; the plan then runs that branch.
+  // `fusetune compile --input-value` pins the condition: the plan holds the branch it picks and
+  // nothing is decided at run time. Unpinned, both branches are planned and the runtime picks
+  // (tests/unit/test_runtime_if.cpp).
   testing::TestDir dir("if");
   b.write(dir / "model.onnx");
   std::filesystem::create_directories(dir / "data");
@@ -623,16 +625,18 @@ TEST(Import, IfLoopAndScanAreInlined) {
   importer::write_tensor_file(dir / "data" / "input_0.pb", "c", yes);
   importer::write_tensor_file(dir / "data" / "input_1.pb", "x", x);
   importer::write_tensor_file(dir / "data" / "output_0.pb", "y", Tensor::from_floats(DType::kF32, {3}, std::vector<float>{4, 16, 36}));
-  const std::string model = (dir / "model.onnx").string(), plan = (dir / "plan").string();
-  const testing::Outcome unpinned = testing::run_cli("compile '" + model + "' --device h100 --out '" + plan + "'");
-  EXPECT_NE(unpinned.exit_code, 0) << unpinned.output;
-  EXPECT_NE(unpinned.output.find("is not known at import"), std::string::npos) << unpinned.output;
-  const testing::Outcome pinned =
-      testing::run_cli("compile '" + model + "' --device h100 --out '" + plan + "' --input-value 'c=" + (dir / "c.pb").string() + "'");
-  ASSERT_EQ(pinned.exit_code, 0) << pinned.output;
-  const testing::Outcome ran = testing::run_cli("run '" + plan + "' --inputs '" + (dir / "data").string() + "'");
-  EXPECT_EQ(ran.exit_code, 0) << ran.output;
-  EXPECT_NE(ran.output.find("outputs: 1 match, 0 differ"), std::string::npos) << ran.output;
+  const std::string model = (dir / "model.onnx").string();
+  for (const bool pin : {false, true}) {
+    const std::string plan = (dir / (pin ? "pinned" : "unpinned")).string();
+    const testing::Outcome compiled = testing::run_cli("compile '" + model + "' --device h100 --out '" + plan + "'" +
+                                                       (pin ? " --input-value 'c=" + (dir / "c.pb").string() + "'" : ""));
+    ASSERT_EQ(compiled.exit_code, 0) << compiled.output;
+    const std::string manifest = read_file(std::filesystem::path(plan) / "manifest.json", "manifest");
+    EXPECT_EQ(manifest.find("\"when\"") == std::string::npos, pin) << manifest;
+    const testing::Outcome ran = testing::run_cli("run '" + plan + "' --inputs '" + (dir / "data").string() + "'");
+    EXPECT_EQ(ran.exit_code, 0) << ran.output;
+    EXPECT_NE(ran.output.find("outputs: 1 match, 0 differ"), std::string::npos) << ran.output;
+  }
   // Scan, reverse: running sums of the rows from the last, and each step's sum.
   OnnxBuilder scan_body;
   scan_body.input("acc", kFloat, {2}).input("row", kFloat, {2}).output("acc_out", kFloat, {2}).output("each", kFloat, {2});

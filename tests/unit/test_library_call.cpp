@@ -92,7 +92,7 @@ TEST(LibraryCall, MatchesTheGemmEpiloguePatternsAndNothingElse) {
     const int b = random_constant(g, "b", DType::kF32, {3, 5}, 1);
     const int col = random_constant(g, "col", DType::kF32, {4, 1}, 2);
     g.outputs() = {add_op(g, "Add", {add_op(g, "MatMul", {a, b}), col})};
-    planner::FusionGroup grp{{0, 1}, {}, {}, "", 0};
+    planner::FusionGroup grp{{0, 1}, {}, {}, "", 0, {}};
     planner::describe_group(g, grp);
     EXPECT_FALSE(planner::match_library_call(g, grp).has_value()) << "bias along m";
   }
@@ -103,7 +103,7 @@ TEST(LibraryCall, MatchesTheGemmEpiloguePatternsAndNothingElse) {
     Attributes perm;
     perm.set("perm", std::vector<int64_t>{1, 0});
     g.outputs() = {add_op(g, "MatMul", {add_op(g, "Transpose", {a}, perm), b})};
-    planner::FusionGroup grp{{0, 1}, {}, {}, "", 0};
+    planner::FusionGroup grp{{0, 1}, {}, {}, "", 0, {}};
     planner::describe_group(g, grp);
     EXPECT_FALSE(planner::match_library_call(g, grp).has_value()) << "a transposed operand inside the group";
   }
@@ -114,7 +114,7 @@ TEST(LibraryCall, MatchesTheGemmEpiloguePatternsAndNothingElse) {
     const int y = add_op(g, "MatMul", {a, b});
     const int r = add_op(g, "Relu", {y});
     g.outputs() = {y, r};
-    planner::FusionGroup grp{{0, 1}, {}, {}, "", 0};
+    planner::FusionGroup grp{{0, 1}, {}, {}, "", 0, {}};
     planner::describe_group(g, grp);
     EXPECT_FALSE(planner::match_library_call(g, grp).has_value()) << "the product is exported too";
   }

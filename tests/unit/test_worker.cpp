@@ -68,7 +68,7 @@ TEST_P(WireMask, AnAdditiveMaskTravelsAsItIs) {
   for (size_t i = 32; i < mask_values.size(); ++i) mask_values[i] = GetParam();
   const int mask = g.add_constant("mask", Tensor::from_floats(DType::kF16, {64}, mask_values));
   g.outputs() = {testing::add_op(g, "Softmax", {testing::add_op(g, "Add", {x, mask})})};
-  planner::FusionGroup all{{0, 1}, {}, {}, "", 0};
+  planner::FusionGroup all{{0, 1}, {}, {}, "", 0, {}};
   planner::describe_group(g, all);
   const wire::Subgraph sub = wire::to_subgraph(g, all);
   bool seen = false;
@@ -107,7 +107,7 @@ TEST(Wire, WeightsStayHomeAndEveryReceiverDrawsTheSameValues) {
   const int m = testing::add_op(g, "Add", {s, mask});
   const int out = testing::add_op(g, "Gather", {m, indices}, testing::attrs({{"axis", int64_t{0}}}));
   g.outputs() = {out};
-  planner::FusionGroup all{{0, 1, 2, 3, 4}, {}, {}, "", 0};
+  planner::FusionGroup all{{0, 1, 2, 3, 4}, {}, {}, "", 0, {}};
   planner::describe_group(g, all);
   const wire::Subgraph sub = wire::to_subgraph(g, all);
   std::map<std::string, const wire::ValueDef*> by_name;
@@ -192,7 +192,7 @@ struct AddTask {
     const int b = testing::add_input(g, "b", DType::kF32, {37});
     const int c = testing::add_op(g, "Add", {a, b});
     g.outputs() = {c};
-    planner::FusionGroup add{{0}, {}, {}, "", 0};
+    planner::FusionGroup add{{0}, {}, {}, "", 0, {}};
     planner::describe_group(g, add);
     *request.mutable_graph() = wire::to_subgraph(g, add);
     wire::Policy& p = *request.mutable_policy();
