@@ -12,6 +12,8 @@
 #pragma once
 
 #include <map>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -41,6 +43,23 @@ class GraphBuilder {
   // importer/lower_data_sized.h set them; importer/data_extent.h carries them to the outputs).
   void set_extent(int id, DataExtent e) { extents_[id] = e; }
   const std::map<int, DataExtent>& extents() const { return extents_; }
+  // Bounds the user set for outputs of data-dependent size, by the outputs' ONNX names
+  // (ImportOptions::output_bounds); bound_for gives one (recording that it was asked for),
+  // unused_bounds those nothing asked for.
+  void set_bounds(std::map<std::string, int64_t> bounds) { bounds_ = std::move(bounds); }
+  std::optional<int64_t> bound_for(const std::string& name) {
+    auto it = bounds_.find(name);
+    if (it == bounds_.end()) return std::nullopt;
+    used_bounds_.insert(name);
+    return it->second;
+  }
+  std::vector<std::string> unused_bounds() const {
+    std::vector<std::string> out;
+    for (const auto& [name, bound] : bounds_) {
+      if (!used_bounds_.count(name)) out.push_back(name);
+    }
+    return out;
+  }
   // Import-time sequences and optionals (importer/sequences.h): a placeholder value (no dtype,
   // never read by a canonical node) standing for a list of tensor value ids, or for an optional
   // that holds one value (kNoValue: empty). *_of give what a value stands for, nullptr for one that
@@ -75,6 +94,8 @@ class GraphBuilder {
   std::map<int, std::vector<int>> sequences_;
   std::map<int, int> optionals_;
   std::vector<Guard> guards_;
+  std::map<std::string, int64_t> bounds_;
+  std::set<std::string> used_bounds_;
   friend class GuardScope;
   std::map<int, size_t> producer_;
   size_t folded_ = 0;

@@ -278,7 +278,12 @@ ImportedModel import_model(const onnx::ModelProto& m, const fs::path& base_dir, 
     for (int v : graph.inputs()) known = known || graph.value(v).name == name;
     check(known, "--shape names '", name, "', which is not an input of the model");
   }
+  b.set_bounds(opt.output_bounds);
   import_nodes(g, ids, b, opset, base_dir, "");
+  if (const std::vector<std::string> unused = b.unused_bounds(); !unused.empty()) {
+    fail("a bound is set for '", unused.front(), "', which is no output of data-dependent size in the model (NonMaxSuppression's",
+         " selected_indices, Unique's outputs, NonZero of run-time data)");
+  }
   for (const auto& vi : g.output()) {
     auto it = ids.find(vi.name());
     require_tensor(vi, "graph output");

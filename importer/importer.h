@@ -29,6 +29,11 @@ struct ImportOptions {
   // data-dependent argument (a Reshape's shape, Resize's scales, ...) from one of them
   // specializes to the value given here, as `run` does with the data it is handed.
   std::map<std::string, Tensor> input_values;
+  // Bounds on outputs of data-dependent size (NonMaxSuppression's selections, Unique's values,
+  // NonZero's indices), by the output's ONNX name: the padded buffer keeps at most that many
+  // entries where the shapes allow more (importer/lower_data_sized.h). A name that is no such
+  // output is an error.
+  std::map<std::string, int64_t> output_bounds = {};
   // Fold per-channel affines into the convolutions before them (importer/fold_conv_affine.h) as
   // the last step; the compiler's pipeline runs that as a pass of its own (compiler/pipeline.h).
   bool fold_affines = true;

@@ -75,6 +75,7 @@ class NodeLowering {
   const std::vector<int>& outputs() const { return outputs_; }
   size_t output_count() const { return static_cast<size_t>(proto_.output_size()); }
   bool output_used(size_t k) const { return k < output_count() && !proto_.output(static_cast<int>(k)).empty(); }
+  const std::string& output_name(size_t k) const { return proto_.output(static_cast<int>(k)); }
 
   GraphBuilder& builder() { return b_; }
 

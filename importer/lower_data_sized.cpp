@@ -1,5 +1,7 @@
 #include "importer/lower_data_sized.h"
 
+#include <optional>
+
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -49,16 +51,26 @@ int exclusive_prefix_count(NodeLowering& L, int flags, int64_t n) {
   return slice_axis(L, counts, 0, 0, n);
 }
 
+// The entries output k keeps along its axis of data-dependent size: the bound the shapes give
+// (`derived`), or a smaller one the user set for it by name (ImportOptions::output_bounds).
+int64_t kept(NodeLowering& L, size_t k, int64_t derived) {
+  const std::string& name = L.output_name(k);
+  const std::optional<int64_t> user = L.builder().bound_for(name);
+  if (!user) return derived;
+  check(*user >= 1, "the bound ", *user, " set for output ", k, " ('", name, "') must be at least 1");
+  return std::min(derived, *user);
+}
+
 // A ScatterND of `rows` ([n, ...]) into zeros of [2n, ...] at `target` ([n] int64: a position
-// below n for data, n + i otherwise), its first n rows.
-int compact(NodeLowering& L, int rows, int target, int64_t n) {
+// below n for data, n + i otherwise), its first `keep` rows (at most n).
+int compact(NodeLowering& L, int rows, int target, int64_t n, int64_t keep) {
   Shape zeros = L.builder().value(rows).shape;
   zeros[0] = 2 * n;
   Attributes none;
   none.set("reduction", std::string("none"));
   const int scattered =
       L.emit("ScatterND", {L.constant(Tensor(L.builder().value(rows).dtype, zeros)), L.reshape(target, {n, 1}), rows}, none);
-  return slice_axis(L, scattered, 0, 0, n);
+  return slice_axis(L, scattered, 0, 0, keep);
 }
 
 // Where(data, position, n + i): the target of compact() for flags `data` ([n] bool).
@@ -178,7 +190,7 @@ void non_max_suppression(NodeLowering& L) {
   cat.set("axis", int64_t{3});
   const int triples = L.reshape(L.emit("Concat", {batch_class, L.reshape(S, {B, C, K, 1})}, cat), {rows, 3});
   const int data = L.reshape(cast_to(L, V, DType::kBool), {rows});
-  const int out = compact(L, triples, targets(L, data, position, rows), rows);
+  const int out = compact(L, triples, targets(L, data, position, rows), rows, kept(L, 0, rows));
   L.set_output(0, out);
   L.builder().set_extent(out, {reduce_node(L, "ReduceSum", V, {0, 1, 2}, 0), 0});
 }
@@ -241,8 +253,10 @@ void unique(NodeLowering& L) {
   }
   const int target = targets(L, first, position, n);
   const int distinct = reduce_node(L, "ReduceSum", cast_to(L, first, DType::kI64), {0}, 0);
-  int y = compact(L, items, target, n);
+  const int64_t keep_y = kept(L, 0, n);
+  int y = compact(L, items, target, n, keep_y);
   if (!flat) {
+    moved[0] = keep_y;
     y = L.reshape(y, moved);
     if (axis != 0) {
       std::vector<int64_t> back(perm.size());
@@ -252,18 +266,18 @@ void unique(NodeLowering& L) {
       y = L.emit("Transpose", {y}, t);
     }
   } else {
-    y = L.reshape(y, {n});
+    y = L.reshape(y, {keep_y});
   }
   L.set_output(0, y);
   L.builder().set_extent(y, {distinct, static_cast<int>(axis)});
   if (L.output_used(1)) {
-    const int indices = compact(L, iota(L, {n}, 0), target, n);
+    const int indices = compact(L, iota(L, {n}, 0), target, n, kept(L, 1, n));
     L.set_output(1, indices);
     L.builder().set_extent(indices, {distinct, 0});
   }
   if (L.output_used(2)) L.set_output(2, position);
   if (L.output_used(3)) {
-    const int c = compact(L, counts, target, n);
+    const int c = compact(L, counts, target, n, kept(L, 3, n));
     L.set_output(3, c);
     L.builder().set_extent(c, {distinct, 0});
   }
@@ -288,7 +302,7 @@ void non_zero_padded(NodeLowering& L) {
       for (int64_t d = 0; d < r; ++d) v.push_back(i / strides[static_cast<size_t>(d)] % xs[static_cast<size_t>(d)]);
     return v;
   }()));
-  const int rows = compact(L, coordinates, targets(L, nonzero, exclusive_prefix_count(L, flags, n), n), n);
+  const int rows = compact(L, coordinates, targets(L, nonzero, exclusive_prefix_count(L, flags, n), n), n, kept(L, 0, n));
   Attributes t;
   t.set("perm", std::vector<int64_t>{1, 0});
   const int out = L.emit("Transpose", {rows}, t);

@@ -22,6 +22,9 @@ the reference outputs are computed by torch under torch.no_grad().
 Export uses opset 17 with constant folding. bert_functions is bert exported with
 export_modules_as_functions: its encoder layers, their attention, LayerNorms and GELUs become
 model-local functions (nested, with attributes), as torch.onnx writes modules as functions.
+gated_block is scripted (torch.jit.script) before export, so its data-dependent `if` becomes an
+ONNX If whose condition is computed from an input at run time; it has two data sets,
+test_data_set_0 taking the then branch and test_data_set_1 the else branch.
 """
 
 import argparse
@@ -50,7 +53,7 @@ OPSET = 17
 INPUT_SEED = 1234
 
 SMALL_NAMES = ["bert", "vit", "swin_t", "resnet_small", "mobilenet_v2",
-               "efficientnet_b0", "convnext_t", "nerf_mlp", "cnn_small", "unet_small", "bert_functions"]
+               "efficientnet_b0", "convnext_t", "nerf_mlp", "cnn_small", "unet_small", "bert_functions", "gated_block"]
 FULL_NAMES = ["bert", "vit", "swin_t", "resnet18", "resnet50", "mobilenet_v2",
               "efficientnet_b0", "convnext_t", "nerf_mlp"]
 
@@ -171,6 +174,25 @@ class NerfMLP(nn.Module):
         h = F.relu(self.views_linear(torch.cat([feat, views], dim=-1)))
         rgb = torch.sigmoid(self.rgb_linear(h))
         return rgb, sigma
+
+
+class GatedBlock(nn.Module):
+    """A pre-norm residual block whose body an input gate picks at run time: an MLP when the
+    gate sums above zero, a cheap SiLU-like path otherwise (scripted: the `if` is an ONNX If)."""
+
+    def __init__(self, dim):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.fc1 = nn.Linear(dim, 2 * dim)
+        self.fc2 = nn.Linear(2 * dim, dim)
+
+    def forward(self, x, gate):
+        h = self.norm(x)
+        if bool(gate.sum() > 0):
+            y = self.fc2(torch.relu(self.fc1(h)))
+        else:
+            y = torch.sigmoid(h) * h
+        return x + y
 
 
 class CnnSmall(nn.Module):
@@ -408,6 +430,13 @@ def build_nerf_mlp(size):
                 output_names=["rgb", "sigma"], dynamic_axes=None)
 
 
+def build_gated_block(size):
+    gen = make_gen()
+    x = torch.randn(1, 8, 32, generator=gen)
+    return dict(model=GatedBlock(32), inputs=(x, torch.tensor([0.5])), more_inputs=[(x, torch.tensor([-0.5]))],
+                input_names=["x", "gate"], output_names=["y"], dynamic_axes=None, script=True)
+
+
 def build_cnn_small(size):
     return _image_model(CnnSmall(num_classes=10), 16)
 
@@ -431,6 +460,7 @@ BUILDERS = {
     "nerf_mlp": build_nerf_mlp,
     "cnn_small": build_cnn_small,
     "unet_small": build_unet_small,
+    "gated_block": build_gated_block,
 }
 
 
@@ -480,29 +510,35 @@ def export_one(name, size, out_dir):
     calibrate_batchnorm(model, inputs)
     model.eval()
 
-    with torch.no_grad():
-        outs = model(*inputs)
-    if isinstance(outs, torch.Tensor):
-        outs = (outs,)
-    outs = tuple(outs)
-    assert len(outs) == len(spec["output_names"]), name
-    for o in outs:
-        if not torch.isfinite(o).all():
-            raise RuntimeError(f"{name}: non-finite reference output")
+    data_sets = [inputs] + spec.get("more_inputs", [])
+    all_outs = []
+    for set_inputs in data_sets:
+        with torch.no_grad():
+            outs = model(*set_inputs)
+        if isinstance(outs, torch.Tensor):
+            outs = (outs,)
+        outs = tuple(outs)
+        assert len(outs) == len(spec["output_names"]), name
+        for o in outs:
+            if not torch.isfinite(o).all():
+                raise RuntimeError(f"{name}: non-finite reference output")
+        all_outs.append(outs)
+    outs = all_outs[0]
 
     model_dir = os.path.join(out_dir, name)
-    data_dir = os.path.join(model_dir, "test_data_set_0")
-    os.makedirs(data_dir, exist_ok=True)
-    for stale in os.listdir(data_dir):
-        if stale.endswith(".pb"):
-            os.remove(os.path.join(data_dir, stale))
+    for k in range(len(data_sets)):
+        data_dir = os.path.join(model_dir, f"test_data_set_{k}")
+        os.makedirs(data_dir, exist_ok=True)
+        for stale in os.listdir(data_dir):
+            if stale.endswith(".pb"):
+                os.remove(os.path.join(data_dir, stale))
     onnx_path = os.path.join(model_dir, "model.onnx")
 
     # Parameters keep requires_grad=True during export, so nn.MultiheadAttention
     # (vit) takes its decomposed path rather than the aten::_native_multi_head_attention
     # fast path, which has no ONNX symbolic.
     torch.onnx.export(
-        model, inputs, onnx_path,
+        torch.jit.script(model) if spec.get("script") else model, inputs, onnx_path,
         opset_version=OPSET,
         do_constant_folding=True,
         input_names=spec["input_names"],
@@ -531,10 +567,12 @@ def export_one(name, size, out_dir):
     if graph_outputs != spec["output_names"]:
         raise RuntimeError(f"{name}: graph outputs {graph_outputs} != {spec['output_names']}")
 
-    for i, (n, t) in enumerate(zip(graph_inputs, inputs)):
-        write_tensor(os.path.join(data_dir, f"input_{i}.pb"), t.detach().numpy(), n)
-    for k, (n, t) in enumerate(zip(graph_outputs, outs)):
-        write_tensor(os.path.join(data_dir, f"output_{k}.pb"), t.detach().numpy(), n)
+    for s, (set_inputs, set_outs) in enumerate(zip(data_sets, all_outs)):
+        data_dir = os.path.join(model_dir, f"test_data_set_{s}")
+        for i, (n, t) in enumerate(zip(graph_inputs, set_inputs)):
+            write_tensor(os.path.join(data_dir, f"input_{i}.pb"), t.detach().numpy(), n)
+        for k, (n, t) in enumerate(zip(graph_outputs, set_outs)):
+            write_tensor(os.path.join(data_dir, f"output_{k}.pb"), t.detach().numpy(), n)
 
     nodes = list(all_nodes(m.graph))
     hist = collections.Counter(n.op_type for n in nodes)

@@ -9,8 +9,11 @@
 // with --libraries cublasLt). --dump-after PASS|all prints what those passes made (the Kernel IR
 // of every launch after generate); --verify-each checks every pass's result before the next.
 // --input-value NAME=FILE.pb pins a graph input to a tensor (ImportOptions::input_values): an If
-// on it folds to one branch (importer/control_flow.h), arguments computed from it specialize; the
-// input stays an input of the plan, to be given that value.
+// on it folds to one branch (importer/control_flow.h; unpinned, both are planned and the runtime
+// picks), arguments computed from it specialize; the input stays an input of the plan, to be given
+// that value. --bound NAME=N keeps at most N entries of an output of data-dependent size
+// (ImportOptions::output_bounds).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -58,6 +61,15 @@ int cmd_compile(const std::vector<std::string>& argv) {
     const importer::NamedTensor t = importer::read_tensor_file(pin.substr(eq + 1));
     options.import.input_values[name] = t.tensor;
     options.import.input_shapes[name] = t.tensor.shape();
+  }
+  for (const std::string& bound : args.all("bound")) {
+    const size_t eq = bound.find('=');
+    check(eq != std::string::npos && eq > 0 && eq + 1 < bound.size(), "--bound '", bound, "': expected NAME=N");
+    const std::string name = bound.substr(0, eq), count = bound.substr(eq + 1);
+    check(count.size() <= 12 && std::all_of(count.begin(), count.end(), [](char c) { return c >= '0' && c <= '9'; }) && std::stoll(count) >= 1,
+          "--bound '", bound, "': N must be a whole number of entries, at least 1");
+    check(!options.import.output_bounds.count(name), "--bound names '", name, "' twice");
+    options.import.output_bounds[name] = std::stoll(count);
   }
   const auto t0 = std::chrono::steady_clock::now();
   compiler::PipelineResult r;

@@ -247,7 +247,7 @@ int cmd_profile(const std::vector<std::string>& argv) {
       modeled_us -= static_cast<double>(packed - 1) * planner::TilingOptions{}.launch_overhead_us;
     }
     const auto it = counted.find(kernel);
-    if (it == counted.end()) continue;  // a library call: not executed by the SIMT executor
+    if (it == counted.end()) continue;  // a library call (not executed by the SIMT executor), or a branch not taken
     const simt::Counters& c = it->second;
     total += c;
     modeled_total += modeled;

@@ -46,7 +46,7 @@ const OptionSpec& kPrecision = kJobOptions[5];
 const OptionSpec& kLibraries = kJobOptions[6];
 const OptionSpec kInputValue = {"input-value", "NAME=FILE.pb",
                                 "pins graph input NAME to the tensor in FILE (an ONNX TensorProto): an If on it is "
-                                "folded, arguments computed from it specialize",
+                                "folded to one branch (else both are planned), arguments computed from it specialize",
                                 false, true};
 const OptionSpec kVerifyBlocks = {"verify-blocks", "N",
                                   "blocks of a kernel's grid verified on the host (default 16; 0: all)"};
@@ -143,6 +143,10 @@ std::vector<CommandSpec> make_table() {
         {"out", "PLAN_DIR", "the bundle's directory (nothing is written when a kernel fails)", true},
         kShape,
         kInputValue,
+        {"bound", "NAME=N",
+         "keeps at most N entries of output NAME of data-dependent size (NonMaxSuppression, Unique, NonZero) where "
+         "the shapes allow more; its count still says how many there were",
+         false, true},
         kPrecision,
         kLibraries,
         kVerifyBlocks,

@@ -240,3 +240,12 @@ def test_outputs_of_data_dependent_size_are_trimmed_to_their_counts(tmp_path):
     np.testing.assert_array_equal(picked, boxes[0, [3, 0, 5]])
     with pytest.raises(ValueError, match="results given"):
         plan.trim(results[:2])
+
+
+def test_a_branch_decided_at_run_time_follows_its_condition_from_run_to_run(tmp_path):
+    """gated_block's If is decided by data: one plan runs the then branch for test_data_set_0 and
+    the else branch for test_data_set_1, alternately, each matching PyTorch."""
+    plan = fusetune.load_plan(fusetune.compile(MODELS / "gated_block" / "model.onnx", tmp_path / "plan", device="h100"), device="host")
+    for data_set in [0, 1, 0, 1]:
+        data = MODELS / "gated_block" / f"test_data_set_{data_set}"
+        expect_close(plan.run(tensors(data, "input")), tensors(data, "output"), tolerance("gated_block"))

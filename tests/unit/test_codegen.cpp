@@ -168,6 +168,7 @@ Graph every_op() {
   const int sidx = g.add_constant("sidx", Tensor::from_ints(DType::kI64, {2, 1}, std::vector<int64_t>{2, 0}));
   add_op(g, "ScatterND", {x, sidx, add_input(g, "upd", DType::kF32, {2, 7, 5})}, attrs({{"reduction", std::string("none")}}));
   add_op(g, "ScatterND", {x, sidx, add_input(g, "upd2", DType::kF32, {2, 7, 5})}, attrs({{"reduction", std::string("add")}}));
+  add_op(g, "IfMerge", {add_input(g, "picks", DType::kBool, {}), x, add_op(g, "Neg", {x})}, {});
   return g;
 }
 

@@ -236,6 +236,61 @@ TEST(DataSized, NonZeroOfALargeMaskCountsInBlocks) {
   EXPECT_EQ(got.at(0).to_ints(), want) << "compiled, seed " << seed;
 }
 
+// A bound the user sets (`compile --bound NAME=N`, ImportOptions::output_bounds) keeps that many
+// entries of an output of data-dependent size: the buffer shrinks to it, the count still says how
+// many there were, and the trimmed output is the first entries of the unbounded one, on the
+// reference and compiled alike; a bound naming no such output, or of no entry, is refused naming it.
+TEST(DataSized, AUserBoundKeepsTheFirstEntriesAndCountsThemAll) {
+  const unsigned seed = testing::test_seed();
+  std::mt19937 rng(seed);
+  std::bernoulli_distribution hit(0.05);
+  const int64_t rows = 2, cols = 400, bound = 17;
+  std::vector<float> x(static_cast<size_t>(rows * cols));
+  std::vector<int64_t> r, c;
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    if (!hit(rng)) continue;
+    x[static_cast<size_t>(i)] = 1.5f;
+    r.push_back(i / cols);
+    c.push_back(i % cols);
+  }
+  ASSERT_GT(static_cast<int64_t>(r.size()), bound) << "seed " << seed;
+  std::vector<int64_t> want(r.begin(), r.begin() + bound);
+  want.insert(want.end(), c.begin(), c.begin() + bound);
+  OnnxBuilder b(13);
+  b.input("x", kFloat, {rows, cols}).output("nz", kInt64, {2, -1});
+  b.node("NonZero", {"x"}, {"nz"});
+  const std::vector<Tensor> inputs = {Tensor::from_floats(DType::kF32, {rows, cols}, x)};
+  importer::ImportOptions opt;
+  opt.output_bounds["nz"] = bound;
+  const Graph g = importer::import_onnx_bytes(b.bytes(), ".", opt).graph;
+  const std::vector<Tensor> ref = reference::run_graph(g, inputs);
+  ASSERT_EQ(ref.size(), 2u);
+  EXPECT_EQ(ref[0].shape(), (Shape{2, bound}));
+  EXPECT_EQ(ref[1].to_ints().at(0), static_cast<int64_t>(r.size())) << "the count is every nonzero element, seed " << seed;
+  EXPECT_EQ(trim_to_counts(ref, g.output_extents()).at(0).to_ints(), want) << "reference, seed " << seed;
+  testing::TestDir dir("bound");
+  b.write(dir / "model.onnx");
+  compiler::PipelineOptions po;
+  po.import.output_bounds = opt.output_bounds;
+  auto host = backend::make_host_backend();
+  runtime::PlanRunner runner(compiler::compile_model(dir / "model.onnx", planner::find_device("h100"), po).bundle, *host);
+  const std::vector<Tensor> got = runner.run(inputs);
+  EXPECT_EQ(got.at(0).to_ints(), ref[0].to_ints()) << "compiled, seed " << seed;
+  EXPECT_EQ(got.at(1).to_ints(), ref[1].to_ints()) << "compiled, seed " << seed;
+  importer::ImportOptions stray;
+  stray.output_bounds["x"] = 3;
+  try {
+    importer::import_onnx_bytes(b.bytes(), ".", stray);
+    ADD_FAILURE() << "a bound on an input was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("a bound is set for 'x', which is no output of data-dependent size"), std::string::npos) << e.what();
+  }
+  const testing::Outcome zero = testing::run_cli("compile '" + (dir / "model.onnx").string() + "' --device h100 --out '" +
+                                                 (dir / "plan").string() + "' --bound nz=0");
+  EXPECT_NE(zero.exit_code, 0) << zero.output;
+  EXPECT_NE(zero.output.find("--bound 'nz=0': N must be a whole number of entries, at least 1"), std::string::npos) << zero.output;
+}
+
 // A detector's tail: the boxes NMS selects, gathered (Gather of the box index column, Gather of
 // the boxes at it): the padding is carried to the output and counted there, in the bundle's
 // manifest, the deployment API's TensorInfo, `fusetune inspect`'s listing and `fusetune run`'s

@@ -69,9 +69,11 @@ struct FUSETUNE_API TensorInfo {
   ElementType type = ElementType::kFloat32;
   std::vector<int64_t> shape;  // empty for a scalar
   // An output whose size depends on the data (NonMaxSuppression's selections, Unique's values,
-  // NonZero's indices) has the bound fusetune derived as its shape: only the first N entries
-  // along `count_axis` hold data, N the int64 scalar of the output named `count_output` (an
-  // output the plan adds after the model's). Empty for every other tensor.
+  // NonZero's indices) has the bound fusetune derived (or the smaller one `compile --bound` set)
+  // as its shape: only the first N entries along `count_axis` hold data, N the int64 scalar of
+  // the output named `count_output` (an output the plan adds after the model's); an N over the
+  // bound says the bound cut entries off, and all of the bound's hold data. Empty for every other
+  // tensor.
   std::string count_output;
   int count_axis = 0;
   size_t elements() const;
