@@ -170,6 +170,35 @@ void Graph::validate() const {
   for (int v = 0; v < nvalues; ++v) {
     if (values_[static_cast<size_t>(v)].is_constant()) ready[static_cast<size_t>(v)] = true;
   }
+  // The guards each value is computed under (none for inputs and constants): a node reads only
+  // values computed under a prefix of its own guards (an IfMerge's branch results: of its guards
+  // and its condition's value for that branch), so nothing reads a value of a branch that may
+  // not have run.
+  std::vector<const std::vector<Guard>*> computed_under(values_.size(), nullptr);
+  const auto readable = [&](const Node& n, int v, const std::vector<Guard>& reader) {
+    const std::vector<Guard>* under = computed_under[static_cast<size_t>(v)];
+    check(under == nullptr || (under->size() <= reader.size() && std::equal(under->begin(), under->end(), reader.begin())), "node '", n.name,
+          "' (", n.op, "): it reads '", values_[static_cast<size_t>(v)].name, "' of a branch it is not guarded by");
+  };
+  for (const Node& n : nodes_) {
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      const int in = n.inputs[k];
+      if (in == kNoValue || in < 0 || in >= nvalues) continue;
+      if (n.op == "IfMerge" && (k == 1 || k == 2) && !n.inputs.empty() && n.inputs[0] != kNoValue) {
+        std::vector<Guard> branch = n.guards;
+        branch.push_back({n.inputs[0], k == 1});
+        readable(n, in, branch);
+      } else {
+        readable(n, in, n.guards);
+      }
+    }
+    for (const Guard& gd : n.guards) {
+      if (gd.cond >= 0 && gd.cond < nvalues) readable(n, gd.cond, n.guards);
+    }
+    for (int o : n.outputs) {
+      if (o >= 0 && o < nvalues) computed_under[static_cast<size_t>(o)] = &n.guards;
+    }
+  }
   for (const Node& n : nodes_) {
     for (int in : n.inputs) {
       if (in == kNoValue) continue;
@@ -193,6 +222,8 @@ void Graph::validate() const {
   }
   for (int o : outputs_) {
     check(o >= 0 && o < nvalues && ready[static_cast<size_t>(o)], "graph output id ", o, " is never produced");
+    const std::vector<Guard>* under = computed_under[static_cast<size_t>(o)];
+    check(under == nullptr || under->empty(), "graph output '", values_[static_cast<size_t>(o)].name, "' is computed by a branch that may not run");
   }
   const auto is_output = [&](int v) { return std::find(outputs_.begin(), outputs_.end(), v) != outputs_.end(); };
   for (const auto& [v, e] : extents_) {

@@ -507,16 +507,54 @@ void pack_launches(const Graph& g, FusionPlan& plan, const FusionOptions& opt, c
   }
   // Renumber launches densely by depth, then first appearance: a launch runs where its first
   // member would, which could precede a producer of a later member (one of lower depth placed
-  // after it); in order of depth every producer's launch runs first.
+  // after it); in order of depth every producer's launch runs first. Among the launches whose
+  // producers have run, one under the guards of the launch before it goes first, else one sharing
+  // most of its outer guards, so that a branch of an If decided at run time runs as few stretches
+  // of launches as its nesting allows (the runtime cuts the sequence where the guards change);
+  // without guards this is the order of depth itself.
   std::map<int, int> depth_of_launch;
-  for (size_t k = 0; k < plan.groups.size(); ++k) depth_of_launch.emplace(plan.groups[k].launch, depth[k]);
-  std::map<std::pair<int, int>, int> order;  // (depth, first appearance) -> old launch id
+  std::map<int, std::vector<Guard>> guards_of_launch;
+  std::map<int, std::set<int>> needs;  // launch -> the launches producing what it reads
   for (size_t k = 0; k < plan.groups.size(); ++k) {
-    const int old = plan.groups[k].launch;
-    order.emplace(std::make_pair(depth_of_launch[old], old), old);
+    const int l = plan.groups[k].launch;
+    depth_of_launch.emplace(l, depth[k]);
+    guards_of_launch.emplace(l, plan.groups[k].guards);
+    for (int in : group_reads(plan.groups[k])) {
+      if (auto it = group_of_value.find(in); it != group_of_value.end() && plan.groups[it->second].launch != l) {
+        needs[l].insert(plan.groups[it->second].launch);
+      }
+    }
   }
+  std::set<std::pair<int, int>> waiting;  // (depth, first appearance)
+  for (const auto& [l, d] : depth_of_launch) waiting.emplace(d, l);
   std::map<int, int> renumber;
-  for (const auto& [key, old] : order) renumber.emplace(old, static_cast<int>(renumber.size()));
+  const std::vector<Guard>* last = nullptr;
+  // How many guards, from the outermost, two launches share.
+  const auto shared = [](const std::vector<Guard>& a, const std::vector<Guard>& b) {
+    return static_cast<size_t>(std::mismatch(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(std::min(a.size(), b.size())), b.begin()).first - a.begin());
+  };
+  while (!waiting.empty()) {
+    auto pick = waiting.end();
+    size_t best = 0;
+    for (auto it = waiting.begin(); it != waiting.end(); ++it) {
+      const bool ready = std::all_of(needs[it->second].begin(), needs[it->second].end(), [&](int l) { return renumber.count(l) != 0; });
+      if (!ready) continue;
+      const std::vector<Guard>& guards = guards_of_launch[it->second];
+      if (last == nullptr || guards == *last) {
+        pick = it;
+        break;
+      }
+      const size_t score = shared(guards, *last);  // inside the branch of the launch before, deeper or not
+      if (pick == waiting.end() || score > best) {
+        pick = it;
+        best = score;
+      }
+    }
+    check(pick != waiting.end(), "packing produced a cycle between launches");
+    renumber.emplace(pick->second, static_cast<int>(renumber.size()));
+    last = &guards_of_launch[pick->second];
+    waiting.erase(pick);
+  }
   for (FusionGroup& fg : plan.groups) fg.launch = renumber[fg.launch];
 }
 

@@ -60,7 +60,14 @@ void verify_groups(const Graph& g, const Groups& groups, int n_launches) {
     }
   }
   std::set<int> launches;
-  for (const FusionGroup* fg : groups) launches.insert(fg->launch);
+  std::map<int, const FusionGroup*> first_of_launch;
+  for (const FusionGroup* fg : groups) {
+    launches.insert(fg->launch);
+    const FusionGroup* first = first_of_launch.emplace(fg->launch, fg).first->second;
+    if (first->guards != fg->guards) {
+      fail("plan: guards: launch ", fg->launch, " packs ", fg->pattern, " and ", first->pattern, ", which run under other guards");
+    }
+  }
   if (static_cast<int>(launches.size()) != n_launches ||
       (!launches.empty() && (*launches.begin() != 0 || *launches.rbegin() != n_launches - 1))) {
     fail("plan: order: launch ids are not 0 .. ", n_launches - 1, " (", launches.size(), " distinct ids from ",

@@ -10,7 +10,8 @@
 //   boundary: a group's inputs are exactly the values its nodes read from outside it, and its
 //     outputs exactly the values it computes that another group reads (as an input or as a
 //     guard's condition) or the graph returns;
-//   guards: every node of a group has the group's guards (core/graph.h);
+//   guards: every node of a group has the group's guards (core/graph.h), and groups packed into
+//     one launch have the same;
 //   order: a group reads the values (inputs, and its guards' conditions) of other groups only from groups before it in the plan and
 //     from launches with a smaller id (launches run in id order; groups packed into one launch
 //     read nothing of each other), and the launch ids are 0 .. launches - 1;

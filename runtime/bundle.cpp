@@ -61,8 +61,9 @@ Bundle read_bundle(const fs::path& dir) {
     fail((dir / "manifest.json").string(), ": not valid JSON (", e.what(), ")");
   }
   check(m.value("format", "") == "fusetune-plan", (dir / "manifest.json").string(), ": not a fusetune plan manifest");
-  check(m.value("version", 0) == kBundleFormatVersion, (dir / "manifest.json").string(), ": plan format version ",
-        m.value("version", 0), " is not supported (this fusetune reads version ", kBundleFormatVersion, ")");
+  check(m.value("version", 0) >= kOldestBundleFormatVersion && m.value("version", 0) <= kBundleFormatVersion, (dir / "manifest.json").string(),
+        ": plan format version ", m.value("version", 0), " is not supported (this fusetune reads versions ", kOldestBundleFormatVersion,
+        " to ", kBundleFormatVersion, ")");
   b.cuda_source = read_text(dir / "kernels.cu");
   b.constants = read_bytes(dir / "constants.bin");
   for (const auto& entry : fs::directory_iterator(dir)) {

@@ -18,7 +18,9 @@
 
 namespace fusetune::runtime {
 
-inline constexpr int kBundleFormatVersion = 2;
+inline constexpr int kBundleFormatVersion = 3;
+// The oldest version read_bundle takes: version 2 is version 3 without launches' `when`.
+inline constexpr int kOldestBundleFormatVersion = 2;
 
 struct Bundle {
   std::string manifest;   // JSON text

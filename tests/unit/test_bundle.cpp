@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -81,6 +82,22 @@ TEST(Bundle, ManifestDescribesEveryLaunchAndBuffer) {
   EXPECT_EQ(back.constants, b.constants);
   EXPECT_EQ(back.cubins, b.cubins);
   EXPECT_EQ(back.ptx, b.ptx);
+  // Version 2 (no launch guarded by a run-time condition) still reads; a newer one is refused.
+  for (const int version : {kOldestBundleFormatVersion, kBundleFormatVersion + 1}) {
+    nlohmann::json older = m;
+    older["version"] = version;
+    std::ofstream(dir / "manifest.json") << older.dump();
+    if (version <= kBundleFormatVersion) {
+      EXPECT_EQ(nlohmann::json::parse(read_bundle(dir).manifest)["version"], version);
+    } else {
+      try {
+        read_bundle(dir);
+        ADD_FAILURE() << "version " << version << " was read";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("plan format version " + std::to_string(version) + " is not supported"), std::string::npos) << e.what();
+      }
+    }
+  }
   std::filesystem::remove_all(dir);
 }
 

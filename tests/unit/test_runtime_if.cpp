@@ -4,8 +4,10 @@
 // condition picks. Checked against the branches' definitions computed here, on seeded random data,
 // for every combination of an input condition and a nested condition computed on the device, on
 // the reference interpreter and compiled on the host executor, whose counters show that the
-// launches of the branch not picked never ran. Branches of different types are refused naming
-// the node; the plan verifier refuses a group whose nodes have other guards.
+// launches of the branch not picked never ran, and each branch runs as one stretch of launches.
+// Branches of different types are refused naming the node; the plan verifier refuses a group
+// whose nodes have other guards and a launch packing groups of other guards; the graph refuses a
+// read of a branch's value from outside it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -128,6 +130,21 @@ TEST(RuntimeIf, TheRuntimeRunsTheBranchItsConditionPicks) {
   size_t guarded_launches = 0;
   for (const auto& [k, w_of] : when) guarded_launches += w_of.empty() ? 0 : 1;
   ASSERT_GE(guarded_launches, 3u) << manifest.dump(1);
+  // A branch runs as one stretch of launches (the runtime synchronizes where the guards change):
+  // the outer then_branch's launches, its inner branches inside it, then the else_branch's.
+  std::vector<std::vector<std::pair<std::string, bool>>> stretches;
+  for (const auto& l : manifest.at("launches")) {
+    const auto& w_of = when.at(l.at("kernel").get<std::string>());
+    if (stretches.empty() || stretches.back() != w_of) stretches.push_back(w_of);
+  }
+  using W = std::vector<std::pair<std::string, bool>>;
+  ASSERT_EQ(stretches.size(), 6u) << manifest.dump(1);
+  EXPECT_EQ(stretches[0], (W{{"c", true}}));
+  EXPECT_EQ(stretches[1].size(), 2u);
+  EXPECT_EQ(stretches[2].size(), 2u);
+  EXPECT_EQ(stretches[3], (W{{"c", true}}));
+  EXPECT_EQ(stretches[4], (W{{"c", false}}));
+  EXPECT_EQ(stretches[5], W{});
 
   auto host = backend::make_host_backend();
   for (const bool c : {true, false}) {
@@ -193,12 +210,62 @@ TEST(RuntimeIf, TheVerifierRefusesAGroupOfMixedGuards) {
   planner::verify_fusion(g, fusion);
   auto guarded = std::find_if(fusion.groups.begin(), fusion.groups.end(), [](const planner::FusionGroup& fg) { return !fg.guards.empty(); });
   ASSERT_NE(guarded, fusion.groups.end());
+  planner::FusionPlan packed = fusion;
   guarded->guards.clear();
   try {
     planner::verify_fusion(g, fusion);
     ADD_FAILURE() << "a group of guarded nodes listed without guards passed";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("plan: guards:"), std::string::npos) << e.what();
+  }
+  // Two groups of other guards packed into one launch.
+  auto then_group = std::find_if(packed.groups.begin(), packed.groups.end(),
+                                 [](const planner::FusionGroup& fg) { return fg.guards.size() == 1 && fg.guards[0].when; });
+  auto else_group = std::find_if(packed.groups.begin(), packed.groups.end(),
+                                 [](const planner::FusionGroup& fg) { return fg.guards.size() == 1 && !fg.guards[0].when; });
+  ASSERT_TRUE(then_group != packed.groups.end() && else_group != packed.groups.end());
+  const int merged = std::min(then_group->launch, else_group->launch);
+  const int gone = std::max(then_group->launch, else_group->launch);
+  for (planner::FusionGroup& fg : packed.groups) {
+    if (fg.launch == gone) fg.launch = merged;
+    if (fg.launch > gone) --fg.launch;
+  }
+  try {
+    planner::verify_fusion(g, packed);
+    ADD_FAILURE() << "a launch packing both branches passed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("which run under other guards"), std::string::npos) << e.what();
+  }
+}
+
+// Graph::validate: nothing outside a branch reads what the branch computes, except the IfMerge
+// that takes it for the condition's value of that branch.
+TEST(RuntimeIf, TheGraphRefusesAReadOfABranchFromOutsideIt) {
+  std::vector<float> w(static_cast<size_t>(kCols * kCols), 0.5f);
+  Graph g = importer::import_onnx_bytes(branchy_model(Tensor::from_floats(DType::kF32, {kCols, kCols}, w)).bytes(), ".").graph;
+  g.validate();
+  // The outer merge reading the else result as the then result.
+  Graph swapped = g;
+  for (Node& n : swapped.nodes()) {
+    if (n.op == "IfMerge" && n.guards.empty()) std::swap(n.inputs[1], n.inputs[2]);
+  }
+  try {
+    swapped.validate();
+    ADD_FAILURE() << "a merge taking each branch's result for the other passed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("of a branch it is not guarded by"), std::string::npos) << e.what();
+  }
+  // A then_branch node losing its guard while it reads the branch's MatMul.
+  Graph leaked = g;
+  for (Node& n : leaked.nodes()) {
+    if (n.op == "Relu") n.guards.clear();
+  }
+  try {
+    leaked.validate();
+    ADD_FAILURE() << "an unguarded node reading a guarded value passed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("node '"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("of a branch it is not guarded by"), std::string::npos) << e.what();
   }
 }
 

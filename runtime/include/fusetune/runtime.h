@@ -103,7 +103,7 @@ class FUSETUNE_API Plan {
   std::string backend() const;                     // "host", or "cuda:DEVICE (sm_XX)"
   std::string no_gpu_reason() const;               // why "auto" chose the host; empty otherwise
   size_t launches() const;                         // kernel launches per run
-  bool cuda_graph() const;                         // run() replays one CUDA graph
+  bool cuda_graph() const;                         // run() replays CUDA graphs (one; one per part of an If decided at run time)
 
   void run(const std::vector<const void*>& inputs, const std::vector<void*>& outputs, Memory memory = Memory::kHost);
 
