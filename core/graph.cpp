@@ -85,10 +85,7 @@ void Graph::remove_dead() {
     if (!used) continue;
     live_node[n] = true;
     for (int o : nodes_[n].outputs) live_value[static_cast<size_t>(o)] = true;
-    for (int in : nodes_[n].inputs) {
-      if (in != kNoValue) live_value[static_cast<size_t>(in)] = true;
-    }
-    for (const Guard& gd : nodes_[n].guards) live_value[static_cast<size_t>(gd.cond)] = true;
+    for (int in : reads(nodes_[n])) live_value[static_cast<size_t>(in)] = true;
   }
   std::vector<int> remap(values_.size(), kNoValue);
   std::vector<Value> kept_values;
@@ -183,8 +180,11 @@ void Graph::validate() const {
   for (const Node& n : nodes_) {
     for (size_t k = 0; k < n.inputs.size(); ++k) {
       const int in = n.inputs[k];
-      if (in == kNoValue || in < 0 || in >= nvalues) continue;
-      if (n.op == "IfMerge" && (k == 1 || k == 2) && !n.inputs.empty() && n.inputs[0] != kNoValue) {
+      if (in == kNoValue) continue;
+      check(in >= 0 && in < nvalues, "node '", n.name, "' (", n.op, "): input id ", in, " out of range");
+      check(ready[static_cast<size_t>(in)], "node '", n.name, "' (", n.op, "): input '",
+            values_[static_cast<size_t>(in)].name, "' is used before it is produced");
+      if (n.op == "IfMerge" && (k == 1 || k == 2)) {
         std::vector<Guard> branch = n.guards;
         branch.push_back({n.inputs[0], k == 1});
         readable(n, in, branch);
@@ -193,31 +193,19 @@ void Graph::validate() const {
       }
     }
     for (const Guard& gd : n.guards) {
-      if (gd.cond >= 0 && gd.cond < nvalues) readable(n, gd.cond, n.guards);
-    }
-    for (int o : n.outputs) {
-      if (o >= 0 && o < nvalues) computed_under[static_cast<size_t>(o)] = &n.guards;
-    }
-  }
-  for (const Node& n : nodes_) {
-    for (int in : n.inputs) {
-      if (in == kNoValue) continue;
-      check(in >= 0 && in < nvalues, "node '", n.name, "' (", n.op, "): input id ", in, " out of range");
-      check(ready[static_cast<size_t>(in)], "node '", n.name, "' (", n.op, "): input '",
-            values_[static_cast<size_t>(in)].name, "' is used before it is produced");
-    }
-    for (const Guard& gd : n.guards) {
       check(gd.cond >= 0 && gd.cond < nvalues, "node '", n.name, "' (", n.op, "): guard id ", gd.cond, " out of range");
       const Value& c = values_[static_cast<size_t>(gd.cond)];
       check(ready[static_cast<size_t>(gd.cond)], "node '", n.name, "' (", n.op, "): its guard '", c.name, "' is used before it is produced");
       check(c.dtype == DType::kBool && numel(c.shape) == 1, "node '", n.name, "' (", n.op, "): its guard '", c.name,
             "' must be one bool, it is ", dtype_name(c.dtype), " ", shape_str(c.shape));
+      readable(n, gd.cond, n.guards);
     }
     for (int o : n.outputs) {
       check(o >= 0 && o < nvalues, "node '", n.name, "' (", n.op, "): output id ", o, " out of range");
       check(!ready[static_cast<size_t>(o)], "node '", n.name, "' (", n.op, "): output '",
             values_[static_cast<size_t>(o)].name, "' is produced twice");
       ready[static_cast<size_t>(o)] = true;
+      computed_under[static_cast<size_t>(o)] = &n.guards;
     }
   }
   for (int o : outputs_) {

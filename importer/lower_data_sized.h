@@ -7,7 +7,8 @@
 // (ImportOptions::output_bounds, `fusetune compile --bound NAME=N`), holds its data in the first
 // entries along that axis, zeros after, and is registered with the builder
 // (GraphBuilder::set_extent) with an int64 scalar count of the entries that hold data (a count
-// over a user's bound says the bound cut that many less one off: the entries beyond it are lost); importer/data_extent.h carries that to the graph's outputs. Ranks come
+// over a user's bound says the bound cut count - bound entries off, which are lost);
+// importer/data_extent.h carries that to the graph's outputs. Ranks come
 // from pairwise comparisons (O(n^2) elements, computed, never stored as constants), positions
 // from exclusive prefix counts (pairwise up to kDirectPrefix flags, in blocks beyond: about
 // n^(4/3)), and the outputs are written by one ScatterND each, every entry that is not data sent

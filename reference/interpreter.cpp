@@ -23,10 +23,7 @@ std::vector<Tensor> run_graph(const Graph& g, std::span<const Tensor> inputs, co
   // freed.
   std::vector<int> last_use(g.values().size(), -1);
   for (size_t n = 0; n < g.nodes().size(); ++n) {
-    for (int in : g.nodes()[n].inputs) {
-      if (in != kNoValue) last_use[static_cast<size_t>(in)] = static_cast<int>(n);
-    }
-    for (const Guard& gd : g.nodes()[n].guards) last_use[static_cast<size_t>(gd.cond)] = static_cast<int>(n);
+    for (int in : reads(g.nodes()[n])) last_use[static_cast<size_t>(in)] = static_cast<int>(n);
   }
   for (int o : g.outputs()) last_use[static_cast<size_t>(o)] = static_cast<int>(g.nodes().size());
   const auto cond_value = [&](int v) {
@@ -38,10 +35,13 @@ std::vector<Tensor> run_graph(const Graph& g, std::span<const Tensor> inputs, co
     // A node of a branch that does not run computes nothing; an IfMerge reads only the branch
     // result its condition picks (the other is never computed), passed for both.
     const bool runs = guards_hold(node.guards, cond_value);
-    std::vector<int> reads = node.inputs;
-    if (runs && node.op == "IfMerge") reads[cond_value(reads[0]) ? 2 : 1] = reads[cond_value(reads[0]) ? 1 : 2];
+    std::vector<int> ins = runs ? node.inputs : std::vector<int>{};
+    if (runs && node.op == "IfMerge") {
+      const bool picked_then = cond_value(ins[0]);
+      ins[picked_then ? 2 : 1] = ins[picked_then ? 1 : 2];
+    }
     std::vector<const Tensor*> args;
-    for (int in : runs ? reads : std::vector<int>{}) {
+    for (int in : ins) {
       if (in == kNoValue) {
         args.push_back(nullptr);
         continue;
@@ -56,10 +56,8 @@ std::vector<Tensor> run_graph(const Graph& g, std::span<const Tensor> inputs, co
         live[static_cast<size_t>(node.outputs[o])] = std::make_shared<const Tensor>(std::move(outs[o]));
       }
     }
-    std::vector<int> read_here = node.inputs;
-    for (const Guard& gd : node.guards) read_here.push_back(gd.cond);
-    for (int in : read_here) {
-      if (in != kNoValue && last_use[static_cast<size_t>(in)] == static_cast<int>(n) && !g.value(in).is_constant()) {
+    for (int in : reads(node)) {
+      if (last_use[static_cast<size_t>(in)] == static_cast<int>(n) && !g.value(in).is_constant()) {
         live[static_cast<size_t>(in)].reset();
       }
     }

@@ -80,7 +80,7 @@ struct PlanRunner::State {
   // runs when its guards hold; the first and last hold none (they move the inputs in and the
   // outputs out, and may be empty). One part, unguarded, for a plan without such an If.
   struct Segment {
-    std::vector<std::pair<int, bool>> when;  // (condition buffer, the value it must hold), in order
+    std::vector<Guard> when;  // each condition a bool buffer's id, outermost first (core/graph.h)
     std::unique_ptr<backend::Sequence> sequence;
   };
   std::vector<Segment> segments;  // after the buffers: their sequences hold them bound
@@ -103,8 +103,7 @@ struct PlanRunner::State {
     };
     for (size_t k = 0; k < segments.size(); ++k) {
       const Segment& seg = segments[k];
-      const bool holds = std::all_of(seg.when.begin(), seg.when.end(), [&](const auto& w) { return cond_value(w.first) == w.second; });
-      if (!holds) continue;
+      if (!guards_hold(seg.when, cond_value)) continue;
       seg.sequence->run(k == 0 ? in : std::vector<backend::Transfer>{}, k + 1 == segments.size() ? out : std::vector<backend::Transfer>{});
     }
   }
@@ -151,17 +150,17 @@ PlanRunner::PlanRunner(const Bundle& bundle, backend::Backend& backend) : s_(std
     }
     for (const json& id : m.at("inputs")) s_->input_ids.push_back(id.get<int>());
     for (const json& id : m.at("outputs")) s_->output_ids.push_back(id.get<int>());
-    std::vector<std::pair<std::vector<std::pair<int, bool>>, std::vector<backend::Step>>> parts = {{{}, {}}};
+    std::vector<std::pair<std::vector<Guard>, std::vector<backend::Step>>> parts = {{{}, {}}};
     for (const json& l : m.at("launches")) {
       backend::Step step{l.at("kernel").get<std::string>(), {}};
       for (const json& a : l.at("args")) step.args.push_back(s_->buffers.at(a.get<size_t>()).get());
-      std::vector<std::pair<int, bool>> when;
+      std::vector<Guard> when;
       for (const json& w : l.value("when", json::array())) {
         const int id = w.at("buffer").get<int>();
         check(id >= 0 && static_cast<size_t>(id) < s_->specs.size() && s_->specs[static_cast<size_t>(id)].dtype == DType::kBool &&
                   numel(s_->specs[static_cast<size_t>(id)].shape) == 1,
               "manifest: launch '", step.kernel, "' is guarded by buffer ", id, ", which is not one bool");
-        when.emplace_back(id, w.at("equals").get<bool>());
+        when.push_back({id, w.at("equals").get<bool>()});
         s_->conditions.insert(id);
       }
       if (when != parts.back().first) parts.push_back({when, {}});

@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "compiler/pipeline.h"
@@ -33,6 +34,18 @@
 #include "tools/progress.h"
 
 namespace fusetune::cli {
+
+namespace {
+
+// NAME and VALUE of a repeated flag's "NAME=VALUE", both present; else an Error naming the flag
+// and the `form` it expects.
+std::pair<std::string, std::string> name_value(const char* flag, const std::string& text, const char* form) {
+  const size_t eq = text.find('=');
+  check(eq != std::string::npos && eq > 0 && eq + 1 < text.size(), "--", flag, " '", text, "': expected ", form);
+  return {text.substr(0, eq), text.substr(eq + 1)};
+}
+
+}  // namespace
 
 int cmd_compile(const std::vector<std::string>& argv) {
   const CommandSpec& spec = command_spec("compile");
@@ -54,18 +67,14 @@ int cmd_compile(const std::vector<std::string>& argv) {
       args.has("device-file") ? planner::load_device(args.get("device-file")) : planner::find_device(args.get("device"));
   options.import.input_shapes = shape_overrides(args);
   for (const std::string& pin : args.all("input-value")) {
-    const size_t eq = pin.find('=');
-    check(eq != std::string::npos && eq > 0 && eq + 1 < pin.size(), "--input-value '", pin, "': expected NAME=FILE.pb");
-    const std::string name = pin.substr(0, eq);
+    const auto [name, file] = name_value("input-value", pin, "NAME=FILE.pb");
     check(!options.import.input_values.count(name), "--input-value names '", name, "' twice");
-    const importer::NamedTensor t = importer::read_tensor_file(pin.substr(eq + 1));
+    const importer::NamedTensor t = importer::read_tensor_file(file);
     options.import.input_values[name] = t.tensor;
     options.import.input_shapes[name] = t.tensor.shape();
   }
   for (const std::string& bound : args.all("bound")) {
-    const size_t eq = bound.find('=');
-    check(eq != std::string::npos && eq > 0 && eq + 1 < bound.size(), "--bound '", bound, "': expected NAME=N");
-    const std::string name = bound.substr(0, eq), count = bound.substr(eq + 1);
+    const auto [name, count] = name_value("bound", bound, "NAME=N");
     check(count.size() <= 12 && std::all_of(count.begin(), count.end(), [](char c) { return c >= '0' && c <= '9'; }) && std::stoll(count) >= 1,
           "--bound '", bound, "': N must be a whole number of entries, at least 1");
     check(!options.import.output_bounds.count(name), "--bound names '", name, "' twice");
