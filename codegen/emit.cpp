@@ -88,26 +88,54 @@ FT_FN unsigned short ft_f2bf(float f) {
   return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 #endif
-#define FT_MMA_M16N8K16(NAME, TYPES)                                                                             \
-  FT_FN void NAME(float& d0, float& d1, float& d2, float& d3, unsigned a0, unsigned a1, unsigned a2, unsigned a3, \
-                  unsigned b0, unsigned b1) {                                                                    \
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." TYPES ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "      \
-                 "{%8, %9}, {%0, %1, %2, %3};"                                                                   \
-                 : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)                                                        \
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));                                        \
+// 8-bit integer operands (codegen/stages/dp4a_matmul.h): four bytes in one 32-bit load (read
+// only), whether element i's address is 4-byte aligned, and dp4a: the sum of the four byte
+// products of a and b (each signed, s, or unsigned, u) plus c, modulo 2^32.
+FT_FN unsigned ft_load_word(const signed char* p, long long i) { return __ldg((const unsigned*)(p + i)); }
+FT_FN unsigned ft_load_word(const unsigned char* p, long long i) { return __ldg((const unsigned*)(p + i)); }
+FT_FN bool ft_aligned4(const signed char* p, long long i) { return (((unsigned long long)(p + i)) & 3ULL) == 0ULL; }
+FT_FN bool ft_aligned4(const unsigned char* p, long long i) { return (((unsigned long long)(p + i)) & 3ULL) == 0ULL; }
+// Four integers' low bytes packed into a word, the first lowest; byte j of four words packed
+// likewise (a column of a 4 x 4 byte transpose: bytes j and j ^ 1 of w0 and w1 interleaved, of w2
+// and w3 likewise, then the halves picked; the four columns' calls share the interleaved pairs,
+// 8 prmt a transpose).
+FT_FN unsigned ft_pack_bytes(long long a, long long b, long long c, long long d) {
+  return ((unsigned)a & 255u) | (((unsigned)b & 255u) << 8) | (((unsigned)c & 255u) << 16) | ((unsigned)d << 24);
+}
+FT_FN unsigned ft_byte_column(unsigned w0, unsigned w1, unsigned w2, unsigned w3, int j) {
+  const unsigned pair = j < 2 ? 0x5140u : 0x7362u;
+  return __byte_perm(__byte_perm(w0, w1, pair), __byte_perm(w2, w3, pair), (j & 1) ? 0x7632u : 0x5410u);
+}
+#define FT_DP4A(NAME, TYPES)                                                                     \
+  FT_FN unsigned NAME(unsigned a, unsigned b, unsigned c) {                                     \
+    unsigned d;                                                                                 \
+    asm("dp4a." TYPES " %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));                   \
+    return d;                                                                                   \
   }
-FT_MMA_M16N8K16(ft_mma_m16n8k16_f16, "f16.f16")
-FT_MMA_M16N8K16(ft_mma_m16n8k16_bf16, "bf16.bf16")
+FT_DP4A(ft_dp4a_ss, "s32.s32")
+FT_DP4A(ft_dp4a_su, "s32.u32")
+FT_DP4A(ft_dp4a_us, "u32.s32")
+FT_DP4A(ft_dp4a_uu, "u32.u32")
+// mma.sync (sm_80+): D += A * B on one warp's fragments (codegen/kernel_ir.h), INSTRUCTION's shape
+// and types, the accumulators T (float, or int32 bits in unsigned) in registers of constraint C.
+#define FT_MMA_SYNC(NAME, INSTRUCTION, T, C)                                                                  \
+  FT_FN void NAME(T& d0, T& d1, T& d2, T& d3, unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, \
+                  unsigned b1) {                                                                              \
+    asm volatile(INSTRUCTION " {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"               \
+                 : "+" C(d0), "+" C(d1), "+" C(d2), "+" C(d3)                                                 \
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));                                     \
+  }
+FT_MMA_SYNC(ft_mma_m16n8k16_f16, "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", float, "f")
+FT_MMA_SYNC(ft_mma_m16n8k16_bf16, "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", float, "f")
+// 8-bit integers: D (int32, wrapping) += A (16x32) * B (32x8), A and B each s8 or u8.
+FT_MMA_SYNC(ft_mma_m16n8k32_ss, "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32", unsigned, "r")
+FT_MMA_SYNC(ft_mma_m16n8k32_su, "mma.sync.aligned.m16n8k32.row.col.s32.s8.u8.s32", unsigned, "r")
+FT_MMA_SYNC(ft_mma_m16n8k32_us, "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32", unsigned, "r")
+FT_MMA_SYNC(ft_mma_m16n8k32_uu, "mma.sync.aligned.m16n8k32.row.col.s32.u8.u8.s32", unsigned, "r")
 // TF32 (the float32 precision policy): a float rounded to 10 mantissa bits, ties away from zero,
 // then mma.m16n8k8 on such values with float accumulators.
 FT_FN unsigned ft_tf32(float f) { unsigned u; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(u) : "f"(f)); return u; }
-FT_FN void ft_mma_m16n8k8_tf32(float& d0, float& d1, float& d2, float& d3, unsigned a0, unsigned a1, unsigned a2,
-                               unsigned a3, unsigned b0, unsigned b1) {
-  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-               "{%0, %1, %2, %3};"
-               : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
-               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
+FT_MMA_SYNC(ft_mma_m16n8k8_tf32, "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", float, "f")
 FT_FN unsigned ft_shared_address(const unsigned short* s, long long row) { return (unsigned)__cvta_generic_to_shared(s + row); }
 FT_FN unsigned ft_shared_address(const float* s, long long row) { return (unsigned)__cvta_generic_to_shared(s + row); }
 FT_FN void ft_ldmatrix_x1(unsigned& r0, const unsigned short* s, long long row) {
@@ -293,7 +321,11 @@ void emit_block(std::ostringstream& out, const Kernel& k, const Block& b, int de
         out << pad << s.name << "[" << s.at[0] << "] = __shfl_xor_sync(0xffffffffu, " << s.a << ", " << s.groups << ");\n";
         break;
       case Stmt::Kind::kMma:
-        out << pad << (s.dtype == DType::kF32 ? "ft_mma_m16n8k8_tf32(" : s.dtype == DType::kBF16 ? "ft_mma_m16n8k16_bf16(" : "ft_mma_m16n8k16_f16(");
+        if (s.dtype == DType::kI8 || s.dtype == DType::kU8) {
+          out << pad << "ft_mma_m16n8k32_" << (s.dtype == DType::kI8 ? "s" : "u") << (s.b_dtype == DType::kI8 ? "s" : "u") << "(";
+        } else {
+          out << pad << (s.dtype == DType::kF32 ? "ft_mma_m16n8k8_tf32(" : s.dtype == DType::kBF16 ? "ft_mma_m16n8k16_bf16(" : "ft_mma_m16n8k16_f16(");
+        }
         for (int i = 0; i < 4; ++i) out << reg(s.name, s.at[0] + i) << ", ";
         for (int i = 0; i < 4; ++i) out << reg(s.a, s.at[1] + i) << ", ";
         out << reg(s.b, s.at[2]) << ", " << reg(s.b, s.at[2] + 1) << ");\n";
@@ -342,7 +374,9 @@ void emit_block(std::ostringstream& out, const Kernel& k, const Block& b, int de
 }
 
 std::string shared_ctype(DType t) {
-  return t == DType::kI64 ? "long long" : (dtype_size(t) == 2 ? "unsigned short" : "float");
+  if (t == DType::kI64) return "long long";
+  if (t == DType::kU32) return "unsigned int";
+  return dtype_size(t) == 2 ? "unsigned short" : "float";
 }
 
 }  // namespace

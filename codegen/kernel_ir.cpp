@@ -156,9 +156,10 @@ Stmt vector_load(std::string local, std::string buffer, std::string index, DType
   return s;
 }
 
-Stmt mma(std::string d, int64_t d_at, std::string a, int64_t a_at, std::string b, int64_t b_at, DType dtype) {
-  check(dtype == DType::kF16 || dtype == DType::kBF16 || dtype == DType::kF32, "mma of ", dtype_name(dtype),
-        " (needs float16, bfloat16 or float32 as TF32)");
+Stmt mma(std::string d, int64_t d_at, std::string a, int64_t a_at, std::string b, int64_t b_at, DType dtype, DType b_dtype) {
+  const auto byte = [](DType t) { return t == DType::kI8 || t == DType::kU8; };
+  check(dtype == DType::kF16 || dtype == DType::kBF16 || dtype == DType::kF32 || (byte(dtype) && byte(b_dtype)), "mma of ",
+        dtype_name(dtype), " (needs float16, bfloat16, float32 as TF32, or int8/uint8 operands both)");
   Stmt s;
   s.kind = Stmt::Kind::kMma;
   s.name = std::move(d);
@@ -166,6 +167,7 @@ Stmt mma(std::string d, int64_t d_at, std::string a, int64_t a_at, std::string b
   s.b = std::move(b);
   s.at = {d_at, a_at, b_at};
   s.dtype = dtype;
+  s.b_dtype = b_dtype;
   return s;
 }
 
@@ -326,7 +328,11 @@ std::string line_text(const Stmt& s) {
     case Stmt::Kind::kWarpReduce: out << "warp.reduce " << s.a << " " << s.name << (s.b.empty() ? "" : " if (" + s.b + ")"); break;
     case Stmt::Kind::kShuffle: out << s.name << "[" << s.at[0] << "] = warp.shuffle_xor " << s.groups << " " << s.a; break;
     case Stmt::Kind::kMma:
-      out << (s.dtype == DType::kF32 ? "mma.m16n8k8.tf32 " : "mma.m16n8k16." + std::string(dtype_name(s.dtype)) + " ") << s.name << "[" << (s.at.size() > 0 ? s.at[0] : -1) << "] += " << s.a
+      out << (s.dtype == DType::kF32                                ? std::string("mma.m16n8k8.tf32 ")
+              : s.dtype == DType::kI8 || s.dtype == DType::kU8 ? "mma.m16n8k32." + std::string(dtype_name(s.dtype)) + "." +
+                                                                      std::string(dtype_name(s.b_dtype)) + " "
+                                                                : "mma.m16n8k16." + std::string(dtype_name(s.dtype)) + " ")
+          << s.name << "[" << (s.at.size() > 0 ? s.at[0] : -1) << "] += " << s.a
           << "[" << (s.at.size() > 1 ? s.at[1] : -1) << "] * " << s.b << "[" << (s.at.size() > 2 ? s.at[2] : -1) << "]";
       break;
     case Stmt::Kind::kLdmatrix:

@@ -41,6 +41,13 @@
 //   A (4 registers): a0 = A[g][t], a1 = A[g+8][t], a2 = A[g][t+4], a3 = A[g+8][t+4]
 //   B (2 registers): b0 = B[k = t][n = g], b1 = B[k = t+4][n = g];  C/D as above
 // (PTX ISA, "Matrix Fragments for mma.m16n8k8"); fragments are loaded by plain shared reads.
+// With dtype kI8 or kU8 (A's; Stmt::b_dtype B's) `mma` is m16n8k32 on 8-bit integers with int32
+// accumulators (the dp4a stage's tensor-core form): A 16x32 and B 32x8 in registers of four bytes,
+// the lower-indexed element in the low byte, the accumulator in 32-bit registers (kU32: int32
+// bits, wrapping):
+//   A (4 registers): r_i byte j = A[g + 8 * (i % 2)][4t + j + 16 * (i / 2)]
+//   B (2 registers): r_i byte j = B[k = 4t + j + 16 i][n = g];  C/D (4 registers) as above
+// (PTX ISA, "Matrix Fragments for mma.m16n8k32"); fragments are loaded by plain 32-bit shared reads.
 //   ldmatrix .xN (N = 1, 2, 4 matrices), row address from lane: matrix j's 8 rows come from lanes
 //   8j .. 8j + 7, each the element offset (into a 16-bit shared allocation) of 8 consecutive
 //   values, 16-byte aligned. Register j of lane l receives matrix j's row g, elements 2t and 2t+1;
@@ -121,7 +128,7 @@ namespace fusetune::codegen {
 
 // The version of the code generator: part of every tuning record's key, bumped whenever the code
 // generated for the same group and candidate changes.
-inline constexpr int kCodegenVersion = 28;
+inline constexpr int kCodegenVersion = 29;
 
 // Threads per warp: warp reductions combine this many lanes; blocks are whole warps.
 inline constexpr int kWarpSize = 32;
@@ -140,14 +147,14 @@ struct Param {
 
 struct SharedAlloc {
   std::string name;
-  DType dtype = DType::kF32;  // computed values are kept as float (or int64 for integer dtypes)
+  DType dtype = DType::kF32;  // computed values are kept as float (or int64 for integer dtypes); kU32: 32-bit words
   int64_t elements = 0;
   int64_t offset = 0;  // bytes from the start of the block's shared memory
 };
 
 // Per-thread storage that persists across barriers (register-blocked accumulators, matrix
 // fragments): an array of `count` floats (dtype kF32) or 32-bit registers (kU32: pairs of 16-bit
-// values) per thread: a local array of the kernel, in registers on the GPU and on each CUDA
+// values, or the dp4a form's int32 accumulators) per thread: a local array of the kernel, in registers on the GPU and on each CUDA
 // thread's own fiber stack on the host.
 struct ThreadLocal {
   std::string name;
@@ -174,7 +181,8 @@ struct Stmt {
     kVectorLoad,  // name = a[b ..]: one aligned 16-byte load from buffer a at index b (dtype: its elements);
                   // with c (a guard), only where c holds, else zeros
     kVectorStore,  // name[a ..] = b: one aligned store of vector local b into buffer name (16 bytes; a pair: 4 or 8)
-    kMma,         // name[at0..] += a[at1..] * b[at2..]: warp-level m16n8k16 on fragments (dtype f16 or bf16)
+    kMma,         // name[at0..] += a[at1..] * b[at2..]: warp-level m16n8k16 on fragments (dtype f16 or bf16; f32: m16n8k8
+                  // tf32; i8/u8 with b_dtype: m16n8k32)
     kLdmatrix,    // name[at0..] = ldmatrix.x<matrices>[.trans] of shared allocation a, this lane's row at b
     kCopyAsync,   // name[a .. a + copy_bytes) <- b[c ..]: cp.async of copy_bytes (16 or 4), the first d read, the rest zero
     kCopyAsyncCommit,  // cp.async.commit_group
@@ -204,6 +212,7 @@ struct Stmt {
   int copy_bytes = 16;  // kCopyAsync: the bytes it lands (16, or 4: one float)
   int lanes = 0;       // kVectorStore: elements stored (2: a pair; 0: 16 bytes' worth)
   int wgmma_n = 0;     // kWgmma: N (8 to 256, a multiple of 8)
+  DType b_dtype = DType::kUndefined;  // kMma of 8-bit integers: B's type (kI8 or kU8; dtype is A's)
 };
 
 // A comment line; the text goes through inert_comment (core/inert_text.h): it may echo model text.
@@ -257,10 +266,12 @@ int stmt_lanes(const Stmt& s);
 // local.v[i]: raw 16-bit bits).
 std::string vector_element(const std::string& local, DType dtype, int i);
 // D(16x8 f32) += A(16x16) * B(16x8) with A and B of `dtype` (kF16 or kBF16; kF32: m16n8k8 on TF32
-// values, A 16x8 and B 8x8): fragments in
-// thread-locals `d` (4 floats from d_at), `a` (4 registers from a_at) and `b` (2 registers from
-// b_at), laid out as the header comment says; placed like a barrier.
-Stmt mma(std::string d, int64_t d_at, std::string a, int64_t a_at, std::string b, int64_t b_at, DType dtype);
+// values, A 16x8 and B 8x8; kI8 or kU8: m16n8k32 of A of that type and B of `b_dtype`, kI8 or kU8,
+// into int32): fragments in thread-locals `d` (4 floats from d_at; 4 32-bit registers for
+// integers), `a` (4 registers from a_at) and `b` (2 registers from b_at), laid out as the header
+// comment says; placed like a barrier.
+Stmt mma(std::string d, int64_t d_at, std::string a, int64_t a_at, std::string b, int64_t b_at, DType dtype,
+         DType b_dtype = DType::kUndefined);
 // `matrices` 8x8 tiles of 16-bit shared allocation `shared` into registers [at, at + matrices) of
 // thread-local `local`; `row` is this lane's row address (an element offset, an expression of
 // ft_thread and block-uniform values); placed like a barrier.

@@ -11,6 +11,7 @@
 #include "codegen/stages/conv_common.h"
 #include "codegen/stages/conv_gemm.h"
 #include "codegen/stages/conv_window.h"
+#include "codegen/stages/dp4a_matmul.h"
 #include "codegen/stages/inline.h"
 #include "codegen/stages/matmul.h"
 #include "codegen/stages/mma_matmul.h"
@@ -68,8 +69,8 @@ std::map<int, RegionBound> bound_regions(const LoweringContext& cx) {
 
 // Sizes shared memory and plans the stage of every anchor, in the group's order (allocations and
 // thread-locals in that order): with flash attention, the attention stage for the core's output
-// and nothing for the anchors it absorbs (its scores and softmax); a normalization's row statistics; a MatMul staged on tensor cores
-// or with register blocking; a Conv staged as an implicit GEMM or a depthwise window; else the
+// and nothing for the anchors it absorbs (its scores and softmax); a normalization's row statistics; a MatMul staged on tensor cores,
+// in the dp4a form (8-bit integer operands) or with register blocking; a Conv staged as an implicit GEMM or a depthwise window; else the
 // generic reduction or ScatterND stage. An anchor other than the root also gets a shared buffer
 // for its value.
 std::map<int, std::unique_ptr<AnchorStage>> plan_stages(LoweringContext& cx, Kernel& k,
@@ -87,8 +88,13 @@ std::map<int, std::unique_ptr<AnchorStage>> plan_stages(LoweringContext& cx, Ker
     } else if (find_op(node.op)->kind == OpKind::kNormalization) {
       stage = stages::row_stats_stage(cx, k, node, bound[v].rows);
     } else if (node.op == "MatMul" && stages::stages_matmul(cx, node, bound[v].extent)) {
-      stage = stages::uses_tensor_cores(cx, node) ? stages::mma_matmul_stage(cx, k, node, bound[v].extent, bound[v].elems)
-                                                  : stages::staged_matmul_stage(cx, k, node, bound[v].extent, bound[v].elems);
+      if (stages::uses_tensor_cores(cx, node)) {
+        stage = stages::mma_matmul_stage(cx, k, node, bound[v].extent, bound[v].elems);
+      } else if (stages::uses_dp4a(cx, node)) {
+        stage = stages::dp4a_matmul_stage(cx, k, node, bound[v].extent, bound[v].elems);
+      } else {
+        stage = stages::staged_matmul_stage(cx, k, node, bound[v].extent, bound[v].elems);
+      }
     } else if (node.op == "Conv" && cx.cfg.reduce_step > 0) {
       stage = cx.g.value(node.inputs[1]).shape[1] == 1 ? stages::conv_window_stage(cx, k, node, bound[v].extent, bound[v].groups)
                                                         : stages::conv_gemm_stage(cx, k, node, bound[v].extent, bound[v].groups);

@@ -190,10 +190,14 @@ class Verifier {
       }
       case Stmt::Kind::kMma:
         if (s.at.size() != 3) fail_at(s, "mma with ", s.at.size(), " operand offsets (needs 3)");
-        if (s.dtype != DType::kF16 && s.dtype != DType::kBF16 && s.dtype != DType::kF32) {
-          fail_at(s, "mma of ", dtype_name(s.dtype), " (needs float16, bfloat16 or float32 as TF32)");
+        {
+          const auto byte = [](DType t) { return t == DType::kI8 || t == DType::kU8; };
+          const bool integer = byte(s.dtype) && byte(s.b_dtype);
+          if (s.dtype != DType::kF16 && s.dtype != DType::kBF16 && s.dtype != DType::kF32 && !integer) {
+            fail_at(s, "mma of ", dtype_name(s.dtype), " (needs float16, bfloat16, float32 as TF32, or int8/uint8 operands both)");
+          }
+          fragment(s, "mma accumulator", s.name, s.at[0], 4, integer ? DType::kU32 : DType::kF32);
         }
-        fragment(s, "mma accumulator", s.name, s.at[0], 4, DType::kF32);
         fragment(s, "mma A fragment", s.a, s.at[1], 4, DType::kU32);
         fragment(s, "mma B fragment", s.b, s.at[2], 2, DType::kU32);
         break;

@@ -126,8 +126,14 @@ Types layer_norm(const Node& n, Inputs in) {
   return {in[0]};
 }
 
+bool is_8bit_integer(DType t) { return t == DType::kI8 || t == DType::kU8; }
+
+// MatMul: numpy's product of operands of one type; or of two 8-bit integer operands (int8 or
+// uint8, either each: the raw product MatMulInteger and QLinearMatMul lower to), accumulated
+// exactly into int32.
 Types matmul(const Node&, Inputs in) {
-  check_same_dtype(in, 0, 1);
+  const bool bytes = is_8bit_integer(in[0].dtype) && is_8bit_integer(in[1].dtype);
+  if (!bytes) check_same_dtype(in, 0, 1);
   Shape a = in[0].shape;
   Shape b = in[1].shape;
   check(!a.empty() && !b.empty(), "MatMul of a scalar");
@@ -143,7 +149,7 @@ Types matmul(const Node&, Inputs in) {
   Shape out = batch;
   if (!a_vec) out.push_back(a[a.size() - 2]);
   if (!b_vec) out.push_back(b.back());
-  return {{in[0].dtype, out}};
+  return {{bytes ? DType::kI32 : in[0].dtype, out}};
 }
 
 // Spatial output extent of a window of `k` taps (dilated) sliding with `stride` over `d` padded by

@@ -60,6 +60,19 @@ class GraphBuilder {
     }
     return out;
   }
+  // What DequantizeLinear made a float32 value from (importer/lower_quant.h records it, its
+  // fold_dequantized_matmul reads it, the value itself possibly folded to a constant): an 8-bit
+  // value x, its zero point (kNoValue for none) and its float32 scale, each one element (axis -1)
+  // or, for a matrix x quantized along axis 0 or 1, shaped to broadcast along it (M x 1, 1 x N).
+  struct Dequantization {
+    int x = kNoValue, zero = kNoValue, scale = kNoValue;
+    int axis = -1;
+  };
+  void set_dequantization(int id, Dequantization d) { dequantized_[id] = d; }
+  const Dequantization* dequantization(int id) const {
+    auto it = dequantized_.find(id);
+    return it == dequantized_.end() ? nullptr : &it->second;
+  }
   // Import-time sequences and optionals (importer/sequences.h): a placeholder value (no dtype,
   // never read by a canonical node) standing for a list of tensor value ids, or for an optional
   // that holds one value (kNoValue: empty). *_of give what a value stands for, nullptr for one that
@@ -93,6 +106,7 @@ class GraphBuilder {
   std::map<int, DataExtent> extents_;
   std::map<int, std::vector<int>> sequences_;
   std::map<int, int> optionals_;
+  std::map<int, Dequantization> dequantized_;
   std::vector<Guard> guards_;
   std::map<std::string, int64_t> bounds_;
   std::set<std::string> used_bounds_;

@@ -117,6 +117,12 @@ void NodeLowering::set_output(size_t k, int v) {
   if (k < outputs_.size()) outputs_[k] = v;
 }
 
+int transpose2d(NodeLowering& L, int v) {
+  Attributes a;
+  a.set("perm", std::vector<int64_t>{1, 0});
+  return L.emit("Transpose", {v}, a);
+}
+
 int cast_to(NodeLowering& L, int v, DType to) {
   if (L.builder().value(v).dtype == to) return v;
   Attributes a;
@@ -784,24 +790,22 @@ void instance_norm(NodeLowering& L) {
   L.set_output(0, L.emit("Add", {L.emit("Mul", {norm, L.reshape(L.input(1), cs)}), L.reshape(L.input(2), cs)}));
 }
 
-int transpose2d(NodeLowering& L, int v) {
-  Attributes a;
-  a.set("perm", std::vector<int64_t>{1, 0});
-  return L.emit("Transpose", {v}, a);
-}
-
 void gemm(NodeLowering& L) {
   check(L.rank(0) == 2 && L.rank(1) == 2, "A and B must be matrices, got ", shape_str(L.shape(0)), " and ",
         shape_str(L.shape(1)));
   int a = L.input(0);
   int b = L.input(1);
-  if (L.attr_i("transA", 0) != 0) a = transpose2d(L, a);
-  if (L.attr_i("transB", 0) != 0) b = transpose2d(L, b);
+  const bool trans_a = L.attr_i("transA", 0) != 0, trans_b = L.attr_i("transB", 0) != 0;
   const float alpha = L.attr_f("alpha", 1.0f);
   const float beta = L.attr_f("beta", 1.0f);
   if (L.opset() < 7) L.attr_i("broadcast", 0);  // whether C may broadcast: the Add below broadcasts it either way
-  if (alpha != 1.0f) b = L.emit("Mul", {b, scalar_like(L, 1, alpha)});  // folds when B is a weight
-  int y = L.emit("MatMul", {a, b});
+  int y = fold_dequantized_matmul(L, a, trans_a, b, trans_b, alpha);  // a QDQ pair's integer product
+  if (y == kNoValue) {
+    if (trans_a) a = transpose2d(L, a);
+    if (trans_b) b = transpose2d(L, b);
+    if (alpha != 1.0f) b = L.emit("Mul", {b, scalar_like(L, 1, alpha)});  // folds when B is a weight
+    y = L.emit("MatMul", {a, b});
+  }
   if (L.has_input(2) && beta != 0.0f) {
     int c = L.input(2);
     if (beta != 1.0f) c = L.emit("Mul", {c, scalar_like(L, 2, beta)});
@@ -964,7 +968,10 @@ void global_pool(NodeLowering& L) {
   L.set_output(0, reduce_node(L, L.op() == "GlobalAveragePool" ? "ReduceMean" : "ReduceMax", L.input(0), axes, 1));
 }
 
-void matmul(NodeLowering& L) { L.set_output(0, L.emit("MatMul", {L.input(0), L.input(1)})); }
+void matmul(NodeLowering& L) {
+  const int folded = fold_dequantized_matmul(L, L.input(0), false, L.input(1), false);
+  L.set_output(0, folded != kNoValue ? folded : L.emit("MatMul", {L.input(0), L.input(1)}));
+}
 
 void reshape(NodeLowering& L) {
   std::vector<int64_t> target = L.const_ints(1, "shape");

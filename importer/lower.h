@@ -95,6 +95,8 @@ class NodeLowering {
 // Helpers the lowering files share (lower.cpp and the lower_*.cpp of op families).
 // Value v as type `to`: a Cast, or v itself when it has that type already.
 int cast_to(NodeLowering& L, int v, DType to);
+// Matrix v transposed.
+int transpose2d(NodeLowering& L, int v);
 // The smallest and largest value of an integer type or bool (the largest uint64 as its bit
 // pattern, -1).
 std::pair<int64_t, int64_t> integer_range(DType t);

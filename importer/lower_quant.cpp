@@ -1,6 +1,9 @@
 #include "importer/lower_quant.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <numeric>
+#include <optional>
 
 #include "core/error.h"
 #include "core/ops.h"
@@ -106,6 +109,102 @@ int centered(NodeLowering& L, size_t k, size_t zp, int64_t axis) {
   return binary(L, "Sub", x, z);
 }
 
+bool is_8bit(DType t) { return t == DType::kI8 || t == DType::kU8; }
+
+// The zero point (input zp) of a MatMul operand as int32 broadcasting against the product: one
+// element as a scalar; else one per row of A (`row`, shape M x 1) or per column of B (1 x N);
+// kNoValue when absent or a constant zero (nothing to correct).
+int product_zero_point(NodeLowering& L, size_t k, size_t zp, bool row) {
+  if (!L.has_input(zp)) return kNoValue;
+  if (L.val(zp).is_constant()) {
+    const std::vector<float> zs = L.const_floats(zp, "zero point");
+    if (std::all_of(zs.begin(), zs.end(), [](float z) { return z == 0.0f; })) return kNoValue;
+  }
+  const Shape xs = L.shape(k), zs = L.shape(zp);
+  const int z = cast_to(L, L.input(zp), DType::kI32);
+  if (numel(zs) == 1) return L.reshape(z, {});
+  const int64_t extent = row ? xs[xs.size() - 2] : xs.back();
+  check(zs.size() == 1 && zs[0] == extent, "input ", zp, " (the zero point of input ", k, ") has shape ", shape_str(zs),
+        ": one value, or one per ", row ? "row" : "column", " (", extent, ")");
+  return L.reshape(z, row ? Shape{extent, 1} : Shape{1, extent});
+}
+
+// The integer product sum over k of (a - za)(b - zb) of 8-bit values a and b (int8 or uint8
+// each, rank 2 or more) with int32 zero points za (a scalar or M x 1) and zb (a scalar or 1 x N),
+// either kNoValue for none: the raw product of the bytes (a MatMul of int8/uint8 operands into
+// int32: dp4a's form, codegen/stages/dp4a_matmul.h) less za x (B's column sums) and (A's row
+// sums) x zb, plus K x za x zb, each term present only where its zero points are; exact, as every
+// term is an integer and int32 arithmetic wraps alike on both sides.
+int byte_product(NodeLowering& L, int a, int za, int b, int zb) {
+  const Value& av = L.builder().value(a);
+  const Value& bv = L.builder().value(b);
+  const auto a_rank = static_cast<int64_t>(av.shape.size()), b_rank = static_cast<int64_t>(bv.shape.size());
+  const int64_t k_extent = av.shape.back();
+  int c = L.emit("MatMul", {a, b});
+  if (za != kNoValue) {
+    const int col_sums = reduce_node(L, "ReduceSum", cast_to(L, b, DType::kI32), {b_rank - 2}, 1);
+    c = binary(L, "Sub", c, binary(L, "Mul", za, col_sums));
+  }
+  if (zb != kNoValue) {
+    const int row_sums = reduce_node(L, "ReduceSum", cast_to(L, a, DType::kI32), {a_rank - 1}, 1);
+    c = binary(L, "Sub", c, binary(L, "Mul", row_sums, zb));
+  }
+  if (za != kNoValue && zb != kNoValue) {
+    const int k = L.constant(Tensor::scalar_int(DType::kI32, k_extent));
+    c = binary(L, "Add", c, binary(L, "Mul", binary(L, "Mul", za, zb), k));
+  }
+  return c;
+}
+
+// The integer product of MatMulInteger and QLinearMatMul, A (input a, zero point input za) by B
+// (inputs b, zb): byte_product of 8-bit operands; otherwise the operands centred in int32.
+int integer_product(NodeLowering& L, size_t a, size_t za, size_t b, size_t zb) {
+  if (!is_8bit(L.val(a).dtype) || !is_8bit(L.val(b).dtype)) {
+    return L.emit("MatMul", {centered(L, a, za, L.rank(a) - 2), centered(L, b, zb, L.rank(b) - 1)});
+  }
+  return byte_product(L, L.input(a), product_zero_point(L, a, za, true), L.input(b), product_zero_point(L, b, zb, false));
+}
+
+}  // namespace
+
+int fold_dequantized_matmul(NodeLowering& L, int a, bool trans_a, int b, bool trans_b, float alpha) {
+  using Dequantization = GraphBuilder::Dequantization;
+  const Dequantization* da = L.builder().dequantization(a);
+  const Dequantization* db = L.builder().dequantization(b);
+  if (da == nullptr || db == nullptr) return kNoValue;
+  const size_t a_rank = L.builder().value(a).shape.size(), b_rank = L.builder().value(b).shape.size();
+  // A per tensor (per row or column it would vary along K or be no scale of the product's rows
+  // alone), B per tensor or per output column: its axis 1, or 0 when transposed.
+  if (a_rank < 2 || b_rank < 2 || da->axis != -1 || (db->axis != -1 && db->axis != (trans_b ? 0 : 1))) return kNoValue;
+  // The sum in int32 holds K products of at most 255 x 255 in magnitude: beyond that the float
+  // product does not wrap where int32 would, so no fold.
+  const Shape& as = L.builder().value(a).shape;
+  if (as[trans_a ? 0 : as.size() - 1] > INT32_MAX / (255 * 255)) return kNoValue;
+  const int x_a = trans_a ? transpose2d(L, da->x) : da->x;
+  const int x_b = trans_b ? transpose2d(L, db->x) : db->x;
+  // A parameter of B along its output columns as 1 x N (a transposed B's is N x 1).
+  const auto columns = [&](int v) {
+    if (v == kNoValue || db->axis != 0) return v;
+    return L.reshape(v, {1, L.builder().value(v).shape[0]});
+  };
+  // A zero point as int32, kNoValue for none or a constant zero.
+  const auto zero = [&](int z) {
+    if (z == kNoValue) return kNoValue;
+    const Value& zv = L.builder().value(z);
+    if (zv.is_constant()) {
+      const std::vector<double> zs = zv.data->to_doubles();
+      if (std::all_of(zs.begin(), zs.end(), [](double q) { return q == 0.0; })) return kNoValue;
+    }
+    return cast_to(L, z, DType::kI32);
+  };
+  const int product = byte_product(L, x_a, zero(da->zero), x_b, zero(columns(db->zero)));
+  int scale = binary(L, "Mul", da->scale, columns(db->scale));
+  if (alpha != 1.0f) scale = binary(L, "Mul", scale, float_constant(L, DType::kF32, alpha));
+  return binary(L, "Mul", cast_to(L, product, DType::kF32), scale);
+}
+
+namespace {
+
 // A scale of a contraction's operand as the contraction's output broadcasts it: one element as a
 // scalar; else 1-D along output axis `axis` of rank `rank` (A's rows, B's columns, W's channels).
 int scale_along(NodeLowering& L, size_t k, int64_t axis, size_t rank, int64_t extent) {
@@ -174,15 +273,23 @@ void dequantize_linear(NodeLowering& L) {
   check(is_float(out) && !is_narrow_float(out), "DequantizeLinear to ", dtype_name(out), ": the output is a float type");
   const DType xt = L.val(0).dtype;
   int dx = cast_to(L, L.input(0), DType::kF32);
+  int zp = kNoValue;
   if (is_float8(xt)) {
     require_zero(L, 2);
   } else if (xt != DType::kF4E2M1 && L.has_input(2)) {
     check(L.val(2).dtype == xt, "the zero point's type ", dtype_name(L.val(2).dtype), " is not x's, ", dtype_name(xt));
-    const int zp = broadcast_param(L, 2, "zero point", xs, axis, block);
+    zp = broadcast_param(L, 2, "zero point", xs, axis, block);
     dx = binary(L, "Sub", dx, cast_to(L, zp, DType::kF32));
   }
-  const int scale = broadcast_param(L, 1, "scale", xs, axis, block);
-  L.set_output(0, cast_to(L, binary(L, "Mul", dx, cast_to(L, scale, DType::kF32)), out));
+  const int scale = cast_to(L, broadcast_param(L, 1, "scale", xs, axis, block), DType::kF32);
+  const int y = cast_to(L, binary(L, "Mul", dx, scale), out);
+  // An 8-bit x dequantized to float32 per tensor, or per row or column of a matrix: recorded for
+  // fold_dequantized_matmul.
+  const bool per_tensor = numel(L.shape(1)) == 1;
+  if (is_8bit(xt) && out == DType::kF32 && (per_tensor || (xs.size() == 2 && block <= 0))) {
+    L.builder().set_dequantization(y, {L.input(0), zp, scale, per_tensor ? -1 : static_cast<int>(normalize_axis(axis, 2, "axis"))});
+  }
+  L.set_output(0, y);
 }
 
 void dynamic_quantize_linear(NodeLowering& L) {
@@ -204,8 +311,7 @@ void dynamic_quantize_linear(NodeLowering& L) {
 void matmul_integer(NodeLowering& L) {
   check(L.rank(0) >= 2 && L.rank(1) >= 2, "MatMulInteger takes matrices (or batches of them), not ", shape_str(L.shape(0)), " and ",
         shape_str(L.shape(1)));
-  const int a = centered(L, 0, 2, L.rank(0) - 2), b = centered(L, 1, 3, L.rank(1) - 1);
-  L.set_output(0, L.emit("MatMul", {a, b}));
+  L.set_output(0, integer_product(L, 0, 2, 1, 3));
 }
 
 void conv_integer(NodeLowering& L) {
@@ -216,7 +322,7 @@ void conv_integer(NodeLowering& L) {
 void qlinear_matmul(NodeLowering& L) {
   check(L.rank(0) >= 2 && L.rank(3) >= 2, "QLinearMatMul takes matrices (or batches of them), not ", shape_str(L.shape(0)), " and ",
         shape_str(L.shape(3)));
-  const int c = L.emit("MatMul", {centered(L, 0, 2, L.rank(0) - 2), centered(L, 3, 5, L.rank(3) - 1)});
+  const int c = integer_product(L, 0, 2, 3, 5);
   const size_t rank = L.builder().value(c).shape.size();
   const int a_scale = scale_along(L, 1, static_cast<int64_t>(rank) - 2, rank, L.shape(0)[static_cast<size_t>(L.rank(0) - 2)]);
   const int b_scale = scale_along(L, 4, static_cast<int64_t>(rank) - 1, rank, L.shape(3).back());

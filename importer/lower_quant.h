@@ -6,11 +6,17 @@
 //     `output_dtype`;
 //   - DynamicQuantizeLinear (11): the uint8 scale and zero point of x's range widened to 0, and
 //     x quantized with them;
-//   - MatMulInteger (10), ConvInteger (10): the operands cast to int32 less their zero points
-//     (per tensor; per row of A, per column of B, per output channel of W), an int32 MatMul or Conv;
+//   - MatMulInteger (10): of 8-bit operands, the raw product of the bytes (a MatMul of int8/uint8
+//     into int32, which stages in the dp4a form) less the zero points' terms (za x B's column
+//     sums, A's row sums x zb, plus K x za x zb; per tensor, per row of A, per column of B);
+//     otherwise, and for ConvInteger (10), the operands cast to int32 less their zero points and
+//     an int32 MatMul or Conv;
 //   - QLinearMatMul (10, 21), QLinearConv (10): that int32 contraction (plus QLinearConv's int32
 //     bias) times a_scale x b_scale / y_scale in float32, rounded half to even, plus y's zero
-//     point, saturated and cast.
+//     point, saturated and cast;
+//   - a float32 MatMul of two DequantizeLinear results of 8-bit values (QDQ, fold_dequantized_
+//     matmul; A per tensor, B per tensor or per column): the same integer product times
+//     a_scale x b_scale, the dequantized operands never made.
 // Arithmetic is float32 where onnx's numpy reference promotes to float64 (an int32 x or zero point,
 // the QLinear ops' requantization), as onnxruntime computes and as generated code does (it computes
 // float64 in float): the reference interpreter and the compiled plan then agree exactly, and differ
@@ -36,5 +42,13 @@ void matmul_integer(NodeLowering& L);
 void conv_integer(NodeLowering& L);
 void qlinear_matmul(NodeLowering& L);
 void qlinear_conv(NodeLowering& L);
+// The product of float32 values a and b (each transposed where asked; times alpha), a MatMul's or a
+// Gemm's being lowered by L, where both are DequantizeLinear results of int8 or uint8 values, A's
+// scale and zero point per tensor and B's per tensor or per output column (a QDQ model's pair
+// around the product): the integer product of the bytes less the zero points' terms (as
+// MatMulInteger's), cast to float32, times a_scale x b_scale (x alpha); kNoValue (nothing
+// emitted) otherwise, and where K x 255 x 255 passes int32's range. The integer sum is exact where
+// the float32 one rounds at every step.
+int fold_dequantized_matmul(NodeLowering& L, int a, bool trans_a, int b, bool trans_b, float alpha = 1.0f);
 
 }  // namespace fusetune::importer

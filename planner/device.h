@@ -12,6 +12,13 @@
 
 namespace fusetune::planner {
 
+// The int8 mma.sync (m16n8k32) rate against the float16 one (modeled, not yet measured): dense
+// INT8 tensor TOPS are twice FP16 TFLOPS on A100, H100 and H200 (their datasheets).
+inline constexpr double kImmaPerFp16Mma = 2.0;
+// dp4a instructions a clock per SM (modeled, not yet measured): the rate CUDA's throughput table
+// gives the 32-bit integer multiply-add pipe on compute capability 7.x to 9.0, where dp4a issues.
+inline constexpr int kDp4aPerClockPerSm = 64;
+
 struct Device {
   std::string name;
   std::string description;
@@ -48,6 +55,8 @@ struct Device {
   int clock_mhz = 0;
 
   double special_ops_per_us() const { return static_cast<double>(sms) * special_ops_per_clock_per_sm * clock_mhz; }
+  // dp4a's operations (8 an instruction: four multiplies, four adds) a second, in TOP/s.
+  double dp4a_tops() const { return static_cast<double>(sms) * kDp4aPerClockPerSm * 8 * clock_mhz * 1e-6; }
 };
 
 Device parse_device(const std::string& json_text, const std::string& label);

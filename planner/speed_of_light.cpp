@@ -38,10 +38,17 @@ SpeedOfLight speed_of_light(const Device& d, double bytes, double operations, do
   s.memory_us = bytes / (d.dram_bandwidth_gbps * 1e3);  // GB/s = 1e3 bytes per µs
   const double tflops = pipe == Pipe::kMmaSync       ? d.mma_sync_fp16_tflops
                         : pipe == Pipe::kMmaSyncTf32 ? d.mma_sync_tf32_tflops
+                        : pipe == Pipe::kMmaSyncInt8 ? kImmaPerFp16Mma * d.mma_sync_fp16_tflops
                         : pipe == Pipe::kWgmma       ? d.fp16_tensor_tflops
+                        : pipe == Pipe::kDp4a        ? d.dp4a_tops()
                                                      : d.fp32_tflops;
   s.compute_us = operations / (tflops * 1e6);  // TFLOP/s = 1e6 operations per µs
-  s.peak = pipe == Pipe::kMmaSync ? "mma.sync" : pipe == Pipe::kMmaSyncTf32 ? "mma.sync.tf32" : pipe == Pipe::kWgmma ? "wgmma" : "fp32";
+  s.peak = pipe == Pipe::kMmaSync       ? "mma.sync"
+           : pipe == Pipe::kMmaSyncTf32 ? "mma.sync.tf32"
+           : pipe == Pipe::kMmaSyncInt8 ? "mma.sync.int8"
+           : pipe == Pipe::kWgmma       ? "wgmma"
+           : pipe == Pipe::kDp4a        ? "dp4a"
+                                        : "fp32";
   const double special_us = special_ops / d.special_ops_per_us();
   if (special_us > s.compute_us) {
     s.compute_us = special_us;

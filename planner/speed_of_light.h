@@ -47,13 +47,17 @@ struct SpeedOfLight {
                           // and special-function results / their rate
   double us = 0;          // the larger of memory_us and compute_us
   std::string bound;      // "memory" or "compute"
-  std::string peak;       // what bounds compute_us: "fp32", "mma.sync", "mma.sync.tf32", "wgmma" or "special"
+  std::string peak;       // what bounds compute_us: "fp32", "dp4a", "mma.sync", "mma.sync.tf32", "mma.sync.int8",
+                          // "wgmma" or "special"
 };
 
-// The instruction class a kernel computes with: FP32 issue, or tensor cores by mma.sync on 16-bit
-// operands or on TF32 ones, or by wgmma (the tensor peak); its operations are charged at that class's rate. `special_ops`: its
-// special-function results (exp, sqrt, ...), apart from `operations`.
-enum class Pipe { kFp32, kMmaSync, kMmaSyncTf32, kWgmma };
+// The instruction class a kernel computes with: FP32 issue, dp4a (8-bit integer products at
+// Device::dp4a_tops), or
+// tensor cores by mma.sync on 16-bit operands, on TF32 ones or on 8-bit integers (kImmaPerFp16Mma
+// times the 16-bit rate), or by wgmma (the tensor peak); its operations are charged at that
+// class's rate. `special_ops`: its special-function results (exp, sqrt, ...), apart from
+// `operations`.
+enum class Pipe { kFp32, kDp4a, kMmaSync, kMmaSyncTf32, kMmaSyncInt8, kWgmma };
 SpeedOfLight speed_of_light(const Device& d, double bytes, double operations, double special_ops, Pipe pipe);
 
 // Bytes in flight per SM with one load request of `bytes_per_request` outstanding per resident warp.

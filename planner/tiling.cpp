@@ -218,6 +218,14 @@ bool tensor_core_operands(const Graph& g, const Node& n) {
          a.shape.size() >= 2 && b.shape.size() >= 2;
 }
 
+bool dp4a_matmul(const Graph& g, const Node& n) {
+  if (n.op != "MatMul") return false;
+  const Value& a = g.value(n.inputs[0]);
+  const Value& b = g.value(n.inputs[1]);
+  const auto bytes = [](DType t) { return t == DType::kI8 || t == DType::kU8; };
+  return bytes(a.dtype) && bytes(b.dtype) && a.shape.size() >= 2 && b.shape.size() >= 2;
+}
+
 MmaStaging mma_staging(const Graph& g, const Node& matmul, const std::set<int>& produced, bool wgmma) {
   MmaStaging m;
   const auto async = [&](int v) {
@@ -477,6 +485,8 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   int64_t tensor_flops = 0;  // per tile, contraction flops on tensor cores (padded to m16n8k16)
   int64_t tf32_flops = 0;    // the same for TF32 contractions (padded to m16n8k8)
   int64_t wgmma_flops = 0;   // the same for wgmma (padded to m64nNk16)
+  int64_t dp4a_flops = 0;    // per tile, the part of tile_flops that dp4a issues (charged at its own rate)
+  int64_t imma_flops = 0;    // per tile, 8-bit integer contraction flops on tensor cores (padded to m16n8k32)
   int64_t tile_special = 0;  // per tile, special-function results (exp, sqrt, ...)
   int64_t tile_loads = 0;  // per tile, the load instructions that stage contraction operands
   int64_t padded_elems = 0;  // per tile, the accumulators of tensor-core contractions (fragments)
@@ -496,12 +506,14 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
     c.reject = "a candidate is either on tensor cores (mma) or in the GEMV form";
     return c;
   }
+  const bool dp4a_group = std::any_of(group.nodes.begin(), group.nodes.end(),
+                                      [&](int n) { return dp4a_matmul(g, g.nodes()[static_cast<size_t>(n)]); });
   if (cfg.mma) {
     if (d.compute_capability < 80) {
       c.reject = "tensor cores (mma) need compute capability 8.0 or later";
       return c;
     }
-    if (cfg.reduce_step <= 0 || !has_mma_matmul(g, group, opt.tf32)) {
+    if (cfg.reduce_step <= 0 || !(has_mma_matmul(g, group, opt.tf32) || dp4a_group)) {
       c.reject = opt.tf32 ? "tensor cores (mma) need a staged MatMul with float16, bfloat16 or float32 operands"
                           : "tensor cores (mma) need a staged MatMul with float16 or bfloat16 operands (float32 ones "
                             "only under the TF32 precision policy)";
@@ -510,11 +522,22 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   }
   if (cfg.reduce_step > 0 && std::any_of(group.nodes.begin(), group.nodes.end(), [&](int n) {
         const Node& node = g.nodes()[static_cast<size_t>(n)];
-        return is_contraction(node) && !is_float(g.value(node.inputs[0]).dtype);
+        return is_contraction(node) && !is_float(g.value(node.inputs[0]).dtype) && !dp4a_matmul(g, node);
       })) {
-    c.reject = "an integer MatMul or Conv (MatMulInteger's, ConvInteger's) accumulates exactly in 64-bit integers, "
-               "unstaged: staged slices hold floats";
+    c.reject = "an integer Conv, or an integer MatMul of wider than 8-bit operands, accumulates exactly in 64-bit "
+               "integers, unstaged: staged slices hold floats (8-bit MatMuls stage in the dp4a form)";
     return c;
+  }
+  if (dp4a_group && cfg.reduce_step > 0) {
+    if (d.compute_capability < 61) {
+      c.reject = "dp4a needs compute capability 6.1 or later";
+      return c;
+    }
+    if (cfg.wgmma || cfg.gemv || cfg.flash || cfg.vector > 1 || cfg.split_k > 1 || cfg.reduce_step % (cfg.mma ? 32 : 4) != 0) {
+      c.reject = "the dp4a form stages a step of whole words (a multiple of 4; of 32 on tensor cores, m16n8k32), one "
+                 "matrix a block, without wgmma, the GEMV form, 16-byte vectors or split-K";
+      return c;
+    }
   }
   if (cfg.wgmma) {
     if (!cfg.mma || !has_wgmma(d)) {
@@ -547,6 +570,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   }
   const std::set<int> absorbed = core ? std::set<int>(core->absorbed.begin(), core->absorbed.end()) : std::set<int>{};
   int flash_registers = 0;
+  int imma_registers = 0;  // the 8-bit tensor-core form's accumulators and fragments
   bool uncovered = false;  // a staged Conv whose threads cannot cover the tile with micro-tiles
   // Split-K (cfg.split_k > 1) needs one anchor, a staged MatMul with its accumulators in registers:
   // its reduction steps and the floats a block's accumulators hold (codegen/stages/split_k.h).
@@ -777,6 +801,49 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       const int64_t batch_registers = staging_batch(step, static_cast<int>(slices), kGemvLoads) * 4;  // a batch's 16-byte vectors
       gemv_registers = std::max<int>(gemv_registers, static_cast<int>(32 + rows * lanes + batch_registers + 8));
       gemv_taken = true;
+    } else if (dp4a_matmul(g, n) && cfg.reduce_step > 0) {
+      // The dp4a form (codegen/stages/dp4a_matmul.h): per step A's rows x step and B's step x
+      // columns in words of 4 bytes along K (A's rows padded by a word), a dp4a per 4 products,
+      // each thread's TM x TN micro-tile reading TM A words and TN B words per 4 K entries; the
+      // product to shared memory (64-bit integers) unless its epilogue runs from registers.
+      // Staging: a word of A per load where the operand is a row-major input whose K is a
+      // multiple of 4 (else a byte a load), B four rows of four columns in four word loads (its
+      // columns a multiple of 4) or a byte a load.
+      const int64_t region_rows = out_region.size() >= 2 ? out_region[out_region.size() - 2].size() : 0;
+      const int64_t region_cols = out_region.empty() ? 0 : out_region.back().size();
+      const int64_t k = e.reduce_extents.empty() ? 1 : e.reduce_extents[0], step = cfg.reduce_step, words = step / 4;
+      const auto [tm, tn] = micro_tile(region_rows, region_cols, cfg.threads);
+      if (out_elems != region_rows * region_cols || (!cfg.mma && tm == 0)) {
+        c.reject = "the dp4a form needs one matrix a block, covered by the threads' micro-tiles of at most 8 x 8";
+        return c;
+      }
+      // On tensor cores (m16n8k32) the slices span the warps' fragments (mma_warps), padded.
+      const MmaWarps warps = mma_warps(region_rows, region_cols, cfg.threads / d.warp_size);
+      const int64_t rows = cfg.mma ? warps.rows() : region_rows, cols = cfg.mma ? warps.cols() : region_cols;
+      smem += (rows * (cfg.mma ? imma_pitch_a(step) : dp4a_pitch_a(step)) + words * (cfg.mma ? imma_pitch_b(cols) : cols)) * 4;
+      const auto epilogue = cfg.mma ? std::nullopt : register_epilogue(g, group, *it);
+      if (!(epilogue && sixteen_byte_runs(g, *epilogue, tn))) smem += out_elems * 8;
+      const int64_t steps = ceil_div(k, step);
+      const bool a_words = !produced.count(n.inputs[0]) && k % 4 == 0;
+      const bool b_words = !produced.count(n.inputs[1]) && g.value(n.inputs[1]).shape.back() % 4 == 0;
+      const int64_t staged = steps * (ceil_div(rows * step, a_words ? 4 : 1) + ceil_div(step * cols, b_words ? 4 : 1));
+      const int64_t product_flops = numel(e.out_shape) == 0 ? 0 : node_flops(g, n) * out_elems / numel(e.out_shape);
+      if (cfg.mma) {
+        // Per 32 of K each warp reads 4 words of each A fragment and 2 of each B fragment and
+        // issues fm x fn mma (the padded region's 2 x rows x cols x K at the int8 tensor rate).
+        tile_loads += staged + steps * (step / 32) * (cfg.threads / d.warp_size) * d.warp_size * (4 * warps.fm + 2 * warps.fn);
+        tile_flops -= product_flops;
+        imma_flops += 2 * rows * cols * steps * step;
+        // A thread's accumulators (fm x fn fragments of 4) and fragments (4 fm + 2 fn words).
+        imma_registers = static_cast<int>(40 + 4 * warps.fm * warps.fn + 4 * warps.fm + 2 * warps.fn);
+      } else {
+        tile_loads += staged + steps * words * (ceil_div(region_rows, tm) * ceil_div(region_cols, tn)) * (tm + tn);
+        // dp4a: the product's 2 x M x N x K operations at Device::dp4a_tops, issued with the
+        // rest (planner/device.h).
+        dp4a_flops += product_flops;
+      }
+      const double step_bytes = static_cast<double>((region_rows + region_cols) * step);
+      in_flight = std::min(in_flight, step_bytes / static_cast<double>(ceil_div(ceil_div(staged, steps), cfg.threads)));
     } else if (is_contraction(n) && cfg.reduce_step > 0) {
       std::vector<Interval> step;
       for (size_t r = 0; r < e.reduce_extents.size(); ++r) {
@@ -931,6 +998,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       100000, cfg.wgmma ? 40 + per_thread : 24 + per_thread * (contraction ? 2 : 1) + 2 * cfg.vector));
   c.registers = std::max(c.registers, gemv_registers);  // the GEMV form's accumulators: rows x a vector
   c.registers = std::max(c.registers, flash_registers);  // flash attention's micro-tiles and row statistics
+  c.registers = std::max(c.registers, imma_registers);
   if (cfg.gemv && !gemv_taken) {
     c.reject = "no MatMul of the group takes the GEMV form (one matrix of at most 8 rows, B an input of the group)";
     return c;
@@ -970,10 +1038,12 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   // An issued load takes an issue slot like an FMA (2 flops); tensor-core arithmetic runs at the
   // rate mma.sync attains on the device, special functions at the special function units' rate,
   // each pipe overlapped with the issue of everything else.
-  const double issue_us = static_cast<double>((tile_flops + 2 * tile_loads) * c.tiles) / (d.fp32_tflops * 1e6);
+  const double issue_us = static_cast<double>((tile_flops - dp4a_flops + 2 * tile_loads) * c.tiles) / (d.fp32_tflops * 1e6) +
+                          static_cast<double>(dp4a_flops * c.tiles) / (d.dp4a_tops() * 1e6);
   const double tensor_us = static_cast<double>(tensor_flops * c.tiles) / (d.mma_sync_fp16_tflops * 1e6) +
                            static_cast<double>(tf32_flops * c.tiles) / (d.mma_sync_tf32_tflops * 1e6) +
-                           static_cast<double>(wgmma_flops * c.tiles) / (d.fp16_tensor_tflops * 1e6);
+                           static_cast<double>(wgmma_flops * c.tiles) / (d.fp16_tensor_tflops * 1e6) +
+                           static_cast<double>(imma_flops * c.tiles) / (kImmaPerFp16Mma * d.mma_sync_fp16_tflops * 1e6);
   const double special_us = static_cast<double>(tile_special * c.tiles) / d.special_ops_per_us();
   // Each SM issues from four schedulers, each from its own warps (every NVIDIA SM since Volta):
   // with fewer warps resident on an SM than that, the rest of its issue slots and pipes idle.
@@ -1003,7 +1073,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   const double throughput_us = std::max({dram_us, l2_us, compute_us}) / c.efficiency;
   c.latency_bound = latency_us > throughput_us;
   c.modeled_us = std::max(throughput_us, latency_us) + split_sum_us + opt.launch_overhead_us;
-  c.flops = (tile_flops + tensor_flops + tf32_flops + wgmma_flops) * c.tiles;
+  c.flops = (tile_flops + tensor_flops + tf32_flops + wgmma_flops + imma_flops) * c.tiles;
   c.tiles = blocks;
   c.valid = true;
   return c;
@@ -1200,6 +1270,8 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
   const int root = group_root(g, group);
   const Shape& rs = g.value(root).shape;
   bool contraction = false, integer = false;  // integer: some contraction has integer operands
+  bool dp4a = false;                           // some MatMul takes the dp4a form (dp4a_matmul)
+  bool unstaged_only = false;                  // some integer contraction has no staged form
   bool conv = false, window_only = true;  // a Conv group; all its Convs depthwise-like (one step)
   int64_t k_extent = 0;
   // The longest reduction space of a reduction or contraction: the generic reduction stage's
@@ -1216,6 +1288,8 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
     if (is_contraction(node)) {
       contraction = true;
       integer = integer || !is_float(g.value(node.inputs[0]).dtype);
+      dp4a = dp4a || dp4a_matmul(g, node);
+      unstaged_only = unstaged_only || (!is_float(g.value(node.inputs[0]).dtype) && !dp4a_matmul(g, node));
       const TensorExpr e = describe(g, node);
       if (node.op == "Conv") {  // the implicit GEMM steps through C_in/groups x window
         conv = true;
@@ -1242,10 +1316,10 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
       // depthwise one has a single staged form (its window in one step). An integer contraction
       // is unstaged alone (evaluate_tile).
       std::vector<int64_t> steps = {0};
-      if (contraction && !integer) {
+      if (contraction && !unstaged_only && (!integer || d.compute_capability >= 61)) {
         if (!conv) steps.clear();
         for (int64_t s : {8, 16, 32, 64}) {
-          if (s <= std::max<int64_t>(k_extent, 8) && (s == 8 || !window_only)) steps.push_back(s);
+          if (s <= std::max<int64_t>(k_extent, 8) && (s == 8 || !(conv && window_only))) steps.push_back(s);
         }
       }
       // Vector width 4 where some staged MatMul operand can move in float4 quads, or a Conv can
@@ -1267,10 +1341,10 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
       }
     }
   }
-  // Tensor-core candidates (sm_80+, a MatMul with 16-bit operands): one matrix per tile, 16 to 128
-  // rows by 8 to 128 columns, warps that each own at least one and at most 16 m16n8 fragments,
-  // reduction steps of 16, 32, 64.
-  if (d.compute_capability >= 80 && rs.size() >= 2 && has_mma_matmul(g, group, opt.tf32)) {
+  // Tensor-core candidates (sm_80+, a MatMul with 16-bit operands, or 8-bit integer ones on
+  // m16n8k32): one matrix per tile, 16 to 128 rows by 8 to 128 columns, warps that each own at
+  // least one and at most 16 m16n8 fragments, reduction steps of 16 (not for 8-bit), 32, 64.
+  if (d.compute_capability >= 80 && rs.size() >= 2 && (has_mma_matmul(g, group, opt.tf32) || dp4a)) {
     for (int64_t tm : {16, 32, 64, 128}) {
       for (int64_t tn : {8, 16, 32, 64, 128}) {
         std::vector<int64_t> tile(rs.size(), 1);
@@ -1281,7 +1355,9 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
         for (int warps : {1, 2, 4, 8}) {
           if (warps > fragments || fragments > 16 * warps) continue;
           for (int64_t step : {16, 32, 64}) {
-            if (step > 16 && step >= ceil_div(std::max<int64_t>(k_extent, 1), 16) * 16 * 2) continue;
+            // The instruction's K: 16 (16-bit operands), 32 (8-bit integers, m16n8k32).
+            const int64_t kk = dp4a ? 32 : 16;
+            if (step < kk || (step > kk && step >= ceil_div(std::max<int64_t>(k_extent, 1), kk) * kk * 2)) continue;
             TileConfig cfg{tile, step, warps * d.warp_size, 1, true};
             Cost c = evaluate_tile(g, group, d, cfg, opt);
             if (c.valid) all.push_back({cfg, c});

@@ -271,6 +271,21 @@ bool has_wgmma(const Device& d);
 // (TilingOptions::tf32).
 bool tensor_core_operands(const Graph& g, const Node& n);
 
+// True if MatMul n is a product of two 8-bit integer operands (int8 or uint8 each) into int32, of
+// rank 2 or more: the form MatMulInteger and QLinearMatMul lower to, staged by the dp4a form
+// (codegen/stages/dp4a_matmul.h: four byte products and their sum an instruction) on a device of
+// compute capability 6.1 or later.
+bool dp4a_matmul(const Graph& g, const Node& n);
+// The dp4a form's slices, in 32-bit words of four consecutive K entries: A's rows of step / 4
+// words plus one (an odd pitch: the rows a warp's micro-tiles read fall in different banks), B's
+// rows of the region's columns.
+inline int64_t dp4a_pitch_a(int64_t step) { return step / 4 + 1; }
+// Its tensor-core form (m16n8k32; steps of a multiple of 32) pads A's rows by four words (a lane
+// reads word t of row g: 8 rows 4 mod 8 words apart fill the 32 banks) and B's rows to 8 mod 16
+// words (4 rows of 8 consecutive words).
+inline int64_t imma_pitch_a(int64_t step) { return step / 4 + 4; }
+inline int64_t imma_pitch_b(int64_t cols) { return cols + ((8 - cols % 16) + 16) % 16; }
+
 // How a tensor-core MatMul stages its operands (codegen/stages/mma_matmul.h): per operand whether
 // it streams from global memory by cp.async (a value the group does not compute, whose rows are a
 // whole number of 16-byte units), the stages of the ring of operand slices and how many steps

@@ -11,7 +11,7 @@
 //   (the helpers are always inlined, so the call's return address identifies the instruction);
 // - threadIdx/blockIdx/blockDim/gridDim ask the executor for the calling fiber's indices;
 // - __syncthreads() suspends the thread until its block arrives; __shfl_xor_sync,
-//   ft_mma_m16n8k16_* and ft_ldmatrix_* exchange the 32 lanes' operands through the executor's
+//   ft_mma_m16n8k16_*, ft_mma_m16n8k32_* and ft_ldmatrix_* exchange the 32 lanes' operands through the executor's
 //   warp_exchange and compute what the PTX ISA documents for each lane (the fragment layout is
 //   in codegen/kernel_ir.h); an ldmatrix row is a 16-byte load by the lane that gives its address;
 // - ft_atomic_add, ft_atomic_exch and __threadfence go to the executor, which orders other blocks'
@@ -271,6 +271,45 @@ FT_INTRINSIC bool ft_aligned16(ft_ptr<const ft_flt> p, long long i) {
   return (((unsigned long long)(p.b->base + i * 4)) & 15ULL) == 0ULL;
 }
 
+// Four bytes of an 8-bit buffer in one 4-byte access; whether element i's address is 4-byte
+// aligned; bytes packed into words (the CUDA text's prmt, by shifts);
+// dp4a as the PTX ISA defines it: d = c + the sum of a's four bytes times b's, each
+// operand's bytes signed (s) or unsigned (u), modulo 2^32. A dp4a counts as its 8 operations
+// (four multiplies, four adds), as an mma counts its multiply-adds.
+template <class T, class = std::enable_if_t<sizeof(T) == 1>>
+FT_INTRINSIC unsigned ft_load_word(ft_ptr<const T> p, long long i) {
+  unsigned v;
+  memcpy(&v, ft_simt_api_->access(p.b, i, 4, FT_SIMT_LOAD, nullptr), 4);
+  return v;
+}
+template <class T, class = std::enable_if_t<sizeof(T) == 1>>
+FT_INTRINSIC bool ft_aligned4(ft_ptr<const T> p, long long i) {
+  return (((unsigned long long)(p.b->base + i)) & 3ULL) == 0ULL;
+}
+FT_FN unsigned ft_pack_bytes(long long a, long long b, long long c, long long d) {
+  return ((unsigned)a & 255u) | (((unsigned)b & 255u) << 8) | (((unsigned)c & 255u) << 16) | ((unsigned)d << 24);
+}
+FT_FN unsigned ft_byte_column(unsigned w0, unsigned w1, unsigned w2, unsigned w3, int j) {
+  const int s = 8 * j;
+  return ((w0 >> s) & 255u) | (((w1 >> s) & 255u) << 8) | (((w2 >> s) & 255u) << 16) | (((w3 >> s) & 255u) << 24);
+}
+template <bool SignedA, bool SignedB>
+FT_INTRINSIC unsigned ft_dp4a(unsigned a, unsigned b, unsigned c) {
+  ft_flops_ += 8;
+  unsigned d = c;
+  for (int i = 0; i < 4; ++i) {
+    const unsigned ab = (a >> (8 * i)) & 255u, bb = (b >> (8 * i)) & 255u;
+    const long long x = SignedA ? (long long)(signed char)ab : (long long)ab;
+    const long long y = SignedB ? (long long)(signed char)bb : (long long)bb;
+    d += (unsigned)(x * y);
+  }
+  return d;
+}
+#define ft_dp4a_ss ft_dp4a<true, true>
+#define ft_dp4a_su ft_dp4a<true, false>
+#define ft_dp4a_us ft_dp4a<false, true>
+#define ft_dp4a_uu ft_dp4a<false, false>
+
 // cp.async: the executor reads the source now and lands the bytes at the thread's wait_group.
 template <class T>
 FT_INTRINSIC void ft_cp_async16(ft_ptr<T> s, long long si, ft_ptr<const T> g, long long gi, int bytes) {
@@ -380,6 +419,42 @@ FT_INTRINSIC void ft_mma_m16n8k16_bf16(ft_flt& d0, ft_flt& d1, ft_flt& d2, ft_fl
                                        unsigned a2, unsigned a3, unsigned b0, unsigned b1) {
   ft_mma_m16n8k16(d0, d1, d2, d3, a0, a1, a2, a3, b0, b1, 1);
 }
+
+// mma.sync.aligned.m16n8k32.row.col.s32.{s8,u8}.{s8,u8}.s32: D = A * B + C in int32, wrapping, A
+// 16x32 and B 32x8 of bytes (signed or unsigned as the name says) in the layout of
+// codegen/kernel_ir.h: A[row][k] is byte k % 4 of register (row / 8) + 2 (k / 16) of lane
+// 4 (row % 8) + (k % 16) / 4; B[k][col] byte k % 4 of register k / 16 of lane 4 col + (k % 16) / 4.
+// Counted as its 2 x 16 x 8 x 32 operations, 256 a lane.
+struct ft_mma_bytes {
+  unsigned a[4], b[2];
+};
+template <bool SignedA, bool SignedB>
+FT_INTRINSIC void ft_mma_m16n8k32(unsigned& d0, unsigned& d1, unsigned& d2, unsigned& d3, unsigned a0, unsigned a1, unsigned a2,
+                                  unsigned a3, unsigned b0, unsigned b1) {
+  const ft_mma_bytes mine = {{a0, a1, a2, a3}, {b0, b1}};
+  const ft_mma_bytes* all = static_cast<const ft_mma_bytes*>(ft_simt_api_->warp_exchange(&mine, (int)sizeof mine, 0xffffffffu));
+  const unsigned lane = ft_simt_lane(), g = lane >> 2, t = lane & 3u;
+  const auto byte = [](unsigned reg, unsigned k, bool is_signed) {
+    const unsigned v = (reg >> (8u * (k % 4u))) & 255u;
+    return is_signed ? (long long)(signed char)v : (long long)v;
+  };
+  unsigned* d[4] = {&d0, &d1, &d2, &d3};
+  for (unsigned i = 0; i < 4; ++i) {  // D[g + 8 (i / 2)][2t + i % 2]
+    const unsigned row = g + 8u * (i / 2u), col = 2u * t + (i & 1u);
+    unsigned s = *d[i];
+    for (unsigned k = 0; k < 32; ++k) {
+      const long long x = byte(all[4u * (row % 8u) + (k % 16u) / 4u].a[row / 8u + 2u * (k / 16u)], k, SignedA);
+      const long long y = byte(all[4u * col + (k % 16u) / 4u].b[k / 16u], k, SignedB);
+      s += (unsigned)(x * y);
+    }
+    *d[i] = s;
+  }
+  ft_flops_ += 256;
+}
+#define ft_mma_m16n8k32_ss ft_mma_m16n8k32<true, true>
+#define ft_mma_m16n8k32_su ft_mma_m16n8k32<true, false>
+#define ft_mma_m16n8k32_us ft_mma_m16n8k32<false, true>
+#define ft_mma_m16n8k32_uu ft_mma_m16n8k32<false, false>
 
 // cvt.rna.tf32.f32: the float rounded to TF32's 10 mantissa bits, to nearest with ties away from
 // zero (adding half of the dropped part to the magnitude carries into the exponent as the rounding

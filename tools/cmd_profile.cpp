@@ -14,8 +14,8 @@
 // beyond one per request: where uncoalesced accesses and bank conflicts come from.
 // --sol adds, per kernel, the speed of light on the plan's device (planner/speed_of_light.h) for
 // the counted bytes and operations (memory: bytes / DRAM bandwidth; compute: operations / the peak
-// of the kernel's instruction class, mma.sync's rate for a kernel using mma (on 16-bit or TF32
-// operands), or its transcendental
+// of the kernel's instruction class, mma.sync's rate for a kernel using mma (on 16-bit, TF32 or
+// 8-bit integer operands), dp4a's for one using dp4a, or its transcendental
 // calls / the special function units' rate, the larger), what bounds it, ptxas's
 // registers and shared memory per block, occupancy and what limits it, bytes in flight per SM
 // (modeled: one load request of the counted mean size per resident warp), and the modeled time
@@ -148,9 +148,11 @@ json sol_row(const planner::Device& d, const json& launch, const simt::Counters&
   shape.registers = res.value("registers", 0);
   shape.shared_bytes = launch.value("shared_bytes", int64_t{0});
   const std::string text = kernel_text(cuda, launch.at("kernel").get<std::string>());
-  const planner::Pipe pipe = text.find("ft_wgmma<") != std::string::npos        ? planner::Pipe::kWgmma
-                             : text.find("ft_mma_m16n8k16_") != std::string::npos ? planner::Pipe::kMmaSync
+  const planner::Pipe pipe = text.find("ft_wgmma<") != std::string::npos            ? planner::Pipe::kWgmma
+                             : text.find("ft_mma_m16n8k16_") != std::string::npos     ? planner::Pipe::kMmaSync
                              : text.find("ft_mma_m16n8k8_tf32(") != std::string::npos ? planner::Pipe::kMmaSyncTf32
+                             : text.find("ft_mma_m16n8k32_") != std::string::npos     ? planner::Pipe::kMmaSyncInt8
+                             : text.find("ft_dp4a_") != std::string::npos             ? planner::Pipe::kDp4a
                                                                                        : planner::Pipe::kFp32;
   const planner::SpeedOfLight s = planner::speed_of_light(d, static_cast<double>(c.unique_bytes()), static_cast<double>(c.flops),
                                                           static_cast<double>(c.special_ops), pipe);

@@ -42,7 +42,8 @@ void place_epilogue(LoweringContext& cx, Kernel& k, StagedProduct& p, const std:
     cx.in_registers.insert(p.v);
     cx.written.insert(epilogue->begin(), epilogue->end());
   } else if (p.v == cx.root) {
-    p.acc = k.add_shared("acc" + std::to_string(p.v), DType::kF32, std::max<int64_t>(1, max_elems));
+    p.acc = k.add_shared("acc" + std::to_string(p.v), is_float(cx.g.value(p.v).dtype) ? DType::kF32 : DType::kI64,
+                         std::max<int64_t>(1, max_elems));
   }
 }
 

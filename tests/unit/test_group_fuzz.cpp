@@ -1,7 +1,8 @@
 // The random-shape fuzzer of fusion groups: small graphs of the kernel kinds the code generator has
 // (element-wise chains with broadcasts and transposed reads, MatMuls with bias and activation on
 // float32, float16 and bfloat16, LayerNorm feeding a MatMul, scaled-dot-product attention, mean
-// subtraction, Convs plain, strided and depthwise, an embedding Gather with positions and a norm),
+// subtraction, Convs plain, strided and depthwise, an embedding Gather with positions and a norm;
+// window ops and products of 8-bit integers each from a generator of their own),
 // on odd extents (rows, channels and sequence lengths that divide no tile) as often as on multiples
 // of 8 (so that 16-byte vectors, cp.async chunks and their tails all run). Each graph goes through
 // the planner's fusion; each group is lowered with the planner's best generated candidate, one
@@ -272,6 +273,60 @@ FuzzCase random_window_case(unsigned seed) {
   return c;
 }
 
+// Products of 8-bit integers (the dp4a form, codegen/stages/dp4a_matmul.h), a generator of their
+// own: A int8 or uint8, an input or quantized in the group from float32 (Round, clamped, Cast), maybe
+// batched; B of either signedness, an input or a constant; extents that divide no tile, word or quad;
+// the int32 product left as it is, or less a per-column correction and dequantized to float32 by a
+// per-column scale (MatMulInteger's and a dynamic quantization's epilogue), maybe through a Relu.
+FuzzCase random_integer_case(unsigned seed) {
+  Draw d(seed);
+  FuzzCase c;
+  Graph& g = c.g;
+  const DType ta = d.chance(0.5) ? DType::kI8 : DType::kU8, tb = d.chance(0.5) ? DType::kI8 : DType::kU8;
+  const int64_t m = d.extent(80), k = d.extent(160), n = d.extent(72), b = d.chance(0.3) ? d.in(2, 3) : 0;
+  const Shape as = b ? Shape{b, m, k} : Shape{m, k};
+  const auto ints = [&](DType t, const Shape& s) {
+    std::vector<int64_t> v(static_cast<size_t>(numel(s)));
+    for (auto& x : v) x = t == DType::kI8 ? d.in(-128, 127) : d.in(0, 255);
+    return Tensor::from_ints(t, s, v);
+  };
+  int a = -1;
+  const bool quantized = d.chance(0.4);
+  if (quantized) {
+    const auto [lo, hi] = ta == DType::kI8 ? std::pair<float, float>{-128.0f, 127.0f} : std::pair<float, float>{0.0f, 255.0f};
+    const int scaled = add_op(g, "Mul", {add_input(g, "x", DType::kF32, as), g.add_constant("inv_scale", Tensor::scalar_float(DType::kF32, 90.0f))});
+    const int rounded = add_op(g, "Round", {add_op(g, "Add", {scaled, g.add_constant("zp", Tensor::scalar_float(DType::kF32, ta == DType::kU8 ? 128.0f : 0.0f))})});
+    const int clamped = add_op(g, "Min", {add_op(g, "Max", {rounded, g.add_constant("lo", Tensor::scalar_float(DType::kF32, lo))}),
+                                          g.add_constant("hi", Tensor::scalar_float(DType::kF32, hi))});
+    a = add_op(g, "Cast", {clamped}, attrs({{"to", static_cast<int64_t>(dtype_to_onnx(ta))}}));
+  } else {
+    a = add_input(g, "a", ta, as);
+  }
+  const bool b_input = d.chance(0.4);
+  const int w = b_input ? add_input(g, "b", tb, {k, n}) : g.add_constant("w", ints(tb, {k, n}));
+  int y = add_op(g, "MatMul", {a, w});
+  c.what = "MatMul " + std::string(dtype_name(ta)) + (quantized ? " (quantized in the group)" : "") + " " + shape_text(as) + " x " +
+           std::string(dtype_name(tb)) + (b_input ? " input " : " constant ") + std::to_string(k) + "x" + std::to_string(n);
+  if (d.chance(0.6)) {
+    std::vector<int64_t> correction(static_cast<size_t>(n));
+    std::vector<float> scale(static_cast<size_t>(n));
+    for (int64_t j = 0; j < n; ++j) {
+      correction[static_cast<size_t>(j)] = d.in(-20000, 20000);
+      scale[static_cast<size_t>(j)] = static_cast<float>(d.in(1, 100)) * 1e-5f;
+    }
+    y = add_op(g, "Sub", {y, g.add_constant("correction", Tensor::from_ints(DType::kI32, {n}, correction))});
+    y = add_op(g, "Mul", {add_op(g, "Cast", {y}, attrs({{"to", static_cast<int64_t>(dtype_to_onnx(DType::kF32))}})),
+                          g.add_constant("scale", Tensor::from_floats(DType::kF32, {n}, scale))});
+    c.what += ", dequantized";
+    if (d.chance(0.5)) {
+      y = add_op(g, "Relu", {y});
+      c.what += ", Relu";
+    }
+  }
+  g.outputs().push_back(y);
+  return c;
+}
+
 // Every group of the case's fusion plan, each with the planner's best generated candidate, one
 // drawn from its generated candidates, its best tensor-core, GEMV and flash ones: lowered,
 // verified on the host and compiled (check_groups).
@@ -372,6 +427,16 @@ TEST(GroupFuzz, RandomWindowGroupsMatchTheReferenceUnderEveryCheck) {
   const int cases = env_int("FUSETUNE_WINDOW_FUZZ_CASES", 2);
   for (int i = 0; i < cases && !HasFailure(); ++i) {
     check_case(seed + static_cast<unsigned>(i), random_window_case(seed + static_cast<unsigned>(i)));
+  }
+}
+
+// Products of 8-bit integers on random shapes, FUSETUNE_INT8_FUZZ_CASES of them (default 2) from the
+// test's seed.
+TEST(GroupFuzz, RandomEightBitProductsMatchTheReferenceUnderEveryCheck) {
+  const unsigned seed = testing::test_seed();
+  const int cases = env_int("FUSETUNE_INT8_FUZZ_CASES", 2);
+  for (int i = 0; i < cases && !HasFailure(); ++i) {
+    check_case(seed + static_cast<unsigned>(i), random_integer_case(seed + static_cast<unsigned>(i)));
   }
 }
 

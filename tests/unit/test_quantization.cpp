@@ -3,11 +3,14 @@
 // and what the lowering refuses, each refusal naming the node and what is wrong.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/nvrtc.h"
 #include "compiler/pipeline.h"
 #include "core/error.h"
 #include "importer/importer.h"
@@ -17,6 +20,7 @@
 #include "runtime/plan_runner.h"
 #include "test_dir.h"
 #include "test_seed.h"
+#include "unit/codegen_check.h"
 
 namespace fusetune {
 namespace {
@@ -80,8 +84,225 @@ TEST(Quantization, IntegerContractionsAreExactWhereFloatSumsAreNot) {
   const std::vector<Tensor> got = runner.run(inputs);
   EXPECT_EQ(got[0].to_ints(), want_y) << "compiled, seed " << seed;
   EXPECT_EQ(got[1].to_ints(), want_z) << "compiled, seed " << seed;
+  // The MatMul of 8-bit operands stages in the dp4a form; the Conv of int32 operands does not.
   for (const auto& g : r.plan.groups) {
-    EXPECT_EQ(g.candidates[g.chosen].config.reduce_step, 0) << g.group.pattern << ": an integer contraction was staged";
+    const bool matmul = g.group.pattern.find("MatMul") != std::string::npos;
+    EXPECT_EQ(g.candidates[g.chosen].config.reduce_step > 0, matmul) << g.group.pattern;
+  }
+}
+
+// The dp4a form and its tensor-core form (codegen/stages/dp4a_matmul.h) on the shapes their
+// staging must get right: M, K and N that no tile, word or quad divides (K = 45: a last word of
+// one byte; N = 29: B read a byte a load), a batch of A against one B and one A against a batch
+// of B, every pair of signedness,
+// zero points per tensor, per row and per column, absent and a constant zero, A an input or
+// computed in the group (a QuantizeLinear). The reference and the compiled plan (host executor,
+// its four checks on) give the definition's sums exactly; each plan stages its product in the dp4a
+// form or on int8 tensor cores, whose instruction (dp4a or mma m16n8k32) NVRTC's PTX for sm_90
+// holds with the operands' signedness. Both forms of every case's group are also lowered, run on
+// the host with every check and compiled (unit/codegen_check.h).
+TEST(Quantization, EightBitProductsRunOnDp4aAndTensorCoresExactly) {
+  const unsigned seed = testing::test_seed();
+  std::mt19937 rng(seed);
+  struct Case {
+    int ta, tb;
+    std::vector<int64_t> as, bs;
+    int azp, bzp;  // 0 absent, 1 per tensor, 2 per row or column, 3 a constant zero
+    bool quantize_a;
+    const char* dp4a;
+    const char* imma;
+  };
+  const std::vector<Case> cases = {
+      {kUint8, kInt8, {37, 45}, {45, 29}, 1, 0, false, "dp4a.u32.s32", "m16n8k32.row.col.s32.u8.s8.s32"},
+      {kInt8, kUint8, {2, 19, 64}, {64, 33}, 2, 2, false, "dp4a.s32.u32", "m16n8k32.row.col.s32.s8.u8.s32"},
+      {kUint8, kUint8, {5, 130}, {130, 8}, 3, 1, true, "dp4a.u32.u32", "m16n8k32.row.col.s32.u8.u8.s32"},
+      {kInt8, kInt8, {9, 7}, {3, 7, 12}, 0, 3, false, "dp4a.s32.s32", "m16n8k32.row.col.s32.s8.s8.s32"},
+  };
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    const Case& c = cases[ci];
+    const DType ta = c.ta == kInt8 ? DType::kI8 : DType::kU8, tb = c.tb == kInt8 ? DType::kI8 : DType::kU8;
+    const auto draw = [&](DType t, int64_t n) {
+      std::uniform_int_distribution<int> d(t == DType::kI8 ? -128 : 0, t == DType::kI8 ? 127 : 255);
+      std::vector<int64_t> v(static_cast<size_t>(n));
+      for (auto& x : v) x = d(rng);
+      return v;
+    };
+    const int64_t K = c.as.back(), M = c.as[c.as.size() - 2], N = c.bs.back();
+    const int64_t a_batch = numel(c.as) / (M * K), b_batch = numel(c.bs) / (K * N), batch = std::max(a_batch, b_batch);
+    std::vector<int64_t> a = draw(ta, numel(c.as)), b = draw(tb, numel(c.bs));
+    const auto zero_points = [&](int kind, DType t, int64_t per) {
+      if (kind == 0 || kind == 3) return std::vector<int64_t>(static_cast<size_t>(kind == 3 ? 1 : 0), 0);
+      return draw(t, kind == 1 ? 1 : per);
+    };
+    const std::vector<int64_t> azp = zero_points(c.azp, ta, M), bzp = zero_points(c.bzp, tb, N);
+    OnnxBuilder m(13);
+    Shape ys = {M, N};
+    if (batch > 1) ys.insert(ys.begin(), batch);
+    m.output("Y", kInt32, ys);
+    std::vector<float> af;  // the quantized A's float input: a + 0.25 quantizes (scale 1, zero point 0) to a
+    if (c.quantize_a) {
+      for (int64_t x : a) af.push_back(static_cast<float>(x) + 0.25f);
+      m.input("F", kFloat, c.as);
+      m.initializer("one", Tensor::from_floats(DType::kF32, {}, std::vector<float>{1.0f}));
+      m.initializer("zero", Tensor::from_ints(ta, {}, std::vector<int64_t>{0}));
+      m.node("QuantizeLinear", {"F", "one", "zero"}, {"A"}, "quantize");
+    } else {
+      m.input("A", c.ta, c.as);
+    }
+    m.input("B", c.tb, c.bs);
+    std::vector<std::string> ins = {"A", "B", "", ""};
+    if (c.azp != 0) {
+      m.initializer("azp", Tensor::from_ints(ta, c.azp == 2 ? Shape{M} : Shape{}, azp));
+      ins[2] = "azp";
+    }
+    if (c.bzp != 0) {
+      m.initializer("bzp", Tensor::from_ints(tb, c.bzp == 2 ? Shape{N} : Shape{}, bzp));
+      ins[3] = "bzp";
+    }
+    m.node("MatMulInteger", {ins[0], ins[1], ins[2], ins[3]}, {"Y"}, "mm");  // "": an absent zero point
+    const auto zp = [](const std::vector<int64_t>& z, int64_t i) { return z.empty() ? 0 : z[z.size() == 1 ? 0 : static_cast<size_t>(i)]; };
+    std::vector<int64_t> want(static_cast<size_t>(batch * M * N));
+    for (int64_t bi = 0; bi < batch; ++bi) {
+      const int64_t* A = a.data() + (a_batch > 1 ? bi : 0) * M * K;
+      const int64_t* B = b.data() + (b_batch > 1 ? bi : 0) * K * N;
+      for (int64_t i = 0; i < M; ++i) {
+        for (int64_t j = 0; j < N; ++j) {
+          int64_t sum = 0;
+          for (int64_t k = 0; k < K; ++k) sum += (A[i * K + k] - zp(azp, i)) * (B[k * N + j] - zp(bzp, j));
+          want[static_cast<size_t>((bi * M + i) * N + j)] = sum;
+        }
+      }
+    }
+    const std::vector<Tensor> inputs = {c.quantize_a ? Tensor::from_floats(DType::kF32, c.as, af) : Tensor::from_ints(ta, c.as, a),
+                                        Tensor::from_ints(tb, c.bs, b)};
+    const std::string what = "case " + std::to_string(ci) + ", seed " + std::to_string(seed);
+    const importer::ImportedModel imported = importer::import_onnx_bytes(m.bytes(), ".");
+    EXPECT_EQ(reference::run_graph(imported.graph, inputs)[0].to_ints(), want) << "reference, " << what;
+    testing::TestDir dir("dp4a");
+    m.write(dir / "model.onnx");
+    const compiler::PipelineResult r = compiler::compile_model(dir / "model.onnx", planner::find_device("h100"), {});
+    auto host = backend::make_host_backend();
+    runtime::PlanRunner runner(r.bundle, *host);
+    EXPECT_EQ(runner.run(inputs)[0].to_ints(), want) << "compiled, " << what;
+    bool staged = false;
+    for (const auto& g : r.plan.groups) {
+      const bool product = g.group.pattern.find("MatMul") != std::string::npos;
+      staged = staged || (product && g.candidates[g.chosen].config.reduce_step > 0);
+      if (!product) continue;
+      // Both forms of the product's group: the best dp4a and the best tensor-core candidate.
+      std::vector<planner::TileConfig> forms;
+      for (bool tensor : {false, true}) {
+        for (const planner::Candidate& cand : planner::tile_candidates(r.model.graph, g.group, planner::find_device("h100"), {1 << 20, 2.0})) {
+          if (cand.config.library.empty() && cand.config.reduce_step > 0 && cand.config.mma == tensor) {
+            forms.push_back(cand.config);
+            break;
+          }
+        }
+      }
+      ASSERT_EQ(forms.size(), 2u) << "no dp4a or no tensor-core candidate, " << what;
+      size_t next = 0;
+      testing::check_groups(r.model.graph, {g.group, g.group}, [&](const planner::FusionGroup&) { return forms[next++]; }, what);
+    }
+    EXPECT_TRUE(staged) << "the product is not staged, " << what;
+    const std::string ptx = backend::compile_ptx(r.bundle.cuda_source, "sm_90");
+    EXPECT_TRUE(ptx.find(c.dp4a) != std::string::npos || ptx.find(c.imma) != std::string::npos)
+        << "neither " << c.dp4a << " nor mma." << c.imma << " in the plan's PTX, " << what;
+  }
+}
+
+// A QDQ model's products (importer/lower_quant.h's fold_dequantized_matmul): a MatMul of a
+// quantized-then-dequantized activation (uint8, per tensor) by a dequantized int8 weight with a
+// scale per column, and a Gemm (transB, alpha 0.5, a bias) by a weight of N x K with a scale and
+// zero point per row (its output columns), become integer products of the bytes (MatMuls of 8-bit
+// operands into int32, no float MatMul left), scaled after. Their outputs: the definition's
+// (x_q - zx)(w - zw) summed in integers and scaled in double, within float32's rounding, on the
+// reference; the compiled plan (dp4a on the host executor) gives the reference's bits. A
+// dequantized with a scale per K entry (its axis 1), which the sum over K mixes, is not folded.
+TEST(Quantization, DequantizedPairsAroundAProductFoldIntoTheIntegerProduct) {
+  const unsigned seed = testing::test_seed();
+  std::mt19937 rng(seed);
+  constexpr int64_t M = 6, K = 37, N = 11;
+  std::uniform_real_distribution<float> xs(-3.0f, 3.0f);
+  std::uniform_int_distribution<int> w8(-127, 127), zw(-3, 3);
+  std::vector<float> x(M * K), w_scale(N), g_scale(N);
+  std::vector<int64_t> w(K * N), g(N * K), g_zero(N);
+  for (auto& v : x) v = xs(rng);
+  for (auto& v : w) v = w8(rng);
+  for (auto& v : g) v = w8(rng);
+  for (int64_t j = 0; j < N; ++j) {
+    w_scale[static_cast<size_t>(j)] = 0.001f * static_cast<float>(1 + j);
+    g_scale[static_cast<size_t>(j)] = 0.002f * static_cast<float>(1 + j % 4);
+    g_zero[static_cast<size_t>(j)] = zw(rng);
+  }
+  const float sx = 0.025f;
+  const int64_t zx = 128;
+  OnnxBuilder m(13);
+  m.input("X", kFloat, {M, K}).output("Y", kFloat, {M, N}).output("Z", kFloat, {M, N});
+  m.initializer("sx", Tensor::from_floats(DType::kF32, {}, std::vector<float>{sx}));
+  m.initializer("zx", Tensor::from_ints(DType::kU8, {}, std::vector<int64_t>{zx}));
+  m.initializer("W", Tensor::from_ints(DType::kI8, {K, N}, w)).initializer("sw", Tensor::from_floats(DType::kF32, {N}, w_scale));
+  m.initializer("G", Tensor::from_ints(DType::kI8, {N, K}, g)).initializer("sg", Tensor::from_floats(DType::kF32, {N}, g_scale));
+  m.initializer("zg", Tensor::from_ints(DType::kI8, {N}, g_zero));
+  m.initializer("bias", Tensor::from_floats(DType::kF32, {N}, std::vector<float>(N, 0.5f)));
+  m.node("QuantizeLinear", {"X", "sx", "zx"}, {"xq"}, "q");
+  m.node("DequantizeLinear", {"xq", "sx", "zx"}, {"xd"}, "dq_x");
+  OnnxBuilder::attr_i(m.node("DequantizeLinear", {"W", "sw"}, {"wd"}, "dq_w"), "axis", 1);
+  OnnxBuilder::attr_i(m.node("DequantizeLinear", {"G", "sg", "zg"}, {"gd"}, "dq_g"), "axis", 0);
+  m.node("MatMul", {"xd", "wd"}, {"Y"}, "mm");
+  onnx::NodeProto& gemm = m.node("Gemm", {"xd", "gd", "bias"}, {"Z"}, "gemm");
+  OnnxBuilder::attr_i(gemm, "transB", 1);
+  OnnxBuilder::attr_f(gemm, "alpha", 0.5f);
+  const importer::ImportedModel imported = importer::import_onnx_bytes(m.bytes(), ".");
+  int byte_products = 0;
+  for (const Node& n : imported.graph.nodes()) {
+    if (n.op != "MatMul") continue;
+    EXPECT_NE(imported.graph.value(n.inputs[0]).dtype, DType::kF32) << "a float MatMul is left: " << n.name;
+    byte_products += imported.graph.value(n.outputs[0]).dtype == DType::kI32;
+  }
+  EXPECT_EQ(byte_products, 2);
+  // The definition: x quantized as QuantizeLinear does (round half to even, saturated).
+  std::vector<int64_t> xq(M * K);
+  for (size_t i = 0; i < x.size(); ++i) xq[i] = std::clamp<int64_t>(static_cast<int64_t>(std::nearbyint(x[i] / sx)) + zx, 0, 255);
+  std::vector<double> want_y(M * N), want_z(M * N);
+  for (int64_t i = 0; i < M; ++i) {
+    for (int64_t j = 0; j < N; ++j) {
+      int64_t sy = 0, sz = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        sy += (xq[i * K + k] - zx) * w[k * N + j];
+        sz += (xq[i * K + k] - zx) * (g[j * K + k] - g_zero[j]);
+      }
+      want_y[i * N + j] = static_cast<double>(sy) * sx * w_scale[j];
+      want_z[i * N + j] = 0.5 * static_cast<double>(sz) * sx * g_scale[j] + 0.5;
+    }
+  }
+  const std::vector<Tensor> inputs = {Tensor::from_floats(DType::kF32, {M, K}, x)};
+  const std::vector<Tensor> ref = reference::run_graph(imported.graph, inputs);
+  const std::vector<float> ry = ref[0].to_floats(), rz = ref[1].to_floats();
+  for (size_t i = 0; i < ry.size(); ++i) {
+    EXPECT_NEAR(ry[i], want_y[i], 1e-6 * std::abs(want_y[i]) + 1e-7) << "Y[" << i << "], seed " << seed;
+    EXPECT_NEAR(rz[i], want_z[i], 1e-6 * std::abs(want_z[i]) + 1e-6) << "Z[" << i << "], seed " << seed;
+  }
+  testing::TestDir dir("qdq");
+  m.write(dir / "model.onnx");
+  const compiler::PipelineResult r = compiler::compile_model(dir / "model.onnx", planner::find_device("h100"), {});
+  auto host = backend::make_host_backend();
+  runtime::PlanRunner runner(r.bundle, *host);
+  const std::vector<Tensor> got = runner.run(inputs);
+  EXPECT_EQ(got[0].to_floats(), ry) << "compiled, seed " << seed;
+  EXPECT_EQ(got[1].to_floats(), rz) << "compiled, seed " << seed;
+  // A dequantized along its axis 1 (a scale per K entry, which the sum over K mixes): no fold.
+  OnnxBuilder along_k(13);
+  along_k.input("A", kInt8, {M, K}).output("Y", kFloat, {M, N});
+  along_k.initializer("sa", Tensor::from_floats(DType::kF32, {K}, std::vector<float>(K, 0.5f)));
+  along_k.initializer("W", Tensor::from_ints(DType::kI8, {K, N}, w)).initializer("sw", Tensor::from_floats(DType::kF32, {N}, w_scale));
+  OnnxBuilder::attr_i(along_k.node("DequantizeLinear", {"A", "sa"}, {"ad"}, "dq_a"), "axis", 1);
+  OnnxBuilder::attr_i(along_k.node("DequantizeLinear", {"W", "sw"}, {"wd"}, "dq_w"), "axis", 1);
+  along_k.node("MatMul", {"ad", "wd"}, {"Y"}, "mm");
+  const Graph unfolded = importer::import_onnx_bytes(along_k.bytes(), ".").graph;
+  for (const Node& n : unfolded.nodes()) {
+    if (n.op == "MatMul") {
+      EXPECT_EQ(unfolded.value(n.inputs[0]).dtype, DType::kF32) << "a scale along K was folded";
+    }
   }
 }
 

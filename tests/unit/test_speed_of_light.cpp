@@ -67,6 +67,15 @@ TEST(SpeedOfLight, TheSlowerOfBandwidthAndThePeakOfTheInstructionClass) {
   s = speed_of_light(h100, 0, 67e6, 2 * 4181760.0, Pipe::kFp32);
   EXPECT_EQ(s.peak, "special");
   EXPECT_NEAR(s.compute_us, 2, 1e-9);
+  // 8-bit integer products: int8 mma.sync at twice the float16 mma.sync rate (1,320 TOP/s), dp4a at
+  // 64 instructions of 8 operations a clock per SM (132 x 64 x 8 x 1,980 MHz = 133.8 TOP/s).
+  s = speed_of_light(h100, 0, 1320e6, 0, Pipe::kMmaSyncInt8);
+  EXPECT_EQ(s.peak, "mma.sync.int8");
+  EXPECT_NEAR(s.compute_us, 1, 1e-9);
+  EXPECT_DOUBLE_EQ(h100.dp4a_tops(), 132.0 * 64 * 8 * 1980 * 1e-6);
+  s = speed_of_light(h100, 0, h100.dp4a_tops() * 1e6, 0, Pipe::kDp4a);
+  EXPECT_EQ(s.peak, "dp4a");
+  EXPECT_NEAR(s.compute_us, 1, 1e-9);
   // Before Hopper mma.sync is the tensor cores' widest instruction: it attains their peak.
   const Device a100 = find_device("a100");
   EXPECT_DOUBLE_EQ(a100.mma_sync_fp16_tflops, a100.fp16_tensor_tflops);

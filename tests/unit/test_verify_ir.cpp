@@ -125,8 +125,15 @@ TEST(VerifyIr, MatrixOperandsAreDeclaredFragmentsOfTheRightTypeAndSize) {
   expect_rejected(with(mma("fc", 0, "fa", 0, "fb", 1, DType::kF16)), {"mma B fragment 'fb' [1, 3) outside its 2 elements"});
   Stmt f64 = mma("fc", 0, "fa", 0, "fb", 0, DType::kF16);
   f64.dtype = DType::kF64;
-  expect_rejected(with(f64), {"mma of float64 (needs float16, bfloat16 or float32 as TF32)"});
+  expect_rejected(with(f64), {"mma of float64 (needs float16, bfloat16, float32 as TF32, or int8/uint8 operands both)"});
   EXPECT_NO_THROW(verify_ir(with(mma("fc", 0, "fa", 0, "fb", 0, DType::kF32))));  // m16n8k8 on TF32 registers
+  // m16n8k32 on 8-bit integers: int32 accumulators in 32-bit registers, B's type given.
+  EXPECT_NO_THROW(verify_ir(with(mma("fa", 0, "fa", 0, "fb", 0, DType::kU8, DType::kI8))));
+  expect_rejected(with(mma("fc", 0, "fa", 0, "fb", 0, DType::kI8, DType::kI8)),
+                  {"mma accumulator 'fc' is float32, needs uint32", "`mma.m16n8k32.int8.int8 fc[0] += fa[0] * fb[0]`"});
+  Stmt half_integer = mma("fa", 0, "fa", 0, "fb", 0, DType::kI8, DType::kI8);
+  half_integer.b_dtype = DType::kUndefined;
+  expect_rejected(with(half_integer), {"mma of int8 (needs float16, bfloat16, float32 as TF32, or int8/uint8 operands both)"});
   expect_rejected(with(ldmatrix("fb", 0, 4, false, "sh", "0LL")),
                   {"ldmatrix destination 'fb' [0, 4) outside its 2 elements", "`ldmatrix.x4 fb[0] = sh[row 0LL]`"});
   expect_rejected(with(ldmatrix("fc", 0, 4, false, "sh", "0LL")), {"ldmatrix destination 'fc' is float32, needs uint32"});
