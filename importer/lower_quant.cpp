@@ -111,17 +111,25 @@ int centered(NodeLowering& L, size_t k, size_t zp, int64_t axis) {
 
 bool is_8bit(DType t) { return t == DType::kI8 || t == DType::kU8; }
 
+// Zero point z (a value, or kNoValue for none) as int32; kNoValue for none or a constant zero
+// (nothing to correct).
+int int32_zero_point(NodeLowering& L, int z) {
+  if (z == kNoValue) return kNoValue;
+  const Value& zv = L.builder().value(z);
+  if (zv.is_constant()) {
+    const std::vector<double> zs = zv.data->to_doubles();
+    if (std::all_of(zs.begin(), zs.end(), [](double q) { return q == 0.0; })) return kNoValue;
+  }
+  return cast_to(L, z, DType::kI32);
+}
+
 // The zero point (input zp) of a MatMul operand as int32 broadcasting against the product: one
 // element as a scalar; else one per row of A (`row`, shape M x 1) or per column of B (1 x N);
-// kNoValue when absent or a constant zero (nothing to correct).
+// kNoValue when absent or a constant zero (int32_zero_point).
 int product_zero_point(NodeLowering& L, size_t k, size_t zp, bool row) {
-  if (!L.has_input(zp)) return kNoValue;
-  if (L.val(zp).is_constant()) {
-    const std::vector<float> zs = L.const_floats(zp, "zero point");
-    if (std::all_of(zs.begin(), zs.end(), [](float z) { return z == 0.0f; })) return kNoValue;
-  }
+  const int z = int32_zero_point(L, L.has_input(zp) ? L.input(zp) : kNoValue);
+  if (z == kNoValue) return kNoValue;
   const Shape xs = L.shape(k), zs = L.shape(zp);
-  const int z = cast_to(L, L.input(zp), DType::kI32);
   if (numel(zs) == 1) return L.reshape(z, {});
   const int64_t extent = row ? xs[xs.size() - 2] : xs.back();
   check(zs.size() == 1 && zs[0] == extent, "input ", zp, " (the zero point of input ", k, ") has shape ", shape_str(zs),
@@ -187,17 +195,7 @@ int fold_dequantized_matmul(NodeLowering& L, int a, bool trans_a, int b, bool tr
     if (v == kNoValue || db->axis != 0) return v;
     return L.reshape(v, {1, L.builder().value(v).shape[0]});
   };
-  // A zero point as int32, kNoValue for none or a constant zero.
-  const auto zero = [&](int z) {
-    if (z == kNoValue) return kNoValue;
-    const Value& zv = L.builder().value(z);
-    if (zv.is_constant()) {
-      const std::vector<double> zs = zv.data->to_doubles();
-      if (std::all_of(zs.begin(), zs.end(), [](double q) { return q == 0.0; })) return kNoValue;
-    }
-    return cast_to(L, z, DType::kI32);
-  };
-  const int product = byte_product(L, x_a, zero(da->zero), x_b, zero(columns(db->zero)));
+  const int product = byte_product(L, x_a, int32_zero_point(L, da->zero), x_b, int32_zero_point(L, columns(db->zero)));
   int scale = binary(L, "Mul", da->scale, columns(db->scale));
   if (alpha != 1.0f) scale = binary(L, "Mul", scale, float_constant(L, DType::kF32, alpha));
   return binary(L, "Mul", cast_to(L, product, DType::kF32), scale);
