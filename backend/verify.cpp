@@ -169,15 +169,20 @@ Reference reference_values(const Graph& g, const planner::FusionGroup& group, co
 
 VerifyResult verify_kernel(const Graph& g, const std::string& kernel, const std::vector<int>& inputs,
                            const std::vector<int>& outputs, Backend& backend, Module& module, const Reference& reference,
-                           const VerifyOptions& options) {
+                           const VerifyOptions& options, const std::vector<int>& in_place) {
   check(reference.inputs == inputs, "kernel '", kernel, "': its reference was drawn for other inputs");
+  check(in_place.empty() || in_place.size() == outputs.size(), "kernel '", kernel, "': ", in_place.size(),
+        " in-place bindings for ", outputs.size(), " outputs");
+  const auto own_input = [&](size_t k) { return k < in_place.size() ? in_place[k] : -1; };
   const size_t redzone_bytes = options.redzone_bytes;
   constexpr unsigned char kRedzoneByte = 0xA5;
   const std::map<int, Tensor>& values = reference.values;
   std::vector<std::unique_ptr<Buffer>> parents;  // with redzones around the buffers
   std::vector<std::unique_ptr<Buffer>> buffers;
   std::vector<Buffer*> args;
-  auto allocate = [&](size_t bytes) {
+  std::vector<int> allocated;  // the value each allocation holds
+  auto allocate = [&](int v, size_t bytes) {
+    allocated.push_back(v);
     bytes = std::max<size_t>(1, bytes);
     if (redzone_bytes == 0) {
       buffers.push_back(backend.allocate(bytes));
@@ -191,15 +196,26 @@ VerifyResult verify_kernel(const Graph& g, const std::string& kernel, const std:
   };
   for (int v : inputs) {
     const Tensor& t = values.at(v);
-    allocate(t.nbytes())->upload(t.data(), t.nbytes());
+    allocate(v, t.nbytes())->upload(t.data(), t.nbytes());
   }
-  for (int v : outputs) {
-    const Value& val = g.value(v);
-    allocate(static_cast<size_t>(numel(val.shape)) * dtype_size(val.dtype))->fill_byte(0xFF);
+  std::vector<Buffer*> out_buffers;
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    const Value& val = g.value(outputs[k]);
+    if (const int j = own_input(k); j >= 0) {
+      check(static_cast<size_t>(j) < inputs.size() && g.value(inputs[static_cast<size_t>(j)]).dtype == val.dtype &&
+                numel(g.value(inputs[static_cast<size_t>(j)]).shape) == numel(val.shape),
+            "kernel '", kernel, "': output '", val.name, "' cannot update input ", j, " in place");
+      out_buffers.push_back(args[static_cast<size_t>(j)]);
+      args.push_back(args[static_cast<size_t>(j)]);
+      continue;
+    }
+    out_buffers.push_back(allocate(outputs[k], static_cast<size_t>(numel(val.shape)) * dtype_size(val.dtype)));
+    out_buffers.back()->fill_byte(0xFF);
   }
+  const bool updates = std::any_of(in_place.begin(), in_place.end(), [](int j) { return j >= 0; });
   VerifyResult result;
   try {
-    if (options.sample_blocks > 0) {
+    if (options.sample_blocks > 0 && !updates) {
       result.coverage = module.launch_sample(kernel, args, options.sample_blocks, options.seed);
     } else {
       module.launch(kernel, args);
@@ -218,7 +234,7 @@ VerifyResult verify_kernel(const Graph& g, const std::string& kernel, const std:
       backend.view(*parents[k], start, redzone_bytes)->download(margin.data(), margin.size());
       const auto bad = std::find_if(margin.begin(), margin.end(), [](unsigned char b) { return b != kRedzoneByte; });
       if (bad == margin.end()) continue;
-      const int v = k < inputs.size() ? inputs[k] : outputs[k - inputs.size()];
+      const int v = allocated[k];
       const auto i = static_cast<long long>(bad - margin.begin());
       const long long at = start == 0 ? i - static_cast<long long>(redzone_bytes) : i;
       result.ok = false;
@@ -231,7 +247,7 @@ VerifyResult verify_kernel(const Graph& g, const std::string& kernel, const std:
     const int v = outputs[k];
     Tensor want = values.at(v);
     Tensor got(want.dtype(), want.shape());
-    buffers[inputs.size() + k]->download(got.data(), got.nbytes());
+    out_buffers[k]->download(got.data(), got.nbytes());
     if (!result.coverage.whole()) std::tie(got, want) = written_elements(got, want);
     result.compared += got.numel();
     const reference::Comparison c = reference::compare(got, want, output_tolerance(g, v, values, inputs, options.tf32));

@@ -67,10 +67,13 @@ Reference reference_values(const Graph& g, const planner::FusionGroup& group, co
                            std::mt19937& rng);
 
 // The kernel `kernel` of `module` with parameters bound to graph values `inputs` then `outputs`,
-// against `reference` (whose inputs must be `inputs`).
+// against `reference` (whose inputs must be `inputs`). `in_place` (LoweredKernel::in_place): per
+// output, the index of the input whose buffer it is bound to (-1, or empty: a poisoned buffer of
+// its own); such a kernel runs its whole grid (an element the sample's blocks did not update
+// cannot be told from one they did), and the input's buffer is compared as that output.
 VerifyResult verify_kernel(const Graph& g, const std::string& kernel, const std::vector<int>& inputs,
                            const std::vector<int>& outputs, Backend& backend, Module& module, const Reference& reference,
-                           const VerifyOptions& options = {});
+                           const VerifyOptions& options = {}, const std::vector<int>& in_place = {});
 // The same with a reference drawn from `rng`.
 inline VerifyResult verify_kernel(const Graph& g, const planner::FusionGroup& group, const std::string& kernel,
                                   const std::vector<int>& inputs, const std::vector<int>& outputs, Backend& backend,
@@ -79,7 +82,8 @@ inline VerifyResult verify_kernel(const Graph& g, const planner::FusionGroup& gr
 }
 inline VerifyResult verify_kernel(const Graph& g, const planner::FusionGroup& group, const codegen::LoweredKernel& lk,
                                   Backend& backend, Module& module, std::mt19937& rng, const VerifyOptions& options = {}) {
-  return verify_kernel(g, group, lk.kernel.name, lk.inputs, lk.outputs, backend, module, rng, options);
+  return verify_kernel(g, lk.kernel.name, lk.inputs, lk.outputs, backend, module, reference_values(g, group, lk.inputs, rng), options,
+                       lk.in_place);
 }
 
 // Random data: floats normal (0, 1), integers uniform in [lo, hi].

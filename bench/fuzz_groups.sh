@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # bench/fuzz_groups.sh [MINUTES] [BUILD_DIR] [OUT_DIR]: a campaign of the fusion-group fuzzers
 # (tests/unit/test_group_fuzz.cpp: the groups of every kernel kind, the window ops: Conv,
-# pooling, Resize, and products of 8-bit integers) for MINUTES (default 30): runs of 20 random
-# cases each from a fresh seed, the three generators in turn, until the time is up. A failing
+# pooling, Resize, products of 8-bit integers, and updates in place) for MINUTES (default 30):
+# runs of 20 random cases each from a fresh seed, the four generators in turn, until the time is up. A failing
 # case's seed (the case the run stopped at) goes to OUT_DIR/failures.txt (default
 # BUILD_DIR/fuzz_groups) with its generator and log; the table at the end says how many cases ran
 # and which failed. Replay one: FUSETUNE_TEST_SEED=SEED FUSETUNE_GROUP_FUZZ_CASES=1 (or
-# FUSETUNE_WINDOW_FUZZ_CASES=1, FUSETUNE_INT8_FUZZ_CASES=1) BUILD_DIR/tests/fusetune_unit_tests
+# FUSETUNE_WINDOW_FUZZ_CASES=1, FUSETUNE_INT8_FUZZ_CASES=1, FUSETUNE_UPDATE_FUZZ_CASES=1) BUILD_DIR/tests/fusetune_unit_tests
 # --gtest_filter='GroupFuzz.TEST'; keep a group case, once fixed, in tests/fuzz/group_seeds.txt.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +22,8 @@ failed=0
 # Each generator: its test and the variable that sets its number of cases.
 generators=(RandomGroupsMatchTheReferenceUnderEveryCheck:FUSETUNE_GROUP_FUZZ_CASES
             RandomWindowGroupsMatchTheReferenceUnderEveryCheck:FUSETUNE_WINDOW_FUZZ_CASES
-            RandomEightBitProductsMatchTheReferenceUnderEveryCheck:FUSETUNE_INT8_FUZZ_CASES)
+            RandomEightBitProductsMatchTheReferenceUnderEveryCheck:FUSETUNE_INT8_FUZZ_CASES
+            RandomUpdatesInPlaceMatchTheReferenceUnderEveryCheck:FUSETUNE_UPDATE_FUZZ_CASES)
 while [ "$SECONDS" -lt "$end" ]; do
   seed=$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')
   generator=${generators[$((runs % ${#generators[@]}))]}

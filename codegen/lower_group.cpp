@@ -20,6 +20,7 @@
 #include "codegen/stages/scatter.h"
 #include "codegen/barrier_ownership.h"
 #include "codegen/barriers.h"
+#include "codegen/in_place_scatter.h"
 #include "codegen/index_width.h"
 #include "codegen/uniform_constants.h"
 #include "codegen/verify_ir.h"
@@ -209,6 +210,7 @@ LoweredKernel lower_group(const Graph& g, const planner::FusionGroup& group, con
                           const std::string& name, const LowerOptions& options) {
   check(!group.nodes.empty(), "lower_group: empty group");
   if (!cfg.library.empty()) return lower_library_call(g, group, cfg, name, options);
+  if (cfg.in_place) return lower_in_place_scatter(g, group, cfg, name, options);
   check(cfg.threads > 0 && cfg.threads % 32 == 0, "lower_group: threads must be a positive multiple of 32");
   return lower_generated(g, group, cfg, name, options);
 }
@@ -254,10 +256,15 @@ LoweredKernel pack_kernels(const std::vector<LoweredKernel>& parts, const std::s
     k.shared_bytes = std::max(k.shared_bytes, p.kernel.shared_bytes);
     k.index_bits = std::max(k.index_bits, p.kernel.index_bits);  // int only when every part proved it
     k.body.push_back(part("ft_block >= " + lit(base) + " && ft_block < " + lit(k.grid), p.kernel.uniform, p.kernel.body));
+    for (size_t o = 0; o < p.outputs.size(); ++o) {
+      const int own = o < p.in_place.size() ? p.in_place[o] : -1;
+      out.in_place.push_back(own < 0 ? -1 : own + static_cast<int>(out.inputs.size()));
+    }
     out.inputs.insert(out.inputs.end(), p.inputs.begin(), p.inputs.end());
     out.outputs.insert(out.outputs.end(), p.outputs.begin(), p.outputs.end());
   }
   k.params.insert(k.params.end(), outs.begin(), outs.end());  // inputs first, then outputs, as LoweredKernel binds
+  if (std::all_of(out.in_place.begin(), out.in_place.end(), [](int i) { return i < 0; })) out.in_place.clear();
   verify_ir(k);
   return out;
 }

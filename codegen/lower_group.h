@@ -62,6 +62,9 @@ struct LoweredKernel {
   Kernel kernel;
   std::vector<int> inputs;   // graph values bound to the first parameters, in order
   std::vector<int> outputs;  // graph values bound to the remaining parameters
+  // Per output: the index in `inputs` of the input whose buffer it is (the kernel updates that
+  // buffer in place: codegen/in_place_scatter.h), or -1 for a buffer of its own. Empty: none.
+  std::vector<int> in_place;
 };
 
 struct LowerOptions {

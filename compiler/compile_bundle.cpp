@@ -165,27 +165,55 @@ runtime::Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, c
     for (const Guard& gd : plan.groups[launch_groups[k][0]].group.guards) last_use[static_cast<size_t>(gd.cond)] = static_cast<int>(k);
   }
   std::set<int> graph_in(g.inputs().begin(), g.inputs().end()), graph_out(g.outputs().begin(), g.outputs().end());
+  // A value a launch updates in place (planner/in_place.h) shares the buffer of the value it
+  // updates: a class of values per buffer, named by its first, that lives from the first's
+  // producer to the last read of any member, and is a graph output's buffer if one member is.
+  std::map<int, int> first_of;   // member -> its class's first value (members only)
+  std::map<int, int> class_last;  // first -> the class's last launch
+  std::map<int, int> class_output;  // first -> the member that is a graph output
+  for (size_t k = 0; k < lowered.size(); ++k) {
+    for (size_t o = 0; o < lowered[k].in_place.size(); ++o) {
+      if (lowered[k].in_place[o] < 0) continue;
+      const int data = lowered[k].inputs[static_cast<size_t>(lowered[k].in_place[o])];
+      const int first = first_of.count(data) ? first_of[data] : data;
+      check(!graph_in.count(first) && !graph_out.count(data) && !g.value(first).is_constant(), "launch ", k,
+            " updates '", g.value(data).name, "' in place, a graph input, output or constant");
+      first_of[lowered[k].outputs[o]] = first;
+    }
+  }
+  for (const auto& [member, first] : first_of) {
+    const auto m = static_cast<size_t>(member);
+    int& last = class_last.try_emplace(first, std::max(last_use[static_cast<size_t>(first)], producer_launch[static_cast<size_t>(first)])).first->second;
+    last = std::max({last, last_use[m], producer_launch[m]});
+    if (graph_out.count(member)) {
+      const auto [other, fresh] = class_output.emplace(first, member);
+      check(fresh, "two graph outputs, '", g.value(member).name, "' and '", g.value(other->second).name, "', would share one buffer");
+    }
+  }
   std::map<int, int> buffer_id;
   json buffers = json::array();
   std::vector<codegen::Lifetime> lifetimes;
   std::vector<size_t> arena_entries;
-  auto add_buffer = [&](int v) {
-    if (buffer_id.count(v)) return;
-    const Value& val = g.value(v);
+  // The buffer of value v (its class's first), described by the graph output among its members if any.
+  auto make_buffer = [&](int v) {
+    const int named = class_output.count(v) ? class_output[v] : v;
+    const Value& val = g.value(named);
     const int64_t bytes = numel(val.shape) * static_cast<int64_t>(dtype_size(val.dtype));
     json e = tensor_json(val);
-    e["id"] = buffer_id.size();
+    e["id"] = buffers.size();
     e["bytes"] = bytes;
     if (graph_in.count(v)) {
       e["kind"] = "input";
-    } else if (graph_out.count(v)) {
+    } else if (graph_out.count(named)) {
       e["kind"] = "output";
       if (val.is_constant()) e["constant_offset"] = b.constants.size();
     } else if (val.is_constant()) {
       e["kind"] = "constant";
     } else {
       e["kind"] = "intermediate";
-      lifetimes.push_back({bytes, producer_launch[static_cast<size_t>(v)], std::max(last_use[static_cast<size_t>(v)], producer_launch[static_cast<size_t>(v)])});
+      const auto at = static_cast<size_t>(v);
+      const int last = class_last.count(v) ? class_last[v] : std::max(last_use[at], producer_launch[at]);
+      lifetimes.push_back({bytes, producer_launch[at], last});
       arena_entries.push_back(buffers.size());
     }
     if (val.is_constant()) {
@@ -195,8 +223,14 @@ runtime::Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, c
                          reinterpret_cast<const char*>(val.data->data()) + val.data->nbytes());
       e["constant_offset"] = offset;
     }
-    buffer_id[v] = static_cast<int>(buffer_id.size());
+    buffer_id[v] = static_cast<int>(buffers.size());
     buffers.push_back(e);
+  };
+  auto add_buffer = [&](int v) {
+    if (buffer_id.count(v)) return;
+    const int first = first_of.count(v) ? first_of[v] : v;
+    if (!buffer_id.count(first)) make_buffer(first);
+    buffer_id[v] = buffer_id[first];
   };
   for (int v : g.inputs()) add_buffer(v);
   for (int v : g.outputs()) add_buffer(v);

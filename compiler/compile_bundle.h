@@ -7,7 +7,9 @@
 // memory and spills per kernel, and marking a kernel that spills; through the on-disk cubin cache of
 // backend/nvrtc.h, so a bundle compiled before costs nothing), lays out constants in one blob
 // and intermediates in one arena (codegen/memory_plan), and describes it all in a versioned JSON
-// manifest. A modeled plan's kernels may change after planning: a candidate that spills gives way
+// manifest. A launch that updates a value in place (LoweredKernel::in_place) gets that value's
+// buffer for its output: a chain of such updates is one buffer, a graph output's if the chain ends
+// in one, live in the arena until its last member's last read. A modeled plan's kernels may change after planning: a candidate that spills gives way
 // to a lower-ranked one that does not, a packed launch takes its widest part's thread count (and
 // fewer where that spills). BundleOptions::as_measured forbids both, for plans whose choices were
 // measured: every group ships the configuration its measurement timed, and a packed launch whose

@@ -42,7 +42,7 @@ BundleVerifyReport verify_bundle(const Graph& g, const planner::ModelPlan& plan,
                           [&](size_t k) { return backend::tf32_kernel(g, plan.groups[k].group, bundle.group_configs.at(k)); });
     const backend::Reference reference = backend::reference_values(g, all, l.lowered.inputs, rng);
     const backend::VerifyResult r = backend::verify_kernel(g, l.lowered.kernel.name, l.lowered.inputs, l.lowered.outputs,
-                                                           *host, *module, reference, vo);
+                                                           *host, *module, reference, vo, l.lowered.in_place);
     check(r.ok, "kernel ", l.lowered.kernel.name, " (", pattern, "; ", config, ") failed verification on the host",
           r.check_failed ? " (a check's finding)" : "", ": ", r.detail);
     ++report.kernels;

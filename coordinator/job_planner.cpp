@@ -19,6 +19,7 @@
 #include "core/sha256.h"
 #include "core/signature.h"
 #include "importer/importer.h"
+#include "planner/in_place.h"
 #include "planner/library_call.h"
 #include "proto/wire.h"
 
@@ -267,6 +268,7 @@ wire::Candidate wire_candidate(const codegen::LoweredKernel& lk, const planner::
     ps.set_elements(param.elements);
     ps.set_output(param.output);
     ps.set_value(k < lk.inputs.size() ? lk.inputs[k] : lk.outputs[k - lk.inputs.size()]);
+    if (k >= lk.inputs.size() && k - lk.inputs.size() < lk.in_place.size()) ps.set_updates_input(lk.in_place[k - lk.inputs.size()] + 1);
   }
   return w;
 }
@@ -287,7 +289,7 @@ std::vector<TaskSpec> JobPlanner::tasks() const {
     const planner::GroupPlan& gp = groups[k];
     TaskSpec& spec = out[k];
     spec.signature = gp.signature;
-    spec.canonical_form = subgraph_signature(s_->graph, gp.group.nodes).canonical_form;
+    spec.canonical_form = planner::group_signature(s_->graph, gp.group, gp.in_place).canonical_form;
     spec.pattern = gp.group.pattern;
     wire::Task& t = spec.task;
     t.set_signature(gp.signature);
@@ -385,8 +387,15 @@ JobSummary JobPlanner::summary(const planner::ModelPlan& plan, const planner::Me
   }
   std::map<std::string, const planner::GroupPlan*> by_signature;
   for (const planner::GroupPlan& gp : plan.compared) by_signature[gp.signature] = &gp;
+  // A node planned alone (a lone ScatterND's signature says whether it may update in place).
+  const planner::InPlaceUpdates in_place(s_->graph);
+  const auto alone = [&](int n) {
+    planner::FusionGroup one;
+    one.nodes = {n};
+    return by_signature.find(planner::group_signature(s_->graph, one, in_place.eligible(one)).digest);
+  };
   for (size_t n = 0; n < s_->graph.nodes().size(); ++n) {
-    auto it = by_signature.find(node_signature(s_->graph, static_cast<int>(n)).digest);
+    auto it = alone(static_cast<int>(n));
     s.unfused_us += it != by_signature.end() && it->second->measured ? it->second->cost_us : NAN;
   }
   if (measured == nullptr) return s;
@@ -407,7 +416,7 @@ JobSummary JobPlanner::summary(const planner::ModelPlan& plan, const planner::Me
     if (gp.group.nodes.size() > 1) {
       double parts = 0;
       for (int n : gp.group.nodes) {
-        const auto it = by_signature.find(node_signature(s_->graph, n).digest);
+        const auto it = alone(n);
         parts += it != by_signature.end() && it->second->measured ? it->second->cost_us : NAN;
       }
       d["parts_us"] = std::isfinite(parts) ? json(parts) : json(nullptr);

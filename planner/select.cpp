@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/signature.h"
+#include "planner/in_place.h"
 #include "planner/library_call.h"
 #include "planner/library_match.h"
 #include "planner/verify_plan.h"
@@ -19,15 +20,21 @@ namespace {
 class Planner {
  public:
   Planner(const Graph& g, const Device& d, const PlanOptions& opt, const Measurements* m)
-      : g_(g), d_(d), opt_(opt), measured_(m) {}
+      : g_(g), d_(d), opt_(opt), measured_(m), in_place_(g) {}
 
   GroupPlan plan_group(FusionGroup group) {
     describe_group(g_, group);
     GroupPlan gp;
-    gp.signature = subgraph_signature(g_, group.nodes).digest;
+    const bool in_place = in_place_.eligible(group);
+    gp.signature = group_signature(g_, group, in_place).digest;
     auto it = cache_.find(gp.signature);
-    if (it == cache_.end()) it = cache_.emplace(gp.signature, tile_candidates(g_, group, d_, opt_.tiling)).first;
+    if (it == cache_.end()) {
+      std::vector<Candidate> candidates = tile_candidates(g_, group, d_, opt_.tiling);
+      if (in_place) merge_candidates(candidates, in_place_candidates(g_, group, d_, opt_.tiling), opt_.tiling.top_k);
+      it = cache_.emplace(gp.signature, std::move(candidates)).first;
+    }
     gp.group = std::move(group);
+    gp.in_place = in_place;
     gp.candidates = it->second;
     choose(gp);
     return gp;
@@ -75,6 +82,7 @@ class Planner {
   const Device& d_;
   const PlanOptions& opt_;
   const Measurements* measured_;
+  const InPlaceUpdates in_place_;
   std::map<std::string, std::vector<Candidate>> cache_;
   std::set<std::string> compared_signatures_;
   std::vector<GroupPlan> compared_;

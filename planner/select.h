@@ -53,6 +53,7 @@ struct GroupPlan {
   double cost_us = 0;                 // of the chosen candidate: measured when `measured`, else modeled
   double modeled_us = 0;              // the best modeled cost, whether measured or not
   bool measured = false;
+  bool in_place = false;              // it may update its data in place (planner/in_place.h; its signature says so)
   // Measured, and every measurement failed: no candidate may ship. A fused group falls back to its
   // parts; a single node (nothing to fall back to) keeps its modeled best, flagged.
   bool failed = false;

@@ -284,6 +284,7 @@ std::string TileConfig::str() const {
   if (wgmma) out << " wgmma";
   if (gemv) out << " gemv";
   if (flash) out << " flash";
+  if (in_place) out << " in-place";
   if (split_k > 1) out << " splitk=" << split_k;
   if (!order.empty()) {
     out << " order=";

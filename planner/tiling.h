@@ -110,6 +110,7 @@ struct TileConfig {
   bool wgmma = false;         // ... by warpgroups issuing wgmma (sm_90a; with mma; see wgmma_groups)
   bool gemv = false;          // the GEMV form of MatMuls of at most 8 rows whose B the group reads (see above)
   bool flash = false;         // the group's attention core as flash attention, reduce_step keys a tile (see above)
+  bool in_place = false;      // a lone ScatterND writing its updates into its data's buffer (planner/in_place.h); tile: elements a block
   std::string library = "";   // set ("cublasLt", "cudnn", ...): the group runs as a library call (planner/library_call.h)
   int algorithm = 0;          // a library call's: the library's ranked choice (0: its heuristic's first)
   int split_k = 1;            // > 1: that many blocks per tile each sum a slice of the reduction steps (see above)

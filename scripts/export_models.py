@@ -25,6 +25,8 @@ model-local functions (nested, with attributes), as torch.onnx writes modules as
 gated_block is scripted (torch.jit.script) before export, so its data-dependent `if` becomes an
 ONNX If whose condition is computed from an input at run time; it has two data sets,
 test_data_set_0 taking the then branch and test_data_set_1 the else branch.
+scan_recurrence is scripted too: its time loop becomes an ONNX Loop that carries the [T, D] buffer of
+hidden states and writes one row of it per step (h[t] = ...: a ScatterND), reading the row before.
 """
 
 import argparse
@@ -53,7 +55,8 @@ OPSET = 17
 INPUT_SEED = 1234
 
 SMALL_NAMES = ["bert", "vit", "swin_t", "resnet_small", "mobilenet_v2",
-               "efficientnet_b0", "convnext_t", "nerf_mlp", "cnn_small", "unet_small", "bert_functions", "gated_block"]
+               "efficientnet_b0", "convnext_t", "nerf_mlp", "cnn_small", "unet_small", "bert_functions", "gated_block",
+               "scan_recurrence"]
 FULL_NAMES = ["bert", "vit", "swin_t", "resnet18", "resnet50", "mobilenet_v2",
               "efficientnet_b0", "convnext_t", "nerf_mlp"]
 
@@ -193,6 +196,23 @@ class GatedBlock(nn.Module):
         else:
             y = torch.sigmoid(h) * h
         return x + y
+
+
+class ScanRecurrence(nn.Module):
+    """An Elman recurrence over the rows of x, each step's hidden state written into a buffer of
+    all of them (scripted: the loop is an ONNX Loop carrying the buffer, updated a row a step)."""
+
+    def __init__(self, dim):
+        super().__init__()
+        self.inp = nn.Linear(dim, dim)
+        self.rec = nn.Linear(dim, dim, bias=False)
+
+    def forward(self, x):
+        h = torch.zeros_like(x)
+        h[0] = torch.tanh(self.inp(x[0]))
+        for t in range(1, x.shape[0]):
+            h[t] = torch.tanh(self.inp(x[t]) + self.rec(h[t - 1]))
+        return h
 
 
 class CnnSmall(nn.Module):
@@ -437,6 +457,12 @@ def build_gated_block(size):
                 input_names=["x", "gate"], output_names=["y"], dynamic_axes=None, script=True)
 
 
+def build_scan_recurrence(size):
+    x = torch.randn(12, 256, generator=make_gen())
+    return dict(model=ScanRecurrence(256), inputs=(x,), input_names=["x"], output_names=["h"], dynamic_axes=None,
+                script=True)
+
+
 def build_cnn_small(size):
     return _image_model(CnnSmall(num_classes=10), 16)
 
@@ -461,6 +487,7 @@ BUILDERS = {
     "cnn_small": build_cnn_small,
     "unet_small": build_unet_small,
     "gated_block": build_gated_block,
+    "scan_recurrence": build_scan_recurrence,
 }
 
 

@@ -89,16 +89,23 @@ Prepared prepare(const Graph& g, const wire::ChildCandidate& cc, const wire::Pol
   src.cuda_source = c.cuda_source();
   const std::string arch = backend.properties().arch;
   if (!cc.cubin().empty()) src.cubins[arch] = std::vector<char>(cc.cubin().begin(), cc.cubin().end());
-  std::vector<int> inputs, outputs;
-  for (const wire::ParamSpec& param : c.params()) {
-    check(param.value() >= 0 && param.value() < static_cast<int>(g.values().size()), "candidate ", c.config(),
-          ": parameter '", param.name(), "' is bound to value ", param.value(), " of ", g.values().size());
-    (param.output() ? outputs : inputs).push_back(param.value());
-  }
+  std::vector<int> inputs, outputs, in_place;
   planner::FusionGroup group;
   group.nodes.resize(g.nodes().size());
   std::iota(group.nodes.begin(), group.nodes.end(), 0);
   try {
+    for (const wire::ParamSpec& param : c.params()) {
+      check(param.value() >= 0 && param.value() < static_cast<int>(g.values().size()), "candidate ", c.config(),
+            ": parameter '", param.name(), "' is bound to value ", param.value(), " of ", g.values().size());
+      check(param.output() || outputs.empty(), "candidate ", c.config(), ": input parameter '", param.name(),
+            "' follows an output (inputs come first)");
+      (param.output() ? outputs : inputs).push_back(param.value());
+      if (param.output()) in_place.push_back(param.updates_input() - 1);
+      check(param.updates_input() == 0 || (param.output() && param.updates_input() >= 1 &&
+                                           param.updates_input() <= static_cast<int>(inputs.size())),
+            "candidate ", c.config(), ": parameter '", param.name(), "' updates input ", param.updates_input() - 1,
+            " in place, which is not an input parameter before it");
+    }
     p.module = backend.load_source(src);
     if (reference.inputs != inputs || reference.values.empty()) {
       std::mt19937 draw(static_cast<std::mt19937::result_type>(policy.seed()));
@@ -106,7 +113,8 @@ Prepared prepare(const Graph& g, const wire::ChildCandidate& cc, const wire::Pol
     }
     const backend::VerifyResult v = backend::verify_kernel(g, c.kernel(), inputs, outputs, backend, *p.module, reference,
                                                            {kRedzoneBytes, policy.sample_blocks(), policy.seed(),
-                                                            backend::tf32_kernel(g, group, c.config())});
+                                                            backend::tf32_kernel(g, group, c.config())},
+                                                           in_place);
     r.set_max_abs_error(v.max_abs);
     if (!v.coverage.whole()) {
       r.set_verified_blocks(v.coverage.blocks);
@@ -120,6 +128,10 @@ Prepared prepare(const Graph& g, const wire::ChildCandidate& cc, const wire::Pol
     // Timing runs on fresh buffers (no redzones needed: the kernel was verified on these shapes).
     std::mt19937 rng(static_cast<std::mt19937::result_type>(policy.seed() + 1));
     for (const wire::ParamSpec& param : c.params()) {
+      if (param.updates_input() > 0) {  // the input's buffer, updated in place
+        p.args.push_back(p.args.at(static_cast<size_t>(param.updates_input() - 1)));
+        continue;
+      }
       const Value& val = g.value(param.value());
       const size_t bytes = std::max<size_t>(1, static_cast<size_t>(numel(val.shape)) * dtype_size(val.dtype));
       p.buffers.push_back(backend.allocate(bytes));

@@ -41,11 +41,7 @@ class ScatterStage : public AnchorStage {
       std::string uoff = "ft_t";
       for (size_t d = static_cast<size_t>(depth); d < data.size(); ++d) uoff = "(" + uoff + " * " + lit(data[d]) + " + " + o[d] + ")";
       const std::string u = load_as_compute(g.value(n.inputs[2]).dtype, cx_.param.at(n.inputs[2]) + "[" + uoff + "]");
-      std::string next = u;
-      if (red == "add") next = acc + " + " + u;
-      if (red == "mul") next = acc + " * " + u;
-      if (red == "max") next = fl ? "fmaxf(" + acc + ", " + u + ")" : "ft_max(" + acc + ", " + u + ")";
-      if (red == "min") next = fl ? "fminf(" + acc + ", " + u + ")" : "ft_min(" + acc + ", " + u + ")";
+      const std::string next = red == "none" ? u : scatter_combine(red, fl, acc, u);
       cx_.cur().push_back(if_then(match.empty() ? "1" : match, {assign(acc, next)}));
     });
     cx_.cur().push_back(serial_for("ft_t", "0", lit(tuples), body));
@@ -59,5 +55,13 @@ class ScatterStage : public AnchorStage {
 }  // namespace
 
 std::unique_ptr<AnchorStage> scatter_stage(LoweringContext& cx, const Node& n) { return std::make_unique<ScatterStage>(cx, n); }
+
+std::string scatter_combine(const std::string& reduction, bool is_float, const std::string& acc, const std::string& update) {
+  if (reduction == "add") return acc + " + " + update;
+  if (reduction == "mul") return acc + " * " + update;
+  if (reduction == "max") return (is_float ? "fmaxf(" : "ft_max(") + acc + ", " + update + ")";
+  if (reduction == "min") return (is_float ? "fminf(" : "ft_min(") + acc + ", " + update + ")";
+  fail("ScatterND: reduction '", reduction, "' is not one of none, add, mul, max, min");
+}
 
 }  // namespace fusetune::codegen::stages

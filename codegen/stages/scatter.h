@@ -9,11 +9,16 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "codegen/stages/context.h"
 
 namespace fusetune::codegen::stages {
 
 std::unique_ptr<AnchorStage> scatter_stage(LoweringContext& cx, const Node& n);
+
+// The value an element takes under ScatterND's `reduction` ("add", "mul", "max" or "min"): what it
+// holds, `acc`, combined with `update` (compute-type expressions; float or integer dtype).
+std::string scatter_combine(const std::string& reduction, bool is_float, const std::string& acc, const std::string& update);
 
 }  // namespace fusetune::codegen::stages

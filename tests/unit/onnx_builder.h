@@ -181,6 +181,7 @@ class OnnxBuilder {
 
 inline constexpr int kFloat = 1;
 inline constexpr int kUInt8 = 2;
+inline constexpr int kInt8 = 3;
 inline constexpr int kUInt16 = 4;
 inline constexpr int kInt32 = 6;
 inline constexpr int kInt64 = 7;

@@ -2,11 +2,12 @@
 // (element-wise chains with broadcasts and transposed reads, MatMuls with bias and activation on
 // float32, float16 and bfloat16, LayerNorm feeding a MatMul, scaled-dot-product attention, mean
 // subtraction, Convs plain, strided and depthwise, an embedding Gather with positions and a norm;
-// window ops and products of 8-bit integers each from a generator of their own),
+// window ops, products of 8-bit integers and updates in place each from a generator of their own),
 // on odd extents (rows, channels and sequence lengths that divide no tile) as often as on multiples
 // of 8 (so that 16-byte vectors, cp.async chunks and their tails all run). Each graph goes through
 // the planner's fusion; each group is lowered with the planner's best generated candidate, one
-// drawn at random from its candidates, its best tensor-core ones (mma.sync and wgmma), a split-K
+// drawn at random from its candidates, its best and a random in-place one where it may update in place
+// (planner/in_place.h), its best tensor-core ones (mma.sync and wgmma), a split-K
 // form of a staged MatMul's, GEMV and flash-attention ones (flash on tensor cores and not, and on a random key tile and thread count) and the best one's schedule on a tile of random extents (where the cost model accepts it), and verified on the host
 // executor with every check on (backend/verify.h via unit/codegen_check.h), and the module compiled
 // with NVRTC. Case i of a run draws its graph from seed + i: FUSETUNE_TEST_SEED=S with
@@ -24,7 +25,10 @@
 #include <string>
 #include <vector>
 
+#include <set>
+
 #include "planner/fusion.h"
+#include "planner/in_place.h"
 #include "planner/tiling.h"
 #include "unit/codegen_check.h"
 #include "unit/graph_helpers.h"
@@ -327,6 +331,52 @@ FuzzCase random_integer_case(unsigned seed) {
   return c;
 }
 
+// A ScatterND that may update its data in place: data (Neg of an input, float32, float16, bfloat16
+// or int64, rank 1 to 4) also read before the update (its maximum added to the updates, so the
+// data's producer stays a group of its own), tuples of depth 1 to rank at distinct slots (some
+// written negative), a random reduction.
+FuzzCase random_update_case(unsigned seed) {
+  Draw d(seed);
+  FuzzCase c;
+  Graph& g = c.g;
+  const DType dt = d.chance(0.25) ? DType::kI64 : d.dtype();
+  const int64_t rank = d.in(1, 4);
+  Shape shape;
+  for (int64_t a = 0; a < rank; ++a) shape.push_back(d.extent(rank > 2 ? 12 : 40));
+  const int64_t depth = d.in(1, rank);
+  int64_t slots = 1;
+  for (int64_t a = 0; a < depth; ++a) slots *= shape[static_cast<size_t>(a)];
+  const int64_t tuples = d.in(1, std::min<int64_t>(slots, 12));
+  std::set<int64_t> taken;
+  std::vector<int64_t> ids;
+  while (static_cast<int64_t>(taken.size()) < tuples) {
+    int64_t slot = d.in(0, slots - 1);
+    if (!taken.insert(slot).second) continue;
+    std::vector<int64_t> tuple(static_cast<size_t>(depth));
+    for (int64_t a = depth; a-- > 0;) {
+      const int64_t extent = shape[static_cast<size_t>(a)];
+      tuple[static_cast<size_t>(a)] = slot % extent - (d.chance(0.3) ? extent : 0);
+      slot /= extent;
+    }
+    ids.insert(ids.end(), tuple.begin(), tuple.end());
+  }
+  Shape updates = {tuples};
+  updates.insert(updates.end(), shape.begin() + depth, shape.end());
+  const int data = add_op(g, "Neg", {add_input(g, "x", dt, shape)});
+  std::vector<int64_t> all_axes(static_cast<size_t>(rank));
+  for (int64_t a = 0; a < rank; ++a) all_axes[static_cast<size_t>(a)] = a;
+  const int most = add_op(g, "ReduceMax", {data}, attrs({{"axes", all_axes}, {"keepdims", int64_t{0}}}));
+  const int u = add_op(g, "Add", {add_input(g, "u", dt, updates), most});
+  const char* reductions[] = {"none", "add", "mul", "max", "min"};
+  const std::string reduction = reductions[d.in(0, 4)];
+  Attributes a;
+  if (reduction != "none") a.set("reduction", reduction);
+  g.outputs().push_back(add_op(g, "ScatterND", {data, g.add_constant("ids", Tensor::from_ints(DType::kI64, {tuples, depth}, ids)), u}, a));
+  c.what = "ScatterND " + std::string(dtype_name(dt)) + " " + shape_text(shape) + ", " + std::to_string(tuples) + " tuples of depth " +
+           std::to_string(depth) + ", reduction " + reduction;
+  return c;
+}
+
 // Every group of the case's fusion plan, each with the planner's best generated candidate, one
 // drawn from its generated candidates, its best tensor-core, GEMV and flash ones: lowered,
 // verified on the host and compiled (check_groups).
@@ -344,6 +394,11 @@ void check_case(unsigned seed, const FuzzCase& c) {
     ASSERT_FALSE(generated.empty()) << "case " << seed << " (" << c.what << "): no generated candidate for " << fg.pattern;
     std::vector<planner::TileConfig> chosen = {generated.front(),
                                                generated[std::uniform_int_distribution<size_t>(0, generated.size() - 1)(pick)]};
+    if (planner::InPlaceUpdates(c.g).eligible(fg)) {
+      const std::vector<planner::Candidate> in_place = planner::in_place_candidates(c.g, fg, planner::find_device("h100"), {});
+      chosen.push_back(in_place.front().config);
+      chosen.push_back(in_place[std::uniform_int_distribution<size_t>(0, in_place.size() - 1)(pick)].config);
+    }
     for (const planner::TileConfig& cfg : generated) {  // the best tensor-core candidate by mma.sync
       if (cfg.mma && !cfg.wgmma) {
         chosen.push_back(cfg);
@@ -437,6 +492,19 @@ TEST(GroupFuzz, RandomEightBitProductsMatchTheReferenceUnderEveryCheck) {
   const int cases = env_int("FUSETUNE_INT8_FUZZ_CASES", 2);
   for (int i = 0; i < cases && !HasFailure(); ++i) {
     check_case(seed + static_cast<unsigned>(i), random_integer_case(seed + static_cast<unsigned>(i)));
+  }
+}
+
+// Updates in place on random shapes, FUSETUNE_UPDATE_FUZZ_CASES of them (default 2) from the test's seed.
+TEST(GroupFuzz, RandomUpdatesInPlaceMatchTheReferenceUnderEveryCheck) {
+  const unsigned seed = testing::test_seed();
+  const int cases = env_int("FUSETUNE_UPDATE_FUZZ_CASES", 2);
+  for (int i = 0; i < cases && !HasFailure(); ++i) {
+    const FuzzCase c = random_update_case(seed + static_cast<unsigned>(i));
+    bool eligible = false;
+    for (const planner::FusionGroup& fg : planner::fuse(c.g).groups) eligible = eligible || planner::InPlaceUpdates(c.g).eligible(fg);
+    ASSERT_TRUE(eligible) << "case " << seed + static_cast<unsigned>(i) << " (" << c.what << "): no group may update in place";
+    check_case(seed + static_cast<unsigned>(i), c);
   }
 }
 

@@ -27,7 +27,10 @@ namespace {
 
 using testing::OnnxBuilder;
 
-constexpr int kFloat = 1, kUint8 = 2, kInt8 = 3, kInt32 = 6;
+using testing::kFloat;
+using testing::kInt32;
+using testing::kInt8;
+using testing::kUInt8;
 
 // MatMulInteger with a zero point per row of A and per column of B, and ConvInteger with one per
 // output channel of W, over reductions long enough (K = 640) that their sums pass 2^24, where a
@@ -47,7 +50,7 @@ TEST(Quantization, IntegerContractionsAreExactWhereFloatSumsAreNot) {
   for (auto& v : w) v = i8(rng);
   for (auto& v : wzp) v = small(rng);
   OnnxBuilder m(10);
-  m.input("A", kUint8, {M, K}).input("X", kUint8, {1, C, H, W}).output("Y", kInt32, {M, N}).output("Z", kInt32, {1, F, H, W});
+  m.input("A", kUInt8, {M, K}).input("X", kUInt8, {1, C, H, W}).output("Y", kInt32, {M, N}).output("Z", kInt32, {1, F, H, W});
   m.initializer("B", Tensor::from_ints(DType::kI8, {K, N}, b)).initializer("azp", Tensor::from_ints(DType::kU8, {M}, azp));
   m.initializer("bzp", Tensor::from_ints(DType::kI8, {N}, bzp)).initializer("W", Tensor::from_ints(DType::kI8, {F, C, 1, 1}, w));
   m.initializer("wzp", Tensor::from_ints(DType::kI8, {F}, wzp));
@@ -113,9 +116,9 @@ TEST(Quantization, EightBitProductsRunOnDp4aAndTensorCoresExactly) {
     const char* imma;
   };
   const std::vector<Case> cases = {
-      {kUint8, kInt8, {37, 45}, {45, 29}, 1, 0, false, "dp4a.u32.s32", "m16n8k32.row.col.s32.u8.s8.s32"},
-      {kInt8, kUint8, {2, 19, 64}, {64, 33}, 2, 2, false, "dp4a.s32.u32", "m16n8k32.row.col.s32.s8.u8.s32"},
-      {kUint8, kUint8, {5, 130}, {130, 8}, 3, 1, true, "dp4a.u32.u32", "m16n8k32.row.col.s32.u8.u8.s32"},
+      {kUInt8, kInt8, {37, 45}, {45, 29}, 1, 0, false, "dp4a.u32.s32", "m16n8k32.row.col.s32.u8.s8.s32"},
+      {kInt8, kUInt8, {2, 19, 64}, {64, 33}, 2, 2, false, "dp4a.s32.u32", "m16n8k32.row.col.s32.s8.u8.s32"},
+      {kUInt8, kUInt8, {5, 130}, {130, 8}, 3, 1, true, "dp4a.u32.u32", "m16n8k32.row.col.s32.u8.u8.s32"},
       {kInt8, kInt8, {9, 7}, {3, 7, 12}, 0, 3, false, "dp4a.s32.s32", "m16n8k32.row.col.s32.s8.s8.s32"},
   };
   for (size_t ci = 0; ci < cases.size(); ++ci) {
@@ -328,7 +331,7 @@ TEST(Quantization, RefusalsNameTheNodeAndWhatIsWrong) {
   per_axis.node("DequantizeLinear", {"x", "s"}, {"y"}, "culprit");  // axis 1 has 3 entries
   testing::expect_refused(per_axis, "culprit", "per-axis quantization wants 3 values, one per index of axis 1");
   OnnxBuilder blocks(21);
-  blocks.input("x", kFloat, {2, 6}).output("y", kUint8, {2, 6});
+  blocks.input("x", kFloat, {2, 6}).output("y", kUInt8, {2, 6});
   blocks.initializer("s", Tensor::from_floats(DType::kF32, {2, 2}, std::vector<float>{1, 2, 3, 4}));
   onnx::NodeProto& blocked = blocks.node("QuantizeLinear", {"x", "s"}, {"y"}, "culprit");
   OnnxBuilder::attr_i(blocked, "axis", 1);
@@ -342,7 +345,7 @@ TEST(Quantization, RefusalsNameTheNodeAndWhatIsWrong) {
   wide.node("QLinearMatMul", {"a", "s", "z", "b", "s", "z", "s", "yz"}, {"y"}, "culprit");
   testing::expect_refused(wide, "culprit", "QLinearMatMul quantizes to int8 or uint8, not int16");
   OnnxBuilder microsoft(13);
-  microsoft.opset_import("com.microsoft", 1).input("a", kUint8, {4}).output("y", kUint8, {4});
+  microsoft.opset_import("com.microsoft", 1).input("a", kUInt8, {4}).output("y", kUInt8, {4});
   microsoft.node("QLinearAdd", {"a", "a", "a", "a", "a", "a", "a", "a"}, {"y"}, "culprit").set_domain("com.microsoft");
   testing::expect_refused(microsoft, "culprit", "of domain 'com.microsoft'");
 }

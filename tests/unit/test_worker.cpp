@@ -24,6 +24,7 @@
 #include "graph_helpers.h"
 #include "planner/device.h"
 #include "planner/library_call.h"
+#include "planner/in_place.h"
 #include "planner/library_match.h"
 #include "planner/select.h"
 #include "proto/wire.h"
@@ -519,6 +520,54 @@ TEST(Sandbox, GeneratedCandidatesOfARealGroupVerifyAndTime) {
     EXPECT_GT(r.median_us(), 0);
   }
   EXPECT_EQ(sandbox.restarts(), 0);
+}
+
+// A candidate that updates its data in place (planner/in_place.h) travels with its output bound
+// to its data's parameter: the child verifies it on that buffer and times it. The same kernel with
+// a buffer of its own fails verification, one bound to the indices' buffer (another type) or to a
+// parameter that is not an input before it is a runtime fault of its own; the child serves the
+// next candidate after each.
+TEST(Sandbox, AnInPlaceCandidateVerifiesOnItsDataBufferAndABadBindingFailsAlone) {
+  Graph g;
+  const int x = testing::add_input(g, "x", DType::kF32, {8, 64});
+  const int d = testing::add_op(g, "Relu", {x});
+  const int ids = g.add_constant("ids", Tensor::from_ints(DType::kI64, {2, 1}, std::vector<int64_t>{2, 5}));
+  g.outputs().push_back(testing::add_op(g, "ScatterND", {d, ids, testing::add_input(g, "u", DType::kF32, {2, 64})}));
+  planner::FusionGroup group;
+  group.nodes = {1};
+  planner::describe_group(g, group);
+  ASSERT_TRUE(planner::InPlaceUpdates(g).eligible(group));
+  const planner::TileConfig cfg = planner::in_place_candidates(g, group, planner::find_device("h100"), {}).front().config;
+  wire::ChildRequest req;
+  const auto [sub, all] = subgraph_of(g, group, req);
+  req.mutable_policy()->set_seed(4);
+  req.mutable_policy()->set_min_repeats(2);
+  req.mutable_policy()->set_max_repeats(3);
+  std::vector<wire::Candidate> cs;
+  for (int updates : {1, 0, 2, 4, 1}) {  // data's buffer; its own; the indices'; past the inputs; data's again
+    wire::Candidate c = candidate_of(sub, all, cfg, "c" + std::to_string(cs.size()));
+    wire::ParamSpec& out = *c.mutable_params(c.params_size() - 1);
+    ASSERT_TRUE(out.output());
+    EXPECT_EQ(out.updates_input(), 1) << "the output is bound to the first input, the data";
+    out.set_updates_input(updates);
+    cs.push_back(c);
+    *req.add_candidates()->mutable_candidate() = c;
+  }
+  worker::CompilePool pool("host", 2);
+  for (const worker::CompileOutput& o : pool.compile(cs)) ASSERT_TRUE(o.ok) << o.error;
+  worker::Sandbox sandbox(FUSETUNE_BINARY, "host");
+  const std::vector<wire::CandidateResult> r = sandbox.run(req, 20000);
+  ASSERT_EQ(r.size(), 5u);
+  for (size_t k : {size_t{0}, size_t{4}}) {
+    EXPECT_EQ(r[k].status(), "ok") << r[k].detail();
+    EXPECT_GT(r[k].median_us(), 0);
+  }
+  EXPECT_EQ(r[1].status(), "wrong_result") << r[1].detail();
+  EXPECT_EQ(r[2].status(), "runtime_fault") << r[2].detail();
+  EXPECT_NE(r[2].detail().find("cannot update input 1 in place"), std::string::npos) << r[2].detail();
+  EXPECT_EQ(r[3].status(), "runtime_fault") << r[3].detail();
+  EXPECT_NE(r[3].detail().find("updates input 3 in place, which is not an input parameter before it"), std::string::npos)
+      << r[3].detail();
 }
 
 }  // namespace
