@@ -85,15 +85,19 @@ Tensor random_group_input(const Graph& g, const planner::FusionGroup& group, int
 
 namespace {
 
-// The elements of `got` that a sampled launch wrote (no longer all poison bytes) and the same
+// The elements of `got` that a sampled launch wrote (no longer all poison bytes, or, where the
+// same sample ran over zeroed outputs too, `zeroed`'s no longer all zero bytes) and the same
 // elements of `want`, each as a 1-D tensor.
-std::pair<Tensor, Tensor> written_elements(const Tensor& got, const Tensor& want) {
+std::pair<Tensor, Tensor> written_elements(const Tensor& got, const Tensor& want, const Tensor* zeroed) {
   const size_t size = dtype_size(got.dtype());
   const auto* g = reinterpret_cast<const unsigned char*>(got.data());
   const auto* w = reinterpret_cast<const unsigned char*>(want.data());
+  const auto* z = zeroed != nullptr ? reinterpret_cast<const unsigned char*>(zeroed->data()) : nullptr;
   std::vector<size_t> written;
   for (size_t i = 0; i < static_cast<size_t>(got.numel()); ++i) {
-    if (std::any_of(g + i * size, g + (i + 1) * size, [](unsigned char b) { return b != 0xFF; })) written.push_back(i);
+    const bool unpoisoned = std::any_of(g + i * size, g + (i + 1) * size, [](unsigned char b) { return b != 0xFF; });
+    const bool unzeroed = z != nullptr && std::any_of(z + i * size, z + (i + 1) * size, [](unsigned char b) { return b != 0x00; });
+    if (unpoisoned || unzeroed) written.push_back(i);
   }
   const Shape shape{static_cast<int64_t>(written.size())};
   Tensor a(got.dtype(), shape), b(want.dtype(), shape);
@@ -227,20 +231,49 @@ VerifyResult verify_kernel(const Graph& g, const std::string& kernel, const std:
     return result;
   }
   // Only the margins are read back: the buffers themselves are compared below.
-  for (size_t k = 0; k < parents.size() && result.ok; ++k) {
-    const size_t inner = parents[k]->bytes() - 2 * redzone_bytes;
-    for (const size_t start : {size_t{0}, redzone_bytes + inner}) {
-      std::vector<unsigned char> margin(redzone_bytes);
-      backend.view(*parents[k], start, redzone_bytes)->download(margin.data(), margin.size());
-      const auto bad = std::find_if(margin.begin(), margin.end(), [](unsigned char b) { return b != kRedzoneByte; });
-      if (bad == margin.end()) continue;
-      const int v = allocated[k];
-      const auto i = static_cast<long long>(bad - margin.begin());
-      const long long at = start == 0 ? i - static_cast<long long>(redzone_bytes) : i;
+  const auto check_margins = [&] {
+    for (size_t k = 0; k < parents.size() && result.ok; ++k) {
+      const size_t inner = parents[k]->bytes() - 2 * redzone_bytes;
+      for (const size_t start : {size_t{0}, redzone_bytes + inner}) {
+        std::vector<unsigned char> margin(redzone_bytes);
+        backend.view(*parents[k], start, redzone_bytes)->download(margin.data(), margin.size());
+        const auto bad = std::find_if(margin.begin(), margin.end(), [](unsigned char b) { return b != kRedzoneByte; });
+        if (bad == margin.end()) continue;
+        const int v = allocated[k];
+        const auto i = static_cast<long long>(bad - margin.begin());
+        const long long at = start == 0 ? i - static_cast<long long>(redzone_bytes) : i;
+        result.ok = false;
+        result.detail = "write outside buffer '" + g.value(v).name + "' (byte " + std::to_string(at) +
+                        (at < 0 ? " before its start)" : " past its end)");
+        break;
+      }
+    }
+  };
+  check_margins();
+  // A sample's integer outputs: all ones is a value they may hold (a uint8 saturated to 255), so the
+  // sample runs again over outputs of zeros, and an element either run changed is one it wrote.
+  std::vector<Tensor> zeroed(outputs.size());
+  const bool integers = std::any_of(outputs.begin(), outputs.end(), [&](int v) { return !is_float(g.value(v).dtype); });
+  if (result.ok && !result.coverage.whole() && integers) {
+    std::vector<Tensor> first(outputs.size());
+    for (size_t k = 0; k < outputs.size(); ++k) {
+      first[k] = Tensor(g.value(outputs[k]).dtype, g.value(outputs[k]).shape);
+      out_buffers[k]->download(first[k].data(), first[k].nbytes());
+      out_buffers[k]->fill_byte(0x00);
+    }
+    try {
+      module.launch_sample(kernel, args, options.sample_blocks, options.seed);
+    } catch (const simt::CheckFailed& e) {
       result.ok = false;
-      result.detail = "write outside buffer '" + g.value(v).name + "' (byte " + std::to_string(at) +
-                      (at < 0 ? " before its start)" : " past its end)");
-      break;
+      result.check_failed = true;
+      result.detail = e.what();
+      return result;
+    }
+    check_margins();
+    for (size_t k = 0; k < outputs.size(); ++k) {
+      zeroed[k] = Tensor(g.value(outputs[k]).dtype, g.value(outputs[k]).shape);
+      out_buffers[k]->download(zeroed[k].data(), zeroed[k].nbytes());
+      out_buffers[k]->upload(first[k].data(), first[k].nbytes());
     }
   }
   for (size_t k = 0; k < outputs.size(); ++k) {
@@ -248,7 +281,7 @@ VerifyResult verify_kernel(const Graph& g, const std::string& kernel, const std:
     Tensor want = values.at(v);
     Tensor got(want.dtype(), want.shape());
     out_buffers[k]->download(got.data(), got.nbytes());
-    if (!result.coverage.whole()) std::tie(got, want) = written_elements(got, want);
+    if (!result.coverage.whole()) std::tie(got, want) = written_elements(got, want, zeroed[k].numel() > 0 ? &zeroed[k] : nullptr);
     result.compared += got.numel();
     const reference::Comparison c = reference::compare(got, want, output_tolerance(g, v, values, inputs, options.tf32));
     result.max_abs = std::max(result.max_abs, c.max_abs);

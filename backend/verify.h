@@ -16,8 +16,9 @@
 // bound, (with redzones) writes outside its buffers, or fails a check, fails.
 // With VerifyOptions::sample_blocks the host runs only that many blocks of a larger grid
 // (Module::launch_sample: the first, the last, others drawn from the seed): the checks cover what
-// those blocks do, and the output elements they wrote (those no longer holding the poison) are
-// compared; elements of other blocks are not, so coverage of the whole output is not proven. A
+// those blocks do, and the output elements they wrote (those no longer holding the poison; for
+// integer outputs, whose values may be all ones, the sample runs a second time over zeroed
+// outputs, and an element either run changed counts as written) are compared; elements of other blocks are not, so coverage of the whole output is not proven. A
 // sample that wrote no output element fails. The result says how many blocks of the grid ran.
 // With VerifyOptions::tf32 (a kernel that rounds float32 MatMul operands to TF32, the precision
 // policy `--precision tf32`: tf32_kernel says which) float32 outputs compare under

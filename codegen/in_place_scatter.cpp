@@ -1,5 +1,6 @@
 #include "codegen/in_place_scatter.h"
 
+#include <algorithm>
 #include <climits>
 #include <numeric>
 
@@ -28,7 +29,7 @@ LoweredKernel lower_in_place_scatter(const Graph& g, const planner::FusionGroup&
   const int64_t depth = ids.shape.back();
   const int64_t elems = numel(upd.shape);
   const int64_t tuples = depth == 0 ? 0 : numel(ids.shape) / depth;
-  const int64_t slice = tuples == 0 ? 1 : elems / tuples;
+  const int64_t slice = std::max<int64_t>(1, tuples == 0 ? 1 : elems / tuples);  // an empty slice: no element to run
   const int64_t tile = cfg.tile[0];
 
   LoweredKernel lk;

@@ -142,15 +142,17 @@ int product_zero_point(NodeLowering& L, size_t k, size_t zp, bool row) {
 // either kNoValue for none: the raw product of the bytes (a MatMul of int8/uint8 operands into
 // int32: dp4a's form, codegen/stages/dp4a_matmul.h) less za x (B's column sums) and (A's row
 // sums) x zb, plus K x za x zb, each term present only where its zero points are; exact, as every
-// term is an integer and int32 arithmetic wraps alike on both sides.
-int byte_product(NodeLowering& L, int a, int za, int b, int zb) {
+// term is an integer and int32 arithmetic wraps alike on both sides. `b_sums`, where given, is B's
+// column sums (int32, shaped as a ReduceSum over B's K axis keeping it), computed by the caller
+// more cheaply than from B.
+int byte_product(NodeLowering& L, int a, int za, int b, int zb, int b_sums = kNoValue) {
   const Value& av = L.builder().value(a);
   const Value& bv = L.builder().value(b);
   const auto a_rank = static_cast<int64_t>(av.shape.size()), b_rank = static_cast<int64_t>(bv.shape.size());
   const int64_t k_extent = av.shape.back();
   int c = L.emit("MatMul", {a, b});
   if (za != kNoValue) {
-    const int col_sums = reduce_node(L, "ReduceSum", cast_to(L, b, DType::kI32), {b_rank - 2}, 1);
+    const int col_sums = b_sums != kNoValue ? b_sums : reduce_node(L, "ReduceSum", cast_to(L, b, DType::kI32), {b_rank - 2}, 1);
     c = binary(L, "Sub", c, binary(L, "Mul", za, col_sums));
   }
   if (zb != kNoValue) {
@@ -312,9 +314,117 @@ void matmul_integer(NodeLowering& L) {
   L.set_output(0, integer_product(L, 0, 2, 1, 3));
 }
 
+namespace {
+
+// The K entries of a convolution's group below which its product stays a Conv of int32 operands
+// (a depthwise 3x3 has 9): a dp4a word is 4 of them, a tensor-core step 32.
+constexpr int64_t kLeastProductDepth = 32;
+// The most entries of the patches' index map (taps x output positions, a constant of the plan and
+// of each tuning task: 16 MB of int64) before the convolution stays a Conv.
+constexpr int64_t kMostPatchIndices = int64_t{1} << 21;
+
+// The Conv of 8-bit x (input x, zero point input zx: one value) by 8-bit w (input w, zero point zw:
+// one value or one per output channel) with `attrs` (conv_attributes) as an integer product, or
+// kNoValue where it stays a Conv (other types, a group's K = C/groups x window below
+// kLeastProductDepth, or a patch index map beyond kMostPatchIndices). x padded (with its zero point: the padded taps contribute nothing), its
+// patches gathered (im2col: for each input channel, tap and output position, the element it
+// reads; a constant index map, which fusion computes inside the product's group where nothing else
+// reads it) into B [N, groups, K, positions], w as A [groups, F/groups, K], then byte_product:
+// A x B into int32, exact, on dp4a or int8 tensor cores (codegen/stages/dp4a_matmul.h).
+int conv_byte_product(NodeLowering& L, size_t x, size_t zx, size_t w, size_t zw, const Attributes& attrs) {
+  if (!is_8bit(L.val(x).dtype) || !is_8bit(L.val(w).dtype)) return kNoValue;
+  const Shape xs = L.shape(x), ws = L.shape(w);
+  const size_t sp = xs.size() - 2;
+  const int64_t n = xs[0], c = xs[1], f = ws[0], cg = ws[1], groups = attrs.i("group");
+  int64_t taps = 1;
+  for (size_t d = 0; d < sp; ++d) taps *= ws[2 + d];
+  if (cg * taps < kLeastProductDepth || groups <= 0 || c != cg * groups || f % groups != 0) return kNoValue;
+  if (L.has_input(zx)) check(numel(L.shape(zx)) == 1, "input ", zx, " (x's zero point) has shape ", shape_str(L.shape(zx)), ": one value");
+  const std::vector<int64_t> strides = attrs.ints("strides"), dil = attrs.ints("dilations"), pads = attrs.ints("pads");
+  Shape padded(sp), out(sp);
+  bool any_pad = false;
+  for (size_t d = 0; d < sp; ++d) {
+    padded[d] = xs[2 + d] + pads[d] + pads[sp + d];
+    out[d] = (padded[d] - dil[d] * (ws[2 + d] - 1) - 1) / strides[d] + 1;
+    check(out[d] >= 1, "the window (", ws[2 + d], " taps dilated ", dil[d], ") is longer than padded axis ", 2 + d, " (", padded[d], ")");
+    any_pad = any_pad || pads[d] != 0 || pads[sp + d] != 0;
+  }
+  const int64_t positions = numel(out), k = cg * taps;
+  if (taps * positions > kMostPatchIndices) return kNoValue;
+  int xb = L.input(x);
+  const int zb = int32_zero_point(L, L.has_input(zx) ? L.reshape(L.input(zx), {}) : kNoValue);
+  if (any_pad) {
+    std::vector<int64_t> all(2 * xs.size(), 0);
+    for (size_t d = 0; d < sp; ++d) {
+      all[2 + d] = pads[d];
+      all[xs.size() + 2 + d] = pads[sp + d];
+    }
+    xb = zero_pad(L, xb, all);
+    if (zb != kNoValue) {  // the padding holds x's zero point
+      Shape mask_shape(xs.size(), 1);
+      std::copy(padded.begin(), padded.end(), mask_shape.begin() + 2);
+      std::vector<int64_t> inside(static_cast<size_t>(numel(padded)), 1);
+      for (int64_t e = 0; e < numel(padded); ++e) {
+        int64_t rest = e;
+        for (size_t d = sp; d-- > 0;) {
+          const int64_t at = rest % padded[d];
+          rest /= padded[d];
+          if (at < pads[d] || at >= pads[d] + xs[2 + d]) inside[static_cast<size_t>(e)] = 0;
+        }
+      }
+      xb = L.emit("Where", {L.constant(Tensor::from_ints(DType::kBool, mask_shape, inside)), xb, L.reshape(L.input(zx), {})});
+    }
+  }
+  int cols = L.reshape(xb, {n, c, numel(padded)});
+  int patches = kNoValue;  // the gather's indices: [taps, positions] into the padded map
+  Attributes along;
+  bool direct = !any_pad && taps == 1;
+  for (size_t d = 0; d < sp; ++d) direct = direct && strides[d] == 1;
+  if (!direct) {  // cols[n][c][tap][position] = x[n][c][the element the tap reads at the position]
+    std::vector<int64_t> index(static_cast<size_t>(taps * positions));
+    for (int64_t t = 0; t < taps; ++t) {
+      for (int64_t p = 0; p < positions; ++p) {
+        int64_t flat = 0, rest_t = t, rest_p = p, stride = 1;
+        for (size_t d = sp; d-- > 0;) {
+          const int64_t tap = rest_t % ws[2 + d], at = rest_p % out[d];
+          rest_t /= ws[2 + d];
+          rest_p /= out[d];
+          flat += (at * strides[d] + tap * dil[d]) * stride;
+          stride *= padded[d];
+        }
+        index[static_cast<size_t>(t * positions + p)] = flat;
+      }
+    }
+    along.set("axis", int64_t{2});
+    patches = L.constant(Tensor::from_ints(DType::kI64, {taps, positions}, index));
+    cols = L.emit("Gather", {cols, patches}, along);
+  }
+  const int b = L.reshape(cols, {n, groups, k, positions});
+  const int a = L.reshape(L.input(w), {groups, f / groups, k});
+  int za = int32_zero_point(L, L.has_input(zw) ? L.input(zw) : kNoValue);
+  int b_sums = kNoValue;
+  if (za != kNoValue) {
+    const int64_t count = numel(L.shape(zw));
+    check(count == 1 || count == f, "input ", zw, " (w's zero point) has shape ", shape_str(L.shape(zw)), ": one value, or one per output channel (",
+          f, ")");
+    za = L.reshape(za, count == 1 ? Shape{} : Shape{groups, f / groups, 1});
+    // B's column sums (what za multiplies), from x summed over each group's channels first, then
+    // over the taps of each position: x read once, not once per tap.
+    const int per_group = reduce_node(L, "ReduceSum", cast_to(L, L.reshape(xb, {n, groups, cg, numel(padded)}), DType::kI32), {2}, 0);
+    b_sums = patches == kNoValue ? L.reshape(per_group, {n, groups, 1, positions})
+                                 : reduce_node(L, "ReduceSum", L.emit("Gather", {per_group, patches}, along), {2}, 1);
+  }
+  Shape y = {n, f};
+  y.insert(y.end(), out.begin(), out.end());
+  return L.reshape(byte_product(L, a, za, b, zb, b_sums), y);
+}
+
+}  // namespace
+
 void conv_integer(NodeLowering& L) {
   const Attributes attrs = conv_attributes(L, 0, 1);
-  L.set_output(0, L.emit("Conv", {centered(L, 0, 2, -1), centered(L, 1, 3, 0)}, attrs));
+  const int product = conv_byte_product(L, 0, 2, 1, 3, attrs);
+  L.set_output(0, product != kNoValue ? product : L.emit("Conv", {centered(L, 0, 2, -1), centered(L, 1, 3, 0)}, attrs));
 }
 
 void qlinear_matmul(NodeLowering& L) {
@@ -329,9 +439,16 @@ void qlinear_matmul(NodeLowering& L) {
 
 void qlinear_conv(NodeLowering& L) {
   const Attributes attrs = conv_attributes(L, 0, 3);
-  std::vector<int> ins = {centered(L, 0, 2, -1), centered(L, 3, 5, 0)};
-  if (L.has_input(8)) ins.push_back(cast_to(L, L.input(8), DType::kI32));
-  const int c = L.emit("Conv", ins, attrs);
+  int c = conv_byte_product(L, 0, 2, 3, 5, attrs);
+  if (c == kNoValue) {
+    std::vector<int> ins = {centered(L, 0, 2, -1), centered(L, 3, 5, 0)};
+    if (L.has_input(8)) ins.push_back(cast_to(L, L.input(8), DType::kI32));
+    c = L.emit("Conv", ins, attrs);
+  } else if (L.has_input(8)) {  // the bias, one int32 per output channel
+    Shape along(L.builder().value(c).shape.size(), 1);
+    along[1] = L.shape(3)[0];
+    c = binary(L, "Add", c, L.reshape(cast_to(L, L.input(8), DType::kI32), along));
+  }
   const size_t rank = L.builder().value(c).shape.size();
   const int w_scale = scale_along(L, 4, 1, rank, L.shape(3)[0]);
   L.set_output(0, qlinear_output(L, c, L.reshape(L.input(1), {}), w_scale, L.reshape(L.input(6), {}), 7, L.val(0).dtype));

@@ -52,6 +52,7 @@ bool InPlaceUpdates::eligible(const FusionGroup& group) const {
   if (n.op != "ScatterND" || !n.guards.empty()) return false;
   const int data = n.inputs[0];
   const auto d = static_cast<size_t>(data);
+  if (n.inputs[1] == data || n.inputs[2] == data) return false;  // the kernel would read what it writes
   if (g_.value(data).is_constant() || graph_input_[d] || graph_output_[d] || producer_[d] < 0) return false;
   for (int c : consumers_[d]) {
     if (c != id && !ancestor(c, id)) return false;
@@ -91,7 +92,7 @@ std::vector<Candidate> in_place_candidates(const Graph& g, const FusionGroup& gr
   const int64_t depth = ids.shape.back();
   const int64_t tuples = numel(ids.shape) / depth;
   const int64_t elems = numel(upd.shape);
-  const int64_t slice = tuples == 0 ? 0 : elems / tuples;
+  const int64_t slice = tuples == 0 ? 0 : elems / tuples;  // 0: no update element
   const auto esize = static_cast<int64_t>(dtype_size(out.dtype));
   const bool combines = n.attrs.s("reduction", "none") != "none";
   // Each tuple's slice is one contiguous run of the output (its trailing axes whole).

@@ -8,7 +8,7 @@
 // Takes a canonical graph and fusion groups. Guarantees (InPlaceUpdates::eligible): a group may
 // update in place only if it is one ScatterND, under no guard, whose data is computed by another
 // group (not a graph input, a constant or a graph output: those buffers belong to the caller or
-// the plan), whose every other reader is an ancestor of the ScatterND (so it has run before the
+// the plan) and read by it only as its data (not also as its updates), whose every other reader is an ancestor of the ScatterND (so it has run before the
 // ScatterND writes), and whose indices are a constant of tuples inside data's extents, no two
 // addressing the same slice (so one thread writes each element, without atomics, and no write
 // lands outside the buffer). The group's signature (group_signature) marks the in-place form, so
@@ -46,7 +46,7 @@ class InPlaceUpdates {
 // subgraph_signature of the group's nodes; with `in_place`, of that form marked as updating in place.
 Signature group_signature(const Graph& g, const FusionGroup& group, bool in_place);
 
-// The in-place candidates of an eligible group: 64 to 256 threads, 1 to 8 update elements a
+// The in-place candidates of an eligible group: 32 to 256 threads, 1 to 8 update elements a
 // thread, cost modeled as above (valid, ranked by modeled time).
 std::vector<Candidate> in_place_candidates(const Graph& g, const FusionGroup& group, const Device& d,
                                            const TilingOptions& opt);

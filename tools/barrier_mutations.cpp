@@ -95,15 +95,18 @@ Verified verify(const Graph& g, const wire::Candidate& c, const backend::ModuleS
   o.skip_waits = skip_waits;
   auto be = backend::make_host_backend("", o);
   auto module = be->load_source(src);
-  std::vector<int> inputs, outputs;
-  for (const wire::ParamSpec& p : c.params()) (p.output() ? outputs : inputs).push_back(p.value());
+  std::vector<int> inputs, outputs, in_place;  // in_place: an output's input buffer (ParamSpec.updates_input)
+  for (const wire::ParamSpec& p : c.params()) {
+    (p.output() ? outputs : inputs).push_back(p.value());
+    if (p.output()) in_place.push_back(p.updates_input() - 1);
+  }
   planner::FusionGroup group;
   group.nodes.resize(g.nodes().size());
   std::iota(group.nodes.begin(), group.nodes.end(), 0);
   std::mt19937 rng(static_cast<std::mt19937::result_type>(seed));
   Verified v;
-  v.result = backend::verify_kernel(g, group, c.kernel(), inputs, outputs, *be, *module, rng,
-                                    {.redzone_bytes = 256, .tf32 = backend::tf32_kernel(g, group, c.config())});
+  v.result = backend::verify_kernel(g, c.kernel(), inputs, outputs, *be, *module, backend::reference_values(g, group, inputs, rng),
+                                    {.redzone_bytes = 256, .tf32 = backend::tf32_kernel(g, group, c.config())}, in_place);
   const auto counted = module->counters();
   if (auto it = counted.find(c.kernel()); it != counted.end()) v.counters = it->second;
   return v;

@@ -6,7 +6,7 @@
 //   output's, and matches the definition computed here, on the host, as the reference does.
 // - Eligibility, each condition on its own: a later reader of the data, a data that is a graph
 //   input or output, a group of more than one node, indices from data, repeated or out-of-range
-//   tuples all keep the copy; readers that run before (the updates' own producers) do not. A plan
+//   tuples, updates that are the data itself all keep the copy; readers that run before (the updates' own producers) do not. A plan
 //   with a later reader runs correctly (the copy keeps the data for it).
 // - The signatures of the two forms differ, so groups of one structure share candidates and
 //   measurements only when they agree on the form.
@@ -233,6 +233,18 @@ TEST(InPlace, AnUpdateIsCopiedWhereItsDataIsStillNeeded) {
     for (size_t k = 0; k < got.size(); ++k) {
       EXPECT_TRUE(got[k] == want[k]) << v.name << ", output " << k << ", seed " << seed;
     }
+  }
+  // A permutation of the data's rows by itself (its updates are its data): the kernel would read
+  // rows other threads overwrite.
+  {
+    Graph g;
+    const int d = testing::add_op(g, "Relu", {testing::add_input(g, "x", DType::kF32, {8, 64})});
+    const int perm = g.add_constant("perm", Tensor::from_ints(DType::kI64, {8, 1}, std::vector<int64_t>{7, 6, 5, 4, 3, 2, 1, 0}));
+    g.outputs().push_back(testing::add_op(g, "ScatterND", {d, perm, d}));
+    planner::FusionGroup one;
+    one.nodes = {1};
+    planner::describe_group(g, one);
+    EXPECT_FALSE(planner::InPlaceUpdates(g).eligible(one)) << "updates that are the data itself";
   }
   // A group of the ScatterND and its producer is not one ScatterND.
   Built b = build(variants[0]);

@@ -87,11 +87,15 @@ TEST(Quantization, IntegerContractionsAreExactWhereFloatSumsAreNot) {
   const std::vector<Tensor> got = runner.run(inputs);
   EXPECT_EQ(got[0].to_ints(), want_y) << "compiled, seed " << seed;
   EXPECT_EQ(got[1].to_ints(), want_z) << "compiled, seed " << seed;
-  // The MatMul of 8-bit operands stages in the dp4a form; the Conv of int32 operands does not.
+  // Both products are MatMuls of 8-bit operands (the ConvInteger's too: its K is 640 entries), staged.
+  int products = 0;
   for (const auto& g : r.plan.groups) {
-    const bool matmul = g.group.pattern.find("MatMul") != std::string::npos;
-    EXPECT_EQ(g.candidates[g.chosen].config.reduce_step > 0, matmul) << g.group.pattern;
+    EXPECT_EQ(g.group.pattern.find("Conv"), std::string::npos) << g.group.pattern;
+    if (g.group.pattern.find("MatMul") == std::string::npos) continue;
+    ++products;
+    EXPECT_GT(g.candidates[g.chosen].config.reduce_step, 0) << g.group.pattern;
   }
+  EXPECT_EQ(products, 2);
 }
 
 // The dp4a form and its tensor-core form (codegen/stages/dp4a_matmul.h) on the shapes their
@@ -306,6 +310,136 @@ TEST(Quantization, DequantizedPairsAroundAProductFoldIntoTheIntegerProduct) {
     if (n.op == "MatMul") {
       EXPECT_EQ(unfolded.value(n.inputs[0]).dtype, DType::kF32) << "a scale along K was folded";
     }
+  }
+}
+
+// ConvInteger and QLinearConv of 8-bit operands whose groups reduce over 32 entries or more become
+// integer products over their patches (importer/lower_quant.cpp: x padded with its zero point, its
+// patches gathered, a MatMul of bytes into int32 with the zero points' sums): on shapes that test
+// the gather (asymmetric pads, strides, dilations, groups, a 1-D convolution, a batch of two),
+// with zero points absent, per tensor and per output channel, and the QLinearConv's bias. The
+// reference and the compiled plan (host executor) give the operators' definition, computed here in
+// 64-bit integers (the padding contributes nothing: it holds x's zero point); the plan has no
+// Conv left, and its product stages. A depthwise 3x3 (K = 9) stays a Conv.
+TEST(Quantization, ConvolutionsOfBytesAreIntegerProductsOverTheirPatches) {
+  const unsigned seed = testing::test_seed();
+  std::mt19937 rng(seed);
+  struct Case {
+    int tx, tw;
+    Shape xs, ws;
+    std::vector<int64_t> pads, strides, dilations;
+    int64_t group;
+    int xzp, wzp;  // 0 absent, 1 per tensor, 2 per output channel (w only)
+    bool qlinear;  // QLinearConv with a bias: its int32 sum is compared before requantization
+    bool product;  // lowered to an integer product (else it stays a Conv)
+  };
+  const std::vector<Case> cases = {
+      {kUInt8, kInt8, {1, 8, 9, 7}, {6, 8, 3, 3}, {1, 0, 2, 1}, {2, 1}, {1, 1}, 1, 1, 2, false, true},
+      {kInt8, kUInt8, {2, 12, 8, 8}, {4, 6, 3, 2}, {1, 1, 1, 1}, {1, 2}, {2, 1}, 2, 1, 1, false, true},
+      {kUInt8, kUInt8, {1, 40, 11}, {5, 40, 1}, {0, 0}, {2}, {1}, 1, 0, 0, false, true},
+      {kUInt8, kInt8, {1, 16, 6, 6}, {7, 16, 3, 3}, {1, 1, 1, 1}, {1, 1}, {1, 1}, 1, 1, 2, true, true},
+      {kUInt8, kInt8, {1, 8, 6, 6}, {8, 1, 3, 3}, {1, 1, 1, 1}, {1, 1}, {1, 1}, 8, 1, 1, false, false},
+  };
+  const auto draw = [&](int t, int64_t n, int lo = -1000) {
+    std::uniform_int_distribution<int> d(t == kInt8 ? -128 : 0, t == kInt8 ? 127 : 255);
+    std::vector<int64_t> v(static_cast<size_t>(n));
+    for (auto& x : v) x = lo == -1000 ? d(rng) : std::uniform_int_distribution<int>(lo, lo + 9)(rng);
+    return v;
+  };
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    const Case& c = cases[ci];
+    const DType tx = c.tx == kInt8 ? DType::kI8 : DType::kU8, tw = c.tw == kInt8 ? DType::kI8 : DType::kU8;
+    const size_t sp = c.xs.size() - 2;
+    const int64_t n = c.xs[0], ch = c.xs[1], f = c.ws[0], cg = c.ws[1], fg = f / c.group;
+    Shape out(sp);
+    for (size_t d = 0; d < sp; ++d) {
+      out[d] = (c.xs[2 + d] + c.pads[d] + c.pads[sp + d] - c.dilations[d] * (c.ws[2 + d] - 1) - 1) / c.strides[d] + 1;
+    }
+    const std::vector<int64_t> x = draw(c.tx, numel(c.xs)), w = draw(c.tw, numel(c.ws));
+    const std::vector<int64_t> xzp = c.xzp ? draw(c.tx, 1, c.tx == kInt8 ? -5 : 120) : std::vector<int64_t>{};
+    const std::vector<int64_t> wzp = c.wzp ? draw(c.tw, c.wzp == 2 ? f : 1, c.tw == kInt8 ? -5 : 120) : std::vector<int64_t>{};
+    std::vector<int64_t> bias(static_cast<size_t>(f));
+    for (auto& b : bias) b = std::uniform_int_distribution<int>(-100000, 100000)(rng);
+    Shape ys = {n, f};
+    ys.insert(ys.end(), out.begin(), out.end());
+    // The definition, in int64.
+    std::vector<int64_t> want(static_cast<size_t>(numel(ys)));
+    const int64_t positions = numel(out);
+    int64_t taps = 1;
+    for (size_t d = 0; d < sp; ++d) taps *= c.ws[2 + d];
+    for (int64_t b = 0; b < n; ++b) {
+      for (int64_t o = 0; o < f; ++o) {
+        const int64_t zw = wzp.empty() ? 0 : wzp[wzp.size() == 1 ? 0 : static_cast<size_t>(o)];
+        for (int64_t p = 0; p < positions; ++p) {
+          int64_t sum = c.qlinear ? bias[static_cast<size_t>(o)] : 0;
+          for (int64_t ic = 0; ic < cg; ++ic) {
+            const int64_t cin = (o / fg) * cg + ic;
+            for (int64_t t = 0; t < taps; ++t) {
+              int64_t flat = 0, rest_t = t, rest_p = p, stride = 1;
+              bool inside = true;
+              for (size_t d = sp; d-- > 0;) {
+                const int64_t tap = rest_t % c.ws[2 + d], at = rest_p % out[d];
+                rest_t /= c.ws[2 + d];
+                rest_p /= out[d];
+                const int64_t pos = at * c.strides[d] + tap * c.dilations[d] - c.pads[d];
+                inside = inside && pos >= 0 && pos < c.xs[2 + d];
+                flat += pos * stride;
+                stride *= c.xs[2 + d];
+              }
+              if (!inside) continue;
+              const int64_t xv = x[static_cast<size_t>((b * ch + cin) * numel(Shape(c.xs.begin() + 2, c.xs.end())) + flat)];
+              const int64_t wv = w[static_cast<size_t>((o * cg + ic) * taps + t)];
+              sum += (xv - (xzp.empty() ? 0 : xzp[0])) * (wv - zw);
+            }
+          }
+          want[static_cast<size_t>((b * f + o) * positions + p)] = sum;
+        }
+      }
+    }
+    OnnxBuilder m(10);
+    m.input("X", c.tx, c.xs).output("Z", c.qlinear ? c.tx : kInt32, ys);
+    m.initializer("W", Tensor::from_ints(tw, c.ws, w));
+    onnx::NodeProto* node = nullptr;
+    std::vector<int64_t> qlinear_want;  // the QLinearConv's output: sum x 2^-6, rounded half to even, plus 128 (or 0), saturated
+    if (c.qlinear) {
+      m.initializer("xs", Tensor::scalar_float(DType::kF32, 1.0f)).initializer("ws", Tensor::scalar_float(DType::kF32, 1.0f));
+      m.initializer("ys", Tensor::scalar_float(DType::kF32, 64.0f));
+      m.initializer("xzp", Tensor::from_ints(tx, {}, xzp)).initializer("yzp", Tensor::from_ints(tx, {}, std::vector<int64_t>{c.tx == kInt8 ? 0 : 128}));
+      m.initializer("wzp", Tensor::from_ints(tw, c.wzp == 2 ? Shape{f} : Shape{}, wzp)).initializer("B", Tensor::from_ints(DType::kI32, {f}, bias));
+      node = &m.node("QLinearConv", {"X", "xs", "xzp", "W", "ws", "wzp", "ys", "yzp", "B"}, {"Z"}, "conv");
+      for (int64_t s : want) {
+        const double q = std::nearbyint(static_cast<double>(s) / 64.0) + (c.tx == kInt8 ? 0 : 128);
+        qlinear_want.push_back(static_cast<int64_t>(std::clamp(q, c.tx == kInt8 ? -128.0 : 0.0, c.tx == kInt8 ? 127.0 : 255.0)));
+      }
+    } else {
+      if (c.xzp) m.initializer("xzp", Tensor::from_ints(tx, {}, xzp));
+      if (c.wzp) m.initializer("wzp", Tensor::from_ints(tw, c.wzp == 2 ? Shape{f} : Shape{}, wzp));
+      node = &m.node("ConvInteger", {"X", "W", c.xzp ? "xzp" : "", c.wzp ? "wzp" : ""}, {"Z"}, "conv");
+    }
+    OnnxBuilder::attr_ints(*node, "pads", c.pads);
+    OnnxBuilder::attr_ints(*node, "strides", c.strides);
+    OnnxBuilder::attr_ints(*node, "dilations", c.dilations);
+    OnnxBuilder::attr_i(*node, "group", c.group);
+    const std::vector<int64_t>& expected = c.qlinear ? qlinear_want : want;
+    const std::vector<Tensor> inputs = {Tensor::from_ints(tx, c.xs, x)};
+    const std::string what = "case " + std::to_string(ci) + ", seed " + std::to_string(seed);
+    const importer::ImportedModel imported = importer::import_onnx_bytes(m.bytes(), ".");
+    EXPECT_EQ(reference::run_graph(imported.graph, inputs)[0].to_ints(), expected) << "reference, " << what;
+    bool conv = false;
+    for (const Node& nd : imported.graph.nodes()) conv = conv || nd.op == "Conv";
+    EXPECT_EQ(conv, !c.product) << what;
+    testing::TestDir dir("qconv");
+    m.write(dir / "model.onnx");
+    const compiler::PipelineResult r = compiler::compile_model(dir / "model.onnx", planner::find_device("h100"), {});
+    auto host = backend::make_host_backend();
+    runtime::PlanRunner runner(r.bundle, *host);
+    EXPECT_EQ(runner.run(inputs)[0].to_ints(), expected) << "compiled, " << what;
+    if (!c.product) continue;
+    bool staged = false;
+    for (const auto& g : r.plan.groups) {
+      staged = staged || (g.group.pattern.find("MatMul") != std::string::npos && g.candidates[g.chosen].config.reduce_step > 0);
+    }
+    EXPECT_TRUE(staged) << what;
   }
 }
 

@@ -119,6 +119,37 @@ TEST(VerifySample, ASampleThatWritesNothingFails) {
   EXPECT_FALSE(verify("  (void)i;", 0).ok);  // the whole grid: every element left unwritten
 }
 
+// An integer output may hold the poison's all-ones bytes as a value (a uint8 of 255, a quantized
+// output saturated): a sampled verification runs the sample again over zeroed outputs, so every
+// element the sampled blocks wrote is compared, 255s included: a kernel copying x passes with
+// every element of its 8 blocks compared, one writing 255 everywhere fails on a wrong value (it
+// used to look as though it wrote nothing, and one writing 255 where 255 is right was refused).
+TEST(VerifySample, IntegerOutputsOfAllOnesCountAsWritten) {
+  Graph g;
+  const int x = add_input(g, "x", DType::kU8, {kGrid * kThreads});
+  const int y = add_op(g, "Relu", {x});
+  planner::FusionGroup group;
+  group.nodes = {0};
+  for (const bool right : {true, false}) {
+    backend::ModuleSource src;
+    src.kernels.push_back({"k", kGrid, kThreads, 0, ""});
+    src.cuda_source = codegen::emit_cuda({}) +
+                      "extern \"C\" __global__ void __launch_bounds__(32) k(FT_GLOBAL(const unsigned char) x, FT_GLOBAL(unsigned char) y) {\n"
+                      "  const long long i = blockIdx.x * 32LL + threadIdx.x;\n  y[i] = " +
+                      std::string(right ? "x[i]" : "255") + ";\n}\n";
+    auto backend = backend::make_host_backend();
+    auto module = backend->load_source(src);
+    std::mt19937 rng(7);
+    const backend::VerifyResult v = backend::verify_kernel(g, group, "k", {x}, {y}, *backend, *module, rng, {256, 8, 1});
+    EXPECT_EQ(v.ok, right) << v.detail;
+    if (right) {
+      EXPECT_EQ(v.compared, 8 * kThreads);
+    } else {
+      EXPECT_NE(v.detail.find("output '"), std::string::npos) << v.detail;
+    }
+  }
+}
+
 // An output computed through a narrower float type is compared under that type's tolerance: y =
 // Cast<float32>(Relu(x)) over float16 x, computed 0.4% too large (eight steps of float16's grid:
 // within float16's tolerance, beyond float32's), passes; the same error fails where everything is
