@@ -323,23 +323,24 @@ constexpr int64_t kLeastProductDepth = 32;
 // of each tuning task: 16 MB of int64) before the convolution stays a Conv.
 constexpr int64_t kMostPatchIndices = int64_t{1} << 21;
 
-// The Conv of 8-bit x (input x, zero point input zx: one value) by 8-bit w (input w, zero point zw:
-// one value or one per output channel) with `attrs` (conv_attributes) as an integer product, or
+// The Conv of 8-bit x (value x, zero point zx: one value, or kNoValue) by 8-bit w (value w, zero
+// point zw: one value or one per output channel, or kNoValue) with `attrs` (conv_attributes) as an integer product, or
 // kNoValue where it stays a Conv (other types, a group's K = C/groups x window below
 // kLeastProductDepth, or a patch index map beyond kMostPatchIndices). x padded (with its zero point: the padded taps contribute nothing), its
 // patches gathered (im2col: for each input channel, tap and output position, the element it
 // reads; a constant index map, which fusion computes inside the product's group where nothing else
 // reads it) into B [N, groups, K, positions], w as A [groups, F/groups, K], then byte_product:
 // A x B into int32, exact, on dp4a or int8 tensor cores (codegen/stages/dp4a_matmul.h).
-int conv_byte_product(NodeLowering& L, size_t x, size_t zx, size_t w, size_t zw, const Attributes& attrs) {
-  if (!is_8bit(L.val(x).dtype) || !is_8bit(L.val(w).dtype)) return kNoValue;
-  const Shape xs = L.shape(x), ws = L.shape(w);
+int conv_byte_product(NodeLowering& L, int x, int zx, int w, int zw, const Attributes& attrs) {
+  const auto shape = [&](int v) { return L.builder().value(v).shape; };
+  if (!is_8bit(L.builder().value(x).dtype) || !is_8bit(L.builder().value(w).dtype)) return kNoValue;
+  const Shape xs = shape(x), ws = shape(w);
   const size_t sp = xs.size() - 2;
   const int64_t n = xs[0], c = xs[1], f = ws[0], cg = ws[1], groups = attrs.i("group");
   int64_t taps = 1;
   for (size_t d = 0; d < sp; ++d) taps *= ws[2 + d];
   if (cg * taps < kLeastProductDepth || groups <= 0 || c != cg * groups || f % groups != 0) return kNoValue;
-  if (L.has_input(zx)) check(numel(L.shape(zx)) == 1, "input ", zx, " (x's zero point) has shape ", shape_str(L.shape(zx)), ": one value");
+  if (zx != kNoValue) check(numel(shape(zx)) == 1, "x's zero point has shape ", shape_str(shape(zx)), ": one value");
   const std::vector<int64_t> strides = attrs.ints("strides"), dil = attrs.ints("dilations"), pads = attrs.ints("pads");
   Shape padded(sp), out(sp);
   bool any_pad = false;
@@ -351,8 +352,8 @@ int conv_byte_product(NodeLowering& L, size_t x, size_t zx, size_t w, size_t zw,
   }
   const int64_t positions = numel(out), k = cg * taps;
   if (taps * positions > kMostPatchIndices) return kNoValue;
-  int xb = L.input(x);
-  const int zb = int32_zero_point(L, L.has_input(zx) ? L.reshape(L.input(zx), {}) : kNoValue);
+  int xb = x;
+  const int zb = int32_zero_point(L, zx != kNoValue ? L.reshape(zx, {}) : kNoValue);
   if (any_pad) {
     std::vector<int64_t> all(2 * xs.size(), 0);
     for (size_t d = 0; d < sp; ++d) {
@@ -372,7 +373,7 @@ int conv_byte_product(NodeLowering& L, size_t x, size_t zx, size_t w, size_t zw,
           if (at < pads[d] || at >= pads[d] + xs[2 + d]) inside[static_cast<size_t>(e)] = 0;
         }
       }
-      xb = L.emit("Where", {L.constant(Tensor::from_ints(DType::kBool, mask_shape, inside)), xb, L.reshape(L.input(zx), {})});
+      xb = L.emit("Where", {L.constant(Tensor::from_ints(DType::kBool, mask_shape, inside)), xb, L.reshape(zx, {})});
     }
   }
   int cols = L.reshape(xb, {n, c, numel(padded)});
@@ -400,12 +401,12 @@ int conv_byte_product(NodeLowering& L, size_t x, size_t zx, size_t w, size_t zw,
     cols = L.emit("Gather", {cols, patches}, along);
   }
   const int b = L.reshape(cols, {n, groups, k, positions});
-  const int a = L.reshape(L.input(w), {groups, f / groups, k});
-  int za = int32_zero_point(L, L.has_input(zw) ? L.input(zw) : kNoValue);
+  const int a = L.reshape(w, {groups, f / groups, k});
+  int za = int32_zero_point(L, zw);
   int b_sums = kNoValue;
   if (za != kNoValue) {
-    const int64_t count = numel(L.shape(zw));
-    check(count == 1 || count == f, "input ", zw, " (w's zero point) has shape ", shape_str(L.shape(zw)), ": one value, or one per output channel (",
+    const int64_t count = numel(shape(zw));
+    check(count == 1 || count == f, "w's zero point has shape ", shape_str(shape(zw)), ": one value, or one per output channel (",
           f, ")");
     za = L.reshape(za, count == 1 ? Shape{} : Shape{groups, f / groups, 1});
     // B's column sums (what za multiplies), from x summed over each group's channels first, then
@@ -423,7 +424,8 @@ int conv_byte_product(NodeLowering& L, size_t x, size_t zx, size_t w, size_t zw,
 
 void conv_integer(NodeLowering& L) {
   const Attributes attrs = conv_attributes(L, 0, 1);
-  const int product = conv_byte_product(L, 0, 2, 1, 3, attrs);
+  const auto in = [&](size_t k) { return L.has_input(k) ? L.input(k) : kNoValue; };
+  const int product = conv_byte_product(L, in(0), in(2), in(1), in(3), attrs);
   L.set_output(0, product != kNoValue ? product : L.emit("Conv", {centered(L, 0, 2, -1), centered(L, 1, 3, 0)}, attrs));
 }
 
@@ -439,7 +441,8 @@ void qlinear_matmul(NodeLowering& L) {
 
 void qlinear_conv(NodeLowering& L) {
   const Attributes attrs = conv_attributes(L, 0, 3);
-  int c = conv_byte_product(L, 0, 2, 3, 5, attrs);
+  const auto in = [&](size_t k) { return L.has_input(k) ? L.input(k) : kNoValue; };
+  int c = conv_byte_product(L, in(0), in(2), in(3), in(5), attrs);
   if (c == kNoValue) {
     std::vector<int> ins = {centered(L, 0, 2, -1), centered(L, 3, 5, 0)};
     if (L.has_input(8)) ins.push_back(cast_to(L, L.input(8), DType::kI32));
