@@ -48,10 +48,19 @@ LoweredKernel lower_in_place_scatter(const Graph& g, const planner::FusionGroup&
   lk.outputs = {out};
   lk.in_place = {0};  // the output is data's buffer
 
-  // Block b's elements: [ft_e0, ft_e1).
-  k.uniform.push_back(let(kIndexType, "ft_e0", "(" + std::string(kIndexType) + ")(ft_block - " + lit(options.block_base) + ") * " + lit(tile)));
-  k.uniform.push_back(let(kIndexType, "ft_e1", "ft_min(ft_e0 + " + lit(tile) + ", " + lit(elems) + ")"));
+  // Without a reduction, float32 and 16-bit slices whose length is a whole number of 16-byte
+  // vectors move a vector a thread at a time (every vector inside one slice, every address 16-byte
+  // aligned: the slice's run starts at a multiple of its length); else an element at a time.
+  const DType dt = g.value(out).dtype;
+  const std::string red = n.attrs.s("reduction", "none");
+  const int lanes = dt == DType::kF32 || dt == DType::kF16 || dt == DType::kBF16 ? vector_lanes(dt) : 1;
+  const bool wide = red == "none" && upd.dtype == dt && lanes > 1 && slice % lanes == 0 && tile % lanes == 0;
+  const int64_t step = wide ? lanes : 1;
+  // Block b's elements: [ft_e0, ft_e1), in steps of `step` (ft_e = ft_v * step).
+  k.uniform.push_back(let(kIndexType, "ft_e0", "(" + std::string(kIndexType) + ")(ft_block - " + lit(options.block_base) + ") * " + lit(tile / step)));
+  k.uniform.push_back(let(kIndexType, "ft_e1", "ft_min(ft_e0 + " + lit(tile / step) + ", " + lit(elems / step) + ")"));
   Block body;
+  body.push_back(let(kIndexType, "ft_e", "ft_v * " + lit(step)));
   body.push_back(let(kIndexType, "ft_t", "ft_e / " + lit(slice)));
   std::string offset = "(ft_e - ft_t * " + lit(slice) + ")";
   // A tuple's index along axis j, read as int where data's extents fit it, clamped into
@@ -69,13 +78,16 @@ LoweredKernel lower_in_place_scatter(const Graph& g, const planner::FusionGroup&
     stride *= extent;
   }
   body.push_back(let(kIndexType, "ft_o", offset));
-  const DType dt = g.value(out).dtype;
-  const std::string u = load_as_compute(upd.dtype, p + "in2[ft_e]");
-  const std::string red = n.attrs.s("reduction", "none");
-  const std::string value = red == "none" ? u : stages::scatter_combine(red, is_float(dt), load_as_compute(dt, o + "[ft_o]"), u);
-  body.push_back(store(o, "ft_o", store_from_compute(dt, value)));
-  k.body.push_back(comment("stage ScatterND '" + n.name + "' in place: update elements [ft_e0, ft_e1) of " + lit(elems)));
-  k.body.push_back(thread_for("ft_e", "ft_e0", "ft_e1", body));
+  if (wide) {
+    body.push_back(vector_load("ft_u", p + "in2", "ft_e", dt));
+    body.push_back(vector_store(o, "ft_o", "ft_u", dt));
+  } else {
+    const std::string u = load_as_compute(upd.dtype, p + "in2[ft_e]");
+    const std::string value = red == "none" ? u : stages::scatter_combine(red, is_float(dt), load_as_compute(dt, o + "[ft_o]"), u);
+    body.push_back(store(o, "ft_o", store_from_compute(dt, value)));
+  }
+  k.body.push_back(comment("stage ScatterND '" + n.name + "' in place: update elements [ft_e0, ft_e1) x " + lit(step) + " of " + lit(elems)));
+  k.body.push_back(thread_for("ft_v", "ft_e0", "ft_e1", body));
 
   std::vector<int64_t> blocks(static_cast<size_t>(k.grid));
   std::iota(blocks.begin(), blocks.end(), options.block_base);

@@ -6,7 +6,9 @@
 // and updates, then the output, which LoweredKernel::in_place binds to data's buffer: it never
 // reads data's parameter; it reads the output only where the reduction combines. Block b takes
 // update elements [b * tile[0], (b + 1) * tile[0]), a thread an element at a time (a warp's 32
-// consecutive elements lie in one slice's contiguous run, or in runs of consecutive tuples): the
+// consecutive elements lie in one slice's contiguous run, or in runs of consecutive tuples), or,
+// without a reduction, a 16-byte vector at a time where the elements are float32 or 16-bit and a
+// slice is whole vectors (each vector then lies in one slice, 16-byte aligned at both ends): the
 // element's tuple (indices read as int when data's extents fit it), wrapped when negative and
 // clamped into data's extents (the planner admits only tuples inside them: the clamp changes no
 // valid tuple, and keeps any other inside the buffer), addresses its output element, which takes

@@ -10,8 +10,9 @@
 //   with a later reader runs correctly (the copy keeps the data for it).
 // - The signatures of the two forms differ, so groups of one structure share candidates and
 //   measurements only when they agree on the form.
-// - Every reduction's in-place kernel matches the reference under the host executor's checks,
-//   indexes in 32 bits without a 64-bit division in its PTX, and the harness is not vacuous: the
+// - Every reduction's in-place kernel matches the reference under the host executor's checks (float
+//   slices without a reduction moved in 16-byte vectors), indexes in 32 bits without a 64-bit
+//   division in its PTX, and the harness is not vacuous: the
 //   same kernel given a poisoned buffer of its own instead of its data's fails.
 #include <gtest/gtest.h>
 
@@ -144,6 +145,7 @@ TEST(InPlace, ALoopCarriedBufferIsUpdatedInPlaceWhereNothingReadsItAfter) {
   }
   EXPECT_EQ(bound, kSteps - 1);
   EXPECT_EQ(r.verified.kernels, manifest.at("launches").size()) << "compile verified every kernel on the host";
+  EXPECT_NE(r.bundle.cuda_source.find("ft_store_float4(out0, ft_o, ft_u)"), std::string::npos) << "rows of 192 floats move in float4s";
 
   auto host = backend::make_host_backend();
   runtime::PlanRunner runner(r.bundle, *host);
@@ -290,7 +292,7 @@ TEST(InPlace, EveryReductionCombinesWithWhatTheBufferHolds) {
   auto host = backend::make_host_backend();
   const planner::Device h100 = planner::find_device("h100");
   for (const std::string reduction : {"none", "add", "mul", "max", "min"}) {
-    for (const DType dt : {DType::kF32, DType::kI64}) {
+    for (const DType dt : {DType::kF32, DType::kF16, DType::kI64}) {
       // d = Relu(x) [6, 4, 8]; tuples of depth 2 (slices of 8), one negative.
       Graph g;
       const int x = testing::add_input(g, "x", dt, {6, 4, 8});
@@ -314,6 +316,10 @@ TEST(InPlace, EveryReductionCombinesWithWhatTheBufferHolds) {
         EXPECT_EQ(lk.kernel.index_bits, 32) << what;
         backend::ModuleSource src;
         src.cuda_source = codegen::emit_cuda({lk.kernel});
+        // Without a reduction, float slices of whole 16-byte vectors move a vector at a time.
+        const bool wide = reduction == "none" && dt != DType::kI64;
+        const std::string vector_store = std::string("ft_store_") + (dt == DType::kF32 ? "float4" : "ft_u16x8") + "(out0";
+        EXPECT_EQ(src.cuda_source.find(vector_store) != std::string::npos, wide) << what << "\n" << src.cuda_source;
         src.kernels.push_back({"k", lk.kernel.grid, lk.kernel.threads, lk.kernel.shared_bytes, ""});
         const auto module = host->load_source(src);
         const backend::Reference ref = backend::reference_values(g, group, lk.inputs, rng);
