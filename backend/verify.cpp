@@ -218,18 +218,23 @@ VerifyResult verify_kernel(const Graph& g, const std::string& kernel, const std:
   }
   const bool updates = std::any_of(in_place.begin(), in_place.end(), [](int j) { return j >= 0; });
   VerifyResult result;
-  try {
-    if (options.sample_blocks > 0 && !updates) {
-      result.coverage = module.launch_sample(kernel, args, options.sample_blocks, options.seed);
-    } else {
-      module.launch(kernel, args);
+  // One launch, of the sample or the whole grid; false (the finding in `result`) on a check's.
+  const auto launch = [&] {
+    try {
+      if (options.sample_blocks > 0 && !updates) {
+        result.coverage = module.launch_sample(kernel, args, options.sample_blocks, options.seed);
+      } else {
+        module.launch(kernel, args);
+      }
+    } catch (const simt::CheckFailed& e) {
+      result.ok = false;
+      result.check_failed = true;
+      result.detail = e.what();
+      return false;
     }
-  } catch (const simt::CheckFailed& e) {
-    result.ok = false;
-    result.check_failed = true;
-    result.detail = e.what();
-    return result;
-  }
+    return true;
+  };
+  if (!launch()) return result;
   // Only the margins are read back: the buffers themselves are compared below.
   const auto check_margins = [&] {
     for (size_t k = 0; k < parents.size() && result.ok; ++k) {
@@ -261,14 +266,7 @@ VerifyResult verify_kernel(const Graph& g, const std::string& kernel, const std:
       out_buffers[k]->download(first[k].data(), first[k].nbytes());
       out_buffers[k]->fill_byte(0x00);
     }
-    try {
-      module.launch_sample(kernel, args, options.sample_blocks, options.seed);
-    } catch (const simt::CheckFailed& e) {
-      result.ok = false;
-      result.check_failed = true;
-      result.detail = e.what();
-      return result;
-    }
+    if (!launch()) return result;
     check_margins();
     for (size_t k = 0; k < outputs.size(); ++k) {
       zeroed[k] = Tensor(g.value(outputs[k]).dtype, g.value(outputs[k]).shape);
