@@ -4,7 +4,7 @@
 // float8/E8M0/float4 conversions and 4/2-bit
 // integer wraps (the semantics of core/narrow_types.h, written again in float and integer
 // operations a GPU runs natively: ft_f2mini rounds with rintf after an exact power-of-two scaling),
-// and activation helpers. emit_cuda puts it
+// activation helpers and the Philox generator of RandomUniform. emit_cuda puts it
 // at the top of a module after the intrinsic layer defines FT_FN (device inline on the GPU, static
 // inline in the host build of the same text, simt/prelude.h).
 #pragma once
@@ -87,6 +87,22 @@ FT_FN unsigned char ft_f2e8m0(float f, int sat, int mode) {
   const int up = mode == 0 ? (c.u & 0x7fffffu) != 0u : (mode == 2 ? (g != 0u && (r != 0u || st != 0u || e > 0u)) : 0);
   if (up && !(sat && e == 0xfeu)) ++e;
   return (unsigned char)e;
+}
+// Philox4x32-10 (core/philox.h: the same rounds, key schedule and word) at counter (i, 0): the
+// top 24 bits of word `word` times 2^-24, a uniform in [0, 1) exact in float.
+FT_FN float ft_philox_uniform(unsigned int k0, unsigned int k1, unsigned long long i, int word) {
+  unsigned int c0 = (unsigned int)i, c1 = (unsigned int)(i >> 32), c2 = 0u, c3 = 0u;
+  for (int r = 0; r < 10; ++r) {
+    if (r > 0) { k0 += 0x9E3779B9u; k1 += 0xBB67AE85u; }
+    const unsigned long long p0 = (unsigned long long)0xD2511F53u * c0, p1 = (unsigned long long)0xCD9E8D57u * c2;
+    const unsigned int n0 = (unsigned int)(p1 >> 32) ^ c1 ^ k0, n2 = (unsigned int)(p0 >> 32) ^ c3 ^ k1;
+    c1 = (unsigned int)p1;
+    c3 = (unsigned int)p0;
+    c0 = n0;
+    c2 = n2;
+  }
+  const unsigned int w = word == 0 ? c0 : (word == 1 ? c1 : (word == 2 ? c2 : c3));
+  return (float)(w >> 8) * 5.9604644775390625e-8f;
 }
 FT_FN long long ft_wrap_i4(long long v) { return (long long)(((unsigned long long)v & 15ULL) ^ 8ULL) - 8LL; }
 FT_FN long long ft_wrap_u4(long long v) { return (long long)((unsigned long long)v & 15ULL); }

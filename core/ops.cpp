@@ -365,6 +365,14 @@ Types scatter_nd(const Node&, Inputs in) {
   return {data};
 }
 
+// RandomUniform: a generator of float32 uniforms of the `shape` attribute, no inputs.
+Types random_uniform(const Node& n, Inputs) {
+  check(n.attrs.has("key") && n.attrs.has("shape"), "a RandomUniform needs its key and its shape");
+  const int64_t word = n.attrs.i("word", 0);
+  check(word >= 0 && word <= 3, "word ", word, " is not one of Philox's four (0-3)");
+  return {{DType::kF32, n.attrs.ints("shape")}};
+}
+
 Types prelu(const Node&, Inputs in) {
   check_same_dtype(in, 0, 1);
   check(broadcast_shapes(in[0].shape, in[1].shape, "slope") == in[0].shape, "slope of shape ",
@@ -429,6 +437,7 @@ constexpr std::array kOps = {
     OpSchema{"Or", OpKind::kElementwise, 2, 2, compare},
     OpSchema{"PRelu", OpKind::kElementwise, 2, 2, prelu},
     OpSchema{"Pow", OpKind::kElementwise, 2, 2, binary_any_exponent},
+    OpSchema{"RandomUniform", OpKind::kElementwise, 0, 0, random_uniform},
     OpSchema{"Sub", OpKind::kElementwise, 2, 2, binary},
     OpSchema{"Where", OpKind::kElementwise, 3, 3, where},
     OpSchema{"Xor", OpKind::kElementwise, 2, 2, compare},
@@ -538,6 +547,8 @@ int64_t node_flops(const Graph& g, const Node& n) {
   if (schema == nullptr || n.outputs.empty()) return 0;
   const Shape& out = g.value(n.outputs[0]).shape;
   const int64_t out_elems = numel(out);
+  // A generator (RandomUniform) has no input; its integer rounds are not floating-point work.
+  if (n.inputs.empty()) return 0;
   const Shape& in0 = g.value(n.inputs[0]).shape;
   switch (schema->kind) {
     case OpKind::kElementwise: return n.op == "Cast" || n.op == "BitCast" ? 0 : out_elems;

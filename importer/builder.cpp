@@ -50,7 +50,9 @@ int GraphBuilder::emit(const std::string& op, std::vector<int> inputs, Attribute
     ++folded_;
     return g_.add_constant(name, Tensor(out[0].dtype, out[0].shape));
   }
-  if (all_constant && numel(out[0].shape) <= kFoldLimit) {
+  // A node without inputs (a RandomUniform) is a generator: it computes its elements where they
+  // are read, which costs less than a constant's bytes.
+  if (all_constant && !node.inputs.empty() && numel(out[0].shape) <= kFoldLimit) {
     std::vector<const Tensor*> args;
     for (int in : node.inputs) args.push_back(in == kNoValue ? nullptr : g_.value(in).data.get());
     ++folded_;

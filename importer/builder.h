@@ -1,7 +1,7 @@
 // GraphBuilder: appends canonical nodes to a Graph, inferring each output's type with the op's
 // shape function and folding the node into a constant when all its inputs are constant (through
-// the reference kernels), unless the result would exceed kFoldLimit elements; a result without
-// elements is an empty constant whatever its inputs.
+// the reference kernels), unless the result would exceed kFoldLimit elements or the node has no
+// inputs at all (a generator); a result without elements is an empty constant whatever its inputs.
 //
 // It also tracks values known at import time without being constants (graph inputs whose value
 // the caller supplied, and small results computed only from those and constants): the node
@@ -100,6 +100,10 @@ class GraphBuilder {
   const Value& value(int id) const { return g_.value(id); }
   size_t folded() const { return folded_; }
 
+  // The ordinal of the next random draw (importer/lower_random.h keys each draw's stream by it, so
+  // that the iterations of an unrolled Loop draw apart): 0, 1, 2, ... in import order.
+  int64_t next_draw() { return draws_++; }
+
  private:
   Graph& g_;
   std::map<int, Tensor> known_;
@@ -113,6 +117,7 @@ class GraphBuilder {
   friend class GuardScope;
   std::map<int, size_t> producer_;
   size_t folded_ = 0;
+  int64_t draws_ = 0;
 };
 
 // While it lives, the builder's nodes take one more guard (innermost).

@@ -16,6 +16,7 @@
 #include "importer/lower_dft.h"
 #include "importer/lower_grid_sample.h"
 #include "importer/lower_quant.h"
+#include "importer/lower_random.h"
 #include "importer/lower_recurrent.h"
 #include "importer/lower_roi_align.h"
 #include "importer/lower_state_space.h"
@@ -2458,7 +2459,7 @@ void depth_space(NodeLowering& L) {
 const std::map<std::string, Lowering>& lowerings() {
   static const std::map<std::string, Lowering> table = {
       {"Abs", pass_through}, {"Acos", trig_by_formula}, {"Acosh", trig_by_formula}, {"Add", binary}, {"AffineGrid", affine_grid}, {"And", binary}, {"ArgMax", arg_reduce},
-      {"ArgMin", arg_reduce}, {"Asin", trig_by_formula}, {"Asinh", trig_by_formula}, {"Atan", pass_through}, {"Atanh", trig_by_formula}, {"Attention", attention}, {"AveragePool", pool}, {"BatchNormalization", batch_norm}, {"BitCast", bit_cast}, {"BitShift", bitwise}, {"BitwiseAnd", bitwise}, {"BitwiseNot", bitwise}, {"BitwiseOr", bitwise}, {"BitwiseXor", bitwise}, {"BlackmanWindow", window},
+      {"ArgMin", arg_reduce}, {"Asin", trig_by_formula}, {"Asinh", trig_by_formula}, {"Atan", pass_through}, {"Atanh", trig_by_formula}, {"Attention", attention}, {"AveragePool", pool}, {"BatchNormalization", batch_norm}, {"Bernoulli", random_op}, {"BitCast", bit_cast}, {"BitShift", bitwise}, {"BitwiseAnd", bitwise}, {"BitwiseNot", bitwise}, {"BitwiseOr", bitwise}, {"BitwiseXor", bitwise}, {"BlackmanWindow", window},
       {"Cast", cast}, {"CastLike", cast_like}, {"Ceil", pass_through}, {"Celu", celu}, {"CenterCropPad", center_crop_pad}, {"Clip", clip}, {"Col2Im", col2im}, {"Compress", compress}, {"Concat", concat},
       {"CausalConvWithState", causal_conv_with_state}, {"Constant", constant_op}, {"ConstantOfShape", constant_of_shape}, {"Conv", conv}, {"ConvTranspose", conv_transpose}, {"ConvInteger", conv_integer}, {"Cos", pass_through}, {"Cosh", trig_by_formula}, {"CumProd", cum_prod}, {"CumSum", cum_sum}, {"DFT", dft},
       {"DeformConv", deform_conv}, {"DepthToSpace", depth_space}, {"DequantizeLinear", dequantize_linear}, {"Det", det}, {"Div", binary}, {"Dropout", dropout}, {"DynamicQuantizeLinear", dynamic_quantize_linear}, {"Einsum", einsum}, {"Elu", unary_with_defaults},
@@ -2469,9 +2470,9 @@ const std::map<std::string, Lowering>& lowerings() {
       {"Identity", identity}, {"InstanceNormalization", instance_norm}, {"IsInf", is_inf}, {"IsNaN", pass_through},
       {"LRN", lrn}, {"LSTM", recurrent}, {"LayerNormalization", layer_norm}, {"LeakyRelu", unary_with_defaults}, {"Less", binary}, {"LinearAttention", linear_attention},
       {"LessOrEqual", pass_through}, {"Log", pass_through}, {"LogSoftmax", softmax}, {"LpNormalization", lp_normalization}, {"LpPool", lp_pool}, {"MatMul", matmul}, {"MatMulInteger", matmul_integer},
-      {"Max", variadic}, {"MaxPool", pool}, {"MaxUnpool", max_unpool}, {"Mean", variadic}, {"MeanVarianceNormalization", mean_variance_normalization}, {"MelWeightMatrix", mel_weight_matrix}, {"Min", variadic}, {"Mish", mish}, {"Mod", mod},
+      {"Max", variadic}, {"MaxPool", pool}, {"MaxUnpool", max_unpool}, {"Mean", variadic}, {"MeanVarianceNormalization", mean_variance_normalization}, {"MelWeightMatrix", mel_weight_matrix}, {"Min", variadic}, {"Mish", mish}, {"Mod", mod}, {"Multinomial", random_op},
       {"Mul", binary}, {"Neg", pass_through}, {"NonMaxSuppression", non_max_suppression}, {"NonZero", non_zero}, {"Not", pass_through}, {"OneHot", one_hot},
-      {"Or", binary}, {"PRelu", pass_through}, {"Pad", pad}, {"Pow", binary}, {"QLinearConv", qlinear_conv}, {"QLinearMatMul", qlinear_matmul}, {"QuantizeLinear", quantize_linear}, {"RMSNormalization", rms_norm}, {"RNN", recurrent}, {"Range", range},
+      {"Or", binary}, {"PRelu", pass_through}, {"Pad", pad}, {"Pow", binary}, {"QLinearConv", qlinear_conv}, {"QLinearMatMul", qlinear_matmul}, {"QuantizeLinear", quantize_linear}, {"RMSNormalization", rms_norm}, {"RNN", recurrent}, {"RandomNormal", random_op}, {"RandomNormalLike", random_op}, {"RandomUniform", random_op}, {"RandomUniformLike", random_op}, {"Range", range},
       {"Reciprocal", pass_through}, {"ReduceL1", reduce}, {"ReduceL2", reduce}, {"ReduceLogSum", reduce},
       {"ReduceLogSumExp", reduce}, {"ReduceMax", reduce}, {"ReduceMean", reduce}, {"ReduceMin", reduce},
       {"ReduceProd", reduce}, {"ReduceSum", reduce}, {"ReduceSumSquare", reduce}, {"Relu", pass_through},
@@ -2494,8 +2495,6 @@ std::string unsupported_op_reason(const std::string& op_type) {
   static const std::vector<std::pair<std::vector<std::string>, std::string>> classes = {
       {{"Adagrad", "Adam", "Momentum", "Gradient", "NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"},
        "a training operator: fusetune plans inference graphs"},
-      {{"Bernoulli", "Multinomial", "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike"},
-       "random sampling: a plan is verified against its reference, which needs outputs that repeat"},
       {{"RegexFullMatch", "StringConcat", "StringNormalizer", "StringSplit"},
        "it operates on strings, which kernels do not hold: tokenize before the model"},
       {{"ImageDecoder"}, "it decodes compressed image bytes: decode before the model"},

@@ -117,7 +117,7 @@ Attributes conv_attributes(NodeLowering& L, size_t x, size_t w);
 // inlines them, importer/control_flow.h).
 bool is_supported_onnx_op(const std::string& op_type);
 // Why fusetune refuses an op of the default domain it does not lower, for the classes it leaves
-// refused on purpose (training, random sampling, strings, image decoding, sequences and optionals,
+// refused on purpose (training, strings, image decoding, sequences and optionals,
 // outputs whose size depends on the data); "" for one not yet implemented.
 std::string unsupported_op_reason(const std::string& op_type);
 

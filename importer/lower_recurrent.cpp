@@ -32,7 +32,28 @@ struct Recurrent {
     return L.emit("Gather", {v, L.constant(Tensor::scalar_int(DType::kI64, index))}, a);
   }
   int columns(int v, int64_t begin, int64_t end) const { return slice_last_axis(L, v, begin, end); }
-  int gate(int v, int64_t k) const { return columns(v, k * hidden, (k + 1) * hidden); }
+  // v's last axis, g gates of `hidden` columns each ([..., g x H], gate-major as ONNX orders them),
+  // made gate-minor: column j x g + k is gate k's column j. A weight (folded when constant) or a
+  // bias ordered so puts the gates of one hidden unit side by side in every product, so that a
+  // tile of the new state reads one run of the product's columns and the product, its gates and
+  // the state update fuse into one kernel a step.
+  int interleave(int v, int64_t g) const {
+    const Shape s = L.builder().value(v).shape;
+    Shape split(s.begin(), s.end() - 1);
+    split.insert(split.end(), {g, hidden});
+    std::vector<int64_t> perm(split.size());
+    for (size_t a = 0; a < perm.size(); ++a) perm[a] = static_cast<int64_t>(a);
+    std::swap(perm[perm.size() - 2], perm.back());
+    return L.reshape(transpose(L.reshape(v, split), perm), s);
+  }
+  // Gate k of a gate-minor v ([..., g x H]): [..., H].
+  int gate(int v, int64_t k, int64_t g) const {
+    Shape s = L.builder().value(v).shape;
+    s.back() = hidden;
+    Shape split = s;
+    split.push_back(g);
+    return L.reshape(slice_last_axis(L, L.reshape(v, split), k, k + 1), s);
+  }
   int clip(int v, float limit) const { return clip_between(L, v, -limit, limit); }
   // Per-time-step values [B, H] stacked on a new first axis: [T, B, H].
   int stack(const std::vector<int>& steps) const {
@@ -149,9 +170,14 @@ void recurrent(NodeLowering& L) {
   for (int64_t d = 0; d < dirs; ++d) {
     const bool reverse = direction == "reverse" || d == 1;
     const auto act = [&](int64_t k) { return acts[static_cast<size_t>(d) * defaults.size() + static_cast<size_t>(k)]; };
-    const int w = r.pick(L.input(1), d), rt = r.transpose(r.pick(L.input(2), d), {1, 0});
-    int projected = r.matmul(x, r.transpose(w, {1, 0}));  // [T, B, G x H]
-    int recurrent_bias_h = kNoValue;                       // GRU's Rbh with linear_before_reset
+    // The products' columns gate-minor (Recurrent::interleave): W^T [I, G x H] and R^T [H, G x H]
+    // (GRU without linear_before_reset: R^T's z and r gates, [H, 2 x H], and its h gate apart).
+    const int w = r.pick(L.input(1), d), rt_all = r.transpose(r.pick(L.input(2), d), {1, 0});
+    const bool split_h = kind == "GRU" && !linear_before_reset;
+    const int rt = split_h ? r.interleave(r.columns(rt_all, 0, 2 * hidden), 2) : r.interleave(rt_all, gates);
+    const int rt_h = split_h ? r.columns(rt_all, 2 * hidden, 3 * hidden) : kNoValue;
+    int projected = r.matmul(x, r.interleave(r.transpose(w, {1, 0}), gates));  // [T, B, G x H], gate-minor
+    int recurrent_bias_h = kNoValue;                                          // GRU's Rbh with linear_before_reset
     if (L.has_input(3)) {
       const int bias = r.pick(L.input(3), d);
       int both = r.add(r.columns(bias, 0, gates * hidden), r.columns(bias, gates * hidden, 2 * gates * hidden));
@@ -163,7 +189,7 @@ void recurrent(NodeLowering& L) {
         }());
         recurrent_bias_h = r.columns(bias, 5 * hidden, 6 * hidden);
       }
-      projected = r.add(projected, both);
+      projected = r.add(projected, r.interleave(both, gates));
     }
     const Tensor zeros(r.t, {batch, hidden});
     // The initial states, [D, B, H] ([B, D, H] in layout 1).
@@ -185,7 +211,7 @@ void recurrent(NodeLowering& L) {
       int h_new = kNoValue, c_new = kNoValue;
       if (kind == "LSTM") {
         const int g = r.add(xt, r.matmul(h, rt));
-        int i = r.gate(g, 0), o = r.gate(g, 1), f = r.gate(g, 2), z = r.gate(g, 3);
+        int i = r.gate(g, 0, 4), o = r.gate(g, 1, 4), f = r.gate(g, 2, 4), z = r.gate(g, 3, 4);
         if (peep_i != kNoValue) {
           i = r.add(i, r.mul(peep_i, cell));
           f = r.add(f, r.mul(peep_f, cell));
@@ -196,16 +222,19 @@ void recurrent(NodeLowering& L) {
         if (peep_o != kNoValue) o = r.add(o, r.mul(peep_o, c_new));
         h_new = r.mul(apply(r, act(0), pre(o)), apply(r, act(2), c_new));
       } else if (kind == "GRU") {
-        const int zr = r.add(r.columns(xt, 0, 2 * hidden), r.matmul(h, r.columns(rt, 0, 2 * hidden)));
-        const int z = apply(r, act(0), pre(r.gate(zr, 0))), reset = apply(r, act(0), pre(r.gate(zr, 1)));
-        const int rh = r.columns(rt, 2 * hidden, 3 * hidden);
+        // linear_before_reset: one product of h by all three gates; otherwise z and r first, and
+        // the h gate's product of (r x h) after.
+        const int hr = r.matmul(h, rt);
+        const int hr_gates = split_h ? 2 : 3;
+        const int z = apply(r, act(0), pre(r.add(r.gate(xt, 0, 3), r.gate(hr, 0, hr_gates))));
+        const int reset = apply(r, act(0), pre(r.add(r.gate(xt, 1, 3), r.gate(hr, 1, hr_gates))));
         int candidate;
         if (linear_before_reset) {
-          int lin = r.matmul(h, rh);
+          int lin = r.gate(hr, 2, 3);
           if (recurrent_bias_h != kNoValue) lin = r.add(lin, recurrent_bias_h);
-          candidate = r.add(r.gate(xt, 2), r.mul(reset, lin));
+          candidate = r.add(r.gate(xt, 2, 3), r.mul(reset, lin));
         } else {
-          candidate = r.add(r.gate(xt, 2), r.matmul(r.mul(reset, h), rh));
+          candidate = r.add(r.gate(xt, 2, 3), r.matmul(r.mul(reset, h), rt_h));
         }
         const int hc = apply(r, act(1), pre(candidate));
         h_new = r.add(r.mul(r.sub(r.c(1.0), z), hc), r.mul(z, h));

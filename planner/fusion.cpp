@@ -188,9 +188,30 @@ bool used_only_by(const Partition& p, int value, int grp) {
   return !c.empty() && std::all_of(c.begin(), c.end(), [&](int x) { return p.group(x) == grp; });
 }
 
+// Whether group grp reads value v only element for element at the shape of its sink: every
+// member reading v is element-wise with v's shape as its own, and so is the sink's result. Merged
+// with v's producer, the group then computes all of v over its sink's tiles, once each.
+bool reads_elementwise(const Graph& g, const Partition& p, int v, int grp) {
+  const Shape& shape = g.value(v).shape;
+  for (int c : p.consumers(v)) {
+    const Node& n = g.nodes()[static_cast<size_t>(c)];
+    if (p.group(c) == grp && (find_op(n.op)->kind != OpKind::kElementwise || g.value(n.outputs[0]).shape != shape)) return false;
+  }
+  for (int m : p.members(grp)) {
+    const int out = g.nodes()[static_cast<size_t>(m)].outputs[0];
+    const auto& c = p.consumers(out);
+    if (std::none_of(c.begin(), c.end(), [&](int x) { return p.group(x) == grp; })) return g.value(out).shape == shape;
+  }
+  return false;
+}
+
 // Light nodes join the light group of a producer whose result they are the only users of, so
-// chains like GELU's (Div, Erf, Add, Mul, Mul, reading their input twice) become one group.
-bool cluster_light(const Graph& g, Partition& p) {
+// chains like GELU's (Div, Erf, Add, Mul, Mul, reading their input twice) become one group. They
+// also join it where they read its result element for element while later groups read it too,
+// the result then leaving as a side output, when the cost function (if given) keeps the merge: a
+// recurrent cell's new state, which its step's output reads (an LSTM's h from c) and so does the
+// next step.
+bool cluster_light(const Graph& g, Partition& p, const FusionOptions& opt) {
   bool changed = false;
   for (size_t n = 0; n < g.nodes().size(); ++n) {
     if (!is_light(g.nodes()[n])) continue;
@@ -203,8 +224,14 @@ bool cluster_light(const Graph& g, Partition& p) {
       const bool internal = !p.is_graph_output(v) && std::all_of(c.begin(), c.end(), [&](int x) {
         return p.group(x) == grp || p.group(x) == pg;
       });
+      bool merged = false;
       if (internal && p.can_merge(pg, grp)) {
         p.merge(pg, grp);
+        merged = true;
+      } else if (!internal && reads_elementwise(g, p, v, grp)) {
+        merged = try_merge(p, pg, grp, opt);
+      }
+      if (merged) {
         changed = true;
         break;
       }
@@ -561,7 +588,7 @@ void pack_launches(const Graph& g, FusionPlan& plan, const FusionOptions& opt, c
 FusionPlan fuse(const Graph& g, const FusionOptions& options) {
   Partition p(g);
   if (options.epilogue || options.prologue) {
-    while (cluster_light(g, p)) {
+    while (cluster_light(g, p, options)) {
     }
   }
   if (options.epilogue) {

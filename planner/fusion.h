@@ -10,7 +10,10 @@
 //   1. epilogue: a light op (element-wise, broadcast, data movement) joins its producer's group
 //      when it is that value's only consumer (bias, activation, residual, scale, transposes),
 //      except an Expand or Tile that repeats the value (grouped-query attention's K and V): the
-//      repeat stays with its consumers, so the value is written once and read through it;
+//      repeat stays with its consumers, so the value is written once and read through it; light
+//      ops also join a light producer whose value later groups read too, where they read it
+//      element for element at their result's shape (the value then leaves as a side output: a
+//      recurrent cell's state, a residual stream), if the cost function keeps the merge;
 //   2. prologue: a light group whose result has a single consumer node joins that consumer's group
 //      (element-wise chains into reductions and contractions, transposes into index maps);
 //   3. stitching: a reduction joins a reduction or contraction group that produces its input when

@@ -132,7 +132,9 @@ bool gemv_matmul(const Graph& g, const Node& n, const std::set<int>& produced, c
   int64_t batch = 1;
   for (size_t d = 0; d + 2 < out.size(); ++d) batch *= out[d].size();
   const Value& b = g.value(n.inputs[1]);
-  return batch == 1 && out[out.size() - 2].size() <= 8 && !produced.count(n.inputs[1]) && b.shape.size() >= 2 &&
+  // An empty region (the tile reads none of this product: a Concat's other part) is no GEMV.
+  return batch == 1 && out[out.size() - 2].size() >= 1 && out.back().size() >= 1 && out[out.size() - 2].size() <= 8 &&
+         !produced.count(n.inputs[1]) && b.shape.size() >= 2 &&
          (b.dtype == DType::kF32 || b.dtype == DType::kF16 || b.dtype == DType::kBF16);
 }
 

@@ -1,13 +1,16 @@
-// Reference element-wise ops: unary maps, broadcasting binary ops, comparisons, Where and Cast.
+// Reference element-wise ops: unary maps, broadcasting binary ops, comparisons, Where, Cast and the
+// RandomUniform generator.
 // Float dtypes compute in double, integer and bool dtypes in int64; results round once on store.
 #include <cmath>
 #include <cstring>
 #include <functional>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "core/ops.h"
+#include "core/philox.h"
 #include "reference/kernel_util.h"
 #include "reference/kernels.h"
 
@@ -239,6 +242,12 @@ void run_elementwise(const Node& node, std::span<const Tensor* const> in, Tensor
     std::memcpy(out.data(), in[0]->data(), out.nbytes());
   } else if (node.op == "Where") {
     run_where(*in[0], *in[1], *in[2], out);
+  } else if (node.op == "RandomUniform") {  // element i: Philox's draw at counter i (core/philox.h)
+    const auto key = static_cast<uint64_t>(node.attrs.i("key"));
+    const int word = static_cast<int>(node.attrs.i("word", 0));
+    std::vector<float> o(static_cast<size_t>(out.numel()));
+    for (size_t i = 0; i < o.size(); ++i) o[i] = random_uniform(key, i, word);
+    out.set_floats(o);
   } else if (in.size() == 1) {
     run_unary(node, *in[0], out);
   } else {

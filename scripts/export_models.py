@@ -27,6 +27,8 @@ ONNX If whose condition is computed from an input at run time; it has two data s
 test_data_set_0 taking the then branch and test_data_set_1 the else branch.
 scan_recurrence is scripted too: its time loop becomes an ONNX Loop that carries the [T, D] buffer of
 hidden states and writes one row of it per step (h[t] = ...: a ScatterND), reading the row before.
+recurrent_stack chains torch's LSTM, GRU (linear_before_reset) and RNN layers without initial
+states, as torch exports them: ONNX LSTM, GRU and RNN nodes.
 """
 
 import argparse
@@ -56,7 +58,7 @@ INPUT_SEED = 1234
 
 SMALL_NAMES = ["bert", "vit", "swin_t", "resnet_small", "mobilenet_v2",
                "efficientnet_b0", "convnext_t", "nerf_mlp", "cnn_small", "unet_small", "bert_functions", "gated_block",
-               "scan_recurrence"]
+               "scan_recurrence", "recurrent_stack"]
 FULL_NAMES = ["bert", "vit", "swin_t", "resnet18", "resnet50", "mobilenet_v2",
               "efficientnet_b0", "convnext_t", "nerf_mlp"]
 
@@ -213,6 +215,22 @@ class ScanRecurrence(nn.Module):
         for t in range(1, x.shape[0]):
             h[t] = torch.tanh(self.inp(x[t]) + self.rec(h[t - 1]))
         return h
+
+
+class RecurrentStack(nn.Module):
+    """An LSTM, a GRU and an Elman RNN in a row over a [T, B, I] sequence, zero initial states."""
+
+    def __init__(self, inp, hidden, out):
+        super().__init__()
+        self.lstm = nn.LSTM(inp, hidden)
+        self.gru = nn.GRU(hidden, hidden)
+        self.rnn = nn.RNN(hidden, out)
+
+    def forward(self, x):
+        y, _ = self.lstm(x)
+        y, _ = self.gru(y)
+        y, _ = self.rnn(y)
+        return y
 
 
 class CnnSmall(nn.Module):
@@ -463,6 +481,11 @@ def build_scan_recurrence(size):
                 script=True)
 
 
+def build_recurrent_stack(size):
+    x = torch.randn(12, 3, 32, generator=make_gen())
+    return dict(model=RecurrentStack(32, 48, 32), inputs=(x,), input_names=["x"], output_names=["y"], dynamic_axes=None)
+
+
 def build_cnn_small(size):
     return _image_model(CnnSmall(num_classes=10), 16)
 
@@ -488,6 +511,7 @@ BUILDERS = {
     "unet_small": build_unet_small,
     "gated_block": build_gated_block,
     "scan_recurrence": build_scan_recurrence,
+    "recurrent_stack": build_recurrent_stack,
 }
 
 

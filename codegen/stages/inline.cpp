@@ -16,6 +16,19 @@ std::string inline_node(LoweringContext& cx, const Node& n, const std::vector<st
   const Graph& g = cx.g;
   const TensorExpr& e = cx.exprs.at(static_cast<int>(&n - g.nodes().data()));
   const OpKind kind = find_op(n.op)->kind;
+  if (n.op == "RandomUniform") {  // Philox's draw at the element's flat index (core/philox.h)
+    const Shape& s = g.value(n.outputs[0]).shape;
+    std::string flat;
+    int64_t stride = 1;
+    for (size_t d = s.size(); d-- > 0; stride *= s[d]) {
+      if (s[d] == 1) continue;
+      const std::string term = stride == 1 ? "(" + idx[d] + ")" : "(" + idx[d] + ") * " + lit(stride);
+      flat = flat.empty() ? term : term + " + " + flat;
+    }
+    const auto key = static_cast<uint64_t>(n.attrs.i("key"));
+    return "ft_philox_uniform(" + std::to_string(static_cast<uint32_t>(key)) + "u, " + std::to_string(static_cast<uint32_t>(key >> 32)) +
+           "u, (unsigned long long)(" + (flat.empty() ? "0" : flat) + "), " + std::to_string(n.attrs.i("word", 0)) + ")";
+  }
   if (kind == OpKind::kElementwise) {
     std::vector<std::string> args;
     for (const Access& a : e.accesses) args.push_back(cx.value(n.inputs[static_cast<size_t>(a.input)], cx.index_of(a, idx)));

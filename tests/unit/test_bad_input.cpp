@@ -157,7 +157,6 @@ TEST_F(BadInput, OpsRefusedOnPurposeSayWhy) {
       {"SoftmaxCrossEntropyLoss", "loss", "a training operator: fusetune plans inference graphs"},
       {"StringNormalizer", "normalize", "it operates on strings, which kernels do not hold"},
       {"ImageDecoder", "decode", "it decodes compressed image bytes"},
-      {"RandomNormalLike", "noise", "random sampling: a plan is verified against its reference"},
   };
   for (const auto& [op, node, why] : cases) {
     OnnxBuilder b(22);
