@@ -59,7 +59,7 @@ int GraphBuilder::emit(const std::string& op, std::vector<int> inputs, Attribute
     return g_.add_constant(name, std::move(reference::run_node(node, args)[0]));
   }
   std::optional<Tensor> known_value;
-  if (all_known && numel(out[0].shape) <= kKnownLimit) {  // shape arithmetic on a known input
+  if (all_known && !node.inputs.empty() && numel(out[0].shape) <= kKnownLimit) {  // shape arithmetic on a known input
     std::vector<const Tensor*> args;
     for (int in : node.inputs) args.push_back(in == kNoValue ? nullptr : g_.value(in).is_constant() ? g_.value(in).data.get() : known(in));
     known_value = std::move(reference::run_node(node, args)[0]);

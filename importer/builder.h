@@ -1,7 +1,8 @@
 // GraphBuilder: appends canonical nodes to a Graph, inferring each output's type with the op's
 // shape function and folding the node into a constant when all its inputs are constant (through
 // the reference kernels), unless the result would exceed kFoldLimit elements or the node has no
-// inputs at all (a generator); a result without elements is an empty constant whatever its inputs.
+// inputs at all (a generator, never folded nor known); a result without elements is an empty
+// constant whatever its inputs.
 //
 // It also tracks values known at import time without being constants (graph inputs whose value
 // the caller supplied, and small results computed only from those and constants): the node

@@ -10,8 +10,9 @@
 #include "core/error.h"
 #include "core/ops.h"
 #include "importer/control_flow.h"
-#include "importer/lower_deform_conv.h"
+#include "importer/lower_conv_transpose.h"
 #include "importer/lower_data_sized.h"
+#include "importer/lower_deform_conv.h"
 #include "importer/lower_det.h"
 #include "importer/lower_dft.h"
 #include "importer/lower_grid_sample.h"
@@ -21,8 +22,8 @@
 #include "importer/lower_roi_align.h"
 #include "importer/lower_state_space.h"
 #include "importer/lower_tfidf.h"
-#include "importer/sequences.h"
 #include "importer/lower_topk.h"
+#include "importer/sequences.h"
 #include "importer/onnx_io.h"
 
 namespace fusetune::importer {
@@ -163,6 +164,47 @@ int zero_pad(NodeLowering& L, int v, const std::vector<int64_t>& pads) {
   a.set("mode", std::string("constant"));
   a.set("value", 0.0f);
   return L.emit("Pad", {v}, a);
+}
+
+int slice_axes(NodeLowering& L, int v, const std::vector<int64_t>& starts_in, const std::vector<int64_t>& ends_in,
+               const std::vector<int64_t>& axes_in, const std::vector<int64_t>& steps_in) {
+  const Shape& s = L.builder().value(v).shape;
+  const size_t r = s.size();
+  std::vector<int64_t> starts(r, 0), ends(s.begin(), s.end()), steps(r, 1);
+  check(starts_in.size() == ends_in.size() && axes_in.size() == starts_in.size() && steps_in.size() == starts_in.size(),
+        "starts, ends, axes and steps differ in length");
+  check(r > 0 || axes_in.empty(), "cannot slice a scalar");  // normalize_axis accepts axis 0 of a scalar
+  std::vector<bool> seen(r, false);
+  for (size_t i = 0; i < axes_in.size(); ++i) {
+    const auto d = static_cast<size_t>(normalize_axis(axes_in[i], static_cast<int64_t>(r), "axes"));
+    check(!seen[d], "axis ", d, " is sliced twice");
+    seen[d] = true;
+    const int64_t dim = s[d];
+    const int64_t step = steps_in[i];
+    check(step != 0, "step of axis ", d, " is zero");
+    int64_t st = starts_in[i];
+    int64_t en = ends_in[i];
+    if (st < 0) st += dim;
+    if (en < 0 && en > std::numeric_limits<int64_t>::min() + dim) en += dim;
+    if (step > 0) {
+      st = std::clamp<int64_t>(st, 0, dim);
+      en = std::clamp<int64_t>(en, 0, dim);
+    } else {
+      st = std::clamp<int64_t>(st, -1, dim - 1);
+      en = std::clamp<int64_t>(en, -1, dim - 1);
+    }
+    starts[d] = st;
+    ends[d] = en;
+    steps[d] = step;
+  }
+  bool whole = true;
+  for (size_t d = 0; d < r; ++d) whole = whole && starts[d] == 0 && ends[d] == s[d] && steps[d] == 1;
+  if (whole) return v;
+  Attributes a;
+  a.set("starts", starts);
+  a.set("ends", ends);
+  a.set("steps", steps);
+  return L.emit("Slice", {v}, a);
 }
 
 namespace {
@@ -1080,48 +1122,6 @@ void concat(NodeLowering& L) {
   L.set_output(0, ins.size() == 1 ? ins[0] : L.emit("Concat", ins, a));
 }
 
-// Canonical Slice of `v` with per-axis (start, end, step) already clamped like ONNX/numpy.
-int slice_axes(NodeLowering& L, int v, const std::vector<int64_t>& starts_in, const std::vector<int64_t>& ends_in,
-               const std::vector<int64_t>& axes_in, const std::vector<int64_t>& steps_in) {
-  const Shape& s = L.builder().value(v).shape;
-  const size_t r = s.size();
-  std::vector<int64_t> starts(r, 0), ends(s.begin(), s.end()), steps(r, 1);
-  check(starts_in.size() == ends_in.size() && axes_in.size() == starts_in.size() && steps_in.size() == starts_in.size(),
-        "starts, ends, axes and steps differ in length");
-  check(r > 0 || axes_in.empty(), "cannot slice a scalar");  // normalize_axis accepts axis 0 of a scalar
-  std::vector<bool> seen(r, false);
-  for (size_t i = 0; i < axes_in.size(); ++i) {
-    const auto d = static_cast<size_t>(normalize_axis(axes_in[i], static_cast<int64_t>(r), "axes"));
-    check(!seen[d], "axis ", d, " is sliced twice");
-    seen[d] = true;
-    const int64_t dim = s[d];
-    const int64_t step = steps_in[i];
-    check(step != 0, "step of axis ", d, " is zero");
-    int64_t st = starts_in[i];
-    int64_t en = ends_in[i];
-    if (st < 0) st += dim;
-    if (en < 0 && en > std::numeric_limits<int64_t>::min() + dim) en += dim;
-    if (step > 0) {
-      st = std::clamp<int64_t>(st, 0, dim);
-      en = std::clamp<int64_t>(en, 0, dim);
-    } else {
-      st = std::clamp<int64_t>(st, -1, dim - 1);
-      en = std::clamp<int64_t>(en, -1, dim - 1);
-    }
-    starts[d] = st;
-    ends[d] = en;
-    steps[d] = step;
-  }
-  bool whole = true;
-  for (size_t d = 0; d < r; ++d) whole = whole && starts[d] == 0 && ends[d] == s[d] && steps[d] == 1;
-  if (whole) return v;
-  Attributes a;
-  a.set("starts", starts);
-  a.set("ends", ends);
-  a.set("steps", steps);
-  return L.emit("Slice", {v}, a);
-}
-
 void slice(NodeLowering& L) {
   std::vector<int64_t> starts, ends, axes, steps;
   if (L.opset() < 10) {
@@ -1405,130 +1405,6 @@ int wrap_pad(NodeLowering& L, int v, const std::vector<int64_t>& pads) {
   return v;
 }
 
-
-// ConvTranspose as the convolution it is the adjoint of: the input spread out by the strides (each
-// element followed by stride - 1 zeros along each spatial axis: a Reshape, a Pad and a Reshape),
-// padded by (kernel - 1) * dilation less the transpose's own pads (cropped where those are larger;
-// output_padding adds to the end), then a stride-1 Conv with the same dilations whose weight is W
-// with its input and output channels swapped per group and each spatial axis reversed (a Reshape,
-// a Transpose, a Reshape and a Slice of step -1, folded when W is a weight). output_shape and
-// auto_pad choose the pads as the operator's definition says (SAME_UPPER puts the smaller half
-// first; SAME_LOWER and an output_shape without auto_pad the larger).
-void conv_transpose(NodeLowering& L) {
-  check(L.rank(0) >= 3, "input must be at least 3-D (N, C, spatial...), got ", shape_str(L.shape(0)));
-  const size_t sp = static_cast<size_t>(L.rank(0) - 2);
-  const auto r = static_cast<size_t>(L.rank(0));
-  check(L.rank(1) == L.rank(0), "weight of shape ", shape_str(L.shape(1)), " does not match input rank");
-  const Shape x_shape = L.shape(0);
-  const Shape w_shape = L.shape(1);
-  const int64_t group = L.attr_i("group", 1);
-  const int64_t c_in = x_shape[1];
-  check(group >= 1 && c_in % group == 0 && w_shape[0] == c_in, "weight of shape ", shape_str(w_shape),
-        " does not take ", c_in, " input channels in ", group, " groups");
-  const int64_t c_out = w_shape[1] * group;
-  const std::vector<int64_t> kernel(w_shape.begin() + 2, w_shape.end());
-  if (L.has_attr("kernel_shape")) check(L.attr_ints("kernel_shape") == kernel, "kernel_shape disagrees with the weight");
-  const auto strides = L.attr_ints("strides", std::vector<int64_t>(sp, 1));
-  const auto dil = L.attr_ints("dilations", std::vector<int64_t>(sp, 1));
-  const auto out_pad = L.attr_ints("output_padding", std::vector<int64_t>(sp, 0));
-  check(strides.size() == sp && dil.size() == sp && out_pad.size() == sp,
-        "strides, dilations and output_padding must have ", sp, " entries");
-  for (size_t i = 0; i < sp; ++i) {
-    check(strides[i] >= 1 && dil[i] >= 1 && kernel[i] >= 1 && strides[i] <= kMaxElements && dil[i] <= kMaxElements &&
-              kernel[i] - 1 <= kMaxElements / dil[i],
-          "kernel ", kernel[i], ", stride ", strides[i], " and dilation ", dil[i], " of spatial axis ", i,
-          " must be positive and not absurdly large");
-    check(out_pad[i] >= 0 && out_pad[i] < std::max(strides[i], dil[i]), "output_padding ", out_pad[i], " of spatial axis ",
-          i, " must be below its stride or dilation");
-  }
-  // pads: given, or from output_shape / auto_pad (total = the full output less the one wanted).
-  std::vector<int64_t> pads(2 * sp, 0);
-  const std::string auto_pad = L.attr_s("auto_pad", "NOTSET");
-  check(auto_pad == "NOTSET" || auto_pad == "VALID" || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER",
-        "unknown auto_pad '", auto_pad, "'");
-  if (L.has_attr("output_shape") || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-    std::vector<int64_t> wanted = L.attr_ints("output_shape", {});
-    if (wanted.size() == r) wanted.erase(wanted.begin(), wanted.begin() + 2);  // N and C given too
-    if (wanted.empty()) {
-      for (size_t i = 0; i < sp; ++i) wanted.push_back(x_shape[2 + i] * strides[i]);
-    }
-    check(wanted.size() == sp, "output_shape has ", wanted.size(), " entries, expected ", sp);
-    for (size_t i = 0; i < sp; ++i) {
-      // Negative where output_shape asks more than the transpose makes: the end grows by zeros.
-      const int64_t total = strides[i] * (x_shape[2 + i] - 1) + out_pad[i] + (kernel[i] - 1) * dil[i] + 1 - wanted[i];
-      check(wanted[i] >= 1 && wanted[i] <= kMaxElements, "output_shape ", wanted[i], " of spatial axis ", i,
-            " must be positive and not absurdly large");
-      const int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2);  // rounded down, as ONNX's reference does
-      pads[i] = auto_pad == "SAME_UPPER" ? half : total - half;
-      pads[i + sp] = total - pads[i];
-    }
-  } else if (auto_pad == "NOTSET") {
-    pads = L.attr_ints("pads", pads);
-    check(pads.size() == 2 * sp, "pads has ", pads.size(), " entries, expected ", 2 * sp);
-  }
-  // The input spread out: along each strided axis [.., D, ..] -> [.., D, 1, ..] -> pad to
-  // [.., D, s, ..] -> [.., D * s, ..], then the last s - 1 zeros cut off.
-  int x = L.input(0);
-  for (size_t i = 0; i < sp; ++i) {
-    if (strides[i] == 1) continue;
-    const Shape cur = L.builder().value(x).shape;
-    const size_t axis = 2 + i;
-    Shape split(cur.begin(), cur.end());
-    split.insert(split.begin() + static_cast<std::ptrdiff_t>(axis) + 1, 1);
-    std::vector<int64_t> zeros(2 * (r + 1), 0);
-    zeros[(r + 1) + axis + 1] = strides[i] - 1;
-    const int spread = zero_pad(L, L.reshape(x, split), zeros);
-    Shape joined(cur.begin(), cur.end());
-    joined[axis] = cur[axis] * strides[i];
-    x = slice_axes(L, L.reshape(spread, joined), {0}, {(cur[axis] - 1) * strides[i] + 1}, {static_cast<int64_t>(axis)}, {1});
-  }
-  // Padded by (k - 1) * d less the transpose's pads; where that is negative, cropped instead.
-  std::vector<int64_t> grow(2 * r, 0);
-  std::vector<int64_t> crop_starts, crop_ends, crop_axes;
-  const Shape spread_shape = L.builder().value(x).shape;
-  for (size_t i = 0; i < sp; ++i) {
-    const int64_t full = (kernel[i] - 1) * dil[i];
-    const int64_t before = full - pads[i];
-    const int64_t after = full - pads[i + sp] + out_pad[i];
-    grow[2 + i] = std::max<int64_t>(before, 0);
-    grow[r + 2 + i] = std::max<int64_t>(after, 0);
-    if (before < 0 || after < 0) {
-      crop_axes.push_back(static_cast<int64_t>(2 + i));
-      crop_starts.push_back(std::max<int64_t>(-before, 0));
-      crop_ends.push_back(spread_shape[2 + i] - std::max<int64_t>(-after, 0));
-      check(crop_ends.back() > crop_starts.back(), "pads of spatial axis ", i, " leave no output");
-    }
-  }
-  if (!crop_axes.empty()) x = slice_axes(L, x, crop_starts, crop_ends, crop_axes, std::vector<int64_t>(crop_axes.size(), 1));
-  if (std::any_of(grow.begin(), grow.end(), [](int64_t p) { return p != 0; })) x = zero_pad(L, x, grow);
-  // W [C_in, C_out/g, k...] -> [g, C_in/g, C_out/g, k...] -> [g, C_out/g, C_in/g, k...] ->
-  // [C_out, C_in/g, k...], each spatial axis reversed.
-  Shape grouped = {group, c_in / group, w_shape[1]};
-  grouped.insert(grouped.end(), kernel.begin(), kernel.end());
-  std::vector<int64_t> perm = {0, 2, 1};
-  for (size_t i = 0; i < sp; ++i) perm.push_back(static_cast<int64_t>(3 + i));
-  Attributes t;
-  t.set("perm", perm);
-  Shape conv_w = {c_out, c_in / group};
-  conv_w.insert(conv_w.end(), kernel.begin(), kernel.end());
-  int w = L.reshape(L.emit("Transpose", {L.reshape(L.input(1), grouped)}, t), conv_w);
-  std::vector<int64_t> flip_axes, flip_starts, flip_ends;
-  for (size_t i = 0; i < sp; ++i) {
-    if (kernel[i] == 1) continue;
-    flip_axes.push_back(static_cast<int64_t>(2 + i));
-    flip_starts.push_back(-1);
-    flip_ends.push_back(std::numeric_limits<int64_t>::min());
-  }
-  if (!flip_axes.empty()) w = slice_axes(L, w, flip_starts, flip_ends, flip_axes, std::vector<int64_t>(flip_axes.size(), -1));
-  Attributes a;
-  a.set("strides", std::vector<int64_t>(sp, 1));
-  a.set("dilations", dil);
-  a.set("pads", std::vector<int64_t>(2 * sp, 0));
-  a.set("group", group);
-  std::vector<int> ins = {x, w};
-  if (L.has_input(2)) ins.push_back(L.input(2));
-  L.set_output(0, L.emit("Conv", ins, a));
-}
 
 void pad(NodeLowering& L) {
   const int64_t r = L.rank(0);

@@ -104,6 +104,10 @@ std::pair<int64_t, int64_t> integer_range(DType t);
 int reduce_node(NodeLowering& L, const std::string& op, int x, const std::vector<int64_t>& axes, int64_t keep);
 // A canonical Pad of v with zeros (begin pads, then end pads, per axis).
 int zero_pad(NodeLowering& L, int v, const std::vector<int64_t>& pads);
+// A canonical Slice of v with per-axis (start, end, step), clamped as ONNX and numpy clamp them
+// (an end of INT64_MIN with a negative step: through index 0); v itself where nothing is cut.
+int slice_axes(NodeLowering& L, int v, const std::vector<int64_t>& starts, const std::vector<int64_t>& ends,
+               const std::vector<int64_t>& axes, const std::vector<int64_t>& steps);
 // v clamped to [lo, hi] (a canonical Clip).
 int clip_between(NodeLowering& L, int v, double lo, double hi);
 // Entries [begin, end) of v's axis `axis` (a Slice); slice_last_axis: of its last axis.

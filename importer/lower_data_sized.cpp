@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "core/ops.h"
 
 namespace fusetune::importer {
 

@@ -95,7 +95,8 @@ void multinomial(NodeLowering& L) {
   check(x.size() == 2, "the input has shape ", shape_str(x), ", not [batch_size, class_size]");
   check(is_float_type(L.val(0).dtype), "the input is ", dtype_name(L.val(0).dtype), ", not a float type");
   const int64_t batch = x[0], classes = x[1], samples = L.attr_i("sample_size", 1);
-  check(classes >= 1, "the input has no class");
+  check(classes >= 1 && classes <= kMaxMultinomialClasses, "class_size ", classes, " is outside [1, ", kMaxMultinomialClasses,
+        "] (the cumulative probabilities are a MatMul by a class_size x class_size triangle)");
   check(samples >= 1, "sample_size ", samples, " is below 1");
   const DType t = output_type(L, DType::kI32, true);
   check(t == DType::kI32 || t == DType::kI64, "dtype ", dtype_name(t), " is not int32 or int64");

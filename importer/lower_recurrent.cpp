@@ -33,11 +33,9 @@ struct Recurrent {
   }
   int columns(int v, int64_t begin, int64_t end) const { return slice_last_axis(L, v, begin, end); }
   // v's last axis, g gates of `hidden` columns each ([..., g x H], gate-major as ONNX orders them),
-  // made gate-minor: column j x g + k is gate k's column j. A weight (folded when constant) or a
-  // bias ordered so puts the gates of one hidden unit side by side in every product, so that a
-  // tile of the new state reads one run of the product's columns and the product, its gates and
-  // the state update fuse into one kernel a step.
+  // made gate-minor (lower_recurrent.h): column j x g + k is gate k's column j.
   int interleave(int v, int64_t g) const {
+    if (g == 1) return v;
     const Shape s = L.builder().value(v).shape;
     Shape split(s.begin(), s.end() - 1);
     split.insert(split.end(), {g, hidden});

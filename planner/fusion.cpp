@@ -84,6 +84,7 @@ class Partition {
         if (producer(node.inputs[k]) >= 0 && both.count(producer(node.inputs[k]))) return false;
       }
     }
+    if (!keeps_states(both)) return false;
     int sinks = 0;
     for (int n : both) {
       bool read_inside = false;
@@ -91,6 +92,34 @@ class Partition {
       sinks += read_inside ? 0 : 1;
     }
     return sinks == 1;
+  }
+
+  // States (rule 1's second clause: a value its producer's group exports while a group that reads
+  // it element for element joins them): every later merge must keep each state read element for
+  // element at its shape by whatever depends on it in the group, so that the group's tiles still
+  // compute all of it.
+  bool protect(int v) { return states_.insert(v).second; }  // false: already a state
+  void unprotect(int v) { states_.erase(v); }
+
+  // Whether every node of `nodes` that depends on v (through nodes of the set) is element-wise
+  // with v's shape as its output's: the sink's tiles then need each element of v at the same
+  // index, and compute all of it (a Pad, Slice or Concat on the way could leave elements to no
+  // tile).
+  bool elementwise_from(int v, const std::set<int>& nodes) const {
+    const Shape& shape = g_.value(v).shape;
+    std::vector<int> todo = {v};
+    std::set<int> seen;
+    while (!todo.empty()) {
+      const int value = todo.back();
+      todo.pop_back();
+      for (int c : consumers(value)) {
+        if (!nodes.count(c) || !seen.insert(c).second) continue;
+        const Node& n = g_.nodes()[static_cast<size_t>(c)];
+        if (find_op(n.op)->kind != OpKind::kElementwise || g_.value(n.outputs[0]).shape != shape) return false;
+        todo.push_back(n.outputs[0]);
+      }
+    }
+    return true;
   }
 
   void merge(int a, int b) {
@@ -136,6 +165,11 @@ class Partition {
   std::vector<int> producer_;
   std::vector<std::vector<int>> consumers_;
   std::set<int> graph_output_;
+  std::set<int> states_;
+
+  bool keeps_states(const std::set<int>& both) const {
+    return std::all_of(states_.begin(), states_.end(), [&](int v) { return !both.count(producer(v)) || elementwise_from(v, both); });
+  }
 };
 
 bool is_light(const Node& n) { return role_of(n) == Role::kLight; }
@@ -188,30 +222,9 @@ bool used_only_by(const Partition& p, int value, int grp) {
   return !c.empty() && std::all_of(c.begin(), c.end(), [&](int x) { return p.group(x) == grp; });
 }
 
-// Whether group grp reads value v only element for element at the shape of its sink: every
-// member reading v is element-wise with v's shape as its own, and so is the sink's result. Merged
-// with v's producer, the group then computes all of v over its sink's tiles, once each.
-bool reads_elementwise(const Graph& g, const Partition& p, int v, int grp) {
-  const Shape& shape = g.value(v).shape;
-  for (int c : p.consumers(v)) {
-    const Node& n = g.nodes()[static_cast<size_t>(c)];
-    if (p.group(c) == grp && (find_op(n.op)->kind != OpKind::kElementwise || g.value(n.outputs[0]).shape != shape)) return false;
-  }
-  for (int m : p.members(grp)) {
-    const int out = g.nodes()[static_cast<size_t>(m)].outputs[0];
-    const auto& c = p.consumers(out);
-    if (std::none_of(c.begin(), c.end(), [&](int x) { return p.group(x) == grp; })) return g.value(out).shape == shape;
-  }
-  return false;
-}
-
 // Light nodes join the light group of a producer whose result they are the only users of, so
-// chains like GELU's (Div, Erf, Add, Mul, Mul, reading their input twice) become one group. They
-// also join it where they read its result element for element while later groups read it too,
-// the result then leaving as a side output, when the cost function (if given) keeps the merge: a
-// recurrent cell's new state, which its step's output reads (an LSTM's h from c) and so does the
-// next step.
-bool cluster_light(const Graph& g, Partition& p, const FusionOptions& opt) {
+// chains like GELU's (Div, Erf, Add, Mul, Mul, reading their input twice) become one group.
+bool cluster_light(const Graph& g, Partition& p) {
   bool changed = false;
   for (size_t n = 0; n < g.nodes().size(); ++n) {
     if (!is_light(g.nodes()[n])) continue;
@@ -224,17 +237,34 @@ bool cluster_light(const Graph& g, Partition& p, const FusionOptions& opt) {
       const bool internal = !p.is_graph_output(v) && std::all_of(c.begin(), c.end(), [&](int x) {
         return p.group(x) == grp || p.group(x) == pg;
       });
-      bool merged = false;
       if (internal && p.can_merge(pg, grp)) {
         p.merge(pg, grp);
-        merged = true;
-      } else if (!internal && reads_elementwise(g, p, v, grp)) {
-        merged = try_merge(p, pg, grp, opt);
-      }
-      if (merged) {
         changed = true;
         break;
       }
+    }
+  }
+  return changed;
+}
+
+// States, after the other rules: a light group that reads a light producer's value element for
+// element at its shape joins it while later groups read that value too, the value leaving as a
+// side output (a recurrent cell's new state, which its step's output reads and so does the next
+// step), if the cost function keeps the merge. Partition::protect holds every later merge to
+// that reading, so that the group's tiles compute all of the state.
+bool state_pass(const Graph& g, Partition& p, const FusionOptions& opt) {
+  bool changed = false;
+  for (int grp : p.live_groups()) {
+    if (p.members(grp).empty() || !light_group(p, grp)) continue;
+    for (int v : external_reads(g, p, grp)) {
+      const int pg = p.group(p.producer(v));
+      if (!light_group(p, pg) || repeated_in(g, p, v, grp)) continue;
+      const bool fresh = p.protect(v);
+      if (try_merge(p, pg, grp, opt)) {
+        changed = true;
+        break;
+      }
+      if (fresh) p.unprotect(v);
     }
   }
   return changed;
@@ -588,7 +618,7 @@ void pack_launches(const Graph& g, FusionPlan& plan, const FusionOptions& opt, c
 FusionPlan fuse(const Graph& g, const FusionOptions& options) {
   Partition p(g);
   if (options.epilogue || options.prologue) {
-    while (cluster_light(g, p, options)) {
+    while (cluster_light(g, p)) {
     }
   }
   if (options.epilogue) {
@@ -604,6 +634,12 @@ FusionPlan fuse(const Graph& g, const FusionOptions& options) {
     if (options.epilogue) {
       while (epilogue_pass(g, p)) {  // ops after a stitched reduction
       }
+    }
+  }
+  if (options.epilogue) {
+    bool merged = false;
+    while (state_pass(g, p, options)) merged = true;
+    while (merged && epilogue_pass(g, p)) {  // a merged state's group after its producer's anchor
     }
   }
   FusionPlan plan = finish(g, p);

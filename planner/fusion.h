@@ -10,10 +10,7 @@
 //   1. epilogue: a light op (element-wise, broadcast, data movement) joins its producer's group
 //      when it is that value's only consumer (bias, activation, residual, scale, transposes),
 //      except an Expand or Tile that repeats the value (grouped-query attention's K and V): the
-//      repeat stays with its consumers, so the value is written once and read through it; light
-//      ops also join a light producer whose value later groups read too, where they read it
-//      element for element at their result's shape (the value then leaves as a side output: a
-//      recurrent cell's state, a residual stream), if the cost function keeps the merge;
+//      repeat stays with its consumers, so the value is written once and read through it;
 //   2. prologue: a light group whose result has a single consumer node joins that consumer's group
 //      (element-wise chains into reductions and contractions, transposes into index maps);
 //   3. stitching: a reduction joins a reduction or contraction group that produces its input when
@@ -23,7 +20,12 @@
 //      whose probabilities (through Casts) are the left operand of a MatMul joins its scores'
 //      group and that MatMul's at once when the three form an attention core (planner/
 //      attention.h: attention at any length, tiled by flash attention);
-//   4. packing: independent groups that read the same input (sibling projections) or are small
+//   4. states: after the rules above, a light group that reads a light producer's value element
+//      for element at its shape joins it while later groups read that value too (the value
+//      leaves as a side output: a recurrent cell's new state), if the cost function keeps the
+//      merge, and rule 1 runs again; every later merge must keep such a state read element for
+//      element, so that the group's tiles compute all of it;
+//   5. packing: independent groups that read the same input (sibling projections) or are small
 //      are packed into one launch.
 // Nodes merge, and groups pack, only under the same guards (core/graph.h): a launch runs one
 // branch of an If decided at run time, or none. A group depends on the groups producing its
@@ -78,7 +80,7 @@ FusionPlan fuse(const Graph& g, const FusionOptions& options = {});
 // One group per node: the unfused baseline.
 FusionPlan unfused(const Graph& g);
 
-// Rule 4 on its own: assigns launch ids to an ordered list of groups, packing independent siblings
+// Rule 5 on its own: assigns launch ids to an ordered list of groups, packing independent siblings
 // and small groups (never a group marked in `solo`). Used by fuse(), and again after selection
 // has split some groups. Launch ids are numbered so that running launches in increasing id order
 // runs every group after the groups it reads from (by dependency depth, then first appearance).

@@ -169,6 +169,7 @@ Graph every_op() {
   add_op(g, "ScatterND", {x, sidx, add_input(g, "upd", DType::kF32, {2, 7, 5})}, attrs({{"reduction", std::string("none")}}));
   add_op(g, "ScatterND", {x, sidx, add_input(g, "upd2", DType::kF32, {2, 7, 5})}, attrs({{"reduction", std::string("add")}}));
   add_op(g, "IfMerge", {add_input(g, "picks", DType::kBool, {}), x, add_op(g, "Neg", {x})}, {});
+  add_op(g, "RandomUniform", {}, attrs({{"shape", std::vector<int64_t>{3, 7, 5}}, {"key", int64_t{0x0123456789abcdef}}, {"word", int64_t{2}}}));
   return g;
 }
 

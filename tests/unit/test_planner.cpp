@@ -2,6 +2,7 @@
 // must find in a BERT layer, the cost model's penalties, and measured costs overriding modeled ones.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <random>
@@ -143,6 +144,82 @@ TEST(Fusion, NeverMergesAcrossACycle) {
   const int m = add_op(g, "MatMul", {b, random_constant(g, "w2", DType::kF32, {8, 8}, 2)});
   g.outputs().push_back(add_op(g, "Add", {a, add_op(g, "Relu", {m})}));
   expect_valid_partition(g, fuse(g));
+}
+
+// A light group that reads a light producer's value element for element joins it, the value
+// leaving as a side output for a later group (an LSTM step: h = o * tanh(c), c read by the next
+// step too); one whose path from the value is not element-wise at the value's shape (a shifting
+// Pad, a Slice and Concat, a Transpose), or whose merge would close a cycle, does not.
+TEST(Fusion, AStateReadElementForElementJoinsItsProducerAsASideOutput) {
+  enum class Reader { kElementwise, kShift, kSliceConcat, kTranspose, kCycle };
+  for (Reader reader : {Reader::kElementwise, Reader::kShift, Reader::kSliceConcat, Reader::kTranspose, Reader::kCycle}) {
+    Graph g;
+    const int x = add_input(g, "x", DType::kF32, {8, 16});
+    const int gate = add_input(g, "gate", DType::kF32, {8, 16});
+    const int c = add_op(g, "Tanh", {add_op(g, "Add", {x, gate})}, {}, "cell");
+    const int w = random_constant(g, "w", DType::kF32, {16, 16}, 4);
+    const int next = add_op(g, "MatMul", {c, w}, {}, "next_step");  // a later group reads c too
+    const int o = add_op(g, "Sigmoid", {gate});
+    int read = kNoValue;
+    if (reader == Reader::kElementwise) {
+      read = add_op(g, "Tanh", {c});
+    } else if (reader == Reader::kShift) {  // rows shifted down by one: row 7 of c is read by no tile
+      Attributes pad;
+      pad.set("pads", std::vector<int64_t>{1, 0, -1, 0});
+      pad.set("mode", std::string("constant"));
+      pad.set("value", 0.0f);
+      read = add_op(g, "Pad", {add_op(g, "Tanh", {c})}, pad);
+    } else if (reader == Reader::kSliceConcat) {  // rows 0-3 of c, then rows of o
+      Attributes cut;
+      cut.set("starts", std::vector<int64_t>{0, 0});
+      cut.set("ends", std::vector<int64_t>{4, 16});
+      cut.set("steps", std::vector<int64_t>{1, 1});
+      Attributes rest = cut;
+      rest.set("starts", std::vector<int64_t>{4, 0});
+      rest.set("ends", std::vector<int64_t>{8, 16});
+      Attributes cat;
+      cat.set("axis", int64_t{0});
+      read = add_op(g, "Concat", {add_op(g, "Slice", {add_op(g, "Tanh", {c})}, cut), add_op(g, "Slice", {o}, rest)}, cat);
+    } else if (reader == Reader::kTranspose) {
+      Attributes t;
+      t.set("perm", std::vector<int64_t>{1, 0});
+      const int square = add_op(g, "Slice", {c}, [] {
+        Attributes a;
+        a.set("starts", std::vector<int64_t>{0, 0});
+        a.set("ends", std::vector<int64_t>{8, 8});
+        a.set("steps", std::vector<int64_t>{1, 1});
+        return a;
+      }());
+      read = add_op(g, "Pad", {add_op(g, "Transpose", {square}, t)}, [] {
+        Attributes a;
+        a.set("pads", std::vector<int64_t>{0, 0, 0, 8});
+        a.set("mode", std::string("constant"));
+        a.set("value", 0.0f);
+        return a;
+      }());
+    } else {  // the reader also needs the later group's result: merging would put it on both sides
+      read = add_op(g, "Add", {c, next});
+    }
+    const int h = add_op(g, "Mul", {o, read}, {}, "state_out");
+    g.outputs().push_back(h);
+    g.outputs().push_back(next);
+    const FusionPlan plan = fuse(g);
+    expect_valid_partition(g, plan);
+    const auto group_of = [&](const std::string& name) {
+      for (size_t k = 0; k < plan.groups.size(); ++k) {
+        for (int n : plan.groups[k].nodes) {
+          if (g.nodes()[static_cast<size_t>(n)].name == name) return static_cast<int>(k);
+        }
+      }
+      return -1;
+    };
+    const bool joined = group_of("cell") == group_of("state_out");
+    EXPECT_EQ(joined, reader == Reader::kElementwise) << "reader " << static_cast<int>(reader);
+    if (joined) {
+      const auto& outs = plan.groups[static_cast<size_t>(group_of("cell"))].outputs;
+      EXPECT_NE(std::find(outs.begin(), outs.end(), c), outs.end()) << "the state leaves the merged group";
+    }
+  }
 }
 
 TEST(Tiling, CandidatesAreValidRankedAndDeterministic) {
