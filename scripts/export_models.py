@@ -60,7 +60,7 @@ SMALL_NAMES = ["bert", "vit", "swin_t", "resnet_small", "mobilenet_v2",
                "efficientnet_b0", "convnext_t", "nerf_mlp", "cnn_small", "unet_small", "bert_functions", "gated_block",
                "scan_recurrence", "recurrent_stack"]
 FULL_NAMES = ["bert", "vit", "swin_t", "resnet18", "resnet50", "mobilenet_v2",
-              "efficientnet_b0", "convnext_t", "nerf_mlp"]
+              "efficientnet_b0", "convnext_t", "nerf_mlp", "detector_416"]
 
 
 # --------------------------------------------------------------------------
@@ -231,6 +231,76 @@ class RecurrentStack(nn.Module):
         y, _ = self.gru(y)
         y, _ = self.rnn(y)
         return y
+
+
+def _conv_bn_silu(c1, c2, k=1, s=1):
+    return nn.Sequential(nn.Conv2d(c1, c2, k, s, k // 2, bias=False), nn.BatchNorm2d(c2), nn.SiLU())
+
+
+class _Bottleneck(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.a, self.b = _conv_bn_silu(c, c, 3), _conv_bn_silu(c, c, 3)
+
+    def forward(self, x):
+        return x + self.b(self.a(x))
+
+
+class _C2f(nn.Module):
+    """YOLOv8's cross-stage block: a 1x1 conv split in two, bottlenecks on one half, all concatenated."""
+
+    def __init__(self, c1, c2, n=1):
+        super().__init__()
+        self.c = c2 // 2
+        self.cv1, self.cv2 = _conv_bn_silu(c1, 2 * self.c), _conv_bn_silu((2 + n) * self.c, c2)
+        self.m = nn.ModuleList(_Bottleneck(self.c) for _ in range(n))
+
+    def forward(self, x):
+        y = list(self.cv1(x).chunk(2, 1))
+        for m in self.m:
+            y.append(m(y[-1]))
+        return self.cv2(torch.cat(y, 1))
+
+
+class _SPPF(nn.Module):
+    def __init__(self, c1, c2):
+        super().__init__()
+        c = c1 // 2
+        self.cv1, self.cv2, self.m = _conv_bn_silu(c1, c), _conv_bn_silu(c * 4, c2), nn.MaxPool2d(5, 1, 2)
+
+    def forward(self, x):
+        x = self.cv1(x)
+        y1 = self.m(x)
+        y2 = self.m(y1)
+        return self.cv2(torch.cat([x, y1, y2, self.m(y2)], 1))
+
+
+class Detector(nn.Module):
+    """A YOLOv8n-shaped detector (written here: backbone of C2f blocks and SPPF, an upsampling and
+    downsampling neck, three 84-channel heads flattened and concatenated; no NMS), the 416 x 416
+    detector issue 31's host-speed goal names."""
+
+    def __init__(self):
+        super().__init__()
+        self.b0 = nn.Sequential(_conv_bn_silu(3, 16, 3, 2), _conv_bn_silu(16, 32, 3, 2), _C2f(32, 32))
+        self.b1 = nn.Sequential(_conv_bn_silu(32, 64, 3, 2), _C2f(64, 64, 2))
+        self.b2 = nn.Sequential(_conv_bn_silu(64, 128, 3, 2), _C2f(128, 128, 2))
+        self.b3 = nn.Sequential(_conv_bn_silu(128, 256, 3, 2), _C2f(256, 256), _SPPF(256, 256))
+        self.up = nn.Upsample(scale_factor=2, mode="nearest")
+        self.n1, self.n2 = _C2f(384, 128), _C2f(192, 64)
+        self.d1, self.n3 = _conv_bn_silu(64, 64, 3, 2), _C2f(192, 128)
+        self.d2, self.n4 = _conv_bn_silu(128, 128, 3, 2), _C2f(384, 256)
+        self.heads = nn.ModuleList(nn.Sequential(_conv_bn_silu(c, 64, 3), nn.Conv2d(64, 84, 1)) for c in (64, 128, 256))
+
+    def forward(self, x):
+        p2 = self.b1(self.b0(x))
+        p3 = self.b2(p2)
+        p4 = self.b3(p3)
+        a = self.n1(torch.cat([self.up(p4), p3], 1))
+        b = self.n2(torch.cat([self.up(a), p2], 1))
+        c = self.n3(torch.cat([self.d1(b), a], 1))
+        d = self.n4(torch.cat([self.d2(c), p4], 1))
+        return torch.cat([h(t).flatten(2) for h, t in zip(self.heads, (b, c, d))], 2)
 
 
 class CnnSmall(nn.Module):
@@ -486,6 +556,12 @@ def build_recurrent_stack(size):
     return dict(model=RecurrentStack(32, 48, 32), inputs=(x,), input_names=["x"], output_names=["y"], dynamic_axes=None)
 
 
+def build_detector_416(size):
+    spec = _image_model(Detector(), 416)
+    spec["input_names"], spec["output_names"] = ["images"], ["preds"]
+    return spec
+
+
 def build_cnn_small(size):
     return _image_model(CnnSmall(num_classes=10), 16)
 
@@ -512,6 +588,7 @@ BUILDERS = {
     "gated_block": build_gated_block,
     "scan_recurrence": build_scan_recurrence,
     "recurrent_stack": build_recurrent_stack,
+    "detector_416": build_detector_416,
 }
 
 
