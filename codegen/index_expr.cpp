@@ -5,6 +5,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "core/integer.h"
 
 namespace fusetune::codegen {
 
@@ -35,10 +36,6 @@ int64_t wrap_add(int64_t a, int64_t b) { return static_cast<int64_t>(static_cast
 int64_t wrap_sub(int64_t a, int64_t b) { return static_cast<int64_t>(static_cast<uint64_t>(a) - static_cast<uint64_t>(b)); }
 int64_t wrap_mul(int64_t a, int64_t b) { return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b)); }
 bool divisible(int64_t a, int64_t b) { return b != 0 && !(b == -1 && a == INT64_MIN); }
-int64_t floor_div(int64_t a, int64_t b) {
-  const int64_t q = a / b;
-  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
-}
 
 }  // namespace
 

@@ -5,12 +5,11 @@
 #include <optional>
 
 #include "core/error.h"
+#include "core/integer.h"
 
 namespace fusetune::importer {
 
 namespace {
-
-int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
 // The node's shapes and attributes, checked, with the pads resolved and the output's extents.
 struct Geometry {

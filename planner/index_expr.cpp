@@ -4,15 +4,12 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/integer.h"
 
 namespace fusetune::planner {
 
 namespace {
 
-int64_t floor_div(int64_t a, int64_t b) {
-  const int64_t q = a / b;
-  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
-}
 
 int64_t floor_mod(int64_t a, int64_t b) { return a - floor_div(a, b) * b; }
 
