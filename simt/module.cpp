@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/kernel_text.h"
+#include "core/parallel.h"
 #include "core/sha256.h"
 #include "simt/prelude_text.h"
 
@@ -25,16 +27,60 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// Compiling (each unit to an object) and linking (the objects to one shared library).
+const char* const kCompileFlags = "-std=c++17 -O2 -g1 -fPIC -w";
+const char* const kLinkFlags = "-shared -fPIC";
+// A unit smaller than this would spend more on parsing the prelude and the system headers
+// than it saves by running beside the others.
+constexpr size_t kMinUnitBytes = 96 * 1024;
 
-const char* const kFlags = "-std=c++17 -O2 -g1 -shared -fPIC -w";
+// Runs `command`, its output into `log`; on failure throws the log's head naming `what`.
+void run_compiler(const std::string& command, const fs::path& log, const std::string& what) {
+  if (std::system((command + " > '" + log.string() + "' 2>&1").c_str()) == 0) return;
+  std::ifstream in(log);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  fail("host build of the CUDA text failed (", what, "): ", text.substr(0, 2000));
+}
+
+// 1-based line of offset `at` in `text`.
+size_t line_at(const std::string& text, size_t at) {
+  return 1 + static_cast<size_t>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at), '\n'));
+}
 
 }  // namespace
 
-std::string build_unit(const std::string& cuda_source) {
-  std::ostringstream unit;
-  unit << kDeviceApiText << "\n" << kPreludeText << "\n#line 1 \"kernels.cu\"\n" << cuda_source << "\n";
-  for (const KernelSignature& k : kernel_signatures(cuda_source)) unit << "FT_SIMT_ENTRY(" << k.name << ")\n";
-  return unit.str();
+std::vector<std::string> build_units(const std::string& cuda_source, size_t parts) {
+  // Each kernel's text runs from its `extern "C" __global__` line to the next kernel's.
+  const std::string marker = "extern \"C\" __global__";
+  std::vector<size_t> starts;
+  for (size_t at = cuda_source.find(marker); at != std::string::npos; at = cuda_source.find(marker, at + 1)) {
+    if (at == 0 || cuda_source[at - 1] == '\n') starts.push_back(at);
+  }
+  const std::vector<KernelSignature> kernels = kernel_signatures(cuda_source);
+  check(kernels.size() == starts.size(), "host build: ", kernels.size(), " kernel signatures but ", starts.size(),
+        " kernel definitions at line starts in the CUDA text");
+  const size_t head_end = starts.empty() ? cuda_source.size() : starts.front();
+  const size_t body = cuda_source.size() - head_end;
+  parts = std::max<size_t>(1, std::min({parts, starts.size(), body / kMinUnitBytes + 1}));
+  std::vector<std::string> units;
+  size_t k = 0;
+  for (size_t u = 0; u < parts; ++u) {
+    // Kernels in order, each unit taking them until it holds its share of the text.
+    const size_t first = k;
+    const size_t goal = head_end + body * (u + 1) / parts;
+    while (k < starts.size() && (k == first || u + 1 == parts || starts[k] < goal)) ++k;
+    std::ostringstream unit;
+    if (u == 0) unit << "#define FT_SIMT_FIRST_UNIT 1\n";
+    unit << kDeviceApiText << "\n" << kPreludeText << "\n#line 1 \"kernels.cu\"\n" << cuda_source.substr(0, head_end);
+    if (first < k) {
+      const size_t from = starts[first], to = k < starts.size() ? starts[k] : cuda_source.size();
+      unit << "\n#line " << line_at(cuda_source, from) << " \"kernels.cu\"\n" << cuda_source.substr(from, to - from) << "\n";
+    }
+    for (size_t i = first; i < k; ++i) unit << "FT_SIMT_ENTRY(" << kernels[i].name << ")\n";
+    units.push_back(unit.str());
+    if (k == starts.size()) break;
+  }
+  return units;
 }
 
 std::string default_compiler() { return std::getenv("CXX") ? std::getenv("CXX") : "c++"; }
@@ -56,8 +102,9 @@ std::string compiler_identity(const std::string& compiler) {
 
 std::string compile(const std::string& cuda_source, const std::string& compiler_arg) {
   const std::string compiler = compiler_arg.empty() ? default_compiler() : compiler_arg;
-  const std::string unit = build_unit(cuda_source);
-  const std::string digest = sha256_hex(unit + "\n// compiler: " + compiler_identity(compiler) + " " + kFlags);
+  // The library is the same however the text is divided: the key names the text, not the units.
+  const std::string digest = sha256_hex(std::string(kDeviceApiText) + kPreludeText + "\n// kernels.cu\n" + cuda_source +
+                                        "\n// compiler: " + compiler_identity(compiler) + " " + kCompileFlags + " " + kLinkFlags);
   const fs::path dir = cache_dir("host-kernels");
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -66,20 +113,31 @@ std::string compile(const std::string& cuda_source, const std::string& compiler_
   if (fs::exists(lib)) return lib.string();
   std::ostringstream tag_text;
   tag_text << ::getpid() << "_" << std::this_thread::get_id();
-  const std::string tag = tag_text.str();
-  const fs::path src = dir / (digest + "." + tag + ".cpp");
-  const fs::path tmp = dir / (digest + "." + tag + ".so");
-  const fs::path log = dir / (digest + "." + tag + ".log");
-  std::ofstream(src) << unit;
-  const std::string cmd = compiler + " " + kFlags + " -o '" + tmp.string() + "' '" + src.string() + "' > '" + log.string() + "' 2>&1";
-  if (std::system(cmd.c_str()) != 0) {
-    std::ifstream in(log);
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    fail("host build of the CUDA text failed (", compiler, ", unit kept at ", src.string(), "): ", text.substr(0, 2000));
+  const std::string stem = digest + "." + tag_text.str();
+  const std::vector<std::string> units = build_units(cuda_source, std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<fs::path> sources, objects;
+  for (size_t u = 0; u < units.size(); ++u) {
+    sources.push_back(dir / (stem + "." + std::to_string(u) + ".cpp"));
+    objects.push_back(dir / (stem + "." + std::to_string(u) + ".o"));
+    std::ofstream(sources.back()) << units[u];
   }
+  // The units compile side by side (a large bundle's text on every core), then link as one.
+  parallel_for(units.size(), [&](size_t u) {
+    run_compiler(compiler + " " + kCompileFlags + " -c -o '" + objects[u].string() + "' '" + sources[u].string() + "'",
+                 dir / (stem + "." + std::to_string(u) + ".log"),
+                 compiler + ", unit kept at " + sources[u].string());
+  }, static_cast<int>(units.size()));
+  const fs::path tmp = dir / (stem + ".so");
+  std::string link = compiler + " " + kLinkFlags + " -o '" + tmp.string() + "'";
+  for (const fs::path& o : objects) link += " '" + o.string() + "'";
+  run_compiler(link, dir / (stem + ".log"), compiler + " linking " + std::to_string(units.size()) + " units");
   fs::rename(tmp, lib, ec);  // atomic publish; a concurrent identical build is as good
-  fs::remove(src, ec);
-  fs::remove(log, ec);
+  for (size_t u = 0; u < units.size(); ++u) {
+    fs::remove(sources[u], ec);
+    fs::remove(objects[u], ec);
+    fs::remove(dir / (stem + "." + std::to_string(u) + ".log"), ec);
+  }
+  fs::remove(dir / (stem + ".log"), ec);
   return lib.string();
 }
 

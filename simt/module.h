@@ -1,13 +1,19 @@
 // Host builds of the CUDA text: the module the SIMT executor (simt/executor.h) runs.
 //
-// build_unit takes the CUDA text exactly as codegen/emit.h prints it (and as plan bundles and
-// tasks store it) and returns the translation unit the host compiler builds: simt/device_api.h,
-// simt/prelude.h, `#line 1 "kernels.cu"`, the text unchanged, and one FT_SIMT_ENTRY per kernel, so
-// that the lines the executor reports are lines of the shipped kernels.cu. compile() builds it
-// once into a cache directory keyed by the unit's SHA-256 and the compiler's identity (its
-// version too: an upgraded compiler builds anew) (-O2 -g1: the line table, for reports). Module loads the result, binds the executor's table and finds each
+// build_units takes the CUDA text exactly as codegen/emit.h prints it (and as plan bundles and
+// tasks store it) and returns the translation units the host compiler builds, at most `parts`
+// (fewer where the text is small: a unit of under ~96 KB of kernels would not pay for parsing the
+// headers): each holds simt/device_api.h, simt/prelude.h, the text's head (what precedes its first
+// kernel) under `#line 1 "kernels.cu"`, a run of consecutive kernels under `#line` directives
+// giving their lines in kernels.cu (so that the lines the executor reports are lines of the
+// shipped kernels.cu), and one FT_SIMT_ENTRY per kernel it holds; the first also holds the
+// executor's table (FT_SIMT_FIRST_UNIT). compile() builds them side by side, one per core, and
+// links one shared library, once, into a cache directory keyed by the SHA-256 of the text and the
+// compiler's identity (its version too: an upgraded compiler builds anew) (-O2 -g1: the line
+// table, for reports). Module loads the result, binds the executor's table and finds each
 // kernel's entry; its parameters (names, element types, const or not) come from the kernel's
-// signature in the text (core/kernel_text.h). Errors (a compiler failure with its message, a kernel missing) throw Error.
+// signature in the text (core/kernel_text.h). Errors (a compiler failure with its message, a
+// kernel missing) throw Error.
 #pragma once
 
 #include <string>
@@ -17,7 +23,7 @@
 
 namespace fusetune::simt {
 
-std::string build_unit(const std::string& cuda_source);
+std::vector<std::string> build_units(const std::string& cuda_source, size_t parts);
 
 // The compiler host builds use by default ($CXX, else c++).
 std::string default_compiler();

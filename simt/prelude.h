@@ -22,8 +22,10 @@
 //   operands' core-matrix rows through the executor (in flight until the wait) and computes each
 //   lane's accumulators into values the executor keeps; ft_wgmma_commit and ft_wgmma_wait hand
 //   its groups to the executor, which lands the results in the registers at the wait.
-// The build (simt/module.cpp) compiles: simt/device_api.h, this file, `#line 1 "kernels.cu"`, the
-// CUDA text, and one FT_SIMT_ENTRY(NAME) per kernel.
+// The build (simt/module.cpp) compiles, in one or more translation units: simt/device_api.h, this
+// file, the CUDA text's head (what precedes its first kernel) and a run of its kernels, each under
+// `#line` directives naming its lines in kernels.cu, and one FT_SIMT_ENTRY(NAME) per kernel of the
+// unit.
 #ifndef FUSETUNE_SIMT_DEVICE_API_H
 #include "simt/device_api.h"
 #endif
@@ -46,9 +48,13 @@
 #define __launch_bounds__(n)
 #define __align__(n) alignas(n)
 
-static const ft_simt_api* ft_simt_api_ = nullptr;
-
+// One table per shared library, however many translation units it was built from
+// (simt/module.cpp): the unit that defines FT_SIMT_FIRST_UNIT holds it and its binder.
+extern "C" __attribute__((visibility("hidden"))) const ft_simt_api* ft_simt_api_;
+#ifdef FT_SIMT_FIRST_UNIT
+const ft_simt_api* ft_simt_api_ = nullptr;
 extern "C" void ft_simt_bind(const ft_simt_api* api) { ft_simt_api_ = api; }
+#endif
 
 struct ft_dim3 {
   unsigned x, y, z;

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <numeric>
 #include <random>
+#include <thread>
 
 #include "backend/nvrtc.h"
 #include "codegen/emit.h"
@@ -496,6 +497,49 @@ TEST(SimtModule, ParametersComeFromTheSignatureAndBuildErrorsNameTheCompiler) {
     EXPECT_NE(std::string(e.what()).find("kernels.cu:"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("undeclared"), std::string::npos) << e.what();
   }
+}
+
+
+// A text too large for one unit is built in several, side by side: every kernel in exactly one,
+// the executor's table in the first only, and the lines reported are still those of kernels.cu.
+TEST(SimtModule, ALargeTextBuildsInSeveralUnitsThatKeepItsKernelsAndLines) {
+  std::string kernels;
+  const int count = 6;
+  for (int i = 0; i < count; ++i) {
+    kernels += "// kernel " + std::to_string(i) + ", padded to 60 KB of text\n";
+    for (int line = 0; line < 1000; ++line) kernels += "// ..........................................................\n";
+    kernels += "extern \"C\" __global__ void __launch_bounds__(64) k" + std::to_string(i) +
+               "(FT_GLOBAL(const float) x, FT_GLOBAL(float) out) {\n"
+               "  FT_SHARED_MEMORY;\n"
+               "  FT_SHARED(float, s, 0, 64);\n"
+               "  const int t = threadIdx.x;\n"
+               "  s[t] = x[t] + " + std::to_string(i) + ".0f;\n" +
+               (i + 1 == count ? "" : "  __syncthreads();\n") +
+               "  out[t] = s[(t + 1) % 64]; // read in k" + std::to_string(i) + "\n}\n";
+  }
+  const std::string text = cuda(kernels);
+  const std::vector<std::string> units = simt::build_units(text, 4);
+  ASSERT_EQ(units.size(), 4u);
+  for (int i = 0; i < count; ++i) {
+    const std::string entry = "FT_SIMT_ENTRY(k" + std::to_string(i) + ")";
+    EXPECT_EQ(std::count_if(units.begin(), units.end(), [&](const std::string& u) { return u.find(entry) != std::string::npos; }), 1)
+        << entry;
+  }
+  for (size_t u = 0; u < units.size(); ++u) EXPECT_EQ(units[u].find("#define FT_SIMT_FIRST_UNIT") == 0, u == 0) << "unit " << u;
+  EXPECT_EQ(simt::build_units(text, 1).size(), 1u);
+
+  // Built as this machine builds it (a unit per core, up to 4 here): the last kernel runs from
+  // its unit, and its race is reported at its line in kernels.cu.
+  if (std::thread::hardware_concurrency() < 2) std::printf("NOTE: one core: the module below is built as one unit\n");
+  simt::Module m(text);
+  Aligned x(64), out(64);
+  std::iota(x.data, x.data + 64, 0.0f);
+  const simt::LaunchResult first = simt::launch(m.kernel("k0"), {x.data, out.data}, {256, 256}, {1, 64, 256}, {});
+  EXPECT_EQ(first.finding_count, 0u) << all(first);
+  for (int t = 0; t < 64; ++t) EXPECT_EQ(out.data[t], static_cast<float>((t + 1) % 64)) << t;
+  const simt::LaunchResult last = simt::launch(m.kernel("k5"), {x.data, out.data}, {256, 256}, {1, 64, 256}, {});
+  const int line = simt_line_of(kernels, "out[t] = s[(t + 1) % 64]; // read in k5");
+  EXPECT_NE(all(last).find("kernels.cu:" + std::to_string(line)), std::string::npos) << "line " << line << "\n" << all(last);
 }
 
 }  // namespace
