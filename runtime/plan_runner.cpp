@@ -84,6 +84,7 @@ struct PlanRunner::State {
     std::unique_ptr<backend::Sequence> sequence;
   };
   std::vector<Segment> segments;  // after the buffers: their sequences hold them bound
+  std::vector<backend::Step> steps;  // every launch in order, for time_launches
 
   void bind(backend::Buffer* b, void* address) {
     for (Segment& seg : segments) seg.sequence->bind(b, address);
@@ -164,6 +165,7 @@ PlanRunner::PlanRunner(const Bundle& bundle, backend::Backend& backend) : s_(std
         s_->conditions.insert(id);
       }
       if (when != parts.back().first) parts.push_back({when, {}});
+      s_->steps.push_back(step);
       parts.back().second.push_back(std::move(step));
       ++s_->launches;
     }
@@ -305,6 +307,12 @@ std::vector<double> PlanRunner::time_runs(int n) {
     us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
   }
   return us;
+}
+
+std::vector<PlanRunner::LaunchTime> PlanRunner::time_launches(const backend::TimingPolicy& policy) {
+  std::vector<LaunchTime> times;
+  for (const backend::Step& step : s_->steps) times.push_back({step.kernel, s_->module->time(step.kernel, step.args, policy)});
+  return times;
 }
 
 std::map<std::string, simt::Counters> PlanRunner::counters() const { return s_->module->counters(); }

@@ -77,6 +77,15 @@ class PlanRunner {
   // (backend::Sequence::time_runs: device events on a GPU, the steady clock on the host; the
   // steady clock around each run for a plan whose branches are decided at run time).
   std::vector<double> time_runs(int n);
+  // After a run(): each launch timed alone, in launch order, on the last run's memory
+  // (backend::Module::time under `policy`: device events and, with flush_l2, the L2 flushed before
+  // each timed run on a GPU; the steady clock on the host). A launch an If's condition guards is
+  // timed whether or not its condition held (its buffers exist either way).
+  struct LaunchTime {
+    std::string kernel;
+    backend::Timing timing;
+  };
+  std::vector<LaunchTime> time_launches(const backend::TimingPolicy& policy);
   // What each kernel did to memory over the runs so far (counted on the host backend; empty on
   // a GPU), by kernel name.
   std::map<std::string, simt::Counters> counters() const;

@@ -67,6 +67,46 @@ Ran run_model(const fs::path& model, const std::vector<std::string>& input_names
   return r;
 }
 
+// Each launch timed alone beside the cost model's time for its groups (the manifest's
+// modeled_us, summed over a packed launch's parts), slowest first, and the sums: where a plan's
+// time goes and how far the model was from it. Measured and modeled stay in their own columns.
+void print_launch_times(runtime::PlanRunner& runner, const nlohmann::json& manifest, bool host) {
+  backend::TimingPolicy policy;  // a warm-up, then 5 to 200 runs within 10 ms, the L2 flushed before each
+  const std::vector<runtime::PlanRunner::LaunchTime> times = runner.time_launches(policy);
+  const nlohmann::json& launches = manifest.at("launches");
+  check(launches.size() == times.size(), "per-kernel: ", times.size(), " launches timed, the manifest has ", launches.size());
+  struct Row {
+    size_t launch;
+    std::string kernel, pattern, config;
+    double measured, modeled;
+  };
+  std::vector<Row> rows;
+  double measured = 0, modeled = 0;
+  for (size_t i = 0; i < times.size(); ++i) {
+    Row row{i, times[i].kernel, "", "", times[i].timing.median_us, 0};
+    for (const nlohmann::json& gr : launches[i].value("groups", nlohmann::json::array())) {
+      row.pattern += (row.pattern.empty() ? "" : " | ") + gr.value("pattern", std::string("?"));
+      row.config += (row.config.empty() ? "" : " | ") + gr.value("config", std::string("?"));
+      row.modeled += gr.value("modeled_us", 0.0);
+    }
+    measured += row.measured;
+    modeled += row.modeled;
+    rows.push_back(std::move(row));
+  }
+  std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.measured > b.measured; });
+  std::printf("per kernel, slowest first: each launch alone, measured (median of %s), beside the plan's modeled time\n",
+              host ? "steady-clock runs on the host executor" : "device-event runs, the L2 flushed before each");
+  std::printf("| launch | kernel | groups | configuration | measured us | modeled us | measured / modeled |\n");
+  std::printf("|---:|---|---|---|---:|---:|---:|\n");
+  for (const Row& row : rows) {
+    char ratio[32] = "-";
+    if (row.modeled > 0) std::snprintf(ratio, sizeof ratio, "%.2f", row.measured / row.modeled);
+    std::printf("| %zu | %s | %s | `%s` | %.2f | %.2f | %s |\n", row.launch, row.kernel.c_str(), row.pattern.c_str(),
+                row.config.c_str(), row.measured, row.modeled, ratio);
+  }
+  std::printf("sum of the %zu launches alone: %.1f us measured; %.1f us modeled\n", rows.size(), measured, modeled);
+}
+
 Ran run_bundle(const fs::path& dir, const importer::TestData& data, const Args& args) {
   std::string why;
   // On the host: every check on, the counters off (`run` reports outputs; `profile` counts what
@@ -104,6 +144,7 @@ Ran run_bundle(const fs::path& dir, const importer::TestData& data, const Args& 
                 : be->name() == "host" ? "steady clock around each run on the host executor"
                                        : "device events around each run's launches, L2 not flushed");
   }
+  if (args.has("per-kernel")) print_launch_times(runner, nlohmann::json::parse(bundle.manifest), be->name() == "host");
   return r;
 }
 
@@ -119,6 +160,8 @@ int cmd_run(const std::vector<std::string>& argv) {
   const bool bundle = fs::is_directory(target, ec) && fs::exists(target / "manifest.json", ec);
   if (fs::is_directory(target, ec) && !bundle) fail(target.string(), ": a directory without manifest.json is not a plan bundle");
   check(bundle || !args.has("repeat"), "--repeat times a plan bundle; ", target.string(), " is a model (fusetune compile it first)");
+  check(bundle || !args.has("per-kernel"), "--per-kernel times a plan bundle's launches; ", target.string(),
+        " is a model (fusetune compile it first)");
   // A model's inputs first: one that is not a tensor is refused before its file is read as one.
   const std::vector<std::string> input_names = bundle ? std::vector<std::string>{} : importer::model_input_names(target);
   const importer::TestData data = importer::load_test_data(data_dir);
