@@ -1048,11 +1048,14 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
                            static_cast<double>(wgmma_flops * c.tiles) / (d.fp16_tensor_tflops * 1e6) +
                            static_cast<double>(imma_flops * c.tiles) / (kImmaPerFp16Mma * d.mma_sync_fp16_tflops * 1e6);
   const double special_us = static_cast<double>(tile_special * c.tiles) / d.special_ops_per_us();
-  // Each SM issues from four schedulers, each from its own warps (every NVIDIA SM since Volta):
-  // with fewer warps resident on an SM than that, the rest of its issue slots and pipes idle.
+  // Each SM issues from four schedulers, each from its own warps (every NVIDIA SM since Volta),
+  // and a scheduler needs two warps to cover one's dependent latencies with the other's work:
+  // with fewer than eight warps resident on an SM, the rest of its issue slots and pipes idle
+  // (measured on an H200: mma.sync candidates 1.45x slower at 2 warps an SM than at 8, 1.14x at
+  // 4, the same at 16; bench/model_vs_measured).
   const double resident_warps = static_cast<double>(std::min<int64_t>(bps, ceil_div(blocks, static_cast<int64_t>(d.sms))) *
                                                     (cfg.threads / d.warp_size));
-  const double issuing = std::min(1.0, resident_warps / kWarpSchedulersPerSm);
+  const double issuing = std::min(1.0, resident_warps / (2 * kWarpSchedulersPerSm));
   const double compute_us = std::max({issue_us, tensor_us, special_us}) / issuing;
   c.issue_us = issue_us;
   // Little's law: the resident blocks' bytes in flight sustain at most in_flight x blocks per
@@ -1075,7 +1078,8 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   }
   const double throughput_us = std::max({dram_us, l2_us, compute_us}) / c.efficiency;
   c.latency_bound = latency_us > throughput_us;
-  c.modeled_us = std::max(throughput_us, latency_us) + split_sum_us + opt.launch_overhead_us;
+  c.modeled_us = std::max(throughput_us, latency_us) + static_cast<double>(per_sm) * kBlockCostNs / 1e3 + split_sum_us +
+                 opt.launch_overhead_us;
   c.flops = (tile_flops + tensor_flops + tf32_flops + wgmma_flops + imma_flops) * c.tiles;
   c.tiles = blocks;
   c.valid = true;

@@ -200,8 +200,15 @@ inline int64_t mma_pitch_b(DType t, int64_t count) {
 }
 
 // Warp schedulers per SM (four sub-partitions on every NVIDIA SM since Volta): an SM with fewer
-// resident warps leaves issue slots idle, which the cost model charges.
+// than two resident warps per scheduler leaves issue slots idle, which the cost model charges.
 inline constexpr int kWarpSchedulersPerSm = 4;
+
+// What each thread block costs its SM beyond its work: blocks start and retire at a bounded rate.
+// Measured on an H200 (2026-12-04, bench/model_vs_measured over BERT float16's tune): 485
+// element-wise candidates, each launched alone, took 3.6 us + 1.18 ns a block of the grid
+// whatever their threads (32 to 512; rms 0.8 us), 156 ns a block on each of its 132 SMs. The cost
+// model charges the busiest SM's blocks that much each (other GPUs alike until measured).
+inline constexpr double kBlockCostNs = 156;
 
 // The rows of statistics a normalization (Softmax, LogSoftmax, LayerNormalization) keeps for one
 // region of its value: the region with the normalized axes dropped (the axis for Softmax, every

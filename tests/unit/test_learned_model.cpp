@@ -101,11 +101,14 @@ TEST(LearnedModel, TooLittleDataLeavesTheAnalyticModelInCharge) {
 TEST(LearnedModel, UpdatesAddTreesToWhatItLearnedAndTheSameDataAddsNone) {
   const auto all = spaces();
   ASSERT_GE(all.size(), 4u);
-  // Round k's data: each of the first three groups with its first 12 + 2k candidates measured.
+  // Round k's data: each of the first three groups with 12 + 2k of its candidates measured, spread
+  // over its space (the analytic model's first ones can all share a thread count or a tile).
   auto round = [&](size_t k) {
     std::vector<MeasuredGroup> data;
     for (size_t g = 0; g < 3; ++g) {
-      std::vector<planner::Candidate> some(all[g].begin(), all[g].begin() + static_cast<std::ptrdiff_t>(std::min(all[g].size(), 12 + 2 * k)));
+      const size_t n = std::min(all[g].size(), 12 + 2 * k);
+      std::vector<planner::Candidate> some;
+      for (size_t i = 0; i < n; ++i) some.push_back(all[g][i * all[g].size() / n]);
       data.push_back(measured(some, 1.0 + static_cast<double>(g)));
     }
     return data;
