@@ -5,12 +5,13 @@
 //   model_vs_measured DB --device NAME [--constant-bytes N] [--csv FILE]
 //
 // For every task the database keeps (its group as a standalone sub-graph, proto/wire.h), the
-// planner's whole space of generated candidates on --device (evaluate_tile, as the job planner
+// planner's whole space of candidates on --device (evaluate_tile, as the job planner
 // ranks them; --constant-bytes: the model's weights, which decide whether they stream from DRAM,
 // as a model over half the L2 does; default: the sub-graph's own) is joined by configuration with
-// the measurements of that signature (status ok; the median of each; library calls left out: the
-// planner does not model them here). It prints, per form (SIMT, mma.sync, wgmma; split-K, staged
-// rings and GEMV are configurations of these), the measured / modeled ratio's quartiles, and per
+// the measurements of that signature (status ok; the median of each; library calls too, each
+// algorithm a candidate as the planner lists them). It prints, per form (SIMT, mma.sync, wgmma;
+// split-K, staged rings and GEMV are configurations of these; cuBLASLt, cuDNN), the measured /
+// modeled ratio's quartiles, and per
 // group with 3 or more joined candidates Spearman's rank correlation of modeled against measured
 // and the regret of the model's pick among the measured ones (its measured time over the best
 // measured - 1). Times are measured or modeled, each in its own column; nothing is mixed.
@@ -45,7 +46,9 @@ struct Row {
   int threads = 0;
 };
 
-std::string form_of(const planner::TileConfig& c) { return c.wgmma ? "wgmma" : c.mma ? "mma.sync" : "SIMT"; }
+std::string form_of(const planner::TileConfig& c) {
+  return !c.library.empty() ? c.library : c.wgmma ? "wgmma" : c.mma ? "mma.sync" : "SIMT";
+}
 
 // Ranks (1-based, ties averaged) of `v`.
 std::vector<double> ranks(const std::vector<double>& v) {
@@ -162,7 +165,6 @@ int main(int argc, char** argv) {
       for (planner::Candidate& cand : planner::tile_candidates(g, all, device, opt)) space.emplace(cand.config.str(), cand);
       std::vector<double> meas, model;
       for (const auto& [config, times] : m->second) {
-        if (!planner::config_library(config).empty()) continue;
         auto s = space.find(config);
         if (s == space.end() || !s->second.cost.valid) {
           ++unjoined;
@@ -182,11 +184,11 @@ int main(int argc, char** argv) {
       }
     });
 
-    std::printf("%s on %s: %zu tasks, %zu measured generated candidates joined with the model (%zu not in its space)\n\n",
+    std::printf("%s on %s: %zu tasks, %zu measured candidates joined with the model (%zu not in its space)\n\n",
                 db_path.c_str(), device.name.c_str(), tasks, rows.size(), unjoined);
     std::printf("| form | candidates | measured / modeled: 25%% | median | 75%% | measured us, median | modeled us, median |\n");
     std::printf("|---|---:|---:|---:|---:|---:|---:|\n");
-    for (const std::string form : {"SIMT", "mma.sync", "wgmma"}) {
+    for (const std::string form : {"SIMT", "mma.sync", "wgmma", "cublasLt", "cudnn"}) {
       std::vector<double> ratio, ms, md;
       for (const Row& r : rows) {
         if (r.form != form) continue;
