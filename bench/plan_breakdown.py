@@ -7,8 +7,11 @@ For every launch of the plan bundle (manifest.json) it looks up, in the search d
 wrote, the measured median of the group's chosen configuration on that device (the worker's
 timing: each kernel alone, the L2 flushed before each run), and prints a table by (leading op,
 generated or library): launches, measured microseconds, modeled microseconds (the cost model's,
-from the manifest) and their ratio, then the N slowest distinct groups. Measured and modeled stay
-in separate columns. A group the database has no measurement for is counted as "unmeasured".
+from the manifest) and their ratio, then the N slowest distinct groups, then every group of the
+plan for which the tune measured both a library call and generated kernels: the best of each and
+the generated kernel's speed as a share of the library's (issue 27 asks 70% of cuBLASLt). Measured
+and modeled stay in separate columns. A group the database has no measurement for is counted as
+"unmeasured".
 """
 import argparse
 import collections
@@ -53,7 +56,35 @@ def main():
     print("|---|---:|---:|---:|")
     for (pattern, config), (n, measured, modeled) in sorted(by_group.items(), key=lambda kv: -kv[1][1])[:a.top]:
         print(f"| {pattern}, `{config}` | {n} | {measured / n:.1f} | {modeled / n:.1f} |")
+    library_against_generated(db, manifest)
     return 0
+
+
+def library_against_generated(db, manifest):
+    """The best measured generated kernel against the best measured library call, per group."""
+    patterns = {}
+    for launch in manifest["launches"]:
+        for g in launch["groups"]:
+            patterns.setdefault(g["signature"], g["pattern"])
+    rows = []
+    for signature, pattern in patterns.items():
+        best = {}
+        for config, us in db.execute("SELECT config, min(median_us) FROM measurements WHERE signature = ? AND status = 'ok' "
+                                     "AND repeats > 0 GROUP BY config", (signature,)):
+            form = "library" if config.startswith("library=") else "generated"
+            if form not in best or us < best[form][1]:
+                best[form] = (config, us)
+        if len(best) == 2:
+            rows.append((pattern, signature, best["generated"], best["library"]))
+    if not rows:
+        return
+    shares = [lib[1] / gen[1] for _, _, gen, lib in rows]
+    print(f"\n{len(rows)} groups measured both ways: the generated kernel at {100 * min(shares):.0f}% to "
+          f"{100 * max(shares):.0f}% of the library's speed (library us / generated us)")
+    print("\n| group (pattern, signature) | best generated | us | best library | us | generated's share of the library's speed |")
+    print("|---|---|---:|---|---:|---:|")
+    for pattern, signature, gen, lib in sorted(rows, key=lambda r: r[3][1] / r[2][1]):
+        print(f"| {pattern}, {signature[3:11]} | `{gen[0]}` | {gen[1]:.1f} | `{lib[0]}` | {lib[1]:.1f} | {100 * lib[1] / gen[1]:.0f}% |")
 
 
 if __name__ == "__main__":
