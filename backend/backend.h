@@ -183,5 +183,9 @@ class Backend {
 // cores), every launch under the executor's checks (a finding throws simt::CheckFailed) and
 // counters (Module::counters) unless `options` turns them off; timed runs go without either.
 std::unique_ptr<Backend> make_host_backend(const std::string& compiler = "", const simt::Options& options = {});
+// The host backend plans run on (`fusetune run`, the deployment runtime's plugin): every check
+// on, the counters off (counting doubles a run's time: a 416x416 detector's plan ran in 80 s where
+// it took 177 s counting; `fusetune profile` counts).
+std::unique_ptr<Backend> make_plan_host_backend();
 
 }  // namespace fusetune::backend

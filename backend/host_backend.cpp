@@ -268,4 +268,10 @@ std::unique_ptr<Backend> make_host_backend(const std::string& compiler, const si
   return std::make_unique<HostBackend>(compiler, options);
 }
 
+std::unique_ptr<Backend> make_plan_host_backend() {
+  simt::Options checked;
+  checked.counters = false;
+  return make_host_backend("", checked);
+}
+
 }  // namespace fusetune::backend

@@ -154,10 +154,7 @@ int main(int argc, char** argv) {
       }
       ++tasks;
       const Graph g = wire::from_subgraph(task.graph());
-      planner::FusionGroup all;
-      all.nodes.resize(g.nodes().size());
-      std::iota(all.nodes.begin(), all.nodes.end(), 0);
-      planner::describe_group(g, all);
+      const planner::FusionGroup all = planner::whole_graph_group(g);
       planner::TilingOptions opt;
       opt.top_k = 1 << 20;  // the whole space
       opt.constant_bytes = constant_bytes;

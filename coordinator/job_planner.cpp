@@ -8,7 +8,6 @@
 #include <functional>
 #include <iomanip>
 #include <nlohmann/json.hpp>
-#include <numeric>
 #include <set>
 #include <sstream>
 
@@ -213,9 +212,7 @@ struct Standalone {
 
 Standalone standalone(const wire::Subgraph& sub) {
   Standalone s{wire::from_subgraph(sub), {}};
-  s.all.nodes.resize(s.graph.nodes().size());
-  std::iota(s.all.nodes.begin(), s.all.nodes.end(), 0);
-  planner::describe_group(s.graph, s.all);
+  s.all = planner::whole_graph_group(s.graph);
   return s;
 }
 

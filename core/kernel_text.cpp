@@ -33,6 +33,7 @@ std::vector<KernelSignature> kernel_signatures(const std::string& cuda_source) {
     check(open != std::string::npos, "kernel text: a kernel signature without parameters");
     KernelSignature k;
     k.name = cuda_source.substr(i, open - i);
+    k.offset = at;
     // The parameter list up to its closing parenthesis, split at top-level commas.
     int depth = 0;
     std::string param;

@@ -3,7 +3,7 @@
 // for its predecessor's grid.
 //
 // Takes the text exactly as printed. kernel_signatures returns the kernels it defines, in order:
-// names, and per parameter its name, C type, element size, whether it is written (FT_GLOBAL(T)
+// names, where each definition begins, and per parameter its name, C type, element size, whether it is written (FT_GLOBAL(T)
 // without const) and, for an FT_SCRATCH(T, N) parameter, the N elements of scratch the launcher
 // binds. waits_for_predecessor says whether a kernel's body begins with FT_GRID_DEPENDENCY(), so
 // that it may be launched to overlap its predecessor. The SIMT executor's host builds
@@ -28,6 +28,7 @@ struct KernelParam {
 
 struct KernelSignature {
   std::string name;
+  size_t offset = 0;  // where its definition (`extern "C" __global__ void`) begins in the text
   std::vector<KernelParam> params;
 };
 

@@ -460,6 +460,14 @@ void describe_group(const Graph& g, FusionGroup& group) {
   }
 }
 
+FusionGroup whole_graph_group(const Graph& g) {
+  FusionGroup all;
+  all.nodes.resize(g.nodes().size());
+  std::iota(all.nodes.begin(), all.nodes.end(), 0);
+  describe_group(g, all);
+  return all;
+}
+
 std::vector<int> group_reads(const FusionGroup& group) {
   std::vector<int> out = group.inputs;
   for (const Guard& gd : group.guards) out.push_back(gd.cond);

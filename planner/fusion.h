@@ -89,4 +89,8 @@ void pack_launches(const Graph& g, FusionPlan& plan, const FusionOptions& option
 // Fills inputs/outputs/pattern of a group from its nodes.
 void describe_group(const Graph& g, FusionGroup& group);
 
+// The group of every node of `g`, described: a group's standalone sub-graph (proto/wire.h
+// from_subgraph) as the job planner lowers its candidates.
+FusionGroup whole_graph_group(const Graph& g);
+
 }  // namespace fusetune::planner

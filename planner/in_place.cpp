@@ -121,15 +121,14 @@ std::vector<Candidate> in_place_candidates(const Graph& g, const FusionGroup& gr
       // A thread's elements are rounds of one DRAM latency each (its tuple's index, then the
       // store that needs it), the blocks an SM holds at once running theirs together; the first
       // round of every kernel is in the launch overhead (as planner/tiling.h charges it). Beyond
-      // them the bytes stream at the device's bandwidth; each block costs its SM kBlockCostNs.
+      // them the bytes stream at the device's bandwidth; each block costs its SM kBlockCostNs (block_cost_us).
       const int64_t waves = (c.tiles + static_cast<int64_t>(d.sms) * c.blocks_per_sm - 1) /
                             (static_cast<int64_t>(d.sms) * c.blocks_per_sm);
       const double latency_us = static_cast<double>(waves * per - 1) * d.dram_latency_ns / 1e3;
       const double dram_us = static_cast<double>(dram) / (d.dram_bandwidth_gbps * 1e3);
       c.issue_us = static_cast<double>(flops) / (d.fp32_tflops * 1e6);
       c.latency_bound = latency_us > std::max(dram_us, c.issue_us);
-      const double blocks_us = static_cast<double>((c.tiles + d.sms - 1) / d.sms) * kBlockCostNs / 1e3;  // planner/tiling.h
-      c.modeled_us = std::max({dram_us, c.issue_us, latency_us}) + blocks_us + opt.launch_overhead_us;
+      c.modeled_us = std::max({dram_us, c.issue_us, latency_us}) + block_cost_us(c.tiles, d) + opt.launch_overhead_us;
       c.valid = true;
       out_candidates.push_back({cfg, c});
     }

@@ -10,7 +10,6 @@ namespace fusetune::planner {
 
 namespace {
 
-
 int64_t floor_mod(int64_t a, int64_t b) { return a - floor_div(a, b) * b; }
 
 }  // namespace

@@ -1078,8 +1078,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   }
   const double throughput_us = std::max({dram_us, l2_us, compute_us}) / c.efficiency;
   c.latency_bound = latency_us > throughput_us;
-  c.modeled_us = std::max(throughput_us, latency_us) + static_cast<double>(per_sm) * kBlockCostNs / 1e3 + split_sum_us +
-                 opt.launch_overhead_us;
+  c.modeled_us = std::max(throughput_us, latency_us) + block_cost_us(blocks, d) + split_sum_us + opt.launch_overhead_us;
   c.flops = (tile_flops + tensor_flops + tf32_flops + wgmma_flops + imma_flops) * c.tiles;
   c.tiles = blocks;
   c.valid = true;

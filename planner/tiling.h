@@ -95,6 +95,7 @@
 #include <vector>
 
 #include "core/graph.h"
+#include "core/integer.h"
 #include "planner/device.h"
 #include "planner/fusion.h"
 #include "planner/index_expr.h"
@@ -209,6 +210,10 @@ inline constexpr int kWarpSchedulersPerSm = 4;
 // whatever their threads (32 to 512; rms 0.8 us), 156 ns a block on each of its 132 SMs. The cost
 // model charges the busiest SM's blocks that much each (other GPUs alike until measured).
 inline constexpr double kBlockCostNs = 156;
+// That cost for a grid of `blocks` on `d`: the busiest SM's share of them, kBlockCostNs each.
+inline double block_cost_us(int64_t blocks, const Device& d) {
+  return static_cast<double>(ceil_div(blocks, static_cast<int64_t>(d.sms))) * kBlockCostNs / 1e3;
+}
 
 // The rows of statistics a normalization (Softmax, LogSoftmax, LayerNormalization) keeps for one
 // region of its value: the region with the normalized axes dropped (the axis for Softmax, every

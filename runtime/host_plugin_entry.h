@@ -1,6 +1,6 @@
 // What the host backend's plugin (runtime/host_plugin.h) and the library that loads it agree on:
 // the plugin's file name and its one entry point, which returns a new host backend
-// (backend::make_host_backend with its defaults) that the caller owns. The entry point's name
+// (backend::make_plan_host_backend: every check on, the counters off) that the caller owns. The entry point's name
 // carries the build's version, so a plugin of another build is not taken for this one's.
 #pragma once
 

@@ -50,15 +50,10 @@ size_t line_at(const std::string& text, size_t at) {
 }  // namespace
 
 std::vector<std::string> build_units(const std::string& cuda_source, size_t parts) {
-  // Each kernel's text runs from its `extern "C" __global__` line to the next kernel's.
-  const std::string marker = "extern \"C\" __global__";
-  std::vector<size_t> starts;
-  for (size_t at = cuda_source.find(marker); at != std::string::npos; at = cuda_source.find(marker, at + 1)) {
-    if (at == 0 || cuda_source[at - 1] == '\n') starts.push_back(at);
-  }
+  // Each kernel's text runs from its definition to the next kernel's.
   const std::vector<KernelSignature> kernels = kernel_signatures(cuda_source);
-  check(kernels.size() == starts.size(), "host build: ", kernels.size(), " kernel signatures but ", starts.size(),
-        " kernel definitions at line starts in the CUDA text");
+  std::vector<size_t> starts;
+  for (const KernelSignature& k : kernels) starts.push_back(k.offset);
   const size_t head_end = starts.empty() ? cuda_source.size() : starts.front();
   const size_t body = cuda_source.size() - head_end;
   parts = std::max<size_t>(1, std::min({parts, starts.size(), body / kMinUnitBytes + 1}));

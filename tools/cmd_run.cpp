@@ -109,13 +109,8 @@ void print_launch_times(runtime::PlanRunner& runner, const nlohmann::json& manif
 
 Ran run_bundle(const fs::path& dir, const importer::TestData& data, const Args& args) {
   std::string why;
-  // On the host: every check on, the counters off (`run` reports outputs; `profile` counts what
-  // kernels do to memory): a 416x416 detector's plan ran in 80 s where it took 177 s counting.
-  const std::unique_ptr<backend::Backend> be = runtime::select_backend(args.get("backend", "auto"), &why, [] {
-    simt::Options checked;
-    checked.counters = false;
-    return backend::make_host_backend("", checked);
-  });
+  const std::unique_ptr<backend::Backend> be =
+      runtime::select_backend(args.get("backend", "auto"), &why, [] { return backend::make_plan_host_backend(); });
   const runtime::Bundle bundle = runtime::read_bundle(dir);
   const auto t0 = std::chrono::steady_clock::now();
   runtime::PlanRunner runner(bundle, *be);
