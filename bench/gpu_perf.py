@@ -61,10 +61,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))  # export_models, export_hf_models (children only)
 
 # The order a lease takes them in: BERT float16 (the headline), ResNet-50 (whose tune measures cuDNN's
-# convolutions), the decoders, then the rest; BERT float32 last (measured on the H100 already).
-GPU_MODELS = ["bert_fp16", "resnet50", "llama_fp16", "gpt2_fp16", "bert_s512_fp16", "vit", "mobilenet_v2",
+# convolutions), memory_bound (large tensors: its kernels' effective bandwidth against the copy), the
+# decoders, then the rest; BERT float32 last (measured on the H100 already).
+GPU_MODELS = ["bert_fp16", "resnet50", "memory_bound", "llama_fp16", "gpt2_fp16", "bert_s512_fp16", "vit", "mobilenet_v2",
               "efficientnet_b0", "swin_t", "convnext_t", "bert"]
-REHEARSE_MODELS = ["bert", "resnet_small", "mobilenet_v2", "vit"]
+REHEARSE_MODELS = ["bert", "resnet_small", "memory_bound", "mobilenet_v2", "vit"]
 HF_MODELS = {"gpt2", "llama"}  # built by scripts/export_hf_models.py (transformers)
 
 WARMUP_CALLS = 3
@@ -348,6 +349,33 @@ def compiled_plan_launches(log_path, rows=8):
     return "\n".join([lines[start], ""] + table[:2 + rows] + ["", sums])
 
 
+def launch_bandwidths(log_path, copy_gbps, min_us=20.0):
+    """Issue 27's memory-bound goal from `fusetune run --per-kernel`'s table in log_path: each
+    launch of at least min_us measured (where a launch's fixed cost is small beside its traffic),
+    its argument GB/s (its arguments' bytes, counted, over its measured time) as a share of the
+    measured device-to-device copy. A line, or None where nothing qualifies."""
+    if not copy_gbps or not os.path.exists(log_path):
+        return None
+    with open(log_path, errors="replace") as f:
+        lines = f.read().splitlines()
+    start = next((i for i, l in enumerate(lines) if l.startswith("per kernel, slowest first")), None)
+    if start is None:
+        return None
+    shares = []
+    for l in lines[start + 1:]:
+        cells = [c.strip() for c in l.strip().strip("|").split("|")]
+        if len(cells) != 9 or not re.fullmatch(r"[0-9.]+", cells[4]) or not re.fullmatch(r"[0-9.]+", cells[8]):
+            continue
+        if float(cells[4]) >= min_us:
+            shares.append((float(cells[8]) / copy_gbps, cells[1], cells[2], float(cells[4])))
+    if not shares:
+        return None
+    shares.sort(reverse=True)
+    listed = ", ".join(f"{k} ({groups}, {t:.1f} µs) {100 * s:.0f}%" for s, k, groups, t in shares)
+    return (f"Launches of {min_us:.0f} µs or more, their arguments' bytes (counted) over their measured time, "
+            f"as a share of the measured {copy_gbps:.0f} GB/s copy: {listed}.")
+
+
 def compare(outs, ref):
     """Max abs difference and relative L2 norm (worst over the outputs) of outs against ref."""
     max_abs = rel_l2 = 0.0
@@ -559,6 +587,15 @@ def child_main(name, cfg, deadline):
                     with open(cfg.path("logs", f"{name}.breakdown.md"), "w") as f:
                         subprocess.run([sys.executable, os.path.join(ROOT, "bench", "plan_breakdown.py"), tuned_dir,
                                         cfg.tune_db], stdout=f, stderr=subprocess.STDOUT, timeout=60)
+                    # The cost model against every measurement so far, with the model's terms per candidate
+                    # (bench/model_vs_measured, carried where scripts/pack_for_gpu.sh packed it): read here
+                    # later without the database.
+                    judge = os.path.join(cfg.bin_dir, "model_vs_measured")
+                    if os.path.exists(judge):
+                        with open(cfg.path("logs", "model_vs_measured.md"), "w") as f:
+                            subprocess.run([judge, cfg.tune_db, "--device", cfg.plan_device, "--csv",
+                                            cfg.path("logs", "model_vs_measured.csv")], stdout=f,
+                                           stderr=subprocess.STDOUT, timeout=120)
             state["tune"] = tune  # recorded whole: a tune whose plan was not yet timed is done again
             save()
             print(f"{name}: fusetune tune: {json.dumps(state['tune'])}", flush=True)
@@ -803,6 +840,11 @@ def render(cfg, results, ceilings, header):
         if per_kernel:
             lines += ["", f"## Where {row['name']}'s compiled plan spends its time (fusetune run --per-kernel)", "",
                       per_kernel]
+            copy = re.match(r"([0-9.]+) GB/s (device-to-device|host) copy", ceilings.get("copy", ""))
+            bandwidth = row["name"] == "memory_bound" and launch_bandwidths(
+                cfg.path("logs", f"{row['name']}.run.log"), float(copy.group(1)) if copy else None)
+            if bandwidth:
+                lines += ["", bandwidth]
         breakdown = cfg.path("logs", f"{row['name']}.breakdown.md")
         if os.path.exists(breakdown):
             with open(breakdown) as f:

@@ -228,7 +228,20 @@ bool dp4a_matmul(const Graph& g, const Node& n) {
   return bytes(a.dtype) && bytes(b.dtype) && a.shape.size() >= 2 && b.shape.size() >= 2;
 }
 
-MmaStaging mma_staging(const Graph& g, const Node& matmul, const std::set<int>& produced, bool wgmma) {
+namespace {
+
+// A ring with an operand copied asynchronously, deepened to the candidate's ring_stages.
+MmaStaging deepened(MmaStaging m, const TileConfig& cfg) {
+  if (cfg.ring_stages > 0 && (m.async_a || m.async_b)) {
+    m.stages = cfg.ring_stages;
+    m.ahead = cfg.ring_stages - (cfg.wgmma ? 2 : 1);
+  }
+  return m;
+}
+
+}  // namespace
+
+MmaStaging mma_staging(const Graph& g, const Node& matmul, const std::set<int>& produced, const TileConfig& cfg) {
   MmaStaging m;
   const auto async = [&](int v) {
     return !produced.count(v) && g.value(v).shape.back() % vector_elements(g.value(v).dtype) == 0;
@@ -237,8 +250,8 @@ MmaStaging mma_staging(const Graph& g, const Node& matmul, const std::set<int>& 
   m.async_a = async(matmul.inputs[0]);
   m.async_b = async(matmul.inputs[1]);
   m.ahead = m.async_a || m.async_b ? 2 : 1;
-  m.stages = m.ahead + (wgmma ? 2 : 1);
-  return m;
+  m.stages = m.ahead + (cfg.wgmma ? 2 : 1);
+  return deepened(m, cfg);
 }
 
 MmaStaging simt_staging(const Graph& g, const Node& matmul, const std::set<int>& produced, const TileConfig& cfg) {
@@ -253,7 +266,7 @@ MmaStaging simt_staging(const Graph& g, const Node& matmul, const std::set<int>&
   m.async_a = async(matmul.inputs[0]);
   m.ahead = 2;
   m.stages = 3;
-  return m;
+  return deepened(m, cfg);
 }
 
 MmaStaging conv_staging(const Graph& g, const Node& conv, const std::set<int>& produced, const TileConfig& cfg) {
@@ -266,7 +279,7 @@ MmaStaging conv_staging(const Graph& g, const Node& conv, const std::set<int>& p
   m.async_a = m.async_b = true;
   m.ahead = 2;
   m.stages = 3;
-  return m;
+  return deepened(m, cfg);
 }
 
 std::string config_library(const std::string& config) {
@@ -288,6 +301,7 @@ std::string TileConfig::str() const {
   if (flash) out << " flash";
   if (in_place) out << " in-place";
   if (split_k > 1) out << " splitk=" << split_k;
+  if (ring_stages > 0) out << " stages=" << ring_stages;
   if (!order.empty()) {
     out << " order=";
     for (size_t i = 0; i < order.size(); ++i) out << (i ? "," : "") << order[i];
@@ -496,6 +510,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   // Little's law: the least bytes a block keeps in flight over its staged MatMuls' steps.
   double in_flight = INFINITY;
   int64_t reduce_rounds = 0;  // per block, the rounds of loads of the generic reduction stages
+  bool ring_deepened = false;  // cfg.ring_stages deepened some staged contraction's cp.async ring
   // A thread's rounds of loads staging a slice of `elems` elements, `lanes` a load, in batches
   // (staging_batch: codegen's staging loops).
   const auto slice_rounds = [&](int64_t elems, int64_t lanes) {
@@ -618,7 +633,8 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       // not padded); the product's accumulators
       // in shared memory unless its epilogue runs from registers (planner/epilogue.h). An operand
       // copied by cp.async moves 16 bytes per instruction, another one element.
-      const MmaStaging staging = mma_staging(g, n, produced, cfg.wgmma);
+      const MmaStaging staging = mma_staging(g, n, produced, cfg);
+      ring_deepened = ring_deepened || (cfg.ring_stages > 0 && (staging.async_a || staging.async_b));
       const int64_t pitch_a = cfg.wgmma ? step : mma_pitch_a(operand, step), pitch_b = cfg.wgmma ? cols : mma_pitch_b(operand, cols);
       tensor_smem = staging.stages * (rows * pitch_a + step * pitch_b) * esize +
                     (register_epilogue(g, group, *it) ? 0 : out_elems * 4);
@@ -756,6 +772,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
         // In flight: with the ring (conv_staging), its steps ahead by cp.async; else a round of
         // the threads' batched loads (each round waited for before its stores to shared memory).
         const MmaStaging ring = conv_staging(g, n, produced, cfg);
+        ring_deepened = ring_deepened || (cfg.ring_stages > 0 && ring.async_b);
         const double step_bytes = static_cast<double>((m + spanned * pixels) * step * 4);
         if (ring.async_b) {
           smem += ring.stages * (m * simt_pitch_a(ring, step) + spanned * step * pixels) * 4;
@@ -861,6 +878,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       // The operand slices: one of each, or (simt_staging) a ring of them in padded rows.
       const bool one_matrix = n.op == "MatMul" && out_region.size() >= 2 && out_elems == rows * cols && tm > 0;
       const MmaStaging ring = one_matrix ? simt_staging(g, n, produced, cfg) : MmaStaging{};
+      ring_deepened = ring_deepened || (cfg.ring_stages > 0 && ring.async_b);
       if (ring.async_b) {
         smem += ring.stages * (rows * simt_pitch_a(ring, cfg.reduce_step) + cfg.reduce_step * simt_pitch_b(cols)) * 4;
       } else {
@@ -986,6 +1004,12 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   c.l2_bytes = l2;
   c.dram_bytes = dram;
   c.smem_bytes = smem;
+  if (cfg.ring_stages > 0 && (!ring_deepened || cfg.ring_stages < (cfg.wgmma ? 4 : 3) || cfg.ring_stages > kMaxRingStages)) {
+    c.reject = "stages=" + std::to_string(cfg.ring_stages) + ": " +
+               (ring_deepened ? "a ring holds " + std::to_string(cfg.wgmma ? 4 : 3) + " to " + std::to_string(kMaxRingStages) + " stages"
+                              : std::string("no staged contraction of the candidate copies its operands through a cp.async ring"));
+    return c;
+  }
   // Threads and registers.
   const int64_t tile_elems = region_elems(root_tile);
   if (cfg.threads <= 0 || cfg.threads > d.max_threads_per_block || cfg.threads % d.warp_size != 0) {
@@ -1461,6 +1485,20 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
       if (base_tiles * splits > 2 * static_cast<int64_t>(d.sms)) break;
       TileConfig cfg = base;
       cfg.split_k = splits;
+      Cost c = evaluate_tile(g, group, d, cfg, opt);
+      if (c.valid) all.push_back({cfg, c});
+    }
+  }
+  // Deeper rings (TileConfig::ring_stages): a candidate whose staged contraction copies its
+  // operands through a cp.async ring (tensor cores, or SIMT staging in 16-byte vectors) also with
+  // one and two stages more than its form's default, where they fit in shared memory.
+  for (size_t i = 0, generated = all.size(); i < generated; ++i) {
+    const TileConfig base = all[i].config;
+    if (base.reduce_step <= 0 || base.gemv || base.flash || !(base.mma || base.vector >= 4)) continue;
+    const int deeper = base.wgmma ? 5 : 4;
+    for (int stages : {deeper, deeper + 1}) {
+      TileConfig cfg = base;
+      cfg.ring_stages = stages;
       Cost c = evaluate_tile(g, group, d, cfg, opt);
       if (c.valid) all.push_back({cfg, c});
     }

@@ -115,6 +115,7 @@ struct TileConfig {
   std::string library = "";   // set ("cublasLt", "cudnn", ...): the group runs as a library call (planner/library_call.h)
   int algorithm = 0;          // a library call's: the library's ranked choice (0: its heuristic's first)
   int split_k = 1;            // > 1: that many blocks per tile each sum a slice of the reduction steps (see above)
+  int ring_stages = 0;        // > 0: the cp.async ring's depth in place of its form's default (MmaStaging, below)
   std::vector<int> order = {};  // the root's axes, fastest-varying in block order first (empty: the last axis fastest)
   std::string str() const;
   bool operator==(const TileConfig&) const = default;
@@ -305,14 +306,19 @@ inline int64_t imma_pitch_b(int64_t cols) { return cols + ((8 - cols % 16) + 16)
 // ahead of the one multiplied are staged: with mma.sync 3 stages and 2 steps ahead with an
 // operand copied asynchronously (two steps in flight while one is multiplied), else 2 and 1; with
 // wgmma one stage more for the same steps ahead, since the previous step's wgmmas are still
-// reading their slot while the next copies are issued.
+// reading their slot while the next copies are issued. A candidate's TileConfig::ring_stages
+// deepens a ring with an operand copied asynchronously (any of the three forms: mma_staging,
+// simt_staging, conv_staging) to that many stages, the steps ahead growing with them (stages - 1;
+// wgmma stages - 2): more bytes in flight per block where one block an SM cannot cover the
+// latency of its operands with two steps, for more shared memory (kMaxRingStages bounds it).
 struct MmaStaging {
   bool async_a = false, async_b = false;
   int stages = 2;
   int ahead = 1;
 };
-// `produced`: the values the group computes.
-MmaStaging mma_staging(const Graph& g, const Node& matmul, const std::set<int>& produced, bool wgmma = false);
+inline constexpr int kMaxRingStages = 8;
+// `produced`: the values the group computes; cfg: its wgmma and ring_stages.
+MmaStaging mma_staging(const Graph& g, const Node& matmul, const std::set<int>& produced, const TileConfig& cfg);
 
 // How the SIMT form of a staged MatMul (codegen/stages/matmul.h, register micro-tiles) stages its
 // operands, in the same terms: a candidate that stages in 16-byte vectors (vector 4), is neither

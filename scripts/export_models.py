@@ -58,9 +58,9 @@ INPUT_SEED = 1234
 
 SMALL_NAMES = ["bert", "vit", "swin_t", "resnet_small", "mobilenet_v2",
                "efficientnet_b0", "convnext_t", "nerf_mlp", "cnn_small", "unet_small", "bert_functions", "gated_block",
-               "scan_recurrence", "recurrent_stack"]
+               "scan_recurrence", "recurrent_stack", "memory_bound"]
 FULL_NAMES = ["bert", "vit", "swin_t", "resnet18", "resnet50", "mobilenet_v2",
-              "efficientnet_b0", "convnext_t", "nerf_mlp", "detector_416"]
+              "efficientnet_b0", "convnext_t", "nerf_mlp", "detector_416", "memory_bound"]
 
 
 # --------------------------------------------------------------------------
@@ -132,6 +132,23 @@ class BertEncoder(nn.Module):
         for layer in self.layers:
             x = layer(x, add_mask)
         return x
+
+
+class MemoryBound(nn.Module):
+    """Memory-bound work at sizes where a launch costs little beside its traffic (the race's
+    effective-bandwidth check, issue 27): an element-wise chain, a LayerNorm and a softmax along
+    the rows, a transpose and a mean. Every output is materialized, so each kernel of a plan reads
+    and writes whole tensors."""
+
+    def __init__(self, hidden):
+        super().__init__()
+        self.norm = nn.LayerNorm(hidden)
+
+    def forward(self, x, r):
+        h = F.gelu(x + r) * 0.5 + x
+        p = torch.softmax(self.norm(h) * 0.125, dim=-1)
+        m = p.transpose(1, 2).contiguous().mean(dim=-1)
+        return h, p, m
 
 
 class NerfMLP(nn.Module):
@@ -538,6 +555,15 @@ def build_nerf_mlp(size):
                 output_names=["rgb", "sigma"], dynamic_axes=None)
 
 
+def build_memory_bound(size):
+    batch, rows, hidden = (8, 4096, 1024) if size == "full" else (2, 16, 64)
+    gen = make_gen()
+    x = torch.randn(batch, rows, hidden, generator=gen)
+    r = torch.randn(batch, rows, hidden, generator=gen)
+    return dict(model=MemoryBound(hidden), inputs=(x, r), input_names=["x", "residual"],
+                output_names=["h", "p", "m"], dynamic_axes=None)
+
+
 def build_gated_block(size):
     gen = make_gen()
     x = torch.randn(1, 8, 32, generator=gen)
@@ -589,6 +615,7 @@ BUILDERS = {
     "scan_recurrence": build_scan_recurrence,
     "recurrent_stack": build_recurrent_stack,
     "detector_416": build_detector_416,
+    "memory_bound": build_memory_bound,
 }
 
 

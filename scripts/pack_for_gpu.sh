@@ -14,7 +14,7 @@ out=${2:-.carry}
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib"
-for b in fusetune tests/fusetune_unit_tests search_eval; do
+for b in fusetune tests/fusetune_unit_tests search_eval model_vs_measured; do
   [ -x "$build/$b" ] || { echo "pack_for_gpu: $build/$b is missing (build it first)" >&2; exit 1; }
   strip -o "$stage/bin/$(basename "$b")" "$build/$b"
 done

@@ -5,7 +5,8 @@
 // features() turns a candidate of a group's search space into numbers: the traffic model's terms
 // (modeled time, DRAM and L2 bytes, arithmetic, shared memory, estimated registers, blocks per SM,
 // efficiency, thread blocks; sizes as log2) and the launch's shape (threads, reduction step,
-// vector width, tensor cores, tile elements and axes, the GEMV, flash-attention and in-place forms). ptxas's registers and
+// vector width, tensor cores, tile elements and axes, the GEMV, flash-attention and in-place forms,
+// wgmma, split-K and the cp.async ring's stages). ptxas's registers and
 // spills are known only for measured candidates, so they are not features: the model ranks
 // configurations before they are compiled.
 //

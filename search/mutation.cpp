@@ -11,7 +11,8 @@ namespace {
 
 // A configuration's knobs as numbers: log2 of each tile extent and of the threads, the reduction
 // step's log2 (0 for none), the vector width's log2, the tensor-core, wgmma and GEMV flags, the
-// split-K count's log2, and the form (last, never mutated: 1 flash attention, 2 an in-place update).
+// split-K count's log2, the ring's stages (0: its form's default), and the form (last, never
+// mutated: 1 flash attention, 2 an in-place update).
 std::vector<double> knobs(const planner::TileConfig& c) {
   std::vector<double> k;
   for (int64_t t : c.tile) k.push_back(std::log2(static_cast<double>(std::max<int64_t>(t, 1))));
@@ -22,6 +23,7 @@ std::vector<double> knobs(const planner::TileConfig& c) {
   k.push_back(c.wgmma ? 1 : 0);
   k.push_back(c.gemv ? 1 : 0);
   k.push_back(std::log2(static_cast<double>(std::max(c.split_k, 1))));
+  k.push_back(c.ring_stages);
   k.push_back(c.flash ? 1 : (c.in_place ? 2 : 0));
   return k;
 }

@@ -28,8 +28,9 @@ int cmd_plan(const std::vector<std::string>& argv) {
   iopt.input_shapes = shape_overrides(args);
   const importer::ImportedModel m = importer::import_onnx(path, iopt);
   planner::PlanOptions popt;
-  popt.tiling.top_k = static_cast<int>(args.number("top-k", popt.tiling.top_k));
-  check(popt.tiling.top_k >= 1, "--top-k must be at least 1");
+  // --top-k limits what is listed, never what is planned: the plan is compile's.
+  const double shown = args.number("top-k", popt.tiling.top_k);
+  check(shown >= 1 && shown == static_cast<int>(shown), "--top-k must be a whole number of at least 1, got ", args.get("top-k"));
   popt.compare_with_parts = !args.has("keep-fused");
   popt.tiling.tf32 = planner::tf32_precision(args.get("precision", "model"));
   popt.tiling.libraries = planner::library_set(args.get("libraries", "all"));
@@ -46,6 +47,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
       const auto& best = gp.candidates[gp.chosen];
       nlohmann::json cands = nlohmann::json::array();
       for (const auto& c : gp.candidates) {
+        if (static_cast<double>(cands.size()) >= shown) break;
         cands.push_back({{"config", c.config.str()},
                          {"valid", c.cost.valid},
                          {"reject", c.cost.reject},

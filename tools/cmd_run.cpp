@@ -7,7 +7,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "core/error.h"
 #include "importer/importer.h"
@@ -70,6 +72,11 @@ Ran run_model(const fs::path& model, const std::vector<std::string>& input_names
 // Each launch timed alone beside the cost model's time for its groups (the manifest's
 // modeled_us, summed over a packed launch's parts), slowest first, and the sums: where a plan's
 // time goes and how far the model was from it. Measured and modeled stay in their own columns.
+// Beside them the bytes of the launch's arguments (the manifest's buffers, each once: counted)
+// and those bytes over the measured time: the bandwidth the launch reached if it touched each
+// argument once, which for a memory-bound kernel is its effective bandwidth (issue 27's 80% of a
+// device-to-device copy); a kernel that reads part of an argument (a Gather's table) or one
+// argument twice reaches another.
 void print_launch_times(runtime::PlanRunner& runner, const nlohmann::json& manifest, bool host) {
   backend::TimingPolicy policy;  // a warm-up, then 5 to 200 runs within 10 ms, the L2 flushed before each
   const std::vector<runtime::PlanRunner::LaunchTime> times = runner.time_launches(policy);
@@ -79,11 +86,17 @@ void print_launch_times(runtime::PlanRunner& runner, const nlohmann::json& manif
     size_t launch;
     std::string kernel, pattern, config;
     double measured, modeled;
+    int64_t bytes;
   };
+  std::map<int64_t, int64_t> buffer_bytes;
+  for (const nlohmann::json& b : manifest.at("buffers")) buffer_bytes[b.at("id").get<int64_t>()] = b.value("bytes", int64_t{0});
   std::vector<Row> rows;
   double measured = 0, modeled = 0;
   for (size_t i = 0; i < times.size(); ++i) {
-    Row row{i, times[i].kernel, "", "", times[i].timing.median_us, 0};
+    Row row{i, times[i].kernel, "", "", times[i].timing.median_us, 0, 0};
+    std::set<int64_t> args;
+    for (const nlohmann::json& a : launches[i].value("args", nlohmann::json::array())) args.insert(a.get<int64_t>());
+    for (int64_t a : args) row.bytes += buffer_bytes.count(a) ? buffer_bytes.at(a) : 0;
     for (const nlohmann::json& gr : launches[i].value("groups", nlohmann::json::array())) {
       row.pattern += (row.pattern.empty() ? "" : " | ") + gr.value("pattern", std::string("?"));
       row.config += (row.config.empty() ? "" : " | ") + gr.value("config", std::string("?"));
@@ -96,13 +109,14 @@ void print_launch_times(runtime::PlanRunner& runner, const nlohmann::json& manif
   std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.measured > b.measured; });
   std::printf("per kernel, slowest first: each launch alone, measured (median of %s), beside the plan's modeled time\n",
               host ? "steady-clock runs on the host executor" : "device-event runs, the L2 flushed before each");
-  std::printf("| launch | kernel | groups | configuration | measured us | modeled us | measured / modeled |\n");
-  std::printf("|---:|---|---|---|---:|---:|---:|\n");
+  std::printf("| launch | kernel | groups | configuration | measured us | modeled us | measured / modeled | argument MB | argument GB/s |\n");
+  std::printf("|---:|---|---|---|---:|---:|---:|---:|---:|\n");
   for (const Row& row : rows) {
     char ratio[32] = "-";
     if (row.modeled > 0) std::snprintf(ratio, sizeof ratio, "%.2f", row.measured / row.modeled);
-    std::printf("| %zu | %s | %s | `%s` | %.2f | %.2f | %s |\n", row.launch, row.kernel.c_str(), row.pattern.c_str(),
-                row.config.c_str(), row.measured, row.modeled, ratio);
+    const double mb = static_cast<double>(row.bytes) / 1e6;
+    std::printf("| %zu | %s | %s | `%s` | %.2f | %.2f | %s | %.3f | %.1f |\n", row.launch, row.kernel.c_str(), row.pattern.c_str(),
+                row.config.c_str(), row.measured, row.modeled, ratio, mb, row.measured > 0 ? mb * 1e3 / row.measured : 0.0);
   }
   std::printf("sum of the %zu launches alone: %.1f us measured; %.1f us modeled\n", rows.size(), measured, modeled);
 }

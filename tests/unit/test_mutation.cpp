@@ -31,6 +31,9 @@ std::vector<std::string> differing(const planner::TileConfig& a, const planner::
   if (a.mma != b.mma) out.push_back("mma");
   if (a.gemv != b.gemv) out.push_back("gemv");
   if (a.flash != b.flash) out.push_back("flash");
+  if (a.wgmma != b.wgmma) out.push_back("wgmma");
+  if (a.split_k != b.split_k) out.push_back("splitk");
+  if (a.ring_stages != b.ring_stages) out.push_back("stages");
   return out;
 }
 
@@ -65,6 +68,10 @@ TEST(Mutation, EveryNeighborDiffersInOneKnobAndIsTheNearestThatWay) {
         if (d[0] == "threads") return x.threads;
         if (d[0] == "k") return static_cast<double>(x.reduce_step);
         if (d[0] == "vec") return x.vector;
+        if (d[0] == "splitk") return x.split_k;
+        if (d[0] == "stages") return x.ring_stages;
+        if (d[0] == "wgmma") return x.wgmma ? 1 : 0;
+        if (d[0] == "gemv") return x.gemv ? 1 : 0;
         return static_cast<double>(x.tile[static_cast<size_t>(std::stoi(d[0].substr(4)))]);
       };
       EXPECT_TRUE(directions.insert({d[0], knob(n) > knob(parent)}).second) << parent.str() << ": two neighbors in " << d[0];

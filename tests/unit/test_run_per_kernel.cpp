@@ -8,6 +8,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 
@@ -39,8 +40,10 @@ TEST(RunPerKernel, EveryLaunchOnceSlowestFirstBesideItsModeledTime) {
   const nlohmann::json& launches = manifest.at("launches");
   ASSERT_GT(launches.size(), 1u);
 
-  // | launch | kernel | groups | configuration | measured us | modeled us | measured / modeled |
-  const std::regex row(R"(^\| (\d+) \| (\w+) \| (.*) \| `(.*)` \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+|-) \|$)");
+  std::map<int64_t, int64_t> buffer_bytes;
+  for (const nlohmann::json& b : manifest.at("buffers")) buffer_bytes[b.at("id").get<int64_t>()] = b.at("bytes").get<int64_t>();
+  // | launch | kernel | groups | configuration | measured us | modeled us | measured / modeled | argument MB | argument GB/s |
+  const std::regex row(R"(^\| (\d+) \| (\w+) \| (.*) \| `(.*)` \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+|-) \| ([0-9.]+) \| ([0-9.]+) \|$)");
   std::map<size_t, double> measured;
   double last = 1e300, measured_sum = 0, modeled_sum = 0;
   std::istringstream lines(o.output);
@@ -56,6 +59,14 @@ TEST(RunPerKernel, EveryLaunchOnceSlowestFirstBesideItsModeledTime) {
     for (const nlohmann::json& g : l.at("groups")) modeled += g.at("modeled_us").get<double>();
     EXPECT_NEAR(std::stod(m[6]), modeled, 0.006) << line;
     EXPECT_NE(m[3].str().find(l.at("groups")[0].at("pattern").get<std::string>()), std::string::npos) << line;
+    // Counted: the launch's distinct arguments' bytes; and those bytes over the measured time.
+    std::set<int64_t> args;
+    for (const nlohmann::json& a : l.at("args")) args.insert(a.get<int64_t>());
+    int64_t bytes = 0;
+    for (int64_t a : args) bytes += buffer_bytes.at(a);
+    EXPECT_GT(bytes, 0) << line;
+    EXPECT_NEAR(std::stod(m[8]), static_cast<double>(bytes) / 1e6, 0.0006) << line;
+    EXPECT_NEAR(std::stod(m[9]), std::stod(m[8]) * 1e3 / std::stod(m[5]), 0.05 + 0.01 * std::stod(m[9])) << line;
     EXPECT_GT(std::stod(m[5]), 0.0) << line;
     EXPECT_LE(std::stod(m[5]), last) << "not slowest first: " << line;
     last = std::stod(m[5]);
