@@ -14,6 +14,7 @@
 #include "importer/functions.h"
 #include "importer/lower.h"
 #include "importer/onnx_io.h"
+#include "importer/pointwise_conv.h"
 
 namespace fusetune::importer {
 
@@ -322,6 +323,7 @@ ImportedModel import_model(const onnx::ModelProto& m, const fs::path& base_dir, 
   result.folded = b.folded();
   graph.remove_dead();
   if (opt.fold_affines) fold_conv_affine(graph);
+  pointwise_convs_as_matmuls(graph);
   graph.validate();
   return result;
 }

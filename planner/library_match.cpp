@@ -30,7 +30,8 @@ bool made_inside(const Graph& g, const FusionGroup& group, int v) {
 // shape, in either order, then a ReLU last; for a convolution, or a Clip(0, max); for a GEMM, or
 // the rest of the group computing GELU's tanh approximation, and Reshapes anywhere that keep the
 // rows (the last extent: the library writes the same bytes in the same order, and a bias along the
-// rows stays one). Completes `match` (the epilogue's flags, inputs [bias], [residual], the output)
+// rows stays one); for both, any Reshapes after the rest (the output renamed: a pointwise
+// convolution's product reshaped back to an image, an image flattened for a product that follows). Completes `match` (the epilogue's flags, inputs [bias], [residual], the output)
 // and returns false for anything else, or where an operand is computed inside the group (the
 // library reads it from memory).
 bool match_epilogue(const Graph& g, const FusionGroup& group, int bias, const std::function<bool(const Shape&)>& is_bias,
@@ -41,15 +42,16 @@ bool match_epilogue(const Graph& g, const FusionGroup& group, int bias, const st
   const auto node = [&](size_t i) -> const Node& { return g.nodes()[static_cast<size_t>(group.nodes[i])]; };
   int current = node(0).outputs[0], residual = -1;
   const int64_t rows = g.value(current).shape.back();
-  // A Reshape that moves the product's bytes nowhere.
-  const auto view = [&](const Node& n) {
-    return gemm && n.op == "Reshape" && n.inputs[0] == current && g.value(n.outputs[0]).shape.back() == rows;
-  };
   size_t end = group.nodes.size();  // the activation ends before the group's trailing Reshapes
-  while (gemm && end > 1 && node(end - 1).op == "Reshape") --end;
+  while (end > 1 && node(end - 1).op == "Reshape") --end;
+  // A Reshape that moves the result's bytes nowhere: any of the trailing ones (the library's
+  // output, contiguous, renamed), and for a GEMM one that keeps the rows anywhere.
+  const auto view = [&](const Node& n, size_t i) {
+    return n.op == "Reshape" && n.inputs[0] == current && (i >= end || (gemm && g.value(n.outputs[0]).shape.back() == rows));
+  };
   for (size_t i = 1; i < group.nodes.size(); ++i) {
     const Node& n = node(i);
-    if (view(n)) {
+    if (view(n, i)) {
       current = n.outputs[0];
       continue;
     }

@@ -228,6 +228,15 @@ bool dp4a_matmul(const Graph& g, const Node& n) {
   return bytes(a.dtype) && bytes(b.dtype) && a.shape.size() >= 2 && b.shape.size() >= 2;
 }
 
+std::set<int> computed_elements(const Graph& g, const FusionGroup& group, const std::set<int>& produced) {
+  std::set<int> computed = produced;
+  for (int n : group.nodes) {  // in graph order: a chain's first Reshape comes first
+    const Node& node = g.nodes()[static_cast<size_t>(n)];
+    if (node.op == "Reshape" && node.guards.empty() && !computed.count(node.inputs[0])) computed.erase(node.outputs[0]);
+  }
+  return computed;
+}
+
 namespace {
 
 // A ring with an operand copied asynchronously, deepened to the candidate's ring_stages.
@@ -494,6 +503,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   std::set<int> in_group(group.nodes.begin(), group.nodes.end());
   std::set<int> produced;
   for (int n : group.nodes) produced.insert(g.nodes()[static_cast<size_t>(n)].outputs[0]);
+  const std::set<int> computed = computed_elements(g, group, produced);  // what staged operands cannot copy from
   std::map<int, Region> regions;  // internal values
   std::map<int, Reads> loads;     // external inputs, per tile
   regions[root] = root_tile;
@@ -633,7 +643,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       // not padded); the product's accumulators
       // in shared memory unless its epilogue runs from registers (planner/epilogue.h). An operand
       // copied by cp.async moves 16 bytes per instruction, another one element.
-      const MmaStaging staging = mma_staging(g, n, produced, cfg);
+      const MmaStaging staging = mma_staging(g, n, computed, cfg);
       ring_deepened = ring_deepened || (cfg.ring_stages > 0 && (staging.async_a || staging.async_b));
       const int64_t pitch_a = cfg.wgmma ? step : mma_pitch_a(operand, step), pitch_b = cfg.wgmma ? cols : mma_pitch_b(operand, cols);
       tensor_smem = staging.stages * (rows * pitch_a + step * pitch_b) * esize +
@@ -810,7 +820,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       const int64_t slices = cfg.threads / vecs, plane = rows * vecs * lanes;
       const int64_t parts = std::clamp<int64_t>(cfg.threads / plane, 1, slices);  // the sum's first round
       smem += (rows * step + (slices + parts) * plane + out_elems) * 4;
-      const auto [vec_a, vec_b] = vector_operands(g, n, produced, out_region);
+      const auto [vec_a, vec_b] = vector_operands(g, n, computed, out_region);
       const int64_t a_lanes = cfg.vector >= 4 && vec_a ? vector_elements(at) : 1;
       tile_loads += ceil_div(rows * k, a_lanes) + k * (vec_b ? vecs : cols);
       const int64_t per_thread = ceil_div(step, slices);  // rows of B a thread reads a step, kGemvLoads a batch
@@ -877,7 +887,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       const auto [tm, tn] = micro_tile(rows, cols, cfg.threads);
       // The operand slices: one of each, or (simt_staging) a ring of them in padded rows.
       const bool one_matrix = n.op == "MatMul" && out_region.size() >= 2 && out_elems == rows * cols && tm > 0;
-      const MmaStaging ring = one_matrix ? simt_staging(g, n, produced, cfg) : MmaStaging{};
+      const MmaStaging ring = one_matrix ? simt_staging(g, n, computed, cfg) : MmaStaging{};
       ring_deepened = ring_deepened || (cfg.ring_stages > 0 && ring.async_b);
       if (ring.async_b) {
         smem += ring.stages * (rows * simt_pitch_a(ring, cfg.reduce_step) + cfg.reduce_step * simt_pitch_b(cols)) * 4;
@@ -893,7 +903,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
         split_slot = tm * tn * cfg.threads;
       }
       // Staging issues one load per element, or one per 16 bytes where the operand moves in vectors.
-      const auto [vec_a, vec_b] = vector_operands(g, n, produced, out_region);
+      const auto [vec_a, vec_b] = vector_operands(g, n, computed, out_region);
       int64_t rounds = 0;
       double step_bytes = 0, async_bytes = 0;
       for (size_t k = 0; k < 2 && k < n.inputs.size(); ++k) {
@@ -1188,7 +1198,7 @@ bool vector_width_helps(const Graph& g, const FusionGroup& group) {
     const Node& node = g.nodes()[static_cast<size_t>(n)];
     Region whole;
     for (int64_t extent : g.value(node.outputs[0]).shape) whole.push_back({0, extent - 1});
-    const auto [a, b] = vector_operands(g, node, produced, whole);
+    const auto [a, b] = vector_operands(g, node, computed_elements(g, group, produced), whole);
     if (a || b) return true;
     if (conv_staging(g, node, produced, TileConfig{{}, 8, 32, 4}).async_b) return true;
   }
@@ -1491,7 +1501,9 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
   }
   // Deeper rings (TileConfig::ring_stages): a candidate whose staged contraction copies its
   // operands through a cp.async ring (tensor cores, or SIMT staging in 16-byte vectors) also with
-  // one and two stages more than its form's default, where they fit in shared memory.
+  // one and two stages more than its form's default, where they fit in shared memory and the
+  // model expects them to pay (more bytes in flight for operands streamed from DRAM); elsewhere
+  // they would only tie with the default and crowd the candidates a tune measures.
   for (size_t i = 0, generated = all.size(); i < generated; ++i) {
     const TileConfig base = all[i].config;
     if (base.reduce_step <= 0 || base.gemv || base.flash || !(base.mma || base.vector >= 4)) continue;
@@ -1500,7 +1512,7 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
       TileConfig cfg = base;
       cfg.ring_stages = stages;
       Cost c = evaluate_tile(g, group, d, cfg, opt);
-      if (c.valid) all.push_back({cfg, c});
+      if (c.valid && c.modeled_us < all[i].cost.modeled_us) all.push_back({cfg, c});
     }
   }
   // Each candidate in the tile order that reads least from DRAM (planner/tiling.h's L2 model).

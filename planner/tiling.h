@@ -300,6 +300,14 @@ inline int64_t dp4a_pitch_a(int64_t step) { return step / 4 + 1; }
 inline int64_t imma_pitch_a(int64_t step) { return step / 4 + 4; }
 inline int64_t imma_pitch_b(int64_t cols) { return cols + ((8 - cols % 16) + 16) % 16; }
 
+// The values of `produced` (what `group` computes) whose elements the group computes: less the
+// results of its Reshapes (chains of them) of values it does not compute. A Reshape moves no
+// element: element i of its result, row-major, is element i of its input's buffer, so a staged
+// operand that is such a result copies from the input's buffer (codegen's
+// LoweringContext::buffer_of), as from an input: a pointwise convolution's channels-by-pixels
+// matrix (importer/pointwise_conv.h). The staging functions below take this set.
+std::set<int> computed_elements(const Graph& g, const FusionGroup& group, const std::set<int>& produced);
+
 // How a tensor-core MatMul stages its operands (codegen/stages/mma_matmul.h): per operand whether
 // it streams from global memory by cp.async (a value the group does not compute, whose rows are a
 // whole number of 16-byte units), the stages of the ring of operand slices and how many steps
@@ -317,7 +325,8 @@ struct MmaStaging {
   int ahead = 1;
 };
 inline constexpr int kMaxRingStages = 8;
-// `produced`: the values the group computes; cfg: its wgmma and ring_stages.
+// `produced`: the values whose elements the group computes (computed_elements); cfg: its wgmma
+// and ring_stages.
 MmaStaging mma_staging(const Graph& g, const Node& matmul, const std::set<int>& produced, const TileConfig& cfg);
 
 // How the SIMT form of a staged MatMul (codegen/stages/matmul.h, register micro-tiles) stages its

@@ -1,5 +1,6 @@
 // fusetune plan (its options: tools/command_table.cpp): fusion groups, kernel launches, each group's best modeled
 // candidate, and modeled DRAM traffic against the unfused and minimum figures of `inspect`.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -28,9 +29,13 @@ int cmd_plan(const std::vector<std::string>& argv) {
   iopt.input_shapes = shape_overrides(args);
   const importer::ImportedModel m = importer::import_onnx(path, iopt);
   planner::PlanOptions popt;
-  // --top-k limits what is listed, never what is planned: the plan is compile's.
+  // --top-k is what is listed; the plan is compile's whatever K: each group keeps at least the
+  // default number of candidates (fewer would let the library's displace the generated ones),
+  // and more only lengthen the list below the same best one.
   const double shown = args.number("top-k", popt.tiling.top_k);
-  check(shown >= 1 && shown == static_cast<int>(shown), "--top-k must be a whole number of at least 1, got ", args.get("top-k"));
+  check(shown >= 1 && shown <= 1e6 && shown == static_cast<int>(shown), "--top-k must be a whole number from 1 to 1000000, got ",
+        args.get("top-k"));
+  popt.tiling.top_k = std::max(popt.tiling.top_k, static_cast<int>(shown));
   popt.compare_with_parts = !args.has("keep-fused");
   popt.tiling.tf32 = planner::tf32_precision(args.get("precision", "model"));
   popt.tiling.libraries = planner::library_set(args.get("libraries", "all"));

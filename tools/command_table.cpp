@@ -183,7 +183,7 @@ std::vector<CommandSpec> make_table() {
        {kDevice,
         kDeviceFile,
         kShape,
-        {"top-k", "K", "candidates listed per group with --json (the plan is the same whatever K)"},
+        {"top-k", "K", "candidates listed per group with --json (default 12; the plan is the same whatever K)"},
         kPrecision,
         kLibraries,
         {"json", "", "as JSON"},

@@ -385,6 +385,17 @@ std::set<int> LoweringContext::produced() const {
   return out;
 }
 
+int LoweringContext::buffer_of(int v) const {
+  for (auto it = producer.find(v); it != producer.end(); it = producer.find(v)) {
+    const Node& n = g.nodes()[static_cast<size_t>(it->second)];
+    if (n.op != "Reshape" || !n.guards.empty()) return -1;
+    v = n.inputs[0];
+  }
+  return param.count(v) ? v : -1;
+}
+
+std::set<int> LoweringContext::computed() const { return planner::computed_elements(g, group, produced()); }
+
 void emit_ring(LoweringContext& cx, Kernel& k, const planner::MmaStaging& ring, int64_t local_steps, const std::string& k0,
                const std::function<Block(const std::string& ks, const std::string& slot)>& slices,
                const std::function<Stmt(const std::string& gks, const std::string& slot)>& compute) {

@@ -92,6 +92,12 @@ class LoweringContext {
   std::set<int> members;                       // the group's nodes
   std::map<int, int> producer;                 // value -> the member node computing it
   std::set<int> produced() const;              // the values the group computes (producer's keys)
+  // The group input whose buffer holds v's elements in v's row-major order: v itself for an input,
+  // the input a chain of the group's Reshapes of it starts from; -1 otherwise. computed(): the
+  // values whose elements the group computes (planner::computed_elements), what staged operands
+  // cannot copy from.
+  int buffer_of(int v) const;
+  std::set<int> computed() const;
   std::map<int, planner::TensorExpr> exprs;    // member node -> its tensor expression
   int root = -1;                               // the value the tiles range over
   std::map<int, std::string> param;            // group input -> parameter

@@ -222,7 +222,7 @@ class StagedMatMulStage : public AnchorStage {
     // The ring where the planner charged one (its shared memory) and the operands are read along
     // their rows (the planner sees shapes; this, the accesses).
     if (st.tm > 0) {
-      const planner::MmaStaging ring = planner::simt_staging(cx.g, node, cx.produced(), cx.cfg);
+      const planner::MmaStaging ring = planner::simt_staging(cx.g, node, cx.computed(), cx.cfg);
       if (ring.async_b && st.vec_b) {
         st.ring = ring;
         st.ring.async_a = ring.async_a && st.vec_a;
@@ -247,11 +247,12 @@ class StagedMatMulStage : public AnchorStage {
   // The GEMV form after A's staging loop for the step (in `steps`): B's rows from memory into
   // each thread's accumulators, then the slices' sum into the product's accumulators.
   void emit_gemv(Kernel& k, Block& steps, const TensorExpr& e, const Region& r, const std::string& acc);
-  // True if value u is a float32, float16 or bfloat16 group input whose innermost axis is indexed
+  // True if value u is a float32, float16 or bfloat16 group input (or a Reshape of one, read in its
+  // buffer: LoweringContext::buffer_of) whose innermost axis is indexed
   // by variable `var` alone, so consecutive values of the variable are consecutive in memory.
   bool contiguous_input(int u, const Access& a, int var) const {
     const DType t = cx_.g.value(u).dtype;
-    return cx_.param.count(u) && !cx_.producer.count(u) && (t == DType::kF32 || t == DType::kF16 || t == DType::kBF16) &&
+    return cx_.buffer_of(u) >= 0 && (t == DType::kF32 || t == DType::kF16 || t == DType::kBF16) &&
            !a.guarded && !a.index.empty() && a.index.back().is_var(var);
   }
 
@@ -318,7 +319,7 @@ void StagedMatMulStage::emit(Kernel& k) {
     const int u = n.inputs[static_cast<size_t>(operand)];
     const DType ut = g.value(u).dtype;
     const int lanes = vector_lanes(ut);
-    const std::string p = cx_.param.at(u);
+    const std::string p = cx_.param.at(cx_.buffer_of(u));
     const std::string cols = is_a ? step : nn, rows = is_a ? nm : step;
     const std::string vectors = "((" + cols + " + " + lit(lanes - 1) + ") / " + lit(lanes) + ")";
     const int64_t max_vectors = is_a ? cap / lanes : st.step * ((cap / st.step + lanes - 1) / lanes);
@@ -468,7 +469,7 @@ void StagedMatMulStage::emit(Kernel& k) {
       const int64_t chunks = is_a ? st.step / 4 : st.pitch_b / 4;
       const CopiedSlice c{.is_a = is_a,
                           .buf = is_a ? st.a : st.b,
-                          .param = cx_.param.at(u),
+                          .param = cx_.param.at(cx_.buffer_of(u)),
                           .shape = g.value(u).shape,
                           .index = [&](const std::string& row, const std::string& col) {
                             const std::string m = is_a ? "(" + r.lo[st.m_axis] + " + " + row + ")" : r.lo[st.m_axis];
@@ -559,7 +560,7 @@ void StagedMatMulStage::emit_gemv(Kernel& k, Block& steps, const TensorExpr& e, 
   const std::string nm = r.n[st.m_axis], nn = r.n[st.n_axis];
   const int b = n_.inputs[1];
   const DType ut = g.value(b).dtype;
-  const std::string p = cx_.param.at(b), step = lit(st.step), last = lit(st.lanes - 1);
+  const std::string p = cx_.param.at(cx_.buffer_of(b)), step = lit(st.step), last = lit(st.lanes - 1);
   const int64_t width = st.vecs * st.lanes;
   // Thread t: the column vector t % vecs (its first column ft_c), the slice t / vecs; the slice's
   // rows of the step are ft_sl, ft_sl + slices, ... (per_thread of them), taken in batches of

@@ -45,7 +45,7 @@ class MmaMatMulStage : public AnchorStage {
     MmaPlan& st = st_;
     static_cast<StagedProduct&>(st) = staged_product(cx, node, me);
     st.wgmma = cx.cfg.wgmma;
-    st.staging = planner::mma_staging(cx.g, node, cx.produced(), cx.cfg);
+    st.staging = planner::mma_staging(cx.g, node, cx.computed(), cx.cfg);
     // A copied operand is read along its innermost axis: A's by the reduction variable, B's by the
     // output's columns (MatMul's maps; checked, since the chunks rely on it).
     const TensorExpr& e = cx.exprs.at(static_cast<int>(&node - cx.g.nodes().data()));
@@ -281,7 +281,7 @@ void MmaMatMulStage::emit(Kernel& k) {
       const int64_t chunks = cols / lanes;
       const CopiedSlice c{.is_a = is_a,
                           .buf = buf,
-                          .param = cx_.param.at(u),
+                          .param = cx_.param.at(cx_.buffer_of(u)),
                           .shape = cx_.g.value(u).shape,
                           .index = operand_index,
                           .ks = ks,

@@ -507,6 +507,28 @@ TEST(LibraryCall, ThePlanCallsOnlyTheLibrariesItMay) {
   const testing::Outcome bad = testing::run_cli("plan " + onnx + " --device h100 --libraries cudnn,tensorrt");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.output.find("'tensorrt' is not a library"), std::string::npos) << bad.output;
+  // --top-k lists; it never changes the plan (at 3 the library's candidates once displaced every
+  // generated one, and the plan called cuDNN where the default plan does not).
+  const auto plan_with = [&](const std::string& extra) {
+    const testing::Outcome o = testing::run_cli("plan " + onnx + " --device h100 --json" + extra);
+    EXPECT_EQ(o.exit_code, 0) << o.output;
+    return nlohmann::json::parse(o.output);
+  };
+  const nlohmann::json by_default = plan_with(""), short_list = plan_with(" --top-k 3"), long_list = plan_with(" --top-k 40");
+  size_t longest = 0;
+  for (const nlohmann::json* p : {&short_list, &long_list}) {
+    EXPECT_EQ((*p)["modeled_us"], by_default["modeled_us"]);
+    ASSERT_EQ((*p)["groups"].size(), by_default["groups"].size());
+    for (size_t i = 0; i < by_default["groups"].size(); ++i) {
+      EXPECT_EQ((*p)["groups"][i]["best"], by_default["groups"][i]["best"]) << "group " << i;
+      if (p == &short_list) {
+        EXPECT_LE((*p)["groups"][i]["candidates"].size(), 3u);
+      } else {
+        longest = std::max(longest, (*p)["groups"][i]["candidates"].size());
+      }
+    }
+  }
+  EXPECT_GT(longest, 12u);
 }
 
 TEST(LibraryCall, MatchesTheConvolutionEpiloguePatternsAndNothingElse) {
@@ -569,6 +591,29 @@ TEST(LibraryCall, MatchesTheConvolutionEpiloguePatternsAndNothingElse) {
   ConvCase bf16;
   bf16.dt = DType::kBF16;
   EXPECT_FALSE(match(bf16).has_value());
+  {  // A trailing Reshape (an image flattened for a product that follows) renames the library's
+     // output; a Reshape before the ReLU is no epilogue the call runs.
+    ConvCase c;
+    c.act = "Relu";
+    OneGroup t = make_conv(c);
+    const Shape y = t.g.value(t.g.outputs()[0]).shape;
+    Attributes flat;
+    flat.set("shape", std::vector<int64_t>{y[0], y[1], y[2] * y[3]});
+    const int r = add_op(t.g, "Reshape", {t.g.outputs()[0]}, flat);
+    t.g.outputs() = {r};
+    t.group.nodes.push_back(static_cast<int>(t.g.nodes().size()) - 1);
+    planner::describe_group(t.g, t.group);
+    const auto m = planner::match_library_call(t.g, t.group);
+    ASSERT_TRUE(m.has_value());
+    EXPECT_TRUE(m->call.relu);
+    EXPECT_EQ(m->output, r);
+    OneGroup mid = make_conv(ConvCase{});
+    const int before = add_op(mid.g, "Reshape", {mid.g.outputs()[0]}, flat);
+    mid.g.outputs() = {add_op(mid.g, "Relu", {before})};
+    for (int k : {1, 2}) mid.group.nodes.push_back(static_cast<int>(mid.g.nodes().size()) - 3 + k);
+    planner::describe_group(mid.g, mid.group);
+    EXPECT_FALSE(planner::match_library_call(mid.g, mid.group).has_value());
+  }
   {
     ConvCase c;
     OneGroup t = make_conv(c);

@@ -143,35 +143,52 @@ TEST(RingStages, AWaitTooShortOrABarrierMissingFailsTheChecks) {
 }
 
 // The planner offers one and two stages more than each ring's default (mma.sync and SIMT 4 and 5,
-// wgmma 5 and 6), charges their shared memory, keeps Little's law's bytes in flight growing with
-// the steps ahead, and rejects a depth where no ring copies asynchronously or out of range.
-TEST(RingStages, ThePlannerOffersDepthsOnlyWhereARingCopies) {
+// wgmma 5 and 6) where the model expects them to pay: for a product whose weights stream from
+// DRAM (128 x 4096 by 4096 x 8192 in float16: 64 MB, over half the H100's L2), where Little's law
+// charges the steps in flight; each charges its slots' shared memory and keeps more bytes in
+// flight than its default. Where operands stay in L2 (the 64 x 256 x 64 chain) nothing is
+// offered: the depths would tie with the default. A depth where no ring copies asynchronously,
+// or out of range, is rejected.
+TEST(RingStages, ThePlannerOffersDepthsWhereTheyPayAndOnlyWhereARingCopies) {
   const planner::Device& h100 = planner::find_device("h100");
-  const auto c = ring_long_chains(DType::kF16);
-  const FusionGroup& group = c.groups[2];
+  Graph big;
+  const int a = fusetune::testing::add_input(big, "a", DType::kF16, {128, 4096});
+  big.outputs() = {fusetune::testing::add_op(big, "MatMul", {a, fusetune::testing::add_input(big, "w", DType::kF16, {4096, 8192})})};
+  const FusionGroup streamed = fusetune::testing::whole_graph_group(big);
   planner::TilingOptions all;
   all.top_k = 100000;
   std::set<int> depths_mma, depths_wgmma;
-  for (const planner::Candidate& cand : planner::tile_candidates(c.g, group, h100, all)) {
+  for (const planner::Candidate& cand : planner::tile_candidates(big, streamed, h100, all)) {
     if (cand.config.ring_stages == 0) continue;
     (cand.config.wgmma ? depths_wgmma : depths_mma).insert(cand.config.ring_stages);
     TileConfig base = cand.config;
     base.ring_stages = 0;
-    const planner::Cost shallow = planner::evaluate_tile(c.g, group, h100, base);
+    const planner::Cost shallow = planner::evaluate_tile(big, streamed, h100, base);
     ASSERT_TRUE(shallow.valid) << base.str();
     EXPECT_GT(cand.cost.smem_bytes, shallow.smem_bytes) << cand.config.str();
-    EXPECT_GE(cand.cost.bytes_in_flight, shallow.bytes_in_flight) << cand.config.str();
+    EXPECT_GT(cand.cost.bytes_in_flight, shallow.bytes_in_flight) << cand.config.str();
+    EXPECT_LT(cand.cost.modeled_us, shallow.modeled_us) << cand.config.str();
     EXPECT_NE(cand.config.str().find(" stages=" + std::to_string(cand.config.ring_stages)), std::string::npos);
   }
   EXPECT_EQ(depths_mma, (std::set<int>{4, 5}));
   EXPECT_EQ(depths_wgmma, (std::set<int>{5, 6}));
+  const auto c = ring_long_chains(DType::kF16);
+  const FusionGroup& group = c.groups[2];
+  for (const planner::Candidate& cand : planner::tile_candidates(c.g, group, h100, all)) {
+    EXPECT_EQ(cand.config.ring_stages, 0) << cand.config.str() << ": operands in L2, yet a deeper ring offered";
+  }
+  // Yet a depth is a valid candidate there (the tune may ask), charged its shared memory.
+  const TileConfig mma{{32, 32}, 16, 128, 1, true};
+  const planner::Cost deep = planner::evaluate_tile(c.g, group, h100, ring_deepened(mma, 5));
+  ASSERT_TRUE(deep.valid) << deep.reject;
+  EXPECT_GT(deep.smem_bytes, planner::evaluate_tile(c.g, group, h100, mma).smem_bytes);
   // No ring: a SIMT product staged without vectors; out of range: 2, 9, and a wgmma ring of 3.
   const planner::Cost plain = planner::evaluate_tile(c.g, group, h100, ring_deepened(TileConfig{{32, 32}, 16, 128, 1}, 4));
   EXPECT_FALSE(plain.valid);
   EXPECT_NE(plain.reject.find("no staged contraction of the candidate copies its operands through a cp.async ring"), std::string::npos)
       << plain.reject;
   for (int stages : {2, 9}) {
-    const planner::Cost c2 = planner::evaluate_tile(c.g, group, h100, ring_deepened(TileConfig{{32, 32}, 16, 128, 1, true}, stages));
+    const planner::Cost c2 = planner::evaluate_tile(c.g, group, h100, ring_deepened(mma, stages));
     EXPECT_FALSE(c2.valid) << stages;
     EXPECT_NE(c2.reject.find("a ring holds 3 to 8 stages"), std::string::npos) << c2.reject;
   }
