@@ -334,19 +334,26 @@ def parse_fusetune_run(log_path, rc):
     return result
 
 
-def compiled_plan_launches(log_path, rows=8):
-    """The slowest `rows` launches of `fusetune run --per-kernel`'s table in log_path, with its
-    heading and its sums line; None where the log has no such table."""
+def per_kernel_lines(log_path):
+    """The lines of log_path from `fusetune run --per-kernel`'s heading on; None where the log has
+    no such table."""
     if not os.path.exists(log_path):
         return None
     with open(log_path, errors="replace") as f:
         lines = f.read().splitlines()
     start = next((i for i, l in enumerate(lines) if l.startswith("per kernel, slowest first")), None)
-    if start is None:
+    return None if start is None else lines[start:]
+
+
+def compiled_plan_launches(log_path, rows=8):
+    """The slowest `rows` launches of `fusetune run --per-kernel`'s table in log_path, with its
+    heading and its sums line; None where the log has no such table."""
+    lines = per_kernel_lines(log_path)
+    if lines is None:
         return None
-    table = [l for l in lines[start + 1:] if l.startswith("|")]
-    sums = next((l for l in lines[start + 1:] if l.startswith("sum of the ")), "")
-    return "\n".join([lines[start], ""] + table[:2 + rows] + ["", sums])
+    table = [l for l in lines[1:] if l.startswith("|")]
+    sums = next((l for l in lines[1:] if l.startswith("sum of the ")), "")
+    return "\n".join([lines[0], ""] + table[:2 + rows] + ["", sums])
 
 
 def launch_bandwidths(log_path, copy_gbps, min_us=20.0):
@@ -354,15 +361,11 @@ def launch_bandwidths(log_path, copy_gbps, min_us=20.0):
     launch of at least min_us measured (where a launch's fixed cost is small beside its traffic),
     its argument GB/s (its arguments' bytes, counted, over its measured time) as a share of the
     measured device-to-device copy. A line, or None where nothing qualifies."""
-    if not copy_gbps or not os.path.exists(log_path):
-        return None
-    with open(log_path, errors="replace") as f:
-        lines = f.read().splitlines()
-    start = next((i for i, l in enumerate(lines) if l.startswith("per kernel, slowest first")), None)
-    if start is None:
+    lines = per_kernel_lines(log_path) if copy_gbps else None
+    if lines is None:
         return None
     shares = []
-    for l in lines[start + 1:]:
+    for l in lines[1:]:
         cells = [c.strip() for c in l.strip().strip("|").split("|")]
         if len(cells) != 9 or not re.fullmatch(r"[0-9.]+", cells[4]) or not re.fullmatch(r"[0-9.]+", cells[8]):
             continue
