@@ -366,11 +366,14 @@ def launch_bandwidths(log_path, copy_gbps, min_us=20.0):
         return None
     shares = []
     for l in lines[1:]:
+        # | launch | kernel | groups | configuration | measured | modeled | ratio | MB | GB/s |: a packed
+        # launch joins its groups and configurations with " | ", so the numbers are read from the right.
         cells = [c.strip() for c in l.strip().strip("|").split("|")]
-        if len(cells) != 9 or not re.fullmatch(r"[0-9.]+", cells[4]) or not re.fullmatch(r"[0-9.]+", cells[8]):
+        if len(cells) < 9 or not re.fullmatch(r"[0-9.]+", cells[-5]) or not re.fullmatch(r"[0-9.]+", cells[-1]):
             continue
-        if float(cells[4]) >= min_us:
-            shares.append((float(cells[8]) / copy_gbps, cells[1], cells[2], float(cells[4])))
+        if float(cells[-5]) >= min_us:
+            groups = " | ".join(cells[2:2 + (len(cells) - 7) // 2])
+            shares.append((float(cells[-1]) / copy_gbps, cells[1], groups, float(cells[-5])))
     if not shares:
         return None
     shares.sort(reverse=True)

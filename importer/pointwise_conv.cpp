@@ -81,6 +81,7 @@ int pointwise_convs_as_matmuls(Graph& g) {
     reshape("/image", product, out, y);
   }
   g.nodes() = std::move(nodes);
+  if (rewritten > 0) g.remove_dead();  // the 4-D weights and 1-D biases, now read by nobody
   return rewritten;
 }
 

@@ -31,11 +31,13 @@ bool made_inside(const Graph& g, const FusionGroup& group, int v) {
 // the rest of the group computing GELU's tanh approximation, and Reshapes anywhere that keep the
 // rows (the last extent: the library writes the same bytes in the same order, and a bias along the
 // rows stays one); for both, any Reshapes after the rest (the output renamed: a pointwise
-// convolution's product reshaped back to an image, an image flattened for a product that follows). Completes `match` (the epilogue's flags, inputs [bias], [residual], the output)
+// convolution's product reshaped back to an image, an image flattened for a product that follows),
+// and with `views_anywhere` Reshapes anywhere (a pointwise convolution's: its bias and residual
+// are checked on the shapes they meet, the bytes stay in order). Completes `match` (the epilogue's flags, inputs [bias], [residual], the output)
 // and returns false for anything else, or where an operand is computed inside the group (the
 // library reads it from memory).
 bool match_epilogue(const Graph& g, const FusionGroup& group, int bias, const std::function<bool(const Shape&)>& is_bias,
-                    LibraryMatch& match) {
+                    LibraryMatch& match, bool views_anywhere = false) {
   LibraryCall& c = match.call;
   const bool gemm = c.op == LibraryOp::kGemm;
   c.bias = bias >= 0;
@@ -47,7 +49,8 @@ bool match_epilogue(const Graph& g, const FusionGroup& group, int bias, const st
   // A Reshape that moves the result's bytes nowhere: any of the trailing ones (the library's
   // output, contiguous, renamed), and for a GEMM one that keeps the rows anywhere.
   const auto view = [&](const Node& n, size_t i) {
-    return n.op == "Reshape" && n.inputs[0] == current && (i >= end || (gemm && g.value(n.outputs[0]).shape.back() == rows));
+    return n.op == "Reshape" && n.inputs[0] == current &&
+           (i >= end || views_anywhere || (gemm && g.value(n.outputs[0]).shape.back() == rows));
   };
   for (size_t i = 1; i < group.nodes.size(); ++i) {
     const Node& n = node(i);
@@ -142,7 +145,8 @@ std::optional<LibraryMatch> match_gemm(const Graph& g, const FusionGroup& group)
 }
 
 std::optional<LibraryMatch> match_conv(const Graph& g, const FusionGroup& group) {
-  if (group.nodes.empty() || group.nodes.size() > 4 || group.outputs.size() != 1) return std::nullopt;
+  // The convolution, two Adds, an activation and Reshapes of the result.
+  if (group.nodes.empty() || group.nodes.size() > 8 || group.outputs.size() != 1) return std::nullopt;
   const Node& conv = g.nodes()[static_cast<size_t>(group.nodes[0])];
   if (conv.op != "Conv") return std::nullopt;
   const Value& x = g.value(conv.inputs[0]);
@@ -188,11 +192,59 @@ std::optional<LibraryMatch> match_conv(const Graph& g, const FusionGroup& group)
   return match;
 }
 
+// A pointwise convolution as the importer writes it (importer/pointwise_conv.h): Reshapes of an
+// image X to [N, C, S] (or the group reads that value), MatMul(W [K, C], it), then the epilogue
+// with Reshapes anywhere after the product (a bias [K, 1], or [1, K, 1, 1] after the Reshape back
+// to the image). The product [N, K, S] is row-major NCHW, so cuDNN computes it as the 1 x 1
+// convolution of X viewed as [N, C, S, 1] by W viewed as [K, C, 1, 1]: same bytes in and out.
+std::optional<LibraryMatch> match_pointwise(const Graph& g, const FusionGroup& group) {
+  if (group.nodes.empty() || group.nodes.size() > 10 || group.outputs.size() != 1) return std::nullopt;
+  const auto node = [&](size_t i) -> const Node& { return g.nodes()[static_cast<size_t>(group.nodes[i])]; };
+  size_t lead = 0;  // the image's Reshapes before the product
+  while (lead < group.nodes.size() && node(lead).op == "Reshape") ++lead;
+  if (lead == group.nodes.size() || node(lead).op != "MatMul") return std::nullopt;
+  const Node& mm = node(lead);
+  int x = mm.inputs[1];
+  for (size_t i = lead; i-- > 0;) {
+    if (node(i).outputs[0] != x) return std::nullopt;
+    x = node(i).inputs[0];
+  }
+  const Value& w = g.value(mm.inputs[0]);
+  const Value& b = g.value(mm.inputs[1]);
+  const DType dt = g.value(mm.outputs[0]).dtype;
+  if ((dt != DType::kF32 && dt != DType::kF16) || w.dtype != dt || b.dtype != dt || w.shape.size() != 2 ||
+      b.shape.size() != 3 || b.shape[1] != w.shape[1]) {
+    return std::nullopt;
+  }
+  LibraryMatch match;
+  LibraryCall& c = match.call;
+  c.op = LibraryOp::kConv;
+  c.library = library_family(c.op);
+  c.dtype = dt;
+  c.batch = b.shape[0];
+  ConvShape& cs = c.conv;
+  cs.c = b.shape[1];
+  cs.h = b.shape[2];
+  cs.w = 1;
+  cs.k = w.shape[0];
+  cs.r = cs.s = 1;
+  match.inputs = {x, mm.inputs[0]};
+  const int64_t k = cs.k;
+  const auto along_k = [k](const Shape& s) {
+    return s == Shape{k, 1} || s == Shape{1, k, 1} || s == Shape{k, 1, 1} || s == Shape{1, k, 1, 1};
+  };
+  FusionGroup tail = group;  // from the product on
+  tail.nodes.erase(tail.nodes.begin(), tail.nodes.begin() + static_cast<std::ptrdiff_t>(lead));
+  if (!match_epilogue(g, tail, -1, along_k, match, true)) return std::nullopt;
+  return match;
+}
+
 }  // namespace
 
 std::optional<LibraryMatch> match_library_call(const Graph& g, const FusionGroup& group) {
   if (auto gemm = match_gemm(g, group)) return gemm;
   if (auto conv = match_conv(g, group)) return conv;
+  if (auto pointwise = match_pointwise(g, group)) return pointwise;
   return match_attention_call(g, group);
 }
 

@@ -13,8 +13,12 @@
 //   Conv:  Y = [Relu | Clip(0, max)]( Conv(X, W [, bias]) [+ bias] [+ residual] )
 //          a 2-D convolution in NCHW (X [N, C, H, W], W [K, C / group, R, S], any pads, strides,
 //          dilations and group), the bias a vector along K (Conv's third input, or an Add of a
-//          [K, 1, 1] or [1, K, 1, 1] value), the residual of Y's shape. cuDNN's graph computes
-//          conv -> add bias -> add residual -> ReLU with its upper clip.
+//          [K, 1, 1] or [1, K, 1, 1] value), the residual of Y's shape, any Reshapes after all
+//          of it (Y renamed). cuDNN's graph computes conv -> add bias -> add residual -> ReLU
+//          with its upper clip. A pointwise convolution as the importer writes it
+//          (importer/pointwise_conv.h: [Reshapes of X to] [N, C, S], MatMul(W [K, C], ·), the
+//          epilogue with Reshapes anywhere, the bias [K, 1] or [1, K, 1, 1]) is the Conv of X
+//          viewed as [N, C, S, 1] by W as [K, C, 1, 1]: the same bytes.
 //   Attention: O = softmax(scale Q·Kᵀ [+ bias] [causal]) V, the attention core of planner/
 //          attention.h whose every other node is a Reshape, Transpose or Slice viewing Q, K, V,
 //          the bias or O in a buffer outside the group, or a Cast (planner/library_attention.h).

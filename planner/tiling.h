@@ -301,7 +301,7 @@ inline int64_t imma_pitch_a(int64_t step) { return step / 4 + 4; }
 inline int64_t imma_pitch_b(int64_t cols) { return cols + ((8 - cols % 16) + 16) % 16; }
 
 // The values of `produced` (what `group` computes) whose elements the group computes: less the
-// results of its Reshapes (chains of them) of values it does not compute. A Reshape moves no
+// results of its unguarded Reshapes (chains of them) of values it does not compute. A Reshape moves no
 // element: element i of its result, row-major, is element i of its input's buffer, so a staged
 // operand that is such a result copies from the input's buffer (codegen's
 // LoweringContext::buffer_of), as from an input: a pointwise convolution's channels-by-pixels

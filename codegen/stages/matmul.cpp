@@ -186,7 +186,8 @@ class StagedMatMulStage : public AnchorStage {
     const bool b_input = contiguous_input(node.inputs[1], e.accesses[1], static_cast<int>(st.n_axis));
     st.lanes = b_input ? vector_lanes(cx.g.value(node.inputs[1]).dtype) : 1;
     st.vecs = (std::max<int64_t>(1, me[st.n_axis]) + st.lanes - 1) / st.lanes;
-    st.gemv = cx.cfg.gemv && b_input && me[st.m_axis] <= 8 && st.vecs <= cx.cfg.threads;
+    // (B an input itself, as planner/tiling.h's gemv_matmul asks: not through a Reshape.)
+    st.gemv = cx.cfg.gemv && b_input && cx.param.count(node.inputs[1]) && me[st.m_axis] <= 8 && st.vecs <= cx.cfg.threads;
     if (cx.cfg.vector >= 4) {
       st.vec_a = contiguous_input(node.inputs[0], e.accesses[0], static_cast<int>(e.out_shape.size())) &&
                  st.step % vector_lanes(cx.g.value(node.inputs[0]).dtype) == 0;

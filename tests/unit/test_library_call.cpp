@@ -740,14 +740,20 @@ TEST(LibraryCall, ExportedCnnsWithEveryConvolutionOnCudnnMatchTheReference) {
       for (const planner::Candidate& c : gp.candidates) fast[{gp.signature, c.config.str()}] = c.config.library.empty() ? 100.0 : 1.0;
     }
     const planner::ModelPlan plan = planner::plan_model(g, dev, {}, &fast);
-    int convs = 0, on_cudnn = 0;
+    int convs = 0, on_cudnn = 0, pointwise = 0;
+    const auto has = [&](const planner::GroupPlan& gp, const char* op) {
+      return std::any_of(gp.group.nodes.begin(), gp.group.nodes.end(), [&](int n) { return g.nodes()[static_cast<size_t>(n)].op == op; });
+    };
     for (const planner::GroupPlan& gp : plan.groups) {
-      const bool conv = std::any_of(gp.group.nodes.begin(), gp.group.nodes.end(),
-                                    [&](int n) { return g.nodes()[static_cast<size_t>(n)].op == "Conv"; });
-      convs += conv;
-      on_cudnn += gp.candidates[gp.chosen].config.library == planner::kCudnn;
+      convs += has(gp, "Conv");
+      const bool cudnn = gp.candidates[gp.chosen].config.library == planner::kCudnn;
+      on_cudnn += cudnn;
+      pointwise += cudnn && has(gp, "MatMul");  // a pointwise convolution imported as a product
     }
     EXPECT_GE(on_cudnn, 3) << "of " << convs << " groups with a convolution";
+    if (std::string(model) == "mobilenet_v2") {
+      EXPECT_GE(pointwise, 3) << "pointwise convolutions on cuDNN";
+    }
     const runtime::Bundle bundle = compiler::compile_bundle(g, plan, dev, model);
     // The bundle names the library and the version this machine loads (null where it cannot).
     const nlohmann::json manifest = nlohmann::json::parse(bundle.manifest);

@@ -19,6 +19,7 @@
 #include "codegen/lower_group.h"
 #include "importer/importer.h"
 #include "planner/device.h"
+#include "planner/library_match.h"
 #include "planner/tiling.h"
 #include "reference/interpreter.h"
 #include "runtime/plan_runner.h"
@@ -126,6 +127,19 @@ TEST(PointwiseConv, BecomesAMatMulThatComputesTheConvolution) {
     const Graph g = importer::import_onnx_bytes(m.model.bytes(), ".").graph;
     EXPECT_EQ(count_op(g, "Conv"), 0) << c.what;
     EXPECT_EQ(count_op(g, "MatMul"), 1) << c.what;
+    // cuDNN still takes the whole as a 1 x 1 convolution of the image viewed as [N, C, S, 1].
+    if (c.dtype == DType::kF32 && c.x.size() == 4) {
+      const auto call = planner::match_library_call(g, testing::whole_graph_group(g));
+      ASSERT_TRUE(call.has_value()) << c.what;
+      EXPECT_EQ(call->call.op, planner::LibraryOp::kConv) << c.what;
+      EXPECT_EQ(call->call.batch, c.x[0]);
+      EXPECT_EQ(call->call.conv.c, c.x[1]);
+      EXPECT_EQ(call->call.conv.h, c.x[2] * c.x[3]);
+      EXPECT_EQ(call->call.conv.w, 1);
+      EXPECT_EQ(call->call.conv.k, c.k);
+      EXPECT_EQ(call->call.bias, c.bias) << c.what;
+      EXPECT_EQ(g.value(call->inputs[0]).name, "x") << c.what;
+    }
     const double tolerance = c.dtype == DType::kF16 ? 2e-2 : 1e-5;
     const std::vector<Tensor> ref = reference::run_graph(g, m.inputs);
     ASSERT_EQ(ref[0].shape(), m.out) << c.what;
