@@ -144,6 +144,24 @@ std::optional<LibraryMatch> match_gemm(const Graph& g, const FusionGroup& group)
   return match;
 }
 
+// A call of cuDNN's convolution in `dt` of images `x` [N, C, H, W] by k filters of r x s (one
+// group, strides and dilations 1, no pads until the caller sets them), its epilogue still to match.
+LibraryMatch conv_call(DType dt, const Shape& x, int64_t k, int64_t r, int64_t s) {
+  LibraryMatch match;
+  LibraryCall& c = match.call;
+  c.op = LibraryOp::kConv;
+  c.library = library_family(c.op);
+  c.dtype = dt;
+  c.batch = x[0];
+  c.conv.c = x[1];
+  c.conv.h = x[2];
+  c.conv.w = x[3];
+  c.conv.k = k;
+  c.conv.r = r;
+  c.conv.s = s;
+  return match;
+}
+
 std::optional<LibraryMatch> match_conv(const Graph& g, const FusionGroup& group) {
   // The convolution, two Adds, an activation and Reshapes of the result.
   if (group.nodes.empty() || group.nodes.size() > 8 || group.outputs.size() != 1) return std::nullopt;
@@ -155,19 +173,9 @@ std::optional<LibraryMatch> match_conv(const Graph& g, const FusionGroup& group)
   const DType dt = y0.dtype;
   if ((dt != DType::kF32 && dt != DType::kF16) || x.dtype != dt || w.dtype != dt) return std::nullopt;
   if (x.shape.size() != 4 || w.shape.size() != 4 || y0.shape.size() != 4) return std::nullopt;
-  LibraryMatch match;
-  LibraryCall& c = match.call;
-  c.op = LibraryOp::kConv;
-  c.library = library_family(c.op);
-  c.dtype = dt;
-  c.batch = x.shape[0];
-  ConvShape& cs = c.conv;
-  cs.c = x.shape[1];
-  cs.h = x.shape[2];
-  cs.w = x.shape[3];
-  cs.k = w.shape[0];
-  cs.r = w.shape[2];
-  cs.s = w.shape[3];
+  LibraryMatch match = conv_call(dt, x.shape, w.shape[0], w.shape[2], w.shape[3]);
+  const LibraryCall& c = match.call;
+  ConvShape& cs = match.call.conv;
   cs.groups = conv.attrs.i("group", 1);
   const auto strides = conv.attrs.ints("strides", {1, 1}), dil = conv.attrs.ints("dilations", {1, 1}),
              pads = conv.attrs.ints("pads", {0, 0, 0, 0});
@@ -216,20 +224,9 @@ std::optional<LibraryMatch> match_pointwise(const Graph& g, const FusionGroup& g
       b.shape.size() != 3 || b.shape[1] != w.shape[1]) {
     return std::nullopt;
   }
-  LibraryMatch match;
-  LibraryCall& c = match.call;
-  c.op = LibraryOp::kConv;
-  c.library = library_family(c.op);
-  c.dtype = dt;
-  c.batch = b.shape[0];
-  ConvShape& cs = c.conv;
-  cs.c = b.shape[1];
-  cs.h = b.shape[2];
-  cs.w = 1;
-  cs.k = w.shape[0];
-  cs.r = cs.s = 1;
+  LibraryMatch match = conv_call(dt, {b.shape[0], b.shape[1], b.shape[2], 1}, w.shape[0], 1, 1);
   match.inputs = {x, mm.inputs[0]};
-  const int64_t k = cs.k;
+  const int64_t k = w.shape[0];
   const auto along_k = [k](const Shape& s) {
     return s == Shape{k, 1} || s == Shape{1, k, 1} || s == Shape{k, 1, 1} || s == Shape{1, k, 1, 1};
   };
