@@ -25,8 +25,8 @@ bool made_inside(const Graph& g, const FusionGroup& group, int v) {
 }
 
 // The epilogue both libraries apply to the product (the output of the group's first node, whose
-// operands are match.inputs), in the group's other nodes: Adds of a bias (a value `is_bias` accepts
-// the shape of; at most one, `bias` being one already bound) and of a residual of the product's
+// operands are match.inputs), in the group's other nodes: Adds of a bias (a value `is_bias` accepts by
+// its shape and the shape it meets; at most one, `bias` being one already bound) and of a residual of the product's
 // shape, in either order, then a ReLU last; for a convolution, or a Clip(0, max); for a GEMM, or
 // the rest of the group computing GELU's tanh approximation, and Reshapes anywhere that keep the
 // rows (the last extent: the library writes the same bytes in the same order, and a bias along the
@@ -36,8 +36,9 @@ bool made_inside(const Graph& g, const FusionGroup& group, int v) {
 // are checked on the shapes they meet, the bytes stay in order). Completes `match` (the epilogue's flags, inputs [bias], [residual], the output)
 // and returns false for anything else, or where an operand is computed inside the group (the
 // library reads it from memory).
-bool match_epilogue(const Graph& g, const FusionGroup& group, int bias, const std::function<bool(const Shape&)>& is_bias,
-                    LibraryMatch& match, bool views_anywhere = false) {
+bool match_epilogue(const Graph& g, const FusionGroup& group, int bias,
+                    const std::function<bool(const Shape& bias, const Shape& at)>& is_bias, LibraryMatch& match,
+                    bool views_anywhere = false) {
   LibraryCall& c = match.call;
   const bool gemm = c.op == LibraryOp::kGemm;
   c.bias = bias >= 0;
@@ -84,7 +85,7 @@ bool match_epilogue(const Graph& g, const FusionGroup& group, int bias, const st
     const Value& o = g.value(other);
     const Shape& shape = g.value(current).shape;
     if (o.dtype != c.dtype || g.value(n.outputs[0]).shape != shape) return false;
-    if (is_bias(o.shape) && !c.bias) {
+    if (is_bias(o.shape, shape) && !c.bias) {
       c.bias = true;
       bias = other;
     } else if (o.shape == shape && !c.residual) {
@@ -137,11 +138,22 @@ std::optional<LibraryMatch> match_gemm(const Graph& g, const FusionGroup& group)
   if (y0.shape.size() != std::max(a.shape.size(), b.shape.size())) return std::nullopt;
   match.inputs = {mm.inputs[0], mm.inputs[1]};
   // A bias is a vector along n ([n], or leading ones then n).
-  const auto along_n = [&](const Shape& s) {
+  const auto along_n = [&](const Shape& s, const Shape&) {
     return !s.empty() && s.back() == c.n && std::all_of(s.begin(), s.end() - 1, [](int64_t d) { return d == 1; });
   };
   if (!match_epilogue(g, group, -1, along_n, match)) return std::nullopt;
   return match;
+}
+
+// Whether `bias`, broadcast against a value of shape `at` (NCHW or [N, K, S]), is a vector along
+// its channel axis (1) of k entries: [k, 1...] or [1, k, 1...], its other extents 1.
+bool per_channel(const Shape& bias, const Shape& at, int64_t k) {
+  if (bias.size() > at.size() || at.size() - bias.size() > 1) return false;
+  const size_t lead = at.size() - bias.size();
+  for (size_t i = 0; i < bias.size(); ++i) {
+    if (bias[i] != (lead + i == 1 ? k : 1)) return false;
+  }
+  return true;
 }
 
 // A call of cuDNN's convolution in `dt` of images `x` [N, C, H, W] by k filters of r x s (one
@@ -195,15 +207,15 @@ std::optional<LibraryMatch> match_conv(const Graph& g, const FusionGroup& group)
     bias_value = conv.inputs[2];
   }
   // A bias (besides Conv's own) is a vector along the output channels: [K, 1, 1] or [1, K, 1, 1].
-  const auto along_k = [&](const Shape& s) { return s == Shape{cs.k, 1, 1} || s == Shape{1, cs.k, 1, 1}; };
+  const auto along_k = [&](const Shape& s, const Shape& at) { return per_channel(s, at, cs.k); };
   if (!match_epilogue(g, group, bias_value, along_k, match)) return std::nullopt;
   return match;
 }
 
 // A pointwise convolution as the importer writes it (importer/pointwise_conv.h): Reshapes of an
 // image X to [N, C, S] (or the group reads that value), MatMul(W [K, C], it), then the epilogue
-// with Reshapes anywhere after the product (a bias [K, 1], or [1, K, 1, 1] after the Reshape back
-// to the image). The product [N, K, S] is row-major NCHW, so cuDNN computes it as the 1 x 1
+// with Reshapes anywhere after the product (a bias along the channels where it meets the value:
+// [K, 1] on the product, [1, K, 1, 1] after the Reshape back to the image). The product [N, K, S] is row-major NCHW, so cuDNN computes it as the 1 x 1
 // convolution of X viewed as [N, C, S, 1] by W viewed as [K, C, 1, 1]: same bytes in and out.
 std::optional<LibraryMatch> match_pointwise(const Graph& g, const FusionGroup& group) {
   if (group.nodes.empty() || group.nodes.size() > 10 || group.outputs.size() != 1) return std::nullopt;
@@ -227,9 +239,7 @@ std::optional<LibraryMatch> match_pointwise(const Graph& g, const FusionGroup& g
   LibraryMatch match = conv_call(dt, {b.shape[0], b.shape[1], b.shape[2], 1}, w.shape[0], 1, 1);
   match.inputs = {x, mm.inputs[0]};
   const int64_t k = w.shape[0];
-  const auto along_k = [k](const Shape& s) {
-    return s == Shape{k, 1} || s == Shape{1, k, 1} || s == Shape{k, 1, 1} || s == Shape{1, k, 1, 1};
-  };
+  const auto along_k = [k](const Shape& s, const Shape& at) { return per_channel(s, at, k); };
   FusionGroup tail = group;  // from the product on
   tail.nodes.erase(tail.nodes.begin(), tail.nodes.begin() + static_cast<std::ptrdiff_t>(lead));
   if (!match_epilogue(g, tail, -1, along_k, match, true)) return std::nullopt;

@@ -1503,10 +1503,12 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
   // operands through a cp.async ring (tensor cores, or SIMT staging in 16-byte vectors) also with
   // one and two stages more than its form's default, where they fit in shared memory and the
   // model expects them to pay (more bytes in flight for operands streamed from DRAM); elsewhere
-  // they would only tie with the default and crowd the candidates a tune measures.
+  // they would only tie with the default and crowd the candidates a tune measures. Only a
+  // latency-bound candidate is tried: more stages shorten Little's law's term alone, and their
+  // shared memory can only lengthen the others.
   for (size_t i = 0, generated = all.size(); i < generated; ++i) {
     const TileConfig base = all[i].config;
-    if (base.reduce_step <= 0 || base.gemv || base.flash || !(base.mma || base.vector >= 4)) continue;
+    if (!all[i].cost.latency_bound || base.reduce_step <= 0 || base.gemv || base.flash || !(base.mma || base.vector >= 4)) continue;
     const int deeper = base.wgmma ? 5 : 4;
     for (int stages : {deeper, deeper + 1}) {
       TileConfig cfg = base;

@@ -75,9 +75,7 @@ inline void conv_bias_relu(Graph& g, const Shape& x, const Shape& w, const Attri
 
 // All of g's nodes as one group exporting the last node's output.
 inline planner::FusionGroup whole_graph_group(const Graph& g) {
-  planner::FusionGroup group;
-  for (size_t n = 0; n < g.nodes().size(); ++n) group.nodes.push_back(static_cast<int>(n));
-  planner::describe_group(g, group);
+  planner::FusionGroup group = planner::whole_graph_group(g);
   group.outputs = {g.nodes().back().outputs[0]};
   return group;
 }

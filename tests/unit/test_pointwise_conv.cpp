@@ -10,6 +10,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/backend.h"
@@ -164,6 +165,31 @@ TEST(PointwiseConv, WhatIsNotAPointwiseProductStaysAConvolution) {
     const Graph g = importer::import_onnx_bytes(m.model.bytes(), ".").graph;
     EXPECT_EQ(count_op(g, "Conv"), 1) << c.what;
     EXPECT_EQ(count_op(g, "MatMul"), 0) << c.what;
+  }
+}
+
+// cuDNN's pattern takes a bias along the channels where it meets the value: [K, 1] on the product,
+// [1, K, 1, 1] after the Reshape back to the image; a [K, 1] added to the image lies along its
+// rows, and is no convolution's bias.
+TEST(PointwiseConv, CudnnTakesABiasOnlyAlongTheChannels) {
+  for (const auto& [bias, after_image, matches] :
+       std::vector<std::tuple<Shape, bool, bool>>{{{8, 1}, false, true}, {{1, 8, 1, 1}, true, true}, {{8, 1}, true, false}}) {
+    Graph g;
+    const int x = testing::add_input(g, "x", DType::kF32, {1, 4, 8, 8});
+    Attributes flat, image;
+    flat.set("shape", std::vector<int64_t>{1, 4, 64});
+    image.set("shape", std::vector<int64_t>{1, 8, 8, 8});
+    int y = testing::add_op(g, "MatMul", {testing::random_constant(g, "w", DType::kF32, {8, 4}, 3), testing::add_op(g, "Reshape", {x}, flat)});
+    const int b = testing::random_constant(g, "b", DType::kF32, bias, 4);
+    if (after_image) y = testing::add_op(g, "Reshape", {y}, image);
+    y = testing::add_op(g, "Add", {y, b});
+    if (!after_image) y = testing::add_op(g, "Reshape", {y}, image);
+    g.outputs() = {y};
+    const auto call = planner::match_library_call(g, testing::whole_graph_group(g));
+    EXPECT_EQ(call.has_value(), matches) << shape_str(bias) << (after_image ? " after the image" : " on the product");
+    if (call) {
+      EXPECT_TRUE(call->call.bias);
+    }
   }
 }
 
