@@ -50,7 +50,7 @@ shards=${UNIT_SHARDS:-4}
 pids=()
 for ((i = 0; i < shards; i++)); do
   GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i "$bin/fusetune_unit_tests" \
-    --gtest_filter='Wgmma*:TensorCore*:RegisterEpilogue*:SplitK*:RingStages*:Codegen*:NarrowTypes*:*Cuda*:Nvrtc*:LibraryAttention*' >"$out/unit.$i.log" 2>&1 &
+    --gtest_filter='Wgmma*:TensorCore*:RegisterEpilogue*:SplitK*:RingStages*:ConvGemm*:Codegen*:NarrowTypes*:*Cuda*:Nvrtc*:LibraryAttention*' >"$out/unit.$i.log" 2>&1 &
   pids+=($!)
 done
 rc=0

@@ -394,6 +394,53 @@ std::map<int, Region> tile_regions(const Graph& g, const FusionGroup& group, int
   return regions;
 }
 
+// The tile of the root whose staged implicit-GEMM Convs (C_in / group > 1) compute the largest
+// regions: codegen sizes their slices, and runs their micro-tiles, for the largest region any tile
+// needs (codegen/stages/conv_gemm.h), so the model charges that one. The representative tile
+// unless the group also reshapes: a tile of a flattened image axis (a pointwise convolution's
+// pixels, importer/pointwise_conv.h) that straddles rows needs the box of whole rows (16 pixels
+// of a 56-wide image: 2 x 56), which the representative tile may not show. Scans up to 64 starts
+// along each axis of the root.
+Region widest_conv_tile(const Graph& g, const FusionGroup& group, int root, const Region& representative,
+                        const std::vector<int64_t>& tile, const TileConfig& cfg) {
+  if (cfg.reduce_step <= 0) return representative;
+  std::vector<int> convs;
+  bool reshapes = false;
+  for (int id : group.nodes) {
+    const Node& n = g.nodes()[static_cast<size_t>(id)];
+    reshapes = reshapes || n.op == "Reshape" || n.op == "Flatten";
+    if (n.op == "Conv" && n.inputs.size() > 1 && g.value(n.inputs[1]).shape.size() > 1 && g.value(n.inputs[1]).shape[1] > 1) {
+      convs.push_back(n.outputs[0]);
+    }
+  }
+  if (convs.empty() || !reshapes) return representative;
+  std::vector<TensorExpr> exprs;
+  for (int id : group.nodes) exprs.push_back(describe(g, g.nodes()[static_cast<size_t>(id)]));
+  const auto conv_elems = [&](const Region& root_tile) {
+    const auto regions = tile_regions(g, group, root, root_tile, &exprs);
+    int64_t elems = 0;
+    for (int v : convs) {
+      if (const auto it = regions.find(v); it != regions.end()) elems += region_elems(it->second);
+    }
+    return elems;
+  };
+  const Shape& rs = g.value(root).shape;
+  Region best = representative;
+  int64_t most = conv_elems(representative);
+  for (size_t a = 0; a < rs.size(); ++a) {
+    const int64_t t = std::clamp<int64_t>(tile[a], 1, std::max<int64_t>(rs[a], 1));
+    for (int64_t start = 0, k = 0; start < rs[a] && k < 64; start += t, ++k) {
+      Region r = representative;
+      r[a] = {start, std::min(start + t, rs[a]) - 1};
+      if (const int64_t elems = conv_elems(r); elems > most) {
+        most = elems;
+        best = r;
+      }
+    }
+  }
+  return best;
+}
+
 // The DRAM bytes of an input larger than half the L2 that each of `tiles` tiles reads `per_tile`
 // bytes of, by the L2 model (see tiling.h): a wave of `wave` consecutive tiles in tile `order`
 // spans min(n, ceil(wave / stride)) tiles along an axis of n tiles whose index moves every
@@ -496,7 +543,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   const int root = group_root(g, group);
   const Shape& rs = g.value(root).shape;
   check(cfg.tile.size() == rs.size(), "tile of rank ", cfg.tile.size(), " for a root of rank ", rs.size());
-  const Region root_tile = representative_tile(rs, cfg.tile);
+  const Region root_tile = widest_conv_tile(g, group, root, representative_tile(rs, cfg.tile), cfg.tile, cfg);
   const std::vector<int64_t> ntiles = tiles_along(rs, cfg.tile);
   c.tiles = 1;
   for (int64_t n : ntiles) c.tiles *= n;
@@ -785,10 +832,10 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
         ring_deepened = ring_deepened || (cfg.ring_stages > 0 && ring.async_b);
         const double step_bytes = static_cast<double>((m + spanned * pixels) * step * 4);
         if (ring.async_b) {
-          smem += ring.stages * (m * simt_pitch_a(ring, step) + spanned * step * pixels) * 4;
+          smem += ring.stages * (m * conv_pitch_a(ring, step) + spanned * step * pixels) * 4;
           in_flight = std::min(in_flight, ring.ahead * step_bytes);
         } else {
-          smem += (m + spanned * pixels) * step * 4;
+          smem += (m * conv_pitch_a(ring, step) + spanned * pixels * step) * 4;
           in_flight = std::min(in_flight, step_bytes / static_cast<double>(slice_rounds(m * step, 1) +
                                                                            slice_rounds(spanned * step * pixels, 1)));
         }

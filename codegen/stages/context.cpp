@@ -429,9 +429,11 @@ Stmt copy_slice(LoweringContext& cx, const CopiedSlice& s) {
 }
 
 Stmt LoweringContext::staging_loop(Kernel& k, const std::string& buf, const std::string& count, int64_t cap,
-                                   const std::function<void()>& element, const std::string& base) {
+                                   const std::function<void()>& element, const std::string& base, int64_t row,
+                                   int64_t pitch) {
   const std::string clamped = count == lit(cap) ? count : "ft_min(" + count + ", " + lit(cap) + ")";
-  const std::string at = base.empty() ? "ft_e" : base + " + ft_e";
+  const std::string e = row > 0 && pitch != row ? "(ft_e / " + lit(row) + " * " + lit(pitch) + " + ft_e % " + lit(row) + ")" : "ft_e";
+  const std::string at = base.empty() ? e : base + " + " + e;
   const int64_t batch = planner::staging_batch(cap, cfg.threads);
   if (batch == 1) {
     return thread_for("ft_e", "0", clamped, fresh_block([&] {

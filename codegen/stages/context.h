@@ -172,9 +172,11 @@ class LoweringContext {
   // elements are all computed (their loads issued) into k's thread-local ft_sx before the first of
   // them is stored, so a thread has a batch of loads in flight where a loop of load-then-store
   // waits a memory latency for each (planner::staging_batch; the cost model charges the rounds).
-  // Element e goes to buf[base + e] (a ring slot's first element; "" for 0).
+  // Element e goes to buf[base + e] (a ring slot's first element; "" for 0), or, given rows of
+  // `row` elements laid `pitch` apart (padded rows), to buf[base + e / row * pitch + e % row].
   Stmt staging_loop(Kernel& k, const std::string& buf, const std::string& count, int64_t cap,
-                    const std::function<void()>& element, const std::string& base = "");
+                    const std::function<void()>& element, const std::string& base = "", int64_t row = 0,
+                    int64_t pitch = 0);
   // The thread-distributed loop over `count` items (an expression, let as ft_sn) in batches of
   // `batch`: thread t takes items b * threads * batch + i * threads + t in its batch b (i < batch:
   // the plain loop's items of that thread, in its order), all of a batch through `load`, then all

@@ -27,8 +27,8 @@ struct GemmPlan {
   std::vector<int64_t> caps;  // the region's axes the slices are laid out with (columns: the axes other than 1)
   std::string regs;           // the TM x TN accumulators of each thread
   int64_t tm = 0, tn = 0;
-  // The ring (planner::conv_staging; ring.async_b set): each step's slices in slot step % stages,
-  // the weights' rows pitch_a floats apart.
+  // The weights' rows pitch_a floats apart (planner::conv_pitch_a). The ring
+  // (planner::conv_staging; ring.async_b set): each step's slices in slot step % stages.
   planner::MmaStaging ring;
   int64_t pitch_a = 0, slot_a = 0, slot_b = 0;
 };
@@ -44,6 +44,7 @@ class ConvGemmStage : public AnchorStage {
   std::vector<std::string> conv_taps(const TensorExpr& e, const std::string& kk);
   std::string patch_element(const TensorExpr& e, const std::string& ks, std::function<std::vector<std::string>()>* input);
   Stmt copy_patches(const TensorExpr& e, const std::string& ks, const std::string& base, const std::string& ng);
+  Stmt stage_patches(Kernel& k, const TensorExpr& e, const std::string& ng);
 
   LoweringContext& cx_;
   const Node& n_;
@@ -128,6 +129,64 @@ Stmt ConvGemmStage::copy_patches(const TensorExpr& e, const std::string& ks, con
   return thread_for("ft_e", "0", ng + " * " + lit(st_.step * (st_.b_cap / (st_.groups_cap * st_.step))), loop);
 }
 
+// The patch slice of step ft_ks staged by the threads (the form without a ring; laid out as
+// copy_patches lays it): thread t takes the slice's columns c = t, t + threads, ... (group c / P,
+// column c % P), decodes each column's pixel once, and walks the step's K rows in batches of
+// planner::kStagingLoads, a batch's loads in flight together before its stores. The K row is the
+// same for every lane of a warp (its taps decode once a warp), and consecutive lanes take
+// consecutive pixels: loads along an image row coalesce, stores fall in distinct banks. (Element
+// by element, every patch element decoded its row, pixel and taps with a dozen divisions.)
+Stmt ConvGemmStage::stage_patches(Kernel& k, const TensorExpr& e, const std::string& ng) {
+  const Region& r = cx_.region.at(n_.outputs[0]);
+  const int x = n_.inputs[0];
+  const int64_t cols = st_.b_cap / (st_.groups_cap * st_.step), batch = planner::kStagingLoads;
+  const std::string np = lit(cols), step = lit(st_.step), g0 = "(" + r.lo[1] + " / " + lit(st_.cout_g) + ")";
+  const auto declared = [](const ThreadLocal& t) { return t.name == "ft_sx"; };
+  if (std::none_of(k.thread_locals.begin(), k.thread_locals.end(), declared)) k.thread_locals.push_back({"ft_sx", batch});
+  Block column = cx_.fresh_block([&] {
+    cx_.cur().push_back(small_let("ft_gi", "ft_c / " + np));
+    cx_.cur().push_back(small_let("ft_p", "ft_c % " + np));
+    std::string pixel;
+    std::vector<std::string> vars = conv_pixel("ft_p", &pixel);
+    vars[1] = "((" + g0 + " + ft_gi) * " + lit(st_.cout_g) + ")";
+    // A region with no output channel reads nothing (patch_element).
+    cx_.cur().push_back(small_let("ft_live", "(" + r.n[1] + " > 0 && " + pixel + ") ? 1 : 0"));
+    Block rows;
+    for (int64_t i = 0; i < batch; ++i) {
+      rows.push_back(assign("ft_sx[" + lit(i) + "]", "0.0f"));
+      Block one = cx_.fresh_block([&] {
+        cx_.cur().push_back(small_let("ft_k", "ft_ks * " + step + " + ft_kb + " + lit(i)));
+        Block inside;
+        cx_.with_block(inside, [&] {
+          std::vector<std::string> at = vars;
+          for (const std::string& t : conv_taps(e, "ft_k")) at.push_back(t);
+          const auto idx = cx_.index_of(e.accesses[0], at);
+          const std::string target = "ft_sx[" + lit(i) + "]";
+          if (e.accesses[0].guarded) {
+            Block in_input;
+            cx_.with_block(in_input, [&] { cx_.cur().push_back(assign(target, cx_.value(x, idx))); });
+            cx_.cur().push_back(if_then(cx_.in_range(cx_.g.value(x).shape, idx), in_input));
+          } else {
+            cx_.cur().push_back(assign(target, cx_.value(x, idx)));
+          }
+        });
+        cx_.cur().push_back(if_then("ft_live && ft_kb + " + lit(i) + " < " + step + " && ft_k < " + lit(st_.k), inside));
+      });
+      rows.push_back(if_then("1", one));  // a scope of its own: its lets are the next batch row's too
+    }
+    for (int64_t i = 0; i < batch; ++i) {
+      rows.push_back(if_then("ft_kb + " + lit(i) + " < " + step,
+                             {store(st_.b, "(ft_gi * " + step + " + ft_kb + " + lit(i) + ") * " + np + " + ft_p",
+                                    "ft_sx[" + lit(i) + "]")}));
+    }
+    Block walk;
+    walk.push_back(small_let("ft_kb", "ft_kbi * " + lit(batch)));
+    walk.insert(walk.end(), rows.begin(), rows.end());
+    cx_.cur().push_back(serial_for("ft_kbi", "0", lit((st_.step + batch - 1) / batch), walk));
+  });
+  return thread_for("ft_c", "0", ng + " * " + np, column);
+}
+
 // Each step of the reduction loads the weight slice (M x step) and the im2col patches of every
 // group the rows touch (groups x step x P; zero outside the input, past K, for columns outside
 // the region and for a region without rows) into shared memory, then every thread updates its
@@ -149,20 +208,25 @@ void ConvGemmStage::emit(Kernel& k) {
                                             : "ft_min(" + r.hi[1] + " / " + lit(st.cout_g) + " - " + g0 + " + 1, " +
                                                   lit(st.groups_cap) + ")";
   k.body.push_back(serial_for("ft_i", "0", lit(st.tm * st.tn), {assign(st.regs + "[ft_i]", "0.0f")}));
-  const int64_t ntn = (cols + st.tn - 1) / st.tn;
-  const std::string owns = "ft_thread < " + lit((st.caps[1] + st.tm - 1) / st.tm * ntn);
-  const Block micro_tile = {small_let("ft_tm0", "(ft_thread / " + lit(ntn) + ") * " + lit(st.tm)),
-                            small_let("ft_tn0", "(ft_thread % " + lit(ntn) + ") * " + lit(st.tn))};
-  // The micro-tile update of global step `gks`: rows [ft_tm0, ft_tm0 + TM), columns [ft_tn0,
-  // ft_tn0 + TN); the weights at a_base with rows a_pitch apart, the patches at b_base; a row
-  // reads the patches of its own group.
+  // Interleaved micro-tiles: thread t is row lane t / ntn of nrow and column lane t % ntn of ntn,
+  // and owns rows lane + i x nrow (i < TM) and columns lane + j x ntn (j < TN). A warp's reads of
+  // one fragment register fall on consecutive rows (an odd pitch: distinct banks) and consecutive
+  // columns of the patches, and its stores of one cell on consecutive pixels.
+  const int64_t ntn = (cols + st.tn - 1) / st.tn, nrow = (st.caps[1] + st.tm - 1) / st.tm;
+  const std::string owns = "ft_thread < " + lit(nrow * ntn);
+  const Block micro_tile = {small_let("ft_tm0", "ft_thread / " + lit(ntn)), small_let("ft_tn0", "ft_thread % " + lit(ntn))};
+  const auto row_of = [&](int64_t i) { return "(ft_tm0 + " + lit(i * nrow) + ")"; };
+  const auto col_of = [&](int64_t j) { return "(ft_tn0 + " + lit(j * ntn) + ")"; };
+  // The micro-tile update of global step `gks`: the thread's rows and columns; the weights at
+  // a_base with rows a_pitch apart, the patches at b_base; a row reads the patches of its own
+  // group.
   const auto update_step = [&](const std::string& gks, const std::string& a_base, const std::string& a_pitch,
                                const std::string& b_base) {
     const std::string at_a = a_base.empty() ? "" : a_base + " + ", at_b = b_base.empty() ? "" : b_base + " + ";
     Block update = micro_tile;
     Block inner;
     for (int64_t i = 0; i < st.tm; ++i) {
-      const std::string row = "(ft_tm0 + " + lit(i) + ")", is = std::to_string(i);
+      const std::string row = row_of(i), is = std::to_string(i);
       if (st.groups_cap > 1) {
         update.push_back(small_let("ft_g" + is,
                                    "ft_min((" + r.lo[1] + " + " + row + ") / " + lit(st.cout_g) + " - " + g0 + ", " + ng + " - 1)"));
@@ -171,7 +235,7 @@ void ConvGemmStage::emit(Kernel& k) {
                           "(" + row + " < " + nm + " ? " + st.a + "[" + at_a + row + " * " + a_pitch + " + ft_kk] : 0.0f)"));
     }
     auto patch = [&](const std::string& group, int64_t j) {
-      const std::string col = "(ft_tn0 + " + lit(j) + ")";
+      const std::string col = col_of(j);
       const std::string at = st.b + "[" + at_b + "(" + group + " * " + step + " + ft_kk) * " + np + " + " + col + "]";
       return ntn * st.tn == cols ? at : "(" + col + " < " + np + " ? " + at + " : 0.0f)";
     };
@@ -223,7 +287,7 @@ void ConvGemmStage::emit(Kernel& k) {
   } else {
     Block steps;
     // Weights: element e of the slice is row e / step, reduction index ks * step + e % step.
-    steps.push_back(cx_.staging_loop(k, st.a, nm + " * " + step, st.a_cap, [&] {
+    steps.push_back(cx_.staging_loop(k, st.a, nm + " * " + step, st.caps[1] * st.step, [&] {
       cx_.cur().push_back(small_let("ft_k", "ft_ks * " + step + " + ft_e % " + step));
       cx_.cur().push_back(let("float", "ft_x", "0.0f"));
       Block inside;
@@ -234,28 +298,11 @@ void ConvGemmStage::emit(Kernel& k) {
         cx_.cur().push_back(assign("ft_x", cx_.value(n.inputs[1], cx_.index_of(e.accesses[1], vars))));
       });
       cx_.cur().push_back(if_then("ft_k < " + kk_total, inside));
-    }));
-    // Patches (patch_element).
-    const int x = n.inputs[0];
-    steps.push_back(cx_.staging_loop(k, st.b, ng + " * " + lit(st.step * cols), st.b_cap, [&] {
-      std::function<std::vector<std::string>()> input;
-      const std::string reads = patch_element(e, "ft_ks", &input);
-      cx_.cur().push_back(let("float", "ft_x", "0.0f"));
-      Block inside;
-      cx_.with_block(inside, [&] {
-        const auto idx = input();
-        if (e.accesses[0].guarded) {
-          Block in_input;
-          cx_.with_block(in_input, [&] { cx_.cur().push_back(assign("ft_x", cx_.value(x, idx))); });
-          cx_.cur().push_back(if_then(cx_.in_range(g.value(x).shape, idx), in_input));
-        } else {
-          cx_.cur().push_back(assign("ft_x", cx_.value(x, idx)));
-        }
-      });
-      cx_.cur().push_back(if_then(reads, inside));
-    }));
+    }, "", st.step, st.pitch_a));
+    // Patches (stage_patches).
+    steps.push_back(stage_patches(k, e, ng));
     steps.push_back(barrier());
-    steps.push_back(update_step("ft_ks", "", step, ""));
+    steps.push_back(update_step("ft_ks", "", lit(st.pitch_a), ""));
     steps.push_back(barrier());
     const std::string end = cx_.splits() == 1
                                 ? lit(all_steps)
@@ -268,7 +315,7 @@ void ConvGemmStage::emit(Kernel& k) {
   Block write = cx_.fresh_block([&] {
     cx_.cur().insert(cx_.cur().end(), micro_tile.begin(), micro_tile.end());
     for (int64_t j = 0; j < st.tn; ++j) {
-      const std::string col = "(ft_tn0 + " + lit(j) + ")";
+      const std::string col = col_of(j);
       Block column;
       std::string pixel;
       cx_.with_block(column, [&] {
@@ -276,7 +323,7 @@ void ConvGemmStage::emit(Kernel& k) {
         Block cells;
         cx_.with_block(cells, [&] {
           for (int64_t i = 0; i < st.tm; ++i) {
-            const std::string row = "(ft_tm0 + " + lit(i) + ")";
+            const std::string row = row_of(i);
             Block cell;
             cx_.with_block(cell, [&] {
               o[1] = "(" + r.lo[1] + " + " + row + ")";
@@ -312,12 +359,12 @@ std::unique_ptr<AnchorStage> conv_gemm_stage(LoweringContext& cx, Kernel& k, con
   for (size_t d = 0; d < max_extent.size(); ++d) pixels *= d == 1 ? 1 : st.caps[d];
   std::tie(st.tm, st.tn) = planner::micro_tile(st.caps[1], pixels, cx.cfg.threads);
   if (st.tm == 0) return nullptr;
-  st.a_cap = st.caps[1] * st.step;
   st.b_cap = st.groups_cap * st.step * pixels;
   st.ring = planner::conv_staging(cx.g, n, cx.produced(), cx.cfg);
+  st.pitch_a = planner::conv_pitch_a(st.ring, st.step);
+  st.a_cap = st.caps[1] * st.pitch_a;
   if (st.ring.async_b) {
-    st.pitch_a = planner::simt_pitch_a(st.ring, st.step);
-    st.slot_a = st.caps[1] * st.pitch_a;
+    st.slot_a = st.a_cap;
     st.slot_b = st.b_cap;
   }
   const int stages = st.ring.async_b ? st.ring.stages : 1;

@@ -9,7 +9,11 @@
 // generic reduction stage); else it allocates the weight slice (M x step) and the patch slices
 // (groups x step x P), laid out with constant extents (the largest any tile needs, so indices
 // divide by constants: a 64-bit division by a run-time value is a called routine on the GPU), and
-// declares each thread's TM x TN accumulators as a thread-local. Its emit runs a block-uniform
+// declares each thread's TM x TN accumulators as a thread-local: interleaved, a thread owning rows
+// r, r + R, ... and columns c, c + C, ... (R and C its lanes' counts), so that a warp's shared
+// reads of one fragment register fall on consecutive rows (weight rows planner::conv_pitch_a
+// floats apart, an odd count without the ring: distinct banks) and consecutive patch columns, and
+// its stores of one cell on consecutive pixels. Its emit runs a block-uniform
 // loop over the steps: load the weight slice and the im2col patches of every group the rows touch
 // (computed on the fly through the Conv's index maps: strides, dilations, padding as zero fill;
 // zero past K and for columns outside the region; 32-bit index arithmetic), a barrier, each
