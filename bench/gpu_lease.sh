@@ -66,6 +66,7 @@ if [ ${#rehearse[@]} -gt 0 ]; then
 fi
 
 left=$(( ${LEASE_S:-570} - ($(date +%s) - started) ))
+echo "gpu_lease: the race ended $(( $(date +%s) - started )) s into the command; the checks get ${left} s of LEASE_S"
 if [ "$left" -lt 30 ]; then
   echo "gpu_lease: ${left} s left of LEASE_S: no checks" | tee "$out/check.md"
   exit $((perf_rc != 0))
@@ -74,5 +75,5 @@ fi
 STEPS=${STEPS:-unit run} timeout --kill-after=5 "$left" "$root/bench/gpu_check.sh" "$carry/bin" "$work/check" | tee "$out/check.log"
 check_rc=${PIPESTATUS[0]}
 sed -n '/^| check | result |/,$p' "$out/check.log" >"$out/check.md"
-echo "gpu_lease: race exit $perf_rc, checks exit $check_rc"
+echo "gpu_lease: race exit $perf_rc, checks exit $check_rc, $(( $(date +%s) - started )) s into the command"
 exit $((perf_rc != 0 || check_rc != 0))
