@@ -174,6 +174,20 @@ int64_t reduction_lanes(const Graph& g, const Node& n, int64_t outputs, int thre
   return kWarp * group;
 }
 
+bool column_reduction(const Graph& g, const Node& n, int64_t outputs, int threads) {
+  const bool reduction = n.op == "ReduceSum" || n.op == "ReduceMean" || n.op == "ReduceMax" || n.op == "ReduceMin";
+  if (!reduction || outputs < 16 || threads < 2 * kWarp) return false;
+  for (int v : n.inputs) {
+    if (v != kNoValue && !is_float(g.value(v).dtype)) return false;
+  }
+  const TensorExpr e = describe(g, n);
+  int64_t count = 1;
+  for (int64_t ext : e.reduce_extents) count *= ext;
+  if (e.reduce_extents.empty() || count < 64 || e.out_shape.empty()) return false;
+  const Access& a = e.accesses[0];
+  return !a.index.empty() && !a.guarded && a.index.back().is_var(static_cast<int>(e.out_shape.size()) - 1);
+}
+
 MmaWarps mma_warps(int64_t rows, int64_t cols, int64_t warps) {
   const int64_t mt = (std::max<int64_t>(1, rows) + 15) / 16, nt = (std::max<int64_t>(1, cols) + 7) / 8;
   MmaWarps best;
@@ -567,6 +581,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   // Little's law: the least bytes a block keeps in flight over its staged MatMuls' steps.
   double in_flight = INFINITY;
   int64_t reduce_rounds = 0;  // per block, the rounds of loads of the generic reduction and row statistics
+  int64_t strided_l2 = 0;     // per tile, the L2 bytes a cooperative reduction's row-apart lanes request beyond the region's
   bool ring_deepened = false;  // cfg.ring_stages deepened some staged contraction's cp.async ring
   // A thread's rounds of loads staging a slice of `elems` elements, `lanes` a load, in batches
   // (staging_batch: codegen's staging loops).
@@ -996,7 +1011,19 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       int64_t count = 1;
       for (int64_t ext : e.reduce_extents) count *= ext;
       const int64_t lanes = reduction_lanes(g, n, out_elems, cfg.threads);
-      if (lanes > 0) {
+      if (cfg.split_k <= 1 && column_reduction(g, n, out_elems, cfg.threads)) {
+        // The columns form: batches of 32 outputs, a warp's share of the rows a round per 8; a
+        // float a thread of partials.
+        const int64_t warps = cfg.threads / kWarp;
+        reduce_rounds += ceil_div(out_elems, kWarp) * ceil_div(ceil_div(count, warps), kReductionLoadsInFlight);
+        smem += 4 * cfg.threads;
+      } else if (lanes > 0) {
+        // A reduction whose lanes step along an outer axis of its input reads a row apart: a sector
+        // requested for each element, from L2 (the region's sectors are counted once below).
+        const Access& in = e.accesses[0];
+        if (find_op(n.op)->kind == OpKind::kReduction && !in.index.empty() && !in.index.back().is_var(e.num_vars() - 1)) {
+          strided_l2 += out_elems * count * (d.sector_bytes - static_cast<int64_t>(dtype_size(g.value(n.inputs[0]).dtype)));
+        }
         // With split-K, a block reduces its split's slice of the space; the form splits when the
         // tile's outputs are one batch, a float a thread, into at most a lane's share of splits.
         const int64_t batches = ceil_div(out_elems, cfg.threads / lanes);
@@ -1044,6 +1071,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
     l2 += size;
     dram += size;
   }
+  l2 += strided_l2 * c.tiles;
   // Split-K: each tile's blocks write their partial products and the last reads them all back
   // (in L2, unless they exceed half of it), then sums them alone per tile (below).
   const int64_t splits = std::max(1, cfg.split_k);

@@ -251,6 +251,16 @@ inline int64_t staging_batch(int64_t cap, int threads, int most = kStagingLoads)
 // per output, or with fewer outputs than warps the most warps that divide the block evenly (a
 // power of two) with every warp working.
 int64_t reduction_lanes(const Graph& g, const Node& n, int64_t outputs, int threads);
+// True where the generic reduction takes its columns form (codegen/stages/reduce.h) for a region
+// of at most `outputs` elements of n's value on `threads` threads (two warps or more): a float
+// ReduceSum, ReduceMean, ReduceMax or ReduceMin whose output's innermost axis is the input's
+// innermost axis (a sum down the rows, not along them), of at least 16 outputs a region and 64
+// elements an output. A warp's 32 lanes take 32 consecutive outputs (one request of consecutive
+// elements a row, where the cooperative form's lanes each read a row of their own: a 32-byte
+// sector a 4-byte element, counted on memory_bound's ReduceMean at 22% of an H200's copy
+// bandwidth) and its warps every (threads / 32)-th row; the warps' partials meet in shared memory.
+// Unsplit candidates take it where it applies; a split-K candidate keeps the cooperative form.
+bool column_reduction(const Graph& g, const Node& n, int64_t outputs, int threads);
 
 // The warps of a tensor-core MatMul over a region of at most rows x cols (codegen/stages/
 // mma_matmul.h lays them out, the cost model charges what they compute and stage): a warps_m x

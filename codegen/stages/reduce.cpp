@@ -16,12 +16,18 @@ class ReduceStage : public AnchorStage {
  public:
   ReduceStage(LoweringContext& cx, Kernel& k, const Node& n, int64_t max_outputs)
       : cx_(cx), n_(n), capacity_(std::max<int64_t>(1, max_outputs)) {
-    lanes_ = planner::reduction_lanes(cx.g, n, capacity_, cx.cfg.threads);
+    columns_ = cx.splits() == 1 && planner::column_reduction(cx.g, n, capacity_, cx.cfg.threads);
+    lanes_ = columns_ ? 0 : planner::reduction_lanes(cx.g, n, capacity_, cx.cfg.threads);
+    if (columns_) partials_ = k.add_shared("p" + std::to_string(n.outputs[0]) + "_r", DType::kF32, cx.cfg.threads);
     if (lanes_ > kWarpSize) partials_ = k.add_shared("p" + std::to_string(n.outputs[0]) + "_r", DType::kF32, cx.cfg.threads / kWarpSize);
   }
 
   void emit(Kernel& k) override {
     const TensorExpr& e = cx_.exprs.at(static_cast<int>(&n_ - cx_.g.nodes().data()));
+    if (columns_) {
+      emit_columns(k, e);
+      return;
+    }
     if (lanes_ > 0) {
       emit_cooperative(k, e);
       return;
@@ -30,6 +36,42 @@ class ReduceStage : public AnchorStage {
   }
 
  private:
+  // The coordinates of output `out` (an expression: its place in the region's flattened order, the
+  // innermost axis fastest), as lets ft_out, ft_o0, ft_o1, ... in the current block.
+  std::vector<std::string> output_coords(const std::string& out) {
+    const Region& r = cx_.region.at(n_.outputs[0]);
+    cx_.cur().push_back(let(kIndexType, "ft_out", out));
+    std::vector<std::string> o(r.n.size());
+    std::string inner = "1";
+    for (size_t d = r.n.size(); d-- > 0;) {
+      o[d] = "ft_o" + std::to_string(d);
+      cx_.cur().push_back(let(kIndexType, o[d], r.lo[d] + " + (ft_out / " + inner + ") % " + r.n[d]));
+      inner = "(" + inner + " * " + r.n[d] + ")";
+    }
+    return o;
+  }
+
+  // What the two forms that fold floats across threads share: maxima and minima combine by "max"
+  // (a minimum as the maximum of the negated elements), the others by "sum"; its initial value,
+  // one-float thread-local (declared here) and the reduction space's element count.
+  struct FloatFold {
+    bool is_max = false, is_min = false;
+    std::string op, init, tl, acc;
+    int64_t count = 1;
+  };
+  FloatFold float_fold(Kernel& k, const TensorExpr& e) {
+    FloatFold f;
+    f.is_max = n_.op == "ReduceMax";
+    f.is_min = n_.op == "ReduceMin";
+    f.op = f.is_max || f.is_min ? "max" : "sum";
+    f.init = f.op == "max" ? "(-ft_inf())" : "0.0f";
+    f.tl = "w" + std::to_string(n_.outputs[0]) + "_r";
+    f.acc = f.tl + "[0]";
+    k.thread_locals.push_back({f.tl, 1});
+    for (int64_t ext : e.reduce_extents) f.count *= ext;
+    return f;
+  }
+
   // The cooperative form: lanes_ lanes an output. A block-uniform loop hands the block's groups
   // of lanes successive batches of the region's outputs; each lane folds every lanes_-th element
   // of the output's flattened reduction space (consecutive lanes, consecutive elements of the
@@ -40,15 +82,11 @@ class ReduceStage : public AnchorStage {
     const Node& n = n_;
     const int v = n.outputs[0];
     const Region& r = cx_.region.at(v);
-    const size_t rank = r.n.size();
     const bool contraction = find_op(n.op)->kind == OpKind::kContraction;
-    const bool is_max = n.op == "ReduceMax", is_min = n.op == "ReduceMin";
-    const std::string op = is_max || is_min ? "max" : "sum";
-    const std::string init = op == "max" ? "(-ft_inf())" : "0.0f";
-    const std::string tl = "w" + std::to_string(v) + "_r", acc = tl + "[0]";
-    k.thread_locals.push_back({tl, 1});
-    int64_t count = 1;
-    for (int64_t ext : e.reduce_extents) count *= ext;
+    const FloatFold f = float_fold(k, e);
+    const bool is_max = f.is_max, is_min = f.is_min;
+    const std::string &op = f.op, &init = f.init, &tl = f.tl, &acc = f.acc;
+    const int64_t count = f.count;
     // With several warps an output (group > 1) every output of the region is in the one batch,
     // so the partials are written once.
     const int64_t warps = cx_.cfg.threads / kWarpSize, group = lanes_ / kWarpSize, per_batch = warps / group;
@@ -62,18 +100,7 @@ class ReduceStage : public AnchorStage {
     const std::string extent = splits > 1 ? "ft_max(ft_min(" + lit(count) + " - " + first + ", " + lit(slice) + "), 0)" : lit(count);
     const std::string out = "(" + std::string(splits > 1 ? "0" : "ft_rb") + " * " + lit(per_batch) + " + ft_thread / " + lanes + ")";
     const std::string busy = out + " < " + outputs;  // warp-uniform: this warp has an output in this batch
-    // The output's coordinates, as lets of ft_out.
-    auto coords = [&]() {
-      cx_.cur().push_back(let(kIndexType, "ft_out", out));
-      std::vector<std::string> o(rank);
-      std::string inner = "1";
-      for (size_t d = rank; d-- > 0;) {
-        o[d] = "ft_o" + std::to_string(d);
-        cx_.cur().push_back(let(kIndexType, o[d], r.lo[d] + " + (ft_out / " + inner + ") % " + r.n[d]));
-        inner = "(" + inner + " * " + r.n[d] + ")";
-      }
-      return o;
-    };
+    const auto coords = [&]() { return output_coords(out); };
     Block batch = {assign(acc, init)};
     batch.push_back(if_then(busy, cx_.fresh_block([&] {
       const std::vector<std::string> o = coords();
@@ -116,6 +143,54 @@ class ReduceStage : public AnchorStage {
     k.body.insert(k.body.end(), batch.begin(), batch.end());
     emit_split_sum(cx_, k, tl, 1, op);
     k.body.insert(k.body.end(), store_output.begin(), store_output.end());
+  }
+
+  // The columns form (planner::column_reduction): the region's outputs in block-uniform batches
+  // of 32 (its flattened order, the innermost axis fastest); lane l of every warp takes output l of
+  // the batch and warp w folds elements w, w + W, w + 2W, ... (W warps) of its reduction space
+  // into a one-float thread-local (a minimum as the maximum of the negated elements); the partials
+  // go to shared memory ([warp][lane]), a barrier, the first warp folds each lane's column of them
+  // in warp order and stores the output, a barrier before the next batch reuses them.
+  void emit_columns(Kernel& k, const TensorExpr& e) {
+    const Node& n = n_;
+    const int v = n.outputs[0];
+    const Region& r = cx_.region.at(v);
+    const FloatFold f = float_fold(k, e);
+    const bool is_max = f.is_max, is_min = f.is_min;
+    const std::string &op = f.op, &init = f.init, &acc = f.acc;
+    const int64_t count = f.count;
+    const int64_t warps = cx_.cfg.threads / kWarpSize;
+    const std::string outputs = "ft_min(" + product(r.n) + ", " + lit(capacity_) + ")";
+    const std::string lane = "(ft_thread % " + lit(kWarpSize) + ")", warp = "(ft_thread / " + lit(kWarpSize) + ")";
+    const std::string out = "(ft_rb * " + lit(kWarpSize) + " + " + lane + ")";
+    const std::string busy = out + " < " + outputs;
+    const auto coords = [&]() { return output_coords(out); };
+    Block batch = {assign(acc, init)};
+    batch.push_back(if_then(busy, cx_.fresh_block([&] {
+      const std::vector<std::string> o = coords();
+      Block loop;
+      cx_.with_block(loop, [&] {
+        cx_.cur().push_back(let(kIndexType, "ft_f", warp + " + ft_j * " + lit(warps)));
+        fold(e, cx_.reduction_vars_at(e, o, "ft_f"),
+             [&](const std::string& x) {
+               return is_max ? "ft_fmaxn(" + acc + ", " + x + ")" : is_min ? "ft_fmaxn(" + acc + ", -(" + x + "))" : acc + " + " + x;
+             },
+             acc);
+      });
+      cx_.cur().push_back(serial_for("ft_j", "0", "(" + lit(count) + " - " + warp + " + " + lit(warps - 1) + ") / " + lit(warps), loop,
+                                     planner::kReductionLoadsInFlight));
+      cx_.cur().push_back(store(partials_, warp + " * " + lit(kWarpSize) + " + " + lane, acc));
+    })));
+    batch.push_back(barrier());
+    batch.push_back(if_then("ft_thread < " + lit(kWarpSize) + " && " + busy, cx_.fresh_block([&] {
+      cx_.cur().push_back(assign(acc, partials_ + "[" + lane + "]"));
+      cx_.cur().push_back(serial_for("ft_g", "1", lit(warps),
+                                     {assign(acc, warp_combine(op, acc, partials_ + "[ft_g * " + lit(kWarpSize) + " + " + lane + "]"))}));
+      const std::vector<std::string> o = coords();
+      cx_.store_value(v, o, finish(is_min ? "(-" + acc + ")" : acc, o, "(float)" + lit(count)));
+    })));
+    batch.push_back(barrier());
+    k.body.push_back(uniform_for("ft_rb", "0", "(" + outputs + " + " + lit(kWarpSize - 1) + ") / " + lit(kWarpSize), batch));
   }
 
   // One element of the reduction space at `vars` folded into `acc`: a contraction's product of its
@@ -230,8 +305,9 @@ class ReduceStage : public AnchorStage {
   LoweringContext& cx_;
   const Node& n_;
   int64_t capacity_;      // the most outputs of a region
+  bool columns_ = false;  // the columns form (planner::column_reduction)
   int64_t lanes_ = 0;     // lanes an output (planner::reduction_lanes), 0: the serial form
-  std::string partials_;  // with several warps an output: a float a warp
+  std::string partials_;  // several warps an output: a float a warp; the columns form: a float a thread
 };
 
 }  // namespace

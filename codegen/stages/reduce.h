@@ -5,8 +5,8 @@
 // whose tile spans several matrices, a Conv whose region no register tile covers).
 //
 // Takes the lowering context, the kernel, an anchor node of the group and the most outputs a
-// region of it has. Two forms, as planner::reduction_lanes decides for that many outputs (the
-// cost model charges the same):
+// region of it has. Three forms, as planner::column_reduction and planner::reduction_lanes decide
+// for that many outputs (the cost model charges the same):
 //   - serial: a thread loop over the anchor's region (stages/context.h's region_loop); each
 //     iteration runs serial loops over the reduction variables;
 //   - cooperative (float sums, means, maxima and minima, and unstaged float contractions, over a
@@ -16,7 +16,12 @@
 //     (consecutive lanes read consecutive elements of the innermost reduction axis) into a
 //     thread-local, a warp reduction and, with several warps, their partials in shared memory (in
 //     warp order) give the total, and the output's first lane stores it. A shared float a warp
-//     with several warps an output.
+//     with several warps an output;
+//   - columns (float sums, means, maxima and minima down the rows: the output's innermost axis is
+//     the input's): batches of 32 consecutive outputs, lane l of every warp on output l, warp w
+//     folding every W-th element of the reduction space (W warps), so that a warp's request reads
+//     consecutive elements of a row; the partials meet in shared memory (a float a thread) and the
+//     first warp folds them in warp order and stores.
 // Both read the operands through their index maps (guarded accesses only inside the input:
 // padding contributes nothing, or counts for AveragePool's count_include_pad), add a Conv's bias,
 // and store the result where the value goes. Guarantees: the reference kernel's result up to
