@@ -286,16 +286,25 @@ void ConvGemmStage::emit(Kernel& k) {
     });
   } else {
     Block steps;
-    // Weights: element e of the slice is row e / step, reduction index ks * step + e % step.
+    // Weights: element e of the slice is row e / step, reduction index ks * step + e % step. A
+    // float32 input of the group is read as laid out, [C_out][K] row-major (element m x K + k, no
+    // tap decoded); weights the group computes through their index map.
+    const int w = n.inputs[1];
+    const bool laid_out = !cx_.produced().count(w) && g.value(w).dtype == DType::kF32 && cx_.param.count(cx_.buffer_of(w));
     steps.push_back(cx_.staging_loop(k, st.a, nm + " * " + step, st.caps[1] * st.step, [&] {
       cx_.cur().push_back(small_let("ft_k", "ft_ks * " + step + " + ft_e % " + step));
       cx_.cur().push_back(let("float", "ft_x", "0.0f"));
       Block inside;
       cx_.with_block(inside, [&] {
+        const std::string row = "(" + r.lo[1] + " + ft_e / " + step + ")";
+        if (laid_out) {
+          cx_.cur().push_back(assign("ft_x", cx_.param.at(cx_.buffer_of(w)) + "[" + row + " * " + kk_total + " + ft_k]"));
+          return;
+        }
         std::vector<std::string> vars = r.lo;
-        vars[1] = "(" + r.lo[1] + " + ft_e / " + step + ")";
+        vars[1] = row;
         for (const std::string& t : conv_taps(e, "ft_k")) vars.push_back(t);
-        cx_.cur().push_back(assign("ft_x", cx_.value(n.inputs[1], cx_.index_of(e.accesses[1], vars))));
+        cx_.cur().push_back(assign("ft_x", cx_.value(w, cx_.index_of(e.accesses[1], vars))));
       });
       cx_.cur().push_back(if_then("ft_k < " + kk_total, inside));
     }, "", st.step, st.pitch_a));
