@@ -174,6 +174,14 @@ int64_t reduction_lanes(const Graph& g, const Node& n, int64_t outputs, int thre
   return kWarp * group;
 }
 
+// Issue slots (instructions) per staged element of the implicit-GEMM Conv (codegen/stages/
+// conv_gemm.h), counted in NVRTC's sm_90 PTX of ResNet-50's 256-channel 14 x 14 3 x 3 kernel
+// (tile=1x8x196, threads staging): a batch of 8 patch elements is 418 instructions (their K rows'
+// channel and taps, the bounds of the image, the loads and the stores), a batch of 4 weight
+// elements 84. The model charged each one slot; on an H200 such kernels measured 12x to 24x
+// their modeled time (bench/results/2026-12-04-h200-180c1d2).
+constexpr int64_t kPatchElementIssue = 52, kWeightElementIssue = 21;
+
 bool column_reduction(const Graph& g, const Node& n, int64_t outputs, int threads) {
   const bool reduction = n.op == "ReduceSum" || n.op == "ReduceMean" || n.op == "ReduceMax" || n.op == "ReduceMin";
   if (!reduction || outputs < 16 || threads < 2 * kWarp) return false;
@@ -856,7 +864,10 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
         }
         const auto [tm, tn] = micro_tile(m, pixels, cfg.threads);
         uncovered = uncovered || tm == 0;
-        tile_loads += (m + spanned * pixels) * step * steps;
+        // Issue slots of the staging: a patch element decodes its K row into its channel and taps
+        // and checks the image's bounds; a weight element is read as laid out (threads) or moves
+        // in a 16-byte chunk of 4 (the ring).
+        tile_loads += (spanned * pixels * kPatchElementIssue + m * (ring.async_b ? 1 : kWeightElementIssue * 4) / 4) * step * steps;
         if (tm > 0) {
           tile_loads += out_elems * k / tn + out_elems * k / tm;
           ++split_products;  // its accumulators in registers: split-K applies
