@@ -571,6 +571,11 @@ def child_main(name, cfg, deadline):
         if "tune" not in state and cfg.tune_models is None and not cfg.rehearse and name in UNTUNED_BY_DEFAULT:
             state["tune"] = dict(skipped=UNTUNED_BY_DEFAULT[name])
             save()
+        # A tune the budget cut short (its cap below TUNE_CAP_S) is tried again by a later
+        # invocation that can give it a longer cap.
+        cut = state.get("tune") or {}
+        if cut.get("budget") and min(cfg.tune_cap_s, remaining() - 60) > cut.get("cap", 0):
+            del state["tune"]
         if "tune" not in state and cfg.tune_search_s > 0 and (cfg.tune_models is None or name in cfg.tune_models):
             enter("fusetune tune")
             tuned_dir = cfg.path("plans", f"{name}.tuned")
@@ -588,6 +593,8 @@ def child_main(name, cfg, deadline):
                                       log, cap)
             except OutOfBudget:
                 tune = dict(skipped=f"did not finish in {cap:.0f} s")
+                if cap < cfg.tune_cap_s:
+                    tune.update(budget=True, cap=cap)
             else:
                 tune = dict(rc=rc, seconds=secs)
                 if rc != 0:
