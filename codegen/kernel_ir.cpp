@@ -1,5 +1,6 @@
 #include "codegen/kernel_ir.h"
 
+#include <algorithm>
 #include <cctype>
 #include <sstream>
 
@@ -285,6 +286,11 @@ std::string Kernel::add_shared(const std::string& alloc_name, DType dtype, int64
   shared.push_back({alloc_name, dtype, elements, offset});
   shared_bytes = offset + elements * static_cast<int64_t>(dtype_size(dtype));
   return alloc_name;
+}
+
+void Kernel::declare_local(const std::string& local, int64_t count) {
+  const auto declared = [&](const ThreadLocal& t) { return t.name == local; };
+  if (std::none_of(thread_locals.begin(), thread_locals.end(), declared)) thread_locals.push_back({local, count});
 }
 
 std::set<std::string> expression_names(const std::string& text) {

@@ -333,6 +333,9 @@ struct Kernel {
 
   // Adds a shared allocation at the next 16-byte aligned offset; returns its name.
   std::string add_shared(const std::string& name, DType dtype, int64_t elements);
+  // A float thread-local of `count` elements, declared once: a stage that declares `local` again
+  // gets the one already declared.
+  void declare_local(const std::string& local, int64_t count);
 };
 
 // The identifiers a scalar expression names (a number and its suffix, 1LL or 0.5f, name nothing).

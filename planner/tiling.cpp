@@ -154,24 +154,39 @@ int64_t normalization_rows(const Graph& g, const Node& n, const std::vector<Inte
 // elements over them (reduction_lanes), and only such spaces get its split candidates.
 constexpr int64_t kWarp = 32;
 
-int64_t reduction_lanes(const Graph& g, const Node& n, int64_t outputs, int threads) {
+ReductionForm reduction_form(const Graph& g, const Node& n, int64_t outputs, int threads, int splits) {
+  ReductionForm form;
   const bool reduction = n.op == "ReduceSum" || n.op == "ReduceMean" || n.op == "ReduceMax" || n.op == "ReduceMin";
-  if (!(reduction || n.op == "MatMul" || n.op == "Conv") || outputs <= 0) return 0;
+  if (!(reduction || n.op == "MatMul" || n.op == "Conv") || outputs <= 0) return form;
   for (int v : n.inputs) {
-    if (v != kNoValue && !is_float(g.value(v).dtype)) return 0;
+    if (v != kNoValue && !is_float(g.value(v).dtype)) return form;
   }
   const TensorExpr e = describe(g, n);
   int64_t count = 1;
   for (int64_t ext : e.reduce_extents) count *= ext;
-  if (e.reduce_extents.empty() || count < kWarp) return 0;
-  // The innermost reduction variable indexes the input's innermost axis by itself.
+  if (e.reduce_extents.empty() || count < kWarp) return form;
   const Access& a = e.accesses[0];
+  // Columns: the output's innermost variable indexes the input's innermost axis by itself.
+  form.columns = splits <= 1 && reduction && outputs >= 16 && threads >= 2 * kWarp && count >= 64 && !e.out_shape.empty() &&
+                 !a.index.empty() && !a.guarded && a.index.back().is_var(static_cast<int>(e.out_shape.size()) - 1);
+  if (form.columns) return form;
+  // Along: the innermost reduction variable indexes the input's innermost axis by itself.
   const bool along = reduction && !a.index.empty() && a.index.back().is_var(e.num_vars() - 1);
-  if (2 * outputs > threads && !along) return 0;
+  if (2 * outputs > threads && !along) return form;
   const int64_t warps = threads / kWarp;
   int64_t group = 1;
   while (group * 2 * outputs <= warps && warps % (group * 2) == 0) group *= 2;
-  return kWarp * group;
+  form.lanes = kWarp * group;
+  form.row_apart = reduction && !a.index.empty() && !along;
+  return form;
+}
+
+int64_t reduction_lanes(const Graph& g, const Node& n, int64_t outputs, int threads) {
+  return reduction_form(g, n, outputs, threads, 2).lanes;
+}
+
+bool column_reduction(const Graph& g, const Node& n, int64_t outputs, int threads) {
+  return reduction_form(g, n, outputs, threads, 1).columns;
 }
 
 // Issue slots (instructions) per staged element of the implicit-GEMM Conv (codegen/stages/
@@ -181,20 +196,6 @@ int64_t reduction_lanes(const Graph& g, const Node& n, int64_t outputs, int thre
 // elements 84. The model charged each one slot; on an H200 such kernels measured 12x to 24x
 // their modeled time (bench/results/2026-12-04-h200-180c1d2).
 constexpr int64_t kPatchElementIssue = 52, kWeightElementIssue = 21;
-
-bool column_reduction(const Graph& g, const Node& n, int64_t outputs, int threads) {
-  const bool reduction = n.op == "ReduceSum" || n.op == "ReduceMean" || n.op == "ReduceMax" || n.op == "ReduceMin";
-  if (!reduction || outputs < 16 || threads < 2 * kWarp) return false;
-  for (int v : n.inputs) {
-    if (v != kNoValue && !is_float(g.value(v).dtype)) return false;
-  }
-  const TensorExpr e = describe(g, n);
-  int64_t count = 1;
-  for (int64_t ext : e.reduce_extents) count *= ext;
-  if (e.reduce_extents.empty() || count < 64 || e.out_shape.empty()) return false;
-  const Access& a = e.accesses[0];
-  return !a.index.empty() && !a.guarded && a.index.back().is_var(static_cast<int>(e.out_shape.size()) - 1);
-}
 
 MmaWarps mma_warps(int64_t rows, int64_t cols, int64_t warps) {
   const int64_t mt = (std::max<int64_t>(1, rows) + 15) / 16, nt = (std::max<int64_t>(1, cols) + 7) / 8;
@@ -867,7 +868,8 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
         // Issue slots of the staging: a patch element decodes its K row into its channel and taps
         // and checks the image's bounds; a weight element is read as laid out (threads) or moves
         // in a 16-byte chunk of 4 (the ring).
-        tile_loads += (spanned * pixels * kPatchElementIssue + m * (ring.async_b ? 1 : kWeightElementIssue * 4) / 4) * step * steps;
+        const int64_t weight_issue = ring.async_b ? m / 4 : m * kWeightElementIssue;  // a K index's weights
+        tile_loads += (spanned * pixels * kPatchElementIssue + weight_issue) * step * steps;
         if (tm > 0) {
           tile_loads += out_elems * k / tn + out_elems * k / tm;
           ++split_products;  // its accumulators in registers: split-K applies
@@ -1021,8 +1023,9 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
     if (generic) {
       int64_t count = 1;
       for (int64_t ext : e.reduce_extents) count *= ext;
-      const int64_t lanes = reduction_lanes(g, n, out_elems, cfg.threads);
-      if (cfg.split_k <= 1 && column_reduction(g, n, out_elems, cfg.threads)) {
+      const ReductionForm form = reduction_form(g, n, out_elems, cfg.threads, cfg.split_k);
+      const int64_t lanes = form.lanes;
+      if (form.columns) {
         // The columns form: batches of 32 outputs, a warp's share of the rows a round per 8; a
         // float a thread of partials.
         const int64_t warps = cfg.threads / kWarp;
@@ -1031,8 +1034,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       } else if (lanes > 0) {
         // A reduction whose lanes step along an outer axis of its input reads a row apart: a sector
         // requested for each element, from L2 (the region's sectors are counted once below).
-        const Access& in = e.accesses[0];
-        if (find_op(n.op)->kind == OpKind::kReduction && !in.index.empty() && !in.index.back().is_var(e.num_vars() - 1)) {
+        if (form.row_apart) {
           strided_l2 += out_elems * count * (d.sector_bytes - static_cast<int64_t>(dtype_size(g.value(n.inputs[0]).dtype)));
         }
         // With split-K, a block reduces its split's slice of the space; the form splits when the

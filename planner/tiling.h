@@ -251,6 +251,17 @@ inline int64_t staging_batch(int64_t cap, int threads, int most = kStagingLoads)
 // per output, or with fewer outputs than warps the most warps that divide the block evenly (a
 // power of two) with every warp working.
 int64_t reduction_lanes(const Graph& g, const Node& n, int64_t outputs, int threads);
+// The form the generic reduction stage takes for node n (both predicates above and below, from
+// one description of n): for a candidate of `splits` split-K blocks a tile, the columns form
+// where column_reduction holds and the candidate is not split, else reduction_lanes' lanes (0:
+// the serial form); row_apart where such lanes step along an outer axis of a reduction's input
+// (elements a row apart: a 32-byte sector requested for each, which the cost model charges).
+struct ReductionForm {
+  bool columns = false;
+  int64_t lanes = 0;
+  bool row_apart = false;
+};
+ReductionForm reduction_form(const Graph& g, const Node& n, int64_t outputs, int threads, int splits);
 // True where the generic reduction takes its columns form (codegen/stages/reduce.h) for a region
 // of at most `outputs` elements of n's value on `threads` threads (two warps or more): a float
 // ReduceSum, ReduceMean, ReduceMax or ReduceMin whose output's innermost axis is the input's

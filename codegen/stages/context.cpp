@@ -458,8 +458,7 @@ Stmt LoweringContext::staging_loop(Kernel& k, const std::string& buf, const std:
 
 Stmt LoweringContext::batched_loop(Kernel& k, const std::string& count, int64_t batch, const std::string& local,
                                    int64_t size, const std::function<void()>& load, const std::function<void()>& put) {
-  const auto declared = [&](const ThreadLocal& t) { return t.name == local; };
-  if (std::none_of(k.thread_locals.begin(), k.thread_locals.end(), declared)) k.thread_locals.push_back({local, size});
+  k.declare_local(local, size);
   const int64_t span = batch * cfg.threads;
   const std::string e = "ft_sb * " + lit(span) + " + ft_si * " + lit(cfg.threads) + " + ft_thread";
   const auto body = [&](const std::function<void()>& f) {

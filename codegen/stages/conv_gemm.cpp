@@ -24,6 +24,7 @@ struct GemmPlan {
   int64_t groups_cap = 1;  // most groups the region's channels span (patch slices per step)
   std::string a, b;        // weights [M][step], patches [groups][step][P]
   int64_t a_cap = 0, b_cap = 0;
+  int64_t cols = 0;  // P: a patch slice's columns (the region's pixels, laid out with the caps)
   std::vector<int64_t> caps;  // the region's axes the slices are laid out with (columns: the axes other than 1)
   std::string regs;           // the TM x TN accumulators of each thread
   int64_t tm = 0, tn = 0;
@@ -42,6 +43,7 @@ class ConvGemmStage : public AnchorStage {
  private:
   std::vector<std::string> conv_pixel(const std::string& p, std::string* inside);
   std::vector<std::string> conv_taps(const TensorExpr& e, const std::string& kk);
+  std::vector<std::string> patch_column(const std::string& col, const std::string& grp, std::string* reads);
   std::string patch_element(const TensorExpr& e, const std::string& ks, std::function<std::vector<std::string>()>* input);
   Stmt copy_patches(const TensorExpr& e, const std::string& ks, const std::string& base, const std::string& ng);
   Stmt stage_patches(Kernel& k, const TensorExpr& e, const std::string& ng);
@@ -85,26 +87,36 @@ std::vector<std::string> ConvGemmStage::conv_taps(const TensorExpr& e, const std
   return vars;
 }
 
+// Column `col` of the patch slice of group `grp` (of those the region's rows span): emits the lets
+// of its pixel and returns the Conv's variables for it (the input channel's first of the group at
+// axis 1; the taps follow); *reads is the condition that it reads the input (a region with rows,
+// the column a pixel of the region). A region with no output channel (a consumer's tile outside
+// them: a Concat's other input, a Pad's border) has a first channel past the last, whose group may
+// not exist: nothing loads.
+std::vector<std::string> ConvGemmStage::patch_column(const std::string& col, const std::string& grp, std::string* reads) {
+  const Region& r = cx_.region.at(n_.outputs[0]);
+  std::string pixel;
+  std::vector<std::string> vars = conv_pixel(col, &pixel);
+  vars[1] = "(((" + r.lo[1] + " / " + lit(st_.cout_g) + ") + " + grp + ") * " + lit(st_.cout_g) + ")";
+  *reads = r.n[1] + " > 0 && " + pixel;
+  return vars;
+}
+
 // Element ft_e of step `ks`'s patch slice (group ft_e / (step x P), reduction index ks x step +
 // (ft_e / P) % step, column ft_e % P; the input channel follows from the group, any output channel
 // of it): emits the lets of its K index ft_k and its column's pixel and returns the condition that
 // it reads the input (inside K, a region with rows, the column a pixel of the region); *input,
 // called inside that condition's branch, emits the lets of the input's index and returns it.
 std::string ConvGemmStage::patch_element(const TensorExpr& e, const std::string& ks, std::function<std::vector<std::string>()>* input) {
-  const Region& r = cx_.region.at(n_.outputs[0]);
-  const int64_t cols = st_.b_cap / (st_.groups_cap * st_.step);
-  const std::string np = lit(cols), g0 = "(" + r.lo[1] + " / " + lit(st_.cout_g) + ")";
+  const std::string np = lit(st_.cols);
   cx_.cur().push_back(small_let("ft_k", ks + " * " + lit(st_.step) + " + (ft_e / " + np + ") % " + lit(st_.step)));
-  std::string pixel;
-  std::vector<std::string> vars = conv_pixel("ft_e % " + np, &pixel);
-  *input = [this, &e, vars, g0, cols]() mutable {
-    vars[1] = "((" + g0 + " + ft_e / " + lit(st_.step * cols) + ") * " + lit(st_.cout_g) + ")";
+  std::string reads;
+  std::vector<std::string> vars = patch_column("ft_e % " + np, "ft_e / " + lit(st_.step * st_.cols), &reads);
+  *input = [this, &e, vars]() mutable {
     for (const std::string& t : conv_taps(e, "ft_k")) vars.push_back(t);
     return cx_.index_of(e.accesses[0], vars);
   };
-  // A region with no output channel (a consumer's tile outside them: a Concat's other input, a
-  // Pad's border) has a first channel past the last, whose group may not exist: nothing loads.
-  return "ft_k < " + lit(st_.k) + " && " + r.n[1] + " > 0 && " + pixel;
+  return "ft_k < " + lit(st_.k) + " && " + reads;
 }
 
 // The ring's patch slice of step `ks` at `base` (groups x step x P, as the form without a ring lays
@@ -126,7 +138,7 @@ Stmt ConvGemmStage::copy_patches(const TensorExpr& e, const std::string& ks, con
     });
     cx_.cur().push_back(if_then(reads, inside, {zero}));
   });
-  return thread_for("ft_e", "0", ng + " * " + lit(st_.step * (st_.b_cap / (st_.groups_cap * st_.step))), loop);
+  return thread_for("ft_e", "0", ng + " * " + lit(st_.step * st_.cols), loop);
 }
 
 // The patch slice of step ft_ks staged by the threads (the form without a ring; laid out as
@@ -137,20 +149,16 @@ Stmt ConvGemmStage::copy_patches(const TensorExpr& e, const std::string& ks, con
 // consecutive pixels: loads along an image row coalesce, stores fall in distinct banks. (Element
 // by element, every patch element decoded its row, pixel and taps with a dozen divisions.)
 Stmt ConvGemmStage::stage_patches(Kernel& k, const TensorExpr& e, const std::string& ng) {
-  const Region& r = cx_.region.at(n_.outputs[0]);
   const int x = n_.inputs[0];
-  const int64_t cols = st_.b_cap / (st_.groups_cap * st_.step), batch = planner::kStagingLoads;
-  const std::string np = lit(cols), step = lit(st_.step), g0 = "(" + r.lo[1] + " / " + lit(st_.cout_g) + ")";
-  const auto declared = [](const ThreadLocal& t) { return t.name == "ft_sx"; };
-  if (std::none_of(k.thread_locals.begin(), k.thread_locals.end(), declared)) k.thread_locals.push_back({"ft_sx", batch});
+  const int64_t batch = planner::kStagingLoads;
+  const std::string np = lit(st_.cols), step = lit(st_.step);
+  k.declare_local("ft_sx", batch);
   Block column = cx_.fresh_block([&] {
     cx_.cur().push_back(small_let("ft_gi", "ft_c / " + np));
     cx_.cur().push_back(small_let("ft_p", "ft_c % " + np));
-    std::string pixel;
-    std::vector<std::string> vars = conv_pixel("ft_p", &pixel);
-    vars[1] = "((" + g0 + " + ft_gi) * " + lit(st_.cout_g) + ")";
-    // A region with no output channel reads nothing (patch_element).
-    cx_.cur().push_back(small_let("ft_live", "(" + r.n[1] + " > 0 && " + pixel + ") ? 1 : 0"));
+    std::string reads;
+    const std::vector<std::string> vars = patch_column("ft_p", "ft_gi", &reads);
+    cx_.cur().push_back(small_let("ft_live", "(" + reads + ") ? 1 : 0"));
     Block rows;
     for (int64_t i = 0; i < batch; ++i) {
       rows.push_back(assign("ft_sx[" + lit(i) + "]", "0.0f"));
@@ -201,7 +209,7 @@ void ConvGemmStage::emit(Kernel& k) {
   const GemmPlan& st = st_;
   const Region& r = cx_.region.at(v);
   const std::string nm = r.n[1], step = lit(st.step), kk_total = lit(st.k);
-  const int64_t cols = st.b_cap / (st.groups_cap * st.step);
+  const int64_t cols = st.cols;
   const std::string np = lit(cols);
   const std::string g0 = "(" + r.lo[1] + " / " + lit(st.cout_g) + ")";
   const std::string ng = st.groups_cap == 1 ? "1"
@@ -368,6 +376,7 @@ std::unique_ptr<AnchorStage> conv_gemm_stage(LoweringContext& cx, Kernel& k, con
   for (size_t d = 0; d < max_extent.size(); ++d) pixels *= d == 1 ? 1 : st.caps[d];
   std::tie(st.tm, st.tn) = planner::micro_tile(st.caps[1], pixels, cx.cfg.threads);
   if (st.tm == 0) return nullptr;
+  st.cols = pixels;
   st.b_cap = st.groups_cap * st.step * pixels;
   st.ring = planner::conv_staging(cx.g, n, cx.produced(), cx.cfg);
   st.pitch_a = planner::conv_pitch_a(st.ring, st.step);

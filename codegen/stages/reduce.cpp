@@ -16,8 +16,9 @@ class ReduceStage : public AnchorStage {
  public:
   ReduceStage(LoweringContext& cx, Kernel& k, const Node& n, int64_t max_outputs)
       : cx_(cx), n_(n), capacity_(std::max<int64_t>(1, max_outputs)) {
-    columns_ = cx.splits() == 1 && planner::column_reduction(cx.g, n, capacity_, cx.cfg.threads);
-    lanes_ = columns_ ? 0 : planner::reduction_lanes(cx.g, n, capacity_, cx.cfg.threads);
+    const planner::ReductionForm form = planner::reduction_form(cx.g, n, capacity_, cx.cfg.threads, cx.splits());
+    columns_ = form.columns;
+    lanes_ = form.lanes;
     if (columns_) partials_ = k.add_shared("p" + std::to_string(n.outputs[0]) + "_r", DType::kF32, cx.cfg.threads);
     if (lanes_ > kWarpSize) partials_ = k.add_shared("p" + std::to_string(n.outputs[0]) + "_r", DType::kF32, cx.cfg.threads / kWarpSize);
   }
@@ -53,17 +54,21 @@ class ReduceStage : public AnchorStage {
 
   // What the two forms that fold floats across threads share: maxima and minima combine by "max"
   // (a minimum as the maximum of the negated elements), the others by "sum"; its initial value,
-  // one-float thread-local (declared here) and the reduction space's element count.
+  // one-float thread-local (declared here), the reduction space's element count, an element's
+  // fold into the thread-local and the thread-local's total as the reduction's.
   struct FloatFold {
-    bool is_max = false, is_min = false;
+    bool negated = false;
     std::string op, init, tl, acc;
     int64_t count = 1;
+    std::string step(const std::string& x) const {
+      return op == "max" ? "ft_fmaxn(" + acc + ", " + (negated ? "-(" + x + ")" : x) + ")" : acc + " + " + x;
+    }
+    std::string total() const { return negated ? "(-" + acc + ")" : acc; }
   };
   FloatFold float_fold(Kernel& k, const TensorExpr& e) {
     FloatFold f;
-    f.is_max = n_.op == "ReduceMax";
-    f.is_min = n_.op == "ReduceMin";
-    f.op = f.is_max || f.is_min ? "max" : "sum";
+    f.negated = n_.op == "ReduceMin";
+    f.op = f.negated || n_.op == "ReduceMax" ? "max" : "sum";
     f.init = f.op == "max" ? "(-ft_inf())" : "0.0f";
     f.tl = "w" + std::to_string(n_.outputs[0]) + "_r";
     f.acc = f.tl + "[0]";
@@ -84,7 +89,6 @@ class ReduceStage : public AnchorStage {
     const Region& r = cx_.region.at(v);
     const bool contraction = find_op(n.op)->kind == OpKind::kContraction;
     const FloatFold f = float_fold(k, e);
-    const bool is_max = f.is_max, is_min = f.is_min;
     const std::string &op = f.op, &init = f.init, &tl = f.tl, &acc = f.acc;
     const int64_t count = f.count;
     // With several warps an output (group > 1) every output of the region is in the one batch,
@@ -108,12 +112,8 @@ class ReduceStage : public AnchorStage {
       Block loop;
       cx_.with_block(loop, [&] {
         cx_.cur().push_back(let(kIndexType, "ft_f", (splits > 1 ? first + " + " : "") + "ft_lane + ft_j * " + lanes));
-        fold(e, cx_.reduction_vars_at(e, o, "ft_f"), contraction ? std::function<std::string(const std::string&)>{}
-                                  : [&](const std::string& x) {
-                                      return is_max ? "ft_fmaxn(" + acc + ", " + x + ")"
-                                                    : is_min ? "ft_fmaxn(" + acc + ", -(" + x + "))" : acc + " + " + x;
-                                    },
-             acc);
+        fold(e, cx_.reduction_vars_at(e, o, "ft_f"),
+             contraction ? std::function<std::string(const std::string&)>{} : [&](const std::string& x) { return f.step(x); }, acc);
       });
       cx_.cur().push_back(serial_for("ft_j", "0", "(" + extent + " - ft_lane + " + lit(lanes_ - 1) + ") / " + lanes, loop,
                                      planner::kReductionLoadsInFlight));
@@ -132,7 +132,7 @@ class ReduceStage : public AnchorStage {
     }
     Block store_output = {if_then(leader, cx_.fresh_block([&] {
       const std::vector<std::string> o = coords();
-      cx_.store_value(v, o, finish(is_min ? "(-" + acc + ")" : acc, o, "(float)" + lit(count)));
+      cx_.store_value(v, o, finish(f.total(), o, "(float)" + lit(count)));
     }))};
     if (splits == 1) {
       batch.insert(batch.end(), store_output.begin(), store_output.end());
@@ -156,7 +156,6 @@ class ReduceStage : public AnchorStage {
     const int v = n.outputs[0];
     const Region& r = cx_.region.at(v);
     const FloatFold f = float_fold(k, e);
-    const bool is_max = f.is_max, is_min = f.is_min;
     const std::string &op = f.op, &init = f.init, &acc = f.acc;
     const int64_t count = f.count;
     const int64_t warps = cx_.cfg.threads / kWarpSize;
@@ -171,11 +170,7 @@ class ReduceStage : public AnchorStage {
       Block loop;
       cx_.with_block(loop, [&] {
         cx_.cur().push_back(let(kIndexType, "ft_f", warp + " + ft_j * " + lit(warps)));
-        fold(e, cx_.reduction_vars_at(e, o, "ft_f"),
-             [&](const std::string& x) {
-               return is_max ? "ft_fmaxn(" + acc + ", " + x + ")" : is_min ? "ft_fmaxn(" + acc + ", -(" + x + "))" : acc + " + " + x;
-             },
-             acc);
+        fold(e, cx_.reduction_vars_at(e, o, "ft_f"), [&](const std::string& x) { return f.step(x); }, acc);
       });
       cx_.cur().push_back(serial_for("ft_j", "0", "(" + lit(count) + " - " + warp + " + " + lit(warps - 1) + ") / " + lit(warps), loop,
                                      planner::kReductionLoadsInFlight));
@@ -187,7 +182,7 @@ class ReduceStage : public AnchorStage {
       cx_.cur().push_back(serial_for("ft_g", "1", lit(warps),
                                      {assign(acc, warp_combine(op, acc, partials_ + "[ft_g * " + lit(kWarpSize) + " + " + lane + "]"))}));
       const std::vector<std::string> o = coords();
-      cx_.store_value(v, o, finish(is_min ? "(-" + acc + ")" : acc, o, "(float)" + lit(count)));
+      cx_.store_value(v, o, finish(f.total(), o, "(float)" + lit(count)));
     })));
     batch.push_back(barrier());
     k.body.push_back(uniform_for("ft_rb", "0", "(" + outputs + " + " + lit(kWarpSize - 1) + ") / " + lit(kWarpSize), batch));
