@@ -26,6 +26,7 @@
 #include "codegen/verify_ir.h"
 #include "core/error.h"
 #include "core/ops.h"
+#include "planner/held_rows.h"
 #include "planner/library_call.h"
 #include "planner/library_match.h"
 
@@ -68,16 +69,56 @@ std::map<int, RegionBound> bound_regions(const LoweringContext& cx) {
   return bound;
 }
 
+// Rows handed from one normalization to the next in registers (stages/row_stats.h): producer node
+// -> consumer node, where planner::row_consumer pairs them, planner::rows_handed holds at their most
+// rows, and in every sampled tile the consumer's rows are the producer's and the normalized axes of
+// both are whole.
+std::map<int, int> row_handoffs(const LoweringContext& cx, const std::map<int, RegionBound>& bound,
+                                const std::optional<planner::AttentionCore>& core) {
+  std::map<int, int> handoffs;
+  const auto absorbed = [&](int id) { return core && std::binary_search(core->absorbed.begin(), core->absorbed.end(), id); };
+  for (int id : cx.group.nodes) {
+    const int c = planner::row_consumer(cx.g, cx.group, id);
+    if (c < 0 || absorbed(id) || absorbed(c)) continue;
+    const Node& p = cx.g.nodes()[static_cast<size_t>(id)];
+    const Node& cn = cx.g.nodes()[static_cast<size_t>(c)];
+    const int vp = p.outputs[0], vc = cn.outputs[0];
+    if (!bound.count(vp) || !bound.count(vc) ||
+        !planner::rows_handed(cx.g, cx.group, p, bound.at(vp).rows, cn, bound.at(vc).rows, cx.cfg.threads)) {
+      continue;
+    }
+    const std::vector<size_t> axes = planner::normalized_axes(cx.g, p);
+    const Shape& s = cx.g.value(vp).shape;
+    bool coincide = true;
+    for (int64_t t : cx.sample_tiles()) {
+      const auto regions = cx.numeric_regions(t);
+      const auto a = regions.find(vp), b = regions.find(vc);
+      coincide = a != regions.end() && b != regions.end() && a->second == b->second;
+      for (size_t d : axes) coincide = coincide && a->second[d] == planner::Interval{0, s[d] - 1};
+      if (!coincide) break;
+    }
+    if (coincide) handoffs[id] = c;
+  }
+  return handoffs;
+}
+
 // Sizes shared memory and plans the stage of every anchor, in the group's order (allocations and
 // thread-locals in that order): with flash attention, the attention stage for the core's output
 // and nothing for the anchors it absorbs (its scores and softmax); a normalization's row statistics; a MatMul staged on tensor cores,
 // in the dp4a form (8-bit integer operands) or with register blocking; a Conv staged as an implicit GEMM or a depthwise window; else the
 // generic reduction or ScatterND stage. An anchor other than the root also gets a shared buffer
-// for its value.
+// for its value, unless its stage hands it on in registers (a register epilogue, a row handoff).
 std::map<int, std::unique_ptr<AnchorStage>> plan_stages(LoweringContext& cx, Kernel& k,
                                                         const std::optional<planner::AttentionCore>& core) {
   std::map<int, RegionBound> bound = bound_regions(cx);
   for (const auto& [v, b] : bound) cx.capacity[v] = b.elems;
+  const std::map<int, int> handoffs = row_handoffs(cx, bound, core);
+  std::map<int, int> taken;  // consumer node -> the producer's value
+  for (const auto& [p, c] : handoffs) {
+    const int v = cx.g.nodes()[static_cast<size_t>(p)].outputs[0];
+    cx.in_registers.insert(v);
+    taken[c] = v;
+  }
   std::map<int, std::unique_ptr<AnchorStage>> planned;
   for (int id : cx.group.nodes) {
     const Node& node = cx.g.nodes()[static_cast<size_t>(id)];
@@ -87,7 +128,10 @@ std::map<int, std::unique_ptr<AnchorStage>> plan_stages(LoweringContext& cx, Ker
     if (core && id == core->output) {
       stage = stages::attention_stage(cx, k, *core, bound[v].extent);
     } else if (find_op(node.op)->kind == OpKind::kNormalization) {
-      stage = stages::row_stats_stage(cx, k, node, bound[v].rows);
+      stages::RowHandoff handoff;
+      handoff.gives = handoffs.count(id) > 0;
+      if (const auto t = taken.find(id); t != taken.end()) handoff.takes = t->second;
+      stage = stages::row_stats_stage(cx, k, node, bound[v].rows, handoff);
     } else if (node.op == "MatMul" && stages::stages_matmul(cx, node, bound[v].extent)) {
       if (stages::uses_tensor_cores(cx, node)) {
         stage = stages::mma_matmul_stage(cx, k, node, bound[v].extent, bound[v].elems);

@@ -16,6 +16,7 @@
 #include "core/ops.h"
 #include "planner/attention.h"
 #include "planner/epilogue.h"
+#include "planner/held_rows.h"
 #include "planner/library_call.h"
 #include "planner/library_match.h"
 #include "planner/tensor_expr.h"
@@ -592,6 +593,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   int64_t reduce_rounds = 0;  // per block, the rounds of loads of the generic reduction and row statistics
   int64_t strided_l2 = 0;     // per tile, the L2 bytes a cooperative reduction's row-apart lanes request beyond the region's
   bool ring_deepened = false;  // cfg.ring_stages deepened some staged contraction's cp.async ring
+  bool copies_ahead = false;   // some staged operand streams through a cp.async ring (copied while the block computes)
   // A thread's rounds of loads staging a slice of `elems` elements, `lanes` a load, in batches
   // (staging_batch: codegen's staging loops).
   const auto slice_rounds = [&](int64_t elems, int64_t lanes) {
@@ -675,6 +677,22 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   // its reduction steps and the floats a block's accumulators hold (codegen/stages/split_k.h).
   int anchors = 0, split_products = 0;
   int64_t split_steps = 0, split_slot = 0;
+  // A normalization's value handed to the next one in registers (planner/held_rows.h), here with
+  // the representative tile's regions: no shared buffer.
+  const auto row_handed = [&](int node, const Region& out_region) {
+    const int consumer = row_consumer(g, group, node);
+    if (consumer < 0 || absorbed.count(node) || absorbed.count(consumer)) return false;
+    const Node& p = g.nodes()[static_cast<size_t>(node)];
+    const Node& cn = g.nodes()[static_cast<size_t>(consumer)];
+    const auto cr = regions.find(cn.outputs[0]);
+    if (cr == regions.end() || cr->second != out_region) return false;
+    const Shape& s = g.value(p.outputs[0]).shape;
+    for (size_t a : normalized_axes(g, p)) {
+      if (!(out_region[a] == Interval{0, s[a] - 1})) return false;
+    }
+    return rows_handed(g, group, p, normalization_rows(g, p, out_region), cn, normalization_rows(g, cn, cr->second),
+                       cfg.threads);
+  };
   for (auto it = group.nodes.rbegin(); it != group.nodes.rend(); ++it) {
     const Node& n = g.nodes()[static_cast<size_t>(*it)];
     auto out_it = regions.find(n.outputs[0]);
@@ -716,6 +734,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       // copied by cp.async moves 16 bytes per instruction, another one element.
       const MmaStaging staging = mma_staging(g, n, computed, cfg);
       ring_deepened = ring_deepened || (cfg.ring_stages > 0 && (staging.async_a || staging.async_b));
+      copies_ahead = copies_ahead || staging.async_a || staging.async_b;
       const int64_t pitch_a = cfg.wgmma ? step : mma_pitch_a(operand, step), pitch_b = cfg.wgmma ? cols : mma_pitch_b(operand, cols);
       tensor_smem = staging.stages * (rows * pitch_a + step * pitch_b) * esize +
                     (register_epilogue(g, group, *it) ? 0 : out_elems * 4);
@@ -800,6 +819,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
         // copies are in flight while the previous tile is multiplied; otherwise a thread's loads
         // of a tile come in rounds, one round in flight.
         const bool ring = streams_key_tiles(g, group, *core);
+        copies_ahead = copies_ahead || ring;
         const int64_t slots = ring ? 2 : 1;
         const int64_t k_slot = keys_contiguous(g, group, *core) ? dk16 * ldmatrix_pitch(b16) : b16 * ldmatrix_pitch(dk16);
         smem += (rp * ldmatrix_pitch(dk16) + slots * (k_slot + b16 * ldmatrix_pitch(dv16)) + rp * ldmatrix_pitch(b16)) * 2 +
@@ -854,6 +874,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
         // the threads' batched loads (each round waited for before its stores to shared memory).
         const MmaStaging ring = conv_staging(g, n, produced, cfg);
         ring_deepened = ring_deepened || (cfg.ring_stages > 0 && ring.async_b);
+        copies_ahead = copies_ahead || ring.async_b;
         const double step_bytes = static_cast<double>((m + spanned * pixels) * step * 4);
         if (ring.async_b) {
           smem += ring.stages * (m * conv_pitch_a(ring, step) + spanned * step * pixels) * 4;
@@ -964,6 +985,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       const bool one_matrix = n.op == "MatMul" && out_region.size() >= 2 && out_elems == rows * cols && tm > 0;
       const MmaStaging ring = one_matrix ? simt_staging(g, n, computed, cfg) : MmaStaging{};
       ring_deepened = ring_deepened || (cfg.ring_stages > 0 && ring.async_b);
+      copies_ahead = copies_ahead || ring.async_b;
       if (ring.async_b) {
         smem += ring.stages * (rows * simt_pitch_a(ring, cfg.reduce_step) + cfg.reduce_step * simt_pitch_b(cols)) * 4;
       } else {
@@ -999,14 +1021,15 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       if (n.op == "MatMul" && (rounds > 0 || async_bytes > 0)) {
         in_flight = std::min(in_flight, ring.ahead * async_bytes + (rounds > 0 ? step_bytes / static_cast<double>(rounds) : 0));
       }
-    } else if (anchor && n.outputs[0] != root) {
+    } else if (anchor && n.outputs[0] != root && !row_handed(*it, out_region)) {
       smem += out_elems * 4;
     }
     if (find_op(n.op)->kind == OpKind::kNormalization && !absorbed.count(*it)) {
-      // Two floats a row of statistics, and with fewer rows than warps two a warp (several warps
-      // per row meet in shared memory: codegen/stages/row_stats.h).
+      // Held in registers (planner/held_rows.h), or two floats a row of statistics; with several
+      // warps per row, two a warp where their partials meet (codegen/stages/row_stats.h).
       const int64_t rows = normalization_rows(g, n, out_region), warps = cfg.threads / 32;
-      smem += 2 * 4 * rows + (rows > 0 && 2 * rows <= warps ? 2 * 4 * warps : 0);
+      const HeldRows held = held_rows(g, group, n, cfg.threads, rows);
+      smem += (held.held ? 0 : 2 * 4 * rows) + (held.warps_per_row > 1 ? 2 * 4 * warps : 0);
       // Its rows a warp at a time: a round of a row's loads, each waited for, per `warps` rows
       // (measured on an H200: BERT's LayerNorm fused into the FFN's first product, 32 rows on 4
       // warps a block and one block an SM, took 25.8 to 56.4 µs against 5.8 modeled without it).
@@ -1202,7 +1225,17 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
     const int64_t in_turn = ceil_div(per_sm_blocks, std::min<int64_t>(bps, per_sm_blocks));
     latency_us = std::max(latency_us, static_cast<double>(reduce_rounds * in_turn - 1) * d.dram_latency_ns / 1e3);
   }
-  const double throughput_us = std::max({dram_us, l2_us, compute_us}) / c.efficiency;
+  // A block's phases: without a cp.async ring copying ahead, a block of the generic schedule loads,
+  // waits, then computes (its stages, and a staged contraction's steps, meet at barriers), so where
+  // an SM's blocks come in more than one wave it hides one block's loads only behind another
+  // resident block's arithmetic: with R blocks resident, 1/R of the lesser of memory and arithmetic
+  // time stays exposed.
+  const double memory_us = std::max(dram_us, l2_us);
+  const int64_t sm_blocks = ceil_div(blocks, static_cast<int64_t>(d.sms));
+  const double exposed_us = anchors > 0 && !copies_ahead && sm_blocks > bps
+                                ? std::min(memory_us, compute_us) / static_cast<double>(bps)
+                                : 0.0;
+  const double throughput_us = (std::max(memory_us, compute_us) + exposed_us) / c.efficiency;
   c.latency_bound = latency_us > throughput_us;
   c.modeled_us = std::max(throughput_us, latency_us) + block_cost_us(blocks, d) + split_sum_us + opt.launch_overhead_us;
   c.flops = (tile_flops + tensor_flops + tf32_flops + wgmma_flops + imma_flops) * c.tiles;

@@ -109,7 +109,8 @@ class LoweringContext {
   // value(v, idx) returns provided[v](idx) instead of a load, a buffer read or the producer inlined.
   std::map<int, std::function<std::string(const std::vector<std::string>&)>> provided;
   // Anchor values whose stage computes their consumers from registers (a register epilogue,
-  // planner/epilogue.h): no shared buffer; and the exported values such a stage writes itself.
+  // planner/epilogue.h; a normalization's row handed to the next, stages/row_stats.h): no shared
+  // buffer; and the exported values such a stage writes itself.
   std::set<int> in_registers;
   std::set<int> written;
 

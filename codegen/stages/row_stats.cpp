@@ -4,6 +4,7 @@
 
 #include "codegen/scalar_ops.h"
 #include "core/ops.h"
+#include "planner/held_rows.h"
 
 namespace fusetune::codegen::stages {
 
@@ -12,42 +13,39 @@ namespace {
 using planner::Access;
 using planner::TensorExpr;
 
-int64_t norm_axis(const Graph& g, const Node& n) {
-  return normalize_axis(n.attrs.i("axis", -1), static_cast<int64_t>(g.value(n.inputs[0]).shape.size()), "axis");
+// A row's second statistic once complete, in the form its elements use: layer norm's inverse
+// deviation; Softmax's reciprocal of the sum of exponentials and LogSoftmax's max plus the sum's
+// logarithm, so that an element costs a multiply or a subtract, not a division or a logarithm.
+std::string row_factor(const Node& n, const std::string& a, const std::string& b, int64_t count) {
+  if (n.op == "LayerNormalization") {
+    return "1.0f / sqrtf(" + b + " / " + float_literal(static_cast<double>(count)) + " + " +
+           float_literal(n.attrs.f("epsilon", 1e-5f)) + ")";
+  }
+  return n.op == "Softmax" ? "1.0f / " + b : "(" + a + " + logf(" + b + "))";
 }
 
-// The most elements of its row a thread holds in registers (runs x run length): beyond, the row is
-// read once per pass instead.
-constexpr int64_t kHeldElements = 32;
+// Element x of a Softmax or LogSoftmax row of max a and factor f (row_factor).
+std::string softmax_element(const Node& n, const std::string& x, const std::string& a, const std::string& f) {
+  return n.op == "Softmax" ? "expf(" + x + " - " + a + ") * " + f : "(" + x + " - " + f + ")";
+}
 
 class RowStatsStage : public AnchorStage {
  public:
-  RowStatsStage(LoweringContext& cx, Kernel& k, const Node& n, int64_t max_rows) : cx_(cx), n_(n), row_capacity_(max_rows) {
+  RowStatsStage(LoweringContext& cx, Kernel& k, const Node& n, int64_t max_rows, const RowHandoff& handoff)
+      : cx_(cx), n_(n), row_capacity_(max_rows), handoff_(handoff) {
     const int v = n.outputs[0];
-    // Warps per row: with fewer rows than warps, each row gets the most warps that divide the
-    // block evenly (a power of two), so that every warp works; their partial statistics meet in
-    // shared memory.
+    // The held form (planner/held_rows.h): the row in registers, runs of consecutive elements along
+    // the innermost axis, 16 bytes of the group's inputs, each lane's runs strided by the row's
+    // lanes (a warp's vectors contiguous). Otherwise the element pass over the whole block (below)
+    // writes 16-byte vectors that a lane's scattered elements would not.
+    const planner::HeldRows h = planner::held_rows(cx.g, cx.group, n, cx.cfg.threads, max_rows);
+    group_ = h.warps_per_row;
+    count_ = h.count;
+    run_ = h.run;
+    runs_ = h.runs;
+    held_ = h.held;
+    check(held_ || (!handoff.gives && handoff.takes < 0), "row_stats: a row handed over in registers must be held");
     const int64_t warps = cx.cfg.threads / kWarpSize;
-    while (group_ * 2 <= warps / std::max<int64_t>(1, max_rows) && warps % (group_ * 2) == 0) group_ *= 2;
-    // The row held in registers: runs of consecutive elements along the innermost axis, 16 bytes
-    // of the group's inputs (8 elements where one is 16-bit, else 4), each lane's runs strided by
-    // the row's lanes (a warp's vectors contiguous); where the innermost axis is normalized and a
-    // multiple of the run, the runs keep at least half the row's lanes busy and a lane holds at
-    // most kHeldElements. Otherwise the element pass over the whole block (below) writes 16-byte
-    // vectors that a lane's scattered elements would not.
-    const Graph& g = cx.g;
-    const Shape& xs = g.value(n.inputs[0]).shape;
-    const planner::TensorExpr& e = cx.exprs.at(static_cast<int>(&n - g.nodes().data()));
-    count_ = 1;
-    for (int64_t ext : e.reduce_extents) count_ *= ext;
-    const bool inner = n.op == "LayerNormalization" || norm_axis(g, n) + 1 == static_cast<int64_t>(xs.size());
-    run_ = 4;
-    for (const auto& [u, p] : cx.param) {
-      if (dtype_size(g.value(u).dtype) == 2 && is_float(g.value(u).dtype)) run_ = 8;
-    }
-    runs_ = (count_ + kWarpSize * group_ * run_ - 1) / (kWarpSize * group_ * run_);
-    held_ = inner && !xs.empty() && xs.back() % run_ == 0 && 2 * (count_ / run_) >= kWarpSize * group_ &&
-            runs_ * run_ <= kHeldElements;
     if (!held_) {
       sa_ = k.add_shared("s" + std::to_string(v) + "_a", DType::kF32, std::max<int64_t>(1, max_rows));
       sb_ = k.add_shared("s" + std::to_string(v) + "_b", DType::kF32, std::max<int64_t>(1, max_rows));
@@ -65,10 +63,10 @@ class RowStatsStage : public AnchorStage {
     const int v = n.outputs[0];
     const int x = n.inputs[0];
     const Region& r = cx_.region.at(v);
-    const auto axis = static_cast<size_t>(norm_axis(g, n));
     const bool layer_norm = n.op == "LayerNormalization";
     const size_t rank = r.n.size();
-    auto normalized = [&](size_t d) { return layer_norm ? d >= axis : d == axis; };
+    const std::vector<size_t> axes = planner::normalized_axes(g, n);
+    auto normalized = [&](size_t d) { return std::find(axes.begin(), axes.end(), d) != axes.end(); };
     // Rows: the region's index space with the normalized axes dropped.
     std::vector<size_t> row_dims;
     std::vector<std::string> row_n;
@@ -170,7 +168,6 @@ class RowStatsStage : public AnchorStage {
         return acc + " + " + d + " * " + d;
       });
       row_reduce(second, "sum", pb_);
-      stat_b = "1.0f / sqrtf(" + b0 + " / " + n_elems + " + " + float_literal(n.attrs.f("epsilon", 1e-5f)) + ")";
     } else {  // max, then the sum of exponentials relative to it
       lane_share(first, "(-ft_inf())", [](const std::string& acc, const std::string& xv) { return "ft_fmaxn(" + acc + ", " + xv + ")"; });
       row_reduce(first, "max", pa_);
@@ -179,6 +176,7 @@ class RowStatsStage : public AnchorStage {
       });
       row_reduce(second, "sum", pb_);
     }
+    stat_b = row_factor(n, a0, b0, count);
     Block write = cx_.fresh_block([&] {
       cx_.cur().push_back(let(kIndexType, "ft_row", row));
       const std::string ri = row_index(row_coords());
@@ -196,8 +194,7 @@ class RowStatsStage : public AnchorStage {
       cx_.cur().push_back(let("float", "ft_sa", sa + "[" + ri + "]"));
       cx_.cur().push_back(let("float", "ft_sb", sb + "[" + ri + "]"));
       std::string y;
-      if (n.op == "Softmax") y = "expf(" + xv + " - ft_sa) / ft_sb";
-      if (n.op == "LogSoftmax") y = "(" + xv + " - ft_sa - logf(ft_sb))";
+      if (!layer_norm) y = softmax_element(n, xv, "ft_sa", "ft_sb");
       if (layer_norm) {
         y = "(" + xv + " - ft_sa) * ft_sb * " + cx_.value(n.inputs[1], cx_.index_of(e.accesses[2], o));
         if (e.accesses.size() > 3) y = "(" + y + " + " + cx_.value(n.inputs[2], cx_.index_of(e.accesses[3], o)) + ")";
@@ -219,12 +216,8 @@ class RowStatsStage : public AnchorStage {
     const int v = n.outputs[0], x = n.inputs[0];
     const Shape& xs = g.value(x).shape;
     const bool layer_norm = n.op == "LayerNormalization";
-    const auto axis = static_cast<size_t>(norm_axis(g, n));
-    std::vector<size_t> dims;  // the normalized axes
-    for (size_t d = 0; d < xs.size(); ++d) {
-      if (layer_norm ? d >= axis : d == axis) dims.push_back(d);
-    }
-    const std::string held = "w" + std::to_string(v) + "_x";
+    const std::vector<size_t> dims = planner::normalized_axes(g, n);
+    const std::string held = held_name(v);
     k.thread_locals.push_back({held, runs_ * run_});
     const std::string first = "w" + std::to_string(v) + "_a", second = "w" + std::to_string(v) + "_b";
     const std::string a0 = first + "[0]", b0 = second + "[0]";
@@ -299,13 +292,21 @@ class RowStatsStage : public AnchorStage {
       }
       cx_.cur().push_back(if_then(whole, vector, scalar));
     };
-    // Load: the row's elements into the registers (zero where a run passes the row's end).
+    // Load: the row's elements into the registers (zero where a run passes the row's end). A row
+    // handed over reads the producer's value from the producer's registers, the same slot.
     Block load = pass([&](int64_t j, const std::vector<std::string>& o, const std::function<std::string(int64_t)>& lane) {
       for (int64_t t = 0; t < run_; ++t) cx_.cur().push_back(assign(slot(j, t), "0.0f"));
-      run_of(j, o, lane, [&](int64_t, const std::vector<std::string>& ot) { return cx_.value(x, ot); },
-             [&](int64_t t, const std::string& xv, bool) { cx_.cur().push_back(assign(slot(j, t), xv)); }, [] {}, "",
-             [](int64_t) { return std::string(); });
+      const auto x_at = [&](int64_t t, const std::vector<std::string>& ot) {
+        if (handoff_.takes >= 0) {
+          const std::string given = held_name(handoff_.takes) + "[" + std::to_string(j * run_ + t) + "]";
+          cx_.provided[handoff_.takes] = [given](const std::vector<std::string>&) { return given; };
+        }
+        return cx_.value(x, ot);
+      };
+      run_of(j, o, lane, x_at, [&](int64_t t, const std::string& xv, bool) { cx_.cur().push_back(assign(slot(j, t), xv)); },
+             [] {}, "", [](int64_t) { return std::string(); });
     });
+    cx_.provided.erase(handoff_.takes);
     // A statistic folded from the registers with step(acc, x) (where valid), into `acc`.
     const auto fold = [&](const std::string& acc, const std::string& init,
                           const std::function<std::string(const std::string&, const std::string&)>& step, const Block& before) {
@@ -329,9 +330,6 @@ class RowStatsStage : public AnchorStage {
         return acc + " + (" + xv + " - " + a0 + ") * (" + xv + " - " + a0 + ")";
       }, {assign(a0, a0 + " / " + n_elems)});
       row_reduce(second, "sum", pb_);
-      // The inverse deviation, once a row.
-      batch.push_back(if_then(busy, Block{assign(b0, "1.0f / sqrtf(" + b0 + " / " + n_elems + " + " +
-                                                           float_literal(n.attrs.f("epsilon", 1e-5f)) + ")")}));
     } else {  // max, then the sum of exponentials relative to it
       batch.push_back(if_then(busy, load));
       fold(a0, "(-ft_inf())", [](const std::string& acc, const std::string& xv) { return "ft_fmaxn(" + acc + ", " + xv + ")"; }, {});
@@ -339,6 +337,7 @@ class RowStatsStage : public AnchorStage {
       fold(b0, "0.0f", [&](const std::string& acc, const std::string& xv) { return acc + " + expf(" + xv + " - " + a0 + ")"; }, {});
       row_reduce(second, "sum", pb_);
     }
+    batch.push_back(if_then(busy, Block{assign(b0, row_factor(n, a0, b0, count_))}));  // once a row
     // Elements: from the registers, with layer norm's scale and bias at each element's index, those
     // inside the value's region (the normalized axes may be needed in part: a consumer's slice).
     const Region& r = cx_.region.at(v);
@@ -358,21 +357,26 @@ class RowStatsStage : public AnchorStage {
       std::vector<std::string> ys(static_cast<size_t>(run_));
       const auto y_of = [&](int64_t t, const std::vector<std::string>& ot) {
         const std::string xv = slot(j, t);
-        if (n.op == "Softmax") return "expf(" + xv + " - " + a0 + ") / " + b0;
-        if (n.op == "LogSoftmax") return "(" + xv + " - " + a0 + " - logf(" + b0 + "))";
+        if (!layer_norm) return softmax_element(n, xv, a0, b0);
         std::string y = "(" + xv + " - " + a0 + ") * " + b0 + " * " + cx_.value(n.inputs[1], cx_.index_of(e.accesses[2], ot));
         if (e.accesses.size() > 3) y = "(" + y + " + " + cx_.value(n.inputs[2], cx_.index_of(e.accesses[3], ot)) + ")";
         return y;
       };
       run_of(j, o, lane, y_of,
              [&](int64_t t, const std::string& y, bool whole) {
+               if (!(runs_out && whole) && !handoff_.gives) {
+                 cx_.store_value(v, at(o, lane, t), y);
+                 return;
+               }
+               const std::string local = "ft_y" + std::to_string(t);
+               cx_.cur().push_back(let("float", local, y));
+               // Handed over: the output replaces the input in its slot, which nothing reads again.
+               if (handoff_.gives) cx_.cur().push_back(assign(slot(j, t), local));
                if (runs_out && whole) {
-                 const std::string local = "ft_y" + std::to_string(t);
-                 cx_.cur().push_back(let("float", local, y));
                  ys[static_cast<size_t>(t)] = local;
                  cx_.store_shared(v, at(o, lane, t), local);
                } else {
-                 cx_.store_value(v, at(o, lane, t), y);
+                 cx_.store_value(v, at(o, lane, t), local);
                }
              },
              [&] {
@@ -384,9 +388,12 @@ class RowStatsStage : public AnchorStage {
     if (group_ > 1) batch.push_back(barrier());  // the next batch rewrites the partials
   }
 
+  static std::string held_name(int v) { return "w" + std::to_string(v) + "_x"; }
+
   LoweringContext& cx_;
   const Node& n_;
   int64_t row_capacity_;    // rows the statistics arrays hold
+  RowHandoff handoff_;
   int64_t group_ = 1;       // warps per row
   std::string sa_, sb_;     // the statistics: max / mean, and sum of exponentials / inverse deviation
   std::string pa_, pb_;     // with several warps per row: each warp's partial of each statistic
@@ -398,8 +405,9 @@ class RowStatsStage : public AnchorStage {
 
 }  // namespace
 
-std::unique_ptr<AnchorStage> row_stats_stage(LoweringContext& cx, Kernel& k, const Node& n, int64_t max_rows) {
-  return std::make_unique<RowStatsStage>(cx, k, n, max_rows);
+std::unique_ptr<AnchorStage> row_stats_stage(LoweringContext& cx, Kernel& k, const Node& n, int64_t max_rows,
+                                             const RowHandoff& handoff) {
+  return std::make_unique<RowStatsStage>(cx, k, n, max_rows, handoff);
 }
 
 }  // namespace fusetune::codegen::stages
