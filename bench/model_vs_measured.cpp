@@ -17,7 +17,7 @@
 // measured - 1). Times are measured or modeled, each in its own column; nothing is mixed.
 // --csv writes every joined row (signature, configuration, form, measured, modeled, and the
 // model's terms: blocks, threads, blocks per SM, DRAM and L2 bytes, FLOPs, issue time, whether
-// latency bound).
+// latency bound, a block's reduction steps).
 #include <sqlite3.h>
 
 #include <algorithm>
@@ -158,25 +158,33 @@ int main(int argc, char** argv) {
       planner::TilingOptions opt;
       opt.top_k = 1 << 20;  // the whole space
       opt.constant_bytes = constant_bytes;
-      std::map<std::string, planner::Candidate> space;
-      for (planner::Candidate& cand : planner::tile_candidates(g, all, device, opt)) space.emplace(cand.config.str(), cand);
+      // The space in the planner's order, which breaks ties of modeled time (tile_candidates).
+      std::map<std::string, std::pair<size_t, planner::Candidate>> space;
+      for (planner::Candidate& cand : planner::tile_candidates(g, all, device, opt)) {
+        space.emplace(cand.config.str(), std::make_pair(space.size(), cand));
+      }
       std::vector<double> meas, model;
+      std::vector<size_t> order;
       for (const auto& [config, times] : m->second) {
         auto s = space.find(config);
-        if (s == space.end() || !s->second.cost.valid) {
+        if (s == space.end() || !s->second.second.cost.valid) {
           ++unjoined;
           continue;
         }
         std::vector<double> t = times;
         std::nth_element(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(t.size() / 2), t.end());
-        rows.push_back({c[0], config, form_of(s->second.config), t[t.size() / 2], s->second.cost.modeled_us, s->second.cost,
-                        s->second.config.threads});
+        const planner::Candidate& cand = s->second.second;
+        rows.push_back({c[0], config, form_of(cand.config), t[t.size() / 2], cand.cost.modeled_us, cand.cost, cand.config.threads});
         meas.push_back(rows.back().measured);
         model.push_back(rows.back().modeled);
+        order.push_back(s->second.first);
       }
       if (meas.size() >= 3) {
         correlations.push_back(spearman(model, meas));
-        const size_t pick = static_cast<size_t>(std::min_element(model.begin(), model.end()) - model.begin());
+        size_t pick = 0;  // the least modeled, the planner's first of equals
+        for (size_t i = 1; i < model.size(); ++i) {
+          if (model[i] < model[pick] || (model[i] == model[pick] && order[i] < order[pick])) pick = i;
+        }
         regrets.push_back(meas[pick] / *std::min_element(meas.begin(), meas.end()) - 1);
       }
     });
@@ -204,11 +212,11 @@ int main(int argc, char** argv) {
     if (!csv.empty()) {
       std::ofstream out(csv);
       out << "signature,config,form,measured_us,modeled_us,blocks,threads,blocks_per_sm,dram_bytes,l2_bytes,flops,issue_us,"
-             "latency_bound\n";
+             "latency_bound,steps\n";
       for (const Row& r : rows) {
         out << r.signature << ",\"" << r.config << "\"," << r.form << "," << r.measured << "," << r.modeled << "," << r.cost.tiles << ","
             << r.threads << "," << r.cost.blocks_per_sm << "," << r.cost.dram_bytes << "," << r.cost.l2_bytes << "," << r.cost.flops
-            << "," << r.cost.issue_us << "," << (r.cost.latency_bound ? 1 : 0) << "\n";
+            << "," << r.cost.issue_us << "," << (r.cost.latency_bound ? 1 : 0) << "," << r.cost.steps << "\n";
       }
       check(out.good(), csv, ": cannot write");
     }

@@ -677,6 +677,10 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   // its reduction steps and the floats a block's accumulators hold (codegen/stages/split_k.h).
   int anchors = 0, split_products = 0;
   int64_t split_steps = 0, split_slot = 0;
+  int64_t block_steps = 0;  // per tile, the reduction steps (key tiles) its staged contractions walk, a barrier each
+  // Per tile, the latencies those steps wait in turn: a step whose operands a ring copies ahead
+  // waits 1/ahead of one, a step the threads load waits one.
+  double step_rounds = 0;
   // A normalization's value handed to the next one in registers (planner/held_rows.h), here with
   // the representative tile's regions: no shared buffer.
   const auto row_handed = [&](int node, const Region& out_region) {
@@ -727,6 +731,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       (tf32 ? tf32_flops : cfg.wgmma ? wgmma_flops : tensor_flops) += 2 * rows * cols * kp;
       ++split_products;
       split_steps = kp / step;
+      block_steps += kp / step;
       split_slot = rows * cols;
       // A ring of operand slices with padded rows (codegen's pitches; wgmma's core matrices are
       // not padded); the product's accumulators
@@ -749,6 +754,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
                    b_bytes = static_cast<double>(step * std::min(cols, region_cols) * esize);
       const int64_t sync_loads = (staging.async_a ? 0 : rows * step) + (staging.async_b ? 0 : step * cols);
       const double sync_bytes = (staging.async_a ? 0 : a_bytes) + (staging.async_b ? 0 : b_bytes);
+      step_rounds += static_cast<double>(kp / step) / (sync_loads == 0 ? staging.ahead : 1);
       in_flight = std::min(in_flight, staging.ahead * (a_bytes + b_bytes - sync_bytes) +
                                           (sync_loads > 0 ? sync_bytes / static_cast<double>(ceil_div(sync_loads, cfg.threads)) : 0));
     } else if (!(cfg.mma && core && (*it == core->scores || *it == core->output))) {  // those: the flash branch
@@ -814,6 +820,8 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
         }
         const int64_t rp = warps * 16, b16 = ceil_div(bc, 16) * 16, dk16 = ceil_div(dk, 16) * 16, dv16 = ceil_div(dv, 16) * 16;
         const int64_t kt = ceil_div(keys, b16);
+        block_steps += kt;
+        step_rounds += static_cast<double>(kt);
         tile_special += rp * kt * (b16 + 1);  // an exponential per score, a rescale factor per row and key tile
         // Where K or V streams by cp.async the key tiles take two slots, and a whole tile's
         // copies are in flight while the previous tile is multiplied; otherwise a thread's loads
@@ -841,6 +849,8 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
         return c;
       }
       const int64_t kt = ceil_div(keys, bc);
+      block_steps += kt;
+      step_rounds += static_cast<double>(kt);
       tile_special += rows * kt * (bc + 1);  // an exponential per score, a rescale factor per row and key tile
       smem += (ceil_div(rows, tm) * tm * (dk + 1) + ceil_div(bc, tn) * tn * (dk + 1) + bc * dv + rows * bc + 2 * rows) * 4;
       tile_loads += rows * dk + kt * bc * (dk + dv);
@@ -870,11 +880,13 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       } else {
         const int64_t spanned = out_region[1].hi / cout_g - out_region[1].lo / cout_g + 1;
         const int64_t step = cfg.reduce_step, steps = ceil_div(k, step);
+        block_steps += steps;
         // In flight: with the ring (conv_staging), its steps ahead by cp.async; else a round of
         // the threads' batched loads (each round waited for before its stores to shared memory).
         const MmaStaging ring = conv_staging(g, n, produced, cfg);
         ring_deepened = ring_deepened || (cfg.ring_stages > 0 && ring.async_b);
         copies_ahead = copies_ahead || ring.async_b;
+        step_rounds += static_cast<double>(steps) / (ring.async_b ? ring.ahead : 1);
         const double step_bytes = static_cast<double>((m + spanned * pixels) * step * 4);
         if (ring.async_b) {
           smem += ring.stages * (m * conv_pitch_a(ring, step) + spanned * step * pixels) * 4;
@@ -950,6 +962,8 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       const auto epilogue = cfg.mma ? std::nullopt : register_epilogue(g, group, *it);
       if (!(epilogue && sixteen_byte_runs(g, *epilogue, tn))) smem += out_elems * 8;
       const int64_t steps = ceil_div(k, step);
+      block_steps += steps;
+      step_rounds += static_cast<double>(steps);
       const bool a_words = !produced.count(n.inputs[0]) && k % 4 == 0;
       const bool b_words = !produced.count(n.inputs[1]) && g.value(n.inputs[1]).shape.back() % 4 == 0;
       const int64_t staged = steps * (ceil_div(rows * step, a_words ? 4 : 1) + ceil_div(step * cols, b_words ? 4 : 1));
@@ -998,6 +1012,11 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
         ++split_products;
         split_steps = ceil_div(e.reduce_extents.empty() ? 1 : e.reduce_extents[0], cfg.reduce_step);
         split_slot = tm * tn * cfg.threads;
+      }
+      if (n.op == "MatMul") {
+        const int64_t steps = ceil_div(e.reduce_extents.empty() ? 1 : e.reduce_extents[0], cfg.reduce_step);
+        block_steps += steps;
+        step_rounds += static_cast<double>(steps) / (ring.async_a && ring.async_b ? ring.ahead : 1);
       }
       // Staging issues one load per element, or one per 16 bytes where the operand moves in vectors.
       const auto [vec_a, vec_b] = vector_operands(g, n, computed, out_region);
@@ -1217,13 +1236,20 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
     latency_us = static_cast<double>(streamed) * d.dram_latency_ns / (1e3 * active * resident * in_flight);
     c.bytes_in_flight = static_cast<int64_t>(in_flight);
   }
-  // The generic reduction and row-statistics stages' rounds of loads, a latency each, block after
-  // block on the busiest SM as its resident slots take them; but the first, which every kernel
-  // waits for (the launch overhead below holds it, as it does for kernels charged no latency).
-  if (reduce_rounds > 0) {
+  // The generic reduction and row-statistics stages' rounds of loads, a latency each, and a staged
+  // contraction's steps, each waiting for its operands (1/ahead of a latency where a ring copies
+  // them ahead, one where the threads load them; a split-K block walks its share of the steps),
+  // block after block on the busiest SM as its resident slots take them; but the first, which
+  // every kernel waits for (the launch overhead below holds it, as it does for kernels charged no
+  // latency). Measured on an H200 (the second lease's tune, bench/model_vs_measured): mma.sync
+  // candidates that differ only in their step took 267 ns more a step in the median (ahead 2:
+  // 350 ns modeled); with the steps charged, the median rank correlation within a group went
+  // 0.08 -> 0.24 and the pick's median regret 14.3% -> 9.1% (each half of the groups alike).
+  const double rounds = static_cast<double>(reduce_rounds) + step_rounds / static_cast<double>(splits);
+  if (rounds > 0) {
     const int64_t per_sm_blocks = ceil_div(blocks, static_cast<int64_t>(d.sms));
     const int64_t in_turn = ceil_div(per_sm_blocks, std::min<int64_t>(bps, per_sm_blocks));
-    latency_us = std::max(latency_us, static_cast<double>(reduce_rounds * in_turn - 1) * d.dram_latency_ns / 1e3);
+    latency_us = std::max(latency_us, std::max(0.0, rounds * static_cast<double>(in_turn) - 1) * d.dram_latency_ns / 1e3);
   }
   // A block's phases: without a cp.async ring copying ahead, a block of the generic schedule loads,
   // waits, then computes (its stages, and a staged contraction's steps, meet at barriers), so where
@@ -1240,6 +1266,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   c.modeled_us = std::max(throughput_us, latency_us) + block_cost_us(blocks, d) + split_sum_us + opt.launch_overhead_us;
   c.flops = (tile_flops + tensor_flops + tf32_flops + wgmma_flops + imma_flops) * c.tiles;
   c.tiles = blocks;
+  c.steps = ceil_div(block_steps, splits);
   c.valid = true;
   return c;
 }
@@ -1627,10 +1654,10 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
   // Deeper rings (TileConfig::ring_stages): a candidate whose staged contraction copies its
   // operands through a cp.async ring (tensor cores, or SIMT staging in 16-byte vectors) also with
   // one and two stages more than its form's default, where they fit in shared memory and the
-  // model expects them to pay (more bytes in flight for operands streamed from DRAM); elsewhere
-  // they would only tie with the default and crowd the candidates a tune measures. Only a
-  // latency-bound candidate is tried: more stages shorten Little's law's term alone, and their
-  // shared memory can only lengthen the others.
+  // model expects them to pay (more bytes in flight for operands streamed from DRAM, fewer
+  // latencies a step waits); elsewhere they would only tie with the default and crowd the
+  // candidates a tune measures. Only a latency-bound candidate is tried: more stages shorten the
+  // latency terms alone, and their shared memory can only lengthen the others.
   for (size_t i = 0, generated = all.size(); i < generated; ++i) {
     const TileConfig base = all[i].config;
     if (!all[i].cost.latency_bound || base.reduce_step <= 0 || base.gemv || base.flash || !(base.mma || base.vector >= 4)) continue;
@@ -1663,6 +1690,16 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
     if (a.cost.issue_us != b.cost.issue_us) return a.cost.issue_us < b.cost.issue_us;
     // Then fewer reduction steps a tile (each a barrier and, for wgmma, a wait for the tensor cores).
     if (a.config.reduce_step != b.config.reduce_step) return a.config.reduce_step > b.config.reduce_step;
+    // Then more warps a block, which hide each other's latencies (on the H200, generated candidates
+    // that differ only in their threads measured 1.19x slower at 32 than at 128 in the median, 1.02x
+    // at 128 than at 256 or 512: bench/model_vs_measured), up to a thread an output of the tile
+    // (beyond, threads split reductions and store alone).
+    const auto warps = [](const Candidate& c) {
+      int64_t outputs = 1;
+      for (int64_t t : c.config.tile) outputs *= t;
+      return std::min<int64_t>(c.config.threads, (outputs + 31) / 32 * 32);
+    };
+    if (warps(a) != warps(b)) return warps(a) > warps(b);
     return a.config.str() < b.config.str();
   });
   if (static_cast<int>(all.size()) > opt.top_k) all.resize(static_cast<size_t>(opt.top_k));

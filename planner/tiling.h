@@ -142,6 +142,7 @@ struct Cost {
   int blocks_per_sm = 0;
   double efficiency = 0;   // fraction of the device kept busy
   int64_t bytes_in_flight = 0;  // per block, of its staged contractions' operand loads (0: no bound)
+  int64_t steps = 0;       // per block, the reduction steps (flash attention's key tiles) its staged contractions walk
   double issue_us = 0;     // the issue term alone: orders candidates modeled alike
   bool latency_bound = false;  // the time is a latency bound (Little's law's, or rounds of loads), not throughput's
   double modeled_us = 0;

@@ -361,9 +361,14 @@ int WorkerDaemon::run(const std::atomic<bool>& stop) {
             cancel = true;
             return 3;
           } else if (e.has_error() && e.error().message().find("unknown worker") != std::string::npos) {
-            welcomed = false;  // a coordinator that does not know us (it restarted)
-            hello();
-            hello_due = time.now() + next_hello_wait();
+            // A coordinator that does not know us (it restarted): one hello for the burst of errors
+            // our queued messages get, since each hello releases what the coordinator leased us
+            // since the last (a task's attempts spent by our own retries); the timer repeats it.
+            if (welcomed) {
+              welcomed = false;
+              hello();
+              hello_due = time.now() + next_hello_wait();
+            }
           } else if (e.has_error()) {  // a refusal of one message (a late result, say): the rest goes on
             log("coordinator: " + e.error().message());
           } else if (e.has_revoke()) {

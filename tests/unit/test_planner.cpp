@@ -360,6 +360,7 @@ TEST(Tiling, VectorWidthFourWhereContractionOperandsMoveInQuads) {
 TEST(Tiling, EachInstructionClassAtTheRateItAttains) {
   Device h100 = find_device("h100");
   h100.l2_bandwidth_gbps = 1e6;  // so that the 128 x 128 tiles' operand traffic does not bound the MatMul
+  h100.dram_latency_ns = 0;      // nor its steps' latencies
   Graph g;
   const int a = add_input(g, "a", DType::kF16, {2048, 2048});
   g.outputs().push_back(add_op(g, "MatMul", {a, add_input(g, "b", DType::kF16, {2048, 2048})}));
@@ -424,6 +425,7 @@ TEST(Tiling, EveryBlockCostsItsSmAndTwoWarpsASchedulerIssueFully) {
   // A float16 MatMul of 96 tiles (one block an SM): 4 warps a block issue at half the rate of 8.
   Device fast_memory = d;
   fast_memory.l2_bandwidth_gbps = fast_memory.dram_bandwidth_gbps = 1e7;  // the issue term alone decides
+  fast_memory.dram_latency_ns = 0;
   Graph m;
   const int a = add_input(m, "a", DType::kF16, {384, 2048});
   m.outputs().push_back(add_op(m, "MatMul", {a, add_input(m, "b", DType::kF16, {2048, 2048})}));

@@ -467,7 +467,13 @@ TEST(WideAccesses, FloatSixteenPlansMoveTheirTrafficInSixteenByteAccesses) {
     const char* model;
     double loads, stores;
   };
-  for (const Floor& f : {Floor{"distilbert_fp16", 0.85, 0.5}, Floor{"gpt2_fp16", 0.45, 0.95}}) {
+  // distilbert_fp16's floors follow its plan since the model charged contractions' steps (docs/
+  // planner.md): its LayerNorm, attention and FFN kernels take larger tiles and store 100% of their
+  // sectors 16 bytes a lane (a request of 16 sectors where there were 256 of 2.5 to 5), so the Q/K/V
+  // projections' column stores (8.5 sectors a request, unchanged) weigh more in the share: 52% ->
+  // 35% of stored sectors; its attention on tensor cores (flash, cp.async) loads in smaller
+  // requests: 93% -> 84% of loaded sectors.
+  for (const Floor& f : {Floor{"distilbert_fp16", 0.80, 0.30}, Floor{"gpt2_fp16", 0.45, 0.95}}) {
     const nlohmann::json t = profile_totals(f.model);
     const double loads = t.value("counted_load_sectors_16B_share", 0.0), stores = t.value("counted_store_sectors_16B_share", 0.0);
     std::printf("%s: %.0f%% of loaded and %.0f%% of stored global sectors in 16-byte accesses\n", f.model, 100 * loads,

@@ -143,12 +143,12 @@ TEST(RingStages, AWaitTooShortOrABarrierMissingFailsTheChecks) {
 }
 
 // The planner offers one and two stages more than each ring's default (mma.sync and SIMT 4 and 5,
-// wgmma 5 and 6) where the model expects them to pay: for a product whose weights stream from
-// DRAM (128 x 4096 by 4096 x 8192 in float16: 64 MB, over half the H100's L2), where Little's law
-// charges the steps in flight; each charges its slots' shared memory and keeps more bytes in
-// flight than its default. Where operands stay in L2 (the 64 x 256 x 64 chain) nothing is
-// offered: the depths would tie with the default. A depth where no ring copies asynchronously,
-// or out of range, is rejected.
+// wgmma 5 and 6) where the model expects them to pay, each charged its slots' shared memory: for a
+// product whose weights stream from DRAM (128 x 4096 by 4096 x 8192 in float16: 64 MB, over half
+// the H100's L2), where Little's law charges the steps in flight, each keeps more bytes in flight
+// than its default; where operands stay in L2 (the 64 x 256 x 64 chain), only for a candidate
+// bound by its steps' latencies (a step waits 1/ahead of one), which a deeper ring shortens. A
+// depth where no ring copies asynchronously, or out of range, is rejected.
 TEST(RingStages, ThePlannerOffersDepthsWhereTheyPayAndOnlyWhereARingCopies) {
   const planner::Device& h100 = planner::find_device("h100");
   Graph big;
@@ -175,7 +175,13 @@ TEST(RingStages, ThePlannerOffersDepthsWhereTheyPayAndOnlyWhereARingCopies) {
   const auto c = ring_long_chains(DType::kF16);
   const FusionGroup& group = c.groups[2];
   for (const planner::Candidate& cand : planner::tile_candidates(c.g, group, h100, all)) {
-    EXPECT_EQ(cand.config.ring_stages, 0) << cand.config.str() << ": operands in L2, yet a deeper ring offered";
+    if (cand.config.ring_stages == 0) continue;
+    TileConfig base = cand.config;
+    base.ring_stages = 0;
+    const planner::Cost shallow = planner::evaluate_tile(c.g, group, h100, base);
+    ASSERT_TRUE(shallow.valid) << base.str();
+    EXPECT_TRUE(shallow.latency_bound) << cand.config.str() << ": operands in L2, a deeper ring offered off the latency bound";
+    EXPECT_LT(cand.cost.modeled_us, shallow.modeled_us) << cand.config.str();
   }
   // Yet a depth is a valid candidate there (the tune may ask), charged its shared memory.
   const TileConfig mma{{32, 32}, 16, 128, 1, true};
