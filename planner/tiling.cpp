@@ -678,9 +678,13 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   int anchors = 0, split_products = 0;
   int64_t split_steps = 0, split_slot = 0;
   int64_t block_steps = 0;  // per tile, the reduction steps (key tiles) its staged contractions walk, a barrier each
-  // Per tile, the latencies those steps wait in turn: a step whose operands a ring copies ahead
-  // waits 1/ahead of one, a step the threads load waits one.
+  // Per tile, the latencies those steps wait in turn: a step whose operands a ring copies `ahead`
+  // steps ahead waits 1/ahead of one, a step the threads load waits one (ahead 1).
   double step_rounds = 0;
+  const auto walk = [&](int64_t steps, int64_t ahead) {
+    block_steps += steps;
+    step_rounds += static_cast<double>(steps) / static_cast<double>(ahead);
+  };
   // A normalization's value handed to the next one in registers (planner/held_rows.h), here with
   // the representative tile's regions: no shared buffer.
   const auto row_handed = [&](int node, const Region& out_region) {
@@ -731,7 +735,6 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       (tf32 ? tf32_flops : cfg.wgmma ? wgmma_flops : tensor_flops) += 2 * rows * cols * kp;
       ++split_products;
       split_steps = kp / step;
-      block_steps += kp / step;
       split_slot = rows * cols;
       // A ring of operand slices with padded rows (codegen's pitches; wgmma's core matrices are
       // not padded); the product's accumulators
@@ -754,7 +757,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
                    b_bytes = static_cast<double>(step * std::min(cols, region_cols) * esize);
       const int64_t sync_loads = (staging.async_a ? 0 : rows * step) + (staging.async_b ? 0 : step * cols);
       const double sync_bytes = (staging.async_a ? 0 : a_bytes) + (staging.async_b ? 0 : b_bytes);
-      step_rounds += static_cast<double>(kp / step) / (sync_loads == 0 ? staging.ahead : 1);
+      walk(kp / step, sync_loads == 0 ? staging.ahead : 1);
       in_flight = std::min(in_flight, staging.ahead * (a_bytes + b_bytes - sync_bytes) +
                                           (sync_loads > 0 ? sync_bytes / static_cast<double>(ceil_div(sync_loads, cfg.threads)) : 0));
     } else if (!(cfg.mma && core && (*it == core->scores || *it == core->output))) {  // those: the flash branch
@@ -820,8 +823,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
         }
         const int64_t rp = warps * 16, b16 = ceil_div(bc, 16) * 16, dk16 = ceil_div(dk, 16) * 16, dv16 = ceil_div(dv, 16) * 16;
         const int64_t kt = ceil_div(keys, b16);
-        block_steps += kt;
-        step_rounds += static_cast<double>(kt);
+        walk(kt, 1);
         tile_special += rp * kt * (b16 + 1);  // an exponential per score, a rescale factor per row and key tile
         // Where K or V streams by cp.async the key tiles take two slots, and a whole tile's
         // copies are in flight while the previous tile is multiplied; otherwise a thread's loads
@@ -849,8 +851,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
         return c;
       }
       const int64_t kt = ceil_div(keys, bc);
-      block_steps += kt;
-      step_rounds += static_cast<double>(kt);
+      walk(kt, 1);
       tile_special += rows * kt * (bc + 1);  // an exponential per score, a rescale factor per row and key tile
       smem += (ceil_div(rows, tm) * tm * (dk + 1) + ceil_div(bc, tn) * tn * (dk + 1) + bc * dv + rows * bc + 2 * rows) * 4;
       tile_loads += rows * dk + kt * bc * (dk + dv);
@@ -880,13 +881,12 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       } else {
         const int64_t spanned = out_region[1].hi / cout_g - out_region[1].lo / cout_g + 1;
         const int64_t step = cfg.reduce_step, steps = ceil_div(k, step);
-        block_steps += steps;
         // In flight: with the ring (conv_staging), its steps ahead by cp.async; else a round of
         // the threads' batched loads (each round waited for before its stores to shared memory).
         const MmaStaging ring = conv_staging(g, n, produced, cfg);
         ring_deepened = ring_deepened || (cfg.ring_stages > 0 && ring.async_b);
         copies_ahead = copies_ahead || ring.async_b;
-        step_rounds += static_cast<double>(steps) / (ring.async_b ? ring.ahead : 1);
+        walk(steps, ring.async_b ? ring.ahead : 1);
         const double step_bytes = static_cast<double>((m + spanned * pixels) * step * 4);
         if (ring.async_b) {
           smem += ring.stages * (m * conv_pitch_a(ring, step) + spanned * step * pixels) * 4;
@@ -962,8 +962,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       const auto epilogue = cfg.mma ? std::nullopt : register_epilogue(g, group, *it);
       if (!(epilogue && sixteen_byte_runs(g, *epilogue, tn))) smem += out_elems * 8;
       const int64_t steps = ceil_div(k, step);
-      block_steps += steps;
-      step_rounds += static_cast<double>(steps);
+      walk(steps, 1);
       const bool a_words = !produced.count(n.inputs[0]) && k % 4 == 0;
       const bool b_words = !produced.count(n.inputs[1]) && g.value(n.inputs[1]).shape.back() % 4 == 0;
       const int64_t staged = steps * (ceil_div(rows * step, a_words ? 4 : 1) + ceil_div(step * cols, b_words ? 4 : 1));
@@ -1014,9 +1013,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
         split_slot = tm * tn * cfg.threads;
       }
       if (n.op == "MatMul") {
-        const int64_t steps = ceil_div(e.reduce_extents.empty() ? 1 : e.reduce_extents[0], cfg.reduce_step);
-        block_steps += steps;
-        step_rounds += static_cast<double>(steps) / (ring.async_a && ring.async_b ? ring.ahead : 1);
+        walk(ceil_div(e.reduce_extents.empty() ? 1 : e.reduce_extents[0], cfg.reduce_step), ring.async_a && ring.async_b ? ring.ahead : 1);
       }
       // Staging issues one load per element, or one per 16 bytes where the operand moves in vectors.
       const auto [vec_a, vec_b] = vector_operands(g, n, computed, out_region);
