@@ -5,6 +5,7 @@
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <set>
 
 #include "codegen/stages/attention.h"
 #include "codegen/stages/context.h"
@@ -49,10 +50,32 @@ struct RegionBound {
   int64_t groups = 0;           // a Conv's: most channel groups spanned (stages/conv_common.h)
 };
 
-std::map<int, RegionBound> bound_regions(const LoweringContext& cx) {
-  std::map<int, RegionBound> bound;
+// The normalizations planner::row_consumer pairs (stages/row_stats.h): producer node -> consumer
+// node, neither absorbed by flash attention.
+std::map<int, int> row_pairs(const LoweringContext& cx, const std::optional<planner::AttentionCore>& core) {
+  const auto absorbed = [&](int id) { return core && std::binary_search(core->absorbed.begin(), core->absorbed.end(), id); };
+  std::map<int, int> pairs;
+  for (int id : cx.group.nodes) {
+    const int c = planner::row_consumer(cx.g, cx.group, id);
+    if (c >= 0 && !absorbed(id) && !absorbed(c)) pairs[id] = c;
+  }
+  return pairs;
+}
+
+// The largest region of each value over the sampled tiles; and the producers of `pairs` whose rows
+// and their consumer's do not coincide in some tile (planner::rows_coincide).
+struct SampledBounds {
+  std::map<int, RegionBound> regions;
+  std::set<int> apart;
+};
+
+SampledBounds bound_regions(const LoweringContext& cx, const std::map<int, int>& pairs) {
+  SampledBounds out;
+  std::map<int, RegionBound>& bound = out.regions;
+  const auto output = [&](int node) { return cx.g.nodes()[static_cast<size_t>(node)].outputs[0]; };
   for (int64_t t : cx.sample_tiles()) {
-    for (const auto& [v, region] : cx.numeric_regions(t)) {
+    const std::map<int, std::vector<planner::Interval>> numeric = cx.numeric_regions(t);
+    for (const auto& [v, region] : numeric) {
       RegionBound& b = bound[v];
       b.elems = std::max(b.elems, stages::elems(region));
       b.extent.resize(region.size(), 0);
@@ -65,41 +88,16 @@ std::map<int, RegionBound> bound_regions(const LoweringContext& cx) {
       }
       if (find_op(n.op)->kind == OpKind::kNormalization) b.rows = std::max(b.rows, planner::normalization_rows(cx.g, n, region));
     }
-  }
-  return bound;
-}
-
-// Rows handed from one normalization to the next in registers (stages/row_stats.h): producer node
-// -> consumer node, where planner::row_consumer pairs them, planner::rows_handed holds at their most
-// rows, and in every sampled tile the consumer's rows are the producer's and the normalized axes of
-// both are whole.
-std::map<int, int> row_handoffs(const LoweringContext& cx, const std::map<int, RegionBound>& bound,
-                                const std::optional<planner::AttentionCore>& core) {
-  std::map<int, int> handoffs;
-  const auto absorbed = [&](int id) { return core && std::binary_search(core->absorbed.begin(), core->absorbed.end(), id); };
-  for (int id : cx.group.nodes) {
-    const int c = planner::row_consumer(cx.g, cx.group, id);
-    if (c < 0 || absorbed(id) || absorbed(c)) continue;
-    const Node& p = cx.g.nodes()[static_cast<size_t>(id)];
-    const Node& cn = cx.g.nodes()[static_cast<size_t>(c)];
-    const int vp = p.outputs[0], vc = cn.outputs[0];
-    if (!bound.count(vp) || !bound.count(vc) ||
-        !planner::rows_handed(cx.g, cx.group, p, bound.at(vp).rows, cn, bound.at(vc).rows, cx.cfg.threads)) {
-      continue;
+    for (const auto& [p, c] : pairs) {
+      if (out.apart.count(p)) continue;
+      const auto a = numeric.find(output(p)), b = numeric.find(output(c));
+      if (a == numeric.end() || b == numeric.end() ||
+          !planner::rows_coincide(cx.g, cx.g.nodes()[static_cast<size_t>(p)], a->second, b->second)) {
+        out.apart.insert(p);
+      }
     }
-    const std::vector<size_t> axes = planner::normalized_axes(cx.g, p);
-    const Shape& s = cx.g.value(vp).shape;
-    bool coincide = true;
-    for (int64_t t : cx.sample_tiles()) {
-      const auto regions = cx.numeric_regions(t);
-      const auto a = regions.find(vp), b = regions.find(vc);
-      coincide = a != regions.end() && b != regions.end() && a->second == b->second;
-      for (size_t d : axes) coincide = coincide && a->second[d] == planner::Interval{0, s[d] - 1};
-      if (!coincide) break;
-    }
-    if (coincide) handoffs[id] = c;
   }
-  return handoffs;
+  return out;
 }
 
 // Sizes shared memory and plans the stage of every anchor, in the group's order (allocations and
@@ -110,12 +108,23 @@ std::map<int, int> row_handoffs(const LoweringContext& cx, const std::map<int, R
 // for its value, unless its stage hands it on in registers (a register epilogue, a row handoff).
 std::map<int, std::unique_ptr<AnchorStage>> plan_stages(LoweringContext& cx, Kernel& k,
                                                         const std::optional<planner::AttentionCore>& core) {
-  std::map<int, RegionBound> bound = bound_regions(cx);
+  const std::map<int, int> pairs = row_pairs(cx, core);
+  SampledBounds bounds = bound_regions(cx, pairs);
+  std::map<int, RegionBound>& bound = bounds.regions;
   for (const auto& [v, b] : bound) cx.capacity[v] = b.elems;
-  const std::map<int, int> handoffs = row_handoffs(cx, bound, core);
+  // Rows handed from one normalization to the next in registers: pairs whose rows coincide in
+  // every sampled tile and are held alike in one batch at their most rows (planner::rows_handed).
+  std::set<int> handoffs;    // producer nodes
   std::map<int, int> taken;  // consumer node -> the producer's value
-  for (const auto& [p, c] : handoffs) {
-    const int v = cx.g.nodes()[static_cast<size_t>(p)].outputs[0];
+  for (const auto& [p, c] : pairs) {
+    const Node& pn = cx.g.nodes()[static_cast<size_t>(p)];
+    const Node& cn = cx.g.nodes()[static_cast<size_t>(c)];
+    const int v = pn.outputs[0];
+    if (bounds.apart.count(p) || !bound.count(v) || !bound.count(cn.outputs[0]) ||
+        !planner::rows_handed(cx.g, cx.group, pn, bound.at(v).rows, cn, bound.at(cn.outputs[0]).rows, cx.cfg.threads)) {
+      continue;
+    }
+    handoffs.insert(p);
     cx.in_registers.insert(v);
     taken[c] = v;
   }

@@ -83,4 +83,14 @@ bool rows_handed(const Graph& g, const FusionGroup& group, const Node& producer,
          producer_rows == consumer_rows && producer_rows <= batch;
 }
 
+bool rows_coincide(const Graph& g, const Node& producer, const std::vector<Interval>& producer_region,
+                   const std::vector<Interval>& consumer_region) {
+  if (producer_region != consumer_region) return false;
+  const Shape& s = g.value(producer.outputs[0]).shape;
+  for (size_t a : normalized_axes(g, producer)) {
+    if (!(producer_region[a] == Interval{0, s[a] - 1})) return false;
+  }
+  return true;
+}
+
 }  // namespace fusetune::planner

@@ -17,16 +17,18 @@
 // nothing else of the group reads the value or the values between and none of those between leaves
 // the group; -1 where there is none. rows_handed: whether, for rows as given, the two rows are held
 // alike (the same warps a row, run, runs and normalized axes) and each block's rows fit one batch
-// of its warps. Where the caller also knows that the two regions' rows coincide and their
-// normalized axes are whole (codegen checks every tile; the model its representative one), the
-// consumer's rows are the producer's lane for lane: the producer's outputs pass to the consumer in
-// the producer's registers, without the shared buffer of a staged value.
+// of its warps. rows_coincide: whether, for one tile, the consumer's region is the producer's and
+// the normalized axes are whole. Where both hold (codegen checks every tile; the model its
+// representative one), the consumer's rows are the producer's lane for lane: the producer's
+// outputs pass to the consumer in the producer's registers, without the shared buffer of a staged
+// value.
 #pragma once
 
 #include <cstdint>
 
 #include "core/graph.h"
 #include "planner/fusion.h"
+#include "planner/index_expr.h"
 
 namespace fusetune::planner {
 
@@ -48,6 +50,9 @@ int row_consumer(const Graph& g, const FusionGroup& group, int node);
 
 bool rows_handed(const Graph& g, const FusionGroup& group, const Node& producer, int64_t producer_rows,
                  const Node& consumer, int64_t consumer_rows, int threads);
+
+bool rows_coincide(const Graph& g, const Node& producer, const std::vector<Interval>& producer_region,
+                   const std::vector<Interval>& consumer_region);
 
 // The normalized axes of a normalization member: the axis for Softmax and LogSoftmax, every axis
 // from it on for LayerNormalization.

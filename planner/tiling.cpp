@@ -693,12 +693,8 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
     const Node& p = g.nodes()[static_cast<size_t>(node)];
     const Node& cn = g.nodes()[static_cast<size_t>(consumer)];
     const auto cr = regions.find(cn.outputs[0]);
-    if (cr == regions.end() || cr->second != out_region) return false;
-    const Shape& s = g.value(p.outputs[0]).shape;
-    for (size_t a : normalized_axes(g, p)) {
-      if (!(out_region[a] == Interval{0, s[a] - 1})) return false;
-    }
-    return rows_handed(g, group, p, normalization_rows(g, p, out_region), cn, normalization_rows(g, cn, cr->second),
+    return cr != regions.end() && rows_coincide(g, p, out_region, cr->second) &&
+           rows_handed(g, group, p, normalization_rows(g, p, out_region), cn, normalization_rows(g, cn, cr->second),
                        cfg.threads);
   };
   for (auto it = group.nodes.rbegin(); it != group.nodes.rend(); ++it) {
@@ -1691,12 +1687,12 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
     // that differ only in their threads measured 1.19x slower at 32 than at 128 in the median, 1.02x
     // at 128 than at 256 or 512: bench/model_vs_measured), up to a thread an output of the tile
     // (beyond, threads split reductions and store alone).
-    const auto warps = [](const Candidate& c) {
+    const auto busy_threads = [](const Candidate& c) {
       int64_t outputs = 1;
       for (int64_t t : c.config.tile) outputs *= t;
       return std::min<int64_t>(c.config.threads, (outputs + 31) / 32 * 32);
     };
-    if (warps(a) != warps(b)) return warps(a) > warps(b);
+    if (busy_threads(a) != busy_threads(b)) return busy_threads(a) > busy_threads(b);
     return a.config.str() < b.config.str();
   });
   if (static_cast<int>(all.size()) > opt.top_k) all.resize(static_cast<size_t>(opt.top_k));

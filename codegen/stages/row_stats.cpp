@@ -24,11 +24,6 @@ std::string row_factor(const Node& n, const std::string& a, const std::string& b
   return n.op == "Softmax" ? "1.0f / " + b : "(" + a + " + logf(" + b + "))";
 }
 
-// Element x of a Softmax or LogSoftmax row of max a and factor f (row_factor).
-std::string softmax_element(const Node& n, const std::string& x, const std::string& a, const std::string& f) {
-  return n.op == "Softmax" ? "expf(" + x + " - " + a + ") * " + f : "(" + x + " - " + f + ")";
-}
-
 class RowStatsStage : public AnchorStage {
  public:
   RowStatsStage(LoweringContext& cx, Kernel& k, const Node& n, int64_t max_rows, const RowHandoff& handoff)
@@ -193,12 +188,7 @@ class RowStatsStage : public AnchorStage {
       const std::string ri = row_index(o);
       cx_.cur().push_back(let("float", "ft_sa", sa + "[" + ri + "]"));
       cx_.cur().push_back(let("float", "ft_sb", sb + "[" + ri + "]"));
-      std::string y;
-      if (!layer_norm) y = softmax_element(n, xv, "ft_sa", "ft_sb");
-      if (layer_norm) {
-        y = "(" + xv + " - ft_sa) * ft_sb * " + cx_.value(n.inputs[1], cx_.index_of(e.accesses[2], o));
-        if (e.accesses.size() > 3) y = "(" + y + " + " + cx_.value(n.inputs[2], cx_.index_of(e.accesses[3], o)) + ")";
-      }
+      const std::string y = element(xv, "ft_sa", "ft_sb", o);
       cx_.store_value(v, o, y);
     }, true);
   }
@@ -212,7 +202,6 @@ class RowStatsStage : public AnchorStage {
                  const std::function<void(const std::string&, const std::string&, const std::string&)>& row_reduce) {
     const Graph& g = cx_.g;
     const Node& n = n_;
-    const planner::TensorExpr& e = cx_.exprs.at(static_cast<int>(&n - g.nodes().data()));
     const int v = n.outputs[0], x = n.inputs[0];
     const Shape& xs = g.value(x).shape;
     const bool layer_norm = n.op == "LayerNormalization";
@@ -356,11 +345,7 @@ class RowStatsStage : public AnchorStage {
     Block write = pass([&](int64_t j, const std::vector<std::string>& o, const std::function<std::string(int64_t)>& lane) {
       std::vector<std::string> ys(static_cast<size_t>(run_));
       const auto y_of = [&](int64_t t, const std::vector<std::string>& ot) {
-        const std::string xv = slot(j, t);
-        if (!layer_norm) return softmax_element(n, xv, a0, b0);
-        std::string y = "(" + xv + " - " + a0 + ") * " + b0 + " * " + cx_.value(n.inputs[1], cx_.index_of(e.accesses[2], ot));
-        if (e.accesses.size() > 3) y = "(" + y + " + " + cx_.value(n.inputs[2], cx_.index_of(e.accesses[3], ot)) + ")";
-        return y;
+        return element(slot(j, t), a0, b0, ot);
       };
       run_of(j, o, lane, y_of,
              [&](int64_t t, const std::string& y, bool whole) {
@@ -389,6 +374,17 @@ class RowStatsStage : public AnchorStage {
   }
 
   static std::string held_name(int v) { return "w" + std::to_string(v) + "_x"; }
+
+  // Element x at index o of a row of first statistic a and factor f (row_factor): Softmax's and
+  // LogSoftmax's, or layer norm's with its scale and bias at o.
+  std::string element(const std::string& x, const std::string& a, const std::string& f, const std::vector<std::string>& o) {
+    const Node& n = n_;
+    if (n.op != "LayerNormalization") return n.op == "Softmax" ? "expf(" + x + " - " + a + ") * " + f : "(" + x + " - " + f + ")";
+    const TensorExpr& e = cx_.exprs.at(static_cast<int>(&n - cx_.g.nodes().data()));
+    std::string y = "(" + x + " - " + a + ") * " + f + " * " + cx_.value(n.inputs[1], cx_.index_of(e.accesses[2], o));
+    if (e.accesses.size() > 3) y = "(" + y + " + " + cx_.value(n.inputs[2], cx_.index_of(e.accesses[3], o)) + ")";
+    return y;
+  }
 
   LoweringContext& cx_;
   const Node& n_;
