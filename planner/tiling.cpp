@@ -95,6 +95,19 @@ bool is_contraction(const Node& n) { return find_op(n.op)->kind == OpKind::kCont
 // Elements of a 16-byte vector of dtype t.
 int64_t vector_elements(DType t) { return 16 / static_cast<int64_t>(dtype_size(t)); }
 
+// Each iteration after a thread's first of an element-wise loop waits this many DRAM latencies.
+constexpr double kElementRoundLatency = 0.5;
+
+// The units an element-wise group's loop takes over its root's tile (codegen's region_loop): a
+// 16-byte vector each where a float32 or 16-bit output's rows are whole vectors and the tile's rows
+// hold one (LoweringContext::vector_loop), else an element each.
+int64_t element_units(const Value& out, const Region& tile) {
+  const bool floats = out.dtype == DType::kF32 || out.dtype == DType::kF16 || out.dtype == DType::kBF16;
+  const int64_t lanes = floats ? vector_elements(out.dtype) : 1;
+  if (out.shape.empty() || out.shape.back() % lanes != 0 || tile.back().size() < lanes) return region_elems(tile);
+  return region_elems(tile) / tile.back().size() * ceil_div(tile.back().size(), lanes);
+}
+
 // Which operands of a staged MatMul codegen moves in 16-byte vectors at vector width 4 (codegen/
 // stages/matmul.h): a float32, float16 or bfloat16 input of the group, contiguous along the staged
 // slice's rows, with rows that start 16-byte aligned: A along K (K a multiple of the vector's 4 or
@@ -1238,11 +1251,22 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   // candidates that differ only in their step took 267 ns more a step in the median (ahead 2:
   // 350 ns modeled); with the steps charged, the median rank correlation within a group went
   // 0.08 -> 0.24 and the pick's median regret 14.3% -> 9.1% (each half of the groups alike).
+  const int64_t per_sm_blocks = ceil_div(blocks, static_cast<int64_t>(d.sms));
+  const int64_t in_turn = ceil_div(per_sm_blocks, std::min<int64_t>(bps, per_sm_blocks));
   const double rounds = static_cast<double>(reduce_rounds) + step_rounds / static_cast<double>(splits);
   if (rounds > 0) {
-    const int64_t per_sm_blocks = ceil_div(blocks, static_cast<int64_t>(d.sms));
-    const int64_t in_turn = ceil_div(per_sm_blocks, std::min<int64_t>(bps, per_sm_blocks));
     latency_us = std::max(latency_us, std::max(0.0, rounds * static_cast<double>(in_turn) - 1) * d.dram_latency_ns / 1e3);
+  }
+  // A group with no stage runs one element loop (codegen/stages/inline.h element_stage), its
+  // threads taking the root's tile an iteration at a time, 16 bytes each where the output's rows
+  // are whole vectors: an iteration's loads, then the store that waits for them. Each iteration
+  // after a thread's first waits about half a latency, in the same turns (measured on an H200: in
+  // one wave, candidates whose threads take one more 16-byte iteration took 331 ns more in the
+  // median, 1,455 pairs; bench/model_vs_measured). A block's first is in the block cost.
+  if (anchors == 0) {
+    const int64_t iterations = ceil_div(element_units(g.value(root), root_tile), cfg.threads);
+    latency_us = std::max(latency_us, kElementRoundLatency * static_cast<double>((iterations - 1) * in_turn) *
+                                          d.dram_latency_ns / 1e3);
   }
   // A block's phases: without a cp.async ring copying ahead, a block of the generic schedule loads,
   // waits, then computes (its stages, and a staged contraction's steps, meet at barriers), so where

@@ -441,6 +441,37 @@ TEST(Tiling, EveryBlockCostsItsSmAndTwoWarpsASchedulerIssueFully) {
   EXPECT_NEAR((at_four.modeled_us - fixed) / (at_eight.modeled_us - fixed), 2.0, 0.05);
 }
 
+// An element-wise group's threads take their tile 16 bytes an iteration where the rows are whole
+// vectors (an element an iteration elsewhere), and each iteration after a thread's first waits half
+// a DRAM latency (measured on the H200: 331 ns an extra iteration in one wave).
+TEST(Tiling, AnElementWiseThreadsIterationsEachWaitHalfALatency) {
+  const Device d = find_device("h200");
+  for (const int64_t row : {4096, 4100}) {
+    Graph g;
+    const int x = add_input(g, "x", DType::kF16, {64, row});
+    g.outputs().push_back(add_op(g, "Add", {x, add_input(g, "y", DType::kF16, {64, row})}));
+    FusionGroup add;
+    add.nodes = {0};
+    describe_group(g, add);
+    // 64 tiles of a row each (one wave); 512 vectors a row, or 4,100 elements where the row is not
+    // whole vectors.
+    const int64_t units = row % 8 == 0 ? row / 8 : row;
+    const Cost wide = evaluate_tile(g, add, d, {{1, row}, 0, 512, 1});
+    const Cost narrow = evaluate_tile(g, add, d, {{1, row}, 0, 32, 1});
+    ASSERT_TRUE(wide.valid && narrow.valid) << wide.reject << narrow.reject;
+    ASSERT_EQ(narrow.tiles, 64);
+    EXPECT_TRUE(narrow.latency_bound);
+    const double iterations_wide = static_cast<double>(ceil_div(units, 512)), iterations_narrow = static_cast<double>(ceil_div(units, 32));
+    const double half_latency_us = 0.5 * d.dram_latency_ns / 1e3;
+    EXPECT_NEAR(narrow.modeled_us - TilingOptions{}.launch_overhead_us - kBlockCostNs / 1e3, (iterations_narrow - 1) * half_latency_us, 1e-6) << row;
+    if (wide.latency_bound) {
+      EXPECT_NEAR(narrow.modeled_us - wide.modeled_us, (iterations_narrow - iterations_wide) * half_latency_us, 1e-6) << row;
+    } else {
+      EXPECT_EQ(iterations_wide, 1) << row;
+    }
+  }
+}
+
 TEST(Select, MeasurementsOverrideTheModel) {
   const Graph g = load("cnn_small");
   const Device d = find_device("h100");
