@@ -182,10 +182,19 @@ class Backend {
 // (simt/module.h) and the SIMT executor runs it: blocks on `options.workers` threads (default: all
 // cores), every launch under the executor's checks (a finding throws simt::CheckFailed) and
 // counters (Module::counters) unless `options` turns them off; timed runs go without either.
-std::unique_ptr<Backend> make_host_backend(const std::string& compiler = "", const simt::Options& options = {});
+// With `checked_sample` > 0, a launch (Module::launch) runs every block but the race and
+// initialisation checks cover about that many of them (whole groups of cooperating blocks, the
+// first and the last among them, the rest drawn from the kernel's name: the same blocks every
+// run); memcheck and synccheck cover every block.
+std::unique_ptr<Backend> make_host_backend(const std::string& compiler = "", const simt::Options& options = {},
+                                           int64_t checked_sample = 0);
+// Blocks of a launch the race and initialisation checks cover when plans run on the host, by
+// default. Measured on a 416x416 detector's plan (docs/models.md): every block checked, 17x the
+// reference interpreter's time; this sample, about 7x.
+inline constexpr int64_t kPlanCheckedBlocks = 64;
 // The host backend plans run on (`fusetune run`, the deployment runtime's plugin): every check
-// on, the counters off (counting doubles a run's time: a 416x416 detector's plan ran in 80 s where
-// it took 177 s counting; `fusetune profile` counts).
-std::unique_ptr<Backend> make_plan_host_backend();
+// on (race and initialisation checks on `checked_sample` blocks of each launch; 0: all), the
+// counters off (counting doubles a run's time; `fusetune profile` counts).
+std::unique_ptr<Backend> make_plan_host_backend(int64_t checked_sample = kPlanCheckedBlocks);
 
 }  // namespace fusetune::backend

@@ -126,34 +126,51 @@ struct HostEntry {
   int64_t group_blocks = 1;
 };
 
+// A sample of about `max_blocks` blocks of e's grid, sorted: whole groups of cooperating blocks
+// (single blocks mostly), the first and the last and others drawn from `seed`. Empty where the
+// grid is within the limit.
+std::vector<int64_t> sampled_blocks(const HostEntry& e, int64_t max_blocks, uint64_t seed) {
+  const int64_t per = e.group_blocks, groups = e.shape.grid / per;
+  if (groups <= std::max<int64_t>(2, max_blocks / per)) return {};
+  std::set<int64_t> chosen{0, groups - 1};
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int64_t> pick(1, groups - 2);
+  while (static_cast<int64_t>(chosen.size()) < std::max<int64_t>(2, max_blocks / per)) chosen.insert(pick(rng));
+  std::vector<int64_t> blocks;
+  for (int64_t c : chosen) {
+    for (int64_t b = c * per; b < (c + 1) * per; ++b) blocks.push_back(b);
+  }
+  return blocks;
+}
+
 class HostModule : public Module {
  public:
-  HostModule(std::unique_ptr<simt::Module> module, std::map<std::string, HostEntry> kernels, simt::Options options)
-      : module_(std::move(module)), kernels_(std::move(kernels)), options_(std::move(options)) {}
+  HostModule(std::unique_ptr<simt::Module> module, std::map<std::string, HostEntry> kernels, simt::Options options,
+             int64_t checked_sample)
+      : module_(std::move(module)), kernels_(std::move(kernels)), options_(std::move(options)), checked_sample_(checked_sample) {}
 
-  void launch(const std::string& kernel, const std::vector<Buffer*>& args) override { run(kernel, args, options_); }
+  // Every block runs; with a checked sample, the race and initialisation checks cover that many
+  // blocks of the grid, drawn from the kernel's name (the same ones every run).
+  void launch(const std::string& kernel, const std::vector<Buffer*>& args) override {
+    if (checked_sample_ <= 0 || !options_.checks) return run(kernel, args, options_);
+    auto it = kernels_.find(kernel);
+    check(it != kernels_.end(), "no kernel '", kernel, "' in the module");
+    simt::Options sampled = options_;
+    uint64_t seed = 14695981039346656037ull;  // FNV-1a of the name
+    for (unsigned char c : kernel) seed = (seed ^ c) * 1099511628211ull;
+    if (!it->second.library) sampled.checked_blocks = sampled_blocks(it->second, checked_sample_, seed);
+    run(kernel, args, sampled);
+  }
 
   Coverage launch_sample(const std::string& kernel, const std::vector<Buffer*>& args, int64_t max_blocks,
                          uint64_t seed) override {
     auto it = kernels_.find(kernel);
     check(it != kernels_.end(), "no kernel '", kernel, "' in the module");
-    const int64_t grid = it->second.shape.grid, per = it->second.group_blocks, groups = grid / per;
-    if (it->second.library || groups <= std::max<int64_t>(2, max_blocks / per)) {
-      run(kernel, args, options_);
-      return {grid, grid};
-    }
+    const int64_t grid = it->second.shape.grid;
     simt::Options sample = options_;
-    std::set<int64_t> chosen{0, groups - 1};  // groups of cooperating blocks (single blocks mostly)
-    std::mt19937_64 rng(seed);
-    std::uniform_int_distribution<int64_t> pick(1, groups - 2);
-    while (static_cast<int64_t>(chosen.size()) < std::max<int64_t>(2, max_blocks / per)) chosen.insert(pick(rng));
-    std::vector<int64_t> blocks;
-    for (int64_t c : chosen) {
-      for (int64_t b = c * per; b < (c + 1) * per; ++b) blocks.push_back(b);
-    }
-    sample.blocks = blocks;
+    if (!it->second.library) sample.blocks = sampled_blocks(it->second, max_blocks, seed);
     run(kernel, args, sample);
-    return {static_cast<int64_t>(blocks.size()), grid};
+    return {sample.blocks.empty() ? grid : static_cast<int64_t>(sample.blocks.size()), grid};
   }
 
   Timing time(const std::string& kernel, const std::vector<Buffer*>& args, const TimingPolicy& policy) override {
@@ -205,12 +222,14 @@ class HostModule : public Module {
   std::unique_ptr<simt::Module> module_;
   std::map<std::string, HostEntry> kernels_;
   simt::Options options_;
+  int64_t checked_sample_;  // blocks of a launch's grid the race and initialisation checks cover (0: all)
   std::map<std::string, simt::Counters> counters_;
 };
 
 class HostBackend : public Backend {
  public:
-  HostBackend(std::string compiler, simt::Options options) : compiler_(std::move(compiler)), options_(std::move(options)) {
+  HostBackend(std::string compiler, simt::Options options, int64_t checked_sample)
+      : compiler_(std::move(compiler)), options_(std::move(options)), checked_sample_(checked_sample) {
     if (compiler_.empty()) compiler_ = simt::default_compiler();
     if (options_.workers <= 0) options_.workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   }
@@ -241,7 +260,7 @@ class HostBackend : public Backend {
         if (e.scratch.size() == 1) e.group_blocks = std::max<int64_t>(1, k.grid / p.scratch_elements);
       }
     }
-    return std::make_unique<HostModule>(std::move(module), std::move(entries), options_);
+    return std::make_unique<HostModule>(std::move(module), std::move(entries), options_, checked_sample_);
   }
 
   std::unique_ptr<Buffer> allocate(size_t bytes) override { return std::make_unique<HostBuffer>(bytes); }
@@ -253,6 +272,7 @@ class HostBackend : public Backend {
  private:
   std::string compiler_;
   simt::Options options_;
+  int64_t checked_sample_;
 };
 
 }  // namespace
@@ -264,14 +284,14 @@ ModuleSource module_source(const std::vector<codegen::Kernel>& kernels) {
   return m;
 }
 
-std::unique_ptr<Backend> make_host_backend(const std::string& compiler, const simt::Options& options) {
-  return std::make_unique<HostBackend>(compiler, options);
+std::unique_ptr<Backend> make_host_backend(const std::string& compiler, const simt::Options& options, int64_t checked_sample) {
+  return std::make_unique<HostBackend>(compiler, options, checked_sample);
 }
 
-std::unique_ptr<Backend> make_plan_host_backend() {
+std::unique_ptr<Backend> make_plan_host_backend(int64_t checked_sample) {
   simt::Options checked;
   checked.counters = false;
-  return make_host_backend("", checked);
+  return make_host_backend("", checked, checked_sample);
 }
 
 }  // namespace fusetune::backend

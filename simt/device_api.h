@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-#define FT_SIMT_API_VERSION 5
+#define FT_SIMT_API_VERSION 6
 
 enum { FT_SIMT_LOAD = 0, FT_SIMT_STORE = 1 };
 
@@ -24,6 +24,10 @@ typedef struct ft_simt_buffer {
   long long bytes;
   int element_bytes;
   int shared; /* 1: a view of the block's shared memory; 0: a global parameter */
+  /* 1: the executor neither race-checks nor counts the running block's accesses of the buffer, so
+   * the module addresses an access inside the buffer and aligned to its size itself (ft_simt_at)
+   * and calls `access` for the others alone, which memcheck reports. */
+  int fast;
   void* state;
 } ft_simt_buffer;
 

@@ -121,7 +121,6 @@ struct Launch {
   const Options& options;
   std::vector<ParamState> params;
   std::vector<ft_simt_buffer> descs;
-  std::vector<void*> args;
   std::vector<std::unique_ptr<CrossBlock>> cross;
   UniqueSectors unique;
   Findings findings;
@@ -223,7 +222,11 @@ struct Worker {
   int live = 0;
   int barrier_arrived = 0;
   int barrier_line = 0;
+  bool checking = false;  // the race and initialisation checks cover the block running (Options::checked_blocks)
   std::vector<int> epoch_lines;  // the line of the barrier that began each barrier interval
+  // Per barrier interval of the block, the accesses that interval's opening barrier ordered
+  // (folded into Counters::barrier_orderings by line when the block ends).
+  std::vector<uint64_t> epoch_orderings;
   bool barrier_reported = false;
   std::vector<unsigned char> smem_storage;
   unsigned char* smem = nullptr;
@@ -231,6 +234,10 @@ struct Worker {
   std::unordered_map<uintptr_t, Cell> global_cells;
   std::deque<ViewState> view_states;
   std::deque<ft_simt_buffer> views;
+  // The launch's parameter descriptors as this worker's blocks see them (their `fast` is the
+  // running block's), and the argument array of pointers to them the kernel takes.
+  std::vector<ft_simt_buffer> descs;
+  std::vector<void*> args;
   alignas(16) unsigned char scratch[64] = {};
   Counters counters;
   // The block's atomics that acquired other blocks' publications: by whom, when, and whose.
@@ -289,12 +296,16 @@ struct Worker {
     smem = smem_storage.data() + (16 - reinterpret_cast<uintptr_t>(smem_storage.data()) % 16) % 16;
     if (L.options.checks) shared_cells.resize(static_cast<size_t>(s.shared_bytes + kShadowGranule - 1) / kShadowGranule);
     fibers.resize(static_cast<size_t>(s.threads));
+    descs = L.descs;
+    for (ft_simt_buffer& d : descs) args.push_back(&d);
     warps.resize(static_cast<size_t>((s.threads + kWarpLanes - 1) / kWarpLanes));
   }
 
   Stamp now() const { return {gen, epoch}; }
+  // Whether the module addresses the running block's accesses itself (ft_simt_buffer::fast).
+  int fast() const { return !checking && !L.options.counters ? 1 : 0; }
   // An access depended on another thread's in the interval before: the barrier between is needed.
-  void ordered_by_barrier() { counters.barrier_orderings[epoch_lines[epoch]] += 1; }
+  void ordered_by_barrier() { ++epoch_orderings[epoch]; }
   std::string who(int thread) const {
     return "thread " + std::to_string(thread) + " of block " + std::to_string(block);
   }
@@ -346,12 +357,17 @@ struct Worker {
   // ---- one block ----------------------------------------------------------------------------
   void run_block(int64_t b) {
     block = b;
+    const std::vector<int64_t>& sample = L.options.checked_blocks;
+    checking = L.options.checks && (sample.empty() || std::binary_search(sample.begin(), sample.end(), b));
+    for (ft_simt_buffer& d : descs) d.fast = fast();
+    for (ft_simt_buffer& v : views) v.fast = fast();  // views outlive blocks (api_shared_view finds them again)
     ++gen;
     epoch = 0;
     live = L.shape.threads;
     barrier_arrived = 0;
     barrier_reported = false;
     epoch_lines.assign(1, 0);
+    epoch_orderings.assign(1, 0);
     global_cells.clear();
     acquires.clear();
     for (size_t w = 0; w < warps.size(); ++w) {
@@ -385,7 +401,7 @@ struct Worker {
         __sanitizer_finish_switch_fiber(nullptr, &stack_bottom, &stack_size);
 #endif
         tls_current = &f;
-        L.kernel.entry(L.args.data());
+        L.kernel.entry(args.data());
         end_thread(f);
 #ifdef FT_SIMT_TSAN
         __tsan_switch_to_fiber(tsan_home, 0);
@@ -410,6 +426,9 @@ struct Worker {
     for (Fiber& f : fibers) end_wgmma_reads(f, UINT64_MAX);  // reads and copies their threads never waited for
     for (Fiber& f : fibers) land_copies(f, 0);
     for (Warp& w : warps) w.trace.flush(counters);
+    for (size_t e = 0; e < epoch_orderings.size(); ++e) {
+      if (epoch_orderings[e] > 0) counters.barrier_orderings[epoch_lines[e]] += epoch_orderings[e];
+    }
     counters.blocks += 1;
     counters.threads += static_cast<uint64_t>(L.shape.threads);
   }
@@ -465,6 +484,7 @@ struct Worker {
     barrier_arrived = 0;
     counters.barriers += 1;
     epoch_lines.push_back(barrier_line);
+    epoch_orderings.push_back(0);
     counters.barrier_lines.insert(barrier_line);
     for (Warp& w : warps) w.trace.flush(counters);
     std::vector<int> waiting;
@@ -624,18 +644,27 @@ void check_shared(Worker& w, Fiber& f, const ft_simt_buffer* b, long long index,
 
 // Memcheck of an access of `size` bytes at element `index` of b, its address aligned to `align`:
 // the host address, or nullptr once reported.
-unsigned char* checked_address(Worker& w, Fiber& f, const ft_simt_buffer* b, long long index, int size, int align,
-                               const char* what, const void* site) {
-  const long long byte = index * b->element_bytes;
-  unsigned char* addr = b->base + byte;
-  if (index < 0 || byte + size > b->bytes) {
+// The report of an access checked_address refuses (kept out of its inlined path).
+[[gnu::noinline, gnu::cold]] void report_address(Worker& w, Fiber& f, const ft_simt_buffer* b, long long index, int size,
+                                                 bool outside, const char* what, const void* site) {
+  if (outside) {
     w.find(Check::kMemory, std::string("out-of-bounds ") + what + " of " + std::to_string(size) + " bytes", buffer_label(b),
            index, w.who(f.thread), site, nullptr, "the buffer has " + std::to_string(b->bytes / b->element_bytes) + " elements");
-    return nullptr;
-  }
-  if (reinterpret_cast<uintptr_t>(addr) % static_cast<uintptr_t>(align) != 0) {
+  } else {
     w.find(Check::kMemory, std::string("misaligned ") + what + " of " + std::to_string(size) + " bytes", buffer_label(b), index,
            w.who(f.thread), site);
+  }
+}
+
+inline unsigned char* checked_address(Worker& w, Fiber& f, const ft_simt_buffer* b, long long index, int size, int align,
+                                      const char* what, const void* site) {
+  const long long byte = index * b->element_bytes;
+  unsigned char* addr = b->base + byte;
+  const bool outside = index < 0 || byte + size > b->bytes;
+  const uintptr_t a = static_cast<uintptr_t>(align);  // a power of two but for odd sizes: no division where it is
+  const uintptr_t misaligned = (a & (a - 1)) == 0 ? reinterpret_cast<uintptr_t>(addr) & (a - 1) : reinterpret_cast<uintptr_t>(addr) % a;
+  if (outside || misaligned != 0) [[unlikely]] {
+    report_address(w, f, b, index, size, outside, what, site);
     return nullptr;
   }
   return addr;
@@ -664,7 +693,7 @@ void* api_access(const ft_simt_buffer* b, long long index, int size, int kind, c
     std::memset(w.scratch, 0, sizeof w.scratch);
     return w.scratch;
   }
-  if (w.L.options.checks) {
+  if (w.checking) {
     if (b->shared) {
       check_shared(w, f, b, index, size, store ? SharedOp::kStore : SharedOp::kLoad, site);
     } else {
@@ -695,7 +724,7 @@ void api_copy_async(const ft_simt_buffer* dst, long long dst_index, const ft_sim
   if (src_bytes > 0) {  // the source is read now
     const unsigned char* from = checked_address(w, f, src, src_index, src_bytes, copy_bytes, "cp.async load", site);
     if (from != nullptr) {
-      if (w.L.options.checks) check_global(w, f, src, src_index, src_bytes, false, site, nullptr);
+      if (w.checking) check_global(w, f, src, src_index, src_bytes, false, site, nullptr);
       // The counters group accesses by site: the copy's global read and its shared write are two
       // accesses of one instruction, kept apart under a second key (the next byte, on the same line).
       count_access(w, f, src, from, src_bytes, false, static_cast<const char*>(site) + 1);
@@ -704,7 +733,7 @@ void api_copy_async(const ft_simt_buffer* dst, long long dst_index, const ft_sim
   }
   unsigned char* to = checked_address(w, f, dst, dst_index, copy_bytes, copy_bytes, "cp.async store", site);
   if (to == nullptr) return;
-  if (w.L.options.checks) check_shared(w, f, dst, dst_index, copy_bytes, SharedOp::kIssueAsync, site);
+  if (w.checking) check_shared(w, f, dst, dst_index, copy_bytes, SharedOp::kIssueAsync, site);
   count_access(w, f, dst, to, copy_bytes, true, site);
   f.copies_open.push_back(c);
 }
@@ -791,7 +820,7 @@ const ft_simt_buffer* api_shared_view(long long offset, long long bytes, int ele
     usable = 0;
   }
   w.view_states.push_back({name, offset});
-  w.views.push_back({w.smem + offset, usable, element_bytes, 1, &w.view_states.back()});
+  w.views.push_back({w.smem + offset, usable, element_bytes, 1, w.fast(), &w.view_states.back()});
   return &w.views.back();
 }
 
@@ -817,7 +846,7 @@ void Worker::land_copies(Fiber& f, size_t keep, int line) {
   while (f.copy_groups.size() > keep) {
     if (line > 0 && !f.copy_groups.front().empty()) counters.wait_landings[line] += f.copy_groups.front().size();
     for (const AsyncCopy& c : f.copy_groups.front()) {
-      if (L.options.checks) check_shared(*this, f, c.dst, c.index, c.size, SharedOp::kLandAsync, c.site);
+      if (checking) check_shared(*this, f, c.dst, c.index, c.size, SharedOp::kLandAsync, c.site);
       std::memcpy(c.dst->base + c.index * c.dst->element_bytes, c.bytes, static_cast<size_t>(c.size));
     }
     f.copy_groups.pop_front();
@@ -860,7 +889,7 @@ const void* api_wgmma_read(const ft_simt_buffer* b, long long index, int counted
   }
   unsigned char* addr = checked_address(w, f, b, index, kBytes, kBytes, "wgmma read", site);
   if (addr == nullptr) return w.scratch;
-  if (w.L.options.checks) {
+  if (w.checking) {
     check_shared(w, f, b, index, kBytes, SharedOp::kIssueAsyncRead, site);
     f.wgmma_reads.push_back({b, index, site, f.wgmma_committed + 1});
   }
@@ -903,7 +932,7 @@ unsigned api_atomic(const ft_simt_buffer* b, long long index, int op, unsigned v
   const uint64_t event = ++f.events;
   std::string unpublished;
   bool others = false;  // other threads' stores are published: the barrier since their fences orders them
-  if (w.L.options.checks) {
+  if (w.checking) {
     for (const Fiber& u : w.fibers) {
       if (!u.stored_global) continue;
       others = others || &u != &f;
@@ -921,7 +950,7 @@ unsigned api_atomic(const ft_simt_buffer* b, long long index, int op, unsigned v
   std::memcpy(&old, addr, 4);
   const unsigned now = op == 0 ? old + value : value;
   std::memcpy(addr, &now, 4);
-  if (w.L.options.checks) {
+  if (w.checking) {
     Launch::Location& loc = w.L.locations[reinterpret_cast<uintptr_t>(addr)];
     Worker::Acquire a{f.thread, w.epoch, event, {}};
     for (const auto& [blk, publication] : loc.releases) {
@@ -972,6 +1001,11 @@ LaunchResult launch(const KernelRef& kernel, const std::vector<void*>& buffers, 
     check(b >= 0 && b < shape.grid && distinct.insert(b).second, "kernel '", kernel.name, "': block ", b,
           " asked for twice or outside a grid of ", shape.grid);
   }
+  for (size_t i = 0; i < options.checked_blocks.size(); ++i) {
+    const int64_t b = options.checked_blocks[i];
+    check(b >= 0 && b < shape.grid && (i == 0 || options.checked_blocks[i - 1] < b), "kernel '", kernel.name,
+          "': checked block ", b, " out of order, repeated or outside a grid of ", shape.grid);
+  }
   Launch L(kernel, shape, options);
   const size_t n = buffers.size();
   L.params.resize(n);
@@ -1008,8 +1042,7 @@ LaunchResult launch(const KernelRef& kernel, const std::vector<void*>& buffers, 
   }
   for (size_t i = 0; i < n; ++i) {
     L.descs[i] = {static_cast<unsigned char*>(buffers[i]), static_cast<long long>(bytes[i]), kernel.params[i].element_bytes,
-                  0, &L.params[i]};
-    L.args.push_back(&L.descs[i]);
+                  0, 0, &L.params[i]};
   }
   int workers = options.workers > 0 ? options.workers : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int64_t blocks = options.blocks.empty() ? shape.grid : static_cast<int64_t>(options.blocks.size());

@@ -6,7 +6,8 @@
 // fiber of its own (Boost.Context: own stack, own locals); the blocks of the grid run in parallel
 // on `workers` OS threads, the threads of a block on one OS thread, each until it reaches a
 // barrier or a warp-synchronous operation (which suspend it until its block or warp arrives) or
-// ends. Guarantees, with Options::checks (the default):
+// ends. Guarantees, with Options::checks (the default; Options::checked_blocks may narrow the
+// race and initialisation checks to a sample of the blocks):
 // - memcheck: an access outside its buffer (a parameter, or a shared view outside its own
 //   extent) or not aligned to its size is reported and redirected to scratch memory;
 // - racecheck: hazards between threads of a block within one barrier interval (and between warps
@@ -50,6 +51,10 @@ struct Options {
   // Run only these blocks of the grid (distinct indices below the grid; empty: every block). The
   // checks and counters then cover what those blocks do, the cross-block race check among them.
   std::vector<int64_t> blocks;
+  // With `checks`, the blocks (sorted, distinct) the race and initialisation checks cover, the
+  // cross-block race check among them (empty: every block run). Memcheck and synccheck cover
+  // every block run.
+  std::vector<int64_t> checked_blocks;
 };
 
 // A kernel parameter as its signature in the text declares it (core/kernel_text.h).

@@ -56,6 +56,22 @@ const ft_simt_api* ft_simt_api_ = nullptr;
 extern "C" void ft_simt_bind(const ft_simt_api* api) { ft_simt_api_ = api; }
 #endif
 
+// The host address of an access of `size` bytes at element `i` of b: where the executor neither
+// checks nor counts the block's accesses of b (b->fast), computed here for an access inside b
+// and aligned to its size; every other access goes to the executor, which checks and counts it
+// (memcheck reports one outside b or misaligned).
+FT_INTRINSIC void* ft_simt_at(const ft_simt_buffer* b, long long i, int size, int kind, const void* value) {
+  if (b->fast) {
+    const long long byte = i * b->element_bytes;
+    unsigned char* a = b->base + byte;
+    if (i >= 0 && byte + size <= b->bytes && (reinterpret_cast<unsigned long long>(a) & (unsigned long long)(size - 1)) == 0 &&
+        (size & (size - 1)) == 0) {
+      return a;
+    }
+  }
+  return ft_simt_api_->access(b, i, size, kind, value);
+}
+
 struct ft_dim3 {
   unsigned x, y, z;
 };
@@ -179,7 +195,7 @@ struct ft_ref {
   long long i;
   __attribute__((always_inline)) operator V() const {
     V v;
-    memcpy(&v, ft_simt_api_->access(b, i, (int)sizeof(V), FT_SIMT_LOAD, nullptr), sizeof(V));
+    memcpy(&v, ft_simt_at(b, i, (int)sizeof(V), FT_SIMT_LOAD, nullptr), sizeof(V));
     return v;
   }
   // A float element also converts to a plain float, as `cond ? x[i] : 0.0f` needs.
@@ -201,7 +217,7 @@ struct ft_ref {
   }
   __attribute__((always_inline)) const ft_ref& operator=(V v) const {
     static_assert(!std::is_const_v<T>, "store through a const buffer");
-    memcpy(ft_simt_api_->access(b, i, (int)sizeof(V), FT_SIMT_STORE, &v), &v, sizeof(V));
+    memcpy(ft_simt_at(b, i, (int)sizeof(V), FT_SIMT_STORE, &v), &v, sizeof(V));
     return *this;
   }
   __attribute__((always_inline)) const ft_ref& operator=(const ft_ref& o) const { return *this = static_cast<V>(o); }
@@ -233,12 +249,12 @@ FT_INTRINSIC unsigned ft_simt_lane() { return ft_simt_api_->thread_index() % 32u
 
 FT_INTRINSIC float4 ft_load_float4(ft_ptr<const ft_flt> p, long long i) {
   float4 v;
-  memcpy(&v, ft_simt_api_->access(p.b, i, 16, FT_SIMT_LOAD, nullptr), 16);
+  memcpy(&v, ft_simt_at(p.b, i, 16, FT_SIMT_LOAD, nullptr), 16);
   return v;
 }
 
 FT_INTRINSIC void ft_store_float4(ft_ptr<ft_flt> p, long long i, float4 v) {
-  memcpy(ft_simt_api_->access(p.b, i, 16, FT_SIMT_STORE, &v), &v, 16);
+  memcpy(ft_simt_at(p.b, i, 16, FT_SIMT_STORE, &v), &v, 16);
 }
 
 FT_INTRINSIC float4 ft_pack_float4(ft_flt a, ft_flt b, ft_flt c, ft_flt d) { return float4{a, b, c, d}; }
@@ -249,11 +265,11 @@ struct ft_u16x8 {
 };
 FT_INTRINSIC ft_u16x8 ft_load_ft_u16x8(ft_ptr<const unsigned short> p, long long i) {
   ft_u16x8 v;
-  memcpy(&v, ft_simt_api_->access(p.b, i, 16, FT_SIMT_LOAD, nullptr), 16);
+  memcpy(&v, ft_simt_at(p.b, i, 16, FT_SIMT_LOAD, nullptr), 16);
   return v;
 }
 FT_INTRINSIC void ft_store_ft_u16x8(ft_ptr<unsigned short> p, long long i, ft_u16x8 v) {
-  memcpy(ft_simt_api_->access(p.b, i, 16, FT_SIMT_STORE, &v), &v, 16);
+  memcpy(ft_simt_at(p.b, i, 16, FT_SIMT_STORE, &v), &v, 16);
 }
 FT_INTRINSIC ft_u16x8 ft_pack_ft_u16x8(unsigned short a, unsigned short b, unsigned short c, unsigned short d,
                                        unsigned short e, unsigned short f, unsigned short g, unsigned short h) {
@@ -265,11 +281,11 @@ struct ft_u16x2 {
   unsigned short v[2];
 };
 FT_INTRINSIC void ft_store_float2(ft_ptr<ft_flt> p, long long i, float2 v) {
-  memcpy(ft_simt_api_->access(p.b, i, 8, FT_SIMT_STORE, &v), &v, 8);
+  memcpy(ft_simt_at(p.b, i, 8, FT_SIMT_STORE, &v), &v, 8);
 }
 FT_INTRINSIC float2 ft_pack_float2(ft_flt a, ft_flt b) { return float2{a, b}; }
 FT_INTRINSIC void ft_store_ft_u16x2(ft_ptr<unsigned short> p, long long i, ft_u16x2 v) {
-  memcpy(ft_simt_api_->access(p.b, i, 4, FT_SIMT_STORE, &v), &v, 4);
+  memcpy(ft_simt_at(p.b, i, 4, FT_SIMT_STORE, &v), &v, 4);
 }
 FT_INTRINSIC ft_u16x2 ft_pack_ft_u16x2(unsigned short a, unsigned short b) { return ft_u16x2{{a, b}}; }
 
@@ -285,7 +301,7 @@ FT_INTRINSIC bool ft_aligned16(ft_ptr<const ft_flt> p, long long i) {
 template <class T, class = std::enable_if_t<sizeof(T) == 1>>
 FT_INTRINSIC unsigned ft_load_word(ft_ptr<const T> p, long long i) {
   unsigned v;
-  memcpy(&v, ft_simt_api_->access(p.b, i, 4, FT_SIMT_LOAD, nullptr), 4);
+  memcpy(&v, ft_simt_at(p.b, i, 4, FT_SIMT_LOAD, nullptr), 4);
   return v;
 }
 template <class T, class = std::enable_if_t<sizeof(T) == 1>>
@@ -504,7 +520,7 @@ struct ft_ldmatrix_row {
 FT_INTRINSIC void ft_ldmatrix(unsigned* r, int matrices, int trans, ft_ptr<unsigned short> s, long long row) {
   const unsigned lane = ft_simt_lane(), g = lane >> 2, t = lane & 3u;
   ft_ldmatrix_row mine = {};
-  if (lane < 8u * (unsigned)matrices) memcpy(&mine, ft_simt_api_->access(s.b, row, 16, FT_SIMT_LOAD, nullptr), 16);
+  if (lane < 8u * (unsigned)matrices) memcpy(&mine, ft_simt_at(s.b, row, 16, FT_SIMT_LOAD, nullptr), 16);
   const ft_ldmatrix_row* all =
       static_cast<const ft_ldmatrix_row*>(ft_simt_api_->warp_exchange(&mine, (int)sizeof mine, 0xffffffffu));
   for (int m = 0; m < matrices; ++m) {

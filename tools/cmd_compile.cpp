@@ -50,7 +50,9 @@ std::pair<std::string, std::string> name_value(const char* flag, const std::stri
 int cmd_compile(const std::vector<std::string>& argv) {
   const CommandSpec& spec = command_spec("compile");
   const Args args = parse_args(spec, argv);
-  check_usage(args.positional().size() == 1 && (args.has("device") || args.has("device-file")), spec);
+  check_usage(args.positional().size() == 1, spec);
+  check(args.has("device") || args.has("device-file"),
+        "--device NAME or --device-file PATH is required: the GPU the plan is for (h100, h200, a100, ...)");
   compiler::PipelineOptions options;
   options.verify.sample_blocks = static_cast<int64_t>(args.number("verify-blocks", static_cast<double>(options.verify.sample_blocks)));
   check(options.verify.sample_blocks >= 0, "--verify-blocks ", options.verify.sample_blocks, ": a number of blocks, 0 for all");

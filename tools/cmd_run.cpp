@@ -121,10 +121,18 @@ void print_launch_times(runtime::PlanRunner& runner, const nlohmann::json& manif
   std::printf("sum of the %zu launches alone: %.1f us measured; %.1f us modeled\n", rows.size(), measured, modeled);
 }
 
+// --verify-blocks: the blocks of each launch the host's race checks cover (0: all).
+int64_t checked_blocks(const Args& args) {
+  const int64_t checked = static_cast<int64_t>(args.number("verify-blocks", static_cast<double>(backend::kPlanCheckedBlocks)));
+  check(checked >= 0, "--verify-blocks ", checked, ": a number of blocks, 0 for all");
+  return checked;
+}
+
 Ran run_bundle(const fs::path& dir, const importer::TestData& data, const Args& args) {
   std::string why;
-  const std::unique_ptr<backend::Backend> be =
-      runtime::select_backend(args.get("backend", "auto"), &why, [] { return backend::make_plan_host_backend(); });
+  const int64_t checked = checked_blocks(args);
+  const std::unique_ptr<backend::Backend> be = runtime::select_backend(
+      args.get("backend", "auto"), &why, [checked] { return backend::make_plan_host_backend(checked); });
   const runtime::Bundle bundle = runtime::read_bundle(dir);
   const auto t0 = std::chrono::steady_clock::now();
   runtime::PlanRunner runner(bundle, *be);
@@ -170,6 +178,9 @@ int cmd_run(const std::vector<std::string>& argv) {
   if (fs::is_directory(target, ec) && !bundle) fail(target.string(), ": a directory without manifest.json is not a plan bundle");
   check(bundle || !args.has("repeat"), "--repeat times a plan bundle; ", target.string(), " is a model (fusetune compile it first)");
   check(bundle || !args.has("per-kernel"), "--per-kernel times a plan bundle's launches; ", target.string(),
+        " is a model (fusetune compile it first)");
+  checked_blocks(args);
+  check(bundle || !args.has("verify-blocks"), "--verify-blocks samples a plan bundle's launches; ", target.string(),
         " is a model (fusetune compile it first)");
   // A model's inputs first: one that is not a tensor is refused before its file is read as one.
   const std::vector<std::string> input_names = bundle ? std::vector<std::string>{} : importer::model_input_names(target);

@@ -163,7 +163,10 @@ std::vector<CommandSpec> make_table() {
         kShape,
         {"backend", "auto|host|cuda|cuda:N", "where a plan runs (default auto: the first GPU, else the host)"},
         {"repeat", "N", "times N runs of the plan after the first"},
-        {"per-kernel", "", "then times each launch of the plan alone (the L2 flushed before each run on a GPU) beside its modeled time"}}},
+        {"per-kernel", "", "then times each launch of the plan alone (the L2 flushed before each run on a GPU) beside its modeled time"},
+        {"verify-blocks", "N",
+         "on the host, the blocks of each launch's grid the race and initialisation checks cover (default 64; 0: all); "
+         "memcheck and synccheck cover every block"}}},
       {"profile",
        "PLAN_DIR",
        "runs a plan bundle once on the host executor and counts what each kernel does to memory against the model",

@@ -150,6 +150,25 @@ TEST_F(BadInput, AnOpOfAnotherDomainIsNamedEvenWithoutADefaultOpset) {
   EXPECT_NE(o.output.find("default ONNX domain only"), std::string::npos) << o.output;
 }
 
+// A command missing what it needs, or given a count below zero, says which flag in one line.
+TEST_F(BadInput, AMissingDeviceOrANegativeBlockCountNamesItsFlag) {
+  OnnxBuilder b;
+  b.input("x", kFloat, {2, 8}).output("y", kFloat, {2, 8});
+  b.node("Relu", {"x"}, {"y"}, "relu");
+  b.write(dir_ / "relu.onnx");
+  const Outcome compile = run_cli("compile " + (dir_ / "relu.onnx").string() + " --out " + (dir_ / "plan").string());
+  EXPECT_EQ(compile.exit_code, 2) << compile.output;
+  EXPECT_NE(compile.output.find("fusetune: error: --device NAME or --device-file PATH is required"), std::string::npos)
+      << compile.output;
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "plan"));
+  const Outcome run = run_cli("run " + (dir_ / "relu.onnx").string() + " --inputs " + dir_.string() + " --verify-blocks -3");
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_NE(run.output.find("--verify-blocks -3: a number of blocks, 0 for all"), std::string::npos) << run.output;
+  const Outcome model = run_cli("run " + (dir_ / "relu.onnx").string() + " --inputs " + dir_.string() + " --verify-blocks 5");
+  EXPECT_EQ(model.exit_code, 2) << model.output;
+  EXPECT_NE(model.output.find("--verify-blocks samples a plan bundle's launches;"), std::string::npos) << model.output;
+}
+
 // The ops fusetune leaves refused on purpose say why, in the one line that names the node: a
 // training loss, a string op, image decoding; an op merely not implemented yet says nothing more.
 TEST_F(BadInput, OpsRefusedOnPurposeSayWhy) {

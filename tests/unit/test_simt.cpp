@@ -189,6 +189,61 @@ TEST(SimtSample, OnlyTheNamedBlocksRunAndTheirHazardsAreStillFound) {
   EXPECT_THROW(run(copy, 8, 32, 0, 256, options), Error);
 }
 
+// Options::checked_blocks: every block runs; the race and initialisation checks cover the named
+// ones alone, memcheck every block (the others address their in-bounds accesses in the module).
+TEST(SimtSample, CheckedBlocksNarrowTheRaceChecksWhileEveryBlockRunsUnderMemcheck) {
+  // Each block reverses its 64 elements through shared memory, 16-byte loads included; a barrier
+  // or not between the stores and the loads, and block `stray` (if any) reads one element past x.
+  const auto reverse = [](bool barrier, int stray) {
+    return std::string(R"(extern "C" __global__ void __launch_bounds__(16) k(FT_GLOBAL(const float) x, FT_GLOBAL(float) out) {
+  FT_SHARED_MEMORY;
+  FT_SHARED(float, s, 0, 64);
+  const int t = threadIdx.x, base = blockIdx.x * 64;
+  const float4 v = ft_load_float4(x, base + 4 * t);
+  s[4 * t] = v.x;
+  s[4 * t + 1] = v.y;
+  s[4 * t + 2] = v.z;
+  s[4 * t + 3] = v.w;
+)") + (barrier ? "  __syncthreads();\n" : "") + R"(  for (int i = 0; i < 4; ++i) out[base + 4 * t + i] = s[63 - 4 * t - i];
+  if ((int)blockIdx.x == )" + std::to_string(stray) + R"( && t == 0) out[base] = x[8 * 64];
+}
+)";
+  };
+  simt::Options every;
+  every.counters = false;
+  simt::Options sampled = every;
+  sampled.checked_blocks = {2, 5};
+  const Ran full = run(reverse(true, -1), 8, 16, 256, 512, every);
+  const Ran part = run(reverse(true, -1), 8, 16, 256, 512, sampled);
+  ASSERT_EQ(full.result.finding_count, 0u) << all(full.result);
+  ASSERT_EQ(part.result.finding_count, 0u) << all(part.result);
+  for (int i = 0; i < 512; ++i) {
+    ASSERT_EQ(part.out[static_cast<size_t>(i)], static_cast<float>(i / 64 * 64 + 63 - i % 64)) << "element " << i;
+  }
+  EXPECT_EQ(part.out, full.out);
+  // The missing barrier: hazards in the checked blocks alone.
+  const Ran race = run(reverse(false, -1), 8, 16, 256, 512, sampled);
+  EXPECT_NE(all(race.result).find("hazard on shared 's'"), std::string::npos) << all(race.result);
+  EXPECT_TRUE(all(race.result).find("of block 2 ") != std::string::npos || all(race.result).find("of block 5 ") != std::string::npos)
+      << all(race.result);
+  for (int b = 0; b < 8; ++b) {
+    const bool named = all(race.result).find("of block " + std::to_string(b) + "\n") != std::string::npos ||
+                       all(race.result).find("of block " + std::to_string(b) + " ") != std::string::npos;
+    if (b != 2 && b != 5) {
+      EXPECT_FALSE(named) << "block " << b << " was not to be race-checked\n" << all(race.result);
+    }
+  }
+  // A read past x in block 6, which the race checks skip: memcheck still reports it.
+  const Ran past = run(reverse(true, 6), 8, 16, 256, 512, sampled);
+  EXPECT_EQ(past.result.first_check, simt::Check::kMemory) << all(past.result);
+  EXPECT_NE(all(past.result).find("out-of-bounds load of 4 bytes"), std::string::npos) << all(past.result);
+  EXPECT_NE(all(past.result).find("thread 0 of block 6"), std::string::npos) << all(past.result);
+  sampled.checked_blocks = {5, 2};
+  EXPECT_THROW(run(reverse(true, -1), 8, 16, 256, 512, sampled), Error);
+  sampled.checked_blocks = {2, 8};
+  EXPECT_THROW(run(reverse(true, -1), 8, 16, 256, 512, sampled), Error);
+}
+
 TEST(SimtSynccheck, ABarrierInDivergentCodeIsReportedAndNeverHangs) {
   const std::string text = R"(extern "C" __global__ void __launch_bounds__(64) k(FT_GLOBAL(const float) x, FT_GLOBAL(float) out) {
   const int t = threadIdx.x;
