@@ -29,6 +29,7 @@ echo "host: $(nproc) cores; $runs runs each, medians, measured; libraries: $libr
 printf "| model | kernels | reference s | plan s (64 blocks race-checked) | / reference | plan s (every block) | / reference |\n"
 printf "|---|---:|---:|---:|---:|---:|---:|\n"
 for m in "$dir"/*/; do
+  [ -f "$m/model.onnx" ] || continue
   name=$(basename "$m")
   plan=$(mktemp -d)
   build/fusetune compile "$m/model.onnx" --device "$device" --libraries "$libraries" --out "$plan" > "$plan.log" 2>&1 ||
