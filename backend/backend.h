@@ -189,8 +189,8 @@ class Backend {
 std::unique_ptr<Backend> make_host_backend(const std::string& compiler = "", const simt::Options& options = {},
                                            int64_t checked_sample = 0);
 // Blocks of a launch the race and initialisation checks cover when plans run on the host, by
-// default. Measured on a 416x416 detector's plan (docs/models.md): every block checked, 17x the
-// reference interpreter's time; this sample, about 7x.
+// default. Measured on a 416x416 detector's plan (docs/models.md, bench/host_run_speed.sh): with
+// this sample 9.0x the reference interpreter's time, with every block checked 18.3x.
 inline constexpr int64_t kPlanCheckedBlocks = 64;
 // The host backend plans run on (`fusetune run`, the deployment runtime's plugin): every check
 // on (race and initialisation checks on `checked_sample` blocks of each launch; 0: all), the
