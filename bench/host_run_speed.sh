@@ -35,9 +35,12 @@ for m in "$dir"/*/; do
   build/fusetune compile "$m/model.onnx" --device "$device" --libraries "$libraries" --out "$plan" > "$plan.log" 2>&1 ||
     { echo "$name: compile failed: $(tail -1 "$plan.log")"; rm -rf "$plan" "$plan.log"; continue; }
   kernels=$(sed -nE 's/.* in ([0-9]+) kernels for.*/\1/p' "$plan.log")
-  ref=$(ran_in "$m/model.onnx" --inputs "$m/test_data_set_0")
-  sampled=$(ran_in "$plan" --inputs "$m/test_data_set_0")
-  every=$(ran_in "$plan" --inputs "$m/test_data_set_0" --verify-blocks 0)
+  if ! ref=$(ran_in "$m/model.onnx" --inputs "$m/test_data_set_0") || ! sampled=$(ran_in "$plan" --inputs "$m/test_data_set_0") ||
+     ! every=$(ran_in "$plan" --inputs "$m/test_data_set_0" --verify-blocks 0); then
+    echo "$name: a run failed (above)"
+    rm -rf "$plan" "$plan.log"
+    continue
+  fi
   awk -v n="$name" -v k="$kernels" -v r="$ref" -v s="$sampled" -v e="$every" \
     'BEGIN {printf "| %s | %s | %.2f | %.2f | %.1fx | %.2f | %.1fx |\n", n, k, r, s, s / r, e, e / r}'
   rm -rf "$plan" "$plan.log"

@@ -27,8 +27,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Compiling (each unit to an object) and linking (the objects to one shared library).
-const char* const kCompileFlags = "-std=c++17 -O2 -g1 -fPIC -w";
+// Compiling (each unit to an object) and linking (the objects to one shared library). -fwrapv:
+// signed integers wrap as a GPU's do, so an index computed with an overflow reaches memcheck as
+// the GPU would compute it (never assumed away by the optimizer).
+const char* const kCompileFlags = "-std=c++17 -O2 -g1 -fPIC -w -fwrapv";
 const char* const kLinkFlags = "-shared -fPIC";
 // A unit smaller than this would spend more on parsing the prelude and the system headers
 // than it saves by running beside the others.
@@ -92,7 +94,8 @@ std::string compiler_identity(const std::string& compiler) {
     ::pclose(p);
   }
   while (!first.empty() && (first.back() == '\n' || first.back() == '\r')) first.pop_back();
-  return known[compiler] = compiler + ": " + (first.empty() ? "version unknown" : first);
+  return known[compiler] = compiler + ": " + (first.empty() ? "version unknown" : first) + "; SIMT executor API " +
+                          std::to_string(FT_SIMT_API_VERSION);
 }
 
 std::string compile(const std::string& cuda_source, const std::string& compiler_arg) {

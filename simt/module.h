@@ -29,8 +29,9 @@ std::vector<std::string> build_units(const std::string& cuda_source, size_t part
 std::string default_compiler();
 
 // What a compiler is, for cache keys and device identities: its command and the first line of
-// its --version ("c++: c++ (Debian 12.2.0-14) 12.2.0"), read once per process and compiler. A
-// compiler that does not answer is named "<command>: version unknown".
+// its --version, then the executor's interface version, which host timings also depend on
+// ("c++: c++ (Debian 12.2.0-14) 12.2.0; SIMT executor API 6"), read once per process and
+// compiler. A compiler that does not answer is named "<command>: version unknown; ...".
 std::string compiler_identity(const std::string& compiler);
 
 // Builds `cuda_source` for the host unless the cache has it; returns the shared library's path.

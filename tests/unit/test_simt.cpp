@@ -205,12 +205,13 @@ TEST(SimtSample, CheckedBlocksNarrowTheRaceChecksWhileEveryBlockRunsUnderMemchec
   s[4 * t + 2] = v.z;
   s[4 * t + 3] = v.w;
 )") + (barrier ? "  __syncthreads();\n" : "") + R"(  for (int i = 0; i < 4; ++i) out[base + 4 * t + i] = s[63 - 4 * t - i];
-  if ((int)blockIdx.x == )" + std::to_string(stray) + R"( && t == 0) out[base] = x[8 * 64];
+  if ((int)blockIdx.x == )" + std::to_string(stray) + R"( && t == 0) out[base] = x[8 * 64] + s[64];
 }
 )";
   };
   simt::Options every;
   every.counters = false;
+  every.workers = 1;  // one OS thread runs every block: shared views are found again block after block
   simt::Options sampled = every;
   sampled.checked_blocks = {2, 5};
   const Ran full = run(reverse(true, -1), 8, 16, 256, 512, every);
@@ -221,8 +222,13 @@ TEST(SimtSample, CheckedBlocksNarrowTheRaceChecksWhileEveryBlockRunsUnderMemchec
     ASSERT_EQ(part.out[static_cast<size_t>(i)], static_cast<float>(i / 64 * 64 + 63 - i % 64)) << "element " << i;
   }
   EXPECT_EQ(part.out, full.out);
-  // The missing barrier: hazards in the checked blocks alone.
+  // The missing barrier: hazards in the checked blocks alone, as many as those blocks run alone
+  // report.
   const Ran race = run(reverse(false, -1), 8, 16, 256, 512, sampled);
+  simt::Options alone = every;
+  alone.blocks = {2, 5};
+  EXPECT_EQ(race.result.finding_count, run(reverse(false, -1), 8, 16, 256, 512, alone).result.finding_count) << all(race.result);
+  EXPECT_LT(race.result.finding_count, run(reverse(false, -1), 8, 16, 256, 512, every).result.finding_count);
   EXPECT_NE(all(race.result).find("hazard on shared 's'"), std::string::npos) << all(race.result);
   EXPECT_TRUE(all(race.result).find("of block 2 ") != std::string::npos || all(race.result).find("of block 5 ") != std::string::npos)
       << all(race.result);
@@ -233,10 +239,13 @@ TEST(SimtSample, CheckedBlocksNarrowTheRaceChecksWhileEveryBlockRunsUnderMemchec
       EXPECT_FALSE(named) << "block " << b << " was not to be race-checked\n" << all(race.result);
     }
   }
-  // A read past x in block 6, which the race checks skip: memcheck still reports it.
+  // Reads past x and past the shared view in block 6, which the race checks skip: memcheck still
+  // reports both.
   const Ran past = run(reverse(true, 6), 8, 16, 256, 512, sampled);
   EXPECT_EQ(past.result.first_check, simt::Check::kMemory) << all(past.result);
-  EXPECT_NE(all(past.result).find("out-of-bounds load of 4 bytes"), std::string::npos) << all(past.result);
+  EXPECT_EQ(past.result.finding_count, 2u) << all(past.result);
+  EXPECT_NE(all(past.result).find("out-of-bounds load of 4 bytes on global 'x'"), std::string::npos) << all(past.result);
+  EXPECT_NE(all(past.result).find("out-of-bounds load of 4 bytes on shared 's'"), std::string::npos) << all(past.result);
   EXPECT_NE(all(past.result).find("thread 0 of block 6"), std::string::npos) << all(past.result);
   sampled.checked_blocks = {5, 2};
   EXPECT_THROW(run(reverse(true, -1), 8, 16, 256, 512, sampled), Error);
