@@ -1206,7 +1206,8 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   // often per SM, look slower on the same grid.)
   // (Split-K: the blocks are the tiles' splits, each a share of its tile's arithmetic.)
   const int64_t blocks = c.tiles * splits;
-  const int64_t per_sm = ceil_div(blocks, static_cast<int64_t>(d.sms));
+  const int64_t per_sm = ceil_div(blocks, static_cast<int64_t>(d.sms));  // blocks on the busiest SM
+  const int64_t resident_blocks = std::min<int64_t>(bps, per_sm);       // ... of them resident at once
   const double busy = std::min(1.0, static_cast<double>(blocks) / d.sms);
   const double tail = static_cast<double>(blocks) / static_cast<double>(per_sm * d.sms);
   c.efficiency = busy * (0.5 + 0.5 * tail);
@@ -1227,8 +1228,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   // with fewer than eight warps resident on an SM, the rest of its issue slots and pipes idle
   // (measured on an H200: mma.sync candidates 1.45x slower at 2 warps an SM than at 8, 1.14x at
   // 4, the same at 16; bench/model_vs_measured).
-  const double resident_warps = static_cast<double>(std::min<int64_t>(bps, ceil_div(blocks, static_cast<int64_t>(d.sms))) *
-                                                    (cfg.threads / d.warp_size));
+  const double resident_warps = static_cast<double>(resident_blocks * (cfg.threads / d.warp_size));
   const double issuing = std::min(1.0, resident_warps / (2 * kWarpSchedulersPerSm));
   const double compute_us = std::max({issue_us, tensor_us, special_us}) / issuing;
   c.issue_us = issue_us;
@@ -1238,8 +1238,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   double latency_us = 0;
   if (std::isfinite(in_flight) && in_flight > 0) {
     const double active = static_cast<double>(std::min<int64_t>(d.sms, blocks));
-    const double resident = static_cast<double>(std::min<int64_t>(bps, ceil_div(blocks, d.sms)));
-    latency_us = static_cast<double>(streamed) * d.dram_latency_ns / (1e3 * active * resident * in_flight);
+    latency_us = static_cast<double>(streamed) * d.dram_latency_ns / (1e3 * active * static_cast<double>(resident_blocks) * in_flight);
     c.bytes_in_flight = static_cast<int64_t>(in_flight);
   }
   // The generic reduction and row-statistics stages' rounds of loads, a latency each, and a staged
@@ -1251,8 +1250,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   // candidates that differ only in their step took 267 ns more a step in the median (ahead 2:
   // 350 ns modeled); with the steps charged, the median rank correlation within a group went
   // 0.08 -> 0.24 and the pick's median regret 14.3% -> 9.1% (each half of the groups alike).
-  const int64_t per_sm_blocks = ceil_div(blocks, static_cast<int64_t>(d.sms));
-  const int64_t in_turn = ceil_div(per_sm_blocks, std::min<int64_t>(bps, per_sm_blocks));
+  const int64_t in_turn = ceil_div(per_sm, resident_blocks);
   const double rounds = static_cast<double>(reduce_rounds) + step_rounds / static_cast<double>(splits);
   if (rounds > 0) {
     latency_us = std::max(latency_us, std::max(0.0, rounds * static_cast<double>(in_turn) - 1) * d.dram_latency_ns / 1e3);
@@ -1274,8 +1272,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   // resident block's arithmetic: with R blocks resident, 1/R of the lesser of memory and arithmetic
   // time stays exposed.
   const double memory_us = std::max(dram_us, l2_us);
-  const int64_t sm_blocks = ceil_div(blocks, static_cast<int64_t>(d.sms));
-  const double exposed_us = anchors > 0 && !copies_ahead && sm_blocks > bps
+  const double exposed_us = anchors > 0 && !copies_ahead && per_sm > bps
                                 ? std::min(memory_us, compute_us) / static_cast<double>(bps)
                                 : 0.0;
   const double throughput_us = (std::max(memory_us, compute_us) + exposed_us) / c.efficiency;

@@ -128,9 +128,8 @@ int64_t checked_blocks(const Args& args) {
   return checked;
 }
 
-Ran run_bundle(const fs::path& dir, const importer::TestData& data, const Args& args) {
+Ran run_bundle(const fs::path& dir, const importer::TestData& data, const Args& args, int64_t checked) {
   std::string why;
-  const int64_t checked = checked_blocks(args);
   const std::unique_ptr<backend::Backend> be = runtime::select_backend(
       args.get("backend", "auto"), &why, [checked] { return backend::make_plan_host_backend(checked); });
   const runtime::Bundle bundle = runtime::read_bundle(dir);
@@ -179,13 +178,13 @@ int cmd_run(const std::vector<std::string>& argv) {
   check(bundle || !args.has("repeat"), "--repeat times a plan bundle; ", target.string(), " is a model (fusetune compile it first)");
   check(bundle || !args.has("per-kernel"), "--per-kernel times a plan bundle's launches; ", target.string(),
         " is a model (fusetune compile it first)");
-  checked_blocks(args);
+  const int64_t checked = checked_blocks(args);
   check(bundle || !args.has("verify-blocks"), "--verify-blocks samples a plan bundle's launches; ", target.string(),
         " is a model (fusetune compile it first)");
   // A model's inputs first: one that is not a tensor is refused before its file is read as one.
   const std::vector<std::string> input_names = bundle ? std::vector<std::string>{} : importer::model_input_names(target);
   const importer::TestData data = importer::load_test_data(data_dir);
-  const Ran r = bundle ? run_bundle(target, data, args) : run_model(target, input_names, data, args);
+  const Ran r = bundle ? run_bundle(target, data, args, checked) : run_model(target, input_names, data, args);
   if (args.has("out")) {
     const fs::path out_dir = args.get("out");
     fs::create_directories(out_dir, ec);
