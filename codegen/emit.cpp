@@ -163,6 +163,7 @@ FT_FN void ft_ldmatrix_x4_trans(unsigned& r0, unsigned& r1, unsigned& r2, unsign
 FT_FN unsigned ft_atomic_add(unsigned* p, long long i, unsigned v) { return atomicAdd(p + i, v); }
 FT_FN unsigned ft_atomic_exch(unsigned* p, long long i, unsigned v) { return atomicExch(p + i, v); }
 FT_FN float ft_ldcg(const float* p, long long i) { return __ldcg(p + i); }
+FT_FN unsigned ft_ldcg(const unsigned* p, long long i) { return __ldcg(p + i); }
 #if __CUDA_ARCH__ >= 800
 // cp.async (sm_80+): 16 bytes global -> shared, `bytes` of them read, the rest zero-filled; commit
 // and wait per thread (codegen/kernel_ir.h).

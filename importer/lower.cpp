@@ -932,6 +932,12 @@ namespace {
 
 void conv(NodeLowering& L) {
   const Attributes a = conv_attributes(L, 0, 1);
+  // A QDQ pair's integer product.
+  const int folded = fold_dequantized_conv(L, L.input(0), L.input(1), L.has_input(2) ? L.input(2) : kNoValue, a);
+  if (folded != kNoValue) {
+    L.set_output(0, folded);
+    return;
+  }
   std::vector<int> ins = {L.input(0), L.input(1)};
   if (L.has_input(2)) ins.push_back(L.input(2));
   L.set_output(0, L.emit("Conv", ins, a));

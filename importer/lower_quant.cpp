@@ -283,11 +283,13 @@ void dequantize_linear(NodeLowering& L) {
   }
   const int scale = cast_to(L, broadcast_param(L, 1, "scale", xs, axis, block), DType::kF32);
   const int y = cast_to(L, binary(L, "Mul", dx, scale), out);
-  // An 8-bit x dequantized to float32 per tensor, or per row or column of a matrix: recorded for
-  // fold_dequantized_matmul.
+  // An 8-bit x dequantized to float32 per tensor, per row or column of a matrix, or per index of
+  // axis 0 (a convolution's output channels): recorded for fold_dequantized_matmul and
+  // fold_dequantized_conv.
   const bool per_tensor = numel(L.shape(1)) == 1;
-  if (is_8bit(xt) && out == DType::kF32 && (per_tensor || (xs.size() == 2 && block <= 0))) {
-    L.builder().set_dequantization(y, {L.input(0), zp, scale, per_tensor ? -1 : static_cast<int>(normalize_axis(axis, 2, "axis"))});
+  const int64_t along = per_tensor ? -1 : normalize_axis(axis, static_cast<int64_t>(xs.size()), "axis");
+  if (is_8bit(xt) && out == DType::kF32 && (per_tensor || (block <= 0 && (xs.size() == 2 || along == 0)))) {
+    L.builder().set_dequantization(y, {L.input(0), zp, scale, static_cast<int>(along)});
   }
   L.set_output(0, y);
 }
@@ -427,6 +429,29 @@ void conv_integer(NodeLowering& L) {
   const auto in = [&](size_t k) { return L.has_input(k) ? L.input(k) : kNoValue; };
   const int product = conv_byte_product(L, in(0), in(2), in(1), in(3), attrs);
   L.set_output(0, product != kNoValue ? product : L.emit("Conv", {centered(L, 0, 2, -1), centered(L, 1, 3, 0)}, attrs));
+}
+
+int fold_dequantized_conv(NodeLowering& L, int x, int w, int bias, const Attributes& attrs) {
+  using Dequantization = GraphBuilder::Dequantization;
+  const Dequantization* dx = L.builder().dequantization(x);
+  const Dequantization* dw = L.builder().dequantization(w);
+  if (dx == nullptr || dw == nullptr || dx->axis != -1 || (dw->axis != -1 && dw->axis != 0)) return kNoValue;
+  const Shape ws = L.builder().value(w).shape;
+  // As for the MatMul: the int32 sum holds a group's K products of at most 255 x 255.
+  if (ws.empty() || numel(ws) / ws[0] > INT32_MAX / (255 * 255)) return kNoValue;
+  const int c = conv_byte_product(L, dx->x, dx->zero, dw->x, dw->zero, attrs);
+  if (c == kNoValue) return kNoValue;
+  // The scales as the output broadcasts them: x's one value, w's one or one per output channel
+  // ([F, 1, ...] of w's rank, made [F, 1, ...] of the spatial rank plus one).
+  const Shape channel = [&] {
+    Shape s(ws.size() - 1, 1);
+    s[0] = ws[0];
+    return s;
+  }();
+  const int w_scale = numel(L.builder().value(dw->scale).shape) == 1 ? dw->scale : L.reshape(dw->scale, channel);
+  int y = binary(L, "Mul", cast_to(L, c, DType::kF32), binary(L, "Mul", dx->scale, w_scale));
+  if (bias != kNoValue) y = binary(L, "Add", y, L.reshape(bias, channel));
+  return y;
 }
 
 void qlinear_matmul(NodeLowering& L) {

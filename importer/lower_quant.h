@@ -16,7 +16,8 @@
 //     point, saturated and cast;
 //   - a float32 MatMul of two DequantizeLinear results of 8-bit values (QDQ, fold_dequantized_
 //     matmul; A per tensor, B per tensor or per column): the same integer product times
-//     a_scale x b_scale, the dequantized operands never made.
+//     a_scale x b_scale, the dequantized operands never made; a float32 Conv of two such results
+//     (fold_dequantized_conv; x per tensor, w per tensor or per output channel) likewise.
 // Arithmetic is float32 where onnx's numpy reference promotes to float64 (an int32 x or zero point,
 // the QLinear ops' requantization), as onnxruntime computes and as generated code does (it computes
 // float64 in float): the reference interpreter and the compiled plan then agree exactly, and differ
@@ -50,5 +51,13 @@ void qlinear_conv(NodeLowering& L);
 // emitted) otherwise, and where K x 255 x 255 passes int32's range. The integer sum is exact where
 // the float32 one rounds at every step.
 int fold_dequantized_matmul(NodeLowering& L, int a, bool trans_a, int b, bool trans_b, float alpha = 1.0f);
+// The Conv of float32 x by float32 w (plus `bias`, kNoValue for none) with `attrs`
+// (conv_attributes), both DequantizeLinear results of int8 or uint8 values, x's scale and zero
+// point per tensor and w's per tensor or per output channel (a QDQ model's pair around the
+// convolution): ConvInteger's byte product over x's patches (the patches gathered from the bytes
+// inside the product's group, x quantized once in its own), cast to float32, times x_scale x
+// w_scale, plus the bias; kNoValue (nothing emitted) where the product would stay an int32 Conv
+// (conv_integer's rules) or where a group's K x 255 x 255 passes int32's range.
+int fold_dequantized_conv(NodeLowering& L, int x, int w, int bias, const Attributes& attrs);
 
 }  // namespace fusetune::importer

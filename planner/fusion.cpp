@@ -204,12 +204,14 @@ std::vector<int> external_reads(const Graph& g, const Partition& p, int grp) {
 }
 
 // A member of `grp` repeats `value` (an Expand or Tile that grows it: grouped-query attention's
-// repeat of K and V). Such a value is not joined to its producer's group, which would write the
-// repeated copies; the repeat stays with its consumers, which read the value through it.
+// repeat of K and V; a Gather that grows it: a convolution's patches gathered for a product). Such
+// a value is not joined to its producer's group, which would write the repeated copies (or, as
+// the product's prologue, compute each element once per copy); the repeat stays with its
+// consumers, which read the value through it.
 bool repeated_in(const Graph& g, const Partition& p, int value, int grp) {
   for (int c : p.consumers(value)) {
     const Node& n = g.nodes()[static_cast<size_t>(c)];
-    if (p.group(c) != grp || (n.op != "Expand" && n.op != "Tile") || n.inputs[0] != value) continue;
+    if (p.group(c) != grp || (n.op != "Expand" && n.op != "Tile" && n.op != "Gather") || n.inputs[0] != value) continue;
     if (numel(g.value(n.outputs[0]).shape) > numel(g.value(value).shape)) return true;
   }
   return false;

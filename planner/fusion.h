@@ -9,8 +9,10 @@
 // exploration, greedy, deterministic):
 //   1. epilogue: a light op (element-wise, broadcast, data movement) joins its producer's group
 //      when it is that value's only consumer (bias, activation, residual, scale, transposes),
-//      except an Expand or Tile that repeats the value (grouped-query attention's K and V): the
-//      repeat stays with its consumers, so the value is written once and read through it;
+//      except an Expand or Tile that repeats the value (grouped-query attention's K and V) or a
+//      Gather that grows it (a convolution's patches, each element read by up to a window's
+//      taps): the repeat stays with its consumers, so the value is written (or computed) once and
+//      read through it;
 //   2. prologue: a light group whose result has a single consumer node joins that consumer's group
 //      (element-wise chains into reductions and contractions, transposes into index maps);
 //   3. stitching: a reduction joins a reduction or contraction group that produces its input when

@@ -647,9 +647,9 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       c.reject = "dp4a needs compute capability 6.1 or later";
       return c;
     }
-    if (cfg.wgmma || cfg.gemv || cfg.flash || cfg.vector > 1 || cfg.split_k > 1 || cfg.reduce_step % (cfg.mma ? 32 : 4) != 0) {
+    if (cfg.wgmma || cfg.gemv || cfg.flash || cfg.vector > 1 || cfg.reduce_step % (cfg.mma ? 32 : 4) != 0) {
       c.reject = "the dp4a form stages a step of whole words (a multiple of 4; of 32 on tensor cores, m16n8k32), one "
-                 "matrix a block, without wgmma, the GEMV form, 16-byte vectors or split-K";
+                 "matrix a block, without wgmma, the GEMV form or 16-byte vectors";
       return c;
     }
   }
@@ -972,6 +972,9 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       if (!(epilogue && sixteen_byte_runs(g, *epilogue, tn))) smem += out_elems * 8;
       const int64_t steps = ceil_div(k, step);
       walk(steps, 1);
+      ++split_products;  // its accumulators in registers: split-K applies
+      split_steps = steps;
+      split_slot = (cfg.mma ? 4 * warps.fm * warps.fn : tm * tn) * cfg.threads;
       const bool a_words = !produced.count(n.inputs[0]) && k % 4 == 0;
       const bool b_words = !produced.count(n.inputs[1]) && g.value(n.inputs[1]).shape.back() % 4 == 0;
       const int64_t staged = steps * (ceil_div(rows * step, a_words ? 4 : 1) + ceil_div(step * cols, b_words ? 4 : 1));
@@ -1550,24 +1553,52 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
   // Tensor-core candidates (sm_80+, a MatMul with 16-bit operands, or 8-bit integer ones on
   // m16n8k32): one matrix per tile, 16 to 128 rows by 8 to 128 columns, warps that each own at
   // least one and at most 16 m16n8 fragments, reduction steps of 16 (not for 8-bit), 32, 64.
+  // A product whose output the group reshapes to a root of higher rank (a convolution's byte
+  // product over its patches, [N, groups, F / groups, positions], reshaped to [N, F, spatial...])
+  // also gets tiles of tm output channels (the root's axis 1) by whole rows of the last spatial
+  // axis, tn positions or just over: the same m16n8 fragments over F x positions, where tiles over
+  // the last two axes alone hold one channel's rows.
+  const bool reshaped_product = dp4a && rs.size() >= 4 && std::any_of(group.nodes.begin(), group.nodes.end(), [&](int n) {
+    const Node& node = g.nodes()[static_cast<size_t>(n)];
+    return dp4a_matmul(g, node) && g.value(node.outputs[0]).shape.size() < rs.size() + 1 &&
+           g.value(node.outputs[0]).shape.back() == numel(Shape(rs.begin() + 2, rs.end()));
+  });
   if (d.compute_capability >= 80 && rs.size() >= 2 && (has_mma_matmul(g, group, opt.tf32) || dp4a)) {
     for (int64_t tm : {16, 32, 64, 128}) {
       for (int64_t tn : {8, 16, 32, 64, 128}) {
+        std::vector<std::vector<int64_t>> shapes;
         std::vector<int64_t> tile(rs.size(), 1);
         tile[rs.size() - 2] = std::min(tm, std::max<int64_t>(rs[rs.size() - 2], 1));
         tile[rs.size() - 1] = std::min(tn, std::max<int64_t>(rs.back(), 1));
-        if ((tm > 16 && rs[rs.size() - 2] <= tm / 2) || (tn > 8 && rs.back() <= tn / 2)) continue;  // whole already
-        const int64_t fragments = ceil_div(tile[rs.size() - 2], 16) * ceil_div(tile[rs.size() - 1], 8);
+        if (!((tm > 16 && rs[rs.size() - 2] <= tm / 2) || (tn > 8 && rs.back() <= tn / 2))) shapes.push_back(tile);  // else whole already
+        if (reshaped_product && !(tm > 16 && rs[1] <= tm / 2)) {
+          std::vector<int64_t> channels(rs.size(), 1);
+          channels[1] = std::min(tm, rs[1]);
+          channels.back() = rs.back();
+          channels[rs.size() - 2] = std::clamp<int64_t>(ceil_div(tn, rs.back()), 1, rs[rs.size() - 2]);
+          int64_t positions = 1;
+          for (size_t a = 2; a < rs.size(); ++a) positions *= channels[a];
+          if (!(tn > 8 && positions > tn && channels[rs.size() - 2] == 1) && !(tn > 8 && numel(Shape(rs.begin() + 2, rs.end())) <= tn / 2)) {
+            shapes.push_back(channels);
+          }
+        }
+        for (const std::vector<int64_t>& t : shapes) {
+        int64_t positions = 1;
+        for (size_t a = 2; a < rs.size(); ++a) positions *= t[a];
+        const bool by_channel = t.size() >= 4 && t[1] > 1;
+        const int64_t fragments = by_channel ? ceil_div(t[1], 16) * ceil_div(positions, 8)
+                                             : ceil_div(t[rs.size() - 2], 16) * ceil_div(t[rs.size() - 1], 8);
         for (int warps : {1, 2, 4, 8}) {
           if (warps > fragments || fragments > 16 * warps) continue;
           for (int64_t step : {16, 32, 64}) {
             // The instruction's K: 16 (16-bit operands), 32 (8-bit integers, m16n8k32).
             const int64_t kk = dp4a ? 32 : 16;
             if (step < kk || (step > kk && step >= ceil_div(std::max<int64_t>(k_extent, 1), kk) * kk * 2)) continue;
-            TileConfig cfg{tile, step, warps * d.warp_size, 1, true};
+            TileConfig cfg{t, step, warps * d.warp_size, 1, true};
             Cost c = evaluate_tile(g, group, d, cfg, opt);
             if (c.valid) all.push_back({cfg, c});
           }
+        }
         }
       }
     }

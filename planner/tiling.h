@@ -71,7 +71,9 @@
 // widths 1 and 4, adds tensor-core (`mma`)
 // candidates for groups with a float16/bfloat16 MatMul on devices of compute capability 8.0 or
 // later (one matrix per tile, tile extents from 16x8 to 128x128, whole warps each owning 1 to 16
-// m16n8 fragments, steps of 16, 32, 64; evaluate_tile rejects mma elsewhere), on devices that
+// m16n8 fragments, steps of 16, 32, 64; evaluate_tile rejects mma elsewhere; a convolution's
+// byte product, whose output the group reshapes, also 16 to 128 output channels by whole rows of
+// the map), on devices that
 // issue wgmma (has_wgmma) also `wgmma` ones (tiles of 64 to 256 rows by 16 to 256 columns, one or
 // two warpgroups, steps of 16, 32, 64; float16/bfloat16 operands only), adds GEMV candidates
 // for groups with a MatMul of at most 8 rows (all its rows, 1 to 16 column vectors, 64 to 256

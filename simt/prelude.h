@@ -240,6 +240,7 @@ FT_INTRINSIC unsigned ft_atomic_add(ft_ptr<unsigned int> p, long long i, unsigne
 FT_INTRINSIC unsigned ft_atomic_exch(ft_ptr<unsigned int> p, long long i, unsigned v) { return ft_simt_api_->atomic(p.b, i, 1, v); }
 FT_INTRINSIC void __threadfence() { ft_simt_api_->fence(); }
 FT_INTRINSIC ft_flt ft_ldcg(ft_ptr<ft_flt> p, long long i) { return p[i]; }
+FT_INTRINSIC unsigned ft_ldcg(ft_ptr<unsigned int> p, long long i) { return p[i]; }
 #define FT_SHARED_MEMORY (void)0
 // Programmatic dependent launch's wait and trigger: the executor runs a plan's launches one after
 // another, each after the one before has completed, which is what the wait guarantees.

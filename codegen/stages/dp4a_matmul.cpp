@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "codegen/stages/matmul.h"
+#include "codegen/stages/split_k.h"
 #include "core/error.h"
 #include "planner/epilogue.h"
 
@@ -32,7 +33,7 @@ class Dp4aMatMulStage : public AnchorStage {
   Dp4aMatMulStage(LoweringContext& cx, Kernel& k, const Node& node, const std::vector<int64_t>& me, int64_t max_elems)
       : cx_(cx), n_(node), imma_(cx.cfg.mma) {
     static_cast<StagedProduct&>(p_) = staged_product(cx, node, me);
-    check(p_.step % (imma_ ? 32 : 4) == 0 && cx.splits() == 1, "the dp4a form stages whole words (m16n8k32: steps of 32) without split-K");
+    check(p_.step % (imma_ ? 32 : 4) == 0, "the dp4a form stages whole words (m16n8k32: steps of 32)");
     words_ = p_.step / 4;
     const std::string id = std::to_string(p_.v);
     regs_ = "tl" + id;
@@ -314,7 +315,13 @@ void Dp4aMatMulStage::emit(Kernel& k) {
   const Block product = imma_ ? imma_step() : dp4a_step();
   steps.insert(steps.end(), product.begin(), product.end());
   steps.push_back(barrier());
-  k.body.push_back(uniform_for("ft_ks", "0", lit((p_.k + p_.step - 1) / p_.step), steps));
+  // The block's steps: all of them, or its split's (stages/split_k.h), then the split's sum.
+  const int64_t all_steps = (p_.k + p_.step - 1) / p_.step;
+  const std::string k0 = split_first_step(cx_, k, all_steps);
+  const std::string end = cx_.splits() == 1 ? lit(all_steps)
+                                            : "ft_min(" + k0 + " + " + lit(split_steps(cx_, all_steps)) + ", " + lit(all_steps) + ")";
+  k.body.push_back(uniform_for("ft_ks", k0, end, steps));
+  emit_split_sum(cx_, k, regs_, accumulators, "sum", DType::kU32);
   if (imma_) {
     imma_write(k);
     k.body.push_back(barrier());

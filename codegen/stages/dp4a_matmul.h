@@ -5,7 +5,7 @@
 //
 // Takes the lowering context and such a MatMul that stages (stages/matmul.h's stages_matmul) on a
 // candidate the planner admitted for it (a step of a multiple of 4, of 32 on tensor cores; no
-// split-K, wgmma, GEMV form or vector width; micro-tiles that cover the region, or a warp grid of
+// wgmma, GEMV form or vector width; micro-tiles that cover the region, or a warp grid of
 // the block's warps). Per reduction step the block stages both slices into shared memory as 32-bit
 // words of four consecutive K entries, zero beyond K and outside the region: A's rows x step / 4
 // words at planner::dp4a_pitch_a (a word of padding a row, so the rows a warp's micro-tiles read
@@ -21,7 +21,9 @@
 // ft_dp4a_SU(a, b, c), S and U the operands' signedness (s or u), on 32-bit accumulators that
 // wrap as int32 arithmetic does; on tensor cores, per 32 of the step each lane reads its fragments'
 // words (codegen/kernel_ir.h's m16n8k32 layout: plain 32-bit shared reads, conflict-free at those
-// pitches) and each warp issues its fm x fn mma, and after the steps each lane writes its
+// pitches) and each warp issues its fm x fn mma. With split-K (stages/split_k.h) a block runs its
+// split's steps and the last of the tile's blocks sums the splits' accumulators as uint32 (modulo
+// 2^32: the same wrapped int32 sum in any order). After the steps each lane writes its
 // accumulators inside the region to the product's shared buffer. Then the SIMT form's epilogue: from the registers where planner::
 // register_epilogue takes the product's uses and each micro-tile row is a whole number of
 // 16-byte runs of every value it writes (stages/matmul.h's epilogue_run, the product read as

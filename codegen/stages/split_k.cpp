@@ -12,14 +12,15 @@ std::string split_first_step(LoweringContext& cx, Kernel& k, int64_t steps) {
   return "ft_k0";
 }
 
-void emit_split_sum(LoweringContext& cx, Kernel& k, const std::string& acc, int64_t count, const std::string& op) {
+void emit_split_sum(LoweringContext& cx, Kernel& k, const std::string& acc, int64_t count, const std::string& op, DType dtype) {
   const int64_t splits = cx.splits();
   if (splits == 1) return;
   check(k.scratch.empty(), "split-K: a kernel with two split reductions");
+  check(dtype == DType::kF32 || (dtype == DType::kU32 && op == "sum"), "split-K sums float32 or uint32 accumulators, or takes float32 maxima");
   const std::string flags = "ft_flags", partials = "ft_partials";
   const int64_t slot = count * k.threads;  // one block's partial products
   k.scratch.push_back({flags, DType::kU32, cx.tiles(), true});
-  k.scratch.push_back({partials, DType::kF32, cx.tiles() * splits * slot, true});
+  k.scratch.push_back({partials, dtype, cx.tiles() * splits * slot, true});
   const std::string last = k.add_shared("ft_last", DType::kF32, 1);
   const auto element = [&](const std::string& split, int64_t i) {
     return "(ft_tile * " + lit(splits) + " + " + split + ") * " + lit(slot) + " + " + lit(i * k.threads) + " + ft_thread";
@@ -33,7 +34,7 @@ void emit_split_sum(LoweringContext& cx, Kernel& k, const std::string& acc, int6
   k.body.push_back(barrier());
   k.body.push_back(exit_unless(last + "[0] != 0.0f"));
   k.body.push_back(fence());
-  for (int64_t i = 0; i < count; ++i) k.body.push_back(assign(acc + "[" + std::to_string(i) + "]", op == "max" ? "(-ft_inf())" : "0.0f"));
+  for (int64_t i = 0; i < count; ++i) k.body.push_back(assign(acc + "[" + std::to_string(i) + "]", op == "max" ? "(-ft_inf())" : dtype == DType::kU32 ? "0u" : "0.0f"));
   Block sum;
   for (int64_t i = 0; i < count; ++i) {
     const std::string cell = acc + "[" + std::to_string(i) + "]";

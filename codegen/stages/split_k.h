@@ -41,9 +41,12 @@ int64_t split_steps(const LoweringContext& cx, int64_t steps);
 // ft_k0 it declares.
 std::string split_first_step(LoweringContext& cx, Kernel& k, int64_t steps);
 
-// After the block's steps: the tile's partial products summed into `acc` (`count` floats a thread)
-// by the last of its blocks, the others ended (see the header comment). Nothing without split-K.
-// `op` "max" combines the slots by their maximum (NaN-propagating, as a warp reduction) instead.
-void emit_split_sum(LoweringContext& cx, Kernel& k, const std::string& acc, int64_t count, const std::string& op = "sum");
+// After the block's steps: the tile's partial products summed into `acc` (`count` floats a thread,
+// or 32-bit unsigned integers where `dtype` is kU32: the dp4a form's int32 accumulators, summed
+// modulo 2^32 as they wrap, exactly) by the last of its blocks, the others ended (see the header
+// comment). Nothing without split-K. `op` "max" combines the slots by their maximum
+// (NaN-propagating, as a warp reduction) instead.
+void emit_split_sum(LoweringContext& cx, Kernel& k, const std::string& acc, int64_t count, const std::string& op = "sum",
+                    DType dtype = DType::kF32);
 
 }  // namespace fusetune::codegen::stages

@@ -134,6 +134,56 @@ TEST(Fusion, FindsTheLlamaLayerPatternsWithoutWritingRepeatedKeys) {
   EXPECT_EQ(repeats, 4);  // K and V of both layers
 }
 
+// A Gather that repeats its data (a convolution's patches, each element read by up to a window's
+// taps) is not joined to the light group that computes the data: the group would write the
+// repeated copies, or, pulled into the product that reads the patches, compute each element once
+// a tap. It stays with its reader, and the cost function decides whether the data's group joins
+// too; here (a cost that charges a group computing the data inside the gather's group 10 times a
+// launch) it stays a group of its own. A Gather that only subsamples joins its producer.
+TEST(Fusion, AGatherThatRepeatsItsDataStaysWithItsReader) {
+  for (const bool repeats : {true, false}) {
+    Graph g;
+    const int x = add_input(g, "x", DType::kF32, {1, 8, 36});
+    const int data = add_op(g, "Relu", {x}, {}, "data");
+    // 9 taps x 16 positions of a 6 x 6 map (3x3 windows, stride 1, no padding), or 16 positions.
+    std::vector<int64_t> index;
+    for (int64_t t = 0; t < (repeats ? 9 : 1); ++t) {
+      for (int64_t p = 0; p < 16; ++p) index.push_back((p / 4 + t / 3) * 6 + p % 4 + t % 3);
+    }
+    const Shape is = repeats ? Shape{9, 16} : Shape{16};
+    const int indices = g.add_constant("taps", Tensor::from_ints(DType::kI64, is, index));
+    const int patches = add_op(g, "Gather", {data, indices}, attrs({{"axis", int64_t{2}}}), "patches");
+    const int b = add_op(g, "Reshape", {patches}, attrs({{"shape", std::vector<int64_t>{repeats ? 72 : 8, 16}}}));
+    g.outputs().push_back(add_op(g, "MatMul", {random_constant(g, "w", DType::kF32, {4, repeats ? 72 : 8}, 3), b}, {}, "product"));
+    FusionOptions opt;
+    opt.cost = [&](const std::vector<int>& nodes) {
+      bool computes = false, gathers = false;
+      for (int n : nodes) {
+        computes = computes || g.nodes()[static_cast<size_t>(n)].name == "data";
+        gathers = gathers || g.nodes()[static_cast<size_t>(n)].name == "patches";
+      }
+      return computes && gathers && repeats ? 10.0 : 1.0;
+    };
+    const FusionPlan plan = fuse(g, opt);
+    expect_valid_partition(g, plan);
+    const auto group_of = [&](const std::string& name) {
+      for (size_t k = 0; k < plan.groups.size(); ++k) {
+        for (int n : plan.groups[k].nodes) {
+          if (g.nodes()[static_cast<size_t>(n)].name == name) return k;
+        }
+      }
+      return plan.groups.size();
+    };
+    EXPECT_EQ(group_of("patches"), group_of("product")) << (repeats ? "repeating" : "subsampling");
+    if (repeats) {
+      EXPECT_NE(group_of("data"), group_of("patches")) << "the data is computed once a tap";
+      EXPECT_EQ(plan.groups.size(), 2u);
+    } else {
+      EXPECT_EQ(group_of("data"), group_of("patches"));
+    }
+  }
+}
+
 TEST(Fusion, NeverMergesAcrossACycle) {
   // a = MatMul(x, w); b = Exp(a); c = Add(a, Relu(MatMul(b, w2))): merging a's group with c's
   // directly would need b's MatMul group in between, both before and after.

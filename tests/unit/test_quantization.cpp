@@ -207,8 +207,24 @@ TEST(Quantization, EightBitProductsRunOnDp4aAndTensorCoresExactly) {
         }
       }
       ASSERT_EQ(forms.size(), 2u) << "no dp4a or no tensor-core candidate, " << what;
+      // Split-K of each form (stages/split_k.h, the int32 accumulators summed as uint32): the
+      // first candidate of the form with two steps or more, on 2 blocks a tile.
+      for (bool tensor : {false, true}) {
+        for (const planner::Candidate& cand : planner::tile_candidates(r.model.graph, g.group, planner::find_device("h100"), {1 << 20, 2.0})) {
+          planner::TileConfig split = cand.config;
+          if (!split.library.empty() || split.reduce_step <= 0 || split.mma != tensor || split.split_k > 1 || K <= split.reduce_step) continue;
+          split.split_k = 2;
+          if (!planner::evaluate_tile(r.model.graph, g.group, planner::find_device("h100"), split).valid) continue;
+          forms.push_back(split);
+          break;
+        }
+      }
+      if (K > 32) {
+        EXPECT_EQ(forms.size(), 4u) << "no split-K candidate of each form, " << what;
+      }
+      std::vector<planner::FusionGroup> groups(forms.size(), g.group);
       size_t next = 0;
-      testing::check_groups(r.model.graph, {g.group, g.group}, [&](const planner::FusionGroup&) { return forms[next++]; }, what);
+      testing::check_groups(r.model.graph, groups, [&](const planner::FusionGroup&) { return forms[next++]; }, what);
     }
     EXPECT_TRUE(staged) << "the product is not staged, " << what;
     const std::string ptx = backend::compile_ptx(r.bundle.cuda_source, "sm_90");
@@ -440,6 +456,125 @@ TEST(Quantization, ConvolutionsOfBytesAreIntegerProductsOverTheirPatches) {
       staged = staged || (g.group.pattern.find("MatMul") != std::string::npos && g.candidates[g.chosen].config.reduce_step > 0);
     }
     EXPECT_TRUE(staged) << what;
+  }
+}
+
+// A QDQ model's convolutions (importer/lower_quant.h's fold_dequantized_conv): a quantized-then-
+// dequantized activation (uint8, per tensor) convolved with a dequantized int8 weight, its scale
+// per output channel (a 3x3, pad 1) or per tensor (a 3x3, stride 2, with a float bias), becomes
+// the byte product over the patches (a MatMul of 8-bit operands into int32, no Conv left) times
+// the two scales; a depthwise 3x3 (K = 9) stays a float Conv. The outputs: the definition's
+// (x_q - zx) w summed in integers and scaled in double, within float32's rounding, on the
+// reference; the compiled plan (host executor) gives the reference's bits (the depthwise Conv's up
+// to its float sums' order). In the plan the
+// quantization of X is not computed once per tap: the patches' Gather is in the product's group,
+// and any group that quantizes X reads each element of X once.
+TEST(Quantization, DequantizedPairsAroundAConvolutionFoldIntoTheByteProduct) {
+  const unsigned seed = testing::test_seed();
+  std::mt19937 rng(seed);
+  constexpr int64_t C = 16, H = 9, W = 7, F = 12;
+  std::uniform_real_distribution<float> xs(-3.0f, 3.0f);
+  std::uniform_int_distribution<int> w8(-127, 127);
+  std::vector<float> x(C * H * W), w_scale(F), bias(F), depth_scale(C);
+  std::vector<int64_t> w(F * C * 9), v(F * C * 9), d(C * 9);
+  for (auto& e : x) e = xs(rng);
+  for (auto& e : w) e = w8(rng);
+  for (auto& e : v) e = w8(rng);
+  for (auto& e : d) e = w8(rng);
+  for (int64_t f = 0; f < F; ++f) {
+    w_scale[static_cast<size_t>(f)] = 0.001f * static_cast<float>(1 + f);
+    bias[static_cast<size_t>(f)] = 0.25f * static_cast<float>(f % 5) - 0.5f;
+  }
+  for (int64_t c = 0; c < C; ++c) depth_scale[static_cast<size_t>(c)] = 0.003f;
+  const float sx = 0.025f, sv = 0.0015f;
+  const int64_t zx = 128;
+  OnnxBuilder m(13);
+  m.input("X", kFloat, {1, C, H, W}).output("Y", kFloat, {1, F, H, W}).output("Z", kFloat, {1, F, 5, 4});
+  m.output("D", kFloat, {1, C, H, W});
+  m.initializer("sx", Tensor::from_floats(DType::kF32, {}, std::vector<float>{sx}));
+  m.initializer("zx", Tensor::from_ints(DType::kU8, {}, std::vector<int64_t>{zx}));
+  m.initializer("Wq", Tensor::from_ints(DType::kI8, {F, C, 3, 3}, w)).initializer("sw", Tensor::from_floats(DType::kF32, {F}, w_scale));
+  m.initializer("Vq", Tensor::from_ints(DType::kI8, {F, C, 3, 3}, v)).initializer("sv", Tensor::from_floats(DType::kF32, {}, std::vector<float>{sv}));
+  m.initializer("Dq", Tensor::from_ints(DType::kI8, {C, 1, 3, 3}, d)).initializer("sd", Tensor::from_floats(DType::kF32, {C}, depth_scale));
+  m.initializer("bias", Tensor::from_floats(DType::kF32, {F}, bias));
+  m.node("QuantizeLinear", {"X", "sx", "zx"}, {"xq"}, "q");
+  m.node("DequantizeLinear", {"xq", "sx", "zx"}, {"xd"}, "dq_x");
+  OnnxBuilder::attr_i(m.node("DequantizeLinear", {"Wq", "sw"}, {"wd"}, "dq_w"), "axis", 0);
+  m.node("DequantizeLinear", {"Vq", "sv"}, {"vd"}, "dq_v");
+  OnnxBuilder::attr_i(m.node("DequantizeLinear", {"Dq", "sd"}, {"dd"}, "dq_d"), "axis", 0);
+  OnnxBuilder::attr_ints(m.node("Conv", {"xd", "wd"}, {"Y"}, "conv_same"), "pads", {1, 1, 1, 1});
+  onnx::NodeProto& strided = m.node("Conv", {"xd", "vd", "bias"}, {"Z"}, "conv_strided");
+  OnnxBuilder::attr_ints(strided, "pads", {1, 1, 1, 1});
+  OnnxBuilder::attr_ints(strided, "strides", {2, 2});
+  onnx::NodeProto& depthwise = m.node("Conv", {"xd", "dd"}, {"D"}, "conv_depthwise");
+  OnnxBuilder::attr_ints(depthwise, "pads", {1, 1, 1, 1});
+  OnnxBuilder::attr_i(depthwise, "group", C);
+  const importer::ImportedModel imported = importer::import_onnx_bytes(m.bytes(), ".");
+  int byte_products = 0, convs = 0;
+  for (const Node& n : imported.graph.nodes()) {
+    convs += n.op == "Conv";
+    byte_products += n.op == "MatMul" && imported.graph.value(n.outputs[0]).dtype == DType::kI32;
+  }
+  EXPECT_EQ(byte_products, 2) << "seed " << seed;
+  EXPECT_EQ(convs, 1) << "only the depthwise convolution stays a Conv, seed " << seed;
+  // The definition: x quantized as QuantizeLinear does (round half to even, saturated), the
+  // padding contributing nothing.
+  std::vector<int64_t> xq(x.size());
+  for (size_t i = 0; i < x.size(); ++i) xq[i] = std::clamp<int64_t>(static_cast<int64_t>(std::nearbyint(x[i] / sx)) + zx, 0, 255);
+  const auto conv = [&](const std::vector<int64_t>& k, int64_t stride, int64_t f, int64_t oy, int64_t ox) {
+    int64_t sum = 0;
+    for (int64_t c = 0; c < C; ++c) {
+      for (int64_t t = 0; t < 9; ++t) {
+        const int64_t iy = oy * stride + t / 3 - 1, ix = ox * stride + t % 3 - 1;
+        if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
+        sum += (xq[static_cast<size_t>((c * H + iy) * W + ix)] - zx) * k[static_cast<size_t>((f * C + c) * 9 + t)];
+      }
+    }
+    return sum;
+  };
+  const std::vector<Tensor> inputs = {Tensor::from_floats(DType::kF32, {1, C, H, W}, x)};
+  const std::vector<Tensor> ref = reference::run_graph(imported.graph, inputs);
+  const std::vector<float> ry = ref[0].to_floats(), rz = ref[1].to_floats();
+  for (int64_t f = 0; f < F; ++f) {
+    for (int64_t p = 0; p < H * W; ++p) {
+      const double want = static_cast<double>(conv(w, 1, f, p / W, p % W)) * sx * w_scale[static_cast<size_t>(f)];
+      const float got = ry[static_cast<size_t>(f * H * W + p)];
+      EXPECT_NEAR(got, want, 1e-6 * std::abs(want) + 1e-7) << "Y at channel " << f << ", position " << p << ", seed " << seed;
+    }
+    for (int64_t p = 0; p < 20; ++p) {
+      const double want = static_cast<double>(conv(v, 2, f, p / 4, p % 4)) * sx * sv + bias[static_cast<size_t>(f)];
+      const float got = rz[static_cast<size_t>(f * 20 + p)];
+      EXPECT_NEAR(got, want, 1e-6 * std::abs(want) + 1e-6) << "Z at channel " << f << ", position " << p << ", seed " << seed;
+    }
+  }
+  testing::TestDir dir("qdq_conv");
+  m.write(dir / "model.onnx");
+  const compiler::PipelineResult r = compiler::compile_model(dir / "model.onnx", planner::find_device("h100"), {});
+  auto host = backend::make_host_backend();
+  runtime::PlanRunner runner(r.bundle, *host);
+  const std::vector<Tensor> got = runner.run(inputs);
+  // The byte products exactly; the depthwise float Conv up to its float sums' order.
+  EXPECT_EQ(got[0].to_floats(), ry) << "compiled Y, seed " << seed;
+  EXPECT_EQ(got[1].to_floats(), rz) << "compiled Z, seed " << seed;
+  const std::vector<float> gd = got[2].to_floats(), rd = ref[2].to_floats();
+  ASSERT_EQ(gd.size(), rd.size());
+  for (size_t i = 0; i < gd.size(); ++i) EXPECT_NEAR(gd[i], rd[i], 1e-5f * (1.0f + std::abs(rd[i]))) << "compiled D[" << i << "], seed " << seed;
+  // The patches are gathered inside the products' groups; X's quantization reads X once a group.
+  const Graph& pg = r.model.graph;
+  for (const auto& g : r.plan.groups) {
+    bool product = false, gather = false, quantize = false;
+    for (int n : g.group.nodes) {
+      const Node& node = pg.nodes()[static_cast<size_t>(n)];
+      product = product || (node.op == "MatMul" && pg.value(node.outputs[0]).dtype == DType::kI32);
+      gather = gather || node.op == "Gather";
+      quantize = quantize || node.op == "Round";
+    }
+    if (gather) {
+      EXPECT_TRUE(product) << "the patches are gathered outside a product: " << g.group.pattern;
+    }
+    if (quantize && !product) {
+      for (int n : g.group.nodes) EXPECT_NE(pg.nodes()[static_cast<size_t>(n)].op, "Gather") << "the quantization writes the patches";
+    }
   }
 }
 
