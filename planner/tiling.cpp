@@ -1560,45 +1560,41 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
   // the last two axes alone hold one channel's rows.
   const bool reshaped_product = dp4a && rs.size() >= 4 && std::any_of(group.nodes.begin(), group.nodes.end(), [&](int n) {
     const Node& node = g.nodes()[static_cast<size_t>(n)];
-    return dp4a_matmul(g, node) && g.value(node.outputs[0]).shape.size() < rs.size() + 1 &&
+    return dp4a_matmul(g, node) && g.value(node.outputs[0]).shape != rs &&
            g.value(node.outputs[0]).shape.back() == numel(Shape(rs.begin() + 2, rs.end()));
   });
   if (d.compute_capability >= 80 && rs.size() >= 2 && (has_mma_matmul(g, group, opt.tf32) || dp4a)) {
+    const int64_t map = numel(Shape(rs.begin() + std::min<size_t>(2, rs.size()), rs.end()));  // the map's positions
     for (int64_t tm : {16, 32, 64, 128}) {
       for (int64_t tn : {8, 16, 32, 64, 128}) {
-        std::vector<std::vector<int64_t>> shapes;
-        std::vector<int64_t> tile(rs.size(), 1);
-        tile[rs.size() - 2] = std::min(tm, std::max<int64_t>(rs[rs.size() - 2], 1));
-        tile[rs.size() - 1] = std::min(tn, std::max<int64_t>(rs.back(), 1));
-        if (!((tm > 16 && rs[rs.size() - 2] <= tm / 2) || (tn > 8 && rs.back() <= tn / 2))) shapes.push_back(tile);  // else whole already
-        if (reshaped_product && !(tm > 16 && rs[1] <= tm / 2)) {
-          std::vector<int64_t> channels(rs.size(), 1);
-          channels[1] = std::min(tm, rs[1]);
-          channels.back() = rs.back();
-          channels[rs.size() - 2] = std::clamp<int64_t>(ceil_div(tn, rs.back()), 1, rs[rs.size() - 2]);
-          int64_t positions = 1;
-          for (size_t a = 2; a < rs.size(); ++a) positions *= channels[a];
-          if (!(tn > 8 && positions > tn && channels[rs.size() - 2] == 1) && !(tn > 8 && numel(Shape(rs.begin() + 2, rs.end())) <= tn / 2)) {
-            shapes.push_back(channels);
-          }
+        // Each tile with its m16n8 fragments (rows x columns of the product it covers).
+        std::vector<std::pair<std::vector<int64_t>, int64_t>> shapes;
+        if (!((tm > 16 && rs[rs.size() - 2] <= tm / 2) || (tn > 8 && rs.back() <= tn / 2))) {  // else whole already
+          std::vector<int64_t> tile(rs.size(), 1);
+          tile[rs.size() - 2] = std::min(tm, std::max<int64_t>(rs[rs.size() - 2], 1));
+          tile[rs.size() - 1] = std::min(tn, std::max<int64_t>(rs.back(), 1));
+          shapes.push_back({tile, ceil_div(tile[rs.size() - 2], 16) * ceil_div(tile[rs.size() - 1], 8)});
         }
-        for (const std::vector<int64_t>& t : shapes) {
-        int64_t positions = 1;
-        for (size_t a = 2; a < rs.size(); ++a) positions *= t[a];
-        const bool by_channel = t.size() >= 4 && t[1] > 1;
-        const int64_t fragments = by_channel ? ceil_div(t[1], 16) * ceil_div(positions, 8)
-                                             : ceil_div(t[rs.size() - 2], 16) * ceil_div(t[rs.size() - 1], 8);
-        for (int warps : {1, 2, 4, 8}) {
-          if (warps > fragments || fragments > 16 * warps) continue;
-          for (int64_t step : {16, 32, 64}) {
-            // The instruction's K: 16 (16-bit operands), 32 (8-bit integers, m16n8k32).
-            const int64_t kk = dp4a ? 32 : 16;
-            if (step < kk || (step > kk && step >= ceil_div(std::max<int64_t>(k_extent, 1), kk) * kk * 2)) continue;
-            TileConfig cfg{t, step, warps * d.warp_size, 1, true};
-            Cost c = evaluate_tile(g, group, d, cfg, opt);
-            if (c.valid) all.push_back({cfg, c});
-          }
+        if (reshaped_product && !(tm > 16 && rs[1] <= tm / 2) && !(tn > 8 && map <= tn / 2)) {
+          std::vector<int64_t> tile(rs.size(), 1);  // tm channels by the whole rows that hold tn positions
+          tile[1] = std::min(tm, rs[1]);
+          tile[rs.size() - 1] = rs.back();
+          tile[rs.size() - 2] = std::clamp<int64_t>(ceil_div(tn, rs.back()), 1, rs[rs.size() - 2]);
+          const int64_t positions = tile[rs.size() - 2] * rs.back();
+          if (tn == 8 || positions <= tn || tile[rs.size() - 2] > 1) shapes.push_back({tile, ceil_div(tile[1], 16) * ceil_div(positions, 8)});
         }
+        for (const auto& [tile, fragments] : shapes) {
+          for (int warps : {1, 2, 4, 8}) {
+            if (warps > fragments || fragments > 16 * warps) continue;
+            for (int64_t step : {16, 32, 64}) {
+              // The instruction's K: 16 (16-bit operands), 32 (8-bit integers, m16n8k32).
+              const int64_t kk = dp4a ? 32 : 16;
+              if (step < kk || (step > kk && step >= ceil_div(std::max<int64_t>(k_extent, 1), kk) * kk * 2)) continue;
+              TileConfig cfg{tile, step, warps * d.warp_size, 1, true};
+              Cost c = evaluate_tile(g, group, d, cfg, opt);
+              if (c.valid) all.push_back({cfg, c});
+            }
+          }
         }
       }
     }
