@@ -385,6 +385,36 @@ void stitch_attention(const Graph& g, Partition& p, int scores_group, int softma
   p.merge(p.group(softmax), p.group(pv));
 }
 
+// Back-to-back products, with a cost function: MatMul n's group, a product and light members,
+// joins the group of one other product (no reduction in either) whose rows reach n's left operand
+// through light members of n's group alone (a GRU step without linear_before_reset: the reset
+// gate, sigmoid(x + h R), times h, is the left operand of the candidate's product), when that
+// operand's rows are at most max_row long: a block then computes the first product's rows whole
+// before the second. The candidate groups are tried in the order their values are met, walking
+// back from the operand; the first merge the cost function keeps ends the search.
+void stitch_products(const Graph& g, Partition& p, int n, const FusionOptions& opt) {
+  const Node& node = g.nodes()[static_cast<size_t>(n)];
+  const int me = p.group(n);
+  const Shape& a = g.value(node.inputs[0]).shape;
+  if (!opt.cost || a.empty() || a.back() > opt.max_row || p.count(me, Role::kContraction) != 1 || p.count(me, Role::kReduction) != 0) return;
+  std::vector<int> stack = {node.inputs[0]};
+  std::set<int> seen;
+  while (!stack.empty()) {
+    const int v = stack.back();
+    stack.pop_back();
+    if (v == kNoValue || !seen.insert(v).second || p.producer(v) < 0) continue;
+    const int pn = p.producer(v);
+    if (p.group(pn) == me) {
+      if (!is_light(g.nodes()[static_cast<size_t>(pn)])) continue;
+      for (int in : g.nodes()[static_cast<size_t>(pn)].inputs) stack.push_back(in);
+      continue;
+    }
+    const int pg = p.group(pn);
+    if (p.count(pg, Role::kContraction) != 1 || p.count(pg, Role::kReduction) != 0) continue;
+    if (try_merge(p, pg, me, opt)) return;
+  }
+}
+
 void stitch_pass(const Graph& g, Partition& p, const FusionOptions& opt) {
   for (size_t n = 0; n < g.nodes().size(); ++n) {
     const Node& node = g.nodes()[n];
@@ -643,6 +673,14 @@ FusionPlan fuse(const Graph& g, const FusionOptions& options) {
     stitch_pass(g, p, options);
     if (options.epilogue) {
       while (epilogue_pass(g, p)) {  // ops after a stitched reduction
+      }
+    }
+    // Back-to-back products, after the other stitches (attention and normalizations first).
+    for (size_t n = 0; n < g.nodes().size(); ++n) {
+      if (g.nodes()[n].op == "MatMul") stitch_products(g, p, static_cast<int>(n), options);
+    }
+    if (options.epilogue) {
+      while (epilogue_pass(g, p)) {
       }
     }
   }

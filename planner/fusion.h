@@ -21,7 +21,11 @@
 //      (softmax followed by MatMul: attention); beyond the bound a softmax over the last axis
 //      whose probabilities (through Casts) are the left operand of a MatMul joins its scores'
 //      group and that MatMul's at once when the three form an attention core (planner/
-//      attention.h: attention at any length, tiled by flash attention);
+//      attention.h: attention at any length, tiled by flash attention); then, with a cost function
+//      that keeps the merge, back-to-back products: a MatMul whose left operand is another
+//      product's rows through light ops (a GRU step's reset gate times h, a narrow MLP) joins that
+//      product's group when the rows are at most max_row long and neither group holds a reduction
+//      (a block computes the first product's rows whole, then the second);
 //   4. states: after the rules above, a light group that reads a light producer's value element
 //      for element at its shape joins it while later groups read that value too (the value
 //      leaves as a side output: a recurrent cell's new state), if the cost function keeps the

@@ -2,7 +2,8 @@
 // (element-wise chains with broadcasts and transposed reads, MatMuls with bias and activation on
 // float32, float16 and bfloat16, LayerNorm feeding a MatMul, scaled-dot-product attention, mean
 // subtraction, Convs plain, strided and depthwise, an embedding Gather with positions and a norm;
-// window ops, products of 8-bit integers and updates in place each from a generator of their own),
+// window ops, products of 8-bit integers, updates in place and back-to-back products each from a
+// generator of their own),
 // on odd extents (rows, channels and sequence lengths that divide no tile) as often as on multiples
 // of 8 (so that 16-byte vectors, cp.async chunks and their tails all run). Each graph goes through
 // the planner's fusion; each group is lowered with the planner's best generated candidate, one
@@ -44,6 +45,9 @@ using testing::random_constant;
 struct FuzzCase {
   Graph g;
   std::string what;
+  // Fuse with a cost function that keeps every cost-checked merge (the rules that merge only
+  // under one: back-to-back products), where the planner's model would decide.
+  bool keep_merges = false;
 };
 
 class Draw {
@@ -377,12 +381,48 @@ FuzzCase random_update_case(unsigned seed) {
   return c;
 }
 
+// Back-to-back products on random shapes, a generator of their own: a product of rows (M up to
+// 40, K odd or not) whose N (up to 96) is the next product's K, through an activation and, as in
+// a GRU step without linear_before_reset, a gate times the first product's left operand (N = K
+// then); the second product's bias and activation after. float32, float16 or bfloat16, each
+// product's weights of deviation 1 / sqrt(K), so that its sums stay near 1: the reference rounds
+// the first product to the type where the kernel keeps float32, and on sums of several units
+// bfloat16's rounding, carried through the second product, moves the reference's own outputs by
+// more than the type's tolerance. Fused with every cost-checked merge kept, so the two products
+// share a group.
+FuzzCase random_back_to_back_case(unsigned seed) {
+  Draw d(seed);
+  FuzzCase c;
+  c.keep_merges = true;
+  Graph& g = c.g;
+  const DType dt = d.dtype();
+  const bool gated = d.chance(0.5);
+  const int64_t m = d.in(1, 40), k = d.extent(64), n1 = gated ? k : d.extent(96), n2 = d.extent(72);
+  const auto weights = [&](const std::string& name, int64_t rows, int64_t cols) {
+    std::normal_distribution<float> normal(0.0f, 1.0f / std::sqrt(static_cast<float>(rows)));
+    std::vector<float> v(static_cast<size_t>(rows * cols));
+    for (float& e : v) e = normal(d.rng());
+    return g.add_constant(name, Tensor::from_floats(dt, {rows, cols}, v));
+  };
+  const int x = add_input(g, "x", dt, {m, k});
+  int y = add_op(g, "MatMul", {x, weights("w1", k, n1)}, {}, "first");
+  y = add_op(g, d.activation(), {add_op(g, "Add", {y, random_constant(g, "b1", dt, {n1}, d.seed())})});
+  if (gated) y = add_op(g, "Mul", {y, x});
+  y = add_op(g, "MatMul", {y, weights("w2", n1, n2)}, {}, "second");
+  g.outputs().push_back(add_op(g, d.activation(), {add_op(g, "Add", {y, random_constant(g, "b2", dt, {n2}, d.seed())})}));
+  c.what = "MatMul " + std::string(dtype_name(dt)) + " " + std::to_string(m) + "x" + std::to_string(k) + " x " + std::to_string(n1) +
+           (gated ? ", gated by its input" : "") + ", then x " + std::to_string(n2);
+  return c;
+}
+
 // Every group of the case's fusion plan, each with the planner's best generated candidate, one
 // drawn from its generated candidates, its best tensor-core, GEMV and flash ones: lowered,
 // verified on the host and compiled (check_groups).
 void check_case(unsigned seed, const FuzzCase& c) {
   std::printf("group fuzz case %u: %s\n", seed, c.what.c_str());
-  const planner::FusionPlan plan = planner::fuse(c.g);
+  planner::FusionOptions fusion;
+  if (c.keep_merges) fusion.cost = [](const std::vector<int>&) { return 1.0; };
+  const planner::FusionPlan plan = planner::fuse(c.g, fusion);
   std::mt19937 pick(seed);
   std::vector<planner::FusionGroup> groups;
   std::vector<planner::TileConfig> configs;
@@ -492,6 +532,26 @@ TEST(GroupFuzz, RandomEightBitProductsMatchTheReferenceUnderEveryCheck) {
   const int cases = env_int("FUSETUNE_INT8_FUZZ_CASES", 2);
   for (int i = 0; i < cases && !HasFailure(); ++i) {
     check_case(seed + static_cast<unsigned>(i), random_integer_case(seed + static_cast<unsigned>(i)));
+  }
+}
+
+// Back-to-back products on random shapes, FUSETUNE_PRODUCTS_FUZZ_CASES of them (default 2) from the
+// test's seed; each case's two products fuse into one group.
+TEST(GroupFuzz, RandomBackToBackProductsMatchTheReferenceUnderEveryCheck) {
+  const unsigned seed = testing::test_seed();
+  const int cases = env_int("FUSETUNE_PRODUCTS_FUZZ_CASES", 2);
+  for (int i = 0; i < cases && !HasFailure(); ++i) {
+    const FuzzCase c = random_back_to_back_case(seed + static_cast<unsigned>(i));
+    planner::FusionOptions fusion;
+    fusion.cost = [](const std::vector<int>&) { return 1.0; };
+    size_t products = 0;
+    for (const planner::FusionGroup& fg : planner::fuse(c.g, fusion).groups) {
+      size_t here = 0;
+      for (int n : fg.nodes) here += c.g.nodes()[static_cast<size_t>(n)].op == "MatMul";
+      products = std::max(products, here);
+    }
+    ASSERT_EQ(products, 2u) << "case " << seed + static_cast<unsigned>(i) << " (" << c.what << "): the products are apart";
+    check_case(seed + static_cast<unsigned>(i), c);
   }
 }
 

@@ -184,6 +184,37 @@ TEST(Fusion, AGatherThatRepeatsItsDataStaysWithItsReader) {
   }
 }
 
+// Back-to-back products (a GRU step's reset gate times h into the h gate's product; a narrow MLP):
+// with a cost function, a product whose left operand is another product's rows through light ops
+// joins that product's group when the rows are at most max_row long and the cost keeps the merge;
+// without a cost function, beyond max_row, or when the merge costs more, the two stay apart.
+TEST(Fusion, BackToBackProductsJoinWhenTheFirstsRowsFitAndTheCostKeepsIt) {
+  Graph g;
+  const int x = add_input(g, "x", DType::kF32, {8, 32});
+  const int first = add_op(g, "MatMul", {x, random_constant(g, "w1", DType::kF32, {32, 64}, 5)}, {}, "first");
+  const int act = add_op(g, "Relu", {first});
+  g.outputs().push_back(add_op(g, "MatMul", {act, random_constant(g, "w2", DType::kF32, {64, 16}, 6)}, {}, "second"));
+  const auto groups = [&](const FusionOptions& opt) {
+    const FusionPlan plan = fuse(g, opt);
+    expect_valid_partition(g, plan);
+    return plan.groups.size();
+  };
+  FusionOptions kept;
+  kept.cost = [](const std::vector<int>&) { return 1.0; };
+  EXPECT_EQ(groups(kept), 1u);
+  FusionOptions narrow = kept;
+  narrow.max_row = 32;
+  EXPECT_EQ(groups(narrow), 2u) << "the first product's rows (64) exceed max_row";
+  FusionOptions dearer;
+  dearer.cost = [&](const std::vector<int>& nodes) {
+    int products = 0;
+    for (int n : nodes) products += g.nodes()[static_cast<size_t>(n)].op == "MatMul";
+    return products == 2 ? 3.0 : 1.0;
+  };
+  EXPECT_EQ(groups(dearer), 2u) << "the merge costs more than its parts";
+  EXPECT_EQ(groups(FusionOptions{}), 2u) << "merged without a cost function";
+}
+
 TEST(Fusion, NeverMergesAcrossACycle) {
   // a = MatMul(x, w); b = Exp(a); c = Add(a, Relu(MatMul(b, w2))): merging a's group with c's
   // directly would need b's MatMul group in between, both before and after.
