@@ -5,7 +5,8 @@
 // have their columns gate-minor: a hidden unit's gates side by side (column j x gates + k is gate
 // k's column j; a Reshape, Transpose and Reshape, folded for constant weights), so that a tile of
 // the new state reads one run of the product's columns and fusion makes a step one launch (GRU
-// without linear_before_reset: two, its h gate's product reading r x h). Forward, reverse (time
+// without linear_before_reset too: its h gate's product, reading r x h, joins the z and r
+// product as back-to-back products, planner/fusion.h). Forward, reverse (time
 // steps last to first) and bidirectional (both, stacked); layout 0 ([T, B, I], states [D, B, H])
 // and 1 ([B, T, I], states [B, D, H]); initial states; LSTM peepholes and input_forget; GRU
 // linear_before_reset; clip; every activation the spec lists with its activation_alpha/beta,

@@ -431,22 +431,25 @@ std::map<int, Region> tile_regions(const Graph& g, const FusionGroup& group, int
   return regions;
 }
 
-// The tile of the root whose staged implicit-GEMM Convs (C_in / group > 1) compute the largest
-// regions: codegen sizes their slices, and runs their micro-tiles, for the largest region any tile
-// needs (codegen/stages/conv_gemm.h), so the model charges that one. The representative tile
-// unless the group also reshapes: a tile of a flattened image axis (a pointwise convolution's
-// pixels, importer/pointwise_conv.h) that straddles rows needs the box of whole rows (16 pixels
-// of a 56-wide image: 2 x 56), which the representative tile may not show. Scans up to 64 starts
-// along each axis of the root.
-Region widest_conv_tile(const Graph& g, const FusionGroup& group, int root, const Region& representative,
-                        const std::vector<int64_t>& tile, const TileConfig& cfg) {
+// The tile of the root whose staged implicit-GEMM Convs (C_in / group > 1) and products of bytes
+// (a quantized convolution's, over its patches) compute the largest regions: codegen sizes their
+// slices, and runs their micro-tiles, for the largest region any tile needs
+// (codegen/stages/conv_gemm.h, dp4a_matmul.h), so the model charges, and admits, that one. The
+// representative tile unless the group also reshapes: a tile of a flattened image axis (a
+// pointwise convolution's pixels, importer/pointwise_conv.h; the padded map a consumer's patches
+// are gathered from) that straddles rows needs the box of whole rows (16 pixels of a 56-wide
+// image: 2 x 56), which the representative tile may not show. Scans up to 64 starts along each
+// axis of the root.
+Region widest_staged_tile(const Graph& g, const FusionGroup& group, int root, const Region& representative,
+                          const std::vector<int64_t>& tile, const TileConfig& cfg) {
   if (cfg.reduce_step <= 0) return representative;
   std::vector<int> convs;
   bool reshapes = false;
   for (int id : group.nodes) {
     const Node& n = g.nodes()[static_cast<size_t>(id)];
     reshapes = reshapes || n.op == "Reshape" || n.op == "Flatten";
-    if (n.op == "Conv" && n.inputs.size() > 1 && g.value(n.inputs[1]).shape.size() > 1 && g.value(n.inputs[1]).shape[1] > 1) {
+    if ((n.op == "Conv" && n.inputs.size() > 1 && g.value(n.inputs[1]).shape.size() > 1 && g.value(n.inputs[1]).shape[1] > 1) ||
+        dp4a_matmul(g, n)) {
       convs.push_back(n.outputs[0]);
     }
   }
@@ -580,7 +583,14 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   const int root = group_root(g, group);
   const Shape& rs = g.value(root).shape;
   check(cfg.tile.size() == rs.size(), "tile of rank ", cfg.tile.size(), " for a root of rank ", rs.size());
-  const Region root_tile = widest_conv_tile(g, group, root, representative_tile(rs, cfg.tile), cfg.tile, cfg);
+  Region root_tile;
+  if (opt.widest_tiles != nullptr && cfg.reduce_step > 0) {
+    auto [at, fresh] = opt.widest_tiles->try_emplace(cfg.tile);
+    if (fresh) at->second = widest_staged_tile(g, group, root, representative_tile(rs, cfg.tile), cfg.tile, cfg);
+    root_tile = at->second;
+  } else {
+    root_tile = widest_staged_tile(g, group, root, representative_tile(rs, cfg.tile), cfg.tile, cfg);
+  }
   const std::vector<int64_t> ntiles = tiles_along(rs, cfg.tile);
   c.tiles = 1;
   for (int64_t n : ntiles) c.tiles *= n;
@@ -968,8 +978,10 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       const MmaWarps warps = mma_warps(region_rows, region_cols, cfg.threads / d.warp_size);
       const int64_t rows = cfg.mma ? warps.rows() : region_rows, cols = cfg.mma ? warps.cols() : region_cols;
       smem += (rows * (cfg.mma ? imma_pitch_a(step) : dp4a_pitch_a(step)) + words * (cfg.mma ? imma_pitch_b(cols) : cols)) * 4;
-      const auto epilogue = cfg.mma ? std::nullopt : register_epilogue(g, group, *it);
-      if (!(epilogue && sixteen_byte_runs(g, *epilogue, tn))) smem += out_elems * 8;
+      // The epilogue from registers (planner/epilogue.h): on tensor cores wherever the product's
+      // uses allow, on dp4a where each micro-tile row is whole 16-byte runs.
+      const auto epilogue = register_epilogue(g, group, *it);
+      if (!(epilogue && (cfg.mma || sixteen_byte_runs(g, *epilogue, tn)))) smem += out_elems * 8;
       const int64_t steps = ceil_div(k, step);
       walk(steps, 1);
       ++split_products;  // its accumulators in registers: split-K applies
@@ -1475,6 +1487,8 @@ std::vector<int> least_dram_order(const Graph& g, const FusionGroup& group, cons
 std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group, const Device& d,
                                        const TilingOptions& options) {
   TilingOptions opt = options;
+  std::map<std::vector<int64_t>, Region> widest;  // widest_staged_tile by tile shape, for this group
+  opt.widest_tiles = &widest;
   if (opt.constant_bytes < 0) opt.constant_bytes = constant_bytes(g);
   const int root = group_root(g, group);
   const Shape& rs = g.value(root).shape;

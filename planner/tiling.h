@@ -91,6 +91,7 @@
 #pragma once
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <string>
 #include <utility>
@@ -170,6 +171,10 @@ struct TilingOptions {
   // The libraries whose calls may be candidates (planner::library_set; `--libraries`): a plan
   // for a host without cuDNN leaves it out.
   std::set<std::string> libraries = {"cublasLt", "cudnn"};
+  // Set by tile_candidates for the group it enumerates: the widest tile of a staged Conv or byte
+  // product by root tile shape (the scan of tiling.cpp's widest_staged_tile, the same for every
+  // candidate of a tile shape), so that it runs once a shape. Null: scanned for each candidate.
+  std::map<std::vector<int64_t>, std::vector<Interval>>* widest_tiles = nullptr;
 };
 
 // The bytes of g's constants.

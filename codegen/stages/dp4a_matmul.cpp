@@ -49,6 +49,7 @@ class Dp4aMatMulStage : public AnchorStage {
       frag_b_ = "fb" + id;
       k.thread_locals.push_back({frag_a_, warps_.fm * 4, DType::kU32});
       k.thread_locals.push_back({frag_b_, warps_.fn * 2, DType::kU32});
+      epilogue_ = planner::register_epilogue(cx.g, cx.group, static_cast<int>(&node - cx.g.nodes().data()));
     } else {
       rows_ = std::max<int64_t>(1, me[p_.m_axis]);
       cols_ = std::max<int64_t>(1, me[p_.n_axis]);
@@ -100,6 +101,8 @@ class Dp4aMatMulStage : public AnchorStage {
   Block imma_step();
   // The accumulators to the product's buffer (the tensor-core form's fragment layout).
   void imma_write(Kernel& k);
+  // The tensor-core form's epilogue from the accumulator fragments (register_epilogue's values).
+  void imma_register_epilogue(Kernel& k);
   // Accumulator c as the product's value (int32, in the compute type).
   std::string element(int64_t c) const { return "(long long)(int)" + regs_ + "[" + std::to_string(c) + "]"; }
   // The SIMT form: the condition that this thread owns a micro-tile, and the lets of its first row
@@ -303,6 +306,27 @@ void Dp4aMatMulStage::imma_write(Kernel& k) {
   k.body.insert(k.body.end(), write.begin(), write.end());
 }
 
+// Each lane's fragment (i, j) holds, per half h, the products at row 16 i + 8 h + g and columns
+// 8 j + 2 t, + 1 of its warp's: a run of two through the epilogue (epilogue_run), each element
+// inside the region alone at its edge.
+void Dp4aMatMulStage::imma_register_epilogue(Kernel& k) {
+  const Region& r = cx_.region.at(p_.v);
+  Block write = lane_lets();
+  const Block runs = cx_.fresh_block([&] {
+    for (int64_t i = 0; i < warps_.fm; ++i) {
+      for (int64_t j = 0; j < warps_.fn; ++j) {
+        for (int64_t h = 0; h < 2; ++h) {
+          const std::string row = "(ft_wm0 + " + lit(i * 16 + 8 * h) + " + ft_g)", col = "(ft_wn0 + " + lit(j * 8) + " + ft_t * 2)";
+          const int64_t c0 = (i * warps_.fn + j) * 4 + 2 * h;
+          epilogue_run(cx_, p_, *epilogue_, row, col, 2, [&](int64_t c) { return element(c0 + c); });
+        }
+      }
+    }
+  });
+  write.push_back(if_then("ft_wm0 < " + r.n[p_.m_axis] + " && ft_wn0 < " + r.n[p_.n_axis], runs));
+  k.body.push_back(if_then("1", write));  // a scope of its own for the lane's lets
+}
+
 void Dp4aMatMulStage::emit(Kernel& k) {
   const Region& r = cx_.region.at(p_.v);
   const std::string nm = r.n[p_.m_axis], nn = r.n[p_.n_axis];
@@ -322,6 +346,10 @@ void Dp4aMatMulStage::emit(Kernel& k) {
                                             : "ft_min(" + k0 + " + " + lit(split_steps(cx_, all_steps)) + ", " + lit(all_steps) + ")";
   k.body.push_back(uniform_for("ft_ks", k0, end, steps));
   emit_split_sum(cx_, k, regs_, accumulators, "sum", DType::kU32);
+  if (imma_ && epilogue_) {
+    imma_register_epilogue(k);
+    return;
+  }
   if (imma_) {
     imma_write(k);
     k.body.push_back(barrier());

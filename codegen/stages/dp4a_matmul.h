@@ -23,8 +23,10 @@
 // words (codegen/kernel_ir.h's m16n8k32 layout: plain 32-bit shared reads, conflict-free at those
 // pitches) and each warp issues its fm x fn mma. With split-K (stages/split_k.h) a block runs its
 // split's steps and the last of the tile's blocks sums the splits' accumulators as uint32 (modulo
-// 2^32: the same wrapped int32 sum in any order). After the steps each lane writes its
-// accumulators inside the region to the product's shared buffer. Then the SIMT form's epilogue: from the registers where planner::
+// 2^32: the same wrapped int32 sum in any order). After the steps, where planner::
+// register_epilogue takes the product's uses, each lane runs the epilogue on its fragments' pairs
+// of adjacent columns (stages/matmul.h's epilogue_run, runs of two); else it writes its
+// accumulators inside the region to the product's shared buffer. The SIMT form's epilogue: from the registers where planner::
 // register_epilogue takes the product's uses and each micro-tile row is a whole number of
 // 16-byte runs of every value it writes (stages/matmul.h's epilogue_run, the product read as
 // int32), else the accumulators go to the product's shared buffer (64-bit integers) and, when

@@ -47,6 +47,7 @@
 #include "core/kernel_text.h"
 #include "unit/cli_run.h"
 #include "unit/graph_helpers.h"
+#include "unit/onnx_builder.h"
 
 namespace fusetune {
 namespace {
@@ -347,30 +348,43 @@ TEST(PtxTensorCores, AFloatThirtyTwoConvolutionStagesWithCpAsync) {
                          R"(\bcp\.async\.wait_group 1\b)"});
 }
 
-// The TF32 precision policy end to end: `compile --precision tf32` of a float32 model (a small LLaMA: on
-// the small ViT every tensor-core candidate now models a little slower than the float32 pipes) records
-// the policy, runs its MatMuls as mma.m16n8k8.tf32 on operands rounded by cvt.rna and copied by
-// cp.async, and `fusetune run` of the plan matches PyTorch's outputs (under TF32's tolerance, the
-// manifest says which); without the flag no kernel leaves float32; a policy that is not one is
-// refused naming it.
+// The TF32 precision policy end to end: `compile --precision tf32` of a float32 model records the
+// policy, runs its MatMuls as mma.m16n8k8.tf32 on operands rounded by cvt.rna and copied by
+// cp.async (a projection of 256 rows by 512 x 512, where tensor cores win: the small test models'
+// products are launch-bound, and since the back-to-back product rule the small LLaMA's MLP runs as
+// one fused group on the float32 pipes), and `fusetune run` of the small LLaMA's plan matches
+// PyTorch's outputs (under TF32's tolerance, the manifest says which); without the flag no kernel
+// leaves float32; a policy that is not one is refused naming it.
 TEST(PtxTensorCores, AFloatThirtyTwoPlanUnderTf32RunsOnTf32TensorCores) {
   if (!backend::nvrtc_available()) GTEST_SKIP() << "NVRTC not available: no PTX to read";
   const fs::path dir = fs::path(FUSETUNE_SOURCE_DIR) / "tests/data/models/llama";
   const fs::path plan = fs::temp_directory_path() / ("fusetune_tf32_" + std::to_string(::getpid()));
-  const testing::Outcome c = testing::run_cli("compile " + (dir / "model.onnx").string() + " --device h100 --precision tf32 --out " + plan.string());
-  ASSERT_EQ(c.exit_code, 0) << c.output;
-  const nlohmann::json manifest = nlohmann::json::parse(read_file(plan / "manifest.json", "the manifest"));
-  EXPECT_EQ(manifest.at("precision"), "tf32");
-  const Ptx ptx{backend::compile_ptx(read_file(plan / "kernels.cu", "the plan's kernels"), "sm_90")};
+  const fs::path projection = fs::temp_directory_path() / ("fusetune_tf32_projection_" + std::to_string(::getpid()));
+  testing::OnnxBuilder m(13);
+  m.input("x", testing::kFloat, {256, 512}).output("y", testing::kFloat, {256, 512});
+  m.initializer("w", Tensor::from_floats(DType::kF32, {512, 512}, std::vector<float>(512 * 512, 0.01f)));
+  m.node("MatMul", {"x", "w"}, {"p"}, "projection");
+  m.node("Relu", {"p"}, {"y"}, "relu");
+  fs::create_directories(projection);
+  m.write(projection / "model.onnx");
+  const testing::Outcome pc = testing::run_cli("compile " + (projection / "model.onnx").string() +
+                                               " --device h100 --precision tf32 --libraries none --out " + (projection / "plan").string());
+  ASSERT_EQ(pc.exit_code, 0) << pc.output;
+  const Ptx ptx{backend::compile_ptx(read_file(projection / "plan" / "kernels.cu", "the plan's kernels"), "sm_90")};
+  fs::remove_all(projection);
   const size_t tf32 = ptx.count(R"(\bmma\.sync\.aligned\.m16n8k8\.row\.col\.f32\.tf32\.tf32\.f32\b)");
   EXPECT_GT(tf32, 0u);
   EXPECT_GT(ptx.count(R"(\bcvt\.rna\.tf32\.f32\b)"), 0u);
   EXPECT_GT(ptx.count(R"(\bcp\.async\.cg\.shared\.global\b)"), 0u);
+  std::printf("a 256 x 512 x 512 projection under --precision tf32: %zu m16n8k8 TF32 mma in the PTX\n", tf32);
+  const testing::Outcome c = testing::run_cli("compile " + (dir / "model.onnx").string() + " --device h100 --precision tf32 --out " + plan.string());
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  const nlohmann::json manifest = nlohmann::json::parse(read_file(plan / "manifest.json", "the manifest"));
+  EXPECT_EQ(manifest.at("precision"), "tf32");
   const testing::Outcome run = testing::run_cli("run " + plan.string() + " --inputs " + (dir / "test_data_set_0").string());
   fs::remove_all(plan);
   EXPECT_EQ(run.exit_code, 0) << run.output;
   EXPECT_NE(run.output.find("outputs: 1 match, 0 differ"), std::string::npos) << run.output;
-  std::printf("llama under --precision tf32: %zu m16n8k8 TF32 mma in the PTX\n", tf32);
   EXPECT_EQ(plan_ptx("llama").count(R"(\.tf32\b)"), 0u);
   const testing::Outcome bad = testing::run_cli("compile " + (dir / "model.onnx").string() + " --device h100 --precision fp8 --out " + plan.string());
   EXPECT_EQ(bad.exit_code, 2) << bad.output;

@@ -207,6 +207,10 @@ TEST(Quantization, EightBitProductsRunOnDp4aAndTensorCoresExactly) {
         }
       }
       ASSERT_EQ(forms.size(), 2u) << "no dp4a or no tensor-core candidate, " << what;
+      // The tensor-core form's product leaves from its fragments: no 64-bit product buffer.
+      for (const codegen::SharedAlloc& s : codegen::lower_group(r.model.graph, g.group, forms[1], "imma").kernel.shared) {
+        EXPECT_NE(s.dtype, DType::kI64) << "the tensor-core form stages its product in shared memory (" << s.name << "), " << what;
+      }
       // Split-K of each form (stages/split_k.h, the int32 accumulators summed as uint32): the
       // first candidate of the form with two steps or more, on 2 blocks a tile.
       for (bool tensor : {false, true}) {
@@ -576,6 +580,59 @@ TEST(Quantization, DequantizedPairsAroundAConvolutionFoldIntoTheByteProduct) {
       for (int n : g.group.nodes) EXPECT_NE(pg.nodes()[static_cast<size_t>(n)].op, "Gather") << "the quantization writes the patches";
     }
   }
+}
+
+// A QDQ model's 1x1 convolution whose output, requantized, is padded for the next convolution's
+// patches (ResNet-50's layer3.0, quantized by onnxruntime: its plan failed to compile, codegen's
+// micro-tiles unable to cover the region of a tile that straddles the padded map's rows, which the
+// planner had not looked at): each of the best 64 candidates the planner admits for each group of
+// the plan lowers, and the plan compiles and matches the reference.
+TEST(Quantization, EveryAdmittedCandidateOfAQuantizedConvolutionChainLowers) {
+  const unsigned seed = testing::test_seed();
+  std::mt19937 rng(seed);
+  constexpr int64_t C = 128, F = 64, S = 28;
+  std::uniform_real_distribution<float> xs(-2.0f, 2.0f);
+  std::uniform_int_distribution<int> w8(-127, 127);
+  std::vector<float> x(C * S * S);
+  std::vector<int64_t> w1(F * C), w2(F * F * 9);
+  for (auto& e : x) e = xs(rng);
+  for (auto& e : w1) e = w8(rng);
+  for (auto& e : w2) e = w8(rng);
+  OnnxBuilder m(13);
+  m.input("X", kFloat, {1, C, S, S}).output("Y", kFloat, {1, F, S / 2, S / 2});
+  m.initializer("sx", Tensor::scalar_float(DType::kF32, 0.02f)).initializer("zx", Tensor::from_ints(DType::kU8, {}, std::vector<int64_t>{128}));
+  m.initializer("sr", Tensor::scalar_float(DType::kF32, 0.05f)).initializer("zr", Tensor::from_ints(DType::kU8, {}, std::vector<int64_t>{0}));
+  m.initializer("W1", Tensor::from_ints(DType::kI8, {F, C, 1, 1}, w1)).initializer("s1", Tensor::scalar_float(DType::kF32, 0.001f));
+  m.initializer("W2", Tensor::from_ints(DType::kI8, {F, F, 3, 3}, w2)).initializer("s2", Tensor::scalar_float(DType::kF32, 0.002f));
+  m.node("QuantizeLinear", {"X", "sx", "zx"}, {"xq"}, "q_x");
+  m.node("DequantizeLinear", {"xq", "sx", "zx"}, {"xd"}, "dq_x");
+  m.node("DequantizeLinear", {"W1", "s1"}, {"w1d"}, "dq_w1");
+  m.node("DequantizeLinear", {"W2", "s2"}, {"w2d"}, "dq_w2");
+  m.node("Conv", {"xd", "w1d"}, {"a"}, "pointwise");
+  m.node("Relu", {"a"}, {"r"}, "relu");
+  m.node("QuantizeLinear", {"r", "sr", "zr"}, {"rq"}, "q_r");
+  m.node("DequantizeLinear", {"rq", "sr", "zr"}, {"rd"}, "dq_r");
+  onnx::NodeProto& down = m.node("Conv", {"rd", "w2d"}, {"Y"}, "down");
+  OnnxBuilder::attr_ints(down, "pads", {1, 1, 1, 1});
+  OnnxBuilder::attr_ints(down, "strides", {2, 2});
+  testing::TestDir dir("qdq_chain");
+  m.write(dir / "model.onnx");
+  const compiler::PipelineResult r = compiler::compile_model(dir / "model.onnx", planner::find_device("h100"), {});
+  const std::string what = "seed " + std::to_string(seed);
+  int lowered = 0;
+  for (const auto& g : r.plan.groups) {  // the best 64 of each group's candidates
+    for (const planner::Candidate& cand : planner::tile_candidates(r.model.graph, g.group, planner::find_device("h100"), {64, 2.0})) {
+      if (!cand.config.library.empty()) continue;
+      EXPECT_NO_THROW(codegen::lower_group(r.model.graph, g.group, cand.config, "k")) << g.group.pattern << " " << cand.config.str();
+      ++lowered;
+    }
+  }
+  EXPECT_GT(lowered, 64);
+  const std::vector<Tensor> inputs = {Tensor::from_floats(DType::kF32, {1, C, S, S}, x)};
+  const std::vector<float> want = reference::run_graph(r.model.graph, inputs)[0].to_floats();
+  auto host = backend::make_host_backend();
+  runtime::PlanRunner runner(r.bundle, *host);
+  EXPECT_EQ(runner.run(inputs)[0].to_floats(), want) << "compiled, " << what;
 }
 
 // What the quantization lowerings refuse: a float8 QuantizeLinear with a zero point other than
