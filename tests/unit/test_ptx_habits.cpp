@@ -350,8 +350,8 @@ TEST(PtxTensorCores, AFloatThirtyTwoConvolutionStagesWithCpAsync) {
 
 // The TF32 precision policy end to end: `compile --precision tf32` of a float32 model records the
 // policy, runs its MatMuls as mma.m16n8k8.tf32 on operands rounded by cvt.rna and copied by
-// cp.async (a projection of 256 rows by 512 x 512, where tensor cores win: the small test models'
-// products are launch-bound, and since the back-to-back product rule the small LLaMA's MLP runs as
+// cp.async (a projection of 256 rows by 512 x 512 with generated kernels alone, `--libraries none`,
+// where tensor cores win: the small test models' products are launch-bound, and since the back-to-back product rule the small LLaMA's MLP runs as
 // one fused group on the float32 pipes), and `fusetune run` of the small LLaMA's plan matches
 // PyTorch's outputs (under TF32's tolerance, the manifest says which); without the flag no kernel
 // leaves float32; a policy that is not one is refused naming it.
