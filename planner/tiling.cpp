@@ -583,13 +583,14 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   const int root = group_root(g, group);
   const Shape& rs = g.value(root).shape;
   check(cfg.tile.size() == rs.size(), "tile of rank ", cfg.tile.size(), " for a root of rank ", rs.size());
+  const auto widest = [&] { return widest_staged_tile(g, group, root, representative_tile(rs, cfg.tile), cfg.tile, cfg); };
   Region root_tile;
   if (opt.widest_tiles != nullptr && cfg.reduce_step > 0) {
     auto [at, fresh] = opt.widest_tiles->try_emplace(cfg.tile);
-    if (fresh) at->second = widest_staged_tile(g, group, root, representative_tile(rs, cfg.tile), cfg.tile, cfg);
+    if (fresh) at->second = widest();
     root_tile = at->second;
   } else {
-    root_tile = widest_staged_tile(g, group, root, representative_tile(rs, cfg.tile), cfg.tile, cfg);
+    root_tile = widest();
   }
   const std::vector<int64_t> ntiles = tiles_along(rs, cfg.tile);
   c.tiles = 1;
@@ -1572,13 +1573,12 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
   // also gets tiles of tm output channels (the root's axis 1) by whole rows of the last spatial
   // axis, tn positions or just over: the same m16n8 fragments over F x positions, where tiles over
   // the last two axes alone hold one channel's rows.
+  const int64_t map = numel(Shape(rs.begin() + std::min<size_t>(2, rs.size()), rs.end()));  // the map's positions
   const bool reshaped_product = dp4a && rs.size() >= 4 && std::any_of(group.nodes.begin(), group.nodes.end(), [&](int n) {
     const Node& node = g.nodes()[static_cast<size_t>(n)];
-    return dp4a_matmul(g, node) && g.value(node.outputs[0]).shape != rs &&
-           g.value(node.outputs[0]).shape.back() == numel(Shape(rs.begin() + 2, rs.end()));
+    return dp4a_matmul(g, node) && g.value(node.outputs[0]).shape != rs && g.value(node.outputs[0]).shape.back() == map;
   });
   if (d.compute_capability >= 80 && rs.size() >= 2 && (has_mma_matmul(g, group, opt.tf32) || dp4a)) {
-    const int64_t map = numel(Shape(rs.begin() + std::min<size_t>(2, rs.size()), rs.end()));  // the map's positions
     for (int64_t tm : {16, 32, 64, 128}) {
       for (int64_t tn : {8, 16, 32, 64, 128}) {
         // Each tile with its m16n8 fragments (rows x columns of the product it covers).

@@ -321,10 +321,7 @@ void ConvGemmStage::emit(Kernel& k) {
     steps.push_back(barrier());
     steps.push_back(update_step("ft_ks", "", lit(st.pitch_a), ""));
     steps.push_back(barrier());
-    const std::string end = cx_.splits() == 1
-                                ? lit(all_steps)
-                                : "ft_min(" + k0 + " + " + lit(split_steps(cx_, all_steps)) + ", " + lit(all_steps) + ")";
-    k.body.push_back(uniform_for("ft_ks", k0, end, steps));
+    k.body.push_back(uniform_for("ft_ks", k0, split_end_step(cx_, k0, all_steps), steps));
   }
   emit_split_sum(cx_, k, st.regs, st.tm * st.tn);
   // The epilogue's input: each cell of the micro-tile, plus the bias.

@@ -342,9 +342,7 @@ void Dp4aMatMulStage::emit(Kernel& k) {
   // The block's steps: all of them, or its split's (stages/split_k.h), then the split's sum.
   const int64_t all_steps = (p_.k + p_.step - 1) / p_.step;
   const std::string k0 = split_first_step(cx_, k, all_steps);
-  const std::string end = cx_.splits() == 1 ? lit(all_steps)
-                                            : "ft_min(" + k0 + " + " + lit(split_steps(cx_, all_steps)) + ", " + lit(all_steps) + ")";
-  k.body.push_back(uniform_for("ft_ks", k0, end, steps));
+  k.body.push_back(uniform_for("ft_ks", k0, split_end_step(cx_, k0, all_steps), steps));
   emit_split_sum(cx_, k, regs_, accumulators, "sum", DType::kU32);
   if (imma_ && epilogue_) {
     imma_register_epilogue(k);

@@ -523,7 +523,7 @@ void StagedMatMulStage::emit(Kernel& k) {
       steps.push_back(thread_for("ft_e", "0", "ft_min(" + nm + " * " + nn + ", " + lit(std::max<int64_t>(1, cx_.capacity[v] > 0 ? cx_.capacity[v] : 1)) + ")", loop));
     }
     steps.push_back(barrier());
-    k.body.push_back(uniform_for("ft_ks", k0, cx_.splits() == 1 ? lit(all_steps) : "ft_min(" + k0 + " + " + lit(split_steps(cx_, all_steps)) + ", " + lit(all_steps) + ")", steps));
+    k.body.push_back(uniform_for("ft_ks", k0, split_end_step(cx_, k0, all_steps), steps));
   }
   if (cx_.splits() > 1) {
     check(!st.regs.empty(), "split-K needs the accumulators in registers: ", cx_.cfg.threads, " threads cannot cover the tile with micro-tiles");

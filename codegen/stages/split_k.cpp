@@ -12,6 +12,11 @@ std::string split_first_step(LoweringContext& cx, Kernel& k, int64_t steps) {
   return "ft_k0";
 }
 
+std::string split_end_step(const LoweringContext& cx, const std::string& k0, int64_t steps) {
+  if (cx.splits() == 1) return lit(steps);
+  return "ft_min(" + k0 + " + " + lit(split_steps(cx, steps)) + ", " + lit(steps) + ")";
+}
+
 void emit_split_sum(LoweringContext& cx, Kernel& k, const std::string& acc, int64_t count, const std::string& op, DType dtype) {
   const int64_t splits = cx.splits();
   if (splits == 1) return;

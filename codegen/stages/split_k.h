@@ -41,6 +41,10 @@ int64_t split_steps(const LoweringContext& cx, int64_t steps);
 // ft_k0 it declares.
 std::string split_first_step(LoweringContext& cx, Kernel& k, int64_t steps);
 
+// The end of the block's steps from `k0` (split_first_step's): all `steps` without split-K, else
+// its split's, cut at `steps`.
+std::string split_end_step(const LoweringContext& cx, const std::string& k0, int64_t steps);
+
 // After the block's steps: the tile's partial products summed into `acc` (`count` floats a thread,
 // or 32-bit unsigned integers where `dtype` is kU32: the dp4a form's int32 accumulators, summed
 // modulo 2^32 as they wrap, exactly) by the last of its blocks, the others ended (see the header
