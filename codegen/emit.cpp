@@ -314,6 +314,18 @@ void emit_block(std::ostringstream& out, const Kernel& k, const Block& b, int de
         break;
       case Stmt::Kind::kWarpReduce:
         if (!s.b.empty()) out << pad << "if (" << s.b << ")\n";
+        if (is_arg_reduce(s.a)) {
+          out << pad << "#pragma unroll\n"
+              << pad << "for (int ft_off = " << kWarpSize / 2 << "; ft_off > 0; ft_off >>= 1) {\n"
+              << pad << "  const float ft_xv = __shfl_xor_sync(0xffffffffu, " << s.name << "[0], ft_off);\n"
+              << pad << "  const unsigned int ft_xi = __shfl_xor_sync(0xffffffffu, " << s.c << "[0], ft_off);\n"
+              << pad << "  if (ft_arg_beats(ft_xv, ft_xi, " << s.name << "[0], " << s.c << "[0], " << arg_beats_flags(s.a) << ")) {\n"
+              << pad << "    " << s.name << "[0] = ft_xv;\n"
+              << pad << "    " << s.c << "[0] = ft_xi;\n"
+              << pad << "  }\n"
+              << pad << "}\n";
+          break;
+        }
         out << pad << "#pragma unroll\n"
             << pad << "for (int ft_off = " << kWarpSize / 2 << "; ft_off > 0; ft_off >>= 1) " << s.name << "[0] = "
             << warp_combine(s.a, s.name + "[0]", "__shfl_xor_sync(0xffffffffu, " + s.name + "[0], ft_off)") << ";\n";

@@ -23,6 +23,19 @@ FT_FN float ft_softplus(float x) { return x > 0.0f ? x + log1pf(expf(-x)) : log1
 FT_FN float ft_hardswish(float x) { return x * fminf(1.0f, fmaxf(0.0f, x / 6.0f + 0.5f)); }
 FT_FN float ft_fmaxn(float a, float b) { return (a != a || b != b) ? (a + b) : fmaxf(a, b); }
 FT_FN float ft_fminn(float a, float b) { return (a != a || b != b) ? (a + b) : fminf(a, b); }
+// ArgMax's and ArgMin's order, the reference's serial scan regrouped (a lane's strided share, then
+// the warp's lanes, then the warps): candidate (x, i) beats the held (b, j), j 0xffffffff for none
+// yet. The scan starts from element 0 and takes only strictly better (last: better or equal)
+// elements, so a NaN at index 0 wins and a NaN elsewhere never does; equal values go to the lower
+// (last: the higher) index. A total order over the elements, so any grouping gives the scan's pick.
+FT_FN bool ft_arg_beats(float x, unsigned int i, float b, unsigned int j, bool is_max, bool last) {
+  if (i == 0xffffffffu) return false;
+  if (j == 0xffffffffu) return x == x || i == 0u;
+  if (b != b) return false;
+  if (x != x) return i == 0u;
+  if (x == b) return last ? i > j : i < j;
+  return is_max ? x > b : x < b;
+}
 FT_FN float ft_sign(float x) { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : x); }
 FT_FN float ft_inf() { union { unsigned int u; float f; } c; c.u = 0x7f800000u; return c.f; }
 FT_FN float ft_nan() { union { unsigned int u; float f; } c; c.u = 0x7fc00000u; return c.f; }

@@ -106,6 +106,22 @@ Stmt warp_reduce(std::string local, std::string op, std::string guard) {
   return s;
 }
 
+bool is_arg_reduce(const std::string& op) {
+  return op == "argmax" || op == "argmin" || op == "argmax_last" || op == "argmin_last";
+}
+
+std::string arg_beats_flags(const std::string& op) {
+  return std::string(op.rfind("argmax", 0) == 0 ? "true" : "false") + ", " + (op.size() > 6 ? "true" : "false");
+}
+
+Stmt warp_arg_reduce(std::string local, std::string index, std::string op, std::string guard) {
+  check(is_arg_reduce(op), "warp reduction of index pairs with unknown op '", op, "'");
+  Stmt s = warp_reduce(std::move(local), "max", std::move(guard));
+  s.a = std::move(op);
+  s.c = std::move(index);
+  return s;
+}
+
 Stmt shuffle_xor(std::string local, int64_t at, std::string value, int mask) {
   check(mask >= 1 && mask < kWarpSize, "shuffle with lane mask ", mask);
   Stmt s;
@@ -331,7 +347,9 @@ std::string line_text(const Stmt& s) {
     case Stmt::Kind::kVectorStore:
       out << s.name << "[" << s.a << " .. +" << stmt_lanes(s) << "] = " << vector_ctype(s.dtype, s.lanes) << " " << s.b;
       break;
-    case Stmt::Kind::kWarpReduce: out << "warp.reduce " << s.a << " " << s.name << (s.b.empty() ? "" : " if (" + s.b + ")"); break;
+    case Stmt::Kind::kWarpReduce:
+      out << "warp.reduce " << s.a << " " << s.name << (s.c.empty() ? "" : ", " + s.c) << (s.b.empty() ? "" : " if (" + s.b + ")");
+      break;
     case Stmt::Kind::kShuffle: out << s.name << "[" << s.at[0] << "] = warp.shuffle_xor " << s.groups << " " << s.a; break;
     case Stmt::Kind::kMma:
       out << (s.dtype == DType::kF32                                ? std::string("mma.m16n8k8.tf32 ")

@@ -128,7 +128,7 @@ namespace fusetune::codegen {
 
 // The version of the code generator: part of every tuning record's key, bumped whenever the code
 // generated for the same group and candidate changes.
-inline constexpr int kCodegenVersion = 32;
+inline constexpr int kCodegenVersion = 33;
 
 // Threads per warp: warp reductions combine this many lanes; blocks are whole warps.
 inline constexpr int kWarpSize = 32;
@@ -177,7 +177,8 @@ struct Stmt {
     kPart,      // if (a) { uniform; body }: a part of a packed kernel, chosen per block
     kUniformFor,  // for (ft_i name = a; name < b; ++name) body: block-uniform, barriers allowed inside
     kWarpReduce,  // name[0] = the op ("sum" or "max", in a) of name[0] over the lanes of the warp,
-                  // if b (a warp-uniform condition; empty: always)
+                  // if b (a warp-uniform condition; empty: always); op "argmax" or "argmin" (a "_last"
+                  // suffix: select_last_index) picks a lane's (name[0], c[0]) pair, c its index
     kVectorLoad,  // name = a[b ..]: one aligned 16-byte load from buffer a at index b (dtype: its elements);
                   // with c (a guard), only where c holds, else zeros
     kVectorStore,  // name[a ..] = b: one aligned store of vector local b into buffer name (16 bytes; a pair: 4 or 8)
@@ -240,6 +241,15 @@ Stmt uniform_for(std::string var, std::string lo, std::string hi, Block body, in
 // uniform values and the thread index divided by the warp size): a guard that splits a warp leaves
 // lanes missing, which the host executor's synccheck reports.
 Stmt warp_reduce(std::string local, std::string op, std::string guard = "");
+// A warp reduction of ArgMax's or ArgMin's pairs (`op` "argmax", "argmin", "argmax_last" or
+// "argmin_last"): the one-float thread-local `local` holds a lane's extreme and the one-u32
+// thread-local `index` its index (0xffffffff: none yet); every lane ends with the pair that
+// ft_arg_beats (codegen/emit_common.h) orders first, as the reference's scan picks it. Placed
+// like warp_reduce.
+Stmt warp_arg_reduce(std::string local, std::string index, std::string op, std::string guard = "");
+// Whether op (a warp reduction's) is ArgMax's or ArgMin's, and ft_arg_beats' two flags for it.
+bool is_arg_reduce(const std::string& op);
+std::string arg_beats_flags(const std::string& op);
 // Element `at` of the float thread-local `local` = the float expression `value` as the lane
 // `lane ^ mask` of the warp computes it (__shfl_xor_sync over the whole warp); placed like a warp
 // reduction, every lane reaching it.

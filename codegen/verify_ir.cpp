@@ -178,6 +178,12 @@ class Verifier {
           fail_at(s, "warp reduction of thread-local '", s.name, "' of ", t->count, " ", dtype_name(t->dtype),
                   " (needs one float)");
         }
+        if (is_arg_reduce(s.a)) {
+          const ThreadLocal* index = local(s.c);
+          if (index == nullptr || index->count != 1 || index->dtype != DType::kU32) {
+            fail_at(s, "warp reduction of index pairs whose index '", s.c, "' is not one u32 thread-local");
+          }
+        }
         break;
       }
       case Stmt::Kind::kShuffle: {

@@ -79,7 +79,11 @@ int targets(NodeLowering& L, int data, int position, int64_t n) {
   return L.emit("Where", {data, position, op2(L, "Add", iota(L, {n}, 0), int64_scalar(L, n))});
 }
 
-int arg_max(NodeLowering& L, int v, int64_t axis, int64_t keep) {
+// The first index of the largest of bool `flags` over `axis`. The flags are taken as floats (0 or
+// 1, exact), which a warp's lanes reduce together (codegen/stages/reduce.h); integers are a
+// thread's serial scan.
+int arg_max(NodeLowering& L, int flags, int64_t axis, int64_t keep) {
+  const int v = cast_to(L, flags, DType::kF32);
   Attributes a;
   a.set("axis", axis);
   a.set("keepdims", keep);
@@ -87,9 +91,9 @@ int arg_max(NodeLowering& L, int v, int64_t axis, int64_t keep) {
   return L.emit("ArgMax", {v}, a);
 }
 
-// Any of a bool tensor over `axis` as int64 0 or 1.
+// Any of a bool tensor over `axis` as int64 0 or 1 (the maximum taken in float, as arg_max's).
 int any_of(NodeLowering& L, int flags, int64_t axis, int64_t keep) {
-  return reduce_node(L, "ReduceMax", cast_to(L, flags, DType::kI64), {axis}, keep);
+  return cast_to(L, reduce_node(L, "ReduceMax", cast_to(L, flags, DType::kF32), {axis}, keep), DType::kI64);
 }
 
 // A scalar input's value as a float32 scalar (a one-element tensor reshaped).
@@ -164,7 +168,7 @@ void non_max_suppression(NodeLowering& L) {
   std::vector<int> picks, valid;
   for (int64_t t = 0; t < K; ++t) {
     const int best = reduce_node(L, "ReduceMax", L.emit("Where", {alive, scores, lowest}), {2}, 1);  // [B, C, 1]
-    const int pick = arg_max(L, cast_to(L, op2(L, "And", alive, op2(L, "Equal", scores, best)), DType::kI32), 2, 1);
+    const int pick = arg_max(L, op2(L, "And", alive, op2(L, "Equal", scores, best)), 2, 1);
     picks.push_back(pick);
     valid.push_back(any_of(L, alive, 2, 1));
     if (t + 1 == K) break;
@@ -236,7 +240,7 @@ void unique(NodeLowering& L) {
     const int a = L.reshape(items, {n, 1, m}), b = L.reshape(items, {1, n, m});
     const int differ = L.emit("Not", {op2(L, "Equal", a, b)});  // [n, n, m]
     eq = op2(L, "Equal", any_of(L, differ, 2, 0), int64_scalar(L, 0));
-    const int first_difference = arg_max(L, cast_to(L, differ, DType::kI32), 2, 1);  // [n, n, 1]
+    const int first_difference = arg_max(L, differ, 2, 1);  // [n, n, 1]
     const int at = op2(L, "Equal", iota(L, {1, 1, m}, 2), first_difference);
     less = cast_to(L, any_of(L, op2(L, "And", at, op2(L, "Less", a, b)), 2, 0), DType::kBool);
   }
@@ -248,7 +252,7 @@ void unique(NodeLowering& L) {
   if (sorted != 0) {  // how many distinct values sort before it
     position = reduce_node(L, "ReduceSum", L.emit("Where", {op2(L, "And", L.reshape(first, {n, 1}), less), int64_scalar(L, 1), zero}), {0}, 0);
   } else {  // how many first occurrences come before its own
-    const int own = L.reshape(arg_max(L, cast_to(L, eq, DType::kI32), 1, 0), {n, 1});
+    const int own = L.reshape(arg_max(L, eq, 1, 0), {n, 1});
     const int before = op2(L, "And", L.reshape(first, {1, n}), op2(L, "Less", iota(L, {1, n}, 1), own));
     position = reduce_node(L, "ReduceSum", L.emit("Where", {before, int64_scalar(L, 1), zero}), {1}, 0);
   }

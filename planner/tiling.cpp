@@ -170,7 +170,8 @@ constexpr int64_t kWarp = 32;
 
 ReductionForm reduction_form(const Graph& g, const Node& n, int64_t outputs, int threads, int splits) {
   ReductionForm form;
-  const bool reduction = n.op == "ReduceSum" || n.op == "ReduceMean" || n.op == "ReduceMax" || n.op == "ReduceMin";
+  const bool arg = n.op == "ArgMax" || n.op == "ArgMin";
+  const bool reduction = arg || n.op == "ReduceSum" || n.op == "ReduceMean" || n.op == "ReduceMax" || n.op == "ReduceMin";
   if (!(reduction || n.op == "MatMul" || n.op == "Conv") || outputs <= 0) return form;
   for (int v : n.inputs) {
     if (v != kNoValue && !is_float(g.value(v).dtype)) return form;
@@ -181,7 +182,7 @@ ReductionForm reduction_form(const Graph& g, const Node& n, int64_t outputs, int
   if (e.reduce_extents.empty() || count < kWarp) return form;
   const Access& a = e.accesses[0];
   // Columns: the output's innermost variable indexes the input's innermost axis by itself.
-  form.columns = splits <= 1 && reduction && outputs >= 16 && threads >= 2 * kWarp && count >= 64 && !e.out_shape.empty() &&
+  form.columns = splits <= 1 && reduction && !arg && outputs >= 16 && threads >= 2 * kWarp && count >= 64 && !e.out_shape.empty() &&
                  !a.index.empty() && !a.guarded && a.index.back().is_var(static_cast<int>(e.out_shape.size()) - 1);
   if (form.columns) return form;
   // Along: the innermost reduction variable indexes the input's innermost axis by itself.
@@ -1107,7 +1108,8 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
         const int64_t slice = ceil_div(count, static_cast<int64_t>(std::max(1, cfg.split_k)));
         reduce_rounds += batches * ceil_div(ceil_div(slice, lanes), kReductionLoadsInFlight);
         if (lanes > 32) smem += 4 * (cfg.threads / 32);
-        if (batches == 1) {
+        // ArgMax and ArgMin do not split: their index pairs have no split-K hand-over.
+        if (batches == 1 && n.op != "ArgMax" && n.op != "ArgMin") {
           ++split_products;
           split_steps = ceil_div(count, lanes);
           split_slot = cfg.threads;
@@ -1155,8 +1157,8 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   double split_sum_us = 0;
   if (splits > 1) {
     if (anchors != 1 || split_products != 1 || cfg.flash || cfg.gemv || split_steps < splits) {
-      c.reject = "split-K needs one staged MatMul or Conv (accumulators in registers) or cooperative reduction (its "
-                 "outputs one batch) as the group's only anchor, with at least " +
+      c.reject = "split-K needs one staged MatMul or Conv (accumulators in registers) or cooperative reduction (not ArgMax "
+                 "or ArgMin; its outputs one batch) as the group's only anchor, with at least " +
                  std::to_string(splits) + " reduction steps (a reduction's: a lane's share of its elements)";
       return c;
     }

@@ -252,7 +252,7 @@ inline int64_t staging_batch(int64_t cap, int threads, int most = kStagingLoads)
 // The lanes that reduce one output of the generic reduction stage together (codegen/stages/
 // reduce.h's cooperative form), or 0 where each output is a thread's own (its serial form), for a
 // region of at most `outputs` elements of n's value on `threads` threads. Cooperative: a float
-// ReduceSum, ReduceMean, ReduceMax or ReduceMin, or a float MatMul or Conv the candidate does not
+// ReduceSum, ReduceMean, ReduceMax, ReduceMin, ArgMax or ArgMin (never split-K), or a float MatMul or Conv the candidate does not
 // stage, whose reduction space has at least a warp's elements, where one thread an output would
 // leave half the block idle or more, or (the reductions) where a warp's consecutive lanes read
 // the input along its innermost axis, which one thread an output reads a row apart. Lanes: a warp

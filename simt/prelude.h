@@ -354,6 +354,14 @@ FT_INTRINSIC ft_flt __shfl_xor_sync(unsigned mask, ft_flt v, int lane_mask, int 
   const ft_flt* all = static_cast<const ft_flt*>(ft_simt_api_->warp_exchange(&v, (int)sizeof v, mask));
   return all[(ft_simt_lane() ^ (unsigned)lane_mask) & 31u];
 }
+FT_INTRINSIC unsigned int __shfl_xor_sync(unsigned mask, unsigned int v, int lane_mask, int width = 32) {
+  if (width != 32) {
+    fprintf(stderr, "fusetune simt: __shfl_xor_sync with width %d is not supported\n", width);
+    abort();
+  }
+  const unsigned int* all = static_cast<const unsigned int*>(ft_simt_api_->warp_exchange(&v, (int)sizeof v, mask));
+  return all[(ft_simt_lane() ^ (unsigned)lane_mask) & 31u];
+}
 
 // cvt.f32.f16, cvt.rn.f16.f32, cvt.rn.bf16.f32 and bfloat16's widening shift, as the PTX ISA
 // defines them: exact widening; narrowing rounds to nearest even, keeps infinities, overflows to

@@ -21,6 +21,12 @@ class ReduceStage : public AnchorStage {
     lanes_ = form.lanes;
     if (columns_) partials_ = k.add_shared("p" + std::to_string(n.outputs[0]) + "_r", DType::kF32, cx.cfg.threads);
     if (lanes_ > kWarpSize) partials_ = k.add_shared("p" + std::to_string(n.outputs[0]) + "_r", DType::kF32, cx.cfg.threads / kWarpSize);
+    if (lanes_ > 0 && (n.op == "ArgMax" || n.op == "ArgMin")) {
+      arg_op_ = (n.op == "ArgMax" ? "argmax" : "argmin") + std::string(n.attrs.i("select_last_index") ? "_last" : "");
+      index_ = "w" + std::to_string(n.outputs[0]) + "_i";
+      k.thread_locals.push_back({index_, 1, DType::kU32});
+      if (lanes_ > kWarpSize) index_partials_ = k.add_shared("p" + std::to_string(n.outputs[0]) + "_i", DType::kU32, cx.cfg.threads / kWarpSize);
+    }
   }
 
   void emit(Kernel& k) override {
@@ -106,6 +112,7 @@ class ReduceStage : public AnchorStage {
     const std::string busy = out + " < " + outputs;  // warp-uniform: this warp has an output in this batch
     const auto coords = [&]() { return output_coords(out); };
     Block batch = {assign(acc, init)};
+    if (!arg_op_.empty()) batch.push_back(assign(index_ + "[0]", "0xffffffffu"));
     batch.push_back(if_then(busy, cx_.fresh_block([&] {
       const std::vector<std::string> o = coords();
       cx_.cur().push_back(let(kIndexType, "ft_lane", "ft_thread % " + lanes));
@@ -118,21 +125,32 @@ class ReduceStage : public AnchorStage {
       cx_.cur().push_back(serial_for("ft_j", "0", "(" + extent + " - ft_lane + " + lit(lanes_ - 1) + ") / " + lanes, loop,
                                      planner::kReductionLoadsInFlight));
     })));
-    batch.push_back(warp_reduce(tl, op, busy));
+    const bool arg = !arg_op_.empty();
+    check(!arg || splits == 1, "split-K of ", n.op, " (its index pairs have no split-K hand-over)");
+    batch.push_back(arg ? warp_arg_reduce(tl, index_, arg_op_, busy) : warp_reduce(tl, op, busy));
     if (group > 1) {
-      batch.push_back(if_then(busy + " && ft_thread % " + lit(kWarpSize) + " == 0",
-                              Block{store(partials_, "ft_thread / " + lit(kWarpSize), acc)}));
+      Block keep = {store(partials_, "ft_thread / " + lit(kWarpSize), acc)};
+      if (arg) keep.push_back(store(index_partials_, "ft_thread / " + lit(kWarpSize), index_ + "[0]"));
+      batch.push_back(if_then(busy + " && ft_thread % " + lit(kWarpSize) + " == 0", keep));
       batch.push_back(barrier());
     }
     const std::string leader = busy + " && ft_thread % " + lanes + " == 0";  // the output's first lane
     if (group > 1) {
       const std::string warp = "(ft_thread / " + lit(kWarpSize) + ")";
-      batch.push_back(if_then(leader, {assign(acc, partials_ + "[" + warp + "]"),
-                                       serial_for("ft_g", "1", lit(group), {assign(acc, warp_combine(op, acc, partials_ + "[" + warp + " + ft_g]"))})}));
+      Block combine = {assign(acc, partials_ + "[" + warp + "]")};
+      if (arg) {
+        // The warps' pairs in warp order (any order gives the same pick: ft_arg_beats is a total order).
+        const std::string pv = partials_ + "[" + warp + " + ft_g]", pi = index_partials_ + "[" + warp + " + ft_g]";
+        combine.push_back(assign(index_ + "[0]", index_partials_ + "[" + warp + "]"));
+        combine.push_back(serial_for("ft_g", "1", lit(group), {if_then(arg_beats(pv, pi, acc), {assign(acc, pv), assign(index_ + "[0]", pi)})}));
+      } else {
+        combine.push_back(serial_for("ft_g", "1", lit(group), {assign(acc, warp_combine(op, acc, partials_ + "[" + warp + " + ft_g]"))}));
+      }
+      batch.push_back(if_then(leader, combine));
     }
     Block store_output = {if_then(leader, cx_.fresh_block([&] {
       const std::vector<std::string> o = coords();
-      cx_.store_value(v, o, finish(f.total(), o, "(float)" + lit(count)));
+      cx_.store_value(v, o, arg ? "(long long)" + index_ + "[0]" : finish(f.total(), o, "(float)" + lit(count)));
     }))};
     if (splits == 1) {
       batch.insert(batch.end(), store_output.begin(), store_output.end());
@@ -203,6 +221,11 @@ class ReduceStage : public AnchorStage {
       if (!step) {
         const auto bi = cx_.index_of(e.accesses[1], vars);
         cx_.cur().push_back(assign(acc, acc + " + " + cx_.value(av, ai) + " * " + cx_.value(n.inputs[1], bi)));
+      } else if (!arg_op_.empty()) {
+        // The element at its index along the reduced axis (ArgMax and ArgMin reduce one).
+        const std::string pos = "(unsigned int)(" + vars.at(e.out_shape.size()) + ")";
+        cx_.cur().push_back(let("float", "ft_x", cx_.value(av, ai)));
+        cx_.cur().push_back(if_then(arg_beats("ft_x", pos, acc), {assign(acc, "ft_x"), assign(index_ + "[0]", pos)}));
       } else {
         cx_.cur().push_back(assign(acc, step(cx_.value(av, ai))));
       }
@@ -297,12 +320,20 @@ class ReduceStage : public AnchorStage {
     cx_.store_value(v, o, result);
   }
 
+  // Whether ArgMax's or ArgMin's element (x, i) beats the lane's pair (held, index_[0]).
+  std::string arg_beats(const std::string& x, const std::string& i, const std::string& held) const {
+    return "ft_arg_beats(" + x + ", " + i + ", " + held + ", " + index_ + "[0], " + arg_beats_flags(arg_op_) + ")";
+  }
+
   LoweringContext& cx_;
   const Node& n_;
   int64_t capacity_;      // the most outputs of a region
   bool columns_ = false;  // the columns form (planner::column_reduction)
   int64_t lanes_ = 0;     // lanes an output (planner::reduction_lanes), 0: the serial form
   std::string partials_;  // several warps an output: a float a warp; the columns form: a float a thread
+  // ArgMax and ArgMin in the cooperative form: the warp reduction's op, the index thread-local
+  // beside the float one, and with several warps an output their indices (a u32 a warp).
+  std::string arg_op_, index_, index_partials_;
 };
 
 }  // namespace

@@ -9,14 +9,16 @@
 // for that many outputs (the cost model charges the same):
 //   - serial: a thread loop over the anchor's region (stages/context.h's region_loop); each
 //     iteration runs serial loops over the reduction variables;
-//   - cooperative (float sums, means, maxima and minima, and unstaged float contractions, over a
-//     warp's elements or more, where one thread an output would idle the block or read a row
-//     apart): a group of lanes (a warp, or several with fewer outputs than warps) an output, in
+//   - cooperative (float sums, means, maxima and minima, ArgMax and ArgMin of floats, and
+//     unstaged float contractions, over a warp's elements or more, where one thread an output
+//     would idle the block or read a row apart): a group of lanes (a warp, or several with fewer outputs than warps) an output, in
 //     block-uniform batches; a lane folds every lanes-th element of the flattened reduction space
 //     (consecutive lanes read consecutive elements of the innermost reduction axis) into a
 //     thread-local, a warp reduction and, with several warps, their partials in shared memory (in
 //     warp order) give the total, and the output's first lane stores it. A shared float a warp
-//     with several warps an output;
+//     with several warps an output. ArgMax and ArgMin carry an index beside the float (a u32
+//     thread-local, and a u32 a warp in shared memory), lanes and warps combined by ft_arg_beats
+//     (codegen/emit_common.h), the order of the reference's scan, so the pick is the scan's;
 //   - columns (float sums, means, maxima and minima down the rows: the output's innermost axis is
 //     the input's): batches of 32 consecutive outputs, lane l of every warp on output l, warp w
 //     folding every W-th element of the reduction space (W warps), so that a warp's request reads

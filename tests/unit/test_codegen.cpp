@@ -446,6 +446,73 @@ TEST(CodegenReduce, FewOutputsReduceCooperativelyInEveryForm) {
   }
 }
 
+// ArgMax and ArgMin reduce cooperatively too (stages/reduce.h): the lanes', then the warps',
+// (value, index) pairs combined by ft_arg_beats must give exactly what the reference's scan picks,
+// on inputs made to hit every rule of its order: Floor of normals (long runs of equal values: the
+// first index, or the last with select_last_index), Sqrt of normals (NaN in about half the
+// elements: a NaN at index 0 wins, elsewhere none), along the innermost axis of 1,000 and 33 and
+// down an outer axis of 1,000, float32 and float16; 1 to 3 outputs a tile on 32 to 256 threads.
+// The cooperative pick was a thread's serial scan: 125 rounds of loads for one output of 1,000.
+TEST(CodegenReduce, ArgMaxAndArgMinReduceCooperativelyAndPickAsTheScan) {
+  Graph g;
+  const int x = add_input(g, "x", DType::kF32, {3, 1000});
+  const int y = add_input(g, "y", DType::kF32, {1000, 3});
+  const int h = add_input(g, "h", DType::kF16, {4, 33});
+  std::vector<FusionGroup> groups;
+  for (const char* op : {"ArgMax", "ArgMin"}) {
+    for (int64_t last : {0, 1}) {
+      for (const auto& [in, axis] : std::vector<std::pair<int, int64_t>>{{x, 1}, {y, 0}, {h, 1}}) {
+        for (const char* shape : {"Floor", "Sqrt"}) {
+          const int v = add_op(g, shape, {in});
+          const int out = add_op(g, op, {v}, attrs({{"axis", axis}, {"keepdims", int64_t{1}}, {"select_last_index", last}}));
+          g.outputs().push_back(out);
+          FusionGroup fg;
+          fg.nodes = {g.producers()[static_cast<size_t>(v)], g.producers()[static_cast<size_t>(out)]};
+          planner::describe_group(g, fg);
+          groups.push_back(fg);
+        }
+      }
+    }
+  }
+  const auto config = [&](const FusionGroup& fg, int64_t outputs, int threads) {
+    const Shape& s = g.value(fg.outputs[0]).shape;
+    std::vector<int64_t> tile(s.size(), 1);
+    const auto longest = std::max_element(s.begin(), s.end()) - s.begin();
+    tile[static_cast<size_t>(longest)] = std::min(outputs, s[static_cast<size_t>(longest)]);
+    return TileConfig{tile, 0, threads, 1};
+  };
+  for (int threads : {32, 64, 256}) {
+    for (int64_t outputs : {1, 2, 3}) {
+      for (const FusionGroup& fg : groups) {
+        const std::string ir = to_text(lower_group(g, fg, config(fg, outputs, threads), "arg").kernel);
+        EXPECT_NE(ir.find("warp.reduce arg"), std::string::npos) << fg.pattern << ", " << outputs << " outputs on " << threads
+                                                                 << " threads: not cooperative\n" << ir;
+      }
+      check_groups(g, groups, [&](const FusionGroup& fg) { return config(fg, outputs, threads); },
+                   "cooperative ArgMax/ArgMin/" + std::to_string(outputs) + " outputs on " + std::to_string(threads) + " threads");
+    }
+  }
+  // The planner offers no split-K form: the pairs have no hand-over between blocks.
+  TileConfig split = config(groups[0], 1, 64);
+  split.split_k = 2;
+  const planner::Cost c = planner::evaluate_tile(g, groups[0], planner::find_device("h100"), split);
+  EXPECT_FALSE(c.valid) << "ArgMax split over two blocks";
+  // One output on eight warps: the barrier before the warps' pairs are combined, deleted, is a race.
+  const LoweredKernel good = lower_group(g, groups[0], config(groups[0], 1, 256), "argpool");
+  auto backend = backend::make_host_backend();
+  std::mt19937 rng(fusetune::testing::test_seed());
+  LoweredKernel probe = good;
+  const int barriers = fusetune::testing::drop_barrier(probe.kernel.body, -1);
+  ASSERT_GE(barriers, 1) << to_text(good.kernel);
+  for (int i = 0; i < barriers; ++i) {
+    LoweredKernel bad = good;
+    fusetune::testing::drop_barrier(bad.kernel.body, i);
+    auto m = backend->load({bad.kernel});
+    const backend::VerifyResult r = backend::verify_kernel(g, groups[0], bad, *backend, *m, rng);
+    EXPECT_TRUE(!r.ok && r.check_failed) << "barrier " << i << " of " << barriers << " deleted: " << r.detail;
+  }
+}
+
 // GatherElements, Hardmax, Shrink, LpNormalization and OneHot as import lowers them (a Gather at
 // computed flat indices; ArgMax against an iota; Wheres; a norm with a guard against 0; Equal
 // against an iota), fused and compiled with the planner's best candidates, against the reference.
