@@ -3,6 +3,8 @@
 # (GPU if present, else the same CUDA text on the host's SIMT executor) against PyTorch's outputs;
 # prints a table.
 #   bench/run_full_compiled.sh DIR_OF_EXPORTED_MODELS [DEVICE]
+# A model folder's run_args file, where there is one, is passed to `fusetune run` (the quantized
+# ResNet-50's tolerance: scripts/export_quantized_models.py --full).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:?usage: bench/run_full_compiled.sh DIR_OF_EXPORTED_MODELS [DEVICE]}
@@ -16,7 +18,7 @@ for m in "$dir"/*/; do
   build/fusetune compile "$m/model.onnx" --device "$device" --out "$plan" > "$plan.compile.log" 2>&1 || { echo "$name: compile failed: $(tail -1 "$plan.compile.log")"; continue; }
   t1=$(date +%s.%N)
   set +e
-  build/fusetune run "$plan" --inputs "$m/test_data_set_0" > "$plan.run.log" 2>&1
+  build/fusetune run "$plan" --inputs "$m/test_data_set_0" $(cat "$m/run_args" 2>/dev/null) > "$plan.run.log" 2>&1
   rc=$?
   set -e
   t2=$(date +%s.%N)

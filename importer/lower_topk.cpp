@@ -8,6 +8,60 @@
 
 namespace fusetune::importer {
 
+namespace {
+
+// x's shape with an axis of extent 1 inserted before axis `at`.
+Shape with_unit_axis(Shape s, size_t at) {
+  s.insert(s.begin() + static_cast<std::ptrdiff_t>(at), 1);
+  return s;
+}
+
+// The pairwise form (the header's): ranks, then each rank's element, picked by a ReduceMax against
+// `lowest` (the type's lowest value).
+void pairwise(NodeLowering& L, size_t axis, int64_t k, bool largest, int lowest) {
+  const Shape xs = L.shape(0);
+  const int64_t n = xs[axis];
+  const DType t = L.val(0).dtype;
+  const int x = L.input(0);
+  const int xi = L.reshape(x, with_unit_axis(xs, axis + 1));  // [.., i, 1, ..]
+  const int xj = L.reshape(x, with_unit_axis(xs, axis));      // [.., 1, j, ..]
+  Shape along(xs.size() + 1, 1);
+  const auto positions = [&](size_t at, int64_t extent, DType dtype) {
+    Shape s = along;
+    s[at] = extent;
+    std::vector<int64_t> v(static_cast<size_t>(extent));
+    std::iota(v.begin(), v.end(), int64_t{0});
+    return L.constant(dtype == DType::kF32 ? Tensor::from_floats(DType::kF32, s, std::vector<float>(v.begin(), v.end()))
+                                           : Tensor::from_ints(dtype, s, v));
+  };
+  // j beats i: strictly better, or equal (NaN equal to NaN) at a lower index; a NaN is beaten by
+  // every other value.
+  const char* better = largest ? "Greater" : "Less";
+  int strictly = L.emit(better, {xj, xi});
+  int equal = L.emit("Equal", {xj, xi});
+  if (is_float(t)) {
+    const int nan_i = L.emit("IsNaN", {xi}), nan_j = L.emit("IsNaN", {xj});
+    strictly = L.emit("Or", {strictly, L.emit("And", {nan_i, L.emit("Not", {nan_j})})});
+    equal = L.emit("Or", {equal, L.emit("And", {nan_i, nan_j})});
+  }
+  const int earlier = L.emit("Less", {positions(axis + 1, n, DType::kI64), positions(axis, n, DType::kI64)});  // j < i
+  const int beats = L.emit("Or", {strictly, L.emit("And", {equal, earlier})});
+  // The rank of each element (counted in float, exact below 2^24): [.., i, 1, ..].
+  const int rank = reduce_node(L, "ReduceSum", cast_to(L, beats, DType::kF32), {static_cast<int64_t>(axis + 1)}, 1);
+  // Rank r's element, for r < k: the one element whose rank is r.
+  const int at_rank = L.emit("Equal", {rank, positions(axis + 1, k, DType::kF32)});  // [.., i, r, ..]
+  Shape out = xs;
+  out[axis] = k;
+  const int taken = reduce_node(L, "ReduceMax", L.emit("Where", {at_rank, xi, lowest}), {static_cast<int64_t>(axis)}, 0);
+  const int none = L.constant(Tensor::scalar_float(DType::kF32, -1.0f));
+  const int index = reduce_node(L, "ReduceMax", L.emit("Where", {at_rank, positions(axis, n, DType::kF32), none}),
+                                {static_cast<int64_t>(axis)}, 0);
+  L.set_output(0, L.reshape(taken, out));
+  L.set_output(1, L.reshape(cast_to(L, index, DType::kI64), out));
+}
+
+}  // namespace
+
 void top_k(NodeLowering& L) {
   const Shape xs = L.shape(0);
   const int64_t rank = static_cast<int64_t>(xs.size());
@@ -34,6 +88,19 @@ void top_k(NodeLowering& L) {
   } else {
     const auto [lo, hi] = integer_range(t);
     fill = L.constant(Tensor::scalar_int(t, largest ? lo : hi));
+  }
+  int64_t rows = 1;
+  for (size_t d = 0; d < xs.size(); ++d) rows *= d == axis ? 1 : xs[d];
+  if (k >= 2 && n <= kPairwiseTopK && rows * n * n <= kMaxTopKPairs) {
+    // The lowest value of the type, which no element is below: what ReduceMax picks the one
+    // element of a rank against.
+    int lowest = fill;
+    if (!largest) {
+      lowest = is_float(t) ? L.constant(Tensor::scalar_float(t, -std::numeric_limits<float>::infinity()))
+                           : L.constant(Tensor::scalar_int(t, integer_range(t).first));
+    }
+    pairwise(L, axis, k, largest, lowest);
+    return;
   }
   Shape along(xs.size(), 1);
   along[axis] = n;

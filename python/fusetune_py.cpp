@@ -51,7 +51,14 @@ PYBIND11_MODULE(_fusetune, m) {
                           strides, py::make_tuple(t.dtype.code, t.dtype.bits, t.dtype.lanes));
   });
   py::class_<fusetune::Plan>(m, "_Plan")
-      .def_static("load", &fusetune::Plan::load, py::arg("dir"), py::arg("backend"), py::call_guard<py::gil_scoped_release>())
+      .def_static(
+          "load",
+          [](const std::string& dir, const std::string& backend, int64_t host_checked_blocks) {
+            fusetune::LoadOptions options;
+            options.host_checked_blocks = host_checked_blocks;
+            return fusetune::Plan::load(dir, backend, options);
+          },
+          py::arg("dir"), py::arg("backend"), py::arg("host_checked_blocks"), py::call_guard<py::gil_scoped_release>())
       .def("inputs", [](const fusetune::Plan& p) { return describe(p.inputs()); })
       .def("outputs", [](const fusetune::Plan& p) { return describe(p.outputs()); })
       .def("output_counts",

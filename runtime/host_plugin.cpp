@@ -13,7 +13,7 @@ namespace fusetune::runtime {
 
 namespace {
 
-using Entry = backend::Backend* (*)();
+using Entry = backend::Backend* (*)(int64_t checked_blocks);
 
 // The plugin's entry point, resolved once; or the reason it could not be.
 Entry plugin_entry(std::string& why) {
@@ -46,11 +46,11 @@ Entry plugin_entry(std::string& why) {
 
 }  // namespace
 
-std::unique_ptr<backend::Backend> host_backend_from_plugin() {
+std::unique_ptr<backend::Backend> host_backend_from_plugin(int64_t checked_blocks) {
   std::string why;
   const Entry entry = plugin_entry(why);
   check(entry != nullptr, why);
-  return std::unique_ptr<backend::Backend>(entry());
+  return std::unique_ptr<backend::Backend>(entry(checked_blocks));
 }
 
 }  // namespace fusetune::runtime

@@ -5,7 +5,8 @@
 // make_host_backend: the kernels' CUDA text built by the system C++ compiler and run by the SIMT
 // executor), built from the same sources as the runtime library and installed beside it.
 // host_backend_from_plugin opens it once, from the directory the calling library was loaded
-// from, else by the loader's search, and returns a new host backend from it; a plugin that is
+// from, else by the loader's search, and returns a new host backend from it (race and
+// initialisation checks on `checked_blocks` blocks of each launch, 0: all); a plugin that is
 // missing, or of another build, throws Error saying which file was looked for and why it failed.
 // Guarantees: the plugin stays loaded for the life of the process (its backends' code lives in it).
 #pragma once
@@ -16,6 +17,6 @@
 
 namespace fusetune::runtime {
 
-std::unique_ptr<backend::Backend> host_backend_from_plugin();
+std::unique_ptr<backend::Backend> host_backend_from_plugin(int64_t checked_blocks);
 
 }  // namespace fusetune::runtime

@@ -1,7 +1,7 @@
 // What the host backend's plugin (runtime/host_plugin.h) and the library that loads it agree on:
 // the plugin's file name and its one entry point, which returns a new host backend
-// (backend::make_plan_host_backend: every check on, the race checks on a sample of each launch's
-// blocks, the counters off) that the caller owns. The entry point's name carries the build's
+// (backend::make_plan_host_backend: every check on, the race checks on `checked_blocks` blocks of
+// each launch, 0: all; the counters off) that the caller owns. The entry point's name carries the build's
 // version, so a plugin of another build is not taken for this one's.
 #pragma once
 

@@ -93,13 +93,22 @@ Plan::Plan(Plan&&) noexcept = default;
 Plan& Plan::operator=(Plan&&) noexcept = default;
 Plan::~Plan() = default;
 
-Plan Plan::load(const std::string& dir, const std::string& backend) {
+static_assert(LoadOptions{}.host_checked_blocks == backend::kPlanCheckedBlocks, "the host sample `fusetune run` takes");
+
+Plan Plan::load(const std::string& dir, const std::string& backend) { return load(dir, backend, LoadOptions{}); }
+
+Plan Plan::load(const std::string& dir, const std::string& backend, const LoadOptions& options) {
+  if (options.host_checked_blocks < 0) {
+    throw RuntimeError("LoadOptions::host_checked_blocks " + std::to_string(options.host_checked_blocks) +
+                       ": the blocks a launch to race-check on the host, 0 for all");
+  }
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) throw RuntimeError(dir + ": no such plan bundle directory");
   auto impl = std::make_unique<Impl>();
   runtime::Bundle bundle;
   try {
-    impl->backend = runtime::select_backend(backend, &impl->no_gpu, runtime::host_backend_from_plugin);
+    impl->backend = runtime::select_backend(backend, &impl->no_gpu,
+                                            [&] { return runtime::host_backend_from_plugin(options.host_checked_blocks); });
     bundle = runtime::read_bundle(dir);  // its errors name the file
   } catch (const Error& e) {
     throw RuntimeError(e.what());

@@ -4,6 +4,7 @@
 # PyPI, in a virtual environment of their own (build/quant-export-venv; the quantizer needs a newer
 # onnx and ml_dtypes than Debian's packages).
 #   scripts/export_quantized_models.sh --out tests/data/models
+#   scripts/export_quantized_models.sh --full DIR   (DIR/resnet50 from export_models.py --size full)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=build/quant-export-venv

@@ -354,7 +354,10 @@ FT_INTRINSIC ft_flt __shfl_xor_sync(unsigned mask, ft_flt v, int lane_mask, int 
   const ft_flt* all = static_cast<const ft_flt*>(ft_simt_api_->warp_exchange(&v, (int)sizeof v, mask));
   return all[(ft_simt_lane() ^ (unsigned)lane_mask) & 31u];
 }
-FT_INTRINSIC unsigned int __shfl_xor_sync(unsigned mask, unsigned int v, int lane_mask, int width = 32) {
+// The unsigned form (ArgMax's indices) takes an unsigned int alone: a literal or an int must not
+// prefer it, by a standard conversion, to the float form above.
+template <class U, class = typename std::enable_if<std::is_same<U, unsigned int>::value>::type>
+FT_INTRINSIC unsigned int __shfl_xor_sync(unsigned mask, U v, int lane_mask, int width = 32) {
   if (width != 32) {
     fprintf(stderr, "fusetune simt: __shfl_xor_sync with width %d is not supported\n", width);
     abort();

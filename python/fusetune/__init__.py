@@ -272,12 +272,16 @@ def _c_contiguous(shape: tuple, strides_bytes, itemsize: int) -> bool:
     return True
 
 
-def load_plan(path: str, device: str = "auto") -> Plan:
+def load_plan(path: str, device: str = "auto", host_checked_blocks: int = 64) -> Plan:
     """Loads the plan bundle in directory `path` on "auto" (the first GPU where one is usable, else
     the host), "host", "cuda" (the first GPU) or "cuda:N" (the N-th GPU the driver reports, as
-    CUDA_VISIBLE_DEVICES leaves them)."""
+    CUDA_VISIBLE_DEVICES leaves them). On the host, `host_checked_blocks` blocks of each launch run
+    under the race and initialisation checks (0: every block; all run under the memory and
+    synchronisation checks)."""
     if not isinstance(device, str) or not (
         device in ("auto", "host", "cuda") or (device.startswith("cuda:") and device[5:].isascii() and device[5:].isdigit() and len(device) <= 9)
     ):
         raise ValueError(f"device {device!r}: one of auto, host, cuda, cuda:N")
-    return Plan(_Plan.load(str(path), device))
+    if isinstance(host_checked_blocks, bool) or not isinstance(host_checked_blocks, int) or host_checked_blocks < 0:
+        raise ValueError(f"host_checked_blocks {host_checked_blocks!r}: a count of blocks, 0 for all")
+    return Plan(_Plan.load(str(path), device, host_checked_blocks))

@@ -197,6 +197,18 @@ def test_a_missing_bundle_and_an_unknown_device_are_refused(tmp_path):
     assert "cuda:1" in str(refused.value) or "manifest.json" in str(refused.value), str(refused.value)
 
 
+def test_every_block_race_checked_on_the_host_gives_the_same_outputs(compiled):
+    """host_checked_blocks=0 race-checks every block of every launch (the default, 64 a launch);
+    a count that is not one is refused naming it."""
+    name, plan_dir = compiled
+    inputs = tensors(MODELS / name / "test_data_set_0", "input")
+    every = fusetune.load_plan(plan_dir, device="host", host_checked_blocks=0)
+    assert_identical(every.run(inputs), fusetune.load_plan(plan_dir, device="host").run(inputs))
+    for bad in [-1, 2.5, True, "64"]:
+        with pytest.raises(ValueError, match="host_checked_blocks " + re.escape(repr(bad))):
+            fusetune.load_plan(plan_dir, device="host", host_checked_blocks=bad)
+
+
 def test_the_stubs_declare_what_the_package_exports():
     stub = pathlib.Path(fusetune.__file__).with_suffix(".pyi")
     tree = ast.parse(stub.read_text())

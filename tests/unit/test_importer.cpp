@@ -20,6 +20,7 @@
 #include "core/ops.h"
 #include "importer/fold_conv_affine.h"
 #include "importer/importer.h"
+#include "importer/lower_topk.h"
 #include "importer/onnx_io.h"
 #include "reference/compare.h"
 #include "reference/interpreter.h"
@@ -514,47 +515,58 @@ TEST(Import, GridSampleRefusesWhatItCannotMean) {
 
 // TopK against a stable sort of each row (ties by ascending index), largest and smallest, on rows
 // with repeated values and infinities, where a row's remaining elements may all equal the fill
-// of taken ones: on the reference and compiled (the plan on the host executor).
+// of taken ones: on the reference and compiled (the plan on the host executor). Both forms
+// (importer/lower_topk.h): pairwise ranks (k = 7 of 9: at most three launches), and rounds (k = 1,
+// and a row longer than kPairwiseTopK).
 TEST(Import, TopKSelectsInOrderWithTiesByIndexAndInfinities) {
   const unsigned seed = testing::test_seed();
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int> pick(0, 5);
-  constexpr int64_t rows = 3, n = 9, k = 7;
+  constexpr int64_t rows = 3;
   const float inf = std::numeric_limits<float>::infinity();
   const float choices[] = {-inf, -1.0f, 0.0f, 0.5f, 2.0f, inf};
-  std::vector<float> x(rows * n);
-  for (float& v : x) v = choices[pick(rng)];
-  x[2 * n + 3] = x[2 * n + 5] = -inf;  // a row whose smallest values tie at -inf
-  for (bool largest : {true, false}) {
-    OnnxBuilder b(11);
-    b.input("x", kFloat, {rows, n}).output("v", kFloat, {rows, k}).output("i", kInt64, {rows, k});
-    b.initializer("k", Tensor::from_ints(DType::kI64, {1}, std::vector<int64_t>{k}));
-    OnnxBuilder::attr_i(b.node("TopK", {"x", "k"}, {"v", "i"}), "largest", largest ? 1 : 0);
-    std::vector<float> want_v;
-    std::vector<int64_t> want_i;
-    for (int64_t r = 0; r < rows; ++r) {
-      std::vector<int64_t> order(n);
-      std::iota(order.begin(), order.end(), int64_t{0});
-      std::stable_sort(order.begin(), order.end(), [&](int64_t p, int64_t q) {
-        return largest ? x[r * n + p] > x[r * n + q] : x[r * n + p] < x[r * n + q];
-      });
-      for (int64_t j = 0; j < k; ++j) {
-        want_i.push_back(order[j]);
-        want_v.push_back(x[r * n + order[j]]);
+  for (const auto& [n, k] : std::vector<std::pair<int64_t, int64_t>>{{9, 7}, {9, 1}, {importer::kPairwiseTopK + 1, 5}}) {
+    const bool pairwise = k >= 2 && n <= importer::kPairwiseTopK;
+    std::vector<float> x(static_cast<size_t>(rows * n));
+    for (float& v : x) v = choices[pick(rng)];
+    x[static_cast<size_t>(2 * n + 3)] = x[static_cast<size_t>(2 * n + 5)] = -inf;  // a row whose smallest values tie at -inf
+    for (bool largest : {true, false}) {
+      const std::string form = std::string(pairwise ? "pairwise" : "rounds") + ", n " + std::to_string(n) + ", k " +
+                               std::to_string(k) + ", largest " + std::to_string(largest) + ", seed " + std::to_string(seed);
+      OnnxBuilder b(11);
+      b.input("x", kFloat, {rows, n}).output("v", kFloat, {rows, k}).output("i", kInt64, {rows, k});
+      b.initializer("k", Tensor::from_ints(DType::kI64, {1}, std::vector<int64_t>{k}));
+      OnnxBuilder::attr_i(b.node("TopK", {"x", "k"}, {"v", "i"}), "largest", largest ? 1 : 0);
+      std::vector<float> want_v;
+      std::vector<int64_t> want_i;
+      for (int64_t r = 0; r < rows; ++r) {
+        std::vector<int64_t> order(static_cast<size_t>(n));
+        std::iota(order.begin(), order.end(), int64_t{0});
+        std::stable_sort(order.begin(), order.end(), [&](int64_t p, int64_t q) {
+          return largest ? x[static_cast<size_t>(r * n + p)] > x[static_cast<size_t>(r * n + q)]
+                         : x[static_cast<size_t>(r * n + p)] < x[static_cast<size_t>(r * n + q)];
+        });
+        for (int64_t j = 0; j < k; ++j) {
+          want_i.push_back(order[static_cast<size_t>(j)]);
+          want_v.push_back(x[static_cast<size_t>(r * n + order[static_cast<size_t>(j)])]);
+        }
       }
+      const Tensor input = Tensor::from_floats(DType::kF32, {rows, n}, x);
+      const std::vector<Tensor> ref = reference::run_graph(importer::import_onnx_bytes(b.bytes(), ".").graph, std::vector<Tensor>{input});
+      EXPECT_EQ(ref[0].to_floats(), want_v) << "reference, " << form;
+      EXPECT_EQ(ref[1].to_ints(), want_i) << "reference, " << form;
+      testing::TestDir dir("topk");
+      b.write(dir / "model.onnx");
+      const compiler::PipelineResult r = compiler::compile_model(dir / "model.onnx", planner::find_device("h100"), {});
+      auto host = backend::make_host_backend();
+      runtime::PlanRunner runner(r.bundle, *host);
+      if (pairwise) {
+        EXPECT_LE(runner.launches(), 3u) << form;
+      }
+      const std::vector<Tensor> got = runner.run(std::vector<Tensor>{input});
+      EXPECT_EQ(got[0].to_floats(), want_v) << "compiled, " << form;
+      EXPECT_EQ(got[1].to_ints(), want_i) << "compiled, " << form;
     }
-    const Tensor input = Tensor::from_floats(DType::kF32, {rows, n}, x);
-    const std::vector<Tensor> ref = reference::run_graph(importer::import_onnx_bytes(b.bytes(), ".").graph, std::vector<Tensor>{input});
-    EXPECT_EQ(ref[0].to_floats(), want_v) << "reference, largest " << largest << ", seed " << seed;
-    EXPECT_EQ(ref[1].to_ints(), want_i) << "reference, largest " << largest << ", seed " << seed;
-    testing::TestDir dir("topk");
-    b.write(dir / "model.onnx");
-    const compiler::PipelineResult r = compiler::compile_model(dir / "model.onnx", planner::find_device("h100"), {});
-    auto host = backend::make_host_backend();
-    runtime::PlanRunner runner(r.bundle, *host);
-    const std::vector<Tensor> got = runner.run(std::vector<Tensor>{input});
-    EXPECT_EQ(got[0].to_floats(), want_v) << "compiled, largest " << largest << ", seed " << seed;
-    EXPECT_EQ(got[1].to_ints(), want_i) << "compiled, largest " << largest << ", seed " << seed;
   }
   OnnxBuilder too_many(11);
   too_many.input("x", kFloat, {2, 4}).output("v", kFloat, {2, 5}).output("i", kInt64, {2, 5});

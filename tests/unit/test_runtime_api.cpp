@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <thread>
 
@@ -389,6 +390,44 @@ TEST_F(RuntimeApi, ErrorsNameTheCulprit) {
   // A device this machine lacks (no driver, or fewer GPUs) is named; where it exists, the plan loads.
   const std::string second = error_of([&] { Plan::load(dir_.string(), "cuda:7"); });
   EXPECT_TRUE(second == "(no RuntimeError)" || second.find("backend cuda:7: ") != std::string::npos) << second;
+}
+
+// LoadOptions::host_checked_blocks: on the host, the race checks cover that many blocks of each
+// launch (the first and the last, the others drawn from the kernel's name), 0 all of them. A
+// ReLU's plan, its one kernel given a race in a middle block (every thread of it writing one
+// element): checking every block finds it, checking the first and the last does not.
+TEST_F(RuntimeApi, HostChecksCoverTheBlocksTheLoadOptionsName) {
+  Graph g;
+  g.outputs() = {testing::add_op(g, "Relu", {testing::add_input(g, "x", DType::kF32, {64, 1024})})};
+  const planner::Device d = planner::find_device("h100");
+  const fs::path dir = dir_.string() + "_raced";
+  runtime::write_bundle(compiler::compile_bundle(g, planner::plan_model(g, d), d, "relu"), dir);
+  const fs::path cu = dir / "kernels.cu";
+  std::string text;
+  {
+    std::ifstream in(cu);
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const std::string entry = "const int ft_thread = threadIdx.x;\n";
+  const size_t at = text.find(entry);
+  ASSERT_NE(at, std::string::npos) << text;
+  text.insert(at + entry.size(), "  if (blockIdx.x == gridDim.x / 2) out0[0] = (float)ft_thread;\n");
+  std::ofstream(cu) << text;
+  const std::vector<float> x(64 * 1024, 1.0f);
+  std::vector<float> y(x.size());
+  const auto outcome = [&](int64_t checked) {
+    LoadOptions options;
+    options.host_checked_blocks = checked;
+    Plan plan = Plan::load(dir.string(), "host", options);
+    return error_of([&] { plan.run({x.data()}, {y.data()}); });
+  };
+  const std::string every = outcome(0), ends = outcome(2);
+  EXPECT_NE(every.find("hazard"), std::string::npos) << every;
+  EXPECT_EQ(ends, "(no RuntimeError)") << "the race is in a block the sample of 2 leaves out";
+  LoadOptions negative;
+  negative.host_checked_blocks = -1;
+  EXPECT_NE(error_of([&] { Plan::load(dir.string(), "host", negative); }).find("host_checked_blocks -1"), std::string::npos);
+  fs::remove_all(dir);
 }
 
 TEST_F(RuntimeApi, MissingBundleFileIsNamed) {

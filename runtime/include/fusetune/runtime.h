@@ -3,11 +3,11 @@
 // repository, or from an installed fusetune: find_package(fusetune), the shared library
 // libfusetune_runtime); nothing else of fusetune is visible from here.
 //
-// Plan::load(dir, backend) reads the bundle and prepares it on "cuda" (the first GPU; an error if
-// none is usable), "cuda:N" (the N-th GPU the driver reports, as CUDA_VISIBLE_DEVICES leaves
-// them), "host" (the host form of the kernels, built with the system C++ compiler, through the
-// plugin libfusetune_host beside the library) or "auto" (CUDA on the first GPU where one is
-// usable, else host). On CUDA the kernel launches are captured once
+// Plan::load(dir, backend[, options]) reads the bundle and prepares it on "cuda" (the first GPU; an
+// error if none is usable), "cuda:N" (the N-th GPU the driver reports, as CUDA_VISIBLE_DEVICES
+// leaves them), "host" (the host form of the kernels, built with the system C++ compiler, through
+// the plugin libfusetune_host beside the library, under the checks LoadOptions sets) or "auto"
+// (CUDA on the first GPU where one is usable, else host). On CUDA the kernel launches are captured once
 // into a CUDA graph that every run() replays (plain launches where capture fails).
 //
 // Inputs and outputs are raw bytes in the tensor's element type, row-major, little-endian, exactly
@@ -91,9 +91,19 @@ enum class Memory {
   kDevice,  // memory of the plan's device (host memory for a plan on "host")
 };
 
+// How Plan::load prepares a plan.
+struct FUSETUNE_API LoadOptions {
+  // On the host: the blocks of each launch that the race and initialisation checks cover (the
+  // first and the last, the others a sample fixed by the kernel's name), 0 for every block; every
+  // block runs under the memory and synchronisation checks. Checking every block took twice the
+  // time on a 416 x 416 detector's plan (docs/models.md). Ignored on a GPU.
+  int64_t host_checked_blocks = 64;
+};
+
 class FUSETUNE_API Plan {
  public:
   static Plan load(const std::string& dir, const std::string& backend = "auto");
+  static Plan load(const std::string& dir, const std::string& backend, const LoadOptions& options);
   Plan(Plan&&) noexcept;
   Plan& operator=(Plan&&) noexcept;
   ~Plan();
