@@ -25,6 +25,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
@@ -223,6 +224,8 @@ int main(int argc, char** argv) {
     std::vector<double> dispatch_ms;
     Clock::time_point first_task{}, last_result{};  // the span over which results are ingested
     std::atomic<bool> go{false};  // every job submitted and its tasks queued
+    std::mutex refusal_mutex;
+    std::string refusal;  // why the coordinator refused a worker's hello (another codegen version, ...)
     auto answer = [&](Worker& w, const wire::Task& task) {
       const wire::Envelope r = bench::instant_result(task);
       results_sent += r.result().results_size();
@@ -248,6 +251,11 @@ int main(int argc, char** argv) {
             }
             if (e.has_error()) {  // a restarted coordinator that does not know this worker
               hello(w);
+              continue;
+            }
+            if (e.has_refused()) {
+              const std::lock_guard<std::mutex> lock(refusal_mutex);
+              refusal = "worker " + w.id + " refused: " + e.refused().reason();
               continue;
             }
             if (!e.has_task()) continue;
@@ -284,7 +292,19 @@ int main(int argc, char** argv) {
       return request(std::move(e)).status_reply();
     };
     // Workers first, so that each submission binds its job and makes its tasks at once.
-    while (status().workers() < n_workers) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    while (status().workers() < n_workers) {
+      std::string why;
+      {
+        const std::lock_guard<std::mutex> lock(refusal_mutex);
+        why = refusal;
+      }
+      if (!why.empty()) {
+        stop = true;
+        serve.join();
+        throw Error(why);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
     const auto t0 = Clock::now();
     std::vector<int64_t> ids;
     for (int j = 0; j < jobs; ++j) {

@@ -1,5 +1,6 @@
 #include "importer/lower_topk.h"
 
+#include <algorithm>
 #include <limits>
 #include <numeric>
 
@@ -16,48 +17,99 @@ Shape with_unit_axis(Shape s, size_t at) {
   return s;
 }
 
-// The pairwise form (the header's): ranks, then each rank's element, picked by a ReduceMax against
-// `lowest` (the type's lowest value).
-void pairwise(NodeLowering& L, size_t axis, int64_t k, bool largest, int lowest) {
-  const Shape xs = L.shape(0);
+// A constant of `rank` axes of extent 1 but axis `at`, which counts 0 .. extent - 1 in `dtype`
+// (int64 or float32).
+int positions(NodeLowering& L, size_t rank, size_t at, int64_t extent, DType dtype) {
+  Shape s(rank, 1);
+  s[at] = extent;
+  std::vector<int64_t> v(static_cast<size_t>(extent));
+  std::iota(v.begin(), v.end(), int64_t{0});
+  return L.constant(dtype == DType::kF32 ? Tensor::from_floats(DType::kF32, s, std::vector<float>(v.begin(), v.end()))
+                                         : Tensor::from_ints(dtype, s, v));
+}
+
+struct Top {
+  int values = kNoValue;   // x's type
+  int indices = kNoValue;  // float32 (exact: below 2^24)
+};
+
+// The k best of x along `axis` by pairwise ranks (the header's pairwise form): each rank's element
+// picked by a ReduceMax against `lowest` (the type's lowest value), and its index, `index`'s
+// element (float32, x's shape: the elements' indices in the TopK's input) or, with kNoValue, its
+// position along the axis.
+Top pairwise_top(NodeLowering& L, int x, size_t axis, int64_t k, bool largest, int lowest, int index) {
+  const Shape xs = L.builder().value(x).shape;
   const int64_t n = xs[axis];
-  const DType t = L.val(0).dtype;
-  const int x = L.input(0);
+  const size_t rank = xs.size() + 1;
   const int xi = L.reshape(x, with_unit_axis(xs, axis + 1));  // [.., i, 1, ..]
   const int xj = L.reshape(x, with_unit_axis(xs, axis));      // [.., 1, j, ..]
-  Shape along(xs.size() + 1, 1);
-  const auto positions = [&](size_t at, int64_t extent, DType dtype) {
-    Shape s = along;
-    s[at] = extent;
-    std::vector<int64_t> v(static_cast<size_t>(extent));
-    std::iota(v.begin(), v.end(), int64_t{0});
-    return L.constant(dtype == DType::kF32 ? Tensor::from_floats(DType::kF32, s, std::vector<float>(v.begin(), v.end()))
-                                           : Tensor::from_ints(dtype, s, v));
-  };
-  // j beats i: strictly better, or equal (NaN equal to NaN) at a lower index; a NaN is beaten by
-  // every other value.
-  const char* better = largest ? "Greater" : "Less";
-  int strictly = L.emit(better, {xj, xi});
+  // j beats i: strictly better, or equal (NaN equal to NaN) at a lower position; a NaN is beaten
+  // by every other value.
+  int strictly = L.emit(largest ? "Greater" : "Less", {xj, xi});
   int equal = L.emit("Equal", {xj, xi});
-  if (is_float(t)) {
+  if (is_float(L.builder().value(x).dtype)) {
     const int nan_i = L.emit("IsNaN", {xi}), nan_j = L.emit("IsNaN", {xj});
     strictly = L.emit("Or", {strictly, L.emit("And", {nan_i, L.emit("Not", {nan_j})})});
     equal = L.emit("Or", {equal, L.emit("And", {nan_i, nan_j})});
   }
-  const int earlier = L.emit("Less", {positions(axis + 1, n, DType::kI64), positions(axis, n, DType::kI64)});  // j < i
+  const int earlier = L.emit("Less", {positions(L, rank, axis + 1, n, DType::kI64), positions(L, rank, axis, n, DType::kI64)});
   const int beats = L.emit("Or", {strictly, L.emit("And", {equal, earlier})});
   // The rank of each element (counted in float, exact below 2^24): [.., i, 1, ..].
-  const int rank = reduce_node(L, "ReduceSum", cast_to(L, beats, DType::kF32), {static_cast<int64_t>(axis + 1)}, 1);
+  const int ranks = reduce_node(L, "ReduceSum", cast_to(L, beats, DType::kF32), {static_cast<int64_t>(axis + 1)}, 1);
   // Rank r's element, for r < k: the one element whose rank is r.
-  const int at_rank = L.emit("Equal", {rank, positions(axis + 1, k, DType::kF32)});  // [.., i, r, ..]
-  Shape out = xs;
-  out[axis] = k;
-  const int taken = reduce_node(L, "ReduceMax", L.emit("Where", {at_rank, xi, lowest}), {static_cast<int64_t>(axis)}, 0);
+  const int at_rank = L.emit("Equal", {ranks, positions(L, rank, axis + 1, k, DType::kF32)});  // [.., i, r, ..]
+  const int where = index == kNoValue ? positions(L, rank, axis, n, DType::kF32) : L.reshape(index, with_unit_axis(xs, axis + 1));
   const int none = L.constant(Tensor::scalar_float(DType::kF32, -1.0f));
-  const int index = reduce_node(L, "ReduceMax", L.emit("Where", {at_rank, positions(axis, n, DType::kF32), none}),
-                                {static_cast<int64_t>(axis)}, 0);
-  L.set_output(0, L.reshape(taken, out));
-  L.set_output(1, L.reshape(cast_to(L, index, DType::kI64), out));
+  const std::vector<int64_t> over = {static_cast<int64_t>(axis)};
+  return {reduce_node(L, "ReduceMax", L.emit("Where", {at_rank, xi, lowest}), over, 0),
+          reduce_node(L, "ReduceMax", L.emit("Where", {at_rank, where, none}), over, 0)};
+}
+
+// The two-stage form's chunk (a power of two) for `rows` rows of n along the axis, or 0 where no
+// chunk keeps both stages within kPairwiseTopK and kMaxTopKPairs.
+int64_t chunk_for(int64_t rows, int64_t n, int64_t k) {
+  for (int64_t c = kPairwiseTopK; c >= 2; c /= 2) {
+    const int64_t chunks = (n + c - 1) / c, candidates = chunks * std::min(k, c);
+    if (rows * chunks * c * c > kMaxTopKPairs) continue;
+    return candidates <= kPairwiseTopK && rows * candidates * candidates <= kMaxTopKPairs ? c : 0;
+  }
+  return 0;
+}
+
+// The two-stage form: x padded along the axis to whole chunks of c (NaN for floats, which every
+// element beats; else the type's worst value, at the highest indices), each chunk's min(k, c) best
+// by pairwise ranks with their indices in x, then the k best of those candidates (chunk by chunk,
+// each in its order: among equal values, the order of their indices) by pairwise ranks again.
+Top chunked_top(NodeLowering& L, size_t axis, int64_t k, bool largest, int lowest, int64_t c) {
+  const Shape xs = L.shape(0);
+  const DType t = L.val(0).dtype;
+  const int64_t n = xs[axis], chunks = (n + c - 1) / c, k1 = std::min(k, c);
+  int x = L.input(0);
+  if (chunks * c > n) {
+    Shape pad = xs;
+    pad[axis] = chunks * c - n;
+    int fill;
+    if (is_float(t)) {
+      fill = L.constant(Tensor::scalar_float(t, std::numeric_limits<float>::quiet_NaN()));
+    } else {
+      const auto [lo, hi] = integer_range(t);
+      fill = L.constant(Tensor::scalar_int(t, largest ? lo : hi));
+    }
+    Attributes expand, cat;
+    expand.set("shape", pad);
+    cat.set("axis", static_cast<int64_t>(axis));
+    x = L.emit("Concat", {x, L.emit("Expand", {fill}, expand)}, cat);
+  }
+  Shape split = xs;
+  split[axis] = c;
+  split.insert(split.begin() + static_cast<std::ptrdiff_t>(axis), chunks);  // [.., chunk, c, ..]
+  const Top first = pairwise_top(L, L.reshape(x, split), axis + 1, k1, largest, lowest, kNoValue);
+  // A candidate's index in x: its position in its chunk plus the chunk's first index.
+  const int offset = L.constant(Tensor::scalar_float(DType::kF32, static_cast<float>(c)));
+  const int base = L.emit("Mul", {positions(L, split.size(), axis, chunks, DType::kF32), offset});
+  Shape flat = xs;
+  flat[axis] = chunks * k1;
+  return pairwise_top(L, L.reshape(first.values, flat), axis, k, largest, lowest, L.reshape(L.emit("Add", {first.indices, base}), flat));
 }
 
 }  // namespace
@@ -91,7 +143,8 @@ void top_k(NodeLowering& L) {
   }
   int64_t rows = 1;
   for (size_t d = 0; d < xs.size(); ++d) rows *= d == axis ? 1 : xs[d];
-  if (k >= 2 && n <= kPairwiseTopK && rows * n * n <= kMaxTopKPairs) {
+  const int64_t chunk = k >= 2 && (n > kPairwiseTopK || rows * n * n > kMaxTopKPairs) ? chunk_for(rows, n, k) : 0;
+  if (k >= 2 && ((n <= kPairwiseTopK && rows * n * n <= kMaxTopKPairs) || chunk > 0)) {
     // The lowest value of the type, which no element is below: what ReduceMax picks the one
     // element of a rank against.
     int lowest = fill;
@@ -99,7 +152,10 @@ void top_k(NodeLowering& L) {
       lowest = is_float(t) ? L.constant(Tensor::scalar_float(t, -std::numeric_limits<float>::infinity()))
                            : L.constant(Tensor::scalar_int(t, integer_range(t).first));
     }
-    pairwise(L, axis, k, largest, lowest);
+    const Top top = chunk > 0 ? chunked_top(L, axis, k, largest, lowest, chunk)
+                              : pairwise_top(L, L.input(0), axis, k, largest, lowest, kNoValue);
+    L.set_output(0, L.reshape(top.values, out));
+    L.set_output(1, L.reshape(cast_to(L, top.indices, DType::kI64), out));
     return;
   }
   Shape along(xs.size(), 1);

@@ -1107,9 +1107,20 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
         const int64_t batches = ceil_div(out_elems, cfg.threads / lanes);
         const int64_t slice = ceil_div(count, static_cast<int64_t>(std::max(1, cfg.split_k)));
         reduce_rounds += batches * ceil_div(ceil_div(slice, lanes), kReductionLoadsInFlight);
-        if (lanes > 32) smem += 4 * (cfg.threads / 32);
-        // ArgMax and ArgMin do not split: their index pairs have no split-K hand-over.
-        if (batches == 1 && n.op != "ArgMax" && n.op != "ArgMin") {
+        if (lanes > 32) {
+          // A float a warp; for ArgMax and ArgMin a u32 index a warp beside it, 16-byte aligned.
+          smem += 4 * (cfg.threads / 32);
+          if (n.op == "ArgMax" || n.op == "ArgMin") smem += 15 + 4 * (cfg.threads / 32);
+        }
+        // ArgMax and ArgMin do not split: their index pairs have no split-K hand-over. Nor does a
+        // reduction of a group that reshapes: its region may be larger in another tile than in
+        // the representative one (a tile of the flattened axis straddling rows), and codegen
+        // sizes the batches for the largest (codegen/stages/reduce.h), which must be one batch.
+        const bool reshapes = std::any_of(group.nodes.begin(), group.nodes.end(), [&](int id) {
+          const std::string& op = g.nodes()[static_cast<size_t>(id)].op;
+          return op == "Reshape" || op == "Flatten";
+        });
+        if (batches == 1 && n.op != "ArgMax" && n.op != "ArgMin" && !reshapes) {
           ++split_products;
           split_steps = ceil_div(count, lanes);
           split_slot = cfg.threads;

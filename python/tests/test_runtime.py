@@ -204,7 +204,8 @@ def test_every_block_race_checked_on_the_host_gives_the_same_outputs(compiled):
     inputs = tensors(MODELS / name / "test_data_set_0", "input")
     every = fusetune.load_plan(plan_dir, device="host", host_checked_blocks=0)
     assert_identical(every.run(inputs), fusetune.load_plan(plan_dir, device="host").run(inputs))
-    for bad in [-1, 2.5, True, "64"]:
+    assert_identical(fusetune.load_plan(plan_dir, device="host", host_checked_blocks=np.int64(0)).run(inputs), every.run(inputs))
+    for bad in [-1, 2.5, True, "64", 2**63]:
         with pytest.raises(ValueError, match="host_checked_blocks " + re.escape(repr(bad))):
             fusetune.load_plan(plan_dir, device="host", host_checked_blocks=bad)
 

@@ -515,24 +515,30 @@ TEST(Import, GridSampleRefusesWhatItCannotMean) {
 
 // TopK against a stable sort of each row (ties by ascending index), largest and smallest, on rows
 // with repeated values and infinities, where a row's remaining elements may all equal the fill
-// of taken ones: on the reference and compiled (the plan on the host executor). Both forms
-// (importer/lower_topk.h): pairwise ranks (k = 7 of 9: at most three launches), and rounds (k = 1,
-// and a row longer than kPairwiseTopK).
+// of taken ones: on the reference and compiled (the plan on the host executor). Every form
+// (importer/lower_topk.h): pairwise ranks (k = 7 of 9: at most four launches), two stages (rows
+// longer than kPairwiseTopK, the last chunk padded), rounds (k = 1; and, on the reference alone,
+// 1,400 of 4,097: three chunks' candidates would be 4,200, over kPairwiseTopK).
 TEST(Import, TopKSelectsInOrderWithTiesByIndexAndInfinities) {
   const unsigned seed = testing::test_seed();
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int> pick(0, 5);
-  constexpr int64_t rows = 3;
   const float inf = std::numeric_limits<float>::infinity();
   const float choices[] = {-inf, -1.0f, 0.0f, 0.5f, 2.0f, inf};
-  for (const auto& [n, k] : std::vector<std::pair<int64_t, int64_t>>{{9, 7}, {9, 1}, {importer::kPairwiseTopK + 1, 5}}) {
-    const bool pairwise = k >= 2 && n <= importer::kPairwiseTopK;
+  struct Case {
+    int64_t rows, n, k;
+    std::string form;
+  };
+  const int64_t longer = importer::kPairwiseTopK + 1;
+  for (const auto& [rows, n, k, form_name] : std::vector<Case>{
+           {3, 9, 7, "pairwise"}, {3, 9, 1, "rounds"}, {3, longer, 5, "two stages"}, {1, longer, 1400, "rounds"}}) {
+    const bool pairwise = form_name == "pairwise", compiled = k < 100;
     std::vector<float> x(static_cast<size_t>(rows * n));
     for (float& v : x) v = choices[pick(rng)];
-    x[static_cast<size_t>(2 * n + 3)] = x[static_cast<size_t>(2 * n + 5)] = -inf;  // a row whose smallest values tie at -inf
+    x[static_cast<size_t>((rows - 1) * n + 3)] = x[static_cast<size_t>((rows - 1) * n + 5)] = -inf;  // smallest values tie at -inf
     for (bool largest : {true, false}) {
-      const std::string form = std::string(pairwise ? "pairwise" : "rounds") + ", n " + std::to_string(n) + ", k " +
-                               std::to_string(k) + ", largest " + std::to_string(largest) + ", seed " + std::to_string(seed);
+      const std::string form = form_name + ", " + std::to_string(rows) + " x " + std::to_string(n) + ", k " + std::to_string(k) +
+                               ", largest " + std::to_string(largest) + ", seed " + std::to_string(seed);
       OnnxBuilder b(11);
       b.input("x", kFloat, {rows, n}).output("v", kFloat, {rows, k}).output("i", kInt64, {rows, k});
       b.initializer("k", Tensor::from_ints(DType::kI64, {1}, std::vector<int64_t>{k}));
@@ -555,16 +561,62 @@ TEST(Import, TopKSelectsInOrderWithTiesByIndexAndInfinities) {
       const std::vector<Tensor> ref = reference::run_graph(importer::import_onnx_bytes(b.bytes(), ".").graph, std::vector<Tensor>{input});
       EXPECT_EQ(ref[0].to_floats(), want_v) << "reference, " << form;
       EXPECT_EQ(ref[1].to_ints(), want_i) << "reference, " << form;
+      if (!compiled) continue;  // a launch a round
       testing::TestDir dir("topk");
       b.write(dir / "model.onnx");
       const compiler::PipelineResult r = compiler::compile_model(dir / "model.onnx", planner::find_device("h100"), {});
       auto host = backend::make_host_backend();
       runtime::PlanRunner runner(r.bundle, *host);
-      if (pairwise) {
-        EXPECT_LE(runner.launches(), 3u) << form;
+      if (form_name != "rounds") {
+        EXPECT_LE(runner.launches(), pairwise ? 4u : 8u) << form;  // the rounds take 3 a selection
       }
       const std::vector<Tensor> got = runner.run(std::vector<Tensor>{input});
       EXPECT_EQ(got[0].to_floats(), want_v) << "compiled, " << form;
+      EXPECT_EQ(got[1].to_ints(), want_i) << "compiled, " << form;
+    }
+  }
+  // Two stages along a leading axis of int32 (padded with the type's worst value, which ties with
+  // the elements that hold it at higher indices): [4,097, 2] along axis 0, compiled.
+  {
+    const int64_t n = importer::kPairwiseTopK + 1, cols = 2, k = 6;
+    std::uniform_int_distribution<int> small(-3, 3);
+    std::vector<int64_t> xi(static_cast<size_t>(n * cols));
+    for (int64_t& v : xi) v = small(rng);
+    xi[7 * cols] = std::numeric_limits<int32_t>::min();
+    xi[9 * cols + 1] = std::numeric_limits<int32_t>::max();
+    for (bool largest : {true, false}) {
+      OnnxBuilder b(11);
+      b.input("x", testing::kInt32, {n, cols}).output("v", testing::kInt32, {k, cols}).output("i", kInt64, {k, cols});
+      b.initializer("k", Tensor::from_ints(DType::kI64, {1}, std::vector<int64_t>{k}));
+      onnx::NodeProto& node = b.node("TopK", {"x", "k"}, {"v", "i"});
+      OnnxBuilder::attr_i(node, "largest", largest ? 1 : 0);
+      OnnxBuilder::attr_i(node, "axis", 0);
+      std::vector<int64_t> want_v(static_cast<size_t>(k * cols)), want_i(want_v.size());
+      for (int64_t c = 0; c < cols; ++c) {
+        std::vector<int64_t> order(static_cast<size_t>(n));
+        std::iota(order.begin(), order.end(), int64_t{0});
+        std::stable_sort(order.begin(), order.end(), [&](int64_t p, int64_t q) {
+          const int64_t a = xi[static_cast<size_t>(p * cols + c)], d = xi[static_cast<size_t>(q * cols + c)];
+          return largest ? a > d : a < d;
+        });
+        for (int64_t j = 0; j < k; ++j) {
+          want_i[static_cast<size_t>(j * cols + c)] = order[static_cast<size_t>(j)];
+          want_v[static_cast<size_t>(j * cols + c)] = xi[static_cast<size_t>(order[static_cast<size_t>(j)] * cols + c)];
+        }
+      }
+      const Tensor input = Tensor::from_ints(DType::kI32, {n, cols}, xi);
+      const std::string form = "two stages, int32 along axis 0, largest " + std::to_string(largest) + ", seed " + std::to_string(seed);
+      const std::vector<Tensor> ref = reference::run_graph(importer::import_onnx_bytes(b.bytes(), ".").graph, std::vector<Tensor>{input});
+      EXPECT_EQ(ref[0].to_ints(), want_v) << "reference, " << form;
+      EXPECT_EQ(ref[1].to_ints(), want_i) << "reference, " << form;
+      testing::TestDir dir("topk_int");
+      b.write(dir / "model.onnx");
+      const compiler::PipelineResult r = compiler::compile_model(dir / "model.onnx", planner::find_device("h100"), {});
+      auto host = backend::make_host_backend();
+      runtime::PlanRunner runner(r.bundle, *host);
+      EXPECT_LE(runner.launches(), 8u) << form;
+      const std::vector<Tensor> got = runner.run(std::vector<Tensor>{input});
+      EXPECT_EQ(got[0].to_ints(), want_v) << "compiled, " << form;
       EXPECT_EQ(got[1].to_ints(), want_i) << "compiled, " << form;
     }
   }
