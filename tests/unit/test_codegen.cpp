@@ -373,6 +373,50 @@ TEST(CodegenWarp, RowsHeldInRegistersAreReadOnce) {
   }
 }
 
+// The cooperative reduction tests' tiles: up to `outputs` outputs a tile, along the output's
+// longest axis.
+TileConfig cooperative_tile(const Graph& g, const FusionGroup& fg, int64_t outputs, int threads) {
+  const Shape& s = g.value(fg.outputs[0]).shape;
+  std::vector<int64_t> tile(s.size(), 1);
+  const auto longest = std::max_element(s.begin(), s.end()) - s.begin();
+  tile[static_cast<size_t>(longest)] = std::min(outputs, s[static_cast<size_t>(longest)]);
+  return TileConfig{tile, 0, threads, 1};
+}
+
+// Every group on 1 to 3 outputs a tile and 32 to 256 threads: its IR holds `reduce` (a warp
+// reduction), and the kernels match the reference under the executor's checks.
+void check_cooperative(const Graph& g, const std::vector<FusionGroup>& groups, const std::string& reduce, const std::string& label) {
+  for (int threads : {32, 64, 256}) {
+    for (int64_t outputs : {1, 2, 3}) {
+      for (const FusionGroup& fg : groups) {
+        const std::string ir = to_text(lower_group(g, fg, cooperative_tile(g, fg, outputs, threads), "coop").kernel);
+        EXPECT_NE(ir.find(reduce), std::string::npos) << fg.pattern << ", " << outputs << " outputs on " << threads
+                                                      << " threads: not cooperative\n" << ir;
+      }
+      check_groups(g, groups, [&](const FusionGroup& fg) { return cooperative_tile(g, fg, outputs, threads); },
+                   label + "/" + std::to_string(outputs) + " outputs on " + std::to_string(threads) + " threads");
+    }
+  }
+}
+
+// `group`'s kernel for one output on eight warps, each of its barriers deleted in turn: a race the
+// checks report (the barrier before the warps' partials are combined).
+void expect_each_deleted_barrier_reported(const Graph& g, const FusionGroup& group, const std::string& name) {
+  const LoweredKernel good = lower_group(g, group, cooperative_tile(g, group, 1, 256), name);
+  auto backend = backend::make_host_backend();
+  std::mt19937 rng(fusetune::testing::test_seed());
+  LoweredKernel probe = good;
+  const int barriers = fusetune::testing::drop_barrier(probe.kernel.body, -1);
+  ASSERT_GE(barriers, 1) << to_text(good.kernel);
+  for (int i = 0; i < barriers; ++i) {
+    LoweredKernel bad = good;
+    fusetune::testing::drop_barrier(bad.kernel.body, i);
+    auto m = backend->load({bad.kernel});
+    const backend::VerifyResult r = backend::verify_kernel(g, group, bad, *backend, *m, rng);
+    EXPECT_TRUE(!r.ok && r.check_failed) << "barrier " << i << " of " << barriers << " deleted: " << r.detail;
+  }
+}
+
 // Few outputs over long reduction spaces reduce cooperatively (stages/reduce.h): a warp an
 // output, or several warps whose partials meet in shared memory, the outputs in batches. Against
 // the reference under the host executor's checks: ReduceSum and ReduceMean over the innermost
@@ -396,31 +440,13 @@ TEST(CodegenReduce, FewOutputsReduceCooperativelyInEveryForm) {
   add_op(g, "Conv", {add_input(g, "p", DType::kF32, {1, 300, 1, 1}), add_input(g, "cw", DType::kF32, {6, 300, 1, 1}),
                      add_input(g, "cb", DType::kF32, {6})});
   const std::vector<FusionGroup> groups = one_group_per_node(g);
-  // Up to `outputs` outputs a tile, along the output's longest axis.
-  const auto config = [&](const FusionGroup& fg, int64_t outputs, int threads) {
-    const Shape& s = g.value(fg.outputs[0]).shape;
-    std::vector<int64_t> tile(s.size(), 1);
-    const auto longest = std::max_element(s.begin(), s.end()) - s.begin();
-    tile[static_cast<size_t>(longest)] = std::min(outputs, s[static_cast<size_t>(longest)]);
-    return TileConfig{tile, 0, threads, 1};
-  };
-  for (int threads : {32, 64, 256}) {
-    for (int64_t outputs : {1, 2, 3}) {
-      for (const FusionGroup& fg : groups) {
-        const std::string ir = to_text(lower_group(g, fg, config(fg, outputs, threads), "coop").kernel);
-        EXPECT_NE(ir.find("warp.reduce"), std::string::npos) << fg.pattern << ", " << outputs << " outputs on " << threads
-                                                             << " threads: not cooperative\n" << ir;
-      }
-      check_groups(g, groups, [&](const FusionGroup& fg) { return config(fg, outputs, threads); },
-                   "cooperative reductions/" + std::to_string(outputs) + " outputs on " + std::to_string(threads) + " threads");
-    }
-  }
+  check_cooperative(g, groups, "warp.reduce", "cooperative reductions");
   // Split over blocks (split-K): each block folds a slice of every output's space, and the last of
   // the tile's blocks combines the slices' totals in split order (one warp an output, or two).
   for (int threads : {64, 128}) {
     for (int splits : {2, 3, 5}) {
       const auto split = [&](const FusionGroup& fg) {
-        TileConfig cfg = config(fg, 2, threads);
+        TileConfig cfg = cooperative_tile(g, fg, 2, threads);
         cfg.split_k = splits;
         return cfg;
       };
@@ -431,19 +457,7 @@ TEST(CodegenReduce, FewOutputsReduceCooperativelyInEveryForm) {
   }
   // One output on eight warps: the barrier before the partials are combined (the only one: the
   // batch loop runs once), deleted, is a race.
-  const LoweredKernel good = lower_group(g, groups[1], config(groups[1], 1, 256), "pool");
-  auto backend = backend::make_host_backend();
-  std::mt19937 rng(fusetune::testing::test_seed());
-  LoweredKernel probe = good;
-  const int barriers = fusetune::testing::drop_barrier(probe.kernel.body, -1);
-  ASSERT_GE(barriers, 1) << to_text(good.kernel);
-  for (int i = 0; i < barriers; ++i) {
-    LoweredKernel bad = good;
-    fusetune::testing::drop_barrier(bad.kernel.body, i);
-    auto m = backend->load({bad.kernel});
-    const backend::VerifyResult r = backend::verify_kernel(g, groups[1], bad, *backend, *m, rng);
-    EXPECT_TRUE(!r.ok && r.check_failed) << "barrier " << i << " of " << barriers << " deleted: " << r.detail;
-  }
+  expect_each_deleted_barrier_reported(g, groups[1], "pool");
 }
 
 // ArgMax and ArgMin reduce cooperatively too (stages/reduce.h): the lanes', then the warps',
@@ -474,43 +488,14 @@ TEST(CodegenReduce, ArgMaxAndArgMinReduceCooperativelyAndPickAsTheScan) {
       }
     }
   }
-  const auto config = [&](const FusionGroup& fg, int64_t outputs, int threads) {
-    const Shape& s = g.value(fg.outputs[0]).shape;
-    std::vector<int64_t> tile(s.size(), 1);
-    const auto longest = std::max_element(s.begin(), s.end()) - s.begin();
-    tile[static_cast<size_t>(longest)] = std::min(outputs, s[static_cast<size_t>(longest)]);
-    return TileConfig{tile, 0, threads, 1};
-  };
-  for (int threads : {32, 64, 256}) {
-    for (int64_t outputs : {1, 2, 3}) {
-      for (const FusionGroup& fg : groups) {
-        const std::string ir = to_text(lower_group(g, fg, config(fg, outputs, threads), "arg").kernel);
-        EXPECT_NE(ir.find("warp.reduce arg"), std::string::npos) << fg.pattern << ", " << outputs << " outputs on " << threads
-                                                                 << " threads: not cooperative\n" << ir;
-      }
-      check_groups(g, groups, [&](const FusionGroup& fg) { return config(fg, outputs, threads); },
-                   "cooperative ArgMax/ArgMin/" + std::to_string(outputs) + " outputs on " + std::to_string(threads) + " threads");
-    }
-  }
+  check_cooperative(g, groups, "warp.reduce arg", "cooperative ArgMax/ArgMin");
   // The planner offers no split-K form: the pairs have no hand-over between blocks.
-  TileConfig split = config(groups[0], 1, 64);
+  TileConfig split = cooperative_tile(g, groups[0], 1, 64);
   split.split_k = 2;
   const planner::Cost c = planner::evaluate_tile(g, groups[0], planner::find_device("h100"), split);
   EXPECT_FALSE(c.valid) << "ArgMax split over two blocks";
   // One output on eight warps: the barrier before the warps' pairs are combined, deleted, is a race.
-  const LoweredKernel good = lower_group(g, groups[0], config(groups[0], 1, 256), "argpool");
-  auto backend = backend::make_host_backend();
-  std::mt19937 rng(fusetune::testing::test_seed());
-  LoweredKernel probe = good;
-  const int barriers = fusetune::testing::drop_barrier(probe.kernel.body, -1);
-  ASSERT_GE(barriers, 1) << to_text(good.kernel);
-  for (int i = 0; i < barriers; ++i) {
-    LoweredKernel bad = good;
-    fusetune::testing::drop_barrier(bad.kernel.body, i);
-    auto m = backend->load({bad.kernel});
-    const backend::VerifyResult r = backend::verify_kernel(g, groups[0], bad, *backend, *m, rng);
-    EXPECT_TRUE(!r.ok && r.check_failed) << "barrier " << i << " of " << barriers << " deleted: " << r.detail;
-  }
+  expect_each_deleted_barrier_reported(g, groups[0], "argpool");
 }
 
 // GatherElements, Hardmax, Shrink, LpNormalization and OneHot as import lowers them (a Gather at
