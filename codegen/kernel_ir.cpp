@@ -111,7 +111,8 @@ bool is_arg_reduce(const std::string& op) {
 }
 
 std::string arg_beats_flags(const std::string& op) {
-  return std::string(op.rfind("argmax", 0) == 0 ? "true" : "false") + ", " + (op.size() > 6 ? "true" : "false");
+  const bool is_max = op.rfind("argmax", 0) == 0, last = op.find("_last") != std::string::npos;
+  return std::string(is_max ? "true" : "false") + ", " + (last ? "true" : "false");
 }
 
 Stmt warp_arg_reduce(std::string local, std::string index, std::string op, std::string guard) {

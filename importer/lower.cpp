@@ -151,6 +151,14 @@ std::pair<int64_t, int64_t> integer_range(DType t) {
   }
 }
 
+int iota_along(NodeLowering& L, size_t rank, int64_t axis, int64_t n) {
+  Shape along(rank, 1);
+  along[static_cast<size_t>(axis)] = n;
+  std::vector<int64_t> iota(static_cast<size_t>(n));
+  std::iota(iota.begin(), iota.end(), int64_t{0});
+  return L.constant(Tensor::from_ints(DType::kI64, along, iota));
+}
+
 int reduce_node(NodeLowering& L, const std::string& op, int x, const std::vector<int64_t>& axes, int64_t keep) {
   Attributes a;
   a.set("axes", axes);
@@ -482,16 +490,6 @@ void softmax(NodeLowering& L) {
   a.set("axis", int64_t{1});
   const int y = L.emit(L.op(), {L.reshape(L.input(0), {outer, inner})}, a);
   L.set_output(0, L.reshape(y, s));
-}
-
-// A constant 0, 1, ..., n - 1 along `axis` of a value of rank `rank` (extent 1 elsewhere): what
-// Hardmax and OneHot compare positions with.
-int iota_along(NodeLowering& L, size_t rank, int64_t axis, int64_t n) {
-  Shape along(rank, 1);
-  along[static_cast<size_t>(axis)] = n;
-  std::vector<int64_t> iota(static_cast<size_t>(n));
-  std::iota(iota.begin(), iota.end(), int64_t{0});
-  return L.constant(Tensor::from_ints(DType::kI64, along, iota));
 }
 
 // Indices v as int64, negative ones counted from the end of `n`: Where(v < 0, v + n, v).

@@ -100,6 +100,9 @@ int transpose2d(NodeLowering& L, int v);
 // The smallest and largest value of an integer type or bool (the largest uint64 as its bit
 // pattern, -1).
 std::pair<int64_t, int64_t> integer_range(DType t);
+// An int64 constant 0, 1, ..., n - 1 along `axis` of a value of rank `rank` (extent 1 elsewhere):
+// what Hardmax, OneHot and TopK compare positions with.
+int iota_along(NodeLowering& L, size_t rank, int64_t axis, int64_t n);
 // A canonical reduction `op` of x over `axes` (keepdims `keep`).
 int reduce_node(NodeLowering& L, const std::string& op, int x, const std::vector<int64_t>& axes, int64_t keep);
 // A canonical Pad of v with zeros (begin pads, then end pads, per axis).

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <limits>
-#include <numeric>
 
 #include "core/error.h"
 #include "core/ops.h"
@@ -17,15 +16,10 @@ Shape with_unit_axis(Shape s, size_t at) {
   return s;
 }
 
-// A constant of `rank` axes of extent 1 but axis `at`, which counts 0 .. extent - 1 in `dtype`
-// (int64 or float32).
-int positions(NodeLowering& L, size_t rank, size_t at, int64_t extent, DType dtype) {
-  Shape s(rank, 1);
-  s[at] = extent;
-  std::vector<int64_t> v(static_cast<size_t>(extent));
-  std::iota(v.begin(), v.end(), int64_t{0});
-  return L.constant(dtype == DType::kF32 ? Tensor::from_floats(DType::kF32, s, std::vector<float>(v.begin(), v.end()))
-                                         : Tensor::from_ints(dtype, s, v));
+// iota_along's positions as float32 (a Cast of a constant, folded): what the ranks, counted in
+// float, and the indices the ReduceMax picks are compared with.
+int float_positions(NodeLowering& L, size_t rank, size_t at, int64_t extent) {
+  return cast_to(L, iota_along(L, rank, static_cast<int64_t>(at), extent), DType::kF32);
 }
 
 struct Top {
@@ -52,13 +46,13 @@ Top pairwise_top(NodeLowering& L, int x, size_t axis, int64_t k, bool largest, i
     strictly = L.emit("Or", {strictly, L.emit("And", {nan_i, L.emit("Not", {nan_j})})});
     equal = L.emit("Or", {equal, L.emit("And", {nan_i, nan_j})});
   }
-  const int earlier = L.emit("Less", {positions(L, rank, axis + 1, n, DType::kI64), positions(L, rank, axis, n, DType::kI64)});
+  const int earlier = L.emit("Less", {iota_along(L, rank, static_cast<int64_t>(axis + 1), n), iota_along(L, rank, static_cast<int64_t>(axis), n)});
   const int beats = L.emit("Or", {strictly, L.emit("And", {equal, earlier})});
   // The rank of each element (counted in float, exact below 2^24): [.., i, 1, ..].
   const int ranks = reduce_node(L, "ReduceSum", cast_to(L, beats, DType::kF32), {static_cast<int64_t>(axis + 1)}, 1);
   // Rank r's element, for r < k: the one element whose rank is r.
-  const int at_rank = L.emit("Equal", {ranks, positions(L, rank, axis + 1, k, DType::kF32)});  // [.., i, r, ..]
-  const int where = index == kNoValue ? positions(L, rank, axis, n, DType::kF32) : L.reshape(index, with_unit_axis(xs, axis + 1));
+  const int at_rank = L.emit("Equal", {ranks, float_positions(L, rank, axis + 1, k)});  // [.., i, r, ..]
+  const int where = index == kNoValue ? float_positions(L, rank, axis, n) : L.reshape(index, with_unit_axis(xs, axis + 1));
   const int none = L.constant(Tensor::scalar_float(DType::kF32, -1.0f));
   const std::vector<int64_t> over = {static_cast<int64_t>(axis)};
   return {reduce_node(L, "ReduceMax", L.emit("Where", {at_rank, xi, lowest}), over, 0),
@@ -106,7 +100,7 @@ Top chunked_top(NodeLowering& L, size_t axis, int64_t k, bool largest, int lowes
   const Top first = pairwise_top(L, L.reshape(x, split), axis + 1, k1, largest, lowest, kNoValue);
   // A candidate's index in x: its position in its chunk plus the chunk's first index.
   const int offset = L.constant(Tensor::scalar_float(DType::kF32, static_cast<float>(c)));
-  const int base = L.emit("Mul", {positions(L, split.size(), axis, chunks, DType::kF32), offset});
+  const int base = L.emit("Mul", {float_positions(L, split.size(), axis, chunks), offset});
   Shape flat = xs;
   flat[axis] = chunks * k1;
   return pairwise_top(L, L.reshape(first.values, flat), axis, k, largest, lowest, L.reshape(L.emit("Add", {first.indices, base}), flat));
@@ -143,8 +137,9 @@ void top_k(NodeLowering& L) {
   }
   int64_t rows = 1;
   for (size_t d = 0; d < xs.size(); ++d) rows *= d == axis ? 1 : xs[d];
-  const int64_t chunk = k >= 2 && (n > kPairwiseTopK || rows * n * n > kMaxTopKPairs) ? chunk_for(rows, n, k) : 0;
-  if (k >= 2 && ((n <= kPairwiseTopK && rows * n * n <= kMaxTopKPairs) || chunk > 0)) {
+  const bool one_stage = n <= kPairwiseTopK && rows * n * n <= kMaxTopKPairs;
+  const int64_t chunk = k >= 2 && !one_stage ? chunk_for(rows, n, k) : 0;
+  if (k >= 2 && (one_stage || chunk > 0)) {
     // The lowest value of the type, which no element is below: what ReduceMax picks the one
     // element of a rank against.
     int lowest = fill;
@@ -158,11 +153,7 @@ void top_k(NodeLowering& L) {
     L.set_output(1, L.reshape(cast_to(L, top.indices, DType::kI64), out));
     return;
   }
-  Shape along(xs.size(), 1);
-  along[axis] = n;
-  std::vector<int64_t> iota(static_cast<size_t>(n));
-  std::iota(iota.begin(), iota.end(), int64_t{0});
-  const int positions = L.constant(Tensor::from_ints(DType::kI64, along, iota));
+  const int positions = iota_along(L, xs.size(), static_cast<int64_t>(axis), n);
   Attributes arg;
   arg.set("axis", static_cast<int64_t>(axis));
   arg.set("keepdims", int64_t{1});

@@ -193,6 +193,7 @@ ReductionForm reduction_form(const Graph& g, const Node& n, int64_t outputs, int
   while (group * 2 * outputs <= warps && warps % (group * 2) == 0) group *= 2;
   form.lanes = kWarp * group;
   form.row_apart = reduction && !a.index.empty() && !along;
+  form.pairs = arg;
   return form;
 }
 
@@ -432,6 +433,15 @@ std::map<int, Region> tile_regions(const Graph& g, const FusionGroup& group, int
   return regions;
 }
 
+// Whether the group reshapes (a Reshape or Flatten): then a value's region may differ from tile to
+// tile in size, where the representative tile shows one of them.
+bool group_reshapes(const Graph& g, const FusionGroup& group) {
+  return std::any_of(group.nodes.begin(), group.nodes.end(), [&](int id) {
+    const std::string& op = g.nodes()[static_cast<size_t>(id)].op;
+    return op == "Reshape" || op == "Flatten";
+  });
+}
+
 // The tile of the root whose staged implicit-GEMM Convs (C_in / group > 1) and products of bytes
 // (a quantized convolution's, over its patches) compute the largest regions: codegen sizes their
 // slices, and runs their micro-tiles, for the largest region any tile needs
@@ -445,16 +455,14 @@ Region widest_staged_tile(const Graph& g, const FusionGroup& group, int root, co
                           const std::vector<int64_t>& tile, const TileConfig& cfg) {
   if (cfg.reduce_step <= 0) return representative;
   std::vector<int> convs;
-  bool reshapes = false;
   for (int id : group.nodes) {
     const Node& n = g.nodes()[static_cast<size_t>(id)];
-    reshapes = reshapes || n.op == "Reshape" || n.op == "Flatten";
     if ((n.op == "Conv" && n.inputs.size() > 1 && g.value(n.inputs[1]).shape.size() > 1 && g.value(n.inputs[1]).shape[1] > 1) ||
         dp4a_matmul(g, n)) {
       convs.push_back(n.outputs[0]);
     }
   }
-  if (convs.empty() || !reshapes) return representative;
+  if (convs.empty() || !group_reshapes(g, group)) return representative;
   std::vector<TensorExpr> exprs;
   for (int id : group.nodes) exprs.push_back(describe(g, g.nodes()[static_cast<size_t>(id)]));
   const auto conv_elems = [&](const Region& root_tile) {
@@ -597,6 +605,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   c.tiles = 1;
   for (int64_t n : ntiles) c.tiles *= n;
   std::set<int> in_group(group.nodes.begin(), group.nodes.end());
+  const bool reshapes = group_reshapes(g, group);
   std::set<int> produced;
   for (int n : group.nodes) produced.insert(g.nodes()[static_cast<size_t>(n)].outputs[0]);
   const std::set<int> computed = computed_elements(g, group, produced);  // what staged operands cannot copy from
@@ -1110,17 +1119,13 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
         if (lanes > 32) {
           // A float a warp; for ArgMax and ArgMin a u32 index a warp beside it, 16-byte aligned.
           smem += 4 * (cfg.threads / 32);
-          if (n.op == "ArgMax" || n.op == "ArgMin") smem += 15 + 4 * (cfg.threads / 32);
+          if (form.pairs) smem += 15 + 4 * (cfg.threads / 32);
         }
-        // ArgMax and ArgMin do not split: their index pairs have no split-K hand-over. Nor does a
-        // reduction of a group that reshapes: its region may be larger in another tile than in
-        // the representative one (a tile of the flattened axis straddling rows), and codegen
-        // sizes the batches for the largest (codegen/stages/reduce.h), which must be one batch.
-        const bool reshapes = std::any_of(group.nodes.begin(), group.nodes.end(), [&](int id) {
-          const std::string& op = g.nodes()[static_cast<size_t>(id)].op;
-          return op == "Reshape" || op == "Flatten";
-        });
-        if (batches == 1 && n.op != "ArgMax" && n.op != "ArgMin" && !reshapes) {
+        // Pairs do not split. Nor does a reduction of a group that reshapes: its region may be
+        // larger in another tile than in the representative one (a tile of the flattened axis
+        // straddling rows), and codegen sizes the batches for the largest (codegen/stages/
+        // reduce.h), which must be one batch.
+        if (batches == 1 && !form.pairs && !reshapes) {
           ++split_products;
           split_steps = ceil_div(count, lanes);
           split_slot = cfg.threads;

@@ -268,6 +268,9 @@ struct ReductionForm {
   bool columns = false;
   int64_t lanes = 0;
   bool row_apart = false;
+  // ArgMax and ArgMin with lanes: (value, index) pairs, an index a warp beside each float partial,
+  // and no split-K (split_k.h hands over float accumulators alone).
+  bool pairs = false;
 };
 ReductionForm reduction_form(const Graph& g, const Node& n, int64_t outputs, int threads, int splits);
 // True where the generic reduction takes its columns form (codegen/stages/reduce.h) for a region

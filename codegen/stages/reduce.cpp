@@ -21,7 +21,7 @@ class ReduceStage : public AnchorStage {
     lanes_ = form.lanes;
     if (columns_) partials_ = k.add_shared("p" + std::to_string(n.outputs[0]) + "_r", DType::kF32, cx.cfg.threads);
     if (lanes_ > kWarpSize) partials_ = k.add_shared("p" + std::to_string(n.outputs[0]) + "_r", DType::kF32, cx.cfg.threads / kWarpSize);
-    if (lanes_ > 0 && (n.op == "ArgMax" || n.op == "ArgMin")) {
+    if (lanes_ > 0 && form.pairs) {
       arg_op_ = (n.op == "ArgMax" ? "argmax" : "argmin") + std::string(n.attrs.i("select_last_index") ? "_last" : "");
       index_ = "w" + std::to_string(n.outputs[0]) + "_i";
       k.thread_locals.push_back({index_, 1, DType::kU32});

@@ -49,7 +49,7 @@ naming the input.
 
 from __future__ import annotations
 
-import operator
+import numbers
 import sys
 from typing import Mapping, Optional, Sequence, Union
 
@@ -283,10 +283,6 @@ def load_plan(path: str, device: str = "auto", host_checked_blocks: int = 64) ->
         device in ("auto", "host", "cuda") or (device.startswith("cuda:") and device[5:].isascii() and device[5:].isdigit() and len(device) <= 9)
     ):
         raise ValueError(f"device {device!r}: one of auto, host, cuda, cuda:N")
-    try:
-        checked = operator.index(host_checked_blocks) if not isinstance(host_checked_blocks, bool) else None
-    except TypeError:
-        checked = None
-    if checked is None or not 0 <= checked < 2**63:
+    if isinstance(host_checked_blocks, bool) or not isinstance(host_checked_blocks, numbers.Integral) or not 0 <= host_checked_blocks < 2**63:
         raise ValueError(f"host_checked_blocks {host_checked_blocks!r}: a count of blocks, 0 for all")
-    return Plan(_Plan.load(str(path), device, checked))
+    return Plan(_Plan.load(str(path), device, int(host_checked_blocks)))
