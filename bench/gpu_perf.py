@@ -63,10 +63,16 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))  # export_models, export_hf_mo
 # The order a lease takes them in: BERT float16 (the headline), ResNet-50 (whose tune measures cuDNN's
 # convolutions), memory_bound (large tensors: its kernels' effective bandwidth against the copy), the
 # decoders, then the rest; BERT float32 last (measured on the H100 already).
-GPU_MODELS = ["bert_fp16", "resnet50", "memory_bound", "llama_fp16", "gpt2_fp16", "bert_s512_fp16", "vit", "mobilenet_v2",
+GPU_MODELS = ["bert_fp16", "resnet50", "memory_bound", "llama_fp16", "llama_decode_fp16", "gpt2_fp16", "bert_s512_fp16",
+              "vit", "mobilenet_v2",
               "efficientnet_b0", "swin_t", "convnext_t", "bert"]
 REHEARSE_MODELS = ["bert", "resnet_small", "memory_bound", "mobilenet_v2", "vit"]
-HF_MODELS = {"gpt2", "llama"}  # built by scripts/export_hf_models.py (transformers)
+HF_MODELS = {"gpt2", "llama", "llama_decode"}  # built by scripts/export_hf_models.py (transformers)
+# The LLaMA-shaped decoder's full-size forms: a prefill of 512 tokens, and one decode step whose
+# cache holds 1,023 earlier positions (1,024 after the step). GPT-2's prefill and the rehearsal's
+# small models keep export_hf_models' lengths (128 tokens, a cache of 127).
+LLAMA_PREFILL = 512
+LLAMA_DECODE_PAST = 1023
 
 # Models not tuned unless TUNE_MODELS names them, and why (the reason becomes the tune's note).
 UNTUNED_BY_DEFAULT = {
@@ -217,9 +223,11 @@ class ModelUnavailable(Exception):
 
 
 def build_hf(base, cfg):
-    """A causal LM's prefill (token ids in, logits out) from export_hf_models' configs, seeded as
-    its export_one seeds it. That script targets transformers 4.40: a failure to construct the
-    model under another version makes the model skipped, not failed."""
+    """A causal LM from export_hf_models' configs, seeded as its export_one seeds it: a prefill
+    (token ids in, logits out), or for llama_decode one decode step (export_hf_models.DecodeStep:
+    the new token and the cache in, logits and the cache out). That script targets transformers
+    4.40 and 5.x: a failure to construct the model under another version makes the model
+    skipped, not failed."""
     import torch
 
     class PrefillAllAttended(torch.nn.Module):
@@ -239,10 +247,16 @@ def build_hf(base, cfg):
         torch.manual_seed(hf.SEED)
         gen = torch.Generator().manual_seed(hf.INPUT_SEED)
         config = hf.gpt2_config(cfg.size) if base == "gpt2" else hf.llama_config(cfg.size, gqa=False)
-        module, inputs, output_names = hf.decoder_prefill(config, gen)
+        full = cfg.size == "full"
+        if base == "llama_decode":
+            module, inputs, output_names = hf.decoder_step(config, gen, LLAMA_DECODE_PAST if full else hf.DECODER_PAST)
+        else:
+            length = LLAMA_PREFILL if full and base == "llama" else hf.DECODER_PREFILL
+            module, inputs, output_names = hf.decoder_prefill(config, gen, length)
+            module = PrefillAllAttended(module.model)
     except Exception as e:
         raise ModelUnavailable(one_line(e)) from e
-    return dict(model=PrefillAllAttended(module.model), inputs=tuple(t for _, t in inputs),
+    return dict(model=module, inputs=tuple(t for _, t in inputs),
                 input_names=[n for n, _ in inputs], output_names=output_names)
 
 

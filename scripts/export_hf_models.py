@@ -91,12 +91,27 @@ class DecodeStep(torch.nn.Module):
         self.layers = layers
 
     def forward(self, input_ids, *past):
-        cache = tuple((past[2 * l], past[2 * l + 1]) for l in range(self.layers))
-        out = self.model(input_ids=input_ids, past_key_values=cache, use_cache=True)
+        # A DynamicCache filled layer by layer, which transformers 4.40 and 5.x both take (5.x no
+        # longer takes the tuples of tensors 4.x converted), and an all-ones mask over the cache
+        # and the new token (without one, transformers 5 looks for packed sequences in the
+        # position ids, which the TorchScript exporter cannot export).
+        cache = transformers.DynamicCache()
+        for l in range(self.layers):
+            cache.update(past[2 * l], past[2 * l + 1], l)
+        mask = torch.ones(1, past[0].shape[2] + input_ids.shape[1], dtype=torch.int64)
+        out = self.model(input_ids=input_ids, attention_mask=mask, past_key_values=cache, use_cache=True)
         flat = [out.logits]
-        for k, v in out.past_key_values:
-            flat += [k, v]
+        for l in range(self.layers):
+            flat += list(cache_layer(out.past_key_values, l))
         return tuple(flat)
+
+
+def cache_layer(cache, l):
+    """Layer l's (keys, values) of the cache a model returns: transformers 4.40 gives tuples of
+    tensors, 5.x the DynamicCache, whose layers hold them."""
+    if hasattr(cache, "layers"):
+        return cache.layers[l].keys, cache.layers[l].values
+    return cache[l]
 
 
 class LastHidden(torch.nn.Module):
@@ -126,12 +141,12 @@ def token_ids(gen, vocab, length):
     return torch.randint(0, vocab, (1, length), generator=gen)
 
 
-def decoder_prefill(cfg, gen):
+def decoder_prefill(cfg, gen, length=DECODER_PREFILL):
     model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
-    return LogitsOnly(model), [("input_ids", token_ids(gen, cfg.vocab_size, DECODER_PREFILL))], ["logits"]
+    return LogitsOnly(model), [("input_ids", token_ids(gen, cfg.vocab_size, length))], ["logits"]
 
 
-def decoder_step(cfg, gen):
+def decoder_step(cfg, gen, past=DECODER_PAST):
     model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
     layers = cfg.num_hidden_layers
     heads = cfg.num_attention_heads
@@ -141,7 +156,7 @@ def decoder_step(cfg, gen):
     outputs = ["logits"]
     for l in range(layers):
         for kind in ("key", "value"):
-            inputs.append((f"past_{kind}_{l}", torch.randn(1, kv_heads, DECODER_PAST, head_dim, generator=gen)))
+            inputs.append((f"past_{kind}_{l}", torch.randn(1, kv_heads, past, head_dim, generator=gen)))
     for l in range(layers):
         outputs += [f"present_key_{l}", f"present_value_{l}"]
     return DecodeStep(model, layers), inputs, outputs
