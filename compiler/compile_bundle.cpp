@@ -307,7 +307,14 @@ runtime::Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, c
   for (size_t k = 0; k < extents.size(); ++k) {
     if (extents[k].count_output >= 0) output_extents.push_back({{"output", k}, {"count", extents[k].count_output}, {"axis", extents[k].axis}});
   }
-  const json manifest = {{"format", "fusetune-plan"},
+  // Where the model's inputs or outputs include sequences or optionals: each ONNX input and output
+  // and how many of the plan's tensors it is (core/graph.h OnnxValue).
+  const auto onnx_values = [](const std::vector<OnnxValue>& list) {
+    json out = json::array();
+    for (const OnnxValue& v : list) out.push_back({{"name", v.name}, {"kind", onnx_value_kind_name(v.kind)}, {"tensors", v.tensors}});
+    return out;
+  };
+  json manifest = {{"format", "fusetune-plan"},
                          {"version", runtime::kBundleFormatVersion},
                          {"codegen_version", codegen::kCodegenVersion},
                          {"model", model_name},
@@ -324,6 +331,10 @@ runtime::Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, c
                          {"launches", launches},
                          {"libraries", libraries},
                          {"modeled_us", plan.modeled_us}};
+  if (!g.onnx_inputs().empty()) {
+    manifest["onnx_inputs"] = onnx_values(g.onnx_inputs());
+    manifest["onnx_outputs"] = onnx_values(g.onnx_outputs());
+  }
   // Names from the model that are not UTF-8 (ONNX says they are; a file need not be) become U+FFFD
   // rather than failing the bundle.
   b.manifest = manifest.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);

@@ -114,6 +114,18 @@ void Graph::remove_dead() {
   nodes_ = std::move(kept_nodes);
 }
 
+const char* onnx_value_kind_name(OnnxValue::Kind kind) {
+  switch (kind) {
+    case OnnxValue::Kind::kSequence:
+      return "sequence";
+    case OnnxValue::Kind::kOptional:
+      return "optional";
+    case OnnxValue::Kind::kTensor:
+      break;
+  }
+  return "tensor";
+}
+
 std::vector<OutputExtent> Graph::output_extents() const {
   std::vector<OutputExtent> out(outputs_.size());
   for (size_t k = 0; k < outputs_.size(); ++k) {

@@ -74,6 +74,18 @@ struct OutputExtent {
 // the value of its count, the counts themselves left out (they are the cut outputs' extents).
 std::vector<Tensor> trim_to_counts(const std::vector<Tensor>& outputs, const std::vector<OutputExtent>& extents);
 
+// An input or output of the ONNX graph a Graph was imported from, where some are sequences or
+// optionals: the Graph takes and gives their tensors (importer/onnx_io.h), `tensors` consecutive
+// graph inputs or outputs (a sequence's elements; an optional's content, none when empty).
+struct OnnxValue {
+  enum class Kind { kTensor, kSequence, kOptional };
+  std::string name;
+  Kind kind = Kind::kTensor;
+  int tensors = 1;
+  bool operator==(const OnnxValue&) const = default;
+};
+const char* onnx_value_kind_name(OnnxValue::Kind kind);  // "tensor", "sequence", "optional"
+
 struct Guard {
   int cond = kNoValue;  // a bool scalar value
   bool when = true;     // the node runs when cond holds this
@@ -124,6 +136,12 @@ class Graph {
   const std::map<int, DataExtent>& extents() const { return extents_; }
   // extents() by output position, one entry per graph output.
   std::vector<OutputExtent> output_extents() const;
+  // The ONNX graph's inputs and outputs in order, where some are sequences or optionals; empty
+  // where each graph input and output is an ONNX tensor of the same position.
+  std::vector<OnnxValue>& onnx_inputs() { return onnx_inputs_; }
+  const std::vector<OnnxValue>& onnx_inputs() const { return onnx_inputs_; }
+  std::vector<OnnxValue>& onnx_outputs() { return onnx_outputs_; }
+  const std::vector<OnnxValue>& onnx_outputs() const { return onnx_outputs_; }
 
   // Producer node index of each value (-1 for inputs and constants).
   std::vector<int> producers() const;
@@ -138,6 +156,7 @@ class Graph {
   std::vector<int> inputs_;
   std::vector<int> outputs_;
   std::map<int, DataExtent> extents_;
+  std::vector<OnnxValue> onnx_inputs_, onnx_outputs_;
 };
 
 }  // namespace fusetune

@@ -254,25 +254,71 @@ ImportedModel import_model(const onnx::ModelProto& m, const fs::path& base_dir, 
     check(!ids.count(init.name()), "initializer '", init.name(), "' is defined twice");
     ids[init.name()] = b.constant(decode_tensor(init, base_dir), init.name());
   }
-  for (const auto& vi : g.input()) {
-    if (ids.count(vi.name())) continue;  // an initializer listed as input (IR < 4): a constant here
-    require_tensor(vi, "input");
-    const DType dt = dtype_from_onnx(vi.type().tensor_type().elem_type());
-    check(dt != DType::kUndefined, "input '", vi.name(), "' has element type ",
-          onnx_type_name(vi.type().tensor_type().elem_type()), ", which fusetune does not support");
+  // A tensor graph input named `name`, of the ONNX tensor type `type`.
+  const auto tensor_input = [&](const std::string& name, const onnx::TypeProto& type) {
+    onnx::ValueInfoProto vi;
+    vi.set_name(name);
+    *vi.mutable_type() = type;
+    const DType dt = dtype_from_onnx(type.tensor_type().elem_type());
+    check(dt != DType::kUndefined, "input '", name, "' has element type ", onnx_type_name(type.tensor_type().elem_type()),
+          ", which fusetune does not support");
     Value v;
-    v.name = vi.name();
+    v.name = name;
     v.dtype = dt;
     v.shape = input_shape(vi, opt, overridden);
     const int id = graph.add_value(std::move(v));
     graph.inputs().push_back(id);
-    if (auto it = opt.input_values.find(vi.name()); it != opt.input_values.end()) {
-      check(it->second.dtype() == dt && it->second.shape() == graph.value(id).shape, "the value given for input '",
-            vi.name(), "' is ", dtype_name(it->second.dtype()), " ", shape_str(it->second.shape()), ", the model expects ",
-            dtype_name(dt), " ", shape_str(graph.value(id).shape));
+    if (auto it = opt.input_values.find(name); it != opt.input_values.end()) {
+      check(it->second.dtype() == dt && it->second.shape() == graph.value(id).shape, "the value given for input '", name, "' is ",
+            dtype_name(it->second.dtype()), " ", shape_str(it->second.shape()), ", the model expects ", dtype_name(dt), " ",
+            shape_str(graph.value(id).shape));
       b.set_known(id, it->second);
     }
-    ids[vi.name()] = id;
+    return id;
+  };
+  // A sequence graph input: its elements' tensor inputs, then the import-time sequence of them.
+  const auto sequence_input = [&](const std::string& name, const onnx::TypeProto& element) {
+    int64_t length = 0;
+    if (auto it = opt.sequence_lengths.find(name); it != opt.sequence_lengths.end()) {
+      length = it->second;
+    } else {
+      while (opt.input_shapes.count(element_name(name, length))) ++length;
+      check(length > 0, "input '", name, "' is a sequence of unknown length: give its data (fusetune run --inputs), or each ",
+            "element's shape with --shape '", element_name(name, 0), "=DxD' and so on");
+    }
+    std::vector<int> elements;
+    for (int64_t i = 0; i < length; ++i) elements.push_back(tensor_input(element_name(name, i), element));
+    return b.sequence(std::move(elements), name);
+  };
+  // Where a graph input or output is a sequence or an optional, each ONNX input and output in
+  // order and the graph inputs or outputs it became (Graph::onnx_inputs).
+  bool composite = false;
+  const auto record = [&](std::vector<OnnxValue>& list, const onnx::ValueInfoProto& vi, size_t before, size_t after) {
+    const onnx::TypeProto& t = vi.type();
+    const OnnxValue::Kind kind = t.has_sequence_type()   ? OnnxValue::Kind::kSequence
+                                 : t.has_optional_type() ? OnnxValue::Kind::kOptional
+                                                         : OnnxValue::Kind::kTensor;
+    composite = composite || kind != OnnxValue::Kind::kTensor;
+    list.push_back({vi.name(), kind, static_cast<int>(after - before)});
+  };
+  for (const auto& vi : g.input()) {
+    if (ids.count(vi.name())) continue;  // an initializer listed as input (IR < 4): a constant here
+    require_graph_value(vi, "input");
+    const onnx::TypeProto& t = vi.type();
+    const size_t before = graph.inputs().size();
+    if (t.has_tensor_type()) {
+      ids[vi.name()] = tensor_input(vi.name(), t);
+    } else if (t.has_sequence_type()) {
+      ids[vi.name()] = sequence_input(vi.name(), t.sequence_type().elem_type());
+    } else {
+      const onnx::TypeProto& held = t.optional_type().elem_type();
+      const int element = opt.empty_optionals.count(vi.name())
+                              ? kNoValue
+                              : held.has_tensor_type() ? tensor_input(vi.name(), held)
+                                                       : sequence_input(vi.name(), held.sequence_type().elem_type());
+      ids[vi.name()] = b.optional(element, vi.name());
+    }
+    record(graph.onnx_inputs(), vi, before, graph.inputs().size());
   }
   for (const auto& [name, shape] : opt.input_shapes) {
     bool known = false;
@@ -285,26 +331,65 @@ ImportedModel import_model(const onnx::ModelProto& m, const fs::path& base_dir, 
     fail("a bound is set for '", unused.front(), "', which is no output of data-dependent size in the model (NonMaxSuppression's",
          " selected_indices, Unique's outputs, NonZero of run-time data)");
   }
-  for (const auto& vi : g.output()) {
-    auto it = ids.find(vi.name());
-    require_tensor(vi, "graph output");
-    check(it != ids.end(), "graph output '", vi.name(), "' is never produced");
-    check(!b.sequence_of(it->second) && !b.optional_of(it->second), "graph output '", vi.name(), "' is a ",
-          b.sequence_of(it->second) ? "sequence" : "optional", ", not a tensor: fusetune compiles tensor values only");
+  // Graph output `name` computed as value `id`.
+  const auto add_output = [&](int id, const std::string& name) {
     // An output whose op lowered to nothing (a Reshape to the same shape, an Identity) is the
     // value of an earlier node: it takes the output's name, which deployments ask for. A graph
     // input or an earlier output keeps its own name, and the output gets a copy (a Reshape to
     // the same shape) that carries it.
-    int id = it->second;
     const bool claimed = std::find(graph.inputs().begin(), graph.inputs().end(), id) != graph.inputs().end() ||
                          std::find(graph.outputs().begin(), graph.outputs().end(), id) != graph.outputs().end();
-    if (claimed && graph.value(id).name != vi.name()) {
+    if (claimed && graph.value(id).name != name) {
       Attributes same;
       same.set("shape", graph.value(id).shape);
-      id = b.emit("Reshape", {id}, same, vi.name());
+      id = b.emit("Reshape", {id}, same, name);
     }
-    graph.value(id).name = vi.name();
+    graph.value(id).name = name;
     graph.outputs().push_back(id);
+  };
+  // A sequence output's elements are outputs of their own, as an optional's contents are (none
+  // for an empty one): importer/onnx_io.h's names.
+  const auto add_sequence_output = [&](int id, const std::string& name) {
+    const std::vector<int>* elements = b.sequence_of(id);
+    check(elements != nullptr, "graph output '", name, "' is declared a sequence, but the model computes a tensor");
+    for (size_t i = 0; i < elements->size(); ++i) add_output((*elements)[i], element_name(name, static_cast<int64_t>(i)));
+  };
+  std::vector<int> tensor_output(static_cast<size_t>(g.output_size()), -1);  // per ONNX output: its graph output, if a tensor
+  for (int k = 0; k < g.output_size(); ++k) {
+    const onnx::ValueInfoProto& vi = g.output(k);
+    auto it = ids.find(vi.name());
+    require_graph_value(vi, "graph output");
+    check(it != ids.end(), "graph output '", vi.name(), "' is never produced");
+    const int id = it->second;
+    const onnx::TypeProto& t = vi.type();
+    const size_t before = graph.outputs().size();
+    if (t.has_sequence_type()) {
+      add_sequence_output(id, vi.name());
+    } else if (t.has_optional_type()) {
+      const int* held = b.optional_of(id);
+      check(held != nullptr, "graph output '", vi.name(), "' is declared an optional, but the model computes ",
+            b.sequence_of(id) ? "a sequence" : "a tensor");
+      if (*held == kNoValue) {
+        record(graph.onnx_outputs(), vi, before, before);
+        continue;
+      }
+      if (t.optional_type().elem_type().has_sequence_type()) {
+        add_sequence_output(*held, vi.name());
+      } else {
+        check(!b.sequence_of(*held), "graph output '", vi.name(), "' is declared an optional tensor, but holds a sequence");
+        add_output(*held, vi.name());
+      }
+    } else {
+      check(!b.sequence_of(id) && !b.optional_of(id), "graph output '", vi.name(), "' is declared a tensor, but the model computes ",
+            b.sequence_of(id) ? "a sequence" : "an optional");
+      tensor_output[static_cast<size_t>(k)] = static_cast<int>(graph.outputs().size());
+      add_output(id, vi.name());
+    }
+    record(graph.onnx_outputs(), vi, before, graph.outputs().size());
+  }
+  if (!composite) {
+    graph.onnx_inputs().clear();
+    graph.onnx_outputs().clear();
   }
   const std::map<int, int> padded = carry_extents(b);
   if (!overridden) {
@@ -313,7 +398,8 @@ ImportedModel import_model(const onnx::ModelProto& m, const fs::path& base_dir, 
       return it == padded.end() ? -1 : it->second;
     };
     for (size_t k = 0; k < static_cast<size_t>(g.output_size()); ++k) {
-      const int id = graph.outputs()[k];
+      if (tensor_output[k] < 0) continue;
+      const int id = graph.outputs()[static_cast<size_t>(tensor_output[k])];
       check_declared(g.output(static_cast<int>(k)), graph.value(id), "output", graph.extents().count(id) ? graph.extents().at(id).axis : -1);
     }
     for (const auto& vi : g.value_info()) {

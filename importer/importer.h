@@ -3,11 +3,12 @@
 //
 // The pipeline, in order: read the protobuf (importer/onnx_io) -> check opsets -> bind graph inputs
 // to static shapes (declared, or given in ImportOptions::input_shapes; a symbolic dimension without
-// a value is an error naming the input and the dimension) -> topologically order the ONNX nodes
+// a value is an error naming the input and the dimension; a sequence or an optional input as its
+// tensors, importer/onnx_io.h) -> topologically order the ONNX nodes
 // (a cycle, or an input nothing produces, is an error naming the node) -> lower each node
 // (importer/lower; If, Loop and Scan inlined by importer/control_flow, their subgraphs through the
 // same node loop), folding constant expressions such as shape arithmetic -> check declared output
-// shapes -> drop dead nodes -> fold per-channel affines into convolutions
+// shapes (a sequence or an optional output is its tensors, named as importer/onnx_io.h says) -> drop dead nodes -> fold per-channel affines into convolutions
 // (importer/fold_conv_affine) -> validate. Every error is an Error whose message starts with the
 // file and names the node, op, input or field at fault.
 #pragma once
@@ -15,6 +16,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,6 +31,13 @@ struct ImportOptions {
   // data-dependent argument (a Reshape's shape, Resize's scales, ...) from one of them
   // specializes to the value given here, as `run` does with the data it is handed.
   std::map<std::string, Tensor> input_values;
+  // Sequence- and optional-typed graph inputs are tensor inputs (importer/onnx_io.h): a sequence
+  // S of n elements is the inputs S[0] ... S[n-1], whose shapes and values come under those names
+  // above. Its length: sequence_lengths[S], else the count of S[0], S[1], ... in input_shapes (a
+  // sequence of neither is an error naming it). An optional input holds its element unless it is
+  // in empty_optionals.
+  std::map<std::string, int64_t> sequence_lengths = {};
+  std::set<std::string> empty_optionals = {};
   // Bounds on outputs of data-dependent size (NonMaxSuppression's selections, Unique's values,
   // NonZero's indices), by the output's ONNX name: the padded buffer keeps at most that many
   // entries where the shapes allow more (importer/lower_data_sized.h). A name that is no such

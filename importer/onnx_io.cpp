@@ -137,16 +137,40 @@ onnx::ModelProto parse_model(std::string_view bytes, const std::string& label) {
   return model;
 }
 
-// Refuses a value that is not a tensor, naming its kind: fusetune's graphs hold tensors only.
+// The kind of a value of type t, for messages ("a sequence", "a map", ...; "sequences", "maps"
+// with `plural`).
+static std::string kind_name(const onnx::TypeProto& t, bool plural = false) {
+  const char* kind = t.has_tensor_type()          ? "tensor"
+                     : t.has_sequence_type()      ? "sequence"
+                     : t.has_map_type()           ? "map"
+                     : t.has_optional_type()      ? "optional value"
+                     : t.has_sparse_tensor_type() ? "sparse tensor"
+                     : t.has_opaque_type()        ? "opaque value"
+                                                  : nullptr;
+  if (kind == nullptr) return plural ? "values of no declared type" : "of no declared type";
+  if (plural) return std::string(kind) + "s";
+  return std::string(std::strchr("aeiou", kind[0]) ? "an " : "a ") + kind;
+}
+
 void require_tensor(const onnx::ValueInfoProto& vi, const char* what) {
-  const auto& t = vi.type();
-  const char* kind = t.has_sequence_type()        ? "a sequence"
-                     : t.has_map_type()           ? "a map"
-                     : t.has_optional_type()      ? "an optional value"
-                     : t.has_sparse_tensor_type() ? "a sparse tensor"
-                     : t.has_opaque_type()        ? "an opaque value"
-                                                  : "of no declared type";
-  check(t.has_tensor_type(), what, " '", vi.name(), "' is ", kind, ", not a tensor: fusetune compiles tensor values only");
+  check(vi.type().has_tensor_type(), what, " '", vi.name(), "' is ", kind_name(vi.type()), ", not a tensor: fusetune compiles tensor values only");
+}
+
+std::string element_name(const std::string& sequence, int64_t index) { return sequence + "[" + std::to_string(index) + "]"; }
+
+void require_graph_value(const onnx::ValueInfoProto& vi, const char* what) {
+  const onnx::TypeProto* t = &vi.type();
+  std::string held;  // "an optional of ", "a sequence of ", or both
+  if (t->has_optional_type()) {
+    t = &t->optional_type().elem_type();
+    held = "an optional of ";
+  }
+  if (t->has_sequence_type()) {
+    t = &t->sequence_type().elem_type();
+    held += "a sequence of ";
+  }
+  check(t->has_tensor_type(), what, " '", vi.name(), "' is ", held.empty() ? kind_name(*t) : held + kind_name(*t, true),
+        ": fusetune takes and gives tensors, sequences of tensors and optionals of them");
 }
 
 bool is_default_domain(const std::string& domain) { return domain.empty() || domain == "ai.onnx"; }
@@ -223,6 +247,53 @@ NamedTensor read_tensor_file(const fs::path& path) {
   } catch (const Error& e) {
     fail(path.string(), ": ", e.what());
   }
+}
+
+ValueFile read_value_file(const fs::path& path, const onnx::TypeProto& type, const std::string& name) {
+  constexpr int kOnnxTensor = 1;  // SequenceProto's and OptionalProto's elem_type of a tensor
+  ValueFile v;
+  if (type.has_tensor_type()) {
+    NamedTensor t = read_tensor_file(path);
+    v.name = t.name.empty() ? name : t.name;
+    t.name = v.name;
+    v.tensors.push_back(std::move(t));
+    return v;
+  }
+  const std::string bytes = read_file(path, "test-data file");
+  const auto decode = [&](const onnx::TensorProto& t) {
+    try {
+      return decode_tensor(t, path.parent_path());
+    } catch (const Error& e) {
+      fail(path.string(), ": ", e.what());
+    }
+  };
+  const auto sequence = [&](const onnx::SequenceProto& s) {
+    check(s.elem_type() == kOnnxTensor || s.tensor_values_size() == 0, path.string(), ": the sequence '", v.name, "' holds element type ",
+          s.elem_type(), ", not tensors: fusetune takes sequences of tensors");
+    v.sequence = true;
+    for (int i = 0; i < s.tensor_values_size(); ++i) v.tensors.push_back({element_name(v.name, i), decode(s.tensor_values(i))});
+  };
+  if (type.has_sequence_type()) {
+    onnx::SequenceProto s;
+    check(s.ParseFromString(bytes), path.string(), ": not a SequenceProto file (the model's '", name, "' is a sequence)");
+    v.name = s.name().empty() ? name : s.name();
+    sequence(s);
+    return v;
+  }
+  check(type.has_optional_type(), path.string(), ": '", name, "' is neither a tensor, a sequence nor an optional");
+  onnx::OptionalProto o;
+  check(o.ParseFromString(bytes), path.string(), ": not an OptionalProto file (the model's '", name, "' is an optional)");
+  v.name = o.name().empty() ? name : o.name();
+  if (o.has_tensor_value()) {
+    v.tensors.push_back({v.name, decode(o.tensor_value())});
+  } else if (o.has_sequence_value()) {
+    sequence(o.sequence_value());
+  } else {
+    check(o.elem_type() == 0, path.string(), ": the optional '", v.name, "' holds element type ", o.elem_type(),
+          ", not a tensor or a sequence of tensors");
+    v.empty_optional = true;
+  }
+  return v;
 }
 
 void write_tensor_file(const fs::path& path, const std::string& name, const Tensor& t) {

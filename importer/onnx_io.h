@@ -55,9 +55,17 @@ void each_subgraph(onnx::NodeProto& n, const Fn& fn) {
 // ONNX's name of an element type code with the code ("FLOAT8E4M3FN (17)"), for messages.
 std::string onnx_type_name(int code);
 
-// Refuses a graph input or output (`what`) that is not a tensor, naming its kind (a sequence, a
-// map, an optional value...): fusetune's graphs hold tensors only.
+// Refuses a value (`what`: "input", "graph output") that is not a tensor, naming its kind (a
+// sequence, a map, an optional value...).
 void require_tensor(const onnx::ValueInfoProto& vi, const char* what);
+
+// Sequence- and optional-typed graph inputs and outputs are tensors in a plan: a sequence S of n
+// elements is the tensors named S[0] ... S[n-1] (element_name); an optional is what it holds (a
+// tensor under the optional's own name, or a sequence as above), or nothing when it is empty.
+// require_graph_value refuses every other kind (a map, a sparse tensor, a sequence of sequences,
+// an optional of an optional...), naming it.
+std::string element_name(const std::string& sequence, int64_t index);
+void require_graph_value(const onnx::ValueInfoProto& vi, const char* what);
 
 // A TensorProto file as in ONNX's test-data layout (input_0.pb, output_0.pb, ...).
 struct NamedTensor {
@@ -66,5 +74,16 @@ struct NamedTensor {
 };
 NamedTensor read_tensor_file(const std::filesystem::path& path);
 void write_tensor_file(const std::filesystem::path& path, const std::string& name, const Tensor& t);
+
+// A test-data file of a graph value of type `type` (require_graph_value): a TensorProto for a
+// tensor, a SequenceProto for a sequence, an OptionalProto for an optional, flattened as above.
+// The value's name is the file's, else `name`.
+struct ValueFile {
+  std::string name;
+  std::vector<NamedTensor> tensors;  // a tensor; a sequence's elements; what an optional holds
+  bool sequence = false;             // a sequence, or an optional holding one
+  bool empty_optional = false;
+};
+ValueFile read_value_file(const std::filesystem::path& path, const onnx::TypeProto& type, const std::string& name);
 
 }  // namespace fusetune::importer

@@ -16,9 +16,9 @@
 //
 // Takes such a node, its inputs' value ids and the SubgraphImporter. Guarantees: ONNX's
 // semantics; a position from data, one out of range, an element of another type, a tensor where
-// a sequence is due (or the reverse) is refused naming the node and the input. Sequences and
-// optionals are not graph inputs or outputs: a plan takes and gives tensors (the importer refuses
-// such an input or output naming it).
+// a sequence is due (or the reverse) is refused naming the node and the input. As graph inputs
+// and outputs sequences and optionals are their tensors (importer/onnx_io.h: S[0], S[1], ...),
+// which the importer binds and names.
 #pragma once
 
 #include <string>

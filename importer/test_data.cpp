@@ -10,13 +10,20 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::vector<NamedTensor> load_series(const fs::path& dir, const std::string& prefix) {
-  std::vector<NamedTensor> out;
+// The files prefix0.pb, prefix1.pb, ... in order; each read as the value of `values[k]` where
+// given (a graph input or output of the model), else as a TensorProto.
+std::vector<ValueFile> load_series(const fs::path& dir, const std::string& prefix, const std::vector<onnx::ValueInfoProto>* values) {
+  std::vector<ValueFile> out;
   std::error_code ec;
   for (size_t k = 0;; ++k) {
     const fs::path p = dir / (prefix + std::to_string(k) + ".pb");
     if (!fs::exists(p, ec)) break;
-    out.push_back(read_tensor_file(p));
+    if (values != nullptr && k < values->size()) {
+      out.push_back(read_value_file(p, (*values)[k].type(), (*values)[k].name()));
+    } else {
+      NamedTensor t = read_tensor_file(p);
+      out.push_back({t.name, {t}});
+    }
   }
   // A gap (input_0, input_2) would silently drop data: refuse it.
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
@@ -34,26 +41,45 @@ std::vector<NamedTensor> load_series(const fs::path& dir, const std::string& pre
   return out;
 }
 
+std::vector<NamedTensor> flatten(const std::vector<ValueFile>& files) {
+  std::vector<NamedTensor> out;
+  for (const ValueFile& f : files) out.insert(out.end(), f.tensors.begin(), f.tensors.end());
+  return out;
+}
+
 }  // namespace
 
-TestData load_test_data(const fs::path& dir) {
+GraphValues graph_values(const fs::path& model) {
+  const onnx::ModelProto m = read_model(model);
+  std::set<std::string> inits;
+  for (const auto& t : m.graph().initializer()) inits.insert(t.name());
+  GraphValues v;
+  for (const auto& vi : m.graph().input()) {
+    if (!inits.count(vi.name())) v.inputs.push_back(vi);
+  }
+  v.outputs.assign(m.graph().output().begin(), m.graph().output().end());
+  return v;
+}
+
+TestData load_test_data(const fs::path& dir, const GraphValues* values) {
   std::error_code ec;
   check(fs::is_directory(dir, ec), dir.string(), ": not a directory of test data");
   TestData d;
-  d.inputs = load_series(dir, "input_");
-  d.outputs = load_series(dir, "output_");
+  const std::vector<ValueFile> in = load_series(dir, "input_", values == nullptr ? nullptr : &values->inputs);
+  for (const ValueFile& f : in) {
+    if (f.sequence) d.sequence_lengths[f.name] = static_cast<int64_t>(f.tensors.size());
+    if (f.empty_optional) d.empty_optionals.insert(f.name);
+  }
+  d.inputs = flatten(in);
+  d.outputs = flatten(load_series(dir, "output_", values == nullptr ? nullptr : &values->outputs));
   return d;
 }
 
 std::vector<std::string> model_input_names(const fs::path& model) {
-  const onnx::ModelProto m = read_model(model);
-  std::set<std::string> inits;
-  for (const auto& t : m.graph().initializer()) inits.insert(t.name());
   std::vector<std::string> names;
-  for (const auto& vi : m.graph().input()) {
-    if (inits.count(vi.name())) continue;
+  for (const onnx::ValueInfoProto& vi : graph_values(model).inputs) {
     try {
-      require_tensor(vi, "input");
+      require_graph_value(vi, "input");
     } catch (const Error& e) {
       fail(model.string(), ": ", e.what());
     }
@@ -62,8 +88,17 @@ std::vector<std::string> model_input_names(const fs::path& model) {
   return names;
 }
 
-std::vector<Tensor> bind_inputs(const std::vector<std::string>& names, const std::vector<NamedTensor>& data,
-                                ImportOptions* options) {
+std::vector<Tensor> bind_inputs(const std::vector<std::string>& graph_names, const TestData& test, ImportOptions* options) {
+  // A sequence's or an optional's name stands for the tensors its data flattens to.
+  std::vector<std::string> names;
+  for (const std::string& n : graph_names) {
+    if (auto it = test.sequence_lengths.find(n); it != test.sequence_lengths.end()) {
+      for (int64_t i = 0; i < it->second; ++i) names.push_back(element_name(n, i));
+    } else if (!test.empty_optionals.count(n)) {
+      names.push_back(n);
+    }
+  }
+  const std::vector<NamedTensor>& data = test.inputs;
   check(data.size() == names.size(), "the model has ", names.size(), " inputs but ", data.size(),
         " input files were given");
   std::vector<Tensor> bound(names.size());
@@ -88,6 +123,10 @@ std::vector<Tensor> bind_inputs(const std::vector<std::string>& names, const std
     for (size_t n = 0; n < names.size(); ++n) {
       options->input_shapes[names[n]] = bound[n].shape();
       options->input_values[names[n]] = bound[n];
+    }
+    for (const std::string& n : graph_names) {
+      if (auto it = test.sequence_lengths.find(n); it != test.sequence_lengths.end()) options->sequence_lengths[n] = it->second;
+      if (test.empty_optionals.count(n)) options->empty_optionals.insert(n);
     }
   }
   return bound;

@@ -11,12 +11,14 @@
 // --input-value NAME=FILE.pb pins a graph input to a tensor (ImportOptions::input_values): an If
 // on it folds to one branch (importer/control_flow.h; unpinned, both are planned and the runtime
 // picks), arguments computed from it specialize; the input stays an input of the plan, to be given
-// that value. --bound NAME=N keeps at most N entries of an output of data-dependent size
+// that value. A sequence or optional input's file (a SequenceProto, an OptionalProto) also gives
+// its length or its emptiness, and pins the tensors it holds (importer/onnx_io.h). --bound NAME=N keeps at most N entries of an output of data-dependent size
 // (ImportOptions::output_bounds).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,6 +26,7 @@
 #include "compiler/pipeline.h"
 #include "core/error.h"
 #include "importer/onnx_io.h"
+#include "importer/test_data.h"
 #include "planner/device.h"
 #include "planner/library_call.h"
 #include "planner/select.h"
@@ -68,12 +71,22 @@ int cmd_compile(const std::vector<std::string>& argv) {
   const planner::Device device =
       args.has("device-file") ? planner::load_device(args.get("device-file")) : planner::find_device(args.get("device"));
   options.import.input_shapes = shape_overrides(args);
+  const importer::GraphValues values = args.has("input-value") ? importer::graph_values(model) : importer::GraphValues{};
+  std::set<std::string> pinned;
   for (const std::string& pin : args.all("input-value")) {
     const auto [name, file] = name_value("input-value", pin, "NAME=FILE.pb");
-    check(!options.import.input_values.count(name), "--input-value names '", name, "' twice");
-    const importer::NamedTensor t = importer::read_tensor_file(file);
-    options.import.input_values[name] = t.tensor;
-    options.import.input_shapes[name] = t.tensor.shape();
+    check(pinned.insert(name).second, "--input-value names '", name, "' twice");
+    const auto vi = std::find_if(values.inputs.begin(), values.inputs.end(), [&](const auto& v) { return v.name() == name; });
+    check(vi != values.inputs.end(), "--input-value names '", name, "', which is not an input of the model");
+    // A sequence's or an optional's file gives its length or emptiness, and pins its tensors.
+    const importer::ValueFile v = importer::read_value_file(file, vi->type(), name);
+    if (v.sequence) options.import.sequence_lengths[name] = static_cast<int64_t>(v.tensors.size());
+    if (v.empty_optional) options.import.empty_optionals.insert(name);
+    for (size_t i = 0; i < v.tensors.size(); ++i) {
+      const std::string tensor = v.sequence ? importer::element_name(name, static_cast<int64_t>(i)) : name;
+      options.import.input_values[tensor] = v.tensors[i].tensor;
+      options.import.input_shapes[tensor] = v.tensors[i].tensor.shape();
+    }
   }
   for (const std::string& bound : args.all("bound")) {
     const auto [name, count] = name_value("bound", bound, "NAME=N");

@@ -211,7 +211,7 @@ int cmd_profile(const std::vector<std::string>& argv) {
   if (args.has("inputs")) {
     std::vector<std::string> names;
     for (const auto& input : runner.inputs()) names.push_back(input.name);
-    inputs = importer::bind_inputs(names, importer::load_test_data(args.get("inputs")).inputs, nullptr);
+    inputs = importer::bind_inputs(names, importer::load_test_data(args.get("inputs")), nullptr);
   } else {
     inputs = random_inputs(runner.inputs(), seed);
   }

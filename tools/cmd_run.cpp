@@ -12,6 +12,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "importer/importer.h"
 #include "importer/test_data.h"
 #include "reference/compare.h"
@@ -50,7 +51,7 @@ void keep_model_outputs(Ran& r, const std::vector<OutputExtent>& extents) {
 Ran run_model(const fs::path& model, const std::vector<std::string>& input_names, const importer::TestData& data,
               const Args& args) {
   importer::ImportOptions opt;
-  const std::vector<Tensor> inputs = importer::bind_inputs(input_names, data.inputs, &opt);
+  const std::vector<Tensor> inputs = importer::bind_inputs(input_names, data, &opt);
   for (const auto& [name, shape] : shape_overrides(args)) opt.input_shapes[name] = shape;
   const auto t0 = std::chrono::steady_clock::now();
   const importer::ImportedModel m = importer::import_onnx(model, opt);
@@ -121,6 +122,30 @@ void print_launch_times(runtime::PlanRunner& runner, const nlohmann::json& manif
   std::printf("sum of the %zu launches alone: %.1f us measured; %.1f us modeled\n", rows.size(), measured, modeled);
 }
 
+// A bundle's inputs and outputs as its model typed them (docs/plan-format.md: onnx_inputs and
+// onnx_outputs, where the model has sequences or optionals), for reading test data; none where
+// they are all tensors.
+importer::GraphValues bundle_graph_values(const fs::path& dir) {
+  const nlohmann::json manifest = nlohmann::json::parse(read_file(dir / "manifest.json", "plan manifest"));
+  const auto typed = [](const nlohmann::json& v) {
+    onnx::ValueInfoProto vi;
+    vi.set_name(v.at("name").get<std::string>());
+    const std::string kind = v.at("kind").get<std::string>();
+    if (kind == "sequence") {
+      vi.mutable_type()->mutable_sequence_type()->mutable_elem_type()->mutable_tensor_type();
+    } else if (kind == "optional") {
+      vi.mutable_type()->mutable_optional_type();
+    } else {
+      vi.mutable_type()->mutable_tensor_type();
+    }
+    return vi;
+  };
+  importer::GraphValues values;
+  for (const nlohmann::json& v : manifest.value("onnx_inputs", nlohmann::json::array())) values.inputs.push_back(typed(v));
+  for (const nlohmann::json& v : manifest.value("onnx_outputs", nlohmann::json::array())) values.outputs.push_back(typed(v));
+  return values;
+}
+
 // --verify-blocks: the blocks of each launch the host's race checks cover (0: all).
 int64_t checked_blocks(const Args& args) {
   const int64_t checked = static_cast<int64_t>(args.number("verify-blocks", static_cast<double>(backend::kPlanCheckedBlocks)));
@@ -137,7 +162,7 @@ Ran run_bundle(const fs::path& dir, const importer::TestData& data, const Args& 
   runtime::PlanRunner runner(bundle, *be);
   std::vector<std::string> names;
   for (const auto& spec : runner.inputs()) names.push_back(spec.name);
-  const std::vector<Tensor> inputs = importer::bind_inputs(names, data.inputs, nullptr);
+  const std::vector<Tensor> inputs = importer::bind_inputs(names, data, nullptr);
   const auto t1 = std::chrono::steady_clock::now();
   Ran r;
   r.tf32 = nlohmann::json::parse(bundle.manifest).value("precision", "model") == "tf32";
@@ -181,9 +206,12 @@ int cmd_run(const std::vector<std::string>& argv) {
   const int64_t checked = checked_blocks(args);
   check(bundle || !args.has("verify-blocks"), "--verify-blocks samples a plan bundle's launches; ", target.string(),
         " is a model (fusetune compile it first)");
-  // A model's inputs first: one that is not a tensor is refused before its file is read as one.
+  // A model's inputs first: one of a kind fusetune does not take is refused before its file is read.
+  // The files are read as the model's inputs and outputs are typed (sequences and optionals
+  // flattened to their tensors), a bundle's as its manifest says.
   const std::vector<std::string> input_names = bundle ? std::vector<std::string>{} : importer::model_input_names(target);
-  const importer::TestData data = importer::load_test_data(data_dir);
+  const importer::GraphValues values = bundle ? bundle_graph_values(target) : importer::graph_values(target);
+  const importer::TestData data = importer::load_test_data(data_dir, &values);
   const Ran r = bundle ? run_bundle(target, data, args, checked) : run_model(target, input_names, data, args);
   if (args.has("out")) {
     const fs::path out_dir = args.get("out");

@@ -45,8 +45,9 @@ const OptionSpec& kShape = kJobOptions[0];
 const OptionSpec& kPrecision = kJobOptions[5];
 const OptionSpec& kLibraries = kJobOptions[6];
 const OptionSpec kInputValue = {"input-value", "NAME=FILE.pb",
-                                "pins graph input NAME to the tensor in FILE (an ONNX TensorProto): an If on it is "
-                                "folded to one branch (else both are planned), arguments computed from it specialize",
+                                "pins graph input NAME to the tensor in FILE (an ONNX TensorProto; a sequence's or "
+                                "optional's SequenceProto or OptionalProto also fixes its length or emptiness): an If "
+                                "on it is folded to one branch (else both are planned), arguments computed from it specialize",
                                 false, true};
 const OptionSpec kVerifyBlocks = {"verify-blocks", "N",
                                   "blocks of a kernel's grid verified on the host (default 16; 0: all)"};

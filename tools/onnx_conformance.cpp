@@ -225,7 +225,8 @@ std::string refused_attribute(const std::string& error) {
 std::string probe_older_versions(const fs::path& dir, const SchemaDefaults& schemas, Versions& probed) {
   const onnx::ModelProto original = read_model(dir / "model.onnx");
   const std::vector<std::string> names = importer::model_input_names(dir / "model.onnx");
-  const importer::TestData data = importer::load_test_data(data_sets(dir).front());
+  const importer::GraphValues values = importer::graph_values(dir / "model.onnx");
+  const importer::TestData data = importer::load_test_data(data_sets(dir).front(), &values);
   const int64_t opset = default_opset(original);
   for (const auto& node : original.graph().node()) {
     if (!is_default_domain(node.domain())) continue;
@@ -241,7 +242,7 @@ std::string probe_older_versions(const fs::path& dir, const SchemaDefaults& sche
       if (add_default_attributes(proto, schemas, &these, op->first) == 0) continue;
       try {
         importer::ImportOptions opt;
-        importer::bind_inputs(names, data.inputs, &opt);
+        importer::bind_inputs(names, data, &opt);
         importer::import_onnx_bytes(proto.SerializeAsString(), dir, opt);
         probed.insert({op->first, since});
       } catch (const Error& e) {
@@ -260,6 +261,7 @@ std::string probe_older_versions(const fs::path& dir, const SchemaDefaults& sche
 std::string run_case(const fs::path& dir, const SchemaDefaults* schemas, int* added, Versions* covered) {
   const fs::path model = dir / "model.onnx";
   const std::vector<std::string> names = importer::model_input_names(model);
+  const importer::GraphValues values = importer::graph_values(model);
   std::string bytes;
   if (schemas != nullptr) {
     onnx::ModelProto proto = read_model(model);
@@ -267,9 +269,9 @@ std::string run_case(const fs::path& dir, const SchemaDefaults* schemas, int* ad
     bytes = proto.SerializeAsString();
   }
   for (const fs::path& set : data_sets(dir)) {
-    const importer::TestData data = importer::load_test_data(set);
+    const importer::TestData data = importer::load_test_data(set, &values);
     importer::ImportOptions opt;
-    const std::vector<Tensor> inputs = importer::bind_inputs(names, data.inputs, &opt);
+    const std::vector<Tensor> inputs = importer::bind_inputs(names, data, &opt);
     const importer::ImportedModel m = schemas != nullptr ? importer::import_onnx_bytes(bytes, dir, opt) : importer::import_onnx(model, opt);
     const std::vector<Tensor> outs = trim_to_counts(reference::run_graph(m.graph, inputs), m.graph.output_extents());
     if (std::string err = compare_outputs(set, data, outs); !err.empty()) return err;
@@ -282,16 +284,17 @@ std::string run_case(const fs::path& dir, const SchemaDefaults* schemas, int* ad
 std::string run_compiled_case(const fs::path& dir, const planner::Device& device, backend::Backend& host) {
   const fs::path model = dir / "model.onnx";
   const std::vector<std::string> names = importer::model_input_names(model);
+  const importer::GraphValues values = importer::graph_values(model);
   for (const fs::path& set : data_sets(dir)) {
-    const importer::TestData data = importer::load_test_data(set);
+    const importer::TestData data = importer::load_test_data(set, &values);
     compiler::PipelineOptions options;
-    importer::bind_inputs(names, data.inputs, &options.import);
+    importer::bind_inputs(names, data, &options.import);
     const compiler::PipelineResult r = compiler::compile_model(model, device, options);
     runtime::PlanRunner runner(r.bundle, host);
     std::vector<std::string> plan_inputs;
     for (const auto& spec : runner.inputs()) plan_inputs.push_back(spec.name);
     const std::vector<Tensor> outs =
-        trim_to_counts(runner.run(importer::bind_inputs(plan_inputs, data.inputs, nullptr)), runtime::output_extents(runner.outputs()));
+        trim_to_counts(runner.run(importer::bind_inputs(plan_inputs, data, nullptr)), runtime::output_extents(runner.outputs()));
     if (std::string err = compare_outputs(set, data, outs); !err.empty()) return "compiled: " + err;
   }
   return "";

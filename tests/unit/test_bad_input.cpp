@@ -86,27 +86,35 @@ TEST_F(BadInput, AnAttributeTheImporterDoesNotReadIsRefusedNotIgnored) {
 }
 
 TEST_F(BadInput, ValuesThatAreNotTensorsAreNamedWithTheirKind) {
+  // Tensors, sequences of tensors and optionals of them are taken (importer/onnx_io.h); a map, a
+  // sequence of maps, an optional of an optional are refused naming the value and its kind.
   OnnxBuilder b;
   b.input("x", kFloat, {2}).output("y", kFloat, {2});
   auto* seq = b.proto().mutable_graph()->add_input();
   seq->set_name("history");
-  seq->mutable_type()->mutable_sequence_type();
+  seq->mutable_type()->mutable_sequence_type()->mutable_elem_type()->mutable_map_type();
   b.node("Relu", {"x"}, {"y"});
   b.write(dir_ / "seq.onnx");
-  expect_one_line_error(dir_ / "seq.onnx", {"input 'history' is a sequence, not a tensor"});
-  // `run` says so before it reads the input files (a sequence file is no tensor to parse).
+  expect_one_line_error(dir_ / "seq.onnx", {"input 'history' is a sequence of maps"});
+  // `run` says so before it reads the input files (a file of maps is nothing it parses).
   fs::create_directories(dir_ / "data");
   std::ofstream(dir_ / "data" / "input_0.pb", std::ios::binary) << "a tensor file";
   std::ofstream(dir_ / "data" / "input_1.pb", std::ios::binary) << "a sequence file, which no tensor parse reads";
   const Outcome r = run_cli("run " + (dir_ / "seq.onnx").string() + " --inputs " + (dir_ / "data").string());
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("seq.onnx: input 'history' is a sequence, not a tensor"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("seq.onnx: input 'history' is a sequence of maps"), std::string::npos) << r.output;
   OnnxBuilder o;
   o.input("x", kFloat, {2}).output("y", kFloat, {2});
   o.node("Relu", {"x"}, {"y"});
-  o.proto().mutable_graph()->mutable_output(0)->mutable_type()->mutable_optional_type();
+  o.proto().mutable_graph()->mutable_output(0)->mutable_type()->mutable_optional_type()->mutable_elem_type()->mutable_optional_type();
   o.write(dir_ / "opt.onnx");
-  expect_one_line_error(dir_ / "opt.onnx", {"graph output 'y' is an optional value, not a tensor"});
+  expect_one_line_error(dir_ / "opt.onnx", {"graph output 'y' is an optional of optional values"});
+  OnnxBuilder m;
+  m.input("x", kFloat, {2}).output("y", kFloat, {2});
+  m.node("Relu", {"x"}, {"y"});
+  m.proto().mutable_graph()->mutable_input(0)->mutable_type()->mutable_map_type();
+  m.write(dir_ / "map.onnx");
+  expect_one_line_error(dir_ / "map.onnx", {"input 'x' is a map: fusetune takes and gives tensors"});
 }
 
 TEST_F(BadInput, ElementTypesOutsideFusetunesAreNamed) {

@@ -22,6 +22,7 @@
 #include "importer/importer.h"
 #include "importer/lower_topk.h"
 #include "importer/onnx_io.h"
+#include "importer/test_data.h"
 #include "reference/compare.h"
 #include "reference/interpreter.h"
 #include "runtime/plan_runner.h"
@@ -1316,12 +1317,171 @@ TEST(Import, SequencesInsideAGraphAreHeldAtImport) {
   OnnxBuilder seq_out(17);
   seq_out.input("x", kFloat, {4, 2}).output("parts", kFloat, {1, 2});  // declared a tensor, computed a sequence
   seq_out.node("SplitToSequence", {"x"}, {"parts"});
-  testing::expect_refused(seq_out, "graph output 'parts'", "is a sequence, not a tensor");
+  testing::expect_refused(seq_out, "graph output 'parts'", "is declared a tensor, but the model computes a sequence");
   OnnxBuilder from_data(17);
   from_data.input("x", kFloat, {4, 2}).input("at", kInt64, {}).output("y", kFloat, {1, 2});
   from_data.node("SplitToSequence", {"x"}, {"parts"});
   from_data.node("SequenceAt", {"parts", "at"}, {"y"}, "culprit");
   testing::expect_refused(from_data, "culprit", "input 1 ('at', the position) is not known at import");
+}
+
+
+// A graph value of type `seq(float[2])` or `optional(float[2])` (`wrap`: "sequence" or "optional").
+void wrapped_value(onnx::ValueInfoProto* vi, const std::string& name, const std::string& wrap) {
+  vi->set_name(name);
+  onnx::TypeProto* inner = wrap == "sequence" ? vi->mutable_type()->mutable_sequence_type()->mutable_elem_type()
+                                              : vi->mutable_type()->mutable_optional_type()->mutable_elem_type();
+  inner->mutable_tensor_type()->set_elem_type(1);
+  inner->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(2);
+}
+
+onnx::TensorProto float_proto(const std::vector<float>& v, const std::string& name = "") {
+  onnx::TensorProto t;
+  t.set_name(name);
+  t.set_data_type(1);
+  t.add_dims(static_cast<int64_t>(v.size()));
+  t.set_raw_data(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+  return t;
+}
+
+void write_proto(const fs::path& path, const google::protobuf::MessageLite& m) {
+  std::ofstream(path, std::ios::binary) << m.SerializeAsString();
+}
+
+// Sequence- and optional-typed graph inputs and outputs are tensors in a plan (importer/onnx_io.h):
+// a sequence xs of 2 elements is the inputs xs[0] and xs[1], an optional holding a tensor is that
+// tensor under its own name, an empty one is nothing; outputs likewise. Read from ONNX test-data
+// files (SequenceProto, OptionalProto), run on the reference, compiled and through `fusetune run`;
+// the length taken from --shape entries; refusals naming the input or output.
+TEST(Import, SequenceAndOptionalGraphInputsAndOutputsAreTheirTensors) {
+  OnnxBuilder b(17);
+  auto* graph = b.proto().mutable_graph();
+  wrapped_value(graph->add_input(), "xs", "sequence");
+  wrapped_value(graph->add_input(), "maybe", "optional");
+  wrapped_value(graph->add_input(), "none", "optional");
+  b.initializer("zero", Tensor::scalar_int(DType::kI64, 0));
+  b.node("SequenceAt", {"xs", "zero"}, {"first"});
+  b.node("OptionalGetElement", {"maybe"}, {"held"});
+  b.node("Add", {"first", "held"}, {"sum"});
+  b.node("SequenceInsert", {"xs", "sum"}, {"ys"});
+  b.node("OptionalHasElement", {"none"}, {"has"});
+  b.node("Optional", {"sum"}, {"back"});
+  wrapped_value(graph->add_output(), "ys", "sequence");
+  wrapped_value(graph->add_output(), "back", "optional");
+  wrapped_value(graph->add_output(), "none_out", "optional");
+  b.node("Identity", {"none"}, {"none_out"});
+  b.output("has", 9, {});
+  testing::TestDir dir("sequence_io");
+  b.write(dir / "model.onnx");
+  fs::create_directories(dir / "data");
+  onnx::SequenceProto xs;
+  xs.set_name("xs");
+  xs.set_elem_type(1);
+  *xs.add_tensor_values() = float_proto({1, 2});
+  *xs.add_tensor_values() = float_proto({3, 4});
+  write_proto(dir / "data" / "input_0.pb", xs);
+  onnx::OptionalProto maybe;
+  maybe.set_name("maybe");
+  maybe.set_elem_type(1);
+  *maybe.mutable_tensor_value() = float_proto({10, 20});
+  write_proto(dir / "data" / "input_1.pb", maybe);
+  onnx::OptionalProto none;
+  none.set_name("none");
+  write_proto(dir / "data" / "input_2.pb", none);
+
+  const importer::GraphValues values = importer::graph_values(dir / "model.onnx");
+  const importer::TestData data = importer::load_test_data(dir / "data", &values);
+  ASSERT_EQ(data.inputs.size(), 3u);  // xs[0], xs[1], maybe
+  EXPECT_EQ(data.inputs[1].name, "xs[1]");
+  EXPECT_EQ(data.sequence_lengths.at("xs"), 2);
+  EXPECT_EQ(data.empty_optionals, std::set<std::string>{"none"});
+  importer::ImportOptions opt;
+  const std::vector<Tensor> inputs = importer::bind_inputs(importer::model_input_names(dir / "model.onnx"), data, &opt);
+  const importer::ImportedModel m = importer::import_onnx(dir / "model.onnx", opt);
+  std::vector<std::string> in_names, out_names;
+  for (int v : m.graph.inputs()) in_names.push_back(m.graph.value(v).name);
+  for (int v : m.graph.outputs()) out_names.push_back(m.graph.value(v).name);
+  EXPECT_EQ(in_names, (std::vector<std::string>{"xs[0]", "xs[1]", "maybe"}));
+  EXPECT_EQ(out_names, (std::vector<std::string>{"ys[0]", "ys[1]", "ys[2]", "back", "has"}));  // none_out is empty
+  const auto check_outputs = [](const std::vector<Tensor>& out, const std::string& where) {
+    ASSERT_EQ(out.size(), 5u) << where;
+    EXPECT_EQ(out[0].to_floats(), std::vector<float>({1, 2})) << where;
+    EXPECT_EQ(out[1].to_floats(), std::vector<float>({3, 4})) << where;
+    EXPECT_EQ(out[2].to_floats(), std::vector<float>({11, 22})) << where;
+    EXPECT_EQ(out[3].to_floats(), std::vector<float>({11, 22})) << where;
+    EXPECT_EQ(out[4].to_ints(), std::vector<int64_t>{0}) << where;
+  };
+  check_outputs(reference::run_graph(m.graph, inputs), "reference");
+  auto host = backend::make_host_backend();
+  compiler::PipelineOptions compile;
+  compile.import = opt;
+  runtime::PlanRunner runner(compiler::compile_model(dir / "model.onnx", planner::find_device("h100"), compile).bundle, *host);
+  std::vector<std::string> plan_inputs;
+  for (const auto& spec : runner.inputs()) plan_inputs.push_back(spec.name);
+  EXPECT_EQ(plan_inputs, in_names);
+  check_outputs(runner.run(importer::bind_inputs(plan_inputs, data, nullptr)), "compiled");
+
+  EXPECT_EQ(m.graph.onnx_outputs().size(), 4u);  // ys (3 tensors), back (1), none_out (0), has (1)
+  EXPECT_EQ(m.graph.onnx_outputs()[2].tensors, 0);
+
+  // `fusetune run` reads the same files and compares with expected outputs written the same way,
+  // for the model and for its compiled plan (whose manifest says which tensors are which values).
+  onnx::SequenceProto ys;
+  ys.set_name("ys");
+  ys.set_elem_type(1);
+  for (const std::vector<float>& v : {std::vector<float>{1, 2}, {3, 4}, {11, 22}}) *ys.add_tensor_values() = float_proto(v);
+  write_proto(dir / "data" / "output_0.pb", ys);
+  onnx::OptionalProto back;
+  back.set_elem_type(1);
+  *back.mutable_tensor_value() = float_proto({11, 22});
+  write_proto(dir / "data" / "output_1.pb", back);
+  write_proto(dir / "data" / "output_2.pb", onnx::OptionalProto());
+  importer::write_tensor_file(dir / "data" / "output_3.pb", "has", Tensor::scalar_int(DType::kBool, 0));
+  const testing::Outcome ran = testing::run_cli("run '" + (dir / "model.onnx").string() + "' --inputs '" + (dir / "data").string() + "'");
+  EXPECT_EQ(ran.exit_code, 0) << ran.output;
+  EXPECT_NE(ran.output.find("output 2 'ys[2]'"), std::string::npos) << ran.output;
+  EXPECT_NE(ran.output.find("outputs: 5 match, 0 differ"), std::string::npos) << ran.output;
+  const std::string plan = (dir / "plan").string(), data_dir = (dir / "data").string();
+  // Compiled with the length and the emptiness the data says (--input-value reads a sequence's
+  // and an optional's files), the plan runs on the same files.
+  const std::string compile_cmd = "compile '" + (dir / "model.onnx").string() + "' --device h100 --out '" + plan +
+                              "' --input-value 'xs=" + data_dir + "/input_0.pb' --input-value 'none=" + data_dir + "/input_2.pb'";
+  const testing::Outcome compiled = testing::run_cli(compile_cmd);
+  ASSERT_EQ(compiled.exit_code, 0) << compiled.output;
+  const testing::Outcome ran_plan = testing::run_cli("run '" + plan + "' --inputs '" + data_dir + "'");
+  EXPECT_EQ(ran_plan.exit_code, 0) << ran_plan.output;
+  EXPECT_NE(ran_plan.output.find("outputs: 5 match, 0 differ"), std::string::npos) << ran_plan.output;
+  // Compiled from --shape entries alone, the plan holds `none` (no data said it is empty) and so
+  // takes one more tensor than the data gives.
+  const testing::Outcome by_shape = testing::run_cli("compile '" + (dir / "model.onnx").string() +
+                                                     "' --device h100 --shape 'xs[0]=2' --shape 'xs[1]=2' --out '" + plan + "'");
+  ASSERT_EQ(by_shape.exit_code, 0) << by_shape.output;
+  const testing::Outcome short_of_one = testing::run_cli("run '" + plan + "' --inputs '" + data_dir + "'");
+  EXPECT_NE(short_of_one.exit_code, 0) << short_of_one.output;
+  EXPECT_NE(short_of_one.output.find("the plan takes 4 inputs, 3 were given"), std::string::npos) << short_of_one.output;
+
+  // The length from --shape entries xs[0], xs[1], xs[2] (optionals held, where no data says
+  // otherwise); without them or data, refused naming xs.
+  importer::ImportOptions shapes;
+  for (const char* e : {"xs[0]", "xs[1]", "xs[2]"}) shapes.input_shapes[e] = {2};
+  in_names.clear();
+  const Graph by_shapes = importer::import_onnx(dir / "model.onnx", shapes).graph;
+  for (int v : by_shapes.inputs()) in_names.push_back(by_shapes.value(v).name);
+  EXPECT_EQ(in_names, (std::vector<std::string>{"xs[0]", "xs[1]", "xs[2]", "maybe", "none"}));
+  testing::expect_refused(b, "input 'xs'", "is a sequence of unknown length");
+  // A declared sequence computed as a tensor, and a sequence of maps, refused naming them.
+  OnnxBuilder mismatch(17);
+  mismatch.input("x", kFloat, {2});
+  wrapped_value(mismatch.proto().mutable_graph()->add_output(), "y", "sequence");
+  mismatch.node("Relu", {"x"}, {"y"});
+  testing::expect_refused(mismatch, "graph output 'y'", "is declared a sequence, but the model computes a tensor");
+  OnnxBuilder maps(17);
+  maps.input("x", kFloat, {2}).output("y", kFloat, {2});
+  auto* of_maps = maps.proto().mutable_graph()->add_input();
+  of_maps->set_name("table");
+  of_maps->mutable_type()->mutable_sequence_type()->mutable_elem_type()->mutable_map_type();
+  maps.node("Relu", {"x"}, {"y"});
+  testing::expect_refused(maps, "input 'table'", "is a sequence of maps: fusetune takes and gives tensors, sequences of tensors");
 }
 
 }  // namespace

@@ -52,7 +52,7 @@ class RuntimeApi : public ::testing::Test {
     importer::TestData data = importer::load_test_data(kModelDir + "/test_data_set_0");
     std::vector<std::string> names;
     for (const TensorInfo& in : plan.inputs()) names.push_back(in.name);
-    const std::vector<Tensor> inputs = importer::bind_inputs(names, data.inputs, nullptr);
+    const std::vector<Tensor> inputs = importer::bind_inputs(names, data, nullptr);
     for (size_t i = 0; i < inputs.size(); ++i) plan.set_input(names[i], inputs[i].data(), inputs[i].nbytes());
     return {std::move(plan), std::move(data)};
   }
@@ -61,7 +61,7 @@ class RuntimeApi : public ::testing::Test {
   static std::vector<Tensor> data_inputs(const Plan& plan, const importer::TestData& data) {
     std::vector<std::string> names;
     for (const TensorInfo& in : plan.inputs()) names.push_back(in.name);
-    return importer::bind_inputs(names, data.inputs, nullptr);
+    return importer::bind_inputs(names, data, nullptr);
   }
 
   // Where the outputs in `got` (one buffer per output, in the plan's order) differ from the data
