@@ -4,7 +4,8 @@
 # prints a table.
 #   bench/run_full_compiled.sh DIR_OF_EXPORTED_MODELS [DEVICE]
 # A model folder's run_args file, where there is one, is passed to `fusetune run` (the quantized
-# ResNet-50's tolerance: scripts/export_quantized_models.py --full).
+# ResNet-50's tolerance: scripts/export_quantized_models.py --full), its shape_args file to
+# `fusetune compile` (a symbolic batch axis: scripts/export_keras3_models.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:?usage: bench/run_full_compiled.sh DIR_OF_EXPORTED_MODELS [DEVICE]}
@@ -15,7 +16,7 @@ for m in "$dir"/*/; do
   name=$(basename "$m")
   plan=$(mktemp -d)
   t0=$(date +%s.%N)
-  build/fusetune compile "$m/model.onnx" --device "$device" --out "$plan" > "$plan.compile.log" 2>&1 || { echo "$name: compile failed: $(tail -1 "$plan.compile.log")"; continue; }
+  build/fusetune compile "$m/model.onnx" --device "$device" --out "$plan" $(cat "$m/shape_args" 2>/dev/null) > "$plan.compile.log" 2>&1 || { echo "$name: compile failed: $(tail -1 "$plan.compile.log")"; continue; }
   t1=$(date +%s.%N)
   set +e
   build/fusetune run "$plan" --inputs "$m/test_data_set_0" $(cat "$m/run_args" 2>/dev/null) > "$plan.run.log" 2>&1

@@ -5,7 +5,8 @@
 #   scripts/install-export-deps.sh && /usr/bin/python3 scripts/export_models.py --size full --out DIR
 #   bench/run_full_models.sh DIR
 # A model folder's run_args file, where there is one, is passed to `fusetune run` (the quantized
-# ResNet-50's tolerance: scripts/export_quantized_models.py --full).
+# ResNet-50's tolerance: scripts/export_quantized_models.py --full), its shape_args file to
+# `fusetune inspect` (a symbolic batch axis: scripts/export_keras3_models.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:?usage: bench/run_full_models.sh DIR_OF_EXPORTED_MODELS}
@@ -18,7 +19,7 @@ for m in "$dir"/*/; do
   /usr/bin/time -f "%M" -o "$log.mem" build/fusetune run "$m/model.onnx" --inputs "$m/test_data_set_0" $(cat "$m/run_args" 2>/dev/null) >"$log" 2>&1
   rc=$?
   set -e
-  onnx=$(build/fusetune inspect "$m/model.onnx" --json 2>/dev/null | python3 -c 'import json,sys; j=json.load(sys.stdin); print(j["onnx_nodes"], j["canonical_nodes"])' 2>/dev/null || echo "? ?")
+  onnx=$(build/fusetune inspect "$m/model.onnx" --json $(cat "$m/shape_args" 2>/dev/null) 2>/dev/null | python3 -c 'import json,sys; j=json.load(sys.stdin); print(j["onnx_nodes"], j["canonical_nodes"])' 2>/dev/null || echo "? ?")
   import_s=$(sed -nE 's/.*imported in ([0-9.]+)s.*/\1/p' "$log")
   run_s=$(sed -nE 's/.*ran in ([0-9.]+)s.*/\1/p' "$log")
   max_abs=$(sed -nE 's/.*max_abs=([^ ]+).*/\1/p' "$log" | sort -g | tail -1)

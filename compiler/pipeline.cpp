@@ -9,7 +9,6 @@
 #include "codegen/kernel_ir.h"
 #include "codegen/verify_ir.h"
 #include "core/error.h"
-#include "importer/fold_conv_affine.h"
 #include "planner/verify_plan.h"
 
 namespace fusetune::compiler {
@@ -154,7 +153,7 @@ PipelineResult compile_model(const std::filesystem::path& model, const planner::
   if (options.verify_each) checked(Pass::kImport, [&] { g.validate(); });
   after(Pass::kImport, [&] { return graph_text(g); });
 
-  importer::fold_conv_affine(g);
+  importer::fold_layout_and_affines(g);
   if (options.verify_each) checked(Pass::kFold, [&] { g.validate(); });
   after(Pass::kFold, [&] { return graph_text(g); });
 

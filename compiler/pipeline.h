@@ -3,8 +3,9 @@
 //   import    the ONNX file read, its opsets checked, inputs bound to static shapes, every node
 //             lowered to the canonical ops (docs/canonical-ops.md) with constant expressions
 //             folded as they lower, dead nodes dropped (importer/importer.h): a graph
-//   fold      per-channel affines after convolutions folded into their weights and biases
-//             (importer/fold_conv_affine.h): the graph
+//   fold      per-channel affines after convolutions folded into their weights and biases,
+//             Transposes that undo each other removed, pointwise convolutions made MatMuls
+//             (importer::fold_layout_and_affines): the graph
 //   fuse      the graph partitioned into fusion groups, merges judged by the cost model, and the
 //             same fusion without stitching and packing, the parts a group may split back into
 //             (planner::ModelPlanner::partition, planner/fusion.h): two fusions

@@ -1,24 +1,24 @@
 #include "importer/fold_conv_affine.h"
 
+#include <algorithm>
 #include <optional>
 
 namespace fusetune::importer {
 
 namespace {
 
-// The per-channel values of constant `v` as an operand broadcast against `out` (N, C, ...), or
-// nothing if it varies along any other axis or changes the result's shape.
-std::optional<std::vector<double>> per_channel(const Graph& g, int v, const Shape& out) {
+// The per-channel values of constant `v` as an operand broadcast against `out`, whose channel
+// axis is `axis`, or nothing if it varies along any other axis or changes the result's shape.
+std::optional<std::vector<double>> per_channel(const Graph& g, int v, const Shape& out, size_t axis) {
   const Value& val = g.value(v);
   if (!val.is_constant() || val.shape.size() > out.size() || out.size() < 2) return std::nullopt;
-  const int64_t c = out[1];
+  const int64_t c = out[axis];
   const size_t lead = out.size() - val.shape.size();
   bool varies = false;
   for (size_t i = 0; i < val.shape.size(); ++i) {
-    const size_t axis = lead + i;
     const int64_t d = val.shape[i];
     if (d == 1) continue;
-    if (axis == 1 && d == c) {
+    if (lead + i == axis && d == c) {
       varies = true;
       continue;
     }
@@ -54,31 +54,44 @@ int fold_conv_affine(Graph& g) {
     const Value& w = g.value(conv.inputs[1]);
     const bool has_bias = conv.inputs.size() > 2 && conv.inputs[2] != kNoValue;
     if (!w.is_constant() || (has_bias && !g.value(conv.inputs[2]).is_constant())) continue;
-    const Shape out = g.value(conv.outputs[0]).shape;
-    const int64_t c = out[1];
+    const int64_t c = g.value(conv.outputs[0]).shape[1];
     std::vector<double> scale(static_cast<size_t>(c), 1.0);
     std::vector<double> shift(static_cast<size_t>(c), 0.0);
-    int last = conv.outputs[0];
-    for (const char* op : {"Mul", "Add"}) {
-      if (uses[static_cast<size_t>(last)] != 1 || consumer[static_cast<size_t>(last)] < 0) break;
-      Node& next = g.nodes()[static_cast<size_t>(consumer[static_cast<size_t>(last)])];
-      if (next.op != op) continue;
-      const int other = next.inputs[0] == last ? next.inputs[1] : next.inputs[0];
-      const auto vals = per_channel(g, other, out);
-      if (!vals || g.value(next.outputs[0]).shape != out) continue;
+    const auto only_reader = [&](int v) -> Node* {
+      if (uses[static_cast<size_t>(v)] != 1 || consumer[static_cast<size_t>(v)] < 0) return nullptr;
+      return &g.nodes()[static_cast<size_t>(consumer[static_cast<size_t>(v)])];
+    };
+    // One Transpose may come first: the chain then works on the channel axis where it moved.
+    int start = conv.outputs[0];
+    size_t axis = 1;
+    if (Node* t = only_reader(start); t != nullptr && t->op == "Transpose") {
+      const std::vector<int64_t> perm = t->attrs.ints("perm");
+      const auto moved = std::find(perm.begin(), perm.end(), int64_t{1});
+      if (moved == perm.end()) continue;
+      axis = static_cast<size_t>(moved - perm.begin());
+      start = t->outputs[0];
+    }
+    const Shape out = g.value(start).shape;
+    int last = start;
+    for (Node* next = only_reader(last); next != nullptr; next = only_reader(last)) {
+      const bool sub = next->op == "Sub";
+      if (next->op != "Mul" && next->op != "Add" && !(sub && next->inputs[0] == last)) break;
+      const int other = next->inputs[0] == last ? next->inputs[1] : next->inputs[0];
+      const auto vals = per_channel(g, other, out, axis);
+      if (!vals || g.value(next->outputs[0]).shape != out) break;
       for (int64_t ch = 0; ch < c; ++ch) {
         const auto i = static_cast<size_t>(ch);
-        if (next.op == "Mul") {
+        if (next->op == "Mul") {
           scale[i] *= (*vals)[i];
           shift[i] *= (*vals)[i];
         } else {
-          shift[i] += (*vals)[i];
+          shift[i] += sub ? -(*vals)[i] : (*vals)[i];
         }
       }
-      last = next.outputs[0];
+      last = next->outputs[0];
       ++folded;
     }
-    if (last == conv.outputs[0]) continue;
+    if (last == start) continue;
     std::vector<double> wv = w.data->to_doubles();
     const size_t per_filter = wv.size() / static_cast<size_t>(c);
     for (size_t i = 0; i < wv.size(); ++i) wv[i] *= scale[i / per_filter];
@@ -95,8 +108,8 @@ int fold_conv_affine(Graph& g) {
     replace.resize(g.values().size(), kNoValue);
     Node& conv_again = g.nodes()[k];  // add_constant does not touch nodes, but keep the reference fresh
     conv_again.inputs = {conv_again.inputs[0], new_w, new_b};
-    replace[static_cast<size_t>(last)] = conv_again.outputs[0];
-    g.value(conv_again.outputs[0]).name = g.value(last).name;
+    replace[static_cast<size_t>(last)] = start;
+    g.value(start).name = g.value(last).name;
   }
   if (folded == 0) return 0;
   auto fix = [&](int& v) {

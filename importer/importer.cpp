@@ -9,6 +9,7 @@
 #include "importer/builder.h"
 #include "importer/control_flow.h"
 #include "importer/data_extent.h"
+#include "importer/cancel_transposes.h"
 #include "importer/fold_conv_affine.h"
 #include "importer/sequences.h"
 #include "importer/functions.h"
@@ -408,13 +409,18 @@ ImportedModel import_model(const onnx::ModelProto& m, const fs::path& base_dir, 
   }
   result.folded = b.folded();
   graph.remove_dead();
-  if (opt.fold_affines) fold_conv_affine(graph);
-  pointwise_convs_as_matmuls(graph);
+  if (opt.fold_affines) fold_layout_and_affines(graph);
   graph.validate();
   return result;
 }
 
 }  // namespace
+
+void fold_layout_and_affines(Graph& g) {
+  fold_conv_affine(g);
+  cancel_transposes(g);
+  pointwise_convs_as_matmuls(g);
+}
 
 namespace {
 

@@ -43,8 +43,8 @@ struct ImportOptions {
   // entries where the shapes allow more (importer/lower_data_sized.h). A name that is no such
   // output is an error.
   std::map<std::string, int64_t> output_bounds = {};
-  // Fold per-channel affines into the convolutions before them (importer/fold_conv_affine.h) as
-  // the last step; the compiler's pipeline runs that as a pass of its own (compiler/pipeline.h).
+  // Run fold_layout_and_affines as the last step; the compiler's pipeline runs it as a pass of its
+  // own (compiler/pipeline.h).
   bool fold_affines = true;
 };
 
@@ -70,6 +70,12 @@ struct ImportedModel {
   OnnxSummary onnx;
   size_t folded = 0;  // canonical nodes folded into constants during import
 };
+
+// The rewrites after lowering, in order: per-channel affines folded into the convolutions before
+// them (importer/fold_conv_affine.h), Transposes that undo each other around element-wise ops
+// removed (importer/cancel_transposes.h), pointwise convolutions as MatMuls
+// (importer/pointwise_conv.h).
+void fold_layout_and_affines(Graph& g);
 
 inline constexpr int64_t kMinOpset = 1;
 inline constexpr int64_t kMaxOpset = 28;  // onnx 1.23

@@ -8,12 +8,15 @@
 #           TensorFlow 2.15.1 (CPU); build/tf-export-venv, about 1.4 GB.
 #   paddle  scripts/export_paddle_models.py: PaddlePaddle 3.3.1 (CPU) layers, by paddle2onnx 2.1.0;
 #           build/paddle-export-venv, about 1 GB.
-#   scripts/export_framework_models.sh tf|paddle [--size small|full] [--out DIR]
+#   keras3  scripts/export_keras3_models.py: Keras 3.15.1's own export (`model.export(format=
+#           "onnx")`) on its PyTorch backend, torch 2.11.0; build/keras3-export-venv, about 5 GB
+#           (PyPI's torch brings the CUDA libraries).
+#   scripts/export_framework_models.sh tf|paddle|keras3 [--size small|full] [--out DIR]
 # --size full: the full-size versions (default DIR build/full-models), for bench/run_full_models.sh
 # and bench/run_full_compiled.sh; the small ones go to tests/data/models.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-usage="usage: scripts/export_framework_models.sh tf|paddle [--size small|full] [--out DIR]"
+usage="usage: scripts/export_framework_models.sh tf|paddle|keras3 [--size small|full] [--out DIR]"
 framework=${1:-}
 shift || true
 case "$framework" in
@@ -23,6 +26,9 @@ case "$framework" in
   paddle)
     pins=("paddlepaddle==3.3.1" "paddle2onnx==2.1.0" "packaging==25.0")
     small="paddle_cnn paddle_encoder" full="paddle_resnet50 paddle_encoder_base" ;;
+  keras3)
+    pins=("torch==2.11.0" "keras==3.15.1" "onnxscript==0.7.2" "onnx==1.23.1")
+    small="keras3_cnn keras3_rnn" full="keras3_resnet50" ;;
   *) echo "$usage" >&2; exit 2 ;;
 esac
 size=small

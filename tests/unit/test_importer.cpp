@@ -151,6 +151,65 @@ TEST(Import, BatchNormFoldsIntoThePrecedingConv) {
   EXPECT_TRUE(reference::compare(got, want, {1e-5, 1e-6, 0}).ok);
 }
 
+// An NHWC model as Keras 3 exports it through PyTorch: each convolution's output moved to NHWC,
+// a no-op Cast, the normalization as Sub, Mul and Add along the channels' new axis, the
+// activation, and back to NCHW for the next convolution. The normalization folds into the
+// convolution through the Transpose (importer/fold_conv_affine.h), the Cast vanishes, the two
+// Transposes cancel around the Relu (importer/cancel_transposes.h), and the 1x1 convolution after
+// them becomes a MatMul; the result equals the graph imported without those rewrites. Transposes
+// that do not undo each other, or around a value the model also outputs, stay.
+TEST(Import, AnNhwcNormalizationFoldsThroughItsTransposeAndTheLayoutPairCancels) {
+  const auto build = [](const std::vector<int64_t>& back, bool expose) {
+    OnnxBuilder b;
+    b.input("x", kFloat, {1, 3, 6, 6});
+    b.initializer("w", iota_tensor({4, 3, 3, 3})).initializer("w2", iota_tensor({2, 4, 1, 1}, 0.3f));
+    b.initializer("mean", iota_tensor({4}, 0.05f)).initializer("scale", iota_tensor({1, 1, 1, 4}, 0.7f));
+    b.initializer("beta", iota_tensor({4}, 0.2f));
+    OnnxBuilder::attr_ints(b.node("Conv", {"x", "w"}, {"c"}), "pads", {1, 1, 1, 1});
+    OnnxBuilder::attr_ints(b.node("Transpose", {"c"}, {"nhwc"}), "perm", {0, 2, 3, 1});
+    OnnxBuilder::attr_i(b.node("Cast", {"nhwc"}, {"same"}), "to", 1);
+    b.node("Sub", {"same", "mean"}, {"centred"});
+    b.node("Mul", {"centred", "scale"}, {"scaled"});
+    b.node("Add", {"scaled", "beta"}, {"normed"});
+    b.node("Relu", {"normed"}, {"act"});
+    OnnxBuilder::attr_ints(b.node("Transpose", {"act"}, {"back"}), "perm", back);
+    if (back == std::vector<int64_t>{0, 3, 1, 2}) {
+      b.node("Conv", {"back", "w2"}, {"y"});
+      b.output("y", kFloat, {1, 2, 6, 6});
+    } else {
+      b.node("Relu", {"back"}, {"y"});
+      b.output("y", kFloat, {1, 6, 4, 6});
+    }
+    if (expose) b.output("act", kFloat, {1, 6, 6, 4});
+    return b;
+  };
+  const Tensor x = iota_tensor({1, 3, 6, 6}, 0.37f);
+  for (const auto& [back, expose] : std::vector<std::pair<std::vector<int64_t>, bool>>{
+           {{0, 3, 1, 2}, false}, {{0, 3, 1, 2}, true}, {{0, 2, 3, 1}, false}}) {
+    const OnnxBuilder b = build(back, expose);
+    const Graph folded = importer::import_onnx_bytes(b.bytes(), ".").graph;
+    importer::ImportOptions raw;
+    raw.fold_affines = false;
+    const Graph plain = importer::import_onnx_bytes(b.bytes(), ".", raw).graph;
+    const auto h = histogram(folded);
+    const bool cancels = back == std::vector<int64_t>{0, 3, 1, 2} && !expose;
+    SCOPED_TRACE(cancels ? "cancels" : expose ? "a chain value is an output" : "not inverse");
+    const auto count = [&](const char* op) { return h.count(op) ? h.at(op) : 0; };
+    EXPECT_EQ(count("Cast"), 0);
+    EXPECT_EQ(count("Sub") + count("Mul"), 0);       // the normalization is in the Conv
+    EXPECT_EQ(count("Transpose"), cancels ? 0 : 2);  // the pair, or both kept
+    if (cancels) {
+      EXPECT_EQ(count("MatMul"), 1);  // the 1x1 Conv, now reading the Relu in NCHW
+    }
+    const std::vector<Tensor> want = reference::run_graph(plain, std::vector<Tensor>{x});
+    const std::vector<Tensor> got = reference::run_graph(folded, std::vector<Tensor>{x});
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t k = 0; k < got.size(); ++k) {
+      EXPECT_TRUE(reference::compare(got[k], want[k], {1e-5, 1e-5, 0}).ok) << k;
+    }
+  }
+}
+
 // BatchNormalization as exporters write it at earlier opsets (paddle2onnx: `momentum` at opset 11;
 // opset 6: `is_test` and `spatial`; opset 1: `consumed_inputs` too): the attributes that mean
 // nothing for inference are accepted and the result is the opset-15 node's; those that ask for
