@@ -28,6 +28,44 @@ bool layout_free(const Graph& g, const Node& n, int chain) {
 }  // namespace
 
 int cancel_transposes(Graph& g) {
+  std::vector<int> replace(g.values().size(), kNoValue);  // a Transpose's output -> what computes it now
+  const auto redirect = [&] {
+    const auto fix = [&](int& v) {
+      if (v != kNoValue && replace[static_cast<size_t>(v)] != kNoValue) v = replace[static_cast<size_t>(v)];
+    };
+    for (Node& n : g.nodes()) {
+      for (int& in : n.inputs) fix(in);
+      for (Guard& gd : n.guards) fix(gd.cond);
+    }
+    for (int& o : g.outputs()) fix(o);
+    std::fill(replace.begin(), replace.end(), kNoValue);
+  };
+  // A Transpose of a Transpose reads the first one's input, by the two permutations composed;
+  // where they compose to the identity, its readers read that input (a graph output keeps its
+  // Transpose, now a copy).
+  std::vector<bool> is_output(g.values().size(), false);
+  for (int o : g.outputs()) is_output[static_cast<size_t>(o)] = true;
+  const std::vector<int> producer = g.producers();
+  int cancelled = 0;
+  for (Node& second : g.nodes()) {
+    if (second.op != "Transpose") continue;
+    const int p = producer[static_cast<size_t>(second.inputs[0])];
+    if (p < 0 || g.nodes()[static_cast<size_t>(p)].op != "Transpose" || g.nodes()[static_cast<size_t>(p)].guards != second.guards) continue;
+    const Node& first = g.nodes()[static_cast<size_t>(p)];
+    const std::vector<int64_t> p1 = first.attrs.ints("perm"), p2 = second.attrs.ints("perm");
+    std::vector<int64_t> composed(p2.size());
+    bool identity = true;
+    for (size_t i = 0; i < p2.size(); ++i) {
+      composed[i] = p1[static_cast<size_t>(p2[i])];
+      identity = identity && composed[i] == static_cast<int64_t>(i);
+    }
+    second.inputs[0] = first.inputs[0];
+    second.attrs.set("perm", composed);
+    if (identity && !is_output[static_cast<size_t>(second.outputs[0])]) replace[static_cast<size_t>(second.outputs[0])] = first.inputs[0];
+    ++cancelled;
+  }
+  redirect();
+  // A Transpose and its inverse around a chain of layout-free element-wise ops.
   std::vector<int> uses(g.values().size(), 0), reader(g.values().size(), -1);
   for (size_t k = 0; k < g.nodes().size(); ++k) {
     for (int in : reads(g.nodes()[k])) {
@@ -39,10 +77,8 @@ int cancel_transposes(Graph& g) {
   const auto only_reader = [&](int v) -> Node* {
     return uses[static_cast<size_t>(v)] == 1 ? &g.nodes()[static_cast<size_t>(reader[static_cast<size_t>(v)])] : nullptr;
   };
-  std::vector<int> replace(g.values().size(), kNoValue);  // a second Transpose's output -> the chain's end
-  int cancelled = 0;
   for (Node& first : g.nodes()) {
-    if (first.op != "Transpose" || !first.guards.empty()) continue;
+    if (first.op != "Transpose" || !first.guards.empty() || uses[static_cast<size_t>(first.outputs[0])] == 0) continue;
     const std::vector<int64_t> p = first.attrs.ints("perm");
     std::vector<Node*> chain;
     int v = first.outputs[0];
@@ -69,14 +105,7 @@ int cancel_transposes(Graph& g) {
     ++cancelled;
   }
   if (cancelled == 0) return 0;
-  const auto fix = [&](int& v) {
-    if (v != kNoValue && replace[static_cast<size_t>(v)] != kNoValue) v = replace[static_cast<size_t>(v)];
-  };
-  for (Node& n : g.nodes()) {
-    for (int& in : n.inputs) fix(in);
-    for (Guard& gd : n.guards) fix(gd.cond);
-  }
-  for (int& o : g.outputs()) fix(o);
+  redirect();
   g.remove_dead();
   return cancelled;
 }

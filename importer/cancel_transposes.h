@@ -1,5 +1,7 @@
-// Transposes that undo each other around layout-free element-wise ops.
+// Transposes that undo each other, next to each other or around layout-free element-wise ops.
 //
+//   t = Transpose(x, p); y = Transpose(t, q)                           ==>  y = Transpose(x, p o q)
+//                                                                          (y = x for the identity)
 //   t = Transpose(x, p); e1 = Relu(t); ...; y = Transpose(ek, q)      (q after p: the identity)
 //   ==>  e1 = Relu(x); ...; y = ek
 //
@@ -10,9 +12,11 @@
 // convolution cannot take it into its epilogue; a generated kernel would copy it). The chain between
 // the two Transposes must be element-wise ops each reading one value of the chain and otherwise
 // only scalar constants (no random op: its draws follow the element's position), each value read
-// by the next alone and none a graph output. Guarantees: the graph computes the same function
-// exactly; the chain's values take the untransposed shape; nodes stay in topological order; the
-// dead Transposes are removed. Returns the number of pairs removed.
+// by the next alone and none a graph output. A Transpose of a Transpose takes the composed
+// permutation whatever else reads the first (a graph output keeps an identity Transpose, a copy).
+// Guarantees: the graph computes the same function exactly; the chain's values take the
+// untransposed shape; nodes stay in topological order; the dead Transposes are removed. Returns
+// the number of pairs composed or removed.
 #pragma once
 
 #include "core/graph.h"

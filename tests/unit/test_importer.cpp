@@ -208,6 +208,29 @@ TEST(Import, AnNhwcNormalizationFoldsThroughItsTransposeAndTheLayoutPairCancels)
       EXPECT_TRUE(reference::compare(got[k], want[k], {1e-5, 1e-5, 0}).ok) << k;
     }
   }
+
+  // A Transpose of a Transpose: composed, or gone where the two undo each other, while the first
+  // has another reader (which keeps it).
+  OnnxBuilder d;
+  d.input("x", kFloat, {1, 2, 3, 4}).output("undone", kFloat, {1, 2, 3, 4}).output("twice", kFloat, {1, 4, 2, 3});
+  d.output("other", kFloat, {1, 3, 4, 2});
+  OnnxBuilder::attr_ints(d.node("Transpose", {"x"}, {"a"}), "perm", {0, 2, 3, 1});
+  OnnxBuilder::attr_ints(d.node("Transpose", {"a"}, {"back"}), "perm", {0, 3, 1, 2});
+  d.node("Neg", {"back"}, {"undone"});
+  OnnxBuilder::attr_ints(d.node("Transpose", {"a"}, {"again"}), "perm", {0, 2, 3, 1});
+  d.node("Neg", {"again"}, {"twice"});
+  d.node("Relu", {"a"}, {"other"});
+  const Graph direct = importer::import_onnx_bytes(d.bytes(), ".").graph;
+  importer::ImportOptions raw;
+  raw.fold_affines = false;
+  EXPECT_EQ(histogram(direct).at("Transpose"), 2);  // `a` for the Relu, and the two composed into one
+  const Tensor x4 = iota_tensor({1, 2, 3, 4}, 0.5f);
+  const std::vector<Tensor> want = reference::run_graph(importer::import_onnx_bytes(d.bytes(), ".", raw).graph, std::vector<Tensor>{x4});
+  const std::vector<Tensor> got = reference::run_graph(direct, std::vector<Tensor>{x4});
+  ASSERT_EQ(got.size(), 3u);
+  for (size_t k = 0; k < got.size(); ++k) {
+    EXPECT_TRUE(reference::compare(got[k], want[k], {0, 0, 0}).ok) << k;
+  }
 }
 
 // BatchNormalization as exporters write it at earlier opsets (paddle2onnx: `momentum` at opset 11;
