@@ -415,6 +415,40 @@ void stitch_products(const Graph& g, Partition& p, int n, const FusionOptions& o
   }
 }
 
+// Row epilogues, with a cost function: a light group whose results have the shape of the rows a
+// row reduction of another group reduces (its result broadcast back over them: a selection
+// round of NonMaxSuppression marks off what the round's ArgMax picked) joins that group when the
+// rows are at most max_row long, although the reduction's result has readers elsewhere too (it
+// leaves the group as a side output), if the cost function keeps the merge.
+bool row_epilogue_pass(const Graph& g, Partition& p, const FusionOptions& opt) {
+  if (!opt.cost) return false;
+  bool changed = false;
+  for (int grp : p.live_groups()) {
+    if (p.members(grp).empty() || !light_group(p, grp)) continue;
+    std::vector<Shape> results;
+    for (int n : p.members(grp)) {
+      for (int v : g.nodes()[static_cast<size_t>(n)].outputs) {
+        const auto& c = p.consumers(v);
+        if (p.is_graph_output(v) || std::any_of(c.begin(), c.end(), [&](int x) { return p.group(x) != grp; })) {
+          results.push_back(g.value(v).shape);
+        }
+      }
+    }
+    for (int v : external_reads(g, p, grp)) {
+      const Node& r = g.nodes()[static_cast<size_t>(p.producer(v))];
+      const int64_t row = role_of(r) == Role::kReduction ? trailing_row(g, r) : 0;
+      if (row == 0 || row > opt.max_row) continue;
+      const Shape& rows = g.value(r.inputs[0]).shape;
+      if (results.empty() || std::any_of(results.begin(), results.end(), [&](const Shape& s) { return s != rows; })) continue;
+      if (try_merge(p, p.group(p.producer(v)), grp, opt)) {
+        changed = true;
+        break;
+      }
+    }
+  }
+  return changed;
+}
+
 void stitch_pass(const Graph& g, Partition& p, const FusionOptions& opt) {
   for (size_t n = 0; n < g.nodes().size(); ++n) {
     const Node& node = g.nodes()[n];
@@ -673,6 +707,8 @@ FusionPlan fuse(const Graph& g, const FusionOptions& options) {
     stitch_pass(g, p, options);
     if (options.epilogue) {
       while (epilogue_pass(g, p)) {  // ops after a stitched reduction
+      }
+      while (row_epilogue_pass(g, p, options)) {
       }
     }
     // Back-to-back products, after the other stitches (attention and normalizations first).

@@ -25,7 +25,12 @@
 //      that keeps the merge, back-to-back products: a MatMul whose left operand is another
 //      product's rows through light ops (a GRU step's reset gate times h, a narrow MLP) joins that
 //      product's group when the rows are at most max_row long and neither group holds a reduction
-//      (a block computes the first product's rows whole, then the second);
+//      (a block computes the first product's rows whole, then the second); before those, row
+//      epilogues, with a cost function that keeps the merge: a light group whose results have the
+//      shape of the rows a row reduction of another group reduces (at most max_row long) joins
+//      that group although the reduction's result has readers elsewhere too, where it leaves as a
+//      side output (a NonMaxSuppression round: its ArgMax and the marking-off of what the pick
+//      suppresses in one kernel);
 //   4. states: after the rules above, a light group that reads a light producer's value element
 //      for element at its shape joins it while later groups read that value too (the value
 //      leaves as a side output: a recurrent cell's new state), if the cost function keeps the

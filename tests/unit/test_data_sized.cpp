@@ -34,8 +34,9 @@ using testing::kInt64;
 using testing::OnnxBuilder;
 
 // The model's outputs on the reference interpreter and compiled for the H100 on the host
-// executor, each trimmed to its count.
-std::pair<std::vector<Tensor>, std::vector<Tensor>> run_both(const OnnxBuilder& b, const std::vector<Tensor>& inputs, const char* dir_name) {
+// executor, each trimmed to its count; the compiled plan's launches in `launches` where given.
+std::pair<std::vector<Tensor>, std::vector<Tensor>> run_both(const OnnxBuilder& b, const std::vector<Tensor>& inputs, const char* dir_name,
+                                                             size_t* launches = nullptr) {
   const Graph g = importer::import_onnx_bytes(b.bytes(), ".").graph;
   std::vector<Tensor> ref = trim_to_counts(reference::run_graph(g, inputs), g.output_extents());
   testing::TestDir dir(dir_name);
@@ -44,6 +45,7 @@ std::pair<std::vector<Tensor>, std::vector<Tensor>> run_both(const OnnxBuilder& 
   auto host = backend::make_host_backend();
   runtime::PlanRunner runner(r.bundle, *host);
   std::vector<Tensor> got = trim_to_counts(runner.run(inputs), runtime::output_extents(runner.outputs()));
+  if (launches != nullptr) *launches = runner.launches();
   return {ref, got};
 }
 
@@ -127,7 +129,11 @@ TEST(DataSized, NonMaxSuppressionIsTheGreedySelection) {
     ASSERT_GT(want.size(), 3u * B * C) << "seed " << seed << ": too few selections to test anything";
     const auto candidates = static_cast<size_t>(std::count_if(scores.begin(), scores.end(), [&](float v) { return v > threshold; }));
     ASSERT_LT(want.size() / 3, candidates) << "seed " << seed << ": nothing suppressed";
-    const auto [ref, got] = run_both(b, inputs, "nms");
+    size_t launches = 0;
+    const auto [ref, got] = run_both(b, inputs, "nms", &launches);
+    // A selection round is one launch: its ArgMax and the marking-off of what it suppresses in one
+    // kernel (planner/fusion.h's row epilogues); a few more for the overlaps and the output.
+    EXPECT_LE(launches, static_cast<size_t>(K) + 6) << "center_point_box " << center;
     EXPECT_EQ(ref.at(0).shape(), (Shape{static_cast<int64_t>(want.size() / 3), 3}));
     EXPECT_EQ(ref.at(0).to_ints(), want) << "reference, center_point_box " << center << ", seed " << seed;
     EXPECT_EQ(got.at(0).to_ints(), want) << "compiled, center_point_box " << center << ", seed " << seed;

@@ -2,6 +2,8 @@
 // must find in a BERT layer, the cost model's penalties, and measured costs overriding modeled ones.
 #include <gtest/gtest.h>
 
+#include <numeric>
+
 #include <algorithm>
 #include <filesystem>
 #include <map>
@@ -213,6 +215,43 @@ TEST(Fusion, BackToBackProductsJoinWhenTheFirstsRowsFitAndTheCostKeepsIt) {
   };
   EXPECT_EQ(groups(dearer), 2u) << "the merge costs more than its parts";
   EXPECT_EQ(groups(FusionOptions{}), 2u) << "merged without a cost function";
+}
+
+// A light group whose result has the shape of a row reduction's rows (the reduction's result
+// broadcast back over them: a NonMaxSuppression round marking off what its ArgMax picked) joins
+// the reduction's group although the result is read elsewhere too (it leaves as a side output),
+// where the rows fit max_row and the cost function keeps the merge; not without a cost function,
+// not over longer rows, not for a result of another shape.
+TEST(Fusion, ARowEpilogueJoinsItsReductionWhileTheResultIsReadElsewhere) {
+  const auto build = [](bool row_shaped) {
+    Graph g;
+    const int x = add_input(g, "x", DType::kF32, {4, 32});
+    const int pick = add_op(g, "ArgMax", {add_op(g, "Exp", {x})}, attrs({{"axis", int64_t{1}}, {"keepdims", int64_t{1}}}), "pick");
+    if (row_shaped) {  // the rows with the picked element negated
+      std::vector<int64_t> iota(32);
+      std::iota(iota.begin(), iota.end(), 0);
+      const int positions = g.add_constant("positions", Tensor::from_ints(DType::kI64, {1, 32}, iota));
+      const int mask = add_op(g, "Equal", {positions, pick});
+      g.outputs() = {add_op(g, "Where", {mask, add_op(g, "Neg", {x}), x}, {}, "marked"), pick};  // pick read outside too
+    } else {  // a result per row
+      g.outputs() = {add_op(g, "Neg", {add_op(g, "Cast", {pick}, attrs({{"to", int64_t{1}}}))}, {}, "negated"), pick};
+    }
+    return g;
+  };
+  const auto groups = [](const Graph& g, const FusionOptions& opt) {
+    const FusionPlan plan = fuse(g, opt);
+    expect_valid_partition(g, plan);
+    return plan.groups.size();
+  };
+  FusionOptions kept;
+  kept.cost = [](const std::vector<int>&) { return 1.0; };
+  const Graph g = build(true);
+  EXPECT_EQ(groups(g, kept), 1u);
+  FusionOptions narrow = kept;
+  narrow.max_row = 16;
+  EXPECT_EQ(groups(g, narrow), 2u) << "the rows (32) exceed max_row";
+  EXPECT_EQ(groups(g, FusionOptions{}), 2u) << "merged without a cost function";
+  EXPECT_EQ(groups(build(false), kept), 2u) << "a per-row result is no row epilogue";
 }
 
 TEST(Fusion, NeverMergesAcrossACycle) {
