@@ -449,6 +449,35 @@ bool row_epilogue_pass(const Graph& g, Partition& p, const FusionOptions& opt) {
   return changed;
 }
 
+// Row chains, with a cost function: a group of row reductions reading the rows another group's
+// row reductions produced (at most max_row long, the same shape: the next NonMaxSuppression
+// round reading what the last one left alive) joins it, up to kMaxChainedReductions reductions a
+// group, if the cost function keeps the merge: a block then runs the rounds one after the other.
+constexpr int kMaxChainedReductions = 8;
+bool row_chain_pass(const Graph& g, Partition& p, const FusionOptions& opt) {
+  if (!opt.cost) return false;
+  bool changed = false;
+  for (size_t n = 0; n < g.nodes().size(); ++n) {
+    const Node& node = g.nodes()[n];
+    if (role_of(node) != Role::kReduction) continue;
+    const int me = p.group(static_cast<int>(n));
+    const int64_t row = trailing_row(g, node);
+    if (row == 0 || row > opt.max_row || p.count(me, Role::kContraction) != 0) continue;
+    for (int in : external_reads(g, p, me)) {
+      const int pg = p.group(p.producer(in));
+      if (g.value(in).shape != g.value(node.inputs[0]).shape || p.count(pg, Role::kReduction) == 0 ||
+          p.count(pg, Role::kContraction) != 0 || p.count(pg, Role::kReduction) + p.count(me, Role::kReduction) > kMaxChainedReductions) {
+        continue;
+      }
+      if (try_merge(p, pg, me, opt)) {
+        changed = true;
+        break;
+      }
+    }
+  }
+  return changed;
+}
+
 void stitch_pass(const Graph& g, Partition& p, const FusionOptions& opt) {
   for (size_t n = 0; n < g.nodes().size(); ++n) {
     const Node& node = g.nodes()[n];
@@ -708,7 +737,7 @@ FusionPlan fuse(const Graph& g, const FusionOptions& options) {
     if (options.epilogue) {
       while (epilogue_pass(g, p)) {  // ops after a stitched reduction
       }
-      while (row_epilogue_pass(g, p, options)) {
+      while (row_epilogue_pass(g, p, options) || row_chain_pass(g, p, options)) {
       }
     }
     // Back-to-back products, after the other stitches (attention and normalizations first).

@@ -131,9 +131,11 @@ TEST(DataSized, NonMaxSuppressionIsTheGreedySelection) {
     ASSERT_LT(want.size() / 3, candidates) << "seed " << seed << ": nothing suppressed";
     size_t launches = 0;
     const auto [ref, got] = run_both(b, inputs, "nms", &launches);
-    // A selection round is one launch: its ArgMax and the marking-off of what it suppresses in one
-    // kernel (planner/fusion.h's row epilogues); a few more for the overlaps and the output.
-    EXPECT_LE(launches, static_cast<size_t>(K) + 6) << "center_point_box " << center;
+    // Selection rounds share launches: a round's ArgMax and the marking-off of what it suppresses
+    // in one kernel, several rounds one after the other in one block (planner/fusion.h's row
+    // epilogues and row chains); a few more launches for the overlaps and the output. (Two
+    // launches a round before: 29.)
+    EXPECT_LE(launches, static_cast<size_t>(K) / 2 + 3) << "center_point_box " << center;
     EXPECT_EQ(ref.at(0).shape(), (Shape{static_cast<int64_t>(want.size() / 3), 3}));
     EXPECT_EQ(ref.at(0).to_ints(), want) << "reference, center_point_box " << center << ", seed " << seed;
     EXPECT_EQ(got.at(0).to_ints(), want) << "compiled, center_point_box " << center << ", seed " << seed;
