@@ -31,6 +31,28 @@ typedef struct ft_simt_buffer {
   void* state;
 } ft_simt_buffer;
 
+/* memcheck's test, one text for both sides (the executor's checked accesses and the module's
+ * inline path, ft_simt_at): the host address of an access of `size` bytes at element `index` of
+ * b, where it lies inside b and is aligned to `align` (a power of two, or any other size); else
+ * null, and *outside says which test failed (1: outside b, 0: misaligned). Unsigned arithmetic
+ * throughout: a negative or huge index fails the first comparison, and no product can overflow
+ * (so nothing lets the compiler assume the check away). */
+static inline unsigned char* ft_simt_checked(const ft_simt_buffer* b, long long index, int size, int align, int* outside) {
+  const unsigned long long u = (unsigned long long)index;
+  const unsigned long long byte = u * (unsigned long long)b->element_bytes;
+  if (u >= (1ull << 40) || byte + (unsigned long long)size > (unsigned long long)b->bytes) {
+    *outside = 1;
+    return 0;
+  }
+  unsigned char* addr = b->base + byte;
+  const unsigned long long a = (unsigned long long)align, at = (unsigned long long)addr;
+  if (((a & (a - 1)) == 0 ? at & (a - 1) : at % a) != 0) { /* no division where it is a power of two */
+    *outside = 0;
+    return 0;
+  }
+  return addr;
+}
+
 typedef struct ft_simt_api {
   int version;
   /* The host address of `size` bytes at element `index` of `b`, to be loaded or stored (`kind`;

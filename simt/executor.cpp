@@ -658,20 +658,9 @@ void check_shared(Worker& w, Fiber& f, const ft_simt_buffer* b, long long index,
 
 inline unsigned char* checked_address(Worker& w, Fiber& f, const ft_simt_buffer* b, long long index, int size, int align,
                                       const char* what, const void* site) {
-  // Unsigned: a negative or huge index is outside without a product that could overflow.
-  const unsigned long long u = static_cast<unsigned long long>(index);
-  const unsigned long long byte = u * static_cast<unsigned long long>(b->element_bytes);
-  if (u >= (1ull << 40) || byte + static_cast<unsigned long long>(size) > static_cast<unsigned long long>(b->bytes)) [[unlikely]] {
-    report_address(w, f, b, index, size, true, what, site);
-    return nullptr;
-  }
-  unsigned char* addr = b->base + byte;
-  const uintptr_t a = static_cast<uintptr_t>(align);  // a power of two but for odd sizes: no division where it is
-  const uintptr_t misaligned = (a & (a - 1)) == 0 ? reinterpret_cast<uintptr_t>(addr) & (a - 1) : reinterpret_cast<uintptr_t>(addr) % a;
-  if (misaligned != 0) [[unlikely]] {
-    report_address(w, f, b, index, size, false, what, site);
-    return nullptr;
-  }
+  int outside = 0;
+  unsigned char* addr = ft_simt_checked(b, index, size, align, &outside);
+  if (addr == nullptr) [[unlikely]] report_address(w, f, b, index, size, outside != 0, what, site);
   return addr;
 }
 

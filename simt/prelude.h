@@ -57,19 +57,13 @@ extern "C" void ft_simt_bind(const ft_simt_api* api) { ft_simt_api_ = api; }
 #endif
 
 // The host address of an access of `size` bytes at element `i` of b: where the executor neither
-// checks nor counts the block's accesses of b (b->fast), computed here for an access inside b
-// and aligned to its size; every other access goes to the executor, which checks and counts it
-// (memcheck reports one outside b or misaligned).
-// Unsigned arithmetic throughout: a negative or huge index fails the first comparison, and no
-// product can overflow (so nothing lets the compiler assume the check away).
+// checks nor counts the block's accesses of b (b->fast), memcheck's test (ft_simt_checked) here
+// for an access inside b and aligned to its size; every other access goes to the executor, which
+// checks and counts it (memcheck reports one outside b or misaligned).
 FT_INTRINSIC void* ft_simt_at(const ft_simt_buffer* b, long long i, int size, int kind, const void* value) {
-  const unsigned long long u = static_cast<unsigned long long>(i);
-  if (b->fast && u < (1ull << 40) && (size & (size - 1)) == 0) {
-    const unsigned long long byte = u * static_cast<unsigned long long>(b->element_bytes);
-    if (byte + static_cast<unsigned long long>(size) <= static_cast<unsigned long long>(b->bytes)) {
-      unsigned char* a = b->base + byte;
-      if ((reinterpret_cast<unsigned long long>(a) & static_cast<unsigned long long>(size - 1)) == 0) return a;
-    }
+  if (b->fast) {
+    int outside = 0;
+    if (unsigned char* a = ft_simt_checked(b, i, size, size, &outside)) return a;
   }
   return ft_simt_api_->access(b, i, size, kind, value);
 }

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <thread>
@@ -321,6 +322,32 @@ TEST(SimtMemcheck, SharedOutOfBoundsAndMisalignedVectorLoads) {
   EXPECT_NE(all(m.result).find("memcheck: kernel k: misaligned load of 16 bytes on global 'x' element 1"), std::string::npos)
       << all(m.result);
   compiles_for_the_gpu(overrun);
+}
+
+// memcheck's test as both sides run it (simt/device_api.h ft_simt_checked: the executor's checked
+// accesses and the module's inline path): inside and aligned gives the address; one byte past the
+// end, a negative or huge index, and a misaligned address (power-of-two alignment by mask, any
+// other by division) give none, saying which.
+TEST(SimtMemcheck, TheOneTestBothSidesRunBoundsAndAlignsEveryAccess) {
+  alignas(64) unsigned char storage[64] = {};
+  ft_simt_buffer b{storage, 64, 4, 0, 1, nullptr};
+  int outside = -1;
+  EXPECT_EQ(ft_simt_checked(&b, 0, 16, 16, &outside), storage);
+  EXPECT_EQ(ft_simt_checked(&b, 15, 4, 4, &outside), storage + 60);  // the last element
+  EXPECT_EQ(ft_simt_checked(&b, 15, 8, 8, &outside), nullptr);        // its 8 bytes end past the buffer
+  EXPECT_EQ(outside, 1);
+  for (const long long index : {-1LL, 16LL, 1LL << 40, std::numeric_limits<long long>::max()}) {
+    outside = -1;
+    EXPECT_EQ(ft_simt_checked(&b, index, 4, 4, &outside), nullptr) << index;
+    EXPECT_EQ(outside, 1) << index;
+  }
+  outside = -1;
+  EXPECT_EQ(ft_simt_checked(&b, 1, 16, 16, &outside), nullptr);  // 4 bytes past a 16-byte boundary
+  EXPECT_EQ(outside, 0);
+  EXPECT_EQ(ft_simt_checked(&b, 3, 4, 12, &outside), storage + 12);  // 12: aligned by division
+  outside = -1;
+  EXPECT_EQ(ft_simt_checked(&b, 2, 4, 12, &outside), nullptr);
+  EXPECT_EQ(outside, 0);
 }
 
 TEST(SimtInitcheck, AReadOfSharedMemoryNobodyWroteInThisLaunch) {
