@@ -498,6 +498,42 @@ TEST(CodegenReduce, ArgMaxAndArgMinReduceCooperativelyAndPickAsTheScan) {
   expect_each_deleted_barrier_reported(g, groups[0], "argpool");
 }
 
+// A float16 value computed in the group (a Sqrt) is compared as the type rounds it: sqrt(4) and
+// sqrt(4.00390625) differ in float but are both 2 in float16, so the reference sees a tie, which
+// the first index wins (the last with select_last_index). Computed in float alone, the larger
+// float won either way (a random test's seed found it: 7 where 21 was expected). Rows of 64 (the
+// cooperative form) and of 16 (the serial one), the pair in either order.
+TEST(CodegenReduce, AnArgMaxOfAHalfComputedInTheGroupTiesAsTheTypeRoundsIt) {
+  Graph g;
+  std::vector<FusionGroup> groups;
+  for (const int64_t row : {64, 16}) {
+    std::vector<float> v(static_cast<size_t>(2 * row), 1.0f);
+    v[3] = 4.00390625f;  // row 0: the larger in float first
+    v[static_cast<size_t>(row - 2)] = 4.0f;
+    v[static_cast<size_t>(row + 1)] = 4.0f;  // row 1: last
+    v[static_cast<size_t>(2 * row - 3)] = 4.00390625f;
+    const int h = g.add_constant("h" + std::to_string(row), Tensor::from_floats(DType::kF16, {2, row}, v));
+    for (const char* op : {"ArgMax", "ArgMin"}) {
+      for (int64_t last : {0, 1}) {
+        const auto node_of = [&](int value) { return g.producers()[static_cast<size_t>(value)]; };
+        FusionGroup fg;
+        int in = add_op(g, "Sqrt", {h});
+        fg.nodes.push_back(node_of(in));
+        if (std::string(op) == "ArgMin") {  // the pair's negations: the smallest, tied in float16
+          in = add_op(g, "Neg", {in});
+          fg.nodes.push_back(node_of(in));
+        }
+        const int picked = add_op(g, op, {in}, attrs({{"axis", int64_t{1}}, {"keepdims", int64_t{1}}, {"select_last_index", last}}));
+        g.outputs().push_back(picked);
+        fg.nodes.push_back(node_of(picked));
+        planner::describe_group(g, fg);
+        groups.push_back(fg);
+      }
+    }
+  }
+  check_groups(g, groups, [&](const FusionGroup& fg) { return cooperative_tile(g, fg, 2, 64); }, "float16 ties, rows of 64 and 16");
+}
+
 // GatherElements, Hardmax, Shrink, LpNormalization and OneHot as import lowers them (a Gather at
 // computed flat indices; ArgMax against an iota; Wheres; a norm with a guard against 0; Equal
 // against an iota), fused and compiled with the planner's best candidates, against the reference.
