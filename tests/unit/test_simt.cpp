@@ -344,9 +344,13 @@ TEST(SimtMemcheck, TheOneTestBothSidesRunBoundsAndAlignsEveryAccess) {
   outside = -1;
   EXPECT_EQ(ft_simt_checked(&b, 1, 16, 16, &outside), nullptr);  // 4 bytes past a 16-byte boundary
   EXPECT_EQ(outside, 0);
-  EXPECT_EQ(ft_simt_checked(&b, 3, 4, 12, &outside), storage + 12);  // 12: aligned by division
+  // An alignment of 12 (by division), tested on the address: the first multiple of 12 in a buffer
+  // of bytes, and the byte after it.
+  ft_simt_buffer bytes{storage, 64, 1, 0, 1, nullptr};
+  const auto first = static_cast<long long>((12 - reinterpret_cast<uintptr_t>(storage) % 12) % 12);
+  EXPECT_EQ(ft_simt_checked(&bytes, first, 4, 12, &outside), storage + first);
   outside = -1;
-  EXPECT_EQ(ft_simt_checked(&b, 2, 4, 12, &outside), nullptr);
+  EXPECT_EQ(ft_simt_checked(&bytes, first + 1, 4, 12, &outside), nullptr);
   EXPECT_EQ(outside, 0);
 }
 
