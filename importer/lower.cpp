@@ -321,15 +321,13 @@ void cast(NodeLowering& L) {
   const int64_t to = L.attr_i("to", 0);
   const DType dt = dtype_from_onnx(static_cast<int>(to));
   check(dt != DType::kUndefined, "Cast to unsupported type ", onnx_type_name(static_cast<int>(to)));
-  L.attr_i("saturate", 1);  // read (it means nothing for a cast to the same type)
-  L.attr_s("round_mode", "up");
+  Attributes a;
+  a.set("to", to);
+  set_narrow_cast_attributes(L, dt, a);
   if (dt == L.val(0).dtype) {  // to the type it has: the value itself (exporters write such casts around every layer)
     L.set_output(0, L.input(0));
     return;
   }
-  Attributes a;
-  a.set("to", to);
-  set_narrow_cast_attributes(L, dt, a);
   L.set_output(0, L.emit("Cast", {L.input(0)}, a));
 }
 
@@ -351,15 +349,13 @@ void bit_cast(NodeLowering& L) {
 
 void cast_like(NodeLowering& L) {
   const DType dt = L.val(1).dtype;
-  L.attr_i("saturate", 1);
-  L.attr_s("round_mode", "up");
+  Attributes a;
+  a.set("to", static_cast<int64_t>(dtype_to_onnx(dt)));
+  set_narrow_cast_attributes(L, dt, a);
   if (dt == L.val(0).dtype) {
     L.set_output(0, L.input(0));
     return;
   }
-  Attributes a;
-  a.set("to", static_cast<int64_t>(dtype_to_onnx(dt)));
-  set_narrow_cast_attributes(L, dt, a);
   L.set_output(0, L.emit("Cast", {L.input(0)}, a));
 }
 

@@ -55,10 +55,22 @@ GraphValues graph_values(const fs::path& model) {
   for (const auto& t : m.graph().initializer()) inits.insert(t.name());
   GraphValues v;
   for (const auto& vi : m.graph().input()) {
-    if (!inits.count(vi.name())) v.inputs.push_back(vi);
+    if (inits.count(vi.name())) continue;
+    try {
+      require_graph_value(vi, "input");
+    } catch (const Error& e) {
+      fail(model.string(), ": ", e.what());
+    }
+    v.inputs.push_back(vi);
   }
   v.outputs.assign(m.graph().output().begin(), m.graph().output().end());
   return v;
+}
+
+std::vector<std::string> GraphValues::input_names() const {
+  std::vector<std::string> names;
+  for (const onnx::ValueInfoProto& vi : inputs) names.push_back(vi.name());
+  return names;
 }
 
 TestData load_test_data(const fs::path& dir, const GraphValues* values) {
@@ -73,19 +85,6 @@ TestData load_test_data(const fs::path& dir, const GraphValues* values) {
   d.inputs = flatten(in);
   d.outputs = flatten(load_series(dir, "output_", values == nullptr ? nullptr : &values->outputs));
   return d;
-}
-
-std::vector<std::string> model_input_names(const fs::path& model) {
-  std::vector<std::string> names;
-  for (const onnx::ValueInfoProto& vi : graph_values(model).inputs) {
-    try {
-      require_graph_value(vi, "input");
-    } catch (const Error& e) {
-      fail(model.string(), ": ", e.what());
-    }
-    names.push_back(vi.name());
-  }
-  return names;
 }
 
 std::vector<Tensor> bind_inputs(const std::vector<std::string>& graph_names, const TestData& test, ImportOptions* options) {

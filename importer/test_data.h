@@ -31,17 +31,16 @@ struct TestData {
 };
 
 // The ONNX types of a model's graph inputs (initializers left out) and outputs, in order.
+// graph_values refuses an input of a kind fusetune does not take (require_graph_value), naming
+// the model and the input.
 struct GraphValues {
   std::vector<onnx::ValueInfoProto> inputs, outputs;
+  std::vector<std::string> input_names() const;
 };
 GraphValues graph_values(const std::filesystem::path& model);
 
 // `values`: the types the files are read as (none: TensorProtos).
 TestData load_test_data(const std::filesystem::path& dir, const GraphValues* values = nullptr);
-
-// Graph input names of the ONNX model that are real inputs (not initializers), in order; an input
-// of a kind fusetune does not take (require_graph_value) is refused naming it.
-std::vector<std::string> model_input_names(const std::filesystem::path& model);
 
 // The tensors of `data` in the order of `names` (graph input names: a sequence's or an optional's
 // stands for the tensors its data flattens to); fills the import options' shapes, values,

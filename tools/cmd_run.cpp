@@ -209,8 +209,8 @@ int cmd_run(const std::vector<std::string>& argv) {
   // A model's inputs first: one of a kind fusetune does not take is refused before its file is read.
   // The files are read as the model's inputs and outputs are typed (sequences and optionals
   // flattened to their tensors), a bundle's as its manifest says.
-  const std::vector<std::string> input_names = bundle ? std::vector<std::string>{} : importer::model_input_names(target);
   const importer::GraphValues values = bundle ? bundle_graph_values(target) : importer::graph_values(target);
+  const std::vector<std::string> input_names = bundle ? std::vector<std::string>{} : values.input_names();
   const importer::TestData data = importer::load_test_data(data_dir, &values);
   const Ran r = bundle ? run_bundle(target, data, args, checked) : run_model(target, input_names, data, args);
   if (args.has("out")) {

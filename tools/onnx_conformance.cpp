@@ -224,8 +224,8 @@ std::string refused_attribute(const std::string& error) {
 // that imported, current versions included.
 std::string probe_older_versions(const fs::path& dir, const SchemaDefaults& schemas, Versions& probed) {
   const onnx::ModelProto original = read_model(dir / "model.onnx");
-  const std::vector<std::string> names = importer::model_input_names(dir / "model.onnx");
   const importer::GraphValues values = importer::graph_values(dir / "model.onnx");
+  const std::vector<std::string> names = values.input_names();
   const importer::TestData data = importer::load_test_data(data_sets(dir).front(), &values);
   const int64_t opset = default_opset(original);
   for (const auto& node : original.graph().node()) {
@@ -260,8 +260,8 @@ std::string probe_older_versions(const fs::path& dir, const SchemaDefaults& sche
 // they lack, with `schemas`); returns an empty string on success, else what went wrong.
 std::string run_case(const fs::path& dir, const SchemaDefaults* schemas, int* added, Versions* covered) {
   const fs::path model = dir / "model.onnx";
-  const std::vector<std::string> names = importer::model_input_names(model);
   const importer::GraphValues values = importer::graph_values(model);
+  const std::vector<std::string> names = values.input_names();
   std::string bytes;
   if (schemas != nullptr) {
     onnx::ModelProto proto = read_model(model);
@@ -283,8 +283,8 @@ std::string run_case(const fs::path& dir, const SchemaDefaults* schemas, int* ad
 // included) on the host executor; returns an empty string on success, else what went wrong.
 std::string run_compiled_case(const fs::path& dir, const planner::Device& device, backend::Backend& host) {
   const fs::path model = dir / "model.onnx";
-  const std::vector<std::string> names = importer::model_input_names(model);
   const importer::GraphValues values = importer::graph_values(model);
+  const std::vector<std::string> names = values.input_names();
   for (const fs::path& set : data_sets(dir)) {
     const importer::TestData data = importer::load_test_data(set, &values);
     compiler::PipelineOptions options;
