@@ -11,25 +11,30 @@
 #include "core/ops.h"
 #include "planner/library_call.h"
 #include "planner/tiling.h"
-#include "planner/tiling.h"
 #include "reference/kernels.h"
 
 namespace fusetune::backend {
 
 Tensor random_tensor(DType dtype, const Shape& shape, int64_t lo, int64_t hi, std::mt19937& rng) {
   Tensor t(dtype, shape);
-  const auto n = static_cast<size_t>(t.numel());
-  if (is_float(dtype)) {
-    std::normal_distribution<double> dist(0.0, 1.0);
-    std::vector<double> x(n);
-    for (auto& e : x) e = dist(rng);
-    t.set_doubles(x);
-    return t;
+  // Drawn in order, a piece at a time (a whole tensor's doubles would take 8 bytes an element).
+  constexpr int64_t kPiece = 16384;
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::uniform_int_distribution<int64_t> uniform(lo, std::max(lo, hi));
+  std::vector<double> x;
+  std::vector<int64_t> xi;
+  for (int64_t first = 0; first < t.numel(); first += kPiece) {
+    const auto count = static_cast<size_t>(std::min(kPiece, t.numel() - first));
+    if (is_float(dtype)) {
+      x.resize(count);
+      for (auto& e : x) e = normal(rng);
+      t.write_doubles(first, x);
+    } else {
+      xi.resize(count);
+      for (auto& e : xi) e = uniform(rng);
+      t.write_ints(first, xi);
+    }
   }
-  std::uniform_int_distribution<int64_t> dist(lo, std::max(lo, hi));
-  std::vector<int64_t> x(n);
-  for (auto& e : x) e = dist(rng);
-  t.set_ints(x);
   return t;
 }
 

@@ -74,12 +74,6 @@ HF_MODELS = {"gpt2", "llama", "llama_decode"}  # built by scripts/export_hf_mode
 LLAMA_PREFILL = 512
 LLAMA_DECODE_PAST = 1023
 
-# Models not tuned unless TUNE_MODELS names them, and why (the reason becomes the tune's note).
-UNTUNED_BY_DEFAULT = {
-    "memory_bound": "not tuned by default: each task's reference outputs on 128 MB tensors take the host minutes "
-                    "(on the 2026-12-04 H200 lease none of its 15 tasks was measured in 109 s)",
-}
-
 WARMUP_CALLS = 3
 MAX_AUTOTUNE_MIN_S = 150  # max-autotune only starts with at least this much budget left
 START_MIN_S = 30          # a model is not started with less budget than this left
@@ -582,9 +576,6 @@ def child_main(name, cfg, deadline):
         # The product's plan: tuned on this device (the search measures candidates here, cuBLASLt's
         # among them), its plan timed as the compiled one was. A tune that cannot finish inside the
         # cap leaves the cost model's plan as fusetune's figure.
-        if "tune" not in state and cfg.tune_models is None and not cfg.rehearse and name in UNTUNED_BY_DEFAULT:
-            state["tune"] = dict(skipped=UNTUNED_BY_DEFAULT[name])
-            save()
         # A tune the budget cut short (its cap below TUNE_CAP_S) is tried again by a later
         # invocation that can give it a longer cap.
         cut = state.get("tune") or {}

@@ -33,7 +33,7 @@
 #             30 s left; an outer timeout of BUDGET_S + 50 s ends it
 #   AUTOTUNE_MIN_S  budget left that torch.compile(mode="max-autotune") needs to start (default 150)
 #   TUNE_S, TUNE_CAP_S  fusetune tune's --time (default 30; 0: no tune) and its wall-time cap (150)
-#   TUNE_MODELS  the models tuned, a comma list (default: every model but gpu_perf.py's UNTUNED_BY_DEFAULT, memory_bound)
+#   TUNE_MODELS  the models tuned, a comma list (default: every model)
 #   PRECISION  model (default) or tf32: fusetune compiles and tunes with --precision tf32 and
 #             PyTorch is timed with TF32 on for matmul and cuDNN (torch's allow_tf32); the reference
 #             stays full float32, and fusetune run compares a TF32 plan at TF32's tolerance. Use a

@@ -204,10 +204,11 @@ void Scheduler::lease(Worker& w, int64_t task_id) {
   wire::Envelope e;
   wire::Task& task = *e.mutable_task();
   check(task.ParseFromString(t->payload), "task ", task_id, ": stored payload is unreadable");
-  // Generous: compile, plus every candidate running to its timeout, twice over; a task queued
-  // behind others the worker holds waits for theirs too.
+  // Generous: compile and the reference values to their limit, plus every candidate running to
+  // its timeout, twice over; a task queued behind others the worker holds waits for theirs too.
   const int64_t now = clock_.unix_ms();
-  int64_t deadline = now + 60000 + 2LL * task.candidates_size() * std::max(1000, task.policy().timeout_ms());
+  int64_t deadline = now + 60000 + wire::reference_timeout_ms(task.policy()) +
+                     2LL * task.candidates_size() * std::max(1000, task.policy().timeout_ms());
   for (const auto& [held, until] : w.leases) deadline += std::max<int64_t>(0, until - now);
   task.set_task_id(task_id);
   task.set_lease_deadline_ms(deadline);

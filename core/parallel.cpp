@@ -11,6 +11,14 @@
 
 namespace fusetune {
 
+namespace {
+
+thread_local int parallel_depth = 0;
+
+}  // namespace
+
+bool inside_parallel_for() { return parallel_depth > 0; }
+
 void parallel_for(size_t n, const std::function<void(size_t)>& fn, int threads) {
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const size_t workers = std::min(n, static_cast<size_t>(threads));
@@ -21,6 +29,10 @@ void parallel_for(size_t n, const std::function<void(size_t)>& fn, int threads) 
   const CancelToken* token = current_cancel_token();  // the caller's, on every thread
   auto work = [&] {
     const CancelScope scope(token);
+    ++parallel_depth;
+    struct Leave {
+      ~Leave() { --parallel_depth; }
+    } leave;
     for (size_t i = next++; i < n; i = next++) {
       try {
         cancellation_point();

@@ -17,4 +17,8 @@ namespace fusetune {
 
 void parallel_for(size_t n, const std::function<void(size_t)>& fn, int threads = 0);
 
+// True on a thread that is running a call of parallel_for's (its pool's or the caller's own):
+// work that would divide itself again can stay on that thread instead of multiplying threads.
+bool inside_parallel_for();
+
 }  // namespace fusetune

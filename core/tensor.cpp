@@ -262,14 +262,57 @@ std::vector<float> Tensor::to_floats() const {
 
 std::vector<double> Tensor::to_doubles() const {
   std::vector<double> out(static_cast<size_t>(numel_));
-  for (int64_t i = 0; i < numel_; ++i) out[i] = read_double(dtype_, data(), i);
+  read_doubles(0, out);
   return out;
 }
 
 std::vector<int64_t> Tensor::to_ints() const {
   std::vector<int64_t> out(static_cast<size_t>(numel_));
-  for (int64_t i = 0; i < numel_; ++i) out[i] = read_int(dtype_, data(), i);
+  read_ints(0, out);
   return out;
+}
+
+namespace {
+
+void check_range(int64_t first, size_t count, int64_t numel) {
+  check(first >= 0 && static_cast<int64_t>(count) <= numel - first, "elements ", first, " to ",
+        first + static_cast<int64_t>(count), " of a tensor of ", numel);
+}
+
+}  // namespace
+
+void Tensor::read_doubles(int64_t first, std::span<double> values) const {
+  check_range(first, values.size(), numel_);
+  const std::byte* base = data();
+  if (dtype_ == DType::kF32) {
+    const auto* in = reinterpret_cast<const float*>(base) + first;
+    for (size_t i = 0; i < values.size(); ++i) values[i] = in[i];
+    return;
+  }
+  for (size_t i = 0; i < values.size(); ++i) values[i] = read_double(dtype_, base, first + static_cast<int64_t>(i));
+}
+
+void Tensor::read_ints(int64_t first, std::span<int64_t> values) const {
+  check_range(first, values.size(), numel_);
+  const std::byte* base = data();
+  for (size_t i = 0; i < values.size(); ++i) values[i] = read_int(dtype_, base, first + static_cast<int64_t>(i));
+}
+
+void Tensor::write_doubles(int64_t first, std::span<const double> values) {
+  check_range(first, values.size(), numel_);
+  own();
+  if (dtype_ == DType::kF32) {
+    auto* out = reinterpret_cast<float*>(bytes_.data()) + first;
+    for (size_t i = 0; i < values.size(); ++i) out[i] = static_cast<float>(values[i]);
+    return;
+  }
+  for (size_t i = 0; i < values.size(); ++i) write_double(dtype_, bytes_.data(), first + static_cast<int64_t>(i), values[i]);
+}
+
+void Tensor::write_ints(int64_t first, std::span<const int64_t> values) {
+  check_range(first, values.size(), numel_);
+  own();
+  for (size_t i = 0; i < values.size(); ++i) write_int(dtype_, bytes_.data(), first + static_cast<int64_t>(i), values[i]);
 }
 
 void Tensor::set_floats(std::span<const float> values) {
@@ -286,20 +329,13 @@ void Tensor::set_floats(std::span<const float> values) {
 void Tensor::set_doubles(std::span<const double> values) {
   check(static_cast<int64_t>(values.size()) == numel_, "set_doubles: ", values.size(),
         " values for a tensor of ", numel_, " elements");
-  own();
-  if (dtype_ == DType::kF32) {
-    auto* out = reinterpret_cast<float*>(bytes_.data());
-    for (int64_t i = 0; i < numel_; ++i) out[i] = static_cast<float>(values[i]);
-    return;
-  }
-  for (int64_t i = 0; i < numel_; ++i) write_double(dtype_, bytes_.data(), i, values[i]);
+  write_doubles(0, values);
 }
 
 void Tensor::set_ints(std::span<const int64_t> values) {
   check(static_cast<int64_t>(values.size()) == numel_, "set_ints: ", values.size(),
         " values for a tensor of ", numel_, " elements");
-  own();
-  for (int64_t i = 0; i < numel_; ++i) write_int(dtype_, bytes_.data(), i, values[i]);
+  write_ints(0, values);
 }
 
 Tensor Tensor::reshaped(Shape shape) const {

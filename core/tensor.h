@@ -67,6 +67,14 @@ class Tensor {
   void set_floats(std::span<const float> values);  // converts into this tensor's dtype
   void set_doubles(std::span<const double> values);
   void set_ints(std::span<const int64_t> values);
+  // The same conversions on elements [first, first + values.size()) alone: what a kernel that
+  // streams a large tensor in pieces reads and writes. The writes make the bytes the tensor's own
+  // first (as data() does); pieces that do not overlap may be written from several threads once
+  // they are.
+  void read_doubles(int64_t first, std::span<double> values) const;
+  void read_ints(int64_t first, std::span<int64_t> values) const;
+  void write_doubles(int64_t first, std::span<const double> values);
+  void write_ints(int64_t first, std::span<const int64_t> values);
 
   // Same bytes, new shape of equal element count.
   Tensor reshaped(Shape shape) const;

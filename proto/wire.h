@@ -42,6 +42,13 @@ inline constexpr uint32_t kMinProtocolVersion = 2;
 inline constexpr size_t kMaxUploadChunk = size_t{64} << 20;
 inline constexpr size_t kUploadChunk = size_t{4} << 20;
 
+// The most a task's reference values may take the measuring child (Policy.reference_timeout_ms,
+// or 5 minutes where it is 0): the worker's bound on them, and part of a lease's deadline.
+inline constexpr int kReferenceTimeoutMs = 300000;
+inline int reference_timeout_ms(const Policy& p) {
+  return p.reference_timeout_ms() > 0 ? p.reference_timeout_ms() : kReferenceTimeoutMs;
+}
+
 std::string encode(Envelope e);
 // Every `string` field of `m` and of the messages it holds, made valid UTF-8 by valid_utf8
 // (core/inert_text.h); `bytes` fields stay as they are.

@@ -1,6 +1,8 @@
 #include "reference/compare.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 #include <sstream>
 
 namespace fusetune::reference {
@@ -31,37 +33,52 @@ Comparison compare(const Tensor& actual, const Tensor& expected, Tolerance tol) 
     c.ok = false;
     return c;
   }
-  const std::vector<double> a = actual.to_doubles();
-  const std::vector<double> e = expected.to_doubles();
+  // Both tensors read a piece at a time (whole vectors of doubles took 16 bytes an element).
+  constexpr int64_t kPiece = 16384;
+  const int64_t n = actual.numel();
+  std::vector<double> a, e;
+  const auto piece = [&](int64_t first) {
+    const auto count = static_cast<size_t>(std::min(kPiece, n - first));
+    a.resize(count);
+    e.resize(count);
+    actual.read_doubles(first, a);
+    expected.read_doubles(first, e);
+  };
   double worst = 0;
   double magnitude = 0;
-  for (double v : e) {
-    if (std::isfinite(v)) magnitude = std::max(magnitude, std::fabs(v));
+  for (int64_t first = 0; first < n; first += kPiece) {
+    piece(first);
+    for (double v : e) {
+      if (std::isfinite(v)) magnitude = std::max(magnitude, std::fabs(v));
+    }
   }
   c.max_expected = magnitude;
   const double atol = tol.atol + tol.scale * magnitude;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const bool an = std::isnan(a[i]);
-    const bool en = std::isnan(e[i]);
-    double err;
-    if (an || en) {
-      err = an == en ? 0.0 : INFINITY;
-    } else if (std::isinf(a[i]) || std::isinf(e[i])) {
-      err = a[i] == e[i] ? 0.0 : INFINITY;
-    } else {
-      err = std::fabs(a[i] - e[i]);
-    }
-    c.max_abs = std::max(c.max_abs, err);
-    if (!en && std::fabs(e[i]) >= 1e-6) c.max_rel = std::max(c.max_rel, err / std::fabs(e[i]));
-    const double allowed = atol + tol.rtol * (en ? 0.0 : std::fabs(e[i]));
-    if (err > allowed) {
-      ++c.mismatches;
-      const double excess = std::isinf(err) ? INFINITY : err - allowed;
-      if (c.worst_index < 0 || excess > worst) {
-        worst = excess;
-        c.worst_index = static_cast<int64_t>(i);
-        c.worst_actual = a[i];
-        c.worst_expected = e[i];
+  for (int64_t first = 0; first < n; first += kPiece) {
+    piece(first);
+    for (size_t i = 0; i < a.size(); ++i) {
+      const bool an = std::isnan(a[i]);
+      const bool en = std::isnan(e[i]);
+      double err;
+      if (an || en) {
+        err = an == en ? 0.0 : INFINITY;
+      } else if (std::isinf(a[i]) || std::isinf(e[i])) {
+        err = a[i] == e[i] ? 0.0 : INFINITY;
+      } else {
+        err = std::fabs(a[i] - e[i]);
+      }
+      c.max_abs = std::max(c.max_abs, err);
+      if (!en && std::fabs(e[i]) >= 1e-6) c.max_rel = std::max(c.max_rel, err / std::fabs(e[i]));
+      const double allowed = atol + tol.rtol * (en ? 0.0 : std::fabs(e[i]));
+      if (err > allowed) {
+        ++c.mismatches;
+        const double excess = std::isinf(err) ? INFINITY : err - allowed;
+        if (c.worst_index < 0 || excess > worst) {
+          worst = excess;
+          c.worst_index = first + static_cast<int64_t>(i);
+          c.worst_actual = a[i];
+          c.worst_expected = e[i];
+        }
       }
     }
   }

@@ -5,7 +5,9 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/error.h"
@@ -180,57 +182,108 @@ BinaryI binary_int(const Node& n) {
   return nullptr;
 }
 
+// Element-wise kernels stream their tensors in pieces (for_element_chunks): each piece's values
+// and broadcast offsets are converted, computed and stored before the next.
 void run_unary(const Node& n, const Tensor& x, Tensor& out) {
+  out.data();  // the output's own bytes, before the pieces are written from several threads
   if (is_float(x.dtype())) {
     const UnaryF f = unary_float(n);
     check(f != nullptr, "no float implementation");
-    std::vector<double> v = x.to_doubles();
-    for (double& e : v) e = f(e);
-    out.set_doubles(v);
+    for_element_chunks(out.numel(), [&](int64_t first, int64_t count) {
+      std::vector<double> v(static_cast<size_t>(count));
+      x.read_doubles(first, v);
+      for (double& e : v) e = f(e);
+      out.write_doubles(first, v);
+    });
     return;
   }
   const auto f = unary_int(n);
   check(f != nullptr, "not defined on ", dtype_name(x.dtype()));
-  std::vector<int64_t> v = x.to_ints();
-  for (int64_t& e : v) e = f(e);
-  out.set_ints(v);
+  for_element_chunks(out.numel(), [&](int64_t first, int64_t count) {
+    std::vector<int64_t> v(static_cast<size_t>(count));
+    x.read_ints(first, v);
+    for (int64_t& e : v) e = f(e);
+    out.write_ints(first, v);
+  });
+}
+
+// The elements of `t` at `offsets` (broadcast into a piece of the output).
+template <typename T>
+void gather_piece(const Tensor& t, std::span<const int64_t> offsets, std::vector<T>& values) {
+  values.resize(offsets.size());
+  for (size_t i = 0; i < offsets.size(); ++i) {
+    if constexpr (std::is_same_v<T, double>) {
+      t.read_doubles(offsets[i], {&values[i], 1});
+    } else {
+      t.read_ints(offsets[i], {&values[i], 1});
+    }
+  }
 }
 
 void run_binary(const Node& n, const Tensor& a, const Tensor& b, Tensor& out) {
-  const std::vector<int64_t> oa = broadcast_offsets(a.shape(), out.shape());
-  const std::vector<int64_t> ob = broadcast_offsets(b.shape(), out.shape());
-  const size_t count = oa.size();
-  if (is_float(a.dtype()) || is_float(b.dtype())) {
-    const BinaryF f = binary_float(n);
-    check(f != nullptr, "not defined on ", dtype_name(a.dtype()));
-    const std::vector<double> va = a.to_doubles();
-    const std::vector<double> vb = b.to_doubles();
-    std::vector<double> r(count);
-    for (size_t i = 0; i < count; ++i) r[i] = f(va[static_cast<size_t>(oa[i])], vb[static_cast<size_t>(ob[i])]);
-    out.set_doubles(r);
-    return;
-  }
-  const BinaryI f = binary_int(n);
-  check(f != nullptr, "not defined on ", dtype_name(a.dtype()));
-  const std::vector<int64_t> va = a.to_ints();
-  const std::vector<int64_t> vb = b.to_ints();
-  std::vector<int64_t> r(count);
-  for (size_t i = 0; i < count; ++i) r[i] = f(va[static_cast<size_t>(oa[i])], vb[static_cast<size_t>(ob[i])]);
-  out.set_ints(r);
+  out.data();
+  const bool floats = is_float(a.dtype()) || is_float(b.dtype());
+  const BinaryF ff = floats ? binary_float(n) : nullptr;
+  const BinaryI fi = floats ? nullptr : binary_int(n);
+  check(ff != nullptr || fi != nullptr, "not defined on ", dtype_name(a.dtype()));
+  const bool a_whole = a.shape() == out.shape(), b_whole = b.shape() == out.shape();
+  const auto piece = [&]<typename T>(int64_t first, int64_t count, std::vector<T>& va, std::vector<T>& vb) {
+    std::vector<int64_t> offsets(static_cast<size_t>(count));
+    const auto read = [&](const Tensor& t, bool whole, std::vector<T>& v) {
+      if (whole) {  // no broadcast: the same elements
+        v.resize(static_cast<size_t>(count));
+        if constexpr (std::is_same_v<T, double>) {
+          t.read_doubles(first, v);
+        } else {
+          t.read_ints(first, v);
+        }
+        return;
+      }
+      broadcast_offsets_from(t.shape(), out.shape(), first, offsets);
+      gather_piece(t, offsets, v);
+    };
+    read(a, a_whole, va);
+    read(b, b_whole, vb);
+    for (size_t i = 0; i < va.size(); ++i) {
+      if constexpr (std::is_same_v<T, double>) {
+        va[i] = ff(va[i], vb[i]);
+      } else {
+        va[i] = fi(va[i], vb[i]);
+      }
+    }
+    if constexpr (std::is_same_v<T, double>) {
+      out.write_doubles(first, va);
+    } else {
+      out.write_ints(first, va);
+    }
+  };
+  for_element_chunks(out.numel(), [&](int64_t first, int64_t count) {
+    if (floats) {
+      std::vector<double> va, vb;
+      piece(first, count, va, vb);
+    } else {
+      std::vector<int64_t> va, vb;
+      piece(first, count, va, vb);
+    }
+  });
 }
 
 void run_where(const Tensor& c, const Tensor& x, const Tensor& y, Tensor& out) {
-  const std::vector<int64_t> oc = broadcast_offsets(c.shape(), out.shape());
-  const std::vector<int64_t> ox = broadcast_offsets(x.shape(), out.shape());
-  const std::vector<int64_t> oy = broadcast_offsets(y.shape(), out.shape());
   const size_t elem = dtype_size(out.dtype());
   const auto* cond = reinterpret_cast<const uint8_t*>(c.data());
-  for (size_t i = 0; i < oc.size(); ++i) {
-    const bool pick_x = cond[oc[i]] != 0;
-    const std::byte* src = pick_x ? x.data() + ox[i] * static_cast<int64_t>(elem)
-                                  : y.data() + oy[i] * static_cast<int64_t>(elem);
-    std::memcpy(out.data() + i * elem, src, elem);
-  }
+  std::byte* o = out.data();
+  for_element_chunks(out.numel(), [&](int64_t first, int64_t count) {
+    std::vector<int64_t> oc(static_cast<size_t>(count)), ox(oc.size()), oy(oc.size());
+    broadcast_offsets_from(c.shape(), out.shape(), first, oc);
+    broadcast_offsets_from(x.shape(), out.shape(), first, ox);
+    broadcast_offsets_from(y.shape(), out.shape(), first, oy);
+    for (size_t i = 0; i < oc.size(); ++i) {
+      const bool pick_x = cond[oc[i]] != 0;
+      const std::byte* src = pick_x ? x.data() + ox[i] * static_cast<int64_t>(elem)
+                                    : y.data() + oy[i] * static_cast<int64_t>(elem);
+      std::memcpy(o + (first + static_cast<int64_t>(i)) * static_cast<int64_t>(elem), src, elem);
+    }
+  });
 }
 
 }  // namespace

@@ -1,8 +1,18 @@
 #include "reference/kernel_util.h"
 
+#include <algorithm>
+
+#include "core/parallel.h"
+
 namespace fusetune::reference {
 
 std::vector<int64_t> broadcast_offsets(const Shape& in, const Shape& out) {
+  std::vector<int64_t> offsets(static_cast<size_t>(numel(out)));
+  broadcast_offsets_from(in, out, 0, offsets);
+  return offsets;
+}
+
+void broadcast_offsets_from(const Shape& in, const Shape& out, int64_t first, std::span<int64_t> offsets) {
   const size_t r = out.size();
   std::vector<int64_t> in_strides(r, 0);  // aligned to the output's rank; 0 where broadcast
   const std::vector<int64_t> s = strides_of(in);
@@ -10,12 +20,16 @@ std::vector<int64_t> broadcast_offsets(const Shape& in, const Shape& out) {
     const size_t d = r - in.size() + i;
     in_strides[d] = in[i] == 1 ? 0 : s[i];
   }
-  const int64_t n = numel(out);
-  std::vector<int64_t> offsets(static_cast<size_t>(n));
-  std::vector<int64_t> idx(r, 0);
+  std::vector<int64_t> idx(r, 0);  // the index of element `first`, and its offset
   int64_t off = 0;
-  for (int64_t k = 0; k < n; ++k) {
-    offsets[static_cast<size_t>(k)] = off;
+  for (size_t d = r, rest = static_cast<size_t>(first); d-- > 0;) {
+    const auto extent = static_cast<size_t>(out[d]);
+    idx[d] = static_cast<int64_t>(rest % extent);
+    rest /= extent;
+    off += idx[d] * in_strides[d];
+  }
+  for (int64_t& o : offsets) {
+    o = off;
     for (size_t d = r; d-- > 0;) {  // odometer increment
       if (++idx[d] < out[d]) {
         off += in_strides[d];
@@ -25,7 +39,19 @@ std::vector<int64_t> broadcast_offsets(const Shape& in, const Shape& out) {
       idx[d] = 0;
     }
   }
-  return offsets;
+}
+
+void for_element_chunks(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t piece) {
+  const int64_t pieces = (n + piece - 1) / piece;
+  const auto run = [&](size_t p) {
+    const int64_t first = static_cast<int64_t>(p) * piece;
+    fn(first, std::min(piece, n - first));
+  };
+  if (pieces <= 1) {
+    if (n > 0) run(0);
+    return;
+  }
+  parallel_for(static_cast<size_t>(pieces), run, inside_parallel_for() ? 1 : 0);
 }
 
 AxisSplit split_at(const Shape& shape, int64_t axis) {

@@ -3,7 +3,9 @@
 // round once when they store, so the reference is at least as accurate as any float32 kernel.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -15,6 +17,20 @@ namespace fusetune::reference {
 // For every element of `out` (row-major), the row-major offset of the element of a tensor of shape
 // `in` that numpy broadcasting reads.
 std::vector<int64_t> broadcast_offsets(const Shape& in, const Shape& out);
+// The same offsets for the elements [first, first + offsets.size()) of `out` alone.
+void broadcast_offsets_from(const Shape& in, const Shape& out, int64_t first, std::span<int64_t> offsets);
+
+// Element-wise work over n elements in pieces: calls fn(first, count) for consecutive pieces of at
+// most `piece` elements (or rows) covering [0, n), each exactly once, on the machine's cores when
+// there are several pieces (a kernel's temporaries stay a piece long, in cache, where whole-tensor
+// vectors of doubles and offsets took several times the tensor's memory; inside a parallel_for,
+// on its thread alone). fn must be safe to call from several threads at once on distinct pieces.
+inline constexpr int64_t kElementChunk = 16384;
+void for_element_chunks(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t piece = kElementChunk);
+// The same over `rows` rows of `row_length` elements: pieces of about kElementChunk elements.
+inline void for_row_chunks(int64_t rows, int64_t row_length, const std::function<void(int64_t, int64_t)>& fn) {
+  for_element_chunks(rows, fn, std::max<int64_t>(1, kElementChunk / std::max<int64_t>(1, row_length)));
+}
 
 // Calls f(offset_of_outer, offset_of_inner) for the split of `shape` at `axis`: outer = product of
 // dims before axis, inner = product after; the reduced axis has extent shape[axis] and stride inner.

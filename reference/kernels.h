@@ -1,6 +1,9 @@
-// Reference kernels: one host implementation per canonical op, written for obvious correctness,
-// not speed. They are the oracle generated kernels are checked against, and the importer's
-// constant folder.
+// Reference kernels: one host implementation per canonical op, written for obvious correctness
+// first. They are the oracle generated kernels are checked against, and the importer's constant
+// folder. Large tensors are streamed in pieces (kernel_util.h for_element_chunks: element-wise
+// kernels, Softmax and LayerNormalization on the machine's cores, reductions and compare in
+// element order), which gives every element the value a whole-tensor pass gives it: a task's
+// reference on 128 MB tensors took the worker's measuring child longer than a candidate's timeout.
 //
 // run_node takes a canonical node and its input tensors (nullptr for an absent optional input) and
 // returns its outputs, shaped by the op's shape function (core/ops.h). Errors throw Error naming

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
+#include <vector>
 
 #include "core/error.h"
 #include "core/ops.h"
@@ -30,6 +32,7 @@ Reducer reducer_of(const std::string& op) {
   return Reducer::kSum;  // ReduceSum, and ReduceMean before its division
 }
 
+// Accumulates x (elements first, first + 1, ... of the input) into acc at the output offsets `dest`.
 template <typename T>
 void reduce_values(Reducer r, const std::vector<T>& x, const std::vector<int64_t>& dest, std::vector<T>& acc,
                    std::vector<int64_t>& count) {
@@ -67,19 +70,37 @@ T reduce_init(const std::string& op) {
   return T{0};
 }
 
+// The input is read in element order a piece at a time (the accumulation order of a whole scan,
+// without a whole tensor's doubles and offsets).
 void run_reduce(const Node& n, const Tensor& x, Tensor& out) {
-  const std::vector<int64_t> dest = broadcast_offsets(kept_shape(n, x.shape()), x.shape());
+  const Shape kept = kept_shape(n, x.shape());
   std::vector<int64_t> count(static_cast<size_t>(out.numel()), 0);
+  std::vector<int64_t> dest;
+  const auto scan = [&]<typename T>(std::vector<T>& acc) {
+    std::vector<T> v;
+    for (int64_t first = 0; first < x.numel(); first += kElementChunk) {
+      const auto piece = static_cast<size_t>(std::min(kElementChunk, x.numel() - first));
+      v.resize(piece);
+      dest.resize(piece);
+      if constexpr (std::is_floating_point_v<T>) {
+        x.read_doubles(first, v);
+      } else {
+        x.read_ints(first, v);
+      }
+      broadcast_offsets_from(kept, x.shape(), first, dest);
+      reduce_values(reducer_of(n.op), v, dest, acc, count);
+    }
+  };
   if (is_float(x.dtype())) {
     std::vector<double> acc(count.size(), reduce_init<double>(n.op));
-    reduce_values(reducer_of(n.op), x.to_doubles(), dest, acc, count);
+    scan(acc);
     if (n.op == "ReduceMean") {
       for (size_t i = 0; i < acc.size(); ++i) acc[i] = count[i] ? acc[i] / static_cast<double>(count[i]) : NAN;
     }
     out.set_doubles(acc);
   } else {
     std::vector<int64_t> acc(count.size(), reduce_init<int64_t>(n.op));
-    reduce_values(reducer_of(n.op), x.to_ints(), dest, acc, count);
+    scan(acc);
     if (n.op == "ReduceMean") {
       for (size_t i = 0; i < acc.size(); ++i) acc[i] = count[i] ? acc[i] / count[i] : 0;
     }
@@ -112,22 +133,27 @@ void run_arg(const Node& n, const Tensor& x, Tensor& out) {
   out.set_ints(r);
 }
 
+// Softmax and LayerNormalization work a row at a time (the normalized axes' elements of one
+// outer and inner position), the rows in pieces on the machine's cores.
 void run_softmax(const Node& n, const Tensor& x, Tensor& out) {
   const int64_t axis = normalize_axis(n.attrs.i("axis", -1), x.rank(), "axis");
   const bool log = n.op == "LogSoftmax";
   const AxisSplit s = split_at(x.shape(), axis);
-  std::vector<double> v = x.to_doubles();
-  for (int64_t o = 0; o < s.outer; ++o) {
-    for (int64_t i = 0; i < s.inner; ++i) {
-      auto at = [&](int64_t k) -> double& { return v[static_cast<size_t>((o * s.extent + k) * s.inner + i)]; };
+  out.data();
+  for_row_chunks(s.outer * s.inner, s.extent, [&](int64_t first, int64_t count) {
+    std::vector<double> row(static_cast<size_t>(s.extent));
+    for (int64_t r = first; r < first + count; ++r) {
+      const int64_t o = r / s.inner, i = r % s.inner;
+      const auto at = [&](int64_t k) { return (o * s.extent + k) * s.inner + i; };
+      for (int64_t k = 0; k < s.extent; ++k) x.read_doubles(at(k), {&row[static_cast<size_t>(k)], 1});
       double mx = -INFINITY;
-      for (int64_t k = 0; k < s.extent; ++k) mx = std::max(mx, at(k));
+      for (double v : row) mx = std::max(mx, v);
       double sum = 0;
-      for (int64_t k = 0; k < s.extent; ++k) sum += std::exp(at(k) - mx);
-      for (int64_t k = 0; k < s.extent; ++k) at(k) = log ? at(k) - mx - std::log(sum) : std::exp(at(k) - mx) / sum;
+      for (double v : row) sum += std::exp(v - mx);
+      for (double& v : row) v = log ? v - mx - std::log(sum) : std::exp(v - mx) / sum;
+      for (int64_t k = 0; k < s.extent; ++k) out.write_doubles(at(k), {&row[static_cast<size_t>(k)], 1});
     }
-  }
-  out.set_doubles(v);
+  });
 }
 
 void run_layer_norm(const Node& n, std::span<const Tensor* const> in, Tensor& out) {
@@ -145,23 +171,26 @@ void run_layer_norm(const Node& n, std::span<const Tensor* const> in, Tensor& ou
     bias = in[2]->to_doubles();
     bo = broadcast_offsets(in[2]->shape(), norm);
   }
-  std::vector<double> v = x.to_doubles();
-  for (int64_t o = 0; o < outer; ++o) {
-    double* row = v.data() + o * inner;
-    double mean = 0;
-    for (int64_t k = 0; k < inner; ++k) mean += row[k];
-    mean /= static_cast<double>(inner);
-    double var = 0;
-    for (int64_t k = 0; k < inner; ++k) var += (row[k] - mean) * (row[k] - mean);
-    var /= static_cast<double>(inner);
-    const double inv = 1.0 / std::sqrt(var + eps);
-    for (int64_t k = 0; k < inner; ++k) {
-      double y = (row[k] - mean) * inv * scale[static_cast<size_t>(so[static_cast<size_t>(k)])];
-      if (!bias.empty()) y += bias[static_cast<size_t>(bo[static_cast<size_t>(k)])];
-      row[k] = y;
+  out.data();
+  for_row_chunks(outer, inner, [&](int64_t first, int64_t count) {
+    std::vector<double> row(static_cast<size_t>(inner));
+    for (int64_t o = first; o < first + count; ++o) {
+      x.read_doubles(o * inner, row);
+      double mean = 0;
+      for (double v : row) mean += v;
+      mean /= static_cast<double>(inner);
+      double var = 0;
+      for (double v : row) var += (v - mean) * (v - mean);
+      var /= static_cast<double>(inner);
+      const double inv = 1.0 / std::sqrt(var + eps);
+      for (int64_t k = 0; k < inner; ++k) {
+        double y = (row[static_cast<size_t>(k)] - mean) * inv * scale[static_cast<size_t>(so[static_cast<size_t>(k)])];
+        if (!bias.empty()) y += bias[static_cast<size_t>(bo[static_cast<size_t>(k)])];
+        row[static_cast<size_t>(k)] = y;
+      }
+      out.write_doubles(o * inner, row);
     }
-  }
-  out.set_doubles(v);
+  });
 }
 
 }  // namespace

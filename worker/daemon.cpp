@@ -128,8 +128,10 @@ Outcome measure(PreparedTask p, Sandbox& sandbox, const std::atomic<bool>& cance
   }
   for (auto& r : p.results) *out.result.add_results() = r;
   char line[200];
-  std::snprintf(line, sizeof line, "task %lld: %d of %d candidates ok (compiled in %.1f s, measured in %.1f s)",
-                static_cast<long long>(p.task.task_id()), out.ok, out.candidates, out.compile_s, out.measure_s);
+  std::snprintf(line, sizeof line,
+                "task %lld: %d of %d candidates ok (compiled in %.1f s, measured in %.1f s, %.1f s of it the reference)",
+                static_cast<long long>(p.task.task_id()), out.ok, out.candidates, out.compile_s, out.measure_s,
+                sandbox.reference_s());
   out.note = line;
   return out;
 }

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -77,7 +78,7 @@ struct Prepared {
 };
 
 Prepared prepare(const Graph& g, const wire::ChildCandidate& cc, const wire::Policy& policy, backend::Backend& backend,
-                 backend::Reference& reference) {
+                 backend::Reference& reference, const ReferenceProgress& progress) {
   const wire::Candidate& c = cc.candidate();
   Prepared p;
   wire::CandidateResult& r = p.result;
@@ -108,8 +109,11 @@ Prepared prepare(const Graph& g, const wire::ChildCandidate& cc, const wire::Pol
     }
     p.module = backend.load_source(src);
     if (reference.inputs != inputs || reference.values.empty()) {
+      if (progress.started) progress.started();
+      const auto t0 = std::chrono::steady_clock::now();
       std::mt19937 draw(static_cast<std::mt19937::result_type>(policy.seed()));
       reference = backend::reference_values(g, group, inputs, draw);
+      if (progress.done) progress.done(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
     const backend::VerifyResult v = backend::verify_kernel(g, c.kernel(), inputs, outputs, backend, *p.module, reference,
                                                            {kRedzoneBytes, policy.sample_blocks(), policy.seed(),
@@ -125,8 +129,8 @@ Prepared prepare(const Graph& g, const wire::ChildCandidate& cc, const wire::Pol
       r.set_detail(v.detail);
       return p;
     }
-    // Timing runs on fresh buffers (no redzones needed: the kernel was verified on these shapes).
-    std::mt19937 rng(static_cast<std::mt19937::result_type>(policy.seed() + 1));
+    // Timing runs on fresh buffers (no redzones needed: the kernel was verified on these shapes)
+    // holding the reference's inputs: drawing large inputs again took the host seconds a candidate.
     for (const wire::ParamSpec& param : c.params()) {
       if (param.updates_input() > 0) {  // the input's buffer, updated in place
         p.args.push_back(p.args.at(static_cast<size_t>(param.updates_input() - 1)));
@@ -136,7 +140,7 @@ Prepared prepare(const Graph& g, const wire::ChildCandidate& cc, const wire::Pol
       const size_t bytes = std::max<size_t>(1, static_cast<size_t>(numel(val.shape)) * dtype_size(val.dtype));
       p.buffers.push_back(backend.allocate(bytes));
       if (!param.output()) {
-        const Tensor t = backend::random_group_input(g, group, param.value(), rng);
+        const Tensor& t = reference.values.at(param.value());
         p.buffers.back()->upload(t.data(), t.nbytes());
       }
       p.args.push_back(p.buffers.back().get());
@@ -216,8 +220,9 @@ void time_interleaved(Prepared& a, Prepared& b, const wire::Policy& policy) {
 }  // namespace
 
 wire::CandidateResult measure_candidate(const Graph& g, const wire::ChildCandidate& cc, const wire::Policy& policy,
-                                        backend::Backend& backend, backend::Reference& reference) {
-  Prepared p = prepare(g, cc, policy, backend, reference);
+                                        backend::Backend& backend, backend::Reference& reference,
+                                        const ReferenceProgress& progress) {
+  Prepared p = prepare(g, cc, policy, backend, reference, progress);
   if (p.result.status() == "ok" && !policy.verify_only()) {
     guarded(p.result, [&] { set_timing(p.result, p.module->time(p.kernel, p.args, timing_policy(policy))); });
   }
@@ -226,9 +231,10 @@ wire::CandidateResult measure_candidate(const Graph& g, const wire::ChildCandida
 
 std::vector<wire::CandidateResult> measure_pair(const Graph& g, const wire::ChildCandidate& a,
                                                 const wire::ChildCandidate& b, const wire::Policy& policy,
-                                                backend::Backend& backend, backend::Reference& reference) {
-  Prepared pa = prepare(g, a, policy, backend, reference);
-  Prepared pb = prepare(g, b, policy, backend, reference);
+                                                backend::Backend& backend, backend::Reference& reference,
+                                                const ReferenceProgress& progress) {
+  Prepared pa = prepare(g, a, policy, backend, reference, progress);
+  Prepared pb = prepare(g, b, policy, backend, reference, progress);
   if (pa.result.status() == "ok" && pb.result.status() == "ok") {
     time_interleaved(pa, pb, policy);
   } else {  // one failed: the other is timed alone
@@ -246,7 +252,9 @@ namespace {
 // the supervisor could not parse it.
 void write_result(int fd, wire::CandidateResult r) {
   wire::make_strings_valid(r);
-  write_frame(fd, r.SerializeAsString());
+  wire::ChildReply reply;
+  *reply.mutable_result() = std::move(r);
+  write_frame(fd, reply.SerializeAsString());
 }
 
 }  // namespace
@@ -257,10 +265,20 @@ int serve_measurements(int in_fd, int out_fd, backend::Backend& backend) {
     check(req.ParseFromString(*frame), "the measuring child got a malformed request");
     const Graph g = wire::from_subgraph(req.graph());
     backend::Reference reference;
+    const ReferenceProgress progress{[&] {
+                                       wire::ChildReply reply;
+                                       reply.set_reference_started(true);
+                                       write_frame(out_fd, reply.SerializeAsString());
+                                     },
+                                     [&](double seconds) {
+                                       wire::ChildReply reply;
+                                       reply.set_reference_s(seconds);
+                                       write_frame(out_fd, reply.SerializeAsString());
+                                     }};
     if (req.policy().interleave() && req.candidates_size() == 2) {
       bool fault = false;
       for (const wire::CandidateResult& r :
-           measure_pair(g, req.candidates(0), req.candidates(1), req.policy(), backend, reference)) {
+           measure_pair(g, req.candidates(0), req.candidates(1), req.policy(), backend, reference, progress)) {
         write_result(out_fd, r);
         fault = fault || r.status() == "runtime_fault";
       }
@@ -268,7 +286,7 @@ int serve_measurements(int in_fd, int out_fd, backend::Backend& backend) {
       continue;
     }
     for (const wire::ChildCandidate& c : req.candidates()) {
-      const wire::CandidateResult r = measure_candidate(g, c, req.policy(), backend, reference);
+      const wire::CandidateResult r = measure_candidate(g, c, req.policy(), backend, reference, progress);
       write_result(out_fd, r);
       if (r.status() == "runtime_fault") return 3;
     }

@@ -12,13 +12,15 @@
 // reason in `detail`.
 //
 // serve_measurements is the child's main loop: it reads ChildRequest frames from `in_fd`, writes
-// one CandidateResult frame per candidate, in order, to `out_fd` (a request of two candidates with
-// Policy::interleave measures them as a pair; its text valid UTF-8, wire::make_strings_valid),
-// and returns 0 at end of input.
+// one ChildReply frame with a CandidateResult per candidate, in order, to `out_fd` (a request of
+// two candidates with Policy::interleave measures them as a pair; its text valid UTF-8,
+// wire::make_strings_valid), a reference_started frame before it computes a reference and a
+// reference_s frame after, and returns 0 at end of input.
 // After a runtime fault it returns 3 (a GPU context is not trusted after one); the daemon starts a
 // fresh child for the remaining candidates.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,16 +32,27 @@
 
 namespace fusetune::worker {
 
+// Told when a task's reference values start and finish being computed (the child tells its
+// daemon: a reference of large tensors takes the host seconds, and it is not the candidate's time).
+// Either function may be empty.
+struct ReferenceProgress {
+  std::function<void()> started;
+  std::function<void(double seconds)> done;
+};
+
 // `reference` is the request's reference (backend::Reference): drawn from the policy's seed by the
 // first candidate that needs it (or needs other inputs), reused by the others, so that a task's
-// candidates are compared against one reference computed once.
+// candidates are compared against one reference computed once. A candidate is timed on the
+// reference's inputs (uploaded afresh, without redzones), not on inputs drawn again.
 wire::CandidateResult measure_candidate(const Graph& g, const wire::ChildCandidate& c, const wire::Policy& policy,
-                                        backend::Backend& backend, backend::Reference& reference);
+                                        backend::Backend& backend, backend::Reference& reference,
+                                        const ReferenceProgress& progress = {});
 // Two candidates verified, then timed in turn (Policy::interleave): both results interleaved, in
 // order; when one fails to verify or load, the other is timed alone.
 std::vector<wire::CandidateResult> measure_pair(const Graph& g, const wire::ChildCandidate& a,
                                                 const wire::ChildCandidate& b, const wire::Policy& policy,
-                                                backend::Backend& backend, backend::Reference& reference);
+                                                backend::Backend& backend, backend::Reference& reference,
+                                                const ReferenceProgress& progress = {});
 
 int serve_measurements(int in_fd, int out_fd, backend::Backend& backend);
 

@@ -11,6 +11,7 @@
 #include <fcntl.h>
 
 #include "core/error.h"
+#include "proto/wire.h"
 #include "worker/measure.h"
 
 namespace fusetune::worker {
@@ -85,6 +86,7 @@ std::vector<wire::CandidateResult> Sandbox::run(const wire::ChildRequest& reques
                                                 const std::atomic<bool>* cancel) {
   std::vector<wire::CandidateResult> results;
   const int n = request.candidates_size();
+  reference_s_ = 0;
   auto failed = [&](const std::string& status, const std::string& detail) {
     const wire::Candidate& c = request.candidates(static_cast<int>(results.size())).candidate();
     wire::CandidateResult r;
@@ -110,8 +112,12 @@ std::vector<wire::CandidateResult> Sandbox::run(const wire::ChildRequest& reques
       }
       continue;
     }
+    // The next frame's deadline: a candidate's timeout, or the reference's own limit while the
+    // child computes the task's reference values.
+    const int reference_ms = wire::reference_timeout_ms(request.policy());
+    bool in_reference = false;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
     while (static_cast<int>(results.size()) < n) {
-      const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
       bool ready = false;
       while (!ready) {
         if (cancel != nullptr && cancel->load()) {
@@ -123,6 +129,14 @@ std::vector<wire::CandidateResult> Sandbox::run(const wire::ChildRequest& reques
         pollfd p{from_child_, POLLIN, 0};
         const int rc = ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 50)));
         ready = rc > 0;
+      }
+      if (!ready && in_reference) {  // the remaining candidates share that reference: none can run
+        stop(true);
+        while (static_cast<int>(results.size()) < n) {
+          failed("timeout", "the task's reference values were not computed within " + std::to_string(reference_ms) +
+                                " ms; the measuring child was killed");
+        }
+        break;
       }
       if (!ready) {
         stop(true);
@@ -139,13 +153,25 @@ std::vector<wire::CandidateResult> Sandbox::run(const wire::ChildRequest& reques
         failed("runtime_fault", "the measuring child " + stop(false));
         break;
       }
-      wire::CandidateResult r;
-      if (!r.ParseFromString(*frame)) {
+      wire::ChildReply reply;
+      if (!reply.ParseFromString(*frame) || reply.reply_case() == wire::ChildReply::REPLY_NOT_SET) {
         failed("runtime_fault", "the measuring child sent a malformed result; it " + stop(true));
         break;
       }
-      results.push_back(r);
-      if (r.status() == "runtime_fault") {  // the child exits after a fault: reap it
+      const auto now = std::chrono::steady_clock::now();
+      if (reply.reply_case() == wire::ChildReply::kReferenceStarted) {
+        in_reference = true;
+        deadline = now + std::chrono::milliseconds(reference_ms);
+        continue;
+      }
+      deadline = now + std::chrono::milliseconds(timeout_ms);
+      if (reply.reply_case() == wire::ChildReply::kReferenceS) {
+        in_reference = false;
+        reference_s_ += reply.reference_s();
+        continue;
+      }
+      results.push_back(reply.result());
+      if (reply.result().status() == "runtime_fault") {  // the child exits after a fault: reap it
         stop(false);
         break;
       }

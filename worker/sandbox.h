@@ -6,7 +6,9 @@
 // candidate does to the child (an illegal address, a trap, a segfault, an exit, a hang past the
 // per-candidate timeout) only the child dies: that candidate is reported as runtime_fault (with
 // the signal or exit status) or timeout, a fresh child is started, and the remaining candidates
-// run there. The daemon itself never executes generated code. In a sanitized build the child's
+// run there. The timeout does not run while the child computes the task's reference values (it
+// says when it starts and ends them): wire::reference_timeout_ms bounds
+// those, and a reference past it is a timeout of every candidate left, which share it. The daemon itself never executes generated code. In a sanitized build the child's
 // sanitizer leaves those signals alone, so the report still names the signal.
 #pragma once
 
@@ -33,6 +35,8 @@ class Sandbox {
                                          const std::atomic<bool>* cancel = nullptr);
   // Children started after the first one (each one replaces a child that crashed, hung or faulted).
   int restarts() const { return starts_ > 1 ? starts_ - 1 : 0; }
+  // Seconds the last run()'s children spent computing reference values (measured by the child).
+  double reference_s() const { return reference_s_; }
 
  private:
   void start();
@@ -45,6 +49,7 @@ class Sandbox {
   int to_child_ = -1;
   int from_child_ = -1;
   int starts_ = 0;
+  double reference_s_ = 0;
 };
 
 }  // namespace fusetune::worker

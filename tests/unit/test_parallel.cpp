@@ -1,5 +1,6 @@
-// core/parallel.h: every index runs once, whatever the thread count, and a failure reads the same
-// however the work was divided (the lowest failing index's exception).
+// core/parallel.h: every index runs once, whatever the thread count, a failure reads the same
+// however the work was divided (the lowest failing index's exception), and the work knows it runs
+// inside a parallel_for.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -35,6 +36,20 @@ TEST(ParallelFor, TheLowestFailingIndexIsRethrownAfterAllIndicesRan) {
     }
     EXPECT_EQ(ran.load(), 200);
   }
+}
+
+// Every call runs inside_parallel_for(), on the pool's threads and the caller's alike; the
+// caller itself is outside before and after (and after a failure).
+TEST(ParallelFor, CallsKnowTheyAreInsideAndTheCallerIsNot) {
+  EXPECT_FALSE(inside_parallel_for());
+  for (int threads : {1, 4}) {
+    std::atomic<int> inside{0};
+    parallel_for(50, [&](size_t) { inside += inside_parallel_for(); }, threads);
+    EXPECT_EQ(inside.load(), 50) << "threads " << threads;
+    EXPECT_FALSE(inside_parallel_for()) << "threads " << threads;
+  }
+  EXPECT_THROW(parallel_for(3, [](size_t) { throw std::runtime_error("x"); }, 1), std::runtime_error);
+  EXPECT_FALSE(inside_parallel_for());
 }
 
 }  // namespace

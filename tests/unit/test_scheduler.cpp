@@ -111,9 +111,10 @@ TEST_F(SchedulerTest, ALeaseEndsAtItsDeadlineAndItsTaskFailsAtTheAttemptLimit) {
     const std::vector<wire::Task> leased = out_.take_tasks("w");
     ASSERT_EQ(leased.size(), 1u) << "attempt " << attempt;
     EXPECT_EQ(leased[0].task_id(), task_);
-    // Compile, plus each candidate to its timeout twice over: 60 s + 2 x 1 x 1 s.
+    // Compile and the reference values to their limit, plus each candidate to its timeout twice
+    // over: 60 s + 300 s + 2 x 1 x 1 s.
     const int64_t left = leased[0].lease_deadline_ms() - clock_.unix_ms();
-    EXPECT_EQ(left, 62000);
+    EXPECT_EQ(left, 60000 + wire::kReferenceTimeoutMs + 2000);
     EXPECT_EQ(task().state, storage::TaskState::kLeased);
     advance(milliseconds(left), "w");  // at the deadline: still held
     EXPECT_EQ(task().state, storage::TaskState::kLeased) << "attempt " << attempt;

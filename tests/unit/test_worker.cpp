@@ -183,16 +183,20 @@ TEST(Wire, GarbageAndForeignVersionsAreErrorsNotCrashes) {
   EXPECT_EQ(wire::decode(good.data(), good.size()).heartbeat().tasks(0), 3);
 }
 
-// A task over one Add of two float vectors of 37 elements, whose candidates are hand-written
-// host kernels doing right and wrong things.
+// A task over a group of one node of two float inputs a and b, whose candidates are hand-written
+// host kernels doing right and wrong things: by default an Add of two vectors of 37 elements.
 struct AddTask {
   wire::ChildRequest request;
-  AddTask() {
+  int64_t elements[3] = {37, 37, 37};  // of a, b and the output
+  explicit AddTask(const std::string& op = "Add", const Shape& a_shape = {37}, const Shape& b_shape = {37}) {
     Graph g;
-    const int a = testing::add_input(g, "a", DType::kF32, {37});
-    const int b = testing::add_input(g, "b", DType::kF32, {37});
-    const int c = testing::add_op(g, "Add", {a, b});
+    const int a = testing::add_input(g, "a", DType::kF32, a_shape);
+    const int b = testing::add_input(g, "b", DType::kF32, b_shape);
+    const int c = testing::add_op(g, op, {a, b});
     g.outputs() = {c};
+    elements[0] = numel(a_shape);
+    elements[1] = numel(b_shape);
+    elements[2] = numel(g.value(c).shape);
     planner::FusionGroup add{{0}, {}, {}, "", 0, {}};
     planner::describe_group(g, add);
     *request.mutable_graph() = wire::to_subgraph(g, add);
@@ -222,7 +226,7 @@ struct AddTask {
       wire::ParamSpec& ps = *c.add_params();
       ps.set_name(names[k]);
       ps.set_dtype(1);
-      ps.set_elements(37);
+      ps.set_elements(elements[k]);
       ps.set_output(k == 2);
       ps.set_value(k);
     }
@@ -344,6 +348,38 @@ TEST(Sandbox, FaultsKillOnlyTheChildAndEveryCandidateGetsItsStatus) {
   expect(8, "ok");
   expect(9, "check_failed", "racecheck: kernel race: write-after-write hazard on global 'out'");
   EXPECT_EQ(sandbox.restarts(), 3);  // after the segfault, the hang and the trap
+}
+
+// A task's reference values are the child's work before its candidates', once for all of them:
+// a MatMul of 1,024 x 4,096 by 4,096 x 1,024, which the reference computes in over a second here (measured
+// by the child and reported), does not count against a candidate's 300 ms timeout, and each
+// candidate gets its own verdict (wrong results here: each writes one element). Bounded on its own,
+// a reference past Policy.reference_timeout_ms is a timeout of every candidate, named as the
+// reference's, in one child: the candidates share it, so none is tried again.
+TEST(Sandbox, TheReferenceHasItsOwnLimitAndNoCandidatesTimeoutRunsMeanwhile) {
+  AddTask t("MatMul", {1024, 4096}, {4096, 1024});
+  for (const char* name : {"first", "second", "third"}) t.add(name, "out[0] = 0.0f;");
+  std::vector<wire::Candidate> cs;
+  for (const auto& c : t.request.candidates()) cs.push_back(c.candidate());
+  worker::CompilePool pool("host", 2);
+  for (const worker::CompileOutput& o : pool.compile(cs)) ASSERT_TRUE(o.ok) << o.error;
+  worker::Sandbox sandbox(FUSETUNE_BINARY, "host");
+  const std::vector<wire::CandidateResult> r = sandbox.run(t.request, 300);
+  ASSERT_EQ(r.size(), 3u);
+  for (const wire::CandidateResult& x : r) EXPECT_EQ(x.status(), "wrong_result") << x.config() << ": " << x.detail();
+  EXPECT_GT(sandbox.reference_s(), 0.3) << "the reference must outlast a candidate's timeout for this test to show anything";
+  std::printf("reference values computed in %.2f s\n", sandbox.reference_s());
+  EXPECT_EQ(sandbox.restarts(), 0);
+
+  t.request.mutable_policy()->set_reference_timeout_ms(100);
+  worker::Sandbox bounded(FUSETUNE_BINARY, "host");
+  const std::vector<wire::CandidateResult> b = bounded.run(t.request, 300);
+  ASSERT_EQ(b.size(), 3u);
+  for (const wire::CandidateResult& x : b) {
+    EXPECT_EQ(x.status(), "timeout") << x.config();
+    EXPECT_NE(x.detail().find("reference values were not computed within 100 ms"), std::string::npos) << x.detail();
+  }
+  EXPECT_EQ(bounded.restarts(), 0);
 }
 
 // The measuring child runs generated code under no_new_privs and a seccomp filter
