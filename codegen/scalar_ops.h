@@ -20,7 +20,10 @@ std::string load_as_compute(DType storage, const std::string& raw);
 // Converts a compute-type value of dtype `from` to the storage type of `to`.
 std::string store_from_compute(DType to, const std::string& value);
 // The result of element-wise node `n` (OpKind::kElementwise) for operand expressions `args`
-// (compute types of the node's input dtypes). Throws Error for ops or dtypes it does not cover.
+// (compute types of the node's input dtypes). Operands of a float type narrower than float are
+// rounded to it before an op whose result jumps (comparisons, Floor, Ceil, Round, Sign, IsInf,
+// Mod, ThresholdedRelu, and a Cast), as the reference stores them; other ops take them as
+// computed, in float. Throws Error for ops or dtypes it does not cover.
 std::string elementwise_expr(const Graph& g, const Node& n, const std::vector<std::string>& args);
 
 }  // namespace fusetune::codegen

@@ -534,6 +534,39 @@ TEST(CodegenReduce, AnArgMaxOfAHalfComputedInTheGroupTiesAsTheTypeRoundsIt) {
   check_groups(g, groups, [&](const FusionGroup& fg) { return cooperative_tile(g, fg, 2, 64); }, "float16 ties, rows of 64 and 16");
 }
 
+// Element-wise ops whose result jumps see a float16 value computed in the group as the reference
+// stores it, rounded to float16: sqrt(4.00390625) is 2.0009766 in float and 2 in float16 (equal to
+// 2, not greater; its negation's floor -2, not -3), 300 x 300 is finite in float and infinite in
+// float16, and 0.0001 squared is 1e-8 in float and 0 in float16 (Sign).
+TEST(CodegenElementwise, JumpsOfAHalfComputedInTheGroupFallWhereTheTypeRoundsIt) {
+  Graph g;
+  const std::vector<float> v = {4.0f, 4.00390625f, 1.0f, 9.0f, 300.0f, 0.0001f, -0.0001f, 16.0f};
+  const int h = g.add_constant("h", Tensor::from_floats(DType::kF16, {8}, v));
+  const int two = g.add_constant("two", Tensor::from_floats(DType::kF16, {}, std::vector<float>{2.0f}));
+  std::vector<FusionGroup> groups;
+  const auto group_of = [&](const std::vector<int>& values) {
+    FusionGroup fg;
+    for (int value : values) fg.nodes.push_back(g.producers()[static_cast<size_t>(value)]);
+    g.outputs().push_back(values.back());
+    planner::describe_group(g, fg);
+    groups.push_back(fg);
+  };
+  for (const char* cmp : {"Equal", "Greater", "LessOrEqual"}) {
+    const int y = add_op(g, "Sqrt", {h});
+    group_of({y, add_op(g, cmp, {y, two})});
+  }
+  for (const char* rounding : {"Floor", "Ceil", "Round"}) {
+    const int y = add_op(g, "Sqrt", {h});
+    const int n = add_op(g, "Neg", {y});
+    group_of({y, n, add_op(g, rounding, {n})});
+  }
+  for (const char* test : {"Sign", "IsInf"}) {
+    const int sq = add_op(g, "Mul", {h, h});
+    group_of({sq, add_op(g, test, {sq})});
+  }
+  check_groups(g, groups, [&](const FusionGroup& fg) { return best_config(g, fg); }, "float16 jumps");
+}
+
 // GatherElements, Hardmax, Shrink, LpNormalization and OneHot as import lowers them (a Gather at
 // computed flat indices; ArgMax against an iota; Wheres; a norm with a guard against 0; Equal
 // against an iota), fused and compiled with the planner's best candidates, against the reference.
