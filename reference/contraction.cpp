@@ -2,7 +2,9 @@
 // Float inputs are read as float and their products accumulate in double; integer inputs (the
 // int32 contractions that MatMulInteger, ConvInteger and the QLinear ops lower to) are read and
 // accumulated in 64 bits, wrapping (unsigned arithmetic: no overflow is undefined), and stored
-// wrapped to the output's width as numpy's integer products are.
+// wrapped to the output's width as numpy's integer products are. Output rows (MatMul) and planes
+// (Conv) are computed in pieces on the machine's cores, each element's sum in the same order.
+#include <algorithm>
 #include <type_traits>
 #include <vector>
 
@@ -51,20 +53,23 @@ void run_matmul(const Tensor& a_t, const Tensor& b_t, Tensor& out) {
   const std::vector<E> av = elements<E>(a_t);
   const std::vector<E> bv = elements<E>(b_t);
   std::vector<Acc> result(static_cast<size_t>(out.numel()));
-  std::vector<Acc> row(static_cast<size_t>(n));
-  for (size_t bi = 0; bi < ao.size(); ++bi) {
-    const E* A = av.data() + ao[bi] * m * k;
-    const E* B = bv.data() + bo[bi] * k * n;
-    for (int64_t i = 0; i < m; ++i) {
+  // Output rows (of every batch) in pieces on the machine's cores, each row's sums in k's order.
+  for_row_chunks(static_cast<int64_t>(ao.size()) * m, n * std::max<int64_t>(1, k), [&](int64_t first, int64_t count) {
+    std::vector<Acc> row(static_cast<size_t>(n));
+    for (int64_t r = first; r < first + count; ++r) {
+      const auto bi = static_cast<size_t>(r / m);
+      const int64_t i = r % m;
+      const E* A = av.data() + ao[bi] * m * k;
+      const E* B = bv.data() + bo[bi] * k * n;
       std::fill(row.begin(), row.end(), Acc{0});
       for (int64_t kk = 0; kk < k; ++kk) {
         const Acc aik = static_cast<Acc>(A[i * k + kk]);
         const E* brow = B + kk * n;
         for (int64_t j = 0; j < n; ++j) row[static_cast<size_t>(j)] += aik * static_cast<Acc>(brow[j]);
       }
-      std::copy(row.begin(), row.end(), result.begin() + static_cast<int64_t>(bi) * m * n + i * n);
+      std::copy(row.begin(), row.end(), result.begin() + r * n);
     }
-  }
+  });
   store(out, result);
 }
 
@@ -94,9 +99,11 @@ void run_conv(const Node& node, std::span<const Tensor* const> in, Tensor& out) 
   std::vector<E> bias;
   if (in.size() > 2 && in[2] != nullptr) bias = elements<E>(*in[2]);
   std::vector<Acc> result(static_cast<size_t>(out.numel()));
-  std::vector<Acc> acc(static_cast<size_t>(win.positions));
-  for (int64_t nb = 0; nb < batch; ++nb) {
-    for (int64_t oc = 0; oc < cout; ++oc) {
+  // Output planes (an image's channel each) in pieces on the machine's cores.
+  for_row_chunks(batch * cout, win.positions * std::max<int64_t>(1, cin_g * win.taps), [&](int64_t first, int64_t count) {
+    std::vector<Acc> acc(static_cast<size_t>(win.positions));
+    for (int64_t plane_index = first; plane_index < first + count; ++plane_index) {
+      const int64_t nb = plane_index / cout, oc = plane_index % cout;
       const int64_t g = oc / cout_g;
       std::fill(acc.begin(), acc.end(), bias.empty() ? Acc{0} : static_cast<Acc>(bias[static_cast<size_t>(oc)]));
       for (int64_t c = 0; c < cin_g; ++c) {
@@ -113,7 +120,7 @@ void run_conv(const Node& node, std::span<const Tensor* const> in, Tensor& out) 
       }
       std::copy(acc.begin(), acc.end(), result.begin() + (nb * cout + oc) * win.positions);
     }
-  }
+  });
   store(out, result);
 }
 

@@ -1,8 +1,9 @@
-// The reference's element-wise kernels stream large tensors in pieces (reference/kernel_util.h
+// The reference's kernels stream large tensors in pieces (reference/kernel_util.h
 // for_element_chunks, on several threads): every element of an output spanning several pieces,
 // with operands broadcast along different axes and a piece boundary inside a row, equals the op
 // applied to the operands numpy's broadcasting names, computed here element by element from the
-// indices; and the pieces cover the range exactly once.
+// indices; MatMul's rows and Conv's planes are the definitions' sums; and the pieces cover the
+// range exactly once.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -114,6 +115,71 @@ TEST(ReferencePieces, AUnaryOpOfAHalfTensorRoundsEachElementOnce) {
     wrong += gv[i] != stored_as(DType::kF16, std::exp(double{xv[i]}));
   }
   EXPECT_EQ(wrong, 0) << "seed " << seed;
+}
+
+// MatMul's rows and a grouped, strided, padded Conv's planes are computed in pieces on several
+// threads: every element is the double sum, in order, written out here from the definitions.
+TEST(ReferencePieces, MatMulRowsAndConvPlanesInPiecesAreTheDefinitionsSums) {
+  const unsigned seed = testing::test_seed();
+  std::mt19937 rng(seed);
+  const Tensor a = normal_tensor(DType::kF32, {2, 1, 37, 300}, rng), b = normal_tensor(DType::kF32, {3, 300, 70}, rng);
+  const Tensor* mm[] = {&a, &b};
+  const std::vector<float> got = reference::run_node(node_of("MatMul"), mm)[0].to_floats();
+  const std::vector<float> av = a.to_floats(), bv = b.to_floats();
+  ASSERT_EQ(got.size(), size_t{2 * 3 * 37 * 70});
+  int64_t wrong = 0;
+  for (int64_t p = 0; p < 2; ++p) {
+    for (int64_t q = 0; q < 3; ++q) {
+      for (int64_t i = 0; i < 37; ++i) {
+        for (int64_t j = 0; j < 70; ++j) {
+          double sum = 0;
+          for (int64_t k = 0; k < 300; ++k) {
+            sum += double{av[static_cast<size_t>((p * 37 + i) * 300 + k)]} * double{bv[static_cast<size_t>((q * 300 + k) * 70 + j)]};
+          }
+          wrong += got[static_cast<size_t>(((p * 3 + q) * 37 + i) * 70 + j)] != static_cast<float>(sum);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(wrong, 0) << "MatMul (seed " << seed << ")";
+
+  // Conv: 2 images of 4 channels 60 x 60, 6 filters of 2 channels 3 x 3 in 2 groups, stride 2, pad 1.
+  const Tensor x = normal_tensor(DType::kF32, {2, 4, 60, 60}, rng), w = normal_tensor(DType::kF32, {6, 2, 3, 3}, rng);
+  const Tensor bias = normal_tensor(DType::kF32, {6}, rng);
+  Node conv = node_of("Conv");
+  conv.attrs.set("group", int64_t{2});
+  conv.attrs.set("strides", std::vector<int64_t>{2, 2});
+  conv.attrs.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+  conv.attrs.set("kernel_shape", std::vector<int64_t>{3, 3});
+  const Tensor* cv[] = {&x, &w, &bias};
+  const Tensor out = reference::run_node(conv, cv)[0];
+  ASSERT_EQ(out.shape(), (Shape{2, 6, 30, 30}));
+  const std::vector<float> o = out.to_floats(), xv = x.to_floats(), wv = w.to_floats(), bsv = bias.to_floats();
+  wrong = 0;
+  for (int64_t n = 0; n < 2; ++n) {
+    for (int64_t oc = 0; oc < 6; ++oc) {
+      for (int64_t y = 0; y < 30; ++y) {
+        for (int64_t z = 0; z < 30; ++z) {
+          double acc = bsv[static_cast<size_t>(oc)];
+          for (int64_t c = 0; c < 2; ++c) {
+            double s = 0;  // a channel's taps, then added (the reference's order)
+            for (int64_t r = 0; r < 3; ++r) {
+              for (int64_t t = 0; t < 3; ++t) {
+                const int64_t iy = 2 * y - 1 + r, iz = 2 * z - 1 + t;
+                if (iy < 0 || iy >= 60 || iz < 0 || iz >= 60) continue;
+                const int64_t ic = (oc / 3) * 2 + c;
+                s += double{xv[static_cast<size_t>(((n * 4 + ic) * 60 + iy) * 60 + iz)]} *
+                     double{wv[static_cast<size_t>(((oc * 2 + c) * 3 + r) * 3 + t)]};
+              }
+            }
+            acc += s;
+          }
+          wrong += o[static_cast<size_t>(((n * 6 + oc) * 30 + y) * 30 + z)] != static_cast<float>(acc);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(wrong, 0) << "Conv (seed " << seed << ")";
 }
 
 TEST(ReferencePieces, PiecesCoverTheRangeOnceAndOffsetsFromAnyElementMatchTheWholeTable) {
