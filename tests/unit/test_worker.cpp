@@ -207,6 +207,13 @@ struct AddTask {
     p.set_max_repeats(5);
     p.set_min_time_ms(0.1);
   }
+  // Compiles the candidates for the host, as a worker's daemon does before its child runs them.
+  void compile_all() const {
+    std::vector<wire::Candidate> cs;
+    for (const auto& c : request.candidates()) cs.push_back(c.candidate());
+    worker::CompilePool pool("host", 2);
+    for (const worker::CompileOutput& o : pool.compile(cs)) ASSERT_TRUE(o.ok) << o.error;
+  }
   // `prelude`: text at file scope before the kernel (a declaration the body needs).
   void add(const std::string& name, const std::string& body, const std::string& prelude = "") {
     wire::Candidate& c = *request.add_candidates()->mutable_candidate();
@@ -321,10 +328,7 @@ TEST(Sandbox, FaultsKillOnlyTheChildAndEveryCandidateGetsItsStatus) {
   t.add("trap", "__builtin_trap();");
   t.add("last", "for (int i = 0; i < 37; ++i) out[i] = a[i] + b[i];");
   t.add("race", "for (int i = 0; i < 37; ++i) out[i] = a[i] + b[i] + 0.0f * threadIdx.x;");
-  std::vector<wire::Candidate> cs;
-  for (const auto& c : t.request.candidates()) cs.push_back(c.candidate());
-  worker::CompilePool pool("host", 2);
-  for (const worker::CompileOutput& o : pool.compile(cs)) ASSERT_TRUE(o.ok) << o.error;
+  ASSERT_NO_FATAL_FAILURE(t.compile_all());
   worker::Sandbox sandbox(FUSETUNE_BINARY, "host");
   const std::vector<wire::CandidateResult> r = sandbox.run(t.request, 3000);
   ASSERT_EQ(r.size(), 10u);
@@ -359,10 +363,7 @@ TEST(Sandbox, FaultsKillOnlyTheChildAndEveryCandidateGetsItsStatus) {
 TEST(Sandbox, TheReferenceHasItsOwnLimitAndNoCandidatesTimeoutRunsMeanwhile) {
   AddTask t("MatMul", {1024, 4096}, {4096, 1024});
   for (const char* name : {"first", "second", "third"}) t.add(name, "out[0] = 0.0f;");
-  std::vector<wire::Candidate> cs;
-  for (const auto& c : t.request.candidates()) cs.push_back(c.candidate());
-  worker::CompilePool pool("host", 2);
-  for (const worker::CompileOutput& o : pool.compile(cs)) ASSERT_TRUE(o.ok) << o.error;
+  ASSERT_NO_FATAL_FAILURE(t.compile_all());
   worker::Sandbox sandbox(FUSETUNE_BINARY, "host");
   const std::vector<wire::CandidateResult> r = sandbox.run(t.request, 300);
   ASSERT_EQ(r.size(), 3u);
@@ -401,10 +402,7 @@ TEST(Sandbox, GeneratedCodeInTheMeasuringChildStartsNoProcessAndOpensNoSocket) {
   t.add("exec_call", "execl(\"/bin/sh\", \"sh\", \"-c\", " + touch + ", (char*)0); " + sum,
         "extern \"C\" int execl(const char*, const char*, ...);\n");
   t.add("after", sum);
-  std::vector<wire::Candidate> cs;
-  for (const auto& c : t.request.candidates()) cs.push_back(c.candidate());
-  worker::CompilePool pool("host", 2);
-  for (const worker::CompileOutput& o : pool.compile(cs)) ASSERT_TRUE(o.ok) << o.error;
+  ASSERT_NO_FATAL_FAILURE(t.compile_all());
   worker::Sandbox sandbox(FUSETUNE_BINARY, "host");
   const std::vector<wire::CandidateResult> r = sandbox.run(t.request, 20000);
   ASSERT_EQ(r.size(), 4u);
@@ -431,10 +429,7 @@ TEST(Sandbox, AnInterleavedPairIsTimedInTurnAndAFailedHalfLeavesTheOtherAlone) {
   t.request.mutable_policy()->set_max_repeats(9);
   t.add("one_pass", "for (int i = 0; i < 37; ++i) out[i] = a[i] + b[i];");
   t.add("two_passes", "for (int i = 0; i < 37; ++i) out[i] = a[i]; for (int i = 0; i < 37; ++i) out[i] = out[i] + b[i];");
-  std::vector<wire::Candidate> cs;
-  for (const auto& c : t.request.candidates()) cs.push_back(c.candidate());
-  worker::CompilePool pool("host", 2);
-  for (const worker::CompileOutput& o : pool.compile(cs)) ASSERT_TRUE(o.ok) << o.error;
+  ASSERT_NO_FATAL_FAILURE(t.compile_all());
   worker::Sandbox sandbox(FUSETUNE_BINARY, "host");
   const std::vector<wire::CandidateResult> r = sandbox.run(t.request, 10000);
   ASSERT_EQ(r.size(), 2u);
