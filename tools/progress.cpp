@@ -8,8 +8,8 @@
 
 namespace fusetune::cli {
 
-ProgressLine::ProgressLine(std::string label)
-    : label_(std::move(label)), start_(std::chrono::steady_clock::now()), last_(start_) {
+ProgressLine::ProgressLine(std::string label, ProgressPace pace)
+    : label_(std::move(label)), pace_(pace), start_(std::chrono::steady_clock::now()), last_(start_) {
   const char* mode = std::getenv("FUSETUNE_PROGRESS");
   mode_ = mode != nullptr && std::strcmp(mode, "lines") == 0 ? Mode::kLines : isatty(2) != 0 ? Mode::kRedraw : Mode::kDeciles;
 }
@@ -21,10 +21,11 @@ ProgressLine::~ProgressLine() {
 void ProgressLine::update(size_t done, size_t total, const std::string& detail) {
   const auto now = std::chrono::steady_clock::now();
   const double elapsed = std::chrono::duration<double>(now - start_).count();
-  if (total == 0 || (elapsed < 0.5 && mode_ != Mode::kLines)) return;
+  if (total == 0 || (now - start_ < pace_.silent_for && mode_ != Mode::kLines)) return;
   const int decile = static_cast<int>(10 * done / total);
-  // A redraw or a line at most ten times a second (the last always); a tenth's line once.
-  if (mode_ == Mode::kDeciles ? decile == last_decile_
+  // A redraw or a line at most ten times a second (the last always); a tenth's line once, and
+  // another after a long quiet.
+  if (mode_ == Mode::kDeciles ? decile == last_decile_ && now - last_ < pace_.quiet_at_most
                               : now - last_ < std::chrono::milliseconds(100) && done != total) {
     return;
   }
