@@ -263,7 +263,6 @@ int serve_measurements(int in_fd, int out_fd, backend::Backend& backend) {
   while (std::optional<std::string> frame = read_frame(in_fd)) {
     wire::ChildRequest req;
     check(req.ParseFromString(*frame), "the measuring child got a malformed request");
-    const Graph g = wire::from_subgraph(req.graph());
     backend::Reference reference;
     const ReferenceProgress progress{[&] {
                                        wire::ChildReply reply;
@@ -275,6 +274,10 @@ int serve_measurements(int in_fd, int out_fd, backend::Backend& backend) {
                                        reply.set_reference_s(seconds);
                                        write_frame(out_fd, reply.SerializeAsString());
                                      }};
+    // The sub-graph's weights, drawn from their seeds (a vocabulary's projection has 65 million),
+    // are the reference's work too, not the first candidate's.
+    progress.started();
+    const Graph g = wire::from_subgraph(req.graph());
     if (req.policy().interleave() && req.candidates_size() == 2) {
       bool fault = false;
       for (const wire::CandidateResult& r :

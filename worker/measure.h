@@ -14,8 +14,9 @@
 // serve_measurements is the child's main loop: it reads ChildRequest frames from `in_fd`, writes
 // one ChildReply frame with a CandidateResult per candidate, in order, to `out_fd` (a request of
 // two candidates with Policy::interleave measures them as a pair; its text valid UTF-8,
-// wire::make_strings_valid), a reference_started frame before it computes a reference and a
-// reference_s frame after, and returns 0 at end of input.
+// wire::make_strings_valid), a reference_started frame before it draws the sub-graph's weights
+// and before it computes a reference, a reference_s frame after the reference, and returns 0 at
+// end of input.
 // After a runtime fault it returns 3 (a GPU context is not trusted after one); the daemon starts a
 // fresh child for the remaining candidates.
 #pragma once

@@ -164,9 +164,9 @@ std::vector<wire::CandidateResult> Sandbox::run(const wire::ChildRequest& reques
         deadline = now + std::chrono::milliseconds(reference_ms);
         continue;
       }
+      in_reference = false;  // the reference is done, or a candidate's result came without it
       deadline = now + std::chrono::milliseconds(timeout_ms);
       if (reply.reply_case() == wire::ChildReply::kReferenceS) {
-        in_reference = false;
         reference_s_ += reply.reference_s();
         continue;
       }
