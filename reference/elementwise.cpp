@@ -7,7 +7,7 @@
 #include <limits>
 #include <span>
 #include <string>
-#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -211,61 +211,39 @@ void run_unary(const Node& n, const Tensor& x, Tensor& out) {
 template <typename T>
 void gather_piece(const Tensor& t, std::span<const int64_t> offsets, std::vector<T>& values) {
   values.resize(offsets.size());
-  for (size_t i = 0; i < offsets.size(); ++i) {
-    if constexpr (std::is_same_v<T, double>) {
-      t.read_doubles(offsets[i], {&values[i], 1});
+  for (size_t i = 0; i < offsets.size(); ++i) read_range(t, offsets[i], std::span<T>(&values[i], 1));
+}
+
+// One piece of a binary op: a's and b's elements (broadcast where their shape is not the
+// output's), combined by f, stored.
+template <typename T, typename F>
+void binary_piece(const F& f, const Tensor& a, const Tensor& b, Tensor& out, int64_t first, int64_t count) {
+  std::vector<T> va(static_cast<size_t>(count)), vb(va.size());
+  std::vector<int64_t> offsets;
+  for (auto [t, v] : {std::pair{&a, &va}, std::pair{&b, &vb}}) {
+    if (t->shape() == out.shape()) {  // no broadcast: the same elements
+      read_range(*t, first, *v);
     } else {
-      t.read_ints(offsets[i], {&values[i], 1});
+      offsets.resize(va.size());
+      broadcast_offsets_from(t->shape(), out.shape(), first, offsets);
+      gather_piece(*t, offsets, *v);
     }
   }
+  for (size_t i = 0; i < va.size(); ++i) va[i] = f(va[i], vb[i]);
+  write_range(out, first, va);
 }
 
 void run_binary(const Node& n, const Tensor& a, const Tensor& b, Tensor& out) {
   out.data();
-  const bool floats = is_float(a.dtype()) || is_float(b.dtype());
-  const BinaryF ff = floats ? binary_float(n) : nullptr;
-  const BinaryI fi = floats ? nullptr : binary_int(n);
-  check(ff != nullptr || fi != nullptr, "not defined on ", dtype_name(a.dtype()));
-  const bool a_whole = a.shape() == out.shape(), b_whole = b.shape() == out.shape();
-  const auto piece = [&]<typename T>(int64_t first, int64_t count, std::vector<T>& va, std::vector<T>& vb) {
-    std::vector<int64_t> offsets(static_cast<size_t>(count));
-    const auto read = [&](const Tensor& t, bool whole, std::vector<T>& v) {
-      if (whole) {  // no broadcast: the same elements
-        v.resize(static_cast<size_t>(count));
-        if constexpr (std::is_same_v<T, double>) {
-          t.read_doubles(first, v);
-        } else {
-          t.read_ints(first, v);
-        }
-        return;
-      }
-      broadcast_offsets_from(t.shape(), out.shape(), first, offsets);
-      gather_piece(t, offsets, v);
-    };
-    read(a, a_whole, va);
-    read(b, b_whole, vb);
-    for (size_t i = 0; i < va.size(); ++i) {
-      if constexpr (std::is_same_v<T, double>) {
-        va[i] = ff(va[i], vb[i]);
-      } else {
-        va[i] = fi(va[i], vb[i]);
-      }
-    }
-    if constexpr (std::is_same_v<T, double>) {
-      out.write_doubles(first, va);
-    } else {
-      out.write_ints(first, va);
-    }
-  };
-  for_element_chunks(out.numel(), [&](int64_t first, int64_t count) {
-    if (floats) {
-      std::vector<double> va, vb;
-      piece(first, count, va, vb);
-    } else {
-      std::vector<int64_t> va, vb;
-      piece(first, count, va, vb);
-    }
-  });
+  if (is_float(a.dtype()) || is_float(b.dtype())) {
+    const BinaryF f = binary_float(n);
+    check(f != nullptr, "not defined on ", dtype_name(a.dtype()));
+    for_element_chunks(out.numel(), [&](int64_t first, int64_t count) { binary_piece<double>(f, a, b, out, first, count); });
+    return;
+  }
+  const BinaryI f = binary_int(n);
+  check(f != nullptr, "not defined on ", dtype_name(a.dtype()));
+  for_element_chunks(out.numel(), [&](int64_t first, int64_t count) { binary_piece<int64_t>(f, a, b, out, first, count); });
 }
 
 void run_where(const Tensor& c, const Tensor& x, const Tensor& y, Tensor& out) {

@@ -20,6 +20,14 @@ std::vector<int64_t> broadcast_offsets(const Shape& in, const Shape& out);
 // The same offsets for the elements [first, first + offsets.size()) of `out` alone.
 void broadcast_offsets_from(const Shape& in, const Shape& out, int64_t first, std::span<int64_t> offsets);
 
+// A range of a tensor's elements as the kernels compute them (double for floats, int64 for
+// integers; Tensor::read_doubles and read_ints), and back: one name for both, for kernels written
+// once over the two.
+inline void read_range(const Tensor& t, int64_t first, std::span<double> v) { t.read_doubles(first, v); }
+inline void read_range(const Tensor& t, int64_t first, std::span<int64_t> v) { t.read_ints(first, v); }
+inline void write_range(Tensor& t, int64_t first, std::span<const double> v) { t.write_doubles(first, v); }
+inline void write_range(Tensor& t, int64_t first, std::span<const int64_t> v) { t.write_ints(first, v); }
+
 // Element-wise work over n elements in pieces: calls fn(first, count) for consecutive pieces of at
 // most `piece` elements (or rows) covering [0, n), each exactly once, on the machine's cores when
 // there are several pieces (a kernel's temporaries stay a piece long, in cache, where whole-tensor

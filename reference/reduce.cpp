@@ -82,11 +82,7 @@ void run_reduce(const Node& n, const Tensor& x, Tensor& out) {
       const auto piece = static_cast<size_t>(std::min(kElementChunk, x.numel() - first));
       v.resize(piece);
       dest.resize(piece);
-      if constexpr (std::is_floating_point_v<T>) {
-        x.read_doubles(first, v);
-      } else {
-        x.read_ints(first, v);
-      }
+      read_range(x, first, std::span<T>(v));
       broadcast_offsets_from(kept, x.shape(), first, dest);
       reduce_values(reducer_of(n.op), v, dest, acc, count);
     }
