@@ -259,32 +259,20 @@ std::string from_bits(DType t, const std::string& bits) {
 
 }  // namespace
 
-namespace {
+bool rounds_when_stored(DType t) { return is_float(t) && t != DType::kF32 && t != DType::kF64; }
 
-// Ops whose result jumps where an operand crosses a point: a comparison, a rounding to an integer,
-// a sign, an infinity test, a remainder, a threshold.
-bool jumps(const std::string& op) {
+std::string as_stored(DType t, const std::string& value) { return rounds_when_stored(t) ? round_to(t, value) : value; }
+
+bool result_jumps(const Graph& g, const Node& n) {
   static const char* const kOps[] = {"Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Floor", "Ceil",
-                                     "Round", "Sign", "IsInf", "Mod", "ThresholdedRelu"};
-  return std::any_of(std::begin(kOps), std::end(kOps), [&](const char* o) { return op == o; });
+                                     "Round", "Sign", "IsInf", "Mod", "ThresholdedRelu", "ArgMax", "ArgMin"};
+  if (n.op == "Cast") return is_float(g.value(n.inputs[0]).dtype) && !is_float(g.value(n.outputs[0]).dtype);
+  return std::any_of(std::begin(kOps), std::end(kOps), [&](const char* o) { return n.op == o; });
 }
 
-}  // namespace
-
-std::string elementwise_expr(const Graph& g, const Node& n, const std::vector<std::string>& operands) {
+std::string elementwise_expr(const Graph& g, const Node& n, const std::vector<std::string>& args) {
   const DType in0 = g.value(n.inputs[0]).dtype;
   const DType out = g.value(n.outputs[0]).dtype;
-  // An operand of a float type narrower than float, computed inside the group in float, takes its
-  // type's precision before an op whose result jumps (as the reference stores it): sqrt(4.0039) is
-  // 2 in float16, so it equals 2 there, and 300 x 300 is infinite. A value loaded from memory is
-  // exact already, and the rounding leaves it as it is.
-  std::vector<std::string> args = operands;
-  if (jumps(n.op)) {
-    for (size_t i = 0; i < args.size(); ++i) {
-      const DType t = g.value(n.inputs[i]).dtype;
-      if (is_float(t) && t != DType::kF32 && t != DType::kF64) args[i] = round_to(t, args[i]);
-    }
-  }
   if (n.op == "Cast") {
     // A 16-bit float value computed inside the group (in float) takes its dtype's precision before
     // the cast makes the difference observable, as the reference stores it.

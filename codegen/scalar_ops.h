@@ -19,11 +19,22 @@ std::string float_literal(double v);
 std::string load_as_compute(DType storage, const std::string& raw);
 // Converts a compute-type value of dtype `from` to the storage type of `to`.
 std::string store_from_compute(DType to, const std::string& value);
+// Whether values of dtype t, computed in float, lose precision when stored: a float type narrower
+// than float.
+bool rounds_when_stored(DType t);
+// A compute-type value of dtype t as a store to t and a load back give it: rounded to t's precision
+// where rounds_when_stored(t); other dtypes' values unchanged.
+std::string as_stored(DType t, const std::string& value);
+// Whether node n's result jumps where an operand crosses a point: a comparison, a rounding to an
+// integer (Floor, Ceil, Round), Sign, IsInf, Mod, ThresholdedRelu, a Cast of a float to an integer
+// or bool, ArgMax and ArgMin. Where a float16 value computed in float feeds one, the jump falls
+// where the reference's does only if the value is the one the reference stores (as_stored):
+// codegen/stages/context.h rounds such values, and the chains of ops before them.
+bool result_jumps(const Graph& g, const Node& n);
 // The result of element-wise node `n` (OpKind::kElementwise) for operand expressions `args`
-// (compute types of the node's input dtypes). Operands of a float type narrower than float are
-// rounded to it before an op whose result jumps (comparisons, Floor, Ceil, Round, Sign, IsInf,
-// Mod, ThresholdedRelu, and a Cast), as the reference stores them; other ops take them as
-// computed, in float. Throws Error for ops or dtypes it does not cover.
+// (compute types of the node's input dtypes), in float (or long long) as they come; a Cast of a
+// narrow float to another float rounds its operand to the narrow type first, as the reference
+// stores it. Throws Error for ops or dtypes it does not cover.
 std::string elementwise_expr(const Graph& g, const Node& n, const std::vector<std::string>& args);
 
 }  // namespace fusetune::codegen

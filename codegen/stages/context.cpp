@@ -57,6 +57,19 @@ LoweringContext::LoweringContext(const Graph& graph, const planner::FusionGroup&
     exprs[n] = planner::describe(g, g.nodes()[static_cast<size_t>(n)]);
   }
   root = planner::group_root(g, group);
+  // Consumers before producers (group.nodes is in graph order): a member feeds a jump if it jumps
+  // or its result feeds one; then every operand the group computes does too.
+  std::set<int> feeds_jump;
+  for (auto it = group.nodes.rbegin(); it != group.nodes.rend(); ++it) {
+    const Node& n = g.nodes()[static_cast<size_t>(*it)];
+    const bool jumps = result_jumps(g, n) || std::any_of(n.outputs.begin(), n.outputs.end(), [&](int o) { return feeds_jump.count(o) > 0; });
+    if (!jumps) continue;
+    for (int u : n.inputs) {
+      if (u == kNoValue || !producer.count(u)) continue;
+      feeds_jump.insert(u);
+      if (rounds_when_stored(g.value(u).dtype)) rounded.insert(u);
+    }
+  }
 }
 
 // ---- tiles and regions ----------------------------------------------------------------------
@@ -301,6 +314,7 @@ std::string LoweringContext::value(int v, const std::vector<std::string>& idx) {
   } else {
     expr = inline_node(*this, g.nodes()[static_cast<size_t>(producer.at(v))], idx);
   }
+  if (rounded.count(v)) expr = as_stored(val.dtype, expr);
   const std::string name = "v" + std::to_string(next_local_++);
   cur_->push_back(let(compute_ctype(val.dtype), name, expr));
   (*memo_)[key] = name;

@@ -113,6 +113,11 @@ class LoweringContext {
   // buffer; and the exported values such a stage writes itself.
   std::set<int> in_registers;
   std::set<int> written;
+  // Values of a float type narrower than float that the group computes (in float) and whose
+  // elements reach an op whose result jumps (scalar_ops.h result_jumps) through the group's ops:
+  // value() gives them as the reference stores them (as_stored), so a chain like Sign(Sqrt(x) - 2)
+  // jumps where the reference's does (sqrt(4.0039) is 2 in float16, and the difference 0).
+  std::set<int> rounded;
 
   // ---- tiles and regions ----
   // The block's root tile (and the grid), as block-uniform lets: blocks take the tiles in the

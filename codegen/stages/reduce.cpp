@@ -12,16 +12,6 @@ namespace {
 using planner::Access;
 using planner::TensorExpr;
 
-// An ArgMax's or ArgMin's element `x` (a compute-type expression of a value of dtype `dt`) as the
-// reference compares it: a value of a float type narrower than float, computed inside the group in
-// float, is rounded to that type first, so that elements the type makes equal tie as they do in
-// the reference (the first or the last index then wins, not the element that was larger before
-// rounding). A value loaded from memory is exact already, and the rounding changes nothing.
-std::string as_compared(DType dt, const std::string& x) {
-  if (!is_float(dt) || dt == DType::kF32 || dt == DType::kF64) return x;
-  return load_as_compute(dt, store_from_compute(dt, x));
-}
-
 class ReduceStage : public AnchorStage {
  public:
   ReduceStage(LoweringContext& cx, Kernel& k, const Node& n, int64_t max_outputs)
@@ -234,7 +224,7 @@ class ReduceStage : public AnchorStage {
       } else if (!arg_op_.empty()) {
         // The element at its index along the reduced axis (ArgMax and ArgMin reduce one).
         const std::string pos = "(unsigned int)(" + vars.at(e.out_shape.size()) + ")";
-        cx_.cur().push_back(let("float", "ft_x", as_compared(g.value(av).dtype, cx_.value(av, ai))));
+        cx_.cur().push_back(let("float", "ft_x", cx_.value(av, ai)));
         cx_.cur().push_back(if_then(arg_beats("ft_x", pos, acc), {assign(acc, "ft_x"), assign(index_ + "[0]", pos)}));
       } else {
         cx_.cur().push_back(assign(acc, step(cx_.value(av, ai))));
@@ -289,7 +279,7 @@ class ReduceStage : public AnchorStage {
       Block body;
       cx_.with_block(body, [&] {
         const bool arg = op == "ArgMax" || op == "ArgMin";
-        const std::string xv = arg ? as_compared(in_dt, cx_.value(x, ai)) : cx_.value(x, ai);
+        const std::string xv = cx_.value(x, ai);
         if (arg) {
           const bool last = n.attrs.i("select_last_index") != 0;
           const std::string cmp = op == "ArgMax" ? (last ? " >= " : " > ") : (last ? " <= " : " < ");

@@ -567,6 +567,41 @@ TEST(CodegenElementwise, JumpsOfAHalfComputedInTheGroupFallWhereTheTypeRoundsIt)
   check_groups(g, groups, [&](const FusionGroup& fg) { return best_config(g, fg); }, "float16 jumps");
 }
 
+// A chain of smooth ops before a jump computes each step as the reference stores it: sqrt(4.00390625)
+// is 2 in float16, so sqrt(x) - 2 is 0 there (0.00098 in float): its Sign is 0, not 1; times 4,096
+// cast to int8 it is 0, not 3; and ArgMax over {4, 4.00390625} ties, so the first index wins.
+// Rounded only at the jump, float's 0.00098 survives (it is a float16 value) and each group fails.
+TEST(CodegenElementwise, AChainBeforeAJumpTakesEachStepAsTheTypeStoresIt) {
+  Graph g;
+  const std::vector<float> v = {1.0f, 4.0f, 4.00390625f, 1.0f, 0.25f, 0.5f, 4.00390625f, 2.25f};
+  const int h = g.add_constant("h", Tensor::from_floats(DType::kF16, {8}, v));
+  const int two = g.add_constant("two", Tensor::from_floats(DType::kF16, {}, std::vector<float>{2.0f}));
+  const int scale = g.add_constant("scale", Tensor::from_floats(DType::kF16, {}, std::vector<float>{4096.0f}));
+  std::vector<FusionGroup> groups;
+  const auto group_of = [&](const std::vector<int>& values) {
+    FusionGroup fg;
+    for (int value : values) fg.nodes.push_back(g.producers()[static_cast<size_t>(value)]);
+    g.outputs().push_back(values.back());
+    planner::describe_group(g, fg);
+    groups.push_back(fg);
+  };
+  const auto less_two = [&] {
+    const int y = add_op(g, "Sqrt", {h});
+    return std::vector<int>{y, add_op(g, "Sub", {y, two})};
+  };
+  std::vector<int> sign = less_two();
+  sign.push_back(add_op(g, "Sign", {sign.back()}));
+  group_of(sign);
+  std::vector<int> cast = less_two();
+  cast.push_back(add_op(g, "Mul", {cast.back(), scale}));
+  cast.push_back(add_op(g, "Cast", {cast.back()}, attrs({{"to", int64_t{3}}})));  // int8: compared exactly
+  group_of(cast);
+  std::vector<int> arg = less_two();
+  arg.push_back(add_op(g, "ArgMax", {arg.back()}, attrs({{"axis", int64_t{0}}, {"keepdims", int64_t{1}}})));
+  group_of(arg);
+  check_groups(g, groups, [&](const FusionGroup& fg) { return best_config(g, fg); }, "float16 chains before jumps");
+}
+
 // GatherElements, Hardmax, Shrink, LpNormalization and OneHot as import lowers them (a Gather at
 // computed flat indices; ArgMax against an iota; Wheres; a norm with a guard against 0; Equal
 // against an iota), fused and compiled with the planner's best candidates, against the reference.
