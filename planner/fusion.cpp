@@ -359,30 +359,32 @@ int attention_output(const Graph& g, const Partition& p, int n) {
   }
 }
 
-// Attention over more keys than a block keeps on chip: the scores' group, the softmax's and the
-// P @ V group merged at once (flash attention, planner/attention.h, tiles the whole at any length;
-// the scores and the softmax alone would hold whole rows), if that keeps the group graph acyclic
-// and, with a cost function, does not lose against the three parts.
-void stitch_attention(const Graph& g, Partition& p, int scores_group, int softmax, const FusionOptions& opt) {
+// Attention: the scores' group, the softmax's and the P @ V group merged at once (flash attention,
+// planner/attention.h, tiles the whole at any length; the scores and the softmax alone would hold
+// whole rows, which past max_row keys do not fit and below it may cost more than apart), if that
+// keeps the group graph acyclic and, with a cost function, does not lose against the three parts.
+// Returns whether it merged.
+bool stitch_attention(const Graph& g, Partition& p, int scores_group, int softmax, const FusionOptions& opt) {
   const int pv = attention_output(g, p, softmax);
-  if (pv < 0 || !p.can_merge(scores_group, p.group(softmax))) return;
+  if (pv < 0 || !p.can_merge(scores_group, p.group(softmax))) return false;
   Partition trial = p;
   trial.merge(scores_group, trial.group(softmax));
-  if (trial.group(pv) == trial.group(softmax) || !trial.can_merge(trial.group(softmax), trial.group(pv))) return;
-  if (trial.count(trial.group(softmax), Role::kContraction) + trial.count(trial.group(pv), Role::kContraction) > 2) return;
+  if (trial.group(pv) == trial.group(softmax) || !trial.can_merge(trial.group(softmax), trial.group(pv))) return false;
+  if (trial.count(trial.group(softmax), Role::kContraction) + trial.count(trial.group(pv), Role::kContraction) > 2) return false;
   std::vector<int> all = trial.members(trial.group(softmax));
   all.insert(all.end(), trial.members(trial.group(pv)).begin(), trial.members(trial.group(pv)).end());
   std::sort(all.begin(), all.end());
   FusionGroup merged;  // only flash attention tiles the whole: it must be an attention core
   merged.nodes = all;
   describe_group(g, merged);
-  if (!match_attention(g, merged)) return;
+  if (!match_attention(g, merged)) return false;
   if (opt.cost) {
     const double parts = opt.cost(p.members(scores_group)) + opt.cost(p.members(p.group(softmax))) + opt.cost(p.members(p.group(pv)));
-    if (opt.cost(all) > parts) return;
+    if (opt.cost(all) > parts) return false;
   }
   p.merge(scores_group, p.group(softmax));
   p.merge(p.group(softmax), p.group(pv));
+  return true;
 }
 
 // Back-to-back products, with a cost function: MatMul n's group, a product and light members,
@@ -492,9 +494,8 @@ void stitch_pass(const Graph& g, Partition& p, const FusionOptions& opt) {
     if (role == Role::kReduction) {
       // A row reduction (softmax, layer norm) after a group that produces its rows.
       const int64_t row = trailing_row(g, node);
-      if (node.op == "Softmax" && row > opt.max_row && contractions <= 1) {
-        stitch_attention(g, p, pg, static_cast<int>(n), opt);
-        continue;
+      if (node.op == "Softmax" && row > 0 && contractions <= 1) {
+        if (stitch_attention(g, p, pg, static_cast<int>(n), opt) || row > opt.max_row) continue;
       }
       if (row == 0 || row > opt.max_row || contractions > 2) continue;
       if (p.count(pg, Role::kReduction) + p.count(me, Role::kReduction) > 3) continue;

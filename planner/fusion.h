@@ -18,10 +18,13 @@
 //   3. stitching: a reduction joins a reduction or contraction group that produces its input when
 //      it reduces the innermost axis of extent <= max_row (layer norm after a projection), and a
 //      contraction joins the reduction group that produces its left operand under the same bound
-//      (softmax followed by MatMul: attention); beyond the bound a softmax over the last axis
-//      whose probabilities (through Casts) are the left operand of a MatMul joins its scores'
-//      group and that MatMul's at once when the three form an attention core (planner/
-//      attention.h: attention at any length, tiled by flash attention); then, with a cost function
+//      (softmax followed by MatMul: attention); before those, a softmax over the last axis whose
+//      probabilities (through Casts) are the left operand of a MatMul joins its scores' group and
+//      that MatMul's at once when the three form an attention core (planner/attention.h: attention
+//      at any length, tiled by flash attention) and, with a cost function, the three cost less
+//      together than apart; beyond the bound only so (a prefill of 512 keys whose scores and
+//      softmax alone, whole rows on chip, model slower than apart becomes one flash kernel, not
+//      three launches with the scores in DRAM); then, with a cost function
 //      that keeps the merge, back-to-back products: a MatMul whose left operand is another
 //      product's rows through light ops (a GRU step's reset gate times h, a narrow MLP) joins that
 //      product's group when the rows are at most max_row long and neither group holds a reduction

@@ -19,6 +19,7 @@
 #include "planner/attention.h"
 #include "planner/device.h"
 #include "planner/fusion.h"
+#include "planner/select.h"
 #include "planner/tiling.h"
 #include "unit/codegen_check.h"
 #include "unit/graph_helpers.h"
@@ -211,6 +212,36 @@ TEST(CodegenAttention, LongSequencesTakeTheFlashForm) {
   const FusionGroup small = add_attention(run, DType::kF16, a);
   check_groups(run, {small, small}, [&, n = 0](const FusionGroup& f) mutable { return best_flash(run, f, n++ == 1); },
                "256 queries over 1,024 keys, causal (SIMT, tensor cores)");
+}
+
+// A LLaMA-shaped prefill (TinyLlama's heads: 32 over 4 key-value heads, 64 wide; 512 tokens,
+// causal, float16): its rows of 512 keys fit on chip, but the scores and the softmax merged alone
+// (the whole-row form, 512 scores a row in shared memory) model slower than apart, so the pairwise
+// stitch refused them, and the plan ran three launches with the scores written to DRAM and read
+// back. The fusion pass tries the three at once first, as beyond max_row, where flash tiles them.
+TEST(CodegenAttention, APrefillWhoseRowsFitIsStitchedWholeWhereThePairIsNot) {
+  Attention a;
+  a.heads = 32;
+  a.kv_heads = 4;
+  a.queries = a.keys = 512;
+  a.head = a.value_width = 64;
+  a.causal = true;
+  Graph g;
+  const FusionGroup fg = add_attention(g, DType::kF16, a);
+  g.outputs().push_back(fg.outputs[0]);
+  const planner::ModelPlan plan = planner::plan_model(g, planner::find_device("h200"));
+  std::vector<int> holding_matmuls;
+  for (size_t i = 0; i < plan.groups.size(); ++i) {
+    for (int n : plan.groups[i].group.nodes) {
+      if (g.nodes()[static_cast<size_t>(n)].op == "MatMul") holding_matmuls.push_back(static_cast<int>(i));
+    }
+  }
+  ASSERT_EQ(holding_matmuls.size(), 2u);
+  EXPECT_EQ(holding_matmuls[0], holding_matmuls[1]) << "the scores and P x V in " << plan.groups.size() << " groups";
+  EXPECT_EQ(plan.launches, 1);
+  const planner::GroupPlan& gp = plan.groups[static_cast<size_t>(holding_matmuls[0])];
+  const planner::TileConfig& chosen = gp.candidates.at(gp.chosen).config;
+  EXPECT_TRUE(chosen.flash || !chosen.library.empty()) << chosen.str() << " holds whole rows of scores";
 }
 
 // The L2 model (planner/tiling.h): inputs larger than half the L2 are read from DRAM once per
