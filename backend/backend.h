@@ -139,7 +139,7 @@ struct ModuleSource {
     int64_t shared_bytes = 0;
     std::string library;  // set: a library call (planner::LibraryCall JSON), not a compiled kernel
   };
-  std::vector<KernelInfo> kernels;
+  std::vector<KernelInfo> kernels;  // a launch's each; launches that run one kernel repeat its name and shape
   std::string cuda_source;
   std::map<std::string, std::vector<char>> cubins;  // by architecture ("sm_90")
   std::map<std::string, std::string> ptx;           // by the target it was generated for ("sm_80", "sm_90a")

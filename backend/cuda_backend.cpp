@@ -749,6 +749,7 @@ class CudaBackend : public Backend {
       fail("kernel ", name, ": no signature in the module's CUDA text");
     };
     for (const ModuleSource::KernelInfo& k : module.kernels) {
+      if (fns.count(k.name)) continue;  // launches that run one kernel (compiler/compile_bundle.h) name it each
       if (!k.library.empty()) {
         std::string why;
         const planner::LibraryCall lc = planner::LibraryCall::from_json(k.library);

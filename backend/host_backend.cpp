@@ -247,6 +247,7 @@ class HostBackend : public Backend {
     auto module = generated ? std::make_unique<simt::Module>(source.cuda_source, compiler_) : nullptr;
     std::map<std::string, HostEntry> entries;
     for (const ModuleSource::KernelInfo& k : source.kernels) {
+      if (entries.count(k.name)) continue;  // launches that run one kernel (compiler/compile_bundle.h) name it each
       if (!k.library.empty()) {
         entries[k.name].library = planner::LibraryCall::from_json(k.library);
         continue;

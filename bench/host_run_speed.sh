@@ -34,7 +34,7 @@ for m in "$dir"/*/; do
   plan=$(mktemp -d)
   build/fusetune compile "$m/model.onnx" --device "$device" --libraries "$libraries" --out "$plan" > "$plan.log" 2>&1 ||
     { echo "$name: compile failed: $(tail -1 "$plan.log")"; rm -rf "$plan" "$plan.log"; continue; }
-  kernels=$(sed -nE 's/.* in ([0-9]+) kernels for.*/\1/p' "$plan.log")
+  kernels=$(sed -nE 's/.* in ([0-9]+) launches of .*/\1/p' "$plan.log")
   if ! ref=$(ran_in "$m/model.onnx" --inputs "$m/test_data_set_0") || ! sampled=$(ran_in "$plan" --inputs "$m/test_data_set_0") ||
      ! every=$(ran_in "$plan" --inputs "$m/test_data_set_0" --verify-blocks 0); then
     echo "$name: a run failed (above)"

@@ -23,7 +23,7 @@ for m in "$dir"/*/; do
   rc=$?
   set -e
   t2=$(date +%s.%N)
-  kernels=$(sed -nE 's/.* in ([0-9]+) kernels for.*/\1/p' "$plan.compile.log")
+  kernels=$(sed -nE 's/.* in ([0-9]+) launches of .*/\1/p' "$plan.compile.log")
   max_abs=$(sed -nE 's/.*max_abs=([^ ]+).*/\1/p' "$plan.run.log" | sort -g | tail -1)
   verdict=$([ $rc -eq 0 ] && echo match || echo "DIFFER/ERROR: $(tail -1 "$plan.run.log")")
   printf "%-16s %8s %10.1f %10.1f %12s %s\n" "$name" "$kernels" "$(python3 -c "print($t1 - $t0)")" \

@@ -25,6 +25,8 @@
 namespace fusetune::codegen {
 
 std::string emit_cuda(const std::vector<Kernel>& kernels);
+// One generated kernel's definition as emit_cuda prints it (no prelude).
+std::string emit_kernel(const Kernel& k);
 
 
 // The C type a parameter of this dtype has in generated code ("float", "unsigned short", ...).

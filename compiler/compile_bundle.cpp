@@ -8,6 +8,7 @@
 #include "backend/cudnn.h"
 #include "backend/nvrtc.h"
 #include "codegen/emit.h"
+#include "codegen/kernel_identity.h"
 #include "codegen/lower_group.h"
 #include "codegen/memory_plan.h"
 #include "core/error.h"
@@ -92,13 +93,25 @@ runtime::Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, c
       fresh[j] = lower_launch(l, static_cast<int>(keys[l][1]), "k" + std::to_string(l));
     });
     for (size_t j = 0; j < missing.size(); ++j) lowered_by_key[keys[missing[j]]] = std::move(fresh[j]);
+    // Launches whose generated kernels are the same up to their own names (codegen/kernel_identity.h:
+    // a model's repeated layers), on the same grid and shared memory, run one kernel: the later
+    // ones take the first one's name, and the module holds it once.
     kernels.clear();
     lowered.clear();
+    std::vector<codegen::Kernel> distinct;
+    std::map<std::string, std::string> named;  // a kernel's canonical text -> the name it runs under
     for (const std::vector<size_t>& key : keys) {
       lowered.push_back(lowered_by_key.at(key));
-      kernels.push_back(lowered.back().kernel);
+      codegen::Kernel& kernel = lowered.back().kernel;
+      if (kernel.library.empty()) {
+        const std::string launch = std::to_string(kernel.grid) + " blocks, " + std::to_string(kernel.shared_bytes) + " bytes\n";
+        const auto [first, unseen] = named.emplace(launch + codegen::canonical_text(kernel), kernel.name);
+        if (unseen) distinct.push_back(kernel);
+        kernel.name = first->second;
+      }
+      kernels.push_back(kernel);
     }
-    b.cuda_source = codegen::emit_cuda(kernels);
+    b.cuda_source = codegen::emit_cuda(distinct);
   };
   // Whether a kernel compiled on its own spills registers.
   auto spills_alone = [&](const codegen::Kernel& kernel) {

@@ -198,8 +198,8 @@ PipelineResult compile_model(const std::filesystem::path& model, const planner::
 
   r.verified = verify_bundle(g, r.plan, r.bundle, r.launches, options.verify);
   after(Pass::kVerify, [&] {
-    return std::to_string(r.verified.kernels) + " kernels verified on the host, " + std::to_string(r.verified.sampled) +
-           " of them on a sample of their blocks\n";
+    return std::to_string(r.verified.kernels) + " kernels verified on the host for " + std::to_string(r.verified.launches) +
+           " launches, " + std::to_string(r.verified.sampled) + " of them on a sample of their blocks\n";
   });
   return r;
 }

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <random>
+#include <set>
+#include <string>
 
 #include "backend/backend.h"
 #include "backend/verify.h"
@@ -23,7 +25,20 @@ BundleVerifyReport verify_bundle(const Graph& g, const planner::ModelPlan& plan,
   const std::unique_ptr<backend::Backend> host = backend::make_host_backend();
   const std::unique_ptr<backend::Module> module = host->load_source(source);
   std::mt19937 rng(static_cast<std::mt19937::result_type>(options.seed));
+  // A launch that runs the kernel of an earlier one (compile_bundle: the same text), or the same
+  // library call, for groups of the same signatures (a model's repeated layers: the same ops on the
+  // same shapes, other weights) computes what that one computed, and is not run again.
+  std::vector<size_t> verified;
+  std::set<std::string> seen;
   for (size_t i = 0; i < launches.size(); ++i) {
+    const codegen::Kernel& kernel = launches[i].lowered.kernel;
+    std::string key = kernel.library.empty() ? kernel.name : kernel.library;
+    for (size_t k : launches[i].groups) key += " " + plan.groups[k].signature;
+    if (seen.insert(key).second) verified.push_back(i);
+  }
+  report.launches = launches.size();
+  for (size_t n = 0; n < verified.size(); ++n) {
+    const size_t i = verified[n];
     const CompiledLaunch& l = launches[i];
     // The launch's groups as one (packed parts are independent; their nodes in graph order).
     planner::FusionGroup all;
@@ -47,7 +62,7 @@ BundleVerifyReport verify_bundle(const Graph& g, const planner::ModelPlan& plan,
           r.check_failed ? " (a check's finding)" : "", ": ", r.detail);
     ++report.kernels;
     report.sampled += r.coverage.whole() ? 0 : 1;
-    if (options.progress) options.progress(i + 1, launches.size());
+    if (options.progress) options.progress(n + 1, verified.size());
   }
   return report;
 }

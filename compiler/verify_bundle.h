@@ -4,12 +4,14 @@
 // Takes the graph, the plan, the bundle compile_bundle made of it (the configuration each group
 // was lowered with) and the launches it lowered (each kernel with the graph values bound to its
 // parameters and the plan's groups it computes). Builds the bundle's CUDA text (as it ships)
-// once for the host, then per launch draws random inputs for its groups (constants as they are),
-// computes their reference node by node, and runs the kernel (backend/verify.h): bounds, races,
-// barriers and uninitialised shared memory checked, every output element compared within the
-// dtype's tolerance (TF32's for a kernel on TF32 tensor cores). A grid larger than `sample_blocks`
-// runs that many of its blocks (the first, the last, others drawn from the seed), as `tune`
-// verifies candidates, so full-size models are checked in minutes. Library calls run as their host
+// once for the host, then per launch (one of the launches that run the same kernel or library call
+// for groups of the same signatures: a model's repeated layers) draws random inputs for its groups
+// (constants as they are), computes their reference node by node, and runs the kernel
+// (backend/verify.h): bounds, races, barriers and uninitialised shared memory checked, every
+// output element compared within the dtype's tolerance (TF32's for a kernel on TF32 tensor
+// cores). A grid larger than `sample_blocks` runs that many of its blocks (the first, the last,
+// others drawn from the seed), as `tune` verifies candidates, so full-size models are checked in
+// minutes. Library calls run as their host
 // equivalents. Guarantees: returns only when every kernel passed; otherwise throws Error naming
 // the kernel, its groups' pattern and configuration, and the first mismatch or finding.
 #pragma once
@@ -32,8 +34,9 @@ struct BundleVerifyOptions {
 };
 
 struct BundleVerifyReport {
-  size_t kernels = 0;  // verified
-  size_t sampled = 0;  // of them, on a sample of their grid's blocks
+  size_t launches = 0;  // the bundle's
+  size_t kernels = 0;   // verified: one launch per kernel and signatures
+  size_t sampled = 0;   // of them, on a sample of their grid's blocks
 };
 
 BundleVerifyReport verify_bundle(const Graph& g, const planner::ModelPlan& plan, const runtime::Bundle& bundle,

@@ -104,11 +104,11 @@ int cmd_compile(const std::vector<std::string>& argv) {
   }
   runtime::write_bundle(r.bundle, args.get("out"));
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("%s: %zu fusion groups in %d kernels for %s (%s), cubin %s, verified on the host (%zu of %zu on a "
-              "sample of %lld blocks), bundle written to %s in %.2fs\n",
-              model.string().c_str(), r.plan.groups.size(), r.plan.launches, device.name.c_str(), device.arch.c_str(),
-              r.bundle.cubins.count(device.arch) ? "compiled" : "not compiled (no NVRTC)", r.verified.sampled, r.verified.kernels,
-              static_cast<long long>(options.verify.sample_blocks), args.get("out").c_str(), s);
+  std::printf("%s: %zu fusion groups in %d launches of %zu distinct kernels for %s (%s), cubin %s, verified on the host "
+              "(%zu of %zu on a sample of %lld blocks), bundle written to %s in %.2fs\n",
+              model.string().c_str(), r.plan.groups.size(), r.plan.launches, r.verified.kernels, device.name.c_str(),
+              device.arch.c_str(), r.bundle.cubins.count(device.arch) ? "compiled" : "not compiled (no NVRTC)", r.verified.sampled,
+              r.verified.kernels, static_cast<long long>(options.verify.sample_blocks), args.get("out").c_str(), s);
   return 0;
 }
 

@@ -1,5 +1,6 @@
 // fusetune profile (its options: tools/command_table.cpp): runs a plan bundle once on the
-// host's SIMT executor (simt/executor.h), with its checks, and prints per kernel what it did to
+// host's SIMT executor (simt/executor.h), with its checks, and prints per kernel (the launches
+// that run one kernel together: a model's repeated layers; the JSON says how many) what it did to
 // memory: global requests and 32-byte sectors (loads, stores), sectors per request, the unique
 // sectors of the launch as bytes (a lower bound on the DRAM traffic a GPU moves), shared-memory
 // requests and bank-conflict wavefronts, barriers, floating-point operations (and transcendental
@@ -231,23 +232,42 @@ int cmd_profile(const std::vector<std::string>& argv) {
   simt::Counters total;
   int64_t modeled_total = 0, modeled_l2_total = 0, modeled_flops_total = 0;
   double sol_total_us = 0, modeled_us_total = 0;
-  for (const json& l : manifest.at("launches")) {
-    const std::string kernel = l.at("kernel").get<std::string>();
+  // A row per kernel: launches that run one kernel (compiler/compile_bundle.h: a model's repeated
+  // layers) are counted together by the host, and their row adds up what the model says of each.
+  struct KernelRow {
+    const json* launch = nullptr;  // the first that runs it
+    int launches = 0;
     int64_t modeled = 0, modeled_l2 = 0, modeled_flops = 0;
     double modeled_us = 0;
     std::string groups;
+  };
+  std::vector<std::string> order;
+  std::map<std::string, KernelRow> by_kernel;
+  for (const json& l : manifest.at("launches")) {
+    const std::string kernel = l.at("kernel").get<std::string>();
+    KernelRow& kr = by_kernel[kernel];
+    if (kr.launches++ == 0) {
+      order.push_back(kernel);
+      kr.launch = &l;
+      for (const json& g : l.at("groups")) kr.groups += (kr.groups.empty() ? "" : " | ") + g.at("pattern").get<std::string>();
+    }
     for (const json& g : l.at("groups")) {
-      modeled += g.value("modeled_dram_bytes", int64_t{0});
-      modeled_l2 += g.value("modeled_l2_bytes", int64_t{0});
-      modeled_flops += g.value("modeled_flops", int64_t{0});
-      modeled_us += g.value("modeled_us", 0.0);
-      groups += (groups.empty() ? "" : " | ") + g.at("pattern").get<std::string>();
+      kr.modeled += g.value("modeled_dram_bytes", int64_t{0});
+      kr.modeled_l2 += g.value("modeled_l2_bytes", int64_t{0});
+      kr.modeled_flops += g.value("modeled_flops", int64_t{0});
+      kr.modeled_us += g.value("modeled_us", 0.0);
     }
     // Groups packed into one launch pay one launch's overhead between them (planner/select.cpp),
     // where each group's modeled time counts its own.
     if (const size_t packed = l.at("groups").size(); packed > 1) {
-      modeled_us -= static_cast<double>(packed - 1) * planner::TilingOptions{}.launch_overhead_us;
+      kr.modeled_us -= static_cast<double>(packed - 1) * planner::TilingOptions{}.launch_overhead_us;
     }
+  }
+  for (const std::string& kernel : order) {
+    const KernelRow& kr = by_kernel.at(kernel);
+    const int64_t modeled = kr.modeled, modeled_l2 = kr.modeled_l2, modeled_flops = kr.modeled_flops;
+    const double modeled_us = kr.modeled_us;
+    const std::string& groups = kr.groups;
     const auto it = counted.find(kernel);
     if (it == counted.end()) continue;  // a library call (not executed by the SIMT executor), or a branch not taken
     const simt::Counters& c = it->second;
@@ -256,6 +276,7 @@ int cmd_profile(const std::vector<std::string>& argv) {
     modeled_l2_total += modeled_l2;
     modeled_flops_total += modeled_flops;
     rows.push_back({{"kernel", kernel},
+                    {"launches", kr.launches},
                     {"groups", groups},
                     {"counted",
                      {{"global_load_requests", c.global_load_requests},
@@ -290,7 +311,7 @@ int cmd_profile(const std::vector<std::string>& argv) {
       census_total += p->second;
     }
     if (sol) {
-      rows.back()["sol"] = sol_row(device, l, c, bundle.cuda_source, modeled_us);
+      rows.back()["sol"] = sol_row(device, *kr.launch, c, bundle.cuda_source, modeled_us);
       sol_total_us += rows.back()["sol"]["sol_us"].get<double>();
       modeled_us_total += modeled_us;
     }

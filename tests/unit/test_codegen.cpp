@@ -534,6 +534,15 @@ TEST(CodegenReduce, AnArgMaxOfAHalfComputedInTheGroupTiesAsTheTypeRoundsIt) {
   check_groups(g, groups, [&](const FusionGroup& fg) { return cooperative_tile(g, fg, 2, 64); }, "float16 ties, rows of 64 and 16");
 }
 
+// The group of the nodes producing `values`, the last one's result a graph output.
+FusionGroup group_exporting_last(Graph& g, const std::vector<int>& values) {
+  FusionGroup fg;
+  for (int value : values) fg.nodes.push_back(g.producers()[static_cast<size_t>(value)]);
+  g.outputs().push_back(values.back());
+  planner::describe_group(g, fg);
+  return fg;
+}
+
 // Element-wise ops whose result jumps see a float16 value computed in the group as the reference
 // stores it, rounded to float16: sqrt(4.00390625) is 2.0009766 in float and 2 in float16 (equal to
 // 2, not greater; its negation's floor -2, not -3), 300 x 300 is finite in float and infinite in
@@ -544,13 +553,7 @@ TEST(CodegenElementwise, JumpsOfAHalfComputedInTheGroupFallWhereTheTypeRoundsIt)
   const int h = g.add_constant("h", Tensor::from_floats(DType::kF16, {8}, v));
   const int two = g.add_constant("two", Tensor::from_floats(DType::kF16, {}, std::vector<float>{2.0f}));
   std::vector<FusionGroup> groups;
-  const auto group_of = [&](const std::vector<int>& values) {
-    FusionGroup fg;
-    for (int value : values) fg.nodes.push_back(g.producers()[static_cast<size_t>(value)]);
-    g.outputs().push_back(values.back());
-    planner::describe_group(g, fg);
-    groups.push_back(fg);
-  };
+  const auto group_of = [&](const std::vector<int>& values) { groups.push_back(group_exporting_last(g, values)); };
   for (const char* cmp : {"Equal", "Greater", "LessOrEqual"}) {
     const int y = add_op(g, "Sqrt", {h});
     group_of({y, add_op(g, cmp, {y, two})});
@@ -578,13 +581,7 @@ TEST(CodegenElementwise, AChainBeforeAJumpTakesEachStepAsTheTypeStoresIt) {
   const int two = g.add_constant("two", Tensor::from_floats(DType::kF16, {}, std::vector<float>{2.0f}));
   const int scale = g.add_constant("scale", Tensor::from_floats(DType::kF16, {}, std::vector<float>{4096.0f}));
   std::vector<FusionGroup> groups;
-  const auto group_of = [&](const std::vector<int>& values) {
-    FusionGroup fg;
-    for (int value : values) fg.nodes.push_back(g.producers()[static_cast<size_t>(value)]);
-    g.outputs().push_back(values.back());
-    planner::describe_group(g, fg);
-    groups.push_back(fg);
-  };
+  const auto group_of = [&](const std::vector<int>& values) { groups.push_back(group_exporting_last(g, values)); };
   const auto less_two = [&] {
     const int y = add_op(g, "Sqrt", {h});
     return std::vector<int>{y, add_op(g, "Sub", {y, two})};

@@ -46,7 +46,10 @@ TEST(Pipeline, EveryPassDumpsWhatItMadeInOrderWithEveryCheckOn) {
     EXPECT_NE(dumps[4].second.find("kernel " + l.lowered.kernel.name + " grid="), std::string::npos) << l.lowered.kernel.name;
   }
   EXPECT_NE(dumps[4].second.find("file manifest.json: " + std::to_string(r.bundle.manifest.size()) + " bytes"), std::string::npos);
-  EXPECT_EQ(dumps[5].second.find(std::to_string(r.launches.size()) + " kernels verified on the host"), 0u) << dumps[5].second;
+  EXPECT_EQ(dumps[5].second.find(std::to_string(r.verified.kernels) + " kernels verified on the host for " +
+                                 std::to_string(r.launches.size()) + " launches"),
+            0u)
+      << dumps[5].second;
 }
 
 // The road by hand: import (affines folded), plan_model, compile_bundle. The pipeline gives the
