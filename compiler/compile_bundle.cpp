@@ -1,8 +1,10 @@
 #include "compiler/compile_bundle.h"
 
+#include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <thread>
 
 #include "backend/cublas_lt.h"
 #include "backend/cudnn.h"
@@ -142,16 +144,24 @@ runtime::Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, c
       const planner::GroupPlan& gp = plan.groups[k];
       auto known = probed.find(gp.signature);
       if (known == probed.end()) {
-        size_t pick = choice[k];
+        // The other candidates in rank order, probed a batch of the machine's threads at a time
+        // (each its own NVRTC compilation: tens of seconds for a kernel of thousands of lines,
+        // which a large group's candidates all are); the first of them that does not spill wins.
+        std::vector<size_t> order;
         for (size_t c = 0; c < gp.candidates.size(); ++c) {
-          if (c == choice[k] || !gp.candidates[c].cost.valid ||
-              options.rejected.count({gp.signature, gp.candidates[c].config.str()})) {
-            continue;
+          if (c != choice[k] && gp.candidates[c].cost.valid && !options.rejected.count({gp.signature, gp.candidates[c].config.str()})) {
+            order.push_back(c);
           }
-          if (!spills_alone(codegen::lower_group(g, gp.group, gp.candidates[c].config, "probe").kernel)) {
-            pick = c;
-            break;
-          }
+        }
+        size_t pick = choice[k];
+        const size_t batch = std::max(1u, std::thread::hardware_concurrency());
+        for (size_t at = 0; at < order.size() && pick == choice[k]; at += batch) {
+          std::vector<char> spills(std::min(batch, order.size() - at));
+          parallel_for(spills.size(), [&](size_t j) {
+            spills[j] = spills_alone(codegen::lower_group(g, gp.group, gp.candidates[order[at + j]].config, "probe").kernel) ? 1 : 0;
+          });
+          const auto first = std::find(spills.begin(), spills.end(), 0);
+          if (first != spills.end()) pick = order[at + static_cast<size_t>(first - spills.begin())];
         }
         known = probed.emplace(gp.signature, pick).first;
       }
