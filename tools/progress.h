@@ -1,9 +1,9 @@
 // A progress line on stderr for long work: redrawn in place on a terminal, printed every 10%
 // otherwise and at least every 30 s while the work goes on (a tune whose first task takes minutes
-// still says how far it is), silent for work that finishes within half a second (with FUSETUNE_PROGRESS=lines in
-// the environment: every update as a line of its own from the start, at most ten a second and the
-// last always, which the Python package's progress callbacks read); once part is done it says
-// about how long the rest takes at the rate so far.
+// still says how far it is), silent for work that finishes within half a second (with
+// FUSETUNE_PROGRESS=lines in the environment: every update as a line of its own from the start, at
+// most ten a second and the last always, which the Python package's progress callbacks read); once
+// part is done it says about how long the rest takes at the rate so far.
 #pragma once
 
 #include <chrono>
