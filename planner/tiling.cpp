@@ -821,7 +821,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
     // every other anchor keeps its output region unless it is the root; a normalization keeps its
     // rows' statistics (below).
     const bool anchor = runs_as_stage(n);
-    anchors += anchor ? 1 : 0;
+    anchors += anchor && !absorbed.count(*it) ? 1 : 0;  // flash attention's core is one stage
     if (tensor) {
       smem += tensor_smem;
       tile_loads += tensor_loads;
@@ -871,6 +871,10 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
             ring ? 1.0 : static_cast<double>(ceil_div(b16 * dk16, cfg.threads) + ceil_div(b16 * dv16, cfg.threads));
         in_flight = std::min(in_flight, static_cast<double>(b16 * (dk + dv) * esize) / rounds);
         flash_registers = static_cast<int>(40 + dk16 / 4 + b16 / 2 + dv16 / 2 + 12 + 2 * ceil_div(rows, warps));
+        ++split_products;  // split-K splits the key tiles (flash-decoding): the output fragments and row statistics
+        split_steps = kt;
+        split_slot = (dv16 / 8 * 4 + 2 * ceil_div(rows, warps)) * cfg.threads;
+        if (cfg.split_k > 1) smem += rows * cfg.split_k * 4;  // the last block's weights
         if (n.outputs[0] != root) smem += out_elems * 4;
         continue;  // the SIMT form's charges below are not this form's
       }
@@ -891,6 +895,10 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       const double rounds = static_cast<double>(ceil_div(bc * dk, cfg.threads) + ceil_div(bc * dv, cfg.threads));
       in_flight = std::min(in_flight, static_cast<double>(bc * (dk + dv) * esize) / rounds);
       flash_registers = static_cast<int>(32 + tm * tn + tm + tn + 2 * um * un + 2 * ceil_div(rows, warps));
+      ++split_products;  // split-K splits the key tiles (flash-decoding): the output micro-tiles and row statistics
+      split_steps = kt;
+      split_slot = (um * un + 2 * ceil_div(rows, warps)) * cfg.threads;
+      if (cfg.split_k > 1) smem += rows * cfg.split_k * 4;  // the last block's weights
       if (n.outputs[0] != root) smem += out_elems * 4;
     } else if (n.op == "Conv") {
       // Conv (codegen/lower_group): without a step every output reads its window and weights
@@ -1172,10 +1180,10 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   const int64_t splits = std::max(1, cfg.split_k);
   double split_sum_us = 0;
   if (splits > 1) {
-    if (anchors != 1 || split_products != 1 || cfg.flash || cfg.gemv || split_steps < splits) {
-      c.reject = "split-K needs one staged MatMul or Conv (accumulators in registers) or cooperative reduction (not ArgMax "
-                 "or ArgMin; its outputs one batch) as the group's only anchor, with at least " +
-                 std::to_string(splits) + " reduction steps (a reduction's: a lane's share of its elements)";
+    if (anchors != 1 || split_products != 1 || cfg.gemv || split_steps < splits) {
+      c.reject = "split-K needs one staged MatMul or Conv (accumulators in registers), cooperative reduction (not ArgMax "
+                 "or ArgMin; its outputs one batch) or flash attention as the group's only anchor, with at least " +
+                 std::to_string(splits) + " reduction steps (a reduction's: a lane's share of its elements; flash attention's: key tiles)";
       return c;
     }
     const int64_t partial_bytes = c.tiles * splits * split_slot * 4;
@@ -1703,16 +1711,16 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
       }
     }
   }
-  // Split-K (codegen/stages/split_k.h): a staged MatMul or Conv or (unstaged, in a group with a
-  // reduction space of a warp's elements or more) a cooperative reduction (evaluate_tile rejects
-  // other anchors) whose tiles leave SMs idle also gets 2 to 16 blocks a tile, each a slice of
-  // the reduction, up to two blocks per SM; unless its work takes less time than a launch: a
+  // Split-K (codegen/stages/split_k.h): a staged MatMul or Conv, (unstaged, in a group with a
+  // reduction space of a warp's elements or more) a cooperative reduction, or flash attention
+  // (its key tiles split: flash-decoding; evaluate_tile rejects other anchors) whose tiles leave
+  // SMs idle also gets 2 to 16 blocks a tile, each a slice of the reduction, up to two blocks per SM; unless its work takes less time than a launch: a
   // split-K kernel never shares its launch, and such a kernel gains more from sharing one with its
   // siblings (planner/select.h) than from its idle SMs.
   for (size_t i = 0, generated = all.size(); i < generated; ++i) {
     const TileConfig base = all[i].config;
     const int64_t base_tiles = all[i].cost.tiles;
-    if ((base.reduce_step <= 0 && span < kWarp) || base.gemv || base.flash || base_tiles >= d.sms ||
+    if ((base.reduce_step <= 0 && span < kWarp) || base.gemv || base_tiles >= d.sms ||
         all[i].cost.modeled_us < 2 * opt.launch_overhead_us) {
       continue;
     }

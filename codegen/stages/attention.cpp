@@ -7,6 +7,7 @@
 #include <set>
 
 #include "codegen/scalar_ops.h"
+#include "codegen/stages/split_k.h"
 #include "core/error.h"
 #include "core/integer.h"
 #include "planner/strided_view.h"
@@ -121,6 +122,11 @@ class AttentionStage : public AnchorStage {
   // under `guard`, after `lets`.
   void finish(Kernel& k, const std::string& nm, const std::string& nn, const std::string& guard, const Block& lets,
               const std::vector<std::array<std::string, 3>>& cells);
+  // With the keys split over blocks (flash-decoding): each block's unnormalized outputs and its
+  // rows' running maxima and sums published (split_k.h), and the tile's last block combining them
+  // (cells, lets and guard as finish's) into its own accumulators and row sums; nothing unsplit.
+  void combine_splits(Kernel& k, const std::string& nm, const std::string& guard, const Block& lets,
+                      const std::vector<std::array<std::string, 3>>& cells);
 
   LoweringContext& cx_;
   const planner::AttentionCore& core_;
@@ -128,6 +134,7 @@ class AttentionStage : public AnchorStage {
   int64_t rows_ = 0, dv_ = 0, dk_ = 0, keys_ = 0, bc_ = 0;  // R, DV, the head (K) width, the keys, the key tile
   int64_t tm_ = 0, tn_ = 0, um_ = 0, un_ = 0;  // micro-tiles of the scores and of the output (SIMT)
   int64_t warps_ = 0, batches_ = 0;            // a warp per row: batches of rows
+  std::string first_tile_ = "0", end_tile_;    // the block's key tiles [first, end): all, or its split's
   std::string sq_, sk_, sv_, sp_, sa_, sl_;    // Q, K, V, the scores/probabilities, the rescaling factors, the sums
   std::string acc_, run_max_, run_sum_;        // thread-locals: the output, each batch's row statistics
   // The tensor-core form: 16-bit type, padded extents and pitches, the 16-bit probabilities,
@@ -404,6 +411,53 @@ void AttentionStage::finish(Kernel& k, const std::string& nm, const std::string&
   k.body.push_back(if_then(guard, write));
 }
 
+// The tile's splits each hold, per row, an output O_s not yet divided, its running maximum m_s
+// and sum l_s (over their keys alone). With M the rows' greatest m_s (0 where every m_s is -inf:
+// a row whose keys are all masked) and w_s = exp(m_s - M), the row's output is
+// sum_s w_s O_s / sum_s w_s l_s: the last block sets its accumulators to the numerator and its
+// rows' sums to the denominator, each summed in split order (the same whichever block arrives
+// last), and finish divides as unsplit. A split with no key tiles has m_s = -inf, l_s = 0 and
+// O_s = 0: weight 0.
+void AttentionStage::combine_splits(Kernel& k, const std::string& nm, const std::string& guard, const Block& lets,
+                                    const std::vector<std::array<std::string, 3>>& cells) {
+  const int64_t splits = cx_.splits();
+  if (splits == 1) return;
+  std::vector<std::string> values;
+  for (const auto& cell : cells) values.push_back(cell[0]);
+  const int64_t stats = static_cast<int64_t>(values.size());  // then each batch's maximum and sum
+  for (int64_t b = 0; b < batches_; ++b) {
+    values.push_back(run_max_ + "[" + std::to_string(b) + "]");
+    values.push_back(run_sum_ + "[" + std::to_string(b) + "]");
+  }
+  const SplitSlots slots = publish_split(cx_, k, values);
+  const auto read = [&](const std::string& i) { return "ft_ldcg(" + slots.buffer + ", " + slots.element("ft_s", i) + ")"; };
+  // A warp per row, as the online softmax's: every lane the row's weights and sum; lane 0 stores
+  // the weights.
+  const std::string weights = k.add_shared("fw" + std::to_string(out_value()), DType::kF32, rows_ * splits);
+  const std::string m = "(" + lit(stats) + " + 2 * ft_rb)", l = "(" + lit(stats) + " + 2 * ft_rb + 1)";
+  Block batch = {let(kIndexType, "ft_row", "ft_rb * " + lit(warps_) + " + ft_thread / " + lit(kWarpSize)),
+                 let("float", "fa_m", "(-ft_inf())"),
+                 serial_for("ft_s", "0", lit(splits), {assign("fa_m", "ft_fmaxn(fa_m, " + read(m) + ")")}),
+                 let("float", "fa_ref", "(fa_m == (-ft_inf()) ? 0.0f : fa_m)"), let("float", "fa_l", "0.0f")};
+  batch.push_back(serial_for("ft_s", "0", lit(splits),
+                             {let("float", "fa_w", "expf(" + read(m) + " - fa_ref)"), assign("fa_l", "fa_l + fa_w * " + read(l)),
+                              if_then("ft_row < " + nm + " && ft_thread % " + lit(kWarpSize) + " == 0",
+                                      {store(weights, "ft_row * " + lit(splits) + " + ft_s", "fa_w")})}));
+  batch.push_back(assign(run_sum_ + "[ft_rb]", "fa_l"));
+  k.body.push_back(serial_for("ft_rb", "0", lit(batches_), batch, static_cast<int>(batches_)));
+  k.body.push_back(barrier());
+  Block sum = lets;
+  for (size_t i = 0; i < cells.size(); ++i) {
+    const auto& [acc, row, col] = cells[i];
+    sum.push_back(assign(acc, "0.0f"));
+    sum.push_back(serial_for("ft_s", "0", lit(splits),
+                             {assign(acc, acc + " + (" + row + " < " + nm + " ? " + weights + "[" + row + " * " + lit(splits) +
+                                              " + ft_s] : 0.0f) * " + read(lit(static_cast<int64_t>(i))))}));
+  }
+  k.body.push_back(if_then(guard, sum));
+  release_split(k);
+}
+
 void AttentionStage::emit_simt(Kernel& k, const std::string& nm, const std::string& nn) {
   const Region& r = cx_.region.at(out_value());
   const size_t rank = r.n.size();
@@ -426,7 +480,7 @@ void AttentionStage::emit_simt(Kernel& k, const std::string& nm, const std::stri
   tile.push_back(barrier());
   for (Stmt& s : simt_update(nm)) tile.push_back(std::move(s));
   tile.push_back(barrier());
-  k.body.push_back(uniform_for("ft_kt", "0", lit(ceil_div(keys_, bc_)), tile));
+  k.body.push_back(uniform_for("ft_kt", first_tile_, end_tile_, tile));
   const int64_t ort = ceil_div(rows_, um_), oct = ceil_div(dv_, un_);
   std::vector<std::array<std::string, 3>> cells;
   for (int64_t a = 0; a < um_; ++a) {
@@ -434,8 +488,10 @@ void AttentionStage::emit_simt(Kernel& k, const std::string& nm, const std::stri
       cells.push_back({acc_ + "[" + std::to_string(a * un_ + b) + "]", "(ft_or + " + lit(a * ort) + ")", "(ft_oc + " + lit(b * oct) + ")"});
     }
   }
-  finish(k, nm, nn, "ft_thread < " + lit(ort * oct),
-         {let(kIndexType, "ft_or", "ft_thread / " + lit(oct)), let(kIndexType, "ft_oc", "ft_thread % " + lit(oct))}, cells);
+  const std::string guard = "ft_thread < " + lit(ort * oct);
+  const Block lets = {let(kIndexType, "ft_or", "ft_thread / " + lit(oct)), let(kIndexType, "ft_oc", "ft_thread % " + lit(oct))};
+  combine_splits(k, nm, guard, lets, cells);
+  finish(k, nm, nn, guard, lets, cells);
 }
 
 // The tensor-core form: warp w owns rows [16w, 16w + 16) of the tile. Q's A fragments are loaded
@@ -463,7 +519,7 @@ void AttentionStage::emit_tensor(Kernel& k, const std::string& nm, const std::st
   // tile's copies overlap the previous tile's products and softmax. A last tile commits an empty
   // group, so the count stays one a tile.
   if (ring_) {
-    stage_key_tile(k.body, "0", "0", lom, lon, nn);
+    stage_key_tile(k.body, first_tile_, first_tile_ == "0" ? "0" : "(" + first_tile_ + " & 1)", lom, lon, nn);
     k.body.push_back(copy_async_commit());
   }
   if (async_q) k.body.push_back(copy_async_wait(ring_ ? 1 : 0));
@@ -473,12 +529,11 @@ void AttentionStage::emit_tensor(Kernel& k, const std::string& nm, const std::st
                               "(" + w16 + " + " + lane + " % 16) * " + lit(pq_) + " + " + lit(kq * 16) + " + " + lane + " / 16 * 8"));
   }
   Block tile;
-  const int64_t tiles = ceil_div(keys_, bc_);
   std::string k0 = "0", v0 = "0";  // where the tile's slot starts in K's and V's buffers
   if (ring_) {
     Block next;
     stage_key_tile(next, "(ft_kt + 1)", "((ft_kt + 1) & 1)", lom, lon, nn);
-    tile.push_back(if_then("ft_kt + 1 < " + lit(tiles), next));
+    tile.push_back(if_then("ft_kt + 1 < " + end_tile_, next));
     tile.push_back(copy_async_commit());
     tile.push_back(copy_async_wait(1));
     tile.push_back(let(kIndexType, "ft_ks", "(ft_kt & 1) * " + lit(k_slot_)));
@@ -547,7 +602,9 @@ void AttentionStage::emit_tensor(Kernel& k, const std::string& nm, const std::st
     }
   }
   tile.push_back(barrier());
-  k.body.push_back(uniform_for("ft_kt", "0", lit(tiles), tile));
+  k.body.push_back(uniform_for("ft_kt", first_tile_, end_tile_, tile));
+  // A split beyond the last key tile runs no tile: its first tile's copies (zeros) still fly.
+  if (ring_ && cx_.splits() > 1) k.body.push_back(copy_async_wait(0));
   std::vector<std::array<std::string, 3>> cells;
   for (int64_t j = 0; j < dv16_ / 8; ++j) {
     for (int64_t c = 0; c < 4; ++c) {
@@ -555,7 +612,9 @@ void AttentionStage::emit_tensor(Kernel& k, const std::string& nm, const std::st
                        "(2 * ft_t + " + lit(j * 8 + c % 2) + ")"});
     }
   }
-  finish(k, nm, nn, w16 + " < " + nm, {let(kIndexType, "ft_g", lane + " / 4"), let(kIndexType, "ft_t", lane + " % 4")}, cells);
+  const Block lets = {let(kIndexType, "ft_g", lane + " / 4"), let(kIndexType, "ft_t", lane + " % 4")};
+  combine_splits(k, nm, w16 + " < " + nm, lets, cells);
+  finish(k, nm, nn, w16 + " < " + nm, lets, cells);
 }
 
 void AttentionStage::emit(Kernel& k) {
@@ -564,6 +623,9 @@ void AttentionStage::emit(Kernel& k) {
   const std::string nm = r.n[rank - 2], nn = r.n[rank - 1];
   k.body.push_back(serial_for("ft_e", "0", lit(batches_), {assign(run_max_ + "[ft_e]", "(-ft_inf())"), assign(run_sum_ + "[ft_e]", "0.0f")},
                               static_cast<int>(batches_)));
+  const int64_t tiles = ceil_div(keys_, bc_);
+  first_tile_ = split_first_step(cx_, k, tiles);
+  end_tile_ = split_end_step(cx_, first_tile_, tiles);
   if (tensor_) {
     emit_tensor(k, nm, nn);
   } else {

@@ -32,7 +32,12 @@
 // without .trans gives two n8 blocks of keys), each lane takes its fragment elements through the
 // chain to float scores in shared memory, the online softmax above leaves the probabilities as
 // 16-bit values, and each lane rescales its output fragments by its two rows' factors before
-// O += P V (P by ldmatrix.x4 as A, V by ldmatrix.x4.trans as B). Guarantees: the reference's softmax(chain(Q K)) V up to float32 rounding
+// O += P V (P by ldmatrix.x4 as A, V by ldmatrix.x4.trans as B).
+// With the key tiles split over blocks (the candidate's split_k: flash-decoding, for a decode
+// step's few rows), each block runs its split's tiles (split_k.h's slices), publishes its
+// outputs before the division and its rows' running maxima and sums (split_k.h publish_split),
+// and the tile's last block weighs split s by exp(m_s - max m) into its accumulators and row
+// sums, in split order, before the division. Guarantees: the reference's softmax(chain(Q K)) V up to float32 rounding
 // (the max-subtracted exponentials of the online softmax), NaN where the reference has NaN (a
 // row with every key at -inf); the warp reductions sit at block-uniform points, every lane
 // reaching them; no thread reads shared memory another writes between the same two barriers.

@@ -17,21 +17,21 @@ std::string split_end_step(const LoweringContext& cx, const std::string& k0, int
   return "ft_min(" + k0 + " + " + lit(split_steps(cx, steps)) + ", " + lit(steps) + ")";
 }
 
-void emit_split_sum(LoweringContext& cx, Kernel& k, const std::string& acc, int64_t count, const std::string& op, DType dtype) {
+SplitSlots publish_split(LoweringContext& cx, Kernel& k, const std::vector<std::string>& values, DType dtype) {
   const int64_t splits = cx.splits();
-  if (splits == 1) return;
+  check(splits > 1, "split-K: publishing a block's values without a split");
   check(k.scratch.empty(), "split-K: a kernel with two split reductions");
-  check(dtype == DType::kF32 || (dtype == DType::kU32 && op == "sum"), "split-K sums float32 or uint32 accumulators, or takes float32 maxima");
   const std::string flags = "ft_flags", partials = "ft_partials";
-  const int64_t slot = count * k.threads;  // one block's partial products
+  const int64_t slot = static_cast<int64_t>(values.size()) * k.threads;  // one block's values
   k.scratch.push_back({flags, DType::kU32, cx.tiles(), true});
   k.scratch.push_back({partials, dtype, cx.tiles() * splits * slot, true});
   const std::string last = k.add_shared("ft_last", DType::kF32, 1);
-  const auto element = [&](const std::string& split, int64_t i) {
-    return "(ft_tile * " + lit(splits) + " + " + split + ") * " + lit(slot) + " + " + lit(i * k.threads) + " + ft_thread";
-  };
-  k.body.push_back(comment("split-K: this block's partial products, then the last block of the tile sums them"));
-  for (int64_t i = 0; i < count; ++i) k.body.push_back(store(partials, element("ft_split", i), acc + "[" + std::to_string(i) + "]"));
+  SplitSlots out{partials, [splits, slot, threads = k.threads](const std::string& split, const std::string& i) {
+                   return "(ft_tile * " + lit(splits) + " + " + split + ") * " + lit(slot) + " + (" + i + ") * " + lit(threads) +
+                          " + ft_thread";
+                 }};
+  k.body.push_back(comment("split-K: this block's partial values, then the last block of the tile combines them"));
+  for (size_t i = 0; i < values.size(); ++i) k.body.push_back(store(partials, out.element("ft_split", lit(static_cast<int64_t>(i))), values[i]));
   k.body.push_back(fence());
   k.body.push_back(barrier());
   k.body.push_back(if_then("ft_thread == 0", {atomic(flags, "ft_tile", "1u", "add", "ft_arrived"),
@@ -39,14 +39,25 @@ void emit_split_sum(LoweringContext& cx, Kernel& k, const std::string& acc, int6
   k.body.push_back(barrier());
   k.body.push_back(exit_unless(last + "[0] != 0.0f"));
   k.body.push_back(fence());
-  for (int64_t i = 0; i < count; ++i) k.body.push_back(assign(acc + "[" + std::to_string(i) + "]", op == "max" ? "(-ft_inf())" : dtype == DType::kU32 ? "0u" : "0.0f"));
+  return out;
+}
+
+void release_split(Kernel& k) { k.body.push_back(if_then("ft_thread == 0", {atomic("ft_flags", "ft_tile", "0u", "exch")})); }
+
+void emit_split_sum(LoweringContext& cx, Kernel& k, const std::string& acc, int64_t count, const std::string& op, DType dtype) {
+  if (cx.splits() == 1) return;
+  check(dtype == DType::kF32 || (dtype == DType::kU32 && op == "sum"), "split-K sums float32 or uint32 accumulators, or takes float32 maxima");
+  std::vector<std::string> cells;
+  for (int64_t i = 0; i < count; ++i) cells.push_back(acc + "[" + std::to_string(i) + "]");
+  const SplitSlots slots = publish_split(cx, k, cells, dtype);
+  for (const std::string& cell : cells) k.body.push_back(assign(cell, op == "max" ? "(-ft_inf())" : dtype == DType::kU32 ? "0u" : "0.0f"));
   Block sum;
   for (int64_t i = 0; i < count; ++i) {
-    const std::string cell = acc + "[" + std::to_string(i) + "]";
-    sum.push_back(assign(cell, warp_combine(op, cell, "ft_ldcg(" + partials + ", " + element("ft_s", i) + ")")));
+    const std::string& cell = cells[static_cast<size_t>(i)];
+    sum.push_back(assign(cell, warp_combine(op, cell, "ft_ldcg(" + slots.buffer + ", " + slots.element("ft_s", lit(i)) + ")")));
   }
-  k.body.push_back(serial_for("ft_s", "0", lit(splits), sum));
-  k.body.push_back(if_then("ft_thread == 0", {atomic(flags, "ft_tile", "0u", "exch")}));
+  k.body.push_back(serial_for("ft_s", "0", lit(cx.splits()), sum));
+  release_split(k);
 }
 
 }  // namespace fusetune::codegen::stages

@@ -1,13 +1,13 @@
-// Split-K: a staged MatMul or Conv (implicit GEMM, stages/conv_gemm.h), or a cooperative
-// reduction (stages/reduce.h), whose tiles are too few
+// Split-K: a staged MatMul or Conv (implicit GEMM, stages/conv_gemm.h), a cooperative
+// reduction (stages/reduce.h) or flash attention (stages/attention.h), whose tiles are too few
 // to fill the device runs each tile on several blocks (TileConfig::split_k), each summing a slice
 // of the reduction steps, and the last of them to finish sums the slices' partial products and
 // runs the epilogue.
 //
 // Takes the lowering context of a group whose candidate asks for split-K (its tile_setup made the
 // tile's splits consecutive blocks, with uniform lets ft_tile and ft_split) and a staged MatMul
-// stage (stages/matmul.h's register-blocked form, stages/mma_matmul.h's tensor-core forms) or
-// Conv stage (register-blocked) with
+// stage (stages/matmul.h's register-blocked form, stages/mma_matmul.h's tensor-core forms), a
+// Conv stage (register-blocked) or the flash attention stage (its key tiles the steps) with
 // `steps` reduction steps in all. split_first_step declares the block's first step as the uniform
 // let ft_k0 (split s runs steps [s * per, s * per + per), per = split_steps(steps); the last
 // split's steps beyond K stage zeros). After the block's last step, with its accumulators in
@@ -28,7 +28,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "codegen/stages/context.h"
 
@@ -52,5 +54,19 @@ std::string split_end_step(const LoweringContext& cx, const std::string& k0, int
 // (NaN-propagating, as a warp reduction) instead.
 void emit_split_sum(LoweringContext& cx, Kernel& k, const std::string& acc, int64_t count, const std::string& op = "sum",
                     DType dtype = DType::kF32);
+
+// emit_split_sum's two halves, for a stage whose slots combine otherwise (flash attention's
+// split keys, stages/attention.h: partial outputs rescaled by their rows' maxima). publish_split
+// stores each thread's `values` (expressions, in order) to the block's slot of the scratch buffer
+// and ends every block but the tile's last (the publication chain above); the last block's
+// threads continue, fenced, and read split s's value i of their own thread at
+// `element(s, i)` of `buffer` (by ft_ldcg; s and i index expressions). release_split resets the tile's counter (thread 0),
+// after the last block's reads.
+struct SplitSlots {
+  std::string buffer;
+  std::function<std::string(const std::string& split, const std::string& i)> element;
+};
+SplitSlots publish_split(LoweringContext& cx, Kernel& k, const std::vector<std::string>& values, DType dtype = DType::kF32);
+void release_split(Kernel& k);
 
 }  // namespace fusetune::codegen::stages

@@ -199,12 +199,16 @@ TEST(CodegenAttention, LongSequencesTakeTheFlashForm) {
   };
   const planner::FusionPlan fused = planner::fuse(g);
   EXPECT_EQ(group_of(fused, g, "MatMul", 0), group_of(fused, g, "MatMul", 1)) << "attention over 16,384 keys not stitched";
-  // The same tiles over 1,024 keys take the same shared memory.
+  // The same tiles over 1,024 keys take the same shared memory (unsplit: a split's last block
+  // holds its weights, as many as the splits, whose count the keys bound).
   Attention shorter = a;
   shorter.keys = 1024;
   Graph g2;
   const FusionGroup fg2 = add_attention(g2, DType::kF16, shorter);
-  EXPECT_EQ(planner::evaluate_tile(g2, fg2, h100, best.config).smem_bytes, best.cost.smem_bytes) << best.config.str();
+  TileConfig whole = best.config;
+  whole.split_k = 1;
+  EXPECT_EQ(planner::evaluate_tile(g2, fg2, h100, whole).smem_bytes, planner::evaluate_tile(g, fg, h100, whole).smem_bytes)
+      << whole.str();
   a.queries = 256;
   a.keys = 1024;
   a.causal = true;
@@ -242,6 +246,126 @@ TEST(CodegenAttention, APrefillWhoseRowsFitIsStitchedWholeWhereThePairIsNot) {
   const planner::GroupPlan& gp = plan.groups[static_cast<size_t>(holding_matmuls[0])];
   const planner::TileConfig& chosen = gp.candidates.at(gp.chosen).config;
   EXPECT_TRUE(chosen.flash || !chosen.library.empty()) << chosen.str() << " holds whole rows of scores";
+}
+
+// Flash-decoding: a decode step's attention (one query row a head) has as many tiles as heads,
+// too few to fill the device, so its key tiles split over blocks (TileConfig::split_k), each
+// block's unnormalized output and row statistics combined by the tile's last block. TinyLlama's
+// step (32 heads over 4, a cache of 1,023 keys and the new one, 64 wide, float16) on the H200:
+// the best flash candidate splits and models faster than the best unsplit one, and the plan
+// runs the attention as one launch. Differentially, in every type: a grouped-query decode step
+// over 300 keys with a mask, split as planned, into 3 splits and into 16 of one key tile each
+// (19 tiles: the last six splits run none), SIMT and on tensor cores; 20 causal rows over 200
+// keys (rows in batches of warps) split 3 ways; Kᵀ in memory over 72 keys in 4 splits (on
+// tensor cores its tiles move by cp.async, and a split that runs none waits for its first
+// tile's copies). Every barrier of a split kernel deleted in
+// turn is a finding.
+TEST(CodegenAttention, ADecodeStepSplitsItsKeysOverBlocks) {
+  {
+    Attention a;
+    a.heads = 32;
+    a.kv_heads = 4;
+    a.queries = 1;
+    a.keys = 1024;
+    a.head = a.value_width = 64;
+    a.mask = true;
+    Graph g;
+    const FusionGroup fg = add_attention(g, DType::kF16, a);
+    planner::TilingOptions opt;
+    opt.top_k = 1 << 20;
+    opt.library_algorithms = 0;
+    const planner::Device& h200 = planner::find_device("h200");
+    const planner::Candidate* split = nullptr;
+    const planner::Candidate* whole = nullptr;
+    const auto candidates = planner::tile_candidates(g, fg, h200, opt);
+    for (const planner::Candidate& c : candidates) {
+      if (!c.config.flash) continue;
+      if (c.config.split_k > 1 && split == nullptr) split = &c;
+      if (c.config.split_k == 1 && whole == nullptr) whole = &c;
+    }
+    ASSERT_TRUE(split != nullptr && whole != nullptr);
+    EXPECT_LT(split->cost.modeled_us, whole->cost.modeled_us) << split->config.str() << " against " << whole->config.str();
+    EXPECT_TRUE(candidates.front().config.flash) << candidates.front().config.str();
+    EXPECT_GT(candidates.front().config.split_k, 1) << candidates.front().config.str();
+    std::printf("TinyLlama's decode attention on the H200, modeled: split %s %.2f us, unsplit %s %.2f us\n",
+                split->config.str().c_str(), split->cost.modeled_us, whole->config.str().c_str(), whole->cost.modeled_us);
+    g.outputs().push_back(fg.outputs[0]);
+    EXPECT_EQ(planner::plan_model(g, h200).launches, 1);
+  }
+  Attention step;  // a grouped-query decode step
+  step.heads = 8;
+  step.kv_heads = 2;
+  step.queries = 1;
+  step.keys = 300;
+  step.head = step.value_width = 32;
+  step.mask = true;
+  Attention transposed = step;  // Kᵀ in memory, its rows 16-byte aligned: every key tile by cp.async
+  transposed.heads = transposed.kv_heads = 2;  // not repeated: K and V are views the stage copies
+  transposed.keys = 72;
+  transposed.k_transposed = true;
+  Attention rows;  // rows in batches of the block's warps
+  rows.heads = rows.kv_heads = 2;
+  rows.queries = 20;
+  rows.keys = 200;
+  rows.causal = true;
+  const auto split = [](TileConfig cfg, int splits, int64_t keys = 0) {
+    cfg.split_k = splits;
+    if (keys > 0) cfg.reduce_step = keys;
+    return cfg;
+  };
+  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
+    Graph g;
+    const FusionGroup decode = add_attention(g, dt, step, "d_");
+    const FusionGroup many = add_attention(g, dt, rows, "r_");
+    const FusionGroup kt = add_attention(g, dt, transposed, "t_");
+    std::vector<FusionGroup> cases;
+    std::vector<TileConfig> configs;
+    const auto add = [&](const FusionGroup& fg, const TileConfig& cfg) {
+      ASSERT_TRUE(planner::evaluate_tile(g, fg, planner::find_device("h100"), cfg).valid) << cfg.str();
+      cases.push_back(fg);
+      configs.push_back(cfg);
+    };
+    for (bool tensor : {false, true}) {
+      if (tensor && dt == DType::kF32) continue;
+      const TileConfig best = best_flash(g, decode, tensor);
+      if (best.split_k > 1) add(decode, best);
+      add(decode, split(best, 3));
+      add(decode, split(best, 16, 16));
+      TileConfig more = best_flash(g, many, tensor);
+      more.threads = 64;  // two warps: the rows' statistics in batches of two
+      more.tile[2] = 32;                // every row in one tile
+      add(many, split(more, 3, 16));
+      add(kt, split(best_flash(g, kt, tensor), 4, 16));  // 5 key tiles, two a split: the last runs none
+    }
+    size_t next = 0;
+    check_groups(g, cases, [&](const FusionGroup&) { return configs[next++]; },
+                 std::string(dtype_name(dt)) + ": a decode step's keys and 20 causal rows split", sm90);
+  }
+  for (bool tensor : {false, true}) {
+    Graph g;
+    const FusionGroup fg = add_attention(g, tensor ? DType::kF16 : DType::kF32, rows);
+    TileConfig cfg = split(best_flash(g, fg, tensor), 3, 32);
+    cfg.threads = 64;
+    cfg.tile[2] = 32;
+    const LoweredKernel good = lower_group(g, fg, cfg, "attention");
+    EXPECT_GE(planner::evaluate_tile(g, fg, planner::find_device("h100"), cfg).smem_bytes, good.kernel.shared_bytes) << cfg.str();
+    LoweredKernel probe = good;
+    const int barriers = drop_barrier(probe.kernel.body, -1);
+    auto backend = backend::make_host_backend();
+    std::mt19937 rng(fusetune::testing::test_seed());
+    {
+      auto module = backend->load({good.kernel});
+      ASSERT_TRUE(backend::verify_kernel(g, fg, good, *backend, *module, rng).ok);
+    }
+    for (int i = 0; i < barriers; ++i) {
+      LoweredKernel bad = good;
+      drop_barrier(bad.kernel.body, i);
+      auto module = backend->load({bad.kernel});
+      const backend::VerifyResult r = backend::verify_kernel(g, fg, bad, *backend, *module, rng);
+      EXPECT_TRUE(!r.ok && r.check_failed) << (tensor ? "tensor cores: " : "") << "barrier " << i << " of " << barriers
+                                           << " deleted: " << r.detail << "\n" << to_text(bad.kernel);
+    }
+  }
 }
 
 // The L2 model (planner/tiling.h): inputs larger than half the L2 are read from DRAM once per
@@ -399,6 +523,7 @@ TEST(CodegenAttention, EveryDeletedBarrierOrWaitIsARace) {
     EXPECT_TRUE(planner::streams_key_tiles(g, fg, *core));
   }
   TileConfig cfg = best_flash(g, fg, tensor);
+  cfg.split_k = 1;  // split keys: ADecodeStepSplitsItsKeysOverBlocks
   cfg.reduce_step = 32;
   cfg.threads = 64;  // two warps: a barrier that orders only one warp's lanes would be redundant
   if (tensor) cfg.tile[2] = 32;  // 32 rows: a warp per 16
