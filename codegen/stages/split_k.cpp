@@ -1,5 +1,7 @@
 #include "codegen/stages/split_k.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace fusetune::codegen::stages {
@@ -22,16 +24,32 @@ SplitSlots publish_split(LoweringContext& cx, Kernel& k, const std::vector<std::
   check(splits > 1, "split-K: publishing a block's values without a split");
   check(k.scratch.empty(), "split-K: a kernel with two split reductions");
   const std::string flags = "ft_flags", partials = "ft_partials";
-  const int64_t slot = static_cast<int64_t>(values.size()) * k.threads;  // one block's values
+  const int64_t quads = (static_cast<int64_t>(values.size()) + 3) / 4;
+  const int64_t slot = quads * 4 * k.threads;  // one block's values
   k.scratch.push_back({flags, DType::kU32, cx.tiles(), true});
   k.scratch.push_back({partials, dtype, cx.tiles() * splits * slot, true});
   const std::string last = k.add_shared("ft_last", DType::kF32, 1);
   SplitSlots out{partials, [splits, slot, threads = k.threads](const std::string& split, const std::string& i) {
-                   return "(ft_tile * " + lit(splits) + " + " + split + ") * " + lit(slot) + " + (" + i + ") * " + lit(threads) +
-                          " + ft_thread";
+                   return "(ft_tile * " + lit(splits) + " + " + split + ") * " + lit(slot) + " + (" + i + ") / 4 * " +
+                          lit(4 * threads) + " + ft_thread * 4 + (" + i + ") % 4";
                  }};
   k.body.push_back(comment("split-K: this block's partial values, then the last block of the tile combines them"));
-  for (size_t i = 0; i < values.size(); ++i) k.body.push_back(store(partials, out.element("ft_split", lit(static_cast<int64_t>(i))), values[i]));
+  // A thread's values in 16-byte quads (a warp's store is 512 contiguous bytes; float32 values),
+  // the last quad's remainder (and 32-bit integers) one by one.
+  for (int64_t q = 0; q < quads; ++q) {
+    const size_t first = static_cast<size_t>(4 * q);
+    const std::string at = out.element("ft_split", lit(4 * q));
+    if (first + 4 <= values.size() && dtype == DType::kF32) {
+      const std::string quad = "ft_pq" + std::to_string(q), ctype = vector_ctype(dtype);
+      k.body.push_back(let(ctype, quad, "ft_pack_" + ctype + "(" + values[first] + ", " + values[first + 1] + ", " +
+                                            values[first + 2] + ", " + values[first + 3] + ")"));
+      k.body.push_back(vector_store(partials, at, quad, dtype));
+    } else {
+      for (size_t i = first; i < std::min(first + 4, values.size()); ++i) {
+        k.body.push_back(store(partials, out.element("ft_split", lit(static_cast<int64_t>(i))), values[i]));
+      }
+    }
+  }
   k.body.push_back(fence());
   k.body.push_back(barrier());
   k.body.push_back(if_then("ft_thread == 0", {atomic(flags, "ft_tile", "1u", "add", "ft_arrived"),

@@ -184,6 +184,8 @@ TEST(SplitK, EveryLinkOfTheHandOverDeletedIsCaught) {
   }
 }
 
+// The hand-over in PTX: the arrival and reset atomics, the fences, the last block's loads past L1,
+// and each thread's partial products stored four floats in one 16-byte store.
 TEST(SplitK, TheCudaTextIssuesAtomicsFencesAndL1BypassingLoads) {
   if (!backend::nvrtc_available()) GTEST_SKIP() << "NVRTC not available in this build";
   const auto c = skinny_chains(DType::kF16);
@@ -193,6 +195,7 @@ TEST(SplitK, TheCudaTextIssuesAtomicsFencesAndL1BypassingLoads) {
   EXPECT_NE(ptx.find("atom.global.exch.b32"), std::string::npos);
   EXPECT_NE(ptx.find("membar.gl"), std::string::npos) << "__threadfence() is membar.gl in PTX";
   EXPECT_NE(ptx.find("ld.global.cg.f32"), std::string::npos);
+  EXPECT_NE(ptx.find("st.global.v4.f32"), std::string::npos) << "a thread's partial products four in a 16-byte store";
 }
 
 // A MatMul + bias + Relu of float16, m x k times k x n, as one group.
