@@ -1604,6 +1604,33 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
     const Node& node = g.nodes()[static_cast<size_t>(n)];
     return dp4a_matmul(g, node) && g.value(node.outputs[0]).shape != rs && g.value(node.outputs[0]).shape.back() == map;
   });
+  // A product whose columns the group splits into heads ahead of its rows (a projection x W
+  // reshaped to [batch, rows, heads, width] and transposed to [batch, heads, rows, width], as
+  // LLaMA's rotary embedding takes Q and K): the root's last axis is one head, so tiles over it
+  // alone are at most a head wide, and each re-reads the rows of x that its neighbours read. Such
+  // a product also gets tiles of several whole heads (tn / width of them, the axis before the
+  // rows): the product's tile is still one matrix, rows by tn columns.
+  const size_t rank = rs.size();
+  const bool heads_split = rank >= 3 && rs.back() % 8 == 0 && rs[rank - 3] > 1 &&
+                           std::any_of(group.nodes.begin(), group.nodes.end(), [&](int n) {
+                             const Node& node = g.nodes()[static_cast<size_t>(n)];
+                             if (node.op != "MatMul" || !mma_matmul(g, node, opt.tf32)) return false;
+                             const int64_t cols = g.value(node.outputs[0]).shape.back();
+                             return cols > rs.back() && cols % rs.back() == 0;
+                           });
+  const auto head_tiles = [&](int64_t tm, int64_t tn) {
+    std::vector<std::vector<int64_t>> out;
+    const int64_t heads = tn / std::max<int64_t>(rs.back(), 1);
+    if (!heads_split || tn <= rs.back() || tn % rs.back() != 0 || rs[rank - 3] < heads || (tm > 16 && rs[rank - 2] <= tm / 2)) {
+      return out;
+    }
+    std::vector<int64_t> tile(rank, 1);
+    tile[rank - 3] = heads;
+    tile[rank - 2] = std::min(tm, std::max<int64_t>(rs[rank - 2], 1));
+    tile[rank - 1] = rs.back();
+    out.push_back(tile);
+    return out;
+  };
   if (d.compute_capability >= 80 && rs.size() >= 2 && (has_mma_matmul(g, group, opt.tf32) || dp4a)) {
     for (int64_t tm : {16, 32, 64, 128}) {
       for (int64_t tn : {8, 16, 32, 64, 128}) {
@@ -1623,6 +1650,7 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
           const int64_t positions = tile[rs.size() - 2] * rs.back();
           if (tn == 8 || positions <= tn || tile[rs.size() - 2] > 1) shapes.push_back({tile, ceil_div(tile[1], 16) * ceil_div(positions, 8)});
         }
+        for (const std::vector<int64_t>& tile : head_tiles(tm, tn)) shapes.push_back({tile, ceil_div(tile[rank - 2], 16) * ceil_div(tn, 8)});
         for (const auto& [tile, fragments] : shapes) {
           for (int warps : {1, 2, 4, 8}) {
             if (warps > fragments || fragments > 16 * warps) continue;
@@ -1644,18 +1672,23 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
   if (has_wgmma(d) && rs.size() >= 2 && has_mma_matmul(g, group, false)) {
     for (int64_t tm : {64, 128, 256}) {
       for (int64_t tn : {16, 32, 64, 128, 256}) {
-        std::vector<int64_t> tile(rs.size(), 1);
-        tile[rs.size() - 2] = std::min(tm, std::max<int64_t>(rs[rs.size() - 2], 1));
-        tile[rs.size() - 1] = std::min(tn, std::max<int64_t>(rs.back(), 1));
-        if ((tm > 64 && rs[rs.size() - 2] <= tm / 2) || (tn > 16 && rs.back() <= tn / 2)) continue;  // whole already
-        for (int groups : {1, 2}) {
-          if (groups * 64 > tm) continue;
-          for (int64_t step : {16, 32, 64}) {
-            if (step > 16 && step >= ceil_div(std::max<int64_t>(k_extent, 1), 16) * 16 * 2) continue;
-            TileConfig cfg{tile, step, groups * 4 * d.warp_size, 1, true};
-            cfg.wgmma = true;
-            Cost c = evaluate_tile(g, group, d, cfg, opt);
-            if (c.valid) all.push_back({cfg, c});
+        std::vector<std::vector<int64_t>> shapes = head_tiles(tm, tn);
+        if (!((tm > 64 && rs[rs.size() - 2] <= tm / 2) || (tn > 16 && rs.back() <= tn / 2))) {  // else whole already
+          std::vector<int64_t> tile(rs.size(), 1);
+          tile[rs.size() - 2] = std::min(tm, std::max<int64_t>(rs[rs.size() - 2], 1));
+          tile[rs.size() - 1] = std::min(tn, std::max<int64_t>(rs.back(), 1));
+          shapes.push_back(tile);
+        }
+        for (const std::vector<int64_t>& tile : shapes) {
+          for (int groups : {1, 2}) {
+            if (groups * 64 > tm) continue;
+            for (int64_t step : {16, 32, 64}) {
+              if (step > 16 && step >= ceil_div(std::max<int64_t>(k_extent, 1), 16) * 16 * 2) continue;
+              TileConfig cfg{tile, step, groups * 4 * d.warp_size, 1, true};
+              cfg.wgmma = true;
+              Cost c = evaluate_tile(g, group, d, cfg, opt);
+              if (c.valid) all.push_back({cfg, c});
+            }
           }
         }
       }

@@ -455,6 +455,56 @@ TEST(TensorCoreMatMul, IrShowsFragmentsLdmatrixAndMma) {
 
 // ---- planner --------------------------------------------------------------------------------
 
+// A projection split into heads ahead of its rows (x W reshaped to [batch, rows, heads, width],
+// transposed to [batch, heads, rows, width]) with LLaMA's rotary epilogue (rotate_half: the
+// head's halves swapped, one negated; times sin, plus the product times cos): the root's last
+// axis is one head, so tiles over it alone are at most a head wide. The planner also offers
+// tensor-core tiles of several whole heads (mma.sync on the H100, wgmma on the H200), whose
+// product tile is one matrix of rows by heads x width; the best of each form (and a four-head
+// tile of 32 rows) match the reference on the host.
+TEST(TensorCorePlanner, AProjectionSplitIntoHeadsGetsTilesOfSeveralHeads) {
+  const int64_t rows = 64, heads = 8, width = 32, hidden = heads * width;
+  Graph g;
+  const int x = add_input(g, "x", DType::kF16, {1, rows, hidden});
+  const int w = fusetune::testing::random_constant(g, "w", DType::kF16, {hidden, hidden}, 11u);
+  int q = add_op(g, "Reshape", {add_op(g, "MatMul", {x, w})}, attrs({{"shape", std::vector<int64_t>{1, rows, heads, width}}}));
+  q = add_op(g, "Transpose", {q}, attrs({{"perm", std::vector<int64_t>{0, 2, 1, 3}}}));
+  const auto half = [&](int64_t from, int64_t to) {
+    return add_op(g, "Slice", {q}, attrs({{"starts", std::vector<int64_t>{0, 0, 0, from}},
+                                          {"ends", std::vector<int64_t>{1, heads, rows, to}},
+                                          {"steps", std::vector<int64_t>{1, 1, 1, 1}}}));
+  };
+  const int rotated = add_op(g, "Concat", {add_op(g, "Neg", {half(width / 2, width)}), half(0, width / 2)},
+                             attrs({{"axis", int64_t{-1}}}));
+  const int cos = add_input(g, "cos", DType::kF16, {1, 1, rows, width});
+  const int sin = add_input(g, "sin", DType::kF16, {1, 1, rows, width});
+  add_op(g, "Add", {add_op(g, "Mul", {q, cos}), add_op(g, "Mul", {rotated, sin})});
+  const FusionGroup fg = fusetune::testing::whole_graph_group(g);
+  planner::TilingOptions opt;
+  opt.top_k = 1 << 20;
+  opt.library_algorithms = 0;
+  const auto best_of_heads = [&](const char* device, bool wgmma) {
+    for (const planner::Candidate& c : planner::tile_candidates(g, fg, planner::find_device(device), opt)) {
+      if (c.config.mma && c.config.wgmma == wgmma && c.config.tile[1] > 1) {
+        EXPECT_EQ(c.config.tile[3], width) << c.config.str() << ": a tile of several heads takes each whole";
+        return c.config;
+      }
+    }
+    ADD_FAILURE() << "no " << (wgmma ? "wgmma" : "mma.sync") << " tile of several heads on the " << device;
+    return TileConfig{};
+  };
+  const TileConfig sync = best_of_heads("h100", false);
+  const TileConfig group = best_of_heads("h200", true);
+  ASSERT_FALSE(sync.tile.empty() || group.tile.empty());
+  std::printf("several heads a tile: mma.sync %s, wgmma %s\n", sync.str().c_str(), group.str().c_str());
+  const TileConfig four{{1, 4, 32, width}, 32, 128, 1, true};
+  ASSERT_TRUE(planner::evaluate_tile(g, fg, planner::find_device("h100"), four).valid) << four.str();
+  for (const TileConfig& cfg : {sync, four, group}) {
+    check_groups(g, {fg}, [&](const FusionGroup&) { return cfg; }, "heads split from a projection, " + cfg.str(),
+                 {false, {"sm_90"}});
+  }
+}
+
 TEST(TensorCorePlanner, MmaCandidatesOnlyForSixteenBitContractionsOnSm80) {
   const auto group_of = [](const Graph& g) {
     FusionGroup fg;
