@@ -9,7 +9,7 @@
 // the planner's fusion; each group is lowered with the planner's best generated candidate, one
 // drawn at random from its candidates, its best and a random in-place one where it may update in place
 // (planner/in_place.h), its best tensor-core ones (mma.sync and wgmma), a split-K
-// form of a staged MatMul's, GEMV and flash-attention ones (flash on tensor cores and not, and on a random key tile and thread count) and the best one's schedule on a tile of random extents (where the cost model accepts it), and verified on the host
+// form of a staged MatMul's and of a flash attention's, GEMV and flash-attention ones (flash on tensor cores and not, and on a random key tile and thread count) and the best one's schedule on a tile of random extents (where the cost model accepts it), and verified on the host
 // executor with every check on (backend/verify.h via unit/codegen_check.h), and the module compiled
 // with NVRTC. Case i of a run draws its graph from seed + i: FUSETUNE_TEST_SEED=S with
 // FUSETUNE_GROUP_FUZZ_CASES=1 replays case S alone. CI runs a few cases per run and every seed kept
@@ -28,6 +28,7 @@
 
 #include <set>
 
+#include "planner/attention.h"
 #include "planner/fusion.h"
 #include "planner/in_place.h"
 #include "planner/tiling.h"
@@ -448,7 +449,7 @@ void check_case(unsigned seed, const FuzzCase& c) {
     // The best wgmma, GEMV and flash-attention candidates (flash on tensor cores and not), however
     // they rank (on these small shapes rarely among the best 64), the SIMT flash one also with a
     // random key tile and thread count; a split-K form (below).
-    bool gemv = false, flash = false, tensor_flash = false, wgmma = false, split = false;
+    bool gemv = false, flash = false, tensor_flash = false, wgmma = false, split = false, flash_split = false;
     for (const planner::Candidate& cand : planner::tile_candidates(c.g, fg, planner::find_device("h100"), {1 << 20, 2.0})) {
       // Split-K: offered for kernels longer than a launch, which these small shapes rarely are;
       // so the first staged MatMul candidate with 2 to 5 splits, where the cost model accepts it.
@@ -460,6 +461,19 @@ void check_case(unsigned seed, const FuzzCase& c) {
           split = true;
           std::printf("  split-K: %s\n", splitk.str().c_str());
         }
+      }
+      // Flash attention's key tiles split likewise (flash-decoding), on tensor cores or not: the
+      // tiles made small enough that there are as many as the splits (16 keys on tensor cores).
+      if (cand.config.flash && !flash_split) {
+        planner::TileConfig splitk = cand.config;
+        splitk.split_k = std::uniform_int_distribution<int>(2, 5)(pick);
+        const int64_t keys = planner::match_attention(c.g, fg)->keys;
+        splitk.reduce_step = std::min(splitk.reduce_step, std::max<int64_t>(1, keys / splitk.split_k));
+        if (planner::evaluate_tile(c.g, fg, planner::find_device("h100"), splitk).valid) {
+          chosen.push_back(splitk);
+          std::printf("  split keys: %s\n", splitk.str().c_str());
+        }
+        flash_split = true;
       }
       if (cand.config.wgmma && !wgmma) {
         chosen.push_back(cand.config);
