@@ -1610,18 +1610,22 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
   // alone are at most a head wide, and each re-reads the rows of x that its neighbours read. Such
   // a product also gets tiles of several whole heads (tn / width of them, the axis before the
   // rows): the product's tile is still one matrix, rows by tn columns.
+  // (The product has no heads axis of its own, one axis fewer than the root, and its columns are
+  // the heads by the width: a batched product over heads, attention's, is no such product.)
   const size_t rank = rs.size();
   const bool heads_split = rank >= 3 && rs.back() % 8 == 0 && rs[rank - 3] > 1 &&
                            std::any_of(group.nodes.begin(), group.nodes.end(), [&](int n) {
                              const Node& node = g.nodes()[static_cast<size_t>(n)];
                              if (node.op != "MatMul" || !mma_matmul(g, node, opt.tf32)) return false;
-                             const int64_t cols = g.value(node.outputs[0]).shape.back();
-                             return cols > rs.back() && cols % rs.back() == 0;
+                             const Shape& ps = g.value(node.outputs[0]).shape;
+                             return ps.size() + 1 == rank && ps.back() == rs[rank - 3] * rs.back();
                            });
-  const auto head_tiles = [&](int64_t tm, int64_t tn) {
+  // `least`: the form's fewest rows (a tile of twice the rows of the root is whole already).
+  const auto head_tiles = [&](int64_t tm, int64_t tn, int64_t least) {
     std::vector<std::vector<int64_t>> out;
     const int64_t heads = tn / std::max<int64_t>(rs.back(), 1);
-    if (!heads_split || tn <= rs.back() || tn % rs.back() != 0 || rs[rank - 3] < heads || (tm > 16 && rs[rank - 2] <= tm / 2)) {
+    if (!heads_split || tn <= rs.back() || tn % rs.back() != 0 || rs[rank - 3] < heads ||
+        (tm > least && rs[rank - 2] <= tm / 2)) {
       return out;
     }
     std::vector<int64_t> tile(rank, 1);
@@ -1650,7 +1654,7 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
           const int64_t positions = tile[rs.size() - 2] * rs.back();
           if (tn == 8 || positions <= tn || tile[rs.size() - 2] > 1) shapes.push_back({tile, ceil_div(tile[1], 16) * ceil_div(positions, 8)});
         }
-        for (const std::vector<int64_t>& tile : head_tiles(tm, tn)) shapes.push_back({tile, ceil_div(tile[rank - 2], 16) * ceil_div(tn, 8)});
+        for (const std::vector<int64_t>& tile : head_tiles(tm, tn, 16)) shapes.push_back({tile, ceil_div(tile[rank - 2], 16) * ceil_div(tn, 8)});
         for (const auto& [tile, fragments] : shapes) {
           for (int warps : {1, 2, 4, 8}) {
             if (warps > fragments || fragments > 16 * warps) continue;
@@ -1672,7 +1676,7 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
   if (has_wgmma(d) && rs.size() >= 2 && has_mma_matmul(g, group, false)) {
     for (int64_t tm : {64, 128, 256}) {
       for (int64_t tn : {16, 32, 64, 128, 256}) {
-        std::vector<std::vector<int64_t>> shapes = head_tiles(tm, tn);
+        std::vector<std::vector<int64_t>> shapes = head_tiles(tm, tn, 64);
         if (!((tm > 64 && rs[rs.size() - 2] <= tm / 2) || (tn > 16 && rs.back() <= tn / 2))) {  // else whole already
           std::vector<int64_t> tile(rs.size(), 1);
           tile[rs.size() - 2] = std::min(tm, std::max<int64_t>(rs[rs.size() - 2], 1));

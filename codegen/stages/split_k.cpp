@@ -1,7 +1,5 @@
 #include "codegen/stages/split_k.h"
 
-#include <algorithm>
-
 #include "core/error.h"
 
 namespace fusetune::codegen::stages {
@@ -24,32 +22,37 @@ SplitSlots publish_split(LoweringContext& cx, Kernel& k, const std::vector<std::
   check(splits > 1, "split-K: publishing a block's values without a split");
   check(k.scratch.empty(), "split-K: a kernel with two split reductions");
   const std::string flags = "ft_flags", partials = "ft_partials";
-  const int64_t quads = (static_cast<int64_t>(values.size()) + 3) / 4;
-  const int64_t slot = quads * 4 * k.threads;  // one block's values
+  const int64_t n = static_cast<int64_t>(values.size()), threads = k.threads;
+  const int64_t quads = dtype == DType::kF32 ? n / 4 : 0;  // whole float32 quads, then the rest
+  const int64_t slot = n * threads;                          // one block's values
   k.scratch.push_back({flags, DType::kU32, cx.tiles(), true});
   k.scratch.push_back({partials, dtype, cx.tiles() * splits * slot, true});
   const std::string last = k.add_shared("ft_last", DType::kF32, 1);
-  SplitSlots out{partials, [splits, slot, threads = k.threads](const std::string& split, const std::string& i) {
-                   return "(ft_tile * " + lit(splits) + " + " + split + ") * " + lit(slot) + " + (" + i + ") / 4 * " +
-                          lit(4 * threads) + " + ft_thread * 4 + (" + i + ") % 4";
+  // Value i of thread t: in quad i / 4 (4 threads' floats apart, a thread's four together) for i
+  // below 4 x quads, else one by one (threads' values together); an index expression that is not
+  // a literal takes whichever applies at run time.
+  const auto quad_at = [threads](const std::string& i) { return "(" + i + ") / 4 * " + lit(4 * threads) + " + ft_thread * 4 + (" + i + ") % 4"; };
+  const auto rest_at = [threads, quads](const std::string& i) {
+    return lit(4 * quads * threads) + " + ((" + i + ") - " + lit(4 * quads) + ") * " + lit(threads) + " + ft_thread";
+  };
+  SplitSlots out{partials, [=](const std::string& split, const std::string& i) {
+                   const std::string block = "(ft_tile * " + lit(splits) + " + " + split + ") * " + lit(slot) + " + ";
+                   if (quads == 0) return block + "(" + i + ") * " + lit(threads) + " + ft_thread";
+                   const bool literal = !i.empty() && i.find_first_not_of("0123456789") == std::string::npos;
+                   if (literal) return block + (std::stoll(i) < 4 * quads ? quad_at(i) : rest_at(i));
+                   return block + "((" + i + ") < " + lit(4 * quads) + " ? " + quad_at(i) + " : " + rest_at(i) + ")";
                  }};
   k.body.push_back(comment("split-K: this block's partial values, then the last block of the tile combines them"));
-  // A thread's values in 16-byte quads (a warp's store is 512 contiguous bytes; float32 values),
-  // the last quad's remainder (and 32-bit integers) one by one.
+  // A thread's float32 values four in one 16-byte store (a warp's stores are 512 contiguous
+  // bytes), the rest (and 32-bit integers) one by one (a warp's, 128).
   for (int64_t q = 0; q < quads; ++q) {
     const size_t first = static_cast<size_t>(4 * q);
-    const std::string at = out.element("ft_split", lit(4 * q));
-    if (first + 4 <= values.size() && dtype == DType::kF32) {
-      const std::string quad = "ft_pq" + std::to_string(q), ctype = vector_ctype(dtype);
-      k.body.push_back(let(ctype, quad, "ft_pack_" + ctype + "(" + values[first] + ", " + values[first + 1] + ", " +
-                                            values[first + 2] + ", " + values[first + 3] + ")"));
-      k.body.push_back(vector_store(partials, at, quad, dtype));
-    } else {
-      for (size_t i = first; i < std::min(first + 4, values.size()); ++i) {
-        k.body.push_back(store(partials, out.element("ft_split", lit(static_cast<int64_t>(i))), values[i]));
-      }
-    }
+    const std::string quad = "ft_pq" + std::to_string(q), ctype = vector_ctype(dtype);
+    k.body.push_back(let(ctype, quad, "ft_pack_" + ctype + "(" + values[first] + ", " + values[first + 1] + ", " +
+                                          values[first + 2] + ", " + values[first + 3] + ")"));
+    k.body.push_back(vector_store(partials, out.element("ft_split", lit(4 * q)), quad, dtype));
   }
+  for (int64_t i = 4 * quads; i < n; ++i) k.body.push_back(store(partials, out.element("ft_split", lit(i)), values[static_cast<size_t>(i)]));
   k.body.push_back(fence());
   k.body.push_back(barrier());
   k.body.push_back(if_then("ft_thread == 0", {atomic(flags, "ft_tile", "1u", "add", "ft_arrived"),

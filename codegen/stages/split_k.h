@@ -12,9 +12,10 @@
 // let ft_k0 (split s runs steps [s * per, s * per + per), per = split_steps(steps); the last
 // split's steps beyond K stage zeros). After the block's last step, with its accumulators in
 // thread-local `acc` (`count` floats a thread), emit_split_sum emits: each thread's accumulators to
-// the block's slot of the partial-products scratch buffer (element i of thread t at
-// (i / 4) x 4 threads + 4 t + i % 4: a thread stores its floats four in one 16-byte store, a warp
-// 512 contiguous bytes), a __threadfence() by every thread, a barrier,
+// the block's slot of the partial-products scratch buffer (count x threads values: the float32
+// ones four a thread in one 16-byte store, quad q of thread t at 4 (q x threads + t), a warp's
+// 512 contiguous bytes; the last count % 4, and 32-bit integers, one by one, value i of thread t
+// at i x threads + t beyond the quads, a warp's 128 bytes), a __threadfence() by every thread, a barrier,
 // thread 0's atomicAdd on the tile's counter (first scratch buffer), the answer broadcast through
 // shared memory after a barrier, and an exit of every block but the last. The last block's threads
 // fence, then set each accumulator to the sum of the tile's slots in split order (the same sum

@@ -468,12 +468,12 @@ void check_case(unsigned seed, const FuzzCase& c) {
         planner::TileConfig splitk = cand.config;
         splitk.split_k = std::uniform_int_distribution<int>(2, 5)(pick);
         const int64_t keys = planner::match_attention(c.g, fg)->keys;
-        splitk.reduce_step = std::min(splitk.reduce_step, std::max<int64_t>(1, keys / splitk.split_k));
+        splitk.reduce_step = std::min(splitk.reduce_step, std::max<int64_t>(splitk.mma ? 16 : 1, keys / splitk.split_k));
         if (planner::evaluate_tile(c.g, fg, planner::find_device("h100"), splitk).valid) {
           chosen.push_back(splitk);
           std::printf("  split keys: %s\n", splitk.str().c_str());
+          flash_split = true;
         }
-        flash_split = true;
       }
       if (cand.config.wgmma && !wgmma) {
         chosen.push_back(cand.config);
