@@ -106,6 +106,30 @@ std::string text(const Attention& a) {
          (a.merge_heads ? ", heads merged" : "") + (a.k_transposed ? ", K transposed" : "");
 }
 
+// Runs `good` under the host executor's checks (it must pass), then with each of its barriers
+// deleted in turn (each must be a finding); returns how many barriers it has.
+int expect_every_barrier_needed(const Graph& g, const FusionGroup& fg, const LoweredKernel& good, const std::string& label) {
+  LoweredKernel probe = good;
+  const int barriers = drop_barrier(probe.kernel.body, -1);
+  auto backend = backend::make_host_backend();
+  std::mt19937 rng(fusetune::testing::test_seed());
+  {
+    auto module = backend->load({good.kernel});
+    const backend::VerifyResult r = backend::verify_kernel(g, fg, good, *backend, *module, rng);
+    EXPECT_TRUE(r.ok) << label << ": " << r.detail;
+    if (!r.ok) return barriers;
+  }
+  for (int i = 0; i < barriers; ++i) {
+    LoweredKernel bad = good;
+    drop_barrier(bad.kernel.body, i);
+    auto module = backend->load({bad.kernel});
+    const backend::VerifyResult r = backend::verify_kernel(g, fg, bad, *backend, *module, rng);
+    EXPECT_TRUE(!r.ok && r.check_failed) << label << ": barrier " << i << " of " << barriers << " deleted: " << r.detail
+                                         << "\n" << to_text(bad.kernel);
+  }
+  return barriers;
+}
+
 TEST(CodegenAttention, FlashMatchesTheReferenceInEveryType) {
   const std::vector<Attention> shapes = {
       {},
@@ -262,13 +286,7 @@ TEST(CodegenAttention, APrefillWhoseRowsFitIsStitchedWholeWhereThePairIsNot) {
 // turn is a finding.
 TEST(CodegenAttention, ADecodeStepSplitsItsKeysOverBlocks) {
   {
-    Attention a;
-    a.heads = 32;
-    a.kv_heads = 4;
-    a.queries = 1;
-    a.keys = 1024;
-    a.head = a.value_width = 64;
-    a.mask = true;
+    const Attention a{1, 32, 4, 1, 1024, 64, 64, true};  // TinyLlama's step: 32 heads over 4, a mask
     Graph g;
     const FusionGroup fg = add_attention(g, DType::kF16, a);
     planner::TilingOptions opt;
@@ -292,13 +310,7 @@ TEST(CodegenAttention, ADecodeStepSplitsItsKeysOverBlocks) {
     g.outputs().push_back(fg.outputs[0]);
     EXPECT_EQ(planner::plan_model(g, h200).launches, 1);
   }
-  Attention step;  // a grouped-query decode step
-  step.heads = 8;
-  step.kv_heads = 2;
-  step.queries = 1;
-  step.keys = 300;
-  step.head = step.value_width = 32;
-  step.mask = true;
+  const Attention step{1, 8, 2, 1, 300, 32, 32, true};  // a grouped-query decode step, a mask
   Attention transposed = step;  // Kᵀ in memory, its rows 16-byte aligned: every key tile by cp.async
   transposed.heads = transposed.kv_heads = 2;  // not repeated: K and V are views the stage copies
   transposed.keys = 72;
@@ -349,22 +361,7 @@ TEST(CodegenAttention, ADecodeStepSplitsItsKeysOverBlocks) {
     cfg.tile[2] = 32;
     const LoweredKernel good = lower_group(g, fg, cfg, "attention");
     EXPECT_GE(planner::evaluate_tile(g, fg, planner::find_device("h100"), cfg).smem_bytes, good.kernel.shared_bytes) << cfg.str();
-    LoweredKernel probe = good;
-    const int barriers = drop_barrier(probe.kernel.body, -1);
-    auto backend = backend::make_host_backend();
-    std::mt19937 rng(fusetune::testing::test_seed());
-    {
-      auto module = backend->load({good.kernel});
-      ASSERT_TRUE(backend::verify_kernel(g, fg, good, *backend, *module, rng).ok);
-    }
-    for (int i = 0; i < barriers; ++i) {
-      LoweredKernel bad = good;
-      drop_barrier(bad.kernel.body, i);
-      auto module = backend->load({bad.kernel});
-      const backend::VerifyResult r = backend::verify_kernel(g, fg, bad, *backend, *module, rng);
-      EXPECT_TRUE(!r.ok && r.check_failed) << (tensor ? "tensor cores: " : "") << "barrier " << i << " of " << barriers
-                                           << " deleted: " << r.detail << "\n" << to_text(bad.kernel);
-    }
+    EXPECT_GE(expect_every_barrier_needed(g, fg, good, (tensor ? "tensor cores, " : "SIMT, ") + cfg.str()), 6);
   }
 }
 
@@ -529,24 +526,11 @@ TEST(CodegenAttention, EveryDeletedBarrierOrWaitIsARace) {
   if (tensor) cfg.tile[2] = 32;  // 32 rows: a warp per 16
   const LoweredKernel good = lower_group(g, fg, cfg, "attention");
   EXPECT_GE(planner::evaluate_tile(g, fg, planner::find_device("h100"), cfg).smem_bytes, good.kernel.shared_bytes) << cfg.str();
-  LoweredKernel probe = good;
-  const int barriers = drop_barrier(probe.kernel.body, -1);
-  ASSERT_GE(barriers, 5) << to_text(good.kernel);  // the key tile's four, and the sums' before the division
+  // The key tile's four barriers, and the sums' before the division.
+  EXPECT_GE(expect_every_barrier_needed(g, fg, good, (tensor ? "tensor cores, " : "SIMT, ") + cfg.str()), 5) << to_text(good.kernel);
+  if (!tensor) continue;
   auto backend = backend::make_host_backend();
   std::mt19937 rng(fusetune::testing::test_seed());
-  {
-    auto module = backend->load({good.kernel});
-    ASSERT_TRUE(backend::verify_kernel(g, fg, good, *backend, *module, rng).ok);
-  }
-  for (int i = 0; i < barriers; ++i) {
-    LoweredKernel bad = good;
-    drop_barrier(bad.kernel.body, i);
-    auto module = backend->load({bad.kernel});
-    const backend::VerifyResult r = backend::verify_kernel(g, fg, bad, *backend, *module, rng);
-    EXPECT_TRUE(!r.ok && r.check_failed) << (tensor ? "tensor cores: " : "") << "barrier " << i << " of " << barriers
-                                         << " deleted: " << r.detail << "\n" << to_text(bad.kernel);
-  }
-  if (!tensor) continue;
   // Q's group, then each tile's: the loop waits for all but the next tile's copies.
   const std::string ir = to_text(good.kernel);
   EXPECT_NE(ir.find("if ft_kt + 1 < 3"), std::string::npos) << ir;
