@@ -719,6 +719,15 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
     block_steps += steps;
     step_rounds += static_cast<double>(steps) / static_cast<double>(ahead);
   };
+  // Flash attention's key tiles as split-K's steps (flash-decoding): a thread's slot holds its
+  // `accumulators` and each batch of rows' maximum and sum; the last block's weights (rows x
+  // splits floats) take shared memory.
+  const auto split_keys = [&](int64_t key_tiles, int64_t accumulators, int64_t rows, int64_t warps) {
+    ++split_products;
+    split_steps = key_tiles;
+    split_slot = (accumulators + 2 * ceil_div(rows, warps)) * cfg.threads;
+    if (cfg.split_k > 1) smem += rows * cfg.split_k * 4;
+  };
   // A normalization's value handed to the next one in registers (planner/held_rows.h), here with
   // the representative tile's regions: no shared buffer.
   const auto row_handed = [&](int node, const Region& out_region) {
@@ -871,10 +880,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
             ring ? 1.0 : static_cast<double>(ceil_div(b16 * dk16, cfg.threads) + ceil_div(b16 * dv16, cfg.threads));
         in_flight = std::min(in_flight, static_cast<double>(b16 * (dk + dv) * esize) / rounds);
         flash_registers = static_cast<int>(40 + dk16 / 4 + b16 / 2 + dv16 / 2 + 12 + 2 * ceil_div(rows, warps));
-        ++split_products;  // split-K splits the key tiles (flash-decoding): the output fragments and row statistics
-        split_steps = kt;
-        split_slot = (dv16 / 8 * 4 + 2 * ceil_div(rows, warps)) * cfg.threads;
-        if (cfg.split_k > 1) smem += rows * cfg.split_k * 4;  // the last block's weights
+        split_keys(kt, dv16 / 8 * 4, rows, warps);  // the output fragments
         if (n.outputs[0] != root) smem += out_elems * 4;
         continue;  // the SIMT form's charges below are not this form's
       }
@@ -895,10 +901,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       const double rounds = static_cast<double>(ceil_div(bc * dk, cfg.threads) + ceil_div(bc * dv, cfg.threads));
       in_flight = std::min(in_flight, static_cast<double>(bc * (dk + dv) * esize) / rounds);
       flash_registers = static_cast<int>(32 + tm * tn + tm + tn + 2 * um * un + 2 * ceil_div(rows, warps));
-      ++split_products;  // split-K splits the key tiles (flash-decoding): the output micro-tiles and row statistics
-      split_steps = kt;
-      split_slot = (um * un + 2 * ceil_div(rows, warps)) * cfg.threads;
-      if (cfg.split_k > 1) smem += rows * cfg.split_k * 4;  // the last block's weights
+      split_keys(kt, um * un, rows, warps);  // the output micro-tiles
       if (n.outputs[0] != root) smem += out_elems * 4;
     } else if (n.op == "Conv") {
       // Conv (codegen/lower_group): without a step every output reads its window and weights
@@ -1751,9 +1754,10 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
   // Split-K (codegen/stages/split_k.h): a staged MatMul or Conv, (unstaged, in a group with a
   // reduction space of a warp's elements or more) a cooperative reduction, or flash attention
   // (its key tiles split: flash-decoding; evaluate_tile rejects other anchors) whose tiles leave
-  // SMs idle also gets 2 to 16 blocks a tile, each a slice of the reduction, up to two blocks per SM; unless its work takes less time than a launch: a
-  // split-K kernel never shares its launch, and such a kernel gains more from sharing one with its
-  // siblings (planner/select.h) than from its idle SMs.
+  // SMs idle also gets 2 to 16 blocks a tile, each a slice of the reduction, up to two blocks per
+  // SM; unless its work takes less time than a launch: a split-K kernel never shares its launch,
+  // and such a kernel gains more from sharing one with its siblings (planner/select.h) than from
+  // its idle SMs.
   for (size_t i = 0, generated = all.size(); i < generated; ++i) {
     const TileConfig base = all[i].config;
     const int64_t base_tiles = all[i].cost.tiles;

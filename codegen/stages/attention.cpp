@@ -430,21 +430,23 @@ void AttentionStage::combine_splits(Kernel& k, const std::string& nm, const std:
     values.push_back(run_sum_ + "[" + std::to_string(b) + "]");
   }
   const SplitSlots slots = publish_split(cx_, k, values);
-  const auto read = [&](const std::string& i) { return "ft_ldcg(" + slots.buffer + ", " + slots.element("ft_s", i) + ")"; };
+  const auto read = [&](int64_t i) { return "ft_ldcg(" + slots.buffer + ", " + slots.element("ft_s", i) + ")"; };
   // A warp per row, as the online softmax's: every lane the row's weights and sum; lane 0 stores
-  // the weights.
+  // the weights. Each batch of rows in a scope of its own.
   const std::string weights = k.add_shared("fw" + std::to_string(out_value()), DType::kF32, rows_ * splits);
-  const std::string m = "(" + lit(stats) + " + 2 * ft_rb)", l = "(" + lit(stats) + " + 2 * ft_rb + 1)";
-  Block batch = {let(kIndexType, "ft_row", "ft_rb * " + lit(warps_) + " + ft_thread / " + lit(kWarpSize)),
-                 let("float", "fa_m", "(-ft_inf())"),
-                 serial_for("ft_s", "0", lit(splits), {assign("fa_m", "ft_fmaxn(fa_m, " + read(m) + ")")}),
-                 let("float", "fa_ref", "(fa_m == (-ft_inf()) ? 0.0f : fa_m)"), let("float", "fa_l", "0.0f")};
-  batch.push_back(serial_for("ft_s", "0", lit(splits),
-                             {let("float", "fa_w", "expf(" + read(m) + " - fa_ref)"), assign("fa_l", "fa_l + fa_w * " + read(l)),
-                              if_then("ft_row < " + nm + " && ft_thread % " + lit(kWarpSize) + " == 0",
-                                      {store(weights, "ft_row * " + lit(splits) + " + ft_s", "fa_w")})}));
-  batch.push_back(assign(run_sum_ + "[ft_rb]", "fa_l"));
-  k.body.push_back(serial_for("ft_rb", "0", lit(batches_), batch, static_cast<int>(batches_)));
+  for (int64_t b = 0; b < batches_; ++b) {
+    const std::string m = read(stats + 2 * b), l = read(stats + 2 * b + 1);
+    const Block batch = {
+        let(kIndexType, "ft_row", lit(b * warps_) + " + ft_thread / " + lit(kWarpSize)), let("float", "fa_m", "(-ft_inf())"),
+        serial_for("ft_s", "0", lit(splits), {assign("fa_m", "ft_fmaxn(fa_m, " + m + ")")}),
+        let("float", "fa_ref", "(fa_m == (-ft_inf()) ? 0.0f : fa_m)"), let("float", "fa_l", "0.0f"),
+        serial_for("ft_s", "0", lit(splits),
+                   {let("float", "fa_w", "expf(" + m + " - fa_ref)"), assign("fa_l", "fa_l + fa_w * " + l),
+                    if_then("ft_row < " + nm + " && ft_thread % " + lit(kWarpSize) + " == 0",
+                            {store(weights, "ft_row * " + lit(splits) + " + ft_s", "fa_w")})}),
+        assign(run_sum_ + "[" + std::to_string(b) + "]", "fa_l")};
+    k.body.push_back(if_then("1", batch));
+  }
   k.body.push_back(barrier());
   Block sum = lets;
   for (size_t i = 0; i < cells.size(); ++i) {
@@ -452,7 +454,7 @@ void AttentionStage::combine_splits(Kernel& k, const std::string& nm, const std:
     sum.push_back(assign(acc, "0.0f"));
     sum.push_back(serial_for("ft_s", "0", lit(splits),
                              {assign(acc, acc + " + (" + row + " < " + nm + " ? " + weights + "[" + row + " * " + lit(splits) +
-                                              " + ft_s] : 0.0f) * " + read(lit(static_cast<int64_t>(i))))}));
+                                              " + ft_s] : 0.0f) * " + read(static_cast<int64_t>(i)))}));
   }
   k.body.push_back(if_then(guard, sum));
   release_split(k);

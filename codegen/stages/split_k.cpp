@@ -29,18 +29,11 @@ SplitSlots publish_split(LoweringContext& cx, Kernel& k, const std::vector<std::
   k.scratch.push_back({partials, dtype, cx.tiles() * splits * slot, true});
   const std::string last = k.add_shared("ft_last", DType::kF32, 1);
   // Value i of thread t: in quad i / 4 (4 threads' floats apart, a thread's four together) for i
-  // below 4 x quads, else one by one (threads' values together); an index expression that is not
-  // a literal takes whichever applies at run time.
-  const auto quad_at = [threads](const std::string& i) { return "(" + i + ") / 4 * " + lit(4 * threads) + " + ft_thread * 4 + (" + i + ") % 4"; };
-  const auto rest_at = [threads, quads](const std::string& i) {
-    return lit(4 * quads * threads) + " + ((" + i + ") - " + lit(4 * quads) + ") * " + lit(threads) + " + ft_thread";
-  };
-  SplitSlots out{partials, [=](const std::string& split, const std::string& i) {
+  // below 4 x quads, else one by one (threads' values together).
+  SplitSlots out{partials, [=](const std::string& split, int64_t i) {
                    const std::string block = "(ft_tile * " + lit(splits) + " + " + split + ") * " + lit(slot) + " + ";
-                   if (quads == 0) return block + "(" + i + ") * " + lit(threads) + " + ft_thread";
-                   const bool literal = !i.empty() && i.find_first_not_of("0123456789") == std::string::npos;
-                   if (literal) return block + (std::stoll(i) < 4 * quads ? quad_at(i) : rest_at(i));
-                   return block + "((" + i + ") < " + lit(4 * quads) + " ? " + quad_at(i) + " : " + rest_at(i) + ")";
+                   if (i < 4 * quads) return block + lit(i / 4 * 4 * threads + i % 4) + " + ft_thread * 4";
+                   return block + lit(4 * quads * threads + (i - 4 * quads) * threads) + " + ft_thread";
                  }};
   k.body.push_back(comment("split-K: this block's partial values, then the last block of the tile combines them"));
   // A thread's float32 values four in one 16-byte store (a warp's stores are 512 contiguous
@@ -50,9 +43,9 @@ SplitSlots publish_split(LoweringContext& cx, Kernel& k, const std::vector<std::
     const std::string quad = "ft_pq" + std::to_string(q), ctype = vector_ctype(dtype);
     k.body.push_back(let(ctype, quad, "ft_pack_" + ctype + "(" + values[first] + ", " + values[first + 1] + ", " +
                                           values[first + 2] + ", " + values[first + 3] + ")"));
-    k.body.push_back(vector_store(partials, out.element("ft_split", lit(4 * q)), quad, dtype));
+    k.body.push_back(vector_store(partials, out.element("ft_split", 4 * q), quad, dtype));
   }
-  for (int64_t i = 4 * quads; i < n; ++i) k.body.push_back(store(partials, out.element("ft_split", lit(i)), values[static_cast<size_t>(i)]));
+  for (int64_t i = 4 * quads; i < n; ++i) k.body.push_back(store(partials, out.element("ft_split", i), values[static_cast<size_t>(i)]));
   k.body.push_back(fence());
   k.body.push_back(barrier());
   k.body.push_back(if_then("ft_thread == 0", {atomic(flags, "ft_tile", "1u", "add", "ft_arrived"),
@@ -75,7 +68,7 @@ void emit_split_sum(LoweringContext& cx, Kernel& k, const std::string& acc, int6
   Block sum;
   for (int64_t i = 0; i < count; ++i) {
     const std::string& cell = cells[static_cast<size_t>(i)];
-    sum.push_back(assign(cell, warp_combine(op, cell, "ft_ldcg(" + slots.buffer + ", " + slots.element("ft_s", lit(i)) + ")")));
+    sum.push_back(assign(cell, warp_combine(op, cell, "ft_ldcg(" + slots.buffer + ", " + slots.element("ft_s", i) + ")")));
   }
   k.body.push_back(serial_for("ft_s", "0", lit(cx.splits()), sum));
   release_split(k);

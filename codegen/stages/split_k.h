@@ -62,11 +62,11 @@ void emit_split_sum(LoweringContext& cx, Kernel& k, const std::string& acc, int6
 // stores each thread's `values` (expressions, in order) to the block's slot of the scratch buffer
 // and ends every block but the tile's last (the publication chain above); the last block's
 // threads continue, fenced, and read split s's value i of their own thread at
-// `element(s, i)` of `buffer` (by ft_ldcg; s and i index expressions). release_split resets the tile's counter (thread 0),
+// `element(s, i)` of `buffer` (by ft_ldcg; s an index expression). release_split resets the tile's counter (thread 0),
 // after the last block's reads.
 struct SplitSlots {
   std::string buffer;
-  std::function<std::string(const std::string& split, const std::string& i)> element;
+  std::function<std::string(const std::string& split, int64_t i)> element;
 };
 SplitSlots publish_split(LoweringContext& cx, Kernel& k, const std::vector<std::string>& values, DType dtype = DType::kF32);
 void release_split(Kernel& k);
