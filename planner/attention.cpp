@@ -154,6 +154,21 @@ std::optional<StridedView> async_operand(const Graph& g, const FusionGroup& grou
   return std::nullopt;
 }
 
+std::optional<StridedView> wide_operand(const Graph& g, const FusionGroup& group, const AttentionCore& core, int matmul,
+                                        int operand) {
+  const int value = g.nodes()[static_cast<size_t>(matmul)].inputs[static_cast<size_t>(operand)];
+  std::optional<StridedView> view = input_view(g, std::set<int>(group.nodes.begin(), group.nodes.end()), value);
+  if (!view) return std::nullopt;
+  const DType t = g.value(view->base).dtype;
+  if (t != DType::kF32 && t != DType::kF16 && t != DType::kBF16) return std::nullopt;
+  const bool keys = matmul == core.scores && operand == 1;
+  const size_t width = g.value(value).shape.size() - (keys ? 2 : 1);
+  if (view->strides[width] != 1) return std::nullopt;
+  return view;
+}
+
+int64_t wide_lanes(const Graph& g, const StridedView& v) { return 16 / static_cast<int64_t>(dtype_size(g.value(v.base).dtype)); }
+
 bool keys_contiguous(const Graph& g, const FusionGroup& group, const AttentionCore& core) {
   const std::optional<StridedView> view = async_operand(g, group, core, core.scores, 1);
   return view && view->strides[view->strides.size() - 2] != 1;

@@ -49,6 +49,16 @@ bool tensor_attention(const Graph& g, const AttentionCore& core);
 // asynchronously, the key tiles are double-buffered.
 std::optional<StridedView> async_operand(const Graph& g, const FusionGroup& group, const AttentionCore& core, int matmul,
                                          int operand);
+// How the SIMT form stages operand `operand` of the core's product `matmul` (Q, Kᵀ, V; as
+// async_operand's): the strided view through which a thread loads 16 bytes at a time (4 float32
+// or 8 16-bit values, wide_lanes) along the width axis (Q's and V's last, Kᵀ's second to last),
+// where the operand is a view of a float32, float16 or bfloat16 value outside the group with that
+// axis contiguous; nullopt where it is staged element by element. The planner's load count and
+// bytes in flight and the stage both decide by it.
+std::optional<StridedView> wide_operand(const Graph& g, const FusionGroup& group, const AttentionCore& core, int matmul,
+                                        int operand);
+// The elements of a 16-byte load of view v's base (4 or 8).
+int64_t wide_lanes(const Graph& g, const StridedView& v);
 // Whether Kᵀ moves with its keys contiguous (async_operand's second case): the tile is staged as
 // Kᵀ's rows, a row of the head's width holding the tile's keys, and read by ldmatrix.trans as V is,
 // where the other layout holds K's rows.

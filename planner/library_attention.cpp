@@ -56,7 +56,7 @@ class Matcher {
       covered_.insert(p);
     }
     std::optional<StridedView> view = input_view(g_, members_, v);
-    if (!view) return std::nullopt;
+    if (!view || grouped(*view)) return std::nullopt;
     covered_.insert(view->path.begin(), view->path.end());
     return rank4(*view);
   }
@@ -65,6 +65,7 @@ class Matcher {
     if (v.dims.size() == 3) {
       v.dims.insert(v.dims.begin(), 1);
       v.strides.insert(v.strides.begin(), 0);
+      v.groups.insert(v.groups.begin(), 1);
     }
     if (v.dims.size() != 4) return std::nullopt;
     return v;
@@ -208,7 +209,7 @@ std::optional<LibraryMatch> match_attention_call(const Graph& g, const FusionGro
       const int other = on_path(n.inputs[0]) ? n.inputs[1] : n.inputs[0];
       if (c.bias || on_path(other) || g.value(other).dtype != dt) return std::nullopt;
       std::optional<StridedView> b = input_view(g, m.members(), other);
-      if (!b || b->dims.size() > 4) return std::nullopt;
+      if (!b || grouped(*b) || b->dims.size() > 4) return std::nullopt;
       for (int p : b->path) m.cover(p);
       // Broadcast to [batch, heads, queries, keys]: leading axes added, extent-1 axes stride 0.
       const Shape want = {c.batch, a.heads, a.queries, a.keys};
@@ -243,8 +244,8 @@ std::optional<LibraryMatch> match_attention_call(const Graph& g, const FusionGro
   // Every query sees a key (more queries than keys under a causal mask leave rows with none, which
   // the library and the model would fill differently).
   if (a.causal && a.queries > a.keys) return std::nullopt;
-  // One K and V per head: a head axis of stride 0 is grouped-query attention's repeat (and any
-  // other broadcast of an operand), which the generated flash form computes.
+  // One K and V per head: a head axis of stride 0 is a broadcast of an operand (grouped-query
+  // attention's repeat is a grouped axis, refused above), which the generated flash form computes.
   for (const StridedView* view : std::initializer_list<const StridedView*>{&*q, &*kt, &*v, &*o}) {
     for (size_t d = 0; d < 4; ++d) {
       if (view->dims[d] > 1 && view->strides[d] == 0) return std::nullopt;

@@ -9,15 +9,23 @@ StridedView contiguous_view(int base, const Shape& dims) {
   v.base = base;
   v.dims = dims;
   v.strides.assign(dims.size(), 1);
+  v.groups.assign(dims.size(), 1);
   for (size_t d = dims.size(); d-- > 1;) v.strides[d - 1] = v.strides[d] * dims[d];
   return v;
 }
 
-std::optional<StridedView> reshape_view(const StridedView& v, const Shape& to) {
-  if (v.dims.empty() || to.empty() || numel(v.dims) != numel(to) || numel(to) == 0) return std::nullopt;
+bool grouped(const StridedView& v) {
+  return std::any_of(v.groups.begin(), v.groups.end(), [](int64_t g) { return g != 1; });
+}
+
+namespace {
+
+// An ungrouped view reshaped by runs of contiguous axes.
+std::optional<StridedView> reshape_plain(const StridedView& v, const Shape& to) {
   StridedView out = v;
   out.dims = to;
   out.strides.assign(to.size(), 0);
+  out.groups.assign(to.size(), 1);
   // From the last axis: each run of input axes contiguous with each other (a "chunk") must be
   // covered exactly by a run of output axes, which then step through it at its base stride.
   int64_t view_d = static_cast<int64_t>(to.size()) - 1;
@@ -39,6 +47,72 @@ std::optional<StridedView> reshape_view(const StridedView& v, const Shape& to) {
     }
   }
   if (view_d != -1) return std::nullopt;
+  return out;
+}
+
+// Axes [a, b) of v, at offset 0.
+StridedView axes(const StridedView& v, size_t a, size_t b) {
+  StridedView out;
+  out.base = v.base;
+  out.dims.assign(v.dims.begin() + static_cast<std::ptrdiff_t>(a), v.dims.begin() + static_cast<std::ptrdiff_t>(b));
+  out.strides.assign(v.strides.begin() + static_cast<std::ptrdiff_t>(a), v.strides.begin() + static_cast<std::ptrdiff_t>(b));
+  out.groups.assign(v.groups.begin() + static_cast<std::ptrdiff_t>(a), v.groups.begin() + static_cast<std::ptrdiff_t>(b));
+  return out;
+}
+
+// A part of a view reshaped; a part of one element (either side may have no axes) becomes axes
+// of extent 1.
+std::optional<StridedView> reshape_part(const StridedView& v, const Shape& to) {
+  if (numel(v.dims) != numel(to)) return std::nullopt;
+  if (numel(to) == 1) {
+    StridedView out = axes(v, 0, 0);
+    out.dims = to;
+    out.strides.assign(to.size(), 0);
+    out.groups.assign(to.size(), 1);
+    return out;
+  }
+  return reshape_view(v, to);
+}
+
+}  // namespace
+
+std::optional<StridedView> reshape_view(const StridedView& v, const Shape& to) {
+  if (v.dims.empty() || to.empty() || numel(v.dims) != numel(to) || numel(to) == 0) return std::nullopt;
+  const size_t rank = v.dims.size();
+  const auto first_grouped = std::find_if(v.groups.begin(), v.groups.end(), [](int64_t g) { return g != 1; });
+  if (first_grouped == v.groups.end()) {
+    if (std::optional<StridedView> out = reshape_plain(v, to)) return out;
+    // A broadcast axis merged into the axis before it: that axis grouped by its extent.
+    for (size_t d = 1; d < rank; ++d) {
+      if (v.strides[d] != 0 || v.dims[d] < 2 || v.strides[d - 1] == 0 || v.dims[d - 1] < 2) continue;
+      StridedView merged = v;
+      merged.dims[d - 1] *= v.dims[d];
+      merged.groups[d - 1] = v.dims[d];
+      merged.dims.erase(merged.dims.begin() + static_cast<std::ptrdiff_t>(d));
+      merged.strides.erase(merged.strides.begin() + static_cast<std::ptrdiff_t>(d));
+      merged.groups.erase(merged.groups.begin() + static_cast<std::ptrdiff_t>(d));
+      if (std::optional<StridedView> out = reshape_view(merged, to)) return out;
+    }
+    return std::nullopt;
+  }
+  // A grouped axis stays one axis of the result, the axes on either side reshaped apart.
+  const size_t d = static_cast<size_t>(first_grouped - v.groups.begin());
+  const int64_t before = numel(Shape(v.dims.begin(), v.dims.begin() + static_cast<std::ptrdiff_t>(d)));
+  int64_t seen = 1;
+  size_t o = 0;
+  while (o < to.size() && (seen < before || (seen == before && to[o] != v.dims[d]))) seen *= to[o++];
+  if (o == to.size() || seen != before) return std::nullopt;
+  const std::optional<StridedView> left = reshape_part(axes(v, 0, d), Shape(to.begin(), to.begin() + static_cast<std::ptrdiff_t>(o)));
+  const std::optional<StridedView> right = reshape_part(axes(v, d + 1, rank), Shape(to.begin() + static_cast<std::ptrdiff_t>(o) + 1, to.end()));
+  if (!left || !right) return std::nullopt;
+  StridedView out = v;
+  out.dims = to;
+  out.strides = left->strides;
+  out.strides.push_back(v.strides[d]);
+  out.strides.insert(out.strides.end(), right->strides.begin(), right->strides.end());
+  out.groups = left->groups;
+  out.groups.push_back(v.groups[d]);
+  out.groups.insert(out.groups.end(), right->groups.begin(), right->groups.end());
   return out;
 }
 
@@ -81,12 +155,13 @@ std::optional<StridedView> input_view(const Graph& g, const std::set<int>& nodes
     for (size_t d = 0; d < perm.size(); ++d) {
       out->dims[d] = in->dims[static_cast<size_t>(perm[d])];
       out->strides[d] = in->strides[static_cast<size_t>(perm[d])];
+      out->groups[d] = in->groups[static_cast<size_t>(perm[d])];
     }
   } else if (n.op == "Slice") {
     const auto starts = n.attrs.ints("starts"), steps = n.attrs.ints("steps");
     out = *in;
     for (size_t d = 0; d < starts.size(); ++d) {
-      if (steps[d] < 1) return std::nullopt;
+      if (steps[d] < 1 || (in->groups[d] != 1 && (starts[d] != 0 || steps[d] != 1))) return std::nullopt;
       out->offset += starts[d] * in->strides[d];
       out->strides[d] *= steps[d];
     }
@@ -97,6 +172,7 @@ std::optional<StridedView> input_view(const Graph& g, const std::set<int>& nodes
     const size_t lead = out_shape.size() - in->dims.size();
     out->dims = out_shape;
     out->strides.insert(out->strides.begin(), lead, 0);
+    out->groups.insert(out->groups.begin(), lead, 1);
     for (size_t d = lead; d < out_shape.size(); ++d) {
       if (in->dims[d - lead] != out_shape[d]) out->strides[d] = 0;  // a broadcast axis of extent 1
     }
@@ -123,6 +199,7 @@ std::optional<StridedView> output_view(const Graph& g, const std::set<int>& node
     for (size_t d = 0; d < perm.size(); ++d) {
       out->dims[static_cast<size_t>(perm[d])] = next->dims[d];
       out->strides[static_cast<size_t>(perm[d])] = next->strides[d];
+      out->groups[static_cast<size_t>(perm[d])] = next->groups[d];
     }
   }
   if (!out) return std::nullopt;

@@ -894,11 +894,23 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       walk(kt, 1);
       tile_special += rows * kt * (bc + 1);  // an exponential per score, a rescale factor per row and key tile
       smem += (ceil_div(rows, tm) * tm * (dk + 1) + ceil_div(bc, tn) * tn * (dk + 1) + bc * dv + rows * bc + 2 * rows) * 4;
-      tile_loads += rows * dk + kt * bc * (dk + dv);
+      // Q, K and V staged a 16-byte chunk a load where wide_operand allows (a thread's chunks in
+      // batches of kStagingLoads, each batch one round of loads in flight), else an element a
+      // load and a round.
+      const auto lanes_of = [&](int matmul, int operand, int64_t cols) {
+        const std::optional<StridedView> view = wide_operand(g, group, *core, matmul, operand);
+        return view && cols % wide_lanes(g, *view) == 0 ? wide_lanes(g, *view) : int64_t{1};
+      };
+      const int64_t lq = lanes_of(core->scores, 0, dk), lk = lanes_of(core->scores, 1, dk), lv = lanes_of(core->output, 1, dv);
+      tile_loads += rows * dk / lq + kt * bc * (dk / lk + dv / lv);
       const double qk = static_cast<double>(rows * kt * bc * dk), pv = static_cast<double>(rows * kt * bc * dv);
       tile_loads += static_cast<int64_t>(qk / static_cast<double>(tn) + qk / static_cast<double>(tm) +
                                          pv / static_cast<double>(un) + pv / static_cast<double>(um)) + 4 * rows * kt * bc;
-      const double rounds = static_cast<double>(ceil_div(bc * dk, cfg.threads) + ceil_div(bc * dv, cfg.threads));
+      const auto staging_rounds = [&](int64_t elements, int64_t per_load) {
+        const int64_t per_thread = ceil_div(ceil_div(elements, per_load), cfg.threads);
+        return per_load == 1 ? per_thread : ceil_div(per_thread, std::min<int64_t>(per_thread, kStagingLoads));
+      };
+      const double rounds = static_cast<double>(staging_rounds(bc * dk, lk) + staging_rounds(bc * dv, lv));
       in_flight = std::min(in_flight, static_cast<double>(bc * (dk + dv) * esize) / rounds);
       flash_registers = static_cast<int>(32 + tm * tn + tm + tn + 2 * um * un + 2 * ceil_div(rows, warps));
       split_keys(kt, um * un, rows, warps);  // the output micro-tiles

@@ -21,6 +21,16 @@ using planner::TensorExpr;
 
 int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
+// Where element idx (non-negative index expressions) of a strided view lies in its base's buffer.
+std::string view_element(const planner::StridedView& v, const std::vector<std::string>& idx) {
+  std::string at = lit(v.offset);
+  for (size_t d = 0; d < idx.size(); ++d) {
+    if (v.strides[d] == 0) continue;
+    at += " + (" + idx[d] + ")" + (v.groups[d] == 1 ? "" : " / " + lit(v.groups[d])) + " * " + lit(v.strides[d]);
+  }
+  return at;
+}
+
 class AttentionStage : public AnchorStage {
  public:
   AttentionStage(LoweringContext& cx, Kernel& k, const planner::AttentionCore& core, const std::vector<int64_t>& me)
@@ -92,10 +102,20 @@ class AttentionStage : public AnchorStage {
     return to.first == "0" ? at : to.first + " + " + at;
   }
   // A thread loop staging `rows` x `cols` elements of operand `operand` of MatMul `matmul` into
-  // `to` (as `dtype`): element (ft_qr, ft_qd) reads the operand at `index()` where `inside` holds,
-  // else zero.
-  Stmt stage(const Slot& to, DType dtype, int64_t rows, int64_t cols, int matmul, int operand, const std::string& inside,
-             const std::function<std::vector<std::string>()>& index);
+  // `to` (as `dtype`): element (ft_qr, ft_qd) reads the operand at `index()` where `row_inside`
+  // holds and ft_qd < `limit`, else zero. Into float32 (the SIMT form), an operand the planner
+  // stages wide (planner::wide_operand) goes as stage_wide's chunks; else element by element.
+  Stmt stage(const Slot& to, DType dtype, int64_t rows, int64_t cols, int matmul, int operand, const std::string& row_inside,
+             const std::string& limit, const std::function<std::vector<std::string>()>& index);
+  // stage()'s loop over chunks of `lanes` consecutive columns (cols a multiple of it) of the
+  // operand's view: thread t takes chunks b x threads x batch + i x threads + t in its batch b
+  // (a batch: up to planner::kStagingLoads chunks a thread), all of a batch loaded before the
+  // first is stored, each by one 16-byte read-only load where the chunk lies wholly inside and
+  // starts 16-byte aligned (a predicated load: the batch's loads all in flight), element by
+  // element otherwise (a tail of the columns, an unaligned view); converted to float into `to`.
+  Stmt stage_wide(const Slot& to, const planner::StridedView& view, int64_t rows, int64_t cols, int matmul, int operand,
+                  const std::string& row_inside, const std::string& limit,
+                  const std::function<std::vector<std::string>()>& index);
   // The tensor-core form's staging where the operand moves by cp.async (planner::async_operand:
   // a strided view of a 16-bit parameter whose width axis, the head for Q and K, the columns for
   // V, is contiguous), as copy_stage's loop: 16-byte cp.async chunks of 8 elements (those at or
@@ -187,10 +207,18 @@ void AttentionStage::plan_tensor(Kernel& k, const std::string& v) {
 }
 
 Stmt AttentionStage::stage(const Slot& to, DType dtype, int64_t rows, int64_t cols, int matmul, int operand,
-                           const std::string& inside, const std::function<std::vector<std::string>()>& index) {
+                           const std::string& row_inside, const std::string& limit,
+                           const std::function<std::vector<std::string>()>& index) {
   check(!to.keys_in_columns, "flash attention: Kᵀ's rows are staged by cp.async only");
+  if (dtype == DType::kF32) {
+    const std::optional<planner::StridedView> view = planner::wide_operand(cx_.g, cx_.group, core_, matmul, operand);
+    if (view && cols % planner::wide_lanes(cx_.g, *view) == 0) {
+      return stage_wide(to, *view, rows, cols, matmul, operand, row_inside, limit, index);
+    }
+  }
   const Node& mm = node(matmul);
   const TensorExpr& e = cx_.exprs.at(matmul);
+  const std::string inside = limit == lit(cols) ? row_inside : row_inside + " && ft_qd < " + limit;
   return thread_for("ft_e", "0", lit(rows * cols), cx_.fresh_block([&] {
     cx_.cur().push_back(let(kIndexType, "ft_qr", "ft_e / " + lit(cols)));
     cx_.cur().push_back(let(kIndexType, "ft_qd", "ft_e % " + lit(cols)));
@@ -207,12 +235,61 @@ Stmt AttentionStage::stage(const Slot& to, DType dtype, int64_t rows, int64_t co
   }));
 }
 
+Stmt AttentionStage::stage_wide(const Slot& to, const planner::StridedView& view, int64_t rows, int64_t cols, int matmul,
+                                int operand, const std::string& row_inside, const std::string& limit,
+                                const std::function<std::vector<std::string>()>& index) {
+  check(cx_.param.count(view.base) > 0, "flash attention: the view of an operand starts at value ", view.base,
+        ", not a group input");
+  const std::string p = cx_.param.at(view.base);
+  const DType ut = cx_.g.value(view.base).dtype;
+  const int64_t lanes = planner::wide_lanes(cx_.g, view), chunks = cols / lanes, count = rows * chunks;
+  const int64_t threads = cx_.cfg.threads;
+  const int64_t batch = std::min<int64_t>(ceil_div(count, threads), planner::kStagingLoads);
+  const TensorExpr& e = cx_.exprs.at(matmul);
+  Block body = cx_.fresh_block([&] {
+    // Where each chunk of the batch lies (fa_a: its first element in the view's base; fa_n: its
+    // elements inside, 0 beyond the rows; fa_d: its place in shared memory), then its load.
+    for (int64_t i = 0; i < batch; ++i) {
+      const std::string n = std::to_string(i), at = "fa_a" + n, inside = "fa_n" + n;
+      cx_.cur().push_back(let(kIndexType, "fa_e" + n, "ft_sb * " + lit(batch * threads) + " + " + lit(i * threads) + " + ft_thread"));
+      cx_.cur().push_back(let(kIndexType, at, "0"));
+      cx_.cur().push_back(let(kIndexType, inside, "0"));
+      cx_.cur().push_back(let(kIndexType, "fa_d" + n, "0"));
+      Block chunk;
+      cx_.with_block(chunk, [&] {
+        cx_.cur().push_back(let(kIndexType, "ft_qr", "fa_e" + n + " / " + lit(chunks)));
+        cx_.cur().push_back(let(kIndexType, "ft_qd", "fa_e" + n + " % " + lit(chunks) + " * " + lit(lanes)));
+        if (operand == 1) cx_.cur().push_back(let(kIndexType, "ft_fj", to.tile + " * " + lit(bc_) + " + ft_qr"));  // a key
+        const std::vector<std::string> idx = cx_.index_of(e.accesses[static_cast<size_t>(operand)], index());
+        cx_.cur().push_back(assign(at, view_element(view, idx)));
+        cx_.cur().push_back(assign(inside, "(" + row_inside + " ? ft_max(0, ft_min(" + lit(lanes) + ", " + limit + " - ft_qd)) : 0)"));
+        cx_.cur().push_back(assign("fa_d" + n, slot_element(to, "ft_qr * " + lit(to.pitch) + " + ft_qd")));
+      });
+      cx_.cur().push_back(if_then("fa_e" + n + " < " + lit(count), chunk));
+      cx_.cur().push_back(vector_load("fa_w" + n, p, at, ut, inside + " == " + lit(lanes) + " && (" + at + " & " + lit(lanes - 1) + ") == 0"));
+    }
+    // Each chunk converted and stored: from its vector, or element by element.
+    for (int64_t i = 0; i < batch; ++i) {
+      const std::string n = std::to_string(i), at = "fa_a" + n, inside = "fa_n" + n, to_at = "fa_d" + n + " + ";
+      Block whole, part;
+      for (int64_t j = 0; j < lanes; ++j) {
+        whole.push_back(store(to.buf, to_at + lit(j), load_as_compute(ut, vector_element("fa_w" + n, ut, static_cast<int>(j)))));
+        part.push_back(store(to.buf, to_at + lit(j),
+                             "(" + lit(j) + " < " + inside + " ? " + load_as_compute(ut, p + "[" + at + " + " + lit(j) + "]") + " : 0.0f)"));
+      }
+      cx_.cur().push_back(if_then("fa_e" + n + " < " + lit(count),
+                                  {if_then(inside + " == " + lit(lanes) + " && (" + at + " & " + lit(lanes - 1) + ") == 0", whole, part)}));
+    }
+  });
+  return serial_for("ft_sb", "0", lit(ceil_div(count, batch * threads)), body);
+}
+
 bool AttentionStage::stage16(Block& into, const Slot& to, int64_t rows, int64_t cols, int matmul, int operand,
                              const std::string& row_inside, const std::string& limit,
                              const std::function<std::vector<std::string>()>& index) {
   const std::optional<planner::StridedView> view = planner::async_operand(cx_.g, cx_.group, core_, matmul, operand);
   if (!view || cols % 8 != 0) {
-    into.push_back(stage(to, half_, rows, cols, matmul, operand, row_inside + " && ft_qd < " + limit, index));
+    into.push_back(stage(to, half_, rows, cols, matmul, operand, row_inside, limit, index));
     return false;
   }
   check(cx_.param.count(view->base) > 0, "flash attention: the view of an operand starts at value ", view->base,
@@ -228,10 +305,7 @@ bool AttentionStage::stage16(Block& into, const Slot& to, int64_t rows, int64_t 
       b.push_back(let(kIndexType, "ft_fj", to.tile + " * " + lit(bc_) + (to.keys_in_columns ? " + ft_qd" : " + ft_qr")));  // a key
     }
     const std::vector<std::string> idx = cx_.index_of(e.accesses[static_cast<size_t>(operand)], index());
-    std::string at = lit(view->offset);
-    for (size_t d = 0; d < idx.size(); ++d) {
-      if (view->strides[d] != 0) at += " + (" + idx[d] + ") * " + lit(view->strides[d]);
-    }
+    const std::string at = view_element(*view, idx);
     b.push_back(let(kIndexType, "ft_v", "(" + row_inside + " ? ft_max(0, ft_min(8, " + limit + " - ft_qd)) : 0)"));
     b.push_back(let(kIndexType, "ft_at", at));
     b.push_back(let(kIndexType, "ft_s", slot_element(to, "ft_qr * " + lit(to.pitch) + " + ft_qd")));
@@ -468,12 +542,13 @@ void AttentionStage::emit_simt(Kernel& k, const std::string& nm, const std::stri
   k.body.push_back(serial_for("ft_e", "0", lit(um_ * un_), {assign(acc_ + "[ft_e]", "0.0f")}));
   // Q's rows, once (zero beyond the region's rows: the micro-tiles read whole multiples of TM).
   k.body.push_back(stage({sq_, "0", "ft_kt", dk_ + 1}, DType::kF32, round_up(rows_, tm_), dk_, core_.scores, 0, "ft_qr < " + nm,
-                         [&] { return vars(core_.scores, lom + " + ft_qr", qk_cols, "ft_qd"); }));
+                         lit(dk_), [&] { return vars(core_.scores, lom + " + ft_qr", qk_cols, "ft_qd"); }));
   Block tile;
   // K's rows of the tile (zero beyond the keys and the tile), V's (and beyond the columns).
   tile.push_back(stage({sk_, "0", "ft_kt", dk_ + 1}, DType::kF32, round_up(bc_, tn_), dk_, core_.scores, 1,
-                       "ft_qr < " + lit(bc_) + " && ft_fj < " + lit(keys_), [&] { return vars(core_.scores, lom, "ft_fj", "ft_qd"); }));
-  tile.push_back(stage({sv_, "0", "ft_kt", dv_}, DType::kF32, bc_, dv_, core_.output, 1, "ft_fj < " + lit(keys_) + " && ft_qd < " + nn,
+                       "ft_qr < " + lit(bc_) + " && ft_fj < " + lit(keys_), lit(dk_),
+                       [&] { return vars(core_.scores, lom, "ft_fj", "ft_qd"); }));
+  tile.push_back(stage({sv_, "0", "ft_kt", dv_}, DType::kF32, bc_, dv_, core_.output, 1, "ft_fj < " + lit(keys_), nn,
                        [&] { return vars(core_.output, lom, lon + " + ft_qd", "ft_fj"); }));
   tile.push_back(barrier());
   for (Stmt& s : simt_scores(nm)) tile.push_back(std::move(s));

@@ -7,7 +7,9 @@
 // rows, the tile's probabilities and the rows' rescaling factors and sums; and thread-locals for
 // the output's register micro-tile and the running row maximum and sum. Its emit stages Q, then
 // runs a block-uniform loop over tiles of `reduce_step` keys: K's and V's rows of the tile staged
-// (zero beyond the keys), a barrier; each thread computes a TM x TN micro-tile of scores (rows
+// (zero beyond the keys; where Q, K or V is a view of a group input with its width contiguous,
+// planner::wide_operand, in 16-byte read-only loads, a thread's batch of them in flight before
+// any is stored), a barrier; each thread computes a TM x TN micro-tile of scores (rows
 // interleaved by R / TM, keys by the tile / TN: planner::micro_tile), evaluates the chain between
 // the scores and the softmax on each (masks, scale, casts; keys beyond the last are -inf) and
 // stores it; a barrier; a warp per row takes the tile's maximum (warp reduction), rescales by the
@@ -22,8 +24,9 @@
 // tile's K and V and the tile's probabilities are 16-bit slices with rows padded to an odd number
 // of 16-byte units (the eight rows an ldmatrix phase reads fall in distinct banks), head widths
 // rounded up to 16 and zero-filled. Q, K and V move by 16-byte cp.async where each is a strided
-// view of a 16-bit input with its width axis contiguous (K through the Transpose that makes Kᵀ:
-// planner/strided_view.h, planner::async_operand), element by element otherwise; where K or V
+// view of a 16-bit input with its width axis contiguous (K through the Transpose that makes Kᵀ,
+// grouped-query K and V through their repeat's grouped axis: planner/strided_view.h,
+// planner::async_operand), element by element otherwise; where K or V
 // moves by cp.async the key tiles take two slots, and tile t + 1's copies are issued before tile
 // t is multiplied, into the slot tile t - 1 used (the barrier ending each tile orders its reads
 // before the next issue), each tile waiting for all but the newest group (one group a tile, empty

@@ -10,11 +10,14 @@
 #include <algorithm>
 #include <array>
 #include <functional>
-#include <random>
 #include <limits>
+#include <random>
+#include <regex>
 #include <string>
 #include <vector>
 
+#include "backend/nvrtc.h"
+#include "codegen/emit.h"
 #include "codegen/lower_group.h"
 #include "planner/attention.h"
 #include "planner/device.h"
@@ -44,6 +47,7 @@ struct Attention {
   bool causal = false;       // query i sees keys up to i + keys - queries
   bool merge_heads = false;  // the output as (batch, queries, heads x value width)
   bool k_transposed = false; // K given as Kᵀ (batch, kv_heads, head, keys), keys contiguous: a projection that wrote it so
+  bool sliced = false;       // K and V sliced one element into rows one wider: views whose rows start at every alignment
 };
 
 // softmax(Q K^T * scale [+ mask] [causal]) V over inputs q, k, v (and mask), named with `prefix`,
@@ -51,9 +55,14 @@ struct Attention {
 FusionGroup add_attention(Graph& g, DType dt, const Attention& a, const std::string& prefix = "") {
   const int first = static_cast<int>(g.nodes().size());
   const int q = add_input(g, prefix + "q", dt, {a.batch, a.heads, a.queries, a.head});
-  const int k = add_input(g, prefix + "k", dt,
-                          a.k_transposed ? Shape{a.batch, a.kv_heads, a.head, a.keys} : Shape{a.batch, a.kv_heads, a.keys, a.head});
-  const int v = add_input(g, prefix + "v", dt, {a.batch, a.kv_heads, a.keys, a.value_width});
+  const auto operand = [&](const std::string& name, Shape shape) {
+    if (!a.sliced) return add_input(g, prefix + name, dt, shape);
+    shape.back() += 1;
+    const std::vector<int64_t> starts = {0, 0, 0, 1}, ends(shape.begin(), shape.end()), steps = {1, 1, 1, 1};
+    return add_op(g, "Slice", {add_input(g, prefix + name, dt, shape)}, attrs({{"starts", starts}, {"ends", ends}, {"steps", steps}}));
+  };
+  const int k = operand("k", a.k_transposed ? Shape{a.batch, a.kv_heads, a.head, a.keys} : Shape{a.batch, a.kv_heads, a.keys, a.head});
+  const int v = operand("v", {a.batch, a.kv_heads, a.keys, a.value_width});
   // Keys and values shared by heads / kv_heads heads each, repeated as exporters do (Reshape,
   // Expand, Reshape), or broadcast by the MatMul when one head holds them.
   const auto repeat = [&](int x, int64_t rows, int64_t width) {
@@ -103,7 +112,13 @@ std::string text(const Attention& a) {
   return "batch " + std::to_string(a.batch) + ", heads " + std::to_string(a.heads) + "/" + std::to_string(a.kv_heads) +
          ", queries " + std::to_string(a.queries) + ", keys " + std::to_string(a.keys) + ", head " + std::to_string(a.head) +
          "/" + std::to_string(a.value_width) + (a.mask ? ", mask" : "") + (a.causal ? ", causal" : "") +
-         (a.merge_heads ? ", heads merged" : "") + (a.k_transposed ? ", K transposed" : "");
+         (a.merge_heads ? ", heads merged" : "") + (a.k_transposed ? ", K transposed" : "") + (a.sliced ? ", K and V sliced" : "");
+}
+
+// How many times regular expression `re` matches in `text`.
+size_t matches(const std::string& text, const char* re) {
+  const std::regex r(re);
+  return static_cast<size_t>(std::distance(std::sregex_iterator(text.begin(), text.end(), r), std::sregex_iterator()));
 }
 
 // Runs `good` under the host executor's checks (it must pass), then with each of its barriers
@@ -363,6 +378,55 @@ TEST(CodegenAttention, ADecodeStepSplitsItsKeysOverBlocks) {
     EXPECT_GE(planner::evaluate_tile(g, fg, planner::find_device("h100"), cfg).smem_bytes, good.kernel.shared_bytes) << cfg.str();
     EXPECT_GE(expect_every_barrier_needed(g, fg, good, (tensor ? "tensor cores, " : "SIMT, ") + cfg.str()), 6);
   }
+}
+
+// Where Q, K and V are views of group inputs with the width contiguous (planner::wide_operand;
+// grouped-query heads through the repeat's grouped view), the SIMT form stages them 16 bytes a
+// load, a thread's batch of loads issued before any is stored, element by element only where a
+// chunk is cut by the width or starts unaligned; on tensor cores the grouped-query K and V move by
+// cp.async into two slots. Differentially, in every type: a grouped-query decode step over 300
+// keys (the best SIMT candidate and one of a single key tile a split); value rows of 20 (float32:
+// 16-byte chunks, 16-bit types: element by element); K and V sliced one element into rows one
+// wider (a row's chunks aligned only every eighth or fourth row). The PTX of the SIMT step: 128-bit
+// read-only global loads; of the tensor-core step: cp.async, double-buffered.
+TEST(CodegenAttention, TheStagingLoadsSixteenBytesAtATime) {
+  const Attention step{1, 8, 2, 1, 300, 64, 64, true};  // a grouped-query decode step, a mask
+  Attention odd;                                       // value rows of 20
+  odd.queries = 24;
+  odd.keys = 40;
+  odd.value_width = 20;
+  Attention sliced = step;
+  sliced.queries = 5;
+  sliced.sliced = true;
+  sliced.mask = false;
+  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
+    Graph g;
+    const FusionGroup decode = add_attention(g, dt, step, "d_");
+    const FusionGroup narrow = add_attention(g, dt, odd, "o_");
+    const FusionGroup offset = add_attention(g, dt, sliced, "s_");
+    std::vector<FusionGroup> cases = {decode, decode, narrow, offset};
+    TileConfig one_tile = best_flash(g, decode);
+    one_tile.split_k = 16;
+    one_tile.reduce_step = 32;
+    std::vector<TileConfig> configs = {best_flash(g, decode), one_tile, best_flash(g, narrow), best_flash(g, offset)};
+    for (const TileConfig& cfg : configs) ASSERT_FALSE(cfg.mma) << cfg.str();
+    const std::string label = std::string(dtype_name(dt)) + ": the SIMT form's staging";
+    size_t next = 0;
+    check_groups(g, cases, [&](const FusionGroup&) { return configs[next++]; }, label, sm90);
+    // The step's PTX: K's and V's rows 16 bytes a load (Q's too), read only.
+    const std::string ptx = backend::compile_ptx(emit_cuda({lower_group(g, decode, configs[0], "step").kernel}), "sm_90");
+    const size_t wide = matches(ptx, R"(\bld\.global\.nc\.v4\.[bfu]32\b)");
+    EXPECT_GE(wide, 3u) << label << ": Q, K and V in 128-bit loads";
+    std::printf("%s: the decode step's SIMT kernel has %zu 128-bit global loads\n", label.c_str(), wide);
+  }
+  // On tensor cores the grouped-query step's K and V move by cp.async, double-buffered.
+  Graph g;
+  const FusionGroup decode = add_attention(g, DType::kF16, step);
+  TileConfig cfg = best_flash(g, decode, true);
+  cfg.split_k = 1;
+  const std::string ptx = backend::compile_ptx(emit_cuda({lower_group(g, decode, cfg, "step").kernel}), "sm_90");
+  EXPECT_GE(matches(ptx, R"(\bcp\.async\.c[ag]\.shared\.global\b)"), 3u);
+  EXPECT_NE(ptx.find("cp.async.wait_group 1;"), std::string::npos) << "the key tiles are not double-buffered";
 }
 
 // The L2 model (planner/tiling.h): inputs larger than half the L2 are read from DRAM once per

@@ -60,15 +60,26 @@ std::set<int> all_nodes(const Graph& g) {
 
 int64_t at(const planner::StridedView& v, const std::vector<int64_t>& idx) {
   int64_t off = v.offset;
-  for (size_t d = 0; d < idx.size(); ++d) off += idx[d] * v.strides[d];
+  for (size_t d = 0; d < idx.size(); ++d) off += idx[d] / v.groups[d] * v.strides[d];
   return off;
 }
 
-// A random data-movement node on x: a Transpose, a Reshape that splits or merges axes, a Slice, or
-// an Expand of a unit axis.
+// A random data-movement node on x: a Transpose, a Reshape that splits or merges axes, a Slice, an
+// Expand of a unit axis, or an axis repeated (a unit axis after it expanded, then merged into it:
+// grouped-query attention's repeat of K and V).
 int random_movement(Graph& g, int x, std::mt19937& rng, bool views_out_only) {
   const Shape s = g.value(x).shape;
-  const int kind = static_cast<int>(rng() % (views_out_only ? 2 : 4));
+  const int kind = static_cast<int>(rng() % (views_out_only ? 2 : 5));
+  if (kind == 4) {
+    const size_t a = rng() % s.size();
+    const int64_t n = 2 + static_cast<int64_t>(rng() % 3);
+    std::vector<int64_t> one(s.begin(), s.end()), to(s.begin(), s.end()), merged(s.begin(), s.end());
+    one.insert(one.begin() + static_cast<std::ptrdiff_t>(a) + 1, 1);
+    to.insert(to.begin() + static_cast<std::ptrdiff_t>(a) + 1, n);
+    merged[a] *= n;
+    const int wide = add_op(g, "Expand", {add_op(g, "Reshape", {x}, attrs({{"shape", one}}))}, attrs({{"shape", to}}));
+    return add_op(g, "Reshape", {wide}, attrs({{"shape", merged}}));
+  }
   if (kind == 0) {
     std::vector<int64_t> perm(s.size());
     std::iota(perm.begin(), perm.end(), 0);
@@ -108,7 +119,7 @@ int random_movement(Graph& g, int x, std::mt19937& rng, bool views_out_only) {
 TEST(StridedView, InputAndOutputViewsAgreeWithTheReferenceOnRandomChains) {
   const unsigned seed = testing::test_seed();
   std::mt19937 rng(seed);
-  int viewed = 0, refused = 0, out_viewed = 0, out_refused = 0;
+  int viewed = 0, refused = 0, out_viewed = 0, out_refused = 0, grouped = 0;
   for (int trial = 0; trial < 300; ++trial) {
     Graph g;
     Shape base;
@@ -126,6 +137,7 @@ TEST(StridedView, InputAndOutputViewsAgreeWithTheReferenceOnRandomChains) {
     // The input view: element i of y is the input's element at the view's offset.
     if (const auto v = planner::input_view(g, nodes, y)) {
       ++viewed;
+      grouped += planner::grouped(*v) ? 1 : 0;
       ASSERT_EQ(v->base, x);
       ASSERT_EQ(v->dims, ys);
       ASSERT_EQ(v->path.size(), g.nodes().size());
@@ -157,6 +169,7 @@ TEST(StridedView, InputAndOutputViewsAgreeWithTheReferenceOnRandomChains) {
     }
   }
   EXPECT_GT(viewed, 100);
+  EXPECT_GT(grouped, 20);
   EXPECT_GT(refused, 0);
   EXPECT_GT(out_viewed, 100);
   EXPECT_GT(out_refused, 0);
