@@ -502,8 +502,11 @@ void stitch_pass(const Graph& g, Partition& p, const FusionOptions& opt) {
     } else {
       // A contraction whose left operand is a row-normalized result (attention's P @ V).
       if (node.op != "MatMul" || p.count(pg, Role::kReduction) == 0 || contractions > 2) continue;
+      // Without a cost function, rows a block keeps on chip (max_row); with one, any length: the
+      // merge stands where a candidate holds the rows and costs no more than the parts (a decode
+      // step's RMSNorm over 2,048 features before its projection: one row).
       const Shape& a = g.value(in0).shape;
-      if (a.empty() || a.back() > opt.max_row) continue;
+      if (a.empty() || (!opt.cost && a.back() > opt.max_row)) continue;
     }
     try_merge(p, pg, me, opt);
   }

@@ -17,8 +17,10 @@
 //      (element-wise chains into reductions and contractions, transposes into index maps);
 //   3. stitching: a reduction joins a reduction or contraction group that produces its input when
 //      it reduces the innermost axis of extent <= max_row (layer norm after a projection), and a
-//      contraction joins the reduction group that produces its left operand under the same bound
-//      (softmax followed by MatMul: attention); before those, a softmax over the last axis whose
+//      contraction joins the reduction group that produces its left operand (softmax followed by
+//      MatMul: attention; a norm and the projection after it) under the same bound or, with a
+//      cost function, at any row length (a decode step's RMSNorm over 2,048 features: one row on
+//      chip, the merge kept where it does not lose); before those, a softmax over the last axis whose
 //      probabilities (through Casts) are the left operand of a MatMul joins its scores' group and
 //      that MatMul's at once when the three form an attention core (planner/attention.h: attention
 //      at any length, tiled by flash attention) and, with a cost function, the three cost less

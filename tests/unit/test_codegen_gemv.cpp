@@ -15,6 +15,7 @@
 #include "codegen/lower_group.h"
 #include "planner/device.h"
 #include "planner/fusion.h"
+#include "planner/select.h"
 #include "planner/tiling.h"
 #include "unit/codegen_check.h"
 #include "unit/graph_helpers.h"
@@ -112,6 +113,43 @@ TEST(CodegenGemv, FusedProloguesAndEpiloguesAndAComputedB) {
   check_groups(t, {both}, [&](const FusionGroup& fg) { return gemv(t, fg, 8, 16, 64); }, "computed B");
   const Kernel scalar = lower_group(t, both, gemv(t, both, 8, 16, 64), "k").kernel;
   EXPECT_TRUE(allocates(scalar, "sb") && !allocates(scalar, "red")) << to_text(scalar);
+}
+
+// A decode step's RMSNorm over 2,048 features (LLaMA's hidden width, twice max_row) read by two
+// projections: planned with the cost model, the norm joins the first projection's group (its one
+// row recomputed by every block, the normalized row exported for the other), one launch less;
+// without a cost function the rows exceed max_row and it stays apart. The plan's groups, with
+// the planner's best candidates, match the reference under the host executor's checks.
+TEST(CodegenGemv, ADecodeStepsNormJoinsItsProjectionPastMaxRow) {
+  Graph g;
+  const int64_t hidden = 2048;
+  const int x = add_input(g, "x", DType::kF16, {1, 1, hidden});
+  const int mean = add_op(g, "ReduceMean", {add_op(g, "Mul", {x, x})}, fusetune::testing::attrs({{"axes", std::vector<int64_t>{-1}}}));
+  const int eps = g.add_constant("eps", Tensor::scalar_float(DType::kF16, 1e-5f));
+  const int scaled = add_op(g, "Div", {x, add_op(g, "Sqrt", {add_op(g, "Add", {mean, eps})})});
+  const int norm = add_op(g, "Mul", {scaled, fusetune::testing::random_constant(g, "gamma", DType::kF16, {hidden}, 11u)}, {}, "norm");
+  g.outputs().push_back(add_op(g, "MatMul", {norm, fusetune::testing::random_constant(g, "wq", DType::kF16, {hidden, 256}, 12u)}));
+  g.outputs().push_back(add_op(g, "MatMul", {norm, fusetune::testing::random_constant(g, "wk", DType::kF16, {hidden, 64}, 13u)}));
+  const auto group_of_norm = [&](const std::vector<FusionGroup>& groups) -> const FusionGroup* {
+    for (const FusionGroup& fg : groups) {
+      for (int n : fg.nodes) {
+        if (g.nodes()[static_cast<size_t>(n)].name == "norm") return &fg;
+      }
+    }
+    return nullptr;
+  };
+  const planner::ModelPlan plan = planner::plan_model(g, planner::find_device("h200"));
+  std::vector<FusionGroup> groups;
+  for (const planner::GroupPlan& gp : plan.groups) groups.push_back(gp.group);
+  const FusionGroup* joined = group_of_norm(groups);
+  ASSERT_NE(joined, nullptr);
+  EXPECT_EQ(joined->pattern.rfind("ReduceMean+MatMul", 0), 0u) << joined->pattern;
+  EXPECT_EQ(plan.launches, 2);
+  const FusionGroup* apart = group_of_norm(planner::fuse(g).groups);
+  ASSERT_NE(apart, nullptr);
+  EXPECT_EQ(apart->pattern.find("MatMul"), std::string::npos) << "joined without a cost function: " << apart->pattern;
+  check_groups(g, groups, [&](const FusionGroup& fg) { return fusetune::testing::best_config(g, fg); },
+               "a decode step's norm and projections");
 }
 
 // A decode step of a 4096 x 4096 float16 projection on an H100: the planner's best candidate is

@@ -1,7 +1,8 @@
 // The random-shape fuzzer of fusion groups: small graphs of the kernel kinds the code generator has
 // (element-wise chains with broadcasts and transposed reads, MatMuls with bias and activation on
-// float32, float16 and bfloat16, LayerNorm feeding a MatMul, scaled-dot-product attention, mean
-// subtraction, Convs plain, strided and depthwise, an embedding Gather with positions and a norm;
+// float32, float16 and bfloat16, LayerNorm feeding a MatMul, scaled-dot-product attention (some
+// with grouped-query heads), mean subtraction, Convs plain, strided and depthwise, an embedding
+// Gather with positions and a norm;
 // window ops, products of 8-bit integers, updates in place and back-to-back products each from a
 // generator of their own),
 // on odd extents (rows, channels and sequence lengths that divide no tile) as often as on multiples
@@ -119,25 +120,35 @@ FuzzCase random_case(unsigned seed) {
       break;
     }
     case 3: {  // attention: softmax(q k^T * scale) v
-      const int64_t h = d.in(1, 3), s = d.extent(48), dh = d.extent(40);
-      const int kt = add_op(g, "Transpose", {add_input(g, "k", dt, {h, s, dh})}, attrs({{"perm", std::vector<int64_t>{0, 2, 1}}}));
+      const int64_t kv = d.in(1, 3), s = d.extent(48), dh = d.extent(40);
       // The scale as attention has it, 1 / sqrt(head), times a factor from 0.5 to 1.5: the
       // reference rounds the scores to the model's type before the softmax where the kernels keep
       // them in float32, and scores near 10 (a scale near 1.5 on a head of 16) move the reference's
       // own bfloat16 probabilities by several percent (case 3853419892 before this scale: one output
       // of 768 off, -0.268 from the kernel where the reference gave -0.19).
       const float factor = 0.5f + static_cast<float>(d.seed() % 1001) / 1000.0f;
+      // An additive mask over the keys; a causal one; grouped-query heads, each key-value head
+      // repeated as exporters do (Reshape, Expand, Reshape). Drawn after the shapes, in the order
+      // earlier corpus seeds keep.
+      const bool mask = d.chance(0.4), causal = d.chance(0.4);
+      const int64_t group = d.chance(0.4) ? d.in(2, 4) : 1, h = kv * group;
+      const auto repeat = [&](int x) {
+        if (group == 1) return x;
+        x = add_op(g, "Reshape", {x}, attrs({{"shape", std::vector<int64_t>{kv, 1, s, dh}}}));
+        x = add_op(g, "Expand", {x}, attrs({{"shape", std::vector<int64_t>{kv, group, s, dh}}}));
+        return add_op(g, "Reshape", {x}, attrs({{"shape", std::vector<int64_t>{h, s, dh}}}));
+      };
+      const int kt = add_op(g, "Transpose", {repeat(add_input(g, "k", dt, {kv, s, dh}))}, attrs({{"perm", std::vector<int64_t>{0, 2, 1}}}));
       const std::vector<float> scale_value = {factor / std::sqrt(static_cast<float>(dh))};
       const int scale = g.add_constant("scale", Tensor::from_floats(dt, {1}, scale_value));
       int scores = add_op(g, "Mul", {add_op(g, "MatMul", {add_input(g, "q", dt, {h, s, dh}), kt}), scale});
       c.what = "attention " + type + " heads " + std::to_string(h) + ", sequence " + std::to_string(s) + ", head " + std::to_string(dh);
-      // An additive mask over the keys; a causal one (drawn after the shapes, which earlier
-      // corpus seeds keep).
-      if (d.chance(0.4)) {
+      if (group > 1) c.what += ", " + std::to_string(kv) + " key-value heads";
+      if (mask) {
         scores = add_op(g, "Add", {scores, add_input(g, "mask", dt, {1, 1, s})});
         c.what += ", mask";
       }
-      if (d.chance(0.4)) {
+      if (causal) {
         std::vector<int64_t> allowed;
         for (int64_t i = 0; i < s; ++i) {
           for (int64_t j = 0; j < s; ++j) allowed.push_back(j <= i ? 1 : 0);
@@ -147,7 +158,7 @@ FuzzCase random_case(unsigned seed) {
         c.what += ", causal";
       }
       const int p = add_op(g, "Softmax", {scores}, attrs({{"axis", int64_t{-1}}}));
-      add_op(g, "MatMul", {p, add_input(g, "v", dt, {h, s, dh})});
+      add_op(g, "MatMul", {p, repeat(add_input(g, "v", dt, {kv, s, dh}))});
       break;
     }
     case 4: {  // x - mean(x) along the last axis, scaled
