@@ -575,13 +575,13 @@ std::string LoweringContext::reads_aligned(const std::vector<VectorRead>& reads)
 }
 
 void LoweringContext::load_runs(const std::vector<VectorRead>& reads, int64_t run,
-                                const std::function<std::string(int64_t)>& lane) {
+                                const std::function<std::string(int64_t)>& lane, const std::string& guard) {
   for (const VectorRead& x : reads) {
     const DType ut = g.value(x.u).dtype;
     const int lanes = vector_lanes(ut);
     for (int64_t first = 0; first < run; first += lanes) {
       const std::string local = "ft_x" + std::to_string(next_local_++);
-      cur_->push_back(vector_load(local, param.at(x.u), x.at + (first ? " + " + lit(first) : ""), ut));
+      cur_->push_back(vector_load(local, param.at(x.u), x.at + (first ? " + " + lit(first) : ""), ut, guard));
       for (int j = 0; j < lanes; ++j) {
         std::string key = std::to_string(x.u);
         for (size_t d = 0; d + 1 < x.idx.size(); ++d) key += "|" + x.idx[d];

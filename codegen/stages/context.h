@@ -228,7 +228,11 @@ class LoweringContext {
   std::string reads_aligned(const std::vector<VectorRead>& reads) const;
   // The reads as 16-byte vector loads into the current block, each element memoised as the local
   // value() returns for the input at its index, with element j's innermost coordinate `lane(j)`.
-  void load_runs(const std::vector<VectorRead>& reads, int64_t run, const std::function<std::string(int64_t)>& lane);
+  // With a `guard`, each load is predicated on it (zero elsewhere: vector_load's guard), so that
+  // loads of several runs can be in flight before any is used; the caller then computes an
+  // element where the guard fails apart from the memo (fresh_block).
+  void load_runs(const std::vector<VectorRead>& reads, int64_t run, const std::function<std::string(int64_t)>& lane,
+                 const std::string& guard = "");
 
  private:
   std::string var(int v, const char* what, size_t d) const;

@@ -218,14 +218,16 @@ class RowStatsStage : public AnchorStage {
     const auto slot = [&](int64_t j, int64_t t) { return held + "[" + std::to_string(j * run_ + t) + "]"; };
     // A pass over the lane's runs inside `busy`: per run j, its first element ft_f<j> and the index
     // of its first element (o: the row's coordinates, the normalized ones from ft_f<j>; the
-    // innermost a variable, ft_q<j>), then each(j, o, lane) with lane(t) the innermost coordinate
-    // of element t.
-    const auto pass = [&](const std::function<void(int64_t, const std::vector<std::string>&,
-                                                   const std::function<std::string(int64_t)>&)>& each) {
+    // innermost a variable, ft_q<j>); then, where given, ahead(j, o, lane) for every run at the
+    // pass's level; then each(j, o, lane) in a scope of its own, with lane(t) the innermost
+    // coordinate of element t.
+    using RunFn = std::function<void(int64_t, const std::vector<std::string>&, const std::function<std::string(int64_t)>&)>;
+    const auto pass = [&](const RunFn& each, const RunFn& ahead) {
       return cx_.fresh_block([&] {
         cx_.cur().push_back(let(kIndexType, "ft_row", row));
         cx_.cur().push_back(let(kIndexType, "ft_lane", "ft_thread % " + lanes));
         const std::vector<std::string> base = row_coords();
+        std::vector<std::vector<std::string>> os;
         for (int64_t j = 0; j < runs_; ++j) {
           const std::string f = "ft_f" + std::to_string(j), q = "ft_q" + std::to_string(j);
           cx_.cur().push_back(let(kIndexType, f, first_of(j)));
@@ -237,8 +239,13 @@ class RowStatsStage : public AnchorStage {
           }
           cx_.cur().push_back(let(kIndexType, q, o.back()));
           o.back() = q;
+          os.push_back(o);
+        }
+        const auto lane_of = [](const std::string& q) { return [q](int64_t t) { return "(" + q + " + " + lit(t) + ")"; }; };
+        for (int64_t j = 0; ahead && j < runs_; ++j) ahead(j, os[static_cast<size_t>(j)], lane_of(os[static_cast<size_t>(j)].back()));
+        for (int64_t j = 0; j < runs_; ++j) {
           Block scope;
-          cx_.with_block(scope, [&] { each(j, o, [q](int64_t t) { return "(" + q + " + " + lit(t) + ")"; }); });
+          cx_.with_block(scope, [&] { each(j, os[static_cast<size_t>(j)], lane_of(os[static_cast<size_t>(j)].back())); });
           cx_.cur().push_back(if_then("1", scope));  // a scope of its own: runs may name the same locals
         }
       });
@@ -247,54 +254,85 @@ class RowStatsStage : public AnchorStage {
       o.back() = lane(t);
       return o;
     };
-    // A run's elements computed by value_of(t, o_t) into the current block: after 16-byte loads of
+    using ValueFn = std::function<std::string(int64_t, const std::vector<std::string>&)>;
+    // A run's group inputs read along the row (value_of's loads) and the condition for reading
+    // them as 16-byte vectors: the run whole, `also`, the reads aligned ("": always).
+    struct Fetch {
+      std::vector<LoweringContext::VectorRead> reads;
+      std::string whole;
+      bool ahead = false;  // loaded by fetch_ahead: the vectors are zero where `whole` fails
+    };
+    const auto fetch = [&](int64_t j, const std::vector<std::string>& o, const ValueFn& value_of, const std::string& also) {
+      Fetch f;
+      if (run_ > 1) f.reads = cx_.along_reads(o, run_, [&](const std::vector<std::string>& oo) { value_of(0, oo); });
+      f.whole = whole_rounds ? "" : "ft_f" + std::to_string(j) + " + " + lit(run_) + " <= " + lit(count_);
+      if (!also.empty()) f.whole += (f.whole.empty() ? "" : " && ") + also;
+      if (!f.reads.empty()) f.whole += (f.whole.empty() ? "" : " && ") + cx_.reads_aligned(f.reads);
+      return f;
+    };
+    // fetch, with the reads issued here as 16-byte loads predicated on `whole` (zero elsewhere), so
+    // that a lane's loads of all its runs are in flight before the first is used.
+    const auto fetch_ahead = [&](int64_t j, const std::vector<std::string>& o, const std::function<std::string(int64_t)>& lane,
+                                 const ValueFn& value_of) {
+      Fetch f = fetch(j, o, value_of, "");
+      cx_.load_runs(f.reads, run_, lane, f.whole);
+      f.ahead = true;
+      return f;
+    };
+    // A run's elements computed by value_of(t, o_t) into the current block: from 16-byte loads of
     // the group inputs read along the row where the run is whole (and `also` holds) and they are
-    // aligned, element by element (each where valid and inside(t) holds) otherwise; done(t, local,
-    // whole) receives each, after() follows a whole run.
+    // aligned (loaded here, or by fetch_ahead: `ahead`), element by element (each where valid and
+    // inside(t) holds, its loads its own) otherwise; done(t, local, whole) receives each, after()
+    // follows a whole run.
     const auto run_of = [&](int64_t j, const std::vector<std::string>& o, const std::function<std::string(int64_t)>& lane,
-                            const std::function<std::string(int64_t, const std::vector<std::string>&)>& value_of,
-                            const std::function<void(int64_t, const std::string&, bool)>& done, const std::function<void()>& after,
-                            const std::string& also, const std::function<std::string(int64_t)>& inside) {
-      const std::vector<LoweringContext::VectorRead> reads =
-          run_ > 1 ? cx_.along_reads(o, run_, [&](const std::vector<std::string>& oo) { value_of(0, oo); })
-                   : std::vector<LoweringContext::VectorRead>{};
-      std::string whole = whole_rounds ? "" : "ft_f" + std::to_string(j) + " + " + lit(run_) + " <= " + lit(count_);
-      if (!also.empty()) whole += (whole.empty() ? "" : " && ") + also;
-      if (!reads.empty()) whole += (whole.empty() ? "" : " && ") + cx_.reads_aligned(reads);
+                            const ValueFn& value_of, const std::function<void(int64_t, const std::string&, bool)>& done,
+                            const std::function<void()>& after, const std::string& also,
+                            const std::function<std::string(int64_t)>& inside, const Fetch* ahead) {
+      const Fetch f = ahead != nullptr ? *ahead : fetch(j, o, value_of, also);
       Block vector;
       cx_.with_block(vector, [&] {
-        cx_.load_runs(reads, run_, lane);
+        if (!f.ahead) cx_.load_runs(f.reads, run_, lane);
         for (int64_t t = 0; t < run_; ++t) done(t, value_of(t, at(o, lane, t)), true);
         after();
       });
-      if (whole.empty()) {
+      if (f.whole.empty()) {
         cx_.cur().insert(cx_.cur().end(), vector.begin(), vector.end());
         return;
       }
       Block scalar;
       for (int64_t t = 0; t < run_; ++t) {
-        Block one;
-        cx_.with_block(one, [&] { done(t, value_of(t, at(o, lane, t)), false); });
+        // Loaded ahead, the vectors' elements are what the loads' memo names; an element here reads
+        // its own (a fresh memo; the locals outside stay visible).
+        Block one = f.ahead ? cx_.fresh_block([&] { done(t, value_of(t, at(o, lane, t)), false); }) : Block{};
+        if (!f.ahead) cx_.with_block(one, [&] { done(t, value_of(t, at(o, lane, t)), false); });
         std::string where = valid(j, t);
         if (const std::string in = inside(t); !in.empty()) where += " && " + in;
         scalar.push_back(if_then(where, one));
       }
-      cx_.cur().push_back(if_then(whole, vector, scalar));
+      cx_.cur().push_back(if_then(f.whole, vector, scalar));
     };
-    // Load: the row's elements into the registers (zero where a run passes the row's end). A row
-    // handed over reads the producer's value from the producer's registers, the same slot.
-    Block load = pass([&](int64_t j, const std::vector<std::string>& o, const std::function<std::string(int64_t)>& lane) {
-      for (int64_t t = 0; t < run_; ++t) cx_.cur().push_back(assign(slot(j, t), "0.0f"));
-      const auto x_at = [&](int64_t t, const std::vector<std::string>& ot) {
+    // Load: the row's elements into the registers (zero where a run passes the row's end), every
+    // run's 16-byte loads issued before the first run is computed. A row handed over reads the
+    // producer's value from the producer's registers, the same slot.
+    const auto x_of = [&](int64_t j) {
+      return [&, j](int64_t t, const std::vector<std::string>& ot) {
         if (handoff_.takes >= 0) {
           const std::string given = held_name(handoff_.takes) + "[" + std::to_string(j * run_ + t) + "]";
           cx_.provided[handoff_.takes] = [given](const std::vector<std::string>&) { return given; };
         }
         return cx_.value(x, ot);
       };
-      run_of(j, o, lane, x_at, [&](int64_t t, const std::string& xv, bool) { cx_.cur().push_back(assign(slot(j, t), xv)); },
-             [] {}, "", [](int64_t) { return std::string(); });
-    });
+    };
+    std::vector<Fetch> fetched(static_cast<size_t>(runs_));
+    Block load = pass(
+        [&](int64_t j, const std::vector<std::string>& o, const std::function<std::string(int64_t)>& lane) {
+          for (int64_t t = 0; t < run_; ++t) cx_.cur().push_back(assign(slot(j, t), "0.0f"));
+          run_of(j, o, lane, x_of(j), [&](int64_t t, const std::string& xv, bool) { cx_.cur().push_back(assign(slot(j, t), xv)); },
+                 [] {}, "", [](int64_t) { return std::string(); }, &fetched[static_cast<size_t>(j)]);
+        },
+        [&](int64_t j, const std::vector<std::string>& o, const std::function<std::string(int64_t)>& lane) {
+          fetched[static_cast<size_t>(j)] = fetch_ahead(j, o, lane, x_of(j));
+        });
     cx_.provided.erase(handoff_.takes);
     // A statistic folded from the registers with step(acc, x) (where valid), into `acc`.
     const auto fold = [&](const std::string& acc, const std::string& init,
@@ -367,8 +405,8 @@ class RowStatsStage : public AnchorStage {
              [&] {
                if (runs_out) cx_.store_run(v, o, ys);
              },
-             inside_region(o, o.back(), lane(run_ - 1)), [&](int64_t t) { return inside_region(at(o, lane, t), "", ""); });
-    });
+             inside_region(o, o.back(), lane(run_ - 1)), [&](int64_t t) { return inside_region(at(o, lane, t), "", ""); }, nullptr);
+    }, nullptr);
     batch.push_back(if_then(busy, write));
     if (group_ > 1) batch.push_back(barrier());  // the next batch rewrites the partials
   }

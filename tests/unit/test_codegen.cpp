@@ -373,6 +373,38 @@ TEST(CodegenWarp, RowsHeldInRegistersAreReadOnce) {
   }
 }
 
+// A held row's 16-byte loads are all issued before its first run is computed (predicated on each
+// run's whole-and-aligned condition, zero elsewhere), so a lane has its whole row in flight: a
+// LayerNorm after an Add over rows of 1,024 (8 runs a lane, two inputs) issues all 16 vector loads
+// before its first addition (PTX). Differentially, in every float type, that and the same with one
+// addend sliced one element into rows one wider (not read along the row: its elements load one
+// by one inside each run, beside the other's vectors loaded ahead).
+TEST(CodegenWarp, AHeldRowsLoadsAreAllInFlightBeforeItsFirstRun) {
+  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
+    Graph g;
+    const int64_t width = 1024;
+    const std::vector<int64_t> starts = {0, 1}, ends = {8, width + 1}, steps = {1, 1};
+    const int a = add_op(g, "Slice", {add_input(g, "a", dt, {8, width + 1})}, attrs({{"starts", starts}, {"ends", ends}, {"steps", steps}}));
+    const int sum = add_op(g, "Add", {a, add_input(g, "r", dt, {8, width})});
+    add_op(g, "LayerNormalization", {sum, add_input(g, "g", dt, {width})}, attrs({{"axis", int64_t{1}}, {"epsilon", 1e-5f}}));
+    Graph aligned;
+    const int b = add_op(aligned, "Add", {add_input(aligned, "a", dt, {8, width}), add_input(aligned, "r", dt, {8, width})});
+    add_op(aligned, "LayerNormalization", {b, add_input(aligned, "g", dt, {width})}, attrs({{"axis", int64_t{1}}, {"epsilon", 1e-5f}}));
+    const TileConfig cfg{{4, width}, 0, 128, 1};  // a warp a row
+    const std::string label = std::string(dtype_name(dt)) + ", a held row loaded ahead";
+    check_groups(g, {whole_graph_group(g)}, [&](const FusionGroup&) { return cfg; }, label + ", rows sliced");
+    check_groups(aligned, {whole_graph_group(aligned)}, [&](const FusionGroup&) { return cfg; }, label);
+    if (dt != DType::kF32 || !backend::nvrtc_available()) continue;
+    const std::string ptx = backend::compile_ptx(emit_cuda({lower_group(aligned, whole_graph_group(aligned), cfg, "k0").kernel}), "sm_90");
+    const size_t first_add = ptx.find("add.f32");
+    ASSERT_NE(first_add, std::string::npos) << ptx;
+    const std::string before = ptx.substr(0, first_add);
+    const std::regex wide(R"(\bld\.global\.nc\.v4\.f32\b)");
+    const auto loads = std::distance(std::sregex_iterator(before.begin(), before.end(), wide), std::sregex_iterator());
+    EXPECT_EQ(loads, 16) << "the row's 16-byte loads in flight before the first addition";
+  }
+}
+
 // The cooperative reduction tests' tiles: up to `outputs` outputs a tile, along the output's
 // longest axis.
 TileConfig cooperative_tile(const Graph& g, const FusionGroup& fg, int64_t outputs, int threads) {
