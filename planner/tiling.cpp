@@ -168,7 +168,35 @@ int64_t normalization_rows(const Graph& g, const Node& n, const std::vector<Inte
 // elements over them (reduction_lanes), and only such spaces get its split candidates.
 constexpr int64_t kWarp = 32;
 
-ReductionForm reduction_form(const Graph& g, const Node& n, int64_t outputs, int threads, int splits) {
+namespace {
+
+// The index n's first input is read at along the innermost axis of the buffer that read reaches:
+// n's access (a) through the Transposes of `members` that produce its input (inlined, they move
+// axes: the buffer is what the first of them reads), or a's own innermost index.
+const IndexExpr& innermost_read(const Graph& g, const Node& n, const Access& a, const std::vector<int>* members) {
+  const size_t rank = a.index.size();
+  std::vector<size_t> axis_of(rank);  // axis d of the value reached is axis axis_of[d] of n's input
+  for (size_t d = 0; d < rank; ++d) axis_of[d] = d;
+  int v = n.inputs[0];
+  while (members != nullptr) {
+    const auto p = std::find_if(members->begin(), members->end(),
+                                [&](int m) { return g.nodes()[static_cast<size_t>(m)].outputs[0] == v; });
+    if (p == members->end()) break;
+    const Node& t = g.nodes()[static_cast<size_t>(*p)];
+    const std::vector<int64_t> perm = t.op == "Transpose" ? t.attrs.ints("perm") : std::vector<int64_t>{};
+    if (perm.size() != rank) break;
+    std::vector<size_t> before(rank);  // the Transpose's output axis d is its input's axis perm[d]
+    for (size_t d = 0; d < rank; ++d) before[static_cast<size_t>(perm[d])] = axis_of[d];
+    axis_of = before;
+    v = t.inputs[0];
+  }
+  return a.index[axis_of[rank - 1]];
+}
+
+}  // namespace
+
+ReductionForm reduction_form(const Graph& g, const Node& n, int64_t outputs, int threads, int splits,
+                             const std::vector<int>* members) {
   ReductionForm form;
   const bool arg = n.op == "ArgMax" || n.op == "ArgMin";
   const bool reduction = arg || n.op == "ReduceSum" || n.op == "ReduceMean" || n.op == "ReduceMax" || n.op == "ReduceMin";
@@ -181,12 +209,14 @@ ReductionForm reduction_form(const Graph& g, const Node& n, int64_t outputs, int
   for (int64_t ext : e.reduce_extents) count *= ext;
   if (e.reduce_extents.empty() || count < kWarp) return form;
   const Access& a = e.accesses[0];
-  // Columns: the output's innermost variable indexes the input's innermost axis by itself.
+  // Columns: the output's innermost variable indexes the innermost axis of what the input reads
+  // (through inlined Transposes) by itself.
+  const bool read = !a.index.empty();
   form.columns = splits <= 1 && reduction && !arg && outputs >= 16 && threads >= 2 * kWarp && count >= 64 && !e.out_shape.empty() &&
-                 !a.index.empty() && !a.guarded && a.index.back().is_var(static_cast<int>(e.out_shape.size()) - 1);
+                 read && !a.guarded && innermost_read(g, n, a, members).is_var(static_cast<int>(e.out_shape.size()) - 1);
   if (form.columns) return form;
-  // Along: the innermost reduction variable indexes the input's innermost axis by itself.
-  const bool along = reduction && !a.index.empty() && a.index.back().is_var(e.num_vars() - 1);
+  // Along: the innermost reduction variable indexes it by itself.
+  const bool along = reduction && read && innermost_read(g, n, a, members).is_var(e.num_vars() - 1);
   if (2 * outputs > threads && !along) return form;
   const int64_t warps = threads / kWarp;
   int64_t group = 1;
@@ -1120,7 +1150,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
     if (generic) {
       int64_t count = 1;
       for (int64_t ext : e.reduce_extents) count *= ext;
-      const ReductionForm form = reduction_form(g, n, out_elems, cfg.threads, cfg.split_k);
+      const ReductionForm form = reduction_form(g, n, out_elems, cfg.threads, cfg.split_k, &group.nodes);
       const int64_t lanes = form.lanes;
       if (form.columns) {
         // The columns form: batches of 32 outputs, a warp's share of the rows a round per 8; a

@@ -272,7 +272,10 @@ struct ReductionForm {
   // and no split-K (split_k.h hands over float accumulators alone).
   bool pairs = false;
 };
-ReductionForm reduction_form(const Graph& g, const Node& n, int64_t outputs, int threads, int splits);
+// With `members` (the group's nodes), the input's reads follow the group's Transposes that
+// produce it (inlined, they move the axes) to the innermost axis of the buffer read.
+ReductionForm reduction_form(const Graph& g, const Node& n, int64_t outputs, int threads, int splits,
+                             const std::vector<int>* members = nullptr);
 // True where the generic reduction takes its columns form (codegen/stages/reduce.h) for a region
 // of at most `outputs` elements of n's value on `threads` threads (two warps or more): a float
 // ReduceSum, ReduceMean, ReduceMax or ReduceMin whose output's innermost axis is the input's

@@ -16,7 +16,7 @@ class ReduceStage : public AnchorStage {
  public:
   ReduceStage(LoweringContext& cx, Kernel& k, const Node& n, int64_t max_outputs)
       : cx_(cx), n_(n), capacity_(std::max<int64_t>(1, max_outputs)) {
-    const planner::ReductionForm form = planner::reduction_form(cx.g, n, capacity_, cx.cfg.threads, cx.splits());
+    const planner::ReductionForm form = planner::reduction_form(cx.g, n, capacity_, cx.cfg.threads, cx.splits(), &cx.group.nodes);
     columns_ = form.columns;
     lanes_ = form.lanes;
     if (columns_) partials_ = k.add_shared("p" + std::to_string(n.outputs[0]) + "_r", DType::kF32, cx.cfg.threads);

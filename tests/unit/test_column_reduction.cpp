@@ -70,6 +70,32 @@ TEST(ColumnReduction, WarpsReadConsecutiveOutputsAndMatchTheReference) {
   }
 }
 
+// memory_bound's mean: a ReduceMean along the last axis of a Transpose the group inlines
+// (p.transpose(1, 2).mean(-1)) reads down the columns of the Transpose's input: the form follows
+// the read through the Transpose (the group's members given), so the warps read 16 consecutive
+// outputs' elements a request (two sectors) where the lanes each read a row (32); without the
+// members, the node's own access says along the rows. Against the reference, under the checks.
+TEST(ColumnReduction, TheFormFollowsTheReadThroughAnInlinedTranspose) {
+  Graph g;
+  const int t = testing::add_op(g, "Transpose", {testing::add_input(g, "p", DType::kF32, {2, 256, 64})},
+                                testing::attrs({{"perm", std::vector<int64_t>{0, 2, 1}}}));
+  g.outputs() = {testing::add_op(g, "ReduceMean", {t}, testing::attrs({{"axes", std::vector<int64_t>{-1}}, {"keepdims", int64_t{0}}}))};
+  const planner::FusionGroup group = testing::whole_graph_group(g);
+  const Node& mean = g.nodes()[1];
+  EXPECT_TRUE(planner::reduction_form(g, mean, 16, 256, 1, &group.nodes).columns);
+  EXPECT_FALSE(planner::reduction_form(g, mean, 16, 256, 1).columns);
+  EXPECT_FALSE(planner::reduction_form(g, mean, 16, 256, 1, &group.nodes).row_apart);
+  const TileConfig cfg{{1, 16}, 0, 256, 1};
+  const codegen::LoweredKernel lk = codegen::lower_group(g, group, cfg, "cols");
+  auto backend = backend::make_host_backend();
+  auto module = backend->load({lk.kernel});
+  std::mt19937 rng(testing::test_seed());
+  ASSERT_TRUE(backend::verify_kernel(g, group, lk, *backend, *module, rng).ok);
+  const simt::Counters c = module->counters().at("cols");
+  ASSERT_GT(c.global_load_requests, 0u);
+  EXPECT_EQ(c.global_load_sectors, 2 * c.global_load_requests) << "32-byte sectors a global load request";
+}
+
 TEST(ColumnReduction, TheModelChargesACooperativeReductionItsRowApartRequests) {
   // 8 outputs a tile: the cooperative form (fewer than 16 outputs), its lanes a row apart; every
   // element's sector (32 bytes) requested from L2, at least.
