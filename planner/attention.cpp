@@ -150,7 +150,9 @@ std::optional<StridedView> async_operand(const Graph& g, const FusionGroup& grou
   const bool keys = matmul == core.scores && operand == 1;
   const size_t width = g.value(value).shape.size() - (keys ? 2 : 1);
   if (!view || dtype_size(g.value(view->base).dtype) != 2) return std::nullopt;
-  if (view->strides[width] == 1 || (keys && view->strides[width + 1] == 1)) return view;
+  // Contiguous: stride 1 and not grouped (a repeat of each element along the axis is no run).
+  const auto contiguous = [&](size_t axis) { return view->strides[axis] == 1 && view->groups[axis] == 1; };
+  if (contiguous(width) || (keys && contiguous(width + 1))) return view;
   return std::nullopt;
 }
 
@@ -163,7 +165,7 @@ std::optional<StridedView> wide_operand(const Graph& g, const FusionGroup& group
   if (t != DType::kF32 && t != DType::kF16 && t != DType::kBF16) return std::nullopt;
   const bool keys = matmul == core.scores && operand == 1;
   const size_t width = g.value(value).shape.size() - (keys ? 2 : 1);
-  if (view->strides[width] != 1) return std::nullopt;
+  if (view->strides[width] != 1 || view->groups[width] != 1) return std::nullopt;
   return view;
 }
 

@@ -13,7 +13,9 @@
 // other than 1 comes from a Reshape that merges an axis with the broadcast axis after it
 // (grouped-query attention's repeat of K and V: Expand [b, kv, 1, s, d] to [b, kv, n, s, d], then
 // Reshape to [b, kv x n, s, d]: head h reads kv head h / n); such an axis is never merged or
-// split again, nor sliced.
+// split again, and a Slice keeps it from its start with step 1. An axis of stride 1 and a group
+// other than 1 repeats each element (a broadcast axis merged into the innermost): no contiguous
+// run.
 #pragma once
 
 #include <cstdint>

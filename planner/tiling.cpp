@@ -925,8 +925,8 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       tile_special += rows * kt * (bc + 1);  // an exponential per score, a rescale factor per row and key tile
       smem += (ceil_div(rows, tm) * tm * (dk + 1) + ceil_div(bc, tn) * tn * (dk + 1) + bc * dv + rows * bc + 2 * rows) * 4;
       // Q, K and V staged a 16-byte chunk a load where wide_operand allows (a thread's chunks in
-      // batches of kStagingLoads, each batch one round of loads in flight), else an element a
-      // load and a round.
+      // batches of kVectorStagingLoads, each batch one round of loads in flight: slice_rounds),
+      // else an element a load and a round.
       const auto lanes_of = [&](int matmul, int operand, int64_t cols) {
         const std::optional<StridedView> view = wide_operand(g, group, *core, matmul, operand);
         return view && cols % wide_lanes(g, *view) == 0 ? wide_lanes(g, *view) : int64_t{1};
@@ -937,8 +937,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       tile_loads += static_cast<int64_t>(qk / static_cast<double>(tn) + qk / static_cast<double>(tm) +
                                          pv / static_cast<double>(un) + pv / static_cast<double>(um)) + 4 * rows * kt * bc;
       const auto staging_rounds = [&](int64_t elements, int64_t per_load) {
-        const int64_t per_thread = ceil_div(ceil_div(elements, per_load), cfg.threads);
-        return per_load == 1 ? per_thread : ceil_div(per_thread, std::min<int64_t>(per_thread, kStagingLoads));
+        return per_load == 1 ? ceil_div(elements, static_cast<int64_t>(cfg.threads)) : slice_rounds(elements, per_load);
       };
       const double rounds = static_cast<double>(staging_rounds(bc * dk, lk) + staging_rounds(bc * dv, lv));
       in_flight = std::min(in_flight, static_cast<double>(bc * (dk + dv) * esize) / rounds);

@@ -285,6 +285,7 @@ ReductionForm reduction_form(const Graph& g, const Node& n, int64_t outputs, int
 // sector a 4-byte element, counted on memory_bound's ReduceMean at 22% of an H200's copy
 // bandwidth) and its warps every (threads / 32)-th row; the warps' partials meet in shared memory.
 // Unsplit candidates take it where it applies; a split-K candidate keeps the cooperative form.
+// Judged on n's own access (reduction_form without the group's members: no Transpose followed).
 bool column_reduction(const Graph& g, const Node& n, int64_t outputs, int threads);
 
 // The warps of a tensor-core MatMul over a region of at most rows x cols (codegen/stages/

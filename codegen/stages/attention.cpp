@@ -109,10 +109,11 @@ class AttentionStage : public AnchorStage {
              const std::string& limit, const std::function<std::vector<std::string>()>& index);
   // stage()'s loop over chunks of `lanes` consecutive columns (cols a multiple of it) of the
   // operand's view: thread t takes chunks b x threads x batch + i x threads + t in its batch b
-  // (a batch: up to planner::kStagingLoads chunks a thread), all of a batch loaded before the
-  // first is stored, each by one 16-byte read-only load where the chunk lies wholly inside and
+  // (a batch: up to planner::kVectorStagingLoads chunks a thread), all of a batch loaded before
+  // the first is stored, each by one 16-byte read-only load where the chunk lies wholly inside and
   // starts 16-byte aligned (a predicated load: the batch's loads all in flight), element by
-  // element otherwise (a tail of the columns, an unaligned view); converted to float into `to`.
+  // element otherwise (an unaligned view, a chunk past the columns' limit); converted to float
+  // into `to`.
   Stmt stage_wide(const Slot& to, const planner::StridedView& view, int64_t rows, int64_t cols, int matmul, int operand,
                   const std::string& row_inside, const std::string& limit,
                   const std::function<std::vector<std::string>()>& index);
@@ -244,7 +245,7 @@ Stmt AttentionStage::stage_wide(const Slot& to, const planner::StridedView& view
   const DType ut = cx_.g.value(view.base).dtype;
   const int64_t lanes = planner::wide_lanes(cx_.g, view), chunks = cols / lanes, count = rows * chunks;
   const int64_t threads = cx_.cfg.threads;
-  const int64_t batch = std::min<int64_t>(ceil_div(count, threads), planner::kStagingLoads);
+  const int64_t batch = planner::staging_batch(count, cx_.cfg.threads, planner::kVectorStagingLoads);
   const TensorExpr& e = cx_.exprs.at(matmul);
   Block body = cx_.fresh_block([&] {
     // Where each chunk of the batch lies (fa_a: its first element in the view's base; fa_n: its
@@ -266,7 +267,7 @@ Stmt AttentionStage::stage_wide(const Slot& to, const planner::StridedView& view
         cx_.cur().push_back(assign("fa_d" + n, slot_element(to, "ft_qr * " + lit(to.pitch) + " + ft_qd")));
       });
       cx_.cur().push_back(if_then("fa_e" + n + " < " + lit(count), chunk));
-      cx_.cur().push_back(vector_load("fa_w" + n, p, at, ut, inside + " == " + lit(lanes) + " && (" + at + " & " + lit(lanes - 1) + ") == 0"));
+      cx_.cur().push_back(vector_load("fa_w" + n, p, at, ut, inside + " == " + lit(lanes) + " && " + aligned16(ut, p, at)));
     }
     // Each chunk converted and stored: from its vector, or element by element.
     for (int64_t i = 0; i < batch; ++i) {
@@ -278,7 +279,7 @@ Stmt AttentionStage::stage_wide(const Slot& to, const planner::StridedView& view
                              "(" + lit(j) + " < " + inside + " ? " + load_as_compute(ut, p + "[" + at + " + " + lit(j) + "]") + " : 0.0f)"));
       }
       cx_.cur().push_back(if_then("fa_e" + n + " < " + lit(count),
-                                  {if_then(inside + " == " + lit(lanes) + " && (" + at + " & " + lit(lanes - 1) + ") == 0", whole, part)}));
+                                  {if_then(inside + " == " + lit(lanes) + " && " + aligned16(ut, p, at), whole, part)}));
     }
   });
   return serial_for("ft_sb", "0", lit(ceil_div(count, batch * threads)), body);

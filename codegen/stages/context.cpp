@@ -35,15 +35,17 @@ int64_t elems(const std::vector<Interval>& r) {
   return n;
 }
 
+std::string aligned16(DType t, const std::string& param, const std::string& at) {
+  return t == DType::kF32 ? "ft_aligned16(" + param + ", " + at + ")" : "(" + at + " & " + lit(vector_lanes(t) - 1) + ") == 0";
+}
+
 Stmt copy_chunk(const std::string& buf, const std::string& dst, const std::string& param, const std::string& at,
                 const std::string& valid, int64_t lanes) {
   Block elements;
   for (int64_t i = 0; i < lanes; ++i) {
     elements.push_back(store(buf, dst + " + " + lit(i), "(" + lit(i) + " < " + valid + " ? " + param + "[" + at + " + " + lit(i) + "] : 0)"));
   }
-  // Floats: the address itself (a parameter may be a view at any 4-byte offset); 16-bit chunks:
-  // the element index (their buffers start 16-byte aligned).
-  const std::string aligned = lanes == 4 ? "ft_aligned16(" + param + ", " + at + ")" : "(" + at + " & " + lit(lanes - 1) + ") == 0";
+  const std::string aligned = aligned16(lanes == 4 ? DType::kF32 : DType::kF16, param, at);
   return if_then(valid + " == 0 || " + aligned,
                  {copy_async(buf, dst, param, "(" + valid + " == 0 ? 0 : " + at + ")", valid + " * " + lit(16 / lanes))}, elements);
 }

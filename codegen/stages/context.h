@@ -268,6 +268,11 @@ class AnchorStage {
   virtual void emit(Kernel& k) = 0;
 };
 
+// Whether element `at` of parameter `param` (of dtype t) starts a 16-byte aligned vector: for
+// float32 checked on the address (ft_aligned16: a parameter may be a view at any 4-byte offset),
+// for 16-bit types on the index (a multiple of 8: their buffers start 16-byte aligned).
+std::string aligned16(DType t, const std::string& param, const std::string& at);
+
 // The loop copying slice `s` (CopiedSlice above).
 Stmt copy_slice(LoweringContext& cx, const CopiedSlice& s);
 

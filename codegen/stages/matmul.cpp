@@ -145,13 +145,6 @@ void epilogue_run(LoweringContext& cx, const StagedProduct& p, const std::vector
 
 namespace {
 
-// Whether element `at` of parameter p (of dtype t) starts a 16-byte aligned vector: for float32
-// checked on the address (ft_aligned16), for 16-bit types on the index (a multiple of 8 is
-// aligned: parameters start 16-byte aligned).
-std::string aligned16(DType t, const std::string& p, const std::string& at) {
-  return t == DType::kF32 ? "ft_aligned16(" + p + ", " + at + ")" : "(" + at + " & " + lit(vector_lanes(t) - 1) + ") == 0";
-}
-
 // The scalar form's plan.
 struct ScalarPlan : StagedProduct {
   std::string a, b;  // shared operand slices

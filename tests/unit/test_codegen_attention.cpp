@@ -48,6 +48,7 @@ struct Attention {
   bool merge_heads = false;  // the output as (batch, queries, heads x value width)
   bool k_transposed = false; // K given as Kᵀ (batch, kv_heads, head, keys), keys contiguous: a projection that wrote it so
   bool sliced = false;       // K and V sliced one element into rows one wider: views whose rows start at every alignment
+  bool v_repeated = false;   // V's columns each given once and repeated twice: a view grouped along its width
 };
 
 // softmax(Q K^T * scale [+ mask] [causal]) V over inputs q, k, v (and mask), named with `prefix`,
@@ -62,7 +63,12 @@ FusionGroup add_attention(Graph& g, DType dt, const Attention& a, const std::str
     return add_op(g, "Slice", {add_input(g, prefix + name, dt, shape)}, attrs({{"starts", starts}, {"ends", ends}, {"steps", steps}}));
   };
   const int k = operand("k", a.k_transposed ? Shape{a.batch, a.kv_heads, a.head, a.keys} : Shape{a.batch, a.kv_heads, a.keys, a.head});
-  const int v = operand("v", {a.batch, a.kv_heads, a.keys, a.value_width});
+  int v = operand("v", {a.batch, a.kv_heads, a.keys, a.v_repeated ? a.value_width / 2 : a.value_width});
+  if (a.v_repeated) {
+    v = add_op(g, "Reshape", {v}, attrs({{"shape", std::vector<int64_t>{a.batch, a.kv_heads, a.keys, a.value_width / 2, 1}}}));
+    v = add_op(g, "Expand", {v}, attrs({{"shape", std::vector<int64_t>{a.batch, a.kv_heads, a.keys, a.value_width / 2, 2}}}));
+    v = add_op(g, "Reshape", {v}, attrs({{"shape", std::vector<int64_t>{a.batch, a.kv_heads, a.keys, a.value_width}}}));
+  }
   // Keys and values shared by heads / kv_heads heads each, repeated as exporters do (Reshape,
   // Expand, Reshape), or broadcast by the MatMul when one head holds them.
   const auto repeat = [&](int x, int64_t rows, int64_t width) {
@@ -112,7 +118,8 @@ std::string text(const Attention& a) {
   return "batch " + std::to_string(a.batch) + ", heads " + std::to_string(a.heads) + "/" + std::to_string(a.kv_heads) +
          ", queries " + std::to_string(a.queries) + ", keys " + std::to_string(a.keys) + ", head " + std::to_string(a.head) +
          "/" + std::to_string(a.value_width) + (a.mask ? ", mask" : "") + (a.causal ? ", causal" : "") +
-         (a.merge_heads ? ", heads merged" : "") + (a.k_transposed ? ", K transposed" : "") + (a.sliced ? ", K and V sliced" : "");
+         (a.merge_heads ? ", heads merged" : "") + (a.k_transposed ? ", K transposed" : "") + (a.sliced ? ", K and V sliced" : "") +
+         (a.v_repeated ? ", V's columns repeated" : "");
 }
 
 // How many times regular expression `re` matches in `text`.
@@ -383,12 +390,13 @@ TEST(CodegenAttention, ADecodeStepSplitsItsKeysOverBlocks) {
 // Where Q, K and V are views of group inputs with the width contiguous (planner::wide_operand;
 // grouped-query heads through the repeat's grouped view), the SIMT form stages them 16 bytes a
 // load, a thread's batch of loads issued before any is stored, element by element only where a
-// chunk is cut by the width or starts unaligned; on tensor cores the grouped-query K and V move by
-// cp.async into two slots. Differentially, in every type: a grouped-query decode step over 300
-// keys (the best SIMT candidate and one of a single key tile a split); value rows of 20 (float32:
-// 16-byte chunks, 16-bit types: element by element); K and V sliced one element into rows one
-// wider (a row's chunks aligned only every eighth or fourth row). The PTX of the SIMT step: 128-bit
-// read-only global loads; of the tensor-core step: cp.async, double-buffered.
+// chunk starts unaligned; on tensor cores the grouped-query K and V move by cp.async into two
+// slots. Differentially, in every type: a grouped-query decode step over 300 keys (the best SIMT
+// candidate and one of a single key tile a split); value rows of 20 (float32: 16-byte chunks,
+// 16-bit types: element by element); K and V sliced one element into rows one wider (a row's
+// chunks aligned only every eighth or fourth row); V's columns each repeated twice (grouped along
+// its width: no contiguous run, so element by element, in both forms). The PTX of the SIMT step:
+// 128-bit read-only global loads; of the tensor-core step: cp.async, double-buffered.
 TEST(CodegenAttention, TheStagingLoadsSixteenBytesAtATime) {
   const Attention step{1, 8, 2, 1, 300, 64, 64, true};  // a grouped-query decode step, a mask
   Attention odd;                                       // value rows of 20
@@ -399,20 +407,36 @@ TEST(CodegenAttention, TheStagingLoadsSixteenBytesAtATime) {
   sliced.queries = 5;
   sliced.sliced = true;
   sliced.mask = false;
+  Attention repeated;
+  repeated.keys = 40;
+  repeated.v_repeated = true;
   for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
     Graph g;
     const FusionGroup decode = add_attention(g, dt, step, "d_");
     const FusionGroup narrow = add_attention(g, dt, odd, "o_");
     const FusionGroup offset = add_attention(g, dt, sliced, "s_");
-    std::vector<FusionGroup> cases = {decode, decode, narrow, offset};
+    const FusionGroup columns = add_attention(g, dt, repeated, "c_");
+    const planner::AttentionCore core = *planner::match_attention(g, columns);
+    EXPECT_FALSE(planner::wide_operand(g, columns, core, core.output, 1).has_value()) << "V's columns repeated are no run";
+    EXPECT_FALSE(planner::async_operand(g, columns, core, core.output, 1).has_value()) << "V's columns repeated are no run";
+    std::vector<FusionGroup> cases = {decode, decode, narrow, offset, columns};
     TileConfig one_tile = best_flash(g, decode);
     one_tile.split_k = 16;
     one_tile.reduce_step = 32;
-    std::vector<TileConfig> configs = {best_flash(g, decode), one_tile, best_flash(g, narrow), best_flash(g, offset)};
+    std::vector<TileConfig> configs = {best_flash(g, decode), one_tile, best_flash(g, narrow), best_flash(g, offset),
+                                       best_flash(g, columns)};
     for (const TileConfig& cfg : configs) ASSERT_FALSE(cfg.mma) << cfg.str();
+    if (dt != DType::kF32) {
+      cases.push_back(columns);
+      configs.push_back(best_flash(g, columns, true));
+    }
     const std::string label = std::string(dtype_name(dt)) + ": the SIMT form's staging";
     size_t next = 0;
     check_groups(g, cases, [&](const FusionGroup&) { return configs[next++]; }, label, sm90);
+    if (!backend::nvrtc_available()) {
+      std::printf("NVRTC not available: the PTX of the staging not read\n");
+      continue;
+    }
     // The step's PTX: K's and V's rows 16 bytes a load (Q's too), read only.
     const std::string ptx = backend::compile_ptx(emit_cuda({lower_group(g, decode, configs[0], "step").kernel}), "sm_90");
     const size_t wide = matches(ptx, R"(\bld\.global\.nc\.v4\.[bfu]32\b)");
@@ -420,6 +444,7 @@ TEST(CodegenAttention, TheStagingLoadsSixteenBytesAtATime) {
     std::printf("%s: the decode step's SIMT kernel has %zu 128-bit global loads\n", label.c_str(), wide);
   }
   // On tensor cores the grouped-query step's K and V move by cp.async, double-buffered.
+  if (!backend::nvrtc_available()) return;
   Graph g;
   const FusionGroup decode = add_attention(g, DType::kF16, step);
   TileConfig cfg = best_flash(g, decode, true);

@@ -74,7 +74,9 @@ TEST(ColumnReduction, WarpsReadConsecutiveOutputsAndMatchTheReference) {
 // (p.transpose(1, 2).mean(-1)) reads down the columns of the Transpose's input: the form follows
 // the read through the Transpose (the group's members given), so the warps read 16 consecutive
 // outputs' elements a request (two sectors) where the lanes each read a row (32); without the
-// members, the node's own access says along the rows. Against the reference, under the checks.
+// members, the node's own access says along the rows. A tile of 8 outputs keeps the cooperative
+// form, its lanes a row apart (charged so) through the Transpose, along the rows without it.
+// Against the reference, under the checks.
 TEST(ColumnReduction, TheFormFollowsTheReadThroughAnInlinedTranspose) {
   Graph g;
   const int t = testing::add_op(g, "Transpose", {testing::add_input(g, "p", DType::kF32, {2, 256, 64})},
@@ -84,7 +86,8 @@ TEST(ColumnReduction, TheFormFollowsTheReadThroughAnInlinedTranspose) {
   const Node& mean = g.nodes()[1];
   EXPECT_TRUE(planner::reduction_form(g, mean, 16, 256, 1, &group.nodes).columns);
   EXPECT_FALSE(planner::reduction_form(g, mean, 16, 256, 1).columns);
-  EXPECT_FALSE(planner::reduction_form(g, mean, 16, 256, 1, &group.nodes).row_apart);
+  EXPECT_TRUE(planner::reduction_form(g, mean, 8, 256, 1, &group.nodes).row_apart);
+  EXPECT_FALSE(planner::reduction_form(g, mean, 8, 256, 1).row_apart);
   const TileConfig cfg{{1, 16}, 0, 256, 1};
   const codegen::LoweredKernel lk = codegen::lower_group(g, group, cfg, "cols");
   auto backend = backend::make_host_backend();

@@ -355,26 +355,27 @@ TEST(Sandbox, FaultsKillOnlyTheChildAndEveryCandidateGetsItsStatus) {
 }
 
 // A task's reference values are the child's work before its candidates', once for all of them:
-// a MatMul of 1,024 x 4,096 by 4,096 x 1,024, which the reference computes in over a second here (measured
-// by the child and reported), does not count against a candidate's 300 ms timeout, and each
+// a MatMul of 1,024 x 8,192 by 8,192 x 1,024, which the reference computes in over a second here
+// (measured by the child and reported), does not count against a candidate's 600 ms timeout (a
+// candidate takes about 70 ms here unloaded; 300 ms ran out under a full ctest on 2 cores), and each
 // candidate gets its own verdict (wrong results here: each writes one element). Bounded on its own,
 // a reference past Policy.reference_timeout_ms is a timeout of every candidate, named as the
 // reference's, in one child: the candidates share it, so none is tried again.
 TEST(Sandbox, TheReferenceHasItsOwnLimitAndNoCandidatesTimeoutRunsMeanwhile) {
-  AddTask t("MatMul", {1024, 4096}, {4096, 1024});
+  AddTask t("MatMul", {1024, 8192}, {8192, 1024});
   for (const char* name : {"first", "second", "third"}) t.add(name, "out[0] = 0.0f;");
   ASSERT_NO_FATAL_FAILURE(t.compile_all());
   worker::Sandbox sandbox(FUSETUNE_BINARY, "host");
-  const std::vector<wire::CandidateResult> r = sandbox.run(t.request, 300);
+  const std::vector<wire::CandidateResult> r = sandbox.run(t.request, 600);
   ASSERT_EQ(r.size(), 3u);
   for (const wire::CandidateResult& x : r) EXPECT_EQ(x.status(), "wrong_result") << x.config() << ": " << x.detail();
-  EXPECT_GT(sandbox.reference_s(), 0.3) << "the reference must outlast a candidate's timeout for this test to show anything";
+  EXPECT_GT(sandbox.reference_s(), 0.6) << "the reference must outlast a candidate's timeout for this test to show anything";
   std::printf("reference values computed in %.2f s\n", sandbox.reference_s());
   EXPECT_EQ(sandbox.restarts(), 0);
 
   t.request.mutable_policy()->set_reference_timeout_ms(100);
   worker::Sandbox bounded(FUSETUNE_BINARY, "host");
-  const std::vector<wire::CandidateResult> b = bounded.run(t.request, 300);
+  const std::vector<wire::CandidateResult> b = bounded.run(t.request, 600);
   ASSERT_EQ(b.size(), 3u);
   for (const wire::CandidateResult& x : b) {
     EXPECT_EQ(x.status(), "timeout") << x.config();
