@@ -211,12 +211,12 @@ ReductionForm reduction_form(const Graph& g, const Node& n, int64_t outputs, int
   const Access& a = e.accesses[0];
   // Columns: the output's innermost variable indexes the innermost axis of what the input reads
   // (through inlined Transposes) by itself.
-  const bool read = !a.index.empty();
+  const IndexExpr* inner = a.index.empty() ? nullptr : &innermost_read(g, n, a, members);
   form.columns = splits <= 1 && reduction && !arg && outputs >= 16 && threads >= 2 * kWarp && count >= 64 && !e.out_shape.empty() &&
-                 read && !a.guarded && innermost_read(g, n, a, members).is_var(static_cast<int>(e.out_shape.size()) - 1);
+                 inner != nullptr && !a.guarded && inner->is_var(static_cast<int>(e.out_shape.size()) - 1);
   if (form.columns) return form;
   // Along: the innermost reduction variable indexes it by itself.
-  const bool along = reduction && read && innermost_read(g, n, a, members).is_var(e.num_vars() - 1);
+  const bool along = reduction && inner != nullptr && inner->is_var(e.num_vars() - 1);
   if (2 * outputs > threads && !along) return form;
   const int64_t warps = threads / kWarp;
   int64_t group = 1;

@@ -117,6 +117,14 @@ class AttentionStage : public AnchorStage {
   Stmt stage_wide(const Slot& to, const planner::StridedView& view, int64_t rows, int64_t cols, int matmul, int operand,
                   const std::string& row_inside, const std::string& limit,
                   const std::function<std::vector<std::string>()>& index);
+  // Where chunk `item` (an index expression) of a staging loop over `rows` x `cols / lanes` chunks
+  // of `lanes` columns lies: lets ft_qr, ft_qd (its row and first column) and, for a B operand,
+  // ft_fj (its key) into the current block; returns the expressions of its first element in the
+  // view's base, its elements inside (0 beyond the rows where `row_inside` fails, at most up to
+  // `limit` along the columns) and its first element's place in `to`.
+  std::array<std::string, 3> place_chunk(const Slot& to, const planner::StridedView& view, const std::string& item, int64_t cols,
+                                         int64_t lanes, int matmul, int operand, const std::string& row_inside,
+                                         const std::string& limit, const std::function<std::vector<std::string>()>& index);
   // The tensor-core form's staging where the operand moves by cp.async (planner::async_operand:
   // a strided view of a 16-bit parameter whose width axis, the head for Q and K, the columns for
   // V, is contiguous), as copy_stage's loop: 16-byte cp.async chunks of 8 elements (those at or
@@ -246,7 +254,8 @@ Stmt AttentionStage::stage_wide(const Slot& to, const planner::StridedView& view
   const int64_t lanes = planner::wide_lanes(cx_.g, view), chunks = cols / lanes, count = rows * chunks;
   const int64_t threads = cx_.cfg.threads;
   const int64_t batch = planner::staging_batch(count, cx_.cfg.threads, planner::kVectorStagingLoads);
-  const TensorExpr& e = cx_.exprs.at(matmul);
+  // Chunk n of the batch moves as one vector: whole inside and aligned.
+  const auto whole_chunk = [&](const std::string& n) { return "fa_n" + n + " == " + lit(lanes) + " && " + aligned16(ut, p, "fa_a" + n); };
   Block body = cx_.fresh_block([&] {
     // Where each chunk of the batch lies (fa_a: its first element in the view's base; fa_n: its
     // elements inside, 0 beyond the rows; fa_d: its place in shared memory), then its load.
@@ -258,16 +267,13 @@ Stmt AttentionStage::stage_wide(const Slot& to, const planner::StridedView& view
       cx_.cur().push_back(let(kIndexType, "fa_d" + n, "0"));
       Block chunk;
       cx_.with_block(chunk, [&] {
-        cx_.cur().push_back(let(kIndexType, "ft_qr", "fa_e" + n + " / " + lit(chunks)));
-        cx_.cur().push_back(let(kIndexType, "ft_qd", "fa_e" + n + " % " + lit(chunks) + " * " + lit(lanes)));
-        if (operand == 1) cx_.cur().push_back(let(kIndexType, "ft_fj", to.tile + " * " + lit(bc_) + " + ft_qr"));  // a key
-        const std::vector<std::string> idx = cx_.index_of(e.accesses[static_cast<size_t>(operand)], index());
-        cx_.cur().push_back(assign(at, view_element(view, idx)));
-        cx_.cur().push_back(assign(inside, "(" + row_inside + " ? ft_max(0, ft_min(" + lit(lanes) + ", " + limit + " - ft_qd)) : 0)"));
-        cx_.cur().push_back(assign("fa_d" + n, slot_element(to, "ft_qr * " + lit(to.pitch) + " + ft_qd")));
+        const auto [first, valid, slot] = place_chunk(to, view, "fa_e" + n, cols, lanes, matmul, operand, row_inside, limit, index);
+        cx_.cur().push_back(assign(at, first));
+        cx_.cur().push_back(assign(inside, valid));
+        cx_.cur().push_back(assign("fa_d" + n, slot));
       });
       cx_.cur().push_back(if_then("fa_e" + n + " < " + lit(count), chunk));
-      cx_.cur().push_back(vector_load("fa_w" + n, p, at, ut, inside + " == " + lit(lanes) + " && " + aligned16(ut, p, at)));
+      cx_.cur().push_back(vector_load("fa_w" + n, p, at, ut, whole_chunk(n)));
     }
     // Each chunk converted and stored: from its vector, or element by element.
     for (int64_t i = 0; i < batch; ++i) {
@@ -279,7 +285,7 @@ Stmt AttentionStage::stage_wide(const Slot& to, const planner::StridedView& view
                              "(" + lit(j) + " < " + inside + " ? " + load_as_compute(ut, p + "[" + at + " + " + lit(j) + "]") + " : 0.0f)"));
       }
       cx_.cur().push_back(if_then("fa_e" + n + " < " + lit(count),
-                                  {if_then(inside + " == " + lit(lanes) + " && " + aligned16(ut, p, at), whole, part)}));
+                                  {if_then(whole_chunk(n), whole, part)}));
     }
   });
   return serial_for("ft_sb", "0", lit(ceil_div(count, batch * threads)), body);
@@ -296,23 +302,29 @@ bool AttentionStage::stage16(Block& into, const Slot& to, int64_t rows, int64_t 
   check(cx_.param.count(view->base) > 0, "flash attention: the view of an operand starts at value ", view->base,
         ", not a group input");
   const std::string p = cx_.param.at(view->base);
-  const int64_t chunks = cols / 8;
-  const TensorExpr& e = cx_.exprs.at(matmul);
-  into.push_back(thread_for("ft_e", "0", lit(rows * chunks), cx_.fresh_block([&] {
-    Block& b = cx_.cur();
-    b.push_back(let(kIndexType, "ft_qr", "ft_e / " + lit(chunks)));
-    b.push_back(let(kIndexType, "ft_qd", "ft_e % " + lit(chunks) + " * 8"));
-    if (operand == 1) {
-      b.push_back(let(kIndexType, "ft_fj", to.tile + " * " + lit(bc_) + (to.keys_in_columns ? " + ft_qd" : " + ft_qr")));  // a key
-    }
-    const std::vector<std::string> idx = cx_.index_of(e.accesses[static_cast<size_t>(operand)], index());
-    const std::string at = view_element(*view, idx);
-    b.push_back(let(kIndexType, "ft_v", "(" + row_inside + " ? ft_max(0, ft_min(8, " + limit + " - ft_qd)) : 0)"));
-    b.push_back(let(kIndexType, "ft_at", at));
-    b.push_back(let(kIndexType, "ft_s", slot_element(to, "ft_qr * " + lit(to.pitch) + " + ft_qd")));
-    b.push_back(copy_chunk(to.buf, "ft_s", p, "ft_at", "ft_v", 8));
+  into.push_back(thread_for("ft_e", "0", lit(rows * (cols / 8)), cx_.fresh_block([&] {
+    const auto [first, valid, slot] = place_chunk(to, *view, "ft_e", cols, 8, matmul, operand, row_inside, limit, index);
+    cx_.cur().push_back(let(kIndexType, "ft_v", valid));
+    cx_.cur().push_back(let(kIndexType, "ft_at", first));
+    cx_.cur().push_back(let(kIndexType, "ft_s", slot));
+    cx_.cur().push_back(copy_chunk(to.buf, "ft_s", p, "ft_at", "ft_v", 8));
   })));
   return true;
+}
+
+std::array<std::string, 3> AttentionStage::place_chunk(const Slot& to, const planner::StridedView& view, const std::string& item,
+                                                       int64_t cols, int64_t lanes, int matmul, int operand,
+                                                       const std::string& row_inside, const std::string& limit,
+                                                       const std::function<std::vector<std::string>()>& index) {
+  const int64_t chunks = cols / lanes;
+  cx_.cur().push_back(let(kIndexType, "ft_qr", item + " / " + lit(chunks)));
+  cx_.cur().push_back(let(kIndexType, "ft_qd", item + " % " + lit(chunks) + " * " + lit(lanes)));
+  if (operand == 1) {
+    cx_.cur().push_back(let(kIndexType, "ft_fj", to.tile + " * " + lit(bc_) + (to.keys_in_columns ? " + ft_qd" : " + ft_qr")));  // a key
+  }
+  const std::vector<std::string> idx = cx_.index_of(cx_.exprs.at(matmul).accesses[static_cast<size_t>(operand)], index());
+  return {view_element(view, idx), "(" + row_inside + " ? ft_max(0, ft_min(" + lit(lanes) + ", " + limit + " - ft_qd)) : 0)",
+          slot_element(to, "ft_qr * " + lit(to.pitch) + " + ft_qd")};
 }
 
 void AttentionStage::stage_key_tile(Block& into, const std::string& tile, const std::string& slot, const std::string& lom,
