@@ -164,6 +164,7 @@ FT_FN unsigned ft_atomic_add(unsigned* p, long long i, unsigned v) { return atom
 FT_FN unsigned ft_atomic_exch(unsigned* p, long long i, unsigned v) { return atomicExch(p + i, v); }
 FT_FN float ft_ldcg(const float* p, long long i) { return __ldcg(p + i); }
 FT_FN unsigned ft_ldcg(const unsigned* p, long long i) { return __ldcg(p + i); }
+FT_FN float4 ft_ldcg_float4(const float* p, long long i) { return __ldcg((const float4*)(p + i)); }
 #if __CUDA_ARCH__ >= 800
 // cp.async (sm_80+): 16 bytes global -> shared, `bytes` of them read, the rest zero-filled; commit
 // and wait per thread (codegen/kernel_ir.h).
@@ -301,7 +302,7 @@ void emit_block(std::ostringstream& out, const Kernel& k, const Block& b, int de
         break;
       case Stmt::Kind::kBarrier: out << pad << "__syncthreads();\n"; break;
       case Stmt::Kind::kVectorLoad: {
-        const std::string load = "ft_load_" + vector_ctype(s.dtype) + "(" + s.a + ", " + s.b + ")";
+        const std::string load = (s.past_l1 ? "ft_ldcg_" : "ft_load_") + vector_ctype(s.dtype) + "(" + s.a + ", " + s.b + ")";
         // Guarded: the zero vector elsewhere (ft_pack_* of zeros, in both preludes).
         const std::string zero = s.dtype == DType::kF32 ? "ft_pack_float4(0.0f, 0.0f, 0.0f, 0.0f)"
                                                         : "ft_pack_ft_u16x8(0, 0, 0, 0, 0, 0, 0, 0)";

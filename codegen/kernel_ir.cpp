@@ -174,6 +174,12 @@ Stmt vector_load(std::string local, std::string buffer, std::string index, DType
   return s;
 }
 
+Stmt vector_load_l2(std::string local, std::string buffer, std::string index) {
+  Stmt s = vector_load(std::move(local), std::move(buffer), std::move(index));
+  s.past_l1 = true;
+  return s;
+}
+
 Stmt mma(std::string d, int64_t d_at, std::string a, int64_t a_at, std::string b, int64_t b_at, DType dtype, DType b_dtype) {
   const auto byte = [](DType t) { return t == DType::kI8 || t == DType::kU8; };
   check(dtype == DType::kF16 || dtype == DType::kBF16 || dtype == DType::kF32 || (byte(dtype) && byte(b_dtype)), "mma of ",

@@ -128,7 +128,7 @@ namespace fusetune::codegen {
 
 // The version of the code generator: part of every tuning record's key, bumped whenever the code
 // generated for the same group and candidate changes.
-inline constexpr int kCodegenVersion = 36;
+inline constexpr int kCodegenVersion = 37;
 
 // Threads per warp: warp reductions combine this many lanes; blocks are whole warps.
 inline constexpr int kWarpSize = 32;
@@ -180,7 +180,7 @@ struct Stmt {
                   // if b (a warp-uniform condition; empty: always); op "argmax" or "argmin" (a "_last"
                   // suffix: select_last_index) picks a lane's (name[0], c[0]) pair, c its index
     kVectorLoad,  // name = a[b ..]: one aligned 16-byte load from buffer a at index b (dtype: its elements);
-                  // with c (a guard), only where c holds, else zeros
+                  // with c (a guard), only where c holds, else zeros; with `past_l1`, read from L2 (__ldcg)
     kVectorStore,  // name[a ..] = b: one aligned store of vector local b into buffer name (16 bytes; a pair: 4 or 8)
     kMma,         // name[at0..] += a[at1..] * b[at2..]: warp-level m16n8k16 on fragments (dtype f16 or bf16; f32: m16n8k8
                   // tf32; i8/u8 with b_dtype: m16n8k32)
@@ -213,6 +213,7 @@ struct Stmt {
   int copy_bytes = 16;  // kCopyAsync: the bytes it lands (16, or 4: one float)
   int lanes = 0;       // kVectorStore: elements stored (2: a pair; 0: 16 bytes' worth)
   int wgmma_n = 0;     // kWgmma: N (8 to 256, a multiple of 8)
+  bool past_l1 = false;  // kVectorLoad: bypasses L1 (ld.global.cg), for what other blocks stored in this launch
   DType b_dtype = DType::kUndefined;  // kMma of 8-bit integers: B's type (kI8 or kU8; dtype is A's)
 };
 
@@ -260,6 +261,10 @@ Stmt shuffle_xor(std::string local, int64_t at, std::string value, int mask);
 // is zero elsewhere: a predicated load with no branch around it, so that a thread's guarded loads
 // can all be in flight before the first is used (the GEMV form's batch of B's rows).
 Stmt vector_load(std::string local, std::string buffer, std::string index, DType dtype = DType::kF32, std::string guard = "");
+// vector_load of float32 values other blocks of the launch stored (split-K's partial products,
+// published as the header comment says): read past L1, which is not coherent across SMs, as
+// ft_ldcg reads one value; unguarded.
+Stmt vector_load_l2(std::string local, std::string buffer, std::string index);
 // buffer[index ..] = the vector `local` (as vector_load's), one 16-byte store; buffer + index must
 // be 16-byte aligned (a staged operand slice: four scalar stores of a quad by 32 lanes are four
 // requests with 4-way bank conflicts, one vector store is one request of four wavefronts).

@@ -250,6 +250,12 @@ FT_INTRINSIC float4 ft_load_float4(ft_ptr<const ft_flt> p, long long i) {
   return v;
 }
 
+FT_INTRINSIC float4 ft_ldcg_float4(ft_ptr<ft_flt> p, long long i) {  // past L1: a plain load here
+  float4 v;
+  memcpy(&v, ft_simt_at(p.b, i, 16, FT_SIMT_LOAD, nullptr), 16);
+  return v;
+}
+
 FT_INTRINSIC void ft_store_float4(ft_ptr<ft_flt> p, long long i, float4 v) {
   memcpy(ft_simt_at(p.b, i, 16, FT_SIMT_STORE, &v), &v, 16);
 }

@@ -535,13 +535,23 @@ void AttentionStage::combine_splits(Kernel& k, const std::string& nm, const std:
     k.body.push_back(if_then("1", batch));
   }
   k.body.push_back(barrier());
+  // Each split's outputs read as publish_split stored them: four of a thread's in one 16-byte load
+  // (a warp's 512 contiguous bytes), the rest one by one.
   Block sum = lets;
-  for (size_t i = 0; i < cells.size(); ++i) {
+  const auto weighted = [&](size_t i, const std::string& value) {
     const auto& [acc, row, col] = cells[i];
-    sum.push_back(assign(acc, "0.0f"));
-    sum.push_back(serial_for("ft_s", "0", lit(splits),
-                             {assign(acc, acc + " + (" + row + " < " + nm + " ? " + weights + "[" + row + " * " + lit(splits) +
-                                              " + ft_s] : 0.0f) * " + read(static_cast<int64_t>(i)))}));
+    return assign(acc, acc + " + (" + row + " < " + nm + " ? " + weights + "[" + row + " * " + lit(splits) + " + ft_s] : 0.0f) * " + value);
+  };
+  const size_t quad_cells = cells.size() / 4 * 4;  // publish_split's quads hold these whole
+  for (size_t i = 0; i < cells.size(); ++i) sum.push_back(assign(cells[i][0], "0.0f"));
+  for (size_t q = 0; q < quad_cells; q += 4) {
+    const std::string quad = "fa_q" + std::to_string(q / 4);
+    Block each = {vector_load_l2(quad, slots.buffer, slots.element("ft_s", static_cast<int64_t>(q)))};
+    for (size_t j = 0; j < 4; ++j) each.push_back(weighted(q + j, vector_element(quad, DType::kF32, static_cast<int>(j))));
+    sum.push_back(serial_for("ft_s", "0", lit(splits), each));
+  }
+  for (size_t i = quad_cells; i < cells.size(); ++i) {
+    sum.push_back(serial_for("ft_s", "0", lit(splits), {weighted(i, read(static_cast<int64_t>(i)))}));
   }
   k.body.push_back(if_then(guard, sum));
   release_split(k);

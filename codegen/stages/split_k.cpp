@@ -65,8 +65,19 @@ void emit_split_sum(LoweringContext& cx, Kernel& k, const std::string& acc, int6
   for (int64_t i = 0; i < count; ++i) cells.push_back(acc + "[" + std::to_string(i) + "]");
   const SplitSlots slots = publish_split(cx, k, cells, dtype);
   for (const std::string& cell : cells) k.body.push_back(assign(cell, op == "max" ? "(-ft_inf())" : dtype == DType::kU32 ? "0u" : "0.0f"));
+  // Each split's slot read as it was stored: a float32 quad in one 16-byte load (a warp's 512
+  // contiguous bytes), the rest one by one.
   Block sum;
-  for (int64_t i = 0; i < count; ++i) {
+  const int64_t quads = dtype == DType::kF32 ? count / 4 : 0;
+  for (int64_t q = 0; q < quads; ++q) {
+    const std::string quad = "ft_sq" + std::to_string(q);
+    sum.push_back(vector_load_l2(quad, slots.buffer, slots.element("ft_s", 4 * q)));
+    for (int64_t j = 0; j < 4; ++j) {
+      const std::string& cell = cells[static_cast<size_t>(4 * q + j)];
+      sum.push_back(assign(cell, warp_combine(op, cell, vector_element(quad, DType::kF32, static_cast<int>(j)))));
+    }
+  }
+  for (int64_t i = 4 * quads; i < count; ++i) {
     const std::string& cell = cells[static_cast<size_t>(i)];
     sum.push_back(assign(cell, warp_combine(op, cell, "ft_ldcg(" + slots.buffer + ", " + slots.element("ft_s", i) + ")")));
   }

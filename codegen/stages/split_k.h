@@ -20,7 +20,8 @@
 // shared memory after a barrier, and an exit of every block but the last. The last block's threads
 // fence, then set each accumulator to the sum of the tile's slots in split order (the same sum
 // whichever block arrives last: the result does not depend on the blocks' timing), read past
-// L1 (ft_ldcg: L1 is not coherent across SMs), and thread 0 resets the counter to zero (atomicExch)
+// L1 (ft_ldcg, and vector_load_l2 for a quad in one 16-byte load: L1 is not coherent across SMs),
+// and thread 0 resets the counter to zero (atomicExch)
 // for the next launch. What follows (the epilogue, from registers or through shared memory) is the
 // single-block code. Guarantees: the product equals the unsplit kernel's up to the order of float
 // sums (per split in K order, then the splits in order); the scratch buffers are zero again after
@@ -62,7 +63,8 @@ void emit_split_sum(LoweringContext& cx, Kernel& k, const std::string& acc, int6
 // stores each thread's `values` (expressions, in order) to the block's slot of the scratch buffer
 // and ends every block but the tile's last (the publication chain above); the last block's
 // threads continue, fenced, and read split s's value i of their own thread at
-// `element(s, i)` of `buffer` (by ft_ldcg; s an index expression). release_split resets the tile's counter (thread 0),
+// `element(s, i)` of `buffer` (by ft_ldcg, or vector_load_l2 of a float32 quad: values 4q to
+// 4q + 3 below 4 x (count / 4) lie together from element(s, 4q) on; s an index expression). release_split resets the tile's counter (thread 0),
 // after the last block's reads.
 struct SplitSlots {
   std::string buffer;

@@ -385,6 +385,22 @@ TEST(CodegenAttention, ADecodeStepSplitsItsKeysOverBlocks) {
     EXPECT_GE(planner::evaluate_tile(g, fg, planner::find_device("h100"), cfg).smem_bytes, good.kernel.shared_bytes) << cfg.str();
     EXPECT_GE(expect_every_barrier_needed(g, fg, good, (tensor ? "tensor cores, " : "SIMT, ") + cfg.str()), 6);
   }
+  // The last block reads each split's partial outputs as they were stored: four of a thread's in
+  // one 16-byte load past L1, none through it.
+  if (!backend::nvrtc_available()) {
+    std::printf("NOTE: the combine's PTX not read: NVRTC not available in this build\n");
+    return;
+  }
+  for (bool tensor : {false, true}) {
+    Graph g;
+    const FusionGroup fg = add_attention(g, DType::kF16, rows);
+    TileConfig cfg = split(best_flash(g, fg, tensor), 3, 32);
+    cfg.threads = 64;
+    cfg.tile[2] = 32;  // 16 outputs a thread in the SIMT form
+    const std::string ptx = backend::compile_ptx(emit_cuda({lower_group(g, fg, cfg, "attention").kernel}), "sm_90");
+    EXPECT_NE(ptx.find("ld.global.cg.v4.f32"), std::string::npos) << cfg.str();
+    EXPECT_EQ(ptx.find("ld.global.f32"), std::string::npos) << cfg.str();
+  }
 }
 
 // Where Q, K and V are views of group inputs with the width contiguous (planner::wide_operand;

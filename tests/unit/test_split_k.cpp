@@ -194,8 +194,9 @@ TEST(SplitK, TheCudaTextIssuesAtomicsFencesAndL1BypassingLoads) {
   EXPECT_NE(ptx.find("atom.global.add.u32"), std::string::npos);
   EXPECT_NE(ptx.find("atom.global.exch.b32"), std::string::npos);
   EXPECT_NE(ptx.find("membar.gl"), std::string::npos) << "__threadfence() is membar.gl in PTX";
-  EXPECT_NE(ptx.find("ld.global.cg.f32"), std::string::npos);
   EXPECT_NE(ptx.find("st.global.v4.f32"), std::string::npos) << "a thread's partial products four in a 16-byte store";
+  EXPECT_NE(ptx.find("ld.global.cg.v4.f32"), std::string::npos) << "and read back four in a 16-byte load past L1";
+  EXPECT_EQ(ptx.find("ld.global.f32"), std::string::npos) << "no partial product is read through L1";
 }
 
 // A MatMul + bias + Relu of float16, m x k times k x n, as one group.
