@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -121,24 +122,48 @@ struct HostEntry {
   simt::Shape shape;
   std::optional<planner::LibraryCall> library;
   std::vector<std::shared_ptr<HostBuffer>> scratch;
-  // Consecutive blocks that cooperate through the scratch (codegen/kernel_ir.h): a sample takes
-  // whole groups of them.
-  int64_t group_blocks = 1;
+  // The first block of each group of consecutive blocks that cooperate through the scratch
+  // (codegen/kernel_ir.h: a counter buffer's groups; every other block a group of its own), in
+  // order: a sample takes whole groups. Empty: every block alone.
+  std::vector<int64_t> group_starts;
 };
+
+// The first blocks of a grid's groups of cooperating blocks, from its kernel's counter buffers
+// (first block, blocks a group, groups); empty where no block cooperates.
+std::vector<int64_t> cooperating_groups(int64_t grid, const std::vector<std::array<int64_t, 3>>& counters) {
+  if (counters.empty()) return {};
+  std::vector<std::array<int64_t, 3>> sorted = counters;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<int64_t> starts;
+  int64_t b = 0;
+  for (const auto& [first, per, groups] : sorted) {
+    for (; b < first; ++b) starts.push_back(b);
+    for (int64_t i = 0; i < groups; ++i, b += per) starts.push_back(b);
+  }
+  for (; b < grid; ++b) starts.push_back(b);
+  return starts;
+}
 
 // A sample of about `max_blocks` blocks of e's grid, sorted: whole groups of cooperating blocks
 // (single blocks mostly), the first and the last and others drawn from `seed`. Empty where the
 // grid is within the limit.
 std::vector<int64_t> sampled_blocks(const HostEntry& e, int64_t max_blocks, uint64_t seed) {
-  const int64_t per = e.group_blocks, groups = e.shape.grid / per;
-  if (groups <= std::max<int64_t>(2, max_blocks / per)) return {};
+  const int64_t grid = e.shape.grid;
+  const int64_t groups = e.group_starts.empty() ? grid : static_cast<int64_t>(e.group_starts.size());
+  const auto start = [&](int64_t c) { return e.group_starts.empty() ? c : e.group_starts[static_cast<size_t>(c)]; };
+  const auto end = [&](int64_t c) { return c + 1 < groups ? start(c + 1) : grid; };
+  if (grid <= std::max<int64_t>(max_blocks, end(0) - start(0) + end(groups - 1) - start(groups - 1))) return {};
   std::set<int64_t> chosen{0, groups - 1};
+  int64_t blocks_chosen = end(0) - start(0) + end(groups - 1) - start(groups - 1);
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int64_t> pick(1, groups - 2);
-  while (static_cast<int64_t>(chosen.size()) < std::max<int64_t>(2, max_blocks / per)) chosen.insert(pick(rng));
+  while (blocks_chosen < max_blocks && static_cast<int64_t>(chosen.size()) < groups) {
+    const int64_t c = pick(rng);
+    if (chosen.insert(c).second) blocks_chosen += end(c) - start(c);
+  }
   std::vector<int64_t> blocks;
   for (int64_t c : chosen) {
-    for (int64_t b = c * per; b < (c + 1) * per; ++b) blocks.push_back(b);
+    for (int64_t b = start(c); b < end(c); ++b) blocks.push_back(b);
   }
   return blocks;
 }
@@ -253,13 +278,21 @@ class HostBackend : public Backend {
         continue;
       }
       HostEntry& e = entries[k.name];
-      e = {&module->kernel(k.name), {k.grid, k.threads, k.shared_bytes}, std::nullopt, {}, 1};
+      e = {&module->kernel(k.name), {k.grid, k.threads, k.shared_bytes}, std::nullopt, {}, {}};
+      std::vector<std::array<int64_t, 3>> counters;  // first block, blocks a group, groups
       for (const simt::Param& p : e.kernel->params) {
         if (p.scratch_elements == 0) continue;
         e.scratch.push_back(std::make_shared<HostBuffer>(static_cast<size_t>(p.scratch_elements * p.element_bytes)));
         e.scratch.back()->fill_byte(0);
-        if (e.scratch.size() == 1) e.group_blocks = std::max<int64_t>(1, k.grid / p.scratch_elements);
+        if (p.group_blocks > 0) counters.push_back({p.first_block, p.group_blocks, p.scratch_elements});
       }
+      // A kernel text from before counter buffers named their groups (codegen version 37): its
+      // first scratch buffer counts the whole grid's, grid / counters blocks a group.
+      const auto first = std::find_if(e.kernel->params.begin(), e.kernel->params.end(), [](const simt::Param& p) { return p.scratch_elements > 0; });
+      if (counters.empty() && first != e.kernel->params.end()) {
+        counters.push_back({0, std::max<int64_t>(1, k.grid / first->scratch_elements), first->scratch_elements});
+      }
+      e.group_starts = cooperating_groups(k.grid, counters);
     }
     return std::make_unique<HostModule>(std::move(module), std::move(entries), options_, checked_sample_);
   }

@@ -48,7 +48,7 @@ std::string local_ctype(const ThreadLocal& t) { return t.dtype == DType::kF32 ? 
 constexpr std::string_view kCudaIntrinsics = R"CUDA(#ifndef FT_SIMT
 #define FT_FN static __device__ __forceinline__
 #define FT_GLOBAL(T) T* __restrict__
-#define FT_SCRATCH(T, elements) T* __restrict__
+#define FT_SCRATCH(T, ...) T* __restrict__
 #define FT_SHARED_MEMORY extern __shared__ __align__(16) unsigned char ft_smem[]
 #define FT_SHARED(T, name, offset, elements) T* name = (T*)(ft_smem + (offset))
 FT_FN float4 ft_load_float4(const float* p, long long i) { return *(const float4*)(p + i); }
@@ -404,7 +404,9 @@ std::string emit_kernel(const Kernel& k) {
   }
   for (size_t i = 0; i < k.scratch.size(); ++i) {
     const Param& p = k.scratch[i];
-    out << (i || !k.params.empty() ? ", " : "") << "FT_SCRATCH(" << storage_ctype(p.dtype) << ", " << p.elements << ") " << p.name;
+    out << (i || !k.params.empty() ? ", " : "") << "FT_SCRATCH(" << storage_ctype(p.dtype) << ", " << p.elements;
+    if (p.group_blocks > 0) out << ", " << p.first_block << ", " << p.group_blocks;  // counters: their groups of blocks
+    out << ") " << p.name;
   }
   out << ") {\n  FT_GRID_DEPENDENCY();\n  FT_SHARED_MEMORY;\n";
   for (const SharedAlloc& s : k.shared) {

@@ -98,9 +98,11 @@
 // wgmma.fence and the proxy fence order nothing the host's threads and barriers do not.
 // Blocks that cooperate (split-K: several blocks sum partial products of one tile): a kernel may
 // declare scratch buffers (Kernel::scratch), global memory the backend allocates zeroed with the
-// module and binds after the parameters; every launch leaves them zero again. Its first scratch
-// buffer holds one 32-bit counter per cooperating group, and the grid is those groups' blocks,
-// grid / counters consecutive blocks a group (a sampled launch on the host takes whole groups).
+// module and binds after the parameters; every launch leaves them zero again. A counter buffer
+// (Param::group_blocks) holds one 32-bit counter per cooperating group: its groups are
+// consecutive blocks, group_blocks a group from first_block on (a sampled launch on the host takes
+// whole groups); a kernel's counter buffers cover disjoint ranges of its grid (a packed kernel's
+// split-K parts, each its own counters and partial products).
 // `atomic` is one atomicAdd or atomicExch on a 32-bit unsigned element of a global buffer (the
 // old value into a new local, or discarded); `fence` is __threadfence() (membar.gl in PTX, the ISA's fence.sc.gpu:
 // the thread's earlier global accesses are ordered before its later ones for every other block);
@@ -143,6 +145,10 @@ struct Param {
   DType dtype = DType::kF32;
   int64_t elements = 0;
   bool output = false;
+  // A scratch buffer of counters (see the header comment: cooperating blocks): one uint32 counter
+  // for each group of `group_blocks` consecutive blocks from `first_block` on (elements groups).
+  int64_t first_block = 0;
+  int64_t group_blocks = 0;  // 0: not a counter buffer
 };
 
 struct SharedAlloc {

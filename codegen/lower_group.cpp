@@ -284,7 +284,6 @@ LoweredKernel pack_kernels(const std::vector<LoweredKernel>& parts, const std::s
   k.index_bits = 32;
   for (const LoweredKernel& p : parts) {
     check(p.kernel.library.empty(), "pack_kernels: a library call cannot be packed");
-    check(p.kernel.scratch.empty(), "pack_kernels: a kernel whose blocks cooperate (split-K) cannot be packed");
   }
   std::vector<Param> outs;
   for (const LoweredKernel& p : parts) {
@@ -293,6 +292,12 @@ LoweredKernel pack_kernels(const std::vector<LoweredKernel>& parts, const std::s
     k.grid += p.kernel.grid;
     for (const Param& prm : p.kernel.params) (prm.output ? outs : k.params).push_back(prm);
     k.shared.insert(k.shared.end(), p.kernel.shared.begin(), p.kernel.shared.end());
+    // A split-K part's counters and partial products, named with its prefix; its counters count
+    // its own range of blocks.
+    for (Param scratch : p.kernel.scratch) {
+      if (scratch.group_blocks > 0) scratch.first_block += base;
+      k.scratch.push_back(std::move(scratch));
+    }
     // A thread-local of a name another part declares too is a stage's scratch array (a staging
     // loop's batch, ft_sx; accumulators are named by their value): one array, as large as the
     // largest, serves both, since a block runs one part.

@@ -77,7 +77,9 @@ LoweredKernel lower_group(const Graph& g, const planner::FusionGroup& group, con
 
 // Packs kernels lowered with the same thread count and consecutive block bases (LowerOptions)
 // into one launch: each part runs on its own range of blocks, parameters are concatenated, and
-// the parts' shared memory overlays (a block runs one part). Inputs and outputs concatenate too.
+// the parts' shared memory overlays (a block runs one part). Inputs and outputs concatenate too,
+// and so do scratch buffers: a split-K part's counters and partial products, named with its
+// parameter prefix, its counters counting its own range of blocks.
 LoweredKernel pack_kernels(const std::vector<LoweredKernel>& parts, const std::string& name);
 
 }  // namespace fusetune::codegen

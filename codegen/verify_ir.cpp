@@ -105,9 +105,21 @@ class Verifier {
       check(p.output && (p.dtype == DType::kF32 || p.dtype == DType::kU32), "kernel '", k_.name, "': scratch buffer '", p.name,
             "' must be a writable float32 or uint32 buffer");
     }
-    check(k_.scratch.empty() || (k_.scratch.front().dtype == DType::kU32 && k_.scratch.front().elements > 0 &&
-                                 k_.grid % k_.scratch.front().elements == 0),
-          "kernel '", k_.name, "': its first scratch buffer must hold one uint32 counter per group of cooperating blocks");
+    // Counter buffers: uint32, their groups of blocks within the grid and apart from each other's.
+    std::map<int64_t, int64_t> ranges;  // first block -> end
+    for (const Param& p : k_.scratch) {
+      if (p.group_blocks <= 0) continue;
+      check(p.dtype == DType::kU32 && p.elements > 0 && p.first_block >= 0 && p.first_block + p.elements * p.group_blocks <= k_.grid,
+            "kernel '", k_.name, "': counter buffer '", p.name, "' must hold uint32 counters of groups of blocks within the grid of ",
+            k_.grid);
+      ranges[p.first_block] = p.first_block + p.elements * p.group_blocks;
+    }
+    int64_t covered = 0;
+    for (const auto& [first, end] : ranges) {
+      check(first >= covered, "kernel '", k_.name, "': two counter buffers count the blocks from ", first);
+      covered = end;
+    }
+    check(k_.scratch.empty() || !ranges.empty(), "kernel '", k_.name, "': scratch buffers and no counter buffer of cooperating blocks");
     for (const SharedAlloc& a : k_.shared) declare(a.name, "shared allocation");
     for (const ThreadLocal& t : k_.thread_locals) declare(t.name, "thread-local");
   }

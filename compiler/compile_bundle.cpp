@@ -132,7 +132,12 @@ runtime::Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, c
       auto r = cc.resources.find(kernels[l].name);
       if (r == cc.resources.end() || !r->second.spills()) continue;
       if (launch_groups[l].size() > 1) {  // a packed launch: fewer threads leave more registers each
+        // (not one with a split-K part, whose warps' layout is its candidate's: planner::PackTerms)
+        const bool own_threads = std::any_of(launch_groups[l].begin(), launch_groups[l].end(), [&](size_t k) {
+          return plan.groups[k].candidates[choice[k]].config.split_k > 1;
+        });
         for (int threads : {256, 128, 64}) {
+          if (own_threads) break;
           if (threads >= kernels[l].threads || spills_alone(lower_launch(l, threads, "probe").kernel)) continue;
           launch_threads[l] = threads;
           changed = true;

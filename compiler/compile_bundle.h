@@ -11,7 +11,8 @@
 // buffer for its output: a chain of such updates is one buffer, a graph output's if the chain ends
 // in one, live in the arena until its last member's last read. A modeled plan's kernels may change after planning: a candidate that spills gives way
 // to a lower-ranked one that does not, a packed launch takes its widest part's thread count (and
-// fewer where that spills). BundleOptions::as_measured forbids both, for plans whose choices were
+// fewer where that spills, unless a part is split-K: the planner packs those with parts of their
+// own count alone). BundleOptions::as_measured forbids both, for plans whose choices were
 // measured: every group ships the configuration its measurement timed, and a packed launch whose
 // parts were measured at different thread counts becomes one launch per part. Bundle::group_configs
 // says what each group was lowered with; `launches_out`, where given, receives each launch in order

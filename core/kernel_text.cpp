@@ -24,7 +24,7 @@ int ctype_bytes(const std::string& t) {
 std::vector<KernelSignature> kernel_signatures(const std::string& cuda_source) {
   static const std::string kHead = "extern \"C\" __global__ void ";
   static const std::regex param_re(R"(^\s*FT_GLOBAL\(((const )?([a-z ]+))\) (\w+)\s*$)");
-  static const std::regex scratch_re(R"(^\s*FT_SCRATCH\(([a-z ]+), ([0-9]+)\) (\w+)\s*$)");
+  static const std::regex scratch_re(R"(^\s*FT_SCRATCH\(([a-z ]+), ([0-9]+)(, ([0-9]+), ([0-9]+))?\) (\w+)\s*$)");
   std::vector<KernelSignature> out;
   for (size_t at = cuda_source.find(kHead); at != std::string::npos; at = cuda_source.find(kHead, at + 1)) {
     size_t i = at + kHead.size();
@@ -42,10 +42,11 @@ std::vector<KernelSignature> kernel_signatures(const std::string& cuda_source) {
       if ((c == ',' || c == ')') && depth == 0) {
         std::smatch m;
         if (!param.empty() && std::regex_match(param, m, scratch_re)) {
-          k.params.push_back({m[3], m[1], ctype_bytes(m[1]), true, std::stoll(m[2])});
+          k.params.push_back({m[6], m[1], ctype_bytes(m[1]), true, std::stoll(m[2]), m[3].matched ? std::stoll(m[4]) : 0,
+                              m[3].matched ? std::stoll(m[5]) : 0});
         } else if (!param.empty()) {
           check(std::regex_match(param, m, param_re), "kernel text: kernel '", k.name, "' has a parameter '", param,
-                "' that is not FT_GLOBAL(type) name or FT_SCRATCH(type, elements) name");
+                "' that is not FT_GLOBAL(type) name or FT_SCRATCH(type, elements[, first block, blocks a group]) name");
           k.params.push_back({m[4], m[1], ctype_bytes(m[3]), !m[2].matched, 0});
         }
         param.clear();

@@ -625,7 +625,7 @@ FusionPlan finish(const Graph& g, const Partition& p) {
 
 // Packs independent groups into shared launches: sibling contractions that read the same
 // non-constant input, and small groups that are ready at the same point.
-void pack_launches(const Graph& g, FusionPlan& plan, const FusionOptions& opt, const std::vector<bool>& solo) {
+void pack_launches(const Graph& g, FusionPlan& plan, const FusionOptions& opt, const std::vector<PackTerms>& terms) {
   for (size_t k = 0; k < plan.groups.size(); ++k) plan.groups[k].launch = static_cast<int>(k);
   if (!opt.pack) return;
   const std::vector<int> prod = g.producers();
@@ -657,16 +657,31 @@ void pack_launches(const Graph& g, FusionPlan& plan, const FusionOptions& opt, c
     return std::any_of(fg.nodes.begin(), fg.nodes.end(),
                        [&](int n) { return role_of(g.nodes()[static_cast<size_t>(n)]) == Role::kContraction; });
   };
+  const auto term = [&](size_t k) { return k < terms.size() ? terms[k] : PackTerms{}; };
+  // Per launch: whether a member runs only at its own thread count, and its members' counts.
+  std::map<int, bool> own_threads;
+  std::map<int, std::set<int>> threads_of;
+  for (size_t k = 0; k < plan.groups.size(); ++k) {
+    own_threads[static_cast<int>(k)] = term(k).own_threads;
+    threads_of[static_cast<int>(k)] = {term(k).threads};
+  }
   for (size_t a = 0; a < plan.groups.size(); ++a) {
     for (size_t b = a + 1; b < plan.groups.size(); ++b) {
       if (depth[a] != depth[b] || plan.groups[b].launch != static_cast<int>(b)) continue;
-      if ((a < solo.size() && solo[a]) || (b < solo.size() && solo[b])) continue;
+      if (term(a).solo || term(b).solo) continue;
       if (plan.groups[a].guards != plan.groups[b].guards) continue;  // a launch runs under one set of guards
+      const int l = plan.groups[a].launch;
+      std::set<int> threads = threads_of[l];
+      threads.insert(term(b).threads);
+      if ((own_threads[l] || term(b).own_threads) && threads.size() > 1) continue;
       const bool siblings = has_contraction(plan.groups[a]) && has_contraction(plan.groups[b]) &&
                             first_nonconst_input(plan.groups[a]) != kNoValue &&
                             first_nonconst_input(plan.groups[a]) == first_nonconst_input(plan.groups[b]);
       const bool small = is_small(plan.groups[a]) && is_small(plan.groups[b]);
-      if (siblings || small) plan.groups[b].launch = plan.groups[a].launch;
+      if (!siblings && !small) continue;
+      plan.groups[b].launch = l;
+      own_threads[l] = own_threads[l] || term(b).own_threads;
+      threads_of[l] = threads;
     }
   }
   // Renumber launches densely by depth, then first appearance: a launch runs where its first

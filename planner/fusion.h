@@ -100,11 +100,22 @@ FusionPlan fuse(const Graph& g, const FusionOptions& options = {});
 // One group per node: the unfused baseline.
 FusionPlan unfused(const Graph& g);
 
+// What selection knows of a group's chosen candidate when it packs launches: a library call
+// shares no launch (solo); a kernel whose blocks cooperate (split-K) runs only at its own thread
+// count, so a launch holding one holds groups of that count alone (a packed launch runs at its
+// parts' greatest: compiler/compile_bundle.h).
+struct PackTerms {
+  bool solo = false;
+  bool own_threads = false;
+  int threads = 0;  // the candidate's
+};
+
 // Rule 5 on its own: assigns launch ids to an ordered list of groups, packing independent siblings
-// and small groups (never a group marked in `solo`). Used by fuse(), and again after selection
-// has split some groups. Launch ids are numbered so that running launches in increasing id order
-// runs every group after the groups it reads from (by dependency depth, then first appearance).
-void pack_launches(const Graph& g, FusionPlan& plan, const FusionOptions& options, const std::vector<bool>& solo = {});
+// and small groups under `terms` (per group; empty: none). Used by fuse(), and again after
+// selection has split some groups. Launch ids are numbered so that running launches in increasing
+// id order runs every group after the groups it reads from (by dependency depth, then first
+// appearance).
+void pack_launches(const Graph& g, FusionPlan& plan, const FusionOptions& options, const std::vector<PackTerms>& terms = {});
 
 // Fills inputs/outputs/pattern of a group from its nodes.
 void describe_group(const Graph& g, FusionGroup& group);

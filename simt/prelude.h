@@ -227,7 +227,7 @@ struct ft_ptr {
 };
 
 #define FT_GLOBAL(T) ft_ptr<T>
-#define FT_SCRATCH(T, elements) ft_ptr<T>
+#define FT_SCRATCH(T, ...) ft_ptr<T>
 // Blocks that cooperate (codegen/kernel_ir.h): atomics and fences go to the executor, which orders
 // other blocks' stores by them; a load that bypasses L1 is a plain load here.
 FT_INTRINSIC unsigned ft_atomic_add(ft_ptr<unsigned int> p, long long i, unsigned v) { return ft_simt_api_->atomic(p.b, i, 0, v); }

@@ -21,13 +21,16 @@ SplitSlots publish_split(LoweringContext& cx, Kernel& k, const std::vector<std::
   const int64_t splits = cx.splits();
   check(splits > 1, "split-K: publishing a block's values without a split");
   check(k.scratch.empty(), "split-K: a kernel with two split reductions");
-  const std::string flags = "ft_flags", partials = "ft_partials";
+  // Named with the part's prefix: a packed kernel's split parts each have their own.
+  const std::string flags = cx.options.param_prefix + "ft_flags", partials = cx.options.param_prefix + "ft_partials";
   const int64_t n = static_cast<int64_t>(values.size()), threads = k.threads;
   const int64_t quads = dtype == DType::kF32 ? n / 4 : 0;  // whole float32 quads, then the rest
   const int64_t slot = n * threads;                          // one block's values
-  k.scratch.push_back({flags, DType::kU32, cx.tiles(), true});
+  // A counter for each tile, whose splits are consecutive blocks (LoweringContext's tile order)
+  // from the kernel's first (pack_kernels moves a part's to its range).
+  k.scratch.push_back({flags, DType::kU32, cx.tiles(), true, 0, splits});
   k.scratch.push_back({partials, dtype, cx.tiles() * splits * slot, true});
-  const std::string last = k.add_shared("ft_last", DType::kF32, 1);
+  const std::string last = k.add_shared(cx.options.param_prefix + "ft_last", DType::kF32, 1);
   // Value i of thread t: in quad i / 4 (4 threads' floats apart, a thread's four together) for i
   // below 4 x quads, else one by one (threads' values together).
   SplitSlots out{partials, [=](const std::string& split, int64_t i) {
@@ -56,7 +59,7 @@ SplitSlots publish_split(LoweringContext& cx, Kernel& k, const std::vector<std::
   return out;
 }
 
-void release_split(Kernel& k) { k.body.push_back(if_then("ft_thread == 0", {atomic("ft_flags", "ft_tile", "0u", "exch")})); }
+void release_split(Kernel& k) { k.body.push_back(if_then("ft_thread == 0", {atomic(k.scratch.front().name, "ft_tile", "0u", "exch")})); }
 
 void emit_split_sum(LoweringContext& cx, Kernel& k, const std::string& acc, int64_t count, const std::string& op, DType dtype) {
   if (cx.splits() == 1) return;

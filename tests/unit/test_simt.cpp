@@ -575,7 +575,8 @@ TEST(SimtCounters, FloatingPointOperationsAsExecuted) {
 TEST(SimtModule, ParametersComeFromTheSignatureAndBuildErrorsNameTheCompiler) {
   const std::vector<KernelSignature> ks = kernel_signatures(
       "extern \"C\" __global__ void __launch_bounds__(64) a(FT_GLOBAL(const unsigned short) h, FT_GLOBAL(long long) i) {\n}\n"
-      "extern \"C\" __global__ void b(FT_GLOBAL(float) out) {\n}\n");
+      "extern \"C\" __global__ void b(FT_GLOBAL(float) out, FT_SCRATCH(unsigned int, 6, 40, 3) p1_ft_flags, "
+      "FT_SCRATCH(float, 96) p1_ft_partials) {\n}\n");
   ASSERT_EQ(ks.size(), 2u);
   EXPECT_EQ(ks[0].name, "a");
   ASSERT_EQ(ks[0].params.size(), 2u);
@@ -585,6 +586,14 @@ TEST(SimtModule, ParametersComeFromTheSignatureAndBuildErrorsNameTheCompiler) {
   EXPECT_EQ(ks[0].params[1].element_bytes, 8);
   EXPECT_TRUE(ks[0].params[1].writable);
   EXPECT_EQ(ks[1].name, "b");
+  // Scratch: a counter buffer names the blocks its counters count (6 groups of 3 from block 40).
+  ASSERT_EQ(ks[1].params.size(), 3u);
+  EXPECT_EQ(ks[1].params[1].name, "p1_ft_flags");
+  EXPECT_EQ(ks[1].params[1].scratch_elements, 6);
+  EXPECT_EQ(ks[1].params[1].first_block, 40);
+  EXPECT_EQ(ks[1].params[1].group_blocks, 3);
+  EXPECT_EQ(ks[1].params[2].scratch_elements, 96);
+  EXPECT_EQ(ks[1].params[2].group_blocks, 0);
   try {
     simt::Module bad(cuda("extern \"C\" __global__ void k(FT_GLOBAL(float) out) { out[0] = undeclared; }\n"));
     ADD_FAILURE() << "a kernel that does not compile was built";

@@ -21,7 +21,11 @@
 #include "backend/verify.h"
 #include "codegen/emit.h"
 #include "codegen/lower_group.h"
+#include "codegen/verify_ir.h"
+#include "core/error.h"
 #include "planner/device.h"
+#include "planner/fusion.h"
+#include "planner/select.h"
 #include "planner/tiling.h"
 #include "unit/codegen_check.h"
 #include "unit/graph_helpers.h"
@@ -129,6 +133,63 @@ TEST(SplitK, ASampledLaunchRunsEveryBlockOfTheTilesItSamples) {
   }
   const backend::VerifyResult whole = backend::verify_kernel(c.g, c.groups[0], lk, *backend, *module, rng);
   EXPECT_TRUE(whole.ok) << "after sampled launches: " << whole.detail;
+}
+
+// Split-K kernels packed into one launch (a decode step's K and V projections): each part has its
+// own counters and partial products, named by its prefix, its counters counting its own range of
+// blocks; here a part split 4 ways, an unsplit one and one split 3 ways, on every block twice (the
+// counters zero again after a launch), then sampled: every sampled block's part runs whole tiles.
+TEST(SplitK, PackedPartsEachCountTheirOwnTiles) {
+  const auto c = skinny_chains(DType::kF16);
+  const TileConfig mma{{32, 32}, 16, 128, 1, true};
+  const std::vector<int> splits = {4, 1, 3};
+  std::vector<LoweredKernel> parts;
+  FusionGroup all;
+  int64_t base = 0;
+  std::vector<int64_t> bases;
+  for (size_t k = 0; k < c.groups.size(); ++k) {
+    bases.push_back(base);
+    parts.push_back(lower_group(c.g, c.groups[k], split(mma, splits[k]), "packed", {"p" + std::to_string(k) + "_", base}));
+    base += parts.back().kernel.grid;
+    all.nodes.insert(all.nodes.end(), c.groups[k].nodes.begin(), c.groups[k].nodes.end());
+  }
+  planner::describe_group(c.g, all);
+  const LoweredKernel packed = pack_kernels(parts, "packed");
+  ASSERT_EQ(packed.kernel.scratch.size(), 4u);
+  for (size_t k : {size_t{0}, size_t{2}}) {
+    const Param& counters = packed.kernel.scratch[k == 0 ? 0 : 2];
+    EXPECT_EQ(counters.name, "p" + std::to_string(k) + "_ft_flags");
+    EXPECT_EQ(counters.first_block, bases[k]);
+    EXPECT_EQ(counters.group_blocks, splits[k]);
+    EXPECT_EQ(counters.elements * splits[k], parts[k].kernel.grid);
+  }
+  auto backend = backend::make_host_backend();
+  auto module = backend->load({packed.kernel});
+  std::mt19937 rng(fusetune::testing::test_seed());
+  for (int launch = 0; launch < 2; ++launch) {
+    const backend::VerifyResult r = backend::verify_kernel(c.g, all, packed, *backend, *module, rng);
+    EXPECT_TRUE(r.ok) << "launch " << launch << ": " << r.detail;
+  }
+  for (uint64_t draw = 1; draw <= 4; ++draw) {
+    backend::VerifyOptions sampled;
+    sampled.sample_blocks = 6;
+    sampled.seed = draw;
+    const backend::VerifyResult r = backend::verify_kernel(c.g, all, packed, *backend, *module, rng, sampled);
+    EXPECT_TRUE(r.ok) << "draw " << draw << ": " << r.detail;  // a tile run in part would hang its counter or lose a slice
+    EXPECT_FALSE(r.coverage.whole());
+  }
+  const backend::VerifyResult whole = backend::verify_kernel(c.g, all, packed, *backend, *module, rng);
+  EXPECT_TRUE(whole.ok) << "after sampled launches: " << whole.detail;
+  // Counters over a range past the grid, or two buffers counting the same blocks, are refused.
+  Kernel beyond = packed.kernel;
+  beyond.scratch[2].first_block = beyond.grid - 1;
+  EXPECT_THROW(verify_ir(beyond), Error);
+  Kernel twice = packed.kernel;
+  twice.scratch[2].first_block = 1;
+  EXPECT_THROW(verify_ir(twice), Error);
+  if (backend::nvrtc_available()) {
+    EXPECT_FALSE(backend::compile_cuda(emit_cuda({packed.kernel}), "sm_80").cubin.empty());
+  }
 }
 
 // The top-level statements of the split-K hand-over, in order: [0] the writers' fence, [1] the
@@ -264,6 +325,55 @@ TEST(SplitKPlanner, SkinnyProjectionsGetSplitCandidatesThatModelFasterAndLargeOn
   const planner::Cost rejected = planner::evaluate_tile(g, fusetune::testing::whole_graph_group(g), h100, cfg);
   EXPECT_FALSE(rejected.valid);
   EXPECT_NE(rejected.reject.find("split-K needs one staged MatMul"), std::string::npos) << rejected.reject;
+}
+
+// A decode step's K and V projections (TinyLlama's: one row of 2,048 times 2,048 x 256, float16)
+// read the same row: the plan splits both over K and packs them into one launch, which the host
+// runs equal to the reference. Packing itself: a split-K group shares a launch only with groups of
+// its thread count (its warps' layout is its candidate's); a library call with none.
+TEST(SplitKPlanner, SiblingSplitProjectionsShareALaunchOfTheirThreadCount) {
+  using fusetune::testing::add_input;
+  using fusetune::testing::add_op;
+  using fusetune::testing::random_constant;
+  Graph g;
+  const int x = add_input(g, "x", DType::kF16, {1, 2048});
+  g.outputs().push_back(add_op(g, "MatMul", {x, random_constant(g, "wk", DType::kF16, {2048, 256}, 7u)}));
+  g.outputs().push_back(add_op(g, "MatMul", {x, random_constant(g, "wv", DType::kF16, {2048, 256}, 8u)}));
+  const planner::ModelPlan plan = planner::plan_model(g, planner::find_device("h200"));
+  ASSERT_EQ(plan.groups.size(), 2u);
+  for (const planner::GroupPlan& gp : plan.groups) {
+    EXPECT_GT(gp.candidates[gp.chosen].config.split_k, 1) << gp.candidates[gp.chosen].config.str();
+  }
+  EXPECT_EQ(plan.launches, 1);
+  std::vector<LoweredKernel> parts;
+  FusionGroup all;
+  int64_t base = 0;
+  for (size_t k = 0; k < plan.groups.size(); ++k) {
+    const FusionGroup& fg = plan.groups[k].group;
+    parts.push_back(lower_group(g, fg, plan.groups[k].candidates[plan.groups[k].chosen].config, "kv", {"p" + std::to_string(k) + "_", base}));
+    base += parts.back().kernel.grid;
+    all.nodes.insert(all.nodes.end(), fg.nodes.begin(), fg.nodes.end());
+  }
+  planner::describe_group(g, all);
+  const LoweredKernel packed = pack_kernels(parts, "kv");
+  auto backend = backend::make_host_backend();
+  auto module = backend->load({packed.kernel});
+  std::mt19937 rng(fusetune::testing::test_seed());
+  const backend::VerifyResult r = backend::verify_kernel(g, all, packed, *backend, *module, rng);
+  EXPECT_TRUE(r.ok) << r.detail;
+
+  planner::FusionPlan fused = planner::fuse(g);
+  ASSERT_EQ(fused.groups.size(), 2u);
+  const auto launches = [&](planner::PackTerms a, planner::PackTerms b) {
+    planner::pack_launches(g, fused, {}, {a, b});
+    return fused.launches();
+  };
+  EXPECT_EQ(launches({false, true, 128}, {false, true, 128}), 1);
+  EXPECT_EQ(launches({false, true, 128}, {false, false, 128}), 1);
+  EXPECT_EQ(launches({false, true, 128}, {false, false, 256}), 2);
+  EXPECT_EQ(launches({false, false, 256}, {false, true, 128}), 2);
+  EXPECT_EQ(launches({false, false, 256}, {false, false, 128}), 1);
+  EXPECT_EQ(launches({true, false, 128}, {false, false, 128}), 2);
 }
 
 }  // namespace
