@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/ops.h"
+#include "reference/kernels.h"
 
 namespace fusetune::planner {
 
@@ -178,6 +179,108 @@ bool keys_contiguous(const Graph& g, const FusionGroup& group, const AttentionCo
 
 bool streams_key_tiles(const Graph& g, const FusionGroup& group, const AttentionCore& core) {
   return async_operand(g, group, core, core.scores, 1).has_value() || async_operand(g, group, core, core.output, 1).has_value();
+}
+
+std::optional<Tensor> member_constant(const Graph& g, const std::set<int>& members, int v, std::set<int>* evaluated) {
+  if (g.value(v).is_constant()) return *g.value(v).data;
+  for (int id : members) {
+    const Node& n = g.nodes()[static_cast<size_t>(id)];
+    const auto out = std::find(n.outputs.begin(), n.outputs.end(), v);
+    if (out == n.outputs.end()) continue;
+    std::vector<Tensor> ins;
+    for (int in : n.inputs) {
+      if (in == kNoValue) return std::nullopt;
+      std::optional<Tensor> t = member_constant(g, members, in, evaluated);
+      if (!t) return std::nullopt;
+      ins.push_back(std::move(*t));
+    }
+    std::vector<const Tensor*> ptrs;
+    for (const Tensor& t : ins) ptrs.push_back(&t);
+    if (evaluated != nullptr) evaluated->insert(id);
+    return reference::run_node(n, ptrs)[static_cast<size_t>(out - n.outputs.begin())];
+  }
+  return std::nullopt;
+}
+
+bool causal_mask(const Tensor& allowed, int64_t queries, int64_t keys, bool negate, bool& causal) {
+  const Shape& s = allowed.shape();
+  if (s.size() < 2 || (s[s.size() - 2] != queries && s[s.size() - 2] != 1) || (s.back() != keys && s.back() != 1)) return false;
+  const std::vector<int64_t> v = allowed.to_ints();
+  const int64_t rows = s[s.size() - 2], cols = s.back(), plane = rows * cols;
+  bool all = true, tri = true;
+  for (int64_t lead = 0; lead < numel(s) / plane; ++lead) {
+    for (int64_t i = 0; i < queries; ++i) {
+      for (int64_t j = 0; j < keys; ++j) {
+        const bool ok = (v[static_cast<size_t>(lead * plane + (rows == 1 ? 0 : i) * cols + (cols == 1 ? 0 : j))] != 0) != negate;
+        all = all && ok;
+        tri = tri && ok == (j <= i + keys - queries);
+      }
+    }
+  }
+  causal = !all;
+  return all || tri;
+}
+
+std::optional<CausalMask> causal_mask_of(const Graph& g, const FusionGroup& group, const AttentionCore& core) {
+  const auto node = [&](int id) -> const Node& { return g.nodes()[static_cast<size_t>(id)]; };
+  std::map<int, int> chain;  // value -> the core's node computing it (the scores' product included)
+  for (int id : core.absorbed) chain[node(id).outputs[0]] = id;
+  const auto on_path = [&](int v) { return chain.count(v) != 0; };
+  int v = node(core.softmax).inputs[0];
+  for (auto p = chain.find(v); p != chain.end() && node(p->second).op == "Cast" && is_float(g.value(v).dtype); p = chain.find(v)) {
+    v = node(p->second).inputs[0];
+  }
+  const auto p = chain.find(v);
+  const Shape& s = g.value(v).shape;
+  if (p == chain.end() || s.size() < 2) return std::nullopt;
+  const Node& n = node(p->second);
+  const int64_t queries = s[s.size() - 2], keys = s.back();
+  if (queries > keys || n.inputs.size() < 2) return std::nullopt;
+  const std::set<int> members(group.nodes.begin(), group.nodes.end());
+  if (n.op == "Where") {
+    const bool kept = on_path(n.inputs[1]);
+    if (kept == on_path(n.inputs[2]) || on_path(n.inputs[0])) return std::nullopt;
+    const std::optional<Tensor> fill = member_constant(g, members, kept ? n.inputs[2] : n.inputs[1]);
+    const std::optional<Tensor> cond = member_constant(g, members, n.inputs[0]);
+    if (!fill || !cond || !is_float(fill->dtype())) return std::nullopt;
+    const std::vector<float> f = fill->to_floats();
+    bool causal = false;
+    if (!std::all_of(f.begin(), f.end(), [](float x) { return x <= kMaskedScore; }) ||
+        !causal_mask(*cond, queries, keys, !kept, causal) || !causal) {
+      return std::nullopt;
+    }
+    return CausalMask{p->second, n.inputs[0], true, kept};
+  }
+  if (n.op != "Add" || on_path(n.inputs[0]) == on_path(n.inputs[1])) return std::nullopt;
+  const int operand = on_path(n.inputs[0]) ? n.inputs[1] : n.inputs[0];
+  const std::optional<Tensor> bias = member_constant(g, members, operand);
+  if (!bias || !is_float(bias->dtype())) return std::nullopt;
+  const Shape& bs = bias->shape();
+  const int64_t rows = bs.size() >= 2 ? bs[bs.size() - 2] : 1, cols = bs.empty() ? 1 : bs.back(), plane = rows * cols;
+  if ((rows != queries && rows != 1) || (cols != keys && cols != 1) || plane == 0 || g.value(operand).shape.size() < 2) {
+    return std::nullopt;
+  }
+  const std::vector<float> b = bias->to_floats();
+  bool zero_where_seen = true;
+  for (int64_t lead = 0; lead < numel(bs) / plane; ++lead) {
+    for (int64_t i = 0; i < queries; ++i) {
+      bool sees = false;
+      for (int64_t j = 0; j < keys; ++j) {
+        const float x = b[static_cast<size_t>(lead * plane + (rows == 1 ? 0 : i) * cols + (cols == 1 ? 0 : j))];
+        const bool seen = j <= i + keys - queries;
+        if (!seen && !(x <= kMaskedScore)) return std::nullopt;
+        sees = sees || (seen && x > kMaskedScore);
+        zero_where_seen = zero_where_seen && (!seen || x == 0.0f);
+      }
+      if (!sees) return std::nullopt;
+    }
+  }
+  return CausalMask{p->second, operand, zero_where_seen, true};
+}
+
+int64_t visible_tiles(int64_t first, int64_t rows, int64_t queries, int64_t keys, int64_t step) {
+  const int64_t last_key = std::min(first + rows, queries) - 1 + keys - queries;  // the last row's last visible key
+  return std::clamp<int64_t>((last_key + step) / step, 0, (keys + step - 1) / step);
 }
 
 }  // namespace fusetune::planner

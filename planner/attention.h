@@ -16,9 +16,11 @@
 #pragma once
 
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "core/graph.h"
+#include "core/tensor.h"
 #include "planner/fusion.h"
 #include "planner/strided_view.h"
 
@@ -65,5 +67,41 @@ int64_t wide_lanes(const Graph& g, const StridedView& v);
 bool keys_contiguous(const Graph& g, const FusionGroup& group, const AttentionCore& core);
 // Whether the tensor-core form streams the key tiles through two slots (K or V by cp.async).
 bool streams_key_tiles(const Graph& g, const FusionGroup& group, const AttentionCore& core);
+
+// A score at or below this gets no weight: its exponential against any row maximum a visible key
+// sets underflows to zero in float32.
+inline constexpr float kMaskedScore = -10000.0f;
+
+// v's value where it is a constant or the members computing it read constants only (a mask a
+// model slices from a buffer it keeps, or builds from a Trilu), evaluated by the reference
+// kernels; the members evaluated are added to `evaluated` where given.
+std::optional<Tensor> member_constant(const Graph& g, const std::set<int>& members, int v, std::set<int>* evaluated = nullptr);
+
+// Whether `allowed` (a boolean tensor broadcast to [..., queries, keys]; `negate`: true marks the
+// masked keys) is the same causal mask, or no mask, for every leading index. Sets `causal` for
+// the former. Causal: query i sees the keys j <= i + keys - queries (aligned at the bottom right).
+bool causal_mask(const Tensor& allowed, int64_t queries, int64_t keys, bool negate, bool& causal);
+
+// The causal mask of a core: the last op before the Softmax (through Casts to float types) gives
+// every key a row does not see under a causal mask (j > i + keys - queries) a score at or below
+// kMaskedScore, while every row sees a key it leaves above it (queries <= keys): a Where that
+// keeps the scores where a constant causal condition allows and puts a fill at or below
+// kMaskedScore elsewhere, or an Add of a constant that is at or below kMaskedScore at every such
+// key and above it at a key each row sees. Then the key tiles past a block's last row's last
+// visible key add nothing to its rows (their weights are exactly zero), and the flash stage
+// (codegen/stages/attention.h) and the model skip them: a prefill's causal attention runs about
+// half the tiles. `node` is the Where or Add, `operand` its condition or bias; `from_indices`: the
+// operand is exactly the causal pattern (the condition, or a bias of 0 wherever a row sees the key),
+// so the stage computes it from the row and key (the Where's selection, or 0 and -infinity: the
+// same weights) and reads nothing. `visible_tiles` gives, for query rows [first, first + rows) of
+// `queries` against `keys` in tiles of `step`, the key tiles up to the rows' last visible key.
+struct CausalMask {
+  int node = -1;
+  int operand = -1;
+  bool from_indices = false;
+  bool seen_true = true;  // a Where's condition: true where a row sees the key (false: where it does not)
+};
+std::optional<CausalMask> causal_mask_of(const Graph& g, const FusionGroup& group, const AttentionCore& core);
+int64_t visible_tiles(int64_t first, int64_t rows, int64_t queries, int64_t keys, int64_t step);
 
 }  // namespace fusetune::planner

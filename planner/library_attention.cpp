@@ -7,13 +7,10 @@
 
 #include "planner/attention.h"
 #include "planner/strided_view.h"
-#include "reference/kernels.h"
 
 namespace fusetune::planner {
 
 namespace {
-
-constexpr float kMaskedScore = -10000.0f;  // a fill at or below this gives a key no weight
 
 class Matcher {
  public:
@@ -73,22 +70,7 @@ class Matcher {
 
   // v's value where the members computing it read constants only (the causal condition a model
   // slices from a buffer it keeps).
-  std::optional<Tensor> constant(int v) {
-    if (g_.value(v).is_constant()) return *g_.value(v).data;
-    const int p = producer(v);
-    if (p < 0) return std::nullopt;
-    std::vector<Tensor> ins;
-    for (int in : node(p).inputs) {
-      if (in == kNoValue) return std::nullopt;
-      std::optional<Tensor> t = constant(in);
-      if (!t) return std::nullopt;
-      ins.push_back(std::move(*t));
-    }
-    std::vector<const Tensor*> ptrs;
-    for (const Tensor& t : ins) ptrs.push_back(&t);
-    covered_.insert(p);
-    return reference::run_node(node(p), ptrs)[0];
-  }
+  std::optional<Tensor> constant(int v) { return member_constant(g_, members_, v, &covered_); }
 
   void cover(int id) { covered_.insert(id); }
   bool covers_all() const {
@@ -107,27 +89,6 @@ OperandLayout layout(const StridedView& v) {
   l.offset = v.offset;
   std::copy(v.strides.begin(), v.strides.end(), l.strides.begin());
   return l;
-}
-
-// Whether `allowed` (a boolean tensor broadcast to [..., queries, keys]) is the same causal mask,
-// or no mask, for every leading index. Sets `causal` for the former.
-bool causal_mask(const Tensor& allowed, int64_t queries, int64_t keys, bool negate, bool& causal) {
-  const Shape& s = allowed.shape();
-  if (s.size() < 2 || (s[s.size() - 2] != queries && s[s.size() - 2] != 1) || (s.back() != keys && s.back() != 1)) return false;
-  const std::vector<int64_t> v = allowed.to_ints();
-  const int64_t rows = s[s.size() - 2], cols = s.back(), plane = rows * cols;
-  bool all = true, tri = true;
-  for (int64_t lead = 0; lead < numel(s) / plane; ++lead) {
-    for (int64_t i = 0; i < queries; ++i) {
-      for (int64_t j = 0; j < keys; ++j) {
-        const bool ok = (v[static_cast<size_t>(lead * plane + (rows == 1 ? 0 : i) * cols + (cols == 1 ? 0 : j))] != 0) != negate;
-        all = all && ok;
-        tri = tri && ok == (j <= i + keys - queries);
-      }
-    }
-  }
-  causal = !all;
-  return all || tri;
 }
 
 bool aligned(const OperandLayout& l, int width_axis) {

@@ -734,7 +734,15 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
     }
   }
   const std::set<int> absorbed = core ? std::set<int>(core->absorbed.begin(), core->absorbed.end()) : std::set<int>{};
+  // A causal mask (causal_mask_of): the key tiles a block runs end at its last row's last visible
+  // key; a mask computed from the indices reads nothing (nor do the members computing it).
+  const std::optional<CausalMask> causal = core ? causal_mask_of(g, group, *core) : std::nullopt;
   int flash_registers = 0;
+  // Flash attention under a causal mask: the share of the key tiles a block runs (below), what
+  // it reads of every input but those Q is computed from.
+  double key_share = 1.0;
+  std::set<int> q_inputs;
+  int64_t keyed_ops = 0, keyed_special = 0;  // the generic charges of the core's nodes, which run a key tile at a time
   int imma_registers = 0;  // the 8-bit tensor-core form's accumulators and fragments
   bool uncovered = false;  // a staged Conv whose threads cannot cover the tile with micro-tiles
   // Split-K (cfg.split_k > 1) needs one anchor, a staged MatMul with its accumulators in registers:
@@ -830,15 +838,20 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       in_flight = std::min(in_flight, staging.ahead * (a_bytes + b_bytes - sync_bytes) +
                                           (sync_loads > 0 ? sync_bytes / static_cast<double>(ceil_div(sync_loads, cfg.threads)) : 0));
     } else if (!(cfg.mma && core && (*it == core->scores || *it == core->output))) {  // those: the flash branch
-      tile_flops += numel(e.out_shape) == 0 ? 0 : node_flops(g, n) * out_elems / numel(e.out_shape);
+      const int64_t flops = numel(e.out_shape) == 0 ? 0 : node_flops(g, n) * out_elems / numel(e.out_shape);
+      tile_flops += flops;
+      if (core && (absorbed.count(*it) || *it == core->output)) keyed_ops += flops;
     }
     // Special functions (core/ops.h); flash attention's softmax is charged in its branch below.
     if (numel(e.out_shape) > 0 && !(core && *it == core->softmax)) {
-      tile_special += node_special_ops(g, n) * out_elems / numel(e.out_shape);
+      const int64_t special = node_special_ops(g, n) * out_elems / numel(e.out_shape);
+      tile_special += special;
+      if (core && absorbed.count(*it)) keyed_special += special;
     }
     for (size_t k = 0; k < n.inputs.size(); ++k) {
       const int v = n.inputs[k];
       if (v == kNoValue || in_regions[k].empty()) continue;
+      if (causal && causal->from_indices && *it == causal->node && v == causal->operand) continue;
       if (n.op == "Gather" && k == 0 && !produced.count(v)) {
         // The indices pick rows at run time (the region spans the whole axis): a tile loads at
         // most as many rows as it reads indices, charged as one run (an embedding table's rows
@@ -881,6 +894,34 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       const int64_t dk = core->head, keys = core->keys, bc = std::min(cfg.reduce_step, keys);
       const int64_t warps = cfg.threads / d.warp_size;
       const int64_t esize = static_cast<int64_t>(dtype_size(g.value(n.inputs[1]).dtype));
+      // The key tiles a block runs: all, or under a causal mask those up to its last row's last
+      // visible key, charged as their mean over the query tiles.
+      const bool skip_masked = causal.has_value();
+      const int64_t queries = g.value(g.nodes()[static_cast<size_t>(core->scores)].outputs[0]).shape.rbegin()[1];
+      const auto run_tiles = [&](int64_t step) {
+        if (!skip_masked) return ceil_div(keys, step);
+        int64_t sum = 0;
+        const int64_t row_tiles = ceil_div(queries, rows);
+        for (int64_t t = 0; t < row_tiles; ++t) sum += visible_tiles(t * rows, rows, queries, keys, step);
+        key_share = static_cast<double>(sum) / static_cast<double>(row_tiles * ceil_div(keys, step));
+        return ceil_div(sum, row_tiles);
+      };
+      if (skip_masked) {
+        std::vector<int> todo = {g.nodes()[static_cast<size_t>(core->scores)].inputs[0]};
+        while (!todo.empty()) {
+          const int v = todo.back();
+          todo.pop_back();
+          const auto p = std::find_if(group.nodes.begin(), group.nodes.end(),
+                                      [&](int id) { return g.nodes()[static_cast<size_t>(id)].outputs[0] == v; });
+          if (p == group.nodes.end()) {
+            q_inputs.insert(v);
+            continue;
+          }
+          for (int in : g.nodes()[static_cast<size_t>(*p)].inputs) {
+            if (in != kNoValue) todo.push_back(in);
+          }
+        }
+      }
       if (cfg.mma) {
         // On tensor cores (a warp per 16 rows): 16-bit Q, K, V and probabilities with rows padded
         // to an odd number of 16-byte units, float scores; the products padded to m16n8k16; per
@@ -891,7 +932,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
           return c;
         }
         const int64_t rp = warps * 16, b16 = ceil_div(bc, 16) * 16, dk16 = ceil_div(dk, 16) * 16, dv16 = ceil_div(dv, 16) * 16;
-        const int64_t kt = ceil_div(keys, b16);
+        const int64_t kt = run_tiles(b16);
         walk(kt, 1);
         tile_special += rp * kt * (b16 + 1);  // an exponential per score, a rescale factor per row and key tile
         // Where K or V streams by cp.async the key tiles take two slots, and a whole tile's
@@ -910,7 +951,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
             ring ? 1.0 : static_cast<double>(ceil_div(b16 * dk16, cfg.threads) + ceil_div(b16 * dv16, cfg.threads));
         in_flight = std::min(in_flight, static_cast<double>(b16 * (dk + dv) * esize) / rounds);
         flash_registers = static_cast<int>(40 + dk16 / 4 + b16 / 2 + dv16 / 2 + 12 + 2 * ceil_div(rows, warps));
-        split_keys(kt, dv16 / 8 * 4, rows, warps);  // the output fragments
+        split_keys(ceil_div(keys, b16), dv16 / 8 * 4, rows, warps);  // the output fragments
         if (n.outputs[0] != root) smem += out_elems * 4;
         continue;  // the SIMT form's charges below are not this form's
       }
@@ -920,7 +961,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
         c.reject = "micro-tiles of at most 8 x 8 on " + std::to_string(cfg.threads) + " threads cannot cover the attention tile";
         return c;
       }
-      const int64_t kt = ceil_div(keys, bc);
+      const int64_t kt = run_tiles(bc);
       walk(kt, 1);
       tile_special += rows * kt * (bc + 1);  // an exponential per score, a rescale factor per row and key tile
       smem += (ceil_div(rows, tm) * tm * (dk + 1) + ceil_div(bc, tn) * tn * (dk + 1) + bc * dv + rows * bc + 2 * rows) * 4;
@@ -942,7 +983,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       const double rounds = static_cast<double>(staging_rounds(bc * dk, lk) + staging_rounds(bc * dv, lv));
       in_flight = std::min(in_flight, static_cast<double>(bc * (dk + dv) * esize) / rounds);
       flash_registers = static_cast<int>(32 + tm * tn + tm + tn + 2 * um * un + 2 * ceil_div(rows, warps));
-      split_keys(kt, um * un, rows, warps);  // the output micro-tiles
+      split_keys(ceil_div(keys, bc), um * un, rows, warps);  // the output micro-tiles
       if (n.outputs[0] != root) smem += out_elems * 4;
     } else if (n.op == "Conv") {
       // Conv (codegen/lower_group): without a step every output reads its window and weights
@@ -1187,6 +1228,10 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       }
     }
   }
+  // The flash core's nodes run only the key tiles a block runs (their generic charges above
+  // counted every key).
+  tile_flops -= static_cast<int64_t>(static_cast<double>(keyed_ops) * (1.0 - key_share));
+  tile_special -= static_cast<int64_t>(static_cast<double>(keyed_special) * (1.0 - key_share));
   // Traffic.
   int64_t l2 = 0, dram = 0;
   int64_t streamed = 0;  // DRAM bytes of what does not stay in L2 between launches
@@ -1202,7 +1247,8 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   const std::vector<size_t> order = tile_order(cfg, rs.size());
   for (const auto& [v, reads] : loads) {
     const Value& val = g.value(v);
-    const int64_t per_tile = reads_sector_bytes(reads, val, d.sector_bytes);
+    int64_t per_tile = reads_sector_bytes(reads, val, d.sector_bytes);
+    if (!q_inputs.count(v)) per_tile = static_cast<int64_t>(std::ceil(static_cast<double>(per_tile) * key_share));
     const int64_t all_tiles = per_tile * c.tiles;
     const int64_t size = numel(val.shape) * static_cast<int64_t>(dtype_size(val.dtype));
     const int64_t from_dram = size <= d.l2_bytes / 2
@@ -1796,9 +1842,9 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
   // reduction space of a warp's elements or more) a cooperative reduction, or flash attention
   // (its key tiles split: flash-decoding; evaluate_tile rejects other anchors) whose tiles leave
   // SMs idle also gets 2 to 16 blocks a tile, each a slice of the reduction, up to two blocks per
-  // SM; unless its work takes less time than a launch: a split-K kernel never shares its launch,
-  // and such a kernel gains more from sharing one with its siblings (planner/select.h) than from
-  // its idle SMs.
+  // SM; unless its work takes less time than a launch: a split-K kernel shares its launch only
+  // with groups of its thread count, and such a kernel gains more from sharing one with any of
+  // its siblings (planner/select.h) than from its idle SMs.
   for (size_t i = 0, generated = all.size(); i < generated; ++i) {
     const TileConfig base = all[i].config;
     const int64_t base_tiles = all[i].cost.tiles;

@@ -44,6 +44,9 @@ class AttentionStage : public AnchorStage {
     dv_ = std::max<int64_t>(1, me[rank - 1]);
     dk_ = core.head;
     keys_ = core.keys;
+    const Shape& scores = cx.g.value(node(core.scores).outputs[0]).shape;
+    queries_ = scores[scores.size() - 2];
+    mask_ = planner::causal_mask_of(cx.g, cx.group, core);
     bc_ = std::min(cx.cfg.reduce_step, keys_);
     const int threads = cx.cfg.threads;
     warps_ = threads / kWarpSize;
@@ -164,6 +167,10 @@ class AttentionStage : public AnchorStage {
   int64_t tm_ = 0, tn_ = 0, um_ = 0, un_ = 0;  // micro-tiles of the scores and of the output (SIMT)
   int64_t warps_ = 0, batches_ = 0;            // a warp per row: batches of rows
   std::string first_tile_ = "0", end_tile_;    // the block's key tiles [first, end): all, or its split's
+  // Causal (planner::causal_mask_of): the tiles past the block's last row's last visible key are
+  // not run, and a mask the indices give is computed, not read; queries_: the scores' rows.
+  std::optional<planner::CausalMask> mask_;
+  int64_t queries_ = 0;
   std::string sq_, sk_, sv_, sp_, sa_, sl_;    // Q, K, V, the scores/probabilities, the rescaling factors, the sums
   std::string acc_, run_max_, run_sum_;        // thread-locals: the output, each batch's row statistics
   // The tensor-core form: 16-bit type, padded extents and pitches, the 16-bit probabilities,
@@ -363,10 +370,24 @@ void AttentionStage::chain_cell(const std::string& local, const std::string& row
     }
     return local;
   };
+  // A causal mask the indices give: key j of row i is seen where j <= i + keys - queries (the
+  // Where's condition, or a bias of 0 there and -infinity elsewhere: the same weights).
+  if (mask_ && mask_->from_indices) {
+    const bool where = node(mask_->node).op == "Where";
+    const bool seen_true = mask_->seen_true;
+    const int64_t ahead = keys_ - queries_;
+    cx_.provided[mask_->operand] = [where, seen_true, ahead](const std::vector<std::string>& index) {
+      const size_t n = index.size();
+      const std::string seen = "((" + index[n - 1] + ") <= (" + index[n - 2] + ") + " + lit(ahead) + ")";
+      if (where) return seen_true ? seen : "(!" + seen + ")";
+      return "(" + seen + " ? 0.0f : (-ft_inf()))";
+    };
+  }
   cx_.cur().push_back(let("float", "fa_x", "(-ft_inf())"));
   Block inside;
   cx_.with_block(inside, [&] { cx_.cur().push_back(assign("fa_x", cx_.value(soft.inputs[0], idx))); });
   cx_.provided.erase(qk);
+  if (mask_) cx_.provided.erase(mask_->operand);
   cx_.cur().push_back(if_then("ft_fj < " + lit(keys_), inside));
   cx_.cur().push_back(store(sp_, at, "fa_x"));
 }
@@ -703,8 +724,9 @@ void AttentionStage::emit_tensor(Kernel& k, const std::string& nm, const std::st
   }
   tile.push_back(barrier());
   k.body.push_back(uniform_for("ft_kt", first_tile_, end_tile_, tile));
-  // A split beyond the last key tile runs no tile: its first tile's copies (zeros) still fly.
-  if (ring_ && cx_.splits() > 1) k.body.push_back(copy_async_wait(0));
+  // A split beyond the last key tile (or the rows' last visible one) runs no tile: its first
+  // tile's copies still fly.
+  if (ring_ && (cx_.splits() > 1 || mask_)) k.body.push_back(copy_async_wait(0));
   std::vector<std::array<std::string, 3>> cells;
   for (int64_t j = 0; j < dv16_ / 8; ++j) {
     for (int64_t c = 0; c < 4; ++c) {
@@ -726,6 +748,15 @@ void AttentionStage::emit(Kernel& k) {
   const int64_t tiles = ceil_div(keys_, bc_);
   first_tile_ = split_first_step(cx_, k, tiles);
   end_tile_ = split_end_step(cx_, first_tile_, tiles);
+  if (mask_) {
+    // Row i sees the keys up to i + keys - queries: the block's rows [lo, lo + n) end their keys
+    // in tile (lo + n - 1 + keys - queries) / bc (planner::visible_tiles).
+    const std::string lom = r.lo[rank - 2];
+    k.uniform.push_back(let(kIndexType, "ft_kend",
+                            "ft_min(" + end_tile_ + ", ft_fdiv(" + lom + " + " + nm + " + " + lit(keys_ - queries_ + bc_ - 1) +
+                                ", " + lit(bc_) + "))"));
+    end_tile_ = "ft_kend";
+  }
   if (tensor_) {
     emit_tensor(k, nm, nn);
   } else {

@@ -49,6 +49,11 @@ struct Attention {
   bool k_transposed = false; // K given as Kᵀ (batch, kv_heads, head, keys), keys contiguous: a projection that wrote it so
   bool sliced = false;       // K and V sliced one element into rows one wider: views whose rows start at every alignment
   bool v_repeated = false;   // V's columns each given once and repeated twice: a view grouped along its width
+  // The causal mask as an additive constant (TinyLlama's export): 0 where a query sees the key,
+  // float16's lowest elsewhere; with `masked_row`, that row sees no key.
+  bool causal_bias = false;
+  int64_t masked_row = -1;
+  float slope = 0.0f;  // the bias where a query sees the key: -slope x (i - j), a distance penalty (ALiBi's)
 };
 
 // softmax(Q K^T * scale [+ mask] [causal]) V over inputs q, k, v (and mask), named with `prefix`,
@@ -90,6 +95,16 @@ FusionGroup add_attention(Graph& g, DType dt, const Attention& a, const std::str
     const int cond = g.add_constant(prefix + "causal", Tensor::from_ints(DType::kBool, {a.queries, a.keys}, allowed));
     const int minus_inf = g.add_constant(prefix + "minus_inf", Tensor::scalar_float(dt, -std::numeric_limits<float>::infinity()));
     x = add_op(g, "Where", {cond, x, minus_inf});
+  }
+  if (a.causal_bias) {
+    std::vector<float> bias;
+    for (int64_t i = 0; i < a.queries; ++i) {
+      for (int64_t j = 0; j < a.keys; ++j) {
+        const bool seen = j <= i + a.keys - a.queries && i != a.masked_row;
+        bias.push_back(seen ? -a.slope * static_cast<float>(i + a.keys - a.queries - j) : -65504.0f);
+      }
+    }
+    x = add_op(g, "Add", {x, g.add_constant(prefix + "causal_bias", Tensor::from_floats(dt, {1, 1, a.queries, a.keys}, bias))});
   }
   int o = add_op(g, "MatMul", {add_op(g, "Softmax", {x}, attrs({{"axis", int64_t{-1}}})), repeat(v, a.keys, a.value_width)});
   if (a.merge_heads) {
@@ -262,6 +277,117 @@ TEST(CodegenAttention, LongSequencesTakeTheFlashForm) {
   const FusionGroup small = add_attention(run, DType::kF16, a);
   check_groups(run, {small, small}, [&, n = 0](const FusionGroup& f) mutable { return best_flash(run, f, n++ == 1); },
                "256 queries over 1,024 keys, causal (SIMT, tensor cores)");
+}
+
+// Under a causal mask (a Where on a constant condition, or an additive constant bias as
+// TinyLlama's export has it) a block runs the key tiles up to its last row's last visible key
+// (planner::causal_mask_of): those past it add nothing; and where the mask is exactly the causal
+// pattern (the condition, or a bias of 0 where a row sees the key) it is computed from the row and
+// key, not read. Differentially, on the host executor's four checks: SIMT and tensor cores, square
+// and with more keys than queries (rows see past the diagonal), the bias form, a bias with a
+// distance penalty where rows see (read, tiles still skipped), and split over blocks (splits past
+// the rows' keys run no tile). The host counts about half the arithmetic of the same kernel
+// unmasked, and the model charges the same share. A mask that hides a whole row, a fill that
+// leaves weight, or more queries than keys (rows that see nothing) run every tile.
+TEST(CodegenAttention, CausalRowsRunOnlyTheKeyTilesTheySee) {
+  const auto mask_of = [](const Attention& a) {
+    Graph g;
+    const FusionGroup fg = add_attention(g, DType::kF16, a);
+    return planner::causal_mask_of(g, fg, *planner::match_attention(g, fg));
+  };
+  const auto skips = [&](const Attention& a) { return mask_of(a).has_value(); };
+  Attention square;
+  square.heads = square.kv_heads = 2;
+  square.queries = square.keys = 100;
+  square.causal = true;
+  Attention longer = square;  // 40 rows seeing the keys up to their own plus 60
+  longer.queries = 40;
+  Attention bias = square;
+  bias.causal = false;
+  bias.causal_bias = true;
+  Attention sloped = bias;
+  sloped.slope = 0.25f;
+  for (const Attention& a : {square, longer, bias, sloped}) {
+    const auto mask = mask_of(a);
+    ASSERT_TRUE(mask.has_value()) << text(a);
+    EXPECT_EQ(mask->from_indices, a.slope == 0.0f) << text(a);
+  }
+  Attention plain = square;
+  plain.causal = false;
+  EXPECT_FALSE(skips(plain));
+  Attention hidden = bias;  // row 7 sees no key: its softmax spreads over every key
+  hidden.masked_row = 7;
+  EXPECT_FALSE(skips(hidden));
+  Attention more = square;  // the first rows see nothing
+  more.keys = 60;
+  EXPECT_FALSE(skips(more));
+  {
+    Graph g;  // a Where whose fill leaves a masked key weight
+    FusionGroup fg = add_attention(g, DType::kF32, square);
+    for (int id : fg.nodes) {
+      Node& n = g.nodes()[static_cast<size_t>(id)];
+      if (n.op == "Where") n.inputs[2] = g.add_constant("minus_one", Tensor::scalar_float(DType::kF32, -1.0f));
+    }
+    planner::describe_group(g, fg);
+    EXPECT_FALSE(planner::causal_mask_of(g, fg, *planner::match_attention(g, fg)).has_value());
+  }
+  for (DType dt : {DType::kF32, DType::kF16}) {
+    Graph g;
+    std::vector<FusionGroup> cases;
+    std::vector<TileConfig> configs;
+    for (const auto& [a, name] : {std::pair{square, "s_"}, std::pair{longer, "l_"}, std::pair{bias, "b_"}, std::pair{sloped, "d_"}}) {
+      const FusionGroup fg = add_attention(g, dt, a, name);
+      // The mask computed from the indices is no parameter of the kernel; the sloped bias is read.
+      const LoweredKernel lk = lower_group(g, fg, best_flash(g, fg), "masked");
+      const auto mask = planner::causal_mask_of(g, fg, *planner::match_attention(g, fg));
+      ASSERT_TRUE(mask.has_value()) << text(a);
+      const auto bound = std::find(lk.inputs.begin(), lk.inputs.end(), mask->operand);
+      ASSERT_NE(bound, lk.inputs.end()) << text(a);
+      const std::string param = lk.kernel.params[static_cast<size_t>(bound - lk.inputs.begin())].name;
+      const std::string cuda = emit_cuda({lk.kernel});
+      EXPECT_EQ(cuda.find(param + "[") != std::string::npos, a.slope != 0.0f) << text(a) << ": " << param;
+      for (bool tensor : {false, true}) {
+        if (tensor && dt == DType::kF32) continue;
+        TileConfig cfg = best_flash(g, fg, tensor);
+        cfg.reduce_step = 16;  // 7 key tiles of 100
+        cfg.split_k = 1;
+        cases.push_back(fg);
+        configs.push_back(cfg);
+        cfg.split_k = 3;
+        cases.push_back(fg);
+        configs.push_back(cfg);
+      }
+    }
+    size_t next = 0;
+    check_groups(g, cases, [&](const FusionGroup&) { return configs[next++]; },
+                 std::string(dtype_name(dt)) + ": causal rows, square, longer, as a bias, split", sm90);
+  }
+  // Counted on the host and modeled: the arithmetic of the causal kernel against the same one
+  // unmasked (the planner's tile of rows, 16 keys a tile: 2 x 100 rows over 100 keys).
+  for (bool tensor : {false, true}) {
+    Graph g;
+    const FusionGroup causal = add_attention(g, DType::kF16, square, "c_");
+    const FusionGroup full = add_attention(g, DType::kF16, plain, "f_");
+    TileConfig cfg = best_flash(g, causal, tensor);
+    cfg.reduce_step = 16;
+    cfg.split_k = 1;
+    const auto counted = [&](const FusionGroup& fg) {
+      const LoweredKernel lk = lower_group(g, fg, cfg, "counted");
+      auto backend = backend::make_host_backend();
+      auto module = backend->load({lk.kernel});
+      std::mt19937 rng(fusetune::testing::test_seed());
+      EXPECT_TRUE(backend::verify_kernel(g, fg, lk, *backend, *module, rng).ok) << cfg.str();
+      return static_cast<double>(module->counters().at("counted").flops);
+    };
+    const planner::Device& h100 = planner::find_device("h100");
+    const double counted_share = counted(causal) / counted(full);
+    const double modeled_share = static_cast<double>(planner::evaluate_tile(g, causal, h100, cfg).flops) /
+                                 static_cast<double>(planner::evaluate_tile(g, full, h100, cfg).flops);
+    std::printf("%s %s: counted %.2f, modeled %.2f of the unmasked kernel's arithmetic\n", tensor ? "tensor cores" : "SIMT",
+                cfg.str().c_str(), counted_share, modeled_share);
+    EXPECT_LT(counted_share, 0.75) << cfg.str();
+    EXPECT_NEAR(modeled_share, counted_share, 0.1) << cfg.str();
+  }
 }
 
 // A LLaMA-shaped prefill (TinyLlama's heads: 32 over 4 key-value heads, 64 wide; 512 tokens,
