@@ -349,7 +349,7 @@ std::string line_text(const Stmt& s) {
     case Stmt::Kind::kBarrier: out << "barrier"; break;
     case Stmt::Kind::kVectorLoad:
       out << "let " << vector_ctype(s.dtype) << " " << s.name << " = " << (s.c.empty() ? "" : s.c + " ? ") << s.a << "[" << s.b
-          << " .. +" << vector_lanes(s.dtype) << "]" << (s.c.empty() ? "" : " : 0");
+          << " .. +" << vector_lanes(s.dtype) << "]" << (s.c.empty() ? "" : " : 0") << (s.past_l1 ? " past L1" : "");
       break;
     case Stmt::Kind::kVectorStore:
       out << s.name << "[" << s.a << " .. +" << stmt_lanes(s) << "] = " << vector_ctype(s.dtype, s.lanes) << " " << s.b;

@@ -106,14 +106,15 @@ class Verifier {
             "' must be a writable float32 or uint32 buffer");
     }
     // Counter buffers: uint32, their groups of blocks within the grid and apart from each other's.
-    std::map<int64_t, int64_t> ranges;  // first block -> end
+    std::vector<std::pair<int64_t, int64_t>> ranges;  // first block, end
     for (const Param& p : k_.scratch) {
       if (p.group_blocks <= 0) continue;
       check(p.dtype == DType::kU32 && p.elements > 0 && p.first_block >= 0 && p.first_block + p.elements * p.group_blocks <= k_.grid,
             "kernel '", k_.name, "': counter buffer '", p.name, "' must hold uint32 counters of groups of blocks within the grid of ",
             k_.grid);
-      ranges[p.first_block] = p.first_block + p.elements * p.group_blocks;
+      ranges.emplace_back(p.first_block, p.first_block + p.elements * p.group_blocks);
     }
+    std::sort(ranges.begin(), ranges.end());
     int64_t covered = 0;
     for (const auto& [first, end] : ranges) {
       check(first >= covered, "kernel '", k_.name, "': two counter buffers count the blocks from ", first);

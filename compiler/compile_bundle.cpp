@@ -68,8 +68,9 @@ runtime::Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, c
     }
     return codegen::pack_kernels(parts, name);
   };
-  // Lowered launches by what determines them (launch, thread count, each part's candidate), so that
-  // a rebuild after a spill substitution lowers only the launches it changed.
+  // Lowered launches by what determines them (launch, thread count, each part's group and
+  // candidate), so that a rebuild after a spill substitution lowers only the launches it changed
+  // (a packed launch taken apart moves the launches after it: their parts tell them apart).
   std::map<std::vector<size_t>, codegen::LoweredKernel> lowered_by_key;
   auto build = [&]() {
     std::vector<std::vector<size_t>> keys(launch_groups.size());
@@ -82,6 +83,7 @@ runtime::Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, c
         planner::TileConfig cfg = plan.groups[k].candidates[choice[k]].config;
         cfg.threads = threads;
         b.group_configs[k] = cfg.str();
+        keys[l].push_back(k);
         keys[l].push_back(choice[k]);
       }
     }
@@ -132,12 +134,23 @@ runtime::Bundle compile_bundle(const Graph& g, const planner::ModelPlan& plan, c
       auto r = cc.resources.find(kernels[l].name);
       if (r == cc.resources.end() || !r->second.spills()) continue;
       if (launch_groups[l].size() > 1) {  // a packed launch: fewer threads leave more registers each
-        // (not one with a split-K part, whose warps' layout is its candidate's: planner::PackTerms)
+        // A split-K part keeps its candidate's thread count (its warps' layout: planner::PackTerms),
+        // so such a launch's parts become launches of their own, in order, each judged alone next.
         const bool own_threads = std::any_of(launch_groups[l].begin(), launch_groups[l].end(), [&](size_t k) {
           return plan.groups[k].candidates[choice[k]].config.split_k > 1;
         });
+        if (own_threads) {
+          std::vector<std::vector<size_t>> alone;
+          for (size_t k : launch_groups[l]) alone.push_back({k});
+          launch_groups.erase(launch_groups.begin() + static_cast<long>(l));
+          launch_groups.insert(launch_groups.begin() + static_cast<long>(l), alone.begin(), alone.end());
+          // (launch_threads, keyed by launch, holds none at or after l yet: the indices it holds stay.)
+          build();
+          cc = backend::compile_cuda_cached(b.cuda_source, device.arch);
+          --l;  // the loop's increment comes back to launch l, now the first part alone
+          continue;
+        }
         for (int threads : {256, 128, 64}) {
-          if (own_threads) break;
           if (threads >= kernels[l].threads || spills_alone(lower_launch(l, threads, "probe").kernel)) continue;
           launch_threads[l] = threads;
           changed = true;

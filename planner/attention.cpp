@@ -1,7 +1,9 @@
 #include "planner/attention.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -236,6 +238,15 @@ std::optional<CausalMask> causal_mask_of(const Graph& g, const FusionGroup& grou
   const Node& n = node(p->second);
   const int64_t queries = s[s.size() - 2], keys = s.back();
   if (queries > keys || n.inputs.size() < 2) return std::nullopt;
+  // Before the mask the chain only scales the scores (Mul, Div by what the path does not
+  // compute) and casts them: no other mask or bias decides which keys a row weighs.
+  for (int id : core.absorbed) {
+    const Node& m = node(id);
+    if (id == core.scores || id == core.softmax || id == p->second || m.outputs[0] == v || !on_path(m.outputs[0])) continue;
+    if (id > core.softmax) continue;  // the probabilities' Casts
+    const bool scaling = (m.op == "Mul" || m.op == "Div") && !(on_path(m.inputs[0]) && on_path(m.inputs[1]));
+    if (!scaling && m.op != "Cast") return std::nullopt;
+  }
   const std::set<int> members(group.nodes.begin(), group.nodes.end());
   if (n.op == "Where") {
     const bool kept = on_path(n.inputs[1]);
@@ -260,19 +271,21 @@ std::optional<CausalMask> causal_mask_of(const Graph& g, const FusionGroup& grou
   if ((rows != queries && rows != 1) || (cols != keys && cols != 1) || plane == 0 || g.value(operand).shape.size() < 2) {
     return std::nullopt;
   }
+  // Every row's greatest bias on a key it sees exceeds its biases on the keys it does not by
+  // kMaskGap or more: their weights underflow against the row's maximum.
   const std::vector<float> b = bias->to_floats();
   bool zero_where_seen = true;
   for (int64_t lead = 0; lead < numel(bs) / plane; ++lead) {
     for (int64_t i = 0; i < queries; ++i) {
-      bool sees = false;
+      float seen_max = -std::numeric_limits<float>::infinity(), unseen_max = -std::numeric_limits<float>::infinity();
       for (int64_t j = 0; j < keys; ++j) {
         const float x = b[static_cast<size_t>(lead * plane + (rows == 1 ? 0 : i) * cols + (cols == 1 ? 0 : j))];
         const bool seen = j <= i + keys - queries;
-        if (!seen && !(x <= kMaskedScore)) return std::nullopt;
-        sees = sees || (seen && x > kMaskedScore);
+        if (std::isnan(x) || (!seen && !(x <= kMaskedScore))) return std::nullopt;
+        (seen ? seen_max : unseen_max) = std::max(seen ? seen_max : unseen_max, x);
         zero_where_seen = zero_where_seen && (!seen || x == 0.0f);
       }
-      if (!sees) return std::nullopt;
+      if (!(seen_max > kMaskedScore && seen_max - unseen_max >= kMaskGap)) return std::nullopt;
     }
   }
   return CausalMask{p->second, operand, zero_where_seen, true};

@@ -71,6 +71,9 @@ bool streams_key_tiles(const Graph& g, const FusionGroup& group, const Attention
 // A score at or below this gets no weight: its exponential against any row maximum a visible key
 // sets underflows to zero in float32.
 inline constexpr float kMaskedScore = -10000.0f;
+// How far below a row's greatest bias on a key it sees causal_mask_of wants its biases on the keys
+// it does not: exp(-1000) is zero in float32 with room for the scores' own spread.
+inline constexpr float kMaskGap = 1000.0f;
 
 // v's value where it is a constant or the members computing it read constants only (a mask a
 // model slices from a buffer it keeps, or builds from a Trilu), evaluated by the reference
@@ -87,7 +90,9 @@ bool causal_mask(const Tensor& allowed, int64_t queries, int64_t keys, bool nega
 // kMaskedScore, while every row sees a key it leaves above it (queries <= keys): a Where that
 // keeps the scores where a constant causal condition allows and puts a fill at or below
 // kMaskedScore elsewhere, or an Add of a constant that is at or below kMaskedScore at every such
-// key and above it at a key each row sees. Then the key tiles past a block's last row's last
+// key and whose greatest value on a key each row sees lies kMaskGap or more above; before it the
+// chain only scales and casts the scores (no other mask or bias). Assumed: a row's scores differ
+// by less than a few hundred (exp of the masked keys' distance underflows in float32). Then the key tiles past a block's last row's last
 // visible key add nothing to its rows (their weights are exactly zero), and the flash stage
 // (codegen/stages/attention.h) and the model skip them: a prefill's causal attention runs about
 // half the tiles. `node` is the Where or Add, `operand` its condition or bias; `from_indices`: the

@@ -215,5 +215,41 @@ TEST(Bundle, ACubinNewerThanTheDriverIsRefusedWithWhatToDo) {
   EXPECT_EQ(cubin_driver_problem("13.0", ""), "");
 }
 
+// A packed launch with a split-K part keeps its parts' thread count, so where it spills the
+// compiler cannot give it fewer threads: its parts become launches of their own, each then
+// judged alone (a spilling candidate gives way to one that does not). Here two sibling
+// projections of one row are forced onto a split-K candidate of 128 x 256 accumulators on 64
+// threads (512 floats a thread) and packed.
+TEST(Bundle, APackedSplitLaunchThatSpillsShipsItsPartsApartWithoutSpills) {
+  if (!backend::nvrtc_available()) GTEST_SKIP() << "NVRTC not available: no register counts";
+  using fusetune::testing::add_input;
+  using fusetune::testing::add_op;
+  using fusetune::testing::random_constant;
+  Graph g;
+  const int x = add_input(g, "x", DType::kF16, {128, 512});
+  g.outputs().push_back(add_op(g, "MatMul", {x, random_constant(g, "wk", DType::kF16, {512, 256}, 7u)}));
+  g.outputs().push_back(add_op(g, "MatMul", {x, random_constant(g, "wv", DType::kF16, {512, 256}, 8u)}));
+  const planner::Device d = planner::find_device("h100");
+  planner::ModelPlan plan = planner::plan_model(g, d);
+  ASSERT_EQ(plan.groups.size(), 2u);
+  planner::TileConfig spilling{{128, 256}, 16, 64, 1, true};
+  spilling.split_k = 2;
+  for (planner::GroupPlan& gp : plan.groups) {
+    planner::Candidate c{spilling, planner::evaluate_tile(g, gp.group, d, spilling)};
+    c.cost.valid = true;  // the model refuses it for its registers: ptxas's verdict is the one under test
+    gp.candidates.push_back(c);
+    gp.chosen = gp.candidates.size() - 1;
+    gp.group.launch = 0;
+  }
+  plan.launches = 1;
+  std::vector<compiler::CompiledLaunch> launches;
+  const Bundle b = compiler::compile_bundle(g, plan, d, "packed_split", {}, &launches);
+  EXPECT_EQ(launches.size(), 2u) << "the packed launch was not taken apart";
+  const nlohmann::json m = nlohmann::json::parse(b.manifest);
+  for (const auto& l : m["launches"]) {
+    EXPECT_FALSE(l["resources"]["sm_90"]["spills"].get<bool>()) << l["kernel"] << " spills";
+  }
+}
+
 }  // namespace
 }  // namespace fusetune::runtime

@@ -52,6 +52,7 @@ struct Attention {
   // The causal mask as an additive constant (TinyLlama's export): 0 where a query sees the key,
   // float16's lowest elsewhere; with `masked_row`, that row sees no key.
   bool causal_bias = false;
+  bool causal_negated = false;  // the causal Where's condition true on the keys a query does not see (fill first)
   int64_t masked_row = -1;
   float slope = 0.0f;  // the bias where a query sees the key: -slope x (i - j), a distance penalty (ALiBi's)
 };
@@ -90,11 +91,11 @@ FusionGroup add_attention(Graph& g, DType dt, const Attention& a, const std::str
   if (a.causal) {
     std::vector<int64_t> allowed;
     for (int64_t i = 0; i < a.queries; ++i) {
-      for (int64_t j = 0; j < a.keys; ++j) allowed.push_back(j <= i + a.keys - a.queries ? 1 : 0);
+      for (int64_t j = 0; j < a.keys; ++j) allowed.push_back((j <= i + a.keys - a.queries) != a.causal_negated ? 1 : 0);
     }
     const int cond = g.add_constant(prefix + "causal", Tensor::from_ints(DType::kBool, {a.queries, a.keys}, allowed));
     const int minus_inf = g.add_constant(prefix + "minus_inf", Tensor::scalar_float(dt, -std::numeric_limits<float>::infinity()));
-    x = add_op(g, "Where", {cond, x, minus_inf});
+    x = a.causal_negated ? add_op(g, "Where", {cond, minus_inf, x}) : add_op(g, "Where", {cond, x, minus_inf});
   }
   if (a.causal_bias) {
     std::vector<float> bias;
@@ -284,7 +285,8 @@ TEST(CodegenAttention, LongSequencesTakeTheFlashForm) {
 // (planner::causal_mask_of): those past it add nothing; and where the mask is exactly the causal
 // pattern (the condition, or a bias of 0 where a row sees the key) it is computed from the row and
 // key, not read. Differentially, on the host executor's four checks: SIMT and tensor cores, square
-// and with more keys than queries (rows see past the diagonal), the bias form, a bias with a
+// and with more keys than queries (rows see past the diagonal), a condition true on the keys a row
+// does not see (the fill first), the bias form, a bias with a
 // distance penalty where rows see (read, tiles still skipped), and split over blocks (splits past
 // the rows' keys run no tile). The host counts about half the arithmetic of the same kernel
 // unmasked, and the model charges the same share. A mask that hides a whole row, a fill that
@@ -307,7 +309,9 @@ TEST(CodegenAttention, CausalRowsRunOnlyTheKeyTilesTheySee) {
   bias.causal_bias = true;
   Attention sloped = bias;
   sloped.slope = 0.25f;
-  for (const Attention& a : {square, longer, bias, sloped}) {
+  Attention negated = longer;
+  negated.causal_negated = true;
+  for (const Attention& a : {square, longer, bias, sloped, negated}) {
     const auto mask = mask_of(a);
     ASSERT_TRUE(mask.has_value()) << text(a);
     EXPECT_EQ(mask->from_indices, a.slope == 0.0f) << text(a);
@@ -335,7 +339,8 @@ TEST(CodegenAttention, CausalRowsRunOnlyTheKeyTilesTheySee) {
     Graph g;
     std::vector<FusionGroup> cases;
     std::vector<TileConfig> configs;
-    for (const auto& [a, name] : {std::pair{square, "s_"}, std::pair{longer, "l_"}, std::pair{bias, "b_"}, std::pair{sloped, "d_"}}) {
+    for (const auto& [a, name] : {std::pair{square, "s_"}, std::pair{longer, "l_"}, std::pair{bias, "b_"}, std::pair{sloped, "d_"},
+                                  std::pair{negated, "n_"}}) {
       const FusionGroup fg = add_attention(g, dt, a, name);
       // The mask computed from the indices is no parameter of the kernel; the sloped bias is read.
       const LoweredKernel lk = lower_group(g, fg, best_flash(g, fg), "masked");
@@ -369,6 +374,8 @@ TEST(CodegenAttention, CausalRowsRunOnlyTheKeyTilesTheySee) {
     const FusionGroup causal = add_attention(g, DType::kF16, square, "c_");
     const FusionGroup full = add_attention(g, DType::kF16, plain, "f_");
     TileConfig cfg = best_flash(g, causal, tensor);
+    cfg.tile = {1, 1, 16, 16};  // 16 rows a block: 7 row tiles, the i-th seeing i + 1 key tiles of 7
+    cfg.threads = tensor ? 32 : 64;
     cfg.reduce_step = 16;
     cfg.split_k = 1;
     const auto counted = [&](const FusionGroup& fg) {
@@ -525,7 +532,9 @@ TEST(CodegenAttention, ADecodeStepSplitsItsKeysOverBlocks) {
     cfg.tile[2] = 32;  // 16 outputs a thread in the SIMT form
     const std::string ptx = backend::compile_ptx(emit_cuda({lower_group(g, fg, cfg, "attention").kernel}), "sm_90");
     EXPECT_NE(ptx.find("ld.global.cg.v4.f32"), std::string::npos) << cfg.str();
-    EXPECT_EQ(ptx.find("ld.global.f32"), std::string::npos) << cfg.str();
+    for (const char* through_l1 : {"ld.global.f32", "ld.global.v4.f32", "ld.global.nc.v4.f32"}) {
+      EXPECT_EQ(ptx.find(through_l1), std::string::npos) << cfg.str() << ": a partial output read by " << through_l1;
+    }
   }
 }
 
