@@ -86,6 +86,16 @@ struct GroupedGraph {
   std::vector<planner::FusionGroup> groups;
 };
 
+// Two sibling projections of one float16 input x [rows, k]: x times constants wk and wv [k, n]
+// (seeded 7 and 8), both graph outputs (a layer's K and V).
+inline Graph sibling_projections(int64_t rows, int64_t k, int64_t n) {
+  Graph g;
+  const int x = add_input(g, "x", DType::kF16, {rows, k});
+  g.outputs().push_back(add_op(g, "MatMul", {x, random_constant(g, "wk", DType::kF16, {k, n}, 7u)}));
+  g.outputs().push_back(add_op(g, "MatMul", {x, random_constant(g, "wv", DType::kF16, {k, n}, 8u)}));
+  return g;
+}
+
 // A MatMul of input `a` and a constant `b` of `dtype` (its product optionally cast to float32),
 // plus a constant bias and `activation`, appended to g as one group exporting the activation's
 // output; `id` names its values and seeds its constants.

@@ -222,13 +222,7 @@ TEST(Bundle, ACubinNewerThanTheDriverIsRefusedWithWhatToDo) {
 // threads (512 floats a thread) and packed.
 TEST(Bundle, APackedSplitLaunchThatSpillsShipsItsPartsApartWithoutSpills) {
   if (!backend::nvrtc_available()) GTEST_SKIP() << "NVRTC not available: no register counts";
-  using fusetune::testing::add_input;
-  using fusetune::testing::add_op;
-  using fusetune::testing::random_constant;
-  Graph g;
-  const int x = add_input(g, "x", DType::kF16, {128, 512});
-  g.outputs().push_back(add_op(g, "MatMul", {x, random_constant(g, "wk", DType::kF16, {512, 256}, 7u)}));
-  g.outputs().push_back(add_op(g, "MatMul", {x, random_constant(g, "wv", DType::kF16, {512, 256}, 8u)}));
+  const Graph g = fusetune::testing::sibling_projections(128, 512, 256);
   const planner::Device d = planner::find_device("h100");
   planner::ModelPlan plan = planner::plan_model(g, d);
   ASSERT_EQ(plan.groups.size(), 2u);

@@ -337,13 +337,7 @@ TEST(SplitKPlanner, SkinnyProjectionsGetSplitCandidatesThatModelFasterAndLargeOn
 // runs equal to the reference. Packing itself: a split-K group shares a launch only with groups of
 // its thread count (its warps' layout is its candidate's); a library call with none.
 TEST(SplitKPlanner, SiblingSplitProjectionsShareALaunchOfTheirThreadCount) {
-  using fusetune::testing::add_input;
-  using fusetune::testing::add_op;
-  using fusetune::testing::random_constant;
-  Graph g;
-  const int x = add_input(g, "x", DType::kF16, {1, 2048});
-  g.outputs().push_back(add_op(g, "MatMul", {x, random_constant(g, "wk", DType::kF16, {2048, 256}, 7u)}));
-  g.outputs().push_back(add_op(g, "MatMul", {x, random_constant(g, "wv", DType::kF16, {2048, 256}, 8u)}));
+  const Graph g = fusetune::testing::sibling_projections(1, 2048, 256);
   const planner::ModelPlan plan = planner::plan_model(g, planner::find_device("h200"));
   ASSERT_EQ(plan.groups.size(), 2u);
   for (const planner::GroupPlan& gp : plan.groups) {
