@@ -26,8 +26,8 @@
 // Every value has one dtype (float32 or float16; attention float16 or bfloat16), the operands come
 // from outside the group and the group exports Y alone. Guarantees: a match binds the call's
 // parameters to the group's values in the order (A, B | X, W), [bias], [residual], Y.
-// library_cost_us models the call as the device's roofline at a
-// fixed efficiency (the tensor peak of its type: float16, TF32; float32 on FP32).
+// library_cost_us models the call as the device's roofline (the tensor peak of its type: float16,
+// TF32; float32 on FP32) at a library's efficiencies, plus its setup per call (LibraryRates).
 #pragma once
 
 #include <cstdint>
@@ -48,6 +48,27 @@ struct LibraryMatch {
 };
 
 std::optional<LibraryMatch> match_library_call(const Graph& g, const FusionGroup& group);
+
+// A library's attainable share of the device's peaks, and its setup per call beyond the launch
+// overhead, on the scale of the generated forms' model: a choice between a library call and a
+// generated kernel compares like with like.
+struct LibraryRates {
+  double compute_efficiency;
+  double memory_efficiency;
+  double setup_us;
+};
+// cuBLASLt: fitted on the second H200 lease's tune (bench/model_vs_measured; 33 calls in 11 BERT
+// float16 groups of 0.8 to 5.9 MB, all bandwidth-bound on the model; fit 0.557 and 0.93 µs) so
+// that the calls' measured / modeled ratio equals the generated candidates' (1.90 in the median).
+// With cuDNN's rates the calls' ratio was 1.27: at equal modeled time they measured 1.5x faster,
+// and the model picked a generated kernel in 5 of the 9 groups whose fastest measured candidate
+// was cuBLASLt (regrets 44% to 85%). Its compute efficiency is not measured yet.
+inline constexpr LibraryRates kCublasLtRates{0.7, 0.55, 1.0};
+// cuDNN (convolutions, attention): a tuned library kernel on a large problem at 70% of the peaks,
+// 3 µs of setup. Its calls measured 3.4x these in the median, but one call's algorithms differed
+// up to 10x (8 to 243 µs), and between cuDNN and a generated kernel the model chose the faster
+// in 14 of the 16 groups where both ran (in the other two cuDNN measured 1.3x faster); kept.
+inline constexpr LibraryRates kCudnnRates{0.7, 0.7, 3.0};
 
 // Modeled time (microseconds) and DRAM bytes of the call on a device.
 double library_cost_us(const LibraryCall& call, const Device& d, double launch_overhead_us, int64_t* dram_bytes);
