@@ -25,7 +25,7 @@
 # Environment:
 #   BIN_DIR   holds the fusetune binary (default: build)
 #   MODELS    comma list overriding the default models and order
-#             (GPU: bert_fp16,resnet50,memory_bound,llama_fp16,llama_decode_fp16,gpt2_fp16,
+#             (GPU: bert_fp16,llama_decode_fp16,llama_fp16,memory_bound,resnet50,gpt2_fp16,
 #              bert_s512_fp16,vit,mobilenet_v2,efficientnet_b0,swin_t,convnext_t,bert; llama is
 #              TinyLlama-1.1B's shape, prefilling 512 tokens, llama_decode one step on a cache of
 #              1,024; --rehearse: bert,resnet_small,memory_bound,mobilenet_v2,vit)
