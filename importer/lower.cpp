@@ -1725,20 +1725,18 @@ void max_unpool(NodeLowering& L) {
   L.set_output(0, y);
 }
 
-// Trilu: Where(mask, x, 0) with a constant mask over the last two axes (j - i >= k for the upper
-// triangle, <= k for the lower), which folds when x is constant too (a causal mask).
+// Trilu: Where(mask, x, 0) with the mask over the last two axes computed from the indices (j - i
+// >= k for the upper triangle, <= k for the lower): a constant that folds where it is small enough
+// (with x, a causal mask), else element-wise ops on two index vectors, so that a mask of any
+// length (a 4,096-token prefill's 4,096 x 4,097) costs no constant of its size.
 void trilu(NodeLowering& L) {
   check(L.rank(0) >= 2, "input must be at least 2-D, got ", shape_str(L.shape(0)));
   const bool upper = L.attr_i("upper", 1) != 0;
   const int64_t k = L.has_input(1) ? scalar_input(L, 1, "k").to_ints()[0] : 0;
   const Shape s = L.shape(0);
   const int64_t n = s[s.size() - 2], m = s[s.size() - 1];
-  check(n * m <= kFoldLimit, "a ", n, "x", m, " triangle is too large");
-  std::vector<int64_t> keep(static_cast<size_t>(n * m));
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t j = 0; j < m; ++j) keep[static_cast<size_t>(i * m + j)] = upper ? (j - i >= k) : (j - i <= k);
-  }
-  const int mask = L.constant(Tensor::from_ints(DType::kBool, {n, m}, keep));
+  const int apart = L.emit("Sub", {iota_along(L, 2, 1, m), iota_along(L, 2, 0, n)});  // j - i, [n, m]
+  const int mask = L.emit(upper ? "GreaterOrEqual" : "LessOrEqual", {apart, L.constant(Tensor::scalar_int(DType::kI64, k))});
   L.set_output(0, L.emit("Where", {mask, L.input(0), scalar_like(L, 0, 0.0)}));
 }
 

@@ -597,6 +597,50 @@ std::map<int, std::vector<bool>> moving_axes(const Graph& g, const FusionGroup& 
 
 }  // namespace
 
+namespace {
+
+// The group's inputs that flash attention reads a key tile at a time: those K, V and the chain's
+// operands (masks, scales) are computed from within the group, less those Q is computed from too.
+std::set<int> keyed_inputs_of(const Graph& g, const FusionGroup& group, const AttentionCore& core) {
+  const std::set<int> absorbed(core.absorbed.begin(), core.absorbed.end());
+  // The member computing v (-1: none), and the group inputs values are computed from.
+  const auto member_of = [&](int v) {
+    const auto p = std::find_if(group.nodes.begin(), group.nodes.end(),
+                                [&](int id) { return g.nodes()[static_cast<size_t>(id)].outputs[0] == v; });
+    return p == group.nodes.end() ? -1 : *p;
+  };
+  const auto inputs_of = [&](std::vector<int> todo) {
+    std::set<int> found, seen;
+    while (!todo.empty()) {
+      const int v = todo.back();
+      todo.pop_back();
+      if (v == kNoValue || !seen.insert(v).second) continue;
+      const int p = member_of(v);
+      if (p < 0) {
+        found.insert(v);
+        continue;
+      }
+      for (int in : g.nodes()[static_cast<size_t>(p)].inputs) todo.push_back(in);
+    }
+    return found;
+  };
+  const Node& qk = g.nodes()[static_cast<size_t>(core.scores)];
+  std::vector<int> keyed = {qk.inputs[1], g.nodes()[static_cast<size_t>(core.output)].inputs[1]};  // K and V
+  for (int id : core.absorbed) {
+    for (int in : g.nodes()[static_cast<size_t>(id)].inputs) {
+      if (in != kNoValue && !absorbed.count(member_of(in))) keyed.push_back(in);  // the chain's operands (masks, scales)
+    }
+  }
+  const std::set<int> q = inputs_of({qk.inputs[0]});
+  std::set<int> out;
+  for (int v : inputs_of(keyed)) {
+    if (!q.count(v)) out.insert(v);
+  }
+  return out;
+}
+
+}  // namespace
+
 Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, const TileConfig& cfg,
                    const TilingOptions& opt) {
   Cost c;
@@ -740,13 +784,20 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   const std::set<int> absorbed = core ? std::set<int>(core->absorbed.begin(), core->absorbed.end()) : std::set<int>{};
   // A causal mask (causal_mask_of): the key tiles a block runs end at its last row's last visible
   // key; a mask computed from the indices reads nothing (nor do the members computing it).
-  const std::optional<CausalMask> causal = core ? causal_mask_of(g, group, *core) : std::nullopt;
+  FlashFacts own_facts;
+  FlashFacts& facts = opt.flash_facts != nullptr ? *opt.flash_facts : own_facts;
+  if (core && !facts.found) {
+    facts.causal = causal_mask_of(g, group, *core);
+    if (facts.causal) facts.keyed_inputs = keyed_inputs_of(g, group, *core);
+    facts.found = true;
+  }
+  const CausalMask* causal = core && facts.causal ? &*facts.causal : nullptr;
   int flash_registers = 0;
   // Flash attention under a causal mask: the share of the key tiles a block runs (below), what
   // it reads of the inputs read a key tile at a time (K, V and the chain's operands are computed
   // from; not those Q is computed from too).
   double key_share = 1.0;
-  std::set<int> keyed_inputs;
+  const std::set<int>& keyed_inputs = facts.keyed_inputs;
   int64_t keyed_ops = 0, keyed_special = 0;  // the generic charges of the core's nodes, which run a key tile at a time
   int imma_registers = 0;  // the 8-bit tensor-core form's accumulators and fragments
   bool uncovered = false;  // a staged Conv whose threads cannot cover the tile with micro-tiles
@@ -901,7 +952,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       const int64_t esize = static_cast<int64_t>(dtype_size(g.value(n.inputs[1]).dtype));
       // The key tiles a block runs: all, or under a causal mask those up to its last row's last
       // visible key, charged as their mean over the query tiles.
-      const bool skip_masked = causal.has_value();
+      const bool skip_masked = causal != nullptr;
       const int64_t queries = g.value(g.nodes()[static_cast<size_t>(core->scores)].outputs[0]).shape.rbegin()[1];
       const auto run_tiles = [&](int64_t step) {
         if (!skip_masked) return ceil_div(keys, step);
@@ -911,40 +962,6 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
         key_share = static_cast<double>(sum) / static_cast<double>(row_tiles * ceil_div(keys, step));
         return ceil_div(sum, row_tiles);
       };
-      if (skip_masked) {
-        // The member computing v (-1: none), and the group inputs values are computed from.
-        const auto member_of = [&](int v) {
-          const auto p = std::find_if(group.nodes.begin(), group.nodes.end(),
-                                      [&](int id) { return g.nodes()[static_cast<size_t>(id)].outputs[0] == v; });
-          return p == group.nodes.end() ? -1 : *p;
-        };
-        const auto inputs_of = [&](std::vector<int> todo) {
-          std::set<int> found, seen;
-          while (!todo.empty()) {
-            const int v = todo.back();
-            todo.pop_back();
-            if (v == kNoValue || !seen.insert(v).second) continue;
-            const int p = member_of(v);
-            if (p < 0) {
-              found.insert(v);
-              continue;
-            }
-            for (int in : g.nodes()[static_cast<size_t>(p)].inputs) todo.push_back(in);
-          }
-          return found;
-        };
-        const Node& qk = g.nodes()[static_cast<size_t>(core->scores)];
-        std::vector<int> keyed = {qk.inputs[1], n.inputs[1]};  // K and V
-        for (int id : core->absorbed) {
-          for (int in : g.nodes()[static_cast<size_t>(id)].inputs) {
-            if (in != kNoValue && !absorbed.count(member_of(in))) keyed.push_back(in);  // the chain's operands (masks, scales)
-          }
-        }
-        const std::set<int> q = inputs_of({qk.inputs[0]});
-        for (int v : inputs_of(keyed)) {
-          if (!q.count(v)) keyed_inputs.insert(v);
-        }
-      }
       if (cfg.mma) {
         // On tensor cores (a warp per 16 rows): 16-bit Q, K, V and probabilities with rows padded
         // to an odd number of 16-byte units, float scores; the products padded to m16n8k16; per
@@ -1636,6 +1653,8 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
   TilingOptions opt = options;
   std::map<std::vector<int64_t>, Region> widest;  // widest_staged_tile by tile shape, for this group
   opt.widest_tiles = &widest;
+  FlashFacts flash_facts;  // the group's attention core's, for every flash candidate
+  opt.flash_facts = &flash_facts;
   if (opt.constant_bytes < 0) opt.constant_bytes = constant_bytes(g);
   const int root = group_root(g, group);
   const Shape& rs = g.value(root).shape;
@@ -1755,18 +1774,38 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
     out.push_back(tile);
     return out;
   };
+  // Wave-fitted widths: tiles whose widths are powers of two can leave much of a grid's last wave
+  // idle (TinyLlama's 512 x 5,632 up projection in 128 x 128 tiles: 176 blocks, one an SM, on 132
+  // SMs: two waves, the second a third full). Per tile height tm of 64 rows or more (the tiles whose
+  // arithmetic the waves are about), the narrowest width (a multiple of 16, under `below`) whose
+  // tiles fill one wave of one block an SM, and two. Plain tiles of the root's last two axes only.
+  const auto wave_widths = [&](int64_t tm, std::vector<int64_t> widths, int64_t below) {
+    const int64_t rows = rs[rs.size() - 2], cols = rs.back();
+    const int64_t across_rows = numel(Shape(rs.begin(), rs.end() - 2)) * ceil_div(rows, tm);
+    for (int64_t waves : {1, 2}) {
+      const int64_t tiles_across = waves * d.sms / across_rows;
+      if (tm < 64 || tiles_across < 1 || rows <= tm / 2) continue;
+      const int64_t tn = ceil_div(ceil_div(cols, tiles_across), 16) * 16;
+      if (tn > 16 && tn < below && tn < cols && std::find(widths.begin(), widths.end(), tn) == widths.end()) {
+        widths.push_back(tn);
+      }
+    }
+    return widths;
+  };
+  const auto power_of_two = [](int64_t n) { return (n & (n - 1)) == 0; };
   if (d.compute_capability >= 80 && rs.size() >= 2 && (has_mma_matmul(g, group, opt.tf32) || dp4a)) {
     for (int64_t tm : {16, 32, 64, 128}) {
-      for (int64_t tn : {8, 16, 32, 64, 128}) {
+      for (int64_t tn : wave_widths(tm, {8, 16, 32, 64, 128}, 128)) {
         // Each tile with its m16n8 fragments (rows x columns of the product it covers).
         std::vector<std::pair<std::vector<int64_t>, int64_t>> shapes;
+        const bool fitted = !power_of_two(tn);
         if (!((tm > 16 && rs[rs.size() - 2] <= tm / 2) || (tn > 8 && rs.back() <= tn / 2))) {  // else whole already
           std::vector<int64_t> tile(rs.size(), 1);
           tile[rs.size() - 2] = std::min(tm, std::max<int64_t>(rs[rs.size() - 2], 1));
           tile[rs.size() - 1] = std::min(tn, std::max<int64_t>(rs.back(), 1));
           shapes.push_back({tile, ceil_div(tile[rs.size() - 2], 16) * ceil_div(tile[rs.size() - 1], 8)});
         }
-        if (reshaped_product && !(tm > 16 && rs[1] <= tm / 2) && !(tn > 8 && map <= tn / 2)) {
+        if (reshaped_product && !fitted && !(tm > 16 && rs[1] <= tm / 2) && !(tn > 8 && map <= tn / 2)) {
           std::vector<int64_t> tile(rs.size(), 1);  // tm channels by the whole rows that hold tn positions
           tile[1] = std::min(tm, rs[1]);
           tile[rs.size() - 1] = rs.back();
@@ -1774,7 +1813,9 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
           const int64_t positions = tile[rs.size() - 2] * rs.back();
           if (tn == 8 || positions <= tn || tile[rs.size() - 2] > 1) shapes.push_back({tile, ceil_div(tile[1], 16) * ceil_div(positions, 8)});
         }
-        for (const std::vector<int64_t>& tile : head_tiles(tm, tn, 16)) shapes.push_back({tile, ceil_div(tile[rank - 2], 16) * ceil_div(tn, 8)});
+        for (const std::vector<int64_t>& tile : fitted ? std::vector<std::vector<int64_t>>{} : head_tiles(tm, tn, 16)) {
+          shapes.push_back({tile, ceil_div(tile[rank - 2], 16) * ceil_div(tn, 8)});
+        }
         for (const auto& [tile, fragments] : shapes) {
           for (int warps : {1, 2, 4, 8}) {
             if (warps > fragments || fragments > 16 * warps) continue;
@@ -1795,8 +1836,8 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
   // rows by 16 to 256 columns, one or two warpgroups, reduction steps of 16, 32, 64.
   if (has_wgmma(d) && rs.size() >= 2 && has_mma_matmul(g, group, false)) {
     for (int64_t tm : {64, 128, 256}) {
-      for (int64_t tn : {16, 32, 64, 128, 256}) {
-        std::vector<std::vector<int64_t>> shapes = head_tiles(tm, tn, 64);
+      for (int64_t tn : wave_widths(tm, {16, 32, 64, 128, 256}, 256)) {
+        std::vector<std::vector<int64_t>> shapes = power_of_two(tn) ? head_tiles(tm, tn, 64) : std::vector<std::vector<int64_t>>{};
         if (!((tm > 64 && rs[rs.size() - 2] <= tm / 2) || (tn > 16 && rs.back() <= tn / 2))) {  // else whole already
           std::vector<int64_t> tile(rs.size(), 1);
           tile[rs.size() - 2] = std::min(tm, std::max<int64_t>(rs[rs.size() - 2], 1));

@@ -92,6 +92,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -99,6 +100,7 @@
 
 #include "core/graph.h"
 #include "core/integer.h"
+#include "planner/attention.h"
 #include "planner/device.h"
 #include "planner/fusion.h"
 #include "planner/index_expr.h"
@@ -156,6 +158,16 @@ struct Candidate {
   Cost cost;
 };
 
+// What the cost model finds of a group's attention core under flash attention, the same for every
+// candidate: its causal mask (planner/attention.h causal_mask_of), and, under that mask, the
+// group's inputs read a key tile at a time (those K, V and the chain's operands are computed from,
+// not Q's).
+struct FlashFacts {
+  bool found = false;
+  std::optional<CausalMask> causal;
+  std::set<int> keyed_inputs;
+};
+
 struct TilingOptions {
   int top_k = 12;
   double launch_overhead_us = 2.0;
@@ -175,6 +187,10 @@ struct TilingOptions {
   // product by root tile shape (the scan of tiling.cpp's widest_staged_tile, the same for every
   // candidate of a tile shape), so that it runs once a shape. Null: scanned for each candidate.
   std::map<std::vector<int64_t>, std::vector<Interval>>* widest_tiles = nullptr;
+  // Set by tile_candidates likewise: what flash attention candidates share, found once for the
+  // group (causal_mask_of scans the whole mask: a 2,048-token prefill's is 4 M elements). Null:
+  // found for each candidate.
+  FlashFacts* flash_facts = nullptr;
 };
 
 // The bytes of g's constants.

@@ -394,6 +394,19 @@ TEST(CodegenAttention, CausalRowsRunOnlyTheKeyTilesTheySee) {
                 cfg.str().c_str(), counted_share, modeled_share);
     EXPECT_LT(counted_share, 0.75) << cfg.str();
     EXPECT_NEAR(modeled_share, counted_share, 0.1) << cfg.str();
+    // tile_candidates finds the mask once for the group (TilingOptions::flash_facts): each of its
+    // flash candidates costs what evaluate_tile finds alone.
+    planner::TilingOptions every;
+    every.top_k = 1000;
+    int flash = 0;
+    for (const planner::Candidate& c : planner::tile_candidates(g, causal, h100, every)) {
+      if (!c.config.flash) continue;
+      ++flash;
+      const planner::Cost alone = planner::evaluate_tile(g, causal, h100, c.config, every);
+      EXPECT_EQ(c.cost.modeled_us, alone.modeled_us) << c.config.str();
+      EXPECT_EQ(c.cost.dram_bytes, alone.dram_bytes) << c.config.str();
+    }
+    EXPECT_GT(flash, 0);
   }
 }
 

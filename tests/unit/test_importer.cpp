@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/ops.h"
+#include "importer/builder.h"
 #include "importer/fold_conv_affine.h"
 #include "importer/importer.h"
 #include "importer/lower_topk.h"
@@ -1148,6 +1149,24 @@ TEST(Import, TriluKeepsItsTriangle) {
   c.initializer("ones", Tensor::from_floats(DType::kF32, {3, 3}, std::vector<float>(9, 1.0f)));
   c.node("Trilu", {"ones"}, {"y"});
   EXPECT_EQ(importer::import_onnx_bytes(c.bytes(), ".").graph.nodes().size(), 0u);
+  // Larger than a folded constant may be (kFoldLimit elements: a 4,096-token prefill's causal mask
+  // is 4,096 x 4,097): the triangle is computed from the indices, not refused.
+  const int64_t n = 4097;
+  ASSERT_GT(n * n, importer::kFoldLimit);
+  OnnxBuilder big(14);
+  big.input("x", kFloat, {n, n}).output("y", kFloat, {n, n});
+  big.node("Trilu", {"x"}, {"y"});
+  const auto long_mask = importer::import_onnx_bytes(big.bytes(), ".");
+  EXPECT_GT(long_mask.graph.nodes().size(), 0u);
+  const auto ys = reference::run_graph(long_mask.graph, std::vector<Tensor>{Tensor::from_floats(
+                                                         DType::kF32, {n, n}, std::vector<float>(static_cast<size_t>(n * n), 1.0f))})[0]
+                      .to_floats();
+  for (int64_t i : {int64_t{0}, int64_t{1}, int64_t{2048}, n - 2, n - 1}) {
+    for (int64_t j : {int64_t{0}, i - 1, i, i + 1, n - 1}) {
+      if (j < 0 || j >= n) continue;
+      EXPECT_EQ(ys[static_cast<size_t>(i * n + j)], j >= i ? 1.0f : 0.0f) << "row " << i << " column " << j;
+    }
+  }
 }
 
 TEST(Import, Float16ModelsComputeThroughFloat) {

@@ -322,6 +322,69 @@ TEST(WgmmaPlanner, BestCandidatesCompileWithoutSpillsAndMatchTheReference) {
   }
 }
 
+// Wave-fitted widths (planner/tiling.cpp tile_candidates): TinyLlama's up projection, 512 x 2,048
+// by 2,048 x 5,632, in 128 x 128 tiles is 176 blocks of one an SM on the H200's 132 SMs, two waves,
+// the second a third full; 128 x 176 tiles are 128 blocks, one wave. The planner offers that width
+// (wgmma, and by mma.sync 128 x 96: 236 blocks on 264 slots) and models it faster than the best
+// 128 x 128 tile; such tiles compile for sm_90a without spills and match the reference on odd
+// shapes on the host. A product of a few tiles gets no such width, nor do tiles under 64 rows.
+TEST(WgmmaPlanner, WaveFittedWidthsFillTheLastWave) {
+  const planner::Device h200 = planner::find_device("h200");
+  const Graph g = ffn(DType::kF16, 512, 2048, 5632);
+  const FusionGroup fg = fusetune::testing::whole_graph_group(g);
+  planner::TilingOptions all{100000, 2.0};
+  all.libraries.clear();
+  const auto cands = planner::tile_candidates(g, fg, h200, all);
+  const auto best_of = [&](int64_t tn, bool wgmma) {
+    const planner::Candidate* best = nullptr;
+    for (const auto& c : cands) {
+      if (c.config.mma && c.config.wgmma == wgmma && c.config.tile == std::vector<int64_t>{128, tn} && c.config.split_k == 1 &&
+          (best == nullptr || c.cost.modeled_us < best->cost.modeled_us)) {
+        best = &c;
+      }
+    }
+    return best;
+  };
+  const planner::Candidate* fitted = best_of(176, true);
+  const planner::Candidate* square = best_of(128, true);
+  ASSERT_NE(fitted, nullptr);
+  ASSERT_NE(square, nullptr);
+  EXPECT_EQ(fitted->cost.tiles, 4 * 32);
+  EXPECT_EQ(square->cost.tiles, 4 * 44);
+  EXPECT_LT(fitted->cost.modeled_us, 0.9 * square->cost.modeled_us) << fitted->config.str() << " against " << square->config.str();
+  ASSERT_NE(best_of(96, false), nullptr);  // by mma.sync: two waves of 59 x 4 tiles
+  for (const auto& c : cands) {
+    const int64_t tn = c.config.tile.back();
+    if ((tn & (tn - 1)) != 0) {
+      EXPECT_GE(c.config.tile[0], 64) << c.config.str();
+    }
+  }
+  // A product of a few tiles: nothing to fit.
+  const Graph small = ffn(DType::kF16, 128, 768, 768);
+  const FusionGroup small_fg = fusetune::testing::whole_graph_group(small);
+  for (const auto& c : planner::tile_candidates(small, small_fg, h200, all)) {
+    const int64_t tn = c.config.tile.back();
+    EXPECT_EQ(tn & (tn - 1), 0) << c.config.str();
+  }
+  if (backend::nvrtc_available()) {
+    const std::vector<Kernel> kernels = {lower_group(g, fg, fitted->config, "fitted").kernel,
+                                         lower_group(g, fg, best_of(96, false)->config, "fitted_sync").kernel};
+    const backend::CompiledCuda cc = backend::compile_cuda(emit_cuda(kernels), "sm_90");
+    EXPECT_EQ(cc.log.find("serialized"), std::string::npos) << cc.log;
+    for (const Kernel& k : kernels) {
+      ASSERT_TRUE(cc.resources.count(k.name)) << cc.log;
+      EXPECT_FALSE(cc.resources.at(k.name).spills()) << k.name << "\n" << cc.log;
+    }
+  } else {
+    std::cout << "NOTE: NVRTC not available in this build: the fitted tiles' spill check not run\n";
+  }
+  const Graph odd = ffn(DType::kF16, 160, 96, 300);
+  const FusionGroup odd_fg = fusetune::testing::whole_graph_group(odd);
+  for (const TileConfig& t : {fitted->config, best_of(96, false)->config, wgmma_tile({64, 48}, 32, 128)}) {
+    fusetune::testing::check_groups(odd, {odd_fg}, [&](const FusionGroup&) { return t; }, "float16 FFN/" + t.str(), {true, {"sm_90"}});
+  }
+}
+
 // The mutation test on a wgmma kernel (as tools/barrier_mutations does for the models' candidates):
 // each barrier that ordered something, and each cp.async or wgmma wait that landed something or
 // ended a wgmma's reads, is deleted in turn (the executor skips its line) and verification must
