@@ -281,7 +281,7 @@ double library_cost_us(const LibraryCall& c, const Device& d, double launch_over
   const int64_t bytes = esize * elements;
   if (dram_bytes != nullptr) *dram_bytes = bytes;
   const double tflops = c.tf32 ? d.tf32_tensor_tflops : c.dtype == DType::kF32 ? d.fp32_tflops : d.fp16_tensor_tflops;
-  const LibraryRates& r = c.op == LibraryOp::kGemm ? kCublasLtRates : kCudnnRates;
+  const LibraryRates& r = library_family(c.op) == kCublasLt ? kCublasLtRates : kCudnnRates;
   const double compute_us = flops / (tflops * 1e6 * r.compute_efficiency);
   const double memory_us = static_cast<double>(bytes) / (d.dram_bandwidth_gbps * 1e3 * r.memory_efficiency);
   return std::max(compute_us, memory_us) + launch_overhead_us + r.setup_us;

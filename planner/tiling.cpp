@@ -797,7 +797,8 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   // it reads of the inputs read a key tile at a time (K, V and the chain's operands are computed
   // from; not those Q is computed from too).
   double key_share = 1.0;
-  const std::set<int>& keyed_inputs = facts.keyed_inputs;
+  static const std::set<int> kNoKeyedInputs;
+  const std::set<int>& keyed_inputs = causal != nullptr ? facts.keyed_inputs : kNoKeyedInputs;
   int64_t keyed_ops = 0, keyed_special = 0;  // the generic charges of the core's nodes, which run a key tile at a time
   int imma_registers = 0;  // the 8-bit tensor-core form's accumulators and fragments
   bool uncovered = false;  // a staged Conv whose threads cannot cover the tile with micro-tiles
@@ -1777,14 +1778,20 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
   // Wave-fitted widths: tiles whose widths are powers of two can leave much of a grid's last wave
   // idle (TinyLlama's 512 x 5,632 up projection in 128 x 128 tiles: 176 blocks, one an SM, on 132
   // SMs: two waves, the second a third full). Per tile height tm of 64 rows or more (the tiles whose
-  // arithmetic the waves are about), the narrowest width (a multiple of 16, under `below`) whose
-  // tiles fill one wave of one block an SM, and two. Plain tiles of the root's last two axes only.
+  // arithmetic the waves are about) where tiles 128 wide make more than one wave (else there is no
+  // last wave to fit: a grid under the SMs is the latency-bound regime, where the second H200 lease
+  // measured cuBLASLt 1.3x to 1.6x faster than every generated tile, wider grids included), the
+  // narrowest width (a multiple of 16, under `below`) whose tiles fill one wave of one block an SM,
+  // and two. Plain tiles of the root's last two axes only.
   const auto wave_widths = [&](int64_t tm, std::vector<int64_t> widths, int64_t below) {
     const int64_t rows = rs[rs.size() - 2], cols = rs.back();
     const int64_t across_rows = numel(Shape(rs.begin(), rs.end() - 2)) * ceil_div(rows, tm);
+    if (tm < 64 || rows <= tm / 2 || across_rows < 1 || across_rows * ceil_div(cols, 128) <= d.sms) {
+      return widths;  // short tiles, a whole column already, or no last wave to fit
+    }
     for (int64_t waves : {1, 2}) {
       const int64_t tiles_across = waves * d.sms / across_rows;
-      if (tm < 64 || tiles_across < 1 || rows <= tm / 2) continue;
+      if (tiles_across < 1) continue;
       const int64_t tn = ceil_div(ceil_div(cols, tiles_across), 16) * 16;
       if (tn > 16 && tn < below && tn < cols && std::find(widths.begin(), widths.end(), tn) == widths.end()) {
         widths.push_back(tn);

@@ -188,8 +188,8 @@ struct TilingOptions {
   // candidate of a tile shape), so that it runs once a shape. Null: scanned for each candidate.
   std::map<std::vector<int64_t>, std::vector<Interval>>* widest_tiles = nullptr;
   // Set by tile_candidates likewise: what flash attention candidates share, found once for the
-  // group (causal_mask_of scans the whole mask: a 2,048-token prefill's is 4 M elements). Null:
-  // found for each candidate.
+  // group it enumerates, and only for that group (causal_mask_of scans the whole mask: a
+  // 2,048-token prefill's is 4 M elements). Null: found for each candidate.
   FlashFacts* flash_facts = nullptr;
 };
 

@@ -1153,18 +1153,22 @@ TEST(Import, TriluKeepsItsTriangle) {
   // is 4,096 x 4,097): the triangle is computed from the indices, not refused.
   const int64_t n = 4097;
   ASSERT_GT(n * n, importer::kFoldLimit);
-  OnnxBuilder big(14);
-  big.input("x", kFloat, {n, n}).output("y", kFloat, {n, n});
-  big.node("Trilu", {"x"}, {"y"});
-  const auto long_mask = importer::import_onnx_bytes(big.bytes(), ".");
-  EXPECT_GT(long_mask.graph.nodes().size(), 0u);
-  const auto ys = reference::run_graph(long_mask.graph, std::vector<Tensor>{Tensor::from_floats(
-                                                         DType::kF32, {n, n}, std::vector<float>(static_cast<size_t>(n * n), 1.0f))})[0]
-                      .to_floats();
-  for (int64_t i : {int64_t{0}, int64_t{1}, int64_t{2048}, n - 2, n - 1}) {
-    for (int64_t j : {int64_t{0}, i - 1, i, i + 1, n - 1}) {
-      if (j < 0 || j >= n) continue;
-      EXPECT_EQ(ys[static_cast<size_t>(i * n + j)], j >= i ? 1.0f : 0.0f) << "row " << i << " column " << j;
+  const Tensor ones = Tensor::from_floats(DType::kF32, {n, n}, std::vector<float>(static_cast<size_t>(n * n), 1.0f));
+  for (const int64_t upper : {1, 0}) {
+    const int64_t k = upper != 0 ? 0 : -2;
+    OnnxBuilder big(14);
+    big.input("x", kFloat, {n, n}).output("y", kFloat, {n, n});
+    big.initializer("k", Tensor::from_ints(DType::kI64, {}, std::vector<int64_t>{k}));
+    OnnxBuilder::attr_i(big.node("Trilu", {"x", "k"}, {"y"}), "upper", upper);
+    const auto long_mask = importer::import_onnx_bytes(big.bytes(), ".");
+    EXPECT_GT(long_mask.graph.nodes().size(), 0u);
+    const auto ys = reference::run_graph(long_mask.graph, std::vector<Tensor>{ones})[0].to_floats();
+    for (int64_t i : {int64_t{0}, int64_t{1}, int64_t{2048}, n - 2, n - 1}) {
+      for (int64_t j : {int64_t{0}, i - 3, i - 2, i - 1, i, i + 1, n - 1}) {
+        if (j < 0 || j >= n) continue;
+        const bool kept = upper != 0 ? j - i >= k : j - i <= k;
+        EXPECT_EQ(ys[static_cast<size_t>(i * n + j)], kept ? 1.0f : 0.0f) << "upper " << upper << " row " << i << " column " << j;
+      }
     }
   }
 }
