@@ -48,6 +48,16 @@ struct VerifyOptions {
 // MatMul, or it is a library call in TF32 mode (cuBLASLt's or cuDNN's).
 bool tf32_kernel(const Graph& g, const planner::FusionGroup& group, const std::string& config);
 
+// The tolerance a kernel's output v is compared under, against the reference's `values` of the
+// group whose inputs are `inputs`: v's dtype's (float32: looser, against the reference's double
+// accumulation; TF32's under `tf32`), loosened to every narrower float's it is computed through,
+// and, behind a Softmax over 16-bit scores, by 3 u max|x| of its scale (u the scores' unit
+// roundoff, x the scores that weigh: within 20 of their row's greatest): the reference rounds the
+// scores at each op where a fused kernel keeps them in float, and exp makes that a relative error
+// of the weights.
+reference::Tolerance output_tolerance(const Graph& g, int v, const std::map<int, Tensor>& values,
+                                      const std::vector<int>& inputs, bool tf32);
+
 struct VerifyResult {
   bool ok = true;
   Coverage coverage;          // the blocks run, of the grid (whole unless sampled)

@@ -180,5 +180,32 @@ TEST(VerifyTolerance, AnOutputWidenedFromFloat16IsComparedAtFloat16sTolerance) {
   }
 }
 
+// Behind a Softmax over 16-bit scores the tolerance's scale grows by 3 u max|x|, x the scores that
+// weigh (within 20 of their row's greatest), u the unit roundoff (bfloat16 2^-8, float16 2^-11):
+// masked keys (-10,000) do not count, a row whose scores all lie far below another row's counts
+// by its own (here -40, within 20 of its greatest, -30: 3 x 40 / 256 = 0.47 in bfloat16); float32
+// scores add nothing, nor does a Softmax the output is not computed through.
+TEST(VerifyTolerance, ASoftmaxOverSixteenBitScoresLoosensByTheScoresThatWeigh) {
+  for (const DType dt : {DType::kBF16, DType::kF16, DType::kF32}) {
+    Graph g;
+    const int x = add_input(g, "x", dt, {2, 4});
+    const int p = add_op(g, "Softmax", {x}, testing::attrs({{"axis", int64_t{-1}}}));
+    const int y = add_op(g, "Relu", {p});
+    const int other = add_op(g, "Neg", {x});
+    std::map<int, Tensor> values;
+    // Row 0: 8, -7 and 1 weigh, -10,000 does not; row 1: -30, -33 and -40 weigh, -10,000 does not.
+    values[x] = Tensor::from_floats(dt, {2, 4}, std::vector<float>{8, -7, -10000, 1, -30, -33, -40, -10000});
+    values[p] = Tensor::from_floats(dt, {2, 4}, std::vector<float>(8, 0.25f));
+    values[y] = values[p];
+    values[other] = values[x];
+    const reference::Tolerance base = reference::default_tolerance(dt == DType::kF32 ? DType::kF32 : dt);
+    const reference::Tolerance tol = backend::output_tolerance(g, y, values, {x}, false);
+    const double u = dt == DType::kBF16 ? 1.0 / 256 : dt == DType::kF16 ? 1.0 / 2048 : 0.0;
+    EXPECT_DOUBLE_EQ(tol.scale, (dt == DType::kF32 ? 1e-4 : base.scale) + 3 * u * 40) << dtype_name(dt);
+    EXPECT_DOUBLE_EQ(backend::output_tolerance(g, other, values, {x}, false).scale, dt == DType::kF32 ? 1e-4 : base.scale)
+        << dtype_name(dt);
+  }
+}
+
 }  // namespace
 }  // namespace fusetune
