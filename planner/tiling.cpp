@@ -595,10 +595,6 @@ std::map<int, std::vector<bool>> moving_axes(const Graph& g, const FusionGroup& 
   return moves;
 }
 
-}  // namespace
-
-namespace {
-
 // The group's inputs that flash attention reads a key tile at a time: those K, V and the chain's
 // operands (masks, scales) are computed from within the group, less those Q is computed from too.
 std::set<int> keyed_inputs_of(const Graph& g, const FusionGroup& group, const AttentionCore& core) {
