@@ -12,6 +12,7 @@
 #include "core/ops.h"
 #include "planner/library_call.h"
 #include "planner/tiling.h"
+#include "reference/kernel_util.h"
 #include "reference/kernels.h"
 
 namespace fusetune::backend {
@@ -116,23 +117,20 @@ std::pair<Tensor, Tensor> written_elements(const Tensor& got, const Tensor& want
 
 // The largest magnitude of a score that weighs in Softmax `n` over `x`: in each row along its axis,
 // the scores within kWeighed of the row's greatest (a score further below has a weight under
-// e^-kWeighed: masked keys, -10,000 or -infinity, do not count).
+// e^-kWeighed: masked keys, -10,000 or -infinity, do not count). Read a row at a time, as the
+// reference's Softmax reads them (a whole tensor's doubles would take 8 bytes an element).
 double weighed_magnitude(const Node& n, const Tensor& x) {
   constexpr double kWeighed = 20;
-  const int64_t axis = normalize_axis(n.attrs.i("axis", -1), x.rank(), "axis");
-  int64_t inner = 1;
-  for (int64_t d = axis + 1; d < x.rank(); ++d) inner *= x.shape()[static_cast<size_t>(d)];
-  const int64_t extent = x.shape()[static_cast<size_t>(axis)], outer = x.numel() / std::max<int64_t>(1, extent * inner);
-  const std::vector<double> v = x.to_doubles();
+  const reference::AxisSplit s = reference::split_at(x.shape(), normalize_axis(n.attrs.i("axis", -1), x.rank(), "axis"));
+  std::vector<double> row(static_cast<size_t>(s.extent));
   double largest = 0;
-  for (int64_t o = 0; o < outer; ++o) {
-    for (int64_t i = 0; i < inner; ++i) {
-      const auto at = [&](int64_t k) { return v[static_cast<size_t>((o * extent + k) * inner + i)]; };
-      double top = -INFINITY;
-      for (int64_t k = 0; k < extent; ++k) top = std::max(top, at(k));
-      for (int64_t k = 0; k < extent && std::isfinite(top); ++k) {
-        if (at(k) >= top - kWeighed) largest = std::max(largest, std::fabs(at(k)));
-      }
+  for (int64_t r = 0; r < s.outer * s.inner; ++r) {
+    const int64_t o = r / s.inner, i = r % s.inner;
+    for (int64_t k = 0; k < s.extent; ++k) x.read_doubles((o * s.extent + k) * s.inner + i, {&row[static_cast<size_t>(k)], 1});
+    const double top = *std::max_element(row.begin(), row.end());
+    if (!std::isfinite(top)) continue;
+    for (double v : row) {
+      if (v >= top - kWeighed) largest = std::max(largest, std::fabs(v));
     }
   }
   return largest;
@@ -188,7 +186,6 @@ reference::Tolerance output_tolerance(const Graph& g, int v, const std::map<int,
   }
   return tol;
 }
-
 
 bool tf32_kernel(const Graph& g, const planner::FusionGroup& group, const std::string& config) {
   std::istringstream words(config);

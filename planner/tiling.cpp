@@ -1756,11 +1756,13 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
                              const Shape& ps = g.value(node.outputs[0]).shape;
                              return ps.size() + 1 == rank && ps.back() == rs[rank - 3] * rs.back();
                            });
+  // Wave-fitted widths (below) are plain tiles: neither several heads nor a reshaped product's.
+  const auto power_of_two = [](int64_t n) { return (n & (n - 1)) == 0; };
   // `least`: the form's fewest rows (a tile of twice the rows of the root is whole already).
   const auto head_tiles = [&](int64_t tm, int64_t tn, int64_t least) {
     std::vector<std::vector<int64_t>> out;
     const int64_t heads = tn / std::max<int64_t>(rs.back(), 1);
-    if (!heads_split || tn <= rs.back() || tn % rs.back() != 0 || rs[rank - 3] < heads ||
+    if (!heads_split || !power_of_two(tn) || tn <= rs.back() || tn % rs.back() != 0 || rs[rank - 3] < heads ||
         (tm > least && rs[rank - 2] <= tm / 2)) {
       return out;
     }
@@ -1795,20 +1797,18 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
     }
     return widths;
   };
-  const auto power_of_two = [](int64_t n) { return (n & (n - 1)) == 0; };
   if (d.compute_capability >= 80 && rs.size() >= 2 && (has_mma_matmul(g, group, opt.tf32) || dp4a)) {
     for (int64_t tm : {16, 32, 64, 128}) {
       for (int64_t tn : wave_widths(tm, {8, 16, 32, 64, 128}, 128)) {
         // Each tile with its m16n8 fragments (rows x columns of the product it covers).
         std::vector<std::pair<std::vector<int64_t>, int64_t>> shapes;
-        const bool fitted = !power_of_two(tn);
         if (!((tm > 16 && rs[rs.size() - 2] <= tm / 2) || (tn > 8 && rs.back() <= tn / 2))) {  // else whole already
           std::vector<int64_t> tile(rs.size(), 1);
           tile[rs.size() - 2] = std::min(tm, std::max<int64_t>(rs[rs.size() - 2], 1));
           tile[rs.size() - 1] = std::min(tn, std::max<int64_t>(rs.back(), 1));
           shapes.push_back({tile, ceil_div(tile[rs.size() - 2], 16) * ceil_div(tile[rs.size() - 1], 8)});
         }
-        if (reshaped_product && !fitted && !(tm > 16 && rs[1] <= tm / 2) && !(tn > 8 && map <= tn / 2)) {
+        if (reshaped_product && power_of_two(tn) && !(tm > 16 && rs[1] <= tm / 2) && !(tn > 8 && map <= tn / 2)) {
           std::vector<int64_t> tile(rs.size(), 1);  // tm channels by the whole rows that hold tn positions
           tile[1] = std::min(tm, rs[1]);
           tile[rs.size() - 1] = rs.back();
@@ -1816,9 +1816,7 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
           const int64_t positions = tile[rs.size() - 2] * rs.back();
           if (tn == 8 || positions <= tn || tile[rs.size() - 2] > 1) shapes.push_back({tile, ceil_div(tile[1], 16) * ceil_div(positions, 8)});
         }
-        for (const std::vector<int64_t>& tile : fitted ? std::vector<std::vector<int64_t>>{} : head_tiles(tm, tn, 16)) {
-          shapes.push_back({tile, ceil_div(tile[rank - 2], 16) * ceil_div(tn, 8)});
-        }
+        for (const std::vector<int64_t>& tile : head_tiles(tm, tn, 16)) shapes.push_back({tile, ceil_div(tile[rank - 2], 16) * ceil_div(tn, 8)});
         for (const auto& [tile, fragments] : shapes) {
           for (int warps : {1, 2, 4, 8}) {
             if (warps > fragments || fragments > 16 * warps) continue;
@@ -1840,7 +1838,7 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
   if (has_wgmma(d) && rs.size() >= 2 && has_mma_matmul(g, group, false)) {
     for (int64_t tm : {64, 128, 256}) {
       for (int64_t tn : wave_widths(tm, {16, 32, 64, 128, 256}, 256)) {
-        std::vector<std::vector<int64_t>> shapes = power_of_two(tn) ? head_tiles(tm, tn, 64) : std::vector<std::vector<int64_t>>{};
+        std::vector<std::vector<int64_t>> shapes = head_tiles(tm, tn, 64);
         if (!((tm > 64 && rs[rs.size() - 2] <= tm / 2) || (tn > 16 && rs.back() <= tn / 2))) {  // else whole already
           std::vector<int64_t> tile(rs.size(), 1);
           tile[rs.size() - 2] = std::min(tm, std::max<int64_t>(rs[rs.size() - 2], 1));
