@@ -2,7 +2,8 @@
 //
 //   import    the ONNX file read, its opsets checked, inputs bound to static shapes, every node
 //             lowered to the canonical ops (docs/canonical-ops.md) with constant expressions
-//             folded as they lower, dead nodes dropped (importer/importer.h): a graph
+//             folded as they lower, dead nodes dropped, cones of constants too large for that
+//             folded where the model's constants do not grow (importer/importer.h): a graph
 //   fold      per-channel affines after convolutions folded into their weights and biases,
 //             Transposes that undo each other removed, pointwise convolutions made MatMuls
 //             (importer::fold_layout_and_affines): the graph

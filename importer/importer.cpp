@@ -10,6 +10,7 @@
 #include "importer/control_flow.h"
 #include "importer/data_extent.h"
 #include "importer/cancel_transposes.h"
+#include "importer/fold_constant_cones.h"
 #include "importer/fold_conv_affine.h"
 #include "importer/sequences.h"
 #include "importer/functions.h"
@@ -407,8 +408,8 @@ ImportedModel import_model(const onnx::ModelProto& m, const fs::path& base_dir, 
       if (auto it = ids.find(vi.name()); it != ids.end()) check_declared(vi, graph.value(it->second), "value", padded_axis(it->second));
     }
   }
-  result.folded = b.folded();
   graph.remove_dead();
+  result.folded = b.folded() + fold_constant_cones(graph);
   if (opt.fold_affines) fold_layout_and_affines(graph);
   graph.validate();
   return result;

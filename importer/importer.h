@@ -8,7 +8,9 @@
 // (a cycle, or an input nothing produces, is an error naming the node) -> lower each node
 // (importer/lower; If, Loop and Scan inlined by importer/control_flow, their subgraphs through the
 // same node loop), folding constant expressions such as shape arithmetic -> check declared output
-// shapes (a sequence or an optional output is its tensors, named as importer/onnx_io.h says) -> drop dead nodes -> fold per-channel affines into convolutions
+// shapes (a sequence or an optional output is its tensors, named as importer/onnx_io.h says) -> drop dead nodes
+// -> fold the cones of constants too large for the node-by-node fold where that does not grow the
+// model's constants (importer/fold_constant_cones) -> fold per-channel affines into convolutions
 // (importer/fold_conv_affine) -> validate. Every error is an Error whose message starts with the
 // file and names the node, op, input or field at fault.
 #pragma once

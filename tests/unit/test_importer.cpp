@@ -1173,6 +1173,64 @@ TEST(Import, TriluKeepsItsTriangle) {
   }
 }
 
+// A cone of constants whose values exceed kFoldLimit elements (importer/fold_constant_cones.h): a
+// torch export's causal mask at 4,096 tokens, the Trilu of a folded full matrix times a folded
+// triangle, folds into the one constant it computes (the model's constants shrink: two 4,096 x
+// 4,097 matrices become one); the same triangle of an Expand of a scalar (a few bytes of
+// constants) stays computed.
+TEST(Import, AConstantConeTooLargeNodeByNodeFoldsWhereTheConstantsDoNotGrow) {
+  const int64_t n = 4096, keys = n + 1;
+  ASSERT_GT(n * keys, importer::kFoldLimit);
+  const float lowest = std::numeric_limits<float>::lowest();
+  std::vector<float> above(static_cast<size_t>(n * keys));
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < keys; ++j) above[static_cast<size_t>(i * keys + j)] = j > i ? 1.0f : 0.0f;
+  }
+  const auto masked = [&](const Tensor& mask) {
+    ASSERT_EQ(mask.shape(), (Shape{1, 1, n, keys}));
+    const auto m = mask.to_floats();
+    for (int64_t i : {int64_t{0}, int64_t{1}, int64_t{2048}, n - 1}) {
+      for (int64_t j : {int64_t{0}, i - 1, i, i + 1, i + 2, keys - 1}) {
+        if (j < 0 || j >= keys) continue;
+        EXPECT_EQ(m[static_cast<size_t>(i * keys + j)], j > i ? lowest : 0.0f) << "row " << i << " key " << j;
+      }
+    }
+  };
+  for (const bool from_shape : {false, true}) {
+    SCOPED_TRACE(from_shape ? "Expand of a scalar" : "folded full matrix");
+    OnnxBuilder b(14);
+    b.output("mask", kFloat, {1, 1, n, keys});
+    b.initializer("k", Tensor::from_ints(DType::kI64, {}, std::vector<int64_t>{1}));
+    b.initializer("axes", Tensor::from_ints(DType::kI64, {2}, std::vector<int64_t>{0, 1}));
+    if (from_shape) {
+      b.initializer("shape", Tensor::from_ints(DType::kI64, {2}, std::vector<int64_t>{n, keys}));
+      b.initializer("lowest", Tensor::from_floats(DType::kF32, {}, std::vector<float>{lowest}));
+      b.node("Expand", {"lowest", "shape"}, {"full"});
+      b.node("Trilu", {"full", "k"}, {"tri"});
+      b.node("Unsqueeze", {"tri", "axes"}, {"mask"});
+    } else {
+      b.initializer("full", Tensor::from_floats(DType::kF32, {n, keys}, std::vector<float>(above.size(), lowest)));
+      b.initializer("above", Tensor::from_floats(DType::kF32, {n, keys}, above));
+      b.node("Trilu", {"full", "k"}, {"tri"});
+      b.node("Mul", {"tri", "above"}, {"product"});
+      b.node("Unsqueeze", {"product", "axes"}, {"mask"});
+    }
+    const auto m = importer::import_onnx_bytes(b.bytes(), ".");
+    int64_t constant_elements = 0;
+    for (const Value& v : m.graph.values()) constant_elements += v.is_constant() ? numel(v.shape) : 0;
+    if (from_shape) {
+      EXPECT_LT(constant_elements, 4 * keys);  // the scalar and the Trilu's index vectors
+      EXPECT_GT(m.graph.nodes().size(), 2u);
+      masked(reference::run_graph(m.graph, std::vector<Tensor>{})[0]);
+      continue;
+    }
+    EXPECT_EQ(m.graph.nodes().size(), 0u);
+    EXPECT_EQ(constant_elements, n * keys);
+    ASSERT_TRUE(m.graph.value(m.graph.outputs()[0]).is_constant());
+    masked(*m.graph.value(m.graph.outputs()[0]).data);
+  }
+}
+
 TEST(Import, Float16ModelsComputeThroughFloat) {
   OnnxBuilder b;
   b.input("x", 10, {4}).output("y", 10, {4});

@@ -1,0 +1,106 @@
+#include "importer/fold_constant_cones.h"
+
+#include <map>
+#include <set>
+#include <vector>
+
+#include "core/tensor.h"
+#include "reference/kernels.h"
+
+namespace fusetune::importer {
+namespace {
+
+int64_t bytes_of(const Value& v) { return numel(v.shape) * static_cast<int64_t>(dtype_size(v.dtype)); }
+
+// Folds the first cone (in node order) that fold_constant_cones folds; its nodes, 0 where none is left.
+size_t fold_one(Graph& g) {
+  const size_t values = g.values().size(), count = g.nodes().size();
+  std::vector<char> derived(values, 0), derived_node(count, 0), output(values, 0);
+  for (size_t v = 0; v < values; ++v) derived[v] = g.values()[v].is_constant();
+  for (int o : g.outputs()) output[static_cast<size_t>(o)] = 1;
+  std::vector<std::vector<int>> readers(values);
+  for (size_t n = 0; n < count; ++n) {
+    const Node& node = g.nodes()[n];
+    for (int in : reads(node)) readers[static_cast<size_t>(in)].push_back(static_cast<int>(n));
+    bool all = !node.inputs.empty() && node.guards.empty();
+    for (int in : node.inputs) all = all && (in == kNoValue || derived[static_cast<size_t>(in)]);
+    if (!all) continue;
+    derived_node[n] = 1;
+    for (int o : node.outputs) derived[static_cast<size_t>(o)] = 1;
+  }
+  const std::vector<int> producer = g.producers();
+  for (size_t n = 0; n < count; ++n) {
+    if (!derived_node[n]) continue;
+    for (int v : g.nodes()[n].outputs) {
+      std::set<int> cone;
+      for (std::vector<int> stack{static_cast<int>(n)}; !stack.empty();) {
+        const int m = stack.back();
+        stack.pop_back();
+        if (!cone.insert(m).second) continue;
+        for (int in : g.nodes()[static_cast<size_t>(m)].inputs) {
+          if (in != kNoValue && producer[static_cast<size_t>(in)] >= 0) stack.push_back(producer[static_cast<size_t>(in)]);
+        }
+      }
+      // What folding frees: the constants the cone alone reads. It folds only where its other
+      // results are read inside it alone (then the whole cone dies).
+      const auto inside = [&](int value) {
+        if (output[static_cast<size_t>(value)]) return false;
+        for (int r : readers[static_cast<size_t>(value)]) {
+          if (!cone.count(r)) return false;
+        }
+        return true;
+      };
+      int64_t freed = 0;
+      bool dies = true;
+      std::set<int> leaves;
+      for (int m : cone) {
+        const Node& node = g.nodes()[static_cast<size_t>(m)];
+        for (int o : node.outputs) dies = dies && (o == v || inside(o));
+        for (int in : node.inputs) {
+          if (in != kNoValue && g.value(in).is_constant() && leaves.insert(in).second && inside(in)) freed += bytes_of(g.value(in));
+        }
+      }
+      if (!dies || freed < bytes_of(g.value(v))) continue;
+      // Evaluated in node order, each value dropped after its last reader in the cone.
+      std::map<int, int> left;
+      for (int m : cone) {
+        for (int in : g.nodes()[static_cast<size_t>(m)].inputs) {
+          if (in != kNoValue && !g.value(in).is_constant()) ++left[in];
+        }
+      }
+      std::map<int, Tensor> computed;
+      for (int m : cone) {
+        const Node& node = g.nodes()[static_cast<size_t>(m)];
+        std::vector<const Tensor*> args;
+        for (int in : node.inputs) {
+          args.push_back(in == kNoValue ? nullptr : g.value(in).is_constant() ? g.value(in).data.get() : &computed.at(in));
+        }
+        std::vector<Tensor> results = reference::run_node(node, args);
+        for (int in : node.inputs) {
+          if (in != kNoValue && !g.value(in).is_constant() && --left[in] == 0) computed.erase(in);
+        }
+        for (size_t k = 0; k < node.outputs.size(); ++k) computed[node.outputs[k]] = std::move(results[k]);
+      }
+      const int folded = g.add_constant(g.value(v).name, std::move(computed.at(v)));
+      for (int r : readers[static_cast<size_t>(v)]) {
+        Node& reader = g.nodes()[static_cast<size_t>(r)];
+        for (int& in : reader.inputs) in = in == v ? folded : in;
+        for (Guard& gd : reader.guards) gd.cond = gd.cond == v ? folded : gd.cond;
+      }
+      for (int& o : g.outputs()) o = o == v ? folded : o;
+      g.remove_dead();
+      return cone.size();
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+size_t fold_constant_cones(Graph& g) {
+  size_t folded = 0;
+  for (size_t nodes = fold_one(g); nodes > 0; nodes = fold_one(g)) folded += nodes;
+  return folded;
+}
+
+}  // namespace fusetune::importer

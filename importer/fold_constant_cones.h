@@ -1,0 +1,31 @@
+// Constant cones too large for the per-node fold, folded where that does not grow the model.
+//
+//   m = Where(GreaterOrEqual(Sub(iota_j, iota_i), 1), F, 0); c = Mul(m, T)   (F, T constants)
+//   ==>  c = the constant the cone computes
+//
+// Takes a canonical graph as lowering leaves it. GraphBuilder folds a node whose inputs are all
+// constant unless its result exceeds kFoldLimit elements (importer/builder.h), so a cone of
+// nodes computing from constants alone (no graph input, no generator, no guard) survives import
+// when any value inside it is that large: a torch export of a causal mask at 4,096 tokens
+// (transformers' LLaMA: a Trilu of a folded full matrix times a folded triangle, each 4,096 x
+// 4,097 floats) computes the mask in a kernel of its own on every run, and the attention that
+// reads it cannot see it is causal (planner/attention.h causal_mask_of reads constants). A cone's
+// result read outside the cone (by a node that is not constant-derived, or as a graph output) is
+// folded into a constant when the constants only that cone reads, its intermediate values read
+// by nothing else, hold at least as many bytes as the result: the model's constants do not grow
+// (the mask above: 134 MB of constants become one of 67 MB). A cone of small constants whose
+// result is large (a mask from index vectors alone) stays computed.
+// Guarantees: the graph computes the same function exactly (the reference kernels compute the
+// constant); every reader of a folded result reads the new constant; nodes stay in topological
+// order; the cone's dead nodes and constants are removed. Returns the number of nodes folded.
+#pragma once
+
+#include <cstddef>
+
+#include "core/graph.h"
+
+namespace fusetune::importer {
+
+size_t fold_constant_cones(Graph& g);
+
+}  // namespace fusetune::importer
