@@ -4,30 +4,23 @@
 #include <set>
 #include <vector>
 
+#include "core/model_stats.h"
 #include "core/tensor.h"
 #include "reference/kernels.h"
 
 namespace fusetune::importer {
 namespace {
 
-int64_t bytes_of(const Value& v) { return numel(v.shape) * static_cast<int64_t>(dtype_size(v.dtype)); }
-
 // Folds the first cone (in node order) that fold_constant_cones folds; its nodes, 0 where none is left.
 size_t fold_one(Graph& g) {
   const size_t values = g.values().size(), count = g.nodes().size();
-  std::vector<char> derived(values, 0), derived_node(count, 0), output(values, 0);
-  for (size_t v = 0; v < values; ++v) derived[v] = g.values()[v].is_constant();
+  std::vector<char> output(values, 0);
   for (int o : g.outputs()) output[static_cast<size_t>(o)] = 1;
   std::vector<std::vector<int>> readers(values);
   for (size_t n = 0; n < count; ++n) {
-    const Node& node = g.nodes()[n];
-    for (int in : reads(node)) readers[static_cast<size_t>(in)].push_back(static_cast<int>(n));
-    bool all = !node.inputs.empty() && node.guards.empty();
-    for (int in : node.inputs) all = all && (in == kNoValue || derived[static_cast<size_t>(in)]);
-    if (!all) continue;
-    derived_node[n] = 1;
-    for (int o : node.outputs) derived[static_cast<size_t>(o)] = 1;
+    for (int in : reads(g.nodes()[n])) readers[static_cast<size_t>(in)].push_back(static_cast<int>(n));
   }
+  const std::vector<char> derived_node = computed_from_constants(g);
   const std::vector<int> producer = g.producers();
   for (size_t n = 0; n < count; ++n) {
     if (!derived_node[n]) continue;
@@ -57,10 +50,10 @@ size_t fold_one(Graph& g) {
         const Node& node = g.nodes()[static_cast<size_t>(m)];
         for (int o : node.outputs) dies = dies && (o == v || inside(o));
         for (int in : node.inputs) {
-          if (in != kNoValue && g.value(in).is_constant() && leaves.insert(in).second && inside(in)) freed += bytes_of(g.value(in));
+          if (in != kNoValue && g.value(in).is_constant() && leaves.insert(in).second && inside(in)) freed += value_bytes(g.value(in));
         }
       }
-      if (!dies || freed < bytes_of(g.value(v))) continue;
+      if (!dies || freed < value_bytes(g.value(v))) continue;
       // Evaluated in node order, each value dropped after its last reader in the cone.
       std::map<int, int> left;
       for (int m : cone) {
@@ -96,6 +89,20 @@ size_t fold_one(Graph& g) {
 }
 
 }  // namespace
+
+std::vector<char> computed_from_constants(const Graph& g) {
+  std::vector<char> derived(g.values().size(), 0), derived_node(g.nodes().size(), 0);
+  for (size_t v = 0; v < derived.size(); ++v) derived[v] = g.values()[v].is_constant();
+  for (size_t n = 0; n < derived_node.size(); ++n) {
+    const Node& node = g.nodes()[n];
+    bool all = !node.inputs.empty() && node.guards.empty();
+    for (int in : node.inputs) all = all && (in == kNoValue || derived[static_cast<size_t>(in)]);
+    if (!all) continue;
+    derived_node[n] = 1;
+    for (int o : node.outputs) derived[static_cast<size_t>(o)] = 1;
+  }
+  return derived_node;
+}
 
 size_t fold_constant_cones(Graph& g) {
   size_t folded = 0;

@@ -21,11 +21,16 @@
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 #include "core/graph.h"
 
 namespace fusetune::importer {
 
 size_t fold_constant_cones(Graph& g);
+
+// For each node of g: whether it computes from constants alone (it has inputs, no guard, and
+// every input is a constant or computed so; a generator has no inputs).
+std::vector<char> computed_from_constants(const Graph& g);
 
 }  // namespace fusetune::importer

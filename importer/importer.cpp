@@ -10,6 +10,7 @@
 #include "importer/control_flow.h"
 #include "importer/data_extent.h"
 #include "importer/cancel_transposes.h"
+#include "importer/clone_constant_chains.h"
 #include "importer/fold_constant_cones.h"
 #include "importer/fold_conv_affine.h"
 #include "importer/sequences.h"
@@ -421,6 +422,7 @@ void fold_layout_and_affines(Graph& g) {
   fold_conv_affine(g);
   cancel_transposes(g);
   pointwise_convs_as_matmuls(g);
+  clone_constant_chains(g);
 }
 
 namespace {

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "core/ops.h"
+#include "planner/toeplitz.h"
 #include "reference/kernels.h"
 
 namespace fusetune::planner {
@@ -223,6 +224,51 @@ bool causal_mask(const Tensor& allowed, int64_t queries, int64_t keys, bool nega
   return all || tri;
 }
 
+namespace {
+
+// causal_mask on a Toeplitz condition (planner/toeplitz.h) of queries x keys: key j of query i
+// is seen exactly where j - i <= keys - queries, and some key is not.
+bool causal_diagonals(const Toeplitz& t, bool negate) {
+  const std::vector<int64_t> v = t.diagonal.to_ints();
+  bool all = true;
+  for (int64_t k = 0; k < static_cast<int64_t>(v.size()); ++k) {
+    const bool seen = (v[static_cast<size_t>(k)] != 0) != negate;
+    if (seen != (k - (t.rows - 1) <= t.cols - t.rows)) return false;
+    all = all && seen;
+  }
+  return !all;
+}
+
+// causal_mask_of's test of an additive bias on a Toeplitz bias of queries x keys: row i sees
+// diagonals d in [-i, keys - queries] and not (keys - queries, keys - 1 - i]; each row's
+// greatest seen bias lies kMaskGap or more above its greatest unseen one, which is at or below
+// kMaskedScore. O(queries + keys).
+bool causal_bias_diagonals(const Toeplitz& t, bool& zero_where_seen) {
+  const std::vector<float> v = t.diagonal.to_floats();
+  const int64_t q = t.rows, k = t.cols, last_seen = k - q;
+  const auto at = [&](int64_t d) { return v[static_cast<size_t>(d + q - 1)]; };
+  zero_where_seen = true;
+  for (int64_t d = -(q - 1); d <= k - 1; ++d) {
+    const float x = at(d);
+    if (std::isnan(x) || (d > last_seen && !(x <= kMaskedScore))) return false;
+    zero_where_seen = zero_where_seen && (d > last_seen || x == 0.0f);
+  }
+  const float lowest = -std::numeric_limits<float>::infinity();
+  std::vector<float> unseen(static_cast<size_t>(q), lowest);  // row i's greatest unseen bias
+  for (int64_t i = q - 2; i >= 0; --i) unseen[static_cast<size_t>(i)] = std::max(unseen[static_cast<size_t>(i + 1)], at(k - 1 - i));
+  float seen = lowest;
+  for (int64_t i = 0; i < q; ++i) {
+    seen = std::max(seen, at(-i));
+    if (i == 0) {
+      for (int64_t d = 0; d <= last_seen; ++d) seen = std::max(seen, at(d));
+    }
+    if (!(seen > kMaskedScore && seen - unseen[static_cast<size_t>(i)] >= kMaskGap)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 std::optional<CausalMask> causal_mask_of(const Graph& g, const FusionGroup& group, const AttentionCore& core) {
   const auto node = [&](int id) -> const Node& { return g.nodes()[static_cast<size_t>(id)]; };
   std::map<int, int> chain;  // value -> the core's node computing it (the scores' product included)
@@ -248,22 +294,37 @@ std::optional<CausalMask> causal_mask_of(const Graph& g, const FusionGroup& grou
     if (!scaling && m.op != "Cast") return std::nullopt;
   }
   const std::set<int> members(group.nodes.begin(), group.nodes.end());
+  // A mask computed from index vectors (too large to fold: planner/toeplitz.h) is judged on its
+  // diagonals, without computing it; a constant one element by element.
+  const auto toeplitz = [&](int operand) -> std::optional<Toeplitz> {
+    std::optional<Toeplitz> t = toeplitz_of(g, members, operand);
+    if (t && t->rows == queries && t->cols == keys) return t;
+    return std::nullopt;
+  };
   if (n.op == "Where") {
     const bool kept = on_path(n.inputs[1]);
     if (kept == on_path(n.inputs[2]) || on_path(n.inputs[0])) return std::nullopt;
     const std::optional<Tensor> fill = member_constant(g, members, kept ? n.inputs[2] : n.inputs[1]);
-    const std::optional<Tensor> cond = member_constant(g, members, n.inputs[0]);
-    if (!fill || !cond || !is_float(fill->dtype())) return std::nullopt;
+    if (!fill || !is_float(fill->dtype())) return std::nullopt;
     const std::vector<float> f = fill->to_floats();
+    if (!std::all_of(f.begin(), f.end(), [](float x) { return x <= kMaskedScore; })) return std::nullopt;
     bool causal = false;
-    if (!std::all_of(f.begin(), f.end(), [](float x) { return x <= kMaskedScore; }) ||
-        !causal_mask(*cond, queries, keys, !kept, causal) || !causal) {
-      return std::nullopt;
+    if (const std::optional<Toeplitz> t = toeplitz(n.inputs[0])) {
+      if (!causal_diagonals(*t, !kept)) return std::nullopt;
+    } else {
+      const std::optional<Tensor> cond = member_constant(g, members, n.inputs[0]);
+      if (!cond || !causal_mask(*cond, queries, keys, !kept, causal) || !causal) return std::nullopt;
     }
     return CausalMask{p->second, n.inputs[0], true, kept};
   }
   if (n.op != "Add" || on_path(n.inputs[0]) == on_path(n.inputs[1])) return std::nullopt;
   const int operand = on_path(n.inputs[0]) ? n.inputs[1] : n.inputs[0];
+  if (const std::optional<Toeplitz> t = toeplitz(operand)) {
+    if (!is_float(t->diagonal.dtype())) return std::nullopt;
+    bool zero_where_seen = false;
+    if (!causal_bias_diagonals(*t, zero_where_seen)) return std::nullopt;
+    return CausalMask{p->second, operand, zero_where_seen, true};
+  }
   const std::optional<Tensor> bias = member_constant(g, members, operand);
   if (!bias || !is_float(bias->dtype())) return std::nullopt;
   const Shape& bs = bias->shape();

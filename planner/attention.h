@@ -91,7 +91,10 @@ bool causal_mask(const Tensor& allowed, int64_t queries, int64_t keys, bool nega
 // keeps the scores where a constant causal condition allows and puts a fill at or below
 // kMaskedScore elsewhere, or an Add of a constant that is at or below kMaskedScore at every such
 // key and whose greatest value on a key each row sees lies kMaskGap or more above; before it the
-// chain only scales and casts the scores (no other mask or bias). Assumed: a row's scores differ
+// chain only scales and casts the scores (no other mask or bias). The condition or the bias is a
+// constant the group's members compute (member_constant), or one computed from index vectors
+// whose diagonals planner/toeplitz.h finds (a mask too large to fold: judged in O(queries +
+// keys), never computed). Assumed: a row's scores differ
 // by less than a few hundred (exp of the masked keys' distance underflows in float32). Then the key tiles past a block's last row's last
 // visible key add nothing to its rows (their weights are exactly zero), and the flash stage
 // (codegen/stages/attention.h) and the model skip them: a prefill's causal attention runs about

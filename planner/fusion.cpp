@@ -753,6 +753,10 @@ FusionPlan fuse(const Graph& g, const FusionOptions& options) {
   }
   if (options.stitch) {
     stitch_pass(g, p, options);
+    if (options.prologue) {
+      while (prologue_pass(g, p, options)) {  // light groups into a stitched group they alone feed
+      }
+    }
     if (options.epilogue) {
       while (epilogue_pass(g, p)) {  // ops after a stitched reduction
       }

@@ -14,7 +14,9 @@
 //      taps): the repeat stays with its consumers, so the value is written (or computed) once and
 //      read through it;
 //   2. prologue: a light group whose result has a single consumer node joins that consumer's group
-//      (element-wise chains into reductions and contractions, transposes into index maps);
+//      (element-wise chains into reductions and contractions, transposes into index maps); again
+//      after stitching, where a light group feeds only a stitched group (Swin's relative position
+//      bias, gathered and scaled, into its window attention: the merge a scores group alone lost);
 //   3. stitching: a reduction joins a reduction or contraction group that produces its input when
 //      it reduces the innermost axis of extent <= max_row (layer norm after a projection), and a
 //      contraction joins the reduction group that produces its left operand (softmax followed by

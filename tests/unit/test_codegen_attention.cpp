@@ -55,6 +55,10 @@ struct Attention {
   bool causal_negated = false;  // the causal Where's condition true on the keys a query does not see (fill first)
   int64_t masked_row = -1;
   float slope = 0.0f;  // the bias where a query sees the key: -slope x (i - j), a distance penalty (ALiBi's)
+  // The causal condition or bias computed in the group from two index vectors (j - i compared
+  // with keys - queries), as an export with dynamic axes gives a mask too large to fold
+  // (planner/toeplitz.h), where the other form is a constant; no masked_row.
+  bool from_index_vectors = false;
 };
 
 // softmax(Q K^T * scale [+ mask] [causal]) V over inputs q, k, v (and mask), named with `prefix`,
@@ -88,16 +92,33 @@ FusionGroup add_attention(Graph& g, DType dt, const Attention& a, const std::str
                                 : add_op(g, "Transpose", {repeat(k, a.keys, a.head)}, attrs({{"perm", std::vector<int64_t>{0, 1, 3, 2}}}));
   int x = add_op(g, "Mul", {add_op(g, "MatMul", {q, kt}), g.add_constant(prefix + "scale", Tensor::scalar_float(dt, 0.25f))});
   if (a.mask) x = add_op(g, "Add", {x, add_input(g, prefix + "mask", dt, {a.batch, 1, 1, a.keys})});
+  // j - i from an iota of the keys and one of the queries, and the last key a row sees, j - i <= this.
+  const auto index_difference = [&] {
+    std::vector<int64_t> keys(static_cast<size_t>(a.keys)), queries(static_cast<size_t>(a.queries));
+    for (int64_t j = 0; j < a.keys; ++j) keys[static_cast<size_t>(j)] = j;
+    for (int64_t i = 0; i < a.queries; ++i) queries[static_cast<size_t>(i)] = i;
+    return add_op(g, "Sub", {g.add_constant(prefix + "key_index", Tensor::from_ints(DType::kI64, {1, a.keys}, keys)),
+                             g.add_constant(prefix + "query_index", Tensor::from_ints(DType::kI64, {a.queries, 1}, queries))});
+  };
+  const auto last_seen = [&] { return g.add_constant(prefix + "last_seen", Tensor::scalar_int(DType::kI64, a.keys - a.queries)); };
   if (a.causal) {
     std::vector<int64_t> allowed;
     for (int64_t i = 0; i < a.queries; ++i) {
       for (int64_t j = 0; j < a.keys; ++j) allowed.push_back((j <= i + a.keys - a.queries) != a.causal_negated ? 1 : 0);
     }
-    const int cond = g.add_constant(prefix + "causal", Tensor::from_ints(DType::kBool, {a.queries, a.keys}, allowed));
+    const int cond = a.from_index_vectors ? add_op(g, a.causal_negated ? "Greater" : "LessOrEqual", {index_difference(), last_seen()})
+                                          : g.add_constant(prefix + "causal", Tensor::from_ints(DType::kBool, {a.queries, a.keys}, allowed));
     const int minus_inf = g.add_constant(prefix + "minus_inf", Tensor::scalar_float(dt, -std::numeric_limits<float>::infinity()));
     x = a.causal_negated ? add_op(g, "Where", {cond, minus_inf, x}) : add_op(g, "Where", {cond, x, minus_inf});
   }
-  if (a.causal_bias) {
+  if (a.causal_bias && a.from_index_vectors) {
+    const int d = index_difference(), last = last_seen();
+    const int distance = add_op(g, "Cast", {add_op(g, "Sub", {last, d})}, attrs({{"to", int64_t{dtype_to_onnx(dt)}}}));
+    const int seen = add_op(g, "Mul", {distance, g.add_constant(prefix + "slope", Tensor::scalar_float(dt, -a.slope))});
+    const int bias = add_op(g, "Where", {add_op(g, "LessOrEqual", {d, last}), seen,
+                                         g.add_constant(prefix + "unseen", Tensor::scalar_float(dt, -65504.0f))});
+    x = add_op(g, "Add", {x, add_op(g, "Reshape", {bias}, attrs({{"shape", std::vector<int64_t>{1, 1, a.queries, a.keys}}}))});
+  } else if (a.causal_bias) {
     std::vector<float> bias;
     for (int64_t i = 0; i < a.queries; ++i) {
       for (int64_t j = 0; j < a.keys; ++j) {
@@ -135,7 +156,9 @@ std::string text(const Attention& a) {
          ", queries " + std::to_string(a.queries) + ", keys " + std::to_string(a.keys) + ", head " + std::to_string(a.head) +
          "/" + std::to_string(a.value_width) + (a.mask ? ", mask" : "") + (a.causal ? ", causal" : "") +
          (a.merge_heads ? ", heads merged" : "") + (a.k_transposed ? ", K transposed" : "") + (a.sliced ? ", K and V sliced" : "") +
-         (a.v_repeated ? ", V's columns repeated" : "");
+         (a.v_repeated ? ", V's columns repeated" : "") + (a.causal_bias ? ", causal bias" : "") +
+         (a.causal_negated ? " (negated)" : "") + (a.slope != 0.0f ? ", sloped" : "") +
+         (a.from_index_vectors ? ", from index vectors" : "");
 }
 
 // How many times regular expression `re` matches in `text`.
@@ -311,10 +334,24 @@ TEST(CodegenAttention, CausalRowsRunOnlyTheKeyTilesTheySee) {
   sloped.slope = 0.25f;
   Attention negated = longer;
   negated.causal_negated = true;
-  for (const Attention& a : {square, longer, bias, sloped, negated}) {
+  // The same masks computed in the group from index vectors (planner/toeplitz.h).
+  const auto computed = [](Attention a) {
+    a.from_index_vectors = true;
+    return a;
+  };
+  for (const Attention& a : {square, longer, bias, sloped, negated, computed(square), computed(longer), computed(bias), computed(sloped),
+                             computed(negated)}) {
     const auto mask = mask_of(a);
     ASSERT_TRUE(mask.has_value()) << text(a);
     EXPECT_EQ(mask->from_indices, a.slope == 0.0f) << text(a);
+  }
+  for (const Attention& a : {computed(square), computed(bias)}) {
+    Graph g;  // computed one key past the diagonal: no causal pattern
+    const FusionGroup fg = add_attention(g, DType::kF32, a);
+    for (Value& v : g.values()) {
+      if (v.name == "last_seen") v.data = std::make_shared<const Tensor>(Tensor::scalar_int(DType::kI64, a.keys - a.queries + 1));
+    }
+    EXPECT_FALSE(planner::causal_mask_of(g, fg, *planner::match_attention(g, fg)).has_value()) << text(a);
   }
   Attention plain = square;
   plain.causal = false;
@@ -340,13 +377,17 @@ TEST(CodegenAttention, CausalRowsRunOnlyTheKeyTilesTheySee) {
     std::vector<FusionGroup> cases;
     std::vector<TileConfig> configs;
     for (const auto& [a, name] : {std::pair{square, "s_"}, std::pair{longer, "l_"}, std::pair{bias, "b_"}, std::pair{sloped, "d_"},
-                                  std::pair{negated, "n_"}}) {
+                                  std::pair{negated, "n_"}, std::pair{computed(longer), "cl_"}, std::pair{computed(bias), "cb_"},
+                                  std::pair{computed(sloped), "cd_"}, std::pair{computed(negated), "cn_"}}) {
       const FusionGroup fg = add_attention(g, dt, a, name);
-      // The mask computed from the indices is no parameter of the kernel; the sloped bias is read.
+      // The mask computed from the indices is no parameter of the kernel (nor, computed in the
+      // group, are the index vectors read); the sloped bias is read.
       const LoweredKernel lk = lower_group(g, fg, best_flash(g, fg), "masked");
       const auto mask = planner::causal_mask_of(g, fg, *planner::match_attention(g, fg));
       ASSERT_TRUE(mask.has_value()) << text(a);
-      const auto bound = std::find(lk.inputs.begin(), lk.inputs.end(), mask->operand);
+      int read = mask->operand;
+      for (int v : lk.inputs) read = g.value(v).name == std::string(name) + "key_index" ? v : read;
+      const auto bound = std::find(lk.inputs.begin(), lk.inputs.end(), read);
       ASSERT_NE(bound, lk.inputs.end()) << text(a);
       const std::string param = lk.kernel.params[static_cast<size_t>(bound - lk.inputs.begin())].name;
       const std::string cuda = emit_cuda({lk.kernel});

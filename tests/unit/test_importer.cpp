@@ -23,6 +23,8 @@
 #include "importer/importer.h"
 #include "importer/lower_topk.h"
 #include "importer/onnx_io.h"
+#include "planner/attention.h"
+#include "planner/select.h"
 #include "importer/test_data.h"
 #include "reference/compare.h"
 #include "reference/interpreter.h"
@@ -1228,6 +1230,63 @@ TEST(Import, AConstantConeTooLargeNodeByNodeFoldsWhereTheConstantsDoNotGrow) {
     EXPECT_EQ(constant_elements, n * keys);
     ASSERT_TRUE(m.graph.value(m.graph.outputs()[0]).is_constant());
     masked(*m.graph.value(m.graph.outputs()[0]).data);
+  }
+}
+
+// A causal mask computed from Range vectors (an export with dynamic axes at 4,097 tokens: too
+// large to fold, and its constants are a few index vectors, so the cone stays computed) read by
+// two attention layers: each reads its own copy of the chain (importer/clone_constant_chains.h),
+// which fusion takes into the layer's attention group, where planner/toeplitz.h finds it causal
+// and the flash kernel computes it from the indices: two launches, neither writing nor reading
+// the 67 MB mask, each running about half the key tiles. With one reader there is nothing to copy.
+TEST(Import, AMaskFromIndexVectorsIsComputedByEachAttentionThatReadsIt) {
+  const int64_t n = 4097, width = 16;
+  ASSERT_GT(n * n, importer::kFoldLimit);
+  for (const int layers : {2, 1}) {
+    SCOPED_TRACE(std::to_string(layers) + " layers");
+    OnnxBuilder b(17);
+    b.initializer("zero", Tensor::scalar_int(DType::kI64, 0))
+        .initializer("count", Tensor::scalar_int(DType::kI64, n))
+        .initializer("one", Tensor::scalar_int(DType::kI64, 1))
+        .initializer("axis1", Tensor::from_ints(DType::kI64, {1}, std::vector<int64_t>{1}))
+        .initializer("axes01", Tensor::from_ints(DType::kI64, {2}, std::vector<int64_t>{0, 1}))
+        .initializer("lowest", Tensor::scalar_float(DType::kF32, std::numeric_limits<float>::lowest()))
+        .initializer("nothing", Tensor::scalar_float(DType::kF32, 0.0f))
+        .initializer("scale", Tensor::scalar_float(DType::kF32, 0.25f));
+    b.node("Range", {"zero", "count", "one"}, {"positions"});
+    b.node("Unsqueeze", {"positions", "axis1"}, {"column"});
+    b.node("Greater", {"positions", "column"}, {"ahead"});
+    b.node("Where", {"ahead", "lowest", "nothing"}, {"square"});
+    b.node("Unsqueeze", {"square", "axes01"}, {"mask"});
+    for (int l = 0; l < layers; ++l) {
+      const std::string p = "l" + std::to_string(l) + "_";
+      for (const char* x : {"q", "k", "v"}) b.input(p + x, kFloat, {1, 1, n, width});
+      b.output(p + "o", kFloat, {1, 1, n, width});
+      OnnxBuilder::attr_ints(b.node("Transpose", {p + "k"}, {p + "kt"}), "perm", {0, 1, 3, 2});
+      b.node("MatMul", {p + "q", p + "kt"}, {p + "s"});
+      b.node("Mul", {p + "s", "scale"}, {p + "scaled"});
+      b.node("Add", {p + "scaled", "mask"}, {p + "masked"});
+      OnnxBuilder::attr_i(b.node("Softmax", {p + "masked"}, {p + "p"}), "axis", -1);
+      b.node("MatMul", {p + "p", p + "v"}, {p + "o"});
+    }
+    const Graph g = importer::import_onnx_bytes(b.bytes(), ".").graph;
+    std::map<std::string, int> ops;
+    for (const Node& node : g.nodes()) ++ops[node.op];
+    EXPECT_EQ(ops["Greater"], layers);  // a copy for each reader
+    const planner::ModelPlan plan = planner::plan_model(g, planner::find_device("h100"));
+    ASSERT_EQ(plan.groups.size(), static_cast<size_t>(layers));
+    for (const planner::GroupPlan& gp : plan.groups) {
+      const planner::Candidate& chosen = gp.candidates[gp.chosen];
+      EXPECT_TRUE(chosen.config.flash) << chosen.config.str();
+      const std::optional<planner::AttentionCore> core = planner::match_attention(g, gp.group);
+      ASSERT_TRUE(core.has_value()) << gp.group.pattern;
+      const std::optional<planner::CausalMask> mask = planner::causal_mask_of(g, gp.group, *core);
+      ASSERT_TRUE(mask.has_value()) << gp.group.pattern;
+      EXPECT_TRUE(mask->from_indices);
+      EXPECT_LT(chosen.cost.dram_bytes, n * n) << "the mask is read";  // Q, K, V and O: 1 MB
+      const double products = 4.0 * static_cast<double>(n * n * width);  // both products over every key
+      EXPECT_LT(static_cast<double>(chosen.cost.flops), 0.75 * products) << chosen.config.str();
+    }
   }
 }
 

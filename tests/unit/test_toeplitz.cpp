@@ -1,0 +1,123 @@
+// planner/toeplitz.h: values computed from index vectors, judged on their diagonals without being
+// computed. Differential against the reference kernels (planner::member_constant computes every
+// element): chains of the ops exporters build causal masks from, with drawn extents, offsets,
+// steps and slices.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "planner/attention.h"
+#include "planner/toeplitz.h"
+#include "tests/unit/graph_helpers.h"
+#include "tests/unit/test_seed.h"
+
+namespace fusetune {
+namespace {
+
+using testing::add_op;
+using testing::attrs;
+
+// An int64 iota along one of the last two axes: rows (shape [n, 1]) or columns ([1, n], or [n]
+// when `flat`), element k = first + step k.
+int iota(Graph& g, int64_t n, bool rows, int64_t first, int64_t step, bool flat = false) {
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  for (int64_t k = 0; k < n; ++k) v[static_cast<size_t>(k)] = first + step * k;
+  const Shape s = flat ? Shape{n} : rows ? Shape{n, 1} : Shape{1, n};
+  return g.add_constant("iota" + std::to_string(g.values().size()), Tensor::from_ints(DType::kI64, s, v));
+}
+
+std::set<int> all_nodes(const Graph& g) {
+  std::set<int> s;
+  for (int n = 0; n < static_cast<int>(g.nodes().size()); ++n) s.insert(n);
+  return s;
+}
+
+// Every element of v equals its diagonal's entry.
+void expect_diagonals(const Graph& g, int v, const std::string& what) {
+  const std::set<int> members = all_nodes(g);
+  const std::optional<planner::Toeplitz> t = planner::toeplitz_of(g, members, v);
+  ASSERT_TRUE(t.has_value()) << what;
+  const std::optional<Tensor> full = planner::member_constant(g, members, v);
+  ASSERT_TRUE(full.has_value()) << what;
+  const Shape& s = full->shape();
+  const int64_t rows = s.size() >= 2 ? s[s.size() - 2] : 1, cols = s.empty() ? 1 : s.back();
+  ASSERT_EQ(t->rows, rows) << what;
+  ASSERT_EQ(t->cols, cols) << what;
+  ASSERT_EQ(t->diagonal.numel(), rows + cols - 1) << what;
+  EXPECT_EQ(t->diagonal.dtype(), full->dtype()) << what;
+  const std::vector<double> d = t->diagonal.to_doubles(), x = full->to_doubles();
+  for (size_t e = 0; e < x.size(); ++e) {
+    const int64_t i = static_cast<int64_t>(e) / cols % rows, j = static_cast<int64_t>(e) % cols;
+    ASSERT_EQ(d[static_cast<size_t>(j - i + rows - 1)], x[e]) << what << ": element " << e << " (row " << i << ", column " << j << ")";
+  }
+}
+
+// Drawn chains: a Trilu's lowering (j - i against k, a Where of a fill), a transformers mask
+// (Range vectors compared, Cast, the product of both), an additive bias sloped by the distance,
+// each then given leading axes (Reshape, Expand) and sliced on its last two axes.
+TEST(Toeplitz, DiagonalsEqualEveryElementOfTheChainsMasksAreBuiltFrom) {
+  std::mt19937 rng(testing::test_seed());
+  const auto draw = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  const float lowest = std::numeric_limits<float>::lowest();
+  for (int round = 0; round < 40; ++round) {
+    Graph g;
+    const int64_t q = draw(1, 9), k = q + draw(0, 5), step = draw(0, 1) == 0 ? 1 : 2, shift = draw(-3, 3);
+    const std::string what = "round " + std::to_string(round) + ": " + std::to_string(q) + " x " + std::to_string(k) +
+                             ", step " + std::to_string(step) + ", diagonal " + std::to_string(shift);
+    // Trilu: Sub(j, i) >= shift, Where(cond, x, 0) of a fill.
+    const int diff = add_op(g, "Sub", {iota(g, k, false, draw(-2, 2), step, draw(0, 1) == 1), iota(g, q, true, draw(-2, 2), step)});
+    const int upper = add_op(g, "GreaterOrEqual", {diff, g.add_constant("k", Tensor::scalar_int(DType::kI64, shift))});
+    const int tri = add_op(g, "Where", {upper, g.add_constant("fill", Tensor::scalar_float(DType::kF32, lowest)),
+                                        g.add_constant("zero", Tensor::scalar_float(DType::kF32, 0.0f))});
+    // transformers: Greater(Range over keys, Range over queries reshaped to a column), cast to float.
+    const int cols = add_op(g, "Reshape", {iota(g, k, false, 0, 1, true)}, attrs({{"shape", std::vector<int64_t>{1, k}}}));
+    const int ahead = add_op(g, "Greater", {cols, iota(g, q, true, k - q, 1)});
+    const int mask = add_op(g, "Mul", {tri, add_op(g, "Cast", {ahead}, attrs({{"to", int64_t{dtype_to_onnx(DType::kF32)}}}))});
+    // A bias sloped by the distance where seen: -(i - j) / 4 over i >= j, lowest elsewhere.
+    const int dist = add_op(g, "Cast", {add_op(g, "Neg", {diff})}, attrs({{"to", int64_t{dtype_to_onnx(DType::kF32)}}}));
+    const int sloped = add_op(g, "Where", {add_op(g, "LessOrEqual", {diff, g.add_constant("z", Tensor::scalar_int(DType::kI64, 0))}),
+                                           add_op(g, "Mul", {dist, g.add_constant("slope", Tensor::scalar_float(DType::kF32, -0.25f))}),
+                                           g.add_constant("low", Tensor::scalar_float(DType::kF32, lowest))});
+    for (int v : {diff, upper, tri, mask, sloped}) {
+      const int four = add_op(g, "Reshape", {v}, attrs({{"shape", std::vector<int64_t>{1, 1, q, k}}}));
+      const int wide = add_op(g, "Expand", {four}, attrs({{"shape", std::vector<int64_t>{2, 1, q, k}}}));
+      const int64_t r0 = draw(0, q - 1), c0 = draw(0, k - 1);
+      const int cut = add_op(g, "Slice", {wide},
+                             attrs({{"starts", std::vector<int64_t>{0, 0, r0, c0}}, {"ends", std::vector<int64_t>{2, 1, draw(r0 + 1, q), draw(c0 + 1, k)}},
+                                    {"steps", std::vector<int64_t>{1, 1, 1, 1}}}));
+      for (int x : {v, four, wide, cut}) expect_diagonals(g, x, what + ", value " + g.value(x).name);
+    }
+  }
+}
+
+// What is no Toeplitz value: a leaf varying along a leading axis, an index vector that is no
+// arithmetic progression, the sum of two indices, a row broadcast against a matrix in an op that
+// keeps no difference, a reduction, and a graph input.
+TEST(Toeplitz, WhatDependsOnMoreThanTheDifferenceIsNone) {
+  Graph g;
+  const int64_t q = 5, k = 7;
+  const int i = iota(g, q, true, 0, 1), j = iota(g, k, false, 0, 1);
+  const auto none = [&](int v, const std::string& what) {
+    EXPECT_FALSE(planner::toeplitz_of(g, all_nodes(g), v).has_value()) << what;
+  };
+  none(add_op(g, "Add", {j, i}), "i + j");
+  none(add_op(g, "Sub", {j, iota(g, q, true, 0, 2)}), "j - 2 i");
+  none(add_op(g, "Sub", {j, g.add_constant("squares", Tensor::from_ints(DType::kI64, {q, 1}, std::vector<int64_t>{0, 1, 4, 9, 16}))}),
+       "j - i squared");
+  none(add_op(g, "Sub", {j, g.add_constant("leading", Tensor::from_ints(DType::kI64, {2, q, 1}, std::vector<int64_t>(2 * q, 1)))}),
+       "an index varying along a leading axis");
+  const int row = add_op(g, "Cast", {j}, attrs({{"to", int64_t{dtype_to_onnx(DType::kF32)}}}));
+  const int matrix = add_op(g, "Cast", {add_op(g, "Sub", {j, i})}, attrs({{"to", int64_t{dtype_to_onnx(DType::kF32)}}}));
+  none(add_op(g, "Mul", {row, matrix}), "a row times a Toeplitz matrix");
+  none(add_op(g, "ReduceSum", {matrix}, attrs({{"axes", std::vector<int64_t>{1}}, {"keepdims", int64_t{1}}})), "a reduction");
+  none(add_op(g, "Sub", {j, testing::add_input(g, "x", DType::kI64, {q, 1})}), "a graph input");
+  // A row alone, and the difference, are.
+  EXPECT_TRUE(planner::toeplitz_of(g, all_nodes(g), row).has_value());
+  EXPECT_TRUE(planner::toeplitz_of(g, all_nodes(g), matrix).has_value());
+}
+
+}  // namespace
+}  // namespace fusetune
