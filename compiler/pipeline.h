@@ -6,7 +6,8 @@
 //             folded where the model's constants do not grow (importer/importer.h): a graph
 //   fold      per-channel affines after convolutions folded into their weights and biases,
 //             Transposes that undo each other removed, pointwise convolutions made MatMuls, a
-//             large value computed from a few constants copied for each reader
+//             gated unit's two projections made one product, a large value computed from a few
+//             constants copied for each reader
 //             (importer::fold_layout_and_affines): the graph
 //   fuse      the graph partitioned into fusion groups, merges judged by the cost model, and the
 //             same fusion without stitching and packing, the parts a group may split back into

@@ -1290,6 +1290,61 @@ TEST(Import, AMaskFromIndexVectorsIsComputedByEachAttentionThatReadsIt) {
   }
 }
 
+// A gated linear unit's projections (importer/pair_gated_products.h): LLaMA's SiLU gate and a
+// sigmoid-approximated GELU, float32 and float16, become one MatMul by the weights interleaved
+// column by column, and the graph computes the same outputs bit for bit (each element the same
+// dot product); the gate read elsewhere too reads its half of the product. Two projections of
+// different inputs stay apart.
+TEST(Import, AGatedUnitsTwoProjectionsBecomeOneProductOfInterleavedWeights) {
+  std::mt19937 rng(testing::test_seed());
+  std::normal_distribution<float> normal(0.0f, 0.3f);
+  const auto draw = [&](DType t, Shape s) {
+    std::vector<float> v(static_cast<size_t>(numel(s)));
+    for (float& x : v) x = normal(rng);
+    return Tensor::from_floats(t, std::move(s), v);
+  };
+  for (const DType t : {DType::kF32, DType::kF16}) {
+    for (const bool silu : {true, false}) {
+      for (const bool shared_input : {true, false}) {
+        SCOPED_TRACE(std::string(dtype_name(t)) + (silu ? ", SiLU" : ", GELU by a sigmoid") + (shared_input ? "" : ", two inputs"));
+        const int code = t == DType::kF32 ? kFloat : testing::kFloat16;
+        OnnxBuilder b(17);
+        b.input("x", code, {1, 5, 12}).input("x2", code, {1, 5, 12}).output("y", code, {1, 5, 7}).output("gate", code, {1, 5, 7});
+        b.initializer("wg", draw(t, {12, 7})).initializer("wu", draw(t, {12, 7}));
+        b.initializer("k", Tensor::scalar_float(t, 1.702f));
+        b.node("MatMul", {"x", "wg"}, {"gate"});
+        b.node("MatMul", {shared_input ? "x" : "x2", "wu"}, {"up"});
+        if (silu) {
+          b.node("Sigmoid", {"gate"}, {"s"});
+        } else {
+          b.node("Mul", {"gate", "k"}, {"scaled"});
+          b.node("Sigmoid", {"scaled"}, {"s"});
+        }
+        b.node("Mul", {"gate", "s"}, {"act"});
+        b.node("Mul", {"act", "up"}, {"y"});
+        const auto matmuls = [](const Graph& g) {
+          std::vector<Shape> weights;
+          for (const Node& n : g.nodes()) {
+            if (n.op == "MatMul") weights.push_back(g.value(n.inputs[1]).shape);
+          }
+          return weights;
+        };
+        importer::ImportOptions raw;
+        raw.fold_affines = false;
+        const Graph apart = importer::import_onnx_bytes(b.bytes(), ".", raw).graph;
+        const Graph paired = importer::import_onnx_bytes(b.bytes(), ".").graph;
+        EXPECT_EQ(matmuls(apart).size(), 2u);
+        const std::vector<Shape> one_product = {{12, 14}};
+        EXPECT_EQ(matmuls(paired), shared_input ? one_product : matmuls(apart));
+        const std::vector<Tensor> in = {draw(t, {1, 5, 12}), draw(t, {1, 5, 12})};
+        const std::vector<Tensor> want = reference::run_graph(apart, in), got = reference::run_graph(paired, in);
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t o = 0; o < want.size(); ++o) EXPECT_EQ(got[o], want[o]) << "output " << o;
+      }
+    }
+  }
+}
+
 TEST(Import, Float16ModelsComputeThroughFloat) {
   OnnxBuilder b;
   b.input("x", 10, {4}).output("y", 10, {4});
