@@ -103,7 +103,9 @@ TEST(Fusion, FindsTheBertLayerPatterns) {
 // A LLaMA layer with grouped-query attention (tests/data/models/llama_gqa, 4 query heads over 2
 // key/value heads): RMSNorm is the Q projection's prologue, the rotary embedding the Q and K
 // projections' epilogue, the causal softmax is stitched between the two attention MatMuls, the
-// SiLU gate is the gate projection's epilogue, and the repeat of K and V for the query heads
+// SiLU gate is the epilogue of the gate and up projections' one product (importer/
+// pair_gated_products.h: its node named after both, the up projection last), and the repeat of K
+// and V for the query heads
 // (Expand) is read by the attention launch rather than written by the projections.
 TEST(Fusion, FindsTheLlamaLayerPatternsWithoutWritingRepeatedKeys) {
   const Graph g = load("llama_gqa");
@@ -122,7 +124,8 @@ TEST(Fusion, FindsTheLlamaLayerPatternsWithoutWritingRepeatedKeys) {
   EXPECT_EQ(&group_of(layer + "self_attn/Neg"), &group_of(layer + "self_attn/q_proj/MatMul"));
   EXPECT_EQ(&group_of(layer + "self_attn/Neg_1"), &group_of(layer + "self_attn/k_proj/MatMul"));
   EXPECT_EQ(&group_of(layer + "self_attn/Softmax"), &group_of(layer + "self_attn/MatMul_1"));
-  EXPECT_EQ(&group_of(layer + "mlp/act_fn/Sigmoid"), &group_of(layer + "mlp/gate_proj/MatMul"));
+  EXPECT_EQ(&group_of(layer + "mlp/act_fn/Sigmoid"), &group_of(layer + "mlp/gate_proj/MatMul+" + layer + "mlp/up_proj/MatMul"));
+  EXPECT_EQ(&group_of(layer + "mlp/Mul"), &group_of(layer + "mlp/up_proj/MatMul"));
   int repeats = 0;
   for (const Node& n : g.nodes()) {
     if (n.op != "Expand" || numel(g.value(n.outputs[0]).shape) <= numel(g.value(n.inputs[0]).shape)) continue;
