@@ -3,8 +3,8 @@
 // float32, float16 and bfloat16, LayerNorm feeding a MatMul, scaled-dot-product attention (some
 // with grouped-query heads), mean subtraction, Convs plain, strided and depthwise, an embedding
 // Gather with positions and a norm;
-// window ops, products of 8-bit integers, updates in place and back-to-back products each from a
-// generator of their own),
+// window ops, products of 8-bit integers, updates in place, back-to-back products and gated
+// linear units each from a generator of their own),
 // on odd extents (rows, channels and sequence lengths that divide no tile) as often as on multiples
 // of 8 (so that 16-byte vectors, cp.async chunks and their tails all run). Each graph goes through
 // the planner's fusion; each group is lowered with the planner's best generated candidate, one
@@ -29,6 +29,7 @@
 
 #include <set>
 
+#include "importer/pair_gated_products.h"
 #include "planner/attention.h"
 #include "planner/fusion.h"
 #include "planner/in_place.h"
@@ -427,6 +428,39 @@ FuzzCase random_back_to_back_case(unsigned seed) {
   return c;
 }
 
+// A gated linear unit on random shapes, a generator of its own: act(x Wg) x (x Wu), SiLU (g x
+// Sigmoid(g)) or GELU by a sigmoid (g x Sigmoid(1.702 g)), over M rows (up to 8: the GEMV forms;
+// beyond, tensor cores), maybe RMS-normalized first, its two projections made one product of
+// interleaved weights by importer::pair_gated_products, as the import makes every such unit.
+FuzzCase random_gated_unit_case(unsigned seed) {
+  Draw d(seed);
+  FuzzCase c;
+  Graph& g = c.g;
+  const DType dt = d.dtype();
+  const bool silu = d.chance(0.5), norm = d.chance(0.5);
+  const int64_t m = d.chance(0.5) ? d.in(1, 8) : d.in(9, 40), k = d.extent(96), n = d.extent(72);
+  const auto weights = [&](const std::string& name) {
+    std::normal_distribution<float> normal(0.0f, 1.0f / std::sqrt(static_cast<float>(k)));
+    std::vector<float> v(static_cast<size_t>(k * n));
+    for (float& e : v) e = normal(d.rng());
+    return g.add_constant(name, Tensor::from_floats(dt, {k, n}, v));
+  };
+  int x = add_input(g, "x", dt, {m, k});
+  if (norm) {
+    const int mean = add_op(g, "ReduceMean", {add_op(g, "Mul", {x, x})}, attrs({{"axes", std::vector<int64_t>{1}}, {"keepdims", int64_t{1}}}));
+    const int rms = add_op(g, "Sqrt", {add_op(g, "Add", {mean, g.add_constant("eps", Tensor::scalar_float(dt, 1e-3f))})});
+    x = add_op(g, "Div", {x, rms});
+  }
+  const int gate = add_op(g, "MatMul", {x, weights("wg")}, {}, "gate");
+  const int up = add_op(g, "MatMul", {x, weights("wu")}, {}, "up");
+  const int s = add_op(g, "Sigmoid", {silu ? gate : add_op(g, "Mul", {gate, g.add_constant("k", Tensor::scalar_float(dt, 1.702f))})});
+  g.outputs().push_back(add_op(g, "Mul", {add_op(g, "Mul", {gate, s}), up}));
+  const int pairs = importer::pair_gated_products(g);
+  c.what = "gated unit " + std::string(dtype_name(dt)) + (silu ? " SiLU" : " GELU") + (norm ? ", RMS-normalized" : "") + ", " +
+           std::to_string(m) + "x" + std::to_string(k) + " x 2 x " + std::to_string(n) + ", " + std::to_string(pairs) + " pair";
+  return c;
+}
+
 // Every group of the case's fusion plan, each with the planner's best generated candidate, one
 // drawn from its generated candidates, its best tensor-core, GEMV and flash ones: lowered,
 // verified on the host and compiled (check_groups).
@@ -576,6 +610,25 @@ TEST(GroupFuzz, RandomBackToBackProductsMatchTheReferenceUnderEveryCheck) {
       products = std::max(products, here);
     }
     ASSERT_EQ(products, 2u) << "case " << seed + static_cast<unsigned>(i) << " (" << c.what << "): the products are apart";
+    check_case(seed + static_cast<unsigned>(i), c);
+  }
+}
+
+// Gated linear units on random shapes, FUSETUNE_GATED_FUZZ_CASES of them (default 2) from the test's
+// seed; each case's two projections are one product of weights twice as wide.
+TEST(GroupFuzz, RandomGatedUnitsMatchTheReferenceUnderEveryCheck) {
+  const unsigned seed = testing::test_seed();
+  const int cases = env_int("FUSETUNE_GATED_FUZZ_CASES", 2);
+  for (int i = 0; i < cases && !HasFailure(); ++i) {
+    const FuzzCase c = random_gated_unit_case(seed + static_cast<unsigned>(i));
+    size_t products = 0;
+    for (const Node& n : c.g.nodes()) {
+      if (n.op != "MatMul") continue;
+      ++products;
+      const Shape& w = c.g.value(n.inputs[1]).shape;
+      EXPECT_EQ(w.back() % 2, 0) << "case " << seed + static_cast<unsigned>(i) << " (" << c.what << ")";
+    }
+    ASSERT_EQ(products, 1u) << "case " << seed + static_cast<unsigned>(i) << " (" << c.what << "): the projections are apart";
     check_case(seed + static_cast<unsigned>(i), c);
   }
 }
