@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/error.h"
 #include "core/ops.h"
 
 namespace fusetune::importer {
@@ -16,20 +17,37 @@ struct Pair {
   int gate = -1, up = -1;  // the two MatMul nodes
 };
 
-// Column c of a and of b side by side: [K, 2N] from two [K, N] matrices of one dtype.
+// Element i of a and of b to elements 2i and 2i + 1 of out, elements of E bytes (a copy of a
+// constant size: no call per element, any alignment).
+template <size_t E>
+void interleave_elements(const std::byte* a, const std::byte* b, std::byte* out, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    std::memcpy(out + 2 * i * E, a + i * E, E);
+    std::memcpy(out + (2 * i + 1) * E, b + i * E, E);
+  }
+}
+
+// Column c of a and of b side by side: [K, 2N] from two [K, N] matrices of one dtype (TinyLlama's
+// gate and up weights, 11.5 M elements each, interleave in tens of milliseconds).
 Tensor interleaved(const Tensor& a, const Tensor& b) {
   const int64_t k = a.shape()[0], n = a.shape()[1];
-  const size_t e = dtype_size(a.dtype());
   Tensor out(a.dtype(), {k, 2 * n});
-  std::byte* o = out.data();
-  const std::byte* pa = a.data();
-  const std::byte* pb = b.data();
-  for (int64_t r = 0; r < k; ++r) {
-    for (int64_t c = 0; c < n; ++c) {
-      const size_t from = static_cast<size_t>(r * n + c) * e, to = static_cast<size_t>(r * 2 * n + 2 * c) * e;
-      std::memcpy(o + to, pa + from, e);
-      std::memcpy(o + to + e, pb + from, e);
-    }
+  const auto count = static_cast<size_t>(k * n);
+  switch (dtype_size(a.dtype())) {
+    case 1:
+      interleave_elements<1>(a.data(), b.data(), out.data(), count);
+      break;
+    case 2:
+      interleave_elements<2>(a.data(), b.data(), out.data(), count);
+      break;
+    case 4:
+      interleave_elements<4>(a.data(), b.data(), out.data(), count);
+      break;
+    case 8:
+      interleave_elements<8>(a.data(), b.data(), out.data(), count);
+      break;
+    default:
+      check(false, "pair_gated_products: weights of ", dtype_size(a.dtype()), "-byte elements");
   }
   return out;
 }
