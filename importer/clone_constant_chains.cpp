@@ -27,7 +27,9 @@ size_t clone_constant_chains(Graph& g) {
   std::vector<Pair> pairs;
   std::map<int, int> uses;  // chain node -> the pairs whose chains hold it
   for (size_t r = 0; r < g.nodes().size(); ++r) {
-    if (derived[r]) continue;
+    // A guarded reader (a branch of an If) keeps what it reads: a copy would run whether the
+    // branch does or not, and fusion merges nodes under the same guards alone.
+    if (derived[r] || !g.nodes()[r].guards.empty()) continue;
     std::set<int> read;
     for (int v : g.nodes()[r].inputs) {
       if (!computed(v) || !read.insert(v).second) continue;
@@ -64,24 +66,27 @@ size_t clone_constant_chains(Graph& g) {
   for (size_t r = 0; r < g.nodes().size(); ++r) {
     Node reader = g.nodes()[r];
     if (auto it = before.find(static_cast<int>(r)); it != before.end()) {
-      for (const Pair* p : it->second) {
-        std::map<int, int> renamed;  // chain value -> its copy for this reader
-        for (int n : p->chain) {
-          Node copy = g.nodes()[static_cast<size_t>(n)];
-          copy.name += "/for:" + reader.name;
-          for (int& in : copy.inputs) {
-            if (auto c = renamed.find(in); c != renamed.end()) in = c->second;
-          }
-          for (int& o : copy.outputs) {
-            Value v = g.value(o);
-            v.name += "/for:" + reader.name;
-            const int id = g.add_value(std::move(v));
-            renamed[o] = id;
-            o = id;
-          }
-          nodes.push_back(std::move(copy));
-          ++copied;
+      // The reader's chains, one copy of each node even where two of its values share one.
+      std::set<int> chain;
+      for (const Pair* p : it->second) chain.insert(p->chain.begin(), p->chain.end());
+      std::map<int, int> renamed;  // chain value -> its copy for this reader
+      for (int n : chain) {
+        Node copy = g.nodes()[static_cast<size_t>(n)];
+        copy.name += "/for:" + reader.name;
+        for (int& in : copy.inputs) {
+          if (auto c = renamed.find(in); c != renamed.end()) in = c->second;
         }
+        for (int& o : copy.outputs) {
+          Value v = g.value(o);
+          v.name += "/for:" + reader.name;
+          const int id = g.add_value(std::move(v));
+          renamed[o] = id;
+          o = id;
+        }
+        nodes.push_back(std::move(copy));
+        ++copied;
+      }
+      for (const Pair* p : it->second) {
         for (int& in : reader.inputs) in = in == p->value ? renamed.at(p->value) : in;
       }
     }

@@ -10,13 +10,14 @@
 // 4,096-token export with dynamic axes, from Range vectors. Read by several layers, it is one
 // fusion group that writes the mask and every attention reads it back (67 MB each), and the
 // attention cannot tell it is causal (its members hold no mask: planner/attention.h). Each
-// reader (a node not computed from constants) of such a value gets its own copy of the nodes
+// reader (a node not computed from constants, under no guard) of such a value gets its own copy
+// (one for all the values it reads) of the nodes
 // computing it, where the chain's constants hold at most an eighth of the value's bytes and the
 // chain is at most kMaxChain nodes: fusion's prologue rule then computes it inside the reader's
 // group (planner/toeplitz.h finds it causal there), and no kernel writes it. Guarantees: the
 // graph computes the same function exactly; nodes stay in topological order (a copy just before
-// its reader); a chain no two readers share stays as it is; the originals left unread are
-// removed. Returns the number of nodes copied.
+// its reader); a chain no two (value, reader) pairs share stays as it is; the originals left
+// unread are removed. Returns the number of nodes copied.
 #pragma once
 
 #include <cstddef>

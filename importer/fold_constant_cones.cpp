@@ -53,7 +53,8 @@ size_t fold_one(Graph& g) {
           if (in != kNoValue && g.value(in).is_constant() && leaves.insert(in).second && inside(in)) freed += value_bytes(g.value(in));
         }
       }
-      if (!dies || freed < value_bytes(g.value(v))) continue;
+      // (A graph output of data-dependent extent keeps its producer: its extent names it.)
+      if (!dies || freed < value_bytes(g.value(v)) || g.extents().count(v)) continue;
       // Evaluated in node order, each value dropped after its last reader in the cone.
       std::map<int, int> left;
       for (int m : cone) {

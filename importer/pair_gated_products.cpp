@@ -123,9 +123,11 @@ int pair_gated_products(Graph& g) {
     if (taken.count(static_cast<int>(i))) {
       const auto it = at.find(static_cast<int>(i));
       if (it == at.end()) continue;
-      // Copies: adding values below may move the graph's storage.
-      const Node gate = g.nodes()[static_cast<size_t>(it->second->gate)];
+      // Copies: adding values below may move the graph's storage. The shared input may itself
+      // be a half of an earlier pair (a unit whose input is another's up projection).
+      Node gate = g.nodes()[static_cast<size_t>(it->second->gate)];
       const Node up = g.nodes()[static_cast<size_t>(it->second->up)];
+      if (auto r = renamed.find(gate.inputs[0]); r != renamed.end()) gate.inputs[0] = r->second;
       const Value out = g.value(gate.outputs[0]);
       const int64_t n = g.value(gate.inputs[1]).shape[1];
       const auto value = [&](const std::string& name, Shape s) {
@@ -155,7 +157,7 @@ int pair_gated_products(Graph& g) {
       Attributes reshape;
       reshape.set("shape", std::vector<int64_t>(pairs_shape.begin(), pairs_shape.end()));
       node("Reshape", name + "/pairs", {product}, split, reshape);
-      for (const Node* half : {&gate, &up}) {
+      for (const Node* half : {static_cast<const Node*>(&gate), &up}) {
         const int64_t column = half == &gate ? 0 : 1;
         std::vector<int64_t> starts(pairs_shape.size(), 0), ends(pairs_shape.begin(), pairs_shape.end()), steps(pairs_shape.size(), 1);
         starts.back() = column;

@@ -297,6 +297,7 @@ std::optional<CausalMask> causal_mask_of(const Graph& g, const FusionGroup& grou
   // A mask computed from index vectors (too large to fold: planner/toeplitz.h) is judged on its
   // diagonals, without computing it; a constant one element by element.
   const auto toeplitz = [&](int operand) -> std::optional<Toeplitz> {
+    if (g.value(operand).shape.size() < 2) return std::nullopt;  // the stage indexes its rows and keys
     std::optional<Toeplitz> t = toeplitz_of(g, members, operand);
     if (t && t->rows == queries && t->cols == keys) return t;
     return std::nullopt;

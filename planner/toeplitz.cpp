@@ -1,8 +1,10 @@
 #include "planner/toeplitz.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/ops.h"
@@ -46,6 +48,26 @@ Form affine(DType t, int64_t rows, int64_t cols, int64_t a, int64_t b, int64_t c
   return f;
 }
 
+bool fits(const Form& f);
+
+// The form where its values fit its dtype, else none.
+std::optional<Form> checked(Form f) {
+  if (!fits(f)) return std::nullopt;
+  return f;
+}
+
+// Whether every value a i + b j + c over the form's extents fits its dtype (no wrap, no int64
+// overflow): the integer rules below hold for exact arithmetic alone.
+bool fits(const Form& f) {
+  int64_t lo = f.c, hi = f.c;
+  for (const auto& [coefficient, extent] : {std::pair{f.a, f.rows}, std::pair{f.b, f.cols}}) {
+    int64_t t = 0;
+    if (__builtin_mul_overflow(coefficient, extent - 1, &t)) return false;
+    if (t < 0 ? __builtin_add_overflow(lo, t, &lo) : __builtin_add_overflow(hi, t, &hi)) return false;
+  }
+  return f.dtype == DType::kI64 || (lo >= std::numeric_limits<int32_t>::min() && hi <= std::numeric_limits<int32_t>::max());
+}
+
 // An affine form as a diagonal: where a == -b, or a row or a column (trivially Toeplitz).
 std::optional<Tensor> diagonal_of(const Form& f) {
   if (f.kind == Form::Kind::kDiagonal) return f.values;
@@ -62,7 +84,7 @@ std::optional<Tensor> diagonal_of(const Form& f) {
 // An integer constant varying along one of its last two axes alone, as an arithmetic progression.
 std::optional<Form> leaf(const Tensor& t) {
   if (t.numel() == 1) return uniform(t);
-  if (!affine_type(t.dtype())) return std::nullopt;
+  if (t.numel() < 2 || !affine_type(t.dtype())) return std::nullopt;
   const Shape& s = t.shape();
   const auto [rows, cols] = last_two(s);
   for (size_t d = 0; d + 2 < s.size(); ++d) {
@@ -70,11 +92,13 @@ std::optional<Form> leaf(const Tensor& t) {
   }
   if (rows != 1 && cols != 1) return std::nullopt;
   const std::vector<int64_t> v = t.to_ints();
-  const int64_t step = v[1] - v[0];
+  int64_t step = 0;
+  if (__builtin_sub_overflow(v[1], v[0], &step)) return std::nullopt;
   for (size_t k = 1; k < v.size(); ++k) {
-    if (v[k] - v[k - 1] != step) return std::nullopt;
+    int64_t d = 0;
+    if (__builtin_sub_overflow(v[k], v[k - 1], &d) || d != step) return std::nullopt;
   }
-  return affine(t.dtype(), rows, cols, rows == 1 ? 0 : step, rows == 1 ? step : 0, v[0]);
+  return checked(affine(t.dtype(), rows, cols, rows == 1 ? 0 : step, rows == 1 ? step : 0, v[0]));
 }
 
 bool comparison(const std::string& op) {
@@ -99,6 +123,7 @@ class Finder {
  private:
   std::optional<Form> compute(int v) {
     const Value& value = g_.value(v);
+    if (numel(value.shape) == 0) return std::nullopt;
     if (value.is_constant()) return leaf(*value.data);
     const auto p = producer_.find(v);
     if (p == producer_.end()) return std::nullopt;
@@ -125,7 +150,7 @@ class Finder {
   static std::optional<Form> moved(Form f, int64_t rows, int64_t cols) {
     if (f.kind == Form::Kind::kUniform || (f.rows == rows && f.cols == cols)) return f;
     if (f.kind == Form::Kind::kAffine && (f.rows == rows || f.rows == 1) && (f.cols == cols || f.cols == 1)) {
-      return affine(f.dtype, rows, cols, f.a, f.b, f.c);
+      return checked(affine(f.dtype, rows, cols, f.a, f.b, f.c));
     }
     return std::nullopt;
   }
@@ -136,7 +161,14 @@ class Finder {
     const size_t r = starts.size();
     if (r < 2 || steps[r - 1] != 1 || steps[r - 2] != 1) return std::nullopt;
     const int64_t si = starts[r - 2], sj = starts[r - 1];
-    if (f.kind == Form::Kind::kAffine) return affine(f.dtype, rows, cols, f.a, f.b, f.c + f.a * si + f.b * sj);
+    if (f.kind == Form::Kind::kAffine) {
+      int64_t ti = 0, tj = 0, c = 0;
+      if (__builtin_mul_overflow(f.a, si, &ti) || __builtin_mul_overflow(f.b, sj, &tj) || __builtin_add_overflow(f.c, ti, &c) ||
+          __builtin_add_overflow(c, tj, &c)) {
+        return std::nullopt;
+      }
+      return checked(affine(f.dtype, rows, cols, f.a, f.b, c));
+    }
     // Diagonal j' - i' of the slice is diagonal j' - i' + sj - si of the input.
     const int64_t first = -(rows - 1) + sj - si + (f.rows - 1);
     Node take;
@@ -164,7 +196,8 @@ class Finder {
   }
 
   // Integer values affine in the indices stay so through Add, Sub, Neg, Mul by a scalar and
-  // integer Casts; a comparison of two such values is a comparison of their difference with zero.
+  // integer Casts, in exact arithmetic (a form whose values would wrap is none); a comparison of
+  // two such values is a comparison of their difference, in int64, with zero.
   static std::optional<Form> integer_arithmetic(const Node& n, const std::vector<Form>& in, DType t, int64_t rows,
                                                 int64_t cols) {
     const auto as_affine = [&](const Form& f) -> std::optional<Form> {
@@ -178,18 +211,29 @@ class Finder {
     if (n.op == "Neg" || (n.op == "Cast" && affine_type(t))) {
       const std::optional<Form> x = as_affine(in[0]);
       if (!x) return std::nullopt;
-      return n.op == "Neg" ? affine(t, rows, cols, -x->a, -x->b, -x->c) : affine(t, rows, cols, x->a, x->b, x->c);
+      if (n.op == "Cast") return checked(affine(t, rows, cols, x->a, x->b, x->c));
+      int64_t a = 0, b = 0, c = 0;
+      if (__builtin_sub_overflow(int64_t{0}, x->a, &a) || __builtin_sub_overflow(int64_t{0}, x->b, &b) ||
+          __builtin_sub_overflow(int64_t{0}, x->c, &c)) {
+        return std::nullopt;
+      }
+      return checked(affine(t, rows, cols, a, b, c));
     }
     if (in.size() != 2) return std::nullopt;
     const std::optional<Form> x = as_affine(in[0]), y = as_affine(in[1]);
     if (!x || !y) return std::nullopt;
-    if (n.op == "Add") return affine(t, rows, cols, x->a + y->a, x->b + y->b, x->c + y->c);
-    if (n.op == "Sub" || comparison(n.op)) {
-      const Form d = affine(x->dtype, rows, cols, x->a - y->a, x->b - y->b, x->c - y->c);
-      if (n.op == "Sub") return d;
-      std::optional<Tensor> diag = diagonal_of(d);
+    int64_t a = 0, b = 0, c = 0;
+    if (n.op == "Add" || n.op == "Sub" || comparison(n.op)) {
+      const bool add = n.op == "Add";
+      if (add ? (__builtin_add_overflow(x->a, y->a, &a) || __builtin_add_overflow(x->b, y->b, &b) || __builtin_add_overflow(x->c, y->c, &c))
+              : (__builtin_sub_overflow(x->a, y->a, &a) || __builtin_sub_overflow(x->b, y->b, &b) || __builtin_sub_overflow(x->c, y->c, &c))) {
+        return std::nullopt;
+      }
+      if (!comparison(n.op)) return checked(affine(t, rows, cols, a, b, c));
+      const std::optional<Form> d = checked(affine(DType::kI64, rows, cols, a, b, c));
+      std::optional<Tensor> diag = d ? diagonal_of(*d) : std::nullopt;
       if (!diag) return std::nullopt;
-      const Tensor zero = Tensor::scalar_int(d.dtype, 0);
+      const Tensor zero = Tensor::scalar_int(DType::kI64, 0);
       const Tensor* args[] = {&*diag, &zero};
       Form out;
       out.kind = Form::Kind::kDiagonal;
@@ -199,10 +243,14 @@ class Finder {
       out.values = std::move(reference::run_node(n, args)[0]);
       return out;
     }
-    if (n.op == "Mul" && (x->kind == Form::Kind::kAffine) != (y->kind == Form::Kind::kAffine)) {
-      const Form& k = x->kind == Form::Kind::kAffine ? *y : *x;
-      const Form& f = x->kind == Form::Kind::kAffine ? *x : *y;
-      return affine(t, rows, cols, f.a * k.c, f.b * k.c, f.c * k.c);
+    // Mul of an affine value by a scalar (as the operands came, before as_affine).
+    if (n.op == "Mul" && (in[0].kind == Form::Kind::kAffine) != (in[1].kind == Form::Kind::kAffine)) {
+      const Form& k = in[0].kind == Form::Kind::kAffine ? *y : *x;
+      const Form& f = in[0].kind == Form::Kind::kAffine ? *x : *y;
+      if (__builtin_mul_overflow(f.a, k.c, &a) || __builtin_mul_overflow(f.b, k.c, &b) || __builtin_mul_overflow(f.c, k.c, &c)) {
+        return std::nullopt;
+      }
+      return checked(affine(t, rows, cols, a, b, c));
     }
     return std::nullopt;
   }

@@ -7,7 +7,9 @@
 // to constants. Leaves: a constant of one element, or an integer constant varying along one of
 // its last two axes alone (every other extent 1) as an arithmetic progression (an iota). Integer
 // values stay affine in the indices (a i + b j + c) through Add, Sub, Neg, Mul by a scalar and
-// integer Casts; a comparison of two affine values compares their difference with zero; any other
+// integer Casts, in exact arithmetic (a form whose values would wrap in its type, or overflow
+// int64, is none); a comparison of two affine values compares their difference, in int64, with
+// zero; any other
 // element-wise op applies to the diagonals (the reference kernels run it on vectors of rows +
 // cols - 1 elements); Reshape and Expand keep the last two extents (or broadcast an affine value
 // along an axis of extent 1), Slice takes unit steps on the last two axes, Transpose keeps them in

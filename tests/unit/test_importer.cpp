@@ -1343,6 +1343,28 @@ TEST(Import, AGatedUnitsTwoProjectionsBecomeOneProductOfInterleavedWeights) {
       }
     }
   }
+  // A unit whose input is another's up projection: both pair, the second reading the first's half.
+  OnnxBuilder b(17);
+  b.input("x", kFloat, {1, 5, 12}).output("y1", kFloat, {1, 5, 12}).output("y2", kFloat, {1, 5, 6});
+  for (const char* w : {"wg1", "wu1"}) b.initializer(w, draw(DType::kF32, {12, 12}));
+  for (const char* w : {"wg2", "wu2"}) b.initializer(w, draw(DType::kF32, {12, 6}));
+  b.node("MatMul", {"x", "wg1"}, {"g1"});
+  b.node("MatMul", {"x", "wu1"}, {"u1"});
+  b.node("Sigmoid", {"g1"}, {"s1"});
+  b.node("Mul", {"s1", "u1"}, {"y1"});
+  b.node("MatMul", {"u1", "wg2"}, {"g2"});
+  b.node("MatMul", {"u1", "wu2"}, {"u2"});
+  b.node("Relu", {"g2"}, {"r2"});
+  b.node("Mul", {"r2", "u2"}, {"y2"});
+  importer::ImportOptions raw;
+  raw.fold_affines = false;
+  const Graph apart = importer::import_onnx_bytes(b.bytes(), ".", raw).graph;
+  const Graph paired = importer::import_onnx_bytes(b.bytes(), ".").graph;
+  size_t products = 0;
+  for (const Node& n : paired.nodes()) products += n.op == "MatMul" ? 1 : 0;
+  EXPECT_EQ(products, 2u);
+  const std::vector<Tensor> in = {draw(DType::kF32, {1, 5, 12})};
+  EXPECT_EQ(reference::run_graph(paired, in), reference::run_graph(apart, in)) << "chained units";
 }
 
 TEST(Import, Float16ModelsComputeThroughFloat) {

@@ -119,5 +119,28 @@ TEST(Toeplitz, WhatDependsOnMoreThanTheDifferenceIsNone) {
   EXPECT_TRUE(planner::toeplitz_of(g, all_nodes(g), matrix).has_value());
 }
 
+// Integer rules in exact arithmetic: indices scaled by a scalar before their difference stay
+// affine; int32 values near the type's ends (a comparison with its lowest value, an Add that
+// wraps) come out as the reference computes them, wraps included.
+TEST(Toeplitz, ScaledAndExtremeIntegerIndicesAreExact) {
+  Graph g;
+  const int64_t q = 5, k = 7;
+  const auto two = [&](DType t) { return g.add_constant("two", Tensor::scalar_int(t, 2)); };
+  const int scaled = add_op(g, "Sub", {add_op(g, "Mul", {iota(g, k, false, 0, 1), two(DType::kI64)}),
+                                       add_op(g, "Mul", {two(DType::kI64), iota(g, q, true, 3, 1)})});
+  expect_diagonals(g, scaled, "2 j - 2 (i + 3)");
+  const auto int32_iota = [&](int64_t n, bool rows) {
+    std::vector<int64_t> v(static_cast<size_t>(n));
+    for (int64_t e = 0; e < n; ++e) v[static_cast<size_t>(e)] = e;
+    return g.add_constant("iota32", Tensor::from_ints(DType::kI32, rows ? Shape{n, 1} : Shape{1, n}, v));
+  };
+  const int j32 = int32_iota(k, false), i32 = int32_iota(q, true);
+  const int lowest = g.add_constant("lowest", Tensor::scalar_int(DType::kI32, std::numeric_limits<int32_t>::min()));
+  const int highest = g.add_constant("highest", Tensor::scalar_int(DType::kI32, std::numeric_limits<int32_t>::max()));
+  expect_diagonals(g, add_op(g, "Greater", {add_op(g, "Sub", {j32, i32}), lowest}), "j - i > int32's lowest");
+  expect_diagonals(g, add_op(g, "Cast", {add_op(g, "Add", {add_op(g, "Sub", {j32, i32}), highest})}, attrs({{"to", int64_t{7}}})),
+                   "j - i + int32's highest, wrapped, as int64");
+}
+
 }  // namespace
 }  // namespace fusetune
