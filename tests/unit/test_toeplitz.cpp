@@ -4,12 +4,15 @@
 // steps and slices.
 #include <gtest/gtest.h>
 
+#include <limits>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "planner/attention.h"
+#include "planner/fusion.h"
 #include "planner/toeplitz.h"
 #include "tests/unit/graph_helpers.h"
 #include "tests/unit/test_seed.h"
@@ -117,6 +120,68 @@ TEST(Toeplitz, WhatDependsOnMoreThanTheDifferenceIsNone) {
   // A row alone, and the difference, are.
   EXPECT_TRUE(planner::toeplitz_of(g, all_nodes(g), row).has_value());
   EXPECT_TRUE(planner::toeplitz_of(g, all_nodes(g), matrix).has_value());
+}
+
+// causal_mask_of judges a bias computed from index vectors on its diagonals (O(queries + keys))
+// as it judges the same bias as a constant, element by element: drawn piecewise functions of
+// j - i (thresholds around the causal diagonal, pieces of 0, -10,000, -infinity, float16's
+// lowest, a finite value or a slope), on drawn extents; both must agree on causal or not and on
+// computing it from the indices.
+TEST(Toeplitz, ACausalBiasOnItsDiagonalsIsJudgedAsTheSameConstant) {
+  std::mt19937 rng(testing::test_seed());
+  const auto draw = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  int causal = 0;
+  for (int round = 0; round < 300; ++round) {
+    const int64_t q = draw(1, 9), k = q + draw(0, 4), last = k - q;
+    const auto build = [&](Graph& g, const std::optional<Tensor>& constant) {
+      std::set<int> members;
+      const int first = static_cast<int>(g.nodes().size());
+      const int qv = testing::add_input(g, "q", DType::kF32, {1, 1, q, 8}), kv = testing::add_input(g, "k", DType::kF32, {1, 1, k, 8});
+      const int vv = testing::add_input(g, "v", DType::kF32, {1, 1, k, 8});
+      int bias = kNoValue;
+      if (constant) {
+        bias = g.add_constant("bias", *constant);
+      } else {
+        const int d = add_op(g, "Sub", {iota(g, k, false, 0, 1), iota(g, q, true, 0, 1)});
+        const auto piece = [&](int which) {
+          const float values[] = {0.0f, -10000.0f, -std::numeric_limits<float>::infinity(), -65504.0f, 3.0f};
+          if (which < 5) return g.add_constant("c", Tensor::scalar_float(DType::kF32, values[which]));
+          const int dist = add_op(g, "Cast", {d}, attrs({{"to", int64_t{dtype_to_onnx(DType::kF32)}}}));
+          return add_op(g, "Mul", {dist, g.add_constant("s", Tensor::scalar_float(DType::kF32, which == 5 ? 0.5f : -2.0f))});
+        };
+        const auto at_most = [&](int64_t t) { return add_op(g, "LessOrEqual", {d, g.add_constant("t", Tensor::scalar_int(DType::kI64, t))}); };
+        const int inner = add_op(g, "Where", {at_most(last + draw(-1, 1)), piece(static_cast<int>(draw(0, 6))), piece(static_cast<int>(draw(0, 6)))});
+        bias = add_op(g, "Where", {at_most(last + draw(-3, -1)), piece(static_cast<int>(draw(0, 6))), inner});
+        bias = add_op(g, "Reshape", {bias}, attrs({{"shape", std::vector<int64_t>{1, 1, q, k}}}));
+      }
+      const int kt = add_op(g, "Transpose", {kv}, attrs({{"perm", std::vector<int64_t>{0, 1, 3, 2}}}));
+      const int x = add_op(g, "Add", {add_op(g, "MatMul", {qv, kt}), bias});
+      const int out = add_op(g, "MatMul", {add_op(g, "Softmax", {x}, attrs({{"axis", int64_t{-1}}})), vv});
+      g.outputs().push_back(out);
+      planner::FusionGroup fg;
+      for (int n = first; n < static_cast<int>(g.nodes().size()); ++n) fg.nodes.push_back(n);
+      planner::describe_group(g, fg);
+      return std::pair{fg, bias};
+    };
+    Graph computed;
+    const auto [cg, cbias] = build(computed, std::nullopt);
+    std::set<int> members(cg.nodes.begin(), cg.nodes.end());
+    const std::optional<Tensor> value = planner::member_constant(computed, members, cbias);
+    ASSERT_TRUE(value.has_value());
+    Graph constant;
+    const auto [kg, kbias] = build(constant, *value);
+    const auto core_c = planner::match_attention(computed, cg), core_k = planner::match_attention(constant, kg);
+    ASSERT_TRUE(core_c && core_k);
+    const auto a = planner::causal_mask_of(computed, cg, *core_c), b = planner::causal_mask_of(constant, kg, *core_k);
+    const std::string what = "round " + std::to_string(round) + ": " + std::to_string(q) + " x " + std::to_string(k);
+    ASSERT_TRUE(planner::toeplitz_of(computed, members, cbias).has_value()) << what;
+    EXPECT_EQ(a.has_value(), b.has_value()) << what;
+    if (a && b) {
+      EXPECT_EQ(a->from_indices, b->from_indices) << what;
+    }
+    causal += a.has_value() ? 1 : 0;
+  }
+  EXPECT_GT(causal, 10);  // the draws reach causal biases, not refusals alone
 }
 
 // Integer rules in exact arithmetic: indices scaled by a scalar before their difference stay
