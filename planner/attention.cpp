@@ -247,21 +247,19 @@ bool causal_bias_diagonals(const Toeplitz& t, bool& zero_where_seen) {
   const std::vector<float> v = t.diagonal.to_floats();
   const int64_t q = t.rows, k = t.cols, last_seen = k - q;
   const auto at = [&](int64_t d) { return v[static_cast<size_t>(d + q - 1)]; };
+  const float lowest = -std::numeric_limits<float>::infinity();
+  float seen = lowest;  // row i's greatest seen bias: over [0, keys - queries] first, then down to -i
   zero_where_seen = true;
   for (int64_t d = -(q - 1); d <= k - 1; ++d) {
     const float x = at(d);
     if (std::isnan(x) || (d > last_seen && !(x <= kMaskedScore))) return false;
     zero_where_seen = zero_where_seen && (d > last_seen || x == 0.0f);
+    if (d >= 0 && d <= last_seen) seen = std::max(seen, x);
   }
-  const float lowest = -std::numeric_limits<float>::infinity();
   std::vector<float> unseen(static_cast<size_t>(q), lowest);  // row i's greatest unseen bias
   for (int64_t i = q - 2; i >= 0; --i) unseen[static_cast<size_t>(i)] = std::max(unseen[static_cast<size_t>(i + 1)], at(k - 1 - i));
-  float seen = lowest;
   for (int64_t i = 0; i < q; ++i) {
     seen = std::max(seen, at(-i));
-    if (i == 0) {
-      for (int64_t d = 0; d <= last_seen; ++d) seen = std::max(seen, at(d));
-    }
     if (!(seen > kMaskedScore && seen - unseen[static_cast<size_t>(i)] >= kMaskGap)) return false;
   }
   return true;

@@ -48,24 +48,19 @@ Form affine(DType t, int64_t rows, int64_t cols, int64_t a, int64_t b, int64_t c
   return f;
 }
 
-bool fits(const Form& f);
-
-// The form where its values fit its dtype, else none.
+// The affine form where every value a i + b j + c over its extents fits its dtype (no wrap, no
+// int64 overflow: the integer rules below hold for exact arithmetic alone), else none.
 std::optional<Form> checked(Form f) {
-  if (!fits(f)) return std::nullopt;
-  return f;
-}
-
-// Whether every value a i + b j + c over the form's extents fits its dtype (no wrap, no int64
-// overflow): the integer rules below hold for exact arithmetic alone.
-bool fits(const Form& f) {
   int64_t lo = f.c, hi = f.c;
   for (const auto& [coefficient, extent] : {std::pair{f.a, f.rows}, std::pair{f.b, f.cols}}) {
     int64_t t = 0;
-    if (__builtin_mul_overflow(coefficient, extent - 1, &t)) return false;
-    if (t < 0 ? __builtin_add_overflow(lo, t, &lo) : __builtin_add_overflow(hi, t, &hi)) return false;
+    if (__builtin_mul_overflow(coefficient, extent - 1, &t)) return std::nullopt;
+    if (t < 0 ? __builtin_add_overflow(lo, t, &lo) : __builtin_add_overflow(hi, t, &hi)) return std::nullopt;
   }
-  return f.dtype == DType::kI64 || (lo >= std::numeric_limits<int32_t>::min() && hi <= std::numeric_limits<int32_t>::max());
+  if (f.dtype == DType::kI32 && (lo < std::numeric_limits<int32_t>::min() || hi > std::numeric_limits<int32_t>::max())) {
+    return std::nullopt;
+  }
+  return f;
 }
 
 // An affine form as a diagonal: where a == -b, or a row or a column (trivially Toeplitz).
@@ -231,17 +226,8 @@ class Finder {
       }
       if (!comparison(n.op)) return checked(affine(t, rows, cols, a, b, c));
       const std::optional<Form> d = checked(affine(DType::kI64, rows, cols, a, b, c));
-      std::optional<Tensor> diag = d ? diagonal_of(*d) : std::nullopt;
-      if (!diag) return std::nullopt;
-      const Tensor zero = Tensor::scalar_int(DType::kI64, 0);
-      const Tensor* args[] = {&*diag, &zero};
-      Form out;
-      out.kind = Form::Kind::kDiagonal;
-      out.dtype = t;
-      out.rows = rows;
-      out.cols = cols;
-      out.values = std::move(reference::run_node(n, args)[0]);
-      return out;
+      if (!d) return std::nullopt;
+      return elementwise(n, {*d, uniform(Tensor::scalar_int(DType::kI64, 0))}, t, rows, cols);
     }
     // Mul of an affine value by a scalar (as the operands came, before as_affine).
     if (n.op == "Mul" && (in[0].kind == Form::Kind::kAffine) != (in[1].kind == Form::Kind::kAffine)) {
