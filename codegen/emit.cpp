@@ -88,6 +88,15 @@ FT_FN unsigned short ft_f2bf(float f) {
   return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 #endif
+// Two floats as one register of 16-bit mma operands, the first in the low half (a probability
+// fragment of flash attention, stages/attention.h): one cvt for the pair.
+#if __CUDA_ARCH__ >= 800
+FT_FN unsigned ft_pack_h2(float lo, float hi) { unsigned r; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r; }
+FT_FN unsigned ft_pack_bf2(float lo, float hi) { unsigned r; asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r; }
+#else  // no packed cvt before sm_80 (nor mma.m16n8k16 to read it)
+FT_FN unsigned ft_pack_h2(float lo, float hi) { return (unsigned)ft_f2h(lo) | ((unsigned)ft_f2h(hi) << 16); }
+FT_FN unsigned ft_pack_bf2(float lo, float hi) { return (unsigned)ft_f2bf(lo) | ((unsigned)ft_f2bf(hi) << 16); }
+#endif
 // 8-bit integer operands (codegen/stages/dp4a_matmul.h): four bytes in one 32-bit load (read
 // only), whether element i's address is 4-byte aligned, and dp4a: the sum of the four byte
 // products of a and b (each signed, s, or unsigned, u) plus c, modulo 2^32.

@@ -960,9 +960,10 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
         return ceil_div(sum, row_tiles);
       };
       if (cfg.mma) {
-        // On tensor cores (a warp per 16 rows): 16-bit Q, K, V and probabilities with rows padded
-        // to an odd number of 16-byte units, float scores; the products padded to m16n8k16; per
-        // score the chain's store, the softmax's two reads, its exponential and 16-bit store.
+        // On tensor cores (a warp per 16 rows): 16-bit Q, K and V with rows padded to an odd
+        // number of 16-byte units, the scores and probabilities in the product's registers; the
+        // products padded to m16n8k16; per score its exponential, and about three instructions
+        // (the row's maximum, its sum, half a packing cvt and the quad's exchanges).
         if (rows > warps * 16) {
           c.reject = "flash attention on tensor cores needs a warp per 16 rows: " + std::to_string(rows) + " rows on " +
                      std::to_string(warps) + " warps";
@@ -979,15 +980,15 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
         copies_ahead = copies_ahead || ring;
         const int64_t slots = ring ? 2 : 1;
         const int64_t k_slot = keys_contiguous(g, group, *core) ? dk16 * ldmatrix_pitch(b16) : b16 * ldmatrix_pitch(dk16);
-        smem += (rp * ldmatrix_pitch(dk16) + slots * (k_slot + b16 * ldmatrix_pitch(dv16)) + rp * ldmatrix_pitch(b16)) * 2 +
-                (rp * b16 + 2 * rp) * 4;
+        smem += (rp * ldmatrix_pitch(dk16) + slots * (k_slot + b16 * ldmatrix_pitch(dv16))) * 2 + rp * 4;
         tensor_flops += kt * (2 * rp * b16 * dk16 + 2 * rp * dv16 * b16);
         padded_elems += rp * dv16;
-        tile_loads += rp * dk16 + kt * b16 * (dk16 + dv16) + 5 * kt * rp * b16;
+        tile_loads += rp * dk16 + kt * b16 * (dk16 + dv16);
+        tile_flops += 3 * kt * rp * b16;
         const double rounds =
             ring ? 1.0 : static_cast<double>(ceil_div(b16 * dk16, cfg.threads) + ceil_div(b16 * dv16, cfg.threads));
         in_flight = std::min(in_flight, static_cast<double>(b16 * (dk + dv) * esize) / rounds);
-        flash_registers = static_cast<int>(40 + dk16 / 4 + b16 / 2 + dv16 / 2 + 12 + 2 * ceil_div(rows, warps));
+        flash_registers = static_cast<int>(40 + dk16 / 4 + b16 / 2 + dv16 / 2 + 4 + 12);  // Q, S, O, P; the rows' statistics
         split_keys(ceil_div(keys, b16), dv16 / 8 * 4, rows, warps);  // the output fragments
         if (n.outputs[0] != root) smem += out_elems * 4;
         continue;  // the SIMT form's charges below are not this form's

@@ -405,6 +405,10 @@ FT_FN unsigned short ft_f2bf(ft_flt value) {
   if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
   return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
+// cvt.rn.f16x2.f32 and cvt.rn.bf16x2.f32: each float rounded as one cvt rounds it, the first in the
+// low half.
+FT_FN unsigned ft_pack_h2(ft_flt lo, ft_flt hi) { return (unsigned)ft_f2h(lo) | ((unsigned)ft_f2h(hi) << 16); }
+FT_FN unsigned ft_pack_bf2(ft_flt lo, ft_flt hi) { return (unsigned)ft_f2bf(lo) | ((unsigned)ft_f2bf(hi) << 16); }
 
 // mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}: D = A * B + C with C in D's registers.
 struct ft_mma_operands {

@@ -69,11 +69,14 @@ class AttentionStage : public AnchorStage {
       acc_ = "fo" + v;
       k.thread_locals.push_back({acc_, um_ * un_});
     }
+    // The row statistics a thread keeps: a warp per row holds each of its batches' (SIMT); a lane
+    // of the tensor-core form its fragments' two rows'.
+    stats_ = tensor_ ? 2 : batches_;
     run_max_ = "fm" + v;
     run_sum_ = "fs" + v;
-    k.thread_locals.push_back({run_max_, batches_});
-    k.thread_locals.push_back({run_sum_, batches_});
-    for (const char* w : {"fx", "fy", "fz"}) k.thread_locals.push_back({w + v, 1});
+    k.thread_locals.push_back({run_max_, stats_});
+    k.thread_locals.push_back({run_sum_, stats_});
+    for (const char* w : {"fx", "fy", "fz", "fr"}) k.thread_locals.push_back({w + v, tensor_ ? 2 : 1});
   }
 
   void emit(Kernel& k) override;
@@ -142,13 +145,24 @@ class AttentionStage : public AnchorStage {
   void stage_key_tile(Block& into, const std::string& tile, const std::string& slot, const std::string& lom,
                       const std::string& lon, const std::string& nn);
   // The score `local` of row `row` and key `key` of the tile (index expressions) through the chain
-  // to the softmax's input, stored at `at` of the scores' buffer (-inf beyond the keys).
-  void chain_cell(const std::string& local, const std::string& row, const std::string& key, const std::string& at);
+  // to the softmax's input, as the float local fa_x (-inf beyond the keys, and where `inside`, if
+  // given, fails), then `sink` (which reads fa_x).
+  void chain_cell(const std::string& local, const std::string& row, const std::string& key, const Stmt& sink,
+                  const std::string& inside = "");
   Block simt_scores(const std::string& nm);
   Block simt_update(const std::string& nm);
   Block online_softmax(const std::string& nm);
+  // The tensor-core form's online softmax on the tile's score fragments, in registers (see emit_tensor).
+  Block fragment_softmax(const std::string& nm);
+  // Each lane's running sums of its two rows, partial over its keys, summed over its quad.
+  Block quad_sums();
   void emit_simt(Kernel& k, const std::string& nm, const std::string& nn);
   void emit_tensor(Kernel& k, const std::string& nm, const std::string& nn);
+  // Row statistic `b` (an index expression below stats_): its row, under stat_lets(), and whether
+  // this thread publishes it (the warp's lane 0 of a row; the tensor-core form's quad's lane 0).
+  Block stat_lets() const;
+  std::string stat_row(const std::string& b) const;
+  std::string stat_writer() const;
   // The rows' sums to shared memory, then out[row][col] = acc / sum for every cell cell(...)
   // names: (accumulator, row, column) index expressions.
   // under `guard`, after `lets`.
@@ -166,21 +180,21 @@ class AttentionStage : public AnchorStage {
   int64_t rows_ = 0, dv_ = 0, dk_ = 0, keys_ = 0, bc_ = 0;  // R, DV, the head (K) width, the keys, the key tile
   int64_t tm_ = 0, tn_ = 0, um_ = 0, un_ = 0;  // micro-tiles of the scores and of the output (SIMT)
   int64_t warps_ = 0, batches_ = 0;            // a warp per row: batches of rows
+  int64_t stats_ = 0;                          // the row statistics a thread keeps
   std::string first_tile_ = "0", end_tile_;    // the block's key tiles [first, end): all, or its split's
   // Causal (planner::causal_mask_of): the tiles past the block's last row's last visible key are
   // not run, and a mask the indices give is computed, not read; queries_: the scores' rows.
   std::optional<planner::CausalMask> mask_;
   int64_t queries_ = 0;
-  std::string sq_, sk_, sv_, sp_, sa_, sl_;    // Q, K, V, the scores/probabilities, the rescaling factors, the sums
+  std::string sq_, sk_, sv_, sp_, sa_, sl_;    // Q, K, V, the scores/probabilities and the rescaling factors (SIMT), the sums
   std::string acc_, run_max_, run_sum_;        // thread-locals: the output, each batch's row statistics
-  // The tensor-core form: 16-bit type, padded extents and pitches, the 16-bit probabilities,
-  // fragments.
+  // The tensor-core form: 16-bit type, padded extents and pitches, fragments.
   DType half_ = DType::kUndefined;
   bool ring_ = false;  // the key tiles in two slots, the next one's copies in flight (planner::streams_key_tiles)
   bool kt_ = false;    // K's buffer holds Kᵀ's rows, the keys contiguous (planner::keys_contiguous)
-  int64_t dk16_ = 0, dv16_ = 0, pq_ = 0, pk_ = 0, pv_ = 0, pp_ = 0;
+  int64_t dk16_ = 0, dv16_ = 0, pq_ = 0, pk_ = 0, pv_ = 0;
   int64_t k_slot_ = 0;  // elements of a key tile's slot in K's buffer
-  std::string sp16_, frag_q_, frag_k_, frag_s_, frag_p_, frag_v_;
+  std::string frag_q_, frag_k_, frag_s_, frag_p_, frag_v_;
 };
 
 void AttentionStage::plan_tensor(Kernel& k, const std::string& v) {
@@ -197,16 +211,12 @@ void AttentionStage::plan_tensor(Kernel& k, const std::string& v) {
   pk_ = planner::ldmatrix_pitch(kt_ ? bc_ : dk16_);
   k_slot_ = kt_ ? dk16_ * pk_ : bc_ * pk_;
   pv_ = planner::ldmatrix_pitch(dv16_);
-  pp_ = planner::ldmatrix_pitch(bc_);
   const int64_t rp = warps_ * 16;
   sq_ = k.add_shared("fq" + v, half_, rp * pq_);
   ring_ = planner::streams_key_tiles(cx_.g, cx_.group, core_);
   const int64_t slots = ring_ ? 2 : 1;
   sk_ = k.add_shared("fk" + v, half_, slots * k_slot_);
   sv_ = k.add_shared("fv" + v, half_, slots * bc_ * pv_);
-  sp_ = k.add_shared("fp" + v, DType::kF32, rp * bc_);
-  sp16_ = k.add_shared("fh" + v, half_, rp * pp_);
-  sa_ = k.add_shared("fa" + v, DType::kF32, rp);
   sl_ = k.add_shared("fl" + v, DType::kF32, rp);
   acc_ = "fo" + v;
   frag_q_ = "gq" + v;
@@ -351,8 +361,8 @@ void AttentionStage::stage_key_tile(Block& into, const std::string& tile, const 
           [&] { return vars(core_.output, lom, lon + " + ft_qd", "ft_fj"); });
 }
 
-void AttentionStage::chain_cell(const std::string& local, const std::string& row, const std::string& key,
-                                const std::string& at) {
+void AttentionStage::chain_cell(const std::string& local, const std::string& row, const std::string& key, const Stmt& sink,
+                                const std::string& inside) {
   const Node& soft = node(core_.softmax);
   const int qk = node(core_.scores).outputs[0];
   const Shape& ss = cx_.g.value(qk).shape;
@@ -384,12 +394,12 @@ void AttentionStage::chain_cell(const std::string& local, const std::string& row
     };
   }
   cx_.cur().push_back(let("float", "fa_x", "(-ft_inf())"));
-  Block inside;
-  cx_.with_block(inside, [&] { cx_.cur().push_back(assign("fa_x", cx_.value(soft.inputs[0], idx))); });
+  Block chain;
+  cx_.with_block(chain, [&] { cx_.cur().push_back(assign("fa_x", cx_.value(soft.inputs[0], idx))); });
   cx_.provided.erase(qk);
   if (mask_) cx_.provided.erase(mask_->operand);
-  cx_.cur().push_back(if_then("ft_fj < " + lit(keys_), inside));
-  cx_.cur().push_back(store(sp_, at, "fa_x"));
+  cx_.cur().push_back(if_then("ft_fj < " + lit(keys_) + (inside.empty() ? "" : " && " + inside), chain));
+  cx_.cur().push_back(sink);
 }
 
 // Each thread's TM x TN scores of the tile (rows ft_tr + a * RT, keys ft_tc + b * CT), through the
@@ -419,7 +429,9 @@ Block AttentionStage::simt_scores(const std::string& nm) {
       for (int64_t b = 0; b < tn_; ++b) {
         const std::string row = "(ft_tr + " + lit(a * rt) + ")", key = "(ft_tc + " + lit(b * ct) + ")";
         Block cell;
-        cx_.with_block(cell, [&] { chain_cell("fa_s" + std::to_string(a * tn_ + b), row, key, row + " * " + lit(bc_) + " + " + key); });
+        cx_.with_block(cell, [&] {
+          chain_cell("fa_s" + std::to_string(a * tn_ + b), row, key, store(sp_, row + " * " + lit(bc_) + " + " + key, "fa_x"));
+        });
         cx_.cur().push_back(if_then(row + " < " + nm + " && " + key + " < " + lit(bc_), cell));
       }
     }
@@ -428,9 +440,9 @@ Block AttentionStage::simt_scores(const std::string& nm) {
   return {if_then("ft_thread < " + lit(rt * ct), body)};
 }
 
-// A warp per row: the tile's maximum, the exponentials against the new running maximum (to the
-// float probabilities, or the 16-bit ones of the tensor-core form), their sum folded into the
-// running sum; lane 0 publishes the factor rescaling the row's earlier output.
+// The SIMT form's softmax, a warp per row: the tile's maximum, the exponentials against the new
+// running maximum (to the float probabilities), their sum folded into the running sum; lane 0
+// publishes the factor rescaling the row's earlier output.
 Block AttentionStage::online_softmax(const std::string& nm) {
   const std::string v = std::to_string(out_value());
   const std::string mx = "fx" + v, sum = "fy" + v, factor = "fz" + v;
@@ -450,8 +462,7 @@ Block AttentionStage::online_softmax(const std::string& nm) {
                    let("float", "fa_ref", "(fa_mn == (-ft_inf()) ? 0.0f : fa_mn)"),
                    assign(factor + "[0]", "expf(" + run_max_ + "[ft_rb] - fa_ref)"), assign(run_max_ + "[ft_rb]", "fa_mn"),
                    assign(sum + "[0]", "0.0f")};
-  const Stmt keep = tensor_ ? store(sp16_, "ft_row * " + lit(pp_) + " + ft_c", store_from_compute(half_, "fa_p"))
-                            : store(sp_, "ft_row * " + lit(bc_) + " + ft_c", "fa_p");
+  const Stmt keep = store(sp_, "ft_row * " + lit(bc_) + " + ft_c", "fa_p");
   for (const Stmt& st : over_row({let("float", "fa_p", "expf(" + at + " - fa_ref)"), keep, assign(sum + "[0]", sum + "[0] + fa_p")})) {
     rescale.push_back(st);
   }
@@ -496,11 +507,10 @@ void AttentionStage::finish(Kernel& k, const std::string& nm, const std::string&
   const int v = out_value();
   const Region& r = cx_.region.at(v);
   const size_t rank = r.n.size();
-  k.body.push_back(serial_for("ft_rb", "0", lit(batches_),
-                              {let(kIndexType, "ft_row", "ft_rb * " + lit(warps_) + " + ft_thread / " + lit(kWarpSize)),
-                               if_then("ft_row < " + nm + " && ft_thread % " + lit(kWarpSize) + " == 0",
-                                       {store(sl_, "ft_row", run_sum_ + "[ft_rb]")})},
-                              static_cast<int>(batches_)));
+  Block publish = stat_lets();
+  publish.push_back(let(kIndexType, "ft_row", stat_row("ft_rb")));
+  publish.push_back(if_then("ft_row < " + nm + " && " + stat_writer(), {store(sl_, "ft_row", run_sum_ + "[ft_rb]")}));
+  k.body.push_back(serial_for("ft_rb", "0", lit(stats_), publish, static_cast<int>(stats_)));
   k.body.push_back(barrier());
   Block write = cx_.fresh_block([&] {
     cx_.cur().insert(cx_.cur().end(), lets.begin(), lets.end());
@@ -532,27 +542,28 @@ void AttentionStage::combine_splits(Kernel& k, const std::string& nm, const std:
   if (splits == 1) return;
   std::vector<std::string> values;
   for (const auto& cell : cells) values.push_back(cell[0]);
-  const int64_t stats = static_cast<int64_t>(values.size());  // then each batch's maximum and sum
-  for (int64_t b = 0; b < batches_; ++b) {
+  const int64_t stats = static_cast<int64_t>(values.size());  // then each row statistic's maximum and sum
+  for (int64_t b = 0; b < stats_; ++b) {
     values.push_back(run_max_ + "[" + std::to_string(b) + "]");
     values.push_back(run_sum_ + "[" + std::to_string(b) + "]");
   }
   const SplitSlots slots = publish_split(cx_, k, values);
   const auto read = [&](int64_t i) { return "ft_ldcg(" + slots.buffer + ", " + slots.element("ft_s", i) + ")"; };
-  // A warp per row, as the online softmax's: every lane the row's weights and sum; lane 0 stores
-  // the weights. Each batch of rows in a scope of its own.
+  // Every thread holding a row's statistics computes the row's weights and sum; the statistic's
+  // writer stores the weights. Each statistic in a scope of its own.
   const std::string weights = k.add_shared("fw" + std::to_string(out_value()), DType::kF32, rows_ * splits);
-  for (int64_t b = 0; b < batches_; ++b) {
+  for (int64_t b = 0; b < stats_; ++b) {
     const std::string m = read(stats + 2 * b), l = read(stats + 2 * b + 1);
-    const Block batch = {
-        let(kIndexType, "ft_row", lit(b * warps_) + " + ft_thread / " + lit(kWarpSize)), let("float", "fa_m", "(-ft_inf())"),
+    Block batch = stat_lets();
+    const Block rest = {
+        let(kIndexType, "ft_row", stat_row(lit(b))), let("float", "fa_m", "(-ft_inf())"),
         serial_for("ft_s", "0", lit(splits), {assign("fa_m", "ft_fmaxn(fa_m, " + m + ")")}),
         let("float", "fa_ref", "(fa_m == (-ft_inf()) ? 0.0f : fa_m)"), let("float", "fa_l", "0.0f"),
         serial_for("ft_s", "0", lit(splits),
                    {let("float", "fa_w", "expf(" + m + " - fa_ref)"), assign("fa_l", "fa_l + fa_w * " + l),
-                    if_then("ft_row < " + nm + " && ft_thread % " + lit(kWarpSize) + " == 0",
-                            {store(weights, "ft_row * " + lit(splits) + " + ft_s", "fa_w")})}),
+                    if_then("ft_row < " + nm + " && " + stat_writer(), {store(weights, "ft_row * " + lit(splits) + " + ft_s", "fa_w")})}),
         assign(run_sum_ + "[" + std::to_string(b) + "]", "fa_l")};
+    batch.insert(batch.end(), rest.begin(), rest.end());
     k.body.push_back(if_then("1", batch));
   }
   k.body.push_back(barrier());
@@ -615,11 +626,102 @@ void AttentionStage::emit_simt(Kernel& k, const std::string& nm, const std::stri
   finish(k, nm, nn, guard, lets, cells);
 }
 
+// The tensor-core form's softmax on the tile's score fragments, where they lie: lane (g, t) of
+// warp w holds, in n8 block j, rows 16w + g (h = 0) and 16w + g + 8 (h = 1), keys 8j + 2t and
+// 8j + 2t + 1. Each score goes through the chain in its register (-inf beyond the keys and the
+// rows); each lane takes the maximum of its scores of each row, the quad's four lanes (which hold
+// the row's keys between them) exchange theirs by two butterflies, so all four hold the row's
+// maximum; the new running maximum, the factor that rescales the row's earlier output and sum,
+// and the exponentials in the fragments' registers, which a lane sums into its own partial sum of
+// the row (quad_sums adds the quad's after the last tile). No shared memory, no barrier.
+Block AttentionStage::fragment_softmax(const std::string& nm) {
+  const std::string v = std::to_string(out_value());
+  const std::string mx = "fx" + v, sum = "fy" + v, factor = "fz" + v, got = "fr" + v;
+  const std::string lane = "(ft_thread % " + lit(kWarpSize) + ")", w16 = "(ft_thread / " + lit(kWarpSize) + " * 16)";
+  const auto s_at = [&](int64_t i) { return frag_s_ + "[" + std::to_string(i) + "]"; };
+  const auto h_at = [](const std::string& local, int64_t h) { return local + "[" + std::to_string(h) + "]"; };
+  const int64_t cells = bc_ / 8 * 4;
+  Block out;
+  out.push_back(if_then("1", cx_.fresh_block([&] {
+    cx_.cur().push_back(let(kIndexType, "ft_g", lane + " / 4"));
+    cx_.cur().push_back(let(kIndexType, "ft_t", lane + " % 4"));
+    for (int64_t i = 0; i < cells; ++i) {
+      const std::string row = "(" + w16 + " + ft_g + " + lit(8 * (i % 4 / 2)) + ")";
+      const std::string key = "(2 * ft_t + " + lit(i / 4 * 8 + i % 2) + ")";
+      Block cell;
+      cx_.with_block(cell, [&] { chain_cell(s_at(i), row, key, assign(s_at(i), "fa_x"), row + " < " + nm); });
+      cx_.cur().push_back(if_then("1", cell));
+    }
+  })));
+  for (int64_t h = 0; h < 2; ++h) out.push_back(assign(h_at(mx, h), "(-ft_inf())"));
+  for (int64_t i = 0; i < cells; ++i) {
+    out.push_back(assign(h_at(mx, i % 4 / 2), "ft_fmaxn(" + h_at(mx, i % 4 / 2) + ", " + s_at(i) + ")"));
+  }
+  for (int m = 1; m <= 2; m *= 2) {
+    for (int64_t h = 0; h < 2; ++h) out.push_back(shuffle_xor(got, h, h_at(mx, h), m));
+    for (int64_t h = 0; h < 2; ++h) out.push_back(assign(h_at(mx, h), "ft_fmaxn(" + h_at(mx, h) + ", " + h_at(got, h) + ")"));
+  }
+  // A row that has seen only -inf subtracts 0 (its exponentials 0, its factor 0 or 1).
+  Block update;
+  for (int64_t h = 0; h < 2; ++h) {
+    const std::string mn = "fa_mn" + std::to_string(h), ref = "fa_ref" + std::to_string(h);
+    update.push_back(let("float", mn, "ft_fmaxn(" + h_at(run_max_, h) + ", " + h_at(mx, h) + ")"));
+    update.push_back(let("float", ref, "(" + mn + " == (-ft_inf()) ? 0.0f : " + mn + ")"));
+    update.push_back(assign(h_at(factor, h), "expf(" + h_at(run_max_, h) + " - " + ref + ")"));
+    update.push_back(assign(h_at(run_max_, h), mn));
+    update.push_back(assign(h_at(sum, h), "0.0f"));
+  }
+  for (int64_t i = 0; i < cells; ++i) {
+    const int64_t h = i % 4 / 2;
+    update.push_back(assign(s_at(i), "expf(" + s_at(i) + " - fa_ref" + std::to_string(h) + ")"));
+    update.push_back(assign(h_at(sum, h), h_at(sum, h) + " + " + s_at(i)));
+  }
+  for (int64_t h = 0; h < 2; ++h) {
+    update.push_back(assign(h_at(run_sum_, h), h_at(run_sum_, h) + " * " + h_at(factor, h) + " + " + h_at(sum, h)));
+  }
+  for (int64_t i = 0; i < dv16_ / 8 * 4; ++i) {
+    const std::string cell = acc_ + "[" + std::to_string(i) + "]";
+    update.push_back(assign(cell, cell + " * " + h_at(factor, i % 4 / 2)));
+  }
+  out.push_back(if_then("1", update));  // a scope of its own for the rows' locals
+  return out;
+}
+
+// Two butterflies over the quad: each lane's two partial row sums become the row's (the same sum,
+// in the same order up to commutation, in all four lanes).
+Block AttentionStage::quad_sums() {
+  const std::string got = "fr" + std::to_string(out_value());
+  Block out;
+  for (int m = 1; m <= 2; m *= 2) {
+    for (int64_t h = 0; h < 2; ++h) out.push_back(shuffle_xor(got, h, run_sum_ + "[" + std::to_string(h) + "]", m));
+    for (int64_t h = 0; h < 2; ++h) {
+      const std::string at = run_sum_ + "[" + std::to_string(h) + "]";
+      out.push_back(assign(at, at + " + " + got + "[" + std::to_string(h) + "]"));
+    }
+  }
+  return out;
+}
+
+Block AttentionStage::stat_lets() const {
+  if (!tensor_) return {};
+  return {let(kIndexType, "ft_g", "ft_thread % " + lit(kWarpSize) + " / 4")};
+}
+
+std::string AttentionStage::stat_row(const std::string& b) const {
+  if (tensor_) return "(ft_thread / " + lit(kWarpSize) + " * 16 + ft_g + 8 * (" + b + "))";
+  return "((" + b + ") * " + lit(warps_) + " + ft_thread / " + lit(kWarpSize) + ")";
+}
+
+std::string AttentionStage::stat_writer() const {
+  return "ft_thread % " + lit(tensor_ ? 4 : kWarpSize) + " == 0";
+}
+
 // The tensor-core form: warp w owns rows [16w, 16w + 16) of the tile. Q's A fragments are loaded
 // once; per key tile the scores S = Q K^T accumulate in m16n8 fragments (K's rows are B's columns:
-// ldmatrix without .trans), go through the chain to the float scores' buffer, the online softmax
-// leaves the 16-bit probabilities, and O += P V on fragments (P as A, V as B by ldmatrix.trans)
-// after each lane rescales its output fragments by its rows' factors.
+// ldmatrix without .trans), the chain and the online softmax run on them in registers
+// (fragment_softmax, which also rescales each lane's output fragments by its rows' factors), and
+// O += P V on fragments (P as A from the probabilities' registers, V as B by ldmatrix.trans). A
+// tile has two barriers: its K and V staged, and its reads done before the next tile's staging.
 void AttentionStage::emit_tensor(Kernel& k, const std::string& nm, const std::string& nn) {
   const Region& r = cx_.region.at(out_value());
   const size_t rank = r.n.size();
@@ -629,8 +731,6 @@ void AttentionStage::emit_tensor(Kernel& k, const std::string& nm, const std::st
   const std::string w16 = "(" + warp + " * 16)";
   const int64_t rp = warps_ * 16;
   k.body.push_back(serial_for("ft_e", "0", lit(dv16_ / 8 * 4), {assign(acc_ + "[ft_e]", "0.0f")}));
-  // The 16-bit probabilities start zero: rows beyond the region's are read by ldmatrix, never written.
-  k.body.push_back(thread_for("ft_e", "0", lit(rp * pp_), {store(sp16_, "ft_e", store_from_compute(half_, "0.0f"))}));
   const bool async_q = stage16(k.body, {sq_, "0", "ft_kt", pq_}, rp, dk16_, core_.scores, 0, "ft_qr < " + nm, lit(dk_),
                                [&] { return vars(core_.scores, lom + " + ft_qr", qk_cols, "ft_qd"); });
   if (async_q) k.body.push_back(copy_async_commit());
@@ -680,41 +780,18 @@ void AttentionStage::emit_tensor(Kernel& k, const std::string& nm, const std::st
       tile.push_back(mma(frag_s_, (2 * jb + 1) * 4, frag_q_, kq * 4, frag_k_, 2, half_));
     }
   }
-  // Each lane's scores (c_i: row g + 8 (i / 2), key 2t + i % 2 of its n8 block) through the chain.
-  tile.push_back(if_then(w16 + " < " + nm, cx_.fresh_block([&] {
-    cx_.cur().push_back(let(kIndexType, "ft_g", lane + " / 4"));
-    cx_.cur().push_back(let(kIndexType, "ft_t", lane + " % 4"));
-    for (int64_t j = 0; j < bc_ / 8; ++j) {
-      for (int64_t c = 0; c < 4; ++c) {
-        const std::string row = "(" + w16 + " + ft_g + " + lit(8 * (c / 2)) + ")";
-        const std::string key = "(2 * ft_t + " + lit(j * 8 + c % 2) + ")";
-        Block cell;
-        cx_.with_block(cell, [&] {
-          chain_cell(frag_s_ + "[" + std::to_string(j * 4 + c) + "]", row, key, row + " * " + lit(bc_) + " + " + key);
-        });
-        cx_.cur().push_back(if_then(row + " < " + nm, cell));
-      }
-    }
-  })));
-  tile.push_back(barrier());
-  for (Stmt& s : online_softmax(nm)) tile.push_back(std::move(s));
-  tile.push_back(barrier());
-  // O = O * factor + P V: each lane's output fragments rescaled by its two rows' factors.
-  Block rescale = {let(kIndexType, "ft_g", lane + " / 4")};
-  for (int64_t h = 0; h < 2; ++h) {
-    const std::string row = "(" + w16 + " + ft_g + " + lit(8 * h) + ")";
-    rescale.push_back(let("float", "fa_al" + std::to_string(h), "(" + row + " < " + nm + " ? " + sa_ + "[" + row + "] : 0.0f)"));
-  }
-  for (int64_t j = 0; j < dv16_ / 8; ++j) {
-    for (int64_t c = 0; c < 4; ++c) {
-      const std::string cell = acc_ + "[" + std::to_string(j * 4 + c) + "]";
-      rescale.push_back(assign(cell, cell + " * fa_al" + std::to_string(c / 2)));
-    }
-  }
-  tile.push_back(if_then("1", rescale));  // a scope of its own for the factors' locals
+  for (Stmt& s : fragment_softmax(nm)) tile.push_back(std::move(s));
+  // O += P V: P's A fragment for keys [16 kq, 16 kq + 16) is the probabilities of n8 blocks 2 kq
+  // and 2 kq + 1, each lane's own: the C layout of two n8 blocks is the A layout of an m16k16
+  // slice (a0, a1: rows g and g + 8 at keys 2t, 2t + 1 of block 2 kq; a2, a3: the same of block
+  // 2 kq + 1), packed two to a register in the 16-bit type (one cvt for both); V by ldmatrix.trans.
+  const std::string pack = half_ == DType::kBF16 ? "ft_pack_bf2" : "ft_pack_h2";
+  const auto s_at = [&](int64_t j, int64_t c) { return frag_s_ + "[" + std::to_string(j * 4 + c) + "]"; };
   for (int64_t kq = 0; kq < bc_ / 16; ++kq) {
-    tile.push_back(ldmatrix(frag_p_, 0, 4, false, sp16_,
-                            "(" + w16 + " + " + lane + " % 16) * " + lit(pp_) + " + " + lit(kq * 16) + " + " + lane + " / 16 * 8"));
+    for (int64_t q = 0; q < 4; ++q) {
+      const int64_t j = 2 * kq + q / 2, c = 2 * (q % 2);
+      tile.push_back(assign(frag_p_ + "[" + std::to_string(q) + "]", pack + "(" + s_at(j, c) + ", " + s_at(j, c + 1) + ")"));
+    }
     for (int64_t jb = 0; jb < dv16_ / 16; ++jb) {
       tile.push_back(ldmatrix(frag_v_, 0, 4, true, sv_,
                               slot_element({sv_, v0}, "(" + lit(kq * 16) + " + " + lane + " % 16) * " + lit(pv_) + " + " + lit(jb * 16) + " + " + lane + " / 16 * 8")));
@@ -734,6 +811,7 @@ void AttentionStage::emit_tensor(Kernel& k, const std::string& nm, const std::st
                        "(2 * ft_t + " + lit(j * 8 + c % 2) + ")"});
     }
   }
+  for (Stmt& s : quad_sums()) k.body.push_back(std::move(s));
   const Block lets = {let(kIndexType, "ft_g", lane + " / 4"), let(kIndexType, "ft_t", lane + " % 4")};
   combine_splits(k, nm, w16 + " < " + nm, lets, cells);
   finish(k, nm, nn, w16 + " < " + nm, lets, cells);
@@ -743,8 +821,8 @@ void AttentionStage::emit(Kernel& k) {
   const Region& r = cx_.region.at(out_value());
   const size_t rank = r.n.size();
   const std::string nm = r.n[rank - 2], nn = r.n[rank - 1];
-  k.body.push_back(serial_for("ft_e", "0", lit(batches_), {assign(run_max_ + "[ft_e]", "(-ft_inf())"), assign(run_sum_ + "[ft_e]", "0.0f")},
-                              static_cast<int>(batches_)));
+  k.body.push_back(serial_for("ft_e", "0", lit(stats_), {assign(run_max_ + "[ft_e]", "(-ft_inf())"), assign(run_sum_ + "[ft_e]", "0.0f")},
+                              static_cast<int>(stats_)));
   const int64_t tiles = ceil_div(keys_, bc_);
   first_tile_ = split_first_step(cx_, k, tiles);
   end_tile_ = split_end_step(cx_, first_tile_, tiles);

@@ -3,9 +3,9 @@
 //
 // Takes the lowering context, the core, and the largest region of its output over the sampled
 // tiles (one matrix per block: every batch axis of extent at most 1; R rows by DV columns).
-// attention_stage allocates, in shared memory, Q's rows (staged once), one tile of K's and V's
-// rows, the tile's probabilities and the rows' rescaling factors and sums; and thread-locals for
-// the output's register micro-tile and the running row maximum and sum. Its emit stages Q, then
+// In the SIMT form attention_stage allocates, in shared memory, Q's rows (staged once), one tile
+// of K's and V's rows, the tile's probabilities and the rows' rescaling factors and sums; and
+// thread-locals for the output's register micro-tile and the running row maximum and sum. Its emit stages Q, then
 // runs a block-uniform loop over tiles of `reduce_step` keys: K's and V's rows of the tile staged
 // (zero beyond the keys; where Q, K or V is a view of a group input with its width contiguous,
 // planner::wide_operand, in 16-byte read-only loads, a thread's batch of them in flight before
@@ -20,10 +20,10 @@
 // output is divided by its row's sum and stored where the output goes (its shared buffer, its
 // output parameter).
 // On tensor cores (the candidate's `mma`; Q, K, P and V all float16 or all bfloat16, sm_80+):
-// warp w owns rows [16w, 16w + 16) of the tile (the block has a warp per 16 rows); Q, the key
-// tile's K and V and the tile's probabilities are 16-bit slices with rows padded to an odd number
-// of 16-byte units (the eight rows an ldmatrix phase reads fall in distinct banks), head widths
-// rounded up to 16 and zero-filled. Q, K and V move by 16-byte cp.async where each is a strided
+// warp w owns rows [16w, 16w + 16) of the tile (the block has a warp per 16 rows); Q and the key
+// tile's K and V are 16-bit slices in shared memory with rows padded to an odd number of 16-byte
+// units (the eight rows an ldmatrix phase reads fall in distinct banks), head widths rounded up
+// to 16 and zero-filled. Q, K and V move by 16-byte cp.async where each is a strided
 // view of a 16-bit input with its width axis contiguous (K through the Transpose that makes Kᵀ,
 // grouped-query K and V through their repeat's grouped axis: planner/strided_view.h,
 // planner::async_operand), element by element otherwise; where K or V
@@ -32,10 +32,14 @@
 // before the next issue), each tile waiting for all but the newest group (one group a tile, empty
 // after the last). Each warp loads its Q A-fragments once (ldmatrix.x4); per key
 // tile, S = Q K^T accumulates in m16n8 float fragments (K's rows are B's columns: ldmatrix.x4
-// without .trans gives two n8 blocks of keys), each lane takes its fragment elements through the
-// chain to float scores in shared memory, the online softmax above leaves the probabilities as
-// 16-bit values, and each lane rescales its output fragments by its two rows' factors before
-// O += P V (P by ldmatrix.x4 as A, V by ldmatrix.x4.trans as B).
+// without .trans gives two n8 blocks of keys), and the scores stay in those registers
+// (FlashAttention-2's layout): each lane takes its fragment elements through the chain, its two
+// rows' maxima over its keys, exchanged within its quad (the four lanes holding a row) by two
+// butterflies; the running maxima, the factors rescaling each lane's output fragments and its
+// partial row sums, the exponentials in place; then O += P V with P's A fragments packed from
+// the probabilities' registers (two n8 blocks of C are one k16 slice of A; one cvt a pair) and V
+// by ldmatrix.x4.trans. Two barriers a tile, no shared memory for scores or probabilities; after
+// the last tile the quads sum their lanes' partial row sums.
 // With the key tiles split over blocks (the candidate's split_k: flash-decoding, for a decode
 // step's few rows), each block runs its split's tiles (split_k.h's slices), publishes its
 // outputs before the division and its rows' running maxima and sums (split_k.h publish_split),

@@ -662,6 +662,59 @@ TEST(CodegenAttention, TheStagingLoadsSixteenBytesAtATime) {
   EXPECT_NE(ptx.find("cp.async.wait_group 1;"), std::string::npos) << "the key tiles are not double-buffered";
 }
 
+// The tensor-core form keeps a key tile's scores and probabilities in the registers its products
+// leave them in (FlashAttention-2's layout): the block's shared memory holds Q, the key tiles of K
+// and V and the rows' sums (no float32 buffer longer than a row each), a key tile meets at two
+// barriers (its K and V staged; its reads done before the next tile's), and the PTX converts the
+// probabilities two to a cvt and exchanges the rows' maxima within quads. A causal prefill with a
+// mask, float16 and bfloat16, its outputs checked against the reference as every test's are.
+TEST(CodegenAttention, TheTensorCoreFormKeepsATilesScoresInRegisters) {
+  Attention a;
+  a.queries = a.keys = 200;
+  a.head = a.value_width = 64;
+  a.mask = true;
+  a.causal = true;
+  for (DType dt : {DType::kF16, DType::kBF16}) {
+    Graph g;
+    const FusionGroup fg = add_attention(g, dt, a);
+    TileConfig cfg = best_flash(g, fg, true);
+    cfg.split_k = 1;  // unsplit: flash-decoding's combination keeps a weight a row and split
+    ASSERT_TRUE(cfg.mma && cfg.flash) << cfg.str();
+    const std::string label = std::string(dtype_name(dt)) + " " + cfg.str();
+    check_groups(g, {fg}, [&](const FusionGroup&) { return cfg; }, label, sm90);
+    const Kernel k = lower_group(g, fg, cfg, "attn").kernel;
+    const int64_t rows = cfg.threads / 32 * 16;
+    for (const SharedAlloc& s : k.shared) {
+      if (s.dtype == DType::kF32) {
+        EXPECT_LE(s.elements, rows) << label << ": " << s.name << " holds more than a float a row";
+      }
+    }
+    std::function<int(const Block&)> barriers = [&](const Block& b) {
+      int n = 0;
+      for (const Stmt& s : b) n += (s.kind == Stmt::Kind::kBarrier ? 1 : 0) + barriers(s.body) + barriers(s.orelse);
+      return n;
+    };
+    std::function<const Stmt*(const Block&)> tile_loop = [&](const Block& b) -> const Stmt* {
+      for (const Stmt& s : b) {
+        if (s.kind == Stmt::Kind::kUniformFor && s.name == "ft_kt") return &s;
+        if (const Stmt* inner = tile_loop(s.body)) return inner;
+      }
+      return nullptr;
+    };
+    const Stmt* loop = tile_loop(k.body);
+    ASSERT_NE(loop, nullptr) << label << ": no loop over the key tiles";
+    EXPECT_EQ(barriers(loop->body), 2) << label;
+    if (!backend::nvrtc_available()) {
+      std::printf("NVRTC not available: the PTX of the %s form not read\n", label.c_str());
+      continue;
+    }
+    const std::string ptx = backend::compile_ptx(emit_cuda({k}), "sm_90");
+    EXPECT_GE(matches(ptx, dt == DType::kF16 ? R"(\bcvt\.rn\.f16x2\.f32\b)" : R"(\bcvt\.rn\.bf16x2\.f32\b)"), 1u) << label;
+    EXPECT_GE(matches(ptx, R"(\bshfl\.sync\.bfly\.b32\b)"), 4u) << label;
+    EXPECT_EQ(matches(ptx, R"(\bst\.shared\.[bu]16\b)"), 0u) << label << ": 16-bit values stored to shared memory (P)";
+  }
+}
+
 // The L2 model (planner/tiling.h): inputs larger than half the L2 are read from DRAM once per
 // wave of tiles running at once for each distinct region the wave reads, when those fit in half
 // the L2. A head's keys and values (float16, 4 x 16 heads over 4,096 keys: 32 MB each) are shared
@@ -823,8 +876,10 @@ TEST(CodegenAttention, EveryDeletedBarrierOrWaitIsARace) {
   if (tensor) cfg.tile[2] = 32;  // 32 rows: a warp per 16
   const LoweredKernel good = lower_group(g, fg, cfg, "attention");
   EXPECT_GE(planner::evaluate_tile(g, fg, planner::find_device("h100"), cfg).smem_bytes, good.kernel.shared_bytes) << cfg.str();
-  // The key tile's four barriers, and the sums' before the division.
-  EXPECT_GE(expect_every_barrier_needed(g, fg, good, (tensor ? "tensor cores, " : "SIMT, ") + cfg.str()), 5) << to_text(good.kernel);
+  // SIMT: the key tile's four barriers, and the sums' before the division. Tensor cores: Q's, the
+  // key tile's two (its softmax in registers), and the sums'.
+  EXPECT_GE(expect_every_barrier_needed(g, fg, good, (tensor ? "tensor cores, " : "SIMT, ") + cfg.str()), tensor ? 4 : 5)
+      << to_text(good.kernel);
   if (!tensor) continue;
   auto backend = backend::make_host_backend();
   std::mt19937 rng(fusetune::testing::test_seed());
