@@ -207,8 +207,10 @@ FT_FN void ft_cp_async4(float* s, long long si, const float* g, long long gi, in
 // descriptors (no swizzling: start address, leading and stride byte offsets, each in 16-byte
 // units), its fences, groups and waits. The module specialises ft_wgmma for the shapes it issues. The accumulators pass through an empty asm at the fence and after the wait,
 // so the compiler neither moves their accesses into the asynchronous region nor keeps a copy.
-template <int N, int BF16>
+template <int N, int BF16, int TRANS_B>
 __device__ void ft_wgmma(float* d, unsigned long long a, unsigned long long b);
+template <int N, int BF16, int TRANS_B>
+__device__ void ft_wgmma_ra(float* d, const unsigned* a, unsigned long long b);
 FT_FN unsigned long long ft_wgmma_desc(const unsigned short* s, long long i, unsigned lbo, unsigned sbo) {
   return (unsigned long long)((ft_shared_address(s, i) & 0x3FFFFu) >> 4) | ((unsigned long long)(lbo >> 4) << 16) |
          ((unsigned long long)(sbo >> 4) << 32);
@@ -259,20 +261,37 @@ int64_t local_count(const Kernel& k, const std::string& name) {
   fail("emit_cuda: kernel ", k.name, ": no thread-local '", name, "'");
 }
 
-// ft_wgmma<N, BF16>: wgmma.mma_async m64nNk16 with f32 accumulators, A K-major and B N-major
-// (imm-trans-b 1) from shared memory, scale-d 1 (D += A * B), the inputs unscaled.
-std::string wgmma_specialization(int n, bool bf16) {
+// ft_wgmma<N, BF16, TRANS_B>: wgmma.mma_async m64nNk16 with f32 accumulators, A K-major from
+// shared memory (imm-trans-a 0), B N-major (imm-trans-b 1) or K-major (0), scale-d 1 (D += A * B),
+// the inputs unscaled; ft_wgmma_ra<N, BF16, TRANS_B>: A from the thread's four registers at `a`.
+std::string wgmma_specialization(const WgmmaShape& w) {
   std::ostringstream out;
-  const int regs = n / 2;
-  const char* t = bf16 ? "bf16" : "f16";
-  out << "template <>\n__device__ __forceinline__ void ft_wgmma<" << n << ", " << (bf16 ? 1 : 0)
-      << ">(float* d, unsigned long long a, unsigned long long b) {\n"
-      << "  asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %" << regs + 2 << ", 0;\\n\"\n"
-      << "               \"wgmma.mma_async.sync.aligned.m64n" << n << "k16.f32." << t << "." << t << " {";
+  const int regs = w.n / 2;
+  const int a_regs = w.a_registers ? 4 : 1;
+  const char* t = w.bf16 ? "bf16" : "f16";
+  out << "template <>\n__device__ __forceinline__ void " << (w.a_registers ? "ft_wgmma_ra<" : "ft_wgmma<") << w.n << ", "
+      << (w.bf16 ? 1 : 0) << ", " << (w.b_n_major ? 1 : 0) << ">(float* d, "
+      << (w.a_registers ? "const unsigned* a" : "unsigned long long a") << ", unsigned long long b) {\n"
+      << "  asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %" << regs + a_regs + 1 << ", 0;\\n\"\n"
+      << "               \"wgmma.mma_async.sync.aligned.m64n" << w.n << "k16.f32." << t << "." << t << " {";
   for (int i = 0; i < regs; ++i) out << (i ? ", " : "") << "%" << i;
-  out << "}, %" << regs << ", %" << regs + 1 << ", p, 1, 1, 0, 1;\\n}\\n\"\n               : ";
+  out << "}, ";
+  if (w.a_registers) {
+    out << "{%" << regs << ", %" << regs + 1 << ", %" << regs + 2 << ", %" << regs + 3 << "}";
+  } else {
+    out << "%" << regs;
+  }
+  // Register A has no transpose operand.
+  out << ", %" << regs + a_regs << ", p, 1, 1, " << (w.a_registers ? "" : "0, ") << (w.b_n_major ? 1 : 0)
+      << ";\\n}\\n\"\n               : ";
   for (int i = 0; i < regs; ++i) out << (i ? ", " : "") << "\"+f\"(d[" << i << "])";
-  out << "\n               : \"l\"(a), \"l\"(b), \"r\"(1));\n}\n";
+  out << "\n               : ";
+  if (w.a_registers) {
+    out << "\"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3])";
+  } else {
+    out << "\"l\"(a)";
+  }
+  out << ", \"l\"(b), \"r\"(1));\n}\n";
   return out.str();
 }
 
@@ -364,9 +383,14 @@ void emit_block(std::ostringstream& out, const Kernel& k, const Block& b, int de
       case Stmt::Kind::kCopyAsyncCommit: out << pad << "ft_cp_async_commit();\n"; break;
       case Stmt::Kind::kCopyAsyncWait: out << pad << "ft_cp_async_wait(" << s.groups << ");\n"; break;
       case Stmt::Kind::kWgmma:
-        out << pad << "ft_wgmma<" << s.wgmma_n << ", " << (s.dtype == DType::kBF16 ? 1 : 0) << ">(" << s.name << " + " << s.at[0]
-            << ", ft_wgmma_desc(" << s.a << ", " << s.b << ", " << s.at[1] << "u, " << s.at[2] << "u), ft_wgmma_desc(" << s.c
-            << ", " << s.d << ", " << s.at[3] << "u, " << s.at[4] << "u));\n";
+        out << pad << (s.a_registers ? "ft_wgmma_ra<" : "ft_wgmma<") << s.wgmma_n << ", " << (s.dtype == DType::kBF16 ? 1 : 0)
+            << ", " << (s.trans ? 1 : 0) << ">(" << s.name << " + " << s.at[0] << ", ";
+        if (s.a_registers) {
+          out << s.a << " + " << s.at[1];
+        } else {
+          out << "ft_wgmma_desc(" << s.a << ", " << s.b << ", " << s.at[1] << "u, " << s.at[2] << "u)";
+        }
+        out << ", ft_wgmma_desc(" << s.c << ", " << s.d << ", " << s.at[3] << "u, " << s.at[4] << "u));\n";
         break;
       case Stmt::Kind::kWgmmaSync:
         if (s.a == "fence") out << pad << "ft_wgmma_fence<" << local_count(k, s.name) << ">(" << s.name << ");\n";
@@ -435,15 +459,15 @@ std::string emit_cuda(const std::vector<Kernel>& kernels) {
   out << "// Generated by fusetune (codegen/emit.cpp). CUDA C++ for NVRTC; on a host without a GPU, fusetune\n"
          "// builds and runs this same text with simt/prelude.h defining FT_SIMT (docs/simt.md).\n";
   out << kCudaIntrinsics << kPrelude << "\n";
-  std::set<std::pair<int, bool>> shapes;
+  std::set<WgmmaShape> shapes;
   for (const Kernel& k : kernels) {
-    const std::set<std::pair<int, bool>> mine = wgmma_shapes(k);
+    const std::set<WgmmaShape> mine = wgmma_shapes(k);
     shapes.insert(mine.begin(), mine.end());
   }
   if (!shapes.empty()) {
     out << "#if !defined(FT_SIMT) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)\n#error \"this module issues wgmma: compile it for "
            "sm_90a\"\n#endif\n#ifndef FT_SIMT\n";
-    for (const auto& [n, bf16] : shapes) out << wgmma_specialization(n, bf16);
+    for (const WgmmaShape& w : shapes) out << wgmma_specialization(w);
     out << "#endif\n\n";
   }
   for (const Kernel& k : kernels) {

@@ -206,7 +206,7 @@ class Walker {
         case Stmt::Kind::kVectorStore: range(s.a, "the index", s); break;
         case Stmt::Kind::kLdmatrix: range(s.b, "the row address", s); break;
         case Stmt::Kind::kWgmma:
-          range(s.b, "A's offset", s);
+          if (!s.a_registers) range(s.b, "A's offset", s);
           range(s.d, "B's offset", s);
           break;
         case Stmt::Kind::kCopyAsync:

@@ -232,7 +232,7 @@ Stmt copy_async_wait(int groups) {
 }
 
 Stmt wgmma(std::string d, int64_t d_at, int n, std::string a, std::string a_at, int64_t a_lbo, int64_t a_sbo,
-           std::string b, std::string b_at, int64_t b_lbo, int64_t b_sbo, DType dtype) {
+           std::string b, std::string b_at, int64_t b_lbo, int64_t b_sbo, DType dtype, bool b_k_major) {
   check(dtype == DType::kF16 || dtype == DType::kBF16, "wgmma of ", dtype_name(dtype), " (needs float16 or bfloat16)");
   check(n >= 8 && n <= 256 && n % 8 == 0, "wgmma with N ", n, " (needs a multiple of 8 from 8 to 256)");
   Stmt s;
@@ -245,6 +245,16 @@ Stmt wgmma(std::string d, int64_t d_at, int n, std::string a, std::string a_at, 
   s.at = {d_at, a_lbo, a_sbo, b_lbo, b_sbo};
   s.wgmma_n = n;
   s.dtype = dtype;
+  s.trans = !b_k_major;
+  return s;
+}
+
+Stmt wgmma_registers(std::string d, int64_t d_at, int n, std::string a, int64_t a_at, std::string b, std::string b_at,
+                     int64_t b_lbo, int64_t b_sbo, DType dtype, bool b_k_major) {
+  Stmt s = wgmma(std::move(d), d_at, n, std::move(a), "", 16, 16, std::move(b), std::move(b_at), b_lbo, b_sbo, dtype, b_k_major);
+  s.a_registers = true;
+  s.at[1] = a_at;
+  s.at[2] = 0;
   return s;
 }
 
@@ -284,9 +294,9 @@ Stmt exit_unless(std::string cond) {
 }
 
 namespace {
-void collect_wgmma_shapes(const Block& b, std::set<std::pair<int, bool>>& out) {
+void collect_wgmma_shapes(const Block& b, std::set<WgmmaShape>& out) {
   for (const Stmt& s : b) {
-    if (s.kind == Stmt::Kind::kWgmma) out.insert({s.wgmma_n, s.dtype == DType::kBF16});
+    if (s.kind == Stmt::Kind::kWgmma) out.insert({s.wgmma_n, s.dtype == DType::kBF16, s.a_registers, s.trans});
     collect_wgmma_shapes(s.body, out);
     collect_wgmma_shapes(s.orelse, out);
     collect_wgmma_shapes(s.uniform, out);
@@ -294,8 +304,8 @@ void collect_wgmma_shapes(const Block& b, std::set<std::pair<int, bool>>& out) {
 }
 }  // namespace
 
-std::set<std::pair<int, bool>> wgmma_shapes(const Kernel& k) {
-  std::set<std::pair<int, bool>> out;
+std::set<WgmmaShape> wgmma_shapes(const Kernel& k) {
+  std::set<WgmmaShape> out;
   collect_wgmma_shapes(k.body, out);
   return out;
 }
@@ -377,7 +387,8 @@ std::string line_text(const Stmt& s) {
     case Stmt::Kind::kCopyAsyncWait: out << "cp.async.wait_group " << s.groups; break;
     case Stmt::Kind::kWgmma:
       out << "wgmma.m64n" << s.wgmma_n << "k16." << dtype_name(s.dtype) << " " << s.name << "[" << (s.at.empty() ? -1 : s.at[0])
-          << "] += " << s.a << "[" << s.b << "] * " << s.c << "[" << s.d << "]";
+          << "] += " << s.a << "[" << (s.a_registers ? "registers " + std::to_string(s.at.size() > 1 ? s.at[1] : -1) : s.b)
+          << "] * " << s.c << "[" << s.d << "]" << (s.trans ? "" : " (B K-major)");
       break;
     case Stmt::Kind::kWgmmaSync:
       out << (s.a == "proxy" ? "fence.proxy.async" : "wgmma." + s.a) << (s.a == "wait" ? " " + std::to_string(s.groups) : "")

@@ -214,11 +214,12 @@ struct Stmt {
   DType dtype = DType::kUndefined;  // kMma: the type of A and B (kF16 or kBF16); kVectorLoad/Store: the elements'
   int unroll = 0;      // kFor (serial), kUniformFor: iterations the compiler may unroll at most (#pragma unroll N); 0: its choice
   int matrices = 0;    // kLdmatrix: 8x8 matrices loaded (1, 2 or 4)
-  bool trans = false;  // kLdmatrix: transposed
+  bool trans = false;  // kLdmatrix: transposed; kWgmma: B N-major
   int groups = 0;      // kCopyAsyncWait: groups the thread may leave in flight; kShuffle: the lane mask xor-ed
   int copy_bytes = 16;  // kCopyAsync: the bytes it lands (16, or 4: one float)
   int lanes = 0;       // kVectorStore: elements stored (2: a pair; 0: 16 bytes' worth)
   int wgmma_n = 0;     // kWgmma: N (8 to 256, a multiple of 8)
+  bool a_registers = false;  // kWgmma: A from 4 32-bit registers of thread-local `a` from at[1] (else shared)
   bool past_l1 = false;  // kVectorLoad: bypasses L1 (ld.global.cg), for what other blocks stored in this launch
   DType b_dtype = DType::kUndefined;  // kMma of 8-bit integers: B's type (kI8 or kU8; dtype is A's)
 };
@@ -309,9 +310,21 @@ Stmt copy_async_wait(int groups);
 // D(64 x n, f32) += A(64x16) * B(16 x n), one wgmma.mma_async of the warpgroup (see the header
 // comment): accumulators from element d_at of float thread-local `d`; A from element a_at of
 // 16-bit shared allocation `a` (K-major core matrices, LBO/SBO `a_lbo`/`a_sbo` bytes), B from
-// b_at of `b` (N-major, `b_lbo`/`b_sbo`); both of `dtype` (kF16 or kBF16).
+// b_at of `b` (N-major unless `b_k_major`, `b_lbo`/`b_sbo`: LBO between core matrices along
+// the leading dimension, K for a K-major B, SBO along the other); both of `dtype` (kF16 or kBF16).
 Stmt wgmma(std::string d, int64_t d_at, int n, std::string a, std::string a_at, int64_t a_lbo, int64_t a_sbo,
-           std::string b, std::string b_at, int64_t b_lbo, int64_t b_sbo, DType dtype);
+           std::string b, std::string b_at, int64_t b_lbo, int64_t b_sbo, DType dtype, bool b_k_major = false);
+// The same with A from registers: 4 32-bit registers from element a_at of thread-local `a`, each
+// warp of the warpgroup holding its 16 rows of A in mma.m16n8k16's A fragment layout (the PTX
+// ISA's register fragment of wgmma's A); the registers must not change until the wait.
+Stmt wgmma_registers(std::string d, int64_t d_at, int n, std::string a, int64_t a_at, std::string b, std::string b_at,
+                     int64_t b_lbo, int64_t b_sbo, DType dtype, bool b_k_major = false);
+// The wgmma forms a kernel issues: N, bfloat16 (else float16), A from registers, B N-major.
+struct WgmmaShape {
+  int n = 0;
+  bool bf16 = false, a_registers = false, b_n_major = true;
+  auto operator<=>(const WgmmaShape&) const = default;
+};
 // wgmma.fence before the wgmmas that accumulate into thread-local `d`; commit_group; wait_group
 // `groups` (after which `d` may be read); fence.proxy.async.shared::cta.
 Stmt wgmma_fence(std::string d);
@@ -367,6 +380,6 @@ std::string line_text(const Stmt& s);
 std::string to_text(const Kernel& k);
 // The (N, bfloat16) shapes of the wgmmas the kernel issues; a kernel with any compiles for sm_90a
 // only (emit_cuda specialises ft_wgmma for each).
-std::set<std::pair<int, bool>> wgmma_shapes(const Kernel& k);
+std::set<WgmmaShape> wgmma_shapes(const Kernel& k);
 
 }  // namespace fusetune::codegen

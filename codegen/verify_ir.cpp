@@ -238,11 +238,13 @@ class Verifier {
         if (s.dtype != DType::kF16 && s.dtype != DType::kBF16) fail_at(s, "wgmma of ", dtype_name(s.dtype), " (needs float16 or bfloat16)");
         if (s.wgmma_n < 8 || s.wgmma_n > 256 || s.wgmma_n % 8 != 0) fail_at(s, "wgmma with N ", s.wgmma_n, " (needs 8 to 256, a multiple of 8)");
         fragment(s, "wgmma accumulator", s.name, s.at[0], s.wgmma_n / 2, DType::kF32);
+        if (s.a_registers) fragment(s, "wgmma A fragment", s.a, s.at[1], 4, DType::kU32);
         for (const std::string* operand : {&s.a, &s.c}) {
+          if (operand == &s.a && s.a_registers) continue;
           const SharedAlloc* a = shared(*operand);
           if (a == nullptr || dtype_size(a->dtype) != 2) fail_at(s, "wgmma operand '", *operand, "' is not a 16-bit shared allocation");
         }
-        for (size_t i = 1; i < 5; ++i) {
+        for (size_t i = s.a_registers ? 3 : 1; i < 5; ++i) {
           // 14 bits of 16-byte units in the descriptor
           if (s.at[i] <= 0 || s.at[i] % 16 != 0 || s.at[i] >= (int64_t{1} << 18)) fail_at(s, "wgmma stride ", s.at[i], " bytes (needs a multiple of 16 below 2^18)");
         }

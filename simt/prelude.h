@@ -598,53 +598,51 @@ FT_INTRINSIC ft_ldmatrix_row ft_wgmma_row(const ft_wgmma_operand& o, unsigned lo
 struct ft_wgmma_rows {
   ft_ldmatrix_row r[4];
 };
-// wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16} with A K-major and B N-major, scale-d 1:
-// each warp of the warpgroup reads the core-matrix rows it needs where the descriptors say (A's
-// 16 rows of this warp, one row of 16 bytes a lane; B's 2N rows, four a lane a round, the 8 rows
-// of a core matrix by 8 consecutive lanes), exchanges
-// them, and each lane adds A * B to its accumulator elements (element 4j + i: row 16w + g + 8 (i /
-// 2), column 8j + 2t + i % 2). The counters see each row read once by the warpgroup (B's by its
-// first warp): the least one wgmma reads, not the emulation's repeats for each warp's exchange.
-// The registers hold no defined value until the wait (the executor keeps the sums: wgmma_issue).
-template <int N, int BF16>
-FT_INTRINSIC void ft_wgmma(ft_flt* registers, ft_wgmma_operand a_desc, ft_wgmma_operand b_desc) {
-  static_assert(N >= 8 && N <= 256 && N % 8 == 0, "wgmma N");
-  ft_flt* const d = reinterpret_cast<ft_flt*>(ft_simt_api_->wgmma_issue(reinterpret_cast<float*>(registers), N / 2));
-  const unsigned lane = ft_simt_lane(), g = lane >> 2, t = lane & 3u, w = (ft_simt_api_->thread_index() / 32u) % 4u;
-  const unsigned long long a0 = ft_wgmma_field(a_desc.bits, 0), a_lbo = ft_wgmma_field(a_desc.bits, 16),
-                           a_sbo = ft_wgmma_field(a_desc.bits, 32);
+// wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}, scale-d 1: each warp of the warpgroup
+// gathers this lane's rows g, g + 8 of its 16 rows of A (a[r][k]) and columns 8j + 2t, 8j + 2t + 1
+// of B (b[2j + c][k]), and each lane adds A * B to its accumulator elements (element 4j + i: row
+// 16w + g + 8 (i / 2), column 8j + 2t + i % 2). The registers hold no defined value until the wait
+// (the executor keeps the sums: wgmma_issue).
+// B from shared memory (TRANS_B 1, N-major: row q = 16 nb + k holds columns 8 nb .. 8 nb + 7 at k,
+// at nb * SBO + (k / 8) * LBO + (k % 8) * 16; TRANS_B 0, K-major: row q = 2n + h holds k = 8h ..
+// 8h + 7 of column n, at (n / 8) * SBO + (n % 8) * 16 + h * LBO): its 2N rows of 16 bytes in rounds
+// of 128, four a lane, the 8 rows of a core matrix by 8 consecutive lanes, exchanged. The counters
+// see each row read once by the warpgroup (by its first warp): the least one wgmma reads, not the
+// emulation's repeats for each warp's exchange.
+template <int N, int BF16, int TRANS_B>
+FT_INTRINSIC void ft_wgmma_b(const ft_wgmma_operand& b_desc, ft_flt (*b)[16]) {
+  const unsigned lane = ft_simt_lane(), t = lane & 3u, w = (ft_simt_api_->thread_index() / 32u) % 4u;
   const unsigned long long b0 = ft_wgmma_field(b_desc.bits, 0), b_lbo = ft_wgmma_field(b_desc.bits, 16),
                            b_sbo = ft_wgmma_field(b_desc.bits, 32);
-  // A: lane l reads row 16w + l % 16 (core matrix row / 8, its row row % 8) at columns 8 (l / 16) ..
-  const unsigned row = 16u * w + (lane & 15u), half = lane >> 4;
-  const ft_ldmatrix_row mine = ft_wgmma_row(a_desc, a0 + (row / 8u) * a_sbo + (row % 8u) * 16u + half * a_lbo, 1);
-  const ft_ldmatrix_row* rows_a =
-      static_cast<const ft_ldmatrix_row*>(ft_simt_api_->warp_exchange(&mine, (int)sizeof mine, 0xffffffffu));
-  // (The conversions below count no operation: ft_h2f and ft_bf2f compute in the host's float.)
-  ft_flt a[2][16], b[N / 4][16];  // this lane's rows g, g + 8 and columns 8j + 2t, 8j + 2t + 1
-  for (unsigned k = 0; k < 16; ++k) {
-    for (unsigned r = 0; r < 2; ++r) {
-      const unsigned short h = rows_a[(g + 8u * r) + 16u * (k / 8u)].v[k % 8u];
-      a[r][k] = BF16 ? ft_bf2f(h) : ft_h2f(h);
-    }
-  }
-  // B: row q (q = 16 nb + k: columns 8 nb .. 8 nb + 7 at k) lies at nb * SBO + (k / 8) * LBO + (k % 8) * 16.
+  const auto address = [&](unsigned q) {
+    return TRANS_B ? b0 + (q / 16u) * b_sbo + ((q % 16u) / 8u) * b_lbo + (q % 8u) * 16u
+                   : b0 + (q / 16u) * b_sbo + ((q / 2u) % 8u) * 16u + (q % 2u) * b_lbo;
+  };
   for (unsigned round = 0; round < (2u * N + 127u) / 128u; ++round) {
     ft_wgmma_rows mine_b = {};
-    for (unsigned u = 0; u < 4; ++u) {  // rows 32u .. 32u + 31 of the round: 8 lanes a core matrix
+    for (unsigned u = 0; u < 4; ++u) {  // rows 32u .. 32u + 31 of the round
       const unsigned q = 128u * round + 32u * u + lane;
-      if (q < 2u * N) mine_b.r[u] = ft_wgmma_row(b_desc, b0 + (q / 16u) * b_sbo + ((q % 16u) / 8u) * b_lbo + (q % 8u) * 16u, w == 0u);
+      if (q < 2u * N) mine_b.r[u] = ft_wgmma_row(b_desc, address(q), w == 0u);
     }
     const ft_wgmma_rows* rows_b =
         static_cast<const ft_wgmma_rows*>(ft_simt_api_->warp_exchange(&mine_b, (int)sizeof mine_b, 0xffffffffu));
     for (unsigned p = 0; p < 128u && 128u * round + p < 2u * N; ++p) {
-      const unsigned q = 128u * round + p, nb = q / 16u, k = q % 16u;
-      for (unsigned c = 0; c < 2; ++c) {
-        const unsigned short h = rows_b[p % 32u].r[p / 32u].v[2u * t + c];
-        b[2u * nb + c][k] = BF16 ? ft_bf2f(h) : ft_h2f(h);
+      const unsigned q = 128u * round + p;
+      const ft_ldmatrix_row& row = rows_b[p % 32u].r[p / 32u];
+      if (TRANS_B) {
+        const unsigned nb = q / 16u, k = q % 16u;
+        for (unsigned c = 0; c < 2; ++c) b[2u * nb + c][k] = BF16 ? ft_bf2f(row.v[2u * t + c]) : ft_h2f(row.v[2u * t + c]);
+      } else {
+        const unsigned n = q / 2u, h = q % 2u;
+        if ((n % 8u) / 2u != t) continue;
+        for (unsigned e = 0; e < 8; ++e) b[2u * (n / 8u) + n % 2u][8u * h + e] = BF16 ? ft_bf2f(row.v[e]) : ft_h2f(row.v[e]);
       }
     }
   }
+}
+template <int N>
+FT_INTRINSIC void ft_wgmma_accumulate(ft_flt* registers, ft_flt (*a)[16], ft_flt (*b)[16]) {
+  ft_flt* const d = reinterpret_cast<ft_flt*>(ft_simt_api_->wgmma_issue(reinterpret_cast<float*>(registers), N / 2));
   for (unsigned j = 0; j < N / 8u; ++j) {
     for (unsigned i = 0; i < 4; ++i) {
       ft_flt s = d[4u * j + i];
@@ -652,6 +650,48 @@ FT_INTRINSIC void ft_wgmma(ft_flt* registers, ft_wgmma_operand a_desc, ft_wgmma_
       d[4u * j + i] = s;
     }
   }
+}
+// A K-major from shared memory: lane l reads row 16w + l % 16 (core matrix row / 8, its row row %
+// 8) at columns 8 (l / 16) .., exchanged within the warp.
+template <int N, int BF16, int TRANS_B>
+FT_INTRINSIC void ft_wgmma(ft_flt* registers, ft_wgmma_operand a_desc, ft_wgmma_operand b_desc) {
+  static_assert(N >= 8 && N <= 256 && N % 8 == 0, "wgmma N");
+  const unsigned lane = ft_simt_lane(), g = lane >> 2, w = (ft_simt_api_->thread_index() / 32u) % 4u;
+  const unsigned long long a0 = ft_wgmma_field(a_desc.bits, 0), a_lbo = ft_wgmma_field(a_desc.bits, 16),
+                           a_sbo = ft_wgmma_field(a_desc.bits, 32);
+  const unsigned row = 16u * w + (lane & 15u), half = lane >> 4;
+  const ft_ldmatrix_row mine = ft_wgmma_row(a_desc, a0 + (row / 8u) * a_sbo + (row % 8u) * 16u + half * a_lbo, 1);
+  const ft_ldmatrix_row* rows_a =
+      static_cast<const ft_ldmatrix_row*>(ft_simt_api_->warp_exchange(&mine, (int)sizeof mine, 0xffffffffu));
+  // (The conversions below count no operation: ft_h2f and ft_bf2f compute in the host's float.)
+  ft_flt a[2][16], b[N / 4][16];
+  for (unsigned k = 0; k < 16; ++k) {
+    for (unsigned r = 0; r < 2; ++r) {
+      const unsigned short h = rows_a[(g + 8u * r) + 16u * (k / 8u)].v[k % 8u];
+      a[r][k] = BF16 ? ft_bf2f(h) : ft_h2f(h);
+    }
+  }
+  ft_wgmma_b<N, BF16, TRANS_B>(b_desc, b);
+  ft_wgmma_accumulate<N>(registers, a, b);
+}
+// A from registers: each lane's four (mma.m16n8k16's A fragment on its warp's 16 rows: register r
+// + 2h holds row g + 8r at k = 8h + 2t, 8h + 2t + 1), exchanged within the warp, read when issued.
+struct ft_wgmma_a_fragment {
+  unsigned r[4];
+};
+template <int N, int BF16, int TRANS_B>
+FT_INTRINSIC void ft_wgmma_ra(ft_flt* registers, const unsigned* a_registers, ft_wgmma_operand b_desc) {
+  static_assert(N >= 8 && N <= 256 && N % 8 == 0, "wgmma N");
+  const unsigned g = ft_simt_lane() >> 2;
+  const ft_wgmma_a_fragment mine = {{a_registers[0], a_registers[1], a_registers[2], a_registers[3]}};
+  const ft_wgmma_a_fragment* all =
+      static_cast<const ft_wgmma_a_fragment*>(ft_simt_api_->warp_exchange(&mine, (int)sizeof mine, 0xffffffffu));
+  ft_flt a[2][16], b[N / 4][16];
+  for (unsigned k = 0; k < 16; ++k) {
+    for (unsigned r = 0; r < 2; ++r) a[r][k] = ft_frag_half(all[4u * g + (k % 8u) / 2u].r[r + 2u * (k / 8u)], (int)(k % 2u), BF16);
+  }
+  ft_wgmma_b<N, BF16, TRANS_B>(b_desc, b);
+  ft_wgmma_accumulate<N>(registers, a, b);
 }
 // Groups and waits go to the executor; wgmma.fence orders register accesses the host's sequential
 // thread already orders, and the proxy fence makes the threads' stores visible to the wgmma's

@@ -149,7 +149,7 @@ json sol_row(const planner::Device& d, const json& launch, const simt::Counters&
   shape.registers = res.value("registers", 0);
   shape.shared_bytes = launch.value("shared_bytes", int64_t{0});
   const std::string text = kernel_text(cuda, launch.at("kernel").get<std::string>());
-  const planner::Pipe pipe = text.find("ft_wgmma<") != std::string::npos            ? planner::Pipe::kWgmma
+  const planner::Pipe pipe = text.find("ft_wgmma") != std::string::npos                 ? planner::Pipe::kWgmma
                              : text.find("ft_mma_m16n8k16_") != std::string::npos     ? planner::Pipe::kMmaSync
                              : text.find("ft_mma_m16n8k8_tf32(") != std::string::npos ? planner::Pipe::kMmaSyncTf32
                              : text.find("ft_mma_m16n8k32_") != std::string::npos     ? planner::Pipe::kMmaSyncInt8

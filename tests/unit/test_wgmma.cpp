@@ -47,7 +47,13 @@ using fusetune::testing::to_16;
 // accumulators to d (64xN row-major) by the ISA's fragment layout. `sbo_a` replaces A's SBO (a
 // wrong one must give a wrong product). `mutation`: "no barrier" before the wgmma, "no wait"
 // after it, or "early store" (thread 0 overwrites A after a barrier, before the wait).
-Kernel one_wgmma_kernel(DType dtype, int n, int64_t sbo_a, const std::string& mutation = "") {
+// `a_registers`: A from each lane's four registers instead (mma.m16n8k16's A fragment of its
+// warp's 16 rows: register r + 2h holds row g + 8r at k = 8h + 2t and 8h + 2t + 1, the first in
+// the low half), read from a by the lane itself. `b_k_major`: B as K-major core matrices (core
+// (n / 8, k / 8) at ((n / 8) * 2 + k / 8) * 64, its 8 rows n, 8 values of k each: LBO 128 bytes
+// along K, SBO 256 along N), where `sbo_a` replaces B's SBO instead.
+Kernel one_wgmma_kernel(DType dtype, int n, int64_t sbo_a, const std::string& mutation = "", bool a_registers = false,
+                        bool b_k_major = false) {
   Kernel k;
   k.name = "one_wgmma";
   k.threads = 128;
@@ -60,13 +66,30 @@ Kernel one_wgmma_kernel(DType dtype, int n, int64_t sbo_a, const std::string& mu
   k.body.push_back(thread_for("ft_e", "0", "1024",
                               {let(kIndexType, "ft_r", "ft_e / 16"), let(kIndexType, "ft_c", "ft_e % 16"),
                                store(sa, "(ft_r / 8 * 2 + ft_c / 8) * 64 + ft_r % 8 * 8 + ft_c % 8", "a[ft_e]")}));
+  const std::string b_at = b_k_major ? "(ft_c / 8 * 2 + ft_r / 8) * 64 + ft_c % 8 * 8 + ft_r % 8"
+                                     : "(ft_r / 8 * " + std::to_string(n / 8) + " + ft_c / 8) * 64 + ft_r % 8 * 8 + ft_c % 8";
   k.body.push_back(thread_for("ft_e", "0", std::to_string(16 * n),
                               {let(kIndexType, "ft_r", "ft_e / " + std::to_string(n)), let(kIndexType, "ft_c", "ft_e % " + std::to_string(n)),
-                               store(sb, "(ft_r / 8 * " + std::to_string(n / 8) + " + ft_c / 8) * 64 + ft_r % 8 * 8 + ft_c % 8", "b[ft_e]")}));
+                               store(sb, b_at, "b[ft_e]")}));
+  if (a_registers) {
+    k.thread_locals.push_back({"fa", 4, DType::kU32});
+    Block mine = {let(kIndexType, "ft_w", "ft_thread / 32"), let(kIndexType, "ft_g", "ft_thread % 32 / 4"),
+                  let(kIndexType, "ft_t", "ft_thread % 4")};
+    for (int r = 0; r < 4; ++r) {
+      const std::string at = "(16 * ft_w + ft_g + " + std::to_string(8 * (r % 2)) + ") * 16 + " + std::to_string(8 * (r / 2)) + " + 2 * ft_t";
+      mine.push_back(assign("fa[" + std::to_string(r) + "]", "((unsigned)a[" + at + "] | ((unsigned)a[" + at + " + 1] << 16))"));
+    }
+    k.body.push_back(if_then("1", mine));
+  }
   k.body.push_back(proxy_fence());
   if (mutation != "no barrier") k.body.push_back(barrier());
   k.body.push_back(wgmma_fence("acc"));
-  k.body.push_back(wgmma("acc", 0, n, sa, "0", 128, sbo_a, sb, "0", 16LL * n, 128, dtype));
+  if (a_registers) {
+    k.body.push_back(wgmma_registers("acc", 0, n, "fa", 0, sb, "0", b_k_major ? 128 : 16LL * n, b_k_major ? sbo_a : 128, dtype, b_k_major));
+  } else {
+    k.body.push_back(wgmma("acc", 0, n, sa, "0", 128, b_k_major ? 256 : sbo_a, sb, "0", b_k_major ? 128 : 16LL * n,
+                           b_k_major ? sbo_a : 128, dtype, b_k_major));
+  }
   k.body.push_back(wgmma_commit());
   if (mutation == "early store") {
     k.body.push_back(barrier());
@@ -87,19 +110,28 @@ Kernel one_wgmma_kernel(DType dtype, int n, int64_t sbo_a, const std::string& mu
   return k;
 }
 
+// In each of the forms: A from shared memory or from registers, B N-major or K-major; a wrong
+// stride byte offset (A's, or a K-major B's) gives a wrong product; the CUDA text of each form
+// compiles for sm_90a with its wgmma.mma_async in the PTX.
 TEST(WgmmaEmulation, OneWgmmaEqualsADirectProduct) {
   const unsigned seed = fusetune::testing::test_seed();
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(-2, 2);
+  for (int form = 0; form < 4; ++form) {
+  const bool a_registers = form & 1, b_k_major = form & 2;
   for (DType dtype : {DType::kF16, DType::kBF16}) {
     for (int n : {8, 24, 64, 256}) {
-      SCOPED_TRACE(std::string(dtype_name(dtype)) + " N " + std::to_string(n) + ", seed " + std::to_string(seed));
+      if (a_registers && n == 24) continue;  // A from registers at N 8, 64 and 256
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " N " + std::to_string(n) + (a_registers ? ", A in registers" : "") +
+                   (b_k_major ? ", B K-major" : "") + ", seed " + std::to_string(seed));
       std::vector<uint16_t> a(64 * 16), b(16 * static_cast<size_t>(n));
       for (auto& x : a) x = to_16(dtype, u(rng));
       for (auto& x : b) x = to_16(dtype, u(rng));
       auto backend = backend::make_host_backend();
       for (bool right : {true, false}) {
-        const Kernel k = one_wgmma_kernel(dtype, n, right ? 256 : 128);
+        if (a_registers && !b_k_major && !right) continue;  // no stride of A to corrupt, B's N-major SBO fixed
+        if (b_k_major && n == 8 && !right) continue;         // 8 columns: one core matrix along N, its SBO unused
+        const Kernel k = one_wgmma_kernel(dtype, n, right ? 256 : 128, "", a_registers, b_k_major);
         auto module = backend->load({k});
         auto da = backend->allocate(a.size() * 2), db = backend->allocate(b.size() * 2), dd = backend->allocate(64LL * n * 4);
         da->upload(a.data(), a.size() * 2);
@@ -132,6 +164,7 @@ TEST(WgmmaEmulation, OneWgmmaEqualsADirectProduct) {
         }
       }
     }
+  }
   }
 }
 
