@@ -184,6 +184,15 @@ bool streams_key_tiles(const Graph& g, const FusionGroup& group, const Attention
   return async_operand(g, group, core, core.scores, 1).has_value() || async_operand(g, group, core, core.output, 1).has_value();
 }
 
+bool wgmma_attention(const Graph& g, const FusionGroup& group, const AttentionCore& core, int64_t key_step) {
+  if (!tensor_attention(g, core) || key_step <= 0) return false;
+  const auto fits = [](int64_t n) { return (n + 15) / 16 * 16 <= 256; };
+  const int64_t width = g.value(g.nodes()[static_cast<size_t>(core.output)].outputs[0]).shape.back();
+  if (!fits(core.head) || !fits(width) || !fits(std::min(key_step, core.keys))) return false;
+  return async_operand(g, group, core, core.scores, 0) && async_operand(g, group, core, core.scores, 1) &&
+         async_operand(g, group, core, core.output, 1);
+}
+
 std::optional<Tensor> member_constant(const Graph& g, const std::set<int>& members, int v, std::set<int>* evaluated) {
   if (g.value(v).is_constant()) return *g.value(v).data;
   for (int id : members) {

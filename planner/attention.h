@@ -67,6 +67,11 @@ int64_t wide_lanes(const Graph& g, const StridedView& v);
 bool keys_contiguous(const Graph& g, const FusionGroup& group, const AttentionCore& core);
 // Whether the tensor-core form streams the key tiles through two slots (K or V by cp.async).
 bool streams_key_tiles(const Graph& g, const FusionGroup& group, const AttentionCore& core);
+// Whether the tensor-core form can issue wgmma (sm_90a) with key tiles of `key_step` keys: a
+// tensor attention whose Q, K (or Kᵀ) and V all move by cp.async (async_operand: the stage lays
+// them out as core matrices, 16 bytes a copy), whose head and value width, rounded up to 16, and
+// key tile, rounded up to 16, are at most 256 (the N of P V's and of Q Kᵀ's wgmma).
+bool wgmma_attention(const Graph& g, const FusionGroup& group, const AttentionCore& core, int64_t key_step);
 
 // A score at or below this gets no weight: its exponential against any row maximum a visible key
 // sets underflows to zero in float32.

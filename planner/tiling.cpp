@@ -753,9 +753,9 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       c.reject = "wgmma needs tensor cores (mma) on a device of compute capability 9.0 (sm_90a)";
       return c;
     }
-    if (cfg.flash || cfg.threads % (4 * d.warp_size) != 0 || !has_mma_matmul(g, group, false)) {
-      c.reject = "wgmma needs whole warpgroups of 128 threads and a staged MatMul with float16 or bfloat16 operands, "
-                 "outside flash attention";
+    if (cfg.threads % (4 * d.warp_size) != 0 || (!cfg.flash && !has_mma_matmul(g, group, false))) {
+      c.reject = "wgmma needs whole warpgroups of 128 threads and a staged MatMul with float16 or bfloat16 operands, or "
+                 "flash attention";
       return c;
     }
   }
@@ -774,6 +774,11 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
     }
     if (cfg.mma && !tensor_attention(g, *core)) {
       c.reject = "flash attention on tensor cores needs Q, K, P and V all float16 or all bfloat16";
+      return c;
+    }
+    if (cfg.wgmma && !wgmma_attention(g, group, *core, cfg.reduce_step)) {
+      c.reject = "flash attention on wgmma needs Q, K and V moving by cp.async, a head and value width of at most 256 "
+                 "and a key tile of 16 to 256, a multiple of 16";
       return c;
     }
   }
@@ -964,12 +969,16 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
         // number of 16-byte units, the scores and probabilities in the product's registers; the
         // products padded to m16n8k16; per score its exponential, and about three instructions
         // (the row's maximum, its sum, half a packing cvt and the quad's exchanges).
-        if (rows > warps * 16) {
-          c.reject = "flash attention on tensor cores needs a warp per 16 rows: " + std::to_string(rows) + " rows on " +
-                     std::to_string(warps) + " warps";
+        // wgmma (sm_90a): a warpgroup per 64 rows, Q and the key tiles as unpadded core
+        // matrices read by the tensor cores at the full rate, no fragment loads.
+        const int64_t rows_per_unit = cfg.wgmma ? 64 : 16, units = cfg.wgmma ? warps / 4 : warps;
+        if (rows > units * rows_per_unit) {
+          c.reject = "flash attention on tensor cores needs a warp per 16 rows (wgmma: a warpgroup per 64): " +
+                     std::to_string(rows) + " rows on " + std::to_string(warps) + " warps";
           return c;
         }
-        const int64_t rp = warps * 16, b16 = ceil_div(bc, 16) * 16, dk16 = ceil_div(dk, 16) * 16, dv16 = ceil_div(dv, 16) * 16;
+        const int64_t rp = units * rows_per_unit, b16 = ceil_div(bc, 16) * 16, dk16 = ceil_div(dk, 16) * 16,
+                      dv16 = ceil_div(dv, 16) * 16;
         const int64_t kt = run_tiles(b16);
         walk(kt, 1);
         tile_special += rp * kt * (b16 + 1);  // an exponential per score, a rescale factor per row and key tile
@@ -979,16 +988,18 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
         const bool ring = streams_key_tiles(g, group, *core);
         copies_ahead = copies_ahead || ring;
         const int64_t slots = ring ? 2 : 1;
-        const int64_t k_slot = keys_contiguous(g, group, *core) ? dk16 * ldmatrix_pitch(b16) : b16 * ldmatrix_pitch(dk16);
-        smem += (rp * ldmatrix_pitch(dk16) + slots * (k_slot + b16 * ldmatrix_pitch(dv16))) * 2 + rp * 4;
-        tensor_flops += kt * (2 * rp * b16 * dk16 + 2 * rp * dv16 * b16);
+        const auto pitch = [&](int64_t width) { return cfg.wgmma ? width : ldmatrix_pitch(width); };
+        const int64_t k_slot = keys_contiguous(g, group, *core) ? dk16 * pitch(b16) : b16 * pitch(dk16);
+        smem += (rp * pitch(dk16) + slots * (k_slot + b16 * pitch(dv16))) * 2 + rp * 4;
+        (cfg.wgmma ? wgmma_flops : tensor_flops) += kt * (2 * rp * b16 * dk16 + 2 * rp * dv16 * b16);
         padded_elems += rp * dv16;
-        tile_loads += rp * dk16 + kt * b16 * (dk16 + dv16);
+        tile_loads += cfg.wgmma ? 0 : rp * dk16 + kt * b16 * (dk16 + dv16);
         tile_flops += 3 * kt * rp * b16;
         const double rounds =
             ring ? 1.0 : static_cast<double>(ceil_div(b16 * dk16, cfg.threads) + ceil_div(b16 * dv16, cfg.threads));
         in_flight = std::min(in_flight, static_cast<double>(b16 * (dk + dv) * esize) / rounds);
-        flash_registers = static_cast<int>(40 + dk16 / 4 + b16 / 2 + dv16 / 2 + 4 + 12);  // Q, S, O, P; the rows' statistics
+        // Q's fragments, S, O and P's (wgmma: Q in shared memory, P's whole tile); the rows' statistics.
+        flash_registers = static_cast<int>(40 + (cfg.wgmma ? 0 : dk16 / 4) + b16 / 2 + dv16 / 2 + (cfg.wgmma ? b16 / 4 : 4) + 12);
         split_keys(ceil_div(keys, b16), dv16 / 8 * 4, rows, warps);  // the output fragments
         if (n.outputs[0] != root) smem += out_elems * 4;
         continue;  // the SIMT form's charges below are not this form's
@@ -1900,8 +1911,12 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
         if (keys > 16 && keys >= core->keys * 2) continue;  // one tile holds them all already
         std::vector<TileConfig> forms;
         for (int threads : {64, 128, 256}) forms.push_back({tile, keys, threads});
-        if (tensor) {  // a warp per 16 rows
+        if (tensor) {  // a warp per 16 rows; on sm_90a also a warpgroup per 64
           forms.push_back({tile, keys, static_cast<int>(ceil_div(rows, 16)) * d.warp_size, 1, true});
+          if (has_wgmma(d)) {
+            forms.push_back({tile, keys, static_cast<int>(ceil_div(rows, 64)) * 4 * d.warp_size, 1, true});
+            forms.back().wgmma = true;
+          }
         }
         for (TileConfig& cfg : forms) {
           cfg.flash = true;

@@ -52,6 +52,7 @@ class AttentionStage : public AnchorStage {
     warps_ = threads / kWarpSize;
     batches_ = ceil_div(rows_, warps_);
     tensor_ = cx.cfg.mma;
+    wgmma_ = tensor_ && cx.cfg.wgmma;
     const std::string v = std::to_string(out_value());
     if (tensor_) {
       plan_tensor(k, v);
@@ -99,13 +100,24 @@ class AttentionStage : public AnchorStage {
   // expression) and the row pitch; and, for a B operand, the key tile it stages (an index
   // expression: its key ft_fj = tile x the tile's keys + the slot's row ft_qr, or its column
   // ft_qd where the keys run along the rows: Kᵀ with its keys contiguous).
+  // With `cores` (the wgmma form) the slot holds core matrices, 8 rows of 8 elements each, `cores`
+  // of them along a row block: element (r, c) at (r / 8) * cores * 64 + (c / 8) * 64 + (r % 8) * 8
+  // + c % 8 (a K-major operand: LBO 128 bytes along the columns, SBO cores * 128 along the rows;
+  // an N-major one: LBO cores * 128 along the rows, SBO 128).
   struct Slot {
     std::string buf, first = "0", tile = "ft_kt";
     int64_t pitch = 0;
     bool keys_in_columns = false;
+    int64_t cores = 0;
   };
   static std::string slot_element(const Slot& to, const std::string& at) {
     return to.first == "0" ? at : to.first + " + " + at;
+  }
+  // The core matrices along a row of `width` elements in the wgmma form (0 otherwise: padded rows).
+  int64_t cores(int64_t width) const { return wgmma_ ? width / 8 : 0; }
+  static std::string slot_at(const Slot& to, const std::string& r, const std::string& c) {
+    if (to.cores == 0) return r + " * " + lit(to.pitch) + " + " + c;
+    return r + " / 8 * " + lit(to.cores * 64) + " + " + c + " / 8 * 64 + " + r + " % 8 * 8 + " + c + " % 8";
   }
   // A thread loop staging `rows` x `cols` elements of operand `operand` of MatMul `matmul` into
   // `to` (as `dtype`): element (ft_qr, ft_qd) reads the operand at `index()` where `row_inside`
@@ -192,7 +204,9 @@ class AttentionStage : public AnchorStage {
   DType half_ = DType::kUndefined;
   bool ring_ = false;  // the key tiles in two slots, the next one's copies in flight (planner::streams_key_tiles)
   bool kt_ = false;    // K's buffer holds Kᵀ's rows, the keys contiguous (planner::keys_contiguous)
+  bool wgmma_ = false;  // the products by wgmma (sm_90a): a warpgroup per 64 rows, operands as core matrices
   int64_t dk16_ = 0, dv16_ = 0, pq_ = 0, pk_ = 0, pv_ = 0;
+  int64_t rp_ = 0;      // the rows the block's warps (warpgroups) cover, Q's staged rows
   int64_t k_slot_ = 0;  // elements of a key tile's slot in K's buffer
   std::string frag_q_, frag_k_, frag_s_, frag_p_, frag_v_;
 };
@@ -201,17 +215,21 @@ void AttentionStage::plan_tensor(Kernel& k, const std::string& v) {
   const Graph& g = cx_.g;
   half_ = g.value(node(core_.scores).inputs[0]).dtype;
   check(planner::tensor_attention(g, core_), "flash attention on tensor cores needs Q, K, P and V all float16 or all bfloat16");
-  check(rows_ <= warps_ * 16, "flash attention on tensor cores: ", rows_, " rows need ", ceil_div(rows_, 16), " warps, not ",
-        warps_);
+  rp_ = wgmma_ ? warps_ / 4 * 64 : warps_ * 16;  // a warp per 16 rows; wgmma: a warpgroup per 64
+  const int64_t rp = rp_;
+  check(rows_ <= rp, "flash attention on tensor cores: ", rows_, " rows on ", warps_, " warps");
+  check(!wgmma_ || planner::wgmma_attention(g, cx_.group, core_, cx_.cfg.reduce_step),
+        "flash attention on wgmma: an operand does not move by cp.async, or a width exceeds 256");
   bc_ = round_up(bc_, 16);
   dk16_ = round_up(dk_, 16);
   dv16_ = round_up(dv_, 16);
-  pq_ = planner::ldmatrix_pitch(dk16_);
+  // Rows padded for ldmatrix; wgmma's core matrices unpadded.
+  const auto pitch = [&](int64_t width) { return wgmma_ ? width : planner::ldmatrix_pitch(width); };
+  pq_ = pitch(dk16_);
   kt_ = planner::keys_contiguous(g, cx_.group, core_);
-  pk_ = planner::ldmatrix_pitch(kt_ ? bc_ : dk16_);
+  pk_ = pitch(kt_ ? bc_ : dk16_);
   k_slot_ = kt_ ? dk16_ * pk_ : bc_ * pk_;
-  pv_ = planner::ldmatrix_pitch(dv16_);
-  const int64_t rp = warps_ * 16;
+  pv_ = pitch(dv16_);
   sq_ = k.add_shared("fq" + v, half_, rp * pq_);
   ring_ = planner::streams_key_tiles(cx_.g, cx_.group, core_);
   const int64_t slots = ring_ ? 2 : 1;
@@ -225,17 +243,20 @@ void AttentionStage::plan_tensor(Kernel& k, const std::string& v) {
   frag_p_ = "gp" + v;
   frag_v_ = "gv" + v;
   k.thread_locals.push_back({acc_, dv16_ / 8 * 4, DType::kF32});
+  k.thread_locals.push_back({frag_s_, bc_ / 8 * 4, DType::kF32});
+  // wgmma reads Q, K and V from shared memory, and P's fragments of the whole tile from registers
+  // until its wait; mma.sync takes one k16 slice of P at a time.
+  k.thread_locals.push_back({frag_p_, wgmma_ ? bc_ / 16 * 4 : 4, DType::kU32});
+  if (wgmma_) return;
   k.thread_locals.push_back({frag_q_, dk16_ / 16 * 4, DType::kU32});
   k.thread_locals.push_back({frag_k_, 4, DType::kU32});
-  k.thread_locals.push_back({frag_s_, bc_ / 8 * 4, DType::kF32});
-  k.thread_locals.push_back({frag_p_, 4, DType::kU32});
   k.thread_locals.push_back({frag_v_, 4, DType::kU32});
 }
 
 Stmt AttentionStage::stage(const Slot& to, DType dtype, int64_t rows, int64_t cols, int matmul, int operand,
                            const std::string& row_inside, const std::string& limit,
                            const std::function<std::vector<std::string>()>& index) {
-  check(!to.keys_in_columns, "flash attention: Kᵀ's rows are staged by cp.async only");
+  check(!to.keys_in_columns && to.cores == 0, "flash attention: Kᵀ's rows, and wgmma's core matrices, are staged by cp.async only");
   if (dtype == DType::kF32) {
     const std::optional<planner::StridedView> view = planner::wide_operand(cx_.g, cx_.group, core_, matmul, operand);
     if (view && cols % planner::wide_lanes(cx_.g, *view) == 0) {
@@ -341,7 +362,7 @@ std::array<std::string, 3> AttentionStage::place_chunk(const Slot& to, const pla
   }
   const std::vector<std::string> idx = cx_.index_of(cx_.exprs.at(matmul).accesses[static_cast<size_t>(operand)], index());
   return {view_element(view, idx), "(" + row_inside + " ? ft_max(0, ft_min(" + lit(lanes) + ", " + limit + " - ft_qd)) : 0)",
-          slot_element(to, "ft_qr * " + lit(to.pitch) + " + ft_qd")};
+          slot_element(to, slot_at(to, "ft_qr", "ft_qd"))};
 }
 
 void AttentionStage::stage_key_tile(Block& into, const std::string& tile, const std::string& slot, const std::string& lom,
@@ -350,14 +371,14 @@ void AttentionStage::stage_key_tile(Block& into, const std::string& tile, const 
   const auto first = [&](int64_t size) { return slot == "0" ? std::string("0") : "(" + slot + ") * " + lit(size); };
   if (kt_) {
     // Kᵀ's rows (the head's) of the tile's keys: chunks of 8 keys, zero beyond the keys.
-    const bool async = stage16(into, {sk_, first(k_slot_), tile, pk_, true}, dk16_, bc_, core_.scores, 1, "ft_qr < " + lit(dk_),
+    const bool async = stage16(into, {sk_, first(k_slot_), tile, pk_, true, cores(bc_)}, dk16_, bc_, core_.scores, 1, "ft_qr < " + lit(dk_),
                                lit(keys_) + " - " + tile + " * " + lit(bc_), [&] { return vars(core_.scores, lom, "ft_fj", "ft_qr"); });
     check(async, "flash attention: Kᵀ with its keys contiguous moves by cp.async");
   } else {
-    stage16(into, {sk_, first(k_slot_), tile, pk_}, bc_, dk16_, core_.scores, 1, inside, lit(dk_),
+    stage16(into, {sk_, first(k_slot_), tile, pk_, false, cores(dk16_)}, bc_, dk16_, core_.scores, 1, inside, lit(dk_),
             [&] { return vars(core_.scores, lom, "ft_fj", "ft_qd"); });
   }
-  stage16(into, {sv_, first(bc_ * pv_), tile, pv_}, bc_, dv16_, core_.output, 1, inside, nn,
+  stage16(into, {sv_, first(bc_ * pv_), tile, pv_, false, cores(dv16_)}, bc_, dv16_, core_.output, 1, inside, nn,
           [&] { return vars(core_.output, lom, lon + " + ft_qd", "ft_fj"); });
 }
 
@@ -729,9 +750,9 @@ void AttentionStage::emit_tensor(Kernel& k, const std::string& nm, const std::st
   const std::string qk_cols = cx_.region.at(node(core_.scores).outputs[0]).lo[rank - 1];
   const std::string warp = "(ft_thread / " + lit(kWarpSize) + ")", lane = "(ft_thread % " + lit(kWarpSize) + ")";
   const std::string w16 = "(" + warp + " * 16)";
-  const int64_t rp = warps_ * 16;
+  const int64_t rp = rp_;
   k.body.push_back(serial_for("ft_e", "0", lit(dv16_ / 8 * 4), {assign(acc_ + "[ft_e]", "0.0f")}));
-  const bool async_q = stage16(k.body, {sq_, "0", "ft_kt", pq_}, rp, dk16_, core_.scores, 0, "ft_qr < " + nm, lit(dk_),
+  const bool async_q = stage16(k.body, {sq_, "0", "ft_kt", pq_, false, cores(dk16_)}, rp, dk16_, core_.scores, 0, "ft_qr < " + nm, lit(dk_),
                                [&] { return vars(core_.scores, lom + " + ft_qr", qk_cols, "ft_qd"); });
   if (async_q) k.body.push_back(copy_async_commit());
   // With two slots the first key tile's copies fly while Q's fragments load; the loop then stages
@@ -744,8 +765,9 @@ void AttentionStage::emit_tensor(Kernel& k, const std::string& nm, const std::st
     k.body.push_back(copy_async_commit());
   }
   if (async_q) k.body.push_back(copy_async_wait(ring_ ? 1 : 0));
-  k.body.push_back(barrier());
-  for (int64_t kq = 0; kq < dk16_ / 16; ++kq) {
+  // The warps read Q's fragments now; wgmma reads Q after each tile's fence and barrier.
+  if (!wgmma_) k.body.push_back(barrier());
+  for (int64_t kq = 0; kq < dk16_ / 16 && !wgmma_; ++kq) {
     k.body.push_back(ldmatrix(frag_q_, kq * 4, 4, false, sq_,
                               "(" + w16 + " + " + lane + " % 16) * " + lit(pq_) + " + " + lit(kq * 16) + " + " + lane + " / 16 * 8"));
   }
@@ -764,11 +786,26 @@ void AttentionStage::emit_tensor(Kernel& k, const std::string& nm, const std::st
   } else {
     stage_key_tile(tile, "ft_kt", "0", lom, lon, nn);
   }
+  if (wgmma_) tile.push_back(proxy_fence());  // the slot's copies (and Q's), to the wgmma's proxy
   tile.push_back(barrier());
   // S = Q K^T: per 16 of the head, two n8 blocks of keys per ldmatrix.x4 (matrices: keys 0-7 at
-  // columns 0-7 and 8-15, then keys 8-15); from Kᵀ's rows by .trans, as V's below.
+  // columns 0-7 and 8-15, then keys 8-15); from Kᵀ's rows by .trans, as V's below. With wgmma,
+  // each warpgroup's 64 rows by the tile's keys, a wgmma per 16 of the head: Q K-major (LBO 128
+  // bytes, SBO a row block's head), K as a K-major B (its rows: the same strides) or Kᵀ as an
+  // N-major one (LBO a row block of the tile's keys, SBO 128); waited for before the softmax.
   tile.push_back(serial_for("ft_e", "0", lit(bc_ / 8 * 4), {assign(frag_s_ + "[ft_e]", "0.0f")}));
-  for (int64_t kq = 0; kq < dk16_ / 16; ++kq) {
+  const std::string group = "(ft_thread / " + lit(4 * kWarpSize) + ")";
+  if (wgmma_) {
+    tile.push_back(wgmma_fence(frag_s_));
+    for (int64_t kq = 0; kq < dk16_ / 16; ++kq) {
+      tile.push_back(wgmma(frag_s_, 0, static_cast<int>(bc_), sq_, group + " * " + lit(64 * dk16_) + " + " + lit(kq * 128), 128,
+                           dk16_ * 16, sk_, slot_element({sk_, k0}, lit(kt_ ? kq * 16 * bc_ : kq * 128)), kt_ ? bc_ * 16 : 128,
+                           kt_ ? 128 : dk16_ * 16, half_, !kt_));
+    }
+    tile.push_back(wgmma_commit());
+    tile.push_back(wgmma_wait(frag_s_, 0));
+  }
+  for (int64_t kq = 0; kq < dk16_ / 16 && !wgmma_; ++kq) {
     for (int64_t jb = 0; jb < bc_ / 16; ++jb) {
       tile.push_back(kt_ ? ldmatrix(frag_k_, 0, 4, true, sk_,
                                     slot_element({sk_, k0}, "(" + lit(kq * 16) + " + " + lane + " % 16) * " + lit(pk_) + " + " +
@@ -785,19 +822,33 @@ void AttentionStage::emit_tensor(Kernel& k, const std::string& nm, const std::st
   // and 2 kq + 1, each lane's own: the C layout of two n8 blocks is the A layout of an m16k16
   // slice (a0, a1: rows g and g + 8 at keys 2t, 2t + 1 of block 2 kq; a2, a3: the same of block
   // 2 kq + 1), packed two to a register in the 16-bit type (one cvt for both); V by ldmatrix.trans.
+  // With wgmma the warpgroup's A fragment of a k16 slice is its warps' (wgmma's register A), V an
+  // N-major B (LBO a row block of V's width, SBO 128): every slice's fragments packed, then a
+  // wgmma each, waited for before the registers change.
   const std::string pack = half_ == DType::kBF16 ? "ft_pack_bf2" : "ft_pack_h2";
   const auto s_at = [&](int64_t j, int64_t c) { return frag_s_ + "[" + std::to_string(j * 4 + c) + "]"; };
   for (int64_t kq = 0; kq < bc_ / 16; ++kq) {
     for (int64_t q = 0; q < 4; ++q) {
       const int64_t j = 2 * kq + q / 2, c = 2 * (q % 2);
-      tile.push_back(assign(frag_p_ + "[" + std::to_string(q) + "]", pack + "(" + s_at(j, c) + ", " + s_at(j, c + 1) + ")"));
+      tile.push_back(assign(frag_p_ + "[" + std::to_string((wgmma_ ? kq * 4 : 0) + q) + "]",
+                            pack + "(" + s_at(j, c) + ", " + s_at(j, c + 1) + ")"));
     }
+    if (wgmma_) continue;
     for (int64_t jb = 0; jb < dv16_ / 16; ++jb) {
       tile.push_back(ldmatrix(frag_v_, 0, 4, true, sv_,
                               slot_element({sv_, v0}, "(" + lit(kq * 16) + " + " + lane + " % 16) * " + lit(pv_) + " + " + lit(jb * 16) + " + " + lane + " / 16 * 8")));
       tile.push_back(mma(acc_, 2 * jb * 4, frag_p_, 0, frag_v_, 0, half_));
       tile.push_back(mma(acc_, (2 * jb + 1) * 4, frag_p_, 0, frag_v_, 2, half_));
     }
+  }
+  if (wgmma_) {
+    tile.push_back(wgmma_fence(acc_));
+    for (int64_t kq = 0; kq < bc_ / 16; ++kq) {
+      tile.push_back(wgmma_registers(acc_, 0, static_cast<int>(dv16_), frag_p_, kq * 4, sv_,
+                                     slot_element({sv_, v0}, lit(kq * 16 * dv16_)), dv16_ * 16, 128, half_));
+    }
+    tile.push_back(wgmma_commit());
+    tile.push_back(wgmma_wait(acc_, 0));
   }
   tile.push_back(barrier());
   k.body.push_back(uniform_for("ft_kt", first_tile_, end_tile_, tile));

@@ -40,6 +40,16 @@
 // the probabilities' registers (two n8 blocks of C are one k16 slice of A; one cvt a pair) and V
 // by ldmatrix.x4.trans. Two barriers a tile, no shared memory for scores or probabilities; after
 // the last tile the quads sum their lanes' partial row sums.
+// With wgmma (the candidate's `wgmma`, sm_90a; planner::wgmma_attention: Q, K and V all by
+// cp.async, widths and the key tile at most 256): a warpgroup per 64 rows; Q and the key tiles lie
+// in shared memory as core matrices (8 rows of 8 elements, 128 contiguous bytes, copied 16 bytes a
+// chunk to where their row and column put them), read by the tensor cores through matrix
+// descriptors: S = Q K^T a wgmma per 16 of the head (Q K-major; K as a K-major B, or Kᵀ in memory
+// as an N-major one), committed and waited for; the softmax on S's registers as above (wgmma's
+// accumulators have mma's C layout on each warp's 16 rows); P's A fragments of the whole tile
+// packed, then O += P V a wgmma per 16 keys with A from those registers and V an N-major B, waited
+// for before the next tile rewrites them. Each tile's copies are made visible to the wgmma's proxy
+// (fence.proxy.async) before its first barrier, which also orders Q's.
 // With the key tiles split over blocks (the candidate's split_k: flash-decoding, for a decode
 // step's few rows), each block runs its split's tiles (split_k.h's slices), publishes its
 // outputs before the division and its rows' running maxima and sums (split_k.h publish_split),

@@ -141,13 +141,13 @@ FusionGroup add_attention(Graph& g, DType dt, const Attention& a, const std::str
 }
 
 // The planner's best flash candidate for the group (H100), on tensor cores or not.
-TileConfig best_flash(const Graph& g, const FusionGroup& fg, bool tensor = false) {
+TileConfig best_flash(const Graph& g, const FusionGroup& fg, bool tensor = false, bool wgmma = false) {
   planner::TilingOptions opt;
   opt.top_k = 1 << 20;
   for (const planner::Candidate& c : planner::tile_candidates(g, fg, planner::find_device("h100"), opt)) {
-    if (c.config.flash && c.config.mma == tensor) return c.config;
+    if (c.config.flash && c.config.mma == tensor && c.config.wgmma == wgmma) return c.config;
   }
-  ADD_FAILURE() << "no flash candidate " << (tensor ? "on tensor cores " : "") << "for " << fg.pattern;
+  ADD_FAILURE() << "no flash candidate " << (tensor ? "on tensor cores " : "") << (wgmma ? "by wgmma " : "") << "for " << fg.pattern;
   return {};
 }
 
@@ -712,6 +712,135 @@ TEST(CodegenAttention, TheTensorCoreFormKeepsATilesScoresInRegisters) {
     EXPECT_GE(matches(ptx, dt == DType::kF16 ? R"(\bcvt\.rn\.f16x2\.f32\b)" : R"(\bcvt\.rn\.bf16x2\.f32\b)"), 1u) << label;
     EXPECT_GE(matches(ptx, R"(\bshfl\.sync\.bfly\.b32\b)"), 4u) << label;
     EXPECT_EQ(matches(ptx, R"(\bst\.shared\.[bu]16\b)"), 0u) << label << ": 16-bit values stored to shared memory (P)";
+  }
+}
+
+// On sm_90a the tensor-core form also issues wgmma: a warpgroup per 64 rows, Q and the key tiles
+// as core matrices in shared memory (K as a K-major B, Kᵀ as an N-major one), S waited for in the
+// registers the softmax takes it in, P V with P's fragments as wgmma's register A. Against the
+// reference under the host executor's checks, float16 and bfloat16: odd extents and a mask,
+// grouped-query keys under a causal mask with heads merged, a decode step, more rows than a
+// warpgroup (two warpgroups), K and V sliced to rows at every alignment, Kᵀ in memory; key tiles
+// of 16 and 64 besides the planner's. Every barrier and wait deleted in turn is a finding. The
+// CUDA compiles for sm_90a with both wgmma forms in its PTX and no ldmatrix. Forms the operands
+// cannot take (an operand computed in the group) get no wgmma candidate.
+TEST(CodegenAttention, TheWgmmaFormMatchesTheReference) {
+  std::vector<Attention> shapes = {
+      {1, 2, 2, 37, 45, 24, 20, true, false, false},     // odd extents; a mask
+      {2, 4, 2, 70, 70, 64, 64, false, true, true},      // keys shared by two heads each; causal; heads merged
+      {1, 4, 1, 1, 70, 32, 32, true, true, true},        // a decode step
+      {1, 1, 1, 150, 150, 16, 16, false, true, false},   // 150 rows: two warpgroups, two row tiles
+      {1, 4, 2, 37, 72, 24, 16, true, false, false, true},  // Kᵀ in memory, keys shared
+  };
+  Attention sliced;
+  sliced.queries = 24;
+  sliced.keys = 40;
+  sliced.sliced = true;
+  shapes.push_back(sliced);
+  for (DType dt : {DType::kF16, DType::kBF16}) {
+    Graph g;
+    std::vector<FusionGroup> cases;
+    std::vector<TileConfig> configs;
+    std::string label(dtype_name(dt));
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const FusionGroup fg = add_attention(g, dt, shapes[i], "a" + std::to_string(i) + "_");
+      label += "; " + text(shapes[i]);
+      const TileConfig best = best_flash(g, fg, true, true);
+      ASSERT_TRUE(best.wgmma && best.mma && best.flash) << best.str();
+      std::vector<TileConfig> forms = {best};
+      for (int64_t keys : {16, 64}) {
+        TileConfig other = best;
+        other.reduce_step = keys;
+        if (keys != best.reduce_step && (i == 0 || i == 1)) forms.push_back(other);
+      }
+      if (i == 3) {  // both row tiles' 128 rows in one block: two warpgroups
+        TileConfig two = best;
+        two.tile[2] = 128;
+        two.threads = 256;
+        forms.push_back(two);
+      }
+      for (TileConfig& cfg : forms) {
+        cfg.split_k = i == 2 ? cfg.split_k : 1;
+        cases.push_back(fg);
+        configs.push_back(cfg);
+        label += " [" + cfg.str() + "]";
+      }
+    }
+    size_t next = 0;
+    check_groups(g, cases, [&](const FusionGroup&) { return configs[next++]; }, label, sm90);
+    if (!backend::nvrtc_available()) {
+      std::printf("NVRTC not available: the PTX of the wgmma form not read\n");
+      continue;
+    }
+    const Kernel k = lower_group(g, cases[1], configs[1], "attn").kernel;
+    const std::string ptx = backend::compile_ptx(emit_cuda({k}), "sm_90");
+    EXPECT_GE(matches(ptx, R"(\bwgmma\.mma_async\.sync\.aligned\.m64n\d+k16\.f32\.(b?f16)\.\1\s+\{[^}]*\},\s*%rd)"), 1u)
+        << label << ": no wgmma with A from shared memory";
+    EXPECT_GE(matches(ptx, R"(\bwgmma\.mma_async\.sync\.aligned\.m64n\d+k16\.f32\.(b?f16)\.\1\s+\{[^}]*\},\s*\{)"), 1u)
+        << label << ": no wgmma with A from registers";
+    EXPECT_EQ(matches(ptx, R"(\bldmatrix\b)"), 0u) << label;
+  }
+  // V's columns each repeated twice are no contiguous run: V moves element by element, and the
+  // group gets no wgmma candidate; nor does a key tile wider than a wgmma's N.
+  Graph g;
+  Attention a;
+  a.keys = 600;
+  const FusionGroup plain = add_attention(g, DType::kF16, a, "p_");
+  a.v_repeated = true;
+  const FusionGroup repeated = add_attention(g, DType::kF16, a, "r_");
+  const planner::AttentionCore core = *planner::match_attention(g, plain);
+  EXPECT_TRUE(planner::wgmma_attention(g, plain, core, 64));
+  EXPECT_FALSE(planner::wgmma_attention(g, plain, core, 512)) << "a key tile wider than a wgmma's N";
+  EXPECT_FALSE(planner::wgmma_attention(g, repeated, *planner::match_attention(g, repeated), 64));
+  planner::TilingOptions opt;
+  opt.top_k = 1 << 20;
+  for (const planner::Candidate& c : planner::tile_candidates(g, repeated, planner::find_device("h100"), opt)) {
+    EXPECT_FALSE(c.config.wgmma && c.config.flash) << c.config.str();
+  }
+}
+
+// Every barrier and wgmma wait of the wgmma form orders something: each barrier deleted in turn
+// is a finding of the host executor's checks, each wait a wrong output (two warpgroups, three key
+// tiles).
+TEST(CodegenAttention, EveryDeletedBarrierOrWaitOfTheWgmmaFormIsARace) {
+  Attention a;
+  a.heads = a.kv_heads = 1;
+  a.queries = 100;
+  a.keys = 70;
+  a.mask = true;
+  Graph g;
+  const FusionGroup fg = add_attention(g, DType::kF16, a);
+  TileConfig cfg = best_flash(g, fg, true, true);
+  cfg.split_k = 1;
+  cfg.reduce_step = 32;
+  cfg.tile[2] = 128;
+  cfg.threads = 256;
+  const LoweredKernel good = lower_group(g, fg, cfg, "attention");
+  EXPECT_GE(planner::evaluate_tile(g, fg, planner::find_device("h100"), cfg).smem_bytes, good.kernel.shared_bytes) << cfg.str();
+  // The key tile's two (the first also orders Q's copies before the wgmma reads them), the sums'.
+  EXPECT_GE(expect_every_barrier_needed(g, fg, good, "wgmma, " + cfg.str()), 3) << to_text(good.kernel);
+  auto backend = backend::make_host_backend();
+  std::mt19937 rng(fusetune::testing::test_seed());
+  std::function<int(Block&, int, int)> drop_wait = [&](Block& b, int target, int seen) {
+    Block kept;
+    for (Stmt& st : b) {
+      if (st.kind == Stmt::Kind::kWgmmaSync && st.a == "wait" && seen++ == target) continue;
+      seen = drop_wait(st.body, target, seen);
+      kept.push_back(std::move(st));
+    }
+    b = std::move(kept);
+    return seen;
+  };
+  LoweredKernel counted = good;
+  const int waits = drop_wait(counted.kernel.body, -1, 0);
+  ASSERT_EQ(waits, 2) << to_text(good.kernel);  // S's and O's
+  for (int i = 0; i < waits; ++i) {
+    LoweredKernel bad = good;
+    drop_wait(bad.kernel.body, i, 0);
+    auto module = backend->load({bad.kernel});
+    const backend::VerifyResult r = backend::verify_kernel(g, fg, bad, *backend, *module, rng);
+    // Accumulators read before their wgmma lands hold no defined value (the executor's NaN).
+    EXPECT_FALSE(r.ok) << "wgmma wait " << i << " deleted, and nothing noticed";
   }
 }
 

@@ -417,9 +417,10 @@ TEST(PtxGemv, ADecodeProjectionReadsItsWeightsInSixteenByteLoads) {
   EXPECT_EQ(ptx.count(R"(\b(div|rem)\.[su]64\b)"), 0u);
 }
 
-// A float16 attention over 2,048 keys (16 heads of 64, causal): the planner's best is flash
-// attention on tensor cores, whose PTX multiplies with mma.sync on fragments ldmatrix loads,
-// converts halves with cvt, and divides by no 64-bit value.
+// A float16 attention over 2,048 keys (16 heads of 64, causal): the planner's best on the H100 is
+// flash attention on tensor cores by wgmma, whose PTX multiplies with wgmma.mma_async (Q Kᵀ from
+// shared memory, P V with P from registers), converts the probabilities two to a cvt, and divides
+// by no 64-bit value; its mma.sync form (the A100's) with mma.sync on fragments ldmatrix loads.
 TEST(PtxAttention, LongFloatSixteenAttentionRunsFlashOnTensorCores) {
   if (!backend::nvrtc_available()) GTEST_SKIP() << "NVRTC not available: no PTX to read";
   Graph g;
@@ -442,11 +443,15 @@ TEST(PtxAttention, LongFloatSixteenAttentionRunsFlashOnTensorCores) {
   planner::TilingOptions generated_only;  // cuDNN's attention, a library candidate, may model faster
   generated_only.libraries = {};
   const planner::TileConfig best = planner::tile_candidates(g, group, planner::find_device("h100"), generated_only).front().config;
-  ASSERT_TRUE(best.flash && best.mma) << best.str();
+  ASSERT_TRUE(best.flash && best.mma && best.wgmma) << best.str();
+  const planner::TileConfig sync = planner::tile_candidates(g, group, planner::find_device("a100"), generated_only).front().config;
+  ASSERT_TRUE(sync.flash && sync.mma && !sync.wgmma) << sync.str();
+  const Ptx sync_ptx{backend::compile_ptx(codegen::emit_cuda({codegen::lower_group(g, group, sync, "attention").kernel}), "sm_80")};
+  EXPECT_GT(sync_ptx.count(R"(\bmma\.sync\.aligned\.m16n8k16\b)"), 0u);
+  EXPECT_GT(sync_ptx.count(R"(\bldmatrix\.sync\.aligned\b)"), 0u);
   const Ptx ptx{backend::compile_ptx(codegen::emit_cuda({codegen::lower_group(g, group, best, "attention").kernel}), "sm_90")};
-  EXPECT_GT(ptx.count(R"(\bmma\.sync\.aligned\.m16n8k16\b)"), 0u);
-  EXPECT_GT(ptx.count(R"(\bldmatrix\.sync\.aligned\b)"), 0u);
-  EXPECT_GT(ptx.count(R"(\bcvt\.rn\.f16\.f32\b)"), 0u) << "probabilities converted natively";
+  EXPECT_GT(ptx.count(R"(\bwgmma\.mma_async\.sync\.aligned\.m64n\d+k16\.f32\.f16\.f16\b)"), 0u);
+  EXPECT_GT(ptx.count(R"(\bcvt\.rn\.f16x2\.f32\b)"), 0u) << "probabilities converted natively, two to a cvt";
   EXPECT_EQ(ptx.count(kDiv64), 0u);
   // Q, K (through the Transpose that makes Kᵀ) and V are strided views of inputs with the head
   // contiguous: staged by 16-byte cp.async, a 16-bit global load only on a misaligned chunk's path.
