@@ -220,6 +220,12 @@ FT_FN void ft_wgmma_hold(float* d) {
 #pragma unroll
   for (int i = 0; i < C; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
+// A's registers of a register-A wgmma, held likewise before the fence.
+template <int C>
+FT_FN void ft_wgmma_hold_operand(unsigned* r) {
+#pragma unroll
+  for (int i = 0; i < C; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
 template <int C>
 FT_FN void ft_wgmma_fence(float* d) {
   ft_wgmma_hold<C>(d);
@@ -393,6 +399,7 @@ void emit_block(std::ostringstream& out, const Kernel& k, const Block& b, int de
         out << ", ft_wgmma_desc(" << s.c << ", " << s.d << ", " << s.at[3] << "u, " << s.at[4] << "u));\n";
         break;
       case Stmt::Kind::kWgmmaSync:
+        if (s.a == "fence" && !s.b.empty()) out << pad << "ft_wgmma_hold_operand<" << local_count(k, s.b) << ">(" << s.b << ");\n";
         if (s.a == "fence") out << pad << "ft_wgmma_fence<" << local_count(k, s.name) << ">(" << s.name << ");\n";
         if (s.a == "commit") out << pad << "ft_wgmma_commit();\n";
         if (s.a == "wait") out << pad << "ft_wgmma_wait(" << s.groups << ", " << s.name << ", " << local_count(k, s.name) << ");\n";

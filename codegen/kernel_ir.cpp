@@ -268,7 +268,11 @@ Stmt wgmma_sync(std::string what, std::string d = "", int groups = 0) {
 }
 }  // namespace
 
-Stmt wgmma_fence(std::string d) { return wgmma_sync("fence", std::move(d)); }
+Stmt wgmma_fence(std::string d, std::string operand) {
+  Stmt s = wgmma_sync("fence", std::move(d));
+  s.b = std::move(operand);
+  return s;
+}
 Stmt wgmma_commit() { return wgmma_sync("commit"); }
 Stmt wgmma_wait(std::string d, int groups) {
   check(groups >= 0, "wgmma.wait_group ", groups);

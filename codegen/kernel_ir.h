@@ -194,8 +194,9 @@ struct Stmt {
     kCopyAsync,   // name[a .. a + copy_bytes) <- b[c ..]: cp.async of copy_bytes (16 or 4), the first d read, the rest zero
     kCopyAsyncCommit,  // cp.async.commit_group
     kCopyAsyncWait,    // cp.async.wait_group `groups`
-    kWgmma,       // name[at0..] += a[b..] * c[d..]: wgmma m64n<wgmma_n>k16 (at1..at4: A's LBO, SBO, B's LBO, SBO in bytes)
-    kWgmmaSync,   // a: "fence" (wgmma.fence; name: the accumulators), "commit", "wait" (`groups`; name), "proxy"
+    kWgmma,       // name[at0..] += a[b..] * c[d..]: wgmma m64n<wgmma_n>k16 (at1..at4: A's LBO, SBO, B's LBO, SBO in bytes;
+                  // with a_registers, at1: A's first register in thread-local a, at2 unused)
+    kWgmmaSync,   // a: "fence" (wgmma.fence; name: the accumulators, b: A's registers or ""), "commit", "wait" (`groups`; name), "proxy"
     kAtomic,      // [unsigned d =] atomic c ("add" or "exch") of b on name[a] (a 32-bit unsigned global element)
     kFence,       // __threadfence()
     kExitUnless,  // if (!(a)) return;  (block-uniform; placed like a barrier)
@@ -310,8 +311,8 @@ Stmt copy_async_wait(int groups);
 // D(64 x n, f32) += A(64x16) * B(16 x n), one wgmma.mma_async of the warpgroup (see the header
 // comment): accumulators from element d_at of float thread-local `d`; A from element a_at of
 // 16-bit shared allocation `a` (K-major core matrices, LBO/SBO `a_lbo`/`a_sbo` bytes), B from
-// b_at of `b` (N-major unless `b_k_major`, `b_lbo`/`b_sbo`: LBO between core matrices along
-// the leading dimension, K for a K-major B, SBO along the other); both of `dtype` (kF16 or kBF16).
+// b_at of `b` (N-major unless `b_k_major`, `b_lbo`/`b_sbo`: for either major LBO between core
+// matrices adjacent along K, SBO along N); both of `dtype` (kF16 or kBF16).
 Stmt wgmma(std::string d, int64_t d_at, int n, std::string a, std::string a_at, int64_t a_lbo, int64_t a_sbo,
            std::string b, std::string b_at, int64_t b_lbo, int64_t b_sbo, DType dtype, bool b_k_major = false);
 // The same with A from registers: 4 32-bit registers from element a_at of thread-local `a`, each
@@ -325,9 +326,11 @@ struct WgmmaShape {
   bool bf16 = false, a_registers = false, b_n_major = true;
   auto operator<=>(const WgmmaShape&) const = default;
 };
-// wgmma.fence before the wgmmas that accumulate into thread-local `d`; commit_group; wait_group
-// `groups` (after which `d` may be read); fence.proxy.async.shared::cta.
-Stmt wgmma_fence(std::string d);
+// wgmma.fence before the wgmmas that accumulate into thread-local `d` (and, where not empty, read
+// A from 32-bit thread-local `operand`: both held there, so that no write to them moves past the
+// fence); commit_group; wait_group `groups` (after which `d` may be read);
+// fence.proxy.async.shared::cta.
+Stmt wgmma_fence(std::string d, std::string operand = "");
 Stmt wgmma_commit();
 Stmt wgmma_wait(std::string d, int groups);
 Stmt proxy_fence();

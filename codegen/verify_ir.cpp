@@ -258,6 +258,7 @@ class Verifier {
       case Stmt::Kind::kWgmmaSync:
         if (s.a != "fence" && s.a != "commit" && s.a != "wait" && s.a != "proxy") fail_at(s, "wgmma synchronisation '", s.a, "'");
         if ((s.a == "fence" || s.a == "wait") && local(s.name) == nullptr) fail_at(s, "wgmma ", s.a, " of '", s.name, "', which is not a thread-local");
+        if (s.a == "fence" && !s.b.empty()) fragment(s, "wgmma fence's A operand", s.b, 0, 1, DType::kU32);
         break;
       case Stmt::Kind::kCopyAsync: {
         const SharedAlloc* a = shared(s.name);

@@ -777,8 +777,8 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       return c;
     }
     if (cfg.wgmma && !wgmma_attention(g, group, *core, cfg.reduce_step)) {
-      c.reject = "flash attention on wgmma needs Q, K and V moving by cp.async, a head and value width of at most 256 "
-                 "and a key tile of 16 to 256, a multiple of 16";
+      c.reject = "flash attention on wgmma needs Q, K and V moving by cp.async, and a head, a value width and a key "
+                 "tile each at most 256 rounded up to 16";
       return c;
     }
   }
@@ -816,12 +816,12 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
     step_rounds += static_cast<double>(steps) / static_cast<double>(ahead);
   };
   // Flash attention's key tiles as split-K's steps (flash-decoding): a thread's slot holds its
-  // `accumulators` and each batch of rows' maximum and sum; the last block's weights (rows x
-  // splits floats) take shared memory.
-  const auto split_keys = [&](int64_t key_tiles, int64_t accumulators, int64_t rows, int64_t warps) {
+  // `accumulators` and the maximum and sum of each of its `stats` rows' statistics; the last
+  // block's weights (rows x splits floats) take shared memory.
+  const auto split_keys = [&](int64_t key_tiles, int64_t accumulators, int64_t rows, int64_t stats) {
     ++split_products;
     split_steps = key_tiles;
-    split_slot = (accumulators + 2 * ceil_div(rows, warps)) * cfg.threads;
+    split_slot = (accumulators + 2 * stats) * cfg.threads;
     if (cfg.split_k > 1) smem += rows * cfg.split_k * 4;
   };
   // A normalization's value handed to the next one in registers (planner/held_rows.h), here with
@@ -1000,7 +1000,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
         in_flight = std::min(in_flight, static_cast<double>(b16 * (dk + dv) * esize) / rounds);
         // Q's fragments, S, O and P's (wgmma: Q in shared memory, P's whole tile); the rows' statistics.
         flash_registers = static_cast<int>(40 + (cfg.wgmma ? 0 : dk16 / 4) + b16 / 2 + dv16 / 2 + (cfg.wgmma ? b16 / 4 : 4) + 12);
-        split_keys(ceil_div(keys, b16), dv16 / 8 * 4, rows, warps);  // the output fragments
+        split_keys(ceil_div(keys, b16), dv16 / 8 * 4, rows, 2);  // the output fragments; a lane's two rows
         if (n.outputs[0] != root) smem += out_elems * 4;
         continue;  // the SIMT form's charges below are not this form's
       }
@@ -1032,7 +1032,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       const double rounds = static_cast<double>(staging_rounds(bc * dk, lk) + staging_rounds(bc * dv, lv));
       in_flight = std::min(in_flight, static_cast<double>(bc * (dk + dv) * esize) / rounds);
       flash_registers = static_cast<int>(32 + tm * tn + tm + tn + 2 * um * un + 2 * ceil_div(rows, warps));
-      split_keys(ceil_div(keys, bc), um * un, rows, warps);  // the output micro-tiles
+      split_keys(ceil_div(keys, bc), um * un, rows, ceil_div(rows, warps));  // the output micro-tiles; a warp's batches of rows
       if (n.outputs[0] != root) smem += out_elems * 4;
     } else if (n.op == "Conv") {
       // Conv (codegen/lower_group): without a step every output reads its window and weights

@@ -18,8 +18,9 @@
 //   stores by them (simt/device_api.h); FT_SCRATCH(T, elements) parameters are ft_ptr<T> too;
 // - ft_cp_async16, ft_cp_async4, ft_cp_async_commit and ft_cp_async_wait hand cp.async and its groups to the
 //   executor, which lands each copy at the wait that completes it;
-// - ft_wgmma<N, BF16> decodes its matrix descriptors as the PTX ISA defines them, reads the
-//   operands' core-matrix rows through the executor (in flight until the wait) and computes each
+// - ft_wgmma<N, BF16, TRANS_B> (and ft_wgmma_ra, A from registers) decodes its matrix descriptors
+//   as the PTX ISA defines them, reads the operands' core-matrix rows through the executor (in
+//   flight until the wait) and computes each
 //   lane's accumulators into values the executor keeps; ft_wgmma_commit and ft_wgmma_wait hand
 //   its groups to the executor, which lands the results in the registers at the wait.
 // The build (simt/module.cpp) compiles, in one or more translation units: simt/device_api.h, this
@@ -698,6 +699,8 @@ FT_INTRINSIC void ft_wgmma_ra(ft_flt* registers, const unsigned* a_registers, ft
 // reads, which the barrier after it orders on the host.
 template <int C>
 FT_INTRINSIC void ft_wgmma_fence(ft_flt*) {}
+template <int C>
+FT_INTRINSIC void ft_wgmma_hold_operand(unsigned*) {}
 #define ft_wgmma_commit() ft_simt_api_->wgmma_commit()
 #define ft_wgmma_wait(groups, d, count) ft_simt_api_->wgmma_wait((groups), __LINE__)
 FT_INTRINSIC void ft_fence_proxy_async() {}

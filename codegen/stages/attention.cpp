@@ -764,8 +764,9 @@ void AttentionStage::emit_tensor(Kernel& k, const std::string& nm, const std::st
     stage_key_tile(k.body, first_tile_, first_tile_ == "0" ? "0" : "(" + first_tile_ + " & 1)", lom, lon, nn);
     k.body.push_back(copy_async_commit());
   }
-  if (async_q) k.body.push_back(copy_async_wait(ring_ ? 1 : 0));
-  // The warps read Q's fragments now; wgmma reads Q after each tile's fence and barrier.
+  // The warps read Q's fragments now; wgmma reads Q after the first tile's wait (which lands Q's
+  // group, older than the tile's), fence and barrier.
+  if (async_q && !wgmma_) k.body.push_back(copy_async_wait(ring_ ? 1 : 0));
   if (!wgmma_) k.body.push_back(barrier());
   for (int64_t kq = 0; kq < dk16_ / 16 && !wgmma_; ++kq) {
     k.body.push_back(ldmatrix(frag_q_, kq * 4, 4, false, sq_,
@@ -842,7 +843,7 @@ void AttentionStage::emit_tensor(Kernel& k, const std::string& nm, const std::st
     }
   }
   if (wgmma_) {
-    tile.push_back(wgmma_fence(acc_));
+    tile.push_back(wgmma_fence(acc_, frag_p_));
     for (int64_t kq = 0; kq < bc_ / 16; ++kq) {
       tile.push_back(wgmma_registers(acc_, 0, static_cast<int>(dv16_), frag_p_, kq * 4, sv_,
                                      slot_element({sv_, v0}, lit(kq * 16 * dv16_)), dv16_ * 16, 128, half_));

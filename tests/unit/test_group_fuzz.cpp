@@ -10,7 +10,7 @@
 // the planner's fusion; each group is lowered with the planner's best generated candidate, one
 // drawn at random from its candidates, its best and a random in-place one where it may update in place
 // (planner/in_place.h), its best tensor-core ones (mma.sync and wgmma), a split-K
-// form of a staged MatMul's and of a flash attention's, GEMV and flash-attention ones (flash on tensor cores and not, and on a random key tile and thread count) and the best one's schedule on a tile of random extents (where the cost model accepts it), and verified on the host
+// form of a staged MatMul's and of a flash attention's, GEMV and flash-attention ones (flash on tensor cores by mma.sync and by wgmma, and not, and on a random key tile and thread count) and the best one's schedule on a tile of random extents (where the cost model accepts it), and verified on the host
 // executor with every check on (backend/verify.h via unit/codegen_check.h), and the module compiled
 // with NVRTC. Case i of a run draws its graph from seed + i: FUSETUNE_TEST_SEED=S with
 // FUSETUNE_GROUP_FUZZ_CASES=1 replays case S alone. CI runs a few cases per run and every seed kept
@@ -494,7 +494,7 @@ void check_case(unsigned seed, const FuzzCase& c) {
     // The best wgmma, GEMV and flash-attention candidates (flash on tensor cores and not), however
     // they rank (on these small shapes rarely among the best 64), the SIMT flash one also with a
     // random key tile and thread count; a split-K form (below).
-    bool gemv = false, flash = false, tensor_flash = false, wgmma = false, split = false, flash_split = false;
+    bool gemv = false, flash = false, tensor_flash = false, wgmma_flash = false, wgmma = false, split = false, flash_split = false;
     for (const planner::Candidate& cand : planner::tile_candidates(c.g, fg, planner::find_device("h100"), {1 << 20, 2.0})) {
       // Split-K: offered for kernels longer than a launch, which these small shapes rarely are;
       // so the first staged MatMul candidate with 2 to 5 splits, where the cost model accepts it.
@@ -520,7 +520,7 @@ void check_case(unsigned seed, const FuzzCase& c) {
           flash_split = true;
         }
       }
-      if (cand.config.wgmma && !wgmma) {
+      if (cand.config.wgmma && !cand.config.flash && !wgmma) {
         chosen.push_back(cand.config);
         wgmma = true;
       }
@@ -528,9 +528,13 @@ void check_case(unsigned seed, const FuzzCase& c) {
         chosen.push_back(cand.config);
         gemv = true;
       }
-      if (cand.config.flash && cand.config.mma && !tensor_flash) {
+      if (cand.config.flash && cand.config.mma && !cand.config.wgmma && !tensor_flash) {
         chosen.push_back(cand.config);
         tensor_flash = true;
+      }
+      if (cand.config.flash && cand.config.wgmma && !wgmma_flash) {
+        chosen.push_back(cand.config);
+        wgmma_flash = true;
       }
       if (cand.config.flash && !cand.config.mma && !flash) {
         chosen.push_back(cand.config);
