@@ -8,6 +8,7 @@
 #include <set>
 
 #include "core/ops.h"
+#include "planner/tiling.h"
 #include "planner/toeplitz.h"
 #include "reference/kernels.h"
 
@@ -183,6 +184,10 @@ bool keys_contiguous(const Graph& g, const FusionGroup& group, const AttentionCo
 bool streams_key_tiles(const Graph& g, const FusionGroup& group, const AttentionCore& core) {
   return async_operand(g, group, core, core.scores, 1).has_value() || async_operand(g, group, core, core.output, 1).has_value();
 }
+
+int64_t flash_tensor_rows(int64_t warps, bool wgmma) { return wgmma ? warps / 4 * 64 : warps * 16; }
+
+int64_t flash_tensor_pitch(int64_t width, bool wgmma) { return wgmma ? width : ldmatrix_pitch(width); }
 
 bool wgmma_attention(const Graph& g, const FusionGroup& group, const AttentionCore& core, int64_t key_step) {
   if (!tensor_attention(g, core) || key_step <= 0) return false;

@@ -72,6 +72,12 @@ bool streams_key_tiles(const Graph& g, const FusionGroup& group, const Attention
 // them out as core matrices, 16 bytes a copy), whose head and value width, rounded up to 16, and
 // key tile, rounded up to 16, are at most 256 (the N of P V's and of Q Kᵀ's wgmma).
 bool wgmma_attention(const Graph& g, const FusionGroup& group, const AttentionCore& core, int64_t key_step);
+// The tensor-core form's layout, as the planner charges it and the stage allocates it: the rows a
+// block of `warps` covers (a warp per 16; wgmma: a warpgroup per 64), and the elements a staged
+// row of `width` 16-bit values takes (padded for ldmatrix, planner::ldmatrix_pitch; wgmma's core
+// matrices unpadded).
+int64_t flash_tensor_rows(int64_t warps, bool wgmma);
+int64_t flash_tensor_pitch(int64_t width, bool wgmma);
 
 // A score at or below this gets no weight: its exponential against any row maximum a visible key
 // sets underflows to zero in float32.

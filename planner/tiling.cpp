@@ -971,14 +971,13 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
         // (the row's maximum, its sum, half a packing cvt and the quad's exchanges).
         // wgmma (sm_90a): a warpgroup per 64 rows, Q and the key tiles as unpadded core
         // matrices read by the tensor cores at the full rate, no fragment loads.
-        const int64_t rows_per_unit = cfg.wgmma ? 64 : 16, units = cfg.wgmma ? warps / 4 : warps;
-        if (rows > units * rows_per_unit) {
+        const int64_t rp = flash_tensor_rows(warps, cfg.wgmma);
+        if (rows > rp) {
           c.reject = "flash attention on tensor cores needs a warp per 16 rows (wgmma: a warpgroup per 64): " +
                      std::to_string(rows) + " rows on " + std::to_string(warps) + " warps";
           return c;
         }
-        const int64_t rp = units * rows_per_unit, b16 = ceil_div(bc, 16) * 16, dk16 = ceil_div(dk, 16) * 16,
-                      dv16 = ceil_div(dv, 16) * 16;
+        const int64_t b16 = ceil_div(bc, 16) * 16, dk16 = ceil_div(dk, 16) * 16, dv16 = ceil_div(dv, 16) * 16;
         const int64_t kt = run_tiles(b16);
         walk(kt, 1);
         tile_special += rp * kt * (b16 + 1);  // an exponential per score, a rescale factor per row and key tile
@@ -988,7 +987,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
         const bool ring = streams_key_tiles(g, group, *core);
         copies_ahead = copies_ahead || ring;
         const int64_t slots = ring ? 2 : 1;
-        const auto pitch = [&](int64_t width) { return cfg.wgmma ? width : ldmatrix_pitch(width); };
+        const auto pitch = [&](int64_t width) { return flash_tensor_pitch(width, cfg.wgmma); };
         const int64_t k_slot = keys_contiguous(g, group, *core) ? dk16 * pitch(b16) : b16 * pitch(dk16);
         smem += (rp * pitch(dk16) + slots * (k_slot + b16 * pitch(dv16))) * 2 + rp * 4;
         (cfg.wgmma ? wgmma_flops : tensor_flops) += kt * (2 * rp * b16 * dk16 + 2 * rp * dv16 * b16);

@@ -166,8 +166,11 @@ class AttentionStage : public AnchorStage {
   Block online_softmax(const std::string& nm);
   // The tensor-core form's online softmax on the tile's score fragments, in registers (see emit_tensor).
   Block fragment_softmax(const std::string& nm);
-  // Each lane's running sums of its two rows, partial over its keys, summed over its quad.
-  Block quad_sums();
+  // The two-element thread-local `local` (a lane's two rows) combined by `op` ("max" or "sum",
+  // warp_combine's) over the lane's quad, by two butterflies: all four lanes end with the same value.
+  Block quad_reduce(const std::string& local, const std::string& op) const;
+  // The tensor-core form's first row of the thread's warp (16 a warp).
+  static std::string warp_rows() { return "(ft_thread / " + lit(kWarpSize) + " * 16)"; }
   void emit_simt(Kernel& k, const std::string& nm, const std::string& nn);
   void emit_tensor(Kernel& k, const std::string& nm, const std::string& nn);
   // Row statistic `b` (an index expression below stats_): its row, under stat_lets(), and whether
@@ -215,7 +218,7 @@ void AttentionStage::plan_tensor(Kernel& k, const std::string& v) {
   const Graph& g = cx_.g;
   half_ = g.value(node(core_.scores).inputs[0]).dtype;
   check(planner::tensor_attention(g, core_), "flash attention on tensor cores needs Q, K, P and V all float16 or all bfloat16");
-  rp_ = wgmma_ ? warps_ / 4 * 64 : warps_ * 16;  // a warp per 16 rows; wgmma: a warpgroup per 64
+  rp_ = planner::flash_tensor_rows(warps_, wgmma_);
   const int64_t rp = rp_;
   check(rows_ <= rp, "flash attention on tensor cores: ", rows_, " rows on ", warps_, " warps");
   check(!wgmma_ || planner::wgmma_attention(g, cx_.group, core_, cx_.cfg.reduce_step),
@@ -223,8 +226,7 @@ void AttentionStage::plan_tensor(Kernel& k, const std::string& v) {
   bc_ = round_up(bc_, 16);
   dk16_ = round_up(dk_, 16);
   dv16_ = round_up(dv_, 16);
-  // Rows padded for ldmatrix; wgmma's core matrices unpadded.
-  const auto pitch = [&](int64_t width) { return wgmma_ ? width : planner::ldmatrix_pitch(width); };
+  const auto pitch = [&](int64_t width) { return planner::flash_tensor_pitch(width, wgmma_); };
   pq_ = pitch(dk16_);
   kt_ = planner::keys_contiguous(g, cx_.group, core_);
   pk_ = pitch(kt_ ? bc_ : dk16_);
@@ -654,11 +656,11 @@ void AttentionStage::emit_simt(Kernel& k, const std::string& nm, const std::stri
 // the row's keys between them) exchange theirs by two butterflies, so all four hold the row's
 // maximum; the new running maximum, the factor that rescales the row's earlier output and sum,
 // and the exponentials in the fragments' registers, which a lane sums into its own partial sum of
-// the row (quad_sums adds the quad's after the last tile). No shared memory, no barrier.
+// the row (quad_reduce adds the quad's after the last tile). No shared memory, no barrier.
 Block AttentionStage::fragment_softmax(const std::string& nm) {
   const std::string v = std::to_string(out_value());
-  const std::string mx = "fx" + v, sum = "fy" + v, factor = "fz" + v, got = "fr" + v;
-  const std::string lane = "(ft_thread % " + lit(kWarpSize) + ")", w16 = "(ft_thread / " + lit(kWarpSize) + " * 16)";
+  const std::string mx = "fx" + v, sum = "fy" + v, factor = "fz" + v;
+  const std::string lane = "(ft_thread % " + lit(kWarpSize) + ")", w16 = warp_rows();
   const auto s_at = [&](int64_t i) { return frag_s_ + "[" + std::to_string(i) + "]"; };
   const auto h_at = [](const std::string& local, int64_t h) { return local + "[" + std::to_string(h) + "]"; };
   const int64_t cells = bc_ / 8 * 4;
@@ -678,10 +680,7 @@ Block AttentionStage::fragment_softmax(const std::string& nm) {
   for (int64_t i = 0; i < cells; ++i) {
     out.push_back(assign(h_at(mx, i % 4 / 2), "ft_fmaxn(" + h_at(mx, i % 4 / 2) + ", " + s_at(i) + ")"));
   }
-  for (int m = 1; m <= 2; m *= 2) {
-    for (int64_t h = 0; h < 2; ++h) out.push_back(shuffle_xor(got, h, h_at(mx, h), m));
-    for (int64_t h = 0; h < 2; ++h) out.push_back(assign(h_at(mx, h), "ft_fmaxn(" + h_at(mx, h) + ", " + h_at(got, h) + ")"));
-  }
+  for (Stmt& s : quad_reduce(mx, "max")) out.push_back(std::move(s));
   // A row that has seen only -inf subtracts 0 (its exponentials 0, its factor 0 or 1).
   Block update;
   for (int64_t h = 0; h < 2; ++h) {
@@ -708,16 +707,16 @@ Block AttentionStage::fragment_softmax(const std::string& nm) {
   return out;
 }
 
-// Two butterflies over the quad: each lane's two partial row sums become the row's (the same sum,
-// in the same order up to commutation, in all four lanes).
-Block AttentionStage::quad_sums() {
+// At each butterfly a lane combines its value with its partner's, in either order the same float
+// (max and sum commute), so the quad's four lanes agree.
+Block AttentionStage::quad_reduce(const std::string& local, const std::string& op) const {
   const std::string got = "fr" + std::to_string(out_value());
   Block out;
   for (int m = 1; m <= 2; m *= 2) {
-    for (int64_t h = 0; h < 2; ++h) out.push_back(shuffle_xor(got, h, run_sum_ + "[" + std::to_string(h) + "]", m));
+    for (int64_t h = 0; h < 2; ++h) out.push_back(shuffle_xor(got, h, local + "[" + std::to_string(h) + "]", m));
     for (int64_t h = 0; h < 2; ++h) {
-      const std::string at = run_sum_ + "[" + std::to_string(h) + "]";
-      out.push_back(assign(at, at + " + " + got + "[" + std::to_string(h) + "]"));
+      const std::string at = local + "[" + std::to_string(h) + "]";
+      out.push_back(assign(at, warp_combine(op, at, got + "[" + std::to_string(h) + "]")));
     }
   }
   return out;
@@ -729,7 +728,7 @@ Block AttentionStage::stat_lets() const {
 }
 
 std::string AttentionStage::stat_row(const std::string& b) const {
-  if (tensor_) return "(ft_thread / " + lit(kWarpSize) + " * 16 + ft_g + 8 * (" + b + "))";
+  if (tensor_) return "(" + warp_rows() + " + ft_g + 8 * (" + b + "))";
   return "((" + b + ") * " + lit(warps_) + " + ft_thread / " + lit(kWarpSize) + ")";
 }
 
@@ -748,8 +747,8 @@ void AttentionStage::emit_tensor(Kernel& k, const std::string& nm, const std::st
   const size_t rank = r.n.size();
   const std::string lom = r.lo[rank - 2], lon = r.lo[rank - 1];
   const std::string qk_cols = cx_.region.at(node(core_.scores).outputs[0]).lo[rank - 1];
-  const std::string warp = "(ft_thread / " + lit(kWarpSize) + ")", lane = "(ft_thread % " + lit(kWarpSize) + ")";
-  const std::string w16 = "(" + warp + " * 16)";
+  const std::string lane = "(ft_thread % " + lit(kWarpSize) + ")";
+  const std::string w16 = warp_rows();
   const int64_t rp = rp_;
   k.body.push_back(serial_for("ft_e", "0", lit(dv16_ / 8 * 4), {assign(acc_ + "[ft_e]", "0.0f")}));
   const bool async_q = stage16(k.body, {sq_, "0", "ft_kt", pq_, false, cores(dk16_)}, rp, dk16_, core_.scores, 0, "ft_qr < " + nm, lit(dk_),
@@ -863,7 +862,7 @@ void AttentionStage::emit_tensor(Kernel& k, const std::string& nm, const std::st
                        "(2 * ft_t + " + lit(j * 8 + c % 2) + ")"});
     }
   }
-  for (Stmt& s : quad_sums()) k.body.push_back(std::move(s));
+  for (Stmt& s : quad_reduce(run_sum_, "sum")) k.body.push_back(std::move(s));  // the lanes' partial row sums
   const Block lets = {let(kIndexType, "ft_g", lane + " / 4"), let(kIndexType, "ft_t", lane + " % 4")};
   combine_splits(k, nm, w16 + " < " + nm, lets, cells);
   finish(k, nm, nn, w16 + " < " + nm, lets, cells);
