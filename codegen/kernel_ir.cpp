@@ -96,6 +96,10 @@ Stmt uniform_for(std::string var, std::string lo, std::string hi, Block body, in
   return s;
 }
 
+Stmt uniform_if(std::string var, const std::string& cond, Block body) {
+  return uniform_for(std::move(var), "0", "((" + cond + ") ? 1 : 0)", std::move(body));
+}
+
 Stmt warp_reduce(std::string local, std::string op, std::string guard) {
   check(op == "sum" || op == "max", "warp reduction with unknown op '", op, "'");
   Stmt s;

@@ -244,6 +244,10 @@ Stmt part(std::string cond, Block uniform, Block body);
 // (flash attention unrolls its loop over the batches of rows a warp owns, so that the rows'
 // statistics, thread-locals indexed by the batch, stay in registers).
 Stmt uniform_for(std::string var, std::string lo, std::string hi, Block body, int unroll = 0);
+// A branch on the block-uniform condition `cond` whose body may hold barriers and warp- or
+// warpgroup-collective statements: a uniform loop over `var` of one trip or none, which every pass
+// that reads uniform loops reads as it is.
+Stmt uniform_if(std::string var, const std::string& cond, Block body);
 // A warp reduction of the one-float thread-local `local` with `op` "sum" or "max" (NaN-propagating,
 // as ft_fmaxn); placed like a barrier (see the header comment). A non-empty `guard` skips the
 // reduction in warps where it is false; it must have one value for all lanes of a warp (block-

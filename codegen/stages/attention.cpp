@@ -153,7 +153,10 @@ class AttentionStage : public AnchorStage {
                const std::string& row_inside, const std::string& limit, const std::function<std::vector<std::string>()>& index);
   // The tensor-core form's K (or Kᵀ) and V rows of key tile `tile` (an index expression) into
   // slot `slot` (an index expression) of their buffers (zero beyond the keys, the head and V's
-  // columns).
+  // columns): stage_keys K's, stage_values V's, stage_key_tile both.
+  void stage_keys(Block& into, const std::string& tile, const std::string& slot, const std::string& lom);
+  void stage_values(Block& into, const std::string& tile, const std::string& slot, const std::string& lom,
+                    const std::string& lon, const std::string& nn);
   void stage_key_tile(Block& into, const std::string& tile, const std::string& slot, const std::string& lom,
                       const std::string& lon, const std::string& nn);
   // The score `local` of row `row` and key `key` of the tile (index expressions) through the chain
@@ -164,15 +167,28 @@ class AttentionStage : public AnchorStage {
   Block simt_scores(const std::string& nm);
   Block simt_update(const std::string& nm);
   Block online_softmax(const std::string& nm);
-  // The tensor-core form's online softmax on the tile's score fragments, in registers (see emit_tensor).
+  // The tensor-core form's online softmax on the tile's score fragments, in registers (see
+  // emit_tensor): the rows' running statistics, each row's factor and the probabilities in S's
+  // registers; rescale_output then rescales the lane's output fragments by their rows' factors.
   Block fragment_softmax(const std::string& nm);
+  Block rescale_output() const;
+  // P's A fragment register q (0-3) of the tile's k16 slice kq, packed from S's registers.
+  std::string packed_p(int64_t kq, int64_t q) const;
   // The two-element thread-local `local` (a lane's two rows) combined by `op` ("max" or "sum",
   // warp_combine's) over the lane's quad, by two butterflies: all four lanes end with the same value.
   Block quad_reduce(const std::string& local, const std::string& op) const;
   // The tensor-core form's first row of the thread's warp (16 a warp).
   static std::string warp_rows() { return "(ft_thread / " + lit(kWarpSize) + " * 16)"; }
   void emit_simt(Kernel& k, const std::string& nm, const std::string& nn);
+  // The tensor-core forms: the output fragments zeroed and Q staged (returns whether by cp.async:
+  // the caller commits); mma.sync's tile loop; wgmma's; after either, the quads' row sums, the
+  // splits' combination and the division.
+  bool stage_q(Kernel& k, const std::string& lom, const std::string& nm);
   void emit_tensor(Kernel& k, const std::string& nm, const std::string& nn);
+  void emit_wgmma(Kernel& k, const std::string& nm, const std::string& nn);
+  // The wgmma form's O += P V on the key tile in V's slot `slot` (an index expression).
+  Block values_product(const std::string& slot) const;
+  void finish_tensor(Kernel& k, const std::string& nm, const std::string& nn);
   // Row statistic `b` (an index expression below stats_): its row, under stat_lets(), and whether
   // this thread publishes it (the warp's lane 0 of a row; the tensor-core form's quad's lane 0).
   Block stat_lets() const;
@@ -367,21 +383,30 @@ std::array<std::string, 3> AttentionStage::place_chunk(const Slot& to, const pla
           slot_element(to, slot_at(to, "ft_qr", "ft_qd"))};
 }
 
-void AttentionStage::stage_key_tile(Block& into, const std::string& tile, const std::string& slot, const std::string& lom,
-                                    const std::string& lon, const std::string& nn) {
-  const std::string inside = "ft_fj < " + lit(keys_);
-  const auto first = [&](int64_t size) { return slot == "0" ? std::string("0") : "(" + slot + ") * " + lit(size); };
+void AttentionStage::stage_keys(Block& into, const std::string& tile, const std::string& slot, const std::string& lom) {
+  const std::string first = slot == "0" ? std::string("0") : "(" + slot + ") * " + lit(k_slot_);
   if (kt_) {
     // Kᵀ's rows (the head's) of the tile's keys: chunks of 8 keys, zero beyond the keys.
-    const bool async = stage16(into, {sk_, first(k_slot_), tile, pk_, true, cores(bc_)}, dk16_, bc_, core_.scores, 1, "ft_qr < " + lit(dk_),
+    const bool async = stage16(into, {sk_, first, tile, pk_, true, cores(bc_)}, dk16_, bc_, core_.scores, 1, "ft_qr < " + lit(dk_),
                                lit(keys_) + " - " + tile + " * " + lit(bc_), [&] { return vars(core_.scores, lom, "ft_fj", "ft_qr"); });
     check(async, "flash attention: Kᵀ with its keys contiguous moves by cp.async");
   } else {
-    stage16(into, {sk_, first(k_slot_), tile, pk_, false, cores(dk16_)}, bc_, dk16_, core_.scores, 1, inside, lit(dk_),
+    stage16(into, {sk_, first, tile, pk_, false, cores(dk16_)}, bc_, dk16_, core_.scores, 1, "ft_fj < " + lit(keys_), lit(dk_),
             [&] { return vars(core_.scores, lom, "ft_fj", "ft_qd"); });
   }
-  stage16(into, {sv_, first(bc_ * pv_), tile, pv_, false, cores(dv16_)}, bc_, dv16_, core_.output, 1, inside, nn,
+}
+
+void AttentionStage::stage_values(Block& into, const std::string& tile, const std::string& slot, const std::string& lom,
+                                  const std::string& lon, const std::string& nn) {
+  const std::string first = slot == "0" ? std::string("0") : "(" + slot + ") * " + lit(bc_ * pv_);
+  stage16(into, {sv_, first, tile, pv_, false, cores(dv16_)}, bc_, dv16_, core_.output, 1, "ft_fj < " + lit(keys_), nn,
           [&] { return vars(core_.output, lom, lon + " + ft_qd", "ft_fj"); });
+}
+
+void AttentionStage::stage_key_tile(Block& into, const std::string& tile, const std::string& slot, const std::string& lom,
+                                    const std::string& lon, const std::string& nn) {
+  stage_keys(into, tile, slot, lom);
+  stage_values(into, tile, slot, lom, lon, nn);
 }
 
 void AttentionStage::chain_cell(const std::string& local, const std::string& row, const std::string& key, const Stmt& sink,
@@ -656,7 +681,8 @@ void AttentionStage::emit_simt(Kernel& k, const std::string& nm, const std::stri
 // the row's keys between them) exchange theirs by two butterflies, so all four hold the row's
 // maximum; the new running maximum, the factor that rescales the row's earlier output and sum,
 // and the exponentials in the fragments' registers, which a lane sums into its own partial sum of
-// the row (quad_reduce adds the quad's after the last tile). No shared memory, no barrier.
+// the row (quad_reduce adds the quad's after the last tile). No shared memory, no barrier. The
+// output fragments keep their scale until rescale_output.
 Block AttentionStage::fragment_softmax(const std::string& nm) {
   const std::string v = std::to_string(out_value());
   const std::string mx = "fx" + v, sum = "fy" + v, factor = "fz" + v;
@@ -699,12 +725,28 @@ Block AttentionStage::fragment_softmax(const std::string& nm) {
   for (int64_t h = 0; h < 2; ++h) {
     update.push_back(assign(h_at(run_sum_, h), h_at(run_sum_, h) + " * " + h_at(factor, h) + " + " + h_at(sum, h)));
   }
-  for (int64_t i = 0; i < dv16_ / 8 * 4; ++i) {
-    const std::string cell = acc_ + "[" + std::to_string(i) + "]";
-    update.push_back(assign(cell, cell + " * " + h_at(factor, i % 4 / 2)));
-  }
   out.push_back(if_then("1", update));  // a scope of its own for the rows' locals
   return out;
+}
+
+Block AttentionStage::rescale_output() const {
+  const std::string factor = "fz" + std::to_string(out_value());
+  Block out;
+  for (int64_t i = 0; i < dv16_ / 8 * 4; ++i) {
+    const std::string cell = acc_ + "[" + std::to_string(i) + "]";
+    out.push_back(assign(cell, cell + " * " + factor + "[" + std::to_string(i % 4 / 2) + "]"));
+  }
+  return out;
+}
+
+// P's A fragment for keys [16 kq, 16 kq + 16) is the probabilities of n8 blocks 2 kq and 2 kq + 1,
+// each lane's own: the C layout of two n8 blocks is the A layout of an m16k16 slice (a0, a1: rows
+// g and g + 8 at keys 2t, 2t + 1 of block 2 kq; a2, a3: the same of block 2 kq + 1), packed two
+// to a register in the 16-bit type (one cvt for both).
+std::string AttentionStage::packed_p(int64_t kq, int64_t q) const {
+  const int64_t j = 2 * kq + q / 2, c = 2 * (q % 2);
+  const auto s_at = [&](int64_t i) { return frag_s_ + "[" + std::to_string(j * 4 + i) + "]"; };
+  return std::string(half_ == DType::kBF16 ? "ft_pack_bf2" : "ft_pack_h2") + "(" + s_at(c) + ", " + s_at(c + 1) + ")";
 }
 
 // At each butterfly a lane combines its value with its partner's, in either order the same float
@@ -736,23 +778,26 @@ std::string AttentionStage::stat_writer() const {
   return "ft_thread % " + lit(tensor_ ? 4 : kWarpSize) + " == 0";
 }
 
-// The tensor-core form: warp w owns rows [16w, 16w + 16) of the tile. Q's A fragments are loaded
+bool AttentionStage::stage_q(Kernel& k, const std::string& lom, const std::string& nm) {
+  const std::string qk_cols = cx_.region.at(node(core_.scores).outputs[0]).lo[cx_.region.at(out_value()).n.size() - 1];
+  k.body.push_back(serial_for("ft_e", "0", lit(dv16_ / 8 * 4), {assign(acc_ + "[ft_e]", "0.0f")}));
+  return stage16(k.body, {sq_, "0", "ft_kt", pq_, false, cores(dk16_)}, rp_, dk16_, core_.scores, 0, "ft_qr < " + nm, lit(dk_),
+                 [&] { return vars(core_.scores, lom + " + ft_qr", qk_cols, "ft_qd"); });
+}
+
+// The mma.sync form: warp w owns rows [16w, 16w + 16) of the tile. Q's A fragments are loaded
 // once; per key tile the scores S = Q K^T accumulate in m16n8 fragments (K's rows are B's columns:
 // ldmatrix without .trans), the chain and the online softmax run on them in registers
-// (fragment_softmax, which also rescales each lane's output fragments by its rows' factors), and
-// O += P V on fragments (P as A from the probabilities' registers, V as B by ldmatrix.trans). A
-// tile has two barriers: its K and V staged, and its reads done before the next tile's staging.
+// (fragment_softmax, then rescale_output), and O += P V on fragments (P as A from the
+// probabilities' registers, V as B by ldmatrix.trans). A tile has two barriers: its K and V
+// staged, and its reads done before the next tile's staging.
 void AttentionStage::emit_tensor(Kernel& k, const std::string& nm, const std::string& nn) {
   const Region& r = cx_.region.at(out_value());
   const size_t rank = r.n.size();
   const std::string lom = r.lo[rank - 2], lon = r.lo[rank - 1];
-  const std::string qk_cols = cx_.region.at(node(core_.scores).outputs[0]).lo[rank - 1];
   const std::string lane = "(ft_thread % " + lit(kWarpSize) + ")";
   const std::string w16 = warp_rows();
-  const int64_t rp = rp_;
-  k.body.push_back(serial_for("ft_e", "0", lit(dv16_ / 8 * 4), {assign(acc_ + "[ft_e]", "0.0f")}));
-  const bool async_q = stage16(k.body, {sq_, "0", "ft_kt", pq_, false, cores(dk16_)}, rp, dk16_, core_.scores, 0, "ft_qr < " + nm, lit(dk_),
-                               [&] { return vars(core_.scores, lom + " + ft_qr", qk_cols, "ft_qd"); });
+  const bool async_q = stage_q(k, lom, nm);
   if (async_q) k.body.push_back(copy_async_commit());
   // With two slots the first key tile's copies fly while Q's fragments load; the loop then stages
   // tile ft_kt + 1 into the slot tile ft_kt - 1 used (every warp has passed the barrier that ends
@@ -763,11 +808,9 @@ void AttentionStage::emit_tensor(Kernel& k, const std::string& nm, const std::st
     stage_key_tile(k.body, first_tile_, first_tile_ == "0" ? "0" : "(" + first_tile_ + " & 1)", lom, lon, nn);
     k.body.push_back(copy_async_commit());
   }
-  // The warps read Q's fragments now; wgmma reads Q after the first tile's wait (which lands Q's
-  // group, older than the tile's), fence and barrier.
-  if (async_q && !wgmma_) k.body.push_back(copy_async_wait(ring_ ? 1 : 0));
-  if (!wgmma_) k.body.push_back(barrier());
-  for (int64_t kq = 0; kq < dk16_ / 16 && !wgmma_; ++kq) {
+  if (async_q) k.body.push_back(copy_async_wait(ring_ ? 1 : 0));
+  k.body.push_back(barrier());
+  for (int64_t kq = 0; kq < dk16_ / 16; ++kq) {
     k.body.push_back(ldmatrix(frag_q_, kq * 4, 4, false, sq_,
                               "(" + w16 + " + " + lane + " % 16) * " + lit(pq_) + " + " + lit(kq * 16) + " + " + lane + " / 16 * 8"));
   }
@@ -786,26 +829,11 @@ void AttentionStage::emit_tensor(Kernel& k, const std::string& nm, const std::st
   } else {
     stage_key_tile(tile, "ft_kt", "0", lom, lon, nn);
   }
-  if (wgmma_) tile.push_back(proxy_fence());  // the slot's copies (and Q's), to the wgmma's proxy
   tile.push_back(barrier());
   // S = Q K^T: per 16 of the head, two n8 blocks of keys per ldmatrix.x4 (matrices: keys 0-7 at
-  // columns 0-7 and 8-15, then keys 8-15); from Kᵀ's rows by .trans, as V's below. With wgmma,
-  // each warpgroup's 64 rows by the tile's keys, a wgmma per 16 of the head: Q K-major (LBO 128
-  // bytes, SBO a row block's head), K as a K-major B (its rows: the same strides) or Kᵀ as an
-  // N-major one (LBO a row block of the tile's keys, SBO 128); waited for before the softmax.
+  // columns 0-7 and 8-15, then keys 8-15); from Kᵀ's rows by .trans, as V's below.
   tile.push_back(serial_for("ft_e", "0", lit(bc_ / 8 * 4), {assign(frag_s_ + "[ft_e]", "0.0f")}));
-  const std::string group = "(ft_thread / " + lit(4 * kWarpSize) + ")";
-  if (wgmma_) {
-    tile.push_back(wgmma_fence(frag_s_));
-    for (int64_t kq = 0; kq < dk16_ / 16; ++kq) {
-      tile.push_back(wgmma(frag_s_, 0, static_cast<int>(bc_), sq_, group + " * " + lit(64 * dk16_) + " + " + lit(kq * 128), 128,
-                           dk16_ * 16, sk_, slot_element({sk_, k0}, lit(kt_ ? kq * 16 * bc_ : kq * 128)), kt_ ? bc_ * 16 : 128,
-                           kt_ ? 128 : dk16_ * 16, half_, !kt_));
-    }
-    tile.push_back(wgmma_commit());
-    tile.push_back(wgmma_wait(frag_s_, 0));
-  }
-  for (int64_t kq = 0; kq < dk16_ / 16 && !wgmma_; ++kq) {
+  for (int64_t kq = 0; kq < dk16_ / 16; ++kq) {
     for (int64_t jb = 0; jb < bc_ / 16; ++jb) {
       tile.push_back(kt_ ? ldmatrix(frag_k_, 0, 4, true, sk_,
                                     slot_element({sk_, k0}, "(" + lit(kq * 16) + " + " + lane + " % 16) * " + lit(pk_) + " + " +
@@ -818,22 +846,10 @@ void AttentionStage::emit_tensor(Kernel& k, const std::string& nm, const std::st
     }
   }
   for (Stmt& s : fragment_softmax(nm)) tile.push_back(std::move(s));
-  // O += P V: P's A fragment for keys [16 kq, 16 kq + 16) is the probabilities of n8 blocks 2 kq
-  // and 2 kq + 1, each lane's own: the C layout of two n8 blocks is the A layout of an m16k16
-  // slice (a0, a1: rows g and g + 8 at keys 2t, 2t + 1 of block 2 kq; a2, a3: the same of block
-  // 2 kq + 1), packed two to a register in the 16-bit type (one cvt for both); V by ldmatrix.trans.
-  // With wgmma the warpgroup's A fragment of a k16 slice is its warps' (wgmma's register A), V an
-  // N-major B (LBO a row block of V's width, SBO 128): every slice's fragments packed, then a
-  // wgmma each, waited for before the registers change.
-  const std::string pack = half_ == DType::kBF16 ? "ft_pack_bf2" : "ft_pack_h2";
-  const auto s_at = [&](int64_t j, int64_t c) { return frag_s_ + "[" + std::to_string(j * 4 + c) + "]"; };
+  for (Stmt& s : rescale_output()) tile.push_back(std::move(s));
+  // O += P V: a k16 slice of P's A fragment at a time (packed_p), V by ldmatrix.trans.
   for (int64_t kq = 0; kq < bc_ / 16; ++kq) {
-    for (int64_t q = 0; q < 4; ++q) {
-      const int64_t j = 2 * kq + q / 2, c = 2 * (q % 2);
-      tile.push_back(assign(frag_p_ + "[" + std::to_string((wgmma_ ? kq * 4 : 0) + q) + "]",
-                            pack + "(" + s_at(j, c) + ", " + s_at(j, c + 1) + ")"));
-    }
-    if (wgmma_) continue;
+    for (int64_t q = 0; q < 4; ++q) tile.push_back(assign(frag_p_ + "[" + std::to_string(q) + "]", packed_p(kq, q)));
     for (int64_t jb = 0; jb < dv16_ / 16; ++jb) {
       tile.push_back(ldmatrix(frag_v_, 0, 4, true, sv_,
                               slot_element({sv_, v0}, "(" + lit(kq * 16) + " + " + lane + " % 16) * " + lit(pv_) + " + " + lit(jb * 16) + " + " + lane + " / 16 * 8")));
@@ -841,20 +857,94 @@ void AttentionStage::emit_tensor(Kernel& k, const std::string& nm, const std::st
       tile.push_back(mma(acc_, (2 * jb + 1) * 4, frag_p_, 0, frag_v_, 2, half_));
     }
   }
-  if (wgmma_) {
-    tile.push_back(wgmma_fence(acc_, frag_p_));
-    for (int64_t kq = 0; kq < bc_ / 16; ++kq) {
-      tile.push_back(wgmma_registers(acc_, 0, static_cast<int>(dv16_), frag_p_, kq * 4, sv_,
-                                     slot_element({sv_, v0}, lit(kq * 16 * dv16_)), dv16_ * 16, 128, half_));
-    }
-    tile.push_back(wgmma_commit());
-    tile.push_back(wgmma_wait(acc_, 0));
-  }
   tile.push_back(barrier());
   k.body.push_back(uniform_for("ft_kt", first_tile_, end_tile_, tile));
   // A split beyond the last key tile (or the rows' last visible one) runs no tile: its first
   // tile's copies still fly.
   if (ring_ && (cx_.splits() > 1 || mask_)) k.body.push_back(copy_async_wait(0));
+  finish_tensor(k, nm, nn);
+}
+
+// The wgmma form: a warpgroup per 64 rows, FlashAttention-3's schedule within a warpgroup. Tile
+// t issues S = Q K_t^T (Q K-major: LBO 128 bytes, SBO a row block's head; K as a K-major B, its
+// rows at the same strides, or Kᵀ as an N-major one: LBO a row block of the tile's keys, SBO 128),
+// a wgmma per 16 of the head, and commits it; then, from the second tile on, the previous tile's
+// O += P V (values_product, P still in its registers), a group of its own. S's wait leaves that
+// group in flight: the chain and the softmax's maxima, exponentials and sums run on S while the
+// tensor cores compute P V, which the warpgroup then waits for before it rescales O and packs
+// tile t's P over the previous one's. After the last tile, its P V. K and V move in groups of
+// their own, each in two slots: K_{t+1}'s copies go out as tile t begins (into the slot S_{t-1}
+// read), V_{t+1}'s as it ends (into the slot P V read for tile t - 1, waited for), so tile t waits
+// for K_t's and V_{t-1}'s copies with V_t's and K_{t+1}'s in flight. Two barriers a tile: the
+// copies it reads landed (each thread's fenced to the async proxy first), and every warpgroup done
+// reading K_t's and V_{t-1}'s slots before they are staged again.
+void AttentionStage::emit_wgmma(Kernel& k, const std::string& nm, const std::string& nn) {
+  const Region& r = cx_.region.at(out_value());
+  const size_t rank = r.n.size();
+  const std::string lom = r.lo[rank - 2], lon = r.lo[rank - 1];
+  check(ring_ && stage_q(k, lom, nm), "flash attention on wgmma: Q, K and V move by cp.async");
+  k.body.push_back(copy_async_commit());
+  const std::string first_slot = first_tile_ == "0" ? "0" : "(" + first_tile_ + " & 1)";
+  stage_keys(k.body, first_tile_, first_slot, lom);
+  k.body.push_back(copy_async_commit());
+  stage_values(k.body, first_tile_, first_slot, lom, lon, nn);
+  k.body.push_back(copy_async_commit());
+  const std::string next = "(ft_kt + 1)", next_slot = "((ft_kt + 1) & 1)", more = "ft_kt + 1 < " + end_tile_;
+  Block tile, keys, values;
+  stage_keys(keys, next, next_slot, lom);
+  tile.push_back(if_then(more, keys));
+  tile.push_back(copy_async_commit());
+  tile.push_back(copy_async_wait(2));
+  tile.push_back(proxy_fence());
+  tile.push_back(barrier());
+  tile.push_back(serial_for("ft_e", "0", lit(bc_ / 8 * 4), {assign(frag_s_ + "[ft_e]", "0.0f")}));
+  tile.push_back(wgmma_fence(frag_s_));
+  const std::string group = "(ft_thread / " + lit(4 * kWarpSize) + ")";
+  const std::string k0 = "(ft_kt & 1) * " + lit(k_slot_);
+  for (int64_t kq = 0; kq < dk16_ / 16; ++kq) {
+    tile.push_back(wgmma(frag_s_, 0, static_cast<int>(bc_), sq_, group + " * " + lit(64 * dk16_) + " + " + lit(kq * 128), 128,
+                         dk16_ * 16, sk_, slot_element({sk_, k0}, lit(kt_ ? kq * 16 * bc_ : kq * 128)), kt_ ? bc_ * 16 : 128,
+                         kt_ ? 128 : dk16_ * 16, half_, !kt_));
+  }
+  tile.push_back(wgmma_commit());
+  tile.push_back(uniform_if("ft_pv", "ft_kt > " + first_tile_, values_product(next_slot)));  // tile t - 1's slot
+  tile.push_back(wgmma_commit());
+  tile.push_back(wgmma_wait(frag_s_, 1));
+  for (Stmt& s : fragment_softmax(nm)) tile.push_back(std::move(s));
+  tile.push_back(wgmma_wait(acc_, 0));
+  for (Stmt& s : rescale_output()) tile.push_back(std::move(s));
+  for (int64_t kq = 0; kq < bc_ / 16; ++kq) {
+    for (int64_t q = 0; q < 4; ++q) tile.push_back(assign(frag_p_ + "[" + std::to_string(kq * 4 + q) + "]", packed_p(kq, q)));
+  }
+  tile.push_back(barrier());
+  stage_values(values, next, next_slot, lom, lon, nn);
+  tile.push_back(if_then(more, values));
+  tile.push_back(copy_async_commit());
+  k.body.push_back(uniform_for("ft_kt", first_tile_, end_tile_, tile));
+  // The last tile's V (a split or rows that run no tile: the first tile's copies, still in flight).
+  k.body.push_back(copy_async_wait(0));
+  k.body.push_back(proxy_fence());
+  k.body.push_back(barrier());
+  k.body.push_back(uniform_if("ft_pv", end_tile_ + " > " + first_tile_, values_product("((" + end_tile_ + " - 1) & 1)")));
+  k.body.push_back(wgmma_commit());
+  k.body.push_back(wgmma_wait(acc_, 0));
+  finish_tensor(k, nm, nn);
+}
+
+// Each warpgroup's A fragments of a k16 slice are its warps' (wgmma's register A), V an N-major B
+// (LBO a row block of V's width, SBO 128): a wgmma per 16 keys, the registers held from the fence.
+Block AttentionStage::values_product(const std::string& slot) const {
+  Block out = {wgmma_fence(acc_, frag_p_)};
+  const std::string v0 = "(" + slot + ") * " + lit(bc_ * pv_);
+  for (int64_t kq = 0; kq < bc_ / 16; ++kq) {
+    out.push_back(wgmma_registers(acc_, 0, static_cast<int>(dv16_), frag_p_, kq * 4, sv_, slot_element({sv_, v0}, lit(kq * 16 * dv16_)),
+                                  dv16_ * 16, 128, half_));
+  }
+  return out;
+}
+
+void AttentionStage::finish_tensor(Kernel& k, const std::string& nm, const std::string& nn) {
+  const std::string lane = "(ft_thread % " + lit(kWarpSize) + ")", w16 = warp_rows();
   std::vector<std::array<std::string, 3>> cells;
   for (int64_t j = 0; j < dv16_ / 8; ++j) {
     for (int64_t c = 0; c < 4; ++c) {
@@ -886,7 +976,9 @@ void AttentionStage::emit(Kernel& k) {
                                 ", " + lit(bc_) + "))"));
     end_tile_ = "ft_kend";
   }
-  if (tensor_) {
+  if (wgmma_) {
+    emit_wgmma(k, nm, nn);
+  } else if (tensor_) {
     emit_tensor(k, nm, nn);
   } else {
     emit_simt(k, nm, nn);

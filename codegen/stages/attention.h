@@ -45,11 +45,18 @@
 // in shared memory as core matrices (8 rows of 8 elements, 128 contiguous bytes, copied 16 bytes a
 // chunk to where their row and column put them), read by the tensor cores through matrix
 // descriptors: S = Q K^T a wgmma per 16 of the head (Q K-major; K as a K-major B, or Kᵀ in memory
-// as an N-major one), committed and waited for; the softmax on S's registers as above (wgmma's
-// accumulators have mma's C layout on each warp's 16 rows); P's A fragments of the whole tile
-// packed, then O += P V a wgmma per 16 keys with A from those registers and V an N-major B, waited
-// for before the next tile rewrites them. Each tile's copies are made visible to the wgmma's proxy
-// (fence.proxy.async) before its first barrier, which also orders Q's.
+// as an N-major one); the softmax on S's registers as above (wgmma's accumulators have mma's C
+// layout on each warp's 16 rows); P's A fragments of the whole tile packed into registers of
+// their own, and O += P V a wgmma per 16 keys with A from those registers and V an N-major B.
+// FlashAttention-3's schedule within a warpgroup: tile t issues S_t, commits it, then issues the
+// previous tile's P V (P still in its registers) as a group of its own; S's wait leaves that group
+// in flight, so the chain, the maxima, the exponentials and the sums of tile t run while the
+// tensor cores compute tile t - 1's P V; then P V's wait, the output rescaled and P_t packed over
+// P_{t-1}. The last tile's P V follows the loop. K and V move in groups of their own, two slots
+// each: K_{t+1}'s copies issued as tile t begins, V_{t+1}'s as it ends (into the slot tile t - 1's
+// P V read, waited for); each tile waits for K_t's and V_{t-1}'s, with V_t's and K_{t+1}'s in flight.
+// Each tile's copies are made visible to the wgmma's proxy (fence.proxy.async) before its first
+// barrier, which also orders Q's.
 // With the key tiles split over blocks (the candidate's split_k: flash-decoding, for a decode
 // step's few rows), each block runs its split's tiles (split_k.h's slices), publishes its
 // outputs before the division and its rows' running maxima and sums (split_k.h publish_split),

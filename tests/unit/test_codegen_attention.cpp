@@ -140,6 +140,25 @@ FusionGroup add_attention(Graph& g, DType dt, const Attention& a, const std::str
   return fg;
 }
 
+// A causal prefill with a mask: 200 queries and keys, heads 64 wide.
+Attention causal_prefill() {
+  Attention a;
+  a.queries = a.keys = 200;
+  a.head = a.value_width = 64;
+  a.mask = true;
+  a.causal = true;
+  return a;
+}
+
+// The flash kernel's loop over the key tiles (the uniform loop over ft_kt), or null.
+const Stmt* key_tile_loop(const Block& b) {
+  for (const Stmt& s : b) {
+    if (s.kind == Stmt::Kind::kUniformFor && s.name == "ft_kt") return &s;
+    if (const Stmt* inner = key_tile_loop(s.body)) return inner;
+  }
+  return nullptr;
+}
+
 // The planner's best flash candidate for the group (H100), on tensor cores or not.
 TileConfig best_flash(const Graph& g, const FusionGroup& fg, bool tensor = false, bool wgmma = false) {
   planner::TilingOptions opt;
@@ -669,11 +688,7 @@ TEST(CodegenAttention, TheStagingLoadsSixteenBytesAtATime) {
 // probabilities two to a cvt and exchanges the rows' maxima within quads. A causal prefill with a
 // mask, float16 and bfloat16, its outputs checked against the reference as every test's are.
 TEST(CodegenAttention, TheTensorCoreFormKeepsATilesScoresInRegisters) {
-  Attention a;
-  a.queries = a.keys = 200;
-  a.head = a.value_width = 64;
-  a.mask = true;
-  a.causal = true;
+  const Attention a = causal_prefill();
   for (DType dt : {DType::kF16, DType::kBF16}) {
     Graph g;
     const FusionGroup fg = add_attention(g, dt, a);
@@ -694,14 +709,7 @@ TEST(CodegenAttention, TheTensorCoreFormKeepsATilesScoresInRegisters) {
       for (const Stmt& s : b) n += (s.kind == Stmt::Kind::kBarrier ? 1 : 0) + barriers(s.body) + barriers(s.orelse);
       return n;
     };
-    std::function<const Stmt*(const Block&)> tile_loop = [&](const Block& b) -> const Stmt* {
-      for (const Stmt& s : b) {
-        if (s.kind == Stmt::Kind::kUniformFor && s.name == "ft_kt") return &s;
-        if (const Stmt* inner = tile_loop(s.body)) return inner;
-      }
-      return nullptr;
-    };
-    const Stmt* loop = tile_loop(k.body);
+    const Stmt* loop = key_tile_loop(k.body);
     ASSERT_NE(loop, nullptr) << label << ": no loop over the key tiles";
     EXPECT_EQ(barriers(loop->body), 2) << label;
     if (!backend::nvrtc_available()) {
@@ -799,9 +807,77 @@ TEST(CodegenAttention, TheWgmmaFormMatchesTheReference) {
   }
 }
 
+// FlashAttention-3's schedule within a warpgroup: in the wgmma form's tile loop the previous
+// tile's P V is issued after this tile's S = Q K^T and before S's wait, which leaves P V's group
+// in flight (wait_group 1); the softmax's exponentials run between S's wait and P V's, and neither
+// the output fragments nor P's registers are written until P V's wait. A causal prefill of four
+// key tiles against the reference under the host executor's checks; the PTX waits with a group
+// in flight.
+TEST(CodegenAttention, TheWgmmaFormOverlapsATilesSoftmaxWithThePreviousTilesProduct) {
+  const Attention a = causal_prefill();
+  Graph g;
+  const FusionGroup fg = add_attention(g, DType::kF16, a);
+  TileConfig cfg = best_flash(g, fg, true, true);
+  cfg.split_k = 1;
+  cfg.reduce_step = 64;
+  ASSERT_TRUE(cfg.wgmma && cfg.flash) << cfg.str();
+  check_groups(g, {fg}, [&](const FusionGroup&) { return cfg; }, cfg.str(), sm90);
+  const Kernel k = lower_group(g, fg, cfg, "attn").kernel;
+  // The tile loop's statements in program order, each with whether it lies in a nested uniform loop.
+  std::vector<std::pair<const Stmt*, bool>> order;
+  std::function<void(const Block&, bool)> flatten = [&](const Block& b, bool nested) {
+    for (const Stmt& s : b) {
+      order.emplace_back(&s, nested);
+      flatten(s.body, nested || s.kind == Stmt::Kind::kUniformFor);
+      flatten(s.orelse, nested);
+    }
+  };
+  const Stmt* loop = key_tile_loop(k.body);
+  ASSERT_NE(loop, nullptr) << "no loop over the key tiles";
+  flatten(loop->body, false);
+  const auto find = [&](size_t from, const std::function<bool(const Stmt&)>& is) {
+    for (size_t i = from; i < order.size(); ++i) {
+      if (is(*order[i].first)) return i;
+    }
+    return order.size();
+  };
+  const size_t s_issue = find(0, [](const Stmt& s) { return s.kind == Stmt::Kind::kWgmma && !s.a_registers; });
+  const size_t pv_issue = find(0, [](const Stmt& s) { return s.kind == Stmt::Kind::kWgmma && s.a_registers; });
+  const size_t s_wait = find(0, [](const Stmt& s) { return s.kind == Stmt::Kind::kWgmmaSync && s.a == "wait" && s.groups == 1; });
+  const size_t exp = find(s_wait, [](const Stmt& s) { return s.a.find("expf(") != std::string::npos; });
+  const size_t o_wait = find(s_wait, [](const Stmt& s) { return s.kind == Stmt::Kind::kWgmmaSync && s.a == "wait" && s.groups == 0; });
+  const std::string text = to_text(k);
+  ASSERT_LT(o_wait, order.size()) << text;
+  EXPECT_LT(s_issue, pv_issue) << text;
+  EXPECT_TRUE(order[pv_issue].second) << "the previous tile's P V is not under the loop's first-tile condition\n" << text;
+  EXPECT_LT(pv_issue, s_wait) << text;
+  EXPECT_EQ(order[s_wait].first->name, order[s_issue].first->name) << "wait_group 1 is not S's";
+  EXPECT_LT(exp, o_wait) << "no exponential between S's wait and P V's\n" << text;
+  const std::string acc = order[pv_issue].first->name, p = order[pv_issue].first->a;
+  for (size_t i = pv_issue + 1; i < o_wait; ++i) {
+    const Stmt& s = *order[i].first;
+    const bool writes = s.kind == Stmt::Kind::kAssign && (s.name.rfind(acc + "[", 0) == 0 || s.name.rfind(p + "[", 0) == 0);
+    EXPECT_FALSE(writes) << "P V's operands written while it flies: " << s.name << " = " << s.a;
+  }
+  if (!backend::nvrtc_available()) {
+    std::printf("NVRTC not available: the PTX of the wgmma form's schedule not read\n");
+    return;
+  }
+  const std::string ptx = backend::compile_ptx(emit_cuda({k}), "sm_90");
+  EXPECT_GE(matches(ptx, R"(\bwgmma\.wait_group\.sync\.aligned\s+1;)"), 1u) << "no wait with a group in flight";
+  // ptxas keeps the wgmmas asynchronous (it serializes them where other instructions define their
+  // accumulators or A registers while they fly: its C7515 report) and spills nothing.
+  const backend::CompiledCuda cubin = backend::compile_cuda(emit_cuda({k}), "sm_90");
+  EXPECT_EQ(cubin.log.find("serialized"), std::string::npos) << cubin.log;
+  for (const auto& [name, res] : cubin.resources) {
+    EXPECT_FALSE(res.spills()) << name << ": " << res.spill_store_bytes << " bytes spilled";
+    std::printf("%s (sm_90a): %d registers\n", name.c_str(), res.registers);
+  }
+}
+
 // Every barrier and wgmma wait of the wgmma form orders something: each barrier deleted in turn
 // is a finding of the host executor's checks, each wait a wrong output (two warpgroups, three key
-// tiles).
+// tiles: the loop's wait for O lands the previous tile's P V from the second tile on).
 TEST(CodegenAttention, EveryDeletedBarrierOrWaitOfTheWgmmaFormIsARace) {
   Attention a;
   a.heads = a.kv_heads = 1;
@@ -833,7 +909,7 @@ TEST(CodegenAttention, EveryDeletedBarrierOrWaitOfTheWgmmaFormIsARace) {
   };
   LoweredKernel counted = good;
   const int waits = drop_wait(counted.kernel.body, -1, 0);
-  ASSERT_EQ(waits, 2) << to_text(good.kernel);  // S's and O's
+  ASSERT_EQ(waits, 3) << to_text(good.kernel);  // S's and the previous tile's O's in the loop, the last tile's O's after it
   for (int i = 0; i < waits; ++i) {
     LoweredKernel bad = good;
     drop_wait(bad.kernel.body, i, 0);

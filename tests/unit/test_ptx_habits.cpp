@@ -459,8 +459,10 @@ TEST(PtxAttention, LongFloatSixteenAttentionRunsFlashOnTensorCores) {
   const size_t scalar = ptx.count(R"(\bld\.global(\.nc)?\.[bu]16\b)");
   std::printf("flash attention kernel: %zu cp.async, %zu 16-bit global loads\n", copies, scalar);
   EXPECT_GE(copies, 3u);
-  // The key tiles in two slots: each tile waits for its copies, not for the next tile's.
-  EXPECT_GT(ptx.count(R"(\bcp\.async\.wait_group 1;)"), 0u) << "the key tiles are not double-buffered";
+  // The key tiles in two slots: each tile waits for its copies, not for the next tile's (wgmma's:
+  // K and V in groups of their own, V_t's and K_{t+1}'s in flight).
+  EXPECT_GT(ptx.count(R"(\bcp\.async\.wait_group 2;)"), 0u) << "the key tiles are not double-buffered";
+  EXPECT_GT(sync_ptx.count(R"(\bcp\.async\.wait_group 1;)"), 0u) << "mma.sync's key tiles are not double-buffered";
   // The rows' running statistics (a thread-local per batch of rows a warp owns) in registers: the
   // loops over the batches are unrolled, so no index into them is dynamic.
   EXPECT_EQ(ptx.count(R"(\b(ld|st)\.local\b)"), 0u) << "local memory";
