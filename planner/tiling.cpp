@@ -1110,6 +1110,11 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       const int64_t batch_registers = staging_batch(step, static_cast<int>(slices), kGemvLoads) * 4;  // a batch's 16-byte vectors
       gemv_registers = std::max<int>(gemv_registers, static_cast<int>(32 + rows * lanes + batch_registers + 8));
       gemv_taken = true;
+      // Split-K: a block's share of the steps, its summed plane (rows x the vectors' columns) a
+      // thread's share of it at a time published and summed by the tile's last block.
+      ++split_products;
+      split_steps = ceil_div(k, step);
+      split_slot = ceil_div(plane, cfg.threads) * cfg.threads;
     } else if (dp4a_matmul(g, n) && cfg.reduce_step > 0) {
       // The dp4a form (codegen/stages/dp4a_matmul.h): per step A's rows x step and B's step x
       // columns in words of 4 bytes along K (A's rows padded by a word), a dp4a per 4 products,
@@ -1318,7 +1323,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   const int64_t splits = std::max(1, cfg.split_k);
   double split_sum_us = 0;
   if (splits > 1) {
-    if (anchors != 1 || split_products != 1 || cfg.gemv || split_steps < splits) {
+    if (anchors != 1 || split_products != 1 || split_steps < splits) {
       c.reject = "split-K needs one staged MatMul or Conv (accumulators in registers), cooperative reduction (not ArgMax "
                  "or ArgMin; its outputs one batch) or flash attention as the group's only anchor, with at least " +
                  std::to_string(splits) + " reduction steps (a reduction's: a lane's share of its elements; flash attention's: key tiles)";
@@ -1935,7 +1940,7 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
   for (size_t i = 0, generated = all.size(); i < generated; ++i) {
     const TileConfig base = all[i].config;
     const int64_t base_tiles = all[i].cost.tiles;
-    if ((base.reduce_step <= 0 && span < kWarp) || base.gemv || base_tiles >= d.sms ||
+    if ((base.reduce_step <= 0 && span < kWarp) || base_tiles >= d.sms ||
         all[i].cost.modeled_us < 2 * opt.launch_overhead_us) {
       continue;
     }

@@ -159,6 +159,7 @@ struct ScalarPlan : StagedProduct {
   int64_t lanes = 0, vecs = 0, slices = 0;
   int64_t parts = 0;    // the first round of the slices' sum: this many partial sums per element
   std::string red, partial;
+  std::string shares;   // split-K: a thread's share of the tile's summed plane (elements t, t + threads, ...)
   // The ring (planner::simt_staging; ring.async_b set): each step's slices in slot step % stages,
   // A's rows pitch_a floats apart, B's pitch_b.
   planner::MmaStaging ring;
@@ -196,6 +197,10 @@ class StagedMatMulStage : public AnchorStage {
       st.red = k.add_shared("red" + std::to_string(v), DType::kF32, st.slices * plane);
       st.parts = std::clamp<int64_t>(cx.cfg.threads / plane, 1, st.slices);
       st.partial = k.add_shared("rp" + std::to_string(v), DType::kF32, st.parts * plane);
+      if (cx.splits() > 1) {
+        st.shares = "ts" + std::to_string(v);
+        k.thread_locals.push_back({st.shares, (plane + cx.cfg.threads - 1) / cx.cfg.threads});
+      }
       place_epilogue(cx, k, st, std::nullopt, max_elems);
       return;
     }
@@ -240,7 +245,10 @@ class StagedMatMulStage : public AnchorStage {
  private:
   // The GEMV form after A's staging loop for the step (in `steps`): B's rows from memory into
   // each thread's accumulators, then the slices' sum into the product's accumulators.
-  void emit_gemv(Kernel& k, Block& steps, const TensorExpr& e, const Region& r, const std::string& acc);
+  // The GEMV form's steps [k0, end) (index expressions: all, or the block's split's), the slices'
+  // sum and, with split-K, the splits' (stages/split_k.h), into the product's accumulators.
+  void emit_gemv(Kernel& k, Block& steps, const TensorExpr& e, const Region& r, const std::string& acc, const std::string& k0,
+                 const std::string& end);
   // True if value u is a float32, float16 or bfloat16 group input (or a Reshape of one, read in its
   // buffer: LoweringContext::buffer_of) whose innermost axis is indexed
   // by variable `var` alone, so consecutive values of the variable are consecutive in memory.
@@ -495,8 +503,7 @@ void StagedMatMulStage::emit(Kernel& k) {
   } else {
     stage_a(steps, "ft_ks", "");
     if (st.gemv) {
-      check(cx_.splits() == 1, "the GEMV form has no split-K");
-      emit_gemv(k, steps, e, r, acc);
+      emit_gemv(k, steps, e, r, acc, k0, split_end_step(cx_, k0, all_steps));
       return;
     }
     if (st.vec_b) {
@@ -548,7 +555,8 @@ void StagedMatMulStage::emit(Kernel& k) {
   export_product(cx_, k, st);
 }
 
-void StagedMatMulStage::emit_gemv(Kernel& k, Block& steps, const TensorExpr& e, const Region& r, const std::string& acc) {
+void StagedMatMulStage::emit_gemv(Kernel& k, Block& steps, const TensorExpr& e, const Region& r, const std::string& acc,
+                                  const std::string& k0, const std::string& end) {
   const Graph& g = cx_.g;
   const ScalarPlan& st = st_;
   const std::string nm = r.n[st.m_axis], nn = r.n[st.n_axis];
@@ -605,7 +613,7 @@ void StagedMatMulStage::emit_gemv(Kernel& k, Block& steps, const TensorExpr& e, 
   compute.push_back(serial_for("ft_jb", "0", lit((per_thread + batch - 1) / batch), loads));
   steps.push_back(if_then(owns, compute));
   steps.push_back(barrier());
-  k.body.push_back(uniform_for("ft_ks", "0", lit((st.k + st.step - 1) / st.step), steps));
+  k.body.push_back(uniform_for("ft_ks", k0, end, steps));
   // Each slice's partial products to `red` (slice, row, column), four floats a store.
   Block partials = place;
   for (int64_t m = 0; m < st.tm; ++m) {
@@ -629,6 +637,29 @@ void StagedMatMulStage::emit_gemv(Kernel& k, Block& steps, const TensorExpr& e, 
   part.push_back(store(st.partial, "ft_e", "ft_sum"));
   k.body.push_back(thread_for("ft_e", "0", lit(plane * st.parts), part));
   k.body.push_back(barrier());
+  if (!st.shares.empty()) {
+    // Split-K: each thread sums its share of the plane's parts (elements t, t + threads, ...) in
+    // registers, the tile's last block sums the splits' shares in split order, and the elements
+    // inside the region go to the accumulators.
+    const int64_t shares = (plane + cx_.cfg.threads - 1) / cx_.cfg.threads;
+    const auto element = [&](int64_t i) { return "(ft_thread + " + lit(i * cx_.cfg.threads) + ")"; };
+    for (int64_t i = 0; i < shares; ++i) {
+      const std::string share = st.shares + "[" + std::to_string(i) + "]";
+      Block parts = {assign(share, "0.0f")};
+      parts.push_back(serial_for("ft_z", "0", lit(st.parts),
+                                 {assign(share, share + " + " + st.partial + "[ft_z * " + lit(plane) + " + " + element(i) + "]")}));
+      k.body.push_back(if_then(element(i) + " < " + lit(plane), parts, {assign(share, "0.0f")}));
+    }
+    emit_split_sum(cx_, k, st.shares, shares);
+    for (int64_t i = 0; i < shares; ++i) {
+      const std::string row = element(i) + " / " + lit(width), col = element(i) + " % " + lit(width);
+      k.body.push_back(if_then(element(i) + " < " + lit(plane) + " && " + row + " < " + nm + " && " + col + " < " + nn,
+                               {store(acc, row + " * " + nn + " + " + col, st.shares + "[" + std::to_string(i) + "]")}));
+    }
+    k.body.push_back(barrier());
+    export_product(cx_, k, st);
+    return;
+  }
   Block sum = {let(kIndexType, "ft_o", "(ft_e / " + nn + ") * " + lit(width) + " + ft_e % " + nn), let("float", "ft_sum", "0.0f")};
   sum.push_back(serial_for("ft_z", "0", lit(st.parts), {assign("ft_sum", "ft_sum + " + st.partial + "[ft_z * " + lit(plane) + " + ft_o]")}));
   sum.push_back(store(acc, "ft_e", "ft_sum"));

@@ -37,7 +37,11 @@
 // before the first is used (a row's load under its own branch, used right after, was one 16-byte
 // load in flight a thread: the SASS of codegen 27). After the steps each thread's partials go to shared memory in
 // 16-byte stores, and the slices are summed in two rounds (parts of consecutive slices per
-// element by all threads, then each element's parts) into the product's accumulators. Guarantees:
+// element by all threads, then each element's parts) into the product's accumulators. With
+// split-K (stages/split_k.h) a block runs its split's steps, and the second round leaves each
+// thread's share of the tile's summed plane (elements t, t + threads, ...) in registers, which the
+// hand-over sums over the splits in the tile's last block before they go to the accumulators.
+// Guarantees:
 // the reference product up to float32 rounding (summed in K order, or per slice then in slice
 // order in the GEMV form) for every tile, partial ones included; every staging loop is clamped
 // to its allocation.

@@ -6,7 +6,7 @@
 //
 // Takes the lowering context of a group whose candidate asks for split-K (its tile_setup made the
 // tile's splits consecutive blocks, with uniform lets ft_tile and ft_split) and a staged MatMul
-// stage (stages/matmul.h's register-blocked form, stages/mma_matmul.h's tensor-core forms), a
+// stage (stages/matmul.h's register-blocked and GEMV forms, stages/mma_matmul.h's tensor-core forms), a
 // Conv stage (register-blocked) or the flash attention stage (its key tiles the steps) with
 // `steps` reduction steps in all. split_first_step declares the block's first step as the uniform
 // let ft_k0 (split s runs steps [s * per, s * per + per), per = split_steps(steps); the last

@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -75,6 +77,58 @@ TEST(CodegenGemv, OddShapesMatchTheReferenceInEveryType) {
       EXPECT_TRUE(allocates(k, "red") && !allocates(k, "sb")) << "no GEMV form for " << dtype_name(dt) << " " << to_text(k);
     }
   }
+}
+
+// Split-K in the GEMV form (codegen/stages/matmul.h): each block sums its split's steps over its
+// slices, a thread's share of the tile's summed plane goes through the hand-over
+// (stages/split_k.h), and the tile's last block sums the splits in order before the epilogue.
+// K whose steps the splits do not divide (a short last split, or one with no step), partial
+// column tiles, a plane larger than the block (six shares a thread at 32 threads), a bias and an
+// activation from registers of the shared plane; float32, float16 and bfloat16 against the
+// reference under the host executor's checks. The grid is the tiles' splits. A decode step's key
+// projection (2,048 x 256, float16, H200: few column tiles, each a long K) gets split GEMV
+// candidates, the best modeled faster than the best unsplit one.
+TEST(CodegenGemv, SplitKMatchesTheReference) {
+  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
+    fusetune::testing::GroupedGraph c;
+    int id = 0;
+    for (const auto& [m, k, n] : std::vector<std::array<int64_t, 3>>{{1, 1000, 40}, {8, 300, 24}, {3, 129, 13}}) {
+      c.groups.push_back(fusetune::testing::add_matmul_chain(c.g, dt, {m, k}, {k, n}, id % 2 == 0 ? "Relu" : "Tanh", false, id));
+      ++id;
+    }
+    const int64_t lanes = 16 / static_cast<int64_t>(dtype_size(dt));
+    for (const auto& [vecs, step, threads, splits] : std::vector<std::array<int, 4>>{{2, 64, 64, 2}, {3, 32, 32, 3}, {1, 128, 64, 4}}) {
+      const auto config = [&](const FusionGroup& fg) {
+        TileConfig cfg = gemv(c.g, fg, vecs * lanes, step, threads);
+        cfg.split_k = splits;
+        return cfg;
+      };
+      check_groups(c.g, c.groups, config, std::string(dtype_name(dt)) + " split gemv, " + config(c.groups[0]).str());
+      for (const FusionGroup& fg : c.groups) {
+        const TileConfig cfg = config(fg);
+        const LoweredKernel lk = lower_group(c.g, fg, cfg, "k");
+        EXPECT_TRUE(allocates(lk.kernel, "red")) << "no GEMV form: " << cfg.str();
+        ASSERT_EQ(lk.kernel.scratch.size(), 2u) << cfg.str();
+        EXPECT_EQ(lk.kernel.grid, lk.kernel.scratch[0].elements * splits) << cfg.str();
+      }
+    }
+  }
+  Graph g;
+  add_op(g, "MatMul", {add_input(g, "x", DType::kF16, {1, 1, 2048}), add_input(g, "w", DType::kF16, {2048, 256})});
+  const FusionGroup fg = whole_graph_group(g);
+  const planner::Device h200 = planner::find_device("h200");
+  planner::TilingOptions all;
+  all.top_k = 1 << 20;
+  std::optional<planner::Candidate> split, unsplit;  // the best GEMV candidates of each kind
+  for (const planner::Candidate& cand : planner::tile_candidates(g, fg, h200, all)) {
+    if (!cand.config.gemv) continue;
+    std::optional<planner::Candidate>& best = cand.config.split_k > 1 ? split : unsplit;
+    if (!best || cand.cost.modeled_us < best->cost.modeled_us) best = cand;
+  }
+  ASSERT_TRUE(split && unsplit) << "no split GEMV candidate for a decode step's key projection";
+  std::printf("key projection (h200): best GEMV %s %.2f us, split %s %.2f us (modeled)\n", unsplit->config.str().c_str(),
+              unsplit->cost.modeled_us, split->config.str().c_str(), split->cost.modeled_us);
+  EXPECT_LT(split->cost.modeled_us, unsplit->cost.modeled_us) << split->config.str();
 }
 
 // RMSNorm-like prologue (A computed in the group from a row statistic), bias and SiLU-like
