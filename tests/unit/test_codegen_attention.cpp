@@ -729,9 +729,10 @@ TEST(CodegenAttention, TheTensorCoreFormKeepsATilesScoresInRegisters) {
 // reference under the host executor's checks, float16 and bfloat16: odd extents and a mask,
 // grouped-query keys under a causal mask with heads merged, a decode step, more rows than a
 // warpgroup (two warpgroups), K and V sliced to rows at every alignment, Kᵀ in memory; key tiles
-// of 16 and 64 besides the planner's. Every barrier and wait deleted in turn is a finding. The
-// CUDA compiles for sm_90a with both wgmma forms in its PTX and no ldmatrix. Forms the operands
-// cannot take (an operand computed in the group) get no wgmma candidate.
+// of 16 and 64 besides the planner's, and 16 split over two blocks (the second from an odd tile).
+// Every barrier and wait deleted in turn is a finding. The CUDA compiles for sm_90a with both
+// wgmma forms in its PTX and no ldmatrix. Forms the operands cannot take (an operand computed in
+// the group) get no wgmma candidate.
 TEST(CodegenAttention, TheWgmmaFormMatchesTheReference) {
   std::vector<Attention> shapes = {
       {1, 2, 2, 37, 45, 24, 20, true, false, false},     // odd extents; a mask
@@ -767,8 +768,14 @@ TEST(CodegenAttention, TheWgmmaFormMatchesTheReference) {
         two.threads = 256;
         forms.push_back(two);
       }
+      for (TileConfig& cfg : forms) cfg.split_k = i == 2 ? cfg.split_k : 1;
+      if (i == 1) {  // 5 key tiles of 16 in 2 splits: the second starts at an odd tile (3)
+        TileConfig split = best;
+        split.reduce_step = 16;
+        split.split_k = 2;
+        forms.push_back(split);
+      }
       for (TileConfig& cfg : forms) {
-        cfg.split_k = i == 2 ? cfg.split_k : 1;
         cases.push_back(fg);
         configs.push_back(cfg);
         label += " [" + cfg.str() + "]";
@@ -841,6 +848,8 @@ TEST(CodegenAttention, TheWgmmaFormOverlapsATilesSoftmaxWithThePreviousTilesProd
     }
     return order.size();
   };
+  const size_t proxy = find(0, [](const Stmt& s) { return s.kind == Stmt::Kind::kWgmmaSync && s.a == "proxy"; });
+  const size_t first_barrier = find(0, [](const Stmt& s) { return s.kind == Stmt::Kind::kBarrier; });
   const size_t s_issue = find(0, [](const Stmt& s) { return s.kind == Stmt::Kind::kWgmma && !s.a_registers; });
   const size_t pv_issue = find(0, [](const Stmt& s) { return s.kind == Stmt::Kind::kWgmma && s.a_registers; });
   const size_t s_wait = find(0, [](const Stmt& s) { return s.kind == Stmt::Kind::kWgmmaSync && s.a == "wait" && s.groups == 1; });
@@ -848,6 +857,9 @@ TEST(CodegenAttention, TheWgmmaFormOverlapsATilesSoftmaxWithThePreviousTilesProd
   const size_t o_wait = find(s_wait, [](const Stmt& s) { return s.kind == Stmt::Kind::kWgmmaSync && s.a == "wait" && s.groups == 0; });
   const std::string text = to_text(k);
   ASSERT_LT(o_wait, order.size()) << text;
+  // The tile's copies fenced to the async proxy, then the barrier, before the tensor cores read them.
+  EXPECT_LT(proxy, first_barrier) << text;
+  EXPECT_LT(first_barrier, s_issue) << text;
   EXPECT_LT(s_issue, pv_issue) << text;
   EXPECT_TRUE(order[pv_issue].second) << "the previous tile's P V is not under the loop's first-tile condition\n" << text;
   EXPECT_LT(pv_issue, s_wait) << text;

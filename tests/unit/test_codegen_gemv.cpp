@@ -83,7 +83,7 @@ TEST(CodegenGemv, OddShapesMatchTheReferenceInEveryType) {
 // slices, a thread's share of the tile's summed plane goes through the hand-over
 // (stages/split_k.h), and the tile's last block sums the splits in order before the epilogue.
 // K whose steps the splits do not divide (a short last split, or one with no step), partial
-// column tiles, a plane larger than the block (six shares a thread at 32 threads), a bias and an
+// row and column tiles, a plane larger than the block (six shares a thread at 32 threads), a bias and an
 // activation from registers of the shared plane; float32, float16 and bfloat16 against the
 // reference under the host executor's checks. The grid is the tiles' splits. A decode step's key
 // projection (2,048 x 256, float16, H200: few column tiles, each a long K) gets split GEMV
@@ -92,7 +92,8 @@ TEST(CodegenGemv, SplitKMatchesTheReference) {
   for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
     fusetune::testing::GroupedGraph c;
     int id = 0;
-    for (const auto& [m, k, n] : std::vector<std::array<int64_t, 3>>{{1, 1000, 40}, {8, 300, 24}, {3, 129, 13}}) {
+    // (10 rows: a tile of 8, then a partial one of 2.)
+    for (const auto& [m, k, n] : std::vector<std::array<int64_t, 3>>{{1, 1000, 40}, {8, 300, 24}, {10, 129, 13}}) {
       c.groups.push_back(fusetune::testing::add_matmul_chain(c.g, dt, {m, k}, {k, n}, id % 2 == 0 ? "Relu" : "Tanh", false, id));
       ++id;
     }
