@@ -10,7 +10,7 @@
 // the planner's fusion; each group is lowered with the planner's best generated candidate, one
 // drawn at random from its candidates, its best and a random in-place one where it may update in place
 // (planner/in_place.h), its best tensor-core ones (mma.sync and wgmma), a split-K
-// form of a staged MatMul's and of a flash attention's, GEMV and flash-attention ones (flash on tensor cores by mma.sync and by wgmma, and not, and on a random key tile and thread count) and the best one's schedule on a tile of random extents (where the cost model accepts it), and verified on the host
+// form of a staged MatMul's, of a GEMV's and of a flash attention's, GEMV and flash-attention ones (flash on tensor cores by mma.sync and by wgmma, and not, and on a random key tile and thread count) and the best one's schedule on a tile of random extents (where the cost model accepts it), and verified on the host
 // executor with every check on (backend/verify.h via unit/codegen_check.h), and the module compiled
 // with NVRTC. Case i of a run draws its graph from seed + i: FUSETUNE_TEST_SEED=S with
 // FUSETUNE_GROUP_FUZZ_CASES=1 replays case S alone. CI runs a few cases per run and every seed kept
@@ -526,6 +526,18 @@ void check_case(unsigned seed, const FuzzCase& c) {
       }
       if (cand.config.gemv && !gemv) {
         chosen.push_back(cand.config);
+        // And its steps split over 2 to 5 blocks, in the longest step (the candidate's, or 64 down
+        // to 4) that leaves a step a split, where the cost model accepts it.
+        planner::TileConfig splitk = cand.config;
+        splitk.split_k = std::uniform_int_distribution<int>(2, 5)(pick);
+        for (int64_t step : {cand.config.reduce_step, int64_t{64}, int64_t{32}, int64_t{16}, int64_t{8}, int64_t{4}}) {
+          splitk.reduce_step = std::min(step, cand.config.reduce_step);
+          if (planner::evaluate_tile(c.g, fg, planner::find_device("h100"), splitk).valid) {
+            chosen.push_back(splitk);
+            std::printf("  split GEMV: %s\n", splitk.str().c_str());
+            break;
+          }
+        }
         gemv = true;
       }
       if (cand.config.flash && cand.config.mma && !cand.config.wgmma && !tensor_flash) {
