@@ -62,9 +62,10 @@ struct LibraryRates {
 // that the calls' measured / modeled ratio equals the generated candidates' (1.90 in the median).
 // With cuDNN's rates the calls' ratio was 1.27: at equal modeled time they measured 1.5x faster,
 // and the model picked a generated kernel in 5 of the 9 groups whose fastest measured candidate
-// was cuBLASLt (regrets 44% to 85%). Its compute efficiency is not measured yet, and the fit,
+// was cuBLASLt (regrets 44% to 85%). Its compute efficiency is the tensor pipe's sustained share
+// (kTensorSustained; cuBLAS measured 0.77 of the peak on a 4096^3 product), and the fit,
 // on float16 calls on one H200, stands for every device and type until another lease refits it.
-inline constexpr LibraryRates kCublasLtRates{0.7, 0.55, 1.0};
+inline constexpr LibraryRates kCublasLtRates{kTensorSustained, 0.55, 1.0};
 // cuDNN (convolutions, attention): a tuned library kernel on a large problem at 70% of the peaks,
 // 3 µs of setup. Its calls measured 3.4x these in the median, but one call's algorithms differed
 // up to 10x (8 to 243 µs), and between cuDNN and a generated kernel the model chose the faster

@@ -1405,15 +1405,17 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   c.efficiency = busy * (0.5 + 0.5 * tail);
   const double dram_us = static_cast<double>(dram) / (d.dram_bandwidth_gbps * 1e3);
   const double l2_us = static_cast<double>(l2) / (d.l2_bandwidth_gbps * 1e3);
-  // An issued load takes an issue slot like an FMA (2 flops); tensor-core arithmetic runs at the
-  // rate mma.sync attains on the device, special functions at the special function units' rate,
-  // each pipe overlapped with the issue of everything else.
+  // An issued load takes an issue slot like an FMA (2 flops); tensor-core arithmetic runs at its
+  // instruction's rate on the device (mma.sync's, or wgmma's peak) times the share a kernel
+  // sustains (kTensorSustained, as cuBLASLt's calls are charged), special functions at the special
+  // function units' rate, each pipe overlapped with the issue of everything else.
   const double issue_us = static_cast<double>((tile_flops - dp4a_flops + 2 * tile_loads) * c.tiles) / (d.fp32_tflops * 1e6) +
                           static_cast<double>(dp4a_flops * c.tiles) / (d.dp4a_tops() * 1e6);
-  const double tensor_us = static_cast<double>(tensor_flops * c.tiles) / (d.mma_sync_fp16_tflops * 1e6) +
-                           static_cast<double>(tf32_flops * c.tiles) / (d.mma_sync_tf32_tflops * 1e6) +
-                           static_cast<double>(wgmma_flops * c.tiles) / (d.fp16_tensor_tflops * 1e6) +
-                           static_cast<double>(imma_flops * c.tiles) / (kImmaPerFp16Mma * d.mma_sync_fp16_tflops * 1e6);
+  const double tensor_us = (static_cast<double>(tensor_flops * c.tiles) / (d.mma_sync_fp16_tflops * 1e6) +
+                            static_cast<double>(tf32_flops * c.tiles) / (d.mma_sync_tf32_tflops * 1e6) +
+                            static_cast<double>(wgmma_flops * c.tiles) / (d.fp16_tensor_tflops * 1e6) +
+                            static_cast<double>(imma_flops * c.tiles) / (kImmaPerFp16Mma * d.mma_sync_fp16_tflops * 1e6)) /
+                           kTensorSustained;
   const double special_us = static_cast<double>(tile_special * c.tiles) / d.special_ops_per_us();
   // Each SM issues from four schedulers, each from its own warps (every NVIDIA SM since Volta),
   // and a scheduler needs two warps to cover one's dependent latencies with the other's work:

@@ -29,7 +29,8 @@
 //     operands, one per element or one per float4 quad at vector width 4 where codegen can use
 //     quads; with `mma`, a contraction's arithmetic, padded to m16n8 and whole reduction steps, at the rate mma.sync
 //     attains, Device::mma_sync_fp16_tflops (on Hopper two thirds of the peak only wgmma reaches;
-//     with `wgmma`, padded to m64nN, at the tensor peak Device::fp16_tensor_tflops);
+//     with `wgmma`, padded to m64nN, at the tensor peak Device::fp16_tensor_tflops), each at the
+//     share of it a kernel sustains (kTensorSustained, the share cuBLASLt's calls are charged);
 //     special-function results (core/ops.h node_special_ops; flash attention's exponentials per
 //     score and rescale factors per row and key tile) at Device::special_ops_per_us; each pipe
 //     overlapping the issue of the rest; the compute terms divided by the share of an SM's four
