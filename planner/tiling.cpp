@@ -880,7 +880,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       copies_ahead = copies_ahead || staging.async_a || staging.async_b;
       const int64_t pitch_a = cfg.wgmma ? step : mma_pitch_a(operand, step), pitch_b = cfg.wgmma ? cols : mma_pitch_b(operand, cols);
       tensor_smem = staging.stages * (rows * pitch_a + step * pitch_b) * esize +
-                    (register_epilogue(g, group, *it) ? 0 : out_elems * 4);
+                    (register_epilogue(g, group, *it) || paired_epilogue(g, group, *it) ? 0 : out_elems * 4);
       tensor_loads = rows * kp / (staging.async_a ? lanes : 1) + cols * kp / (staging.async_b ? lanes : 1);
       // TF32 fragments come from shared memory an element a load, converted by one cvt each
       // (ldmatrix moves 16-bit rows): every staged element read at least once.

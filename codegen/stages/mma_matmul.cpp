@@ -55,7 +55,12 @@ class MmaMatMulStage : public AnchorStage {
     st.staging.async_a = st.staging.async_a && along(e.accesses[0], e.out_shape.size());
     st.staging.async_b = st.staging.async_b && along(e.accesses[1], st.n_axis);
     layout(k, me[st.m_axis], me[st.n_axis], cx.g.value(node.inputs[0]).dtype, node.outputs[0]);
-    epilogue_ = planner::register_epilogue(cx.g, cx.group, static_cast<int>(&node - cx.g.nodes().data()));
+    const int id = static_cast<int>(&node - cx.g.nodes().data());
+    epilogue_ = planner::register_epilogue(cx.g, cx.group, id);
+    if (!epilogue_) {
+      pair_ = planner::paired_epilogue(cx.g, cx.group, id);
+      if (pair_) epilogue_ = pair_->written;
+    }
     place_epilogue(cx, k, st, epilogue_, max_elems);
   }
 
@@ -144,7 +149,12 @@ class MmaMatMulStage : public AnchorStage {
   LoweringContext& cx_;
   const Node& n_;
   MmaPlan st_;
+  // A gated pair's column c from the product's columns 2c and 2c + 1, frag_c[c0] and frag_c[c0 + 1]
+  // (planner::paired_epilogue), at the row and column of the chain's region.
+  void paired_run(const std::string& row, const std::string& col, int64_t c0);
+
   std::optional<std::vector<int>> epilogue_;  // the values written from registers (planner/epilogue.h)
+  std::optional<planner::PairedEpilogue> pair_;  // ... of a gated pair's halves
 };
 
 // Each lane holds, per fragment (i, j) and half h, the product at row g + 8h and columns 2t, 2t + 1
@@ -156,11 +166,42 @@ class MmaMatMulStage : public AnchorStage {
 // lane t holds row t / 2's 8 columns of unit t % 2, on which it runs the epilogue (epilogue_run:
 // a residual or bias read along the columns as one 16-byte vector, the values stored as one where
 // aligned). Otherwise, and for a last unpaired unit, one run of two per fragment row.
+void MmaMatMulStage::paired_run(const std::string& row, const std::string& col, int64_t c0) {
+  const MmaPlan& st = st_;
+  const Region& h = cx_.region.at(cx_.root);  // the chain's, at its own index from the halves
+  std::vector<std::string> at = h.lo;
+  at[st.m_axis] = "(" + h.lo[st.m_axis] + " + " + row + ")";
+  at[st.n_axis] = "(" + h.lo[st.n_axis] + " + " + col + ")";
+  const Block one = cx_.fresh_block([&] {
+    cx_.provided[pair_->gate] = [e = st.frag_c + "[" + std::to_string(c0) + "]"](const std::vector<std::string>&) { return e; };
+    cx_.provided[pair_->up] = [e = st.frag_c + "[" + std::to_string(c0 + 1) + "]"](const std::vector<std::string>&) { return e; };
+    std::vector<std::string> xs;
+    for (int w : pair_->written) xs.push_back(cx_.value(w, at));
+    cx_.provided.erase(pair_->gate);
+    cx_.provided.erase(pair_->up);
+    for (size_t w = 0; w < xs.size(); ++w) cx_.store_value(pair_->written[w], at, xs[w]);
+  });
+  cx_.cur().push_back(if_then(row + " < " + h.n[st.m_axis] + " && " + col + " < " + h.n[st.n_axis], one));
+}
+
 void MmaMatMulStage::emit_register_epilogue(Kernel& k, const std::string& wm0, const std::string& wn0,
                                             const std::string& lane) {
   const MmaPlan& st = st_;
   const Region& r = cx_.region.at(st.v);
   const std::vector<int>& outs = *epilogue_;
+  if (pair_) {
+    // A gated pair: a lane's columns 2c and 2c + 1 of every unit (an even column of the region,
+    // its first column even too) are both halves of the chain's column c.
+    const std::string id = std::to_string(st.v), g = "ft_quad" + id, t = "ft_qlane" + id;
+    k.body.push_back(let(kIndexType, g, lane + " / 4"));
+    k.body.push_back(let(kIndexType, t, lane + " % 4"));
+    const Block pairs = cx_.fresh_block([&] {
+      for_each_pair(wm0, wn0, [&](const std::string& row, const std::string& col, int64_t c0) { paired_run(row, col + " / 2", c0); },
+                    g, t);
+    });
+    k.body.push_back(if_then(wm0 + " < " + r.n[st.m_axis] + " && " + wn0 + " < " + r.n[st.n_axis], pairs));
+    return;
+  }
   const int64_t units = this->units();
   const bool wide = units >= 2 && std::all_of(outs.begin(), outs.end(), [&](int w) { return dtype_size(cx_.g.value(w).dtype) == 2; });
   const auto unit_col = [&](int64_t u) { return wn0 + " + " + lit(u * 8); };

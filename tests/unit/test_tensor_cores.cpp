@@ -22,6 +22,7 @@
 #include "codegen/lower_group.h"
 #include "codegen/verify_ir.h"
 #include "core/error.h"
+#include "importer/pair_gated_products.h"
 #include "planner/device.h"
 #include "planner/epilogue.h"
 #include "planner/tiling.h"
@@ -590,8 +591,9 @@ EpilogueCase epilogue_case(const std::string& kind, DType dtype, int64_t m, int6
   const int w = fusetune::testing::random_constant(g, "w", dtype, {k, n}, 7u);
   const int bias = fusetune::testing::random_constant(g, "bias", dtype, {n}, 8u);
   std::vector<int> extra;
-  if (kind == "batched bias relu") {  // three matrices: blocks at batch indices other than 0
-    const int a3 = add_input(g, "a3", dtype, {3, m, k});
+  if (kind == "batched bias relu" || kind == "batch of one, bias relu") {  // three matrices: blocks at batch
+    // indices other than 0; or one (an export's prefill), its axis read at 0
+    const int a3 = add_input(g, "a3", dtype, {kind == "batched bias relu" ? 3 : 1, m, k});
     c.product = add_op(g, "MatMul", {a3, w});
     add_op(g, "Relu", {add_op(g, "Add", {c.product, bias})});
   } else if (kind == "scatter after") {  // a ScatterND (a stage of its own) after the product
@@ -641,7 +643,8 @@ TEST(RegisterEpilogue, TakesElementWiseChainsThatEndInTheRootAndNothingElse) {
                                                      [](const Node& n) { return n.op == "MatMul"; }) - c.g.nodes().begin());
     return std::make_pair(planner::register_epilogue(c.g, c.fg, matmul), c);
   };
-  for (const std::string kind : {"product", "bias relu", "bias relu, product exported", "row scale first", "batched bias relu"}) {
+  for (const std::string kind :
+       {"product", "bias relu", "bias relu, product exported", "row scale first", "batched bias relu", "batch of one, bias relu"}) {
     const auto [got, c] = decide(kind);
     ASSERT_TRUE(got.has_value()) << kind;
     EXPECT_EQ(*got, c.fg.outputs) << kind << ": every exported value is the chain's";
@@ -652,6 +655,124 @@ TEST(RegisterEpilogue, TakesElementWiseChainsThatEndInTheRootAndNothingElse) {
   }
 }
 
+// A gated unit's two projections made one product of interleaved columns (importer/
+// pair_gated_products.h), act(x Wg) x (x Wu) over m x k (or a batch of one of them, as exports
+// write a prefill) by k x n: SiLU (g x Sigmoid(g)), or GELU by a sigmoid (g x Sigmoid(1.702 g));
+// every node in one group, the root its output.
+struct GatedCase {
+  Graph g;
+  FusionGroup fg;
+  int product = kNoValue;
+};
+GatedCase gated_case(DType dtype, bool silu, int64_t m, int64_t k, int64_t n, bool batch_of_one = false) {
+  GatedCase c;
+  Graph& g = c.g;
+  const int x = add_input(g, "x", dtype, batch_of_one ? Shape{1, m, k} : Shape{m, k});
+  const int gate = add_op(g, "MatMul", {x, testing::random_constant(g, "wg", dtype, {k, n}, 11)});
+  const int up = add_op(g, "MatMul", {x, testing::random_constant(g, "wu", dtype, {k, n}, 12)});
+  const int s = add_op(g, "Sigmoid", {silu ? gate : add_op(g, "Mul", {gate, g.add_constant("k", Tensor::scalar_float(dtype, 1.702f))})});
+  g.outputs() = {add_op(g, "Mul", {add_op(g, "Mul", {gate, s}), up})};
+  check(importer::pair_gated_products(g) == 1, "gated_case: no pair");
+  for (size_t i = 0; i < g.nodes().size(); ++i) {
+    c.fg.nodes.push_back(static_cast<int>(i));
+    if (g.nodes()[i].op == "MatMul") c.product = g.nodes()[i].outputs[0];
+  }
+  planner::describe_group(g, c.fg);
+  c.fg.outputs = g.outputs();
+  return c;
+}
+
+int producer(const Graph& g, int v) {
+  for (size_t i = 0; i < g.nodes().size(); ++i) {
+    if (g.nodes()[i].outputs[0] == v) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+// A gated pair's epilogue runs from the accumulators: a lane holds the product's columns 2c and
+// 2c + 1 (the gate's and the up projection's column c) in one pair of registers and computes the
+// unit's column c, so the kernel keeps no shared buffer for the product (the prefill's largest
+// generated kernel, TinyLlama's gate and up projections, kept 96 KB of them). The decision takes
+// the pair's views and nothing else (an exported product or view, a second reader of the product:
+// no; an exported half is written with the root); the kernels (mma.sync and wgmma, tiles that cut the rows and the pairs unevenly, odd n,
+// float16 and bfloat16, SiLU and GELU) match the reference under the four checks and need only the
+// operands' ring, which the planner's estimate covers.
+TEST(RegisterEpilogue, AGatedPairsHalvesComeFromOneLanesRegisters) {
+  {
+    const GatedCase c = gated_case(DType::kF16, true, 37, 40, 23);
+    const int matmul = producer(c.g, c.product);
+    EXPECT_FALSE(planner::register_epilogue(c.g, c.fg, matmul).has_value());
+    const auto pair = planner::paired_epilogue(c.g, c.fg, matmul);
+    ASSERT_TRUE(pair.has_value());
+    EXPECT_EQ(c.g.nodes()[static_cast<size_t>(producer(c.g, pair->gate))].op, "Reshape");
+    EXPECT_EQ(c.g.value(pair->gate).shape, (Shape{37, 23}));
+    EXPECT_EQ(c.g.value(pair->up).shape, (Shape{37, 23}));
+    EXPECT_LT(pair->gate, pair->up);  // the gate is column 0 of the pairs
+    EXPECT_EQ(pair->written, c.fg.outputs);
+    // Declined: the product or a view of it leaving the group, a second reader of the product. A
+    // half leaving it is one more value the lane writes.
+    int pairs_view = kNoValue;
+    for (const Node& n : c.g.nodes()) {
+      if (n.op == "Reshape" && n.inputs[0] == c.product) pairs_view = n.outputs[0];
+    }
+    for (const int leaving : {c.product, pairs_view, pair->gate}) {
+      GatedCase out = gated_case(DType::kF16, true, 37, 40, 23);
+      out.fg.outputs.push_back(leaving);
+      std::sort(out.fg.outputs.begin(), out.fg.outputs.end());
+      const auto got = planner::paired_epilogue(out.g, out.fg, matmul);
+      EXPECT_EQ(got.has_value(), leaving == pair->gate) << "value " << leaving << " exported";
+      if (got) {
+        EXPECT_EQ(got->written, out.fg.outputs);
+      }
+    }
+    // A batch of one: its axis read at 0 (describe's index of a one-element axis) is still the
+    // chain's own index.
+    const GatedCase one = gated_case(DType::kF16, true, 37, 40, 23, true);
+    const auto one_pair = planner::paired_epilogue(one.g, one.fg, producer(one.g, one.product));
+    ASSERT_TRUE(one_pair.has_value());
+    EXPECT_EQ(one.g.value(one_pair->gate).shape, (Shape{1, 37, 23}));
+    GatedCase second = gated_case(DType::kF16, true, 37, 40, 23);
+    const int root = second.g.outputs()[0];
+    const int extra = add_op(second.g, "Relu", {second.product});
+    second.g.outputs() = {root, extra};
+    second.fg = FusionGroup{};
+    for (size_t i = 0; i < second.g.nodes().size(); ++i) second.fg.nodes.push_back(static_cast<int>(i));
+    planner::describe_group(second.g, second.fg);
+    second.fg.outputs = {root};
+    EXPECT_FALSE(planner::paired_epilogue(second.g, second.fg, matmul).has_value());
+  }
+  const planner::Device h100 = planner::find_device("h100");
+  TileConfig wg{{64, 24}, 16, 128, 1, true};
+  wg.wgmma = true;
+  for (const DType dtype : {DType::kF16, DType::kBF16}) {
+    for (const bool silu : {true, false}) {
+      GatedCase c = gated_case(dtype, silu, 70, 40, 23, /*batch_of_one=*/dtype == DType::kBF16);
+      if (!silu) {  // the gate leaves the group too, written by the lanes with the root
+        const int matmul = producer(c.g, c.product);
+        c.fg.outputs.push_back(planner::paired_epilogue(c.g, c.fg, matmul)->gate);
+        std::sort(c.fg.outputs.begin(), c.fg.outputs.end());
+        ASSERT_EQ(planner::paired_epilogue(c.g, c.fg, matmul)->written.size(), 2u);
+      }
+      for (TileConfig tile : {TileConfig{{32, 8}, 16, 64, 1, true}, TileConfig{{16, 12}, 32, 128, 1, true}, wg}) {
+        if (dtype == DType::kBF16) tile.tile.insert(tile.tile.begin(), 1);
+        const std::string label = std::string(dtype_name(dtype)) + (silu ? " SiLU " : " GELU ") + tile.str();
+        check_groups(c.g, {c.fg}, [&](const FusionGroup&) { return tile; }, label, {false, {"sm_90"}});
+        const Kernel k = lower_group(c.g, c.fg, tile, "gated").kernel;
+        int64_t ring = 0;
+        for (const SharedAlloc& a : k.shared) {
+          EXPECT_TRUE(a.name.rfind("sa", 0) == 0 || a.name.rfind("sb", 0) == 0) << label << ": shared " << a.name;
+          ring += a.elements * static_cast<int64_t>(dtype_size(a.dtype));
+        }
+        EXPECT_EQ(k.shared_bytes, ring) << label;
+        const planner::Cost cost = planner::evaluate_tile(c.g, c.fg, h100, tile);
+        ASSERT_TRUE(cost.valid) << label << ": " << cost.reject;
+        EXPECT_GE(cost.smem_bytes, k.shared_bytes) << label;
+        EXPECT_LT(cost.smem_bytes, k.shared_bytes + 70 * 46 * 4) << label << ": the planner charged the product's buffer";
+      }
+    }
+  }
+}
+
 // Every case, eligible or not, matches the reference on tiles that cut M and N unevenly (N odd: a
 // row's pairs are aligned in every other row), in float16 and bfloat16; an eligible group's kernel
 // keeps no shared buffer for the product, writes pairs, and needs no more shared memory than the
@@ -659,8 +780,8 @@ TEST(RegisterEpilogue, TakesElementWiseChainsThatEndInTheRootAndNothingElse) {
 TEST(RegisterEpilogue, MatchesTheReferenceAndNeedsOnlyTheOperandRing) {
   const planner::Device h100 = planner::find_device("h100");
   // ("side branch" is no group fusion makes: a second sink has no region of its own.)
-  const std::vector<std::string> kinds = {"product", "bias relu", "bias relu, product exported", "row scale first",
-                                          "batched bias relu", "row scale after", "transpose", "layer norm", "scatter after"};
+  const std::vector<std::string> kinds = {"product", "bias relu", "bias relu, product exported", "row scale first", "batched bias relu",
+                                          "batch of one, bias relu", "row scale after", "transpose", "layer norm", "scatter after"};
   planner::TilingOptions tf32;
   tf32.tf32 = true;
   // float32: on TF32 tensor cores, pairs stored as float2.
@@ -668,10 +789,10 @@ TEST(RegisterEpilogue, MatchesTheReferenceAndNeedsOnlyTheOperandRing) {
     for (const std::string& kind : kinds) {
       const EpilogueCase c = epilogue_case(kind, dtype, 37, 40, 23);
       const bool eligible = kind == "product" || kind == "bias relu" || kind == "bias relu, product exported" ||
-                            kind == "row scale first" || kind == "batched bias relu";
+                            kind == "row scale first" || kind == "batched bias relu" || kind == "batch of one, bias relu";
       // Tiles over whole rows where a row statistic needs them (the LayerNorm's 23 columns).
       for (TileConfig tile : {TileConfig{{32, 24}, 16, 64, 1, true}, TileConfig{{16, 24}, 32, 128, 1, true}}) {
-        if (kind == "batched bias relu") tile.tile.insert(tile.tile.begin(), 1);
+        if (kind == "batched bias relu" || kind == "batch of one, bias relu") tile.tile.insert(tile.tile.begin(), 1);
         const std::string label = std::string(dtype_name(dtype)) + " " + kind + " " + tile.str();
         check_groups(c.g, {c.fg}, [&](const FusionGroup&) { return tile; }, label);
         const Kernel k = lower_group(c.g, c.fg, tile, "ep").kernel;
