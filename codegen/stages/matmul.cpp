@@ -160,6 +160,7 @@ struct ScalarPlan : StagedProduct {
   int64_t parts = 0;    // the first round of the slices' sum: this many partial sums per element
   std::string red, partial;
   std::string shares;   // split-K: a thread's share of the tile's summed plane (elements t, t + threads, ...)
+  int64_t share_count = 0;  // ... its elements: ceil(plane / threads)
   // The ring (planner::simt_staging; ring.async_b set): each step's slices in slot step % stages,
   // A's rows pitch_a floats apart, B's pitch_b.
   planner::MmaStaging ring;
@@ -199,7 +200,8 @@ class StagedMatMulStage : public AnchorStage {
       st.partial = k.add_shared("rp" + std::to_string(v), DType::kF32, st.parts * plane);
       if (cx.splits() > 1) {
         st.shares = "ts" + std::to_string(v);
-        k.thread_locals.push_back({st.shares, (plane + cx.cfg.threads - 1) / cx.cfg.threads});
+        st.share_count = (plane + cx.cfg.threads - 1) / cx.cfg.threads;
+        k.thread_locals.push_back({st.shares, st.share_count});
       }
       place_epilogue(cx, k, st, std::nullopt, max_elems);
       return;
@@ -641,7 +643,7 @@ void StagedMatMulStage::emit_gemv(Kernel& k, Block& steps, const TensorExpr& e, 
     // Split-K: each thread sums its share of the plane's parts (elements t, t + threads, ...) in
     // registers, the tile's last block sums the splits' shares in split order, and the elements
     // inside the region go to the accumulators.
-    const int64_t shares = (plane + cx_.cfg.threads - 1) / cx_.cfg.threads;
+    const int64_t shares = st.share_count;
     const auto element = [&](int64_t i) { return "(ft_thread + " + lit(i * cx_.cfg.threads) + ")"; };
     for (int64_t i = 0; i < shares; ++i) {
       const std::string share = st.shares + "[" + std::to_string(i) + "]";
