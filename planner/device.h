@@ -15,12 +15,13 @@ namespace fusetune::planner {
 // The int8 mma.sync (m16n8k32) rate against the float16 one (modeled, not yet measured): dense
 // INT8 tensor TOPS are twice FP16 TFLOPS on A100, H100 and H200 (their datasheets).
 inline constexpr double kImmaPerFp16Mma = 2.0;
-// The share of a tensor-core pipe's rate (Device::fp16_tensor_tflops, mma_sync_fp16_tflops and
-// the TF32 pair, all from datasheets and boost clocks) that a kernel sustains: every lease measured
+// The share of a tensor-core instruction's rate (Device::fp16_tensor_tflops, the datasheets' peak
+// at the boost clock; mma_sync_fp16_tflops and the TF32 pair, what those instructions issue at the
+// same clock) that a kernel sustains: every lease measured
 // a 4096^3 float16 torch.matmul (cuBLAS) at 0.77 to 0.78 of the 989 TFLOP/s peak (768 on an H100,
 // 761 and 776 on H200s; docs/performance.md), so no kernel keeps the pipe busier than that. The
 // generated tensor-core forms are charged this share, the share cuBLASLt's calls are charged
-// (kCublasLtRates): no generated form is modeled to use the tensor cores better than the tuned
+// (kCublasLtRates, its FFMA kernels alike): no generated form is modeled to use the tensor cores better than the tuned
 // library does. (Modeled; the generated forms' own share on large products is not measured yet.)
 inline constexpr double kTensorSustained = 0.7;
 // dp4a instructions a clock per SM (modeled, not yet measured): the rate CUDA's throughput table

@@ -235,7 +235,7 @@ TEST(LibraryCall, TheModelPicksCublasLtWhereTheH200MeasuredItFasterAndNotElsewhe
 
 // No generated form is modeled to keep the tensor cores busier than the tuned library: every lease
 // measured cuBLAS at 0.77 of the tensor peak on a 4096^3 product (kTensorSustained), yet generated
-// kernels were charged the whole peak, 1.43x cuBLASLt's rate, so that TinyLlama's head (512 x 2,048
+// wgmma kernels were charged the whole peak, 1.43x cuBLASLt's rate, so that TinyLlama's head (512 x 2,048
 // by 2,048 x 32,000, compute-bound) took a generated wgmma kernel modeled at 86.8 µs over cuBLASLt
 // at 99.9 on the H200, where the second lease measured its wgmma kernels 2.1x slower than
 // cuBLASLt's on BERT's 128 x 768 x 3,072. Now the head's first candidate is the library, and each
