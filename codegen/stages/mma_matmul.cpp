@@ -189,34 +189,32 @@ void MmaMatMulStage::emit_register_epilogue(Kernel& k, const std::string& wm0, c
   const MmaPlan& st = st_;
   const Region& r = cx_.region.at(st.v);
   const std::vector<int>& outs = *epilogue_;
+  const std::string id = std::to_string(st.v), g = "ft_quad" + id, t = "ft_qlane" + id;  // the lane's quad and place in it
+  k.body.push_back(let(kIndexType, g, lane + " / 4"));
+  k.body.push_back(let(kIndexType, t, lane + " % 4"));
+  const std::string nm = r.n[st.m_axis], nn = r.n[st.n_axis];
+  const auto inside = [&](const Block& b) {  // the warp's stores, where its first row and column lie in the region
+    if (!b.empty()) k.body.push_back(if_then(wm0 + " < " + nm + " && " + wn0 + " < " + nn, b));
+  };
   if (pair_) {
     // A gated pair: a lane's columns 2c and 2c + 1 of every unit (an even column of the region,
     // its first column even too) are both halves of the chain's column c.
-    const std::string id = std::to_string(st.v), g = "ft_quad" + id, t = "ft_qlane" + id;
-    k.body.push_back(let(kIndexType, g, lane + " / 4"));
-    k.body.push_back(let(kIndexType, t, lane + " % 4"));
-    const Block pairs = cx_.fresh_block([&] {
+    inside(cx_.fresh_block([&] {
       for_each_pair(wm0, wn0, [&](const std::string& row, const std::string& col, int64_t c0) { paired_run(row, col + " / 2", c0); },
                     g, t);
-    });
-    k.body.push_back(if_then(wm0 + " < " + r.n[st.m_axis] + " && " + wn0 + " < " + r.n[st.n_axis], pairs));
+    }));
     return;
   }
   const int64_t units = this->units();
   const bool wide = units >= 2 && std::all_of(outs.begin(), outs.end(), [&](int w) { return dtype_size(cx_.g.value(w).dtype) == 2; });
   const auto unit_col = [&](int64_t u) { return wn0 + " + " + lit(u * 8); };
-  const std::string id = std::to_string(st.v), g = "ft_quad" + id, t = "ft_qlane" + id;  // the lane's quad and place in it
-  k.body.push_back(let(kIndexType, g, lane + " / 4"));
-  k.body.push_back(let(kIndexType, t, lane + " % 4"));
   const auto row_of = [&](int64_t i, const std::string& h8) { return "(" + wm0 + " + " + lit(i * tile_rows()) + " + " + h8 + " + " + g + ")"; };
-  const std::string nm = r.n[st.m_axis], nn = r.n[st.n_axis];
   const int64_t paired = wide ? units / 2 * 2 : 0;
-  const Block pairs = cx_.fresh_block([&] {  // the pair stores of units not exchanged
+  inside(cx_.fresh_block([&] {  // the pair stores of units not exchanged
     for_each_pair(wm0, wn0, [&](const std::string& row, const std::string& col, int64_t c0) {
       epilogue_run(cx_, st, outs, row, col, 2, [&](int64_t c) { return st.frag_c + "[" + std::to_string(c0 + c) + "]"; });
     }, g, t, paired);
-  });
-  if (!pairs.empty()) k.body.push_back(if_then(wm0 + " < " + nm + " && " + wn0 + " < " + nn, pairs));
+  }));
   if (!wide) return;
   const std::string q = "fr" + id, sent = "fe" + id;  // the 8 products a lane exchanges; the two it receives
   k.thread_locals.push_back({q, 8, DType::kF32});
