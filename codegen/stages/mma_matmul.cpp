@@ -150,8 +150,14 @@ class MmaMatMulStage : public AnchorStage {
   const Node& n_;
   MmaPlan st_;
   // A gated pair's column c from the product's columns 2c and 2c + 1, frag_c[c0] and frag_c[c0 + 1]
-  // (planner::paired_epilogue), at the row and column of the chain's region.
+  // (planner::paired_epilogue), at the row and column of the chain's region: the written values'
+  // expressions, in the current block (paired_values), or stored where they lie in the region
+  // (paired_run).
+  std::vector<std::string> paired_values(const std::string& row, const std::string& col, int64_t c0);
   void paired_run(const std::string& row, const std::string& col, int64_t c0);
+  // The lanes of each quad exchange 4 slots of 2 floats each of thread-local `q` (slot s, element e
+  // at q[2s + e]) through `sent` so that slot s of lane t ends up holding slot t of lane s.
+  void transpose_quad(Kernel& k, const std::string& q, const std::string& sent, const std::string& t);
 
   std::optional<std::vector<int>> epilogue_;  // the values written from registers (planner/epilogue.h)
   std::optional<planner::PairedEpilogue> pair_;  // ... of a gated pair's halves
@@ -166,22 +172,54 @@ class MmaMatMulStage : public AnchorStage {
 // lane t holds row t / 2's 8 columns of unit t % 2, on which it runs the epilogue (epilogue_run:
 // a residual or bias read along the columns as one 16-byte vector, the values stored as one where
 // aligned). Otherwise, and for a last unpaired unit, one run of two per fragment row.
-void MmaMatMulStage::paired_run(const std::string& row, const std::string& col, int64_t c0) {
+std::vector<std::string> MmaMatMulStage::paired_values(const std::string& row, const std::string& col, int64_t c0) {
   const MmaPlan& st = st_;
   const Region& h = cx_.region.at(cx_.root);  // the chain's, at its own index from the halves
   std::vector<std::string> at = h.lo;
   at[st.m_axis] = "(" + h.lo[st.m_axis] + " + " + row + ")";
   at[st.n_axis] = "(" + h.lo[st.n_axis] + " + " + col + ")";
+  cx_.provided[pair_->gate] = [e = st.frag_c + "[" + std::to_string(c0) + "]"](const std::vector<std::string>&) { return e; };
+  cx_.provided[pair_->up] = [e = st.frag_c + "[" + std::to_string(c0 + 1) + "]"](const std::vector<std::string>&) { return e; };
+  std::vector<std::string> xs;
+  for (int w : pair_->written) xs.push_back(cx_.value(w, at));
+  cx_.provided.erase(pair_->gate);
+  cx_.provided.erase(pair_->up);
+  return xs;
+}
+
+void MmaMatMulStage::paired_run(const std::string& row, const std::string& col, int64_t c0) {
+  const MmaPlan& st = st_;
+  const Region& h = cx_.region.at(cx_.root);
+  std::vector<std::string> at = h.lo;
+  at[st.m_axis] = "(" + h.lo[st.m_axis] + " + " + row + ")";
+  at[st.n_axis] = "(" + h.lo[st.n_axis] + " + " + col + ")";
   const Block one = cx_.fresh_block([&] {
-    cx_.provided[pair_->gate] = [e = st.frag_c + "[" + std::to_string(c0) + "]"](const std::vector<std::string>&) { return e; };
-    cx_.provided[pair_->up] = [e = st.frag_c + "[" + std::to_string(c0 + 1) + "]"](const std::vector<std::string>&) { return e; };
-    std::vector<std::string> xs;
-    for (int w : pair_->written) xs.push_back(cx_.value(w, at));
-    cx_.provided.erase(pair_->gate);
-    cx_.provided.erase(pair_->up);
+    const std::vector<std::string> xs = paired_values(row, col, c0);
     for (size_t w = 0; w < xs.size(); ++w) cx_.store_value(pair_->written[w], at, xs[w]);
   });
   cx_.cur().push_back(if_then(row + " < " + h.n[st.m_axis] + " && " + col + " < " + h.n[st.n_axis], one));
+}
+
+// Butterflies on the slot's bits: at bit b the lane keeps the slots whose bit b is its own lane's
+// and receives, into the others, its partner's slots of that bit; after both, slot s holds lane
+// s's slot t. Every lane sends both slots of a pair and keeps what it needs, so what a lane sends
+// never depends on its lane (a selection before the shuffle could become a branch around it, two
+// warp operations where the warp must meet at one).
+void MmaMatMulStage::transpose_quad(Kernel& k, const std::string& q, const std::string& sent, const std::string& t) {
+  const auto qe = [&](int64_t slot, int64_t e) { return q + "[" + std::to_string(slot * 2 + e) + "]"; };
+  for (int b = 0; b < 2; ++b) {
+    const int m = 1 << b;
+    const std::string bit = "((" + t + " >> " + std::to_string(b) + ") & 1)";
+    for (int64_t lo = 0; lo < 4; ++lo) {
+      if ((lo & m) != 0) continue;
+      for (int64_t e = 0; e < 2; ++e) {
+        const std::string keep0 = qe(lo, e), keep1 = qe(lo | m, e);
+        k.body.push_back(shuffle_xor(sent, 0, keep0, m));
+        k.body.push_back(shuffle_xor(sent, 1, keep1, m));
+        k.body.push_back(if_then(bit, {assign(keep0, sent + "[1]")}, {assign(keep1, sent + "[0]")}));
+      }
+    }
+  }
 }
 
 void MmaMatMulStage::emit_register_epilogue(Kernel& k, const std::string& wm0, const std::string& wn0,
@@ -196,19 +234,73 @@ void MmaMatMulStage::emit_register_epilogue(Kernel& k, const std::string& wm0, c
   const auto inside = [&](const Block& b) {  // the warp's stores, where its first row and column lie in the region
     if (!b.empty()) k.body.push_back(if_then(wm0 + " < " + nm + " && " + wn0 + " < " + nn, b));
   };
-  if (pair_) {
-    // A gated pair: a lane's columns 2c and 2c + 1 of every unit (an even column of the region,
-    // its first column even too) are both halves of the chain's column c.
-    inside(cx_.fresh_block([&] {
-      for_each_pair(wm0, wn0, [&](const std::string& row, const std::string& col, int64_t c0) { paired_run(row, col + " / 2", c0); },
-                    g, t);
-    }));
-    return;
-  }
   const int64_t units = this->units();
-  const bool wide = units >= 2 && std::all_of(outs.begin(), outs.end(), [&](int w) { return dtype_size(cx_.g.value(w).dtype) == 2; });
+  const bool sixteen = std::all_of(outs.begin(), outs.end(), [&](int w) { return dtype_size(cx_.g.value(w).dtype) == 2; });
   const auto unit_col = [&](int64_t u) { return wn0 + " + " + lit(u * 8); };
   const auto row_of = [&](int64_t i, const std::string& h8) { return "(" + wm0 + " + " + lit(i * tile_rows()) + " + " + h8 + " + " + g + ")"; };
+  const std::string q = "fr" + id, sent = "fe" + id;  // the 8 values a lane exchanges; the two it receives
+  const auto qe = [](const std::string& x, int64_t slot, int64_t e) { return x + "[" + std::to_string(slot * 2 + e) + "]"; };
+  if (pair_) {
+    // A gated pair: a lane's columns 2c and 2c + 1 of every unit (an even column of the region,
+    // its first column even too) are both halves of the chain's column c. Where every value
+    // written is 16-bit, a quad's 2 rows x 16 chain columns of four adjacent units go out as four
+    // 16-byte stores: each lane computes its 8 values (one per unit and row), the quad transposes
+    // them (transpose_quad) and lane t stores row t / 2's 8 columns of units 2 (t % 2) and
+    // 2 (t % 2) + 1. Otherwise, and for the units past the last four, one value per pair.
+    const int64_t grouped = sixteen && units >= 4 ? units / 4 * 4 : 0;
+    inside(cx_.fresh_block([&] {
+      for_each_pair(wm0, wn0, [&](const std::string& row, const std::string& col, int64_t c0) { paired_run(row, col + " / 2", c0); },
+                    g, t, grouped);
+    }));
+    if (grouped == 0) return;
+    const Region& h = cx_.region.at(cx_.root);
+    const std::vector<int>& written = pair_->written;
+    for (size_t w = 0; w < written.size(); ++w) k.thread_locals.push_back({q + "_" + std::to_string(w), 8, DType::kF32});
+    k.thread_locals.push_back({sent, 2, DType::kF32});
+    const auto at_of = [&](const std::string& row, const std::string& col) {
+      std::vector<std::string> at = h.lo;
+      at[st.m_axis] = "(" + h.lo[st.m_axis] + " + " + row + ")";
+      at[st.n_axis] = "(" + h.lo[st.n_axis] + " + " + col + ")";
+      return at;
+    };
+    for (int64_t i = 0; i < st.fm; ++i) {
+      for (int64_t u0 = 0; u0 < grouped; u0 += 4) {
+        // Unit u0 + uu, row g + 8 hh: slot 2 hh + uu / 2, element uu % 2 (zero outside the region).
+        for (int64_t hh = 0; hh < 2; ++hh) {
+          for (int64_t uu = 0; uu < 4; ++uu) {
+            const std::string row = row_of(i, lit(hh * 8)), col = "((" + unit_col(u0 + uu) + " + 2 * " + t + ") / 2)";
+            Block zero, one = cx_.fresh_block([&] {
+              const std::vector<std::string> xs = paired_values(row, col, pair_at(i, u0 + uu, hh));
+              for (size_t w = 0; w < written.size(); ++w) cx_.cur().push_back(assign(qe(q + "_" + std::to_string(w), hh * 2 + uu / 2, uu % 2), xs[w]));
+            });
+            for (size_t w = 0; w < written.size(); ++w) zero.push_back(assign(qe(q + "_" + std::to_string(w), hh * 2 + uu / 2, uu % 2), "0.0f"));
+            k.body.push_back(if_then(row + " < " + h.n[st.m_axis] + " && " + col + " < " + h.n[st.n_axis], one, zero));
+          }
+        }
+        // Lane t: row t / 2, the 8 chain columns from unit u0 + 2 (t % 2)'s first; column 4e + s
+        // came from lane s's element e.
+        const std::string row = row_of(i, "(" + t + " >> 1) * 8"), col = "((" + unit_col(u0) + " + (" + t + " & 1) * 16) / 2)";
+        for (size_t w = 0; w < written.size(); ++w) {
+          const std::string x = q + "_" + std::to_string(w);
+          transpose_quad(k, x, sent, t);
+          std::vector<std::string> run;
+          for (int64_t c = 0; c < 8; ++c) run.push_back(qe(x, c % 4, c / 4));
+          const Block whole = cx_.fresh_block([&] { cx_.store_run(written[w], at_of(row, col), run); });
+          const Block edge = cx_.fresh_block([&] {
+            for (int64_t c = 0; c < 8; ++c) {
+              const std::string cc = "(" + col + " + " + lit(c) + ")";
+              Block one;
+              cx_.with_block(one, [&] { cx_.store_value(written[w], at_of(row, cc), run[static_cast<size_t>(c)]); });
+              cx_.cur().push_back(if_then(cc + " < " + h.n[st.n_axis], one));
+            }
+          });
+          k.body.push_back(if_then(row + " < " + h.n[st.m_axis], {if_then(col + " + 7 < " + h.n[st.n_axis], whole, edge)}));
+        }
+      }
+    }
+    return;
+  }
+  const bool wide = units >= 2 && sixteen;
   const int64_t paired = wide ? units / 2 * 2 : 0;
   inside(cx_.fresh_block([&] {  // the pair stores of units not exchanged
     for_each_pair(wm0, wn0, [&](const std::string& row, const std::string& col, int64_t c0) {
@@ -216,43 +308,24 @@ void MmaMatMulStage::emit_register_epilogue(Kernel& k, const std::string& wm0, c
     }, g, t, paired);
   }));
   if (!wide) return;
-  const std::string q = "fr" + id, sent = "fe" + id;  // the 8 products a lane exchanges; the two it receives
   k.thread_locals.push_back({q, 8, DType::kF32});
   k.thread_locals.push_back({sent, 2, DType::kF32});
-  const auto qe = [&](int64_t slot, int64_t e) { return q + "[" + std::to_string(slot * 2 + e) + "]"; };
   for (int64_t i = 0; i < st.fm; ++i) {
     for (int64_t up = 0; up < paired; up += 2) {
       // The lane's 8 products: unit slot h * 2 + jj, element e.
       for (int64_t h = 0; h < 2; ++h) {
         for (int64_t jj = 0; jj < 2; ++jj) {
           for (int64_t e = 0; e < 2; ++e) {
-            k.body.push_back(assign(qe(h * 2 + jj, e), st.frag_c + "[" + std::to_string(pair_at(i, up + jj, h) + e) + "]"));
+            k.body.push_back(assign(qe(q, h * 2 + jj, e), st.frag_c + "[" + std::to_string(pair_at(i, up + jj, h) + e) + "]"));
           }
         }
       }
-      // Butterflies on the slot's bits: at bit b the lane keeps the slots whose bit b is its own
-      // lane's and receives, into the others, its partner's slots of that bit; after both, slot s
-      // holds lane s's unit t. Every lane sends both slots of a pair and keeps what it needs, so
-      // what a lane sends never depends on its lane (a selection before the shuffle could become a
-      // branch around it, two warp operations where the warp must meet at one).
-      for (int b = 0; b < 2; ++b) {
-        const int m = 1 << b;
-        const std::string bit = "((" + t + " >> " + std::to_string(b) + ") & 1)";
-        for (int64_t lo = 0; lo < 4; ++lo) {
-          if ((lo & m) != 0) continue;
-          for (int64_t e = 0; e < 2; ++e) {
-            const std::string keep0 = qe(lo, e), keep1 = qe(lo | m, e);
-            k.body.push_back(shuffle_xor(sent, 0, keep0, m));
-            k.body.push_back(shuffle_xor(sent, 1, keep1, m));
-            k.body.push_back(if_then(bit, {assign(keep0, sent + "[1]")}, {assign(keep1, sent + "[0]")}));
-          }
-        }
-      }
+      transpose_quad(k, q, sent, t);  // slot s: lane s's pair of row t / 2, unit t % 2
       // Row t / 2, columns 8 (t % 2) .. + 7 of the two units: the epilogue on the run, its
       // operands along the columns in 16-byte vectors, its values stored as one.
       const std::string row = row_of(i, "(" + t + " >> 1) * 8"), col = "(" + unit_col(up) + " + (" + t + " & 1) * 8)";
       const Block run = cx_.fresh_block([&] {
-        epilogue_run(cx_, st, outs, row, col, 8, [&](int64_t c) { return qe(c / 2, c % 2); });
+        epilogue_run(cx_, st, outs, row, col, 8, [&](int64_t c) { return qe(q, c / 2, c % 2); });
       });
       k.body.insert(k.body.end(), run.begin(), run.end());
     }

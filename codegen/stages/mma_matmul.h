@@ -23,7 +23,11 @@
 // warp shuffles so that each lane holds 8 consecutive columns of one row, computes the chain's
 // exported values on them (its operands along the columns read as 16-byte vectors) and stores
 // each as one 16-byte run; otherwise each lane computes them on its two adjacent columns per
-// fragment row and stores each pair as one (stages/matmul.h's epilogue_run); the
+// fragment row and stores each pair as one (stages/matmul.h's epilogue_run). A gated pair
+// (planner::paired_epilogue) computes the chain's column c from its lane's product columns 2c and
+// 2c + 1; where every value written is 16-bit and a warp holds four or more units, the quad
+// transposes the values of four adjacent units so that each lane stores 8 consecutive chain
+// columns of one row as one 16-byte run, else one value a pair. The
 // product has no shared buffer and the driver writes none of those values
 // again (LoweringContext::written). Otherwise each lane writes its accumulator elements inside
 // the region to the product's shared accumulators for the epilogue, as on the scalar path.

@@ -812,6 +812,62 @@ TEST(RegisterEpilogue, AGatedPairsHalvesComeFromOneLanesRegisters) {
   }
 }
 
+// A gated pair's chain values leave as 16-byte stores where a warp holds four or more units: each
+// lane computes its value of every unit and row, the quad transposes them, and each lane stores 8
+// consecutive chain columns of one row (mma.sync and wgmma; units past the last four, one value a
+// pair). Against the reference on rows that are whole vectors (n 40) and rows that are not (n 43,
+// every other run misaligned, the tile's last run cut by the region), with the gate exported too;
+// each exchange deleted in turn is a wrong result; the PTX holds the 16-byte stores.
+TEST(RegisterEpilogue, AGatedPairsChainColumnsLeaveAsSixteenByteStores) {
+  TileConfig wg{{64, 40}, 16, 128, 1, true};  // 80 product columns: 10 units, 8 of them exchanged
+  wg.wgmma = true;
+  struct Case {
+    DType dtype;
+    int64_t n;
+    bool gate_out;
+  };
+  for (const Case& x : {Case{DType::kF16, 40, false}, Case{DType::kF16, 43, true}, Case{DType::kBF16, 43, false}}) {
+    GatedCase c = gated_case(x.dtype, true, 70, 40, x.n);
+    if (x.gate_out) {
+      c.fg.outputs.push_back(planner::paired_epilogue(c.g, c.fg, producer(c.g, c.product))->gate);
+      std::sort(c.fg.outputs.begin(), c.fg.outputs.end());
+    }
+    for (const TileConfig& tile : {TileConfig{{32, 32}, 16, 64, 1, true}, wg}) {
+      const std::string label =
+          std::string(dtype_name(x.dtype)) + " n " + std::to_string(x.n) + (x.gate_out ? " gate out " : " ") + tile.str();
+      check_groups(c.g, {c.fg}, [&](const FusionGroup&) { return tile; }, label, {false, {"sm_90"}});
+      const std::string cuda = emit_cuda({lower_group(c.g, c.fg, tile, "gated").kernel});
+      EXPECT_NE(cuda.find("ft_store_ft_u16x8(out"), std::string::npos) << label;
+      EXPECT_NE(cuda.find("__shfl_xor_sync(0xffffffffu"), std::string::npos) << label;
+    }
+  }
+  const GatedCase c = gated_case(DType::kF16, true, 70, 40, 40);
+  const TileConfig tile{{32, 32}, 16, 64, 1, true};
+  const LoweredKernel lk = lower_group(c.g, c.fg, tile, "gated");
+  std::vector<size_t> shuffles;
+  for (size_t i = 0; i < lk.kernel.body.size(); ++i) {
+    if (lk.kernel.body[i].kind == Stmt::Kind::kShuffle) shuffles.push_back(i);
+  }
+  ASSERT_GE(shuffles.size(), 8u);
+  auto host = backend::make_host_backend();
+  const unsigned seed = fusetune::testing::test_seed();
+  for (size_t d : {shuffles.front(), shuffles[shuffles.size() / 2], shuffles.back()}) {
+    LoweredKernel bad = lk;
+    bad.kernel.body.erase(bad.kernel.body.begin() + static_cast<std::ptrdiff_t>(d));
+    auto module = host->load(std::vector<Kernel>{bad.kernel});
+    std::mt19937 rng(seed);
+    const backend::VerifyResult r = backend::verify_kernel(c.g, c.fg, bad, *host, *module, rng, {});
+    EXPECT_FALSE(r.ok) << "shuffle " << d << " deleted, seed " << seed;
+  }
+  if (!backend::nvrtc_available()) {
+    std::printf("NOTE: NVRTC not available in this build; the PTX of the gated pair's 16-byte stores not read\n");
+    return;
+  }
+  const std::string ptx = backend::compile_ptx(emit_cuda({lk.kernel}), "sm_90");
+  EXPECT_NE(ptx.find("st.global.v4.u32"), std::string::npos);
+  EXPECT_NE(ptx.find("shfl.sync.bfly.b32"), std::string::npos);
+}
+
 // Every case, eligible or not, matches the reference on tiles that cut M and N unevenly (N odd: a
 // row's pairs are aligned in every other row), in float16 and bfloat16; an eligible group's kernel
 // keeps no shared buffer for the product, writes pairs, and needs no more shared memory than the
