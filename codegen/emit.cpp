@@ -211,9 +211,12 @@ template <int N, int BF16, int TRANS_B>
 __device__ void ft_wgmma(float* d, unsigned long long a, unsigned long long b);
 template <int N, int BF16, int TRANS_B>
 __device__ void ft_wgmma_ra(float* d, const unsigned* a, unsigned long long b);
-FT_FN unsigned long long ft_wgmma_desc(const unsigned short* s, long long i, unsigned lbo, unsigned sbo) {
+// With `swizzle` (bytes of a span: 128, 64, 32) the swizzled canonical layout, atoms 1024-byte
+// aligned (base offset 0; simt/prelude.h says how each address is formed).
+FT_FN unsigned long long ft_wgmma_desc(const unsigned short* s, long long i, unsigned lbo, unsigned sbo, int swizzle = 0) {
+  const unsigned long long layout = swizzle == 128 ? 1ull : swizzle == 64 ? 2ull : swizzle == 32 ? 3ull : 0ull;
   return (unsigned long long)((ft_shared_address(s, i) & 0x3FFFFu) >> 4) | ((unsigned long long)(lbo >> 4) << 16) |
-         ((unsigned long long)(sbo >> 4) << 32);
+         ((unsigned long long)(sbo >> 4) << 32) | (layout << 62);
 }
 template <int C>
 FT_FN void ft_wgmma_hold(float* d) {
@@ -239,7 +242,43 @@ FT_FN void ft_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" :
   } while (0)
 FT_FN void ft_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 #endif
+// A TMA tensor map parameter (FT_TENSOR_MAP(source, dims, strides, box, swizzle) name; its spec is
+// read from the signature, core/kernel_text.h): the driver's 128 bytes, passed by value.
+struct __align__(64) ft_tensor_map { unsigned long long opaque[16]; };
+#define FT_TENSOR_MAP(...) const __grid_constant__ ft_tensor_map
 #if __CUDA_ARCH__ >= 900
+// mbarriers (sm_90+; codegen/kernel_ir.h): an 8-byte object in shared memory counting a phase's
+// arrivals and transaction bytes; the wait spins on try_wait.parity until the phase of that
+// parity has completed. Tensor copies (cp.async.bulk.tensor, TMA): a box of a tensor map into
+// shared memory, completing its bytes on an mbarrier.
+FT_FN unsigned ft_shared_address(const unsigned long long* s, long long i) { return (unsigned)__cvta_generic_to_shared(s + i); }
+FT_FN void ft_mbarrier_init(unsigned long long* s, long long i, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(ft_shared_address(s, i)), "r"(count) : "memory");
+}
+FT_FN void ft_mbarrier_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+FT_FN void ft_mbarrier_arrive_expect_tx(unsigned long long* s, long long i, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(ft_shared_address(s, i)), "r"(bytes) : "memory");
+}
+FT_FN void ft_mbarrier_arrive(unsigned long long* s, long long i) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(ft_shared_address(s, i)) : "memory");
+}
+FT_FN void ft_mbarrier_wait(unsigned long long* s, long long i, unsigned parity) {
+  asm volatile("{\n\t.reg .pred p;\n\tFT_WAIT:\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t@!p bra FT_WAIT;\n\t}"
+               :: "r"(ft_shared_address(s, i)), "r"(parity) : "memory");
+}
+template <class T>
+FT_FN void ft_tma_load_2d(T* s, long long si, const ft_tensor_map& map, int c0, int c1, unsigned long long* bar, long long bi) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+               :: "r"((unsigned)__cvta_generic_to_shared(s + si)), "l"(&map), "r"(c0), "r"(c1), "r"(ft_shared_address(bar, bi))
+               : "memory");
+}
+template <class T>
+FT_FN void ft_tma_load_3d(T* s, long long si, const ft_tensor_map& map, int c0, int c1, int c2, unsigned long long* bar, long long bi) {
+  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];"
+               :: "r"((unsigned)__cvta_generic_to_shared(s + si)), "l"(&map), "r"(c0), "r"(c1), "r"(c2),
+                  "r"(ft_shared_address(bar, bi))
+               : "memory");
+}
 // Programmatic dependent launch (sm_90+), the first statement of every kernel: wait until the grid
 // before this one in the stream has completed and its writes are visible, then let the next grid
 // begin launching once every block of this one has started. The launch that overlaps this way

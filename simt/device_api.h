@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-#define FT_SIMT_API_VERSION 6
+#define FT_SIMT_API_VERSION 7
 
 enum { FT_SIMT_LOAD = 0, FT_SIMT_STORE = 1 };
 
@@ -52,6 +52,18 @@ static inline unsigned char* ft_simt_checked(const ft_simt_buffer* b, long long 
   }
   return addr;
 }
+
+/* A TMA tensor map as the executor hands it to the module (FT_TENSOR_MAP parameters; the GPU's is
+ * the driver's opaque 128 bytes): which parameter's buffer it maps and its TensorMapSpec
+ * (core/kernel_text.h), innermost dimension first. Built by the executor at launch. */
+typedef struct ft_simt_tensor_map {
+  int source; /* the parameter it maps */
+  int rank;
+  int swizzle; /* bytes of a swizzle span; 0: none */
+  int box[5];
+  long long dims[5];
+  long long strides[5]; /* bytes; strides[0] is the element's size */
+} ft_simt_tensor_map;
 
 typedef struct ft_simt_api {
   int version;
@@ -98,6 +110,26 @@ typedef struct ft_simt_api {
   /* wgmma.wait_group `groups` at `line` of the CUDA text: completes the thread's oldest committed
    * groups until at most `groups` are pending (their results land, their reads end). */
   void (*wgmma_wait)(int groups, int line);
+  /* mbarrier.init of the 8-byte mbarrier at element `index` of shared view `b` with `count`
+   * expected arrivals: phase 0, no transaction bytes pending. Threads other than the one that
+   * initialised it may use it from the next barrier interval on. */
+  void (*mbarrier_init)(const ft_simt_buffer* b, long long index, unsigned count);
+  /* mbarrier.arrive.expect_tx: `tx_bytes` more transaction bytes expected in the current phase,
+   * then one arrival (tx_bytes 0: a plain arrive). The phase completes once every expected thread
+   * has arrived and every expected byte has landed; the next phase begins. */
+  void (*mbarrier_arrive)(const ft_simt_buffer* b, long long index, unsigned tx_bytes);
+  /* mbarrier.try_wait.parity in a loop at `line` of the CUDA text: returns once the phase of
+   * parity `parity` (the current one or the one before it) has completed. The tensor copies that
+   * phase completed are then visible to the calling thread (and, after a barrier, to the block). */
+  void (*mbarrier_wait)(const ft_simt_buffer* b, long long index, unsigned parity, int line);
+  /* cp.async.bulk.tensor tile load: the box of tensor map `map` at `coords` (innermost first;
+   * elements outside the tensor zero) into shared view `dst` from element `dst_index` (128-byte
+   * aligned), laid out box-row-major and swizzled within each span by the shared address; its
+   * bytes complete the transaction count of the mbarrier at element `bar_index` of shared view
+   * `bar`. The global bytes are read now; the shared ones hold no defined value until a wait
+   * observes the phase the copy completed. */
+  void (*tensor_load)(const ft_simt_buffer* dst, long long dst_index, const ft_simt_buffer* map, const int* coords,
+                      const ft_simt_buffer* bar, long long bar_index);
   /* atomicAdd (`op` 0) or atomicExch (1) of `value` on the 32-bit unsigned element `index` of global
    * buffer `b`; returns the old value. Atomics are never races with each other. With the checks,
    * one publishes the calling block's global stores (when each storing thread fenced after its

@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "simt/counters.h"
 #include "simt/hazards.h"
+#include "simt/tensor_copy.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/common_interface_defs.h>
@@ -121,6 +122,7 @@ struct Launch {
   const Options& options;
   std::vector<ParamState> params;
   std::vector<ft_simt_buffer> descs;
+  std::deque<ft_simt_tensor_map> tensor_maps;  // what FT_TENSOR_MAP parameters' descriptors point at
   std::vector<std::unique_ptr<CrossBlock>> cross;
   UniqueSectors unique;
   Findings findings;
@@ -155,13 +157,41 @@ struct AsyncCopy {
   const void* site = nullptr;
 };
 
+// One tensor copy (TMA) in flight: the view it lands in, the byte offset in the block's shared
+// memory of its first byte, its bytes in linear order (swizzled as they land), who issued it.
+struct TensorCopy {
+  const ft_simt_buffer* dst = nullptr;
+  uint64_t offset = 0;
+  int swizzle = 0;
+  std::vector<unsigned char> bytes;
+  int thread = 0;
+  const void* site = nullptr;
+};
+
+// An mbarrier of the running block (keyed by its shared byte offset).
+struct Mbarrier {
+  uint32_t slot = 0;                // phase tokens name it by this (hazards.h phase_token)
+  uint32_t expected = 0, pending = 0;
+  int64_t tx = 0;                   // transaction bytes expected and not yet landed
+  uint32_t phase = 0;               // phases completed
+  int init_thread = 0;
+  uint32_t init_epoch = 0;
+  bool reported = false;
+  std::vector<TensorCopy> open;     // copies completing the current phase's bytes
+  std::map<uint32_t, std::vector<TensorCopy>> unobserved;  // completed phases' copies no wait has observed
+};
+
 struct Fiber {
-  enum class State { kReady, kRunning, kBarrier, kWarp, kDone };
+  enum class State { kReady, kRunning, kBarrier, kWarp, kMbarrier, kDone };
   Worker* worker = nullptr;
   int thread = 0, warp = 0, lane = 0;
   State state = State::kReady;
   int wait_line = 0;
   const void* wait_site = nullptr;
+  uint64_t wait_mbarrier = 0;  // kMbarrier: the shared offset of the mbarrier, the parity awaited
+  unsigned wait_parity = 0;
+  bool wait_abandoned = false;  // released from a deadlock: the wait returns without observing
+  std::vector<uint32_t> seen;   // mbarrier phases observed complete, by slot (hazards.h Access::seen)
   ctx::fiber self;  // held by the scheduler while the thread is suspended
   ctx::fiber sink;  // the scheduler, held by the thread while it runs
   const void* stack_bottom = nullptr;  // AddressSanitizer is told of every switch of stacks
@@ -231,6 +261,8 @@ struct Worker {
   std::vector<unsigned char> smem_storage;
   unsigned char* smem = nullptr;
   std::vector<Cell> shared_cells;
+  std::map<uint64_t, Mbarrier> mbarriers;
+  uint32_t next_mbarrier_slot = 0;
   std::unordered_map<uintptr_t, Cell> global_cells;
   std::deque<ViewState> view_states;
   std::deque<ft_simt_buffer> views;
@@ -370,6 +402,8 @@ struct Worker {
     epoch_orderings.assign(1, 0);
     global_cells.clear();
     acquires.clear();
+    mbarriers.clear();
+    next_mbarrier_slot = 0;
     for (size_t w = 0; w < warps.size(); ++w) {
       Warp& wp = warps[w];
       wp.lanes = wp.live = std::min(kWarpLanes, L.shape.threads - static_cast<int>(w) * kWarpLanes);
@@ -389,6 +423,8 @@ struct Worker {
       f.wgmma_results.clear();
       f.wgmma_reads.clear();
       f.wgmma_committed = 0;
+      f.seen.clear();
+      f.wait_abandoned = false;
       f.stored_global = f.unfenced = false;
       f.fence_epoch = 0;
       f.fence_event = f.events = 0;
@@ -425,6 +461,7 @@ struct Worker {
     }
     for (Fiber& f : fibers) end_wgmma_reads(f, UINT64_MAX);  // reads and copies their threads never waited for
     for (Fiber& f : fibers) land_copies(f, 0);
+    land_unobserved_tensor_copies();
     for (Warp& w : warps) w.trace.flush(counters);
     for (size_t e = 0; e < epoch_orderings.size(); ++e) {
       if (epoch_orderings[e] > 0) counters.barrier_orderings[epoch_lines[e]] += epoch_orderings[e];
@@ -475,6 +512,13 @@ struct Worker {
 
   // Lands the thread's oldest committed copy groups until at most `keep` are in flight.
   void land_copies(Fiber& f, size_t keep, int line = 0);
+  // Tensor copies: the phase's copies land (as the asynchronous proxy's writes that phase orders,
+  // hazards.h), where `f`'s wait observes it; an mbarrier's phase completes once every expected
+  // thread arrived and every expected byte landed, and releases its waiters.
+  void land_tensor_copies(Fiber& f, Mbarrier& m, uint32_t through_phase);
+  void complete_phase_if_done(uint64_t offset, Mbarrier& m);
+  // At the block's end: copies no wait observed land (their bytes, unchecked), and are reported.
+  void land_unobserved_tensor_copies();
   // The thread's wgmma reads of groups up to `done` end: their locations may be written again.
   // Returns how many ended.
   size_t end_wgmma_reads(Fiber& f, uint64_t done);
@@ -487,6 +531,12 @@ struct Worker {
     epoch_orderings.push_back(0);
     counters.barrier_lines.insert(barrier_line);
     for (Warp& w : warps) w.trace.flush(counters);
+    // What any thread observed of an mbarrier's phases, every thread has after the barrier.
+    std::vector<uint32_t> seen(next_mbarrier_slot, 0);
+    for (const Fiber& f : fibers) {
+      for (size_t i = 0; i < f.seen.size(); ++i) seen[i] = std::max(seen[i], f.seen[i]);
+    }
+    for (Fiber& f : fibers) f.seen = seen;
     std::vector<int> waiting;
     for (const Fiber& f : fibers) {
       if (f.state == Fiber::State::kBarrier) waiting.push_back(f.thread);
@@ -513,6 +563,11 @@ struct Worker {
     for (const Fiber& f : fibers) {
       if (f.state == Fiber::State::kBarrier) where["the barrier at kernels.cu:" + std::to_string(f.wait_line)].push_back(f.thread);
       if (f.state == Fiber::State::kWarp) where["a warp operation"].push_back(f.thread);
+      if (f.state == Fiber::State::kMbarrier) {
+        where["the mbarrier at shared byte " + std::to_string(f.wait_mbarrier) + " (parity " + std::to_string(f.wait_parity) +
+              ") at kernels.cu:" + std::to_string(f.wait_line)]
+            .push_back(f.thread);
+      }
     }
     std::ostringstream text;
     const void* site = nullptr;
@@ -528,6 +583,13 @@ struct Worker {
     for (size_t w = 0; w < warps.size(); ++w) {
       if (warps[w].arrived > 0) complete_warp(static_cast<int>(w));
     }
+    std::vector<int> waiting;
+    for (Fiber& f : fibers) {
+      if (f.state != Fiber::State::kMbarrier) continue;
+      f.wait_abandoned = true;
+      waiting.push_back(f.thread);
+    }
+    release(waiting);
   }
 
   void run() {
@@ -607,11 +669,18 @@ void check_global(Worker& w, Fiber& f, const ft_simt_buffer* b, long long index,
 }
 
 // What an access does to shared memory's cells.
-enum class SharedOp { kLoad, kStore, kIssueAsync, kLandAsync, kIssueAsyncRead };
+enum class SharedOp { kLoad, kStore, kIssueAsync, kLandAsync, kIssueAsyncRead, kIssueTensor, kLandTensor };
 
-void check_shared(Worker& w, Fiber& f, const ft_simt_buffer* b, long long index, int size, SharedOp op, const void* site) {
+// Access `f` makes at `site`, as the checks see it.
+Access access_of(const Worker& w, const Fiber& f, const void* site) {
+  return {f.thread, w.warps[static_cast<size_t>(f.warp)].epoch, site, f.seen.data(), static_cast<uint32_t>(f.seen.size())};
+}
+
+// The checks of `size` bytes at element `index` of shared view b, accessed by `a` (kLandTensor:
+// the tensor copy that mbarrier phase `token` completed, on behalf of its issuing thread).
+void check_shared_as(Worker& w, const Access& a, const ft_simt_buffer* b, long long index, int size, SharedOp op,
+                     uint32_t token = 0) {
   const uintptr_t offset = static_cast<uintptr_t>(b->base - w.smem) + static_cast<uintptr_t>(index * b->element_bytes);
-  const Access a{f.thread, w.warps[static_cast<size_t>(f.warp)].epoch, site};
   bool reported = false;  // one finding per access; every granule is still recorded
   for (uintptr_t g = offset / kShadowGranule; g < (offset + static_cast<uintptr_t>(size)) / kShadowGranule; ++g) {
     if (g >= w.shared_cells.size()) break;
@@ -625,6 +694,8 @@ void check_shared(Worker& w, Fiber& f, const ft_simt_buffer* b, long long index,
       case SharedOp::kIssueAsync: h = c.issue_async(w.now(), a, &other, &ordered); break;
       case SharedOp::kLandAsync: h = c.land_async(w.now(), a, &other, &ordered); break;
       case SharedOp::kIssueAsyncRead: h = c.issue_async_read(w.now(), a, &other, &ordered); break;
+      case SharedOp::kIssueTensor: h = c.issue_async(w.now(), a, &other, &ordered, true); break;
+      case SharedOp::kLandTensor: h = c.land_async(w.now(), a, &other, &ordered, token); break;
     }
     if (ordered) w.ordered_by_barrier();
     if (h == Hazard::kNone || reported) continue;
@@ -632,14 +703,18 @@ void check_shared(Worker& w, Fiber& f, const ft_simt_buffer* b, long long index,
     const long long element = static_cast<long long>(g * kShadowGranule - (static_cast<uintptr_t>(b->base - w.smem))) /
                               b->element_bytes;
     if (h == Hazard::kUninitialized) {
-      w.find(Check::kInit, hazard_name(h), buffer_label(b), element, w.who(f.thread), site);
+      w.find(Check::kInit, hazard_name(h), buffer_label(b), element, w.who(a.thread), a.site);
     } else {
       w.find(Check::kRace, hazard_name(h), buffer_label(b), element,
-             "thread " + std::to_string(f.thread) + " and thread " + std::to_string(other.thread) + " of block " +
+             "thread " + std::to_string(a.thread) + " and thread " + std::to_string(other.thread) + " of block " +
                  std::to_string(w.block),
-             site, other.site);
+             a.site, other.site);
     }
   }
+}
+
+void check_shared(Worker& w, Fiber& f, const ft_simt_buffer* b, long long index, int size, SharedOp op, const void* site) {
+  check_shared_as(w, access_of(w, f, site), b, index, size, op);
 }
 
 // Memcheck of an access of `size` bytes at element `index` of b, its address aligned to `align`:
@@ -820,7 +895,7 @@ const ft_simt_buffer* api_shared_view(long long offset, long long bytes, int ele
 
 size_t Worker::end_wgmma_reads(Fiber& f, uint64_t done) {
   auto kept = f.wgmma_reads.begin();
-  const Access a{f.thread, warps[static_cast<size_t>(f.warp)].epoch, nullptr};
+  const Access a = access_of(*this, f, nullptr);
   for (const Fiber::WgmmaRead& r : f.wgmma_reads) {
     if (r.group > done) {
       *kept++ = r;
@@ -912,6 +987,216 @@ void api_wgmma_wait(int groups, int line) {
   if (line > 0 && landed > 0) w.counters.wait_landings[line] += landed;
 }
 
+// ---- mbarriers and tensor copies (TMA) -------------------------------------------------------
+
+void Worker::land_tensor_copies(Fiber& f, Mbarrier& m, uint32_t through_phase) {
+  for (auto it = m.unobserved.begin(); it != m.unobserved.end() && it->first <= through_phase;) {
+    const uint32_t token = phase_token(m.slot, it->first);
+    for (const TensorCopy& c : it->second) {
+      const Fiber& issuer = fibers[static_cast<size_t>(c.thread)];
+      const Access a = access_of(*this, issuer, c.site);
+      const uint64_t view = static_cast<uint64_t>(c.dst->base - smem);
+      for (size_t chunk = 0; chunk < c.bytes.size(); chunk += 16) {
+        const uint64_t at = swizzled(c.offset + chunk, c.swizzle);
+        if (checking) check_shared_as(*this, a, c.dst, static_cast<long long>((at - view) / static_cast<uint64_t>(c.dst->element_bytes)), 16,
+                                      SharedOp::kLandTensor, token);
+        std::memcpy(smem + at, c.bytes.data() + chunk, 16);
+      }
+    }
+    if (f.wait_line > 0) counters.wait_landings[f.wait_line] += it->second.size();
+    it = m.unobserved.erase(it);
+  }
+}
+
+void Worker::complete_phase_if_done(uint64_t offset, Mbarrier& m) {
+  if (m.pending != 0 || m.tx != 0) return;
+  m.unobserved[m.phase] = std::move(m.open);
+  m.open.clear();
+  ++m.phase;
+  m.pending = m.expected;
+  std::vector<int> waiting;
+  for (const Fiber& f : fibers) {
+    if (f.state == Fiber::State::kMbarrier && f.wait_mbarrier == offset) waiting.push_back(f.thread);
+  }
+  release(waiting);
+}
+
+void Worker::land_unobserved_tensor_copies() {
+  size_t left = 0;
+  const void* site = nullptr;
+  for (auto& [offset, m] : mbarriers) {
+    m.unobserved[m.phase] = std::move(m.open);
+    for (const auto& [phase, copies] : m.unobserved) {
+      for (const TensorCopy& c : copies) {
+        ++left;
+        site = site == nullptr ? c.site : site;
+        for (size_t chunk = 0; chunk < c.bytes.size(); chunk += 16) std::memcpy(smem + swizzled(c.offset + chunk, c.swizzle), c.bytes.data() + chunk, 16);
+      }
+    }
+  }
+  if (left > 0) {
+    find(Check::kSync, "tensor copies never waited for", "", -1, "block " + std::to_string(block), site, nullptr,
+         std::to_string(left) + " copies no mbarrier wait observed");
+  }
+}
+
+
+// The mbarrier at element `index` of shared view b for `what` (reported, and nullptr, where it is
+// not one: outside shared memory, misaligned, never initialised; or used by another thread in the
+// barrier interval of its init, which nothing orders after the init); *offset gets its shared offset.
+Mbarrier* mbarrier_at(Worker& w, Fiber& f, const ft_simt_buffer* b, long long index, const char* what, const void* site,
+                      uint64_t* offset) {
+  if (!b->shared) {
+    w.find(Check::kMemory, std::string(what) + " on " + buffer_label(b), buffer_label(b), index, w.who(f.thread), site, nullptr,
+           "an mbarrier lives in shared memory");
+    return nullptr;
+  }
+  const unsigned char* addr = checked_address(w, f, b, index, 8, 8, what, site);
+  if (addr == nullptr) return nullptr;
+  *offset = static_cast<uint64_t>(addr - w.smem);
+  const auto it = w.mbarriers.find(*offset);
+  if (it == w.mbarriers.end()) {
+    w.find(Check::kSync, std::string(what) + " of an mbarrier never initialised", buffer_label(b), index, w.who(f.thread), site);
+    return nullptr;
+  }
+  Mbarrier& m = it->second;
+  if (w.checking && f.thread != m.init_thread && w.epoch == m.init_epoch && !m.reported) {
+    m.reported = true;
+    w.find(Check::kRace, std::string(what) + " of an mbarrier in the barrier interval of its mbarrier.init", buffer_label(b), index,
+           "thread " + std::to_string(f.thread) + " and thread " + std::to_string(m.init_thread) + " of block " + std::to_string(w.block),
+           site, nullptr, "a barrier after the init orders it before other threads' use");
+  }
+  return &m;
+}
+
+
+void api_mbarrier_init(const ft_simt_buffer* b, long long index, unsigned count) {
+  const void* site = __builtin_return_address(0);
+  Fiber& f = current();
+  Worker& w = *f.worker;
+  if (!b->shared) {
+    w.find(Check::kMemory, "mbarrier.init on " + buffer_label(b), buffer_label(b), index, w.who(f.thread), site, nullptr,
+           "an mbarrier lives in shared memory");
+    return;
+  }
+  const unsigned char* addr = checked_address(w, f, b, index, 8, 8, "mbarrier.init", site);
+  if (addr == nullptr) return;
+  if (count == 0 || count >= (1u << 20)) {
+    w.find(Check::kSync, "mbarrier.init with " + std::to_string(count) + " expected arrivals", buffer_label(b), index,
+           w.who(f.thread), site, nullptr, "1 to 2^20 - 1");
+    return;
+  }
+  Mbarrier& m = w.mbarriers[static_cast<uint64_t>(addr - w.smem)];
+  m = Mbarrier{};
+  m.slot = w.next_mbarrier_slot++;
+  m.expected = m.pending = count;
+  m.init_thread = f.thread;
+  m.init_epoch = w.epoch;
+}
+
+void api_mbarrier_arrive(const ft_simt_buffer* b, long long index, unsigned tx_bytes) {
+  const void* site = __builtin_return_address(0);
+  Fiber& f = current();
+  Worker& w = *f.worker;
+  uint64_t offset = 0;
+  Mbarrier* m = mbarrier_at(w, f, b, index, "mbarrier.arrive", site, &offset);
+  if (m == nullptr) return;
+  if (m->pending == 0) {
+    w.find(Check::kSync, "mbarrier.arrive beyond the expected arrivals of the phase", buffer_label(b), index, w.who(f.thread), site,
+           nullptr, std::to_string(m->expected) + " expected, " + std::to_string(m->tx) + " transaction bytes still pending");
+    return;
+  }
+  m->tx += tx_bytes;
+  --m->pending;
+  w.complete_phase_if_done(offset, *m);
+}
+
+void api_mbarrier_wait(const ft_simt_buffer* b, long long index, unsigned parity, int line) {
+  const void* site = __builtin_return_address(0);
+  Fiber& f = current();
+  Worker& w = *f.worker;
+  if (w.L.options.skip_waits.count(line) != 0) return;
+  uint64_t offset = 0;
+  Mbarrier* m = mbarrier_at(w, f, b, index, "mbarrier.try_wait", site, &offset);
+  if (m == nullptr) return;
+  // The phase of parity `parity` has completed when the current one's parity differs.
+  while ((m->phase & 1u) == (parity & 1u)) {
+    f.state = Fiber::State::kMbarrier;
+    f.wait_mbarrier = offset;
+    f.wait_parity = parity;
+    f.wait_line = line;
+    w.yield(f);
+    if (f.wait_abandoned) {
+      f.wait_abandoned = false;
+      return;
+    }
+  }
+  if (f.seen.size() <= m->slot) f.seen.resize(m->slot + 1, 0);
+  f.seen[m->slot] = std::max(f.seen[m->slot], m->phase);
+  f.wait_line = line;
+  if (m->phase > 0) w.land_tensor_copies(f, *m, m->phase - 1);
+}
+
+void api_tensor_load(const ft_simt_buffer* dst, long long dst_index, const ft_simt_buffer* map_buffer, const int* coords,
+                     const ft_simt_buffer* bar, long long bar_index) {
+  const void* site = __builtin_return_address(0);
+  Fiber& f = current();
+  Worker& w = *f.worker;
+  const auto* p = map_buffer->shared ? nullptr : static_cast<const ParamState*>(map_buffer->state);
+  if (p == nullptr || p->param->tensor_map.source < 0) {
+    w.find(Check::kMemory, "tensor copy through " + buffer_label(map_buffer) + ", which is no tensor map", buffer_label(map_buffer), 0,
+           w.who(f.thread), site);
+    return;
+  }
+  const auto& map = *reinterpret_cast<const ft_simt_tensor_map*>(map_buffer->base);
+  const ft_simt_buffer& src = w.descs[static_cast<size_t>(map.source)];
+  const int64_t bytes = box_bytes(map);
+  if (!dst->shared) {
+    w.find(Check::kMemory, "tensor copy into " + buffer_label(dst), buffer_label(dst), dst_index, w.who(f.thread), site, nullptr,
+           "needs a shared destination");
+    return;
+  }
+  const unsigned char* to = checked_address(w, f, dst, dst_index, static_cast<int>(bytes), 1, "tensor copy store", site);
+  if (to == nullptr) return;
+  const uint64_t offset = static_cast<uint64_t>(to - w.smem);
+  if (offset % 128 != 0) {
+    w.find(Check::kMemory, "misaligned tensor copy store of " + std::to_string(bytes) + " bytes", buffer_label(dst), dst_index,
+           w.who(f.thread), site, nullptr, "shared byte " + std::to_string(offset) + " (128-byte aligned)");
+    return;
+  }
+  uint64_t bar_offset = 0;
+  Mbarrier* m = mbarrier_at(w, f, bar, bar_index, "cp.async.bulk.tensor", site, &bar_offset);
+  if (m == nullptr) return;
+  const int eb = src.element_bytes;
+  TensorCopy c;
+  c.dst = dst;
+  c.offset = offset;
+  c.swizzle = map.swizzle;
+  c.thread = f.thread;
+  c.site = site;
+  c.bytes = gather_box(
+      map, coords, src.base, src.bytes,
+      [&](const SourceRun& r) {
+        if (w.checking) check_global(w, f, &src, r.offset / eb, static_cast<int>(r.bytes), false, site, nullptr);
+        if (w.L.options.counters) w.L.unique.mark(reinterpret_cast<uintptr_t>(src.base + r.offset), static_cast<int>(r.bytes), false);
+      },
+      [&](const SourceRun& r) {
+        w.find(Check::kMemory, "out-of-bounds tensor copy load of " + std::to_string(r.bytes) + " bytes", buffer_label(&src), r.offset / eb,
+               w.who(f.thread), site, nullptr, "the tensor map's extents exceed the buffer's " + std::to_string(src.bytes) + " bytes");
+      });
+  if (w.checking) {
+    const Access a = access_of(w, f, site);
+    const uint64_t view = static_cast<uint64_t>(dst->base - w.smem);
+    for (int64_t chunk = 0; chunk < bytes; chunk += 16) {
+      const uint64_t at = swizzled(offset + static_cast<uint64_t>(chunk), map.swizzle);
+      check_shared_as(w, a, dst, static_cast<long long>((at - view) / static_cast<uint64_t>(dst->element_bytes)), 16, SharedOp::kIssueTensor);
+    }
+  }
+  m->open.push_back(std::move(c));
+  m->tx -= bytes;
+  w.complete_phase_if_done(bar_offset, *m);
+}
+
 // atomicAdd (op 0) or atomicExch (op 1) on a 32-bit element of a global buffer. With the checks, the
 // atomic publishes the block's global stores when every thread that stored fenced after its last
 // store, in an earlier barrier interval (the atomic's own thread: before it); and it acquires what
@@ -974,10 +1259,11 @@ unsigned api_block_index() { return static_cast<unsigned>(current().worker->bloc
 unsigned api_block_dim() { return static_cast<unsigned>(current().worker->L.shape.threads); }
 unsigned api_grid_dim() { return static_cast<unsigned>(current().worker->L.shape.grid); }
 
-const ft_simt_api kApi = {FT_SIMT_API_VERSION, api_access,          api_barrier,           api_warp_exchange,
-                          api_shared_view,     api_copy_async,      api_copy_async_commit, api_copy_async_wait,
-                          api_wgmma_issue,     api_wgmma_read,      api_wgmma_commit,      api_wgmma_wait,
-                          api_atomic,          api_fence,           api_thread_index,      api_block_index,
+const ft_simt_api kApi = {FT_SIMT_API_VERSION, api_access,        api_barrier,           api_warp_exchange,
+                          api_shared_view,     api_copy_async,    api_copy_async_commit, api_copy_async_wait,
+                          api_wgmma_issue,     api_wgmma_read,    api_wgmma_commit,      api_wgmma_wait,
+                          api_mbarrier_init,   api_mbarrier_arrive, api_mbarrier_wait,   api_tensor_load,
+                          api_atomic,          api_fence,         api_thread_index,      api_block_index,
                           api_block_dim,       api_grid_dim};
 
 }  // namespace
@@ -1008,6 +1294,7 @@ LaunchResult launch(const KernelRef& kernel, const std::vector<void*>& buffers, 
     ParamState& p = L.params[i];
     p.param = &kernel.params[i];
     p.index = i;
+    if (p.param->tensor_map.source >= 0) continue;  // the executor's own (below), whatever the caller passed
     p.lo = reinterpret_cast<uintptr_t>(buffers[i]);
     p.hi = p.lo + bytes[i];
     L.unique.add_range(p.lo, p.hi);
@@ -1035,6 +1322,23 @@ LaunchResult launch(const KernelRef& kernel, const std::vector<void*>& buffers, 
     }
   }
   for (size_t i = 0; i < n; ++i) {
+    const TensorMapSpec& t = kernel.params[i].tensor_map;
+    if (t.source >= 0) {  // a tensor map: its spec, with the source parameter's element size
+      ft_simt_tensor_map m{};
+      m.source = t.source;
+      m.rank = static_cast<int>(t.dims.size());
+      m.swizzle = t.swizzle;
+      m.strides[0] = kernel.params[static_cast<size_t>(t.source)].element_bytes;
+      for (int d = 0; d < m.rank; ++d) {
+        m.dims[d] = t.dims[static_cast<size_t>(d)];
+        m.box[d] = static_cast<int>(t.box[static_cast<size_t>(d)]);
+        if (d > 0) m.strides[d] = t.strides[static_cast<size_t>(d - 1)];
+      }
+      L.tensor_maps.push_back(m);
+      L.descs[i] = {reinterpret_cast<unsigned char*>(&L.tensor_maps.back()), static_cast<long long>(sizeof m),
+                    static_cast<int>(sizeof m), 0, 0, &L.params[i]};
+      continue;
+    }
     L.descs[i] = {static_cast<unsigned char*>(buffers[i]), static_cast<long long>(bytes[i]), kernel.params[i].element_bytes,
                   0, 0, &L.params[i]};
   }

@@ -18,6 +18,10 @@
 //   in shared memory when the issuing thread's cp.async.wait_group completes its group, as that
 //   thread's store; an access of the destination in between is a racecheck finding, and so is
 //   a copy no wait completed before its thread ended (synccheck);
+// - tensor copies (TMA) and mbarriers: a copy's box is read when it is issued and lands where a
+//   wait observes the mbarrier phase its bytes completed, ordered for that waiter alone (and for
+//   the block after a barrier); an access of the destination before, or by a thread nothing
+//   orders after the landing, is a racecheck finding; a phase that never completes is a deadlock;
 // - synccheck: a barrier that not every thread reaches, threads waiting at different barriers,
 //   a warp operation with lanes missing or lanes at different warp operations; a deadlock is
 //   reported (who waits where) and the waiters released, never a hang.
@@ -47,7 +51,7 @@ struct Options {
   uint64_t schedule_seed = 0;   // 0: threads resume in index order; else a seeded permutation
   size_t max_findings = 8;      // distinct findings kept in full
   std::set<int> skip_barriers;  // lines of the CUDA text whose __syncthreads() does nothing (mutation tests)
-  std::set<int> skip_waits;     // lines of the CUDA text whose cp.async.wait_group does nothing (mutation tests)
+  std::set<int> skip_waits;     // lines of the CUDA text whose cp.async.wait_group or mbarrier wait does nothing (mutation tests)
   // Run only these blocks of the grid (distinct indices below the grid; empty: every block). The
   // checks and counters then cover what those blocks do, the cross-block race check among them.
   std::vector<int64_t> blocks;

@@ -14,6 +14,7 @@ const char* hazard_name(Hazard h) {
     case Hazard::kWriteAfterWrite: return "write-after-write hazard";
     case Hazard::kUninitialized: return "read of uninitialised shared memory";
     case Hazard::kAsyncInFlight: return "access of shared memory a cp.async is still copying into";
+    case Hazard::kTensorInFlight: return "access of shared memory a tensor copy (TMA) is still copying into";
     case Hazard::kAsyncRead: return "store to shared memory a wgmma is still reading";
     case Hazard::kNone: break;
   }
@@ -37,17 +38,23 @@ bool previous_interval(uint64_t stamp, Stamp now) {
 
 }  // namespace
 
+// Whether the last write is ordered before access `a`: by its thread or warp, or (a tensor copy's)
+// by the mbarrier phase that completed it, which `a`'s thread observed.
+bool Cell::after_write(const Access& a) const {
+  return w_token != 0 ? a.observed(w_token) : ordered(w_thread, w_wepoch, a);
+}
+
 Hazard Cell::load(Stamp now, const Access& a, bool init, Access* other, bool* spans) {
   Hazard h = Hazard::kNone;
   // The barrier just passed orders this access after the last store only if nothing else does
   // (the same thread, or a warp-synchronous operation of the same warp between them).
-  if (previous_interval(w_stamp, now) && !ordered(w_thread, w_wepoch, a)) *spans = true;
+  if (previous_interval(w_stamp, now) && !after_write(a)) *spans = true;
   if (a_thread >= 0) {
-    h = Hazard::kAsyncInFlight;
+    h = a_tensor ? Hazard::kTensorInFlight : Hazard::kAsyncInFlight;
     *other = {a_thread, 0, a_site};
   } else if (init && (w_stamp >> 32) != now.gen) {
     h = Hazard::kUninitialized;
-  } else if (w_stamp == now.packed() && !ordered(w_thread, w_wepoch, a)) {
+  } else if (w_stamp == now.packed() && !after_write(a)) {
     h = Hazard::kReadAfterWrite;
     *other = {w_thread, w_wepoch, w_site};
   }
@@ -75,19 +82,19 @@ Hazard Cell::load(Stamp now, const Access& a, bool init, Access* other, bool* sp
 
 Hazard Cell::store(Stamp now, const Access& a, Access* other, bool* spans) {
   Hazard h = Hazard::kNone;
-  if (previous_interval(w_stamp, now) && !ordered(w_thread, w_wepoch, a)) *spans = true;
+  if (previous_interval(w_stamp, now) && !after_write(a)) *spans = true;
   if (previous_interval(r_stamp, now) &&
       (r_many_warps || warp_of(r_thread) != warp_of(a.thread) || (r_wepoch == a.wepoch && (r_thread != a.thread || r_others)))) {
     *spans = true;
   }
   if (r_stamp == now.packed() && previous_interval(p_stamp, now) && (p_thread != a.thread || p_others)) *spans = true;
   if (a_thread >= 0) {
-    h = Hazard::kAsyncInFlight;
+    h = a_tensor ? Hazard::kTensorInFlight : Hazard::kAsyncInFlight;
     *other = {a_thread, 0, a_site};
   } else if (m_readers > 0) {
     h = Hazard::kAsyncRead;
     *other = {m_thread, 0, m_site};
-  } else if (w_stamp == now.packed() && !ordered(w_thread, w_wepoch, a)) {
+  } else if (w_stamp == now.packed() && !after_write(a)) {
     h = Hazard::kWriteAfterWrite;
     *other = {w_thread, w_wepoch, w_site};
   } else if (r_stamp == now.packed()) {
@@ -101,20 +108,24 @@ Hazard Cell::store(Stamp now, const Access& a, Access* other, bool* spans) {
   w_thread = a.thread;
   w_wepoch = a.wepoch;
   w_site = a.site;
+  w_token = 0;
   return h;
 }
 
-Hazard Cell::issue_async(Stamp now, const Access& a, Access* other, bool* spans) {
+Hazard Cell::issue_async(Stamp now, const Access& a, Access* other, bool* spans, bool tensor) {
   const Hazard h = store(now, a, other, spans);
   a_thread = a.thread;
+  a_tensor = tensor;
   a_site = a.site;
   return h;
 }
 
-Hazard Cell::land_async(Stamp now, const Access& a, Access* other, bool* spans) {
+Hazard Cell::land_async(Stamp now, const Access& a, Access* other, bool* spans, uint32_t token) {
   a_thread = -1;
   a_site = nullptr;
-  return store(now, a, other, spans);
+  const Hazard h = store(now, a, other, spans);
+  w_token = token;
+  return h;
 }
 
 Hazard Cell::issue_async_read(Stamp now, const Access& a, Access* other, bool* spans) {

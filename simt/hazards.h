@@ -13,7 +13,11 @@
 // asynchronous copy (cp.async) has been issued into and not yet landed holds no defined value:
 // any access of it is a hazard, whatever the order (the copy lands when its thread waits for it).
 // A location a wgmma reads (asynchronously, until its thread's wgmma.wait_group completes it)
-// may be read meanwhile, but a store to it is a hazard, whatever the order.
+// may be read meanwhile, but a store to it is a hazard, whatever the order. A tensor copy (TMA)
+// is in flight likewise until a wait observes the mbarrier phase it completed; it then lands as a
+// write of the asynchronous proxy that only that phase orders: an access in the same barrier
+// interval must come from a thread that observed the phase (Access::seen), whichever thread issued
+// the copy; a barrier after an observing wait orders it for the whole block.
 //
 // Across blocks (global buffers the launch writes): blocks have no way to order their accesses,
 // so a location written by one block and read or written by another is a hazard; CrossBlock keeps
@@ -35,14 +39,26 @@ struct Stamp {
   uint64_t packed() const { return (uint64_t{gen} << 32) | epoch; }
 };
 
+// An mbarrier phase (simt/executor.cpp): the block's mbarrier `slot` (from 0, in the order the
+// block initialised them) and its phase number, packed: (slot + 1) << 24 | phase.
+inline uint32_t phase_token(uint32_t slot, uint32_t phase) { return ((slot + 1) << 24) | (phase & 0xffffffu); }
+
 // One access, as the checks see it.
 struct Access {
   int thread = 0;
   uint32_t wepoch = 0;  // the thread's warp's completed warp-synchronous operations
   const void* site = nullptr;
+  // The mbarrier phases the thread has observed complete: seen[slot] phases of mbarrier `slot`
+  // (by its own waits, or another thread's before a barrier it passed since).
+  const uint32_t* seen = nullptr;
+  uint32_t seen_count = 0;
+  bool observed(uint32_t token) const {
+    const uint32_t slot = (token >> 24) - 1;
+    return slot < seen_count && seen[slot] > (token & 0xffffffu);
+  }
 };
 
-enum class Hazard { kNone, kReadAfterWrite, kWriteAfterRead, kWriteAfterWrite, kUninitialized, kAsyncInFlight, kAsyncRead };
+enum class Hazard { kNone, kReadAfterWrite, kWriteAfterRead, kWriteAfterWrite, kUninitialized, kAsyncInFlight, kTensorInFlight, kAsyncRead };
 const char* hazard_name(Hazard h);
 
 // The cell also tells whether an access depends on another thread's access of the previous
@@ -57,10 +73,12 @@ struct Cell {
   const void* r_site = nullptr;
   uint32_t w_wepoch = 0, r_wepoch = 0;
   int32_t w_thread = -1, r_thread = -1, p_thread = -1;
+  uint32_t w_token = 0;       // the last write is a tensor copy's, ordered by this mbarrier phase alone (0: none)
   bool r_many_warps = false;  // readers of this interval in more than one warp
   bool r_others = false;      // another reader of r_thread's warp at r_wepoch
   bool p_others = false;      // the earlier interval had readers other than p_thread
-  int32_t a_thread = -1;      // a cp.async of this thread is copying into the location (-1: none)
+  int32_t a_thread = -1;      // a cp.async (or tensor copy) of this thread is copying into the location (-1: none)
+  bool a_tensor = false;      // ... a tensor copy
   const void* a_site = nullptr;
   int32_t m_readers = 0;      // wgmma reads of the location in flight
   int32_t m_thread = -1;      // the thread of the latest of them
@@ -73,14 +91,18 @@ struct Cell {
   // An asynchronous copy (cp.async) into the location: checked as a store where it is issued,
   // then in flight until it lands (a store by the issuing thread at its wait_group); any access
   // while it is in flight is kAsyncInFlight.
-  Hazard issue_async(Stamp now, const Access& a, Access* other, bool* spans);
-  Hazard land_async(Stamp now, const Access& a, Access* other, bool* spans);
+  Hazard issue_async(Stamp now, const Access& a, Access* other, bool* spans, bool tensor = false);
+  // `token`: the copy is a tensor copy that mbarrier phase completed (0: a cp.async, its thread's).
+  Hazard land_async(Stamp now, const Access& a, Access* other, bool* spans, uint32_t token = 0);
   // A wgmma's read of the location: checked as a load where it is issued, then in flight until
   // the issuing thread's wait completes it, which records it as that thread's read at the wait
   // (a store by another thread later in the interval is a write-after-read hazard, whichever
   // thread the executor runs first); a store while it is in flight is kAsyncRead.
   Hazard issue_async_read(Stamp now, const Access& a, Access* other, bool* spans);
   void complete_async_read(Stamp now, const Access& a);
+
+ private:
+  bool after_write(const Access& a) const;
 };
 
 // First writer and reader block of each element of one global buffer in one launch.

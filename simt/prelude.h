@@ -18,6 +18,10 @@
 //   stores by them (simt/device_api.h); FT_SCRATCH(T, elements) parameters are ft_ptr<T> too;
 // - ft_cp_async16, ft_cp_async4, ft_cp_async_commit and ft_cp_async_wait hand cp.async and its groups to the
 //   executor, which lands each copy at the wait that completes it;
+// - ft_mbarrier_* and ft_tma_load_* hand mbarriers and tensor copies to the executor, which keeps
+//   each mbarrier's phase, suspends a wait until its phase completes and lands a copy's bytes
+//   (swizzled, zero outside the tensor) where a wait observes the phase they completed;
+//   FT_TENSOR_MAP parameters are the executor's ft_simt_tensor_map, built from the signature;
 // - ft_wgmma<N, BF16, TRANS_B> (and ft_wgmma_ra, A from registers) decodes its matrix descriptors
 //   as the PTX ISA defines them, reads the operands' core-matrix rows through the executor (in
 //   flight until the wait) and computes each
@@ -575,20 +579,78 @@ FT_INTRINSIC void ft_ldmatrix_x4_trans(unsigned& r0, unsigned& r1, unsigned& r2,
   r0 = r[0], r1 = r[1], r2 = r[2], r3 = r[3];
 }
 
+// mbarriers and tensor copies (TMA; codegen/kernel_ir.h): the executor keeps each mbarrier's
+// phase, arrivals and transaction bytes, suspends a wait until its phase completes, and lands a
+// tensor copy's bytes where a wait observes the phase they completed (simt/device_api.h). A tensor
+// map parameter is the executor's ft_simt_tensor_map, built from the signature's FT_TENSOR_MAP.
+#define FT_TENSOR_MAP(...) ft_ptr<const ft_simt_tensor_map>
+FT_INTRINSIC void ft_mbarrier_init(ft_ptr<unsigned long long> s, long long i, unsigned count) {
+  ft_simt_api_->mbarrier_init(s.b, i, count);
+}
+// fence.mbarrier_init: the barrier after it is what orders the init before other threads' use.
+FT_INTRINSIC void ft_mbarrier_init_fence() {}
+FT_INTRINSIC void ft_mbarrier_arrive_expect_tx(ft_ptr<unsigned long long> s, long long i, unsigned bytes) {
+  ft_simt_api_->mbarrier_arrive(s.b, i, bytes);
+}
+FT_INTRINSIC void ft_mbarrier_arrive(ft_ptr<unsigned long long> s, long long i) { ft_simt_api_->mbarrier_arrive(s.b, i, 0); }
+#define ft_mbarrier_wait(s, i, parity) ft_simt_api_->mbarrier_wait((s).b, (i), (parity), __LINE__)
+template <class T>
+FT_INTRINSIC void ft_tma_load_2d(ft_ptr<T> s, long long si, ft_ptr<const ft_simt_tensor_map> map, int c0, int c1,
+                                 ft_ptr<unsigned long long> bar, long long bi) {
+  const int coords[5] = {c0, c1, 0, 0, 0};
+  ft_simt_api_->tensor_load(s.b, si, map.b, coords, bar.b, bi);
+}
+template <class T>
+FT_INTRINSIC void ft_tma_load_3d(ft_ptr<T> s, long long si, ft_ptr<const ft_simt_tensor_map> map, int c0, int c1, int c2,
+                                 ft_ptr<unsigned long long> bar, long long bi) {
+  const int coords[5] = {c0, c1, c2, 0, 0};
+  ft_simt_api_->tensor_load(s.b, si, map.b, coords, bar.b, bi);
+}
+
 // wgmma (codegen/kernel_ir.h): a matrix descriptor as the PTX ISA encodes it (start address, LBO
 // and SBO in 16-byte units in bits 0-13, 16-29 and 32-45; no swizzling), kept with the shared
 // view it points into so that the operands are read through the executor's checks.
+// With `swizzle` (bytes of a span: 128, 64 or 32; bits 62-63 1, 2, 3) the operand lies in the
+// swizzled canonical layouts: K-major rows of `swizzle` bytes, 8 to an atom, atoms SBO apart (LBO
+// unused); MN-major rows (8 consecutive K) of `swizzle` bytes along M or N, atoms LBO apart along
+// M or N and SBO apart along K; each address's 16-byte unit (bits 4..) XOR-ed with its bits 7..
+// (ft_wgmma_swizzled), by its offset in the block's shared memory as the tensor copies that fill
+// it place them (simt/tensor_copy.h), the atoms 1024-byte aligned (base offset 0).
 struct ft_wgmma_operand {
   const ft_simt_buffer* view;
   long long view_offset;  // the view's byte offset in the block's shared memory
   unsigned long long bits;
 };
-FT_INTRINSIC ft_wgmma_operand ft_wgmma_desc(ft_ptr<unsigned short> s, long long i, unsigned lbo, unsigned sbo) {
+FT_INTRINSIC ft_wgmma_operand ft_wgmma_desc(ft_ptr<unsigned short> s, long long i, unsigned lbo, unsigned sbo, int swizzle = 0) {
   const long long offset = (long long)(s.b->base - ft_simt_api_->shared_view(0, 0, 1, "shared memory")->base);
   const unsigned long long address = (unsigned long long)(offset + 2 * i);
-  return {s.b, offset, ((address & 0x3FFFFull) >> 4) | ((unsigned long long)(lbo >> 4) << 16) | ((unsigned long long)(sbo >> 4) << 32)};
+  const unsigned long long layout = swizzle == 128 ? 1ull : swizzle == 64 ? 2ull : swizzle == 32 ? 3ull : 0ull;
+  return {s.b, offset,
+          ((address & 0x3FFFFull) >> 4) | ((unsigned long long)(lbo >> 4) << 16) | ((unsigned long long)(sbo >> 4) << 32) |
+              (layout << 62)};
 }
 FT_FN unsigned long long ft_wgmma_field(unsigned long long bits, int at) { return ((bits >> at) & 0x3FFFull) << 4; }
+FT_FN unsigned ft_wgmma_swizzle(unsigned long long bits) {
+  const unsigned layout = (unsigned)(bits >> 62);
+  return layout == 1u ? 128u : layout == 2u ? 64u : layout == 3u ? 32u : 0u;
+}
+FT_FN unsigned long long ft_wgmma_swizzled(unsigned long long a, unsigned swizzle) {
+  return a ^ (((a >> 7) & (unsigned long long)(swizzle / 16u - 1u)) << 4);
+}
+// The 16 bytes of a K-major operand at row r (of M, or N) and K from 8h.
+FT_FN unsigned long long ft_wgmma_k_major(unsigned long long bits, unsigned r, unsigned h) {
+  const unsigned long long start = ft_wgmma_field(bits, 0), lbo = ft_wgmma_field(bits, 16), sbo = ft_wgmma_field(bits, 32);
+  const unsigned sw = ft_wgmma_swizzle(bits);
+  if (sw == 0u) return start + (r / 8u) * sbo + (r % 8u) * 16u + h * lbo;
+  return ft_wgmma_swizzled(start + (r % 8u) * sw + (r / 8u) * sbo + 16u * h, sw);
+}
+// The 16 bytes of an MN-major operand at K k and M or N from 8nb.
+FT_FN unsigned long long ft_wgmma_mn_major(unsigned long long bits, unsigned nb, unsigned k) {
+  const unsigned long long start = ft_wgmma_field(bits, 0), lbo = ft_wgmma_field(bits, 16), sbo = ft_wgmma_field(bits, 32);
+  const unsigned sw = ft_wgmma_swizzle(bits);
+  if (sw == 0u) return start + nb * sbo + (k / 8u) * lbo + (k % 8u) * 16u;
+  return ft_wgmma_swizzled(start + (16u * nb) % sw + sw * (k % 8u) + lbo * ((16u * nb) / sw) + sbo * (k / 8u), sw);
+}
 // The 16 bytes at byte `address` of the block's shared memory, read through the operand's view
 // (in flight until the wait that completes the wgmma), counted as a shared load when `counted`.
 FT_INTRINSIC ft_ldmatrix_row ft_wgmma_row(const ft_wgmma_operand& o, unsigned long long address, int counted) {
@@ -605,19 +667,16 @@ struct ft_wgmma_rows {
 // 16w + g + 8 (i / 2), column 8j + 2t + i % 2). The registers hold no defined value until the wait
 // (the executor keeps the sums: wgmma_issue).
 // B from shared memory (TRANS_B 1, N-major: row q = 16 nb + k holds columns 8 nb .. 8 nb + 7 at k,
-// at nb * SBO + (k / 8) * LBO + (k % 8) * 16; TRANS_B 0, K-major: row q = 2n + h holds k = 8h ..
-// 8h + 7 of column n, at (n / 8) * SBO + (n % 8) * 16 + h * LBO): its 2N rows of 16 bytes in rounds
+// ft_wgmma_mn_major; TRANS_B 0, K-major: row q = 2n + h holds k = 8h .. 8h + 7 of column n,
+// ft_wgmma_k_major): its 2N rows of 16 bytes in rounds
 // of 128, four a lane, the 8 rows of a core matrix by 8 consecutive lanes, exchanged. The counters
 // see each row read once by the warpgroup (by its first warp): the least one wgmma reads, not the
 // emulation's repeats for each warp's exchange.
 template <int N, int BF16, int TRANS_B>
 FT_INTRINSIC void ft_wgmma_b(const ft_wgmma_operand& b_desc, ft_flt (*b)[16]) {
   const unsigned lane = ft_simt_lane(), t = lane & 3u, w = (ft_simt_api_->thread_index() / 32u) % 4u;
-  const unsigned long long b0 = ft_wgmma_field(b_desc.bits, 0), b_lbo = ft_wgmma_field(b_desc.bits, 16),
-                           b_sbo = ft_wgmma_field(b_desc.bits, 32);
   const auto address = [&](unsigned q) {
-    return TRANS_B ? b0 + (q / 16u) * b_sbo + ((q % 16u) / 8u) * b_lbo + (q % 8u) * 16u
-                   : b0 + (q / 16u) * b_sbo + ((q / 2u) % 8u) * 16u + (q % 2u) * b_lbo;
+    return TRANS_B ? ft_wgmma_mn_major(b_desc.bits, q / 16u, q % 16u) : ft_wgmma_k_major(b_desc.bits, q / 2u, q % 2u);
   };
   for (unsigned round = 0; round < (2u * N + 127u) / 128u; ++round) {
     ft_wgmma_rows mine_b = {};
@@ -658,10 +717,8 @@ template <int N, int BF16, int TRANS_B>
 FT_INTRINSIC void ft_wgmma(ft_flt* registers, ft_wgmma_operand a_desc, ft_wgmma_operand b_desc) {
   static_assert(N >= 8 && N <= 256 && N % 8 == 0, "wgmma N");
   const unsigned lane = ft_simt_lane(), g = lane >> 2, w = (ft_simt_api_->thread_index() / 32u) % 4u;
-  const unsigned long long a0 = ft_wgmma_field(a_desc.bits, 0), a_lbo = ft_wgmma_field(a_desc.bits, 16),
-                           a_sbo = ft_wgmma_field(a_desc.bits, 32);
   const unsigned row = 16u * w + (lane & 15u), half = lane >> 4;
-  const ft_ldmatrix_row mine = ft_wgmma_row(a_desc, a0 + (row / 8u) * a_sbo + (row % 8u) * 16u + half * a_lbo, 1);
+  const ft_ldmatrix_row mine = ft_wgmma_row(a_desc, ft_wgmma_k_major(a_desc.bits, row, half), 1);
   const ft_ldmatrix_row* rows_a =
       static_cast<const ft_ldmatrix_row*>(ft_simt_api_->warp_exchange(&mine, (int)sizeof mine, 0xffffffffu));
   // (The conversions below count no operation: ft_h2f and ft_bf2f compute in the host's float.)

@@ -458,6 +458,112 @@ TEST(SimtAsyncCopy, AMissingWaitOrBarrierIsReported) {
   EXPECT_NE(all(r).find("cp.async copies never waited for"), std::string::npos) << all(r);
 }
 
+// ---- mbarriers and tensor copies (TMA) ---------------------------------------------------------
+
+// Thread 0 initialises an mbarrier, then (after a barrier) expects 1,024 bytes and issues one
+// tensor copy: the 64 x 8 box at column 32, row 68 of x [72 rows][80 columns] of 16-bit values,
+// under the 128-byte swizzle (rows 72.. and columns 80.. outside: zero). WAIT is what stands between
+// the copy and the threads' reads, which undo the swizzle (16-byte unit u of row r at u ^ r % 8)
+// and write the box row-major to out.
+std::string tensor_copy(const std::string& wait, int expect = 1024) {
+  std::string text = R"(extern "C" __global__ void __launch_bounds__(128) k(FT_GLOBAL(const unsigned short) x, FT_TENSOR_MAP(x, 80x72, 160, 64x8, 128) tm, FT_GLOBAL(unsigned short) out) {
+  FT_SHARED_MEMORY;
+  FT_SHARED(unsigned short, s, 0, 512);
+  FT_SHARED(unsigned long long, bar, 1024, 1);
+  const int t = threadIdx.x;
+  if (t == 0) {
+    ft_mbarrier_init(bar, 0, 1);
+    ft_mbarrier_init_fence();
+  }
+  __syncthreads();
+  if (t == 0) {
+    ft_mbarrier_arrive_expect_tx(bar, 0, EXPECT);
+    ft_tma_load_2d(s, 0, tm, 32, 68, bar, 0);
+  }
+WAIT
+  for (int e = t; e < 512; e += 128) {
+    const int r = e / 64, c = e % 64;
+    out[e] = s[r * 64 + (((c / 8) ^ (r % 8)) * 8) + c % 8];
+  }
+}
+)";
+  text.replace(text.find("EXPECT"), 6, std::to_string(expect));
+  text.replace(text.find("WAIT"), 4, wait);
+  return text;
+}
+
+Ran16 run_tensor_copy(const std::string& text, simt::Options options = {}) {
+  simt::Module m(cuda(text));
+  std::vector<uint16_t> x(72 * 80), out(512, 0xffff);
+  std::iota(x.begin(), x.end(), uint16_t{1});
+  Ran16 r;
+  r.result = simt::launch(m.kernel("k"), {x.data(), nullptr, out.data()}, {x.size() * 2, 0, out.size() * 2}, {1, 128, 1032}, options);
+  r.out = out;
+  return r;
+}
+
+TEST(SimtTensorCopy, ABoxLandsSwizzledWithZerosOutsideWhereAWaitObservesItsPhase) {
+  for (const std::string wait : {"  ft_mbarrier_wait(bar, 0, 0);", "  if (t == 0) ft_mbarrier_wait(bar, 0, 0);\n  __syncthreads();"}) {
+    const Ran16 good = run_tensor_copy(tensor_copy(wait));
+    EXPECT_EQ(good.result.finding_count, 0u) << wait << "\n" << all(good.result);
+    for (int e = 0; e < 512; ++e) {
+      const int row = 68 + e / 64, col = 32 + e % 64;
+      const int want = row < 72 && col < 80 ? row * 80 + col + 1 : 0;
+      ASSERT_EQ(good.out[static_cast<size_t>(e)], want) << wait << ": out[" << e << "]";
+    }
+  }
+  const std::vector<KernelSignature> sig = kernel_signatures(tensor_copy(""));
+  ASSERT_EQ(sig.size(), 1u);
+  ASSERT_EQ(sig[0].params.size(), 3u);
+  const TensorMapSpec& map = sig[0].params[1].tensor_map;
+  EXPECT_EQ(map.source, 0);
+  EXPECT_EQ(map.dims, (std::vector<int64_t>{80, 72}));
+  EXPECT_EQ(map.strides, (std::vector<int64_t>{160}));
+  EXPECT_EQ(map.box, (std::vector<int64_t>{64, 8}));
+  EXPECT_EQ(map.swizzle, 128);
+  if (!backend::nvrtc_available()) {
+    std::printf("NOTE: NVRTC not available; the tensor copy's CUDA text is not compiled\n");
+    return;
+  }
+  const std::string ptx = backend::compile_ptx(cuda(tensor_copy("  ft_mbarrier_wait(bar, 0, 0);")), "sm_90a");
+  for (const char* op : {"mbarrier.init.shared::cta.b64", "fence.mbarrier_init", "mbarrier.arrive.expect_tx.shared::cta.b64",
+                         "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes",
+                         "mbarrier.try_wait.parity.shared::cta.b64"}) {
+    EXPECT_NE(ptx.find(op), std::string::npos) << op;
+  }
+  EXPECT_FALSE(backend::compile_cuda(cuda(tensor_copy("  ft_mbarrier_wait(bar, 0, 0);")), "sm_90a").cubin.empty());
+}
+
+TEST(SimtTensorCopy, AMissingOrPartialWaitIsReported) {
+  // No wait: the reads find the copy in flight, and no wait ever observes it.
+  const Ran16 none = run_tensor_copy(tensor_copy(""));
+  EXPECT_NE(all(none.result).find("access of shared memory a tensor copy (TMA) is still copying into on shared 's'"), std::string::npos)
+      << all(none.result);
+  EXPECT_NE(all(none.result).find("synccheck: kernel k: tensor copies never waited for"), std::string::npos) << all(none.result);
+  // Thread 0 alone waits and no barrier follows: the others read what its wait landed, which
+  // nothing orders for them.
+  const Ran16 one = run_tensor_copy(tensor_copy("  if (t == 0) ft_mbarrier_wait(bar, 0, 0);"));
+  EXPECT_NE(all(one.result).find("racecheck: kernel k: read-after-write hazard on shared 's'"), std::string::npos) << all(one.result);
+  // The wrong parity returns at once (the phase before the first): nothing observed.
+  const Ran16 parity = run_tensor_copy(tensor_copy("  ft_mbarrier_wait(bar, 0, 1);"));
+  EXPECT_NE(all(parity.result).find("tensor copy (TMA) is still copying into"), std::string::npos) << all(parity.result);
+  // More bytes expected than copied: the phase never completes, a deadlock, reported.
+  const Ran16 short_copy = run_tensor_copy(tensor_copy("  ft_mbarrier_wait(bar, 0, 0);", 2048));
+  EXPECT_NE(all(short_copy.result).find("synccheck: kernel k: deadlock"), std::string::npos) << all(short_copy.result);
+  EXPECT_NE(all(short_copy.result).find("wait at the mbarrier at shared byte 1024 (parity 0)"), std::string::npos) << all(short_copy.result);
+  // The wait skipped, as the mutation test does.
+  simt::Options skip;
+  skip.skip_waits = {simt_line_of(tensor_copy("  ft_mbarrier_wait(bar, 0, 0);"), "ft_mbarrier_wait(bar, 0, 0);")};
+  const Ran16 skipped = run_tensor_copy(tensor_copy("  ft_mbarrier_wait(bar, 0, 0);"), skip);
+  EXPECT_NE(all(skipped.result).find("tensor copies never waited for"), std::string::npos) << all(skipped.result);
+  // The init not ordered before another thread's use: thread 1 waits in the init's interval.
+  std::string early = tensor_copy("  ft_mbarrier_wait(bar, 0, 0);");
+  early.replace(early.find("  __syncthreads();\n  if (t == 0) {\n    ft_mbarrier_arrive"), 19, "");
+  const Ran16 unordered = run_tensor_copy(early);
+  EXPECT_NE(all(unordered.result).find("of an mbarrier in the barrier interval of its mbarrier.init"), std::string::npos)
+      << all(unordered.result);
+}
+
 // ---- counters --------------------------------------------------------------------------------
 
 TEST(SimtCounters, CoalescedAndStridedGlobalLoadsAndStores) {

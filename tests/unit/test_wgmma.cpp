@@ -25,6 +25,7 @@
 #include "planner/device.h"
 #include "planner/tiling.h"
 #include "simt/executor.h"
+#include "simt/module.h"
 #include "unit/codegen_check.h"
 #include "unit/graph_helpers.h"
 #include "unit/test_seed.h"
@@ -165,6 +166,93 @@ TEST(WgmmaEmulation, OneWgmmaEqualsADirectProduct) {
       }
     }
   }
+  }
+}
+
+// Operands in the 128-byte swizzled layouts, filled by tensor copies: A (64 x 64, K-major) one box,
+// B (64 x 128, N-major) two boxes of 64 columns, two swizzle atoms apart along N (LBO 8 KB); per
+// 16 of K the descriptors advance 32 bytes along A's rows and two 1 KB atoms down B's (SBO 1 KB
+// for both). Written here from the PTX ISA's canonical layouts and the tensor map's swizzle
+// (simt/tensor_copy.h), after one_wgmma_kernel's text for its ft_wgmma<128, 0, 1> specialisation.
+// Against a direct product; descriptors that say "no swizzle" give a wrong one; the text compiles
+// for sm_90a.
+std::string swizzled_wgmma(int swizzle_in_descriptors) {
+  const std::string sw = std::to_string(swizzle_in_descriptors);
+  return emit_cuda({one_wgmma_kernel(DType::kF16, 128, 256)}) + R"(
+extern "C" __global__ void __launch_bounds__(128) k(FT_GLOBAL(const unsigned short) a, FT_GLOBAL(const unsigned short) b, FT_TENSOR_MAP(a, 64x64, 128, 64x64, 128) ta, FT_TENSOR_MAP(b, 128x64, 256, 64x64, 128) tb, FT_GLOBAL(float) d) {
+  FT_SHARED_MEMORY;
+  FT_SHARED(unsigned short, sa, 0, 4096);
+  FT_SHARED(unsigned short, sb, 8192, 8192);
+  FT_SHARED(unsigned long long, bar, 24576, 1);
+  float acc[64];
+  for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+  const int t = threadIdx.x;
+  if (t == 0) {
+    ft_mbarrier_init(bar, 0, 1);
+    ft_mbarrier_init_fence();
+  }
+  __syncthreads();
+  if (t == 0) {
+    ft_mbarrier_arrive_expect_tx(bar, 0, 24576);
+    ft_tma_load_2d(sa, 0, ta, 0, 0, bar, 0);
+    ft_tma_load_2d(sb, 0, tb, 0, 0, bar, 0);
+    ft_tma_load_2d(sb, 4096, tb, 64, 0, bar, 0);
+  }
+  ft_mbarrier_wait(bar, 0, 0);
+  ft_wgmma_fence<64>(acc);
+  for (int kq = 0; kq < 4; ++kq) {
+    ft_wgmma<128, 0, 1>(acc, ft_wgmma_desc(sa, 16 * kq, 16, 1024, SW), ft_wgmma_desc(sb, 1024 * kq, 8192, 1024, SW));
+  }
+  ft_wgmma_commit();
+  ft_wgmma_wait(0, acc, 64);
+  const int w = t / 32, g = t % 32 / 4, q = t % 4;
+  for (int j = 0; j < 16; ++j) {
+    for (int i = 0; i < 4; ++i) d[(16 * w + g + 8 * (i / 2)) * 128 + 8 * j + i % 2 + 2 * q] = acc[4 * j + i];
+  }
+}
+)";
+}
+
+TEST(WgmmaEmulation, SwizzledOperandsFromTensorCopiesEqualADirectProduct) {
+  const unsigned seed = fusetune::testing::test_seed();
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> u(-3, 3);  // small integers: every sum exact
+  std::vector<uint16_t> a(64 * 64), b(64 * 128);
+  for (auto& x : a) x = to_16(DType::kF16, static_cast<float>(u(rng)));
+  for (auto& x : b) x = to_16(DType::kF16, static_cast<float>(u(rng)));
+  for (const int swizzle : {128, 0}) {
+    SCOPED_TRACE("descriptors with swizzle " + std::to_string(swizzle) + ", seed " + std::to_string(seed));
+    std::string text = swizzled_wgmma(swizzle);
+    text.replace(text.find(", SW)"), 5, ", " + std::to_string(swizzle) + ")");
+    text.replace(text.find(", SW)"), 5, ", " + std::to_string(swizzle) + ")");
+    simt::Module m(text);
+    std::vector<float> d(64 * 128, -1.0f);
+    const simt::LaunchResult r = simt::launch(m.kernel("k"), {a.data(), b.data(), nullptr, nullptr, d.data()},
+                                              {a.size() * 2, b.size() * 2, 0, 0, d.size() * 4}, {1, 128, 24584}, {});
+    std::string findings;
+    for (const std::string& f : r.findings) findings += f + "\n";
+    if (swizzle == 128) {
+      EXPECT_EQ(r.finding_count, 0u) << findings;  // (the wrong layout reads past sb's end)
+    }
+    int wrong = 0;
+    for (int row = 0; row < 64; ++row) {
+      for (int col = 0; col < 128; ++col) {
+        float want = 0;
+        for (int kk = 0; kk < 64; ++kk) want += from_16(DType::kF16, a[row * 64 + kk]) * from_16(DType::kF16, b[kk * 128 + col]);
+        wrong += d[static_cast<size_t>(row * 128 + col)] != want;
+      }
+    }
+    if (swizzle == 128) {
+      EXPECT_EQ(wrong, 0) << "the swizzled operands' product differs from A * B";
+      if (backend::nvrtc_available()) {
+        const std::string ptx = backend::compile_ptx(text, "sm_90a");
+        EXPECT_NE(ptx.find("cp.async.bulk.tensor.2d"), std::string::npos);
+        EXPECT_NE(ptx.find("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16"), std::string::npos);
+        EXPECT_FALSE(backend::compile_cuda(text, "sm_90a").cubin.empty());
+      }
+    } else {
+      EXPECT_GT(wrong, 1000) << "descriptors without the swizzle still read A * B";
+    }
   }
 }
 
