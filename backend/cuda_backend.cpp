@@ -109,6 +109,10 @@ struct Driver {
   CUresult (*cuLaunchKernelEx)(const CUlaunchConfig*, CUfunction, void**, void**) = nullptr;
   // Optional: the device's memory, for its identity (planner/device_identity.h).
   CUresult (*cuDeviceTotalMem)(size_t*, CUdevice) = nullptr;
+  // Optional (CUDA 12+): tensor maps of the kernels' TMA copies (FT_TENSOR_MAP parameters).
+  CUresult (*cuTensorMapEncodeTiled)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,
+                                     const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                     CUtensorMapL2promotion, CUtensorMapFloatOOBfill) = nullptr;
 
   template <typename F>
   bool sym(F& f, const char* name) {
@@ -146,6 +150,7 @@ struct Driver {
     if (!ok) why = "the CUDA driver lacks an expected entry point";
     if (ok && !sym(cuLaunchKernelEx, "cuLaunchKernelEx")) cuLaunchKernelEx = nullptr;
     if (ok && !sym(cuDeviceTotalMem, "cuDeviceTotalMem_v2")) cuDeviceTotalMem = nullptr;
+    if (ok && !sym(cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled")) cuTensorMapEncodeTiled = nullptr;
     return ok;
   }
   void check_cu(CUresult r, const char* what) const {
@@ -288,14 +293,60 @@ struct Launch {
   // Scratch buffers (codegen/kernel_ir.h: blocks that cooperate), zeroed at load, bound after the
   // launch's arguments; every launch leaves them zero again.
   std::vector<std::shared_ptr<CudaBuffer>> scratch;
+  // Tensor maps (FT_TENSOR_MAP parameters, after the scratch buffers): each encoded at binding
+  // from the address of the argument it maps, whose element size is `map_element_bytes`.
+  std::vector<TensorMapSpec> maps;
+  std::vector<int> map_element_bytes;
 };
 
-// The parameters of a launch of `l` with `args`: the buffers' device addresses, then its scratch.
-std::vector<void*> bind_params(const Launch& l, const std::vector<Buffer*>& args) {
-  std::vector<void*> params;
-  for (Buffer* b : args) params.push_back(b->handle());
-  for (const auto& b : l.scratch) params.push_back(b->handle());
-  return params;
+// The driver's tensor map for `t` over `element_bytes`-byte elements at `address`: the elements'
+// bits as they are (an unsigned type of their size), zeros outside the tensor, L2 lines of 128 bytes.
+CUtensorMap encode_tensor_map(const Driver& d, const TensorMapSpec& t, int element_bytes, CUdeviceptr address) {
+  check(d.cuTensorMapEncodeTiled != nullptr, "the plan copies tiles with tensor maps (TMA), and this CUDA driver has no cuTensorMapEncodeTiled");
+  const CUtensorMapDataType type = element_bytes == 1   ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                   : element_bytes == 2 ? CU_TENSOR_MAP_DATA_TYPE_UINT16
+                                   : element_bytes == 4 ? CU_TENSOR_MAP_DATA_TYPE_UINT32
+                                                        : CU_TENSOR_MAP_DATA_TYPE_UINT64;
+  const CUtensorMapSwizzle swizzle = t.swizzle == 128  ? CU_TENSOR_MAP_SWIZZLE_128B
+                                     : t.swizzle == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                     : t.swizzle == 32 ? CU_TENSOR_MAP_SWIZZLE_32B
+                                                       : CU_TENSOR_MAP_SWIZZLE_NONE;
+  cuuint64_t dims[5] = {}, strides[5] = {};
+  cuuint32_t box[5] = {}, element_strides[5] = {1, 1, 1, 1, 1};
+  for (size_t i = 0; i < t.dims.size(); ++i) {
+    dims[i] = static_cast<cuuint64_t>(t.dims[i]);
+    box[i] = static_cast<cuuint32_t>(t.box[i]);
+  }
+  for (size_t i = 0; i < t.strides.size(); ++i) strides[i] = static_cast<cuuint64_t>(t.strides[i]);
+  CUtensorMap m;
+  d.check_cu(d.cuTensorMapEncodeTiled(&m, type, static_cast<cuuint32_t>(t.dims.size()), reinterpret_cast<void*>(address), dims, strides,
+                                      box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+             "tensor map encoding");
+  return m;
+}
+
+// A launch's parameters: the arguments' device addresses (`addresses`: where each is kept), its
+// scratch buffers', then its tensor maps, encoded here; `pointers` is what cuLaunchKernel takes.
+struct BoundParams {
+  std::vector<CUtensorMap> maps;
+  std::vector<void*> pointers;
+};
+BoundParams bind_params(const Driver& d, const Launch& l, const std::vector<CUdeviceptr*>& addresses) {
+  BoundParams p;
+  p.maps.reserve(l.maps.size());  // no reallocation: pointers into it are taken below
+  for (size_t i = 0; i < l.maps.size(); ++i) {
+    p.maps.push_back(encode_tensor_map(d, l.maps[i], l.map_element_bytes[i], *addresses.at(static_cast<size_t>(l.maps[i].source))));
+  }
+  for (CUdeviceptr* a : addresses) p.pointers.push_back(a);
+  for (const auto& b : l.scratch) p.pointers.push_back(b->handle());
+  for (CUtensorMap& m : p.maps) p.pointers.push_back(&m);
+  return p;
+}
+std::vector<CUdeviceptr*> addresses_of(const std::vector<Buffer*>& args) {
+  std::vector<CUdeviceptr*> out;
+  for (Buffer* b : args) out.push_back(static_cast<CUdeviceptr*>(b->handle()));
+  return out;
 }
 
 // Enqueues a kernel launch or a library call on `stream`; `params` point at the buffers' device
@@ -496,10 +547,10 @@ class CudaSequence : public Sequence {
     return it == bound_.end() ? address_of(b) : it->second;
   }
   CUresult enqueue(BoundLaunch& s, CUstream stream) {
-    std::vector<void*> params;
-    for (CUdeviceptr& a : s.addresses) params.push_back(&a);
-    for (const auto& b : s.launch.scratch) params.push_back(b->handle());
-    return enqueue_launch(d_, s.launch, params, stream);
+    std::vector<CUdeviceptr*> addresses;
+    for (CUdeviceptr& a : s.addresses) addresses.push_back(&a);
+    BoundParams params = bind_params(d_, s.launch, addresses);
+    return enqueue_launch(d_, s.launch, params.pointers, stream);
   }
   // Queues one run on the stream: the graph (updated first where bindings changed), or each launch.
   void submit() {
@@ -579,8 +630,8 @@ class CudaModule : public Module {
   void launch(const std::string& kernel, const std::vector<Buffer*>& args) override {
     const Current current(d_);
     const Launch& l = find(kernel);
-    std::vector<void*> params = bind_params(l, args);
-    d_.check_cu(enqueue_launch(d_, l, params, nullptr), l.library ? "library call" : "kernel launch");
+    BoundParams params = bind_params(d_, l, addresses_of(args));
+    d_.check_cu(enqueue_launch(d_, l, params.pointers, nullptr), l.library ? "library call" : "kernel launch");
     d_.check_cu(d_.cuCtxSynchronize(), "kernel execution");
   }
 
@@ -592,13 +643,13 @@ class CudaModule : public Module {
     std::vector<double> times;
     double total_ms = 0;
     const Launch& l = find(kernel);
-    std::vector<void*> params = bind_params(l, args);
+    BoundParams params = bind_params(d_, l, addresses_of(args));
     while (static_cast<int>(times.size()) < std::max(1, policy.max_repeats) &&
            (static_cast<int>(times.size()) < policy.min_repeats || total_ms < policy.min_time_ms)) {
       // Evict the L2 between runs, so every run reads its inputs from DRAM as in a model.
       if (policy.flush_l2 && flush_ != nullptr) flush_->get().fill_byte(static_cast<unsigned char>(times.size()));
       d_.check_cu(d_.cuEventRecord(start, nullptr), "event record");
-      d_.check_cu(enqueue_launch(d_, l, params, nullptr), l.library ? "library call" : "kernel launch");
+      d_.check_cu(enqueue_launch(d_, l, params.pointers, nullptr), l.library ? "library call" : "kernel launch");
       d_.check_cu(d_.cuEventRecord(stop, nullptr), "event record");
       d_.check_cu(d_.cuEventSynchronize(stop), "kernel execution");
       float ms = 0;
@@ -759,7 +810,7 @@ class CudaBackend : public Backend {
                                   workspace_->get().bytes(), &why)
                 : make_cublaslt_call(lc, workspace_->get().address(), workspace_->get().bytes(), &why);
         check(call != nullptr, "library call ", k.name, ": ", why);
-        fns[k.name] = {nullptr, 0, 0, 0, std::move(call), false, {}};
+        fns[k.name] = {nullptr, 0, 0, 0, std::move(call), false, {}, {}, {}};
         continue;
       }
       CUfunction f = nullptr;
@@ -771,8 +822,13 @@ class CudaBackend : public Backend {
                     "shared memory opt-in");
       }
       Launch& l = fns[k.name];
-      l = {f, k.grid, k.threads, k.shared_bytes, nullptr, programmatic && waits_for_predecessor(module.cuda_source, k.name), {}};
-      for (const KernelParam& p : signature(k.name).params) {  // FT_SCRATCH parameters: Kernel::scratch
+      l = {f, k.grid, k.threads, k.shared_bytes, nullptr, programmatic && waits_for_predecessor(module.cuda_source, k.name), {}, {}, {}};
+      const std::vector<KernelParam>& params = signature(k.name).params;
+      for (const KernelParam& p : params) {  // FT_SCRATCH parameters: Kernel::scratch; FT_TENSOR_MAP: Kernel::tensor_maps
+        if (p.tensor_map.source >= 0) {
+          l.maps.push_back(p.tensor_map);
+          l.map_element_bytes.push_back(params[static_cast<size_t>(p.tensor_map.source)].element_bytes);
+        }
         if (p.scratch_elements == 0) continue;
         l.scratch.push_back(std::make_shared<CudaBuffer>(d_, static_cast<size_t>(p.scratch_elements * p.element_bytes)));
         l.scratch.back()->fill_byte(0);

@@ -235,6 +235,13 @@ class HostModule : public Module {
       raw.push_back(b->handle());
       bytes.push_back(b->bytes());
     }
+    if (it->second.kernel != nullptr) {
+      for (const simt::Param& p : it->second.kernel->params) {  // tensor maps: the executor builds them from the signature
+        if (p.tensor_map.source < 0) continue;
+        raw.push_back(nullptr);
+        bytes.push_back(0);
+      }
+    }
     if (it->second.library) {
       run_library_call_host(*it->second.library, raw.data(), options.workers);
       return;

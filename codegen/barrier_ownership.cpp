@@ -486,6 +486,8 @@ class Analysis {
         // one thread that the analysis could follow.
         case Stmt::Kind::kWgmma:
         case Stmt::Kind::kWgmmaSync: throw GiveUp{"a wgmma reads shared memory through matrix descriptors"};
+        case Stmt::Kind::kMbarrier:
+        case Stmt::Kind::kTensorLoad: throw GiveUp{"tensor copies land in shared memory where an mbarrier wait observes them"};
         // Blocks that cooperate (codegen/stages/split_k.h): a fence stores, and an atomic loads, the
         // element of a pseudo-buffer that stands for the block's global stores being published, so
         // the barrier between other threads' fences and one thread's atomic (and the one between

@@ -1,6 +1,7 @@
 #include "codegen/emit.h"
 
 #include <set>
+#include <algorithm>
 #include <sstream>
 #include <utility>
 
@@ -427,16 +428,18 @@ void emit_block(std::ostringstream& out, const Kernel& k, const Block& b, int de
         break;
       case Stmt::Kind::kCopyAsyncCommit: out << pad << "ft_cp_async_commit();\n"; break;
       case Stmt::Kind::kCopyAsyncWait: out << pad << "ft_cp_async_wait(" << s.groups << ");\n"; break;
-      case Stmt::Kind::kWgmma:
+      case Stmt::Kind::kWgmma: {
+        const std::string swizzle = s.swizzle != 0 ? ", " + std::to_string(s.swizzle) : "";
         out << pad << (s.a_registers ? "ft_wgmma_ra<" : "ft_wgmma<") << s.wgmma_n << ", " << (s.dtype == DType::kBF16 ? 1 : 0)
             << ", " << (s.trans ? 1 : 0) << ">(" << s.name << " + " << s.at[0] << ", ";
         if (s.a_registers) {
           out << s.a << " + " << s.at[1];
         } else {
-          out << "ft_wgmma_desc(" << s.a << ", " << s.b << ", " << s.at[1] << "u, " << s.at[2] << "u)";
+          out << "ft_wgmma_desc(" << s.a << ", " << s.b << ", " << s.at[1] << "u, " << s.at[2] << "u" << swizzle << ")";
         }
-        out << ", ft_wgmma_desc(" << s.c << ", " << s.d << ", " << s.at[3] << "u, " << s.at[4] << "u));\n";
+        out << ", ft_wgmma_desc(" << s.c << ", " << s.d << ", " << s.at[3] << "u, " << s.at[4] << "u" << swizzle << "));\n";
         break;
+      }
       case Stmt::Kind::kWgmmaSync:
         if (s.a == "fence" && !s.b.empty()) out << pad << "ft_wgmma_hold_operand<" << local_count(k, s.b) << ">(" << s.b << ");\n";
         if (s.a == "fence") out << pad << "ft_wgmma_fence<" << local_count(k, s.name) << ">(" << s.name << ");\n";
@@ -449,6 +452,17 @@ void emit_block(std::ostringstream& out, const Kernel& k, const Block& b, int de
             << ", " << s.b << ");\n";
         break;
       case Stmt::Kind::kFence: out << pad << "__threadfence();\n"; break;
+      case Stmt::Kind::kMbarrier:
+        if (s.a == "init") out << pad << "ft_mbarrier_init(" << s.name << ", " << s.b << ", " << s.c << ");\n";
+        if (s.a == "fence") out << pad << "ft_mbarrier_init_fence();\n";
+        if (s.a == "arrive" && s.c.empty()) out << pad << "ft_mbarrier_arrive(" << s.name << ", " << s.b << ");\n";
+        if (s.a == "arrive" && !s.c.empty()) out << pad << "ft_mbarrier_arrive_expect_tx(" << s.name << ", " << s.b << ", " << s.c << ");\n";
+        if (s.a == "wait") out << pad << "ft_mbarrier_wait(" << s.name << ", " << s.b << ", " << s.c << ");\n";
+        break;
+      case Stmt::Kind::kTensorLoad:
+        out << pad << "ft_tma_load_" << std::count(s.c.begin(), s.c.end(), ',') + 1 << "d(" << s.name << ", " << s.a << ", " << s.b
+            << ", " << s.c << ", " << s.d << ", " << s.e << ");\n";
+        break;
       case Stmt::Kind::kExitUnless: out << pad << "if (!(" << s.a << ")) return;\n"; break;
       case Stmt::Kind::kPart:
         out << pad << "if (" << s.a << ") {\n";
@@ -468,6 +482,7 @@ void emit_block(std::ostringstream& out, const Kernel& k, const Block& b, int de
 
 std::string shared_ctype(DType t) {
   if (t == DType::kI64) return "long long";
+  if (t == DType::kU64) return "unsigned long long";  // mbarriers
   if (t == DType::kU32) return "unsigned int";
   return dtype_size(t) == 2 ? "unsigned short" : "float";
 }
@@ -486,6 +501,16 @@ std::string emit_kernel(const Kernel& k) {
     out << (i || !k.params.empty() ? ", " : "") << "FT_SCRATCH(" << storage_ctype(p.dtype) << ", " << p.elements;
     if (p.group_blocks > 0) out << ", " << p.first_block << ", " << p.group_blocks;  // counters: their groups of blocks
     out << ") " << p.name;
+  }
+  const auto extents = [](const std::vector<int64_t>& v) {
+    std::string t;
+    for (size_t i = 0; i < v.size(); ++i) t += (i ? "x" : "") + std::to_string(v[i]);
+    return t;
+  };
+  for (size_t i = 0; i < k.tensor_maps.size(); ++i) {
+    const TensorMap& m = k.tensor_maps[i];
+    out << (i || !k.params.empty() || !k.scratch.empty() ? ", " : "") << "FT_TENSOR_MAP(" << m.source << ", " << extents(m.dims)
+        << ", " << extents(m.strides) << ", " << extents(m.box) << ", " << m.swizzle << ") " << m.name;
   }
   out << ") {\n  FT_GRID_DEPENDENCY();\n  FT_SHARED_MEMORY;\n";
   for (const SharedAlloc& s : k.shared) {

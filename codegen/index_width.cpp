@@ -214,6 +214,20 @@ class Walker {
           range(s.c, "the index", s);
           range(s.d, "the byte count", s);
           break;
+        case Stmt::Kind::kMbarrier:
+          if (s.a != "fence") range(s.b, "the mbarrier's element", s);
+          if (!s.c.empty()) range(s.c, "the mbarrier's operand", s);
+          break;
+        case Stmt::Kind::kTensorLoad: {
+          range(s.a, "the shared index", s);
+          range(s.e, "the mbarrier's element", s);
+          for (size_t at = 0; at <= s.c.size();) {  // each coordinate: a 32-bit int on either side
+            const size_t comma = std::min(s.c.find(", ", at), s.c.size());
+            range(s.c.substr(at, comma - at), "a coordinate", s);
+            at = comma + 2;
+          }
+          break;
+        }
       }
     }
     if (!scoped) return;

@@ -55,7 +55,7 @@ class Renamer {
     for (const Stmt& s : block) {
       if (s.kind == Stmt::Kind::kComment) continue;
       Stmt r = s;
-      for (std::string* field : {&r.name, &r.a, &r.b, &r.c, &r.d}) *field = rename(*field);
+      for (std::string* field : {&r.name, &r.a, &r.b, &r.c, &r.d, &r.e}) *field = rename(*field);
       r.uniform = rename_all(s.uniform);
       r.body = rename_all(s.body);
       r.orelse = rename_all(s.orelse);

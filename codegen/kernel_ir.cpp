@@ -236,8 +236,9 @@ Stmt copy_async_wait(int groups) {
 }
 
 Stmt wgmma(std::string d, int64_t d_at, int n, std::string a, std::string a_at, int64_t a_lbo, int64_t a_sbo,
-           std::string b, std::string b_at, int64_t b_lbo, int64_t b_sbo, DType dtype, bool b_k_major) {
+           std::string b, std::string b_at, int64_t b_lbo, int64_t b_sbo, DType dtype, bool b_k_major, int swizzle) {
   check(dtype == DType::kF16 || dtype == DType::kBF16, "wgmma of ", dtype_name(dtype), " (needs float16 or bfloat16)");
+  check(swizzle == 0 || swizzle == 32 || swizzle == 64 || swizzle == 128, "wgmma operands swizzled in ", swizzle, "-byte spans");
   check(n >= 8 && n <= 256 && n % 8 == 0, "wgmma with N ", n, " (needs a multiple of 8 from 8 to 256)");
   Stmt s;
   s.kind = Stmt::Kind::kWgmma;
@@ -250,6 +251,7 @@ Stmt wgmma(std::string d, int64_t d_at, int n, std::string a, std::string a_at, 
   s.wgmma_n = n;
   s.dtype = dtype;
   s.trans = !b_k_major;
+  s.swizzle = swizzle;
   return s;
 }
 
@@ -283,6 +285,41 @@ Stmt wgmma_wait(std::string d, int groups) {
   return wgmma_sync("wait", std::move(d), groups);
 }
 Stmt proxy_fence() { return wgmma_sync("proxy"); }
+
+namespace {
+Stmt mbarrier_op(std::string op, std::string bar, std::string index, std::string operand) {
+  Stmt s = bare(Stmt::Kind::kMbarrier);
+  s.a = std::move(op);
+  s.name = std::move(bar);
+  s.b = std::move(index);
+  s.c = std::move(operand);
+  return s;
+}
+}  // namespace
+
+Stmt mbarrier_init(std::string bar, std::string index, int64_t count) {
+  check(count > 0 && count < (int64_t{1} << 20), "mbarrier.init of ", count, " arrivals (1 to 2^20 - 1)");
+  return mbarrier_op("init", std::move(bar), std::move(index), std::to_string(count));
+}
+Stmt mbarrier_init_fence() { return mbarrier_op("fence", "", "", ""); }
+Stmt mbarrier_arrive(std::string bar, std::string index, std::string tx_bytes) {
+  return mbarrier_op("arrive", std::move(bar), std::move(index), std::move(tx_bytes));
+}
+Stmt mbarrier_wait(std::string bar, std::string index, std::string parity) {
+  return mbarrier_op("wait", std::move(bar), std::move(index), std::move(parity));
+}
+Stmt tensor_load(std::string dst, std::string dst_index, std::string map, const std::vector<std::string>& coords, std::string bar,
+                 std::string bar_index) {
+  check(coords.size() >= 2 && coords.size() <= 3, "a tensor copy with ", coords.size(), " coordinates (2 or 3)");
+  Stmt s = bare(Stmt::Kind::kTensorLoad);
+  s.name = std::move(dst);
+  s.a = std::move(dst_index);
+  s.b = std::move(map);
+  for (size_t i = 0; i < coords.size(); ++i) s.c += (i ? ", " : "") + coords[i];
+  s.d = std::move(bar);
+  s.e = std::move(bar_index);
+  return s;
+}
 
 Stmt atomic(std::string buffer, std::string index, std::string value, std::string op, std::string old) {
   check(op == "add" || op == "exch", "atomic operation '", op, "' (needs add or exch)");
@@ -396,7 +433,7 @@ std::string line_text(const Stmt& s) {
     case Stmt::Kind::kWgmma:
       out << "wgmma.m64n" << s.wgmma_n << "k16." << dtype_name(s.dtype) << " " << s.name << "[" << (s.at.empty() ? -1 : s.at[0])
           << "] += " << s.a << "[" << (s.a_registers ? "registers " + std::to_string(s.at.size() > 1 ? s.at[1] : -1) : s.b)
-          << "] * " << s.c << "[" << s.d << "]" << (s.trans ? "" : " (B K-major)");
+          << "] * " << s.c << "[" << s.d << "]" << (s.trans ? "" : " (B K-major)") << (s.swizzle ? " (" + std::to_string(s.swizzle) + "-byte swizzle)" : "");
       break;
     case Stmt::Kind::kWgmmaSync:
       out << (s.a == "proxy" ? "fence.proxy.async" : "wgmma." + s.a) << (s.a == "wait" ? " " + std::to_string(s.groups) : "")
@@ -406,6 +443,11 @@ std::string line_text(const Stmt& s) {
       out << (s.d.empty() ? "" : "let unsigned " + s.d + " = ") << "atomic." << s.c << " " << s.name << "[" << s.a << "] " << s.b;
       break;
     case Stmt::Kind::kFence: out << "fence.gpu"; break;
+    case Stmt::Kind::kMbarrier:
+      out << "mbarrier." << s.a;
+      if (s.a != "fence") out << " " << s.name << "[" << s.b << "]" << (s.c.empty() ? "" : " " + s.c);
+      break;
+    case Stmt::Kind::kTensorLoad: out << s.name << "[" << s.a << " ..] = tensor " << s.b << " at (" << s.c << ") on " << s.d << "[" << s.e << "]"; break;
     case Stmt::Kind::kExitUnless: out << "exit unless " << s.a; break;
     case Stmt::Kind::kUniformFor:
       out << "for.uniform " << s.name << " in [" << s.a << ", " << s.b << ")"

@@ -96,6 +96,18 @@
 // the registers read NaN until the wait lands those values, and a store to a row a wgmma reads
 // before its wait is a hazard the executor reports (simt/hazards.h), so a missing wait shows;
 // wgmma.fence and the proxy fence order nothing the host's threads and barriers do not.
+// Tensor copies (TMA, sm_90+): `tensor_load` copies the box of a tensor map (Kernel::tensor_maps)
+// at block-chosen coordinates into a shared allocation of the source's element type (128-byte
+// aligned; under a swizzle its 16-byte units permuted by the shared address, as wgmma descriptors
+// of that swizzle read them), zero outside the tensor, and completes its bytes on an mbarrier: an
+// 8-byte object in a kU64 shared allocation that one thread initialises (`mbarrier_init` with the
+// arrivals a phase expects, then `mbarrier_init_fence` and a barrier before any other thread uses
+// it). A phase completes once its expected arrivals (`mbarrier_arrive`, with the transaction bytes
+// the phase's copies will complete) have come and those bytes have landed; `mbarrier_wait`
+// returns once the phase of the given parity has completed, and the copies that phase completed
+// are then visible to the waiting thread (to others after a barrier). Until a wait observes it,
+// a copy's destination holds no defined value; the host executor lands the bytes at that wait and
+// reports an access by a thread nothing orders after it (simt/hazards.h).
 // Blocks that cooperate (split-K: several blocks sum partial products of one tile): a kernel may
 // declare scratch buffers (Kernel::scratch), global memory the backend allocates zeroed with the
 // module and binds after the parameters; every launch leaves them zero again. A counter buffer
@@ -201,12 +213,17 @@ struct Stmt {
     kFence,       // __threadfence()
     kExitUnless,  // if (!(a)) return;  (block-uniform; placed like a barrier)
     kShuffle,     // name[at0] = a (a float expression) of the lane `lane ^ groups` of the warp (placed like a warp reduction)
+    kMbarrier,    // a: "init" (c: expected arrivals), "fence" (fence.mbarrier_init), "arrive" (c: transaction bytes expected, "":
+                  // none) or "wait" (c: the parity) on the mbarrier at element b of 64-bit shared allocation name
+    kTensorLoad,  // name[a ..] <- tensor map b's box at coordinates c ("c0, c1[, c2]", innermost first), completing on the
+                  // mbarrier at element e of shared allocation d
   };
   Kind kind = Kind::kComment;
   std::string name;
   std::string ctype;  // for kLet: kIndexType (index arithmetic), or a C type: "long long" (64-bit data), "float", "int"
   std::string a, b;
   std::string c, d;  // kCopyAsync: the global index and the bytes read; kVectorLoad: c, its guard ("": none)
+  std::string e;     // kTensorLoad: the mbarrier's element
   bool threads = false;  // kFor: distribute iterations over the block's threads
   Block body;
   Block orelse;
@@ -220,6 +237,7 @@ struct Stmt {
   int copy_bytes = 16;  // kCopyAsync: the bytes it lands (16, or 4: one float)
   int lanes = 0;       // kVectorStore: elements stored (2: a pair; 0: 16 bytes' worth)
   int wgmma_n = 0;     // kWgmma: N (8 to 256, a multiple of 8)
+  int swizzle = 0;     // kWgmma: the shared operands' swizzle span in bytes (128, 64, 32; 0: core matrices unswizzled)
   bool a_registers = false;  // kWgmma: A from 4 32-bit registers of thread-local `a` from at[1] (else shared)
   bool past_l1 = false;  // kVectorLoad: bypasses L1 (ld.global.cg), for what other blocks stored in this launch
   DType b_dtype = DType::kUndefined;  // kMma of 8-bit integers: B's type (kI8 or kU8; dtype is A's)
@@ -318,7 +336,7 @@ Stmt copy_async_wait(int groups);
 // b_at of `b` (N-major unless `b_k_major`, `b_lbo`/`b_sbo`: for either major LBO between core
 // matrices adjacent along K, SBO along N); both of `dtype` (kF16 or kBF16).
 Stmt wgmma(std::string d, int64_t d_at, int n, std::string a, std::string a_at, int64_t a_lbo, int64_t a_sbo,
-           std::string b, std::string b_at, int64_t b_lbo, int64_t b_sbo, DType dtype, bool b_k_major = false);
+           std::string b, std::string b_at, int64_t b_lbo, int64_t b_sbo, DType dtype, bool b_k_major = false, int swizzle = 0);
 // The same with A from registers: 4 32-bit registers from element a_at of thread-local `a`, each
 // warp of the warpgroup holding its 16 rows of A in mma.m16n8k16's A fragment layout (the PTX
 // ISA's register fragment of wgmma's A); the registers must not change until the wait.
@@ -338,6 +356,14 @@ Stmt wgmma_fence(std::string d, std::string operand = "");
 Stmt wgmma_commit();
 Stmt wgmma_wait(std::string d, int groups);
 Stmt proxy_fence();
+// mbarriers and tensor copies (TMA; sm_90+): see the header comment. `bar` is a 64-bit (kU64)
+// shared allocation, `index` an element of it.
+Stmt mbarrier_init(std::string bar, std::string index, int64_t count);
+Stmt mbarrier_init_fence();
+Stmt mbarrier_arrive(std::string bar, std::string index, std::string tx_bytes = "");
+Stmt mbarrier_wait(std::string bar, std::string index, std::string parity);
+Stmt tensor_load(std::string dst, std::string dst_index, std::string map, const std::vector<std::string>& coords, std::string bar,
+                 std::string bar_index);
 // atomicAdd (`op` "add") or atomicExch ("exch") of `value` on element `index` of 32-bit unsigned
 // global buffer `buffer` (a scratch buffer); the old value into new local `old` (unsigned) unless
 // empty.
@@ -348,6 +374,17 @@ Stmt fence();
 Stmt exit_unless(std::string cond);
 // The expression a warp reduction with `op` combines its own value x and its partner's y with.
 std::string warp_combine(const std::string& op, const std::string& x, const std::string& y);
+
+// A TMA tensor map (core/kernel_text.h's TensorMapSpec over parameter `source`: dimensions
+// innermost first, byte strides of the outer ones, the box a copy moves, the swizzle span in
+// bytes), a kernel parameter after the scratch buffers that the backend encodes for each launch
+// from the source's address (the host executor builds its own from the same spec).
+struct TensorMap {
+  std::string name;
+  std::string source;
+  std::vector<int64_t> dims, strides, box;
+  int swizzle = 0;
+};
 
 struct Kernel {
   std::string name;
@@ -367,6 +404,7 @@ struct Kernel {
   // Zeroed global buffers bound after the parameters, allocated with the module by the backend
   // and left zero by every launch (see the header comment: cooperating blocks); `output` set.
   std::vector<Param> scratch;
+  std::vector<TensorMap> tensor_maps;
   // Set (planner::LibraryCall JSON): not generated code but a vendor-library call with these
   // parameters; the body is empty, the emitters print nothing for it, and backends run the call
   // (cuBLASLt on the GPU, an equivalent host GEMM on the host).

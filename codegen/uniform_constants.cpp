@@ -188,6 +188,7 @@ FoldResult fold_uniform_constants(Kernel& k, const std::vector<int64_t>& blocks,
       count_names(s.b, 1);
       count_names(s.c, 1);
       count_names(s.d, 1);
+      count_names(s.e, 1);
       if (s.kind == Stmt::Kind::kAssign) count_names(s.name, 1);
       count_block(s.body);
       count_block(s.orelse);

@@ -57,6 +57,7 @@ void identifiers(const Stmt& s, std::set<std::string>& out) {
   identifiers(s.b, out);
   identifiers(s.c, out);
   identifiers(s.d, out);
+  identifiers(s.e, out);
   identifiers(s.body, out);
   identifiers(s.orelse, out);
   identifiers(s.uniform, out);
@@ -121,8 +122,28 @@ class Verifier {
       covered = end;
     }
     check(k_.scratch.empty() || !ranges.empty(), "kernel '", k_.name, "': scratch buffers and no counter buffer of cooperating blocks");
+    for (const TensorMap& m : k_.tensor_maps) {
+      declare(m.name, "tensor map");
+      const Param* p = nullptr;
+      for (const Param& q : k_.params) p = q.name == m.source ? &q : p;
+      check(p != nullptr, "kernel '", k_.name, "': tensor map '", m.name, "' maps '", m.source, "', which is no parameter");
+      const int64_t eb = static_cast<int64_t>(dtype_size(p->dtype));
+      bool ok = !m.dims.empty() && m.dims.size() <= 5 && m.box.size() == m.dims.size() && m.strides.size() + 1 == m.dims.size() &&
+                (m.swizzle == 0 || m.swizzle == 32 || m.swizzle == 64 || m.swizzle == 128) && m.box[0] * eb % 16 == 0 &&
+                (m.swizzle == 0 || m.box[0] * eb <= m.swizzle);
+      for (size_t d = 0; d < m.dims.size() && ok; ++d) ok = m.dims[d] > 0 && m.box[d] > 0 && m.box[d] <= 256;
+      for (const int64_t st : m.strides) ok = ok && st > 0 && st % 16 == 0;
+      check(ok, "kernel '", k_.name, "': tensor map '", m.name, "' is not one cuTensorMapEncodeTiled takes (core/kernel_text.h)");
+    }
     for (const SharedAlloc& a : k_.shared) declare(a.name, "shared allocation");
     for (const ThreadLocal& t : k_.thread_locals) declare(t.name, "thread-local");
+  }
+
+  const TensorMap* tensor_map(const std::string& name) const {
+    for (const TensorMap& m : k_.tensor_maps) {
+      if (m.name == name) return &m;
+    }
+    return nullptr;
   }
 
   const ThreadLocal* local(const std::string& name) const {
@@ -260,6 +281,28 @@ class Verifier {
         if ((s.a == "fence" || s.a == "wait") && local(s.name) == nullptr) fail_at(s, "wgmma ", s.a, " of '", s.name, "', which is not a thread-local");
         if (s.a == "fence" && !s.b.empty()) fragment(s, "wgmma fence's A operand", s.b, 0, 1, DType::kU32);
         break;
+      case Stmt::Kind::kMbarrier: {
+        if (s.a != "init" && s.a != "fence" && s.a != "arrive" && s.a != "wait") fail_at(s, "mbarrier operation '", s.a, "'");
+        if (s.a == "fence") break;
+        const SharedAlloc* a = shared(s.name);
+        if (a == nullptr || a->dtype != DType::kU64) fail_at(s, "mbarrier '", s.name, "' is not a 64-bit shared allocation");
+        if ((s.a == "init" || s.a == "wait") && s.c.empty()) fail_at(s, "mbarrier ", s.a, " without its ", s.a == "init" ? "count" : "parity");
+        break;
+      }
+      case Stmt::Kind::kTensorLoad: {
+        const TensorMap* m = tensor_map(s.b);
+        if (m == nullptr) fail_at(s, "a tensor copy through '", s.b, "', which is no tensor map");
+        const size_t coords = static_cast<size_t>(std::count(s.c.begin(), s.c.end(), ',')) + 1;
+        if (coords != m->dims.size()) fail_at(s, "a tensor copy with ", coords, " coordinates through a map of ", m->dims.size(), " dimensions");
+        const SharedAlloc* a = shared(s.name);
+        const Param* p = param(m->source);
+        if (a == nullptr || dtype_size(a->dtype) != dtype_size(p->dtype)) {
+          fail_at(s, "a tensor copy into '", s.name, "', which is not a shared allocation of ", dtype_name(p->dtype), "'s size");
+        }
+        const SharedAlloc* bar = shared(s.d);
+        if (bar == nullptr || bar->dtype != DType::kU64) fail_at(s, "a tensor copy completing on '", s.d, "', which is not a 64-bit shared allocation");
+        break;
+      }
       case Stmt::Kind::kCopyAsync: {
         const SharedAlloc* a = shared(s.name);
         if (a == nullptr) fail_at(s, "cp.async into '", s.name, "', which is not a shared allocation");
