@@ -1,7 +1,6 @@
 #include "codegen/emit.h"
 
 #include <set>
-#include <algorithm>
 #include <sstream>
 #include <utility>
 
@@ -460,7 +459,7 @@ void emit_block(std::ostringstream& out, const Kernel& k, const Block& b, int de
         if (s.a == "wait") out << pad << "ft_mbarrier_wait(" << s.name << ", " << s.b << ", " << s.c << ");\n";
         break;
       case Stmt::Kind::kTensorLoad:
-        out << pad << "ft_tma_load_" << std::count(s.c.begin(), s.c.end(), ',') + 1 << "d(" << s.name << ", " << s.a << ", " << s.b
+        out << pad << "ft_tma_load_" << tensor_coords(s).size() << "d(" << s.name << ", " << s.a << ", " << s.b
             << ", " << s.c << ", " << s.d << ", " << s.e << ");\n";
         break;
       case Stmt::Kind::kExitUnless: out << pad << "if (!(" << s.a << ")) return;\n"; break;

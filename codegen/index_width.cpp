@@ -221,11 +221,7 @@ class Walker {
         case Stmt::Kind::kTensorLoad: {
           range(s.a, "the shared index", s);
           range(s.e, "the mbarrier's element", s);
-          for (size_t at = 0; at <= s.c.size();) {  // each coordinate: a 32-bit int on either side
-            const size_t comma = std::min(s.c.find(", ", at), s.c.size());
-            range(s.c.substr(at, comma - at), "a coordinate", s);
-            at = comma + 2;
-          }
+          for (const std::string& c : tensor_coords(s)) range(c, "a coordinate", s);  // a 32-bit int on either side
           break;
         }
       }

@@ -74,6 +74,7 @@ std::string canonical_text(const Kernel& k) {
   Renamer r;
   for (const Param& p : k.params) r.declare(p.name);
   for (const Param& p : k.scratch) r.declare(p.name);
+  for (const TensorMap& m : k.tensor_maps) r.declare(m.name);
   for (const SharedAlloc& s : k.shared) r.declare(s.name);
   for (const ThreadLocal& t : k.thread_locals) r.declare(t.name);
   r.declare_all(k.uniform);
@@ -82,6 +83,10 @@ std::string canonical_text(const Kernel& k) {
   c.name.clear();
   for (Param& p : c.params) p.name = r.rename(p.name);
   for (Param& p : c.scratch) p.name = r.rename(p.name);
+  for (TensorMap& m : c.tensor_maps) {
+    m.name = r.rename(m.name);
+    m.source = r.rename(m.source);
+  }
   for (SharedAlloc& s : c.shared) s.name = r.rename(s.name);
   for (ThreadLocal& t : c.thread_locals) t.name = r.rename(t.name);
   c.uniform = r.rename_all(k.uniform);

@@ -321,6 +321,22 @@ Stmt tensor_load(std::string dst, std::string dst_index, std::string map, const 
   return s;
 }
 
+std::vector<std::string> tensor_coords(const Stmt& s) {
+  std::vector<std::string> out(1);
+  int depth = 0;
+  for (size_t i = 0; i < s.c.size(); ++i) {
+    const char ch = s.c[i];
+    depth += ch == '(' ? 1 : ch == ')' ? -1 : 0;
+    if (ch == ',' && depth == 0) {
+      out.emplace_back();
+      if (i + 1 < s.c.size() && s.c[i + 1] == ' ') ++i;
+      continue;
+    }
+    out.back() += ch;
+  }
+  return out;
+}
+
 Stmt atomic(std::string buffer, std::string index, std::string value, std::string op, std::string old) {
   check(op == "add" || op == "exch", "atomic operation '", op, "' (needs add or exch)");
   Stmt s = bare(Stmt::Kind::kAtomic);

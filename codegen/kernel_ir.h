@@ -364,6 +364,8 @@ Stmt mbarrier_arrive(std::string bar, std::string index, std::string tx_bytes = 
 Stmt mbarrier_wait(std::string bar, std::string index, std::string parity);
 Stmt tensor_load(std::string dst, std::string dst_index, std::string map, const std::vector<std::string>& coords, std::string bar,
                  std::string bar_index);
+// A tensor_load's coordinates (its c, split at its top-level commas).
+std::vector<std::string> tensor_coords(const Stmt& s);
 // atomicAdd (`op` "add") or atomicExch ("exch") of `value` on element `index` of 32-bit unsigned
 // global buffer `buffer` (a scratch buffer); the old value into new local `old` (unsigned) unless
 // empty.

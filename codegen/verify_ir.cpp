@@ -130,7 +130,7 @@ class Verifier {
       const int64_t eb = static_cast<int64_t>(dtype_size(p->dtype));
       bool ok = !m.dims.empty() && m.dims.size() <= 5 && m.box.size() == m.dims.size() && m.strides.size() + 1 == m.dims.size() &&
                 (m.swizzle == 0 || m.swizzle == 32 || m.swizzle == 64 || m.swizzle == 128) && m.box[0] * eb % 16 == 0 &&
-                (m.swizzle == 0 || m.box[0] * eb <= m.swizzle);
+                (m.swizzle == 0 || m.box[0] * eb == m.swizzle);
       for (size_t d = 0; d < m.dims.size() && ok; ++d) ok = m.dims[d] > 0 && m.box[d] > 0 && m.box[d] <= 256;
       for (const int64_t st : m.strides) ok = ok && st > 0 && st % 16 == 0;
       check(ok, "kernel '", k_.name, "': tensor map '", m.name, "' is not one cuTensorMapEncodeTiled takes (core/kernel_text.h)");
@@ -292,7 +292,7 @@ class Verifier {
       case Stmt::Kind::kTensorLoad: {
         const TensorMap* m = tensor_map(s.b);
         if (m == nullptr) fail_at(s, "a tensor copy through '", s.b, "', which is no tensor map");
-        const size_t coords = static_cast<size_t>(std::count(s.c.begin(), s.c.end(), ',')) + 1;
+        const size_t coords = tensor_coords(s).size();
         if (coords != m->dims.size()) fail_at(s, "a tensor copy with ", coords, " coordinates through a map of ", m->dims.size(), " dimensions");
         const SharedAlloc* a = shared(s.name);
         const Param* p = param(m->source);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <regex>
 
 #include "core/error.h"
@@ -20,13 +21,15 @@ int ctype_bytes(const std::string& t) {
   return it->second;
 }
 
-// "64x72" as {64, 72}; "" as {}.
-std::vector<int64_t> extents(const std::string& text) {
+// "64x72" as {64, 72}; "" as {}; nullopt for a list with an empty entry ("64x") or one too long.
+std::optional<std::vector<int64_t>> extents(const std::string& text) {
   std::vector<int64_t> out;
   for (size_t at = 0; at < text.size();) {
     const size_t x = std::min(text.find('x', at), text.size());
+    if (x == at || x - at > 15) return std::nullopt;
     out.push_back(std::stoll(text.substr(at, x - at)));
     at = x + 1;
+    if (at == text.size()) return std::nullopt;  // a trailing 'x'
   }
   return out;
 }
@@ -41,9 +44,11 @@ TensorMapSpec tensor_map(const std::string& kernel, const std::string& param, co
   }
   const auto bad = [&](const std::string& why) { return "kernel text: kernel '" + kernel + "' tensor map '" + param + "': " + why; };
   check(t.source >= 0, bad("maps '" + std::string(m[1]) + "', which is no FT_GLOBAL parameter before it"));
-  t.dims = extents(m[2]);
-  t.strides = extents(m[3]);
-  t.box = extents(m[4]);
+  const auto dims = extents(m[2]), strides = extents(m[3]), box = extents(m[4]);
+  check(dims && strides && box, bad("an extent list with an empty entry"));
+  t.dims = *dims;
+  t.strides = *strides;
+  t.box = *box;
   t.swizzle = std::stoi(m[5]);
   const int64_t eb = before[static_cast<size_t>(t.source)].element_bytes;
   check(!t.dims.empty() && t.dims.size() <= 5 && t.box.size() == t.dims.size() && t.strides.size() + 1 == t.dims.size(),
@@ -55,8 +60,11 @@ TensorMapSpec tensor_map(const std::string& kernel, const std::string& param, co
   for (const int64_t s : t.strides) check(s > 0 && s % 16 == 0 && s < (int64_t{1} << 40), bad("a stride of " + std::to_string(s) + " bytes (a multiple of 16)"));
   check(t.box[0] * eb % 16 == 0, bad("an innermost box of " + std::to_string(t.box[0] * eb) + " bytes (a multiple of 16)"));
   check(t.swizzle == 0 || t.swizzle == 32 || t.swizzle == 64 || t.swizzle == 128, bad("a swizzle of " + std::to_string(t.swizzle) + " bytes"));
-  check(t.swizzle == 0 || t.box[0] * eb <= t.swizzle,
-        bad("an innermost box of " + std::to_string(t.box[0] * eb) + " bytes wider than its " + std::to_string(t.swizzle) + "-byte swizzle"));
+  // Swizzled, a box row is one span: each row's 16-byte units stay in its own bytes (a narrower row
+  // would send units past the box).
+  check(t.swizzle == 0 || t.box[0] * eb == t.swizzle,
+        bad("an innermost box of " + std::to_string(t.box[0] * eb) + " bytes under a " + std::to_string(t.swizzle) +
+            "-byte swizzle (one span a row)"));
   return t;
 }
 
@@ -86,6 +94,8 @@ std::vector<KernelSignature> kernel_signatures(const std::string& cuda_source) {
         if (!param.empty() && std::regex_match(param, m, scratch_re)) {
           k.params.push_back({m[6], m[1], ctype_bytes(m[1]), true, std::stoll(m[2]), m[3].matched ? std::stoll(m[4]) : 0,
                               m[3].matched ? std::stoll(m[5]) : 0, {}});
+        } else if (!param.empty() && !k.params.empty() && k.params.back().tensor_map.source >= 0 && !std::regex_match(param, m, map_re)) {
+          fail("kernel text: kernel '", k.name, "' has parameter '", param, "' after a tensor map (tensor maps come last)");
         } else if (!param.empty() && std::regex_match(param, m, map_re)) {
           KernelParam t{m[6], "ft_tensor_map", 128, false, 0, 0, 0, {}};
           t.tensor_map = tensor_map(k.name, m[6], m, k.params);

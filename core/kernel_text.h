@@ -24,8 +24,9 @@ namespace fusetune {
 // them. Dimensions innermost first: `dims` elements each, `strides` bytes between consecutive
 // indices of dimensions 1 on (multiples of 16), `box` elements a tile copies (1 to 256 each, the
 // innermost a multiple of 16 bytes), `swizzle` the bytes of a swizzle span (0: none, 32, 64 or
-// 128; the innermost box at most that many bytes). Elements outside `dims` read as zero. The
+// 128; the innermost box exactly that many bytes). Elements outside `dims` read as zero. The
 // text spells each list with 'x' between entries: FT_TENSOR_MAP(a, 64x72, 128, 64x8, 128) tm_a.
+// Tensor maps come after every other parameter (the launchers bind them after the scratch).
 struct TensorMapSpec {
   int source = -1;  // the parameter it maps (an FT_GLOBAL before it)
   std::vector<int64_t> dims, strides, box;

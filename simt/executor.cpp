@@ -173,7 +173,8 @@ struct Mbarrier {
   uint32_t slot = 0;                // phase tokens name it by this (hazards.h phase_token)
   uint32_t expected = 0, pending = 0;
   int64_t tx = 0;                   // transaction bytes expected and not yet landed
-  uint32_t phase = 0;               // phases completed
+  uint32_t phase = 0;               // phases completed since its init
+  uint32_t base = 0;                // phases its earlier inits completed: tokens count on from them
   int init_thread = 0;
   uint32_t init_epoch = 0;
   bool reported = false;
@@ -517,8 +518,12 @@ struct Worker {
   // thread arrived and every expected byte landed, and releases its waiters.
   void land_tensor_copies(Fiber& f, Mbarrier& m, uint32_t through_phase);
   void complete_phase_if_done(uint64_t offset, Mbarrier& m);
-  // At the block's end: copies no wait observed land (their bytes, unchecked), and are reported.
+  // At the block's end: copies no wait observed land (their bytes, unchecked, their locations no
+  // longer in flight), and are reported.
   void land_unobserved_tensor_copies();
+  // Lands the copies of `m` no wait observed (as land_unobserved_tensor_copies); returns how many,
+  // and the site of the first in *site.
+  size_t drop_tensor_copies(Mbarrier& m, const void** site);
   // The thread's wgmma reads of groups up to `done` end: their locations may be written again.
   // Returns how many ended.
   size_t end_wgmma_reads(Fiber& f, uint64_t done);
@@ -991,7 +996,7 @@ void api_wgmma_wait(int groups, int line) {
 
 void Worker::land_tensor_copies(Fiber& f, Mbarrier& m, uint32_t through_phase) {
   for (auto it = m.unobserved.begin(); it != m.unobserved.end() && it->first <= through_phase;) {
-    const uint32_t token = phase_token(m.slot, it->first);
+    const uint32_t token = phase_token(m.slot, m.base + it->first);
     for (const TensorCopy& c : it->second) {
       const Fiber& issuer = fibers[static_cast<size_t>(c.thread)];
       const Access a = access_of(*this, issuer, c.site);
@@ -1021,19 +1026,32 @@ void Worker::complete_phase_if_done(uint64_t offset, Mbarrier& m) {
   release(waiting);
 }
 
-void Worker::land_unobserved_tensor_copies() {
+size_t Worker::drop_tensor_copies(Mbarrier& m, const void** site) {
   size_t left = 0;
-  const void* site = nullptr;
-  for (auto& [offset, m] : mbarriers) {
-    m.unobserved[m.phase] = std::move(m.open);
-    for (const auto& [phase, copies] : m.unobserved) {
-      for (const TensorCopy& c : copies) {
-        ++left;
-        site = site == nullptr ? c.site : site;
-        for (size_t chunk = 0; chunk < c.bytes.size(); chunk += 16) std::memcpy(smem + swizzled(c.offset + chunk, c.swizzle), c.bytes.data() + chunk, 16);
+  m.unobserved[m.phase] = std::move(m.open);
+  m.open.clear();
+  for (const auto& [phase, copies] : m.unobserved) {
+    for (const TensorCopy& c : copies) {
+      ++left;
+      *site = *site == nullptr ? c.site : *site;
+      for (size_t chunk = 0; chunk < c.bytes.size(); chunk += 16) {
+        const uint64_t at = swizzled(c.offset + chunk, c.swizzle);
+        std::memcpy(smem + at, c.bytes.data() + chunk, 16);
+        for (uint64_t g = at / kShadowGranule; checking && g < (at + 16) / kShadowGranule && g < shared_cells.size(); ++g) {
+          shared_cells[g].a_thread = -1;  // no longer in flight (for the next block on these cells too)
+          shared_cells[g].a_tensor = false;
+        }
       }
     }
   }
+  m.unobserved.clear();
+  return left;
+}
+
+void Worker::land_unobserved_tensor_copies() {
+  size_t left = 0;
+  const void* site = nullptr;
+  for (auto& [offset, m] : mbarriers) left += drop_tensor_copies(m, &site);
   if (left > 0) {
     find(Check::kSync, "tensor copies never waited for", "", -1, "block " + std::to_string(block), site, nullptr,
          std::to_string(left) + " copies no mbarrier wait observed");
@@ -1086,9 +1104,28 @@ void api_mbarrier_init(const ft_simt_buffer* b, long long index, unsigned count)
            w.who(f.thread), site, nullptr, "1 to 2^20 - 1");
     return;
   }
-  Mbarrier& m = w.mbarriers[static_cast<uint64_t>(addr - w.smem)];
+  const uint64_t offset = static_cast<uint64_t>(addr - w.smem);
+  const auto it = w.mbarriers.find(offset);
+  uint32_t slot = 0, base = 0;
+  if (it != w.mbarriers.end()) {  // again: the same slot, its tokens counting on
+    const void* first = nullptr;
+    if (const size_t dropped = w.drop_tensor_copies(it->second, &first); dropped > 0) {
+      w.find(Check::kSync, "mbarrier.init of an mbarrier whose tensor copies no wait observed", buffer_label(b), index, w.who(f.thread),
+             site, first, std::to_string(dropped) + " copies dropped");
+    }
+    slot = it->second.slot;
+    base = it->second.base + it->second.phase + 1;
+  } else if (w.next_mbarrier_slot >= 254) {
+    w.find(Check::kSync, "more mbarriers in one block than the executor tracks", buffer_label(b), index, w.who(f.thread), site, nullptr,
+           "254 at most");
+    return;
+  } else {
+    slot = w.next_mbarrier_slot++;
+  }
+  Mbarrier& m = w.mbarriers[offset];
   m = Mbarrier{};
-  m.slot = w.next_mbarrier_slot++;
+  m.slot = slot;
+  m.base = base;
   m.expected = m.pending = count;
   m.init_thread = f.thread;
   m.init_epoch = w.epoch;
@@ -1132,7 +1169,7 @@ void api_mbarrier_wait(const ft_simt_buffer* b, long long index, unsigned parity
     }
   }
   if (f.seen.size() <= m->slot) f.seen.resize(m->slot + 1, 0);
-  f.seen[m->slot] = std::max(f.seen[m->slot], m->phase);
+  f.seen[m->slot] = std::max(f.seen[m->slot], m->base + m->phase);
   f.wait_line = line;
   if (m->phase > 0) w.land_tensor_copies(f, *m, m->phase - 1);
 }

@@ -466,7 +466,7 @@ TEST(SimtAsyncCopy, AMissingWaitOrBarrierIsReported) {
 // the copy and the threads' reads, which undo the swizzle (16-byte unit u of row r at u ^ r % 8)
 // and write the box row-major to out.
 std::string tensor_copy(const std::string& wait, int expect = 1024) {
-  std::string text = R"(extern "C" __global__ void __launch_bounds__(128) k(FT_GLOBAL(const unsigned short) x, FT_TENSOR_MAP(x, 80x72, 160, 64x8, 128) tm, FT_GLOBAL(unsigned short) out) {
+  std::string text = R"(extern "C" __global__ void __launch_bounds__(128) k(FT_GLOBAL(const unsigned short) x, FT_GLOBAL(unsigned short) out, FT_TENSOR_MAP(x, 80x72, 160, 64x8, 128) tm) {
   FT_SHARED_MEMORY;
   FT_SHARED(unsigned short, s, 0, 512);
   FT_SHARED(unsigned long long, bar, 1024, 1);
@@ -492,12 +492,12 @@ WAIT
   return text;
 }
 
-Ran16 run_tensor_copy(const std::string& text, simt::Options options = {}) {
+Ran16 run_tensor_copy(const std::string& text, simt::Options options = {}, int64_t grid = 1) {
   simt::Module m(cuda(text));
   std::vector<uint16_t> x(72 * 80), out(512, 0xffff);
   std::iota(x.begin(), x.end(), uint16_t{1});
   Ran16 r;
-  r.result = simt::launch(m.kernel("k"), {x.data(), nullptr, out.data()}, {x.size() * 2, 0, out.size() * 2}, {1, 128, 1032}, options);
+  r.result = simt::launch(m.kernel("k"), {x.data(), out.data(), nullptr}, {x.size() * 2, out.size() * 2, 0}, {grid, 128, 1032}, options);
   r.out = out;
   return r;
 }
@@ -515,12 +515,29 @@ TEST(SimtTensorCopy, ABoxLandsSwizzledWithZerosOutsideWhereAWaitObservesItsPhase
   const std::vector<KernelSignature> sig = kernel_signatures(tensor_copy(""));
   ASSERT_EQ(sig.size(), 1u);
   ASSERT_EQ(sig[0].params.size(), 3u);
-  const TensorMapSpec& map = sig[0].params[1].tensor_map;
+  const TensorMapSpec& map = sig[0].params[2].tensor_map;
   EXPECT_EQ(map.source, 0);
   EXPECT_EQ(map.dims, (std::vector<int64_t>{80, 72}));
   EXPECT_EQ(map.strides, (std::vector<int64_t>{160}));
   EXPECT_EQ(map.box, (std::vector<int64_t>{64, 8}));
   EXPECT_EQ(map.swizzle, 128);
+  // What the driver would refuse, or the launchers would bind wrongly, is refused by name.
+  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+           {"64x8, 128) tm", "32x8, 128) tm"},    // a swizzled box row narrower than its span
+           {"80x72, 160,", "80x72, 150,"},        // a stride not a multiple of 16 bytes
+           {"80x72, 160,", "80x, 160,"},          // an empty extent
+           {"FT_TENSOR_MAP(x,", "FT_TENSOR_MAP(y,"}}) {  // no such parameter
+    std::string bad = tensor_copy("");
+    bad.replace(bad.find(from), from.size(), to);
+    EXPECT_THROW(kernel_signatures(bad), Error) << to;
+  }
+  {
+    std::string early = tensor_copy("");  // a map before another parameter
+    early.replace(early.find("FT_GLOBAL(unsigned short) out, FT_TENSOR_MAP(x, 80x72, 160, 64x8, 128) tm"),
+                  std::string("FT_GLOBAL(unsigned short) out, FT_TENSOR_MAP(x, 80x72, 160, 64x8, 128) tm").size(),
+                  "FT_TENSOR_MAP(x, 80x72, 160, 64x8, 128) tm, FT_GLOBAL(unsigned short) out");
+    EXPECT_THROW(kernel_signatures(early), Error);
+  }
   if (!backend::nvrtc_available()) {
     std::printf("NOTE: NVRTC not available; the tensor copy's CUDA text is not compiled\n");
     return;
@@ -544,8 +561,10 @@ TEST(SimtTensorCopy, AMissingOrPartialWaitIsReported) {
   // nothing orders for them.
   const Ran16 one = run_tensor_copy(tensor_copy("  if (t == 0) ft_mbarrier_wait(bar, 0, 0);"));
   EXPECT_NE(all(one.result).find("racecheck: kernel k: read-after-write hazard on shared 's'"), std::string::npos) << all(one.result);
-  // The wrong parity returns at once (the phase before the first): nothing observed.
+  // The wrong parity waits for a phase nobody completes (the copy completed phase 0 before the
+  // waits): a deadlock, after which the reads find the copy never observed.
   const Ran16 parity = run_tensor_copy(tensor_copy("  ft_mbarrier_wait(bar, 0, 1);"));
+  EXPECT_NE(all(parity.result).find("synccheck: kernel k: deadlock"), std::string::npos) << all(parity.result);
   EXPECT_NE(all(parity.result).find("tensor copy (TMA) is still copying into"), std::string::npos) << all(parity.result);
   // More bytes expected than copied: the phase never completes, a deadlock, reported.
   const Ran16 short_copy = run_tensor_copy(tensor_copy("  ft_mbarrier_wait(bar, 0, 0);", 2048));
@@ -556,6 +575,22 @@ TEST(SimtTensorCopy, AMissingOrPartialWaitIsReported) {
   skip.skip_waits = {simt_line_of(tensor_copy("  ft_mbarrier_wait(bar, 0, 0);"), "ft_mbarrier_wait(bar, 0, 0);")};
   const Ran16 skipped = run_tensor_copy(tensor_copy("  ft_mbarrier_wait(bar, 0, 0);"), skip);
   EXPECT_NE(all(skipped.result).find("tensor copies never waited for"), std::string::npos) << all(skipped.result);
+  // A block whose copy no wait observed leaves nothing in flight for the next block on the same
+  // worker (block 1 waits and reads cleanly); the block-1 stores race with block 0's on out, which
+  // is not what is looked for here.
+  simt::Options one_worker;
+  one_worker.workers = 1;
+  const Ran16 next = run_tensor_copy(tensor_copy("  if (blockIdx.x == 1) ft_mbarrier_wait(bar, 0, 0);"), one_worker, 2);
+  for (const std::string& f : next.result.findings) {
+    EXPECT_FALSE(f.find("still copying into") != std::string::npos && f.find("of block 1") != std::string::npos) << f;
+  }
+  // An mbarrier initialised again and again (300 times, past any count of slots) orders each
+  // round's copy for its own waiters only: no finding.
+  std::string rounds = tensor_copy("  ft_mbarrier_wait(bar, 0, 0);");
+  rounds.replace(rounds.find("  if (t == 0) {\n    ft_mbarrier_init"), 0, "  for (int round = 0; round < 300; ++round) {\n");
+  rounds.replace(rounds.rfind("}\n"), 2, "  __syncthreads();\n  }\n}\n");
+  const Ran16 again = run_tensor_copy(rounds);
+  EXPECT_EQ(again.result.finding_count, 0u) << all(again.result);
   // The init not ordered before another thread's use: thread 1 waits in the init's interval.
   std::string early = tensor_copy("  ft_mbarrier_wait(bar, 0, 0);");
   early.replace(early.find("  __syncthreads();\n  if (t == 0) {\n    ft_mbarrier_arrive"), 19, "");

@@ -18,6 +18,7 @@
 #include "backend/verify.h"
 #include "backend/nvrtc.h"
 #include "codegen/emit.h"
+#include "codegen/kernel_identity.h"
 #include "codegen/lower_group.h"
 #include "codegen/verify_ir.h"
 #include "core/dtype.h"
@@ -179,7 +180,7 @@ TEST(WgmmaEmulation, OneWgmmaEqualsADirectProduct) {
 std::string swizzled_wgmma(int swizzle_in_descriptors) {
   const std::string sw = std::to_string(swizzle_in_descriptors);
   return emit_cuda({one_wgmma_kernel(DType::kF16, 128, 256)}) + R"(
-extern "C" __global__ void __launch_bounds__(128) k(FT_GLOBAL(const unsigned short) a, FT_GLOBAL(const unsigned short) b, FT_TENSOR_MAP(a, 64x64, 128, 64x64, 128) ta, FT_TENSOR_MAP(b, 128x64, 256, 64x64, 128) tb, FT_GLOBAL(float) d) {
+extern "C" __global__ void __launch_bounds__(128) k(FT_GLOBAL(const unsigned short) a, FT_GLOBAL(const unsigned short) b, FT_GLOBAL(float) d, FT_TENSOR_MAP(a, 64x64, 128, 64x64, 128) ta, FT_TENSOR_MAP(b, 128x64, 256, 64x64, 128) tb) {
   FT_SHARED_MEMORY;
   FT_SHARED(unsigned short, sa, 0, 4096);
   FT_SHARED(unsigned short, sb, 8192, 8192);
@@ -227,8 +228,8 @@ TEST(WgmmaEmulation, SwizzledOperandsFromTensorCopiesEqualADirectProduct) {
     text.replace(text.find(", SW)"), 5, ", " + std::to_string(swizzle) + ")");
     simt::Module m(text);
     std::vector<float> d(64 * 128, -1.0f);
-    const simt::LaunchResult r = simt::launch(m.kernel("k"), {a.data(), b.data(), nullptr, nullptr, d.data()},
-                                              {a.size() * 2, b.size() * 2, 0, 0, d.size() * 4}, {1, 128, 24584}, {});
+    const simt::LaunchResult r = simt::launch(m.kernel("k"), {a.data(), b.data(), d.data(), nullptr, nullptr},
+                                              {a.size() * 2, b.size() * 2, d.size() * 4, 0, 0}, {1, 128, 24584}, {});
     std::string findings;
     for (const std::string& f : r.findings) findings += f + "\n";
     if (swizzle == 128) {
@@ -333,6 +334,12 @@ TEST(WgmmaEmulation, TensorCopiesAndSwizzledOperandsThroughTheIr) {
   Kernel bad = k;
   bad.tensor_maps[0].box[0] = 128;  // 256 bytes inside a 128-byte swizzle
   EXPECT_THROW(verify_ir(bad), Error);
+  // A kernel's identity follows the parameters its maps map, whatever they are called.
+  Kernel renamed = k, swapped = k;
+  renamed.params[0].name = renamed.tensor_maps[0].source = "x";
+  swapped.tensor_maps[0].source = "b";
+  EXPECT_EQ(canonical_text(renamed), canonical_text(k));
+  EXPECT_NE(canonical_text(swapped), canonical_text(k));
   if (!backend::nvrtc_available()) {
     std::printf("NOTE: NVRTC not available in this build; the TMA kernel's CUDA is not compiled\n");
     return;
