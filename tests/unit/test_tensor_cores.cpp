@@ -812,6 +812,36 @@ TEST(RegisterEpilogue, AGatedPairsHalvesComeFromOneLanesRegisters) {
   }
 }
 
+// Deletes the first, middle and last warp shuffle of `lk` in turn: each must give a wrong result on
+// the host (its exchange sends values to the wrong lanes). Returns the kernel's PTX for sm_90,
+// checked for 16-byte stores and butterflies ("" where NVRTC is not available: noted).
+std::string expect_exchanges_needed(const Graph& g, const FusionGroup& fg, const LoweredKernel& lk, const std::string& what) {
+  std::vector<size_t> shuffles;
+  for (size_t i = 0; i < lk.kernel.body.size(); ++i) {
+    if (lk.kernel.body[i].kind == Stmt::Kind::kShuffle) shuffles.push_back(i);
+  }
+  EXPECT_GE(shuffles.size(), 8u) << what;
+  if (shuffles.empty()) return "";
+  auto host = backend::make_host_backend();
+  const unsigned seed = fusetune::testing::test_seed();
+  for (size_t d : {shuffles.front(), shuffles[shuffles.size() / 2], shuffles.back()}) {
+    LoweredKernel bad = lk;
+    bad.kernel.body.erase(bad.kernel.body.begin() + static_cast<std::ptrdiff_t>(d));
+    auto module = host->load(std::vector<Kernel>{bad.kernel});
+    std::mt19937 rng(seed);
+    const backend::VerifyResult r = backend::verify_kernel(g, fg, bad, *host, *module, rng, {});
+    EXPECT_FALSE(r.ok) << what << ": shuffle " << d << " deleted, seed " << seed;
+  }
+  if (!backend::nvrtc_available()) {
+    std::printf("NOTE: NVRTC not available in this build; the PTX of %s not read\n", what.c_str());
+    return "";
+  }
+  const std::string ptx = backend::compile_ptx(emit_cuda({lk.kernel}), "sm_90");
+  EXPECT_NE(ptx.find("st.global.v4.u32"), std::string::npos) << what;
+  EXPECT_NE(ptx.find("shfl.sync.bfly.b32"), std::string::npos) << what;
+  return ptx;
+}
+
 // A gated pair's chain values leave as 16-byte stores where a warp holds four or more units: each
 // lane computes its value of every unit and row, the quad transposes them, and each lane stores 8
 // consecutive chain columns of one row (mma.sync and wgmma; units past the last four, one value a
@@ -842,30 +872,8 @@ TEST(RegisterEpilogue, AGatedPairsChainColumnsLeaveAsSixteenByteStores) {
     }
   }
   const GatedCase c = gated_case(DType::kF16, true, 70, 40, 40);
-  const TileConfig tile{{32, 32}, 16, 64, 1, true};
-  const LoweredKernel lk = lower_group(c.g, c.fg, tile, "gated");
-  std::vector<size_t> shuffles;
-  for (size_t i = 0; i < lk.kernel.body.size(); ++i) {
-    if (lk.kernel.body[i].kind == Stmt::Kind::kShuffle) shuffles.push_back(i);
-  }
-  ASSERT_GE(shuffles.size(), 8u);
-  auto host = backend::make_host_backend();
-  const unsigned seed = fusetune::testing::test_seed();
-  for (size_t d : {shuffles.front(), shuffles[shuffles.size() / 2], shuffles.back()}) {
-    LoweredKernel bad = lk;
-    bad.kernel.body.erase(bad.kernel.body.begin() + static_cast<std::ptrdiff_t>(d));
-    auto module = host->load(std::vector<Kernel>{bad.kernel});
-    std::mt19937 rng(seed);
-    const backend::VerifyResult r = backend::verify_kernel(c.g, c.fg, bad, *host, *module, rng, {});
-    EXPECT_FALSE(r.ok) << "shuffle " << d << " deleted, seed " << seed;
-  }
-  if (!backend::nvrtc_available()) {
-    std::printf("NOTE: NVRTC not available in this build; the PTX of the gated pair's 16-byte stores not read\n");
-    return;
-  }
-  const std::string ptx = backend::compile_ptx(emit_cuda({lk.kernel}), "sm_90");
-  EXPECT_NE(ptx.find("st.global.v4.u32"), std::string::npos);
-  EXPECT_NE(ptx.find("shfl.sync.bfly.b32"), std::string::npos);
+  expect_exchanges_needed(c.g, c.fg, lower_group(c.g, c.fg, TileConfig{{32, 32}, 16, 64, 1, true}, "gated"),
+                          "the gated pair's 16-byte stores");
 }
 
 // Every case, eligible or not, matches the reference on tiles that cut M and N unevenly (N odd: a
@@ -951,30 +959,10 @@ TEST(RegisterEpilogue, SixteenBitFragmentsLeaveAsSixteenByteStores) {
   // Each exchange deleted: values land in the wrong lanes' columns, a wrong result.
   const EpilogueCase e = epilogue_case("bias relu", DType::kF16, 70, 40, 136);
   const TileConfig tile{{64, 64}, 16, 128, 1, true};
-  const LoweredKernel lk = lower_group(e.g, e.fg, tile, "ep");
-  std::vector<size_t> shuffles;
-  for (size_t i = 0; i < lk.kernel.body.size(); ++i) {
-    if (lk.kernel.body[i].kind == Stmt::Kind::kShuffle) shuffles.push_back(i);
+  const std::string ptx = expect_exchanges_needed(e.g, e.fg, lower_group(e.g, e.fg, tile, "ep"), "the 16-byte epilogue");
+  if (!ptx.empty()) {
+    EXPECT_NE(ptx.find("ld.global.nc.v4.u32"), std::string::npos) << "the bias in 16-byte vectors";
   }
-  ASSERT_GE(shuffles.size(), 8u);
-  auto host = backend::make_host_backend();
-  const unsigned seed = fusetune::testing::test_seed();
-  for (size_t d : {shuffles.front(), shuffles[shuffles.size() / 2], shuffles.back()}) {
-    LoweredKernel bad = lk;
-    bad.kernel.body.erase(bad.kernel.body.begin() + static_cast<std::ptrdiff_t>(d));
-    auto module = host->load(std::vector<Kernel>{bad.kernel});
-    std::mt19937 rng(seed);
-    const backend::VerifyResult r = backend::verify_kernel(e.g, e.fg, bad, *host, *module, rng, {});
-    EXPECT_FALSE(r.ok) << "shuffle " << d << " deleted, seed " << seed;
-  }
-  if (!backend::nvrtc_available()) {
-    std::printf("NOTE: NVRTC not available in this build; the PTX of the 16-byte epilogue not read\n");
-    return;
-  }
-  const std::string ptx = backend::compile_ptx(emit_cuda({lk.kernel}), "sm_90");
-  EXPECT_NE(ptx.find("st.global.v4.u32"), std::string::npos);
-  EXPECT_NE(ptx.find("shfl.sync.bfly.b32"), std::string::npos);
-  EXPECT_NE(ptx.find("ld.global.nc.v4.u32"), std::string::npos) << "the bias in 16-byte vectors";
 }
 
 // The scalar staged MatMul takes the register epilogue where a micro-tile row is a whole 16-byte

@@ -42,6 +42,21 @@ using planner::TileConfig;
 using fusetune::testing::from_16;
 using fusetune::testing::to_16;
 
+// Each lane's accumulators `acc` of a 64 x n wgmma to d (64 x n, row-major) by the ISA's fragment
+// layout (element 4j + i: row 16w + g + 8 (i / 2), column 8j + 2t + i % 2).
+Stmt store_accumulators(int n) {
+  Block out = {let(kIndexType, "ft_w", "ft_thread / 32"), let(kIndexType, "ft_g", "ft_thread % 32 / 4"),
+               let(kIndexType, "ft_t", "ft_thread % 4")};
+  for (int j = 0; j < n / 8; ++j) {
+    for (int i = 0; i < 4; ++i) {
+      out.push_back(store("d", "(16 * ft_w + ft_g + " + std::to_string(8 * (i / 2)) + ") * " + std::to_string(n) + " + " +
+                                   std::to_string(8 * j + i % 2) + " + 2 * ft_t",
+                          "acc[" + std::to_string(4 * j + i) + "]"));
+    }
+  }
+  return if_then("1", out);
+}
+
 // One warpgroup: A (64x16, row-major at a) and B (16xN, row-major at b) are copied into shared
 // memory as core matrices (A K-major: core (r / 8, c / 8) at ((r / 8) * 2 + c / 8) * 64 elements,
 // so LBO 128 bytes and SBO 256; B N-major: core (k / 8, n / 8) at ((k / 8) * N / 8 + n / 8) * 64,
@@ -98,16 +113,7 @@ Kernel one_wgmma_kernel(DType dtype, int n, int64_t sbo_a, const std::string& mu
     k.body.push_back(if_then("ft_thread == 0", {store(sa, "0", "0")}));
   }
   if (mutation != "no wait") k.body.push_back(wgmma_wait("acc", 0));
-  Block out = {let(kIndexType, "ft_w", "ft_thread / 32"), let(kIndexType, "ft_g", "ft_thread % 32 / 4"),
-               let(kIndexType, "ft_t", "ft_thread % 4")};
-  for (int j = 0; j < n / 8; ++j) {
-    for (int i = 0; i < 4; ++i) {
-      out.push_back(store("d", "(16 * ft_w + ft_g + " + std::to_string(8 * (i / 2)) + ") * " + std::to_string(n) + " + " +
-                                   std::to_string(8 * j + i % 2) + " + 2 * ft_t",
-                          "acc[" + std::to_string(4 * j + i) + "]"));
-    }
-  }
-  k.body.push_back(if_then("1", out));
+  k.body.push_back(store_accumulators(n));
   verify_ir(k);
   return k;
 }
@@ -168,6 +174,20 @@ TEST(WgmmaEmulation, OneWgmmaEqualsADirectProduct) {
     }
   }
   }
+}
+
+// The elements of d (64 x 128) that differ from the product of a (64 x 64) and b (64 x 128), all
+// float16 of small integers, so that every sum is exact.
+int products_differing(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b, const std::vector<float>& d) {
+  int wrong = 0;
+  for (int row = 0; row < 64; ++row) {
+    for (int col = 0; col < 128; ++col) {
+      float want = 0;
+      for (int kk = 0; kk < 64; ++kk) want += from_16(DType::kF16, a[row * 64 + kk]) * from_16(DType::kF16, b[kk * 128 + col]);
+      wrong += d[static_cast<size_t>(row * 128 + col)] != want;
+    }
+  }
+  return wrong;
 }
 
 // Operands in the 128-byte swizzled layouts, filled by tensor copies: A (64 x 64, K-major) one box,
@@ -235,14 +255,7 @@ TEST(WgmmaEmulation, SwizzledOperandsFromTensorCopiesEqualADirectProduct) {
     if (swizzle == 128) {
       EXPECT_EQ(r.finding_count, 0u) << findings;  // (the wrong layout reads past sb's end)
     }
-    int wrong = 0;
-    for (int row = 0; row < 64; ++row) {
-      for (int col = 0; col < 128; ++col) {
-        float want = 0;
-        for (int kk = 0; kk < 64; ++kk) want += from_16(DType::kF16, a[row * 64 + kk]) * from_16(DType::kF16, b[kk * 128 + col]);
-        wrong += d[static_cast<size_t>(row * 128 + col)] != want;
-      }
-    }
+    const int wrong = products_differing(a, b, d);
     if (swizzle == 128) {
       EXPECT_EQ(wrong, 0) << "the swizzled operands' product differs from A * B";
       if (backend::nvrtc_available()) {
@@ -284,15 +297,7 @@ Kernel tma_wgmma_kernel() {
                                {wgmma("acc", 0, 128, sa, "16 * ft_kq", 16, 1024, sb, "1024 * ft_kq", 8192, 1024, DType::kF16, false, 128)}));
   k.body.push_back(wgmma_commit());
   k.body.push_back(wgmma_wait("acc", 0));
-  Block out = {let(kIndexType, "ft_w", "ft_thread / 32"), let(kIndexType, "ft_g", "ft_thread % 32 / 4"),
-               let(kIndexType, "ft_t", "ft_thread % 4")};
-  for (int j = 0; j < 16; ++j) {
-    for (int i = 0; i < 4; ++i) {
-      out.push_back(store("d", "(16 * ft_w + ft_g + " + std::to_string(8 * (i / 2)) + ") * 128 + " + std::to_string(8 * j + i % 2) + " + 2 * ft_t",
-                          "acc[" + std::to_string(4 * j + i) + "]"));
-    }
-  }
-  k.body.push_back(if_then("1", out));
+  k.body.push_back(store_accumulators(128));
   verify_ir(k);
   return k;
 }
@@ -321,14 +326,7 @@ TEST(WgmmaEmulation, TensorCopiesAndSwizzledOperandsThroughTheIr) {
     module->launch("tma_wgmma", {da.get(), db.get(), dd.get()});  // the host's findings throw
     std::vector<float> d(64 * 128);
     dd->download(d.data(), d.size() * 4);
-    int wrong = 0;
-    for (int row = 0; row < 64; ++row) {
-      for (int col = 0; col < 128; ++col) {
-        float want = 0;
-        for (int kk = 0; kk < 64; ++kk) want += from_16(DType::kF16, a[row * 64 + kk]) * from_16(DType::kF16, b[kk * 128 + col]);
-        wrong += d[static_cast<size_t>(row * 128 + col)] != want;
-      }
-    }
+    const int wrong = products_differing(a, b, d);
     EXPECT_EQ(wrong, 0) << arch << ", seed " << seed;
   }
   Kernel bad = k;
