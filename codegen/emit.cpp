@@ -49,7 +49,7 @@ constexpr std::string_view kCudaIntrinsics = R"CUDA(#ifndef FT_SIMT
 #define FT_FN static __device__ __forceinline__
 #define FT_GLOBAL(T) T* __restrict__
 #define FT_SCRATCH(T, ...) T* __restrict__
-#define FT_SHARED_MEMORY extern __shared__ __align__(16) unsigned char ft_smem[]
+#define FT_SHARED_MEMORY extern __shared__ __align__(1024) unsigned char ft_smem[]
 #define FT_SHARED(T, name, offset, elements) T* name = (T*)(ft_smem + (offset))
 FT_FN float4 ft_load_float4(const float* p, long long i) { return *(const float4*)(p + i); }
 FT_FN void ft_store_float4(float* p, long long i, float4 v) { *(float4*)(p + i) = v; }

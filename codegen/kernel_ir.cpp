@@ -375,8 +375,9 @@ std::string warp_combine(const std::string& op, const std::string& x, const std:
   return op == "sum" ? "(" + x + " + " + y + ")" : "ft_fmaxn(" + x + ", " + y + ")";
 }
 
-std::string Kernel::add_shared(const std::string& alloc_name, DType dtype, int64_t elements) {
-  const int64_t offset = (shared_bytes + 15) / 16 * 16;
+std::string Kernel::add_shared(const std::string& alloc_name, DType dtype, int64_t elements, int64_t align) {
+  check(align >= 16 && (align & (align - 1)) == 0, "shared allocation '", alloc_name, "' aligned to ", align, " bytes");
+  const int64_t offset = (shared_bytes + align - 1) / align * align;
   shared.push_back({alloc_name, dtype, elements, offset});
   shared_bytes = offset + elements * static_cast<int64_t>(dtype_size(dtype));
   return alloc_name;

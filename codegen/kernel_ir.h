@@ -412,8 +412,9 @@ struct Kernel {
   // (cuBLASLt on the GPU, an equivalent host GEMM on the host).
   std::string library;
 
-  // Adds a shared allocation at the next 16-byte aligned offset; returns its name.
-  std::string add_shared(const std::string& name, DType dtype, int64_t elements);
+  // Adds a shared allocation at the next `align`-byte aligned offset (a power of two from 16);
+  // returns its name.
+  std::string add_shared(const std::string& name, DType dtype, int64_t elements, int64_t align = 16);
   // A float thread-local of `count` elements, declared once: a stage that declares `local` again
   // gets the one already declared.
   void declare_local(const std::string& local, int64_t count);

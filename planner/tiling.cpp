@@ -336,6 +336,35 @@ MmaStaging mma_staging(const Graph& g, const Node& matmul, const std::set<int>& 
   return deepened(m, cfg);
 }
 
+std::optional<std::pair<TmaOperand, TmaOperand>> tma_operands(const Graph& g, const Node& matmul, const std::set<int>& produced) {
+  if (matmul.op != "MatMul" || !tensor_core_operands(g, matmul)) return std::nullopt;
+  const TensorExpr e = describe(g, matmul);
+  const auto operand = [&](size_t slot) -> std::optional<TmaOperand> {
+    const int v = matmul.inputs[slot];
+    const Value& x = g.value(v);
+    if (produced.count(v) || dtype_size(x.dtype) != 2 || x.shape.size() < 2 || x.shape.size() > 3 || x.shape.back() % 8 != 0 ||
+        e.accesses[slot].guarded) {
+      return std::nullopt;
+    }
+    TmaOperand t;
+    int64_t stride = 2;
+    for (size_t d = x.shape.size(); d-- > 0;) {
+      const IndexExpr& i = e.accesses[slot].index[d];
+      int var = -1;
+      for (int u = 0; u < e.num_vars() && var < 0; ++u) var = i.is_var(u) ? u : -1;
+      if (var < 0 && !(i.is_const() && i.value() == 0 && x.shape[d] == 1)) return std::nullopt;
+      t.dims.push_back(x.shape[d]);
+      if (d + 1 < x.shape.size()) t.strides.push_back(stride);
+      t.vars.push_back(var);
+      stride *= x.shape[d];
+    }
+    return t;
+  };
+  std::optional<TmaOperand> a = operand(0), b = operand(1);
+  if (!a || !b) return std::nullopt;
+  return std::make_pair(*a, *b);
+}
+
 MmaStaging simt_staging(const Graph& g, const Node& matmul, const std::set<int>& produced, const TileConfig& cfg) {
   MmaStaging m;
   if (matmul.op != "MatMul" || cfg.vector < 4 || cfg.mma || cfg.gemv || cfg.reduce_step % 4 != 0) return m;
@@ -379,6 +408,7 @@ std::string TileConfig::str() const {
   if (vector > 1) out << " vec=" << vector;
   if (mma) out << " mma";
   if (wgmma) out << " wgmma";
+  if (tma) out << " tma";
   if (gemv) out << " gemv";
   if (flash) out << " flash";
   if (in_place) out << " in-place";
@@ -882,6 +912,16 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       tensor_smem = staging.stages * (rows * pitch_a + step * pitch_b) * esize +
                     (register_epilogue(g, group, *it) || paired_epilogue(g, group, *it) ? 0 : out_elems * 4);
       tensor_loads = rows * kp / (staging.async_a ? lanes : 1) + cols * kp / (staging.async_b ? lanes : 1);
+      if (cfg.tma) {
+        if (!cfg.wgmma || step != 64 || groups.n % 64 != 0 || groups.rows() > 256 || !tma_operands(g, n, computed)) {
+          c.reject = "the TMA form needs wgmma, reduction steps of 64, warpgroup tiles of whole 64-column boxes (at most 256 "
+                     "rows) and operands read as laid out (planner::tma_operands)";
+          return c;
+        }
+        // The rings' 1024-byte alignment and a slot's mbarrier each. Charged otherwise as the
+        // cp.async form (its copies' issue included) until a GPU measures the difference.
+        tensor_smem += 2 * 1024 + 8 * staging.stages;
+      }
       // TF32 fragments come from shared memory an element a load, converted by one cvt each
       // (ldmatrix moves 16-bit rows): every staged element read at least once.
       if (tf32) tensor_loads += 2 * (rows + cols) * kp;
@@ -1872,6 +1912,12 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
               cfg.wgmma = true;
               Cost c = evaluate_tile(g, group, d, cfg, opt);
               if (c.valid) all.push_back({cfg, c});
+              if (step == 64) {  // its TMA twin, where the operands allow (after it: it wins no tie)
+                TileConfig t = cfg;
+                t.tma = true;
+                Cost tc = evaluate_tile(g, group, d, t, opt);
+                if (tc.valid) all.push_back({t, tc});
+              }
             }
           }
         }

@@ -122,6 +122,7 @@ struct TileConfig {
   int algorithm = 0;          // a library call's: the library's ranked choice (0: its heuristic's first)
   int split_k = 1;            // > 1: that many blocks per tile each sum a slice of the reduction steps (see above)
   int ring_stages = 0;        // > 0: the cp.async ring's depth in place of its form's default (MmaStaging, below)
+  bool tma = false;           // with wgmma: operand slices by tensor copies (TMA) into 128-byte swizzled slots (tma_operands)
   std::vector<int> order = {};  // the root's axes, fastest-varying in block order first (empty: the last axis fastest)
   std::string str() const;
   bool operator==(const TileConfig&) const = default;
@@ -378,6 +379,19 @@ struct MmaStaging {
   int ahead = 1;
 };
 inline constexpr int kMaxRingStages = 8;
+
+// The TMA form of a wgmma MatMul (TileConfig::tma; codegen/stages/mma_matmul.h): each operand a
+// 16-bit value the group does not compute, of rank 2 or 3, read as laid out (index d of the
+// MatMul's access a variable of the product, or 0 on an axis of one element) with rows of a whole
+// number of 16 bytes. Per operand: its tensor map's dimensions and byte strides (innermost
+// first), and per dimension the product variable that indexes it (the output's axes, then K as
+// the output's rank; -1: 0). The stage takes reduction steps of 64 (one 128-byte swizzle span of
+// A's rows) and B in boxes of 64 columns. Empty where either operand is not such a value.
+struct TmaOperand {
+  std::vector<int64_t> dims, strides;
+  std::vector<int> vars;
+};
+std::optional<std::pair<TmaOperand, TmaOperand>> tma_operands(const Graph& g, const Node& matmul, const std::set<int>& produced);
 // `produced`: the values whose elements the group computes (computed_elements); cfg: its wgmma
 // and ring_stages.
 MmaStaging mma_staging(const Graph& g, const Node& matmul, const std::set<int>& produced, const TileConfig& cfg);

@@ -34,6 +34,12 @@ struct MmaPlan : StagedProduct {
   // tiles of 64 x wn each), operand slices in core matrices (see emit)
   bool wgmma = false;
   int64_t wn = 0;
+  // The TMA form (TileConfig::tma, planner::tma_operands): the slots filled by tensor copies of
+  // 128-byte swizzled boxes (A's rows of 64 K, B's boxes of 64 columns by 64 K), one mbarrier a
+  // slot (`bar`) the copies complete on.
+  bool tma = false;
+  planner::TmaOperand ta, tb;
+  std::string bar, map_a, map_b;
   // Accumulator floats a thread holds: 4 per m16n8 fragment, wn / 2 per 64 x wn wgmma tile.
   int64_t accumulators() const { return fm * fn * (wgmma ? wn / 2 : 4); }
 };
@@ -54,6 +60,14 @@ class MmaMatMulStage : public AnchorStage {
     };
     st.staging.async_a = st.staging.async_a && along(e.accesses[0], e.out_shape.size());
     st.staging.async_b = st.staging.async_b && along(e.accesses[1], st.n_axis);
+    if (st.wgmma && cx.cfg.tma) {
+      const auto ops = planner::tma_operands(cx.g, node, cx.computed());
+      check(ops.has_value(), "codegen: the TMA form of a MatMul whose operands are not values read as laid out");
+      st.tma = true;
+      st.ta = ops->first;
+      st.tb = ops->second;
+      st.staging.async_a = st.staging.async_b = false;  // no cp.async
+    }
     layout(k, me[st.m_axis], me[st.n_axis], cx.g.value(node.inputs[0]).dtype, node.outputs[0]);
     const int id = static_cast<int>(&node - cx.g.nodes().data());
     epilogue_ = planner::register_epilogue(cx.g, cx.group, id);
@@ -105,8 +119,28 @@ class MmaMatMulStage : public AnchorStage {
     const std::string id = std::to_string(v);
     st.slot_a = st.rows_a * st.pitch_a;
     st.slot_b = st.step * st.pitch_b;
-    st.a = k.add_shared("sa" + id, dtype, st.staging.stages * st.slot_a);
-    st.b = k.add_shared("sb" + id, dtype, st.staging.stages * st.slot_b);
+    if (st.tma) {
+      // Swizzle atoms 1024-byte aligned: every slot a whole number of them (A: rows_a rows of 128
+      // bytes; B: 64-column boxes of 64 rows).
+      check(st.step == 64 && st.cols_b % 64 == 0 && st.wn % 64 == 0 && st.rows_a <= 256,
+            "codegen: the TMA form needs reduction steps of 64 and warpgroup tiles of whole 64-column boxes");
+      st.staging.ahead = std::max(st.staging.ahead, 2);
+      st.staging.stages = std::max(st.staging.stages, st.staging.ahead + 2);
+    }
+    const int64_t align = st.tma ? 1024 : 16;
+    st.a = k.add_shared("sa" + id, dtype, st.staging.stages * st.slot_a, align);
+    st.b = k.add_shared("sb" + id, dtype, st.staging.stages * st.slot_b, align);
+    if (st.tma) {
+      st.bar = k.add_shared("sbar" + id, DType::kU64, st.staging.stages);
+      const std::vector<int64_t> ones(st.ta.dims.size() - 2, 1);
+      st.map_a = "tma_a" + id;
+      st.map_b = "tma_b" + id;
+      std::vector<int64_t> box_a = {64, st.rows_a}, box_b = {64, 64};
+      box_a.insert(box_a.end(), ones.begin(), ones.end());
+      box_b.insert(box_b.end(), st.tb.dims.size() - 2, 1);
+      k.tensor_maps.push_back({st.map_a, cx_.param.at(cx_.buffer_of(n_.inputs[0])), st.ta.dims, st.ta.strides, box_a, 128});
+      k.tensor_maps.push_back({st.map_b, cx_.param.at(cx_.buffer_of(n_.inputs[1])), st.tb.dims, st.tb.strides, box_b, 128});
+    }
     st.frag_c = "fc" + id;
     k.thread_locals.push_back({st.frag_c, st.accumulators(), DType::kF32});
     if (st.wgmma) return;
@@ -371,6 +405,29 @@ void MmaMatMulStage::emit(Kernel& k) {
                                    : "(" + warp + " / " + lit(st.warps_n) + " * " + lit(st.fm * 16) + ")";
   const std::string wn0 = st.wgmma ? "(" + group + " % " + lit(st.warps_n) + " * " + lit(st.fn * st.wn) + ")"
                                    : "(" + warp + " % " + lit(st.warps_n) + " * " + lit(st.fn * 8) + ")";
+  // The TMA form: thread 0 expects the step's bytes on the slot's mbarrier and issues its tensor
+  // copies, A's box (64 of K by rows_a) and B's (64 columns by 64 of K, cols_b / 64 of them), at
+  // the region's origin and step ks of K (outside the tensors, zeros).
+  const auto tma_step = [&](const std::string& ks, const std::string& slot) {
+    const auto coords = [&](const planner::TmaOperand& t, const std::string& k0, const std::string& n_offset) {
+      std::vector<std::string> c;
+      for (const int var : t.vars) {
+        std::string x = var < 0 ? "0" : static_cast<size_t>(var) == r.lo.size() ? k0 : r.lo[static_cast<size_t>(var)];
+        if (static_cast<size_t>(var) == st.n_axis && !n_offset.empty()) x = "(" + x + " + " + n_offset + ")";
+        c.push_back("(int)(" + x + ")");
+      }
+      return c;
+    };
+    const std::string k0 = "(" + ks + ") * 64";
+    const int64_t bytes = (st.slot_a + st.slot_b) * static_cast<int64_t>(dtype_size(st.mma));
+    Block loads = {mbarrier_arrive(st.bar, slot, lit(bytes)),
+                   tensor_load(st.a, "(" + slot + ") * " + lit(st.slot_a), st.map_a, coords(st.ta, k0, ""), st.bar, slot)};
+    for (int64_t j = 0; j < st.cols_b / 64; ++j) {
+      loads.push_back(tensor_load(st.b, "(" + slot + ") * " + lit(st.slot_b) + " + " + lit(j * 4096), st.map_b,
+                                  coords(st.tb, k0, lit(64 * j)), st.bar, slot));
+    }
+    return if_then("ft_thread == 0", loads);
+  };
   // One operand slice of step `ks` into ring slot `slot` (A: rows_a x step, B: step x cols_b).
   auto stage = [&](bool is_a, const std::string& ks, const std::string& slot) {
     const int64_t rows = is_a ? st.rows_a : st.step, cols = is_a ? st.step : st.cols_b;
@@ -428,18 +485,32 @@ void MmaMatMulStage::emit(Kernel& k) {
   const auto global = [&](const std::string& local) { return cx_.splits() == 1 ? local : "(" + k0 + " + " + local + ")"; };
   // Prologue: steps 0 .. ahead - 1 into their slots, one cp.async group each.
   const int64_t ahead = std::min<int64_t>(st.staging.ahead, local_steps);
-  Block prologue = {stage(true, global("ft_ks"), "ft_ks"), stage(false, global("ft_ks"), "ft_ks")};
+  Block prologue;
+  if (st.tma) {
+    // Each slot's mbarrier, one arrival a phase (thread 0's, with the step's bytes), initialised
+    // and made visible to the block before any use.
+    Block init;
+    for (int s = 0; s < stages; ++s) init.push_back(mbarrier_init(st.bar, std::to_string(s), 1));
+    init.push_back(mbarrier_init_fence());
+    k.body.push_back(if_then("ft_thread == 0", init));
+    k.body.push_back(barrier());
+    prologue.push_back(tma_step(global("ft_ks"), "ft_ks"));
+  } else {
+    prologue = {stage(true, global("ft_ks"), "ft_ks"), stage(false, global("ft_ks"), "ft_ks")};
+  }
   if (any_async) prologue.push_back(copy_async_commit());
   k.body.push_back(uniform_for("ft_ks", "0", lit(ahead), prologue));
   Block body;
   if (any_async) body.push_back(copy_async_wait(static_cast<int>(ahead - 1)));  // step ft_ks's group has landed
-  if (st.wgmma) body.push_back(proxy_fence());  // the slot's stores and copies, to the wgmma's proxy
+  if (st.wgmma && !st.tma) body.push_back(proxy_fence());  // the slot's stores and copies, to the wgmma's proxy
   body.push_back(barrier());
   const std::string next = "(ft_ks + " + lit(st.staging.ahead) + ")";
   Block ahead_copies;  // step ft_ks + ahead into the slot step ft_ks - 1 used (wgmma: ft_ks - 2)
   if (local_steps > ahead) {
-    ahead_copies.push_back(if_then(next + " < " + lit(local_steps), {stage(true, global(next), next + " % " + lit(stages)),
-                                                                      stage(false, global(next), next + " % " + lit(stages))}));
+    ahead_copies.push_back(if_then(next + " < " + lit(local_steps),
+                                   st.tma ? Block{tma_step(global(next), next + " % " + lit(stages))}
+                                          : Block{stage(true, global(next), next + " % " + lit(stages)),
+                                                  stage(false, global(next), next + " % " + lit(stages))}));
   }
   if (any_async) ahead_copies.push_back(copy_async_commit());  // possibly empty: one group per step keeps the count
   if (!st.wgmma) body.insert(body.end(), ahead_copies.begin(), ahead_copies.end());
@@ -465,7 +536,19 @@ void MmaMatMulStage::emit(Kernel& k) {
       }
     }
   }
-  if (st.wgmma) {
+  if (st.tma) {
+    // The 128-byte swizzled canonical layouts the boxes land in: A K-major, rows of 64 (128 bytes),
+    // 8-row atoms 1 KB apart (SBO), 32 bytes along a row per 16 of K; B N-major, 64-column boxes
+    // 8 KB apart (LBO), atoms of 8 K rows 1 KB apart (SBO), 2 KB per 16 of K.
+    for (int64_t i = 0; i < st.fm; ++i) {
+      for (int64_t j = 0; j < st.fn; ++j) {
+        slice.push_back(wgmma(st.frag_c, (i * st.fn + j) * (st.wn / 2), static_cast<int>(st.wn), st.a,
+                              slot + " * " + lit(st.slot_a) + " + (" + wg_m0 + " + " + lit(64 * i) + ") * 64 + ft_kq * 16", 16, 1024, st.b,
+                              slot + " * " + lit(st.slot_b) + " + ft_kq * 1024 + (" + wn0 + " + " + lit(j * st.wn) + ") / 64 * 4096",
+                              8192, 1024, st.mma, false, 128));
+      }
+    }
+  } else if (st.wgmma) {
     // Each warpgroup's fm x fn wgmma of 64 x wn: A's 64 rows from its first at column 16 ft_kq (core
     // matrices: LBO 128 bytes along K, SBO step * 16 bytes along M), B's wn columns from its first
     // at row 16 ft_kq (LBO cols_b * 16 bytes along K, SBO 128 bytes along N).
@@ -494,6 +577,7 @@ void MmaMatMulStage::emit(Kernel& k) {
   for (int64_t i = 0; i < st.fm && !st.wgmma; ++i) {
     for (int64_t j = 0; j < st.fn; ++j) slice.push_back(mma(st.frag_c, (i * st.fn + j) * 4, st.frag_a, i * 4, st.frag_b, j * 2, st.mma));
   }
+  if (st.tma) body.push_back(mbarrier_wait(st.bar, slot, "(ft_ks / " + lit(stages) + ") % 2"));  // the slot's boxes landed
   if (st.wgmma) body.push_back(wgmma_fence(st.frag_c));
   body.push_back(uniform_for("ft_kq", "0", lit(st.step / kk), slice));
   if (st.wgmma) {
