@@ -188,6 +188,8 @@ class MmaMatMulStage : public AnchorStage {
   // expressions, in the current block (paired_values), or stored where they lie in the region
   // (paired_run).
   std::vector<std::string> paired_values(const std::string& row, const std::string& col, int64_t c0);
+  // The chain's index at `row` and `col` of its region (the root's).
+  std::vector<std::string> chain_at(const std::string& row, const std::string& col) const;
   void paired_run(const std::string& row, const std::string& col, int64_t c0);
   // The lanes of each quad exchange 4 slots of 2 floats each of thread-local `q` (slot s, element e
   // at q[2s + e]) through `sent` so that slot s of lane t ends up holding slot t of lane s.
@@ -206,12 +208,17 @@ class MmaMatMulStage : public AnchorStage {
 // lane t holds row t / 2's 8 columns of unit t % 2, on which it runs the epilogue (epilogue_run:
 // a residual or bias read along the columns as one 16-byte vector, the values stored as one where
 // aligned). Otherwise, and for a last unpaired unit, one run of two per fragment row.
+std::vector<std::string> MmaMatMulStage::chain_at(const std::string& row, const std::string& col) const {
+  const Region& h = cx_.region.at(cx_.root);
+  std::vector<std::string> at = h.lo;
+  at[st_.m_axis] = "(" + h.lo[st_.m_axis] + " + " + row + ")";
+  at[st_.n_axis] = "(" + h.lo[st_.n_axis] + " + " + col + ")";
+  return at;
+}
+
 std::vector<std::string> MmaMatMulStage::paired_values(const std::string& row, const std::string& col, int64_t c0) {
   const MmaPlan& st = st_;
-  const Region& h = cx_.region.at(cx_.root);  // the chain's, at its own index from the halves
-  std::vector<std::string> at = h.lo;
-  at[st.m_axis] = "(" + h.lo[st.m_axis] + " + " + row + ")";
-  at[st.n_axis] = "(" + h.lo[st.n_axis] + " + " + col + ")";
+  const std::vector<std::string> at = chain_at(row, col);  // the chain's own index, from the halves
   cx_.provided[pair_->gate] = [e = st.frag_c + "[" + std::to_string(c0) + "]"](const std::vector<std::string>&) { return e; };
   cx_.provided[pair_->up] = [e = st.frag_c + "[" + std::to_string(c0 + 1) + "]"](const std::vector<std::string>&) { return e; };
   std::vector<std::string> xs;
@@ -224,9 +231,7 @@ std::vector<std::string> MmaMatMulStage::paired_values(const std::string& row, c
 void MmaMatMulStage::paired_run(const std::string& row, const std::string& col, int64_t c0) {
   const MmaPlan& st = st_;
   const Region& h = cx_.region.at(cx_.root);
-  std::vector<std::string> at = h.lo;
-  at[st.m_axis] = "(" + h.lo[st.m_axis] + " + " + row + ")";
-  at[st.n_axis] = "(" + h.lo[st.n_axis] + " + " + col + ")";
+  const std::vector<std::string> at = chain_at(row, col);
   const Block one = cx_.fresh_block([&] {
     const std::vector<std::string> xs = paired_values(row, col, c0);
     for (size_t w = 0; w < xs.size(); ++w) cx_.store_value(pair_->written[w], at, xs[w]);
@@ -291,12 +296,6 @@ void MmaMatMulStage::emit_register_epilogue(Kernel& k, const std::string& wm0, c
     const std::vector<int>& written = pair_->written;
     for (size_t w = 0; w < written.size(); ++w) k.thread_locals.push_back({q + "_" + std::to_string(w), 8, DType::kF32});
     k.thread_locals.push_back({sent, 2, DType::kF32});
-    const auto at_of = [&](const std::string& row, const std::string& col) {
-      std::vector<std::string> at = h.lo;
-      at[st.m_axis] = "(" + h.lo[st.m_axis] + " + " + row + ")";
-      at[st.n_axis] = "(" + h.lo[st.n_axis] + " + " + col + ")";
-      return at;
-    };
     for (int64_t i = 0; i < st.fm; ++i) {
       for (int64_t u0 = 0; u0 < grouped; u0 += 4) {
         // Unit u0 + uu, row g + 8 hh: slot 2 hh + uu / 2, element uu % 2 (zero outside the region).
@@ -319,12 +318,12 @@ void MmaMatMulStage::emit_register_epilogue(Kernel& k, const std::string& wm0, c
           transpose_quad(k, x, sent, t);
           std::vector<std::string> run;
           for (int64_t c = 0; c < 8; ++c) run.push_back(qe(x, c % 4, c / 4));
-          const Block whole = cx_.fresh_block([&] { cx_.store_run(written[w], at_of(row, col), run); });
+          const Block whole = cx_.fresh_block([&] { cx_.store_run(written[w], chain_at(row, col), run); });
           const Block edge = cx_.fresh_block([&] {
             for (int64_t c = 0; c < 8; ++c) {
               const std::string cc = "(" + col + " + " + lit(c) + ")";
               Block one;
-              cx_.with_block(one, [&] { cx_.store_value(written[w], at_of(row, cc), run[static_cast<size_t>(c)]); });
+              cx_.with_block(one, [&] { cx_.store_value(written[w], chain_at(row, cc), run[static_cast<size_t>(c)]); });
               cx_.cur().push_back(if_then(cc + " < " + h.n[st.n_axis], one));
             }
           });
