@@ -262,6 +262,11 @@ FT_FN void ft_mbarrier_arrive_expect_tx(unsigned long long* s, long long i, unsi
 FT_FN void ft_mbarrier_arrive(unsigned long long* s, long long i) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(ft_shared_address(s, i)) : "memory");
 }
+// The warp's one arrival (an mbarrier expecting a warp's), once every lane got here.
+FT_FN void ft_mbarrier_arrive_warp(unsigned long long* s, long long i) {
+  __syncwarp();
+  if ((threadIdx.x & 31u) == 0u) ft_mbarrier_arrive(s, i);
+}
 FT_FN void ft_mbarrier_wait(unsigned long long* s, long long i, unsigned parity) {
   asm volatile("{\n\t.reg .pred p;\n\tFT_WAIT:\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t@!p bra FT_WAIT;\n\t}"
                :: "r"(ft_shared_address(s, i)), "r"(parity) : "memory");

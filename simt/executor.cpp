@@ -166,6 +166,7 @@ struct TensorCopy {
   std::vector<unsigned char> bytes;
   int thread = 0;
   const void* site = nullptr;
+  Clocks clocks;  // the issuing thread's, where the block is clocked: the copy's write is ordered after what it was
 };
 
 // An mbarrier of the running block (keyed by its shared byte offset).
@@ -178,6 +179,8 @@ struct Mbarrier {
   int init_thread = 0;
   uint32_t init_epoch = 0;
   bool reported = false;
+  std::vector<uint32_t> released;   // the clocks its arrivals released (the block clocked: hazards.h Clocks)
+  std::vector<uint32_t> completed;  // ... as its latest phase completed: what a wait observing it acquires
   std::vector<TensorCopy> open;     // copies completing the current phase's bytes
   std::map<uint32_t, std::vector<TensorCopy>> unobserved;  // completed phases' copies no wait has observed
 };
@@ -193,6 +196,7 @@ struct Fiber {
   unsigned wait_parity = 0;
   bool wait_abandoned = false;  // released from a deadlock: the wait returns without observing
   std::vector<uint32_t> seen;   // mbarrier phases observed complete, by slot (hazards.h Access::seen)
+  Clocks clocks;                // the thread's vector clock, once the block is clocked
   ctx::fiber self;  // held by the scheduler while the thread is suspended
   ctx::fiber sink;  // the scheduler, held by the thread while it runs
   const void* stack_bottom = nullptr;  // AddressSanitizer is told of every switch of stacks
@@ -264,6 +268,13 @@ struct Worker {
   std::vector<Cell> shared_cells;
   std::map<uint64_t, Mbarrier> mbarriers;
   uint32_t next_mbarrier_slot = 0;
+  // Release and acquire (hazards.h Clocks): from the block's first mbarrier.init, every thread keeps
+  // a vector clock and shared locations their accesses' clocks; the interval-only rules' findings of
+  // intervals after `clocked_since` (the one clocking began in: its earlier accesses have no
+  // clocks) are judged again by them.
+  bool clocked = false;
+  uint32_t clocked_since = 0;
+  std::unordered_map<uint64_t, ClockedCell> clocked_cells;
   std::unordered_map<uintptr_t, Cell> global_cells;
   std::deque<ViewState> view_states;
   std::deque<ft_simt_buffer> views;
@@ -405,6 +416,8 @@ struct Worker {
     acquires.clear();
     mbarriers.clear();
     next_mbarrier_slot = 0;
+    clocked = false;
+    clocked_cells.clear();
     for (size_t w = 0; w < warps.size(); ++w) {
       Warp& wp = warps[w];
       wp.lanes = wp.live = std::min(kWarpLanes, L.shape.threads - static_cast<int>(w) * kWarpLanes);
@@ -425,6 +438,7 @@ struct Worker {
       f.wgmma_reads.clear();
       f.wgmma_committed = 0;
       f.seen.clear();
+      f.clocks.clock.clear();
       f.wait_abandoned = false;
       f.stored_global = f.unfenced = false;
       f.fence_epoch = 0;
@@ -559,7 +573,32 @@ struct Worker {
     for (int t = warp * kWarpLanes; t < warp * kWarpLanes + w.lanes; ++t) {
       if (fibers[static_cast<size_t>(t)].state == Fiber::State::kWarp) waiting.push_back(t);
     }
+    if (clocked) join_lanes(waiting);
     release(waiting);
+  }
+
+  // A warp-synchronous operation of the lanes `waiting` and the running thread: each releases its
+  // clock and acquires the others'.
+  void join_lanes(const std::vector<int>& waiting) {
+    std::vector<Fiber*> lanes;  // the running thread took part unless it is ending (end_thread)
+    if (tls_current != nullptr && tls_current->state == Fiber::State::kRunning) lanes.push_back(tls_current);
+    for (const int t : waiting) lanes.push_back(&fibers[static_cast<size_t>(t)]);
+    std::vector<uint32_t> all(fibers.size(), 0);
+    for (const Fiber* f : lanes) {
+      for (size_t t = 0; t < all.size(); ++t) all[t] = std::max(all[t], f->clocks.clock[t]);
+    }
+    for (Fiber* f : lanes) {
+      f->clocks.clock = all;
+      ++f->clocks.clock[static_cast<size_t>(f->thread)];
+    }
+  }
+
+  // From the block's first mbarrier.init on: every thread's vector clock (hazards.h Clocks).
+  void start_clocks() {
+    if (clocked) return;
+    clocked = true;
+    clocked_since = epoch;
+    for (Fiber& f : fibers) f.clocks.start(fibers.size(), f.thread);
   }
 
   // No thread can run but some have not ended: say who waits where, then let them all go.
@@ -678,7 +717,20 @@ enum class SharedOp { kLoad, kStore, kIssueAsync, kLandAsync, kIssueAsyncRead, k
 
 // Access `f` makes at `site`, as the checks see it.
 Access access_of(const Worker& w, const Fiber& f, const void* site) {
-  return {f.thread, w.warps[static_cast<size_t>(f.warp)].epoch, site, f.seen.data(), static_cast<uint32_t>(f.seen.size())};
+  return {f.thread, w.warps[static_cast<size_t>(f.warp)].epoch, site, f.seen.data(), static_cast<uint32_t>(f.seen.size()),
+          w.clocked ? &f.clocks : nullptr};
+}
+
+// Judges again by release and acquire (hazards.h Clocks) what the interval-only rules found on
+// shared granule g, and records the access's clock; returns the verdict.
+Hazard clocked_verdict(Worker& w, const Access& a, uint64_t g, SharedOp op, Hazard h) {
+  if (a.clocks == nullptr) return h;
+  ClockedCell& c = w.clocked_cells[g];
+  if (h != Hazard::kNone && w.epoch > w.clocked_since && c.orders(w.epoch, h, a.thread, *a.clocks)) h = Hazard::kNone;
+  const bool store = op != SharedOp::kLoad && op != SharedOp::kIssueAsyncRead;
+  const bool tensor = op == SharedOp::kIssueTensor || op == SharedOp::kLandTensor;
+  c.record(w.epoch, store, a.thread, a.clocks->clock[static_cast<size_t>(a.thread)], tensor);
+  return h;
 }
 
 // The checks of `size` bytes at element `index` of shared view b, accessed by `a` (kLandTensor:
@@ -702,6 +754,7 @@ void check_shared_as(Worker& w, const Access& a, const ft_simt_buffer* b, long l
       case SharedOp::kIssueTensor: h = c.issue_async(w.now(), a, &other, &ordered, true); break;
       case SharedOp::kLandTensor: h = c.land_async(w.now(), a, &other, &ordered, token); break;
     }
+    h = clocked_verdict(w, a, g, op, h);
     if (ordered) w.ordered_by_barrier();
     if (h == Hazard::kNone || reported) continue;
     reported = true;
@@ -909,6 +962,7 @@ size_t Worker::end_wgmma_reads(Fiber& f, uint64_t done) {
     const uintptr_t offset = static_cast<uintptr_t>(r.view->base - smem) + static_cast<uintptr_t>(r.index * r.view->element_bytes);
     for (uintptr_t g = offset / kShadowGranule; g < (offset + 16) / kShadowGranule && g < shared_cells.size(); ++g) {
       shared_cells[g].complete_async_read(now(), {a.thread, a.wepoch, r.site});
+      if (clocked) clocked_cells[g].record(epoch, false, f.thread, f.clocks.clock[static_cast<size_t>(f.thread)], false);
     }
   }
   const size_t ended = static_cast<size_t>(f.wgmma_reads.end() - kept);
@@ -999,7 +1053,8 @@ void Worker::land_tensor_copies(Fiber& f, Mbarrier& m, uint32_t through_phase) {
     const uint32_t token = phase_token(m.slot, m.base + it->first);
     for (const TensorCopy& c : it->second) {
       const Fiber& issuer = fibers[static_cast<size_t>(c.thread)];
-      const Access a = access_of(*this, issuer, c.site);
+      Access a = access_of(*this, issuer, c.site);
+      if (clocked) a.clocks = &c.clocks;  // the issuer's as it issued the copy
       const uint64_t view = static_cast<uint64_t>(c.dst->base - smem);
       for (size_t chunk = 0; chunk < c.bytes.size(); chunk += 16) {
         const uint64_t at = swizzled(c.offset + chunk, c.swizzle);
@@ -1015,6 +1070,7 @@ void Worker::land_tensor_copies(Fiber& f, Mbarrier& m, uint32_t through_phase) {
 
 void Worker::complete_phase_if_done(uint64_t offset, Mbarrier& m) {
   if (m.pending != 0 || m.tx != 0) return;
+  m.completed = m.released;
   m.unobserved[m.phase] = std::move(m.open);
   m.open.clear();
   ++m.phase;
@@ -1105,6 +1161,7 @@ void api_mbarrier_init(const ft_simt_buffer* b, long long index, unsigned count)
     return;
   }
   const uint64_t offset = static_cast<uint64_t>(addr - w.smem);
+  w.start_clocks();
   const auto it = w.mbarriers.find(offset);
   uint32_t slot = 0, base = 0;
   if (it != w.mbarriers.end()) {  // again: the same slot, its tokens counting on
@@ -1145,6 +1202,12 @@ void api_mbarrier_arrive(const ft_simt_buffer* b, long long index, unsigned tx_b
   }
   m->tx += tx_bytes;
   --m->pending;
+  // The arrival releases the thread's clock: what it did before is ordered before what a thread
+  // observing the phase does after.
+  std::vector<uint32_t>& clock = f.clocks.clock;
+  m->released.resize(clock.size(), 0);
+  for (size_t t = 0; t < clock.size(); ++t) m->released[t] = std::max(m->released[t], clock[t]);
+  if (!clock.empty()) ++clock[static_cast<size_t>(f.thread)];
   w.complete_phase_if_done(offset, *m);
 }
 
@@ -1170,6 +1233,7 @@ void api_mbarrier_wait(const ft_simt_buffer* b, long long index, unsigned parity
   }
   if (f.seen.size() <= m->slot) f.seen.resize(m->slot + 1, 0);
   f.seen[m->slot] = std::max(f.seen[m->slot], m->base + m->phase);
+  f.clocks.join(m->completed);
   f.wait_line = line;
   if (m->phase > 0) w.land_tensor_copies(f, *m, m->phase - 1);
 }
@@ -1211,6 +1275,7 @@ void api_tensor_load(const ft_simt_buffer* dst, long long dst_index, const ft_si
   c.swizzle = map.swizzle;
   c.thread = f.thread;
   c.site = site;
+  c.clocks = f.clocks;
   c.bytes = gather_box(
       map, coords, src.base, src.bytes,
       [&](const SourceRun& r) {

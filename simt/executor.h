@@ -22,6 +22,9 @@
 //   wait observes the mbarrier phase its bytes completed, ordered for that waiter alone (and for
 //   the block after a barrier); an access of the destination before, or by a thread nothing
 //   orders after the landing, is a racecheck finding; a phase that never completes is a deadlock;
+//   an arrival releases what its thread did before to whoever observes the phase (vector clocks,
+//   hazards.h), so a slot consumers release on an mbarrier and a producer waits for is reused
+//   without a block barrier;
 // - synccheck: a barrier that not every thread reaches, threads waiting at different barriers,
 //   a warp operation with lanes missing or lanes at different warp operations; a deadlock is
 //   reported (who waits where) and the waiters released, never a hang.

@@ -148,6 +148,40 @@ void Cell::complete_async_read(Stamp now, const Access& a) {
   load(now, a, false, &other, &spans);
 }
 
+bool ClockedCell::orders(uint32_t interval, Hazard h, int thread, const Clocks& now) const {
+  if (epoch != interval) return false;
+  const bool write = w_thread >= 0 && now.after(w_thread, w_clock);
+  const bool reads = std::all_of(readers.begin(), readers.end(), [&](const std::pair<int32_t, uint32_t>& r) {
+    return r.first == thread || now.after(r.first, r.second);
+  });
+  switch (h) {
+    case Hazard::kReadAfterWrite: return write;
+    case Hazard::kWriteAfterRead: return reads;
+    case Hazard::kWriteAfterWrite: return write && reads;
+    default: return false;
+  }
+}
+
+void ClockedCell::record(uint32_t interval, bool store, int thread, uint32_t clock, bool tensor) {
+  if (epoch != interval) {
+    epoch = interval;
+    w_thread = -1;
+    readers.clear();
+  }
+  if (store) {
+    w_thread = tensor ? -1 : thread;
+    w_clock = clock;
+    return;
+  }
+  for (auto& r : readers) {
+    if (r.first == thread) {
+      r.second = std::max(r.second, clock);
+      return;
+    }
+  }
+  readers.emplace_back(thread, clock);
+}
+
 CrossBlock::CrossBlock(size_t elements)
     : elements_(elements),
       writer_(std::make_unique<std::atomic<uint32_t>[]>(elements)),

@@ -19,6 +19,17 @@
 // interval must come from a thread that observed the phase (Access::seen), whichever thread issued
 // the copy; a barrier after an observing wait orders it for the whole block.
 //
+// Release and acquire through mbarriers (Clocks, ClockedCell): where a block uses mbarriers, an
+// access a barrier interval's rules report (read-after-write, write-after-read, write-after-write
+// on shared memory, by threads of different warps or of one warp with no warp-synchronous
+// operation between) is not a hazard when the later thread acquired what the earlier one
+// released: every thread keeps a vector clock; an mbarrier.arrive releases the thread's clock into
+// the mbarrier, a wait that observes a phase acquires what the mbarrier held when that phase
+// completed, and a warp-synchronous operation joins its lanes' clocks. This is how warp-specialized
+// pipelines order a slot's reuse: consumers arrive on a "slot free" mbarrier after reading it, the
+// producer waits on it, then overwrites the slot. A tensor copy's bytes stay ordered by their
+// phase token alone (above).
+//
 // Across blocks (global buffers the launch writes): blocks have no way to order their accesses,
 // so a location written by one block and read or written by another is a hazard; CrossBlock keeps
 // the first writer and reader block of every element in atomics shared by all OS threads. The
@@ -27,9 +38,12 @@
 // result); those are counted as redundant stores instead.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <utility>
+#include <vector>
 
 namespace fusetune::simt {
 
@@ -43,6 +57,21 @@ struct Stamp {
 // block initialised them) and its phase number, packed: (slot + 1) << 24 | phase.
 inline uint32_t phase_token(uint32_t slot, uint32_t phase) { return ((slot + 1) << 24) | (phase & 0xffffffu); }
 
+// A thread's vector clock: clock[t] is the last clock value of thread t whose accesses this thread
+// is ordered after (its own entry: the clock its accesses are stamped with now).
+struct Clocks {
+  std::vector<uint32_t> clock;
+  void start(size_t threads, int self) {
+    clock.assign(threads, 0);
+    clock[static_cast<size_t>(self)] = 1;
+  }
+  void join(const std::vector<uint32_t>& other) {
+    for (size_t t = 0; t < clock.size() && t < other.size(); ++t) clock[t] = std::max(clock[t], other[t]);
+  }
+  // Whether thread `t`'s access stamped `c` is ordered before this thread's present.
+  bool after(int t, uint32_t c) const { return static_cast<size_t>(t) < clock.size() && clock[static_cast<size_t>(t)] >= c; }
+};
+
 // One access, as the checks see it.
 struct Access {
   int thread = 0;
@@ -52,6 +81,7 @@ struct Access {
   // (by its own waits, or another thread's before a barrier it passed since).
   const uint32_t* seen = nullptr;
   uint32_t seen_count = 0;
+  const Clocks* clocks = nullptr;  // the thread's vector clock, where the block uses mbarriers (else nullptr)
   bool observed(uint32_t token) const {
     const uint32_t slot = (token >> 24) - 1;
     return slot < seen_count && seen[slot] > (token & 0xffffffu);
@@ -103,6 +133,25 @@ struct Cell {
 
  private:
   bool after_write(const Access& a) const;
+};
+
+// The clocks of one shared location's accesses in the running barrier interval: its last write
+// (-1: none this interval, or a tensor copy, which only its phase orders) and each reading
+// thread's latest read.
+struct ClockedCell {
+  uint32_t epoch = 0;
+  int32_t w_thread = -1;
+  uint32_t w_clock = 0;
+  std::vector<std::pair<int32_t, uint32_t>> readers;
+
+  // Whether what the interval-only rules reported as `h` is ordered by release and acquire for
+  // thread `thread` with clocks `now`: the last write (read-after-write), every read
+  // (write-after-read) or both (write-after-write: the cell reports it before the reads) happened
+  // before.
+  // A record of another interval orders nothing.
+  bool orders(uint32_t interval, Hazard h, int thread, const Clocks& now) const;
+  // Record an access of `thread` at its own clock (`tensor`: a tensor copy's write).
+  void record(uint32_t interval, bool store, int thread, uint32_t clock, bool tensor);
 };
 
 // First writer and reader block of each element of one global buffer in one launch.

@@ -359,6 +359,11 @@ FT_INTRINSIC ft_flt __shfl_xor_sync(unsigned mask, ft_flt v, int lane_mask, int 
   const ft_flt* all = static_cast<const ft_flt*>(ft_simt_api_->warp_exchange(&v, (int)sizeof v, mask));
   return all[(ft_simt_lane() ^ (unsigned)lane_mask) & 31u];
 }
+// __syncwarp: a warp-synchronous operation that exchanges nothing.
+FT_INTRINSIC void __syncwarp(unsigned mask = 0xffffffffu) {
+  const char none = 0;
+  ft_simt_api_->warp_exchange(&none, 1, mask);
+}
 // The unsigned form (ArgMax's indices) takes an unsigned int alone: a literal or an int must not
 // prefer it, by a standard conversion, to the float form above.
 template <class U, class = typename std::enable_if<std::is_same<U, unsigned int>::value>::type>
@@ -593,6 +598,11 @@ FT_INTRINSIC void ft_mbarrier_arrive_expect_tx(ft_ptr<unsigned long long> s, lon
   ft_simt_api_->mbarrier_arrive(s.b, i, bytes);
 }
 FT_INTRINSIC void ft_mbarrier_arrive(ft_ptr<unsigned long long> s, long long i) { ft_simt_api_->mbarrier_arrive(s.b, i, 0); }
+// The warp's one arrival, once every lane got here (__syncwarp), by its lane 0.
+FT_INTRINSIC void ft_mbarrier_arrive_warp(ft_ptr<unsigned long long> s, long long i) {
+  __syncwarp();
+  if (ft_simt_lane() == 0) ft_simt_api_->mbarrier_arrive(s.b, i, 0);
+}
 #define ft_mbarrier_wait(s, i, parity) ft_simt_api_->mbarrier_wait((s).b, (i), (parity), __LINE__)
 template <class T>
 FT_INTRINSIC void ft_tma_load_2d(ft_ptr<T> s, long long si, ft_ptr<const ft_simt_tensor_map> map, int c0, int c1,

@@ -65,12 +65,12 @@ int simt_line_of(const std::string& kernels, const std::string& what) {
   return at == std::string::npos ? -1 : static_cast<int>(std::count(text.begin(), text.begin() + static_cast<long>(at), '\n')) + 1;
 }
 
-void compiles_for_the_gpu(const std::string& text) {
+void compiles_for_the_gpu(const std::string& text, const char* arch = "sm_80") {
   if (!backend::nvrtc_available()) {
     std::printf("NOTE: NVRTC not available; the CUDA text of this test is not compiled\n");
     return;
   }
-  EXPECT_FALSE(backend::compile_cuda(cuda(text), "sm_80").cubin.empty());
+  EXPECT_FALSE(backend::compile_cuda(cuda(text), arch).cubin.empty());
 }
 
 // Each thread stores its value in shared memory and reads its neighbour's.
@@ -597,6 +597,96 @@ TEST(SimtTensorCopy, AMissingOrPartialWaitIsReported) {
   const Ran16 unordered = run_tensor_copy(early);
   EXPECT_NE(all(unordered.result).find("of an mbarrier in the barrier interval of its mbarrier.init"), std::string::npos)
       << all(unordered.result);
+}
+
+// Warp 0 produces, warps 1..3 consume, through a ring of 2 slots of 96 floats with a "full" and
+// an "empty" mbarrier a slot and no block barrier after the inits: round r's slot r % 2 gets
+// x[96 r ..] from the producer's lanes (each arrives on full, releasing its stores), the
+// consumers wait on full, read it (each thread the element after its own, another warp's or
+// lane's store) and release it on empty, which the producer waits on before round r + 2
+// overwrites the slot. RELEASE is how a consumer releases its slot after reading (`ARRIVALS`
+// expected a phase), PRODUCER_WAIT what the producer waits on before writing a slot again.
+std::string ring(const std::string& release, int arrivals, const std::string& producer_wait, const std::string& read_first = "") {
+  std::string text = R"(extern "C" __global__ void __launch_bounds__(128) k(FT_GLOBAL(const float) x, FT_GLOBAL(float) out) {
+  FT_SHARED_MEMORY;
+  FT_SHARED(float, s, 0, 192);
+  FT_SHARED(unsigned long long, full, 768, 2);
+  FT_SHARED(unsigned long long, empty, 784, 2);
+  const int t = threadIdx.x, warp = t / 32, lane = t % 32;
+  if (t == 0) {
+    for (int i = 0; i < 2; ++i) {
+      ft_mbarrier_init(full, i, 32);
+      ft_mbarrier_init(empty, i, ARRIVALS);
+    }
+    ft_mbarrier_init_fence();
+  }
+  __syncthreads();
+  for (int r = 0; r < 8; ++r) {
+    const int slot = r % 2;
+    if (warp == 0) {
+PRODUCER_WAIT
+      for (int i = lane; i < 96; i += 32) s[slot * 96 + i] = x[r * 96 + i];
+      ft_mbarrier_arrive(full, slot);
+    } else {
+      ft_mbarrier_wait(full, slot, (r / 2) % 2);
+READ_FIRST
+      out[r * 96 + t - 32] = s[slot * 96 + (t - 32 + 1) % 96];
+RELEASE
+    }
+  }
+}
+)";
+  text.replace(text.find("ARRIVALS"), 8, std::to_string(arrivals));
+  text.replace(text.find("PRODUCER_WAIT"), 13, producer_wait);
+  text.replace(text.find("READ_FIRST"), 10, read_first);
+  text.replace(text.find("RELEASE"), 7, release);
+  return text;
+}
+
+const char* const kEmptyWait = "      if (r >= 2) ft_mbarrier_wait(empty, slot, (r / 2 - 1) % 2);";
+
+TEST(SimtMbarrierOrder, ASlotReleasedOnAnMbarrierAndWaitedForIsReusedWithoutARace) {
+  for (const auto& [release, arrivals] : std::vector<std::pair<std::string, int>>{
+           {"      ft_mbarrier_arrive(empty, slot);", 96},        // every consumer thread arrives
+           {"      ft_mbarrier_arrive_warp(empty, slot);", 3}}) {  // a warp's lanes meet, its lane 0 arrives
+    for (const uint64_t seed : {uint64_t{0}, uint64_t{7}}) {
+      simt::Options o;
+      o.schedule_seed = seed;
+      const Ran good = run(ring(release, arrivals, kEmptyWait), 1, 128, 800, 8 * 96, o);
+      EXPECT_EQ(good.result.finding_count, 0u) << release << " seed " << seed << "\n" << all(good.result);
+      for (int i = 0; i < 8 * 96; ++i) {
+        ASSERT_EQ(good.out[static_cast<size_t>(i)], static_cast<float>(i / 96 * 96 + (i % 96 + 1) % 96)) << release << ": out[" << i << "]";
+      }
+    }
+  }
+  compiles_for_the_gpu(ring("      ft_mbarrier_arrive_warp(empty, slot);", 3, kEmptyWait), "sm_90a");
+}
+
+TEST(SimtMbarrierOrder, AReuseNothingOrdersAfterTheReadsIsAWriteAfterRead) {
+  const std::string war = "racecheck: kernel k: write-after-read hazard on shared 's'";
+  const std::string any = "hazard on shared 's'";
+  // The producer does not wait for the slot to be free: it runs ahead, overwriting slots nobody
+  // read yet (and completing phases the consumers' parity then never sees: a deadlock too).
+  const Ran no_wait = run(ring("      ft_mbarrier_arrive(empty, slot);", 96, ""), 1, 128, 800, 8 * 96);
+  EXPECT_NE(all(no_wait.result).find(any), std::string::npos) << all(no_wait.result);
+  // The consumers release the slot before they read it.
+  const Ran early = run(ring("", 96, kEmptyWait, "      ft_mbarrier_arrive(empty, slot);"), 1, 128, 800, 8 * 96);
+  EXPECT_NE(all(early.result).find(war), std::string::npos) << all(early.result);
+  // Lane 0 arrives for its warp without the warp's lanes meeting first: the other lanes' reads are
+  // not released.
+  const Ran unsynced = run(ring("      if (lane == 0) ft_mbarrier_arrive(empty, slot);", 3, kEmptyWait), 1, 128, 800, 8 * 96);
+  EXPECT_NE(all(unsynced.result).find(war), std::string::npos) << all(unsynced.result);
+  // The producer's wait skipped, as the mutation test does.
+  simt::Options skip;
+  const std::string text = ring("      ft_mbarrier_arrive(empty, slot);", 96, kEmptyWait);
+  skip.skip_waits = {simt_line_of(text, "ft_mbarrier_wait(empty")};
+  const Ran skipped = run(text, 1, 128, 800, 8 * 96, skip);
+  EXPECT_NE(all(skipped.result).find(any), std::string::npos) << all(skipped.result);
+  // The consumers do not wait for the slot to be full: their reads race with the producer's stores.
+  std::string unwaited = ring("      ft_mbarrier_arrive(empty, slot);", 96, kEmptyWait);
+  skip.skip_waits = {simt_line_of(unwaited, "ft_mbarrier_wait(full")};
+  const Ran unfilled = run(unwaited, 1, 128, 800, 8 * 96, skip);
+  EXPECT_NE(all(unfilled.result).find(any), std::string::npos) << all(unfilled.result);
 }
 
 // ---- counters --------------------------------------------------------------------------------
