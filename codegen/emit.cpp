@@ -461,6 +461,7 @@ void emit_block(std::ostringstream& out, const Kernel& k, const Block& b, int de
         if (s.a == "fence") out << pad << "ft_mbarrier_init_fence();\n";
         if (s.a == "arrive" && s.c.empty()) out << pad << "ft_mbarrier_arrive(" << s.name << ", " << s.b << ");\n";
         if (s.a == "arrive" && !s.c.empty()) out << pad << "ft_mbarrier_arrive_expect_tx(" << s.name << ", " << s.b << ", " << s.c << ");\n";
+        if (s.a == "arrive_warp") out << pad << "ft_mbarrier_arrive_warp(" << s.name << ", " << s.b << ");\n";
         if (s.a == "wait") out << pad << "ft_mbarrier_wait(" << s.name << ", " << s.b << ", " << s.c << ");\n";
         break;
       case Stmt::Kind::kTensorLoad:

@@ -305,6 +305,9 @@ Stmt mbarrier_init_fence() { return mbarrier_op("fence", "", "", ""); }
 Stmt mbarrier_arrive(std::string bar, std::string index, std::string tx_bytes) {
   return mbarrier_op("arrive", std::move(bar), std::move(index), std::move(tx_bytes));
 }
+Stmt mbarrier_arrive_warp(std::string bar, std::string index) {
+  return mbarrier_op("arrive_warp", std::move(bar), std::move(index), "");
+}
 Stmt mbarrier_wait(std::string bar, std::string index, std::string parity) {
   return mbarrier_op("wait", std::move(bar), std::move(index), std::move(parity));
 }

@@ -214,7 +214,8 @@ struct Stmt {
     kExitUnless,  // if (!(a)) return;  (block-uniform; placed like a barrier)
     kShuffle,     // name[at0] = a (a float expression) of the lane `lane ^ groups` of the warp (placed like a warp reduction)
     kMbarrier,    // a: "init" (c: expected arrivals), "fence" (fence.mbarrier_init), "arrive" (c: transaction bytes expected, "":
-                  // none) or "wait" (c: the parity) on the mbarrier at element b of 64-bit shared allocation name
+                  // none), "arrive_warp" (the warp's lanes meet, lane 0 arrives) or "wait" (c: the parity) on the
+                  // mbarrier at element b of 64-bit shared allocation name
     kTensorLoad,  // name[a ..] <- tensor map b's box at coordinates c ("c0, c1[, c2]", innermost first), completing on the
                   // mbarrier at element e of shared allocation d
   };
@@ -361,6 +362,9 @@ Stmt proxy_fence();
 Stmt mbarrier_init(std::string bar, std::string index, int64_t count);
 Stmt mbarrier_init_fence();
 Stmt mbarrier_arrive(std::string bar, std::string index, std::string tx_bytes = "");
+// The warp's one arrival: its lanes meet (__syncwarp), then lane 0 arrives; every lane of the
+// warp reaches it (placed like a warp reduction), and the mbarrier counts warps.
+Stmt mbarrier_arrive_warp(std::string bar, std::string index);
 Stmt mbarrier_wait(std::string bar, std::string index, std::string parity);
 Stmt tensor_load(std::string dst, std::string dst_index, std::string map, const std::vector<std::string>& coords, std::string bar,
                  std::string bar_index);

@@ -14,20 +14,26 @@ namespace fusetune::codegen {
 
 namespace {
 
+// A warp's one mbarrier arrival, its lanes meeting first (__syncwarp).
+bool warp_arrival(const Stmt& s) { return s.kind == Stmt::Kind::kMbarrier && s.a == "arrive_warp"; }
+
 // Statements that must be reached by every thread of the block at once.
-bool block_uniform_only(Stmt::Kind kind) {
-  return kind == Stmt::Kind::kBarrier || kind == Stmt::Kind::kWarpReduce || kind == Stmt::Kind::kShuffle || kind == Stmt::Kind::kMma ||
+bool block_uniform_only(const Stmt& s) {
+  const Stmt::Kind kind = s.kind;
+  return warp_arrival(s) || kind == Stmt::Kind::kBarrier || kind == Stmt::Kind::kWarpReduce || kind == Stmt::Kind::kShuffle || kind == Stmt::Kind::kMma ||
          kind == Stmt::Kind::kLdmatrix || kind == Stmt::Kind::kPart || kind == Stmt::Kind::kUniformFor ||
          kind == Stmt::Kind::kWgmma || kind == Stmt::Kind::kWgmmaSync || kind == Stmt::Kind::kExitUnless;
 }
 
-bool warp_synchronous(Stmt::Kind kind) {
-  return kind == Stmt::Kind::kWarpReduce || kind == Stmt::Kind::kShuffle || kind == Stmt::Kind::kMma || kind == Stmt::Kind::kLdmatrix ||
+bool warp_synchronous(const Stmt& s) {
+  const Stmt::Kind kind = s.kind;
+  return warp_arrival(s) || kind == Stmt::Kind::kWarpReduce || kind == Stmt::Kind::kShuffle || kind == Stmt::Kind::kMma || kind == Stmt::Kind::kLdmatrix ||
          kind == Stmt::Kind::kWgmma || kind == Stmt::Kind::kWgmmaSync;
 }
 
-const char* what(Stmt::Kind kind) {
-  switch (kind) {
+const char* what(const Stmt& s) {
+  if (warp_arrival(s)) return "a warp's mbarrier arrival";
+  switch (s.kind) {
     case Stmt::Kind::kBarrier: return "a barrier";
     case Stmt::Kind::kWarpReduce: return "a warp reduction";
     case Stmt::Kind::kShuffle: return "a warp shuffle";
@@ -282,7 +288,10 @@ class Verifier {
         if (s.a == "fence" && !s.b.empty()) fragment(s, "wgmma fence's A operand", s.b, 0, 1, DType::kU32);
         break;
       case Stmt::Kind::kMbarrier: {
-        if (s.a != "init" && s.a != "fence" && s.a != "arrive" && s.a != "wait") fail_at(s, "mbarrier operation '", s.a, "'");
+        if (s.a != "init" && s.a != "fence" && s.a != "arrive" && s.a != "arrive_warp" && s.a != "wait") {
+          fail_at(s, "mbarrier operation '", s.a, "'");
+        }
+        if (s.a == "arrive_warp" && !s.c.empty()) fail_at(s, "a warp's mbarrier arrival with transaction bytes");
         if (s.a == "fence") break;
         const SharedAlloc* a = shared(s.name);
         if (a == nullptr || a->dtype != DType::kU64) fail_at(s, "mbarrier '", s.name, "' is not a 64-bit shared allocation");
@@ -328,11 +337,11 @@ class Verifier {
   // `enclosing` the statement that makes it so.
   void walk(const Block& b, const char* not_uniform, const Stmt* enclosing) {
     for (const Stmt& s : b) {
-      if (block_uniform_only(s.kind) && not_uniform != nullptr) {
-        if (enclosing == nullptr) fail_at(s, what(s.kind), " inside ", not_uniform);
-        fail_at(s, what(s.kind), " inside ", not_uniform, " (`", line_text(*enclosing), "`)");
+      if (block_uniform_only(s) && not_uniform != nullptr) {
+        if (enclosing == nullptr) fail_at(s, what(s), " inside ", not_uniform);
+        fail_at(s, what(s), " inside ", not_uniform, " (`", line_text(*enclosing), "`)");
       }
-      if (warp_synchronous(s.kind) && first_warp_sync_ == nullptr) first_warp_sync_ = &s;
+      if (warp_synchronous(s) && first_warp_sync_ == nullptr) first_warp_sync_ = &s;
       if ((s.kind == Stmt::Kind::kWgmma || s.kind == Stmt::Kind::kWgmmaSync) && first_warpgroup_ == nullptr) first_warpgroup_ = &s;
       statement(s);
       switch (s.kind) {

@@ -1236,6 +1236,7 @@ void api_mbarrier_wait(const ft_simt_buffer* b, long long index, unsigned parity
   f.clocks.join(m->completed);
   f.wait_line = line;
   if (m->phase > 0) w.land_tensor_copies(f, *m, m->phase - 1);
+  if (m->phase > 0 && line > 0) w.counters.wait_landings[line] += 1;  // a phase observed: what its arrivals released
 }
 
 void api_tensor_load(const ft_simt_buffer* dst, long long dst_index, const ft_simt_buffer* map_buffer, const int* coords,

@@ -48,8 +48,9 @@ struct Counters {
   // the interval before it. A barrier executed but absent here ordered nothing in these runs.
   std::map<int, uint64_t> barrier_orderings;
   std::set<int> barrier_lines;  // every barrier line executed
-  // Per cp.async.wait_group or wgmma.wait_group (line of the CUDA text): the copies it landed, or
-  // the wgmma results it landed and operand rows whose reads it ended.
+  // Per cp.async.wait_group, wgmma.wait_group or mbarrier wait (line of the CUDA text): the copies
+  // it landed, the wgmma results it landed and operand rows whose reads it ended, or (an mbarrier
+  // wait) the tensor copies it landed and the phases it observed.
   std::map<int, uint64_t> wait_landings;
   // Per access site (an instruction of the module): its requests and their sectors (global) or
   // wavefronts (shared), to find the access a figure comes from (site_lines resolves them).

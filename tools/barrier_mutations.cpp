@@ -14,9 +14,10 @@
 // it separates is touched by one thread only) must not be, else the analysis is wrong. Prints one
 // line per barrier that breaks either rule (task, candidate, line and the code around it) and a
 // summary: the mutation score is caught / barriers that ordered something. The same for each
-// cp.async.wait_group and wgmma.wait_group: deleted in turn (the executor skips it), it must be
-// caught when it landed any copy or wgmma result, or ended a wgmma's reads, in the unmutated run
-// (every copy is read after its wait, every result is the epilogue's, every slot written again). Exits 1 when a candidate
+// cp.async.wait_group, wgmma.wait_group and mbarrier wait: deleted in turn (the executor skips
+// it), it must be caught when it landed any copy or wgmma result, ended a wgmma's reads, or
+// observed an mbarrier phase, in the unmutated run (every copy is read after its wait, every
+// result is the epilogue's, every slot written again). Exits 1 when a candidate
 // fails before any mutation or a rule breaks, 2 on bad input. --mma-only keeps the tensor-core
 // candidates alone (their cp.async pipelines), for a model whose other candidates other runs cover
 // (exits 1 when the tasks' top N hold none);
@@ -147,8 +148,10 @@ int run(const std::vector<std::string>& argv) {
     if (src.kernels.empty()) continue;
     const std::map<std::string, std::vector<int>> barriers = statement_lines(src.cuda_source, "__syncthreads();");
     std::map<std::string, std::vector<int>> waits = statement_lines(src.cuda_source, "ft_cp_async_wait(");
-    for (const auto& [kernel, lines] : statement_lines(src.cuda_source, "ft_wgmma_wait(")) {
-      waits[kernel].insert(waits[kernel].end(), lines.begin(), lines.end());
+    for (const char* wait : {"ft_wgmma_wait(", "ft_mbarrier_wait("}) {
+      for (const auto& [kernel, lines] : statement_lines(src.cuda_source, wait)) {
+        waits[kernel].insert(waits[kernel].end(), lines.begin(), lines.end());
+      }
     }
     const std::vector<std::string> text = lines_of(src.cuda_source);
     for (const wire::Candidate& c : t.task.candidates()) {

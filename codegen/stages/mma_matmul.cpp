@@ -35,8 +35,9 @@ struct MmaPlan : StagedProduct {
   bool wgmma = false;
   int64_t wn = 0;
   // The TMA form (TileConfig::tma, planner::tma_operands): the slots filled by tensor copies of
-  // 128-byte swizzled boxes (A's rows of 64 K, B's boxes of 64 columns by 64 K), one mbarrier a
-  // slot (`bar`) the copies complete on.
+  // 128-byte swizzled boxes (A's rows of 64 K, B's boxes of 64 columns by 64 K); `bar` holds two
+  // mbarriers a slot: "full" (elements 0 .. stages - 1), which the copies complete, and "empty"
+  // (stages .. 2 stages - 1), on which each warp releases the slot once its wgmmas read it.
   bool tma = false;
   planner::TmaOperand ta, tb;
   std::string bar, map_a, map_b;
@@ -131,7 +132,7 @@ class MmaMatMulStage : public AnchorStage {
     st.a = k.add_shared("sa" + id, dtype, st.staging.stages * st.slot_a, align);
     st.b = k.add_shared("sb" + id, dtype, st.staging.stages * st.slot_b, align);
     if (st.tma) {
-      st.bar = k.add_shared("sbar" + id, DType::kU64, st.staging.stages);
+      st.bar = k.add_shared("sbar" + id, DType::kU64, 2 * st.staging.stages);
       const std::vector<int64_t> ones(st.ta.dims.size() - 2, 1);
       st.map_a = "tma_a" + id;
       st.map_b = "tma_b" + id;
@@ -404,10 +405,11 @@ void MmaMatMulStage::emit(Kernel& k) {
                                    : "(" + warp + " / " + lit(st.warps_n) + " * " + lit(st.fm * 16) + ")";
   const std::string wn0 = st.wgmma ? "(" + group + " % " + lit(st.warps_n) + " * " + lit(st.fn * st.wn) + ")"
                                    : "(" + warp + " % " + lit(st.warps_n) + " * " + lit(st.fn * 8) + ")";
-  // The TMA form: thread 0 expects the step's bytes on the slot's mbarrier and issues its tensor
-  // copies, A's box (64 of K by rows_a) and B's (64 columns by 64 of K, cols_b / 64 of them), at
-  // the region's origin and step ks of K (outside the tensors, zeros).
-  const auto tma_step = [&](const std::string& ks, const std::string& slot) {
+  // The TMA form: thread 0 expects the step's bytes on the slot's full mbarrier and issues its
+  // tensor copies, A's box (64 of K by rows_a) and B's (64 columns by 64 of K, cols_b / 64 of
+  // them), at the region's origin and step ks of K (outside the tensors, zeros); `free` first
+  // (the wait for the slot's release by every warp, where an earlier step used it).
+  const auto tma_step = [&](const std::string& ks, const std::string& slot, const Block& free = {}) {
     const auto coords = [&](const planner::TmaOperand& t, const std::string& k0, const std::string& n_offset) {
       std::vector<std::string> c;
       for (const int var : t.vars) {
@@ -419,8 +421,9 @@ void MmaMatMulStage::emit(Kernel& k) {
     };
     const std::string k0 = "(" + ks + ") * 64";
     const int64_t bytes = (st.slot_a + st.slot_b) * static_cast<int64_t>(dtype_size(st.mma));
-    Block loads = {mbarrier_arrive(st.bar, slot, lit(bytes)),
-                   tensor_load(st.a, "(" + slot + ") * " + lit(st.slot_a), st.map_a, coords(st.ta, k0, ""), st.bar, slot)};
+    Block loads = free;
+    loads.push_back(mbarrier_arrive(st.bar, slot, lit(bytes)));
+    loads.push_back(tensor_load(st.a, "(" + slot + ") * " + lit(st.slot_a), st.map_a, coords(st.ta, k0, ""), st.bar, slot));
     for (int64_t j = 0; j < st.cols_b / 64; ++j) {
       loads.push_back(tensor_load(st.b, "(" + slot + ") * " + lit(st.slot_b) + " + " + lit(j * 4096), st.map_b,
                                   coords(st.tb, k0, lit(64 * j)), st.bar, slot));
@@ -486,10 +489,11 @@ void MmaMatMulStage::emit(Kernel& k) {
   const int64_t ahead = std::min<int64_t>(st.staging.ahead, local_steps);
   Block prologue;
   if (st.tma) {
-    // Each slot's mbarrier, one arrival a phase (thread 0's, with the step's bytes), initialised
-    // and made visible to the block before any use.
+    // Each slot's full mbarrier, one arrival a phase (thread 0's, with the step's bytes), and its
+    // empty one, an arrival a warp, initialised and made visible to the block before any use.
     Block init;
     for (int s = 0; s < stages; ++s) init.push_back(mbarrier_init(st.bar, std::to_string(s), 1));
+    for (int s = 0; s < stages; ++s) init.push_back(mbarrier_init(st.bar, std::to_string(stages + s), cx_.cfg.threads / kWarpSize));
     init.push_back(mbarrier_init_fence());
     k.body.push_back(if_then("ft_thread == 0", init));
     k.body.push_back(barrier());
@@ -502,12 +506,17 @@ void MmaMatMulStage::emit(Kernel& k) {
   Block body;
   if (any_async) body.push_back(copy_async_wait(static_cast<int>(ahead - 1)));  // step ft_ks's group has landed
   if (st.wgmma && !st.tma) body.push_back(proxy_fence());  // the slot's stores and copies, to the wgmma's proxy
-  body.push_back(barrier());
+  if (!st.tma) body.push_back(barrier());
   const std::string next = "(ft_ks + " + lit(st.staging.ahead) + ")";
   Block ahead_copies;  // step ft_ks + ahead into the slot step ft_ks - 1 used (wgmma: ft_ks - 2)
   if (local_steps > ahead) {
+    // TMA: the slot's previous step, next - stages, released on the slot's empty mbarrier (its
+    // phase (next / stages - 1) completes once every warp arrived for it).
+    const Block free = {if_then(next + " >= " + lit(stages),
+                                {mbarrier_wait(st.bar, lit(stages) + " + " + next + " % " + lit(stages),
+                                               "(" + next + " / " + lit(stages) + " - 1) % 2")})};
     ahead_copies.push_back(if_then(next + " < " + lit(local_steps),
-                                   st.tma ? Block{tma_step(global(next), next + " % " + lit(stages))}
+                                   st.tma ? Block{tma_step(global(next), next + " % " + lit(stages), free)}
                                           : Block{stage(true, global(next), next + " % " + lit(stages)),
                                                   stage(false, global(next), next + " % " + lit(stages))}));
   }
@@ -582,11 +591,17 @@ void MmaMatMulStage::emit(Kernel& k) {
   if (st.wgmma) {
     // The step's wgmmas stay in flight while the copies `ahead` steps on are issued, into the slot
     // of step ks - 2 (the ring has ahead + 2 slots), whose wgmmas every thread completed before
-    // the barrier; then each thread waits until at most this step's group is pending, so step
-    // ks - 1's slot is free by the next step's barrier. The last group completes after the loop.
+    // the barrier (TMA: before its warp released the slot, which thread 0 waits for); then each
+    // thread waits until at most this step's group is pending, so step ks - 1's slot is free by
+    // the next step's barrier (TMA: each warp releases it on its empty mbarrier, its lanes
+    // meeting first; no block barrier in the loop). The last group completes after the loop.
     body.push_back(wgmma_commit());
     body.insert(body.end(), ahead_copies.begin(), ahead_copies.end());
     body.push_back(wgmma_wait(st.frag_c, 1));
+    if (st.tma) {
+      body.push_back(uniform_if("ft_rel", "ft_ks >= 1",
+                                {mbarrier_arrive_warp(st.bar, lit(stages) + " + (ft_ks - 1) % " + lit(stages))}));
+    }
   }
   k.body.push_back(uniform_for("ft_ks", "0", lit(local_steps), body));
   if (st.wgmma) k.body.push_back(wgmma_wait(st.frag_c, 0));

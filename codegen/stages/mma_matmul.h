@@ -45,13 +45,17 @@
 // the epilogue is the same. With TileConfig::tma as well (planner::tma_operands: operands read as
 // laid out; steps of 64, warpgroup tiles of whole 64-column boxes) the slots are filled by tensor
 // copies instead: each slot a 1024-byte aligned pair of 128-byte swizzled tiles (A K-major, rows
-// of 64; B N-major, boxes of 64 columns by 64 of K) with an mbarrier; thread 0 initialises the
-// mbarriers before the first barrier, then for each step expects its bytes and issues its boxes
-// at the region's origin (zeros beyond the tensors: no edge handling), the prologue `ahead` steps
-// and each step the step `ahead` on after its wgmmas are issued; every thread waits on its step's
-// slot (parity: the step's round of the ring) before its wgmmas, whose descriptors say the
-// swizzle (A: SBO 1 KB, 32 bytes a 16 of K; B: LBO 8 KB between boxes, SBO 1 KB, 2 KB a 16 of K).
-// The step's barrier still guards a slot's reuse.
+// of 64; B N-major, boxes of 64 columns by 64 of K) with two mbarriers: "full", which its copies
+// complete, and "empty", an arrival a warp; thread 0 initialises the mbarriers before the first
+// barrier, then for each step expects its bytes and issues its boxes at the region's origin
+// (zeros beyond the tensors: no edge handling), the prologue `ahead` steps and each step the step
+// `ahead` on after its wgmmas are issued; every thread waits on its step's full slot (parity: the
+// step's round of the ring) before its wgmmas, whose descriptors say the swizzle (A: SBO 1 KB, 32
+// bytes a 16 of K; B: LBO 8 KB between boxes, SBO 1 KB, 2 KB a 16 of K). No block barrier in the
+// loop: once wait_group 1 completes step ks - 1's wgmmas, each warp releases its slot on the
+// slot's empty mbarrier (its lanes meet, lane 0 arrives), and thread 0 waits on the empty
+// mbarrier before it copies into the slot again (CUTLASS's pipelined, not warp-specialized,
+// Hopper mainloop).
 // Guarantees: warp-synchronous
 // statements only at block-uniform points, reached by every lane; every ldmatrix row address lies
 // inside its slice and is 16-byte aligned; the product summed in float (each 16-bit or TF32

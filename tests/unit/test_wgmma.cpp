@@ -423,16 +423,19 @@ TEST(WgmmaMatMul, ChainsMatchTheReferenceOnEveryTile) {
 
 // The TMA form (TileConfig::tma): thread 0 copies each step's boxes (A: 64 of K by the tile's rows;
 // B: 64 columns by 64 of K) into 128-byte swizzled slots, every thread waits on the slot's
-// mbarrier, the wgmmas read the swizzled layouts. On K and rows that end inside a box (the copies'
-// zero fill is the only edge handling), a batch of A and B, a batch of A over one B, one
-// warpgroup and two (stacked), float16 and bfloat16: against the reference under the four checks
+// full mbarrier, the wgmmas read the swizzled layouts, each warp releases a slot on its empty
+// mbarrier and thread 0 waits for that before it copies into the slot again (K of 456: 8 steps
+// through a ring of 4 slots). On K and rows that end inside a box (the copies' zero fill is the
+// only edge handling), a batch of A and B, a batch of A over one B, one warpgroup and two
+// (stacked), float16 and bfloat16: against the reference under the four checks
 // (and on an sm_90 GPU where one is lent); the PTX copies by cp.async.bulk.tensor and has no cp.async.
 TEST(WgmmaMatMul, TmaFormMatchesTheReference) {
   for (DType dtype : {DType::kF16, DType::kBF16}) {
     Chains c;
     int id = 0;
     for (const auto& [a, b] : std::vector<std::pair<Shape, Shape>>{{{130, 200}, {200, 136}}, {{130, 64}, {64, 128}},
-                                                                   {{2, 130, 24}, {2, 24, 64}}, {{3, 140, 40}, {40, 64}}}) {
+                                                                   {{2, 130, 24}, {2, 24, 64}}, {{3, 140, 40}, {40, 64}},
+                                                                   {{70, 456}, {456, 128}}}) {
       c.groups.push_back(fusetune::testing::add_matmul_chain(c.g, dtype, a, b, id % 2 == 0 ? "Relu" : "Tanh", false, id));
       ++id;
     }
@@ -671,19 +674,25 @@ TEST(WgmmaPlanner, WaveFittedWidthsFillTheLastWave) {
 }
 
 // The mutation test on a wgmma kernel (as tools/barrier_mutations does for the models' candidates):
-// each barrier that ordered something, and each cp.async or wgmma wait that landed something or
-// ended a wgmma's reads, is deleted in turn (the executor skips its line) and verification must
-// then fail: the in-loop wgmma wait (one group left in flight) by the store of the copies into a
-// slot the previous step's wgmmas still read, the last one by results that never land.
-TEST(WgmmaMatMul, EveryNeededBarrierAndWaitDeletedIsCaught) {
-  // Rows of whole 16-byte units (both operands by cp.async), six steps of 32: the ring's four slots
-  // are written again.
-  const Graph g = ffn(DType::kF16, 130, 192, 296);
+// each barrier that ordered something, and each cp.async, wgmma or mbarrier wait that landed
+// something, ended a wgmma's reads or observed a phase, is deleted in turn (the executor skips its
+// line) and verification must then fail (`every_barrier`: each barrier, whether or not it ordered
+// an access: one that orders mbarrier inits before their use). Returns how many waits of each kind
+// (`ft_cp_async_wait(`, `ft_wgmma_wait(`, `ft_mbarrier_wait(`) the kernel has, and the unmutated
+// run's counters.
+struct Mutated {
+  std::map<std::string, int> kinds;
+  simt::Counters counters;
+  int waits(const std::string& kind) const { return kinds.count(kind) ? kinds.at(kind) : 0; }
+};
+Mutated every_needed_barrier_and_wait_caught(const Graph& g, const TileConfig& tile, bool every_barrier = false) {
   const FusionGroup fg = fusetune::testing::whole_graph_group(g);
-  const LoweredKernel lk = lower_group(g, fg, wgmma_tile({128, 128}, 32, 256), "k");
+  const LoweredKernel lk = lower_group(g, fg, tile, "k");
   const std::string text = emit_cuda({lk.kernel});
   std::vector<int> barriers, waits;
-  int line = 0, wgmma_waits = 0, copy_waits = 0;
+  Mutated out;
+  std::map<std::string, int>& kinds = out.kinds;
+  int line = 0;
   for (size_t at = 0, next = 0; at < text.size(); at = next + 1) {
     next = text.find('\n', at);
     if (next == std::string::npos) next = text.size();
@@ -691,14 +700,12 @@ TEST(WgmmaMatMul, EveryNeededBarrierAndWaitDeletedIsCaught) {
     const std::string l = text.substr(at, next - at);
     if (at < text.find("extern \"C\" __global__")) continue;  // the intrinsics' definitions
     if (l.find("__syncthreads();") != std::string::npos) barriers.push_back(line);
-    if (l.find("ft_cp_async_wait(") != std::string::npos || l.find("ft_wgmma_wait(") != std::string::npos) {
+    for (const char* kind : {"ft_cp_async_wait(", "ft_wgmma_wait(", "ft_mbarrier_wait("}) {
+      if (l.find(kind) == std::string::npos) continue;
       waits.push_back(line);
-      wgmma_waits += l.find("ft_wgmma_wait(") != std::string::npos;
-      copy_waits += l.find("ft_cp_async_wait(") != std::string::npos;
+      ++kinds[kind];
     }
   }
-  ASSERT_GE(wgmma_waits, 2);  // in the loop and after it
-  ASSERT_GE(copy_waits, 1);
   const unsigned seed = fusetune::testing::test_seed();
   const auto run = [&](const simt::Options& o, simt::Counters* counted) {
     auto be = backend::make_host_backend("", o);
@@ -708,14 +715,16 @@ TEST(WgmmaMatMul, EveryNeededBarrierAndWaitDeletedIsCaught) {
     if (counted != nullptr) *counted = module->counters().at("k");
     return r;
   };
-  simt::Counters base;
-  ASSERT_TRUE(run({}, &base).ok) << "seed " << seed;
+  simt::Counters& base = out.counters;
+  const backend::VerifyResult unmutated = run({}, &base);
+  EXPECT_TRUE(unmutated.ok) << tile.str() << " seed " << seed << ": " << unmutated.detail;
+  if (!unmutated.ok) return out;
   int caught = 0;
   for (int b : barriers) {
-    if (!base.barrier_orderings.count(b)) continue;
+    if (!every_barrier && !base.barrier_orderings.count(b)) continue;
     simt::Options o;
     o.skip_barriers = {b};
-    EXPECT_FALSE(run(o, nullptr).ok) << "the barrier at kernels.cu:" << b << " deleted, and nothing noticed (seed " << seed << ")";
+    EXPECT_FALSE(run(o, nullptr).ok) << tile.str() << ": the barrier at kernels.cu:" << b << " deleted, and nothing noticed (seed " << seed << ")";
     ++caught;
   }
   int landed = 0;
@@ -723,11 +732,35 @@ TEST(WgmmaMatMul, EveryNeededBarrierAndWaitDeletedIsCaught) {
     if (!base.wait_landings.count(w)) continue;
     simt::Options o;
     o.skip_waits = {w};
-    EXPECT_FALSE(run(o, nullptr).ok) << "the wait at kernels.cu:" << w << " deleted, and nothing noticed (seed " << seed << ")";
+    EXPECT_FALSE(run(o, nullptr).ok) << tile.str() << ": the wait at kernels.cu:" << w << " deleted, and nothing noticed (seed " << seed << ")";
     ++landed;
   }
-  EXPECT_GE(caught, 1);
-  EXPECT_EQ(landed, static_cast<int>(waits.size())) << "a wait that landed nothing";
+  EXPECT_GE(caught, 1) << tile.str();
+  EXPECT_EQ(landed, static_cast<int>(waits.size())) << tile.str() << ": a wait that landed or observed nothing";
+  return out;
+}
+
+// The cp.async form: the in-loop wgmma wait (one group left in flight) is caught by the store of
+// the copies into a slot the previous step's wgmmas still read, the last one by results that never
+// land. Rows of whole 16-byte units (both operands by cp.async), six steps of 32: the ring's four
+// slots are written again.
+TEST(WgmmaMatMul, EveryNeededBarrierAndWaitDeletedIsCaught) {
+  const Mutated m = every_needed_barrier_and_wait_caught(ffn(DType::kF16, 130, 192, 296), wgmma_tile({128, 128}, 32, 256));
+  EXPECT_GE(m.waits("ft_wgmma_wait("), 2);  // in the loop and after it
+  EXPECT_GE(m.waits("ft_cp_async_wait("), 1);
+}
+
+// The TMA form, 8 steps of 64 through 4 slots: the slot's full wait deleted leaves the wgmmas
+// reading a copy in flight; the empty wait deleted lets thread 0 copy into a slot other warps'
+// wgmmas may still read (a write-after-read nothing orders, hazards.h Clocks); the init's barrier
+// deleted leaves the mbarriers used in their init's interval. That barrier is the block's only one.
+TEST(WgmmaMatMul, TheTmaFormsMbarrierWaitsAndBarrierDeletedAreCaught) {
+  TileConfig tile = wgmma_tile({128, 128}, 64, 256);
+  tile.tma = true;
+  const Mutated m = every_needed_barrier_and_wait_caught(ffn(DType::kF16, 130, 456, 136), tile, true);
+  EXPECT_EQ(m.waits("ft_mbarrier_wait("), 2);  // full and empty
+  EXPECT_EQ(m.waits("ft_cp_async_wait("), 0);
+  EXPECT_EQ(m.counters.barriers, m.counters.blocks);
 }
 
 }  // namespace
