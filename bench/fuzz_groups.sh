@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # bench/fuzz_groups.sh [MINUTES] [BUILD_DIR] [OUT_DIR]: a campaign of the fusion-group fuzzers
 # (tests/unit/test_group_fuzz.cpp: the groups of every kernel kind, the window ops: Conv,
-# pooling, Resize, products of 8-bit integers, updates in place, back-to-back products and gated
-# linear units) for MINUTES (default 30): runs of 20 random cases each from a fresh seed, the six
+# pooling, Resize, products of 8-bit integers, updates in place, back-to-back products, gated
+# linear units and products for wgmma's TMA form) for MINUTES (default 30): runs of 20 random cases each from a fresh seed, the seven
 # generators in turn, until the time is up. A failing
 # case's seed (the case the run stopped at) goes to OUT_DIR/failures.txt (default
 # BUILD_DIR/fuzz_groups) with its generator and log; the table at the end says how many cases ran
 # and which failed. Replay one: FUSETUNE_TEST_SEED=SEED FUSETUNE_GROUP_FUZZ_CASES=1 (or
 # FUSETUNE_WINDOW_FUZZ_CASES=1, FUSETUNE_INT8_FUZZ_CASES=1, FUSETUNE_UPDATE_FUZZ_CASES=1,
-# FUSETUNE_PRODUCTS_FUZZ_CASES=1, FUSETUNE_GATED_FUZZ_CASES=1) BUILD_DIR/tests/fusetune_unit_tests
+# FUSETUNE_PRODUCTS_FUZZ_CASES=1, FUSETUNE_GATED_FUZZ_CASES=1, FUSETUNE_TMA_FUZZ_CASES=1) BUILD_DIR/tests/fusetune_unit_tests
 # --gtest_filter='GroupFuzz.TEST'; keep a group case, once fixed, in tests/fuzz/group_seeds.txt.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -27,7 +27,8 @@ generators=(RandomGroupsMatchTheReferenceUnderEveryCheck:FUSETUNE_GROUP_FUZZ_CAS
             RandomEightBitProductsMatchTheReferenceUnderEveryCheck:FUSETUNE_INT8_FUZZ_CASES
             RandomUpdatesInPlaceMatchTheReferenceUnderEveryCheck:FUSETUNE_UPDATE_FUZZ_CASES
             RandomBackToBackProductsMatchTheReferenceUnderEveryCheck:FUSETUNE_PRODUCTS_FUZZ_CASES
-            RandomGatedUnitsMatchTheReferenceUnderEveryCheck:FUSETUNE_GATED_FUZZ_CASES)
+            RandomGatedUnitsMatchTheReferenceUnderEveryCheck:FUSETUNE_GATED_FUZZ_CASES
+            RandomTmaProductsMatchTheReferenceUnderEveryCheck:FUSETUNE_TMA_FUZZ_CASES)
 while [ "$SECONDS" -lt "$end" ]; do
   seed=$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')
   generator=${generators[$((runs % ${#generators[@]}))]}

@@ -62,13 +62,16 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))  # export_models, export_hf_mo
 
 # The order a lease takes them in (a lease has measured two or three models): BERT float16 (the
 # headline), then the LLaMA-shaped decoder, which no lease has reached yet (its decode step, then
-# its prefill), memory_bound (large tensors: its kernels' effective bandwidth against the copy) and
+# its prefill), contractions (independent float16 products at those models' shapes and issue 27's
+# 2,048 x 1,024 x 4,096: its tune's breakdown is the generated forms against cuBLASLt on the same
+# shapes), memory_bound (large tensors: its kernels' effective bandwidth against the copy) and
 # ResNet-50 (whose tune measures cuDNN's convolutions), both measured on the second H200 lease, then
 # the rest; BERT float32 last (measured on the H100 already).
-GPU_MODELS = ["bert_fp16", "llama_decode_fp16", "llama_fp16", "memory_bound", "resnet50", "gpt2_fp16", "bert_s512_fp16",
+GPU_MODELS = ["bert_fp16", "llama_decode_fp16", "llama_fp16", "contractions_fp16", "memory_bound", "resnet50", "gpt2_fp16",
+              "bert_s512_fp16",
               "vit", "mobilenet_v2",
               "efficientnet_b0", "swin_t", "convnext_t", "bert"]
-REHEARSE_MODELS = ["bert", "resnet_small", "memory_bound", "mobilenet_v2", "vit"]
+REHEARSE_MODELS = ["bert", "resnet_small", "memory_bound", "contractions", "mobilenet_v2", "vit"]
 HF_MODELS = {"gpt2", "llama", "llama_decode"}  # built by scripts/export_hf_models.py (transformers)
 # The LLaMA-shaped decoder's full-size forms: a prefill of 512 tokens, and one decode step whose
 # cache holds 1,023 earlier positions (1,024 after the step). GPT-2's prefill and the rehearsal's

@@ -151,6 +151,21 @@ class MemoryBound(nn.Module):
         return h, p, m
 
 
+class Contractions(nn.Module):
+    """Independent matrix products x_i @ w_i at the shapes of the race's transformers (the race's
+    contractions-against-the-library check, issue 27: each product its own group, so a tune
+    measures the generated forms and cuBLASLt's on the same shape). Weights of deviation
+    1 / sqrt(K), as a trained layer's, drawn from `gen`."""
+
+    def __init__(self, shapes, gen):
+        super().__init__()
+        self.weights = nn.ParameterList(
+            [nn.Parameter(torch.randn(k, n, generator=gen) / k ** 0.5) for _, k, n in shapes])
+
+    def forward(self, *xs):
+        return tuple(x @ w for x, w in zip(xs, self.weights))
+
+
 class NerfMLP(nn.Module):
     """The original NeRF MLP (Mildenhall et al. 2020), positional encoding inside."""
 
@@ -564,6 +579,22 @@ def build_memory_bound(size):
                 output_names=["h", "p", "m"], dynamic_axes=None)
 
 
+# (M, K, N): issue 27's 2,048 x 1,024 x 4,096 example, the LLaMA-shaped decoder's FFN products at its
+# 512-token prefill (up 2,048 -> 5,632, down 5,632 -> 2,048), BERT-base's FFN at sequence 128
+# (768 -> 3,072 -> 768); small: odd extents of the same kinds.
+CONTRACTIONS = {"full": [(2048, 1024, 4096), (512, 2048, 5632), (512, 5632, 2048), (128, 768, 3072), (128, 3072, 768)],
+                "small": [(40, 72, 136), (24, 200, 64)]}
+
+
+def build_contractions(size):
+    shapes = CONTRACTIONS["full" if size == "full" else "small"]
+    gen = make_gen()
+    model = Contractions(shapes, gen)
+    xs = tuple(torch.randn(m, k, generator=gen) for m, k, _ in shapes)
+    return dict(model=model, inputs=xs, input_names=[f"x{i}" for i in range(len(shapes))],
+                output_names=[f"y{i}" for i in range(len(shapes))], dynamic_axes=None)
+
+
 def build_gated_block(size):
     gen = make_gen()
     x = torch.randn(1, 8, 32, generator=gen)
@@ -616,6 +647,7 @@ BUILDERS = {
     "recurrent_stack": build_recurrent_stack,
     "detector_416": build_detector_416,
     "memory_bound": build_memory_bound,
+    "contractions": build_contractions,
 }
 
 

@@ -3,13 +3,13 @@
 // float32, float16 and bfloat16, LayerNorm feeding a MatMul, scaled-dot-product attention (some
 // with grouped-query heads), mean subtraction, Convs plain, strided and depthwise, an embedding
 // Gather with positions and a norm;
-// window ops, products of 8-bit integers, updates in place, back-to-back products and gated
-// linear units each from a generator of their own),
+// window ops, products of 8-bit integers, updates in place, back-to-back products, gated linear
+// units and products long enough for wgmma's TMA form each from a generator of their own),
 // on odd extents (rows, channels and sequence lengths that divide no tile) as often as on multiples
 // of 8 (so that 16-byte vectors, cp.async chunks and their tails all run). Each graph goes through
 // the planner's fusion; each group is lowered with the planner's best generated candidate, one
 // drawn at random from its candidates, its best and a random in-place one where it may update in place
-// (planner/in_place.h), its best tensor-core ones (mma.sync and wgmma), a split-K
+// (planner/in_place.h), its best tensor-core ones (mma.sync, wgmma and wgmma's TMA twin), a split-K
 // form of a staged MatMul's, of a GEMV's and of a flash attention's, GEMV and flash-attention ones (flash on tensor cores by mma.sync and by wgmma, and not, and on a random key tile and thread count) and the best one's schedule on a tile of random extents (where the cost model accepts it), and verified on the host
 // executor with every check on (backend/verify.h via unit/codegen_check.h), and the module compiled
 // with NVRTC. Case i of a run draws its graph from seed + i: FUSETUNE_TEST_SEED=S with
@@ -461,6 +461,29 @@ FuzzCase random_gated_unit_case(unsigned seed) {
   return c;
 }
 
+// A 16-bit product long enough for the TMA form (steps of 64 through its ring, often more steps
+// than slots) with a bias and an activation, maybe a batch of A over one B: rows of whole 16-byte
+// units (the form reads operands as laid out), M any extent, K and N multiples of 8 from 64 on.
+FuzzCase random_tma_case(unsigned seed) {
+  Draw d(seed);
+  FuzzCase c;
+  Graph& g = c.g;
+  const DType dt = d.chance(0.5) ? DType::kF16 : DType::kBF16;
+  const int64_t batch = d.chance(0.3) ? d.in(2, 3) : 0, m = d.in(1, 200), k = 8 * d.in(8, 80), n = 8 * d.in(8, 40);
+  const Shape a = batch > 0 ? Shape{batch, m, k} : Shape{m, k};
+  std::normal_distribution<float> normal(0.0f, 1.0f / std::sqrt(static_cast<float>(k)));
+  std::vector<float> w(static_cast<size_t>(k * n)), bias(static_cast<size_t>(n));
+  for (float& e : w) e = normal(d.rng());
+  for (float& e : bias) e = normal(d.rng());
+  const char* act = d.activation();
+  int x = add_op(g, "MatMul", {add_input(g, "a", dt, a), g.add_constant("w", Tensor::from_floats(dt, {k, n}, w))});
+  x = add_op(g, "Add", {x, g.add_constant("bias", Tensor::from_floats(dt, {n}, bias))});
+  g.outputs().push_back(add_op(g, act, {x}));
+  c.what = "TMA-sized product " + std::string(dtype_name(dt)) + " " + shape_text(a) + " x " + std::to_string(k) + "x" + std::to_string(n) +
+           " + bias, " + act;
+  return c;
+}
+
 // Every group of the case's fusion plan, each with the planner's best generated candidate, one
 // drawn from its generated candidates, its best tensor-core, GEMV and flash ones: lowered,
 // verified on the host and compiled (check_groups).
@@ -491,10 +514,11 @@ void check_case(unsigned seed, const FuzzCase& c) {
         break;
       }
     }
-    // The best wgmma, GEMV and flash-attention candidates (flash on tensor cores and not), however
+    // The best wgmma (and TMA), GEMV and flash-attention candidates (flash on tensor cores and not), however
     // they rank (on these small shapes rarely among the best 64), the SIMT flash one also with a
     // random key tile and thread count; a split-K form (below).
     bool gemv = false, flash = false, tensor_flash = false, wgmma_flash = false, wgmma = false, split = false, flash_split = false;
+    bool tma[2] = {false, false};  // a TMA twin taken, unsplit and split
     for (const planner::Candidate& cand : planner::tile_candidates(c.g, fg, planner::find_device("h100"), {1 << 20, 2.0})) {
       // Split-K: offered for kernels longer than a launch, which these small shapes rarely are;
       // so the first staged MatMul candidate with 2 to 5 splits, where the cost model accepts it.
@@ -520,9 +544,16 @@ void check_case(unsigned seed, const FuzzCase& c) {
           flash_split = true;
         }
       }
-      if (cand.config.wgmma && !cand.config.flash && !wgmma) {
+      if (cand.config.wgmma && !cand.config.flash && !cand.config.tma && !wgmma) {
         chosen.push_back(cand.config);
         wgmma = true;
+      }
+      // The first TMA twins (they rank after their twins: tensor copies, slots handed back by
+      // mbarriers), one whose block walks all of K and one split.
+      if (cand.config.tma && !tma[cand.config.split_k > 1]) {
+        chosen.push_back(cand.config);
+        std::printf("  TMA: %s\n", cand.config.str().c_str());
+        tma[cand.config.split_k > 1] = true;
       }
       if (cand.config.gemv && !gemv) {
         chosen.push_back(cand.config);
@@ -645,6 +676,24 @@ TEST(GroupFuzz, RandomGatedUnitsMatchTheReferenceUnderEveryCheck) {
       EXPECT_EQ(w.back() % 2, 0) << "case " << seed + static_cast<unsigned>(i) << " (" << c.what << ")";
     }
     ASSERT_EQ(products, 1u) << "case " << seed + static_cast<unsigned>(i) << " (" << c.what << "): the projections are apart";
+    check_case(seed + static_cast<unsigned>(i), c);
+  }
+}
+
+// wgmma's TMA form on random products, FUSETUNE_TMA_FUZZ_CASES of them (default 1) from the test's
+// seed: each case's group must have a TMA twin among its candidates (check_case verifies it).
+TEST(GroupFuzz, RandomTmaProductsMatchTheReferenceUnderEveryCheck) {
+  const unsigned seed = testing::test_seed();
+  const int cases = env_int("FUSETUNE_TMA_FUZZ_CASES", 1);
+  for (int i = 0; i < cases && !HasFailure(); ++i) {
+    const FuzzCase c = random_tma_case(seed + static_cast<unsigned>(i));
+    bool twin = false;
+    for (const planner::FusionGroup& fg : planner::fuse(c.g).groups) {
+      for (const planner::Candidate& cand : planner::tile_candidates(c.g, fg, planner::find_device("h100"), {1 << 20, 2.0})) {
+        twin = twin || cand.config.tma;
+      }
+    }
+    ASSERT_TRUE(twin) << "case " << seed + static_cast<unsigned>(i) << " (" << c.what << "): no TMA candidate";
     check_case(seed + static_cast<unsigned>(i), c);
   }
 }
