@@ -458,6 +458,20 @@ TEST(WgmmaMatMul, TmaFormMatchesTheReference) {
   EXPECT_NE(ptx.find("cp.async.bulk.tensor.2d"), std::string::npos);
   EXPECT_NE(ptx.find("mbarrier.try_wait.parity"), std::string::npos);
   EXPECT_EQ(ptx.find("cp.async.cg"), std::string::npos);
+  EXPECT_EQ(ptx.find("bar.sync"), ptx.rfind("bar.sync")) << "one block barrier: the one after the mbarriers' init";
+  // The widest tile, two warpgroups of 64 x 256 (128 accumulators a thread), compiles without
+  // spills at the 255 registers a thread may hold.
+  Chains wide;
+  wide.groups.push_back(fusetune::testing::add_matmul_chain(wide.g, DType::kF16, {256, 512}, {512, 512}, "Relu", false, 0));
+  TileConfig big = wgmma_tile({128, 256}, 64, 256);
+  big.tma = true;
+  const Kernel kernel = lower_group(wide.g, wide.groups[0], big, "tma_wide").kernel;
+  const backend::CompiledCuda cc = backend::compile_cuda(emit_cuda({kernel}), "sm_90a");
+  ASSERT_TRUE(cc.resources.count(kernel.name)) << cc.log;
+  const backend::KernelResources& r = cc.resources.at(kernel.name);
+  std::printf("NOTE: %s: %d registers, %d bytes of stack, spills %d/%d bytes\n", big.str().c_str(), r.registers, r.stack_bytes,
+              r.spill_store_bytes, r.spill_load_bytes);
+  EXPECT_FALSE(r.spills()) << cc.log;
 }
 
 // A MatMul + bias + Relu of `dtype`, m x k times k x n.
