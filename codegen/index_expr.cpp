@@ -62,6 +62,7 @@ struct IndexExprNode {
   }
   IndexValue compute(const std::vector<IndexValue>& env, const IndexExpr::LoadVisitor& on_load, uint64_t block) const;
   ValueRange range(const std::vector<ValueRange>& slots, int index_bits, const IndexExpr::OverflowVisitor& overflow) const;
+  int twos() const;
   // related: false under a condition not the same in both environments (its subscripts are
   // reported unrelated).
   Shift shift(const std::vector<Shift>& slots, const std::vector<IndexValue>& first, const IndexExpr::ShiftVisitor& on_load,
@@ -806,6 +807,29 @@ IndexExpr IndexExpr::parse(const std::string& text, const Resolver& resolve) {
   e.root_ = Parser(text, resolve, e.buffers_).parse();
   return e;
 }
+
+int IndexExprNode::twos() const {
+  constexpr int kAll = 62;
+  const auto kid = [&](size_t i) { return kids[i]->twos(); };
+  switch (op) {
+    case Op::kConst: return value == 0 ? kAll : std::min(kAll, __builtin_ctzll(static_cast<uint64_t>(value)));
+    case Op::kNeg: return kid(0);
+    case Op::kAdd:
+    case Op::kSub: return std::min(kid(0), kid(1));
+    case Op::kMul: return std::min(kAll, kid(0) + kid(1));
+    case Op::kShl: return kids[1]->op == Op::kConst && kids[1]->value >= 0 && kids[1]->value < kAll
+                              ? std::min<int>(kAll, kid(0) + static_cast<int>(kids[1]->value))
+                              : 0;
+    case Op::kBitAnd: return std::max(kid(0), kid(1));
+    case Op::kTernary: return std::min(kid(1), kid(2));
+    case Op::kCast: return cast == Cast::kFloat ? 0 : kid(0);
+    case Op::kCall:
+      return (helper == Helper::kMin || helper == Helper::kMax) && kids.size() == 2 ? std::min(kid(0), kid(1)) : 0;
+    default: return 0;
+  }
+}
+
+int IndexExpr::twos() const { return root_->twos(); }
 
 ValueRange IndexExpr::range(const std::vector<ValueRange>& slots, int index_bits, const OverflowVisitor& overflow) const {
   return root_->range(slots, index_bits, overflow);

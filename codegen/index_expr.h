@@ -122,6 +122,13 @@ class IndexExpr {
   using OverflowVisitor = std::function<void(const std::string& what)>;
   ValueRange range(const std::vector<ValueRange>& slots, int index_bits, const OverflowVisitor& overflow) const;
 
+  // The trailing zero bits every value of the expression has, whatever its variables (each taken
+  // as any integer: none known), capped at 62 (zero has them all): sums and differences keep the
+  // fewer of their operands', products add them, shifts by a literal add it, truncating integer
+  // casts keep them (the low bits survive), anything else has none known. So the value is a
+  // multiple of 2^twos() (the alignment of a shared-memory index, codegen/verify_ir.h).
+  int twos() const;
+
   // The buffers the expression subscripts (ids, possibly repeated).
   const std::vector<int>& buffers() const { return buffers_; }
 

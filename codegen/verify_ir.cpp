@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "codegen/index_expr.h"
 #include "core/error.h"
 
 namespace fusetune::codegen {
@@ -310,6 +311,15 @@ class Verifier {
         }
         const SharedAlloc* bar = shared(s.d);
         if (bar == nullptr || bar->dtype != DType::kU64) fail_at(s, "a tensor copy completing on '", s.d, "', which is not a 64-bit shared allocation");
+        // Its destination: 128-byte aligned, 1 KB under the 128-byte swizzle (whose atoms of 8 rows
+        // the shared address's bits 7-9 pick), for every value of the index's variables.
+        const int need = m->swizzle == 128 ? 10 : 7;
+        const int index_twos = IndexExpr::parse(s.a, [](const std::string&) { return IndexExpr::Binding{}; }).twos();
+        const int element_twos = __builtin_ctz(static_cast<unsigned>(dtype_size(a->dtype)));
+        if (a->offset % (int64_t{1} << need) != 0 || index_twos + element_twos < need) {
+          fail_at(s, "a tensor copy into '", s.name, "' (at shared byte ", a->offset, ") whose destination is not proven ", 1 << need,
+                  "-byte aligned");
+        }
         break;
       }
       case Stmt::Kind::kCopyAsync: {

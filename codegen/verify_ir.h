@@ -21,7 +21,10 @@
 //   - every buffer a store writes is an output parameter, a scratch buffer or a shared allocation;
 //     an atomic's is a uint32 scratch buffer or output; scratch buffers are float32 or uint32, the
 //     first uint32 with a number of counters that divides the grid;
-//   - parameters, shared allocations and thread-locals have distinct names.
+//   - parameters, shared allocations and thread-locals have distinct names;
+//   - a tensor copy's destination is 128-byte aligned (1,024 under the 128-byte swizzle) for every
+//     value of its index's variables: its allocation's offset, and the index a multiple
+//     (IndexExpr::twos) of the elements those bytes hold.
 // Guarantees: returns when every rule holds; otherwise throws Error naming the kernel, the rule and
 // the statement (as to_text prints it) or declaration at fault.
 #pragma once

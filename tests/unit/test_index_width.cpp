@@ -87,6 +87,30 @@ TEST(IndexExpr, RangeHoldsEveryValueTheExpressionTakes) {
   EXPECT_GT(checked, 50000);
 }
 
+// Differential: at random points, every value an expression takes is a multiple of 2^twos(), and
+// twos() is as large as its rules say on expressions whose alignment is known.
+TEST(IndexExpr, TwosDivideEveryValueTheExpressionTakes) {
+  const unsigned seed = testing::test_seed();
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int64_t> any(-100000, 100000);
+  const std::vector<std::pair<std::string, int>> exprs = {
+      {"a * 8192", 13},           {"a * 8192 + b * 4096 + 2048", 11}, {"(a % 4) * 1024 - 512", 9}, {"-(a * 96)", 5},
+      {"(a + 1) << 4", 4},        {"a * 6 * (b * 4)", 3},             {"(int)(a * 64)", 6},        {"a < b ? a * 32 : 64", 5},
+      {"ft_min(a * 16, b * 48)", 4}, {"(a * 12) & (b * 8)", 3},       {"a + 1", 0},                {"a / 2 * 4", 2},
+      {"0", 62},                   {"a * 0 + 16", 4},                  {"(a * 2) << b", 0}};
+  for (const auto& [text, want] : exprs) {
+    const IndexExpr e = parse_abw(text);
+    EXPECT_EQ(e.twos(), want) << text;
+    const int64_t m = int64_t{1} << std::min(e.twos(), 40);
+    for (int point = 0; point < 2000; ++point) {
+      const std::vector<IndexValue> env = {any(rng), any(rng), any(rng)};
+      const IndexValue v = e.eval(env, [](int, IndexValue) {});
+      if (!v) continue;
+      ASSERT_EQ(*v % m, 0) << text << " = " << *v << " with a=" << *env[0] << " b=" << *env[1] << " seed " << seed;
+    }
+  }
+}
+
 TEST(IndexExpr, RangeTypesAsCDoesAndReportsIntArithmeticThatMayOverflow) {
   Bounded b;
   b.slots = {ValueRange::of(0, 100, 32), ValueRange::of(0, 8, 32), ValueRange::of(0, 1000, 64)};

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <functional>
 #include <map>
 #include <cmath>
 #include <random>
@@ -332,6 +333,29 @@ TEST(WgmmaEmulation, TensorCopiesAndSwizzledOperandsThroughTheIr) {
   Kernel bad = k;
   bad.tensor_maps[0].box[0] = 128;  // 256 bytes inside a 128-byte swizzle
   EXPECT_THROW(verify_ir(bad), Error);
+  // A destination not proven 1 KB-aligned under the 128-byte swizzle: an index of 512 bytes (256
+  // halves), one of 512 bytes times a variable, an allocation at 512 bytes; an index of whole
+  // kilobytes (512 halves) times variables passes.
+  const auto with_index = [&](const std::string& index, int64_t offset) {
+    Kernel moved = k;
+    std::function<void(Block&)> visit = [&](Block& block) {
+      for (Stmt& st : block) {
+        if (st.kind == Stmt::Kind::kTensorLoad && st.name == "sb" && st.a == "4096") st.a = index;
+        visit(st.body);
+      }
+    };
+    visit(moved.body);
+    moved.shared_bytes += 1024;
+    for (SharedAlloc& alloc : moved.shared) {
+      if (alloc.name == "sb") alloc.offset += offset;
+      if (alloc.name == "bar") alloc.offset += 1024;
+    }
+    return moved;
+  };
+  EXPECT_NO_THROW(verify_ir(with_index("(ft_thread * 2 + 1) * 512", 0)));
+  EXPECT_THROW(verify_ir(with_index("256", 0)), Error);
+  EXPECT_THROW(verify_ir(with_index("(ft_thread + 1) * 256", 0)), Error);
+  EXPECT_THROW(verify_ir(with_index("4096", 512)), Error);
   // A kernel's identity follows the parameters its maps map, whatever they are called.
   Kernel renamed = k, swapped = k;
   renamed.params[0].name = renamed.tensor_maps[0].source = "x";
