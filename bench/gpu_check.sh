@@ -10,7 +10,9 @@
 #     matrix descriptors the host emulates): on a GPU they run the same CUDA text through NVRTC
 #     and the driver and compare the outputs with the host's and the reference's; with them the
 #     deployment runtime on device pointers (RuntimeApi.Cuda*: in place and copied, a plan loaded on
-#     one thread and run on others, beside a second plan on the GPU); none may print
+#     one thread and run on others, beside a second plan on the GPU), and TMA_FUZZ_CASES (default
+#     4) random products through wgmma's TMA form (GroupFuzz.RandomTma*: the driver's tensor maps,
+#     the hardware's swizzle and mbarriers against the host's); none may print
 #     "CUDA backend not run";
 #  2. every small test model compiled for the GPU (fusetune compile) and run on it against
 #     PyTorch's outputs (fusetune run --backend cuda);
@@ -49,8 +51,8 @@ if want unit; then
 shards=${UNIT_SHARDS:-4}
 pids=()
 for ((i = 0; i < shards; i++)); do
-  GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i "$bin/fusetune_unit_tests" \
-    --gtest_filter='Wgmma*:TensorCore*:RegisterEpilogue*:SplitK*:RingStages*:ConvGemm*:Codegen*:NarrowTypes*:*Cuda*:Nvrtc*:LibraryAttention*' >"$out/unit.$i.log" 2>&1 &
+  GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i FUSETUNE_TMA_FUZZ_CASES=${TMA_FUZZ_CASES:-4} "$bin/fusetune_unit_tests" \
+    --gtest_filter='Wgmma*:TensorCore*:RegisterEpilogue*:SplitK*:RingStages*:ConvGemm*:Codegen*:NarrowTypes*:*Cuda*:Nvrtc*:LibraryAttention*:GroupFuzz.RandomTma*' >"$out/unit.$i.log" 2>&1 &
   pids+=($!)
 done
 rc=0
