@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-#define FT_SIMT_API_VERSION 7
+#define FT_SIMT_API_VERSION 8
 
 enum { FT_SIMT_LOAD = 0, FT_SIMT_STORE = 1 };
 
@@ -77,7 +77,10 @@ typedef struct ft_simt_api {
    * arrived. */
   void (*barrier)(int line);
   /* A warp-synchronous exchange: this lane's `bytes` (at most 64); returns the 32 lanes' values,
-   * lane-major, once every lane of the warp has arrived at the same operation with `mask`. */
+   * lane-major, once every lane of the warp has arrived at the same operation with `mask`. With
+   * `bytes` 0 it is __syncwarp(), which also orders the lanes' memory accesses for other threads
+   * (the executor's vector clocks, simt/hazards.h); the other exchanges order them within the
+   * warp alone. */
   const void* (*warp_exchange)(const void* mine, int bytes, unsigned mask);
   /* A view of the calling block's dynamic shared memory: [offset, offset + bytes), `name` for
    * reports; the same descriptor for every thread of the block. */

@@ -181,6 +181,9 @@ struct Mbarrier {
   bool reported = false;
   std::vector<uint32_t> released;   // the clocks its arrivals released (the block clocked: hazards.h Clocks)
   std::vector<uint32_t> completed;  // ... as its latest phase completed: what a wait observing it acquires
+  // Likewise the mbarrier phases the arriving threads had observed (Fiber::seen): a tensor copy a
+  // consumer observed before it arrived is ordered for whoever observes this mbarrier's phase.
+  std::vector<uint32_t> released_seen, completed_seen;
   std::vector<TensorCopy> open;     // copies completing the current phase's bytes
   std::map<uint32_t, std::vector<TensorCopy>> unobserved;  // completed phases' copies no wait has observed
 };
@@ -237,6 +240,7 @@ struct Warp {
   uint32_t epoch = 0;  // warp-synchronous operations completed
   const void* site = nullptr;
   int bytes = 0;
+  bool orders = false;  // the operation is __syncwarp: it orders the lanes' accesses for other threads too
   bool reported = false;
   unsigned char exchange[2][kWarpLanes * kExchangeBytes] = {};
   WarpTrace trace;
@@ -423,6 +427,7 @@ struct Worker {
       wp.lanes = wp.live = std::min(kWarpLanes, L.shape.threads - static_cast<int>(w) * kWarpLanes);
       wp.arrived = 0;
       wp.epoch = 0;
+      wp.orders = false;
       wp.reported = false;
     }
     std::vector<int> all;
@@ -573,12 +578,15 @@ struct Worker {
     for (int t = warp * kWarpLanes; t < warp * kWarpLanes + w.lanes; ++t) {
       if (fibers[static_cast<size_t>(t)].state == Fiber::State::kWarp) waiting.push_back(t);
     }
-    if (clocked) join_lanes(waiting);
+    if (clocked && w.orders) join_lanes(waiting);
+    w.orders = false;
     release(waiting);
   }
 
-  // A warp-synchronous operation of the lanes `waiting` and the running thread: each releases its
-  // clock and acquires the others'.
+  // __syncwarp of the lanes `waiting` and the running thread: each releases its clock and acquires
+  // the others'. (Other warp operations order the warp's accesses within it, the interval rules'
+  // wepoch, but release nothing to other threads: CUDA's memory model gives ordering to
+  // __syncwarp alone.)
   void join_lanes(const std::vector<int>& waiting) {
     std::vector<Fiber*> lanes;  // the running thread took part unless it is ending (end_thread)
     if (tls_current != nullptr && tls_current->state == Fiber::State::kRunning) lanes.push_back(tls_current);
@@ -902,7 +910,7 @@ const void* api_warp_exchange(const void* mine, int bytes, unsigned mask) {
   Fiber& f = current();
   Worker& w = *f.worker;
   Warp& wp = w.warps[static_cast<size_t>(f.warp)];
-  if (bytes <= 0 || bytes > kExchangeBytes) {
+  if (bytes < 0 || bytes > kExchangeBytes) {
     std::fprintf(stderr, "fusetune simt: a warp exchange of %d bytes\n", bytes);
     std::abort();
   }
@@ -914,12 +922,13 @@ const void* api_warp_exchange(const void* mine, int bytes, unsigned mask) {
   if (wp.arrived == 0) {
     wp.site = site;
     wp.bytes = bytes;
+    wp.orders = bytes == 0;
   } else if ((site != wp.site || bytes != wp.bytes) && !wp.reported) {
     wp.reported = true;
     w.find(Check::kSync, "lanes of a warp at different warp operations", "", -1, w.who(f.thread), site, wp.site);
   }
   unsigned char* slots = wp.exchange[wp.epoch & 1];
-  std::memcpy(slots + f.lane * bytes, mine, static_cast<size_t>(bytes));
+  if (bytes > 0) std::memcpy(slots + f.lane * bytes, mine, static_cast<size_t>(bytes));
   f.wait_site = site;
   if (++wp.arrived == wp.live) {
     w.complete_warp(f.warp);
@@ -1071,6 +1080,7 @@ void Worker::land_tensor_copies(Fiber& f, Mbarrier& m, uint32_t through_phase) {
 void Worker::complete_phase_if_done(uint64_t offset, Mbarrier& m) {
   if (m.pending != 0 || m.tx != 0) return;
   m.completed = m.released;
+  m.completed_seen = m.released_seen;
   m.unobserved[m.phase] = std::move(m.open);
   m.open.clear();
   ++m.phase;
@@ -1207,7 +1217,9 @@ void api_mbarrier_arrive(const ft_simt_buffer* b, long long index, unsigned tx_b
   std::vector<uint32_t>& clock = f.clocks.clock;
   m->released.resize(clock.size(), 0);
   for (size_t t = 0; t < clock.size(); ++t) m->released[t] = std::max(m->released[t], clock[t]);
-  if (!clock.empty()) ++clock[static_cast<size_t>(f.thread)];
+  m->released_seen.resize(std::max(m->released_seen.size(), f.seen.size()), 0);
+  for (size_t s = 0; s < f.seen.size(); ++s) m->released_seen[s] = std::max(m->released_seen[s], f.seen[s]);
+  ++clock[static_cast<size_t>(f.thread)];  // clocked: the mbarrier's init started the clocks
   w.complete_phase_if_done(offset, *m);
 }
 
@@ -1231,8 +1243,9 @@ void api_mbarrier_wait(const ft_simt_buffer* b, long long index, unsigned parity
       return;
     }
   }
-  if (f.seen.size() <= m->slot) f.seen.resize(m->slot + 1, 0);
+  f.seen.resize(std::max<size_t>({f.seen.size(), m->slot + 1, m->completed_seen.size()}), 0);
   f.seen[m->slot] = std::max(f.seen[m->slot], m->base + m->phase);
+  for (size_t s = 0; s < m->completed_seen.size(); ++s) f.seen[s] = std::max(f.seen[s], m->completed_seen[s]);
   f.clocks.join(m->completed);
   f.wait_line = line;
   if (m->phase > 0) w.land_tensor_copies(f, *m, m->phase - 1);

@@ -25,7 +25,8 @@
 // operation between) is not a hazard when the later thread acquired what the earlier one
 // released: every thread keeps a vector clock; an mbarrier.arrive releases the thread's clock into
 // the mbarrier, a wait that observes a phase acquires what the mbarrier held when that phase
-// completed, and a warp-synchronous operation joins its lanes' clocks. This is how warp-specialized
+// completed, and __syncwarp joins its lanes' clocks (the phases a thread observed, Access::seen,
+// travel through arrivals and waits likewise). This is how warp-specialized
 // pipelines order a slot's reuse: consumers arrive on a "slot free" mbarrier after reading it, the
 // producer waits on it, then overwrites the slot. A tensor copy's bytes stay ordered by their
 // phase token alone (above).

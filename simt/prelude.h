@@ -359,11 +359,10 @@ FT_INTRINSIC ft_flt __shfl_xor_sync(unsigned mask, ft_flt v, int lane_mask, int 
   const ft_flt* all = static_cast<const ft_flt*>(ft_simt_api_->warp_exchange(&v, (int)sizeof v, mask));
   return all[(ft_simt_lane() ^ (unsigned)lane_mask) & 31u];
 }
-// __syncwarp: a warp-synchronous operation that exchanges nothing.
-FT_INTRINSIC void __syncwarp(unsigned mask = 0xffffffffu) {
-  const char none = 0;
-  ft_simt_api_->warp_exchange(&none, 1, mask);
-}
+// __syncwarp: a warp-synchronous operation that exchanges nothing and orders the lanes' memory
+// accesses (device_api.h warp_exchange of 0 bytes); the whole warp's mask only (another is
+// reported as a warp operation with lanes missing).
+FT_INTRINSIC void __syncwarp(unsigned mask = 0xffffffffu) { ft_simt_api_->warp_exchange(nullptr, 0, mask); }
 // The unsigned form (ArgMax's indices) takes an unsigned int alone: a literal or an int must not
 // prefer it, by a standard conversion, to the float form above.
 template <class U, class = typename std::enable_if<std::is_same<U, unsigned int>::value>::type>

@@ -681,7 +681,8 @@ TEST(GroupFuzz, RandomGatedUnitsMatchTheReferenceUnderEveryCheck) {
 }
 
 // wgmma's TMA form on random products, FUSETUNE_TMA_FUZZ_CASES of them (default 1) from the test's
-// seed: each case's group must have a TMA twin among its candidates (check_case verifies it).
+// seed: each case's group must have a TMA twin among its candidates (asserted here), and
+// check_case runs its first twins beside the other candidates.
 TEST(GroupFuzz, RandomTmaProductsMatchTheReferenceUnderEveryCheck) {
   const unsigned seed = testing::test_seed();
   const int cases = env_int("FUSETUNE_TMA_FUZZ_CASES", 1);

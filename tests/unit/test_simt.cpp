@@ -676,6 +676,12 @@ TEST(SimtMbarrierOrder, AReuseNothingOrdersAfterTheReadsIsAWriteAfterRead) {
   // not released.
   const Ran unsynced = run(ring("      if (lane == 0) ft_mbarrier_arrive(empty, slot);", 3, kEmptyWait), 1, 128, 800, 8 * 96);
   EXPECT_NE(all(unsynced.result).find(war), std::string::npos) << all(unsynced.result);
+  // Lane 0 arrives for its warp after a shuffle, not __syncwarp: CUDA orders memory for the other
+  // lanes at __syncwarp alone, so their reads are not released.
+  const Ran shuffled = run(ring("      if (__shfl_xor_sync(0xffffffffu, 1.0f, 1) > 0.0f && lane == 0) ft_mbarrier_arrive(empty, slot);", 3,
+                                kEmptyWait),
+                           1, 128, 800, 8 * 96);
+  EXPECT_NE(all(shuffled.result).find(war), std::string::npos) << all(shuffled.result);
   // The producer's wait skipped, as the mutation test does.
   simt::Options skip;
   const std::string text = ring("      ft_mbarrier_arrive(empty, slot);", 96, kEmptyWait);
@@ -687,6 +693,71 @@ TEST(SimtMbarrierOrder, AReuseNothingOrdersAfterTheReadsIsAWriteAfterRead) {
   skip.skip_waits = {simt_line_of(unwaited, "ft_mbarrier_wait(full")};
   const Ran unfilled = run(unwaited, 1, 128, 800, 8 * 96, skip);
   EXPECT_NE(all(unfilled.result).find(any), std::string::npos) << all(unfilled.result);
+}
+
+// The ring filled by tensor copies, warp-specialized as CUTLASS's producers are: thread 0 copies
+// round r's 8 x 64 box (rows 8r ..) into slot r % 2 and never waits on "full" itself; warps 1..3
+// wait on full, read the slot (undoing the swizzle) and release it on "empty" (a warp's lanes
+// meet, lane 0 arrives); thread 0 waits on empty before copying into the slot again. The copy's
+// landing is ordered for thread 0 by the consumers' arrivals (they observed it before arriving).
+// PRODUCER_WAIT stands before each copy.
+std::string tma_ring(const std::string& producer_wait) {
+  std::string text = R"(extern "C" __global__ void __launch_bounds__(128) k(FT_GLOBAL(const unsigned short) x, FT_GLOBAL(unsigned short) out, FT_TENSOR_MAP(x, 80x72, 160, 64x8, 128) tm) {
+  FT_SHARED_MEMORY;
+  FT_SHARED(unsigned short, s, 0, 1024);
+  FT_SHARED(unsigned long long, full, 2048, 2);
+  FT_SHARED(unsigned long long, empty, 2064, 2);
+  const int t = threadIdx.x, warp = t / 32;
+  if (t == 0) {
+    for (int i = 0; i < 2; ++i) {
+      ft_mbarrier_init(full, i, 1);
+      ft_mbarrier_init(empty, i, 3);
+    }
+    ft_mbarrier_init_fence();
+  }
+  __syncthreads();
+  for (int r = 0; r < 8; ++r) {
+    const int slot = r % 2;
+    if (warp == 0) {
+      if (t == 0) {
+PRODUCER_WAIT
+        ft_mbarrier_arrive_expect_tx(full, slot, 1024);
+        ft_tma_load_2d(s, slot * 512, tm, 0, r * 8, full, slot);
+      }
+    } else {
+      ft_mbarrier_wait(full, slot, (r / 2) % 2);
+      for (int e = t - 32; e < 512; e += 96) {
+        const int row = e / 64, c = e % 64;
+        out[r * 512 + e] = s[slot * 512 + row * 64 + (((c / 8) ^ (row % 8)) * 8) + c % 8];
+      }
+      ft_mbarrier_arrive_warp(empty, slot);
+    }
+  }
+}
+)";
+  text.replace(text.find("PRODUCER_WAIT"), 13, producer_wait);
+  return text;
+}
+
+TEST(SimtMbarrierOrder, ATensorCopysSlotIsReusedAfterTheConsumersRelease) {
+  const auto go = [](const std::string& text) {
+    simt::Module m(cuda(text));
+    std::vector<uint16_t> x(72 * 80), out(8 * 512, 0xffff);
+    std::iota(x.begin(), x.end(), uint16_t{1});
+    Ran16 r;
+    r.result = simt::launch(m.kernel("k"), {x.data(), out.data(), nullptr}, {x.size() * 2, out.size() * 2, 0}, {1, 128, 2080}, {});
+    r.out = out;
+    return r;
+  };
+  const Ran16 good = go(tma_ring("        if (r >= 2) ft_mbarrier_wait(empty, slot, (r / 2 - 1) % 2);"));
+  EXPECT_EQ(good.result.finding_count, 0u) << all(good.result);
+  for (int i = 0; i < 8 * 512; ++i) {
+    const int row = i / 512 * 8 + i % 512 / 64, col = i % 64;
+    ASSERT_EQ(good.out[static_cast<size_t>(i)], row * 80 + col + 1) << "out[" << i << "]";
+  }
+  // Without the wait, a copy lands over a slot the consumers may still read.
+  const Ran16 bad = go(tma_ring(""));
+  EXPECT_NE(all(bad.result).find("hazard on shared 's'"), std::string::npos) << all(bad.result);
 }
 
 // ---- counters --------------------------------------------------------------------------------
