@@ -918,9 +918,10 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
                      "rows) and operands read as laid out (planner::tma_operands)";
           return c;
         }
-        // The rings' 1024-byte alignment and a slot's mbarrier each. Charged otherwise as the
-        // cp.async form (its copies' issue included) until a GPU measures the difference.
-        tensor_smem += 2 * 1024 + 8 * staging.stages;
+        // The rings' 1024-byte alignment and a slot's two mbarriers (full and empty). Charged
+        // otherwise as the cp.async form (its copies' issue included) until a GPU measures the
+        // difference.
+        tensor_smem += 2 * 1024 + 16 * staging.stages;
       }
       // TF32 fragments come from shared memory an element a load, converted by one cvt each
       // (ldmatrix moves 16-bit rows): every staged element read at least once.

@@ -557,9 +557,7 @@ struct Worker {
     for (Warp& w : warps) w.trace.flush(counters);
     // What any thread observed of an mbarrier's phases, every thread has after the barrier.
     std::vector<uint32_t> seen(next_mbarrier_slot, 0);
-    for (const Fiber& f : fibers) {
-      for (size_t i = 0; i < f.seen.size(); ++i) seen[i] = std::max(seen[i], f.seen[i]);
-    }
+    for (const Fiber& f : fibers) join_max(seen, f.seen);
     for (Fiber& f : fibers) f.seen = seen;
     std::vector<int> waiting;
     for (const Fiber& f : fibers) {
@@ -592,9 +590,7 @@ struct Worker {
     if (tls_current != nullptr && tls_current->state == Fiber::State::kRunning) lanes.push_back(tls_current);
     for (const int t : waiting) lanes.push_back(&fibers[static_cast<size_t>(t)]);
     std::vector<uint32_t> all(fibers.size(), 0);
-    for (const Fiber* f : lanes) {
-      for (size_t t = 0; t < all.size(); ++t) all[t] = std::max(all[t], f->clocks.clock[t]);
-    }
+    for (const Fiber* f : lanes) join_max(all, f->clocks.clock);
     for (Fiber* f : lanes) {
       f->clocks.clock = all;
       ++f->clocks.clock[static_cast<size_t>(f->thread)];
@@ -1214,12 +1210,9 @@ void api_mbarrier_arrive(const ft_simt_buffer* b, long long index, unsigned tx_b
   --m->pending;
   // The arrival releases the thread's clock: what it did before is ordered before what a thread
   // observing the phase does after.
-  std::vector<uint32_t>& clock = f.clocks.clock;
-  m->released.resize(clock.size(), 0);
-  for (size_t t = 0; t < clock.size(); ++t) m->released[t] = std::max(m->released[t], clock[t]);
-  m->released_seen.resize(std::max(m->released_seen.size(), f.seen.size()), 0);
-  for (size_t s = 0; s < f.seen.size(); ++s) m->released_seen[s] = std::max(m->released_seen[s], f.seen[s]);
-  ++clock[static_cast<size_t>(f.thread)];  // clocked: the mbarrier's init started the clocks
+  join_max(m->released, f.clocks.clock);
+  join_max(m->released_seen, f.seen);
+  ++f.clocks.clock[static_cast<size_t>(f.thread)];  // clocked: the mbarrier's init started the clocks
   w.complete_phase_if_done(offset, *m);
 }
 
@@ -1243,9 +1236,9 @@ void api_mbarrier_wait(const ft_simt_buffer* b, long long index, unsigned parity
       return;
     }
   }
-  f.seen.resize(std::max<size_t>({f.seen.size(), m->slot + 1, m->completed_seen.size()}), 0);
+  if (f.seen.size() <= m->slot) f.seen.resize(m->slot + 1, 0);
   f.seen[m->slot] = std::max(f.seen[m->slot], m->base + m->phase);
-  for (size_t s = 0; s < m->completed_seen.size(); ++s) f.seen[s] = std::max(f.seen[s], m->completed_seen[s]);
+  join_max(f.seen, m->completed_seen);
   f.clocks.join(m->completed);
   f.wait_line = line;
   if (m->phase > 0) w.land_tensor_copies(f, *m, m->phase - 1);

@@ -150,14 +150,15 @@ void Cell::complete_async_read(Stamp now, const Access& a) {
 
 bool ClockedCell::orders(uint32_t interval, Hazard h, int thread, const Clocks& now) const {
   if (epoch != interval) return false;
-  const bool write = w_thread >= 0 && now.after(w_thread, w_clock);
-  const bool reads = std::all_of(readers.begin(), readers.end(), [&](const std::pair<int32_t, uint32_t>& r) {
-    return r.first == thread || now.after(r.first, r.second);
-  });
+  const auto write = [&] { return w_thread >= 0 && now.after(w_thread, w_clock); };
+  const auto reads = [&] {
+    return std::all_of(readers.begin(), readers.end(),
+                       [&](const std::pair<int32_t, uint32_t>& r) { return r.first == thread || now.after(r.first, r.second); });
+  };
   switch (h) {
-    case Hazard::kReadAfterWrite: return write;
-    case Hazard::kWriteAfterRead: return reads;
-    case Hazard::kWriteAfterWrite: return write && reads;
+    case Hazard::kReadAfterWrite: return write();
+    case Hazard::kWriteAfterRead: return reads();
+    case Hazard::kWriteAfterWrite: return write() && reads();
     default: return false;
   }
 }

@@ -58,6 +58,13 @@ struct Stamp {
 // block initialised them) and its phase number, packed: (slot + 1) << 24 | phase.
 inline uint32_t phase_token(uint32_t slot, uint32_t phase) { return ((slot + 1) << 24) | (phase & 0xffffffu); }
 
+// `into` = the element-wise maximum of `into` and `from` (the longer's length): how vector clocks
+// and observed phases (Access::seen) are joined.
+inline void join_max(std::vector<uint32_t>& into, const std::vector<uint32_t>& from) {
+  if (into.size() < from.size()) into.resize(from.size(), 0);
+  for (size_t i = 0; i < from.size(); ++i) into[i] = std::max(into[i], from[i]);
+}
+
 // A thread's vector clock: clock[t] is the last clock value of thread t whose accesses this thread
 // is ordered after (its own entry: the clock its accesses are stamped with now).
 struct Clocks {
@@ -66,9 +73,7 @@ struct Clocks {
     clock.assign(threads, 0);
     clock[static_cast<size_t>(self)] = 1;
   }
-  void join(const std::vector<uint32_t>& other) {
-    for (size_t t = 0; t < clock.size() && t < other.size(); ++t) clock[t] = std::max(clock[t], other[t]);
-  }
+  void join(const std::vector<uint32_t>& other) { join_max(clock, other); }
   // Whether thread `t`'s access stamped `c` is ordered before this thread's present.
   bool after(int t, uint32_t c) const { return static_cast<size_t>(t) < clock.size() && clock[static_cast<size_t>(t)] >= c; }
 };

@@ -510,15 +510,18 @@ void MmaMatMulStage::emit(Kernel& k) {
   const std::string next = "(ft_ks + " + lit(st.staging.ahead) + ")";
   Block ahead_copies;  // step ft_ks + ahead into the slot step ft_ks - 1 used (wgmma: ft_ks - 2)
   if (local_steps > ahead) {
-    // TMA: the slot's previous step, next - stages, released on the slot's empty mbarrier (its
-    // phase (next / stages - 1) completes once every warp arrived for it).
-    const Block free = {if_then(next + " >= " + lit(stages),
-                                {mbarrier_wait(st.bar, lit(stages) + " + " + next + " % " + lit(stages),
-                                               "(" + next + " / " + lit(stages) + " - 1) % 2")})};
-    ahead_copies.push_back(if_then(next + " < " + lit(local_steps),
-                                   st.tma ? Block{tma_step(global(next), next + " % " + lit(stages), free)}
-                                          : Block{stage(true, global(next), next + " % " + lit(stages)),
-                                                  stage(false, global(next), next + " % " + lit(stages))}));
+    Block copies;
+    if (st.tma) {
+      // The slot's previous step, next - stages, released on the slot's empty mbarrier (its phase
+      // (next / stages - 1) completes once every warp arrived for it).
+      const Block free = {if_then(next + " >= " + lit(stages),
+                                  {mbarrier_wait(st.bar, lit(stages) + " + " + next + " % " + lit(stages),
+                                                 "(" + next + " / " + lit(stages) + " - 1) % 2")})};
+      copies = {tma_step(global(next), next + " % " + lit(stages), free)};
+    } else {
+      copies = {stage(true, global(next), next + " % " + lit(stages)), stage(false, global(next), next + " % " + lit(stages))};
+    }
+    ahead_copies.push_back(if_then(next + " < " + lit(local_steps), copies));
   }
   if (any_async) ahead_copies.push_back(copy_async_commit());  // possibly empty: one group per step keeps the count
   if (!st.wgmma) body.insert(body.end(), ahead_copies.begin(), ahead_copies.end());

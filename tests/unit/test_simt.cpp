@@ -492,12 +492,13 @@ WAIT
   return text;
 }
 
-Ran16 run_tensor_copy(const std::string& text, simt::Options options = {}, int64_t grid = 1) {
+Ran16 run_tensor_copy(const std::string& text, simt::Options options = {}, int64_t grid = 1, size_t outputs = 512,
+                      int64_t shared_bytes = 1032) {
   simt::Module m(cuda(text));
-  std::vector<uint16_t> x(72 * 80), out(512, 0xffff);
+  std::vector<uint16_t> x(72 * 80), out(outputs, 0xffff);
   std::iota(x.begin(), x.end(), uint16_t{1});
   Ran16 r;
-  r.result = simt::launch(m.kernel("k"), {x.data(), out.data(), nullptr}, {x.size() * 2, out.size() * 2, 0}, {grid, 128, 1032}, options);
+  r.result = simt::launch(m.kernel("k"), {x.data(), out.data(), nullptr}, {x.size() * 2, out.size() * 2, 0}, {grid, 128, shared_bytes}, options);
   r.out = out;
   return r;
 }
@@ -740,15 +741,7 @@ PRODUCER_WAIT
 }
 
 TEST(SimtMbarrierOrder, ATensorCopysSlotIsReusedAfterTheConsumersRelease) {
-  const auto go = [](const std::string& text) {
-    simt::Module m(cuda(text));
-    std::vector<uint16_t> x(72 * 80), out(8 * 512, 0xffff);
-    std::iota(x.begin(), x.end(), uint16_t{1});
-    Ran16 r;
-    r.result = simt::launch(m.kernel("k"), {x.data(), out.data(), nullptr}, {x.size() * 2, out.size() * 2, 0}, {1, 128, 2080}, {});
-    r.out = out;
-    return r;
-  };
+  const auto go = [](const std::string& text) { return run_tensor_copy(text, {}, 1, 8 * 512, 2080); };
   const Ran16 good = go(tma_ring("        if (r >= 2) ft_mbarrier_wait(empty, slot, (r / 2 - 1) % 2);"));
   EXPECT_EQ(good.result.finding_count, 0u) << all(good.result);
   for (int i = 0; i < 8 * 512; ++i) {
