@@ -9,7 +9,7 @@
 // shipped kernels.cu), and one FT_SIMT_ENTRY per kernel it holds; the first also holds the
 // executor's table (FT_SIMT_FIRST_UNIT). compile() builds them side by side, one per core, and
 // links one shared library, once, into a cache directory keyed by the SHA-256 of the text and the
-// compiler's identity (its version too: an upgraded compiler builds anew) (-O2 -g1: the line
+// compiler's identity (its version too: an upgraded compiler builds anew) (-O1 -g1: the line
 // table, for reports). Module loads the result, binds the executor's table and finds each
 // kernel's entry; its parameters (names, element types, const or not) come from the kernel's
 // signature in the text (core/kernel_text.h). Errors (a compiler failure with its message, a
