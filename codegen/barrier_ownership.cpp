@@ -412,7 +412,8 @@ class Analysis {
         case Stmt::Kind::kComment:
         case Stmt::Kind::kWarpReduce:
         case Stmt::Kind::kShuffle:  // registers of the warp's lanes only
-        case Stmt::Kind::kMma: continue;
+        case Stmt::Kind::kMma:
+        case Stmt::Kind::kSetMaxNReg: continue;
         case Stmt::Kind::kLet:
           n.a = parse(s.a), n.has_a = true;
           if (integer_ctype(s.ctype)) {

@@ -241,6 +241,11 @@ FT_FN void ft_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" :
     ft_wgmma_hold<count>(d);                                                   \
   } while (0)
 FT_FN void ft_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+// setmaxnreg (warp specialization): the warpgroup's per-thread register budget to N.
+template <int N>
+FT_FN void ft_setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N)); }
+template <int N>
+FT_FN void ft_setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N)); }
 #endif
 // A TMA tensor map parameter (FT_TENSOR_MAP(source, dims, strides, box, swizzle) name; its spec is
 // read from the signature, core/kernel_text.h): the driver's 128 bytes, passed by value.
@@ -469,6 +474,7 @@ void emit_block(std::ostringstream& out, const Kernel& k, const Block& b, int de
             << ", " << s.c << ", " << s.d << ", " << s.e << ");\n";
         break;
       case Stmt::Kind::kExitUnless: out << pad << "if (!(" << s.a << ")) return;\n"; break;
+      case Stmt::Kind::kSetMaxNReg: out << pad << "ft_setmaxnreg_" << s.a << "<" << s.groups << ">();\n"; break;
       case Stmt::Kind::kPart:
         out << pad << "if (" << s.a << ") {\n";
         emit_block(out, k, s.uniform, depth + 1);
@@ -496,7 +502,10 @@ std::string shared_ctype(DType t) {
 
 std::string emit_kernel(const Kernel& k) {
   std::ostringstream out;
-  out << "extern \"C\" __global__ void __launch_bounds__(" << k.threads << ") " << k.name << "(";
+  // A kernel that moves its warpgroups' register budgets launches one block an SM: ptxas then fixes
+  // its entry register count to the pool that the counts share (codegen/kernel_ir.h).
+  out << "extern \"C\" __global__ void __launch_bounds__(" << k.threads << (sets_max_registers(k) ? ", 1" : "") << ") " << k.name
+      << "(";
   for (size_t i = 0; i < k.params.size(); ++i) {
     const Param& p = k.params[i];
     out << (i ? ", " : "") << "FT_GLOBAL(" << (p.output ? "" : "const ") << storage_ctype(p.dtype) << ") " << p.name;

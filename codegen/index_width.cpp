@@ -118,6 +118,7 @@ class Walker {
         case Stmt::Kind::kBarrier:
         case Stmt::Kind::kMma:
         case Stmt::Kind::kWgmmaSync:
+        case Stmt::Kind::kSetMaxNReg:
         case Stmt::Kind::kCopyAsyncCommit:
         case Stmt::Kind::kCopyAsyncWait:
         case Stmt::Kind::kFence: break;

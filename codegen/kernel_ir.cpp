@@ -96,6 +96,21 @@ Stmt uniform_for(std::string var, std::string lo, std::string hi, Block body, in
   return s;
 }
 
+Stmt roles(int threads, Block first, Block rest) {
+  check(threads > 0 && threads % (4 * kWarpSize) == 0, "roles split at thread ", threads, ", not a warpgroup boundary");
+  Stmt s = if_then("ft_thread < " + std::to_string(threads), std::move(first), std::move(rest));
+  s.role_threads = threads;
+  return s;
+}
+
+Stmt set_max_registers(bool inc, int count) {
+  Stmt s;
+  s.kind = Stmt::Kind::kSetMaxNReg;
+  s.a = inc ? "inc" : "dec";
+  s.groups = count;
+  return s;
+}
+
 Stmt uniform_if(std::string var, const std::string& cond, Block body) {
   return uniform_for(std::move(var), "0", "((" + cond + ") ? 1 : 0)", std::move(body));
 }
@@ -358,6 +373,13 @@ Stmt exit_unless(std::string cond) {
 }
 
 namespace {
+bool any_set_max_registers(const Block& b) {
+  return std::any_of(b.begin(), b.end(), [](const Stmt& s) {
+    return s.kind == Stmt::Kind::kSetMaxNReg || any_set_max_registers(s.body) || any_set_max_registers(s.orelse) ||
+           any_set_max_registers(s.uniform);
+  });
+}
+
 void collect_wgmma_shapes(const Block& b, std::set<WgmmaShape>& out) {
   for (const Stmt& s : b) {
     if (s.kind == Stmt::Kind::kWgmma) out.insert({s.wgmma_n, s.dtype == DType::kBF16, s.a_registers, s.trans});
@@ -367,6 +389,8 @@ void collect_wgmma_shapes(const Block& b, std::set<WgmmaShape>& out) {
   }
 }
 }  // namespace
+
+bool sets_max_registers(const Kernel& k) { return any_set_max_registers(k.body); }
 
 std::set<WgmmaShape> wgmma_shapes(const Kernel& k) {
   std::set<WgmmaShape> out;
@@ -420,7 +444,7 @@ std::string line_text(const Stmt& s) {
       out << (s.threads ? "for.threads " : "for ") << s.name << " in [" << s.a << ", " << s.b << ")"
           << (s.unroll > 0 ? " unroll " + std::to_string(s.unroll) : std::string());
       break;
-    case Stmt::Kind::kIf: out << "if " << s.a; break;
+    case Stmt::Kind::kIf: out << (s.role_threads > 0 ? "roles " : "if ") << s.a; break;
     case Stmt::Kind::kBarrier: out << "barrier"; break;
     case Stmt::Kind::kVectorLoad:
       out << "let " << vector_ctype(s.dtype) << " " << s.name << " = " << (s.c.empty() ? "" : s.c + " ? ") << s.a << "[" << s.b
@@ -469,6 +493,7 @@ std::string line_text(const Stmt& s) {
       break;
     case Stmt::Kind::kTensorLoad: out << s.name << "[" << s.a << " ..] = tensor " << s.b << " at (" << s.c << ") on " << s.d << "[" << s.e << "]"; break;
     case Stmt::Kind::kExitUnless: out << "exit unless " << s.a; break;
+    case Stmt::Kind::kSetMaxNReg: out << "setmaxnreg." << s.a << " " << s.groups; break;
     case Stmt::Kind::kUniformFor:
       out << "for.uniform " << s.name << " in [" << s.a << ", " << s.b << ")"
           << (s.unroll > 0 ? " unroll " + std::to_string(s.unroll) : std::string());

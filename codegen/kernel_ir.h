@@ -108,6 +108,21 @@
 // are then visible to the waiting thread (to others after a barrier). Until a wait observes it,
 // a copy's destination holds no defined value; the host executor lands the bytes at that wait and
 // reports an access by a thread nothing orders after it (simt/hazards.h).
+// Warp specialization (sm_90a): `roles` splits the block at a warpgroup boundary, threads below
+// `role_threads` (a multiple of 128) taking its body and the rest its else-branch, so that each
+// side is warpgroup-uniform: warp- and warpgroup-collective statements (mma, wgmma and its
+// fence, commit and wait, warp reductions and shuffles, a warp's mbarrier arrival) and uniform
+// loops may appear inside, block-wide ones (barriers, parts, exits) and thread loops (whose
+// iterations bind to the whole block's threads) may not; the sides meet again only through
+// mbarriers (a producer warpgroup's tensor copies, the consumers' releases of their slots).
+// `set_max_registers` (setmaxnreg.inc/.dec.sync.aligned) is the first statement of a side: every
+// warp of its warpgroups moves its per-thread register budget to `count` (24 to 256, a multiple
+// of 8), taken from or given back to the block's pool, which the launch sized at the entry count
+// ptxas fixes for a kernel launched at its thread count with one block an SM
+// (`__launch_bounds__(threads, 1)`, which emit prints for a kernel holding one). An .inc blocks
+// until the pool has the registers, so the counts must fit it (planner/tiling.h's
+// warp_specialized_registers). The host executor checks that the warp's lanes meet there and does
+// nothing else: registers are no resource on the host.
 // Blocks that cooperate (split-K: several blocks sum partial products of one tile): a kernel may
 // declare scratch buffers (Kernel::scratch), global memory the backend allocates zeroed with the
 // module and binds after the parameters; every launch leaves them zero again. A counter buffer
@@ -218,6 +233,7 @@ struct Stmt {
                   // mbarrier at element b of 64-bit shared allocation name
     kTensorLoad,  // name[a ..] <- tensor map b's box at coordinates c ("c0, c1[, c2]", innermost first), completing on the
                   // mbarrier at element e of shared allocation d
+    kSetMaxNReg,  // setmaxnreg a ("inc" or "dec") to `groups` registers a thread (the warpgroup's; see the header comment)
   };
   Kind kind = Kind::kComment;
   std::string name;
@@ -242,6 +258,7 @@ struct Stmt {
   bool a_registers = false;  // kWgmma: A from 4 32-bit registers of thread-local `a` from at[1] (else shared)
   bool past_l1 = false;  // kVectorLoad: bypasses L1 (ld.global.cg), for what other blocks stored in this launch
   DType b_dtype = DType::kUndefined;  // kMma of 8-bit integers: B's type (kI8 or kU8; dtype is A's)
+  int role_threads = 0;  // kIf: > 0, the warpgroup roles `ft_thread < role_threads` (see `roles`)
 };
 
 // A comment line; the text goes through inert_comment (core/inert_text.h): it may echo model text.
@@ -267,6 +284,12 @@ Stmt uniform_for(std::string var, std::string lo, std::string hi, Block body, in
 // warpgroup-collective statements: a uniform loop over `var` of one trip or none, which every pass
 // that reads uniform loops reads as it is.
 Stmt uniform_if(std::string var, const std::string& cond, Block body);
+// The block's warpgroups in two roles (warp specialization; see the header comment): threads below
+// `threads` (a positive multiple of 128) run `first`, the others `rest`; a kIf on
+// `ft_thread < threads` with role_threads set.
+Stmt roles(int threads, Block first, Block rest);
+// setmaxnreg.inc (`inc`) or .dec to `count` registers a thread, the first statement of a role.
+Stmt set_max_registers(bool inc, int count);
 // A warp reduction of the one-float thread-local `local` with `op` "sum" or "max" (NaN-propagating,
 // as ft_fmaxn); placed like a barrier (see the header comment). A non-empty `guard` skips the
 // reduction in warps where it is false; it must have one value for all lanes of a warp (block-
@@ -430,6 +453,9 @@ std::set<std::string> expression_names(const std::string& text);
 std::string line_text(const Stmt& s);
 // A readable dump of the IR (tests compare it; `fusetune compile --dump-after generate` prints it).
 std::string to_text(const Kernel& k);
+// Whether the kernel moves its warpgroups' register budgets (set_max_registers): it launches with
+// one block an SM, its entry register count fixed for that (emit prints __launch_bounds__(threads, 1)).
+bool sets_max_registers(const Kernel& k);
 // The (N, bfloat16) shapes of the wgmmas the kernel issues; a kernel with any compiles for sm_90a
 // only (emit_cuda specialises ft_wgmma for each).
 std::set<WgmmaShape> wgmma_shapes(const Kernel& k);

@@ -30,6 +30,7 @@
 #include "planner/held_rows.h"
 #include "planner/library_call.h"
 #include "planner/library_match.h"
+#include "planner/tiling.h"
 
 // The driver of the generic tile-stage schedule: binds parameters, sets up the tile and the regions
 // (stages/context.h), sizes and plans one stage per anchor (stages/*.h) in the group's order, then
@@ -169,7 +170,8 @@ LoweredKernel lower_generated(const Graph& g, const planner::FusionGroup& group,
   LoweredKernel out;
   Kernel& k = out.kernel;
   k.name = name;
-  k.threads = cfg.threads;
+  // The candidate's threads, and the warp-specialized form's producer warpgroup after them.
+  k.threads = cfg.ws ? planner::warp_specialized_registers(cfg.threads).block_threads : cfg.threads;
   LoweringContext cx(g, group, cfg, options);
   for (int v : group.inputs) {
     cx.param[v] = options.param_prefix + "in" + std::to_string(out.inputs.size());

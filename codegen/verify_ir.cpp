@@ -23,13 +23,21 @@ bool block_uniform_only(const Stmt& s) {
   const Stmt::Kind kind = s.kind;
   return warp_arrival(s) || kind == Stmt::Kind::kBarrier || kind == Stmt::Kind::kWarpReduce || kind == Stmt::Kind::kShuffle || kind == Stmt::Kind::kMma ||
          kind == Stmt::Kind::kLdmatrix || kind == Stmt::Kind::kPart || kind == Stmt::Kind::kUniformFor ||
-         kind == Stmt::Kind::kWgmma || kind == Stmt::Kind::kWgmmaSync || kind == Stmt::Kind::kExitUnless;
+         kind == Stmt::Kind::kWgmma || kind == Stmt::Kind::kWgmmaSync || kind == Stmt::Kind::kExitUnless ||
+         kind == Stmt::Kind::kSetMaxNReg || (kind == Stmt::Kind::kIf && s.role_threads > 0);
 }
 
 bool warp_synchronous(const Stmt& s) {
   const Stmt::Kind kind = s.kind;
   return warp_arrival(s) || kind == Stmt::Kind::kWarpReduce || kind == Stmt::Kind::kShuffle || kind == Stmt::Kind::kMma || kind == Stmt::Kind::kLdmatrix ||
-         kind == Stmt::Kind::kWgmma || kind == Stmt::Kind::kWgmmaSync;
+         kind == Stmt::Kind::kWgmma || kind == Stmt::Kind::kWgmmaSync || kind == Stmt::Kind::kSetMaxNReg;
+}
+
+// Statements that every thread of the block must reach together, which a warpgroup role (a side of
+// `roles`) cannot hold: the other role's threads never get there.
+bool block_wide(const Stmt& s) {
+  return s.kind == Stmt::Kind::kBarrier || s.kind == Stmt::Kind::kPart || s.kind == Stmt::Kind::kExitUnless ||
+         (s.kind == Stmt::Kind::kIf && s.role_threads > 0);
 }
 
 const char* what(const Stmt& s) {
@@ -45,6 +53,8 @@ const char* what(const Stmt& s) {
     case Stmt::Kind::kPart: return "a part";
     case Stmt::Kind::kUniformFor: return "a uniform loop";
     case Stmt::Kind::kExitUnless: return "an exit";
+    case Stmt::Kind::kSetMaxNReg: return "a setmaxnreg";
+    case Stmt::Kind::kIf: return s.role_threads > 0 ? "warpgroup roles" : "a statement";
     default: return "a statement";
   }
 }
@@ -299,6 +309,11 @@ class Verifier {
         if ((s.a == "init" || s.a == "wait") && s.c.empty()) fail_at(s, "mbarrier ", s.a, " without its ", s.a == "init" ? "count" : "parity");
         break;
       }
+      case Stmt::Kind::kSetMaxNReg:
+        if ((s.a != "inc" && s.a != "dec") || s.groups < 24 || s.groups > 256 || s.groups % 8 != 0) {
+          fail_at(s, "setmaxnreg '", s.a, "' to ", s.groups, " registers (inc or dec, to 24 .. 256, a multiple of 8)");
+        }
+        break;
       case Stmt::Kind::kTensorLoad: {
         const TensorMap* m = tensor_map(s.b);
         if (m == nullptr) fail_at(s, "a tensor copy through '", s.b, "', which is no tensor map");
@@ -345,11 +360,21 @@ class Verifier {
 
   // Statements of block b. `not_uniform` says why b is not a block-uniform point (null when it is),
   // `enclosing` the statement that makes it so.
+  // Inside a warpgroup role (`role_`, the roles statement) the warp- and warpgroup-collective
+  // statements are allowed where they would be at the top level; `side_` is the role's own block
+  // while it is walked, where a setmaxnreg may stand first.
   void walk(const Block& b, const char* not_uniform, const Stmt* enclosing) {
     for (const Stmt& s : b) {
       if (block_uniform_only(s) && not_uniform != nullptr) {
         if (enclosing == nullptr) fail_at(s, what(s), " inside ", not_uniform);
         fail_at(s, what(s), " inside ", not_uniform, " (`", line_text(*enclosing), "`)");
+      }
+      if (role_ != nullptr && block_wide(s)) fail_at(s, what(s), " inside a warpgroup role (`", line_text(*role_), "`)");
+      if (role_ != nullptr && s.kind == Stmt::Kind::kFor && s.threads) {
+        fail_at(s, "a thread loop inside a warpgroup role (`", line_text(*role_), "`): its iterations bind to every thread of the block");
+      }
+      if (s.kind == Stmt::Kind::kSetMaxNReg && (side_ != &b || &s != &b.front())) {
+        fail_at(s, "a setmaxnreg that is not the first statement of a warpgroup role");
       }
       if (warp_synchronous(s) && first_warp_sync_ == nullptr) first_warp_sync_ = &s;
       if ((s.kind == Stmt::Kind::kWgmma || s.kind == Stmt::Kind::kWgmmaSync) && first_warpgroup_ == nullptr) first_warpgroup_ = &s;
@@ -357,6 +382,10 @@ class Verifier {
       switch (s.kind) {
         case Stmt::Kind::kFor: walk(s.body, s.threads ? "a thread loop" : "a serial loop", &s); break;
         case Stmt::Kind::kIf:
+          if (s.role_threads > 0) {
+            roles(s);
+            break;
+          }
           walk(s.body, "a branch", &s);
           walk(s.orelse, "a branch", &s);
           break;
@@ -368,6 +397,22 @@ class Verifier {
         default: break;
       }
     }
+  }
+
+  // Warpgroup roles: at a block-uniform point (walk checked), on `ft_thread < N` with N the
+  // statement's warpgroup boundary inside the block; each side walked as a warpgroup-uniform block.
+  void roles(const Stmt& s) {
+    const int n = s.role_threads;
+    if (s.a != "ft_thread < " + std::to_string(n) || n % (4 * kWarpSize) != 0 || n >= k_.threads || k_.threads % (4 * kWarpSize) != 0) {
+      fail_at(s, "warpgroup roles that do not split the block's ", k_.threads, " threads at a warpgroup boundary");
+    }
+    role_ = &s;
+    side_ = &s.body;
+    walk(s.body, nullptr, nullptr);
+    side_ = &s.orelse;
+    walk(s.orelse, nullptr, nullptr);
+    role_ = nullptr;
+    side_ = nullptr;
   }
 
   // Alignment, bounds and overlap of the shared allocations.
@@ -419,6 +464,8 @@ class Verifier {
   const Kernel& k_;
   const Stmt* first_warp_sync_ = nullptr;
   const Stmt* first_warpgroup_ = nullptr;  // the first wgmma statement
+  const Stmt* role_ = nullptr;             // the roles statement being walked
+  const Block* side_ = nullptr;            // ... and the side whose own statements are walked
 };
 
 }  // namespace

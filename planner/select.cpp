@@ -280,7 +280,8 @@ ModelPlan ModelPlanner::plan(const std::vector<FusionPlan>& levels) {
     }
   }
   // Launches: pack the final groups (splitting may have freed siblings to share a launch). A
-  // library call is a launch of its own: it cannot share a kernel with generated parts; a split-K
+  // library call is a launch of its own: it cannot share a kernel with generated parts; so is the
+  // warp-specialized form (its producer warpgroup and register budgets are the block's); a split-K
   // kernel, whose blocks cooperate through scratch buffers of its own, shares a launch only with
   // groups of its thread count (its warps' layout is the candidate's).
   FusionPlan final_groups;
@@ -288,7 +289,7 @@ ModelPlan ModelPlanner::plan(const std::vector<FusionPlan>& levels) {
   for (const GroupPlan& gp : plan.groups) {
     final_groups.groups.push_back(gp.group);
     const TileConfig& chosen = gp.candidates[gp.chosen].config;
-    terms.push_back({!chosen.library.empty(), chosen.split_k > 1, chosen.threads});
+    terms.push_back({!chosen.library.empty() || chosen.ws, chosen.split_k > 1, chosen.threads});
   }
   pack_launches(g, final_groups, fusion, terms);
   for (size_t k = 0; k < plan.groups.size(); ++k) plan.groups[k].group.launch = final_groups.groups[k].launch;

@@ -336,6 +336,16 @@ MmaStaging mma_staging(const Graph& g, const Node& matmul, const std::set<int>& 
   return deepened(m, cfg);
 }
 
+WarpSpecializedRegisters warp_specialized_registers(int consumers) {
+  constexpr int kBlockRegisters = 65536, kThreadRegisters = 255, kWarpgroup = 128;  // sm_90's (and every sm since 5.0's)
+  WarpSpecializedRegisters r;
+  r.block_threads = consumers + kWarpgroup;
+  r.entry = std::min(kThreadRegisters, kBlockRegisters / r.block_threads) / 8 * 8;
+  r.producer = 40;  // its loop: a slot's wait, arrival and copies' coordinates
+  r.consumer = std::min(240, (r.entry * r.block_threads - r.producer * kWarpgroup) / consumers / 8 * 8);
+  return r;
+}
+
 std::optional<std::pair<TmaOperand, TmaOperand>> tma_operands(const Graph& g, const Node& matmul, const std::set<int>& produced) {
   if (matmul.op != "MatMul" || !tensor_core_operands(g, matmul)) return std::nullopt;
   const TensorExpr e = describe(g, matmul);
@@ -409,6 +419,7 @@ std::string TileConfig::str() const {
   if (mma) out << " mma";
   if (wgmma) out << " wgmma";
   if (tma) out << " tma";
+  if (ws) out << " ws";
   if (gemv) out << " gemv";
   if (flash) out << " flash";
   if (in_place) out << " in-place";
@@ -923,6 +934,14 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
         // difference.
         tensor_smem += 2 * 1024 + 16 * staging.stages;
       }
+      if (cfg.ws) {
+        if (!cfg.tma || cfg.split_k > 1 || !(register_epilogue(g, group, *it) || paired_epilogue(g, group, *it))) {
+          c.reject = "the warp-specialized form needs the TMA form, no split-K and the product's epilogue from registers";
+          return c;
+        }
+        // Charged as its TMA twin, at one block an SM (below), until a GPU measures what the
+        // consumers gain from issuing no copies and waiting on no slot's release.
+      }
       // TF32 fragments come from shared memory an element a load, converted by one cvt each
       // (ldmatrix moves 16-bit rows): every staged element read at least once.
       if (tf32) tensor_loads += 2 * (rows + cols) * kp;
@@ -1395,8 +1414,15 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   }
   // Threads and registers.
   const int64_t tile_elems = region_elems(root_tile);
-  if (cfg.threads <= 0 || cfg.threads > d.max_threads_per_block || cfg.threads % d.warp_size != 0) {
-    c.reject = "threads " + std::to_string(cfg.threads) + " not a warp multiple within the block limit";
+  if (cfg.ws && anchors != 1) {
+    c.reject = "the warp-specialized form needs its MatMul as the group's only anchor";
+    return c;
+  }
+  // The block's threads: the candidate's, and the warp-specialized form's producer warpgroup.
+  const WarpSpecializedRegisters ws = cfg.ws ? warp_specialized_registers(cfg.threads) : WarpSpecializedRegisters{};
+  const int block_threads = cfg.ws ? ws.block_threads : cfg.threads;
+  if (cfg.threads <= 0 || block_threads > d.max_threads_per_block || cfg.threads % d.warp_size != 0) {
+    c.reject = "threads " + std::to_string(block_threads) + " not a warp multiple within the block limit";
     return c;
   }
   const int64_t per_thread = std::max<int64_t>(1, ceil_div(std::max(tile_elems, padded_elems), cfg.threads));
@@ -1413,10 +1439,11 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
     c.reject = "no MatMul of the group takes the GEMV form (one matrix of at most 8 rows, B an input of the group)";
     return c;
   }
-  if (c.registers > d.max_registers_per_thread) {
+  if (c.registers > (cfg.ws ? ws.consumer : d.max_registers_per_thread)) {
     c.reject = "needs ~" + std::to_string(c.registers) + " registers per thread";
     return c;
   }
+  if (cfg.ws) c.registers = ws.entry;  // every thread's at launch: the block's share of the register file
   if (uncovered) {
     c.reject = "micro-tiles of at most 8 x 8 on " + std::to_string(cfg.threads) + " threads cannot cover the convolution";
     return c;
@@ -1425,8 +1452,8 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
     c.reject = "needs " + std::to_string(smem) + " bytes of shared memory per block";
     return c;
   }
-  int64_t bps = std::min<int64_t>(d.max_blocks_per_sm, d.max_threads_per_sm / cfg.threads);
-  bps = std::min<int64_t>(bps, d.registers_per_sm / (static_cast<int64_t>(c.registers) * cfg.threads));
+  int64_t bps = std::min<int64_t>(d.max_blocks_per_sm, d.max_threads_per_sm / block_threads);
+  bps = std::min<int64_t>(bps, d.registers_per_sm / (static_cast<int64_t>(c.registers) * block_threads));
   if (smem > 0) bps = std::min<int64_t>(bps, d.shared_memory_per_sm / smem);
   if (bps <= 0) {
     c.reject = "no block fits on an SM";
@@ -1917,7 +1944,13 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
                 TileConfig t = cfg;
                 t.tma = true;
                 Cost tc = evaluate_tile(g, group, d, t, opt);
-                if (tc.valid) all.push_back({t, tc});
+                if (tc.valid) {
+                  all.push_back({t, tc});
+                  TileConfig w = t;  // and the warp-specialized twin, where the group allows
+                  w.ws = true;
+                  Cost wc = evaluate_tile(g, group, d, w, opt);
+                  if (wc.valid) all.push_back({w, wc});
+                }
               }
             }
           }

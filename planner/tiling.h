@@ -123,6 +123,7 @@ struct TileConfig {
   int split_k = 1;            // > 1: that many blocks per tile each sum a slice of the reduction steps (see above)
   int ring_stages = 0;        // > 0: the cp.async ring's depth in place of its form's default (MmaStaging, below)
   bool tma = false;           // with wgmma: operand slices by tensor copies (TMA) into 128-byte swizzled slots (tma_operands)
+  bool ws = false;            // with tma: warp-specialized, a producer warpgroup issuing the copies (warp_specialized_registers)
   std::vector<int> order = {};  // the root's axes, fastest-varying in block order first (empty: the last axis fastest)
   std::string str() const;
   bool operator==(const TileConfig&) const = default;
@@ -392,6 +393,19 @@ struct TmaOperand {
   std::vector<int> vars;
 };
 std::optional<std::pair<TmaOperand, TmaOperand>> tma_operands(const Graph& g, const Node& matmul, const std::set<int>& produced);
+// The warp-specialized TMA form (TileConfig::ws): a producer warpgroup appended to the candidate's
+// `consumers` threads (block_threads in all) issues the tensor copies, one thread of it, while
+// the consumers' warpgroups only wait, multiply and release (codegen/stages/mma_matmul.h). Its
+// registers: the kernel launches one block an SM, ptxas fixing every thread's count at entry to
+// `entry` (a block's 65,536 registers shared by its threads, 8-aligned, at most 255: the same on
+// every GPU the form runs on); then the producer gives all but `producer` back (setmaxnreg.dec)
+// and the consumers take up to `consumer` (setmaxnreg.inc, at most 240), so that both fit the
+// pool the launch sized. 128 consumers: entry 248, consumers 240; 256: entry 168, consumers 232.
+struct WarpSpecializedRegisters {
+  int block_threads = 0;
+  int entry = 0, producer = 0, consumer = 0;
+};
+WarpSpecializedRegisters warp_specialized_registers(int consumers);
 // `produced`: the values whose elements the group computes (computed_elements); cfg: its wgmma
 // and ring_stages.
 MmaStaging mma_staging(const Graph& g, const Node& matmul, const std::set<int>& produced, const TileConfig& cfg);

@@ -46,7 +46,8 @@ esac
 # - The barrier mutation tests of the larger models (mutations.MODEL: each barrier and wait of the
 #   candidates the coordinator would measure, deleted in turn): CI keeps those of cnn_small
 #   (convolutions, pooling, every candidate of every task), bert (layer norm, attention, MatMuls),
-#   and the tensor-core pipelines of llama_fp16 and of ViT under TF32.
+#   and the tensor-core pipeline of llama_fp16 (ViT's under TF32, vit_tf32_mma, has the same ring
+#   and barriers; TF32's fragments are CI's in TensorCoreMatMul.FloatThirtyTwoChains*).
 # - The exporter corpus compiled and run (compiled.MODEL against onnxruntime's outputs) beyond one
 #   model of each architecture and each exporter: CI keeps vit, gpt2, gpt2_fp16, llama,
 #   llama_fp16, llama_decode, qwen2_decode, distilbert_fp16, distilbert_dynamo, bart_encoder_dynamo,
@@ -61,11 +62,14 @@ esac
 #   (beside SixteenBitOperandsStageInVectorsOfEight), staged convolutions on odd shapes (beside
 #   CodegenRing's convolutions).
 # - tune.bert (the README's main command with host timing, twice over one database): tune.extend
-#   takes the same road on cnn_small, and the quickstart's dry run is examples.python_bert's.
-full_mutations='swin_t|nerf_mlp|resnet_small|vit|convnext_t|mobilenet_v2|efficientnet_b0|unet_small'
+#   takes the same road on cnn_small, and the quickstart's dry run is examples.python_bert's;
+#   tune.no_gpu_tf32 (the dry-run tuning under TF32) beside tune.no_gpu.
+# - ONNX's conformance cases compiled, all of compiled-1.23.txt (onnx_conformance_compiled_1_23_all):
+#   CI's onnx_conformance_compiled_1_23 compiles 80 of them drawn anew each run (its seed printed).
+full_mutations='swin_t|nerf_mlp|resnet_small|vit|vit_tf32_mma|convnext_t|mobilenet_v2|efficientnet_b0|unet_small'
 full_compiled='bart_encoder|bart_encoder_fp16|distilbert|gpt2_dynamo|hf_vit|hf_vit_dynamo|hf_vit_fp16|llama_decode_dynamo|llama_decode_fp16|llama_dynamo|llama_gqa|llama_gqa_dynamo|llama_gqa_fp16|qwen2|qwen2_decode_dynamo|qwen2_decode_fp16|qwen2_dynamo|qwen2_fp16|t5_encoder|t5_encoder_fp16|whisper_encoder|whisper_encoder_fp16'
 full_sweeps='WgmmaMatMul\.ChainsMatchTheReferenceOnEveryTile|TensorCoreMatMul\.ChainsMatchTheReferenceOnEveryTile|CodegenAttention\.FlashMatchesTheReferenceInEveryType|CodegenGemv\.OddShapesMatchTheReferenceInEveryType|RegisterEpilogue\.MatchesTheReferenceAndNeedsOnlyTheOperandRing|CodegenWarp\.RowStatisticsOnRowsAroundTheWarpSize|CodegenVector\.StagedMatMulsWithQuadsAndTheirFallbacks|CodegenConv\.StagedConvolutionsOnOddShapesAndTiles'
-full="^mutations\\.(${full_mutations})\$|^compiled\\.(${full_compiled})\$|^(${full_sweeps})\$|^tune\\.bert\$"
+full="^mutations\\.(${full_mutations})\$|^compiled\\.(${full_compiled})\$|^(${full_sweeps})\$|^tune\\.(bert|no_gpu_tf32)\$|^onnx_conformance_compiled_1_23_all\$"
 
 # Test names as ctest lists them, one a line.
 names() { ctest --test-dir "$1" -N "${@:2}" | sed -nE 's/^ *Test +#[0-9]+: (.*)$/\1/p' | sort; }

@@ -10,9 +10,9 @@ namespace fusetune::search {
 namespace {
 
 // A configuration's knobs as numbers: log2 of each tile extent and of the threads, the reduction
-// step's log2 (0 for none), the vector width's log2, the tensor-core, wgmma and GEMV flags, the
-// split-K count's log2, the ring's stages (0: its form's default), and the form (last, never
-// mutated: 1 flash attention, 2 an in-place update).
+// step's log2 (0 for none), the vector width's log2, the tensor-core, wgmma, TMA,
+// warp-specialization and GEMV flags, the split-K count's log2, the ring's stages (0: its form's
+// default), and the form (last, never mutated: 1 flash attention, 2 an in-place update).
 std::vector<double> knobs(const planner::TileConfig& c) {
   std::vector<double> k;
   for (int64_t t : c.tile) k.push_back(std::log2(static_cast<double>(std::max<int64_t>(t, 1))));
@@ -21,6 +21,8 @@ std::vector<double> knobs(const planner::TileConfig& c) {
   k.push_back(std::log2(static_cast<double>(std::max(c.vector, 1))));
   k.push_back(c.mma ? 1 : 0);
   k.push_back(c.wgmma ? 1 : 0);
+  k.push_back(c.tma ? 1 : 0);
+  k.push_back(c.ws ? 1 : 0);
   k.push_back(c.gemv ? 1 : 0);
   k.push_back(std::log2(static_cast<double>(std::max(c.split_k, 1))));
   k.push_back(c.ring_stages);

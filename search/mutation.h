@@ -4,8 +4,9 @@
 // The search space of a group is the planner's list of valid candidates (planner/tiling.h: every
 // configuration the cost model accepts, best modeled first, up to PlanOptions' cap), so every
 // offspring is one the planner checked. A configuration's knobs are its tile extent per axis, its
-// threads, its reduction step, its vector width, its tensor-core, wgmma and GEMV flags, its split-K
-// count and its flash flag (never changed); a neighbor differs from
+// threads, its reduction step, its vector width, its tensor-core, wgmma, TMA, warp-specialization
+// and GEMV flags, its split-K count, its ring's stages and its form (flash attention or an in-place
+// update: never changed); a neighbor differs from
 // its parent in one knob only and is the nearest such configuration in that knob, up or down
 // (tiles and threads double or halve where the space has them; steps move to the next one).
 // Library calls have no knobs and are never offspring.

@@ -27,6 +27,7 @@
 //   flight until the wait) and computes each
 //   lane's accumulators into values the executor keeps; ft_wgmma_commit and ft_wgmma_wait hand
 //   its groups to the executor, which lands the results in the registers at the wait.
+// - ft_setmaxnreg_inc/dec<N> check the count and that the warp's lanes meet, and do nothing else.
 // The build (simt/module.cpp) compiles, in one or more translation units: simt/device_api.h, this
 // file, the CUDA text's head (what precedes its first kernel) and a run of its kernels, each under
 // `#line` directives naming its lines in kernels.cu, and one FT_SIMT_ENTRY(NAME) per kernel of the
@@ -50,7 +51,7 @@
 #define __global__
 #define __device__
 #define __forceinline__ inline
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
 #define __align__(n) alignas(n)
 
 // One table per shared library, however many translation units it was built from
@@ -770,6 +771,20 @@ FT_INTRINSIC void ft_wgmma_hold_operand(unsigned*) {}
 #define ft_wgmma_commit() ft_simt_api_->wgmma_commit()
 #define ft_wgmma_wait(groups, d, count) ft_simt_api_->wgmma_wait((groups), __LINE__)
 FT_INTRINSIC void ft_fence_proxy_async() {}
+// setmaxnreg: registers are no resource on the host; what is checked is what the instruction
+// demands of its callers: a count it takes (24 to 256, a multiple of 8; the compiler says) and the
+// warp's lanes all there (.sync.aligned; a lane missing is a warp operation the executor reports).
+// That whole warpgroups take it, codegen/verify_ir.h checks where it is placed.
+template <int N>
+FT_INTRINSIC void ft_setmaxnreg_inc() {
+  static_assert(N >= 24 && N <= 256 && N % 8 == 0, "setmaxnreg count");
+  __syncwarp();
+}
+template <int N>
+FT_INTRINSIC void ft_setmaxnreg_dec() {
+  static_assert(N >= 24 && N <= 256 && N % 8 == 0, "setmaxnreg count");
+  __syncwarp();
+}
 
 // The per-thread entry of a kernel: its parameters from the executor's buffer descriptors.
 template <class... P, size_t... I>

@@ -1,5 +1,5 @@
 // onnx_conformance DIR [--exclusions FILE] [--filter TEXT] [--verbose] [--refusals]
-//                  [--compiled DEVICE [--cases FILE]] [--attribute-defaults FILE]: runs ONNX's own operator conformance cases (DIR
+//                  [--compiled DEVICE [--cases FILE [--draw N --seed S]]] [--attribute-defaults FILE]: runs ONNX's own operator conformance cases (DIR
 // holds test_*/model.onnx with test_data_set_N/ folders, as shipped in the onnx Python package
 // under onnx/backend/test/data/node) through the importer and the reference interpreter and
 // compares with the numpy-computed outputs, with ONNX's own criterion (rtol 1e-3, atol 1e-7;
@@ -15,19 +15,24 @@
 // built-in name: the pipeline of `fusetune compile`, its host verification of every kernel under
 // the four checks included) then run on the host executor, each compared with the expected
 // outputs by the same criterion; with --cases, only the cases named in that file (one a line, '#'
-// comments; a name no case has is an error).
+// comments; a name no case has is an error); with --draw N --seed S, N of those drawn by S (a
+// shuffle by std::mt19937 seeded with S, the first N in name order; the draw's line names S, and
+// the same S draws the same cases): CI's tier compiles a third of the list each run, the full
+// tier all of it.
 // --attribute-defaults FILE (scripts/onnx_attribute_defaults.py's JSON of onnx's schemas) first
 // adds to every node of the default domain each attribute with a default value that the schema
 // version the case's opset selects defines and the node does not set, at that default: no such
 // attribute may be refused, and the outputs must still match (issue 31, Required 1).
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <memory>
+#include <random>
 #include <set>
 #include <sstream>
 
@@ -309,6 +314,8 @@ int main(int argc, char** argv) {
   std::string filter, compiled_device;
   fs::path cases_path, defaults_path;
   bool verbose = false, refusals = false;
+  long draw = 0;
+  unsigned long draw_seed = 0;
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i] == "--exclusions" && i + 1 < args.size()) {
       exclusions_path = args[++i];
@@ -320,6 +327,10 @@ int main(int argc, char** argv) {
       defaults_path = args[++i];
     } else if (args[i] == "--cases" && i + 1 < args.size()) {
       cases_path = args[++i];
+    } else if (args[i] == "--draw" && i + 1 < args.size()) {
+      draw = std::strtol(args[++i].c_str(), nullptr, 10);
+    } else if (args[i] == "--seed" && i + 1 < args.size()) {
+      draw_seed = std::strtoul(args[++i].c_str(), nullptr, 10);
     } else if (args[i] == "--verbose") {
       verbose = true;
     } else if (args[i] == "--refusals") {
@@ -329,7 +340,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: onnx_conformance DIR [--exclusions FILE] [--filter TEXT] [--verbose] [--refusals] "
-                   "[--compiled DEVICE [--cases FILE]] [--attribute-defaults FILE]\n");
+                   "[--compiled DEVICE [--cases FILE [--draw N --seed S]]] [--attribute-defaults FILE]\n");
       return 2;
     }
   }
@@ -355,6 +366,15 @@ int main(int argc, char** argv) {
         check(fs::exists(root / name / "model.onnx"), cases_path.string(), ": no case '", name, "' in ", root.string());
       }
       std::erase_if(cases, [&](const fs::path& c) { return !listed.count(c.filename().string()); });
+    }
+    check(draw >= 0 && (draw == 0 || !cases_path.empty()), "--draw N (N >= 1) goes with --cases FILE");
+    if (draw > 0 && static_cast<size_t>(draw) < cases.size()) {
+      const size_t listed = cases.size();
+      std::mt19937 rng(static_cast<std::mt19937::result_type>(draw_seed));
+      std::shuffle(cases.begin(), cases.end(), rng);
+      cases.resize(static_cast<size_t>(draw));
+      std::sort(cases.begin(), cases.end());
+      std::printf("drew %ld of the %zu listed cases with seed %lu (--seed %lu draws them again)\n", draw, listed, draw_seed, draw_seed);
     }
     SchemaDefaults schemas;
     if (!defaults_path.empty()) schemas = read_schema_defaults(defaults_path);

@@ -180,6 +180,12 @@ class MmaMatMulStage : public AnchorStage {
 
   // After the last step: the epilogue from the accumulator fragments (register_epilogue's values).
   void emit_register_epilogue(Kernel& k, const std::string& wm0, const std::string& wn0, const std::string& lane);
+  // The warp-specialized TMA form (TileConfig::ws), after the mbarriers' initialisation: `zero`
+  // (the accumulators cleared), the step's `slice` of wgmmas on slot ft_ks % stages, and
+  // `tma_step(ks, slot, free)`, the producer thread's copies of step ks.
+  void emit_warp_specialized(Kernel& k, const Stmt& zero, const Block& slice,
+                             const std::function<Stmt(const std::string&, const std::string&, const Block&)>& tma_step,
+                             const std::string& wm0, const std::string& wn0, const std::string& lane);
 
   LoweringContext& cx_;
   const Node& n_;
@@ -366,6 +372,47 @@ void MmaMatMulStage::emit_register_epilogue(Kernel& k, const std::string& wm0, c
   }
 }
 
+// Warp specialization (FlashAttention-3's and CUTLASS's producer and consumers): the block's
+// warpgroups below cfg.threads are the consumers, the one after them the producer (roles). The
+// producer gives registers back (setmaxnreg.dec) and its first thread walks every step: it waits
+// until the consumers released the step's slot (its empty mbarrier's phase for the slot's
+// previous step: every consumer warp arrived once it completed that step's wgmmas), then expects
+// the step's bytes on the slot's full mbarrier and issues its boxes, running as far ahead as the
+// ring's slots allow. The consumers take the registers (setmaxnreg.inc) and, step by step, wait
+// for the slot's full phase, issue the step's wgmmas, keep one group in flight (wgmma.wait 1) and
+// release the previous step's slot; no thread of the block meets another at a barrier after the
+// mbarriers' initialisation, and the consumers alone run the epilogue from their registers.
+void MmaMatMulStage::emit_warp_specialized(Kernel& k, const Stmt& zero, const Block& slice,
+                                           const std::function<Stmt(const std::string&, const std::string&, const Block&)>& tma_step,
+                                           const std::string& wm0, const std::string& wn0, const std::string& lane) {
+  const MmaPlan& st = st_;
+  check(cx_.splits() == 1 && epilogue_.has_value(), "codegen: the warp-specialized form takes no split-K and its epilogue from registers");
+  const int stages = st.staging.stages;
+  const int64_t steps = (st.k + st.step - 1) / st.step;
+  const planner::WarpSpecializedRegisters regs = planner::warp_specialized_registers(cx_.cfg.threads);
+  const std::string slot = "(ft_ks % " + lit(stages) + ")";
+  // The producer: step ft_ks into its slot once the slot's previous step (ft_ks - stages) is released.
+  const Block free = {if_then("ft_ks >= " + lit(stages),
+                              {mbarrier_wait(st.bar, lit(stages) + " + " + slot, "(ft_ks / " + lit(stages) + " - 1) % 2")})};
+  const Stmt copies = tma_step("ft_ks", slot, free);  // the issuing thread's (an if on it)
+  const Block producer = {set_max_registers(false, regs.producer),
+                          if_then(copies.a, {serial_for("ft_ks", "0", lit(steps), copies.body)})};
+  // The consumers, into their own block (the epilogue's stages append to k.body).
+  Block outer = std::move(k.body);
+  k.body = {set_max_registers(true, regs.consumer), zero};
+  Block step = {mbarrier_wait(st.bar, slot, "(ft_ks / " + lit(stages) + ") % 2"), wgmma_fence(st.frag_c)};
+  step.push_back(uniform_for("ft_kq", "0", lit(st.step / 16), slice));
+  step.push_back(wgmma_commit());
+  step.push_back(wgmma_wait(st.frag_c, 1));  // step ft_ks - 1's wgmmas are done with its slot
+  step.push_back(uniform_if("ft_rel", "ft_ks >= 1", {mbarrier_arrive_warp(st.bar, lit(stages) + " + (ft_ks - 1) % " + lit(stages))}));
+  k.body.push_back(uniform_for("ft_ks", "0", lit(steps), step));
+  k.body.push_back(wgmma_wait(st.frag_c, 0));
+  emit_register_epilogue(k, wm0, wn0, lane);
+  Block consumers = std::move(k.body);
+  k.body = std::move(outer);
+  k.body.push_back(roles(cx_.cfg.threads, std::move(consumers), producer));
+}
+
 // The operand slices of each reduction step go to a ring of `stages` slots in shared memory in the
 // operands' type, zero outside the region's rows and columns and beyond K (so padding contributes
 // nothing). A prologue stages the first `ahead` steps (planner::MmaStaging); then step ks waits
@@ -394,7 +441,9 @@ void MmaMatMulStage::emit(Kernel& k) {
   const bool any_async = st.staging.async_a || st.staging.async_b;
   const bool tf32 = st.mma == DType::kF32;
   const int64_t kk = planner::mma_k(st.mma), lanes = 16 / static_cast<int64_t>(dtype_size(st.mma));  // elements a 16-byte chunk
-  k.body.push_back(serial_for("ft_i", "0", lit(st.accumulators()), {assign(st.frag_c + "[ft_i]", "0.0f")}));
+  const bool ws = cx_.cfg.ws;  // warp-specialized: the accumulators are the consumers' (emit_warp_specialized)
+  const Stmt zero = serial_for("ft_i", "0", lit(st.accumulators()), {assign(st.frag_c + "[ft_i]", "0.0f")});
+  if (!ws) k.body.push_back(zero);
   const std::string warp = "(ft_thread / " + lit(kWarpSize) + ")";
   const std::string lane = "(ft_thread % " + lit(kWarpSize) + ")";
   // The warp's first row and column: its place in the warp grid, or (wgmma) its warpgroup's in
@@ -405,10 +454,12 @@ void MmaMatMulStage::emit(Kernel& k) {
                                    : "(" + warp + " / " + lit(st.warps_n) + " * " + lit(st.fm * 16) + ")";
   const std::string wn0 = st.wgmma ? "(" + group + " % " + lit(st.warps_n) + " * " + lit(st.fn * st.wn) + ")"
                                    : "(" + warp + " % " + lit(st.warps_n) + " * " + lit(st.fn * 8) + ")";
-  // The TMA form: thread 0 expects the step's bytes on the slot's full mbarrier and issues its
-  // tensor copies, A's box (64 of K by rows_a) and B's (64 columns by 64 of K, cols_b / 64 of
-  // them), at the region's origin and step ks of K (outside the tensors, zeros); `free` first
-  // (the wait for the slot's release by every warp, where an earlier step used it).
+  // The TMA form: thread 0 (warp-specialized: the producer warpgroup's first) expects the step's
+  // bytes on the slot's full mbarrier and issues its tensor copies, A's box (64 of K by rows_a)
+  // and B's (64 columns by 64 of K, cols_b / 64 of them), at the region's origin and step ks of K
+  // (outside the tensors, zeros); `free` first (the wait for the slot's release by every consumer
+  // warp, where an earlier step used it).
+  const std::string issuer = "ft_thread == " + lit(ws ? cx_.cfg.threads : 0);
   const auto tma_step = [&](const std::string& ks, const std::string& slot, const Block& free = {}) {
     const auto coords = [&](const planner::TmaOperand& t, const std::string& k0, const std::string& n_offset) {
       std::vector<std::string> c;
@@ -428,7 +479,7 @@ void MmaMatMulStage::emit(Kernel& k) {
       loads.push_back(tensor_load(st.b, "(" + slot + ") * " + lit(st.slot_b) + " + " + lit(j * 4096), st.map_b,
                                   coords(st.tb, k0, lit(64 * j)), st.bar, slot));
     }
-    return if_then("ft_thread == 0", loads);
+    return if_then(issuer, loads);
   };
   // One operand slice of step `ks` into ring slot `slot` (A: rows_a x step, B: step x cols_b).
   auto stage = [&](bool is_a, const std::string& ks, const std::string& slot) {
@@ -497,19 +548,19 @@ void MmaMatMulStage::emit(Kernel& k) {
     init.push_back(mbarrier_init_fence());
     k.body.push_back(if_then("ft_thread == 0", init));
     k.body.push_back(barrier());
-    prologue.push_back(tma_step(global("ft_ks"), "ft_ks"));
+    if (!ws) prologue.push_back(tma_step(global("ft_ks"), "ft_ks"));
   } else {
     prologue = {stage(true, global("ft_ks"), "ft_ks"), stage(false, global("ft_ks"), "ft_ks")};
   }
   if (any_async) prologue.push_back(copy_async_commit());
-  k.body.push_back(uniform_for("ft_ks", "0", lit(ahead), prologue));
+  if (!ws) k.body.push_back(uniform_for("ft_ks", "0", lit(ahead), prologue));
   Block body;
   if (any_async) body.push_back(copy_async_wait(static_cast<int>(ahead - 1)));  // step ft_ks's group has landed
   if (st.wgmma && !st.tma) body.push_back(proxy_fence());  // the slot's stores and copies, to the wgmma's proxy
   if (!st.tma) body.push_back(barrier());
   const std::string next = "(ft_ks + " + lit(st.staging.ahead) + ")";
   Block ahead_copies;  // step ft_ks + ahead into the slot step ft_ks - 1 used (wgmma: ft_ks - 2)
-  if (local_steps > ahead) {
+  if (local_steps > ahead && !ws) {
     Block copies;
     if (st.tma) {
       // The slot's previous step, next - stages, released on the slot's empty mbarrier (its phase
@@ -587,6 +638,10 @@ void MmaMatMulStage::emit(Kernel& k) {
   }
   for (int64_t i = 0; i < st.fm && !st.wgmma; ++i) {
     for (int64_t j = 0; j < st.fn; ++j) slice.push_back(mma(st.frag_c, (i * st.fn + j) * 4, st.frag_a, i * 4, st.frag_b, j * 2, st.mma));
+  }
+  if (ws) {
+    emit_warp_specialized(k, zero, slice, tma_step, wm0, wn0, lane);
+    return;
   }
   if (st.tma) body.push_back(mbarrier_wait(st.bar, slot, "(ft_ks / " + lit(stages) + ") % 2"));  // the slot's boxes landed
   if (st.wgmma) body.push_back(wgmma_fence(st.frag_c));

@@ -32,6 +32,8 @@ std::vector<std::string> differing(const planner::TileConfig& a, const planner::
   if (a.gemv != b.gemv) out.push_back("gemv");
   if (a.flash != b.flash) out.push_back("flash");
   if (a.wgmma != b.wgmma) out.push_back("wgmma");
+  if (a.tma != b.tma) out.push_back("tma");
+  if (a.ws != b.ws) out.push_back("ws");
   if (a.split_k != b.split_k) out.push_back("splitk");
   if (a.ring_stages != b.ring_stages) out.push_back("stages");
   return out;
@@ -71,6 +73,8 @@ TEST(Mutation, EveryNeighborDiffersInOneKnobAndIsTheNearestThatWay) {
         if (d[0] == "splitk") return x.split_k;
         if (d[0] == "stages") return x.ring_stages;
         if (d[0] == "wgmma") return x.wgmma ? 1 : 0;
+        if (d[0] == "tma") return x.tma ? 1 : 0;
+        if (d[0] == "ws") return x.ws ? 1 : 0;
         if (d[0] == "gemv") return x.gemv ? 1 : 0;
         return static_cast<double>(x.tile[static_cast<size_t>(std::stoi(d[0].substr(4)))]);
       };

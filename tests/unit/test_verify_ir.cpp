@@ -173,6 +173,48 @@ TEST(VerifyIr, WarpSynchronousKernelsRunWholeWarps) {
   EXPECT_NO_THROW(verify_ir(plain));
 }
 
+// Warpgroup roles (warp specialization): good_kernel on two warpgroups and a producer one, whose
+// sides hold warp- and warpgroup-collective statements and uniform loops (each side's warps all
+// reach them) and a setmaxnreg first; not a barrier, a thread loop, an exit, roles inside roles, a
+// setmaxnreg elsewhere or of a count setmaxnreg refuses, nor a split inside a warpgroup or roles
+// below a branch.
+TEST(VerifyIr, WarpgroupRolesHoldWarpgroupStatementsAndNoBlockWideOnes) {
+  const auto roles_kernel = [](Block consumers, Block producer) {
+    Kernel k = good_kernel();
+    k.threads = 384;
+    k.body.push_back(roles(256, std::move(consumers), std::move(producer)));
+    return k;
+  };
+  const Block consumers = {set_max_registers(true, 232), mma("fc", 0, "fa", 0, "fb", 0, DType::kF16),
+                           uniform_for("ft_u", "0LL", "2LL", {warp_reduce("ws", "sum")})};
+  const Block producer = {set_max_registers(false, 40), if_then("ft_thread == 256", {store("y", "0LL", "1.0f")})};
+  EXPECT_NO_THROW(verify_ir(roles_kernel(consumers, producer)));
+  EXPECT_NE(to_text(roles_kernel(consumers, producer)).find("roles ft_thread < 256"), std::string::npos);
+  expect_rejected(roles_kernel({barrier()}, producer), {"a barrier inside a warpgroup role", "`roles ft_thread < 256`"});
+  expect_rejected(roles_kernel(consumers, {uniform_for("ft_u", "0LL", "2LL", {barrier()})}), {"a barrier inside a warpgroup role"});
+  expect_rejected(roles_kernel({thread_for("ft_e", "0LL", "4LL", {})}, producer),
+                  {"a thread loop inside a warpgroup role", "its iterations bind to every thread of the block"});
+  expect_rejected(roles_kernel({exit_unless("ft_block < 1")}, producer), {"an exit inside a warpgroup role"});
+  expect_rejected(roles_kernel({roles(128, {}, {})}, producer), {"warpgroup roles inside a warpgroup role"});
+  expect_rejected(roles_kernel({mma("fc", 0, "fa", 0, "fb", 0, DType::kF16), set_max_registers(true, 232)}, producer),
+                  {"a setmaxnreg that is not the first statement of a warpgroup role", "`setmaxnreg.inc 232`"});
+  expect_rejected(roles_kernel({uniform_for("ft_u", "0LL", "1LL", {set_max_registers(true, 232)})}, producer),
+                  {"a setmaxnreg that is not the first statement of a warpgroup role"});
+  expect_rejected(with(set_max_registers(false, 40)), {"a setmaxnreg that is not the first statement of a warpgroup role"});
+  expect_rejected(roles_kernel({set_max_registers(true, 260)}, producer), {"setmaxnreg 'inc' to 260 registers"});
+  expect_rejected(roles_kernel({set_max_registers(true, 100)}, producer), {"setmaxnreg 'inc' to 100 registers"});
+  Kernel whole = roles_kernel(consumers, producer);
+  whole.threads = 256;  // no producer: the roles' split is the block's end
+  expect_rejected(whole, {"warpgroup roles that do not split the block's 256 threads at a warpgroup boundary"});
+  Kernel inside = roles_kernel(consumers, producer);
+  inside.body.back().a = "ft_thread < 64";  // a split inside a warpgroup
+  expect_rejected(inside, {"warpgroup roles that do not split the block's 384 threads"});
+  Kernel branch = good_kernel();
+  branch.threads = 256;
+  branch.body.push_back(if_then("ft_block == 0", {roles(128, {}, {})}));
+  expect_rejected(branch, {"warpgroup roles inside a branch"});
+}
+
 TEST(VerifyIr, SharedAllocationsAreAlignedInsideTheKernelsSharedMemoryAndDisjoint) {
   Kernel k = good_kernel();
   k.shared[1].offset = 264;

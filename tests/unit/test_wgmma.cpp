@@ -500,6 +500,72 @@ TEST(WgmmaMatMul, TmaFormMatchesTheReference) {
   EXPECT_FALSE(r.spills()) << cc.log;
 }
 
+// The warp-specialized TMA form (TileConfig::ws): a producer warpgroup after the candidate's
+// threads, whose first thread copies every step's boxes once the consumers released the slot,
+// while the consumers only wait, multiply, release and run the epilogue from their registers. On
+// the TMA form's shapes (K and rows that end inside a box, batches, 8 steps through 4 slots), one
+// consumer warpgroup and two, float16 (bfloat16 on one shape): against the reference under the four
+// checks (and on an sm_90 GPU where one is lent). The kernel: the candidate's threads and 128 more,
+// its register budgets split by setmaxnreg (128 consumers: 240 a thread, the producer 40),
+// launched one block an SM; its PTX has one barrier, the tensor copies and both setmaxnregs, and
+// the widest tile (two warpgroups of 64 x 256) compiles without spills at the 232 registers its
+// consumers take.
+TEST(WgmmaMatMul, TheWarpSpecializedFormMatchesTheReference) {
+  for (DType dtype : {DType::kF16, DType::kBF16}) {
+    Chains c;
+    int id = 0;
+    std::vector<std::pair<Shape, Shape>> shapes = {{{130, 200}, {200, 136}}, {{2, 130, 24}, {2, 24, 64}}, {{3, 140, 40}, {40, 64}},
+                                                   {{70, 456}, {456, 128}}};
+    if (dtype == DType::kBF16) shapes.resize(1);
+    for (const auto& [a, b] : shapes) {
+      c.groups.push_back(fusetune::testing::add_matmul_chain(c.g, dtype, a, b, id % 2 == 0 ? "Relu" : "Tanh", false, id));
+      ++id;
+    }
+    for (TileConfig tile : {wgmma_tile({64, 128}, 64, 128), wgmma_tile({128, 64}, 64, 256)}) {
+      tile.tma = tile.ws = true;
+      fusetune::testing::check_groups(c.g, c.groups, [&](const FusionGroup& fg) {
+        return with_batch(tile, c.g.value(fg.outputs[0]).shape.size());
+      }, std::string(dtype_name(dtype)) + " warp-specialized/" + tile.str(), {false, {"sm_90"}});
+    }
+  }
+  Chains c;
+  c.groups.push_back(fusetune::testing::add_matmul_chain(c.g, DType::kF16, {70, 200}, {200, 136}, "Relu", false, 0));
+  TileConfig tile = wgmma_tile({64, 128}, 64, 128);
+  tile.tma = tile.ws = true;
+  const Kernel k = lower_group(c.g, c.groups[0], tile, "ws").kernel;
+  EXPECT_EQ(k.threads, 256);
+  const std::string ir = to_text(k);
+  for (const char* line : {"roles ft_thread < 128", "setmaxnreg.inc 240", "setmaxnreg.dec 40"}) {
+    EXPECT_NE(ir.find(line), std::string::npos) << line << " in\n" << ir;
+  }
+  const std::string cuda = emit_cuda({k});
+  EXPECT_NE(cuda.find("__launch_bounds__(256, 1)"), std::string::npos);
+  if (!backend::nvrtc_available()) {
+    std::printf("NOTE: NVRTC not available in this build; the warp-specialized form's PTX not read\n");
+    return;
+  }
+  const std::string ptx = backend::compile_ptx(cuda, "sm_90a");
+  for (const char* text : {"cp.async.bulk.tensor.2d", "setmaxnreg.inc.sync.aligned.u32 240", "setmaxnreg.dec.sync.aligned.u32 40",
+                           ".minnctapersm 1"}) {
+    EXPECT_NE(ptx.find(text), std::string::npos) << text;
+  }
+  size_t bar_syncs = 0;
+  for (size_t at = ptx.find("bar.sync"); at != std::string::npos; at = ptx.find("bar.sync", at + 1)) ++bar_syncs;
+  EXPECT_EQ(bar_syncs, 1u) << "one block barrier: the one after the mbarriers' init";
+  Chains wide;
+  wide.groups.push_back(fusetune::testing::add_matmul_chain(wide.g, DType::kF16, {256, 512}, {512, 512}, "Relu", false, 0));
+  TileConfig big = wgmma_tile({128, 256}, 64, 256);
+  big.tma = big.ws = true;
+  const Kernel kernel = lower_group(wide.g, wide.groups[0], big, "ws_wide").kernel;
+  const backend::CompiledCuda cc = backend::compile_cuda(emit_cuda({kernel}), "sm_90a");
+  ASSERT_TRUE(cc.resources.count(kernel.name)) << cc.log;
+  const backend::KernelResources& r = cc.resources.at(kernel.name);
+  std::printf("NOTE: %s: %d registers at entry, %d bytes of stack, spills %d/%d bytes\n", big.str().c_str(), r.registers, r.stack_bytes,
+              r.spill_store_bytes, r.spill_load_bytes);
+  EXPECT_FALSE(r.spills()) << cc.log;
+  EXPECT_EQ(r.registers, planner::warp_specialized_registers(256).entry) << cc.log;
+}
+
 // A MatMul + bias + Relu of `dtype`, m x k times k x n.
 Graph ffn(DType dtype, int64_t m, int64_t k, int64_t n) {
   Graph g;
@@ -520,7 +586,7 @@ TEST(WgmmaPlanner, TmaTwinsWhereTheOperandsAllowModeledNoFasterThanTheirTwins) {
   const auto cands = planner::tile_candidates(g, fusetune::testing::whole_graph_group(g), h100, all);
   int twins = 0;
   for (const auto& c : cands) {
-    if (!c.config.tma) continue;
+    if (!c.config.tma || c.config.ws) continue;  // (the warp-specialized twins: the next test)
     ++twins;
     EXPECT_EQ(c.config.reduce_step, 64) << c.config.str();
     TileConfig plain = c.config;
@@ -535,6 +601,60 @@ TEST(WgmmaPlanner, TmaTwinsWhereTheOperandsAllowModeledNoFasterThanTheirTwins) {
   TileConfig odd = wgmma_tile({64, 128}, 32, 128);
   odd.tma = true;
   EXPECT_FALSE(planner::evaluate_tile(g, fusetune::testing::whole_graph_group(g), h100, odd).valid) << "steps of 32";
+}
+
+// Warp-specialized twins (TileConfig::ws) of each TMA candidate whose product is the group's only
+// anchor with its epilogue from registers: launched one block an SM at the entry register count
+// that their budgets split (128 consumers: 248 at entry, 240 for them, 40 for the producer; 256:
+// 168, 232, 40: the block's 65,536 registers either way), charged as their TMA twin at that
+// occupancy (no GPU has measured the form), so modeled no faster and ranked after it. A group
+// whose product feeds a reduction gets none; a split or a twin without TMA is refused.
+TEST(WgmmaPlanner, WarpSpecializedTwinsLaunchOneBlockAnSmWithTheirRegistersSplit) {
+  const planner::WarpSpecializedRegisters one = planner::warp_specialized_registers(128), two = planner::warp_specialized_registers(256);
+  EXPECT_EQ(std::vector<int>({one.block_threads, one.entry, one.consumer, one.producer}), std::vector<int>({256, 248, 240, 40}));
+  EXPECT_EQ(std::vector<int>({two.block_threads, two.entry, two.consumer, two.producer}), std::vector<int>({384, 168, 232, 40}));
+  for (const planner::WarpSpecializedRegisters& r : {one, two}) {
+    EXPECT_LE(r.consumer * (r.block_threads - 128) + r.producer * 128, r.entry * r.block_threads);
+  }
+  const planner::Device h100 = planner::find_device("h100");
+  planner::TilingOptions all{100000, 100.0};
+  const Graph g = ffn(DType::kF16, 512, 1024, 4096);
+  const FusionGroup fg = fusetune::testing::whole_graph_group(g);
+  const auto cands = planner::tile_candidates(g, fg, h100, all);
+  int twins = 0;
+  for (const auto& c : cands) {
+    if (!c.config.ws) continue;
+    ++twins;
+    EXPECT_TRUE(c.config.tma) << c.config.str();
+    EXPECT_EQ(c.config.split_k, 1) << c.config.str();
+    EXPECT_EQ(c.cost.blocks_per_sm, 1) << c.config.str();
+    EXPECT_EQ(c.cost.registers, planner::warp_specialized_registers(c.config.threads).entry) << c.config.str();
+    if (c.config.ring_stages > 0) continue;  // a deeper ring: offered where its own model is latency-bound
+    TileConfig plain = c.config;
+    plain.ws = false;
+    const auto twin = std::find_if(cands.begin(), cands.end(), [&](const planner::Candidate& o) { return o.config == plain; });
+    ASSERT_NE(twin, cands.end()) << c.config.str();
+    EXPECT_GE(c.cost.modeled_us, twin->cost.modeled_us) << c.config.str();
+    EXPECT_LT(twin - cands.begin(), &c - cands.data()) << "the TMA twin ranks first in a tie: " << c.config.str();
+  }
+  EXPECT_GT(twins, 0);
+  TileConfig tile = wgmma_tile({128, 128}, 64, 256);
+  tile.ws = true;
+  EXPECT_NE(planner::evaluate_tile(g, fg, h100, tile).reject.find("warp-specialized"), std::string::npos) << "without TMA";
+  tile.tma = true;
+  EXPECT_TRUE(planner::evaluate_tile(g, fg, h100, tile).valid);
+  tile.split_k = 2;
+  EXPECT_NE(planner::evaluate_tile(g, fg, h100, tile).reject.find("warp-specialized"), std::string::npos) << "split";
+  // A product whose rows a softmax normalizes: its values leave through shared memory, no twin.
+  Graph reduced = ffn(DType::kF16, 512, 1024, 256);
+  add_op(reduced, "Softmax", {reduced.nodes().back().outputs[0]}, fusetune::testing::attrs({{"axis", int64_t{-1}}}));
+  const FusionGroup rfg = fusetune::testing::whole_graph_group(reduced);
+  int reduced_tma = 0;
+  for (const auto& c : planner::tile_candidates(reduced, rfg, h100, all)) {
+    reduced_tma += c.config.tma ? 1 : 0;
+    EXPECT_FALSE(c.config.ws) << c.config.str();
+  }
+  EXPECT_GT(reduced_tma, 0);
 }
 
 TEST(WgmmaPlanner, CandidatesOnlyOnComputeCapabilityNineForSixteenBitOperands) {
@@ -780,6 +900,22 @@ Mutated every_needed_barrier_and_wait_caught(const Graph& g, const TileConfig& t
   return out;
 }
 
+// The kernel of `tile` on g's one group is clean whatever order its threads run in (two schedule
+// seeds of the executor's).
+void clean_under_schedules(const Graph& g, const TileConfig& tile) {
+  const FusionGroup fg = fusetune::testing::whole_graph_group(g);
+  const LoweredKernel lk = lower_group(g, fg, tile, "k");
+  for (const uint64_t schedule : {uint64_t{3}, uint64_t{1234}}) {
+    simt::Options o;
+    o.schedule_seed = schedule;
+    auto be = backend::make_host_backend("", o);
+    auto module = be->load({lk.kernel});
+    std::mt19937 rng(fusetune::testing::test_seed());
+    const backend::VerifyResult r = backend::verify_kernel(g, fg, lk, *be, *module, rng, {});
+    EXPECT_TRUE(r.ok) << tile.str() << ", schedule seed " << schedule << ": " << r.detail;
+  }
+}
+
 // The cp.async form: the in-loop wgmma wait (one group left in flight) is caught by the store of
 // the copies into a slot the previous step's wgmmas still read, the last one by results that never
 // land. Rows of whole 16-byte units (both operands by cp.async), six steps of 32: the ring's four
@@ -801,19 +937,23 @@ TEST(WgmmaMatMul, TheTmaFormsMbarrierWaitsAndBarrierDeletedAreCaught) {
   EXPECT_EQ(m.waits("ft_mbarrier_wait("), 2);  // full and empty
   EXPECT_EQ(m.waits("ft_cp_async_wait("), 0);
   EXPECT_EQ(m.counters.barriers, m.counters.blocks);
-  // The unmutated kernel is clean whatever order its threads run in.
-  const Graph g = ffn(DType::kF16, 130, 456, 136);
-  const FusionGroup fg = fusetune::testing::whole_graph_group(g);
-  const LoweredKernel lk = lower_group(g, fg, tile, "k");
-  for (const uint64_t schedule : {uint64_t{3}, uint64_t{1234}}) {
-    simt::Options o;
-    o.schedule_seed = schedule;
-    auto be = backend::make_host_backend("", o);
-    auto module = be->load({lk.kernel});
-    std::mt19937 rng(fusetune::testing::test_seed());
-    const backend::VerifyResult r = backend::verify_kernel(g, fg, lk, *be, *module, rng, {});
-    EXPECT_TRUE(r.ok) << "schedule seed " << schedule << ": " << r.detail;
-  }
+  clean_under_schedules(ffn(DType::kF16, 130, 456, 136), tile);
+}
+
+// The warp-specialized form (TileConfig::ws), 8 steps of 64 through its ring: the consumers' full
+// wait deleted leaves their wgmmas reading a copy in flight; the producer's empty wait deleted
+// lets it copy into a slot the consumers' wgmmas may still read; the init's barrier deleted
+// leaves the mbarriers used in their init's interval, and it is the block's only barrier; the
+// wgmma waits (one group in flight in the loop, none after it) each land results. Clean under
+// other schedules, as the TMA form.
+TEST(WgmmaMatMul, TheWarpSpecializedFormsWaitsAndBarrierDeletedAreCaught) {
+  TileConfig tile = wgmma_tile({128, 128}, 64, 256);
+  tile.tma = tile.ws = true;
+  const Mutated m = every_needed_barrier_and_wait_caught(ffn(DType::kF16, 130, 456, 136), tile, true);
+  EXPECT_EQ(m.waits("ft_mbarrier_wait("), 2);  // the consumers' full, the producer's empty
+  EXPECT_EQ(m.waits("ft_wgmma_wait("), 2);
+  EXPECT_EQ(m.counters.barriers, m.counters.blocks);
+  clean_under_schedules(ffn(DType::kF16, 130, 456, 136), tile);
 }
 
 }  // namespace
