@@ -1944,13 +1944,7 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
                 TileConfig t = cfg;
                 t.tma = true;
                 Cost tc = evaluate_tile(g, group, d, t, opt);
-                if (tc.valid) {
-                  all.push_back({t, tc});
-                  TileConfig w = t;  // and the warp-specialized twin, where the group allows
-                  w.ws = true;
-                  Cost wc = evaluate_tile(g, group, d, w, opt);
-                  if (wc.valid) all.push_back({w, wc});
-                }
+                if (tc.valid) all.push_back({t, tc});
               }
             }
           }
@@ -2051,6 +2045,17 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
       Cost c = evaluate_tile(g, group, d, cfg, opt);
       if (c.valid && c.modeled_us < all[i].cost.modeled_us) all.push_back({cfg, c});
     }
+  }
+  // The warp-specialized twin of each TMA candidate (deeper rings included; evaluate_tile refuses
+  // split ones and groups whose product is not their only anchor with its epilogue from
+  // registers): charged as its twin at one block an SM, it models no faster, and comes after it
+  // in a tie.
+  for (size_t i = 0, generated = all.size(); i < generated; ++i) {
+    if (!all[i].config.tma) continue;
+    TileConfig w = all[i].config;
+    w.ws = true;
+    Cost c = evaluate_tile(g, group, d, w, opt);
+    if (c.valid) all.push_back({w, c});
   }
   // Each candidate in the tile order that reads least from DRAM (planner/tiling.h's L2 model).
   for (Candidate& cand : all) {

@@ -629,7 +629,6 @@ TEST(WgmmaPlanner, WarpSpecializedTwinsLaunchOneBlockAnSmWithTheirRegistersSplit
     EXPECT_EQ(c.config.split_k, 1) << c.config.str();
     EXPECT_EQ(c.cost.blocks_per_sm, 1) << c.config.str();
     EXPECT_EQ(c.cost.registers, planner::warp_specialized_registers(c.config.threads).entry) << c.config.str();
-    if (c.config.ring_stages > 0) continue;  // a deeper ring: offered where its own model is latency-bound
     TileConfig plain = c.config;
     plain.ws = false;
     const auto twin = std::find_if(cands.begin(), cands.end(), [&](const planner::Candidate& o) { return o.config == plain; });
