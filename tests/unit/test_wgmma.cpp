@@ -575,6 +575,14 @@ Graph ffn(DType dtype, int64_t m, int64_t k, int64_t n) {
   return g;
 }
 
+// Candidate c's twin `plain` is among `cands`, c models no faster and ranks after it.
+void expect_after_its_twin(const std::vector<planner::Candidate>& cands, const planner::Candidate& c, const TileConfig& plain) {
+  const auto twin = std::find_if(cands.begin(), cands.end(), [&](const planner::Candidate& o) { return o.config == plain; });
+  ASSERT_NE(twin, cands.end()) << c.config.str();
+  EXPECT_GE(c.cost.modeled_us, twin->cost.modeled_us) << c.config.str();
+  EXPECT_LT(twin - cands.begin(), &c - cands.data()) << "the twin ranks first in a tie: " << c.config.str();
+}
+
 // The planner offers a TMA twin of each wgmma candidate with steps of 64 whose warpgroup tiles are
 // whole 64-column boxes and whose operands are read as laid out; the model charges it as its
 // twin (no GPU has measured the difference), so it never wins a tie; a step other than 64 is
@@ -591,10 +599,7 @@ TEST(WgmmaPlanner, TmaTwinsWhereTheOperandsAllowModeledNoFasterThanTheirTwins) {
     EXPECT_EQ(c.config.reduce_step, 64) << c.config.str();
     TileConfig plain = c.config;
     plain.tma = false;
-    const auto twin = std::find_if(cands.begin(), cands.end(), [&](const planner::Candidate& o) { return o.config == plain; });
-    ASSERT_NE(twin, cands.end()) << c.config.str();
-    EXPECT_GE(c.cost.modeled_us, twin->cost.modeled_us) << c.config.str();
-    EXPECT_LT(twin - cands.begin(), &c - cands.data()) << "the twin ranks first in a tie: " << c.config.str();
+    expect_after_its_twin(cands, c, plain);
   }
   EXPECT_GT(twins, 0);
   EXPECT_FALSE(cands.front().config.tma);
@@ -631,10 +636,7 @@ TEST(WgmmaPlanner, WarpSpecializedTwinsLaunchOneBlockAnSmWithTheirRegistersSplit
     EXPECT_EQ(c.cost.registers, planner::warp_specialized_registers(c.config.threads).entry) << c.config.str();
     TileConfig plain = c.config;
     plain.ws = false;
-    const auto twin = std::find_if(cands.begin(), cands.end(), [&](const planner::Candidate& o) { return o.config == plain; });
-    ASSERT_NE(twin, cands.end()) << c.config.str();
-    EXPECT_GE(c.cost.modeled_us, twin->cost.modeled_us) << c.config.str();
-    EXPECT_LT(twin - cands.begin(), &c - cands.data()) << "the TMA twin ranks first in a tie: " << c.config.str();
+    expect_after_its_twin(cands, c, plain);
   }
   EXPECT_GT(twins, 0);
   TileConfig tile = wgmma_tile({128, 128}, 64, 256);
