@@ -15,6 +15,9 @@ namespace fusetune::codegen {
 
 namespace {
 
+// The registers a block's threads share at most (sm_70 on).
+constexpr int64_t kBlockRegisters = 65536;
+
 // A warp's one mbarrier arrival, its lanes meeting first (__syncwarp).
 bool warp_arrival(const Stmt& s) { return s.kind == Stmt::Kind::kMbarrier && s.a == "arrive_warp"; }
 
@@ -383,7 +386,7 @@ class Verifier {
         case Stmt::Kind::kFor: walk(s.body, s.threads ? "a thread loop" : "a serial loop", &s); break;
         case Stmt::Kind::kIf:
           if (s.role_threads > 0) {
-            roles(s);
+            roles(s, b);
             break;
           }
           walk(s.body, "a branch", &s);
@@ -401,11 +404,17 @@ class Verifier {
 
   // Warpgroup roles: at a block-uniform point (walk checked), on `ft_thread < N` with N the
   // statement's warpgroup boundary inside the block; each side walked as a warpgroup-uniform block.
-  void roles(const Stmt& s) {
+  // The roles run once (the top level of the body, one roles statement: a warpgroup's setmaxnregs
+  // must not follow each other unsynchronised), and where a side moves its registers both do,
+  // within the block's 65,536.
+  void roles(const Stmt& s, const Block& in) {
     const int n = s.role_threads;
     if (s.a != "ft_thread < " + std::to_string(n) || n % (4 * kWarpSize) != 0 || n >= k_.threads || k_.threads % (4 * kWarpSize) != 0) {
       fail_at(s, "warpgroup roles that do not split the block's ", k_.threads, " threads at a warpgroup boundary");
     }
+    if (&in != &k_.body) fail_at(s, "warpgroup roles below the top level of the body");
+    if (roles_ != nullptr) fail_at(s, "a second warpgroup roles statement (the first: `", line_text(*roles_), "`)");
+    roles_ = &s;
     role_ = &s;
     side_ = &s.body;
     walk(s.body, nullptr, nullptr);
@@ -413,6 +422,15 @@ class Verifier {
     walk(s.orelse, nullptr, nullptr);
     role_ = nullptr;
     side_ = nullptr;
+    const auto budget = [](const Block& side) {
+      return !side.empty() && side.front().kind == Stmt::Kind::kSetMaxNReg ? side.front().groups : 0;
+    };
+    const int first = budget(s.body), rest = budget(s.orelse);
+    if ((first == 0) != (rest == 0)) fail_at(s, "a setmaxnreg on one side of warpgroup roles only");
+    if (int64_t{first} * n + int64_t{rest} * (k_.threads - n) > kBlockRegisters) {
+      fail_at(s, "setmaxnreg budgets of ", first, " x ", n, " and ", rest, " x ", k_.threads - n, " threads beyond the block's ",
+              kBlockRegisters, " registers");
+    }
   }
 
   // Alignment, bounds and overlap of the shared allocations.
@@ -464,6 +482,7 @@ class Verifier {
   const Kernel& k_;
   const Stmt* first_warp_sync_ = nullptr;
   const Stmt* first_warpgroup_ = nullptr;  // the first wgmma statement
+  const Stmt* roles_ = nullptr;            // the kernel's roles statement
   const Stmt* role_ = nullptr;             // the roles statement being walked
   const Block* side_ = nullptr;            // ... and the side whose own statements are walked
 };

@@ -22,11 +22,12 @@
 //     an atomic's is a uint32 scratch buffer or output; scratch buffers are float32 or uint32, the
 //     first uint32 with a number of counters that divides the grid;
 //   - parameters, shared allocations and thread-locals have distinct names;
-//   - warpgroup roles (`roles`) stand at a block-uniform point and split the block's threads (whole
-//     warpgroups) at a warpgroup boundary; each side is a warpgroup-uniform block: warp- and
-//     warpgroup-collective statements and uniform loops stand there as at the top level, but no
-//     barrier, part, exit, thread loop or roles; a setmaxnreg (24 to 256 registers, a multiple of
-//     8) only as the first statement of a side;
+//   - warpgroup roles (`roles`), one statement at most, stand at the top level of the body and
+//     split the block's threads (whole warpgroups) at a warpgroup boundary; each side is a
+//     warpgroup-uniform block: warp- and warpgroup-collective statements and uniform loops stand
+//     there as at the top level, but no barrier, part, exit, thread loop or roles; a setmaxnreg (24
+//     to 256 registers, a multiple of 8) only as the first statement of a side, on both sides or
+//     neither, their budgets within the block's 65,536 registers;
 //   - a tensor copy's destination is 128-byte aligned (1,024 under the 128-byte swizzle) for every
 //     value of its index's variables: its allocation's offset, and the index a multiple
 //     (IndexExpr::twos) of the elements those bytes hold.

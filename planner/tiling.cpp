@@ -340,9 +340,14 @@ WarpSpecializedRegisters warp_specialized_registers(int consumers) {
   constexpr int kBlockRegisters = 65536, kThreadRegisters = 255, kWarpgroup = 128;  // sm_90's (and every sm since 5.0's)
   WarpSpecializedRegisters r;
   r.block_threads = consumers + kWarpgroup;
-  r.entry = std::min(kThreadRegisters, kBlockRegisters / r.block_threads) / 8 * 8;
+  const int bound = std::min(kThreadRegisters, kBlockRegisters / r.block_threads) / 8 * 8;  // the launch bounds'
   r.producer = 40;  // its loop: a slot's wait, arrival and copies' coordinates
-  r.consumer = std::min(240, (r.entry * r.block_threads - r.producer * kWarpgroup) / consumers / 8 * 8);
+  r.consumer = std::min(240, (bound * r.block_threads - r.producer * kWarpgroup) / consumers / 8 * 8);
+  // An .inc must not lower a count (the PTX ISA: undefined where the count before it is higher):
+  // ptxas fixes the entry count at the launch bounds' or the consumers' if that is lower.
+  r.entry = std::min(bound, r.consumer);
+  check(r.consumer * consumers + r.producer * kWarpgroup <= r.entry * r.block_threads,
+        "warp_specialized_registers: the budgets of ", consumers, " consumers exceed the block's pool");
   return r;
 }
 
@@ -2046,12 +2051,14 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
       if (c.valid && c.modeled_us < all[i].cost.modeled_us) all.push_back({cfg, c});
     }
   }
-  // The warp-specialized twin of each TMA candidate (deeper rings included; evaluate_tile refuses
-  // split ones and groups whose product is not their only anchor with its epilogue from
-  // registers): charged as its twin at one block an SM, it models no faster, and comes after it
-  // in a tie.
+  // The warp-specialized twin of each TMA candidate that runs one block an SM (the large tiles
+  // CUTLASS and FlashAttention-3 specialize; deeper rings included; evaluate_tile refuses split
+  // ones and groups whose product is not their only anchor with its epilogue from registers):
+  // charged as its twin at that occupancy, it ties with it and comes after it. Where the TMA form
+  // fits more blocks an SM its twin would only model slower and crowd the candidates a tune
+  // measures.
   for (size_t i = 0, generated = all.size(); i < generated; ++i) {
-    if (!all[i].config.tma) continue;
+    if (!all[i].config.tma || all[i].cost.blocks_per_sm > 1) continue;
     TileConfig w = all[i].config;
     w.ws = true;
     Cost c = evaluate_tile(g, group, d, w, opt);

@@ -396,11 +396,13 @@ std::optional<std::pair<TmaOperand, TmaOperand>> tma_operands(const Graph& g, co
 // The warp-specialized TMA form (TileConfig::ws): a producer warpgroup appended to the candidate's
 // `consumers` threads (block_threads in all) issues the tensor copies, one thread of it, while
 // the consumers' warpgroups only wait, multiply and release (codegen/stages/mma_matmul.h). Its
-// registers: the kernel launches one block an SM, ptxas fixing every thread's count at entry to
-// `entry` (a block's 65,536 registers shared by its threads, 8-aligned, at most 255: the same on
-// every GPU the form runs on); then the producer gives all but `producer` back (setmaxnreg.dec)
-// and the consumers take up to `consumer` (setmaxnreg.inc, at most 240), so that both fit the
-// pool the launch sized. 128 consumers: entry 248, consumers 240; 256: entry 168, consumers 232.
+// registers: the kernel launches one block an SM (`__launch_bounds__(threads, 1)`: a block's
+// 65,536 registers shared by its threads, 8-aligned, at most 255 a thread: the same on every GPU
+// the form runs on), ptxas fixing every thread's count at entry to `entry`, that bound or, where
+// lower, the consumers' count (an .inc never lowers one); then the producer gives all but
+// `producer` back (setmaxnreg.dec) and the consumers take `consumer` (setmaxnreg.inc, at most
+// 240), both within the pool the launch sized. 128 consumers: entry 240, consumers 240, producer
+// 40; 256: entry 168, consumers 232, producer 40 (the pool exactly).
 struct WarpSpecializedRegisters {
   int block_threads = 0;
   int entry = 0, producer = 0, consumer = 0;

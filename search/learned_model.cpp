@@ -46,7 +46,8 @@ std::vector<float> features(const planner::Candidate& c) {
           static_cast<float>(t.threads),  static_cast<float>(t.reduce_step),   static_cast<float>(t.vector),
           t.mma ? 1.0f : 0.0f,            log2p(elements),                     static_cast<float>(t.tile.size()),
           t.gemv ? 1.0f : 0.0f,           t.flash ? 1.0f : 0.0f,               t.in_place ? 1.0f : 0.0f,
-          t.wgmma ? 1.0f : 0.0f,          static_cast<float>(t.split_k),       static_cast<float>(t.ring_stages)};
+          t.wgmma ? 1.0f : 0.0f,          static_cast<float>(t.split_k),       static_cast<float>(t.ring_stages),
+          t.tma ? 1.0f : 0.0f,            t.ws ? 1.0f : 0.0f};
 }
 
 LearnedModel::LearnedModel() = default;

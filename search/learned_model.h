@@ -6,7 +6,8 @@
 // (modeled time, DRAM and L2 bytes, arithmetic, shared memory, estimated registers, blocks per SM,
 // efficiency, thread blocks; sizes as log2) and the launch's shape (threads, reduction step,
 // vector width, tensor cores, tile elements and axes, the GEMV, flash-attention and in-place forms,
-// wgmma, split-K and the cp.async ring's stages). ptxas's registers and
+// wgmma, split-K, the cp.async ring's stages, and the TMA and warp-specialized forms, which the
+// analytic model charges as their twins: only the flags tell them apart). ptxas's registers and
 // spills are known only for measured candidates, so they are not features: the model ranks
 // configurations before they are compiled.
 //

@@ -386,7 +386,8 @@ void MmaMatMulStage::emit_warp_specialized(Kernel& k, const Stmt& zero, const Bl
                                            const std::function<Stmt(const std::string&, const std::string&, const Block&)>& tma_step,
                                            const std::string& wm0, const std::string& wn0, const std::string& lane) {
   const MmaPlan& st = st_;
-  check(cx_.splits() == 1 && epilogue_.has_value(), "codegen: the warp-specialized form takes no split-K and its epilogue from registers");
+  check(st.tma && cx_.splits() == 1 && epilogue_.has_value(),
+        "codegen: the warp-specialized form takes the TMA form, no split-K and its epilogue from registers");
   const int stages = st.staging.stages;
   const int64_t steps = (st.k + st.step - 1) / st.step;
   const planner::WarpSpecializedRegisters regs = planner::warp_specialized_registers(cx_.cfg.threads);
@@ -536,46 +537,24 @@ void MmaMatMulStage::emit(Kernel& k) {
   const int64_t local_steps = split_steps(cx_, steps);
   const std::string k0 = split_first_step(cx_, k, steps);
   const auto global = [&](const std::string& local) { return cx_.splits() == 1 ? local : "(" + k0 + " + " + local + ")"; };
-  // Prologue: steps 0 .. ahead - 1 into their slots, one cp.async group each.
   const int64_t ahead = std::min<int64_t>(st.staging.ahead, local_steps);
-  Block prologue;
   if (st.tma) {
-    // Each slot's full mbarrier, one arrival a phase (thread 0's, with the step's bytes), and its
-    // empty one, an arrival a warp, initialised and made visible to the block before any use.
+    // Each slot's full mbarrier, one arrival a phase (the issuing thread's, with the step's bytes),
+    // and its empty one, an arrival a (consumer) warp, initialised and made visible to the block
+    // before any use.
     Block init;
     for (int s = 0; s < stages; ++s) init.push_back(mbarrier_init(st.bar, std::to_string(s), 1));
     for (int s = 0; s < stages; ++s) init.push_back(mbarrier_init(st.bar, std::to_string(stages + s), cx_.cfg.threads / kWarpSize));
     init.push_back(mbarrier_init_fence());
     k.body.push_back(if_then("ft_thread == 0", init));
     k.body.push_back(barrier());
-    if (!ws) prologue.push_back(tma_step(global("ft_ks"), "ft_ks"));
-  } else {
-    prologue = {stage(true, global("ft_ks"), "ft_ks"), stage(false, global("ft_ks"), "ft_ks")};
   }
-  if (any_async) prologue.push_back(copy_async_commit());
-  if (!ws) k.body.push_back(uniform_for("ft_ks", "0", lit(ahead), prologue));
-  Block body;
-  if (any_async) body.push_back(copy_async_wait(static_cast<int>(ahead - 1)));  // step ft_ks's group has landed
-  if (st.wgmma && !st.tma) body.push_back(proxy_fence());  // the slot's stores and copies, to the wgmma's proxy
-  if (!st.tma) body.push_back(barrier());
-  const std::string next = "(ft_ks + " + lit(st.staging.ahead) + ")";
-  Block ahead_copies;  // step ft_ks + ahead into the slot step ft_ks - 1 used (wgmma: ft_ks - 2)
-  if (local_steps > ahead && !ws) {
-    Block copies;
-    if (st.tma) {
-      // The slot's previous step, next - stages, released on the slot's empty mbarrier (its phase
-      // (next / stages - 1) completes once every warp arrived for it).
-      const Block free = {if_then(next + " >= " + lit(stages),
-                                  {mbarrier_wait(st.bar, lit(stages) + " + " + next + " % " + lit(stages),
-                                                 "(" + next + " / " + lit(stages) + " - 1) % 2")})};
-      copies = {tma_step(global(next), next + " % " + lit(stages), free)};
-    } else {
-      copies = {stage(true, global(next), next + " % " + lit(stages)), stage(false, global(next), next + " % " + lit(stages))};
-    }
-    ahead_copies.push_back(if_then(next + " < " + lit(local_steps), copies));
+  if (!ws) {  // the prologue: steps 0 .. ahead - 1 into their slots, one cp.async group each
+    Block prologue = st.tma ? Block{tma_step(global("ft_ks"), "ft_ks")}
+                            : Block{stage(true, global("ft_ks"), "ft_ks"), stage(false, global("ft_ks"), "ft_ks")};
+    if (any_async) prologue.push_back(copy_async_commit());
+    k.body.push_back(uniform_for("ft_ks", "0", lit(ahead), prologue));
   }
-  if (any_async) ahead_copies.push_back(copy_async_commit());  // possibly empty: one group per step keeps the count
-  if (!st.wgmma) body.insert(body.end(), ahead_copies.begin(), ahead_copies.end());
   const std::string slot = "(ft_ks % " + lit(stages) + ")";
   Block slice;  // k in [ft_ks * step + ft_kq * kk, + kk)
   if (tf32) {
@@ -643,6 +622,28 @@ void MmaMatMulStage::emit(Kernel& k) {
     emit_warp_specialized(k, zero, slice, tma_step, wm0, wn0, lane);
     return;
   }
+  Block body;
+  if (any_async) body.push_back(copy_async_wait(static_cast<int>(ahead - 1)));  // step ft_ks's group has landed
+  if (st.wgmma && !st.tma) body.push_back(proxy_fence());  // the slot's stores and copies, to the wgmma's proxy
+  if (!st.tma) body.push_back(barrier());
+  const std::string next = "(ft_ks + " + lit(st.staging.ahead) + ")";
+  Block ahead_copies;  // step ft_ks + ahead into the slot step ft_ks - 1 used (wgmma: ft_ks - 2)
+  if (local_steps > ahead) {
+    Block copies;
+    if (st.tma) {
+      // The slot's previous step, next - stages, released on the slot's empty mbarrier (its phase
+      // (next / stages - 1) completes once every warp arrived for it).
+      const Block free = {if_then(next + " >= " + lit(stages),
+                                  {mbarrier_wait(st.bar, lit(stages) + " + " + next + " % " + lit(stages),
+                                                 "(" + next + " / " + lit(stages) + " - 1) % 2")})};
+      copies = {tma_step(global(next), next + " % " + lit(stages), free)};
+    } else {
+      copies = {stage(true, global(next), next + " % " + lit(stages)), stage(false, global(next), next + " % " + lit(stages))};
+    }
+    ahead_copies.push_back(if_then(next + " < " + lit(local_steps), copies));
+  }
+  if (any_async) ahead_copies.push_back(copy_async_commit());  // possibly empty: one group per step keeps the count
+  if (!st.wgmma) body.insert(body.end(), ahead_copies.begin(), ahead_copies.end());
   if (st.tma) body.push_back(mbarrier_wait(st.bar, slot, "(ft_ks / " + lit(stages) + ") % 2"));  // the slot's boxes landed
   if (st.wgmma) body.push_back(wgmma_fence(st.frag_c));
   body.push_back(uniform_for("ft_kq", "0", lit(st.step / kk), slice));

@@ -213,6 +213,19 @@ TEST(VerifyIr, WarpgroupRolesHoldWarpgroupStatementsAndNoBlockWideOnes) {
   branch.threads = 256;
   branch.body.push_back(if_then("ft_block == 0", {roles(128, {}, {})}));
   expect_rejected(branch, {"warpgroup roles inside a branch"});
+  // Once, at the top level: setmaxnregs that follow each other unsynchronised are undefined.
+  Kernel twice = roles_kernel(consumers, producer);
+  twice.body.push_back(roles(256, {}, {}));
+  expect_rejected(twice, {"a second warpgroup roles statement"});
+  Kernel looped = good_kernel();
+  looped.threads = 384;
+  looped.body.push_back(uniform_for("ft_u", "0LL", "2LL", {roles(256, {}, {})}));
+  expect_rejected(looped, {"warpgroup roles below the top level of the body"});
+  // Budgets on both sides or neither, within the block's registers (an .inc beyond waits forever).
+  expect_rejected(roles_kernel(consumers, {}), {"a setmaxnreg on one side of warpgroup roles only"});
+  expect_rejected(roles_kernel(consumers, {set_max_registers(false, 240)}),
+                  {"setmaxnreg budgets of 232 x 256 and 240 x 128 threads beyond the block's 65536 registers"});
+  EXPECT_NO_THROW(verify_ir(roles_kernel({mma("fc", 0, "fa", 0, "fb", 0, DType::kF16)}, {})));
 }
 
 TEST(VerifyIr, SharedAllocationsAreAlignedInsideTheKernelsSharedMemoryAndDisjoint) {
