@@ -10,13 +10,11 @@
 
 #include "codegen/index_expr.h"
 #include "core/error.h"
+#include "planner/tiling.h"
 
 namespace fusetune::codegen {
 
 namespace {
-
-// The registers a block's threads share at most (sm_70 on).
-constexpr int64_t kBlockRegisters = 65536;
 
 // A warp's one mbarrier arrival, its lanes meeting first (__syncwarp).
 bool warp_arrival(const Stmt& s) { return s.kind == Stmt::Kind::kMbarrier && s.a == "arrive_warp"; }
@@ -427,9 +425,9 @@ class Verifier {
     };
     const int first = budget(s.body), rest = budget(s.orelse);
     if ((first == 0) != (rest == 0)) fail_at(s, "a setmaxnreg on one side of warpgroup roles only");
-    if (int64_t{first} * n + int64_t{rest} * (k_.threads - n) > kBlockRegisters) {
+    if (int64_t{first} * n + int64_t{rest} * (k_.threads - n) > planner::kBlockRegisters) {
       fail_at(s, "setmaxnreg budgets of ", first, " x ", n, " and ", rest, " x ", k_.threads - n, " threads beyond the block's ",
-              kBlockRegisters, " registers");
+              planner::kBlockRegisters, " registers");
     }
   }
 

@@ -337,7 +337,7 @@ MmaStaging mma_staging(const Graph& g, const Node& matmul, const std::set<int>& 
 }
 
 WarpSpecializedRegisters warp_specialized_registers(int consumers) {
-  constexpr int kBlockRegisters = 65536, kThreadRegisters = 255, kWarpgroup = 128;  // sm_90's (and every sm since 5.0's)
+  constexpr int kThreadRegisters = 255, kWarpgroup = 128;  // sm_90's (and every sm since 5.0's)
   WarpSpecializedRegisters r;
   r.block_threads = consumers + kWarpgroup;
   const int bound = std::min(kThreadRegisters, kBlockRegisters / r.block_threads) / 8 * 8;  // the launch bounds'
@@ -1424,9 +1424,10 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
     return c;
   }
   // The block's threads: the candidate's, and the warp-specialized form's producer warpgroup.
-  const WarpSpecializedRegisters ws = cfg.ws ? warp_specialized_registers(cfg.threads) : WarpSpecializedRegisters{};
-  const int block_threads = cfg.ws ? ws.block_threads : cfg.threads;
-  if (cfg.threads <= 0 || block_threads > d.max_threads_per_block || cfg.threads % d.warp_size != 0) {
+  const bool warps = cfg.threads > 0 && cfg.threads % d.warp_size == 0;
+  const WarpSpecializedRegisters ws = cfg.ws && warps ? warp_specialized_registers(cfg.threads) : WarpSpecializedRegisters{};
+  const int block_threads = cfg.ws && warps ? ws.block_threads : cfg.threads;
+  if (!warps || block_threads > d.max_threads_per_block) {
     c.reject = "threads " + std::to_string(block_threads) + " not a warp multiple within the block limit";
     return c;
   }

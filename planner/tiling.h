@@ -403,6 +403,7 @@ std::optional<std::pair<TmaOperand, TmaOperand>> tma_operands(const Graph& g, co
 // `producer` back (setmaxnreg.dec) and the consumers take `consumer` (setmaxnreg.inc, at most
 // 240), both within the pool the launch sized. 128 consumers: entry 240, consumers 240, producer
 // 40; 256: entry 168, consumers 232, producer 40 (the pool exactly).
+inline constexpr int kBlockRegisters = 65536;  // the registers a block's threads share at most (every sm since 5.0)
 struct WarpSpecializedRegisters {
   int block_threads = 0;
   int entry = 0, producer = 0, consumer = 0;
