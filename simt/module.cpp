@@ -55,7 +55,7 @@ size_t line_at(const std::string& text, size_t at) {
 
 }  // namespace
 
-std::vector<std::string> build_units(const std::string& cuda_source, size_t parts) {
+std::vector<std::string> build_units(const std::string& cuda_source, size_t parts, const std::string& header) {
   // Each kernel's text runs from its definition to the next kernel's.
   const std::vector<KernelSignature> kernels = kernel_signatures(cuda_source);
   std::vector<size_t> starts;
@@ -71,8 +71,9 @@ std::vector<std::string> build_units(const std::string& cuda_source, size_t part
     const size_t goal = head_end + body * (u + 1) / parts;
     while (k < starts.size() && (k == first || u + 1 == parts || starts[k] < goal)) ++k;
     std::ostringstream unit;
-    if (u == 0) unit << "#define FT_SIMT_FIRST_UNIT 1\n";
-    unit << kDeviceApiText << "\n" << kPreludeText << "\n#line 1 \"kernels.cu\"\n" << cuda_source.substr(0, head_end);
+    unit << "#include \"" << header << "\"\n";  // first, so that its precompiled form serves
+    if (u == 0) unit << "FT_SIMT_TABLE()\n";
+    unit << "#line 1 \"kernels.cu\"\n" << cuda_source.substr(0, head_end);
     if (first < k) {
       const size_t from = starts[first], to = k < starts.size() ? starts[k] : cuda_source.size();
       unit << "\n#line " << line_at(cuda_source, from) << " \"kernels.cu\"\n" << cuda_source.substr(from, to - from) << "\n";
@@ -102,21 +103,58 @@ std::string compiler_identity(const std::string& compiler) {
                           std::to_string(FT_SIMT_API_VERSION);
 }
 
+std::string unit_compile_command(const std::string& compiler_arg, const std::string& source, const std::string& object) {
+  const std::string compiler = compiler_arg.empty() ? default_compiler() : compiler_arg;
+  const fs::path header = prelude_header(compiler);
+  return compiler + " " + kCompileFlags + " -I'" + header.parent_path().string() + "' -c -o '" + object + "' '" + source + "'";
+}
+
+std::string prelude_header(const std::string& compiler_arg) {
+  const std::string compiler = compiler_arg.empty() ? default_compiler() : compiler_arg;
+  const std::string text = std::string(kDeviceApiText) + "\n" + kPreludeText + "\n";
+  const fs::path dir = cache_dir("host-kernels");
+  const fs::path header =
+      dir / ("prelude-" + sha256_hex(text + "// compiler: " + compiler_identity(compiler) + " " + kCompileFlags).substr(0, 32) + ".h");
+  const fs::path pch = header.string() + ".gch";
+  static std::mutex mutex;  // one build of each a process, however many threads compile
+  std::lock_guard<std::mutex> lock(mutex);
+  if (fs::exists(pch) && fs::exists(header)) return header.string();
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  check(!ec, dir.string(), ": cannot create the kernel cache (", ec.message(), ")");
+  std::ostringstream tag_text;
+  tag_text << ::getpid() << "_" << std::this_thread::get_id();
+  const std::string tag = tag_text.str();
+  if (!fs::exists(header)) {
+    const fs::path tmp = header.string() + "." + tag;
+    std::ofstream(tmp) << text;
+    fs::rename(tmp, header, ec);  // atomic publish, as the libraries
+  }
+  // The precompiled form, with the units' own flags (GCC reads it only for a unit built with
+  // them); where the compiler cannot read it, a unit parses the header, as correct and slower.
+  const fs::path tmp = header.string() + "." + tag + ".gch";
+  const fs::path log = header.string() + "." + tag + ".log";
+  run_compiler(compiler + " " + kCompileFlags + " -x c++-header -o '" + tmp.string() + "' '" + header.string() + "'", log,
+               compiler + " precompiling the prelude " + header.string());
+  fs::rename(tmp, pch, ec);
+  fs::remove(log, ec);
+  return header.string();
+}
+
 std::string compile(const std::string& cuda_source, const std::string& compiler_arg) {
   const std::string compiler = compiler_arg.empty() ? default_compiler() : compiler_arg;
   // The library is the same however the text is divided: the key names the text, not the units.
   const std::string digest = sha256_hex(std::string(kDeviceApiText) + kPreludeText + "\n// kernels.cu\n" + cuda_source +
                                         "\n// compiler: " + compiler_identity(compiler) + " " + kCompileFlags + " " + kLinkFlags);
   const fs::path dir = cache_dir("host-kernels");
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  check(!ec, dir.string(), ": cannot create the kernel cache (", ec.message(), ")");
   const fs::path lib = dir / (digest + ".so");
   if (fs::exists(lib)) return lib.string();
+  const fs::path header = prelude_header(compiler);
   std::ostringstream tag_text;
   tag_text << ::getpid() << "_" << std::this_thread::get_id();
   const std::string stem = digest + "." + tag_text.str();
-  const std::vector<std::string> units = build_units(cuda_source, std::max(1u, std::thread::hardware_concurrency()));
+  const std::vector<std::string> units =
+      build_units(cuda_source, std::max(1u, std::thread::hardware_concurrency()), header.filename().string());
   std::vector<fs::path> sources, objects;
   for (size_t u = 0; u < units.size(); ++u) {
     sources.push_back(dir / (stem + "." + std::to_string(u) + ".cpp"));
@@ -125,10 +163,11 @@ std::string compile(const std::string& cuda_source, const std::string& compiler_
   }
   // The units compile side by side (a large bundle's text on every core), then link as one.
   parallel_for(units.size(), [&](size_t u) {
-    run_compiler(compiler + " " + kCompileFlags + " -c -o '" + objects[u].string() + "' '" + sources[u].string() + "'",
+    run_compiler(unit_compile_command(compiler, sources[u].string(), objects[u].string()),
                  dir / (stem + "." + std::to_string(u) + ".log"),
                  compiler + ", unit kept at " + sources[u].string());
   }, static_cast<int>(units.size()));
+  std::error_code ec;
   const fs::path tmp = dir / (stem + ".so");
   std::string link = compiler + " " + kLinkFlags + " -o '" + tmp.string() + "'";
   for (const fs::path& o : objects) link += " '" + o.string() + "'";

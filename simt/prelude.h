@@ -28,10 +28,10 @@
 //   lane's accumulators into values the executor keeps; ft_wgmma_commit and ft_wgmma_wait hand
 //   its groups to the executor, which lands the results in the registers at the wait.
 // - ft_setmaxnreg_inc/dec<N> check the count and that the warp's lanes meet, and do nothing else.
-// The build (simt/module.cpp) compiles, in one or more translation units: simt/device_api.h, this
-// file, the CUDA text's head (what precedes its first kernel) and a run of its kernels, each under
-// `#line` directives naming its lines in kernels.cu, and one FT_SIMT_ENTRY(NAME) per kernel of the
-// unit.
+// The build (simt/module.cpp) compiles, in one or more translation units: simt/device_api.h and
+// this file (one header, precompiled once per compiler), the CUDA text's head (what precedes its
+// first kernel) and a run of its kernels, each under `#line` directives naming its lines in
+// kernels.cu, and one FT_SIMT_ENTRY(NAME) per kernel of the unit.
 #ifndef FUSETUNE_SIMT_DEVICE_API_H
 #include "simt/device_api.h"
 #endif
@@ -55,12 +55,12 @@
 #define __align__(n) alignas(n)
 
 // One table per shared library, however many translation units it was built from
-// (simt/module.cpp): the unit that defines FT_SIMT_FIRST_UNIT holds it and its binder.
+// (simt/module.cpp): the first unit holds it and its binder (FT_SIMT_TABLE(), after this file, so
+// that this file reads the same in every unit and its precompiled form serves them all).
 extern "C" __attribute__((visibility("hidden"))) const ft_simt_api* ft_simt_api_;
-#ifdef FT_SIMT_FIRST_UNIT
-const ft_simt_api* ft_simt_api_ = nullptr;
-extern "C" void ft_simt_bind(const ft_simt_api* api) { ft_simt_api_ = api; }
-#endif
+#define FT_SIMT_TABLE()                          \
+  const ft_simt_api* ft_simt_api_ = nullptr;     \
+  extern "C" void ft_simt_bind(const ft_simt_api* api) { ft_simt_api_ = api; }
 
 // The host address of an access of `size` bytes at element `i` of b: where the executor neither
 // checks nor counts the block's accesses of b (b->fast), memcheck's test (ft_simt_checked) here

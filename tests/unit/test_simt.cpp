@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -19,6 +21,7 @@
 #include "simt/counters.h"
 #include "simt/executor.h"
 #include "simt/module.h"
+#include "unit/test_dir.h"
 
 namespace fusetune {
 namespace {
@@ -917,15 +920,18 @@ TEST(SimtModule, ALargeTextBuildsInSeveralUnitsThatKeepItsKernelsAndLines) {
                "  out[t] = s[(t + 1) % 64]; // read in k" + std::to_string(i) + "\n}\n";
   }
   const std::string text = cuda(kernels);
-  const std::vector<std::string> units = simt::build_units(text, 4);
+  const std::vector<std::string> units = simt::build_units(text, 4, "prelude-x.h");
   ASSERT_EQ(units.size(), 4u);
   for (int i = 0; i < count; ++i) {
     const std::string entry = "FT_SIMT_ENTRY(k" + std::to_string(i) + ")";
     EXPECT_EQ(std::count_if(units.begin(), units.end(), [&](const std::string& u) { return u.find(entry) != std::string::npos; }), 1)
         << entry;
   }
-  for (size_t u = 0; u < units.size(); ++u) EXPECT_EQ(units[u].find("#define FT_SIMT_FIRST_UNIT") == 0, u == 0) << "unit " << u;
-  EXPECT_EQ(simt::build_units(text, 1).size(), 1u);
+  for (size_t u = 0; u < units.size(); ++u) {
+    EXPECT_EQ(units[u].rfind("#include \"prelude-x.h\"\n", 0), 0u) << "unit " << u << " does not include the header first";
+    EXPECT_EQ(units[u].find("FT_SIMT_TABLE()") != std::string::npos, u == 0) << "unit " << u;
+  }
+  EXPECT_EQ(simt::build_units(text, 1, "prelude-x.h").size(), 1u);
 
   // Built as this machine builds it (a unit per core, up to 4 here): the last kernel runs from
   // its unit, and its race is reported at its line in kernels.cu.
@@ -939,6 +945,39 @@ TEST(SimtModule, ALargeTextBuildsInSeveralUnitsThatKeepItsKernelsAndLines) {
   const simt::LaunchResult last = simt::launch(m.kernel("k5"), {x.data, out.data}, {256, 256}, {1, 64, 256}, {});
   const int line = simt_line_of(kernels, "out[t] = s[(t + 1) % 64]; // read in k5");
   EXPECT_NE(all(last).find("kernels.cu:" + std::to_string(line)), std::string::npos) << "line " << line << "\n" << all(last);
+}
+
+// Every unit reads the prelude precompiled (simt/module.h): the header and its .gch sit in the
+// cache, and a unit compiled by the command compile() runs reads the .gch (GCC's -H marks a
+// precompiled header it uses '!' and one it must refuse, built with other flags, 'x').
+TEST(SimtModule, EveryUnitReadsThePreludePrecompiled) {
+  const std::string identity = simt::compiler_identity(simt::default_compiler());
+  if (identity.find("clang") != std::string::npos) {
+    std::printf("NOTE: the precompiled prelude not checked: %s is not GCC\n", identity.c_str());
+    return;
+  }
+  const std::filesystem::path header = simt::prelude_header();
+  const std::string pch = header.string() + ".gch";
+  ASSERT_TRUE(std::filesystem::exists(header)) << header;
+  ASSERT_TRUE(std::filesystem::exists(pch)) << pch;
+  testing::TestDir dir("pch");
+  std::ofstream(dir / "unit.cpp") << "#include \"" << header.filename().string() << "\"\nFT_SIMT_TABLE()\n";
+  const auto headers_read = [&](const std::string& extra) {
+    const std::string command =
+        simt::unit_compile_command("", (dir / "unit.cpp").string(), (dir / "unit.o").string()) + extra + " -H 2>&1";
+    std::string out;
+    if (FILE* p = ::popen(command.c_str(), "r")) {
+      char buf[4096];
+      for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+      EXPECT_EQ(::pclose(p), 0) << command << "\n" << out;
+    }
+    return out;
+  };
+  const std::string used = headers_read("");
+  EXPECT_NE(used.find("! " + pch), std::string::npos) << used.substr(0, 2000);
+  const std::string refused = headers_read(" -O0");  // other flags than it was built with
+  EXPECT_NE(refused.find("x " + pch), std::string::npos) << refused.substr(0, 2000);
+  EXPECT_EQ(refused.find("! " + pch), std::string::npos) << refused.substr(0, 2000);
 }
 
 }  // namespace
