@@ -48,6 +48,13 @@ void run_compiler(const std::string& command, const fs::path& log, const std::st
   fail("host build of the CUDA text failed (", what, "): ", text.substr(0, 2000));
 }
 
+// What names a writer's private files in the cache: its process and thread.
+std::string writer_tag() {
+  std::ostringstream tag;
+  tag << ::getpid() << "_" << std::this_thread::get_id();
+  return tag.str();
+}
+
 // 1-based line of offset `at` in `text`.
 size_t line_at(const std::string& text, size_t at) {
   return 1 + static_cast<size_t>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at), '\n'));
@@ -122,9 +129,7 @@ std::string prelude_header(const std::string& compiler_arg) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   check(!ec, dir.string(), ": cannot create the kernel cache (", ec.message(), ")");
-  std::ostringstream tag_text;
-  tag_text << ::getpid() << "_" << std::this_thread::get_id();
-  const std::string tag = tag_text.str();
+  const std::string tag = writer_tag();
   if (!fs::exists(header)) {
     const fs::path tmp = header.string() + "." + tag;
     std::ofstream(tmp) << text;
@@ -150,9 +155,7 @@ std::string compile(const std::string& cuda_source, const std::string& compiler_
   const fs::path lib = dir / (digest + ".so");
   if (fs::exists(lib)) return lib.string();
   const fs::path header = prelude_header(compiler);
-  std::ostringstream tag_text;
-  tag_text << ::getpid() << "_" << std::this_thread::get_id();
-  const std::string stem = digest + "." + tag_text.str();
+  const std::string stem = digest + "." + writer_tag();
   const std::vector<std::string> units =
       build_units(cuda_source, std::max(1u, std::thread::hardware_concurrency()), header.filename().string());
   std::vector<fs::path> sources, objects;
