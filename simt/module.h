@@ -18,9 +18,9 @@
 // prelude_header writes the header every unit includes into the cache directory, named by its
 // text, the compiler's identity and the flags, and precompiles it there once (NAME.h.gch, with the
 // units' flags): a unit reads the precompiled form instead of parsing its ~22,000 lines of headers
-// (a one-kernel unit 0.14 s -> 0.04 s to compile, measured with GCC 12; the tests' kernels are
-// built in ~1,500 libraries, most of one small unit). A compiler that cannot read it parses the
-// header, as correct and slower.
+// (measured with GCC 12: a unit of one 29 KB kernel compiles in 139 ms instead of 281 ms, one of
+// 47 KB in 614 ms instead of 758 ms; the tests build ~1,750 units, most of one small kernel). A
+// compiler that cannot read it parses the header, as correct and slower.
 #pragma once
 
 #include <string>
