@@ -110,10 +110,10 @@ std::string compiler_identity(const std::string& compiler) {
                           std::to_string(FT_SIMT_API_VERSION);
 }
 
-std::string unit_compile_command(const std::string& compiler_arg, const std::string& source, const std::string& object) {
-  const std::string compiler = compiler_arg.empty() ? default_compiler() : compiler_arg;
-  const fs::path header = prelude_header(compiler);
-  return compiler + " " + kCompileFlags + " -I'" + header.parent_path().string() + "' -c -o '" + object + "' '" + source + "'";
+std::string unit_compile_command(const std::string& compiler, const std::string& header, const std::string& source,
+                                 const std::string& object) {
+  return compiler + " " + kCompileFlags + " -I'" + fs::path(header).parent_path().string() + "' -c -o '" + object + "' '" +
+         source + "'";
 }
 
 std::string prelude_header(const std::string& compiler_arg) {
@@ -166,7 +166,7 @@ std::string compile(const std::string& cuda_source, const std::string& compiler_
   }
   // The units compile side by side (a large bundle's text on every core), then link as one.
   parallel_for(units.size(), [&](size_t u) {
-    run_compiler(unit_compile_command(compiler, sources[u].string(), objects[u].string()),
+    run_compiler(unit_compile_command(compiler, header.string(), sources[u].string(), objects[u].string()),
                  dir / (stem + "." + std::to_string(u) + ".log"),
                  compiler + ", unit kept at " + sources[u].string());
   }, static_cast<int>(units.size()));

@@ -36,9 +36,10 @@ std::vector<std::string> build_units(const std::string& cuda_source, size_t part
 // cache lacks either. Safe from several threads and processes at once.
 std::string prelude_header(const std::string& compiler = "");
 
-// The command that compiles the unit `source` into `object` with `compiler` ($CXX, else c++, where
-// empty), the header's folder on the include path.
-std::string unit_compile_command(const std::string& compiler, const std::string& source, const std::string& object);
+// The command that compiles the unit `source` into `object` with `compiler`, the folder of
+// `header` (prelude_header's path for that compiler) on the include path.
+std::string unit_compile_command(const std::string& compiler, const std::string& header, const std::string& source,
+                                 const std::string& object);
 
 // The compiler host builds use by default ($CXX, else c++).
 std::string default_compiler();

@@ -964,7 +964,8 @@ TEST(SimtModule, EveryUnitReadsThePreludePrecompiled) {
   std::ofstream(dir / "unit.cpp") << "#include \"" << header.filename().string() << "\"\nFT_SIMT_TABLE()\n";
   const auto headers_read = [&](const std::string& extra) {
     const std::string command =
-        simt::unit_compile_command("", (dir / "unit.cpp").string(), (dir / "unit.o").string()) + extra + " -H 2>&1";
+        simt::unit_compile_command(simt::default_compiler(), header.string(), (dir / "unit.cpp").string(),
+                                   (dir / "unit.o").string()) + extra + " -H 2>&1";
     std::string out;
     if (FILE* p = ::popen(command.c_str(), "r")) {
       char buf[4096];
