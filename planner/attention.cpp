@@ -174,6 +174,43 @@ std::optional<StridedView> wide_operand(const Graph& g, const FusionGroup& group
   return view;
 }
 
+std::optional<HeadFold> head_fold(const Graph& g, const FusionGroup& group, const AttentionCore& core,
+                                  const std::vector<int64_t>& extents) {
+  const size_t rank = extents.size();
+  if (rank < 2) return std::nullopt;
+  HeadFold fold;
+  fold.queries = std::max<int64_t>(1, extents[rank - 2]);
+  for (size_t a = 0; a + 2 < rank; ++a) {
+    if (extents[a] <= 1) continue;
+    if (fold.axis >= 0) return std::nullopt;  // two batch axes
+    fold.axis = static_cast<int>(a);
+    fold.heads = extents[a];
+  }
+  if (fold.axis < 0) return fold;
+  const auto shape_of = [&](int v) -> const Shape& { return g.value(v).shape; };
+  const Node& qk = g.nodes()[static_cast<size_t>(core.scores)];
+  const Node& pv = g.nodes()[static_cast<size_t>(core.output)];
+  const Node& soft = g.nodes()[static_cast<size_t>(core.softmax)];
+  const Shape& ss = shape_of(qk.outputs[0]);
+  const Shape& os = shape_of(pv.outputs[0]);
+  const Shape& xs = shape_of(soft.inputs[0]);
+  if (ss.size() != rank || os.size() != rank || xs.size() != rank || fold.queries != ss[rank - 2]) return std::nullopt;
+  for (size_t a = 0; a + 2 < rank; ++a) {
+    if (ss[a] != os[a] || xs[a] != os[a]) return std::nullopt;
+  }
+  const std::set<int> members(group.nodes.begin(), group.nodes.end());
+  for (int value : {qk.inputs[1], pv.inputs[1]}) {
+    const Shape& vs = shape_of(value);
+    const int at = fold.axis - static_cast<int>(rank - vs.size());  // the operand's axis (MatMul broadcasting)
+    if (at < 0 || vs[static_cast<size_t>(at)] == 1) continue;
+    const std::optional<StridedView> view = input_view(g, members, value);
+    if (!view) return std::nullopt;
+    const size_t d = static_cast<size_t>(at);
+    if (view->strides[d] != 0 && view->groups[d] % fold.heads != 0) return std::nullopt;
+  }
+  return fold;
+}
+
 int64_t wide_lanes(const Graph& g, const StridedView& v) { return 16 / static_cast<int64_t>(dtype_size(g.value(v.base).dtype)); }
 
 bool keys_contiguous(const Graph& g, const FusionGroup& group, const AttentionCore& core) {

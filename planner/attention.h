@@ -61,6 +61,25 @@ std::optional<StridedView> wide_operand(const Graph& g, const FusionGroup& group
                                         int operand);
 // The elements of a 16-byte load of view v's base (4 or 8).
 int64_t wide_lanes(const Graph& g, const StridedView& v);
+// How a flash block lays out its rows. One matrix: every batch axis of the core's output region
+// of extent at most 1 (axis -1). Or grouped-query heads folded into the rows (flash-decoding's
+// grouped form): exactly one batch axis `axis` spans `heads` > 1 heads, the region holds every
+// query row, the scores, the softmax's input and the output have the same batch axes (no
+// regrouping Reshape in the chain), and K and V (the scores' second operand and the output's) are
+// each independent of that axis (broadcast, or of extent 1) or a strided view of a group input
+// that repeats every element for a multiple of `heads` consecutive heads (the repeat's grouped
+// axis, planner/strided_view.h). The block's rows are then head-major: row r is head
+// origin + r / queries, query row r % queries; every head of a block whose origin along the axis
+// is a multiple of `heads` reads the same K and V elements, so the block stages each key tile
+// once for all of them. flash_tiles admits a fold only where every tile's origin is such a
+// multiple. nullopt: neither (not a flash block).
+struct HeadFold {
+  int axis = -1;
+  int64_t heads = 1;
+  int64_t queries = 0;  // the query rows a head holds (the scores' row extent where folded)
+};
+std::optional<HeadFold> head_fold(const Graph& g, const FusionGroup& group, const AttentionCore& core,
+                                  const std::vector<int64_t>& extents);
 // Whether Kᵀ moves with its keys contiguous (async_operand's second case): the tile is staged as
 // Kᵀ's rows, a row of the head's width holding the tile's keys, and read by ldmatrix.trans as V is,
 // where the other layout holds K's rows.

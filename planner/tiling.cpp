@@ -1007,13 +1007,15 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       // K's and V's rows staged, the scores of TM x TN micro-tiles, the online softmax (a warp per
       // row, four passes over the tile), the output's UM x UN micro-tiles rescaled and updated.
       const size_t rank = out_region.size();
-      for (size_t a = 0; a + 2 < rank; ++a) {
-        if (out_region[a].size() > 1) {
-          c.reject = "flash attention needs one matrix (one batch and head) per block";
-          return c;
-        }
+      std::vector<int64_t> extents;
+      for (const Interval& i : out_region) extents.push_back(i.size());
+      const std::optional<HeadFold> fold = head_fold(g, group, *core, extents);
+      if (!fold) {
+        c.reject = "flash attention needs one matrix (one batch and head) per block, or grouped-query heads sharing K and V";
+        return c;
       }
-      const int64_t rows = out_region[rank - 2].size(), dv = out_region.back().size();
+      // Folded heads (head_fold): the block's rows are its heads' query rows, K and V staged once.
+      const int64_t head_rows = out_region[rank - 2].size(), rows = head_rows * fold->heads, dv = out_region.back().size();
       const int64_t dk = core->head, keys = core->keys, bc = std::min(cfg.reduce_step, keys);
       const int64_t warps = cfg.threads / d.warp_size;
       const int64_t esize = static_cast<int64_t>(dtype_size(g.value(n.inputs[1]).dtype));
@@ -1024,8 +1026,8 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       const auto run_tiles = [&](int64_t step) {
         if (!skip_masked) return ceil_div(keys, step);
         int64_t sum = 0;
-        const int64_t row_tiles = ceil_div(queries, rows);
-        for (int64_t t = 0; t < row_tiles; ++t) sum += visible_tiles(t * rows, rows, queries, keys, step);
+        const int64_t row_tiles = ceil_div(queries, head_rows);
+        for (int64_t t = 0; t < row_tiles; ++t) sum += visible_tiles(t * head_rows, head_rows, queries, keys, step);
         key_share = static_cast<double>(sum) / static_cast<double>(row_tiles * ceil_div(keys, step));
         return ceil_div(sum, row_tiles);
       };
@@ -1639,12 +1641,35 @@ bool vector_width_helps(const Graph& g, const FusionGroup& group) {
   return false;
 }
 
-// Root tiles for flash attention, by row count of the core's output (16 to 128 rows, or all of
-// them when fewer): the smallest root tile (each axis a power of two, the whole axis, or the
-// output's row or column extent) whose region of the output is one matrix, those rows and all
-// its columns (a head's whole width).
-std::map<int64_t, std::vector<int64_t>> flash_tiles(const Graph& g, const FusionGroup& group, const Shape& rs,
-                                                    const AttentionCore& core) {
+// Whether every root tile of shape `tile` puts the fold's first head (the core output `out`'s
+// region along fold.axis) at a multiple of fold.heads, so that its heads read the same K and V
+// (planner::head_fold). Scans the tiles' starts along each root axis in turn (up to 64 each),
+// the others at their first tile.
+bool folded_origins(const Graph& g, const FusionGroup& group, int root, const Shape& rs, const std::vector<int64_t>& tile,
+                    int out, const HeadFold& fold, const std::vector<TensorExpr>& exprs) {
+  Region first;
+  for (size_t a = 0; a < rs.size(); ++a) first.push_back({0, std::min(tile[a], rs[a]) - 1});
+  for (size_t a = 0; a < rs.size(); ++a) {
+    for (int64_t start = 0, k = 0; start < rs[a] && k < 64; start += tile[a], ++k) {
+      Region r = first;
+      r[a] = {start, std::min(start + tile[a], rs[a]) - 1};
+      const std::map<int, Region> regions = tile_regions(g, group, root, r, &exprs);
+      const auto o = regions.find(out);
+      if (o == regions.end()) return false;
+      const Interval& heads = o->second[static_cast<size_t>(fold.axis)];
+      if (heads.lo % fold.heads != 0 || heads.size() > fold.heads) return false;
+    }
+  }
+  return true;
+}
+
+// Root tiles for flash attention, by row count of the core's output and heads folded into them
+// (16 to 128 rows, or all of them when fewer; or every query row of 2 to 128 / queries
+// grouped-query heads, planner::head_fold): the smallest root tile (each axis a power of two,
+// the whole axis, or the output's row or column extent) whose region of the output is one
+// matrix, or a fold of heads, of those rows and all its columns (a head's whole width).
+std::map<std::pair<int64_t, int64_t>, std::vector<int64_t>> flash_tiles(const Graph& g, const FusionGroup& group, const Shape& rs,
+                                                                         const AttentionCore& core) {
   std::vector<TensorExpr> exprs;
   for (int n : group.nodes) exprs.push_back(describe(g, g.nodes()[static_cast<size_t>(n)]));
   const int root = group_root(g, group);
@@ -1660,7 +1685,7 @@ std::map<int64_t, std::vector<int64_t>> flash_tiles(const Graph& g, const Fusion
     std::sort(choices[a].begin(), choices[a].end());
     choices[a].erase(std::unique(choices[a].begin(), choices[a].end()), choices[a].end());
   }
-  std::map<int64_t, std::vector<int64_t>> best;  // rows -> the smallest tile
+  std::map<std::pair<int64_t, int64_t>, std::vector<int64_t>> best;  // (rows, heads) -> the smallest tile
   std::vector<int64_t> tile(rs.size(), 1);
   std::function<void(size_t, int64_t)> visit = [&](size_t a, int64_t elems) {
     if (a == rs.size()) {
@@ -1668,12 +1693,20 @@ std::map<int64_t, std::vector<int64_t>> flash_tiles(const Graph& g, const Fusion
       auto r = regions.find(out);
       if (r == regions.end()) return;
       const Region& o = r->second;
-      for (size_t k = 0; k + 2 < o.size(); ++k) {
-        if (o[k].size() != 1) return;
+      std::vector<int64_t> extents;
+      for (const Interval& i : o) extents.push_back(i.size());
+      const std::optional<HeadFold> fold = head_fold(g, group, core, extents);
+      if (!fold || o.back().size() != dv) return;
+      int64_t rows = o[o.size() - 2].size();
+      if (fold->axis >= 0) {
+        // Grouped-query heads folded into the rows: at most 128 of them, and every tile's heads
+        // from a multiple of the fold (the tiles' starts along each root axis: folded_origins).
+        rows *= fold->heads;
+        if (rows > 128 || !folded_origins(g, group, root, rs, tile, out, *fold, exprs)) return;
+      } else if (rows != std::min<int64_t>(lq, 128) && (rows < 16 || rows > 128 || (rows & (rows - 1)) != 0)) {
+        return;
       }
-      const int64_t rows = o[o.size() - 2].size();
-      if (o.back().size() != dv || (rows != std::min<int64_t>(lq, 128) && (rows < 16 || rows > 128 || (rows & (rows - 1)) != 0))) return;
-      auto [slot, fresh] = best.try_emplace(rows, tile);
+      auto [slot, fresh] = best.try_emplace({rows, fold->heads}, tile);
       int64_t have = 1;
       for (int64_t t : slot->second) have *= t;
       if (!fresh && elems < have) slot->second = tile;
@@ -1992,7 +2025,8 @@ std::vector<Candidate> tile_candidates(const Graph& g, const FusionGroup& group,
   // per 16 rows.
   if (const auto core = match_attention(g, group)) {
     const bool tensor = d.compute_capability >= 80 && tensor_attention(g, *core);
-    for (const auto& [rows, tile] : flash_tiles(g, group, rs, *core)) {
+    for (const auto& [shape, tile] : flash_tiles(g, group, rs, *core)) {
+      const int64_t rows = shape.first;
       for (int64_t keys : {16, 32, 64, 128}) {
         if (keys > 16 && keys >= core->keys * 2) continue;  // one tile holds them all already
         std::vector<TileConfig> forms;

@@ -58,7 +58,8 @@
 //     registers, and sum the slices' partial products through shared memory at the end.
 //   - flash attention (`flash`): a group with an attention core (planner/attention.h) computes it a
 //     tile of `reduce_step` keys at a time (codegen/stages/attention.h): the region of the core's
-//     output must be one matrix; shared memory holds Q's rows, a key tile of K and V, the tile's
+//     output must be one matrix, or grouped-query heads sharing K and V folded into its rows
+//     (planner::head_fold); shared memory holds Q's rows, a key tile of K and V, the tile's
 //     probabilities and the rows' statistics, not the scores; the issue term charges Q's loads
 //     once, K's and V's per tile, the micro-tiles' shared reads and the softmax's passes.
 // Candidates that exceed the device's shared memory, registers or threads are rejected with a
@@ -81,7 +82,8 @@
 // threads, steps of 128, 256, 512; evaluate_tile rejects gemv where no MatMul takes the form),
 // adds flash-attention candidates for groups with an attention core (per row count of its
 // output, 16 to 128 or all, the smallest root tile whose output region is one matrix of those
-// rows and all its columns; 64 to 256 threads; key tiles of 16 to 128),
+// rows and all its columns, and where heads share K and V, tiles of 2 to 128 / queries heads of
+// every query row; 64 to 256 threads; key tiles of 16 to 128),
 // and returns the best `top_k` by modeled time (two modeled alike, as Little's law, DRAM or the
 // launch bound them, then by the issue term alone, then by the larger reduction step: fewer
 // barriers a tile), deterministically. A group a vendor library can run whole

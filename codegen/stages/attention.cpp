@@ -36,11 +36,11 @@ class AttentionStage : public AnchorStage {
   AttentionStage(LoweringContext& cx, Kernel& k, const planner::AttentionCore& core, const std::vector<int64_t>& me)
       : cx_(cx), core_(core) {
     const size_t rank = me.size();
-    for (size_t a = 0; a + 2 < rank; ++a) {
-      check(me[a] <= 1, "flash attention needs one matrix (one batch and head) per block; a tile spans ", me[a],
-            " along axis ", a);
-    }
-    rows_ = std::max<int64_t>(1, me[rank - 2]);
+    const std::optional<planner::HeadFold> fold = planner::head_fold(cx.g, cx.group, core, me);
+    check(fold.has_value(), "flash attention needs one matrix (one batch and head) per block, or grouped-query heads "
+                            "sharing K and V (planner::head_fold)");
+    fold_ = *fold;
+    rows_ = fold_.heads * std::max<int64_t>(1, me[rank - 2]);
     dv_ = std::max<int64_t>(1, me[rank - 1]);
     dk_ = core.head;
     keys_ = core.keys;
@@ -88,13 +88,36 @@ class AttentionStage : public AnchorStage {
   // The tensor-core form's plan: a warp per 16 rows; 16-bit slices of Q (rows x the head rounded
   // up to 16), of a key tile of K and V, and of the tile's probabilities; float scores; fragments.
   void plan_tensor(Kernel& k, const std::string& v);
-  // Variables of a MatMul's operand accesses: its region's origin, row m, column n, reduction kk.
-  std::vector<std::string> vars(int matmul, const std::string& m, const std::string& n, const std::string& kk) const {
-    std::vector<std::string> out = cx_.region.at(node(matmul).outputs[0]).lo;
-    out[out.size() - 2] = m;
+  // The index of the block's row `row` (an index expression, from 0) in a value of the core's
+  // batch axes and rows whose region starts at `lo`: the region's row origin plus the row, or,
+  // with heads folded into the rows (planner::head_fold), head origin + row / queries along the
+  // fold's axis and row origin + row % queries.
+  std::vector<std::string> at_row(std::vector<std::string> lo, const std::string& row) const {
+    const size_t m = lo.size() - 2;
+    if (fold_.axis < 0) {
+      lo[m] = "(" + lo[m] + " + " + row + ")";
+      return lo;
+    }
+    const size_t h = static_cast<size_t>(fold_.axis);
+    const std::string q = lit(fold_.queries);
+    lo[h] = "(" + lo[h] + " + (" + row + ") / " + q + ")";
+    lo[m] = "(" + lo[m] + " + (" + row + ") % " + q + ")";
+    return lo;
+  }
+  // Variables of a MatMul's operand accesses: its region's origin, the block's row `row` (at_row;
+  // "0" for K and V, which every row of the block reads alike), column n, reduction kk.
+  std::vector<std::string> vars(int matmul, const std::string& row, const std::string& n, const std::string& kk) const {
+    std::vector<std::string> out = at_row(cx_.region.at(node(matmul).outputs[0]).lo, row);
     out[out.size() - 1] = n;
     out.push_back(kk);
     return out;
+  }
+  // The rows of the block's region (an index expression): its row extent, or with folded heads
+  // its heads' query rows; the query rows a block's rows span (the causal mask's last row).
+  std::string region_rows(const Region& r) const {
+    const size_t rank = r.n.size();
+    if (fold_.axis < 0) return r.n[rank - 2];
+    return "(" + r.n[static_cast<size_t>(fold_.axis)] + " * " + lit(fold_.queries) + ")";
   }
   // Where a staging loop writes: the shared buffer, the element its slot starts at (an index
   // expression) and the row pitch; and, for a B operand, the key tile it stages (an index
@@ -154,10 +177,10 @@ class AttentionStage : public AnchorStage {
   // The tensor-core form's K (or Kᵀ) and V rows of key tile `tile` (an index expression) into
   // slot `slot` (an index expression) of their buffers (zero beyond the keys, the head and V's
   // columns): stage_keys K's, stage_values V's, stage_key_tile both.
-  void stage_keys(Block& into, const std::string& tile, const std::string& slot, const std::string& lom);
-  void stage_values(Block& into, const std::string& tile, const std::string& slot, const std::string& lom,
+  void stage_keys(Block& into, const std::string& tile, const std::string& slot);
+  void stage_values(Block& into, const std::string& tile, const std::string& slot,
                     const std::string& lon, const std::string& nn);
-  void stage_key_tile(Block& into, const std::string& tile, const std::string& slot, const std::string& lom,
+  void stage_key_tile(Block& into, const std::string& tile, const std::string& slot,
                       const std::string& lon, const std::string& nn);
   // The score `local` of row `row` and key `key` of the tile (index expressions) through the chain
   // to the softmax's input, as the float local fa_x (-inf beyond the keys, and where `inside`, if
@@ -183,7 +206,7 @@ class AttentionStage : public AnchorStage {
   // The tensor-core forms: the output fragments zeroed and Q staged (returns whether by cp.async:
   // the caller commits); mma.sync's tile loop; wgmma's; after either, the quads' row sums, the
   // splits' combination and the division.
-  bool stage_q(Kernel& k, const std::string& lom, const std::string& nm);
+  bool stage_q(Kernel& k, const std::string& nm);
   void emit_tensor(Kernel& k, const std::string& nm, const std::string& nn);
   void emit_wgmma(Kernel& k, const std::string& nm, const std::string& nn);
   // The wgmma form's O += P V on the key tile in V's slot `slot` (an index expression).
@@ -211,6 +234,7 @@ class AttentionStage : public AnchorStage {
   int64_t rows_ = 0, dv_ = 0, dk_ = 0, keys_ = 0, bc_ = 0;  // R, DV, the head (K) width, the keys, the key tile
   int64_t tm_ = 0, tn_ = 0, um_ = 0, un_ = 0;  // micro-tiles of the scores and of the output (SIMT)
   int64_t warps_ = 0, batches_ = 0;            // a warp per row: batches of rows
+  planner::HeadFold fold_;                      // grouped-query heads folded into the rows, or one matrix
   int64_t stats_ = 0;                          // the row statistics a thread keeps
   std::string first_tile_ = "0", end_tile_;    // the block's key tiles [first, end): all, or its split's
   // Causal (planner::causal_mask_of): the tiles past the block's last row's last visible key are
@@ -383,30 +407,30 @@ std::array<std::string, 3> AttentionStage::place_chunk(const Slot& to, const pla
           slot_element(to, slot_at(to, "ft_qr", "ft_qd"))};
 }
 
-void AttentionStage::stage_keys(Block& into, const std::string& tile, const std::string& slot, const std::string& lom) {
+void AttentionStage::stage_keys(Block& into, const std::string& tile, const std::string& slot) {
   const std::string first = slot == "0" ? std::string("0") : "(" + slot + ") * " + lit(k_slot_);
   if (kt_) {
     // Kᵀ's rows (the head's) of the tile's keys: chunks of 8 keys, zero beyond the keys.
     const bool async = stage16(into, {sk_, first, tile, pk_, true, cores(bc_)}, dk16_, bc_, core_.scores, 1, "ft_qr < " + lit(dk_),
-                               lit(keys_) + " - " + tile + " * " + lit(bc_), [&] { return vars(core_.scores, lom, "ft_fj", "ft_qr"); });
+                               lit(keys_) + " - " + tile + " * " + lit(bc_), [&] { return vars(core_.scores, "0", "ft_fj", "ft_qr"); });
     check(async, "flash attention: Kᵀ with its keys contiguous moves by cp.async");
   } else {
     stage16(into, {sk_, first, tile, pk_, false, cores(dk16_)}, bc_, dk16_, core_.scores, 1, "ft_fj < " + lit(keys_), lit(dk_),
-            [&] { return vars(core_.scores, lom, "ft_fj", "ft_qd"); });
+            [&] { return vars(core_.scores, "0", "ft_fj", "ft_qd"); });
   }
 }
 
-void AttentionStage::stage_values(Block& into, const std::string& tile, const std::string& slot, const std::string& lom,
+void AttentionStage::stage_values(Block& into, const std::string& tile, const std::string& slot,
                                   const std::string& lon, const std::string& nn) {
   const std::string first = slot == "0" ? std::string("0") : "(" + slot + ") * " + lit(bc_ * pv_);
   stage16(into, {sv_, first, tile, pv_, false, cores(dv16_)}, bc_, dv16_, core_.output, 1, "ft_fj < " + lit(keys_), nn,
-          [&] { return vars(core_.output, lom, lon + " + ft_qd", "ft_fj"); });
+          [&] { return vars(core_.output, "0", lon + " + ft_qd", "ft_fj"); });
 }
 
-void AttentionStage::stage_key_tile(Block& into, const std::string& tile, const std::string& slot, const std::string& lom,
+void AttentionStage::stage_key_tile(Block& into, const std::string& tile, const std::string& slot,
                                     const std::string& lon, const std::string& nn) {
-  stage_keys(into, tile, slot, lom);
-  stage_values(into, tile, slot, lom, lon, nn);
+  stage_keys(into, tile, slot);
+  stage_values(into, tile, slot, lon, nn);
 }
 
 void AttentionStage::chain_cell(const std::string& local, const std::string& row, const std::string& key, const Stmt& sink,
@@ -415,10 +439,9 @@ void AttentionStage::chain_cell(const std::string& local, const std::string& row
   const int qk = node(core_.scores).outputs[0];
   const Shape& ss = cx_.g.value(qk).shape;
   const size_t rank = ss.size();
-  const Region& r = cx_.region.at(out_value());
-  cx_.cur().push_back(let(kIndexType, "ft_fi", r.lo[rank - 2] + " + " + row));
+  std::vector<std::string> idx = at_row(cx_.region.at(soft.inputs[0]).lo, row);
+  cx_.cur().push_back(let(kIndexType, "ft_fi", idx[rank - 2]));
   cx_.cur().push_back(let(kIndexType, "ft_fj", "ft_kt * " + lit(bc_) + " + " + key));
-  std::vector<std::string> idx = cx_.region.at(soft.inputs[0]).lo;
   idx[rank - 2] = "ft_fi";
   idx[rank - 1] = "ft_fj";
   // The chain reads the scores where the softmax reads it (planner/attention.h): this cell.
@@ -565,8 +588,7 @@ void AttentionStage::finish(Kernel& k, const std::string& nm, const std::string&
     for (const auto& [acc, row, col] : cells) {
       Block cell;
       cx_.with_block(cell, [&] {
-        std::vector<std::string> o = r.lo;
-        o[rank - 2] = "(" + r.lo[rank - 2] + " + " + row + ")";
+        std::vector<std::string> o = at_row(r.lo, row);
         o[rank - 1] = "(" + r.lo[rank - 1] + " + " + col + ")";
         cx_.cur().push_back(let("float", "fa_o", acc + " / " + sl_ + "[" + row + "]"));
         cx_.store_value(v, o, "fa_o");
@@ -640,19 +662,19 @@ void AttentionStage::combine_splits(Kernel& k, const std::string& nm, const std:
 void AttentionStage::emit_simt(Kernel& k, const std::string& nm, const std::string& nn) {
   const Region& r = cx_.region.at(out_value());
   const size_t rank = r.n.size();
-  const std::string lom = r.lo[rank - 2], lon = r.lo[rank - 1];
+  const std::string lon = r.lo[rank - 1];
   const std::string qk_cols = cx_.region.at(node(core_.scores).outputs[0]).lo[rank - 1];
   k.body.push_back(serial_for("ft_e", "0", lit(um_ * un_), {assign(acc_ + "[ft_e]", "0.0f")}));
   // Q's rows, once (zero beyond the region's rows: the micro-tiles read whole multiples of TM).
   k.body.push_back(stage({sq_, "0", "ft_kt", dk_ + 1}, DType::kF32, round_up(rows_, tm_), dk_, core_.scores, 0, "ft_qr < " + nm,
-                         lit(dk_), [&] { return vars(core_.scores, lom + " + ft_qr", qk_cols, "ft_qd"); }));
+                         lit(dk_), [&] { return vars(core_.scores, "ft_qr", qk_cols, "ft_qd"); }));
   Block tile;
   // K's rows of the tile (zero beyond the keys and the tile), V's (and beyond the columns).
   tile.push_back(stage({sk_, "0", "ft_kt", dk_ + 1}, DType::kF32, round_up(bc_, tn_), dk_, core_.scores, 1,
                        "ft_qr < " + lit(bc_) + " && ft_fj < " + lit(keys_), lit(dk_),
-                       [&] { return vars(core_.scores, lom, "ft_fj", "ft_qd"); }));
+                       [&] { return vars(core_.scores, "0", "ft_fj", "ft_qd"); }));
   tile.push_back(stage({sv_, "0", "ft_kt", dv_}, DType::kF32, bc_, dv_, core_.output, 1, "ft_fj < " + lit(keys_), nn,
-                       [&] { return vars(core_.output, lom, lon + " + ft_qd", "ft_fj"); }));
+                       [&] { return vars(core_.output, "0", lon + " + ft_qd", "ft_fj"); }));
   tile.push_back(barrier());
   for (Stmt& s : simt_scores(nm)) tile.push_back(std::move(s));
   tile.push_back(barrier());
@@ -778,11 +800,11 @@ std::string AttentionStage::stat_writer() const {
   return "ft_thread % " + lit(tensor_ ? 4 : kWarpSize) + " == 0";
 }
 
-bool AttentionStage::stage_q(Kernel& k, const std::string& lom, const std::string& nm) {
+bool AttentionStage::stage_q(Kernel& k, const std::string& nm) {
   const std::string qk_cols = cx_.region.at(node(core_.scores).outputs[0]).lo[cx_.region.at(out_value()).n.size() - 1];
   k.body.push_back(serial_for("ft_e", "0", lit(dv16_ / 8 * 4), {assign(acc_ + "[ft_e]", "0.0f")}));
   return stage16(k.body, {sq_, "0", "ft_kt", pq_, false, cores(dk16_)}, rp_, dk16_, core_.scores, 0, "ft_qr < " + nm, lit(dk_),
-                 [&] { return vars(core_.scores, lom + " + ft_qr", qk_cols, "ft_qd"); });
+                 [&] { return vars(core_.scores, "ft_qr", qk_cols, "ft_qd"); });
 }
 
 // The mma.sync form: warp w owns rows [16w, 16w + 16) of the tile. Q's A fragments are loaded
@@ -794,10 +816,10 @@ bool AttentionStage::stage_q(Kernel& k, const std::string& lom, const std::strin
 void AttentionStage::emit_tensor(Kernel& k, const std::string& nm, const std::string& nn) {
   const Region& r = cx_.region.at(out_value());
   const size_t rank = r.n.size();
-  const std::string lom = r.lo[rank - 2], lon = r.lo[rank - 1];
+  const std::string lon = r.lo[rank - 1];
   const std::string lane = "(ft_thread % " + lit(kWarpSize) + ")";
   const std::string w16 = warp_rows();
-  const bool async_q = stage_q(k, lom, nm);
+  const bool async_q = stage_q(k, nm);
   if (async_q) k.body.push_back(copy_async_commit());
   // With two slots the first key tile's copies fly while Q's fragments load; the loop then stages
   // tile ft_kt + 1 into the slot tile ft_kt - 1 used (every warp has passed the barrier that ends
@@ -805,7 +827,7 @@ void AttentionStage::emit_tensor(Kernel& k, const std::string& nm, const std::st
   // tile's copies overlap the previous tile's products and softmax. A last tile commits an empty
   // group, so the count stays one a tile.
   if (ring_) {
-    stage_key_tile(k.body, first_tile_, first_tile_ == "0" ? "0" : "(" + first_tile_ + " & 1)", lom, lon, nn);
+    stage_key_tile(k.body, first_tile_, first_tile_ == "0" ? "0" : "(" + first_tile_ + " & 1)", lon, nn);
     k.body.push_back(copy_async_commit());
   }
   if (async_q) k.body.push_back(copy_async_wait(ring_ ? 1 : 0));
@@ -818,7 +840,7 @@ void AttentionStage::emit_tensor(Kernel& k, const std::string& nm, const std::st
   std::string k0 = "0", v0 = "0";  // where the tile's slot starts in K's and V's buffers
   if (ring_) {
     Block next;
-    stage_key_tile(next, "(ft_kt + 1)", "((ft_kt + 1) & 1)", lom, lon, nn);
+    stage_key_tile(next, "(ft_kt + 1)", "((ft_kt + 1) & 1)", lon, nn);
     tile.push_back(if_then("ft_kt + 1 < " + end_tile_, next));
     tile.push_back(copy_async_commit());
     tile.push_back(copy_async_wait(1));
@@ -827,7 +849,7 @@ void AttentionStage::emit_tensor(Kernel& k, const std::string& nm, const std::st
     k0 = "ft_ks";
     v0 = "ft_vs";
   } else {
-    stage_key_tile(tile, "ft_kt", "0", lom, lon, nn);
+    stage_key_tile(tile, "ft_kt", "0", lon, nn);
   }
   tile.push_back(barrier());
   // S = Q K^T: per 16 of the head, two n8 blocks of keys per ldmatrix.x4 (matrices: keys 0-7 at
@@ -881,17 +903,17 @@ void AttentionStage::emit_tensor(Kernel& k, const std::string& nm, const std::st
 void AttentionStage::emit_wgmma(Kernel& k, const std::string& nm, const std::string& nn) {
   const Region& r = cx_.region.at(out_value());
   const size_t rank = r.n.size();
-  const std::string lom = r.lo[rank - 2], lon = r.lo[rank - 1];
-  check(ring_ && stage_q(k, lom, nm), "flash attention on wgmma: Q, K and V move by cp.async");
+  const std::string lon = r.lo[rank - 1];
+  check(ring_ && stage_q(k, nm), "flash attention on wgmma: Q, K and V move by cp.async");
   k.body.push_back(copy_async_commit());
   const std::string first_slot = first_tile_ == "0" ? "0" : "(" + first_tile_ + " & 1)";
-  stage_keys(k.body, first_tile_, first_slot, lom);
+  stage_keys(k.body, first_tile_, first_slot);
   k.body.push_back(copy_async_commit());
-  stage_values(k.body, first_tile_, first_slot, lom, lon, nn);
+  stage_values(k.body, first_tile_, first_slot, lon, nn);
   k.body.push_back(copy_async_commit());
   const std::string next = "(ft_kt + 1)", next_slot = "((ft_kt + 1) & 1)", more = "ft_kt + 1 < " + end_tile_;
   Block tile, keys, values;
-  stage_keys(keys, next, next_slot, lom);
+  stage_keys(keys, next, next_slot);
   tile.push_back(if_then(more, keys));
   tile.push_back(copy_async_commit());
   tile.push_back(copy_async_wait(2));
@@ -917,7 +939,7 @@ void AttentionStage::emit_wgmma(Kernel& k, const std::string& nm, const std::str
     for (int64_t q = 0; q < 4; ++q) tile.push_back(assign(frag_p_ + "[" + std::to_string(kq * 4 + q) + "]", packed_p(kq, q)));
   }
   tile.push_back(barrier());
-  stage_values(values, next, next_slot, lom, lon, nn);
+  stage_values(values, next, next_slot, lon, nn);
   tile.push_back(if_then(more, values));
   tile.push_back(copy_async_commit());
   k.body.push_back(uniform_for("ft_kt", first_tile_, end_tile_, tile));
@@ -961,7 +983,7 @@ void AttentionStage::finish_tensor(Kernel& k, const std::string& nm, const std::
 void AttentionStage::emit(Kernel& k) {
   const Region& r = cx_.region.at(out_value());
   const size_t rank = r.n.size();
-  const std::string nm = r.n[rank - 2], nn = r.n[rank - 1];
+  const std::string nm = region_rows(r), nn = r.n[rank - 1];
   k.body.push_back(serial_for("ft_e", "0", lit(stats_), {assign(run_max_ + "[ft_e]", "(-ft_inf())"), assign(run_sum_ + "[ft_e]", "0.0f")},
                               static_cast<int>(stats_)));
   const int64_t tiles = ceil_div(keys_, bc_);
@@ -969,10 +991,11 @@ void AttentionStage::emit(Kernel& k) {
   end_tile_ = split_end_step(cx_, first_tile_, tiles);
   if (mask_) {
     // Row i sees the keys up to i + keys - queries: the block's rows [lo, lo + n) end their keys
-    // in tile (lo + n - 1 + keys - queries) / bc (planner::visible_tiles).
-    const std::string lom = r.lo[rank - 2];
+    // in tile (lo + n - 1 + keys - queries) / bc (planner::visible_tiles); folded heads hold
+    // every query row.
+    const std::string lom = r.lo[rank - 2], query_rows = fold_.axis < 0 ? nm : lit(fold_.queries);
     k.uniform.push_back(let(kIndexType, "ft_kend",
-                            "ft_min(" + end_tile_ + ", ft_fdiv(" + lom + " + " + nm + " + " + lit(keys_ - queries_ + bc_ - 1) +
+                            "ft_min(" + end_tile_ + ", ft_fdiv(" + lom + " + " + query_rows + " + " + lit(keys_ - queries_ + bc_ - 1) +
                                 ", " + lit(bc_) + "))"));
     end_tile_ = "ft_kend";
   }

@@ -2,7 +2,10 @@
 // keys at a time, the scores never whole in shared memory, so any sequence length fits.
 //
 // Takes the lowering context, the core, and the largest region of its output over the sampled
-// tiles (one matrix per block: every batch axis of extent at most 1; R rows by DV columns).
+// tiles: one matrix per block (every batch axis of extent at most 1; R rows by DV columns), or
+// grouped-query heads folded into the rows (planner::head_fold: H heads of one batch axis that
+// read the same K and V, every query row of each; R = H x queries, row r being head origin +
+// r / queries, query row r % queries), which stage each key tile once for all their rows.
 // In the SIMT form attention_stage allocates, in shared memory, Q's rows (staged once), one tile
 // of K's and V's rows, the tile's probabilities and the rows' rescaling factors and sums; and
 // thread-locals for the output's register micro-tile and the running row maximum and sum. Its emit stages Q, then
