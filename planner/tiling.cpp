@@ -586,6 +586,30 @@ int64_t large_input_dram(int64_t per_tile, int64_t tiles, const std::vector<bool
   return distinct * per_tile <= half_l2 ? std::min(all_tiles, ceil_div(tiles, wave) * distinct * per_tile) : all_tiles;
 }
 
+// Whether every root tile of shape `tile` puts the fold's first head (the core output `out`'s
+// region along fold.axis) at a multiple of fold.heads, so that its heads read the same K and V
+// (planner::head_fold). Scans every tile's start along each root axis in turn, the others at
+// their first tile (a head's index follows one root axis); false for an axis of more than 1,024
+// tiles, which it does not scan.
+bool folded_origins(const Graph& g, const FusionGroup& group, int root, const Shape& rs, const std::vector<int64_t>& tile,
+                    int out, const HeadFold& fold, const std::vector<TensorExpr>* exprs = nullptr) {
+  Region first;
+  for (size_t a = 0; a < rs.size(); ++a) first.push_back({0, std::min(tile[a], rs[a]) - 1});
+  for (size_t a = 0; a < rs.size(); ++a) {
+    if (ceil_div(rs[a], tile[a]) > 1024) return false;
+    for (int64_t start = 0; start < rs[a]; start += tile[a]) {
+      Region r = first;
+      r[a] = {start, std::min(start + tile[a], rs[a]) - 1};
+      const std::map<int, Region> regions = tile_regions(g, group, root, r, exprs);
+      const auto o = regions.find(out);
+      if (o == regions.end()) return false;
+      const Interval& heads = o->second[static_cast<size_t>(fold.axis)];
+      if (heads.lo % fold.heads != 0 || heads.size() > fold.heads) return false;
+    }
+  }
+  return true;
+}
+
 // A representative interior tile of the root (the second along each axis that has three).
 Region representative_tile(const Shape& rs, const std::vector<int64_t>& tile) {
   Region r;
@@ -1010,8 +1034,9 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       std::vector<int64_t> extents;
       for (const Interval& i : out_region) extents.push_back(i.size());
       const std::optional<HeadFold> fold = head_fold(g, group, *core, extents);
-      if (!fold) {
-        c.reject = "flash attention needs one matrix (one batch and head) per block, or grouped-query heads sharing K and V";
+      if (!fold || (fold->axis >= 0 && !folded_origins(g, group, root, rs, cfg.tile, n.outputs[0], *fold))) {
+        c.reject = "flash attention needs one matrix (one batch and head) per block, or grouped-query heads sharing K and V "
+                   "from a multiple of their count in every tile";
         return c;
       }
       // Folded heads (head_fold): the block's rows are its heads' query rows, K and V staged once.
@@ -1641,28 +1666,6 @@ bool vector_width_helps(const Graph& g, const FusionGroup& group) {
   return false;
 }
 
-// Whether every root tile of shape `tile` puts the fold's first head (the core output `out`'s
-// region along fold.axis) at a multiple of fold.heads, so that its heads read the same K and V
-// (planner::head_fold). Scans the tiles' starts along each root axis in turn (up to 64 each),
-// the others at their first tile.
-bool folded_origins(const Graph& g, const FusionGroup& group, int root, const Shape& rs, const std::vector<int64_t>& tile,
-                    int out, const HeadFold& fold, const std::vector<TensorExpr>& exprs) {
-  Region first;
-  for (size_t a = 0; a < rs.size(); ++a) first.push_back({0, std::min(tile[a], rs[a]) - 1});
-  for (size_t a = 0; a < rs.size(); ++a) {
-    for (int64_t start = 0, k = 0; start < rs[a] && k < 64; start += tile[a], ++k) {
-      Region r = first;
-      r[a] = {start, std::min(start + tile[a], rs[a]) - 1};
-      const std::map<int, Region> regions = tile_regions(g, group, root, r, &exprs);
-      const auto o = regions.find(out);
-      if (o == regions.end()) return false;
-      const Interval& heads = o->second[static_cast<size_t>(fold.axis)];
-      if (heads.lo % fold.heads != 0 || heads.size() > fold.heads) return false;
-    }
-  }
-  return true;
-}
-
 // Root tiles for flash attention, by row count of the core's output and heads folded into them
 // (16 to 128 rows, or all of them when fewer; or every query row of 2 to 128 / queries
 // grouped-query heads, planner::head_fold): the smallest root tile (each axis a power of two,
@@ -1702,7 +1705,7 @@ std::map<std::pair<int64_t, int64_t>, std::vector<int64_t>> flash_tiles(const Gr
         // Grouped-query heads folded into the rows: at most 128 of them, and every tile's heads
         // from a multiple of the fold (the tiles' starts along each root axis: folded_origins).
         rows *= fold->heads;
-        if (rows > 128 || !folded_origins(g, group, root, rs, tile, out, *fold, exprs)) return;
+        if (rows > 128 || !folded_origins(g, group, root, rs, tile, out, *fold, &exprs)) return;
       } else if (rows != std::min<int64_t>(lq, 128) && (rows < 16 || rows > 128 || (rows & (rows - 1)) != 0)) {
         return;
       }

@@ -690,6 +690,19 @@ TEST(CodegenAttention, GroupedQueryHeadsShareABlock) {
   Attention transposed = step;  // Kᵀ in memory, repeated
   transposed.keys = 72;
   transposed.k_transposed = true;
+  {
+    // Heads merged after the core, 32 wide: a root tile of 48 columns puts heads 1 and 2 (of
+    // different groups) in its second block, so the tile is rejected, though its first block's
+    // heads share.
+    Graph g;
+    const FusionGroup fg = add_attention(g, DType::kF16, merged);
+    TileConfig straddling = best_flash(g, fg);
+    ASSERT_EQ(straddling.tile.size(), 3u) << straddling.str();
+    straddling.tile[2] = 48;
+    const planner::Cost c = planner::evaluate_tile(g, fg, h200, straddling);
+    EXPECT_FALSE(c.valid) << straddling.str();
+    EXPECT_NE(c.reject.find("from a multiple of their count"), std::string::npos) << c.reject;
+  }
   // The best flash candidate of the group that folds `heads` heads, on tensor cores or not.
   const auto best_folded = [&](const Graph& g, const FusionGroup& fg, bool tensor, int64_t heads) {
     for (const planner::Candidate& c : planner::tile_candidates(g, fg, planner::find_device("h100"), opt)) {

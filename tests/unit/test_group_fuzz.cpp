@@ -10,7 +10,7 @@
 // the planner's fusion; each group is lowered with the planner's best generated candidate, one
 // drawn at random from its candidates, its best and a random in-place one where it may update in place
 // (planner/in_place.h), its best tensor-core ones (mma.sync, wgmma and wgmma's TMA twin), a split-K
-// form of a staged MatMul's, of a GEMV's and of a flash attention's, GEMV and flash-attention ones (flash on tensor cores by mma.sync and by wgmma, and not, and on a random key tile and thread count) and the best one's schedule on a tile of random extents (where the cost model accepts it), and verified on the host
+// form of a staged MatMul's, of a GEMV's and of a flash attention's, GEMV and flash-attention ones (flash on tensor cores by mma.sync and by wgmma, and not, and on a random key tile and thread count; blocks of several grouped-query heads) and the best one's schedule on a tile of random extents (where the cost model accepts it), and verified on the host
 // executor with every check on (backend/verify.h via unit/codegen_check.h), and the module compiled
 // with NVRTC. Case i of a run draws its graph from seed + i: FUSETUNE_TEST_SEED=S with
 // FUSETUNE_GROUP_FUZZ_CASES=1 replays case S alone. CI runs a few cases per run and every seed kept
@@ -485,7 +485,8 @@ FuzzCase random_tma_case(unsigned seed) {
 }
 
 // Every group of the case's fusion plan, each with the planner's best generated candidate, one
-// drawn from its generated candidates, its best tensor-core, GEMV and flash ones: lowered,
+// drawn from its generated candidates, its best tensor-core, GEMV and flash ones (and flash
+// blocks of several grouped-query heads): lowered,
 // verified on the host and compiled (check_groups).
 void check_case(unsigned seed, const FuzzCase& c) {
   std::printf("group fuzz case %u: %s\n", seed, c.what.c_str());
@@ -519,6 +520,7 @@ void check_case(unsigned seed, const FuzzCase& c) {
     // random key tile and thread count; a split-K form (below).
     bool gemv = false, flash = false, tensor_flash = false, wgmma_flash = false, wgmma = false, split = false, flash_split = false;
     bool tma[2] = {false, false};  // a TMA twin taken, unsplit and split
+    bool folded[2] = {false, false};  // a flash block of several grouped-query heads taken, SIMT and mma.sync
     for (const planner::Candidate& cand : planner::tile_candidates(c.g, fg, planner::find_device("h100"), {1 << 20, 2.0})) {
       // Split-K: offered for kernels longer than a launch, which these small shapes rarely are;
       // so the first staged MatMul candidate with 2 to 5 splits, where the cost model accepts it.
@@ -582,6 +584,15 @@ void check_case(unsigned seed, const FuzzCase& c) {
       if (cand.config.flash && cand.config.mma && !cand.config.wgmma && !tensor_flash) {
         chosen.push_back(cand.config);
         tensor_flash = true;
+      }
+      // Grouped-query heads folded into a flash block's rows (planner::head_fold; the attention
+      // case's root is its output, [heads, sequence, head]: a tile of more than one head), the
+      // first SIMT and the first mma.sync one.
+      if (cand.config.flash && !cand.config.wgmma && cand.config.tile.size() == 3 && cand.config.tile[0] > 1 &&
+          !folded[cand.config.mma]) {
+        chosen.push_back(cand.config);
+        std::printf("  heads folded: %s\n", cand.config.str().c_str());
+        folded[cand.config.mma] = true;
       }
       if (cand.config.flash && cand.config.wgmma && !wgmma_flash) {
         chosen.push_back(cand.config);
