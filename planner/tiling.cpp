@@ -1669,7 +1669,8 @@ bool vector_width_helps(const Graph& g, const FusionGroup& group) {
 // Root tiles for flash attention, by row count of the core's output and heads folded into them
 // (16 to 128 rows, or all of them when fewer; or every query row of 2 to 128 / queries
 // grouped-query heads, planner::head_fold): the smallest root tile (each axis a power of two,
-// the whole axis, or the output's row or column extent) whose region of the output is one
+// the whole axis, the output's row or column extent, or a divisor of a head count, alone or
+// times a head's width) whose region of the output is one
 // matrix, or a fold of heads, of those rows and all its columns (a head's whole width).
 std::map<std::pair<int64_t, int64_t>, std::vector<int64_t>> flash_tiles(const Graph& g, const FusionGroup& group, const Shape& rs,
                                                                          const AttentionCore& core) {
@@ -1684,6 +1685,16 @@ std::map<std::pair<int64_t, int64_t>, std::vector<int64_t>> flash_tiles(const Gr
     for (int64_t t = 1; t < rs[a]; t *= 2) choices[a].push_back(t);
     for (int64_t t : {lq, dv, rs[a]}) {
       if (t >= 1 && t <= rs[a]) choices[a].push_back(t);
+    }
+    // Folds of heads that are no power of two (Qwen2's groups of 7): along an axis of the
+    // output's head count, each divisor of it; along one of the heads' columns (heads merged
+    // after the core), each divisor times a head's width.
+    for (size_t b = 0; b + 2 < os.size(); ++b) {
+      for (int64_t n = 3; n <= std::min<int64_t>(os[b] / 2, 128); ++n) {
+        if (os[b] % n != 0) continue;
+        if (rs[a] == os[b]) choices[a].push_back(n);
+        if (rs[a] == os[b] * dv) choices[a].push_back(n * dv);
+      }
     }
     std::sort(choices[a].begin(), choices[a].end());
     choices[a].erase(std::unique(choices[a].begin(), choices[a].end()), choices[a].end());

@@ -623,8 +623,8 @@ TEST(CodegenAttention, ADecodeStepSplitsItsKeysOverBlocks) {
 // share, is rejected. Differentially, in every type, SIMT and tensor cores, under the host
 // executor's checks: a decode step (8 heads over 2, a mask), split over blocks; three query rows
 // under a causal mask (rows head-major: head origin + row / 3); heads merged after the core (the
-// root's tile of several heads' columns); Kᵀ in memory, repeated. Each barrier deleted from a
-// folded kernel is a finding.
+// root's tile of several heads' columns); Kᵀ in memory, repeated; folds of 3 heads (Qwen2's
+// groups are 7). Each barrier deleted from a folded kernel is a finding.
 TEST(CodegenAttention, GroupedQueryHeadsShareABlock) {
   const planner::Device& h200 = planner::find_device("h200");
   planner::TilingOptions opt;
@@ -658,6 +658,15 @@ TEST(CodegenAttention, GroupedQueryHeadsShareABlock) {
     std::printf("TinyLlama's decode attention on the H200, modeled: %s %.2f us (L2 %.2f MB), one head a block %s %.2f us (L2 %.2f MB)\n",
                 fold->config.str().c_str(), fold->cost.modeled_us, static_cast<double>(fold->cost.l2_bytes) / 1e6,
                 one->config.str().c_str(), one->cost.modeled_us, static_cast<double>(one->cost.l2_bytes) / 1e6);
+    // Qwen2-0.5B's step: 14 heads over 2, groups of 7 (no power of two) folded whole.
+    const Attention qwen{1, 14, 2, 1, 1024, 64, 64, true};
+    Graph q;
+    const FusionGroup qg = add_attention(q, DType::kF16, qwen);
+    std::set<int64_t> sevens;
+    for (const planner::Candidate& c : planner::tile_candidates(q, qg, h200, opt)) {
+      if (c.config.flash) sevens.insert(folded(q, qg, c.config));
+    }
+    EXPECT_EQ(sevens, (std::set<int64_t>{1, 7})) << "a group holds 7 heads";
     // 16 heads span two groups: no candidate, and evaluate_tile rejects the tile.
     TileConfig wide = fold->config;
     wide.tile[1] = 16;
@@ -690,6 +699,9 @@ TEST(CodegenAttention, GroupedQueryHeadsShareABlock) {
   Attention transposed = step;  // Kᵀ in memory, repeated
   transposed.keys = 72;
   transposed.k_transposed = true;
+  Attention threes = step;  // 6 heads over 2: folds of 3
+  threes.heads = 6;
+  threes.keys = 50;
   {
     // Heads merged after the core, 32 wide: a root tile of 48 columns puts heads 1 and 2 (of
     // different groups) in its second block, so the tile is rejected, though its first block's
@@ -714,13 +726,14 @@ TEST(CodegenAttention, GroupedQueryHeadsShareABlock) {
   for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
     Graph g;
     const std::vector<FusionGroup> groups = {add_attention(g, dt, step, "d_"), add_attention(g, dt, causal, "c_"),
-                                             add_attention(g, dt, merged, "m_"), add_attention(g, dt, transposed, "t_")};
+                                             add_attention(g, dt, merged, "m_"), add_attention(g, dt, transposed, "t_"),
+                                             add_attention(g, dt, threes, "s_")};
     std::vector<FusionGroup> cases;
     std::vector<TileConfig> configs;
     for (bool tensor : {false, true}) {
       if (tensor && dt == DType::kF32) continue;
       for (size_t i = 0; i < groups.size(); ++i) {
-        for (int64_t heads : {int64_t{2}, int64_t{4}}) {
+        for (int64_t heads : i == 4 ? std::vector<int64_t>{3} : std::vector<int64_t>{2, 4}) {
           TileConfig cfg = best_folded(g, groups[i], tensor, heads);
           cases.push_back(groups[i]);
           configs.push_back(cfg);
