@@ -586,30 +586,6 @@ int64_t large_input_dram(int64_t per_tile, int64_t tiles, const std::vector<bool
   return distinct * per_tile <= half_l2 ? std::min(all_tiles, ceil_div(tiles, wave) * distinct * per_tile) : all_tiles;
 }
 
-// Whether every root tile of shape `tile` puts the fold's first head (the core output `out`'s
-// region along fold.axis) at a multiple of fold.heads, so that its heads read the same K and V
-// (planner::head_fold). Scans every tile's start along each root axis in turn, the others at
-// their first tile (a head's index follows one root axis); false for an axis of more than 1,024
-// tiles, which it does not scan.
-bool folded_origins(const Graph& g, const FusionGroup& group, int root, const Shape& rs, const std::vector<int64_t>& tile,
-                    int out, const HeadFold& fold, const std::vector<TensorExpr>* exprs = nullptr) {
-  Region first;
-  for (size_t a = 0; a < rs.size(); ++a) first.push_back({0, std::min(tile[a], rs[a]) - 1});
-  for (size_t a = 0; a < rs.size(); ++a) {
-    if (ceil_div(rs[a], tile[a]) > 1024) return false;
-    for (int64_t start = 0; start < rs[a]; start += tile[a]) {
-      Region r = first;
-      r[a] = {start, std::min(start + tile[a], rs[a]) - 1};
-      const std::map<int, Region> regions = tile_regions(g, group, root, r, exprs);
-      const auto o = regions.find(out);
-      if (o == regions.end()) return false;
-      const Interval& heads = o->second[static_cast<size_t>(fold.axis)];
-      if (heads.lo % fold.heads != 0 || heads.size() > fold.heads) return false;
-    }
-  }
-  return true;
-}
-
 // A representative interior tile of the root (the second along each axis that has three).
 Region representative_tile(const Shape& rs, const std::vector<int64_t>& tile) {
   Region r;
@@ -628,6 +604,13 @@ std::vector<int64_t> tiles_along(const Shape& rs, const std::vector<int64_t>& ti
     n.push_back(ceil_div(std::max<int64_t>(rs[k], 1), std::clamp<int64_t>(tile[k], 1, std::max<int64_t>(rs[k], 1))));
   }
   return n;
+}
+
+// The root's tiles.
+int64_t tile_count(const Shape& rs, const std::vector<int64_t>& tile) {
+  int64_t count = 1;
+  for (int64_t n : tiles_along(rs, tile)) count *= n;
+  return count;
 }
 
 // Which of `values` (a group's inputs) do not stay in L2 between launches: larger than half of it.
@@ -706,6 +689,42 @@ std::set<int> keyed_inputs_of(const Graph& g, const FusionGroup& group, const At
 }
 
 }  // namespace
+
+bool uniform_flash_tiles(const Graph& g, const FusionGroup& group, const AttentionCore& core, const std::vector<int64_t>& tile,
+                         const HeadFold& fold) {
+  const int root = group_root(g, group);
+  const Shape& rs = g.value(root).shape;
+  const int out = g.nodes()[static_cast<size_t>(core.output)].outputs[0];
+  if (tile.size() != rs.size()) return false;
+  const std::vector<int64_t> ntiles = tiles_along(rs, tile);
+  const int64_t count = tile_count(rs, tile);
+  if (count > 4096) return false;
+  std::vector<TensorExpr> exprs;
+  for (int n : group.nodes) exprs.push_back(describe(g, g.nodes()[static_cast<size_t>(n)]));
+  std::vector<int64_t> at(rs.size(), 0);  // the tile's index along each axis
+  for (int64_t t = 0; t < count; ++t) {
+    Region r;
+    for (size_t a = 0; a < rs.size(); ++a) {
+      const int64_t step = std::clamp<int64_t>(tile[a], 1, std::max<int64_t>(rs[a], 1)), start = at[a] * step;
+      r.push_back({start, std::min(start + step, rs[a]) - 1});
+    }
+    const std::map<int, Region> regions = tile_regions(g, group, root, r, &exprs);
+    const auto o = regions.find(out);
+    if (o == regions.end()) return false;
+    const Region& region = o->second;
+    const size_t rank = region.size();
+    for (size_t a = 0; a + 2 < rank; ++a) {
+      const Interval& i = region[a];
+      if (static_cast<int>(a) == fold.axis ? (i.lo % fold.heads != 0 || i.size() > fold.heads) : i.size() > 1) return false;
+    }
+    if (fold.axis >= 0 && (region[rank - 2].lo != 0 || region[rank - 2].size() != fold.queries)) return false;
+    for (size_t a = rs.size(); a-- > 0;) {  // the next tile
+      if (++at[a] < ntiles[a]) break;
+      at[a] = 0;
+    }
+  }
+  return true;
+}
 
 Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, const TileConfig& cfg,
                    const TilingOptions& opt) {
@@ -1034,7 +1053,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       std::vector<int64_t> extents;
       for (const Interval& i : out_region) extents.push_back(i.size());
       const std::optional<HeadFold> fold = head_fold(g, group, *core, extents);
-      if (!fold || (fold->axis >= 0 && !folded_origins(g, group, root, rs, cfg.tile, n.outputs[0], *fold))) {
+      if (!fold || (fold->axis >= 0 && !uniform_flash_tiles(g, group, *core, cfg.tile, *fold))) {
         c.reject = "flash attention needs one matrix (one batch and head) per block, or grouped-query heads sharing K and V "
                    "from a multiple of their count in every tile";
         return c;
@@ -1713,12 +1732,13 @@ std::map<std::pair<int64_t, int64_t>, std::vector<int64_t>> flash_tiles(const Gr
       if (!fold || o.back().size() != dv) return;
       int64_t rows = o[o.size() - 2].size();
       if (fold->axis >= 0) {
-        // Grouped-query heads folded into the rows: at most 128 of them, and every tile's heads
-        // from a multiple of the fold (the tiles' starts along each root axis: folded_origins).
+        // Grouped-query heads folded into the rows: at most 128 of them, in every tile alike.
         rows *= fold->heads;
-        if (rows > 128 || !folded_origins(g, group, root, rs, tile, out, *fold, &exprs)) return;
+        if (rows > 128 || !uniform_flash_tiles(g, group, core, tile, *fold)) return;
       } else if (rows != std::min<int64_t>(lq, 128) && (rows < 16 || rows > 128 || (rows & (rows - 1)) != 0)) {
         return;
+      } else if (tile_count(rs, tile) <= 4096 && !uniform_flash_tiles(g, group, core, tile, *fold)) {
+        return;  // some tile holds two heads' rows in part (heads merged with the rows in the root)
       }
       auto [slot, fresh] = best.try_emplace({rows, fold->heads}, tile);
       int64_t have = 1;

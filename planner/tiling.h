@@ -333,6 +333,18 @@ struct WgmmaGroups {
   int64_t cols() const { return groups_n * fn * n; }
 };
 WgmmaGroups wgmma_groups(int64_t rows, int64_t cols, int64_t warpgroups);
+// Whether every tile of the group's root in tiles of `tile` holds a flash block as `fold` says
+// (planner::head_fold). One matrix (fold.axis < 0): one index along every batch axis of the
+// core's output. Folded: along fold.axis at most fold.heads heads, the first a multiple of
+// fold.heads (so that all read the same K and V), every query row from the first, and one index
+// along every other batch axis. Scans every tile (false where the root has more than 4,096): the
+// representative tile alone cannot show a tile that straddles two groups, or a tile of rows that
+// holds two heads' rows in part (heads merged with the rows in the root). The planner admits a
+// fold, and codegen's flash stage folds, only where it holds; flash_tiles offers one-matrix tiles
+// of at most 4,096 tiles only where it holds.
+bool uniform_flash_tiles(const Graph& g, const FusionGroup& group, const AttentionCore& core, const std::vector<int64_t>& tile,
+                         const HeadFold& fold);
+
 // Whether the device issues wgmma: compute capability 9.0 exactly (sm_90a; later architectures
 // have other instructions).
 bool has_wgmma(const Device& d);

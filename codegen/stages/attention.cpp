@@ -40,6 +40,11 @@ class AttentionStage : public AnchorStage {
     check(fold.has_value(), "flash attention needs one matrix (one batch and head) per block, or grouped-query heads "
                             "sharing K and V (planner::head_fold)");
     fold_ = *fold;
+    // The largest extents over the sampled tiles: a fold only where every tile is one alike (a
+    // tile of rows that holds two heads' rows in part is none).
+    check(fold_.axis < 0 || planner::uniform_flash_tiles(cx.g, cx.group, core, cx.cfg.tile, fold_),
+          "flash attention: the tiles ", cx.cfg.str(), " hold ", fold_.heads,
+          " heads' rows but not every tile holds whole heads of one key-value group");
     rows_ = fold_.heads * std::max<int64_t>(1, me[rank - 2]);
     dv_ = std::max<int64_t>(1, me[rank - 1]);
     dk_ = core.head;

@@ -619,12 +619,13 @@ TEST(CodegenAttention, ADecodeStepSplitsItsKeysOverBlocks) {
 // rows of 2 to 8 heads that read the same K and V, and stages each key tile once for all of
 // them. The planner offers such tiles only where the heads share K and V (a repeat's group, or
 // one K and V for all heads) and models TinyLlama's decode step on them with less L2 traffic
-// and faster than the one-head tiles; a tile of more heads than a group, or of heads that do not
-// share, is rejected. Differentially, in every type, SIMT and tensor cores, under the host
-// executor's checks: a decode step (8 heads over 2, a mask), split over blocks; three query rows
-// under a causal mask (rows head-major: head origin + row / 3); heads merged after the core (the
-// root's tile of several heads' columns); Kᵀ in memory, repeated; folds of 3 heads (Qwen2's
-// groups are 7). Each barrier deleted from a folded kernel is a finding.
+// and faster than the one-head tiles; a tile of more heads than a group, of heads that do not
+// share, or whose second block straddles two groups is rejected, and so is a tile of rows that
+// holds parts of two heads' rows. Differentially, in every type, SIMT and mma.sync (and wgmma in
+// float16), under the host executor's checks: a decode step (8 heads over 2, a mask), split over
+// blocks; three query rows under a causal mask (rows head-major: head origin + row / 3); heads
+// merged after the core (the root's tile of several heads' columns); Kᵀ in memory, repeated;
+// folds of 3 heads (Qwen2's groups are 7). Each barrier deleted from a folded kernel is a finding.
 TEST(CodegenAttention, GroupedQueryHeadsShareABlock) {
   const planner::Device& h200 = planner::find_device("h200");
   planner::TilingOptions opt;
@@ -715,12 +716,38 @@ TEST(CodegenAttention, GroupedQueryHeadsShareABlock) {
     EXPECT_FALSE(c.valid) << straddling.str();
     EXPECT_NE(c.reject.find("from a multiple of their count"), std::string::npos) << c.reject;
   }
-  // The best flash candidate of the group that folds `heads` heads, on tensor cores or not.
-  const auto best_folded = [&](const Graph& g, const FusionGroup& fg, bool tensor, int64_t heads) {
+  {
+    // Heads merged with the query rows in the root ([1, 4 x 36, 16], 2 key-value heads): a tile
+    // of 16 rows holds parts of two heads' rows (rows 32 to 47: head 0's last 4, head 1's first
+    // 12), which is neither one matrix nor a fold. The planner offers no such flash tile, and
+    // codegen refuses one, where it once took its largest extents (2 heads, 36 rows) for a fold.
+    Graph g;
+    FusionGroup fg = add_attention(g, DType::kF16, Attention{1, 4, 2, 36, 40, 16, 16});
+    const int flat = add_op(g, "Reshape", {fg.outputs[0]}, attrs({{"shape", std::vector<int64_t>{1, 144, 16}}}));
+    fg.nodes.push_back(static_cast<int>(g.nodes().size()) - 1);
+    planner::describe_group(g, fg);
+    fg.outputs = {flat};
+    int offered = 0;
     for (const planner::Candidate& c : planner::tile_candidates(g, fg, planner::find_device("h100"), opt)) {
-      if (c.config.flash && c.config.mma == tensor && !c.config.wgmma && folded(g, fg, c.config) == heads) return c.config;
+      if (!c.config.flash) continue;
+      ++offered;
+      EXPECT_EQ(c.config.tile[1] % 36, 0) << c.config.str() << " holds parts of two heads' rows";
+      EXPECT_NO_THROW(lower_group(g, fg, c.config, "attention")) << c.config.str();
     }
-    ADD_FAILURE() << "no flash candidate folding " << heads << " heads" << (tensor ? " on tensor cores" : "") << " for " << fg.pattern;
+    EXPECT_GT(offered, 0);
+    TileConfig straddling = best_flash(g, fg);
+    straddling.tile[1] = 16;
+    EXPECT_ANY_THROW(lower_group(g, fg, straddling, "attention")) << straddling.str();
+    check_groups(g, {fg, fg}, [&, n = 0](const FusionGroup& f) mutable { return best_flash(g, f, n++ == 1); },
+                 "heads merged with the rows in the root (SIMT, tensor cores)");
+  }
+  // The best flash candidate of the group that folds `heads` heads, on tensor cores or not.
+  const auto best_folded = [&](const Graph& g, const FusionGroup& fg, bool tensor, int64_t heads, bool wgmma = false) {
+    for (const planner::Candidate& c : planner::tile_candidates(g, fg, planner::find_device("h100"), opt)) {
+      if (c.config.flash && c.config.mma == tensor && c.config.wgmma == wgmma && folded(g, fg, c.config) == heads) return c.config;
+    }
+    ADD_FAILURE() << "no flash candidate folding " << heads << " heads" << (tensor ? " on tensor cores" : "")
+                  << (wgmma ? " by wgmma" : "") << " for " << fg.pattern;
     return TileConfig{};
   };
   for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
@@ -741,6 +768,10 @@ TEST(CodegenAttention, GroupedQueryHeadsShareABlock) {
             cfg.split_k = 3;
             cases.push_back(groups[i]);
             configs.push_back(cfg);
+          }
+          if (tensor && dt == DType::kF16 && i < 2 && heads == 4) {  // by wgmma (a warpgroup's 64 rows, 4 or 12 used)
+            cases.push_back(groups[i]);
+            configs.push_back(best_folded(g, groups[i], true, heads, true));
           }
         }
       }
