@@ -691,7 +691,7 @@ std::set<int> keyed_inputs_of(const Graph& g, const FusionGroup& group, const At
 }  // namespace
 
 bool uniform_flash_tiles(const Graph& g, const FusionGroup& group, const AttentionCore& core, const std::vector<int64_t>& tile,
-                         const HeadFold& fold) {
+                         const HeadFold& fold, const std::vector<TensorExpr>* exprs) {
   const int root = group_root(g, group);
   const Shape& rs = g.value(root).shape;
   const int out = g.nodes()[static_cast<size_t>(core.output)].outputs[0];
@@ -699,8 +699,11 @@ bool uniform_flash_tiles(const Graph& g, const FusionGroup& group, const Attenti
   const std::vector<int64_t> ntiles = tiles_along(rs, tile);
   const int64_t count = tile_count(rs, tile);
   if (count > 4096) return false;
-  std::vector<TensorExpr> exprs;
-  for (int n : group.nodes) exprs.push_back(describe(g, g.nodes()[static_cast<size_t>(n)]));
+  std::vector<TensorExpr> own;
+  if (exprs == nullptr) {
+    for (int n : group.nodes) own.push_back(describe(g, g.nodes()[static_cast<size_t>(n)]));
+    exprs = &own;
+  }
   std::vector<int64_t> at(rs.size(), 0);  // the tile's index along each axis
   for (int64_t t = 0; t < count; ++t) {
     Region r;
@@ -708,7 +711,7 @@ bool uniform_flash_tiles(const Graph& g, const FusionGroup& group, const Attenti
       const int64_t step = std::clamp<int64_t>(tile[a], 1, std::max<int64_t>(rs[a], 1)), start = at[a] * step;
       r.push_back({start, std::min(start + step, rs[a]) - 1});
     }
-    const std::map<int, Region> regions = tile_regions(g, group, root, r, &exprs);
+    const std::map<int, Region> regions = tile_regions(g, group, root, r, exprs);
     const auto o = regions.find(out);
     if (o == regions.end()) return false;
     const Region& region = o->second;
@@ -1053,7 +1056,12 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       std::vector<int64_t> extents;
       for (const Interval& i : out_region) extents.push_back(i.size());
       const std::optional<HeadFold> fold = head_fold(g, group, *core, extents);
-      if (!fold || (fold->axis >= 0 && !uniform_flash_tiles(g, group, *core, cfg.tile, *fold))) {
+      const auto uniform = [&] {  // scanned once a tile shape (FlashFacts)
+        const auto [at, fresh] = facts.uniform_folds.try_emplace(cfg.tile);
+        if (fresh) at->second = uniform_flash_tiles(g, group, *core, cfg.tile, *fold);
+        return at->second;
+      };
+      if (!fold || (fold->axis >= 0 && !uniform())) {
         c.reject = "flash attention needs one matrix (one batch and head) per block, or grouped-query heads sharing K and V "
                    "from a multiple of their count in every tile";
         return c;
@@ -1732,18 +1740,21 @@ std::map<std::pair<int64_t, int64_t>, std::vector<int64_t>> flash_tiles(const Gr
       if (!fold || o.back().size() != dv) return;
       int64_t rows = o[o.size() - 2].size();
       if (fold->axis >= 0) {
-        // Grouped-query heads folded into the rows: at most 128 of them, in every tile alike.
-        rows *= fold->heads;
-        if (rows > 128 || !uniform_flash_tiles(g, group, core, tile, *fold)) return;
+        rows *= fold->heads;  // grouped-query heads folded into the rows: at most 128 of them
+        if (rows > 128) return;
       } else if (rows != std::min<int64_t>(lq, 128) && (rows < 16 || rows > 128 || (rows & (rows - 1)) != 0)) {
         return;
-      } else if (tile_count(rs, tile) <= 4096 && !uniform_flash_tiles(g, group, core, tile, *fold)) {
-        return;  // some tile holds two heads' rows in part (heads merged with the rows in the root)
       }
-      auto [slot, fresh] = best.try_emplace({rows, fold->heads}, tile);
-      int64_t have = 1;
-      for (int64_t t : slot->second) have *= t;
-      if (!fresh && elems < have) slot->second = tile;
+      const std::pair<int64_t, int64_t> key = {rows, fold->heads};
+      if (const auto slot = best.find(key); slot != best.end()) {
+        int64_t have = 1;
+        for (int64_t t : slot->second) have *= t;
+        if (elems >= have) return;  // a tile no larger already serves
+      }
+      // Every tile alike: a fold's, always; one matrix's where the tiles are few enough to scan
+      // (else some tile might hold two heads' rows in part: heads merged with the rows in the root).
+      if ((fold->axis >= 0 || tile_count(rs, tile) <= 4096) && !uniform_flash_tiles(g, group, core, tile, *fold, &exprs)) return;
+      best[key] = tile;
       return;
     }
     for (int64_t t : choices[a]) {

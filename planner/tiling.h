@@ -107,6 +107,7 @@
 #include "planner/device.h"
 #include "planner/fusion.h"
 #include "planner/index_expr.h"
+#include "planner/tensor_expr.h"
 
 namespace fusetune::planner {
 
@@ -166,11 +167,12 @@ struct Candidate {
 // What the cost model finds of a group's attention core under flash attention, the same for every
 // candidate: its causal mask (planner/attention.h causal_mask_of), and, under that mask, the
 // group's inputs read a key tile at a time (those K, V and the chain's operands are computed from,
-// not Q's).
+// not Q's); and, by tile shape, whether a fold of heads holds in every tile (uniform_flash_tiles).
 struct FlashFacts {
   bool found = false;
   std::optional<CausalMask> causal;
   std::set<int> keyed_inputs;
+  std::map<std::vector<int64_t>, bool> uniform_folds;  // uniform_flash_tiles of a folded tile shape
 };
 
 struct TilingOptions {
@@ -341,9 +343,10 @@ WgmmaGroups wgmma_groups(int64_t rows, int64_t cols, int64_t warpgroups);
 // representative tile alone cannot show a tile that straddles two groups, or a tile of rows that
 // holds two heads' rows in part (heads merged with the rows in the root). The planner admits a
 // fold, and codegen's flash stage folds, only where it holds; flash_tiles offers one-matrix tiles
-// of at most 4,096 tiles only where it holds.
+// of at most 4,096 tiles only where it holds. `exprs`: the group's nodes described in order (null:
+// described here).
 bool uniform_flash_tiles(const Graph& g, const FusionGroup& group, const AttentionCore& core, const std::vector<int64_t>& tile,
-                         const HeadFold& fold);
+                         const HeadFold& fold, const std::vector<TensorExpr>* exprs = nullptr);
 
 // Whether the device issues wgmma: compute capability 9.0 exactly (sm_90a; later architectures
 // have other instructions).
