@@ -157,7 +157,7 @@ namespace fusetune::codegen {
 
 // The version of the code generator: part of every tuning record's key, bumped whenever the code
 // generated for the same group and candidate changes.
-inline constexpr int kCodegenVersion = 38;
+inline constexpr int kCodegenVersion = 39;
 
 // Threads per warp: warp reductions combine this many lanes; blocks are whole warps.
 inline constexpr int kWarpSize = 32;
@@ -180,7 +180,7 @@ struct Param {
 
 struct SharedAlloc {
   std::string name;
-  DType dtype = DType::kF32;  // computed values are kept as float (or int64 for integer dtypes); kU32: 32-bit words
+  DType dtype = DType::kF32;  // computed values are kept as float (or int64 for integer dtypes), a resident A in its 16-bit type; kU32: 32-bit words
   int64_t elements = 0;
   int64_t offset = 0;  // bytes from the start of the block's shared memory
 };

@@ -101,6 +101,18 @@ SampledBounds bound_regions(const LoweringContext& cx, const std::map<int, int>&
   return out;
 }
 
+// The member MatMul that stages value v as its resident A on tensor cores (planner::resident_a), or -1.
+int resident_product(const LoweringContext& cx, int v, const std::map<int, RegionBound>& bound) {
+  for (int id : cx.group.nodes) {
+    const Node& n = cx.g.nodes()[static_cast<size_t>(id)];
+    if (n.op == "MatMul" && n.inputs[0] == v && bound.count(n.outputs[0]) && stages::stages_matmul(cx, n, bound.at(n.outputs[0]).extent) &&
+        stages::uses_tensor_cores(cx, n) && planner::resident_a(cx.g, cx.group, n, cx.cfg)) {
+      return id;
+    }
+  }
+  return -1;
+}
+
 // Sizes shared memory and plans the stage of every anchor, in the group's order (allocations and
 // thread-locals in that order): with flash attention, the attention stage for the core's output
 // and nothing for the anchors it absorbs (its scores and softmax); a normalization's row statistics; a MatMul staged on tensor cores,
@@ -156,8 +168,18 @@ std::map<int, std::unique_ptr<AnchorStage>> plan_stages(LoweringContext& cx, Ker
     }
     if (!runs_as_stage(node)) continue;
     if (v != cx.root && !cx.in_registers.count(v)) {
-      cx.buffer[v] = k.add_shared("b" + std::to_string(v), is_float(cx.g.value(v).dtype) ? DType::kF32 : DType::kI64,
-                                  std::max<int64_t>(1, bound[v].elems));
+      if (const int product = resident_product(cx, v, bound); product >= 0) {
+        // A tensor-core product's resident A (planner::resident_a): the value in its own type,
+        // the product's warps' rows (planner::mma_warps over its largest region) at the pitch.
+        const Node& mm = cx.g.nodes()[static_cast<size_t>(product)];
+        const std::vector<int64_t>& me = bound.at(mm.outputs[0]).extent;
+        const int64_t rows = planner::mma_warps(me[me.size() - 2], me.back(), cx.cfg.threads / kWarpSize).rows();
+        cx.resident_pitch[v] = planner::resident_pitch(cx.g, mm);
+        cx.buffer[v] = k.add_shared("b" + std::to_string(v), cx.g.value(v).dtype, rows * cx.resident_pitch[v], 16);
+      } else {
+        cx.buffer[v] = k.add_shared("b" + std::to_string(v), is_float(cx.g.value(v).dtype) ? DType::kF32 : DType::kI64,
+                                    std::max<int64_t>(1, bound[v].elems));
+      }
     }
     if (!stage) stage = node.op == "ScatterND" ? stages::scatter_stage(cx, node) : stages::reduce_stage(cx, k, node, bound[v].elems);
     planned[v] = std::move(stage);

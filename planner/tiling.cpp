@@ -336,6 +336,31 @@ MmaStaging mma_staging(const Graph& g, const Node& matmul, const std::set<int>& 
   return deepened(m, cfg);
 }
 
+bool resident_a(const Graph& g, const FusionGroup& group, const Node& matmul, const TileConfig& cfg) {
+  if (!cfg.mma || cfg.wgmma || cfg.tma || cfg.reduce_step <= 0 || !tensor_core_operands(g, matmul)) return false;
+  const int a = matmul.inputs[0];
+  const Value& av = g.value(a);
+  if (dtype_size(av.dtype) != 2 || matmul.inputs[1] == a) return false;
+  const int64_t rank = static_cast<int64_t>(av.shape.size()), k = av.shape.back();
+  const int64_t kk = mma_k(av.dtype), step = ceil_div(std::max(cfg.reduce_step, kk), kk) * kk;
+  if (k <= 0 || k % step != 0) return false;
+  const Node* producer = nullptr;
+  int readers = 0;
+  for (int n : group.nodes) {
+    const Node& member = g.nodes()[static_cast<size_t>(n)];
+    if (member.outputs[0] == a) producer = &member;
+    if (std::find(member.inputs.begin(), member.inputs.end(), a) != member.inputs.end()) ++readers;
+  }
+  if (producer == nullptr || readers != 1 || find_op(producer->op)->kind != OpKind::kNormalization) return false;
+  const int64_t axis = normalize_axis(producer->attrs.i("axis", -1), rank, "axis");
+  return axis == rank - 1;
+}
+
+int64_t resident_pitch(const Graph& g, const Node& matmul) {
+  const Value& a = g.value(matmul.inputs[0]);
+  return mma_pitch_a(a.dtype, a.shape.back());
+}
+
 WarpSpecializedRegisters warp_specialized_registers(int consumers) {
   constexpr int kThreadRegisters = 255, kWarpgroup = 128;  // sm_90's (and every sm since 5.0's)
   WarpSpecializedRegisters r;
@@ -903,6 +928,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   // Per tile, the latencies those steps wait in turn: a step whose operands a ring copies `ahead`
   // steps ahead waits 1/ahead of one, a step the threads load waits one (ahead 1).
   double step_rounds = 0;
+  std::map<int, int64_t> resident_buffers;  // a resident A's normalization value -> its buffer's bytes (resident_a)
   const auto walk = [&](int64_t steps, int64_t ahead) {
     block_steps += steps;
     step_rounds += static_cast<double>(steps) / static_cast<double>(ahead);
@@ -970,10 +996,14 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       const MmaStaging staging = mma_staging(g, n, computed, cfg);
       ring_deepened = ring_deepened || (cfg.ring_stages > 0 && (staging.async_a || staging.async_b));
       copies_ahead = copies_ahead || staging.async_a || staging.async_b;
+      // A held whole in its normalization's buffer (resident_a): no A slice staged a step; the
+      // buffer (the warps' rows at resident_pitch, in A's type) is charged with the normalization.
+      const bool resident = resident_a(g, group, n, cfg);
+      if (resident) resident_buffers[n.inputs[0]] = rows * resident_pitch(g, n) * esize;
       const int64_t pitch_a = cfg.wgmma ? step : mma_pitch_a(operand, step), pitch_b = cfg.wgmma ? cols : mma_pitch_b(operand, cols);
-      tensor_smem = staging.stages * (rows * pitch_a + step * pitch_b) * esize +
+      tensor_smem = staging.stages * ((resident ? 0 : rows * pitch_a) + step * pitch_b) * esize +
                     (register_epilogue(g, group, *it) || paired_epilogue(g, group, *it) ? 0 : out_elems * 4);
-      tensor_loads = rows * kp / (staging.async_a ? lanes : 1) + cols * kp / (staging.async_b ? lanes : 1);
+      tensor_loads = (resident ? 0 : rows * kp / (staging.async_a ? lanes : 1)) + cols * kp / (staging.async_b ? lanes : 1);
       if (cfg.tma) {
         if (!cfg.wgmma || step != 64 || groups.n % 64 != 0 || groups.rows() > 256 || !tma_operands(g, n, computed)) {
           c.reject = "the TMA form needs wgmma, reduction steps of 64, warpgroup tiles of whole 64-column boxes (at most 256 "
@@ -999,9 +1029,9 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       // In flight: the steps staged ahead of what cp.async copies (the region's rows and columns: the
       // padding is zero-filled, not read); an operand loaded and stored by the threads, one
       // element each per round.
-      const double a_bytes = static_cast<double>(std::min(rows, region_rows) * step * esize),
+      const double a_bytes = resident ? 0.0 : static_cast<double>(std::min(rows, region_rows) * step * esize),
                    b_bytes = static_cast<double>(step * std::min(cols, region_cols) * esize);
-      const int64_t sync_loads = (staging.async_a ? 0 : rows * step) + (staging.async_b ? 0 : step * cols);
+      const int64_t sync_loads = (staging.async_a || resident ? 0 : rows * step) + (staging.async_b ? 0 : step * cols);
       const double sync_bytes = (staging.async_a ? 0 : a_bytes) + (staging.async_b ? 0 : b_bytes);
       walk(kp / step, sync_loads == 0 ? staging.ahead : 1);
       in_flight = std::min(in_flight, staging.ahead * (a_bytes + b_bytes - sync_bytes) +
@@ -1338,7 +1368,8 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
         in_flight = std::min(in_flight, ring.ahead * async_bytes + (rounds > 0 ? step_bytes / static_cast<double>(rounds) : 0));
       }
     } else if (anchor && n.outputs[0] != root && !row_handed(*it, out_region)) {
-      smem += out_elems * 4;
+      const auto resident = resident_buffers.find(n.outputs[0]);
+      smem += resident != resident_buffers.end() ? resident->second : out_elems * 4;
     }
     if (find_op(n.op)->kind == OpKind::kNormalization && !absorbed.count(*it)) {
       // Held in registers (planner/held_rows.h), or two floats a row of statistics; with several

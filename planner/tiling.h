@@ -430,6 +430,19 @@ WarpSpecializedRegisters warp_specialized_registers(int consumers);
 // and ring_stages.
 MmaStaging mma_staging(const Graph& g, const Node& matmul, const std::set<int>& produced, const TileConfig& cfg);
 
+// A tensor-core MatMul whose A the block holds whole (codegen/stages/mma_matmul.h's resident A):
+// on mma.sync (not wgmma, not TF32) with 16-bit operands, A is the value of a normalization of
+// the group along A's last axis alone (LayerNormalization with axis -1, Softmax or LogSoftmax
+// along the last axis: its stage computes the tile's rows whole before the product runs), read
+// by no other member of the group, and K is a multiple of the reduction step as the stage rounds
+// it (16, so ldmatrix never reads past a row). The normalization's shared buffer then holds its
+// rows in A's type, resident_pitch elements apart, for the product's warps' rows (those beyond
+// the region zero), and each step's A fragments come from it by ldmatrix: only B is staged a
+// step. Where it holds, codegen allocates that buffer and the cost model charges it.
+bool resident_a(const Graph& g, const FusionGroup& group, const Node& matmul, const TileConfig& cfg);
+// The row pitch of a resident A (elements): its K, as ldmatrix_pitch pads a staged slice.
+int64_t resident_pitch(const Graph& g, const Node& matmul);
+
 // How the SIMT form of a staged MatMul (codegen/stages/matmul.h, register micro-tiles) stages its
 // operands, in the same terms: a candidate that stages in 16-byte vectors (vector 4), is neither
 // GEMV nor on tensor cores, has a reduction step of a multiple of 4 and a B that is a float32

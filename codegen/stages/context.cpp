@@ -309,10 +309,8 @@ std::string LoweringContext::value(int v, const std::vector<std::string>& idx) {
     expr = load_as_compute(val.dtype, param.at(v) + "[" + flat(val.shape, idx) + "]");
     if (recording_ != nullptr && with_depth_ == record_depth_) recording_->push_back({v, idx});
   } else if (auto b = buffer.find(v); b != buffer.end()) {
-    const Region& r = region.at(v);
-    std::string off = "0";
-    for (size_t d = 0; d < idx.size(); ++d) off = "(" + off + " * " + r.n[d] + " + (" + idx[d] + " - " + r.lo[d] + "))";
-    expr = b->second + "[" + off + "]";
+    const std::string element = b->second + "[" + buffer_offset(v, idx) + "]";
+    expr = resident_pitch.count(v) ? load_as_compute(val.dtype, element) : element;
   } else {
     expr = inline_node(*this, g.nodes()[static_cast<size_t>(producer.at(v))], idx);
   }
@@ -732,11 +730,19 @@ void LoweringContext::reduction_loops(const TensorExpr& e, const std::vector<std
 
 void LoweringContext::store_shared(int v, const std::vector<std::string>& o, const std::string& x) {
   if (auto b = buffer.find(v); b != buffer.end()) {
-    const Region& r = region.at(v);
-    std::string off = "0";
-    for (size_t d = 0; d < o.size(); ++d) off = "(" + off + " * " + r.n[d] + " + (" + o[d] + " - " + r.lo[d] + "))";
-    cur_->push_back(store(b->second, off, x));
+    cur_->push_back(store(b->second, buffer_offset(v, o), resident_pitch.count(v) ? store_from_compute(g.value(v).dtype, x) : x));
   }
+}
+
+std::string LoweringContext::buffer_offset(int v, const std::vector<std::string>& idx) const {
+  const Region& r = region.at(v);
+  const auto pitch = resident_pitch.find(v);
+  std::string off = "0";
+  for (size_t d = 0; d < idx.size(); ++d) {
+    const std::string extent = d + 1 == idx.size() && pitch != resident_pitch.end() ? lit(pitch->second) : r.n[d];
+    off = "(" + off + " * " + extent + " + (" + idx[d] + " - " + r.lo[d] + "))";
+  }
+  return off;
 }
 
 void LoweringContext::store_value(int v, const std::vector<std::string>& o, const std::string& x) {

@@ -104,6 +104,10 @@ class LoweringContext {
   std::map<int, std::string> out_param;        // exported value -> parameter
   std::map<int, Region> region;                // value -> its region variables
   std::map<int, std::string> buffer;           // anchor value (not the root) -> its shared buffer
+  // A buffer holding its value in the value's own 16-bit type, rows this many elements apart (a
+  // tensor-core product's resident A: planner::resident_a); other buffers hold floats (or
+  // 64-bit integers), rows their region's extent apart.
+  std::map<int, int64_t> resident_pitch;
   std::map<int, int64_t> capacity;             // value -> the most elements of its region over the tiles
   // Values a stage holds itself while it emits (flash attention's scores, a tile at a time):
   // value(v, idx) returns provided[v](idx) instead of a load, a buffer read or the producer inlined.
@@ -202,6 +206,9 @@ class LoweringContext {
   void store_value(int v, const std::vector<std::string>& o, const std::string& x);
   // The first half of store_value: to v's shared buffer, if it has one.
   void store_shared(int v, const std::vector<std::string>& o, const std::string& x);
+  // The element of v's shared buffer that holds index idx of v (row-major over v's region, rows
+  // resident_pitch apart where set).
+  std::string buffer_offset(int v, const std::vector<std::string>& idx) const;
   // Elements o, o + 1, ... (xs.size() of them along the innermost axis, all inside v's shape) of
   // an exported value v, computed as xs, to its parameter (its shared buffer, if any, is the
   // caller's: store_shared): in the widest accesses that fit and are aligned (checked at run

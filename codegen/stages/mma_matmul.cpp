@@ -29,6 +29,7 @@ struct MmaPlan : StagedProduct {
   int64_t warps_n = 0, fm = 0, fn = 0, rows_a = 0, cols_b = 0, pitch_a = 0, pitch_b = 0;
   std::string frag_c, frag_a, frag_b;
   planner::MmaStaging staging;     // cp.async operands and the ring's stages
+  bool resident = false;           // A read from its normalization's buffer whole (planner::resident_a): no A slices
   int64_t slot_a = 0, slot_b = 0;  // elements of one stage's slice
   // wgmma (sm_90a): warpgroups instead of warps (warps_n: the grid's warpgroup columns; fm x fn
   // tiles of 64 x wn each), operand slices in core matrices (see emit)
@@ -61,6 +62,11 @@ class MmaMatMulStage : public AnchorStage {
     };
     st.staging.async_a = st.staging.async_a && along(e.accesses[0], e.out_shape.size());
     st.staging.async_b = st.staging.async_b && along(e.accesses[1], st.n_axis);
+    // A resident in its normalization's buffer (planner::resident_a; lower_group allocated it).
+    st.resident = planner::resident_a(cx.g, cx.group, node, cx.cfg);
+    check(!st.resident || (cx.resident_pitch.count(node.inputs[0]) && along(e.accesses[0], e.out_shape.size()) &&
+                           e.accesses[0].index.size() >= 2 && e.accesses[0].index[e.accesses[0].index.size() - 2].is_var(static_cast<int>(st.m_axis))),
+          "codegen: a resident A without its buffer, or read other than row by row");
     if (st.wgmma && cx.cfg.tma) {
       const auto ops = planner::tma_operands(cx.g, node, cx.computed());
       check(ops.has_value(), "codegen: the TMA form of a MatMul whose operands are not values read as laid out");
@@ -129,7 +135,8 @@ class MmaMatMulStage : public AnchorStage {
       st.staging.stages = std::max(st.staging.stages, st.staging.ahead + 2);
     }
     const int64_t align = st.tma ? 1024 : 16;
-    st.a = k.add_shared("sa" + id, dtype, st.staging.stages * st.slot_a, align);
+    if (st.resident) st.slot_a = 0;
+    if (!st.resident) st.a = k.add_shared("sa" + id, dtype, st.staging.stages * st.slot_a, align);
     st.b = k.add_shared("sb" + id, dtype, st.staging.stages * st.slot_b, align);
     if (st.tma) {
       st.bar = k.add_shared("sbar" + id, DType::kU64, 2 * st.staging.stages);
@@ -532,6 +539,13 @@ void MmaMatMulStage::emit(Kernel& k) {
     });
     return thread_for("ft_e", "0", lit(rows * cols), loop);
   };
+  // Both operands' slices of step `ks` into ring slot `slot`: B's alone where A is resident.
+  const auto slices = [&](const std::string& ks, const std::string& slot) {
+    Block b;
+    if (!st.resident) b.push_back(stage(true, ks, slot));
+    b.push_back(stage(false, ks, slot));
+    return b;
+  };
   // The block's steps: all of them, or its split's (stages/split_k.h); `ks` of a local step is
   // the step of K it stages, the ring's slots follow the local steps.
   const int64_t local_steps = split_steps(cx_, steps);
@@ -549,9 +563,21 @@ void MmaMatMulStage::emit(Kernel& k) {
     k.body.push_back(if_then("ft_thread == 0", init));
     k.body.push_back(barrier());
   }
+  if (st.resident) {
+    // The buffer's rows past the region up to the warps' (a tile at M's end): zeros, which the
+    // last warps' fragments read (their products are not stored); the first step's barrier
+    // orders these stores before its ldmatrix.
+    const int a_value = n.inputs[0];
+    Block fill = cx_.fresh_block([&] {
+      cx_.cur().push_back(let(kIndexType, "ft_r", "(" + r.lo[st.m_axis] + " + " + nm + " + ft_e / " + lit(st.k) + ")"));
+      cx_.cur().push_back(let(kIndexType, "ft_ka", "ft_e % " + lit(st.k)));
+      const auto idx = cx_.index_of(e.accesses[0], product_vars(cx_, st, "ft_r", r.lo[st.n_axis], "ft_ka"));
+      cx_.cur().push_back(store(cx_.buffer.at(a_value), cx_.buffer_offset(a_value, idx), store_from_compute(st.mma, "0.0f")));
+    });
+    k.body.push_back(thread_for("ft_e", "0", "(" + lit(st.rows_a) + " - " + nm + ") * " + lit(st.k), fill));
+  }
   if (!ws) {  // the prologue: steps 0 .. ahead - 1 into their slots, one cp.async group each
-    Block prologue = st.tma ? Block{tma_step(global("ft_ks"), "ft_ks")}
-                            : Block{stage(true, global("ft_ks"), "ft_ks"), stage(false, global("ft_ks"), "ft_ks")};
+    Block prologue = st.tma ? Block{tma_step(global("ft_ks"), "ft_ks")} : slices(global("ft_ks"), "ft_ks");
     if (any_async) prologue.push_back(copy_async_commit());
     k.body.push_back(uniform_for("ft_ks", "0", lit(ahead), prologue));
   }
@@ -604,10 +630,21 @@ void MmaMatMulStage::emit(Kernel& k) {
       }
     }
   }
+  // A resident A's 16 x 16 tiles come from its buffer: the lane's row of the warp's tile at its 8
+  // of the step's 16 (global reduction index; rows of the buffer resident_pitch apart).
+  const int a_value = n.inputs[0];
+  const auto resident_row = [&](int64_t i) {
+    const std::string row = "(" + r.lo[st.m_axis] + " + " + wm0 + " + " + lit(i * 16) + " + " + lane + " % 16)";
+    return cx_.buffer_offset(a_value, cx_.index_of(e.accesses[0], product_vars(cx_, st, row, r.lo[st.n_axis], "ft_ka")));
+  };
+  if (st.resident && !tf32 && !st.wgmma) {
+    slice.push_back(let(kIndexType, "ft_ka", global("ft_ks") + " * " + step + " + ft_kq * 16 + " + lane + " / 16 * 8"));
+  }
   for (int64_t i = 0; i < st.fm && !tf32 && !st.wgmma; ++i) {
-    slice.push_back(ldmatrix(st.frag_a, i * 4, 4, false, st.a,
-                             slot + " * " + lit(st.slot_a) + " + (" + wm0 + " + " + lit(i * 16) + " + " + lane + " % 16) * " +
-                                 lit(st.pitch_a) + " + ft_kq * 16 + " + lane + " / 16 * 8"));
+    slice.push_back(st.resident ? ldmatrix(st.frag_a, i * 4, 4, false, cx_.buffer.at(a_value), resident_row(i))
+                                : ldmatrix(st.frag_a, i * 4, 4, false, st.a,
+                                           slot + " * " + lit(st.slot_a) + " + (" + wm0 + " + " + lit(i * 16) + " + " + lane +
+                                               " % 16) * " + lit(st.pitch_a) + " + ft_kq * 16 + " + lane + " / 16 * 8"));
   }
   for (int64_t j = 0; j < st.fn && !tf32 && !st.wgmma; j += 2) {
     const bool pair = j + 1 < st.fn;
@@ -638,7 +675,7 @@ void MmaMatMulStage::emit(Kernel& k) {
                                                  "(" + next + " / " + lit(stages) + " - 1) % 2")})};
       copies = {tma_step(global(next), next + " % " + lit(stages), free)};
     } else {
-      copies = {stage(true, global(next), next + " % " + lit(stages)), stage(false, global(next), next + " % " + lit(stages))};
+      copies = slices(global(next), next + " % " + lit(stages));
     }
     ahead_copies.push_back(if_then(next + " < " + lit(local_steps), copies));
   }
@@ -646,7 +683,11 @@ void MmaMatMulStage::emit(Kernel& k) {
   if (!st.wgmma) body.insert(body.end(), ahead_copies.begin(), ahead_copies.end());
   if (st.tma) body.push_back(mbarrier_wait(st.bar, slot, "(ft_ks / " + lit(stages) + ") % 2"));  // the slot's boxes landed
   if (st.wgmma) body.push_back(wgmma_fence(st.frag_c));
-  body.push_back(uniform_for("ft_kq", "0", lit(st.step / kk), slice));
+  // A split's steps past K (its share rounded up): B's slices are zero there, but a resident A's
+  // buffer holds no such columns, so those steps multiply nothing.
+  const bool past_k = st.resident && cx_.splits() > 1 && local_steps * cx_.splits() > steps;
+  body.push_back(past_k ? uniform_if("ft_in_k", global("ft_ks") + " < " + lit(steps), {uniform_for("ft_kq", "0", lit(st.step / kk), slice)})
+                        : uniform_for("ft_kq", "0", lit(st.step / kk), slice));
   if (st.wgmma) {
     // The step's wgmmas stay in flight while the copies `ahead` steps on are issued, into the slot
     // of step ks - 2 (the ring has ahead + 2 slots), whose wgmmas every thread completed before
