@@ -17,6 +17,7 @@
 #include "importer/functions.h"
 #include "importer/lower.h"
 #include "importer/onnx_io.h"
+#include "importer/pack_sibling_products.h"
 #include "importer/pair_gated_products.h"
 #include "importer/pointwise_conv.h"
 
@@ -424,6 +425,7 @@ void fold_layout_and_affines(Graph& g) {
   cancel_transposes(g);
   pointwise_convs_as_matmuls(g);
   pair_gated_products(g);
+  pack_sibling_products(g);
   clone_constant_chains(g);
 }
 

@@ -77,7 +77,8 @@ struct ImportedModel {
 // them (importer/fold_conv_affine.h), Transposes that undo each other around element-wise ops
 // removed (importer/cancel_transposes.h), pointwise convolutions as MatMuls
 // (importer/pointwise_conv.h), a gated unit's two projections as one product
-// (importer/pair_gated_products.h), a large value computed from a few constants copied for each
+// (importer/pair_gated_products.h), sibling projections of one left operand as one product
+// (importer/pack_sibling_products.h), a large value computed from a few constants copied for each
 // reader (importer/clone_constant_chains.h).
 void fold_layout_and_affines(Graph& g);
 

@@ -392,27 +392,42 @@ bool stitch_attention(const Graph& g, Partition& p, int scores_group, int softma
 // through light members of n's group alone (a GRU step without linear_before_reset: the reset
 // gate, sigmoid(x + h R), times h, is the left operand of the candidate's product), when that
 // operand's rows are at most max_row long: a block then computes the first product's rows whole
-// before the second. The candidate groups are tried in the order their values are met, walking
-// back from the operand; the first merge the cost function keeps ends the search.
+// before the second (where the operand reads part of the first product's columns, through a Slice
+// or Gather, only if no other group nor the graph's outputs read the first group's values). The
+// candidate groups are tried in the order their values are met, walking back from the operand; the
+// first merge the cost function keeps ends the search.
 void stitch_products(const Graph& g, Partition& p, int n, const FusionOptions& opt) {
   const Node& node = g.nodes()[static_cast<size_t>(n)];
   const int me = p.group(n);
   const Shape& a = g.value(node.inputs[0]).shape;
   if (!opt.cost || a.empty() || a.back() > opt.max_row || p.count(me, Role::kContraction) != 1 || p.count(me, Role::kReduction) != 0) return;
-  std::vector<int> stack = {node.inputs[0]};
-  std::set<int> seen;
+  // Values with whether the walk to them crossed a Slice or Gather (the operand reads part of them).
+  std::vector<std::pair<int, bool>> stack = {{node.inputs[0], false}};
+  std::set<std::pair<int, bool>> seen;
   while (!stack.empty()) {
-    const int v = stack.back();
+    const auto [v, part] = stack.back();
     stack.pop_back();
-    if (v == kNoValue || !seen.insert(v).second || p.producer(v) < 0) continue;
+    if (v == kNoValue || !seen.insert({v, part}).second || p.producer(v) < 0) continue;
     const int pn = p.producer(v);
+    const Node& producer = g.nodes()[static_cast<size_t>(pn)];
     if (p.group(pn) == me) {
-      if (!is_light(g.nodes()[static_cast<size_t>(pn)])) continue;
-      for (int in : g.nodes()[static_cast<size_t>(pn)].inputs) stack.push_back(in);
+      if (!is_light(producer)) continue;
+      const bool partial = part || producer.op == "Slice" || producer.op == "Gather";
+      for (int in : producer.inputs) stack.push_back({in, partial});
       continue;
     }
     const int pg = p.group(pn);
     if (p.count(pg, Role::kContraction) != 1 || p.count(pg, Role::kReduction) != 0) continue;
+    // A block computes the first product's rows over the columns the operand reads: where that is
+    // part of them (a packed product's slice: importer/pack_sibling_products.h), no other group
+    // (nor the graph's outputs) may read the first group's values, which would leave partly
+    // unwritten.
+    const auto outside = [&](int m) {
+      const int o = g.nodes()[static_cast<size_t>(m)].outputs[0];
+      const auto& c = p.consumers(o);
+      return p.is_graph_output(o) || std::any_of(c.begin(), c.end(), [&](int x) { return p.group(x) != pg && p.group(x) != me; });
+    };
+    if (part && std::any_of(p.members(pg).begin(), p.members(pg).end(), outside)) continue;
     if (try_merge(p, pg, me, opt)) return;
   }
 }
@@ -623,8 +638,9 @@ FusionPlan finish(const Graph& g, const Partition& p) {
 
 }  // namespace
 
-// Packs independent groups into shared launches: sibling contractions that read the same
-// non-constant input, and small groups that are ready at the same point.
+// Packs independent groups into shared launches: siblings that read the same non-constant input
+// (projections of one value; the consumers of one product's column slices:
+// importer/pack_sibling_products.h), and small groups that are ready at the same point.
 void pack_launches(const Graph& g, FusionPlan& plan, const FusionOptions& opt, const std::vector<PackTerms>& terms) {
   for (size_t k = 0; k < plan.groups.size(); ++k) plan.groups[k].launch = static_cast<int>(k);
   if (!opt.pack) return;
@@ -653,10 +669,6 @@ void pack_launches(const Graph& g, FusionPlan& plan, const FusionOptions& opt, c
     for (int o : fg.outputs) elems += numel(g.value(o).shape);
     return elems <= opt.small_group_elements;
   };
-  auto has_contraction = [&](const FusionGroup& fg) {
-    return std::any_of(fg.nodes.begin(), fg.nodes.end(),
-                       [&](int n) { return role_of(g.nodes()[static_cast<size_t>(n)]) == Role::kContraction; });
-  };
   const auto term = [&](size_t k) { return k < terms.size() ? terms[k] : PackTerms{}; };
   // Per launch: whether a member runs only at its own thread count, and its members' counts.
   std::map<int, bool> own_threads;
@@ -674,8 +686,7 @@ void pack_launches(const Graph& g, FusionPlan& plan, const FusionOptions& opt, c
       std::set<int> threads = threads_of[l];
       threads.insert(term(b).threads);
       if ((own_threads[l] || term(b).own_threads) && threads.size() > 1) continue;
-      const bool siblings = has_contraction(plan.groups[a]) && has_contraction(plan.groups[b]) &&
-                            first_nonconst_input(plan.groups[a]) != kNoValue &&
+      const bool siblings = first_nonconst_input(plan.groups[a]) != kNoValue &&
                             first_nonconst_input(plan.groups[a]) == first_nonconst_input(plan.groups[b]);
       const bool small = is_small(plan.groups[a]) && is_small(plan.groups[b]);
       if (!siblings && !small) continue;

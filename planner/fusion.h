@@ -47,8 +47,8 @@
 //      leaves as a side output: a recurrent cell's new state), if the cost function keeps the
 //      merge, and rule 1 runs again; every later merge must keep such a state read element for
 //      element, so that the group's tiles compute all of it;
-//   5. packing: independent groups that read the same input (sibling projections) or are small
-//      are packed into one launch.
+//   5. packing: independent groups that read the same input (sibling projections, the consumers
+//      of one product's column slices) or are small are packed into one launch.
 // Nodes merge, and groups pack, only under the same guards (core/graph.h): a launch runs one
 // branch of an If decided at run time, or none. A group depends on the groups producing its
 // guards' conditions as on those producing its inputs.

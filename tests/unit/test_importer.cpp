@@ -1019,13 +1019,13 @@ TEST(Import, LargeExternalDataIsMappedFromItsFileAndNeverWrittenThrough) {
   ASSERT_NE(unaligned % 64, 0);
   OnnxBuilder b;
   b.input("x", kFloat, {4, n}).input("x2", kFloat, {4, 4}).output("y", kFloat, {4, n}).output("z", kFloat, {4, 4});
-  b.output("y2", kFloat, {4, n});
+  b.input("x3", kFloat, {4, n}).output("y2", kFloat, {4, n});  // not x: two products of x would become one
   b.external_initializer("w", {n, n}, {{"location", "w.bin"}, {"length", std::to_string(n * n * 4)}});
   b.external_initializer("s", {4, 4}, {{"location", "w.bin"}, {"offset", std::to_string(n * n * 4 + 4)}, {"length", "64"}});
   b.external_initializer("u", {n, n}, {{"location", "w.bin"}, {"offset", std::to_string(unaligned)}});
   b.node("MatMul", {"x", "w"}, {"y"});
   b.node("Add", {"x2", "s"}, {"z"});
-  b.node("MatMul", {"x", "u"}, {"y2"});
+  b.node("MatMul", {"x3", "u"}, {"y2"});
   b.write(dir / "model.onnx");
   const auto m = importer::import_onnx(dir / "model.onnx");
   std::map<std::string, const Tensor*> constants;
@@ -1365,6 +1365,71 @@ TEST(Import, AGatedUnitsTwoProjectionsBecomeOneProductOfInterleavedWeights) {
   EXPECT_EQ(products, 2u);
   const std::vector<Tensor> in = {draw(DType::kF32, {1, 5, 12})};
   EXPECT_EQ(reference::run_graph(paired, in), reference::run_graph(apart, in)) << "chained units";
+}
+
+// Sibling projections (importer/pack_sibling_products.h): three MatMuls of one input by constant
+// matrices of different widths, float32 and float16, become one MatMul by the matrices side by
+// side and three Slices, and the graph computes the same outputs bit for bit (each element the
+// same dot product), the one that is a graph output included; a product of another input, and
+// one whose right operand is not a constant, stay as they were. Where each sibling's one reader
+// adds a bias, the biases become one Add of them side by side before the slices (the same sums).
+TEST(Import, SiblingProjectionsOfOneInputBecomeOneProductOfTheirColumns) {
+  std::mt19937 rng(testing::test_seed());
+  std::normal_distribution<float> normal(0.0f, 0.3f);
+  const auto draw = [&](DType t, Shape s) {
+    std::vector<float> v(static_cast<size_t>(numel(s)));
+    for (float& x : v) x = normal(rng);
+    return Tensor::from_floats(t, std::move(s), v);
+  };
+  for (const DType t : {DType::kF32, DType::kF16}) {
+    for (const bool biased : {false, true}) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + (biased ? ", biased" : ""));
+      const int code = t == DType::kF32 ? kFloat : testing::kFloat16;
+      OnnxBuilder b(17);
+      b.input("x", code, {1, 5, 12}).input("x2", code, {1, 5, 12}).input("m", code, {12, 3});
+      b.output("q", code, {1, 5, 7}).output("y", code, {1, 5, 7}).output("z", code, {1, 5, 4}).output("o", code, {1, 5, 3});
+      b.output("d", code, {1, 5, 3});
+      b.initializer("wq", draw(t, {12, 7})).initializer("wk", draw(t, {12, 7})).initializer("wv", draw(t, {12, 4}));
+      b.initializer("wo", draw(t, {12, 3}));
+      b.initializer("bq", draw(t, {7})).initializer("bk", draw(t, {1, 1, 7})).initializer("bv", draw(t, {4}));
+      b.node("MatMul", {"x", "wq"}, {biased ? "qp" : "q"});
+      if (biased) b.node("Add", {"qp", "bq"}, {"q"});
+      b.node("MatMul", {"x", "wk"}, {biased ? "kp" : "k"});
+      if (biased) b.node("Add", {"bk", "kp"}, {"k"});
+      b.node("Relu", {"k"}, {"r"});
+      b.node("Add", {"r", "q"}, {"y"});
+      b.node("MatMul", {"x", "wv"}, {biased ? "vp" : "v"});
+      if (biased) b.node("Add", {"vp", "bv"}, {"v"});
+      b.node("Sigmoid", {"v"}, {"z"});
+      b.node("MatMul", {"x2", "wo"}, {"o"});
+      b.node("MatMul", {"x", "m"}, {"d"});
+      const auto shapes = [](const Graph& g, const std::string& op) {
+        std::vector<Shape> constants;
+        for (const Node& n : g.nodes()) {
+          if (n.op != op) continue;
+          for (int in : n.inputs) {
+            if (g.value(in).is_constant()) constants.push_back(g.value(in).shape);
+          }
+          if (op == "MatMul" && !g.value(n.inputs[1]).is_constant()) constants.push_back(g.value(n.inputs[1]).shape);
+        }
+        return constants;
+      };
+      importer::ImportOptions raw;
+      raw.fold_affines = false;
+      const Graph apart = importer::import_onnx_bytes(b.bytes(), ".", raw).graph;
+      const Graph packed = importer::import_onnx_bytes(b.bytes(), ".").graph;
+      EXPECT_EQ(shapes(apart, "MatMul").size(), 5u);
+      EXPECT_EQ(shapes(packed, "MatMul"), (std::vector<Shape>{{12, 18}, {12, 3}, {12, 3}}));
+      EXPECT_EQ(shapes(packed, "Add"), biased ? std::vector<Shape>{{18}} : std::vector<Shape>{}) << "the biases side by side";
+      size_t slices = 0;
+      for (const Node& n : packed.nodes()) slices += n.op == "Slice" ? 1 : 0;
+      EXPECT_EQ(slices, 3u);
+      const std::vector<Tensor> in = {draw(t, {1, 5, 12}), draw(t, {1, 5, 12}), draw(t, {12, 3})};
+      const std::vector<Tensor> want = reference::run_graph(apart, in), got = reference::run_graph(packed, in);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t o = 0; o < want.size(); ++o) EXPECT_EQ(got[o], want[o]) << "output " << o;
+    }
+  }
 }
 
 TEST(Import, Float16ModelsComputeThroughFloat) {

@@ -108,10 +108,10 @@ TEST(KernelIdentity, ALayersLaunchesRunTheKernelsOfTheLayerBeforeAndAreVerifiedO
     EXPECT_EQ(r.bundle.cuda_source.find(head, at + 1), std::string::npos) << name << " defined twice";
     shared += count > 1 ? 1 : 0;
   }
-  // Both layers' packed K and V projections, attention, and output projection with its LayerNorm
-  // into the FFN (the first layer's Q projection takes the embeddings' LayerNorm, the last FFN
-  // the final one: theirs differ).
-  EXPECT_GE(shared, 3) << "kernels run by more than one launch";
+  // Both layers' attention, and output projection with its LayerNorm into the FFN (each layer's
+  // one Q, K and V product takes the LayerNorm before it, the embeddings' or the first FFN's, and
+  // the last FFN the final one: theirs differ).
+  EXPECT_GE(shared, 2) << "kernels run by more than one launch";
   EXPECT_LT(runs.size(), r.launches.size());
   EXPECT_EQ(r.verified.launches, r.launches.size());
   EXPECT_EQ(r.verified.kernels, distinct.size());

@@ -92,8 +92,12 @@ TEST(Fusion, FindsTheBertLayerPatterns) {
   EXPECT_EQ(ops.count("Softmax"), 1u);
   // The FFN's GELU (Div, Erf, Add, Mul, Mul) is the epilogue of its first projection.
   EXPECT_EQ(&group_of("/layers.0/act/Erf"), &group_of("/layers.0/ffn_in/MatMul"));
-  // The bias and head transposes join the projection (absorbed into its index maps).
-  EXPECT_EQ(&group_of("/layers.0/attn/key/Add"), &group_of("/layers.0/attn/key/MatMul"));
+  // The query, key and value projections are one product (importer/pack_sibling_products.h),
+  // their biases one Add in its epilogue; the attention reads its slices through the head
+  // transposes (absorbed into its index maps).
+  const std::string qkv = "/layers.0/attn/query/MatMul+/layers.0/attn/key/MatMul+/layers.0/attn/value/MatMul";
+  EXPECT_EQ(&group_of(qkv + "/bias"), &group_of(qkv));
+  EXPECT_EQ(&group_of("/layers.0/attn/key/MatMul/columns"), &attn);
   // Deterministic.
   const FusionPlan again = fuse(g);
   ASSERT_EQ(again.groups.size(), plan.groups.size());
@@ -101,8 +105,8 @@ TEST(Fusion, FindsTheBertLayerPatterns) {
 }
 
 // A LLaMA layer with grouped-query attention (tests/data/models/llama_gqa, 4 query heads over 2
-// key/value heads): RMSNorm is the Q projection's prologue, the rotary embedding the Q and K
-// projections' epilogue, the causal softmax is stitched between the two attention MatMuls, the
+// key/value heads): RMSNorm is the prologue of the q, k and v projections' one product, the rotary
+// embedding part of the attention launch, the causal softmax is stitched between the two attention MatMuls, the
 // SiLU gate is the epilogue of the gate and up projections' one product (importer/
 // pair_gated_products.h: its node named after both, the up projection last), and the repeat of K
 // and V for the query heads
@@ -120,9 +124,13 @@ TEST(Fusion, FindsTheLlamaLayerPatternsWithoutWritingRepeatedKeys) {
     throw std::runtime_error("no node ending in " + suffix);
   };
   const std::string layer = "/model/model/layers.0/";
-  EXPECT_EQ(&group_of(layer + "input_layernorm/ReduceMean"), &group_of(layer + "self_attn/q_proj/MatMul"));
-  EXPECT_EQ(&group_of(layer + "self_attn/Neg"), &group_of(layer + "self_attn/q_proj/MatMul"));
-  EXPECT_EQ(&group_of(layer + "self_attn/Neg_1"), &group_of(layer + "self_attn/k_proj/MatMul"));
+  // The q, k and v projections are one product (importer/pack_sibling_products.h, its node named
+  // after the three, v's last), RMSNorm its prologue; the rotary embeddings of Q and K are computed
+  // by the attention launch from the product's slices.
+  EXPECT_EQ(&group_of(layer + "input_layernorm/ReduceMean"), &group_of(layer + "self_attn/v_proj/MatMul"));
+  EXPECT_EQ(&group_of(layer + "self_attn/q_proj/MatMul/columns"), &group_of(layer + "self_attn/Softmax"));
+  EXPECT_EQ(&group_of(layer + "self_attn/Neg"), &group_of(layer + "self_attn/Softmax"));
+  EXPECT_EQ(&group_of(layer + "self_attn/Neg_1"), &group_of(layer + "self_attn/Softmax"));
   EXPECT_EQ(&group_of(layer + "self_attn/Softmax"), &group_of(layer + "self_attn/MatMul_1"));
   EXPECT_EQ(&group_of(layer + "mlp/act_fn/Sigmoid"), &group_of(layer + "mlp/gate_proj/MatMul+" + layer + "mlp/up_proj/MatMul"));
   EXPECT_EQ(&group_of(layer + "mlp/Mul"), &group_of(layer + "mlp/up_proj/MatMul"));

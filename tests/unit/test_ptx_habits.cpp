@@ -493,8 +493,11 @@ TEST(WideAccesses, FloatSixteenPlansMoveTheirTrafficInSixteenByteAccesses) {
   // sectors 16 bytes a lane (a request of 16 sectors where there were 256 of 2.5 to 5), so the Q/K/V
   // projections' column stores (8.5 sectors a request, unchanged) weigh more in the share: 52% ->
   // 35% of stored sectors; its attention on tensor cores (flash, cp.async) loads in smaller
-  // requests: 93% -> 84% of loaded sectors.
-  for (const Floor& f : {Floor{"distilbert_fp16", 0.80, 0.30}, Floor{"gpt2_fp16", 0.45, 0.95}}) {
+  // requests: 93% -> 84% of loaded sectors. Since its Q, K and V projections are one product
+  // (importer/pack_sibling_products.h), Q's scaling (q / sqrt(16)) runs in the attention kernel,
+  // which stages a computed Q an element a load (K and V still move by 16-byte cp.async): 65% of
+  // loaded sectors (the floor was 80%) and 53% of stored ones, in 2 launches fewer.
+  for (const Floor& f : {Floor{"distilbert_fp16", 0.60, 0.45}, Floor{"gpt2_fp16", 0.45, 0.95}}) {
     const nlohmann::json t = profile_totals(f.model);
     const double loads = t.value("counted_load_sectors_16B_share", 0.0), stores = t.value("counted_store_sectors_16B_share", 0.0);
     std::printf("%s: %.0f%% of loaded and %.0f%% of stored global sectors in 16-byte accesses\n", f.model, 100 * loads,
