@@ -118,7 +118,9 @@ int resident_product(const LoweringContext& cx, int v, const std::map<int, Regio
 // and nothing for the anchors it absorbs (its scores and softmax); a normalization's row statistics; a MatMul staged on tensor cores,
 // in the dp4a form (8-bit integer operands) or with register blocking; a Conv staged as an implicit GEMM or a depthwise window; else the
 // generic reduction or ScatterND stage. An anchor other than the root also gets a shared buffer
-// for its value, unless its stage hands it on in registers (a register epilogue, a row handoff).
+// for its value, unless its stage hands it on in registers (a register epilogue, a row handoff):
+// floats (64-bit integers), or, for a tensor-core product's resident A (planner::resident_a), the
+// value's 16-bit type at planner::resident_pitch for the product's warps' rows.
 std::map<int, std::unique_ptr<AnchorStage>> plan_stages(LoweringContext& cx, Kernel& k,
                                                         const std::optional<planner::AttentionCore>& core) {
   const std::map<int, int> pairs = row_pairs(cx, core);

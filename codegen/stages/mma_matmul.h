@@ -56,6 +56,12 @@
 // slot's empty mbarrier (its lanes meet, lane 0 arrives), and thread 0 waits on the empty
 // mbarrier before it copies into the slot again (CUTLASS's pipelined, not warp-specialized,
 // Hopper mainloop).
+// Where planner::resident_a holds (mma.sync, 16-bit, A a normalization of the group along its last
+// axis read by this product alone), A has no slices and no ring: lower_group keeps the
+// normalization's rows in A's type at planner::resident_pitch (LoweringContext::resident_pitch),
+// for the warps' rows, and the stage zeroes those past the region before its first step (its
+// barrier orders them before any read); each warp's A tiles come from those rows by ldmatrix at the
+// step's global K (a split's steps past K multiply nothing), only B is staged a step.
 // Guarantees: warp-synchronous
 // statements only at block-uniform points, reached by every lane; every ldmatrix row address lies
 // inside its slice and is 16-byte aligned; the product summed in float (each 16-bit or TF32
