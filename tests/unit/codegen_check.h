@@ -43,6 +43,24 @@ inline int drop_barrier(codegen::Block& b, int target, int seen = 0) {
   return seen;
 }
 
+// Each barrier of `good` (at least `at_least` of them) deleted in turn: the host executor's checks
+// must report the kernel (a race, or a read of what was not yet written).
+inline void expect_each_deleted_barrier_reported(const Graph& g, const planner::FusionGroup& group, const codegen::LoweredKernel& good,
+                                                 int at_least) {
+  auto backend = backend::make_host_backend();
+  std::mt19937 rng(testing::test_seed());
+  codegen::LoweredKernel probe = good;
+  const int barriers = drop_barrier(probe.kernel.body, -1);
+  ASSERT_GE(barriers, at_least) << codegen::to_text(good.kernel);
+  for (int i = 0; i < barriers; ++i) {
+    codegen::LoweredKernel bad = good;
+    drop_barrier(bad.kernel.body, i);
+    auto m = backend->load({bad.kernel});
+    const backend::VerifyResult r = backend::verify_kernel(g, group, bad, *backend, *m, rng);
+    EXPECT_TRUE(!r.ok && r.check_failed) << "barrier " << i << " of " << barriers << " deleted: " << r.detail;
+  }
+}
+
 // A float as a 16-bit operand of `dtype` (float16 or bfloat16) and back: what the tensor-core
 // tests feed their fragments.
 inline uint16_t to_16(DType dtype, float x) { return dtype == DType::kBF16 ? float_to_bfloat16(x) : float_to_half(x); }

@@ -434,19 +434,7 @@ void check_cooperative(const Graph& g, const std::vector<FusionGroup>& groups, c
 // `group`'s kernel for one output on eight warps, each of its barriers deleted in turn: a race the
 // checks report (the barrier before the warps' partials are combined).
 void expect_each_deleted_barrier_reported(const Graph& g, const FusionGroup& group, const std::string& name) {
-  const LoweredKernel good = lower_group(g, group, cooperative_tile(g, group, 1, 256), name);
-  auto backend = backend::make_host_backend();
-  std::mt19937 rng(fusetune::testing::test_seed());
-  LoweredKernel probe = good;
-  const int barriers = fusetune::testing::drop_barrier(probe.kernel.body, -1);
-  ASSERT_GE(barriers, 1) << to_text(good.kernel);
-  for (int i = 0; i < barriers; ++i) {
-    LoweredKernel bad = good;
-    fusetune::testing::drop_barrier(bad.kernel.body, i);
-    auto m = backend->load({bad.kernel});
-    const backend::VerifyResult r = backend::verify_kernel(g, group, bad, *backend, *m, rng);
-    EXPECT_TRUE(!r.ok && r.check_failed) << "barrier " << i << " of " << barriers << " deleted: " << r.detail;
-  }
+  fusetune::testing::expect_each_deleted_barrier_reported(g, group, lower_group(g, group, cooperative_tile(g, group, 1, 256), name), 1);
 }
 
 // Few outputs over long reduction spaces reduce cooperatively (stages/reduce.h): a warp an

@@ -1290,19 +1290,24 @@ TEST(Import, AMaskFromIndexVectorsIsComputedByEachAttentionThatReadsIt) {
   }
 }
 
+// Tensors of normal random values (standard deviation 0.3) from the test's seed, drawn in turn.
+struct NormalTensors {
+  std::mt19937 rng{testing::test_seed()};
+  std::normal_distribution<float> normal{0.0f, 0.3f};
+  Tensor operator()(DType t, Shape s) {
+    std::vector<float> v(static_cast<size_t>(numel(s)));
+    for (float& x : v) x = normal(rng);
+    return Tensor::from_floats(t, std::move(s), v);
+  }
+};
+
 // A gated linear unit's projections (importer/pair_gated_products.h): LLaMA's SiLU gate and a
 // sigmoid-approximated GELU, float32 and float16, become one MatMul by the weights interleaved
 // column by column, and the graph computes the same outputs bit for bit (each element the same
 // dot product); the gate read elsewhere too reads its half of the product. Two projections of
 // different inputs stay apart.
 TEST(Import, AGatedUnitsTwoProjectionsBecomeOneProductOfInterleavedWeights) {
-  std::mt19937 rng(testing::test_seed());
-  std::normal_distribution<float> normal(0.0f, 0.3f);
-  const auto draw = [&](DType t, Shape s) {
-    std::vector<float> v(static_cast<size_t>(numel(s)));
-    for (float& x : v) x = normal(rng);
-    return Tensor::from_floats(t, std::move(s), v);
-  };
+  NormalTensors draw;
   for (const DType t : {DType::kF32, DType::kF16}) {
     for (const bool silu : {true, false}) {
       for (const bool shared_input : {true, false}) {
@@ -1374,13 +1379,7 @@ TEST(Import, AGatedUnitsTwoProjectionsBecomeOneProductOfInterleavedWeights) {
 // one whose right operand is not a constant, stay as they were. Where each sibling's one reader
 // adds a bias, the biases become one Add of them side by side before the slices (the same sums).
 TEST(Import, SiblingProjectionsOfOneInputBecomeOneProductOfTheirColumns) {
-  std::mt19937 rng(testing::test_seed());
-  std::normal_distribution<float> normal(0.0f, 0.3f);
-  const auto draw = [&](DType t, Shape s) {
-    std::vector<float> v(static_cast<size_t>(numel(s)));
-    for (float& x : v) x = normal(rng);
-    return Tensor::from_floats(t, std::move(s), v);
-  };
+  NormalTensors draw;
   for (const DType t : {DType::kF32, DType::kF16}) {
     for (const bool biased : {false, true}) {
       SCOPED_TRACE(std::string(dtype_name(t)) + (biased ? ", biased" : ""));

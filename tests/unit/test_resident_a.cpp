@@ -9,11 +9,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <random>
 #include <string>
 
-#include "backend/backend.h"
-#include "backend/verify.h"
 #include "codegen/lower_group.h"
 #include "planner/device.h"
 #include "planner/tiling.h"
@@ -156,19 +153,7 @@ TEST(ResidentA, MatchesTheReferenceUnderEveryCheck) {
 // checks report.
 TEST(ResidentA, EachDeletedBarrierIsAFinding) {
   const NormCase c = norm_case(DType::kF16, 40, 64, 72);
-  const LoweredKernel good = lower_group(c.g, c.fg, mma_tile(32, 64, 32, 128), "resident");
-  auto backend = backend::make_host_backend();
-  std::mt19937 rng(fusetune::testing::test_seed());
-  LoweredKernel probe = good;
-  const int barriers = fusetune::testing::drop_barrier(probe.kernel.body, -1);
-  ASSERT_GE(barriers, 2) << to_text(good.kernel);
-  for (int i = 0; i < barriers; ++i) {
-    LoweredKernel bad = good;
-    fusetune::testing::drop_barrier(bad.kernel.body, i);
-    auto m = backend->load({bad.kernel});
-    const backend::VerifyResult r = backend::verify_kernel(c.g, c.fg, bad, *backend, *m, rng);
-    EXPECT_TRUE(!r.ok && r.check_failed) << "barrier " << i << " of " << barriers << " deleted: " << r.detail;
-  }
+  fusetune::testing::expect_each_deleted_barrier_reported(c.g, c.fg, lower_group(c.g, c.fg, mma_tile(32, 64, 32, 128), "resident"), 2);
 }
 
 }  // namespace
