@@ -485,7 +485,7 @@ FuzzCase random_tma_case(unsigned seed) {
 }
 
 // Every group of the case's fusion plan, each with the planner's best generated candidate, one
-// drawn from its generated candidates, its best tensor-core, GEMV and flash ones (and flash
+// drawn from its generated candidates, its best tensor-core, resident-A, GEMV and flash ones (and flash
 // blocks of several grouped-query heads): lowered,
 // verified on the host and compiled (check_groups).
 void check_case(unsigned seed, const FuzzCase& c) {
@@ -521,7 +521,19 @@ void check_case(unsigned seed, const FuzzCase& c) {
     bool gemv = false, flash = false, tensor_flash = false, wgmma_flash = false, wgmma = false, split = false, flash_split = false;
     bool tma[2] = {false, false};  // a TMA twin taken, unsplit and split
     bool folded[2] = {false, false};  // a flash block of several grouped-query heads taken, SIMT and mma.sync
+    bool resident = false;            // a product whose A is its normalization's rows (planner::resident_a) taken
+    const auto resident_a = [&](const planner::TileConfig& cfg) {
+      return std::any_of(fg.nodes.begin(), fg.nodes.end(), [&](int n) {
+        const Node& node = c.g.nodes()[static_cast<size_t>(n)];
+        return node.op == "MatMul" && planner::resident_a(c.g, fg, node, cfg);
+      });
+    };
     for (const planner::Candidate& cand : planner::tile_candidates(c.g, fg, planner::find_device("h100"), {1 << 20, 2.0})) {
+      if (!resident && resident_a(cand.config)) {
+        chosen.push_back(cand.config);
+        std::printf("  resident A: %s\n", cand.config.str().c_str());
+        resident = true;
+      }
       // Split-K: offered for kernels longer than a launch, which these small shapes rarely are;
       // so the first staged MatMul candidate with 2 to 5 splits, where the cost model accepts it.
       if (cand.config.reduce_step > 0 && !cand.config.gemv && !cand.config.flash && cand.config.library.empty() && !split) {
