@@ -563,16 +563,20 @@ void MmaMatMulStage::emit(Kernel& k) {
     k.body.push_back(if_then("ft_thread == 0", init));
     k.body.push_back(barrier());
   }
+  // A resident A's element at row `row` of A (global) and reduction index ft_ka, in its buffer
+  // (rows resident_pitch apart).
+  const int a_value = n.inputs[0];
+  const auto resident_at = [&](const std::string& row) {
+    return cx_.buffer_offset(a_value, cx_.index_of(e.accesses[0], product_vars(cx_, st, row, r.lo[st.n_axis], "ft_ka")));
+  };
   if (st.resident) {
     // The buffer's rows past the region up to the warps' (a tile at M's end): zeros, which the
     // last warps' fragments read (their products are not stored); the first step's barrier
     // orders these stores before its ldmatrix.
-    const int a_value = n.inputs[0];
     Block fill = cx_.fresh_block([&] {
       cx_.cur().push_back(let(kIndexType, "ft_r", "(" + r.lo[st.m_axis] + " + " + nm + " + ft_e / " + lit(st.k) + ")"));
       cx_.cur().push_back(let(kIndexType, "ft_ka", "ft_e % " + lit(st.k)));
-      const auto idx = cx_.index_of(e.accesses[0], product_vars(cx_, st, "ft_r", r.lo[st.n_axis], "ft_ka"));
-      cx_.cur().push_back(store(cx_.buffer.at(a_value), cx_.buffer_offset(a_value, idx), store_from_compute(st.mma, "0.0f")));
+      cx_.cur().push_back(store(cx_.buffer.at(a_value), resident_at("ft_r"), store_from_compute(st.mma, "0.0f")));
     });
     k.body.push_back(thread_for("ft_e", "0", "(" + lit(st.rows_a) + " - " + nm + ") * " + lit(st.k), fill));
   }
@@ -631,11 +635,9 @@ void MmaMatMulStage::emit(Kernel& k) {
     }
   }
   // A resident A's 16 x 16 tiles come from its buffer: the lane's row of the warp's tile at its 8
-  // of the step's 16 (global reduction index; rows of the buffer resident_pitch apart).
-  const int a_value = n.inputs[0];
+  // of the step's 16 (global reduction index).
   const auto resident_row = [&](int64_t i) {
-    const std::string row = "(" + r.lo[st.m_axis] + " + " + wm0 + " + " + lit(i * 16) + " + " + lane + " % 16)";
-    return cx_.buffer_offset(a_value, cx_.index_of(e.accesses[0], product_vars(cx_, st, row, r.lo[st.n_axis], "ft_ka")));
+    return resident_at("(" + r.lo[st.m_axis] + " + " + wm0 + " + " + lit(i * 16) + " + " + lane + " % 16)");
   };
   if (st.resident && !tf32 && !st.wgmma) {
     slice.push_back(let(kIndexType, "ft_ka", global("ft_ks") + " * " + step + " + ft_kq * 16 + " + lane + " / 16 * 8"));
