@@ -232,13 +232,23 @@ LoweredKernel lower_generated(const Graph& g, const planner::FusionGroup& group,
     }
     planned = plan_stages(cx, k, core);
   });
+  // The stages in the group's order; what a later stage sets aside to run ahead of the stages
+  // (AnchorStage::ahead_of_stages) goes before the first.
+  const size_t first_stage = k.body.size();
+  Block ahead;
   for (int id : group.nodes) {
     const Node& node = g.nodes()[static_cast<size_t>(id)];
     if (!runs_as_stage(node)) continue;
     if (core && std::binary_search(core->absorbed.begin(), core->absorbed.end(), id)) continue;
+    AnchorStage& stage = *planned.at(node.outputs[0]);
+    if (k.body.size() > first_stage) stage.ahead_of_stages = &ahead;
     k.body.push_back(comment("stage " + node.op + " '" + node.name + "'"));
-    naming(node, [&] { planned.at(node.outputs[0])->emit(k); });
+    naming(node, [&] { stage.emit(k); });
     k.body.push_back(barrier());
+  }
+  if (!ahead.empty()) {
+    ahead.insert(ahead.begin(), comment("copies issued ahead of the stages"));
+    k.body.insert(k.body.begin() + static_cast<std::ptrdiff_t>(first_stage), ahead.begin(), ahead.end());
   }
   // The root when it is inlined, and inlined values that leave the group.
   for (int v : group.outputs) {

@@ -933,6 +933,23 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
     block_steps += steps;
     step_rounds += static_cast<double>(steps) / static_cast<double>(ahead);
   };
+  // A staged product's prologue of B's copies (tensor cores, or the SIMT form's ring), which
+  // codegen issues before the group's first stage where another stage comes first
+  // (stages/mma_matmul.h, stages/matmul.h; AnchorStage::ahead_of_stages): the
+  // latency its first steps wait (one, or their share where a block walks fewer than `ahead`
+  // steps) overlaps the rounds of the stages before it, which the nodes visited after it (the walk
+  // below goes root first) count: `mark` holds the rounds counted up to its own.
+  struct RingFill {
+    int node = -1;
+    double latency = 0, mark = 0;
+    bool preceded = false;  // a stage runs before the product
+  };
+  std::vector<RingFill> fills;
+  // After walk(steps, ahead) for node's product, whose B a ring copies by cp.async.
+  const auto ring_fill = [&](int node, int64_t steps, int64_t ahead) {
+    const double local = static_cast<double>(steps) / static_cast<double>(std::max(1, cfg.split_k));
+    fills.push_back({node, std::min(1.0, local / static_cast<double>(ahead)), static_cast<double>(reduce_rounds) + step_rounds, false});
+  };
   // Flash attention's key tiles as split-K's steps (flash-decoding): a thread's slot holds its
   // `accumulators` and the maximum and sum of each of its `stats` rows' statistics; the last
   // block's weights (rows x splits floats) take shared memory.
@@ -1034,6 +1051,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       const int64_t sync_loads = (staging.async_a || resident ? 0 : rows * step) + (staging.async_b ? 0 : step * cols);
       const double sync_bytes = (staging.async_a ? 0 : a_bytes) + (staging.async_b ? 0 : b_bytes);
       walk(kp / step, sync_loads == 0 ? staging.ahead : 1);
+      if (staging.async_b && !cfg.tma && !cfg.ws) ring_fill(*it, kp / step, staging.ahead);
       in_flight = std::min(in_flight, staging.ahead * (a_bytes + b_bytes - sync_bytes) +
                                           (sync_loads > 0 ? sync_bytes / static_cast<double>(ceil_div(sync_loads, cfg.threads)) : 0));
     } else if (!(cfg.mma && core && (*it == core->scores || *it == core->output))) {  // those: the flash branch
@@ -1073,6 +1091,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
     // rows' statistics (below).
     const bool anchor = runs_as_stage(n);
     anchors += anchor && !absorbed.count(*it) ? 1 : 0;  // flash attention's core is one stage
+    for (RingFill& f : fills) f.preceded = f.preceded || (anchor && !absorbed.count(*it) && *it != f.node);
     if (tensor) {
       smem += tensor_smem;
       tile_loads += tensor_loads;
@@ -1343,7 +1362,9 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
         split_slot = tm * tn * cfg.threads;
       }
       if (n.op == "MatMul") {
-        walk(ceil_div(e.reduce_extents.empty() ? 1 : e.reduce_extents[0], cfg.reduce_step), ring.async_a && ring.async_b ? ring.ahead : 1);
+        const int64_t steps = ceil_div(e.reduce_extents.empty() ? 1 : e.reduce_extents[0], cfg.reduce_step);
+        walk(steps, ring.async_a && ring.async_b ? ring.ahead : 1);
+        if (ring.async_b) ring_fill(*it, steps, ring.async_a ? ring.ahead : 1);
       }
       // Staging issues one load per element, or one per 16 bytes where the operand moves in vectors.
       const auto [vec_a, vec_b] = vector_operands(g, n, computed, out_region);
@@ -1604,7 +1625,12 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
   // 350 ns modeled); with the steps charged, the median rank correlation within a group went
   // 0.08 -> 0.24 and the pick's median regret 14.3% -> 9.1% (each half of the groups alike).
   const int64_t in_turn = ceil_div(per_sm, resident_blocks);
-  const double rounds = static_cast<double>(reduce_rounds) + step_rounds / static_cast<double>(splits);
+  double ahead_of_stages = 0;  // the ring fills' latencies that overlap the stages before them (RingFill)
+  for (const RingFill& f : fills) {
+    if (f.preceded) ahead_of_stages += std::min(f.latency, static_cast<double>(reduce_rounds) + step_rounds - f.mark);
+  }
+  c.fills_ahead = ahead_of_stages;
+  const double rounds = static_cast<double>(reduce_rounds) + step_rounds / static_cast<double>(splits) - ahead_of_stages;
   if (rounds > 0) {
     latency_us = std::max(latency_us, std::max(0.0, rounds * static_cast<double>(in_turn) - 1) * d.dram_latency_ns / 1e3);
   }

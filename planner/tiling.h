@@ -156,6 +156,7 @@ struct Cost {
   int64_t steps = 0;       // per block, the reduction steps (flash attention's key tiles) its staged contractions walk
   double issue_us = 0;     // the issue term alone: orders candidates modeled alike
   bool latency_bound = false;  // the time is a latency bound (Little's law's, or rounds of loads), not throughput's
+  double fills_ahead = 0;  // per block, the ring fills' latencies hidden behind the stages before their products
   double modeled_us = 0;
 };
 

@@ -411,13 +411,21 @@ int LoweringContext::buffer_of(int v) const {
 std::set<int> LoweringContext::computed() const { return planner::computed_elements(g, group, produced()); }
 
 void emit_ring(LoweringContext& cx, Kernel& k, const planner::MmaStaging& ring, int64_t local_steps, const std::string& k0,
-               const std::function<Block(const std::string& ks, const std::string& slot)>& slices,
-               const std::function<Stmt(const std::string& gks, const std::string& slot)>& compute) {
+               const RingSlices& slices, const std::function<Stmt(const std::string& gks, const std::string& slot)>& compute,
+               const RingAhead& ahead_of_stages) {
   const auto global = [&](const std::string& local) { return cx.splits() == 1 ? local : "(" + k0 + " + " + local + ")"; };
   const int64_t ahead = std::min<int64_t>(ring.ahead, local_steps);
-  Block prologue = slices(global("ft_ks"), "ft_ks");
-  prologue.push_back(copy_async_commit());
-  k.body.push_back(uniform_for("ft_ks", "0", lit(ahead), prologue));
+  const auto prologue = [&](Block& into, const RingSlices& staged) {
+    Block step = staged(global("ft_ks"), "ft_ks");
+    step.push_back(copy_async_commit());
+    into.push_back(uniform_for("ft_ks", "0", lit(ahead), step));
+  };
+  if (ahead_of_stages.early != nullptr && ring.async_b) {
+    prologue(*ahead_of_stages.early, ahead_of_stages.b_slices);
+    prologue(k.body, ahead_of_stages.a_slices);
+  } else {
+    prologue(k.body, slices);
+  }
   Block body = {copy_async_wait(static_cast<int>(ahead - 1)), barrier()};
   const std::string next = "(ft_ks + " + lit(ring.ahead) + ")";
   if (local_steps > ahead) body.push_back(if_then(next + " < " + lit(local_steps), slices(global(next), next + " % " + lit(ring.stages))));

@@ -273,6 +273,11 @@ class AnchorStage {
   virtual ~AnchorStage() = default;
   // Appends the stage's statements to k.body (and any block-uniform lets or thread-locals it needs).
   virtual void emit(Kernel& k) = 0;
+  // Where the driver lets it (a stage after the group's first), the statements emit may set aside
+  // to run before the group's first stage: ones that read only the group's inputs and write only
+  // the stage's own shared memory, asynchronously (a tensor-core product's first weight slices,
+  // stages/mma_matmul.h), so their loads fly while the stages before this one run. Null: none.
+  Block* ahead_of_stages = nullptr;
 };
 
 // Whether element `at` of parameter `param` (of dtype t) starts a 16-byte aligned vector: for
@@ -291,9 +296,17 @@ Stmt copy_slice(LoweringContext& cx, const CopiedSlice& s);
 // (every thread has passed the barrier, so none still reads it) and, while those copies fly, the
 // threads compute on their own slot. One barrier a step. `slices(ks, slot)` stages global step
 // `ks` into ring slot `slot`; `compute(gks, slot)` is global step `gks`'s work on slot `slot`
-// (expressions).
+// (expressions). With `early` (B copied by cp.async, the stage not its group's first: the
+// AnchorStage::ahead_of_stages the driver gave), the prologue's B slices, `b_slices(ks, slot)`,
+// are groups of their own put there, ahead of the group's stages, and `a_slices(ks, slot)` the
+// prologue's groups here (a step's wait still finds both landed: groups complete in order).
+using RingSlices = std::function<Block(const std::string& ks, const std::string& slot)>;
+struct RingAhead {
+  Block* early = nullptr;
+  RingSlices a_slices, b_slices;
+};
 void emit_ring(LoweringContext& cx, Kernel& k, const planner::MmaStaging& ring, int64_t local_steps, const std::string& k0,
-               const std::function<Block(const std::string& ks, const std::string& slot)>& slices,
-               const std::function<Stmt(const std::string& gks, const std::string& slot)>& compute);
+               const RingSlices& slices, const std::function<Stmt(const std::string& gks, const std::string& slot)>& compute,
+               const RingAhead& ahead_of_stages = {});
 
 }  // namespace fusetune::codegen::stages

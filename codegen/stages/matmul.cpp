@@ -499,9 +499,15 @@ void StagedMatMulStage::emit(Kernel& k) {
       out.insert(out.end(), b.begin(), b.end());
       return out;
     };
-    emit_ring(cx_, k, st.ring, split_steps(cx_, all_steps), k0, both, [&](const std::string& gks, const std::string& slot) {
-      return product_step(gks, slot + " * " + lit(st.slot_a), lit(st.pitch_a), slot + " * " + lit(st.slot_b), lit(st.pitch_b));
-    });
+    // Where another stage of the group runs first, B's prologue copies run ahead of it.
+    const RingAhead early{ahead_of_stages, [&](const std::string& ks, const std::string& slot) { return slice(true, ks, slot); },
+                          [&](const std::string& ks, const std::string& slot) { return slice(false, ks, slot); }};
+    emit_ring(
+        cx_, k, st.ring, split_steps(cx_, all_steps), k0, both,
+        [&](const std::string& gks, const std::string& slot) {
+          return product_step(gks, slot + " * " + lit(st.slot_a), lit(st.pitch_a), slot + " * " + lit(st.slot_b), lit(st.pitch_b));
+        },
+        early);
   } else {
     stage_a(steps, "ft_ks", "");
     if (st.gemv) {

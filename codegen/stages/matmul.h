@@ -18,7 +18,9 @@
 // element where a chunk's address is not 16-byte aligned), A too where it is such an input (rows
 // padded by 4 floats), else A computed or loaded by the threads as above; each step waits for
 // its group, passes one barrier, issues the copies of the step two ahead into the slot the
-// previous step used, and multiplies its own slot. Then, where planner::register_epilogue takes the product's uses and each
+// previous step used, and multiplies its own slot; where another stage of the group runs first
+// (AnchorStage::ahead_of_stages), the prologue's B copies are issued before the group's first
+// stage (emit_ring's RingAhead), so the weights load while that stage runs. Then, where planner::register_epilogue takes the product's uses and each
 // micro-tile row is a whole number of 16-byte vectors of every value it writes
 // (planner::sixteen_byte_runs: TN = 4 floats, 8 16-bit values), the epilogue runs from the
 // registers (epilogue_run: each row's TN columns computed and stored as 16-byte vectors where

@@ -580,7 +580,16 @@ void MmaMatMulStage::emit(Kernel& k) {
     });
     k.body.push_back(thread_for("ft_e", "0", "(" + lit(st.rows_a) + " - " + nm + ") * " + lit(st.k), fill));
   }
-  if (!ws) {  // the prologue: steps 0 .. ahead - 1 into their slots, one cp.async group each
+  // The prologue: steps 0 .. ahead - 1 into their slots, one cp.async group each. Where the driver
+  // lets B's copies run ahead of the stages before this one (AnchorStage::ahead_of_stages; B
+  // copied, not by TMA), B's slices are groups of their own issued before the group's first stage,
+  // and A's (unless resident) groups after them here: a step's wait still finds its A and B
+  // landed, since groups complete in the order they were committed.
+  const bool b_ahead = ahead_of_stages != nullptr && !ws && !st.tma && st.staging.async_b;
+  if (b_ahead) {
+    ahead_of_stages->push_back(uniform_for("ft_ks", "0", lit(ahead), {stage(false, global("ft_ks"), "ft_ks"), copy_async_commit()}));
+    if (!st.resident) k.body.push_back(uniform_for("ft_ks", "0", lit(ahead), {stage(true, global("ft_ks"), "ft_ks"), copy_async_commit()}));
+  } else if (!ws) {
     Block prologue = st.tma ? Block{tma_step(global("ft_ks"), "ft_ks")} : slices(global("ft_ks"), "ft_ks");
     if (any_async) prologue.push_back(copy_async_commit());
     k.body.push_back(uniform_for("ft_ks", "0", lit(ahead), prologue));

@@ -62,6 +62,12 @@
 // for the warps' rows, and the stage zeroes those past the region before its first step (its
 // barrier orders them before any read); each warp's A tiles come from those rows by ldmatrix at the
 // step's global K (a split's steps past K multiply nothing), only B is staged a step.
+// Where another stage of the group runs before the product (the driver passes
+// AnchorStage::ahead_of_stages) and B is copied by cp.async (not by TMA, not warp-specialized),
+// the prologue's B slices are issued before the group's first stage, one group a step, so the
+// weights' first steps load while the stages before run; A's prologue slices (unless resident)
+// follow here in groups of their own. A step's wait for all but the newest ahead - 1 groups still
+// finds its A and B landed, groups completing in commit order.
 // Guarantees: warp-synchronous
 // statements only at block-uniform points, reached by every lane; every ldmatrix row address lies
 // inside its slice and is 16-byte aligned; the product summed in float (each 16-bit or TF32

@@ -26,8 +26,6 @@
 
 namespace fusetune::testing {
 
-// The planner's best generated candidate for a group on H100 (library calls are tested in
-// test_library_call.cpp).
 // Deletes barrier `target` of `b` (in statement order, at any depth, both branches of an if);
 // returns how many barriers it saw (target -1: counts them and deletes none). The barrier
 // mutation tests delete each in turn.
@@ -61,6 +59,20 @@ inline void expect_each_deleted_barrier_reported(const Graph& g, const planner::
   }
 }
 
+// Each cp.async wait in `b` for all but the newest `groups` groups (at any depth) loosened to
+// one group more: the copies it waited for may still be in flight. Returns how many it loosened.
+inline int loosen_async_waits(codegen::Block& b, int groups) {
+  int waits = 0;
+  for (codegen::Stmt& st : b) {
+    if (st.kind == codegen::Stmt::Kind::kCopyAsyncWait && st.groups == groups) {
+      st.groups = groups + 1;
+      ++waits;
+    }
+    waits += loosen_async_waits(st.body, groups) + loosen_async_waits(st.orelse, groups);
+  }
+  return waits;
+}
+
 // A float as a 16-bit operand of `dtype` (float16 or bfloat16) and back: what the tensor-core
 // tests feed their fragments.
 inline uint16_t to_16(DType dtype, float x) { return dtype == DType::kBF16 ? float_to_bfloat16(x) : float_to_half(x); }
@@ -72,6 +84,8 @@ inline planner::TileConfig with_batch(planner::TileConfig cfg, size_t rank) {
   return cfg;
 }
 
+// The planner's best generated candidate for a group on H100 (library calls are tested in
+// test_library_call.cpp).
 inline planner::TileConfig best_config(const Graph& g, const planner::FusionGroup& fg) {
   planner::TilingOptions generated_only{2, 2.0};
   generated_only.library_algorithms = 0;

@@ -8,7 +8,6 @@
 #include <gtest/gtest.h>
 
 #include <array>
-#include <functional>
 #include <random>
 #include <set>
 #include <string>
@@ -112,19 +111,7 @@ TEST(RingStages, AWaitTooShortOrABarrierMissingFailsTheChecks) {
   }
   // One group fewer waited for: the text's wait_group 3 becomes 4.
   LoweredKernel early = good;
-  int waits = 0;
-  const std::function<void(codegen::Block&)> loosen = [&](codegen::Block& b) {
-    for (codegen::Stmt& st : b) {
-      if (st.kind == codegen::Stmt::Kind::kCopyAsyncWait && st.groups == 3) {
-        st.groups = 4;
-        ++waits;
-      }
-      loosen(st.body);
-      loosen(st.orelse);
-    }
-  };
-  loosen(early.kernel.body);
-  ASSERT_EQ(waits, 1) << codegen::to_text(good.kernel);
+  ASSERT_EQ(fusetune::testing::loosen_async_waits(early.kernel.body, 3), 1) << codegen::to_text(good.kernel);
   {
     auto m = backend->load({early.kernel});
     const backend::VerifyResult r = backend::verify_kernel(c.g, group, early, *backend, *m, rng);
