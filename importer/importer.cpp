@@ -13,6 +13,7 @@
 #include "importer/clone_constant_chains.h"
 #include "importer/fold_constant_cones.h"
 #include "importer/fold_conv_affine.h"
+#include "importer/fold_product_scales.h"
 #include "importer/sequences.h"
 #include "importer/functions.h"
 #include "importer/lower.h"
@@ -424,6 +425,7 @@ void fold_layout_and_affines(Graph& g) {
   fold_conv_affine(g);
   cancel_transposes(g);
   pointwise_convs_as_matmuls(g);
+  fold_product_scales(g);
   pair_gated_products(g);
   pack_sibling_products(g);
   clone_constant_chains(g);

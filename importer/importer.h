@@ -76,7 +76,8 @@ struct ImportedModel {
 // The rewrites after lowering, in order: per-channel affines folded into the convolutions before
 // them (importer/fold_conv_affine.h), Transposes that undo each other around element-wise ops
 // removed (importer/cancel_transposes.h), pointwise convolutions as MatMuls
-// (importer/pointwise_conv.h), a gated unit's two projections as one product
+// (importer/pointwise_conv.h), power-of-two scales of products folded into their constants
+// (importer/fold_product_scales.h), a gated unit's two projections as one product
 // (importer/pair_gated_products.h), sibling projections of one left operand as one product
 // (importer/pack_sibling_products.h), a large value computed from a few constants copied for each
 // reader (importer/clone_constant_chains.h).

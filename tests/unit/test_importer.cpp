@@ -1431,6 +1431,80 @@ TEST(Import, SiblingProjectionsOfOneInputBecomeOneProductOfTheirColumns) {
   }
 }
 
+// Power-of-two scales of products (importer/fold_product_scales.h), float32 and float16: an
+// attention-like query, MatMul + bias, Reshape to heads, Transpose, then Div by 4, loses its Div
+// (the weights and bias scaled instead) and the graph computes what it did, bit for bit but for
+// results below float16's normal range (one subnormal step apart at most); a product with a
+// weight that scales below the normal range (float16) folds too, its results within a float16
+// step; a scale by 0.3, a scaled product read elsewhere too, and a scale that would overflow a
+// weight keep their scales.
+TEST(Import, PowerOfTwoScalesOfProductsFoldIntoTheirWeights) {
+  NormalTensors draw;
+  // Weights away from zero: a draw scaled by 1/4 stays a normal number of either type.
+  const auto away = [&](DType t, Shape s) {
+    std::vector<float> v = draw(DType::kF32, s).to_floats();
+    for (float& x : v) x = std::copysign(0.05f + std::fabs(x), x);
+    return Tensor::from_floats(t, std::move(s), v);
+  };
+  for (const DType t : {DType::kF32, DType::kF16}) {
+    SCOPED_TRACE(dtype_name(t));
+    const int code = t == DType::kF32 ? kFloat : testing::kFloat16;
+    OnnxBuilder b(17);
+    b.input("x", code, {1, 5, 16}).output("q", code, {1, 2, 5, 8}).output("k", code, {1, 5, 8}).output("v", code, {1, 5, 8});
+    b.output("vp", code, {1, 5, 8}).output("u", code, {1, 5, 8}).output("o", code, {1, 5, 8});
+    b.initializer("wq", away(t, {16, 16})).initializer("bq", away(t, {16})).initializer("wk", away(t, {16, 8}));
+    b.initializer("wv", away(t, {16, 8}));
+    b.initializer("four", Tensor::scalar_float(t, 4.0f)).initializer("c03", Tensor::scalar_float(t, 0.3f));
+    b.initializer("half", Tensor::scalar_float(t, 0.5f)).initializer("heads", Tensor::from_ints(DType::kI64, {4}, std::vector<int64_t>{1, 5, 2, 8}));
+    std::vector<float> tiny = away(DType::kF32, {16, 8}).to_floats(), huge = tiny;
+    tiny[3] = 0x1.004p-13f;  // float16: normal, but a quarter of it is not
+    huge[5] = t == DType::kF16 ? 40000.0f : 2e38f;  // twice it overflows
+    b.initializer("wu", Tensor::from_floats(t, {16, 8}, tiny)).initializer("wo", Tensor::from_floats(t, {16, 8}, huge));
+    b.initializer("two", Tensor::scalar_float(t, 2.0f));
+    b.node("MatMul", {"x", "wq"}, {"qp"});
+    b.node("Add", {"qp", "bq"}, {"qb"});
+    b.node("Reshape", {"qb", "heads"}, {"qh"});
+    OnnxBuilder::attr_ints(b.node("Transpose", {"qh"}, {"qt"}), "perm", {0, 2, 1, 3});
+    b.node("Div", {"qt", "four"}, {"qs"});
+    b.node("Relu", {"qs"}, {"q"});
+    b.node("MatMul", {"x", "wk"}, {"kp"});
+    b.node("Mul", {"kp", "c03"}, {"ks"});
+    b.node("Relu", {"ks"}, {"k"});
+    b.node("MatMul", {"x", "wv"}, {"vp"});  // a graph output besides the scaled value
+    b.node("Mul", {"half", "vp"}, {"vs"});
+    b.node("Relu", {"vs"}, {"v"});
+    b.node("MatMul", {"x", "wu"}, {"up"});
+    b.node("Div", {"up", "four"}, {"us"});
+    b.node("Relu", {"us"}, {"u"});
+    b.node("MatMul", {"x", "wo"}, {"op"});
+    b.node("Mul", {"op", "two"}, {"os"});
+    b.node("Sigmoid", {"os"}, {"o"});
+    importer::ImportOptions raw;
+    raw.fold_affines = false;
+    const Graph apart = importer::import_onnx_bytes(b.bytes(), ".", raw).graph;
+    const Graph folded = importer::import_onnx_bytes(b.bytes(), ".").graph;
+    std::map<std::string, int> scales;
+    for (const Node& n : folded.nodes()) scales[n.op] += n.op == "Mul" || n.op == "Div" ? 1 : 0;
+    EXPECT_EQ(scales["Mul"], 3) << "0.3, the product read elsewhere and the overflowing weight keep theirs";
+    EXPECT_EQ(scales["Div"], 0) << "the query's and the tiny weight's go";
+    const std::vector<Tensor> in = {draw(t, {1, 5, 16})};
+    const std::vector<Tensor> want = reference::run_graph(apart, in), got = reference::run_graph(folded, in);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t o = 0; o < want.size(); ++o) {
+      const std::vector<double> w = want[o].to_doubles(), g = got[o].to_doubles();
+      ASSERT_EQ(w.size(), g.size());
+      for (size_t i = 0; i < w.size(); ++i) {
+        if (t == DType::kF32 || (o != 4 && std::fabs(w[i]) >= 0x1p-14)) {
+          EXPECT_EQ(g[i], w[i]) << "output " << o << " element " << i;
+        } else {
+          // float16: a subnormal result, or the tiny weight's product: a step of the result's.
+          EXPECT_LE(std::fabs(g[i] - w[i]), std::max(0x1p-24, std::fabs(w[i]) * 0x1p-10)) << "output " << o << " element " << i;
+        }
+      }
+    }
+  }
+}
+
 TEST(Import, Float16ModelsComputeThroughFloat) {
   OnnxBuilder b;
   b.input("x", 10, {4}).output("y", 10, {4});
