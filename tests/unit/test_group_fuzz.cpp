@@ -485,7 +485,7 @@ FuzzCase random_tma_case(unsigned seed) {
 }
 
 // Every group of the case's fusion plan, each with the planner's best generated candidate, one
-// drawn from its generated candidates, its best tensor-core, resident-A, GEMV and flash ones (and flash
+// drawn from its generated candidates, its best tensor-core, resident-A, B-copied-ahead, GEMV and flash ones (and flash
 // blocks of several grouped-query heads): lowered,
 // verified on the host and compiled (check_groups).
 void check_case(unsigned seed, const FuzzCase& c) {
@@ -522,6 +522,7 @@ void check_case(unsigned seed, const FuzzCase& c) {
     bool tma[2] = {false, false};  // a TMA twin taken, unsplit and split
     bool folded[2] = {false, false};  // a flash block of several grouped-query heads taken, SIMT and mma.sync
     bool resident = false;            // a product whose A is its normalization's rows (planner::resident_a) taken
+    bool ahead = false;               // a product whose B copies start before its group's first stage taken
     const auto resident_a = [&](const planner::TileConfig& cfg) {
       return std::any_of(fg.nodes.begin(), fg.nodes.end(), [&](int n) {
         const Node& node = c.g.nodes()[static_cast<size_t>(n)];
@@ -533,6 +534,13 @@ void check_case(unsigned seed, const FuzzCase& c) {
         chosen.push_back(cand.config);
         std::printf("  resident A: %s\n", cand.config.str().c_str());
         resident = true;
+      }
+      // A staged product after another stage, its ring's first B copies issued before the group's
+      // first stage (codegen's AnchorStage::ahead_of_stages; the model hides their latency).
+      if (!ahead && cand.cost.fills_ahead > 0) {
+        chosen.push_back(cand.config);
+        std::printf("  B copied ahead: %s\n", cand.config.str().c_str());
+        ahead = true;
       }
       // Split-K: offered for kernels longer than a launch, which these small shapes rarely are;
       // so the first staged MatMul candidate with 2 to 5 splits, where the cost model accepts it.
