@@ -766,9 +766,17 @@ void LoweringContext::store_value(int v, const std::vector<std::string>& o, cons
 
 void LoweringContext::store_run(int v, const std::vector<std::string>& o, const std::vector<std::string>& xs) {
   check(out_param.count(v) > 0, "store_run: value ", v, " is not exported");
-  const DType dt = g.value(v).dtype;
-  const std::string p = out_param.at(v), at = "ft_at" + std::to_string(next_local_++);
-  cur_->push_back(let(kIndexType, at, flat(g.value(v).shape, o)));
+  store_run_at(out_param.at(v), flat(g.value(v).shape, o), g.value(v).dtype, xs);
+}
+
+void LoweringContext::store_shared_run(int v, const std::vector<std::string>& o, const std::vector<std::string>& xs) {
+  check(buffer.count(v) > 0 && resident_pitch.count(v) > 0, "store_shared_run: value ", v, " has no buffer in its own type");
+  store_run_at(buffer.at(v), buffer_offset(v, o), g.value(v).dtype, xs);
+}
+
+void LoweringContext::store_run_at(const std::string& p, const std::string& start, DType dt, const std::vector<std::string>& xs) {
+  const std::string at = "ft_at" + std::to_string(next_local_++);
+  cur_->push_back(let(kIndexType, at, start));
   std::vector<std::string> ys;
   for (const std::string& x : xs) ys.push_back(store_from_compute(dt, x));
   const bool vectors = dt == DType::kF32 || dt == DType::kF16 || dt == DType::kBF16;

@@ -214,6 +214,10 @@ class LoweringContext {
   // caller's: store_shared): in the widest accesses that fit and are aligned (checked at run
   // time): 16 bytes (4 floats, 8 16-bit values), else pairs (8 or 4 bytes), else elements.
   void store_run(int v, const std::vector<std::string>& o, const std::vector<std::string>& xs);
+  // Elements o, o + 1, ... of v along the innermost axis, computed as xs, to v's shared buffer,
+  // which holds v in its own 16-bit type (resident_pitch), as store_run stores a parameter's (16
+  // bytes where the element's offset is aligned, checked at run time).
+  void store_shared_run(int v, const std::vector<std::string>& o, const std::vector<std::string>& xs);
 
   // ---- runs of reads along the innermost axis ----
   // A group input that a run of `run` consecutive elements along the innermost axis reads at its
@@ -246,6 +250,8 @@ class LoweringContext {
   void emit_extents(Kernel& k, int v);
   // region_loop's vector form; false (nothing emitted) where it does not apply.
   bool vector_loop(Kernel& k, int v, int64_t cap, const IndexFn& body);
+  // store_run's accesses: xs (computed, dtype dt) to buffer or parameter `p` from element `start`.
+  void store_run_at(const std::string& p, const std::string& start, DType dt, const std::vector<std::string>& xs);
 
   int64_t tiles_ = 1;
   std::vector<int64_t> ntiles_;

@@ -379,15 +379,18 @@ class RowStatsStage : public AnchorStage {
       }
       return all;
     };
-    const bool runs_out = cx_.out_param.count(v) > 0;  // exported: stored as runs (the shared buffer, if any, by element)
+    const bool runs_out = cx_.out_param.count(v) > 0;  // exported: stored as runs
+    // A product's resident A (the rows in their own 16-bit type): its shared buffer by runs too.
+    const bool runs_shared = cx_.resident_pitch.count(v) > 0 && cx_.buffer.count(v) > 0;
     Block write = pass([&](int64_t j, const std::vector<std::string>& o, const std::function<std::string(int64_t)>& lane) {
       std::vector<std::string> ys(static_cast<size_t>(run_));
       const auto y_of = [&](int64_t t, const std::vector<std::string>& ot) {
         return element(slot(j, t), a0, b0, ot);
       };
+      const bool runs = runs_out || runs_shared;
       run_of(j, o, lane, y_of,
              [&](int64_t t, const std::string& y, bool whole) {
-               if (!(runs_out && whole) && !handoff_.gives) {
+               if (!(runs && whole) && !handoff_.gives) {
                  cx_.store_value(v, at(o, lane, t), y);
                  return;
                }
@@ -395,14 +398,18 @@ class RowStatsStage : public AnchorStage {
                cx_.cur().push_back(let("float", local, y));
                // Handed over: the output replaces the input in its slot, which nothing reads again.
                if (handoff_.gives) cx_.cur().push_back(assign(slot(j, t), local));
-               if (runs_out && whole) {
+               if (runs && whole) {
                  ys[static_cast<size_t>(t)] = local;
-                 cx_.store_shared(v, at(o, lane, t), local);
                } else {
                  cx_.store_value(v, at(o, lane, t), local);
                }
              },
              [&] {
+               if (runs_shared) {
+                 cx_.store_shared_run(v, o, ys);
+               } else if (runs_out) {
+                 for (int64_t t = 0; t < run_; ++t) cx_.store_shared(v, at(o, lane, t), ys[static_cast<size_t>(t)]);
+               }
                if (runs_out) cx_.store_run(v, o, ys);
              },
              inside_region(o, o.back(), lane(run_ - 1)), [&](int64_t t) { return inside_region(at(o, lane, t), "", ""); }, nullptr);

@@ -2,7 +2,8 @@
 // normalization along the last axis feeding a MatMul's A on mma.sync keeps its rows in shared
 // memory in A's own 16-bit type at an ldmatrix pitch, and the product reads its fragments there:
 // no A slice staged a step. Checked: where the planner takes the form and where it refuses it;
-// the kernel's shared memory (the rows in 16 bits, no A ring) and the cost model's charge for it;
+// the kernel's shared memory (the rows in 16 bits, written 16 bytes a store; no A ring) and the
+// cost model's charge for it;
 // differentially against the reference under the host executor's checks, float16 and bfloat16,
 // rows that end inside the warps' tiles, K of one and of several steps, split-K, a deeper ring,
 // the normalization's value exported, Softmax rows; each barrier deleted is a finding; B's first
@@ -110,6 +111,13 @@ TEST(ResidentA, HoldsTheRowsInSixteenBitsAndStagesNoA) {
   EXPECT_EQ(planner::resident_pitch(c.g, c.g.nodes()[static_cast<size_t>(c.matmul)]), 72);
   const int p = c.g.nodes()[static_cast<size_t>(c.matmul)].outputs[0];
   EXPECT_EQ(named("sa" + std::to_string(p)), lk.kernel.shared.end()) << "an A ring\n" << to_text(lk.kernel);
+  // Rows held in registers (256 elements: a run of 8 a lane) are written 16 bytes a store where a
+  // run lies whole and aligned (LoweringContext::store_shared_run), as an exported value is.
+  const NormCase wide = norm_case(DType::kF16, 40, 256, 72);
+  const std::string ir = to_text(lower_group(wide.g, wide.fg, cfg, "resident").kernel);
+  const std::string rows_name = "b" + std::to_string(wide.g.nodes()[static_cast<size_t>(wide.norm)].outputs[0]);
+  EXPECT_NE(ir.find(rows_name + "[ft_at"), std::string::npos) << ir;
+  EXPECT_NE(ir.find(" .. +8] = ft_u16x8"), std::string::npos) << "no 16-byte store of the rows\n" << ir;
   EXPECT_NE(named("sb" + std::to_string(p)), lk.kernel.shared.end());
   // The model: the same tile with A staged (a second reader keeps it so) charges the float rows
   // and the ring; resident, the 16-bit rows alone.
@@ -140,6 +148,7 @@ TEST(ResidentA, MatchesTheReferenceUnderEveryCheck) {
         {16, 32, 24, mma_tile(16, 32, 32, 64), "one step, columns ending inside the tile"},
         {37, 96, 40, split, "split-K over 3 steps"},
         {24, 48, 64, deeper, "steps of 16 through a ring of 4"},
+        {40, 256, 72, mma_tile(32, 64, 32, 128), "rows held in registers, stored 16 bytes a store"},
     };
     for (const Shape3& s : shapes) {
       for (const bool exported : {false, true}) {
