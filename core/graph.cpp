@@ -66,6 +66,22 @@ std::vector<int> reads(const Node& n) {
   return out;
 }
 
+bool is_column_bias(const Value& c, const Value& p) {
+  return c.is_constant() && c.dtype == p.dtype && !c.shape.empty() && !p.shape.empty() && c.shape.back() == p.shape.back() &&
+         numel(c.shape) == c.shape.back() && c.shape.size() <= p.shape.size();
+}
+
+std::vector<int> Graph::sole_readers() const {
+  std::vector<int> readers(values_.size(), -1);
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    for (int in : reads(nodes_[i])) {
+      int& r = readers[static_cast<size_t>(in)];
+      r = r == -1 || r == static_cast<int>(i) ? static_cast<int>(i) : -2;
+    }
+  }
+  return readers;
+}
+
 std::vector<int> Graph::producers() const {
   std::vector<int> prod(values_.size(), -1);
   for (size_t n = 0; n < nodes_.size(); ++n) {

@@ -54,6 +54,10 @@ struct Value {
   bool is_constant() const { return data != nullptr; }
 };
 
+// Whether constant c holds one value a column of value p, in p's dtype (shape [N] or
+// [1, ..., 1, N], no more axes than p): a bias an Add broadcasts along p's rows.
+bool is_column_bias(const Value& c, const Value& p);
+
 // A graph output whose extent along one axis depends on the data (NonMaxSuppression's selections,
 // Unique's values, NonZero's indices): its buffer holds the bound the importer derived on `axis`,
 // and the first `count` entries there hold data (`count`: another graph output, an int64
@@ -145,6 +149,8 @@ class Graph {
 
   // Producer node index of each value (-1 for inputs and constants).
   std::vector<int> producers() const;
+  // Each value's one reader node (-1: none; -2: several), counting what reads() counts.
+  std::vector<int> sole_readers() const;
   // Drops nodes whose outputs reach no graph output and values nothing refers to; renumbers ids.
   void remove_dead();
   // Throws Error if the graph breaks an invariant above (bad ids, order, arity, shapes, guards).

@@ -45,13 +45,6 @@ std::optional<Tensor> scaled(const Tensor& t, double s) {
   return out;
 }
 
-// Whether constant value c is a bias of product value p: p's dtype, one value a column ([N] or
-// [1, ..., 1, N], no more axes than p).
-bool is_bias(const Value& c, const Value& p) {
-  return c.is_constant() && c.dtype == p.dtype && !c.shape.empty() && !p.shape.empty() && c.shape.back() == p.shape.back() &&
-         numel(c.shape) == c.shape.back() && c.shape.size() <= p.shape.size();
-}
-
 // A scaled product found from the scale's node: the MatMul, its bias Add (or -1), and the scale.
 struct Scaled {
   int matmul = -1, add = -1;
@@ -86,7 +79,7 @@ std::optional<Scaled> scaled_product(const Graph& g, int at, const std::vector<i
     if ((pn.op == "Reshape" || pn.op == "Transpose") && pn.inputs.size() == 1 && out.add < 0) {
       u = pn.inputs[0];
     } else if (pn.op == "Add" && pn.inputs.size() == 2 && out.add < 0) {
-      const int b = is_bias(g.value(pn.inputs[1]), g.value(pn.inputs[0])) ? 1 : is_bias(g.value(pn.inputs[0]), g.value(pn.inputs[1])) ? 0 : -1;
+      const int b = is_column_bias(g.value(pn.inputs[1]), g.value(pn.inputs[0])) ? 1 : is_column_bias(g.value(pn.inputs[0]), g.value(pn.inputs[1])) ? 0 : -1;
       if (b < 0 || g.value(pn.inputs[static_cast<size_t>(1 - b)]).shape != g.value(u).shape) return std::nullopt;
       out.add = p;
       u = pn.inputs[static_cast<size_t>(1 - b)];
@@ -106,14 +99,7 @@ std::optional<Scaled> scaled_product(const Graph& g, int at, const std::vector<i
 
 int fold_product_scales(Graph& g) {
   const std::vector<int> producers = g.producers();
-  // Each value's one reader (-1: none; -2: several), and the graph's outputs.
-  std::vector<int> readers(g.values().size(), -1);
-  for (size_t i = 0; i < g.nodes().size(); ++i) {
-    for (int in : reads(g.nodes()[i])) {
-      int& r = readers[static_cast<size_t>(in)];
-      r = r == -1 || r == static_cast<int>(i) ? static_cast<int>(i) : -2;
-    }
-  }
+  std::vector<int> readers = g.sole_readers();
   const std::set<int> outputs(g.outputs().begin(), g.outputs().end());
   int folded = 0;
   for (size_t i = 0; i < g.nodes().size(); ++i) {

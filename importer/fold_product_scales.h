@@ -9,7 +9,7 @@
 // Takes a canonical graph, before pack_sibling_products: the scaled projection then joins its
 // siblings as a constant like theirs, and the attention reads its query as laid out (copied 16
 // bytes at a time) where it computed the scaling element by element. W is a constant 2-D matrix,
-// b a constant holding one value a column (planner's bias shape: [N] or [1, ..., 1, N]); every
+// b a constant holding one value a column (core/graph.h is_column_bias); every
 // value on the way from the product to y has y's chain as its one reader and is no graph output,
 // and neither is y; W's type is float16, bfloat16, float32 or float64. Guarantees: a scale by a
 // power of two is exact, so s W and s b hold W's and b's values scaled exactly but for elements

@@ -33,20 +33,14 @@ Tensor side_by_side(const std::vector<const Tensor*>& parts) {
 }
 
 // The sibling's bias: the one node reading product `v` (nothing else does, nor is it a graph
-// output), where it is an Add of v and a constant of v's dtype holding one value a column (shape
-// [N], or [1, ..., 1, N]); its node index, or -1.
+// output), where it is an Add of v and a column bias (is_column_bias); its node index, or -1.
 int bias_of(const Graph& g, int v, const std::vector<int>& readers, const std::set<int>& outputs) {
   if (outputs.count(v) || readers[static_cast<size_t>(v)] < 0) return -1;
   const int a = readers[static_cast<size_t>(v)];
   const Node& n = g.nodes()[static_cast<size_t>(a)];
   if (n.op != "Add" || n.inputs.size() != 2 || !n.guards.empty()) return -1;
   const int c = n.inputs[0] == v ? n.inputs[1] : n.inputs[0];
-  const Value& b = g.value(c);
-  const Value& x = g.value(v);
-  if (c == v || !b.is_constant() || b.data == nullptr || b.dtype != x.dtype || b.shape.empty() || b.shape.back() != x.shape.back() ||
-      numel(b.shape) != b.shape.back() || b.shape.size() > x.shape.size() || g.value(n.outputs[0]).shape != x.shape) {
-    return -1;
-  }
+  if (c == v || !is_column_bias(g.value(c), g.value(v)) || g.value(n.outputs[0]).shape != g.value(v).shape) return -1;
   return a;
 }
 
@@ -63,15 +57,7 @@ int pack_sibling_products(Graph& g) {
     if (!w.is_constant() || w.data == nullptr || w.shape.size() != 2 || x.shape.size() < 2 || x.dtype != w.dtype) continue;
     siblings[{n.inputs[0], w.shape[0], w.dtype}].push_back(static_cast<int>(i));
   }
-  // Each value's one reader (-1: none; -2: several), and the graph's outputs.
-  std::vector<int> readers(g.values().size(), -1);
-  for (size_t i = 0; i < g.nodes().size(); ++i) {
-    for (int in : g.nodes()[i].inputs) {
-      if (in == kNoValue) continue;
-      int& r = readers[static_cast<size_t>(in)];
-      r = r == -1 || r == static_cast<int>(i) ? static_cast<int>(i) : -2;
-    }
-  }
+  const std::vector<int> readers = g.sole_readers();
   const std::set<int> outputs(g.outputs().begin(), g.outputs().end());
   std::map<int, std::vector<int>> at;     // the first sibling -> all of them
   std::map<int, std::vector<int>> biases;  // ... -> their bias Adds, where every one has one

@@ -415,23 +415,28 @@ void emit_ring(LoweringContext& cx, Kernel& k, const planner::MmaStaging& ring, 
                const RingAhead& ahead_of_stages) {
   const auto global = [&](const std::string& local) { return cx.splits() == 1 ? local : "(" + k0 + " + " + local + ")"; };
   const int64_t ahead = std::min<int64_t>(ring.ahead, local_steps);
-  const auto prologue = [&](Block& into, const RingSlices& staged) {
-    Block step = staged(global("ft_ks"), "ft_ks");
-    step.push_back(copy_async_commit());
-    into.push_back(uniform_for("ft_ks", "0", lit(ahead), step));
-  };
-  if (ahead_of_stages.early != nullptr && ring.async_b) {
-    prologue(*ahead_of_stages.early, ahead_of_stages.b_slices);
-    prologue(k.body, ahead_of_stages.a_slices);
-  } else {
-    prologue(k.body, slices);
-  }
+  emit_prologue(k, ahead, global, slices, ring.async_b ? ahead_of_stages : RingAhead{});
   Block body = {copy_async_wait(static_cast<int>(ahead - 1)), barrier()};
   const std::string next = "(ft_ks + " + lit(ring.ahead) + ")";
   if (local_steps > ahead) body.push_back(if_then(next + " < " + lit(local_steps), slices(global(next), next + " % " + lit(ring.stages))));
   body.push_back(copy_async_commit());  // possibly empty: one group a step keeps the count
   body.push_back(compute(global("ft_ks"), "(ft_ks % " + lit(ring.stages) + ")"));
   k.body.push_back(uniform_for("ft_ks", "0", lit(local_steps), body));
+}
+
+void emit_prologue(Kernel& k, int64_t ahead, const std::function<std::string(const std::string&)>& global, const RingSlices& slices,
+                   const RingAhead& early) {
+  const auto prologue = [&](Block& into, const RingSlices& staged) {
+    Block step = staged(global("ft_ks"), "ft_ks");
+    step.push_back(copy_async_commit());
+    into.push_back(uniform_for("ft_ks", "0", lit(ahead), step));
+  };
+  if (early.early == nullptr) {
+    prologue(k.body, slices);
+    return;
+  }
+  prologue(*early.early, early.b_slices);
+  if (early.a_slices) prologue(k.body, early.a_slices);
 }
 
 Stmt copy_slice(LoweringContext& cx, const CopiedSlice& s) {

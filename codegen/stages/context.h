@@ -314,5 +314,11 @@ struct RingAhead {
 void emit_ring(LoweringContext& cx, Kernel& k, const planner::MmaStaging& ring, int64_t local_steps, const std::string& k0,
                const RingSlices& slices, const std::function<Stmt(const std::string& gks, const std::string& slot)>& compute,
                const RingAhead& ahead_of_stages = {});
+// A cp.async ring's prologue (emit_ring's, the tensor-core form's): local steps 0 .. ahead - 1
+// into their slots, `global(local)` the step of K each stages, one group each: `slices` into
+// k.body; or, with `early.early`, B's slices there and A's (unless early.a_slices is empty: A
+// resident) into k.body.
+void emit_prologue(Kernel& k, int64_t ahead, const std::function<std::string(const std::string&)>& global, const RingSlices& slices,
+                   const RingAhead& early);
 
 }  // namespace fusetune::codegen::stages

@@ -587,8 +587,10 @@ void MmaMatMulStage::emit(Kernel& k) {
   // landed, since groups complete in the order they were committed.
   const bool b_ahead = ahead_of_stages != nullptr && !ws && !st.tma && st.staging.async_b;
   if (b_ahead) {
-    ahead_of_stages->push_back(uniform_for("ft_ks", "0", lit(ahead), {stage(false, global("ft_ks"), "ft_ks"), copy_async_commit()}));
-    if (!st.resident) k.body.push_back(uniform_for("ft_ks", "0", lit(ahead), {stage(true, global("ft_ks"), "ft_ks"), copy_async_commit()}));
+    const RingSlices a = [&](const std::string& ks, const std::string& slot) { return Block{stage(true, ks, slot)}; };
+    emit_prologue(k, ahead, global, slices,
+                  {ahead_of_stages, st.resident ? RingSlices{} : a,
+                   [&](const std::string& ks, const std::string& slot) { return Block{stage(false, ks, slot)}; }});
   } else if (!ws) {
     Block prologue = st.tma ? Block{tma_step(global("ft_ks"), "ft_ks")} : slices(global("ft_ks"), "ft_ks");
     if (any_async) prologue.push_back(copy_async_commit());
