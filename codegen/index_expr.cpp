@@ -62,11 +62,12 @@ struct IndexExprNode {
   }
   IndexValue compute(const std::vector<IndexValue>& env, const IndexExpr::LoadVisitor& on_load, uint64_t block) const;
   ValueRange range(const std::vector<ValueRange>& slots, int index_bits, const IndexExpr::OverflowVisitor& overflow) const;
-  int twos() const;
+  // The trailing zero bits of every value, slot s having at least aligned[s] (none past its end).
+  int twos(const std::vector<int>& aligned) const;
   // related: false under a condition not the same in both environments (its subscripts are
   // reported unrelated).
-  Shift shift(const std::vector<Shift>& slots, const std::vector<IndexValue>& first, const IndexExpr::ShiftVisitor& on_load,
-              bool related) const;
+  Shift shift(const std::vector<Shift>& slots, const std::vector<IndexValue>& first, const std::vector<int>& aligned,
+              const IndexExpr::ShiftVisitor& on_load, bool related) const;
 };
 
 namespace {
@@ -684,12 +685,20 @@ ValueRange IndexExprNode::range(const std::vector<ValueRange>& slots, int index_
 }
 
 Shift IndexExprNode::shift(const std::vector<Shift>& slots, const std::vector<IndexValue>& first,
-                           const IndexExpr::ShiftVisitor& on_load, bool related) const {
-  const auto kid = [&](size_t i, bool rel = true) { return kids[i]->shift(slots, first, on_load, related && rel); };
+                           const std::vector<int>& aligned, const IndexExpr::ShiftVisitor& on_load, bool related) const {
+  const auto kid = [&](size_t i, bool rel = true) { return kids[i]->shift(slots, first, aligned, on_load, related && rel); };
   // A factor the same in both: its value, when it is of constants and invariant slots only.
   const auto factor = [&](size_t i) -> IndexValue {
     if (!kids[i]->invariant) return std::nullopt;
     return kids[i]->eval(first, [](int, IndexValue) {}, 0);
+  };
+  // Whether kid `moved`, moved by s, and kid `fixed`, the same in both, are multiples of 2^t in the
+  // first environment with 0 <= s < 2^t: then x + s lies in the same interval [k 2^t, (k + 1) 2^t)
+  // as x, and its order against y and its floor quotient by y (y > 0) do not change.
+  const auto within = [&](const Shift& s, size_t moved, size_t fixed) {
+    if (s.kind != Shift::Kind::kBy || s.offset() < 0) return false;
+    const int t = std::min(kids[moved]->twos(aligned), kids[fixed]->twos(aligned));
+    return s.offset() < (int64_t{1} << t);
   };
   const auto all_same = [&]() {
     bool same = true;
@@ -749,8 +758,11 @@ Shift IndexExprNode::shift(const std::vector<Shift>& slots, const std::vector<In
         case Helper::kMax: return a == b ? a : Shift::other();  // min(x + d, y + d) = min(x, y) + d
         case Helper::kFdiv:
         case Helper::kFmod: {
-          // Floor division by a constant c: (x + d) / c = x / c + d / c when c divides d.
+          // Floor division by a constant c: (x + d) / c = x / c + d / c when c divides d; and x / c
+          // when x and c > 0 are multiples of 2^t and 0 <= d < 2^t (the remainder x mod c, a
+          // multiple of 2^t below c, stays below c with d added), the remainder then moving by d.
           const IndexValue c = b == Shift::same() ? factor(1) : std::nullopt;
+          if (c && *c > 0 && within(a, 0, 1)) return helper == Helper::kFdiv ? Shift::same() : a;
           if (!c || !divisible(a.offset(), *c) || a.offset() % *c != 0) return Shift::other();
           return helper == Helper::kFdiv ? Shift::of(a.offset() / *c) : Shift::same();
         }
@@ -791,7 +803,11 @@ Shift IndexExprNode::shift(const std::vector<Shift>& slots, const std::vector<In
     case Op::kEq:
     case Op::kNe: {
       const Shift a = kid(0), b = kid(1);  // x + d < y + d as x < y (indices far from overflow)
-      return a.known() && a == b ? Shift::same() : Shift::other();
+      if (a.known() && a == b) return Shift::same();
+      // x + d < y as x < y, where within() holds (and so >=; y > x + d, y >= x + d: <, <= turned).
+      const bool left = (op == Op::kLt || op == Op::kGe) && b == Shift::same() && within(a, 0, 1);
+      const bool right = (op == Op::kGt || op == Op::kLe) && a == Shift::same() && within(b, 1, 0);
+      return left || right ? Shift::same() : Shift::other();
     }
     default: return all_same();  // shifts, bitwise operators
   }
@@ -808,10 +824,11 @@ IndexExpr IndexExpr::parse(const std::string& text, const Resolver& resolve) {
   return e;
 }
 
-int IndexExprNode::twos() const {
+int IndexExprNode::twos(const std::vector<int>& aligned) const {
   constexpr int kAll = 62;
-  const auto kid = [&](size_t i) { return kids[i]->twos(); };
+  const auto kid = [&](size_t i) { return kids[i]->twos(aligned); };
   switch (op) {
+    case Op::kSlot: return static_cast<size_t>(value) < aligned.size() ? std::min(kAll, aligned[static_cast<size_t>(value)]) : 0;
     case Op::kConst: return value == 0 ? kAll : std::min(kAll, __builtin_ctzll(static_cast<uint64_t>(value)));
     case Op::kNeg: return kid(0);
     case Op::kAdd:
@@ -829,7 +846,7 @@ int IndexExprNode::twos() const {
   }
 }
 
-int IndexExpr::twos() const { return root_->twos(); }
+int IndexExpr::twos() const { return root_->twos({}); }
 
 ValueRange IndexExpr::range(const std::vector<ValueRange>& slots, int index_bits, const OverflowVisitor& overflow) const {
   return root_->range(slots, index_bits, overflow);
@@ -839,8 +856,9 @@ IndexValue IndexExpr::eval(const std::vector<IndexValue>& env, const LoadVisitor
   return root_->eval(env, on_load, block_stamp);
 }
 
-Shift IndexExpr::shift(const std::vector<Shift>& slots, const std::vector<IndexValue>& first, const ShiftVisitor& on_load) const {
-  return root_->shift(slots, first, on_load, true);
+Shift IndexExpr::shift(const std::vector<Shift>& slots, const std::vector<IndexValue>& first, const ShiftVisitor& on_load,
+                       const std::vector<int>& aligned) const {
+  return root_->shift(slots, first, aligned, on_load, true);
 }
 
 }  // namespace fusetune::codegen

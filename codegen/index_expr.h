@@ -111,9 +111,14 @@ class IndexExpr {
   // How the value under a second environment relates to the value under a first, given how each
   // slot's values relate (`slots`) and the first environment's invariant slots (`first`, for the
   // factors a shifted value is multiplied by). Integer casts, divisions, comparisons and helpers
-  // of a shifted value relate by nothing known; a branch on a condition not the same in both
-  // reports its subscripts unrelated.
-  Shift shift(const std::vector<Shift>& slots, const std::vector<IndexValue>& first, const ShiftVisitor& on_load) const;
+  // of a shifted value relate by nothing known, except where `aligned` says slot s's values in
+  // the first environment are multiples of 2^aligned[s] (a run's first element, codegen/stages/
+  // context.h along_reads): a value x moved by 0 <= d < 2^t, compared with or floor-divided by
+  // (ft_fdiv, ft_fmod) a value y the same in both, both multiples of 2^t (twos() with the slots'
+  // bits), compares as x and divides as x (the remainder moved by d); a branch on a condition not
+  // the same in both reports its subscripts unrelated.
+  Shift shift(const std::vector<Shift>& slots, const std::vector<IndexValue>& first, const ShiftVisitor& on_load,
+              const std::vector<int>& aligned = {}) const;
 
   // The bounds and C type of the value under variables bounded by `slots` (a slot's bits: its
   // variable's type), with ft_i `index_bits` wide; `overflow` is called, with what overflows, for

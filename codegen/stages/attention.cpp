@@ -150,7 +150,11 @@ class AttentionStage : public AnchorStage {
   // A thread loop staging `rows` x `cols` elements of operand `operand` of MatMul `matmul` into
   // `to` (as `dtype`): element (ft_qr, ft_qd) reads the operand at `index()` where `row_inside`
   // holds and ft_qd < `limit`, else zero. Into float32 (the SIMT form), an operand the planner
-  // stages wide (planner::wide_operand) goes as stage_wide's chunks; else element by element.
+  // stages wide (planner::wide_operand) goes as stage_wide's chunks; else an operand computed in
+  // the group (a rotary embedding, a scale) goes a run of 8 (or 4) columns a thread, its group
+  // inputs read along the columns 16 bytes a load where the run lies inside and they are aligned
+  // (LoweringContext::along_reads), its run stored 16 bytes at a time where aligned; columns that
+  // no run divides go element by element.
   Stmt stage(const Slot& to, DType dtype, int64_t rows, int64_t cols, int matmul, int operand, const std::string& row_inside,
              const std::string& limit, const std::function<std::vector<std::string>()>& index);
   // stage()'s loop over chunks of `lanes` consecutive columns (cols a multiple of it) of the
@@ -312,20 +316,69 @@ Stmt AttentionStage::stage(const Slot& to, DType dtype, int64_t rows, int64_t co
   }
   const Node& mm = node(matmul);
   const TensorExpr& e = cx_.exprs.at(matmul);
-  const std::string inside = limit == lit(cols) ? row_inside : row_inside + " && ft_qd < " + limit;
-  return thread_for("ft_e", "0", lit(rows * cols), cx_.fresh_block([&] {
-    cx_.cur().push_back(let(kIndexType, "ft_qr", "ft_e / " + lit(cols)));
-    cx_.cur().push_back(let(kIndexType, "ft_qd", "ft_e % " + lit(cols)));
+  const int u = mm.inputs[static_cast<size_t>(operand)];
+  // The operand's element at column `col` of the row (an index expression for ft_qd).
+  const auto element = [&](const std::string& col) {
+    std::vector<std::string> vars = index();
+    for (std::string& v : vars) v = replace_name(v, "ft_qd", col);
+    return cx_.value(u, cx_.index_of(e.accesses[static_cast<size_t>(operand)], vars));
+  };
+  const int64_t run = cols % 8 == 0 ? 8 : cols % 4 == 0 ? 4 : 1;
+  if (run == 1) {
+    const std::string inside = limit == lit(cols) ? row_inside : row_inside + " && ft_qd < " + limit;
+    return thread_for("ft_e", "0", lit(rows * cols), cx_.fresh_block([&] {
+      cx_.cur().push_back(let(kIndexType, "ft_qr", "ft_e / " + lit(cols)));
+      cx_.cur().push_back(let(kIndexType, "ft_qd", "ft_e % " + lit(cols)));
+      if (operand == 1) cx_.cur().push_back(let(kIndexType, "ft_fj", to.tile + " * " + lit(bc_) + " + ft_qr"));  // a key
+      cx_.cur().push_back(let("float", "fa_x", "0.0f"));
+      Block in;
+      cx_.with_block(in, [&] { cx_.cur().push_back(assign("fa_x", element("ft_qd"))); });
+      cx_.cur().push_back(if_then(inside, in));
+      const std::string x = dtype == DType::kF32 ? "fa_x" : store_from_compute(dtype, "fa_x");
+      cx_.cur().push_back(store(to.buf, slot_element(to, "ft_qr * " + lit(to.pitch) + " + ft_qd"), x));
+    }));
+  }
+  // Runs of `run` columns a thread: where the run lies inside, the group inputs it reads along
+  // the columns come as 16-byte vectors (LoweringContext::along_reads: Q and K as laid out, and
+  // the rotate-half piece of a rotary embedding, whose halves are multiples of the run), and the
+  // run goes to shared memory in 16-byte stores where aligned.
+  const int64_t chunks = cols / run;
+  const auto lane = [](int64_t t) { return "(ft_qd + " + lit(t) + ")"; };
+  return thread_for("ft_e", "0", lit(rows * chunks), cx_.fresh_block([&] {
+    cx_.cur().push_back(let(kIndexType, "ft_qr", "ft_e / " + lit(chunks)));
+    cx_.cur().push_back(let(kIndexType, "ft_qd", "ft_e % " + lit(chunks) + " * " + lit(run)));
     if (operand == 1) cx_.cur().push_back(let(kIndexType, "ft_fj", to.tile + " * " + lit(bc_) + " + ft_qr"));  // a key
-    cx_.cur().push_back(let("float", "fa_x", "0.0f"));
-    Block in;
-    cx_.with_block(in, [&] {
-      const auto idx = cx_.index_of(e.accesses[static_cast<size_t>(operand)], index());
-      cx_.cur().push_back(assign("fa_x", cx_.value(mm.inputs[static_cast<size_t>(operand)], idx)));
+    std::vector<std::string> xs;
+    for (int64_t t = 0; t < run; ++t) {
+      xs.push_back("fa_r" + std::to_string(t));
+      cx_.cur().push_back(let("float", xs.back(), "0.0f"));
+    }
+    // Lane t's element into fa_r<t>, in a scope of its own (its chain may name the same locals).
+    const auto compute = [&](int64_t t) {
+      Block one;
+      cx_.with_block(one, [&] { cx_.cur().push_back(assign(xs[static_cast<size_t>(t)], element(lane(t)))); });
+      return one;
+    };
+    Block whole = cx_.fresh_block([&] {
+      const std::vector<LoweringContext::VectorRead> reads =
+          cx_.along_reads({"ft_qd"}, run, lane, [&](const std::vector<std::string>& o) { element(o.back()); });
+      Block vectors, elements;
+      cx_.with_block(vectors, [&] {
+        cx_.load_runs(reads, run);
+        for (int64_t t = 0; t < run; ++t) cx_.cur().push_back(if_then("1", compute(t)));
+      });
+      for (int64_t t = 0; t < run; ++t) elements.push_back(if_then("1", compute(t)));
+      if (reads.empty()) {
+        cx_.cur().insert(cx_.cur().end(), elements.begin(), elements.end());
+      } else {
+        cx_.cur().push_back(if_then(cx_.reads_aligned(reads), vectors, elements));
+      }
     });
-    cx_.cur().push_back(if_then(inside, in));
-    const std::string x = dtype == DType::kF32 ? "fa_x" : store_from_compute(dtype, "fa_x");
-    cx_.cur().push_back(store(to.buf, slot_element(to, "ft_qr * " + lit(to.pitch) + " + ft_qd"), x));
+    Block edge;
+    for (int64_t t = 0; t < run; ++t) edge.push_back(if_then(row_inside + " && " + lane(t) + " < " + limit, compute(t)));
+    const std::string all_in = limit == lit(cols) ? row_inside : row_inside + " && ft_qd + " + lit(run) + " <= " + limit;
+    cx_.cur().push_back(if_then(all_in, whole, edge));
+    cx_.store_run_at(to.buf, slot_element(to, "ft_qr * " + lit(to.pitch) + " + ft_qd"), dtype, xs);
   }));
 }
 

@@ -1,8 +1,11 @@
 #include "codegen/stages/context.h"
 
 #include <algorithm>
+#include <cctype>
+#include <map>
 #include <set>
 
+#include "codegen/index_expr.h"
 #include "codegen/scalar_ops.h"
 #include "codegen/stages/inline.h"
 #include "core/error.h"
@@ -302,12 +305,13 @@ std::string LoweringContext::value(int v, const std::vector<std::string>& idx) {
   if (auto it = memo_->find(key); it != memo_->end()) return it->second;
   const Value& val = g.value(v);
   std::string expr;
+  bool recording = false;  // a group input's load, recorded for along_reads
   if (auto o = provided.find(v); o != provided.end()) {
     expr = o->second(idx);
   } else if (auto p = param.find(v); p != param.end() || !producer.count(v)) {
     if (val.is_constant() && param.find(v) == param.end()) fail("constant '", val.name, "' is not a group input");
     expr = load_as_compute(val.dtype, param.at(v) + "[" + flat(val.shape, idx) + "]");
-    if (recording_ != nullptr && with_depth_ == record_depth_) recording_->push_back({v, idx});
+    recording = recording_ != nullptr;
   } else if (auto b = buffer.find(v); b != buffer.end()) {
     const std::string element = b->second + "[" + buffer_offset(v, idx) + "]";
     expr = resident_pitch.count(v) ? load_as_compute(val.dtype, element) : element;
@@ -318,6 +322,7 @@ std::string LoweringContext::value(int v, const std::vector<std::string>& idx) {
   const std::string name = "v" + std::to_string(next_local_++);
   cur_->push_back(let(compute_ctype(val.dtype), name, expr));
   (*memo_)[key] = name;
+  if (recording && with_depth_ >= record_depth_) recording_->push_back({v, idx, name, with_depth_ > record_depth_, ""});
   return name;
 }
 
@@ -534,74 +539,221 @@ bool names_any(const std::string& text, const std::set<std::string>& names) {
 
 }  // namespace
 
+std::vector<LoweringContext::Recorded> LoweringContext::record_loads(const std::vector<std::string>& o, const IndexFn& body,
+                                                                     std::set<std::string>& declared_names) {
+  std::vector<Recorded> found;
+  Block aside;
+  recording_ = &found;
+  record_depth_ = with_depth_ + 1;
+  with_block(aside, [&] { body(o); });
+  recording_ = nullptr;
+  declared_names.clear();
+  declared(aside, declared_names);
+  // Each conditional load's conditions, from the statements around its let.
+  std::map<std::string, std::string> guards;
+  const std::function<void(const Block&, const std::string&)> walk = [&](const Block& b, const std::string& cond) {
+    for (const Stmt& st : b) {
+      if (st.kind == Stmt::Kind::kLet) guards[st.name] = cond;
+      if (st.kind == Stmt::Kind::kIf) {
+        const std::string both = cond.empty() ? "" : cond + " && ";
+        walk(st.body, both + "(" + st.a + ")");
+        walk(st.orelse, both + "!(" + st.a + ")");
+      } else {
+        walk(st.body, "\x01");  // inside anything else (a loop): not a condition along_reads takes
+        walk(st.orelse, "\x01");
+      }
+    }
+  };
+  walk(aside, "");
+  for (Recorded& r : found) {
+    const auto it = guards.find(r.local);
+    r.guard = it == guards.end() ? "\x01" : it->second;  // a let left out of the body's text: not taken
+  }
+  return found;
+}
+
+std::string replace_name(const std::string& text, const std::string& name, const std::string& by) {
+  const auto ident = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  std::string out;
+  for (size_t i = 0; i < text.size();) {
+    if (!ident(text[i])) {
+      out += text[i++];
+      continue;
+    }
+    size_t j = i;
+    while (j < text.size() && ident(text[j])) ++j;
+    const std::string word = text.substr(i, j - i);
+    out += word == name ? by : word;
+    i = j;
+  }
+  return out;
+}
+
+namespace {
+
+// `text` as one operand: itself where its outer parentheses enclose it whole or it is one name.
+std::string operand(const std::string& text) {
+  bool whole = !text.empty() && text.front() == '(' && text.back() == ')';
+  int depth = 0;
+  for (size_t i = 0; whole && i < text.size(); ++i) {
+    depth += text[i] == '(' ? 1 : text[i] == ')' ? -1 : 0;
+    whole = depth > 0 || i + 1 == text.size();
+  }
+  const bool name = !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
+  return whole || name ? text : "(" + text + ")";
+}
+
+}  // namespace
+
 std::vector<LoweringContext::VectorRead> LoweringContext::along_reads(const std::vector<std::string>& o, int64_t run,
+                                                                      const std::function<std::string(int64_t)>& lane,
                                                                       const IndexFn& body) {
   // No 16-byte vector (4 floats, 8 16-bit values) divides the run: nothing to find, and the body
   // is not emitted aside (a tensor-core epilogue's pair runs, one per fragment row).
   if (run % vector_lanes(DType::kF32) != 0) return {};
-  const std::string q = o.back();
-  // The group inputs the body reads unconditionally, found by emitting it aside: first those read
-  // at the same index by every element of the run (a token id that picks an embedding row),
-  // loaded once here for all of them; then, with those visible, those read along the innermost
-  // axis (the embedding row itself). An index that names what the body declares (its locals, a
-  // coordinate it computes) cannot be read before the body: `body_names` gets those names.
+  // The group inputs read at the same index by every element of the run (a token id that picks an
+  // embedding row), loaded once here for all of them, so that the reads they index (the
+  // embedding row itself) become visible. An index that names what the body declares (its
+  // locals, a coordinate it computes) or the run's coordinate cannot be read before the body.
   std::set<std::string> body_names;
-  const auto record = [&] {
-    std::vector<std::pair<int, std::vector<std::string>>> found;
-    Block aside;
-    recording_ = &found;
-    record_depth_ = with_depth_ + 1;
-    with_block(aside, [&] { body(o); });
-    recording_ = nullptr;
-    body_names.clear();
-    declared(aside, body_names);
-    body_names.insert(q);  // not declared by the body, but different for every element
-    return found;
-  };
-  for (const auto& [u, idx] : record()) {
-    if (std::none_of(idx.begin(), idx.end(), [&](const std::string& i) { return names_any(i, body_names); })) value(u, idx);
-  }
-  const std::vector<std::pair<int, std::vector<std::string>>> loads = record();
-  body_names.erase(q);
-  std::vector<VectorRead> reads;
-  for (const auto& [u, idx] : loads) {
-    const DType ut = g.value(u).dtype;
-    bool along = !idx.empty() && idx.back() == q && (ut == DType::kF32 || ut == DType::kF16 || ut == DType::kBF16) &&
-                 run % vector_lanes(ut) == 0 && g.value(u).shape.back() % vector_lanes(ut) == 0;
-    for (size_t d = 0; along && d < idx.size(); ++d) {
-      along = !names_any(idx[d], body_names) && (d + 1 == idx.size() || !expression_names(idx[d]).count(q));
+  const std::vector<Recorded> first = record_loads(o, body, body_names);
+  body_names.insert(o.back());
+  for (const Recorded& r : first) {
+    if (!r.conditional && std::none_of(r.idx.begin(), r.idx.end(), [&](const std::string& i) { return names_any(i, body_names); })) {
+      value(r.u, r.idx);
     }
-    const bool seen = std::any_of(reads.begin(), reads.end(), [&](const VectorRead& x) { return x.u == u && x.idx == idx; });
-    if (!along || seen) continue;
-    reads.push_back({u, idx, "ft_a" + std::to_string(next_local_++)});
-    cur_->push_back(let(kIndexType, reads.back().at, flat(g.value(u).shape, idx)));
   }
-  return reads;
+  // The body with a placeholder for lane 0's innermost coordinate, for the analysis, and at every
+  // lane, for the keys: a load is read along the run where its k-th load at every lane is the
+  // placeholder's with lane(t) in its place (the body's text composes its coordinates).
+  const std::string p = "ft_lane_p";
+  std::vector<std::string> op = o;
+  op.back() = p;
+  const std::vector<Recorded> placed = record_loads(op, body, body_names);
+  std::vector<std::vector<Recorded>> lanes;
+  for (int64_t t = 0; t < run; ++t) {
+    std::vector<std::string> ot = o;
+    ot.back() = lane(t);
+    std::set<std::string> ignored;
+    lanes.push_back(record_loads(ot, body, ignored));
+    if (lanes.back().size() != placed.size()) return {};
+  }
+  const auto at_lane = [&](const std::string& text, int64_t t) { return replace_name(text, p, operand(lane(t))); };
+  int aligned_bits = 0;
+  for (int64_t r = run; r % 2 == 0; r /= 2) ++aligned_bits;
+  const auto resolve = [&](const std::string& name) {
+    return name == p ? IndexExpr::Binding{IndexExpr::Binding::Kind::kSlot, 0} : IndexExpr::Binding{};
+  };
+  // Whether `text`, read with the placeholder as lane 0's coordinate, moves by t from lane 0 to lane
+  // t (`along`; else stays the same), the placeholder a multiple of the run where `aligned`; an
+  // expression the analysis cannot read does neither.
+  const auto moves = [&](const std::string& text, bool aligned, bool along) -> bool {
+    try {
+      const IndexExpr e = IndexExpr::parse(text, resolve);
+      for (int64_t t = 1; t < run; ++t) {
+        const Shift s = e.shift({Shift::of(t)}, {std::nullopt}, [](int, Shift) {},
+                                aligned ? std::vector<int>{aligned_bits} : std::vector<int>{});
+        if (!(along ? s == Shift::of(t) : s == Shift::same())) return false;
+      }
+      return true;
+    } catch (const Error&) {
+      return false;
+    }
+  };
+  body_names.erase(o.back());
+  std::vector<VectorRead> reads;
+  const std::string base = "(" + lane(0) + " & " + lit(run - 1) + ") == 0";
+  for (size_t k = 0; k < placed.size(); ++k) {
+    const Recorded& r = placed[k];
+    const DType ut = g.value(r.u).dtype;
+    if (!(ut == DType::kF32 || ut == DType::kF16 || ut == DType::kBF16) || run % vector_lanes(ut) != 0) continue;
+    if (r.guard.find('\x01') != std::string::npos || names_any(r.guard, body_names)) continue;
+    if (std::any_of(r.idx.begin(), r.idx.end(), [&](const std::string& i) { return names_any(i, body_names); })) continue;
+    VectorRead x{r.u, "", "", "", {}};
+    bool same = true;
+    for (int64_t t = 0; same && t < run; ++t) {
+      const Recorded& l = lanes[static_cast<size_t>(t)][k];
+      same = l.u == r.u && l.conditional == r.conditional && l.idx.size() == r.idx.size();
+      std::string key = std::to_string(r.u);
+      for (size_t d = 0; same && d < r.idx.size(); ++d) {
+        same = l.idx[d] == at_lane(r.idx[d], t);
+        key += "|" + l.idx[d];
+      }
+      same = same && l.guard == at_lane(r.guard, t);
+      if (t == 0) x.guard = l.guard;
+      x.keys.push_back(key);
+    }
+    if (!same) continue;
+    const std::string flat_p = flat(g.value(r.u).shape, r.idx);
+    bool needs_base = false;
+    if (!moves(flat_p, false, true)) {
+      if (!moves(flat_p, true, true)) continue;
+      needs_base = true;
+    }
+    if (!r.guard.empty() && !moves(r.guard, false, false)) {
+      if (!moves(r.guard, true, false)) continue;
+      needs_base = true;
+    }
+    if (needs_base) x.base = base;
+    x.at = flat(g.value(r.u).shape, lanes[0][k].idx);  // lane 0's flat index, a local below
+    reads.push_back(x);
+  }
+  // One read a key: an unconditional one where there is one, else one under a single guard; keys
+  // read under different guards stay element by element (a zero-filled vector must not stand in
+  // for a read whose own guard holds).
+  std::vector<VectorRead> kept;
+  for (size_t i = 0; i < reads.size(); ++i) {
+    const VectorRead& x = reads[i];
+    bool keep = true;
+    for (size_t j = 0; j < reads.size() && keep; ++j) {
+      const VectorRead& y = reads[j];
+      if (j == i || y.keys[0] != x.keys[0]) continue;
+      if (x.guard.empty()) {
+        keep = !(y.guard.empty() && j < i);  // the first unconditional one
+      } else {
+        keep = !y.guard.empty() && y.guard == x.guard && j > i;  // the first of one guard's
+      }
+    }
+    if (!keep) continue;
+    kept.push_back(x);
+    const std::string at = "ft_a" + std::to_string(next_local_++);
+    cur_->push_back(let(kIndexType, at, x.at));
+    kept.back().at = at;
+  }
+  return kept;
 }
 
 std::string LoweringContext::reads_aligned(const std::vector<VectorRead>& reads) const {
-  std::string all;
+  std::vector<std::string> all;
   for (const VectorRead& x : reads) {
-    all += (all.empty() ? "" : " && ") + std::string("(") + x.at + " & " + lit(vector_lanes(g.value(x.u).dtype) - 1) + ") == 0";
+    const std::string aligned = aligned16(g.value(x.u).dtype, param.at(x.u), x.at);
+    all.push_back(x.guard.empty() ? "(" + aligned + ")" : "(!(" + x.guard + ") || " + aligned + ")");
+    if (!x.base.empty()) all.push_back("(" + x.base + ")");
   }
-  return all.empty() ? "1" : all;
+  std::string text;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (std::find(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(i), all[i]) == all.begin() + static_cast<std::ptrdiff_t>(i)) {
+      text += (text.empty() ? "" : " && ") + all[i];
+    }
+  }
+  return text.empty() ? "1" : text;
 }
 
-void LoweringContext::load_runs(const std::vector<VectorRead>& reads, int64_t run,
-                                const std::function<std::string(int64_t)>& lane, const std::string& guard) {
+void LoweringContext::load_runs(const std::vector<VectorRead>& reads, int64_t run, const std::string& guard) {
   for (const VectorRead& x : reads) {
     const DType ut = g.value(x.u).dtype;
     const int lanes = vector_lanes(ut);
+    std::string when = guard;
+    if (!x.guard.empty()) when = guard.empty() ? x.guard : "(" + guard + ") && (" + x.guard + ")";
     for (int64_t first = 0; first < run; first += lanes) {
       const std::string local = "ft_x" + std::to_string(next_local_++);
-      cur_->push_back(vector_load(local, param.at(x.u), x.at + (first ? " + " + lit(first) : ""), ut, guard));
+      cur_->push_back(vector_load(local, param.at(x.u), x.at + (first ? " + " + lit(first) : ""), ut, when));
       for (int j = 0; j < lanes; ++j) {
-        std::string key = std::to_string(x.u);
-        for (size_t d = 0; d + 1 < x.idx.size(); ++d) key += "|" + x.idx[d];
-        key += "|" + lane(first + j);
         const std::string name = "v" + std::to_string(next_local_++);
         cur_->push_back(let(compute_ctype(ut), name, load_as_compute(ut, vector_element(local, ut, j))));
-        (*memo_)[key] = name;
+        (*memo_)[x.keys[static_cast<size_t>(first + j)]] = name;
       }
     }
   }
@@ -636,7 +788,7 @@ bool LoweringContext::vector_loop(Kernel& k, int v, int64_t cap, const IndexFn& 
     o[inner] = q;
     // Where the vector's elements lie in the region's row-major order (the buffer's clamp).
     if (cap > 0) cur_->push_back(let(kIndexType, "ft_f", "(ft_e / " + vectors + ") * " + n_inner + " + ft_q"));
-    const std::vector<VectorRead> reads = along_reads(o, lanes, body);
+    const std::vector<VectorRead> reads = along_reads(o, lanes, lane_index, body);
     cur_->push_back(let(kIndexType, "ft_ao", flat(val.shape, o)));
     const std::string mask = lit(lanes - 1);
     std::string whole = "ft_q + " + lit(lanes) + " <= " + n_inner + " && (ft_ao & " + mask + ") == 0";
@@ -644,7 +796,7 @@ bool LoweringContext::vector_loop(Kernel& k, int v, int64_t cap, const IndexFn& 
     if (!reads.empty()) whole += " && " + reads_aligned(reads);
     Block vector;
     with_block(vector, [&] {
-      load_runs(reads, lanes, lane_index);
+      load_runs(reads, lanes);
       const std::string stored = dt == DType::kF32 ? "float" : "unsigned short";
       std::string pack;
       for (int j = 0; j < lanes; ++j) {

@@ -218,40 +218,47 @@ class LoweringContext {
   // which holds v in its own 16-bit type (resident_pitch), as store_run stores a parameter's (16
   // bytes where the element's offset is aligned, checked at run time).
   void store_shared_run(int v, const std::vector<std::string>& o, const std::vector<std::string>& xs);
+  // store_run's accesses: xs (computed, dtype dt) to buffer or parameter `p` from element `start`
+  // (an index expression), 16 bytes (else pairs, else elements) where the element is aligned.
+  void store_run_at(const std::string& p, const std::string& start, DType dt, const std::vector<std::string>& xs);
 
   // ---- runs of reads along the innermost axis ----
-  // A group input that a run of `run` consecutive elements along the innermost axis reads at its
-  // own position along that axis: its index at the run's first element, and a local holding its
-  // flat index.
+  // A group input whose elements a run of consecutive elements along the innermost axis reads at
+  // consecutive places: lane t's at flat index `at` + t (`at` a local), where `guard` holds ("":
+  // always; else lane 0's condition, proved the same for every lane), memoised under keys[t] (the
+  // key value() looks up for lane t's element). `base`: what that proof assumes, the run's first
+  // element aligned to the run ("": nothing).
   struct VectorRead {
     int u = -1;
-    std::vector<std::string> idx;
-    std::string at;
+    std::string at, guard, base;
+    std::vector<std::string> keys;
   };
-  // The group inputs body(o) reads unconditionally along the innermost axis, where o's innermost
-  // coordinate is a variable naming the run's first element (a load whose innermost index is
-  // that variable, no other index naming it or what the body declares), of float32, float16 or
-  // bfloat16 values whose 16-byte vectors divide the run and the input's rows; their flat indices
-  // as locals emitted into the current block. Inputs read at one index by the whole run (a token
-  // id) are loaded there first, once. A run that no 16-byte vector divides finds nothing.
-  std::vector<VectorRead> along_reads(const std::vector<std::string>& o, int64_t run, const IndexFn& body);
-  // The run-time condition that every read starts a 16-byte aligned vector.
+  // The group inputs body(o_t) reads at lane t of a run of `run` elements (o_t: o with its
+  // innermost coordinate lane(t), lane(t) = lane(0) + t) at consecutive places: float32, float16
+  // or bfloat16 values whose 16-byte vectors divide the run, each read at flat index i + t by lane
+  // t (IndexExpr::shift on the body emitted aside with a placeholder for lane 0), unconditionally
+  // or under conditions the same for every lane (a Concat's piece, where the pieces' bounds and
+  // the run's first element are multiples of the run), with no index naming what the body
+  // declares; their first flat indices as locals emitted into the current block. Inputs read at
+  // one index by the whole run (a token id) are loaded there first, once. A run that no 16-byte
+  // vector divides finds nothing.
+  std::vector<VectorRead> along_reads(const std::vector<std::string>& o, int64_t run,
+                                      const std::function<std::string(int64_t)>& lane, const IndexFn& body);
+  // The run-time condition that every read starts a 16-byte aligned vector (a guarded one where
+  // its guard holds) and the run's first element is aligned where a read's proof assumes it.
   std::string reads_aligned(const std::vector<VectorRead>& reads) const;
   // The reads as 16-byte vector loads into the current block, each element memoised as the local
-  // value() returns for the input at its index, with element j's innermost coordinate `lane(j)`.
-  // With a `guard`, each load is predicated on it (zero elsewhere: vector_load's guard), so that
-  // loads of several runs can be in flight before any is used; the caller then computes an
-  // element where the guard fails apart from the memo (fresh_block).
-  void load_runs(const std::vector<VectorRead>& reads, int64_t run, const std::function<std::string(int64_t)>& lane,
-                 const std::string& guard = "");
+  // value() returns for it. Each load is predicated on its read's guard and on `guard` (zero
+  // elsewhere: vector_load's guard), so that loads of several runs can be in flight before any is
+  // used; with a `guard` the caller then computes an element where it fails apart from the memo
+  // (fresh_block).
+  void load_runs(const std::vector<VectorRead>& reads, int64_t run, const std::string& guard = "");
 
  private:
   std::string var(int v, const char* what, size_t d) const;
   void emit_extents(Kernel& k, int v);
   // region_loop's vector form; false (nothing emitted) where it does not apply.
   bool vector_loop(Kernel& k, int v, int64_t cap, const IndexFn& body);
-  // store_run's accesses: xs (computed, dtype dt) to buffer or parameter `p` from element `start`.
-  void store_run_at(const std::string& p, const std::string& start, DType dt, const std::vector<std::string>& xs);
 
   int64_t tiles_ = 1;
   std::vector<int64_t> ntiles_;
@@ -261,10 +268,21 @@ class LoweringContext {
   std::map<std::string, std::string>* memo_ = nullptr;
   int next_local_ = 0;
   int with_depth_ = 0;  // with_block nesting
-  // While vector_loop looks for its loads: the group-input loads value() emits unconditionally
-  // (at with_block depth record_depth_), as (value, index).
-  std::vector<std::pair<int, std::vector<std::string>>>* recording_ = nullptr;
+  // While along_reads looks for its loads: the group-input loads value() emits (at with_block
+  // depth record_depth_ or deeper: unconditional ones at it).
+  struct Recorded {
+    int u = -1;
+    std::vector<std::string> idx;
+    std::string local;  // the let that holds it
+    bool conditional = false;
+    // The conditions of the branches its let lies in, "&&"-joined ("": none); "\x01" where it
+    // lies in anything else (a loop) or in no statement of the body's text (record_loads).
+    std::string guard;
+  };
+  std::vector<Recorded>* recording_ = nullptr;
   int record_depth_ = 0;
+  // body(o) emitted aside with loads recorded; `declared` gets the names the body declares.
+  std::vector<Recorded> record_loads(const std::vector<std::string>& o, const IndexFn& body, std::set<std::string>& declared);
   // While vector_loop emits its vector path: the value whose output store_value gathers, and the
   // local that receives the current element.
   int vector_value_ = -1;
@@ -290,6 +308,9 @@ class AnchorStage {
 // float32 checked on the address (ft_aligned16: a parameter may be a view at any 4-byte offset),
 // for 16-bit types on the index (a multiple of 8: their buffers start 16-byte aligned).
 std::string aligned16(DType t, const std::string& param, const std::string& at);
+
+// `text` (an expression) with every identifier `name` replaced by `by`.
+std::string replace_name(const std::string& text, const std::string& name, const std::string& by);
 
 // The loop copying slice `s` (CopiedSlice above).
 Stmt copy_slice(LoweringContext& cx, const CopiedSlice& s);

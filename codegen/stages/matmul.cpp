@@ -114,7 +114,7 @@ void epilogue_run(LoweringContext& cx, const StagedProduct& p, const std::vector
   Block whole = cx.fresh_block([&] {
     std::vector<LoweringContext::VectorRead> reads;
     if (p.n_axis + 1 == r.n.size()) {
-      reads = cx.along_reads(at(c), n, [&](const std::vector<std::string>& o) {
+      reads = cx.along_reads(at(c), n, lane, [&](const std::vector<std::string>& o) {
         epilogue_values(cx, p, outputs, o, element(0));
       });
     }
@@ -124,7 +124,7 @@ void epilogue_run(LoweringContext& cx, const StagedProduct& p, const std::vector
     }
     Block vectors, elements;
     cx.with_block(vectors, [&] {
-      cx.load_runs(reads, n, lane);
+      cx.load_runs(reads, n);
       compute_and_store();
     });
     cx.with_block(elements, compute_and_store);

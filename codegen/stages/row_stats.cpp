@@ -262,9 +262,10 @@ class RowStatsStage : public AnchorStage {
       std::string whole;
       bool ahead = false;  // loaded by fetch_ahead: the vectors are zero where `whole` fails
     };
-    const auto fetch = [&](int64_t j, const std::vector<std::string>& o, const ValueFn& value_of, const std::string& also) {
+    const auto fetch = [&](int64_t j, const std::vector<std::string>& o, const std::function<std::string(int64_t)>& lane,
+                           const ValueFn& value_of, const std::string& also) {
       Fetch f;
-      if (run_ > 1) f.reads = cx_.along_reads(o, run_, [&](const std::vector<std::string>& oo) { value_of(0, oo); });
+      if (run_ > 1) f.reads = cx_.along_reads(o, run_, lane, [&](const std::vector<std::string>& oo) { value_of(0, oo); });
       f.whole = whole_rounds ? "" : "ft_f" + std::to_string(j) + " + " + lit(run_) + " <= " + lit(count_);
       if (!also.empty()) f.whole += (f.whole.empty() ? "" : " && ") + also;
       if (!f.reads.empty()) f.whole += (f.whole.empty() ? "" : " && ") + cx_.reads_aligned(f.reads);
@@ -274,8 +275,8 @@ class RowStatsStage : public AnchorStage {
     // that a lane's loads of all its runs are in flight before the first is used.
     const auto fetch_ahead = [&](int64_t j, const std::vector<std::string>& o, const std::function<std::string(int64_t)>& lane,
                                  const ValueFn& value_of) {
-      Fetch f = fetch(j, o, value_of, "");
-      cx_.load_runs(f.reads, run_, lane, f.whole);
+      Fetch f = fetch(j, o, lane, value_of, "");
+      cx_.load_runs(f.reads, run_, f.whole);
       f.ahead = true;
       return f;
     };
@@ -288,10 +289,10 @@ class RowStatsStage : public AnchorStage {
                             const ValueFn& value_of, const std::function<void(int64_t, const std::string&, bool)>& done,
                             const std::function<void()>& after, const std::string& also,
                             const std::function<std::string(int64_t)>& inside, const Fetch* ahead) {
-      const Fetch f = ahead != nullptr ? *ahead : fetch(j, o, value_of, also);
+      const Fetch f = ahead != nullptr ? *ahead : fetch(j, o, lane, value_of, also);
       Block vector;
       cx_.with_block(vector, [&] {
-        if (!f.ahead) cx_.load_runs(f.reads, run_, lane);
+        if (!f.ahead) cx_.load_runs(f.reads, run_);
         for (int64_t t = 0; t < run_; ++t) done(t, value_of(t, at(o, lane, t)), true);
         after();
       });

@@ -171,6 +171,63 @@ TEST(IndexExpr, ARelationShiftReportsHoldsBetweenTheTwoEvaluations) {
   EXPECT_GT(related, 400);  // most relations are known, so the test checks something
 }
 
+// A run's first element a, a multiple of 8, moved by 0 <= d < 8 (the run's lanes): comparisons
+// and floor divisions against multiples of 8 do not change, remainders move by d; against other
+// values, or moved by 8 or more, or without the alignment, nothing is known.
+TEST(IndexExpr, AnAlignedRunsLanesCompareAndDivideAsItsFirst) {
+  const std::vector<IndexValue> first = {IndexValue(16), IndexValue(-7), IndexValue(4)};
+  const std::vector<int> aligned = {3};  // a: a multiple of 8
+  const auto shift = [&](const std::string& text, int64_t d, const std::vector<int>& al) {
+    return parse_abnx(text).shift({Shift::of(d), Shift::same(), Shift::same()}, first, [](int, Shift) {}, al);
+  };
+  for (int64_t d = 1; d < 8; ++d) {
+    EXPECT_EQ(shift("a < 64LL", d, aligned), Shift::same()) << d;
+    EXPECT_EQ(shift("(a + -8LL) >= 0LL", d, aligned), Shift::same()) << d;
+    EXPECT_EQ(shift("24LL > a", d, aligned), Shift::same()) << d;
+    EXPECT_EQ(shift("ft_fdiv(a + 8LL, 32LL)", d, aligned), Shift::same()) << d;
+    EXPECT_EQ(shift("ft_fmod(a + 8LL, 32LL)", d, aligned), Shift::of(d)) << d;
+    EXPECT_EQ(shift("(a >= 0LL && a < 8LL) && b < 3LL", d, aligned), Shift::same()) << d;
+    EXPECT_EQ(shift("a <= 64LL", d, aligned), Shift::other()) << d;  // a = 64: true, a + d: false
+    // 60 is a multiple of 4, not of 8: the lanes up to 3 compare alike, no further.
+    EXPECT_EQ(shift("a < 60LL", d, aligned), d < 4 ? Shift::same() : Shift::other()) << d;
+    EXPECT_EQ(shift("a < n", d, aligned), Shift::other()) << d;      // n's alignment is not known
+    EXPECT_EQ(shift("a < 64LL", d, {}), Shift::other()) << d;
+    EXPECT_EQ(shift("ft_fmod(a, 12LL)", d, aligned), d < 4 ? Shift::of(d) : Shift::other()) << d;
+  }
+  EXPECT_EQ(shift("a < 64LL", 8, aligned), Shift::other());
+  EXPECT_EQ(shift("a < 64LL", -1, aligned), Shift::other());
+  EXPECT_EQ(shift("ft_fmod(a + 8LL, 32LL)", 8, aligned), Shift::other());
+}
+
+// Differential: a a random multiple of 2^t, moved by a random 0 <= d < 2^t; what shift() reports
+// with the alignment holds between the two evaluations.
+TEST(IndexExpr, ARelationOfAnAlignedRunHoldsBetweenTheTwoEvaluations) {
+  const unsigned seed = testing::test_seed();
+  std::mt19937 rng(seed);
+  const std::vector<std::string> exprs = {
+      "a < 64LL",          "(a - 16LL) >= 0LL",         "ft_fmod(a + 32LL, 64LL)", "ft_fdiv(a - 8LL, 16LL)",
+      "ft_fmod(a, 8LL) + ft_fdiv(a, 8LL)", "128LL > a + 8LL", "a + 16LL <= 0LL", "(a < 32LL) ? a + 32LL : a - 32LL"};
+  int related = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int t = std::uniform_int_distribution<int>(0, 5)(rng);
+    const int64_t d = std::uniform_int_distribution<int64_t>(0, (int64_t{1} << t) - 1)(rng);
+    const int64_t a = std::uniform_int_distribution<int64_t>(-20, 20)(rng) * (int64_t{1} << t);
+    const std::vector<IndexValue> first = {IndexValue(a), IndexValue(0), IndexValue(1)};
+    std::vector<IndexValue> second = first;
+    *second[0] += d;
+    for (const std::string& text : exprs) {
+      const IndexExpr e = parse_abnx(text);
+      const Shift s = e.shift({Shift::of(d), Shift::same(), Shift::same()}, first, [](int, Shift) {}, {t});
+      if (!s.known()) continue;
+      ++related;
+      const IndexValue v1 = e.eval(first, [](int, IndexValue) {}), v2 = e.eval(second, [](int, IndexValue) {});
+      ASSERT_TRUE(v1 && v2) << text;
+      EXPECT_EQ(*v2, *v1 + s.offset()) << text << " a=" << a << " d=" << d << " t=" << t << " seed " << seed;
+    }
+  }
+  EXPECT_GT(related, 1000);
+}
+
 TEST(IndexExpr, WhatItCannotReadIsAnErrorNamingTheExpression) {
   Env env;
   try {

@@ -60,20 +60,36 @@ struct Attention {
   // with keys - queries), as an export with dynamic axes gives a mask too large to fold
   // (planner/toeplitz.h), where the other form is a constant; no masked_row.
   bool from_index_vectors = false;
+  // LLaMA's rotary embedding on Q and K in the group: x cos + rotate_half(x) sin, with
+  // rotate_half(x) = Concat(-x[..., head/2:], x[..., :head/2]) and cos, sin inputs per position.
+  bool rotary = false;
 };
 
 // softmax(Q K^T * scale [+ mask] [causal]) V over inputs q, k, v (and mask), named with `prefix`,
 // added to g; returns the group of its nodes, exporting the last one's output.
 FusionGroup add_attention(Graph& g, DType dt, const Attention& a, const std::string& prefix = "") {
   const int first = static_cast<int>(g.nodes().size());
-  const int q = add_input(g, prefix + "q", dt, {a.batch, a.heads, a.queries, a.head});
+  const auto rotary = [&](int x, int64_t heads, int64_t rows, const std::string& name) {
+    if (!a.rotary) return x;
+    const int64_t half = a.head / 2;
+    const auto slice = [&](int64_t from, int64_t to) {
+      return add_op(g, "Slice", {x}, attrs({{"starts", std::vector<int64_t>{0, 0, 0, from}},
+                                            {"ends", std::vector<int64_t>{a.batch, heads, rows, to}},
+                                            {"steps", std::vector<int64_t>{1, 1, 1, 1}}}));
+    };
+    const int rotated = add_op(g, "Concat", {add_op(g, "Neg", {slice(half, a.head)}), slice(0, half)}, attrs({{"axis", int64_t{-1}}}));
+    const int cos = add_input(g, prefix + name + "_cos", dt, {rows, a.head}), sin = add_input(g, prefix + name + "_sin", dt, {rows, a.head});
+    return add_op(g, "Add", {add_op(g, "Mul", {x, cos}), add_op(g, "Mul", {rotated, sin})});
+  };
+  const int q = rotary(add_input(g, prefix + "q", dt, {a.batch, a.heads, a.queries, a.head}), a.heads, a.queries, "q");
   const auto operand = [&](const std::string& name, Shape shape) {
     if (!a.sliced) return add_input(g, prefix + name, dt, shape);
     shape.back() += 1;
     const std::vector<int64_t> starts = {0, 0, 0, 1}, ends(shape.begin(), shape.end()), steps = {1, 1, 1, 1};
     return add_op(g, "Slice", {add_input(g, prefix + name, dt, shape)}, attrs({{"starts", starts}, {"ends", ends}, {"steps", steps}}));
   };
-  const int k = operand("k", a.k_transposed ? Shape{a.batch, a.kv_heads, a.head, a.keys} : Shape{a.batch, a.kv_heads, a.keys, a.head});
+  const int k = rotary(operand("k", a.k_transposed ? Shape{a.batch, a.kv_heads, a.head, a.keys} : Shape{a.batch, a.kv_heads, a.keys, a.head}),
+                       a.kv_heads, a.keys, "k");
   int v = operand("v", {a.batch, a.kv_heads, a.keys, a.v_repeated ? a.value_width / 2 : a.value_width});
   if (a.v_repeated) {
     v = add_op(g, "Reshape", {v}, attrs({{"shape", std::vector<int64_t>{a.batch, a.kv_heads, a.keys, a.value_width / 2, 1}}}));
@@ -178,7 +194,7 @@ std::string text(const Attention& a) {
          (a.merge_heads ? ", heads merged" : "") + (a.k_transposed ? ", K transposed" : "") + (a.sliced ? ", K and V sliced" : "") +
          (a.v_repeated ? ", V's columns repeated" : "") + (a.causal_bias ? ", causal bias" : "") +
          (a.causal_negated ? " (negated)" : "") + (a.slope != 0.0f ? ", sloped" : "") +
-         (a.from_index_vectors ? ", from index vectors" : "");
+         (a.from_index_vectors ? ", from index vectors" : "") + (a.rotary ? ", rotary" : "");
 }
 
 // How many times regular expression `re` matches in `text`.
@@ -855,6 +871,54 @@ TEST(CodegenAttention, TheStagingLoadsSixteenBytesAtATime) {
   const std::string ptx = backend::compile_ptx(emit_cuda({lower_group(g, decode, cfg, "step").kernel}), "sm_90");
   EXPECT_GE(matches(ptx, R"(\bcp\.async\.c[ag]\.shared\.global\b)"), 3u);
   EXPECT_NE(ptx.find("cp.async.wait_group 1;"), std::string::npos) << "the key tiles are not double-buffered";
+}
+
+// Q and K computed in the group by a rotary embedding (LLaMA's) are staged a run of 8 columns a
+// thread: x, cos and sin in 16-byte loads, and the rotate-half piece too, each half's read a
+// 16-byte load predicated on its piece, where the run lies in one piece (codegen/stages/
+// context.h along_reads: the halves of a 64-wide head are multiples of the run, proved by
+// IndexExpr::shift). Heads of 24 (halves of 12) have runs that straddle the halves: the pieces
+// stay element by element, x, cos and sin still 16 bytes a load. Both against the reference under
+// the executor's checks, on tensor cores and SIMT, float16 and bfloat16; counted by the executor,
+// most of the tensor-core form's global load sectors come by 16-byte accesses.
+TEST(CodegenAttention, TheRotaryEmbeddingIsStagedSixteenBytesAtATime) {
+  for (DType dt : {DType::kF16, DType::kBF16}) {
+    for (int64_t head : {64, 24}) {
+      Attention a;
+      a.queries = 40;
+      a.keys = 40;
+      a.head = a.value_width = head;
+      a.causal = true;
+      a.rotary = true;
+      Graph g;
+      const FusionGroup fg = add_attention(g, dt, a);
+      const std::string label = std::string(dtype_name(dt)) + " " + text(a);
+      const std::vector<TileConfig> configs = {best_flash(g, fg, true), best_flash(g, fg)};
+      size_t next = 0;
+      check_groups(g, {fg, fg}, [&](const FusionGroup&) { return configs[next++]; }, label, sm90);
+      const LoweredKernel lk = lower_group(g, fg, configs[0], "rope");
+      const std::string cuda = emit_cuda({lk.kernel});
+      const size_t predicated = matches(cuda, R"(\? ft_load_ft_u16x8\(in)");
+      if (head == 64) {
+        EXPECT_GE(predicated, 4u) << label << ": Q's and K's halves each in predicated 16-byte loads";
+      } else {
+        EXPECT_EQ(predicated, 0u) << label << ": runs that straddle the halves";
+      }
+      EXPECT_GE(matches(cuda, R"(= ft_load_ft_u16x8\(in)"), 6u) << label << ": Q's and K's x, cos and sin in 16-byte loads";
+      auto backend = backend::make_host_backend();
+      auto module = backend->load({lk.kernel});
+      std::mt19937 rng(fusetune::testing::test_seed());
+      ASSERT_TRUE(backend::verify_kernel(g, fg, lk, *backend, *module, rng).ok) << label;
+      const simt::Counters counted = module->counters().at("rope");
+      const double wide = static_cast<double>(counted.global_sectors_of_width(16, false)) /
+                          static_cast<double>(std::max<uint64_t>(1, counted.global_load_sectors));
+      std::printf("%s: %.0f%% of the global load sectors by 16-byte accesses, %llu load requests\n", label.c_str(), 100 * wide,
+                  static_cast<unsigned long long>(counted.global_load_requests));
+      if (head == 64) {
+        EXPECT_GE(wide, 0.9) << label;  // heads of 24: each run's half in 8 two-byte loads
+      }
+    }
+  }
 }
 
 // The tensor-core form keeps a key tile's scores and probabilities in the registers its products
