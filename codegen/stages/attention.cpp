@@ -440,6 +440,7 @@ bool AttentionStage::stage16(Block& into, const Slot& to, int64_t rows, int64_t 
   check(cx_.param.count(view->base) > 0, "flash attention: the view of an operand starts at value ", view->base,
         ", not a group input");
   const std::string p = cx_.param.at(view->base);
+  check(to.cores == 0 || rows % 8 == 0, "flash attention: core matrices of ", rows, " rows, not whole");
   into.push_back(thread_for("ft_e", "0", lit(rows * (cols / 8)), cx_.fresh_block([&] {
     const auto [first, valid, slot] = place_chunk(to, *view, "ft_e", cols, 8, matmul, operand, row_inside, limit, index);
     cx_.cur().push_back(let(kIndexType, "ft_v", valid));
@@ -455,8 +456,18 @@ std::array<std::string, 3> AttentionStage::place_chunk(const Slot& to, const pla
                                                        const std::string& row_inside, const std::string& limit,
                                                        const std::function<std::vector<std::string>()>& index) {
   const int64_t chunks = cols / lanes;
-  cx_.cur().push_back(let(kIndexType, "ft_qr", item + " / " + lit(chunks)));
-  cx_.cur().push_back(let(kIndexType, "ft_qd", item + " % " + lit(chunks) + " * " + lit(lanes)));
+  if (to.cores > 0) {
+    // Core matrices: a chunk's 16 bytes land at (r % 8) x 16 within their 128, so eight
+    // consecutive items take the same chunk of eight consecutive rows (the staged rows are whole
+    // core matrices), each quarter-warp's stores conflict-free; the next eight take the rows' next
+    // chunk, so a warp still reads 64 contiguous bytes of each of 8 rows (as the products' wgmma
+    // staging does, stages/mma_matmul.h).
+    cx_.cur().push_back(let(kIndexType, "ft_qr", item + " / " + lit(8 * chunks) + " * 8 + " + item + " % 8"));
+    cx_.cur().push_back(let(kIndexType, "ft_qd", item + " / 8 % " + lit(chunks) + " * " + lit(lanes)));
+  } else {
+    cx_.cur().push_back(let(kIndexType, "ft_qr", item + " / " + lit(chunks)));
+    cx_.cur().push_back(let(kIndexType, "ft_qd", item + " % " + lit(chunks) + " * " + lit(lanes)));
+  }
   if (operand == 1) {
     cx_.cur().push_back(let(kIndexType, "ft_fj", to.tile + " * " + lit(bc_) + (to.keys_in_columns ? " + ft_qd" : " + ft_qr")));  // a key
   }

@@ -963,6 +963,46 @@ TEST(CodegenAttention, TheTensorCoreFormKeepsATilesScoresInRegisters) {
   }
 }
 
+// The wgmma form's copies into core matrices land without bank conflicts: a chunk's 16 bytes lie
+// at (row % 8) x 16 within their 128, so eight consecutive lanes take one chunk of eight rows
+// (stages/attention.cpp place_chunk), where lanes along a row would all hit the same four banks
+// (8 wavefronts a quarter-warp). Counted by the host executor on a head of 64 over 128 keys (BERT
+// base's) and on Kᵀ in memory: every 16-byte shared store site needs the least wavefronts, and
+// the copies' global reads of Q, K and V the least sectors (a warp reads 64 contiguous bytes of
+// each of 8 rows).
+TEST(CodegenAttention, TheWgmmaFormsCopiesLandWithoutBankConflicts) {
+  const std::vector<Attention> shapes = {{1, 2, 2, 128, 128, 64, 64}, {1, 4, 2, 37, 72, 24, 16, true, false, false, true}};
+  for (const Attention& a : shapes) {
+    Graph g;
+    const FusionGroup fg = add_attention(g, DType::kF16, a);
+    const std::string label = text(a);
+    const TileConfig cfg = best_flash(g, fg, true, true);
+    ASSERT_TRUE(cfg.wgmma) << label;
+    const LoweredKernel lk = lower_group(g, fg, cfg, "wg");
+    auto backend = backend::make_host_backend();
+    auto module = backend->load({lk.kernel});
+    std::mt19937 rng(fusetune::testing::test_seed());
+    ASSERT_TRUE(backend::verify_kernel(g, fg, lk, *backend, *module, rng).ok) << label;
+    const simt::Counters counted = module->counters().at("wg");
+    int stores = 0;
+    for (const auto& [site, sc] : counted.sites) {
+      if (sc.size != 16 || !sc.store) continue;
+      if (!sc.global) {
+        ++stores;
+        EXPECT_EQ(sc.units, sc.ideal()) << label << ": " << sc.requests << " 16-byte shared stores in " << sc.units << " wavefronts";
+      }
+    }
+    EXPECT_GE(stores, 3) << label << ": Q's, K's and V's copies";
+    if (a.head == 64) {
+      for (const auto& [site, sc] : counted.sites) {
+        if (sc.global && !sc.store && sc.size == 16) {
+          EXPECT_EQ(sc.units, sc.ideal()) << label << ": a copy's global reads, " << sc.requests << " requests";
+        }
+      }
+    }
+  }
+}
+
 // On sm_90a the tensor-core form also issues wgmma: a warpgroup per 64 rows, Q and the key tiles
 // as core matrices in shared memory (K as a K-major B, Kᵀ as an N-major one), S waited for in the
 // registers the softmax takes it in, P V with P's fragments as wgmma's register A. Against the
