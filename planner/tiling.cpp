@@ -254,7 +254,8 @@ MmaWarps mma_warps(int64_t rows, int64_t cols, int64_t warps) {
   for (int64_t wm = 1; wm <= warps; ++wm) {
     if (warps % wm != 0) continue;
     const int64_t fm = (mt + wm - 1) / wm, fn = (nt + warps / wm - 1) / (warps / wm);
-    const int64_t score = fm * fn * 1024 + fm + fn;
+    // Then the fragment loads of a k step: an A fragment (16 rows) loads twice a B's (8 columns).
+    const int64_t score = fm * fn * 1024 + 2 * fm + fn;
     if (best_score < 0 || score < best_score) {
       best_score = score;
       best = {wm, warps / wm, fm, fn};

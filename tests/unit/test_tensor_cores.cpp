@@ -506,6 +506,26 @@ TEST(TensorCorePlanner, AProjectionSplitIntoHeadsGetsTilesOfSeveralHeads) {
   }
 }
 
+// The warp grid: the fewest m16n8 fragments a warp, then the fewest fragment loads a k step, an
+// A fragment (16 rows) loading twice a B fragment (8 columns). Counted alike, BERT's 32 x 64 tile
+// over 8 warps took warps of 32 x 8, whose one 8-column unit leaves its 16-bit results as pairs;
+// warps of 16 x 16 load less and store 16 bytes a lane.
+TEST(TensorCorePlanner, AWarpTakesTheFewestFragmentsThenTheFewestLoads) {
+  struct Case {
+    int64_t rows, cols, warps, fm, fn;
+  };
+  for (const Case& c : {Case{32, 64, 8, 1, 2}, Case{64, 64, 4, 2, 4}, Case{16, 128, 4, 1, 4}, Case{128, 16, 4, 2, 2},
+                        Case{32, 32, 4, 1, 2}}) {
+    const planner::MmaWarps w = planner::mma_warps(c.rows, c.cols, c.warps);
+    const std::string label = std::to_string(c.rows) + " x " + std::to_string(c.cols) + " on " + std::to_string(c.warps) + " warps";
+    EXPECT_EQ(w.warps_m * w.warps_n, c.warps) << label;
+    EXPECT_EQ(w.fm, c.fm) << label;
+    EXPECT_EQ(w.fn, c.fn) << label;
+    EXPECT_GE(w.rows(), c.rows) << label;
+    EXPECT_GE(w.cols(), c.cols) << label;
+  }
+}
+
 TEST(TensorCorePlanner, MmaCandidatesOnlyForSixteenBitContractionsOnSm80) {
   const auto group_of = [](const Graph& g) {
     FusionGroup fg;
