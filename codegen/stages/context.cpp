@@ -662,7 +662,6 @@ std::vector<LoweringContext::VectorRead> LoweringContext::along_reads(const std:
       return false;
     }
   };
-  body_names.erase(o.back());
   std::vector<VectorRead> reads;
   const std::string base = "(" + lane(0) + " & " + lit(run - 1) + ") == 0";
   for (size_t k = 0; k < placed.size(); ++k) {
