@@ -362,17 +362,9 @@ Stmt AttentionStage::stage(const Slot& to, DType dtype, int64_t rows, int64_t co
     Block whole = cx_.fresh_block([&] {
       const std::vector<LoweringContext::VectorRead> reads =
           cx_.along_reads({"ft_qd"}, run, lane, [&](const std::vector<std::string>& o) { element(o.back()); });
-      Block vectors, elements;
-      cx_.with_block(vectors, [&] {
-        cx_.load_runs(reads, run);
+      cx_.with_runs(reads, run, [&] {
         for (int64_t t = 0; t < run; ++t) cx_.cur().push_back(if_then("1", compute(t)));
       });
-      for (int64_t t = 0; t < run; ++t) elements.push_back(if_then("1", compute(t)));
-      if (reads.empty()) {
-        cx_.cur().insert(cx_.cur().end(), elements.begin(), elements.end());
-      } else {
-        cx_.cur().push_back(if_then(cx_.reads_aligned(reads), vectors, elements));
-      }
     });
     Block edge;
     for (int64_t t = 0; t < run; ++t) edge.push_back(if_then(row_inside + " && " + lane(t) + " < " + limit, compute(t)));

@@ -758,6 +758,20 @@ void LoweringContext::load_runs(const std::vector<VectorRead>& reads, int64_t ru
   }
 }
 
+void LoweringContext::with_runs(const std::vector<VectorRead>& reads, int64_t run, const std::function<void()>& compute) {
+  if (reads.empty()) {
+    compute();
+    return;
+  }
+  Block vectors, elements;
+  with_block(vectors, [&] {
+    load_runs(reads, run);
+    compute();
+  });
+  with_block(elements, compute);
+  cur_->push_back(if_then(reads_aligned(reads), vectors, elements));
+}
+
 bool LoweringContext::vector_loop(Kernel& k, int v, int64_t cap, const IndexFn& body) {
   const Value& val = g.value(v);
   const DType dt = val.dtype;

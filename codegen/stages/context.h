@@ -253,6 +253,9 @@ class LoweringContext {
   // used; with a `guard` the caller then computes an element where it fails apart from the memo
   // (fresh_block).
   void load_runs(const std::vector<VectorRead>& reads, int64_t run, const std::string& guard = "");
+  // compute() into the current block as a run's elements: with reads, twice, under reads_aligned,
+  // after load_runs (the reads from their vectors) and without it (element by element).
+  void with_runs(const std::vector<VectorRead>& reads, int64_t run, const std::function<void()>& compute);
 
  private:
   std::string var(int v, const char* what, size_t d) const;

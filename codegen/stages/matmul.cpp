@@ -118,17 +118,7 @@ void epilogue_run(LoweringContext& cx, const StagedProduct& p, const std::vector
         epilogue_values(cx, p, outputs, o, element(0));
       });
     }
-    if (reads.empty()) {
-      compute_and_store();
-      return;
-    }
-    Block vectors, elements;
-    cx.with_block(vectors, [&] {
-      cx.load_runs(reads, n);
-      compute_and_store();
-    });
-    cx.with_block(elements, compute_and_store);
-    cx.cur().push_back(if_then(cx.reads_aligned(reads), vectors, elements));
+    cx.with_runs(reads, n, compute_and_store);
   });
   Block edge = cx.fresh_block([&] {
     for (int64_t j = 0; j < n; ++j) {
