@@ -153,6 +153,30 @@ Stmt shuffle_xor(std::string local, int64_t at, std::string value, int mask) {
   return s;
 }
 
+// Butterflies on the slot's bits: at bit b the lane keeps the slots whose bit b is its own lane's
+// and receives, into the others, its partner's slots of that bit; after both, slot s holds lane
+// s's slot t. Every lane sends both slots of a pair and keeps what it needs, so what a lane sends
+// never depends on its lane (a selection before the shuffle could become a branch around it, two
+// warp operations where the warp must meet at one).
+Block transpose_quad(const std::string& q, const std::string& sent, const std::string& t) {
+  Block out;
+  const auto qe = [&](int64_t slot, int64_t e) { return q + "[" + std::to_string(slot * 2 + e) + "]"; };
+  for (int b = 0; b < 2; ++b) {
+    const int m = 1 << b;
+    const std::string bit = "((" + t + " >> " + std::to_string(b) + ") & 1)";
+    for (int64_t lo = 0; lo < 4; ++lo) {
+      if ((lo & m) != 0) continue;
+      for (int64_t e = 0; e < 2; ++e) {
+        const std::string keep0 = qe(lo, e), keep1 = qe(lo | m, e);
+        out.push_back(shuffle_xor(sent, 0, keep0, m));
+        out.push_back(shuffle_xor(sent, 1, keep1, m));
+        out.push_back(if_then(bit, {assign(keep0, sent + "[1]")}, {assign(keep1, sent + "[0]")}));
+      }
+    }
+  }
+  return out;
+}
+
 std::string vector_ctype(DType dtype, int lanes) {
   check(dtype == DType::kF32 || dtype_size(dtype) == 2, "no vector of ", dtype_name(dtype));
   check(lanes == 0 || lanes == 2 || lanes == vector_lanes(dtype), "no vector of ", lanes, " ", dtype_name(dtype));

@@ -157,7 +157,7 @@ namespace fusetune::codegen {
 
 // The version of the code generator: part of every tuning record's key, bumped whenever the code
 // generated for the same group and candidate changes.
-inline constexpr int kCodegenVersion = 44;
+inline constexpr int kCodegenVersion = 45;
 
 // Threads per warp: warp reductions combine this many lanes; blocks are whole warps.
 inline constexpr int kWarpSize = 32;
@@ -309,6 +309,13 @@ std::string arg_beats_flags(const std::string& op);
 // `lane ^ mask` of the warp computes it (__shfl_xor_sync over the whole warp); placed like a warp
 // reduction, every lane reaching it.
 Stmt shuffle_xor(std::string local, int64_t at, std::string value, int mask);
+// The lanes of each quad (four consecutive lanes; `t` the lane's place in its quad) exchange the 4
+// slots of 2 floats each of the 8-float thread-local `q` (slot s, element e at q[2s + e]) through
+// the 2-float thread-local `sent`, so that slot s of lane t ends up holding slot t of lane s: two
+// butterflies (lane masks 1 and 2, shuffle_xor's), placed like them. An mma C fragment's quad
+// holds each row's 8 columns of a unit a pair a lane: transposed, a lane holds 8 consecutive
+// columns, one 16-byte store of 16-bit values.
+Block transpose_quad(const std::string& q, const std::string& sent, const std::string& t);
 // `local` = buffer[index ..], one 16-byte load of `dtype` elements (kF32: a float4 of 4; a 16-bit
 // type: an ft_u16x8 of 8); buffer + index must be 16-byte aligned. With a `guard` (an input
 // parameter's load only, verify_ir checks), the load happens where the guard holds and the local

@@ -174,6 +174,17 @@ std::optional<StridedView> wide_operand(const Graph& g, const FusionGroup& group
   return view;
 }
 
+std::optional<StridedView> flash_output_view(const Graph& g, const FusionGroup& group, const AttentionCore& core) {
+  const int out = g.nodes()[static_cast<size_t>(core.output)].outputs[0];
+  std::optional<StridedView> view = output_view(g, std::set<int>(group.nodes.begin(), group.nodes.end()), out);
+  if (!view || view->base != group_root(g, group) || grouped(*view) || view->strides.back() != 1) return std::nullopt;
+  for (int n : view->path) {  // the values before the root: the output and the views between
+    const int v = g.nodes()[static_cast<size_t>(n)].inputs[0];
+    if (std::find(group.outputs.begin(), group.outputs.end(), v) != group.outputs.end()) return std::nullopt;
+  }
+  return view;
+}
+
 std::optional<HeadFold> head_fold(const Graph& g, const FusionGroup& group, const AttentionCore& core,
                                   const std::vector<int64_t>& extents) {
   const size_t rank = extents.size();

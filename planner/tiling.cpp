@@ -1158,7 +1158,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
         const int64_t slots = ring ? 2 : 1;
         const auto pitch = [&](int64_t width) { return flash_tensor_pitch(width, cfg.wgmma); };
         const int64_t k_slot = keys_contiguous(g, group, *core) ? dk16 * pitch(b16) : b16 * pitch(dk16);
-        smem += (rp * pitch(dk16) + slots * (k_slot + b16 * pitch(dv16))) * 2 + rp * 4;
+        smem += (rp * pitch(dk16) + slots * (k_slot + b16 * pitch(dv16))) * 2;  // the row sums stay in the lanes
         (cfg.wgmma ? wgmma_flops : tensor_flops) += kt * (2 * rp * b16 * dk16 + 2 * rp * dv16 * b16);
         padded_elems += rp * dv16;
         tile_loads += cfg.wgmma ? 0 : rp * dk16 + kt * b16 * (dk16 + dv16);
@@ -1169,7 +1169,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
         // Q's fragments, S, O and P's (wgmma: Q in shared memory, P's whole tile); the rows' statistics.
         flash_registers = static_cast<int>(40 + (cfg.wgmma ? 0 : dk16 / 4) + b16 / 2 + dv16 / 2 + (cfg.wgmma ? b16 / 4 : 4) + 12);
         split_keys(ceil_div(keys, b16), dv16 / 8 * 4, rows, 2);  // the output fragments; a lane's two rows
-        if (n.outputs[0] != root) smem += out_elems * 4;
+        if (n.outputs[0] != root && !flash_output_view(g, group, *core)) smem += out_elems * 4;  // the output's buffer
         continue;  // the SIMT form's charges below are not this form's
       }
       const auto [tm, tn] = micro_tile(rows, bc, cfg.threads);
@@ -1201,7 +1201,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       in_flight = std::min(in_flight, static_cast<double>(bc * (dk + dv) * esize) / rounds);
       flash_registers = static_cast<int>(32 + tm * tn + tm + tn + 2 * um * un + 2 * ceil_div(rows, warps));
       split_keys(ceil_div(keys, bc), um * un, rows, ceil_div(rows, warps));  // the output micro-tiles; a warp's batches of rows
-      if (n.outputs[0] != root) smem += out_elems * 4;
+      if (n.outputs[0] != root && !flash_output_view(g, group, *core)) smem += out_elems * 4;  // the output's buffer
     } else if (n.op == "Conv") {
       // Conv (codegen/lower_group): without a step every output reads its window and weights
       // (two loads per multiply-add); C_in/groups == 1 (depthwise) with a step stages the input

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <functional>
+#include <map>
 #include <optional>
 #include <set>
 
@@ -83,6 +84,11 @@ class AttentionStage : public AnchorStage {
     k.thread_locals.push_back({run_max_, stats_});
     k.thread_locals.push_back({run_sum_, stats_});
     for (const char* w : {"fx", "fy", "fz", "fr"}) k.thread_locals.push_back({w + v, tensor_ ? 2 : 1});
+    direct_ = direct_output();
+    if (direct_) {  // no shared buffer for the output, and the driver writes no root
+      cx.in_registers.insert(out_value());
+      cx.written.insert(cx.root);
+    }
   }
 
   void emit(Kernel& k) override;
@@ -226,11 +232,30 @@ class AttentionStage : public AnchorStage {
   Block stat_lets() const;
   std::string stat_row(const std::string& b) const;
   std::string stat_writer() const;
-  // The rows' sums to shared memory, then out[row][col] = acc / sum for every cell cell(...)
-  // names: (accumulator, row, column) index expressions.
-  // under `guard`, after `lets`.
+  // out[row][col] = acc / the row's sum for every cell `cells` names ((accumulator, row, column)
+  // index expressions, the tensor-core form's four a fragment: rows g, g, g + 8, g + 8), under
+  // `guard`, after `lets`: to the output's shared buffer (and parameter, if exported), or where
+  // direct_ says in the root. The SIMT form publishes its rows' sums to shared memory first; the
+  // tensor-core form's lanes hold their two rows' (run_sum_ after quad_reduce).
   void finish(Kernel& k, const std::string& nm, const std::string& nn, const std::string& guard, const Block& lets,
               const std::vector<std::array<std::string, 3>>& cells);
+  // The tensor-core form's output straight to the root (direct_), a pair of 8-column units at a
+  // time: each lane's 8 quotients (its 2 columns of each unit in rows g and g + 8) exchanged within
+  // its quad (transpose_quad), after which lane t holds row g + 8 (t / 2)'s 8 columns of unit
+  // 2 (t % 2): one 16-byte store where the run lies inside the region and is aligned, else
+  // element by element. Every lane reaches the exchanges.
+  void finish_runs(Kernel& k, const std::string& nm, const std::string& nn);
+  // flash_output_view's view where every sampled tile's root region is the view of its output
+  // region (no element of the output's region lies in another block's root tile); else nullopt.
+  std::optional<planner::StridedView> direct_output() const;
+  // Where element o of the output lies in the root's buffer (direct_).
+  std::string view_at(const std::vector<std::string>& o) const {
+    std::string at = lit(direct_->offset);
+    for (size_t d = 0; d < o.size(); ++d) {
+      if (direct_->strides[d] != 0) at += " + " + o[d] + " * " + lit(direct_->strides[d]);
+    }
+    return "(" + at + ")";
+  }
   // With the keys split over blocks (flash-decoding): each block's unnormalized outputs and its
   // rows' running maxima and sums published (split_k.h), and the tile's last block combining them
   // (cells, lets and guard as finish's) into its own accumulators and row sums; nothing unsplit.
@@ -261,6 +286,8 @@ class AttentionStage : public AnchorStage {
   int64_t rp_ = 0;      // the rows the block's warps (warpgroups) cover, Q's staged rows
   int64_t k_slot_ = 0;  // elements of a key tile's slot in K's buffer
   std::string frag_q_, frag_k_, frag_s_, frag_p_, frag_v_;
+  // The output written from the registers to the root (direct_output), or nullopt: through its buffer.
+  std::optional<planner::StridedView> direct_;
 };
 
 void AttentionStage::plan_tensor(Kernel& k, const std::string& v) {
@@ -286,7 +313,6 @@ void AttentionStage::plan_tensor(Kernel& k, const std::string& v) {
   const int64_t slots = ring_ ? 2 : 1;
   sk_ = k.add_shared("fk" + v, half_, slots * k_slot_);
   sv_ = k.add_shared("fv" + v, half_, slots * bc_ * pv_);
-  sl_ = k.add_shared("fl" + v, DType::kF32, rp);
   acc_ = "fo" + v;
   frag_q_ = "gq" + v;
   frag_k_ = "gk" + v;
@@ -636,28 +662,104 @@ Block AttentionStage::simt_update(const std::string& nm) {
 
 void AttentionStage::finish(Kernel& k, const std::string& nm, const std::string& nn, const std::string& guard,
                             const Block& lets, const std::vector<std::array<std::string, 3>>& cells) {
+  if (tensor_ && direct_) {
+    finish_runs(k, nm, nn);
+    return;
+  }
   const int v = out_value();
   const Region& r = cx_.region.at(v);
   const size_t rank = r.n.size();
-  Block publish = stat_lets();
-  publish.push_back(let(kIndexType, "ft_row", stat_row("ft_rb")));
-  publish.push_back(if_then("ft_row < " + nm + " && " + stat_writer(), {store(sl_, "ft_row", run_sum_ + "[ft_rb]")}));
-  k.body.push_back(serial_for("ft_rb", "0", lit(stats_), publish, static_cast<int>(stats_)));
-  k.body.push_back(barrier());
+  std::function<std::string(size_t)> sum = [&](size_t i) { return run_sum_ + "[" + std::to_string(i % 4 / 2) + "]"; };
+  if (!tensor_) {
+    Block publish = stat_lets();
+    publish.push_back(let(kIndexType, "ft_row", stat_row("ft_rb")));
+    publish.push_back(if_then("ft_row < " + nm + " && " + stat_writer(), {store(sl_, "ft_row", run_sum_ + "[ft_rb]")}));
+    k.body.push_back(serial_for("ft_rb", "0", lit(stats_), publish, static_cast<int>(stats_)));
+    k.body.push_back(barrier());
+    sum = [&](size_t i) { return sl_ + "[" + cells[i][1] + "]"; };
+  }
   Block write = cx_.fresh_block([&] {
     cx_.cur().insert(cx_.cur().end(), lets.begin(), lets.end());
-    for (const auto& [acc, row, col] : cells) {
+    for (size_t i = 0; i < cells.size(); ++i) {
+      const auto& [acc, row, col] = cells[i];
       Block cell;
       cx_.with_block(cell, [&] {
         std::vector<std::string> o = at_row(r.lo, row);
         o[rank - 1] = "(" + r.lo[rank - 1] + " + " + col + ")";
-        cx_.cur().push_back(let("float", "fa_o", acc + " / " + sl_ + "[" + row + "]"));
-        cx_.store_value(v, o, "fa_o");
+        cx_.cur().push_back(let("float", "fa_o", acc + " / " + sum(i)));
+        if (direct_) {
+          cx_.cur().push_back(store(cx_.out_param.at(cx_.root), view_at(o), store_from_compute(cx_.g.value(cx_.root).dtype, "fa_o")));
+        } else {
+          cx_.store_value(v, o, "fa_o");
+        }
       });
       cx_.cur().push_back(if_then(row + " < " + nm + " && " + col + " < " + nn, cell));
     }
   });
   k.body.push_back(if_then(guard, write));
+}
+
+void AttentionStage::finish_runs(Kernel& k, const std::string& nm, const std::string& nn) {
+  const int v = out_value();
+  const Region& r = cx_.region.at(v);
+  const size_t rank = r.n.size();
+  const std::string id = std::to_string(v), g = "fa_g" + id, t = "fa_t" + id, q = "fa_r" + id, sent = "fa_e" + id;
+  const std::string lane = "(ft_thread % " + lit(kWarpSize) + ")";
+  k.body.push_back(let(kIndexType, g, lane + " / 4"));
+  k.body.push_back(let(kIndexType, t, lane + " % 4"));
+  k.thread_locals.push_back({q, 8, DType::kF32});
+  k.thread_locals.push_back({sent, 2, DType::kF32});
+  const std::string p = cx_.out_param.at(cx_.root);
+  const DType dt = cx_.g.value(cx_.root).dtype;
+  const auto qe = [&](int64_t c) { return q + "[" + std::to_string(c) + "]"; };
+  for (int64_t u = 0; u < dv16_ / 8; u += 2) {
+    // Unit u + j, row g + 8h: slot 2h + j, element e (the unit's column 2t + e).
+    for (int64_t h = 0; h < 2; ++h) {
+      for (int64_t j = 0; j < 2; ++j) {
+        for (int64_t e = 0; e < 2; ++e) {
+          k.body.push_back(assign(qe((2 * h + j) * 2 + e), acc_ + "[" + std::to_string((u + j) * 4 + 2 * h + e) + "] / " + run_sum_ +
+                                                                "[" + std::to_string(h) + "]"));
+        }
+      }
+    }
+    for (Stmt& s : transpose_quad(q, sent, t)) k.body.push_back(std::move(s));
+    // Lane t: slot s holds lane s's pair, so column c of its run is element c of q.
+    const std::string row = "(" + warp_rows() + " + " + g + " + (" + t + " >> 1) * 8)";
+    const std::string col = "(" + lit(u * 8) + " + (" + t + " & 1) * 8)";
+    const Block out = cx_.fresh_block([&] {
+      std::vector<std::string> o = at_row(r.lo, row);
+      const auto at = [&](int64_t c) {
+        o[rank - 1] = "(" + r.lo[rank - 1] + " + " + col + " + " + lit(c) + ")";
+        return view_at(o);
+      };
+      Block whole, edge;
+      cx_.with_block(whole, [&] {
+        std::vector<std::string> run;
+        for (int64_t c = 0; c < 8; ++c) run.push_back(qe(c));
+        cx_.store_run_at(p, at(0), dt, run);
+      });
+      for (int64_t c = 0; c < 8; ++c) {
+        edge.push_back(if_then(col + " + " + lit(c) + " < " + nn, {store(p, at(c), store_from_compute(dt, qe(c)))}));
+      }
+      cx_.cur().push_back(if_then(col + " + 7 < " + nn, whole, edge));
+    });
+    k.body.push_back(if_then(row + " < " + nm, out));
+  }
+}
+
+std::optional<planner::StridedView> AttentionStage::direct_output() const {
+  std::optional<planner::StridedView> view = planner::flash_output_view(cx_.g, cx_.group, core_);
+  if (!view) return std::nullopt;
+  const auto elements = [](const std::vector<planner::Interval>& region) {
+    int64_t n = 1;
+    for (const planner::Interval& i : region) n *= i.size();
+    return n;
+  };
+  for (int64_t t : cx_.sample_tiles()) {
+    const std::map<int, std::vector<planner::Interval>> regions = cx_.numeric_regions(t);
+    if (elements(regions.at(out_value())) != elements(regions.at(cx_.root))) return std::nullopt;
+  }
+  return view;
 }
 
 // The tile's splits each hold, per row, an output O_s not yet divided, its running maximum m_s

@@ -20,8 +20,9 @@
 // them (warp reduction) and folds the sum into the running one, lane 0 publishing the factor that
 // rescales the row's earlier output; a barrier; each thread rescales its UM x UN micro-tile of
 // the output and adds the tile's probabilities times V; a barrier. After the last tile each
-// output is divided by its row's sum and stored where the output goes (its shared buffer, its
-// output parameter).
+// output is divided by its row's sum and stored where the output goes: where the group's root is
+// the output or a view of it (planner::flash_output_view), straight to the root, and the output
+// has no shared buffer; else to its shared buffer (and its output parameter, if exported).
 // On tensor cores (the candidate's `mma`; Q, K, P and V all float16 or all bfloat16, sm_80+):
 // warp w owns rows [16w, 16w + 16) of the tile (the block has a warp per 16 rows); Q and the key
 // tile's K and V are 16-bit slices in shared memory with rows padded to an odd number of 16-byte
@@ -42,7 +43,11 @@
 // partial row sums, the exponentials in place; then O += P V with P's A fragments packed from
 // the probabilities' registers (two n8 blocks of C are one k16 slice of A; one cvt a pair) and V
 // by ldmatrix.x4.trans. Two barriers a tile, no shared memory for scores or probabilities; after
-// the last tile the quads sum their lanes' partial row sums.
+// the last tile the quads sum their lanes' partial row sums, and each lane divides its fragments
+// by its two rows' sums (no shared memory, no barrier). Where flash_output_view gives the root's
+// view of the output, the quads exchange the quotients of each pair of 8-column units
+// (transpose_quad) so that a lane stores 8 consecutive columns of a row, one 16-byte access where
+// they lie inside and are aligned (a warp's request: 16 rows of 32 contiguous bytes).
 // With wgmma (the candidate's `wgmma`, sm_90a; planner::wgmma_attention: Q, K and V all by
 // cp.async, widths and the key tile at most 256): a warpgroup per 64 rows; Q and the key tiles lie
 // in shared memory as core matrices (8 rows of 8 elements, 128 contiguous bytes, copied 16 bytes a

@@ -205,9 +205,6 @@ class MmaMatMulStage : public AnchorStage {
   // The chain's index at `row` and `col` of its region (the root's).
   std::vector<std::string> chain_at(const std::string& row, const std::string& col) const;
   void paired_run(const std::string& row, const std::string& col, int64_t c0);
-  // The lanes of each quad exchange 4 slots of 2 floats each of thread-local `q` (slot s, element e
-  // at q[2s + e]) through `sent` so that slot s of lane t ends up holding slot t of lane s.
-  void transpose_quad(Kernel& k, const std::string& q, const std::string& sent, const std::string& t);
 
   std::optional<std::vector<int>> epilogue_;  // the values written from registers (planner/epilogue.h)
   std::optional<planner::PairedEpilogue> pair_;  // ... of a gated pair's halves
@@ -251,28 +248,6 @@ void MmaMatMulStage::paired_run(const std::string& row, const std::string& col, 
     for (size_t w = 0; w < xs.size(); ++w) cx_.store_value(pair_->written[w], at, xs[w]);
   });
   cx_.cur().push_back(if_then(row + " < " + h.n[st.m_axis] + " && " + col + " < " + h.n[st.n_axis], one));
-}
-
-// Butterflies on the slot's bits: at bit b the lane keeps the slots whose bit b is its own lane's
-// and receives, into the others, its partner's slots of that bit; after both, slot s holds lane
-// s's slot t. Every lane sends both slots of a pair and keeps what it needs, so what a lane sends
-// never depends on its lane (a selection before the shuffle could become a branch around it, two
-// warp operations where the warp must meet at one).
-void MmaMatMulStage::transpose_quad(Kernel& k, const std::string& q, const std::string& sent, const std::string& t) {
-  const auto qe = [&](int64_t slot, int64_t e) { return q + "[" + std::to_string(slot * 2 + e) + "]"; };
-  for (int b = 0; b < 2; ++b) {
-    const int m = 1 << b;
-    const std::string bit = "((" + t + " >> " + std::to_string(b) + ") & 1)";
-    for (int64_t lo = 0; lo < 4; ++lo) {
-      if ((lo & m) != 0) continue;
-      for (int64_t e = 0; e < 2; ++e) {
-        const std::string keep0 = qe(lo, e), keep1 = qe(lo | m, e);
-        k.body.push_back(shuffle_xor(sent, 0, keep0, m));
-        k.body.push_back(shuffle_xor(sent, 1, keep1, m));
-        k.body.push_back(if_then(bit, {assign(keep0, sent + "[1]")}, {assign(keep1, sent + "[0]")}));
-      }
-    }
-  }
 }
 
 void MmaMatMulStage::emit_register_epilogue(Kernel& k, const std::string& wm0, const std::string& wn0,
@@ -329,7 +304,7 @@ void MmaMatMulStage::emit_register_epilogue(Kernel& k, const std::string& wm0, c
         const std::string row = row_of(i, "(" + t + " >> 1) * 8"), col = "((" + unit_col(u0) + " + (" + t + " & 1) * 16) / 2)";
         for (size_t w = 0; w < written.size(); ++w) {
           const std::string x = q + "_" + std::to_string(w);
-          transpose_quad(k, x, sent, t);
+          for (Stmt& s : transpose_quad(x, sent, t)) k.body.push_back(std::move(s));
           std::vector<std::string> run;
           for (int64_t c = 0; c < 8; ++c) run.push_back(qe(x, c % 4, c / 4));
           const Block whole = cx_.fresh_block([&] { cx_.store_run(written[w], chain_at(row, col), run); });
@@ -367,7 +342,7 @@ void MmaMatMulStage::emit_register_epilogue(Kernel& k, const std::string& wm0, c
           }
         }
       }
-      transpose_quad(k, q, sent, t);  // slot s: lane s's pair of row t / 2, unit t % 2
+      for (Stmt& s : transpose_quad(q, sent, t)) k.body.push_back(std::move(s));  // slot s: lane s's pair of row t / 2, unit t % 2
       // Row t / 2, columns 8 (t % 2) .. + 7 of the two units: the epilogue on the run, its
       // operands along the columns in 16-byte vectors, its values stored as one.
       const std::string row = row_of(i, "(" + t + " >> 1) * 8"), col = "(" + unit_col(up) + " + (" + t + " & 1) * 8)";
