@@ -63,10 +63,11 @@ std::optional<StridedView> wide_operand(const Graph& g, const FusionGroup& group
 // (group_root): the strided view (strided_view.h output_view) of the output in the root's buffer,
 // where the root is the output itself or a view of it through the group's Reshapes and
 // Transposes, with the output's width axis contiguous and no axis grouped, and no value on the
-// way (the output included) leaving the group but the root. The output then has no shared buffer
-// (the planner charges none) and the stage writes the root itself, the tensor-core form 16 bytes
-// a lane after its quads' exchange; nullopt: the output goes through its shared buffer and the
-// root is written from there.
+// way (the output included) leaving the group but the root. Where besides a tile's root region is
+// the view of its output region (checked on the tiles: the planner on its representative one,
+// codegen on every sampled one), the output has no shared buffer and the stage writes the root
+// itself, the tensor-core form 16 bytes a lane after its quads' exchange; nullopt: the output goes
+// through its shared buffer and the root is written from there.
 std::optional<StridedView> flash_output_view(const Graph& g, const FusionGroup& group, const AttentionCore& core);
 // The elements of a 16-byte load of view v's base (4 or 8).
 int64_t wide_lanes(const Graph& g, const StridedView& v);

@@ -1102,6 +1102,10 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       // Flash attention: one matrix per block; Q's rows staged once, then per tile of `bc` keys
       // K's and V's rows staged, the scores of TM x TN micro-tiles, the online softmax (a warp per
       // row, four passes over the tile), the output's UM x UN micro-tiles rescaled and updated.
+      // The output has a buffer unless it goes from the registers to the root (flash_output_view,
+      // the tile's root region the view of the output's, as codegen checks on every tile).
+      const bool buffered = n.outputs[0] != root && (!flash_output_view(g, group, *core) ||
+                                                     region_elems(out_region) != region_elems(regions.at(root)));
       const size_t rank = out_region.size();
       std::vector<int64_t> extents;
       for (const Interval& i : out_region) extents.push_back(i.size());
@@ -1169,7 +1173,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
         // Q's fragments, S, O and P's (wgmma: Q in shared memory, P's whole tile); the rows' statistics.
         flash_registers = static_cast<int>(40 + (cfg.wgmma ? 0 : dk16 / 4) + b16 / 2 + dv16 / 2 + (cfg.wgmma ? b16 / 4 : 4) + 12);
         split_keys(ceil_div(keys, b16), dv16 / 8 * 4, rows, 2);  // the output fragments; a lane's two rows
-        if (n.outputs[0] != root && !flash_output_view(g, group, *core)) smem += out_elems * 4;  // the output's buffer
+        if (buffered) smem += out_elems * 4;
         continue;  // the SIMT form's charges below are not this form's
       }
       const auto [tm, tn] = micro_tile(rows, bc, cfg.threads);
@@ -1201,7 +1205,7 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       in_flight = std::min(in_flight, static_cast<double>(bc * (dk + dv) * esize) / rounds);
       flash_registers = static_cast<int>(32 + tm * tn + tm + tn + 2 * um * un + 2 * ceil_div(rows, warps));
       split_keys(ceil_div(keys, bc), um * un, rows, ceil_div(rows, warps));  // the output micro-tiles; a warp's batches of rows
-      if (n.outputs[0] != root && !flash_output_view(g, group, *core)) smem += out_elems * 4;  // the output's buffer
+      if (buffered) smem += out_elems * 4;
     } else if (n.op == "Conv") {
       // Conv (codegen/lower_group): without a step every output reads its window and weights
       // (two loads per multiply-add); C_in/groups == 1 (depthwise) with a step stages the input
@@ -1358,8 +1362,12 @@ Cost evaluate_tile(const Graph& g, const FusionGroup& group, const Device& d, co
       const bool in_registers = epilogue && sixteen_byte_runs(g, *epilogue, tn);
       if (!in_registers) smem += out_elems * 4;
       if (one_matrix) {
+        // Each multiply-add of a thread's TM x TN micro-tile reads 1/TN of an A and 1/TM of a B
+        // element from shared memory (TM + TN loads a K index), as the implicit-GEMM Conv's.
+        const int64_t depth = e.reduce_extents.empty() ? 1 : e.reduce_extents[0];
+        tile_loads += out_elems * depth / tn + out_elems * depth / tm;
         ++split_products;
-        split_steps = ceil_div(e.reduce_extents.empty() ? 1 : e.reduce_extents[0], cfg.reduce_step);
+        split_steps = ceil_div(depth, cfg.reduce_step);
         split_slot = tm * tn * cfg.threads;
       }
       if (n.op == "MatMul") {

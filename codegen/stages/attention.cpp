@@ -234,15 +234,15 @@ class AttentionStage : public AnchorStage {
   std::string stat_writer() const;
   // out[row][col] = acc / the row's sum for every cell `cells` names ((accumulator, row, column)
   // index expressions, the tensor-core form's four a fragment: rows g, g, g + 8, g + 8), under
-  // `guard`, after `lets`: to the output's shared buffer (and parameter, if exported), or where
-  // direct_ says in the root. The SIMT form publishes its rows' sums to shared memory first; the
+  // `guard`, after `lets`: to the output's shared buffer (and parameter, if exported), or (SIMT)
+  // where direct_ says in the root (the tensor-core forms' direct output is finish_runs'). The SIMT form publishes its rows' sums to shared memory first; the
   // tensor-core form's lanes hold their two rows' (run_sum_ after quad_reduce).
   void finish(Kernel& k, const std::string& nm, const std::string& nn, const std::string& guard, const Block& lets,
               const std::vector<std::array<std::string, 3>>& cells);
   // The tensor-core form's output straight to the root (direct_), a pair of 8-column units at a
   // time: each lane's 8 quotients (its 2 columns of each unit in rows g and g + 8) exchanged within
-  // its quad (transpose_quad), after which lane t holds row g + 8 (t / 2)'s 8 columns of unit
-  // 2 (t % 2): one 16-byte store where the run lies inside the region and is aligned, else
+  // its quad (transpose_quad), after which lane t holds row g + 8 (t / 2)'s 8 columns of the
+  // pair's unit t % 2: one 16-byte store where the run lies inside the region and is aligned, else
   // element by element. Every lane reaches the exchanges.
   void finish_runs(Kernel& k, const std::string& nm, const std::string& nn);
   // flash_output_view's view where every sampled tile's root region is the view of its output
@@ -275,7 +275,7 @@ class AttentionStage : public AnchorStage {
   // not run, and a mask the indices give is computed, not read; queries_: the scores' rows.
   std::optional<planner::CausalMask> mask_;
   int64_t queries_ = 0;
-  std::string sq_, sk_, sv_, sp_, sa_, sl_;    // Q, K, V, the scores/probabilities and the rescaling factors (SIMT), the sums
+  std::string sq_, sk_, sv_, sp_, sa_, sl_;    // Q, K, V, the scores/probabilities, the rescaling factors and the sums (SIMT)
   std::string acc_, run_max_, run_sum_;        // thread-locals: the output, each batch's row statistics
   // The tensor-core form: 16-bit type, padded extents and pitches, fragments.
   DType half_ = DType::kUndefined;
@@ -662,10 +662,6 @@ Block AttentionStage::simt_update(const std::string& nm) {
 
 void AttentionStage::finish(Kernel& k, const std::string& nm, const std::string& nn, const std::string& guard,
                             const Block& lets, const std::vector<std::array<std::string, 3>>& cells) {
-  if (tensor_ && direct_) {
-    finish_runs(k, nm, nn);
-    return;
-  }
   const int v = out_value();
   const Region& r = cx_.region.at(v);
   const size_t rank = r.n.size();
@@ -1140,7 +1136,11 @@ void AttentionStage::finish_tensor(Kernel& k, const std::string& nm, const std::
   for (Stmt& s : quad_reduce(run_sum_, "sum")) k.body.push_back(std::move(s));  // the lanes' partial row sums
   const Block lets = {let(kIndexType, "ft_g", lane + " / 4"), let(kIndexType, "ft_t", lane + " % 4")};
   combine_splits(k, nm, w16 + " < " + nm, lets, cells);
-  finish(k, nm, nn, w16 + " < " + nm, lets, cells);
+  if (direct_) {
+    finish_runs(k, nm, nn);
+  } else {
+    finish(k, nm, nn, w16 + " < " + nm, lets, cells);
+  }
 }
 
 void AttentionStage::emit(Kernel& k) {

@@ -21,8 +21,9 @@
 // rescales the row's earlier output; a barrier; each thread rescales its UM x UN micro-tile of
 // the output and adds the tile's probabilities times V; a barrier. After the last tile each
 // output is divided by its row's sum and stored where the output goes: where the group's root is
-// the output or a view of it (planner::flash_output_view), straight to the root, and the output
-// has no shared buffer; else to its shared buffer (and its output parameter, if exported).
+// the output or a view of it (planner::flash_output_view) and every sampled tile's root region is
+// the view of its output region, straight to the root, and the output has no shared buffer; else
+// to its shared buffer (and its output parameter, if exported).
 // On tensor cores (the candidate's `mma`; Q, K, P and V all float16 or all bfloat16, sm_80+):
 // warp w owns rows [16w, 16w + 16) of the tile (the block has a warp per 16 rows); Q and the key
 // tile's K and V are 16-bit slices in shared memory with rows padded to an odd number of 16-byte
