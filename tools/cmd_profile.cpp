@@ -115,7 +115,8 @@ void print_sites(const std::map<std::string, simt::Counters>& counted, size_t n)
 // The speed-of-light table (--sol) of the rows sol_row made.
 void print_sol(const json& rows, const planner::Device& d, double sol_total_us, double modeled_total_us) {
   std::printf("speed of light on %s (%.0f GB/s, %.0f TFLOP/s fp32, %.0f TFLOP/s mma.sync, %.0f G special/s) for the "
-              "counted bytes and operations; modeled time and bytes in flight from the cost model:\n",
+              "counted bytes and operations; modeled time from the cost model; bytes in flight per SM as one load request of the "
+              "counted mean size a resident warp (cp.async rings keep more in flight):\n",
               d.name.c_str(), d.dram_bandwidth_gbps, d.fp32_tflops, d.mma_sync_fp16_tflops, d.special_ops_per_us() / 1e3);
   std::printf("%-6s %10s %8s %7s %5s %8s %7s %13s %6s %9s %11s %10s %9s\n", "kernel", "SOL us", "bound", "peak", "regs",
               "smem B", "blk/SM", "limit", "occ", "warps/SM", "KB in fl/SM", "model us", "mod/SOL");
