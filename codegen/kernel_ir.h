@@ -157,7 +157,7 @@ namespace fusetune::codegen {
 
 // The version of the code generator: part of every tuning record's key, bumped whenever the code
 // generated for the same group and candidate changes.
-inline constexpr int kCodegenVersion = 45;
+inline constexpr int kCodegenVersion = 46;
 
 // Threads per warp: warp reductions combine this many lanes; blocks are whole warps.
 inline constexpr int kWarpSize = 32;

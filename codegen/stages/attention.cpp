@@ -248,14 +248,6 @@ class AttentionStage : public AnchorStage {
   // flash_output_view's view where every sampled tile's root region is the view of its output
   // region (no element of the output's region lies in another block's root tile); else nullopt.
   std::optional<planner::StridedView> direct_output() const;
-  // Where element o of the output lies in the root's buffer (direct_).
-  std::string view_at(const std::vector<std::string>& o) const {
-    std::string at = lit(direct_->offset);
-    for (size_t d = 0; d < o.size(); ++d) {
-      if (direct_->strides[d] != 0) at += " + " + o[d] + " * " + lit(direct_->strides[d]);
-    }
-    return "(" + at + ")";
-  }
   // With the keys split over blocks (flash-decoding): each block's unnormalized outputs and its
   // rows' running maxima and sums published (split_k.h), and the tile's last block combining them
   // (cells, lets and guard as finish's) into its own accumulators and row sums; nothing unsplit.
@@ -684,7 +676,7 @@ void AttentionStage::finish(Kernel& k, const std::string& nm, const std::string&
         o[rank - 1] = "(" + r.lo[rank - 1] + " + " + col + ")";
         cx_.cur().push_back(let("float", "fa_o", acc + " / " + sum(i)));
         if (direct_) {
-          cx_.cur().push_back(store(cx_.out_param.at(cx_.root), view_at(o), store_from_compute(cx_.g.value(cx_.root).dtype, "fa_o")));
+          cx_.cur().push_back(store(cx_.out_param.at(cx_.root), view_element(*direct_, o), store_from_compute(cx_.g.value(cx_.root).dtype, "fa_o")));
         } else {
           cx_.store_value(v, o, "fa_o");
         }
@@ -726,7 +718,7 @@ void AttentionStage::finish_runs(Kernel& k, const std::string& nm, const std::st
       std::vector<std::string> o = at_row(r.lo, row);
       const auto at = [&](int64_t c) {
         o[rank - 1] = "(" + r.lo[rank - 1] + " + " + col + " + " + lit(c) + ")";
-        return view_at(o);
+        return view_element(*direct_, o);
       };
       Block whole, edge;
       cx_.with_block(whole, [&] {
